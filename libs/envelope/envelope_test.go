@@ -1,0 +1,66 @@
+package envelope
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/segmentio/kafka-go"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+func TestRoundTrip(t *testing.T) {
+	t.Parallel()
+	payload := &eventsv1.SubmitJob{Job: &loomv1.Job{Name: "projects/p/jobs/7", NodeCount: 2}}
+	e := New("loom.job.commands.v1", "projects/p/clusters/c", "loom/gateway", payload)
+	e.TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	m, err := Encode(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Default.Decode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != e.ID || got.Type != "loom.events.v1.SubmitJob" || got.Source != e.Source ||
+		got.Subject != e.Subject || got.TraceParent != e.TraceParent || got.Key != e.Key ||
+		!got.Time.Equal(e.Time) {
+		t.Fatalf("attributes differ: got %+v want %+v", got, e)
+	}
+	if !proto.Equal(got.Payload, payload) {
+		t.Fatalf("payload differs: %v", got.Payload)
+	}
+}
+
+func TestUnknownTypeIsReported(t *testing.T) {
+	t.Parallel()
+	m, err := Encode(New("t", "k", "s", wrapperspb.String("x")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Default.Decode(m)
+	if !errors.Is(err, ErrUnknownType) {
+		t.Fatalf("want ErrUnknownType, got %v", err)
+	}
+	if !NewRegistry(wrapperspb.String("")).Known("google.protobuf.StringValue") {
+		t.Fatal("registered type not known")
+	}
+}
+
+func TestMalformed(t *testing.T) {
+	t.Parallel()
+	if _, err := Default.Decode(kafka.Message{Value: []byte("x")}); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("missing headers: want ErrMalformed, got %v", err)
+	}
+	m := kafka.Message{Value: []byte{0xff, 0xff}, Headers: []kafka.Header{
+		{Key: HeaderID, Value: []byte("1")}, {Key: HeaderType, Value: []byte("loom.events.v1.SubmitJob")}}}
+	if _, err := Default.Decode(m); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("bad payload: want ErrMalformed, got %v", err)
+	}
+	if _, err := Encode(Event{}); err == nil {
+		t.Fatal("encoding an empty event succeeded")
+	}
+}

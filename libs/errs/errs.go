@@ -1,0 +1,116 @@
+// Package errs is Loom's error vocabulary and its one mapping to gRPC status
+// codes. Domain code returns these kinds (wrapped with context as it likes);
+// the gRPC layer turns them into codes in ToStatus, and nowhere else.
+package errs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Kinds of failure. Wrap them (fmt.Errorf("...: %w", errs.NotFound)) or use the
+// constructors below.
+var (
+	NotFound           = errors.New("not found")
+	AlreadyExists      = errors.New("already exists")
+	FailedPrecondition = errors.New("failed precondition")
+	Unavailable        = errors.New("unavailable")
+)
+
+// FieldViolation is one problem with one field of a request.
+type FieldViolation struct {
+	// Field is the path of the field, e.g. "job.node_count" or "compute.node_pools[1].id".
+	Field string
+	// Reason says what is wrong and, where it helps, what would be right.
+	Reason string
+}
+
+// InvalidError lists every problem found in a request; it maps to InvalidArgument.
+type InvalidError struct {
+	Violations []FieldViolation
+}
+
+func (e *InvalidError) Error() string {
+	parts := make([]string, len(e.Violations))
+	for i, v := range e.Violations {
+		parts[i] = v.Field + ": " + v.Reason
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Invalid returns an InvalidError for one field.
+func Invalid(field, reason string, args ...any) error {
+	return &InvalidError{Violations: []FieldViolation{{Field: field, Reason: fmt.Sprintf(reason, args...)}}}
+}
+
+// Validator collects field violations so that a request's problems are all
+// reported at once.
+type Validator struct {
+	violations []FieldViolation
+}
+
+// Add records a violation of field.
+func (v *Validator) Add(field, reason string, args ...any) {
+	v.violations = append(v.violations, FieldViolation{Field: field, Reason: fmt.Sprintf(reason, args...)})
+}
+
+// Check records a violation of field when ok is false.
+func (v *Validator) Check(ok bool, field, reason string, args ...any) {
+	if !ok {
+		v.Add(field, reason, args...)
+	}
+}
+
+// Err returns an *InvalidError holding every violation, or nil when none.
+func (v *Validator) Err() error {
+	if len(v.violations) == 0 {
+		return nil
+	}
+	return &InvalidError{Violations: v.violations}
+}
+
+// ToStatus maps err to a gRPC status error. Errors that already carry a gRPC
+// status keep it; unknown errors become Internal.
+func ToStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var inv *InvalidError
+	switch {
+	case errors.As(err, &inv):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, NotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, AlreadyExists):
+		return status.Error(codes.AlreadyExists, err.Error())
+	case errors.Is(err, FailedPrecondition):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, Unavailable):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+// UnaryServerInterceptor applies ToStatus to every unary handler's error.
+func UnaryServerInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	resp, err := h(ctx, req)
+	return resp, ToStatus(err)
+}
+
+// StreamServerInterceptor applies ToStatus to every streaming handler's error.
+func StreamServerInterceptor(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	return ToStatus(h(srv, ss))
+}

@@ -1,0 +1,36 @@
+package errs
+
+import (
+	"fmt"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestToStatus(t *testing.T) {
+	t.Parallel()
+	var v Validator
+	v.Check(false, "job.node_count", "must be at least 1, got %d", 0)
+	v.Add("job.command", "required")
+	cases := []struct {
+		err  error
+		code codes.Code
+		msg  string
+	}{
+		{v.Err(), codes.InvalidArgument, "job.node_count: must be at least 1, got 0; job.command: required"},
+		{fmt.Errorf("job 7: %w", NotFound), codes.NotFound, "job 7: not found"},
+		{fmt.Errorf("cluster c: %w", FailedPrecondition), codes.FailedPrecondition, "cluster c: failed precondition"},
+		{fmt.Errorf("boom"), codes.Internal, "boom"},
+		{status.Error(codes.Aborted, "x"), codes.Aborted, "x"},
+	}
+	for _, c := range cases {
+		st := status.Convert(ToStatus(c.err))
+		if st.Code() != c.code || st.Message() != c.msg {
+			t.Errorf("ToStatus(%v) = %v %q, want %v %q", c.err, st.Code(), st.Message(), c.code, c.msg)
+		}
+	}
+	if ToStatus(nil) != nil || (&Validator{}).Err() != nil {
+		t.Fatal("nil error mapped to non-nil")
+	}
+}

@@ -1,0 +1,44 @@
+// Package topics is the one declarative list of Loom's Kafka topics. Every topic
+// has exactly one writing service; the comments name it and the record key.
+package topics
+
+// Topic names. Each has a "<name>.dlq" companion for records a consumer gave up on.
+const (
+	ClusterCommands    = "loom.cluster.commands.v1"     // gateway → provisioner; key cluster name
+	ClusterEvents      = "loom.cluster.events.v1"       // provisioner; key cluster name
+	NodeEvents         = "loom.node.events.v1"          // provisioner; key node name
+	NodeTelemetry      = "loom.node.telemetry.v1"       // agent; key node name
+	JobCommands        = "loom.job.commands.v1"         // gateway → scheduler; key cluster name
+	JobEvents          = "loom.job.events.v1"           // scheduler; key cluster name
+	StepCommands       = "loom.step.commands.v1"        // scheduler → agent; key node name
+	StepEvents         = "loom.step.events.v1"          // agent → scheduler; key job name
+	HealthEvents       = "loom.health.events.v1"        // health; key node name
+	RemediationCommand = "loom.remediation.commands.v1" // health → provisioner; key node name
+	ModelCommands      = "loom.model.commands.v1"       // gateway → registry; key model name
+	ModelEvents        = "loom.model.events.v1"         // registry; key model name
+)
+
+// DLQSuffix is appended to a topic's name to get its dead-letter topic.
+const DLQSuffix = ".dlq"
+
+// Spec declares a topic: its name, partition count and topic configs.
+type Spec struct {
+	Name       string
+	Partitions int
+	Configs    map[string]string
+}
+
+// retention keeps a week of records; consumers' inboxes dedupe within that window.
+var retention = map[string]string{"retention.ms": "604800000"}
+
+// All returns every Loom topic with its dead-letter topic, in a stable order.
+func All() []Spec {
+	names := []string{ClusterCommands, ClusterEvents, NodeEvents, NodeTelemetry, JobCommands,
+		JobEvents, StepCommands, StepEvents, HealthEvents, RemediationCommand, ModelCommands, ModelEvents}
+	var out []Spec
+	for _, n := range names {
+		out = append(out, Spec{Name: n, Partitions: 4, Configs: retention})
+		out = append(out, Spec{Name: n + DLQSuffix, Partitions: 1, Configs: retention})
+	}
+	return out
+}
