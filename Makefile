@@ -1,0 +1,42 @@
+# Loom — common tasks. Everything runs from the repository root (a Go workspace).
+PKGS      := github.com/loom-ml/loom/...
+SERVICES  := gateway provisioner scheduler health registry agent
+GOTEST    ?= go test
+TESTFLAGS ?= -count=1 -timeout 15m
+
+.PHONY: demo up test vet build proto proto-tools proto-check bench clean
+
+demo: ## Run the demo on the embedded stack: cluster -> job -> model.
+	go run ./cmd/loom demo
+
+up: ## Run the embedded stack in the foreground.
+	go run ./cmd/loom up
+
+test: ## Run every test (uses redis-server when installed, miniredis otherwise).
+	$(GOTEST) $(TESTFLAGS) $(PKGS)
+
+vet:
+	go vet $(PKGS)
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
+
+build: ## Build every service binary and the CLI into bin/.
+	@mkdir -p bin
+	@for s in $(SERVICES); do go build -o bin/$$s ./services/$$s/cmd/$$s || exit 1; done
+	go build -o bin/loom ./cmd/loom
+
+proto-tools: ## Install the protoc plugins (protoc itself: apt-get install protobuf-compiler).
+	go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+	go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@v2.33.0
+
+proto: ## Regenerate the Go code beside the .proto files.
+	./proto/gen.sh
+
+proto-check: proto ## Fail when the committed generated code is stale.
+	git diff --exit-code -- proto
+
+bench: ## Run the bus path benchmark and write bench/REPORT.md.
+	go run ./bench/cmd/pathbench -report bench/REPORT.md
+
+clean:
+	rm -rf bin
