@@ -2,26 +2,110 @@
 // or as child processes: a Kafka-protocol broker (kfake, with a data directory
 // so it survives restarts) and Redis (a real redis-server when one is on PATH,
 // with its own data directory and appendonly; miniredis otherwise).
-//
-// SKELETON: signatures are the contract; bodies are being written.
 package embedded
 
-import "context"
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
 
 // Broker is a running kfake broker.
 type Broker struct {
 	// Addr is host:port of the broker, on 127.0.0.1.
 	Addr string
+
+	cluster *kfake.Cluster
+	once    sync.Once
 }
 
 // StartBroker starts a kfake broker on addr ("127.0.0.1:0" or "" picks a free
-// port) keeping its data in dataDir ("" keeps it in memory only).
+// port) keeping its data in dataDir ("" keeps it in memory only). The broker
+// listens on 127.0.0.1 only and does not create topics on first use: callers
+// create the topics they need.
 func StartBroker(ctx context.Context, addr, dataDir string) (*Broker, error) {
-	panic("unimplemented")
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("start broker: %w", err)
+	}
+	port, err := loopbackPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("start broker: %w", err)
+	}
+	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.Ports(port)}
+	if dataDir != "" {
+		if err := os.MkdirAll(dataDir, 0o755); err != nil {
+			return nil, fmt.Errorf("start broker: data dir: %w", err)
+		}
+		opts = append(opts, kfake.DataDir(dataDir))
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("start broker on 127.0.0.1:%d: %w", port, err)
+	}
+	addrs := c.ListenAddrs()
+	if len(addrs) == 0 {
+		c.Close()
+		return nil, errors.New("start broker: no listener")
+	}
+	return &Broker{Addr: addrs[0], cluster: c}, nil
 }
 
-// Close stops the broker.
-func (b *Broker) Close() error { panic("unimplemented") }
+// Close stops the broker, writing its state to the data directory if it has
+// one. Calling it again does nothing.
+func (b *Broker) Close() error {
+	b.once.Do(b.cluster.Close)
+	return nil
+}
+
+// loopbackPort returns the port of addr, which must be on loopback; "" and
+// port 0 give 0, which makes the listener pick a free port.
+func loopbackPort(addr string) (int, error) {
+	if addr == "" {
+		return 0, nil
+	}
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, fmt.Errorf("address %q: %w", addr, err)
+	}
+	switch host {
+	case "", "127.0.0.1", "localhost":
+	default:
+		// Loom's embedded infrastructure is for one machine only.
+		return 0, fmt.Errorf("address %q: only 127.0.0.1 is supported", addr)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return 0, fmt.Errorf("address %q: bad port", addr)
+	}
+	return port, nil
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Redis kinds.
+const (
+	KindRedisServer = "redis-server"
+	KindMiniredis   = "miniredis"
+)
 
 // Redis is a running Redis.
 type Redis struct {
@@ -29,13 +113,226 @@ type Redis struct {
 	Addr string
 	// Kind is "redis-server" or "miniredis".
 	Kind string
+
+	mini    *miniredis.Miniredis
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed when cmd has been waited for
+	tempDir string        // removed on Close
+	once    sync.Once
+	err     error
 }
+
+// redisStartTimeout bounds how long StartRedis waits for redis-server to
+// answer PING when ctx has no earlier deadline.
+const redisStartTimeout = 15 * time.Second
 
 // StartRedis starts redis-server (when on PATH; with dir=dataDir and
-// appendonly yes) or else miniredis, on addr ("" picks a free port).
+// appendonly yes) or else miniredis, on addr ("" picks a free port). With
+// redis-server and dataDir "", the data lives in a temporary directory that
+// Close removes.
 func StartRedis(ctx context.Context, addr, dataDir string) (*Redis, error) {
-	panic("unimplemented")
+	port, err := loopbackPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("start redis: %w", err)
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return startMiniredis(port)
+	}
+	// A picked port can be taken between picking and binding; try again then.
+	attempts := 1
+	if port == 0 {
+		attempts = 3
+	}
+	for i := 0; ; i++ {
+		r, err := startRedisServer(ctx, bin, port, dataDir)
+		if err == nil || i+1 >= attempts || ctx.Err() != nil {
+			return r, err
+		}
+	}
 }
 
+func startMiniredis(port int) (*Redis, error) {
+	m := miniredis.NewMiniRedis()
+	if err := m.StartAddr(fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
+		return nil, fmt.Errorf("start miniredis on 127.0.0.1:%d: %w", port, err)
+	}
+	return &Redis{Addr: m.Addr(), Kind: KindMiniredis, mini: m}, nil
+}
+
+func startRedisServer(ctx context.Context, bin string, port int, dataDir string) (*Redis, error) {
+	if port == 0 {
+		p, err := FreePort()
+		if err != nil {
+			return nil, fmt.Errorf("start redis: %w", err)
+		}
+		port = p
+	}
+	r := &Redis{Addr: fmt.Sprintf("127.0.0.1:%d", port), Kind: KindRedisServer, exited: make(chan struct{})}
+	if dataDir == "" {
+		d, err := os.MkdirTemp("", "loom-redis-")
+		if err != nil {
+			return nil, fmt.Errorf("start redis: %w", err)
+		}
+		dataDir, r.tempDir = d, d
+	} else if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("start redis: data dir: %w", err)
+	}
+	out := &tailBuffer{max: 4096}
+	cmd := exec.Command(bin,
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		"--dir", dataDir,
+		"--appendonly", "yes",
+		"--save", "",
+		"--daemonize", "no",
+		"--logfile", "",
+	)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = childAttr()
+	if err := cmd.Start(); err != nil {
+		r.removeTemp()
+		return nil, fmt.Errorf("start redis-server: %w", err)
+	}
+	r.cmd = cmd
+	go func() {
+		_ = cmd.Wait()
+		close(r.exited)
+	}()
+
+	wctx, cancel := context.WithTimeout(ctx, redisStartTimeout)
+	defer cancel()
+	if err := waitPing(wctx, r.Addr, r.exited); err != nil {
+		r.kill()
+		r.removeTemp()
+		return nil, fmt.Errorf("start redis-server on %s: %w (output: %s)", r.Addr, err, bytes.TrimSpace(out.Bytes()))
+	}
+	return r, nil
+}
+
+// waitPing waits until the Redis at addr answers PING, the process exits, or
+// ctx ends.
+func waitPing(ctx context.Context, addr string, exited <-chan struct{}) error {
+	delay := 5 * time.Millisecond
+	for {
+		err := ping(ctx, addr)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("redis-server exited")
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for PING: %w (last: %v)", ctx.Err(), err)
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 200*time.Millisecond)
+	}
+}
+
+// ping sends one RESP command and checks for a non-error reply, without a
+// client library so that this package needs none.
+func ping(ctx context.Context, addr string) error {
+	return command(ctx, addr, 500*time.Millisecond, "PING")
+}
+
+// command sends args to the Redis at addr and waits up to timeout for a reply.
+func command(ctx context.Context, addr string, timeout time.Duration, args ...string) error {
+	var d net.Dialer
+	dctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	conn, err := d.DialContext(dctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := conn.Write(b.Bytes()); err != nil {
+		return err
+	}
+	buf := make([]byte, 256)
+	n, err := conn.Read(buf)
+	if n > 0 && buf[0] == '-' {
+		return fmt.Errorf("redis: %s", bytes.TrimSpace(buf[1:n]))
+	}
+	if n > 0 {
+		return nil
+	}
+	return err
+}
+
+// redisStopTimeout bounds how long Close waits for redis-server to exit after
+// SHUTDOWN (and then after SIGTERM) before killing it.
+const redisStopTimeout = 10 * time.Second
+
 // Close stops Redis (SHUTDOWN for redis-server, so its data is on disk).
-func (r *Redis) Close() error { panic("unimplemented") }
+// Calling it again returns the first result.
+func (r *Redis) Close() error {
+	r.once.Do(func() {
+		defer r.removeTemp()
+		if r.mini != nil {
+			r.mini.Close()
+			return
+		}
+		// SHUTDOWN closes the connection instead of replying on success.
+		_ = command(context.Background(), r.Addr, redisStopTimeout, "SHUTDOWN")
+		if r.waitExit(redisStopTimeout) {
+			return
+		}
+		_ = r.cmd.Process.Signal(syscall.SIGTERM)
+		if r.waitExit(redisStopTimeout) {
+			return
+		}
+		r.kill()
+		r.err = fmt.Errorf("redis-server on %s did not stop; killed", r.Addr)
+	})
+	return r.err
+}
+
+func (r *Redis) waitExit(d time.Duration) bool {
+	select {
+	case <-r.exited:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+func (r *Redis) kill() {
+	_ = r.cmd.Process.Kill()
+	<-r.exited
+}
+
+func (r *Redis) removeTemp() {
+	if r.tempDir != "" {
+		_ = os.RemoveAll(r.tempDir)
+	}
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append([]byte(nil), t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) Bytes() []byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]byte(nil), t.b...)
+}

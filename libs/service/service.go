@@ -2,22 +2,39 @@
 // Redis and Kafka, creates the topics, sets up telemetry, serves gRPC and the
 // HTTP endpoints, runs the outbox relay and the consumers, and shuts all of
 // them down gracefully when its context ends.
-//
-// SKELETON: signatures are the contract; bodies are being written.
 package service
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"net"
+	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/telemetry"
+	"github.com/loom-ml/loom/libs/topics"
 )
+
+// DefaultStopTimeout is how long Run waits for in-flight gRPC calls to finish
+// at shutdown before it cancels them.
+const DefaultStopTimeout = 5 * time.Second
+
+// closeTimeout bounds flushing telemetry and closing connections at the end.
+const closeTimeout = 5 * time.Second
 
 // Base is what a service gets to build itself from.
 type Base struct {
@@ -32,13 +49,139 @@ type Base struct {
 	// GRPC is the service's gRPC server (with OpenTelemetry interceptors);
 	// register services on it before Run.
 	GRPC *grpc.Server
+	// Health is the standard gRPC health service registered on GRPC. Run sets
+	// the overall status ("") SERVING once it listens and NOT_SERVING when
+	// it stops; services may set statuses of their own.
+	Health *health.Server
+	// StopTimeout bounds the graceful gRPC stop (default DefaultStopTimeout);
+	// calls still running after it, such as open watch streams, are cancelled.
+	StopTimeout time.Duration
+
+	listening chan struct{} // closed once the gRPC listener is bound
+	done      chan struct{} // closed when Run has returned
+	mu        sync.Mutex
+	grpcAddr  string
+	httpAddr  string
+	ran       bool
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // New connects to Redis and Kafka (waiting, with backoff, until ctx ends for
 // them to answer), creates the topics when cfg.CreateTopics, and sets up
-// telemetry. name is the service's name, e.g. "scheduler".
+// telemetry. name is the service's name, e.g. "scheduler". Empty GRPCAddr and
+// HTTPAddr mean a free port on 127.0.0.1. A Base that New returned must be
+// Run or Closed.
 func New(ctx context.Context, name string, cfg config.Common) (*Base, error) {
-	panic("unimplemented")
+	var v errs.Validator
+	v.Check(name != "", "name", "is required")
+	v.Check(len(cfg.Brokers) > 0, "brokers", "at least one broker address is required")
+	v.Check(cfg.RedisAddr != "", "redis_addr", "is required")
+	if err := v.Err(); err != nil {
+		return nil, fmt.Errorf("service %s: %w", name, err)
+	}
+	if cfg.GRPCAddr == "" {
+		cfg.GRPCAddr = "127.0.0.1:0"
+	}
+	if cfg.HTTPAddr == "" {
+		cfg.HTTPAddr = "127.0.0.1:0"
+	}
+
+	tel, err := telemetry.Setup(ctx, name, cfg.LogLevel)
+	if err != nil {
+		return nil, fmt.Errorf("service %s: %w", name, err)
+	}
+	log := tel.Logger
+	b := &Base{
+		Name:      name,
+		Config:    cfg,
+		Log:       log,
+		Telemetry: tel,
+		listening: make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+
+	b.Redis = redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
+	if err := retry(ctx, log, "redis "+cfg.RedisAddr, func(ctx context.Context) error {
+		return b.Redis.Ping(ctx).Err()
+	}); err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("service %s: connect to redis %s: %w", name, cfg.RedisAddr, err)
+	}
+
+	if cfg.CreateTopics {
+		// EnsureTopics retries an unreachable broker itself, until ctx ends.
+		err = bus.EnsureTopics(ctx, cfg.Brokers, topics.All())
+	} else {
+		err = retry(ctx, log, fmt.Sprintf("kafka %v", cfg.Brokers), func(ctx context.Context) error {
+			return pingBroker(ctx, cfg.Brokers)
+		})
+	}
+	if err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("service %s: connect to kafka %v: %w", name, cfg.Brokers, err)
+	}
+
+	b.Store = store.New(b.Redis, name+":")
+	b.Producer = bus.NewProducer(cfg.Brokers)
+
+	b.Health = health.NewServer()
+	b.Health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	b.GRPC = grpc.NewServer(
+		grpc.StatsHandler(otelgrpc.NewServerHandler(
+			otelgrpc.WithTracerProvider(tel.TracerProvider),
+			otelgrpc.WithMeterProvider(tel.MeterProvider),
+			otelgrpc.WithPropagators(telemetry.Propagator),
+		)),
+		grpc.ChainUnaryInterceptor(errs.UnaryServerInterceptor),
+		grpc.ChainStreamInterceptor(errs.StreamServerInterceptor),
+	)
+	healthpb.RegisterHealthServer(b.GRPC, b.Health)
+	return b, nil
+}
+
+// retry calls f until it succeeds or ctx ends, backing off from 100 ms to 2 s
+// and logging the failures, so that a service started before its
+// infrastructure waits for it instead of exiting.
+func retry(ctx context.Context, log *slog.Logger, what string, f func(context.Context) error) error {
+	delay := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := f(actx)
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				log.Info("connected", "to", what, "attempts", attempt)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("gave up after %d attempts: %w (last error: %v)", attempt, ctx.Err(), err)
+		}
+		log.Warn("waiting for infrastructure", "to", what, "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("gave up after %d attempts: %w (last error: %v)", attempt, ctx.Err(), err)
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 2*time.Second)
+	}
+}
+
+// pingBroker asks one of brokers for cluster metadata.
+func pingBroker(ctx context.Context, brokers []string) error {
+	var errList []error
+	for _, addr := range brokers {
+		// A Transport of its own: kafka-go caches metadata per transport.
+		c := &kafka.Client{Addr: kafka.TCP(addr), Transport: &kafka.Transport{}}
+		_, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{}})
+		c.Transport.(*kafka.Transport).CloseIdleConnections()
+		if err == nil {
+			return nil
+		}
+		errList = append(errList, fmt.Errorf("%s: %w", addr, err))
+	}
+	return errors.Join(errList...)
 }
 
 // Consume describes one consumer group the service runs: its handler is called
@@ -48,6 +191,10 @@ type Consume struct {
 	Handler bus.Handler
 	// Group defaults to "loom-<name>".
 	Group string
+	// Config, when set, is used for the consumer with Brokers, GroupID,
+	// Topics and Logger filled in where empty (for retry tuning or
+	// StartLatest).
+	Config *bus.ConsumerConfig
 }
 
 // Run serves gRPC on cfg.GRPCAddr and HTTP on cfg.HTTPAddr, runs the outbox
@@ -55,10 +202,200 @@ type Consume struct {
 // ends or one of them fails; then it stops them all gracefully (consumers
 // finish the record in hand and commit) and closes its connections. Loops
 // must return when their context ends.
-func (b *Base) Run(ctx context.Context, consumers []Consume, loops ...func(context.Context) error) error {
-	panic("unimplemented")
+//
+// Run returns nil when ctx ended, and otherwise the first error (a loop or a
+// consumer that failed, or an address that could not be bound). Run may be
+// called once; the Base is closed when it returns.
+func (b *Base) Run(ctx context.Context, consumers []Consume, loops ...func(context.Context) error) (err error) {
+	b.mu.Lock()
+	if b.ran {
+		b.mu.Unlock()
+		return fmt.Errorf("service %s: Run called twice", b.Name)
+	}
+	b.ran = true
+	b.mu.Unlock()
+	defer close(b.done)
+	defer func() {
+		if cerr := b.Close(); err == nil {
+			err = cerr
+		}
+	}()
+
+	var v errs.Validator
+	for i, c := range consumers {
+		v.Check(len(c.Topics) > 0, fmt.Sprintf("consumers[%d].topics", i), "at least one topic is required")
+		v.Check(c.Handler != nil, fmt.Sprintf("consumers[%d].handler", i), "is required")
+	}
+	for i, l := range loops {
+		v.Check(l != nil, fmt.Sprintf("loops[%d]", i), "must not be nil")
+	}
+	if err := v.Err(); err != nil {
+		return fmt.Errorf("service %s: %w", b.Name, err)
+	}
+
+	ln, err := net.Listen("tcp", b.Config.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("service %s: listen gRPC on %s: %w", b.Name, b.Config.GRPCAddr, err)
+	}
+	httpSrv := telemetry.NewServer(b.Config.HTTPAddr, b.Telemetry, func(ctx context.Context) error {
+		return b.Redis.Ping(ctx).Err()
+	})
+	if err := httpSrv.Start(); err != nil {
+		ln.Close()
+		return fmt.Errorf("service %s: %w", b.Name, err)
+	}
+	b.mu.Lock()
+	b.grpcAddr, b.httpAddr = ln.Addr().String(), httpSrv.Addr()
+	b.mu.Unlock()
+	close(b.listening)
+	b.Log.Info("service running", "grpc", b.grpcAddr, "http", b.httpAddr)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := b.GRPC.Serve(ln); err != nil {
+			return fmt.Errorf("serve gRPC: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		b.Health.Shutdown()
+		b.stopGRPC()
+		sctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		defer cancel()
+		return httpSrv.Shutdown(sctx)
+	})
+	g.Go(func() error {
+		if err := b.Store.RunRelay(gctx, b.Producer); err != nil {
+			return fmt.Errorf("outbox relay: %w", err)
+		}
+		return nil
+	})
+	for _, c := range consumers {
+		cons := bus.NewConsumer(b.consumerConfig(c), b.Producer, c.Handler)
+		g.Go(func() error { return cons.Run(gctx) })
+	}
+	for _, loop := range loops {
+		g.Go(func() error { return loop(gctx) })
+	}
+	b.Health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+
+	err = g.Wait()
+	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		// Stopping was asked for; parts that report the cancellation as an
+		// error did what they should.
+		b.Log.Info("service stopped")
+		return nil
+	}
+	if err == nil {
+		return nil
+	}
+	b.Log.Error("service failed", "err", err)
+	return fmt.Errorf("service %s: %w", b.Name, err)
+}
+
+func (b *Base) consumerConfig(c Consume) bus.ConsumerConfig {
+	var cfg bus.ConsumerConfig
+	if c.Config != nil {
+		cfg = *c.Config
+	}
+	if len(cfg.Brokers) == 0 {
+		cfg.Brokers = b.Config.Brokers
+	}
+	cfg.Topics = c.Topics
+	cfg.GroupID = c.Group
+	if cfg.GroupID == "" {
+		cfg.GroupID = "loom-" + b.Name
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = b.Log
+	}
+	return cfg
+}
+
+// stopGRPC stops the gRPC server gracefully, cancelling what still runs after
+// the stop timeout.
+func (b *Base) stopGRPC() {
+	timeout := b.StopTimeout
+	if timeout <= 0 {
+		timeout = DefaultStopTimeout
+	}
+	stopped := make(chan struct{})
+	go func() {
+		b.GRPC.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(timeout):
+		b.Log.Warn("gRPC calls still running after the stop timeout; cancelling them", "timeout", timeout)
+		b.GRPC.Stop()
+		<-stopped
+	}
+}
+
+// Close closes the producer and Redis and flushes telemetry. Run does it when
+// it returns; call it only for a Base that will not Run (a service that failed
+// between New and Run). Calling it again returns the first result.
+func (b *Base) Close() error {
+	b.closeOnce.Do(func() {
+		var errList []error
+		if b.GRPC != nil {
+			// Stop is a no-op for a server that was stopped already.
+			b.GRPC.Stop()
+		}
+		if b.Producer != nil {
+			errList = append(errList, b.Producer.Close())
+		}
+		if b.Redis != nil {
+			if err := b.Redis.Close(); err != nil {
+				errList = append(errList, fmt.Errorf("close redis: %w", err))
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		defer cancel()
+		errList = append(errList, b.Telemetry.Shutdown(ctx))
+		if err := errors.Join(errList...); err != nil {
+			b.closeErr = fmt.Errorf("service %s: close: %w", b.Name, err)
+		}
+	})
+	return b.closeErr
 }
 
 // GRPCAddr returns the bound gRPC address once Run has started listening
-// (useful with ":0"); it blocks until then or ctx ends.
-func (b *Base) GRPCAddr(ctx context.Context) (string, error) { panic("unimplemented") }
+// (useful with ":0"); it blocks until then or ctx ends, and fails when Run
+// returned without listening.
+func (b *Base) GRPCAddr(ctx context.Context) (string, error) {
+	if err := b.waitListening(ctx); err != nil {
+		return "", err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.grpcAddr, nil
+}
+
+// HTTPAddr is GRPCAddr for the HTTP (/metrics, /healthz, /readyz) server.
+func (b *Base) HTTPAddr(ctx context.Context) (string, error) {
+	if err := b.waitListening(ctx); err != nil {
+		return "", err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.httpAddr, nil
+}
+
+func (b *Base) waitListening(ctx context.Context) error {
+	select {
+	case <-b.listening:
+		return nil
+	default:
+	}
+	select {
+	case <-b.listening:
+		return nil
+	case <-b.done:
+		return fmt.Errorf("service %s: stopped before listening", b.Name)
+	case <-ctx.Done():
+		return fmt.Errorf("service %s: waiting for the listener: %w", b.Name, ctx.Err())
+	}
+}

@@ -1,0 +1,360 @@
+package embedded
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
+)
+
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func startBroker(t *testing.T, addr, dir string) *Broker {
+	t.Helper()
+	b, err := StartBroker(testCtx(t), addr, dir)
+	if err != nil {
+		t.Fatalf("StartBroker: %v", err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// client returns a kafka-go client with its own transport: kafka-go caches
+// metadata per address, which would outlive a broker restart on the same port.
+func client(addr string) *kafka.Client {
+	return &kafka.Client{Addr: kafka.TCP(addr), Transport: &kafka.Transport{}, Timeout: 10 * time.Second}
+}
+
+func createTopic(t *testing.T, addr, topic string, partitions int) {
+	t.Helper()
+	resp, err := client(addr).CreateTopics(testCtx(t), &kafka.CreateTopicsRequest{
+		Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}},
+	})
+	if err != nil {
+		t.Fatalf("create topic: %v", err)
+	}
+	if err := resp.Errors[topic]; err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
+}
+
+func write(t *testing.T, addr, topic string, msgs ...kafka.Message) {
+	t.Helper()
+	w := &kafka.Writer{Addr: kafka.TCP(addr), Topic: topic, Transport: &kafka.Transport{},
+		RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	defer w.Close()
+	if err := w.WriteMessages(testCtx(t), msgs...); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+}
+
+func readN(t *testing.T, addr, topic string, n int) []kafka.Message {
+	t.Helper()
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers: []string{addr}, Topic: topic, Partition: 0, MaxWait: 50 * time.Millisecond,
+		Dialer: &kafka.Dialer{Timeout: 5 * time.Second},
+	})
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(testCtx(t), 20*time.Second)
+	defer cancel()
+	var out []kafka.Message
+	for len(out) < n {
+		m, err := r.ReadMessage(ctx)
+		if err != nil {
+			t.Fatalf("read %d of %d: %v", len(out), n, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func TestBrokerRoundTrip(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "", "")
+	if !strings.HasPrefix(b.Addr, "127.0.0.1:") {
+		t.Fatalf("Addr = %q, want 127.0.0.1:port", b.Addr)
+	}
+	createTopic(t, b.Addr, "roundtrip", 1)
+	write(t, b.Addr, "roundtrip",
+		kafka.Message{Key: []byte("k1"), Value: []byte("one")},
+		kafka.Message{Key: []byte("k2"), Value: []byte("two")})
+	got := readN(t, b.Addr, "roundtrip", 2)
+	if string(got[0].Value) != "one" || string(got[1].Value) != "two" || string(got[1].Key) != "k2" {
+		t.Fatalf("read %q/%q, want one/two", got[0].Value, got[1].Value)
+	}
+}
+
+func TestBrokerNoAutoTopicCreation(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, "127.0.0.1:0", "")
+	w := &kafka.Writer{Addr: kafka.TCP(b.Addr), Topic: "never-created", Transport: &kafka.Transport{},
+		AllowAutoTopicCreation: true, BatchTimeout: time.Millisecond, MaxAttempts: 1}
+	defer w.Close()
+	ctx, cancel := context.WithTimeout(testCtx(t), 5*time.Second)
+	defer cancel()
+	if err := w.WriteMessages(ctx, kafka.Message{Value: []byte("x")}); err == nil {
+		t.Fatal("write to a topic nobody created succeeded; auto creation must be off")
+	}
+	md, err := client(b.Addr).Metadata(testCtx(t), &kafka.MetadataRequest{})
+	if err != nil {
+		t.Fatalf("metadata: %v", err)
+	}
+	for _, tp := range md.Topics {
+		if tp.Name == "never-created" && tp.Error == nil {
+			t.Fatal("topic never-created exists")
+		}
+	}
+}
+
+func TestBrokerDataSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b := startBroker(t, "", dir)
+	addr := b.Addr
+	createTopic(t, addr, "durable", 2)
+	write(t, addr, "durable", kafka.Message{Value: []byte("before")})
+	if err := b.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+
+	// Same port too, as `loom up` restarts it.
+	b2 := startBroker(t, addr, dir)
+	if b2.Addr != addr {
+		t.Fatalf("restart Addr = %q, want %q", b2.Addr, addr)
+	}
+	write(t, addr, "durable", kafka.Message{Value: []byte("after")})
+	var values []string
+	for p := range 2 {
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{addr}, Topic: "durable", Partition: p,
+			MaxWait: 50 * time.Millisecond})
+		conn, err := kafka.DialLeader(testCtx(t), "tcp", addr, "durable", p)
+		if err != nil {
+			t.Fatalf("dial partition %d (topic lost?): %v", p, err)
+		}
+		last, err := conn.ReadLastOffset()
+		conn.Close()
+		if err != nil {
+			t.Fatalf("last offset: %v", err)
+		}
+		ctx, cancel := context.WithTimeout(testCtx(t), 10*time.Second)
+		for range last {
+			m, err := r.ReadMessage(ctx)
+			if err != nil {
+				t.Fatalf("read partition %d: %v", p, err)
+			}
+			values = append(values, string(m.Value))
+		}
+		cancel()
+		r.Close()
+	}
+	if len(values) != 2 || !contains(values, "before") || !contains(values, "after") {
+		t.Fatalf("after restart read %q, want before and after", values)
+	}
+}
+
+func contains(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+func TestStartBrokerRejectsNonLoopback(t *testing.T) {
+	t.Parallel()
+	if _, err := StartBroker(testCtx(t), "0.0.0.0:0", ""); err == nil {
+		t.Fatal("StartBroker on 0.0.0.0 succeeded; want an error")
+	}
+	if _, err := StartBroker(testCtx(t), "nonsense", ""); err == nil {
+		t.Fatal("StartBroker on a bad address succeeded; want an error")
+	}
+}
+
+func startRedis(t *testing.T, addr, dir string) *Redis {
+	t.Helper()
+	r, err := StartRedis(testCtx(t), addr, dir)
+	if err != nil {
+		t.Fatalf("StartRedis: %v", err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+func rdb(t *testing.T, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func TestRedisSetGet(t *testing.T) {
+	t.Parallel()
+	r := startRedis(t, "", "")
+	want := KindMiniredis
+	if _, err := exec.LookPath("redis-server"); err == nil {
+		want = KindRedisServer
+	}
+	if r.Kind != want {
+		t.Fatalf("Kind = %q, want %q", r.Kind, want)
+	}
+	// No retries, so that the check after Close fails fast.
+	c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1})
+	defer c.Close()
+	ctx := testCtx(t)
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+	if got, err := c.Get(ctx, "k").Result(); err != nil || got != "v" {
+		t.Fatalf("GET = %q, %v; want v", got, err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := c.Ping(ctx).Err(); err == nil {
+		t.Fatal("PING after Close succeeded")
+	}
+}
+
+func TestMiniredisFallback(t *testing.T) {
+	t.Parallel()
+	r, err := startMiniredis(0)
+	if err != nil {
+		t.Fatalf("startMiniredis: %v", err)
+	}
+	defer r.Close()
+	if r.Kind != KindMiniredis {
+		t.Fatalf("Kind = %q", r.Kind)
+	}
+	c := rdb(t, r.Addr)
+	if err := c.Set(testCtx(t), "a", "1", 0).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+	if got, _ := c.Get(testCtx(t), "a").Result(); got != "1" {
+		t.Fatalf("GET = %q, want 1", got)
+	}
+}
+
+func TestRedisPersistsAcrossRestart(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server not on PATH; miniredis does not persist")
+	}
+	dir := t.TempDir()
+	r := startRedis(t, "", dir)
+	ctx := testCtx(t)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr})
+	if err := c.HSet(ctx, "h", "f", "kept").Err(); err != nil {
+		t.Fatalf("HSET: %v", err)
+	}
+	c.Close()
+	if err := r.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+
+	r2 := startRedis(t, "", dir)
+	got, err := rdb(t, r2.Addr).HGet(ctx, "h", "f").Result()
+	if err != nil || got != "kept" {
+		t.Fatalf("HGET after restart = %q, %v; want kept", got, err)
+	}
+}
+
+func TestRedisPortTaken(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, err = StartRedis(testCtx(t), ln.Addr().String(), "")
+	if err == nil {
+		t.Fatal("StartRedis on a taken port succeeded")
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("StartRedis waited for the deadline instead of noticing the exit: %v", err)
+	}
+}
+
+// TestMain lets the test binary act as a broker process that the kill -9 test
+// starts and kills.
+func TestMain(m *testing.M) {
+	if dir := os.Getenv("LOOM_EMBEDDED_TEST_BROKER_DIR"); dir != "" {
+		brokerChild(dir)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// brokerChild starts a broker on dir, writes one record to topic "crash",
+// reports the address on stdout and waits to be killed.
+func brokerChild(dir string) {
+	ctx := context.Background()
+	b, err := StartBroker(ctx, "", dir)
+	if err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(1)
+	}
+	resp, err := client(b.Addr).CreateTopics(ctx, &kafka.CreateTopicsRequest{
+		Topics: []kafka.TopicConfig{{Topic: "crash", NumPartitions: 1, ReplicationFactor: 1}},
+	})
+	if err == nil {
+		err = resp.Errors["crash"]
+	}
+	if err == nil {
+		w := &kafka.Writer{Addr: kafka.TCP(b.Addr), Topic: "crash", RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+		err = w.WriteMessages(ctx, kafka.Message{Value: []byte("acked before the crash")})
+	}
+	if err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(1)
+	}
+	fmt.Println("READY", b.Addr)
+	select {}
+}
+
+func TestBrokerDataSurvivesKill9(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "LOOM_EMBEDDED_TEST_BROKER_DIR="+dir)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "READY ") {
+		t.Fatalf("child broker: %q, %v", line, err)
+	}
+	if err := cmd.Process.Kill(); err != nil { // SIGKILL: no chance to save state
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	b := startBroker(t, "", dir)
+	got := readN(t, b.Addr, "crash", 1)
+	if string(got[0].Value) != "acked before the crash" {
+		t.Fatalf("after kill -9 read %q", got[0].Value)
+	}
+}
