@@ -2,19 +2,21 @@
 // a consumer-group runner that commits only after its handler succeeded, bounded
 // retry with backoff, dead-lettering to "<topic>.dlq", and topic creation from
 // the declarative list in package topics.
-//
-// SKELETON: signatures are the contract; bodies are being written.
 package bus
 
 import (
 	"context"
 	"errors"
-	"log/slog"
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/topics"
 )
 
@@ -27,96 +29,301 @@ const (
 	HeaderDLQAttempts  = "loom_dlq_attempts"
 )
 
+// traceContext is the W3C propagator used on both sides of the bus. It is used
+// directly (not through the global otel propagator) so that the bus works the
+// same whether or not telemetry was set up.
+var traceContext = propagation.TraceContext{}
+
 // EnsureTopics creates every topic in specs that does not exist yet (existing
 // ones are left alone) and returns once all of them can be written to.
+//
+// A spec with Partitions 0 gets the broker's default partition count; the
+// replication factor is always the broker's default. Transient failures
+// (broker not reachable yet, no controller) are retried with backoff until
+// ctx ends; ctx is the only deadline. Errors that retrying cannot fix (an
+// invalid config, say) are returned at once, naming the topic.
 func EnsureTopics(ctx context.Context, brokers []string, specs []topics.Spec) error {
-	panic("unimplemented")
+	var v errs.Validator
+	v.Check(len(brokers) > 0, "brokers", "at least one broker address is required")
+	for i, s := range specs {
+		v.Check(s.Name != "", fmt.Sprintf("specs[%d].name", i), "is required")
+		v.Check(s.Partitions >= 0, fmt.Sprintf("specs[%d].partitions", i), "must not be negative, got %d", s.Partitions)
+	}
+	if err := v.Err(); err != nil {
+		return fmt.Errorf("ensure topics: %w", err)
+	}
+	if len(specs) == 0 {
+		return nil
+	}
+
+	names := make([]string, 0, len(specs))
+	for _, s := range specs {
+		names = append(names, s.Name)
+	}
+	// A Transport of our own: kafka-go serves Client.Metadata from a cache
+	// per Transport, refreshed only every MetadataTTL (6 s by default). A
+	// short TTL lets topics that another process created meanwhile (we got
+	// TOPIC_ALREADY_EXISTS) show up quickly.
+	transport := &kafka.Transport{MetadataTTL: 200 * time.Millisecond, MetadataTopics: names}
+	defer transport.CloseIdleConnections()
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: transport}
+
+	req := &kafka.CreateTopicsRequest{}
+	for _, s := range specs {
+		tc := kafka.TopicConfig{Topic: s.Name, NumPartitions: s.Partitions, ReplicationFactor: -1}
+		if tc.NumPartitions == 0 {
+			tc.NumPartitions = -1
+		}
+		for _, k := range sortedKeys(s.Configs) {
+			tc.ConfigEntries = append(tc.ConfigEntries, kafka.ConfigEntry{ConfigName: k, ConfigValue: s.Configs[k]})
+		}
+		req.Topics = append(req.Topics, tc)
+	}
+
+	b := newBackoff(50*time.Millisecond, 2*time.Second)
+	var last error
+	for {
+		done, err := ensureOnce(ctx, client, req, names)
+		if done {
+			return nil
+		}
+		if err != nil {
+			var ke kafka.Error
+			if errors.As(err, &ke) && !ke.Temporary() && !retriableTopicError(ke) {
+				return err
+			}
+			last = err
+		}
+		if !sleepCtx(ctx, b.next()) {
+			if last == nil {
+				last = errors.New("topics not visible in metadata yet")
+			}
+			return fmt.Errorf("ensure topics %s: %w (last: %w)", strings.Join(names, ", "), ctx.Err(), last)
+		}
+	}
+}
+
+// ensureOnce creates the topics still missing and reports whether all of them
+// are visible with a leader for every partition.
+func ensureOnce(ctx context.Context, client *kafka.Client, req *kafka.CreateTopicsRequest, names []string) (bool, error) {
+	missing, err := topicsNotReady(ctx, client, names)
+	if err != nil {
+		return false, err
+	}
+	if len(missing) == 0 {
+		return true, nil
+	}
+	create := &kafka.CreateTopicsRequest{}
+	for _, tc := range req.Topics {
+		if slices.Contains(missing, tc.Topic) {
+			create.Topics = append(create.Topics, tc)
+		}
+	}
+	resp, err := client.CreateTopics(ctx, create)
+	if err != nil {
+		return false, fmt.Errorf("create topics %s: %w", strings.Join(missing, ", "), err)
+	}
+	for _, tc := range create.Topics {
+		if e := resp.Errors[tc.Topic]; e != nil && !errors.Is(e, kafka.TopicAlreadyExists) {
+			return false, fmt.Errorf("create topic %s: %w", tc.Topic, e)
+		}
+	}
+	missing, err = topicsNotReady(ctx, client, names)
+	return err == nil && len(missing) == 0, err
+}
+
+// topicsNotReady returns the names that metadata does not show yet, or shows
+// with a partition that has no leader.
+func topicsNotReady(ctx context.Context, client *kafka.Client, names []string) ([]string, error) {
+	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: names})
+	if err != nil {
+		return nil, fmt.Errorf("metadata for %s: %w", strings.Join(names, ", "), err)
+	}
+	ready := map[string]bool{}
+	for _, t := range md.Topics {
+		ok := t.Error == nil && len(t.Partitions) > 0
+		for _, p := range t.Partitions {
+			if p.Error != nil || p.Leader.Host == "" {
+				ok = false
+			}
+		}
+		ready[t.Name] = ok
+	}
+	var missing []string
+	for _, n := range names {
+		if !ready[n] {
+			missing = append(missing, n)
+		}
+	}
+	return missing, nil
+}
+
+// retriableTopicError reports kafka errors that kafka-go does not call
+// temporary but that do heal while a cluster or a new topic settles.
+func retriableTopicError(e kafka.Error) bool {
+	switch e {
+	case kafka.UnknownTopicOrPartition, kafka.NotController, kafka.LeaderNotAvailable,
+		kafka.BrokerNotAvailable, kafka.ReplicaNotAvailable:
+		return true
+	}
+	return false
 }
 
 // Producer writes records synchronously with acks from all in-sync replicas.
 // It is safe for concurrent use.
-type Producer struct{}
+type Producer struct {
+	w         *kafka.Writer
+	transport *kafka.Transport
+}
+
+// producerBatchTimeout bounds how long a record waits for company in a batch.
+// Records published concurrently still share batches; a lone record leaves
+// after at most this long instead of kafka-go's default second.
+const producerBatchTimeout = time.Millisecond
 
 // NewProducer returns a producer for brokers, tuned for low latency (small
 // batch timeout) rather than kafka-go's 1 s default.
-func NewProducer(brokers []string) *Producer { panic("unimplemented") }
+//
+// Records are assigned to partitions by the murmur2 hash of their key, the
+// same function the Java client and franz-go use by default, so a key lands
+// on the same partition whichever client (or tool) writes it; records without
+// a key are spread at random. Topics are never created implicitly: a record
+// for a topic that does not exist fails (see EnsureTopics).
+func NewProducer(brokers []string) *Producer {
+	// Its own Transport, so its metadata cache is its own; refreshed every
+	// second (not 6) so that topics created after the producer started, and
+	// moved partition leaders, are found within the writer's retries.
+	transport := &kafka.Transport{MetadataTTL: time.Second}
+	return &Producer{
+		transport: transport,
+		w: &kafka.Writer{
+			Addr:                   kafka.TCP(brokers...),
+			Balancer:               kafka.Murmur2Balancer{},
+			RequiredAcks:           kafka.RequireAll,
+			BatchTimeout:           producerBatchTimeout,
+			AllowAutoTopicCreation: false,
+			Transport:              transport,
+		},
+	}
+}
 
 // Publish encodes and writes events (each to its own Topic) and returns when the
 // broker acknowledged all of them. An event without TraceParent gets the one
 // in ctx (see telemetry.TraceParent).
+//
+// The events of one call are not written atomically: on error some of them
+// may have been written. Producers that need all-or-nothing use the outbox
+// (libs/store), whose relay republishes until acknowledged.
 func (p *Producer) Publish(ctx context.Context, events ...envelope.Event) error {
-	panic("unimplemented")
+	if len(events) == 0 {
+		return nil
+	}
+	var tp string
+	msgs := make([]kafka.Message, 0, len(events))
+	for i, ev := range events {
+		if ev.Topic == "" {
+			return fmt.Errorf("publish: %w", errs.Invalid(fmt.Sprintf("events[%d].topic", i), "is required"))
+		}
+		if ev.TraceParent == "" {
+			if tp == "" {
+				tp = TraceParent(ctx)
+			}
+			ev.TraceParent = tp
+		}
+		m, err := envelope.Encode(ev)
+		if err != nil {
+			return fmt.Errorf("publish to %s: %w", ev.Topic, err)
+		}
+		msgs = append(msgs, m)
+	}
+	return p.PublishMessages(ctx, msgs...)
 }
 
 // PublishMessages writes already-encoded records (Topic set on each) and returns
 // when the broker acknowledged all of them.
 func (p *Producer) PublishMessages(ctx context.Context, msgs ...kafka.Message) error {
-	panic("unimplemented")
+	if len(msgs) == 0 {
+		return nil
+	}
+	for i, m := range msgs {
+		if m.Topic == "" {
+			return fmt.Errorf("publish: %w", errs.Invalid(fmt.Sprintf("msgs[%d].topic", i), "is required"))
+		}
+	}
+	if err := p.w.WriteMessages(ctx, msgs...); err != nil {
+		return fmt.Errorf("publish to %s: %w", topicList(msgs), err)
+	}
+	return nil
 }
 
 // Close flushes and closes the producer.
-func (p *Producer) Close() error { panic("unimplemented") }
-
-// Handler handles one event. ctx carries the event's trace context. Returning
-// nil commits the record; an error retries it (see ConsumerConfig), and an
-// error wrapped by Permanent sends it to the DLQ at once.
-type Handler func(ctx context.Context, ev envelope.Event) error
-
-// permanent marks errors that retrying cannot fix.
-type permanent struct{ err error }
-
-func (p permanent) Error() string { return p.err.Error() }
-func (p permanent) Unwrap() error { return p.err }
-
-// Permanent wraps err so the consumer dead-letters the record without retrying.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
+func (p *Producer) Close() error {
+	err := p.w.Close()
+	p.transport.CloseIdleConnections()
+	if err != nil {
+		return fmt.Errorf("close producer: %w", err)
 	}
-	return permanent{err}
+	return nil
 }
 
-// IsPermanent reports whether err was wrapped by Permanent.
-func IsPermanent(err error) bool {
-	var p permanent
-	return errors.As(err, &p)
+// TraceParent returns the W3C traceparent of the span in ctx, or "" when ctx
+// carries no valid span context.
+func TraceParent(ctx context.Context) string {
+	c := propagation.MapCarrier{}
+	traceContext.Inject(ctx, c)
+	return c.Get(envelope.HeaderTraceParent)
 }
 
-// ConsumerConfig configures a Consumer. Zero values take the documented defaults.
-type ConsumerConfig struct {
-	Brokers []string
-	// GroupID is the consumer group; instances with the same id share partitions.
-	GroupID string
-	// Topics are read together by one group member, records handed to the
-	// handler one at a time, in order within a partition.
-	Topics []string
-	// MaxAttempts is how many times a record is tried before it is
-	// dead-lettered (default 5).
-	MaxAttempts int
-	// Backoff is the first retry delay, doubled each retry up to MaxBackoff
-	// (defaults 50 ms and 2 s).
-	Backoff, MaxBackoff time.Duration
-	// Registry decodes payloads (default envelope.Default). Records of unknown
-	// types are logged and skipped (committed, not dead-lettered).
-	Registry *envelope.Registry
-	// Logger receives skip, retry and dead-letter reports (default slog.Default()).
-	// A new group starts at the oldest record: Loom never skips history a
-	// group has not seen.
-	Logger *slog.Logger
-	// StartLatest makes a new group start at the newest record instead, for
-	// per-instance groups that only want what happens from now on (watch streams).
-	StartLatest bool
+// WithTraceParent returns ctx carrying the remote span context described by
+// traceparent; an empty or invalid traceparent leaves ctx as it is.
+func WithTraceParent(ctx context.Context, traceparent string) context.Context {
+	if traceparent == "" {
+		return ctx
+	}
+	return traceContext.Extract(ctx, propagation.MapCarrier{envelope.HeaderTraceParent: traceparent})
 }
 
-// Consumer runs a handler over a consumer group.
-type Consumer struct{}
-
-// NewConsumer returns a consumer; dlq writes dead-lettered records.
-func NewConsumer(cfg ConsumerConfig, dlq *Producer, h Handler) *Consumer {
-	panic("unimplemented")
+// topicList names the distinct topics of msgs, in first-seen order.
+func topicList(msgs []kafka.Message) string {
+	var names []string
+	for _, m := range msgs {
+		if !slices.Contains(names, m.Topic) {
+			names = append(names, m.Topic)
+		}
+	}
+	return strings.Join(names, ", ")
 }
 
-// Run consumes until ctx is cancelled, then finishes the record in hand,
-// commits it, leaves the group and returns nil. It returns an error only when
-// the consumer cannot go on (for example the group cannot be joined before ctx ends).
-func (c *Consumer) Run(ctx context.Context) error { panic("unimplemented") }
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// backoff doubles a delay from first up to max.
+type backoff struct {
+	cur, max time.Duration
+}
+
+func newBackoff(first, max time.Duration) *backoff { return &backoff{cur: first, max: max} }
+
+func (b *backoff) next() time.Duration {
+	d := b.cur
+	b.cur = min(b.cur*2, b.max)
+	return d
+}
+
+// sleepCtx waits d and reports true, or reports false as soon as ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,741 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/loom-ml/loom/libs/bus"
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+)
+
+const wait = 20 * time.Second
+
+func TestEnsureTopicsCreatesAndToleratesExisting(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	specs := []topics.Spec{
+		{Name: "a.v1", Partitions: 3, Configs: map[string]string{"retention.ms": "60000"}},
+		{Name: "a.v1.dlq", Partitions: 1},
+	}
+	if err := bus.EnsureTopics(ctx, []string{broker}, specs); err != nil {
+		t.Fatalf("first EnsureTopics: %v", err)
+	}
+	// Existing topics are fine, mixed with a new one.
+	specs = append(specs, topics.Spec{Name: "b.v1", Partitions: 2})
+	if err := bus.EnsureTopics(ctx, []string{broker}, specs); err != nil {
+		t.Fatalf("second EnsureTopics: %v", err)
+	}
+	client := &kafka.Client{Addr: kafka.TCP(broker), Transport: &kafka.Transport{}}
+	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{"a.v1", "a.v1.dlq", "b.v1"}})
+	if err != nil {
+		t.Fatalf("metadata: %v", err)
+	}
+	got := map[string]int{}
+	for _, tp := range md.Topics {
+		got[tp.Name] = len(tp.Partitions)
+	}
+	want := map[string]int{"a.v1": 3, "a.v1.dlq": 1, "b.v1": 2}
+	for n, p := range want {
+		if got[n] != p {
+			t.Errorf("topic %s: %d partitions, want %d (metadata %v)", n, got[n], p, got)
+		}
+	}
+}
+
+func TestEnsureTopicsAllLoomTopics(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := bus.EnsureTopics(ctx, []string{broker}, topics.All()); err != nil {
+		t.Fatalf("EnsureTopics(topics.All()): %v", err)
+	}
+	// Every topic can be written to at once.
+	p := newProducer(t, broker)
+	var evs []envelope.Event
+	for _, s := range topics.All() {
+		evs = append(evs, event(s.Name, "k", 1))
+	}
+	publish(t, p, evs...)
+}
+
+func TestEnsureTopicsBadInput(t *testing.T) {
+	t.Parallel()
+	err := bus.EnsureTopics(context.Background(), nil, []topics.Spec{{Name: ""}})
+	var inv *errs.InvalidError
+	if !errors.As(err, &inv) || !strings.Contains(err.Error(), "brokers") || !strings.Contains(err.Error(), "specs[0].name") {
+		t.Fatalf("EnsureTopics with no brokers and an unnamed topic: got %v, want InvalidError naming brokers and specs[0].name", err)
+	}
+}
+
+func TestEnsureTopicsGivesUpWhenContextEnds(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	// A port nothing listens on: transient errors are retried until ctx ends.
+	err := bus.EnsureTopics(ctx, []string{"127.0.0.1:1"}, []topics.Spec{{Name: "x", Partitions: 1}})
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("EnsureTopics against no broker: got %v, want an error wrapping context.DeadlineExceeded", err)
+	}
+}
+
+func TestPublishRejectsEventWithoutTopic(t *testing.T) {
+	t.Parallel()
+	p := bus.NewProducer([]string{"127.0.0.1:1"})
+	defer p.Close()
+	err := p.Publish(context.Background(), event("", "k", 1))
+	var inv *errs.InvalidError
+	if !errors.As(err, &inv) || !strings.Contains(err.Error(), "events[0].topic") {
+		t.Fatalf("Publish without topic: got %v, want InvalidError naming events[0].topic", err)
+	}
+}
+
+func TestPublishToMissingTopicFailsNamingIt(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	p := newProducer(t, broker)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := p.Publish(ctx, event("no.such.topic", "k", 1))
+	if err == nil || !strings.Contains(err.Error(), "no.such.topic") {
+		t.Fatalf("Publish to a missing topic: got %v, want an error naming the topic", err)
+	}
+}
+
+func TestRoundTripKeepsAttributesAndTrace(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	topic := newTopic(t, broker, 4)
+	p := newProducer(t, broker)
+
+	type delivery struct {
+		ev     envelope.Event
+		sc     trace.SpanContext
+		ctxErr error
+	}
+	got := make(chan delivery, 10)
+	startConsumer(t, bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic}}, p,
+		func(ctx context.Context, ev envelope.Event) error {
+			got <- delivery{ev: ev, sc: trace.SpanContextFromContext(ctx), ctxErr: ctx.Err()}
+			return nil
+		})
+
+	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	ctx := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled,
+	}))
+	sent := event(topic, "projects/default/clusters/c1", 7)
+	sent.Subject = "projects/default/jobs/42"
+	if err := p.Publish(ctx, sent); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+
+	var d delivery
+	select {
+	case d = <-got:
+	case <-time.After(wait):
+		t.Fatal("event not delivered")
+	}
+	ev := d.ev
+	if ev.ID != sent.ID || ev.Type != sent.Type || ev.Source != sent.Source || ev.Subject != sent.Subject ||
+		ev.Key != sent.Key || ev.Topic != topic || !ev.Time.Equal(sent.Time) {
+		t.Errorf("attributes changed in transit:\n got %+v\nwant %+v", ev, sent)
+	}
+	if !payloadEqual(ev.Payload, sent.Payload) {
+		t.Errorf("payload: got %v, want %v", ev.Payload, sent.Payload)
+	}
+	if want := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"; ev.TraceParent != want {
+		t.Errorf("traceparent: got %q, want %q", ev.TraceParent, want)
+	}
+	if d.sc.TraceID() != tid || !d.sc.IsRemote() || d.sc.SpanID() != sid {
+		t.Errorf("handler context span: got trace %s span %s remote %v, want trace %s span %s remote",
+			d.sc.TraceID(), d.sc.SpanID(), d.sc.IsRemote(), tid, sid)
+	}
+	if d.ctxErr != nil {
+		t.Errorf("handler context already done: %v", d.ctxErr)
+	}
+}
+
+func TestPublishKeepsExplicitTraceParent(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	topic := newTopic(t, broker, 1)
+	p := newProducer(t, broker)
+	ev := event(topic, "k", 1)
+	ev.TraceParent = "00-11111111111111111111111111111111-2222222222222222-01"
+	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	ctx := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid}))
+	if err := p.Publish(ctx, ev); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	m := readN(t, broker, topic, 1, wait)[0]
+	if tp, _ := header(m, envelope.HeaderTraceParent); tp != ev.TraceParent {
+		t.Fatalf("traceparent: got %q, want the event's own %q", tp, ev.TraceParent)
+	}
+}
+
+// countCommits counts the OffsetCommit requests of group for topic, by offset.
+func countCommits(c interface {
+	ControlKey(int16, func(kmsg.Request) (kmsg.Response, error, bool))
+}, group, topic string) func() map[int64]int {
+	var mu sync.Mutex
+	counts := map[int64]int{}
+	c.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		r := req.(*kmsg.OffsetCommitRequest)
+		if r.Group != group {
+			return nil, nil, false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, tp := range r.Topics {
+			if tp.Topic != topic {
+				continue
+			}
+			for _, p := range tp.Partitions {
+				counts[p.Offset]++
+			}
+		}
+		return nil, nil, false // observe only: the broker handles it
+	})
+	return func() map[int64]int {
+		mu.Lock()
+		defer mu.Unlock()
+		out := map[int64]int{}
+		for k, v := range counts {
+			out[k] = v
+		}
+		return out
+	}
+}
+
+func TestCommitsOnlyAfterSuccess(t *testing.T) {
+	t.Parallel()
+	cluster, broker := kfakeBroker(t)
+	topic := newTopic(t, broker, 1)
+	p := newProducer(t, broker)
+	commits := countCommits(cluster, "g", topic)
+
+	const n = 3
+	var calls atomic.Int32
+	var committedWhileFailing []int64
+	first := startConsumer(t, bus.ConsumerConfig{
+		Brokers: []string{broker}, GroupID: "g", Topics: []string{topic},
+		MaxAttempts: 5, Backoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond,
+	}, p, func(ctx context.Context, ev envelope.Event) error {
+		c := calls.Add(1)
+		if c < n {
+			// Nothing may be committed while the handler has not succeeded.
+			off, err := committedOffset(broker, "g", topic, 0)
+			if err != nil {
+				return err
+			}
+			committedWhileFailing = append(committedWhileFailing, off)
+			return errors.New("transient")
+		}
+		return nil
+	})
+	ev := event(topic, "k", 1)
+	publish(t, p, ev)
+	testkit.WaitFor(t, wait, "record committed after success", func() (bool, error) {
+		return committed(t, broker, "g", topic, 0) == 1, nil
+	})
+	if err := first.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := calls.Load(); got != n {
+		t.Errorf("handler called %d times, want %d", got, n)
+	}
+	for i, off := range committedWhileFailing {
+		if off >= 1 {
+			t.Errorf("after failed attempt %d the committed offset was already %d", i+1, off)
+		}
+	}
+	if got := commits(); got[1] != 1 || len(got) != 1 {
+		t.Errorf("commits by offset: got %v, want exactly one commit of offset 1", got)
+	}
+
+	// A new member of the group resumes after the committed record.
+	var again seen
+	startConsumer(t, bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic}}, p,
+		func(ctx context.Context, ev envelope.Event) error { again.add(ev); return nil })
+	marker := event(topic, "k", 2)
+	publish(t, p, marker)
+	testkit.WaitFor(t, wait, "marker delivered to the restarted consumer", func() (bool, error) {
+		return again.count(marker.ID) > 0, nil
+	})
+	if again.count(ev.ID) != 0 {
+		t.Errorf("committed record delivered again after restart: %v", again.ids())
+	}
+}
+
+func TestDeadLettersAfterMaxAttemptsAndMovesOn(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	topic := newTopic(t, broker, 1)
+	p := newProducer(t, broker)
+	bad := event(topic, "k", 1)
+	bad.TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	good := event(topic, "k", 2)
+
+	var badCalls atomic.Int32
+	var handled seen
+	startConsumer(t, bus.ConsumerConfig{
+		Brokers: []string{broker}, GroupID: "g", Topics: []string{topic},
+		MaxAttempts: 3, Backoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond,
+	}, p, func(ctx context.Context, ev envelope.Event) error {
+		if ev.ID == bad.ID {
+			badCalls.Add(1)
+			return errors.New("disk on fire")
+		}
+		handled.add(ev)
+		return nil
+	})
+	publish(t, p, bad, good)
+
+	testkit.WaitFor(t, wait, "next record handled after the dead-letter", func() (bool, error) {
+		return handled.count(good.ID) == 1, nil
+	})
+	if got := badCalls.Load(); got != 3 {
+		t.Errorf("failing handler called %d times, want MaxAttempts=3", got)
+	}
+	dl := readN(t, broker, topic+topics.DLQSuffix, 1, wait)[0]
+	wantHeaders := map[string]string{
+		envelope.HeaderID:          bad.ID,
+		envelope.HeaderType:        bad.Type,
+		envelope.HeaderSource:      bad.Source,
+		envelope.HeaderTraceParent: bad.TraceParent,
+		bus.HeaderDLQTopic:         topic,
+		bus.HeaderDLQPartition:     "0",
+		bus.HeaderDLQOffset:        "0",
+		bus.HeaderDLQAttempts:      "3",
+	}
+	for k, want := range wantHeaders {
+		if got, ok := header(dl, k); !ok || got != want {
+			t.Errorf("dead-lettered header %s: got %q (present %v), want %q", k, got, ok, want)
+		}
+	}
+	if e, _ := header(dl, bus.HeaderDLQError); !strings.Contains(e, "disk on fire") {
+		t.Errorf("dead-lettered error header %q does not carry the handler's error", e)
+	}
+	if string(dl.Key) != "k" {
+		t.Errorf("dead-lettered key %q, want %q", dl.Key, "k")
+	}
+	// The dead-lettered record still decodes to the original event.
+	dec, err := envelope.Default.Decode(dl)
+	if err != nil || !payloadEqual(dec.Payload, bad.Payload) {
+		t.Errorf("dead-lettered record decodes to %v, %v; want the original payload", dec.Payload, err)
+	}
+	testkit.WaitFor(t, wait, "both records committed", func() (bool, error) {
+		return committed(t, broker, "g", topic, 0) == 2, nil
+	})
+}
+
+func TestPermanentErrorDeadLettersAtOnce(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	topic := newTopic(t, broker, 1)
+	p := newProducer(t, broker)
+	var calls atomic.Int32
+	startConsumer(t, bus.ConsumerConfig{
+		Brokers: []string{broker}, GroupID: "g", Topics: []string{topic}, MaxAttempts: 5, Backoff: time.Millisecond,
+	}, p, func(ctx context.Context, ev envelope.Event) error {
+		calls.Add(1)
+		return bus.Permanent(errors.New("job spec can never be placed"))
+	})
+	publish(t, p, event(topic, "k", 1))
+	dl := readN(t, broker, topic+topics.DLQSuffix, 1, wait)[0]
+	if a, _ := header(dl, bus.HeaderDLQAttempts); a != "1" {
+		t.Errorf("attempts header %q, want 1", a)
+	}
+	if e, _ := header(dl, bus.HeaderDLQError); !strings.Contains(e, "never be placed") {
+		t.Errorf("error header %q", e)
+	}
+	testkit.WaitFor(t, wait, "dead-lettered record committed", func() (bool, error) {
+		return committed(t, broker, "g", topic, 0) == 1, nil
+	})
+	if got := calls.Load(); got != 1 {
+		t.Errorf("handler called %d times for a permanent error, want 1", got)
+	}
+}
+
+func TestIsPermanent(t *testing.T) {
+	t.Parallel()
+	base := errors.New("bad")
+	if bus.Permanent(nil) != nil {
+		t.Error("Permanent(nil) != nil")
+	}
+	wrapped := errors.Join(errors.New("ctx"), bus.Permanent(base))
+	if !bus.IsPermanent(wrapped) || !errors.Is(wrapped, base) {
+		t.Error("a wrapped Permanent error is not recognised or lost its cause")
+	}
+	if bus.IsPermanent(base) {
+		t.Error("plain error reported permanent")
+	}
+}
+
+func TestUnknownTypeSkippedMalformedDeadLettered(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	topic := newTopic(t, broker, 1)
+	p := newProducer(t, broker)
+
+	unknown, err := envelope.Encode(event(topic, "k", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range unknown.Headers {
+		if h.Key == envelope.HeaderType {
+			unknown.Headers[i].Value = []byte("loom.events.v9.FromTheFuture")
+		}
+	}
+	malformed := kafka.Message{Topic: topic, Key: []byte("k"), Value: []byte("not protobuf"),
+		Headers: []kafka.Header{{Key: envelope.HeaderType, Value: []byte("loom.events.v1.Heartbeat")}}} // no ce_id
+	good := event(topic, "k", 3)
+
+	var handled seen
+	startConsumer(t, bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic}}, p,
+		func(ctx context.Context, ev envelope.Event) error { handled.add(ev); return nil })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.PublishMessages(ctx, unknown, malformed); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, p, good)
+
+	testkit.WaitFor(t, wait, "record after the unknown and malformed ones handled", func() (bool, error) {
+		return handled.count(good.ID) == 1, nil
+	})
+	if ids := handled.ids(); len(ids) != 1 {
+		t.Errorf("handler saw %v, want only the good event", ids)
+	}
+	dl := readN(t, broker, topic+topics.DLQSuffix, 1, wait)[0]
+	if off, _ := header(dl, bus.HeaderDLQOffset); off != "1" {
+		t.Errorf("dead-lettered offset %s, want 1 (the malformed record)", off)
+	}
+	if a, _ := header(dl, bus.HeaderDLQAttempts); a != "0" {
+		t.Errorf("attempts header %q, want 0 for an undecodable record", a)
+	}
+	testkit.WaitFor(t, wait, "all three committed", func() (bool, error) {
+		return committed(t, broker, "g", topic, 0) == 3, nil
+	})
+	if n := records(t, broker, topic+topics.DLQSuffix, 1); n != 1 {
+		t.Errorf("DLQ holds %d records, want 1 (the unknown type is skipped, not dead-lettered)", n)
+	}
+}
+
+func TestGracefulStopFinishesAndCommitsRecordInHand(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	topic := newTopic(t, broker, 1)
+	p := newProducer(t, broker)
+
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	var finished atomic.Bool
+	var ctxErrAfterStop atomic.Pointer[error]
+	c := startConsumer(t, bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic}}, p,
+		func(ctx context.Context, ev envelope.Event) error {
+			close(entered)
+			<-release
+			err := ctx.Err() // nil unless the stop cancelled it
+			ctxErrAfterStop.Store(&err)
+			finished.Store(true)
+			return nil
+		})
+	ev := event(topic, "k", 1)
+	publish(t, p, ev)
+	select {
+	case <-entered:
+	case <-time.After(wait):
+		t.Fatal("record not delivered")
+	}
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- c.stop(t) }()
+	select {
+	case err := <-stopped:
+		t.Fatalf("Run returned (%v) while its handler was still running", err)
+	case <-time.After(100 * time.Millisecond): // Run must still be waiting for the handler
+	}
+	close(release)
+	if err := <-stopped; err != nil {
+		t.Fatalf("Run after stop: %v, want nil", err)
+	}
+	if !finished.Load() {
+		t.Fatal("Run returned before the handler finished")
+	}
+	if err := ctxErrAfterStop.Load(); err == nil || *err != nil {
+		t.Errorf("handler context was cancelled by the stop: %v", err)
+	}
+	if got := committed(t, broker, "g", topic, 0); got != 1 {
+		t.Errorf("committed offset after graceful stop: %d, want 1", got)
+	}
+
+	var again seen
+	startConsumer(t, bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic}}, p,
+		func(ctx context.Context, ev envelope.Event) error { again.add(ev); return nil })
+	marker := event(topic, "k", 2)
+	publish(t, p, marker)
+	testkit.WaitFor(t, wait, "marker delivered after restart", func() (bool, error) { return again.count(marker.ID) == 1, nil })
+	if again.count(ev.ID) != 0 {
+		t.Errorf("record finished during the stop was delivered again: %v", again.ids())
+	}
+}
+
+func TestStopDuringRetryLeavesRecordUncommitted(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	topic := newTopic(t, broker, 1)
+	p := newProducer(t, broker)
+	failed := make(chan struct{}, 100)
+	c := startConsumer(t, bus.ConsumerConfig{
+		Brokers: []string{broker}, GroupID: "g", Topics: []string{topic},
+		MaxAttempts: 5, Backoff: time.Minute, // the stop arrives while waiting to retry
+	}, p, func(ctx context.Context, ev envelope.Event) error {
+		failed <- struct{}{}
+		return errors.New("transient")
+	})
+	ev := event(topic, "k", 1)
+	publish(t, p, ev)
+	select {
+	case <-failed:
+	case <-time.After(wait):
+		t.Fatal("record not delivered")
+	}
+	if err := c.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := committed(t, broker, "g", topic, 0); got >= 1 {
+		t.Fatalf("record committed (%d) although its handler never succeeded", got)
+	}
+	if n := records(t, broker, topic+topics.DLQSuffix, 1); n != 0 {
+		t.Fatalf("record dead-lettered on stop (%d in DLQ) with retries left", n)
+	}
+	var again seen
+	startConsumer(t, bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic}}, p,
+		func(ctx context.Context, ev envelope.Event) error { again.add(ev); return nil })
+	testkit.WaitFor(t, wait, "uncommitted record redelivered", func() (bool, error) { return again.count(ev.ID) == 1, nil })
+}
+
+func TestFailedDeadLetterWriteIsNotCommitted(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	// A topic without its .dlq companion: dead-letter writes fail.
+	topic := "nodlq.v1"
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := bus.EnsureTopics(ctx, []string{broker}, []topics.Spec{{Name: topic, Partitions: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	p := newProducer(t, broker)
+	var calls atomic.Int32
+	c := startConsumer(t, bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic}}, p,
+		func(ctx context.Context, ev envelope.Event) error {
+			calls.Add(1)
+			return bus.Permanent(errors.New("never"))
+		})
+	ev := event(topic, "k", 1)
+	publish(t, p, ev)
+	testkit.WaitFor(t, wait, "handler called", func() (bool, error) { return calls.Load() > 0, nil })
+	if err := c.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := committed(t, broker, "g", topic, 0); got >= 1 {
+		t.Fatalf("record committed (%d) although it reached neither a handler success nor the DLQ", got)
+	}
+
+	// Once the DLQ exists, a restarted consumer dead-letters it.
+	if err := bus.EnsureTopics(ctx, []string{broker}, []topics.Spec{{Name: topic + topics.DLQSuffix, Partitions: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	startConsumer(t, bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic}}, p,
+		func(ctx context.Context, ev envelope.Event) error { return bus.Permanent(errors.New("never")) })
+	dl := readN(t, broker, topic+topics.DLQSuffix, 1, wait)[0]
+	if id, _ := header(dl, envelope.HeaderID); id != ev.ID {
+		t.Errorf("dead-lettered %q, want %q", id, ev.ID)
+	}
+}
+
+func TestHandlerPanicIsRetriedThenDeadLettered(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	topic := newTopic(t, broker, 1)
+	p := newProducer(t, broker)
+	var calls atomic.Int32
+	startConsumer(t, bus.ConsumerConfig{
+		Brokers: []string{broker}, GroupID: "g", Topics: []string{topic}, MaxAttempts: 2, Backoff: time.Millisecond,
+	}, p, func(ctx context.Context, ev envelope.Event) error {
+		calls.Add(1)
+		panic("boom")
+	})
+	publish(t, p, event(topic, "k", 1))
+	dl := readN(t, broker, topic+topics.DLQSuffix, 1, wait)[0]
+	if e, _ := header(dl, bus.HeaderDLQError); !strings.Contains(e, "boom") {
+		t.Errorf("error header %q does not name the panic", e)
+	}
+	if got := calls.Load(); got != 2 {
+		t.Errorf("panicking handler called %d times, want 2", got)
+	}
+}
+
+func TestTwoConsumersSplitPartitions(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	const parts = 4
+	topic := newTopic(t, broker, parts)
+	p := newProducer(t, broker)
+
+	// One key per partition, by the producer's murmur2 partitioner.
+	keys := make([]string, parts)
+	for i, found := 0, 0; found < parts; i++ {
+		k := "node-" + strconv.Itoa(i)
+		part := kafka.Murmur2Balancer{}.Balance(kafka.Message{Key: []byte(k)}, 0, 1, 2, 3)
+		if keys[part] == "" {
+			keys[part] = k
+			found++
+		}
+	}
+
+	type hit struct {
+		member string
+		part   int
+	}
+	var mu sync.Mutex
+	byID := map[string][]hit{}
+	handler := func(member string) bus.Handler {
+		return func(ctx context.Context, ev envelope.Event) error {
+			mu.Lock()
+			defer mu.Unlock()
+			byID[ev.ID] = append(byID[ev.ID], hit{member, ev.Partition})
+			return nil
+		}
+	}
+	cfg := bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic}}
+	startConsumer(t, cfg, p, handler("a"))
+	startConsumer(t, cfg, p, handler("b"))
+
+	// Publish a round of one record per partition until a round is split
+	// between the two members: the group has then rebalanced to both.
+	var last map[string]int
+	testkit.WaitFor(t, wait, "a round of records handled by both members, each partition by one", func() (bool, error) {
+		var round []envelope.Event
+		for _, k := range keys {
+			round = append(round, event(topic, k, 1))
+		}
+		publish(t, p, round...)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			mu.Lock()
+			done := true
+			for _, ev := range round {
+				done = done && len(byID[ev.ID]) > 0
+			}
+			mu.Unlock()
+			if done {
+				break
+			}
+			if time.Now().After(deadline) {
+				return false, nil // a rebalance may hold records back; try another round
+			}
+			time.Sleep(5 * time.Millisecond) // poll interval
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		members := map[string]bool{}
+		owner := map[int]string{}
+		for _, ev := range round {
+			hs := byID[ev.ID]
+			if len(hs) != 1 {
+				return false, nil // delivered twice across a rebalance: not settled yet
+			}
+			members[hs[0].member] = true
+			owner[hs[0].part] = hs[0].member
+		}
+		last = map[string]int{}
+		for _, m := range owner {
+			last[m]++
+		}
+		return len(members) == 2 && len(owner) == parts, nil
+	})
+	if last["a"]+last["b"] != parts || last["a"] == 0 || last["b"] == 0 {
+		t.Fatalf("partitions per member %v, want all %d split between a and b", last, parts)
+	}
+	t.Logf("partitions per member: %v", last)
+}
+
+func TestRunRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	c := bus.NewConsumer(bus.ConsumerConfig{}, nil, nil)
+	err := c.Run(context.Background())
+	var inv *errs.InvalidError
+	if !errors.As(err, &inv) {
+		t.Fatalf("Run with empty config: got %v, want InvalidError", err)
+	}
+	for _, f := range []string{"brokers", "group_id", "topics", "handler"} {
+		if !strings.Contains(err.Error(), f) {
+			t.Errorf("error %q does not name %s", err, f)
+		}
+	}
+}
+
+func TestStartLatestSkipsHistory(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	topic := newTopic(t, broker, 1)
+	p := newProducer(t, broker)
+	old := event(topic, "k", 1)
+	publish(t, p, old)
+
+	var got seen
+	startConsumer(t, bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "watch", Topics: []string{topic}, StartLatest: true}, p,
+		func(ctx context.Context, ev envelope.Event) error { got.add(ev); return nil })
+	// The group's start position is set when it is assigned the partition;
+	// publish fresh records until one arrives.
+	var fresh []string
+	testkit.WaitFor(t, wait, "a record published after the start delivered", func() (bool, error) {
+		ev := event(topic, "k", 2)
+		fresh = append(fresh, ev.ID)
+		publish(t, p, ev)
+		return len(got.ids()) > 0, nil
+	})
+	if got.count(old.ID) != 0 {
+		t.Errorf("StartLatest consumer was given the record from before it started")
+	}
+}
+
+func TestConsumerWaitsForTopicsCreatedLater(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	topic := "later.v1"
+	p := newProducer(t, broker)
+	var got seen
+	startConsumer(t, bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic}}, p,
+		func(ctx context.Context, ev envelope.Event) error { got.add(ev); return nil })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := bus.EnsureTopics(ctx, []string{broker}, []topics.Spec{{Name: topic, Partitions: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	ev := event(topic, "k", 1)
+	publish(t, p, ev)
+	testkit.WaitFor(t, wait, "record on a topic created after the consumer started", func() (bool, error) {
+		return got.count(ev.ID) == 1, nil
+	})
+}

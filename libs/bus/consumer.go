@@ -1,0 +1,393 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/topics"
+)
+
+// Handler handles one event. ctx carries the event's trace context. Returning
+// nil commits the record; an error retries it (see ConsumerConfig), and an
+// error wrapped by Permanent sends it to the DLQ at once.
+//
+// A handler may be called more than once for the same event (after a failure,
+// a crash or a rebalance): handlers are idempotent, keyed by ev.ID.
+type Handler func(ctx context.Context, ev envelope.Event) error
+
+// permanent marks errors that retrying cannot fix.
+type permanent struct{ err error }
+
+func (p permanent) Error() string { return p.err.Error() }
+func (p permanent) Unwrap() error { return p.err }
+
+// Permanent wraps err so the consumer dead-letters the record without retrying.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanent{err}
+}
+
+// IsPermanent reports whether err was wrapped by Permanent.
+func IsPermanent(err error) bool {
+	var p permanent
+	return errors.As(err, &p)
+}
+
+// ConsumerConfig configures a Consumer. Zero values take the documented defaults.
+type ConsumerConfig struct {
+	Brokers []string
+	// GroupID is the consumer group; instances with the same id share partitions.
+	GroupID string
+	// Topics are read together by one group member, records handed to the
+	// handler one at a time, in order within a partition.
+	Topics []string
+	// MaxAttempts is how many times a record is tried before it is
+	// dead-lettered (default 5).
+	MaxAttempts int
+	// Backoff is the first retry delay, doubled each retry up to MaxBackoff
+	// (defaults 50 ms and 2 s).
+	Backoff, MaxBackoff time.Duration
+	// Registry decodes payloads (default envelope.Default). Records of unknown
+	// types are logged and skipped (committed, not dead-lettered).
+	Registry *envelope.Registry
+	// Logger receives skip, retry and dead-letter reports (default slog.Default()).
+	// A new group starts at the oldest record: Loom never skips history a
+	// group has not seen.
+	Logger *slog.Logger
+	// StartLatest makes a new group start at the newest record instead, for
+	// per-instance groups that only want what happens from now on (watch streams).
+	StartLatest bool
+	// HandlerTimeout bounds one handler call (default 30 s). The handler's
+	// context is not cancelled when Run's context ends: the record in hand
+	// finishes, within this bound, and is committed.
+	HandlerTimeout time.Duration
+}
+
+// Tuning of the kafka-go group member. Delivery latency does not depend on
+// fetchMaxWait (the broker answers a long poll as soon as a record arrives);
+// it bounds how long a stop or a rebalance waits for idle partition readers.
+const (
+	fetchMaxWait      = 500 * time.Millisecond
+	heartbeatInterval = 500 * time.Millisecond // members notice a rebalance within this
+	sessionTimeout    = 10 * time.Second       // a crashed member's partitions move after this (brokers' minimum is 6 s)
+	rebalanceTimeout  = 10 * time.Second       // a rejoin takes < heartbeat + fetchMaxWait; this only evicts stuck members
+	joinGroupBackoff  = 250 * time.Millisecond
+	// finishTimeout bounds a dead-letter write and a commit.
+	finishTimeout = 10 * time.Second
+)
+
+// Consumer runs a handler over a consumer group.
+type Consumer struct {
+	cfg     ConsumerConfig
+	dlq     *Producer
+	h       Handler
+	log     *slog.Logger
+	running atomic.Bool
+}
+
+// NewConsumer returns a consumer; dlq writes dead-lettered records (nil: Run
+// opens a producer of its own on cfg.Brokers).
+func NewConsumer(cfg ConsumerConfig, dlq *Producer, h Handler) *Consumer {
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 5
+	}
+	if cfg.Backoff <= 0 {
+		cfg.Backoff = 50 * time.Millisecond
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 2 * time.Second
+	}
+	if cfg.MaxBackoff < cfg.Backoff {
+		cfg.MaxBackoff = cfg.Backoff
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = envelope.Default
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.HandlerTimeout <= 0 {
+		cfg.HandlerTimeout = 30 * time.Second
+	}
+	return &Consumer{
+		cfg: cfg,
+		dlq: dlq,
+		h:   h,
+		log: cfg.Logger.With("group", cfg.GroupID),
+	}
+}
+
+// Run consumes until ctx is cancelled, then finishes the record in hand,
+// commits it, leaves the group and returns nil. It returns an error only when
+// the consumer cannot go on (for example the group cannot be joined before ctx ends).
+//
+// Run first waits for all of cfg.Topics to exist (logging what is missing),
+// then joins. Transient failures (broker unreachable, rebalances) are logged
+// and retried without end; the errors returned are a bad config (InvalidArgument) and
+// broker answers that retrying cannot change (authorization, invalid group
+// or session timeout). Run may be called once per Consumer.
+//
+// Delivery is at least once: a record is committed only after its handler
+// succeeded or it was written to "<topic>.dlq". A record whose handling was
+// cut short by the stop (a failed attempt with retries left, or a failed
+// dead-letter write) is left uncommitted and comes again.
+func (c *Consumer) Run(ctx context.Context) error {
+	if err := c.validate(); err != nil {
+		return fmt.Errorf("consumer %q: %w", c.cfg.GroupID, err)
+	}
+	if !c.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("consumer %q: Run called twice", c.cfg.GroupID)
+	}
+	dlq := c.dlq
+	if dlq == nil {
+		dlq = NewProducer(c.cfg.Brokers)
+		defer dlq.Close()
+	}
+	if !c.waitTopics(ctx) {
+		return nil
+	}
+	start := kafka.FirstOffset
+	if c.cfg.StartLatest {
+		start = kafka.LastOffset
+	}
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:           c.cfg.Brokers,
+		GroupID:           c.cfg.GroupID,
+		GroupTopics:       c.cfg.Topics,
+		StartOffset:       start,
+		MinBytes:          1,
+		MaxBytes:          10 << 20, // per fetch; larger than any one record
+		MaxWait:           fetchMaxWait,
+		CommitInterval:    0, // synchronous: CommitMessages returns once the broker has the offset
+		HeartbeatInterval: heartbeatInterval,
+		SessionTimeout:    sessionTimeout,
+		RebalanceTimeout:  rebalanceTimeout,
+		JoinGroupBackoff:  joinGroupBackoff,
+		// No WatchPartitionChanges: kafka-go's watcher ends the generation
+		// whenever it cannot read a topic's partitions, so a missing topic
+		// makes the member rejoin in a tight loop. Partition counts are fixed
+		// by package topics; a member picks up added partitions on its next
+		// rebalance.
+		ReadBackoffMin: 50 * time.Millisecond,
+		ReadBackoffMax: time.Second,
+		// kafka-go reports every rebalance and retried fetch; those are
+		// routine, so they go to debug. What the caller must know comes
+		// back from FetchMessage and is logged at warn below.
+		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
+			c.log.Debug(fmt.Sprintf(msg, args...), "source", "kafka-go")
+		}),
+	})
+	defer func() {
+		if err := r.Close(); err != nil {
+			c.log.Warn("close reader", "err", err)
+		}
+	}()
+
+	fetchBackoff := newBackoff(100*time.Millisecond, 5*time.Second)
+	for {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if fatalGroupError(err) {
+				return fmt.Errorf("consumer %q on %v: %w", c.cfg.GroupID, c.cfg.Topics, err)
+			}
+			c.log.Warn("fetch failed; retrying", "topics", c.cfg.Topics, "err", err)
+			if !sleepCtx(ctx, fetchBackoff.next()) {
+				return nil
+			}
+			continue
+		}
+		fetchBackoff = newBackoff(100*time.Millisecond, 5*time.Second)
+		c.handle(ctx, r, dlq, m)
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// waitTopics waits until every topic of the group exists, so that a member
+// never joins with a partial subscription (kafka-go assigns nothing for a
+// missing topic and would not look again until some rebalance). It reports
+// false when ctx ended first.
+func (c *Consumer) waitTopics(ctx context.Context) bool {
+	transport := &kafka.Transport{MetadataTTL: 200 * time.Millisecond, MetadataTopics: c.cfg.Topics}
+	defer transport.CloseIdleConnections()
+	client := &kafka.Client{Addr: kafka.TCP(c.cfg.Brokers...), Transport: transport}
+	delay := newBackoff(50*time.Millisecond, 2*time.Second)
+	warned := time.Time{}
+	for {
+		missing, err := topicsNotReady(ctx, client, c.cfg.Topics)
+		if err == nil && len(missing) == 0 {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if time.Since(warned) > 10*time.Second {
+			c.log.Warn("waiting for topics to exist before joining", "missing", missing, "err", err)
+			warned = time.Now()
+		}
+		if !sleepCtx(ctx, delay.next()) {
+			return false
+		}
+	}
+}
+
+func (c *Consumer) validate() error {
+	var v errs.Validator
+	v.Check(len(c.cfg.Brokers) > 0, "brokers", "at least one broker address is required")
+	v.Check(c.cfg.GroupID != "", "group_id", "is required")
+	v.Check(len(c.cfg.Topics) > 0, "topics", "at least one topic is required")
+	for i, t := range c.cfg.Topics {
+		v.Check(t != "", fmt.Sprintf("topics[%d]", i), "must not be empty")
+	}
+	v.Check(c.h != nil, "handler", "is required")
+	return v.Err()
+}
+
+// fatalGroupError reports broker answers that no amount of retrying fixes.
+func fatalGroupError(err error) bool {
+	for _, e := range []kafka.Error{
+		kafka.GroupAuthorizationFailed, kafka.TopicAuthorizationFailed,
+		kafka.InvalidGroupId, kafka.InvalidSessionTimeout, kafka.InconsistentGroupProtocol,
+		kafka.SASLAuthenticationFailed, kafka.ClusterAuthorizationFailed,
+	} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// handle takes one record to its end: committed after success, a skip or a
+// dead-letter, or left uncommitted when the stop cut its handling short.
+func (c *Consumer) handle(ctx context.Context, r *kafka.Reader, dlq *Producer, m kafka.Message) {
+	log := c.log.With("topic", m.Topic, "partition", m.Partition, "offset", m.Offset)
+	ev, err := c.cfg.Registry.Decode(m)
+	switch {
+	case errors.Is(err, envelope.ErrUnknownType):
+		// A newer producer may emit types this build does not know; they are
+		// not errors of the record, so they are not dead-lettered.
+		log.Warn("skipping event of unknown type", "id", ev.ID, "type", ev.Type)
+		c.commit(ctx, r, m, log)
+		return
+	case err != nil:
+		log.Error("dead-lettering malformed record", "err", err)
+		if c.deadLetter(ctx, dlq, m, err, 0, log) {
+			c.commit(ctx, r, m, log)
+		}
+		return
+	}
+
+	log = log.With("id", ev.ID, "type", ev.Type)
+	delay := newBackoff(c.cfg.Backoff, c.cfg.MaxBackoff)
+	for attempt := 1; ; attempt++ {
+		err := c.call(ctx, ev)
+		if err == nil {
+			c.commit(ctx, r, m, log)
+			return
+		}
+		if IsPermanent(err) || attempt >= c.cfg.MaxAttempts {
+			log.Error("dead-lettering event", "attempts", attempt, "permanent", IsPermanent(err), "err", err)
+			if c.deadLetter(ctx, dlq, m, err, attempt, log) {
+				c.commit(ctx, r, m, log)
+			}
+			return
+		}
+		log.Warn("handler failed; retrying", "attempt", attempt, "err", err)
+		if ctx.Err() != nil || !sleepCtx(ctx, delay.next()) {
+			log.Info("stopping: event left uncommitted for redelivery", "attempts", attempt)
+			return
+		}
+	}
+}
+
+// call runs the handler once with a context that carries the event's trace
+// context and Run's values, is bounded by HandlerTimeout, and is not cancelled
+// by the stop. A panic becomes an error, so one bad record cannot take the
+// service down; it is retried and dead-lettered like any failure.
+func (c *Consumer) call(ctx context.Context, ev envelope.Event) (err error) {
+	hctx, cancel := context.WithTimeout(WithTraceParent(context.WithoutCancel(ctx), ev.TraceParent), c.cfg.HandlerTimeout)
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			c.log.Error("handler panicked", "id", ev.ID, "panic", p, "stack", string(debug.Stack()))
+			err = fmt.Errorf("handler panicked: %v", p)
+		}
+	}()
+	return c.h(hctx, ev)
+}
+
+// deadLetter writes m, with its headers and the loom_dlq_* headers, to
+// "<topic>.dlq" and reports whether it is there. A failed write is retried
+// with backoff; it gives up only when ctx ends, leaving the record
+// uncommitted, because committing a record that is in neither place would lose it.
+func (c *Consumer) deadLetter(ctx context.Context, dlq *Producer, m kafka.Message, cause error, attempts int, log *slog.Logger) bool {
+	out := DeadLetter(m, cause, attempts)
+	delay := newBackoff(c.cfg.Backoff, 5*time.Second)
+	for {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+		err := dlq.PublishMessages(wctx, out)
+		cancel()
+		if err == nil {
+			return true
+		}
+		log.Error("dead-letter write failed; record stays uncommitted", "dlq", out.Topic, "err", err)
+		if ctx.Err() != nil || !sleepCtx(ctx, delay.next()) {
+			return false
+		}
+	}
+}
+
+// DeadLetter returns the record to write to "<topic>.dlq" for m: its key,
+// value and headers (earlier loom_dlq_* headers replaced) plus the loom_dlq_*
+// headers naming the cause, the source topic, partition and offset, and the
+// number of handler attempts (0: the record could not be decoded).
+func DeadLetter(m kafka.Message, cause error, attempts int) kafka.Message {
+	headers := make([]kafka.Header, 0, len(m.Headers)+5)
+	for _, h := range m.Headers {
+		switch h.Key {
+		case HeaderDLQError, HeaderDLQTopic, HeaderDLQPartition, HeaderDLQOffset, HeaderDLQAttempts:
+			continue
+		}
+		headers = append(headers, h)
+	}
+	errText := "unknown error"
+	if cause != nil {
+		errText = cause.Error()
+	}
+	headers = append(headers,
+		kafka.Header{Key: HeaderDLQError, Value: []byte(errText)},
+		kafka.Header{Key: HeaderDLQTopic, Value: []byte(m.Topic)},
+		kafka.Header{Key: HeaderDLQPartition, Value: []byte(strconv.Itoa(m.Partition))},
+		kafka.Header{Key: HeaderDLQOffset, Value: []byte(strconv.FormatInt(m.Offset, 10))},
+		kafka.Header{Key: HeaderDLQAttempts, Value: []byte(strconv.Itoa(attempts))},
+	)
+	return kafka.Message{Topic: m.Topic + topics.DLQSuffix, Key: m.Key, Value: m.Value, Headers: headers}
+}
+
+// commit marks m handled. It is not cancelled by the stop (the record in hand
+// is committed on the way out). A failed commit is logged, not retried: the
+// record will come again, which idempotent handlers absorb, and retrying
+// after a rebalance could move another member's offset.
+func (c *Consumer) commit(ctx context.Context, r *kafka.Reader, m kafka.Message, log *slog.Logger) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	if err := r.CommitMessages(cctx, m); err != nil {
+		log.Warn("commit failed; the record will be delivered again", "err", err)
+	}
+}
