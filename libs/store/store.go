@@ -9,18 +9,19 @@
 // acknowledged it, so a crash anywhere republishes at worst; consumers' inboxes
 // make the republished copies harmless.
 //
-// SKELETON: signatures are the contract; bodies are being written.
+// Keys under a store's prefix that the store itself uses, and that Tx therefore
+// refuses: "outbox", "outbox:*" and "inbox:*".
 package store
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
-
-	"github.com/loom-ml/loom/libs/envelope"
 )
 
 // ErrNotFound is returned by reads of a missing key.
@@ -30,86 +31,144 @@ var ErrNotFound = errors.New("not found")
 // topics' retention, beyond which no copy of the event can be redelivered.
 const InboxTTL = 7 * 24 * time.Hour
 
+// Relay timing defaults. The lease outlives a few missed renewals, so a slow
+// round trip does not hand the outbox to a second relay, yet a crashed
+// holder's successor starts within seconds.
+const (
+	defaultPollInterval = 100 * time.Millisecond
+	defaultLeaseTTL     = 5 * time.Second
+	defaultBatchSize    = 256
+	minBackoff          = 50 * time.Millisecond
+	maxBackoff          = 2 * time.Second
+)
+
 // Store is one service's state under a key prefix (for example "scheduler:").
-type Store struct{}
+type Store struct {
+	rdb    redis.UniversalClient
+	prefix string
 
-// New returns a store whose keys all start with prefix.
-func New(rdb redis.UniversalClient, prefix string) *Store { panic("unimplemented") }
+	outboxKey string
+	deadKey   string
+	leaseKey  string
+	inboxPfx  string
 
-// Client returns the Redis client, for reads the helpers below do not cover.
-func (s *Store) Client() redis.UniversalClient { panic("unimplemented") }
+	// wake tells this process's relay that Apply wrote events; capacity 1 so
+	// that Apply never blocks and bursts coalesce into one wake-up.
+	wake chan struct{}
 
-// Key returns the full Redis key for a key relative to the prefix.
-func (s *Store) Key(k string) string { panic("unimplemented") }
+	pollInterval time.Duration
+	leaseTTL     time.Duration
+	batchSize    int
 
-// Tx collects state changes and outbox events to apply atomically. Keys are
-// relative to the store's prefix. The zero value is ready to use.
-type Tx struct{}
-
-// Set sets key to val.
-func (t *Tx) Set(key string, val []byte) { panic("unimplemented") }
-
-// Del deletes key.
-func (t *Tx) Del(key string) { panic("unimplemented") }
-
-// HSet sets field of the hash at key.
-func (t *Tx) HSet(key, field string, val []byte) { panic("unimplemented") }
-
-// HDel deletes field of the hash at key.
-func (t *Tx) HDel(key, field string) { panic("unimplemented") }
-
-// SAdd adds member to the set at key.
-func (t *Tx) SAdd(key, member string) { panic("unimplemented") }
-
-// SRem removes member from the set at key.
-func (t *Tx) SRem(key, member string) { panic("unimplemented") }
-
-// Emit adds an event to the outbox. Its Topic, Key, ID and Payload must be set.
-func (t *Tx) Emit(ev envelope.Event) { panic("unimplemented") }
-
-// Empty reports whether the transaction holds no change and no event.
-func (t *Tx) Empty() bool { panic("unimplemented") }
-
-// Apply writes tx atomically. With a non-empty inboxID it first checks the
-// inbox: if the id was applied before it writes nothing and returns
-// applied=false; otherwise it writes tx and the inbox mark together. The
-// emitted events are stamped with the trace context in ctx when they have none.
-func (s *Store) Apply(ctx context.Context, inboxID string, tx *Tx) (applied bool, err error) {
-	panic("unimplemented")
+	fp failpoints
 }
 
+// failpoints are test hooks: a non-nil hook runs at its point and a non-nil
+// error from it aborts the step there, as a crash at that point would.
+type failpoints struct {
+	// beforeApplyScript runs in Apply after validation, before the script.
+	beforeApplyScript func() error
+	// afterPublish runs in the relay after the publisher acknowledged a
+	// batch, before its entries are deleted. An error ends RunRelay at once
+	// without releasing the lease, like a crashed process.
+	afterPublish func(batch []kafka.Message) error
+}
+
+// crashError marks an error injected by a failpoint, so the relay leaves its
+// lease behind as a crashed process would.
+type crashError struct{ err error }
+
+func (c crashError) Error() string { return "failpoint: " + c.err.Error() }
+func (c crashError) Unwrap() error { return c.err }
+
+// New returns a store whose keys all start with prefix.
+func New(rdb redis.UniversalClient, prefix string) *Store {
+	return &Store{
+		rdb:          rdb,
+		prefix:       prefix,
+		outboxKey:    prefix + "outbox",
+		deadKey:      prefix + "outbox:dead",
+		leaseKey:     prefix + "outbox:lease",
+		inboxPfx:     prefix + "inbox:",
+		wake:         make(chan struct{}, 1),
+		pollInterval: defaultPollInterval,
+		leaseTTL:     defaultLeaseTTL,
+		batchSize:    defaultBatchSize,
+	}
+}
+
+// log returns the logger for the relay's reports; resolved per use so that a
+// default logger installed after New is honoured.
+func (s *Store) log() *slog.Logger {
+	return slog.Default().With("component", "store", "prefix", s.prefix)
+}
+
+// Client returns the Redis client, for reads the helpers below do not cover.
+func (s *Store) Client() redis.UniversalClient { return s.rdb }
+
+// Key returns the full Redis key for a key relative to the prefix.
+func (s *Store) Key(k string) string { return s.prefix + k }
+
 // Seen reports whether inboxID was applied.
-func (s *Store) Seen(ctx context.Context, inboxID string) (bool, error) { panic("unimplemented") }
+func (s *Store) Seen(ctx context.Context, inboxID string) (bool, error) {
+	n, err := s.rdb.Exists(ctx, s.inboxPfx+inboxID).Result()
+	if err != nil {
+		return false, fmt.Errorf("store %s: inbox %s: %w", s.prefix, inboxID, err)
+	}
+	return n == 1, nil
+}
 
 // Get returns the value at key, or ErrNotFound.
-func (s *Store) Get(ctx context.Context, key string) ([]byte, error) { panic("unimplemented") }
+func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
+	v, err := s.rdb.Get(ctx, s.Key(key)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("store %s: get %s: %w", s.prefix, key, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store %s: get %s: %w", s.prefix, key, err)
+	}
+	return v, nil
+}
 
 // HGetAll returns all fields of the hash at key (empty when missing).
 func (s *Store) HGetAll(ctx context.Context, key string) (map[string][]byte, error) {
-	panic("unimplemented")
+	m, err := s.rdb.HGetAll(ctx, s.Key(key)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store %s: hgetall %s: %w", s.prefix, key, err)
+	}
+	out := make(map[string][]byte, len(m))
+	for f, v := range m {
+		out[f] = []byte(v)
+	}
+	return out, nil
 }
 
 // HGet returns one field of the hash at key, or ErrNotFound.
 func (s *Store) HGet(ctx context.Context, key, field string) ([]byte, error) {
-	panic("unimplemented")
+	v, err := s.rdb.HGet(ctx, s.Key(key), field).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("store %s: hget %s %s: %w", s.prefix, key, field, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store %s: hget %s %s: %w", s.prefix, key, field, err)
+	}
+	return v, nil
 }
 
 // SMembers returns the members of the set at key.
 func (s *Store) SMembers(ctx context.Context, key string) ([]string, error) {
-	panic("unimplemented")
+	m, err := s.rdb.SMembers(ctx, s.Key(key)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store %s: smembers %s: %w", s.prefix, key, err)
+	}
+	return m, nil
 }
 
 // OutboxLen returns how many outbox entries wait to be published.
-func (s *Store) OutboxLen(ctx context.Context) (int64, error) { panic("unimplemented") }
-
-// Publisher writes encoded records to Kafka; *bus.Producer is one.
-type Publisher interface {
-	PublishMessages(ctx context.Context, msgs ...kafka.Message) error
+func (s *Store) OutboxLen(ctx context.Context) (int64, error) {
+	n, err := s.rdb.XLen(ctx, s.outboxKey).Result()
+	if err != nil {
+		return 0, fmt.Errorf("store %s: outbox length: %w", s.prefix, err)
+	}
+	return n, nil
 }
-
-// RunRelay publishes the outbox to pub until ctx ends: in order, in batches,
-// deleting entries only after pub returned nil. It wakes at once after Apply
-// wrote events in this process, and polls otherwise, so entries written by a
-// crashed predecessor are published too. Only one relay per prefix publishes at
-// a time (a Redis lease), so several instances of a service can run.
-func (s *Store) RunRelay(ctx context.Context, pub Publisher) error { panic("unimplemented") }

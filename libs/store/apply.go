@@ -1,0 +1,172 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
+)
+
+// applyScript writes a transaction, its outbox events and its inbox mark.
+//
+// KEYS: [1] outbox stream, [2] inbox key ("" for none), [3..] one per op.
+// ARGV: inbox TTL seconds,
+//
+//	nchecks, then (KEYS index, wanted TYPE) per check,
+//	nops, then (opcode, field or member, value) per op,
+//	nevents, then (topic, key, value, packed headers) per event.
+//
+// Everything that can fail is checked before the first write: Redis does not
+// undo a script's writes when a later command fails, so after the first write
+// there must be nothing left that can. The checks are the inbox (a duplicate
+// writes nothing), the types of the keys the ops need to be hashes or sets (Go
+// derived them; WRONGTYPE is the only way these commands fail on valid
+// arguments) and the outbox's type. SET, DEL, HSET, HDEL, SADD, SREM and XADD
+// with a generated id cannot fail past these checks.
+var applyScript = redis.NewScript(`
+local inbox = KEYS[2]
+if inbox ~= '' and redis.call('EXISTS', inbox) == 1 then
+  return 0
+end
+local function typeof(k)
+  local t = redis.call('TYPE', k)
+  if type(t) == 'table' then t = t['ok'] end
+  return t
+end
+local a = 2
+local nchecks = tonumber(ARGV[a]); a = a + 1
+for i = 1, nchecks do
+  local k = KEYS[tonumber(ARGV[a])]
+  local want = ARGV[a + 1]
+  a = a + 2
+  local t = typeof(k)
+  if t ~= 'none' and t ~= want then
+    return redis.error_reply('WRONGTYPE store key ' .. k .. ' holds a ' .. t .. ', want a ' .. want)
+  end
+end
+local nops = tonumber(ARGV[a]); a = a + 1
+local na = a + 3 * nops
+local nevents = tonumber(ARGV[na])
+if nevents > 0 then
+  local t = typeof(KEYS[1])
+  if t ~= 'none' and t ~= 'stream' then
+    return redis.error_reply('WRONGTYPE store outbox ' .. KEYS[1] .. ' holds a ' .. t)
+  end
+end
+for i = 1, nops do
+  local o, f, v, k = ARGV[a], ARGV[a + 1], ARGV[a + 2], KEYS[2 + i]
+  a = a + 3
+  if o == 'S' then redis.call('SET', k, v)
+  elseif o == 'D' then redis.call('DEL', k)
+  elseif o == 'H' then redis.call('HSET', k, f, v)
+  elseif o == 'h' then redis.call('HDEL', k, f)
+  elseif o == 'A' then redis.call('SADD', k, f)
+  elseif o == 'R' then redis.call('SREM', k, f)
+  end
+end
+a = na + 1
+for i = 1, nevents do
+  redis.call('XADD', KEYS[1], '*', 't', ARGV[a], 'k', ARGV[a + 1], 'v', ARGV[a + 2], 'h', ARGV[a + 3])
+  a = a + 4
+end
+if inbox ~= '' then
+  redis.call('SET', inbox, '1', 'EX', ARGV[1])
+end
+return 1
+`)
+
+// inboxTTLSeconds is InboxTTL as the script's EX argument.
+var inboxTTLSeconds = strconv.FormatInt(int64(InboxTTL.Seconds()), 10)
+
+// Apply writes tx atomically. With a non-empty inboxID it first checks the
+// inbox: if the id was applied before it writes nothing and returns
+// applied=false; otherwise it writes tx and the inbox mark together. The
+// emitted events are stamped with the trace context in ctx when they have none.
+//
+// A tx that is invalid (an empty or reserved key, conflicting types of one key,
+// an event without topic, key, id or payload) gives an errs.InvalidError naming
+// the field and writes nothing. A key whose type in Redis does not fit its op
+// (HSET on a string, say) gives an error wrapping errs.FailedPrecondition and
+// writes nothing either. A nil or empty tx with an empty inboxID is a no-op
+// that reports applied=true.
+func (s *Store) Apply(ctx context.Context, inboxID string, tx *Tx) (applied bool, err error) {
+	if tx == nil {
+		tx = &Tx{}
+	}
+	if inboxID == "" && tx.Empty() {
+		return true, nil
+	}
+	const firstOpKey = 3
+	checks, err := tx.validate(firstOpKey)
+	if err != nil {
+		return false, fmt.Errorf("store %s: apply %s: %w", s.prefix, inboxID, err)
+	}
+
+	keys := make([]string, 0, 2+len(tx.ops))
+	keys = append(keys, s.outboxKey, "")
+	if inboxID != "" {
+		keys[1] = s.inboxPfx + inboxID
+	}
+	args := make([]any, 0, 4+2*len(checks)+3*len(tx.ops)+4*len(tx.events))
+	args = append(args, inboxTTLSeconds, len(checks))
+	for _, c := range checks {
+		args = append(args, c.keyIndex, c.want)
+	}
+	args = append(args, len(tx.ops))
+	for _, o := range tx.ops {
+		keys = append(keys, s.Key(o.key))
+		args = append(args, string(o.kind), o.field, o.val)
+	}
+	args = append(args, len(tx.events))
+	var traceParent string
+	for i, ev := range tx.events {
+		if ev.TraceParent == "" {
+			if traceParent == "" {
+				traceParent = traceParentOf(ctx)
+			}
+			ev.TraceParent = traceParent
+		}
+		m, err := envelope.Encode(ev)
+		if err != nil {
+			return false, fmt.Errorf("store %s: apply %s: event %d: %w", s.prefix, inboxID, i, err)
+		}
+		args = append(args, m.Topic, m.Key, m.Value, encodeHeaders(m.Headers))
+	}
+
+	if f := s.fp.beforeApplyScript; f != nil {
+		if err := f(); err != nil {
+			return false, fmt.Errorf("store %s: apply %s: %w", s.prefix, inboxID, crashError{err})
+		}
+	}
+	res, err := applyScript.Run(ctx, s.rdb, keys, args...).Int()
+	if err != nil {
+		if strings.Contains(err.Error(), "WRONGTYPE store ") {
+			err = fmt.Errorf("%w: %v", errs.FailedPrecondition, err)
+		}
+		return false, fmt.Errorf("store %s: apply %s: %w", s.prefix, inboxID, err)
+	}
+	if res == 0 {
+		return false, nil
+	}
+	if len(tx.events) > 0 {
+		select {
+		case s.wake <- struct{}{}:
+		default: // a wake-up is already pending; it covers these events too
+		}
+	}
+	return true, nil
+}
+
+// traceParentOf returns the W3C traceparent of the span in ctx, or "" when
+// ctx carries none.
+func traceParentOf(ctx context.Context) string {
+	c := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, c)
+	return c[envelope.HeaderTraceParent]
+}

@@ -1,0 +1,457 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
+)
+
+// outboxMessages reads the whole outbox as messages, oldest first.
+func outboxMessages(t *testing.T, s *Store) []kafka.Message {
+	t.Helper()
+	entries, err := s.rdb.XRange(context.Background(), s.outboxKey, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []kafka.Message
+	for _, e := range entries {
+		m, err := decodeEntry(e.Values)
+		if err != nil {
+			t.Fatalf("entry %s: %v", e.ID, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func TestApplyWritesStateOutboxAndInboxTogether(t *testing.T) {
+	t.Parallel()
+	backends(t, func(t *testing.T, rdb *redis.Client) {
+		ctx := context.Background()
+		s := New(rdb, "svc:")
+		ev := testEvent("projects/p/jobs/1", "one")
+		var tx Tx
+		tx.Set("job/1", []byte("v1"))
+		tx.HSet("jobs", "1", []byte("h1"))
+		tx.SAdd("pending", "1")
+		tx.Emit(ev)
+		applied, err := s.Apply(ctx, "in-1", &tx)
+		if err != nil || !applied {
+			t.Fatalf("Apply = %v, %v; want true, nil", applied, err)
+		}
+		if v, err := s.Get(ctx, "job/1"); err != nil || string(v) != "v1" {
+			t.Fatalf("Get = %q, %v", v, err)
+		}
+		if v, err := s.HGet(ctx, "jobs", "1"); err != nil || string(v) != "h1" {
+			t.Fatalf("HGet = %q, %v", v, err)
+		}
+		if m, err := s.SMembers(ctx, "pending"); err != nil || !slices.Equal(m, []string{"1"}) {
+			t.Fatalf("SMembers = %v, %v", m, err)
+		}
+		if seen, err := s.Seen(ctx, "in-1"); err != nil || !seen {
+			t.Fatalf("Seen = %v, %v", seen, err)
+		}
+		ttl, err := rdb.TTL(ctx, "svc:inbox:in-1").Result()
+		if err != nil || ttl < InboxTTL-time.Minute || ttl > InboxTTL {
+			t.Fatalf("inbox TTL = %v, %v; want about %v", ttl, err, InboxTTL)
+		}
+		msgs := outboxMessages(t, s)
+		if len(msgs) != 1 {
+			t.Fatalf("outbox has %d entries, want 1", len(msgs))
+		}
+		want, err := envelope.Encode(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := msgs[0]
+		if got.Topic != want.Topic || string(got.Key) != string(want.Key) ||
+			string(got.Value) != string(want.Value) || !slices.EqualFunc(got.Headers, want.Headers,
+			func(a, b kafka.Header) bool { return a.Key == b.Key && string(a.Value) == string(b.Value) }) {
+			t.Fatalf("outbox entry %+v differs from the encoded event %+v", got, want)
+		}
+		// The same inbox id again writes nothing, however different the tx.
+		var again Tx
+		again.Set("job/1", []byte("v2"))
+		again.Emit(testEvent("projects/p/jobs/1", "two"))
+		applied, err = s.Apply(ctx, "in-1", &again)
+		if err != nil || applied {
+			t.Fatalf("second Apply = %v, %v; want false, nil", applied, err)
+		}
+		if v, _ := s.Get(ctx, "job/1"); string(v) != "v1" {
+			t.Fatalf("duplicate changed state to %q", v)
+		}
+		if n, err := s.OutboxLen(ctx); err != nil || n != 1 {
+			t.Fatalf("OutboxLen = %d, %v; want 1", n, err)
+		}
+	})
+}
+
+func TestApplyDeletesAndReads(t *testing.T) {
+	t.Parallel()
+	backends(t, func(t *testing.T, rdb *redis.Client) {
+		ctx := context.Background()
+		s := New(rdb, "svc:")
+		var tx Tx
+		tx.Set("a", []byte("1"))
+		tx.HSet("h", "f1", []byte("x"))
+		tx.HSet("h", "f2", []byte("y"))
+		tx.SAdd("s", "m1")
+		tx.SAdd("s", "m2")
+		if _, err := s.Apply(ctx, "", &tx); err != nil {
+			t.Fatal(err)
+		}
+		var del Tx
+		del.Del("a")
+		del.HDel("h", "f1")
+		del.SRem("s", "m1")
+		if applied, err := s.Apply(ctx, "", &del); err != nil || !applied {
+			t.Fatalf("Apply = %v, %v", applied, err)
+		}
+		if _, err := s.Get(ctx, "a"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Get deleted key: %v, want ErrNotFound", err)
+		}
+		if _, err := s.HGet(ctx, "h", "f1"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("HGet deleted field: %v, want ErrNotFound", err)
+		}
+		h, err := s.HGetAll(ctx, "h")
+		if err != nil || len(h) != 1 || string(h["f2"]) != "y" {
+			t.Fatalf("HGetAll = %v, %v", h, err)
+		}
+		if h, err := s.HGetAll(ctx, "missing"); err != nil || len(h) != 0 {
+			t.Fatalf("HGetAll of a missing key = %v, %v", h, err)
+		}
+		if m, err := s.SMembers(ctx, "s"); err != nil || !slices.Equal(m, []string{"m2"}) {
+			t.Fatalf("SMembers = %v, %v", m, err)
+		}
+		// Replacing a key's type inside one tx (DEL, then HSET) is allowed.
+		var replace Tx
+		replace.Set("k", []byte("string"))
+		replace.Del("k")
+		replace.HSet("k", "f", []byte("v"))
+		if _, err := s.Apply(ctx, "", &replace); err != nil {
+			t.Fatalf("DEL then HSET: %v", err)
+		}
+		if v, err := s.HGet(ctx, "k", "f"); err != nil || string(v) != "v" {
+			t.Fatalf("HGet after replace = %q, %v", v, err)
+		}
+		if s.Key("x") != "svc:x" || s.Client() != redis.UniversalClient(rdb) {
+			t.Fatalf("Key/Client do not reflect the store's prefix and client")
+		}
+		if applied, err := s.Apply(ctx, "", nil); err != nil || !applied {
+			t.Fatalf("Apply(nil tx) = %v, %v", applied, err)
+		}
+		if !(&Tx{}).Empty() || (*Tx)(nil).Empty() == false || tx.Empty() {
+			t.Fatal("Empty is wrong")
+		}
+	})
+}
+
+func TestApplyEmptyTxStillMarksInbox(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := New(miniRedis(t), "svc:")
+	if applied, err := s.Apply(ctx, "ev-1", &Tx{}); err != nil || !applied {
+		t.Fatalf("Apply = %v, %v", applied, err)
+	}
+	if applied, err := s.Apply(ctx, "ev-1", &Tx{}); err != nil || applied {
+		t.Fatalf("second Apply = %v, %v; want false", applied, err)
+	}
+}
+
+func TestApplyRejectsInvalidTx(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := miniRedis(t)
+	s := New(rdb, "svc:")
+	var tx Tx
+	tx.Set("ok", []byte("1"))                              // ops[0]
+	tx.Set("", []byte("x"))                                // ops[1]: empty
+	tx.SAdd("inbox:x", "m")                                // ops[2]: reserved
+	tx.HSet("outbox", "f", nil)                            // ops[3]: reserved
+	tx.Set("str", []byte("s"))                             // ops[4]
+	tx.HSet("str", "f", []byte("v"))                       // ops[5]: string made here
+	tx.Emit(envelope.Event{ID: "1", Key: "k", Topic: "t"}) // events[0]: no payload
+	tx.Emit(envelope.Event{})                              // events[1]: nothing
+	_, err := s.Apply(ctx, "in-1", &tx)
+	var inv *errs.InvalidError
+	if !errors.As(err, &inv) {
+		t.Fatalf("Apply = %v, want an InvalidError", err)
+	}
+	var fields []string
+	for _, v := range inv.Violations {
+		fields = append(fields, v.Field)
+	}
+	want := []string{"tx.ops[1].key", "tx.ops[2].key", "tx.ops[3].key", "tx.ops[5].key",
+		"tx.events[0].payload", "tx.events[1].topic", "tx.events[1].key", "tx.events[1].id", "tx.events[1].payload"}
+	if !slices.Equal(fields, want) {
+		t.Fatalf("violations %v, want %v", fields, want)
+	}
+	if n, _ := rdb.DBSize(ctx).Result(); n != 0 {
+		t.Fatalf("an invalid tx wrote %d keys", n)
+	}
+}
+
+// A key of the wrong type in Redis would make a command fail mid-script;
+// the script checks types before its first write, so nothing is written.
+func TestApplyWrongTypeWritesNothing(t *testing.T) {
+	t.Parallel()
+	backends(t, func(t *testing.T, rdb *redis.Client) {
+		ctx := context.Background()
+		s := New(rdb, "svc:")
+		var setup Tx
+		setup.Set("str", []byte("s"))
+		setup.HSet("hash", "f", []byte("v"))
+		if _, err := s.Apply(ctx, "", &setup); err != nil {
+			t.Fatal(err)
+		}
+		for i, bad := range []func(*Tx){
+			func(tx *Tx) { tx.HSet("str", "f", []byte("v")) },
+			func(tx *Tx) { tx.HDel("str", "f") },
+			func(tx *Tx) { tx.SAdd("hash", "m") },
+			func(tx *Tx) { tx.SRem("str", "m") },
+		} {
+			var tx Tx
+			tx.Set("other", []byte("x")) // a write the script would do first
+			tx.SAdd("members", "m")
+			tx.Emit(testEvent("k", "lost"))
+			bad(&tx)
+			inbox := fmt.Sprintf("in-%d", i)
+			applied, err := s.Apply(ctx, inbox, &tx)
+			if applied || !errors.Is(err, errs.FailedPrecondition) {
+				t.Fatalf("case %d: Apply = %v, %v; want a FailedPrecondition error", i, applied, err)
+			}
+			if _, err := s.Get(ctx, "other"); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("case %d: state written despite the error (%v)", i, err)
+			}
+			if m, _ := s.SMembers(ctx, "members"); len(m) != 0 {
+				t.Fatalf("case %d: set written despite the error: %v", i, m)
+			}
+			if n, _ := s.OutboxLen(ctx); n != 0 {
+				t.Fatalf("case %d: outbox has %d entries despite the error", i, n)
+			}
+			if seen, _ := s.Seen(ctx, inbox); seen {
+				t.Fatalf("case %d: inbox marked despite the error", i)
+			}
+		}
+		// An outbox key that is not a stream is caught before writing as well.
+		if err := rdb.Set(ctx, "bad:outbox", "x", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		bs := New(rdb, "bad:")
+		var tx Tx
+		tx.Set("k", []byte("v"))
+		tx.Emit(testEvent("k", "e"))
+		if _, err := bs.Apply(ctx, "in", &tx); !errors.Is(err, errs.FailedPrecondition) {
+			t.Fatalf("Apply with a broken outbox = %v", err)
+		}
+		if _, err := bs.Get(ctx, "k"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("state written despite a broken outbox (%v)", err)
+		}
+	})
+}
+
+func TestApplyStampsTraceContext(t *testing.T) {
+	t.Parallel()
+	s := New(miniRedis(t), "svc:")
+	sc := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID:    trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36},
+		SpanID:     trace.SpanID{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7},
+		TraceFlags: trace.FlagsSampled,
+	})
+	ctx := trace.ContextWithSpanContext(context.Background(), sc)
+	own := testEvent("k", "own")
+	own.TraceParent = "00-11111111111111111111111111111111-2222222222222222-01"
+	var tx Tx
+	tx.Emit(testEvent("k", "stamped"))
+	tx.Emit(own)
+	if _, err := s.Apply(ctx, "", &tx); err != nil {
+		t.Fatal(err)
+	}
+	msgs := outboxMessages(t, s)
+	if len(msgs) != 2 {
+		t.Fatalf("outbox has %d entries", len(msgs))
+	}
+	if got := headerOf(msgs[0], envelope.HeaderTraceParent); got != "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" {
+		t.Fatalf("stamped traceparent = %q", got)
+	}
+	if got := headerOf(msgs[1], envelope.HeaderTraceParent); got != own.TraceParent {
+		t.Fatalf("an event's own traceparent was replaced: %q", got)
+	}
+	// Without a span in ctx no traceparent is invented.
+	var plain Tx
+	plain.Emit(testEvent("k", "plain"))
+	if _, err := s.Apply(context.Background(), "", &plain); err != nil {
+		t.Fatal(err)
+	}
+	if got := headerOf(outboxMessages(t, s)[2], envelope.HeaderTraceParent); got != "" {
+		t.Fatalf("traceparent %q without a span", got)
+	}
+}
+
+// A reader taking consistent snapshots (MULTI/EXEC) while Apply runs must
+// see the state, the outbox entry and the inbox mark of each Apply together
+// or not at all: after n applies the counter is n, the outbox holds n entries
+// and the database holds the counter, the outbox and n inbox marks.
+func TestApplyIsAtomicForConcurrentReaders(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := realRedis(t)
+	s := New(rdb, "svc:")
+	const n = 300
+	done := make(chan error, 1)
+	go func() {
+		for i := 1; i <= n; i++ {
+			var tx Tx
+			tx.Set("counter", []byte(strconv.Itoa(i)))
+			tx.Emit(testEvent("k", strconv.Itoa(i)))
+			if _, err := s.Apply(ctx, "ev-"+strconv.Itoa(i), &tx); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	snapshots := 0
+	for finished := false; !finished; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			finished = true
+		default:
+		}
+		var get *redis.StringCmd
+		var xlen, size *redis.IntCmd
+		_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			get = p.Get(ctx, s.Key("counter"))
+			xlen = p.XLen(ctx, s.outboxKey)
+			size = p.DBSize(ctx)
+			return nil
+		})
+		if err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatal(err)
+		}
+		c, _ := strconv.ParseInt(get.Val(), 10, 64)
+		wantSize := int64(0)
+		if c > 0 {
+			wantSize = c + 2
+		}
+		if xlen.Val() != c || size.Val() != wantSize {
+			t.Fatalf("snapshot: counter %d, outbox %d, keys %d; want %d, %d", c, xlen.Val(), size.Val(), c, wantSize)
+		}
+		snapshots++
+	}
+	if v, _ := s.Get(ctx, "counter"); string(v) != strconv.Itoa(n) {
+		t.Fatalf("counter = %s, want %d", v, n)
+	}
+	t.Logf("%d consistent snapshots", snapshots)
+}
+
+// Failpoint (a): a crash after Apply validated tx but before the script ran
+// leaves nothing behind, and the retry applies exactly once.
+func TestCrashBeforeApplyScriptWritesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := realRedis(t)
+	s := New(rdb, "svc:")
+	crash := errors.New("crash")
+	s.fp.beforeApplyScript = func() error { return crash }
+	tx := func() *Tx {
+		var tx Tx
+		tx.Set("job", []byte("running"))
+		tx.Emit(testEvent("k", "changed"))
+		return &tx
+	}
+	if applied, err := s.Apply(ctx, "ev-1", tx()); applied || !errors.Is(err, crash) {
+		t.Fatalf("Apply with the failpoint = %v, %v", applied, err)
+	}
+	if n, _ := rdb.DBSize(ctx).Result(); n != 0 {
+		t.Fatalf("the crashed Apply wrote %d keys", n)
+	}
+	s.fp.beforeApplyScript = nil
+	if applied, err := s.Apply(ctx, "ev-1", tx()); err != nil || !applied {
+		t.Fatalf("retried Apply = %v, %v", applied, err)
+	}
+	if applied, err := s.Apply(ctx, "ev-1", tx()); err != nil || applied {
+		t.Fatalf("third Apply = %v, %v; want false", applied, err)
+	}
+	if n, _ := s.OutboxLen(ctx); n != 1 {
+		t.Fatalf("outbox has %d entries, want 1", n)
+	}
+}
+
+// Failpoint (c): the consumer applied an event but crashed before committing
+// it to Kafka; the redelivered copy changes nothing and emits nothing.
+func TestRedeliveryAfterCrashBeforeCommitIsNoop(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := New(realRedis(t), "consumer:")
+	in := testEvent("projects/p/jobs/1", "submit")
+	handle := func(ev envelope.Event) (bool, error) {
+		n := 0
+		if v, err := s.Get(ctx, "count"); err == nil {
+			n, _ = strconv.Atoi(string(v))
+		} else if !errors.Is(err, ErrNotFound) {
+			return false, err
+		}
+		var tx Tx
+		tx.Set("count", []byte(strconv.Itoa(n+1)))
+		tx.Emit(testEvent(ev.Key, "reaction"))
+		return s.Apply(ctx, ev.ID, &tx)
+	}
+	if applied, err := handle(in); err != nil || !applied {
+		t.Fatalf("first delivery = %v, %v", applied, err)
+	}
+	// crash: no commit, so Kafka delivers the same record again
+	if applied, err := handle(in); err != nil || applied {
+		t.Fatalf("redelivery = %v, %v; want applied=false", applied, err)
+	}
+	if v, _ := s.Get(ctx, "count"); string(v) != "1" {
+		t.Fatalf("count = %s after a redelivery, want 1", v)
+	}
+	if n, _ := s.OutboxLen(ctx); n != 1 {
+		t.Fatalf("outbox has %d reactions, want 1", n)
+	}
+}
+
+func TestApplyConcurrentDuplicatesApplyOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := New(realRedis(t), "svc:")
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	applied := 0
+	for range 16 {
+		wg.Go(func() {
+			var tx Tx
+			tx.SAdd("s", "m")
+			tx.Emit(testEvent("k", "e"))
+			ok, err := s.Apply(ctx, "same", &tx)
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				mu.Lock()
+				applied++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if n, _ := s.OutboxLen(ctx); applied != 1 || n != 1 {
+		t.Fatalf("%d concurrent copies applied, %d outbox entries; want 1, 1", applied, n)
+	}
+}

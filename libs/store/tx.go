@@ -1,0 +1,172 @@
+package store
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
+)
+
+// opKind is a state change; its value is the opcode the apply script reads.
+type opKind string
+
+const (
+	opSet  opKind = "S"
+	opDel  opKind = "D"
+	opHSet opKind = "H"
+	opHDel opKind = "h"
+	opSAdd opKind = "A"
+	opSRem opKind = "R"
+)
+
+func (k opKind) String() string {
+	switch k {
+	case opSet:
+		return "SET"
+	case opDel:
+		return "DEL"
+	case opHSet:
+		return "HSET"
+	case opHDel:
+		return "HDEL"
+	case opSAdd:
+		return "SADD"
+	case opSRem:
+		return "SREM"
+	}
+	return string(k)
+}
+
+// op is one state change. field holds the hash field or set member.
+type op struct {
+	kind  opKind
+	key   string
+	field string
+	val   []byte
+}
+
+// Tx collects state changes and outbox events to apply atomically. Keys are
+// relative to the store's prefix. The zero value is ready to use.
+type Tx struct {
+	ops    []op
+	events []envelope.Event
+}
+
+// Set sets key to val.
+func (t *Tx) Set(key string, val []byte) { t.ops = append(t.ops, op{kind: opSet, key: key, val: val}) }
+
+// Del deletes key.
+func (t *Tx) Del(key string) { t.ops = append(t.ops, op{kind: opDel, key: key}) }
+
+// HSet sets field of the hash at key.
+func (t *Tx) HSet(key, field string, val []byte) {
+	t.ops = append(t.ops, op{kind: opHSet, key: key, field: field, val: val})
+}
+
+// HDel deletes field of the hash at key.
+func (t *Tx) HDel(key, field string) { t.ops = append(t.ops, op{kind: opHDel, key: key, field: field}) }
+
+// SAdd adds member to the set at key.
+func (t *Tx) SAdd(key, member string) {
+	t.ops = append(t.ops, op{kind: opSAdd, key: key, field: member})
+}
+
+// SRem removes member from the set at key.
+func (t *Tx) SRem(key, member string) {
+	t.ops = append(t.ops, op{kind: opSRem, key: key, field: member})
+}
+
+// Emit adds an event to the outbox. Its Topic, Key, ID and Payload must be set.
+func (t *Tx) Emit(ev envelope.Event) { t.events = append(t.events, ev) }
+
+// Empty reports whether the transaction holds no change and no event.
+func (t *Tx) Empty() bool { return t == nil || (len(t.ops) == 0 && len(t.events) == 0) }
+
+// reservedKey reports whether a relative key belongs to the store itself.
+func reservedKey(k string) bool {
+	return k == "outbox" || strings.HasPrefix(k, "outbox:") || strings.HasPrefix(k, "inbox:")
+}
+
+// keyType is what a key holds at a point of a transaction, as far as Go can
+// tell without asking Redis.
+type keyType int
+
+const (
+	typeUnknown keyType = iota // untouched so far: whatever Redis holds
+	typeNone
+	typeString
+	typeHash
+	typeSet
+)
+
+func (k keyType) String() string {
+	return [...]string{"unknown", "none", "string", "hash", "set"}[k]
+}
+
+// typeCheck asks the script to verify, before its first write, that a key
+// holds want (a Redis TYPE name) or nothing.
+type typeCheck struct {
+	keyIndex int // 1-based index into the script's KEYS
+	want     string
+}
+
+// validate checks every op and simulates the keys' types through the
+// transaction, so that no command in the apply script can fail after it
+// started writing: conflicts inside tx are InvalidArgument here, and the types
+// the ops need from keys tx does not overwrite first become typeChecks that
+// the script runs before writing anything. firstKey is the KEYS index of the
+// first op's key.
+func (t *Tx) validate(firstKey int) ([]typeCheck, error) {
+	var v errs.Validator
+	var checks []typeCheck
+	types := map[string]keyType{}
+	for i, o := range t.ops {
+		field := fmt.Sprintf("tx.ops[%d].key", i)
+		if o.key == "" {
+			v.Add(field, "must not be empty (%s)", o.kind)
+			continue
+		}
+		if reservedKey(o.key) {
+			v.Add(field, "%q is reserved for the store's outbox and inbox", o.key)
+			continue
+		}
+		cur := types[o.key]
+		switch o.kind {
+		case opSet:
+			types[o.key] = typeString // SET replaces a value of any type
+		case opDel:
+			types[o.key] = typeNone
+		case opHSet, opHDel, opSAdd, opSRem:
+			want, redisName := typeHash, "hash"
+			if o.kind == opSAdd || o.kind == opSRem {
+				want, redisName = typeSet, "set"
+			}
+			switch cur {
+			case typeUnknown:
+				checks = append(checks, typeCheck{keyIndex: firstKey + i, want: redisName})
+			case typeNone, want:
+			default:
+				v.Add(field, "%s on %q, which this transaction made a %s", o.kind, o.key, cur)
+				continue
+			}
+			if o.kind == opHSet || o.kind == opSAdd {
+				types[o.key] = want
+			} else if cur == typeUnknown {
+				// HDEL/SREM may empty the key; either way it is hash/set-or-none,
+				// which the check just recorded covers for the ops that follow.
+				types[o.key] = want
+			}
+		default:
+			v.Add(field, "unknown operation %q", o.kind)
+		}
+	}
+	for i, e := range t.events {
+		p := fmt.Sprintf("tx.events[%d]", i)
+		v.Check(e.Topic != "", p+".topic", "is required")
+		v.Check(e.Key != "", p+".key", "is required")
+		v.Check(e.ID != "", p+".id", "is required")
+		v.Check(e.Payload != nil, p+".payload", "is required")
+	}
+	return checks, v.Err()
+}
