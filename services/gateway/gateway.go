@@ -1,15 +1,26 @@
 // Package gateway is Loom's gateway service. It is the only public entry: the gRPC API loom.v1 and the same resources over REST/JSON. Commands go onto Kafka through its outbox; reads go to the owning services.
 // See README.md beside this file for what it owns, the topics it reads and
 // writes, and how it recovers.
-//
-// SKELETON: signatures are the contract; bodies are being written.
 package gateway
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
 
+	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/service"
+	"github.com/loom-ml/loom/libs/topics"
+	"github.com/loom-ml/loom/services/gateway/internal/adapters"
+	"github.com/loom-ml/loom/services/gateway/internal/app"
+	"github.com/loom-ml/loom/services/gateway/internal/ports"
 )
 
 // Config is the gateway's configuration.
@@ -19,16 +30,128 @@ type Config struct {
 	RESTAddr string
 	// ProvisionerAddr, SchedulerAddr and RegistryAddr are the owning services'
 	// internal gRPC addresses, where reads go (LOOM_PROVISIONER_ADDR,
-	// LOOM_SCHEDULER_ADDR, LOOM_REGISTRY_ADDR).
+	// LOOM_SCHEDULER_ADDR, LOOM_REGISTRY_ADDR; defaults 127.0.0.1:7071,
+	// 127.0.0.1:7072 and 127.0.0.1:7074).
 	ProvisionerAddr, SchedulerAddr, RegistryAddr string
 }
 
 // RegisterFlags adds the gateway's flags to fs, defaults from LOOM_* variables.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Common.Register(fs, "GATEWAY", "127.0.0.1:7070", "127.0.0.1:9170")
+	fs.StringVar(&c.RESTAddr, "rest-addr", config.Env("LOOM_GATEWAY_REST_ADDR", "127.0.0.1:7080"),
+		"REST/JSON listen address (LOOM_GATEWAY_REST_ADDR)")
+	fs.StringVar(&c.ProvisionerAddr, "provisioner-addr", config.Env("LOOM_PROVISIONER_ADDR", "127.0.0.1:7071"),
+		"provisioner's internal gRPC address (LOOM_PROVISIONER_ADDR)")
+	fs.StringVar(&c.SchedulerAddr, "scheduler-addr", config.Env("LOOM_SCHEDULER_ADDR", "127.0.0.1:7072"),
+		"scheduler's internal gRPC address (LOOM_SCHEDULER_ADDR)")
+	fs.StringVar(&c.RegistryAddr, "registry-addr", config.Env("LOOM_REGISTRY_ADDR", "127.0.0.1:7074"),
+		"registry's internal gRPC address (LOOM_REGISTRY_ADDR)")
 }
+
+// withDefaults fills the fields a caller that skipped RegisterFlags left empty.
+func (c Config) withDefaults() Config {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.RESTAddr, "127.0.0.1:7080")
+	def(&c.ProvisionerAddr, "127.0.0.1:7071")
+	def(&c.SchedulerAddr, "127.0.0.1:7072")
+	def(&c.RegistryAddr, "127.0.0.1:7074")
+	return c
+}
+
+// ConsumerGroup is the group the gateway's instances share on
+// loom.cluster.events.v1 to finish operations.
+const ConsumerGroup = "loom-gateway"
+
+// WatchGroupPrefix starts the per-instance group on loom.job.events.v1 that
+// feeds this instance's WatchJob streams (it starts at the newest record).
+const WatchGroupPrefix = "loom-gateway-watch-"
 
 // Run runs the gateway until ctx ends, then shuts down gracefully.
 func Run(ctx context.Context, cfg Config) error {
-	panic("unimplemented")
+	return run(ctx, cfg, nil)
+}
+
+// run is Run with a hook told the bound gRPC and REST addresses once both
+// serve (tests use ":0" ports).
+func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string)) error {
+	cfg = cfg.withDefaults()
+	base, err := service.New(ctx, "gateway", cfg.Common)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	owners, err := adapters.DialOwners(cfg.ProvisionerAddr, cfg.SchedulerAddr, cfg.RegistryAddr)
+	if err != nil {
+		_ = base.Close()
+		return fmt.Errorf("gateway: %w", err)
+	}
+	defer owners.Close()
+	gw := app.New(adapters.NewRepo(base.Store), owners, app.Options{Log: base.Log})
+	// Long calls end with the service, so the graceful gRPC stop is not held up.
+	stopCalls := context.AfterFunc(ctx, gw.Stop)
+	defer stopCalls()
+	ports.Register(base.GRPC, gw)
+
+	consumers := []service.Consume{
+		{Topics: []string{topics.ClusterEvents}, Handler: ports.ClusterEvents(gw), Group: ConsumerGroup},
+		{
+			Topics: []string{topics.JobEvents}, Handler: ports.JobEvents(gw),
+			Group:  WatchGroupPrefix + randomSuffix(),
+			Config: &bus.ConsumerConfig{StartLatest: true},
+		},
+	}
+	rest := func(ctx context.Context) error { return serveREST(ctx, base, cfg.RESTAddr, started) }
+	return base.Run(ctx, consumers, rest)
+}
+
+// serveREST serves the REST/JSON API on addr until ctx ends.
+func serveREST(ctx context.Context, base *service.Base, addr string, started func(grpcAddr, restAddr string)) error {
+	grpcAddr, err := base.GRPCAddr(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("rest: %w", err)
+	}
+	mux, closeConn, err := ports.RESTMux(ctx, grpcAddr)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("rest: listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	base.Log.Info("serving REST", "addr", ln.Addr().String())
+	if started != nil {
+		started(grpcAddr, ln.Addr().String())
+	}
+	select {
+	case err := <-served:
+		return fmt.Errorf("rest: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		// Streams still open after the grace period are cut.
+		_ = srv.Close()
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("rest: %w", err)
+	}
+	return nil
+}
+
+// randomSuffix names this instance's watch group.
+func randomSuffix() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

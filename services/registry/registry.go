@@ -1,15 +1,20 @@
 // Package registry is Loom's registry service. It owns models and their versions, registering a version when a job that declared a model output succeeds.
 // See README.md beside this file for what it owns, the topics it reads and
 // writes, and how it recovers.
-//
-// SKELETON: signatures are the contract; bodies are being written.
 package registry
 
 import (
 	"context"
 	"flag"
+	"fmt"
 
 	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/service"
+	"github.com/loom-ml/loom/libs/topics"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/registry/internal/adapters"
+	"github.com/loom-ml/loom/services/registry/internal/app"
+	"github.com/loom-ml/loom/services/registry/internal/ports"
 )
 
 // Config is the registry's configuration.
@@ -24,5 +29,32 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 
 // Run runs the registry until ctx ends, then shuts down gracefully.
 func Run(ctx context.Context, cfg Config) error {
-	panic("unimplemented")
+	return run(ctx, cfg, nil)
+}
+
+// run is Run with a hook told the bound gRPC address once it serves (tests).
+func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
+	base, err := service.New(ctx, "registry", cfg.Common)
+	if err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	reg, err := app.New(ctx, adapters.NewRepo(base.Store), base.Log, nil)
+	if err != nil {
+		_ = base.Close()
+		return err
+	}
+	loomv1.RegisterModelServiceServer(base.GRPC, ports.NewModelServer(reg))
+	var loops []func(context.Context) error
+	if started != nil {
+		loops = append(loops, func(ctx context.Context) error {
+			addr, err := base.GRPCAddr(ctx)
+			if err == nil {
+				started(addr)
+			}
+			// Returning early could read as the loop having ended the service.
+			<-ctx.Done()
+			return nil
+		})
+	}
+	return base.Run(ctx, []service.Consume{{Topics: []string{topics.JobEvents}, Handler: reg.Handle}}, loops...)
 }

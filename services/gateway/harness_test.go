@@ -1,0 +1,219 @@
+package gateway
+
+import (
+	"context"
+	"net"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/testkit"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// world is what the fake owning services know; tests change it directly.
+type world struct {
+	mu       sync.Mutex
+	clusters map[string]*loomv1.Cluster
+	jobs     map[string]*loomv1.Job
+}
+
+func (w *world) setCluster(c *loomv1.Cluster) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.clusters[c.GetName()] = proto.Clone(c).(*loomv1.Cluster)
+}
+
+func (w *world) setJob(j *loomv1.Job) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.jobs[j.GetName()] = proto.Clone(j).(*loomv1.Job)
+}
+
+// fakeProvisioner serves the provisioner's internal read API over world.
+type fakeProvisioner struct {
+	loomv1.UnimplementedClusterServiceServer
+	w *world
+}
+
+func (f fakeProvisioner) GetCluster(_ context.Context, r *loomv1.GetClusterRequest) (*loomv1.Cluster, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	c, ok := f.w.clusters[r.GetName()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "cluster %s not found", r.GetName())
+	}
+	return proto.Clone(c).(*loomv1.Cluster), nil
+}
+
+func (f fakeProvisioner) ListClusters(context.Context, *loomv1.ListClustersRequest) (*loomv1.ListClustersResponse, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	resp := &loomv1.ListClustersResponse{}
+	for _, c := range f.w.clusters {
+		resp.Clusters = append(resp.Clusters, proto.Clone(c).(*loomv1.Cluster))
+	}
+	sort.Slice(resp.Clusters, func(i, j int) bool { return resp.Clusters[i].GetName() < resp.Clusters[j].GetName() })
+	return resp, nil
+}
+
+type fakeNodes struct {
+	loomv1.UnimplementedNodeServiceServer
+}
+
+func (fakeNodes) ListNodes(_ context.Context, r *loomv1.ListNodesRequest) (*loomv1.ListNodesResponse, error) {
+	return &loomv1.ListNodesResponse{Nodes: []*loomv1.Node{{Name: r.GetParent() + "/nodes/gpu-0001", Hostname: "gpu-0001"}}}, nil
+}
+
+// fakeScheduler serves the scheduler's internal read API over world.
+type fakeScheduler struct {
+	loomv1.UnimplementedJobServiceServer
+	w *world
+}
+
+func (f fakeScheduler) GetJob(_ context.Context, r *loomv1.GetJobRequest) (*loomv1.Job, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	j, ok := f.w.jobs[r.GetName()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "job %s not found", r.GetName())
+	}
+	return proto.Clone(j).(*loomv1.Job), nil
+}
+
+func (f fakeScheduler) ListJobs(_ context.Context, r *loomv1.ListJobsRequest) (*loomv1.ListJobsResponse, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	resp := &loomv1.ListJobsResponse{}
+	for _, j := range f.w.jobs {
+		if r.GetCluster() == "" || j.GetCluster() == r.GetCluster() {
+			resp.Jobs = append(resp.Jobs, proto.Clone(j).(*loomv1.Job))
+		}
+	}
+	return resp, nil
+}
+
+type fakeRegistry struct {
+	loomv1.UnimplementedModelServiceServer
+}
+
+func (fakeRegistry) GetModel(_ context.Context, r *loomv1.GetModelRequest) (*loomv1.Model, error) {
+	return &loomv1.Model{Name: r.GetName(), LatestVersion: 3}, nil
+}
+
+// harness is a running gateway with a real broker and Redis, and fake owning
+// services (the internal gRPC read APIs) behind it.
+type harness struct {
+	broker   string
+	redis    *redis.Client
+	w        *world
+	conn     *grpc.ClientConn
+	restBase string
+}
+
+const (
+	project  = "projects/default"
+	cluster1 = "projects/default/clusters/c1"
+)
+
+// c1 is a running cluster with 2 nodes of 8 GPUs and 1 CPU node.
+func c1() *loomv1.Cluster {
+	return &loomv1.Cluster{
+		Name: cluster1,
+		Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{
+			{Id: "gpu", NodeCount: 2, AcceleratorCount: 8}, {Id: "cpu", NodeCount: 1},
+		}},
+		Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, ReadyNodes: 3, TotalNodes: 3, SharedDir: "/shared"},
+	}
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	h := &harness{broker: testkit.Broker(t), w: &world{clusters: map[string]*loomv1.Cluster{}, jobs: map[string]*loomv1.Job{}}}
+	h.w.setCluster(c1())
+	redisAddr, rdb := testkit.Redis(t)
+	h.redis = rdb
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	owners := grpc.NewServer()
+	loomv1.RegisterClusterServiceServer(owners, fakeProvisioner{w: h.w})
+	loomv1.RegisterNodeServiceServer(owners, fakeNodes{})
+	loomv1.RegisterJobServiceServer(owners, fakeScheduler{w: h.w})
+	loomv1.RegisterModelServiceServer(owners, fakeRegistry{})
+	go func() { _ = owners.Serve(ln) }()
+	t.Cleanup(owners.Stop)
+
+	ownersAddr := ln.Addr().String()
+	cfg := Config{
+		Common: config.Common{
+			Brokers: []string{h.broker}, RedisAddr: redisAddr,
+			GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", LogLevel: "warn", CreateTopics: true,
+		},
+		RESTAddr:        "127.0.0.1:0",
+		ProvisionerAddr: ownersAddr, SchedulerAddr: ownersAddr, RegistryAddr: ownersAddr,
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	type addrs struct{ grpc, rest string }
+	started := make(chan addrs, 1)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, cfg, func(g, r string) { started <- addrs{g, r} }) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("gateway run: %v", err)
+		}
+	})
+	var a addrs
+	select {
+	case a = <-started:
+	case err := <-done:
+		t.Fatalf("gateway stopped at start: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("gateway did not start")
+	}
+	h.restBase = "http://" + a.rest
+	h.conn, err = grpc.NewClient(a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("dial gateway: %v", err)
+	}
+	t.Cleanup(func() { _ = h.conn.Close() })
+	return h
+}
+
+func (h *harness) clusters() loomv1.ClusterServiceClient {
+	return loomv1.NewClusterServiceClient(h.conn)
+}
+
+func (h *harness) jobs() loomv1.JobServiceClient {
+	return loomv1.NewJobServiceClient(h.conn)
+}
+
+func (h *harness) ops() loomv1.OperationServiceClient {
+	return loomv1.NewOperationServiceClient(h.conn)
+}
+
+// validCluster is a create request for a new cluster id.
+func validCluster(id string) *loomv1.CreateClusterRequest {
+	return &loomv1.CreateClusterRequest{Parent: project, ClusterId: id, Cluster: &loomv1.Cluster{
+		Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{{Id: "gpu", NodeCount: 2, AcceleratorCount: 1}}},
+	}}
+}
+
+// validJob is a submit request for c1.
+func validJob() *loomv1.SubmitJobRequest {
+	return &loomv1.SubmitJobRequest{Parent: project, Job: &loomv1.Job{
+		Cluster: cluster1, Script: "echo hello", NodeCount: 2, GpusPerNode: 8,
+	}}
+}

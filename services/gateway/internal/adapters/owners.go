@@ -1,0 +1,67 @@
+package adapters
+
+import (
+	"errors"
+	"fmt"
+
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// Owners are the internal gRPC read APIs of the services that own the
+// resources the gateway serves.
+type Owners struct {
+	Clusters loomv1.ClusterServiceClient // provisioner
+	Nodes    loomv1.NodeServiceClient    // provisioner
+	Jobs     loomv1.JobServiceClient     // scheduler
+	Models   loomv1.ModelServiceClient   // registry
+
+	conns []*grpc.ClientConn
+}
+
+// DialOwners returns clients of the provisioner, scheduler and registry. It
+// does not wait for them: connections are made on first use and remade after
+// failures, so the gateway can start before the services it reads from.
+func DialOwners(provisioner, scheduler, registry string) (*Owners, error) {
+	o := &Owners{}
+	dial := func(name, addr string) (*grpc.ClientConn, error) {
+		c, err := grpc.NewClient(addr,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
+		if err != nil {
+			return nil, fmt.Errorf("dial %s at %q: %w", name, addr, err)
+		}
+		o.conns = append(o.conns, c)
+		return c, nil
+	}
+	p, err := dial("provisioner", provisioner)
+	if err != nil {
+		return nil, err
+	}
+	s, err := dial("scheduler", scheduler)
+	if err != nil {
+		_ = o.Close()
+		return nil, err
+	}
+	r, err := dial("registry", registry)
+	if err != nil {
+		_ = o.Close()
+		return nil, err
+	}
+	o.Clusters, o.Nodes = loomv1.NewClusterServiceClient(p), loomv1.NewNodeServiceClient(p)
+	o.Jobs = loomv1.NewJobServiceClient(s)
+	o.Models = loomv1.NewModelServiceClient(r)
+	return o, nil
+}
+
+// Close closes the connections.
+func (o *Owners) Close() error {
+	var all []error
+	for _, c := range o.conns {
+		all = append(all, c.Close())
+	}
+	return errors.Join(all...)
+}

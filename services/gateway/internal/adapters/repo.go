@@ -1,0 +1,160 @@
+// Package adapters holds the gateway's Redis repository and its clients of the
+// owning services' internal gRPC APIs.
+package adapters
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/store"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// Redis keys, relative to the store's prefix ("gateway:").
+const (
+	// KeyOperations is a hash: operation name → loom.v1.Operation.
+	KeyOperations = "operations"
+	// KeyJobs is a hash: job name → the loom.v1.Job as accepted (PENDING).
+	KeyJobs = "jobs"
+	// KeyRequests is a hash: "<kind>:<request_id>" → the name of the
+	// operation or job the first call with that request id made.
+	KeyRequests = "requests"
+	// KeyJobSeq is the job id counter (INCR; the first job is 1).
+	KeyJobSeq = "jobseq"
+)
+
+// Request kinds for idempotency keys.
+const (
+	RequestCreateCluster = "create-cluster"
+	RequestDeleteCluster = "delete-cluster"
+	RequestSubmitJob     = "submit-job"
+)
+
+// Repo reads and writes the gateway's state in its Store.
+type Repo struct {
+	st *store.Store
+}
+
+// NewRepo returns a repository over st.
+func NewRepo(st *store.Store) *Repo { return &Repo{st: st} }
+
+// NextJobID returns a new job id, unique across gateway instances.
+func (r *Repo) NextJobID(ctx context.Context) (int64, error) {
+	id, err := r.st.Client().Incr(ctx, r.st.Key(KeyJobSeq)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("next job id: %w: %v", errs.Unavailable, err)
+	}
+	return id, nil
+}
+
+// Operation returns the stored operation name; errs.NotFound when unknown.
+func (r *Repo) Operation(ctx context.Context, name string) (*loomv1.Operation, error) {
+	op := &loomv1.Operation{}
+	if err := r.hget(ctx, KeyOperations, name, op); err != nil {
+		return nil, fmt.Errorf("operation %s: %w", name, err)
+	}
+	return op, nil
+}
+
+// AcceptedJob returns the job name as the gateway accepted it; errs.NotFound when unknown.
+func (r *Repo) AcceptedJob(ctx context.Context, name string) (*loomv1.Job, error) {
+	j := &loomv1.Job{}
+	if err := r.hget(ctx, KeyJobs, name, j); err != nil {
+		return nil, fmt.Errorf("job %s: %w", name, err)
+	}
+	return j, nil
+}
+
+// AcceptedJobs returns every job the gateway accepted.
+func (r *Repo) AcceptedJobs(ctx context.Context) ([]*loomv1.Job, error) {
+	raw, err := r.st.HGetAll(ctx, KeyJobs)
+	if err != nil {
+		return nil, fmt.Errorf("accepted jobs: %w: %v", errs.Unavailable, err)
+	}
+	out := make([]*loomv1.Job, 0, len(raw))
+	for name, b := range raw {
+		j := &loomv1.Job{}
+		if err := proto.Unmarshal(b, j); err != nil {
+			return nil, fmt.Errorf("decode accepted job %s: %w", name, err)
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+// Request returns the resource name the first call with (kind, requestID)
+// made; errs.NotFound when there was none.
+func (r *Repo) Request(ctx context.Context, kind, requestID string) (string, error) {
+	b, err := r.st.HGet(ctx, KeyRequests, kind+":"+requestID)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", fmt.Errorf("request %s %s: %w", kind, requestID, errs.NotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("request %s %s: %w: %v", kind, requestID, errs.Unavailable, err)
+	}
+	return string(b), nil
+}
+
+// RequestInboxID is the inbox id that makes (kind, requestID) apply once,
+// even when two gateways race on it.
+func RequestInboxID(kind, requestID string) string {
+	if requestID == "" {
+		return ""
+	}
+	return "request:" + kind + ":" + requestID
+}
+
+// PutOperation adds op to tx.
+func PutOperation(tx *store.Tx, op *loomv1.Operation) error {
+	b, err := proto.Marshal(op)
+	if err != nil {
+		return fmt.Errorf("encode operation %s: %w", op.GetName(), err)
+	}
+	tx.HSet(KeyOperations, op.GetName(), b)
+	return nil
+}
+
+// PutJob adds the accepted job to tx.
+func PutJob(tx *store.Tx, j *loomv1.Job) error {
+	b, err := proto.Marshal(j)
+	if err != nil {
+		return fmt.Errorf("encode job %s: %w", j.GetName(), err)
+	}
+	tx.HSet(KeyJobs, j.GetName(), b)
+	return nil
+}
+
+// PutRequest records in tx that (kind, requestID) made the resource name;
+// nothing when requestID is empty.
+func PutRequest(tx *store.Tx, kind, requestID, name string) {
+	if requestID != "" {
+		tx.HSet(KeyRequests, kind+":"+requestID, []byte(name))
+	}
+}
+
+// Apply writes tx atomically; with a non-empty inboxID only once.
+func (r *Repo) Apply(ctx context.Context, inboxID string, tx *store.Tx) (bool, error) {
+	applied, err := r.st.Apply(ctx, inboxID, tx)
+	if err != nil {
+		return false, fmt.Errorf("store: %w: %v", errs.Unavailable, err)
+	}
+	return applied, nil
+}
+
+func (r *Repo) hget(ctx context.Context, key, field string, m proto.Message) error {
+	b, err := r.st.HGet(ctx, key, field)
+	if errors.Is(err, store.ErrNotFound) {
+		return errs.NotFound
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", errs.Unavailable, err)
+	}
+	if err := proto.Unmarshal(b, m); err != nil {
+		return fmt.Errorf("decode: %w", err)
+	}
+	return nil
+}

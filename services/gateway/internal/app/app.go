@@ -1,0 +1,544 @@
+// Package app is the gateway's application layer: it validates and accepts
+// commands (stored and emitted in one store.Apply), proxies reads to the owning
+// services, finishes operations from cluster events, and feeds job watchers.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/gateway/internal/adapters"
+	"github.com/loom-ml/loom/services/gateway/internal/domain"
+)
+
+// Source is the CloudEvents source of the gateway's commands.
+const Source = "loom/gateway"
+
+// DefaultWaitTimeout is WaitOperation's wait when the request sets none.
+const DefaultWaitTimeout = 60 * time.Second
+
+// Options tune a Gateway. Zero values take the documented defaults.
+type Options struct {
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Log receives the gateway's reports (default slog.Default()).
+	Log *slog.Logger
+	// Poll is how often WaitOperation re-reads Redis (to see completions
+	// applied by other gateway instances) and ReadJobLogs re-reads a
+	// followed file (default 250 ms).
+	Poll time.Duration
+	// WatchRefresh is how often WatchJob re-reads the job from its owner, in
+	// case a change was missed on the bus (default 2 s).
+	WatchRefresh time.Duration
+}
+
+// Gateway serves the public API. Its methods are safe for concurrent use.
+type Gateway struct {
+	repo *adapters.Repo
+	own  *adapters.Owners
+	opt  Options
+
+	jobs *hub
+	ops  *signals
+
+	stopOnce sync.Once
+	stop     chan struct{}
+}
+
+// ErrStopping ends long calls (waits, watches, log follows) when the gateway shuts down.
+var ErrStopping = fmt.Errorf("gateway is shutting down: %w", errs.Unavailable)
+
+// New returns a gateway over its repository and the owning services' clients.
+func New(repo *adapters.Repo, owners *adapters.Owners, opt Options) *Gateway {
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	if opt.Log == nil {
+		opt.Log = slog.Default()
+	}
+	if opt.Poll <= 0 {
+		opt.Poll = 250 * time.Millisecond
+	}
+	if opt.WatchRefresh <= 0 {
+		opt.WatchRefresh = 2 * time.Second
+	}
+	return &Gateway{repo: repo, own: owners, opt: opt, jobs: newHub(), ops: newSignals(), stop: make(chan struct{})}
+}
+
+// Stop ends every wait, watch and log follow in progress (with ErrStopping),
+// so that a graceful gRPC stop does not wait on them.
+func (g *Gateway) Stop() { g.stopOnce.Do(func() { close(g.stop) }) }
+
+func (g *Gateway) now() time.Time { return g.opt.Now().UTC() }
+
+// isNotFound reports whether an owning service answered NotFound.
+func isNotFound(err error) bool { return status.Code(err) == codes.NotFound }
+
+// ---- clusters ----
+
+// CreateCluster validates req, checks that the cluster does not exist yet,
+// and stores a new operation together with the CreateCluster command. A retry
+// with the same request_id returns the first call's operation.
+func (g *Gateway) CreateCluster(ctx context.Context, req *loomv1.CreateClusterRequest) (*loomv1.Operation, error) {
+	kind, rid := adapters.RequestCreateCluster, req.GetRequestId()
+	if op, ok, err := g.replayOperation(ctx, kind, rid); err != nil || ok {
+		return op, err
+	}
+	if err := domain.ValidateCreateCluster(req); err != nil {
+		return nil, err
+	}
+	cluster := domain.NewCluster(req)
+	_, err := g.own.Clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: cluster.GetName()})
+	switch {
+	case err == nil:
+		return nil, fmt.Errorf("cluster %s: %w", cluster.GetName(), errs.AlreadyExists)
+	case !isNotFound(err):
+		return nil, fmt.Errorf("ask the provisioner for %s: %w", cluster.GetName(), err)
+	}
+	project, _ := domain.ParseProject(req.GetParent())
+	op := domain.NewOperation(domain.OperationName(project, envelope.NewID()), domain.VerbCreate, cluster.GetName(), g.now())
+	cmd := envelope.New(topics.ClusterCommands, cluster.GetName(), Source,
+		&eventsv1.CreateCluster{Operation: op.GetName(), Cluster: cluster})
+	return g.startOperation(ctx, kind, rid, op, cmd)
+}
+
+// DeleteCluster checks that the cluster exists and stores a new operation
+// together with the DeleteCluster command. A retry with the same request_id
+// returns the first call's operation.
+func (g *Gateway) DeleteCluster(ctx context.Context, req *loomv1.DeleteClusterRequest) (*loomv1.Operation, error) {
+	kind, rid := adapters.RequestDeleteCluster, req.GetRequestId()
+	if op, ok, err := g.replayOperation(ctx, kind, rid); err != nil || ok {
+		return op, err
+	}
+	project, _, err := domain.ParseClusterName(req.GetName())
+	if err != nil {
+		return nil, errs.Invalid("name", "%v", err)
+	}
+	if _, err := g.own.Clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: req.GetName()}); err != nil {
+		if isNotFound(err) {
+			return nil, fmt.Errorf("cluster %s: %w", req.GetName(), errs.NotFound)
+		}
+		return nil, fmt.Errorf("ask the provisioner for %s: %w", req.GetName(), err)
+	}
+	op := domain.NewOperation(domain.OperationName(project, envelope.NewID()), domain.VerbDelete, req.GetName(), g.now())
+	cmd := envelope.New(topics.ClusterCommands, req.GetName(), Source,
+		&eventsv1.DeleteCluster{Operation: op.GetName(), Cluster: req.GetName()})
+	return g.startOperation(ctx, kind, rid, op, cmd)
+}
+
+// startOperation stores op and cmd (and the request id) in one Apply.
+func (g *Gateway) startOperation(ctx context.Context, kind, rid string, op *loomv1.Operation, cmd envelope.Event) (*loomv1.Operation, error) {
+	tx := &store.Tx{}
+	if err := adapters.PutOperation(tx, op); err != nil {
+		return nil, err
+	}
+	adapters.PutRequest(tx, kind, rid, op.GetName())
+	tx.Emit(cmd)
+	applied, err := g.repo.Apply(ctx, adapters.RequestInboxID(kind, rid), tx)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", op.GetMetadata().GetVerb(), op.GetMetadata().GetTarget(), err)
+	}
+	if !applied {
+		// A concurrent call with the same request id won.
+		first, ok, err := g.replayOperation(ctx, kind, rid)
+		if err == nil && !ok {
+			err = fmt.Errorf("request %s: applied but not recorded", rid)
+		}
+		return first, err
+	}
+	g.opt.Log.InfoContext(ctx, "operation started", "operation", op.GetName(), "verb", op.GetMetadata().GetVerb(), "target", op.GetMetadata().GetTarget())
+	return op, nil
+}
+
+// replayOperation returns the operation of an earlier call with request id
+// rid, ok=false when there was none (or rid is empty).
+func (g *Gateway) replayOperation(ctx context.Context, kind, rid string) (*loomv1.Operation, bool, error) {
+	if rid == "" {
+		return nil, false, nil
+	}
+	name, err := g.repo.Request(ctx, kind, rid)
+	if errors.Is(err, errs.NotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	op, err := g.repo.Operation(ctx, name)
+	return op, err == nil, err
+}
+
+// GetCluster reads a cluster from the provisioner.
+func (g *Gateway) GetCluster(ctx context.Context, req *loomv1.GetClusterRequest) (*loomv1.Cluster, error) {
+	if _, _, err := domain.ParseClusterName(req.GetName()); err != nil {
+		return nil, errs.Invalid("name", "%v", err)
+	}
+	return g.own.Clusters.GetCluster(ctx, req)
+}
+
+// ListClusters lists a project's clusters from the provisioner.
+func (g *Gateway) ListClusters(ctx context.Context, req *loomv1.ListClustersRequest) (*loomv1.ListClustersResponse, error) {
+	if _, err := domain.ParseProject(req.GetParent()); err != nil {
+		return nil, errs.Invalid("parent", "%v", err)
+	}
+	return g.own.Clusters.ListClusters(ctx, req)
+}
+
+// ListNodes lists nodes from the provisioner.
+func (g *Gateway) ListNodes(ctx context.Context, req *loomv1.ListNodesRequest) (*loomv1.ListNodesResponse, error) {
+	if err := domain.ParseNodesParent(req.GetParent()); err != nil {
+		return nil, errs.Invalid("parent", "%v", err)
+	}
+	return g.own.Nodes.ListNodes(ctx, req)
+}
+
+// ---- models ----
+
+// ListModels lists a project's models from the registry.
+func (g *Gateway) ListModels(ctx context.Context, req *loomv1.ListModelsRequest) (*loomv1.ListModelsResponse, error) {
+	if _, err := domain.ParseProject(req.GetParent()); err != nil {
+		return nil, errs.Invalid("parent", "%v", err)
+	}
+	return g.own.Models.ListModels(ctx, req)
+}
+
+// GetModel reads a model from the registry.
+func (g *Gateway) GetModel(ctx context.Context, req *loomv1.GetModelRequest) (*loomv1.Model, error) {
+	if err := domain.ParseModelName(req.GetName()); err != nil {
+		return nil, errs.Invalid("name", "%v", err)
+	}
+	return g.own.Models.GetModel(ctx, req)
+}
+
+// ListModelVersions lists a model's versions from the registry.
+func (g *Gateway) ListModelVersions(ctx context.Context, req *loomv1.ListModelVersionsRequest) (*loomv1.ListModelVersionsResponse, error) {
+	if err := domain.ParseModelName(req.GetParent()); err != nil {
+		return nil, errs.Invalid("parent", "%v", err)
+	}
+	return g.own.Models.ListModelVersions(ctx, req)
+}
+
+// ---- operations ----
+
+// GetOperation reads an operation from the gateway's store.
+func (g *Gateway) GetOperation(ctx context.Context, req *loomv1.GetOperationRequest) (*loomv1.Operation, error) {
+	if _, _, err := domain.ParseOperationName(req.GetName()); err != nil {
+		return nil, errs.Invalid("name", "%v", err)
+	}
+	return g.repo.Operation(ctx, req.GetName())
+}
+
+// WaitOperation returns the operation once it is done, or as it is when
+// timeout_seconds (default 60) pass first. Completions applied by this
+// process wake it at once; those applied by other gateway instances are seen
+// by re-reading the store every Poll.
+func (g *Gateway) WaitOperation(ctx context.Context, req *loomv1.WaitOperationRequest) (*loomv1.Operation, error) {
+	if _, _, err := domain.ParseOperationName(req.GetName()); err != nil {
+		return nil, errs.Invalid("name", "%v", err)
+	}
+	if req.GetTimeoutSeconds() < 0 {
+		return nil, errs.Invalid("timeout_seconds", "%d must not be negative", req.GetTimeoutSeconds())
+	}
+	timeout := DefaultWaitTimeout
+	if req.GetTimeoutSeconds() > 0 {
+		timeout = time.Duration(req.GetTimeoutSeconds()) * time.Second
+	}
+	// Listen before reading, so a completion between the two is not missed.
+	woken, done := g.ops.wait(req.GetName())
+	defer done()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(g.opt.Poll)
+	defer tick.Stop()
+	for {
+		op, err := g.repo.Operation(ctx, req.GetName())
+		if err != nil || op.GetDone() {
+			return op, err
+		}
+		select {
+		case <-woken:
+		case <-tick.C:
+		case <-deadline.C:
+			return op, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-g.stop:
+			return op, nil
+		}
+	}
+}
+
+// HandleClusterEvent finishes or advances the operation a cluster event names
+// (ClusterChanged, ClusterOperationFailed, ClusterDeleted): the new operation
+// is written with the event's inbox mark, then its waiters are woken.
+func (g *Gateway) HandleClusterEvent(ctx context.Context, ev envelope.Event) error {
+	var opName string
+	switch p := ev.Payload.(type) {
+	case *eventsv1.ClusterChanged:
+		opName = p.GetOperation()
+	case *eventsv1.ClusterOperationFailed:
+		opName = p.GetOperation()
+	case *eventsv1.ClusterDeleted:
+		opName = p.GetOperation()
+	}
+	if opName == "" {
+		return nil
+	}
+	op, err := g.repo.Operation(ctx, opName)
+	if errors.Is(err, errs.NotFound) {
+		g.opt.Log.WarnContext(ctx, "cluster event for an unknown operation", "operation", opName, "event", ev.ID, "type", ev.Type)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	next, changed := domain.OnClusterEvent(op, ev.Payload, g.now())
+	if !changed {
+		return nil
+	}
+	tx := &store.Tx{}
+	if err := adapters.PutOperation(tx, next); err != nil {
+		return err
+	}
+	if _, err := g.repo.Apply(ctx, ev.ID, tx); err != nil {
+		return fmt.Errorf("update operation %s: %w", opName, err)
+	}
+	if next.GetDone() {
+		g.opt.Log.InfoContext(ctx, "operation done", "operation", opName, "error", next.GetError().GetMessage())
+	}
+	g.ops.notify(opName)
+	return nil
+}
+
+// ---- jobs ----
+
+// SubmitJob validates req against its cluster, assigns the next job id, and
+// stores the accepted job together with the SubmitJob command. A retry with
+// the same request_id returns the first call's job (as it is now).
+func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (*loomv1.Job, error) {
+	kind, rid := adapters.RequestSubmitJob, req.GetRequestId()
+	if j, ok, err := g.replayJob(ctx, rid); err != nil || ok {
+		return j, err
+	}
+	var cluster *loomv1.Cluster
+	if name := domain.JobCluster(req); name != "" {
+		c, err := g.own.Clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: name})
+		switch {
+		case err == nil:
+			cluster = c
+		case !isNotFound(err):
+			return nil, fmt.Errorf("ask the provisioner for %s: %w", name, err)
+		}
+	}
+	if err := domain.ValidateSubmitJob(req, cluster); err != nil {
+		return nil, err
+	}
+	id, err := g.repo.NextJobID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	job := domain.AcceptJob(req, id, g.now())
+	tx := &store.Tx{}
+	if err := adapters.PutJob(tx, job); err != nil {
+		return nil, err
+	}
+	adapters.PutRequest(tx, kind, rid, job.GetName())
+	tx.Emit(envelope.New(topics.JobCommands, job.GetCluster(), Source, &eventsv1.SubmitJob{Job: job}))
+	applied, err := g.repo.Apply(ctx, adapters.RequestInboxID(kind, rid), tx)
+	if err != nil {
+		return nil, fmt.Errorf("submit %s: %w", job.GetName(), err)
+	}
+	if !applied {
+		first, ok, err := g.replayJob(ctx, rid)
+		if err == nil && !ok {
+			err = fmt.Errorf("request %s: applied but not recorded", rid)
+		}
+		return first, err
+	}
+	g.opt.Log.InfoContext(ctx, "job submitted", "job", job.GetName(), "cluster", job.GetCluster())
+	return job, nil
+}
+
+// replayJob returns the job of an earlier SubmitJob with request id rid.
+func (g *Gateway) replayJob(ctx context.Context, rid string) (*loomv1.Job, bool, error) {
+	if rid == "" {
+		return nil, false, nil
+	}
+	name, err := g.repo.Request(ctx, adapters.RequestSubmitJob, rid)
+	if errors.Is(err, errs.NotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	j, err := g.job(ctx, name)
+	return j, err == nil, err
+}
+
+// GetJob reads a job from the scheduler, or, when the scheduler does not know
+// it yet, the record of it the gateway accepted.
+func (g *Gateway) GetJob(ctx context.Context, req *loomv1.GetJobRequest) (*loomv1.Job, error) {
+	if _, _, err := domain.ParseJobName(req.GetName()); err != nil {
+		return nil, errs.Invalid("name", "%v", err)
+	}
+	return g.job(ctx, req.GetName())
+}
+
+func (g *Gateway) job(ctx context.Context, name string) (*loomv1.Job, error) {
+	j, err := g.own.Jobs.GetJob(ctx, &loomv1.GetJobRequest{Name: name})
+	if err == nil {
+		return j, nil
+	}
+	if !isNotFound(err) {
+		return nil, fmt.Errorf("ask the scheduler for %s: %w", name, err)
+	}
+	return g.repo.AcceptedJob(ctx, name)
+}
+
+// ListJobs lists a project's jobs (optionally one cluster's) from the
+// scheduler, with the accepted jobs it does not know yet, by job id.
+func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*loomv1.ListJobsResponse, error) {
+	project, err := domain.ParseProject(req.GetParent())
+	var v errs.Validator
+	if err != nil {
+		v.Add("parent", "%v", err)
+	}
+	cluster := req.GetCluster()
+	if cluster != "" {
+		if domain.ValidID(cluster) && project != "" {
+			cluster = domain.ClusterName(project, cluster)
+		}
+		_, _, err := domain.ParseClusterName(cluster)
+		v.Check(err == nil, "cluster", "want projects/{project}/clusters/{cluster} or a cluster id, got %q", req.GetCluster())
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	resp, err := g.own.Jobs.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: req.GetParent(), Cluster: cluster})
+	if err != nil {
+		return nil, fmt.Errorf("ask the scheduler for jobs: %w", err)
+	}
+	accepted, err := g.repo.AcceptedJobs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	known := make(map[string]bool, len(resp.GetJobs()))
+	for _, j := range resp.GetJobs() {
+		known[j.GetName()] = true
+	}
+	jobs := resp.GetJobs()
+	for _, j := range accepted {
+		if !known[j.GetName()] && strings.HasPrefix(j.GetName(), req.GetParent()+"/jobs/") &&
+			(cluster == "" || j.GetCluster() == cluster) {
+			jobs = append(jobs, j)
+		}
+	}
+	sort.SliceStable(jobs, func(a, b int) bool { return jobID(jobs[a]) < jobID(jobs[b]) })
+	return &loomv1.ListJobsResponse{Jobs: jobs}, nil
+}
+
+func jobID(j *loomv1.Job) int64 {
+	n, _ := strconv.ParseInt(j.GetJobId(), 10, 64)
+	return n
+}
+
+// CancelJob asks the scheduler to cancel a job and returns the job as it is
+// now; NotFound for unknown jobs. A job that already ended is returned as is.
+func (g *Gateway) CancelJob(ctx context.Context, req *loomv1.CancelJobRequest) (*loomv1.Job, error) {
+	if _, _, err := domain.ParseJobName(req.GetName()); err != nil {
+		return nil, errs.Invalid("name", "%v", err)
+	}
+	j, err := g.job(ctx, req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	if domain.IsTerminal(j.GetState()) {
+		return j, nil
+	}
+	tx := &store.Tx{}
+	tx.Emit(envelope.New(topics.JobCommands, j.GetCluster(), Source, &eventsv1.CancelJob{Job: j.GetName(), Cluster: j.GetCluster()}))
+	if _, err := g.repo.Apply(ctx, "", tx); err != nil {
+		return nil, fmt.Errorf("cancel %s: %w", j.GetName(), err)
+	}
+	g.opt.Log.InfoContext(ctx, "job cancel requested", "job", j.GetName())
+	return j, nil
+}
+
+// HandleJobEvent feeds a job change from loom.job.events.v1 to this
+// process's watchers of the job.
+func (g *Gateway) HandleJobEvent(_ context.Context, ev envelope.Event) error {
+	if jc, ok := ev.Payload.(*eventsv1.JobChanged); ok && jc.GetJob().GetName() != "" {
+		g.jobs.publish(jc.GetJob())
+	}
+	return nil
+}
+
+// WatchJob sends the job's current state, then each change, and returns
+// after it sent a terminal state (or when ctx ends).
+func (g *Gateway) WatchJob(ctx context.Context, req *loomv1.WatchJobRequest, send func(*loomv1.Job) error) error {
+	if _, _, err := domain.ParseJobName(req.GetName()); err != nil {
+		return errs.Invalid("name", "%v", err)
+	}
+	// Subscribe before reading: a change between the read and the
+	// subscription would otherwise be lost.
+	s := g.jobs.subscribe(req.GetName())
+	defer g.jobs.unsubscribe(s)
+	last, err := g.job(ctx, req.GetName())
+	if err != nil {
+		return err
+	}
+	if err := send(last); err != nil {
+		return err
+	}
+	refresh := time.NewTicker(g.opt.WatchRefresh)
+	defer refresh.Stop()
+	for !domain.IsTerminal(last.GetState()) {
+		var next *loomv1.Job
+		select {
+		case j, ok := <-s.C:
+			if !ok {
+				return fmt.Errorf("watch %s fell behind; watch again: %w", req.GetName(), errs.Unavailable)
+			}
+			next = j
+		case <-refresh.C:
+			// Catches changes the bus did not bring (the watch group joins
+			// a moment after start and only sees what comes after).
+			j, err := g.job(ctx, req.GetName())
+			if err != nil {
+				return err
+			}
+			next = j
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-g.stop:
+			return ErrStopping
+		}
+		// A change buffered before the first read, or overtaken by a
+		// refresh, can be older than what was sent: never go back. (A
+		// requeued job's return to PENDING is skipped; its next RUNNING is not.)
+		if proto.Equal(next, last) || domain.Rank(next.GetState()) < domain.Rank(last.GetState()) {
+			continue
+		}
+		if err := send(next); err != nil {
+			return err
+		}
+		last = next
+	}
+	return nil
+}

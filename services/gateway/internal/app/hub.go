@@ -1,0 +1,105 @@
+package app
+
+import (
+	"sync"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// watchBuffer is how many changes a watcher may lag behind before it is cut off.
+const watchBuffer = 64
+
+// hub fans job changes out to the watchers of each job in this process.
+type hub struct {
+	mu   sync.Mutex
+	subs map[string]map[*sub]struct{}
+}
+
+// sub is one watcher. C is closed when the watcher fell too far behind.
+type sub struct {
+	job string
+	C   chan *loomv1.Job
+}
+
+func newHub() *hub { return &hub{subs: map[string]map[*sub]struct{}{}} }
+
+// subscribe starts delivering changes of job to the returned sub.
+func (h *hub) subscribe(job string) *sub {
+	s := &sub{job: job, C: make(chan *loomv1.Job, watchBuffer)}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.subs[job] == nil {
+		h.subs[job] = map[*sub]struct{}{}
+	}
+	h.subs[job][s] = struct{}{}
+	return s
+}
+
+// unsubscribe stops deliveries to s (a no-op when publish dropped it already).
+func (h *hub) unsubscribe(s *sub) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.subs[s.job], s)
+	if len(h.subs[s.job]) == 0 {
+		delete(h.subs, s.job)
+	}
+}
+
+// publish hands j to every watcher of its job without blocking: a watcher
+// whose buffer is full is dropped and its channel closed, so one slow client
+// never holds up the consumer that feeds everyone.
+func (h *hub) publish(j *loomv1.Job) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for s := range h.subs[j.GetName()] {
+		select {
+		case s.C <- j:
+		default:
+			delete(h.subs[j.GetName()], s)
+			close(s.C)
+		}
+	}
+	if len(h.subs[j.GetName()]) == 0 {
+		delete(h.subs, j.GetName())
+	}
+}
+
+// signals wakes the waiters of a name (operations) in this process.
+type signals struct {
+	mu      sync.Mutex
+	waiters map[string]map[chan struct{}]struct{}
+}
+
+func newSignals() *signals { return &signals{waiters: map[string]map[chan struct{}]struct{}{}} }
+
+// wait returns a channel that receives after the next notify of name, and a
+// function that stops the wait.
+func (s *signals) wait(name string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	if s.waiters[name] == nil {
+		s.waiters[name] = map[chan struct{}]struct{}{}
+	}
+	s.waiters[name][ch] = struct{}{}
+	s.mu.Unlock()
+	return ch, func() {
+		s.mu.Lock()
+		delete(s.waiters[name], ch)
+		if len(s.waiters[name]) == 0 {
+			delete(s.waiters, name)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// notify wakes every waiter of name.
+func (s *signals) notify(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range s.waiters[name] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}

@@ -1,0 +1,239 @@
+package domain
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/errs"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+func goodCluster() *loomv1.CreateClusterRequest {
+	return &loomv1.CreateClusterRequest{
+		Parent: "projects/default", ClusterId: "c1",
+		Cluster: &loomv1.Cluster{Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{
+			{Id: "gpu", NodeCount: 2, AcceleratorCount: 8},
+			{Id: "cpu", NodeCount: 4},
+		}}},
+	}
+}
+
+func goodJob() *loomv1.SubmitJobRequest {
+	return &loomv1.SubmitJobRequest{Parent: "projects/default", Job: &loomv1.Job{
+		Cluster: "projects/default/clusters/c1", Command: []string{"python", "train.py"},
+		NodeCount: 2, GpusPerNode: 8, ModelOutput: &loomv1.ModelOutput{ModelId: "tiny"},
+		Env: map[string]string{"LR": "0.1"},
+	}}
+}
+
+// existing is c1 as the provisioner reports it.
+func existing() *loomv1.Cluster {
+	c := NewCluster(goodCluster())
+	c.Status = &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, TotalNodes: 6}
+	return c
+}
+
+// fields returns the violated field paths of an InvalidError.
+func fields(t *testing.T, err error) []string {
+	t.Helper()
+	var inv *errs.InvalidError
+	if !errors.As(err, &inv) {
+		t.Fatalf("error %v is not an *errs.InvalidError", err)
+	}
+	var out []string
+	for _, v := range inv.Violations {
+		out = append(out, v.Field)
+	}
+	return out
+}
+
+func TestValidateCreateCluster(t *testing.T) {
+	t.Parallel()
+	if err := ValidateCreateCluster(goodCluster()); err != nil {
+		t.Fatalf("valid request rejected: %v", err)
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*loomv1.CreateClusterRequest)
+		want   []string
+	}{
+		{"no parent", func(r *loomv1.CreateClusterRequest) { r.Parent = "" }, []string{"parent"}},
+		{"bad parent", func(r *loomv1.CreateClusterRequest) { r.Parent = "projects/x/y" }, []string{"parent"}},
+		{"no cluster id", func(r *loomv1.CreateClusterRequest) { r.ClusterId = "" }, []string{"cluster_id"}},
+		{"bad cluster id", func(r *loomv1.CreateClusterRequest) { r.ClusterId = "C_1" }, []string{"cluster_id"}},
+		{"cluster id too long", func(r *loomv1.CreateClusterRequest) { r.ClusterId = strings.Repeat("a", 64) }, []string{"cluster_id"}},
+		{"no cluster", func(r *loomv1.CreateClusterRequest) { r.Cluster = nil }, []string{"cluster"}},
+		{"name mismatch", func(r *loomv1.CreateClusterRequest) { r.Cluster.Name = "projects/default/clusters/other" }, []string{"cluster.name"}},
+		{"no pools", func(r *loomv1.CreateClusterRequest) { r.Cluster.Compute = nil }, []string{"cluster.compute.node_pools"}},
+		{"no pool id", func(r *loomv1.CreateClusterRequest) { r.Cluster.Compute.NodePools[1].Id = "" }, []string{"cluster.compute.node_pools[1].id"}},
+		{"bad pool id", func(r *loomv1.CreateClusterRequest) { r.Cluster.Compute.NodePools[0].Id = "-gpu" }, []string{"cluster.compute.node_pools[0].id"}},
+		{"pool id too long", func(r *loomv1.CreateClusterRequest) { r.Cluster.Compute.NodePools[0].Id = strings.Repeat("g", 59) }, []string{"cluster.compute.node_pools[0].id"}},
+		{"duplicate pool id", func(r *loomv1.CreateClusterRequest) { r.Cluster.Compute.NodePools[1].Id = "gpu" }, []string{"cluster.compute.node_pools[1].id"}},
+		{"zero nodes", func(r *loomv1.CreateClusterRequest) { r.Cluster.Compute.NodePools[0].NodeCount = 0 }, []string{"cluster.compute.node_pools[0].node_count"}},
+		{"too many nodes", func(r *loomv1.CreateClusterRequest) { r.Cluster.Compute.NodePools[1].NodeCount = 65 }, []string{"cluster.compute.node_pools[1].node_count"}},
+		{"negative gpus", func(r *loomv1.CreateClusterRequest) { r.Cluster.Compute.NodePools[0].AcceleratorCount = -1 }, []string{"cluster.compute.node_pools[0].accelerator_count"}},
+		{"too many gpus", func(r *loomv1.CreateClusterRequest) { r.Cluster.Compute.NodePools[0].AcceleratorCount = 17 }, []string{"cluster.compute.node_pools[0].accelerator_count"}},
+		{"all at once", func(r *loomv1.CreateClusterRequest) {
+			r.ClusterId = "X"
+			r.Cluster.Compute.NodePools[0].NodeCount = 0
+			r.Cluster.Compute.NodePools[1].AcceleratorCount = 99
+		}, []string{"cluster_id", "cluster.compute.node_pools[0].node_count", "cluster.compute.node_pools[1].accelerator_count"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			req := goodCluster()
+			tc.mutate(req)
+			got := fields(t, ValidateCreateCluster(req))
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("violations %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestValidateSubmitJob(t *testing.T) {
+	t.Parallel()
+	if err := ValidateSubmitJob(goodJob(), existing()); err != nil {
+		t.Fatalf("valid request rejected: %v", err)
+	}
+	for _, tc := range []struct {
+		name    string
+		mutate  func(*loomv1.SubmitJobRequest)
+		cluster *loomv1.Cluster
+		want    []string
+	}{
+		{"no parent", func(r *loomv1.SubmitJobRequest) { r.Parent = "" }, existing(), []string{"parent"}},
+		{"no job", func(r *loomv1.SubmitJobRequest) { r.Job = nil }, existing(), []string{"job"}},
+		{"no cluster", func(r *loomv1.SubmitJobRequest) { r.Job.Cluster = "" }, nil, []string{"job.cluster"}},
+		{"bad cluster", func(r *loomv1.SubmitJobRequest) { r.Job.Cluster = "clusters/c1" }, nil, []string{"job.cluster"}},
+		{"other project", func(r *loomv1.SubmitJobRequest) { r.Job.Cluster = "projects/p2/clusters/c1" }, existing(), []string{"job.cluster"}},
+		{"missing cluster", func(*loomv1.SubmitJobRequest) {}, nil, []string{"job.cluster"}},
+		{"deleting cluster", func(*loomv1.SubmitJobRequest) {}, func() *loomv1.Cluster {
+			c := existing()
+			c.Status.State = loomv1.Cluster_DELETING
+			return c
+		}(), []string{"job.cluster"}},
+		{"neither command nor script", func(r *loomv1.SubmitJobRequest) { r.Job.Command = nil }, existing(), []string{"job.command"}},
+		{"both command and script", func(r *loomv1.SubmitJobRequest) { r.Job.Script = "echo hi" }, existing(), []string{"job.command"}},
+		{"empty program", func(r *loomv1.SubmitJobRequest) { r.Job.Command = []string{""} }, existing(), []string{"job.command[0]"}},
+		{"negative nodes", func(r *loomv1.SubmitJobRequest) { r.Job.NodeCount = -1 }, existing(), []string{"job.node_count"}},
+		{"more nodes than the cluster", func(r *loomv1.SubmitJobRequest) { r.Job.NodeCount, r.Job.GpusPerNode = 7, 0 }, existing(), []string{"job.node_count"}},
+		{"more GPU nodes than the cluster", func(r *loomv1.SubmitJobRequest) { r.Job.NodeCount = 3 }, existing(), []string{"job.node_count"}},
+		{"negative gpus", func(r *loomv1.SubmitJobRequest) { r.Job.GpusPerNode = -2 }, existing(), []string{"job.gpus_per_node"}},
+		{"more gpus than a node", func(r *loomv1.SubmitJobRequest) { r.Job.GpusPerNode = 9 }, existing(), []string{"job.gpus_per_node"}},
+		{"bad model id", func(r *loomv1.SubmitJobRequest) { r.Job.ModelOutput.ModelId = "" }, existing(), []string{"job.model_output.model_id"}},
+		{"bad env key", func(r *loomv1.SubmitJobRequest) { r.Job.Env = map[string]string{"A=B": "x"} }, existing(), []string{"job.env[A=B]"}},
+		{"all at once", func(r *loomv1.SubmitJobRequest) {
+			r.Job.Command = nil
+			r.Job.GpusPerNode = 99
+		}, existing(), []string{"job.command", "job.gpus_per_node"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			req := goodJob()
+			tc.mutate(req)
+			got := fields(t, ValidateSubmitJob(req, tc.cluster))
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("violations %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestAcceptJob(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2025, 5, 6, 7, 8, 9, 0, time.UTC)
+	req := goodJob()
+	req.Job.Cluster = "c1" // a bare id is taken in the parent's project
+	req.Job.NodeCount = 0
+	req.Job.State = loomv1.JobState_COMPLETED
+	req.Job.Nodes = []string{"x"}
+	if err := ValidateSubmitJob(req, existing()); err != nil {
+		t.Fatalf("bare cluster id rejected: %v", err)
+	}
+	j := AcceptJob(req, 42, now)
+	if j.GetName() != "projects/default/jobs/42" || j.GetJobId() != "42" || j.GetCluster() != "projects/default/clusters/c1" {
+		t.Fatalf("accepted job names: %v", j)
+	}
+	if j.GetNodeCount() != 1 || j.GetState() != loomv1.JobState_PENDING || len(j.GetNodes()) != 0 || !j.GetSubmitTime().AsTime().Equal(now) {
+		t.Fatalf("accepted job fields: %v", j)
+	}
+	if req.Job.GetName() != "" {
+		t.Fatal("AcceptJob modified the request")
+	}
+}
+
+func TestOperationLifecycle(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	name := OperationName("default", "01OP")
+	op := NewOperation(name, VerbCreate, "projects/default/clusters/c1", now)
+	cl := &loomv1.Cluster{Name: "projects/default/clusters/c1", Status: &loomv1.ClusterStatus{
+		State: loomv1.Cluster_CREATING, ReadyNodes: 1, TotalNodes: 2,
+	}}
+	if _, changed := OnClusterEvent(op, &eventsv1.ClusterChanged{Operation: "other", Cluster: cl}, now); changed {
+		t.Fatal("an event of another operation changed it")
+	}
+	p, changed := OnClusterEvent(op, &eventsv1.ClusterChanged{Operation: name, Cluster: cl}, now)
+	if !changed || p.GetDone() || p.GetMetadata().GetProgress() != "1 of 2 nodes ready" {
+		t.Fatalf("progress: %v", p)
+	}
+	if op.GetMetadata().GetProgress() != "requested" {
+		t.Fatal("OnClusterEvent modified its input")
+	}
+	done := proto.Clone(cl).(*loomv1.Cluster)
+	done.Status.State, done.Status.ReadyNodes = loomv1.Cluster_RUNNING, 2
+	d, changed := OnClusterEvent(p, &eventsv1.ClusterChanged{Operation: name, Cluster: done, OperationDone: true}, now.Add(time.Minute))
+	if !changed || !d.GetDone() || !proto.Equal(d.GetCluster(), done) || !d.GetMetadata().GetEndTime().AsTime().Equal(now.Add(time.Minute)) {
+		t.Fatalf("done: %v", d)
+	}
+	if _, changed := OnClusterEvent(d, &eventsv1.ClusterOperationFailed{Operation: name, Code: 6}, now); changed {
+		t.Fatal("a done operation changed")
+	}
+	f, changed := OnClusterEvent(op, &eventsv1.ClusterOperationFailed{Operation: name, Code: 6, Message: "exists"}, now)
+	if !changed || !f.GetDone() || f.GetError().GetCode() != 6 || f.GetError().GetMessage() != "exists" {
+		t.Fatalf("failed: %v", f)
+	}
+	del := NewOperation(name, VerbDelete, "projects/default/clusters/c1", now)
+	g, changed := OnClusterEvent(del, &eventsv1.ClusterDeleted{Operation: name, Cluster: "projects/default/clusters/c1"}, now)
+	if !changed || !g.GetDone() || g.GetCluster().GetStatus().GetState() != loomv1.Cluster_DELETED {
+		t.Fatalf("deleted: %v", g)
+	}
+}
+
+func TestNamesAndStates(t *testing.T) {
+	t.Parallel()
+	if p, id, err := ParseJobName("projects/default/jobs/12"); err != nil || p != "default" || id != "12" {
+		t.Fatalf("ParseJobName: %q %q %v", p, id, err)
+	}
+	for _, bad := range []string{"projects/default/jobs/x", "projects/default/jobs/012", "projects/default/jobs/0", "jobs/1"} {
+		if _, _, err := ParseJobName(bad); err == nil {
+			t.Errorf("ParseJobName(%q) accepted", bad)
+		}
+	}
+	if err := ParseNodesParent("projects/default/clusters/-"); err != nil {
+		t.Errorf("all-clusters parent rejected: %v", err)
+	}
+	if _, _, err := ParseOperationName("projects/default/operations/01ABC"); err != nil {
+		t.Errorf("operation name rejected: %v", err)
+	}
+	terminal := map[loomv1.JobState]bool{
+		loomv1.JobState_COMPLETED: true, loomv1.JobState_FAILED: true, loomv1.JobState_CANCELLED: true,
+		loomv1.JobState_TIMEOUT: true, loomv1.JobState_NODE_FAIL: true, loomv1.JobState_OUT_OF_MEMORY: true,
+		loomv1.JobState_PREEMPTED: true,
+	}
+	for s := range loomv1.JobState_name {
+		st := loomv1.JobState(s)
+		if IsTerminal(st) != terminal[st] {
+			t.Errorf("IsTerminal(%s) = %v", st, IsTerminal(st))
+		}
+	}
+	if Rank(loomv1.JobState_PENDING) >= Rank(loomv1.JobState_RUNNING) || Rank(loomv1.JobState_RUNNING) >= Rank(loomv1.JobState_FAILED) {
+		t.Error("Rank does not order pending < running < ended")
+	}
+}

@@ -1,0 +1,192 @@
+package domain
+
+import (
+	"regexp"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/errs"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// Limits of the local provider (CONTRACTS.md "Clusters" step 1).
+const (
+	MaxNodesPerPool = 64
+	MaxGPUsPerNode  = 16
+	// maxPoolIDLen leaves room for "-NNNN" in a 63-character hostname.
+	maxPoolIDLen = 58
+)
+
+var envKeyPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// ValidateCreateCluster checks everything about req that needs no other
+// service, reporting every problem at once.
+func ValidateCreateCluster(req *loomv1.CreateClusterRequest) error {
+	var v errs.Validator
+	if _, err := ParseProject(req.GetParent()); err != nil {
+		v.Add("parent", "%v", err)
+	}
+	switch id := req.GetClusterId(); {
+	case id == "":
+		v.Add("cluster_id", "required")
+	case !ValidID(id):
+		v.Add("cluster_id", "%q must match %s", id, idPattern)
+	}
+	c := req.GetCluster()
+	if c == nil {
+		v.Add("cluster", "required")
+		return v.Err()
+	}
+	if c.GetName() != "" && c.GetName() != ClusterName(strings.TrimPrefix(req.GetParent(), "projects/"), req.GetClusterId()) {
+		v.Add("cluster.name", "%q does not match parent and cluster_id; leave it empty", c.GetName())
+	}
+	pools := c.GetCompute().GetNodePools()
+	if len(pools) == 0 {
+		v.Add("cluster.compute.node_pools", "at least one node pool is required")
+	}
+	seen := map[string]int{}
+	for i, p := range pools {
+		f := "cluster.compute.node_pools[" + itoa(i) + "]"
+		switch {
+		case p.GetId() == "":
+			v.Add(f+".id", "required")
+		case !ValidID(p.GetId()) || len(p.GetId()) > maxPoolIDLen:
+			v.Add(f+".id", "%q must match %s and be at most %d characters", p.GetId(), idPattern, maxPoolIDLen)
+		default:
+			if j, dup := seen[p.GetId()]; dup {
+				v.Add(f+".id", "%q is also the id of node_pools[%d]", p.GetId(), j)
+			}
+			seen[p.GetId()] = i
+		}
+		v.Check(p.GetNodeCount() >= 1 && p.GetNodeCount() <= MaxNodesPerPool, f+".node_count",
+			"%d is out of range 1..%d", p.GetNodeCount(), MaxNodesPerPool)
+		v.Check(p.GetAcceleratorCount() >= 0 && p.GetAcceleratorCount() <= MaxGPUsPerNode, f+".accelerator_count",
+			"%d is out of range 0..%d", p.GetAcceleratorCount(), MaxGPUsPerNode)
+	}
+	return v.Err()
+}
+
+// NewCluster returns the cluster to create: req.cluster with its name set and
+// the output-only fields cleared (the provisioner owns them).
+func NewCluster(req *loomv1.CreateClusterRequest) *loomv1.Cluster {
+	c := proto.Clone(req.GetCluster()).(*loomv1.Cluster)
+	project, _ := ParseProject(req.GetParent())
+	c.Name = ClusterName(project, req.GetClusterId())
+	c.Status, c.CreateTime, c.UpdateTime = nil, nil, nil
+	return c
+}
+
+// JobCluster returns the full cluster name a submit request refers to: the
+// job's cluster as given, or a bare cluster id taken in the parent's project.
+// It returns "" when that is not a well-formed cluster name.
+func JobCluster(req *loomv1.SubmitJobRequest) string {
+	c := req.GetJob().GetCluster()
+	if ValidID(c) {
+		project, err := ParseProject(req.GetParent())
+		if err != nil {
+			return ""
+		}
+		c = ClusterName(project, c)
+	}
+	if _, _, err := ParseClusterName(c); err != nil {
+		return ""
+	}
+	return c
+}
+
+// ValidateSubmitJob checks req, reporting every problem at once. cluster is
+// the job's cluster as its owner reports it, nil when it does not exist (or
+// the name was malformed, so no lookup was made).
+func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster) error {
+	var v errs.Validator
+	project, err := ParseProject(req.GetParent())
+	if err != nil {
+		v.Add("parent", "%v", err)
+	}
+	j := req.GetJob()
+	if j == nil {
+		v.Add("job", "required")
+		return v.Err()
+	}
+	clusterName := JobCluster(req)
+	switch {
+	case j.GetCluster() == "":
+		v.Add("job.cluster", "required")
+	case clusterName == "":
+		v.Add("job.cluster", "want projects/{project}/clusters/{cluster} or a cluster id, got %q", j.GetCluster())
+	case project != "" && !strings.HasPrefix(clusterName, ProjectName(project)+"/"):
+		v.Add("job.cluster", "%s is not in %s", clusterName, req.GetParent())
+	case cluster == nil:
+		v.Add("job.cluster", "cluster %s does not exist", clusterName)
+	default:
+		switch s := cluster.GetStatus().GetState(); s {
+		case loomv1.Cluster_DELETING, loomv1.Cluster_DELETED, loomv1.Cluster_ERROR:
+			v.Add("job.cluster", "cluster %s is %s", clusterName, s)
+		}
+	}
+
+	switch hasCmd, hasScript := len(j.GetCommand()) > 0, j.GetScript() != ""; {
+	case hasCmd && hasScript:
+		v.Add("job.command", "set exactly one of command and script, not both")
+	case !hasCmd && !hasScript:
+		v.Add("job.command", "required: set command (argv) or script")
+	case hasCmd && j.GetCommand()[0] == "":
+		v.Add("job.command[0]", "the program to run must not be empty")
+	}
+
+	nodes := j.GetNodeCount()
+	if nodes == 0 {
+		nodes = 1
+	}
+	gpus := j.GetGpusPerNode()
+	v.Check(nodes >= 1, "job.node_count", "%d must be at least 1 (0 means 1)", j.GetNodeCount())
+	v.Check(gpus >= 0, "job.gpus_per_node", "%d must not be negative", gpus)
+	if cluster != nil && nodes >= 1 && gpus >= 0 {
+		maxGPUs, fitting := fit(cluster, gpus)
+		switch {
+		case gpus > maxGPUs:
+			v.Add("job.gpus_per_node", "%d exceeds the %d GPUs of the largest node of %s", gpus, maxGPUs, clusterName)
+		case int(nodes) > fitting:
+			v.Add("job.node_count", "%d exceeds the %d nodes of %s with %d or more GPUs", nodes, fitting, clusterName, gpus)
+		}
+	}
+	if mo := j.GetModelOutput(); mo != nil && !ValidID(mo.GetModelId()) {
+		v.Add("job.model_output.model_id", "%q must match %s", mo.GetModelId(), idPattern)
+	}
+	for k := range j.GetEnv() {
+		v.Check(envKeyPattern.MatchString(k), "job.env["+k+"]", "not a valid environment variable name")
+	}
+	return v.Err()
+}
+
+// fit returns the most GPUs any node of c has, and how many nodes have at least gpus.
+func fit(c *loomv1.Cluster, gpus int32) (maxGPUs int32, nodes int) {
+	for _, p := range c.GetCompute().GetNodePools() {
+		maxGPUs = max(maxGPUs, p.GetAcceleratorCount())
+		if p.GetAcceleratorCount() >= gpus {
+			nodes += int(p.GetNodeCount())
+		}
+	}
+	return maxGPUs, nodes
+}
+
+// AcceptJob returns the job as the gateway accepts it from a valid req: name
+// and job_id from id, the full cluster name, node_count 0 → 1, state PENDING,
+// submit_time now, and every other output-only field cleared.
+func AcceptJob(req *loomv1.SubmitJobRequest, id int64, now time.Time) *loomv1.Job {
+	j := proto.Clone(req.GetJob()).(*loomv1.Job)
+	project, _ := ParseProject(req.GetParent())
+	j.Cluster = JobCluster(req)
+	j.Name = JobName(project, id)
+	j.JobId = itoa64(id)
+	if j.NodeCount == 0 {
+		j.NodeCount = 1
+	}
+	j.State = loomv1.JobState_PENDING
+	j.StateReason, j.ExitCode, j.Nodes, j.OutputPath = "", 0, nil, ""
+	j.SubmitTime, j.StartTime, j.EndTime = timestamppb.New(now), nil, nil
+	return j
+}

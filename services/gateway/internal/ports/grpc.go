@@ -1,0 +1,135 @@
+// Package ports exposes the gateway: the public gRPC services, the REST/JSON
+// mux in front of them, and the bus handlers.
+package ports
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+
+	"github.com/loom-ml/loom/libs/bus"
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/gateway/internal/app"
+)
+
+// Register registers every public loom.v1 service of g on s. Each method's
+// error goes through errs.ToStatus.
+func Register(s grpc.ServiceRegistrar, g *app.Gateway) {
+	loomv1.RegisterClusterServiceServer(s, clusters{g: g})
+	loomv1.RegisterJobServiceServer(s, jobs{g: g})
+	loomv1.RegisterOperationServiceServer(s, operations{g: g})
+	loomv1.RegisterNodeServiceServer(s, nodes{g: g})
+	loomv1.RegisterModelServiceServer(s, models{g: g})
+}
+
+// unary maps the error of a unary call; the result is dropped with it.
+func unary[T any](v T, err error) (T, error) {
+	if err != nil {
+		var zero T
+		return zero, errs.ToStatus(err)
+	}
+	return v, nil
+}
+
+type clusters struct {
+	loomv1.UnimplementedClusterServiceServer
+	g *app.Gateway
+}
+
+func (s clusters) CreateCluster(ctx context.Context, r *loomv1.CreateClusterRequest) (*loomv1.Operation, error) {
+	return unary(s.g.CreateCluster(ctx, r))
+}
+
+func (s clusters) GetCluster(ctx context.Context, r *loomv1.GetClusterRequest) (*loomv1.Cluster, error) {
+	return unary(s.g.GetCluster(ctx, r))
+}
+
+func (s clusters) ListClusters(ctx context.Context, r *loomv1.ListClustersRequest) (*loomv1.ListClustersResponse, error) {
+	return unary(s.g.ListClusters(ctx, r))
+}
+
+func (s clusters) DeleteCluster(ctx context.Context, r *loomv1.DeleteClusterRequest) (*loomv1.Operation, error) {
+	return unary(s.g.DeleteCluster(ctx, r))
+}
+
+type jobs struct {
+	loomv1.UnimplementedJobServiceServer
+	g *app.Gateway
+}
+
+func (s jobs) SubmitJob(ctx context.Context, r *loomv1.SubmitJobRequest) (*loomv1.Job, error) {
+	return unary(s.g.SubmitJob(ctx, r))
+}
+
+func (s jobs) GetJob(ctx context.Context, r *loomv1.GetJobRequest) (*loomv1.Job, error) {
+	return unary(s.g.GetJob(ctx, r))
+}
+
+func (s jobs) ListJobs(ctx context.Context, r *loomv1.ListJobsRequest) (*loomv1.ListJobsResponse, error) {
+	return unary(s.g.ListJobs(ctx, r))
+}
+
+func (s jobs) CancelJob(ctx context.Context, r *loomv1.CancelJobRequest) (*loomv1.Job, error) {
+	return unary(s.g.CancelJob(ctx, r))
+}
+
+func (s jobs) WatchJob(r *loomv1.WatchJobRequest, stream grpc.ServerStreamingServer[loomv1.Job]) error {
+	return errs.ToStatus(s.g.WatchJob(stream.Context(), r, stream.Send))
+}
+
+func (s jobs) ReadJobLogs(r *loomv1.ReadJobLogsRequest, stream grpc.ServerStreamingServer[loomv1.LogChunk]) error {
+	return errs.ToStatus(s.g.ReadJobLogs(stream.Context(), r, func(b []byte) error {
+		return stream.Send(&loomv1.LogChunk{Data: b})
+	}))
+}
+
+type operations struct {
+	loomv1.UnimplementedOperationServiceServer
+	g *app.Gateway
+}
+
+func (s operations) GetOperation(ctx context.Context, r *loomv1.GetOperationRequest) (*loomv1.Operation, error) {
+	return unary(s.g.GetOperation(ctx, r))
+}
+
+func (s operations) WaitOperation(ctx context.Context, r *loomv1.WaitOperationRequest) (*loomv1.Operation, error) {
+	return unary(s.g.WaitOperation(ctx, r))
+}
+
+type nodes struct {
+	loomv1.UnimplementedNodeServiceServer
+	g *app.Gateway
+}
+
+func (s nodes) ListNodes(ctx context.Context, r *loomv1.ListNodesRequest) (*loomv1.ListNodesResponse, error) {
+	return unary(s.g.ListNodes(ctx, r))
+}
+
+type models struct {
+	loomv1.UnimplementedModelServiceServer
+	g *app.Gateway
+}
+
+func (s models) ListModels(ctx context.Context, r *loomv1.ListModelsRequest) (*loomv1.ListModelsResponse, error) {
+	return unary(s.g.ListModels(ctx, r))
+}
+
+func (s models) GetModel(ctx context.Context, r *loomv1.GetModelRequest) (*loomv1.Model, error) {
+	return unary(s.g.GetModel(ctx, r))
+}
+
+func (s models) ListModelVersions(ctx context.Context, r *loomv1.ListModelVersionsRequest) (*loomv1.ListModelVersionsResponse, error) {
+	return unary(s.g.ListModelVersions(ctx, r))
+}
+
+// ClusterEvents handles loom.cluster.events.v1: it finishes operations.
+func ClusterEvents(g *app.Gateway) bus.Handler {
+	return func(ctx context.Context, ev envelope.Event) error { return g.HandleClusterEvent(ctx, ev) }
+}
+
+// JobEvents handles loom.job.events.v1: it feeds this process's job watchers.
+func JobEvents(g *app.Gateway) bus.Handler {
+	return func(ctx context.Context, ev envelope.Event) error { return g.HandleJobEvent(ctx, ev) }
+}

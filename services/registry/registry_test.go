@@ -1,0 +1,159 @@
+package registry
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/loom-ml/loom/libs/bus"
+	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+const (
+	testCluster = "projects/default/clusters/c1"
+	testModel   = "projects/default/models/tiny"
+)
+
+// startRegistry runs the service until the test ends and returns a client to
+// its gRPC API and a function that stops it.
+func startRegistry(t *testing.T, broker, redisAddr string) (loomv1.ModelServiceClient, func()) {
+	t.Helper()
+	cfg := Config{Common: config.Common{
+		Brokers: []string{broker}, RedisAddr: redisAddr,
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", LogLevel: "warn", CreateTopics: true,
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	addrs := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, cfg, func(a string) { addrs <- a }) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("registry run: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	var addr string
+	select {
+	case addr = <-addrs:
+	case err := <-done:
+		t.Fatalf("registry stopped at start: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("registry did not start serving gRPC")
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("dial registry: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return loomv1.NewModelServiceClient(conn), stop
+}
+
+func completedJob(id string) envelope.Event {
+	return envelope.New(topics.JobEvents, testCluster, "loom/scheduler", &eventsv1.JobChanged{
+		Job: &loomv1.Job{
+			Name: "projects/default/jobs/" + id, JobId: id, Cluster: testCluster,
+			State: loomv1.JobState_COMPLETED, ModelOutput: &loomv1.ModelOutput{ModelId: "tiny"},
+		},
+		Attempt:  1,
+		ModelDir: "/shared/models/tiny/job-" + id,
+	})
+}
+
+// waitVersions waits until the model has n versions and returns them.
+func waitVersions(t *testing.T, c loomv1.ModelServiceClient, n int) []*loomv1.ModelVersion {
+	t.Helper()
+	var got []*loomv1.ModelVersion
+	testkit.WaitFor(t, 30*time.Second, "model versions", func() (bool, error) {
+		resp, err := c.ListModelVersions(context.Background(), &loomv1.ListModelVersionsRequest{Parent: testModel})
+		if status.Code(err) == codes.NotFound {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		got = resp.GetVersions()
+		return len(got) >= n, nil
+	})
+	return got
+}
+
+func TestRegistersVersionOnCompletedJob(t *testing.T) {
+	t.Parallel()
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	client, stop := startRegistry(t, broker, redisAddr)
+	ctx := context.Background()
+
+	if _, err := client.GetModel(ctx, &loomv1.GetModelRequest{Name: testModel}); status.Code(err) != codes.NotFound {
+		t.Fatalf("GetModel of an unknown model: %v, want NotFound", err)
+	}
+	if _, err := client.ListModelVersions(ctx, &loomv1.ListModelVersionsRequest{Parent: "bad"}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("ListModelVersions with a bad parent: %v, want InvalidArgument", err)
+	}
+
+	prod := bus.NewProducer([]string{broker})
+	t.Cleanup(func() { _ = prod.Close() })
+	first := completedJob("1")
+	if err := prod.Publish(ctx, first); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	ev := testkit.WaitEvent(t, broker, topics.ModelEvents, 30*time.Second, func(e envelope.Event) bool {
+		r, ok := e.Payload.(*eventsv1.ModelVersionRegistered)
+		return ok && r.GetVersion().GetSourceJob() == "projects/default/jobs/1"
+	})
+	reg := ev.Payload.(*eventsv1.ModelVersionRegistered)
+	if reg.GetModel() != testModel || reg.GetVersion().GetVersion() != 1 ||
+		reg.GetVersion().GetArtifactUri() != "file:///shared/models/tiny/job-1" || ev.Key != testModel {
+		t.Fatalf("registered %v (key %q)", reg, ev.Key)
+	}
+	vs := waitVersions(t, client, 1)
+	if len(vs) != 1 || vs[0].GetName() != testModel+"/versions/1" {
+		t.Fatalf("versions %v, want exactly version 1", vs)
+	}
+
+	// The same event again, and a second COMPLETED for the same job, then a
+	// different job as a barrier: same key, so handled after the duplicates.
+	if err := prod.Publish(ctx, first, completedJob("1"), completedJob("2")); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	vs = waitVersions(t, client, 2)
+	if len(vs) != 2 || vs[1].GetSourceJob() != "projects/default/jobs/2" || vs[1].GetVersion() != 2 {
+		t.Fatalf("versions %v, want job 1 → v1 and job 2 → v2 only", vs)
+	}
+	m, err := client.GetModel(ctx, &loomv1.GetModelRequest{Name: testModel})
+	if err != nil || m.GetLatestVersion() != 2 {
+		t.Fatalf("GetModel: %v %v, want latest_version 2", m, err)
+	}
+
+	// After a restart the state comes back from Redis and job 1 still cannot
+	// register again.
+	stop()
+	client, _ = startRegistry(t, broker, redisAddr)
+	if err := prod.Publish(ctx, completedJob("1"), completedJob("3")); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	vs = waitVersions(t, client, 3)
+	if len(vs) != 3 || vs[2].GetSourceJob() != "projects/default/jobs/3" {
+		t.Fatalf("versions after restart %v, want v3 from job 3", vs)
+	}
+	list, err := client.ListModels(ctx, &loomv1.ListModelsRequest{Parent: "projects/default"})
+	if err != nil || len(list.GetModels()) != 1 {
+		t.Fatalf("ListModels: %v %v", list, err)
+	}
+}
