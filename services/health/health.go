@@ -1,32 +1,54 @@
 // Package health is Loom's health service. It owns node health: it marks a node DOWN when its heartbeats stop, and says so on its topic.
 // See README.md beside this file for what it owns, the topics it reads and
 // writes, and how it recovers.
-//
-// SKELETON: signatures are the contract; bodies are being written.
 package health
 
 import (
 	"context"
 	"flag"
+	"fmt"
 	"time"
 
 	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/service"
+	"github.com/loom-ml/loom/services/health/internal/app"
+	"github.com/loom-ml/loom/services/health/internal/ports"
 )
+
+// DefaultHeartbeatTimeout is how long a node may be silent by default.
+const DefaultHeartbeatTimeout = 15 * time.Second
 
 // Config is the health's configuration.
 type Config struct {
 	config.Common
 	// HeartbeatTimeout is how long a node may be silent before it is DOWN
-	// (LOOM_HEALTH_HEARTBEAT_TIMEOUT; default 15s).
+	// (LOOM_HEALTH_HEARTBEAT_TIMEOUT; default 15s). Nodes are checked every
+	// quarter of it.
 	HeartbeatTimeout time.Duration
 }
 
 // RegisterFlags adds the health's flags to fs, defaults from LOOM_* variables.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Common.Register(fs, "HEALTH", "127.0.0.1:7073", "127.0.0.1:9173")
+	fs.DurationVar(&c.HeartbeatTimeout, "heartbeat-timeout",
+		config.EnvDuration("LOOM_HEALTH_HEARTBEAT_TIMEOUT", DefaultHeartbeatTimeout),
+		"how long a node may be silent before it is UNHEALTHY (LOOM_HEALTH_HEARTBEAT_TIMEOUT; default 15s)")
 }
 
 // Run runs the health until ctx ends, then shuts down gracefully.
 func Run(ctx context.Context, cfg Config) error {
-	panic("unimplemented")
+	if cfg.HeartbeatTimeout <= 0 {
+		cfg.HeartbeatTimeout = DefaultHeartbeatTimeout
+	}
+	base, err := service.New(ctx, "health", cfg.Common)
+	if err != nil {
+		return err
+	}
+	a := app.New(base.Store, cfg.HeartbeatTimeout, time.Now, base.Log)
+	if err := a.Start(ctx); err != nil {
+		_ = base.Close()
+		return fmt.Errorf("health: %w", err)
+	}
+	interval := max(cfg.HeartbeatTimeout/4, time.Millisecond)
+	return base.Run(ctx, []service.Consume{{Topics: ports.Topics, Handler: a.Handle}}, a.CheckLoop(interval))
 }

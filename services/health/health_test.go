@@ -1,0 +1,103 @@
+package health_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/bus"
+	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/health"
+)
+
+const (
+	cluster = "projects/default/clusters/c1"
+	node    = cluster + "/nodes/gpu-0001"
+	wait    = 60 * time.Second
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func verdict(h eventsv1.NodeHealth) func(envelope.Event) bool {
+	return func(e envelope.Event) bool {
+		v, ok := e.Payload.(*eventsv1.NodeHealthChanged)
+		return ok && v.GetNode() == node && v.GetHealth() == h
+	}
+}
+
+func TestSilenceThenHeartbeatThroughTheBus(t *testing.T) {
+	t.Parallel()
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	cfg := health.Config{Common: config.Common{Brokers: []string{broker}, RedisAddr: redisAddr,
+		GRPCAddr: freeAddr(t), HTTPAddr: "127.0.0.1:0", LogLevel: "warn"}, HeartbeatTimeout: 300 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	result := make(chan error, 1)
+	go func() { result <- health.Run(ctx, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-result:
+			if err != nil {
+				t.Errorf("health.Run: %v", err)
+			}
+		case <-time.After(wait):
+			t.Errorf("health did not stop within %v", wait)
+		}
+	})
+
+	p := bus.NewProducer([]string{broker})
+	t.Cleanup(func() { _ = p.Close() })
+	publish := func(topic string, payload proto.Message) {
+		t.Helper()
+		pctx, pcancel := context.WithTimeout(context.Background(), wait)
+		defer pcancel()
+		if err := p.Publish(pctx, envelope.New(topic, node, "loom/test", payload)); err != nil {
+			t.Fatalf("publish %T: %v", payload, err)
+		}
+	}
+	beat := func() {
+		publish(topics.NodeTelemetry, &eventsv1.Heartbeat{Node: node, Cluster: cluster, BootId: "b1", Time: timestamppb.Now()})
+	}
+
+	publish(topics.NodeEvents, &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}})
+	publish(topics.NodeTelemetry, &eventsv1.AgentRegistered{Node: node, Cluster: cluster, Hostname: "gpu-0001", BootId: "b1"})
+	for range 3 {
+		beat()
+	}
+	ev := testkit.WaitEvent(t, broker, topics.HealthEvents, wait, verdict(eventsv1.NodeHealth_UNHEALTHY))
+	v := ev.Payload.(*eventsv1.NodeHealthChanged)
+	if ev.Key != node || ev.Source != "loom/health" || v.GetCluster() != cluster || v.GetReason() != "no heartbeat for 300ms" {
+		t.Fatalf("UNHEALTHY event: key %q source %q %v", ev.Key, ev.Source, v)
+	}
+
+	beat()
+	ev = testkit.WaitEvent(t, broker, topics.HealthEvents, wait, verdict(eventsv1.NodeHealth_HEALTHY))
+	// The silence was reported once, however many checks ran during it.
+	unhealthy := 0
+	for _, e := range testkit.Events(t, broker, topics.HealthEvents) {
+		if verdict(eventsv1.NodeHealth_UNHEALTHY)(e) && e.Offset < ev.Offset {
+			unhealthy++
+		}
+	}
+	if unhealthy != 1 {
+		t.Fatalf("%d UNHEALTHY events before HEALTHY, want 1", unhealthy)
+	}
+}

@@ -1,0 +1,113 @@
+package app
+
+import (
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+const node = "projects/default/clusters/c1/nodes/gpu-0001"
+
+// clock is a fake clock safe to read from the app.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func event(topic string, payload proto.Message) envelope.Event {
+	return envelope.New(topic, node, "loom/test", payload)
+}
+
+// TestVerdictSurvivesRestart checks, on a real Redis with a fake clock, that
+// a verdict is stored with its event, that a restarted app keeps it and gives
+// the node a full timeout of grace, and that a heartbeat then heals it.
+func TestVerdictSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "health:")
+	ctx := testkit.Context(t, 30*time.Second)
+	clk := &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	const timeout = 15 * time.Second
+
+	a := New(st, timeout, clk.now, slog.Default())
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Handle(ctx, event(topics.NodeEvents, &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, State: loomv1.Node_READY}})); err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(timeout)
+	if err := a.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := a.Node(node); !n.Unhealthy {
+		t.Fatal("not UNHEALTHY after the timeout")
+	}
+	if n, err := st.OutboxLen(ctx); err != nil || n != 1 {
+		t.Fatalf("outbox holds %d events (%v), want the one verdict", n, err)
+	}
+	if err := a.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := st.OutboxLen(ctx); n != 1 {
+		t.Fatalf("outbox holds %d events after a second check, want 1", n)
+	}
+
+	b := New(st, timeout, clk.now, slog.Default())
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := b.Node(node); !ok || !n.Unhealthy || n.Cluster != "projects/default/clusters/c1" {
+		t.Fatalf("after restart: %+v %v, want the member UNHEALTHY", n, ok)
+	}
+	hb := event(topics.NodeTelemetry, &eventsv1.Heartbeat{Node: node})
+	if err := b.Handle(ctx, hb); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := b.Node(node); n.Unhealthy {
+		t.Fatal("heartbeat did not heal the node")
+	}
+	// Redelivered, the heartbeat changes nothing more.
+	if err := b.Handle(ctx, hb); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := st.OutboxLen(ctx); n != 2 {
+		t.Fatalf("outbox holds %d events, want UNHEALTHY and HEALTHY", n)
+	}
+
+	c := New(st, timeout, clk.now, slog.Default())
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(timeout - time.Millisecond)
+	if err := c.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := c.Node(node); n.Unhealthy {
+		t.Fatal("flagged inside the restart grace")
+	}
+	clk.advance(time.Millisecond)
+	if err := c.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := c.Node(node); !n.Unhealthy {
+		t.Fatal("not flagged after the restart grace")
+	}
+}

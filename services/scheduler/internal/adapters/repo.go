@@ -1,0 +1,159 @@
+// Package adapters keeps the scheduler's records in Redis through libs/store:
+// one hash per record kind under the service's prefix, each field a record.
+//
+//	scheduler:clusters  cluster name → JSON Cluster
+//	scheduler:nodes     node name    → JSON Node
+//	scheduler:jobs      job name     → JSON {job: protobuf Job, attempt, model_dir}
+//	scheduler:runs      job#attempt  → JSON Run
+package adapters
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/store"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain"
+)
+
+// Hash keys, relative to the store's prefix.
+const (
+	KeyClusters = "clusters"
+	KeyNodes    = "nodes"
+	KeyJobs     = "jobs"
+	KeyRuns     = "runs"
+)
+
+// Repo reads and writes the scheduler's records.
+type Repo struct {
+	st *store.Store
+}
+
+// NewRepo returns a repository over st.
+func NewRepo(st *store.Store) *Repo { return &Repo{st: st} }
+
+// Records is everything stored.
+type Records struct {
+	Clusters []*domain.Cluster
+	Nodes    []*domain.Node
+	Jobs     []*domain.Job
+	Runs     []*domain.Run
+}
+
+// Load reads every record.
+func (r *Repo) Load(ctx context.Context) (*Records, error) {
+	var recs Records
+	if err := loadJSON(ctx, r.st, KeyClusters, &recs.Clusters); err != nil {
+		return nil, err
+	}
+	if err := loadJSON(ctx, r.st, KeyNodes, &recs.Nodes); err != nil {
+		return nil, err
+	}
+	if err := loadJSON(ctx, r.st, KeyRuns, &recs.Runs); err != nil {
+		return nil, err
+	}
+	raw, err := r.st.HGetAll(ctx, KeyJobs)
+	if err != nil {
+		return nil, fmt.Errorf("load jobs: %w", err)
+	}
+	for name, b := range raw {
+		j, err := DecodeJob(b)
+		if err != nil {
+			return nil, fmt.Errorf("load job %s: %w", name, err)
+		}
+		recs.Jobs = append(recs.Jobs, j)
+	}
+	return &recs, nil
+}
+
+func loadJSON[T any](ctx context.Context, st *store.Store, key string, out *[]*T) error {
+	raw, err := st.HGetAll(ctx, key)
+	if err != nil {
+		return fmt.Errorf("load %s: %w", key, err)
+	}
+	for field, b := range raw {
+		v := new(T)
+		if err := json.Unmarshal(b, v); err != nil {
+			return fmt.Errorf("load %s %s: %w", key, field, err)
+		}
+		*out = append(*out, v)
+	}
+	return nil
+}
+
+// Write adds the records of c to tx: a set for each new version, a delete for
+// each nil.
+func Write(tx *store.Tx, c *domain.Change) error {
+	for name, v := range c.Clusters {
+		if err := putJSON(tx, KeyClusters, name, v); err != nil {
+			return err
+		}
+	}
+	for name, v := range c.Nodes {
+		if err := putJSON(tx, KeyNodes, name, v); err != nil {
+			return err
+		}
+	}
+	for key, v := range c.Runs {
+		if err := putJSON(tx, KeyRuns, key, v); err != nil {
+			return err
+		}
+	}
+	for name, j := range c.Jobs {
+		if j == nil {
+			tx.HDel(KeyJobs, name)
+			continue
+		}
+		b, err := EncodeJob(j)
+		if err != nil {
+			return fmt.Errorf("encode job %s: %w", name, err)
+		}
+		tx.HSet(KeyJobs, name, b)
+	}
+	return nil
+}
+
+func putJSON[T any](tx *store.Tx, key, field string, v *T) error {
+	if v == nil {
+		tx.HDel(key, field)
+		return nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s %s: %w", key, field, err)
+	}
+	tx.HSet(key, field, b)
+	return nil
+}
+
+// jobRecord is a Job as stored: the resource in protobuf, the rest in JSON.
+type jobRecord struct {
+	Job      []byte `json:"job"`
+	Attempt  int32  `json:"attempt"`
+	ModelDir string `json:"model_dir,omitempty"`
+}
+
+// EncodeJob serialises a job record.
+func EncodeJob(j *domain.Job) ([]byte, error) {
+	pb, err := proto.Marshal(j.Job)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(jobRecord{Job: pb, Attempt: j.Attempt, ModelDir: j.ModelDir})
+}
+
+// DecodeJob parses what EncodeJob wrote.
+func DecodeJob(b []byte) (*domain.Job, error) {
+	var rec jobRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, err
+	}
+	job := &loomv1.Job{}
+	if err := proto.Unmarshal(rec.Job, job); err != nil {
+		return nil, err
+	}
+	return &domain.Job{Job: job, Attempt: rec.Attempt, ModelDir: rec.ModelDir}, nil
+}

@@ -1,0 +1,629 @@
+package domain
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strconv"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/errs"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+const cl = "projects/default/clusters/c1"
+
+// harness drives a State the way the app does: Handle, then Commit, checking
+// the invariants after every event.
+type harness struct {
+	t   *testing.T
+	s   *State
+	now time.Time
+}
+
+func newHarness(t *testing.T) *harness {
+	h := &harness{t: t, s: NewState(Config{Policy: DefaultPolicy()}), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	h.do(&eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cl, Status: &loomv1.ClusterStatus{
+		State: loomv1.Cluster_RUNNING, SharedDir: "/shared/c1"}}})
+	return h
+}
+
+func (h *harness) do(ev proto.Message) *Change {
+	h.t.Helper()
+	h.now = h.now.Add(time.Second)
+	c, err := h.s.Handle(h.now, ev)
+	if err != nil {
+		h.t.Fatalf("handle %T: %v", ev, err)
+	}
+	h.s.Commit(c)
+	checkInvariants(h.t, h.s)
+	return c
+}
+
+func nodeName(host string) string { return cl + "/nodes/" + host }
+
+func (h *harness) node(host string, gpus int32) *Change {
+	return h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName(host), Cluster: cl, Hostname: host, Gpus: gpus, State: loomv1.Node_READY}})
+}
+
+func jobName(id int) string { return "projects/default/jobs/" + strconv.Itoa(id) }
+
+func (h *harness) submit(id int, nodes, gpus int32) *Change {
+	return h.do(&eventsv1.SubmitJob{Job: &loomv1.Job{Name: jobName(id), JobId: strconv.Itoa(id), Cluster: cl,
+		NodeCount: nodes, GpusPerNode: gpus, Command: []string{"/bin/train", "--x"}, SubmitTime: timestamppb.New(h.now)}})
+}
+
+func (h *harness) step(id int, attempt int32, host string, st eventsv1.StepState, code int32) *Change {
+	return h.do(&eventsv1.StepChanged{Job: jobName(id), Attempt: attempt, Node: nodeName(host), State: st, ExitCode: code, Cluster: cl})
+}
+
+// finish reports every step of the job's current run exited with code.
+func (h *harness) finish(id int, code int32) {
+	j := h.s.JobRecord(jobName(id))
+	r := h.s.Run(jobName(id), j.Attempt)
+	for _, host := range r.Hostnames {
+		h.step(id, j.Attempt, host, eventsv1.StepState_STEP_EXITED, code)
+	}
+}
+
+func (h *harness) job(id int) *loomv1.Job {
+	h.t.Helper()
+	j := h.s.Job(jobName(id))
+	if j == nil {
+		h.t.Fatalf("job %d unknown", id)
+	}
+	return j
+}
+
+func (h *harness) wantState(id int, state loomv1.JobState, reason string) {
+	h.t.Helper()
+	j := h.job(id)
+	if j.GetState() != state || j.GetStateReason() != reason {
+		h.t.Fatalf("job %d: got %v %q, want %v %q", id, j.GetState(), j.GetStateReason(), state, reason)
+	}
+}
+
+// checkInvariants fails when a GPU is held twice, a running job has no
+// active run, or a pending job has no reason.
+func checkInvariants(t *testing.T, s *State) {
+	t.Helper()
+	held := map[string]string{}
+	for _, r := range s.ActiveRuns() {
+		for _, node := range r.Nodes {
+			if !r.Holds(node) {
+				continue
+			}
+			for _, g := range r.GPUs[node] {
+				k := fmt.Sprintf("%s#%d", node, g)
+				if other, ok := held[k]; ok {
+					t.Fatalf("GPU %s held by %s and %s", k, other, r.Key())
+				}
+				held[k] = r.Key()
+			}
+		}
+	}
+	for name, rec := range s.jobs {
+		j := rec.Job
+		switch j.GetState() {
+		case loomv1.JobState_RUNNING:
+			if r := s.Run(name, rec.Attempt); r == nil || r.Released {
+				t.Fatalf("running job %s has no active run", name)
+			}
+		case loomv1.JobState_PENDING:
+			if !s.pending[j.GetCluster()][name] {
+				t.Fatalf("pending job %s missing from the queue index", name)
+			}
+			switch j.GetStateReason() {
+			case ReasonPriority, ReasonResources, ReasonReqNodeNotAvail:
+			default:
+				t.Fatalf("pending job %s has reason %q", name, j.GetStateReason())
+			}
+		}
+	}
+}
+
+// starts returns the StartSteps of c, and stops its StopSteps.
+func starts(c *Change) []*eventsv1.StartStep {
+	var out []*eventsv1.StartStep
+	for _, e := range c.Emits {
+		if s, ok := e.Payload.(*eventsv1.StartStep); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func stops(c *Change) []*eventsv1.StopStep {
+	var out []*eventsv1.StopStep
+	for _, e := range c.Emits {
+		if s, ok := e.Payload.(*eventsv1.StopStep); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func jobChanges(c *Change) []*eventsv1.JobChanged {
+	var out []*eventsv1.JobChanged
+	for _, e := range c.Emits {
+		if s, ok := e.Payload.(*eventsv1.JobChanged); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func TestSubmitRunsAndCompletes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 8)
+	h.node("gpu-0002", 8)
+	c := h.submit(1, 2, 4)
+	jc := jobChanges(c)
+	if len(jc) != 2 || jc[0].GetJob().GetState() != loomv1.JobState_PENDING || jc[1].GetJob().GetState() != loomv1.JobState_RUNNING {
+		t.Fatalf("want JobChanged PENDING then RUNNING, got %v", jc)
+	}
+	if jc[1].GetAttempt() != 1 {
+		t.Fatalf("attempt %d, want 1", jc[1].GetAttempt())
+	}
+	ss := starts(c)
+	if len(ss) != 2 {
+		t.Fatalf("want 2 StartStep, got %d", len(ss))
+	}
+	for i, s := range ss {
+		if s.GetNodeIndex() != int32(i) || s.GetNode() != nodeName(fmt.Sprintf("gpu-%04d", i+1)) || s.GetAttempt() != 1 {
+			t.Fatalf("StartStep %d: %v", i, s)
+		}
+	}
+	j := h.job(1)
+	if j.GetOutputPath() != "/shared/c1/slurm-1.out" || !reflect.DeepEqual(j.GetNodes(), []string{"gpu-0001", "gpu-0002"}) {
+		t.Fatalf("job placed wrong: %v", j)
+	}
+	h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_RUNNING, 0)
+	h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_EXITED, 0)
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	c = h.step(1, 1, "gpu-0002", eventsv1.StepState_STEP_EXITED, 0)
+	h.wantState(1, loomv1.JobState_COMPLETED, "")
+	if len(jobChanges(c)) != 1 || len(stops(c)) != 0 {
+		t.Fatalf("completion: want one JobChanged and no StopStep, got %v", c.Emits)
+	}
+	if len(h.s.ActiveRuns()) != 0 {
+		t.Fatal("allocation not freed after every step ended")
+	}
+}
+
+func TestStepEnv(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 8)
+	h.node("gpu-0002", 8)
+	h.submit(1, 1, 2) // takes GPUs 0,1 of gpu-0001
+	c := h.do(&eventsv1.SubmitJob{Job: &loomv1.Job{Name: jobName(7), JobId: "7", Cluster: cl, DisplayName: "train",
+		NodeCount: 2, GpusPerNode: 3, Script: "echo hi", Env: map[string]string{"FOO": "bar", "SLURM_JOB_ID": "forged"},
+		ModelOutput: &loomv1.ModelOutput{ModelId: "tiny"}}})
+	ss := starts(c)
+	if len(ss) != 2 {
+		t.Fatalf("want 2 StartStep, got %v", c.Emits)
+	}
+	want := map[string]string{
+		"FOO": "bar", "SLURM_JOB_ID": "7", "SLURM_JOB_NAME": "train", "SLURM_JOB_NODELIST": "gpu-0001,gpu-0002",
+		"SLURM_NNODES": "2", "SLURM_NODEID": "1", "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_GPUS_ON_NODE": "3",
+		"CUDA_VISIBLE_DEVICES": "0,1,2", "SLURM_SUBMIT_DIR": "/shared/c1", "LOOM_JOB_ID": "7",
+		"LOOM_JOB_NAME": jobName(7), "LOOM_NODE_RANK": "1", "LOOM_NUM_NODES": "2",
+		"MASTER_ADDR": "gpu-0001", "MASTER_PORT": "20007", "LOOM_MODEL_DIR": "/shared/c1/models/tiny/job-7",
+	}
+	if got := ss[1].GetEnv(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("env of rank 1:\n got %v\nwant %v", got, want)
+	}
+	if got := ss[0].GetEnv()["CUDA_VISIBLE_DEVICES"]; got != "2,3,4" {
+		t.Fatalf("rank 0 CUDA_VISIBLE_DEVICES %q, want 2,3,4 (0,1 are job 1's)", got)
+	}
+	s := ss[0]
+	if s.GetScript() != "echo hi" || s.GetWorkDir() != "/shared/c1" || s.GetOutputPath() != "/shared/c1/slurm-7.out" ||
+		s.GetGpus() != 3 || s.GetJobName() != "train" || s.GetJobId() != "7" || !reflect.DeepEqual(s.GetNodeHostnames(), []string{"gpu-0001", "gpu-0002"}) {
+		t.Fatalf("StartStep fields: %v", s)
+	}
+	jc := jobChanges(c)
+	if last := jc[len(jc)-1]; last.GetModelDir() != "/shared/c1/models/tiny/job-7" {
+		t.Fatalf("JobChanged.model_dir %q", last.GetModelDir())
+	}
+}
+
+func TestFCFSOrder(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 8)
+	h.submit(1, 1, 8)
+	// Job 3 reaches the scheduler before job 2: the queue still serves 2 first.
+	h.submit(3, 1, 4)
+	h.submit(2, 1, 4)
+	h.wantState(2, loomv1.JobState_PENDING, ReasonResources)
+	h.wantState(3, loomv1.JobState_PENDING, ReasonPriority)
+	h.submit(4, 1, 4)
+	h.wantState(4, loomv1.JobState_PENDING, ReasonPriority)
+
+	j := h.s.JobRecord(jobName(1))
+	h.step(1, j.Attempt, "gpu-0001", eventsv1.StepState_STEP_EXITED, 0)
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	h.wantState(3, loomv1.JobState_RUNNING, "")
+	h.wantState(4, loomv1.JobState_PENDING, ReasonResources)
+	if h.job(2).GetStartTime().AsTime().After(h.job(3).GetStartTime().AsTime()) {
+		t.Fatal("job 3 started before job 2")
+	}
+}
+
+func TestHeadOfLineBlocks(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 8)
+	h.submit(1, 1, 6)
+	h.submit(2, 1, 4) // does not fit: 2 free
+	c := h.submit(3, 1, 1)
+	if len(starts(c)) != 0 {
+		t.Fatal("a job behind a blocked head started")
+	}
+	h.wantState(2, loomv1.JobState_PENDING, ReasonResources)
+	h.wantState(3, loomv1.JobState_PENDING, ReasonPriority)
+	// Only one JobChanged for the new job: its reason is refined in place.
+	if jc := jobChanges(c); len(jc) != 1 || jc[0].GetJob().GetStateReason() != ReasonPriority {
+		t.Fatalf("want one JobChanged PENDING/Priority, got %v", jc)
+	}
+}
+
+func TestGangAllOrNothing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 8)
+	h.node("gpu-0002", 8)
+	h.node("gpu-0003", 8)
+	h.submit(1, 1, 6) // lands on gpu-0001
+	c := h.submit(2, 3, 4)
+	if len(starts(c)) != 0 {
+		t.Fatalf("gang of 3 started on fewer nodes: %v", starts(c))
+	}
+	h.wantState(2, loomv1.JobState_PENDING, ReasonResources)
+	var d *Decision
+	for i := range c.Decisions {
+		if c.Decisions[i].Job == jobName(2) {
+			d = &c.Decisions[i]
+		}
+	}
+	if d == nil || d.Filtered["InsufficientGPUs"] != 1 {
+		t.Fatalf("want 1 node filtered for InsufficientGPUs, got %+v", d)
+	}
+	for _, r := range h.s.ActiveRuns() {
+		if r.Job == jobName(2) {
+			t.Fatal("gang holds a partial allocation")
+		}
+	}
+	h.finish(1, 0)
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	if n := len(h.job(2).GetNodes()); n != 3 {
+		t.Fatalf("gang got %d nodes, want 3", n)
+	}
+}
+
+func TestZeroGPUJobsShareNodes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("cpu-0001", 0)
+	h.submit(1, 1, 0)
+	h.submit(2, 1, 0)
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	h.submit(3, 1, 1)
+	h.wantState(3, loomv1.JobState_PENDING, ReasonResources)
+}
+
+func TestReqNodeNotAvail(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.submit(1, 1, 1)
+	h.submit(2, 1, 1)
+	h.wantState(1, loomv1.JobState_PENDING, ReasonReqNodeNotAvail)
+	h.wantState(2, loomv1.JobState_PENDING, ReasonReqNodeNotAvail)
+	h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName("gpu-0001"), Hostname: "gpu-0001", Cluster: cl, Gpus: 1, State: loomv1.Node_PROVISIONING}})
+	h.wantState(1, loomv1.JobState_PENDING, ReasonReqNodeNotAvail)
+	h.node("gpu-0001", 1)
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.wantState(2, loomv1.JobState_PENDING, ReasonResources)
+}
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 4)
+	h.node("gpu-0002", 4)
+	h.submit(1, 2, 4)
+	h.submit(2, 1, 4)
+	h.submit(3, 2, 4)
+
+	c := h.do(&eventsv1.CancelJob{Job: jobName(3), Cluster: cl})
+	h.wantState(3, loomv1.JobState_CANCELLED, "")
+	if len(stops(c)) != 0 {
+		t.Fatal("cancel of a pending job sent StopStep")
+	}
+
+	h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_RUNNING, 0)
+	c = h.do(&eventsv1.CancelJob{Job: jobName(1), Cluster: cl})
+	h.wantState(1, loomv1.JobState_CANCELLED, "")
+	if st := stops(c); len(st) != 2 || st[0].GetNode() != nodeName("gpu-0001") || st[1].GetNode() != nodeName("gpu-0002") {
+		t.Fatalf("want StopStep to both nodes, got %v", st)
+	}
+	// The allocation is held until the steps end.
+	h.wantState(2, loomv1.JobState_PENDING, ReasonResources)
+	h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_KILLED, 143)
+	h.wantState(2, loomv1.JobState_PENDING, ReasonResources) // gpu-0002's step still runs
+	h.step(1, 1, "gpu-0002", eventsv1.StepState_STEP_KILLED, 143)
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	h.wantState(1, loomv1.JobState_CANCELLED, "")
+
+	// Cancelling a terminal job changes nothing.
+	if c := h.do(&eventsv1.CancelJob{Job: jobName(1), Cluster: cl}); !c.Empty() {
+		t.Fatalf("cancel of a terminal job changed %v", c)
+	}
+}
+
+func TestFailureStopsOthersAndHoldsAllocation(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 8)
+	h.node("gpu-0002", 8)
+	h.submit(1, 2, 8)
+	h.submit(2, 1, 8)
+	c := h.step(1, 1, "gpu-0002", eventsv1.StepState_STEP_EXITED, 3)
+	h.wantState(1, loomv1.JobState_FAILED, "NonZeroExitCode")
+	if h.job(1).GetExitCode() != 3 {
+		t.Fatalf("exit code %d, want 3", h.job(1).GetExitCode())
+	}
+	if st := stops(c); len(st) != 1 || st[0].GetNode() != nodeName("gpu-0001") {
+		t.Fatalf("want StopStep to gpu-0001 only, got %v", st)
+	}
+	// gpu-0002's step ended, but the run holds both nodes until gpu-0001's does.
+	h.wantState(2, loomv1.JobState_PENDING, ReasonResources)
+	h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_KILLED, 143)
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	h.wantState(1, loomv1.JobState_FAILED, "NonZeroExitCode")
+}
+
+func TestFailedToStartAndLost(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 1)
+	h.submit(1, 1, 1)
+	h.do(&eventsv1.StepChanged{Job: jobName(1), Attempt: 1, Node: nodeName("gpu-0001"), State: eventsv1.StepState_STEP_FAILED_TO_START, Message: "exec: no such file"})
+	h.wantState(1, loomv1.JobState_FAILED, "JobLaunchFailure on gpu-0001: exec: no such file")
+	h.submit(2, 1, 1)
+	h.step(2, 1, "gpu-0001", eventsv1.StepState_STEP_RUNNING, 0)
+	h.step(2, 1, "gpu-0001", eventsv1.StepState_STEP_LOST, 0)
+	h.wantState(2, loomv1.JobState_FAILED, "step lost on gpu-0001")
+	if h.job(2).GetExitCode() == 0 {
+		t.Fatal("a failed job has exit code 0")
+	}
+}
+
+func TestNodeFail(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 8)
+	h.node("gpu-0002", 8)
+	h.submit(1, 2, 8)
+	h.submit(2, 1, 8)
+	c := h.do(&eventsv1.NodeHealthChanged{Node: nodeName("gpu-0001"), Cluster: cl, Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "no heartbeat for 15s"})
+	h.wantState(1, loomv1.JobState_NODE_FAIL, "node gpu-0001 down: no heartbeat for 15s")
+	if st := stops(c); len(st) != 1 || st[0].GetNode() != nodeName("gpu-0002") {
+		t.Fatalf("want StopStep to gpu-0002 only, got %v", st)
+	}
+	r := h.s.Run(jobName(1), 1)
+	if r.Holds(nodeName("gpu-0001")) || !r.Holds(nodeName("gpu-0002")) {
+		t.Fatal("want the down node freed and the other held")
+	}
+	// The down node takes no work even with its GPUs free.
+	h.wantState(2, loomv1.JobState_PENDING, ReasonResources)
+	h.step(1, 1, "gpu-0002", eventsv1.StepState_STEP_KILLED, 143)
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	if got := h.job(2).GetNodes(); !reflect.DeepEqual(got, []string{"gpu-0002"}) {
+		t.Fatalf("job 2 on %v, want gpu-0002", got)
+	}
+	// A late report from the failed node changes nothing.
+	if c := h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_LOST, 0); !c.Empty() {
+		t.Fatalf("late step report changed %v", c.Emits)
+	}
+	h.submit(3, 1, 8)
+	h.wantState(3, loomv1.JobState_PENDING, ReasonResources)
+	h.do(&eventsv1.NodeHealthChanged{Node: nodeName("gpu-0001"), Cluster: cl, Health: eventsv1.NodeHealth_HEALTHY})
+	h.wantState(3, loomv1.JobState_RUNNING, "")
+	if got := h.job(3).GetNodes(); !reflect.DeepEqual(got, []string{"gpu-0001"}) {
+		t.Fatalf("job 3 on %v, want gpu-0001", got)
+	}
+}
+
+func TestNodeDownAndRemoved(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 1)
+	h.node("gpu-0002", 1)
+	h.submit(1, 1, 1)
+	h.submit(2, 1, 1)
+	h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName("gpu-0001"), Cluster: cl, Hostname: "gpu-0001", Gpus: 1, State: loomv1.Node_DOWN, Reason: "agent exited"}})
+	h.wantState(1, loomv1.JobState_NODE_FAIL, "node gpu-0001 down: agent exited")
+	h.do(&eventsv1.NodeRemoved{Node: nodeName("gpu-0002"), Cluster: cl})
+	h.wantState(2, loomv1.JobState_NODE_FAIL, "node gpu-0002 down: removed")
+	h.submit(3, 1, 1)
+	h.wantState(3, loomv1.JobState_PENDING, ReasonReqNodeNotAvail)
+}
+
+func TestClusterDeleted(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 1)
+	h.submit(1, 1, 1)
+	h.submit(2, 1, 1)
+	h.do(&eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cl, Status: &loomv1.ClusterStatus{State: loomv1.Cluster_DELETING}}})
+	h.do(&eventsv1.NodeRemoved{Node: nodeName("gpu-0001"), Cluster: cl})
+	h.wantState(1, loomv1.JobState_CANCELLED, ReasonClusterDeleted)
+	h.wantState(2, loomv1.JobState_PENDING, ReasonReqNodeNotAvail)
+	h.do(&eventsv1.ClusterDeleted{Cluster: cl})
+	h.wantState(2, loomv1.JobState_CANCELLED, ReasonClusterDeleted)
+	h.submit(3, 1, 1)
+	h.wantState(3, loomv1.JobState_CANCELLED, ReasonClusterDeleted)
+	if len(h.s.ActiveRuns()) != 0 {
+		t.Fatal("a deleted cluster's run still holds an allocation")
+	}
+}
+
+func TestClusterDeletedCancelsRunning(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 1)
+	h.submit(1, 1, 1)
+	h.do(&eventsv1.ClusterDeleted{Cluster: cl})
+	h.wantState(1, loomv1.JobState_CANCELLED, ReasonClusterDeleted)
+	if len(h.s.ActiveRuns()) != 0 || h.s.Node(nodeName("gpu-0001")) != nil {
+		t.Fatal("deleted cluster's nodes or allocations remain")
+	}
+}
+
+func TestHandleDoesNotTouchStateBeforeCommit(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 8)
+	h.submit(1, 1, 8)
+	before := h.job(1)
+	c, err := h.s.Handle(h.now, &eventsv1.CancelJob{Job: jobName(1), Cluster: cl})
+	if err != nil || len(c.Emits) == 0 {
+		t.Fatalf("cancel: %v %v", c, err)
+	}
+	if _, err := h.s.Handle(h.now, &eventsv1.SubmitJob{Job: &loomv1.Job{Name: jobName(2), JobId: "2", Cluster: cl, GpusPerNode: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(before, h.job(1)) || h.s.Job(jobName(2)) != nil || h.s.Run(jobName(1), 1).Steps[nodeName("gpu-0001")].Terminal() {
+		t.Fatal("Handle changed the state without Commit")
+	}
+}
+
+func TestRedeliveryChangesNothing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 8)
+	h.submit(1, 1, 8)
+	if c := h.submit(1, 1, 8); !c.Empty() {
+		t.Fatalf("second SubmitJob changed %v", c.Emits)
+	}
+	h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_RUNNING, 0)
+	if c := h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_RUNNING, 0); !c.Empty() {
+		t.Fatalf("second STEP_RUNNING changed %v", c.Emits)
+	}
+	h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_EXITED, 0)
+	if c := h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_EXITED, 0); !c.Empty() {
+		t.Fatalf("second STEP_EXITED changed %v", c.Emits)
+	}
+	if c := h.node("gpu-0001", 8); !c.Empty() {
+		t.Fatalf("unchanged NodeChanged changed %v", c.Emits)
+	}
+	if c := h.s.Schedule(h.now); !c.Empty() {
+		t.Fatalf("a pass with nothing to do changed %v", c.Emits)
+	}
+}
+
+func TestInvalidEvents(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{})
+	for _, ev := range []proto.Message{
+		&eventsv1.SubmitJob{},
+		&eventsv1.SubmitJob{Job: &loomv1.Job{Name: "x", JobId: "1", Cluster: cl, GpusPerNode: -1}},
+		&eventsv1.CancelJob{},
+		&eventsv1.NodeChanged{},
+		&eventsv1.StepChanged{Job: "x"},
+	} {
+		_, err := s.Handle(time.Now(), ev)
+		var inv *errs.InvalidError
+		if !errors.As(err, &inv) {
+			t.Errorf("%T %v: got %v, want InvalidError", ev, ev, err)
+		}
+	}
+	if c, err := s.Handle(time.Now(), &eventsv1.Heartbeat{Node: "n"}); err != nil || !c.Empty() {
+		t.Errorf("unrelated event: %v %v", c, err)
+	}
+}
+
+// TestRandomNoGPUDoubleAllocated runs many random sequences of submits,
+// cancels, step ends and node failures, checking after every event (in
+// harness.do) that no GPU is held twice, and at the end that every job ran to
+// an end and freed its allocation.
+func TestRandomNoGPUDoubleAllocated(t *testing.T) {
+	t.Parallel()
+	for seed := uint64(1); seed <= 25; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		h := newHarness(t)
+		hosts := []string{"gpu-0001", "gpu-0002", "gpu-0003", "gpu-0004"}
+		for _, host := range hosts {
+			h.node(host, 4)
+		}
+		next := 1
+		for range 300 {
+			switch op := rng.IntN(10); {
+			case op < 4:
+				h.submit(next, int32(1+rng.IntN(3)), int32(rng.IntN(5)))
+				next++
+			case op < 8: // a random live step reports an end
+				runs := h.s.ActiveRuns()
+				if len(runs) == 0 {
+					continue
+				}
+				r := runs[rng.IntN(len(runs))]
+				i := rng.IntN(len(r.Nodes))
+				if r.Steps[r.Nodes[i]].Terminal() {
+					continue
+				}
+				code := int32(0)
+				if rng.IntN(5) == 0 {
+					code = 1
+				}
+				id, _ := strconv.Atoi(h.s.JobRecord(r.Job).Job.GetJobId())
+				h.step(id, r.Attempt, r.Hostnames[i], eventsv1.StepState_STEP_EXITED, code)
+			case op < 9:
+				if next > 1 {
+					h.do(&eventsv1.CancelJob{Job: jobName(1 + rng.IntN(next-1)), Cluster: cl})
+				}
+			default:
+				host := hosts[rng.IntN(len(hosts))]
+				health := eventsv1.NodeHealth_UNHEALTHY
+				if h.s.Node(nodeName(host)).Unhealthy {
+					health = eventsv1.NodeHealth_HEALTHY
+				}
+				h.do(&eventsv1.NodeHealthChanged{Node: nodeName(host), Cluster: cl, Health: health, Reason: "test"})
+			}
+		}
+		// Heal every node and end every step: the queue must drain.
+		for _, host := range hosts {
+			if h.s.Node(nodeName(host)).Unhealthy {
+				h.do(&eventsv1.NodeHealthChanged{Node: nodeName(host), Cluster: cl, Health: eventsv1.NodeHealth_HEALTHY})
+			}
+		}
+		for guard := 0; len(h.s.ActiveRuns()) > 0; guard++ {
+			if guard > 10000 {
+				t.Fatalf("seed %d: runs never drained", seed)
+			}
+			r := h.s.ActiveRuns()[0]
+			for i, node := range r.Nodes {
+				if !r.Steps[node].Terminal() {
+					id, _ := strconv.Atoi(h.s.JobRecord(r.Job).Job.GetJobId())
+					h.step(id, r.Attempt, r.Hostnames[i], eventsv1.StepState_STEP_EXITED, 0)
+					break
+				}
+			}
+		}
+		for _, j := range h.s.Jobs(nil) {
+			if j.GetState() == loomv1.JobState_PENDING || j.GetState() == loomv1.JobState_RUNNING {
+				t.Fatalf("seed %d: job %s still %v (%s) with every node free", seed, j.GetName(), j.GetState(), j.GetStateReason())
+			}
+		}
+	}
+}

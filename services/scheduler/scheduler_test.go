@@ -1,0 +1,288 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/bus"
+	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/scheduler"
+)
+
+const (
+	cluster = "projects/default/clusters/c1"
+	wait    = 60 * time.Second
+)
+
+// freeAddr returns a loopback address whose port was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// instance is a scheduler running in the test.
+type instance struct {
+	cancel context.CancelFunc
+	result chan error
+	client loomv1.JobServiceClient
+}
+
+func startScheduler(t *testing.T, broker, redisAddr string) *instance {
+	t.Helper()
+	cfg := scheduler.Config{Common: config.Common{
+		Brokers: []string{broker}, RedisAddr: redisAddr, GRPCAddr: freeAddr(t),
+		HTTPAddr: "127.0.0.1:0", LogLevel: "warn",
+	}, MasterAddr: scheduler.DefaultMasterAddr}
+	ctx, cancel := context.WithCancel(context.Background())
+	in := &instance{cancel: cancel, result: make(chan error, 1)}
+	go func() { in.result <- scheduler.Run(ctx, cfg) }()
+	t.Cleanup(func() { in.stop(t) })
+	conn, err := grpc.NewClient(cfg.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	in.client = loomv1.NewJobServiceClient(conn)
+	return in
+}
+
+// stop ends the instance and checks that it stopped cleanly; a second call
+// does nothing.
+func (in *instance) stop(t *testing.T) {
+	t.Helper()
+	if in.cancel == nil {
+		return
+	}
+	in.cancel()
+	in.cancel = nil
+	select {
+	case err := <-in.result:
+		if err != nil {
+			t.Errorf("scheduler.Run: %v", err)
+		}
+	case <-time.After(wait):
+		t.Errorf("scheduler did not stop within %v", wait)
+	}
+}
+
+// job polls GetJob until the job is in state, and returns it.
+func (in *instance) job(t *testing.T, id int, state loomv1.JobState) *loomv1.Job {
+	t.Helper()
+	var j *loomv1.Job
+	testkit.WaitFor(t, wait, fmt.Sprintf("job %d %v", id, state), func() (bool, error) {
+		got, err := in.client.GetJob(context.Background(), &loomv1.GetJobRequest{Name: jobName(id)})
+		if status.Code(err) == codes.NotFound || status.Code(err) == codes.Unavailable {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		j = got
+		return got.GetState() == state, nil
+	})
+	return j
+}
+
+func jobName(id int) string           { return "projects/default/jobs/" + strconv.Itoa(id) }
+func nodeName(host string) string     { return cluster + "/nodes/" + host }
+func hostNode(j *loomv1.Job) []string { return j.GetNodes() }
+
+// feeder publishes events the way the other services would.
+type feeder struct {
+	t *testing.T
+	p *bus.Producer
+}
+
+func newFeeder(t *testing.T, broker string) *feeder {
+	p := bus.NewProducer([]string{broker})
+	t.Cleanup(func() { _ = p.Close() })
+	return &feeder{t: t, p: p}
+}
+
+func (f *feeder) publish(topic, key string, payload proto.Message) {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := f.p.Publish(ctx, envelope.New(topic, key, "loom/test", payload)); err != nil {
+		f.t.Fatalf("publish %T: %v", payload, err)
+	}
+}
+
+func (f *feeder) cluster() {
+	f.publish(topics.ClusterEvents, cluster, &eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cluster,
+		Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, SharedDir: "/shared/c1"}}})
+}
+
+func (f *feeder) node(host string, gpus int32) {
+	f.publish(topics.NodeEvents, nodeName(host), &eventsv1.NodeChanged{Node: &loomv1.Node{
+		Name: nodeName(host), Cluster: cluster, Hostname: host, Gpus: gpus, State: loomv1.Node_READY}})
+}
+
+func (f *feeder) submit(id int, nodes, gpus int32) {
+	f.publish(topics.JobCommands, cluster, &eventsv1.SubmitJob{Job: &loomv1.Job{
+		Name: jobName(id), JobId: strconv.Itoa(id), Cluster: cluster, NodeCount: nodes, GpusPerNode: gpus,
+		Command: []string{"/bin/true"}, SubmitTime: timestamppb.Now(), State: loomv1.JobState_PENDING}})
+}
+
+func (f *feeder) exit(id int, attempt int32, host string, code int32) {
+	f.publish(topics.StepEvents, jobName(id), &eventsv1.StepChanged{Job: jobName(id), Attempt: attempt,
+		Node: nodeName(host), State: eventsv1.StepState_STEP_EXITED, ExitCode: code, Cluster: cluster})
+}
+
+// startSteps returns the StartSteps on the bus for job id.
+func startSteps(t *testing.T, broker string, id int) []envelope.Event {
+	var out []envelope.Event
+	for _, e := range testkit.Events(t, broker, topics.StepCommands) {
+		if s, ok := e.Payload.(*eventsv1.StartStep); ok && s.GetJob() == jobName(id) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func jobEvent(id int, state loomv1.JobState) func(envelope.Event) bool {
+	return func(e envelope.Event) bool {
+		jc, ok := e.Payload.(*eventsv1.JobChanged)
+		return ok && jc.GetJob().GetName() == jobName(id) && jc.GetJob().GetState() == state
+	}
+}
+
+func TestJobsRunThroughTheBus(t *testing.T) {
+	t.Parallel()
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	in := startScheduler(t, broker, redisAddr)
+	f := newFeeder(t, broker)
+
+	f.cluster()
+	f.node("gpu-0001", 4)
+	f.node("gpu-0002", 4)
+	f.submit(1, 2, 2)
+	f.submit(2, 1, 2)
+
+	ev := testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(1, loomv1.JobState_RUNNING))
+	jc := ev.Payload.(*eventsv1.JobChanged)
+	if ev.Key != cluster || jc.GetAttempt() != 1 || len(jc.GetJob().GetNodes()) != 2 || jc.GetJob().GetOutputPath() != "/shared/c1/slurm-1.out" {
+		t.Fatalf("JobChanged RUNNING: key %q, %v", ev.Key, jc)
+	}
+	var steps []envelope.Event
+	testkit.WaitFor(t, wait, "a StartStep per node of job 1", func() (bool, error) {
+		steps = startSteps(t, broker, 1)
+		return len(steps) >= 2, nil
+	})
+	ranks := map[int32]string{}
+	for _, e := range steps {
+		s := e.Payload.(*eventsv1.StartStep)
+		if e.Key != s.GetNode() || s.GetEnv()["SLURM_NNODES"] != "2" || s.GetEnv()["MASTER_ADDR"] != "127.0.0.1" {
+			t.Fatalf("StartStep key %q: %v", e.Key, s)
+		}
+		ranks[s.GetNodeIndex()] = s.GetNode()
+	}
+	if len(steps) != 2 || len(ranks) != 2 || ranks[0] == ranks[1] {
+		t.Fatalf("want ranks 0 and 1 on distinct nodes, got %v", ranks)
+	}
+
+	j2 := in.job(t, 2, loomv1.JobState_RUNNING)
+	f.exit(1, 1, "gpu-0001", 0)
+	f.exit(1, 1, "gpu-0002", 0)
+	testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(1, loomv1.JobState_COMPLETED))
+
+	f.exit(2, 1, hostNode(j2)[0], 2)
+	if j := in.job(t, 2, loomv1.JobState_FAILED); j.GetExitCode() != 2 {
+		t.Fatalf("job 2 exit code %d, want 2", j.GetExitCode())
+	}
+	resp, err := in.client.ListJobs(context.Background(), &loomv1.ListJobsRequest{Parent: "projects/default", Cluster: cluster})
+	if err != nil || len(resp.GetJobs()) != 2 || resp.GetJobs()[0].GetName() != jobName(1) {
+		t.Fatalf("ListJobs: %v %v", resp, err)
+	}
+	if resp, err := in.client.ListJobs(context.Background(), &loomv1.ListJobsRequest{Cluster: "projects/default/clusters/other"}); err != nil || len(resp.GetJobs()) != 0 {
+		t.Fatalf("ListJobs of another cluster: %v %v", resp, err)
+	}
+	if _, err := in.client.GetJob(context.Background(), &loomv1.GetJobRequest{Name: "jobs/1"}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("GetJob with a bad name: %v, want InvalidArgument", err)
+	}
+	if _, err := in.client.GetJob(context.Background(), &loomv1.GetJobRequest{Name: jobName(99)}); status.Code(err) != codes.NotFound {
+		t.Fatalf("GetJob of an unknown job: %v, want NotFound", err)
+	}
+	if _, err := in.client.CancelJob(context.Background(), &loomv1.CancelJobRequest{Name: jobName(1)}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("CancelJob: %v, want Unimplemented", err)
+	}
+}
+
+// TestRestartKeepsStateAndStartsNothingTwice stops the scheduler while it is
+// working through a burst of submits and starts a new instance on the same
+// Redis and consumer group: it carries on from where the first stopped, and
+// every node of every job is started exactly once.
+func TestRestartKeepsStateAndStartsNothingTwice(t *testing.T) {
+	t.Parallel()
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	first := startScheduler(t, broker, redisAddr)
+	f := newFeeder(t, broker)
+
+	f.cluster()
+	f.node("gpu-0001", 1)
+	f.node("gpu-0002", 1)
+	const jobs = 6
+	for id := 1; id <= 3; id++ {
+		f.submit(id, 1, 1)
+	}
+	running := first.job(t, 1, loomv1.JobState_RUNNING)
+	first.stop(t)
+	for id := 4; id <= jobs; id++ { // arrive while no scheduler runs
+		f.submit(id, 1, 1)
+	}
+
+	second := startScheduler(t, broker, redisAddr)
+	if j := second.job(t, 1, loomv1.JobState_RUNNING); !proto.Equal(j.GetStartTime(), running.GetStartTime()) || j.GetNodes()[0] != running.GetNodes()[0] {
+		t.Fatalf("job 1 after restart: %v, before: %v", j, running)
+	}
+	second.job(t, 2, loomv1.JobState_RUNNING)
+	// Both GPUs are held: the allocations survived the restart.
+	if j := second.job(t, jobs, loomv1.JobState_PENDING); j.GetStateReason() != "Priority" {
+		t.Fatalf("job %d: %v %q, want PENDING Priority", jobs, j.GetState(), j.GetStateReason())
+	}
+	if j := second.job(t, 3, loomv1.JobState_PENDING); j.GetStateReason() != "Resources" {
+		t.Fatalf("job 3: %v %q, want PENDING Resources", j.GetState(), j.GetStateReason())
+	}
+	// Finish the jobs two at a time, as the two nodes free up.
+	for id := 1; id <= jobs; id++ {
+		j := second.job(t, id, loomv1.JobState_RUNNING)
+		f.exit(id, 1, j.GetNodes()[0], 0)
+		second.job(t, id, loomv1.JobState_COMPLETED)
+	}
+	for id := 1; id <= jobs; id++ {
+		steps := startSteps(t, broker, id)
+		if len(steps) == 0 {
+			t.Fatalf("job %d: no StartStep", id)
+		}
+		// A relay cut short may republish an event, but only with its id:
+		// every copy of a start must be the same event.
+		for _, e := range steps[1:] {
+			if e.ID != steps[0].ID {
+				t.Fatalf("job %d started twice: events %s and %s", id, steps[0].ID, e.ID)
+			}
+		}
+	}
+}
