@@ -1,16 +1,25 @@
 // Package agent is Loom's agent service. One agent runs on each node: it registers, heartbeats, and runs the steps assigned to its node as real processes.
 // See README.md beside this file for what it owns, the topics it reads and
 // writes, and how it recovers.
-//
-// SKELETON: signatures are the contract; bodies are being written.
 package agent
 
 import (
 	"context"
 	"flag"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"time"
 
+	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/service"
+	"github.com/loom-ml/loom/libs/topics"
+	"github.com/loom-ml/loom/services/agent/internal/app"
+	"github.com/loom-ml/loom/services/agent/internal/domain"
+	"github.com/loom-ml/loom/services/agent/internal/ports"
 )
 
 // Config is the agent's configuration.
@@ -18,23 +27,168 @@ type Config struct {
 	config.Common
 	// Node is the node's full name, e.g. projects/p/clusters/c/nodes/gpu-0001 (LOOM_NODE).
 	Node string
-	// Hostname is the Slurm-style node name (LOOM_HOSTNAME).
+	// Hostname is the Slurm-style node name (LOOM_HOSTNAME; default: the
+	// last segment of Node).
 	Hostname string
-	// WorkDir is the node's own directory (LOOM_WORK_DIR).
+	// WorkDir is the node's own directory (LOOM_WORK_DIR; default: the
+	// current directory).
 	WorkDir string
 	// GPUs is how many GPUs the node offers (LOOM_GPUS).
 	GPUs int
 	// HeartbeatInterval is how often the agent says it is alive
 	// (LOOM_HEARTBEAT_INTERVAL; default 2s).
 	HeartbeatInterval time.Duration
+	// Cluster is the cluster's full name (LOOM_CLUSTER; default: derived
+	// from Node).
+	Cluster string
+	// SharedDir is the cluster's shared directory: steps' working directory
+	// and HOME (LOOM_SHARED_DIR; default WorkDir).
+	SharedDir string
+	// StepKillGrace is the time between SIGTERM and SIGKILL when a step is
+	// stopped (LOOM_STEP_KILL_GRACE; default 10s).
+	StepKillGrace time.Duration
 }
 
 // RegisterFlags adds the agent's flags to fs, defaults from LOOM_* variables.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Common.Register(fs, "AGENT", "127.0.0.1:0", "127.0.0.1:0")
+	fs.StringVar(&c.Node, "node", config.Env("LOOM_NODE", ""), "the node's full name, projects/p/clusters/c/nodes/h (LOOM_NODE)")
+	fs.StringVar(&c.Hostname, "hostname", config.Env("LOOM_HOSTNAME", ""), "the node's hostname (LOOM_HOSTNAME; default: the node name's last segment)")
+	fs.StringVar(&c.WorkDir, "work-dir", config.Env("LOOM_WORK_DIR", ""), "the node's own directory (LOOM_WORK_DIR; default: the current directory)")
+	fs.StringVar(&c.Cluster, "cluster", config.Env("LOOM_CLUSTER", ""), "the cluster's full name (LOOM_CLUSTER; default: from the node name)")
+	fs.StringVar(&c.SharedDir, "shared-dir", config.Env("LOOM_SHARED_DIR", ""), "the cluster's shared directory (LOOM_SHARED_DIR; default: the work dir)")
+	gpus := 0
+	if _, err := fmt.Sscan(config.Env("LOOM_GPUS", "0"), &gpus); err != nil {
+		gpus = -1 // reported by validate
+	}
+	fs.IntVar(&c.GPUs, "gpus", gpus, "GPUs the node offers (LOOM_GPUS)")
+	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", config.EnvDuration("LOOM_HEARTBEAT_INTERVAL", 2*time.Second),
+		"how often the agent heartbeats (LOOM_HEARTBEAT_INTERVAL)")
+	fs.DurationVar(&c.StepKillGrace, "step-kill-grace", config.EnvDuration("LOOM_STEP_KILL_GRACE", 10*time.Second),
+		"time between SIGTERM and SIGKILL when a step is stopped (LOOM_STEP_KILL_GRACE)")
 }
 
-// Run runs the agent until ctx ends, then shuts down gracefully.
+var nodeName = regexp.MustCompile(`^(projects/[^/]+/clusters/([a-z]([a-z0-9-]{0,61}[a-z0-9])?))/nodes/([a-z]([a-z0-9-]{0,61}[a-z0-9])?)$`)
+
+// validate checks the settings and fills the derived defaults. It returns
+// the cluster id.
+func (c *Config) validate() (string, error) {
+	var v errs.Validator
+	m := nodeName.FindStringSubmatch(c.Node)
+	if m == nil {
+		v.Add("node", "must be projects/{project}/clusters/{cluster}/nodes/{hostname}, got %q", c.Node)
+		return "", v.Err()
+	}
+	if c.Cluster == "" {
+		c.Cluster = m[1]
+	}
+	v.Check(c.Cluster == m[1], "cluster", "must be the node's cluster %s, got %q", m[1], c.Cluster)
+	if c.Hostname == "" {
+		c.Hostname = m[4]
+	}
+	v.Check(c.Hostname == m[4], "hostname", "must be the node name's last segment %q, got %q", m[4], c.Hostname)
+	v.Check(c.GPUs >= 0, "gpus", "must be a number >= 0")
+	if c.WorkDir == "" {
+		c.WorkDir = "."
+	}
+	for _, d := range []*string{&c.WorkDir, &c.SharedDir} {
+		if *d == "" {
+			continue
+		}
+		abs, err := filepath.Abs(*d)
+		if err != nil {
+			v.Add("work_dir", "%v", err)
+		}
+		*d = abs
+	}
+	if c.SharedDir == "" {
+		c.SharedDir = c.WorkDir
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = 2 * time.Second
+	}
+	if c.StepKillGrace <= 0 {
+		c.StepKillGrace = 10 * time.Second
+	}
+	return m[2], v.Err()
+}
+
+// ServiceName is the agent's service name for a node: its Redis prefix is
+// "<name>:" and its consumer group "loom-<name>", its own among the agents.
+func ServiceName(clusterID, hostname string) string {
+	return "agent-" + clusterID + "-" + hostname
+}
+
+// Run runs the agent until ctx ends, then shuts down gracefully: the steps
+// it runs are stopped and reported STEP_KILLED before it returns.
 func Run(ctx context.Context, cfg Config) error {
-	panic("unimplemented")
+	clusterID, err := cfg.validate()
+	if err != nil {
+		return fmt.Errorf("agent config: %w", err)
+	}
+	base, err := service.New(ctx, ServiceName(clusterID, cfg.Hostname), cfg.Common)
+	if err != nil {
+		return err
+	}
+	a, err := app.New(ctx, app.Options{
+		Store: base.Store, Publisher: base.Producer,
+		Self:     domain.Self{Node: cfg.Node, Cluster: cfg.Cluster},
+		Hostname: cfg.Hostname, GPUs: cfg.GPUs, WorkDir: cfg.WorkDir, SharedDir: cfg.SharedDir,
+		KillGrace: cfg.StepKillGrace, HeartbeatInterval: cfg.HeartbeatInterval, Log: base.Log,
+	})
+	if err == nil {
+		err = a.Recover(ctx)
+	}
+	if err != nil {
+		_ = base.Close()
+		return err
+	}
+
+	// The service runs on a context of its own, so that at shutdown the
+	// steps are killed and their ends published before the relay and the
+	// consumer stop.
+	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRun()
+	runDone := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case <-ctx.Done():
+			sctx, cancel := context.WithTimeout(context.Background(), cfg.StepKillGrace+5*time.Second)
+			a.Shutdown(sctx)
+			cancel()
+			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			a.Drain(dctx)
+			cancel()
+		case <-runDone:
+		}
+		// Cancel before releasing, so that a StartStep held back returns
+		// to a consumer that is stopping and stays uncommitted.
+		cancelRun()
+		a.Release()
+	}()
+
+	consumers := []service.Consume{{
+		Topics:  []string{topics.StepCommands},
+		Handler: ports.Handler(a),
+		// Handlers fail only when Redis does; ride out a restart of it (about
+		// a minute) before a step command is dead-lettered.
+		Config: &bus.ConsumerConfig{MaxAttempts: 20, MaxBackoff: 5 * time.Second},
+	}}
+	err = base.Run(runCtx, consumers, a.Heartbeats)
+	close(runDone)
+	<-stopped
+	if ctx.Err() == nil || a.Running() > 0 {
+		// The service failed on its own (or the shutdown ran out of time):
+		// nothing may run unobserved; a restart reports these steps LOST.
+		a.KillAll()
+	}
+	if err != nil {
+		return err
+	}
+	if ctx.Err() == nil {
+		return fmt.Errorf("agent %s: stopped unexpectedly", strings.TrimPrefix(cfg.Node, "projects/"))
+	}
+	return nil
 }

@@ -1,0 +1,350 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	"github.com/loom-ml/loom/services/agent/internal/adapters"
+	"github.com/loom-ml/loom/services/agent/internal/domain"
+	"github.com/loom-ml/loom/services/agent/internal/proc"
+)
+
+const (
+	cluster = "projects/p/clusters/c1"
+	node    = cluster + "/nodes/gpu-0001"
+	wait    = 30 * time.Second
+)
+
+// env is one test's infrastructure and the agent's directories.
+type env struct {
+	broker, redisAddr string
+	rdb               *redis.Client
+	work, shared      string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{broker: testkit.Broker(t), work: t.TempDir(), shared: t.TempDir()}
+	e.redisAddr, e.rdb = testkit.Redis(t)
+	return e
+}
+
+func (e *env) config() Config {
+	return Config{
+		Common: config.Common{Brokers: []string{e.broker}, RedisAddr: e.redisAddr, GRPCAddr: "127.0.0.1:0",
+			HTTPAddr: "127.0.0.1:0", LogLevel: "warn"},
+		Node: node, WorkDir: e.work, SharedDir: e.shared, GPUs: 8,
+		HeartbeatInterval: 100 * time.Millisecond, StepKillGrace: 2 * time.Second,
+	}
+}
+
+// start runs an agent until the returned stop is called (or the test ends).
+func (e *env) start(t *testing.T) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan error, 1)
+	go func() { res <- Run(ctx, e.config()) }()
+	var err error
+	stopped := false
+	stop = func() error {
+		if !stopped {
+			cancel()
+			err, stopped = <-res, true
+		}
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+func startStep(job string, script string, stepEnv map[string]string, out string) *eventsv1.StartStep {
+	return &eventsv1.StartStep{
+		Job: "projects/p/jobs/" + job, JobId: job, Attempt: 1, Node: node, NodeIndex: 0,
+		NodeHostnames: []string{"gpu-0001"}, Script: script, Env: stepEnv, OutputPath: out, JobName: "test",
+	}
+}
+
+// command is a step command keyed by its node, as the scheduler sends it.
+func command(p interface {
+	proto.Message
+	GetNode() string
+}) envelope.Event {
+	return envelope.New(topics.StepCommands, p.GetNode(), "loom/test", p)
+}
+
+func publish(t *testing.T, broker string, evs ...envelope.Event) {
+	t.Helper()
+	testkit.Publish(t, broker, evs...)
+}
+
+func waitStep(t *testing.T, broker, job string, state eventsv1.StepState) *eventsv1.StepChanged {
+	t.Helper()
+	ev := testkit.WaitEvent(t, broker, topics.StepEvents, wait, func(ev envelope.Event) bool {
+		sc, ok := ev.Payload.(*eventsv1.StepChanged)
+		return ok && sc.Job == "projects/p/jobs/"+job && sc.State == state
+	})
+	return ev.Payload.(*eventsv1.StepChanged)
+}
+
+func stepEvents(t *testing.T, broker, job string) []*eventsv1.StepChanged {
+	t.Helper()
+	var out []*eventsv1.StepChanged
+	for _, ev := range testkit.Events(t, broker, topics.StepEvents) {
+		if sc, ok := ev.Payload.(*eventsv1.StepChanged); ok && sc.Job == "projects/p/jobs/"+job {
+			out = append(out, sc)
+		}
+	}
+	return out
+}
+
+func TestRegistersAndHeartbeats(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t)
+	reg := testkit.WaitEvent(t, e.broker, topics.NodeTelemetry, wait, func(ev envelope.Event) bool {
+		_, ok := ev.Payload.(*eventsv1.AgentRegistered)
+		return ok
+	}).Payload.(*eventsv1.AgentRegistered)
+	if reg.Node != node || reg.Cluster != cluster || reg.Hostname != "gpu-0001" || reg.Gpus != 8 || reg.Pid != int32(os.Getpid()) || reg.BootId == "" {
+		t.Fatalf("AgentRegistered = %v", reg)
+	}
+	hb := testkit.WaitEvent(t, e.broker, topics.NodeTelemetry, wait, func(ev envelope.Event) bool {
+		h, ok := ev.Payload.(*eventsv1.Heartbeat)
+		return ok && h.BootId == reg.BootId
+	})
+	if h := hb.Payload.(*eventsv1.Heartbeat); h.Node != node || h.Cluster != cluster || h.Time == nil || hb.Key != node {
+		t.Fatalf("Heartbeat = %v (key %q)", h, hb.Key)
+	}
+}
+
+func TestStepRunsWithEnvAndReportsExit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t)
+	out := filepath.Join(e.shared, "logs", "slurm-1.out")
+	script := `echo $SLURM_PROCID; echo "HOME=$HOME PWD=$(pwd) FOO=$FOO"; env > "$HOME/env.txt"; exit 3`
+	publish(t, e.broker, command(startStep("1", script, map[string]string{"SLURM_PROCID": "0", "FOO": "bar baz"}, out)))
+
+	running := waitStep(t, e.broker, "1", eventsv1.StepState_STEP_RUNNING)
+	if running.Pid <= 0 || running.Node != node || running.Cluster != cluster || running.Attempt != 1 {
+		t.Fatalf("running = %v", running)
+	}
+	exited := waitStep(t, e.broker, "1", eventsv1.StepState_STEP_EXITED)
+	if exited.ExitCode != 3 || exited.Pid != running.Pid {
+		t.Fatalf("exited = %v", exited)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "0\nHOME=" + e.shared + " PWD=" + e.shared + " FOO=bar baz\n"; string(b) != want {
+		t.Fatalf("output = %q, want %q", b, want)
+	}
+	envb, err := os.ReadFile(filepath.Join(e.shared, "env.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A clean base: nothing of the agent's environment but PATH leaks in.
+	allowed := []string{"PATH", "HOME", "SLURM_PROCID", "FOO", "LOOM_STEP_ID", "PWD", "OLDPWD", "SHLVL", "_"}
+	for _, line := range strings.Split(strings.TrimSpace(string(envb)), "\n") {
+		name, _, _ := strings.Cut(line, "=")
+		if !slices.Contains(allowed, name) {
+			t.Errorf("step env has %q", line)
+		}
+	}
+	if !strings.Contains(string(envb), "LOOM_STEP_ID="+node+"#projects/p/jobs/1#1\n") {
+		t.Errorf("step env lacks its step id:\n%s", envb)
+	}
+}
+
+func TestFailedToStart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t)
+	st := startStep("1", "", nil, filepath.Join(e.shared, "slurm-1.out"))
+	st.Command = []string{filepath.Join(e.shared, "no-such-binary")}
+	publish(t, e.broker, command(st))
+	f := waitStep(t, e.broker, "1", eventsv1.StepState_STEP_FAILED_TO_START)
+	if !strings.Contains(f.Message, "no-such-binary") {
+		t.Fatalf("failed = %v", f)
+	}
+}
+
+func TestStopStepKillsProcessGroup(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t)
+	childFile := filepath.Join(e.shared, "child.pid")
+	publish(t, e.broker, command(startStep("1", `sleep 60 & echo $! > "$HOME/child.pid"; sleep 60`, nil, filepath.Join(e.shared, "slurm-1.out"))))
+	running := waitStep(t, e.broker, "1", eventsv1.StepState_STEP_RUNNING)
+	var child int
+	testkit.WaitFor(t, wait, "the step's background child", func() (bool, error) {
+		b, err := os.ReadFile(childFile)
+		if err != nil || !strings.HasSuffix(string(b), "\n") {
+			return false, nil
+		}
+		child, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil, err
+	})
+	if !proc.Alive(int(running.Pid), 0) || !proc.Alive(child, 0) {
+		t.Fatal("step processes not running before the stop")
+	}
+
+	publish(t, e.broker, command(&eventsv1.StopStep{Job: "projects/p/jobs/1", Attempt: 1, Node: node, Reason: "job cancelled"}))
+	killed := waitStep(t, e.broker, "1", eventsv1.StepState_STEP_KILLED)
+	if !strings.Contains(killed.Message, "job cancelled") {
+		t.Fatalf("killed = %v", killed)
+	}
+	testkit.WaitFor(t, wait, "the step's processes to be gone", func() (bool, error) {
+		return !proc.Alive(int(running.Pid), 0) && !proc.Alive(child, 0), nil
+	})
+	if evs := stepEvents(t, e.broker, "1"); len(evs) != 2 {
+		t.Fatalf("step events = %v, want RUNNING and KILLED only", evs)
+	}
+}
+
+func TestRedeliveredStartStepStartsOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t)
+	runs := filepath.Join(e.shared, "runs.txt")
+	first := command(startStep("1", `echo run >> "$HOME/runs.txt"`, nil, filepath.Join(e.shared, "slurm-1.out")))
+	again := command(startStep("1", `echo run >> "$HOME/runs.txt"`, nil, filepath.Join(e.shared, "slurm-1.out")))
+	other := startStep("3", `echo other >> "$HOME/runs.txt"`, nil, filepath.Join(e.shared, "slurm-3.out"))
+	other.Node = cluster + "/nodes/gpu-0002"
+	publish(t, e.broker, first)
+	publish(t, e.broker, first) // the same event id again
+	publish(t, e.broker, again) // another event id, same (job, attempt)
+	// The other node's step on this node's partition (so that it is handled
+	// before the marker), and a stop for a step never started.
+	publish(t, e.broker, envelope.New(topics.StepCommands, node, "loom/test", other))
+	publish(t, e.broker, command(&eventsv1.StopStep{Job: "projects/p/jobs/4", Attempt: 1, Node: node}))
+	publish(t, e.broker, command(startStep("2", `echo marker`, nil, filepath.Join(e.shared, "slurm-2.out"))))
+
+	waitStep(t, e.broker, "2", eventsv1.StepState_STEP_EXITED)
+	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_EXITED)
+	if b, err := os.ReadFile(runs); err != nil || string(b) != "run\n" {
+		t.Fatalf("runs.txt = %q, %v; want exactly one run", b, err)
+	}
+	var states []string
+	for _, sc := range stepEvents(t, e.broker, "1") {
+		states = append(states, sc.State.String())
+	}
+	if strings.Join(states, ",") != "STEP_RUNNING,STEP_EXITED" {
+		t.Fatalf("job 1 events = %v", states)
+	}
+	if evs := stepEvents(t, e.broker, "4"); len(evs) != 1 || evs[0].State != eventsv1.StepState_STEP_KILLED {
+		t.Fatalf("stop of a never-started step: events %v, want one STEP_KILLED", evs)
+	}
+	if evs := stepEvents(t, e.broker, "3"); len(evs) != 0 {
+		t.Fatalf("another node's step was acted on: %v", evs)
+	}
+}
+
+func TestShutdownKillsStepsAndRestartReportsLost(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	stop := e.start(t)
+	publish(t, e.broker, command(startStep("5", `sleep 60`, nil, filepath.Join(e.shared, "slurm-5.out"))))
+	running := waitStep(t, e.broker, "5", eventsv1.StepState_STEP_RUNNING)
+	if err := stop(); err != nil {
+		t.Fatalf("agent stop: %v", err)
+	}
+	if proc.Alive(int(running.Pid), 0) {
+		t.Fatal("step still runs after the agent stopped")
+	}
+	killed := waitStep(t, e.broker, "5", eventsv1.StepState_STEP_KILLED)
+	if !strings.Contains(killed.Message, "agent shutting down") {
+		t.Fatalf("killed = %v", killed)
+	}
+
+	// What a crashed agent leaves: a step recorded running whose process is
+	// gone, and one whose process survives (no longer the agent's child).
+	gone := exec.Command("/bin/true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	orphan := exec.Command("/bin/sleep", "60")
+	orphan.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := orphan.Start(); err != nil {
+		t.Fatal(err)
+	}
+	orphanDone := make(chan struct{})
+	go func() { _ = orphan.Wait(); close(orphanDone) }()
+	t.Cleanup(func() { _ = proc.KillGroup(orphan.Process.Pid, syscall.SIGKILL) })
+	start, _ := proc.StartTime(orphan.Process.Pid)
+
+	st := store.New(e.rdb, ServiceName("c1", "gpu-0001")+":")
+	var tx store.Tx
+	for _, s := range []*domain.Step{
+		{Job: "projects/p/jobs/6", Attempt: 1, Phase: domain.Running, PID: gone.Process.Pid, Created: time.Now()},
+		{Job: "projects/p/jobs/7", Attempt: 1, Phase: domain.Running, PID: orphan.Process.Pid, PIDStart: start, Created: time.Now()},
+	} {
+		if err := adapters.PutStep(&tx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.Apply(context.Background(), "", &tx); err != nil {
+		t.Fatal(err)
+	}
+
+	e.start(t)
+	if lost := waitStep(t, e.broker, "6", eventsv1.StepState_STEP_LOST); !strings.Contains(lost.Message, "was gone") {
+		t.Fatalf("lost = %v", lost)
+	}
+	if lost := waitStep(t, e.broker, "7", eventsv1.StepState_STEP_LOST); !strings.Contains(lost.Message, "killed") {
+		t.Fatalf("lost = %v", lost)
+	}
+	select {
+	case <-orphanDone:
+	case <-time.After(wait):
+		t.Fatal("the surviving step process was not killed")
+	}
+	// Job 5 ended before the restart: it is not reported again.
+	if evs := stepEvents(t, e.broker, "5"); len(evs) != 2 {
+		t.Fatalf("job 5 events after restart = %v", evs)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	t.Parallel()
+	c := Config{Node: node, WorkDir: "rel"}
+	id, err := c.validate()
+	if err != nil || id != "c1" || c.Cluster != cluster || c.Hostname != "gpu-0001" || !filepath.IsAbs(c.WorkDir) ||
+		c.SharedDir != c.WorkDir || c.HeartbeatInterval != 2*time.Second || c.StepKillGrace != 10*time.Second {
+		t.Fatalf("validate() = %q, %v; config %+v", id, err, c)
+	}
+	if ServiceName(id, c.Hostname) != "agent-c1-gpu-0001" {
+		t.Fatalf("ServiceName = %s", ServiceName(id, c.Hostname))
+	}
+	for _, bad := range []Config{
+		{Node: "gpu-0001"},
+		{Node: node, Cluster: "projects/p/clusters/other"},
+		{Node: node, Hostname: "gpu-0002"},
+		{Node: node, GPUs: -1},
+	} {
+		if _, err := bad.validate(); err == nil {
+			t.Errorf("validate(%+v) accepted it", bad)
+		}
+	}
+	if err := Run(context.Background(), Config{}); err == nil || !strings.Contains(err.Error(), "node") {
+		t.Fatalf("Run without a node = %v", err)
+	}
+}

@@ -1,0 +1,72 @@
+// Package adapters turns the agent's step records and events into Redis
+// state and bus events, and back.
+//
+// Redis layout under the agent's prefix ("agent-<cluster-id>-<hostname>:"):
+//
+//	steps    hash: "<job name>#<attempt>" → JSON domain.Step
+//	boot_id  string: the boot id of the agent's latest start
+package adapters
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	"github.com/loom-ml/loom/services/agent/internal/domain"
+)
+
+// Source is the CloudEvents source of the agent's events.
+const Source = "loom/agent"
+
+// Redis keys relative to the store's prefix.
+const (
+	KeySteps  = "steps"
+	KeyBootID = "boot_id"
+)
+
+// LoadSteps reads every step record.
+func LoadSteps(ctx context.Context, st *store.Store) (map[string]*domain.Step, error) {
+	m, err := st.HGetAll(ctx, KeySteps)
+	if err != nil {
+		return nil, fmt.Errorf("load steps: %w", err)
+	}
+	out := make(map[string]*domain.Step, len(m))
+	for k, b := range m {
+		var s domain.Step
+		if err := json.Unmarshal(b, &s); err != nil {
+			return nil, fmt.Errorf("load step %s: %w", k, err)
+		}
+		out[k] = &s
+	}
+	return out, nil
+}
+
+// PutStep adds the write of a step record to tx.
+func PutStep(tx *store.Tx, s *domain.Step) error {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("encode step %s: %w", s.Key(), err)
+	}
+	tx.HSet(KeySteps, s.Key(), b)
+	return nil
+}
+
+// Event wraps a payload the agent emits in an envelope on its topic: step
+// events keyed by job, telemetry keyed by node.
+func Event(p proto.Message) (envelope.Event, error) {
+	switch m := p.(type) {
+	case *eventsv1.StepChanged:
+		return envelope.New(topics.StepEvents, m.GetJob(), Source, p), nil
+	case *eventsv1.AgentRegistered:
+		return envelope.New(topics.NodeTelemetry, m.GetNode(), Source, p), nil
+	case *eventsv1.Heartbeat:
+		return envelope.New(topics.NodeTelemetry, m.GetNode(), Source, p), nil
+	}
+	return envelope.Event{}, fmt.Errorf("agent does not emit %T", p)
+}

@@ -1,0 +1,570 @@
+// Package app runs one node's agent: it applies step commands through the
+// domain (decide → store.Apply → memory), runs the steps as process groups,
+// reports their ends, heartbeats, and on start recovers from a predecessor
+// that died.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/store"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	"github.com/loom-ml/loom/services/agent/internal/adapters"
+	"github.com/loom-ml/loom/services/agent/internal/domain"
+	"github.com/loom-ml/loom/services/agent/internal/proc"
+)
+
+// StepIDEnv is set in every step's environment to "<node>#<job>#<attempt>",
+// so that a restarted agent can find a process it started but never recorded.
+const StepIDEnv = "LOOM_STEP_ID"
+
+// ErrShuttingDown is returned for a StartStep that arrives while the agent
+// stops: the record stays uncommitted and the next agent start runs it.
+var ErrShuttingDown = errors.New("agent is shutting down")
+
+// defaultPath is the steps' PATH when the agent has none.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// persistTimeout bounds the retries of a write that has no event to redeliver
+// it (a step's start or end): long enough to ride out a Redis restart.
+const persistTimeout = 30 * time.Second
+
+// Publisher publishes events directly; *bus.Producer is one.
+type Publisher interface {
+	Publish(ctx context.Context, events ...envelope.Event) error
+}
+
+// Options configure an App. Zero durations take the documented defaults.
+type Options struct {
+	Store *store.Store
+	// Publisher sends heartbeats (which bypass the outbox).
+	Publisher Publisher
+	Self      domain.Self
+	Hostname  string
+	GPUs      int
+	// WorkDir is the node's directory; SharedDir the cluster's (default WorkDir).
+	WorkDir, SharedDir string
+	// KillGrace is the time between SIGTERM and SIGKILL when a step is
+	// stopped (default 10 s).
+	KillGrace time.Duration
+	// HeartbeatInterval is how often Heartbeats sends one (default 2 s).
+	HeartbeatInterval time.Duration
+	Log               *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// App is one node's agent. Its methods are safe for concurrent use.
+type App struct {
+	opts   Options
+	log    *slog.Logger
+	bootID string
+
+	// mu serialises decisions, their writes and the process table, so that
+	// a step's events are written in the order they happened.
+	mu      sync.Mutex
+	steps   map[string]*domain.Step
+	procs   map[string]*process
+	closing bool
+	running atomic.Int32
+
+	// released is closed once the consumers are stopping (Release).
+	released     chan struct{}
+	releaseOnce  sync.Once
+	shutdownOnce sync.Once
+	watchers     sync.WaitGroup
+}
+
+// process is a step's process group that this agent started.
+type process struct {
+	pid  int
+	done chan struct{} // closed once the process was reaped
+}
+
+// New loads the agent's step records and returns the App.
+func New(ctx context.Context, opts Options) (*App, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	if opts.KillGrace <= 0 {
+		opts.KillGrace = 10 * time.Second
+	}
+	if opts.HeartbeatInterval <= 0 {
+		opts.HeartbeatInterval = 2 * time.Second
+	}
+	if opts.SharedDir == "" {
+		opts.SharedDir = opts.WorkDir
+	}
+	steps, err := adapters.LoadSteps(ctx, opts.Store)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	return &App{
+		opts:     opts,
+		log:      opts.Log,
+		bootID:   envelope.NewID(),
+		steps:    steps,
+		procs:    map[string]*process{},
+		released: make(chan struct{}),
+	}, nil
+}
+
+// BootID is this start's boot id, as sent in AgentRegistered and heartbeats.
+func (a *App) BootID() string { return a.bootID }
+
+// stepID is the value of StepIDEnv for a step key.
+func (a *App) stepID(key string) string { return a.opts.Self.Node + "#" + key }
+
+// Recover settles what a predecessor left: steps it recorded as running or
+// starting are reported LOST (their processes, if any survive, are killed:
+// nothing runs unobserved), terminal records older than the inbox window are
+// pruned, and the agent registers with a new boot id. Call it once, before
+// consuming.
+func (a *App) Recover(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.opts.Now()
+	var tx store.Tx
+	var prune []string
+	lost := map[string]*domain.Step{}
+	var wg sync.WaitGroup
+	var lmu sync.Mutex
+	for key, s := range a.steps {
+		switch {
+		case s.Phase.Terminal():
+			if !s.Ended.IsZero() && now.Sub(s.Ended) > store.InboxTTL {
+				prune = append(prune, key)
+			}
+		case s.Phase == domain.Running || s.Phase == domain.Starting:
+			wg.Go(func() {
+				why := a.settle(key, s)
+				lmu.Lock()
+				lost[key] = domain.MarkLost(s, why, now)
+				lmu.Unlock()
+			})
+		}
+	}
+	wg.Wait()
+	keys := make([]string, 0, len(lost))
+	for k := range lost {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if err := adapters.PutStep(&tx, lost[k]); err != nil {
+			return err
+		}
+		ev, err := adapters.Event(lost[k].Event(a.opts.Self))
+		if err != nil {
+			return err
+		}
+		tx.Emit(ev)
+	}
+	for _, k := range prune {
+		tx.HDel(adapters.KeySteps, k)
+	}
+	reg, err := adapters.Event(domain.Registered(a.opts.Self, a.opts.Hostname, os.Getpid(), a.opts.GPUs, a.bootID))
+	if err != nil {
+		return err
+	}
+	tx.Set(adapters.KeyBootID, []byte(a.bootID))
+	tx.Emit(reg)
+	if _, err := a.opts.Store.Apply(ctx, "", &tx); err != nil {
+		return fmt.Errorf("agent: recover and register: %w", err)
+	}
+	for k, s := range lost {
+		a.steps[k] = s
+		a.log.Warn("step lost across an agent restart", "step", k, "why", s.Message)
+	}
+	for _, k := range prune {
+		delete(a.steps, k)
+	}
+	a.log.Info("agent registered", "node", a.opts.Self.Node, "boot_id", a.bootID, "lost_steps", len(lost))
+	return nil
+}
+
+// settle kills whatever still runs of a step a predecessor started, and says
+// what it found.
+func (a *App) settle(key string, s *domain.Step) string {
+	var pgids []int
+	if s.Phase == domain.Running && proc.Alive(s.PID, s.PIDStart) {
+		pgids = append(pgids, s.PID)
+	}
+	if s.Phase == domain.Starting || len(pgids) == 0 {
+		// Started but never recorded, or a group whose leader died: find
+		// its processes by the id in their environment.
+		for _, pid := range proc.FindByEnv(StepIDEnv + "=" + a.stepID(key)) {
+			if pgid, err := syscall.Getpgid(pid); err == nil && pgid > 1 {
+				pgids = append(pgids, pgid)
+			}
+		}
+	}
+	if len(pgids) == 0 {
+		if s.Phase == domain.Starting {
+			return "the agent stopped while starting the step"
+		}
+		return fmt.Sprintf("the agent restarted and the step's process (pid %d) was gone", s.PID)
+	}
+	for _, g := range pgids {
+		a.terminate(g)
+	}
+	return fmt.Sprintf("the agent restarted; the step's processes (groups %v) were no longer its children and were killed", pgids)
+}
+
+// terminate kills a process group that is not our child: SIGTERM, SIGKILL
+// after the grace period.
+func (a *App) terminate(pgid int) {
+	if err := proc.KillGroup(pgid, syscall.SIGTERM); err != nil {
+		a.log.Warn("terminate step group", "pgid", pgid, "err", err)
+	}
+	if !proc.WaitGone(a.opts.KillGrace, func() bool { return !proc.GroupAlive(pgid) }) {
+		_ = proc.KillGroup(pgid, syscall.SIGKILL)
+	}
+}
+
+// record sets a step's record in memory and writes it (with its event when
+// emit), retrying for a while: the write has no redelivery to fall back on.
+// The caller holds a.mu.
+func (a *App) record(s *domain.Step, emit bool) {
+	a.steps[s.Key()] = s
+	var tx store.Tx
+	if err := adapters.PutStep(&tx, s); err != nil {
+		a.log.Error("encode step", "step", s.Key(), "err", err)
+		return
+	}
+	if emit {
+		ev, err := adapters.Event(s.Event(a.opts.Self))
+		if err != nil {
+			a.log.Error("encode step event", "step", s.Key(), "err", err)
+			return
+		}
+		tx.Emit(ev)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), persistTimeout)
+	defer cancel()
+	delay := 50 * time.Millisecond
+	for {
+		_, err := a.opts.Store.Apply(ctx, "", &tx)
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			a.log.Error("could not record step; a restart will report it LOST", "step", s.Key(), "phase", s.Phase, "err", err)
+			return
+		}
+		a.log.Warn("recording step failed; retrying", "step", s.Key(), "phase", s.Phase, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// StartStep applies a StartStep delivered as event id: for this node's steps
+// not seen before it records the intent, starts the process and reports
+// STEP_RUNNING (or STEP_FAILED_TO_START).
+func (a *App) StartStep(ctx context.Context, id string, cmd *eventsv1.StartStep) error {
+	a.mu.Lock()
+	if a.closing {
+		a.mu.Unlock()
+		// Hold the record until the consumer stops, so that it is not
+		// committed and the next start of this agent runs it.
+		select {
+		case <-a.released:
+		case <-ctx.Done():
+		}
+		return ErrShuttingDown
+	}
+	defer a.mu.Unlock()
+	key := domain.Key(cmd.GetJob(), cmd.GetAttempt())
+	rec, skip := domain.Start(a.opts.Self, a.steps[key], cmd, a.opts.Now())
+	if skip != "" {
+		if cmd.GetNode() == a.opts.Self.Node {
+			a.log.Info("not starting step", "step", key, "event", id, "why", skip)
+		}
+		return nil
+	}
+	// The intent is durable, with the inbox mark, before the process exists:
+	// no redelivery, whatever its event id, can start it a second time.
+	var tx store.Tx
+	if err := adapters.PutStep(&tx, rec); err != nil {
+		return err
+	}
+	applied, err := a.opts.Store.Apply(ctx, id, &tx)
+	if err != nil {
+		return fmt.Errorf("record start of %s: %w", key, err)
+	}
+	if !applied {
+		return nil
+	}
+	a.steps[key] = rec
+
+	c, err := a.spawn(key, cmd)
+	if err != nil {
+		a.log.Warn("step failed to start", "step", key, "err", err)
+		a.record(domain.StartFailed(rec, err.Error(), a.opts.Now()), true)
+		return nil
+	}
+	pid := c.Process.Pid
+	start, _ := proc.StartTime(pid)
+	p := &process{pid: pid, done: make(chan struct{})}
+	a.procs[key] = p
+	a.running.Add(1)
+	a.watchers.Add(1)
+	go a.watch(key, c, p)
+	a.log.Info("step started", "step", key, "pid", pid, "output", cmd.GetOutputPath())
+	a.record(domain.Started(rec, pid, start), true)
+	return nil
+}
+
+// spawn starts a step's process in its own process group.
+func (a *App) spawn(key string, cmd *eventsv1.StartStep) (*exec.Cmd, error) {
+	var argv []string
+	switch {
+	case cmd.GetScript() != "":
+		argv = []string{"/bin/sh", "-c", cmd.GetScript()}
+	case len(cmd.GetCommand()) > 0 && cmd.GetCommand()[0] != "":
+		argv = cmd.GetCommand()
+	default:
+		return nil, errors.New("the step has neither a script nor a command")
+	}
+	dir := cmd.GetWorkDir()
+	if dir == "" {
+		dir = a.opts.SharedDir
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create working directory: %w", err)
+	}
+	out := cmd.GetOutputPath()
+	if out == "" {
+		out = filepath.Join(a.opts.WorkDir, fmt.Sprintf("slurm-%s.%d.out", cmd.GetJobId(), cmd.GetAttempt()))
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return nil, fmt.Errorf("create output directory: %w", err)
+	}
+	f, err := os.OpenFile(out, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open output: %w", err)
+	}
+	defer f.Close() // the child has its own copy
+
+	c := exec.Command(argv[0], argv[1:]...)
+	c.Dir = dir
+	c.Stdout, c.Stderr = f, f
+	c.Env = a.env(key, cmd)
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := c.Start(); err != nil {
+		return nil, fmt.Errorf("start %q: %w", argv[0], err)
+	}
+	return c, nil
+}
+
+// env is a step's environment: a clean base (PATH, HOME = the shared dir),
+// the step's own variables, and the step id the agent finds it by.
+func (a *App) env(key string, cmd *eventsv1.StartStep) []string {
+	path := os.Getenv("PATH")
+	if path == "" {
+		path = defaultPath
+	}
+	env := []string{"PATH=" + path, "HOME=" + a.opts.SharedDir}
+	names := make([]string, 0, len(cmd.GetEnv()))
+	for k := range cmd.GetEnv() {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		env = append(env, k+"="+cmd.GetEnv()[k])
+	}
+	return append(env, StepIDEnv+"="+a.stepID(key))
+}
+
+// watch reaps a step's process and reports its end.
+func (a *App) watch(key string, c *exec.Cmd, p *process) {
+	defer a.watchers.Done()
+	_ = c.Wait()
+	code, sig := proc.ExitCode(c.ProcessState)
+	// What the step left behind in its group ends with it, as under Slurm.
+	_ = proc.KillGroup(p.pid, syscall.SIGKILL)
+	close(p.done)
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.procs, key)
+	a.running.Add(-1)
+	rec := a.steps[key]
+	if rec == nil || rec.Phase != domain.Running {
+		return
+	}
+	end := domain.Ended(rec, domain.Exit{Code: code, Signal: sig}, a.opts.Now())
+	a.log.Info("step ended", "step", key, "phase", end.Phase, "exit_code", code, "signal", sig)
+	a.record(end, true)
+}
+
+// StopStep applies a StopStep delivered as event id: the step's process
+// group gets SIGTERM, SIGKILL after the grace period, and its end is
+// reported as STEP_KILLED.
+func (a *App) StopStep(ctx context.Context, id string, cmd *eventsv1.StopStep) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	key := domain.Key(cmd.GetJob(), cmd.GetAttempt())
+	d := domain.Stop(a.opts.Self, a.steps[key], cmd, a.opts.Now())
+	if d.Rec == nil {
+		return nil
+	}
+	var tx store.Tx
+	if err := adapters.PutStep(&tx, d.Rec); err != nil {
+		return err
+	}
+	if d.Rec.Phase.Terminal() {
+		ev, err := adapters.Event(d.Rec.Event(a.opts.Self))
+		if err != nil {
+			return err
+		}
+		tx.Emit(ev)
+	}
+	applied, err := a.opts.Store.Apply(ctx, id, &tx)
+	if err != nil {
+		return fmt.Errorf("record stop of %s: %w", key, err)
+	}
+	if !applied {
+		return nil
+	}
+	a.steps[key] = d.Rec
+	if d.Kill {
+		a.kill(key)
+	}
+	return nil
+}
+
+// kill sends SIGTERM to a running step's group and SIGKILL after the grace
+// period unless it ended. The caller holds a.mu.
+func (a *App) kill(key string) {
+	p := a.procs[key]
+	if p == nil {
+		return
+	}
+	a.log.Info("stopping step", "step", key, "pid", p.pid, "reason", a.steps[key].StopReason)
+	if err := proc.KillGroup(p.pid, syscall.SIGTERM); err != nil {
+		a.log.Warn("stop step", "step", key, "err", err)
+	}
+	grace := a.opts.KillGrace
+	go func() {
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-p.done:
+		case <-t.C:
+			a.log.Warn("step ignored SIGTERM; killing it", "step", key, "pid", p.pid, "grace", grace)
+			_ = proc.KillGroup(p.pid, syscall.SIGKILL)
+		}
+	}()
+}
+
+// Running returns how many step processes run.
+func (a *App) Running() int { return int(a.running.Load()) }
+
+// Shutdown stops every running step (SIGTERM, SIGKILL after the grace
+// period) and waits until their ends are recorded as STEP_KILLED or ctx
+// ends, so that nothing keeps running unobserved after the agent. StartSteps
+// arriving from now on wait for Release and stay uncommitted.
+func (a *App) Shutdown(ctx context.Context) {
+	a.shutdownOnce.Do(func() {
+		a.mu.Lock()
+		a.closing = true
+		for key := range a.procs {
+			rec := a.steps[key]
+			d := domain.Stop(a.opts.Self, rec, &eventsv1.StopStep{
+				Job: rec.Job, Attempt: rec.Attempt, Node: a.opts.Self.Node, Reason: "agent shutting down",
+			}, a.opts.Now())
+			if d.Rec != nil {
+				a.record(d.Rec, false)
+			}
+			if d.Kill {
+				a.kill(key)
+			}
+		}
+		a.mu.Unlock()
+	})
+	done := make(chan struct{})
+	go func() {
+		a.watchers.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		a.log.Warn("steps still running at shutdown deadline", "running", a.Running())
+	}
+}
+
+// KillAll kills every running step's group at once without reporting (for
+// when the agent can no longer write); a restart reports them LOST.
+func (a *App) KillAll() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.closing = true
+	for _, p := range a.procs {
+		_ = proc.KillGroup(p.pid, syscall.SIGKILL)
+	}
+}
+
+// Release lets StartSteps that wait in a stopping agent return.
+func (a *App) Release() { a.releaseOnce.Do(func() { close(a.released) }) }
+
+// Drain waits until the outbox is published or ctx ends.
+func (a *App) Drain(ctx context.Context) {
+	for {
+		n, err := a.opts.Store.OutboxLen(ctx)
+		if err == nil && n == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			a.log.Warn("outbox not drained at shutdown; the next start publishes it", "entries", n, "err", err)
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Heartbeats sends a Heartbeat every interval until ctx ends. Heartbeats go
+// straight to the producer, not through the outbox: they only say "alive
+// now", so one that cannot be sent is worth nothing later, and replaying
+// stored ones after a crash would claim liveness for a time the agent was
+// dead. Send failures are logged; health notices the silence.
+func (a *App) Heartbeats(ctx context.Context) error {
+	t := time.NewTicker(a.opts.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		ev, err := adapters.Event(domain.Heartbeat(a.opts.Self, a.bootID, a.opts.Now(), a.Running()))
+		if err != nil {
+			return err
+		}
+		pctx, cancel := context.WithTimeout(ctx, max(a.opts.HeartbeatInterval, time.Second))
+		if err := a.opts.Publisher.Publish(pctx, ev); err != nil && ctx.Err() == nil {
+			a.log.Warn("heartbeat not sent", "err", err)
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}

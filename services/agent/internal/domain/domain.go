@@ -1,0 +1,199 @@
+// Package domain is the agent's pure core: the life of one node's part of a
+// job run (a step) as a state machine. Decisions take the current record, one
+// input and the time, and return the new record and the event to emit; they
+// do no I/O. The app writes them atomically and only then starts or kills
+// processes.
+package domain
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+)
+
+// Phase is where a step is in its life.
+type Phase string
+
+// Phases. Starting is recorded before the process is started, so that a crash
+// between the two can never lead to a second start of the same (job, attempt).
+const (
+	Starting      Phase = "STARTING"
+	Running       Phase = "RUNNING"
+	Exited        Phase = "EXITED"
+	FailedToStart Phase = "FAILED_TO_START"
+	Killed        Phase = "KILLED"
+	Lost          Phase = "LOST"
+)
+
+// Terminal reports whether a step in phase p will never change again.
+func (p Phase) Terminal() bool {
+	return p == Exited || p == FailedToStart || p == Killed || p == Lost
+}
+
+// Self identifies the agent's node.
+type Self struct {
+	// Node is the node's full name.
+	Node string
+	// Cluster is the cluster's full name.
+	Cluster string
+}
+
+// Step is the agent's durable record of one (job, attempt) on its node.
+type Step struct {
+	Job     string `json:"job"`
+	JobID   string `json:"job_id,omitempty"`
+	Attempt int32  `json:"attempt"`
+	Phase   Phase  `json:"phase"`
+	// PID is the process (and process group) id once Running.
+	PID int `json:"pid,omitempty"`
+	// PIDStart is the process's start time as the OS reports it, so that a
+	// recycled pid is never mistaken for the step.
+	PIDStart uint64 `json:"pid_start,omitempty"`
+	ExitCode int32  `json:"exit_code,omitempty"`
+	Message  string `json:"message,omitempty"`
+	// StopReason is set once the step was asked to stop; its exit is then KILLED.
+	StopReason string    `json:"stop_reason,omitempty"`
+	Created    time.Time `json:"created"`
+	Ended      time.Time `json:"ended,omitzero"`
+}
+
+// Key is a step's record key: job name and attempt.
+func Key(job string, attempt int32) string { return job + "#" + strconv.Itoa(int(attempt)) }
+
+// Key returns the step's record key.
+func (s *Step) Key() string { return Key(s.Job, s.Attempt) }
+
+func (s *Step) clone() *Step {
+	c := *s
+	return &c
+}
+
+// Event returns the StepChanged that reports the step's current phase.
+func (s *Step) Event(self Self) *eventsv1.StepChanged {
+	ev := &eventsv1.StepChanged{
+		Job: s.Job, Attempt: s.Attempt, Node: self.Node, Cluster: self.Cluster,
+		ExitCode: s.ExitCode, Message: s.Message, Pid: int32(s.PID),
+	}
+	switch s.Phase {
+	case Running:
+		ev.State = eventsv1.StepState_STEP_RUNNING
+	case Exited:
+		ev.State = eventsv1.StepState_STEP_EXITED
+	case FailedToStart:
+		ev.State = eventsv1.StepState_STEP_FAILED_TO_START
+	case Killed:
+		ev.State = eventsv1.StepState_STEP_KILLED
+	case Lost:
+		ev.State = eventsv1.StepState_STEP_LOST
+	}
+	return ev
+}
+
+// Start decides a StartStep: the Starting record to write before the process
+// starts, or a reason to do nothing (another node's step, or a (job, attempt)
+// this node has seen before, whatever the event id).
+func Start(self Self, existing *Step, cmd *eventsv1.StartStep, now time.Time) (rec *Step, skip string) {
+	switch {
+	case cmd.GetNode() != self.Node:
+		return nil, "step for another node"
+	case existing != nil:
+		return nil, fmt.Sprintf("step %s already %s", existing.Key(), existing.Phase)
+	}
+	return &Step{Job: cmd.GetJob(), JobID: cmd.GetJobId(), Attempt: cmd.GetAttempt(), Phase: Starting, Created: now}, ""
+}
+
+// Started records that the process runs.
+func Started(rec *Step, pid int, pidStart uint64) *Step {
+	r := rec.clone()
+	r.Phase, r.PID, r.PIDStart = Running, pid, pidStart
+	return r
+}
+
+// StartFailed records that the process could not be started.
+func StartFailed(rec *Step, reason string, now time.Time) *Step {
+	r := rec.clone()
+	r.Phase, r.Message, r.Ended = FailedToStart, reason, now
+	return r
+}
+
+// Exit describes how a step's process ended.
+type Exit struct {
+	// Code is the exit status, 128+n for a process killed by signal n.
+	Code int32
+	// Signal names the signal that killed it, "" when it exited.
+	Signal string
+}
+
+// Ended records the end of a step's process: KILLED when it was asked to
+// stop, EXITED with its code otherwise.
+func Ended(rec *Step, exit Exit, now time.Time) *Step {
+	r := rec.clone()
+	r.ExitCode, r.Ended = exit.Code, now
+	switch {
+	case r.StopReason != "":
+		r.Phase, r.Message = Killed, "killed: "+r.StopReason
+	case exit.Signal != "":
+		r.Phase, r.Message = Exited, fmt.Sprintf("killed by signal %s (exit code %d)", exit.Signal, exit.Code)
+	default:
+		r.Phase, r.Message = Exited, fmt.Sprintf("exited with code %d", exit.Code)
+	}
+	return r
+}
+
+// StopDecision is what a StopStep (or the agent's shutdown) calls for.
+type StopDecision struct {
+	// Rec is the record to write; nil when nothing changes.
+	Rec *Step
+	// Kill is true when the step's process group must be signalled.
+	Kill bool
+}
+
+// Stop decides a stop request for a step. A running step is marked (its exit
+// will be KILLED) and killed; a step the node never started gets a KILLED
+// record at once so that a late StartStep for it starts nothing and the
+// scheduler hears an end; finished steps stay as they are.
+func Stop(self Self, existing *Step, cmd *eventsv1.StopStep, now time.Time) StopDecision {
+	if cmd.GetNode() != self.Node {
+		return StopDecision{}
+	}
+	reason := cmd.GetReason()
+	if reason == "" {
+		reason = "stop requested"
+	}
+	switch {
+	case existing == nil || existing.Phase == Starting:
+		return StopDecision{Rec: &Step{
+			Job: cmd.GetJob(), Attempt: cmd.GetAttempt(), Phase: Killed, StopReason: reason,
+			Message: "killed before it started: " + reason, Created: now, Ended: now,
+		}}
+	case existing.Phase == Running && existing.StopReason == "":
+		r := existing.clone()
+		r.StopReason = reason
+		return StopDecision{Rec: r, Kill: true}
+	}
+	return StopDecision{}
+}
+
+// MarkLost records that a step the agent cannot observe any more (it was
+// running, or being started, when a previous agent process died) is lost.
+func MarkLost(rec *Step, why string, now time.Time) *Step {
+	r := rec.clone()
+	r.Phase, r.Message, r.Ended = Lost, why, now
+	return r
+}
+
+// Registered is the AgentRegistered an agent emits when it starts.
+func Registered(self Self, hostname string, pid, gpus int, bootID string) *eventsv1.AgentRegistered {
+	return &eventsv1.AgentRegistered{Node: self.Node, Cluster: self.Cluster, Hostname: hostname,
+		Pid: int32(pid), Gpus: int32(gpus), BootId: bootID}
+}
+
+// Heartbeat is the Heartbeat an agent emits every interval.
+func Heartbeat(self Self, bootID string, now time.Time, running int) *eventsv1.Heartbeat {
+	return &eventsv1.Heartbeat{Node: self.Node, Cluster: self.Cluster, BootId: bootID,
+		Time: timestamppb.New(now), RunningSteps: int32(running)}
+}

@@ -1,0 +1,124 @@
+package domain
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+)
+
+var (
+	t0   = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	self = Self{Node: "projects/p/clusters/c/nodes/gpu-0001", Cluster: "projects/p/clusters/c"}
+)
+
+func startCmd(node string) *eventsv1.StartStep {
+	return &eventsv1.StartStep{Job: "projects/p/jobs/7", JobId: "7", Attempt: 1, Node: node, Script: "true"}
+}
+
+func TestStart(t *testing.T) {
+	t.Parallel()
+	rec, skip := Start(self, nil, startCmd(self.Node), t0)
+	if skip != "" || rec.Phase != Starting || rec.Key() != "projects/p/jobs/7#1" || rec.JobID != "7" {
+		t.Fatalf("Start = %+v, %q", rec, skip)
+	}
+	if _, skip := Start(self, nil, startCmd("projects/p/clusters/c/nodes/gpu-0002"), t0); skip == "" {
+		t.Fatal("started another node's step")
+	}
+	for _, ph := range []Phase{Starting, Running, Exited, Killed, Lost, FailedToStart} {
+		if _, skip := Start(self, &Step{Job: "projects/p/jobs/7", Attempt: 1, Phase: ph}, startCmd(self.Node), t0); skip == "" {
+			t.Fatalf("started a step already %s", ph)
+		}
+	}
+}
+
+func TestRunAndExit(t *testing.T) {
+	t.Parallel()
+	rec, _ := Start(self, nil, startCmd(self.Node), t0)
+	run := Started(rec, 4242, 99)
+	ev := run.Event(self)
+	if ev.State != eventsv1.StepState_STEP_RUNNING || ev.Pid != 4242 || ev.Node != self.Node || ev.Cluster != self.Cluster || ev.Attempt != 1 {
+		t.Fatalf("running event = %v", ev)
+	}
+	if rec.Phase != Starting {
+		t.Fatal("Started modified its input")
+	}
+
+	tests := []struct {
+		name  string
+		stop  string
+		exit  Exit
+		state eventsv1.StepState
+		code  int32
+		msg   string
+	}{
+		{"exit 3", "", Exit{Code: 3}, eventsv1.StepState_STEP_EXITED, 3, "exited with code 3"},
+		{"exit 0", "", Exit{Code: 0}, eventsv1.StepState_STEP_EXITED, 0, "exited with code 0"},
+		{"signal", "", Exit{Code: 137, Signal: "killed"}, eventsv1.StepState_STEP_EXITED, 137, "signal killed"},
+		{"stopped", "job cancelled", Exit{Code: 143, Signal: "terminated"}, eventsv1.StepState_STEP_KILLED, 143, "killed: job cancelled"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run
+			if tc.stop != "" {
+				d := Stop(self, run, &eventsv1.StopStep{Job: run.Job, Attempt: 1, Node: self.Node, Reason: tc.stop}, t0)
+				if !d.Kill || d.Rec.StopReason != tc.stop || d.Rec.Phase != Running {
+					t.Fatalf("stop = %+v", d)
+				}
+				r = d.Rec
+			}
+			end := Ended(r, tc.exit, t0.Add(time.Second))
+			ev := end.Event(self)
+			if ev.State != tc.state || ev.ExitCode != tc.code || !strings.Contains(ev.Message, tc.msg) || !end.Phase.Terminal() || end.Ended.IsZero() {
+				t.Fatalf("exit event = %v (record %+v)", ev, end)
+			}
+		})
+	}
+}
+
+func TestStop(t *testing.T) {
+	t.Parallel()
+	stop := &eventsv1.StopStep{Job: "projects/p/jobs/7", Attempt: 1, Node: self.Node}
+	if d := Stop(Self{Node: "other"}, nil, stop, t0); d.Rec != nil || d.Kill {
+		t.Fatalf("acted on another node's stop: %+v", d)
+	}
+	d := Stop(self, nil, stop, t0)
+	if d.Kill || d.Rec == nil || d.Rec.Phase != Killed || d.Rec.Event(self).State != eventsv1.StepState_STEP_KILLED {
+		t.Fatalf("stop of an unknown step = %+v", d)
+	}
+	if _, skip := Start(self, d.Rec, startCmd(self.Node), t0); skip == "" {
+		t.Fatal("a step stopped before it started was started later")
+	}
+	running := &Step{Job: stop.Job, Attempt: 1, Phase: Running, PID: 10, StopReason: "x"}
+	if d := Stop(self, running, stop, t0); d.Rec != nil || d.Kill {
+		t.Fatalf("second stop acted again: %+v", d)
+	}
+	done := &Step{Job: stop.Job, Attempt: 1, Phase: Exited}
+	if d := Stop(self, done, stop, t0); d.Rec != nil || d.Kill {
+		t.Fatalf("stop of a finished step acted: %+v", d)
+	}
+}
+
+func TestLostAndFailed(t *testing.T) {
+	t.Parallel()
+	rec, _ := Start(self, nil, startCmd(self.Node), t0)
+	if ev := MarkLost(Started(rec, 1, 2), "agent restarted", t0).Event(self); ev.State != eventsv1.StepState_STEP_LOST || ev.Message != "agent restarted" {
+		t.Fatalf("lost = %v", ev)
+	}
+	if ev := StartFailed(rec, "exec: nope", t0).Event(self); ev.State != eventsv1.StepState_STEP_FAILED_TO_START || ev.Message != "exec: nope" {
+		t.Fatalf("failed = %v", ev)
+	}
+}
+
+func TestTelemetry(t *testing.T) {
+	t.Parallel()
+	r := Registered(self, "gpu-0001", 10, 8, "boot")
+	if r.Node != self.Node || r.Cluster != self.Cluster || r.Hostname != "gpu-0001" || r.Pid != 10 || r.Gpus != 8 || r.BootId != "boot" {
+		t.Fatalf("registered = %v", r)
+	}
+	h := Heartbeat(self, "boot", t0, 2)
+	if h.BootId != "boot" || !h.Time.AsTime().Equal(t0) || h.RunningSteps != 2 {
+		t.Fatalf("heartbeat = %v", h)
+	}
+}

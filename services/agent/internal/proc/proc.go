@@ -1,0 +1,141 @@
+// Package proc inspects and signals processes and process groups on Unix. On
+// Linux it reads /proc so that a recycled pid is never mistaken for the
+// process it once named; elsewhere it falls back to signal 0.
+package proc
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// hasProc reports whether /proc describes processes here.
+var hasProc = func() bool {
+	_, err := os.Stat("/proc/self/stat")
+	return err == nil
+}()
+
+// StartTime returns when pid started (clock ticks since boot on Linux, 0
+// where that is not known) and whether it is running. A zombie is not running.
+func StartTime(pid int) (uint64, bool) {
+	if pid <= 0 {
+		return 0, false
+	}
+	if !hasProc {
+		err := syscall.Kill(pid, 0)
+		return 0, err == nil || errors.Is(err, syscall.EPERM)
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// The command name (field 2) may hold spaces and parentheses: the fields
+	// we want follow the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state), so field 22 (starttime) is f[19].
+	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
+		return 0, false
+	}
+	st, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return st, true
+}
+
+// Alive reports whether pid runs and, when start is not 0, is the process
+// that started at start.
+func Alive(pid int, start uint64) bool {
+	st, ok := StartTime(pid)
+	return ok && (start == 0 || st == 0 || st == start)
+}
+
+// KillGroup sends sig to the process group pgid; a group that is gone is not
+// an error.
+func KillGroup(pgid int, sig syscall.Signal) error {
+	if pgid <= 1 {
+		return fmt.Errorf("kill group %d: refusing to signal a pgid <= 1", pgid)
+	}
+	if err := syscall.Kill(-pgid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("kill group %d with %v: %w", pgid, sig, err)
+	}
+	return nil
+}
+
+// GroupAlive reports whether any process of group pgid exists.
+func GroupAlive(pgid int) bool {
+	if pgid <= 1 {
+		return false
+	}
+	err := syscall.Kill(-pgid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// WaitGone polls until gone returns true or d passes, and reports whether it did.
+func WaitGone(d time.Duration, gone func() bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if gone() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// FindByEnv returns the pids of running processes whose environment holds
+// exactly the entry kv ("KEY=value"). It finds nothing where /proc is missing.
+func FindByEnv(kv string) []int {
+	if !hasProc {
+		return nil
+	}
+	dirs, err := filepath.Glob("/proc/[0-9]*")
+	if err != nil {
+		return nil
+	}
+	want := []byte(kv)
+	var out []int
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(filepath.Base(d))
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(d + "/environ")
+		if err != nil {
+			continue
+		}
+		for _, e := range bytes.Split(b, []byte{0}) {
+			if bytes.Equal(e, want) {
+				if _, ok := StartTime(pid); ok {
+					out = append(out, pid)
+				}
+				break
+			}
+		}
+	}
+	return out
+}
+
+// ExitCode returns a finished process's exit code, 128+n when signal n ended
+// it, and the signal's name ("" when it exited).
+func ExitCode(ps *os.ProcessState) (int32, string) {
+	if ps == nil {
+		return -1, ""
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return int32(128 + int(ws.Signal())), ws.Signal().String()
+	}
+	return int32(ps.ExitCode()), ""
+}

@@ -1,0 +1,64 @@
+// Package ports connects the provisioner's app to the outside: the gRPC read
+// API and the bus handler.
+package ports
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+
+	"github.com/loom-ml/loom/libs/errs"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/provisioner/internal/app"
+)
+
+var (
+	projectParent = regexp.MustCompile(`^projects/([^/]+)$`)
+	clusterParent = regexp.MustCompile(`^projects/([^/]+)/clusters/([^/]+)$`)
+)
+
+// ClusterServer serves loom.v1.ClusterService reads from memory. Create and
+// Delete answer Unimplemented: the gateway owns them.
+type ClusterServer struct {
+	loomv1.UnimplementedClusterServiceServer
+	App *app.App
+}
+
+// GetCluster returns one cluster, NotFound when it does not exist.
+func (s *ClusterServer) GetCluster(_ context.Context, req *loomv1.GetClusterRequest) (*loomv1.Cluster, error) {
+	if !clusterParent.MatchString(req.GetName()) {
+		return nil, errs.Invalid("name", "must be projects/{project}/clusters/{cluster}, got %q", req.GetName())
+	}
+	c, ok := s.App.Cluster(req.GetName())
+	if !ok {
+		return nil, fmt.Errorf("cluster %s: %w", req.GetName(), errs.NotFound)
+	}
+	return c, nil
+}
+
+// ListClusters returns the clusters of a project ("projects/-": all), by name.
+func (s *ClusterServer) ListClusters(_ context.Context, req *loomv1.ListClustersRequest) (*loomv1.ListClustersResponse, error) {
+	m := projectParent.FindStringSubmatch(req.GetParent())
+	if m == nil {
+		return nil, errs.Invalid("parent", "must be projects/{project}, got %q", req.GetParent())
+	}
+	return &loomv1.ListClustersResponse{Clusters: s.App.Clusters(m[1])}, nil
+}
+
+// NodeServer serves loom.v1.NodeService from memory.
+type NodeServer struct {
+	loomv1.UnimplementedNodeServiceServer
+	App *app.App
+}
+
+// ListNodes returns the nodes of a cluster by name; "projects/p/clusters/-"
+// lists every cluster's nodes in project p ("projects/-/clusters/-": all).
+// An unknown cluster has no nodes (an empty list, not NotFound), so that a
+// deleted cluster reads consistently.
+func (s *NodeServer) ListNodes(_ context.Context, req *loomv1.ListNodesRequest) (*loomv1.ListNodesResponse, error) {
+	m := clusterParent.FindStringSubmatch(req.GetParent())
+	if m == nil {
+		return nil, errs.Invalid("parent", "must be projects/{project}/clusters/{cluster} or projects/{project}/clusters/-, got %q", req.GetParent())
+	}
+	return &loomv1.ListNodesResponse{Nodes: s.App.Nodes(m[1], m[2])}, nil
+}

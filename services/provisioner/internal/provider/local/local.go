@@ -1,0 +1,280 @@
+// Package local is the provider that runs each node as an agent process on
+// this machine, in its own process group, with its own directory under
+// <DataDir>/clusters/<cluster-id>/nodes/<hostname> and the cluster's shared
+// directory <DataDir>/clusters/<cluster-id>/shared.
+//
+// A pidfile in the node's directory names the running agent (pid and start
+// time), so a restarted provisioner finds it instead of starting a second one.
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/loom-ml/loom/services/provisioner/internal/provider"
+)
+
+// File names in a node's directory.
+const (
+	PIDFile = "agent.pid"
+	LogFile = "agent.log"
+)
+
+// idPattern is a cluster id or hostname, which become directory names.
+var idPattern = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// ClusterDir is a cluster's directory under dataDir.
+func ClusterDir(dataDir, clusterID string) string {
+	return filepath.Join(dataDir, "clusters", clusterID)
+}
+
+// SharedDir is a cluster's shared directory under dataDir.
+func SharedDir(dataDir, clusterID string) string {
+	return filepath.Join(ClusterDir(dataDir, clusterID), "shared")
+}
+
+// WorkDir is a node's own directory under dataDir.
+func WorkDir(dataDir, clusterID, hostname string) string {
+	return filepath.Join(ClusterDir(dataDir, clusterID), "nodes", hostname)
+}
+
+// Config configures the local provider.
+type Config struct {
+	// DataDir is the root of every cluster's directories (absolute).
+	DataDir string
+	// AgentCommand is the argv that starts an agent.
+	AgentCommand []string
+	// AgentEnv is added to each agent's environment (after os.Environ()).
+	AgentEnv []string
+	// Brokers and RedisAddr are handed to agents (LOOM_BROKERS, LOOM_REDIS_ADDR).
+	Brokers   []string
+	RedisAddr string
+	// StopGrace is how long Stop waits after SIGTERM before SIGKILL (default 15 s,
+	// longer than an agent needs to kill its own steps).
+	StopGrace time.Duration
+	Log       *slog.Logger
+}
+
+// Provider is the local provider. It is safe for concurrent use on
+// different nodes.
+type Provider struct {
+	cfg Config
+
+	mu sync.Mutex
+	// exits records how agents this process started ended, by node name.
+	exits map[string]string
+}
+
+var _ provider.Provider = (*Provider)(nil)
+
+// New returns a local provider.
+func New(cfg Config) (*Provider, error) {
+	if !filepath.IsAbs(cfg.DataDir) {
+		return nil, fmt.Errorf("local provider: data dir %q is not absolute", cfg.DataDir)
+	}
+	if len(cfg.AgentCommand) == 0 || cfg.AgentCommand[0] == "" {
+		return nil, errors.New("local provider: empty agent command")
+	}
+	if cfg.StopGrace <= 0 {
+		cfg.StopGrace = 15 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	return &Provider{cfg: cfg, exits: map[string]string{}}, nil
+}
+
+// check refuses nodes whose directories are not where this provider puts
+// them: Remove deletes them recursively.
+func (p *Provider) check(n provider.Node) error {
+	if !idPattern.MatchString(n.ClusterID) || !idPattern.MatchString(n.Hostname) {
+		return fmt.Errorf("node %s: bad cluster id %q or hostname %q", n.Name, n.ClusterID, n.Hostname)
+	}
+	if n.WorkDir != WorkDir(p.cfg.DataDir, n.ClusterID, n.Hostname) || n.SharedDir != SharedDir(p.cfg.DataDir, n.ClusterID) {
+		return fmt.Errorf("node %s: directories %q, %q are not under %s", n.Name, n.WorkDir, n.SharedDir, p.cfg.DataDir)
+	}
+	return nil
+}
+
+// Running returns the pid of the node's agent and whether it runs.
+func (p *Provider) Running(n provider.Node) (int, bool) {
+	pid, start, err := readPIDFile(filepath.Join(n.WorkDir, PIDFile))
+	if err != nil {
+		return 0, false
+	}
+	return pid, alive(pid, start)
+}
+
+// Launch starts the node's agent unless it runs.
+func (p *Provider) Launch(ctx context.Context, n provider.Node) (provider.Launched, error) {
+	if err := p.check(n); err != nil {
+		return provider.Launched{}, err
+	}
+	if pid, ok := p.Running(n); ok {
+		return provider.Launched{PID: pid}, nil
+	}
+	for _, d := range []string{n.WorkDir, n.SharedDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return provider.Launched{}, fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	logPath := filepath.Join(n.WorkDir, LogFile)
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return provider.Launched{}, fmt.Errorf("open agent log: %w", err)
+	}
+	defer logf.Close()
+
+	argv := p.cfg.AgentCommand
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = n.WorkDir
+	cmd.Env = p.env(n)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own group, so that Stop reaches whatever the agent runs in it and a
+	// signal to the provisioner's group does not reach the agent.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return provider.Launched{}, fmt.Errorf("start agent %q: %w", strings.Join(argv, " "), err)
+	}
+	pid := cmd.Process.Pid
+	start, _ := startTime(pid)
+	if err := writePIDFile(filepath.Join(n.WorkDir, PIDFile), pid, start); err != nil {
+		// Without a pidfile the next Launch would start a second agent.
+		_ = killGroup(pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		return provider.Launched{}, fmt.Errorf("record agent pid: %w", err)
+	}
+	p.mu.Lock()
+	prev := p.exits[n.Name]
+	delete(p.exits, n.Name)
+	p.mu.Unlock()
+	go func() {
+		// Reap the child, and remember how it ended for the next Launch.
+		_ = cmd.Wait()
+		p.mu.Lock()
+		p.exits[n.Name] = cmd.ProcessState.String() + "; log " + logPath
+		p.mu.Unlock()
+	}()
+	p.cfg.Log.Info("agent started", "node", n.Name, "pid", pid, "log", logPath)
+	return provider.Launched{PID: pid, Started: true, PrevExit: prev}, nil
+}
+
+// env is the agent's environment: ours, then defaults that keep several
+// agents on one machine from colliding, then AgentEnv, then the node's settings.
+func (p *Provider) env(n provider.Node) []string {
+	env := append(os.Environ(), "LOOM_AGENT_GRPC_ADDR=127.0.0.1:0", "LOOM_AGENT_HTTP_ADDR=127.0.0.1:0")
+	env = append(env, p.cfg.AgentEnv...)
+	return append(env,
+		"LOOM_BROKERS="+strings.Join(p.cfg.Brokers, ","),
+		"LOOM_REDIS_ADDR="+p.cfg.RedisAddr,
+		"LOOM_NODE="+n.Name,
+		"LOOM_HOSTNAME="+n.Hostname,
+		"LOOM_WORK_DIR="+n.WorkDir,
+		"LOOM_GPUS="+strconv.Itoa(n.GPUs),
+		"LOOM_CLUSTER="+n.Cluster,
+		"LOOM_SHARED_DIR="+n.SharedDir,
+	)
+}
+
+// Stop terminates the node's agent's process group: SIGTERM, then SIGKILL
+// after StopGrace. It returns once the agent is gone.
+func (p *Provider) Stop(ctx context.Context, n provider.Node) error {
+	pidPath := filepath.Join(n.WorkDir, PIDFile)
+	pid, start, err := readPIDFile(pidPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		// A torn pidfile names no process we could signal safely.
+		p.cfg.Log.Warn("ignoring unreadable agent pidfile", "node", n.Name, "err", err)
+		if err := os.Remove(pidPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("stop %s: %w", n.Name, err)
+		}
+		return nil
+	}
+	gone := func() bool { return !alive(pid, start) }
+	if !gone() {
+		if err := killGroup(pid, syscall.SIGTERM); err != nil {
+			return fmt.Errorf("stop %s: %w", n.Name, err)
+		}
+		if !waitUntil(p.cfg.StopGrace, ctx.Done(), gone) {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("stop %s: %w", n.Name, err)
+			}
+			p.cfg.Log.Warn("agent ignored SIGTERM, killing it", "node", n.Name, "pid", pid, "grace", p.cfg.StopGrace)
+			if err := killGroup(pid, syscall.SIGKILL); err != nil {
+				return fmt.Errorf("stop %s: %w", n.Name, err)
+			}
+			if !waitUntil(5*time.Second, ctx.Done(), gone) {
+				return fmt.Errorf("stop %s: agent %d survived SIGKILL", n.Name, pid)
+			}
+		}
+		p.cfg.Log.Info("agent stopped", "node", n.Name, "pid", pid)
+	}
+	if err := os.Remove(pidPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("stop %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// Remove deletes the node's directory.
+func (p *Provider) Remove(_ context.Context, n provider.Node) error {
+	if err := p.check(n); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(n.WorkDir); err != nil {
+		return fmt.Errorf("remove %s: %w", n.WorkDir, err)
+	}
+	return nil
+}
+
+// RemoveCluster deletes the cluster's directory, shared directory included.
+func (p *Provider) RemoveCluster(_ context.Context, clusterID string) error {
+	if !idPattern.MatchString(clusterID) {
+		return fmt.Errorf("remove cluster: bad cluster id %q", clusterID)
+	}
+	dir := ClusterDir(p.cfg.DataDir, clusterID)
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	return nil
+}
+
+// writePIDFile writes "pid start" atomically.
+func writePIDFile(path string, pid int, start uint64) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, fmt.Appendf(nil, "%d %d\n", pid, start), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// readPIDFile reads what writePIDFile wrote.
+func readPIDFile(path string) (pid int, start uint64, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0, fmt.Errorf("pidfile %s: malformed %q", path, b)
+	}
+	if pid, err = strconv.Atoi(f[0]); err != nil {
+		return 0, 0, fmt.Errorf("pidfile %s: %w", path, err)
+	}
+	if start, err = strconv.ParseUint(f[1], 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("pidfile %s: %w", path, err)
+	}
+	return pid, start, nil
+}

@@ -1,0 +1,46 @@
+// Package provider is the provisioner's view of compute: something that can
+// bring a node's agent up, take it down and clean up after it. Every method is
+// idempotent, because the reconciler calls them again after any crash.
+package provider
+
+import "context"
+
+// Node is what a provider needs to know about one node.
+type Node struct {
+	// Name is the node's full name (projects/p/clusters/c/nodes/h).
+	Name string
+	// Cluster is the cluster's full name; ClusterID its last segment.
+	Cluster, ClusterID string
+	// Hostname is the Slurm-style node name.
+	Hostname string
+	// WorkDir is the node's own directory; SharedDir the cluster's.
+	WorkDir, SharedDir string
+	// GPUs is how many GPUs the node offers.
+	GPUs int
+}
+
+// Launched reports the outcome of a Launch.
+type Launched struct {
+	// PID is the agent's process id (0 where there is no process).
+	PID int
+	// Started is true when Launch started a new agent, false when one ran.
+	Started bool
+	// PrevExit says how the agent this provider previously started for the
+	// node ended ("exit status 1; log /path"), when Started and that is known.
+	PrevExit string
+}
+
+// Provider brings nodes up and down.
+type Provider interface {
+	// Launch makes the node's agent run: nothing when it already runs.
+	Launch(ctx context.Context, n Node) (Launched, error)
+	// Stop makes the node's agent not run: SIGTERM to its process group,
+	// SIGKILL after a grace period. Nothing when it does not run.
+	Stop(ctx context.Context, n Node) error
+	// Remove deletes the node's directories; call it after Stop.
+	Remove(ctx context.Context, n Node) error
+	// RemoveCluster deletes what the cluster's nodes shared (its shared
+	// directory) and the cluster's own directory; call it after every node
+	// was removed.
+	RemoveCluster(ctx context.Context, clusterID string) error
+}

@@ -1,0 +1,370 @@
+package provisioner
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/agent"
+	"github.com/loom-ml/loom/services/provisioner/internal/provider/local"
+)
+
+// TestMain doubles as the agent binary: the local provider re-executes this
+// test binary with LOOM_TEST_RUN_AGENT=1, and it then runs a real agent from
+// the LOOM_* variables the provider set.
+func TestMain(m *testing.M) {
+	if os.Getenv("LOOM_TEST_RUN_AGENT") == "1" {
+		var cfg agent.Config
+		fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+		cfg.RegisterFlags(fs)
+		if err := fs.Parse(nil); err != nil {
+			fmt.Fprintln(os.Stderr, "agent:", err)
+			os.Exit(2)
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := agent.Run(ctx, cfg)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "agent:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+const (
+	project = "projects/default"
+	wait    = 60 * time.Second
+)
+
+type fixture struct {
+	broker, redis, data, grpcAddr string
+}
+
+func (f *fixture) config(stopAgents bool) Config {
+	return Config{
+		Common: config.Common{Brokers: []string{f.broker}, RedisAddr: f.redis, GRPCAddr: f.grpcAddr,
+			HTTPAddr: "127.0.0.1:0", LogLevel: "warn"},
+		Provider:     "local",
+		DataDir:      f.data,
+		AgentCommand: []string{os.Args[0]},
+		AgentEnv: []string{"LOOM_TEST_RUN_AGENT=1", "LOOM_HEARTBEAT_INTERVAL=200ms", "LOOM_LOG_LEVEL=warn",
+			"LOOM_CREATE_TOPICS=false"},
+		StopAgentsOnExit:  stopAgents,
+		ReconcileInterval: 200 * time.Millisecond,
+		AgentStopGrace:    10 * time.Second,
+	}
+}
+
+// run starts a provisioner; the returned stop ends it and returns Run's error.
+func (f *fixture) run(t *testing.T, stopAgents bool) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan error, 1)
+	go func() { res <- Run(ctx, f.config(stopAgents)) }()
+	done, err := false, error(nil)
+	stop = func() error {
+		if !done {
+			cancel()
+			err, done = <-res, true
+		}
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+func createCluster(op, id string, nodes int32) envelope.Event {
+	name := project + "/clusters/" + id
+	return envelope.New(topics.ClusterCommands, name, "loom/test", &eventsv1.CreateCluster{
+		Operation: project + "/operations/" + op,
+		Cluster: &loomv1.Cluster{Name: name, Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{
+			{Id: "gpu", NodeCount: nodes, AcceleratorCount: 2, AcceleratorType: "sim-h100"},
+		}}},
+	})
+}
+
+func clusterEvent[T any](t *testing.T, broker string, match func(T) bool) T {
+	t.Helper()
+	return testkit.WaitEvent(t, broker, topics.ClusterEvents, wait, func(ev envelope.Event) bool {
+		p, ok := ev.Payload.(T)
+		return ok && match(p)
+	}).Payload.(T)
+}
+
+func waitRunning(t *testing.T, broker, op string) *loomv1.Cluster {
+	t.Helper()
+	return clusterEvent(t, broker, func(c *eventsv1.ClusterChanged) bool {
+		return c.Operation == project+"/operations/"+op && c.OperationDone
+	}).Cluster
+}
+
+// agents returns the pids of running processes whose environment names node
+// (the agents the provider started for it, whoever started them).
+func agents(t *testing.T, node string) []int {
+	t.Helper()
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	var out []int
+	for _, d := range dirs {
+		b, err := os.ReadFile(d + "/environ")
+		if err != nil || !bytes.Contains(b, []byte("\x00LOOM_NODE="+node+"\x00")) ||
+			!bytes.Contains(b, []byte("LOOM_TEST_RUN_AGENT=1")) {
+			continue
+		}
+		if st, err := os.ReadFile(d + "/stat"); err == nil && !bytes.Contains(st, []byte(") Z ")) {
+			pid, _ := strconv.Atoi(filepath.Base(d))
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func pidOf(t *testing.T, workDir string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(workDir, local.PIDFile))
+	if err != nil {
+		t.Fatalf("pidfile: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.Fields(string(b))[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+func gone(pid int) bool {
+	st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	return err != nil || bytes.Contains(st, []byte(") Z "))
+}
+
+// killAgents kills every agent whose pidfile is under data (test cleanup).
+func killAgents(data string) {
+	_ = filepath.WalkDir(data, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Name() == local.PIDFile {
+			if b, err := os.ReadFile(p); err == nil {
+				if pid, err := strconv.Atoi(strings.Fields(string(b))[0]); err == nil && pid > 1 {
+					_ = syscall.Kill(-pid, syscall.SIGKILL)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+func TestClusterLifecycleWithRealAgents(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/proc/self/environ"); err != nil {
+		t.Skip("needs /proc")
+	}
+	f := &fixture{broker: testkit.Broker(t), data: t.TempDir(), grpcAddr: testkit.FreeAddr()}
+	f.redis, _ = testkit.Redis(t)
+	t.Cleanup(func() { killAgents(f.data) })
+	demo := project + "/clusters/demo"
+	nodes := []string{demo + "/nodes/gpu-0001", demo + "/nodes/gpu-0002"}
+
+	// 1. Create a 2-node cluster: it reaches RUNNING with real agents.
+	stop1 := f.run(t, false)
+	testkit.Publish(t, f.broker, createCluster("op1", "demo", 2))
+	cl := waitRunning(t, f.broker, "op1")
+	st := cl.GetStatus()
+	shared := filepath.Join(f.data, "clusters", "demo", "shared")
+	if st.GetState() != loomv1.Cluster_RUNNING || st.GetReadyNodes() != 2 || st.GetTotalNodes() != 2 ||
+		st.GetSharedDir() != shared || st.GetMessage() != "2 of 2 nodes ready" {
+		t.Fatalf("final cluster = %v", cl)
+	}
+	clusterEvent(t, f.broker, func(c *eventsv1.ClusterChanged) bool {
+		return c.Operation == project+"/operations/op1" && !c.OperationDone && c.Cluster.GetStatus().GetMessage() == "1 of 2 nodes ready"
+	})
+	pids := map[string]int{}
+	for _, n := range nodes {
+		host := filepath.Base(n)
+		work := filepath.Join(f.data, "clusters", "demo", "nodes", host)
+		testkit.WaitEvent(t, f.broker, topics.NodeEvents, wait, func(ev envelope.Event) bool {
+			nc, ok := ev.Payload.(*eventsv1.NodeChanged)
+			return ok && nc.Node.GetName() == n && nc.Node.GetState() == loomv1.Node_READY && nc.Node.GetWorkDir() == work
+		})
+		if fi, err := os.Stat(work); err != nil || !fi.IsDir() {
+			t.Fatalf("work dir %s: %v", work, err)
+		}
+		pids[n] = pidOf(t, work)
+		if a := agents(t, n); len(a) != 1 || a[0] != pids[n] {
+			t.Fatalf("agents of %s = %v, want just %d", n, a, pids[n])
+		}
+	}
+	if fi, err := os.Stat(shared); err != nil || !fi.IsDir() {
+		t.Fatalf("shared dir: %v", err)
+	}
+
+	// Reads come from the provisioner's memory over gRPC.
+	conn, err := grpc.NewClient(f.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	clusters, nodeSvc := loomv1.NewClusterServiceClient(conn), loomv1.NewNodeServiceClient(conn)
+	ctx := testkit.Context(t, wait)
+	if got, err := clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: demo}); err != nil || got.GetStatus().GetState() != loomv1.Cluster_RUNNING {
+		t.Fatalf("GetCluster = %v, %v", got, err)
+	}
+	if _, err := clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: project + "/clusters/nope"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("GetCluster of a missing cluster: %v", err)
+	}
+	if _, err := clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: "demo"}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("GetCluster with a bad name: %v", err)
+	}
+	if _, err := clusters.CreateCluster(ctx, &loomv1.CreateClusterRequest{}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("CreateCluster on the provisioner: %v", err)
+	}
+	if l, err := clusters.ListClusters(ctx, &loomv1.ListClustersRequest{Parent: project}); err != nil || len(l.GetClusters()) != 1 {
+		t.Fatalf("ListClusters = %v, %v", l, err)
+	}
+	if l, err := nodeSvc.ListNodes(ctx, &loomv1.ListNodesRequest{Parent: project + "/clusters/-"}); err != nil ||
+		len(l.GetNodes()) != 2 || l.GetNodes()[0].GetName() != nodes[0] || l.GetNodes()[1].GetState() != loomv1.Node_READY {
+		t.Fatalf("ListNodes = %v, %v", l, err)
+	}
+
+	// A second create of the same cluster fails its operation.
+	testkit.Publish(t, f.broker, createCluster("op2", "demo", 1))
+	failed := clusterEvent(t, f.broker, func(c *eventsv1.ClusterOperationFailed) bool { return c.Operation == project+"/operations/op2" })
+	if codes.Code(failed.Code) != codes.AlreadyExists || failed.Cluster != demo {
+		t.Fatalf("duplicate create = %v", failed)
+	}
+
+	// 2. Restart: the running agents are found, not launched again.
+	if err := stop1(); err != nil {
+		t.Fatalf("provisioner stop: %v", err)
+	}
+	for n, pid := range pids {
+		if gone(pid) {
+			t.Fatalf("agent of %s died with the provisioner (StopAgentsOnExit is off)", n)
+		}
+	}
+	stop2 := f.run(t, true)
+	testkit.Publish(t, f.broker, createCluster("op3", "two", 1))
+	waitRunning(t, f.broker, "op3")
+	// The pass that launched "two" went over "demo" first (clusters in name order).
+	for n, pid := range pids {
+		if a := agents(t, n); len(a) != 1 || a[0] != pid {
+			t.Fatalf("after restart, agents of %s = %v, want just %d", n, a, pid)
+		}
+	}
+	for _, ev := range testkit.Events(t, f.broker, topics.NodeTelemetry) {
+		if r, ok := ev.Payload.(*eventsv1.AgentRegistered); ok && strings.HasPrefix(r.Node, demo+"/") && r.Pid != int32(pids[r.Node]) {
+			t.Fatalf("a second agent registered for %s: %v", r.Node, r)
+		}
+	}
+
+	// 3. Delete: agents stopped, directories removed, records gone.
+	testkit.Publish(t, f.broker, envelope.New(topics.ClusterCommands, demo, "loom/test",
+		&eventsv1.DeleteCluster{Operation: project + "/operations/op4", Cluster: demo}))
+	clusterEvent(t, f.broker, func(c *eventsv1.ClusterChanged) bool {
+		return c.Operation == project+"/operations/op4" && c.Cluster.GetStatus().GetState() == loomv1.Cluster_DELETING
+	})
+	deleted := clusterEvent(t, f.broker, func(c *eventsv1.ClusterDeleted) bool { return c.Cluster == demo })
+	if deleted.Operation != project+"/operations/op4" {
+		t.Fatalf("ClusterDeleted = %v", deleted)
+	}
+	for _, n := range nodes {
+		testkit.WaitEvent(t, f.broker, topics.NodeEvents, wait, func(ev envelope.Event) bool {
+			r, ok := ev.Payload.(*eventsv1.NodeRemoved)
+			return ok && r.Node == n && r.Cluster == demo
+		})
+		if !gone(pids[n]) {
+			t.Fatalf("agent %d of deleted node %s still runs", pids[n], n)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(f.data, "clusters", "demo")); !os.IsNotExist(err) {
+		t.Fatalf("cluster directory still there: %v", err)
+	}
+	if l, err := nodeSvc.ListNodes(ctx, &loomv1.ListNodesRequest{Parent: project + "/clusters/-"}); err != nil ||
+		len(l.GetNodes()) != 1 || l.GetNodes()[0].GetName() != project+"/clusters/two/nodes/gpu-0001" {
+		t.Fatalf("ListNodes after delete = %v, %v", l, err)
+	}
+	if _, err := clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: demo}); status.Code(err) != codes.NotFound {
+		t.Fatalf("GetCluster after delete: %v", err)
+	}
+
+	// 4. With StopAgentsOnExit, stopping the provisioner stops its agents.
+	twoPid := pidOf(t, filepath.Join(f.data, "clusters", "two", "nodes", "gpu-0001"))
+	if err := stop2(); err != nil {
+		t.Fatalf("provisioner stop: %v", err)
+	}
+	if !gone(twoPid) {
+		t.Fatal("agent still runs after the provisioner stopped with StopAgentsOnExit")
+	}
+}
+
+func TestLaunchFailureIsReportedOnTheNode(t *testing.T) {
+	t.Parallel()
+	f := &fixture{broker: testkit.Broker(t), data: t.TempDir(), grpcAddr: testkit.FreeAddr()}
+	f.redis, _ = testkit.Redis(t)
+	cfg := f.config(true)
+	cfg.AgentCommand = []string{filepath.Join(f.data, "no-such-agent")}
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan error, 1)
+	go func() { res <- Run(ctx, cfg) }()
+	t.Cleanup(func() { cancel(); <-res })
+
+	testkit.Publish(t, f.broker, createCluster("op1", "broken", 1))
+	ev := testkit.WaitEvent(t, f.broker, topics.NodeEvents, wait, func(ev envelope.Event) bool {
+		nc, ok := ev.Payload.(*eventsv1.NodeChanged)
+		return ok && strings.Contains(nc.Node.GetReason(), "no-such-agent")
+	})
+	n := ev.Payload.(*eventsv1.NodeChanged).Node
+	if n.GetState() != loomv1.Node_PROVISIONING || !strings.HasPrefix(n.GetReason(), "launch: ") || !strings.Contains(n.GetReason(), "attempt 1") {
+		t.Fatalf("node = %v", n)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	c := Config{Provider: "gcp", DataDir: "", AgentEnv: []string{"NOEQUALS"}}
+	err := c.validate()
+	for _, want := range []string{"provider", "data_dir", "agent_env[0]"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("validate() = %v, want it to name %s", err, want)
+		}
+	}
+	c = Config{DataDir: "rel"}
+	if err := c.validate(); err != nil || !filepath.IsAbs(c.DataDir) || c.Provider != "local" || len(c.AgentCommand) != 1 ||
+		filepath.Base(c.AgentCommand[0]) != "agent" {
+		t.Fatalf("validate() = %v, config %+v", err, c)
+	}
+}
+
+func TestRegisterFlags(t *testing.T) {
+	t.Parallel()
+	var c Config
+	fs := flag.NewFlagSet("p", flag.ContinueOnError)
+	c.RegisterFlags(fs)
+	if err := fs.Parse([]string{"-agent-command", "/bin/agent --x", "-agent-env", "A=1 B=2", "-agent-env", "C=3",
+		"-stop-agents-on-exit", "-reconcile-interval", "1s"}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(c.AgentCommand, "|") != "/bin/agent|--x" || strings.Join(c.AgentEnv, "|") != "A=1|B=2|C=3" ||
+		!c.StopAgentsOnExit || c.ReconcileInterval != time.Second || c.AgentStopGrace != 15*time.Second || c.Provider != "local" {
+		t.Fatalf("config = %+v", c)
+	}
+}
