@@ -1,0 +1,562 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/embedded"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// golden compares output with want, line by line, so that a failure shows
+// where the table went out of line.
+func golden(t *testing.T, got, want string) {
+	t.Helper()
+	want = strings.TrimPrefix(want, "\n")
+	if got != want {
+		t.Fatalf("output differs\n--- got:\n%s--- want:\n%s", got, want)
+	}
+}
+
+func TestTables(t *testing.T) {
+	t.Parallel()
+	_, gw := newFakeGateway(t)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"clusters", "list"}, `
+NAME         STATE     NODES  GPUS  AGE  MESSAGE
+demo         RUNNING   2/2    16    5m   -
+big-cluster  CREATING  3/16   0     3h   3 of 16 nodes ready
+`},
+		{[]string{"clusters", "get", "demo"}, `
+Name:        projects/default/clusters/demo
+State:       RUNNING
+Nodes:       2 of 2 ready
+Shared dir:  /data/demo/shared
+Created:     5m ago
+Node pools:
+  ID   MACHINE TYPE   NODES  ACCELERATOR       GPUS/NODE
+  gpu  a3-highgpu-8g  2      nvidia-h100-80gb  8
+`},
+		{[]string{"nodes", "list"}, `
+HOSTNAME  CLUSTER  POOL  STATE  GPUS  HEARTBEAT  REASON
+gpu-0001  demo     gpu   READY  8     2s ago     -
+gpu-0002  demo     gpu   DOWN   8     20s ago    no heartbeat for 15s
+`},
+		{[]string{"jobs", "list"}, `
+ID  NAME   CLUSTER  STATE                NODES  AGE  RUNTIME  EXIT
+7   train  demo     RUNNING              2      1m   1m       -
+8   -      demo     FAILED               1      2d   1.5s     3
+9   -      demo     PENDING (Resources)  4      10s  -        -
+`},
+		{[]string{"jobs", "get", "7"}, `
+Name:           projects/default/jobs/7
+Job ID:         7
+Display name:   train
+Cluster:        projects/default/clusters/demo
+State:          RUNNING
+Nodes:          2 (gpu-0001, gpu-0002)
+GPUs per node:  0
+Command:        loom train --epochs 200
+Output:         /data/demo/shared/slurm-7.out
+Submitted:      1m ago
+Started:        1m ago
+Runtime:        1m
+`},
+		{[]string{"jobs", "get", "projects/default/jobs/8"}, `
+Name:           projects/default/jobs/8
+Job ID:         8
+Cluster:        projects/default/clusters/demo
+State:          FAILED
+Exit code:      3
+Nodes:          1
+GPUs per node:  0
+Script:         1 line
+Submitted:      2d ago
+Started:        2d ago
+Runtime:        1.5s
+Ended:          2d ago
+`},
+		{[]string{"models", "list"}, `
+NAME            LATEST VERSION  UPDATED
+demo-regressor  2               1m ago
+`},
+		{[]string{"models", "list", "--versions", "demo-regressor"}, `
+VERSION  ARTIFACT              SOURCE JOB  CREATED
+1        file:///data/m/job-3  3           1h ago
+`},
+		{[]string{"clusters", "list", "--project", "empty"}, `
+No clusters in project empty. Create one with ` + "`loom clusters create -f examples/clusters/demo.json`" + `.
+`},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			out, errOut, code := run(t, gw, c.args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			golden(t, out, c.want)
+		})
+	}
+}
+
+func TestJSONIsProtoJSON(t *testing.T) {
+	t.Parallel()
+	f, gw := newFakeGateway(t)
+	cases := []struct {
+		args []string
+		into proto.Message
+		want proto.Message
+	}{
+		{[]string{"clusters", "list", "-o", "json"}, &loomv1.ListClustersResponse{}, &loomv1.ListClustersResponse{Clusters: f.clusters}},
+		{[]string{"clusters", "get", "demo", "--output", "json"}, &loomv1.Cluster{}, f.clusters[0]},
+		{[]string{"jobs", "list", "-o", "json"}, &loomv1.ListJobsResponse{}, &loomv1.ListJobsResponse{Jobs: f.jobs}},
+		{[]string{"jobs", "get", "9", "-o", "json"}, &loomv1.Job{}, f.jobs[2]},
+		{[]string{"nodes", "list", "-o", "json"}, &loomv1.ListNodesResponse{}, &loomv1.ListNodesResponse{Nodes: f.nodes}},
+		{[]string{"models", "list", "-o", "json"}, &loomv1.ListModelsResponse{}, &loomv1.ListModelsResponse{Models: f.models}},
+		{[]string{"models", "list", "--versions", "demo-regressor", "-o", "json"}, &loomv1.ListModelVersionsResponse{}, &loomv1.ListModelVersionsResponse{Versions: f.versions}},
+	}
+	for _, c := range cases {
+		out, errOut, code := run(t, gw, c.args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", c.args, code, errOut)
+		}
+		if err := protojson.Unmarshal([]byte(out), c.into); err != nil {
+			t.Fatalf("%v: output is not protojson: %v\n%s", c.args, err, out)
+		}
+		if !proto.Equal(c.into, c.want) {
+			t.Fatalf("%v: decoded %v, want %v", c.args, c.into, c.want)
+		}
+		// Stable formatting: camelCase field names, two-space indent, one space after colons.
+		if !strings.Contains(out, "\n  \"") || strings.Contains(out, ":  ") {
+			t.Fatalf("%v: JSON not indented as expected:\n%s", c.args, out)
+		}
+	}
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestClustersCreateShowsProgress(t *testing.T) {
+	t.Parallel()
+	f, gw := newFakeGateway(t)
+	file := writeFile(t, "c.json", `{"name": "demo", "compute": {"nodePools": [{"id": "cpu", "machineType": "n2-standard-8", "nodeCount": 2}]}}`)
+	out, errOut, code := run(t, gw, "clusters", "create", "-f", file)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	want := []string{
+		"Creating cluster demo (operation op1)",
+		"  0 of 2 nodes ready",
+		"  1 of 2 nodes ready",
+		"  2 of 2 nodes ready",
+		"Cluster demo is RUNNING: 2 of 2 nodes ready (",
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), out)
+	}
+	for i := range want {
+		if !strings.HasPrefix(lines[i], want[i]) {
+			t.Fatalf("line %d = %q, want prefix %q\n%s", i, lines[i], want[i], out)
+		}
+	}
+	req, ok := lastRequest[*loomv1.CreateClusterRequest](f)
+	if !ok {
+		t.Fatal("no CreateCluster request")
+	}
+	if req.GetParent() != "projects/default" || req.GetClusterId() != "demo" ||
+		req.GetCluster().GetName() != "projects/default/clusters/demo" || req.GetRequestId() == "" ||
+		req.GetCluster().GetCompute().GetNodePools()[0].GetNodeCount() != 2 {
+		t.Fatalf("CreateCluster request = %v", req)
+	}
+}
+
+func TestClustersCreateAsyncAndJSON(t *testing.T) {
+	t.Parallel()
+	f, gw := newFakeGateway(t)
+	file := writeFile(t, "c.json", `{"name": "projects/other/clusters/demo", "compute": {"nodePools": [{"id": "cpu", "nodeCount": 2}]}}`)
+	out, errOut, code := run(t, gw, "clusters", "create", "-f", file, "--async")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	golden(t, out, "\nCreating cluster demo: operation projects/default/operations/op1\nFollow it with `loom clusters get demo`.\n")
+	req, _ := lastRequest[*loomv1.CreateClusterRequest](f)
+	if req.GetParent() != "projects/other" || req.GetClusterId() != "demo" {
+		t.Fatalf("full name in the file: request = %v", req)
+	}
+	if _, ok := lastRequest[*loomv1.GetOperationRequest](f); ok {
+		t.Fatal("--async polled the operation")
+	}
+
+	// JSON: progress on stderr, the final operation on stdout.
+	out, errOut, code = run(t, gw, "clusters", "create", "-f", file, "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var op loomv1.Operation
+	if err := protojson.Unmarshal([]byte(out), &op); err != nil || !op.GetDone() || op.GetCluster() == nil {
+		t.Fatalf("stdout is not the done operation (%v):\n%s", err, out)
+	}
+	if !strings.Contains(errOut, "2 of 2 nodes ready") {
+		t.Fatalf("progress missing from stderr: %q", errOut)
+	}
+}
+
+func TestClustersCreateFailedOperation(t *testing.T) {
+	t.Parallel()
+	f, gw := newFakeGateway(t)
+	f.failOp = true
+	file := writeFile(t, "c.json", `{"name": "demo", "compute": {"nodePools": [{"id": "gpu", "nodeCount": 2}]}}`)
+	out, errOut, code := run(t, gw, "clusters", "create", "-f", file)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if !strings.Contains(out, "1 of 2 nodes ready") {
+		t.Fatalf("progress missing: %q", out)
+	}
+	want := "Error: create cluster demo: operation failed: ResourceExhausted: no capacity for pool gpu\n"
+	if errOut != want {
+		t.Fatalf("stderr = %q, want %q", errOut, want)
+	}
+}
+
+func TestClustersDelete(t *testing.T) {
+	t.Parallel()
+	f, gw := newFakeGateway(t)
+	out, errOut, code := run(t, gw, "clusters", "delete", "demo")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.HasPrefix(out, "Deleting cluster demo (operation op2)\n  stopping 2 nodes\n") || !strings.Contains(out, "Cluster demo deleted (") {
+		t.Fatalf("output:\n%s", out)
+	}
+	req, _ := lastRequest[*loomv1.DeleteClusterRequest](f)
+	if req.GetName() != "projects/default/clusters/demo" || req.GetRequestId() == "" {
+		t.Fatalf("DeleteCluster request = %v", req)
+	}
+	_, errOut, code = run(t, gw, "clusters", "delete", "ghost")
+	if code != 1 || !strings.Contains(errOut, "cluster projects/default/clusters/ghost not found (see `loom clusters list`)") {
+		t.Fatalf("delete of a missing cluster: exit %d, %q", code, errOut)
+	}
+}
+
+func TestErrorsSayWhatToDo(t *testing.T) {
+	t.Parallel()
+	f, gw := newFakeGateway(t)
+	f.submitErr = status.Error(codes.InvalidArgument, "job.node_count: 4 is more than the cluster's 2 nodes; job.gpus_per_node: must be 0..0 on cluster demo")
+	_, errOut, code := run(t, gw, "jobs", "submit", "--cluster", "demo", "--nodes", "4", "--", "true")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	golden(t, errOut, `
+Error: submit job: invalid request:
+  job.node_count: 4 is more than the cluster's 2 nodes
+  job.gpus_per_node: must be 0..0 on cluster demo
+`)
+
+	port, err := embedded.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code = run(t, "127.0.0.1:"+strconv.Itoa(port), "jobs", "list")
+	if code != 1 || !strings.Contains(errOut, "is Loom running? start it with `loom up`") {
+		t.Fatalf("unreachable gateway: exit %d, %q", code, errOut)
+	}
+
+	_, errOut, code = run(t, gw, "jobs", "get", "99")
+	if code != 1 || !strings.Contains(errOut, "job projects/default/jobs/99 not found (see `loom jobs list`)") {
+		t.Fatalf("missing job: exit %d, %q", code, errOut)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	_, gw := newFakeGateway(t)
+	script := writeFile(t, "s.sh", "echo hi\n")
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"jobs", "submit", "--", "true"}, "--cluster is required"},
+		{[]string{"jobs", "submit", "--cluster", "demo"}, "give what to run"},
+		{[]string{"jobs", "submit", "--cluster", "demo", "echo", "hi"}, "put the command after --"},
+		{[]string{"jobs", "submit", "--cluster", "demo", "--script", script, "--", "true"}, "not both"},
+		{[]string{"jobs", "submit", "--cluster", "demo", "--nodes", "0", "--", "true"}, "--nodes must be at least 1"},
+		{[]string{"jobs", "submit", "--cluster", "demo", "--env", "NOEQUALS", "--", "true"}, "--env wants KEY=VALUE"},
+		{[]string{"jobs", "submit", "--cluster", "demo", "--nodes", "two", "--", "true"}, "invalid argument \"two\""},
+		{[]string{"clusters", "get"}, "give the cluster name"},
+		{[]string{"clusters", "create"}, "-f FILE"},
+		{[]string{"jobs", "logs"}, "give the job id"},
+		{[]string{"clusters", "list", "-o", "yaml"}, "--output must be table or json"},
+		{[]string{"clusters", "list", "--project", "a/b"}, "--project must be a project id"},
+		{[]string{"jobs", "list", "--bogus"}, "unknown flag: --bogus (see \"loom jobs list --help\")"},
+		{[]string{"train", "--epochs", "0", "--out", t.TempDir()}, "--epochs must be at least 1"},
+	}
+	for _, c := range cases {
+		_, errOut, code := run(t, gw, c.args...)
+		if code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", c.args, code, errOut, c.want)
+		}
+	}
+}
+
+func TestJobsSubmitBuildsRequest(t *testing.T) {
+	t.Parallel()
+	f, gw := newFakeGateway(t)
+	out, errOut, code := run(t, gw, "--project", "p2", "jobs", "submit", "--cluster", "demo", "--nodes", "2",
+		"--gpus-per-node", "1", "--name", "x", "--model", "tiny", "--env", "A=1=2", "--", "python", "-u", "train.py", "--lr", "0.1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	golden(t, out, "\nSubmitted job 10 (projects/default/jobs/10) on cluster demo\n")
+	req, _ := lastRequest[*loomv1.SubmitJobRequest](f)
+	want := &loomv1.Job{
+		Cluster: "projects/p2/clusters/demo", DisplayName: "x", NodeCount: 2, GpusPerNode: 1,
+		Command:     []string{"python", "-u", "train.py", "--lr", "0.1"},
+		ModelOutput: &loomv1.ModelOutput{ModelId: "tiny"}, Env: map[string]string{"A": "1=2"},
+	}
+	got := proto.Clone(req.GetJob()).(*loomv1.Job)
+	got.User = ""
+	if req.GetParent() != "projects/p2" || req.GetRequestId() == "" || !proto.Equal(got, want) {
+		t.Fatalf("SubmitJob request = %v, want job %v", req, want)
+	}
+
+	script := writeFile(t, "train.sh", "#!/bin/sh\necho $SLURM_PROCID\n")
+	if _, errOut, code := run(t, gw, "jobs", "submit", "--cluster", "projects/x/clusters/c", "--script", script); code != 0 {
+		t.Fatalf("script: exit %d: %s", code, errOut)
+	}
+	req, _ = lastRequest[*loomv1.SubmitJobRequest](f)
+	if req.GetJob().GetScript() != "#!/bin/sh\necho $SLURM_PROCID\n" || len(req.GetJob().GetCommand()) != 0 ||
+		req.GetJob().GetCluster() != "projects/x/clusters/c" || req.GetJob().GetNodeCount() != 1 {
+		t.Fatalf("script request = %v", req)
+	}
+}
+
+func TestJobsSubmitWait(t *testing.T) {
+	t.Parallel()
+	f, gw := newFakeGateway(t)
+	base := &loomv1.Job{Name: "projects/default/jobs/10", JobId: "10", Cluster: "projects/default/clusters/demo"}
+	state := func(s loomv1.JobState, reason string, nodes []string, exit int32) *loomv1.Job {
+		j := proto.Clone(base).(*loomv1.Job)
+		j.State, j.StateReason, j.Nodes, j.ExitCode = s, reason, nodes, exit
+		return j
+	}
+	f.watch = []*loomv1.Job{
+		state(loomv1.JobState_PENDING, "", nil, 0),
+		state(loomv1.JobState_PENDING, "Resources", nil, 0),
+		state(loomv1.JobState_PENDING, "Resources", nil, 0), // no change: not printed again
+		state(loomv1.JobState_RUNNING, "", []string{"cpu-0001", "cpu-0002"}, 0),
+		state(loomv1.JobState_COMPLETED, "", []string{"cpu-0001", "cpu-0002"}, 0),
+	}
+	out, errOut, code := run(t, gw, "jobs", "submit", "--cluster", "demo", "--wait", "--", "true")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	golden(t, out, `
+Submitted job 10 on cluster demo
+  PENDING
+  PENDING (Resources)
+  RUNNING on cpu-0001, cpu-0002
+  COMPLETED (exit 0)
+`)
+	if req, _ := lastRequest[*loomv1.WatchJobRequest](f); req.GetName() != "projects/default/jobs/10" {
+		t.Fatalf("WatchJob request = %v", req)
+	}
+
+	f.watch = []*loomv1.Job{state(loomv1.JobState_RUNNING, "", []string{"cpu-0001"}, 0), state(loomv1.JobState_FAILED, "", nil, 3)}
+	out, errOut, code = run(t, gw, "jobs", "submit", "--cluster", "demo", "--wait", "--", "false")
+	if code != 1 || !strings.Contains(out, "FAILED (exit 3)") ||
+		!strings.Contains(errOut, "job 10 ended FAILED (exit 3); see its output with `loom jobs logs 10`") {
+		t.Fatalf("failed job: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+func TestJobsWatchLogsCancel(t *testing.T) {
+	t.Parallel()
+	f, gw := newFakeGateway(t)
+	f.watch = []*loomv1.Job{
+		{Name: "projects/default/jobs/7", JobId: "7", State: loomv1.JobState_RUNNING, Nodes: []string{"gpu-0001"}},
+		{Name: "projects/default/jobs/7", JobId: "7", State: loomv1.JobState_CANCELLED, ExitCode: 143},
+	}
+	out, errOut, code := run(t, gw, "jobs", "watch", "7")
+	if code != 0 {
+		t.Fatalf("watch: exit %d: %s", code, errOut)
+	}
+	golden(t, out, "\n15:04:05  RUNNING on gpu-0001\n15:04:05  CANCELLED (exit 143)\n")
+
+	out, _, code = run(t, gw, "jobs", "watch", "7", "-o", "json")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var j loomv1.Job
+	if code != 0 || len(lines) != 2 || protojson.Unmarshal([]byte(lines[1]), &j) != nil || j.GetState() != loomv1.JobState_CANCELLED {
+		t.Fatalf("watch -o json: exit %d, %q", code, out)
+	}
+
+	out, errOut, code = run(t, gw, "jobs", "logs", "7", "-f")
+	if code != 0 {
+		t.Fatalf("logs: exit %d: %s", code, errOut)
+	}
+	golden(t, out, "\nepoch 1 loss 6.3\nepoch 2 loss 5.1\n")
+	if req, _ := lastRequest[*loomv1.ReadJobLogsRequest](f); req.GetName() != "projects/default/jobs/7" || !req.GetFollow() {
+		t.Fatalf("ReadJobLogs request = %v", req)
+	}
+
+	for id, want := range map[string]string{
+		"3": "Job 3 cancelled\n",
+		"7": "Job 7: cancel requested (it was RUNNING on gpu-0001, gpu-0002); follow it with `loom jobs watch 7`\n",
+		"8": "Job 8 had already ended: FAILED (exit 3)\n",
+	} {
+		out, errOut, code = run(t, gw, "jobs", "cancel", id)
+		if code != 0 {
+			t.Fatalf("cancel %s: exit %d: %s", id, code, errOut)
+		}
+		if out != want {
+			t.Errorf("cancel %s: %q, want %q", id, out, want)
+		}
+	}
+	if req, _ := lastRequest[*loomv1.CancelJobRequest](f); !strings.HasPrefix(req.GetName(), "projects/default/jobs/") {
+		t.Fatalf("CancelJob request = %v", req)
+	}
+}
+
+func TestAgentCommand(t *testing.T) {
+	t.Parallel()
+	var usage strings.Builder
+	_, errOut, code := run(t, "127.0.0.1:1", "agent", "--no-such-flag")
+	if code != 1 || !strings.Contains(errOut, "agent flags") {
+		t.Fatalf("bad agent flag: exit %d, %q", code, errOut)
+	}
+	// -h lists the agent's own flags (from services/agent) and is not an error.
+	a := newApp()
+	code = a.execute(t.Context(), []string{"agent", "-h"}, &usage, &usage)
+	if code != 0 || !strings.Contains(usage.String(), "-node") || !strings.Contains(usage.String(), "-brokers") {
+		t.Fatalf("agent -h: exit %d, %q", code, usage.String())
+	}
+}
+
+func TestListFilters(t *testing.T) {
+	t.Parallel()
+	f, gw := newFakeGateway(t)
+	run(t, gw, "nodes", "list")
+	if req, _ := lastRequest[*loomv1.ListNodesRequest](f); req.GetParent() != "projects/default/clusters/-" {
+		t.Fatalf("nodes list: parent %q", req.GetParent())
+	}
+	run(t, gw, "nodes", "list", "--cluster", "demo")
+	if req, _ := lastRequest[*loomv1.ListNodesRequest](f); req.GetParent() != "projects/default/clusters/demo" {
+		t.Fatalf("nodes list --cluster: parent %q", req.GetParent())
+	}
+	run(t, gw, "jobs", "list", "--cluster", "demo")
+	if req, _ := lastRequest[*loomv1.ListJobsRequest](f); req.GetParent() != "projects/default" || req.GetCluster() != "projects/default/clusters/demo" {
+		t.Fatalf("jobs list --cluster: %v", req)
+	}
+	run(t, gw, "models", "list", "--versions", "demo-regressor", "--project", "p")
+	if req, _ := lastRequest[*loomv1.ListModelVersionsRequest](f); req.GetParent() != "projects/p/models/demo-regressor" {
+		t.Fatalf("models list --versions: %v", req)
+	}
+}
+
+func TestParseClusterFile(t *testing.T) {
+	t.Parallel()
+	req, err := parseClusterFile("c.json", []byte(`{"name": "demo", "status": {"state": "RUNNING"}, "compute": {"nodePools": [{"id": "cpu", "nodeCount": 2}]}}`), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.GetParent() != "projects/p" || req.GetClusterId() != "demo" || req.GetCluster().GetName() != "projects/p/clusters/demo" || req.GetCluster().GetStatus() != nil {
+		t.Fatalf("request = %v", req)
+	}
+	bad := []struct {
+		json string
+		want []string
+	}{
+		{``, []string{"c.json", "empty"}},
+		{`{"name": "demo", "compute": {"nodePoolz": []}}`, []string{"c.json", `field compute.nodePoolz: unknown field "nodePoolz"`}},
+		{`{"name": "demo", "compute": {"nodePools": [{"id": "cpu", "nodeCount": "two"}]}}`, []string{"c.json", "field compute.nodePools[0].nodeCount: ", "two"}},
+		{`{"name": "demo", "labels": {"a": 1}}`, []string{"c.json", "field labels.a: "}},
+		{`{"name": "demo",}`, []string{"c.json", "(line 1:"}},
+		{`{"compute": {}}`, []string{"c.json", `field "name" is required`}},
+		{`{"name": "Demo_1"}`, []string{`field "name"`, `"Demo_1" is not a valid cluster id`}},
+		{`{"name": "projects/p/nodes/x"}`, []string{`field "name"`, "not a cluster name"}},
+	}
+	for _, b := range bad {
+		_, err := parseClusterFile("c.json", []byte(b.json), "p")
+		if err == nil {
+			t.Errorf("%s: no error", b.json)
+			continue
+		}
+		for _, w := range b.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error %q does not contain %q", b.json, err, w)
+			}
+		}
+		if strings.Contains(err.Error(), "proto:") || strings.Contains(err.Error(), "\u00a0") {
+			t.Errorf("%s: error %q keeps protojson's noise", b.json, err)
+		}
+	}
+}
+
+func TestDemoClusterFileMatchesExample(t *testing.T) {
+	t.Parallel()
+	example, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "examples", "clusters", "demo.json"))
+	if err != nil {
+		t.Fatalf("read the example: %v", err)
+	}
+	if string(example) != string(demoClusterJSON) {
+		t.Fatal("examples/clusters/demo.json and cmd/loom/internal/cli/demo_cluster.json differ: copy the example over the built-in one")
+	}
+	req, err := parseClusterFile("demo.json", demoClusterJSON, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.GetClusterId() != "demo" || totalNodes(req.GetCluster()) != 2 {
+		t.Fatalf("demo cluster = %v, want demo with 2 nodes", req)
+	}
+}
+
+func TestHumanDuration(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[time.Duration]string{
+		-time.Second: "0s", 0: "0s", 45 * time.Second: "45s", 90 * time.Second: "1m", 59 * time.Minute: "59m",
+		3 * time.Hour: "3h", 47 * time.Hour: "47h", 72 * time.Hour: "3d",
+	} {
+		if got := humanDuration(d); got != want {
+			t.Errorf("humanDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+	if age(nil, testNow) != "-" || ago(nil, testNow) != "-" {
+		t.Error("no timestamp should render as -")
+	}
+}
+
+func TestTrainCommand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	out, errOut, code := run(t, "127.0.0.1:1", "train", "--epochs", "30", "--log-every", "10", "--checkpoint-every", "10", "--out", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"epoch 1 loss ", "epoch 30 loss ", "model written to " + filepath.Join(dir, "model.json")} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "checkpoint-000030.json")); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,419 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+func (a *app) jobsCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "jobs",
+		Aliases: []string{"job"},
+		Short:   "Submit, inspect and cancel batch jobs",
+	}
+	cmd.AddCommand(a.jobsSubmitCommand(), a.jobsGetCommand(), a.jobsListCommand(), a.jobsCancelCommand(),
+		a.jobsLogsCommand(), a.jobsWatchCommand())
+	return cmd
+}
+
+// submitFlags are `loom jobs submit`'s options.
+type submitFlags struct {
+	cluster     string
+	nodes       int32
+	gpusPerNode int32
+	name        string
+	model       string
+	script      string
+	env         []string
+	wait        bool
+}
+
+// jobFromFlags builds the job to submit; command is what followed "--".
+func (a *app) jobFromFlags(f submitFlags, command []string) (*loomv1.Job, error) {
+	if f.cluster == "" {
+		return nil, usagef("--cluster is required: the cluster to run on (see `loom clusters list`)")
+	}
+	if f.nodes < 1 {
+		return nil, usagef("--nodes must be at least 1, got %d", f.nodes)
+	}
+	if f.gpusPerNode < 0 {
+		return nil, usagef("--gpus-per-node must not be negative, got %d", f.gpusPerNode)
+	}
+	j := &loomv1.Job{
+		Cluster:     a.clusterName(f.cluster),
+		DisplayName: f.name,
+		NodeCount:   f.nodes,
+		GpusPerNode: f.gpusPerNode,
+		Command:     command,
+	}
+	switch {
+	case f.script != "" && len(command) > 0:
+		return nil, usagef("give either --script FILE or a command after --, not both")
+	case f.script != "":
+		b, err := os.ReadFile(f.script)
+		if err != nil {
+			return nil, fmt.Errorf("read --script: %w", err)
+		}
+		if strings.TrimSpace(string(b)) == "" {
+			return nil, usagef("--script %s is empty", f.script)
+		}
+		j.Script = string(b)
+	case len(command) == 0:
+		return nil, usagef("give what to run: a command after -- (loom jobs submit --cluster %s -- echo hello) or --script FILE", f.cluster)
+	}
+	if f.model != "" {
+		j.ModelOutput = &loomv1.ModelOutput{ModelId: f.model}
+	}
+	for _, kv := range f.env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, usagef("--env wants KEY=VALUE, got %q", kv)
+		}
+		if j.Env == nil {
+			j.Env = map[string]string{}
+		}
+		j.Env[k] = v
+	}
+	if u := os.Getenv("USER"); u != "" {
+		j.User = u
+	}
+	return j, nil
+}
+
+func (a *app) jobsSubmitCommand() *cobra.Command {
+	var f submitFlags
+	cmd := &cobra.Command{
+		Use:   "submit --cluster C [flags] (--script FILE | -- CMD ARGS...)",
+		Short: "Submit a job to a cluster",
+		Long: `Submit a job that runs a command (after --) or a shell script (--script) on
+--nodes nodes of a cluster. With --model, a successful job registers a new
+version of that model from the files it writes into $LOOM_MODEL_DIR.
+
+Examples:
+  loom jobs submit --cluster demo -- echo hello
+  loom jobs submit --cluster demo --nodes 2 --model tiny --wait -- loom train --epochs 100`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 && cmd.ArgsLenAtDash() != 0 {
+				return usagef("put the command after --, e.g. `loom jobs submit --cluster demo -- %s`", shellJoin(args))
+			}
+			job, err := a.jobFromFlags(f, args)
+			if err != nil {
+				return err
+			}
+			j, err := a.submitJob(cmd.Context(), job)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if !f.wait {
+				if a.output == "json" {
+					return writeJSON(out, j)
+				}
+				fmt.Fprintf(out, "Submitted job %s (%s) on cluster %s\n", jobID(j), j.GetName(), shortName(j.GetCluster()))
+				return nil
+			}
+			progress := a.progressOut(cmd)
+			fmt.Fprintf(progress, "Submitted job %s on cluster %s\n", jobID(j), shortName(j.GetCluster()))
+			final, err := a.followJob(cmd.Context(), j.GetName(), progress, "  ")
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				if err := writeJSON(out, final); err != nil {
+					return err
+				}
+			}
+			return jobOutcome(final)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.cluster, "cluster", "", "cluster to run on (required)")
+	fl.Int32Var(&f.nodes, "nodes", 1, "number of nodes")
+	fl.Int32Var(&f.gpusPerNode, "gpus-per-node", 0, "GPUs on each node")
+	fl.StringVar(&f.name, "name", "", "display name of the job")
+	fl.StringVar(&f.model, "model", "", "register a version of this model when the job succeeds")
+	fl.StringVar(&f.script, "script", "", "shell script to run on each node, instead of a command")
+	fl.StringArrayVar(&f.env, "env", nil, "KEY=VALUE added to the job's environment (repeatable)")
+	fl.BoolVar(&f.wait, "wait", false, "wait for the job to end, showing its state changes")
+	return cmd
+}
+
+func (a *app) submitJob(ctx context.Context, job *loomv1.Job) (*loomv1.Job, error) {
+	cl, err := a.jobs()
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := a.call(ctx)
+	defer cancel()
+	j, err := cl.SubmitJob(cctx, &loomv1.SubmitJobRequest{Parent: a.parent(), Job: job, RequestId: requestID()})
+	if err != nil {
+		return nil, a.notFoundHint(a.explain("submit job", err), err, "loom clusters list")
+	}
+	return j, nil
+}
+
+// jobOutcome is nil for a COMPLETED job and an error saying how it ended
+// otherwise, so that `--wait` exits non-zero when the job failed.
+func jobOutcome(j *loomv1.Job) error {
+	if j.GetState() == loomv1.JobState_COMPLETED {
+		return nil
+	}
+	return fmt.Errorf("job %s ended %s; see its output with `loom jobs logs %s`", jobID(j), describeJob(j), jobID(j))
+}
+
+// describeJob says where a job is: "PENDING (Resources)", "RUNNING on
+// cpu-0001, cpu-0002", "FAILED (exit 1)".
+func describeJob(j *loomv1.Job) string {
+	s := jobState(j)
+	switch {
+	case j.GetState() == loomv1.JobState_RUNNING && len(j.GetNodes()) > 0:
+		s += " on " + strings.Join(j.GetNodes(), ", ")
+	case j.GetState() == loomv1.JobState_COMPLETED || j.GetState() == loomv1.JobState_FAILED || j.GetExitCode() != 0:
+		s += " (exit " + strconv.Itoa(int(j.GetExitCode())) + ")"
+	}
+	return s
+}
+
+// followJob watches the job until it ends, writing a line to progress each
+// time its description changes, and returns its final state.
+func (a *app) followJob(ctx context.Context, name string, progress io.Writer, indent string) (*loomv1.Job, error) {
+	last := ""
+	return a.watchJob(ctx, name, func(j *loomv1.Job) error {
+		if d := describeJob(j); d != last {
+			fmt.Fprintf(progress, "%s%s\n", indent, d)
+			last = d
+		}
+		return nil
+	})
+}
+
+// watchJob calls each for every state of the job that WatchJob streams and
+// returns the last one once it is terminal. A gateway without WatchJob is
+// polled instead.
+func (a *app) watchJob(ctx context.Context, name string, each func(*loomv1.Job) error) (*loomv1.Job, error) {
+	cl, err := a.jobs()
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := cl.WatchJob(wctx, &loomv1.WatchJobRequest{Name: a.jobName(name)})
+	if err != nil {
+		return nil, a.explain("watch job "+shortName(name), err)
+	}
+	var last *loomv1.Job
+	for {
+		j, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if codeOf(err) == codes.Unimplemented {
+			return a.pollJob(ctx, name, each)
+		}
+		if err != nil {
+			return last, a.notFoundHint(a.explain("watch job "+shortName(name), err), err, "loom jobs list")
+		}
+		last = j
+		if err := each(j); err != nil {
+			return j, err
+		}
+		if terminal(j.GetState()) {
+			return j, nil
+		}
+	}
+	// The stream ended without a terminal state: ask for the current one.
+	return a.pollJob(ctx, name, each)
+}
+
+// pollJob is watchJob by GetJob every poll interval.
+func (a *app) pollJob(ctx context.Context, name string, each func(*loomv1.Job) error) (*loomv1.Job, error) {
+	cl, err := a.jobs()
+	if err != nil {
+		return nil, err
+	}
+	for {
+		cctx, cancel := a.call(ctx)
+		j, err := cl.GetJob(cctx, &loomv1.GetJobRequest{Name: a.jobName(name)})
+		cancel()
+		if err != nil {
+			return nil, a.explain("get job "+shortName(name), err)
+		}
+		if err := each(j); err != nil {
+			return j, err
+		}
+		if terminal(j.GetState()) {
+			return j, nil
+		}
+		select {
+		case <-ctx.Done():
+			return j, fmt.Errorf("stopped watching job %s: %w", shortName(name), ctx.Err())
+		case <-time.After(a.pollInterval):
+		}
+	}
+}
+
+func (a *app) jobsGetCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "get ID",
+		Short: "Show a job",
+		Args:  exactArgs(1, "the job id, e.g. `loom jobs get 7`"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := a.jobs()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.call(cmd.Context())
+			defer cancel()
+			j, err := cl.GetJob(ctx, &loomv1.GetJobRequest{Name: a.jobName(args[0])})
+			if err != nil {
+				return a.notFoundHint(a.explain("get job "+args[0], err), err, "loom jobs list")
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), j)
+			}
+			return renderJob(cmd.OutOrStdout(), j, a.now())
+		},
+	}
+}
+
+func (a *app) jobsListCommand() *cobra.Command {
+	var cluster string
+	cmd := &cobra.Command{
+		Use:     "list [--cluster C]",
+		Aliases: []string{"ls"},
+		Short:   "List the project's jobs",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := a.jobs()
+			if err != nil {
+				return err
+			}
+			req := &loomv1.ListJobsRequest{Parent: a.parent()}
+			if cluster != "" {
+				req.Cluster = a.clusterName(cluster)
+			}
+			ctx, cancel := a.call(cmd.Context())
+			defer cancel()
+			resp, err := cl.ListJobs(ctx, req)
+			if err != nil {
+				return a.explain("list jobs", err)
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), resp)
+			}
+			if len(resp.GetJobs()) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "No jobs. Submit one with `loom jobs submit --cluster CLUSTER -- COMMAND`.")
+				return nil
+			}
+			return renderJobs(cmd.OutOrStdout(), resp.GetJobs(), a.now())
+		},
+	}
+	cmd.Flags().StringVar(&cluster, "cluster", "", "only this cluster's jobs")
+	return cmd
+}
+
+func (a *app) jobsCancelCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Cancel a job (its processes are stopped)",
+		Args:  exactArgs(1, "the job id, e.g. `loom jobs cancel 7`"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := a.jobs()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.call(cmd.Context())
+			defer cancel()
+			j, err := cl.CancelJob(ctx, &loomv1.CancelJobRequest{Name: a.jobName(args[0])})
+			if err != nil {
+				return a.notFoundHint(a.explain("cancel job "+args[0], err), err, "loom jobs list")
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), j)
+			}
+			switch {
+			case j.GetState() == loomv1.JobState_CANCELLED:
+				fmt.Fprintf(cmd.OutOrStdout(), "Job %s cancelled\n", jobID(j))
+			case terminal(j.GetState()):
+				fmt.Fprintf(cmd.OutOrStdout(), "Job %s had already ended: %s\n", jobID(j), describeJob(j))
+			default:
+				// Cancelling goes through the scheduler; the answer may
+				// still show the state before it.
+				fmt.Fprintf(cmd.OutOrStdout(), "Job %s: cancel requested (it was %s); follow it with `loom jobs watch %s`\n", jobID(j), describeJob(j), jobID(j))
+			}
+			return nil
+		},
+	}
+}
+
+func (a *app) jobsLogsCommand() *cobra.Command {
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "logs ID [-f]",
+		Short: "Print a job's output",
+		Args:  exactArgs(1, "the job id, e.g. `loom jobs logs 7`"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.copyLogs(cmd.Context(), a.jobName(args[0]), follow, cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing until the job ends")
+	return cmd
+}
+
+// copyLogs writes the job's output to w.
+func (a *app) copyLogs(ctx context.Context, name string, follow bool, w io.Writer) error {
+	cl, err := a.jobs()
+	if err != nil {
+		return err
+	}
+	stream, err := cl.ReadJobLogs(ctx, &loomv1.ReadJobLogsRequest{Name: name, Follow: follow})
+	if err != nil {
+		return a.explain("read logs of job "+shortName(name), err)
+	}
+	for {
+		chunk, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return a.notFoundHint(a.explain("read logs of job "+shortName(name), err), err, "loom jobs list")
+		}
+		if _, err := w.Write(chunk.GetData()); err != nil {
+			return err
+		}
+	}
+}
+
+func (a *app) jobsWatchCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "watch ID",
+		Short: "Show a job's state changes until it ends",
+		Args:  exactArgs(1, "the job id, e.g. `loom jobs watch 7`"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			out := cmd.OutOrStdout()
+			last := ""
+			_, err := a.watchJob(cmd.Context(), args[0], func(j *loomv1.Job) error {
+				if a.output == "json" {
+					return writeJSONLine(out, j)
+				}
+				if d := describeJob(j); d != last {
+					fmt.Fprintf(out, "%s  %s\n", a.now().Format("15:04:05"), d)
+					last = d
+				}
+				return nil
+			})
+			return err
+		},
+	}
+}

@@ -1,0 +1,157 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/loom-ml/loom/cmd/loom/internal/agentcmd"
+	"github.com/loom-ml/loom/cmd/loom/internal/stack"
+	"github.com/loom-ml/loom/cmd/loom/internal/trainer"
+	"github.com/loom-ml/loom/libs/config"
+)
+
+// defaultDataDir is LOOM_DATA_DIR, else ~/.loom.
+func defaultDataDir() string {
+	if d := os.Getenv("LOOM_DATA_DIR"); d != "" {
+		return d
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".loom")
+	}
+	return ".loom"
+}
+
+func (a *app) upCommand() *cobra.Command {
+	var dataDir, logLevel string
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run Loom on this machine in the foreground, until Ctrl-C",
+		Long: `Run the embedded Loom: a Kafka-protocol broker (127.0.0.1:7092), Redis
+(127.0.0.1:7379) and the gateway, provisioner, scheduler, health and registry
+services on their default ports (gateway 127.0.0.1:7070, REST 127.0.0.1:7080).
+Clusters use the local provider: each node is a "loom agent" process.
+Data (and so clusters, jobs and models) survives restarts in --data-dir.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			errOut := cmd.ErrOrStderr()
+			log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			st, err := stack.Start(ctx, stack.Options{
+				DataDir:  dataDir,
+				Addrs:    stack.DefaultAddrs(),
+				LogLevel: logLevel,
+				Log:      log,
+			})
+			if err != nil {
+				if strings.Contains(err.Error(), "address already in use") {
+					return fmt.Errorf("start Loom: %w\nis Loom already running? (`loom clusters list` asks it); stop the other `loom up` first", err)
+				}
+				return fmt.Errorf("start Loom: %w", err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Loom is up: gateway %s (gRPC), REST http://%s, data in %s\n"+
+				"Try `loom demo`, or `loom clusters create -f examples/clusters/demo.json`. Press Ctrl-C to stop.\n",
+				st.GatewayAddr, st.RESTAddr, st.DataDir)
+			var failed error
+			select {
+			case <-ctx.Done():
+			case <-st.Done():
+				failed = st.Err()
+			}
+			// A second Ctrl-C stops at once.
+			signal.Reset(os.Interrupt, syscall.SIGTERM)
+			fmt.Fprintln(cmd.OutOrStdout(), "Stopping Loom...")
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			closeErr := st.Close(cctx)
+			if failed != nil {
+				return fmt.Errorf("a Loom service stopped: %w", errors.Join(failed, closeErr))
+			}
+			if closeErr != nil {
+				return fmt.Errorf("stop Loom: %w", closeErr)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "Loom stopped.")
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "where Loom keeps its data (LOOM_DATA_DIR)")
+	cmd.Flags().StringVar(&logLevel, "log-level", config.Env("LOOM_LOG_LEVEL", "info"), "services' log level: debug, info, warn, error (LOOM_LOG_LEVEL)")
+	return cmd
+}
+
+func (a *app) agentCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "agent [agent flags]",
+		Short: "Run a node agent (started by the local provider for each node)",
+		Long: `Run Loom's node agent. The local provider starts one per node with its
+settings in LOOM_* variables (LOOM_NODE, LOOM_HOSTNAME, LOOM_WORK_DIR, LOOM_GPUS,
+LOOM_BROKERS, ...); flags override them. "loom agent -h" lists the flags.`,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return agentcmd.Run(cmd.Context(), args, cmd.ErrOrStderr())
+		},
+	}
+}
+
+// rankFromEnv is the process' rank in its job: LOOM_NODE_RANK, else
+// SLURM_PROCID, else 0.
+func rankFromEnv() (int, error) {
+	for _, k := range []string{"LOOM_NODE_RANK", "SLURM_PROCID"} {
+		if v := os.Getenv(k); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return 0, fmt.Errorf("%s=%q is not a rank", k, v)
+			}
+			return n, nil
+		}
+	}
+	return 0, nil
+}
+
+func (a *app) trainCommand() *cobra.Command {
+	cfg := trainer.Config{Hyperparameters: trainer.DefaultHyperparameters()}
+	cmd := &cobra.Command{
+		Use:   "train",
+		Short: "Train a small linear-regression model (a real trainer for demos and tests)",
+		Long: `Train a linear regression on a seeded synthetic dataset with gradient
+descent, logging "epoch N loss X". Checkpoints go into --out (default
+$LOOM_MODEL_DIR, which Loom sets for jobs submitted with --model) every
+--checkpoint-every epochs, and the model into model.json at the end. A run
+resumes from the latest checkpoint in --out. In a multi-node job every rank
+trains; only rank 0 (LOOM_NODE_RANK / SLURM_PROCID) logs and writes.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rank, err := rankFromEnv()
+			if err != nil {
+				return err
+			}
+			cfg.Rank = rank
+			cfg.Log = cmd.OutOrStdout()
+			if err := cfg.Validate(); err != nil {
+				return usageError{err}
+			}
+			_, err = trainer.Train(cmd.Context(), cfg)
+			return err
+		},
+	}
+	fl := cmd.Flags()
+	fl.Float64Var(&cfg.LearningRate, "lr", cfg.LearningRate, "learning rate")
+	fl.IntVar(&cfg.Epochs, "epochs", cfg.Epochs, "epochs to train in all (a resumed run continues to this)")
+	fl.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the synthetic dataset")
+	fl.IntVar(&cfg.Samples, "samples", cfg.Samples, "samples in the dataset")
+	fl.IntVar(&cfg.Features, "features", cfg.Features, "features per sample")
+	fl.IntVar(&cfg.CheckpointEvery, "checkpoint-every", 50, "write a checkpoint every this many epochs (0: none)")
+	fl.IntVar(&cfg.LogEvery, "log-every", 0, "log the loss every this many epochs (0: about ten lines)")
+	fl.StringVar(&cfg.OutDir, "out", os.Getenv("LOOM_MODEL_DIR"), "output directory for checkpoints and the model ($LOOM_MODEL_DIR)")
+	return cmd
+}

@@ -1,0 +1,51 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+func (a *app) nodesCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "nodes",
+		Aliases: []string{"node"},
+		Short:   "Inspect the nodes of clusters",
+	}
+	var cluster string
+	list := &cobra.Command{
+		Use:     "list [--cluster C]",
+		Aliases: []string{"ls"},
+		Short:   "List nodes (of one cluster, or of every cluster)",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := a.nodes()
+			if err != nil {
+				return err
+			}
+			parent := a.clusterName("-")
+			if cluster != "" {
+				parent = a.clusterName(cluster)
+			}
+			ctx, cancel := a.call(cmd.Context())
+			defer cancel()
+			resp, err := cl.ListNodes(ctx, &loomv1.ListNodesRequest{Parent: parent})
+			if err != nil {
+				return a.notFoundHint(a.explain("list nodes", err), err, "loom clusters list")
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), resp)
+			}
+			if len(resp.GetNodes()) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "No nodes.")
+				return nil
+			}
+			return renderNodes(cmd.OutOrStdout(), resp.GetNodes(), a.now())
+		},
+	}
+	list.Flags().StringVar(&cluster, "cluster", "", "only this cluster's nodes")
+	cmd.AddCommand(list)
+	return cmd
+}

@@ -1,0 +1,352 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// Names: short ids ("demo", "7") are expanded with the project; full names
+// ("projects/p/clusters/demo") are kept as they are.
+
+func fullName(project, collection, s string) string {
+	if strings.HasPrefix(s, "projects/") {
+		return s
+	}
+	return "projects/" + project + "/" + collection + "/" + s
+}
+
+// shortName is the last segment of a resource name.
+func shortName(name string) string {
+	if i := strings.LastIndex(name, "/"); i >= 0 {
+		return name[i+1:]
+	}
+	return name
+}
+
+func (a *app) clusterName(s string) string { return fullName(a.project, "clusters", s) }
+func (a *app) jobName(s string) string     { return fullName(a.project, "jobs", s) }
+func (a *app) modelName(s string) string   { return fullName(a.project, "models", s) }
+func (a *app) parent() string              { return "projects/" + a.project }
+
+// writeJSON writes m as protojson, indented, followed by a newline.
+// protojson varies its spacing on purpose; re-indenting makes the output
+// stable for people and scripts that diff it.
+func writeJSON(w io.Writer, m proto.Message) error {
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode JSON: %w", err)
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, b, "", "  "); err != nil {
+		return fmt.Errorf("encode JSON: %w", err)
+	}
+	buf.WriteByte('\n')
+	_, err = w.Write(buf.Bytes())
+	return err
+}
+
+// writeJSONLine writes m as one line of protojson (for streams).
+func writeJSONLine(w io.Writer, m proto.Message) error {
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode JSON: %w", err)
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		return fmt.Errorf("encode JSON: %w", err)
+	}
+	buf.WriteByte('\n')
+	_, err = w.Write(buf.Bytes())
+	return err
+}
+
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+}
+
+func row(tw io.Writer, cols ...string) {
+	for i, c := range cols {
+		if c == "" {
+			cols[i] = "-"
+		}
+	}
+	fmt.Fprintln(tw, strings.Join(cols, "\t"))
+}
+
+// age humanises how long ago t was: "45s", "12m", "5h", "3d"; "-" for none.
+func age(t *timestamppb.Timestamp, now time.Time) string {
+	if t == nil || (t.Seconds == 0 && t.Nanos == 0) {
+		return "-"
+	}
+	return humanDuration(now.Sub(t.AsTime()))
+}
+
+// humanDuration rounds d to its largest unit: "0s", "45s", "12m", "5h", "3d".
+func humanDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d/time.Hour))
+	}
+	return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
+}
+
+// ago is age with " ago", for sentences and heartbeats.
+func ago(t *timestamppb.Timestamp, now time.Time) string {
+	s := age(t, now)
+	if s == "-" {
+		return s
+	}
+	return s + " ago"
+}
+
+// jobRuntime is how long a job ran (or has been running).
+func jobRuntime(j *loomv1.Job, now time.Time) string {
+	if j.GetStartTime() == nil {
+		return "-"
+	}
+	end := now
+	if j.GetEndTime() != nil {
+		end = j.GetEndTime().AsTime()
+	}
+	d := end.Sub(j.GetStartTime().AsTime())
+	if d < time.Minute {
+		return elapsed(d)
+	}
+	return humanDuration(d)
+}
+
+func clusterState(c *loomv1.Cluster) string {
+	return strings.TrimPrefix(c.GetStatus().GetState().String(), "STATE_")
+}
+
+func nodeState(n *loomv1.Node) string {
+	return strings.TrimPrefix(n.GetState().String(), "STATE_")
+}
+
+// jobState is the state with its reason, e.g. "PENDING (Resources)".
+func jobState(j *loomv1.Job) string {
+	s := strings.TrimPrefix(j.GetState().String(), "JOB_STATE_")
+	if j.GetStateReason() != "" {
+		s += " (" + j.GetStateReason() + ")"
+	}
+	return s
+}
+
+func terminal(s loomv1.JobState) bool {
+	switch s {
+	case loomv1.JobState_COMPLETED, loomv1.JobState_FAILED, loomv1.JobState_CANCELLED,
+		loomv1.JobState_TIMEOUT, loomv1.JobState_NODE_FAIL, loomv1.JobState_PREEMPTED,
+		loomv1.JobState_OUT_OF_MEMORY:
+		return true
+	}
+	return false
+}
+
+func clusterGPUs(c *loomv1.Cluster) int {
+	n := 0
+	for _, p := range c.GetCompute().GetNodePools() {
+		n += int(p.GetNodeCount()) * int(p.GetAcceleratorCount())
+	}
+	return n
+}
+
+func renderClusters(w io.Writer, cs []*loomv1.Cluster, now time.Time) error {
+	tw := newTable(w)
+	row(tw, "NAME", "STATE", "NODES", "GPUS", "AGE", "MESSAGE")
+	for _, c := range cs {
+		st := c.GetStatus()
+		row(tw, shortName(c.GetName()), clusterState(c),
+			fmt.Sprintf("%d/%d", st.GetReadyNodes(), st.GetTotalNodes()),
+			strconv.Itoa(clusterGPUs(c)), age(c.GetCreateTime(), now), st.GetMessage())
+	}
+	return tw.Flush()
+}
+
+func renderCluster(w io.Writer, c *loomv1.Cluster, now time.Time) error {
+	tw := newTable(w)
+	st := c.GetStatus()
+	fmt.Fprintf(tw, "Name:\t%s\n", c.GetName())
+	if c.GetDisplayName() != "" {
+		fmt.Fprintf(tw, "Display name:\t%s\n", c.GetDisplayName())
+	}
+	fmt.Fprintf(tw, "State:\t%s\n", clusterState(c))
+	if st.GetMessage() != "" {
+		fmt.Fprintf(tw, "Message:\t%s\n", st.GetMessage())
+	}
+	fmt.Fprintf(tw, "Nodes:\t%d of %d ready\n", st.GetReadyNodes(), st.GetTotalNodes())
+	if st.GetSharedDir() != "" {
+		fmt.Fprintf(tw, "Shared dir:\t%s\n", st.GetSharedDir())
+	}
+	if len(c.GetLabels()) > 0 {
+		fmt.Fprintf(tw, "Labels:\t%s\n", labels(c.GetLabels()))
+	}
+	fmt.Fprintf(tw, "Created:\t%s\n", ago(c.GetCreateTime(), now))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "Node pools:")
+	tw = newTable(w)
+	row(tw, "  ID", "MACHINE TYPE", "NODES", "ACCELERATOR", "GPUS/NODE")
+	for _, p := range c.GetCompute().GetNodePools() {
+		row(tw, "  "+p.GetId(), p.GetMachineType(), strconv.Itoa(int(p.GetNodeCount())),
+			p.GetAcceleratorType(), strconv.Itoa(int(p.GetAcceleratorCount())))
+	}
+	return tw.Flush()
+}
+
+func labels(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + m[k]
+	}
+	return strings.Join(parts, ",")
+}
+
+func renderNodes(w io.Writer, ns []*loomv1.Node, now time.Time) error {
+	tw := newTable(w)
+	row(tw, "HOSTNAME", "CLUSTER", "POOL", "STATE", "GPUS", "HEARTBEAT", "REASON")
+	for _, n := range ns {
+		row(tw, n.GetHostname(), shortName(n.GetCluster()), n.GetNodePool(), nodeState(n),
+			strconv.Itoa(int(n.GetGpus())), ago(n.GetLastHeartbeat(), now), n.GetReason())
+	}
+	return tw.Flush()
+}
+
+func renderJobs(w io.Writer, js []*loomv1.Job, now time.Time) error {
+	tw := newTable(w)
+	row(tw, "ID", "NAME", "CLUSTER", "STATE", "NODES", "AGE", "RUNTIME", "EXIT")
+	for _, j := range js {
+		exit := "-"
+		if terminal(j.GetState()) {
+			exit = strconv.Itoa(int(j.GetExitCode()))
+		}
+		row(tw, jobID(j), j.GetDisplayName(), shortName(j.GetCluster()), jobState(j),
+			strconv.Itoa(int(j.GetNodeCount())), age(j.GetSubmitTime(), now), jobRuntime(j, now), exit)
+	}
+	return tw.Flush()
+}
+
+func jobID(j *loomv1.Job) string {
+	if j.GetJobId() != "" {
+		return j.GetJobId()
+	}
+	return shortName(j.GetName())
+}
+
+func renderJob(w io.Writer, j *loomv1.Job, now time.Time) error {
+	tw := newTable(w)
+	fmt.Fprintf(tw, "Name:\t%s\n", j.GetName())
+	fmt.Fprintf(tw, "Job ID:\t%s\n", jobID(j))
+	if j.GetDisplayName() != "" {
+		fmt.Fprintf(tw, "Display name:\t%s\n", j.GetDisplayName())
+	}
+	fmt.Fprintf(tw, "Cluster:\t%s\n", j.GetCluster())
+	fmt.Fprintf(tw, "State:\t%s\n", jobState(j))
+	if terminal(j.GetState()) {
+		fmt.Fprintf(tw, "Exit code:\t%d\n", j.GetExitCode())
+	}
+	nodes := strconv.Itoa(int(j.GetNodeCount()))
+	if len(j.GetNodes()) > 0 {
+		nodes += " (" + strings.Join(j.GetNodes(), ", ") + ")"
+	}
+	fmt.Fprintf(tw, "Nodes:\t%s\n", nodes)
+	fmt.Fprintf(tw, "GPUs per node:\t%d\n", j.GetGpusPerNode())
+	if len(j.GetCommand()) > 0 {
+		fmt.Fprintf(tw, "Command:\t%s\n", shellJoin(j.GetCommand()))
+	}
+	if j.GetScript() != "" {
+		n := strings.Count(strings.TrimRight(j.GetScript(), "\n"), "\n") + 1
+		fmt.Fprintf(tw, "Script:\t%d %s\n", n, plural(n, "line", "lines"))
+	}
+	if m := j.GetModelOutput().GetModelId(); m != "" {
+		fmt.Fprintf(tw, "Model output:\t%s\n", m)
+	}
+	if j.GetOutputPath() != "" {
+		fmt.Fprintf(tw, "Output:\t%s\n", j.GetOutputPath())
+	}
+	fmt.Fprintf(tw, "Submitted:\t%s\n", ago(j.GetSubmitTime(), now))
+	if j.GetStartTime() != nil {
+		fmt.Fprintf(tw, "Started:\t%s\n", ago(j.GetStartTime(), now))
+		fmt.Fprintf(tw, "Runtime:\t%s\n", jobRuntime(j, now))
+	}
+	if j.GetEndTime() != nil {
+		fmt.Fprintf(tw, "Ended:\t%s\n", ago(j.GetEndTime(), now))
+	}
+	return tw.Flush()
+}
+
+// shellJoin quotes argv the way a shell would need it, for display.
+func shellJoin(argv []string) string {
+	parts := make([]string, len(argv))
+	for i, s := range argv {
+		if s != "" && !strings.ContainsAny(s, " \t\n'\"\\$`*?[]{}()<>|&;#~") {
+			parts[i] = s
+		} else {
+			parts[i] = "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func renderModels(w io.Writer, ms []*loomv1.Model, now time.Time) error {
+	tw := newTable(w)
+	row(tw, "NAME", "LATEST VERSION", "UPDATED")
+	for _, m := range ms {
+		latest := "-"
+		if m.GetLatestVersion() > 0 {
+			latest = strconv.FormatInt(m.GetLatestVersion(), 10)
+		}
+		row(tw, shortName(m.GetName()), latest, ago(m.GetUpdateTime(), now))
+	}
+	return tw.Flush()
+}
+
+func renderVersions(w io.Writer, vs []*loomv1.ModelVersion, now time.Time) error {
+	tw := newTable(w)
+	row(tw, "VERSION", "ARTIFACT", "SOURCE JOB", "CREATED")
+	for _, v := range vs {
+		row(tw, strconv.FormatInt(v.GetVersion(), 10), v.GetArtifactUri(), shortName(v.GetSourceJob()), ago(v.GetCreateTime(), now))
+	}
+	return tw.Flush()
+}
+
+func renderVersion(w io.Writer, v *loomv1.ModelVersion, now time.Time) error {
+	tw := newTable(w)
+	fmt.Fprintf(tw, "Name:\t%s\n", v.GetName())
+	fmt.Fprintf(tw, "Version:\t%d\n", v.GetVersion())
+	fmt.Fprintf(tw, "Artifact:\t%s\n", v.GetArtifactUri())
+	fmt.Fprintf(tw, "Source job:\t%s\n", v.GetSourceJob())
+	fmt.Fprintf(tw, "Created:\t%s\n", ago(v.GetCreateTime(), now))
+	return tw.Flush()
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

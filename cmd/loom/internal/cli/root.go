@@ -1,0 +1,303 @@
+// Package cli is the `loom` command: the user's client of the gateway's
+// public API (clusters, nodes, jobs, models), plus `loom up` (the embedded
+// stack in the foreground), `loom agent` (what the local provider starts per
+// node), `loom train` (a tiny real trainer) and `loom demo`.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/loom-ml/loom/libs/config"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// Defaults of the global flags.
+const (
+	DefaultGateway = "127.0.0.1:7070"
+	DefaultProject = "default"
+)
+
+// app holds the global flags and the gateway connection shared by the
+// subcommands of one invocation.
+type app struct {
+	gateway string
+	project string
+	output  string
+
+	// now is the clock used to humanise times (tests fix it).
+	now func() time.Time
+	// pollInterval is how often operations are polled for progress.
+	pollInterval time.Duration
+	// callTimeout bounds each unary call to the gateway.
+	callTimeout time.Duration
+
+	connMu sync.Mutex
+	conn   *grpc.ClientConn
+}
+
+// Execute runs the loom command line args (without the program name) and
+// returns the process exit status: 0 on success, 1 on failure (the error is
+// written to stderr), 2 for bad usage.
+func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return newApp().execute(ctx, args, stdout, stderr)
+}
+
+func (a *app) execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	defer a.close()
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(stderr, "Error:", err)
+		var u usageError
+		if errors.As(err, &u) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+func newApp() *app {
+	return &app{
+		now:          time.Now,
+		pollInterval: 250 * time.Millisecond,
+		callTimeout:  30 * time.Second,
+	}
+}
+
+// usageError is a mistake in the command line.
+type usageError struct{ error }
+
+func (u usageError) Unwrap() error { return u.error }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "loom",
+		Short: "Loom: a control plane for ML training",
+		Long: `Loom runs training clusters and jobs on your machines.
+
+Start everything on this machine with "loom up" (or try "loom demo"), then:
+  loom clusters create -f examples/clusters/demo.json
+  loom jobs submit --cluster demo --nodes 2 -- loom train --epochs 100
+  loom jobs logs 1`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Name() == "agent" {
+				// Configured by LOOM_* variables only; the client's flags
+				// do not concern it.
+				return nil
+			}
+			switch a.output {
+			case "table", "json":
+			default:
+				return usagef("--output must be table or json, got %q", a.output)
+			}
+			if a.project == "" || strings.Contains(a.project, "/") {
+				return usagef("--project must be a project id such as %q, got %q", DefaultProject, a.project)
+			}
+			return nil
+		},
+	}
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usagef("%v (see %q)", err, cmd.CommandPath()+" --help")
+	})
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.gateway, "gateway", config.Env("LOOM_GATEWAY", DefaultGateway), "gateway gRPC address (LOOM_GATEWAY)")
+	pf.StringVar(&a.project, "project", config.Env("LOOM_PROJECT", DefaultProject), "project that short names belong to (LOOM_PROJECT)")
+	pf.StringVarP(&a.output, "output", "o", "table", "output format of get and list: table or json")
+
+	root.AddCommand(
+		a.upCommand(),
+		a.agentCommand(),
+		a.clustersCommand(),
+		a.nodesCommand(),
+		a.jobsCommand(),
+		a.modelsCommand(),
+		a.trainCommand(),
+		a.demoCommand(),
+	)
+	return root
+}
+
+// client returns the connection to the gateway, made on first use.
+func (a *app) client() (*grpc.ClientConn, error) {
+	a.connMu.Lock()
+	defer a.connMu.Unlock()
+	if a.conn == nil {
+		conn, err := grpc.NewClient(a.gateway, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, usagef("--gateway %q: %v", a.gateway, err)
+		}
+		a.conn = conn
+	}
+	return a.conn, nil
+}
+
+// close drops the gateway connection; the next call makes a new one.
+func (a *app) close() {
+	a.connMu.Lock()
+	defer a.connMu.Unlock()
+	if a.conn != nil {
+		_ = a.conn.Close()
+		a.conn = nil
+	}
+}
+
+// explained is an error rewritten for the user that keeps the gRPC error
+// it came from, so that callers can still ask for its code.
+type explained struct {
+	msg   string
+	cause error
+}
+
+func (e *explained) Error() string { return e.msg }
+func (e *explained) Unwrap() error { return e.cause }
+
+func (a *app) clusters() (loomv1.ClusterServiceClient, error) {
+	c, err := a.client()
+	if err != nil {
+		return nil, err
+	}
+	return loomv1.NewClusterServiceClient(c), nil
+}
+
+func (a *app) operations() (loomv1.OperationServiceClient, error) {
+	c, err := a.client()
+	if err != nil {
+		return nil, err
+	}
+	return loomv1.NewOperationServiceClient(c), nil
+}
+
+func (a *app) jobs() (loomv1.JobServiceClient, error) {
+	c, err := a.client()
+	if err != nil {
+		return nil, err
+	}
+	return loomv1.NewJobServiceClient(c), nil
+}
+
+func (a *app) nodes() (loomv1.NodeServiceClient, error) {
+	c, err := a.client()
+	if err != nil {
+		return nil, err
+	}
+	return loomv1.NewNodeServiceClient(c), nil
+}
+
+func (a *app) models() (loomv1.ModelServiceClient, error) {
+	c, err := a.client()
+	if err != nil {
+		return nil, err
+	}
+	return loomv1.NewModelServiceClient(c), nil
+}
+
+// call bounds one unary call.
+func (a *app) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, a.callTimeout)
+}
+
+// explain turns a gRPC error from the gateway into a message that says what
+// went wrong and what to do next; what is the action, e.g. "get cluster demo".
+func (a *app) explain(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &explained{msg: a.explainMsg(what, err).Error(), cause: err}
+}
+
+func (a *app) explainMsg(what string, err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	msg := st.Message()
+	switch st.Code() {
+	case codes.Unavailable:
+		if a.unreachable(msg) {
+			return fmt.Errorf("%s: cannot reach the Loom gateway at %s: is Loom running? start it with `loom up` (or point --gateway / LOOM_GATEWAY at a running gateway)", what, a.gateway)
+		}
+		return fmt.Errorf("%s: Loom is unavailable right now (%s); try again in a moment, and check the `loom up` logs if it persists", what, msg)
+	case codes.InvalidArgument:
+		return fmt.Errorf("%s: invalid request:\n%s", what, fieldList(msg))
+	case codes.NotFound:
+		return fmt.Errorf("%s: %s", what, msg)
+	case codes.AlreadyExists:
+		return fmt.Errorf("%s: %s", what, msg)
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("%s: the gateway at %s did not answer in time (%s)", what, a.gateway, msg)
+	case codes.Unimplemented:
+		return fmt.Errorf("%s: the gateway at %s does not support this (%s)", what, a.gateway, msg)
+	case codes.Canceled:
+		return fmt.Errorf("%s: cancelled", what)
+	}
+	return fmt.Errorf("%s: %s: %s", what, st.Code(), msg)
+}
+
+// unreachable says whether an Unavailable message is about this client not
+// reaching the gateway (rather than the gateway not reaching a service).
+func (a *app) unreachable(msg string) bool {
+	_, port, err := net.SplitHostPort(a.gateway)
+	if err != nil {
+		return true
+	}
+	if strings.Contains(msg, ":"+port) {
+		return true
+	}
+	for _, s := range []string{"name resolver", "produced zero addresses", "no such host"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// fieldList renders an InvalidArgument message ("field: reason; field:
+// reason", as libs/errs writes it) as one indented line per field.
+func fieldList(msg string) string {
+	var b strings.Builder
+	for _, part := range strings.Split(msg, "; ") {
+		if part = strings.TrimSpace(part); part != "" {
+			fmt.Fprintf(&b, "  %s\n", part)
+		}
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// progressOut returns where progress goes: stdout for tables, stderr for JSON
+// so that stdout stays parseable.
+func (a *app) progressOut(cmd *cobra.Command) io.Writer {
+	if a.output == "json" {
+		return cmd.ErrOrStderr()
+	}
+	return cmd.OutOrStdout()
+}
+
+// executable is this program's path, for commands that start it again.
+func executable() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return os.Args[0]
+	}
+	return exe
+}

@@ -1,0 +1,195 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/loom-ml/loom/cmd/loom/internal/agentcmd"
+	"github.com/loom-ml/loom/cmd/loom/internal/stack"
+	"github.com/loom-ml/loom/libs/testkit"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// TestMain turns this test binary into an agent when the local provider
+// starts it as one (the re-exec trick: agents are real processes).
+func TestMain(m *testing.M) {
+	if os.Getenv("LOOM_TEST_RUN_AGENT") == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := agentcmd.Run(ctx, nil, os.Stderr)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func startStack(t *testing.T) *stack.Stack {
+	t.Helper()
+	ctx := testkit.Context(t, 90*time.Second)
+	s, err := stack.Start(ctx, stack.Options{
+		DataDir:      t.TempDir(),
+		AgentCommand: []string{os.Args[0]},
+		AgentEnv:     []string{"LOOM_TEST_RUN_AGENT=1"},
+		LogLevel:     "warn",
+	})
+	if err != nil {
+		t.Fatalf("start stack: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if err := s.Close(ctx); err != nil {
+			t.Errorf("close stack: %v", err)
+		}
+	})
+	return s
+}
+
+// TestClusterJobModel drives the whole stack in one process through the
+// gateway's gRPC API: a cluster comes up with real agent processes, a 2-node
+// job runs on both and writes a model, and the registry holds its version.
+func TestClusterJobModel(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	conn, err := grpc.NewClient(s.GatewayAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	cl := createCluster(t, conn, "itest", &loomv1.NodePool{Id: "gpu", MachineType: "a2-highgpu-2g",
+		NodeCount: 2, AcceleratorType: "nvidia-tesla-a100", AcceleratorCount: 2})
+	if cl.Status.ReadyNodes != 2 || cl.Status.TotalNodes != 2 {
+		t.Fatalf("cluster status %v, want 2 of 2 ready", cl.Status)
+	}
+	nodes, err := loomv1.NewNodeServiceClient(conn).ListNodes(waitCtx(t, 5*time.Second),
+		&loomv1.ListNodesRequest{Parent: cl.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes.Nodes) != 2 {
+		t.Fatalf("%d nodes listed, want 2", len(nodes.Nodes))
+	}
+	for _, n := range nodes.Nodes {
+		if n.State != loomv1.Node_READY || n.Gpus != 2 {
+			t.Errorf("node %s: %v with %d GPUs, want READY with 2", n.Name, n.State, n.Gpus)
+		}
+	}
+
+	jobs := loomv1.NewJobServiceClient(conn)
+	// Bad input is refused with the field named, and nothing is queued.
+	_, err = jobs.SubmitJob(waitCtx(t, 5*time.Second), &loomv1.SubmitJobRequest{Parent: "projects/default",
+		Job: &loomv1.Job{Cluster: cl.Name, NodeCount: 3, Command: []string{"true"}}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "node_count") {
+		t.Fatalf("3-node job on a 2-node cluster: got %v, want InvalidArgument naming node_count", err)
+	}
+
+	script := `echo "rank $SLURM_PROCID of $SLURM_NNODES on $SLURM_JOB_NODELIST gpus=$CUDA_VISIBLE_DEVICES"
+if [ "$SLURM_PROCID" = 0 ]; then mkdir -p "$LOOM_MODEL_DIR" && echo weights > "$LOOM_MODEL_DIR/model.bin"; fi`
+	job, err := jobs.SubmitJob(waitCtx(t, 5*time.Second), &loomv1.SubmitJobRequest{Parent: "projects/default",
+		Job: &loomv1.Job{Cluster: cl.Name, DisplayName: "train", Script: script, NodeCount: 2, GpusPerNode: 2,
+			ModelOutput: &loomv1.ModelOutput{ModelId: "itest-model"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.JobId == "" || job.State != loomv1.JobState_PENDING {
+		t.Fatalf("submitted job %v, want an id and PENDING", job)
+	}
+
+	// Watch the job to its end: the stream must end by itself on a terminal state.
+	stream, err := jobs.WatchJob(waitCtx(t, 60*time.Second), &loomv1.WatchJobRequest{Name: job.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last *loomv1.Job
+	seen := map[loomv1.JobState]bool{}
+	for {
+		j, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("watch: %v (last state %v)", err, last.GetState())
+		}
+		last = j
+		seen[j.State] = true
+	}
+	if last.GetState() != loomv1.JobState_COMPLETED || last.ExitCode != 0 {
+		t.Fatalf("job ended %v exit %d (%s)", last.GetState(), last.GetExitCode(), last.GetStateReason())
+	}
+	if len(last.Nodes) != 2 {
+		t.Fatalf("job ran on %v, want 2 nodes", last.Nodes)
+	}
+
+	out, err := os.ReadFile(last.OutputPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"rank 0 of 2", "rank 1 of 2", "gpus=0,1"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("job output lacks %q:\n%s", want, out)
+		}
+	}
+
+	reg := loomv1.NewModelServiceClient(conn)
+	var versions *loomv1.ListModelVersionsResponse
+	testkit.WaitFor(t, 30*time.Second, "model version registered", func() (bool, error) {
+		versions, err = reg.ListModelVersions(waitCtx(t, 5*time.Second), &loomv1.ListModelVersionsRequest{
+			Parent: "projects/default/models/itest-model"})
+		return err == nil && len(versions.Versions) == 1, nil
+	})
+	v := versions.Versions[0]
+	if v.Version != 1 || v.SourceJob != job.Name || !strings.HasPrefix(v.ArtifactUri, "file://") {
+		t.Fatalf("model version %v", v)
+	}
+	if _, err := os.Stat(filepath.Join(strings.TrimPrefix(v.ArtifactUri, "file://"), "model.bin")); err != nil {
+		t.Fatalf("the artifact the registry points at is missing: %v", err)
+	}
+
+	// The same resources over REST.
+	resp, err := http.Get("http://" + s.RESTAddr + "/v1/" + job.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var restJob struct {
+		State string `json:"state"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&restJob); err != nil || resp.StatusCode != 200 || restJob.State != "COMPLETED" {
+		t.Fatalf("REST GET job: %d %v %+v", resp.StatusCode, err, restJob)
+	}
+
+	// Delete removes the cluster and stops its agents.
+	ops := loomv1.NewOperationServiceClient(conn)
+	op, err := loomv1.NewClusterServiceClient(conn).DeleteCluster(waitCtx(t, 5*time.Second),
+		&loomv1.DeleteClusterRequest{Name: cl.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 60*time.Second, "cluster deleted", func() (bool, error) {
+		got, err := ops.WaitOperation(waitCtx(t, 15*time.Second), &loomv1.WaitOperationRequest{Name: op.Name, TimeoutSeconds: 5})
+		return err == nil && got.Done && got.GetError() == nil, nil
+	})
+	_, err = loomv1.NewClusterServiceClient(conn).GetCluster(waitCtx(t, 5*time.Second), &loomv1.GetClusterRequest{Name: cl.Name})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("deleted cluster: got %v, want NotFound", err)
+	}
+}

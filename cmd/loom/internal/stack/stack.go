@@ -1,0 +1,491 @@
+// Package stack runs Loom's embedded default on one machine: a Kafka-protocol
+// broker and Redis on loopback, and the five central services (gateway,
+// provisioner, scheduler, health, registry) in this process, each in its own
+// goroutine with its own configuration. Agents are started by the
+// provisioner's local provider as child processes.
+//
+// It is what `loom up` and `loom demo` run, and what integration tests start.
+package stack
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/loom-ml/loom/libs/bus"
+	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/embedded"
+	"github.com/loom-ml/loom/libs/topics"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/gateway"
+	"github.com/loom-ml/loom/services/health"
+	"github.com/loom-ml/loom/services/provisioner"
+	"github.com/loom-ml/loom/services/registry"
+	"github.com/loom-ml/loom/services/scheduler"
+)
+
+// Addrs are the loopback addresses the stack listens on. An empty field means
+// a free port picked at start.
+type Addrs struct {
+	// Broker is the Kafka-protocol broker.
+	Broker string
+	// Redis is the Redis every service shares (each under its own key prefix).
+	Redis string
+	// Gateway is the public gRPC API; GatewayREST the same API as REST/JSON.
+	Gateway, GatewayREST string
+	// Provisioner, Scheduler, Health and Registry are the services' internal
+	// gRPC addresses.
+	Provisioner, Scheduler, Health, Registry string
+	// The services' HTTP addresses for /metrics, /healthz and /readyz.
+	GatewayHTTP, ProvisionerHTTP, SchedulerHTTP, HealthHTTP, RegistryHTTP string
+}
+
+// DefaultAddrs returns the documented fixed ports of `loom up` (see
+// docs/CONTRACTS.md), with the broker on 127.0.0.1:7092 and Redis on
+// 127.0.0.1:7379 so that they do not clash with a Kafka or Redis already
+// running on their usual ports.
+func DefaultAddrs() Addrs {
+	return Addrs{
+		Broker:          "127.0.0.1:7092",
+		Redis:           "127.0.0.1:7379",
+		Gateway:         "127.0.0.1:7070",
+		GatewayREST:     "127.0.0.1:7080",
+		Provisioner:     "127.0.0.1:7071",
+		Scheduler:       "127.0.0.1:7072",
+		Health:          "127.0.0.1:7073",
+		Registry:        "127.0.0.1:7074",
+		GatewayHTTP:     "127.0.0.1:9170",
+		ProvisionerHTTP: "127.0.0.1:9171",
+		SchedulerHTTP:   "127.0.0.1:9172",
+		HealthHTTP:      "127.0.0.1:9173",
+		RegistryHTTP:    "127.0.0.1:9174",
+	}
+}
+
+// Options configures Start. The zero value is valid: free ports, a temporary
+// data directory removed by Close, agents started as `<this executable> agent`.
+type Options struct {
+	// DataDir holds the broker's log, Redis' data and the local provider's
+	// node and shared directories (DataDir/broker, DataDir/redis,
+	// DataDir/provisioner). Empty: a temporary directory that Close removes.
+	DataDir string
+	// Addrs picks the listen addresses; empty fields get free ports.
+	Addrs Addrs
+	// AgentCommand is the argv that starts one agent process (the provider
+	// adds the agent's settings as LOOM_* variables). Default:
+	// [os.Executable(), "agent"].
+	AgentCommand []string
+	// AgentEnv is added to every agent's environment.
+	AgentEnv []string
+	// LogLevel is the services' log level: debug, info, warn or error
+	// (default: LOOM_LOG_LEVEL, else info).
+	LogLevel string
+	// HeartbeatTimeout, when set, overrides how long the health service lets a
+	// node be silent before it is DOWN.
+	HeartbeatTimeout time.Duration
+	// StartTimeout bounds how long Start waits for the services to be ready
+	// (default 60s; ctx's deadline applies too).
+	StartTimeout time.Duration
+	// Log receives the stack's own progress messages (default: discarded).
+	Log *slog.Logger
+}
+
+// Stack is a running embedded Loom. Close it when done.
+type Stack struct {
+	// GatewayAddr is the public gRPC API; RESTAddr the REST/JSON API.
+	GatewayAddr, RESTAddr string
+	// BrokerAddr and RedisAddr are the embedded infrastructure.
+	BrokerAddr, RedisAddr string
+	// DataDir is where the stack keeps its data.
+	DataDir string
+	// Addrs are every address the stack listens on, resolved.
+	Addrs Addrs
+
+	log     *slog.Logger
+	broker  *embedded.Broker
+	redis   *embedded.Redis
+	tempDir string
+
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	exits    []serviceExit // services that have returned, in order
+	closing  bool
+	done     chan struct{} // closed when the first service exits on its own
+	doneOnce sync.Once
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+type serviceExit struct {
+	name string
+	err  error
+}
+
+// Start starts the broker, Redis and the five central services, and returns
+// once every service reports SERVING (gRPC health) and the gateway answers
+// ListClusters. On failure everything it started is stopped again and the
+// error names the step (or the service) that failed.
+func Start(ctx context.Context, opts Options) (*Stack, error) {
+	s := &Stack{log: opts.Log, done: make(chan struct{})}
+	if s.log == nil {
+		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if err := s.start(ctx, opts); err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		// A service that failed is named in err already; Close would
+		// report it again.
+		if cerr := s.Close(cctx); cerr != nil && s.Err() == nil {
+			err = fmt.Errorf("%w (while stopping: %v)", err, cerr)
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Stack) start(ctx context.Context, opts Options) error {
+	dataDir := opts.DataDir
+	if dataDir == "" {
+		d, err := os.MkdirTemp("", "loom-stack-")
+		if err != nil {
+			return fmt.Errorf("start stack: data dir: %w", err)
+		}
+		dataDir, s.tempDir = d, d
+	} else if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return fmt.Errorf("start stack: data dir: %w", err)
+	}
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		return fmt.Errorf("start stack: data dir: %w", err)
+	}
+	s.DataDir = abs
+
+	agentCmd := opts.AgentCommand
+	if len(agentCmd) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("start stack: agent command: %w", err)
+		}
+		agentCmd = []string{exe, "agent"}
+	}
+
+	a, err := resolveAddrs(opts.Addrs)
+	if err != nil {
+		return fmt.Errorf("start stack: %w", err)
+	}
+
+	s.broker, err = embedded.StartBroker(ctx, a.Broker, filepath.Join(s.DataDir, "broker"))
+	if err != nil {
+		return fmt.Errorf("start stack: %w", err)
+	}
+	a.Broker = s.broker.Addr
+	s.log.Info("broker started", "addr", a.Broker)
+
+	s.redis, err = embedded.StartRedis(ctx, a.Redis, filepath.Join(s.DataDir, "redis"))
+	if err != nil {
+		return fmt.Errorf("start stack: %w", err)
+	}
+	a.Redis = s.redis.Addr
+	s.log.Info("redis started", "addr", a.Redis, "kind", s.redis.Kind)
+
+	// One creator for the topics, before any service, so that the services do
+	// not race each other creating them.
+	if err := bus.EnsureTopics(ctx, []string{a.Broker}, topics.All()); err != nil {
+		return fmt.Errorf("start stack: create topics: %w", err)
+	}
+
+	s.Addrs = a
+	s.BrokerAddr, s.RedisAddr = a.Broker, a.Redis
+	s.GatewayAddr, s.RESTAddr = a.Gateway, a.GatewayREST
+
+	level := opts.LogLevel
+	if level == "" {
+		level = config.Env("LOOM_LOG_LEVEL", "info")
+	}
+	common := func(grpcAddr, httpAddr string) config.Common {
+		return config.Common{
+			Brokers:      []string{a.Broker},
+			RedisAddr:    a.Redis,
+			GRPCAddr:     grpcAddr,
+			HTTPAddr:     httpAddr,
+			LogLevel:     level,
+			CreateTopics: false, // created above
+		}
+	}
+
+	// Each Config starts from its RegisterFlags defaults, so that fields
+	// added to a service later get their documented defaults here too; the
+	// addresses are then set explicitly.
+	var provCfg provisioner.Config
+	defaults(provCfg.RegisterFlags)
+	provCfg.Common = common(a.Provisioner, a.ProvisionerHTTP)
+	provCfg.Provider = "local"
+	provCfg.DataDir = filepath.Join(s.DataDir, "provisioner")
+	provCfg.AgentCommand = agentCmd
+	provCfg.AgentEnv = opts.AgentEnv
+	// Agents belong to this process: a stopped stack leaves none behind
+	// (the provisioner starts them again from its state at the next start).
+	provCfg.StopAgentsOnExit = true
+
+	var schedCfg scheduler.Config
+	defaults(schedCfg.RegisterFlags)
+	schedCfg.Common = common(a.Scheduler, a.SchedulerHTTP)
+
+	var healthCfg health.Config
+	defaults(healthCfg.RegisterFlags)
+	healthCfg.Common = common(a.Health, a.HealthHTTP)
+	if opts.HeartbeatTimeout > 0 {
+		healthCfg.HeartbeatTimeout = opts.HeartbeatTimeout
+	}
+
+	var regCfg registry.Config
+	defaults(regCfg.RegisterFlags)
+	regCfg.Common = common(a.Registry, a.RegistryHTTP)
+
+	var gwCfg gateway.Config
+	defaults(gwCfg.RegisterFlags)
+	gwCfg.Common = common(a.Gateway, a.GatewayHTTP)
+	gwCfg.RESTAddr = a.GatewayREST
+	gwCfg.ProvisionerAddr = a.Provisioner
+	gwCfg.SchedulerAddr = a.Scheduler
+	gwCfg.RegistryAddr = a.Registry
+
+	svcCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	s.run(svcCtx, "provisioner", func(ctx context.Context) error { return provisioner.Run(ctx, provCfg) })
+	s.run(svcCtx, "scheduler", func(ctx context.Context) error { return scheduler.Run(ctx, schedCfg) })
+	s.run(svcCtx, "health", func(ctx context.Context) error { return health.Run(ctx, healthCfg) })
+	s.run(svcCtx, "registry", func(ctx context.Context) error { return registry.Run(ctx, regCfg) })
+	s.run(svcCtx, "gateway", func(ctx context.Context) error { return gateway.Run(ctx, gwCfg) })
+
+	timeout := opts.StartTimeout
+	if timeout <= 0 {
+		timeout = 60 * time.Second
+	}
+	if err := s.waitReady(ctx, timeout); err != nil {
+		return fmt.Errorf("start stack: %w", err)
+	}
+	s.log.Info("loom is up", "gateway", a.Gateway, "rest", a.GatewayREST, "data", s.DataDir)
+	return nil
+}
+
+// defaults runs a service's RegisterFlags on a throwaway flag set, which
+// fills the Config with its documented defaults (and LOOM_* variables).
+func defaults(register func(*flag.FlagSet)) {
+	fs := flag.NewFlagSet("defaults", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	register(fs)
+}
+
+// resolveAddrs fills empty addresses with free loopback ports. The broker
+// and Redis pick their own when empty.
+func resolveAddrs(a Addrs) (Addrs, error) {
+	fields := []*string{&a.Gateway, &a.GatewayREST, &a.Provisioner, &a.Scheduler, &a.Health,
+		&a.Registry, &a.GatewayHTTP, &a.ProvisionerHTTP, &a.SchedulerHTTP, &a.HealthHTTP, &a.RegistryHTTP}
+	for _, f := range fields {
+		if *f != "" && !strings.HasSuffix(*f, ":0") {
+			continue
+		}
+		p, err := embedded.FreePort()
+		if err != nil {
+			return a, err
+		}
+		*f = fmt.Sprintf("127.0.0.1:%d", p)
+	}
+	return a, nil
+}
+
+// run starts one service in its own goroutine. A panic in it becomes its
+// error instead of taking the whole process down.
+func (s *Stack) run(ctx context.Context, name string, fn func(context.Context) error) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		err := func() (err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					s.log.Error("service panicked", "service", name, "panic", r, "stack", string(debug.Stack()))
+					err = fmt.Errorf("panic: %v", r)
+				}
+			}()
+			return fn(ctx)
+		}()
+		s.mu.Lock()
+		s.exits = append(s.exits, serviceExit{name: name, err: err})
+		closing := s.closing
+		s.mu.Unlock()
+		if !closing {
+			s.log.Error("service exited", "service", name, "err", err)
+			s.doneOnce.Do(func() { close(s.done) })
+		}
+	}()
+}
+
+// waitReady waits until every service reports SERVING on the gRPC health
+// service and the gateway answers ListClusters, a service exits, or the
+// timeout passes.
+func (s *Stack) waitReady(ctx context.Context, timeout time.Duration) error {
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	svcs := []struct{ name, addr string }{
+		{"provisioner", s.Addrs.Provisioner}, {"scheduler", s.Addrs.Scheduler}, {"health", s.Addrs.Health},
+		{"registry", s.Addrs.Registry}, {"gateway", s.Addrs.Gateway},
+	}
+	for _, svc := range svcs {
+		err := s.poll(ctx, wctx, svc.addr, func(ctx context.Context, conn *grpc.ClientConn) error {
+			resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+			if err == nil && resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+				err = fmt.Errorf("health %s", resp.GetStatus())
+			}
+			return err
+		})
+		if errors.Is(err, errServiceExited) {
+			return s.Err()
+		}
+		if err != nil {
+			return fmt.Errorf("%s on %s is not ready: %w", svc.name, svc.addr, err)
+		}
+	}
+	err := s.poll(ctx, wctx, s.GatewayAddr, func(ctx context.Context, conn *grpc.ClientConn) error {
+		_, err := loomv1.NewClusterServiceClient(conn).ListClusters(ctx, &loomv1.ListClustersRequest{Parent: "projects/default"}, grpc.WaitForReady(true))
+		return err
+	})
+	if errors.Is(err, errServiceExited) {
+		return s.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("gateway on %s does not answer: %w", s.GatewayAddr, err)
+	}
+	return nil
+}
+
+// errServiceExited stops waiting for readiness: a service is gone.
+var errServiceExited = errors.New("a service exited")
+
+// poll calls check on a connection to addr until it succeeds, a service
+// exits, or wctx ends (ctx is the caller's, to tell an interruption from a
+// timeout).
+func (s *Stack) poll(ctx, wctx context.Context, addr string, check func(context.Context, *grpc.ClientConn) error) error {
+	// A short reconnect backoff: gRPC's default grows to seconds while a
+	// service is still starting, which would delay Start for nothing.
+	conn, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, MaxDelay: 250 * time.Millisecond},
+			MinConnectTimeout: time.Second,
+		}))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	for {
+		cctx, ccancel := context.WithTimeout(wctx, 2*time.Second)
+		lastErr := check(cctx, conn)
+		ccancel()
+		if lastErr == nil {
+			return nil
+		}
+		select {
+		case <-s.done:
+			return errServiceExited
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("not within the start timeout: %v", lastErr)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Done is closed when a service exits on its own (before Close): the stack is
+// then broken and should be closed. Err says which service and why.
+func (s *Stack) Done() <-chan struct{} { return s.done }
+
+// Err returns the services that exited before Close and their errors, or nil.
+func (s *Stack) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for _, e := range s.exits {
+		if e.err == nil {
+			errs = append(errs, fmt.Errorf("%s exited", e.name))
+		} else {
+			errs = append(errs, fmt.Errorf("%s: %w", e.name, e.err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close stops the services gracefully (waiting for them until ctx ends), then
+// Redis and the broker, and removes a temporary data directory. It returns
+// the errors of services that failed (a service that stops because it was
+// asked to is not an error) and of stopping the infrastructure. Calling it
+// again returns the first result.
+func (s *Stack) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() { s.closeErr = s.close(ctx) })
+	return s.closeErr
+}
+
+func (s *Stack) close(ctx context.Context) error {
+	var errs []error
+	s.mu.Lock()
+	early := append([]serviceExit(nil), s.exits...)
+	s.closing = true
+	s.mu.Unlock()
+
+	if s.cancel != nil {
+		s.cancel()
+		stopped := make(chan struct{})
+		go func() {
+			s.wg.Wait()
+			close(stopped)
+		}()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("services did not stop in time: %w", ctx.Err()))
+		}
+	}
+	s.mu.Lock()
+	exits := append([]serviceExit(nil), s.exits...)
+	s.mu.Unlock()
+	for i, e := range exits {
+		if e.err == nil || (i >= len(early) && errors.Is(e.err, context.Canceled)) {
+			continue
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", e.name, e.err))
+	}
+	if s.redis != nil {
+		if err := s.redis.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("stop redis: %w", err))
+		}
+	}
+	if s.broker != nil {
+		if err := s.broker.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("stop broker: %w", err))
+		}
+	}
+	if s.tempDir != "" {
+		if err := os.RemoveAll(s.tempDir); err != nil {
+			errs = append(errs, fmt.Errorf("remove data dir: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,171 @@
+package stack
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/loom-ml/loom/cmd/loom/internal/agentcmd"
+	"github.com/loom-ml/loom/libs/embedded"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// TestMain runs this test binary as a node agent when the local provider
+// starts it with LOOM_TEST_RUN_AGENT=1 (see testOptions).
+func TestMain(m *testing.M) {
+	if os.Getenv("LOOM_TEST_RUN_AGENT") == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := agentcmd.Run(ctx, os.Args[1:], os.Stderr)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func testOptions(t *testing.T) Options {
+	return Options{
+		DataDir:      t.TempDir(),
+		AgentCommand: []string{os.Args[0]},
+		AgentEnv:     []string{"LOOM_TEST_RUN_AGENT=1"},
+		LogLevel:     "warn",
+	}
+}
+
+func TestStackRunsAClusterAndStops(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	opts := testOptions(t)
+	port, err := embedded.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Addrs.Gateway = fmt.Sprintf("127.0.0.1:%d", port)
+	st, err := Start(ctx, opts)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			_ = st.Close(context.Background())
+		}
+	})
+	if st.GatewayAddr != opts.Addrs.Gateway {
+		t.Fatalf("GatewayAddr = %s, want the chosen %s", st.GatewayAddr, opts.Addrs.Gateway)
+	}
+	for _, a := range []string{st.RESTAddr, st.BrokerAddr, st.RedisAddr, st.Addrs.Provisioner, st.Addrs.Scheduler, st.Addrs.Registry, st.Addrs.Health} {
+		if !strings.HasPrefix(a, "127.0.0.1:") || strings.HasSuffix(a, ":0") {
+			t.Fatalf("address %q is not a bound loopback address", a)
+		}
+	}
+
+	conn, err := grpc.NewClient(st.GatewayAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	clusters := loomv1.NewClusterServiceClient(conn)
+	ops := loomv1.NewOperationServiceClient(conn)
+	list, err := clusters.ListClusters(ctx, &loomv1.ListClustersRequest{Parent: "projects/default"})
+	if err != nil || len(list.GetClusters()) != 0 {
+		t.Fatalf("ListClusters on a new stack = %v, %v; want none", list, err)
+	}
+
+	resp, err := http.Get("http://" + st.RESTAddr + "/v1/projects/default/clusters")
+	if err != nil {
+		t.Fatalf("REST: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("REST list clusters: %s", resp.Status)
+	}
+
+	// A one-node cluster exercises the provisioner's local provider and an
+	// agent process (this test binary, re-executed).
+	op, err := clusters.CreateCluster(ctx, &loomv1.CreateClusterRequest{
+		Parent: "projects/default", ClusterId: "t1",
+		Cluster: &loomv1.Cluster{Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{{Id: "cpu", MachineType: "n2-standard-8", NodeCount: 1}}}},
+	})
+	if err != nil {
+		t.Fatalf("CreateCluster: %v", err)
+	}
+	op = waitOp(ctx, t, ops, op)
+	if op.GetError() != nil || op.GetCluster().GetStatus().GetState() != loomv1.Cluster_RUNNING {
+		t.Fatalf("create operation ended %v", op)
+	}
+	op, err = clusters.DeleteCluster(ctx, &loomv1.DeleteClusterRequest{Name: "projects/default/clusters/t1"})
+	if err != nil {
+		t.Fatalf("DeleteCluster: %v", err)
+	}
+	if op = waitOp(ctx, t, ops, op); op.GetError() != nil {
+		t.Fatalf("delete operation ended %v", op)
+	}
+
+	closed = true
+	if err := st.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case <-st.Done():
+		t.Fatalf("Done closed by a graceful Close: %v", st.Err())
+	default:
+	}
+	if c, err := net.DialTimeout("tcp", st.GatewayAddr, time.Second); err == nil {
+		c.Close()
+		t.Fatal("gateway still listening after Close")
+	}
+	if c, err := net.DialTimeout("tcp", st.RedisAddr, time.Second); err == nil {
+		c.Close()
+		t.Fatal("redis still listening after Close")
+	}
+}
+
+// waitOp waits for op with WaitOperation until it is done.
+func waitOp(ctx context.Context, t *testing.T, ops loomv1.OperationServiceClient, op *loomv1.Operation) *loomv1.Operation {
+	t.Helper()
+	for !op.GetDone() {
+		next, err := ops.WaitOperation(ctx, &loomv1.WaitOperationRequest{Name: op.GetName(), TimeoutSeconds: 5})
+		if err != nil {
+			t.Fatalf("WaitOperation %s: %v", op.GetName(), err)
+		}
+		op = next
+	}
+	return op
+}
+
+func TestStartFailsCleanlyWhenAPortIsTaken(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	opts := testOptions(t)
+	opts.Addrs.Scheduler = ln.Addr().String()
+	st, err := Start(ctx, opts)
+	if err == nil {
+		_ = st.Close(ctx)
+		t.Fatal("Start succeeded on a taken port")
+	}
+	if !strings.HasPrefix(err.Error(), "start stack: scheduler: ") || !strings.Contains(err.Error(), ln.Addr().String()) {
+		t.Fatalf("error %q does not name the scheduler", err)
+	}
+}
