@@ -164,6 +164,65 @@ func (Cluster_State) EnumDescriptor() ([]byte, []int) {
 	return file_loom_v1_resources_proto_rawDescGZIP(), []int{0, 0}
 }
 
+// Type is the kind of capacity.
+type CapacitySource_Type int32
+
+const (
+	CapacitySource_TYPE_UNSPECIFIED CapacitySource_Type = 0
+	// RESERVATION draws from a named reservation (see Reservation).
+	CapacitySource_RESERVATION CapacitySource_Type = 1
+	CapacitySource_ON_DEMAND   CapacitySource_Type = 2
+	// SPOT nodes are cheaper and can be reclaimed by the provider at any time.
+	CapacitySource_SPOT CapacitySource_Type = 3
+	// FLEX_START nodes are granted when capacity frees up, all at once.
+	CapacitySource_FLEX_START CapacitySource_Type = 4
+)
+
+// Enum value maps for CapacitySource_Type.
+var (
+	CapacitySource_Type_name = map[int32]string{
+		0: "TYPE_UNSPECIFIED",
+		1: "RESERVATION",
+		2: "ON_DEMAND",
+		3: "SPOT",
+		4: "FLEX_START",
+	}
+	CapacitySource_Type_value = map[string]int32{
+		"TYPE_UNSPECIFIED": 0,
+		"RESERVATION":      1,
+		"ON_DEMAND":        2,
+		"SPOT":             3,
+		"FLEX_START":       4,
+	}
+)
+
+func (x CapacitySource_Type) Enum() *CapacitySource_Type {
+	p := new(CapacitySource_Type)
+	*p = x
+	return p
+}
+
+func (x CapacitySource_Type) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CapacitySource_Type) Descriptor() protoreflect.EnumDescriptor {
+	return file_loom_v1_resources_proto_enumTypes[2].Descriptor()
+}
+
+func (CapacitySource_Type) Type() protoreflect.EnumType {
+	return &file_loom_v1_resources_proto_enumTypes[2]
+}
+
+func (x CapacitySource_Type) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CapacitySource_Type.Descriptor instead.
+func (CapacitySource_Type) EnumDescriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{3, 0}
+}
+
 // State is the provisioner's view of a node.
 type Node_State int32
 
@@ -173,6 +232,10 @@ const (
 	Node_READY             Node_State = 2
 	Node_DOWN              Node_State = 3
 	Node_DELETING          Node_State = 4
+	// DRAINING takes no new jobs and is removed once its jobs are gone.
+	Node_DRAINING Node_State = 5
+	// FAILED could not be brought up; next_action says what happens next.
+	Node_FAILED Node_State = 6
 )
 
 // Enum value maps for Node_State.
@@ -183,6 +246,8 @@ var (
 		2: "READY",
 		3: "DOWN",
 		4: "DELETING",
+		5: "DRAINING",
+		6: "FAILED",
 	}
 	Node_State_value = map[string]int32{
 		"STATE_UNSPECIFIED": 0,
@@ -190,6 +255,8 @@ var (
 		"READY":             2,
 		"DOWN":              3,
 		"DELETING":          4,
+		"DRAINING":          5,
+		"FAILED":            6,
 	}
 )
 
@@ -204,11 +271,11 @@ func (x Node_State) String() string {
 }
 
 func (Node_State) Descriptor() protoreflect.EnumDescriptor {
-	return file_loom_v1_resources_proto_enumTypes[2].Descriptor()
+	return file_loom_v1_resources_proto_enumTypes[3].Descriptor()
 }
 
 func (Node_State) Type() protoreflect.EnumType {
-	return &file_loom_v1_resources_proto_enumTypes[2]
+	return &file_loom_v1_resources_proto_enumTypes[3]
 }
 
 func (x Node_State) Number() protoreflect.EnumNumber {
@@ -217,7 +284,7 @@ func (x Node_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Node_State.Descriptor instead.
 func (Node_State) EnumDescriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{4, 0}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{20, 0}
 }
 
 // Cluster is a training cluster: node pools of GPU machines that Loom provisions
@@ -228,6 +295,12 @@ type Cluster struct {
 	DisplayName string                 `protobuf:"bytes,2,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
 	Labels      map[string]string      `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	Compute     *ComputeResources      `protobuf:"bytes,4,opt,name=compute,proto3" json:"compute,omitempty"`
+	// orchestrator configures Slurm on the cluster: login nodes, node sets, partitions.
+	Orchestrator *Orchestrator `protobuf:"bytes,5,opt,name=orchestrator,proto3" json:"orchestrator,omitempty"`
+	// storage is the shared filesystems mounted on every node.
+	Storage     *StorageResources `protobuf:"bytes,6,opt,name=storage,proto3" json:"storage,omitempty"`
+	Network     *NetworkConfig    `protobuf:"bytes,7,opt,name=network,proto3" json:"network,omitempty"`
+	Description string            `protobuf:"bytes,8,opt,name=description,proto3" json:"description,omitempty"`
 	// Output only.
 	Status        *ClusterStatus         `protobuf:"bytes,10,opt,name=status,proto3" json:"status,omitempty"`
 	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
@@ -292,6 +365,34 @@ func (x *Cluster) GetCompute() *ComputeResources {
 		return x.Compute
 	}
 	return nil
+}
+
+func (x *Cluster) GetOrchestrator() *Orchestrator {
+	if x != nil {
+		return x.Orchestrator
+	}
+	return nil
+}
+
+func (x *Cluster) GetStorage() *StorageResources {
+	if x != nil {
+		return x.Storage
+	}
+	return nil
+}
+
+func (x *Cluster) GetNetwork() *NetworkConfig {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
+func (x *Cluster) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
 }
 
 func (x *Cluster) GetStatus() *ClusterStatus {
@@ -373,8 +474,16 @@ type NodePool struct {
 	// accelerator_count is the number of GPUs per node (0 for CPU pools).
 	AcceleratorCount int32             `protobuf:"varint,5,opt,name=accelerator_count,json=acceleratorCount,proto3" json:"accelerator_count,omitempty"`
 	Labels           map[string]string `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// max_dynamic_node_count is how many more nodes Slurm may power up on demand
+	// beyond node_count (reserved for autoscaling; counted against capacity).
+	MaxDynamicNodeCount int32 `protobuf:"varint,7,opt,name=max_dynamic_node_count,json=maxDynamicNodeCount,proto3" json:"max_dynamic_node_count,omitempty"`
+	// capacity says where the nodes come from; default ON_DEMAND.
+	Capacity *CapacitySource `protobuf:"bytes,8,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	BootDisk *BootDisk       `protobuf:"bytes,9,opt,name=boot_disk,json=bootDisk,proto3" json:"boot_disk,omitempty"`
+	// zone defaults to network.zone.
+	Zone          string `protobuf:"bytes,10,opt,name=zone,proto3" json:"zone,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodePool) Reset() {
@@ -449,6 +558,703 @@ func (x *NodePool) GetLabels() map[string]string {
 	return nil
 }
 
+func (x *NodePool) GetMaxDynamicNodeCount() int32 {
+	if x != nil {
+		return x.MaxDynamicNodeCount
+	}
+	return 0
+}
+
+func (x *NodePool) GetCapacity() *CapacitySource {
+	if x != nil {
+		return x.Capacity
+	}
+	return nil
+}
+
+func (x *NodePool) GetBootDisk() *BootDisk {
+	if x != nil {
+		return x.BootDisk
+	}
+	return nil
+}
+
+func (x *NodePool) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+// CapacitySource says which capacity a node pool draws from.
+type CapacitySource struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Type  CapacitySource_Type    `protobuf:"varint,1,opt,name=type,proto3,enum=loom.v1.CapacitySource_Type" json:"type,omitempty"`
+	// reservation is the reservation's id or full name, for RESERVATION.
+	Reservation   string `protobuf:"bytes,2,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CapacitySource) Reset() {
+	*x = CapacitySource{}
+	mi := &file_loom_v1_resources_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CapacitySource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CapacitySource) ProtoMessage() {}
+
+func (x *CapacitySource) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CapacitySource.ProtoReflect.Descriptor instead.
+func (*CapacitySource) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CapacitySource) GetType() CapacitySource_Type {
+	if x != nil {
+		return x.Type
+	}
+	return CapacitySource_TYPE_UNSPECIFIED
+}
+
+func (x *CapacitySource) GetReservation() string {
+	if x != nil {
+		return x.Reservation
+	}
+	return ""
+}
+
+// BootDisk is a node's boot disk.
+type BootDisk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// type is pd-standard, pd-balanced, pd-ssd or hyperdisk-balanced.
+	Type          string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	SizeGb        int32  `protobuf:"varint,2,opt,name=size_gb,json=sizeGb,proto3" json:"size_gb,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BootDisk) Reset() {
+	*x = BootDisk{}
+	mi := &file_loom_v1_resources_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootDisk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootDisk) ProtoMessage() {}
+
+func (x *BootDisk) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootDisk.ProtoReflect.Descriptor instead.
+func (*BootDisk) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *BootDisk) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *BootDisk) GetSizeGb() int32 {
+	if x != nil {
+		return x.SizeGb
+	}
+	return 0
+}
+
+// Orchestrator configures the workload manager of a cluster.
+type Orchestrator struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Slurm         *SlurmOrchestrator     `protobuf:"bytes,1,opt,name=slurm,proto3" json:"slurm,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Orchestrator) Reset() {
+	*x = Orchestrator{}
+	mi := &file_loom_v1_resources_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Orchestrator) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Orchestrator) ProtoMessage() {}
+
+func (x *Orchestrator) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Orchestrator.ProtoReflect.Descriptor instead.
+func (*Orchestrator) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Orchestrator) GetSlurm() *SlurmOrchestrator {
+	if x != nil {
+		return x.Slurm
+	}
+	return nil
+}
+
+// SlurmOrchestrator is the Slurm configuration of a cluster.
+type SlurmOrchestrator struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	LoginNodes *LoginNodes            `protobuf:"bytes,1,opt,name=login_nodes,json=loginNodes,proto3" json:"login_nodes,omitempty"`
+	// node_sets group nodes of one node pool under a Slurm name.
+	NodeSets   []*SlurmNodeSet   `protobuf:"bytes,2,rep,name=node_sets,json=nodeSets,proto3" json:"node_sets,omitempty"`
+	Partitions []*SlurmPartition `protobuf:"bytes,3,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// prolog_scripts and epilog_scripts are shell scripts run before and after each job on each node.
+	PrologScripts []string `protobuf:"bytes,4,rep,name=prolog_scripts,json=prologScripts,proto3" json:"prolog_scripts,omitempty"`
+	EpilogScripts []string `protobuf:"bytes,5,rep,name=epilog_scripts,json=epilogScripts,proto3" json:"epilog_scripts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlurmOrchestrator) Reset() {
+	*x = SlurmOrchestrator{}
+	mi := &file_loom_v1_resources_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlurmOrchestrator) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlurmOrchestrator) ProtoMessage() {}
+
+func (x *SlurmOrchestrator) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlurmOrchestrator.ProtoReflect.Descriptor instead.
+func (*SlurmOrchestrator) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SlurmOrchestrator) GetLoginNodes() *LoginNodes {
+	if x != nil {
+		return x.LoginNodes
+	}
+	return nil
+}
+
+func (x *SlurmOrchestrator) GetNodeSets() []*SlurmNodeSet {
+	if x != nil {
+		return x.NodeSets
+	}
+	return nil
+}
+
+func (x *SlurmOrchestrator) GetPartitions() []*SlurmPartition {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+func (x *SlurmOrchestrator) GetPrologScripts() []string {
+	if x != nil {
+		return x.PrologScripts
+	}
+	return nil
+}
+
+func (x *SlurmOrchestrator) GetEpilogScripts() []string {
+	if x != nil {
+		return x.EpilogScripts
+	}
+	return nil
+}
+
+// LoginNodes is the pool of login nodes users log in to.
+type LoginNodes struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MachineType   string                 `protobuf:"bytes,1,opt,name=machine_type,json=machineType,proto3" json:"machine_type,omitempty"`
+	Count         int32                  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoginNodes) Reset() {
+	*x = LoginNodes{}
+	mi := &file_loom_v1_resources_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoginNodes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoginNodes) ProtoMessage() {}
+
+func (x *LoginNodes) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoginNodes.ProtoReflect.Descriptor instead.
+func (*LoginNodes) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *LoginNodes) GetMachineType() string {
+	if x != nil {
+		return x.MachineType
+	}
+	return ""
+}
+
+func (x *LoginNodes) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// SlurmNodeSet maps a node pool to Slurm nodes.
+type SlurmNodeSet struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is a Slurm-valid name; it prefixes the node names (e.g. "a3u" → a3u-[0001-0016]).
+	Id         string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	NodePoolId string `protobuf:"bytes,2,opt,name=node_pool_id,json=nodePoolId,proto3" json:"node_pool_id,omitempty"`
+	// features become Slurm node features (constraints).
+	Features      []string `protobuf:"bytes,3,rep,name=features,proto3" json:"features,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlurmNodeSet) Reset() {
+	*x = SlurmNodeSet{}
+	mi := &file_loom_v1_resources_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlurmNodeSet) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlurmNodeSet) ProtoMessage() {}
+
+func (x *SlurmNodeSet) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlurmNodeSet.ProtoReflect.Descriptor instead.
+func (*SlurmNodeSet) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SlurmNodeSet) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SlurmNodeSet) GetNodePoolId() string {
+	if x != nil {
+		return x.NodePoolId
+	}
+	return ""
+}
+
+func (x *SlurmNodeSet) GetFeatures() []string {
+	if x != nil {
+		return x.Features
+	}
+	return nil
+}
+
+// SlurmPartition is a Slurm partition over node sets.
+type SlurmPartition struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	NodeSetIds []string               `protobuf:"bytes,2,rep,name=node_set_ids,json=nodeSetIds,proto3" json:"node_set_ids,omitempty"`
+	// max_time is Slurm's MaxTime: "UNLIMITED", "MM", "HH:MM:SS" or "D-HH:MM:SS" (default UNLIMITED).
+	MaxTime string `protobuf:"bytes,3,opt,name=max_time,json=maxTime,proto3" json:"max_time,omitempty"`
+	// default marks the partition jobs go to when they name none (at most one).
+	Default bool `protobuf:"varint,4,opt,name=default,proto3" json:"default,omitempty"`
+	// priority_tier orders partitions for scheduling and preemption (higher first).
+	PriorityTier  int32 `protobuf:"varint,5,opt,name=priority_tier,json=priorityTier,proto3" json:"priority_tier,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlurmPartition) Reset() {
+	*x = SlurmPartition{}
+	mi := &file_loom_v1_resources_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlurmPartition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlurmPartition) ProtoMessage() {}
+
+func (x *SlurmPartition) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlurmPartition.ProtoReflect.Descriptor instead.
+func (*SlurmPartition) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *SlurmPartition) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SlurmPartition) GetNodeSetIds() []string {
+	if x != nil {
+		return x.NodeSetIds
+	}
+	return nil
+}
+
+func (x *SlurmPartition) GetMaxTime() string {
+	if x != nil {
+		return x.MaxTime
+	}
+	return ""
+}
+
+func (x *SlurmPartition) GetDefault() bool {
+	if x != nil {
+		return x.Default
+	}
+	return false
+}
+
+func (x *SlurmPartition) GetPriorityTier() int32 {
+	if x != nil {
+		return x.PriorityTier
+	}
+	return 0
+}
+
+// StorageResources are the shared filesystems of a cluster.
+type StorageResources struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Home          *SharedHome            `protobuf:"bytes,1,opt,name=home,proto3" json:"home,omitempty"`
+	Scratch       *ScratchFilesystem     `protobuf:"bytes,2,opt,name=scratch,proto3" json:"scratch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StorageResources) Reset() {
+	*x = StorageResources{}
+	mi := &file_loom_v1_resources_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StorageResources) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StorageResources) ProtoMessage() {}
+
+func (x *StorageResources) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StorageResources.ProtoReflect.Descriptor instead.
+func (*StorageResources) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *StorageResources) GetHome() *SharedHome {
+	if x != nil {
+		return x.Home
+	}
+	return nil
+}
+
+func (x *StorageResources) GetScratch() *ScratchFilesystem {
+	if x != nil {
+		return x.Scratch
+	}
+	return nil
+}
+
+// SharedHome is a Filestore-like NFS home directory on every node.
+type SharedHome struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tier is BASIC_HDD, BASIC_SSD, ZONAL or REGIONAL; it sets the allowed capacities.
+	Tier        string `protobuf:"bytes,1,opt,name=tier,proto3" json:"tier,omitempty"`
+	CapacityGib int32  `protobuf:"varint,2,opt,name=capacity_gib,json=capacityGib,proto3" json:"capacity_gib,omitempty"`
+	// mount_path defaults to /home.
+	MountPath     string `protobuf:"bytes,3,opt,name=mount_path,json=mountPath,proto3" json:"mount_path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SharedHome) Reset() {
+	*x = SharedHome{}
+	mi := &file_loom_v1_resources_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SharedHome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SharedHome) ProtoMessage() {}
+
+func (x *SharedHome) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SharedHome.ProtoReflect.Descriptor instead.
+func (*SharedHome) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SharedHome) GetTier() string {
+	if x != nil {
+		return x.Tier
+	}
+	return ""
+}
+
+func (x *SharedHome) GetCapacityGib() int32 {
+	if x != nil {
+		return x.CapacityGib
+	}
+	return 0
+}
+
+func (x *SharedHome) GetMountPath() string {
+	if x != nil {
+		return x.MountPath
+	}
+	return ""
+}
+
+// ScratchFilesystem is a Lustre-like parallel filesystem on every node.
+type ScratchFilesystem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// throughput_mbps_per_tib is the performance tier: 125, 250, 500 or 1000 MB/s per TiB.
+	ThroughputMbpsPerTib int32 `protobuf:"varint,1,opt,name=throughput_mbps_per_tib,json=throughputMbpsPerTib,proto3" json:"throughput_mbps_per_tib,omitempty"`
+	CapacityGib          int32 `protobuf:"varint,2,opt,name=capacity_gib,json=capacityGib,proto3" json:"capacity_gib,omitempty"`
+	// mount_path defaults to /scratch.
+	MountPath     string `protobuf:"bytes,3,opt,name=mount_path,json=mountPath,proto3" json:"mount_path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScratchFilesystem) Reset() {
+	*x = ScratchFilesystem{}
+	mi := &file_loom_v1_resources_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScratchFilesystem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScratchFilesystem) ProtoMessage() {}
+
+func (x *ScratchFilesystem) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScratchFilesystem.ProtoReflect.Descriptor instead.
+func (*ScratchFilesystem) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ScratchFilesystem) GetThroughputMbpsPerTib() int32 {
+	if x != nil {
+		return x.ThroughputMbpsPerTib
+	}
+	return 0
+}
+
+func (x *ScratchFilesystem) GetCapacityGib() int32 {
+	if x != nil {
+		return x.CapacityGib
+	}
+	return 0
+}
+
+func (x *ScratchFilesystem) GetMountPath() string {
+	if x != nil {
+		return x.MountPath
+	}
+	return ""
+}
+
+// NetworkConfig is the cluster's network.
+type NetworkConfig struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// mtu is 1300 to 8896 (jumbo frames above 1500); default 8896.
+	Mtu           int32  `protobuf:"varint,2,opt,name=mtu,proto3" json:"mtu,omitempty"`
+	Zone          string `protobuf:"bytes,3,opt,name=zone,proto3" json:"zone,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkConfig) Reset() {
+	*x = NetworkConfig{}
+	mi := &file_loom_v1_resources_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkConfig) ProtoMessage() {}
+
+func (x *NetworkConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkConfig.ProtoReflect.Descriptor instead.
+func (*NetworkConfig) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *NetworkConfig) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *NetworkConfig) GetMtu() int32 {
+	if x != nil {
+		return x.Mtu
+	}
+	return 0
+}
+
+func (x *NetworkConfig) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
 // ClusterStatus is the observed state of a cluster.
 type ClusterStatus struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -457,14 +1263,21 @@ type ClusterStatus struct {
 	ReadyNodes int32                  `protobuf:"varint,3,opt,name=ready_nodes,json=readyNodes,proto3" json:"ready_nodes,omitempty"`
 	TotalNodes int32                  `protobuf:"varint,4,opt,name=total_nodes,json=totalNodes,proto3" json:"total_nodes,omitempty"`
 	// shared_dir is the cluster's shared filesystem root, seen by every node.
-	SharedDir     string `protobuf:"bytes,5,opt,name=shared_dir,json=sharedDir,proto3" json:"shared_dir,omitempty"`
+	SharedDir  string            `protobuf:"bytes,5,opt,name=shared_dir,json=sharedDir,proto3" json:"shared_dir,omitempty"`
+	NodePools  []*NodePoolStatus `protobuf:"bytes,6,rep,name=node_pools,json=nodePools,proto3" json:"node_pools,omitempty"`
+	Conditions []*Condition      `protobuf:"bytes,7,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	// home_dir and scratch_dir are where the shared home and scratch are, on every node.
+	HomeDir    string `protobuf:"bytes,8,opt,name=home_dir,json=homeDir,proto3" json:"home_dir,omitempty"`
+	ScratchDir string `protobuf:"bytes,9,opt,name=scratch_dir,json=scratchDir,proto3" json:"scratch_dir,omitempty"`
+	// login_node is the hostname of the first login node.
+	LoginNode     string `protobuf:"bytes,10,opt,name=login_node,json=loginNode,proto3" json:"login_node,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterStatus) Reset() {
 	*x = ClusterStatus{}
-	mi := &file_loom_v1_resources_proto_msgTypes[3]
+	mi := &file_loom_v1_resources_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -476,7 +1289,7 @@ func (x *ClusterStatus) String() string {
 func (*ClusterStatus) ProtoMessage() {}
 
 func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[3]
+	mi := &file_loom_v1_resources_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -489,7 +1302,7 @@ func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatus.ProtoReflect.Descriptor instead.
 func (*ClusterStatus) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{3}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ClusterStatus) GetState() Cluster_State {
@@ -527,6 +1340,456 @@ func (x *ClusterStatus) GetSharedDir() string {
 	return ""
 }
 
+func (x *ClusterStatus) GetNodePools() []*NodePoolStatus {
+	if x != nil {
+		return x.NodePools
+	}
+	return nil
+}
+
+func (x *ClusterStatus) GetConditions() []*Condition {
+	if x != nil {
+		return x.Conditions
+	}
+	return nil
+}
+
+func (x *ClusterStatus) GetHomeDir() string {
+	if x != nil {
+		return x.HomeDir
+	}
+	return ""
+}
+
+func (x *ClusterStatus) GetScratchDir() string {
+	if x != nil {
+		return x.ScratchDir
+	}
+	return ""
+}
+
+func (x *ClusterStatus) GetLoginNode() string {
+	if x != nil {
+		return x.LoginNode
+	}
+	return ""
+}
+
+// NodePoolStatus counts a pool's nodes by state.
+type NodePoolStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Target        int32                  `protobuf:"varint,2,opt,name=target,proto3" json:"target,omitempty"`
+	Ready         int32                  `protobuf:"varint,3,opt,name=ready,proto3" json:"ready,omitempty"`
+	Provisioning  int32                  `protobuf:"varint,4,opt,name=provisioning,proto3" json:"provisioning,omitempty"`
+	Failed        int32                  `protobuf:"varint,5,opt,name=failed,proto3" json:"failed,omitempty"`
+	Draining      int32                  `protobuf:"varint,6,opt,name=draining,proto3" json:"draining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodePoolStatus) Reset() {
+	*x = NodePoolStatus{}
+	mi := &file_loom_v1_resources_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodePoolStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodePoolStatus) ProtoMessage() {}
+
+func (x *NodePoolStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodePoolStatus.ProtoReflect.Descriptor instead.
+func (*NodePoolStatus) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *NodePoolStatus) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *NodePoolStatus) GetTarget() int32 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
+}
+
+func (x *NodePoolStatus) GetReady() int32 {
+	if x != nil {
+		return x.Ready
+	}
+	return 0
+}
+
+func (x *NodePoolStatus) GetProvisioning() int32 {
+	if x != nil {
+		return x.Provisioning
+	}
+	return 0
+}
+
+func (x *NodePoolStatus) GetFailed() int32 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *NodePoolStatus) GetDraining() int32 {
+	if x != nil {
+		return x.Draining
+	}
+	return 0
+}
+
+// Condition is one aspect of a resource's state, as in Kubernetes.
+type Condition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// type is e.g. "Ready", "Degraded", "CapacityAvailable".
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// status is "True", "False" or "Unknown".
+	Status string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	// reason is a CamelCase word, e.g. "NodesFailing".
+	Reason             string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message            string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	LastTransitionTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_transition_time,json=lastTransitionTime,proto3" json:"last_transition_time,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *Condition) Reset() {
+	*x = Condition{}
+	mi := &file_loom_v1_resources_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Condition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Condition) ProtoMessage() {}
+
+func (x *Condition) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Condition.ProtoReflect.Descriptor instead.
+func (*Condition) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Condition) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Condition) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *Condition) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Condition) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *Condition) GetLastTransitionTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastTransitionTime
+	}
+	return nil
+}
+
+// Reservation is capacity reserved for this project in a zone. Name is
+// "projects/{project}/reservations/{reservation}".
+type Reservation struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Zone        string                 `protobuf:"bytes,2,opt,name=zone,proto3" json:"zone,omitempty"`
+	MachineType string                 `protobuf:"bytes,3,opt,name=machine_type,json=machineType,proto3" json:"machine_type,omitempty"`
+	Count       int32                  `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	// Output only: how many of count are claimed by clusters, and by which.
+	InUse         int32                  `protobuf:"varint,5,opt,name=in_use,json=inUse,proto3" json:"in_use,omitempty"`
+	Consumers     []string               `protobuf:"bytes,6,rep,name=consumers,proto3" json:"consumers,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Reservation) Reset() {
+	*x = Reservation{}
+	mi := &file_loom_v1_resources_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reservation) ProtoMessage() {}
+
+func (x *Reservation) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reservation.ProtoReflect.Descriptor instead.
+func (*Reservation) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *Reservation) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Reservation) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+func (x *Reservation) GetMachineType() string {
+	if x != nil {
+		return x.MachineType
+	}
+	return ""
+}
+
+func (x *Reservation) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *Reservation) GetInUse() int32 {
+	if x != nil {
+		return x.InUse
+	}
+	return 0
+}
+
+func (x *Reservation) GetConsumers() []string {
+	if x != nil {
+		return x.Consumers
+	}
+	return nil
+}
+
+func (x *Reservation) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+// CapacityPool is one kind of capacity in one zone and what is left of it.
+type CapacityPool struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Zone        string                 `protobuf:"bytes,1,opt,name=zone,proto3" json:"zone,omitempty"`
+	MachineType string                 `protobuf:"bytes,2,opt,name=machine_type,json=machineType,proto3" json:"machine_type,omitempty"`
+	Type        CapacitySource_Type    `protobuf:"varint,3,opt,name=type,proto3,enum=loom.v1.CapacitySource_Type" json:"type,omitempty"`
+	// reservation is set for RESERVATION pools.
+	Reservation   string `protobuf:"bytes,4,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	Total         int32  `protobuf:"varint,5,opt,name=total,proto3" json:"total,omitempty"`
+	InUse         int32  `protobuf:"varint,6,opt,name=in_use,json=inUse,proto3" json:"in_use,omitempty"`
+	Free          int32  `protobuf:"varint,7,opt,name=free,proto3" json:"free,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CapacityPool) Reset() {
+	*x = CapacityPool{}
+	mi := &file_loom_v1_resources_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CapacityPool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CapacityPool) ProtoMessage() {}
+
+func (x *CapacityPool) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CapacityPool.ProtoReflect.Descriptor instead.
+func (*CapacityPool) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *CapacityPool) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+func (x *CapacityPool) GetMachineType() string {
+	if x != nil {
+		return x.MachineType
+	}
+	return ""
+}
+
+func (x *CapacityPool) GetType() CapacitySource_Type {
+	if x != nil {
+		return x.Type
+	}
+	return CapacitySource_TYPE_UNSPECIFIED
+}
+
+func (x *CapacityPool) GetReservation() string {
+	if x != nil {
+		return x.Reservation
+	}
+	return ""
+}
+
+func (x *CapacityPool) GetTotal() int32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *CapacityPool) GetInUse() int32 {
+	if x != nil {
+		return x.InUse
+	}
+	return 0
+}
+
+func (x *CapacityPool) GetFree() int32 {
+	if x != nil {
+		return x.Free
+	}
+	return 0
+}
+
+// SlurmConfig is a cluster's rendered Slurm configuration files.
+type SlurmConfig struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SlurmConf     string                 `protobuf:"bytes,1,opt,name=slurm_conf,json=slurmConf,proto3" json:"slurm_conf,omitempty"`
+	GresConf      string                 `protobuf:"bytes,2,opt,name=gres_conf,json=gresConf,proto3" json:"gres_conf,omitempty"`
+	TopologyConf  string                 `protobuf:"bytes,3,opt,name=topology_conf,json=topologyConf,proto3" json:"topology_conf,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlurmConfig) Reset() {
+	*x = SlurmConfig{}
+	mi := &file_loom_v1_resources_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlurmConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlurmConfig) ProtoMessage() {}
+
+func (x *SlurmConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlurmConfig.ProtoReflect.Descriptor instead.
+func (*SlurmConfig) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *SlurmConfig) GetSlurmConf() string {
+	if x != nil {
+		return x.SlurmConf
+	}
+	return ""
+}
+
+func (x *SlurmConfig) GetGresConf() string {
+	if x != nil {
+		return x.GresConf
+	}
+	return ""
+}
+
+func (x *SlurmConfig) GetTopologyConf() string {
+	if x != nil {
+		return x.TopologyConf
+	}
+	return ""
+}
+
 // Node is one machine of a cluster. Name is
 // "projects/{project}/clusters/{cluster}/nodes/{node}".
 type Node struct {
@@ -543,14 +1806,27 @@ type Node struct {
 	LastHeartbeat   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=last_heartbeat,json=lastHeartbeat,proto3" json:"last_heartbeat,omitempty"`
 	CreateTime      *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// work_dir is the node's own root directory (local provider).
-	WorkDir       string `protobuf:"bytes,11,opt,name=work_dir,json=workDir,proto3" json:"work_dir,omitempty"`
+	WorkDir      string              `protobuf:"bytes,11,opt,name=work_dir,json=workDir,proto3" json:"work_dir,omitempty"`
+	MachineType  string              `protobuf:"bytes,12,opt,name=machine_type,json=machineType,proto3" json:"machine_type,omitempty"`
+	Zone         string              `protobuf:"bytes,13,opt,name=zone,proto3" json:"zone,omitempty"`
+	CapacityType CapacitySource_Type `protobuf:"varint,14,opt,name=capacity_type,json=capacityType,proto3,enum=loom.v1.CapacitySource_Type" json:"capacity_type,omitempty"`
+	// block groups nodes that share a network block (topology.conf), e.g. "block-01".
+	Block string `protobuf:"bytes,15,opt,name=block,proto3" json:"block,omitempty"`
+	// next_action says what Loom does next about a node that is not READY,
+	// e.g. "retry launch in 4s (attempt 3 of 5)" or "replace".
+	NextAction string `protobuf:"bytes,16,opt,name=next_action,json=nextAction,proto3" json:"next_action,omitempty"`
+	// drain_deadline is when the jobs of a DRAINING node are requeued.
+	DrainDeadline  *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=drain_deadline,json=drainDeadline,proto3" json:"drain_deadline,omitempty"`
+	LaunchAttempts int32                  `protobuf:"varint,18,opt,name=launch_attempts,json=launchAttempts,proto3" json:"launch_attempts,omitempty"`
+	// role is "compute" or "login".
+	Role          string `protobuf:"bytes,19,opt,name=role,proto3" json:"role,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_loom_v1_resources_proto_msgTypes[4]
+	mi := &file_loom_v1_resources_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -562,7 +1838,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[4]
+	mi := &file_loom_v1_resources_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -575,7 +1851,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{4}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Node) GetName() string {
@@ -655,6 +1931,62 @@ func (x *Node) GetWorkDir() string {
 	return ""
 }
 
+func (x *Node) GetMachineType() string {
+	if x != nil {
+		return x.MachineType
+	}
+	return ""
+}
+
+func (x *Node) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+func (x *Node) GetCapacityType() CapacitySource_Type {
+	if x != nil {
+		return x.CapacityType
+	}
+	return CapacitySource_TYPE_UNSPECIFIED
+}
+
+func (x *Node) GetBlock() string {
+	if x != nil {
+		return x.Block
+	}
+	return ""
+}
+
+func (x *Node) GetNextAction() string {
+	if x != nil {
+		return x.NextAction
+	}
+	return ""
+}
+
+func (x *Node) GetDrainDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DrainDeadline
+	}
+	return nil
+}
+
+func (x *Node) GetLaunchAttempts() int32 {
+	if x != nil {
+		return x.LaunchAttempts
+	}
+	return 0
+}
+
+func (x *Node) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
 // Job is a batch job on a cluster. Name is "projects/{project}/jobs/{job_id}".
 type Job struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -689,7 +2021,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_loom_v1_resources_proto_msgTypes[5]
+	mi := &file_loom_v1_resources_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -701,7 +2033,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[5]
+	mi := &file_loom_v1_resources_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -714,7 +2046,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{5}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Job) GetName() string {
@@ -862,7 +2194,7 @@ type ModelOutput struct {
 
 func (x *ModelOutput) Reset() {
 	*x = ModelOutput{}
-	mi := &file_loom_v1_resources_proto_msgTypes[6]
+	mi := &file_loom_v1_resources_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -874,7 +2206,7 @@ func (x *ModelOutput) String() string {
 func (*ModelOutput) ProtoMessage() {}
 
 func (x *ModelOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[6]
+	mi := &file_loom_v1_resources_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -887,7 +2219,7 @@ func (x *ModelOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelOutput.ProtoReflect.Descriptor instead.
 func (*ModelOutput) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{6}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ModelOutput) GetModelId() string {
@@ -910,7 +2242,7 @@ type Model struct {
 
 func (x *Model) Reset() {
 	*x = Model{}
-	mi := &file_loom_v1_resources_proto_msgTypes[7]
+	mi := &file_loom_v1_resources_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -922,7 +2254,7 @@ func (x *Model) String() string {
 func (*Model) ProtoMessage() {}
 
 func (x *Model) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[7]
+	mi := &file_loom_v1_resources_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -935,7 +2267,7 @@ func (x *Model) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Model.ProtoReflect.Descriptor instead.
 func (*Model) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{7}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Model) GetName() string {
@@ -984,7 +2316,7 @@ type ModelVersion struct {
 
 func (x *ModelVersion) Reset() {
 	*x = ModelVersion{}
-	mi := &file_loom_v1_resources_proto_msgTypes[8]
+	mi := &file_loom_v1_resources_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +2328,7 @@ func (x *ModelVersion) String() string {
 func (*ModelVersion) ProtoMessage() {}
 
 func (x *ModelVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[8]
+	mi := &file_loom_v1_resources_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +2341,7 @@ func (x *ModelVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelVersion.ProtoReflect.Descriptor instead.
 func (*ModelVersion) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{8}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ModelVersion) GetName() string {
@@ -1065,6 +2397,7 @@ type Operation struct {
 	//
 	//	*Operation_Error
 	//	*Operation_Cluster
+	//	*Operation_Reservation
 	Result        isOperation_Result `protobuf_oneof:"result"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1072,7 +2405,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_loom_v1_resources_proto_msgTypes[9]
+	mi := &file_loom_v1_resources_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1084,7 +2417,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[9]
+	mi := &file_loom_v1_resources_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1097,7 +2430,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{9}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Operation) GetName() string {
@@ -1146,6 +2479,15 @@ func (x *Operation) GetCluster() *Cluster {
 	return nil
 }
 
+func (x *Operation) GetReservation() *Reservation {
+	if x != nil {
+		if x, ok := x.Result.(*Operation_Reservation); ok {
+			return x.Reservation
+		}
+	}
+	return nil
+}
+
 type isOperation_Result interface {
 	isOperation_Result()
 }
@@ -1158,9 +2500,15 @@ type Operation_Cluster struct {
 	Cluster *Cluster `protobuf:"bytes,5,opt,name=cluster,proto3,oneof"`
 }
 
+type Operation_Reservation struct {
+	Reservation *Reservation `protobuf:"bytes,6,opt,name=reservation,proto3,oneof"`
+}
+
 func (*Operation_Error) isOperation_Result() {}
 
 func (*Operation_Cluster) isOperation_Result() {}
+
+func (*Operation_Reservation) isOperation_Result() {}
 
 // OperationMetadata says what an operation acts on and how far it got.
 type OperationMetadata struct {
@@ -1176,7 +2524,7 @@ type OperationMetadata struct {
 
 func (x *OperationMetadata) Reset() {
 	*x = OperationMetadata{}
-	mi := &file_loom_v1_resources_proto_msgTypes[10]
+	mi := &file_loom_v1_resources_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +2536,7 @@ func (x *OperationMetadata) String() string {
 func (*OperationMetadata) ProtoMessage() {}
 
 func (x *OperationMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[10]
+	mi := &file_loom_v1_resources_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1201,7 +2549,7 @@ func (x *OperationMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationMetadata.ProtoReflect.Descriptor instead.
 func (*OperationMetadata) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{10}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *OperationMetadata) GetTarget() string {
@@ -1250,7 +2598,7 @@ type OperationError struct {
 
 func (x *OperationError) Reset() {
 	*x = OperationError{}
-	mi := &file_loom_v1_resources_proto_msgTypes[11]
+	mi := &file_loom_v1_resources_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +2610,7 @@ func (x *OperationError) String() string {
 func (*OperationError) ProtoMessage() {}
 
 func (x *OperationError) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[11]
+	mi := &file_loom_v1_resources_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +2623,7 @@ func (x *OperationError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationError.ProtoReflect.Descriptor instead.
 func (*OperationError) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{11}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *OperationError) GetCode() int32 {
@@ -1296,12 +2644,16 @@ var File_loom_v1_resources_proto protoreflect.FileDescriptor
 
 const file_loom_v1_resources_proto_rawDesc = "" +
 	"\n" +
-	"\x17loom/v1/resources.proto\x12\aloom.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xff\x03\n" +
+	"\x17loom/v1/resources.proto\x12\aloom.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc3\x05\n" +
 	"\aCluster\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fdisplay_name\x18\x02 \x01(\tR\vdisplayName\x124\n" +
 	"\x06labels\x18\x03 \x03(\v2\x1c.loom.v1.Cluster.LabelsEntryR\x06labels\x123\n" +
-	"\acompute\x18\x04 \x01(\v2\x19.loom.v1.ComputeResourcesR\acompute\x12.\n" +
+	"\acompute\x18\x04 \x01(\v2\x19.loom.v1.ComputeResourcesR\acompute\x129\n" +
+	"\forchestrator\x18\x05 \x01(\v2\x15.loom.v1.OrchestratorR\forchestrator\x123\n" +
+	"\astorage\x18\x06 \x01(\v2\x19.loom.v1.StorageResourcesR\astorage\x120\n" +
+	"\anetwork\x18\a \x01(\v2\x16.loom.v1.NetworkConfigR\anetwork\x12 \n" +
+	"\vdescription\x18\b \x01(\tR\vdescription\x12.\n" +
 	"\x06status\x18\n" +
 	" \x01(\v2\x16.loom.v1.ClusterStatusR\x06status\x12;\n" +
 	"\vcreate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
@@ -1321,7 +2673,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\aDELETED\x10\x06\"D\n" +
 	"\x10ComputeResources\x120\n" +
 	"\n" +
-	"node_pools\x18\x01 \x03(\v2\x11.loom.v1.NodePoolR\tnodePools\"\xa6\x02\n" +
+	"node_pools\x18\x01 \x03(\v2\x11.loom.v1.NodePoolR\tnodePools\"\xd4\x03\n" +
 	"\bNodePool\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fmachine_type\x18\x02 \x01(\tR\vmachineType\x12\x1d\n" +
@@ -1329,10 +2681,73 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"node_count\x18\x03 \x01(\x05R\tnodeCount\x12)\n" +
 	"\x10accelerator_type\x18\x04 \x01(\tR\x0facceleratorType\x12+\n" +
 	"\x11accelerator_count\x18\x05 \x01(\x05R\x10acceleratorCount\x125\n" +
-	"\x06labels\x18\x06 \x03(\v2\x1d.loom.v1.NodePool.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x06 \x03(\v2\x1d.loom.v1.NodePool.LabelsEntryR\x06labels\x123\n" +
+	"\x16max_dynamic_node_count\x18\a \x01(\x05R\x13maxDynamicNodeCount\x123\n" +
+	"\bcapacity\x18\b \x01(\v2\x17.loom.v1.CapacitySourceR\bcapacity\x12.\n" +
+	"\tboot_disk\x18\t \x01(\v2\x11.loom.v1.BootDiskR\bbootDisk\x12\x12\n" +
+	"\x04zone\x18\n" +
+	" \x01(\tR\x04zone\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb8\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbc\x01\n" +
+	"\x0eCapacitySource\x120\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x1c.loom.v1.CapacitySource.TypeR\x04type\x12 \n" +
+	"\vreservation\x18\x02 \x01(\tR\vreservation\"V\n" +
+	"\x04Type\x12\x14\n" +
+	"\x10TYPE_UNSPECIFIED\x10\x00\x12\x0f\n" +
+	"\vRESERVATION\x10\x01\x12\r\n" +
+	"\tON_DEMAND\x10\x02\x12\b\n" +
+	"\x04SPOT\x10\x03\x12\x0e\n" +
+	"\n" +
+	"FLEX_START\x10\x04\"7\n" +
+	"\bBootDisk\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x17\n" +
+	"\asize_gb\x18\x02 \x01(\x05R\x06sizeGb\"@\n" +
+	"\fOrchestrator\x120\n" +
+	"\x05slurm\x18\x01 \x01(\v2\x1a.loom.v1.SlurmOrchestratorR\x05slurm\"\x84\x02\n" +
+	"\x11SlurmOrchestrator\x124\n" +
+	"\vlogin_nodes\x18\x01 \x01(\v2\x13.loom.v1.LoginNodesR\n" +
+	"loginNodes\x122\n" +
+	"\tnode_sets\x18\x02 \x03(\v2\x15.loom.v1.SlurmNodeSetR\bnodeSets\x127\n" +
+	"\n" +
+	"partitions\x18\x03 \x03(\v2\x17.loom.v1.SlurmPartitionR\n" +
+	"partitions\x12%\n" +
+	"\x0eprolog_scripts\x18\x04 \x03(\tR\rprologScripts\x12%\n" +
+	"\x0eepilog_scripts\x18\x05 \x03(\tR\repilogScripts\"E\n" +
+	"\n" +
+	"LoginNodes\x12!\n" +
+	"\fmachine_type\x18\x01 \x01(\tR\vmachineType\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x05R\x05count\"\\\n" +
+	"\fSlurmNodeSet\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
+	"\fnode_pool_id\x18\x02 \x01(\tR\n" +
+	"nodePoolId\x12\x1a\n" +
+	"\bfeatures\x18\x03 \x03(\tR\bfeatures\"\x9c\x01\n" +
+	"\x0eSlurmPartition\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12 \n" +
+	"\fnode_set_ids\x18\x02 \x03(\tR\n" +
+	"nodeSetIds\x12\x19\n" +
+	"\bmax_time\x18\x03 \x01(\tR\amaxTime\x12\x18\n" +
+	"\adefault\x18\x04 \x01(\bR\adefault\x12#\n" +
+	"\rpriority_tier\x18\x05 \x01(\x05R\fpriorityTier\"q\n" +
+	"\x10StorageResources\x12'\n" +
+	"\x04home\x18\x01 \x01(\v2\x13.loom.v1.SharedHomeR\x04home\x124\n" +
+	"\ascratch\x18\x02 \x01(\v2\x1a.loom.v1.ScratchFilesystemR\ascratch\"b\n" +
+	"\n" +
+	"SharedHome\x12\x12\n" +
+	"\x04tier\x18\x01 \x01(\tR\x04tier\x12!\n" +
+	"\fcapacity_gib\x18\x02 \x01(\x05R\vcapacityGib\x12\x1d\n" +
+	"\n" +
+	"mount_path\x18\x03 \x01(\tR\tmountPath\"\x8c\x01\n" +
+	"\x11ScratchFilesystem\x125\n" +
+	"\x17throughput_mbps_per_tib\x18\x01 \x01(\x05R\x14throughputMbpsPerTib\x12!\n" +
+	"\fcapacity_gib\x18\x02 \x01(\x05R\vcapacityGib\x12\x1d\n" +
+	"\n" +
+	"mount_path\x18\x03 \x01(\tR\tmountPath\"I\n" +
+	"\rNetworkConfig\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03mtu\x18\x02 \x01(\x05R\x03mtu\x12\x12\n" +
+	"\x04zone\x18\x03 \x01(\tR\x04zone\"\xff\x02\n" +
 	"\rClusterStatus\x12,\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x16.loom.v1.Cluster.StateR\x05state\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1f\n" +
@@ -1341,7 +2756,53 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\vtotal_nodes\x18\x04 \x01(\x05R\n" +
 	"totalNodes\x12\x1d\n" +
 	"\n" +
-	"shared_dir\x18\x05 \x01(\tR\tsharedDir\"\xdf\x03\n" +
+	"shared_dir\x18\x05 \x01(\tR\tsharedDir\x126\n" +
+	"\n" +
+	"node_pools\x18\x06 \x03(\v2\x17.loom.v1.NodePoolStatusR\tnodePools\x122\n" +
+	"\n" +
+	"conditions\x18\a \x03(\v2\x12.loom.v1.ConditionR\n" +
+	"conditions\x12\x19\n" +
+	"\bhome_dir\x18\b \x01(\tR\ahomeDir\x12\x1f\n" +
+	"\vscratch_dir\x18\t \x01(\tR\n" +
+	"scratchDir\x12\x1d\n" +
+	"\n" +
+	"login_node\x18\n" +
+	" \x01(\tR\tloginNode\"\xa6\x01\n" +
+	"\x0eNodePoolStatus\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06target\x18\x02 \x01(\x05R\x06target\x12\x14\n" +
+	"\x05ready\x18\x03 \x01(\x05R\x05ready\x12\"\n" +
+	"\fprovisioning\x18\x04 \x01(\x05R\fprovisioning\x12\x16\n" +
+	"\x06failed\x18\x05 \x01(\x05R\x06failed\x12\x1a\n" +
+	"\bdraining\x18\x06 \x01(\x05R\bdraining\"\xb7\x01\n" +
+	"\tCondition\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12L\n" +
+	"\x14last_transition_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x12lastTransitionTime\"\xe0\x01\n" +
+	"\vReservation\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04zone\x18\x02 \x01(\tR\x04zone\x12!\n" +
+	"\fmachine_type\x18\x03 \x01(\tR\vmachineType\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x05R\x05count\x12\x15\n" +
+	"\x06in_use\x18\x05 \x01(\x05R\x05inUse\x12\x1c\n" +
+	"\tconsumers\x18\x06 \x03(\tR\tconsumers\x12;\n" +
+	"\vcreate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\"\xda\x01\n" +
+	"\fCapacityPool\x12\x12\n" +
+	"\x04zone\x18\x01 \x01(\tR\x04zone\x12!\n" +
+	"\fmachine_type\x18\x02 \x01(\tR\vmachineType\x120\n" +
+	"\x04type\x18\x03 \x01(\x0e2\x1c.loom.v1.CapacitySource.TypeR\x04type\x12 \n" +
+	"\vreservation\x18\x04 \x01(\tR\vreservation\x12\x14\n" +
+	"\x05total\x18\x05 \x01(\x05R\x05total\x12\x15\n" +
+	"\x06in_use\x18\x06 \x01(\x05R\x05inUse\x12\x12\n" +
+	"\x04free\x18\a \x01(\x05R\x04free\"n\n" +
+	"\vSlurmConfig\x12\x1d\n" +
+	"\n" +
+	"slurm_conf\x18\x01 \x01(\tR\tslurmConf\x12\x1b\n" +
+	"\tgres_conf\x18\x02 \x01(\tR\bgresConf\x12#\n" +
+	"\rtopology_conf\x18\x03 \x01(\tR\ftopologyConf\"\xaa\x06\n" +
 	"\x04Node\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1b\n" +
@@ -1355,13 +2816,25 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\vcreate_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12\x19\n" +
-	"\bwork_dir\x18\v \x01(\tR\aworkDir\"S\n" +
+	"\bwork_dir\x18\v \x01(\tR\aworkDir\x12!\n" +
+	"\fmachine_type\x18\f \x01(\tR\vmachineType\x12\x12\n" +
+	"\x04zone\x18\r \x01(\tR\x04zone\x12A\n" +
+	"\rcapacity_type\x18\x0e \x01(\x0e2\x1c.loom.v1.CapacitySource.TypeR\fcapacityType\x12\x14\n" +
+	"\x05block\x18\x0f \x01(\tR\x05block\x12\x1f\n" +
+	"\vnext_action\x18\x10 \x01(\tR\n" +
+	"nextAction\x12A\n" +
+	"\x0edrain_deadline\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\rdrainDeadline\x12'\n" +
+	"\x0flaunch_attempts\x18\x12 \x01(\x05R\x0elaunchAttempts\x12\x12\n" +
+	"\x04role\x18\x13 \x01(\tR\x04role\"m\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fPROVISIONING\x10\x01\x12\t\n" +
 	"\x05READY\x10\x02\x12\b\n" +
 	"\x04DOWN\x10\x03\x12\f\n" +
-	"\bDELETING\x10\x04\"\xdf\x05\n" +
+	"\bDELETING\x10\x04\x12\f\n" +
+	"\bDRAINING\x10\x05\x12\n" +
+	"\n" +
+	"\x06FAILED\x10\x06\"\xdf\x05\n" +
 	"\x03Job\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -1410,13 +2883,14 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x06labels\x18\x06 \x03(\v2!.loom.v1.ModelVersion.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd4\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8e\x02\n" +
 	"\tOperation\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x126\n" +
 	"\bmetadata\x18\x02 \x01(\v2\x1a.loom.v1.OperationMetadataR\bmetadata\x12\x12\n" +
 	"\x04done\x18\x03 \x01(\bR\x04done\x12/\n" +
 	"\x05error\x18\x04 \x01(\v2\x17.loom.v1.OperationErrorH\x00R\x05error\x12,\n" +
-	"\acluster\x18\x05 \x01(\v2\x10.loom.v1.ClusterH\x00R\aclusterB\b\n" +
+	"\acluster\x18\x05 \x01(\v2\x10.loom.v1.ClusterH\x00R\acluster\x128\n" +
+	"\vreservation\x18\x06 \x01(\v2\x14.loom.v1.ReservationH\x00R\vreservationB\b\n" +
 	"\x06result\"\xcf\x01\n" +
 	"\x11OperationMetadata\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x12\n" +
@@ -1458,62 +2932,99 @@ func file_loom_v1_resources_proto_rawDescGZIP() []byte {
 	return file_loom_v1_resources_proto_rawDescData
 }
 
-var file_loom_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_loom_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_loom_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_loom_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_loom_v1_resources_proto_goTypes = []any{
 	(JobState)(0),                 // 0: loom.v1.JobState
 	(Cluster_State)(0),            // 1: loom.v1.Cluster.State
-	(Node_State)(0),               // 2: loom.v1.Node.State
-	(*Cluster)(nil),               // 3: loom.v1.Cluster
-	(*ComputeResources)(nil),      // 4: loom.v1.ComputeResources
-	(*NodePool)(nil),              // 5: loom.v1.NodePool
-	(*ClusterStatus)(nil),         // 6: loom.v1.ClusterStatus
-	(*Node)(nil),                  // 7: loom.v1.Node
-	(*Job)(nil),                   // 8: loom.v1.Job
-	(*ModelOutput)(nil),           // 9: loom.v1.ModelOutput
-	(*Model)(nil),                 // 10: loom.v1.Model
-	(*ModelVersion)(nil),          // 11: loom.v1.ModelVersion
-	(*Operation)(nil),             // 12: loom.v1.Operation
-	(*OperationMetadata)(nil),     // 13: loom.v1.OperationMetadata
-	(*OperationError)(nil),        // 14: loom.v1.OperationError
-	nil,                           // 15: loom.v1.Cluster.LabelsEntry
-	nil,                           // 16: loom.v1.NodePool.LabelsEntry
-	nil,                           // 17: loom.v1.Job.EnvEntry
-	nil,                           // 18: loom.v1.ModelVersion.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
+	(CapacitySource_Type)(0),      // 2: loom.v1.CapacitySource.Type
+	(Node_State)(0),               // 3: loom.v1.Node.State
+	(*Cluster)(nil),               // 4: loom.v1.Cluster
+	(*ComputeResources)(nil),      // 5: loom.v1.ComputeResources
+	(*NodePool)(nil),              // 6: loom.v1.NodePool
+	(*CapacitySource)(nil),        // 7: loom.v1.CapacitySource
+	(*BootDisk)(nil),              // 8: loom.v1.BootDisk
+	(*Orchestrator)(nil),          // 9: loom.v1.Orchestrator
+	(*SlurmOrchestrator)(nil),     // 10: loom.v1.SlurmOrchestrator
+	(*LoginNodes)(nil),            // 11: loom.v1.LoginNodes
+	(*SlurmNodeSet)(nil),          // 12: loom.v1.SlurmNodeSet
+	(*SlurmPartition)(nil),        // 13: loom.v1.SlurmPartition
+	(*StorageResources)(nil),      // 14: loom.v1.StorageResources
+	(*SharedHome)(nil),            // 15: loom.v1.SharedHome
+	(*ScratchFilesystem)(nil),     // 16: loom.v1.ScratchFilesystem
+	(*NetworkConfig)(nil),         // 17: loom.v1.NetworkConfig
+	(*ClusterStatus)(nil),         // 18: loom.v1.ClusterStatus
+	(*NodePoolStatus)(nil),        // 19: loom.v1.NodePoolStatus
+	(*Condition)(nil),             // 20: loom.v1.Condition
+	(*Reservation)(nil),           // 21: loom.v1.Reservation
+	(*CapacityPool)(nil),          // 22: loom.v1.CapacityPool
+	(*SlurmConfig)(nil),           // 23: loom.v1.SlurmConfig
+	(*Node)(nil),                  // 24: loom.v1.Node
+	(*Job)(nil),                   // 25: loom.v1.Job
+	(*ModelOutput)(nil),           // 26: loom.v1.ModelOutput
+	(*Model)(nil),                 // 27: loom.v1.Model
+	(*ModelVersion)(nil),          // 28: loom.v1.ModelVersion
+	(*Operation)(nil),             // 29: loom.v1.Operation
+	(*OperationMetadata)(nil),     // 30: loom.v1.OperationMetadata
+	(*OperationError)(nil),        // 31: loom.v1.OperationError
+	nil,                           // 32: loom.v1.Cluster.LabelsEntry
+	nil,                           // 33: loom.v1.NodePool.LabelsEntry
+	nil,                           // 34: loom.v1.Job.EnvEntry
+	nil,                           // 35: loom.v1.ModelVersion.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
 }
 var file_loom_v1_resources_proto_depIdxs = []int32{
-	15, // 0: loom.v1.Cluster.labels:type_name -> loom.v1.Cluster.LabelsEntry
-	4,  // 1: loom.v1.Cluster.compute:type_name -> loom.v1.ComputeResources
-	6,  // 2: loom.v1.Cluster.status:type_name -> loom.v1.ClusterStatus
-	19, // 3: loom.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
-	19, // 4: loom.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
-	5,  // 5: loom.v1.ComputeResources.node_pools:type_name -> loom.v1.NodePool
-	16, // 6: loom.v1.NodePool.labels:type_name -> loom.v1.NodePool.LabelsEntry
-	1,  // 7: loom.v1.ClusterStatus.state:type_name -> loom.v1.Cluster.State
-	2,  // 8: loom.v1.Node.state:type_name -> loom.v1.Node.State
-	19, // 9: loom.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
-	19, // 10: loom.v1.Node.create_time:type_name -> google.protobuf.Timestamp
-	17, // 11: loom.v1.Job.env:type_name -> loom.v1.Job.EnvEntry
-	9,  // 12: loom.v1.Job.model_output:type_name -> loom.v1.ModelOutput
-	0,  // 13: loom.v1.Job.state:type_name -> loom.v1.JobState
-	19, // 14: loom.v1.Job.submit_time:type_name -> google.protobuf.Timestamp
-	19, // 15: loom.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	19, // 16: loom.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	19, // 17: loom.v1.Model.create_time:type_name -> google.protobuf.Timestamp
-	19, // 18: loom.v1.Model.update_time:type_name -> google.protobuf.Timestamp
-	19, // 19: loom.v1.ModelVersion.create_time:type_name -> google.protobuf.Timestamp
-	18, // 20: loom.v1.ModelVersion.labels:type_name -> loom.v1.ModelVersion.LabelsEntry
-	13, // 21: loom.v1.Operation.metadata:type_name -> loom.v1.OperationMetadata
-	14, // 22: loom.v1.Operation.error:type_name -> loom.v1.OperationError
-	3,  // 23: loom.v1.Operation.cluster:type_name -> loom.v1.Cluster
-	19, // 24: loom.v1.OperationMetadata.create_time:type_name -> google.protobuf.Timestamp
-	19, // 25: loom.v1.OperationMetadata.end_time:type_name -> google.protobuf.Timestamp
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	32, // 0: loom.v1.Cluster.labels:type_name -> loom.v1.Cluster.LabelsEntry
+	5,  // 1: loom.v1.Cluster.compute:type_name -> loom.v1.ComputeResources
+	9,  // 2: loom.v1.Cluster.orchestrator:type_name -> loom.v1.Orchestrator
+	14, // 3: loom.v1.Cluster.storage:type_name -> loom.v1.StorageResources
+	17, // 4: loom.v1.Cluster.network:type_name -> loom.v1.NetworkConfig
+	18, // 5: loom.v1.Cluster.status:type_name -> loom.v1.ClusterStatus
+	36, // 6: loom.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
+	36, // 7: loom.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
+	6,  // 8: loom.v1.ComputeResources.node_pools:type_name -> loom.v1.NodePool
+	33, // 9: loom.v1.NodePool.labels:type_name -> loom.v1.NodePool.LabelsEntry
+	7,  // 10: loom.v1.NodePool.capacity:type_name -> loom.v1.CapacitySource
+	8,  // 11: loom.v1.NodePool.boot_disk:type_name -> loom.v1.BootDisk
+	2,  // 12: loom.v1.CapacitySource.type:type_name -> loom.v1.CapacitySource.Type
+	10, // 13: loom.v1.Orchestrator.slurm:type_name -> loom.v1.SlurmOrchestrator
+	11, // 14: loom.v1.SlurmOrchestrator.login_nodes:type_name -> loom.v1.LoginNodes
+	12, // 15: loom.v1.SlurmOrchestrator.node_sets:type_name -> loom.v1.SlurmNodeSet
+	13, // 16: loom.v1.SlurmOrchestrator.partitions:type_name -> loom.v1.SlurmPartition
+	15, // 17: loom.v1.StorageResources.home:type_name -> loom.v1.SharedHome
+	16, // 18: loom.v1.StorageResources.scratch:type_name -> loom.v1.ScratchFilesystem
+	1,  // 19: loom.v1.ClusterStatus.state:type_name -> loom.v1.Cluster.State
+	19, // 20: loom.v1.ClusterStatus.node_pools:type_name -> loom.v1.NodePoolStatus
+	20, // 21: loom.v1.ClusterStatus.conditions:type_name -> loom.v1.Condition
+	36, // 22: loom.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	36, // 23: loom.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
+	2,  // 24: loom.v1.CapacityPool.type:type_name -> loom.v1.CapacitySource.Type
+	3,  // 25: loom.v1.Node.state:type_name -> loom.v1.Node.State
+	36, // 26: loom.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	36, // 27: loom.v1.Node.create_time:type_name -> google.protobuf.Timestamp
+	2,  // 28: loom.v1.Node.capacity_type:type_name -> loom.v1.CapacitySource.Type
+	36, // 29: loom.v1.Node.drain_deadline:type_name -> google.protobuf.Timestamp
+	34, // 30: loom.v1.Job.env:type_name -> loom.v1.Job.EnvEntry
+	26, // 31: loom.v1.Job.model_output:type_name -> loom.v1.ModelOutput
+	0,  // 32: loom.v1.Job.state:type_name -> loom.v1.JobState
+	36, // 33: loom.v1.Job.submit_time:type_name -> google.protobuf.Timestamp
+	36, // 34: loom.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	36, // 35: loom.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	36, // 36: loom.v1.Model.create_time:type_name -> google.protobuf.Timestamp
+	36, // 37: loom.v1.Model.update_time:type_name -> google.protobuf.Timestamp
+	36, // 38: loom.v1.ModelVersion.create_time:type_name -> google.protobuf.Timestamp
+	35, // 39: loom.v1.ModelVersion.labels:type_name -> loom.v1.ModelVersion.LabelsEntry
+	30, // 40: loom.v1.Operation.metadata:type_name -> loom.v1.OperationMetadata
+	31, // 41: loom.v1.Operation.error:type_name -> loom.v1.OperationError
+	4,  // 42: loom.v1.Operation.cluster:type_name -> loom.v1.Cluster
+	21, // 43: loom.v1.Operation.reservation:type_name -> loom.v1.Reservation
+	36, // 44: loom.v1.OperationMetadata.create_time:type_name -> google.protobuf.Timestamp
+	36, // 45: loom.v1.OperationMetadata.end_time:type_name -> google.protobuf.Timestamp
+	46, // [46:46] is the sub-list for method output_type
+	46, // [46:46] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_resources_proto_init() }
@@ -1521,17 +3032,18 @@ func file_loom_v1_resources_proto_init() {
 	if File_loom_v1_resources_proto != nil {
 		return
 	}
-	file_loom_v1_resources_proto_msgTypes[9].OneofWrappers = []any{
+	file_loom_v1_resources_proto_msgTypes[25].OneofWrappers = []any{
 		(*Operation_Error)(nil),
 		(*Operation_Cluster)(nil),
+		(*Operation_Reservation)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_resources_proto_rawDesc), len(file_loom_v1_resources_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   16,
+			NumEnums:      4,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

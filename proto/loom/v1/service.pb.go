@@ -10,6 +10,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -21,6 +22,463 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+type UpdateClusterRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// cluster.name names the cluster; the other fields hold the new values.
+	Cluster *Cluster `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// update_mask lists the fields to change, e.g. "compute.node_pools",
+	// "orchestrator.slurm.partitions". Empty means every updatable field.
+	UpdateMask *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
+	RequestId  string                 `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// drain_grace_seconds is how long a shrink waits for jobs on drained nodes
+	// before requeueing them (default 300).
+	DrainGraceSeconds int32 `protobuf:"varint,4,opt,name=drain_grace_seconds,json=drainGraceSeconds,proto3" json:"drain_grace_seconds,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *UpdateClusterRequest) Reset() {
+	*x = UpdateClusterRequest{}
+	mi := &file_loom_v1_service_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateClusterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateClusterRequest) ProtoMessage() {}
+
+func (x *UpdateClusterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateClusterRequest.ProtoReflect.Descriptor instead.
+func (*UpdateClusterRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *UpdateClusterRequest) GetCluster() *Cluster {
+	if x != nil {
+		return x.Cluster
+	}
+	return nil
+}
+
+func (x *UpdateClusterRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
+	if x != nil {
+		return x.UpdateMask
+	}
+	return nil
+}
+
+func (x *UpdateClusterRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *UpdateClusterRequest) GetDrainGraceSeconds() int32 {
+	if x != nil {
+		return x.DrainGraceSeconds
+	}
+	return 0
+}
+
+type GetSlurmConfigRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSlurmConfigRequest) Reset() {
+	*x = GetSlurmConfigRequest{}
+	mi := &file_loom_v1_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSlurmConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSlurmConfigRequest) ProtoMessage() {}
+
+func (x *GetSlurmConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSlurmConfigRequest.ProtoReflect.Descriptor instead.
+func (*GetSlurmConfigRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GetSlurmConfigRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type CreateReservationRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Parent        string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	ReservationId string                 `protobuf:"bytes,2,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
+	Reservation   *Reservation           `protobuf:"bytes,3,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	RequestId     string                 `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateReservationRequest) Reset() {
+	*x = CreateReservationRequest{}
+	mi := &file_loom_v1_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateReservationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateReservationRequest) ProtoMessage() {}
+
+func (x *CreateReservationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateReservationRequest.ProtoReflect.Descriptor instead.
+func (*CreateReservationRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CreateReservationRequest) GetParent() string {
+	if x != nil {
+		return x.Parent
+	}
+	return ""
+}
+
+func (x *CreateReservationRequest) GetReservationId() string {
+	if x != nil {
+		return x.ReservationId
+	}
+	return ""
+}
+
+func (x *CreateReservationRequest) GetReservation() *Reservation {
+	if x != nil {
+		return x.Reservation
+	}
+	return nil
+}
+
+func (x *CreateReservationRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type GetReservationRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetReservationRequest) Reset() {
+	*x = GetReservationRequest{}
+	mi := &file_loom_v1_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetReservationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetReservationRequest) ProtoMessage() {}
+
+func (x *GetReservationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetReservationRequest.ProtoReflect.Descriptor instead.
+func (*GetReservationRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GetReservationRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ListReservationsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Parent        string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReservationsRequest) Reset() {
+	*x = ListReservationsRequest{}
+	mi := &file_loom_v1_service_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReservationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReservationsRequest) ProtoMessage() {}
+
+func (x *ListReservationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReservationsRequest.ProtoReflect.Descriptor instead.
+func (*ListReservationsRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ListReservationsRequest) GetParent() string {
+	if x != nil {
+		return x.Parent
+	}
+	return ""
+}
+
+type ListReservationsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reservations  []*Reservation         `protobuf:"bytes,1,rep,name=reservations,proto3" json:"reservations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReservationsResponse) Reset() {
+	*x = ListReservationsResponse{}
+	mi := &file_loom_v1_service_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReservationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReservationsResponse) ProtoMessage() {}
+
+func (x *ListReservationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReservationsResponse.ProtoReflect.Descriptor instead.
+func (*ListReservationsResponse) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ListReservationsResponse) GetReservations() []*Reservation {
+	if x != nil {
+		return x.Reservations
+	}
+	return nil
+}
+
+type DeleteReservationRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	RequestId     string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteReservationRequest) Reset() {
+	*x = DeleteReservationRequest{}
+	mi := &file_loom_v1_service_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteReservationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteReservationRequest) ProtoMessage() {}
+
+func (x *DeleteReservationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteReservationRequest.ProtoReflect.Descriptor instead.
+func (*DeleteReservationRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DeleteReservationRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeleteReservationRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type ListCapacityRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Parent        string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCapacityRequest) Reset() {
+	*x = ListCapacityRequest{}
+	mi := &file_loom_v1_service_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCapacityRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCapacityRequest) ProtoMessage() {}
+
+func (x *ListCapacityRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCapacityRequest.ProtoReflect.Descriptor instead.
+func (*ListCapacityRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ListCapacityRequest) GetParent() string {
+	if x != nil {
+		return x.Parent
+	}
+	return ""
+}
+
+type ListCapacityResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pools         []*CapacityPool        `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCapacityResponse) Reset() {
+	*x = ListCapacityResponse{}
+	mi := &file_loom_v1_service_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCapacityResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCapacityResponse) ProtoMessage() {}
+
+func (x *ListCapacityResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCapacityResponse.ProtoReflect.Descriptor instead.
+func (*ListCapacityResponse) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ListCapacityResponse) GetPools() []*CapacityPool {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
 
 type CreateClusterRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -37,7 +495,7 @@ type CreateClusterRequest struct {
 
 func (x *CreateClusterRequest) Reset() {
 	*x = CreateClusterRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[0]
+	mi := &file_loom_v1_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -49,7 +507,7 @@ func (x *CreateClusterRequest) String() string {
 func (*CreateClusterRequest) ProtoMessage() {}
 
 func (x *CreateClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[0]
+	mi := &file_loom_v1_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -62,7 +520,7 @@ func (x *CreateClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateClusterRequest.ProtoReflect.Descriptor instead.
 func (*CreateClusterRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{0}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateClusterRequest) GetParent() string {
@@ -102,7 +560,7 @@ type GetClusterRequest struct {
 
 func (x *GetClusterRequest) Reset() {
 	*x = GetClusterRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[1]
+	mi := &file_loom_v1_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -114,7 +572,7 @@ func (x *GetClusterRequest) String() string {
 func (*GetClusterRequest) ProtoMessage() {}
 
 func (x *GetClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[1]
+	mi := &file_loom_v1_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -127,7 +585,7 @@ func (x *GetClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{1}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetClusterRequest) GetName() string {
@@ -146,7 +604,7 @@ type ListClustersRequest struct {
 
 func (x *ListClustersRequest) Reset() {
 	*x = ListClustersRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[2]
+	mi := &file_loom_v1_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -158,7 +616,7 @@ func (x *ListClustersRequest) String() string {
 func (*ListClustersRequest) ProtoMessage() {}
 
 func (x *ListClustersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[2]
+	mi := &file_loom_v1_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -171,7 +629,7 @@ func (x *ListClustersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClustersRequest.ProtoReflect.Descriptor instead.
 func (*ListClustersRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{2}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListClustersRequest) GetParent() string {
@@ -190,7 +648,7 @@ type ListClustersResponse struct {
 
 func (x *ListClustersResponse) Reset() {
 	*x = ListClustersResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[3]
+	mi := &file_loom_v1_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -202,7 +660,7 @@ func (x *ListClustersResponse) String() string {
 func (*ListClustersResponse) ProtoMessage() {}
 
 func (x *ListClustersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[3]
+	mi := &file_loom_v1_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -215,7 +673,7 @@ func (x *ListClustersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClustersResponse.ProtoReflect.Descriptor instead.
 func (*ListClustersResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{3}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListClustersResponse) GetClusters() []*Cluster {
@@ -235,7 +693,7 @@ type DeleteClusterRequest struct {
 
 func (x *DeleteClusterRequest) Reset() {
 	*x = DeleteClusterRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[4]
+	mi := &file_loom_v1_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -247,7 +705,7 @@ func (x *DeleteClusterRequest) String() string {
 func (*DeleteClusterRequest) ProtoMessage() {}
 
 func (x *DeleteClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[4]
+	mi := &file_loom_v1_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -260,7 +718,7 @@ func (x *DeleteClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteClusterRequest.ProtoReflect.Descriptor instead.
 func (*DeleteClusterRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{4}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeleteClusterRequest) GetName() string {
@@ -288,7 +746,7 @@ type SubmitJobRequest struct {
 
 func (x *SubmitJobRequest) Reset() {
 	*x = SubmitJobRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[5]
+	mi := &file_loom_v1_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -300,7 +758,7 @@ func (x *SubmitJobRequest) String() string {
 func (*SubmitJobRequest) ProtoMessage() {}
 
 func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[5]
+	mi := &file_loom_v1_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -313,7 +771,7 @@ func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobRequest.ProtoReflect.Descriptor instead.
 func (*SubmitJobRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{5}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SubmitJobRequest) GetParent() string {
@@ -346,7 +804,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[6]
+	mi := &file_loom_v1_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -358,7 +816,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[6]
+	mi := &file_loom_v1_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -371,7 +829,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{6}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetJobRequest) GetName() string {
@@ -392,7 +850,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[7]
+	mi := &file_loom_v1_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -404,7 +862,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[7]
+	mi := &file_loom_v1_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -417,7 +875,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{7}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListJobsRequest) GetParent() string {
@@ -443,7 +901,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[8]
+	mi := &file_loom_v1_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -455,7 +913,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[8]
+	mi := &file_loom_v1_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -468,7 +926,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{8}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -487,7 +945,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[9]
+	mi := &file_loom_v1_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -499,7 +957,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[9]
+	mi := &file_loom_v1_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -512,7 +970,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{9}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CancelJobRequest) GetName() string {
@@ -531,7 +989,7 @@ type WatchJobRequest struct {
 
 func (x *WatchJobRequest) Reset() {
 	*x = WatchJobRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[10]
+	mi := &file_loom_v1_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +1001,7 @@ func (x *WatchJobRequest) String() string {
 func (*WatchJobRequest) ProtoMessage() {}
 
 func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[10]
+	mi := &file_loom_v1_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -556,7 +1014,7 @@ func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{10}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WatchJobRequest) GetName() string {
@@ -577,7 +1035,7 @@ type ReadJobLogsRequest struct {
 
 func (x *ReadJobLogsRequest) Reset() {
 	*x = ReadJobLogsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[11]
+	mi := &file_loom_v1_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -589,7 +1047,7 @@ func (x *ReadJobLogsRequest) String() string {
 func (*ReadJobLogsRequest) ProtoMessage() {}
 
 func (x *ReadJobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[11]
+	mi := &file_loom_v1_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -602,7 +1060,7 @@ func (x *ReadJobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadJobLogsRequest.ProtoReflect.Descriptor instead.
 func (*ReadJobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{11}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReadJobLogsRequest) GetName() string {
@@ -628,7 +1086,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_loom_v1_service_proto_msgTypes[12]
+	mi := &file_loom_v1_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +1098,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[12]
+	mi := &file_loom_v1_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +1111,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{12}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LogChunk) GetData() []byte {
@@ -672,7 +1130,7 @@ type GetOperationRequest struct {
 
 func (x *GetOperationRequest) Reset() {
 	*x = GetOperationRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[13]
+	mi := &file_loom_v1_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -684,7 +1142,7 @@ func (x *GetOperationRequest) String() string {
 func (*GetOperationRequest) ProtoMessage() {}
 
 func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[13]
+	mi := &file_loom_v1_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -697,7 +1155,7 @@ func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperationRequest.ProtoReflect.Descriptor instead.
 func (*GetOperationRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{13}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetOperationRequest) GetName() string {
@@ -718,7 +1176,7 @@ type WaitOperationRequest struct {
 
 func (x *WaitOperationRequest) Reset() {
 	*x = WaitOperationRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[14]
+	mi := &file_loom_v1_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +1188,7 @@ func (x *WaitOperationRequest) String() string {
 func (*WaitOperationRequest) ProtoMessage() {}
 
 func (x *WaitOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[14]
+	mi := &file_loom_v1_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +1201,7 @@ func (x *WaitOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitOperationRequest.ProtoReflect.Descriptor instead.
 func (*WaitOperationRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{14}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WaitOperationRequest) GetName() string {
@@ -770,7 +1228,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[15]
+	mi := &file_loom_v1_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -782,7 +1240,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[15]
+	mi := &file_loom_v1_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -795,7 +1253,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{15}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListNodesRequest) GetParent() string {
@@ -814,7 +1272,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[16]
+	mi := &file_loom_v1_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +1284,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[16]
+	mi := &file_loom_v1_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +1297,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{16}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -858,7 +1316,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[17]
+	mi := &file_loom_v1_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +1328,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[17]
+	mi := &file_loom_v1_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +1341,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{17}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListModelsRequest) GetParent() string {
@@ -902,7 +1360,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[18]
+	mi := &file_loom_v1_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -914,7 +1372,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[18]
+	mi := &file_loom_v1_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -927,7 +1385,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{18}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListModelsResponse) GetModels() []*Model {
@@ -946,7 +1404,7 @@ type GetModelRequest struct {
 
 func (x *GetModelRequest) Reset() {
 	*x = GetModelRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[19]
+	mi := &file_loom_v1_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1416,7 @@ func (x *GetModelRequest) String() string {
 func (*GetModelRequest) ProtoMessage() {}
 
 func (x *GetModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[19]
+	mi := &file_loom_v1_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1429,7 @@ func (x *GetModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelRequest.ProtoReflect.Descriptor instead.
 func (*GetModelRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{19}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetModelRequest) GetName() string {
@@ -990,7 +1448,7 @@ type ListModelVersionsRequest struct {
 
 func (x *ListModelVersionsRequest) Reset() {
 	*x = ListModelVersionsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[20]
+	mi := &file_loom_v1_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1002,7 +1460,7 @@ func (x *ListModelVersionsRequest) String() string {
 func (*ListModelVersionsRequest) ProtoMessage() {}
 
 func (x *ListModelVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[20]
+	mi := &file_loom_v1_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1015,7 +1473,7 @@ func (x *ListModelVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelVersionsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{20}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListModelVersionsRequest) GetParent() string {
@@ -1034,7 +1492,7 @@ type ListModelVersionsResponse struct {
 
 func (x *ListModelVersionsResponse) Reset() {
 	*x = ListModelVersionsResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[21]
+	mi := &file_loom_v1_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1046,7 +1504,7 @@ func (x *ListModelVersionsResponse) String() string {
 func (*ListModelVersionsResponse) ProtoMessage() {}
 
 func (x *ListModelVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[21]
+	mi := &file_loom_v1_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1059,7 +1517,7 @@ func (x *ListModelVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelVersionsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{21}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListModelVersionsResponse) GetVersions() []*ModelVersion {
@@ -1073,7 +1531,36 @@ var File_loom_v1_service_proto protoreflect.FileDescriptor
 
 const file_loom_v1_service_proto_rawDesc = "" +
 	"\n" +
-	"\x15loom/v1/service.proto\x12\aloom.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x17loom/v1/resources.proto\"\x98\x01\n" +
+	"\x15loom/v1/service.proto\x12\aloom.v1\x1a\x1cgoogle/api/annotations.proto\x1a google/protobuf/field_mask.proto\x1a\x17loom/v1/resources.proto\"\xce\x01\n" +
+	"\x14UpdateClusterRequest\x12*\n" +
+	"\acluster\x18\x01 \x01(\v2\x10.loom.v1.ClusterR\acluster\x12;\n" +
+	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
+	"updateMask\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\x12.\n" +
+	"\x13drain_grace_seconds\x18\x04 \x01(\x05R\x11drainGraceSeconds\"+\n" +
+	"\x15GetSlurmConfigRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xb0\x01\n" +
+	"\x18CreateReservationRequest\x12\x16\n" +
+	"\x06parent\x18\x01 \x01(\tR\x06parent\x12%\n" +
+	"\x0ereservation_id\x18\x02 \x01(\tR\rreservationId\x126\n" +
+	"\vreservation\x18\x03 \x01(\v2\x14.loom.v1.ReservationR\vreservation\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\"+\n" +
+	"\x15GetReservationRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"1\n" +
+	"\x17ListReservationsRequest\x12\x16\n" +
+	"\x06parent\x18\x01 \x01(\tR\x06parent\"T\n" +
+	"\x18ListReservationsResponse\x128\n" +
+	"\freservations\x18\x01 \x03(\v2\x14.loom.v1.ReservationR\freservations\"M\n" +
+	"\x18DeleteReservationRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"-\n" +
+	"\x13ListCapacityRequest\x12\x16\n" +
+	"\x06parent\x18\x01 \x01(\tR\x06parent\"C\n" +
+	"\x14ListCapacityResponse\x12+\n" +
+	"\x05pools\x18\x01 \x03(\v2\x15.loom.v1.CapacityPoolR\x05pools\"\x98\x01\n" +
 	"\x14CreateClusterRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1d\n" +
 	"\n" +
@@ -1130,13 +1617,21 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x18ListModelVersionsRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\"N\n" +
 	"\x19ListModelVersionsResponse\x121\n" +
-	"\bversions\x18\x01 \x03(\v2\x15.loom.v1.ModelVersionR\bversions2\xd2\x03\n" +
+	"\bversions\x18\x01 \x03(\v2\x15.loom.v1.ModelVersionR\bversions2\xcf\x05\n" +
 	"\x0eClusterService\x12u\n" +
 	"\rCreateCluster\x12\x1d.loom.v1.CreateClusterRequest\x1a\x12.loom.v1.Operation\"1\x82\xd3\xe4\x93\x02+:\acluster\" /v1/{parent=projects/*}/clusters\x12d\n" +
 	"\n" +
 	"GetCluster\x12\x1a.loom.v1.GetClusterRequest\x1a\x10.loom.v1.Cluster\"(\x82\xd3\xe4\x93\x02\"\x12 /v1/{name=projects/*/clusters/*}\x12u\n" +
 	"\fListClusters\x12\x1c.loom.v1.ListClustersRequest\x1a\x1d.loom.v1.ListClustersResponse\"(\x82\xd3\xe4\x93\x02\"\x12 /v1/{parent=projects/*}/clusters\x12l\n" +
-	"\rDeleteCluster\x12\x1d.loom.v1.DeleteClusterRequest\x1a\x12.loom.v1.Operation\"(\x82\xd3\xe4\x93\x02\"* /v1/{name=projects/*/clusters/*}2\xde\x04\n" +
+	"\rDeleteCluster\x12\x1d.loom.v1.DeleteClusterRequest\x1a\x12.loom.v1.Operation\"(\x82\xd3\xe4\x93\x02\"* /v1/{name=projects/*/clusters/*}\x12}\n" +
+	"\rUpdateCluster\x12\x1d.loom.v1.UpdateClusterRequest\x1a\x12.loom.v1.Operation\"9\x82\xd3\xe4\x93\x023:\acluster2(/v1/{cluster.name=projects/*/clusters/*}\x12|\n" +
+	"\x0eGetSlurmConfig\x12\x1e.loom.v1.GetSlurmConfigRequest\x1a\x14.loom.v1.SlurmConfig\"4\x82\xd3\xe4\x93\x02.\x12,/v1/{name=projects/*/clusters/*}:slurmConfig2\x8b\x05\n" +
+	"\x12ReservationService\x12\x85\x01\n" +
+	"\x11CreateReservation\x12!.loom.v1.CreateReservationRequest\x1a\x12.loom.v1.Operation\"9\x82\xd3\xe4\x93\x023:\vreservation\"$/v1/{parent=projects/*}/reservations\x12t\n" +
+	"\x0eGetReservation\x12\x1e.loom.v1.GetReservationRequest\x1a\x14.loom.v1.Reservation\",\x82\xd3\xe4\x93\x02&\x12$/v1/{name=projects/*/reservations/*}\x12\x85\x01\n" +
+	"\x10ListReservations\x12 .loom.v1.ListReservationsRequest\x1a!.loom.v1.ListReservationsResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/{parent=projects/*}/reservations\x12x\n" +
+	"\x11DeleteReservation\x12!.loom.v1.DeleteReservationRequest\x1a\x12.loom.v1.Operation\",\x82\xd3\xe4\x93\x02&*$/v1/{name=projects/*/reservations/*}\x12u\n" +
+	"\fListCapacity\x12\x1c.loom.v1.ListCapacityRequest\x1a\x1d.loom.v1.ListCapacityResponse\"(\x82\xd3\xe4\x93\x02\"\x12 /v1/{parent=projects/*}/capacity2\xde\x04\n" +
 	"\n" +
 	"JobService\x12_\n" +
 	"\tSubmitJob\x12\x19.loom.v1.SubmitJobRequest\x1a\f.loom.v1.Job\")\x82\xd3\xe4\x93\x02#:\x03job\"\x1c/v1/{parent=projects/*}/jobs\x12T\n" +
@@ -1168,82 +1663,114 @@ func file_loom_v1_service_proto_rawDescGZIP() []byte {
 	return file_loom_v1_service_proto_rawDescData
 }
 
-var file_loom_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_loom_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_loom_v1_service_proto_goTypes = []any{
-	(*CreateClusterRequest)(nil),      // 0: loom.v1.CreateClusterRequest
-	(*GetClusterRequest)(nil),         // 1: loom.v1.GetClusterRequest
-	(*ListClustersRequest)(nil),       // 2: loom.v1.ListClustersRequest
-	(*ListClustersResponse)(nil),      // 3: loom.v1.ListClustersResponse
-	(*DeleteClusterRequest)(nil),      // 4: loom.v1.DeleteClusterRequest
-	(*SubmitJobRequest)(nil),          // 5: loom.v1.SubmitJobRequest
-	(*GetJobRequest)(nil),             // 6: loom.v1.GetJobRequest
-	(*ListJobsRequest)(nil),           // 7: loom.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),          // 8: loom.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),          // 9: loom.v1.CancelJobRequest
-	(*WatchJobRequest)(nil),           // 10: loom.v1.WatchJobRequest
-	(*ReadJobLogsRequest)(nil),        // 11: loom.v1.ReadJobLogsRequest
-	(*LogChunk)(nil),                  // 12: loom.v1.LogChunk
-	(*GetOperationRequest)(nil),       // 13: loom.v1.GetOperationRequest
-	(*WaitOperationRequest)(nil),      // 14: loom.v1.WaitOperationRequest
-	(*ListNodesRequest)(nil),          // 15: loom.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),         // 16: loom.v1.ListNodesResponse
-	(*ListModelsRequest)(nil),         // 17: loom.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),        // 18: loom.v1.ListModelsResponse
-	(*GetModelRequest)(nil),           // 19: loom.v1.GetModelRequest
-	(*ListModelVersionsRequest)(nil),  // 20: loom.v1.ListModelVersionsRequest
-	(*ListModelVersionsResponse)(nil), // 21: loom.v1.ListModelVersionsResponse
-	(*Cluster)(nil),                   // 22: loom.v1.Cluster
-	(*Job)(nil),                       // 23: loom.v1.Job
-	(*Node)(nil),                      // 24: loom.v1.Node
-	(*Model)(nil),                     // 25: loom.v1.Model
-	(*ModelVersion)(nil),              // 26: loom.v1.ModelVersion
-	(*Operation)(nil),                 // 27: loom.v1.Operation
+	(*UpdateClusterRequest)(nil),      // 0: loom.v1.UpdateClusterRequest
+	(*GetSlurmConfigRequest)(nil),     // 1: loom.v1.GetSlurmConfigRequest
+	(*CreateReservationRequest)(nil),  // 2: loom.v1.CreateReservationRequest
+	(*GetReservationRequest)(nil),     // 3: loom.v1.GetReservationRequest
+	(*ListReservationsRequest)(nil),   // 4: loom.v1.ListReservationsRequest
+	(*ListReservationsResponse)(nil),  // 5: loom.v1.ListReservationsResponse
+	(*DeleteReservationRequest)(nil),  // 6: loom.v1.DeleteReservationRequest
+	(*ListCapacityRequest)(nil),       // 7: loom.v1.ListCapacityRequest
+	(*ListCapacityResponse)(nil),      // 8: loom.v1.ListCapacityResponse
+	(*CreateClusterRequest)(nil),      // 9: loom.v1.CreateClusterRequest
+	(*GetClusterRequest)(nil),         // 10: loom.v1.GetClusterRequest
+	(*ListClustersRequest)(nil),       // 11: loom.v1.ListClustersRequest
+	(*ListClustersResponse)(nil),      // 12: loom.v1.ListClustersResponse
+	(*DeleteClusterRequest)(nil),      // 13: loom.v1.DeleteClusterRequest
+	(*SubmitJobRequest)(nil),          // 14: loom.v1.SubmitJobRequest
+	(*GetJobRequest)(nil),             // 15: loom.v1.GetJobRequest
+	(*ListJobsRequest)(nil),           // 16: loom.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),          // 17: loom.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),          // 18: loom.v1.CancelJobRequest
+	(*WatchJobRequest)(nil),           // 19: loom.v1.WatchJobRequest
+	(*ReadJobLogsRequest)(nil),        // 20: loom.v1.ReadJobLogsRequest
+	(*LogChunk)(nil),                  // 21: loom.v1.LogChunk
+	(*GetOperationRequest)(nil),       // 22: loom.v1.GetOperationRequest
+	(*WaitOperationRequest)(nil),      // 23: loom.v1.WaitOperationRequest
+	(*ListNodesRequest)(nil),          // 24: loom.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),         // 25: loom.v1.ListNodesResponse
+	(*ListModelsRequest)(nil),         // 26: loom.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),        // 27: loom.v1.ListModelsResponse
+	(*GetModelRequest)(nil),           // 28: loom.v1.GetModelRequest
+	(*ListModelVersionsRequest)(nil),  // 29: loom.v1.ListModelVersionsRequest
+	(*ListModelVersionsResponse)(nil), // 30: loom.v1.ListModelVersionsResponse
+	(*Cluster)(nil),                   // 31: loom.v1.Cluster
+	(*fieldmaskpb.FieldMask)(nil),     // 32: google.protobuf.FieldMask
+	(*Reservation)(nil),               // 33: loom.v1.Reservation
+	(*CapacityPool)(nil),              // 34: loom.v1.CapacityPool
+	(*Job)(nil),                       // 35: loom.v1.Job
+	(*Node)(nil),                      // 36: loom.v1.Node
+	(*Model)(nil),                     // 37: loom.v1.Model
+	(*ModelVersion)(nil),              // 38: loom.v1.ModelVersion
+	(*Operation)(nil),                 // 39: loom.v1.Operation
+	(*SlurmConfig)(nil),               // 40: loom.v1.SlurmConfig
 }
 var file_loom_v1_service_proto_depIdxs = []int32{
-	22, // 0: loom.v1.CreateClusterRequest.cluster:type_name -> loom.v1.Cluster
-	22, // 1: loom.v1.ListClustersResponse.clusters:type_name -> loom.v1.Cluster
-	23, // 2: loom.v1.SubmitJobRequest.job:type_name -> loom.v1.Job
-	23, // 3: loom.v1.ListJobsResponse.jobs:type_name -> loom.v1.Job
-	24, // 4: loom.v1.ListNodesResponse.nodes:type_name -> loom.v1.Node
-	25, // 5: loom.v1.ListModelsResponse.models:type_name -> loom.v1.Model
-	26, // 6: loom.v1.ListModelVersionsResponse.versions:type_name -> loom.v1.ModelVersion
-	0,  // 7: loom.v1.ClusterService.CreateCluster:input_type -> loom.v1.CreateClusterRequest
-	1,  // 8: loom.v1.ClusterService.GetCluster:input_type -> loom.v1.GetClusterRequest
-	2,  // 9: loom.v1.ClusterService.ListClusters:input_type -> loom.v1.ListClustersRequest
-	4,  // 10: loom.v1.ClusterService.DeleteCluster:input_type -> loom.v1.DeleteClusterRequest
-	5,  // 11: loom.v1.JobService.SubmitJob:input_type -> loom.v1.SubmitJobRequest
-	6,  // 12: loom.v1.JobService.GetJob:input_type -> loom.v1.GetJobRequest
-	7,  // 13: loom.v1.JobService.ListJobs:input_type -> loom.v1.ListJobsRequest
-	9,  // 14: loom.v1.JobService.CancelJob:input_type -> loom.v1.CancelJobRequest
-	10, // 15: loom.v1.JobService.WatchJob:input_type -> loom.v1.WatchJobRequest
-	11, // 16: loom.v1.JobService.ReadJobLogs:input_type -> loom.v1.ReadJobLogsRequest
-	13, // 17: loom.v1.OperationService.GetOperation:input_type -> loom.v1.GetOperationRequest
-	14, // 18: loom.v1.OperationService.WaitOperation:input_type -> loom.v1.WaitOperationRequest
-	15, // 19: loom.v1.NodeService.ListNodes:input_type -> loom.v1.ListNodesRequest
-	17, // 20: loom.v1.ModelService.ListModels:input_type -> loom.v1.ListModelsRequest
-	19, // 21: loom.v1.ModelService.GetModel:input_type -> loom.v1.GetModelRequest
-	20, // 22: loom.v1.ModelService.ListModelVersions:input_type -> loom.v1.ListModelVersionsRequest
-	27, // 23: loom.v1.ClusterService.CreateCluster:output_type -> loom.v1.Operation
-	22, // 24: loom.v1.ClusterService.GetCluster:output_type -> loom.v1.Cluster
-	3,  // 25: loom.v1.ClusterService.ListClusters:output_type -> loom.v1.ListClustersResponse
-	27, // 26: loom.v1.ClusterService.DeleteCluster:output_type -> loom.v1.Operation
-	23, // 27: loom.v1.JobService.SubmitJob:output_type -> loom.v1.Job
-	23, // 28: loom.v1.JobService.GetJob:output_type -> loom.v1.Job
-	8,  // 29: loom.v1.JobService.ListJobs:output_type -> loom.v1.ListJobsResponse
-	23, // 30: loom.v1.JobService.CancelJob:output_type -> loom.v1.Job
-	23, // 31: loom.v1.JobService.WatchJob:output_type -> loom.v1.Job
-	12, // 32: loom.v1.JobService.ReadJobLogs:output_type -> loom.v1.LogChunk
-	27, // 33: loom.v1.OperationService.GetOperation:output_type -> loom.v1.Operation
-	27, // 34: loom.v1.OperationService.WaitOperation:output_type -> loom.v1.Operation
-	16, // 35: loom.v1.NodeService.ListNodes:output_type -> loom.v1.ListNodesResponse
-	18, // 36: loom.v1.ModelService.ListModels:output_type -> loom.v1.ListModelsResponse
-	25, // 37: loom.v1.ModelService.GetModel:output_type -> loom.v1.Model
-	21, // 38: loom.v1.ModelService.ListModelVersions:output_type -> loom.v1.ListModelVersionsResponse
-	23, // [23:39] is the sub-list for method output_type
-	7,  // [7:23] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	31, // 0: loom.v1.UpdateClusterRequest.cluster:type_name -> loom.v1.Cluster
+	32, // 1: loom.v1.UpdateClusterRequest.update_mask:type_name -> google.protobuf.FieldMask
+	33, // 2: loom.v1.CreateReservationRequest.reservation:type_name -> loom.v1.Reservation
+	33, // 3: loom.v1.ListReservationsResponse.reservations:type_name -> loom.v1.Reservation
+	34, // 4: loom.v1.ListCapacityResponse.pools:type_name -> loom.v1.CapacityPool
+	31, // 5: loom.v1.CreateClusterRequest.cluster:type_name -> loom.v1.Cluster
+	31, // 6: loom.v1.ListClustersResponse.clusters:type_name -> loom.v1.Cluster
+	35, // 7: loom.v1.SubmitJobRequest.job:type_name -> loom.v1.Job
+	35, // 8: loom.v1.ListJobsResponse.jobs:type_name -> loom.v1.Job
+	36, // 9: loom.v1.ListNodesResponse.nodes:type_name -> loom.v1.Node
+	37, // 10: loom.v1.ListModelsResponse.models:type_name -> loom.v1.Model
+	38, // 11: loom.v1.ListModelVersionsResponse.versions:type_name -> loom.v1.ModelVersion
+	9,  // 12: loom.v1.ClusterService.CreateCluster:input_type -> loom.v1.CreateClusterRequest
+	10, // 13: loom.v1.ClusterService.GetCluster:input_type -> loom.v1.GetClusterRequest
+	11, // 14: loom.v1.ClusterService.ListClusters:input_type -> loom.v1.ListClustersRequest
+	13, // 15: loom.v1.ClusterService.DeleteCluster:input_type -> loom.v1.DeleteClusterRequest
+	0,  // 16: loom.v1.ClusterService.UpdateCluster:input_type -> loom.v1.UpdateClusterRequest
+	1,  // 17: loom.v1.ClusterService.GetSlurmConfig:input_type -> loom.v1.GetSlurmConfigRequest
+	2,  // 18: loom.v1.ReservationService.CreateReservation:input_type -> loom.v1.CreateReservationRequest
+	3,  // 19: loom.v1.ReservationService.GetReservation:input_type -> loom.v1.GetReservationRequest
+	4,  // 20: loom.v1.ReservationService.ListReservations:input_type -> loom.v1.ListReservationsRequest
+	6,  // 21: loom.v1.ReservationService.DeleteReservation:input_type -> loom.v1.DeleteReservationRequest
+	7,  // 22: loom.v1.ReservationService.ListCapacity:input_type -> loom.v1.ListCapacityRequest
+	14, // 23: loom.v1.JobService.SubmitJob:input_type -> loom.v1.SubmitJobRequest
+	15, // 24: loom.v1.JobService.GetJob:input_type -> loom.v1.GetJobRequest
+	16, // 25: loom.v1.JobService.ListJobs:input_type -> loom.v1.ListJobsRequest
+	18, // 26: loom.v1.JobService.CancelJob:input_type -> loom.v1.CancelJobRequest
+	19, // 27: loom.v1.JobService.WatchJob:input_type -> loom.v1.WatchJobRequest
+	20, // 28: loom.v1.JobService.ReadJobLogs:input_type -> loom.v1.ReadJobLogsRequest
+	22, // 29: loom.v1.OperationService.GetOperation:input_type -> loom.v1.GetOperationRequest
+	23, // 30: loom.v1.OperationService.WaitOperation:input_type -> loom.v1.WaitOperationRequest
+	24, // 31: loom.v1.NodeService.ListNodes:input_type -> loom.v1.ListNodesRequest
+	26, // 32: loom.v1.ModelService.ListModels:input_type -> loom.v1.ListModelsRequest
+	28, // 33: loom.v1.ModelService.GetModel:input_type -> loom.v1.GetModelRequest
+	29, // 34: loom.v1.ModelService.ListModelVersions:input_type -> loom.v1.ListModelVersionsRequest
+	39, // 35: loom.v1.ClusterService.CreateCluster:output_type -> loom.v1.Operation
+	31, // 36: loom.v1.ClusterService.GetCluster:output_type -> loom.v1.Cluster
+	12, // 37: loom.v1.ClusterService.ListClusters:output_type -> loom.v1.ListClustersResponse
+	39, // 38: loom.v1.ClusterService.DeleteCluster:output_type -> loom.v1.Operation
+	39, // 39: loom.v1.ClusterService.UpdateCluster:output_type -> loom.v1.Operation
+	40, // 40: loom.v1.ClusterService.GetSlurmConfig:output_type -> loom.v1.SlurmConfig
+	39, // 41: loom.v1.ReservationService.CreateReservation:output_type -> loom.v1.Operation
+	33, // 42: loom.v1.ReservationService.GetReservation:output_type -> loom.v1.Reservation
+	5,  // 43: loom.v1.ReservationService.ListReservations:output_type -> loom.v1.ListReservationsResponse
+	39, // 44: loom.v1.ReservationService.DeleteReservation:output_type -> loom.v1.Operation
+	8,  // 45: loom.v1.ReservationService.ListCapacity:output_type -> loom.v1.ListCapacityResponse
+	35, // 46: loom.v1.JobService.SubmitJob:output_type -> loom.v1.Job
+	35, // 47: loom.v1.JobService.GetJob:output_type -> loom.v1.Job
+	17, // 48: loom.v1.JobService.ListJobs:output_type -> loom.v1.ListJobsResponse
+	35, // 49: loom.v1.JobService.CancelJob:output_type -> loom.v1.Job
+	35, // 50: loom.v1.JobService.WatchJob:output_type -> loom.v1.Job
+	21, // 51: loom.v1.JobService.ReadJobLogs:output_type -> loom.v1.LogChunk
+	39, // 52: loom.v1.OperationService.GetOperation:output_type -> loom.v1.Operation
+	39, // 53: loom.v1.OperationService.WaitOperation:output_type -> loom.v1.Operation
+	25, // 54: loom.v1.NodeService.ListNodes:output_type -> loom.v1.ListNodesResponse
+	27, // 55: loom.v1.ModelService.ListModels:output_type -> loom.v1.ListModelsResponse
+	37, // 56: loom.v1.ModelService.GetModel:output_type -> loom.v1.Model
+	30, // 57: loom.v1.ModelService.ListModelVersions:output_type -> loom.v1.ListModelVersionsResponse
+	35, // [35:58] is the sub-list for method output_type
+	12, // [12:35] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_service_proto_init() }
@@ -1258,9 +1785,9 @@ func file_loom_v1_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_service_proto_rawDesc), len(file_loom_v1_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   31,
 			NumExtensions: 0,
-			NumServices:   5,
+			NumServices:   6,
 		},
 		GoTypes:           file_loom_v1_service_proto_goTypes,
 		DependencyIndexes: file_loom_v1_service_proto_depIdxs,

@@ -19,10 +19,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ClusterService_CreateCluster_FullMethodName = "/loom.v1.ClusterService/CreateCluster"
-	ClusterService_GetCluster_FullMethodName    = "/loom.v1.ClusterService/GetCluster"
-	ClusterService_ListClusters_FullMethodName  = "/loom.v1.ClusterService/ListClusters"
-	ClusterService_DeleteCluster_FullMethodName = "/loom.v1.ClusterService/DeleteCluster"
+	ClusterService_CreateCluster_FullMethodName  = "/loom.v1.ClusterService/CreateCluster"
+	ClusterService_GetCluster_FullMethodName     = "/loom.v1.ClusterService/GetCluster"
+	ClusterService_ListClusters_FullMethodName   = "/loom.v1.ClusterService/ListClusters"
+	ClusterService_DeleteCluster_FullMethodName  = "/loom.v1.ClusterService/DeleteCluster"
+	ClusterService_UpdateCluster_FullMethodName  = "/loom.v1.ClusterService/UpdateCluster"
+	ClusterService_GetSlurmConfig_FullMethodName = "/loom.v1.ClusterService/GetSlurmConfig"
 )
 
 // ClusterServiceClient is the client API for ClusterService service.
@@ -35,6 +37,11 @@ type ClusterServiceClient interface {
 	GetCluster(ctx context.Context, in *GetClusterRequest, opts ...grpc.CallOption) (*Cluster, error)
 	ListClusters(ctx context.Context, in *ListClustersRequest, opts ...grpc.CallOption) (*ListClustersResponse, error)
 	DeleteCluster(ctx context.Context, in *DeleteClusterRequest, opts ...grpc.CallOption) (*Operation, error)
+	// UpdateCluster changes the fields in update_mask: node pool sizes (resize),
+	// new node pools, partitions and node sets. Shrinking drains nodes first.
+	UpdateCluster(ctx context.Context, in *UpdateClusterRequest, opts ...grpc.CallOption) (*Operation, error)
+	// GetSlurmConfig returns the cluster's rendered slurm.conf, gres.conf and topology.conf.
+	GetSlurmConfig(ctx context.Context, in *GetSlurmConfigRequest, opts ...grpc.CallOption) (*SlurmConfig, error)
 }
 
 type clusterServiceClient struct {
@@ -85,6 +92,26 @@ func (c *clusterServiceClient) DeleteCluster(ctx context.Context, in *DeleteClus
 	return out, nil
 }
 
+func (c *clusterServiceClient) UpdateCluster(ctx context.Context, in *UpdateClusterRequest, opts ...grpc.CallOption) (*Operation, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Operation)
+	err := c.cc.Invoke(ctx, ClusterService_UpdateCluster_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) GetSlurmConfig(ctx context.Context, in *GetSlurmConfigRequest, opts ...grpc.CallOption) (*SlurmConfig, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SlurmConfig)
+	err := c.cc.Invoke(ctx, ClusterService_GetSlurmConfig_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServiceServer is the server API for ClusterService service.
 // All implementations must embed UnimplementedClusterServiceServer
 // for forward compatibility.
@@ -95,6 +122,11 @@ type ClusterServiceServer interface {
 	GetCluster(context.Context, *GetClusterRequest) (*Cluster, error)
 	ListClusters(context.Context, *ListClustersRequest) (*ListClustersResponse, error)
 	DeleteCluster(context.Context, *DeleteClusterRequest) (*Operation, error)
+	// UpdateCluster changes the fields in update_mask: node pool sizes (resize),
+	// new node pools, partitions and node sets. Shrinking drains nodes first.
+	UpdateCluster(context.Context, *UpdateClusterRequest) (*Operation, error)
+	// GetSlurmConfig returns the cluster's rendered slurm.conf, gres.conf and topology.conf.
+	GetSlurmConfig(context.Context, *GetSlurmConfigRequest) (*SlurmConfig, error)
 	mustEmbedUnimplementedClusterServiceServer()
 }
 
@@ -116,6 +148,12 @@ func (UnimplementedClusterServiceServer) ListClusters(context.Context, *ListClus
 }
 func (UnimplementedClusterServiceServer) DeleteCluster(context.Context, *DeleteClusterRequest) (*Operation, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteCluster not implemented")
+}
+func (UnimplementedClusterServiceServer) UpdateCluster(context.Context, *UpdateClusterRequest) (*Operation, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateCluster not implemented")
+}
+func (UnimplementedClusterServiceServer) GetSlurmConfig(context.Context, *GetSlurmConfigRequest) (*SlurmConfig, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetSlurmConfig not implemented")
 }
 func (UnimplementedClusterServiceServer) mustEmbedUnimplementedClusterServiceServer() {}
 func (UnimplementedClusterServiceServer) testEmbeddedByValue()                        {}
@@ -210,6 +248,42 @@ func _ClusterService_DeleteCluster_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClusterService_UpdateCluster_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateClusterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).UpdateCluster(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_UpdateCluster_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).UpdateCluster(ctx, req.(*UpdateClusterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_GetSlurmConfig_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetSlurmConfigRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).GetSlurmConfig(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_GetSlurmConfig_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).GetSlurmConfig(ctx, req.(*GetSlurmConfigRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ClusterService_ServiceDesc is the grpc.ServiceDesc for ClusterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -232,6 +306,274 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteCluster",
 			Handler:    _ClusterService_DeleteCluster_Handler,
+		},
+		{
+			MethodName: "UpdateCluster",
+			Handler:    _ClusterService_UpdateCluster_Handler,
+		},
+		{
+			MethodName: "GetSlurmConfig",
+			Handler:    _ClusterService_GetSlurmConfig_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "loom/v1/service.proto",
+}
+
+const (
+	ReservationService_CreateReservation_FullMethodName = "/loom.v1.ReservationService/CreateReservation"
+	ReservationService_GetReservation_FullMethodName    = "/loom.v1.ReservationService/GetReservation"
+	ReservationService_ListReservations_FullMethodName  = "/loom.v1.ReservationService/ListReservations"
+	ReservationService_DeleteReservation_FullMethodName = "/loom.v1.ReservationService/DeleteReservation"
+	ReservationService_ListCapacity_FullMethodName      = "/loom.v1.ReservationService/ListCapacity"
+)
+
+// ReservationServiceClient is the client API for ReservationService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// ReservationService manages reserved capacity. Create and Delete are long-running.
+type ReservationServiceClient interface {
+	CreateReservation(ctx context.Context, in *CreateReservationRequest, opts ...grpc.CallOption) (*Operation, error)
+	GetReservation(ctx context.Context, in *GetReservationRequest, opts ...grpc.CallOption) (*Reservation, error)
+	ListReservations(ctx context.Context, in *ListReservationsRequest, opts ...grpc.CallOption) (*ListReservationsResponse, error)
+	DeleteReservation(ctx context.Context, in *DeleteReservationRequest, opts ...grpc.CallOption) (*Operation, error)
+	// ListCapacity says, per zone and machine type, what capacity exists and what is free.
+	ListCapacity(ctx context.Context, in *ListCapacityRequest, opts ...grpc.CallOption) (*ListCapacityResponse, error)
+}
+
+type reservationServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewReservationServiceClient(cc grpc.ClientConnInterface) ReservationServiceClient {
+	return &reservationServiceClient{cc}
+}
+
+func (c *reservationServiceClient) CreateReservation(ctx context.Context, in *CreateReservationRequest, opts ...grpc.CallOption) (*Operation, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Operation)
+	err := c.cc.Invoke(ctx, ReservationService_CreateReservation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *reservationServiceClient) GetReservation(ctx context.Context, in *GetReservationRequest, opts ...grpc.CallOption) (*Reservation, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Reservation)
+	err := c.cc.Invoke(ctx, ReservationService_GetReservation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *reservationServiceClient) ListReservations(ctx context.Context, in *ListReservationsRequest, opts ...grpc.CallOption) (*ListReservationsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListReservationsResponse)
+	err := c.cc.Invoke(ctx, ReservationService_ListReservations_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *reservationServiceClient) DeleteReservation(ctx context.Context, in *DeleteReservationRequest, opts ...grpc.CallOption) (*Operation, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Operation)
+	err := c.cc.Invoke(ctx, ReservationService_DeleteReservation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *reservationServiceClient) ListCapacity(ctx context.Context, in *ListCapacityRequest, opts ...grpc.CallOption) (*ListCapacityResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListCapacityResponse)
+	err := c.cc.Invoke(ctx, ReservationService_ListCapacity_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ReservationServiceServer is the server API for ReservationService service.
+// All implementations must embed UnimplementedReservationServiceServer
+// for forward compatibility.
+//
+// ReservationService manages reserved capacity. Create and Delete are long-running.
+type ReservationServiceServer interface {
+	CreateReservation(context.Context, *CreateReservationRequest) (*Operation, error)
+	GetReservation(context.Context, *GetReservationRequest) (*Reservation, error)
+	ListReservations(context.Context, *ListReservationsRequest) (*ListReservationsResponse, error)
+	DeleteReservation(context.Context, *DeleteReservationRequest) (*Operation, error)
+	// ListCapacity says, per zone and machine type, what capacity exists and what is free.
+	ListCapacity(context.Context, *ListCapacityRequest) (*ListCapacityResponse, error)
+	mustEmbedUnimplementedReservationServiceServer()
+}
+
+// UnimplementedReservationServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedReservationServiceServer struct{}
+
+func (UnimplementedReservationServiceServer) CreateReservation(context.Context, *CreateReservationRequest) (*Operation, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateReservation not implemented")
+}
+func (UnimplementedReservationServiceServer) GetReservation(context.Context, *GetReservationRequest) (*Reservation, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetReservation not implemented")
+}
+func (UnimplementedReservationServiceServer) ListReservations(context.Context, *ListReservationsRequest) (*ListReservationsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListReservations not implemented")
+}
+func (UnimplementedReservationServiceServer) DeleteReservation(context.Context, *DeleteReservationRequest) (*Operation, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteReservation not implemented")
+}
+func (UnimplementedReservationServiceServer) ListCapacity(context.Context, *ListCapacityRequest) (*ListCapacityResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListCapacity not implemented")
+}
+func (UnimplementedReservationServiceServer) mustEmbedUnimplementedReservationServiceServer() {}
+func (UnimplementedReservationServiceServer) testEmbeddedByValue()                            {}
+
+// UnsafeReservationServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to ReservationServiceServer will
+// result in compilation errors.
+type UnsafeReservationServiceServer interface {
+	mustEmbedUnimplementedReservationServiceServer()
+}
+
+func RegisterReservationServiceServer(s grpc.ServiceRegistrar, srv ReservationServiceServer) {
+	// If the following call panics, it indicates UnimplementedReservationServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&ReservationService_ServiceDesc, srv)
+}
+
+func _ReservationService_CreateReservation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateReservationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReservationServiceServer).CreateReservation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReservationService_CreateReservation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReservationServiceServer).CreateReservation(ctx, req.(*CreateReservationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ReservationService_GetReservation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetReservationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReservationServiceServer).GetReservation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReservationService_GetReservation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReservationServiceServer).GetReservation(ctx, req.(*GetReservationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ReservationService_ListReservations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListReservationsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReservationServiceServer).ListReservations(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReservationService_ListReservations_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReservationServiceServer).ListReservations(ctx, req.(*ListReservationsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ReservationService_DeleteReservation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteReservationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReservationServiceServer).DeleteReservation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReservationService_DeleteReservation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReservationServiceServer).DeleteReservation(ctx, req.(*DeleteReservationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ReservationService_ListCapacity_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListCapacityRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReservationServiceServer).ListCapacity(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReservationService_ListCapacity_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReservationServiceServer).ListCapacity(ctx, req.(*ListCapacityRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// ReservationService_ServiceDesc is the grpc.ServiceDesc for ReservationService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var ReservationService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "loom.v1.ReservationService",
+	HandlerType: (*ReservationServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "CreateReservation",
+			Handler:    _ReservationService_CreateReservation_Handler,
+		},
+		{
+			MethodName: "GetReservation",
+			Handler:    _ReservationService_GetReservation_Handler,
+		},
+		{
+			MethodName: "ListReservations",
+			Handler:    _ReservationService_ListReservations_Handler,
+		},
+		{
+			MethodName: "DeleteReservation",
+			Handler:    _ReservationService_DeleteReservation_Handler,
+		},
+		{
+			MethodName: "ListCapacity",
+			Handler:    _ReservationService_ListCapacity_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

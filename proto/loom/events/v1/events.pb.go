@@ -241,6 +241,183 @@ func (x *DeleteCluster) GetCluster() string {
 	return ""
 }
 
+// UpdateCluster asks the provisioner to change a cluster: cluster holds the
+// whole new spec (the gateway merged the update mask into the current one).
+type UpdateCluster struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Operation         string                 `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	Cluster           *v1.Cluster            `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	UpdateMask        []string               `protobuf:"bytes,3,rep,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
+	DrainGraceSeconds int32                  `protobuf:"varint,4,opt,name=drain_grace_seconds,json=drainGraceSeconds,proto3" json:"drain_grace_seconds,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *UpdateCluster) Reset() {
+	*x = UpdateCluster{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateCluster) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateCluster) ProtoMessage() {}
+
+func (x *UpdateCluster) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateCluster.ProtoReflect.Descriptor instead.
+func (*UpdateCluster) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *UpdateCluster) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
+func (x *UpdateCluster) GetCluster() *v1.Cluster {
+	if x != nil {
+		return x.Cluster
+	}
+	return nil
+}
+
+func (x *UpdateCluster) GetUpdateMask() []string {
+	if x != nil {
+		return x.UpdateMask
+	}
+	return nil
+}
+
+func (x *UpdateCluster) GetDrainGraceSeconds() int32 {
+	if x != nil {
+		return x.DrainGraceSeconds
+	}
+	return 0
+}
+
+// CreateReservation asks the provisioner to record reserved capacity
+// (key: reservation name).
+type CreateReservation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Operation     string                 `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	Reservation   *v1.Reservation        `protobuf:"bytes,2,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateReservation) Reset() {
+	*x = CreateReservation{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateReservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateReservation) ProtoMessage() {}
+
+func (x *CreateReservation) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateReservation.ProtoReflect.Descriptor instead.
+func (*CreateReservation) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CreateReservation) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
+func (x *CreateReservation) GetReservation() *v1.Reservation {
+	if x != nil {
+		return x.Reservation
+	}
+	return nil
+}
+
+// DeleteReservation asks the provisioner to drop a reservation no cluster uses.
+type DeleteReservation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Operation     string                 `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	Reservation   string                 `protobuf:"bytes,2,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteReservation) Reset() {
+	*x = DeleteReservation{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteReservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteReservation) ProtoMessage() {}
+
+func (x *DeleteReservation) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteReservation.ProtoReflect.Descriptor instead.
+func (*DeleteReservation) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *DeleteReservation) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
+func (x *DeleteReservation) GetReservation() string {
+	if x != nil {
+		return x.Reservation
+	}
+	return ""
+}
+
 // ClusterChanged carries the cluster's full state after a change.
 // operation is set when the change ends (or progresses) an operation.
 type ClusterChanged struct {
@@ -255,7 +432,7 @@ type ClusterChanged struct {
 
 func (x *ClusterChanged) Reset() {
 	*x = ClusterChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[2]
+	mi := &file_loom_events_v1_events_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -267,7 +444,7 @@ func (x *ClusterChanged) String() string {
 func (*ClusterChanged) ProtoMessage() {}
 
 func (x *ClusterChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[2]
+	mi := &file_loom_events_v1_events_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -280,7 +457,7 @@ func (x *ClusterChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterChanged.ProtoReflect.Descriptor instead.
 func (*ClusterChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{2}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ClusterChanged) GetOperation() string {
@@ -315,7 +492,7 @@ type ClusterDeleted struct {
 
 func (x *ClusterDeleted) Reset() {
 	*x = ClusterDeleted{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[3]
+	mi := &file_loom_events_v1_events_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -327,7 +504,7 @@ func (x *ClusterDeleted) String() string {
 func (*ClusterDeleted) ProtoMessage() {}
 
 func (x *ClusterDeleted) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[3]
+	mi := &file_loom_events_v1_events_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -340,7 +517,7 @@ func (x *ClusterDeleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterDeleted.ProtoReflect.Descriptor instead.
 func (*ClusterDeleted) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{3}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ClusterDeleted) GetOperation() string {
@@ -357,8 +534,123 @@ func (x *ClusterDeleted) GetCluster() string {
 	return ""
 }
 
-// ClusterOperationFailed ends an operation on a cluster with an error, e.g. a
-// create for a name that exists. code is a gRPC status code.
+// ReservationChanged carries a reservation's full state after a change.
+type ReservationChanged struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Operation     string                 `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	Reservation   *v1.Reservation        `protobuf:"bytes,2,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	OperationDone bool                   `protobuf:"varint,3,opt,name=operation_done,json=operationDone,proto3" json:"operation_done,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReservationChanged) Reset() {
+	*x = ReservationChanged{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReservationChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReservationChanged) ProtoMessage() {}
+
+func (x *ReservationChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReservationChanged.ProtoReflect.Descriptor instead.
+func (*ReservationChanged) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ReservationChanged) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
+func (x *ReservationChanged) GetReservation() *v1.Reservation {
+	if x != nil {
+		return x.Reservation
+	}
+	return nil
+}
+
+func (x *ReservationChanged) GetOperationDone() bool {
+	if x != nil {
+		return x.OperationDone
+	}
+	return false
+}
+
+// ReservationDeleted says the reservation is gone.
+type ReservationDeleted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Operation     string                 `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	Reservation   string                 `protobuf:"bytes,2,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReservationDeleted) Reset() {
+	*x = ReservationDeleted{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReservationDeleted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReservationDeleted) ProtoMessage() {}
+
+func (x *ReservationDeleted) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReservationDeleted.ProtoReflect.Descriptor instead.
+func (*ReservationDeleted) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ReservationDeleted) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
+func (x *ReservationDeleted) GetReservation() string {
+	if x != nil {
+		return x.Reservation
+	}
+	return ""
+}
+
+// ClusterOperationFailed ends an operation on a cluster (or a reservation:
+// then cluster holds the reservation's name) with an error, e.g. a create for
+// a name that exists. code is a gRPC status code.
 type ClusterOperationFailed struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Operation     string                 `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
@@ -371,7 +663,7 @@ type ClusterOperationFailed struct {
 
 func (x *ClusterOperationFailed) Reset() {
 	*x = ClusterOperationFailed{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[4]
+	mi := &file_loom_events_v1_events_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -383,7 +675,7 @@ func (x *ClusterOperationFailed) String() string {
 func (*ClusterOperationFailed) ProtoMessage() {}
 
 func (x *ClusterOperationFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[4]
+	mi := &file_loom_events_v1_events_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -396,7 +688,7 @@ func (x *ClusterOperationFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterOperationFailed.ProtoReflect.Descriptor instead.
 func (*ClusterOperationFailed) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{4}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ClusterOperationFailed) GetOperation() string {
@@ -437,7 +729,7 @@ type NodeChanged struct {
 
 func (x *NodeChanged) Reset() {
 	*x = NodeChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[5]
+	mi := &file_loom_events_v1_events_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -449,7 +741,7 @@ func (x *NodeChanged) String() string {
 func (*NodeChanged) ProtoMessage() {}
 
 func (x *NodeChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[5]
+	mi := &file_loom_events_v1_events_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -462,7 +754,7 @@ func (x *NodeChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeChanged.ProtoReflect.Descriptor instead.
 func (*NodeChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{5}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NodeChanged) GetNode() *v1.Node {
@@ -483,7 +775,7 @@ type NodeRemoved struct {
 
 func (x *NodeRemoved) Reset() {
 	*x = NodeRemoved{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[6]
+	mi := &file_loom_events_v1_events_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -495,7 +787,7 @@ func (x *NodeRemoved) String() string {
 func (*NodeRemoved) ProtoMessage() {}
 
 func (x *NodeRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[6]
+	mi := &file_loom_events_v1_events_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -508,7 +800,7 @@ func (x *NodeRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRemoved.ProtoReflect.Descriptor instead.
 func (*NodeRemoved) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{6}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NodeRemoved) GetNode() string {
@@ -541,7 +833,7 @@ type AgentRegistered struct {
 
 func (x *AgentRegistered) Reset() {
 	*x = AgentRegistered{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[7]
+	mi := &file_loom_events_v1_events_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -553,7 +845,7 @@ func (x *AgentRegistered) String() string {
 func (*AgentRegistered) ProtoMessage() {}
 
 func (x *AgentRegistered) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[7]
+	mi := &file_loom_events_v1_events_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -566,7 +858,7 @@ func (x *AgentRegistered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentRegistered.ProtoReflect.Descriptor instead.
 func (*AgentRegistered) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{7}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AgentRegistered) GetNode() string {
@@ -625,7 +917,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[8]
+	mi := &file_loom_events_v1_events_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +929,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[8]
+	mi := &file_loom_events_v1_events_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +942,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{8}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Heartbeat) GetNode() string {
@@ -698,7 +990,7 @@ type SubmitJob struct {
 
 func (x *SubmitJob) Reset() {
 	*x = SubmitJob{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[9]
+	mi := &file_loom_events_v1_events_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -710,7 +1002,7 @@ func (x *SubmitJob) String() string {
 func (*SubmitJob) ProtoMessage() {}
 
 func (x *SubmitJob) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[9]
+	mi := &file_loom_events_v1_events_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -723,7 +1015,7 @@ func (x *SubmitJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJob.ProtoReflect.Descriptor instead.
 func (*SubmitJob) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{9}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SubmitJob) GetJob() *v1.Job {
@@ -744,7 +1036,7 @@ type CancelJob struct {
 
 func (x *CancelJob) Reset() {
 	*x = CancelJob{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[10]
+	mi := &file_loom_events_v1_events_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -756,7 +1048,7 @@ func (x *CancelJob) String() string {
 func (*CancelJob) ProtoMessage() {}
 
 func (x *CancelJob) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[10]
+	mi := &file_loom_events_v1_events_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -769,7 +1061,7 @@ func (x *CancelJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJob.ProtoReflect.Descriptor instead.
 func (*CancelJob) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{10}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelJob) GetJob() string {
@@ -800,7 +1092,7 @@ type JobChanged struct {
 
 func (x *JobChanged) Reset() {
 	*x = JobChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[11]
+	mi := &file_loom_events_v1_events_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -812,7 +1104,7 @@ func (x *JobChanged) String() string {
 func (*JobChanged) ProtoMessage() {}
 
 func (x *JobChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[11]
+	mi := &file_loom_events_v1_events_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -825,7 +1117,7 @@ func (x *JobChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobChanged.ProtoReflect.Descriptor instead.
 func (*JobChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{11}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *JobChanged) GetJob() *v1.Job {
@@ -845,6 +1137,60 @@ func (x *JobChanged) GetAttempt() int32 {
 func (x *JobChanged) GetModelDir() string {
 	if x != nil {
 		return x.ModelDir
+	}
+	return ""
+}
+
+// NodeDrained says a DRAINING node holds no job any more, so the provisioner
+// may remove it.
+type NodeDrained struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Cluster       string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeDrained) Reset() {
+	*x = NodeDrained{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeDrained) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeDrained) ProtoMessage() {}
+
+func (x *NodeDrained) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeDrained.ProtoReflect.Descriptor instead.
+func (*NodeDrained) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *NodeDrained) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *NodeDrained) GetCluster() string {
+	if x != nil {
+		return x.Cluster
 	}
 	return ""
 }
@@ -872,7 +1218,7 @@ type StartStep struct {
 
 func (x *StartStep) Reset() {
 	*x = StartStep{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[12]
+	mi := &file_loom_events_v1_events_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +1230,7 @@ func (x *StartStep) String() string {
 func (*StartStep) ProtoMessage() {}
 
 func (x *StartStep) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[12]
+	mi := &file_loom_events_v1_events_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +1243,7 @@ func (x *StartStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartStep.ProtoReflect.Descriptor instead.
 func (*StartStep) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{12}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StartStep) GetJob() string {
@@ -1004,7 +1350,7 @@ type StopStep struct {
 
 func (x *StopStep) Reset() {
 	*x = StopStep{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[13]
+	mi := &file_loom_events_v1_events_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1016,7 +1362,7 @@ func (x *StopStep) String() string {
 func (*StopStep) ProtoMessage() {}
 
 func (x *StopStep) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[13]
+	mi := &file_loom_events_v1_events_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1029,7 +1375,7 @@ func (x *StopStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopStep.ProtoReflect.Descriptor instead.
 func (*StopStep) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{13}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StopStep) GetJob() string {
@@ -1077,7 +1423,7 @@ type StepChanged struct {
 
 func (x *StepChanged) Reset() {
 	*x = StepChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[14]
+	mi := &file_loom_events_v1_events_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1089,7 +1435,7 @@ func (x *StepChanged) String() string {
 func (*StepChanged) ProtoMessage() {}
 
 func (x *StepChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[14]
+	mi := &file_loom_events_v1_events_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1102,7 +1448,7 @@ func (x *StepChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepChanged.ProtoReflect.Descriptor instead.
 func (*StepChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{14}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StepChanged) GetJob() string {
@@ -1175,7 +1521,7 @@ type NodeHealthChanged struct {
 
 func (x *NodeHealthChanged) Reset() {
 	*x = NodeHealthChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[15]
+	mi := &file_loom_events_v1_events_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1533,7 @@ func (x *NodeHealthChanged) String() string {
 func (*NodeHealthChanged) ProtoMessage() {}
 
 func (x *NodeHealthChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[15]
+	mi := &file_loom_events_v1_events_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1546,7 @@ func (x *NodeHealthChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHealthChanged.ProtoReflect.Descriptor instead.
 func (*NodeHealthChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{15}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *NodeHealthChanged) GetNode() string {
@@ -1249,7 +1595,7 @@ type ModelVersionRegistered struct {
 
 func (x *ModelVersionRegistered) Reset() {
 	*x = ModelVersionRegistered{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[16]
+	mi := &file_loom_events_v1_events_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1607,7 @@ func (x *ModelVersionRegistered) String() string {
 func (*ModelVersionRegistered) ProtoMessage() {}
 
 func (x *ModelVersionRegistered) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[16]
+	mi := &file_loom_events_v1_events_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1620,7 @@ func (x *ModelVersionRegistered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelVersionRegistered.ProtoReflect.Descriptor instead.
 func (*ModelVersionRegistered) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{16}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ModelVersionRegistered) GetVersion() *v1.ModelVersion {
@@ -1301,14 +1647,33 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\acluster\x18\x02 \x01(\v2\x10.loom.v1.ClusterR\acluster\"G\n" +
 	"\rDeleteCluster\x12\x1c\n" +
 	"\toperation\x18\x01 \x01(\tR\toperation\x12\x18\n" +
-	"\acluster\x18\x02 \x01(\tR\acluster\"\x81\x01\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\"\xaa\x01\n" +
+	"\rUpdateCluster\x12\x1c\n" +
+	"\toperation\x18\x01 \x01(\tR\toperation\x12*\n" +
+	"\acluster\x18\x02 \x01(\v2\x10.loom.v1.ClusterR\acluster\x12\x1f\n" +
+	"\vupdate_mask\x18\x03 \x03(\tR\n" +
+	"updateMask\x12.\n" +
+	"\x13drain_grace_seconds\x18\x04 \x01(\x05R\x11drainGraceSeconds\"i\n" +
+	"\x11CreateReservation\x12\x1c\n" +
+	"\toperation\x18\x01 \x01(\tR\toperation\x126\n" +
+	"\vreservation\x18\x02 \x01(\v2\x14.loom.v1.ReservationR\vreservation\"S\n" +
+	"\x11DeleteReservation\x12\x1c\n" +
+	"\toperation\x18\x01 \x01(\tR\toperation\x12 \n" +
+	"\vreservation\x18\x02 \x01(\tR\vreservation\"\x81\x01\n" +
 	"\x0eClusterChanged\x12\x1c\n" +
 	"\toperation\x18\x01 \x01(\tR\toperation\x12*\n" +
 	"\acluster\x18\x02 \x01(\v2\x10.loom.v1.ClusterR\acluster\x12%\n" +
 	"\x0eoperation_done\x18\x03 \x01(\bR\roperationDone\"H\n" +
 	"\x0eClusterDeleted\x12\x1c\n" +
 	"\toperation\x18\x01 \x01(\tR\toperation\x12\x18\n" +
-	"\acluster\x18\x02 \x01(\tR\acluster\"~\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\"\x91\x01\n" +
+	"\x12ReservationChanged\x12\x1c\n" +
+	"\toperation\x18\x01 \x01(\tR\toperation\x126\n" +
+	"\vreservation\x18\x02 \x01(\v2\x14.loom.v1.ReservationR\vreservation\x12%\n" +
+	"\x0eoperation_done\x18\x03 \x01(\bR\roperationDone\"T\n" +
+	"\x12ReservationDeleted\x12\x1c\n" +
+	"\toperation\x18\x01 \x01(\tR\toperation\x12 \n" +
+	"\vreservation\x18\x02 \x01(\tR\vreservation\"~\n" +
 	"\x16ClusterOperationFailed\x12\x1c\n" +
 	"\toperation\x18\x01 \x01(\tR\toperation\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x12\n" +
@@ -1341,7 +1706,10 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"JobChanged\x12\x1e\n" +
 	"\x03job\x18\x01 \x01(\v2\f.loom.v1.JobR\x03job\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1b\n" +
-	"\tmodel_dir\x18\x03 \x01(\tR\bmodelDir\"\xb3\x03\n" +
+	"\tmodel_dir\x18\x03 \x01(\tR\bmodelDir\";\n" +
+	"\vNodeDrained\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\"\xb3\x03\n" +
 	"\tStartStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -1411,51 +1779,61 @@ func file_loom_events_v1_events_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_events_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_loom_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_loom_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_loom_events_v1_events_proto_goTypes = []any{
 	(StepState)(0),                 // 0: loom.events.v1.StepState
 	(NodeHealth)(0),                // 1: loom.events.v1.NodeHealth
 	(*CreateCluster)(nil),          // 2: loom.events.v1.CreateCluster
 	(*DeleteCluster)(nil),          // 3: loom.events.v1.DeleteCluster
-	(*ClusterChanged)(nil),         // 4: loom.events.v1.ClusterChanged
-	(*ClusterDeleted)(nil),         // 5: loom.events.v1.ClusterDeleted
-	(*ClusterOperationFailed)(nil), // 6: loom.events.v1.ClusterOperationFailed
-	(*NodeChanged)(nil),            // 7: loom.events.v1.NodeChanged
-	(*NodeRemoved)(nil),            // 8: loom.events.v1.NodeRemoved
-	(*AgentRegistered)(nil),        // 9: loom.events.v1.AgentRegistered
-	(*Heartbeat)(nil),              // 10: loom.events.v1.Heartbeat
-	(*SubmitJob)(nil),              // 11: loom.events.v1.SubmitJob
-	(*CancelJob)(nil),              // 12: loom.events.v1.CancelJob
-	(*JobChanged)(nil),             // 13: loom.events.v1.JobChanged
-	(*StartStep)(nil),              // 14: loom.events.v1.StartStep
-	(*StopStep)(nil),               // 15: loom.events.v1.StopStep
-	(*StepChanged)(nil),            // 16: loom.events.v1.StepChanged
-	(*NodeHealthChanged)(nil),      // 17: loom.events.v1.NodeHealthChanged
-	(*ModelVersionRegistered)(nil), // 18: loom.events.v1.ModelVersionRegistered
-	nil,                            // 19: loom.events.v1.StartStep.EnvEntry
-	(*v1.Cluster)(nil),             // 20: loom.v1.Cluster
-	(*v1.Node)(nil),                // 21: loom.v1.Node
-	(*timestamppb.Timestamp)(nil),  // 22: google.protobuf.Timestamp
-	(*v1.Job)(nil),                 // 23: loom.v1.Job
-	(*v1.ModelVersion)(nil),        // 24: loom.v1.ModelVersion
+	(*UpdateCluster)(nil),          // 4: loom.events.v1.UpdateCluster
+	(*CreateReservation)(nil),      // 5: loom.events.v1.CreateReservation
+	(*DeleteReservation)(nil),      // 6: loom.events.v1.DeleteReservation
+	(*ClusterChanged)(nil),         // 7: loom.events.v1.ClusterChanged
+	(*ClusterDeleted)(nil),         // 8: loom.events.v1.ClusterDeleted
+	(*ReservationChanged)(nil),     // 9: loom.events.v1.ReservationChanged
+	(*ReservationDeleted)(nil),     // 10: loom.events.v1.ReservationDeleted
+	(*ClusterOperationFailed)(nil), // 11: loom.events.v1.ClusterOperationFailed
+	(*NodeChanged)(nil),            // 12: loom.events.v1.NodeChanged
+	(*NodeRemoved)(nil),            // 13: loom.events.v1.NodeRemoved
+	(*AgentRegistered)(nil),        // 14: loom.events.v1.AgentRegistered
+	(*Heartbeat)(nil),              // 15: loom.events.v1.Heartbeat
+	(*SubmitJob)(nil),              // 16: loom.events.v1.SubmitJob
+	(*CancelJob)(nil),              // 17: loom.events.v1.CancelJob
+	(*JobChanged)(nil),             // 18: loom.events.v1.JobChanged
+	(*NodeDrained)(nil),            // 19: loom.events.v1.NodeDrained
+	(*StartStep)(nil),              // 20: loom.events.v1.StartStep
+	(*StopStep)(nil),               // 21: loom.events.v1.StopStep
+	(*StepChanged)(nil),            // 22: loom.events.v1.StepChanged
+	(*NodeHealthChanged)(nil),      // 23: loom.events.v1.NodeHealthChanged
+	(*ModelVersionRegistered)(nil), // 24: loom.events.v1.ModelVersionRegistered
+	nil,                            // 25: loom.events.v1.StartStep.EnvEntry
+	(*v1.Cluster)(nil),             // 26: loom.v1.Cluster
+	(*v1.Reservation)(nil),         // 27: loom.v1.Reservation
+	(*v1.Node)(nil),                // 28: loom.v1.Node
+	(*timestamppb.Timestamp)(nil),  // 29: google.protobuf.Timestamp
+	(*v1.Job)(nil),                 // 30: loom.v1.Job
+	(*v1.ModelVersion)(nil),        // 31: loom.v1.ModelVersion
 }
 var file_loom_events_v1_events_proto_depIdxs = []int32{
-	20, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
-	20, // 1: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
-	21, // 2: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
-	22, // 3: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
-	23, // 4: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
-	23, // 5: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
-	19, // 6: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
-	0,  // 7: loom.events.v1.StepChanged.state:type_name -> loom.events.v1.StepState
-	1,  // 8: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
-	22, // 9: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
-	24, // 10: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	26, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
+	26, // 1: loom.events.v1.UpdateCluster.cluster:type_name -> loom.v1.Cluster
+	27, // 2: loom.events.v1.CreateReservation.reservation:type_name -> loom.v1.Reservation
+	26, // 3: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
+	27, // 4: loom.events.v1.ReservationChanged.reservation:type_name -> loom.v1.Reservation
+	28, // 5: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
+	29, // 6: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
+	30, // 7: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
+	30, // 8: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
+	25, // 9: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
+	0,  // 10: loom.events.v1.StepChanged.state:type_name -> loom.events.v1.StepState
+	1,  // 11: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
+	29, // 12: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
+	31, // 13: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_loom_events_v1_events_proto_init() }
@@ -1469,7 +1847,7 @@ func file_loom_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_events_v1_events_proto_rawDesc), len(file_loom_events_v1_events_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   18,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -3,7 +3,10 @@
 // idempotent, because the reconciler calls them again after any crash.
 package provider
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Node is what a provider needs to know about one node.
 type Node struct {
@@ -17,6 +20,39 @@ type Node struct {
 	WorkDir, SharedDir string
 	// GPUs is how many GPUs the node offers.
 	GPUs int
+	// Pool is the node pool's id; Role is "compute" or "login".
+	Pool, Role string
+	// MachineType, Zone and CapacityType (a loomv1.CapacitySource_Type name,
+	// e.g. "SPOT") say what the node is and where its capacity comes from.
+	MachineType, Zone, CapacityType string
+	// HomeDir and ScratchDir are the cluster's shared filesystems.
+	HomeDir, ScratchDir string
+}
+
+// EventKind is what a provider observed about a node on its own.
+type EventKind int
+
+const (
+	// Preempted: the provider reclaimed the node (spot capacity).
+	Preempted EventKind = iota + 1
+	// BootFailed: the node will never come up; replace it.
+	BootFailed
+)
+
+// Event is something that happened to a node without the provisioner asking.
+type Event struct {
+	// Node is the node's full name.
+	Node   string
+	Kind   EventKind
+	Reason string
+	At     time.Time
+}
+
+// Watcher is implemented by providers that report node events on their own
+// (the sim provider: spot preemptions, boot failures). The provisioner
+// applies each event like a consumed one, so it is durable once handled.
+type Watcher interface {
+	Events() <-chan Event
 }
 
 // Launched reports the outcome of a Launch.
