@@ -208,6 +208,9 @@ func committedOffset(broker, group, topic string, partition int) (int64, error) 
 	if err != nil {
 		return 0, fmt.Errorf("offset fetch: %w", err)
 	}
+	if errors.Is(resp.Error, kafka.GroupIdNotFound) {
+		return -1, nil // the group has not formed yet, so nothing is committed
+	}
 	if resp.Error != nil {
 		return 0, fmt.Errorf("offset fetch: %w", resp.Error)
 	}
