@@ -287,6 +287,68 @@ func (Node_State) EnumDescriptor() ([]byte, []int) {
 	return file_loom_v1_resources_proto_rawDescGZIP(), []int{20, 0}
 }
 
+// State is Slurm's node state.
+type SlurmNode_State int32
+
+const (
+	SlurmNode_STATE_UNSPECIFIED SlurmNode_State = 0
+	SlurmNode_IDLE              SlurmNode_State = 1
+	SlurmNode_MIXED             SlurmNode_State = 2
+	SlurmNode_ALLOCATED         SlurmNode_State = 3
+	SlurmNode_DRAINING          SlurmNode_State = 4
+	SlurmNode_DRAINED           SlurmNode_State = 5
+	SlurmNode_DOWN              SlurmNode_State = 6
+)
+
+// Enum value maps for SlurmNode_State.
+var (
+	SlurmNode_State_name = map[int32]string{
+		0: "STATE_UNSPECIFIED",
+		1: "IDLE",
+		2: "MIXED",
+		3: "ALLOCATED",
+		4: "DRAINING",
+		5: "DRAINED",
+		6: "DOWN",
+	}
+	SlurmNode_State_value = map[string]int32{
+		"STATE_UNSPECIFIED": 0,
+		"IDLE":              1,
+		"MIXED":             2,
+		"ALLOCATED":         3,
+		"DRAINING":          4,
+		"DRAINED":           5,
+		"DOWN":              6,
+	}
+)
+
+func (x SlurmNode_State) Enum() *SlurmNode_State {
+	p := new(SlurmNode_State)
+	*p = x
+	return p
+}
+
+func (x SlurmNode_State) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SlurmNode_State) Descriptor() protoreflect.EnumDescriptor {
+	return file_loom_v1_resources_proto_enumTypes[4].Descriptor()
+}
+
+func (SlurmNode_State) Type() protoreflect.EnumType {
+	return &file_loom_v1_resources_proto_enumTypes[4]
+}
+
+func (x SlurmNode_State) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SlurmNode_State.Descriptor instead.
+func (SlurmNode_State) EnumDescriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{25, 0}
+}
+
 // Cluster is a training cluster: node pools of GPU machines that Loom provisions
 // and schedules jobs on. Name is "projects/{project}/clusters/{cluster}".
 type Cluster struct {
@@ -2006,15 +2068,73 @@ type Job struct {
 	// model_output, when set, registers a model version when the job succeeds.
 	ModelOutput *ModelOutput `protobuf:"bytes,10,opt,name=model_output,json=modelOutput,proto3" json:"model_output,omitempty"`
 	User        string       `protobuf:"bytes,11,opt,name=user,proto3" json:"user,omitempty"`
+	// Slurm options (sbatch). Zero values mean Slurm's defaults.
+	// partition defaults to the cluster's default partition.
+	Partition string `protobuf:"bytes,30,opt,name=partition,proto3" json:"partition,omitempty"`
+	// ntasks is the total task count; ntasks_per_node the tasks on each node.
+	Ntasks        int32 `protobuf:"varint,31,opt,name=ntasks,proto3" json:"ntasks,omitempty"`
+	NtasksPerNode int32 `protobuf:"varint,32,opt,name=ntasks_per_node,json=ntasksPerNode,proto3" json:"ntasks_per_node,omitempty"`
+	CpusPerTask   int32 `protobuf:"varint,33,opt,name=cpus_per_task,json=cpusPerTask,proto3" json:"cpus_per_task,omitempty"`
+	// mem_mb is the memory per node in MiB (--mem).
+	MemMb int64 `protobuf:"varint,34,opt,name=mem_mb,json=memMb,proto3" json:"mem_mb,omitempty"`
+	// gpu_type restricts GPUs to one model (--gres=gpu:TYPE:N), e.g. "h100".
+	GpuType string `protobuf:"bytes,35,opt,name=gpu_type,json=gpuType,proto3" json:"gpu_type,omitempty"`
+	// gpus is the job's total GPU count (--gpus), spread over its nodes.
+	Gpus int32 `protobuf:"varint,36,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	// time_limit_seconds is --time; 0 means the partition's MaxTime.
+	TimeLimitSeconds int64 `protobuf:"varint,37,opt,name=time_limit_seconds,json=timeLimitSeconds,proto3" json:"time_limit_seconds,omitempty"`
+	// array is the --array spec as given ("0-15:2%4"); set on the array's parent.
+	Array string `protobuf:"bytes,38,opt,name=array,proto3" json:"array,omitempty"`
+	// array_job_id is the parent's id (%A) on array tasks; array_task_id their index (%a).
+	ArrayJobId  string `protobuf:"bytes,39,opt,name=array_job_id,json=arrayJobId,proto3" json:"array_job_id,omitempty"`
+	ArrayTaskId int32  `protobuf:"varint,40,opt,name=array_task_id,json=arrayTaskId,proto3" json:"array_task_id,omitempty"`
+	// dependency is the --dependency spec ("afterok:12:13,singleton").
+	Dependency string `protobuf:"bytes,41,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// output_pattern and error_pattern are --output/--error with %j %A %a %x %u %N.
+	OutputPattern string `protobuf:"bytes,42,opt,name=output_pattern,json=outputPattern,proto3" json:"output_pattern,omitempty"`
+	ErrorPattern  string `protobuf:"bytes,43,opt,name=error_pattern,json=errorPattern,proto3" json:"error_pattern,omitempty"`
+	// requeue: --requeue / --no-requeue; unset means the cluster default (requeue allowed).
+	Requeue   *bool  `protobuf:"varint,44,opt,name=requeue,proto3,oneof" json:"requeue,omitempty"`
+	Exclusive bool   `protobuf:"varint,45,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
+	Qos       string `protobuf:"bytes,46,opt,name=qos,proto3" json:"qos,omitempty"`
+	Account   string `protobuf:"bytes,47,opt,name=account,proto3" json:"account,omitempty"`
+	// nodelist and exclude are hostnames the job must use / must not use.
+	Nodelist []string `protobuf:"bytes,48,rep,name=nodelist,proto3" json:"nodelist,omitempty"`
+	Exclude  []string `protobuf:"bytes,49,rep,name=exclude,proto3" json:"exclude,omitempty"`
+	// work_dir is --chdir (default: the submit directory).
+	WorkDir string `protobuf:"bytes,50,opt,name=work_dir,json=workDir,proto3" json:"work_dir,omitempty"`
+	// export is --export: "ALL" (default), "NONE", or "ALL,VAR=x,..."; env holds the exported values.
+	Export string `protobuf:"bytes,51,opt,name=export,proto3" json:"export,omitempty"`
+	// signal is --signal "[B:]SIG[@seconds]": sent that long before the time limit or preemption.
+	Signal    string                 `protobuf:"bytes,52,opt,name=signal,proto3" json:"signal,omitempty"`
+	BeginTime *timestamppb.Timestamp `protobuf:"bytes,53,opt,name=begin_time,json=beginTime,proto3" json:"begin_time,omitempty"`
+	// hold submits the job held (--hold); as output: the job is held.
+	Hold      bool   `protobuf:"varint,54,opt,name=hold,proto3" json:"hold,omitempty"`
+	SubmitDir string `protobuf:"bytes,55,opt,name=submit_dir,json=submitDir,proto3" json:"submit_dir,omitempty"`
 	// Output only.
-	State         JobState               `protobuf:"varint,20,opt,name=state,proto3,enum=loom.v1.JobState" json:"state,omitempty"`
-	StateReason   string                 `protobuf:"bytes,21,opt,name=state_reason,json=stateReason,proto3" json:"state_reason,omitempty"`
-	ExitCode      int32                  `protobuf:"varint,22,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	Nodes         []string               `protobuf:"bytes,23,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	OutputPath    string                 `protobuf:"bytes,24,opt,name=output_path,json=outputPath,proto3" json:"output_path,omitempty"`
-	SubmitTime    *timestamppb.Timestamp `protobuf:"bytes,25,opt,name=submit_time,json=submitTime,proto3" json:"submit_time,omitempty"`
-	StartTime     *timestamppb.Timestamp `protobuf:"bytes,26,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
-	EndTime       *timestamppb.Timestamp `protobuf:"bytes,27,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	State       JobState               `protobuf:"varint,20,opt,name=state,proto3,enum=loom.v1.JobState" json:"state,omitempty"`
+	StateReason string                 `protobuf:"bytes,21,opt,name=state_reason,json=stateReason,proto3" json:"state_reason,omitempty"`
+	ExitCode    int32                  `protobuf:"varint,22,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Nodes       []string               `protobuf:"bytes,23,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	OutputPath  string                 `protobuf:"bytes,24,opt,name=output_path,json=outputPath,proto3" json:"output_path,omitempty"`
+	SubmitTime  *timestamppb.Timestamp `protobuf:"bytes,25,opt,name=submit_time,json=submitTime,proto3" json:"submit_time,omitempty"`
+	StartTime   *timestamppb.Timestamp `protobuf:"bytes,26,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	EndTime     *timestamppb.Timestamp `protobuf:"bytes,27,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// error_path is the resolved --error file (empty: joined with output_path).
+	ErrorPath string `protobuf:"bytes,28,opt,name=error_path,json=errorPath,proto3" json:"error_path,omitempty"`
+	// Output only: scheduling.
+	Priority        int64            `protobuf:"varint,60,opt,name=priority,proto3" json:"priority,omitempty"`
+	PriorityFactors *PriorityFactors `protobuf:"bytes,61,opt,name=priority_factors,json=priorityFactors,proto3" json:"priority_factors,omitempty"`
+	// placement is why a pending job is not placed, beyond its Slurm reason:
+	// how many nodes were filtered and by which check.
+	Placement string `protobuf:"bytes,62,opt,name=placement,proto3" json:"placement,omitempty"`
+	// restart_count counts requeues; runs are the job's attempts, oldest first.
+	RestartCount int32     `protobuf:"varint,63,opt,name=restart_count,json=restartCount,proto3" json:"restart_count,omitempty"`
+	Runs         []*JobRun `protobuf:"bytes,64,rep,name=runs,proto3" json:"runs,omitempty"`
+	// batch_host is the node that runs the batch script.
+	BatchHost string `protobuf:"bytes,65,opt,name=batch_host,json=batchHost,proto3" json:"batch_host,omitempty"`
+	// alloc_gpus is how many GPUs the job holds in all.
+	AllocGpus     int32 `protobuf:"varint,66,opt,name=alloc_gpus,json=allocGpus,proto3" json:"alloc_gpus,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2126,6 +2246,188 @@ func (x *Job) GetUser() string {
 	return ""
 }
 
+func (x *Job) GetPartition() string {
+	if x != nil {
+		return x.Partition
+	}
+	return ""
+}
+
+func (x *Job) GetNtasks() int32 {
+	if x != nil {
+		return x.Ntasks
+	}
+	return 0
+}
+
+func (x *Job) GetNtasksPerNode() int32 {
+	if x != nil {
+		return x.NtasksPerNode
+	}
+	return 0
+}
+
+func (x *Job) GetCpusPerTask() int32 {
+	if x != nil {
+		return x.CpusPerTask
+	}
+	return 0
+}
+
+func (x *Job) GetMemMb() int64 {
+	if x != nil {
+		return x.MemMb
+	}
+	return 0
+}
+
+func (x *Job) GetGpuType() string {
+	if x != nil {
+		return x.GpuType
+	}
+	return ""
+}
+
+func (x *Job) GetGpus() int32 {
+	if x != nil {
+		return x.Gpus
+	}
+	return 0
+}
+
+func (x *Job) GetTimeLimitSeconds() int64 {
+	if x != nil {
+		return x.TimeLimitSeconds
+	}
+	return 0
+}
+
+func (x *Job) GetArray() string {
+	if x != nil {
+		return x.Array
+	}
+	return ""
+}
+
+func (x *Job) GetArrayJobId() string {
+	if x != nil {
+		return x.ArrayJobId
+	}
+	return ""
+}
+
+func (x *Job) GetArrayTaskId() int32 {
+	if x != nil {
+		return x.ArrayTaskId
+	}
+	return 0
+}
+
+func (x *Job) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
+func (x *Job) GetOutputPattern() string {
+	if x != nil {
+		return x.OutputPattern
+	}
+	return ""
+}
+
+func (x *Job) GetErrorPattern() string {
+	if x != nil {
+		return x.ErrorPattern
+	}
+	return ""
+}
+
+func (x *Job) GetRequeue() bool {
+	if x != nil && x.Requeue != nil {
+		return *x.Requeue
+	}
+	return false
+}
+
+func (x *Job) GetExclusive() bool {
+	if x != nil {
+		return x.Exclusive
+	}
+	return false
+}
+
+func (x *Job) GetQos() string {
+	if x != nil {
+		return x.Qos
+	}
+	return ""
+}
+
+func (x *Job) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
+func (x *Job) GetNodelist() []string {
+	if x != nil {
+		return x.Nodelist
+	}
+	return nil
+}
+
+func (x *Job) GetExclude() []string {
+	if x != nil {
+		return x.Exclude
+	}
+	return nil
+}
+
+func (x *Job) GetWorkDir() string {
+	if x != nil {
+		return x.WorkDir
+	}
+	return ""
+}
+
+func (x *Job) GetExport() string {
+	if x != nil {
+		return x.Export
+	}
+	return ""
+}
+
+func (x *Job) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+func (x *Job) GetBeginTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.BeginTime
+	}
+	return nil
+}
+
+func (x *Job) GetHold() bool {
+	if x != nil {
+		return x.Hold
+	}
+	return false
+}
+
+func (x *Job) GetSubmitDir() string {
+	if x != nil {
+		return x.SubmitDir
+	}
+	return ""
+}
+
 func (x *Job) GetState() JobState {
 	if x != nil {
 		return x.State
@@ -2182,6 +2484,492 @@ func (x *Job) GetEndTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Job) GetErrorPath() string {
+	if x != nil {
+		return x.ErrorPath
+	}
+	return ""
+}
+
+func (x *Job) GetPriority() int64 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *Job) GetPriorityFactors() *PriorityFactors {
+	if x != nil {
+		return x.PriorityFactors
+	}
+	return nil
+}
+
+func (x *Job) GetPlacement() string {
+	if x != nil {
+		return x.Placement
+	}
+	return ""
+}
+
+func (x *Job) GetRestartCount() int32 {
+	if x != nil {
+		return x.RestartCount
+	}
+	return 0
+}
+
+func (x *Job) GetRuns() []*JobRun {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *Job) GetBatchHost() string {
+	if x != nil {
+		return x.BatchHost
+	}
+	return ""
+}
+
+func (x *Job) GetAllocGpus() int32 {
+	if x != nil {
+		return x.AllocGpus
+	}
+	return 0
+}
+
+// PriorityFactors are the weighted parts of a job's multifactor priority (sprio).
+type PriorityFactors struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Age           int64                  `protobuf:"varint,1,opt,name=age,proto3" json:"age,omitempty"`
+	Fairshare     int64                  `protobuf:"varint,2,opt,name=fairshare,proto3" json:"fairshare,omitempty"`
+	JobSize       int64                  `protobuf:"varint,3,opt,name=job_size,json=jobSize,proto3" json:"job_size,omitempty"`
+	Partition     int64                  `protobuf:"varint,4,opt,name=partition,proto3" json:"partition,omitempty"`
+	Qos           int64                  `protobuf:"varint,5,opt,name=qos,proto3" json:"qos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PriorityFactors) Reset() {
+	*x = PriorityFactors{}
+	mi := &file_loom_v1_resources_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PriorityFactors) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PriorityFactors) ProtoMessage() {}
+
+func (x *PriorityFactors) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PriorityFactors.ProtoReflect.Descriptor instead.
+func (*PriorityFactors) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *PriorityFactors) GetAge() int64 {
+	if x != nil {
+		return x.Age
+	}
+	return 0
+}
+
+func (x *PriorityFactors) GetFairshare() int64 {
+	if x != nil {
+		return x.Fairshare
+	}
+	return 0
+}
+
+func (x *PriorityFactors) GetJobSize() int64 {
+	if x != nil {
+		return x.JobSize
+	}
+	return 0
+}
+
+func (x *PriorityFactors) GetPartition() int64 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *PriorityFactors) GetQos() int64 {
+	if x != nil {
+		return x.Qos
+	}
+	return 0
+}
+
+// JobRun is one attempt of a job.
+type JobRun struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Attempt       int32                  `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	State         JobState               `protobuf:"varint,2,opt,name=state,proto3,enum=loom.v1.JobState" json:"state,omitempty"`
+	Nodes         []string               `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	StartTime     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	EndTime       *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	ExitCode      int32                  `protobuf:"varint,6,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Reason        string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobRun) Reset() {
+	*x = JobRun{}
+	mi := &file_loom_v1_resources_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobRun) ProtoMessage() {}
+
+func (x *JobRun) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobRun.ProtoReflect.Descriptor instead.
+func (*JobRun) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *JobRun) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *JobRun) GetState() JobState {
+	if x != nil {
+		return x.State
+	}
+	return JobState_JOB_STATE_UNSPECIFIED
+}
+
+func (x *JobRun) GetNodes() []string {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *JobRun) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *JobRun) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *JobRun) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *JobRun) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// Partition is the scheduler's view of a Slurm partition of a cluster (sinfo).
+type Partition struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Cluster string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Default bool                   `protobuf:"varint,3,opt,name=default,proto3" json:"default,omitempty"`
+	// state is "up" or "down".
+	State string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	// max_time is Slurm's MaxTime text ("UNLIMITED", "1:00:00").
+	MaxTime       string   `protobuf:"bytes,5,opt,name=max_time,json=maxTime,proto3" json:"max_time,omitempty"`
+	PriorityTier  int32    `protobuf:"varint,6,opt,name=priority_tier,json=priorityTier,proto3" json:"priority_tier,omitempty"`
+	Nodes         []string `protobuf:"bytes,7,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	TotalGpus     int32    `protobuf:"varint,8,opt,name=total_gpus,json=totalGpus,proto3" json:"total_gpus,omitempty"`
+	AllocGpus     int32    `protobuf:"varint,9,opt,name=alloc_gpus,json=allocGpus,proto3" json:"alloc_gpus,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Partition) Reset() {
+	*x = Partition{}
+	mi := &file_loom_v1_resources_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Partition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Partition) ProtoMessage() {}
+
+func (x *Partition) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Partition.ProtoReflect.Descriptor instead.
+func (*Partition) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *Partition) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Partition) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *Partition) GetDefault() bool {
+	if x != nil {
+		return x.Default
+	}
+	return false
+}
+
+func (x *Partition) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *Partition) GetMaxTime() string {
+	if x != nil {
+		return x.MaxTime
+	}
+	return ""
+}
+
+func (x *Partition) GetPriorityTier() int32 {
+	if x != nil {
+		return x.PriorityTier
+	}
+	return 0
+}
+
+func (x *Partition) GetNodes() []string {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *Partition) GetTotalGpus() int32 {
+	if x != nil {
+		return x.TotalGpus
+	}
+	return 0
+}
+
+func (x *Partition) GetAllocGpus() int32 {
+	if x != nil {
+		return x.AllocGpus
+	}
+	return 0
+}
+
+// SlurmNode is the scheduler's view of one compute node (sinfo -N, scontrol show node).
+type SlurmNode struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hostname      string                 `protobuf:"bytes,1,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Node          string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Cluster       string                 `protobuf:"bytes,3,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	State         SlurmNode_State        `protobuf:"varint,4,opt,name=state,proto3,enum=loom.v1.SlurmNode_State" json:"state,omitempty"`
+	Partitions    []string               `protobuf:"bytes,5,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	Gpus          int32                  `protobuf:"varint,6,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	AllocGpus     int32                  `protobuf:"varint,7,opt,name=alloc_gpus,json=allocGpus,proto3" json:"alloc_gpus,omitempty"`
+	GpuType       string                 `protobuf:"bytes,8,opt,name=gpu_type,json=gpuType,proto3" json:"gpu_type,omitempty"`
+	Cpus          int32                  `protobuf:"varint,9,opt,name=cpus,proto3" json:"cpus,omitempty"`
+	AllocCpus     int32                  `protobuf:"varint,10,opt,name=alloc_cpus,json=allocCpus,proto3" json:"alloc_cpus,omitempty"`
+	MemoryMb      int64                  `protobuf:"varint,11,opt,name=memory_mb,json=memoryMb,proto3" json:"memory_mb,omitempty"`
+	Reason        string                 `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
+	Features      []string               `protobuf:"bytes,13,rep,name=features,proto3" json:"features,omitempty"`
+	Block         string                 `protobuf:"bytes,14,opt,name=block,proto3" json:"block,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlurmNode) Reset() {
+	*x = SlurmNode{}
+	mi := &file_loom_v1_resources_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlurmNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlurmNode) ProtoMessage() {}
+
+func (x *SlurmNode) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlurmNode.ProtoReflect.Descriptor instead.
+func (*SlurmNode) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SlurmNode) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *SlurmNode) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *SlurmNode) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *SlurmNode) GetState() SlurmNode_State {
+	if x != nil {
+		return x.State
+	}
+	return SlurmNode_STATE_UNSPECIFIED
+}
+
+func (x *SlurmNode) GetPartitions() []string {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+func (x *SlurmNode) GetGpus() int32 {
+	if x != nil {
+		return x.Gpus
+	}
+	return 0
+}
+
+func (x *SlurmNode) GetAllocGpus() int32 {
+	if x != nil {
+		return x.AllocGpus
+	}
+	return 0
+}
+
+func (x *SlurmNode) GetGpuType() string {
+	if x != nil {
+		return x.GpuType
+	}
+	return ""
+}
+
+func (x *SlurmNode) GetCpus() int32 {
+	if x != nil {
+		return x.Cpus
+	}
+	return 0
+}
+
+func (x *SlurmNode) GetAllocCpus() int32 {
+	if x != nil {
+		return x.AllocCpus
+	}
+	return 0
+}
+
+func (x *SlurmNode) GetMemoryMb() int64 {
+	if x != nil {
+		return x.MemoryMb
+	}
+	return 0
+}
+
+func (x *SlurmNode) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SlurmNode) GetFeatures() []string {
+	if x != nil {
+		return x.Features
+	}
+	return nil
+}
+
+func (x *SlurmNode) GetBlock() string {
+	if x != nil {
+		return x.Block
+	}
+	return ""
+}
+
 // ModelOutput declares the model that a job trains. The job writes its files
 // into the directory named by $LOOM_MODEL_DIR.
 type ModelOutput struct {
@@ -2194,7 +2982,7 @@ type ModelOutput struct {
 
 func (x *ModelOutput) Reset() {
 	*x = ModelOutput{}
-	mi := &file_loom_v1_resources_proto_msgTypes[22]
+	mi := &file_loom_v1_resources_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2206,7 +2994,7 @@ func (x *ModelOutput) String() string {
 func (*ModelOutput) ProtoMessage() {}
 
 func (x *ModelOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[22]
+	mi := &file_loom_v1_resources_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2219,7 +3007,7 @@ func (x *ModelOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelOutput.ProtoReflect.Descriptor instead.
 func (*ModelOutput) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{22}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ModelOutput) GetModelId() string {
@@ -2242,7 +3030,7 @@ type Model struct {
 
 func (x *Model) Reset() {
 	*x = Model{}
-	mi := &file_loom_v1_resources_proto_msgTypes[23]
+	mi := &file_loom_v1_resources_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2254,7 +3042,7 @@ func (x *Model) String() string {
 func (*Model) ProtoMessage() {}
 
 func (x *Model) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[23]
+	mi := &file_loom_v1_resources_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2267,7 +3055,7 @@ func (x *Model) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Model.ProtoReflect.Descriptor instead.
 func (*Model) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{23}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Model) GetName() string {
@@ -2316,7 +3104,7 @@ type ModelVersion struct {
 
 func (x *ModelVersion) Reset() {
 	*x = ModelVersion{}
-	mi := &file_loom_v1_resources_proto_msgTypes[24]
+	mi := &file_loom_v1_resources_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2328,7 +3116,7 @@ func (x *ModelVersion) String() string {
 func (*ModelVersion) ProtoMessage() {}
 
 func (x *ModelVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[24]
+	mi := &file_loom_v1_resources_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2341,7 +3129,7 @@ func (x *ModelVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelVersion.ProtoReflect.Descriptor instead.
 func (*ModelVersion) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{24}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ModelVersion) GetName() string {
@@ -2405,7 +3193,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_loom_v1_resources_proto_msgTypes[25]
+	mi := &file_loom_v1_resources_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2417,7 +3205,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[25]
+	mi := &file_loom_v1_resources_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2430,7 +3218,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{25}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Operation) GetName() string {
@@ -2524,7 +3312,7 @@ type OperationMetadata struct {
 
 func (x *OperationMetadata) Reset() {
 	*x = OperationMetadata{}
-	mi := &file_loom_v1_resources_proto_msgTypes[26]
+	mi := &file_loom_v1_resources_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2536,7 +3324,7 @@ func (x *OperationMetadata) String() string {
 func (*OperationMetadata) ProtoMessage() {}
 
 func (x *OperationMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[26]
+	mi := &file_loom_v1_resources_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2549,7 +3337,7 @@ func (x *OperationMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationMetadata.ProtoReflect.Descriptor instead.
 func (*OperationMetadata) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{26}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *OperationMetadata) GetTarget() string {
@@ -2598,7 +3386,7 @@ type OperationError struct {
 
 func (x *OperationError) Reset() {
 	*x = OperationError{}
-	mi := &file_loom_v1_resources_proto_msgTypes[27]
+	mi := &file_loom_v1_resources_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2610,7 +3398,7 @@ func (x *OperationError) String() string {
 func (*OperationError) ProtoMessage() {}
 
 func (x *OperationError) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[27]
+	mi := &file_loom_v1_resources_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2623,7 +3411,7 @@ func (x *OperationError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationError.ProtoReflect.Descriptor instead.
 func (*OperationError) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{27}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *OperationError) GetCode() int32 {
@@ -2834,7 +3622,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\bDELETING\x10\x04\x12\f\n" +
 	"\bDRAINING\x10\x05\x12\n" +
 	"\n" +
-	"\x06FAILED\x10\x06\"\xdf\x05\n" +
+	"\x06FAILED\x10\x06\"\xa7\x0e\n" +
 	"\x03Job\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -2848,7 +3636,38 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x03env\x18\t \x03(\v2\x15.loom.v1.Job.EnvEntryR\x03env\x127\n" +
 	"\fmodel_output\x18\n" +
 	" \x01(\v2\x14.loom.v1.ModelOutputR\vmodelOutput\x12\x12\n" +
-	"\x04user\x18\v \x01(\tR\x04user\x12'\n" +
+	"\x04user\x18\v \x01(\tR\x04user\x12\x1c\n" +
+	"\tpartition\x18\x1e \x01(\tR\tpartition\x12\x16\n" +
+	"\x06ntasks\x18\x1f \x01(\x05R\x06ntasks\x12&\n" +
+	"\x0fntasks_per_node\x18  \x01(\x05R\rntasksPerNode\x12\"\n" +
+	"\rcpus_per_task\x18! \x01(\x05R\vcpusPerTask\x12\x15\n" +
+	"\x06mem_mb\x18\" \x01(\x03R\x05memMb\x12\x19\n" +
+	"\bgpu_type\x18# \x01(\tR\agpuType\x12\x12\n" +
+	"\x04gpus\x18$ \x01(\x05R\x04gpus\x12,\n" +
+	"\x12time_limit_seconds\x18% \x01(\x03R\x10timeLimitSeconds\x12\x14\n" +
+	"\x05array\x18& \x01(\tR\x05array\x12 \n" +
+	"\farray_job_id\x18' \x01(\tR\n" +
+	"arrayJobId\x12\"\n" +
+	"\rarray_task_id\x18( \x01(\x05R\varrayTaskId\x12\x1e\n" +
+	"\n" +
+	"dependency\x18) \x01(\tR\n" +
+	"dependency\x12%\n" +
+	"\x0eoutput_pattern\x18* \x01(\tR\routputPattern\x12#\n" +
+	"\rerror_pattern\x18+ \x01(\tR\ferrorPattern\x12\x1d\n" +
+	"\arequeue\x18, \x01(\bH\x00R\arequeue\x88\x01\x01\x12\x1c\n" +
+	"\texclusive\x18- \x01(\bR\texclusive\x12\x10\n" +
+	"\x03qos\x18. \x01(\tR\x03qos\x12\x18\n" +
+	"\aaccount\x18/ \x01(\tR\aaccount\x12\x1a\n" +
+	"\bnodelist\x180 \x03(\tR\bnodelist\x12\x18\n" +
+	"\aexclude\x181 \x03(\tR\aexclude\x12\x19\n" +
+	"\bwork_dir\x182 \x01(\tR\aworkDir\x12\x16\n" +
+	"\x06export\x183 \x01(\tR\x06export\x12\x16\n" +
+	"\x06signal\x184 \x01(\tR\x06signal\x129\n" +
+	"\n" +
+	"begin_time\x185 \x01(\v2\x1a.google.protobuf.TimestampR\tbeginTime\x12\x12\n" +
+	"\x04hold\x186 \x01(\bR\x04hold\x12\x1d\n" +
+	"\n" +
+	"submit_dir\x187 \x01(\tR\tsubmitDir\x12'\n" +
 	"\x05state\x18\x14 \x01(\x0e2\x11.loom.v1.JobStateR\x05state\x12!\n" +
 	"\fstate_reason\x18\x15 \x01(\tR\vstateReason\x12\x1b\n" +
 	"\texit_code\x18\x16 \x01(\x05R\bexitCode\x12\x14\n" +
@@ -2859,10 +3678,78 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"submitTime\x129\n" +
 	"\n" +
 	"start_time\x18\x1a \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
-	"\bend_time\x18\x1b \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x1a6\n" +
+	"\bend_time\x18\x1b \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x1d\n" +
+	"\n" +
+	"error_path\x18\x1c \x01(\tR\terrorPath\x12\x1a\n" +
+	"\bpriority\x18< \x01(\x03R\bpriority\x12C\n" +
+	"\x10priority_factors\x18= \x01(\v2\x18.loom.v1.PriorityFactorsR\x0fpriorityFactors\x12\x1c\n" +
+	"\tplacement\x18> \x01(\tR\tplacement\x12#\n" +
+	"\rrestart_count\x18? \x01(\x05R\frestartCount\x12#\n" +
+	"\x04runs\x18@ \x03(\v2\x0f.loom.v1.JobRunR\x04runs\x12\x1d\n" +
+	"\n" +
+	"batch_host\x18A \x01(\tR\tbatchHost\x12\x1d\n" +
+	"\n" +
+	"alloc_gpus\x18B \x01(\x05R\tallocGpus\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"(\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\n" +
+	"\n" +
+	"\b_requeue\"\x8c\x01\n" +
+	"\x0fPriorityFactors\x12\x10\n" +
+	"\x03age\x18\x01 \x01(\x03R\x03age\x12\x1c\n" +
+	"\tfairshare\x18\x02 \x01(\x03R\tfairshare\x12\x19\n" +
+	"\bjob_size\x18\x03 \x01(\x03R\ajobSize\x12\x1c\n" +
+	"\tpartition\x18\x04 \x01(\x03R\tpartition\x12\x10\n" +
+	"\x03qos\x18\x05 \x01(\x03R\x03qos\"\x88\x02\n" +
+	"\x06JobRun\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12'\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x11.loom.v1.JobStateR\x05state\x12\x14\n" +
+	"\x05nodes\x18\x03 \x03(\tR\x05nodes\x129\n" +
+	"\n" +
+	"start_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x1b\n" +
+	"\texit_code\x18\x06 \x01(\x05R\bexitCode\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"\xfd\x01\n" +
+	"\tPartition\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\x12\x18\n" +
+	"\adefault\x18\x03 \x01(\bR\adefault\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x12\x19\n" +
+	"\bmax_time\x18\x05 \x01(\tR\amaxTime\x12#\n" +
+	"\rpriority_tier\x18\x06 \x01(\x05R\fpriorityTier\x12\x14\n" +
+	"\x05nodes\x18\a \x03(\tR\x05nodes\x12\x1d\n" +
+	"\n" +
+	"total_gpus\x18\b \x01(\x05R\ttotalGpus\x12\x1d\n" +
+	"\n" +
+	"alloc_gpus\x18\t \x01(\x05R\tallocGpus\"\xf6\x03\n" +
+	"\tSlurmNode\x12\x1a\n" +
+	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12\x18\n" +
+	"\acluster\x18\x03 \x01(\tR\acluster\x12.\n" +
+	"\x05state\x18\x04 \x01(\x0e2\x18.loom.v1.SlurmNode.StateR\x05state\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x05 \x03(\tR\n" +
+	"partitions\x12\x12\n" +
+	"\x04gpus\x18\x06 \x01(\x05R\x04gpus\x12\x1d\n" +
+	"\n" +
+	"alloc_gpus\x18\a \x01(\x05R\tallocGpus\x12\x19\n" +
+	"\bgpu_type\x18\b \x01(\tR\agpuType\x12\x12\n" +
+	"\x04cpus\x18\t \x01(\x05R\x04cpus\x12\x1d\n" +
+	"\n" +
+	"alloc_cpus\x18\n" +
+	" \x01(\x05R\tallocCpus\x12\x1b\n" +
+	"\tmemory_mb\x18\v \x01(\x03R\bmemoryMb\x12\x16\n" +
+	"\x06reason\x18\f \x01(\tR\x06reason\x12\x1a\n" +
+	"\bfeatures\x18\r \x03(\tR\bfeatures\x12\x14\n" +
+	"\x05block\x18\x0e \x01(\tR\x05block\"g\n" +
+	"\x05State\x12\x15\n" +
+	"\x11STATE_UNSPECIFIED\x10\x00\x12\b\n" +
+	"\x04IDLE\x10\x01\x12\t\n" +
+	"\x05MIXED\x10\x02\x12\r\n" +
+	"\tALLOCATED\x10\x03\x12\f\n" +
+	"\bDRAINING\x10\x04\x12\v\n" +
+	"\aDRAINED\x10\x05\x12\b\n" +
+	"\x04DOWN\x10\x06\"(\n" +
 	"\vModelOutput\x12\x19\n" +
 	"\bmodel_id\x18\x01 \x01(\tR\amodelId\"\xbc\x01\n" +
 	"\x05Model\x12\x12\n" +
@@ -2932,99 +3819,111 @@ func file_loom_v1_resources_proto_rawDescGZIP() []byte {
 	return file_loom_v1_resources_proto_rawDescData
 }
 
-var file_loom_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_loom_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_loom_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_loom_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_loom_v1_resources_proto_goTypes = []any{
 	(JobState)(0),                 // 0: loom.v1.JobState
 	(Cluster_State)(0),            // 1: loom.v1.Cluster.State
 	(CapacitySource_Type)(0),      // 2: loom.v1.CapacitySource.Type
 	(Node_State)(0),               // 3: loom.v1.Node.State
-	(*Cluster)(nil),               // 4: loom.v1.Cluster
-	(*ComputeResources)(nil),      // 5: loom.v1.ComputeResources
-	(*NodePool)(nil),              // 6: loom.v1.NodePool
-	(*CapacitySource)(nil),        // 7: loom.v1.CapacitySource
-	(*BootDisk)(nil),              // 8: loom.v1.BootDisk
-	(*Orchestrator)(nil),          // 9: loom.v1.Orchestrator
-	(*SlurmOrchestrator)(nil),     // 10: loom.v1.SlurmOrchestrator
-	(*LoginNodes)(nil),            // 11: loom.v1.LoginNodes
-	(*SlurmNodeSet)(nil),          // 12: loom.v1.SlurmNodeSet
-	(*SlurmPartition)(nil),        // 13: loom.v1.SlurmPartition
-	(*StorageResources)(nil),      // 14: loom.v1.StorageResources
-	(*SharedHome)(nil),            // 15: loom.v1.SharedHome
-	(*ScratchFilesystem)(nil),     // 16: loom.v1.ScratchFilesystem
-	(*NetworkConfig)(nil),         // 17: loom.v1.NetworkConfig
-	(*ClusterStatus)(nil),         // 18: loom.v1.ClusterStatus
-	(*NodePoolStatus)(nil),        // 19: loom.v1.NodePoolStatus
-	(*Condition)(nil),             // 20: loom.v1.Condition
-	(*Reservation)(nil),           // 21: loom.v1.Reservation
-	(*CapacityPool)(nil),          // 22: loom.v1.CapacityPool
-	(*SlurmConfig)(nil),           // 23: loom.v1.SlurmConfig
-	(*Node)(nil),                  // 24: loom.v1.Node
-	(*Job)(nil),                   // 25: loom.v1.Job
-	(*ModelOutput)(nil),           // 26: loom.v1.ModelOutput
-	(*Model)(nil),                 // 27: loom.v1.Model
-	(*ModelVersion)(nil),          // 28: loom.v1.ModelVersion
-	(*Operation)(nil),             // 29: loom.v1.Operation
-	(*OperationMetadata)(nil),     // 30: loom.v1.OperationMetadata
-	(*OperationError)(nil),        // 31: loom.v1.OperationError
-	nil,                           // 32: loom.v1.Cluster.LabelsEntry
-	nil,                           // 33: loom.v1.NodePool.LabelsEntry
-	nil,                           // 34: loom.v1.Job.EnvEntry
-	nil,                           // 35: loom.v1.ModelVersion.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
+	(SlurmNode_State)(0),          // 4: loom.v1.SlurmNode.State
+	(*Cluster)(nil),               // 5: loom.v1.Cluster
+	(*ComputeResources)(nil),      // 6: loom.v1.ComputeResources
+	(*NodePool)(nil),              // 7: loom.v1.NodePool
+	(*CapacitySource)(nil),        // 8: loom.v1.CapacitySource
+	(*BootDisk)(nil),              // 9: loom.v1.BootDisk
+	(*Orchestrator)(nil),          // 10: loom.v1.Orchestrator
+	(*SlurmOrchestrator)(nil),     // 11: loom.v1.SlurmOrchestrator
+	(*LoginNodes)(nil),            // 12: loom.v1.LoginNodes
+	(*SlurmNodeSet)(nil),          // 13: loom.v1.SlurmNodeSet
+	(*SlurmPartition)(nil),        // 14: loom.v1.SlurmPartition
+	(*StorageResources)(nil),      // 15: loom.v1.StorageResources
+	(*SharedHome)(nil),            // 16: loom.v1.SharedHome
+	(*ScratchFilesystem)(nil),     // 17: loom.v1.ScratchFilesystem
+	(*NetworkConfig)(nil),         // 18: loom.v1.NetworkConfig
+	(*ClusterStatus)(nil),         // 19: loom.v1.ClusterStatus
+	(*NodePoolStatus)(nil),        // 20: loom.v1.NodePoolStatus
+	(*Condition)(nil),             // 21: loom.v1.Condition
+	(*Reservation)(nil),           // 22: loom.v1.Reservation
+	(*CapacityPool)(nil),          // 23: loom.v1.CapacityPool
+	(*SlurmConfig)(nil),           // 24: loom.v1.SlurmConfig
+	(*Node)(nil),                  // 25: loom.v1.Node
+	(*Job)(nil),                   // 26: loom.v1.Job
+	(*PriorityFactors)(nil),       // 27: loom.v1.PriorityFactors
+	(*JobRun)(nil),                // 28: loom.v1.JobRun
+	(*Partition)(nil),             // 29: loom.v1.Partition
+	(*SlurmNode)(nil),             // 30: loom.v1.SlurmNode
+	(*ModelOutput)(nil),           // 31: loom.v1.ModelOutput
+	(*Model)(nil),                 // 32: loom.v1.Model
+	(*ModelVersion)(nil),          // 33: loom.v1.ModelVersion
+	(*Operation)(nil),             // 34: loom.v1.Operation
+	(*OperationMetadata)(nil),     // 35: loom.v1.OperationMetadata
+	(*OperationError)(nil),        // 36: loom.v1.OperationError
+	nil,                           // 37: loom.v1.Cluster.LabelsEntry
+	nil,                           // 38: loom.v1.NodePool.LabelsEntry
+	nil,                           // 39: loom.v1.Job.EnvEntry
+	nil,                           // 40: loom.v1.ModelVersion.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 41: google.protobuf.Timestamp
 }
 var file_loom_v1_resources_proto_depIdxs = []int32{
-	32, // 0: loom.v1.Cluster.labels:type_name -> loom.v1.Cluster.LabelsEntry
-	5,  // 1: loom.v1.Cluster.compute:type_name -> loom.v1.ComputeResources
-	9,  // 2: loom.v1.Cluster.orchestrator:type_name -> loom.v1.Orchestrator
-	14, // 3: loom.v1.Cluster.storage:type_name -> loom.v1.StorageResources
-	17, // 4: loom.v1.Cluster.network:type_name -> loom.v1.NetworkConfig
-	18, // 5: loom.v1.Cluster.status:type_name -> loom.v1.ClusterStatus
-	36, // 6: loom.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
-	36, // 7: loom.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
-	6,  // 8: loom.v1.ComputeResources.node_pools:type_name -> loom.v1.NodePool
-	33, // 9: loom.v1.NodePool.labels:type_name -> loom.v1.NodePool.LabelsEntry
-	7,  // 10: loom.v1.NodePool.capacity:type_name -> loom.v1.CapacitySource
-	8,  // 11: loom.v1.NodePool.boot_disk:type_name -> loom.v1.BootDisk
+	37, // 0: loom.v1.Cluster.labels:type_name -> loom.v1.Cluster.LabelsEntry
+	6,  // 1: loom.v1.Cluster.compute:type_name -> loom.v1.ComputeResources
+	10, // 2: loom.v1.Cluster.orchestrator:type_name -> loom.v1.Orchestrator
+	15, // 3: loom.v1.Cluster.storage:type_name -> loom.v1.StorageResources
+	18, // 4: loom.v1.Cluster.network:type_name -> loom.v1.NetworkConfig
+	19, // 5: loom.v1.Cluster.status:type_name -> loom.v1.ClusterStatus
+	41, // 6: loom.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
+	41, // 7: loom.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
+	7,  // 8: loom.v1.ComputeResources.node_pools:type_name -> loom.v1.NodePool
+	38, // 9: loom.v1.NodePool.labels:type_name -> loom.v1.NodePool.LabelsEntry
+	8,  // 10: loom.v1.NodePool.capacity:type_name -> loom.v1.CapacitySource
+	9,  // 11: loom.v1.NodePool.boot_disk:type_name -> loom.v1.BootDisk
 	2,  // 12: loom.v1.CapacitySource.type:type_name -> loom.v1.CapacitySource.Type
-	10, // 13: loom.v1.Orchestrator.slurm:type_name -> loom.v1.SlurmOrchestrator
-	11, // 14: loom.v1.SlurmOrchestrator.login_nodes:type_name -> loom.v1.LoginNodes
-	12, // 15: loom.v1.SlurmOrchestrator.node_sets:type_name -> loom.v1.SlurmNodeSet
-	13, // 16: loom.v1.SlurmOrchestrator.partitions:type_name -> loom.v1.SlurmPartition
-	15, // 17: loom.v1.StorageResources.home:type_name -> loom.v1.SharedHome
-	16, // 18: loom.v1.StorageResources.scratch:type_name -> loom.v1.ScratchFilesystem
+	11, // 13: loom.v1.Orchestrator.slurm:type_name -> loom.v1.SlurmOrchestrator
+	12, // 14: loom.v1.SlurmOrchestrator.login_nodes:type_name -> loom.v1.LoginNodes
+	13, // 15: loom.v1.SlurmOrchestrator.node_sets:type_name -> loom.v1.SlurmNodeSet
+	14, // 16: loom.v1.SlurmOrchestrator.partitions:type_name -> loom.v1.SlurmPartition
+	16, // 17: loom.v1.StorageResources.home:type_name -> loom.v1.SharedHome
+	17, // 18: loom.v1.StorageResources.scratch:type_name -> loom.v1.ScratchFilesystem
 	1,  // 19: loom.v1.ClusterStatus.state:type_name -> loom.v1.Cluster.State
-	19, // 20: loom.v1.ClusterStatus.node_pools:type_name -> loom.v1.NodePoolStatus
-	20, // 21: loom.v1.ClusterStatus.conditions:type_name -> loom.v1.Condition
-	36, // 22: loom.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	36, // 23: loom.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
+	20, // 20: loom.v1.ClusterStatus.node_pools:type_name -> loom.v1.NodePoolStatus
+	21, // 21: loom.v1.ClusterStatus.conditions:type_name -> loom.v1.Condition
+	41, // 22: loom.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	41, // 23: loom.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 24: loom.v1.CapacityPool.type:type_name -> loom.v1.CapacitySource.Type
 	3,  // 25: loom.v1.Node.state:type_name -> loom.v1.Node.State
-	36, // 26: loom.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
-	36, // 27: loom.v1.Node.create_time:type_name -> google.protobuf.Timestamp
+	41, // 26: loom.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	41, // 27: loom.v1.Node.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 28: loom.v1.Node.capacity_type:type_name -> loom.v1.CapacitySource.Type
-	36, // 29: loom.v1.Node.drain_deadline:type_name -> google.protobuf.Timestamp
-	34, // 30: loom.v1.Job.env:type_name -> loom.v1.Job.EnvEntry
-	26, // 31: loom.v1.Job.model_output:type_name -> loom.v1.ModelOutput
-	0,  // 32: loom.v1.Job.state:type_name -> loom.v1.JobState
-	36, // 33: loom.v1.Job.submit_time:type_name -> google.protobuf.Timestamp
-	36, // 34: loom.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	36, // 35: loom.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	36, // 36: loom.v1.Model.create_time:type_name -> google.protobuf.Timestamp
-	36, // 37: loom.v1.Model.update_time:type_name -> google.protobuf.Timestamp
-	36, // 38: loom.v1.ModelVersion.create_time:type_name -> google.protobuf.Timestamp
-	35, // 39: loom.v1.ModelVersion.labels:type_name -> loom.v1.ModelVersion.LabelsEntry
-	30, // 40: loom.v1.Operation.metadata:type_name -> loom.v1.OperationMetadata
-	31, // 41: loom.v1.Operation.error:type_name -> loom.v1.OperationError
-	4,  // 42: loom.v1.Operation.cluster:type_name -> loom.v1.Cluster
-	21, // 43: loom.v1.Operation.reservation:type_name -> loom.v1.Reservation
-	36, // 44: loom.v1.OperationMetadata.create_time:type_name -> google.protobuf.Timestamp
-	36, // 45: loom.v1.OperationMetadata.end_time:type_name -> google.protobuf.Timestamp
-	46, // [46:46] is the sub-list for method output_type
-	46, // [46:46] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	41, // 29: loom.v1.Node.drain_deadline:type_name -> google.protobuf.Timestamp
+	39, // 30: loom.v1.Job.env:type_name -> loom.v1.Job.EnvEntry
+	31, // 31: loom.v1.Job.model_output:type_name -> loom.v1.ModelOutput
+	41, // 32: loom.v1.Job.begin_time:type_name -> google.protobuf.Timestamp
+	0,  // 33: loom.v1.Job.state:type_name -> loom.v1.JobState
+	41, // 34: loom.v1.Job.submit_time:type_name -> google.protobuf.Timestamp
+	41, // 35: loom.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	41, // 36: loom.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	27, // 37: loom.v1.Job.priority_factors:type_name -> loom.v1.PriorityFactors
+	28, // 38: loom.v1.Job.runs:type_name -> loom.v1.JobRun
+	0,  // 39: loom.v1.JobRun.state:type_name -> loom.v1.JobState
+	41, // 40: loom.v1.JobRun.start_time:type_name -> google.protobuf.Timestamp
+	41, // 41: loom.v1.JobRun.end_time:type_name -> google.protobuf.Timestamp
+	4,  // 42: loom.v1.SlurmNode.state:type_name -> loom.v1.SlurmNode.State
+	41, // 43: loom.v1.Model.create_time:type_name -> google.protobuf.Timestamp
+	41, // 44: loom.v1.Model.update_time:type_name -> google.protobuf.Timestamp
+	41, // 45: loom.v1.ModelVersion.create_time:type_name -> google.protobuf.Timestamp
+	40, // 46: loom.v1.ModelVersion.labels:type_name -> loom.v1.ModelVersion.LabelsEntry
+	35, // 47: loom.v1.Operation.metadata:type_name -> loom.v1.OperationMetadata
+	36, // 48: loom.v1.Operation.error:type_name -> loom.v1.OperationError
+	5,  // 49: loom.v1.Operation.cluster:type_name -> loom.v1.Cluster
+	22, // 50: loom.v1.Operation.reservation:type_name -> loom.v1.Reservation
+	41, // 51: loom.v1.OperationMetadata.create_time:type_name -> google.protobuf.Timestamp
+	41, // 52: loom.v1.OperationMetadata.end_time:type_name -> google.protobuf.Timestamp
+	53, // [53:53] is the sub-list for method output_type
+	53, // [53:53] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_resources_proto_init() }
@@ -3032,7 +3931,8 @@ func file_loom_v1_resources_proto_init() {
 	if File_loom_v1_resources_proto != nil {
 		return
 	}
-	file_loom_v1_resources_proto_msgTypes[25].OneofWrappers = []any{
+	file_loom_v1_resources_proto_msgTypes[21].OneofWrappers = []any{}
+	file_loom_v1_resources_proto_msgTypes[29].OneofWrappers = []any{
 		(*Operation_Error)(nil),
 		(*Operation_Cluster)(nil),
 		(*Operation_Reservation)(nil),
@@ -3042,8 +3942,8 @@ func file_loom_v1_resources_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_resources_proto_rawDesc), len(file_loom_v1_resources_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   32,
+			NumEnums:      5,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -843,7 +843,15 @@ type ListJobsRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Parent string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
 	// cluster, when set, keeps only that cluster's jobs.
-	Cluster       string `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Cluster string `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// Filters (squeue/sacct): empty means all.
+	Users      []string   `protobuf:"bytes,3,rep,name=users,proto3" json:"users,omitempty"`
+	States     []JobState `protobuf:"varint,4,rep,packed,name=states,proto3,enum=loom.v1.JobState" json:"states,omitempty"`
+	JobIds     []string   `protobuf:"bytes,5,rep,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"`
+	Names      []string   `protobuf:"bytes,6,rep,name=names,proto3" json:"names,omitempty"`
+	Partitions []string   `protobuf:"bytes,7,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// active_only keeps pending and running jobs (squeue); false includes finished ones (sacct).
+	ActiveOnly    bool `protobuf:"varint,8,opt,name=active_only,json=activeOnly,proto3" json:"active_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -892,6 +900,48 @@ func (x *ListJobsRequest) GetCluster() string {
 	return ""
 }
 
+func (x *ListJobsRequest) GetUsers() []string {
+	if x != nil {
+		return x.Users
+	}
+	return nil
+}
+
+func (x *ListJobsRequest) GetStates() []JobState {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+func (x *ListJobsRequest) GetJobIds() []string {
+	if x != nil {
+		return x.JobIds
+	}
+	return nil
+}
+
+func (x *ListJobsRequest) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+func (x *ListJobsRequest) GetPartitions() []string {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+func (x *ListJobsRequest) GetActiveOnly() bool {
+	if x != nil {
+		return x.ActiveOnly
+	}
+	return false
+}
+
 type ListJobsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Jobs          []*Job                 `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
@@ -937,8 +987,10 @@ func (x *ListJobsResponse) GetJobs() []*Job {
 }
 
 type CancelJobRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// signal, when set, sends that signal (e.g. "USR1") instead of cancelling (scancel --signal).
+	Signal        string `protobuf:"bytes,2,opt,name=signal,proto3" json:"signal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -980,6 +1032,83 @@ func (x *CancelJobRequest) GetName() string {
 	return ""
 }
 
+func (x *CancelJobRequest) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+type UpdateJobRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// action is one of "hold", "release", "requeue", "update".
+	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	// For "update": the new time limit (0 = unchanged) and partition ("" = unchanged).
+	TimeLimitSeconds int64  `protobuf:"varint,3,opt,name=time_limit_seconds,json=timeLimitSeconds,proto3" json:"time_limit_seconds,omitempty"`
+	Partition        string `protobuf:"bytes,4,opt,name=partition,proto3" json:"partition,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *UpdateJobRequest) Reset() {
+	*x = UpdateJobRequest{}
+	mi := &file_loom_v1_service_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateJobRequest) ProtoMessage() {}
+
+func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateJobRequest.ProtoReflect.Descriptor instead.
+func (*UpdateJobRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *UpdateJobRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateJobRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *UpdateJobRequest) GetTimeLimitSeconds() int64 {
+	if x != nil {
+		return x.TimeLimitSeconds
+	}
+	return 0
+}
+
+func (x *UpdateJobRequest) GetPartition() string {
+	if x != nil {
+		return x.Partition
+	}
+	return ""
+}
+
 type WatchJobRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -989,7 +1118,7 @@ type WatchJobRequest struct {
 
 func (x *WatchJobRequest) Reset() {
 	*x = WatchJobRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[19]
+	mi := &file_loom_v1_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1130,7 @@ func (x *WatchJobRequest) String() string {
 func (*WatchJobRequest) ProtoMessage() {}
 
 func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[19]
+	mi := &file_loom_v1_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1143,7 @@ func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{19}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WatchJobRequest) GetName() string {
@@ -1035,7 +1164,7 @@ type ReadJobLogsRequest struct {
 
 func (x *ReadJobLogsRequest) Reset() {
 	*x = ReadJobLogsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[20]
+	mi := &file_loom_v1_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1047,7 +1176,7 @@ func (x *ReadJobLogsRequest) String() string {
 func (*ReadJobLogsRequest) ProtoMessage() {}
 
 func (x *ReadJobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[20]
+	mi := &file_loom_v1_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1060,7 +1189,7 @@ func (x *ReadJobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadJobLogsRequest.ProtoReflect.Descriptor instead.
 func (*ReadJobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{20}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReadJobLogsRequest) GetName() string {
@@ -1086,7 +1215,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_loom_v1_service_proto_msgTypes[21]
+	mi := &file_loom_v1_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1098,7 +1227,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[21]
+	mi := &file_loom_v1_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1111,7 +1240,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{21}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LogChunk) GetData() []byte {
@@ -1130,7 +1259,7 @@ type GetOperationRequest struct {
 
 func (x *GetOperationRequest) Reset() {
 	*x = GetOperationRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[22]
+	mi := &file_loom_v1_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1271,7 @@ func (x *GetOperationRequest) String() string {
 func (*GetOperationRequest) ProtoMessage() {}
 
 func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[22]
+	mi := &file_loom_v1_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1284,7 @@ func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperationRequest.ProtoReflect.Descriptor instead.
 func (*GetOperationRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{22}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetOperationRequest) GetName() string {
@@ -1176,7 +1305,7 @@ type WaitOperationRequest struct {
 
 func (x *WaitOperationRequest) Reset() {
 	*x = WaitOperationRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[23]
+	mi := &file_loom_v1_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +1317,7 @@ func (x *WaitOperationRequest) String() string {
 func (*WaitOperationRequest) ProtoMessage() {}
 
 func (x *WaitOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[23]
+	mi := &file_loom_v1_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1201,7 +1330,7 @@ func (x *WaitOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitOperationRequest.ProtoReflect.Descriptor instead.
 func (*WaitOperationRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{23}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WaitOperationRequest) GetName() string {
@@ -1228,7 +1357,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[24]
+	mi := &file_loom_v1_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1369,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[24]
+	mi := &file_loom_v1_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +1382,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{24}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListNodesRequest) GetParent() string {
@@ -1272,7 +1401,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[25]
+	mi := &file_loom_v1_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1413,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[25]
+	mi := &file_loom_v1_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1426,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{25}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -1305,6 +1434,251 @@ func (x *ListNodesResponse) GetNodes() []*Node {
 		return x.Nodes
 	}
 	return nil
+}
+
+type ListPartitionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPartitionsRequest) Reset() {
+	*x = ListPartitionsRequest{}
+	mi := &file_loom_v1_service_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPartitionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPartitionsRequest) ProtoMessage() {}
+
+func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPartitionsRequest.ProtoReflect.Descriptor instead.
+func (*ListPartitionsRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListPartitionsRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+type ListPartitionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Partitions    []*Partition           `protobuf:"bytes,1,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPartitionsResponse) Reset() {
+	*x = ListPartitionsResponse{}
+	mi := &file_loom_v1_service_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPartitionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPartitionsResponse) ProtoMessage() {}
+
+func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPartitionsResponse.ProtoReflect.Descriptor instead.
+func (*ListPartitionsResponse) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ListPartitionsResponse) GetPartitions() []*Partition {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+type ListSlurmNodesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSlurmNodesRequest) Reset() {
+	*x = ListSlurmNodesRequest{}
+	mi := &file_loom_v1_service_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSlurmNodesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSlurmNodesRequest) ProtoMessage() {}
+
+func (x *ListSlurmNodesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSlurmNodesRequest.ProtoReflect.Descriptor instead.
+func (*ListSlurmNodesRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ListSlurmNodesRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+type ListSlurmNodesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nodes         []*SlurmNode           `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSlurmNodesResponse) Reset() {
+	*x = ListSlurmNodesResponse{}
+	mi := &file_loom_v1_service_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSlurmNodesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSlurmNodesResponse) ProtoMessage() {}
+
+func (x *ListSlurmNodesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSlurmNodesResponse.ProtoReflect.Descriptor instead.
+func (*ListSlurmNodesResponse) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ListSlurmNodesResponse) GetNodes() []*SlurmNode {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+type UpdateSlurmNodeRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Cluster  string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Hostname string                 `protobuf:"bytes,2,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	// state is "DRAIN" or "RESUME".
+	State         string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateSlurmNodeRequest) Reset() {
+	*x = UpdateSlurmNodeRequest{}
+	mi := &file_loom_v1_service_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateSlurmNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateSlurmNodeRequest) ProtoMessage() {}
+
+func (x *UpdateSlurmNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateSlurmNodeRequest.ProtoReflect.Descriptor instead.
+func (*UpdateSlurmNodeRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *UpdateSlurmNodeRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *UpdateSlurmNodeRequest) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *UpdateSlurmNodeRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *UpdateSlurmNodeRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 type ListModelsRequest struct {
@@ -1316,7 +1690,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[26]
+	mi := &file_loom_v1_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1702,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[26]
+	mi := &file_loom_v1_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1715,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{26}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListModelsRequest) GetParent() string {
@@ -1360,7 +1734,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[27]
+	mi := &file_loom_v1_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1372,7 +1746,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[27]
+	mi := &file_loom_v1_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1385,7 +1759,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{27}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListModelsResponse) GetModels() []*Model {
@@ -1404,7 +1778,7 @@ type GetModelRequest struct {
 
 func (x *GetModelRequest) Reset() {
 	*x = GetModelRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[28]
+	mi := &file_loom_v1_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1416,7 +1790,7 @@ func (x *GetModelRequest) String() string {
 func (*GetModelRequest) ProtoMessage() {}
 
 func (x *GetModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[28]
+	mi := &file_loom_v1_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1429,7 +1803,7 @@ func (x *GetModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelRequest.ProtoReflect.Descriptor instead.
 func (*GetModelRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{28}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetModelRequest) GetName() string {
@@ -1448,7 +1822,7 @@ type ListModelVersionsRequest struct {
 
 func (x *ListModelVersionsRequest) Reset() {
 	*x = ListModelVersionsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[29]
+	mi := &file_loom_v1_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1460,7 +1834,7 @@ func (x *ListModelVersionsRequest) String() string {
 func (*ListModelVersionsRequest) ProtoMessage() {}
 
 func (x *ListModelVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[29]
+	mi := &file_loom_v1_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1473,7 +1847,7 @@ func (x *ListModelVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelVersionsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{29}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListModelVersionsRequest) GetParent() string {
@@ -1492,7 +1866,7 @@ type ListModelVersionsResponse struct {
 
 func (x *ListModelVersionsResponse) Reset() {
 	*x = ListModelVersionsResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[30]
+	mi := &file_loom_v1_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1504,7 +1878,7 @@ func (x *ListModelVersionsResponse) String() string {
 func (*ListModelVersionsResponse) ProtoMessage() {}
 
 func (x *ListModelVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[30]
+	mi := &file_loom_v1_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1517,7 +1891,7 @@ func (x *ListModelVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelVersionsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{30}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListModelVersionsResponse) GetVersions() []*ModelVersion {
@@ -1584,14 +1958,29 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x03 \x01(\tR\trequestId\"#\n" +
 	"\rGetJobRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"C\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xf4\x01\n" +
 	"\x0fListJobsRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x18\n" +
-	"\acluster\x18\x02 \x01(\tR\acluster\"4\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\x12\x14\n" +
+	"\x05users\x18\x03 \x03(\tR\x05users\x12)\n" +
+	"\x06states\x18\x04 \x03(\x0e2\x11.loom.v1.JobStateR\x06states\x12\x17\n" +
+	"\ajob_ids\x18\x05 \x03(\tR\x06jobIds\x12\x14\n" +
+	"\x05names\x18\x06 \x03(\tR\x05names\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\a \x03(\tR\n" +
+	"partitions\x12\x1f\n" +
+	"\vactive_only\x18\b \x01(\bR\n" +
+	"activeOnly\"4\n" +
 	"\x10ListJobsResponse\x12 \n" +
-	"\x04jobs\x18\x01 \x03(\v2\f.loom.v1.JobR\x04jobs\"&\n" +
+	"\x04jobs\x18\x01 \x03(\v2\f.loom.v1.JobR\x04jobs\">\n" +
 	"\x10CancelJobRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"%\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06signal\x18\x02 \x01(\tR\x06signal\"\x8a\x01\n" +
+	"\x10UpdateJobRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x12,\n" +
+	"\x12time_limit_seconds\x18\x03 \x01(\x03R\x10timeLimitSeconds\x12\x1c\n" +
+	"\tpartition\x18\x04 \x01(\tR\tpartition\"%\n" +
 	"\x0fWatchJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"@\n" +
 	"\x12ReadJobLogsRequest\x12\x12\n" +
@@ -1607,7 +1996,22 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x10ListNodesRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\"8\n" +
 	"\x11ListNodesResponse\x12#\n" +
-	"\x05nodes\x18\x01 \x03(\v2\r.loom.v1.NodeR\x05nodes\"+\n" +
+	"\x05nodes\x18\x01 \x03(\v2\r.loom.v1.NodeR\x05nodes\"1\n" +
+	"\x15ListPartitionsRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\"L\n" +
+	"\x16ListPartitionsResponse\x122\n" +
+	"\n" +
+	"partitions\x18\x01 \x03(\v2\x12.loom.v1.PartitionR\n" +
+	"partitions\"1\n" +
+	"\x15ListSlurmNodesRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\"B\n" +
+	"\x16ListSlurmNodesResponse\x12(\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x12.loom.v1.SlurmNodeR\x05nodes\"|\n" +
+	"\x16UpdateSlurmNodeRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1a\n" +
+	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"+\n" +
 	"\x11ListModelsRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\"<\n" +
 	"\x12ListModelsResponse\x12&\n" +
@@ -1631,20 +2035,25 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x0eGetReservation\x12\x1e.loom.v1.GetReservationRequest\x1a\x14.loom.v1.Reservation\",\x82\xd3\xe4\x93\x02&\x12$/v1/{name=projects/*/reservations/*}\x12\x85\x01\n" +
 	"\x10ListReservations\x12 .loom.v1.ListReservationsRequest\x1a!.loom.v1.ListReservationsResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/{parent=projects/*}/reservations\x12x\n" +
 	"\x11DeleteReservation\x12!.loom.v1.DeleteReservationRequest\x1a\x12.loom.v1.Operation\",\x82\xd3\xe4\x93\x02&*$/v1/{name=projects/*/reservations/*}\x12u\n" +
-	"\fListCapacity\x12\x1c.loom.v1.ListCapacityRequest\x1a\x1d.loom.v1.ListCapacityResponse\"(\x82\xd3\xe4\x93\x02\"\x12 /v1/{parent=projects/*}/capacity2\xde\x04\n" +
+	"\fListCapacity\x12\x1c.loom.v1.ListCapacityRequest\x1a\x1d.loom.v1.ListCapacityResponse\"(\x82\xd3\xe4\x93\x02\"\x12 /v1/{parent=projects/*}/capacity2\xc4\x05\n" +
 	"\n" +
 	"JobService\x12_\n" +
 	"\tSubmitJob\x12\x19.loom.v1.SubmitJobRequest\x1a\f.loom.v1.Job\")\x82\xd3\xe4\x93\x02#:\x03job\"\x1c/v1/{parent=projects/*}/jobs\x12T\n" +
 	"\x06GetJob\x12\x16.loom.v1.GetJobRequest\x1a\f.loom.v1.Job\"$\x82\xd3\xe4\x93\x02\x1e\x12\x1c/v1/{name=projects/*/jobs/*}\x12e\n" +
 	"\bListJobs\x12\x18.loom.v1.ListJobsRequest\x1a\x19.loom.v1.ListJobsResponse\"$\x82\xd3\xe4\x93\x02\x1e\x12\x1c/v1/{parent=projects/*}/jobs\x12d\n" +
 	"\tCancelJob\x12\x19.loom.v1.CancelJobRequest\x1a\f.loom.v1.Job\".\x82\xd3\xe4\x93\x02(:\x01*\"#/v1/{name=projects/*/jobs/*}:cancel\x12`\n" +
-	"\bWatchJob\x12\x18.loom.v1.WatchJobRequest\x1a\f.loom.v1.Job\"*\x82\xd3\xe4\x93\x02$\x12\"/v1/{name=projects/*/jobs/*}:watch0\x01\x12j\n" +
+	"\bWatchJob\x12\x18.loom.v1.WatchJobRequest\x1a\f.loom.v1.Job\"*\x82\xd3\xe4\x93\x02$\x12\"/v1/{name=projects/*/jobs/*}:watch0\x01\x12d\n" +
+	"\tUpdateJob\x12\x19.loom.v1.UpdateJobRequest\x1a\f.loom.v1.Job\".\x82\xd3\xe4\x93\x02(:\x01*\"#/v1/{name=projects/*/jobs/*}:update\x12j\n" +
 	"\vReadJobLogs\x12\x1b.loom.v1.ReadJobLogsRequest\x1a\x11.loom.v1.LogChunk\")\x82\xd3\xe4\x93\x02#\x12!/v1/{name=projects/*/jobs/*}:logs0\x012\xf8\x01\n" +
 	"\x10OperationService\x12l\n" +
 	"\fGetOperation\x12\x1c.loom.v1.GetOperationRequest\x1a\x12.loom.v1.Operation\"*\x82\xd3\xe4\x93\x02$\x12\"/v1/{name=projects/*/operations/*}\x12v\n" +
 	"\rWaitOperation\x12\x1d.loom.v1.WaitOperationRequest\x1a\x12.loom.v1.Operation\"2\x82\xd3\xe4\x93\x02,:\x01*\"'/v1/{name=projects/*/operations/*}:wait2\x83\x01\n" +
 	"\vNodeService\x12t\n" +
-	"\tListNodes\x12\x19.loom.v1.ListNodesRequest\x1a\x1a.loom.v1.ListNodesResponse\"0\x82\xd3\xe4\x93\x02*\x12(/v1/{parent=projects/*/clusters/*}/nodes2\xeb\x02\n" +
+	"\tListNodes\x12\x19.loom.v1.ListNodesRequest\x1a\x1a.loom.v1.ListNodesResponse\"0\x82\xd3\xe4\x93\x02*\x12(/v1/{parent=projects/*/clusters/*}/nodes2\xbc\x03\n" +
+	"\fSlurmService\x12\x89\x01\n" +
+	"\x0eListPartitions\x12\x1e.loom.v1.ListPartitionsRequest\x1a\x1f.loom.v1.ListPartitionsResponse\"6\x82\xd3\xe4\x93\x020\x12./v1/{cluster=projects/*/clusters/*}/partitions\x12\x89\x01\n" +
+	"\x0eListSlurmNodes\x12\x1e.loom.v1.ListSlurmNodesRequest\x1a\x1f.loom.v1.ListSlurmNodesResponse\"6\x82\xd3\xe4\x93\x020\x12./v1/{cluster=projects/*/clusters/*}/slurmNodes\x12\x93\x01\n" +
+	"\x0fUpdateSlurmNode\x12\x1f.loom.v1.UpdateSlurmNodeRequest\x1a\x12.loom.v1.SlurmNode\"K\x82\xd3\xe4\x93\x02E:\x01*\"@/v1/{cluster=projects/*/clusters/*}/slurmNodes/{hostname}:update2\xeb\x02\n" +
 	"\fModelService\x12m\n" +
 	"\n" +
 	"ListModels\x12\x1a.loom.v1.ListModelsRequest\x1a\x1b.loom.v1.ListModelsResponse\"&\x82\xd3\xe4\x93\x02 \x12\x1e/v1/{parent=projects/*}/models\x12\\\n" +
@@ -1663,7 +2072,7 @@ func file_loom_v1_service_proto_rawDescGZIP() []byte {
 	return file_loom_v1_service_proto_rawDescData
 }
 
-var file_loom_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_loom_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_loom_v1_service_proto_goTypes = []any{
 	(*UpdateClusterRequest)(nil),      // 0: loom.v1.UpdateClusterRequest
 	(*GetSlurmConfigRequest)(nil),     // 1: loom.v1.GetSlurmConfigRequest
@@ -1684,93 +2093,113 @@ var file_loom_v1_service_proto_goTypes = []any{
 	(*ListJobsRequest)(nil),           // 16: loom.v1.ListJobsRequest
 	(*ListJobsResponse)(nil),          // 17: loom.v1.ListJobsResponse
 	(*CancelJobRequest)(nil),          // 18: loom.v1.CancelJobRequest
-	(*WatchJobRequest)(nil),           // 19: loom.v1.WatchJobRequest
-	(*ReadJobLogsRequest)(nil),        // 20: loom.v1.ReadJobLogsRequest
-	(*LogChunk)(nil),                  // 21: loom.v1.LogChunk
-	(*GetOperationRequest)(nil),       // 22: loom.v1.GetOperationRequest
-	(*WaitOperationRequest)(nil),      // 23: loom.v1.WaitOperationRequest
-	(*ListNodesRequest)(nil),          // 24: loom.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),         // 25: loom.v1.ListNodesResponse
-	(*ListModelsRequest)(nil),         // 26: loom.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),        // 27: loom.v1.ListModelsResponse
-	(*GetModelRequest)(nil),           // 28: loom.v1.GetModelRequest
-	(*ListModelVersionsRequest)(nil),  // 29: loom.v1.ListModelVersionsRequest
-	(*ListModelVersionsResponse)(nil), // 30: loom.v1.ListModelVersionsResponse
-	(*Cluster)(nil),                   // 31: loom.v1.Cluster
-	(*fieldmaskpb.FieldMask)(nil),     // 32: google.protobuf.FieldMask
-	(*Reservation)(nil),               // 33: loom.v1.Reservation
-	(*CapacityPool)(nil),              // 34: loom.v1.CapacityPool
-	(*Job)(nil),                       // 35: loom.v1.Job
-	(*Node)(nil),                      // 36: loom.v1.Node
-	(*Model)(nil),                     // 37: loom.v1.Model
-	(*ModelVersion)(nil),              // 38: loom.v1.ModelVersion
-	(*Operation)(nil),                 // 39: loom.v1.Operation
-	(*SlurmConfig)(nil),               // 40: loom.v1.SlurmConfig
+	(*UpdateJobRequest)(nil),          // 19: loom.v1.UpdateJobRequest
+	(*WatchJobRequest)(nil),           // 20: loom.v1.WatchJobRequest
+	(*ReadJobLogsRequest)(nil),        // 21: loom.v1.ReadJobLogsRequest
+	(*LogChunk)(nil),                  // 22: loom.v1.LogChunk
+	(*GetOperationRequest)(nil),       // 23: loom.v1.GetOperationRequest
+	(*WaitOperationRequest)(nil),      // 24: loom.v1.WaitOperationRequest
+	(*ListNodesRequest)(nil),          // 25: loom.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),         // 26: loom.v1.ListNodesResponse
+	(*ListPartitionsRequest)(nil),     // 27: loom.v1.ListPartitionsRequest
+	(*ListPartitionsResponse)(nil),    // 28: loom.v1.ListPartitionsResponse
+	(*ListSlurmNodesRequest)(nil),     // 29: loom.v1.ListSlurmNodesRequest
+	(*ListSlurmNodesResponse)(nil),    // 30: loom.v1.ListSlurmNodesResponse
+	(*UpdateSlurmNodeRequest)(nil),    // 31: loom.v1.UpdateSlurmNodeRequest
+	(*ListModelsRequest)(nil),         // 32: loom.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),        // 33: loom.v1.ListModelsResponse
+	(*GetModelRequest)(nil),           // 34: loom.v1.GetModelRequest
+	(*ListModelVersionsRequest)(nil),  // 35: loom.v1.ListModelVersionsRequest
+	(*ListModelVersionsResponse)(nil), // 36: loom.v1.ListModelVersionsResponse
+	(*Cluster)(nil),                   // 37: loom.v1.Cluster
+	(*fieldmaskpb.FieldMask)(nil),     // 38: google.protobuf.FieldMask
+	(*Reservation)(nil),               // 39: loom.v1.Reservation
+	(*CapacityPool)(nil),              // 40: loom.v1.CapacityPool
+	(*Job)(nil),                       // 41: loom.v1.Job
+	(JobState)(0),                     // 42: loom.v1.JobState
+	(*Node)(nil),                      // 43: loom.v1.Node
+	(*Partition)(nil),                 // 44: loom.v1.Partition
+	(*SlurmNode)(nil),                 // 45: loom.v1.SlurmNode
+	(*Model)(nil),                     // 46: loom.v1.Model
+	(*ModelVersion)(nil),              // 47: loom.v1.ModelVersion
+	(*Operation)(nil),                 // 48: loom.v1.Operation
+	(*SlurmConfig)(nil),               // 49: loom.v1.SlurmConfig
 }
 var file_loom_v1_service_proto_depIdxs = []int32{
-	31, // 0: loom.v1.UpdateClusterRequest.cluster:type_name -> loom.v1.Cluster
-	32, // 1: loom.v1.UpdateClusterRequest.update_mask:type_name -> google.protobuf.FieldMask
-	33, // 2: loom.v1.CreateReservationRequest.reservation:type_name -> loom.v1.Reservation
-	33, // 3: loom.v1.ListReservationsResponse.reservations:type_name -> loom.v1.Reservation
-	34, // 4: loom.v1.ListCapacityResponse.pools:type_name -> loom.v1.CapacityPool
-	31, // 5: loom.v1.CreateClusterRequest.cluster:type_name -> loom.v1.Cluster
-	31, // 6: loom.v1.ListClustersResponse.clusters:type_name -> loom.v1.Cluster
-	35, // 7: loom.v1.SubmitJobRequest.job:type_name -> loom.v1.Job
-	35, // 8: loom.v1.ListJobsResponse.jobs:type_name -> loom.v1.Job
-	36, // 9: loom.v1.ListNodesResponse.nodes:type_name -> loom.v1.Node
-	37, // 10: loom.v1.ListModelsResponse.models:type_name -> loom.v1.Model
-	38, // 11: loom.v1.ListModelVersionsResponse.versions:type_name -> loom.v1.ModelVersion
-	9,  // 12: loom.v1.ClusterService.CreateCluster:input_type -> loom.v1.CreateClusterRequest
-	10, // 13: loom.v1.ClusterService.GetCluster:input_type -> loom.v1.GetClusterRequest
-	11, // 14: loom.v1.ClusterService.ListClusters:input_type -> loom.v1.ListClustersRequest
-	13, // 15: loom.v1.ClusterService.DeleteCluster:input_type -> loom.v1.DeleteClusterRequest
-	0,  // 16: loom.v1.ClusterService.UpdateCluster:input_type -> loom.v1.UpdateClusterRequest
-	1,  // 17: loom.v1.ClusterService.GetSlurmConfig:input_type -> loom.v1.GetSlurmConfigRequest
-	2,  // 18: loom.v1.ReservationService.CreateReservation:input_type -> loom.v1.CreateReservationRequest
-	3,  // 19: loom.v1.ReservationService.GetReservation:input_type -> loom.v1.GetReservationRequest
-	4,  // 20: loom.v1.ReservationService.ListReservations:input_type -> loom.v1.ListReservationsRequest
-	6,  // 21: loom.v1.ReservationService.DeleteReservation:input_type -> loom.v1.DeleteReservationRequest
-	7,  // 22: loom.v1.ReservationService.ListCapacity:input_type -> loom.v1.ListCapacityRequest
-	14, // 23: loom.v1.JobService.SubmitJob:input_type -> loom.v1.SubmitJobRequest
-	15, // 24: loom.v1.JobService.GetJob:input_type -> loom.v1.GetJobRequest
-	16, // 25: loom.v1.JobService.ListJobs:input_type -> loom.v1.ListJobsRequest
-	18, // 26: loom.v1.JobService.CancelJob:input_type -> loom.v1.CancelJobRequest
-	19, // 27: loom.v1.JobService.WatchJob:input_type -> loom.v1.WatchJobRequest
-	20, // 28: loom.v1.JobService.ReadJobLogs:input_type -> loom.v1.ReadJobLogsRequest
-	22, // 29: loom.v1.OperationService.GetOperation:input_type -> loom.v1.GetOperationRequest
-	23, // 30: loom.v1.OperationService.WaitOperation:input_type -> loom.v1.WaitOperationRequest
-	24, // 31: loom.v1.NodeService.ListNodes:input_type -> loom.v1.ListNodesRequest
-	26, // 32: loom.v1.ModelService.ListModels:input_type -> loom.v1.ListModelsRequest
-	28, // 33: loom.v1.ModelService.GetModel:input_type -> loom.v1.GetModelRequest
-	29, // 34: loom.v1.ModelService.ListModelVersions:input_type -> loom.v1.ListModelVersionsRequest
-	39, // 35: loom.v1.ClusterService.CreateCluster:output_type -> loom.v1.Operation
-	31, // 36: loom.v1.ClusterService.GetCluster:output_type -> loom.v1.Cluster
-	12, // 37: loom.v1.ClusterService.ListClusters:output_type -> loom.v1.ListClustersResponse
-	39, // 38: loom.v1.ClusterService.DeleteCluster:output_type -> loom.v1.Operation
-	39, // 39: loom.v1.ClusterService.UpdateCluster:output_type -> loom.v1.Operation
-	40, // 40: loom.v1.ClusterService.GetSlurmConfig:output_type -> loom.v1.SlurmConfig
-	39, // 41: loom.v1.ReservationService.CreateReservation:output_type -> loom.v1.Operation
-	33, // 42: loom.v1.ReservationService.GetReservation:output_type -> loom.v1.Reservation
-	5,  // 43: loom.v1.ReservationService.ListReservations:output_type -> loom.v1.ListReservationsResponse
-	39, // 44: loom.v1.ReservationService.DeleteReservation:output_type -> loom.v1.Operation
-	8,  // 45: loom.v1.ReservationService.ListCapacity:output_type -> loom.v1.ListCapacityResponse
-	35, // 46: loom.v1.JobService.SubmitJob:output_type -> loom.v1.Job
-	35, // 47: loom.v1.JobService.GetJob:output_type -> loom.v1.Job
-	17, // 48: loom.v1.JobService.ListJobs:output_type -> loom.v1.ListJobsResponse
-	35, // 49: loom.v1.JobService.CancelJob:output_type -> loom.v1.Job
-	35, // 50: loom.v1.JobService.WatchJob:output_type -> loom.v1.Job
-	21, // 51: loom.v1.JobService.ReadJobLogs:output_type -> loom.v1.LogChunk
-	39, // 52: loom.v1.OperationService.GetOperation:output_type -> loom.v1.Operation
-	39, // 53: loom.v1.OperationService.WaitOperation:output_type -> loom.v1.Operation
-	25, // 54: loom.v1.NodeService.ListNodes:output_type -> loom.v1.ListNodesResponse
-	27, // 55: loom.v1.ModelService.ListModels:output_type -> loom.v1.ListModelsResponse
-	37, // 56: loom.v1.ModelService.GetModel:output_type -> loom.v1.Model
-	30, // 57: loom.v1.ModelService.ListModelVersions:output_type -> loom.v1.ListModelVersionsResponse
-	35, // [35:58] is the sub-list for method output_type
-	12, // [12:35] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	37, // 0: loom.v1.UpdateClusterRequest.cluster:type_name -> loom.v1.Cluster
+	38, // 1: loom.v1.UpdateClusterRequest.update_mask:type_name -> google.protobuf.FieldMask
+	39, // 2: loom.v1.CreateReservationRequest.reservation:type_name -> loom.v1.Reservation
+	39, // 3: loom.v1.ListReservationsResponse.reservations:type_name -> loom.v1.Reservation
+	40, // 4: loom.v1.ListCapacityResponse.pools:type_name -> loom.v1.CapacityPool
+	37, // 5: loom.v1.CreateClusterRequest.cluster:type_name -> loom.v1.Cluster
+	37, // 6: loom.v1.ListClustersResponse.clusters:type_name -> loom.v1.Cluster
+	41, // 7: loom.v1.SubmitJobRequest.job:type_name -> loom.v1.Job
+	42, // 8: loom.v1.ListJobsRequest.states:type_name -> loom.v1.JobState
+	41, // 9: loom.v1.ListJobsResponse.jobs:type_name -> loom.v1.Job
+	43, // 10: loom.v1.ListNodesResponse.nodes:type_name -> loom.v1.Node
+	44, // 11: loom.v1.ListPartitionsResponse.partitions:type_name -> loom.v1.Partition
+	45, // 12: loom.v1.ListSlurmNodesResponse.nodes:type_name -> loom.v1.SlurmNode
+	46, // 13: loom.v1.ListModelsResponse.models:type_name -> loom.v1.Model
+	47, // 14: loom.v1.ListModelVersionsResponse.versions:type_name -> loom.v1.ModelVersion
+	9,  // 15: loom.v1.ClusterService.CreateCluster:input_type -> loom.v1.CreateClusterRequest
+	10, // 16: loom.v1.ClusterService.GetCluster:input_type -> loom.v1.GetClusterRequest
+	11, // 17: loom.v1.ClusterService.ListClusters:input_type -> loom.v1.ListClustersRequest
+	13, // 18: loom.v1.ClusterService.DeleteCluster:input_type -> loom.v1.DeleteClusterRequest
+	0,  // 19: loom.v1.ClusterService.UpdateCluster:input_type -> loom.v1.UpdateClusterRequest
+	1,  // 20: loom.v1.ClusterService.GetSlurmConfig:input_type -> loom.v1.GetSlurmConfigRequest
+	2,  // 21: loom.v1.ReservationService.CreateReservation:input_type -> loom.v1.CreateReservationRequest
+	3,  // 22: loom.v1.ReservationService.GetReservation:input_type -> loom.v1.GetReservationRequest
+	4,  // 23: loom.v1.ReservationService.ListReservations:input_type -> loom.v1.ListReservationsRequest
+	6,  // 24: loom.v1.ReservationService.DeleteReservation:input_type -> loom.v1.DeleteReservationRequest
+	7,  // 25: loom.v1.ReservationService.ListCapacity:input_type -> loom.v1.ListCapacityRequest
+	14, // 26: loom.v1.JobService.SubmitJob:input_type -> loom.v1.SubmitJobRequest
+	15, // 27: loom.v1.JobService.GetJob:input_type -> loom.v1.GetJobRequest
+	16, // 28: loom.v1.JobService.ListJobs:input_type -> loom.v1.ListJobsRequest
+	18, // 29: loom.v1.JobService.CancelJob:input_type -> loom.v1.CancelJobRequest
+	20, // 30: loom.v1.JobService.WatchJob:input_type -> loom.v1.WatchJobRequest
+	19, // 31: loom.v1.JobService.UpdateJob:input_type -> loom.v1.UpdateJobRequest
+	21, // 32: loom.v1.JobService.ReadJobLogs:input_type -> loom.v1.ReadJobLogsRequest
+	23, // 33: loom.v1.OperationService.GetOperation:input_type -> loom.v1.GetOperationRequest
+	24, // 34: loom.v1.OperationService.WaitOperation:input_type -> loom.v1.WaitOperationRequest
+	25, // 35: loom.v1.NodeService.ListNodes:input_type -> loom.v1.ListNodesRequest
+	27, // 36: loom.v1.SlurmService.ListPartitions:input_type -> loom.v1.ListPartitionsRequest
+	29, // 37: loom.v1.SlurmService.ListSlurmNodes:input_type -> loom.v1.ListSlurmNodesRequest
+	31, // 38: loom.v1.SlurmService.UpdateSlurmNode:input_type -> loom.v1.UpdateSlurmNodeRequest
+	32, // 39: loom.v1.ModelService.ListModels:input_type -> loom.v1.ListModelsRequest
+	34, // 40: loom.v1.ModelService.GetModel:input_type -> loom.v1.GetModelRequest
+	35, // 41: loom.v1.ModelService.ListModelVersions:input_type -> loom.v1.ListModelVersionsRequest
+	48, // 42: loom.v1.ClusterService.CreateCluster:output_type -> loom.v1.Operation
+	37, // 43: loom.v1.ClusterService.GetCluster:output_type -> loom.v1.Cluster
+	12, // 44: loom.v1.ClusterService.ListClusters:output_type -> loom.v1.ListClustersResponse
+	48, // 45: loom.v1.ClusterService.DeleteCluster:output_type -> loom.v1.Operation
+	48, // 46: loom.v1.ClusterService.UpdateCluster:output_type -> loom.v1.Operation
+	49, // 47: loom.v1.ClusterService.GetSlurmConfig:output_type -> loom.v1.SlurmConfig
+	48, // 48: loom.v1.ReservationService.CreateReservation:output_type -> loom.v1.Operation
+	39, // 49: loom.v1.ReservationService.GetReservation:output_type -> loom.v1.Reservation
+	5,  // 50: loom.v1.ReservationService.ListReservations:output_type -> loom.v1.ListReservationsResponse
+	48, // 51: loom.v1.ReservationService.DeleteReservation:output_type -> loom.v1.Operation
+	8,  // 52: loom.v1.ReservationService.ListCapacity:output_type -> loom.v1.ListCapacityResponse
+	41, // 53: loom.v1.JobService.SubmitJob:output_type -> loom.v1.Job
+	41, // 54: loom.v1.JobService.GetJob:output_type -> loom.v1.Job
+	17, // 55: loom.v1.JobService.ListJobs:output_type -> loom.v1.ListJobsResponse
+	41, // 56: loom.v1.JobService.CancelJob:output_type -> loom.v1.Job
+	41, // 57: loom.v1.JobService.WatchJob:output_type -> loom.v1.Job
+	41, // 58: loom.v1.JobService.UpdateJob:output_type -> loom.v1.Job
+	22, // 59: loom.v1.JobService.ReadJobLogs:output_type -> loom.v1.LogChunk
+	48, // 60: loom.v1.OperationService.GetOperation:output_type -> loom.v1.Operation
+	48, // 61: loom.v1.OperationService.WaitOperation:output_type -> loom.v1.Operation
+	26, // 62: loom.v1.NodeService.ListNodes:output_type -> loom.v1.ListNodesResponse
+	28, // 63: loom.v1.SlurmService.ListPartitions:output_type -> loom.v1.ListPartitionsResponse
+	30, // 64: loom.v1.SlurmService.ListSlurmNodes:output_type -> loom.v1.ListSlurmNodesResponse
+	45, // 65: loom.v1.SlurmService.UpdateSlurmNode:output_type -> loom.v1.SlurmNode
+	33, // 66: loom.v1.ModelService.ListModels:output_type -> loom.v1.ListModelsResponse
+	46, // 67: loom.v1.ModelService.GetModel:output_type -> loom.v1.Model
+	36, // 68: loom.v1.ModelService.ListModelVersions:output_type -> loom.v1.ListModelVersionsResponse
+	42, // [42:69] is the sub-list for method output_type
+	15, // [15:42] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_service_proto_init() }
@@ -1785,9 +2214,9 @@ func file_loom_v1_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_service_proto_rawDesc), len(file_loom_v1_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   37,
 			NumExtensions: 0,
-			NumServices:   6,
+			NumServices:   7,
 		},
 		GoTypes:           file_loom_v1_service_proto_goTypes,
 		DependencyIndexes: file_loom_v1_service_proto_depIdxs,

@@ -586,6 +586,7 @@ const (
 	JobService_ListJobs_FullMethodName    = "/loom.v1.JobService/ListJobs"
 	JobService_CancelJob_FullMethodName   = "/loom.v1.JobService/CancelJob"
 	JobService_WatchJob_FullMethodName    = "/loom.v1.JobService/WatchJob"
+	JobService_UpdateJob_FullMethodName   = "/loom.v1.JobService/UpdateJob"
 	JobService_ReadJobLogs_FullMethodName = "/loom.v1.JobService/ReadJobLogs"
 )
 
@@ -601,6 +602,9 @@ type JobServiceClient interface {
 	CancelJob(ctx context.Context, in *CancelJobRequest, opts ...grpc.CallOption) (*Job, error)
 	// WatchJob streams the job's current state, then every change until it ends.
 	WatchJob(ctx context.Context, in *WatchJobRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Job], error)
+	// UpdateJob holds, releases or requeues a job, or changes its time limit or
+	// partition (scontrol hold/release/requeue/update).
+	UpdateJob(ctx context.Context, in *UpdateJobRequest, opts ...grpc.CallOption) (*Job, error)
 	// ReadJobLogs streams the job's output file.
 	ReadJobLogs(ctx context.Context, in *ReadJobLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogChunk], error)
 }
@@ -672,6 +676,16 @@ func (c *jobServiceClient) WatchJob(ctx context.Context, in *WatchJobRequest, op
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type JobService_WatchJobClient = grpc.ServerStreamingClient[Job]
 
+func (c *jobServiceClient) UpdateJob(ctx context.Context, in *UpdateJobRequest, opts ...grpc.CallOption) (*Job, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Job)
+	err := c.cc.Invoke(ctx, JobService_UpdateJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *jobServiceClient) ReadJobLogs(ctx context.Context, in *ReadJobLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &JobService_ServiceDesc.Streams[1], JobService_ReadJobLogs_FullMethodName, cOpts...)
@@ -703,6 +717,9 @@ type JobServiceServer interface {
 	CancelJob(context.Context, *CancelJobRequest) (*Job, error)
 	// WatchJob streams the job's current state, then every change until it ends.
 	WatchJob(*WatchJobRequest, grpc.ServerStreamingServer[Job]) error
+	// UpdateJob holds, releases or requeues a job, or changes its time limit or
+	// partition (scontrol hold/release/requeue/update).
+	UpdateJob(context.Context, *UpdateJobRequest) (*Job, error)
 	// ReadJobLogs streams the job's output file.
 	ReadJobLogs(*ReadJobLogsRequest, grpc.ServerStreamingServer[LogChunk]) error
 	mustEmbedUnimplementedJobServiceServer()
@@ -729,6 +746,9 @@ func (UnimplementedJobServiceServer) CancelJob(context.Context, *CancelJobReques
 }
 func (UnimplementedJobServiceServer) WatchJob(*WatchJobRequest, grpc.ServerStreamingServer[Job]) error {
 	return status.Error(codes.Unimplemented, "method WatchJob not implemented")
+}
+func (UnimplementedJobServiceServer) UpdateJob(context.Context, *UpdateJobRequest) (*Job, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateJob not implemented")
 }
 func (UnimplementedJobServiceServer) ReadJobLogs(*ReadJobLogsRequest, grpc.ServerStreamingServer[LogChunk]) error {
 	return status.Error(codes.Unimplemented, "method ReadJobLogs not implemented")
@@ -837,6 +857,24 @@ func _JobService_WatchJob_Handler(srv interface{}, stream grpc.ServerStream) err
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type JobService_WatchJobServer = grpc.ServerStreamingServer[Job]
 
+func _JobService_UpdateJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).UpdateJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_UpdateJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).UpdateJob(ctx, req.(*UpdateJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _JobService_ReadJobLogs_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(ReadJobLogsRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -870,6 +908,10 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelJob",
 			Handler:    _JobService_CancelJob_Handler,
+		},
+		{
+			MethodName: "UpdateJob",
+			Handler:    _JobService_UpdateJob_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
@@ -1133,6 +1175,192 @@ var NodeService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListNodes",
 			Handler:    _NodeService_ListNodes_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "loom/v1/service.proto",
+}
+
+const (
+	SlurmService_ListPartitions_FullMethodName  = "/loom.v1.SlurmService/ListPartitions"
+	SlurmService_ListSlurmNodes_FullMethodName  = "/loom.v1.SlurmService/ListSlurmNodes"
+	SlurmService_UpdateSlurmNode_FullMethodName = "/loom.v1.SlurmService/UpdateSlurmNode"
+)
+
+// SlurmServiceClient is the client API for SlurmService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// SlurmService is the scheduler's Slurm view of a cluster: partitions and nodes
+// (sinfo, scontrol show partition/node) and node drain/resume (scontrol update node).
+type SlurmServiceClient interface {
+	ListPartitions(ctx context.Context, in *ListPartitionsRequest, opts ...grpc.CallOption) (*ListPartitionsResponse, error)
+	ListSlurmNodes(ctx context.Context, in *ListSlurmNodesRequest, opts ...grpc.CallOption) (*ListSlurmNodesResponse, error)
+	// UpdateSlurmNode drains or resumes a node (State=DRAIN Reason=..., State=RESUME).
+	UpdateSlurmNode(ctx context.Context, in *UpdateSlurmNodeRequest, opts ...grpc.CallOption) (*SlurmNode, error)
+}
+
+type slurmServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewSlurmServiceClient(cc grpc.ClientConnInterface) SlurmServiceClient {
+	return &slurmServiceClient{cc}
+}
+
+func (c *slurmServiceClient) ListPartitions(ctx context.Context, in *ListPartitionsRequest, opts ...grpc.CallOption) (*ListPartitionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPartitionsResponse)
+	err := c.cc.Invoke(ctx, SlurmService_ListPartitions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *slurmServiceClient) ListSlurmNodes(ctx context.Context, in *ListSlurmNodesRequest, opts ...grpc.CallOption) (*ListSlurmNodesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSlurmNodesResponse)
+	err := c.cc.Invoke(ctx, SlurmService_ListSlurmNodes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *slurmServiceClient) UpdateSlurmNode(ctx context.Context, in *UpdateSlurmNodeRequest, opts ...grpc.CallOption) (*SlurmNode, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SlurmNode)
+	err := c.cc.Invoke(ctx, SlurmService_UpdateSlurmNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// SlurmServiceServer is the server API for SlurmService service.
+// All implementations must embed UnimplementedSlurmServiceServer
+// for forward compatibility.
+//
+// SlurmService is the scheduler's Slurm view of a cluster: partitions and nodes
+// (sinfo, scontrol show partition/node) and node drain/resume (scontrol update node).
+type SlurmServiceServer interface {
+	ListPartitions(context.Context, *ListPartitionsRequest) (*ListPartitionsResponse, error)
+	ListSlurmNodes(context.Context, *ListSlurmNodesRequest) (*ListSlurmNodesResponse, error)
+	// UpdateSlurmNode drains or resumes a node (State=DRAIN Reason=..., State=RESUME).
+	UpdateSlurmNode(context.Context, *UpdateSlurmNodeRequest) (*SlurmNode, error)
+	mustEmbedUnimplementedSlurmServiceServer()
+}
+
+// UnimplementedSlurmServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedSlurmServiceServer struct{}
+
+func (UnimplementedSlurmServiceServer) ListPartitions(context.Context, *ListPartitionsRequest) (*ListPartitionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPartitions not implemented")
+}
+func (UnimplementedSlurmServiceServer) ListSlurmNodes(context.Context, *ListSlurmNodesRequest) (*ListSlurmNodesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSlurmNodes not implemented")
+}
+func (UnimplementedSlurmServiceServer) UpdateSlurmNode(context.Context, *UpdateSlurmNodeRequest) (*SlurmNode, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateSlurmNode not implemented")
+}
+func (UnimplementedSlurmServiceServer) mustEmbedUnimplementedSlurmServiceServer() {}
+func (UnimplementedSlurmServiceServer) testEmbeddedByValue()                      {}
+
+// UnsafeSlurmServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to SlurmServiceServer will
+// result in compilation errors.
+type UnsafeSlurmServiceServer interface {
+	mustEmbedUnimplementedSlurmServiceServer()
+}
+
+func RegisterSlurmServiceServer(s grpc.ServiceRegistrar, srv SlurmServiceServer) {
+	// If the following call panics, it indicates UnimplementedSlurmServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&SlurmService_ServiceDesc, srv)
+}
+
+func _SlurmService_ListPartitions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPartitionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SlurmServiceServer).ListPartitions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SlurmService_ListPartitions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SlurmServiceServer).ListPartitions(ctx, req.(*ListPartitionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SlurmService_ListSlurmNodes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSlurmNodesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SlurmServiceServer).ListSlurmNodes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SlurmService_ListSlurmNodes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SlurmServiceServer).ListSlurmNodes(ctx, req.(*ListSlurmNodesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SlurmService_UpdateSlurmNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateSlurmNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SlurmServiceServer).UpdateSlurmNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SlurmService_UpdateSlurmNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SlurmServiceServer).UpdateSlurmNode(ctx, req.(*UpdateSlurmNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// SlurmService_ServiceDesc is the grpc.ServiceDesc for SlurmService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var SlurmService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "loom.v1.SlurmService",
+	HandlerType: (*SlurmServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "ListPartitions",
+			Handler:    _SlurmService_ListPartitions_Handler,
+		},
+		{
+			MethodName: "ListSlurmNodes",
+			Handler:    _SlurmService_ListSlurmNodes_Handler,
+		},
+		{
+			MethodName: "UpdateSlurmNode",
+			Handler:    _SlurmService_UpdateSlurmNode_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1025,11 +1025,13 @@ func (x *SubmitJob) GetJob() *v1.Job {
 	return nil
 }
 
-// CancelJob asks the scheduler to cancel a job.
+// CancelJob asks the scheduler to cancel a job, or only to signal it when
+// signal is set.
 type CancelJob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	Cluster       string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Signal        string                 `protobuf:"bytes,3,opt,name=signal,proto3" json:"signal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1078,6 +1080,168 @@ func (x *CancelJob) GetCluster() string {
 	return ""
 }
 
+func (x *CancelJob) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+// UpdateJob asks the scheduler to hold, release, requeue or update a job
+// (action as in loom.v1.UpdateJobRequest).
+type UpdateJob struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Job              string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Cluster          string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Action           string                 `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	TimeLimitSeconds int64                  `protobuf:"varint,4,opt,name=time_limit_seconds,json=timeLimitSeconds,proto3" json:"time_limit_seconds,omitempty"`
+	Partition        string                 `protobuf:"bytes,5,opt,name=partition,proto3" json:"partition,omitempty"`
+	User             string                 `protobuf:"bytes,6,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *UpdateJob) Reset() {
+	*x = UpdateJob{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateJob) ProtoMessage() {}
+
+func (x *UpdateJob) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateJob.ProtoReflect.Descriptor instead.
+func (*UpdateJob) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *UpdateJob) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *UpdateJob) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *UpdateJob) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *UpdateJob) GetTimeLimitSeconds() int64 {
+	if x != nil {
+		return x.TimeLimitSeconds
+	}
+	return 0
+}
+
+func (x *UpdateJob) GetPartition() string {
+	if x != nil {
+		return x.Partition
+	}
+	return ""
+}
+
+func (x *UpdateJob) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+// UpdateSlurmNode asks the scheduler to drain or resume a node.
+type UpdateSlurmNode struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Hostname      string                 `protobuf:"bytes,2,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateSlurmNode) Reset() {
+	*x = UpdateSlurmNode{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateSlurmNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateSlurmNode) ProtoMessage() {}
+
+func (x *UpdateSlurmNode) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateSlurmNode.ProtoReflect.Descriptor instead.
+func (*UpdateSlurmNode) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *UpdateSlurmNode) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *UpdateSlurmNode) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *UpdateSlurmNode) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *UpdateSlurmNode) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // JobChanged carries the job's full state after a change.
 type JobChanged struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1092,7 +1256,7 @@ type JobChanged struct {
 
 func (x *JobChanged) Reset() {
 	*x = JobChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[16]
+	mi := &file_loom_events_v1_events_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1104,7 +1268,7 @@ func (x *JobChanged) String() string {
 func (*JobChanged) ProtoMessage() {}
 
 func (x *JobChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[16]
+	mi := &file_loom_events_v1_events_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1117,7 +1281,7 @@ func (x *JobChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobChanged.ProtoReflect.Descriptor instead.
 func (*JobChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{16}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *JobChanged) GetJob() *v1.Job {
@@ -1153,7 +1317,7 @@ type NodeDrained struct {
 
 func (x *NodeDrained) Reset() {
 	*x = NodeDrained{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[17]
+	mi := &file_loom_events_v1_events_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1329,7 @@ func (x *NodeDrained) String() string {
 func (*NodeDrained) ProtoMessage() {}
 
 func (x *NodeDrained) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[17]
+	mi := &file_loom_events_v1_events_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1342,7 @@ func (x *NodeDrained) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDrained.ProtoReflect.Descriptor instead.
 func (*NodeDrained) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{17}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *NodeDrained) GetNode() string {
@@ -1218,7 +1382,7 @@ type StartStep struct {
 
 func (x *StartStep) Reset() {
 	*x = StartStep{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[18]
+	mi := &file_loom_events_v1_events_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1230,7 +1394,7 @@ func (x *StartStep) String() string {
 func (*StartStep) ProtoMessage() {}
 
 func (x *StartStep) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[18]
+	mi := &file_loom_events_v1_events_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1243,7 +1407,7 @@ func (x *StartStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartStep.ProtoReflect.Descriptor instead.
 func (*StartStep) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{18}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StartStep) GetJob() string {
@@ -1350,7 +1514,7 @@ type StopStep struct {
 
 func (x *StopStep) Reset() {
 	*x = StopStep{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[19]
+	mi := &file_loom_events_v1_events_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +1526,7 @@ func (x *StopStep) String() string {
 func (*StopStep) ProtoMessage() {}
 
 func (x *StopStep) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[19]
+	mi := &file_loom_events_v1_events_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +1539,7 @@ func (x *StopStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopStep.ProtoReflect.Descriptor instead.
 func (*StopStep) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{19}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StopStep) GetJob() string {
@@ -1406,6 +1570,86 @@ func (x *StopStep) GetReason() string {
 	return ""
 }
 
+// SignalStep tells an agent to send a signal to a step's process group
+// (--signal before a time limit or preemption, scancel --signal).
+type SignalStep struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Job     string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Attempt int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Node    string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	// signal is a name like "USR1" or "TERM".
+	Signal string `protobuf:"bytes,4,opt,name=signal,proto3" json:"signal,omitempty"`
+	// batch_only sends it to the batch shell only (B: prefix), not to every process.
+	BatchOnly     bool `protobuf:"varint,5,opt,name=batch_only,json=batchOnly,proto3" json:"batch_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalStep) Reset() {
+	*x = SignalStep{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalStep) ProtoMessage() {}
+
+func (x *SignalStep) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalStep.ProtoReflect.Descriptor instead.
+func (*SignalStep) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *SignalStep) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *SignalStep) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *SignalStep) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *SignalStep) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+func (x *SignalStep) GetBatchOnly() bool {
+	if x != nil {
+		return x.BatchOnly
+	}
+	return false
+}
+
 // StepChanged reports a step's state.
 type StepChanged struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1423,7 +1667,7 @@ type StepChanged struct {
 
 func (x *StepChanged) Reset() {
 	*x = StepChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[20]
+	mi := &file_loom_events_v1_events_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1679,7 @@ func (x *StepChanged) String() string {
 func (*StepChanged) ProtoMessage() {}
 
 func (x *StepChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[20]
+	mi := &file_loom_events_v1_events_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1692,7 @@ func (x *StepChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepChanged.ProtoReflect.Descriptor instead.
 func (*StepChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{20}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StepChanged) GetJob() string {
@@ -1521,7 +1765,7 @@ type NodeHealthChanged struct {
 
 func (x *NodeHealthChanged) Reset() {
 	*x = NodeHealthChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[21]
+	mi := &file_loom_events_v1_events_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1533,7 +1777,7 @@ func (x *NodeHealthChanged) String() string {
 func (*NodeHealthChanged) ProtoMessage() {}
 
 func (x *NodeHealthChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[21]
+	mi := &file_loom_events_v1_events_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1546,7 +1790,7 @@ func (x *NodeHealthChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHealthChanged.ProtoReflect.Descriptor instead.
 func (*NodeHealthChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{21}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *NodeHealthChanged) GetNode() string {
@@ -1595,7 +1839,7 @@ type ModelVersionRegistered struct {
 
 func (x *ModelVersionRegistered) Reset() {
 	*x = ModelVersionRegistered{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[22]
+	mi := &file_loom_events_v1_events_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1851,7 @@ func (x *ModelVersionRegistered) String() string {
 func (*ModelVersionRegistered) ProtoMessage() {}
 
 func (x *ModelVersionRegistered) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[22]
+	mi := &file_loom_events_v1_events_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1864,7 @@ func (x *ModelVersionRegistered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelVersionRegistered.ProtoReflect.Descriptor instead.
 func (*ModelVersionRegistered) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{22}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ModelVersionRegistered) GetVersion() *v1.ModelVersion {
@@ -1698,10 +1942,23 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12#\n" +
 	"\rrunning_steps\x18\x05 \x01(\x05R\frunningSteps\"+\n" +
 	"\tSubmitJob\x12\x1e\n" +
-	"\x03job\x18\x01 \x01(\v2\f.loom.v1.JobR\x03job\"7\n" +
+	"\x03job\x18\x01 \x01(\v2\f.loom.v1.JobR\x03job\"O\n" +
 	"\tCancelJob\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
-	"\acluster\x18\x02 \x01(\tR\acluster\"c\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\x12\x16\n" +
+	"\x06signal\x18\x03 \x01(\tR\x06signal\"\xaf\x01\n" +
+	"\tUpdateJob\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\x12\x16\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\x12,\n" +
+	"\x12time_limit_seconds\x18\x04 \x01(\x03R\x10timeLimitSeconds\x12\x1c\n" +
+	"\tpartition\x18\x05 \x01(\tR\tpartition\x12\x12\n" +
+	"\x04user\x18\x06 \x01(\tR\x04user\"u\n" +
+	"\x0fUpdateSlurmNode\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1a\n" +
+	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"c\n" +
 	"\n" +
 	"JobChanged\x12\x1e\n" +
 	"\x03job\x18\x01 \x01(\v2\f.loom.v1.JobR\x03job\x12\x18\n" +
@@ -1734,7 +1991,15 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
 	"\x04node\x18\x03 \x01(\tR\x04node\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xe1\x01\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x83\x01\n" +
+	"\n" +
+	"SignalStep\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\x12\x16\n" +
+	"\x06signal\x18\x04 \x01(\tR\x06signal\x12\x1d\n" +
+	"\n" +
+	"batch_only\x18\x05 \x01(\bR\tbatchOnly\"\xe1\x01\n" +
 	"\vStepChanged\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
@@ -1779,7 +2044,7 @@ func file_loom_events_v1_events_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_events_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_loom_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_loom_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_loom_events_v1_events_proto_goTypes = []any{
 	(StepState)(0),                 // 0: loom.events.v1.StepState
 	(NodeHealth)(0),                // 1: loom.events.v1.NodeHealth
@@ -1799,36 +2064,39 @@ var file_loom_events_v1_events_proto_goTypes = []any{
 	(*Heartbeat)(nil),              // 15: loom.events.v1.Heartbeat
 	(*SubmitJob)(nil),              // 16: loom.events.v1.SubmitJob
 	(*CancelJob)(nil),              // 17: loom.events.v1.CancelJob
-	(*JobChanged)(nil),             // 18: loom.events.v1.JobChanged
-	(*NodeDrained)(nil),            // 19: loom.events.v1.NodeDrained
-	(*StartStep)(nil),              // 20: loom.events.v1.StartStep
-	(*StopStep)(nil),               // 21: loom.events.v1.StopStep
-	(*StepChanged)(nil),            // 22: loom.events.v1.StepChanged
-	(*NodeHealthChanged)(nil),      // 23: loom.events.v1.NodeHealthChanged
-	(*ModelVersionRegistered)(nil), // 24: loom.events.v1.ModelVersionRegistered
-	nil,                            // 25: loom.events.v1.StartStep.EnvEntry
-	(*v1.Cluster)(nil),             // 26: loom.v1.Cluster
-	(*v1.Reservation)(nil),         // 27: loom.v1.Reservation
-	(*v1.Node)(nil),                // 28: loom.v1.Node
-	(*timestamppb.Timestamp)(nil),  // 29: google.protobuf.Timestamp
-	(*v1.Job)(nil),                 // 30: loom.v1.Job
-	(*v1.ModelVersion)(nil),        // 31: loom.v1.ModelVersion
+	(*UpdateJob)(nil),              // 18: loom.events.v1.UpdateJob
+	(*UpdateSlurmNode)(nil),        // 19: loom.events.v1.UpdateSlurmNode
+	(*JobChanged)(nil),             // 20: loom.events.v1.JobChanged
+	(*NodeDrained)(nil),            // 21: loom.events.v1.NodeDrained
+	(*StartStep)(nil),              // 22: loom.events.v1.StartStep
+	(*StopStep)(nil),               // 23: loom.events.v1.StopStep
+	(*SignalStep)(nil),             // 24: loom.events.v1.SignalStep
+	(*StepChanged)(nil),            // 25: loom.events.v1.StepChanged
+	(*NodeHealthChanged)(nil),      // 26: loom.events.v1.NodeHealthChanged
+	(*ModelVersionRegistered)(nil), // 27: loom.events.v1.ModelVersionRegistered
+	nil,                            // 28: loom.events.v1.StartStep.EnvEntry
+	(*v1.Cluster)(nil),             // 29: loom.v1.Cluster
+	(*v1.Reservation)(nil),         // 30: loom.v1.Reservation
+	(*v1.Node)(nil),                // 31: loom.v1.Node
+	(*timestamppb.Timestamp)(nil),  // 32: google.protobuf.Timestamp
+	(*v1.Job)(nil),                 // 33: loom.v1.Job
+	(*v1.ModelVersion)(nil),        // 34: loom.v1.ModelVersion
 }
 var file_loom_events_v1_events_proto_depIdxs = []int32{
-	26, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
-	26, // 1: loom.events.v1.UpdateCluster.cluster:type_name -> loom.v1.Cluster
-	27, // 2: loom.events.v1.CreateReservation.reservation:type_name -> loom.v1.Reservation
-	26, // 3: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
-	27, // 4: loom.events.v1.ReservationChanged.reservation:type_name -> loom.v1.Reservation
-	28, // 5: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
-	29, // 6: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
-	30, // 7: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
-	30, // 8: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
-	25, // 9: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
+	29, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
+	29, // 1: loom.events.v1.UpdateCluster.cluster:type_name -> loom.v1.Cluster
+	30, // 2: loom.events.v1.CreateReservation.reservation:type_name -> loom.v1.Reservation
+	29, // 3: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
+	30, // 4: loom.events.v1.ReservationChanged.reservation:type_name -> loom.v1.Reservation
+	31, // 5: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
+	32, // 6: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
+	33, // 7: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
+	33, // 8: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
+	28, // 9: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
 	0,  // 10: loom.events.v1.StepChanged.state:type_name -> loom.events.v1.StepState
 	1,  // 11: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
-	29, // 12: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
-	31, // 13: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
+	32, // 12: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
+	34, // 13: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
 	14, // [14:14] is the sub-list for method output_type
 	14, // [14:14] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
@@ -1847,7 +2115,7 @@ func file_loom_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_events_v1_events_proto_rawDesc), len(file_loom_events_v1_events_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   24,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
