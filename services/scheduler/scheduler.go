@@ -30,7 +30,13 @@ type Config struct {
 	// hostname of the job's first node, as under Slurm, for providers whose
 	// hostnames resolve.
 	MasterAddr string
+	// TickInterval is how often drain deadlines are checked (default
+	// DefaultTickInterval); a deadline is acted on at most this late.
+	TickInterval time.Duration
 }
+
+// DefaultTickInterval is how often drain deadlines are checked by default.
+const DefaultTickInterval = time.Second
 
 // RegisterFlags adds the scheduler's flags to fs, defaults from LOOM_* variables.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
@@ -51,5 +57,10 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("scheduler: %w", err)
 	}
 	loomv1.RegisterJobServiceServer(base.GRPC, ports.NewJobServer(a))
-	return base.Run(ctx, []service.Consume{{Topics: ports.Topics, Handler: a.Handle}})
+	every := cfg.TickInterval
+	if every <= 0 {
+		every = DefaultTickInterval
+	}
+	clock := func(ctx context.Context) error { return a.RunClock(ctx, every) }
+	return base.Run(ctx, []service.Consume{{Topics: ports.Topics, Handler: a.Handle}}, clock)
 }

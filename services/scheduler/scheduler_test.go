@@ -53,7 +53,7 @@ func startScheduler(t *testing.T, broker, redisAddr string) *instance {
 	cfg := scheduler.Config{Common: config.Common{
 		Brokers: []string{broker}, RedisAddr: redisAddr, GRPCAddr: freeAddr(t),
 		HTTPAddr: "127.0.0.1:0", LogLevel: "warn",
-	}, MasterAddr: scheduler.DefaultMasterAddr}
+	}, MasterAddr: scheduler.DefaultMasterAddr, TickInterval: 100 * time.Millisecond}
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{cancel: cancel, result: make(chan error, 1)}
 	go func() { in.result <- scheduler.Run(ctx, cfg) }()
@@ -161,7 +161,15 @@ func startSteps(t *testing.T, broker string, id int) []envelope.Event {
 	return out
 }
 
-func jobEvent(id int, state loomv1.JobState) func(envelope.Event) bool {
+// match is a predicate over events on the bus.
+type match func(envelope.Event) bool
+
+// and matches what both m and other match.
+func (m match) and(other match) match {
+	return func(e envelope.Event) bool { return m(e) && other(e) }
+}
+
+func jobEvent(id int, state loomv1.JobState) match {
 	return func(e envelope.Event) bool {
 		jc, ok := e.Payload.(*eventsv1.JobChanged)
 		return ok && jc.GetJob().GetName() == jobName(id) && jc.GetJob().GetState() == state
@@ -283,6 +291,97 @@ func TestRestartKeepsStateAndStartsNothingTwice(t *testing.T) {
 			if e.ID != steps[0].ID {
 				t.Fatalf("job %d started twice: events %s and %s", id, steps[0].ID, e.ID)
 			}
+		}
+	}
+}
+
+// drained returns the NodeDrained events on the bus for host.
+func drained(t *testing.T, broker, host string) []envelope.Event {
+	var out []envelope.Event
+	for _, e := range testkit.Events(t, broker, topics.JobEvents) {
+		if d, ok := e.Payload.(*eventsv1.NodeDrained); ok && d.GetNode() == nodeName(host) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// TestDrainThroughTheBus: an idle DRAINING node is announced drained at
+// once; a busy one, at its deadline, has its job requeued (StopStep, REQUEUED,
+// a new attempt on another node) and is announced once the old run's step
+// ends.
+func TestDrainThroughTheBus(t *testing.T) {
+	t.Parallel()
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	in := startScheduler(t, broker, redisAddr)
+	f := newFeeder(t, broker)
+	drain := func(host string, deadline time.Time) {
+		f.publish(topics.NodeEvents, nodeName(host), &eventsv1.NodeChanged{Node: &loomv1.Node{
+			Name: nodeName(host), Cluster: cluster, Hostname: host, Gpus: 4, State: loomv1.Node_DRAINING,
+			DrainDeadline: timestamppb.New(deadline)}})
+	}
+
+	f.cluster()
+	f.node("gpu-0001", 4)
+	f.node("gpu-0002", 4)
+	f.submit(1, 1, 4)
+	busy := in.job(t, 1, loomv1.JobState_RUNNING).GetNodes()[0]
+	idle := map[string]string{"gpu-0001": "gpu-0002", "gpu-0002": "gpu-0001"}[busy]
+
+	drain(idle, time.Now().Add(time.Hour))
+	ev := testkit.WaitEvent(t, broker, topics.JobEvents, wait, func(e envelope.Event) bool {
+		d, ok := e.Payload.(*eventsv1.NodeDrained)
+		return ok && d.GetNode() == nodeName(idle)
+	})
+	if ev.Key != cluster || ev.Payload.(*eventsv1.NodeDrained).GetCluster() != cluster {
+		t.Fatalf("NodeDrained key %q: %v", ev.Key, ev.Payload)
+	}
+	// Nothing goes to the draining node, idle as it is.
+	f.submit(2, 1, 1)
+	if j := in.job(t, 2, loomv1.JobState_PENDING); j.GetStateReason() != "Resources" {
+		t.Fatalf("job 2: %v %q, want PENDING Resources", j.GetState(), j.GetStateReason())
+	}
+
+	drain(busy, time.Now().Add(500*time.Millisecond))
+	ev = testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(1, loomv1.JobState_REQUEUED))
+	if r := ev.Payload.(*eventsv1.JobChanged).GetJob().GetStateReason(); r != "node "+busy+" draining" {
+		t.Fatalf("REQUEUED reason %q", r)
+	}
+	stop := testkit.WaitEvent(t, broker, topics.StepCommands, wait, func(e envelope.Event) bool {
+		s, ok := e.Payload.(*eventsv1.StopStep)
+		return ok && s.GetJob() == jobName(1)
+	}).Payload.(*eventsv1.StopStep)
+	if stop.GetNode() != nodeName(busy) || stop.GetAttempt() != 1 {
+		t.Fatalf("StopStep %v, want attempt 1 on %s", stop, busy)
+	}
+	if j := in.job(t, 1, loomv1.JobState_PENDING); j.GetStateReason() != "ReqNodeNotAvail" {
+		t.Fatalf("requeued job 1: %q, want ReqNodeNotAvail (every node draining)", j.GetStateReason())
+	}
+
+	// A new node: the requeued job starts again there, as attempt 2.
+	f.node("gpu-0003", 4)
+	ev = testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(1, loomv1.JobState_RUNNING).and(func(e envelope.Event) bool {
+		return e.Payload.(*eventsv1.JobChanged).GetAttempt() == 2
+	}))
+	if nodes := ev.Payload.(*eventsv1.JobChanged).GetJob().GetNodes(); len(nodes) != 1 || nodes[0] != "gpu-0003" {
+		t.Fatalf("attempt 2 on %v, want gpu-0003", nodes)
+	}
+	if n := len(drained(t, broker, busy)); n != 0 {
+		t.Fatalf("%s announced drained while the old run's step runs", busy)
+	}
+
+	// The old step ends: the node is drained.
+	f.publish(topics.StepEvents, jobName(1), &eventsv1.StepChanged{Job: jobName(1), Attempt: 1,
+		Node: nodeName(busy), State: eventsv1.StepState_STEP_KILLED, ExitCode: 143, Cluster: cluster})
+	testkit.WaitFor(t, wait, busy+" drained", func() (bool, error) { return len(drained(t, broker, busy)) > 0, nil })
+	f.exit(1, 2, "gpu-0003", 0)
+	// Events reach the bus in the order they were stored: once job 2 runs on
+	// the freed node, a second NodeDrained emitted before it would be there.
+	testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(2, loomv1.JobState_RUNNING))
+	for _, host := range []string{busy, idle} {
+		if n := len(drained(t, broker, host)); n != 1 {
+			t.Fatalf("%s announced drained %d times, want once", host, n)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
@@ -32,6 +33,9 @@ func TestWriteThenLoad(t *testing.T) {
 			ModelOutput: &loomv1.ModelOutput{ModelId: "m"}, Env: map[string]string{"A": "b"}}},
 		&eventsv1.SubmitJob{Job: &loomv1.Job{Name: "projects/default/jobs/2", JobId: "2", Cluster: cl, GpusPerNode: 2}},
 		&eventsv1.NodeRemoved{Node: cl + "/nodes/gone", Cluster: cl},
+		// Draining and idle: NodeDrained is emitted and recorded.
+		&eventsv1.NodeChanged{Node: &loomv1.Node{Name: cl + "/nodes/gpu-0002", Cluster: cl, Hostname: "gpu-0002", Gpus: 2,
+			State: loomv1.Node_DRAINING, DrainDeadline: timestamppb.New(now.Add(time.Minute))}},
 	} {
 		c, err := s.Handle(now, ev)
 		if err != nil {
@@ -51,7 +55,7 @@ func TestWriteThenLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(recs.Clusters) != 1 || len(recs.Nodes) != 1 || len(recs.Jobs) != 2 || len(recs.Runs) != 1 {
+	if len(recs.Clusters) != 1 || len(recs.Nodes) != 2 || len(recs.Jobs) != 2 || len(recs.Runs) != 1 {
 		t.Fatalf("loaded %d clusters, %d nodes, %d jobs, %d runs", len(recs.Clusters), len(recs.Nodes), len(recs.Jobs), len(recs.Runs))
 	}
 	loaded := domain.NewState(domain.Config{})
@@ -72,8 +76,16 @@ func TestWriteThenLoad(t *testing.T) {
 	if !reflect.DeepEqual(loaded.ActiveRuns(), s.ActiveRuns()) {
 		t.Fatal("active runs differ after load")
 	}
-	// The loaded state schedules exactly as the original: nothing to do.
+	drained := cl + "/nodes/gpu-0002"
+	if got, want := loaded.Node(drained), s.Node(drained); !want.Drained || !reflect.DeepEqual(got, want) {
+		t.Fatalf("draining node: loaded %+v, want %+v (drained)", got, want)
+	}
+	// The loaded state schedules exactly as the original: nothing to do, and
+	// NodeDrained, recorded as emitted, is not emitted again.
 	if c := loaded.Schedule(now); !c.Empty() {
 		t.Fatalf("pass on loaded state changed %v", c.Emits)
+	}
+	if c := loaded.Tick(now.Add(2 * time.Minute)); !c.Empty() {
+		t.Fatalf("tick on loaded state changed %v", c.Emits)
 	}
 }

@@ -23,8 +23,9 @@ import (
 // Source is the CloudEvents source of the scheduler's events.
 const Source = "loom/scheduler"
 
-// App is the scheduler's state and the one path that changes it. Handle is
-// called by one consumer at a time; reads may run concurrently with it.
+// App is the scheduler's state and the one path that changes it. Handle (the
+// consumer) and Tick (the clock) may run concurrently; they take turns. Reads
+// may run concurrently with either.
 type App struct {
 	st   *store.Store
 	repo *adapters.Repo
@@ -32,8 +33,11 @@ type App struct {
 	now  func() time.Time
 	log  *slog.Logger
 
-	// mu guards state against readers while Commit runs; Handle reads it
-	// unlocked because it is the only writer.
+	// work serialises the writers (Handle, Tick): each computes a change from
+	// the state it sees and commits it before the next one looks.
+	work sync.Mutex
+	// mu guards state against readers while Commit runs; writers read it
+	// under work alone because only they change it.
 	mu    sync.RWMutex
 	state *domain.State
 	// stale is set when an Apply failed without saying whether it wrote:
@@ -49,6 +53,8 @@ func New(st *store.Store, cfg domain.Config, now func() time.Time, log *slog.Log
 // Start rebuilds memory from Redis and runs a scheduling pass over every
 // cluster, so work that a crashed predecessor left to do is done.
 func (a *App) Start(ctx context.Context) error {
+	a.work.Lock()
+	defer a.work.Unlock()
 	if err := a.reload(ctx); err != nil {
 		return err
 	}
@@ -76,6 +82,8 @@ func (a *App) reload(ctx context.Context) error {
 // Handle applies one consumed event; it is the consumer's bus.Handler. An
 // event that can never apply is returned as bus.Permanent (dead-lettered).
 func (a *App) Handle(ctx context.Context, ev envelope.Event) error {
+	a.work.Lock()
+	defer a.work.Unlock()
 	if a.stale {
 		if err := a.reload(ctx); err != nil {
 			return err
@@ -93,6 +101,41 @@ func (a *App) Handle(ctx context.Context, ev envelope.Event) error {
 		return fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err)
 	}
 	return nil
+}
+
+// Tick applies what the clock asks for (drain deadlines that have passed).
+// Its change carries no inbox mark: a crash before it is stored loses
+// nothing, since the next tick, or the start-up pass, computes it again.
+func (a *App) Tick(ctx context.Context) error {
+	a.work.Lock()
+	defer a.work.Unlock()
+	if a.stale {
+		if err := a.reload(ctx); err != nil {
+			return err
+		}
+	}
+	if err := a.apply(ctx, "", a.state.Tick(a.now())); err != nil {
+		return fmt.Errorf("tick: %w", err)
+	}
+	return nil
+}
+
+// RunClock calls Tick every interval until ctx ends. A failed tick is logged
+// and tried again at the next one, so a Redis hiccup does not stop the
+// service; it returns nil when ctx ends.
+func (a *App) RunClock(ctx context.Context, every time.Duration) error {
+	tk := time.NewTicker(every)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tk.C:
+			if err := a.Tick(ctx); err != nil && ctx.Err() == nil {
+				a.log.Warn("tick failed; retrying at the next", "err", err)
+			}
+		}
+	}
 }
 
 // apply writes c with the inbox mark inboxID and commits it to memory.

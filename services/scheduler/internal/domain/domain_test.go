@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -25,10 +26,15 @@ type harness struct {
 	t   *testing.T
 	s   *State
 	now time.Time
+	// announced: nodes whose NodeDrained was seen in their current drain.
+	announced map[string]bool
+	// requeues and drains count the REQUEUED and NodeDrained events seen.
+	requeues, drains int
 }
 
 func newHarness(t *testing.T) *harness {
-	h := &harness{t: t, s: NewState(Config{Policy: DefaultPolicy()}), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	h := &harness{t: t, s: NewState(Config{Policy: DefaultPolicy()}), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC),
+		announced: map[string]bool{}}
 	h.do(&eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cl, Status: &loomv1.ClusterStatus{
 		State: loomv1.Cluster_RUNNING, SharedDir: "/shared/c1"}}})
 	return h
@@ -41,9 +47,54 @@ func (h *harness) do(ev proto.Message) *Change {
 	if err != nil {
 		h.t.Fatalf("handle %T: %v", ev, err)
 	}
+	h.commit(c)
+	return c
+}
+
+// tick lets d pass and runs the clock.
+func (h *harness) tick(d time.Duration) *Change {
+	h.t.Helper()
+	h.now = h.now.Add(d)
+	c := h.s.Tick(h.now)
+	h.commit(c)
+	return c
+}
+
+// commit commits c and checks the invariants, and that c started steps only
+// on nodes that may take work and announced each drained node once.
+func (h *harness) commit(c *Change) {
+	h.t.Helper()
 	h.s.Commit(c)
 	checkInvariants(h.t, h.s)
-	return c
+	for _, ss := range starts(c) {
+		if n := h.s.Node(ss.GetNode()); n == nil || !n.Usable() {
+			h.t.Fatalf("StartStep on node %s that may not take work: %+v", ss.GetNode(), n)
+		}
+	}
+	for _, jc := range jobChanges(c) {
+		if jc.GetJob().GetState() == loomv1.JobState_REQUEUED {
+			h.requeues++
+		}
+	}
+	for _, e := range c.Emits {
+		d, ok := e.Payload.(*eventsv1.NodeDrained)
+		if !ok {
+			continue
+		}
+		h.drains++
+		if e.Key != d.GetCluster() || e.Topic != topics.JobEvents {
+			h.t.Fatalf("NodeDrained on %s key %s", e.Topic, e.Key)
+		}
+		if h.announced[d.GetNode()] {
+			h.t.Fatalf("NodeDrained for %s twice in one drain", d.GetNode())
+		}
+		h.announced[d.GetNode()] = true
+	}
+	for node := range h.announced {
+		if n := h.s.Node(node); n == nil || !n.Draining() {
+			delete(h.announced, node)
+		}
+	}
 }
 
 func nodeName(host string) string { return cl + "/nodes/" + host }
@@ -106,6 +157,16 @@ func checkInvariants(t *testing.T, s *State) {
 				}
 				held[k] = r.Key()
 			}
+			held[node] = r.Key()
+		}
+	}
+	// A DRAINING node that holds nothing has been announced as drained.
+	for name, n := range s.nodes {
+		if n.Draining() && !n.Drained && held[name] == "" {
+			t.Fatalf("draining node %s holds nothing but was not announced", name)
+		}
+		if n.Drained && (!n.Draining() || held[name] != "") {
+			t.Fatalf("node %s marked drained while %v and held by %q", name, n.State, held[name])
 		}
 	}
 	for name, rec := range s.jobs {
@@ -554,11 +615,14 @@ func TestInvalidEvents(t *testing.T) {
 }
 
 // TestRandomNoGPUDoubleAllocated runs many random sequences of submits,
-// cancels, step ends and node failures, checking after every event (in
-// harness.do) that no GPU is held twice, and at the end that every job ran to
+// cancels, step ends, node failures, drains (with and without deadlines) and
+// clock ticks, checking after every event (in harness.commit) that no GPU is
+// held twice, that nothing starts on a node that may not take work and that
+// each drained node is announced once, and at the end that every job ran to
 // an end and freed its allocation.
 func TestRandomNoGPUDoubleAllocated(t *testing.T) {
 	t.Parallel()
+	requeues, drains := 0, 0
 	for seed := uint64(1); seed <= 25; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		h := newHarness(t)
@@ -568,7 +632,7 @@ func TestRandomNoGPUDoubleAllocated(t *testing.T) {
 		}
 		next := 1
 		for range 300 {
-			switch op := rng.IntN(10); {
+			switch op := rng.IntN(13); {
 			case op < 4:
 				h.submit(next, int32(1+rng.IntN(3)), int32(rng.IntN(5)))
 				next++
@@ -592,20 +656,35 @@ func TestRandomNoGPUDoubleAllocated(t *testing.T) {
 				if next > 1 {
 					h.do(&eventsv1.CancelJob{Job: jobName(1 + rng.IntN(next-1)), Cluster: cl})
 				}
-			default:
+			case op < 10:
 				host := hosts[rng.IntN(len(hosts))]
 				health := eventsv1.NodeHealth_UNHEALTHY
 				if h.s.Node(nodeName(host)).Unhealthy {
 					health = eventsv1.NodeHealth_HEALTHY
 				}
 				h.do(&eventsv1.NodeHealthChanged{Node: nodeName(host), Cluster: cl, Health: health, Reason: "test"})
+			case op < 12: // the provisioner drains a node, brings it back, or loses it
+				host := hosts[rng.IntN(len(hosts))]
+				switch rng.IntN(4) {
+				case 0, 1:
+					grace := time.Duration(rng.IntN(20)) * time.Second // 0: no deadline
+					h.drainNode(host, 4, grace)
+				case 2:
+					h.node(host, 4)
+				default:
+					h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName(host), Cluster: cl, Hostname: host, Gpus: 4,
+						State: loomv1.Node_FAILED, Reason: "preempted by provider"}})
+				}
+			default:
+				h.tick(time.Duration(rng.IntN(10)) * time.Second)
 			}
 		}
-		// Heal every node and end every step: the queue must drain.
+		// Heal every node, bring it back and end every step: the queue must drain.
 		for _, host := range hosts {
 			if h.s.Node(nodeName(host)).Unhealthy {
 				h.do(&eventsv1.NodeHealthChanged{Node: nodeName(host), Cluster: cl, Health: eventsv1.NodeHealth_HEALTHY})
 			}
+			h.node(host, 4)
 		}
 		for guard := 0; len(h.s.ActiveRuns()) > 0; guard++ {
 			if guard > 10000 {
@@ -625,5 +704,11 @@ func TestRandomNoGPUDoubleAllocated(t *testing.T) {
 				t.Fatalf("seed %d: job %s still %v (%s) with every node free", seed, j.GetName(), j.GetState(), j.GetStateReason())
 			}
 		}
+		requeues, drains = requeues+h.requeues, drains+h.drains
 	}
+	// The mix must reach the paths it is meant to test.
+	if requeues == 0 || drains == 0 {
+		t.Fatalf("random runs saw %d requeues and %d NodeDrained", requeues, drains)
+	}
+	t.Logf("%d requeues, %d NodeDrained", requeues, drains)
 }

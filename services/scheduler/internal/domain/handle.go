@@ -182,9 +182,14 @@ func (t *txn) nodeChanged(ev *eventsv1.NodeChanged) error {
 	if in.GetHostname() != "" {
 		host = in.GetHostname()
 	}
+	var deadline time.Time
+	if in.GetDrainDeadline() != nil {
+		deadline = in.GetDrainDeadline().AsTime()
+	}
 	old := t.node(in.GetName())
 	if old != nil && old.Cluster == cluster && old.Hostname == host && old.GPUs == in.GetGpus() &&
-		old.State == in.GetState() && old.Reason == in.GetReason() {
+		old.State == in.GetState() && old.Reason == in.GetReason() && old.Role == in.GetRole() &&
+		old.DrainDeadline.Equal(deadline) {
 		t.dirty[cluster] = true
 		return nil
 	}
@@ -193,7 +198,11 @@ func (t *txn) nodeChanged(ev *eventsv1.NodeChanged) error {
 	}
 	n := t.editNode(in.GetName())
 	n.Cluster, n.Hostname, n.GPUs, n.State, n.Reason = cluster, host, in.GetGpus(), in.GetState(), in.GetReason()
-	if !n.Usable() {
+	n.Role, n.DrainDeadline = in.GetRole(), deadline
+	if !n.Draining() {
+		n.Drained = false // a later drain is a new one, with its own NodeDrained
+	}
+	if n.lost() {
 		t.failNode(n)
 	}
 	t.dirty[cluster] = true
@@ -388,6 +397,7 @@ func (t *txn) pass() {
 	}
 	sort.Strings(clusters)
 	for _, c := range clusters {
+		t.drain(c)
 		t.schedule(c)
 	}
 }

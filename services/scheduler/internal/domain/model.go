@@ -10,6 +10,7 @@ package domain
 
 import (
 	"strconv"
+	"time"
 
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -25,7 +26,15 @@ const (
 	ReasonReqNodeNotAvail = "ReqNodeNotAvail"
 	// ReasonClusterDeleted ends the jobs of a deleted cluster.
 	ReasonClusterDeleted = "cluster deleted"
+	// ReasonRequeued: the job's run was ended by the scheduler (its node
+	// reached its drain deadline) and it waits to run again. A pass replaces
+	// it with the job's queue reason when the job does not start at once.
+	ReasonRequeued = "Requeued"
 )
+
+// RoleLogin is the role of login nodes: records without an agent, never
+// given work.
+const RoleLogin = "login"
 
 // Cluster is what the scheduler knows of a cluster.
 type Cluster struct {
@@ -61,10 +70,32 @@ type Node struct {
 	// Unhealthy is health's verdict; a node is healthy until told otherwise.
 	Unhealthy    bool   `json:"unhealthy,omitempty"`
 	HealthReason string `json:"health_reason,omitempty"`
+	// Role is the provisioner's "compute" or "login" ("" counts as compute).
+	Role string `json:"role,omitempty"`
+	// DrainDeadline is when the jobs still running on a DRAINING node are
+	// requeued; zero means they are waited for however long they run.
+	DrainDeadline time.Time `json:"drain_deadline,omitzero"`
+	// Drained records that NodeDrained was emitted for the node's current
+	// DRAINING period, so that it is emitted once; it is cleared when the
+	// node leaves DRAINING.
+	Drained bool `json:"drained,omitempty"`
 }
 
 // Usable reports whether the node may take new work.
-func (n *Node) Usable() bool { return n.State == loomv1.Node_READY && !n.Unhealthy }
+func (n *Node) Usable() bool {
+	return n.State == loomv1.Node_READY && !n.Unhealthy && n.Role != RoleLogin
+}
+
+// Draining reports whether the node is DRAINING: it keeps the jobs it runs
+// (until its deadline) but takes no new ones.
+func (n *Node) Draining() bool { return n.State == loomv1.Node_DRAINING }
+
+// lost reports whether the node can no longer run the work it holds, so that
+// its jobs end NODE_FAIL: anything but READY or DRAINING (DOWN, FAILED,
+// PROVISIONING, DELETING), or unhealthy.
+func (n *Node) lost() bool {
+	return n.Unhealthy || (n.State != loomv1.Node_READY && n.State != loomv1.Node_DRAINING)
+}
 
 // downReason says why a node can no longer run work, for a failed job's reason.
 func (n *Node) downReason() string {

@@ -18,10 +18,10 @@ type Policy struct {
 	Checks []Check
 }
 
-// DefaultPolicy is first come, first served over READY, healthy nodes with
-// enough free GPUs.
+// DefaultPolicy is first come, first served over READY (not draining),
+// healthy compute nodes with enough free GPUs.
 func DefaultPolicy() Policy {
-	return Policy{Less: FCFS, Checks: []Check{CheckReady, CheckHealthy, CheckGPUs}}
+	return Policy{Less: FCFS, Checks: []Check{CheckCompute, CheckNotDraining, CheckReady, CheckHealthy, CheckGPUs}}
 }
 
 // FCFS orders jobs by submission: numeric job id (the gateway assigns ids in
@@ -60,6 +60,15 @@ type Check struct {
 
 // The default checks.
 var (
+	// CheckCompute keeps work off login nodes, which have no agent.
+	CheckCompute = Check{Reason: "LoginNode", Fits: func(_ *loomv1.Job, n NodeView) bool {
+		return n.Node.Role != RoleLogin
+	}}
+	// CheckNotDraining keeps new work off a node being drained for removal;
+	// it comes before CheckReady so that draining nodes are counted apart.
+	CheckNotDraining = Check{Reason: "NodeDraining", Fits: func(_ *loomv1.Job, n NodeView) bool {
+		return !n.Node.Draining()
+	}}
 	CheckReady = Check{Reason: "NodeNotReady", Fits: func(_ *loomv1.Job, n NodeView) bool {
 		return n.Node.State == loomv1.Node_READY
 	}}

@@ -26,6 +26,8 @@ type State struct {
 	pending map[string]map[string]bool
 	// active: keys of runs that still hold an allocation.
 	active map[string]bool
+	// draining: names of the DRAINING nodes, for Tick.
+	draining map[string]bool
 }
 
 // Config is what the domain is told at start.
@@ -50,6 +52,7 @@ func NewState(cfg Config) *State {
 		clusterNodes: map[string]map[string]bool{},
 		pending:      map[string]map[string]bool{},
 		active:       map[string]bool{},
+		draining:     map[string]bool{},
 	}
 }
 
@@ -132,12 +135,16 @@ func (s *State) putNode(name string, n *Node) {
 	if old, ok := s.nodes[name]; ok {
 		delete(s.clusterNodes[old.Cluster], name)
 	}
+	delete(s.draining, name)
 	if n == nil {
 		delete(s.nodes, name)
 		return
 	}
 	s.nodes[name] = n
 	set(s.clusterNodes, n.Cluster)[name] = true
+	if n.Draining() {
+		s.draining[name] = true
+	}
 }
 
 func (s *State) putJob(name string, j *Job) {

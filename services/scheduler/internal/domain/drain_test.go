@@ -1,0 +1,263 @@
+package domain
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// drainNode reports host DRAINING with its deadline grace from now (no
+// deadline when grace is 0).
+func (h *harness) drainNode(host string, gpus int32, grace time.Duration) *Change {
+	n := &loomv1.Node{Name: nodeName(host), Cluster: cl, Hostname: host, Gpus: gpus, State: loomv1.Node_DRAINING}
+	if grace != 0 {
+		n.DrainDeadline = timestamppb.New(h.now.Add(grace))
+	}
+	return h.do(&eventsv1.NodeChanged{Node: n})
+}
+
+func drainedEvents(c *Change) []*eventsv1.NodeDrained {
+	var out []*eventsv1.NodeDrained
+	for _, e := range c.Emits {
+		if d, ok := e.Payload.(*eventsv1.NodeDrained); ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func wantDrained(t *testing.T, c *Change, hosts ...string) {
+	t.Helper()
+	var got []string
+	for _, d := range drainedEvents(c) {
+		if d.GetCluster() != cl {
+			t.Fatalf("NodeDrained for cluster %q, want %q", d.GetCluster(), cl)
+		}
+		got = append(got, d.GetNode())
+	}
+	var want []string
+	for _, h := range hosts {
+		want = append(want, nodeName(h))
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("NodeDrained for %v, want %v", got, want)
+	}
+}
+
+func decision(c *Change, id int) *Decision {
+	for i := range c.Decisions {
+		if c.Decisions[i].Job == jobName(id) {
+			return &c.Decisions[i]
+		}
+	}
+	return nil
+}
+
+func TestDrainIdleNodeAtOnce(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 8)
+	h.node("gpu-0002", 8)
+	c := h.drainNode("gpu-0001", 8, time.Minute)
+	wantDrained(t, c, "gpu-0001")
+	for _, e := range c.Emits {
+		if _, ok := e.Payload.(*eventsv1.NodeDrained); ok && (e.Topic != topics.JobEvents || e.Key != cl || e.Subject != nodeName("gpu-0001")) {
+			t.Fatalf("NodeDrained emitted on %s key %s subject %s", e.Topic, e.Key, e.Subject)
+		}
+	}
+	// Redelivered, or the same state reported again: not announced twice.
+	if c := h.drainNode("gpu-0001", 8, time.Minute-time.Second); !c.Empty() {
+		t.Fatalf("redelivered drain changed %v", c.Emits)
+	}
+	if c := h.tick(time.Hour); !c.Empty() {
+		t.Fatalf("tick past the deadline of an idle drained node changed %v", c.Emits)
+	}
+	if c := h.s.Schedule(h.now); !c.Empty() {
+		t.Fatalf("pass changed %v", c.Emits)
+	}
+
+	// No new work on the draining node, counted under its own reason.
+	h.submit(1, 1, 8)
+	if got := h.job(1).GetNodes(); !reflect.DeepEqual(got, []string{"gpu-0002"}) {
+		t.Fatalf("job 1 on %v, want gpu-0002", got)
+	}
+	c = h.submit(2, 1, 1)
+	h.wantState(2, loomv1.JobState_PENDING, ReasonResources)
+	if d := decision(c, 2); d == nil || d.Filtered["NodeDraining"] != 1 || d.Filtered["InsufficientGPUs"] != 1 {
+		t.Fatalf("want one node filtered as NodeDraining and one as InsufficientGPUs, got %+v", d)
+	}
+	// Only draining nodes left: nothing could take work.
+	h.drainNode("gpu-0002", 8, time.Minute)
+	h.wantState(2, loomv1.JobState_PENDING, ReasonReqNodeNotAvail)
+}
+
+func TestDrainWaitsForTheLastStep(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 8)
+	h.node("gpu-0002", 8)
+	h.submit(1, 2, 4)
+	h.submit(2, 1, 4)
+	c := h.drainNode("gpu-0001", 8, 0) // no deadline: wait for the jobs
+	wantDrained(t, c)
+	if len(stops(c)) != 0 || h.job(1).GetState() != loomv1.JobState_RUNNING {
+		t.Fatal("draining disturbed a running job")
+	}
+	wantDrained(t, h.tick(24*time.Hour))
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+
+	// Job 1 ends on gpu-0001 first: job 2 still holds the node.
+	wantDrained(t, h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_EXITED, 0))
+	c = h.step(1, 1, "gpu-0002", eventsv1.StepState_STEP_EXITED, 0)
+	h.wantState(1, loomv1.JobState_COMPLETED, "")
+	wantDrained(t, c)
+	c = h.step(2, 1, "gpu-0001", eventsv1.StepState_STEP_EXITED, 0)
+	h.wantState(2, loomv1.JobState_COMPLETED, "")
+	wantDrained(t, c, "gpu-0001")
+	// A late copy of the last report, and later events, announce nothing more.
+	if c := h.step(2, 1, "gpu-0001", eventsv1.StepState_STEP_EXITED, 0); !c.Empty() {
+		t.Fatalf("redelivered last step changed %v", c.Emits)
+	}
+	wantDrained(t, h.submit(3, 1, 1))
+	h.wantState(3, loomv1.JobState_RUNNING, "")
+	if got := h.job(3).GetNodes(); !reflect.DeepEqual(got, []string{"gpu-0002"}) {
+		t.Fatalf("job 3 on %v, want gpu-0002", got)
+	}
+
+	// Back to READY and drained again: a new drain, announced again.
+	h.node("gpu-0001", 8)
+	if n := h.s.Node(nodeName("gpu-0001")); n.Drained {
+		t.Fatal("a READY node is still marked drained")
+	}
+	wantDrained(t, h.drainNode("gpu-0001", 8, time.Minute), "gpu-0001")
+}
+
+func TestDrainDeadlineRequeues(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 8)
+	h.node("gpu-0002", 8)
+	h.node("gpu-0003", 8)
+	h.submit(1, 2, 8) // gpu-0001, gpu-0002
+	h.submit(2, 1, 8) // gpu-0003
+	h.submit(3, 1, 8) // waits
+	h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_RUNNING, 0)
+	h.drainNode("gpu-0001", 8, 30*time.Second)
+
+	if c := h.tick(20 * time.Second); !c.Empty() {
+		t.Fatalf("tick before the deadline changed %v", c.Emits)
+	}
+	c := h.tick(10 * time.Second)
+	jc := jobChanges(c)
+	if len(jc) < 2 || jc[0].GetJob().GetState() != loomv1.JobState_REQUEUED || jc[0].GetJob().GetStateReason() != "node gpu-0001 draining" ||
+		jc[1].GetJob().GetState() != loomv1.JobState_PENDING || jc[0].GetAttempt() != 1 {
+		t.Fatalf("want JobChanged REQUEUED (node gpu-0001 draining) then PENDING, got %v", jc)
+	}
+	st := stops(c)
+	if len(st) != 2 || st[0].GetNode() != nodeName("gpu-0001") || st[1].GetNode() != nodeName("gpu-0002") ||
+		st[0].GetReason() != "node gpu-0001 draining" || st[0].GetAttempt() != 1 {
+		t.Fatalf("want StopStep attempt 1 to both nodes, got %v", st)
+	}
+	// Requeued in its old place, ahead of job 3; the old run still holds its nodes.
+	h.wantState(1, loomv1.JobState_PENDING, ReasonResources)
+	h.wantState(3, loomv1.JobState_PENDING, ReasonPriority)
+	if j := h.job(1); len(j.GetNodes()) != 0 || j.GetStartTime() != nil {
+		t.Fatalf("requeued job keeps its placement: %v", j)
+	}
+	wantDrained(t, c)
+	if c := h.tick(time.Second); !c.Empty() {
+		t.Fatalf("second tick past the deadline changed %v", c.Emits)
+	}
+
+	wantDrained(t, h.step(1, 1, "gpu-0002", eventsv1.StepState_STEP_KILLED, 143))
+	c = h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_KILLED, 143)
+	wantDrained(t, c, "gpu-0001")
+	h.wantState(1, loomv1.JobState_PENDING, ReasonResources) // needs 2 nodes, gpu-0003 is busy
+
+	// A new node comes: job 1 starts again, a new attempt, on nodes that are not draining.
+	h.node("gpu-0004", 8)
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	j := h.s.JobRecord(jobName(1))
+	if j.Attempt != 2 || !reflect.DeepEqual(j.Job.GetNodes(), []string{"gpu-0002", "gpu-0004"}) {
+		t.Fatalf("job 1 attempt %d on %v, want attempt 2 on gpu-0002, gpu-0004", j.Attempt, j.Job.GetNodes())
+	}
+	h.wantState(3, loomv1.JobState_PENDING, ReasonResources)
+	// A stale report of attempt 1 does not touch attempt 2.
+	h.step(1, 1, "gpu-0002", eventsv1.StepState_STEP_EXITED, 1)
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.finish(1, 0)
+	h.wantState(1, loomv1.JobState_COMPLETED, "")
+	h.wantState(3, loomv1.JobState_RUNNING, "")
+}
+
+// TestDrainDeadlineAlreadyPassed: a node reported DRAINING with a deadline
+// that has passed (a zero grace period) has its jobs requeued at once.
+func TestDrainDeadlineAlreadyPassed(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 8)
+	h.node("gpu-0002", 8)
+	h.submit(1, 1, 8)
+	c := h.drainNode("gpu-0001", 8, -time.Second)
+	if st := stops(c); len(st) != 1 || st[0].GetNode() != nodeName("gpu-0001") {
+		t.Fatalf("want StopStep to gpu-0001, got %v", st)
+	}
+	// Requeued and, gpu-0002 being free, started again at once.
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	if j := h.s.JobRecord(jobName(1)); j.Attempt != 2 || j.Job.GetNodes()[0] != "gpu-0002" {
+		t.Fatalf("job 1 attempt %d on %v, want attempt 2 on gpu-0002", j.Attempt, j.Job.GetNodes())
+	}
+	wantDrained(t, c)
+	wantDrained(t, h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_KILLED, 143), "gpu-0001")
+}
+
+// TestFailedNodeEndsJobsNodeFail is the spot preemption path: a node that
+// goes FAILED ends its jobs NODE_FAIL and takes no work.
+func TestFailedNodeEndsJobsNodeFail(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 8)
+	h.node("gpu-0002", 8)
+	h.submit(1, 2, 8)
+	c := h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName("gpu-0002"), Cluster: cl, Hostname: "gpu-0002", Gpus: 8,
+		State: loomv1.Node_FAILED, Reason: "preempted by provider"}})
+	h.wantState(1, loomv1.JobState_NODE_FAIL, "node gpu-0002 down: preempted by provider")
+	if st := stops(c); len(st) != 1 || st[0].GetNode() != nodeName("gpu-0001") {
+		t.Fatalf("want StopStep to gpu-0001 only, got %v", st)
+	}
+	c = h.submit(2, 1, 1)
+	if got := h.job(2).GetNodes(); h.job(2).GetState() != loomv1.JobState_PENDING || len(got) != 0 {
+		t.Fatalf("job 2 placed on %v with gpu-0001 held and gpu-0002 FAILED", got)
+	}
+	if d := decision(c, 2); d == nil || d.Filtered["NodeNotReady"] != 1 {
+		t.Fatalf("want gpu-0002 filtered as NodeNotReady, got %+v", d)
+	}
+	h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_KILLED, 143)
+	if got := h.job(2).GetNodes(); !reflect.DeepEqual(got, []string{"gpu-0001"}) {
+		t.Fatalf("job 2 on %v, want gpu-0001", got)
+	}
+}
+
+func TestNoWorkOnLoginNodes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName("c1-login-001"), Cluster: cl, Hostname: "c1-login-001",
+		State: loomv1.Node_READY, Role: RoleLogin}})
+	c := h.submit(1, 1, 0)
+	h.wantState(1, loomv1.JobState_PENDING, ReasonReqNodeNotAvail)
+	h.node("cpu-0001", 0)
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	if got := h.job(1).GetNodes(); !reflect.DeepEqual(got, []string{"cpu-0001"}) {
+		t.Fatalf("job 1 on %v, want cpu-0001", got)
+	}
+	c = h.submit(2, 2, 0)
+	if d := decision(c, 2); d == nil || d.Filtered["LoginNode"] != 1 {
+		t.Fatalf("want the login node filtered as LoginNode, got %+v", d)
+	}
+}
