@@ -68,7 +68,7 @@ func TestValidation(t *testing.T) {
 		{"duplicate pool", create(func(r *loomv1.CreateClusterRequest) {
 			r.Cluster.Compute.NodePools = append(r.Cluster.Compute.NodePools, proto.Clone(r.Cluster.Compute.NodePools[0]).(*loomv1.NodePool))
 		}), codes.InvalidArgument, "cluster.compute.node_pools[1].id"},
-		{"node count", create(func(r *loomv1.CreateClusterRequest) { r.Cluster.Compute.NodePools[0].NodeCount = 65 }), codes.InvalidArgument, "cluster.compute.node_pools[0].node_count"},
+		{"node count", create(func(r *loomv1.CreateClusterRequest) { r.Cluster.Compute.NodePools[0].NodeCount = 0 }), codes.InvalidArgument, "cluster.compute.node_pools[0].node_count"},
 		{"accelerators", create(func(r *loomv1.CreateClusterRequest) { r.Cluster.Compute.NodePools[0].AcceleratorCount = 17 }), codes.InvalidArgument, "cluster.compute.node_pools[0].accelerator_count"},
 		{"cluster exists", create(func(r *loomv1.CreateClusterRequest) { r.ClusterId = "c1" }), codes.AlreadyExists, "c1"},
 		{"delete unknown", func() error {
@@ -171,7 +171,7 @@ func TestREST(t *testing.T) {
 		t.Errorf("bad cluster: HTTP %d %s, want 400 naming cluster.compute.node_pools[0].node_count", code, body)
 	}
 	code, body = do("POST", "/v1/projects/default/clusters?cluster_id=c1",
-		`{"compute": {"node_pools": [{"id": "gpu", "node_count": 1}]}}`)
+		`{"compute": {"node_pools": [{"id": "gpu", "machine_type": "a2-highgpu-1g", "node_count": 1}]}}`)
 	if code != http.StatusConflict {
 		t.Errorf("existing cluster: HTTP %d %s, want 409", code, body)
 	}

@@ -22,9 +22,23 @@ import (
 
 // world is what the fake owning services know; tests change it directly.
 type world struct {
-	mu       sync.Mutex
-	clusters map[string]*loomv1.Cluster
-	jobs     map[string]*loomv1.Job
+	mu           sync.Mutex
+	clusters     map[string]*loomv1.Cluster
+	jobs         map[string]*loomv1.Job
+	reservations map[string]*loomv1.Reservation
+	capacity     []*loomv1.CapacityPool
+}
+
+func (w *world) setReservation(r *loomv1.Reservation) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.reservations[r.GetName()] = proto.Clone(r).(*loomv1.Reservation)
+}
+
+func (w *world) setCapacity(pools ...*loomv1.CapacityPool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.capacity = pools
 }
 
 func (w *world) setCluster(c *loomv1.Cluster) {
@@ -63,6 +77,53 @@ func (f fakeProvisioner) ListClusters(context.Context, *loomv1.ListClustersReque
 		resp.Clusters = append(resp.Clusters, proto.Clone(c).(*loomv1.Cluster))
 	}
 	sort.Slice(resp.Clusters, func(i, j int) bool { return resp.Clusters[i].GetName() < resp.Clusters[j].GetName() })
+	return resp, nil
+}
+
+// GetSlurmConfig renders a one-line slurm.conf naming the cluster.
+func (f fakeProvisioner) GetSlurmConfig(_ context.Context, r *loomv1.GetSlurmConfigRequest) (*loomv1.SlurmConfig, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	if _, ok := f.w.clusters[r.GetName()]; !ok {
+		return nil, status.Errorf(codes.NotFound, "cluster %s not found", r.GetName())
+	}
+	return &loomv1.SlurmConfig{SlurmConf: "ClusterName=" + r.GetName() + "\n", GresConf: "# gres\n"}, nil
+}
+
+// fakeReservations serves the provisioner's reservation and capacity reads over world.
+type fakeReservations struct {
+	loomv1.UnimplementedReservationServiceServer
+	w *world
+}
+
+func (f fakeReservations) GetReservation(_ context.Context, r *loomv1.GetReservationRequest) (*loomv1.Reservation, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	res, ok := f.w.reservations[r.GetName()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "reservation %s not found", r.GetName())
+	}
+	return proto.Clone(res).(*loomv1.Reservation), nil
+}
+
+func (f fakeReservations) ListReservations(context.Context, *loomv1.ListReservationsRequest) (*loomv1.ListReservationsResponse, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	resp := &loomv1.ListReservationsResponse{}
+	for _, r := range f.w.reservations {
+		resp.Reservations = append(resp.Reservations, proto.Clone(r).(*loomv1.Reservation))
+	}
+	sort.Slice(resp.Reservations, func(i, j int) bool { return resp.Reservations[i].GetName() < resp.Reservations[j].GetName() })
+	return resp, nil
+}
+
+func (f fakeReservations) ListCapacity(context.Context, *loomv1.ListCapacityRequest) (*loomv1.ListCapacityResponse, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	resp := &loomv1.ListCapacityResponse{}
+	for _, p := range f.w.capacity {
+		resp.Pools = append(resp.Pools, proto.Clone(p).(*loomv1.CapacityPool))
+	}
 	return resp, nil
 }
 
@@ -138,8 +199,11 @@ func c1() *loomv1.Cluster {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	h := &harness{broker: testkit.Broker(t), w: &world{clusters: map[string]*loomv1.Cluster{}, jobs: map[string]*loomv1.Job{}}}
+	h := &harness{broker: testkit.Broker(t), w: &world{
+		clusters: map[string]*loomv1.Cluster{}, jobs: map[string]*loomv1.Job{}, reservations: map[string]*loomv1.Reservation{},
+	}}
 	h.w.setCluster(c1())
+	h.w.setCapacity(&loomv1.CapacityPool{Zone: "us-central1-a", MachineType: "a2-highgpu-1g", Type: loomv1.CapacitySource_ON_DEMAND, Total: 100, Free: 100})
 	redisAddr, rdb := testkit.Redis(t)
 	h.redis = rdb
 
@@ -150,6 +214,7 @@ func newHarness(t *testing.T) *harness {
 	owners := grpc.NewServer()
 	loomv1.RegisterClusterServiceServer(owners, fakeProvisioner{w: h.w})
 	loomv1.RegisterNodeServiceServer(owners, fakeNodes{})
+	loomv1.RegisterReservationServiceServer(owners, fakeReservations{w: h.w})
 	loomv1.RegisterJobServiceServer(owners, fakeScheduler{w: h.w})
 	loomv1.RegisterModelServiceServer(owners, fakeRegistry{})
 	go func() { _ = owners.Serve(ln) }()
@@ -196,6 +261,10 @@ func (h *harness) clusters() loomv1.ClusterServiceClient {
 	return loomv1.NewClusterServiceClient(h.conn)
 }
 
+func (h *harness) reservations() loomv1.ReservationServiceClient {
+	return loomv1.NewReservationServiceClient(h.conn)
+}
+
 func (h *harness) jobs() loomv1.JobServiceClient {
 	return loomv1.NewJobServiceClient(h.conn)
 }
@@ -207,7 +276,7 @@ func (h *harness) ops() loomv1.OperationServiceClient {
 // validCluster is a create request for a new cluster id.
 func validCluster(id string) *loomv1.CreateClusterRequest {
 	return &loomv1.CreateClusterRequest{Parent: project, ClusterId: id, Cluster: &loomv1.Cluster{
-		Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{{Id: "gpu", NodeCount: 2, AcceleratorCount: 1}}},
+		Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{{Id: "gpu", MachineType: "a2-highgpu-1g", NodeCount: 2, AcceleratorCount: 1}}},
 	}}
 }
 

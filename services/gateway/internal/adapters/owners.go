@@ -14,10 +14,11 @@ import (
 // Owners are the internal gRPC read APIs of the services that own the
 // resources the gateway serves.
 type Owners struct {
-	Clusters loomv1.ClusterServiceClient // provisioner
-	Nodes    loomv1.NodeServiceClient    // provisioner
-	Jobs     loomv1.JobServiceClient     // scheduler
-	Models   loomv1.ModelServiceClient   // registry
+	Clusters     loomv1.ClusterServiceClient     // provisioner
+	Nodes        loomv1.NodeServiceClient        // provisioner
+	Reservations loomv1.ReservationServiceClient // provisioner
+	Jobs         loomv1.JobServiceClient         // scheduler
+	Models       loomv1.ModelServiceClient       // registry
 
 	conns []*grpc.ClientConn
 }
@@ -52,6 +53,7 @@ func DialOwners(provisioner, scheduler, registry string) (*Owners, error) {
 		return nil, err
 	}
 	o.Clusters, o.Nodes = loomv1.NewClusterServiceClient(p), loomv1.NewNodeServiceClient(p)
+	o.Reservations = loomv1.NewReservationServiceClient(p)
 	o.Jobs = loomv1.NewJobServiceClient(s)
 	o.Models = loomv1.NewModelServiceClient(r)
 	return o, nil

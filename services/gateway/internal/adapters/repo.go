@@ -29,9 +29,12 @@ const (
 
 // Request kinds for idempotency keys.
 const (
-	RequestCreateCluster = "create-cluster"
-	RequestDeleteCluster = "delete-cluster"
-	RequestSubmitJob     = "submit-job"
+	RequestCreateCluster     = "create-cluster"
+	RequestDeleteCluster     = "delete-cluster"
+	RequestUpdateCluster     = "update-cluster"
+	RequestCreateReservation = "create-reservation"
+	RequestDeleteReservation = "delete-reservation"
+	RequestSubmitJob         = "submit-job"
 )
 
 // Repo reads and writes the gateway's state in its Store.

@@ -93,24 +93,29 @@ func isNotFound(err error) bool { return status.Code(err) == codes.NotFound }
 
 // ---- clusters ----
 
-// CreateCluster validates req, checks that the cluster does not exist yet,
-// and stores a new operation together with the CreateCluster command. A retry
+// CreateCluster validates req (the request's fields and the normalized spec,
+// every problem at once), checks that the cluster does not exist yet and that
+// its capacity is free, and stores a new operation together with the
+// CreateCluster command (carrying the normalized spec). A retry
 // with the same request_id returns the first call's operation.
 func (g *Gateway) CreateCluster(ctx context.Context, req *loomv1.CreateClusterRequest) (*loomv1.Operation, error) {
 	kind, rid := adapters.RequestCreateCluster, req.GetRequestId()
 	if op, ok, err := g.replayOperation(ctx, kind, rid); err != nil || ok {
 		return op, err
 	}
-	if err := domain.ValidateCreateCluster(req); err != nil {
+	cluster, err := domain.AcceptCluster(req)
+	if err != nil {
 		return nil, err
 	}
-	cluster := domain.NewCluster(req)
-	_, err := g.own.Clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: cluster.GetName()})
+	_, err = g.own.Clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: cluster.GetName()})
 	switch {
 	case err == nil:
 		return nil, fmt.Errorf("cluster %s: %w", cluster.GetName(), errs.AlreadyExists)
 	case !isNotFound(err):
 		return nil, fmt.Errorf("ask the provisioner for %s: %w", cluster.GetName(), err)
+	}
+	if err := g.checkCapacity(ctx, req.GetParent(), nil, cluster); err != nil {
+		return nil, err
 	}
 	project, _ := domain.ParseProject(req.GetParent())
 	op := domain.NewOperation(domain.OperationName(project, envelope.NewID()), domain.VerbCreate, cluster.GetName(), g.now())
@@ -143,14 +148,16 @@ func (g *Gateway) DeleteCluster(ctx context.Context, req *loomv1.DeleteClusterRe
 	return g.startOperation(ctx, kind, rid, op, cmd)
 }
 
-// startOperation stores op and cmd (and the request id) in one Apply.
-func (g *Gateway) startOperation(ctx context.Context, kind, rid string, op *loomv1.Operation, cmd envelope.Event) (*loomv1.Operation, error) {
+// startOperation stores op and its commands (and the request id) in one Apply.
+func (g *Gateway) startOperation(ctx context.Context, kind, rid string, op *loomv1.Operation, cmds ...envelope.Event) (*loomv1.Operation, error) {
 	tx := &store.Tx{}
 	if err := adapters.PutOperation(tx, op); err != nil {
 		return nil, err
 	}
 	adapters.PutRequest(tx, kind, rid, op.GetName())
-	tx.Emit(cmd)
+	for _, cmd := range cmds {
+		tx.Emit(cmd)
+	}
 	applied, err := g.repo.Apply(ctx, adapters.RequestInboxID(kind, rid), tx)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", op.GetMetadata().GetVerb(), op.GetMetadata().GetTarget(), err)
@@ -284,8 +291,9 @@ func (g *Gateway) WaitOperation(ctx context.Context, req *loomv1.WaitOperationRe
 	}
 }
 
-// HandleClusterEvent finishes or advances the operation a cluster event names
-// (ClusterChanged, ClusterOperationFailed, ClusterDeleted): the new operation
+// HandleClusterEvent finishes or advances the operation an event of
+// loom.cluster.events.v1 names (ClusterChanged, ClusterOperationFailed,
+// ClusterDeleted, ReservationChanged, ReservationDeleted): the new operation
 // is written with the event's inbox mark, then its waiters are woken.
 func (g *Gateway) HandleClusterEvent(ctx context.Context, ev envelope.Event) error {
 	var opName string
@@ -295,6 +303,10 @@ func (g *Gateway) HandleClusterEvent(ctx context.Context, ev envelope.Event) err
 	case *eventsv1.ClusterOperationFailed:
 		opName = p.GetOperation()
 	case *eventsv1.ClusterDeleted:
+		opName = p.GetOperation()
+	case *eventsv1.ReservationChanged:
+		opName = p.GetOperation()
+	case *eventsv1.ReservationDeleted:
 		opName = p.GetOperation()
 	}
 	if opName == "" {

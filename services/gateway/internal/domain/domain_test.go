@@ -17,8 +17,8 @@ func goodCluster() *loomv1.CreateClusterRequest {
 	return &loomv1.CreateClusterRequest{
 		Parent: "projects/default", ClusterId: "c1",
 		Cluster: &loomv1.Cluster{Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{
-			{Id: "gpu", NodeCount: 2, AcceleratorCount: 8},
-			{Id: "cpu", NodeCount: 4},
+			{Id: "gpu", MachineType: "a3-highgpu-8g", NodeCount: 2, AcceleratorCount: 8},
+			{Id: "cpu", MachineType: "n2-standard-8", NodeCount: 4},
 		}}},
 	}
 }
@@ -33,7 +33,10 @@ func goodJob() *loomv1.SubmitJobRequest {
 
 // existing is c1 as the provisioner reports it.
 func existing() *loomv1.Cluster {
-	c := NewCluster(goodCluster())
+	c, err := AcceptCluster(goodCluster())
+	if err != nil {
+		panic(err)
+	}
 	c.Status = &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, TotalNodes: 6}
 	return c
 }
@@ -52,9 +55,14 @@ func fields(t *testing.T, err error) []string {
 	return out
 }
 
+func validateCreate(req *loomv1.CreateClusterRequest) error {
+	_, err := AcceptCluster(req)
+	return err
+}
+
 func TestValidateCreateCluster(t *testing.T) {
 	t.Parallel()
-	if err := ValidateCreateCluster(goodCluster()); err != nil {
+	if err := validateCreate(goodCluster()); err != nil {
 		t.Fatalf("valid request rejected: %v", err)
 	}
 	for _, tc := range []struct {
@@ -72,10 +80,10 @@ func TestValidateCreateCluster(t *testing.T) {
 		{"no pools", func(r *loomv1.CreateClusterRequest) { r.Cluster.Compute = nil }, []string{"cluster.compute.node_pools"}},
 		{"no pool id", func(r *loomv1.CreateClusterRequest) { r.Cluster.Compute.NodePools[1].Id = "" }, []string{"cluster.compute.node_pools[1].id"}},
 		{"bad pool id", func(r *loomv1.CreateClusterRequest) { r.Cluster.Compute.NodePools[0].Id = "-gpu" }, []string{"cluster.compute.node_pools[0].id"}},
-		{"pool id too long", func(r *loomv1.CreateClusterRequest) { r.Cluster.Compute.NodePools[0].Id = strings.Repeat("g", 59) }, []string{"cluster.compute.node_pools[0].id"}},
+		{"pool id too long", func(r *loomv1.CreateClusterRequest) { r.Cluster.Compute.NodePools[0].Id = strings.Repeat("g", 41) }, []string{"cluster.compute.node_pools[0].id"}},
 		{"duplicate pool id", func(r *loomv1.CreateClusterRequest) { r.Cluster.Compute.NodePools[1].Id = "gpu" }, []string{"cluster.compute.node_pools[1].id"}},
 		{"zero nodes", func(r *loomv1.CreateClusterRequest) { r.Cluster.Compute.NodePools[0].NodeCount = 0 }, []string{"cluster.compute.node_pools[0].node_count"}},
-		{"too many nodes", func(r *loomv1.CreateClusterRequest) { r.Cluster.Compute.NodePools[1].NodeCount = 65 }, []string{"cluster.compute.node_pools[1].node_count"}},
+		{"too many nodes", func(r *loomv1.CreateClusterRequest) { r.Cluster.Compute.NodePools[1].NodeCount = 10001 }, []string{"cluster.compute.node_pools[1].node_count"}},
 		{"negative gpus", func(r *loomv1.CreateClusterRequest) { r.Cluster.Compute.NodePools[0].AcceleratorCount = -1 }, []string{"cluster.compute.node_pools[0].accelerator_count"}},
 		{"too many gpus", func(r *loomv1.CreateClusterRequest) { r.Cluster.Compute.NodePools[0].AcceleratorCount = 17 }, []string{"cluster.compute.node_pools[0].accelerator_count"}},
 		{"all at once", func(r *loomv1.CreateClusterRequest) {
@@ -88,7 +96,7 @@ func TestValidateCreateCluster(t *testing.T) {
 			t.Parallel()
 			req := goodCluster()
 			tc.mutate(req)
-			got := fields(t, ValidateCreateCluster(req))
+			got := fields(t, validateCreate(req))
 			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
 				t.Fatalf("violations %v, want %v", got, tc.want)
 			}
@@ -235,5 +243,77 @@ func TestNamesAndStates(t *testing.T) {
 	}
 	if Rank(loomv1.JobState_PENDING) >= Rank(loomv1.JobState_RUNNING) || Rank(loomv1.JobState_RUNNING) >= Rank(loomv1.JobState_FAILED) {
 		t.Error("Rank does not order pending < running < ended")
+	}
+}
+
+func TestAcceptReservation(t *testing.T) {
+	t.Parallel()
+	good := func() *loomv1.CreateReservationRequest {
+		return &loomv1.CreateReservationRequest{Parent: "projects/default", ReservationId: "h200-res", Reservation: &loomv1.Reservation{
+			Zone: "us-central1-a", MachineType: "a3-ultragpu-8g", Count: 4, InUse: 3, Consumers: []string{"x"},
+		}}
+	}
+	r, err := AcceptReservation(good())
+	if err != nil {
+		t.Fatalf("valid request rejected: %v", err)
+	}
+	if r.GetName() != "projects/default/reservations/h200-res" || r.GetCount() != 4 || r.GetInUse() != 0 || r.GetConsumers() != nil {
+		t.Fatalf("accepted: %v", r)
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*loomv1.CreateReservationRequest)
+		want   []string
+	}{
+		{"bad parent", func(r *loomv1.CreateReservationRequest) { r.Parent = "p" }, []string{"parent"}},
+		{"no id", func(r *loomv1.CreateReservationRequest) { r.ReservationId = "" }, []string{"reservation_id"}},
+		{"id Slurm and URLs reject", func(r *loomv1.CreateReservationRequest) { r.ReservationId = "H200 res" }, []string{"reservation_id"}},
+		{"no reservation", func(r *loomv1.CreateReservationRequest) { r.Reservation = nil }, []string{"reservation"}},
+		{"name mismatch", func(r *loomv1.CreateReservationRequest) { r.Reservation.Name = "projects/default/reservations/x" }, []string{"reservation.name"}},
+		{"no zone", func(r *loomv1.CreateReservationRequest) { r.Reservation.Zone = "" }, []string{"reservation.zone"}},
+		{"no machine type", func(r *loomv1.CreateReservationRequest) { r.Reservation.MachineType = "" }, []string{"reservation.machine_type"}},
+		{"unknown machine type", func(r *loomv1.CreateReservationRequest) { r.Reservation.MachineType = "a3-ultragpu-9g" }, []string{"reservation.machine_type"}},
+		{"no nodes", func(r *loomv1.CreateReservationRequest) { r.Reservation.Count = 0 }, []string{"reservation.count"}},
+		{"all at once", func(r *loomv1.CreateReservationRequest) {
+			r.ReservationId, r.Reservation.Zone, r.Reservation.Count = "X", "", -1
+		}, []string{"reservation_id", "reservation.zone", "reservation.count"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			req := good()
+			tc.mutate(req)
+			_, err := AcceptReservation(req)
+			if got := fields(t, err); strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("violations %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestReservationOperations(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	name := OperationName("default", "01RES")
+	op := NewOperation(name, VerbCreate, "projects/default/reservations/r1", now)
+	r := &loomv1.Reservation{Name: "projects/default/reservations/r1", Zone: "z", MachineType: "a3-ultragpu-8g", Count: 2}
+	if _, changed := OnClusterEvent(op, &eventsv1.ReservationChanged{Operation: "other", Reservation: r, OperationDone: true}, now); changed {
+		t.Fatal("an event of another operation changed it")
+	}
+	d, changed := OnClusterEvent(op, &eventsv1.ReservationChanged{Operation: name, Reservation: r, OperationDone: true}, now)
+	if !changed || !d.GetDone() || !proto.Equal(d.GetReservation(), r) || d.GetMetadata().GetEndTime() == nil {
+		t.Fatalf("created: %v", d)
+	}
+	del := NewOperation(name, VerbDelete, r.GetName(), now)
+	g, changed := OnClusterEvent(del, &eventsv1.ReservationDeleted{Operation: name, Reservation: r.GetName()}, now)
+	if !changed || !g.GetDone() || g.GetReservation().GetName() != r.GetName() || g.GetError() != nil {
+		t.Fatalf("deleted: %v", g)
+	}
+	f, changed := OnClusterEvent(op, &eventsv1.ClusterOperationFailed{Operation: name, Cluster: r.GetName(), Code: 6, Message: "exists"}, now)
+	if !changed || !f.GetDone() || f.GetError().GetCode() != 6 {
+		t.Fatalf("failed: %v", f)
+	}
+	u := Unchanged(NewOperation(name, VerbUpdate, "projects/default/clusters/c1", now), &loomv1.Cluster{Name: "projects/default/clusters/c1"}, now)
+	if !u.GetDone() || u.GetCluster().GetName() != "projects/default/clusters/c1" || u.GetMetadata().GetProgress() != "no change" {
+		t.Fatalf("unchanged: %v", u)
 	}
 }

@@ -1,6 +1,8 @@
 // Package domain is the gateway's pure core: resource names, request
-// validation, the accepted form of commands, and how cluster events finish
-// operations. It does no I/O; the clock is passed in.
+// validation (cluster specs through libs/clusterspec, see spec.go), how an
+// update merges into the current spec, the capacity pre-check, the accepted
+// form of commands, and how cluster events finish operations. It does no
+// I/O; the clock is passed in.
 package domain
 
 import (
@@ -89,4 +91,14 @@ func ParseNodesParent(parent string) error {
 func ParseModelName(name string) error {
 	_, _, err := split(name, "models", ValidID)
 	return err
+}
+
+// ReservationName returns "projects/{project}/reservations/{reservation}".
+func ReservationName(project, reservation string) string {
+	return ProjectName(project) + "/reservations/" + reservation
+}
+
+// ParseReservationName returns the project and id of a reservation name.
+func ParseReservationName(name string) (project, reservation string, err error) {
+	return split(name, "reservations", ValidID)
 }

@@ -16,6 +16,7 @@ import (
 const (
 	VerbCreate = "create"
 	VerbDelete = "delete"
+	VerbUpdate = "update"
 )
 
 // NewOperation returns a new, not yet done operation named name that acts
@@ -29,9 +30,11 @@ func NewOperation(name, verb, target string, now time.Time) *loomv1.Operation {
 	}
 }
 
-// OnClusterEvent returns op after a cluster event (ClusterChanged,
-// ClusterOperationFailed or ClusterDeleted) that names it, and whether it
-// changed. A done operation never changes; op itself is not modified.
+// OnClusterEvent returns op after an event of loom.cluster.events.v1 that
+// names it, and whether it changed: ClusterChanged advances it (progress) and
+// finishes it on operation_done (result: the cluster); ReservationChanged
+// likewise (result: the reservation); ClusterDeleted and ReservationDeleted
+// finish it; ClusterOperationFailed finishes it with the error. A done operation never changes; op itself is not modified.
 func OnClusterEvent(op *loomv1.Operation, payload proto.Message, now time.Time) (*loomv1.Operation, bool) {
 	if op.GetDone() {
 		return op, false
@@ -71,6 +74,22 @@ func OnClusterEvent(op *loomv1.Operation, payload proto.Message, now time.Time) 
 		next.Result = &loomv1.Operation_Cluster{Cluster: &loomv1.Cluster{
 			Name: ev.GetCluster(), Status: &loomv1.ClusterStatus{State: loomv1.Cluster_DELETED},
 		}}
+	case *eventsv1.ReservationChanged:
+		if ev.GetOperation() != op.GetName() {
+			return op, false
+		}
+		if ev.GetOperationDone() {
+			finish()
+			md.Progress = "done"
+			next.Result = &loomv1.Operation_Reservation{Reservation: ev.GetReservation()}
+		}
+	case *eventsv1.ReservationDeleted:
+		if ev.GetOperation() != op.GetName() {
+			return op, false
+		}
+		finish()
+		md.Progress = "deleted"
+		next.Result = &loomv1.Operation_Reservation{Reservation: &loomv1.Reservation{Name: ev.GetReservation()}}
 	default:
 		return op, false
 	}
@@ -88,4 +107,15 @@ func Progress(c *loomv1.Cluster) string {
 		return fmt.Sprintf("%d of %d nodes ready", st.GetReadyNodes(), st.GetTotalNodes())
 	}
 	return strings.ToLower(st.GetState().String())
+}
+
+// Unchanged returns op finished at once for an update that changes nothing:
+// done, result the cluster as it is.
+func Unchanged(op *loomv1.Operation, current *loomv1.Cluster, now time.Time) *loomv1.Operation {
+	next := proto.Clone(op).(*loomv1.Operation)
+	next.Done = true
+	next.Metadata.Progress = "no change"
+	next.Metadata.EndTime = timestamppb.New(now)
+	next.Result = &loomv1.Operation_Cluster{Cluster: current}
+	return next
 }

@@ -12,21 +12,16 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
-// Limits of the local provider (CONTRACTS.md "Clusters" step 1).
-const (
-	MaxNodesPerPool = 64
-	MaxGPUsPerNode  = 16
-	// maxPoolIDLen leaves room for "-NNNN" in a 63-character hostname.
-	maxPoolIDLen = 58
-)
-
 var envKeyPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// ValidateCreateCluster checks everything about req that needs no other
-// service, reporting every problem at once.
-func ValidateCreateCluster(req *loomv1.CreateClusterRequest) error {
+// AcceptCluster checks a create request and returns the cluster to create:
+// req.cluster normalized (NormalizeSpec), named from parent and cluster_id,
+// its output-only fields cleared. Every problem is reported at once, the
+// spec's with paths under "cluster." (the request field).
+func AcceptCluster(req *loomv1.CreateClusterRequest) (*loomv1.Cluster, error) {
 	var v errs.Validator
-	if _, err := ParseProject(req.GetParent()); err != nil {
+	project, err := ParseProject(req.GetParent())
+	if err != nil {
 		v.Add("parent", "%v", err)
 	}
 	switch id := req.GetClusterId(); {
@@ -35,48 +30,31 @@ func ValidateCreateCluster(req *loomv1.CreateClusterRequest) error {
 	case !ValidID(id):
 		v.Add("cluster_id", "%q must match %s", id, idPattern)
 	}
-	c := req.GetCluster()
-	if c == nil {
+	if req.GetCluster() == nil {
 		v.Add("cluster", "required")
-		return v.Err()
+		return nil, v.Err()
 	}
-	if c.GetName() != "" && c.GetName() != ClusterName(strings.TrimPrefix(req.GetParent(), "projects/"), req.GetClusterId()) {
-		v.Add("cluster.name", "%q does not match parent and cluster_id; leave it empty", c.GetName())
+	name := ClusterName(project, req.GetClusterId())
+	if n := req.GetCluster().GetName(); n != "" && project != "" && n != name {
+		v.Add("cluster.name", "%q does not match parent and cluster_id; leave it empty", n)
 	}
-	pools := c.GetCompute().GetNodePools()
-	if len(pools) == 0 {
-		v.Add("cluster.compute.node_pools", "at least one node pool is required")
+	// The spec is judged as given (so that what Normalize generates is not
+	// reported on) and without its name: parent and cluster_id are judged.
+	spec := SpecOf(req.GetCluster())
+	if err := joinInvalid(v.Err(), PrefixFields(ValidateSpec(spec), "cluster.")); err != nil {
+		return nil, err
 	}
-	seen := map[string]int{}
-	for i, p := range pools {
-		f := "cluster.compute.node_pools[" + itoa(i) + "]"
-		switch {
-		case p.GetId() == "":
-			v.Add(f+".id", "required")
-		case !ValidID(p.GetId()) || len(p.GetId()) > maxPoolIDLen:
-			v.Add(f+".id", "%q must match %s and be at most %d characters", p.GetId(), idPattern, maxPoolIDLen)
-		default:
-			if j, dup := seen[p.GetId()]; dup {
-				v.Add(f+".id", "%q is also the id of node_pools[%d]", p.GetId(), j)
-			}
-			seen[p.GetId()] = i
-		}
-		v.Check(p.GetNodeCount() >= 1 && p.GetNodeCount() <= MaxNodesPerPool, f+".node_count",
-			"%d is out of range 1..%d", p.GetNodeCount(), MaxNodesPerPool)
-		v.Check(p.GetAcceleratorCount() >= 0 && p.GetAcceleratorCount() <= MaxGPUsPerNode, f+".accelerator_count",
-			"%d is out of range 0..%d", p.GetAcceleratorCount(), MaxGPUsPerNode)
-	}
-	return v.Err()
+	c := NormalizeSpec(spec)
+	c.Name = name
+	return c, nil
 }
 
-// NewCluster returns the cluster to create: req.cluster with its name set and
-// the output-only fields cleared (the provisioner owns them).
-func NewCluster(req *loomv1.CreateClusterRequest) *loomv1.Cluster {
-	c := proto.Clone(req.GetCluster()).(*loomv1.Cluster)
-	project, _ := ParseProject(req.GetParent())
-	c.Name = ClusterName(project, req.GetClusterId())
-	c.Status, c.CreateTime, c.UpdateTime = nil, nil, nil
-	return c
+// SpecOf returns a copy of c without its output-only fields (name, status,
+// create and update times): what a user wrote.
+func SpecOf(c *loomv1.Cluster) *loomv1.Cluster {
+	out := proto.Clone(c).(*loomv1.Cluster)
+	out.Name, out.Status, out.CreateTime, out.UpdateTime = "", nil, nil, nil
+	return out
 }
 
 // JobCluster returns the full cluster name a submit request refers to: the

@@ -18,6 +18,7 @@ import (
 // error goes through errs.ToStatus.
 func Register(s grpc.ServiceRegistrar, g *app.Gateway) {
 	loomv1.RegisterClusterServiceServer(s, clusters{g: g})
+	loomv1.RegisterReservationServiceServer(s, reservations{g: g})
 	loomv1.RegisterJobServiceServer(s, jobs{g: g})
 	loomv1.RegisterOperationServiceServer(s, operations{g: g})
 	loomv1.RegisterNodeServiceServer(s, nodes{g: g})
@@ -52,6 +53,39 @@ func (s clusters) ListClusters(ctx context.Context, r *loomv1.ListClustersReques
 
 func (s clusters) DeleteCluster(ctx context.Context, r *loomv1.DeleteClusterRequest) (*loomv1.Operation, error) {
 	return unary(s.g.DeleteCluster(ctx, r))
+}
+
+func (s clusters) UpdateCluster(ctx context.Context, r *loomv1.UpdateClusterRequest) (*loomv1.Operation, error) {
+	return unary(s.g.UpdateCluster(ctx, r))
+}
+
+func (s clusters) GetSlurmConfig(ctx context.Context, r *loomv1.GetSlurmConfigRequest) (*loomv1.SlurmConfig, error) {
+	return unary(s.g.GetSlurmConfig(ctx, r))
+}
+
+type reservations struct {
+	loomv1.UnimplementedReservationServiceServer
+	g *app.Gateway
+}
+
+func (s reservations) CreateReservation(ctx context.Context, r *loomv1.CreateReservationRequest) (*loomv1.Operation, error) {
+	return unary(s.g.CreateReservation(ctx, r))
+}
+
+func (s reservations) DeleteReservation(ctx context.Context, r *loomv1.DeleteReservationRequest) (*loomv1.Operation, error) {
+	return unary(s.g.DeleteReservation(ctx, r))
+}
+
+func (s reservations) GetReservation(ctx context.Context, r *loomv1.GetReservationRequest) (*loomv1.Reservation, error) {
+	return unary(s.g.GetReservation(ctx, r))
+}
+
+func (s reservations) ListReservations(ctx context.Context, r *loomv1.ListReservationsRequest) (*loomv1.ListReservationsResponse, error) {
+	return unary(s.g.ListReservations(ctx, r))
+}
+
+func (s reservations) ListCapacity(ctx context.Context, r *loomv1.ListCapacityRequest) (*loomv1.ListCapacityResponse, error) {
+	return unary(s.g.ListCapacity(ctx, r))
 }
 
 type jobs struct {
@@ -124,7 +158,8 @@ func (s models) ListModelVersions(ctx context.Context, r *loomv1.ListModelVersio
 	return unary(s.g.ListModelVersions(ctx, r))
 }
 
-// ClusterEvents handles loom.cluster.events.v1: it finishes operations.
+// ClusterEvents handles loom.cluster.events.v1: it advances and finishes
+// operations on clusters and reservations.
 func ClusterEvents(g *app.Gateway) bus.Handler {
 	return func(ctx context.Context, ev envelope.Event) error { return g.HandleClusterEvent(ctx, ev) }
 }

@@ -32,6 +32,7 @@ func RESTMux(ctx context.Context, grpcAddr string) (*runtime.ServeMux, func() er
 	}))
 	for _, reg := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
 		loomv1.RegisterClusterServiceHandler,
+		loomv1.RegisterReservationServiceHandler,
 		loomv1.RegisterJobServiceHandler,
 		loomv1.RegisterOperationServiceHandler,
 		loomv1.RegisterNodeServiceHandler,

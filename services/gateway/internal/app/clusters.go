@@ -1,0 +1,83 @@
+package app
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/gateway/internal/adapters"
+	"github.com/loom-ml/loom/services/gateway/internal/domain"
+)
+
+// UpdateCluster merges the request's update_mask paths into the cluster's
+// current spec (read from the provisioner), checks the result
+// (domain.MergeUpdate) and the capacity a growth needs, and stores a new
+// operation together with the UpdateCluster command (the whole merged spec,
+// the updatable paths it sets, the drain grace). An update that changes
+// nothing is answered with an operation that is already done, and emits
+// nothing. A retry with the same request_id returns the first call's
+// operation.
+func (g *Gateway) UpdateCluster(ctx context.Context, req *loomv1.UpdateClusterRequest) (*loomv1.Operation, error) {
+	kind, rid := adapters.RequestUpdateCluster, req.GetRequestId()
+	if op, ok, err := g.replayOperation(ctx, kind, rid); err != nil || ok {
+		return op, err
+	}
+	if err := domain.CheckUpdateRequest(req); err != nil {
+		return nil, err
+	}
+	name := req.GetCluster().GetName()
+	current, err := g.own.Clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: name})
+	if err != nil {
+		if isNotFound(err) {
+			return nil, fmt.Errorf("cluster %s: %w", name, errs.NotFound)
+		}
+		return nil, fmt.Errorf("ask the provisioner for %s: %w", name, err)
+	}
+	up, err := domain.MergeUpdate(req, current)
+	if err != nil {
+		return nil, err
+	}
+	project, _, _ := domain.ParseClusterName(name)
+	op := domain.NewOperation(domain.OperationName(project, envelope.NewID()), domain.VerbUpdate, name, g.now())
+	if !up.Changed {
+		return g.startOperation(ctx, kind, rid, domain.Unchanged(op, current, g.now()))
+	}
+	if err := g.checkCapacity(ctx, domain.ProjectName(project), up.Current, up.Cluster); err != nil {
+		return nil, err
+	}
+	cmd := envelope.New(topics.ClusterCommands, name, Source, &eventsv1.UpdateCluster{
+		Operation: op.GetName(), Cluster: up.Cluster, UpdateMask: up.Mask, DrainGraceSeconds: up.DrainGraceSeconds,
+	})
+	return g.startOperation(ctx, kind, rid, op, cmd)
+}
+
+// checkCapacity is the fast capacity answer for a cluster that goes from
+// current (nil: a new one) to next, from the provisioner's ListCapacity of
+// parent. A provisioner that does not serve ListCapacity is left to decide
+// alone.
+func (g *Gateway) checkCapacity(ctx context.Context, parent string, current, next *loomv1.Cluster) error {
+	resp, err := g.own.Reservations.ListCapacity(ctx, &loomv1.ListCapacityRequest{Parent: parent})
+	if status.Code(err) == codes.Unimplemented {
+		g.opt.Log.DebugContext(ctx, "the provisioner does not serve ListCapacity; capacity not pre-checked")
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("ask the provisioner for capacity: %w", err)
+	}
+	return domain.CheckCapacity(current, next, resp.GetPools())
+}
+
+// GetSlurmConfig reads a cluster's rendered Slurm files from the provisioner.
+func (g *Gateway) GetSlurmConfig(ctx context.Context, req *loomv1.GetSlurmConfigRequest) (*loomv1.SlurmConfig, error) {
+	if _, _, err := domain.ParseClusterName(req.GetName()); err != nil {
+		return nil, errs.Invalid("name", "%v", err)
+	}
+	return g.own.Clusters.GetSlurmConfig(ctx, req)
+}

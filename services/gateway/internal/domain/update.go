@@ -1,0 +1,210 @@
+package domain
+
+import (
+	"fmt"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/loom-ml/loom/libs/errs"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// UpdatablePaths are the cluster fields an UpdateCluster may change; an
+// empty update mask means all of them.
+var UpdatablePaths = []string{
+	"compute.node_pools",
+	"orchestrator.slurm.node_sets",
+	"orchestrator.slurm.partitions",
+	"labels",
+	"display_name",
+	"description",
+}
+
+// DefaultDrainGraceSeconds is how long a shrink waits for the jobs of drained
+// nodes when the request sets no drain_grace_seconds.
+const DefaultDrainGraceSeconds = 300
+
+// outputOnly are the top-level cluster fields a mask may name (a REST PATCH
+// body read back from GET does) but an update never takes from the request.
+var outputOnly = map[string]bool{"name": true, "status": true, "create_time": true, "update_time": true}
+
+// Update is an accepted UpdateCluster.
+type Update struct {
+	// Cluster is the whole new spec: the current one with the masked fields
+	// of the request merged in, normalized, named, output-only fields cleared.
+	Cluster *loomv1.Cluster
+	// Current is the current spec in the same form, for comparisons.
+	Current *loomv1.Cluster
+	// Mask lists the UpdatablePaths the update sets, in that order.
+	Mask []string
+	// DrainGraceSeconds is the request's, or DefaultDrainGraceSeconds.
+	DrainGraceSeconds int32
+	// Changed is false when the new spec equals the current one.
+	Changed bool
+}
+
+// CheckUpdateRequest checks what an UpdateCluster request must get right
+// before the current cluster is read: cluster.name, the shape of every mask
+// path, drain_grace_seconds. Every problem is reported at once.
+func CheckUpdateRequest(req *loomv1.UpdateClusterRequest) error {
+	var v errs.Validator
+	switch name := req.GetCluster().GetName(); {
+	case req.GetCluster() == nil:
+		v.Add("cluster", "required")
+	case name == "":
+		v.Add("cluster.name", "required: the cluster to update")
+	default:
+		if _, _, err := ParseClusterName(name); err != nil {
+			v.Add("cluster.name", "%v", err)
+		}
+	}
+	md := (&loomv1.Cluster{}).ProtoReflect().Descriptor()
+	for i, p := range req.GetUpdateMask().GetPaths() {
+		if err := resolvePath(md, p); err != nil {
+			v.Add(fmt.Sprintf("update_mask.paths[%d]", i), "%v", err)
+		}
+	}
+	v.Check(req.GetDrainGraceSeconds() >= 0, "drain_grace_seconds", "%d must not be negative (0 means %d)",
+		req.GetDrainGraceSeconds(), DefaultDrainGraceSeconds)
+	return v.Err()
+}
+
+// MergeUpdate returns the update that req (checked by CheckUpdateRequest)
+// makes to current, the cluster as its owner reports it. The mask (all
+// UpdatablePaths when empty) says which fields the request sets; a path
+// names a whole field (a list is replaced, not merged). Output-only paths are
+// ignored. Paths outside UpdatablePaths are allowed as long as their value
+// does not change (a REST PATCH of a body read from GET names them all); a
+// change there is refused naming the field. The updatable paths named (or
+// under a named parent: "compute" is "compute.node_pools") are merged by
+// ApplySpecUpdate, whose refusals come under "cluster.". A cluster being
+// created, updated or deleted cannot be updated (errs.FailedPrecondition).
+func MergeUpdate(req *loomv1.UpdateClusterRequest, current *loomv1.Cluster) (Update, error) {
+	name := current.GetName()
+	switch s := current.GetStatus().GetState(); s {
+	case loomv1.Cluster_CREATING, loomv1.Cluster_UPDATING, loomv1.Cluster_DELETING, loomv1.Cluster_DELETED:
+		return Update{}, fmt.Errorf("cluster %s is %s; update it when its operation is done: %w", name, s, errs.FailedPrecondition)
+	}
+	old := NormalizeSpec(SpecOf(current))
+	old.Name = name
+	paths := req.GetUpdateMask().GetPaths()
+	if len(paths) == 0 {
+		paths = UpdatablePaths
+	}
+	src := SpecOf(req.GetCluster())
+	// trial takes every named path from the request, so that a change to a
+	// field outside UpdatablePaths shows (and is refused by name).
+	trial := proto.Clone(old).(*loomv1.Cluster)
+	sets := map[string]bool{}
+	for _, p := range paths {
+		if outputOnly[strings.SplitN(p, ".", 2)[0]] {
+			continue
+		}
+		copyPath(trial.ProtoReflect(), src.ProtoReflect(), strings.Split(p, "."))
+		for _, u := range UpdatablePaths {
+			if p == u || strings.HasPrefix(p, u+".") || strings.HasPrefix(u, p+".") {
+				sets[u] = true
+			}
+		}
+	}
+	var frozen errs.Validator
+	for _, p := range frozenChanges(old.ProtoReflect(), NormalizeSpec(trial).ProtoReflect(), "") {
+		frozen.Add("cluster."+p, "cannot be changed by an update (updatable: %s)", strings.Join(UpdatablePaths, ", "))
+	}
+	var mask []string
+	for _, u := range UpdatablePaths {
+		if sets[u] {
+			mask = append(mask, u)
+		}
+	}
+	merged, specErr := old, error(nil)
+	if len(mask) > 0 {
+		merged, specErr = ApplySpecUpdate(old, src, mask)
+	}
+	if err := joinInvalid(frozen.Err(), PrefixFields(specErr, "cluster.")); err != nil {
+		return Update{}, err
+	}
+	merged = SpecOf(merged)
+	merged.Name = name
+	grace := req.GetDrainGraceSeconds()
+	if grace == 0 {
+		grace = DefaultDrainGraceSeconds
+	}
+	return Update{Cluster: merged, Current: old, Mask: mask, DrainGraceSeconds: grace, Changed: !proto.Equal(old, merged)}, nil
+}
+
+// resolvePath checks that path names a field of md: dot-separated proto
+// field names, every one but the last a singular message.
+func resolvePath(md protoreflect.MessageDescriptor, path string) error {
+	segs := strings.Split(path, ".")
+	for i, s := range segs {
+		fd := md.Fields().ByName(protoreflect.Name(s))
+		if fd == nil {
+			return fmt.Errorf("%q: %s has no field %q", path, md.FullName(), s)
+		}
+		if i == len(segs)-1 {
+			return nil
+		}
+		if fd.Message() == nil || fd.IsList() || fd.IsMap() {
+			return fmt.Errorf("%q: %s is not a message, so it has no field %q", path, strings.Join(segs[:i+1], "."), segs[i+1])
+		}
+		md = fd.Message()
+	}
+	return nil
+}
+
+// copyPath sets the field at segs (resolvePath checked it) of dst to its
+// value in src, clearing it when src does not have it.
+func copyPath(dst, src protoreflect.Message, segs []string) {
+	fd := dst.Descriptor().Fields().ByName(protoreflect.Name(segs[0]))
+	if len(segs) == 1 {
+		if src.Has(fd) {
+			dst.Set(fd, src.Get(fd))
+		} else {
+			dst.Clear(fd)
+		}
+		return
+	}
+	if !src.Has(fd) && !dst.Has(fd) {
+		// Nothing to set or clear below: do not create empty parents.
+		return
+	}
+	copyPath(dst.Mutable(fd).Message(), src.Get(fd).Message(), segs[1:])
+}
+
+// frozenChanges returns the paths of the fields outside UpdatablePaths (and
+// the output-only ones) whose values differ between a and b, down to the
+// leaves of singular messages.
+func frozenChanges(a, b protoreflect.Message, prefix string) []string {
+	var out []string
+	fields := a.Descriptor().Fields()
+	for i := 0; i < fields.Len(); i++ {
+		fd := fields.Get(i)
+		path := string(fd.Name())
+		if prefix != "" {
+			path = prefix + "." + path
+		}
+		if (prefix == "" && outputOnly[path]) || isUpdatable(path) {
+			continue
+		}
+		if fd.Message() != nil && !fd.IsList() && !fd.IsMap() {
+			out = append(out, frozenChanges(a.Get(fd).Message(), b.Get(fd).Message(), path)...)
+			continue
+		}
+		if !a.Get(fd).Equal(b.Get(fd)) {
+			out = append(out, path)
+		}
+	}
+	return out
+}
+
+func isUpdatable(path string) bool {
+	for _, u := range UpdatablePaths {
+		if path == u {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,194 @@
+package domain
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/errs"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// running is a RUNNING cluster as the provisioner reports it: a normalized
+// spec with its status.
+func running() *loomv1.Cluster {
+	c := &loomv1.Cluster{
+		DisplayName: "train",
+		Labels:      map[string]string{"team": "ml"},
+		Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{
+			{Id: "gpu", MachineType: "a3-ultragpu-8g", NodeCount: 2},
+			{Id: "cpu", MachineType: "n2-standard-8", NodeCount: 1},
+		}},
+		Network: &loomv1.NetworkConfig{Zone: "us-central1-a", Mtu: 8896},
+	}
+	c = NormalizeSpec(c)
+	c.Name = "projects/default/clusters/c1"
+	c.Status = &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, ReadyNodes: 3, TotalNodes: 3}
+	c.CreateTime = timestamppb.Now()
+	return c
+}
+
+// updateReq is an update of c1 whose cluster is c (named c1) and mask paths.
+func updateReq(c *loomv1.Cluster, paths ...string) *loomv1.UpdateClusterRequest {
+	c = proto.Clone(c).(*loomv1.Cluster)
+	c.Name = "projects/default/clusters/c1"
+	r := &loomv1.UpdateClusterRequest{Cluster: c}
+	if len(paths) > 0 {
+		r.UpdateMask = &fieldmaskpb.FieldMask{Paths: paths}
+	}
+	return r
+}
+
+func TestMergeUpdateResize(t *testing.T) {
+	t.Parallel()
+	cur := running()
+	// The request holds only what it changes: the whole pool list.
+	want := proto.Clone(cur).(*loomv1.Cluster)
+	want.Compute.NodePools[0].NodeCount = 4
+	req := updateReq(&loomv1.Cluster{Compute: want.Compute}, "compute.node_pools")
+	if err := CheckUpdateRequest(req); err != nil {
+		t.Fatalf("CheckUpdateRequest: %v", err)
+	}
+	up, err := MergeUpdate(req, cur)
+	if err != nil {
+		t.Fatalf("MergeUpdate: %v", err)
+	}
+	want = SpecOf(want)
+	want.Name = cur.GetName()
+	if !proto.Equal(up.Cluster, want) {
+		t.Fatalf("merged:\n got %v\nwant %v", up.Cluster, want)
+	}
+	if !up.Changed || !slices.Equal(up.Mask, []string{"compute.node_pools"}) || up.DrainGraceSeconds != DefaultDrainGraceSeconds {
+		t.Fatalf("update: changed %v mask %v grace %d", up.Changed, up.Mask, up.DrainGraceSeconds)
+	}
+	if cur.GetCompute().GetNodePools()[0].GetNodeCount() != 2 {
+		t.Fatal("MergeUpdate modified the current cluster")
+	}
+}
+
+// TestMergeUpdateRESTBody is a PATCH whose body was read back from GET: the
+// mask names every leaf, output-only and unchanged frozen fields included.
+func TestMergeUpdateRESTBody(t *testing.T) {
+	t.Parallel()
+	cur := running()
+	body := proto.Clone(cur).(*loomv1.Cluster)
+	body.Compute.NodePools[1].NodeCount = 3
+	body.Description = "more cpu"
+	req := updateReq(body, "compute.node_pools", "create_time", "description", "display_name", "labels",
+		"network.mtu", "network.zone", "status.state", "status.ready_nodes")
+	req.DrainGraceSeconds = 60
+	up, err := MergeUpdate(req, cur)
+	if err != nil {
+		t.Fatalf("MergeUpdate: %v", err)
+	}
+	if up.Cluster.GetCompute().GetNodePools()[1].GetNodeCount() != 3 || up.Cluster.GetDescription() != "more cpu" ||
+		up.Cluster.GetStatus() != nil || up.Cluster.GetCreateTime() != nil || up.DrainGraceSeconds != 60 {
+		t.Fatalf("merged: %v (grace %d)", up.Cluster, up.DrainGraceSeconds)
+	}
+	if !slices.Equal(up.Mask, []string{"compute.node_pools", "labels", "display_name", "description"}) {
+		t.Fatalf("mask %v", up.Mask)
+	}
+}
+
+func TestMergeUpdateEmptyMask(t *testing.T) {
+	t.Parallel()
+	cur := running()
+	// An empty mask takes every updatable field from the request, and
+	// nothing else: the network here is not looked at.
+	req := updateReq(SpecOf(cur))
+	req.Cluster.DisplayName = "renamed"
+	req.Cluster.Network.Mtu = 1500
+	up, err := MergeUpdate(req, cur)
+	if err != nil {
+		t.Fatalf("MergeUpdate: %v", err)
+	}
+	if up.Cluster.GetDisplayName() != "renamed" || up.Cluster.GetNetwork().GetMtu() != 8896 || !slices.Equal(up.Mask, UpdatablePaths) {
+		t.Fatalf("merged: %v mask %v", up.Cluster, up.Mask)
+	}
+
+	same, err := MergeUpdate(updateReq(SpecOf(cur)), cur)
+	if err != nil || same.Changed {
+		t.Fatalf("an update to the same spec: changed %v, %v", same.Changed, err)
+	}
+}
+
+func TestMergeUpdateRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		req   func() *loomv1.UpdateClusterRequest
+		field string // "" when the refusal is not an InvalidArgument
+		kind  error
+	}{
+		{"a frozen field in the mask", func() *loomv1.UpdateClusterRequest {
+			c := SpecOf(running())
+			c.Network.Mtu = 1500
+			return updateReq(c, "network.mtu")
+		}, "cluster.network.mtu", nil},
+		{"a frozen section in the mask", func() *loomv1.UpdateClusterRequest {
+			return updateReq(&loomv1.Cluster{Storage: &loomv1.StorageResources{Home: &loomv1.SharedHome{Tier: "ZONAL"}}}, "storage")
+		}, "cluster.storage.home.", nil},
+		{"a pool's machine type", func() *loomv1.UpdateClusterRequest {
+			c := SpecOf(running())
+			c.Compute.NodePools[0].MachineType = "a3-megagpu-8g"
+			return updateReq(c, "compute.node_pools")
+		}, "cluster.compute.node_pools[0].machine_type", nil},
+		{"an invalid merged spec", func() *loomv1.UpdateClusterRequest {
+			c := SpecOf(running())
+			c.Compute.NodePools[1].NodeCount = 0
+			return updateReq(c, "compute.node_pools")
+		}, "cluster.compute.node_pools[1].node_count", nil},
+		{"a cluster being created", func() *loomv1.UpdateClusterRequest {
+			return updateReq(SpecOf(running()), "labels")
+		}, "", errs.FailedPrecondition},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cur := running()
+			if tc.kind != nil {
+				cur.Status.State = loomv1.Cluster_CREATING
+			}
+			_, err := MergeUpdate(tc.req(), cur)
+			if tc.kind != nil {
+				if !errors.Is(err, tc.kind) {
+					t.Fatalf("got %v, want %v", err, tc.kind)
+				}
+				return
+			}
+			got := fields(t, err)
+			if !slices.ContainsFunc(got, func(f string) bool { return strings.HasPrefix(f, tc.field) }) {
+				t.Fatalf("violations %v (%v), want one at %s", got, err, tc.field)
+			}
+		})
+	}
+}
+
+func TestCheckUpdateRequest(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		req  *loomv1.UpdateClusterRequest
+		want []string
+	}{
+		{"no cluster", &loomv1.UpdateClusterRequest{}, []string{"cluster"}},
+		{"no name", &loomv1.UpdateClusterRequest{Cluster: &loomv1.Cluster{}}, []string{"cluster.name"}},
+		{"bad name", &loomv1.UpdateClusterRequest{Cluster: &loomv1.Cluster{Name: "c1"}}, []string{"cluster.name"}},
+		{"bad paths", updateReq(&loomv1.Cluster{}, "compute.node_pools", "nope", "compute.node_pools.node_count", "labels.team"),
+			[]string{"update_mask.paths[1]", "update_mask.paths[2]", "update_mask.paths[3]"}},
+		{"negative grace", func() *loomv1.UpdateClusterRequest {
+			r := updateReq(&loomv1.Cluster{})
+			r.DrainGraceSeconds = -1
+			return r
+		}(), []string{"drain_grace_seconds"}},
+	} {
+		got := fields(t, CheckUpdateRequest(tc.req))
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: violations %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
