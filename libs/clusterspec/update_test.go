@@ -1,0 +1,167 @@
+package clusterspec
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// stored is base(t) as the provisioner stores it: normalized, with status.
+func stored(t *testing.T) *loomv1.Cluster {
+	t.Helper()
+	c := base(t)
+	Normalize(c)
+	c.Status = &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, TotalNodes: 4}
+	return c
+}
+
+func TestValidateUpdateAllowed(t *testing.T) {
+	t.Parallel()
+	type C = *loomv1.Cluster
+	cases := []struct {
+		name   string
+		mask   []string
+		change func(C)
+	}{
+		{"grow a pool", nil, func(c C) { c.Compute.NodePools[0].NodeCount = 16 }},
+		{"shrink a pool", []string{"compute.node_pools"}, func(c C) { c.Compute.NodePools[0].NodeCount = 1 }},
+		{"dynamic nodes and pool labels", nil, func(c C) {
+			c.Compute.NodePools[2].MaxDynamicNodeCount = 8
+			c.Compute.NodePools[2].Labels = map[string]string{"tier": "cheap"}
+		}},
+		{"add a pool, node set and partition", nil, func(c C) {
+			c.Compute.NodePools = append(c.Compute.NodePools, &loomv1.NodePool{Id: "l4", MachineType: "g2-standard-48", NodeCount: 2})
+			s := c.Orchestrator.Slurm
+			s.NodeSets = append(s.NodeSets, &loomv1.SlurmNodeSet{Id: "l4", NodePoolId: "l4"})
+			s.Partitions = append(s.Partitions, &loomv1.SlurmPartition{Id: "inference", NodeSetIds: []string{"l4"}})
+		}},
+		{"labels, description, scripts", []string{"labels", "description", "orchestrator.slurm.prolog_scripts"}, func(c C) {
+			c.Labels = map[string]string{"team": "infra"}
+			c.Description = "now with more"
+			c.Orchestrator.Slurm.PrologScripts = []string{"#!/bin/sh\necho hi\n"}
+		}},
+		{"login count", []string{"orchestrator.slurm.login_nodes"}, func(c C) { c.Orchestrator.Slurm.LoginNodes.Count = 2 }},
+		{"omitted storage and network", nil, func(c C) { c.Storage, c.Network = nil, nil }},
+		{"partial spec under a mask", []string{"compute.node_pools"}, func(c C) { c.Storage, c.Orchestrator, c.Network = nil, nil, nil }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			old := stored(t)
+			nw := base(t)
+			tc.change(nw)
+			oldCopy, nwCopy := proto.Clone(old), proto.Clone(nw)
+			got, err := ApplyUpdate(old, nw, tc.mask)
+			if err != nil {
+				t.Fatalf("ApplyUpdate: %v", err)
+			}
+			if err := ValidateUpdate(old, nw, tc.mask); err != nil {
+				t.Fatalf("ValidateUpdate: %v", err)
+			}
+			if !proto.Equal(old, oldCopy) || !proto.Equal(nw, nwCopy) {
+				t.Fatal("ApplyUpdate changed its arguments")
+			}
+			if got.GetName() != old.GetName() || !proto.Equal(got.GetStatus(), old.GetStatus()) {
+				t.Fatalf("name/status not kept: %s %v", got.GetName(), got.GetStatus())
+			}
+			if !proto.Equal(got.GetStorage(), old.GetStorage()) || !proto.Equal(got.GetNetwork(), old.GetNetwork()) {
+				t.Fatal("storage or network changed")
+			}
+			want := proto.Clone(nw).(*loomv1.Cluster)
+			Normalize(want)
+			if !proto.Equal(&loomv1.ComputeResources{NodePools: got.GetCompute().GetNodePools()}, want.GetCompute()) {
+				t.Fatalf("pools = %v, want %v", got.GetCompute(), want.GetCompute())
+			}
+		})
+	}
+}
+
+func TestValidateUpdateRefused(t *testing.T) {
+	t.Parallel()
+	type C = *loomv1.Cluster
+	cases := []struct {
+		name   string
+		mask   []string
+		change func(C)
+		want   []string
+	}{
+		{"machine type", nil, func(c C) {
+			c.Compute.NodePools[1].MachineType = "a3-megagpu-8g"
+			c.Compute.NodePools[1].AcceleratorType = ""
+		},
+			[]string{"compute.node_pools[1].machine_type: cannot be changed after creation (was a3-highgpu-8g); add a new pool instead",
+				"compute.node_pools[1].accelerator_type: cannot be changed after creation (was nvidia-h100-80gb); add a new pool instead"}},
+		{"capacity source", nil, func(c C) { c.Compute.NodePools[1].Capacity.Type = loomv1.CapacitySource_ON_DEMAND },
+			[]string{"compute.node_pools[1].capacity: cannot be changed after creation (was SPOT); add a new pool instead"}},
+		{"pool zone", nil, func(c C) { c.Compute.NodePools[0].Zone = "us-east5-a" },
+			[]string{"compute.node_pools[0].zone: cannot be changed after creation (was us-central1-a); add a new pool instead"}},
+		{"boot disk", nil, func(c C) { c.Compute.NodePools[0].BootDisk.SizeGb = 400 },
+			[]string{"compute.node_pools[0].boot_disk: cannot be changed after creation (was hyperdisk-balanced 300 GB); add a new pool instead"}},
+		{"network", nil, func(c C) { c.Network.Mtu = 1500 },
+			[]string{"network: cannot be changed after creation"}},
+		{"storage", nil, func(c C) { c.Storage.Home.CapacityGib = 4096 },
+			[]string{"storage: cannot be changed after creation"}},
+		{"storage in the mask", []string{"storage", "status", "compute.node_pools.node_count", "bogus"}, func(C) {},
+			[]string{"update_mask[0]: storage cannot be changed after creation",
+				"update_mask[1]: status is output only",
+				`update_mask[2]: "compute.node_pools.node_count": name the whole list or message "compute.node_pools"; the new value replaces it`,
+				`update_mask[3]: unknown or non-updatable field "bogus" (updatable: ` + strings.Join(updatablePaths, ", ") + ")"}},
+		{"name", nil, func(c C) { c.Name = "projects/p/clusters/other" },
+			[]string{`name: cannot be changed after creation (is "projects/p/clusters/base")`}},
+		{"remove a pool", []string{"compute.node_pools"}, func(c C) { c.Compute.NodePools = c.Compute.NodePools[:2] },
+			[]string{`compute.node_pools: node pool "cpu" cannot be removed (shrink it to 1 node, or delete and recreate the cluster)`,
+				`orchestrator.slurm.node_sets[2].node_pool_id: no node pool "cpu"`}},
+		{"rename a pool's nodes", nil, func(c C) {
+			c.Orchestrator.Slurm.NodeSets[0].Id = "h200"
+			c.Orchestrator.Slurm.Partitions[0].NodeSetIds = []string{"h200"}
+		}, []string{`orchestrator.slurm.node_sets[0]: would rename the nodes of pool "gpu-a" from a3u-NNNN to h200-NNNN; node names cannot be changed after creation`}},
+		{"login machine type", nil, func(c C) { c.Orchestrator.Slurm.LoginNodes.MachineType = "n2-standard-16" },
+			[]string{"orchestrator.slurm.login_nodes.machine_type: cannot be changed after creation (was n2-standard-4)"}},
+		{"the result must validate", []string{"compute.node_pools"}, func(c C) { c.Compute.NodePools[0].NodeCount = 0 },
+			[]string{"compute.node_pools[0].node_count: must be at least 1, got 0"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			old := stored(t)
+			nw := base(t)
+			tc.change(nw)
+			got := violations(ValidateUpdate(old, nw, tc.mask))
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("violations:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(tc.want, "\n  "))
+			}
+		})
+	}
+	if ValidateUpdate(nil, base(t), nil) == nil {
+		t.Fatal("ValidateUpdate(nil, ...) = nil")
+	}
+}
+
+// TestApplyUpdateGeneratedLayout: a cluster created without a Slurm section
+// keeps the generated layout when a pool is added, so the new pool joins "all".
+func TestApplyUpdateGeneratedLayout(t *testing.T) {
+	t.Parallel()
+	old := &loomv1.Cluster{Name: "projects/p/clusters/c", Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{
+		{Id: "gpu", MachineType: "a3-highgpu-8g", NodeCount: 1},
+	}}}
+	Normalize(old)
+	for _, mask := range [][]string{nil, {"compute.node_pools"}} {
+		nw := &loomv1.Cluster{Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{
+			{Id: "gpu", MachineType: "a3-highgpu-8g", NodeCount: 2},
+			{Id: "spot", MachineType: "a3-highgpu-8g", NodeCount: 2, Capacity: &loomv1.CapacitySource{Type: loomv1.CapacitySource_SPOT}},
+		}}}
+		got, err := ApplyUpdate(old, nw, mask)
+		if err != nil {
+			t.Fatalf("mask %q: %v", mask, err)
+		}
+		s := got.GetOrchestrator().GetSlurm()
+		if len(s.GetNodeSets()) != 2 || len(s.GetPartitions()) != 1 ||
+			!slices.Equal(s.GetPartitions()[0].GetNodeSetIds(), []string{"gpu", "spot"}) {
+			t.Fatalf("mask %q: slurm = %v, want partition all over gpu and spot", mask, s)
+		}
+	}
+}
