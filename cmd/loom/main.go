@@ -1,6 +1,7 @@
-// Command loom is Loom's command line: it manages clusters, jobs and models
-// through the gateway, and runs Loom itself on this machine (`loom up`,
-// `loom demo`).
+// Command loom is Loom's command line: it manages clusters, reservations,
+// jobs and models through the gateway, and runs Loom itself on this machine
+// (`loom up`, `loom demo`). Started under a Slurm command's name (sbatch,
+// squeue, ...; `loom clusters login` links them), it runs `loom slurm NAME`.
 package main
 
 import (
@@ -14,7 +15,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Execute(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := cli.Execute(ctx, cli.Args(os.Args[0], os.Args[1:]), os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

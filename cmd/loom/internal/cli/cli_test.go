@@ -35,24 +35,33 @@ func TestTables(t *testing.T) {
 		want string
 	}{
 		{[]string{"clusters", "list"}, `
-NAME         STATE     NODES  GPUS  AGE  MESSAGE
-demo         RUNNING   2/2    16    5m   -
-big-cluster  CREATING  3/16   0     3h   3 of 16 nodes ready
+NAME         STATE                             NODES  POOLS         AGE
+demo         RUNNING                           2/2    gpu:2         5m
+big-cluster  CREATING                          3/16   cpu:16        3h
+a3u          RUNNING (Degraded: NodesFailing)  5/6    a3u:4,spot:2  2h
 `},
 		{[]string{"clusters", "get", "demo"}, `
-Name:        projects/default/clusters/demo
-State:       RUNNING
-Nodes:       2 of 2 ready
-Shared dir:  /data/demo/shared
-Created:     5m ago
+Name:     projects/default/clusters/demo
+State:    RUNNING
+Nodes:    2 of 2 ready
+Home:     /data/demo/shared
+Created:  5m ago
 Node pools:
   ID   MACHINE TYPE   NODES  ACCELERATOR       GPUS/NODE
   gpu  a3-highgpu-8g  2      nvidia-h100-80gb  8
 `},
 		{[]string{"nodes", "list"}, `
-HOSTNAME  CLUSTER  POOL  STATE  GPUS  HEARTBEAT  REASON
-gpu-0001  demo     gpu   READY  8     2s ago     -
-gpu-0002  demo     gpu   DOWN   8     20s ago    no heartbeat for 15s
+NODE           CLUSTER  POOL     STATE         GPUS  ZONE           CAPACITY     REASON/NEXT
+gpu-0001       demo     gpu      READY         8     -              -            -
+gpu-0002       demo     gpu      DOWN          8     -              -            no heartbeat for 15s
+a3u-0001       a3u      a3u      READY         8     us-central1-a  RESERVATION  -
+a3u-0002       a3u      a3u      READY         8     us-central1-a  RESERVATION  -
+a3u-0003       a3u      a3u      READY         8     us-central1-a  RESERVATION  -
+a3u-0004       a3u      a3u      READY         8     us-central1-a  RESERVATION  -
+spot-0001      a3u      spot     READY         8     us-central1-b  SPOT         -
+spot-0002      a3u      spot     FAILED        8     us-central1-b  SPOT         preempted by provider → replace when SPOT capacity returns
+spot-0003      a3u      spot     PROVISIONING  8     us-central1-b  SPOT         → retry launch in 4s (attempt 2 of 5)
+a3u-login-001  a3u      (login)  READY         0     us-central1-a  -            -
 `},
 		{[]string{"jobs", "list"}, `
 ID  NAME   CLUSTER  STATE                NODES  AGE  RUNTIME  EXIT
@@ -197,7 +206,7 @@ func TestClustersCreateAsyncAndJSON(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	golden(t, out, "\nCreating cluster demo: operation projects/default/operations/op1\nFollow it with `loom clusters get demo`.\n")
+	golden(t, out, "\nCreating cluster demo: operation projects/default/operations/op1\nFollow it with `loom clusters describe demo`.\n")
 	req, _ := lastRequest[*loomv1.CreateClusterRequest](f)
 	if req.GetParent() != "projects/other" || req.GetClusterId() != "demo" {
 		t.Fatalf("full name in the file: request = %v", req)
@@ -486,9 +495,9 @@ func TestParseClusterFile(t *testing.T) {
 		want []string
 	}{
 		{``, []string{"c.json", "empty"}},
-		{`{"name": "demo", "compute": {"nodePoolz": []}}`, []string{"c.json", `field compute.nodePoolz: unknown field "nodePoolz"`}},
-		{`{"name": "demo", "compute": {"nodePools": [{"id": "cpu", "nodeCount": "two"}]}}`, []string{"c.json", "field compute.nodePools[0].nodeCount: ", "two"}},
-		{`{"name": "demo", "labels": {"a": 1}}`, []string{"c.json", "field labels.a: "}},
+		{`{"name": "demo", "compute": {"nodePoolz": []}}`, []string{"c.json: not a valid cluster: compute.node_poolz: unknown field \"nodePoolz\" (line 1:30)"}},
+		{`{"name": "demo", "compute": {"nodePools": [{"id": "cpu", "nodeCount": "two"}]}}`, []string{"c.json", "compute.node_pools[0].node_count: invalid value for int32 field nodeCount: \"two\" (line 1:71)"}},
+		{`{"name": "demo", "labels": {"a": 1}}`, []string{"c.json", "labels.a: "}},
 		{`{"name": "demo",}`, []string{"c.json", "(line 1:"}},
 		{`{"compute": {}}`, []string{"c.json", `field "name" is required`}},
 		{`{"name": "Demo_1"}`, []string{`field "name"`, `"Demo_1" is not a valid cluster id`}},

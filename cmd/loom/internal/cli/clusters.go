@@ -1,24 +1,23 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
+	"github.com/loom-ml/loom/libs/errs"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -26,9 +25,21 @@ func (a *app) clustersCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "clusters",
 		Aliases: []string{"cluster"},
-		Short:   "Create, inspect and delete training clusters",
+		Short:   "Create, inspect, resize, log in to and delete training clusters",
+		Long: `Training clusters: node pools of GPU machines with Slurm on top, described
+in a JSON file (see examples/clusters/ and docs for the spec field by field).
+
+  loom clusters create -f examples/clusters/a3-ultra-4node.json
+  loom clusters list
+  loom clusters describe a3-ultra
+  loom clusters resize a3-ultra a3u 5
+  loom clusters slurm-conf a3-ultra
+  loom clusters login a3-ultra
+  loom clusters delete a3-ultra`,
 	}
-	cmd.AddCommand(a.clustersCreateCommand(), a.clustersGetCommand(), a.clustersListCommand(), a.clustersDeleteCommand())
+	cmd.AddCommand(a.clustersCreateCommand(), a.clustersGetCommand(), a.clustersListCommand(),
+		a.clustersDescribeCommand(), a.clustersUpdateCommand(), a.clustersResizeCommand(),
+		a.clustersSlurmConfCommand(), a.clustersLoginCommand(), a.clustersDeleteCommand())
 	return cmd
 }
 
@@ -43,18 +54,16 @@ func (a *app) clustersCreateCommand() *cobra.Command {
   {"name": "demo",
    "compute": {"nodePools": [{"id": "cpu", "machineType": "n2-standard-8", "nodeCount": 2}]}}
 
-"name" is the cluster id or its full name (projects/P/clusters/ID). The command
-shows the operation's progress and returns when it ends, unless --async.`,
+"name" is the cluster id or its full name (projects/P/clusters/ID). Field names
+may be camelCase or snake_case. Mistakes are reported with the field's path,
+all at once. The command shows the operation's progress (a bar on a terminal)
+and returns when it ends, or at once with --async.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
-				return usagef("give the cluster file with -f FILE (see examples/clusters/demo.json)")
+				return usagef("give the cluster file with -f FILE (see examples/clusters/)")
 			}
-			data, err := os.ReadFile(file)
-			if err != nil {
-				return fmt.Errorf("read cluster file: %w", err)
-			}
-			req, err := parseClusterFile(file, data, a.project)
+			req, err := a.readClusterFile(file)
 			if err != nil {
 				return err
 			}
@@ -62,33 +71,32 @@ shows the operation's progress and returns when it ends, unless --async.`,
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			if async {
-				if a.output == "json" {
-					return writeJSON(out, op)
-				}
-				fmt.Fprintf(out, "Creating cluster %s: operation %s\nFollow it with `loom clusters get %s`.\n", req.ClusterId, op.GetName(), req.ClusterId)
-				return nil
-			}
-			progress := a.progressOut(cmd)
-			fmt.Fprintf(progress, "Creating cluster %s (operation %s)\n", req.ClusterId, shortName(op.GetName()))
-			start := time.Now()
-			op, err = a.waitOperation(cmd.Context(), op, progress, "  ")
-			if err != nil {
-				return fmt.Errorf("create cluster %s: %w", req.ClusterId, err)
-			}
-			if a.output == "json" {
-				return writeJSON(out, op)
-			}
-			c := op.GetCluster()
-			fmt.Fprintf(out, "Cluster %s is %s: %d of %d nodes ready (%s)\n", req.ClusterId, clusterState(c),
-				c.GetStatus().GetReadyNodes(), c.GetStatus().GetTotalNodes(), elapsed(time.Since(start)))
-			return nil
+			id := req.GetClusterId()
+			return a.followOperation(cmd, op, opView{
+				title: "Creating cluster " + id,
+				what:  "create cluster " + id,
+				async: async,
+				hint:  fmt.Sprintf("Follow it with `loom clusters describe %s`.", id),
+				final: func(op *loomv1.Operation, took time.Duration) string {
+					c := op.GetCluster()
+					return fmt.Sprintf("Cluster %s is %s: %d of %d nodes ready (%s)", id, clusterStateLong(c),
+						c.GetStatus().GetReadyNodes(), c.GetStatus().GetTotalNodes(), elapsed(took))
+				},
+			})
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "cluster file (JSON loom.v1.Cluster)")
-	cmd.Flags().BoolVar(&async, "async", false, "return once the operation is accepted")
+	cmd.Flags().BoolVar(&async, "async", false, "print the operation's name and return without waiting")
 	return cmd
+}
+
+// readClusterFile reads and parses a cluster file into a create request.
+func (a *app) readClusterFile(file string) (*loomv1.CreateClusterRequest, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("read cluster file: %w", err)
+	}
+	return parseClusterFile(file, data, a.project)
 }
 
 // createCluster sends req with a fresh request id.
@@ -102,26 +110,50 @@ func (a *app) createCluster(ctx context.Context, req *loomv1.CreateClusterReques
 	defer cancel()
 	op, err := cl.CreateCluster(cctx, req)
 	if err != nil {
-		return nil, a.explain("create cluster "+req.ClusterId, err)
+		return nil, a.explain("create cluster "+req.ClusterId, specFields(err))
 	}
 	return op, nil
+}
+
+// specFields rewrites an InvalidArgument about a request's cluster so that
+// its fields are named as in the cluster file: "cluster.network.mtu: ..."
+// becomes "network.mtu: ...". Other errors are returned as they are.
+func specFields(err error) error {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.InvalidArgument {
+		return err
+	}
+	parts := strings.Split(st.Message(), "; ")
+	for i, p := range parts {
+		parts[i] = strings.TrimPrefix(p, "cluster.")
+	}
+	return status.Error(codes.InvalidArgument, strings.Join(parts, "; "))
+}
+
+// getCluster reads one cluster; arg is its id or full name.
+func (a *app) getCluster(ctx context.Context, arg string) (*loomv1.Cluster, error) {
+	cl, err := a.clusters()
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := a.call(ctx)
+	defer cancel()
+	c, err := cl.GetCluster(cctx, &loomv1.GetClusterRequest{Name: a.clusterName(arg)})
+	if err != nil {
+		return nil, a.notFoundHint(a.explain("get cluster "+arg, err), err, "loom clusters list")
+	}
+	return c, nil
 }
 
 func (a *app) clustersGetCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "get NAME",
-		Short: "Show a cluster",
+		Short: "Show a cluster (see also `describe` for its nodes, conditions and partitions)",
 		Args:  exactArgs(1, "the cluster name, e.g. `loom clusters get demo`"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := a.clusters()
+			c, err := a.getCluster(cmd.Context(), args[0])
 			if err != nil {
 				return err
-			}
-			ctx, cancel := a.call(cmd.Context())
-			defer cancel()
-			c, err := cl.GetCluster(ctx, &loomv1.GetClusterRequest{Name: a.clusterName(args[0])})
-			if err != nil {
-				return a.notFoundHint(a.explain("get cluster "+args[0], err), err, "loom clusters list")
 			}
 			if a.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), c)
@@ -164,7 +196,7 @@ func (a *app) clustersDeleteCommand() *cobra.Command {
 	var async bool
 	cmd := &cobra.Command{
 		Use:   "delete NAME",
-		Short: "Delete a cluster (its nodes stop and its jobs are cancelled)",
+		Short: "Delete a cluster (its nodes stop, its jobs are cancelled, its capacity is released)",
 		Args:  exactArgs(1, "the cluster name, e.g. `loom clusters delete demo`"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := a.clusterName(args[0])
@@ -172,29 +204,18 @@ func (a *app) clustersDeleteCommand() *cobra.Command {
 			if err != nil {
 				return a.notFoundHint(err, err, "loom clusters list")
 			}
-			out := cmd.OutOrStdout()
-			if async {
-				if a.output == "json" {
-					return writeJSON(out, op)
-				}
-				fmt.Fprintf(out, "Deleting cluster %s: operation %s\n", shortName(name), op.GetName())
-				return nil
-			}
-			progress := a.progressOut(cmd)
-			fmt.Fprintf(progress, "Deleting cluster %s (operation %s)\n", shortName(name), shortName(op.GetName()))
-			start := time.Now()
-			op, err = a.waitOperation(cmd.Context(), op, progress, "  ")
-			if err != nil {
-				return fmt.Errorf("delete cluster %s: %w", shortName(name), err)
-			}
-			if a.output == "json" {
-				return writeJSON(out, op)
-			}
-			fmt.Fprintf(out, "Cluster %s deleted (%s)\n", shortName(name), elapsed(time.Since(start)))
-			return nil
+			id := shortName(name)
+			return a.followOperation(cmd, op, opView{
+				title: "Deleting cluster " + id,
+				what:  "delete cluster " + id,
+				async: async,
+				final: func(_ *loomv1.Operation, took time.Duration) string {
+					return fmt.Sprintf("Cluster %s deleted (%s)", id, elapsed(took))
+				},
+			})
 		},
 	}
-	cmd.Flags().BoolVar(&async, "async", false, "return once the operation is accepted")
+	cmd.Flags().BoolVar(&async, "async", false, "print the operation's name and return without waiting")
 	return cmd
 }
 
@@ -212,19 +233,61 @@ func (a *app) deleteCluster(ctx context.Context, name string) (*loomv1.Operation
 	return op, nil
 }
 
-// waitOperation polls op until it is done, writing each new progress message
-// to progress (prefixed with indent). A failed operation is an error.
-func (a *app) waitOperation(ctx context.Context, op *loomv1.Operation, progress io.Writer, indent string) (*loomv1.Operation, error) {
+// opView says how followOperation presents one long-running operation.
+type opView struct {
+	// title heads the progress, e.g. "Creating cluster demo".
+	title string
+	// what names the action in errors, e.g. "create cluster demo".
+	what string
+	// async: print the operation and return without waiting.
+	async bool
+	// hint follows the operation's name when async, e.g. how to follow it.
+	hint string
+	// final is the line printed when the operation succeeded.
+	final func(op *loomv1.Operation, took time.Duration) string
+}
+
+// followOperation waits for op (showing its progress) and reports how it
+// ended; with v.async it prints the operation instead. With --output json
+// the operation itself goes to stdout (progress to stderr).
+func (a *app) followOperation(cmd *cobra.Command, op *loomv1.Operation, v opView) error {
+	out := cmd.OutOrStdout()
+	if v.async {
+		if a.output == "json" {
+			return writeJSON(out, op)
+		}
+		fmt.Fprintf(out, "%s: operation %s\n", v.title, op.GetName())
+		if v.hint != "" {
+			fmt.Fprintln(out, v.hint)
+		}
+		return nil
+	}
+	progress := a.progressOut(cmd)
+	fmt.Fprintf(progress, "%s (operation %s)\n", v.title, shortName(op.GetName()))
+	start := time.Now()
+	op, err := a.waitOperation(cmd.Context(), op, progress, "  ")
+	if err != nil {
+		return fmt.Errorf("%s: %w", v.what, err)
+	}
+	if a.output == "json" {
+		return writeJSON(out, op)
+	}
+	fmt.Fprintln(out, v.final(op, time.Since(start)))
+	return nil
+}
+
+// waitOperation polls op until it is done, showing its progress on w
+// (prefixed with indent): a bar redrawn in place on a terminal, else a line
+// per change. A failed operation is an error.
+func (a *app) waitOperation(ctx context.Context, op *loomv1.Operation, w io.Writer, indent string) (*loomv1.Operation, error) {
 	ops, err := a.operations()
 	if err != nil {
 		return nil, err
 	}
-	last := ""
+	view := &progressView{w: w, tty: a.tty != nil && a.tty(w), indent: indent}
+	defer view.finish()
 	for {
-		if p := op.GetMetadata().GetProgress(); p != "" && p != last {
-			fmt.Fprintf(progress, "%s%s\n", indent, p)
-			last = p
-		}
+		view.show(op)
 		if op.GetDone() {
 			if e := op.GetError(); e != nil {
 				return op, fmt.Errorf("operation failed: %s: %s", codes.Code(e.GetCode()), e.GetMessage())
@@ -233,7 +296,7 @@ func (a *app) waitOperation(ctx context.Context, op *loomv1.Operation, progress 
 		}
 		select {
 		case <-ctx.Done():
-			return op, fmt.Errorf("stopped waiting for operation %s (it goes on; see `loom clusters list`): %w", op.GetName(), ctx.Err())
+			return op, fmt.Errorf("stopped waiting for operation %s (it goes on without us): %w", op.GetName(), ctx.Err())
 		case <-time.After(a.pollInterval):
 		}
 		cctx, cancel := a.call(ctx)
@@ -262,12 +325,9 @@ var clusterIDPattern = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`)
 // Output-only fields (status, times) are dropped, so that the JSON of
 // `loom clusters get -o json` can be fed back in.
 func parseClusterFile(path string, data []byte, project string) (*loomv1.CreateClusterRequest, error) {
-	if strings.TrimSpace(string(data)) == "" {
-		return nil, fmt.Errorf("%s: the file is empty; it should hold a cluster in JSON, e.g. {\"name\": \"demo\", \"compute\": {\"nodePools\": [{\"id\": \"cpu\", \"nodeCount\": 2}]}}", path)
-	}
-	var c loomv1.Cluster
-	if err := protojson.Unmarshal(data, &c); err != nil {
-		return nil, fmt.Errorf("%s: not a valid cluster: %s", path, describeProtoJSONError(data, err))
+	c, err := parseClusterSpec(path, data)
+	if err != nil {
+		return nil, err
 	}
 	name := strings.TrimSpace(c.GetName())
 	if name == "" {
@@ -285,110 +345,43 @@ func parseClusterFile(path string, data []byte, project string) (*loomv1.CreateC
 		return nil, fmt.Errorf("%s: field \"name\": %q is not a valid cluster id: use lowercase letters, digits and hyphens, start with a letter, end with a letter or digit, at most 63 characters", path, id)
 	}
 	c.Name = "projects/" + project + "/clusters/" + id
+	return &loomv1.CreateClusterRequest{Parent: "projects/" + project, ClusterId: id, Cluster: c}, nil
+}
+
+// parseClusterSpec reads a loom.v1.Cluster in protojson (path is for
+// messages), without its output-only fields. Errors name the field by its
+// path, e.g. "compute.node_pools[0].node_count".
+func parseClusterSpec(path string, data []byte) (*loomv1.Cluster, error) {
+	if strings.TrimSpace(string(data)) == "" {
+		return nil, fmt.Errorf("%s: the file is empty; it should hold a cluster in JSON, e.g. {\"name\": \"demo\", \"compute\": {\"node_pools\": [{\"id\": \"cpu\", \"machine_type\": \"n2-standard-8\", \"node_count\": 2}]}}", path)
+	}
+	c, err := clusterspec.ParseJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: not a valid cluster: %s", path, tidyParseError(err))
+	}
 	c.Status, c.CreateTime, c.UpdateTime = nil, nil, nil
-	return &loomv1.CreateClusterRequest{Parent: "projects/" + project, ClusterId: id, Cluster: &c}, nil
+	return c, nil
 }
 
-var protoJSONPos = regexp.MustCompile(`\(line (\d+):(\d+)\)`)
+var leadingPosition = regexp.MustCompile(`^\((line \d+:\d+)\):\s*`)
 
-// describeProtoJSONError rewrites a protojson error: without its "proto:"
-// prefix and the irregular spacing it adds on purpose, and led by the path
-// of the field at the position it reports, e.g.
-// "field compute.nodePools[0].nodeCount: invalid value for int32 field
-// nodeCount: "two" (line 3:20)".
-func describeProtoJSONError(data []byte, err error) string {
-	s := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\u00a0", " ")), " ")
-	s = strings.TrimSpace(strings.TrimPrefix(s, "proto:"))
-	m := protoJSONPos.FindStringSubmatch(s)
-	if m == nil {
-		return s
+// tidyParseError writes a spec parse error as "field: reason (line L:C)":
+// protojson puts the position first, and varies its spacing on purpose
+// (non-breaking and doubled spaces), which a user's message should not.
+func tidyParseError(err error) string {
+	var inv *errs.InvalidError
+	if !errors.As(err, &inv) {
+		return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\u00a0", " ")), " ")
 	}
-	line, _ := strconv.Atoi(m[1])
-	col, _ := strconv.Atoi(m[2])
-	s = strings.ReplaceAll(strings.TrimSpace(strings.Replace(s, m[0], "", 1)), " :", ":")
-	s = strings.TrimPrefix(strings.TrimSpace(s), ":")
-	s = strings.TrimSpace(s) + " (line " + m[1] + ":" + m[2] + ")"
-	if p := jsonPathAt(data, offsetOf(data, line, col)); p != "" {
-		s = "field " + p + ": " + s
+	parts := make([]string, len(inv.Violations))
+	for i, v := range inv.Violations {
+		reason := strings.Join(strings.Fields(strings.ReplaceAll(v.Reason, "\u00a0", " ")), " ")
+		if m := leadingPosition.FindStringSubmatch(reason); m != nil {
+			reason = strings.TrimPrefix(reason, m[0]) + " (" + m[1] + ")"
+		}
+		parts[i] = v.Field + ": " + reason
 	}
-	return s
-}
-
-// offsetOf converts a 1-based line and column to a byte offset in data.
-func offsetOf(data []byte, line, col int) int {
-	off := 0
-	for l := 1; l < line; l++ {
-		i := bytes.IndexByte(data[off:], '\n')
-		if i < 0 {
-			return len(data)
-		}
-		off += i + 1
-	}
-	return min(off+col-1, len(data))
-}
-
-// jsonPathAt returns the path ("compute.nodePools[0].id") of the key or
-// value of data that spans byte offset off, or "" when none does.
-func jsonPathAt(data []byte, off int) string {
-	type frame struct {
-		path     string
-		array    bool
-		idx      int    // array: index of the next element
-		key      string // object: the key whose value comes next
-		afterKey bool
-	}
-	join := func(f frame) string {
-		if f.array {
-			return fmt.Sprintf("%s[%d]", f.path, f.idx)
-		}
-		if f.path == "" {
-			return f.key
-		}
-		return f.path + "." + f.key
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	var stack []frame
-	done := func() {
-		if n := len(stack); n > 0 {
-			if stack[n-1].array {
-				stack[n-1].idx++
-			} else {
-				stack[n-1].afterKey = false
-			}
-		}
-	}
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return ""
-		}
-		end := int(dec.InputOffset())
-		n := len(stack)
-		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
-			stack = stack[:n-1]
-			done()
-			continue
-		}
-		if n > 0 && !stack[n-1].array && !stack[n-1].afterKey {
-			stack[n-1].key, stack[n-1].afterKey = tok.(string), true
-			if end > off {
-				return join(stack[n-1])
-			}
-			continue
-		}
-		path := ""
-		if n > 0 {
-			path = join(stack[n-1])
-		}
-		if end > off {
-			return path
-		}
-		if d, ok := tok.(json.Delim); ok {
-			stack = append(stack, frame{path: path, array: d == '['})
-			continue
-		}
-		done()
-	}
+	return strings.Join(parts, "; ")
 }
 
 // requestID makes a call idempotent across retries of the same invocation.

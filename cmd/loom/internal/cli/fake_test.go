@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/signal"
@@ -21,10 +22,14 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
-// TestMain lets tests start this binary as `loom train ...` or `loom agent`
-// (the re-exec trick): the in-process stack's agents are this binary with
+// TestMain lets tests start this binary as `loom train ...`, `loom agent` or
+// a Slurm command (the re-exec trick): the in-process stack's agents are this binary with
 // LOOM_TEST_RUN_AGENT=1, and the demo job runs `<this binary> train`.
 func TestMain(m *testing.M) {
+	// Started through a Slurm command's link (`loom clusters login`).
+	if args := Args(os.Args[0], os.Args[1:]); len(args) > 0 && args[0] == "slurm" {
+		os.Exit(Execute(context.Background(), args, os.Stdout, os.Stderr))
+	}
 	if len(os.Args) > 1 && (os.Args[1] == "train" || os.Args[1] == "agent") {
 		os.Exit(Execute(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 	}
@@ -52,6 +57,7 @@ type fakeGateway struct {
 	loomv1.UnimplementedJobServiceServer
 	loomv1.UnimplementedNodeServiceServer
 	loomv1.UnimplementedModelServiceServer
+	loomv1.UnimplementedReservationServiceServer
 
 	mu       sync.Mutex
 	requests []proto.Message
@@ -64,12 +70,15 @@ type fakeGateway struct {
 	// watch is what WatchJob streams.
 	watch []*loomv1.Job
 
-	clusters []*loomv1.Cluster
-	jobs     []*loomv1.Job
-	nodes    []*loomv1.Node
-	models   []*loomv1.Model
-	versions []*loomv1.ModelVersion
-	logs     []string
+	clusters     []*loomv1.Cluster
+	jobs         []*loomv1.Job
+	nodes        []*loomv1.Node
+	models       []*loomv1.Model
+	reservations []*loomv1.Reservation
+	capacity     []*loomv1.CapacityPool
+	slurm        *loomv1.SlurmConfig
+	versions     []*loomv1.ModelVersion
+	logs         []string
 }
 
 func newFakeGateway(t *testing.T) (*fakeGateway, string) {
@@ -107,7 +116,16 @@ func newFakeGateway(t *testing.T) (*fakeGateway, string) {
 		models:   []*loomv1.Model{{Name: "projects/default/models/demo-regressor", LatestVersion: 2, UpdateTime: ts(time.Minute)}},
 		versions: []*loomv1.ModelVersion{{Name: "projects/default/models/demo-regressor/versions/1", Version: 1, ArtifactUri: "file:///data/m/job-3", SourceJob: "projects/default/jobs/3", CreateTime: ts(time.Hour)}},
 		logs:     []string{"epoch 1 loss 6.3\n", "epoch 2 loss 5.1\n"},
+		reservations: []*loomv1.Reservation{{Name: "projects/default/reservations/r1", Zone: "us-central1-a",
+			MachineType: "a3-ultragpu-8g", Count: 8, InUse: 4, Consumers: []string{"projects/default/clusters/a3u"}, CreateTime: ts(2 * time.Hour)}},
+		capacity: []*loomv1.CapacityPool{
+			{Zone: "us-central1-a", MachineType: "a3-ultragpu-8g", Type: loomv1.CapacitySource_RESERVATION, Reservation: "projects/default/reservations/r1", Total: 8, InUse: 4, Free: 4},
+			{Zone: "us-central1-a", MachineType: "a3-ultragpu-8g", Type: loomv1.CapacitySource_SPOT, Total: 64, InUse: 2, Free: 62},
+		},
+		slurm: &loomv1.SlurmConfig{SlurmConf: "ClusterName=a3u\nNodeName=a3u-[0001-0004] Gres=gpu:8\n", GresConf: "NodeName=a3u-[0001-0004] Name=gpu Count=8\n", TopologyConf: "BlockName=block-01 Nodes=a3u-[0001-0004]"},
 	}
+	f.clusters = append(f.clusters, a3uCluster())
+	f.nodes = append(f.nodes, a3uNodes()...)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -118,6 +136,7 @@ func newFakeGateway(t *testing.T) (*fakeGateway, string) {
 	loomv1.RegisterJobServiceServer(s, f)
 	loomv1.RegisterNodeServiceServer(s, f)
 	loomv1.RegisterModelServiceServer(s, f)
+	loomv1.RegisterReservationServiceServer(s, f)
 	go func() { _ = s.Serve(ln) }()
 	t.Cleanup(s.Stop)
 	return f, ln.Addr().String()
@@ -182,6 +201,58 @@ func (f *fakeGateway) GetOperation(_ context.Context, r *loomv1.GetOperationRequ
 			Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, ReadyNodes: 2, TotalNodes: 2}}}
 	}
 	return op, nil
+}
+
+func (f *fakeGateway) UpdateCluster(_ context.Context, r *loomv1.UpdateClusterRequest) (*loomv1.Operation, error) {
+	f.record(r)
+	if _, err := f.GetCluster(context.Background(), &loomv1.GetClusterRequest{Name: r.GetCluster().GetName()}); err != nil {
+		return nil, err
+	}
+	return &loomv1.Operation{Name: "projects/default/operations/op3",
+		Metadata: &loomv1.OperationMetadata{Target: r.GetCluster().GetName(), Verb: "update", Progress: "0 of 2 nodes ready"}}, nil
+}
+
+func (f *fakeGateway) GetSlurmConfig(_ context.Context, r *loomv1.GetSlurmConfigRequest) (*loomv1.SlurmConfig, error) {
+	f.record(r)
+	if shortName(r.GetName()) != "a3u" {
+		return nil, status.Errorf(codes.NotFound, "cluster %s not found", r.GetName())
+	}
+	return f.slurm, nil
+}
+
+func (f *fakeGateway) CreateReservation(_ context.Context, r *loomv1.CreateReservationRequest) (*loomv1.Operation, error) {
+	f.record(r)
+	return &loomv1.Operation{Name: "projects/default/operations/op4", Done: true,
+		Metadata: &loomv1.OperationMetadata{Verb: "create"},
+		Result:   &loomv1.Operation_Reservation{Reservation: r.GetReservation()}}, nil
+}
+
+func (f *fakeGateway) GetReservation(_ context.Context, r *loomv1.GetReservationRequest) (*loomv1.Reservation, error) {
+	f.record(r)
+	for _, res := range f.reservations {
+		if res.GetName() == r.GetName() {
+			return res, nil
+		}
+	}
+	return nil, status.Errorf(codes.NotFound, "reservation %s not found", r.GetName())
+}
+
+func (f *fakeGateway) ListReservations(_ context.Context, r *loomv1.ListReservationsRequest) (*loomv1.ListReservationsResponse, error) {
+	f.record(r)
+	return &loomv1.ListReservationsResponse{Reservations: f.reservations}, nil
+}
+
+func (f *fakeGateway) DeleteReservation(_ context.Context, r *loomv1.DeleteReservationRequest) (*loomv1.Operation, error) {
+	f.record(r)
+	if shortName(r.GetName()) == "r1" {
+		return nil, status.Error(codes.FailedPrecondition, "reservation r1 is in use by cluster a3u")
+	}
+	return &loomv1.Operation{Name: "projects/default/operations/op5", Done: true, Metadata: &loomv1.OperationMetadata{Verb: "delete"}}, nil
+}
+
+func (f *fakeGateway) ListCapacity(_ context.Context, r *loomv1.ListCapacityRequest) (*loomv1.ListCapacityResponse, error) {
+	f.record(r)
+	return &loomv1.ListCapacityResponse{Pools: f.capacity}, nil
 }
 
 func (f *fakeGateway) GetCluster(_ context.Context, r *loomv1.GetClusterRequest) (*loomv1.Cluster, error) {
@@ -262,7 +333,78 @@ func (f *fakeGateway) ReadJobLogs(r *loomv1.ReadJobLogsRequest, s grpc.ServerStr
 
 func (f *fakeGateway) ListNodes(_ context.Context, r *loomv1.ListNodesRequest) (*loomv1.ListNodesResponse, error) {
 	f.record(r)
-	return &loomv1.ListNodesResponse{Nodes: f.nodes}, nil
+	if shortName(r.GetParent()) == "-" {
+		return &loomv1.ListNodesResponse{Nodes: f.nodes}, nil
+	}
+	var out []*loomv1.Node
+	for _, n := range f.nodes {
+		if n.GetCluster() == r.GetParent() {
+			out = append(out, n)
+		}
+	}
+	return &loomv1.ListNodesResponse{Nodes: out}, nil
+}
+
+// a3uCluster is a cluster with everything describe shows: a reservation
+// pool and a spot pool, partitions, storage, a login node, conditions.
+func a3uCluster() *loomv1.Cluster {
+	return &loomv1.Cluster{
+		Name:        "projects/default/clusters/a3u",
+		Description: "two partitions",
+		Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{
+			{Id: "a3u", MachineType: "a3-ultragpu-8g", NodeCount: 4, AcceleratorType: "nvidia-h200-141gb", AcceleratorCount: 8,
+				Capacity: &loomv1.CapacitySource{Type: loomv1.CapacitySource_RESERVATION, Reservation: "r1"}},
+			{Id: "spot", MachineType: "a3-ultragpu-8g", NodeCount: 2, AcceleratorType: "nvidia-h200-141gb", AcceleratorCount: 8,
+				Capacity: &loomv1.CapacitySource{Type: loomv1.CapacitySource_SPOT}, Zone: "us-central1-b"},
+		}},
+		Orchestrator: &loomv1.Orchestrator{Slurm: &loomv1.SlurmOrchestrator{
+			LoginNodes: &loomv1.LoginNodes{MachineType: "n2-standard-8", Count: 1},
+			NodeSets:   []*loomv1.SlurmNodeSet{{Id: "a3u", NodePoolId: "a3u"}, {Id: "spot", NodePoolId: "spot"}},
+			Partitions: []*loomv1.SlurmPartition{
+				{Id: "train", NodeSetIds: []string{"a3u"}, Default: true, PriorityTier: 10},
+				{Id: "preempt", NodeSetIds: []string{"spot"}, MaxTime: "4:00:00"},
+			},
+		}},
+		Storage: &loomv1.StorageResources{
+			Home:    &loomv1.SharedHome{Tier: "ZONAL", CapacityGib: 1024, MountPath: "/home"},
+			Scratch: &loomv1.ScratchFilesystem{ThroughputMbpsPerTib: 1000, CapacityGib: 2048, MountPath: "/scratch"},
+		},
+		Network: &loomv1.NetworkConfig{Name: "a3u-net", Mtu: 8896, Zone: "us-central1-a"},
+		Status: &loomv1.ClusterStatus{
+			State: loomv1.Cluster_RUNNING, ReadyNodes: 5, TotalNodes: 6, HomeDir: "/data/a3u/home", ScratchDir: "/data/a3u/scratch",
+			LoginNode: "a3u-login-001",
+			NodePools: []*loomv1.NodePoolStatus{{Id: "a3u", Target: 4, Ready: 4}, {Id: "spot", Target: 2, Ready: 1, Failed: 1}},
+			Conditions: []*loomv1.Condition{
+				{Type: "Ready", Status: "False", Reason: "NodesFailing", Message: "5 of 6 nodes ready", LastTransitionTime: ts(time.Minute)},
+				{Type: "Degraded", Status: "True", Reason: "NodesFailing", Message: "spot-0002: preempted by provider", LastTransitionTime: ts(time.Minute)},
+			},
+		},
+		CreateTime: ts(2 * time.Hour),
+		UpdateTime: ts(time.Minute),
+	}
+}
+
+func a3uNodes() []*loomv1.Node {
+	const c = "projects/default/clusters/a3u"
+	var ns []*loomv1.Node
+	for i := 1; i <= 4; i++ {
+		h := fmt.Sprintf("a3u-%04d", i)
+		ns = append(ns, &loomv1.Node{Name: c + "/nodes/" + h, Cluster: c, NodePool: "a3u", Hostname: h, State: loomv1.Node_READY,
+			Gpus: 8, Zone: "us-central1-a", CapacityType: loomv1.CapacitySource_RESERVATION, Role: "compute", CreateTime: ts(2 * time.Hour)})
+	}
+	ns = append(ns,
+		&loomv1.Node{Name: c + "/nodes/spot-0001", Cluster: c, NodePool: "spot", Hostname: "spot-0001", State: loomv1.Node_READY,
+			Gpus: 8, Zone: "us-central1-b", CapacityType: loomv1.CapacitySource_SPOT, Role: "compute", CreateTime: ts(2 * time.Hour)},
+		&loomv1.Node{Name: c + "/nodes/spot-0002", Cluster: c, NodePool: "spot", Hostname: "spot-0002", State: loomv1.Node_FAILED,
+			Reason: "preempted by provider", NextAction: "replace when SPOT capacity returns",
+			Gpus: 8, Zone: "us-central1-b", CapacityType: loomv1.CapacitySource_SPOT, Role: "compute", CreateTime: ts(time.Hour)},
+		&loomv1.Node{Name: c + "/nodes/spot-0003", Cluster: c, NodePool: "spot", Hostname: "spot-0003", State: loomv1.Node_PROVISIONING,
+			NextAction: "retry launch in 4s (attempt 2 of 5)", LaunchAttempts: 1,
+			Gpus: 8, Zone: "us-central1-b", CapacityType: loomv1.CapacitySource_SPOT, Role: "compute", CreateTime: ts(time.Minute)},
+		&loomv1.Node{Name: c + "/nodes/a3u-login-001", Cluster: c, Hostname: "a3u-login-001", State: loomv1.Node_READY,
+			Zone: "us-central1-a", Role: "login", CreateTime: ts(2 * time.Hour)},
+	)
+	return ns
 }
 
 func (f *fakeGateway) ListModels(_ context.Context, r *loomv1.ListModelsRequest) (*loomv1.ListModelsResponse, error) {
@@ -281,11 +423,20 @@ func (f *fakeGateway) ListModelVersions(_ context.Context, r *loomv1.ListModelVe
 // run executes the CLI against gw with a fixed clock and fast polling.
 func run(t *testing.T, gw string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return runWith(t, gw, nil, args...)
+}
+
+// runWith is run with the app adjusted by setup (when not nil) first.
+func runWith(t *testing.T, gw string, setup func(*app), args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	var out, errb bytes.Buffer
 	a := newApp()
 	a.now = func() time.Time { return testNow }
 	a.pollInterval = time.Millisecond
 	a.callTimeout = 10 * time.Second
+	if setup != nil {
+		setup(a)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	code = a.execute(ctx, append([]string{"--gateway", gw}, args...), &out, &errb)

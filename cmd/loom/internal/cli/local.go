@@ -33,15 +33,19 @@ func defaultDataDir() string {
 }
 
 func (a *app) upCommand() *cobra.Command {
-	var dataDir, logLevel string
+	var dataDir, logLevel, provider, capacity string
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run Loom on this machine in the foreground, until Ctrl-C",
 		Long: `Run the embedded Loom: a Kafka-protocol broker (127.0.0.1:7092), Redis
 (127.0.0.1:7379) and the gateway, provisioner, scheduler, health and registry
 services on their default ports (gateway 127.0.0.1:7070, REST 127.0.0.1:7080).
-Clusters use the local provider: each node is a "loom agent" process.
-Data (and so clusters, jobs and models) survives restarts in --data-dir.`,
+Clusters use the local provider: each node is a "loom agent" process (or,
+with --provider sim, simulated nodes without processes, for scale).
+--capacity sets the on-demand, spot and flex-start capacity per zone and
+machine type (default: generous everywhere); reservations come on top
+("loom reservations create"). Data (and so clusters, jobs and models)
+survives restarts in --data-dir.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -52,6 +56,8 @@ Data (and so clusters, jobs and models) survives restarts in --data-dir.`,
 				Addrs:    stack.DefaultAddrs(),
 				LogLevel: logLevel,
 				Log:      log,
+				Provider: provider,
+				Capacity: capacity,
 			})
 			if err != nil {
 				if strings.Contains(err.Error(), "address already in use") {
@@ -85,6 +91,8 @@ Data (and so clusters, jobs and models) survives restarts in --data-dir.`,
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "where Loom keeps its data (LOOM_DATA_DIR)")
+	cmd.Flags().StringVar(&provider, "provider", config.Env("LOOM_PROVIDER", "local"), "compute provider: local (an agent process per node) or sim (simulated nodes) (LOOM_PROVIDER)")
+	cmd.Flags().StringVar(&capacity, "capacity", "", "capacity ZONE/MACHINE_TYPE/TYPE=COUNT,... with * wildcards, TYPE ON_DEMAND, SPOT or FLEX_START (default LOOM_CAPACITY, else generous)")
 	cmd.Flags().StringVar(&logLevel, "log-level", config.Env("LOOM_LOG_LEVEL", "info"), "services' log level: debug, info, warn, error (LOOM_LOG_LEVEL)")
 	return cmd
 }

@@ -19,7 +19,11 @@ func (a *app) nodesCommand() *cobra.Command {
 		Use:     "list [--cluster C]",
 		Aliases: []string{"ls"},
 		Short:   "List nodes (of one cluster, or of every cluster)",
-		Args:    cobra.NoArgs,
+		Long: `List nodes: NODE (the Slurm hostname), CLUSTER, POOL ("(login)" for login
+nodes), STATE, GPUS, ZONE, CAPACITY (RESERVATION, ON_DEMAND, SPOT, FLEX_START)
+and REASON/NEXT: for a node that is not READY, why, and what Loom does next
+about it ("boot timeout → retry launch in 4s (attempt 3 of 5)").`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cl, err := a.nodes()
 			if err != nil {
@@ -42,7 +46,7 @@ func (a *app) nodesCommand() *cobra.Command {
 				fmt.Fprintln(cmd.OutOrStdout(), "No nodes.")
 				return nil
 			}
-			return renderNodes(cmd.OutOrStdout(), resp.GetNodes(), a.now())
+			return renderNodes(cmd.OutOrStdout(), resp.GetNodes())
 		},
 	}
 	list.Flags().StringVar(&cluster, "cluster", "", "only this cluster's nodes")

@@ -171,14 +171,39 @@ func clusterGPUs(c *loomv1.Cluster) int {
 
 func renderClusters(w io.Writer, cs []*loomv1.Cluster, now time.Time) error {
 	tw := newTable(w)
-	row(tw, "NAME", "STATE", "NODES", "GPUS", "AGE", "MESSAGE")
+	row(tw, "NAME", "STATE", "NODES", "POOLS", "AGE")
 	for _, c := range cs {
 		st := c.GetStatus()
-		row(tw, shortName(c.GetName()), clusterState(c),
+		row(tw, shortName(c.GetName()), clusterStateLong(c),
 			fmt.Sprintf("%d/%d", st.GetReadyNodes(), st.GetTotalNodes()),
-			strconv.Itoa(clusterGPUs(c)), age(c.GetCreateTime(), now), st.GetMessage())
+			poolsColumn(c), age(c.GetCreateTime(), now))
 	}
 	return tw.Flush()
+}
+
+// clusterStateLong is the state with a true Degraded condition's reason,
+// e.g. "RUNNING (Degraded: NodesFailing)".
+func clusterStateLong(c *loomv1.Cluster) string {
+	s := clusterState(c)
+	for _, cond := range c.GetStatus().GetConditions() {
+		if cond.GetType() == "Degraded" && cond.GetStatus() == "True" {
+			if cond.GetReason() != "" {
+				return s + " (Degraded: " + cond.GetReason() + ")"
+			}
+			return s + " (Degraded)"
+		}
+	}
+	return s
+}
+
+// poolsColumn lists a cluster's node pools with their node counts,
+// "a3u:4,spot:2".
+func poolsColumn(c *loomv1.Cluster) string {
+	parts := make([]string, 0, len(c.GetCompute().GetNodePools()))
+	for _, p := range c.GetCompute().GetNodePools() {
+		parts = append(parts, fmt.Sprintf("%s:%d", p.GetId(), p.GetNodeCount()))
+	}
+	return strings.Join(parts, ",")
 }
 
 func renderCluster(w io.Writer, c *loomv1.Cluster, now time.Time) error {
@@ -188,13 +213,16 @@ func renderCluster(w io.Writer, c *loomv1.Cluster, now time.Time) error {
 	if c.GetDisplayName() != "" {
 		fmt.Fprintf(tw, "Display name:\t%s\n", c.GetDisplayName())
 	}
-	fmt.Fprintf(tw, "State:\t%s\n", clusterState(c))
+	fmt.Fprintf(tw, "State:\t%s\n", clusterStateLong(c))
 	if st.GetMessage() != "" {
 		fmt.Fprintf(tw, "Message:\t%s\n", st.GetMessage())
 	}
 	fmt.Fprintf(tw, "Nodes:\t%d of %d ready\n", st.GetReadyNodes(), st.GetTotalNodes())
-	if st.GetSharedDir() != "" {
-		fmt.Fprintf(tw, "Shared dir:\t%s\n", st.GetSharedDir())
+	if home := homeDir(c); home != "" {
+		fmt.Fprintf(tw, "Home:\t%s\n", home)
+	}
+	if st.GetLoginNode() != "" {
+		fmt.Fprintf(tw, "Login node:\t%s\n", st.GetLoginNode())
 	}
 	if len(c.GetLabels()) > 0 {
 		fmt.Fprintf(tw, "Labels:\t%s\n", labels(c.GetLabels()))
@@ -213,6 +241,14 @@ func renderCluster(w io.Writer, c *loomv1.Cluster, now time.Time) error {
 	return tw.Flush()
 }
 
+// homeDir is where the cluster's shared home is on every node.
+func homeDir(c *loomv1.Cluster) string {
+	if h := c.GetStatus().GetHomeDir(); h != "" {
+		return h
+	}
+	return c.GetStatus().GetSharedDir()
+}
+
 func labels(m map[string]string) string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -226,14 +262,42 @@ func labels(m map[string]string) string {
 	return strings.Join(parts, ",")
 }
 
-func renderNodes(w io.Writer, ns []*loomv1.Node, now time.Time) error {
+func renderNodes(w io.Writer, ns []*loomv1.Node) error {
 	tw := newTable(w)
-	row(tw, "HOSTNAME", "CLUSTER", "POOL", "STATE", "GPUS", "HEARTBEAT", "REASON")
+	row(tw, "NODE", "CLUSTER", "POOL", "STATE", "GPUS", "ZONE", "CAPACITY", "REASON/NEXT")
 	for _, n := range ns {
-		row(tw, n.GetHostname(), shortName(n.GetCluster()), n.GetNodePool(), nodeState(n),
-			strconv.Itoa(int(n.GetGpus())), ago(n.GetLastHeartbeat(), now), n.GetReason())
+		row(tw, n.GetHostname(), shortName(n.GetCluster()), nodePool(n), nodeState(n),
+			strconv.Itoa(int(n.GetGpus())), n.GetZone(), capacityType(n.GetCapacityType()), reasonNext(n))
 	}
 	return tw.Flush()
+}
+
+// nodePool is the node's pool, or "(login)" for a login node.
+func nodePool(n *loomv1.Node) string {
+	if n.GetNodePool() == "" && n.GetRole() == "login" {
+		return "(login)"
+	}
+	return n.GetNodePool()
+}
+
+// capacityType is a capacity type's name, "-" when unset.
+func capacityType(t loomv1.CapacitySource_Type) string {
+	if t == loomv1.CapacitySource_TYPE_UNSPECIFIED {
+		return "-"
+	}
+	return t.String()
+}
+
+// reasonNext says why a node is not READY and what Loom does next about
+// it, "boot timeout → retry launch in 4s (attempt 3 of 5)".
+func reasonNext(n *loomv1.Node) string {
+	switch {
+	case n.GetReason() != "" && n.GetNextAction() != "":
+		return n.GetReason() + " → " + n.GetNextAction()
+	case n.GetNextAction() != "":
+		return "→ " + n.GetNextAction()
+	}
+	return n.GetReason()
 }
 
 func renderJobs(w io.Writer, js []*loomv1.Job, now time.Time) error {

@@ -44,6 +44,9 @@ type app struct {
 	pollInterval time.Duration
 	// callTimeout bounds each unary call to the gateway.
 	callTimeout time.Duration
+	// tty says whether a writer is a terminal, where progress is a bar
+	// redrawn in place (tests force it).
+	tty func(io.Writer) bool
 
 	connMu sync.Mutex
 	conn   *grpc.ClientConn
@@ -63,6 +66,13 @@ func (a *app) execute(ctx context.Context, args []string, stdout, stderr io.Writ
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
+		var x exitError
+		if errors.As(err, &x) {
+			if x.msg != "" {
+				fmt.Fprintln(stderr, x.msg)
+			}
+			return x.code
+		}
 		fmt.Fprintln(stderr, "Error:", err)
 		var u usageError
 		if errors.As(err, &u) {
@@ -73,11 +83,28 @@ func (a *app) execute(ctx context.Context, args []string, stdout, stderr io.Writ
 	return 0
 }
 
+// exitError ends the command with its own exit status, and msg (when set)
+// on stderr as it is: for commands that pass on another program's status
+// (`loom clusters login NAME -- CMD`) or speak for a program they stand in
+// for (the Slurm commands).
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e exitError) Error() string {
+	if e.msg != "" {
+		return e.msg
+	}
+	return fmt.Sprintf("exit status %d", e.code)
+}
+
 func newApp() *app {
 	return &app{
 		now:          time.Now,
 		pollInterval: 250 * time.Millisecond,
 		callTimeout:  30 * time.Second,
+		tty:          isTerminal,
 	}
 }
 
@@ -95,9 +122,17 @@ func (a *app) rootCommand() *cobra.Command {
 		Long: `Loom runs training clusters and jobs on your machines.
 
 Start everything on this machine with "loom up" (or try "loom demo"), then:
-  loom clusters create -f examples/clusters/demo.json
-  loom jobs submit --cluster demo --nodes 2 -- loom train --epochs 100
-  loom jobs logs 1`,
+  loom clusters create -f examples/clusters/one-node-8gpu.json
+  loom clusters describe one-node-8gpu
+  loom clusters resize one-node-8gpu gpu 2
+  loom clusters login one-node-8gpu
+  loom jobs submit --cluster one-node-8gpu --nodes 2 -- loom train --epochs 100
+  loom jobs logs 1
+  loom clusters delete one-node-8gpu
+
+Capacity: "loom reservations create" reserves machines for clusters to
+claim; "loom capacity" shows what is free where. Every get and list takes
+--output json.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -130,10 +165,13 @@ Start everything on this machine with "loom up" (or try "loom demo"), then:
 		a.agentCommand(),
 		a.clustersCommand(),
 		a.nodesCommand(),
+		a.reservationsCommand(),
+		a.capacityCommand(),
 		a.jobsCommand(),
 		a.modelsCommand(),
 		a.trainCommand(),
 		a.demoCommand(),
+		a.slurmCommand(),
 	)
 	return root
 }
@@ -186,6 +224,14 @@ func (a *app) operations() (loomv1.OperationServiceClient, error) {
 		return nil, err
 	}
 	return loomv1.NewOperationServiceClient(c), nil
+}
+
+func (a *app) reservations() (loomv1.ReservationServiceClient, error) {
+	c, err := a.client()
+	if err != nil {
+		return nil, err
+	}
+	return loomv1.NewReservationServiceClient(c), nil
 }
 
 func (a *app) jobs() (loomv1.JobServiceClient, error) {

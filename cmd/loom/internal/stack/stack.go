@@ -91,6 +91,14 @@ type Options struct {
 	AgentCommand []string
 	// AgentEnv is added to every agent's environment.
 	AgentEnv []string
+	// Provider is the provisioner's compute provider: "local" (an agent
+	// process per node, the default) or "sim" (simulated nodes, no
+	// processes; for scale).
+	Provider string
+	// Capacity is the non-reserved capacity the provisioner hands out, in
+	// its -capacity syntax ("us-central1-a/a3-ultragpu-8g/SPOT=8,*/*/ON_DEMAND=64").
+	// Empty: LOOM_CAPACITY, else the provisioner's generous default.
+	Capacity string
 	// LogLevel is the services' log level: debug, info, warn or error
 	// (default: LOOM_LOG_LEVEL, else info).
 	LogLevel string
@@ -235,7 +243,13 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	var provCfg provisioner.Config
 	defaults(provCfg.RegisterFlags)
 	provCfg.Common = common(a.Provisioner, a.ProvisionerHTTP)
-	provCfg.Provider = "local"
+	provCfg.Provider = provisioner.ProviderLocal
+	if opts.Provider != "" {
+		provCfg.Provider = opts.Provider
+	}
+	if opts.Capacity != "" {
+		provCfg.Capacity = opts.Capacity
+	}
 	provCfg.DataDir = filepath.Join(s.DataDir, "provisioner")
 	provCfg.AgentCommand = agentCmd
 	provCfg.AgentEnv = opts.AgentEnv

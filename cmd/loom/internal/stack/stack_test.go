@@ -169,3 +169,27 @@ func TestStartFailsCleanlyWhenAPortIsTaken(t *testing.T) {
 		t.Fatalf("error %q does not name the scheduler", err)
 	}
 }
+
+func TestStartPassesProviderAndCapacity(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, c := range []struct {
+		opts func(*Options)
+		want string
+	}{
+		{func(o *Options) { o.Provider = "cloud9" }, `provider: must be local or sim, got "cloud9"`},
+		{func(o *Options) { o.Capacity = "everywhere=lots" }, "capacity: "},
+	} {
+		opts := testOptions(t)
+		c.opts(&opts)
+		st, err := Start(ctx, opts)
+		if err == nil {
+			_ = st.Close(ctx)
+			t.Fatalf("Start with %+v succeeded", opts)
+		}
+		if !strings.Contains(err.Error(), "provisioner") || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("error %q does not name the provisioner's %q", err, c.want)
+		}
+	}
+}

@@ -1,0 +1,471 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+func TestClustersDescribe(t *testing.T) {
+	t.Parallel()
+	_, gw := newFakeGateway(t)
+	out, errOut, code := run(t, gw, "clusters", "describe", "a3u")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	golden(t, out, `
+Name:         projects/default/clusters/a3u
+Description:  two partitions
+State:        RUNNING (Degraded: NodesFailing)
+Nodes:        5 of 6 ready
+Network:      a3u-net, zone us-central1-a, MTU 8896
+Home:         /data/a3u/home (ZONAL 1024 GiB, mounted at /home)
+Scratch:      /data/a3u/scratch (2048 GiB at 1000 MB/s per TiB, mounted at /scratch)
+Login node:   a3u-login-001 (1 × n2-standard-8)
+Created:      2h ago
+Updated:      1m ago
+
+Node pools:
+  ID    MACHINE TYPE    GPUS/NODE              CAPACITY        ZONE           TARGET  READY  PROVISIONING  FAILED  DRAINING
+  a3u   a3-ultragpu-8g  8 × nvidia-h200-141gb  RESERVATION r1  us-central1-a  4       4      0             0       0
+  spot  a3-ultragpu-8g  8 × nvidia-h200-141gb  SPOT            us-central1-b  2       1      0             1       0
+
+Partitions:
+  ID       NODE SETS  NODES             MAX TIME   DEFAULT  PRIORITY TIER
+  train    a3u        a3u-[0001-0004]   UNLIMITED  yes      10
+  preempt  spot       spot-[0001-0003]  4:00:00    no       0
+
+Conditions:
+  TYPE      STATUS  REASON        CHANGED  MESSAGE
+  Ready     False   NodesFailing  1m ago   5 of 6 nodes ready
+  Degraded  True    NodesFailing  1m ago   spot-0002: preempted by provider
+
+Nodes not ready (2):
+  NODE       POOL  STATE         AGE  REASON                 NEXT ACTION
+  spot-0003  spot  PROVISIONING  1m   -                      retry launch in 4s (attempt 2 of 5)
+  spot-0002  spot  FAILED        1h   preempted by provider  replace when SPOT capacity returns
+`)
+
+	// JSON: the cluster and its nodes, each in protojson.
+	out, errOut, code = run(t, gw, "clusters", "describe", "a3u", "-o", "json")
+	if code != 0 {
+		t.Fatalf("json: exit %d: %s", code, errOut)
+	}
+	var got struct {
+		Cluster json.RawMessage   `json:"cluster"`
+		Nodes   []json.RawMessage `json:"nodes"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("describe -o json: %v\n%s", err, out)
+	}
+	var c loomv1.Cluster
+	if err := protojson.Unmarshal(got.Cluster, &c); err != nil || !proto.Equal(&c, a3uCluster()) {
+		t.Fatalf("describe -o json cluster = %v (%v)", &c, err)
+	}
+	if len(got.Nodes) != len(a3uNodes()) {
+		t.Fatalf("describe -o json: %d nodes, want %d", len(got.Nodes), len(a3uNodes()))
+	}
+}
+
+func TestClustersDescribeCapsNodesNotReady(t *testing.T) {
+	t.Parallel()
+	f, gw := newFakeGateway(t)
+	for i := 0; i < maxNotReady+3; i++ {
+		h := fmt.Sprintf("gpu-%04d", 100+i)
+		f.nodes = append(f.nodes, &loomv1.Node{Cluster: "projects/default/clusters/demo", NodePool: "gpu", Hostname: h,
+			State: loomv1.Node_PROVISIONING, CreateTime: ts(0)})
+	}
+	out, errOut, code := run(t, gw, "clusters", "describe", "demo")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "Nodes not ready (14):") || !strings.Contains(out, "  ... and 4 more: `loom nodes list --cluster demo`\n") {
+		t.Fatalf("describe does not cap the nodes not ready:\n%s", out)
+	}
+}
+
+func TestUpdateMask(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		change func(*loomv1.Cluster)
+		want   []string
+		err    string
+	}{
+		{"nothing", func(*loomv1.Cluster) {}, nil, ""},
+		{"status and times are not spec", func(c *loomv1.Cluster) { c.Status, c.CreateTime = nil, nil }, nil, ""},
+		{"resize", func(c *loomv1.Cluster) { c.Compute.NodePools[1].NodeCount = 3 }, []string{"compute.node_pools"}, ""},
+		{"new pool", func(c *loomv1.Cluster) {
+			c.Compute.NodePools = append(c.Compute.NodePools, &loomv1.NodePool{Id: "cpu", MachineType: "n2-standard-8", NodeCount: 1})
+		}, []string{"compute.node_pools"}, ""},
+		{"partition and labels", func(c *loomv1.Cluster) {
+			c.Labels = map[string]string{"team": "llm"}
+			c.Orchestrator.Slurm.Partitions[1].MaxTime = "8:00:00"
+		}, []string{"labels", "orchestrator.slurm.partitions"}, ""},
+		{"no orchestrator in the file clears it", func(c *loomv1.Cluster) { c.Orchestrator = nil },
+			[]string{"orchestrator.slurm.login_nodes", "orchestrator.slurm.partitions"}, ""}, // node sets: the generated ones are a3u's
+		{"network left out is not a change", func(c *loomv1.Cluster) { c.Network, c.Storage = nil, nil }, nil, ""},
+		{"network changed", func(c *loomv1.Cluster) { c.Network.Mtu = 1500; c.Storage.Home.CapacityGib = 2048 }, nil,
+			"network and storage cannot be changed on an existing cluster"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cur := a3uCluster()
+			want := a3uCluster()
+			tc.change(want)
+			_, mask, err := updateMask(cur, want)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(mask, tc.want) {
+				t.Fatalf("mask %v (%v), want %v", mask, err, tc.want)
+			}
+		})
+	}
+}
+
+// clusterFile writes c as a cluster file, the way `get -o json` prints it.
+func clusterFile(t *testing.T, c *loomv1.Cluster) string {
+	t.Helper()
+	var b strings.Builder
+	if err := writeJSON(&b, c); err != nil {
+		t.Fatal(err)
+	}
+	return writeFile(t, "cluster.json", b.String())
+}
+
+func TestClustersUpdate(t *testing.T) {
+	t.Parallel()
+	f, gw := newFakeGateway(t)
+	c := a3uCluster()
+	c.Compute.NodePools[0].NodeCount = 3
+	c.Compute.NodePools = append(c.Compute.NodePools, &loomv1.NodePool{Id: "cpu", MachineType: "n2-standard-8", NodeCount: 1})
+	file := clusterFile(t, c)
+	out, errOut, code := run(t, gw, "clusters", "update", "a3u", "-f", file, "--drain-grace", "90s")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if lines[0] != "Updating cluster a3u: compute.node_pools (pool a3u 4 → 3 nodes, new pool cpu (1 node)) (operation op3)" ||
+		!strings.HasPrefix(lines[len(lines)-1], "Cluster a3u is RUNNING: 2 of 2 nodes ready (") {
+		t.Fatalf("output:\n%s", out)
+	}
+	req, ok := lastRequest[*loomv1.UpdateClusterRequest](f)
+	if !ok {
+		t.Fatal("no UpdateCluster request")
+	}
+	if req.GetCluster().GetName() != "projects/default/clusters/a3u" || req.GetCluster().GetStatus() != nil ||
+		!slices.Equal(req.GetUpdateMask().GetPaths(), []string{"compute.node_pools"}) ||
+		req.GetDrainGraceSeconds() != 90 || req.GetRequestId() == "" || len(req.GetCluster().GetCompute().GetNodePools()) != 3 {
+		t.Fatalf("UpdateCluster request = %v", req)
+	}
+
+	// The cluster as it is: nothing to send.
+	out, _, code = run(t, gw, "clusters", "update", "a3u", "-f", clusterFile(t, a3uCluster()))
+	if code != 0 || !strings.Contains(out, "Cluster a3u already matches") {
+		t.Fatalf("unchanged: exit %d, %q", code, out)
+	}
+
+	// A file that names another cluster, a fixed field changed, a negative grace.
+	other := a3uCluster()
+	other.Name = "demo"
+	fixed := a3uCluster()
+	fixed.Network.Zone = "europe-west4-a"
+	for _, bad := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"clusters", "update", "a3u", "-f", clusterFile(t, other)}, 2, `names cluster "demo", but the command updates "a3u"`},
+		{[]string{"clusters", "update", "a3u", "-f", clusterFile(t, fixed)}, 2, "network cannot be changed on an existing cluster"},
+		{[]string{"clusters", "update", "a3u", "-f", file, "--drain-grace", "-1s"}, 2, "--drain-grace must not be negative"},
+		{[]string{"clusters", "update", "a3u"}, 2, "give the new spec with -f FILE"},
+		{[]string{"clusters", "update", "ghost", "-f", clusterFile(t, &loomv1.Cluster{DisplayName: "x"})}, 1, "not found (see `loom clusters list`)"},
+	} {
+		_, errOut, code := run(t, gw, bad.args...)
+		if code != bad.code || !strings.Contains(errOut, bad.want) {
+			t.Errorf("%v: exit %d, %q; want exit %d and %q", bad.args, code, errOut, bad.code, bad.want)
+		}
+	}
+}
+
+func TestClustersResize(t *testing.T) {
+	t.Parallel()
+	f, gw := newFakeGateway(t)
+	out, errOut, code := run(t, gw, "clusters", "resize", "a3u", "spot", "1", "--drain-grace", "5m")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.HasPrefix(out, "Resizing pool spot of cluster a3u from 2 to 1 node; the removed nodes drain first (operation op3)\n") {
+		t.Fatalf("output:\n%s", out)
+	}
+	req, _ := lastRequest[*loomv1.UpdateClusterRequest](f)
+	want := a3uCluster()
+	want.Status, want.CreateTime, want.UpdateTime = nil, nil, nil
+	want.Compute.NodePools[1].NodeCount = 1
+	if !proto.Equal(req.GetCluster(), want) || !slices.Equal(req.GetUpdateMask().GetPaths(), []string{"compute.node_pools"}) ||
+		req.GetDrainGraceSeconds() != 300 {
+		t.Fatalf("UpdateCluster request = %v", req)
+	}
+
+	out, _, code = run(t, gw, "clusters", "resize", "a3u", "a3u", "4")
+	if code != 0 || out != "Pool a3u of cluster a3u already has 4 nodes; nothing to do.\n" {
+		t.Fatalf("same size: exit %d, %q", code, out)
+	}
+	for _, bad := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"clusters", "resize", "a3u", "gpu", "5"}, 1, `cluster a3u has no node pool "gpu"; its pools are a3u, spot`},
+		{[]string{"clusters", "resize", "a3u", "spot", "--", "-1"}, 2, "N must be a node count"},
+		{[]string{"clusters", "resize", "a3u", "spot", "many"}, 2, "N must be a node count"},
+		{[]string{"clusters", "resize", "a3u", "spot"}, 2, "give the cluster, the node pool and the new node count"},
+	} {
+		_, errOut, code := run(t, gw, bad.args...)
+		if code != bad.code || !strings.Contains(errOut, bad.want) {
+			t.Errorf("%v: exit %d, %q; want exit %d and %q", bad.args, code, errOut, bad.code, bad.want)
+		}
+	}
+}
+
+func TestClustersSlurmConf(t *testing.T) {
+	t.Parallel()
+	f, gw := newFakeGateway(t)
+	out, errOut, code := run(t, gw, "clusters", "slurm-conf", "a3u")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	golden(t, out, `
+==> slurm.conf <==
+ClusterName=a3u
+NodeName=a3u-[0001-0004] Gres=gpu:8
+
+==> gres.conf <==
+NodeName=a3u-[0001-0004] Name=gpu Count=8
+
+==> topology.conf <==
+BlockName=block-01 Nodes=a3u-[0001-0004]
+`)
+	if req, _ := lastRequest[*loomv1.GetSlurmConfigRequest](f); req.GetName() != "projects/default/clusters/a3u" {
+		t.Fatalf("GetSlurmConfig request = %v", req)
+	}
+	out, _, code = run(t, gw, "clusters", "slurm-conf", "a3u", "--file", "gres")
+	if code != 0 || out != f.slurm.GetGresConf() {
+		t.Fatalf("--file gres: exit %d, %q", code, out)
+	}
+	out, _, code = run(t, gw, "clusters", "slurm-conf", "a3u", "--file", "topology.conf")
+	if code != 0 || out != f.slurm.GetTopologyConf()+"\n" {
+		t.Fatalf("--file topology.conf: exit %d, %q", code, out)
+	}
+	out, _, code = run(t, gw, "clusters", "slurm-conf", "a3u", "-o", "json")
+	var sc loomv1.SlurmConfig
+	if code != 0 || protojson.Unmarshal([]byte(out), &sc) != nil || !proto.Equal(&sc, f.slurm) {
+		t.Fatalf("-o json: exit %d, %q", code, out)
+	}
+	if _, errOut, code := run(t, gw, "clusters", "slurm-conf", "a3u", "--file", "cgroup"); code != 2 || !strings.Contains(errOut, "--file must be one of slurm, gres, topology") {
+		t.Fatalf("--file cgroup: exit %d, %q", code, errOut)
+	}
+}
+
+func TestProgressBar(t *testing.T) {
+	t.Parallel()
+	for msg, want := range map[string]string{
+		"12 of 16 nodes ready":             "[██████████████████░░░░░░] 12/16 nodes ready",
+		"0 of 2 nodes ready":               "[░░░░░░░░░░░░░░░░░░░░░░░░] 0/2 nodes ready",
+		"pool gpu: 5 of 5 nodes at target": "pool gpu: [████████████████████████] 5/5 nodes at target",
+		"stopping 2 nodes":                 "stopping 2 nodes",
+		"7 of 0":                           "[░░░░░░░░░░░░░░░░░░░░░░░░] 7/0",
+	} {
+		if got := progressLine(msg); got != want {
+			t.Errorf("progressLine(%q) = %q, want %q", msg, got, want)
+		}
+	}
+
+	// On a terminal the line is redrawn in place and ended before the result.
+	_, gw := newFakeGateway(t)
+	file := writeFile(t, "c.json", `{"name": "demo", "compute": {"nodePools": [{"id": "cpu", "nodeCount": 2}]}}`)
+	out, errOut, code := runWith(t, gw, func(a *app) { a.tty = func(io.Writer) bool { return true } }, "clusters", "create", "-f", file)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	want := "Creating cluster demo (operation op1)\n" +
+		"\r\x1b[K  [░░░░░░░░░░░░░░░░░░░░░░░░] 0/2 nodes ready" +
+		"\r\x1b[K  [████████████░░░░░░░░░░░░] 1/2 nodes ready" +
+		"\r\x1b[K  [████████████████████████] 2/2 nodes ready\n" +
+		"Cluster demo is RUNNING: 2 of 2 nodes ready ("
+	if !strings.HasPrefix(out, want) {
+		t.Fatalf("terminal output %q\nwant prefix     %q", out, want)
+	}
+}
+
+func TestReservationsAndCapacity(t *testing.T) {
+	t.Parallel()
+	f, gw := newFakeGateway(t)
+	out, errOut, code := run(t, gw, "reservations", "create", "r2", "--zone", "us-east5-a", "--machine-type", "a4-highgpu-8g", "--count", "2")
+	if code != 0 {
+		t.Fatalf("create: exit %d: %s", code, errOut)
+	}
+	if !strings.HasPrefix(out, "Reserving 2 × a4-highgpu-8g in us-east5-a as r2 (operation op4)\nReservation r2 holds 2 × a4-highgpu-8g in us-east5-a (") {
+		t.Fatalf("create output:\n%s", out)
+	}
+	req, _ := lastRequest[*loomv1.CreateReservationRequest](f)
+	if req.GetParent() != "projects/default" || req.GetReservationId() != "r2" || req.GetRequestId() == "" ||
+		!proto.Equal(req.GetReservation(), &loomv1.Reservation{Zone: "us-east5-a", MachineType: "a4-highgpu-8g", Count: 2}) {
+		t.Fatalf("CreateReservation request = %v", req)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"reservations", "list"}, `
+NAME  ZONE           MACHINE TYPE    IN USE / TOTAL  CONSUMERS  AGE
+r1    us-central1-a  a3-ultragpu-8g  4 / 8           a3u        2h
+`},
+		{[]string{"reservations", "get", "r1"}, `
+NAME  ZONE           MACHINE TYPE    IN USE / TOTAL  CONSUMERS  AGE
+r1    us-central1-a  a3-ultragpu-8g  4 / 8           a3u        2h
+`},
+		{[]string{"capacity"}, `
+ZONE           MACHINE TYPE    TYPE         RESERVATION  TOTAL  IN USE  FREE
+us-central1-a  a3-ultragpu-8g  RESERVATION  r1           8      4       4
+us-central1-a  a3-ultragpu-8g  SPOT         -            64     2       62
+`},
+	} {
+		out, errOut, code := run(t, gw, c.args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", c.args, code, errOut)
+		}
+		golden(t, out, c.want)
+	}
+	out, _, code = run(t, gw, "capacity", "-o", "json")
+	var capResp loomv1.ListCapacityResponse
+	if code != 0 || protojson.Unmarshal([]byte(out), &capResp) != nil || len(capResp.GetPools()) != 2 {
+		t.Fatalf("capacity -o json: exit %d, %q", code, out)
+	}
+	out, _, code = run(t, gw, "reservations", "list", "-o", "json")
+	var listResp loomv1.ListReservationsResponse
+	if code != 0 || protojson.Unmarshal([]byte(out), &listResp) != nil || !proto.Equal(listResp.GetReservations()[0], f.reservations[0]) {
+		t.Fatalf("reservations list -o json: exit %d, %q", code, out)
+	}
+
+	out, errOut, code = run(t, gw, "reservations", "delete", "r3")
+	if code != 0 || !strings.Contains(out, "Reservation r3 deleted (") {
+		t.Fatalf("delete: exit %d, %q %q", code, out, errOut)
+	}
+	if req, _ := lastRequest[*loomv1.DeleteReservationRequest](f); req.GetName() != "projects/default/reservations/r3" {
+		t.Fatalf("DeleteReservation request = %v", req)
+	}
+	for _, bad := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"reservations", "delete", "r1"}, 1, "delete reservation r1: FailedPrecondition: reservation r1 is in use by cluster a3u"},
+		{[]string{"reservations", "get", "r9"}, 1, "not found (see `loom reservations list`)"},
+		{[]string{"reservations", "create", "r2", "--count", "2"}, 2, "--zone and --machine-type are required"},
+		{[]string{"reservations", "create", "r2", "--zone", "z", "--machine-type", "m"}, 2, "--count must be at least 1"},
+	} {
+		_, errOut, code := run(t, gw, bad.args...)
+		if code != bad.code || !strings.Contains(errOut, bad.want) {
+			t.Errorf("%v: exit %d, %q; want exit %d and %q", bad.args, code, errOut, bad.code, bad.want)
+		}
+	}
+}
+
+func TestArgsDispatchesSlurmNames(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		argv0 string
+		args  []string
+		want  []string
+	}{
+		{"/tmp/loom-login-1/sbatch", []string{"--wrap", "true"}, []string{"slurm", "sbatch", "--wrap", "true"}},
+		{"squeue", nil, []string{"slurm", "squeue"}},
+		{"/usr/local/bin/loom", []string{"clusters", "list"}, []string{"clusters", "list"}},
+		{"./sbatch-wrapper", []string{"x"}, []string{"x"}},
+	} {
+		if got := Args(c.argv0, c.args); !slices.Equal(got, c.want) {
+			t.Errorf("Args(%q, %q) = %q, want %q", c.argv0, c.args, got, c.want)
+		}
+	}
+	for _, name := range SlurmCommands {
+		out, errOut, code := run(t, "127.0.0.1:1", "slurm", name, "-u", "me", "--format=%i")
+		if code != 2 || out != "" || errOut != "loom: "+name+" is not implemented yet (issue 4)\n" {
+			t.Errorf("slurm %s: exit %d, %q, %q", name, code, out, errOut)
+		}
+	}
+}
+
+func TestClustersLogin(t *testing.T) {
+	t.Parallel()
+	f, gw := newFakeGateway(t)
+	home := t.TempDir()
+	conf := filepath.Join(home, ".loom", "slurm", "slurm.conf")
+	if err := os.MkdirAll(filepath.Dir(conf), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(conf, []byte("ClusterName=lt\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.clusters = append(f.clusters,
+		&loomv1.Cluster{Name: "projects/default/clusters/lt", Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, HomeDir: home, LoginNode: "lt-login-001"}},
+		&loomv1.Cluster{Name: "projects/default/clusters/far", Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, HomeDir: "/nonexistent/far/home"}},
+		&loomv1.Cluster{Name: "projects/default/clusters/new", Status: &loomv1.ClusterStatus{State: loomv1.Cluster_CREATING}},
+	)
+	// Another cluster's SLURM_CONF does not leak into the login shell.
+	env := loginEnv([]string{"SLURM_CONF=/etc/slurm/other.conf", "PATH=/bin", "A=1=2"}, map[string]string{"SLURM_CONF": "", "PATH": "/links:/bin"})
+	if !slices.Equal(env, []string{"A=1=2", "PATH=/links:/bin"}) {
+		t.Fatalf("loginEnv = %q", env)
+	}
+	script := `pwd; echo "cluster=$LOOM_CLUSTER project=$LOOM_PROJECT gateway=$LOOM_GATEWAY conf=$SLURM_CONF login=$LOOM_LOGIN_NODE"
+for c in sbatch squeue sinfo scancel sacct scontrol srun sprio; do command -v $c >/dev/null || echo "missing $c"; done
+sinfo -N; echo "sinfo exit $?"`
+	out, errOut, code := run(t, gw, "clusters", "login", "lt", "--", "/bin/sh", "-c", script)
+	if code != 0 {
+		t.Fatalf("exit %d: %s%s", code, out, errOut)
+	}
+	realHome, _ := filepath.EvalSymlinks(home)
+	want := realHome + "\n" +
+		"cluster=projects/default/clusters/lt project=default gateway=" + gw + " conf=" + conf + " login=lt-login-001\n" +
+		"sinfo exit 2\n"
+	if out != want && out != strings.Replace(want, realHome, home, 1) {
+		t.Fatalf("login output\n%q\nwant\n%q", out, want)
+	}
+	if errOut != "loom: sinfo is not implemented yet (issue 4)\n" {
+		t.Fatalf("stderr %q: the sinfo link did not run `loom slurm sinfo`", errOut)
+	}
+
+	// CMD's exit status is loom's; a missing home or one on another machine is an error.
+	if _, _, code := run(t, gw, "clusters", "login", "lt", "--", "/bin/sh", "-c", "exit 7"); code != 7 {
+		t.Fatalf("exit status %d, want 7", code)
+	}
+	for _, bad := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"clusters", "login", "far", "--", "true"}, 1, "is not on this machine"},
+		{[]string{"clusters", "login", "new", "--", "true"}, 1, "cluster new has no shared home yet (it is CREATING)"},
+		{[]string{"clusters", "login", "lt", "sinfo"}, 2, "put the command to run after --"},
+		{[]string{"clusters", "login"}, 2, "give the cluster name"},
+	} {
+		_, errOut, code := run(t, gw, bad.args...)
+		if code != bad.code || !strings.Contains(errOut, bad.want) {
+			t.Errorf("%v: exit %d, %q; want exit %d and %q", bad.args, code, errOut, bad.code, bad.want)
+		}
+	}
+}

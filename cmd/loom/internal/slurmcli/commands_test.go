@@ -1,0 +1,415 @@
+package slurmcli
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// The real Slurm 22.05 output in shared/design/SLURM.md, reproduced.
+func TestMatchesRealSlurmSamples(t *testing.T) {
+	t.Parallel()
+	f := &fakeGateway{
+		jobs: []*loomv1.Job{{Name: "projects/default/jobs/126", JobId: "126", Cluster: demoCluster, DisplayName: "(null)",
+			User: "root", Partition: "debug", State: loomv1.JobState_PENDING, StateReason: "Resources"}},
+		partitions: []*loomv1.Partition{{Name: "debug", Default: true, State: "up", MaxTime: "UNLIMITED", Nodes: []string{"localhost"}}},
+		nodes:      []*loomv1.SlurmNode{{Hostname: "localhost", State: loomv1.SlurmNode_IDLE, Partitions: []string{"debug"}}},
+	}
+	_, out, _ := run(t, f, "squeue", Env{})
+	want := "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)\n" +
+		"               126     debug   (null)     root PD       0:00      1 (Resources)\n"
+	if out != want {
+		t.Errorf("squeue:\n%s\nwant:\n%s", out, want)
+	}
+	_, out, _ = run(t, f, "sinfo", Env{})
+	want = "PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST\n" +
+		"debug*       up   infinite      1   idle localhost\n"
+	if out != want {
+		t.Errorf("sinfo:\n%s\nwant:\n%s", out, want)
+	}
+}
+
+func TestSqueueFiltersAndErrors(t *testing.T) {
+	t.Parallel()
+	ids := func(args ...string) []string {
+		t.Helper()
+		code, out, errOut := run(t, fixture(), "squeue", Env{}, append([]string{"-h", "-o", "%i"}, args...)...)
+		if code != 0 {
+			t.Fatalf("squeue %v: %d %s", args, code, errOut)
+		}
+		return strings.Fields(out)
+	}
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"-u", "bob"}, []string{"13"}},
+		{[]string{"--user=alice,bob", "-p", "gpu", "-t", "PD"}, []string{"13", "14"}},
+		{[]string{"-t", "running"}, []string{"15_0", "12"}},
+		{[]string{"-j", "12,13"}, []string{"13", "12"}},
+		{[]string{"-j", "10"}, []string{"10"}}, // finished: listed when asked for
+		{[]string{"--jobs", "15"}, []string{"15_[1-3%2]", "15_0"}},
+		{[]string{"-j", "15_0"}, []string{"15_0"}},
+		{[]string{"-j", "15_3", "-r"}, []string{"15_3"}},
+		{[]string{"-n", "held,train"}, []string{"14", "12"}},
+		{[]string{"-w", "gpu-0002"}, []string{"12"}},
+		{[]string{"-S", "-i"}, []string{"15_0", "15_[1-3%2]", "14", "13", "12"}}, // 15_0 is job 16
+		{[]string{"--sort=u,i"}, []string{"12", "14", "15_[1-3%2]", "15_0", "13"}},
+		{[]string{"-A", "research"}, []string{"12"}},
+		{[]string{"-M", "other"}, []string{"20"}},
+	} {
+		if got := ids(tc.args...); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("squeue %v = %v, want %v", tc.args, got, tc.want)
+		}
+	}
+	// The default lists only active jobs, and asks the gateway for them.
+	f := fixture()
+	run(t, f, "squeue", Env{})
+	if r := f.listReqs[0]; !r.GetActiveOnly() || r.GetCluster() != demoCluster || r.GetParent() != "projects/default" {
+		t.Errorf("ListJobs request = %v", r)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bogus"}, "squeue: unrecognized option '--bogus'\nTry \"squeue --help\" for more information\n"},
+		{[]string{"-t", "XX"}, "squeue: error: Invalid job state specified: XX\nsqueue: error: Valid job states include: PENDING,RUNNING,CONFIGURING,COMPLETING,COMPLETED,FAILED,CANCELLED,TIMEOUT,NODE_FAIL,PREEMPTED,REQUEUED,OUT_OF_MEMORY\n"},
+		{[]string{"-j", "abc"}, "squeue: error: Invalid job id: abc\n"},
+		{[]string{"-l", "-o", "%i"}, "squeue: error: Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry.\n"},
+		{[]string{"-S", "Z"}, "squeue: error: Invalid sort specification: Z\n"},
+		{[]string{"stray"}, "squeue: error: Unrecognized option: stray\n"},
+	} {
+		code, _, errOut := run(t, fixture(), "squeue", Env{}, tc.args...)
+		if code != 1 || !strings.HasPrefix(errOut, tc.want) {
+			t.Errorf("squeue %v: %d %q, want %q", tc.args, code, errOut, tc.want)
+		}
+	}
+	// An unknown format letter is reported and printed as written.
+	code, out, errOut := run(t, fixture(), "squeue", Env{}, "-h", "-j", "12", "-o", "%i|%Ü|")
+	if code != 0 || out != "12|%Ü|\n" || errOut != "squeue: error: Invalid job format specification: \xc3\n" && !strings.Contains(errOut, "Invalid job format specification") {
+		t.Errorf("bad letter: %d %q %q", code, out, errOut)
+	}
+}
+
+func TestSinfoOptions(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-h", "-p", "debug"}, "debug        up    1:00:00      1    mix gpu-0003\n"},
+		{[]string{"-h", "-t", "alloc"}, "gpu*         up   infinite      2  alloc gpu-[0001-0002]\n"},
+		{[]string{"-h", "-t", "drain"}, "gpu*         up   infinite      1  drain gpu-0004\n"},
+		{[]string{"-h", "-n", "gpu-000[1-3]", "-o", "%R %D %G"}, "gpu 3 gpu:h100:8\ndebug 1 gpu:h100:8\n"},
+		{[]string{"-h", "-o", "%P %F %C %A"}, "gpu* 3/0/1/4 17/31/16/64 3/0\ndebug 1/0/0/1 1/15/0/16 1/0\n"},
+		{[]string{"-h", "-N", "-n", "gpu-0004", "-o", "%N %T %E"}, "gpu-0004 drained bad gpu\n"},
+		{[]string{"-h", "-d"}, ""},
+	} {
+		code, out, errOut := run(t, fixture(), "sinfo", Env{}, tc.args...)
+		if code != 0 || out != tc.want {
+			t.Errorf("sinfo %v: %d %q %q, want %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+	code, out, _ := run(t, fixture(), "sinfo", Env{}, "-l")
+	if code != 0 || !strings.HasPrefix(out, "Fri Jan  2 15:04:05 2026\nPARTITION AVAIL  TIMELIMIT   JOB_SIZE ROOT OVERSUBS     GROUPS  NODES       STATE NODELIST\n") {
+		t.Errorf("sinfo -l: %q", out)
+	}
+	code, _, errOut := run(t, fixture(), "sinfo", Env{}, "-t", "sleepy")
+	if code != 1 || !strings.HasPrefix(errOut, "sinfo: error: Bad state string: \"sleepy\"") {
+		t.Errorf("bad state: %d %q", code, errOut)
+	}
+	// A node-oriented listing widens NODELIST for long names.
+	f := fixture()
+	f.nodes[0].Hostname = "a-very-long-node-name-01"
+	f.partitions[0].Nodes[0] = "a-very-long-node-name-01"
+	_, out, _ = run(t, f, "sinfo", Env{}, "-N")
+	if !strings.HasPrefix(out, "NODELIST                  NODES PARTITION STATE \na-very-long-node-name-01      1      gpu* alloc \n") {
+		t.Errorf("sinfo -N wide: %q", out)
+	}
+}
+
+func TestSacctOptions(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-n", "-X", "-b", "-s", "F,CD"}, "10            COMPLETED      0:0 \n11               FAILED      2:0 \n"},
+		{[]string{"-P", "-n", "-X", "-o", "JobID,User,NNodes,ReqMem,Timelimit", "-j", "12"}, "12|alice|2|64G|02:00:00\n"},
+		{[]string{"-p", "-n", "-X", "--delimiter=;", "-o", "jobid,jobname", "-u", "bob", "-j", "13"}, "13;evaluation-long-name;\n"},
+		{[]string{"-P", "-n", "-o", "JobID,State,ExitCode", "-N", "gpu-0004"}, "11|FAILED|2:0\n11.batch|FAILED|2:0\n"},
+		{[]string{"-P", "-n", "-X", "-o", "JobID", "-S", "now-1hours"}, "10\n11\n12\n14\n15_0\n15_[1-3%2]\n"},
+		{[]string{"-P", "-n", "-X", "-o", "JobID", "-a", "-r", "debug"}, "15_0\n15_[1-3%2]\n"},
+		{[]string{"-P", "-n", "-X", "-o", "JobID,Elapsed", "-j", "9"}, "9|01:00:00\n"},
+		{[]string{"-P", "-n", "-o", "jobname,state", "-j", "15_0"}, "sweep|RUNNING\nbatch|RUNNING\n"},
+	} {
+		code, out, errOut := run(t, fixture(), "sacct", Env{}, tc.args...)
+		if code != 0 || out != tc.want {
+			t.Errorf("sacct %v: %d %q %q, want %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+	code, _, errOut := run(t, fixture(), "sacct", Env{}, "--format=JobID,Bogus")
+	if code != 1 || errOut != "Invalid field requested: \"Bogus\"\n" {
+		t.Errorf("bad field: %d %q", code, errOut)
+	}
+	code, out, _ := run(t, fixture(), "sacct", Env{}, "-e")
+	if code != 0 || !strings.Contains(out, "AllocCPUS") || !strings.Contains(out, "ExitCode") {
+		t.Errorf("sacct -e: %q", out)
+	}
+}
+
+func TestScancel(t *testing.T) {
+	t.Parallel()
+	cancelled := func(f *fakeGateway) []string {
+		var out []string
+		for _, c := range f.cancels {
+			out = append(out, strings.TrimPrefix(c.GetName(), "projects/default/jobs/")+c.GetSignal())
+		}
+		sort.Strings(out)
+		return out
+	}
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"12"}, []string{"12"}},
+		{[]string{"12", "13"}, []string{"12", "13"}},
+		{[]string{"15"}, []string{"15", "16"}},         // the whole array
+		{[]string{"15_0"}, []string{"16"}},             // a task with its own record
+		{[]string{"15_[0-1]"}, []string{"15_1", "16"}}, // tasks not yet split off go by name
+		{[]string{"-n", "held"}, []string{"14"}},       // by name
+		{[]string{"-u", "bob"}, []string{"13"}},        // by user
+		{[]string{"--me", "-t", "R"}, []string{"12", "16"}},
+		{[]string{"-p", "debug"}, []string{"15", "16"}},
+		{[]string{"--signal=USR1", "12"}, []string{"12USR1"}},
+		{[]string{"-s", "10", "12"}, []string{"12USR1"}},
+		{[]string{"-u", "bob", "12"}, nil}, // ids and filters must both match
+	} {
+		f := fixture()
+		code, _, errOut := run(t, f, "scancel", Env{}, tc.args...)
+		if code != 0 || !reflect.DeepEqual(cancelled(f), tc.want) {
+			t.Errorf("scancel %v: %d %q cancelled %v, want %v", tc.args, code, errOut, cancelled(f), tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "scancel: error: No job identification provided\n"},
+		{[]string{"99"}, "scancel: error: Kill job error on job id 99: Invalid job id specified\n"},
+		{[]string{"10"}, "scancel: error: Kill job error on job id 10: Job/step already completing or completed\n"},
+		{[]string{"--signal=NOPE", "12"}, "scancel: error: Invalid job signal: NOPE\n"},
+		{[]string{"12.0"}, "scancel: error: Kill job error on job id 12.0: job steps are not tracked by Loom\n"},
+		{[]string{"x"}, "scancel: error: Invalid job id x\n"},
+	} {
+		code, _, errOut := run(t, fixture(), "scancel", Env{}, tc.args...)
+		if code != 1 || errOut != tc.want {
+			t.Errorf("scancel %v: %d %q, want %q", tc.args, code, errOut, tc.want)
+		}
+	}
+	// Interactive: only confirmed jobs are cancelled.
+	f := fixture()
+	code, out, _ := run(t, f, "scancel", Env{Stdin: strings.NewReader("n\ny\n")}, "-i", "-u", "alice", "-t", "PD")
+	if code != 0 || !reflect.DeepEqual(cancelled(f), []string{"15"}) || !strings.Contains(out, "Cancel job_id=14 name=held partition=gpu [y/n]? ") {
+		t.Errorf("interactive: %d %q %v", code, out, cancelled(f))
+	}
+}
+
+func TestScontrolActions(t *testing.T) {
+	t.Parallel()
+	f := fixture()
+	for _, args := range [][]string{{"hold", "13,14"}, {"release", "14"}, {"requeue", "12"}, {"requeuehold", "12"}, {"uhold", "13"}} {
+		if code, _, errOut := run(t, f, "scontrol", Env{}, args...); code != 0 {
+			t.Errorf("scontrol %v: %d %q", args, code, errOut)
+		}
+	}
+	var got []string
+	for _, u := range f.updates {
+		got = append(got, u.GetAction()+":"+shortName(u.GetName()))
+	}
+	want := []string{"hold:13", "hold:14", "release:14", "requeue:12", "requeue:12", "hold:12", "hold:13"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("updates = %v, want %v", got, want)
+	}
+
+	f = fixture()
+	for _, args := range [][]string{
+		{"update", "JobId=12", "TimeLimit=3:00:00"},
+		{"update", "jobid=13", "partition=debug"},
+		{"update", "JobId=12", "TimeLimit=+30"},
+		{"update", "JobId=12", "TimeLimit=-1:00:00", "Partition=gpu"},
+	} {
+		if code, _, errOut := run(t, f, "scontrol", Env{}, args...); code != 0 {
+			t.Errorf("scontrol %v: %d %q", args, code, errOut)
+		}
+	}
+	got = nil
+	for _, u := range f.updates {
+		got = append(got, u.GetAction()+":"+shortName(u.GetName())+":"+u.GetPartition()+":"+formatDuration(u.GetTimeLimitSeconds()))
+	}
+	want = []string{"update:12::03:00:00", "update:13:debug:00:00:00", "update:12::02:30:00", "update:12:gpu:01:00:00"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("updates = %v, want %v", got, want)
+	}
+
+	f = fixture()
+	code, _, errOut := run(t, f, "scontrol", Env{}, "update", "NodeName=gpu-[0001-0002]", "State=DRAIN", "Reason=disk swap")
+	if code != 0 || len(f.nodeUpdate) != 2 || f.nodeUpdate[1].GetHostname() != "gpu-0002" || f.nodeUpdate[0].GetState() != "DRAIN" ||
+		f.nodeUpdate[0].GetReason() != "disk swap" || f.nodeUpdate[0].GetCluster() != demoCluster {
+		t.Errorf("drain: %d %q %v", code, errOut, f.nodeUpdate)
+	}
+	if code, _, _ := run(t, f, "scontrol", Env{}, "update", "nodename=gpu-0004", "state=resume"); code != 0 || f.nodeUpdate[2].GetState() != "RESUME" {
+		t.Errorf("resume: %d %v", code, f.nodeUpdate)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"update", "NodeName=gpu-0001", "State=DRAIN"}, "You must specify a reason when DOWNING or DRAINING a node. Request denied\n"},
+		{[]string{"update", "NodeName=gpu-0001", "State=FLY"}, "Invalid node state specified: FLY"},
+		{[]string{"update", "NodeName=gpu-0009", "State=DRAIN", "Reason=x"}, "slurm_update error: Invalid node name specified (gpu-0009)\n"},
+		{[]string{"update", "JobId=12", "NumNodes=4"}, "Update of this parameter is not supported: numnodes=4\nRequest aborted\n"},
+		{[]string{"update", "JobId=12", "TimeLimit=soon"}, "Invalid TimeLimit value: soon\n"},
+		{[]string{"update", "JobId=12", "TimeLimit=UNLIMITED"}, "scontrol: error: TimeLimit=UNLIMITED is not supported by Loom; give a time\n"},
+		{[]string{"update", "JobId=12"}, "No changes specified\n"},
+		{[]string{"update", "Foo=1"}, "No valid entity in update command\n"},
+		{[]string{"update", "JobId=12", "oops"}, "Invalid input: oops\nRequest aborted\n"},
+		{[]string{"hold", "99"}, "Invalid job id specified for job 99\n"},
+		{[]string{"show", "job", "99"}, "slurm_load_jobs error: Invalid job id specified\n"},
+		{[]string{"show", "node", "nope"}, "Node nope not found\n"},
+		{[]string{"show", "partition", "nope"}, "Partition nope not found\n"},
+		{[]string{"show", "bogus"}, "scontrol: error: invalid entity:bogus for keyword:show\n"},
+		{[]string{"frobnicate"}, "invalid keyword: frobnicate\n"},
+		{nil, "scontrol: error: no command given"},
+	} {
+		code, _, errOut := run(t, fixture(), "scontrol", Env{}, tc.args...)
+		if code != 1 || !strings.HasPrefix(errOut, tc.want) {
+			t.Errorf("scontrol %v: %d %q, want %q", tc.args, code, errOut, tc.want)
+		}
+	}
+
+	// Hostlist helpers, used in job scripts.
+	code, out, _ := run(t, fixture(), "scontrol", Env{Environ: map[string]string{"SLURM_JOB_NODELIST": "gpu-[0001-0002],cpu-1"}}, "show", "hostnames")
+	if code != 0 || out != "gpu-0001\ngpu-0002\ncpu-1\n" {
+		t.Errorf("show hostnames: %d %q", code, out)
+	}
+	code, out, _ = run(t, fixture(), "scontrol", Env{}, "show", "hostlist", "gpu-0003,gpu-0001,gpu-0002")
+	if code != 0 || out != "gpu-[0001-0003]\n" {
+		t.Errorf("show hostlist: %d %q", code, out)
+	}
+	// Listing everything, one line per record.
+	code, out, _ = run(t, fixture(), "scontrol", Env{}, "-o", "show", "nodes")
+	if code != 0 || strings.Count(out, "\n") != 4 || !strings.HasPrefix(out, "NodeName=gpu-0001 Arch=x86_64") {
+		t.Errorf("show nodes -o: %q", out)
+	}
+	code, out, _ = run(t, fixture(), "scontrol", Env{}, "show", "partitions")
+	if code != 0 || !strings.HasPrefix(out, "PartitionName=gpu\n") || !strings.Contains(out, "\nPartitionName=debug\n") {
+		t.Errorf("show partitions: %q", out)
+	}
+}
+
+func TestSprioFilters(t *testing.T) {
+	t.Parallel()
+	code, out, _ := run(t, fixture(), "sprio", Env{}, "-h", "-j", "13")
+	if code != 0 || out != "             13 gpu              900          0          5        300         45        400        150\n" {
+		t.Errorf("sprio -j 13: %d %q", code, out)
+	}
+	code, out, _ = run(t, fixture(), "sprio", Env{}, "-j", "12")
+	if code != 0 || out != "Unable to find jobs matching user/id(s) specified\n" {
+		t.Errorf("sprio -j 12 (running): %d %q", code, out)
+	}
+	code, out, _ = run(t, fixture(), "sprio", Env{}, "-u", "bob")
+	if code != 0 || out != "          JOBID PARTITION     USER   PRIORITY       SITE        AGE  FAIRSHARE    JOBSIZE  PARTITION        QOS\n"+
+		"             13 gpu            bob        900          0          5        300         45        400        150\n" {
+		t.Errorf("sprio -u bob: %d %q", code, out)
+	}
+}
+
+func TestSrun(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	alloc := map[string]string{"SLURM_JOB_ID": "12", "SLURM_JOB_NODELIST": "gpu-0001", "SLURM_NNODES": "1",
+		"SLURM_NTASKS": "3", "PATH": os.Getenv("PATH"), "HOME": dir}
+	code, out, errOut := run(t, &fakeGateway{}, "srun", Env{Cwd: dir, Environ: alloc}, "-l", "sh", "-c", `echo "$SLURM_PROCID/$SLURM_LOCALID/$SLURM_NTASKS/$SLURM_JOB_ID"`)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	sort.Strings(lines)
+	if code != 0 || errOut != "" || !reflect.DeepEqual(lines, []string{"0: 0/0/3/12", "1: 1/1/3/12", "2: 2/2/3/12"}) {
+		t.Errorf("srun -l: %d %q %q", code, out, errOut)
+	}
+	// -n overrides the job's task count; the worst exit code is srun's.
+	script := filepath.Join(dir, "fail.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\n[ \"$SLURM_PROCID\" = 1 ] && exit 7\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut = run(t, &fakeGateway{}, "srun", Env{Cwd: dir, Environ: alloc}, "-n", "2", "./fail.sh")
+	if code != 7 || errOut != "srun: error: gpu-0001: task 1: Exited with exit code 7\n" {
+		t.Errorf("srun exit: %d %q", code, errOut)
+	}
+	multi := mergeMaps(alloc, map[string]string{"SLURM_JOB_NODELIST": "gpu-[0001-0002]", "SLURM_NNODES": "2"})
+	code, _, errOut = run(t, &fakeGateway{}, "srun", Env{Cwd: dir, Environ: multi}, "hostname")
+	if code != 1 || !strings.HasPrefix(errOut, "srun: error: multi-node srun is not supported yet") {
+		t.Errorf("multi-node: %d %q", code, errOut)
+	}
+	code, out, _ = run(t, &fakeGateway{}, "srun", Env{Cwd: dir, Environ: multi}, "-N1", "-n1", "sh", "-c", "echo $SLURM_STEP_NUM_NODES")
+	if code != 0 || out != "1\n" {
+		t.Errorf("srun -N1 in a multi-node allocation: %d %q", code, out)
+	}
+	code, _, errOut = run(t, &fakeGateway{}, "srun", Env{Cwd: dir, Environ: map[string]string{"PATH": "/bin"}}, "hostname")
+	if code != 1 || !strings.HasPrefix(errOut, "srun: error: srun outside an allocation is not supported by Loom yet") {
+		t.Errorf("outside: %d %q", code, errOut)
+	}
+	code, _, errOut = run(t, &fakeGateway{}, "srun", Env{Cwd: dir, Environ: alloc}, "no-such-command-xyz")
+	if code != 1 || errOut != "srun: error: no-such-command-xyz: command not found\n" {
+		t.Errorf("missing command: %d %q", code, errOut)
+	}
+}
+
+func TestMainDispatch(t *testing.T) {
+	t.Parallel()
+	code, _, errOut := run(t, &fakeGateway{}, "sbatchx", Env{})
+	if code != 2 || !strings.Contains(errOut, `"sbatchx" is not a Slurm command`) {
+		t.Errorf("unknown command: %d %q", code, errOut)
+	}
+	for _, name := range Commands {
+		code, out, _ := run(t, &fakeGateway{}, name, Env{}, "--version")
+		if code != 0 || out != Version+"\n" {
+			t.Errorf("%s --version: %d %q", name, code, out)
+		}
+	}
+	// A gateway without SlurmService (not served yet), and no gateway at
+	// all: clear errors, not hangs or panics.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare := grpc.NewServer()
+	go func() { _ = bare.Serve(lis) }()
+	t.Cleanup(bare.Stop)
+	for addr, want := range map[string]string{
+		lis.Addr().String(): "sinfo: error: slurm_load_partitions: this Loom gateway does not serve it yet",
+		"127.0.0.1:1":       "sinfo: error: slurm_load_partitions: Unable to contact the Loom gateway (connect failure)",
+	} {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		env := Env{Conn: conn, Cluster: "demo", CallTimeout: 5 * time.Second}
+		code, _, errOut := runWith(t, env, "sinfo")
+		if code != 1 || !strings.HasPrefix(errOut, want) {
+			t.Errorf("sinfo via %s: %d %q, want %q", addr, code, errOut, want)
+		}
+	}
+}

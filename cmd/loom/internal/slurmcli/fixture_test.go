@@ -1,0 +1,87 @@
+package slurmcli
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// fixture is a small cluster with jobs in every interesting state, as the
+// scheduler would report them.
+func fixture() *fakeGateway {
+	yes := true
+	job := func(id, name, user, part string, st loomv1.JobState) *loomv1.Job {
+		return &loomv1.Job{Name: "projects/default/jobs/" + id, JobId: id, Cluster: demoCluster, DisplayName: name,
+			User: user, Partition: part, State: st, NodeCount: 1, SubmitTime: ago(3 * time.Hour),
+			WorkDir: "/home/" + user, SubmitDir: "/home/" + user, Requeue: &yes}
+	}
+	running := job("12", "train", "alice", "gpu", loomv1.JobState_RUNNING)
+	running.NodeCount, running.Nodes, running.BatchHost = 2, []string{"gpu-0001", "gpu-0002"}, "gpu-0001"
+	running.GpusPerNode, running.GpuType, running.Ntasks, running.CpusPerTask = 8, "h100", 2, 4
+	running.StartTime, running.TimeLimitSeconds, running.MemMb = ago(time.Hour+2*time.Minute+3*time.Second), 2*3600, 65536
+	running.Account, running.Qos, running.Priority = "research", "normal", 1000
+	running.OutputPath = "/home/alice/slurm-12.out"
+	running.AllocGpus = 16
+	running.PriorityFactors = &loomv1.PriorityFactors{Age: 10, Fairshare: 500, JobSize: 90, Partition: 400}
+
+	pending := job("13", "evaluation-long-name", "bob", "gpu", loomv1.JobState_PENDING)
+	pending.StateReason, pending.Priority = "Priority", 900
+	pending.PriorityFactors = &loomv1.PriorityFactors{Age: 5, Fairshare: 300, JobSize: 45, Partition: 400, Qos: 150}
+
+	held := job("14", "held", "alice", "gpu", loomv1.JobState_PENDING)
+	held.Hold = true
+
+	array := job("15", "sweep", "alice", "debug", loomv1.JobState_PENDING)
+	array.Array, array.StateReason, array.Priority = "0-3%2", "JobArrayTaskLimit", 800
+	task0 := job("16", "sweep", "alice", "debug", loomv1.JobState_RUNNING)
+	task0.ArrayJobId, task0.ArrayTaskId, task0.Nodes = "15", 0, []string{"gpu-0003"}
+	task0.StartTime = ago(30 * time.Second)
+
+	done := job("10", "prep", "alice", "gpu", loomv1.JobState_COMPLETED)
+	done.StartTime, done.EndTime, done.Nodes = ago(2*time.Hour), ago(time.Hour), []string{"gpu-0003"}
+	failed := job("11", "oops", "alice", "gpu", loomv1.JobState_FAILED)
+	failed.StartTime, failed.EndTime, failed.Nodes, failed.ExitCode = ago(50*time.Minute), ago(49*time.Minute), []string{"gpu-0004"}, 2
+	failed.Runs = []*loomv1.JobRun{
+		{Attempt: 1, State: loomv1.JobState_NODE_FAIL, Nodes: []string{"gpu-0002"}, StartTime: ago(55 * time.Minute), EndTime: ago(51 * time.Minute)},
+		{Attempt: 2, State: loomv1.JobState_FAILED, Nodes: []string{"gpu-0004"}, StartTime: ago(50 * time.Minute), EndTime: ago(49 * time.Minute), ExitCode: 2},
+	}
+	failed.RestartCount = 1
+	old := job("9", "yesterday", "alice", "gpu", loomv1.JobState_COMPLETED)
+	old.SubmitTime, old.StartTime, old.EndTime = ago(40*time.Hour), ago(39*time.Hour), ago(38*time.Hour)
+	other := job("20", "elsewhere", "alice", "gpu", loomv1.JobState_RUNNING)
+	other.Cluster = "projects/default/clusters/other"
+
+	node := func(h string, st loomv1.SlurmNode_State, alloc int32, parts ...string) *loomv1.SlurmNode {
+		return &loomv1.SlurmNode{Hostname: h, Node: demoCluster + "/nodes/" + h, Cluster: demoCluster, State: st,
+			Partitions: parts, Gpus: 8, AllocGpus: alloc, GpuType: "h100", Cpus: 16, AllocCpus: alloc, MemoryMb: 1024000}
+	}
+	drained := node("gpu-0004", loomv1.SlurmNode_DRAINED, 0, "gpu")
+	drained.Reason = "bad gpu"
+	return &fakeGateway{
+		jobs: []*loomv1.Job{old, done, failed, running, pending, held, array, task0, other},
+		partitions: []*loomv1.Partition{
+			{Name: "gpu", Cluster: demoCluster, Default: true, State: "up", MaxTime: "UNLIMITED", PriorityTier: 1,
+				Nodes: []string{"gpu-0001", "gpu-0002", "gpu-0003", "gpu-0004"}, TotalGpus: 32, AllocGpus: 24},
+			{Name: "debug", Cluster: demoCluster, State: "up", MaxTime: "1:00:00", PriorityTier: 10,
+				Nodes: []string{"gpu-0003"}, TotalGpus: 8},
+		},
+		nodes: []*loomv1.SlurmNode{
+			node("gpu-0001", loomv1.SlurmNode_ALLOCATED, 8, "gpu"),
+			node("gpu-0002", loomv1.SlurmNode_ALLOCATED, 8, "gpu"),
+			node("gpu-0003", loomv1.SlurmNode_MIXED, 1, "gpu", "debug"),
+			drained,
+		},
+		clusters: []*loomv1.Cluster{{Name: demoCluster}, {Name: "projects/default/clusters/other"}},
+	}
+}
+
+// cloneJobs copies a job list (tests change fixtures).
+func cloneJobs(jobs []*loomv1.Job) []*loomv1.Job {
+	out := make([]*loomv1.Job, len(jobs))
+	for i, j := range jobs {
+		out[i] = proto.Clone(j).(*loomv1.Job)
+	}
+	return out
+}

@@ -1,0 +1,438 @@
+package slurmcli
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/loom-ml/loom/libs/hostlist"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// jobStates are Slurm's job state names and compact codes per Loom state.
+var jobStates = []struct {
+	state         loomv1.JobState
+	code, long    string
+	pendingOrLive bool
+}{
+	{loomv1.JobState_PENDING, "PD", "PENDING", true},
+	{loomv1.JobState_RUNNING, "R", "RUNNING", true},
+	{loomv1.JobState_CONFIGURING, "CF", "CONFIGURING", true},
+	{loomv1.JobState_COMPLETING, "CG", "COMPLETING", true},
+	{loomv1.JobState_COMPLETED, "CD", "COMPLETED", false},
+	{loomv1.JobState_FAILED, "F", "FAILED", false},
+	{loomv1.JobState_CANCELLED, "CA", "CANCELLED", false},
+	{loomv1.JobState_TIMEOUT, "TO", "TIMEOUT", false},
+	{loomv1.JobState_NODE_FAIL, "NF", "NODE_FAIL", false},
+	{loomv1.JobState_PREEMPTED, "PR", "PREEMPTED", false},
+	{loomv1.JobState_REQUEUED, "RQ", "REQUEUED", true},
+	{loomv1.JobState_OUT_OF_MEMORY, "OOM", "OUT_OF_MEMORY", false},
+}
+
+// effectiveState treats an unset state as PENDING (a job the scheduler
+// has not seen yet).
+func effectiveState(j *loomv1.Job) loomv1.JobState {
+	if j.GetState() == loomv1.JobState_JOB_STATE_UNSPECIFIED {
+		return loomv1.JobState_PENDING
+	}
+	return j.GetState()
+}
+
+// stateCode is squeue's %t: "PD", "R", ...
+func stateCode(s loomv1.JobState) string {
+	for _, st := range jobStates {
+		if st.state == s {
+			return st.code
+		}
+	}
+	return "PD"
+}
+
+// stateLong is squeue's %T and sacct's State: "PENDING", ...
+func stateLong(s loomv1.JobState) string {
+	for _, st := range jobStates {
+		if st.state == s {
+			return st.long
+		}
+	}
+	return "PENDING"
+}
+
+// parseJobStates parses a -t/--states list (codes or names, any case, or
+// "all"); all=true means no filter.
+func parseJobStates(prog, s string) (states []loomv1.JobState, all bool, err error) {
+	for _, item := range splitList(s) {
+		if strings.EqualFold(item, "all") {
+			return nil, true, nil
+		}
+		found := false
+		for _, st := range jobStates {
+			if strings.EqualFold(item, st.code) || strings.EqualFold(item, st.long) ||
+				(st.state == loomv1.JobState_CANCELLED && strings.EqualFold(item, "CANCELED")) {
+				states = append(states, st.state)
+				found = true
+				break
+			}
+		}
+		if !found {
+			var names []string
+			for _, st := range jobStates {
+				names = append(names, st.long)
+			}
+			return nil, false, &Error{Code: 1, Text: fmt.Sprintf("%s: error: Invalid job state specified: %s\n%s: error: Valid job states include: %s",
+				prog, item, prog, strings.Join(names, ","))}
+		}
+	}
+	return states, false, nil
+}
+
+// jobReason is a job's Slurm reason: what the scheduler said, else Slurm's
+// usual one for the state.
+func jobReason(j *loomv1.Job) string {
+	if r := j.GetStateReason(); r != "" {
+		return r
+	}
+	switch effectiveState(j) {
+	case loomv1.JobState_PENDING:
+		if j.GetHold() {
+			return "JobHeldUser"
+		}
+		return "None"
+	case loomv1.JobState_FAILED:
+		return "NonZeroExitCode"
+	case loomv1.JobState_TIMEOUT:
+		return "TimeLimit"
+	case loomv1.JobState_NODE_FAIL:
+		return "NodeDown"
+	case loomv1.JobState_OUT_OF_MEMORY:
+		return "OutOfMemory"
+	}
+	return "None"
+}
+
+// jobElapsed is how long the job has run (squeue TIME, sacct Elapsed).
+func jobElapsed(j *loomv1.Job, now time.Time) int64 {
+	if j.GetStartTime() == nil || effectiveState(j) == loomv1.JobState_PENDING {
+		return 0
+	}
+	end := now
+	if j.GetEndTime() != nil && !isLive(j) {
+		end = j.GetEndTime().AsTime()
+	}
+	d := int64(end.Sub(j.GetStartTime().AsTime()) / time.Second)
+	if d < 0 {
+		return 0
+	}
+	return d
+}
+
+// isLive says whether the job is running or about to (not pending, not ended).
+func isLive(j *loomv1.Job) bool {
+	switch effectiveState(j) {
+	case loomv1.JobState_RUNNING, loomv1.JobState_CONFIGURING, loomv1.JobState_COMPLETING:
+		return true
+	}
+	return false
+}
+
+// jobNodeCount is the job's node count: its allocation once it has one,
+// else what it asked for.
+func jobNodeCount(j *loomv1.Job) int {
+	if n := len(j.GetNodes()); n > 0 {
+		return n
+	}
+	return int(max(j.GetNodeCount(), 1))
+}
+
+// jobCPUs is the job's CPU count as Slurm would allocate it: tasks ×
+// CPUs per task.
+func jobCPUs(j *loomv1.Job) int {
+	cpt := int(max(j.GetCpusPerTask(), 1))
+	switch {
+	case j.GetNtasks() > 0:
+		return int(j.GetNtasks()) * cpt
+	case j.GetNtasksPerNode() > 0:
+		return jobNodeCount(j) * int(j.GetNtasksPerNode()) * cpt
+	default:
+		return jobNodeCount(j) * cpt
+	}
+}
+
+// jobTasks is the job's task count.
+func jobTasks(j *loomv1.Job) int {
+	switch {
+	case j.GetNtasks() > 0:
+		return int(j.GetNtasks())
+	case j.GetNtasksPerNode() > 0:
+		return jobNodeCount(j) * int(j.GetNtasksPerNode())
+	default:
+		return jobNodeCount(j)
+	}
+}
+
+// tresPerNode is squeue's %b: "gres:gpu[:type]:N", or "N/A".
+func tresPerNode(j *loomv1.Job) string {
+	n := j.GetGpusPerNode()
+	if n == 0 {
+		return "N/A"
+	}
+	if t := j.GetGpuType(); t != "" {
+		return fmt.Sprintf("gres:gpu:%s:%d", t, n)
+	}
+	return fmt.Sprintf("gres:gpu:%d", n)
+}
+
+// compressHosts is a node list as Slurm prints it: a hostlist expression.
+func compressHosts(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	return hostlist.Compress(names)
+}
+
+// jobRow is one line of squeue or sacct: a job, an array task, or an
+// array's pending tasks shown together ("12_[3-7%2]").
+type jobRow struct {
+	job *loomv1.Job
+	// id is the %i text.
+	id string
+	// arrayJobID and arrayTask are %F and %K ("N/A" when not an array).
+	arrayJobID, arrayTask string
+	// pending are the task indexes an array parent's row stands for.
+	pending []int
+}
+
+// numericID orders ids numerically ("9" < "10").
+func numericID(id string) int64 {
+	n, _ := strconv.ParseInt(id, 10, 64)
+	return n
+}
+
+// arrayView groups a job list's array parents and tasks. A job with
+// array_job_id set is an array task; a job with array set and no
+// array_job_id is the array's parent record, standing for the array's
+// tasks that have no record of their own yet (pending).
+type arrayView struct {
+	// tasks maps an array job id to its task records.
+	tasks map[string][]*loomv1.Job
+}
+
+func newArrayView(jobs []*loomv1.Job) arrayView {
+	v := arrayView{tasks: map[string][]*loomv1.Job{}}
+	for _, j := range jobs {
+		if a := j.GetArrayJobId(); a != "" {
+			v.tasks[a] = append(v.tasks[a], j)
+		}
+	}
+	return v
+}
+
+// pendingIndexes are the parent's task indexes that have no task record.
+func (v arrayView) pendingIndexes(parent *loomv1.Job) (idx []int, limit int) {
+	spec, err := ParseArray(parent.GetArray())
+	if err != nil {
+		return nil, 0
+	}
+	have := map[int]bool{}
+	for _, t := range v.tasks[parent.GetJobId()] {
+		have[int(t.GetArrayTaskId())] = true
+	}
+	for _, i := range spec.Indexes() {
+		if !have[i] {
+			idx = append(idx, i)
+		}
+	}
+	return idx, spec.Limit
+}
+
+// isParent says whether j is an array's parent record.
+func isParent(j *loomv1.Job) bool { return j.GetArray() != "" && j.GetArrayJobId() == "" }
+
+// rows turns jobs into display rows. perTask (squeue -r, sacct) shows
+// one row per array task; otherwise an array's pending tasks share one
+// row, as Slurm shows them.
+func (v arrayView) rows(jobs []*loomv1.Job, perTask bool) []jobRow {
+	var out []jobRow
+	merged := map[string]bool{} // parent ids whose pending tasks were merged
+	for _, j := range jobs {
+		if !isParent(j) {
+			continue
+		}
+		idx, limit := v.pendingIndexes(j)
+		id := j.GetJobId()
+		pending := effectiveState(j) == loomv1.JobState_PENDING
+		if !perTask && pending {
+			// Pending task records of this array join its row.
+			for _, t := range v.tasks[id] {
+				if effectiveState(t) == loomv1.JobState_PENDING && t.GetDisplayName() == j.GetDisplayName() &&
+					t.GetPartition() == j.GetPartition() {
+					idx = append(idx, int(t.GetArrayTaskId()))
+				}
+			}
+			sort.Ints(idx)
+			if len(idx) > 0 {
+				merged[id] = true
+				s := formatIndexes(idx)
+				if limit > 0 {
+					s += fmt.Sprintf("%%%d", limit)
+				}
+				out = append(out, jobRow{job: j, id: id + "_[" + s + "]", arrayJobID: id, arrayTask: s, pending: idx})
+			}
+			continue
+		}
+		if pending {
+			for _, i := range idx {
+				out = append(out, jobRow{job: j, id: fmt.Sprintf("%s_%d", id, i), arrayJobID: id, arrayTask: strconv.Itoa(i), pending: []int{i}})
+			}
+			continue
+		}
+		if len(v.tasks[id]) == 0 {
+			// An array the scheduler keeps as one record.
+			out = append(out, jobRow{job: j, id: id, arrayJobID: id, arrayTask: j.GetArray()})
+		}
+	}
+	for _, j := range jobs {
+		if isParent(j) {
+			continue
+		}
+		if a := j.GetArrayJobId(); a != "" {
+			if merged[a] && effectiveState(j) == loomv1.JobState_PENDING && !perTask {
+				continue
+			}
+			task := strconv.Itoa(int(j.GetArrayTaskId()))
+			out = append(out, jobRow{job: j, id: a + "_" + task, arrayJobID: a, arrayTask: task})
+			continue
+		}
+		out = append(out, jobRow{job: j, id: j.GetJobId(), arrayJobID: j.GetJobId(), arrayTask: "N/A"})
+	}
+	return out
+}
+
+// jobSelector is a -j/--jobs list: ids "12" (a job or a whole array) and
+// "12_3" (one array task).
+type jobSelector struct {
+	jobs  map[string]bool
+	tasks map[string]bool
+}
+
+func parseJobSelector(prog, s string) (*jobSelector, error) {
+	sel := &jobSelector{jobs: map[string]bool{}, tasks: map[string]bool{}}
+	for _, item := range splitList(s) {
+		id, task, isTask := strings.Cut(item, "_")
+		if !isDigits(id) || (isTask && !isDigits(task)) {
+			return nil, errorf(prog, "Invalid job id: %s", item)
+		}
+		id = strings.TrimLeft(id, "0")
+		if isTask {
+			n, _ := strconv.Atoi(task)
+			sel.tasks[fmt.Sprintf("%s_%d", id, n)] = true
+		} else {
+			sel.jobs[id] = true
+		}
+	}
+	return sel, nil
+}
+
+// matchRow says whether a display row is selected.
+func (s *jobSelector) matchRow(r jobRow) bool {
+	if s == nil {
+		return true
+	}
+	j := r.job
+	if s.jobs[j.GetJobId()] || s.jobs[j.GetArrayJobId()] {
+		return true
+	}
+	for _, i := range r.pending {
+		if s.tasks[fmt.Sprintf("%s_%d", r.arrayJobID, i)] {
+			return true
+		}
+	}
+	return s.tasks[r.id]
+}
+
+// listJobs fetches the jobs of the cluster filter (all clusters when
+// unset) from the gateway.
+func (c *cmd) listJobs(ctx context.Context, req *loomv1.ListJobsRequest) ([]*loomv1.Job, error) {
+	req.Parent = c.projectName()
+	req.Cluster = c.clusterFilter()
+	cctx, cancel := c.call(ctx)
+	defer cancel()
+	resp, err := c.jobsClient().ListJobs(cctx, req)
+	if err != nil {
+		return nil, c.rpcError("slurm_load_jobs error", err)
+	}
+	return resp.GetJobs(), nil
+}
+
+// withArrayTasks completes a filtered job list for the pending array
+// parents in it: their task records the filter left out (running or
+// finished tasks) are fetched too, so that the tasks each parent still
+// stands for are known. The added records are shown only when they pass
+// the command's own filters.
+func (c *cmd) withArrayTasks(ctx context.Context, jobs []*loomv1.Job, filtered bool) ([]*loomv1.Job, error) {
+	if !filtered {
+		return jobs, nil
+	}
+	parents := map[string]bool{}
+	users, names := stringSet{}, stringSet{}
+	for _, j := range jobs {
+		if isParent(j) && effectiveState(j) == loomv1.JobState_PENDING {
+			parents[j.GetJobId()] = true
+			users[j.GetUser()], names[j.GetDisplayName()] = true, true
+		}
+	}
+	if len(parents) == 0 {
+		return jobs, nil
+	}
+	more, err := c.listJobs(ctx, &loomv1.ListJobsRequest{Users: users.keys(), Names: names.keys()})
+	if err != nil {
+		return nil, err
+	}
+	have := map[string]bool{}
+	for _, j := range jobs {
+		have[j.GetName()] = true
+	}
+	for _, j := range more {
+		if parents[j.GetArrayJobId()] && !have[j.GetName()] {
+			jobs = append(jobs, j)
+		}
+	}
+	return jobs, nil
+}
+
+// stringSet is a set of option values (-u, -p, -n, ...); nil matches all.
+type stringSet map[string]bool
+
+func newStringSet(items []string) stringSet {
+	if len(items) == 0 {
+		return nil
+	}
+	s := stringSet{}
+	for _, i := range items {
+		s[i] = true
+	}
+	return s
+}
+
+func (s stringSet) match(v string) bool { return s == nil || s[v] }
+
+// keys returns the set's members in order.
+func (s stringSet) keys() []string { return sortedKeys(s) }
+
+// stateSet is a -t filter; nil matches all.
+type stateSet map[loomv1.JobState]bool
+
+func (s stateSet) match(st loomv1.JobState) bool { return s == nil || s[st] }
+
+func (s stateSet) list() []loomv1.JobState {
+	var out []loomv1.JobState
+	for _, st := range jobStates {
+		if s[st.state] {
+			out = append(out, st.state)
+		}
+	}
+	return out
+}

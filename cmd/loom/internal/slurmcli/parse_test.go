@@ -1,0 +1,309 @@
+package slurmcli
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseTimeLimit(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in        string
+		secs      int64
+		unlimited bool
+		bad       bool
+	}{
+		{in: "30", secs: 30 * 60},
+		{in: "0", secs: 0},
+		{in: "5:30", secs: 5*60 + 30},
+		{in: "1:00:00", secs: 3600},
+		{in: "01:02:03", secs: 3723},
+		{in: "2-0", secs: 2 * 86400},
+		{in: "2-3", secs: 2*86400 + 3*3600},
+		{in: "1-2:30", secs: 86400 + 2*3600 + 30*60},
+		{in: "1-02:30:15", secs: 86400 + 2*3600 + 30*60 + 15},
+		{in: "UNLIMITED", unlimited: true},
+		{in: "infinite", unlimited: true},
+		{in: "-1", unlimited: true},
+		{in: "", bad: true},
+		{in: "abc", bad: true},
+		{in: "1:2:3:4", bad: true},
+		{in: "1h", bad: true},
+		{in: "-5", bad: true},
+		{in: "1-2:3:4:5", bad: true},
+		{in: "1--2", bad: true},
+		{in: "1:", bad: true},
+		{in: "99999999999", bad: true},
+	} {
+		secs, unl, err := ParseTimeLimit(tc.in)
+		if tc.bad {
+			if err == nil {
+				t.Errorf("ParseTimeLimit(%q) = %d, want an error", tc.in, secs)
+			}
+			continue
+		}
+		if err != nil || secs != tc.secs || unl != tc.unlimited {
+			t.Errorf("ParseTimeLimit(%q) = %d, %v, %v; want %d, %v", tc.in, secs, unl, err, tc.secs, tc.unlimited)
+		}
+	}
+}
+
+func TestFormatTimes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		secs            int64
+		squeue, elapsed string
+	}{
+		{0, "0:00", "00:00:00"},
+		{5, "0:05", "00:00:05"},
+		{65, "1:05", "00:01:05"},
+		{3600, "1:00:00", "01:00:00"},
+		{3723, "1:02:03", "01:02:03"},
+		{86400 + 3723, "1-01:02:03", "1-01:02:03"},
+		{-1, "INVALID", "INVALID"},
+		{400 * 86400, "INVALID", "400-00:00:00"},
+	} {
+		if got := formatSecs(tc.secs, true); got != tc.squeue {
+			t.Errorf("formatSecs(%d) = %q, want %q", tc.secs, got, tc.squeue)
+		}
+		if got := formatDuration(tc.secs); got != tc.elapsed {
+			t.Errorf("formatDuration(%d) = %q, want %q", tc.secs, got, tc.elapsed)
+		}
+	}
+	if got := formatSecs(400*86400, false); got != "400-00:00:00" {
+		t.Errorf("sinfo's formatSecs has no year cap: %q", got)
+	}
+}
+
+func TestParseArray(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in    string
+		idx   []int
+		limit int
+		bad   string
+	}{
+		{in: "0-3", idx: []int{0, 1, 2, 3}},
+		{in: "1,3,5", idx: []int{1, 3, 5}},
+		{in: "0-15:4", idx: []int{0, 4, 8, 12}},
+		{in: "1-5%2", idx: []int{1, 2, 3, 4, 5}, limit: 2},
+		{in: "7", idx: []int{7}},
+		{in: "0-2,1-3", idx: []int{0, 1, 2, 3}},
+		{in: "10-1", bad: "ends before it starts"},
+		{in: "1-10:0", bad: "not a positive number"},
+		{in: "1-", bad: "not a number"},
+		{in: "-5", bad: "not a number"},
+		{in: "a-b", bad: "not a number"},
+		{in: "1,,2", bad: "empty element"},
+		{in: "1-4%0", bad: "not a positive number"},
+		{in: "%4", bad: "no indexes"},
+		{in: "3:2", bad: "needs a range"},
+		{in: "0-4000001", bad: "above the largest"},
+		{in: "", bad: "empty"},
+	} {
+		a, err := ParseArray(tc.in)
+		if tc.bad != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.bad) {
+				t.Errorf("ParseArray(%q) error = %v, want one containing %q", tc.in, err, tc.bad)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("ParseArray(%q): %v", tc.in, err)
+			continue
+		}
+		if !reflect.DeepEqual(a.Indexes(), tc.idx) || a.Limit != tc.limit || a.Count() != len(tc.idx) {
+			t.Errorf("ParseArray(%q) = %v %%%d, want %v %%%d", tc.in, a.Indexes(), a.Limit, tc.idx, tc.limit)
+		}
+	}
+	if got := formatIndexes([]int{0, 1, 2, 5, 7, 8}); got != "0-2,5,7-8" {
+		t.Errorf("formatIndexes = %q", got)
+	}
+}
+
+func TestParseDependency(t *testing.T) {
+	t.Parallel()
+	d, err := ParseDependency("afterok:12:13_2,singleton,after:7+5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Dependency{Items: []DepItem{
+		{Type: "afterok", Jobs: []DepJob{{JobID: "12", Task: -1}, {JobID: "13", Task: 2}}},
+		{Type: "singleton"},
+		{Type: "after", Jobs: []DepJob{{JobID: "7", Task: -1, DelayMinutes: 5}}},
+	}}
+	if !reflect.DeepEqual(d, want) {
+		t.Errorf("ParseDependency = %+v, want %+v", d, want)
+	}
+	any, err := ParseDependency("afterany:1?afternotok:2")
+	if err != nil || !any.Any || len(any.Items) != 2 {
+		t.Errorf("'?' dependency = %+v, %v", any, err)
+	}
+	for _, tc := range []struct{ in, bad string }{
+		{"afterok", "needs at least one job id"},
+		{"afterok:", "not a job id"},
+		{"afterok:abc", "not a job id"},
+		{"before:12", "unknown dependency type"},
+		{"singleton:12", "takes no job ids"},
+		{"afterok:1,afterany:2?after:3", "cannot be mixed"},
+		{"afterok:12+5", "only after takes a +time"},
+		{"after:12+x", "not a number of minutes"},
+		{"afterok:12_x", "not an index"},
+		{"afterok:0", "not a job id"},
+		{"afterok:1,,afterok:2", "empty element"},
+	} {
+		if _, err := ParseDependency(tc.in); err == nil || !strings.Contains(err.Error(), tc.bad) {
+			t.Errorf("ParseDependency(%q) error = %v, want one containing %q", tc.in, err, tc.bad)
+		}
+	}
+	if _, err := ParseDependency("afterok:12_*"); err != nil {
+		t.Errorf("whole-array dependency: %v", err)
+	}
+}
+
+func TestParseBegin(t *testing.T) {
+	t.Parallel()
+	loc := time.FixedZone("X", 3600)
+	now := time.Date(2026, 3, 10, 14, 30, 0, 0, loc)
+	for _, tc := range []struct {
+		in   string
+		want time.Time
+	}{
+		{"now", now},
+		{"now+60", now.Add(time.Minute)},
+		{"now+1hour", now.Add(time.Hour)},
+		{"now+2hours", now.Add(2 * time.Hour)},
+		{"now+30minutes", now.Add(30 * time.Minute)},
+		{"now+3days", now.Add(72 * time.Hour)},
+		{"now+1week", now.Add(7 * 24 * time.Hour)},
+		{"now+10seconds", now.Add(10 * time.Second)},
+		{"16:00", time.Date(2026, 3, 10, 16, 0, 0, 0, loc)},
+		{"10:00", time.Date(2026, 3, 11, 10, 0, 0, 0, loc)}, // passed: tomorrow
+		{"16:00:30", time.Date(2026, 3, 10, 16, 0, 30, 0, loc)},
+		{"4:00PM", time.Date(2026, 3, 10, 16, 0, 0, 0, loc)},
+		{"2026-04-01", time.Date(2026, 4, 1, 0, 0, 0, 0, loc)},
+		{"2026-04-01T08:15", time.Date(2026, 4, 1, 8, 15, 0, 0, loc)},
+		{"2026-04-01T08:15:30", time.Date(2026, 4, 1, 8, 15, 30, 0, loc)},
+		{"0401", time.Date(2026, 4, 1, 0, 0, 0, 0, loc)},
+		{"04/01/27", time.Date(2027, 4, 1, 0, 0, 0, 0, loc)},
+		{"04.01", time.Date(2026, 4, 1, 0, 0, 0, 0, loc)},
+		{"tomorrow", time.Date(2026, 3, 11, 0, 0, 0, 0, loc)},
+		{"midnight", time.Date(2026, 3, 11, 0, 0, 0, 0, loc)},
+		{"teatime", time.Date(2026, 3, 10, 16, 0, 0, 0, loc)},
+		{"noon", time.Date(2026, 3, 11, 12, 0, 0, 0, loc)},
+	} {
+		got, err := ParseBegin(tc.in, now)
+		if err != nil || !got.Equal(tc.want) {
+			t.Errorf("ParseBegin(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"", "later", "now+", "now+5fortnights", "25:00", "2026-13-01", "02/30", "13/01", "12:61", "2026-04-01T99:00"} {
+		if got, err := ParseBegin(bad, now); err == nil {
+			t.Errorf("ParseBegin(%q) = %v, want an error", bad, got)
+		}
+	}
+}
+
+func TestParseSignal(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"USR1":        "USR1@60",
+		"SIGUSR1":     "USR1@60",
+		"usr2@90":     "USR2@90",
+		"B:USR1@120":  "B:USR1@120",
+		"10":          "USR1@60",
+		"R:TERM@0":    "R:TERM@0",
+		"b:sigterm@5": "B:TERM@5",
+	} {
+		s, err := ParseSignal(in)
+		if err != nil || s.String() != want {
+			t.Errorf("ParseSignal(%q) = %v, %v; want %s", in, s, err, want)
+		}
+	}
+	for _, bad := range []string{"", "FOO", "99", "USR1@", "USR1@70000", "X:USR1", "USR1@-1"} {
+		if s, err := ParseSignal(bad); err == nil {
+			t.Errorf("ParseSignal(%q) = %v, want an error", bad, s)
+		}
+	}
+}
+
+func TestOptParser(t *testing.T) {
+	t.Parallel()
+	p := &optParser{prog: "x", defs: []optDef{
+		{long: []string{"nodes"}, short: 'N', arg: requiredArg},
+		{long: []string{"hold"}, short: 'H', arg: noArg},
+		{long: []string{"exclusive"}, arg: optionalArg},
+		{long: []string{"no-requeue"}, arg: noArg},
+		{long: []string{"no-kill"}, short: 'k', arg: optionalArg},
+	}}
+	opts, rest, err := p.parse([]string{"-N2", "-N", "3", "--nodes=4", "--nodes", "5", "-HN6", "--excl", "--exclusive=user", "--no-r", "a", "--", "-H"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, o := range opts {
+		got = append(got, o.key+"="+o.value)
+	}
+	want := []string{"nodes=2", "nodes=3", "nodes=4", "nodes=5", "hold=", "nodes=6", "exclusive=", "exclusive=user", "no-requeue="}
+	if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(rest, []string{"a", "-H"}) {
+		t.Errorf("parse = %v rest %v; want %v rest [a -H]", got, rest, want)
+	}
+	for args, msg := range map[string]string{
+		"--foo":       "x: unrecognized option '--foo'",
+		"-Z":          "x: invalid option -- 'Z'",
+		"--nodes":     "x: option '--nodes' requires an argument",
+		"-N":          "x: option requires an argument -- 'N'",
+		"--hold=1":    "x: option '--hold' doesn't allow an argument",
+		"--no":        "x: option '--no' is ambiguous; possibilities: '--no-kill' '--no-requeue' '--nodes'",
+		"--nodes2=10": "x: unrecognized option '--nodes2'",
+	} {
+		if _, _, err := p.parse(strings.Fields(args)); err == nil || err.Error() != msg {
+			t.Errorf("parse(%s) error = %v, want %q", args, err, msg)
+		}
+	}
+	// Stopping at the first non-option keeps the script's own arguments.
+	p.stopAtFirst = true
+	opts, rest, err = p.parse([]string{"-H", "job.sh", "-N", "2"})
+	if err != nil || len(opts) != 1 || !reflect.DeepEqual(rest, []string{"job.sh", "-N", "2"}) {
+		t.Errorf("stopAtFirst: %v %v %v", opts, rest, err)
+	}
+}
+
+func TestFormatParsingAndCells(t *testing.T) {
+	t.Parallel()
+	f := parseFormat(">%.18i %-20j|%5t%R")
+	if f.prefix != ">" || len(f.fields) != 4 {
+		t.Fatalf("parseFormat = %+v", f)
+	}
+	want := []fmtField{
+		{spec: "i", width: 18, right: true, suffix: " ", token: "%.18i "},
+		{spec: "j", width: 20, suffix: "|", token: "%-20j|"},
+		{spec: "t", width: 5, token: "%5t"},
+		{spec: "R", token: "%R"},
+	}
+	if !reflect.DeepEqual(f.fields, want) {
+		t.Errorf("fields = %+v\nwant %+v", f.fields, want)
+	}
+	var b strings.Builder
+	writeCell(&b, "abc", 5, true, true)
+	writeCell(&b, "|", 0, false, false)
+	writeCell(&b, "abcdefgh", 5, true, true)
+	writeCell(&b, "|", 0, false, false)
+	writeCell(&b, "abcdefgh", 5, true, false)
+	writeCell(&b, "|", 0, false, false)
+	writeCell(&b, "abcdefgh", 5, false, false)
+	writeCell(&b, "|", 0, false, false)
+	writeCell(&b, "ab", 5, false, true)
+	writeCell(&b, "|", 0, false, false)
+	if got := b.String(); got != "  abc|abcde|abcdefgh|abcde|ab   |" {
+		t.Errorf("cells = %q", got)
+	}
+	long, unknown := parseLongFormat("JobID:.10,Name:5|,Bogus,State", squeueLongNames)
+	if len(unknown) != 1 || unknown[0] != "Bogus" || len(long.fields) != 3 ||
+		long.fields[0] != (fmtField{spec: "A", width: 10, right: true, token: "JobID:.10"}) ||
+		long.fields[1].suffix != "|" || long.fields[2].width != 20 {
+		t.Errorf("parseLongFormat = %+v %v", long, unknown)
+	}
+}

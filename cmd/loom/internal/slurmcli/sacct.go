@@ -1,0 +1,651 @@
+package slurmcli
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/hostlist"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+const (
+	sacctDefaultFields = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"
+	sacctBriefFields   = "JobID,State,ExitCode"
+	sacctLongFields    = "JobID,JobIDRaw,JobName,Partition,Account,AllocCPUS,AllocNodes,AllocTRES,ReqCPUS,ReqMem,ReqNodes,ReqTRES,NTasks,State,ExitCode,DerivedExitCode,Elapsed,CPUTime,Timelimit,Submit,Eligible,Start,End,NodeList,Priority,QOS,Reason,User,WorkDir"
+)
+
+var sacctOptions = []optDef{
+	{long: []string{"allusers"}, short: 'a', arg: noArg},
+	{long: []string{"accounts"}, short: 'A', arg: requiredArg},
+	{long: []string{"array"}, arg: noArg},
+	{long: []string{"brief"}, short: 'b', arg: noArg},
+	{long: []string{"completion"}, short: 'c', arg: noArg},
+	{long: []string{"delimiter"}, arg: requiredArg},
+	{long: []string{"duplicates"}, short: 'D', arg: noArg},
+	{long: []string{"helpformat"}, short: 'e', arg: noArg},
+	{long: []string{"endtime"}, short: 'E', arg: requiredArg},
+	{long: []string{"federation"}, arg: noArg},
+	{long: []string{"help"}, short: 'h', arg: noArg},
+	{long: []string{"jobs"}, short: 'j', arg: requiredArg},
+	{long: []string{"long"}, short: 'l', arg: noArg},
+	{long: []string{"allclusters"}, short: 'L', arg: noArg},
+	{long: []string{"local"}, arg: noArg},
+	{long: []string{"clusters", "cluster"}, short: 'M', arg: requiredArg},
+	{long: []string{"noheader"}, short: 'n', arg: noArg},
+	{long: []string{"name"}, arg: requiredArg},
+	{long: []string{"nodelist"}, short: 'N', arg: requiredArg},
+	{long: []string{"noconvert"}, arg: noArg},
+	{long: []string{"format"}, short: 'o', arg: requiredArg},
+	{long: []string{"parsable"}, short: 'p', arg: noArg},
+	{long: []string{"parsable2"}, short: 'P', arg: noArg},
+	{long: []string{"qos"}, short: 'q', arg: requiredArg},
+	{long: []string{"partition"}, short: 'r', arg: requiredArg},
+	{long: []string{"state"}, short: 's', arg: requiredArg},
+	{long: []string{"starttime"}, short: 'S', arg: requiredArg},
+	{long: []string{"truncate"}, short: 'T', arg: noArg},
+	{long: []string{"user", "uid"}, short: 'u', arg: requiredArg},
+	{long: []string{"usage"}, arg: noArg},
+	{long: []string{"units"}, arg: requiredArg},
+	{long: []string{"verbose"}, short: 'v', arg: noArg},
+	{long: []string{"version"}, short: 'V', arg: noArg},
+	{long: []string{"allocations"}, short: 'X', arg: noArg},
+}
+
+// sacctRow is one line of sacct: a job's allocation (step "") or its
+// batch step, for one run of the job.
+type sacctRow struct {
+	job  *loomv1.Job
+	id   string
+	step string
+	// run is the attempt shown; nil means the job's current one.
+	run *loomv1.JobRun
+	// pendingTasks marks an array's not-yet-started tasks ("12_[3-7]").
+	pendingTasks bool
+}
+
+func (r sacctRow) state() loomv1.JobState {
+	if r.run != nil {
+		return r.run.GetState()
+	}
+	return effectiveState(r.job)
+}
+
+func (r sacctRow) started() bool {
+	if r.run != nil {
+		return r.run.GetStartTime() != nil
+	}
+	return r.job.GetStartTime() != nil && r.state() != loomv1.JobState_PENDING && !r.pendingTasks
+}
+
+func (r sacctRow) start() *timestamppb.Timestamp {
+	if r.run != nil {
+		return r.run.GetStartTime()
+	}
+	return r.job.GetStartTime()
+}
+
+func (r sacctRow) end() *timestamppb.Timestamp {
+	if r.run != nil {
+		return r.run.GetEndTime()
+	}
+	if terminal(r.state()) {
+		return r.job.GetEndTime()
+	}
+	return nil
+}
+
+func (r sacctRow) nodes() []string {
+	if r.run != nil {
+		return r.run.GetNodes()
+	}
+	return r.job.GetNodes()
+}
+
+func (r sacctRow) exitCode() int32 {
+	if r.run != nil {
+		return r.run.GetExitCode()
+	}
+	return r.job.GetExitCode()
+}
+
+// elapsed is how long the row's run has lasted.
+func (r sacctRow) elapsed(now time.Time) int64 {
+	if !r.started() || r.start() == nil {
+		return 0
+	}
+	end := now
+	if e := r.end(); e != nil {
+		end = e.AsTime()
+	}
+	return max(int64(end.Sub(r.start().AsTime())/time.Second), 0)
+}
+
+// stepState is the batch step's state for a job state, as Slurm records
+// it (a killed step is CANCELLED).
+func stepState(s loomv1.JobState) string {
+	switch s {
+	case loomv1.JobState_TIMEOUT, loomv1.JobState_PREEMPTED, loomv1.JobState_NODE_FAIL, loomv1.JobState_CANCELLED:
+		return "CANCELLED"
+	}
+	return stateLong(s)
+}
+
+// exitCodeString is sacct's ExitCode "code:signal": Loom reports a death
+// by signal n as 128+n.
+func exitCodeString(code int32) string {
+	if code > 128 && code < 128+65 {
+		return fmt.Sprintf("0:%d", code-128)
+	}
+	return fmt.Sprintf("%d:0", code)
+}
+
+// sacctField is one sacct field: its width (negative: left-justified)
+// and value.
+type sacctField struct {
+	name  string
+	width int
+	value func(r sacctRow) string
+}
+
+// sacctFields are the fields sacct knows, with Slurm's default widths.
+func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int64) []sacctField {
+	ts := func(t *timestamppb.Timestamp, unknown string) string {
+		if t == nil {
+			return unknown
+		}
+		return formatTimestamp(t.AsTime(), loc)
+	}
+	job := func(f func(r sacctRow) string) func(r sacctRow) string {
+		return func(r sacctRow) string {
+			if r.step != "" {
+				return ""
+			}
+			return f(r)
+		}
+	}
+	cpus := func(r sacctRow) int {
+		if !r.started() {
+			return 0
+		}
+		if r.step == "batch" {
+			return max(jobCPUs(r.job)/max(len(r.nodes()), 1), 1)
+		}
+		return jobCPUs(r.job)
+	}
+	tres := func(r sacctRow, alloc bool) string {
+		if alloc && !r.started() {
+			return ""
+		}
+		j := r.job
+		n := jobNodeCount(j)
+		if alloc && len(r.nodes()) > 0 {
+			n = len(r.nodes())
+		}
+		parts := []string{fmt.Sprintf("billing=%d", jobCPUs(j)), fmt.Sprintf("cpu=%d", jobCPUs(j))}
+		gpus := int(j.GetGpus())
+		if g := int(j.GetGpusPerNode()); g > 0 {
+			gpus = g * n
+		}
+		if alloc && j.GetAllocGpus() > 0 {
+			gpus = int(j.GetAllocGpus())
+		}
+		if gpus > 0 {
+			parts = append(parts, fmt.Sprintf("gres/gpu=%d", gpus))
+		}
+		if m := j.GetMemMb(); m > 0 {
+			parts = append(parts, "mem="+memString(m*int64(n)))
+		}
+		parts = append(parts, fmt.Sprintf("node=%d", n))
+		return strings.Join(parts, ",")
+	}
+	return []sacctField{
+		{"Account", 10, func(r sacctRow) string { return r.job.GetAccount() }},
+		{"AllocCPUS", 10, func(r sacctRow) string { return strconv.Itoa(cpus(r)) }},
+		{"AllocNodes", 10, func(r sacctRow) string {
+			if !r.started() {
+				return "0"
+			}
+			return strconv.Itoa(max(len(r.nodes()), 1))
+		}},
+		{"AllocTRES", 10, func(r sacctRow) string { return tres(r, true) }},
+		{"Cluster", 10, func(r sacctRow) string { return shortName(r.job.GetCluster()) }},
+		{"Comment", 14, func(sacctRow) string { return "" }},
+		{"CPUTime", 10, func(r sacctRow) string { return formatDuration(r.elapsed(now) * int64(cpus(r))) }},
+		{"CPUTimeRAW", 10, func(r sacctRow) string { return strconv.FormatInt(r.elapsed(now)*int64(cpus(r)), 10) }},
+		{"DerivedExitCode", 15, job(func(r sacctRow) string { return exitCodeString(r.exitCode()) })},
+		{"Elapsed", 10, func(r sacctRow) string { return formatDuration(r.elapsed(now)) }},
+		{"ElapsedRaw", 10, func(r sacctRow) string { return strconv.FormatInt(r.elapsed(now), 10) }},
+		{"Eligible", 19, job(func(r sacctRow) string {
+			if b := r.job.GetBeginTime(); b != nil {
+				return ts(b, "Unknown")
+			}
+			return ts(r.job.GetSubmitTime(), "Unknown")
+		})},
+		{"End", 19, func(r sacctRow) string { return ts(r.end(), "Unknown") }},
+		{"ExitCode", 8, func(r sacctRow) string { return exitCodeString(r.exitCode()) }},
+		{"Group", 9, job(func(r sacctRow) string { return r.job.GetUser() })},
+		{"JobID", -12, func(r sacctRow) string { return r.id }},
+		{"JobIDRaw", -12, func(r sacctRow) string {
+			if r.step != "" {
+				return r.job.GetJobId() + "." + r.step
+			}
+			return r.job.GetJobId()
+		}},
+		{"JobName", 10, func(r sacctRow) string {
+			if r.step != "" {
+				return r.step
+			}
+			return r.job.GetDisplayName()
+		}},
+		{"NCPUS", 10, func(r sacctRow) string { return strconv.Itoa(cpus(r)) }},
+		{"NNodes", 8, func(r sacctRow) string {
+			if r.started() {
+				return strconv.Itoa(max(len(r.nodes()), 1))
+			}
+			return strconv.Itoa(jobNodeCount(r.job))
+		}},
+		{"NodeList", 15, func(r sacctRow) string {
+			if !r.started() {
+				return "None assigned"
+			}
+			if r.step == "batch" {
+				if h := r.job.GetBatchHost(); h != "" {
+					return h
+				}
+				if n := r.nodes(); len(n) > 0 {
+					return n[0]
+				}
+			}
+			return compressHosts(r.nodes())
+		}},
+		{"NTasks", 8, func(r sacctRow) string {
+			if r.step == "batch" {
+				return "1"
+			}
+			return ""
+		}},
+		{"Partition", 10, job(func(r sacctRow) string { return r.job.GetPartition() })},
+		{"Priority", 10, job(func(r sacctRow) string { return strconv.FormatInt(r.job.GetPriority(), 10) })},
+		{"QOS", 10, job(func(r sacctRow) string { return r.job.GetQos() })},
+		{"Reason", 22, job(func(r sacctRow) string { return jobReason(r.job) })},
+		{"ReqCPUS", 8, job(func(r sacctRow) string { return strconv.Itoa(jobCPUs(r.job)) })},
+		{"ReqMem", 10, job(func(r sacctRow) string { return memString(r.job.GetMemMb()) })},
+		{"ReqNodes", 8, job(func(r sacctRow) string { return strconv.Itoa(jobNodeCount(r.job)) })},
+		{"ReqTRES", 10, job(func(r sacctRow) string { return tres(r, false) })},
+		{"Reserved", 10, job(func(r sacctRow) string {
+			elig := r.job.GetBeginTime()
+			if elig == nil {
+				elig = r.job.GetSubmitTime()
+			}
+			if elig == nil {
+				return "00:00:00"
+			}
+			until := now
+			if r.started() && r.start() != nil {
+				until = r.start().AsTime()
+			}
+			return formatDuration(max(int64(until.Sub(elig.AsTime())/time.Second), 0))
+		})},
+		{"Start", 19, func(r sacctRow) string {
+			if !r.started() {
+				return "Unknown"
+			}
+			return ts(r.start(), "Unknown")
+		}},
+		{"State", 10, func(r sacctRow) string {
+			if r.step != "" {
+				return stepState(r.state())
+			}
+			return stateLong(r.state())
+		}},
+		{"Submit", 19, func(r sacctRow) string { return ts(r.job.GetSubmitTime(), "Unknown") }},
+		{"Suspended", 10, func(sacctRow) string { return "00:00:00" }},
+		{"Timelimit", 10, job(func(r sacctRow) string {
+			l := limit(r.job)
+			if l < 0 {
+				return "UNLIMITED"
+			}
+			return formatDuration(l)
+		})},
+		{"TimelimitRaw", 10, job(func(r sacctRow) string {
+			l := limit(r.job)
+			if l < 0 {
+				return "UNLIMITED"
+			}
+			return strconv.FormatInt(l/60, 10)
+		})},
+		{"User", 9, job(func(r sacctRow) string { return r.job.GetUser() })},
+		{"WorkDir", 20, job(func(r sacctRow) string { return r.job.GetWorkDir() })},
+	}
+}
+
+// parseSacctFormat parses --format "Field[%width],...": names are matched
+// case-insensitively, or by a unique prefix.
+func parseSacctFormat(spec string, known []sacctField) ([]sacctField, error) {
+	var out []sacctField
+	for _, item := range splitList(spec) {
+		name, width, hasWidth := strings.Cut(item, "%")
+		var f *sacctField
+		for i := range known {
+			if strings.EqualFold(known[i].name, name) {
+				f = &known[i]
+				break
+			}
+		}
+		if f == nil {
+			for i := range known {
+				if len(name) > 0 && strings.HasPrefix(strings.ToLower(known[i].name), strings.ToLower(name)) {
+					f = &known[i]
+					break
+				}
+			}
+		}
+		if f == nil {
+			return nil, fmt.Errorf("Invalid field requested: %q", name)
+		}
+		field := *f
+		if hasWidth {
+			n, err := strconv.Atoi(width)
+			if err != nil {
+				return nil, fmt.Errorf("Invalid field width: %q", item)
+			}
+			if n != 0 {
+				field.width = n
+			}
+		}
+		out = append(out, field)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no fields in --format %q", spec)
+	}
+	return out, nil
+}
+
+// sacctCell lays out one value as Slurm's print_fields_str: truncated
+// values end in '+'.
+func sacctCell(b *strings.Builder, v string, width int) {
+	abs := width
+	if abs < 0 {
+		abs = -abs
+	}
+	if n := len([]rune(v)); n > abs && abs > 0 {
+		v = firstRunes(v, abs-1) + "+"
+	}
+	if width < 0 {
+		fmt.Fprintf(b, "%-*s ", abs, v)
+	} else {
+		fmt.Fprintf(b, "%*s ", abs, v)
+	}
+}
+
+// sacct is the sacct command.
+func (c *cmd) sacct(ctx context.Context, args []string) error {
+	p := &optParser{prog: "sacct", defs: sacctOptions}
+	opts, rest, err := p.parse(args)
+	if err != nil {
+		return usage("sacct", err)
+	}
+	if len(rest) > 0 {
+		return c.errorf("Unrecognized option: %s", rest[0])
+	}
+	fieldSpec := sacctDefaultFields
+	if v := c.env.Environ["SACCT_FORMAT"]; v != "" {
+		fieldSpec = v
+	}
+	var users, accounts, names, parts, qos []string
+	var sel *jobSelector
+	var states stateSet
+	var nodes map[string]bool
+	var startT, endT *time.Time
+	allUsers, allocOnly, noHeader, dups, helpFormat := false, false, false, false, false
+	parsable := 0 // 1: -p (trailing delimiter), 2: -P
+	delim := "|"
+	for _, o := range opts {
+		switch o.key {
+		case "help", "usage":
+			fmt.Fprint(c.stdout, sacctUsage)
+			return nil
+		case "version":
+			return c.printVersion()
+		case "allusers":
+			allUsers = true
+		case "accounts":
+			accounts = splitList(o.value)
+		case "brief":
+			fieldSpec = sacctBriefFields
+		case "completion":
+			return c.errorf("job completion records (-c) are not kept by Loom; use sacct without -c")
+		case "delimiter":
+			delim = o.value
+		case "duplicates":
+			dups = true
+		case "helpformat":
+			helpFormat = true
+		case "endtime":
+			t, err := parseSacctTime(o.value, c.now)
+			if err != nil {
+				return c.errorf("Invalid time specification (--endtime) %q: %v", o.value, err)
+			}
+			endT = &t
+		case "jobs":
+			if sel, err = parseJobSelector("sacct", o.value); err != nil {
+				return err
+			}
+		case "long":
+			fieldSpec = sacctLongFields
+		case "allclusters":
+			c.env.Cluster = ""
+		case "clusters":
+			c.env.Cluster = o.value
+		case "noheader":
+			noHeader = true
+		case "name":
+			names = splitList(o.value)
+		case "nodelist":
+			hosts, err := hostlist.Expand(o.value)
+			if err != nil {
+				return c.errorf("Invalid node list: %s", o.value)
+			}
+			nodes = map[string]bool{}
+			for _, h := range hosts {
+				nodes[h] = true
+			}
+		case "format":
+			fieldSpec = o.value
+		case "parsable":
+			parsable = 1
+		case "parsable2":
+			parsable = 2
+		case "qos":
+			qos = splitList(o.value)
+		case "partition":
+			parts = splitList(o.value)
+		case "state":
+			list, all, err := parseJobStates("sacct", o.value)
+			if err != nil {
+				return err
+			}
+			if !all {
+				states = stateSet{}
+				for _, s := range list {
+					states[s] = true
+				}
+			}
+		case "starttime":
+			t, err := parseSacctTime(o.value, c.now)
+			if err != nil {
+				return c.errorf("Invalid time specification (--starttime) %q: %v", o.value, err)
+			}
+			startT = &t
+		case "user":
+			users = splitList(o.value)
+		case "allocations":
+			allocOnly = true
+		}
+	}
+	view := &squeueView{now: c.env.nowIn(c.loc), loc: c.loc}
+	known := sacctFields(view.now, c.loc, view.timeLimit)
+	if helpFormat {
+		var b strings.Builder
+		for i, f := range known {
+			fmt.Fprintf(&b, "%-20s", f.name)
+			if i%4 == 3 || i == len(known)-1 {
+				b.WriteString("\n")
+			}
+		}
+		fmt.Fprint(c.stdout, b.String())
+		return nil
+	}
+	fields, err := parseSacctFormat(fieldSpec, known)
+	if err != nil {
+		return &Error{Code: 1, Text: err.Error()}
+	}
+	if users == nil && !allUsers && c.env.User != "" && c.env.User != "root" {
+		users = []string{c.env.User}
+	}
+	// Without -j, sacct shows jobs since midnight.
+	if startT == nil && sel == nil {
+		y, m, d := view.now.Date()
+		t := time.Date(y, m, d, 0, 0, 0, 0, c.loc)
+		startT = &t
+	}
+	jobs, err := c.listJobs(ctx, &loomv1.ListJobsRequest{Users: users, Partitions: parts, Names: names, States: states.list()})
+	if err != nil {
+		return err
+	}
+	if jobs, err = c.withArrayTasks(ctx, jobs, states != nil); err != nil {
+		return err
+	}
+	q := &squeueQuery{users: newStringSet(users), parts: newStringSet(parts), names: newStringSet(names),
+		accounts: newStringSet(accounts), qos: newStringSet(qos), nodes: nodes, sel: sel, states: states, anyState: true}
+	if formatSacctUses(fields, "Timelimit", "TimelimitRaw") {
+		view.limits = c.partitionLimits(ctx, jobs)
+	}
+	rows := newArrayView(jobs).rows(jobs, false)
+	sort.SliceStable(rows, func(a, b int) bool { return lessID(rows[a].id, rows[b].id) })
+	var out []sacctRow
+	for _, r := range rows {
+		if !q.match(r) || !inWindow(r.job, startT, endT) {
+			continue
+		}
+		pending := strings.Contains(r.id, "[")
+		if dups {
+			runs := r.job.GetRuns()
+			for i := 0; i+1 < len(runs); i++ {
+				run := runs[i]
+				out = append(out, sacctRow{job: r.job, id: r.id, run: run})
+				if !allocOnly && run.GetStartTime() != nil {
+					out = append(out, sacctRow{job: r.job, id: r.id + ".batch", step: "batch", run: run})
+				}
+			}
+		}
+		row := sacctRow{job: r.job, id: r.id, pendingTasks: pending}
+		out = append(out, row)
+		if !allocOnly && row.started() {
+			out = append(out, sacctRow{job: r.job, id: r.id + ".batch", step: "batch"})
+		}
+	}
+
+	var b strings.Builder
+	if !noHeader {
+		for i, f := range fields {
+			switch {
+			case parsable == 2 && i == len(fields)-1:
+				b.WriteString(f.name)
+			case parsable > 0:
+				b.WriteString(f.name + delim)
+			default:
+				abs := max(f.width, -f.width)
+				if f.width < 0 {
+					fmt.Fprintf(&b, "%-*.*s ", abs, abs, f.name)
+				} else {
+					fmt.Fprintf(&b, "%*.*s ", abs, abs, f.name)
+				}
+			}
+		}
+		b.WriteString("\n")
+		if parsable == 0 {
+			for _, f := range fields {
+				b.WriteString(strings.Repeat("-", max(f.width, -f.width)) + " ")
+			}
+			b.WriteString("\n")
+		}
+	}
+	for _, r := range out {
+		for i, f := range fields {
+			v := f.value(r)
+			switch {
+			case parsable == 2 && i == len(fields)-1:
+				b.WriteString(v)
+			case parsable > 0:
+				b.WriteString(v + delim)
+			default:
+				sacctCell(&b, v, f.width)
+			}
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprint(c.stdout, b.String())
+	return nil
+}
+
+func formatSacctUses(fields []sacctField, names ...string) bool {
+	for _, f := range fields {
+		for _, n := range names {
+			if f.name == n {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// inWindow says whether a job was around between start and end: it ended
+// after start (or has not ended) and was submitted before end.
+func inWindow(j *loomv1.Job, start, end *time.Time) bool {
+	if start != nil && j.GetEndTime() != nil && terminal(effectiveState(j)) && j.GetEndTime().AsTime().Before(*start) {
+		return false
+	}
+	if end != nil && j.GetSubmitTime() != nil && j.GetSubmitTime().AsTime().After(*end) {
+		return false
+	}
+	return true
+}
+
+// parseSacctTime parses -S/-E: Slurm's time forms (as --begin), plus
+// YYYY-MM-DD[THH:MM[:SS]] and MMDD[YY].
+func parseSacctTime(s string, now time.Time) (time.Time, error) {
+	return ParseBegin(s, now)
+}
+
+const sacctUsage = `Usage: sacct [options]
+	Use --help for help
+  -a, --allusers      Display jobs for all users.
+  -A, --accounts      Use this comma separated list of accounts to select jobs.
+  -b, --brief         Equivalent to '--format=jobstep,state,exitcode'.
+  -D, --duplicates    Show all runs of requeued jobs.
+  -e, --helpformat    Print a list of fields that can be specified with '--format'.
+  -E, --endtime       Select jobs eligible before this time.
+  -j, --jobs          Format is <job(.step)>. Display information about this job.
+  -l, --long          Equivalent to specifying many fields.
+  -M, --clusters      Cluster to query (overrides LOOM_CLUSTER).
+  -n, --noheader      No header will be added to the beginning of output.
+      --name          Display jobs that have any of these name(s).
+  -N, --nodelist      Display jobs that ran on any of these nodes.
+  -o, --format        Comma separated list of fields (Field%width).
+  -p, --parsable      Output will be '|' delimited with a '|' at the end.
+  -P, --parsable2     Output will be '|' delimited without a '|' at the end.
+  -q, --qos           Only send data about jobs using these qos.
+  -r, --partition     Comma separated list of partitions to select jobs from.
+  -s, --state         Select jobs based on their state.
+  -S, --starttime     Select jobs eligible after this time (default: midnight).
+  -u, --user          Use this comma separated list of users to select jobs.
+  -X, --allocations   Only show statistics relevant to the job allocation itself.
+      --delimiter     ASCII characters used to separate the fields when using -p or -P.
+`

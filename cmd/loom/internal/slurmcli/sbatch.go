@@ -1,0 +1,1124 @@
+package slurmcli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/hostlist"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// sbatchOptions are sbatch's options (22.05). The ones Loom acts on are
+// listed in sbatchApply; the others are accepted and ignored with a
+// warning (ignoredSbatch), so that existing scripts still run.
+var sbatchOptions = []optDef{
+	{long: []string{"account"}, short: 'A', arg: requiredArg},
+	{long: []string{"array"}, short: 'a', arg: requiredArg},
+	{long: []string{"begin"}, short: 'b', arg: requiredArg},
+	{long: []string{"chdir", "workdir"}, short: 'D', arg: requiredArg},
+	{long: []string{"clusters", "cluster"}, short: 'M', arg: requiredArg},
+	{long: []string{"cpus-per-task"}, short: 'c', arg: requiredArg},
+	{long: []string{"dependency"}, short: 'd', arg: requiredArg},
+	{long: []string{"error"}, short: 'e', arg: requiredArg},
+	{long: []string{"exclude"}, short: 'x', arg: requiredArg},
+	{long: []string{"exclusive"}, arg: optionalArg},
+	{long: []string{"export"}, arg: requiredArg},
+	{long: []string{"gpus"}, short: 'G', arg: requiredArg},
+	{long: []string{"gpus-per-node"}, arg: requiredArg},
+	{long: []string{"gpus-per-task"}, arg: requiredArg},
+	{long: []string{"gres"}, arg: requiredArg},
+	{long: []string{"help"}, short: 'h', arg: noArg},
+	{long: []string{"hold"}, short: 'H', arg: noArg},
+	{long: []string{"job-name"}, short: 'J', arg: requiredArg},
+	{long: []string{"mem"}, arg: requiredArg},
+	{long: []string{"mem-per-cpu"}, arg: requiredArg},
+	{long: []string{"mem-per-gpu"}, arg: requiredArg},
+	{long: []string{"nodelist"}, short: 'w', arg: requiredArg},
+	{long: []string{"nodes"}, short: 'N', arg: requiredArg},
+	{long: []string{"no-requeue"}, arg: noArg},
+	{long: []string{"ntasks", "tasks"}, short: 'n', arg: requiredArg},
+	{long: []string{"ntasks-per-node", "tasks-per-node"}, arg: requiredArg},
+	{long: []string{"output"}, short: 'o', arg: requiredArg},
+	{long: []string{"parsable"}, arg: noArg},
+	{long: []string{"partition"}, short: 'p', arg: requiredArg},
+	{long: []string{"qos"}, short: 'q', arg: requiredArg},
+	{long: []string{"quiet"}, short: 'Q', arg: noArg},
+	{long: []string{"requeue"}, arg: noArg},
+	{long: []string{"signal"}, arg: requiredArg},
+	{long: []string{"test-only"}, arg: noArg},
+	{long: []string{"time"}, short: 't', arg: requiredArg},
+	{long: []string{"usage"}, short: 'u', arg: noArg},
+	{long: []string{"verbose"}, short: 'v', arg: noArg},
+	{long: []string{"version"}, short: 'V', arg: noArg},
+	{long: []string{"wait"}, short: 'W', arg: noArg},
+	{long: []string{"wrap"}, arg: requiredArg},
+
+	// Accepted and ignored (a warning says so).
+	{long: []string{"acctg-freq"}, arg: requiredArg},
+	{long: []string{"batch"}, arg: requiredArg},
+	{long: []string{"bb"}, arg: requiredArg},
+	{long: []string{"bbf"}, arg: requiredArg},
+	{long: []string{"comment"}, arg: requiredArg},
+	{long: []string{"constraint"}, short: 'C', arg: requiredArg},
+	{long: []string{"container"}, arg: requiredArg},
+	{long: []string{"contiguous"}, arg: noArg},
+	{long: []string{"core-spec"}, short: 'S', arg: requiredArg},
+	{long: []string{"cores-per-socket"}, arg: requiredArg},
+	{long: []string{"cpu-freq"}, arg: requiredArg},
+	{long: []string{"cpus-per-gpu"}, arg: requiredArg},
+	{long: []string{"deadline"}, arg: requiredArg},
+	{long: []string{"delay-boot"}, arg: requiredArg},
+	{long: []string{"distribution"}, short: 'm', arg: requiredArg},
+	{long: []string{"export-file"}, arg: requiredArg},
+	{long: []string{"extra-node-info"}, short: 'B', arg: requiredArg},
+	{long: []string{"get-user-env"}, arg: optionalArg},
+	{long: []string{"gid"}, arg: requiredArg},
+	{long: []string{"gres-flags"}, arg: requiredArg},
+	{long: []string{"hint"}, arg: requiredArg},
+	{long: []string{"ignore-pbs"}, arg: noArg},
+	{long: []string{"immediate"}, short: 'I', arg: optionalArg},
+	{long: []string{"input"}, short: 'i', arg: requiredArg},
+	{long: []string{"kill-on-invalid-dep"}, arg: requiredArg},
+	{long: []string{"licenses"}, short: 'L', arg: requiredArg},
+	{long: []string{"mail-type"}, arg: requiredArg},
+	{long: []string{"mail-user"}, arg: requiredArg},
+	{long: []string{"mcs-label"}, arg: requiredArg},
+	{long: []string{"mem-bind"}, arg: requiredArg},
+	{long: []string{"mincpus"}, arg: requiredArg},
+	{long: []string{"network"}, arg: requiredArg},
+	{long: []string{"nice"}, arg: optionalArg},
+	{long: []string{"no-kill"}, short: 'k', arg: optionalArg},
+	{long: []string{"nodefile"}, short: 'F', arg: requiredArg},
+	{long: []string{"ntasks-per-core"}, arg: requiredArg},
+	{long: []string{"ntasks-per-gpu"}, arg: requiredArg},
+	{long: []string{"ntasks-per-socket"}, arg: requiredArg},
+	{long: []string{"open-mode"}, arg: requiredArg},
+	{long: []string{"overcommit"}, short: 'O', arg: noArg},
+	{long: []string{"oversubscribe"}, short: 's', arg: noArg},
+	{long: []string{"power"}, arg: requiredArg},
+	{long: []string{"priority"}, arg: requiredArg},
+	{long: []string{"profile"}, arg: requiredArg},
+	{long: []string{"propagate"}, arg: optionalArg},
+	{long: []string{"reboot"}, arg: noArg},
+	{long: []string{"reservation"}, arg: requiredArg},
+	{long: []string{"sockets-per-node"}, arg: requiredArg},
+	{long: []string{"spread-job"}, arg: noArg},
+	{long: []string{"switches"}, arg: requiredArg},
+	{long: []string{"thread-spec"}, arg: requiredArg},
+	{long: []string{"threads-per-core"}, arg: requiredArg},
+	{long: []string{"time-min"}, arg: requiredArg},
+	{long: []string{"tmp"}, arg: requiredArg},
+	{long: []string{"tres-per-task"}, arg: requiredArg},
+	{long: []string{"uid"}, arg: requiredArg},
+	{long: []string{"use-min-nodes"}, arg: noArg},
+	{long: []string{"wait-all-nodes"}, arg: requiredArg},
+	{long: []string{"wckey"}, arg: requiredArg},
+}
+
+// sbatchEnvOptions are sbatch's input environment variables: each sets
+// the option it names, above the script's directives and below the
+// command line.
+var sbatchEnvOptions = []struct{ env, opt string }{
+	{"SBATCH_ACCOUNT", "account"},
+	{"SBATCH_ARRAY_INX", "array"},
+	{"SBATCH_CLUSTERS", "clusters"},
+	{"SBATCH_EXCLUSIVE", "exclusive"},
+	{"SBATCH_EXPORT", "export"},
+	{"SBATCH_GPUS", "gpus"},
+	{"SBATCH_GPUS_PER_NODE", "gpus-per-node"},
+	{"SBATCH_GPUS_PER_TASK", "gpus-per-task"},
+	{"SBATCH_GRES", "gres"},
+	{"SBATCH_JOB_NAME", "job-name"},
+	{"SBATCH_MEM_PER_CPU", "mem-per-cpu"},
+	{"SBATCH_MEM_PER_GPU", "mem-per-gpu"},
+	{"SBATCH_MEM_PER_NODE", "mem"},
+	{"SBATCH_NO_REQUEUE", "no-requeue"},
+	{"SBATCH_PARTITION", "partition"},
+	{"SBATCH_QOS", "qos"},
+	{"SBATCH_REQUEUE", "requeue"},
+	{"SBATCH_SIGNAL", "signal"},
+	{"SBATCH_TIMELIMIT", "time"},
+	{"SBATCH_WAIT", "wait"},
+}
+
+// sbatchRequest is a parsed sbatch invocation: the job to submit and how
+// sbatch itself should behave.
+type sbatchRequest struct {
+	job      *loomv1.Job
+	parsable bool
+	wait     bool
+	quiet    bool
+	// clusters is -M: the cluster to submit to, over LOOM_CLUSTER.
+	clusters string
+	// help, usage and version ask for text instead of a submission.
+	help, usage, version bool
+	// warnings are printed before submitting (ignored options).
+	warnings []string
+}
+
+// sbatchState collects option values while the script's directives, the
+// input environment variables and the command line are applied in turn;
+// build turns it into a Job.
+type sbatchState struct {
+	prog      string
+	now       time.Time
+	cwd       string
+	req       *sbatchRequest
+	job       *loomv1.Job
+	nodesSet  bool
+	memPerCPU int64
+	memPerGPU int64
+	gpusPerT  int32
+	wrap      string
+	wrapSet   bool
+	ignored   map[string]bool
+}
+
+// ParseSbatch turns an sbatch command line (args, without the program
+// name: options, then the script's path and its arguments) and the
+// script's text into the Job to submit, exactly as sbatch would: the
+// script's leading "#SBATCH" directives first, then sbatch's input
+// environment variables (SBATCH_TIMELIMIT, ...), then the command line,
+// each overriding the one before. env is the submitting environment: it
+// gives the exported variables (--export), PWD (the submit directory) and
+// LOOM_USER/USER. An unknown or malformed option is an *Error with
+// Slurm's message. The job's cluster is not set. With --wrap, script is
+// ignored.
+func ParseSbatch(args []string, script []byte, env map[string]string) (*loomv1.Job, error) {
+	req, err := parseSbatchAt(time.Now(), args, script, env)
+	if err != nil {
+		return nil, err
+	}
+	return req.job, nil
+}
+
+// parseSbatchAt is ParseSbatch with its clock (for --begin).
+func parseSbatchAt(now time.Time, args []string, script []byte, env map[string]string) (*sbatchRequest, error) {
+	const prog = "sbatch"
+	p := &optParser{prog: prog, defs: sbatchOptions, stopAtFirst: true}
+	cmdOpts, positional, err := p.parse(args)
+	if err != nil {
+		return nil, usage(prog, err)
+	}
+	st := &sbatchState{prog: prog, now: now, cwd: env["PWD"], req: &sbatchRequest{},
+		job: &loomv1.Job{}, ignored: map[string]bool{}}
+	st.req.job = st.job
+	if st.cwd == "" {
+		st.cwd = "/"
+	}
+	for _, o := range cmdOpts {
+		switch o.key {
+		case "help":
+			st.req.help = true
+		case "usage":
+			st.req.usage = true
+		case "version":
+			st.req.version = true
+		case "wrap":
+			st.wrap, st.wrapSet = o.value, true
+		}
+	}
+	if st.req.help || st.req.usage || st.req.version {
+		return st.req, nil
+	}
+
+	scriptPath := ""
+	var scriptArgs []string
+	if len(positional) > 0 {
+		if st.wrapSet {
+			return nil, errorf(prog, "Script arguments are not permitted with the --wrap option.")
+		}
+		scriptPath, scriptArgs = positional[0], positional[1:]
+	}
+	body := string(script)
+	if st.wrapSet {
+		body = "#!/bin/sh\n# This script was created by sbatch --wrap.\n\n" + st.wrap + "\n"
+	} else if err := checkScript(prog, script); err != nil {
+		return nil, err
+	}
+
+	// 1. the script's directives.
+	directives, err := scriptDirectives(prog, body)
+	if err != nil {
+		return nil, err
+	}
+	dp := &optParser{prog: prog, defs: sbatchOptions, stopAtFirst: true}
+	dopts, rest, err := dp.parse(directives)
+	if err != nil {
+		return nil, usage(prog, err)
+	}
+	if len(rest) > 0 {
+		return nil, errorf(prog, "Invalid directive found in batch script: %s", rest[0])
+	}
+	for _, o := range dopts {
+		if err := st.apply(o, ""); err != nil {
+			return nil, err
+		}
+	}
+	// 2. the input environment variables.
+	for _, e := range sbatchEnvOptions {
+		v, ok := env[e.env]
+		if !ok {
+			continue
+		}
+		o := parsedOpt{key: e.opt, written: "--" + e.opt, value: v, hasValue: true}
+		if d := findDef(sbatchOptions, e.opt); d != nil && d.arg == noArg {
+			o.value, o.hasValue = "", false
+		}
+		if err := st.apply(o, e.env); err != nil {
+			return nil, err
+		}
+	}
+	// 3. the command line.
+	for _, o := range cmdOpts {
+		if err := st.apply(o, ""); err != nil {
+			return nil, err
+		}
+	}
+	if err := st.build(body, scriptPath, scriptArgs, env); err != nil {
+		return nil, err
+	}
+	return st.req, nil
+}
+
+func findDef(defs []optDef, key string) *optDef {
+	for i := range defs {
+		if defs[i].key() == key {
+			return &defs[i]
+		}
+	}
+	return nil
+}
+
+// checkScript refuses what sbatch refuses before reading any directive.
+func checkScript(prog string, script []byte) error {
+	switch {
+	case len(script) == 0:
+		return errorf(prog, "Batch script is empty!")
+	case len(bytes.TrimSpace(script)) == 0:
+		return errorf(prog, "Batch script contains only whitespace!")
+	case !bytes.HasPrefix(script, []byte("#!")):
+		return &Error{Code: 1, Text: prog + ": error: This does not look like a batch script.  The first\n" +
+			prog + ": error: line must start with #! followed by the path to an interpreter.\n" +
+			prog + ": error: For instance: #!/bin/sh"}
+	case bytes.Contains(script, []byte("\r\n")):
+		return &Error{Code: 1, Text: prog + ": error: Batch script contains DOS line breaks (\\r\\n)\n" +
+			prog + ": error: instead of expected UNIX line breaks (\\n)."}
+	case bytes.IndexByte(script, 0) >= 0:
+		return errorf(prog, "The Slurm controller does not allow scripts that contain a NULL character '\\0'.")
+	}
+	return nil
+}
+
+// scriptDirectives returns the arguments of the script's "#SBATCH" lines,
+// read as sbatch reads them: only up to the first line that is neither
+// blank nor a comment; words split on blanks, quotes group, a backslash
+// escapes, and an unquoted '#' starts a comment.
+func scriptDirectives(prog, body string) ([]string, error) {
+	var out []string
+	for n, line := range strings.Split(body, "\n") {
+		rest, ok := strings.CutPrefix(line, "#SBATCH")
+		if !ok {
+			t := strings.TrimLeftFunc(line, unicode.IsSpace)
+			if t == "" || strings.HasPrefix(t, "#") {
+				continue
+			}
+			break
+		}
+		words, err := directiveWords(rest)
+		if err != nil {
+			return nil, errorf(prog, "script line %d: %v in [%s]", n+1, err, line)
+		}
+		out = append(out, words...)
+	}
+	return out, nil
+}
+
+// directiveWords splits the rest of a "#SBATCH" line into words.
+func directiveWords(s string) ([]string, error) {
+	var words []string
+	var cur strings.Builder
+	inWord, escape := false, false
+	var quote rune
+	for _, r := range s {
+		switch {
+		case escape:
+			cur.WriteRune(r)
+			escape, inWord = false, true
+		case r == '\\':
+			escape, inWord = true, true
+		case quote != 0:
+			if r == quote {
+				quote = 0
+			} else {
+				cur.WriteRune(r)
+			}
+		case r == '"' || r == '\'':
+			quote, inWord = r, true
+		case r == '#':
+			if inWord {
+				words = append(words, cur.String())
+			}
+			return words, nil
+		case unicode.IsSpace(r):
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		default:
+			cur.WriteRune(r)
+			inWord = true
+		}
+	}
+	if quote != 0 {
+		return nil, fmt.Errorf("unmatched `%c`", quote)
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words, nil
+}
+
+// apply sets one option. from names the environment variable it came
+// from, for messages ("" for the command line and the script).
+func (st *sbatchState) apply(o parsedOpt, from string) error {
+	j := st.job
+	v := strings.TrimSpace(o.value)
+	name := "--" + o.key
+	bad := func(why error) error {
+		e := invalid(st.prog, name, o.value, why)
+		if from != "" {
+			e.Text += " (from " + from + ")"
+		}
+		return e
+	}
+	switch o.key {
+	case "help", "usage", "version", "verbose":
+	case "quiet":
+		st.req.quiet = true
+	case "parsable":
+		st.req.parsable = true
+	case "wait":
+		st.req.wait = true
+	case "wrap":
+		// handled before the directives
+	case "test-only":
+		return errorf(st.prog, "--test-only is not supported by Loom")
+	case "account":
+		j.Account = v
+	case "array":
+		if _, err := ParseArray(v); err != nil {
+			return bad(err)
+		}
+		j.Array = v
+	case "begin":
+		t, err := ParseBegin(v, st.now)
+		if err != nil {
+			return bad(err)
+		}
+		j.BeginTime = timestamppb.New(t)
+	case "chdir":
+		if v == "" {
+			return bad(errors.New("empty directory"))
+		}
+		j.WorkDir = v
+	case "clusters":
+		if strings.Contains(v, ",") {
+			return bad(errors.New("Loom submits to one cluster at a time"))
+		}
+		st.req.clusters = v
+	case "cpus-per-task":
+		n, err := positiveInt(st.prog, name, o.value)
+		if err != nil {
+			return err
+		}
+		j.CpusPerTask = n
+	case "dependency":
+		if _, err := ParseDependency(v); err != nil {
+			return bad(err)
+		}
+		j.Dependency = v
+	case "error":
+		j.ErrorPattern = v
+	case "output":
+		j.OutputPattern = v
+	case "exclude":
+		names, err := expandHosts(v)
+		if err != nil {
+			return bad(err)
+		}
+		j.Exclude = names
+	case "nodelist":
+		names, err := expandHosts(v)
+		if err != nil {
+			return bad(err)
+		}
+		j.Nodelist = names
+	case "exclusive":
+		switch strings.ToLower(v) {
+		case "", "user", "mcs", "topo":
+			j.Exclusive = true
+		default:
+			return bad(errors.New("expected nothing, user, mcs or topo"))
+		}
+	case "export":
+		if v == "" {
+			return bad(errors.New("empty"))
+		}
+		j.Export = v
+	case "gpus":
+		typ, n, err := parseTypedCount(v)
+		if err != nil {
+			return bad(err)
+		}
+		j.Gpus, j.GpuType = n, typ
+	case "gpus-per-node":
+		typ, n, err := parseTypedCount(v)
+		if err != nil {
+			return bad(err)
+		}
+		j.GpusPerNode, j.GpuType = n, typ
+	case "gpus-per-task":
+		typ, n, err := parseTypedCount(v)
+		if err != nil {
+			return bad(err)
+		}
+		st.gpusPerT, j.GpuType = n, typ
+	case "gres":
+		typ, n, err := parseGres(v)
+		if err != nil {
+			return bad(err)
+		}
+		j.GpusPerNode, j.GpuType = n, typ
+	case "hold":
+		j.Hold = true
+	case "job-name":
+		j.DisplayName = o.value
+	case "mem":
+		mb, err := parseMem(v)
+		if err != nil {
+			return bad(err)
+		}
+		j.MemMb, st.memPerCPU, st.memPerGPU = mb, 0, 0
+	case "mem-per-cpu":
+		mb, err := parseMem(v)
+		if err != nil {
+			return bad(err)
+		}
+		st.memPerCPU, j.MemMb, st.memPerGPU = mb, 0, 0
+	case "mem-per-gpu":
+		mb, err := parseMem(v)
+		if err != nil {
+			return bad(err)
+		}
+		st.memPerGPU, j.MemMb, st.memPerCPU = mb, 0, 0
+	case "nodes":
+		n, err := parseNodeCount(v)
+		if err != nil {
+			return errorf(st.prog, "Invalid node count specification %q: %v", o.value, err)
+		}
+		j.NodeCount, st.nodesSet = n, true
+	case "no-requeue":
+		f := false
+		j.Requeue = &f
+	case "requeue":
+		t := true
+		j.Requeue = &t
+	case "ntasks":
+		n, err := positiveInt(st.prog, name, o.value)
+		if err != nil {
+			return err
+		}
+		j.Ntasks = n
+	case "ntasks-per-node":
+		n, err := positiveInt(st.prog, name, o.value)
+		if err != nil {
+			return err
+		}
+		j.NtasksPerNode = n
+	case "partition":
+		if strings.Contains(v, ",") {
+			return bad(errors.New("Loom takes one partition per job"))
+		}
+		j.Partition = v
+	case "qos":
+		j.Qos = v
+	case "signal":
+		sig, err := ParseSignal(v)
+		if err != nil {
+			return bad(err)
+		}
+		j.Signal = sig.String()
+	case "time":
+		secs, _, err := ParseTimeLimit(v)
+		if err != nil {
+			return errorf(st.prog, "Invalid --time specification %q: expected minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED", o.value)
+		}
+		j.TimeLimitSeconds = secs
+	default:
+		if !st.ignored[o.key] {
+			st.ignored[o.key] = true
+			st.req.warnings = append(st.req.warnings, fmt.Sprintf("--%s is not supported by Loom and is ignored", o.key))
+		}
+	}
+	return nil
+}
+
+// positiveInt parses a count option, refusing as Slurm does.
+func positiveInt(prog, name, s string) (int32, error) {
+	v := strings.TrimSpace(s)
+	n, err := strconv.ParseInt(v, 10, 32)
+	if err != nil || n <= 0 {
+		return 0, errorf(prog, "Invalid numeric value %q for %s.", s, name)
+	}
+	return int32(n), nil
+}
+
+// parseNodeCount parses --nodes: "N" or "MIN-MAX" (Loom takes MIN).
+func parseNodeCount(s string) (int32, error) {
+	lo, hi, isRange := strings.Cut(s, "-")
+	n, err := strconv.ParseInt(lo, 10, 32)
+	if err != nil || n < 1 || !isDigits(lo) {
+		return 0, fmt.Errorf("%q is not a node count of at least 1", lo)
+	}
+	if isRange && hi != "" {
+		m, err := strconv.ParseInt(hi, 10, 32)
+		if err != nil || !isDigits(hi) {
+			return 0, fmt.Errorf("%q is not a node count", hi)
+		}
+		if m < n {
+			return 0, fmt.Errorf("maximum %d is below minimum %d", m, n)
+		}
+	}
+	return int32(n), nil
+}
+
+// parseMem parses a memory size: a number with an optional K, M (the
+// default), G or T suffix, into MiB (K rounds up).
+func parseMem(s string) (int64, error) {
+	if s == "" {
+		return 0, errors.New("empty size")
+	}
+	num, mult, div := s, int64(1), int64(1)
+	switch strings.ToUpper(s[len(s)-1:]) {
+	case "K":
+		num, div = s[:len(s)-1], 1024
+	case "M":
+		num = s[:len(s)-1]
+	case "G":
+		num, mult = s[:len(s)-1], 1024
+	case "T":
+		num, mult = s[:len(s)-1], 1024*1024
+	}
+	if !isDigits(num) {
+		return 0, errors.New("expected a number with an optional K, M, G or T suffix")
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n > (1<<50)/mult {
+		return 0, errors.New("size out of range")
+	}
+	return (n*mult + div - 1) / div, nil
+}
+
+// parseTypedCount parses "[type:]N" (--gpus, --gpus-per-node).
+func parseTypedCount(s string) (string, int32, error) {
+	typ, count := "", s
+	if i := strings.LastIndex(s, ":"); i >= 0 {
+		typ, count = s[:i], s[i+1:]
+		if typ == "" || strings.Contains(typ, ":") {
+			return "", 0, fmt.Errorf("expected [type:]count")
+		}
+	}
+	n, err := strconv.ParseInt(count, 10, 32)
+	if err != nil || n < 1 || !isDigits(count) {
+		return "", 0, fmt.Errorf("count %q is not a positive number", count)
+	}
+	return typ, int32(n), nil
+}
+
+// parseGres parses --gres for GPUs: "gpu", "gpu:N", "gpu:TYPE",
+// "gpu:TYPE:N" (also with a "gres/" prefix) or "none".
+func parseGres(s string) (string, int32, error) {
+	if strings.EqualFold(s, "none") {
+		return "", 0, nil
+	}
+	items := splitList(s)
+	if len(items) != 1 {
+		return "", 0, errors.New("Loom schedules one generic resource, gpu")
+	}
+	f := strings.Split(strings.TrimPrefix(items[0], "gres/"), ":")
+	if f[0] != "gpu" {
+		return "", 0, fmt.Errorf("unknown generic resource %q (Loom knows gpu)", f[0])
+	}
+	count := func(c string) (int32, error) {
+		n, err := strconv.ParseInt(c, 10, 32)
+		if err != nil || n < 0 || !isDigits(c) {
+			return 0, fmt.Errorf("count %q is not a number", c)
+		}
+		return int32(n), nil
+	}
+	switch len(f) {
+	case 1:
+		return "", 1, nil
+	case 2:
+		if isDigits(f[1]) {
+			n, err := count(f[1])
+			return "", n, err
+		}
+		if f[1] == "" {
+			return "", 0, errors.New("empty type")
+		}
+		return f[1], 1, nil
+	case 3:
+		if f[1] == "" {
+			return "", 0, errors.New("empty type")
+		}
+		n, err := count(f[2])
+		return f[1], n, err
+	}
+	return "", 0, errors.New("expected gpu[:type][:count]")
+}
+
+// expandHosts expands a --nodelist/--exclude value.
+func expandHosts(s string) ([]string, error) {
+	if strings.Contains(s, "/") {
+		return nil, errors.New("node list files are not supported by Loom; give a hostlist expression")
+	}
+	names, err := hostlist.Expand(s)
+	if err != nil {
+		return nil, err
+	}
+	if len(names) == 0 {
+		return nil, errors.New("no host names")
+	}
+	return names, nil
+}
+
+// build finishes the job: defaults, derived values, the environment per
+// --export and the script (with its arguments).
+func (st *sbatchState) build(body, scriptPath string, scriptArgs []string, env map[string]string) error {
+	j := st.job
+	if j.DisplayName == "" {
+		switch {
+		case st.wrapSet:
+			j.DisplayName = "wrap"
+		case scriptPath != "":
+			j.DisplayName = filepath.Base(scriptPath)
+		default:
+			j.DisplayName = "sbatch"
+		}
+	}
+	if len(scriptArgs) > 0 {
+		s, err := withScriptArgs(body, scriptArgs)
+		if err != nil {
+			return errorf(st.prog, "%v", err)
+		}
+		body = s
+	}
+	j.Script = body
+	j.SubmitDir = st.cwd
+	switch {
+	case j.WorkDir == "":
+		j.WorkDir = st.cwd
+	case !filepath.IsAbs(j.WorkDir):
+		j.WorkDir = filepath.Join(st.cwd, j.WorkDir)
+	}
+	if st.gpusPerT > 0 {
+		switch {
+		case j.NtasksPerNode > 0:
+			j.GpusPerNode = st.gpusPerT * j.NtasksPerNode
+		case j.Ntasks > 0:
+			j.Gpus = st.gpusPerT * j.Ntasks
+		default:
+			j.GpusPerNode = st.gpusPerT
+		}
+	}
+	if st.memPerCPU > 0 {
+		j.MemMb = st.memPerCPU * int64(cpusPerNode(j))
+	}
+	if st.memPerGPU > 0 {
+		g := j.GpusPerNode
+		if g == 0 && j.Gpus > 0 {
+			g = (j.Gpus + max(j.NodeCount, 1) - 1) / max(j.NodeCount, 1)
+		}
+		j.MemMb = st.memPerGPU * int64(max(g, 1))
+	}
+	user := env["LOOM_USER"]
+	if user == "" {
+		user = env["USER"]
+	}
+	j.User = user
+	exported, spec, err := exportEnv(j.Export, env)
+	if err != nil {
+		return invalid(st.prog, "--export", j.Export, err)
+	}
+	j.Export, j.Env = spec, exported
+	return nil
+}
+
+// cpusPerNode estimates the CPUs a job takes on each node, for
+// --mem-per-cpu.
+func cpusPerNode(j *loomv1.Job) int32 {
+	cpt := max(j.CpusPerTask, 1)
+	switch {
+	case j.NtasksPerNode > 0:
+		return j.NtasksPerNode * cpt
+	case j.Ntasks > 0:
+		n := max(j.NodeCount, 1)
+		return (j.Ntasks + n - 1) / n * cpt
+	default:
+		return cpt
+	}
+}
+
+// exportEnv computes the job's environment per --export: ALL (the
+// default) is the whole submitting environment; NONE only its SLURM_*
+// variables; a list of NAME or NAME=value adds those to the SLURM_*
+// variables, or to everything when it starts with ALL. Explicit values
+// win over the environment's. It returns the normalised spec too.
+func exportEnv(spec string, env map[string]string) (map[string]string, string, error) {
+	if spec == "" {
+		spec = "ALL"
+	}
+	items := splitList(spec)
+	out := map[string]string{}
+	all := false
+	for i, it := range items {
+		switch strings.ToUpper(it) {
+		case "ALL":
+			if i != 0 {
+				return nil, "", errors.New("ALL must come first")
+			}
+			all = true
+			items[i] = "ALL"
+		case "NONE":
+			if len(items) > 1 {
+				return nil, "", errors.New("NONE cannot be combined with variables")
+			}
+			items[i] = "NONE"
+		}
+	}
+	for k, v := range env {
+		if all || strings.HasPrefix(k, "SLURM_") {
+			out[k] = v
+		}
+	}
+	for _, it := range items {
+		if it == "ALL" || it == "NONE" {
+			continue
+		}
+		k, v, hasValue := strings.Cut(it, "=")
+		if !validEnvName(k) {
+			return nil, "", fmt.Errorf("%q is not a variable name", k)
+		}
+		if hasValue {
+			out[k] = v
+		} else if ev, ok := env[k]; ok {
+			out[k] = ev
+		}
+	}
+	return out, strings.Join(items, ","), nil
+}
+
+func validEnvName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i, c := range k {
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// shellInterpreters are the interpreters whose scripts Loom can hand
+// arguments to (with a "set --" line).
+var shellInterpreters = map[string]bool{"sh": true, "bash": true, "dash": true, "ksh": true, "zsh": true}
+
+// withScriptArgs gives a shell script its arguments: a `set -- ARGS` line
+// where its commands begin, after the leading comments and directives
+// (Job.script has no argv of its own).
+func withScriptArgs(body string, args []string) (string, error) {
+	first, _, _ := strings.Cut(body, "\n")
+	fields := strings.Fields(strings.TrimPrefix(first, "#!"))
+	interp := ""
+	if len(fields) > 0 {
+		interp = filepath.Base(fields[0])
+		if interp == "env" && len(fields) > 1 {
+			interp = filepath.Base(fields[1])
+		}
+	}
+	if !shellInterpreters[interp] {
+		return "", fmt.Errorf("script arguments are supported for shell scripts only (#!/bin/sh, bash, ...), not %q", first)
+	}
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	set := "set -- " + strings.Join(quoted, " ") + "\n"
+	lines := strings.SplitAfter(body, "\n")
+	var b strings.Builder
+	inserted := false
+	for _, l := range lines {
+		t := strings.TrimSpace(l)
+		if !inserted && t != "" && !strings.HasPrefix(t, "#") {
+			b.WriteString(set)
+			inserted = true
+		}
+		b.WriteString(l)
+	}
+	if !inserted {
+		if !strings.HasSuffix(body, "\n") {
+			b.WriteString("\n")
+		}
+		b.WriteString(set)
+	}
+	return b.String(), nil
+}
+
+// sbatch is the sbatch command.
+func (c *cmd) sbatch(ctx context.Context, args []string) error {
+	// The first pass finds the script (or --wrap) and the informational
+	// options, as sbatch's does.
+	p := &optParser{prog: "sbatch", defs: sbatchOptions, stopAtFirst: true}
+	opts, positional, err := p.parse(args)
+	if err != nil {
+		return usage("sbatch", err)
+	}
+	wrap := false
+	for _, o := range opts {
+		switch o.key {
+		case "help":
+			fmt.Fprint(c.stdout, sbatchHelp)
+			return nil
+		case "usage":
+			fmt.Fprint(c.stdout, sbatchUsage)
+			return nil
+		case "version":
+			return c.printVersion()
+		case "wrap":
+			wrap = true
+		}
+	}
+	var script []byte
+	if !wrap {
+		if len(positional) > 0 {
+			path := positional[0]
+			if !filepath.IsAbs(path) {
+				path = filepath.Join(c.env.Cwd, path)
+			}
+			script, err = os.ReadFile(path)
+			if err != nil {
+				return c.errorf("Unable to open file %s", positional[0])
+			}
+		} else if c.env.Stdin != nil {
+			script, err = io.ReadAll(c.env.Stdin)
+			if err != nil {
+				return c.errorf("reading the batch script from standard input: %v", err)
+			}
+		}
+	}
+	environ := make(map[string]string, len(c.env.Environ)+1)
+	for k, v := range c.env.Environ {
+		environ[k] = v
+	}
+	if c.env.Cwd != "" {
+		environ["PWD"] = c.env.Cwd
+	}
+	if c.env.User != "" {
+		environ["LOOM_USER"] = c.env.User
+	}
+	req, err := parseSbatchAt(c.now, args, script, environ)
+	if err != nil {
+		return err
+	}
+	if c.env.User != "" {
+		req.job.User = c.env.User
+	}
+	if !req.quiet {
+		for _, w := range req.warnings {
+			c.warnf("%s", w)
+		}
+	}
+	if req.clusters != "" {
+		c.env.Cluster = req.clusters
+	}
+	cluster, err := c.clusterName(ctx)
+	if err != nil {
+		return err
+	}
+	req.job.Cluster = cluster
+	cctx, cancel := c.call(ctx)
+	defer cancel()
+	job, err := c.jobsClient().SubmitJob(cctx, &loomv1.SubmitJobRequest{
+		Parent: c.projectName(), Job: req.job, RequestId: requestID(),
+	})
+	if err != nil {
+		return c.rpcError("Batch job submission failed", err)
+	}
+	id := job.GetJobId()
+	if id == "" {
+		id = shortName(job.GetName())
+	}
+	if req.parsable {
+		fmt.Fprintln(c.stdout, id)
+	} else {
+		fmt.Fprintf(c.stdout, "Submitted batch job %s\n", id)
+	}
+	if req.wait {
+		return c.waitJob(ctx, id)
+	}
+	return nil
+}
+
+// waitJob is sbatch --wait: it follows the job until it ends and exits as
+// sbatch -W does: with the job's exit code, or 1 when it ended by a signal
+// or without running to its end.
+func (c *cmd) waitJob(ctx context.Context, id string) error {
+	for {
+		stream, err := c.jobsClient().WatchJob(ctx, &loomv1.WatchJobRequest{Name: c.jobName(id)})
+		if err != nil {
+			return c.rpcError("waiting for job "+id, err)
+		}
+		for {
+			j, err := stream.Recv()
+			if err != nil {
+				if ctx.Err() != nil {
+					return c.errorf("waiting for job %s: %v", id, ctx.Err())
+				}
+				if errors.Is(err, io.EOF) || statusCodeRetryable(err) {
+					break
+				}
+				return c.rpcError("waiting for job "+id, err)
+			}
+			if terminal(j.GetState()) {
+				return exitFromJob(j)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return c.errorf("waiting for job %s: %v", id, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// exitFromJob is the exit status sbatch --wait returns for an ended job.
+func exitFromJob(j *loomv1.Job) error {
+	code := int(j.GetExitCode())
+	switch j.GetState() {
+	case loomv1.JobState_COMPLETED:
+		if code == 0 {
+			return nil
+		}
+	case loomv1.JobState_FAILED:
+		if code == 0 {
+			code = 1
+		}
+	default:
+		if code == 0 || code > 128 {
+			code = 1
+		}
+	}
+	if code > 128 {
+		code = 1
+	}
+	return &Error{Code: code}
+}
+
+// terminal says whether a job state is final.
+func terminal(s loomv1.JobState) bool {
+	switch s {
+	case loomv1.JobState_COMPLETED, loomv1.JobState_FAILED, loomv1.JobState_CANCELLED,
+		loomv1.JobState_TIMEOUT, loomv1.JobState_NODE_FAIL, loomv1.JobState_PREEMPTED,
+		loomv1.JobState_OUT_OF_MEMORY:
+		return true
+	}
+	return false
+}
+
+// sortedKeys returns a map's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+const sbatchUsage = `Usage: sbatch [-N nnodes] [-n ntasks] [-c ncpus] [--mem=MB] [--gres=gpu[:type]:N]
+              [-G [type:]N] [--gpus-per-node=[type:]N] [-t time] [-p partition]
+              [-a array] [-d dependency] [-J jobname] [-o out] [-e err]
+              [--requeue|--no-requeue] [--exclusive] [-q qos] [-A account]
+              [-w hosts] [-x hosts] [-D dir] [--export=...] [--signal=...]
+              [--begin=time] [-H] [--parsable] [-W] [-M cluster]
+              [--wrap=command | script [args...]]
+`
+
+const sbatchHelp = `Usage: sbatch [OPTIONS(0)...] [ : [OPTIONS(N)...]] script(0) [args(0)...]
+
+Parallel run options (as Loom runs them):
+  -a, --array=indexes         job array index values (0-15:2,20%4)
+  -A, --account=name          charge job to specified account
+      --begin=time            defer job until HH:MM MM/DD/YY, now+1hour, ...
+  -c, --cpus-per-task=ncpus   number of cpus required per task
+  -d, --dependency=type:jobid[:time] defer job until condition on jobid is satisfied
+  -D, --chdir=directory       set working directory for batch script
+  -e, --error=err             file for batch script's standard error
+      --export[=names]        specify environment variables to export
+  -H, --hold                  submit job in held state
+  -J, --job-name=jobname      name of job
+  -M, --clusters=name         cluster to submit to (overrides LOOM_CLUSTER)
+  -N, --nodes=N               number of nodes on which to run (N = min[-max])
+  -n, --ntasks=ntasks         number of tasks to run
+      --ntasks-per-node=n     number of tasks to invoke on each node
+  -o, --output=out            file for batch script's standard output
+  -p, --partition=partition   partition requested
+      --parsable              outputs only the jobid
+  -q, --qos=qos               quality of service
+  -Q, --quiet                 quiet mode (suppress informational messages)
+      --requeue               if set, permit the job to be requeued
+      --no-requeue            if set, do not permit the job to be requeued
+      --signal=[B:]num[@time] send signal when time limit within time seconds
+  -t, --time=minutes          time limit
+  -W, --wait                  wait for completion of submitted job
+      --wrap[=command string] wrap command string in a sh script and submit
+      --exclusive             allocate nodes in exclusive mode
+
+Constraint options:
+      --mem=MB                minimum amount of real memory (K, M, G, T suffixes)
+      --mem-per-cpu=MB        memory per allocated CPU
+      --mem-per-gpu=MB        memory per allocated GPU
+  -w, --nodelist=hosts...     request a specific list of hosts
+  -x, --exclude=hosts...      exclude a specific list of hosts
+
+GPU scheduling options:
+  -G, --gpus=n                count of GPUs required for the job
+      --gpus-per-node=n       number of GPUs required per allocated node
+      --gpus-per-task=n       number of GPUs required per spawned task
+      --gres=list             required generic resources (gpu[:type][:count])
+
+Help options:
+  -h, --help                  show this help message
+  -u, --usage                 display brief usage message
+
+Other options:
+  -V, --version               output version information and exit
+
+Other Slurm options are accepted and ignored, with a warning.
+`

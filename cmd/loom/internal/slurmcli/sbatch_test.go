@@ -1,0 +1,402 @@
+package slurmcli
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+var baseEnv = map[string]string{"PWD": "/home/alice/proj", "USER": "alice", "HOME": "/home/alice", "SLURM_CONF": "/etc/slurm.conf"}
+
+const plainScript = "#!/bin/bash\necho hi\n"
+
+// parse runs parseSbatchAt at testNow (UTC) with baseEnv plus extra.
+func parse(t *testing.T, args []string, script string, extra map[string]string) (*sbatchRequest, error) {
+	t.Helper()
+	env := map[string]string{}
+	for k, v := range baseEnv {
+		env[k] = v
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	return parseSbatchAt(testNow, args, []byte(script), env)
+}
+
+func TestParseSbatchOptions(t *testing.T) {
+	t.Parallel()
+	yes, no := true, false
+	// Each option is given on the command line in one of its forms and,
+	// with the same meaning, as a directive; both must give want.
+	for _, tc := range []struct {
+		args []string
+		want *loomv1.Job // only the fields the option sets
+	}{
+		{[]string{"--job-name=train"}, &loomv1.Job{DisplayName: "train"}},
+		{[]string{"-J", "train"}, &loomv1.Job{DisplayName: "train"}},
+		{[]string{"-p", "gpu"}, &loomv1.Job{Partition: "gpu"}},
+		{[]string{"--partition=gpu"}, &loomv1.Job{Partition: "gpu"}},
+		{[]string{"-N2"}, &loomv1.Job{NodeCount: 2}},
+		{[]string{"--nodes=2-4"}, &loomv1.Job{NodeCount: 2}},
+		{[]string{"-n", "8"}, &loomv1.Job{Ntasks: 8}},
+		{[]string{"--ntasks-per-node=4"}, &loomv1.Job{NtasksPerNode: 4}},
+		{[]string{"-c4"}, &loomv1.Job{CpusPerTask: 4}},
+		{[]string{"--mem=16G"}, &loomv1.Job{MemMb: 16384}},
+		{[]string{"--mem=512"}, &loomv1.Job{MemMb: 512}},
+		{[]string{"--mem=2048K"}, &loomv1.Job{MemMb: 2}},
+		{[]string{"--mem=1T"}, &loomv1.Job{MemMb: 1024 * 1024}},
+		{[]string{"--mem=100M"}, &loomv1.Job{MemMb: 100}},
+		{[]string{"--gres=gpu:h100:8"}, &loomv1.Job{GpusPerNode: 8, GpuType: "h100"}},
+		{[]string{"--gres=gpu:4"}, &loomv1.Job{GpusPerNode: 4}},
+		{[]string{"--gres=gpu"}, &loomv1.Job{GpusPerNode: 1}},
+		{[]string{"--gres=gres/gpu:a100"}, &loomv1.Job{GpusPerNode: 1, GpuType: "a100"}},
+		{[]string{"-G", "16"}, &loomv1.Job{Gpus: 16}},
+		{[]string{"--gpus=h100:16"}, &loomv1.Job{Gpus: 16, GpuType: "h100"}},
+		{[]string{"--gpus-per-node=h100:8"}, &loomv1.Job{GpusPerNode: 8, GpuType: "h100"}},
+		{[]string{"--ntasks-per-node=2", "--gpus-per-task=4"}, &loomv1.Job{NtasksPerNode: 2, GpusPerNode: 8}},
+		{[]string{"-t", "90"}, &loomv1.Job{TimeLimitSeconds: 90 * 60}},
+		{[]string{"--time=1-12:00:00"}, &loomv1.Job{TimeLimitSeconds: 36 * 3600}},
+		{[]string{"--time=UNLIMITED"}, &loomv1.Job{}},
+		{[]string{"-a", "0-15:2%4"}, &loomv1.Job{Array: "0-15:2%4"}},
+		{[]string{"--array=1,3,5"}, &loomv1.Job{Array: "1,3,5"}},
+		{[]string{"-d", "afterok:12:13"}, &loomv1.Job{Dependency: "afterok:12:13"}},
+		{[]string{"--dependency=singleton"}, &loomv1.Job{Dependency: "singleton"}},
+		{[]string{"-o", "logs/%x-%j.out"}, &loomv1.Job{OutputPattern: "logs/%x-%j.out"}},
+		{[]string{"--error=err-%A_%a.txt"}, &loomv1.Job{ErrorPattern: "err-%A_%a.txt"}},
+		{[]string{"--requeue"}, &loomv1.Job{Requeue: &yes}},
+		{[]string{"--no-requeue"}, &loomv1.Job{Requeue: &no}},
+		{[]string{"--exclusive"}, &loomv1.Job{Exclusive: true}},
+		{[]string{"--exclusive=user"}, &loomv1.Job{Exclusive: true}},
+		{[]string{"-q", "high"}, &loomv1.Job{Qos: "high"}},
+		{[]string{"-A", "research"}, &loomv1.Job{Account: "research"}},
+		{[]string{"-w", "gpu-[01-03],cpu-1"}, &loomv1.Job{Nodelist: []string{"gpu-01", "gpu-02", "gpu-03", "cpu-1"}}},
+		{[]string{"--exclude=gpu-07"}, &loomv1.Job{Exclude: []string{"gpu-07"}}},
+		{[]string{"-D", "/scratch/run"}, &loomv1.Job{WorkDir: "/scratch/run"}},
+		{[]string{"--chdir=sub"}, &loomv1.Job{WorkDir: "/home/alice/proj/sub"}},
+		{[]string{"--signal=B:USR1@90"}, &loomv1.Job{Signal: "B:USR1@90"}},
+		{[]string{"--signal=SIGTERM"}, &loomv1.Job{Signal: "TERM@60"}},
+		{[]string{"--begin=now+1hour"}, &loomv1.Job{BeginTime: timestamppb.New(testNow.Add(time.Hour))}},
+		{[]string{"--begin=2026-02-01T10:00:00"}, &loomv1.Job{BeginTime: timestamppb.New(time.Date(2026, 2, 1, 10, 0, 0, 0, time.UTC))}},
+		{[]string{"-H"}, &loomv1.Job{Hold: true}},
+		{[]string{"--hold"}, &loomv1.Job{Hold: true}},
+	} {
+		for _, form := range []string{"command line", "directive"} {
+			args, script := append([]string{}, tc.args...), plainScript
+			if form == "directive" {
+				script = "#!/bin/bash\n#SBATCH " + strings.Join(tc.args, " ") + "\necho hi\n"
+				args = nil
+			}
+			req, err := parse(t, append(args, "job.sh"), script, nil)
+			if err != nil {
+				t.Errorf("%v as %s: %v", tc.args, form, err)
+				continue
+			}
+			got := req.job
+			want := proto.Clone(tc.want).(*loomv1.Job)
+			// Fill the fields every job gets, then compare whole jobs.
+			if want.DisplayName == "" {
+				want.DisplayName = "job.sh"
+			}
+			if want.WorkDir == "" {
+				want.WorkDir = "/home/alice/proj"
+			}
+			want.SubmitDir, want.User, want.Script, want.Export = "/home/alice/proj", "alice", got.Script, "ALL"
+			want.Env = baseEnv
+			if !proto.Equal(got, want) {
+				t.Errorf("%v as %s:\n got  %v\n want %v", tc.args, form, got, want)
+			}
+		}
+	}
+}
+
+func TestParseSbatchPrecedence(t *testing.T) {
+	t.Parallel()
+	script := "#!/bin/bash\n" +
+		"#SBATCH --time=10 -p script-part\n" +
+		"#SBATCH --job-name=from-script --qos=low\n" +
+		"#SBATCH -N 3\n" +
+		"srun hostname\n"
+	env := map[string]string{"SBATCH_TIMELIMIT": "20", "SBATCH_PARTITION": "env-part"}
+	req, err := parse(t, []string{"-p", "cli-part", "job.sh"}, script, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := req.job
+	// command line > environment > script
+	if j.Partition != "cli-part" || j.TimeLimitSeconds != 20*60 || j.DisplayName != "from-script" || j.Qos != "low" || j.NodeCount != 3 {
+		t.Errorf("precedence: partition %q time %d name %q qos %q nodes %d", j.Partition, j.TimeLimitSeconds, j.DisplayName, j.Qos, j.NodeCount)
+	}
+	if j.Script != script {
+		t.Errorf("the script is sent as written, got %q", j.Script)
+	}
+	// A bad directive is refused even when the command line sets a good value.
+	if _, err := parse(t, []string{"--time=5", "job.sh"}, "#!/bin/sh\n#SBATCH --time=soon\ntrue\n", nil); err == nil {
+		t.Error("a malformed directive must be refused")
+	}
+}
+
+func TestScriptDirectives(t *testing.T) {
+	t.Parallel()
+	script := "#!/bin/bash\n" +
+		"\n" +
+		"# a comment\n" +
+		"#SBATCH --job-name=\"my job\"   # the name\n" +
+		"#SBATCH -o 'out file.txt' -e err\\ file.txt\n" +
+		"  # indented comment\n" +
+		"## SBATCH disabled\n" +
+		"# SBATCH --time=1\n" +
+		"#SBATCH --comment=a#b\n" +
+		"module load cuda\n" +
+		"#SBATCH --partition=ignored\n"
+	words, err := scriptDirectives("sbatch", script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"--job-name=my job", "-o", "out file.txt", "-e", "err file.txt", "--comment=a"}
+	if !reflect.DeepEqual(words, want) {
+		t.Errorf("directives = %q\nwant %q", words, want)
+	}
+	if _, err := scriptDirectives("sbatch", "#!/bin/sh\n#SBATCH -J 'unterminated\n"); err == nil ||
+		!strings.Contains(err.Error(), "line 2: unmatched `'`") {
+		t.Errorf("unmatched quote: %v", err)
+	}
+}
+
+func TestParseSbatchErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args   []string
+		script string
+		env    map[string]string
+		want   string
+	}{
+		{[]string{"--foo", "job.sh"}, plainScript, nil, "sbatch: unrecognized option '--foo'\nTry \"sbatch --help\" for more information"},
+		{[]string{"-Z", "job.sh"}, plainScript, nil, "sbatch: invalid option -- 'Z'\nTry \"sbatch --help\" for more information"},
+		{[]string{"job.sh", "--time"}, "#!/bin/sh\n#SBATCH --time\ntrue\n", nil, "sbatch: option '--time' requires an argument\nTry \"sbatch --help\" for more information"},
+		{[]string{"--time=abc", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --time specification "abc"`},
+		{[]string{"-t", "1:2:3:4", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --time specification "1:2:3:4"`},
+		{[]string{"job.sh"}, plainScript, map[string]string{"SBATCH_TIMELIMIT": "x"}, `sbatch: error: Invalid --time specification "x"`},
+		{[]string{"--array=10-1", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --array specification "10-1": range "10-1" ends before it starts`},
+		{[]string{"--dependency=afterok:x", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --dependency specification "afterok:x": "x" is not a job id`},
+		{[]string{"--begin=someday", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --begin specification "someday"`},
+		{[]string{"--signal=NOPE", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --signal specification "NOPE"`},
+		{[]string{"--mem=16GB", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --mem specification "16GB"`},
+		{[]string{"--gres=nvme:1", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --gres specification "nvme:1": unknown generic resource "nvme"`},
+		{[]string{"--gpus=0", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --gpus specification "0"`},
+		{[]string{"-N", "0", "job.sh"}, plainScript, nil, `sbatch: error: Invalid node count specification "0"`},
+		{[]string{"-N", "4-2", "job.sh"}, plainScript, nil, `sbatch: error: Invalid node count specification "4-2": maximum 2 is below minimum 4`},
+		{[]string{"-n", "two", "job.sh"}, plainScript, nil, `sbatch: error: Invalid numeric value "two" for --ntasks.`},
+		{[]string{"-c", "-1", "job.sh"}, plainScript, nil, `sbatch: error: Invalid numeric value "-1" for --cpus-per-task.`},
+		{[]string{"--exclusive=maybe", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --exclusive specification "maybe"`},
+		{[]string{"-w", "gpu-[1-", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --nodelist specification "gpu-[1-"`},
+		{[]string{"--export=NONE,FOO", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --export specification "NONE,FOO": NONE cannot be combined`},
+		{[]string{"--test-only", "job.sh"}, plainScript, nil, "sbatch: error: --test-only is not supported by Loom"},
+		{[]string{"--wrap=hostname", "extra"}, "", nil, "sbatch: error: Script arguments are not permitted with the --wrap option."},
+		{[]string{"job.sh"}, "", nil, "sbatch: error: Batch script is empty!"},
+		{[]string{"job.sh"}, " \n\t\n", nil, "sbatch: error: Batch script contains only whitespace!"},
+		{[]string{"job.sh"}, "echo hi\n", nil, "sbatch: error: This does not look like a batch script.  The first\nsbatch: error: line must start with #! followed by the path to an interpreter.\nsbatch: error: For instance: #!/bin/sh"},
+		{[]string{"job.sh"}, "#!/bin/sh\r\necho hi\r\n", nil, "sbatch: error: Batch script contains DOS line breaks (\\r\\n)\nsbatch: error: instead of expected UNIX line breaks (\\n)."},
+		{[]string{"job.sh"}, "#!/bin/sh\n#SBATCH --nodes=2 extra\ntrue\n", nil, "sbatch: error: Invalid directive found in batch script: extra"},
+		{[]string{"job.sh"}, "#!/bin/sh\n#SBATCH --bogus\ntrue\n", nil, "sbatch: unrecognized option '--bogus'\nTry \"sbatch --help\" for more information"},
+		{[]string{"job.py", "arg"}, "#!/usr/bin/env python3\nprint(1)\n", nil, "sbatch: error: script arguments are supported for shell scripts only"},
+	} {
+		req, err := parse(t, tc.args, tc.script, tc.env)
+		if err == nil {
+			t.Errorf("%v: accepted (%v), want %q", tc.args, req.job, tc.want)
+			continue
+		}
+		e, ok := err.(*Error)
+		if !ok || e.Code != 1 || !strings.HasPrefix(e.Text, tc.want) {
+			t.Errorf("%v:\n got  %q\n want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestParseSbatchExportAndScript(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"EDITOR": "vi", "SLURM_JOB_ID": "5"}
+	for _, tc := range []struct {
+		export string
+		want   map[string]string
+		spec   string
+	}{
+		{"", mergeMaps(baseEnv, env), "ALL"},
+		{"ALL", mergeMaps(baseEnv, env), "ALL"},
+		{"NONE", map[string]string{"SLURM_JOB_ID": "5", "SLURM_CONF": "/etc/slurm.conf"}, "NONE"},
+		{"EDITOR,FOO=bar", map[string]string{"SLURM_JOB_ID": "5", "SLURM_CONF": "/etc/slurm.conf", "EDITOR": "vi", "FOO": "bar"}, "EDITOR,FOO=bar"},
+		{"all,EDITOR=emacs", mergeMaps(baseEnv, env, map[string]string{"EDITOR": "emacs"}), "ALL,EDITOR=emacs"},
+	} {
+		args := []string{"job.sh"}
+		if tc.export != "" {
+			args = []string{"--export=" + tc.export, "job.sh"}
+		}
+		req, err := parse(t, args, plainScript, env)
+		if err != nil {
+			t.Fatalf("--export=%s: %v", tc.export, err)
+		}
+		if !reflect.DeepEqual(req.job.Env, tc.want) || req.job.Export != tc.spec {
+			t.Errorf("--export=%s: env %v spec %q, want %v %q", tc.export, req.job.Env, req.job.Export, tc.want, tc.spec)
+		}
+	}
+
+	// --wrap makes the script; its name is "wrap".
+	req, err := parse(t, []string{"--wrap", "python train.py --lr 3", "-N2"}, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.job.DisplayName != "wrap" || req.job.NodeCount != 2 ||
+		req.job.Script != "#!/bin/sh\n# This script was created by sbatch --wrap.\n\npython train.py --lr 3\n" {
+		t.Errorf("--wrap job = %v", req.job)
+	}
+	// No script path (stdin): the name is "sbatch".
+	if req, err := parse(t, nil, plainScript, nil); err != nil || req.job.DisplayName != "sbatch" {
+		t.Errorf("stdin job name = %v, %v", req, err)
+	}
+	// Script arguments become the script's "$@", after its directives.
+	req, err = parse(t, []string{"-J", "x", "run.sh", "a b", "it's"}, "#!/bin/bash\n#SBATCH -N1\n\necho \"$@\"\n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "#!/bin/bash\n#SBATCH -N1\n\nset -- 'a b' 'it'\\''s'\necho \"$@\"\n"; req.job.Script != want {
+		t.Errorf("script with args = %q, want %q", req.job.Script, want)
+	}
+	// The command line's script arguments are not sbatch options.
+	req, err = parse(t, []string{"run.sh", "--time=bogus"}, "#!/bin/sh\ntrue\n", nil)
+	if err != nil || req.job.TimeLimitSeconds != 0 {
+		t.Errorf("script argument taken as an option: %v %v", req, err)
+	}
+	// --mem-per-cpu becomes memory per node.
+	req, err = parse(t, []string{"--ntasks-per-node=4", "-c2", "--mem-per-cpu=1G", "job.sh"}, plainScript, nil)
+	if err != nil || req.job.MemMb != 8*1024 {
+		t.Errorf("--mem-per-cpu: %v %v", req.job.GetMemMb(), err)
+	}
+	// Ignored options warn, once each.
+	req, err = parse(t, []string{"--mail-type=END", "--mail-user=a@b", "--mail-type=FAIL", "job.sh"}, plainScript, nil)
+	if err != nil || len(req.warnings) != 2 || !strings.Contains(req.warnings[0], "--mail-type is not supported by Loom") {
+		t.Errorf("warnings = %v, %v", req.warnings, err)
+	}
+}
+
+func mergeMaps(ms ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range ms {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func TestParseSbatchPublic(t *testing.T) {
+	t.Parallel()
+	job, err := ParseSbatch([]string{"-N", "2", "--gres=gpu:8", "train.sh"}, []byte("#!/bin/sh\n#SBATCH -t 5\ntrue\n"), map[string]string{"PWD": "/w", "LOOM_USER": "bob", "USER": "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.NodeCount != 2 || job.GpusPerNode != 8 || job.TimeLimitSeconds != 300 || job.User != "bob" || job.WorkDir != "/w" || job.DisplayName != "train.sh" {
+		t.Errorf("ParseSbatch = %v", job)
+	}
+	if _, err := ParseSbatch([]string{"--nodes"}, nil, nil); err == nil {
+		t.Error("ParseSbatch accepted --nodes without a value")
+	}
+}
+
+func TestSbatchCommand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "train.sh"), []byte("#!/bin/bash\n#SBATCH -N 2\n#SBATCH --gres=gpu:8\nsrun python train.py\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := Env{Cwd: dir, Environ: map[string]string{"PATH": "/usr/bin", "USER": "ignored"}}
+
+	f := &fakeGateway{}
+	code, out, errOut := run(t, f, "sbatch", env, "train.sh")
+	if code != 0 || out != "Submitted batch job 1\n" || errOut != "" {
+		t.Fatalf("sbatch = %d %q %q", code, out, errOut)
+	}
+	req := f.submitted[0]
+	j := req.GetJob()
+	if req.GetParent() != "projects/default" || req.GetRequestId() == "" || j.GetCluster() != demoCluster ||
+		j.GetNodeCount() != 2 || j.GetGpusPerNode() != 8 || j.GetUser() != "alice" || j.GetSubmitDir() != dir ||
+		j.GetWorkDir() != dir || j.GetEnv()["PATH"] != "/usr/bin" || !strings.Contains(j.GetScript(), "srun python train.py") {
+		t.Errorf("submitted %v", req)
+	}
+
+	code, out, _ = run(t, f, "sbatch", env, "--parsable", "-J", "named", "train.sh")
+	if code != 0 || out != "2\n" || f.submitted[1].GetJob().GetDisplayName() != "named" {
+		t.Errorf("--parsable = %d %q", code, out)
+	}
+
+	// Refused: nothing is submitted.
+	f2 := &fakeGateway{}
+	code, out, errOut = run(t, f2, "sbatch", env, "--time=forever", "train.sh")
+	if code != 1 || out != "" || !strings.HasPrefix(errOut, "sbatch: error: Invalid --time specification") || len(f2.submitted) != 0 {
+		t.Errorf("bad --time: %d %q %q, %d submitted", code, out, errOut, len(f2.submitted))
+	}
+	code, _, errOut = run(t, f2, "sbatch", env, "--frobnicate", "train.sh")
+	if code != 1 || errOut != "sbatch: unrecognized option '--frobnicate'\nTry \"sbatch --help\" for more information\n" || len(f2.submitted) != 0 {
+		t.Errorf("unknown option: %d %q", code, errOut)
+	}
+	code, _, errOut = run(t, f2, "sbatch", env, "missing.sh")
+	if code != 1 || errOut != "sbatch: error: Unable to open file missing.sh\n" || len(f2.submitted) != 0 {
+		t.Errorf("missing script: %d %q", code, errOut)
+	}
+
+	// The script from standard input; ignored options warn on stderr.
+	env2 := env
+	env2.Stdin = strings.NewReader("#!/bin/sh\n#SBATCH --mail-type=ALL\nhostname\n")
+	code, out, errOut = run(t, f2, "sbatch", env2, "-M", "other")
+	if code != 0 || out != "Submitted batch job 1\n" || errOut != "sbatch: warning: --mail-type is not supported by Loom and is ignored\n" ||
+		f2.submitted[0].GetJob().GetCluster() != "projects/default/clusters/other" || f2.submitted[0].GetJob().GetDisplayName() != "sbatch" {
+		t.Errorf("stdin: %d %q %q %v", code, out, errOut, f2.submitted)
+	}
+
+	// --wait exits with the job's exit code (the fake job fails with 3).
+	code, out, _ = run(t, &fakeGateway{}, "sbatch", env, "--wait", "--wrap=false")
+	if code != 3 || out != "Submitted batch job 1\n" {
+		t.Errorf("--wait = %d %q", code, out)
+	}
+
+	// Without LOOM_CLUSTER the project's only cluster is used; with
+	// several, sbatch asks which.
+	f3 := &fakeGateway{clusters: []*loomv1.Cluster{{Name: "projects/default/clusters/solo"}}}
+	envNo := env
+	envNo.Cluster = ""
+	conn := startFake(t, f3)
+	envNo.Conn = conn
+	if code, _, errOut := runWith(t, envNo, "sbatch", "--wrap=true"); code != 0 || f3.submitted[0].GetJob().GetCluster() != "projects/default/clusters/solo" {
+		t.Errorf("single cluster: %d %q", code, errOut)
+	}
+	f3.clusters = append(f3.clusters, &loomv1.Cluster{Name: "projects/default/clusters/b"})
+	if code, _, errOut := runWith(t, envNo, "sbatch", "--wrap=true"); code != 1 || !strings.Contains(errOut, "several clusters (b, solo)") {
+		t.Errorf("several clusters: %d %q", code, errOut)
+	}
+
+	code, out, _ = run(t, &fakeGateway{}, "sbatch", env, "--version")
+	if code != 0 || out != Version+"\n" {
+		t.Errorf("--version = %d %q", code, out)
+	}
+}
+
+// runWith runs a command with env as given (its own connection).
+func runWith(t *testing.T, env Env, name string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb strings.Builder
+	if env.Now == nil {
+		env.Now = func() time.Time { return testNow }
+	}
+	env.Location = time.UTC
+	if env.User == "" {
+		env.User = "alice"
+	}
+	code := Main(t.Context(), name, args, env, &out, &errb)
+	return code, out.String(), errb.String()
+}

@@ -1,0 +1,293 @@
+package slurmcli
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/loom-ml/loom/libs/hostlist"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+var scancelOptions = []optDef{
+	{long: []string{"account"}, short: 'A', arg: requiredArg},
+	{long: []string{"batch"}, short: 'b', arg: noArg},
+	{long: []string{"clusters", "cluster"}, short: 'M', arg: requiredArg},
+	{long: []string{"full"}, short: 'f', arg: noArg},
+	{long: []string{"help"}, arg: noArg},
+	{long: []string{"hurry"}, short: 'H', arg: noArg},
+	{long: []string{"interactive"}, short: 'i', arg: noArg},
+	{long: []string{"name", "jobname"}, short: 'n', arg: requiredArg},
+	{long: []string{"me"}, arg: noArg},
+	{long: []string{"nodelist"}, short: 'w', arg: requiredArg},
+	{long: []string{"partition"}, short: 'p', arg: requiredArg},
+	{long: []string{"qos"}, short: 'q', arg: requiredArg},
+	{long: []string{"quiet"}, short: 'Q', arg: noArg},
+	{long: []string{"reservation"}, short: 'R', arg: requiredArg},
+	{long: []string{"sibling"}, arg: noArg},
+	{long: []string{"signal"}, short: 's', arg: requiredArg},
+	{long: []string{"state"}, short: 't', arg: requiredArg},
+	{long: []string{"usage"}, arg: noArg},
+	{long: []string{"user"}, short: 'u', arg: requiredArg},
+	{long: []string{"verbose"}, short: 'v', arg: noArg},
+	{long: []string{"version"}, short: 'V', arg: noArg},
+	{long: []string{"wckey"}, arg: requiredArg},
+}
+
+// cancelTarget is one job scancel acts on: its resource name and the id
+// it prints.
+type cancelTarget struct {
+	name, id string
+	job      *loomv1.Job // nil when only its id is known
+}
+
+// scancel is the scancel command.
+func (c *cmd) scancel(ctx context.Context, args []string) error {
+	p := &optParser{prog: "scancel", defs: scancelOptions}
+	opts, ids, err := p.parse(args)
+	if err != nil {
+		return usage("scancel", err)
+	}
+	var users, names, parts, accounts, qos []string
+	var states stateSet
+	var nodes map[string]bool
+	signal := ""
+	interactive, quiet, verbose := false, false, false
+	for _, o := range opts {
+		switch o.key {
+		case "help", "usage":
+			fmt.Fprint(c.stdout, scancelUsage)
+			return nil
+		case "version":
+			return c.printVersion()
+		case "account":
+			accounts = splitList(o.value)
+		case "clusters":
+			c.env.Cluster = o.value
+		case "interactive":
+			interactive = true
+		case "name":
+			names = splitList(o.value)
+		case "me":
+			users = []string{c.env.User}
+		case "nodelist":
+			hosts, err := hostlist.Expand(o.value)
+			if err != nil {
+				return c.errorf("Invalid node list: %s", o.value)
+			}
+			nodes = map[string]bool{}
+			for _, h := range hosts {
+				nodes[h] = true
+			}
+		case "partition":
+			parts = splitList(o.value)
+		case "qos":
+			qos = splitList(o.value)
+		case "quiet":
+			quiet = true
+		case "reservation":
+			return c.errorf("reservations (--reservation) are not tracked by Loom")
+		case "signal":
+			name, err := ParseSignalName(o.value)
+			if err != nil {
+				return c.errorf("Invalid job signal: %s", o.value)
+			}
+			signal = name
+		case "state":
+			list, all, err := parseJobStates("scancel", o.value)
+			if err != nil {
+				return err
+			}
+			if !all {
+				states = stateSet{}
+				for _, s := range list {
+					states[s] = true
+				}
+			}
+		case "user":
+			users = splitList(o.value)
+		case "verbose":
+			verbose = true
+		}
+	}
+	filtered := users != nil || names != nil || parts != nil || accounts != nil || qos != nil || states != nil || nodes != nil
+	if len(ids) == 0 && !filtered {
+		return c.errorf("No job identification provided")
+	}
+	// scancel never touches finished jobs; by default it acts on pending
+	// and running ones.
+	if states == nil {
+		states = stateSet{}
+		for _, s := range jobStates {
+			if s.pendingOrLive {
+				states[s.state] = true
+			}
+		}
+	}
+	q := &squeueQuery{users: newStringSet(users), parts: newStringSet(parts), names: newStringSet(names),
+		accounts: newStringSet(accounts), qos: newStringSet(qos), nodes: nodes, states: states}
+	jobs, err := c.listJobs(ctx, &loomv1.ListJobsRequest{ActiveOnly: true, Users: q.users.keys(),
+		Partitions: q.parts.keys(), Names: q.names.keys()})
+	if err != nil {
+		return err
+	}
+	if jobs, err = c.withArrayTasks(ctx, jobs, true); err != nil {
+		return err
+	}
+	var targets []cancelTarget
+	failed := false
+	if len(ids) == 0 {
+		for _, j := range jobs {
+			if q.match(jobRow{job: j}) {
+				targets = append(targets, cancelTarget{name: j.GetName(), id: displayID(j), job: j})
+			}
+		}
+	} else {
+		for _, id := range ids {
+			ts, err := c.resolveCancel(id, jobs)
+			if err != nil {
+				fmt.Fprintln(c.stderr, err.Error())
+				failed = true
+				continue
+			}
+			for _, t := range ts {
+				if !filtered || (t.job != nil && q.match(jobRow{job: t.job})) {
+					targets = append(targets, t)
+				}
+			}
+		}
+	}
+	var in *bufio.Reader
+	if interactive && c.env.Stdin != nil {
+		in = bufio.NewReader(c.env.Stdin)
+	}
+	for _, t := range targets {
+		if interactive {
+			j := t.job
+			fmt.Fprintf(c.stdout, "Cancel job_id=%s name=%s partition=%s [y/n]? ", t.id, j.GetDisplayName(), j.GetPartition())
+			ans := ""
+			if in != nil {
+				ans, _ = in.ReadString('\n')
+			}
+			if a := strings.TrimSpace(strings.ToLower(ans)); a != "y" && a != "yes" {
+				continue
+			}
+		}
+		if verbose {
+			if signal != "" {
+				fmt.Fprintf(c.stderr, "scancel: Signal %s to job %s\n", signal, t.id)
+			} else {
+				fmt.Fprintf(c.stderr, "scancel: Terminating job %s\n", t.id)
+			}
+		}
+		if err := c.cancelOne(ctx, t, signal); err != nil {
+			failed = true
+			if !quiet {
+				fmt.Fprintln(c.stderr, err.Error())
+			}
+		}
+	}
+	if failed {
+		return &Error{Code: 1}
+	}
+	return nil
+}
+
+// displayID is a job's id as Slurm prints it ("12", "12_3").
+func displayID(j *loomv1.Job) string {
+	if a := j.GetArrayJobId(); a != "" {
+		return fmt.Sprintf("%s_%d", a, j.GetArrayTaskId())
+	}
+	return j.GetJobId()
+}
+
+// resolveCancel turns one scancel argument into jobs: "12" is job 12 and,
+// when it is an array, all its tasks; "12_3" one task; "12_[1-3]" several.
+func (c *cmd) resolveCancel(arg string, active []*loomv1.Job) ([]cancelTarget, error) {
+	id, task, isTask := strings.Cut(arg, "_")
+	if strings.Contains(arg, ".") {
+		return nil, c.errorf("Kill job error on job id %s: job steps are not tracked by Loom", arg)
+	}
+	if !isDigits(id) {
+		return nil, c.errorf("Invalid job id %s", arg)
+	}
+	id = strings.TrimLeft(id, "0")
+	if !isTask {
+		out := []cancelTarget{{name: c.jobName(id), id: id}}
+		for _, j := range active {
+			if j.GetJobId() == id {
+				out[0].job = j
+			}
+		}
+		for _, j := range active {
+			if j.GetArrayJobId() == id && j.GetJobId() != id {
+				out = append(out, cancelTarget{name: j.GetName(), id: displayID(j), job: j})
+			}
+		}
+		return out, nil
+	}
+	var idx []int
+	if strings.HasPrefix(task, "[") && strings.HasSuffix(task, "]") {
+		spec, err := ParseArray(strings.Trim(task, "[]"))
+		if err != nil {
+			return nil, c.errorf("Invalid job id %s", arg)
+		}
+		idx = spec.Indexes()
+	} else {
+		n, err := strconv.Atoi(task)
+		if err != nil || !isDigits(task) {
+			return nil, c.errorf("Invalid job id %s", arg)
+		}
+		idx = []int{n}
+	}
+	var out []cancelTarget
+	for _, i := range idx {
+		t := cancelTarget{name: c.jobName(fmt.Sprintf("%s_%d", id, i)), id: fmt.Sprintf("%s_%d", id, i)}
+		for _, j := range active {
+			if j.GetArrayJobId() == id && int(j.GetArrayTaskId()) == i {
+				t.name, t.job = j.GetName(), j
+			}
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// cancelOne cancels (or signals) one job, with Slurm's error wording.
+func (c *cmd) cancelOne(ctx context.Context, t cancelTarget, signal string) error {
+	cctx, cancel := c.call(ctx)
+	defer cancel()
+	j, err := c.jobsClient().CancelJob(cctx, &loomv1.CancelJobRequest{Name: t.name, Signal: signal})
+	verb := "Kill job error"
+	if signal != "" {
+		verb = "Signal job error"
+	}
+	if err != nil {
+		switch status.Code(err) {
+		case codes.NotFound:
+			return c.errorf("%s on job id %s: Invalid job id specified", verb, t.id)
+		case codes.FailedPrecondition:
+			return c.errorf("%s on job id %s: Job/step already completing or completed", verb, t.id)
+		case codes.Unavailable, codes.DeadlineExceeded, codes.Unimplemented:
+			return c.rpcError(verb+" on job id "+t.id, err)
+		default:
+			return c.errorf("%s on job id %s: %s", verb, t.id, status.Convert(err).Message())
+		}
+	}
+	if t.job == nil && terminal(j.GetState()) && j.GetState() != loomv1.JobState_CANCELLED {
+		return c.errorf("%s on job id %s: Job/step already completing or completed", verb, t.id)
+	}
+	return nil
+}
+
+const scancelUsage = `Usage: scancel [-A account] [--batch] [--full] [--interactive] [-n job_name]
+               [-p partition] [-Q] [-q qos] [-s signal | integer]
+               [-t PENDING | RUNNING | SUSPENDED] [--usage] [-u user_name]
+               [--hurry] [-V] [-v] [-w hosts...] [--wckey=wckey] [--me]
+               [job_id[_array_id][.step_id]]
+`

@@ -1,0 +1,761 @@
+package slurmcli
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/loom-ml/loom/libs/hostlist"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+var scontrolOptions = []optDef{
+	{long: []string{"all"}, short: 'a', arg: noArg},
+	{long: []string{"details"}, short: 'd', arg: noArg},
+	{long: []string{"help"}, short: 'h', arg: noArg},
+	{long: []string{"hide"}, arg: noArg},
+	{long: []string{"clusters", "cluster"}, short: 'M', arg: requiredArg},
+	{long: []string{"oneliner"}, short: 'o', arg: noArg},
+	{long: []string{"quiet"}, short: 'Q', arg: noArg},
+	{long: []string{"usage"}, short: 'u', arg: noArg},
+	{long: []string{"verbose"}, short: 'v', arg: noArg},
+	{long: []string{"version"}, short: 'V', arg: noArg},
+}
+
+// record is one "scontrol show" entity: lines of "Key=Value" pairs.
+type record [][]string
+
+// write prints a record as scontrol does: the first line flush, the
+// others indented by three spaces, then a blank line; oneliner joins
+// everything on one line.
+func (r record) write(b *strings.Builder, oneliner bool) {
+	if oneliner {
+		var all []string
+		for _, l := range r {
+			all = append(all, l...)
+		}
+		b.WriteString(strings.Join(all, " ") + "\n")
+		return
+	}
+	for i, l := range r {
+		if i > 0 {
+			b.WriteString("   ")
+		}
+		b.WriteString(strings.Join(l, " ") + "\n")
+	}
+	b.WriteString("\n")
+}
+
+// scontrol is the scontrol command.
+func (c *cmd) scontrol(ctx context.Context, args []string) error {
+	p := &optParser{prog: "scontrol", defs: scontrolOptions}
+	opts, rest, err := p.parse(args)
+	if err != nil {
+		return usage("scontrol", err)
+	}
+	oneliner, quiet := false, false
+	for _, o := range opts {
+		switch o.key {
+		case "help", "usage":
+			fmt.Fprint(c.stdout, scontrolUsage)
+			return nil
+		case "version":
+			return c.printVersion()
+		case "oneliner":
+			oneliner = true
+		case "quiet":
+			quiet = true
+		case "clusters":
+			c.env.Cluster = o.value
+		}
+	}
+	if len(rest) == 0 {
+		return c.errorf("no command given (interactive mode is not supported by Loom); see scontrol --help")
+	}
+	verb, params := strings.ToLower(rest[0]), rest[1:]
+	switch verb {
+	case "show":
+		return c.scontrolShow(ctx, params, oneliner)
+	case "hold", "uhold", "release", "requeue", "requeuehold":
+		return c.scontrolJobAction(ctx, verb, params, quiet)
+	case "update":
+		return c.scontrolUpdate(ctx, params)
+	case "version":
+		return c.printVersion()
+	case "help":
+		fmt.Fprint(c.stdout, scontrolUsage)
+		return nil
+	case "suspend", "resume", "top", "notify", "reboot", "reconfigure", "shutdown", "create", "delete", "listpids", "ping", "takeover":
+		return c.errorf("%q is not supported by Loom", verb)
+	}
+	return &Error{Code: 1, Text: fmt.Sprintf("invalid keyword: %s", rest[0])}
+}
+
+// scontrolShow is "scontrol show ENTITY [NAME]".
+func (c *cmd) scontrolShow(ctx context.Context, params []string, oneliner bool) error {
+	if len(params) == 0 {
+		return c.errorf("too few arguments for keyword:show")
+	}
+	entity := strings.ToLower(params[0])
+	name := ""
+	if len(params) > 1 {
+		name = params[1]
+	}
+	if len(params) > 2 {
+		return c.errorf("too many arguments for keyword:show")
+	}
+	var b strings.Builder
+	switch {
+	case entity == "hostnames":
+		expr := name
+		if expr == "" {
+			expr = c.env.Environ["SLURM_JOB_NODELIST"]
+		}
+		hosts, err := hostlist.Expand(expr)
+		if err != nil {
+			return c.errorf("Invalid hostlist: %s", expr)
+		}
+		for _, h := range hosts {
+			b.WriteString(h + "\n")
+		}
+	case entity == "hostlist" || entity == "hostlistsorted":
+		names, err := hostlist.Expand(name)
+		if err != nil {
+			return c.errorf("Invalid hostlist: %s", name)
+		}
+		b.WriteString(hostlist.Compress(names) + "\n")
+	case strings.HasPrefix("jobs", entity) && len(entity) >= 1 || entity == "jobid":
+		if err := c.showJobs(ctx, &b, name, oneliner); err != nil {
+			return err
+		}
+	case strings.HasPrefix("nodes", entity) && len(entity) >= 2 || entity == "nodename":
+		if err := c.showNodes(ctx, &b, name, oneliner); err != nil {
+			return err
+		}
+	case strings.HasPrefix("partitions", entity) && len(entity) >= 2 || entity == "partitionname":
+		if err := c.showPartitions(ctx, &b, name, oneliner); err != nil {
+			return err
+		}
+	default:
+		return c.errorf("invalid entity:%s for keyword:show", params[0])
+	}
+	fmt.Fprint(c.stdout, b.String())
+	return nil
+}
+
+// showJobs prints "scontrol show job [ID]".
+func (c *cmd) showJobs(ctx context.Context, b *strings.Builder, id string, oneliner bool) error {
+	var sel *jobSelector
+	if id != "" {
+		var err error
+		if sel, err = parseJobSelector("scontrol", id); err != nil {
+			return err
+		}
+	}
+	jobs, err := c.listJobs(ctx, &loomv1.ListJobsRequest{})
+	if err != nil {
+		return err
+	}
+	view := &squeueView{now: c.env.nowIn(c.loc), loc: c.loc}
+	rows := newArrayView(jobs).rows(jobs, false)
+	sort.SliceStable(rows, func(a, b int) bool { return lessID(rows[a].id, rows[b].id) })
+	n := 0
+	var limitsLoaded bool
+	for _, r := range rows {
+		if !sel.matchRow(r) {
+			continue
+		}
+		if !limitsLoaded && r.job.GetTimeLimitSeconds() == 0 {
+			view.limits, limitsLoaded = c.partitionLimits(ctx, jobs), true
+		}
+		jobRecord(r, view).write(b, oneliner)
+		n++
+	}
+	if n == 0 {
+		if id != "" {
+			return &Error{Code: 1, Text: "slurm_load_jobs error: Invalid job id specified"}
+		}
+		b.WriteString("No jobs in the system\n")
+	}
+	return nil
+}
+
+func nullIfEmpty(s string) string { return orNull(s) }
+
+// jobRecord is a job as "scontrol show job" prints it.
+func jobRecord(r jobRow, v *squeueView) record {
+	j := r.job
+	st := effectiveState(j)
+	ts := func(t interface{ AsTime() time.Time }, ok bool, none string) string {
+		if !ok {
+			return none
+		}
+		return formatTimestamp(t.AsTime(), v.loc)
+	}
+	head := []string{"JobId=" + j.GetJobId()}
+	if r.arrayTask != "N/A" && r.arrayTask != "" && (j.GetArrayJobId() != "" || isParent(j)) {
+		head = append(head, "ArrayJobId="+r.arrayJobID, "ArrayTaskId="+r.arrayTask)
+		if spec, err := ParseArray(j.GetArray()); err == nil && spec.Limit > 0 {
+			head = append(head, fmt.Sprintf("ArrayTaskThrottle=%d", spec.Limit))
+		}
+	}
+	head = append(head, "JobName="+j.GetDisplayName())
+	requeue := "1"
+	if j.Requeue != nil && !j.GetRequeue() {
+		requeue = "0"
+	}
+	limit := v.timeLimit(j)
+	limitStr := "UNLIMITED"
+	if limit >= 0 {
+		limitStr = formatDuration(limit)
+	}
+	end := "Unknown"
+	switch {
+	case j.GetEndTime() != nil && terminal(st):
+		end = formatTimestamp(j.GetEndTime().AsTime(), v.loc)
+	case isLive(j) && j.GetStartTime() != nil && limit >= 0:
+		end = formatTimestamp(j.GetStartTime().AsTime().Add(time.Duration(limit)*time.Second), v.loc)
+	}
+	started := j.GetStartTime() != nil && st != loomv1.JobState_PENDING
+	eligible := j.GetBeginTime()
+	if eligible == nil {
+		eligible = j.GetSubmitTime()
+	}
+	nodes := "(null)"
+	if len(j.GetNodes()) > 0 {
+		nodes = compressHosts(j.GetNodes())
+	}
+	rec := record{
+		head,
+		{"UserId=" + j.GetUser(), "GroupId=" + j.GetUser(), "MCS_label=N/A"},
+		{"Priority=" + strconv.FormatInt(j.GetPriority(), 10), "Nice=0", "Account=" + nullIfEmpty(j.GetAccount()), "QOS=" + nullIfEmpty(j.GetQos())},
+		{"JobState=" + stateLong(st), "Reason=" + jobReason(j), "Dependency=" + nullIfEmpty(j.GetDependency())},
+		{"Requeue=" + requeue, "Restarts=" + strconv.Itoa(int(j.GetRestartCount())), "BatchFlag=1", "Reboot=0", "ExitCode=" + exitCodeString(j.GetExitCode())},
+		{"RunTime=" + formatDuration(jobElapsed(j, v.now)), "TimeLimit=" + limitStr, "TimeMin=N/A"},
+		{"SubmitTime=" + ts(j.GetSubmitTime(), j.GetSubmitTime() != nil, "Unknown"), "EligibleTime=" + ts(eligible, eligible != nil, "Unknown")},
+		{"AccrueTime=" + ts(eligible, eligible != nil, "Unknown")},
+		{"StartTime=" + ts(j.GetStartTime(), started, "Unknown"), "EndTime=" + end, "Deadline=N/A"},
+		{"SuspendTime=None", "SecsPreSuspend=0", "LastSchedEval=" + ts(j.GetSubmitTime(), j.GetSubmitTime() != nil, "Unknown"), "Scheduler=Main"},
+		{"Partition=" + j.GetPartition(), "AllocNode:Sid=(null):0"},
+		{"ReqNodeList=" + orNull(compressHosts(j.GetNodelist())), "ExcNodeList=" + orNull(compressHosts(j.GetExclude()))},
+		{"NodeList=" + nodes},
+	}
+	if h := j.GetBatchHost(); h != "" {
+		rec = append(rec, []string{"BatchHost=" + h})
+	}
+	tres := fmt.Sprintf("cpu=%d,node=%d,billing=%d", jobCPUs(j), jobNodeCount(j), jobCPUs(j))
+	if m := j.GetMemMb(); m > 0 {
+		tres = fmt.Sprintf("cpu=%d,mem=%s,node=%d,billing=%d", jobCPUs(j), memString(m*int64(jobNodeCount(j))), jobNodeCount(j), jobCPUs(j))
+	}
+	gpus := int(j.GetGpusPerNode()) * jobNodeCount(j)
+	if gpus == 0 {
+		gpus = int(j.GetGpus())
+	}
+	if gpus > 0 {
+		tres += fmt.Sprintf(",gres/gpu=%d", gpus)
+	}
+	over := "OK"
+	if j.GetExclusive() {
+		over = "NO"
+	}
+	command := "(null)"
+	if len(j.GetCommand()) > 0 {
+		command = strings.Join(j.GetCommand(), " ")
+	}
+	stdout := j.GetOutputPath()
+	if stdout == "" {
+		stdout = j.GetOutputPattern()
+	}
+	if stdout == "" {
+		// Slurm's default, slurm-%j.out (slurm-%A_%a.out for arrays).
+		name := "slurm-" + j.GetJobId() + ".out"
+		if r.arrayJobID != "" && r.arrayTask != "N/A" {
+			name = "slurm-" + r.arrayJobID + "_" + r.arrayTask + ".out"
+			if len(r.pending) > 1 {
+				name = "slurm-" + r.arrayJobID + "_%a.out"
+			}
+		}
+		stdout = strings.TrimSuffix(j.GetWorkDir(), "/") + "/" + name
+	}
+	stderr := j.GetErrorPath()
+	if stderr == "" {
+		stderr = j.GetErrorPattern()
+	}
+	if stderr == "" {
+		stderr = stdout
+	}
+	rec = append(rec,
+		[]string{"NumNodes=" + strconv.Itoa(jobNodeCount(j)), "NumCPUs=" + strconv.Itoa(jobCPUs(j)), "NumTasks=" + strconv.Itoa(jobTasks(j)),
+			"CPUs/Task=" + strconv.Itoa(int(max(j.GetCpusPerTask(), 1))), "ReqB:S:C:T=0:0:*:*"},
+		[]string{"TRES=" + tres},
+		[]string{"Socks/Node=*", fmt.Sprintf("NtasksPerN:B:S:C=%d:0:*:*", j.GetNtasksPerNode()), "CoreSpec=*"},
+		[]string{"MinCPUsNode=" + strconv.Itoa(int(max(j.GetCpusPerTask(), 1))), "MinMemoryNode=" + memString(j.GetMemMb()), "MinTmpDiskNode=0"},
+		[]string{"Features=(null)", "DelayBoot=00:00:00"},
+		[]string{"OverSubscribe=" + over, "Contiguous=0", "Licenses=(null)", "Network=(null)"},
+		[]string{"Command=" + command},
+		[]string{"WorkDir=" + j.GetWorkDir()},
+		[]string{"StdErr=" + stderr},
+		[]string{"StdIn=/dev/null"},
+		[]string{"StdOut=" + stdout},
+		[]string{"Power="},
+	)
+	if t := tresPerNode(j); t != "N/A" {
+		rec = append(rec, []string{"TresPerNode=" + t})
+	}
+	if j.GetPlacement() != "" {
+		rec = append(rec, []string{"Placement=" + j.GetPlacement()})
+	}
+	return rec
+}
+
+// slurmNodeState is a node's state as scontrol prints it.
+func slurmNodeState(s loomv1.SlurmNode_State) string {
+	switch s {
+	case loomv1.SlurmNode_IDLE:
+		return "IDLE"
+	case loomv1.SlurmNode_MIXED:
+		return "MIXED"
+	case loomv1.SlurmNode_ALLOCATED:
+		return "ALLOCATED"
+	case loomv1.SlurmNode_DRAINING:
+		return "MIXED+DRAIN"
+	case loomv1.SlurmNode_DRAINED:
+		return "IDLE+DRAIN"
+	case loomv1.SlurmNode_DOWN:
+		return "DOWN"
+	}
+	return "UNKNOWN"
+}
+
+// showNodes prints "scontrol show node [NAME]".
+func (c *cmd) showNodes(ctx context.Context, b *strings.Builder, name string, oneliner bool) error {
+	cluster, err := c.clusterName(ctx)
+	if err != nil {
+		return err
+	}
+	_, nodes, err := c.slurmView(ctx, cluster)
+	if err != nil {
+		return err
+	}
+	var want map[string]bool
+	if name != "" {
+		hosts, err := hostlist.Expand(name)
+		if err != nil {
+			return c.errorf("Invalid node name specification: %s", name)
+		}
+		want = map[string]bool{}
+		for _, h := range hosts {
+			want[h] = true
+		}
+	}
+	sort.SliceStable(nodes, func(a, b int) bool { return naturalLess(nodes[a].GetHostname(), nodes[b].GetHostname()) })
+	n := 0
+	for _, nd := range nodes {
+		if want != nil && !want[nd.GetHostname()] {
+			continue
+		}
+		nodeRecord(nd).write(b, oneliner)
+		n++
+	}
+	if n == 0 {
+		if name != "" {
+			return &Error{Code: 1, Text: fmt.Sprintf("Node %s not found", name)}
+		}
+		b.WriteString("No nodes in the system\n")
+	}
+	return nil
+}
+
+// nodeRecord is a node as "scontrol show node" prints it.
+func nodeRecord(n *loomv1.SlurmNode) record {
+	cpus := max(n.GetCpus(), 1)
+	gres := nodeGres(n)
+	cfg := fmt.Sprintf("cpu=%d,mem=%dM,billing=%d", cpus, n.GetMemoryMb(), cpus)
+	if n.GetGpus() > 0 {
+		cfg += fmt.Sprintf(",gres/gpu=%d", n.GetGpus())
+	}
+	alloc := ""
+	if n.GetAllocCpus() > 0 || n.GetAllocGpus() > 0 {
+		alloc = fmt.Sprintf("cpu=%d", n.GetAllocCpus())
+		if n.GetAllocGpus() > 0 {
+			alloc += fmt.Sprintf(",gres/gpu=%d", n.GetAllocGpus())
+		}
+	}
+	parts := strings.Join(n.GetPartitions(), ",")
+	rec := record{
+		{"NodeName=" + n.GetHostname(), "Arch=x86_64", fmt.Sprintf("CoresPerSocket=%d ", cpus)},
+		{fmt.Sprintf("CPUAlloc=%d", n.GetAllocCpus()), fmt.Sprintf("CPUEfctv=%d", cpus), fmt.Sprintf("CPUTot=%d", cpus), "CPULoad=N/A"},
+		{"AvailableFeatures=" + nodeFeatures(n)},
+		{"ActiveFeatures=" + nodeFeatures(n)},
+		{"Gres=" + gres},
+		{"NodeAddr=" + n.GetHostname(), "NodeHostName=" + n.GetHostname(), "Version=22.05.8"},
+		{fmt.Sprintf("RealMemory=%d", n.GetMemoryMb()), "AllocMem=0", "FreeMem=N/A", "Sockets=1", "Boards=1"},
+		{"State=" + slurmNodeState(n.GetState()), "ThreadsPerCore=1", "TmpDisk=0", "Weight=1", "Owner=N/A", "MCS_label=N/A"},
+		{"Partitions=" + parts + " "},
+		{"BootTime=None", "SlurmdStartTime=None"},
+		{"LastBusyTime=None"},
+		{"CfgTRES=" + cfg},
+		{"AllocTRES=" + alloc},
+		{"CapWatts=n/a"},
+		{"CurrentWatts=0", "AveWatts=0"},
+		{"ExtSensorsJoules=n/s", "ExtSensorsWatts=0", "ExtSensorsTemp=n/s"},
+	}
+	if b := n.GetBlock(); b != "" {
+		rec = append(rec, []string{"Block=" + b})
+	}
+	if r := n.GetReason(); r != "" {
+		rec = append(rec, []string{"Reason=" + r})
+	}
+	return rec
+}
+
+// showPartitions prints "scontrol show partition [NAME]".
+func (c *cmd) showPartitions(ctx context.Context, b *strings.Builder, name string, oneliner bool) error {
+	cluster, err := c.clusterName(ctx)
+	if err != nil {
+		return err
+	}
+	parts, nodes, err := c.slurmView(ctx, cluster)
+	if err != nil {
+		return err
+	}
+	byHost := map[string]*loomv1.SlurmNode{}
+	for _, n := range nodes {
+		byHost[n.GetHostname()] = n
+	}
+	n := 0
+	for _, p := range parts {
+		if name != "" && p.GetName() != name {
+			continue
+		}
+		partitionRecord(p, byHost).write(b, oneliner)
+		n++
+	}
+	if n == 0 {
+		if name != "" {
+			return &Error{Code: 1, Text: fmt.Sprintf("Partition %s not found", name)}
+		}
+		b.WriteString("No partitions in the system\n")
+	}
+	return nil
+}
+
+// partitionRecord is a partition as "scontrol show partition" prints it.
+func partitionRecord(p *loomv1.Partition, byHost map[string]*loomv1.SlurmNode) record {
+	yes := func(v bool) string {
+		if v {
+			return "YES"
+		}
+		return "NO"
+	}
+	maxTime := "UNLIMITED"
+	if secs, unlimited, err := ParseTimeLimit(p.GetMaxTime()); err == nil && !unlimited && p.GetMaxTime() != "" {
+		maxTime = formatDuration(secs)
+	}
+	cpus, mem := 0, int64(0)
+	for _, h := range p.GetNodes() {
+		if n, ok := byHost[h]; ok {
+			cpus += int(max(n.GetCpus(), 1))
+			mem += n.GetMemoryMb()
+		}
+	}
+	tres := fmt.Sprintf("cpu=%d,mem=%dM,node=%d,billing=%d", cpus, mem, len(p.GetNodes()), cpus)
+	if p.GetTotalGpus() > 0 {
+		tres += fmt.Sprintf(",gres/gpu=%d", p.GetTotalGpus())
+	}
+	state := strings.ToUpper(p.GetState())
+	if state == "" {
+		state = "UP"
+	}
+	return record{
+		{"PartitionName=" + p.GetName()},
+		{"AllowGroups=ALL", "AllowAccounts=ALL", "AllowQos=ALL"},
+		{"AllocNodes=ALL", "Default=" + yes(p.GetDefault()), "QoS=N/A"},
+		{"DefaultTime=NONE", "DisableRootJobs=NO", "ExclusiveUser=NO", "GraceTime=0", "Hidden=NO"},
+		{"MaxNodes=UNLIMITED", "MaxTime=" + maxTime, "MinNodes=0", "LLN=NO", "MaxCPUsPerNode=UNLIMITED"},
+		{"Nodes=" + orNull(compressHosts(p.GetNodes()))},
+		{"PriorityJobFactor=1", fmt.Sprintf("PriorityTier=%d", p.GetPriorityTier()), "RootOnly=NO", "ReqResv=NO", "OverSubscribe=NO"},
+		{"OverTimeLimit=NONE", "PreemptMode=REQUEUE"},
+		{"State=" + state, fmt.Sprintf("TotalCPUs=%d", cpus), fmt.Sprintf("TotalNodes=%d", len(p.GetNodes())), "SelectTypeParameters=NONE"},
+		{"JobDefaults=(null)"},
+		{"DefMemPerNode=UNLIMITED", "MaxMemPerNode=UNLIMITED"},
+		{"TRES=" + tres},
+	}
+}
+
+// jobIDArgs splits "12 13,14" into ids.
+func jobIDArgs(params []string) []string {
+	var ids []string
+	for _, p := range params {
+		ids = append(ids, splitList(p)...)
+	}
+	return ids
+}
+
+// scontrolJobAction is hold, uhold, release, requeue and requeuehold.
+func (c *cmd) scontrolJobAction(ctx context.Context, verb string, params []string, quiet bool) error {
+	ids := jobIDArgs(params)
+	if len(ids) == 0 {
+		return c.errorf("too few arguments for keyword:%s", verb)
+	}
+	actions := map[string][]string{
+		"hold": {"hold"}, "uhold": {"hold"}, "release": {"release"},
+		"requeue": {"requeue"}, "requeuehold": {"requeue", "hold"},
+	}[verb]
+	failed := false
+	for _, id := range ids {
+		if _, _, err := parseJobID(id); err != nil {
+			fmt.Fprintf(c.stderr, "Invalid job id specified for job %s\n", id)
+			failed = true
+			continue
+		}
+		for _, action := range actions {
+			if err := c.updateJob(ctx, &loomv1.UpdateJobRequest{Name: c.jobName(id), Action: action}); err != nil {
+				if !quiet {
+					fmt.Fprintf(c.stderr, "%s for job %s\n", updateErrorText(err), id)
+				}
+				failed = true
+				break
+			}
+		}
+	}
+	if failed {
+		return &Error{Code: 1}
+	}
+	return nil
+}
+
+// parseJobID checks a job id argument: "12" or "12_3".
+func parseJobID(s string) (id, task string, err error) {
+	id, task, isTask := strings.Cut(s, "_")
+	if !isDigits(id) || (isTask && !isDigits(task)) {
+		return "", "", fmt.Errorf("invalid job id %q", s)
+	}
+	return id, task, nil
+}
+
+func (c *cmd) updateJob(ctx context.Context, req *loomv1.UpdateJobRequest) error {
+	cctx, cancel := c.call(ctx)
+	defer cancel()
+	_, err := c.jobsClient().UpdateJob(cctx, req)
+	return err
+}
+
+// updateErrorText is Slurm's wording for a refused update.
+func updateErrorText(err error) string {
+	st := status.Convert(err)
+	switch st.Code() {
+	case codes.NotFound:
+		return "Invalid job id specified"
+	case codes.Unavailable:
+		return "Unable to contact the Loom gateway (connect failure)"
+	case codes.Unimplemented:
+		return "Job updates are not served by this Loom gateway yet"
+	}
+	return st.Message()
+}
+
+// scontrolUpdate is "scontrol update JobId=... | NodeName=...".
+func (c *cmd) scontrolUpdate(ctx context.Context, params []string) error {
+	if len(params) == 0 {
+		return c.errorf("too few arguments for keyword:update")
+	}
+	kv := map[string]string{}
+	var order []string
+	for _, p := range params {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok {
+			return &Error{Code: 1, Text: "Invalid input: " + p + "\nRequest aborted"}
+		}
+		lk := strings.ToLower(k)
+		kv[lk] = v
+		order = append(order, lk)
+	}
+	switch {
+	case has(kv, "jobid", "job"):
+		return c.updateJobParams(ctx, kv, order)
+	case has(kv, "nodename", "node"):
+		return c.updateNodeParams(ctx, kv, order)
+	}
+	return &Error{Code: 1, Text: "No valid entity in update command\nInput line must include \"NodeName\", \"PartitionName\", \"Reservation/ReservationName\", \"JobId\", \"SuspendExcNodes\", \"SuspendExcParts\", \"SuspendExcStates\" or \"FrontendName\""}
+}
+
+func has(kv map[string]string, keys ...string) bool {
+	for _, k := range keys {
+		if _, ok := kv[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+func first(kv map[string]string, keys ...string) string {
+	for _, k := range keys {
+		if v, ok := kv[k]; ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// updateJobParams updates a job's TimeLimit and/or Partition.
+func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order []string) error {
+	ids := splitList(first(kv, "jobid", "job"))
+	req := &loomv1.UpdateJobRequest{Action: "update"}
+	for _, k := range order {
+		v := kv[k]
+		switch k {
+		case "jobid", "job":
+		case "timelimit":
+			if strings.HasPrefix(v, "+") || strings.HasPrefix(v, "-") {
+				continue // relative: per job below
+			}
+			secs, unlimited, err := ParseTimeLimit(v)
+			if err != nil {
+				return &Error{Code: 1, Text: "Invalid TimeLimit value: " + v}
+			}
+			if unlimited {
+				return c.errorf("TimeLimit=UNLIMITED is not supported by Loom; give a time")
+			}
+			if secs == 0 {
+				return &Error{Code: 1, Text: "Invalid TimeLimit value: " + v}
+			}
+			req.TimeLimitSeconds = secs
+		case "partition":
+			if v == "" || strings.Contains(v, ",") {
+				return &Error{Code: 1, Text: "Invalid Partition value: " + v}
+			}
+			req.Partition = v
+		default:
+			return &Error{Code: 1, Text: "Update of this parameter is not supported: " + k + "=" + v + "\nRequest aborted"}
+		}
+	}
+	relative := kv["timelimit"]
+	if !strings.HasPrefix(relative, "+") && !strings.HasPrefix(relative, "-") {
+		relative = ""
+	}
+	if req.TimeLimitSeconds == 0 && req.Partition == "" && relative == "" {
+		return &Error{Code: 1, Text: "No changes specified"}
+	}
+	failed := false
+	for _, id := range ids {
+		if _, _, err := parseJobID(id); err != nil {
+			fmt.Fprintf(c.stderr, "Invalid job id specified for job %s\n", id)
+			failed = true
+			continue
+		}
+		r := &loomv1.UpdateJobRequest{Name: c.jobName(id), Action: "update", TimeLimitSeconds: req.TimeLimitSeconds, Partition: req.Partition}
+		if relative != "" {
+			delta, _, err := ParseTimeLimit(relative[1:])
+			if err != nil {
+				return &Error{Code: 1, Text: "Invalid TimeLimit value: " + relative}
+			}
+			cctx, cancel := c.call(ctx)
+			j, err := c.jobsClient().GetJob(cctx, &loomv1.GetJobRequest{Name: r.Name})
+			cancel()
+			if err != nil {
+				fmt.Fprintf(c.stderr, "%s for job %s\n", updateErrorText(err), id)
+				failed = true
+				continue
+			}
+			cur := j.GetTimeLimitSeconds()
+			if cur == 0 {
+				fmt.Fprintf(c.stderr, "Job %s has no time limit of its own to change relatively\n", id)
+				failed = true
+				continue
+			}
+			if relative[0] == '+' {
+				r.TimeLimitSeconds = cur + delta
+			} else if r.TimeLimitSeconds = cur - delta; r.TimeLimitSeconds <= 0 {
+				fmt.Fprintf(c.stderr, "Invalid TimeLimit value: %s for job %s\n", relative, id)
+				failed = true
+				continue
+			}
+		}
+		if err := c.updateJob(ctx, r); err != nil {
+			fmt.Fprintf(c.stderr, "%s for job %s\n", updateErrorText(err), id)
+			failed = true
+		}
+	}
+	if failed {
+		return &Error{Code: 1}
+	}
+	return nil
+}
+
+// updateNodeParams drains or resumes nodes.
+func (c *cmd) updateNodeParams(ctx context.Context, kv map[string]string, order []string) error {
+	expr := first(kv, "nodename", "node")
+	hosts, err := hostlist.Expand(expr)
+	if err != nil || len(hosts) == 0 {
+		return &Error{Code: 1, Text: "Invalid node name specified: " + expr}
+	}
+	state, reason := "", kv["reason"]
+	for _, k := range order {
+		switch k {
+		case "nodename", "node", "reason":
+		case "state":
+			switch strings.ToUpper(kv[k]) {
+			case "DRAIN":
+				state = "DRAIN"
+			case "RESUME", "UNDRAIN", "IDLE":
+				state = "RESUME"
+			default:
+				return &Error{Code: 1, Text: fmt.Sprintf("Invalid node state specified: %s (Loom supports DRAIN and RESUME)", kv[k])}
+			}
+		default:
+			return &Error{Code: 1, Text: "Update of this parameter is not supported: " + k + "=" + kv[k] + "\nRequest aborted"}
+		}
+	}
+	if state == "" {
+		return &Error{Code: 1, Text: "No changes specified"}
+	}
+	if state == "DRAIN" && strings.TrimSpace(reason) == "" {
+		return &Error{Code: 1, Text: "You must specify a reason when DOWNING or DRAINING a node. Request denied"}
+	}
+	cluster, err := c.clusterName(ctx)
+	if err != nil {
+		return err
+	}
+	for _, h := range hosts {
+		cctx, cancel := c.call(ctx)
+		_, err := c.slurmClient().UpdateSlurmNode(cctx, &loomv1.UpdateSlurmNodeRequest{Cluster: cluster, Hostname: h, State: state, Reason: reason})
+		cancel()
+		if err != nil {
+			st := status.Convert(err)
+			if st.Code() == codes.NotFound {
+				return &Error{Code: 1, Text: fmt.Sprintf("slurm_update error: Invalid node name specified (%s)", h)}
+			}
+			return c.rpcError("slurm_update error", err)
+		}
+	}
+	return nil
+}
+
+const scontrolUsage = `scontrol [<OPTION>] [<COMMAND>]
+    Valid <OPTION> values are:
+     -d or --details: print details
+     -o or --oneliner: print information one line per record
+     -Q or --quiet: print no messages other than error messages
+     -M or --cluster: cluster to issue commands to (overrides LOOM_CLUSTER)
+     -V or --version: print version information and exit
+
+  <keyword> may be omitted from the execute line and scontrol will execute
+  in interactive mode (not in Loom). Valid <COMMAND> values are:
+     hold <job_list>          place hold on job(s)
+     release <job_list>       permit specified job(s) to start
+     requeue <job_id>         re-queue a batch job
+     requeuehold <job_id>     re-queue and hold a batch job
+     show <ENTITY> [<ID>]     display state of identified entity: job, node,
+                              partition, hostnames, hostlist
+     uhold <job_list>         place user hold on job(s)
+     update <SPECIFICATIONS>  update job (JobId=ID TimeLimit=... Partition=...)
+                              or node (NodeName=NAMES State=DRAIN|RESUME Reason=...)
+     version                  display tool version number
+`

@@ -1,0 +1,665 @@
+package slurmcli
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/loom-ml/loom/libs/hostlist"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// Slurm's sinfo formats.
+const (
+	sinfoDefaultFormat     = "%9P %.5a %.10l %.6D %.6t %N"
+	sinfoLongFormat        = "%9P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N"
+	sinfoNodeFormat        = "%N %.6D %.9P %6t"
+	sinfoNodeLongFormat    = "%N %.6D %.9P %.11T %.4c %.8z %.6m %.8d %.6w %.8f %20E"
+	sinfoSummarizeFormat   = "%9P %.5a %.10l %.16F  %N"
+	sinfoReasonsFormat     = "%20E %9u %19H %N"
+	sinfoReasonsLongFormat = "%20E %12U %19H %6t %N"
+	minFieldSize           = 9
+)
+
+var sinfoOptions = []optDef{
+	{long: []string{"all"}, short: 'a', arg: noArg},
+	{long: []string{"dead"}, short: 'd', arg: noArg},
+	{long: []string{"exact"}, short: 'e', arg: noArg},
+	{long: []string{"federation"}, arg: noArg},
+	{long: []string{"noheader"}, short: 'h', arg: noArg},
+	{long: []string{"help"}, arg: noArg},
+	{long: []string{"hide"}, arg: noArg},
+	{long: []string{"iterate"}, short: 'i', arg: requiredArg},
+	{long: []string{"local"}, arg: noArg},
+	{long: []string{"long"}, short: 'l', arg: noArg},
+	{long: []string{"clusters", "cluster"}, short: 'M', arg: requiredArg},
+	{long: []string{"nodes"}, short: 'n', arg: requiredArg},
+	{long: []string{"noconvert"}, arg: noArg},
+	{long: []string{"Node"}, short: 'N', arg: noArg},
+	{long: []string{"format"}, short: 'o', arg: requiredArg},
+	{long: []string{"Format"}, short: 'O', arg: requiredArg},
+	{long: []string{"partition"}, short: 'p', arg: requiredArg},
+	{long: []string{"responding"}, short: 'r', arg: noArg},
+	{long: []string{"list-reasons"}, short: 'R', arg: noArg},
+	{long: []string{"summarize"}, short: 's', arg: noArg},
+	{long: []string{"sort"}, short: 'S', arg: requiredArg},
+	{long: []string{"states"}, short: 't', arg: requiredArg},
+	{long: []string{"reservation"}, short: 'T', arg: noArg},
+	{long: []string{"usage"}, arg: noArg},
+	{long: []string{"verbose"}, short: 'v', arg: noArg},
+	{long: []string{"version"}, short: 'V', arg: noArg},
+}
+
+// sinfoLongNames maps -O/--Format names to sinfo's format letters.
+var sinfoLongNames = map[string]string{
+	"available": "a", "nodeaiot": "F", "nodeai": "A", "cpus": "c", "cpusstate": "C",
+	"disk": "d", "nodes": "D", "reason": "E", "features": "f", "features_act": "b",
+	"groups": "g", "gres": "G", "oversubscribe": "h", "timestamp": "H", "time": "l",
+	"defaulttime": "L", "memory": "m", "preemptmode": "M", "nodehost": "n", "nodelist": "N",
+	"nodeaddr": "o", "cpusload": "O", "prioritytier": "p", "partition": "P", "root": "r",
+	"partitionname": "R", "size": "s", "allocnodes": "S", "statecompact": "t", "statelong": "T",
+	"user": "u", "userlong": "U", "version": "v", "cluster": "V", "weight": "w",
+	"sockets": "X", "cores": "Y", "threads": "Z", "socketcorethread": "z", "freemem": "e",
+	"maxcpuspernode": "B", "priorityjobfactor": "I",
+}
+
+// nodeStates are Slurm's node state names per Loom's SlurmNode state, in
+// sinfo's default order (the -t part of "#P,-t").
+var nodeStates = []struct {
+	state         loomv1.SlurmNode_State
+	compact, long string
+	rank          int
+}{
+	{loomv1.SlurmNode_DRAINING, "drng", "draining", 7},
+	{loomv1.SlurmNode_DRAINED, "drain", "drained", 6},
+	{loomv1.SlurmNode_MIXED, "mix", "mixed", 5},
+	{loomv1.SlurmNode_ALLOCATED, "alloc", "allocated", 3},
+	{loomv1.SlurmNode_IDLE, "idle", "idle", 2},
+	{loomv1.SlurmNode_DOWN, "down", "down", 1},
+	{loomv1.SlurmNode_STATE_UNSPECIFIED, "unk", "unknown", 0},
+}
+
+func nodeStateInfo(s loomv1.SlurmNode_State) (compact, long string, rank int) {
+	for _, n := range nodeStates {
+		if n.state == s {
+			return n.compact, n.long, n.rank
+		}
+	}
+	return "unk", "unknown", 0
+}
+
+// parseNodeStates parses sinfo -t: compact or long names, prefixes, "drain"
+// for both drained and draining, "all".
+func parseNodeStates(s string) (map[loomv1.SlurmNode_State]bool, error) {
+	out := map[loomv1.SlurmNode_State]bool{}
+	for _, item := range splitList(strings.ToLower(s)) {
+		if item == "all" {
+			return nil, nil
+		}
+		found := false
+		if item == "drain" {
+			out[loomv1.SlurmNode_DRAINED], out[loomv1.SlurmNode_DRAINING] = true, true
+			continue
+		}
+		for _, n := range nodeStates {
+			if strings.HasPrefix(n.compact, item) || strings.HasPrefix(n.long, item) {
+				out[n.state] = true
+				found = true
+			}
+		}
+		if !found {
+			var names []string
+			for _, n := range nodeStates {
+				names = append(names, n.long)
+			}
+			return nil, &Error{Code: 1, Text: fmt.Sprintf("sinfo: error: Bad state string: %q\nsinfo: error: valid states: %s", item, strings.Join(names, ","))}
+		}
+	}
+	return out, nil
+}
+
+// sinfoRow is one line of sinfo: nodes of one partition (nil for nodes
+// in none) that share the printed attributes.
+type sinfoRow struct {
+	part    *loomv1.Partition
+	partIdx int
+	nodes   []*loomv1.SlurmNode
+	// partWidth is the computed width of %P / %R (0: as given).
+	partWidth int
+}
+
+func (r sinfoRow) first() *loomv1.SlurmNode {
+	if len(r.nodes) == 0 {
+		return &loomv1.SlurmNode{}
+	}
+	return r.nodes[0]
+}
+
+func (r sinfoRow) hostnames() []string {
+	names := make([]string, len(r.nodes))
+	for i, n := range r.nodes {
+		names[i] = n.GetHostname()
+	}
+	return names
+}
+
+// counts are a row's nodes and CPUs as allocated/idle/other/total.
+func (r sinfoRow) counts() (na, ni, no, nt, ca, ci, co, ct int) {
+	for _, n := range r.nodes {
+		nt++
+		ct += int(n.GetCpus())
+		switch n.GetState() {
+		case loomv1.SlurmNode_DOWN, loomv1.SlurmNode_DRAINED, loomv1.SlurmNode_STATE_UNSPECIFIED:
+			no++
+			co += int(n.GetCpus())
+		case loomv1.SlurmNode_IDLE:
+			ni++
+			ci += int(n.GetCpus())
+		default:
+			na++
+			ca += int(n.GetAllocCpus())
+			ci += int(n.GetCpus() - n.GetAllocCpus())
+		}
+	}
+	return
+}
+
+func nodeGres(n *loomv1.SlurmNode) string {
+	if n.GetGpus() == 0 {
+		return "(null)"
+	}
+	if t := n.GetGpuType(); t != "" {
+		return fmt.Sprintf("gpu:%s:%d", t, n.GetGpus())
+	}
+	return fmt.Sprintf("gpu:%d", n.GetGpus())
+}
+
+// partTimeLimit is sinfo's TIMELIMIT of a partition.
+func partTimeLimit(p *loomv1.Partition) string {
+	secs, unlimited, err := ParseTimeLimit(p.GetMaxTime())
+	if p.GetMaxTime() == "" || unlimited || err != nil {
+		return "infinite"
+	}
+	return formatSecs(secs, false)
+}
+
+// sinfoFields are sinfo's format letters; aggregate ones (counts, lists)
+// describe the row's nodes together, the others one node.
+func sinfoFields(cluster string) fieldTable[sinfoRow] {
+	part := func(header string, f func(p *loomv1.Partition) string) fieldDef[sinfoRow] {
+		return fieldDef[sinfoRow]{header: header, value: func(r sinfoRow) string {
+			if r.part == nil {
+				return "n/a"
+			}
+			return f(r.part)
+		}}
+	}
+	node := func(header string, f func(n *loomv1.SlurmNode) string) fieldDef[sinfoRow] {
+		return fieldDef[sinfoRow]{header: header, value: func(r sinfoRow) string { return f(r.first()) }}
+	}
+	unknownIfNoReason := func(n *loomv1.SlurmNode) string { return "Unknown" }
+	return fieldTable[sinfoRow]{fields: map[string]fieldDef[sinfoRow]{
+		"a": part("AVAIL", func(p *loomv1.Partition) string {
+			if s := strings.ToLower(p.GetState()); s != "" {
+				return s
+			}
+			return "up"
+		}),
+		"A": {header: "NODES(A/I)", value: func(r sinfoRow) string {
+			na, ni, _, _, _, _, _, _ := r.counts()
+			return fmt.Sprintf("%d/%d", na, ni)
+		}},
+		"b": node("ACTIVE_FEATURES", nodeFeatures),
+		"B": part("MAX_CPUS_PER_NODE", func(*loomv1.Partition) string { return "UNLIMITED" }),
+		"c": node("CPUS", func(n *loomv1.SlurmNode) string { return strconv.Itoa(int(n.GetCpus())) }),
+		"C": {header: "CPUS(A/I/O/T)", value: func(r sinfoRow) string {
+			_, _, _, _, ca, ci, co, ct := r.counts()
+			return fmt.Sprintf("%d/%d/%d/%d", ca, ci, co, ct)
+		}},
+		"d": node("TMP_DISK", func(*loomv1.SlurmNode) string { return "0" }),
+		"D": {header: "NODES", value: func(r sinfoRow) string { return strconv.Itoa(len(r.nodes)) }},
+		"e": node("FREE_MEM", func(*loomv1.SlurmNode) string { return "N/A" }),
+		"E": node("REASON", func(n *loomv1.SlurmNode) string {
+			if n.GetReason() == "" {
+				return "none"
+			}
+			return n.GetReason()
+		}),
+		"f": node("AVAIL_FEATURES", nodeFeatures),
+		"F": {header: "NODES(A/I/O/T)", value: func(r sinfoRow) string {
+			na, ni, no, nt, _, _, _, _ := r.counts()
+			return fmt.Sprintf("%d/%d/%d/%d", na, ni, no, nt)
+		}},
+		"g": part("GROUPS", func(*loomv1.Partition) string { return "all" }),
+		"G": node("GRES", nodeGres),
+		"h": part("OVERSUBSCRIBE", func(*loomv1.Partition) string { return "NO" }),
+		"H": node("TIMESTAMP", unknownIfNoReason),
+		"I": part("PRIO_JOB_FACTOR", func(*loomv1.Partition) string { return "1" }),
+		"l": part("TIMELIMIT", partTimeLimit),
+		"L": part("DEFAULTTIME", func(*loomv1.Partition) string { return "n/a" }),
+		"m": node("MEMORY", func(n *loomv1.SlurmNode) string { return strconv.FormatInt(n.GetMemoryMb(), 10) }),
+		"M": part("PREEMPT_MODE", func(*loomv1.Partition) string { return "REQUEUE" }),
+		"n": {header: "HOSTNAMES", value: func(r sinfoRow) string { return compressHosts(r.hostnames()) }},
+		"N": {header: "NODELIST", value: func(r sinfoRow) string { return compressHosts(r.hostnames()) }},
+		"o": {header: "NODE_ADDR", value: func(r sinfoRow) string { return compressHosts(r.hostnames()) }},
+		"O": node("CPU_LOAD", func(*loomv1.SlurmNode) string { return "N/A" }),
+		"p": part("PRIO_TIER", func(p *loomv1.Partition) string { return strconv.Itoa(int(p.GetPriorityTier())) }),
+		"P": part("PARTITION", func(p *loomv1.Partition) string {
+			if p.GetDefault() {
+				return p.GetName() + "*"
+			}
+			return p.GetName()
+		}),
+		"r": part("ROOT", func(*loomv1.Partition) string { return "no" }),
+		"R": part("PARTITION", func(p *loomv1.Partition) string { return p.GetName() }),
+		"s": part("JOB_SIZE", func(*loomv1.Partition) string { return "1-infinite" }),
+		"S": part("ALLOCNODES", func(*loomv1.Partition) string { return "all" }),
+		"t": node("STATE", func(n *loomv1.SlurmNode) string { c, _, _ := nodeStateInfo(n.GetState()); return c }),
+		"T": node("STATE", func(n *loomv1.SlurmNode) string { _, l, _ := nodeStateInfo(n.GetState()); return l }),
+		"u": node("USER", unknownIfNoReason),
+		"U": node("USER", unknownIfNoReason),
+		"v": node("VERSION", func(*loomv1.SlurmNode) string { return "22.05.8" }),
+		"V": node("CLUSTER", func(*loomv1.SlurmNode) string { return shortName(cluster) }),
+		"w": node("WEIGHT", func(*loomv1.SlurmNode) string { return "1" }),
+		"X": node("SOCKETS", func(*loomv1.SlurmNode) string { return "1" }),
+		"Y": node("CORES", func(n *loomv1.SlurmNode) string { return strconv.Itoa(int(max(n.GetCpus(), 1))) }),
+		"Z": node("THREADS", func(*loomv1.SlurmNode) string { return "1" }),
+		"z": node("S:C:T", func(n *loomv1.SlurmNode) string { return fmt.Sprintf("1:%d:1", max(n.GetCpus(), 1)) }),
+	}}
+}
+
+func nodeFeatures(n *loomv1.SlurmNode) string {
+	if len(n.GetFeatures()) == 0 {
+		return "(null)"
+	}
+	return strings.Join(n.GetFeatures(), ",")
+}
+
+// aggregateSpecs are the sinfo letters that describe a row's nodes
+// together; the others split rows.
+var aggregateSpecs = map[string]bool{"A": true, "C": true, "D": true, "F": true, "N": true, "n": true, "o": true}
+
+// sinfo is the sinfo command.
+func (c *cmd) sinfo(ctx context.Context, args []string) error {
+	p := &optParser{prog: "sinfo", defs: sinfoOptions}
+	opts, rest, err := p.parse(args)
+	if err != nil {
+		return usage("sinfo", err)
+	}
+	if len(rest) > 0 {
+		return &Error{Code: 1, Text: "sinfo: error: Unrecognized option: " + rest[0] + "\n" + strings.TrimRight(sinfoUsage, "\n")}
+	}
+	var formatStr, longFormat string
+	nodeMode, long, noHeader, summarize, reasons, dead, responding := false, false, false, false, false, false, false
+	var parts stringSet
+	var stateFilter map[loomv1.SlurmNode_State]bool
+	var hostFilter map[string]bool
+	iterate := 0
+	if v := c.env.Environ["SINFO_FORMAT"]; v != "" {
+		formatStr = v
+	}
+	for _, o := range opts {
+		switch o.key {
+		case "help", "usage":
+			fmt.Fprint(c.stdout, sinfoUsage)
+			return nil
+		case "version":
+			return c.printVersion()
+		case "dead":
+			dead = true
+		case "responding":
+			responding = true
+		case "noheader":
+			noHeader = true
+		case "iterate":
+			n, err := strconv.Atoi(o.value)
+			if err != nil || n <= 0 {
+				return c.errorf("--iterate=%s", o.value)
+			}
+			iterate = n
+		case "long":
+			long = true
+		case "clusters":
+			c.env.Cluster = o.value
+		case "nodes":
+			hosts, err := hostlist.Expand(o.value)
+			if err != nil {
+				return c.errorf("Invalid node name specification: %s", o.value)
+			}
+			hostFilter = map[string]bool{}
+			for _, h := range hosts {
+				hostFilter[h] = true
+			}
+		case "Node":
+			nodeMode = true
+		case "format":
+			formatStr, longFormat = o.value, ""
+		case "Format":
+			longFormat, formatStr = o.value, ""
+		case "partition":
+			parts = newStringSet(splitList(o.value))
+		case "list-reasons":
+			reasons = true
+		case "summarize":
+			summarize = true
+		case "states":
+			if stateFilter, err = parseNodeStates(o.value); err != nil {
+				return err
+			}
+		case "reservation":
+			return c.errorf("reservations (-T) are not tracked by Loom")
+		case "sort":
+			// accepted: Loom keeps Slurm's default order
+		}
+	}
+	// Default formats size %P (and, node-oriented, %N) to their longest value.
+	autoPart, autoNode := false, false
+	var f format
+	switch {
+	case longFormat != "":
+		var unknown []string
+		f, unknown = parseLongFormat(longFormat, sinfoLongNames)
+		if len(unknown) > 0 {
+			return c.errorf("Invalid node format specification: %s", unknown[0])
+		}
+	case formatStr != "":
+		f = parseFormat(formatStr)
+	case summarize:
+		f, autoPart = parseFormat(sinfoSummarizeFormat), true
+	case nodeMode:
+		f, autoPart, autoNode = parseFormat(sinfoNodeFormat), true, true
+		if long {
+			f = parseFormat(sinfoNodeLongFormat)
+		}
+	case reasons:
+		f = parseFormat(sinfoReasonsFormat)
+		if long {
+			f = parseFormat(sinfoReasonsLongFormat)
+		}
+	default:
+		f, autoPart = parseFormat(sinfoDefaultFormat), true
+		if long {
+			f = parseFormat(sinfoLongFormat)
+		}
+	}
+	if reasons && stateFilter == nil {
+		stateFilter = map[loomv1.SlurmNode_State]bool{loomv1.SlurmNode_DOWN: true, loomv1.SlurmNode_DRAINED: true, loomv1.SlurmNode_DRAINING: true}
+	}
+	if dead {
+		stateFilter = map[loomv1.SlurmNode_State]bool{loomv1.SlurmNode_DOWN: true}
+	}
+	if responding {
+		stateFilter = map[loomv1.SlurmNode_State]bool{}
+		for _, n := range nodeStates {
+			if n.state != loomv1.SlurmNode_DOWN {
+				stateFilter[n.state] = true
+			}
+		}
+	}
+	cluster, err := c.clusterName(ctx)
+	if err != nil {
+		return err
+	}
+	table := sinfoFields(cluster)
+	c.checkFormat(f, table.known, "node")
+
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Duration(iterate) * time.Second):
+			}
+		}
+		partitions, nodes, err := c.slurmView(ctx, cluster)
+		if err != nil {
+			return err
+		}
+		filter := func(n *loomv1.SlurmNode) bool {
+			return (stateFilter == nil || stateFilter[n.GetState()]) && (hostFilter == nil || hostFilter[n.GetHostname()])
+		}
+		var rows []sinfoRow
+		if reasons {
+			rows = reasonRows(nodes, filter, f, table)
+		} else {
+			rows = sinfoRows(partitions, nodes, parts, filter, nodeMode, f, table)
+		}
+		if autoPart {
+			w := minFieldSize
+			for _, r := range rows {
+				if r.part != nil {
+					n := len(r.part.GetName())
+					if r.part.GetDefault() {
+						n++
+					}
+					w = max(w, n)
+				}
+			}
+			for i := range f.fields {
+				if f.fields[i].spec == "P" || f.fields[i].spec == "R" {
+					f.fields[i].width = w
+				}
+			}
+		}
+		if autoNode {
+			w := minFieldSize
+			for _, r := range rows {
+				w = max(w, len(compressHosts(r.hostnames())))
+			}
+			for i := range f.fields {
+				if f.fields[i].spec == "N" {
+					f.fields[i].width = w
+				}
+			}
+		}
+		var b strings.Builder
+		if long || iterate > 0 {
+			b.WriteString(c.env.nowIn(c.loc).Format(ctimeLayout) + "\n")
+		}
+		if !noHeader {
+			table.header(&b, f)
+		}
+		for _, r := range rows {
+			table.row(&b, f, r)
+		}
+		fmt.Fprint(c.stdout, b.String())
+		if iterate == 0 {
+			return nil
+		}
+		fmt.Fprintln(c.stdout)
+	}
+}
+
+// slurmView fetches a cluster's partitions and nodes.
+func (c *cmd) slurmView(ctx context.Context, cluster string) ([]*loomv1.Partition, []*loomv1.SlurmNode, error) {
+	cctx, cancel := c.call(ctx)
+	defer cancel()
+	pr, err := c.slurmClient().ListPartitions(cctx, &loomv1.ListPartitionsRequest{Cluster: cluster})
+	if err != nil {
+		return nil, nil, c.rpcError("slurm_load_partitions", err)
+	}
+	nr, err := c.slurmClient().ListSlurmNodes(cctx, &loomv1.ListSlurmNodesRequest{Cluster: cluster})
+	if err != nil {
+		return nil, nil, c.rpcError("slurm_load_node", err)
+	}
+	return pr.GetPartitions(), nr.GetNodes(), nil
+}
+
+// groupKey renders a one-node row's non-aggregate fields: nodes with the
+// same key share a line.
+func groupKey(f format, table fieldTable[sinfoRow], r sinfoRow) string {
+	var b strings.Builder
+	for _, fl := range f.fields {
+		if aggregateSpecs[fl.spec] {
+			continue
+		}
+		if d, ok := table.fields[fl.spec]; ok {
+			b.WriteString(d.value(r))
+		}
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+func findSpec(f format, specs ...string) (int, bool) {
+	for i, fl := range f.fields {
+		for _, s := range specs {
+			if fl.spec == s {
+				return i, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// sinfoRows builds partition-oriented rows (nodes grouped per partition by
+// their printed attributes, partitions in configuration order, states
+// descending) or, with nodeMode, one row per node and partition.
+func sinfoRows(partitions []*loomv1.Partition, nodes []*loomv1.SlurmNode, parts stringSet,
+	keep func(*loomv1.SlurmNode) bool, nodeMode bool, f format, table fieldTable[sinfoRow]) []sinfoRow {
+	byHost := map[string]*loomv1.SlurmNode{}
+	for _, n := range nodes {
+		byHost[n.GetHostname()] = n
+	}
+	var rows []sinfoRow
+	inSome := map[string]bool{}
+	for pi, p := range partitions {
+		var members []*loomv1.SlurmNode
+		if len(p.GetNodes()) > 0 {
+			for _, h := range p.GetNodes() {
+				if n, ok := byHost[h]; ok {
+					members = append(members, n)
+				} else {
+					members = append(members, &loomv1.SlurmNode{Hostname: h, State: loomv1.SlurmNode_DOWN, Reason: "unknown to the scheduler"})
+				}
+			}
+		} else {
+			for _, n := range nodes {
+				for _, pn := range n.GetPartitions() {
+					if pn == p.GetName() {
+						members = append(members, n)
+					}
+				}
+			}
+		}
+		for _, n := range members {
+			inSome[n.GetHostname()] = true
+		}
+		if !parts.match(p.GetName()) {
+			continue
+		}
+		var kept []*loomv1.SlurmNode
+		for _, n := range members {
+			if keep(n) {
+				kept = append(kept, n)
+			}
+		}
+		if nodeMode {
+			for _, n := range kept {
+				rows = append(rows, sinfoRow{part: p, partIdx: pi, nodes: []*loomv1.SlurmNode{n}})
+			}
+			continue
+		}
+		if len(kept) == 0 && (len(members) > 0 || parts != nil) {
+			continue
+		}
+		if len(kept) == 0 {
+			rows = append(rows, sinfoRow{part: p, partIdx: pi})
+			continue
+		}
+		rows = append(rows, groupNodes(p, pi, kept, f, table)...)
+	}
+	if parts == nil {
+		// Nodes in no partition.
+		var orphans []*loomv1.SlurmNode
+		for _, n := range nodes {
+			if !inSome[n.GetHostname()] && keep(n) {
+				orphans = append(orphans, n)
+			}
+		}
+		if nodeMode {
+			for _, n := range orphans {
+				rows = append(rows, sinfoRow{partIdx: len(partitions), nodes: []*loomv1.SlurmNode{n}})
+			}
+		} else if len(orphans) > 0 {
+			rows = append(rows, groupNodes(nil, len(partitions), orphans, f, table)...)
+		}
+	}
+	if nodeMode {
+		sort.SliceStable(rows, func(a, b int) bool {
+			return naturalLess(rows[a].first().GetHostname(), rows[b].first().GetHostname())
+		})
+	}
+	return rows
+}
+
+// groupNodes splits one partition's nodes into rows by groupKey, ordered
+// by state (Slurm's "-t") and then first appearance.
+func groupNodes(p *loomv1.Partition, pi int, nodes []*loomv1.SlurmNode, f format, table fieldTable[sinfoRow]) []sinfoRow {
+	var rows []sinfoRow
+	index := map[string]int{}
+	for _, n := range nodes {
+		k := groupKey(f, table, sinfoRow{part: p, nodes: []*loomv1.SlurmNode{n}})
+		if i, ok := index[k]; ok {
+			rows[i].nodes = append(rows[i].nodes, n)
+			continue
+		}
+		index[k] = len(rows)
+		rows = append(rows, sinfoRow{part: p, partIdx: pi, nodes: []*loomv1.SlurmNode{n}})
+	}
+	if _, ok := findSpec(f, "t", "T"); ok {
+		sort.SliceStable(rows, func(a, b int) bool {
+			_, _, ra := nodeStateInfo(rows[a].first().GetState())
+			_, _, rb := nodeStateInfo(rows[b].first().GetState())
+			return ra > rb
+		})
+	}
+	return rows
+}
+
+// reasonRows are sinfo -R's rows: unavailable nodes grouped by reason.
+func reasonRows(nodes []*loomv1.SlurmNode, keep func(*loomv1.SlurmNode) bool, f format, table fieldTable[sinfoRow]) []sinfoRow {
+	var kept []*loomv1.SlurmNode
+	for _, n := range nodes {
+		if keep(n) {
+			kept = append(kept, n)
+		}
+	}
+	return groupNodes(nil, 0, kept, f, table)
+}
+
+// naturalLess orders host names with their numbers as numbers
+// ("gpu-2" < "gpu-10").
+func naturalLess(a, b string) bool {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i] == b[i] {
+			continue
+		}
+		if isDigitByte(a[i]) && isDigitByte(b[i]) {
+			x, y := leadingNumber(a[i:]), leadingNumber(b[i:])
+			if x != y {
+				return x < y
+			}
+		}
+		return a[i] < b[i]
+	}
+	return len(a) < len(b)
+}
+
+func isDigitByte(c byte) bool { return c >= '0' && c <= '9' }
+
+func leadingNumber(s string) int64 {
+	var n int64
+	for i := 0; i < len(s) && isDigitByte(s[i]) && i < 18; i++ {
+		n = n*10 + int64(s[i]-'0')
+	}
+	return n
+}
+
+const sinfoUsage = `Usage: sinfo [-adelNRrsTv] [-i seconds] [-t states] [-p partition] [-n nodes]
+             [-S fields] [-o format] [-O Format] [--federation] [--local]
+             [--noconvert] [--clusters names]
+`

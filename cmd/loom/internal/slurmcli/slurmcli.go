@@ -1,0 +1,315 @@
+// Package slurmcli implements the Slurm commands of a Loom login shell —
+// sbatch, squeue, sinfo, scancel, sacct, scontrol, sprio and srun — over
+// the gateway's public API, with Slurm 22.05's options, output formats and
+// error messages, so that users' scripts and habits work unchanged.
+//
+// Main runs one command. The parsers are pure functions other packages
+// reuse: ParseSbatch (a whole sbatch invocation to a Job), ParseTimeLimit,
+// ParseArray, ParseDependency, ParseBegin and ParseSignal.
+package slurmcli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// Commands are the Slurm commands Main runs.
+var Commands = []string{"sbatch", "squeue", "sinfo", "scancel", "sacct", "scontrol", "sprio", "srun"}
+
+// Version is what the commands print for --version / -V: Slurm's release
+// they follow, so that tools parsing "slurm X.Y.Z" keep working.
+const Version = "slurm 22.05.8 (Loom)"
+
+// Env is what a Slurm command runs with: the gateway connection, the
+// user's identity and the process environment.
+type Env struct {
+	// Conn is the connection to the gateway.
+	Conn grpc.ClientConnInterface
+	// Project owns the jobs (LOOM_PROJECT); default "default".
+	Project string
+	// Cluster is LOOM_CLUSTER: a cluster id ("demo") or full name
+	// ("projects/p/clusters/demo"). When empty, commands that need one
+	// use the project's only cluster.
+	Cluster string
+	// User is the submitting user (LOOM_USER, else USER).
+	User string
+	// Cwd is the working directory: sbatch's submit directory.
+	Cwd string
+	// Environ is the process environment (--export, SBATCH_* input
+	// variables, SLURM_* of an enclosing allocation for srun).
+	Environ map[string]string
+	// Stdin is where sbatch reads a script given neither as a file nor
+	// with --wrap, and what srun's tasks read; nil means empty.
+	Stdin io.Reader
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Location is the time zone times are printed in; nil means Local.
+	Location *time.Location
+	// CallTimeout bounds each call to the gateway; 0 means 30 seconds.
+	CallTimeout time.Duration
+}
+
+// EnvFromOS builds an Env from the process: the project, cluster and user
+// from LOOM_PROJECT, LOOM_CLUSTER and LOOM_USER/USER, the working
+// directory, the environment and stdin. conn is the gateway connection.
+func EnvFromOS(conn grpc.ClientConnInterface) Env {
+	environ := map[string]string{}
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			environ[k] = v
+		}
+	}
+	cwd, _ := os.Getwd()
+	project := environ["LOOM_PROJECT"]
+	if project == "" {
+		project = "default"
+	}
+	user := environ["LOOM_USER"]
+	if user == "" {
+		user = environ["USER"]
+	}
+	return Env{Conn: conn, Project: project, Cluster: environ["LOOM_CLUSTER"], User: user,
+		Cwd: cwd, Environ: environ, Stdin: os.Stdin}
+}
+
+// Error is a refusal printed as the Slurm command prints it: Text is the
+// whole message (one or more lines, without the final newline) and Code
+// the exit status.
+type Error struct {
+	Text string
+	Code int
+}
+
+func (e *Error) Error() string { return e.Text }
+
+// errorf makes the usual "prog: error: ..." refusal with exit status 1.
+func errorf(prog, format string, args ...any) *Error {
+	return &Error{Text: prog + ": error: " + fmt.Sprintf(format, args...), Code: 1}
+}
+
+// invalid is Slurm's "Invalid --opt specification" refusal, with why.
+func invalid(prog, opt, value string, why error) *Error {
+	if why != nil {
+		return errorf(prog, "Invalid %s specification %q: %v", opt, value, why)
+	}
+	return errorf(prog, "Invalid %s specification %q", opt, value)
+}
+
+// usage turns a getopt refusal into the command's two-line answer.
+func usage(prog string, err error) *Error {
+	var u *usageError
+	if errors.As(err, &u) {
+		return &Error{Text: u.msg + "\nTry \"" + prog + " --help\" for more information", Code: 1}
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return errorf(prog, "%v", err)
+}
+
+// Main runs the Slurm command name with its arguments (without the
+// program name) and returns its exit status.
+func Main(ctx context.Context, name string, args []string, env Env, stdout, stderr io.Writer) int {
+	c := newCmd(name, env, stdout, stderr)
+	var err error
+	switch name {
+	case "sbatch":
+		err = c.sbatch(ctx, args)
+	case "squeue":
+		err = c.squeue(ctx, args)
+	case "sinfo":
+		err = c.sinfo(ctx, args)
+	case "scancel":
+		err = c.scancel(ctx, args)
+	case "sacct":
+		err = c.sacct(ctx, args)
+	case "scontrol":
+		err = c.scontrol(ctx, args)
+	case "sprio":
+		err = c.sprio(ctx, args)
+	case "srun":
+		err = c.srun(ctx, args)
+	default:
+		fmt.Fprintf(stderr, "loom: %q is not a Slurm command Loom provides (%s)\n", name, strings.Join(Commands, ", "))
+		return 2
+	}
+	if err == nil {
+		return 0
+	}
+	var e *Error
+	if !errors.As(err, &e) {
+		e = errorf(name, "%v", err)
+	}
+	if e.Text != "" {
+		fmt.Fprintln(stderr, e.Text)
+	}
+	return e.Code
+}
+
+// cmd is one command invocation: its name, environment and writers.
+type cmd struct {
+	name   string
+	env    Env
+	stdout io.Writer
+	stderr io.Writer
+	now    time.Time
+	loc    *time.Location
+}
+
+func newCmd(name string, env Env, stdout, stderr io.Writer) *cmd {
+	if env.Project == "" {
+		env.Project = "default"
+	}
+	if env.Environ == nil {
+		env.Environ = map[string]string{}
+	}
+	if env.CallTimeout == 0 {
+		env.CallTimeout = 30 * time.Second
+	}
+	now := time.Now
+	if env.Now != nil {
+		now = env.Now
+	}
+	loc := env.Location
+	if loc == nil {
+		loc = time.Local
+	}
+	return &cmd{name: name, env: env, stdout: stdout, stderr: stderr, now: now().In(loc), loc: loc}
+}
+
+func (c *cmd) errorf(format string, args ...any) *Error { return errorf(c.name, format, args...) }
+
+// warnf prints "prog: warning: ..." and goes on.
+func (c *cmd) warnf(format string, args ...any) {
+	fmt.Fprintf(c.stderr, "%s: warning: %s\n", c.name, fmt.Sprintf(format, args...))
+}
+
+func (c *cmd) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.env.CallTimeout)
+}
+
+func (c *cmd) jobsClient() loomv1.JobServiceClient {
+	return loomv1.NewJobServiceClient(c.env.Conn)
+}
+
+func (c *cmd) slurmClient() loomv1.SlurmServiceClient {
+	return loomv1.NewSlurmServiceClient(c.env.Conn)
+}
+
+// rpcError explains a failed gateway call, as "prog: error: what: why".
+func (c *cmd) rpcError(what string, err error) *Error {
+	st, _ := status.FromError(err)
+	switch st.Code() {
+	case codes.Unavailable:
+		return c.errorf("%s: Unable to contact the Loom gateway (connect failure): %s", what, st.Message())
+	case codes.DeadlineExceeded:
+		return c.errorf("%s: the Loom gateway did not answer in time", what)
+	case codes.Unimplemented:
+		return c.errorf("%s: this Loom gateway does not serve it yet (%s)", what, st.Message())
+	default:
+		return c.errorf("%s: %s", what, st.Message())
+	}
+}
+
+// projectName is "projects/{project}".
+func (c *cmd) projectName() string { return "projects/" + c.env.Project }
+
+// jobName is the resource name of job id (numeric, or "12_3").
+func (c *cmd) jobName(id string) string { return c.projectName() + "/jobs/" + id }
+
+// clusterName is the full name of the cluster the user means: -M /
+// LOOM_CLUSTER, else the project's only cluster. It fails when there is
+// none or more than one to choose from.
+func (c *cmd) clusterName(ctx context.Context) (string, error) {
+	if name := c.clusterFilter(); name != "" {
+		return name, nil
+	}
+	cctx, cancel := c.call(ctx)
+	defer cancel()
+	resp, err := loomv1.NewClusterServiceClient(c.env.Conn).ListClusters(cctx, &loomv1.ListClustersRequest{Parent: c.projectName()})
+	if err != nil {
+		return "", c.rpcError("listing clusters", err)
+	}
+	var names []string
+	for _, cl := range resp.GetClusters() {
+		names = append(names, cl.GetName())
+	}
+	switch len(names) {
+	case 1:
+		return names[0], nil
+	case 0:
+		return "", c.errorf("project %q has no cluster; create one, or set LOOM_CLUSTER", c.env.Project)
+	default:
+		var ids []string
+		for _, n := range names {
+			ids = append(ids, shortName(n))
+		}
+		sort.Strings(ids)
+		return "", c.errorf("project %q has several clusters (%s): set LOOM_CLUSTER or use -M", c.env.Project, strings.Join(ids, ", "))
+	}
+}
+
+// clusterFilter is the full name of -M / LOOM_CLUSTER, or "" (all).
+func (c *cmd) clusterFilter() string {
+	cl := strings.TrimSpace(c.env.Cluster)
+	if cl == "" || strings.Contains(cl, "/") {
+		return cl
+	}
+	return c.projectName() + "/clusters/" + cl
+}
+
+// shortName is the last part of a resource name.
+func shortName(name string) string {
+	if i := strings.LastIndex(name, "/"); i >= 0 {
+		return name[i+1:]
+	}
+	return name
+}
+
+// requestID is a random idempotency key for one submission.
+func requestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// splitList splits a comma-separated option value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// printVersion answers --version.
+func (c *cmd) printVersion() error {
+	fmt.Fprintln(c.stdout, Version)
+	return nil
+}
+
+// statusCodeRetryable says whether a broken stream may be reopened.
+func statusCodeRetryable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.Aborted, codes.Internal:
+		return true
+	}
+	return false
+}

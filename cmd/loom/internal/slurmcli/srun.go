@@ -1,0 +1,331 @@
+package slurmcli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/loom-ml/loom/libs/hostlist"
+)
+
+var srunOptions = []optDef{
+	{long: []string{"nodes"}, short: 'N', arg: requiredArg},
+	{long: []string{"ntasks"}, short: 'n', arg: requiredArg},
+	{long: []string{"ntasks-per-node"}, arg: requiredArg},
+	{long: []string{"cpus-per-task"}, short: 'c', arg: requiredArg},
+	{long: []string{"label"}, short: 'l', arg: noArg},
+	{long: []string{"chdir"}, short: 'D', arg: requiredArg},
+	{long: []string{"export"}, arg: requiredArg},
+	{long: []string{"help"}, short: 'h', arg: noArg},
+	{long: []string{"usage"}, arg: noArg},
+	{long: []string{"version"}, short: 'V', arg: noArg},
+	{long: []string{"quiet"}, short: 'Q', arg: noArg},
+	{long: []string{"verbose"}, short: 'v', arg: noArg},
+	{long: []string{"unbuffered"}, short: 'u', arg: noArg},
+	{long: []string{"kill-on-bad-exit"}, short: 'K', arg: optionalArg},
+	// Accepted and ignored: the step runs inside the job's allocation.
+	{long: []string{"job-name"}, short: 'J', arg: requiredArg},
+	{long: []string{"partition"}, short: 'p', arg: requiredArg},
+	{long: []string{"time"}, short: 't', arg: requiredArg},
+	{long: []string{"mem"}, arg: requiredArg},
+	{long: []string{"mem-per-cpu"}, arg: requiredArg},
+	{long: []string{"gres"}, arg: requiredArg},
+	{long: []string{"gpus"}, short: 'G', arg: requiredArg},
+	{long: []string{"gpus-per-node"}, arg: requiredArg},
+	{long: []string{"gpus-per-task"}, arg: requiredArg},
+	{long: []string{"gpu-bind"}, arg: requiredArg},
+	{long: []string{"cpu-bind"}, arg: requiredArg},
+	{long: []string{"mpi"}, arg: requiredArg},
+	{long: []string{"exclusive"}, arg: optionalArg},
+	{long: []string{"overlap"}, arg: noArg},
+	{long: []string{"wait"}, short: 'W', arg: requiredArg},
+	{long: []string{"distribution"}, short: 'm', arg: requiredArg},
+	{long: []string{"account"}, short: 'A', arg: requiredArg},
+	{long: []string{"qos"}, short: 'q', arg: requiredArg},
+	{long: []string{"nodelist"}, short: 'w', arg: requiredArg},
+	{long: []string{"exclude"}, short: 'x', arg: requiredArg},
+	{long: []string{"hint"}, arg: requiredArg},
+	{long: []string{"jobid"}, arg: requiredArg},
+	{long: []string{"output"}, short: 'o', arg: requiredArg},
+	{long: []string{"error"}, short: 'e', arg: requiredArg},
+	{long: []string{"input"}, short: 'i', arg: requiredArg},
+}
+
+// srun runs a command as a job step inside the allocation it is called
+// from (SLURM_JOB_ID set): once per task, with SLURM_PROCID and
+// SLURM_LOCALID. Steps spanning several nodes need the agents to launch
+// remote tasks, which Loom does not do yet.
+func (c *cmd) srun(ctx context.Context, args []string) error {
+	p := &optParser{prog: "srun", defs: srunOptions, stopAtFirst: true}
+	opts, command, err := p.parse(args)
+	if err != nil {
+		return usage("srun", err)
+	}
+	env := c.env.Environ
+	ntasks, nodes, perNode, cpt := 0, 0, 0, 0
+	label := false
+	chdir := ""
+	export := ""
+	for _, o := range opts {
+		switch o.key {
+		case "help", "usage":
+			fmt.Fprint(c.stdout, srunUsage)
+			return nil
+		case "version":
+			return c.printVersion()
+		case "nodes":
+			n, err := parseNodeCount(o.value)
+			if err != nil {
+				return c.errorf("Invalid node count specification %q: %v", o.value, err)
+			}
+			nodes = int(n)
+		case "ntasks", "ntasks-per-node", "cpus-per-task":
+			n, err := positiveInt("srun", "--"+o.key, o.value)
+			if err != nil {
+				return err
+			}
+			switch o.key {
+			case "ntasks":
+				ntasks = int(n)
+			case "ntasks-per-node":
+				perNode = int(n)
+			default:
+				cpt = int(n)
+			}
+		case "label":
+			label = true
+		case "chdir":
+			chdir = o.value
+		case "export":
+			export = o.value
+		case "output", "error", "input":
+			return c.errorf("--%s is not supported by Loom's srun yet; redirect in the shell instead", o.key)
+		}
+	}
+	if len(command) == 0 {
+		return c.errorf("No command given to execute.")
+	}
+	if env["SLURM_JOB_ID"] == "" {
+		return c.errorf("srun outside an allocation is not supported by Loom yet: submit with sbatch (or sbatch --wrap) and use srun inside the job")
+	}
+	allocNodes, _ := strconv.Atoi(env["SLURM_NNODES"])
+	if allocNodes == 0 {
+		allocNodes, _ = strconv.Atoi(env["SLURM_JOB_NUM_NODES"])
+	}
+	if env["SLURM_JOB_NODELIST"] == "" || allocNodes == 0 {
+		return c.errorf("SLURM_JOB_NODELIST and SLURM_NNODES are not set: srun must run inside a Loom job")
+	}
+	if nodes > allocNodes {
+		return c.errorf("Unable to create step for job %s: Requested node configuration is not available", env["SLURM_JOB_ID"])
+	}
+	if allocNodes > 1 && nodes != 1 {
+		return c.errorf("multi-node srun is not supported yet (this allocation has %d nodes); use -N1 to run on this node, or start one process per node from the batch script", allocNodes)
+	}
+	hosts, _ := hostlist.Expand(env["SLURM_JOB_NODELIST"])
+	host := env["SLURMD_NODENAME"]
+	if host == "" && len(hosts) > 0 {
+		host = hosts[0]
+	}
+	switch {
+	case ntasks > 0:
+	case perNode > 0:
+		ntasks = perNode
+	case allocNodes == 1 && env["SLURM_NTASKS"] != "":
+		ntasks, _ = strconv.Atoi(env["SLURM_NTASKS"])
+	case env["SLURM_NTASKS_PER_NODE"] != "":
+		ntasks, _ = strconv.Atoi(env["SLURM_NTASKS_PER_NODE"])
+	}
+	ntasks = max(ntasks, 1)
+
+	base := map[string]string{}
+	if strings.EqualFold(export, "NONE") {
+		for k, v := range env {
+			if strings.HasPrefix(k, "SLURM_") {
+				base[k] = v
+			}
+		}
+	} else {
+		exp, _, err := exportEnv(export, env)
+		if err != nil {
+			return invalid("srun", "--export", export, err)
+		}
+		base = exp
+	}
+	step := env["SLURM_STEP_ID"]
+	if step == "" {
+		step = "0"
+	}
+	base["SLURM_NTASKS"] = strconv.Itoa(ntasks)
+	base["SLURM_NPROCS"] = strconv.Itoa(ntasks)
+	base["SLURM_STEP_NUM_TASKS"] = strconv.Itoa(ntasks)
+	base["SLURM_STEP_NUM_NODES"] = "1"
+	base["SLURM_STEP_NODELIST"] = host
+	base["SLURM_STEP_TASKS_PER_NODE"] = strconv.Itoa(ntasks)
+	base["SLURM_NODEID"] = "0"
+	base["SLURMD_NODENAME"] = host
+	if cpt > 0 {
+		base["SLURM_CPUS_PER_TASK"] = strconv.Itoa(cpt)
+	}
+	dir := c.env.Cwd
+	if chdir != "" {
+		if filepath.IsAbs(chdir) {
+			dir = chdir
+		} else {
+			dir = filepath.Join(dir, chdir)
+		}
+	}
+	path, err := lookPath(command[0], base["PATH"], dir)
+	if err != nil {
+		return c.errorf("%s: %v", command[0], err)
+	}
+
+	out := &lockedWriter{w: c.stdout}
+	errw := &lockedWriter{w: c.stderr}
+	if c.stdout == c.stderr {
+		errw = out
+	}
+	codes := make([]int, ntasks)
+	errs := make([]error, ntasks)
+	var wg sync.WaitGroup
+	for i := 0; i < ntasks; i++ {
+		env := make([]string, 0, len(base)+4)
+		for _, k := range sortedKeys(base) {
+			env = append(env, k+"="+base[k])
+		}
+		env = append(env, "SLURM_PROCID="+strconv.Itoa(i), "SLURM_LOCALID="+strconv.Itoa(i), "PMI_RANK="+strconv.Itoa(i))
+		cmd := exec.CommandContext(ctx, path, command[1:]...)
+		cmd.Args[0] = command[0]
+		cmd.Env = env
+		cmd.Dir = dir
+		var so, se io.Writer = out, errw
+		if label {
+			so = &labelWriter{prefix: fmt.Sprintf("%d: ", i), w: out}
+			se = &labelWriter{prefix: fmt.Sprintf("%d: ", i), w: errw}
+		}
+		cmd.Stdout, cmd.Stderr = so, se
+		if i == 0 && c.env.Stdin != nil {
+			cmd.Stdin = c.env.Stdin
+		}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			errs[i] = cmd.Run()
+			if lw, ok := so.(*labelWriter); ok {
+				lw.flush()
+			}
+			if lw, ok := se.(*labelWriter); ok {
+				lw.flush()
+			}
+		}(i)
+	}
+	wg.Wait()
+	worst := 0
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			fmt.Fprintf(c.stderr, "srun: error: %s: task %d: %v\n", host, i, err)
+			codes[i] = 1
+		} else if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			fmt.Fprintf(c.stderr, "srun: error: %s: task %d: %s\n", host, i, strings.ToUpper(ws.Signal().String()[:1])+ws.Signal().String()[1:])
+			codes[i] = 128 + int(ws.Signal())
+		} else {
+			codes[i] = ee.ExitCode()
+			fmt.Fprintf(c.stderr, "srun: error: %s: task %d: Exited with exit code %d\n", host, i, codes[i])
+		}
+		worst = max(worst, codes[i])
+	}
+	if worst != 0 {
+		return &Error{Code: worst}
+	}
+	return nil
+}
+
+// lookPath finds a command on the job's PATH (not srun's own).
+func lookPath(name, pathEnv, dir string) (string, error) {
+	if strings.Contains(name, "/") {
+		p := name
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		if isExecutable(p) {
+			return p, nil
+		}
+		return "", errors.New("No such file or directory")
+	}
+	for _, d := range filepath.SplitList(pathEnv) {
+		if d == "" {
+			d = "."
+		}
+		if !filepath.IsAbs(d) {
+			d = filepath.Join(dir, d)
+		}
+		if p := filepath.Join(d, name); isExecutable(p) {
+			return p, nil
+		}
+	}
+	return "", errors.New("command not found")
+}
+
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
+}
+
+// lockedWriter serialises writes from several tasks.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// labelWriter prefixes each whole line with the task's rank (srun -l).
+type labelWriter struct {
+	prefix string
+	w      io.Writer
+	buf    []byte
+}
+
+func (l *labelWriter) Write(p []byte) (int, error) {
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		if _, err := l.w.Write(append([]byte(l.prefix), l.buf[:i+1]...)); err != nil {
+			return 0, err
+		}
+		l.buf = l.buf[i+1:]
+	}
+}
+
+// flush writes a last line without its newline.
+func (l *labelWriter) flush() {
+	if len(l.buf) > 0 {
+		_, _ = l.w.Write(append(append([]byte(l.prefix), l.buf...), '\n'))
+		l.buf = nil
+	}
+}
+
+const srunUsage = `Usage: srun [-N nnodes] [-n ntasks] [-c ncpus] [-l] [-D path] [--export=...]
+            executable [args...]
+Loom runs srun inside a job's allocation (SLURM_JOB_ID set), on the job's
+node: once per task, with SLURM_PROCID and SLURM_LOCALID set.
+`
