@@ -108,6 +108,13 @@ func freeFor(k CapacityKey, pools []*loomv1.CapacityPool) (int32, string) {
 	var free int32
 	found := false
 	var other *loomv1.CapacityPool
+	// Configured (non-reserved) pools may be rules with "*" for the zone or the
+	// machine type: each is a per-combination default, and the most specific
+	// one that matches gives the combination its capacity, as in the
+	// provisioner's capacity package. A combination already claimed from is
+	// listed with its own numbers, which then count as the exact match.
+	var wildcard *loomv1.CapacityPool
+	wildRank := 0
 	for _, p := range pools {
 		if p.GetType() != k.Type {
 			continue
@@ -118,6 +125,10 @@ func freeFor(k CapacityKey, pools []*loomv1.CapacityPool) (int32, string) {
 		if p.GetZone() != k.Zone || p.GetMachineType() != k.MachineType {
 			if k.Type == loomv1.CapacitySource_RESERVATION {
 				other = p
+				continue
+			}
+			if r := wildcardRank(p, k); r > wildRank {
+				wildcard, wildRank = p, r
 			}
 			continue
 		}
@@ -127,12 +138,34 @@ func freeFor(k CapacityKey, pools []*loomv1.CapacityPool) (int32, string) {
 	switch {
 	case found:
 		return free, fmt.Sprintf("%d free", free)
+	case wildcard != nil:
+		free = max(wildcard.GetFree(), 0)
+		return free, fmt.Sprintf("%d free", free)
 	case other != nil:
 		return 0, fmt.Sprintf("reservation %s holds %s in %s", k.Reservation, other.GetMachineType(), other.GetZone())
 	case k.Type == loomv1.CapacitySource_RESERVATION:
 		return 0, fmt.Sprintf("there is no reservation %s", k.Reservation)
 	}
 	return 0, fmt.Sprintf("no %s capacity is configured there", capacityWord(k.Type))
+}
+
+// anyName is the wildcard zone or machine type of a configured capacity rule.
+const anyName = "*"
+
+// wildcardRank says how specifically a wildcard pool matches k: 3 for any zone
+// with k's machine type, 2 for k's zone with any machine type, 1 for */*, and 0
+// when it does not match.
+func wildcardRank(p *loomv1.CapacityPool, k CapacityKey) int {
+	zone, mt := p.GetZone(), p.GetMachineType()
+	switch {
+	case zone == anyName && mt == k.MachineType:
+		return 3
+	case zone == k.Zone && mt == anyName:
+		return 2
+	case zone == anyName && mt == anyName:
+		return 1
+	}
+	return 0
 }
 
 // elsewhere lists the other free capacity of k's machine type.

@@ -92,3 +92,30 @@ func TestCheckCapacity(t *testing.T) {
 		})
 	}
 }
+
+func TestFreeForWildcardRules(t *testing.T) {
+	t.Parallel()
+	od := loomv1.CapacitySource_ON_DEMAND
+	pools := []*loomv1.CapacityPool{
+		{Zone: "*", MachineType: "*", Type: od, Total: 4096, Free: 4096},
+		{Zone: "*", MachineType: "a3-ultragpu-8g", Type: od, Total: 8, Free: 8},
+		{Zone: "us-central1-a", MachineType: "a3-highgpu-8g", Type: od, Total: 4096, InUse: 4000, Free: 96},
+	}
+	cases := []struct {
+		zone, mt string
+		want     int32
+	}{
+		{"us-central1-a", "a3-highgpu-8g", 96},    // claimed combination: its own numbers
+		{"europe-west4-b", "a3-ultragpu-8g", 8},   // any zone with that machine type
+		{"europe-west4-b", "n2-standard-8", 4096}, // */*
+	}
+	for _, c := range cases {
+		got, _ := freeFor(CapacityKey{Zone: c.zone, MachineType: c.mt, Type: od}, pools)
+		if got != c.want {
+			t.Errorf("freeFor(%s, %s) = %d, want %d", c.zone, c.mt, got, c.want)
+		}
+	}
+	if got, msg := freeFor(CapacityKey{Zone: "z", MachineType: "m", Type: loomv1.CapacitySource_SPOT}, pools); got != 0 || msg == "" {
+		t.Errorf("spot with no spot rule: %d %q, want 0 and a reason", got, msg)
+	}
+}
