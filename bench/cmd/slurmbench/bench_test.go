@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/loom-ml/loom/bench/slurm"
+)
+
+func TestReplaceSection(t *testing.T) {
+	t.Parallel()
+	other := "# Report\n\n<!-- pathbench:begin -->\npath\n<!-- pathbench:end -->\n"
+	got, err := replaceSection(other, "new one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := other + "\n" + beginMarker + "\nnew one\n" + endMarker + "\n"
+	if got != want {
+		t.Fatalf("appended:\n%q\nwant\n%q", got, want)
+	}
+	again, err := replaceSection(got+"tail\n", "newer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := other + "\n" + beginMarker + "\nnewer\n" + endMarker + "\ntail\n"; again != want {
+		t.Fatalf("replaced:\n%q\nwant\n%q", again, want)
+	}
+	if strings.Count(again, beginMarker) != 1 || !strings.Contains(again, "<!-- pathbench:begin -->\npath") {
+		t.Fatalf("other sections or markers not kept: %q", again)
+	}
+	if _, err := replaceSection("x\n"+beginMarker+"\nno end\n", "s"); err == nil {
+		t.Fatal("a begin marker without an end was accepted")
+	}
+	if got, _ := replaceSection("", "s"); got != beginMarker+"\ns\n"+endMarker+"\n" {
+		t.Fatalf("empty file: %q", got)
+	}
+}
+
+func TestWriteReportCreatesAndKeepsOtherSections(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "REPORT.md")
+	if err := writeReport(path, "first"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	if err := os.WriteFile(path, append([]byte("# Other\nkept\n\n"), b...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeReport(path, "second"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = os.ReadFile(path)
+	if s := string(b); !strings.HasPrefix(s, "# Other\nkept\n") || !strings.Contains(s, "\nsecond\n") || strings.Contains(s, "first") {
+		t.Fatalf("report:\n%s", s)
+	}
+}
+
+func TestRenderSectionShowsRatiosAndVerdicts(t *testing.T) {
+	t.Parallel()
+	s := result{N: 1000, Concurrency: 8, Accept: 10 * time.Second, Complete: 20 * time.Second,
+		PerNode: map[string]int{"node1": 600, "node2": 400}}
+	l := result{N: 1000, Concurrency: 8, Accept: time.Second, Complete: 10 * time.Second,
+		PerNode: map[string]int{"cpu-0001": 1000}, Redis: []redisStat{{Cmd: "evalsha", Calls: 100, Usec: 5000}}}
+	out := renderSection(env{Nodes: 4, CPUs: 16, GPUs: 8, Command: "go run ./bench/cmd/slurmbench"}, s, l)
+	for _, want := range []string{
+		"| jobs accepted per second | 100 | 1000 | 10.0× | met |",
+		"| trivial jobs completed per second, end to end | 50 | 100 | 2.0× | **missed** |",
+		"node1 600, node2 400", "cpu-0001 1000", "evalsha 100 calls × 50 µs",
+		"```\ngo run ./bench/cmd/slurmbench\n```",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("section lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestFlagsCheckNamesBadFlags(t *testing.T) {
+	t.Parallel()
+	f := flags{n: 0, conc: 0, nodes: 100, cpus: 1, gpus: 99, only: "pbs", report: "x", phaseTimeout: 0}
+	err := f.check()
+	if err == nil {
+		t.Fatal("bad flags accepted")
+	}
+	for _, want := range []string{"-n ", "-concurrency", "-nodes", "-gpus", "-only", "-report", "-phase-timeout"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+	ok := flags{n: 10, conc: 2, nodes: 4, cpus: 16, gpus: 0, phaseTimeout: time.Minute}
+	if err := ok.check(); err != nil || ok.machineType != "n2-standard-16" {
+		t.Fatalf("good flags: %v, machine type %q", err, ok.machineType)
+	}
+}
+
+func TestParseCommandStats(t *testing.T) {
+	t.Parallel()
+	info := "# Commandstats\r\ncmdstat_hset:calls=20,usec=40,usec_per_call=2.00,rejected_calls=0\r\n" +
+		"cmdstat_evalsha:calls=10,usec=600,usec_per_call=60.00\r\n"
+	got := parseCommandStats(info)
+	if len(got) != 2 || got[0] != (redisStat{Cmd: "evalsha", Calls: 10, Usec: 600}) || got[1].Cmd != "hset" {
+		t.Fatalf("parsed %+v", got)
+	}
+	if line := redisLine(got, 1); line != "evalsha 10 calls × 60 µs" {
+		t.Fatalf("line %q", line)
+	}
+}
+
+// fakeTarget accepts every job at once and finishes it after a delay.
+type fakeTarget struct {
+	mu       sync.Mutex
+	finished int
+	fail     bool
+}
+
+func (f *fakeTarget) submit(context.Context, int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.finished++
+	return nil
+}
+
+func (f *fakeTarget) progress(context.Context) (int, []string, time.Time, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail {
+		return f.finished, []string{"7 FAILED"}, time.Time{}, nil
+	}
+	return f.finished, nil, time.Time{}, nil
+}
+
+func TestMeasureCountsEveryJob(t *testing.T) {
+	t.Parallel()
+	ft := &fakeTarget{}
+	r, err := measure(context.Background(), ft, 500, 8, time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ft.finished != 500 || r.N != 500 || r.Accept <= 0 || r.Complete < r.Accept || r.AcceptRate() <= 0 {
+		t.Fatalf("result %+v after %d submissions", r, ft.finished)
+	}
+	if _, err := measure(context.Background(), &fakeTarget{fail: true}, 5, 2, time.Millisecond, nil); err == nil ||
+		!strings.Contains(err.Error(), "7 FAILED") {
+		t.Fatalf("a failed job: %v, want an error naming it", err)
+	}
+	bad := errTarget{}
+	if _, err := measure(context.Background(), bad, 5, 2, time.Millisecond, nil); !errors.Is(err, errRefused) {
+		t.Fatalf("a refused submission: %v", err)
+	}
+}
+
+var errRefused = errors.New("refused")
+
+type errTarget struct{}
+
+func (errTarget) submit(context.Context, int) error { return errRefused }
+func (errTarget) progress(context.Context) (int, []string, time.Time, error) {
+	return 0, nil, time.Time{}, nil
+}
+
+// TestSlurmTargetReadsTheJobcompFileIncrementally feeds the jobcomp file as
+// slurmctld writes it, including a line cut in the middle.
+func TestSlurmTargetReadsTheJobcompFileIncrementally(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	c := &slurm.Cluster{Layout: slurm.NewLayout(dir)}
+	st := &slurmTarget{c: c}
+	if err := st.mark(); err != nil { // no file yet
+		t.Fatal(err)
+	}
+	if n, _, _, err := st.progress(context.Background()); err != nil || n != 0 {
+		t.Fatalf("no file: %d, %v", n, err)
+	}
+	warm := "JobId=1 Name=w JobState=COMPLETED NodeList=node1 ExitCode=0:0\n"
+	if err := os.WriteFile(c.JobComp, []byte(warm), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.mark(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(c.JobComp, os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	write := func(s string) {
+		if _, err := f.WriteString(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("JobId=2 Name=a JobState=COMPLETED NodeList=node1 ExitCode=0:0\nJobId=3 Name=b JobSt")
+	if n, failed, _, err := st.progress(context.Background()); err != nil || n != 1 || len(failed) != 0 {
+		t.Fatalf("after one line and a half: %d %v %v", n, failed, err)
+	}
+	write("ate=FAILED NodeList=node2 ExitCode=1:0\n")
+	n, failed, _, err := st.progress(context.Background())
+	if err != nil || n != 2 || len(failed) != 1 || failed[0] != "3 FAILED" {
+		t.Fatalf("after two lines: %d %v %v", n, failed, err)
+	}
+	if st.perNode["node1"] != 1 || st.perNode["node2"] != 1 {
+		t.Fatalf("per node %v", st.perNode)
+	}
+}
+
+func TestProcStatReadsThisProcess(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc here")
+	}
+	comm, ppid, _, _, ok := procStat(os.Getpid())
+	if !ok || comm == "" || ppid != os.Getppid() {
+		t.Fatalf("procStat: %q ppid %d ok %v, want ppid %d", comm, ppid, ok, os.Getppid())
+	}
+	m := sampleProcs(func(int, string, int) string { return "" })
+	if m["self"].Procs != 1 {
+		t.Fatalf("sample %+v lacks this process", m)
+	}
+}

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+)
+
+// The report section's markers in bench/REPORT.md.
+const (
+	beginMarker = "<!-- slurmbench:begin -->"
+	endMarker   = "<!-- slurmbench:end -->"
+)
+
+// target ratio of Loom over Slurm on both measures (issue 4).
+const targetRatio = 5.0
+
+// env describes the run for the report.
+type env struct {
+	Date, Machine, GoVersion, SlurmVersion string
+	// Load and LoadEnd are the 1-minute load averages at the start and end.
+	Load, LoadEnd             string
+	Nodes, CPUs, GPUs, Warmup int
+	LoomMachineType, Command  string
+}
+
+// replaceSection returns doc with the text between the markers replaced by
+// section (markers kept), or section appended when doc has no markers. A
+// begin without an end (or the other way round) is an error: the file was
+// edited by hand and guessing could lose text.
+func replaceSection(doc, section string) (string, error) {
+	b, e := strings.Index(doc, beginMarker), strings.Index(doc, endMarker)
+	block := beginMarker + "\n" + strings.TrimSpace(section) + "\n" + endMarker
+	switch {
+	case b < 0 && e < 0:
+		if doc != "" && !strings.HasSuffix(doc, "\n") {
+			doc += "\n"
+		}
+		if doc != "" {
+			doc += "\n"
+		}
+		return doc + block + "\n", nil
+	case b < 0 || e < 0 || e < b:
+		return "", errors.New("the report has one slurmbench marker without the other (or in the wrong order); fix it by hand")
+	}
+	return doc[:b] + block + doc[e+len(endMarker):], nil
+}
+
+// writeReport puts section into the file at path, creating it if needed.
+func writeReport(path, section string) error {
+	old, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("read report: %w", err)
+	}
+	doc, err := replaceSection(string(old), section)
+	if err != nil {
+		return fmt.Errorf("report %s: %w", path, err)
+	}
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return nil
+}
+
+func ratio(loom, slurm float64) float64 {
+	if slurm <= 0 {
+		return 0
+	}
+	return loom / slurm
+}
+
+func verdict(r float64) string {
+	if r >= targetRatio {
+		return "met"
+	}
+	return "**missed**"
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+
+func cpuLine(us []cpuUse) string {
+	var parts []string
+	for _, u := range us {
+		if u.CPU < 10*time.Millisecond {
+			continue
+		}
+		name := u.Name
+		if u.Procs > 1 {
+			name = fmt.Sprintf("%s ×%d", name, u.Procs)
+		}
+		parts = append(parts, fmt.Sprintf("%s %.1f s", name, u.CPU.Seconds()))
+	}
+	if len(parts) == 0 {
+		return "—"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// perNodeLine is "node1 500, node2 500, …" in node order.
+func perNodeLine(m map[string]int) string {
+	if len(m) == 0 {
+		return "—"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// renderSection is the Markdown for one run.
+func renderSection(e env, s, l result) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	ra, rc := ratio(l.AcceptRate(), s.AcceptRate()), ratio(l.CompleteRate(), s.CompleteRate())
+	w("## Loom against a real Slurm: submissions and trivial jobs end to end (slurmbench)")
+	w("")
+	w("One run, on one machine, one system after the other (each stopped before the next starts).")
+	w("")
+	w("| measure | Slurm | Loom | Loom / Slurm | target ≥ %.0f× |", targetRatio)
+	w("|---|---:|---:|---:|---|")
+	w("| jobs accepted per second | %.0f | %.0f | %.1f× | %s |", s.AcceptRate(), l.AcceptRate(), ra, verdict(ra))
+	w("| trivial jobs completed per second, end to end | %.0f | %.0f | %.1f× | %s |", s.CompleteRate(), l.CompleteRate(), rc, verdict(rc))
+	w("| time to accept all %d | %.2f s | %.2f s | | |", s.N, s.Accept.Seconds(), l.Accept.Seconds())
+	w("| time until all %d completed | %.2f s | %.2f s | | |", s.N, s.Complete.Seconds(), l.Complete.Seconds())
+	w("| one submission, p50 / p99 | %s / %s | %s / %s | | |", ms(s.SubmitP50), ms(s.SubmitP99), ms(l.SubmitP50), ms(l.SubmitP99))
+	w("")
+	w("CPU time used during each measured window (from /proc; processes that exit unwaited-for, such as")
+	w("slurmstepd, are not counted):")
+	w("")
+	w("- Slurm: %s", cpuLine(s.CPU))
+	w("- Loom: %s", cpuLine(l.CPU))
+	w("")
+	w("Measured jobs per node — Slurm: %s; Loom: %s.", perNodeLine(s.PerNode), perNodeLine(l.PerNode))
+	w("")
+	if len(l.Redis) > 0 {
+		w("Loom's Redis in the window, server side (calls × mean time): %s.", redisLine(l.Redis, 6))
+		w("")
+	}
+	w("Machine: %s; 1-minute load average %s at the start, %s at the end (the machine is shared);", e.Machine, e.Load, e.LoadEnd)
+	w("%s; %s; measured %s.", e.GoVersion, e.SlurmVersion, e.Date)
+	w("")
+	w("Settings:")
+	w("")
+	w("- N = %d jobs per system, each running `%s` on one node with no GPU, submitted by %d concurrent", s.N, trivialScript, s.Concurrency)
+	w("  submitters; %d warm-up jobs first (not counted).", e.Warmup)
+	w("- Slurm: %d virtual nodes × %d CPUs × %d fake GPUs (one slurmd each, on localhost), select/cons_tres,", e.Nodes, e.CPUs, e.GPUs)
+	w("  `SchedulerParameters=batch_sched_delay=0`, jobcomp/filetxt, no accounting daemon — the best setting")
+	w("  of `../shared/design/SLURM.md`. Submitted with `sbatch --parsable --wrap %s` (one process each, as", trivialScript)
+	w("  users submit); accepted = sbatch returned a job id; completed = slurmctld wrote the job's jobcomp line")
+	w("  (polled every 20 ms).")
+	w("- Loom: the embedded deployment (kfake broker, Redis, the five central services in the benchmark's")
+	w("  process, as `loom up` runs them), a cluster of %d `%s` nodes with %d GPUs each, one agent process", e.Nodes, e.LoomMachineType, e.GPUs)
+	w("  per node. Submitted with `SubmitJob` on the gateway's public gRPC API (one shared connection);")
+	w("  accepted = SubmitJob returned the job; completed = the latest `end_time` the scheduler recorded,")
+	w("  read with `ListJobs` once no job is active.")
+	w("")
+	w("Rerun (as root, with real Slurm installed: `apt-get install -y --no-install-recommends munge slurmctld")
+	w("slurmd slurm-client slurm-wlm-basic-plugins`):")
+	w("")
+	w("```")
+	w("%s", e.Command)
+	w("```")
+	w("")
+	w("Flags: `-n` jobs, `-concurrency`, `-nodes`, `-cpus`, `-gpus`, `-only slurm|loom`; to see where Loom's time")
+	w("goes: `-cpuprofile FILE` and `-trace FILE` (the in-process services during Loom's measured window) and")
+	w("`-agent-profile DIR` (a CPU profile and an execution trace per agent process).")
+	w("A real Slurm to try by hand, with the same configuration: `scripts/slurm-local.sh start|status|stop DIR`.")
+	return b.String()
+}

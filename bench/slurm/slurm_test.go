@@ -1,0 +1,116 @@
+package slurm
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loom-ml/loom/libs/testkit"
+)
+
+// TestStartRunStop starts a real 2-node Slurm with fake GPUs, runs a job to
+// COMPLETED (seen in the jobcomp file, which `sacct -c` reads), and stops
+// every daemon.
+func TestStartRunStop(t *testing.T) {
+	t.Parallel()
+	if err := Installed(); err != nil {
+		t.Skip(err)
+	}
+	if v, err := Version(); err != nil || !strings.HasPrefix(v, "slurm") {
+		t.Fatalf("Version: %q, %v", v, err)
+	}
+	ctx := testkit.Context(t, 2*time.Minute)
+	dir := t.TempDir()
+	c, err := Start(ctx, Options{Dir: dir, Nodes: 2, CPUsPerNode: 4, GPUsPerNode: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = c.Stop()
+		}
+	})
+	if got := strings.Join(c.Nodes, ","); got != "node1,node2" {
+		t.Fatalf("nodes %s, want node1,node2", got)
+	}
+	out, err := c.Sinfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out, "PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST") ||
+		!strings.Contains(out, "debug*") || !strings.Contains(out, "idle node[1-2]") {
+		t.Fatalf("sinfo:\n%s", out)
+	}
+
+	// A two-node job with a GPU per node: both nodes run it and see a GPU.
+	id, err := c.Sbatch(ctx, "--nodes=2", "--gpus-per-node=1", "--job-name=probe",
+		"--wrap", `srun sh -c 'echo "$SLURMD_NODENAME gpu=$CUDA_VISIBLE_DEVICES"'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec JobRecord
+	testkit.WaitFor(t, 60*time.Second, "job "+id+" in the jobcomp file", func() (bool, error) {
+		recs, err := c.Completed()
+		for _, r := range recs {
+			if r.JobID == id {
+				rec = r
+				return true, nil
+			}
+		}
+		return false, err
+	})
+	if rec.State != "COMPLETED" || rec.ExitCode != "0:0" || rec.Name != "probe" || rec.NodeList != "node[1-2]" {
+		t.Fatalf("job record %+v, want probe COMPLETED 0:0 on node[1-2]", rec)
+	}
+	sacct, err := c.Output(ctx, "sacct", "-c", "-n", "-j", id, "-o", "JobID,State")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := strings.Fields(sacct); len(f) != 2 || f[0] != id || f[1] != "COMPLETED" {
+		t.Fatalf("sacct -c: %q, want %s COMPLETED", sacct, id)
+	}
+	outFile, err := os.ReadFile(filepath.Join(c.Work, "slurm-"+id+".out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"node1 gpu=0", "node2 gpu=0"} {
+		if !strings.Contains(string(outFile), want) {
+			t.Errorf("job output lacks %q:\n%s", want, outFile)
+		}
+	}
+	// The job leaves the queue (it may show CG, completing, for a moment
+	// after its jobcomp line).
+	header := "JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)"
+	testkit.WaitFor(t, 30*time.Second, "squeue to show only its header", func() (bool, error) {
+		q, err := c.Squeue(ctx)
+		return strings.TrimSpace(q) == header, err
+	})
+
+	// A second Start on the same directory is refused while this one runs.
+	if _, err := Start(ctx, Options{Dir: dir}); err == nil || !strings.Contains(err.Error(), "still run") {
+		t.Errorf("second Start on a live directory: %v, want a refusal", err)
+	}
+
+	pids := map[string]int{}
+	for _, d := range c.procs {
+		pids[d.name+" "+d.pidfile] = d.cmd.Process.Pid
+	}
+	if len(pids) != 4 { // munged, slurmctld, 2 slurmd
+		t.Fatalf("%d daemons started, want 4: %v", len(pids), pids)
+	}
+	stopped = true
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for name, pid := range pids {
+		if isProcess(pid, strings.Fields(name)[0]) {
+			t.Errorf("%s (pid %d) still runs after Stop", name, pid)
+		}
+	}
+	if live := c.livePids(); len(live) > 0 {
+		t.Errorf("live pidfiles after Stop: %v", live)
+	}
+}
