@@ -4,12 +4,14 @@
 package provisioner
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,10 +22,24 @@ import (
 	"github.com/loom-ml/loom/libs/topics"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/provisioner/internal/app"
+	"github.com/loom-ml/loom/services/provisioner/internal/capacity"
 	"github.com/loom-ml/loom/services/provisioner/internal/domain"
 	"github.com/loom-ml/loom/services/provisioner/internal/ports"
+	"github.com/loom-ml/loom/services/provisioner/internal/provider"
 	"github.com/loom-ml/loom/services/provisioner/internal/provider/local"
+	"github.com/loom-ml/loom/services/provisioner/internal/provider/sim"
+	"github.com/loom-ml/loom/services/provisioner/internal/slurmconf"
 )
+
+// Provider names.
+const (
+	ProviderLocal = "local"
+	ProviderSim   = "sim"
+)
+
+// localMaxNodesPerPool bounds a pool on the local provider: each node is a
+// process on this machine.
+const localMaxNodesPerPool = 64
 
 // Name is the service's name: its Redis prefix is "provisioner:" and its
 // consumer group "loom-provisioner".
@@ -32,8 +48,34 @@ const Name = "provisioner"
 // Config is the provisioner's configuration.
 type Config struct {
 	config.Common
-	// Provider is the compute provider: "local" (LOOM_PROVIDER; default local).
+	// Provider is the compute provider: "local" (agent processes on this
+	// machine) or "sim" (simulated nodes, no processes) (LOOM_PROVIDER;
+	// default local).
 	Provider string
+	// Sim configures the sim provider (-sim-* flags, LOOM_SIM_*).
+	Sim sim.Config
+	// Capacity is the non-reserved capacity, in the syntax of package
+	// capacity: "us-central1-a/a3-ultragpu-8g/SPOT=8,*/*/ON_DEMAND=64"
+	// (LOOM_CAPACITY; default capacity.Default, generous).
+	Capacity string
+	// BootTimeout is how long a node may take from its creation to its
+	// agent's registration before it is FAILED and replaced
+	// (LOOM_BOOT_TIMEOUT; default 10m).
+	BootTimeout time.Duration
+	// OperationTimeout bounds a create or update: past it the operation
+	// completes with the nodes that are ready, degraded, or fails when a pool
+	// has none (LOOM_OPERATION_TIMEOUT; default 30m).
+	OperationTimeout time.Duration
+	// MaxLaunchAttempts failed launches make a node FAILED and replaced
+	// (LOOM_MAX_LAUNCH_ATTEMPTS; default 5). LaunchBackoff doubles after
+	// each failure up to MaxLaunchBackoff (LOOM_LAUNCH_BACKOFF 1s,
+	// LOOM_MAX_LAUNCH_BACKOFF 1m).
+	MaxLaunchAttempts               int
+	LaunchBackoff, MaxLaunchBackoff time.Duration
+	// DrainTimeout is how long after a draining node's deadline the
+	// provisioner waits for the scheduler's NodeDrained before it removes
+	// the node anyway (LOOM_DRAIN_TIMEOUT; default 5m).
+	DrainTimeout time.Duration
 	// DataDir holds the local provider's node and shared directories
 	// (LOOM_DATA_DIR; default ~/.loom/provisioner).
 	DataDir string
@@ -89,7 +131,22 @@ func defaultDataDir() string {
 // RegisterFlags adds the provisioner's flags to fs, defaults from LOOM_* variables.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Common.Register(fs, "PROVISIONER", "127.0.0.1:7071", "127.0.0.1:9171")
-	fs.StringVar(&c.Provider, "provider", config.Env("LOOM_PROVIDER", "local"), "compute provider: local (LOOM_PROVIDER)")
+	fs.StringVar(&c.Provider, "provider", config.Env("LOOM_PROVIDER", ProviderLocal), "compute provider: local or sim (LOOM_PROVIDER)")
+	c.Sim.RegisterFlags(fs)
+	fs.StringVar(&c.Capacity, "capacity", config.Env("LOOM_CAPACITY", capacity.Default),
+		"capacity per zone, machine type and type: ZONE/MACHINE_TYPE/TYPE=COUNT,... with * wildcards, TYPE ON_DEMAND, SPOT or FLEX_START (LOOM_CAPACITY)")
+	fs.DurationVar(&c.BootTimeout, "boot-timeout", config.EnvDuration("LOOM_BOOT_TIMEOUT", 10*time.Minute),
+		"a node not registered this long after its creation is FAILED and replaced (LOOM_BOOT_TIMEOUT)")
+	fs.DurationVar(&c.OperationTimeout, "operation-timeout", config.EnvDuration("LOOM_OPERATION_TIMEOUT", 30*time.Minute),
+		"a create or update completes (degraded) or fails this long after it started (LOOM_OPERATION_TIMEOUT)")
+	fs.IntVar(&c.MaxLaunchAttempts, "max-launch-attempts", envInt("LOOM_MAX_LAUNCH_ATTEMPTS", 5),
+		"failed launches after which a node is FAILED and replaced (LOOM_MAX_LAUNCH_ATTEMPTS)")
+	fs.DurationVar(&c.LaunchBackoff, "launch-backoff", config.EnvDuration("LOOM_LAUNCH_BACKOFF", time.Second),
+		"delay after a node's first failed launch, doubling after each (LOOM_LAUNCH_BACKOFF)")
+	fs.DurationVar(&c.MaxLaunchBackoff, "max-launch-backoff", config.EnvDuration("LOOM_MAX_LAUNCH_BACKOFF", time.Minute),
+		"longest delay between launches of a node (LOOM_MAX_LAUNCH_BACKOFF)")
+	fs.DurationVar(&c.DrainTimeout, "drain-timeout", config.EnvDuration("LOOM_DRAIN_TIMEOUT", 5*time.Minute),
+		"how long past a draining node's deadline to wait for NodeDrained before removing it anyway (LOOM_DRAIN_TIMEOUT)")
 	fs.StringVar(&c.DataDir, "data-dir", config.Env("LOOM_DATA_DIR", defaultDataDir()),
 		"root of the local provider's node and shared directories (LOOM_DATA_DIR; default ~/.loom/provisioner)")
 	c.AgentCommand = strings.Fields(os.Getenv("LOOM_AGENT_COMMAND"))
@@ -111,9 +168,15 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 func (c *Config) validate() error {
 	var v errs.Validator
 	if c.Provider == "" {
-		c.Provider = "local"
+		c.Provider = ProviderLocal
 	}
-	v.Check(c.Provider == "local", "provider", "must be local, got %q", c.Provider)
+	v.Check(c.Provider == ProviderLocal || c.Provider == ProviderSim, "provider", "must be local or sim, got %q", c.Provider)
+	if c.Capacity == "" {
+		c.Capacity = capacity.Default
+	}
+	if _, err := capacity.Parse(c.Capacity); err != nil {
+		v.Add("capacity", "%v", err)
+	}
 	v.Check(c.DataDir != "", "data_dir", "is required")
 	if len(c.AgentCommand) == 0 {
 		exe, err := os.Executable()
@@ -142,6 +205,45 @@ func (c *Config) validate() error {
 	return v.Err()
 }
 
+// params are the domain settings for the configured provider.
+func (c *Config) params() domain.Params {
+	p := domain.Params{
+		Capacity:          capacity.MustParse(c.Capacity),
+		BootTimeout:       c.BootTimeout,
+		OperationTimeout:  c.OperationTimeout,
+		MaxLaunchAttempts: int32(c.MaxLaunchAttempts),
+		LaunchBackoff:     c.LaunchBackoff,
+		MaxLaunchBackoff:  c.MaxLaunchBackoff,
+		DrainTimeout:      c.DrainTimeout,
+		Render:            slurmconf.Render,
+	}
+	if c.Provider == ProviderLocal {
+		data := c.DataDir
+		p.HomeDir = func(cl *loomv1.Cluster) string { return local.HomeDir(data, domain.ClusterID(cl.GetName())) }
+		p.ScratchDir = func(cl *loomv1.Cluster) string { return local.ScratchDir(data, domain.ClusterID(cl.GetName())) }
+		p.WorkDir = func(id, host string) string { return local.WorkDir(data, id, host) }
+		p.MaxNodesPerPool = localMaxNodesPerPool
+	} else {
+		// Simulated nodes mount the shared filesystems where the spec says.
+		p.HomeDir = func(cl *loomv1.Cluster) string {
+			return cmp.Or(cl.GetStorage().GetHome().GetMountPath(), "/home")
+		}
+		p.ScratchDir = func(cl *loomv1.Cluster) string {
+			return cmp.Or(cl.GetStorage().GetScratch().GetMountPath(), "/scratch")
+		}
+	}
+	return p
+}
+
+// envInt is the integer in environment variable key, def when unset or
+// not a number.
+func envInt(key string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(key)); err == nil {
+		return n
+	}
+	return def
+}
+
 // Run runs the provisioner until ctx ends, then shuts down gracefully.
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
@@ -151,23 +253,29 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	prov, err := local.New(local.Config{
-		DataDir: cfg.DataDir, AgentCommand: cfg.AgentCommand, AgentEnv: cfg.AgentEnv,
-		Brokers: cfg.Brokers, RedisAddr: cfg.RedisAddr, StopGrace: cfg.AgentStopGrace, Log: base.Log,
-	})
-	if err != nil {
-		_ = base.Close()
-		return err
+	var prov provider.Provider
+	if cfg.Provider == ProviderSim {
+		simCfg := cfg.Sim
+		if simCfg.Log == nil {
+			simCfg.Log = base.Log
+		}
+		s := sim.New(simCfg, base.Producer)
+		defer s.Close()
+		prov = s
+	} else {
+		prov, err = local.New(local.Config{
+			DataDir: cfg.DataDir, AgentCommand: cfg.AgentCommand, AgentEnv: cfg.AgentEnv,
+			Brokers: cfg.Brokers, RedisAddr: cfg.RedisAddr, StopGrace: cfg.AgentStopGrace, Log: base.Log,
+		})
+		if err != nil {
+			_ = base.Close()
+			return err
+		}
 	}
 	a, err := app.New(ctx, app.Options{
-		Store:    base.Store,
-		Provider: prov,
-		Params: domain.Params{
-			SharedDir:       func(id string) string { return local.SharedDir(cfg.DataDir, id) },
-			WorkDir:         func(id, host string) string { return local.WorkDir(cfg.DataDir, id, host) },
-			MaxNodesPerPool: 64,
-			MaxAccelerators: 16,
-		},
+		Store:             base.Store,
+		Provider:          prov,
+		Params:            cfg.params(),
 		Log:               base.Log,
 		ReconcileInterval: cfg.ReconcileInterval,
 	})
@@ -177,15 +285,16 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	loomv1.RegisterClusterServiceServer(base.GRPC, &ports.ClusterServer{App: a})
 	loomv1.RegisterNodeServiceServer(base.GRPC, &ports.NodeServer{App: a})
+	loomv1.RegisterReservationServiceServer(base.GRPC, &ports.ReservationServer{App: a})
 
 	consumers := []service.Consume{{
-		Topics:  []string{topics.ClusterCommands, topics.NodeTelemetry, topics.HealthEvents},
+		Topics:  []string{topics.ClusterCommands, topics.NodeTelemetry, topics.HealthEvents, topics.JobEvents},
 		Handler: ports.Handler(a),
 		// Handlers fail only when Redis does; ride out a restart of it (about
 		// a minute) before a command is dead-lettered and its operation lost.
 		Config: &bus.ConsumerConfig{MaxAttempts: 20, MaxBackoff: 5 * time.Second},
 	}}
-	err = base.Run(ctx, consumers, a.Reconcile)
+	err = base.Run(ctx, consumers, a.Reconcile, a.WatchProvider)
 	if cfg.StopAgentsOnExit {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.AgentStopGrace+10*time.Second)
 		defer cancel()

@@ -96,14 +96,33 @@ func (f *fixture) run(t *testing.T, stopAgents bool) (stop func() error) {
 	return stop
 }
 
+// clusterSpec is a cluster of one pool "gpu" of 2-GPU machines.
+func clusterSpec(name string, nodes int32) *loomv1.Cluster {
+	return &loomv1.Cluster{Name: name, Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{
+		{Id: "gpu", MachineType: "a2-highgpu-2g", NodeCount: nodes},
+	}}}
+}
+
 func createCluster(op, id string, nodes int32) envelope.Event {
 	name := project + "/clusters/" + id
 	return envelope.New(topics.ClusterCommands, name, "loom/test", &eventsv1.CreateCluster{
-		Operation: project + "/operations/" + op,
-		Cluster: &loomv1.Cluster{Name: name, Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{
-			{Id: "gpu", NodeCount: nodes, AcceleratorCount: 2, AcceleratorType: "sim-h100"},
-		}}},
+		Operation: project + "/operations/" + op, Cluster: clusterSpec(name, nodes),
 	})
+}
+
+func updateCluster(op, id string, nodes, grace int32) envelope.Event {
+	name := project + "/clusters/" + id
+	return envelope.New(topics.ClusterCommands, name, "loom/test", &eventsv1.UpdateCluster{
+		Operation: project + "/operations/" + op, Cluster: clusterSpec(name, nodes), DrainGraceSeconds: grace,
+	})
+}
+
+func nodeEvent(t *testing.T, broker, node string, match func(*loomv1.Node) bool) *loomv1.Node {
+	t.Helper()
+	return testkit.WaitEvent(t, broker, topics.NodeEvents, wait, func(ev envelope.Event) bool {
+		nc, ok := ev.Payload.(*eventsv1.NodeChanged)
+		return ok && nc.Node.GetName() == node && match(nc.Node)
+	}).Payload.(*eventsv1.NodeChanged).Node
 }
 
 func clusterEvent[T any](t *testing.T, broker string, match func(T) bool) T {
@@ -189,9 +208,10 @@ func TestClusterLifecycleWithRealAgents(t *testing.T) {
 	testkit.Publish(t, f.broker, createCluster("op1", "demo", 2))
 	cl := waitRunning(t, f.broker, "op1")
 	st := cl.GetStatus()
-	shared := filepath.Join(f.data, "clusters", "demo", "shared")
+	shared := filepath.Join(f.data, "clusters", "demo", "home")
 	if st.GetState() != loomv1.Cluster_RUNNING || st.GetReadyNodes() != 2 || st.GetTotalNodes() != 2 ||
-		st.GetSharedDir() != shared || st.GetMessage() != "2 of 2 nodes ready" {
+		st.GetSharedDir() != shared || st.GetHomeDir() != shared || st.GetScratchDir() != filepath.Join(f.data, "clusters", "demo", "scratch") ||
+		st.GetMessage() != "2 of 2 nodes ready" {
 		t.Fatalf("final cluster = %v", cl)
 	}
 	clusterEvent(t, f.broker, func(c *eventsv1.ClusterChanged) bool {
@@ -213,8 +233,10 @@ func TestClusterLifecycleWithRealAgents(t *testing.T) {
 			t.Fatalf("agents of %s = %v, want just %d", n, a, pids[n])
 		}
 	}
-	if fi, err := os.Stat(shared); err != nil || !fi.IsDir() {
-		t.Fatalf("shared dir: %v", err)
+	for _, d := range []string{shared, st.GetScratchDir()} {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			t.Fatalf("shared dir %s: %v", d, err)
+		}
 	}
 
 	// Reads come from the provisioner's memory over gRPC.
@@ -245,6 +267,107 @@ func TestClusterLifecycleWithRealAgents(t *testing.T) {
 		t.Fatalf("ListNodes = %v, %v", l, err)
 	}
 
+	// The Slurm files are served and written to the shared home.
+	slurmConf := func() string {
+		t.Helper()
+		cfg, err := clusters.GetSlurmConfig(ctx, &loomv1.GetSlurmConfigRequest{Name: demo})
+		if err != nil {
+			t.Fatalf("GetSlurmConfig: %v", err)
+		}
+		testkit.WaitFor(t, wait, "slurm.conf on disk", func() (bool, error) {
+			b, err := os.ReadFile(filepath.Join(shared, ".loom", "slurm", "slurm.conf"))
+			return err == nil && string(b) == cfg.GetSlurmConf(), nil
+		})
+		for _, f := range []string{"gres.conf", "topology.conf"} {
+			if _, err := os.Stat(filepath.Join(shared, ".loom", "slurm", f)); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+		}
+		return cfg.GetSlurmConf()
+	}
+	if conf := slurmConf(); !strings.Contains(conf, "gpu-[0001-0002]") {
+		t.Fatalf("slurm.conf does not name the nodes:\n%s", conf)
+	}
+	if _, err := clusters.GetSlurmConfig(ctx, &loomv1.GetSlurmConfigRequest{Name: project + "/clusters/nope"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("GetSlurmConfig of a missing cluster: %v", err)
+	}
+	resSvc := loomv1.NewReservationServiceClient(conn)
+	if l, err := resSvc.ListCapacity(ctx, &loomv1.ListCapacityRequest{Parent: project}); err != nil || len(l.GetPools()) == 0 {
+		t.Fatalf("ListCapacity = %v, %v", l, err)
+	} else {
+		found := false
+		for _, p := range l.GetPools() {
+			found = found || (p.GetMachineType() == "a2-highgpu-2g" && p.GetInUse() == 2)
+		}
+		if !found {
+			t.Fatalf("ListCapacity does not show the cluster's claim: %v", l)
+		}
+	}
+	if _, err := resSvc.CreateReservation(ctx, &loomv1.CreateReservationRequest{}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("CreateReservation on the provisioner: %v", err)
+	}
+	// Reservations come as commands and are read over gRPC.
+	res := project + "/reservations/r1"
+	testkit.Publish(t, f.broker, envelope.New(topics.ClusterCommands, res, "loom/test", &eventsv1.CreateReservation{
+		Operation: project + "/operations/res", Reservation: &loomv1.Reservation{Name: res, Zone: "us-central1-a", MachineType: "a3-ultragpu-8g", Count: 4}}))
+	clusterEvent(t, f.broker, func(c *eventsv1.ReservationChanged) bool {
+		return c.Operation == project+"/operations/res" && c.OperationDone
+	})
+	if r, err := resSvc.GetReservation(ctx, &loomv1.GetReservationRequest{Name: res}); err != nil || r.GetCount() != 4 || r.GetInUse() != 0 {
+		t.Fatalf("GetReservation = %v, %v", r, err)
+	}
+	if l, err := resSvc.ListReservations(ctx, &loomv1.ListReservationsRequest{Parent: project}); err != nil || len(l.GetReservations()) != 1 {
+		t.Fatalf("ListReservations = %v, %v", l, err)
+	}
+	testkit.Publish(t, f.broker, envelope.New(topics.ClusterCommands, res, "loom/test",
+		&eventsv1.DeleteReservation{Operation: project + "/operations/unres", Reservation: res}))
+	clusterEvent(t, f.broker, func(c *eventsv1.ReservationDeleted) bool { return c.Operation == project+"/operations/unres" })
+	if _, err := resSvc.GetReservation(ctx, &loomv1.GetReservationRequest{Name: res}); status.Code(err) != codes.NotFound {
+		t.Fatalf("GetReservation after delete: %v", err)
+	}
+
+	// Resize up: a third node with its own agent.
+	third := demo + "/nodes/gpu-0003"
+	testkit.Publish(t, f.broker, updateCluster("grow", "demo", 3, 0))
+	grown := waitRunning(t, f.broker, "grow")
+	if grown.GetStatus().GetTotalNodes() != 3 || grown.GetStatus().GetReadyNodes() != 3 {
+		t.Fatalf("after grow: %v", grown.GetStatus())
+	}
+	thirdWork := filepath.Join(f.data, "clusters", "demo", "nodes", "gpu-0003")
+	thirdPid := pidOf(t, thirdWork)
+	if conf := slurmConf(); !strings.Contains(conf, "gpu-[0001-0003]") {
+		t.Fatalf("slurm.conf after grow:\n%s", conf)
+	}
+
+	// Resize down: the highest-numbered node drains; the scheduler's
+	// NodeDrained (published here as the scheduler would) lets it go.
+	testkit.Publish(t, f.broker, updateCluster("shrink", "demo", 2, 60))
+	dn := nodeEvent(t, f.broker, third, func(n *loomv1.Node) bool { return n.GetState() == loomv1.Node_DRAINING })
+	if dn.GetDrainDeadline() == nil || dn.GetNextAction() == "" {
+		t.Fatalf("draining node = %v", dn)
+	}
+	if gone(thirdPid) {
+		t.Fatal("a draining node's agent was stopped before NodeDrained")
+	}
+	testkit.Publish(t, f.broker, envelope.New(topics.JobEvents, demo, "loom/scheduler", &eventsv1.NodeDrained{Node: third, Cluster: demo}))
+	testkit.WaitEvent(t, f.broker, topics.NodeEvents, wait, func(ev envelope.Event) bool {
+		r, ok := ev.Payload.(*eventsv1.NodeRemoved)
+		return ok && r.Node == third
+	})
+	shrunk := waitRunning(t, f.broker, "shrink")
+	if shrunk.GetStatus().GetTotalNodes() != 2 || shrunk.GetStatus().GetReadyNodes() != 2 {
+		t.Fatalf("after shrink: %v", shrunk.GetStatus())
+	}
+	if !gone(thirdPid) {
+		t.Fatal("the removed node's agent still runs")
+	}
+	if _, err := os.Stat(thirdWork); !os.IsNotExist(err) {
+		t.Fatalf("the removed node's directory is still there: %v", err)
+	}
+	if conf := slurmConf(); !strings.Contains(conf, "gpu-[0001-0002]") || strings.Contains(conf, "0003") {
+		t.Fatalf("slurm.conf after shrink:\n%s", conf)
+	}
+
 	// A second create of the same cluster fails its operation.
 	testkit.Publish(t, f.broker, createCluster("op2", "demo", 1))
 	failed := clusterEvent(t, f.broker, func(c *eventsv1.ClusterOperationFailed) bool { return c.Operation == project+"/operations/op2" })
@@ -271,7 +394,7 @@ func TestClusterLifecycleWithRealAgents(t *testing.T) {
 		}
 	}
 	for _, ev := range testkit.Events(t, f.broker, topics.NodeTelemetry) {
-		if r, ok := ev.Payload.(*eventsv1.AgentRegistered); ok && strings.HasPrefix(r.Node, demo+"/") && r.Pid != int32(pids[r.Node]) {
+		if r, ok := ev.Payload.(*eventsv1.AgentRegistered); ok && pids[r.Node] != 0 && r.Pid != int32(pids[r.Node]) {
 			t.Fatalf("a second agent registered for %s: %v", r.Node, r)
 		}
 	}
@@ -333,16 +456,17 @@ func TestLaunchFailureIsReportedOnTheNode(t *testing.T) {
 		return ok && strings.Contains(nc.Node.GetReason(), "no-such-agent")
 	})
 	n := ev.Payload.(*eventsv1.NodeChanged).Node
-	if n.GetState() != loomv1.Node_PROVISIONING || !strings.HasPrefix(n.GetReason(), "launch: ") || !strings.Contains(n.GetReason(), "attempt 1") {
+	if n.GetState() != loomv1.Node_PROVISIONING || !strings.HasPrefix(n.GetReason(), "launch: ") || n.GetLaunchAttempts() != 1 ||
+		!strings.HasPrefix(n.GetNextAction(), "retry launch in ") || !strings.Contains(n.GetNextAction(), "(attempt 2 of 5)") {
 		t.Fatalf("node = %v", n)
 	}
 }
 
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()
-	c := Config{Provider: "gcp", DataDir: "", AgentEnv: []string{"NOEQUALS"}}
+	c := Config{Provider: "gcp", DataDir: "", AgentEnv: []string{"NOEQUALS"}, Capacity: "x/y"}
 	err := c.validate()
-	for _, want := range []string{"provider", "data_dir", "agent_env[0]"} {
+	for _, want := range []string{"provider", "data_dir", "agent_env[0]", "capacity"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("validate() = %v, want it to name %s", err, want)
 		}
@@ -360,11 +484,60 @@ func TestRegisterFlags(t *testing.T) {
 	fs := flag.NewFlagSet("p", flag.ContinueOnError)
 	c.RegisterFlags(fs)
 	if err := fs.Parse([]string{"-agent-command", "/bin/agent --x", "-agent-env", "A=1 B=2", "-agent-env", "C=3",
-		"-stop-agents-on-exit", "-reconcile-interval", "1s"}); err != nil {
+		"-stop-agents-on-exit", "-reconcile-interval", "1s", "-provider", "sim", "-capacity", "*/*/SPOT=3",
+		"-boot-timeout", "2m", "-operation-timeout", "5m", "-max-launch-attempts", "7", "-sim-time-scale", "0.01"}); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(c.AgentCommand, "|") != "/bin/agent|--x" || strings.Join(c.AgentEnv, "|") != "A=1|B=2|C=3" ||
-		!c.StopAgentsOnExit || c.ReconcileInterval != time.Second || c.AgentStopGrace != 15*time.Second || c.Provider != "local" {
+		!c.StopAgentsOnExit || c.ReconcileInterval != time.Second || c.AgentStopGrace != 15*time.Second || c.Provider != "sim" ||
+		c.Capacity != "*/*/SPOT=3" || c.BootTimeout != 2*time.Minute || c.OperationTimeout != 5*time.Minute ||
+		c.MaxLaunchAttempts != 7 || c.Sim.TimeScale != 0.01 || c.DrainTimeout != 5*time.Minute {
 		t.Fatalf("config = %+v", c)
 	}
+	if err := c.validate(); err != nil {
+		t.Fatalf("validate() = %v", err)
+	}
+}
+
+// TestSimProviderPreemptionsAreReplaced runs the provisioner on the sim
+// provider: simulated nodes register over the bus like agents, the cluster
+// reaches RUNNING, and spot preemptions (reported by the provider's
+// Watcher) make nodes FAILED and replaced until the pool is back.
+func TestSimProviderPreemptionsAreReplaced(t *testing.T) {
+	t.Parallel()
+	f := &fixture{broker: testkit.Broker(t), data: t.TempDir(), grpcAddr: testkit.FreeAddr()}
+	f.redis, _ = testkit.Redis(t)
+	cfg := f.config(false)
+	cfg.Provider = ProviderSim
+	// 90 s of simulated boot take 90 ms; a spot node is reclaimed every
+	// simulated half hour on average (1.8 s real).
+	cfg.Sim.Seed, cfg.Sim.TimeScale, cfg.Sim.PreemptionRate, cfg.Sim.HeartbeatInterval = 7, 0.001, 2, time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan error, 1)
+	go func() { res <- Run(ctx, cfg) }()
+	t.Cleanup(func() { cancel(); <-res })
+
+	name := project + "/clusters/sim"
+	c := clusterSpec(name, 3)
+	c.Compute.NodePools = append(c.Compute.NodePools, &loomv1.NodePool{Id: "spot", MachineType: "a3-highgpu-8g", NodeCount: 2,
+		Capacity: &loomv1.CapacitySource{Type: loomv1.CapacitySource_SPOT}})
+	testkit.Publish(t, f.broker, envelope.New(topics.ClusterCommands, name, "loom/test",
+		&eventsv1.CreateCluster{Operation: project + "/operations/sim", Cluster: c}))
+	cl := waitRunning(t, f.broker, "sim")
+	if cl.GetStatus().GetReadyNodes() != 5 || cl.GetStatus().GetHomeDir() != "/home" {
+		t.Fatalf("cluster = %v", cl.GetStatus())
+	}
+	failed := testkit.WaitEvent(t, f.broker, topics.NodeEvents, wait, func(ev envelope.Event) bool {
+		nc, ok := ev.Payload.(*eventsv1.NodeChanged)
+		return ok && nc.Node.GetState() == loomv1.Node_FAILED && strings.HasPrefix(nc.Node.GetReason(), "preempted by provider")
+	}).Payload.(*eventsv1.NodeChanged).Node
+	if failed.GetNodePool() != "spot" || !strings.HasPrefix(failed.GetNextAction(), "replaced by spot-") {
+		t.Fatalf("preempted node = %v", failed)
+	}
+	// A replacement (a new number: spot-0003 or later) comes up.
+	testkit.WaitEvent(t, f.broker, topics.NodeEvents, wait, func(ev envelope.Event) bool {
+		nc, ok := ev.Payload.(*eventsv1.NodeChanged)
+		h := nc.GetNode().GetHostname()
+		return ok && nc.Node.GetState() == loomv1.Node_READY && strings.HasPrefix(h, "spot-") && h > "spot-0002"
+	})
 }

@@ -3,14 +3,18 @@
 //
 // Redis layout under the "provisioner:" prefix:
 //
-//	clusters  hash: cluster name → {"cluster": <protojson Cluster>, "operation", "create_operation"}
-//	nodes     hash: node name → protojson Node
+//	clusters      hash: cluster name → {"cluster": <protojson Cluster>, "operation", "create_operation",
+//	              "deadline", "next_index", "retired": [<protojson NodePool>]}
+//	nodes         hash: node name → protojson Node
+//	reservations  hash: reservation name → protojson Reservation (in_use and consumers are derived, not stored)
+//	slurm         hash: cluster name → protojson SlurmConfig
 package adapters
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -28,14 +32,19 @@ const Source = "loom/provisioner"
 
 // Redis keys relative to the store's prefix.
 const (
-	KeyClusters = "clusters"
-	KeyNodes    = "nodes"
+	KeyClusters     = "clusters"
+	KeyNodes        = "nodes"
+	KeyReservations = "reservations"
+	KeySlurm        = "slurm"
 )
 
 type clusterRecord struct {
-	Cluster         json.RawMessage `json:"cluster"`
-	Operation       string          `json:"operation,omitempty"`
-	CreateOperation string          `json:"create_operation,omitempty"`
+	Cluster         json.RawMessage   `json:"cluster"`
+	Operation       string            `json:"operation,omitempty"`
+	CreateOperation string            `json:"create_operation,omitempty"`
+	Deadline        *time.Time        `json:"deadline,omitempty"`
+	NextIndex       map[string]int32  `json:"next_index,omitempty"`
+	Retired         []json.RawMessage `json:"retired,omitempty"`
 }
 
 // EncodeCluster encodes a cluster record for Redis.
@@ -44,7 +53,19 @@ func EncodeCluster(c *domain.Cluster) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode cluster %s: %w", c.Name(), err)
 	}
-	return json.Marshal(clusterRecord{Cluster: cl, Operation: c.Operation, CreateOperation: c.CreateOperation})
+	r := clusterRecord{Cluster: cl, Operation: c.Operation, CreateOperation: c.CreateOperation, NextIndex: c.NextIndex}
+	if !c.Deadline.IsZero() {
+		d := c.Deadline.UTC()
+		r.Deadline = &d
+	}
+	for _, np := range c.Retired {
+		b, err := protojson.Marshal(np)
+		if err != nil {
+			return nil, fmt.Errorf("encode cluster %s: retired pool: %w", c.Name(), err)
+		}
+		r.Retired = append(r.Retired, b)
+	}
+	return json.Marshal(r)
 }
 
 // DecodeCluster decodes what EncodeCluster wrote.
@@ -57,36 +78,75 @@ func DecodeCluster(b []byte) (*domain.Cluster, error) {
 	if err := protojson.Unmarshal(r.Cluster, cl); err != nil {
 		return nil, fmt.Errorf("decode cluster record: %w", err)
 	}
-	return &domain.Cluster{Cluster: cl, Operation: r.Operation, CreateOperation: r.CreateOperation}, nil
+	c := &domain.Cluster{Cluster: cl, Operation: r.Operation, CreateOperation: r.CreateOperation, NextIndex: r.NextIndex}
+	if c.NextIndex == nil {
+		c.NextIndex = map[string]int32{}
+	}
+	if r.Deadline != nil {
+		c.Deadline = *r.Deadline
+	}
+	for _, b := range r.Retired {
+		np := &loomv1.NodePool{}
+		if err := protojson.Unmarshal(b, np); err != nil {
+			return nil, fmt.Errorf("decode cluster record: retired pool: %w", err)
+		}
+		c.Retired = append(c.Retired, np)
+	}
+	return c, nil
 }
 
-// Load reads every cluster and node record.
-func Load(ctx context.Context, st *store.Store) ([]*domain.Cluster, []*loomv1.Node, error) {
+// Load reads every record into a State.
+func Load(ctx context.Context, st *store.Store) (*domain.State, error) {
 	cm, err := st.HGetAll(ctx, KeyClusters)
 	if err != nil {
-		return nil, nil, fmt.Errorf("load clusters: %w", err)
+		return nil, fmt.Errorf("load clusters: %w", err)
 	}
 	var clusters []*domain.Cluster
 	for name, b := range cm {
 		c, err := DecodeCluster(b)
 		if err != nil {
-			return nil, nil, fmt.Errorf("load cluster %s: %w", name, err)
+			return nil, fmt.Errorf("load cluster %s: %w", name, err)
 		}
 		clusters = append(clusters, c)
 	}
-	nm, err := st.HGetAll(ctx, KeyNodes)
+	nodes, err := loadAll(ctx, st, KeyNodes, func() *loomv1.Node { return &loomv1.Node{} })
 	if err != nil {
-		return nil, nil, fmt.Errorf("load nodes: %w", err)
+		return nil, err
 	}
-	var nodes []*loomv1.Node
-	for name, b := range nm {
-		n := &loomv1.Node{}
-		if err := protojson.Unmarshal(b, n); err != nil {
-			return nil, nil, fmt.Errorf("load node %s: %w", name, err)
+	reservations, err := loadAll(ctx, st, KeyReservations, func() *loomv1.Reservation { return &loomv1.Reservation{} })
+	if err != nil {
+		return nil, err
+	}
+	sm, err := st.HGetAll(ctx, KeySlurm)
+	if err != nil {
+		return nil, fmt.Errorf("load slurm: %w", err)
+	}
+	slurm := map[string]*loomv1.SlurmConfig{}
+	for name, b := range sm {
+		c := &loomv1.SlurmConfig{}
+		if err := protojson.Unmarshal(b, c); err != nil {
+			return nil, fmt.Errorf("load slurm config of %s: %w", name, err)
 		}
-		nodes = append(nodes, n)
+		slurm[name] = c
 	}
-	return clusters, nodes, nil
+	return domain.NewState(clusters, nodes, reservations, slurm), nil
+}
+
+// loadAll decodes every protojson value of a hash.
+func loadAll[T proto.Message](ctx context.Context, st *store.Store, key string, fresh func() T) ([]T, error) {
+	m, err := st.HGetAll(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", key, err)
+	}
+	out := make([]T, 0, len(m))
+	for name, b := range m {
+		v := fresh()
+		if err := protojson.Unmarshal(b, v); err != nil {
+			return nil, fmt.Errorf("load %s %s: %w", key, name, err)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 // Tx turns a domain change into a store transaction: records written and
@@ -107,8 +167,28 @@ func Tx(ch domain.Change) (*store.Tx, error) {
 		}
 		tx.HSet(KeyNodes, n.GetName(), b)
 	}
+	for _, r := range ch.PutReservations {
+		b, err := protojson.Marshal(r)
+		if err != nil {
+			return nil, fmt.Errorf("encode reservation %s: %w", r.GetName(), err)
+		}
+		tx.HSet(KeyReservations, r.GetName(), b)
+	}
+	for name, c := range ch.PutSlurm {
+		b, err := protojson.Marshal(c)
+		if err != nil {
+			return nil, fmt.Errorf("encode slurm config of %s: %w", name, err)
+		}
+		tx.HSet(KeySlurm, name, b)
+	}
 	for _, name := range ch.DelNodes {
 		tx.HDel(KeyNodes, name)
+	}
+	for _, name := range ch.DelReservations {
+		tx.HDel(KeyReservations, name)
+	}
+	for _, name := range ch.DelSlurm {
+		tx.HDel(KeySlurm, name)
 	}
 	for _, name := range ch.DelClusters {
 		tx.HDel(KeyClusters, name)
@@ -134,6 +214,10 @@ func Event(p proto.Message) (envelope.Event, error) {
 		topic, key = topics.ClusterEvents, m.GetCluster()
 	case *eventsv1.ClusterDeleted:
 		topic, key = topics.ClusterEvents, m.GetCluster()
+	case *eventsv1.ReservationChanged:
+		topic, key = topics.ClusterEvents, m.GetReservation().GetName()
+	case *eventsv1.ReservationDeleted:
+		topic, key = topics.ClusterEvents, m.GetReservation()
 	case *eventsv1.NodeChanged:
 		topic, key = topics.NodeEvents, m.GetNode().GetName()
 	case *eventsv1.NodeRemoved:

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -20,20 +21,22 @@ import (
 	"github.com/loom-ml/loom/services/provisioner/internal/provider"
 )
 
-// Options configure an App. Zero durations take the documented defaults.
+// Options configure an App. Zero values take the documented defaults.
 type Options struct {
 	Store    *store.Store
 	Provider provider.Provider
-	Params   domain.Params
-	Log      *slog.Logger
+	// Params are the domain's settings (directories, capacity, timeouts,
+	// launch backoff, the Slurm renderer); see domain.Params.
+	Params domain.Params
+	Log    *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// ReconcileInterval is how often the reconciler runs without being woken
 	// by a change (default 5 s).
 	ReconcileInterval time.Duration
-	// LaunchBackoff and MaxLaunchBackoff bound the delay before a node whose
-	// launch failed is tried again (defaults 1 s and 1 min).
-	LaunchBackoff, MaxLaunchBackoff time.Duration
+	// LaunchConcurrency bounds the provider calls one reconciler pass makes
+	// at once (default 64).
+	LaunchConcurrency int
 }
 
 // App is the provisioner's state and behaviour. Its methods are safe for
@@ -50,13 +53,11 @@ type App struct {
 	// kick wakes the reconciler after a change; capacity 1 coalesces bursts.
 	kick chan struct{}
 
-	// retries is the reconciler's launch backoff per node (reconciler only).
-	retries map[string]*retry
-}
-
-type retry struct {
-	failures int
-	next     time.Time
+	// The reconciler's own memory (one pass at a time): when each node may
+	// be launched again after a failure, and which FAILED nodes it has
+	// already stopped and cleaned up.
+	nextLaunch map[string]time.Time
+	cleaned    map[string]bool
 }
 
 // New loads the state from the store and returns the App.
@@ -70,25 +71,27 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	if opts.ReconcileInterval <= 0 {
 		opts.ReconcileInterval = 5 * time.Second
 	}
-	if opts.LaunchBackoff <= 0 {
-		opts.LaunchBackoff = time.Second
+	if opts.LaunchConcurrency <= 0 {
+		opts.LaunchConcurrency = 64
 	}
-	if opts.MaxLaunchBackoff <= 0 {
-		opts.MaxLaunchBackoff = time.Minute
-	}
-	clusters, nodes, err := adapters.Load(ctx, opts.Store)
+	opts.Params = opts.Params.WithDefaults()
+	st, err := adapters.Load(ctx, opts.Store)
 	if err != nil {
 		return nil, fmt.Errorf("provisioner: %w", err)
 	}
-	opts.Log.Info("state loaded", "clusters", len(clusters), "nodes", len(nodes))
+	opts.Log.Info("state loaded", "clusters", len(st.Clusters), "nodes", len(st.Nodes), "reservations", len(st.Reservations))
 	return &App{
-		opts:    opts,
-		log:     opts.Log,
-		st:      domain.NewState(clusters, nodes),
-		kick:    make(chan struct{}, 1),
-		retries: map[string]*retry{},
+		opts:       opts,
+		log:        opts.Log,
+		st:         st,
+		kick:       make(chan struct{}, 1),
+		nextLaunch: map[string]time.Time{},
+		cleaned:    map[string]bool{},
 	}, nil
 }
+
+// Params returns the domain parameters in use (defaults filled in).
+func (a *App) Params() domain.Params { return a.opts.Params }
 
 // apply decides under the lock, writes the change with the inbox mark for
 // inboxID ("" for none) and only then updates memory.
@@ -124,19 +127,93 @@ func (a *App) CreateCluster(ctx context.Context, id string, cmd *eventsv1.Create
 	})
 }
 
+// UpdateCluster applies an UpdateCluster command delivered as event id.
+func (a *App) UpdateCluster(ctx context.Context, id string, cmd *eventsv1.UpdateCluster) error {
+	return a.apply(ctx, id, func(s *domain.State) domain.Change {
+		return s.UpdateCluster(a.opts.Params, cmd, a.opts.Now())
+	})
+}
+
 // DeleteCluster applies a DeleteCluster command delivered as event id.
 func (a *App) DeleteCluster(ctx context.Context, id string, cmd *eventsv1.DeleteCluster) error {
 	return a.apply(ctx, id, func(s *domain.State) domain.Change { return s.DeleteCluster(cmd, a.opts.Now()) })
 }
 
+// CreateReservation applies a CreateReservation command delivered as event id.
+func (a *App) CreateReservation(ctx context.Context, id string, cmd *eventsv1.CreateReservation) error {
+	return a.apply(ctx, id, func(s *domain.State) domain.Change { return s.CreateReservation(cmd, a.opts.Now()) })
+}
+
+// DeleteReservation applies a DeleteReservation command delivered as event id.
+func (a *App) DeleteReservation(ctx context.Context, id string, cmd *eventsv1.DeleteReservation) error {
+	return a.apply(ctx, id, func(s *domain.State) domain.Change { return s.DeleteReservation(cmd) })
+}
+
 // AgentRegistered applies an agent's registration delivered as event id.
 func (a *App) AgentRegistered(ctx context.Context, id string, ev *eventsv1.AgentRegistered) error {
-	return a.apply(ctx, id, func(s *domain.State) domain.Change { return s.AgentRegistered(ev, a.opts.Now()) })
+	return a.apply(ctx, id, func(s *domain.State) domain.Change {
+		return s.AgentRegistered(a.opts.Params, ev, a.opts.Now())
+	})
 }
 
 // NodeHealthChanged applies a health verdict delivered as event id.
 func (a *App) NodeHealthChanged(ctx context.Context, id string, ev *eventsv1.NodeHealthChanged) error {
-	return a.apply(ctx, id, func(s *domain.State) domain.Change { return s.NodeHealthChanged(ev, a.opts.Now()) })
+	return a.apply(ctx, id, func(s *domain.State) domain.Change {
+		return s.NodeHealthChanged(a.opts.Params, ev, a.opts.Now())
+	})
+}
+
+// NodeDrained applies the scheduler's NodeDrained delivered as event id.
+func (a *App) NodeDrained(ctx context.Context, id string, ev *eventsv1.NodeDrained) error {
+	return a.apply(ctx, id, func(s *domain.State) domain.Change { return s.NodeDrained(a.opts.Params, ev, a.opts.Now()) })
+}
+
+// ProviderEventID is the inbox id of a provider event: the same report
+// applied twice changes nothing the second time.
+func ProviderEventID(ev provider.Event) string {
+	return "provider:" + ev.Node + ":" + strconv.Itoa(int(ev.Kind)) + ":" + strconv.FormatInt(ev.At.UnixNano(), 10)
+}
+
+// ProviderEvent applies an event the provider reported on its own.
+func (a *App) ProviderEvent(ctx context.Context, ev provider.Event) error {
+	return a.apply(ctx, ProviderEventID(ev), func(s *domain.State) domain.Change {
+		return s.ProviderEvent(a.opts.Params, ev, a.opts.Now())
+	})
+}
+
+// WatchProvider applies the provider's own events (provider.Watcher) until
+// ctx ends, each durably once applied; a failed write is retried with
+// backoff, never dropped. Without a Watcher it just waits for ctx.
+func (a *App) WatchProvider(ctx context.Context) error {
+	w, ok := a.opts.Provider.(provider.Watcher)
+	if !ok {
+		<-ctx.Done()
+		return nil
+	}
+	events := w.Events()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-events:
+			if !ok {
+				<-ctx.Done()
+				return nil
+			}
+			for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+				err := a.ProviderEvent(ctx, ev)
+				if err == nil {
+					break
+				}
+				a.log.Warn("applying provider event; will retry", "node", ev.Node, "kind", ev.Kind, "err", err)
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(delay):
+				}
+			}
+		}
+	}
 }
 
 // Cluster returns a cluster by full name. The result must not be modified.
@@ -180,4 +257,52 @@ func (a *App) Nodes(project, clusterID string) []*loomv1.Node {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
 	return out
+}
+
+// SlurmConfig returns a cluster's rendered Slurm files, and whether the
+// cluster exists. The files are nil when none were rendered; then cond
+// (the SlurmConfigured condition, when there is one) says why.
+func (a *App) SlurmConfig(name string) (cfg *loomv1.SlurmConfig, cond *loomv1.Condition, exists bool) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	c := a.st.Clusters[name]
+	if c == nil {
+		return nil, nil, false
+	}
+	for _, k := range c.Cluster.GetStatus().GetConditions() {
+		if k.GetType() == domain.CondSlurmConfig {
+			cond = k
+		}
+	}
+	return a.st.Slurm[name], cond, true
+}
+
+// Reservation returns a reservation with what clusters claim of it.
+func (a *App) Reservation(name string) (*loomv1.Reservation, bool) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	r := a.st.Reservation(name)
+	return r, r != nil
+}
+
+// Reservations returns the reservations of a project ("-": all), by name.
+func (a *App) Reservations(project string) []*loomv1.Reservation {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	var out []*loomv1.Reservation
+	for name := range a.st.Reservations {
+		if p, _, _ := domain.ParseReservationName(name); project == "-" || p == project {
+			out = append(out, a.st.Reservation(name))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
+	return out
+}
+
+// Capacity lists the capacity pools with what is in use and free: the
+// configured ones and the reservations of project ("-": all).
+func (a *App) Capacity(project string) []*loomv1.CapacityPool {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.st.Capacity(a.opts.Params, project)
 }

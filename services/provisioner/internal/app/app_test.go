@@ -29,10 +29,13 @@ type fakeProvider struct {
 	stopErr    error
 	prevExit   string
 	startedNew bool
+	setups     map[string]provider.ClusterSetup
+	events     chan provider.Event
 }
 
 func newFake() *fakeProvider {
-	return &fakeProvider{launches: map[string]int{}, running: map[string]bool{}, removed: map[string]bool{}, clusters: map[string]bool{}}
+	return &fakeProvider{launches: map[string]int{}, running: map[string]bool{}, removed: map[string]bool{}, clusters: map[string]bool{},
+		setups: map[string]provider.ClusterSetup{}, events: make(chan provider.Event, 10)}
 }
 
 func (f *fakeProvider) Launch(_ context.Context, n provider.Node) (provider.Launched, error) {
@@ -73,35 +76,95 @@ func (f *fakeProvider) RemoveCluster(_ context.Context, id string) error {
 	return nil
 }
 
-type clock struct{ t time.Time }
+func (f *fakeProvider) PrepareCluster(_ context.Context, c provider.ClusterSetup) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.setups[c.Cluster] = c
+	return nil
+}
 
-func (c *clock) now() time.Time { return c.t }
+func (f *fakeProvider) Events() <-chan provider.Event { return f.events }
+
+func (f *fakeProvider) count(m map[string]int, k string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return m[k]
+}
+
+func (f *fakeProvider) has(m map[string]bool, k string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return m[k]
+}
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
 
 const demo = "projects/default/clusters/demo"
 
+func params() domain.Params {
+	return domain.Params{
+		HomeDir:           func(c *loomv1.Cluster) string { return "/data/clusters/" + domain.ClusterID(c.GetName()) + "/home" },
+		ScratchDir:        func(c *loomv1.Cluster) string { return "/data/clusters/" + domain.ClusterID(c.GetName()) + "/scratch" },
+		WorkDir:           func(id, h string) string { return "/data/clusters/" + id + "/nodes/" + h },
+		MaxNodesPerPool:   64,
+		LaunchBackoff:     time.Second,
+		MaxLaunchBackoff:  4 * time.Second,
+		MaxLaunchAttempts: 3,
+		Render: func(c *loomv1.Cluster, nodes []*loomv1.Node) (*loomv1.SlurmConfig, error) {
+			var hosts []string
+			for _, n := range nodes {
+				hosts = append(hosts, n.GetHostname())
+			}
+			return &loomv1.SlurmConfig{SlurmConf: "Nodes=" + strings.Join(hosts, ","), GresConf: "gres", TopologyConf: "topo"}, nil
+		},
+	}
+}
+
 func newApp(t *testing.T, st *store.Store, p provider.Provider, c *clock) *App {
 	t.Helper()
-	a, err := New(context.Background(), Options{
-		Store: st, Provider: p, Now: c.now, LaunchBackoff: time.Second, MaxLaunchBackoff: 4 * time.Second,
-		Params: domain.Params{
-			SharedDir:       func(id string) string { return "/data/clusters/" + id + "/shared" },
-			WorkDir:         func(id, h string) string { return "/data/clusters/" + id + "/nodes/" + h },
-			MaxNodesPerPool: 64, MaxAccelerators: 16,
-		},
-	})
+	a, err := New(context.Background(), Options{Store: st, Provider: p, Now: c.now, Params: params()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return a
 }
 
+func clusterSpec(name string, nodes int32) *loomv1.Cluster {
+	return &loomv1.Cluster{Name: name, Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{
+		{Id: "gpu", MachineType: "a3-highgpu-8g", NodeCount: nodes}}}}
+}
+
 func create(t *testing.T, a *App, nodes int32) {
 	t.Helper()
-	err := a.CreateCluster(context.Background(), "ev-create", &eventsv1.CreateCluster{Operation: "op1", Cluster: &loomv1.Cluster{
-		Name: demo, Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{{Id: "gpu", NodeCount: nodes}}},
-	}})
-	if err != nil {
+	if err := a.CreateCluster(context.Background(), "ev-create", &eventsv1.CreateCluster{Operation: "op1", Cluster: clusterSpec(demo, nodes)}); err != nil {
 		t.Fatal(err)
+	}
+	if _, ok := a.Cluster(demo); !ok {
+		t.Fatal("create failed")
+	}
+}
+
+func registerAll(t *testing.T, a *App) {
+	t.Helper()
+	for _, n := range a.Nodes("default", "demo") {
+		if err := a.AgentRegistered(context.Background(), "reg-"+n.GetName(), &eventsv1.AgentRegistered{Node: n.GetName()}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -114,7 +177,7 @@ func node(a *App, host string) *loomv1.Node {
 	return nil
 }
 
-func TestLaunchFailureBacksOffAndIsReported(t *testing.T) {
+func TestLaunchFailureBacksOffThenFailsAndReplaces(t *testing.T) {
 	t.Parallel()
 	_, rdb := testkit.Redis(t)
 	st := store.New(rdb, "provisioner:")
@@ -126,30 +189,67 @@ func TestLaunchFailureBacksOffAndIsReported(t *testing.T) {
 	p.launchErr = errors.New("exec: agent: not found")
 	a.ReconcileOnce(context.Background())
 	n := node(a, "gpu-0001")
-	if n.GetState() != loomv1.Node_PROVISIONING || n.GetReason() != domain.LaunchReasonPrefix+"exec: agent: not found (attempt 1, next in 1s)" {
+	if n.GetState() != loomv1.Node_PROVISIONING || n.GetReason() != domain.LaunchReasonPrefix+"exec: agent: not found" ||
+		n.GetNextAction() != "retry launch in 1s (attempt 2 of 3)" || n.GetLaunchAttempts() != 1 {
 		t.Fatalf("node after a failed launch = %v", n)
 	}
 	a.ReconcileOnce(context.Background())
-	if p.launches[name] != 1 {
-		t.Fatalf("launched %d times within the backoff, want 1", p.launches[name])
+	if p.count(p.launches, name) != 1 {
+		t.Fatalf("launched %d times within the backoff, want 1", p.count(p.launches, name))
 	}
-	c.t = c.t.Add(time.Second)
+	c.add(time.Second)
 	a.ReconcileOnce(context.Background())
-	if p.launches[name] != 2 || !strings.Contains(node(a, "gpu-0001").GetReason(), "attempt 2, next in 2s") {
-		t.Fatalf("second try: %d launches, node %v", p.launches[name], node(a, "gpu-0001"))
-	}
-
-	p.launchErr = nil
-	c.t = c.t.Add(2 * time.Second)
-	a.ReconcileOnce(context.Background())
-	if n := node(a, "gpu-0001"); n.GetReason() != "" {
-		t.Fatalf("reason not cleared after a launch: %v", n)
+	if p.count(p.launches, name) != 2 || node(a, "gpu-0001").GetNextAction() != "retry launch in 2s (attempt 3 of 3)" {
+		t.Fatalf("second try: %d launches, node %v", p.count(p.launches, name), node(a, "gpu-0001"))
 	}
 
 	// The memory state is what Redis holds: a restarted App sees the same.
 	b := newApp(t, st, p, c)
 	if got, want := node(b, "gpu-0001"), node(a, "gpu-0001"); got.String() != want.String() {
 		t.Fatalf("reloaded node = %v, want %v", got, want)
+	}
+
+	// The third failure: FAILED, replaced; the failed node is stopped and
+	// cleaned up but stays on record while its pool is below target.
+	c.add(2 * time.Second)
+	a.ReconcileOnce(context.Background())
+	if n := node(a, "gpu-0001"); n.GetState() != loomv1.Node_FAILED || !strings.HasPrefix(n.GetNextAction(), "replaced by gpu-0002") {
+		t.Fatalf("node after the last attempt = %v", n)
+	}
+	p.launchErr = nil
+	a.ReconcileOnce(context.Background())
+	if !p.has(p.removed, name) || !p.has(p.running, demo+"/nodes/gpu-0002") || node(a, "gpu-0001") == nil {
+		t.Fatalf("removed %v running %v nodes %v", p.removed, p.running, a.Nodes("-", "-"))
+	}
+	if p.count(p.launches, name) != 3 {
+		t.Fatalf("a FAILED node was launched again (%d launches)", p.count(p.launches, name))
+	}
+	// Once the replacement is READY, the failed record goes.
+	if err := a.AgentRegistered(context.Background(), "r2", &eventsv1.AgentRegistered{Node: demo + "/nodes/gpu-0002"}); err != nil {
+		t.Fatal(err)
+	}
+	a.ReconcileOnce(context.Background())
+	if node(a, "gpu-0001") != nil {
+		t.Fatal("failed node still on record with its pool at target")
+	}
+	if cl, _ := a.Cluster(demo); cl.GetStatus().GetState() != loomv1.Cluster_RUNNING {
+		t.Fatalf("cluster = %v", cl.GetStatus())
+	}
+}
+
+func TestLaunchedClearsTheReason(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	p, c := newFake(), &clock{t: time.Now()}
+	a := newApp(t, store.New(rdb, "provisioner:"), p, c)
+	create(t, a, 1)
+	p.launchErr = errors.New("boom")
+	a.ReconcileOnce(context.Background())
+	p.launchErr = nil
+	c.add(time.Second)
+	a.ReconcileOnce(context.Background())
+	if n := node(a, "gpu-0001"); n.GetReason() != "" || !strings.Contains(n.GetNextAction(), "register") {
+		t.Fatalf("reason not cleared after a launch: %v", n)
 	}
 }
 
@@ -162,7 +262,8 @@ func TestAgentThatDiesBeforeRegisteringIsReported(t *testing.T) {
 	a.ReconcileOnce(context.Background())
 	p.startedNew, p.prevExit = true, "exit status 1; log /x/agent.log"
 	a.ReconcileOnce(context.Background())
-	if n := node(a, "gpu-0001"); !strings.Contains(n.GetReason(), "agent exited (exit status 1; log /x/agent.log) before it registered") {
+	if n := node(a, "gpu-0001"); !strings.Contains(n.GetReason(), "agent exited (exit status 1; log /x/agent.log) before it registered") ||
+		n.GetLaunchAttempts() != 1 {
 		t.Fatalf("node = %v", n)
 	}
 }
@@ -181,8 +282,7 @@ func TestTeardownRetriesUntilAgentsStop(t *testing.T) {
 	if err := a.DeleteCluster(context.Background(), "ev-del", &eventsv1.DeleteCluster{Operation: "del", Cluster: demo}); err != nil {
 		t.Fatal(err)
 	}
-	// Nodes of a deleting cluster are not launched again.
-	before := p.launches[demo+"/nodes/gpu-0001"]
+	before := p.count(p.launches, demo+"/nodes/gpu-0001")
 
 	p.stopErr = errors.New("stuck")
 	a.ReconcileOnce(context.Background())
@@ -194,14 +294,13 @@ func TestTeardownRetriesUntilAgentsStop(t *testing.T) {
 	if _, ok := a.Cluster(demo); ok || len(a.Nodes("-", "-")) != 0 || !p.clusters["demo"] || len(p.removed) != 2 || len(p.running) != 0 {
 		t.Fatalf("after teardown: nodes %v, removed %v, clusters %v, running %v", a.Nodes("-", "-"), p.removed, p.clusters, p.running)
 	}
-	if p.launches[demo+"/nodes/gpu-0001"] != before {
+	if p.count(p.launches, demo+"/nodes/gpu-0001") != before {
 		t.Fatal("a node of a deleting cluster was launched")
 	}
-	if m, err := st.HGetAll(context.Background(), adapters.KeyClusters); err != nil || len(m) != 0 {
-		t.Fatalf("cluster records left: %v, %v", m, err)
-	}
-	if m, err := st.HGetAll(context.Background(), adapters.KeyNodes); err != nil || len(m) != 0 {
-		t.Fatalf("node records left: %v, %v", m, err)
+	for _, key := range []string{adapters.KeyClusters, adapters.KeyNodes, adapters.KeySlurm} {
+		if m, err := st.HGetAll(context.Background(), key); err != nil || len(m) != 0 {
+			t.Fatalf("%s records left: %v, %v", key, m, err)
+		}
 	}
 }
 
@@ -218,8 +317,174 @@ func TestRedeliveredEventIsAppliedOnce(t *testing.T) {
 		}
 	}
 	n, err := st.OutboxLen(context.Background())
-	// create: ClusterChanged + 2 NodeChanged; registration: NodeChanged + ClusterChanged.
+	// create: ClusterChanged + 2 NodeChanged; registration: ClusterChanged + NodeChanged.
 	if err != nil || n != 5 {
 		t.Fatalf("outbox = %d, %v; want 5", n, err)
+	}
+}
+
+func TestShrinkStopsAndRemovesDrainedNodes(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "provisioner:")
+	p, c := newFake(), &clock{t: time.Now()}
+	a := newApp(t, st, p, c)
+	ctx := context.Background()
+	create(t, a, 3)
+	a.ReconcileOnce(ctx)
+	registerAll(t, a)
+	if err := a.UpdateCluster(ctx, "ev-up", &eventsv1.UpdateCluster{Operation: "up", Cluster: clusterSpec(demo, 1), DrainGraceSeconds: 30}); err != nil {
+		t.Fatal(err)
+	}
+	a.ReconcileOnce(ctx)
+	// Draining nodes keep running until the scheduler says they are drained.
+	for _, h := range []string{"gpu-0002", "gpu-0003"} {
+		if n := node(a, h); n.GetState() != loomv1.Node_DRAINING || !p.has(p.running, n.GetName()) {
+			t.Fatalf("%s = %v, running %v", h, n, p.running)
+		}
+	}
+	for _, h := range []string{"gpu-0002", "gpu-0003"} {
+		if err := a.NodeDrained(ctx, "drained-"+h, &eventsv1.NodeDrained{Node: demo + "/nodes/" + h, Cluster: demo}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.ReconcileOnce(ctx)
+	if got := a.Nodes("default", "demo"); len(got) != 1 || got[0].GetHostname() != "gpu-0001" {
+		t.Fatalf("nodes after the shrink = %v", got)
+	}
+	if p.has(p.running, demo+"/nodes/gpu-0003") || !p.has(p.removed, demo+"/nodes/gpu-0003") {
+		t.Fatalf("drained node not stopped and removed: running %v removed %v", p.running, p.removed)
+	}
+	cl, _ := a.Cluster(demo)
+	if cl.GetStatus().GetState() != loomv1.Cluster_RUNNING || cl.GetStatus().GetTotalNodes() != 1 {
+		t.Fatalf("cluster = %v", cl.GetStatus())
+	}
+	// The capacity is released: the pool claims one node.
+	for _, cp := range a.Capacity("default") {
+		if cp.GetMachineType() == "a3-highgpu-8g" && cp.GetInUse() != 1 {
+			t.Fatalf("capacity = %v", cp)
+		}
+	}
+}
+
+func TestProviderEventsAreAppliedOnce(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "provisioner:")
+	p, c := newFake(), &clock{t: time.Now()}
+	a := newApp(t, st, p, c)
+	ctx := context.Background()
+	create(t, a, 1)
+	registerAll(t, a)
+
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.WatchProvider(wctx) }()
+	ev := provider.Event{Node: demo + "/nodes/gpu-0001", Kind: provider.Preempted, Reason: "preempted by provider", At: c.now()}
+	p.events <- ev
+	testkit.WaitFor(t, 10*time.Second, "the preemption applied", func() (bool, error) {
+		n := node(a, "gpu-0001")
+		return n.GetState() == loomv1.Node_FAILED && node(a, "gpu-0002") != nil, nil
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	before, _ := st.OutboxLen(ctx)
+	if err := a.ProviderEvent(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := st.OutboxLen(ctx); after != before {
+		t.Fatalf("the same provider event applied twice: outbox %d → %d", before, after)
+	}
+	// The replacement is launched by the next pass; the preempted node is cleaned up.
+	a.ReconcileOnce(ctx)
+	if !p.has(p.running, demo+"/nodes/gpu-0002") || !p.has(p.removed, demo+"/nodes/gpu-0001") {
+		t.Fatalf("running %v removed %v", p.running, p.removed)
+	}
+}
+
+func TestBootTimeoutThroughTheReconciler(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	p, c := newFake(), &clock{t: time.Now()}
+	a := newApp(t, store.New(rdb, "provisioner:"), p, c)
+	create(t, a, 1)
+	a.ReconcileOnce(context.Background())
+	c.add(10 * time.Minute)
+	a.ReconcileOnce(context.Background())
+	if n := node(a, "gpu-0001"); n.GetState() != loomv1.Node_FAILED || !strings.Contains(n.GetReason(), "boot timeout") {
+		t.Fatalf("node = %v", n)
+	}
+	if !p.has(p.running, demo+"/nodes/gpu-0002") {
+		t.Fatalf("replacement not launched: %v", p.running)
+	}
+}
+
+func TestPrepareGetsTheSlurmFiles(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	p, c := newFake(), &clock{t: time.Now()}
+	a := newApp(t, store.New(rdb, "provisioner:"), p, c)
+	create(t, a, 2)
+	a.ReconcileOnce(context.Background())
+	p.mu.Lock()
+	setup := p.setups[demo]
+	p.mu.Unlock()
+	if setup.HomeDir != "/data/clusters/demo/home" || setup.ScratchDir != "/data/clusters/demo/scratch" ||
+		string(setup.Files[SlurmConfFile]) != "Nodes=gpu-0001,gpu-0002" || string(setup.Files[TopologyConfFile]) != "topo" {
+		t.Fatalf("setup = %+v", setup)
+	}
+	cfg, cond, ok := a.SlurmConfig(demo)
+	if !ok || cfg.GetSlurmConf() != "Nodes=gpu-0001,gpu-0002" || cond.GetStatus() != "True" {
+		t.Fatalf("SlurmConfig = %v, %v, %v", cfg, cond, ok)
+	}
+	if _, _, ok := a.SlurmConfig("projects/default/clusters/nope"); ok {
+		t.Fatal("SlurmConfig of a missing cluster")
+	}
+}
+
+func TestReservationReads(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "provisioner:")
+	a := newApp(t, st, newFake(), &clock{t: time.Now()})
+	ctx := context.Background()
+	for _, r := range []string{"projects/default/reservations/r1", "projects/other/reservations/r2"} {
+		if err := a.CreateReservation(ctx, "ev-"+r, &eventsv1.CreateReservation{Operation: "op", Reservation: &loomv1.Reservation{
+			Name: r, Zone: "us-central1-a", MachineType: "a3-highgpu-8g", Count: 4}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := clusterSpec(demo, 3)
+	c.Compute.NodePools[0].Capacity = &loomv1.CapacitySource{Type: loomv1.CapacitySource_RESERVATION, Reservation: "r1"}
+	if err := a.CreateCluster(ctx, "ev-c", &eventsv1.CreateCluster{Operation: "op1", Cluster: c}); err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := a.Reservation("projects/default/reservations/r1"); !ok || r.GetInUse() != 3 || len(r.GetConsumers()) != 1 {
+		t.Fatalf("reservation = %v", r)
+	}
+	if l := a.Reservations("default"); len(l) != 1 {
+		t.Fatalf("reservations of default = %v", l)
+	}
+	if l := a.Reservations("-"); len(l) != 2 {
+		t.Fatalf("all reservations = %v", l)
+	}
+	var res *loomv1.CapacityPool
+	for _, cp := range a.Capacity("default") {
+		if cp.GetType() == loomv1.CapacitySource_RESERVATION {
+			if res != nil {
+				t.Fatalf("another project's reservation listed: %v", cp)
+			}
+			res = cp
+		}
+	}
+	if res.GetTotal() != 4 || res.GetInUse() != 3 || res.GetFree() != 1 {
+		t.Fatalf("reservation pool = %v", res)
+	}
+	// Reservations survive a restart.
+	b := newApp(t, st, newFake(), &clock{t: time.Now()})
+	if r, ok := b.Reservation("projects/default/reservations/r1"); !ok || r.GetInUse() != 3 {
+		t.Fatalf("reloaded reservation = %v", r)
 	}
 }

@@ -5,19 +5,31 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/provisioner/internal/domain"
 	"github.com/loom-ml/loom/services/provisioner/internal/provider"
+	"github.com/loom-ml/loom/services/provisioner/internal/spec"
+)
+
+// SlurmFiles are where the local provider writes a cluster's Slurm files,
+// relative to its home.
+const (
+	SlurmConfFile    = ".loom/slurm/slurm.conf"
+	GresConfFile     = ".loom/slurm/gres.conf"
+	TopologyConfFile = ".loom/slurm/topology.conf"
 )
 
 // Reconcile makes the provider match the durable desired state until ctx
 // ends: every node of a cluster that is not being deleted has a running
-// agent, and DELETING clusters are torn down and then removed. It runs at
-// start, after each change and every ReconcileInterval. Failures are reported
-// (on the node, in the log) and retried; they never end the loop.
+// agent, nodes on their way out are stopped and removed, DELETING clusters
+// are torn down and then removed, and what time alone decides (boot
+// timeouts, operation deadlines) is decided. It runs at start, after each
+// change and every ReconcileInterval. Failures are reported (on the node,
+// in the log) and retried; they never end the loop.
 func (a *App) Reconcile(ctx context.Context) error {
 	t := time.NewTicker(a.opts.ReconcileInterval)
 	defer t.Stop()
@@ -32,22 +44,44 @@ func (a *App) Reconcile(ctx context.Context) error {
 	}
 }
 
+// plan is one pass's snapshot of the desired state.
+type plan struct {
+	prepare  []provider.ClusterSetup
+	run      []provider.Node
+	reasons  map[string]string
+	states   map[string]loomv1.Node_State
+	retire   []provider.Node
+	teardown map[string][]provider.Node
+}
+
 // ReconcileOnce is one reconciler pass. Only one pass may run at a time.
 func (a *App) ReconcileOnce(ctx context.Context) {
-	run, teardown, states := a.snapshot()
-	for name := range a.retries {
-		if _, ok := states[name]; !ok {
-			delete(a.retries, name)
+	if err := a.apply(ctx, "", func(s *domain.State) domain.Change { return s.Tick(a.opts.Params, a.opts.Now()) }); err != nil {
+		a.log.Warn("time-based decisions failed; will retry", "err", err)
+	}
+	pl := a.snapshot()
+	for name := range a.nextLaunch {
+		if _, ok := pl.states[name]; !ok {
+			delete(a.nextLaunch, name)
 		}
 	}
-	for _, n := range run {
-		if ctx.Err() != nil {
-			return
+	for name := range a.cleaned {
+		if pl.states[name] != loomv1.Node_FAILED {
+			delete(a.cleaned, name)
 		}
-		a.launch(ctx, n, states[n.Name])
 	}
-	clusters := make([]string, 0, len(teardown))
-	for c := range teardown {
+	if p, ok := a.opts.Provider.(provider.Preparer); ok {
+		for _, c := range pl.prepare {
+			if err := p.PrepareCluster(ctx, c); err != nil {
+				a.log.Warn("preparing cluster failed; will retry", "cluster", c.Cluster, "err", err)
+			}
+		}
+	}
+	a.each(ctx, pl.run, func(_ int, n provider.Node) { a.launch(ctx, n, pl.states[n.Name], pl.reasons[n.Name]) })
+	a.each(ctx, pl.retire, func(_ int, n provider.Node) { a.retire(ctx, n, pl.states[n.Name]) })
+
+	clusters := make([]string, 0, len(pl.teardown))
+	for c := range pl.teardown {
 		clusters = append(clusters, c)
 	}
 	sort.Strings(clusters)
@@ -55,19 +89,34 @@ func (a *App) ReconcileOnce(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if err := a.teardown(ctx, c, teardown[c]); err != nil {
+		if err := a.teardown(ctx, c, pl.teardown[c]); err != nil {
 			a.log.Warn("cluster teardown failed; will retry", "cluster", c, "err", err)
 		}
 	}
 }
 
-// snapshot returns, under the read lock, the nodes that should run, the
-// nodes of each DELETING cluster, and every node's state.
-func (a *App) snapshot() (run []provider.Node, teardown map[string][]provider.Node, states map[string]loomv1.Node_State) {
+// each runs f for every node (with its index), LaunchConcurrency at a time.
+func (a *App) each(ctx context.Context, nodes []provider.Node, f func(int, provider.Node)) {
+	sem := make(chan struct{}, a.opts.LaunchConcurrency)
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		if ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			f(i, n)
+		})
+	}
+	wg.Wait()
+}
+
+// snapshot reads, under the read lock, what the pass has to do.
+func (a *App) snapshot() plan {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	teardown = map[string][]provider.Node{}
-	states = map[string]loomv1.Node_State{}
+	pl := plan{reasons: map[string]string{}, states: map[string]loomv1.Node_State{}, teardown: map[string][]provider.Node{}}
 	names := make([]string, 0, len(a.st.Clusters))
 	for name := range a.st.Clusters {
 		names = append(names, name)
@@ -77,99 +126,149 @@ func (a *App) snapshot() (run []provider.Node, teardown map[string][]provider.No
 		c := a.st.Clusters[name]
 		deleting := c.State() == loomv1.Cluster_DELETING
 		if deleting {
-			teardown[name] = []provider.Node{}
+			pl.teardown[name] = []provider.Node{}
+		} else {
+			pl.prepare = append(pl.prepare, a.setup(c.Cluster))
 		}
 		for _, n := range a.st.ClusterNodes(name) {
+			if n.GetRole() == spec.RoleLogin {
+				continue // records only: nothing runs for them
+			}
 			pn := ProviderNode(c.Cluster, n)
-			states[n.GetName()] = n.GetState()
-			if deleting {
-				teardown[name] = append(teardown[name], pn)
-			} else {
-				run = append(run, pn)
+			pl.states[n.GetName()] = n.GetState()
+			pl.reasons[n.GetName()] = n.GetReason()
+			switch {
+			case deleting:
+				pl.teardown[name] = append(pl.teardown[name], pn)
+			case n.GetState() == loomv1.Node_FAILED || n.GetState() == loomv1.Node_DELETING:
+				pl.retire = append(pl.retire, pn)
+			default:
+				pl.run = append(pl.run, pn)
 			}
 		}
 	}
-	return run, teardown, states
+	return pl
+}
+
+// setup is what a cluster's nodes share: its directories and Slurm files.
+func (a *App) setup(c *loomv1.Cluster) provider.ClusterSetup {
+	s := provider.ClusterSetup{Cluster: c.GetName(), ClusterID: domain.ClusterID(c.GetName()),
+		HomeDir: c.GetStatus().GetHomeDir(), ScratchDir: c.GetStatus().GetScratchDir()}
+	if cfg := a.st.Slurm[c.GetName()]; cfg != nil {
+		s.Files = map[string][]byte{
+			SlurmConfFile:    []byte(cfg.GetSlurmConf()),
+			GresConfFile:     []byte(cfg.GetGresConf()),
+			TopologyConfFile: []byte(cfg.GetTopologyConf()),
+		}
+	}
+	return s
 }
 
 // ProviderNode is what the provider needs to know of node n of cluster c.
 func ProviderNode(c *loomv1.Cluster, n *loomv1.Node) provider.Node {
+	st := c.GetStatus()
 	return provider.Node{
 		Name: n.GetName(), Cluster: c.GetName(), ClusterID: domain.ClusterID(c.GetName()),
-		Hostname: n.GetHostname(), WorkDir: n.GetWorkDir(), SharedDir: c.GetStatus().GetSharedDir(),
-		GPUs: int(n.GetGpus()),
+		Hostname: n.GetHostname(), WorkDir: n.GetWorkDir(), SharedDir: st.GetSharedDir(),
+		GPUs: int(n.GetGpus()), Pool: n.GetNodePool(), Role: n.GetRole(),
+		MachineType: n.GetMachineType(), Zone: n.GetZone(), CapacityType: n.GetCapacityType().String(),
+		HomeDir: st.GetHomeDir(), ScratchDir: st.GetScratchDir(),
 	}
 }
 
-// launch makes one node's agent run, backing off after failures and putting
-// them on the node so that a node that cannot start is never stuck silently.
-func (a *App) launch(ctx context.Context, n provider.Node, state loomv1.Node_State) {
+// launch makes one node's agent run. A failure is recorded on the node
+// (launch_attempts, reason, next_action; FAILED and replaced after the last
+// attempt) and retried after the backoff it announced.
+func (a *App) launch(ctx context.Context, n provider.Node, state loomv1.Node_State, reason string) {
 	now := a.opts.Now()
-	r := a.retries[n.Name]
-	if r != nil && now.Before(r.next) {
+	a.mu.RLock()
+	next := a.nextLaunch[n.Name]
+	a.mu.RUnlock()
+	if now.Before(next) {
 		return
 	}
 	l, err := a.opts.Provider.Launch(ctx, n)
-	var reason string
 	switch {
 	case err != nil:
-		reason = err.Error()
+		a.launchFailed(ctx, n, err.Error(), now)
 	case l.Started && l.PrevExit != "" && state == loomv1.Node_PROVISIONING:
 		// The agent we started before died without registering: it was
-		// relaunched, but say so, and slow the relaunches down.
-		reason = fmt.Sprintf("agent exited (%s) before it registered; relaunched", l.PrevExit)
+		// relaunched, but that counts as a failed attempt.
+		a.launchFailed(ctx, n, fmt.Sprintf("agent exited (%s) before it registered; relaunched", l.PrevExit), now)
 	case l.Started && l.PrevExit != "":
 		a.log.Warn("agent died; relaunched", "node", n.Name, "exit", l.PrevExit, "pid", l.PID)
-		a.backoff(n.Name, now)
-		return
+		a.setNextLaunch(n.Name, now.Add(a.opts.Params.LaunchBackoff))
 	default:
-		delete(a.retries, n.Name)
-		if err := a.apply(ctx, "", func(s *domain.State) domain.Change { return s.Launched(n.Name) }); err != nil {
-			a.log.Warn("clearing launch reason", "node", n.Name, "err", err)
+		if strings.HasPrefix(reason, domain.LaunchReasonPrefix) {
+			if err := a.apply(ctx, "", func(s *domain.State) domain.Change { return s.Launched(a.opts.Params, n.Name, now) }); err != nil {
+				a.log.Warn("clearing launch reason", "node", n.Name, "err", err)
+			}
 		}
-		return
-	}
-	r = a.backoff(n.Name, now)
-	reason = fmt.Sprintf("%s (attempt %d, next in %s)", reason, r.failures, r.next.Sub(now).Round(time.Millisecond))
-	a.log.Warn("node launch failed", "node", n.Name, "reason", reason)
-	if err := a.apply(ctx, "", func(s *domain.State) domain.Change { return s.LaunchFailed(n.Name, reason) }); err != nil {
-		a.log.Warn("recording launch failure", "node", n.Name, "err", err)
 	}
 }
 
-// backoff records one more failure of a node and when to try it next.
-func (a *App) backoff(node string, now time.Time) *retry {
-	r := a.retries[node]
-	if r == nil {
-		r = &retry{}
-		a.retries[node] = r
+func (a *App) setNextLaunch(node string, at time.Time) {
+	a.mu.Lock()
+	a.nextLaunch[node] = at
+	a.mu.Unlock()
+}
+
+func (a *App) launchFailed(ctx context.Context, n provider.Node, reason string, now time.Time) {
+	a.log.Warn("node launch failed", "node", n.Name, "reason", reason)
+	if err := a.apply(ctx, "", func(s *domain.State) domain.Change {
+		return s.LaunchFailed(a.opts.Params, n.Name, reason, now)
+	}); err != nil {
+		a.log.Warn("recording launch failure", "node", n.Name, "err", err)
 	}
-	r.failures++
-	d := a.opts.LaunchBackoff
-	for i := 1; i < r.failures && d < a.opts.MaxLaunchBackoff; i++ {
-		d *= 2
+	a.mu.RLock()
+	attempts := a.st.Nodes[n.Name].GetLaunchAttempts()
+	a.mu.RUnlock()
+	a.setNextLaunch(n.Name, now.Add(a.opts.Params.Backoff(max(attempts, 1))))
+}
+
+// retire stops a FAILED or DELETING node and removes its directories, then
+// asks the domain to drop its record (a FAILED one stays on record while
+// its pool needs it to explain itself).
+func (a *App) retire(ctx context.Context, n provider.Node, state loomv1.Node_State) {
+	a.mu.RLock()
+	cleaned := a.cleaned[n.Name]
+	a.mu.RUnlock()
+	if !cleaned {
+		if err := a.opts.Provider.Stop(ctx, n); err != nil {
+			a.log.Warn("stopping node failed; will retry", "node", n.Name, "err", err)
+			return
+		}
+		if err := a.opts.Provider.Remove(ctx, n); err != nil {
+			a.log.Warn("removing node failed; will retry", "node", n.Name, "err", err)
+			return
+		}
+		if state == loomv1.Node_FAILED {
+			a.mu.Lock()
+			a.cleaned[n.Name] = true
+			a.mu.Unlock()
+		}
 	}
-	r.next = now.Add(min(d, a.opts.MaxLaunchBackoff))
-	return r
+	if err := a.apply(ctx, "", func(s *domain.State) domain.Change { return s.RemoveNode(a.opts.Params, n.Name, a.opts.Now()) }); err != nil {
+		a.log.Warn("removing node record failed; will retry", "node", n.Name, "err", err)
+	}
 }
 
 // teardown stops a DELETING cluster's agents and removes their directories,
-// then its shared directory, and only then its records (NodeRemoved per node,
-// ClusterDeleted): a crash anywhere before repeats the idempotent steps.
+// then its shared directories, and only then its records (NodeRemoved per
+// node, ClusterDeleted): a crash anywhere before repeats the idempotent steps.
 func (a *App) teardown(ctx context.Context, cluster string, nodes []provider.Node) error {
 	errs := make([]error, len(nodes))
-	var wg sync.WaitGroup
-	for i, n := range nodes {
-		wg.Go(func() {
-			if err := a.opts.Provider.Stop(ctx, n); err != nil {
-				errs[i] = err
-				return
-			}
-			errs[i] = a.opts.Provider.Remove(ctx, n)
-		})
-	}
-	wg.Wait()
+	a.each(ctx, nodes, func(i int, n provider.Node) {
+		if err := a.opts.Provider.Stop(ctx, n); err != nil {
+			errs[i] = err
+			return
+		}
+		errs[i] = a.opts.Provider.Remove(ctx, n)
+	})
 	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if err := a.opts.Provider.RemoveCluster(ctx, domain.ClusterID(cluster)); err != nil {
@@ -182,13 +281,14 @@ func (a *App) teardown(ctx context.Context, cluster string, nodes []provider.Nod
 // StopAgents stops the agents of every node (for StopAgentsOnExit); the
 // reconciler launches them again when the provisioner next starts.
 func (a *App) StopAgents(ctx context.Context) error {
-	run, teardown, _ := a.snapshot()
-	for _, ns := range teardown {
-		run = append(run, ns...)
+	pl := a.snapshot()
+	all := append(append([]provider.Node{}, pl.run...), pl.retire...)
+	for _, ns := range pl.teardown {
+		all = append(all, ns...)
 	}
-	errs := make([]error, len(run))
+	errs := make([]error, len(all))
 	var wg sync.WaitGroup
-	for i, n := range run {
+	for i, n := range all {
 		wg.Go(func() { errs[i] = a.opts.Provider.Stop(ctx, n) })
 	}
 	wg.Wait()

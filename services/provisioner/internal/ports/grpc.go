@@ -13,8 +13,9 @@ import (
 )
 
 var (
-	projectParent = regexp.MustCompile(`^projects/([^/]+)$`)
-	clusterParent = regexp.MustCompile(`^projects/([^/]+)/clusters/([^/]+)$`)
+	projectParent   = regexp.MustCompile(`^projects/([^/]+)$`)
+	clusterParent   = regexp.MustCompile(`^projects/([^/]+)/clusters/([^/]+)$`)
+	reservationName = regexp.MustCompile(`^projects/([^/]+)/reservations/([^/]+)$`)
 )
 
 // ClusterServer serves loom.v1.ClusterService reads from memory. Create and
@@ -43,6 +44,66 @@ func (s *ClusterServer) ListClusters(_ context.Context, req *loomv1.ListClusters
 		return nil, errs.Invalid("parent", "must be projects/{project}, got %q", req.GetParent())
 	}
 	return &loomv1.ListClustersResponse{Clusters: s.App.Clusters(m[1])}, nil
+}
+
+// GetSlurmConfig returns the cluster's rendered slurm.conf, gres.conf and
+// topology.conf: NotFound for a missing cluster, FailedPrecondition when
+// its files could not be rendered (the message says why).
+func (s *ClusterServer) GetSlurmConfig(_ context.Context, req *loomv1.GetSlurmConfigRequest) (*loomv1.SlurmConfig, error) {
+	if !clusterParent.MatchString(req.GetName()) {
+		return nil, errs.Invalid("name", "must be projects/{project}/clusters/{cluster}, got %q", req.GetName())
+	}
+	cfg, cond, ok := s.App.SlurmConfig(req.GetName())
+	if !ok {
+		return nil, fmt.Errorf("cluster %s: %w", req.GetName(), errs.NotFound)
+	}
+	if cfg == nil {
+		why := "not rendered yet"
+		if cond != nil && cond.GetMessage() != "" {
+			why = cond.GetMessage()
+		}
+		return nil, fmt.Errorf("slurm configuration of %s: %s: %w", req.GetName(), why, errs.FailedPrecondition)
+	}
+	return cfg, nil
+}
+
+// ReservationServer serves loom.v1.ReservationService reads from memory.
+// Create and Delete answer Unimplemented: the gateway owns them.
+type ReservationServer struct {
+	loomv1.UnimplementedReservationServiceServer
+	App *app.App
+}
+
+// GetReservation returns one reservation with what clusters claim of it.
+func (s *ReservationServer) GetReservation(_ context.Context, req *loomv1.GetReservationRequest) (*loomv1.Reservation, error) {
+	if !reservationName.MatchString(req.GetName()) {
+		return nil, errs.Invalid("name", "must be projects/{project}/reservations/{reservation}, got %q", req.GetName())
+	}
+	r, ok := s.App.Reservation(req.GetName())
+	if !ok {
+		return nil, fmt.Errorf("reservation %s: %w", req.GetName(), errs.NotFound)
+	}
+	return r, nil
+}
+
+// ListReservations returns the reservations of a project ("projects/-": all).
+func (s *ReservationServer) ListReservations(_ context.Context, req *loomv1.ListReservationsRequest) (*loomv1.ListReservationsResponse, error) {
+	m := projectParent.FindStringSubmatch(req.GetParent())
+	if m == nil {
+		return nil, errs.Invalid("parent", "must be projects/{project}, got %q", req.GetParent())
+	}
+	return &loomv1.ListReservationsResponse{Reservations: s.App.Reservations(m[1])}, nil
+}
+
+// ListCapacity returns the capacity pools, what is in use and what is free:
+// the configured ones (wildcard rules with "*" zone or machine type, and
+// each claimed combination they cover) and the project's reservations.
+func (s *ReservationServer) ListCapacity(_ context.Context, req *loomv1.ListCapacityRequest) (*loomv1.ListCapacityResponse, error) {
+	m := projectParent.FindStringSubmatch(req.GetParent())
+	if m == nil {
+		return nil, errs.Invalid("parent", "must be projects/{project}, got %q", req.GetParent())
+	}
+	return &loomv1.ListCapacityResponse{Pools: s.App.Capacity(m[1])}, nil
 }
 
 // NodeServer serves loom.v1.NodeService from memory.

@@ -9,9 +9,10 @@ import (
 	"github.com/loom-ml/loom/services/provisioner/internal/app"
 )
 
-// Handler is the provisioner's consumer: cluster commands, agent
-// registrations and health verdicts go to the app; heartbeats and other
-// types on its topics are not its business and are skipped.
+// Handler is the provisioner's consumer: cluster and reservation commands,
+// agent registrations, health verdicts and the scheduler's NodeDrained go to
+// the app; heartbeats, job changes and other types on its topics are not
+// its business and are skipped.
 func Handler(a *app.App) bus.Handler {
 	return func(ctx context.Context, ev envelope.Event) error {
 		switch p := ev.Payload.(type) {
@@ -19,6 +20,14 @@ func Handler(a *app.App) bus.Handler {
 			return a.CreateCluster(ctx, ev.ID, p)
 		case *eventsv1.DeleteCluster:
 			return a.DeleteCluster(ctx, ev.ID, p)
+		case *eventsv1.UpdateCluster:
+			return a.UpdateCluster(ctx, ev.ID, p)
+		case *eventsv1.CreateReservation:
+			return a.CreateReservation(ctx, ev.ID, p)
+		case *eventsv1.DeleteReservation:
+			return a.DeleteReservation(ctx, ev.ID, p)
+		case *eventsv1.NodeDrained:
+			return a.NodeDrained(ctx, ev.ID, p)
 		case *eventsv1.AgentRegistered:
 			return a.AgentRegistered(ctx, ev.ID, p)
 		case *eventsv1.NodeHealthChanged:

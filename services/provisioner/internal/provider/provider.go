@@ -55,6 +55,26 @@ type Watcher interface {
 	Events() <-chan Event
 }
 
+// ClusterSetup is what a cluster's nodes share, for providers that make it.
+type ClusterSetup struct {
+	// Cluster is the cluster's full name; ClusterID its last segment.
+	Cluster, ClusterID string
+	// HomeDir and ScratchDir are the shared filesystems.
+	HomeDir, ScratchDir string
+	// Files are written under HomeDir (relative paths, e.g.
+	// ".loom/slurm/slurm.conf"), replaced when their content differs.
+	Files map[string][]byte
+}
+
+// Preparer is implemented by providers that set up what a cluster's nodes
+// share (the local provider: the home and scratch directories and the Slurm
+// files in the home). The reconciler calls it for every cluster that is not
+// being deleted, after each change; it must be idempotent and cheap when
+// nothing changed.
+type Preparer interface {
+	PrepareCluster(ctx context.Context, c ClusterSetup) error
+}
+
 // Launched reports the outcome of a Launch.
 type Launched struct {
 	// PID is the agent's process id (0 where there is no process).

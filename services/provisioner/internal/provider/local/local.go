@@ -1,13 +1,16 @@
 // Package local is the provider that runs each node as an agent process on
 // this machine, in its own process group, with its own directory under
 // <DataDir>/clusters/<cluster-id>/nodes/<hostname> and the cluster's shared
-// directory <DataDir>/clusters/<cluster-id>/shared.
+// home <DataDir>/clusters/<cluster-id>/home and scratch
+// <DataDir>/clusters/<cluster-id>/scratch, seen by every node at the same
+// paths.
 //
 // A pidfile in the node's directory names the running agent (pid and start
 // time), so a restarted provisioner finds it instead of starting a second one.
 package local
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -39,10 +42,18 @@ func ClusterDir(dataDir, clusterID string) string {
 	return filepath.Join(dataDir, "clusters", clusterID)
 }
 
-// SharedDir is a cluster's shared directory under dataDir.
-func SharedDir(dataDir, clusterID string) string {
-	return filepath.Join(ClusterDir(dataDir, clusterID), "shared")
+// HomeDir is a cluster's shared home under dataDir (also its shared_dir).
+func HomeDir(dataDir, clusterID string) string {
+	return filepath.Join(ClusterDir(dataDir, clusterID), "home")
 }
+
+// ScratchDir is a cluster's scratch directory under dataDir.
+func ScratchDir(dataDir, clusterID string) string {
+	return filepath.Join(ClusterDir(dataDir, clusterID), "scratch")
+}
+
+// SharedDir is a cluster's shared directory under dataDir: its home.
+func SharedDir(dataDir, clusterID string) string { return HomeDir(dataDir, clusterID) }
 
 // WorkDir is a node's own directory under dataDir.
 func WorkDir(dataDir, clusterID, hostname string) string {
@@ -76,7 +87,10 @@ type Provider struct {
 	exits map[string]string
 }
 
-var _ provider.Provider = (*Provider)(nil)
+var (
+	_ provider.Provider = (*Provider)(nil)
+	_ provider.Preparer = (*Provider)(nil)
+)
 
 // New returns a local provider.
 func New(cfg Config) (*Provider, error) {
@@ -101,8 +115,10 @@ func (p *Provider) check(n provider.Node) error {
 	if !idPattern.MatchString(n.ClusterID) || !idPattern.MatchString(n.Hostname) {
 		return fmt.Errorf("node %s: bad cluster id %q or hostname %q", n.Name, n.ClusterID, n.Hostname)
 	}
-	if n.WorkDir != WorkDir(p.cfg.DataDir, n.ClusterID, n.Hostname) || n.SharedDir != SharedDir(p.cfg.DataDir, n.ClusterID) {
-		return fmt.Errorf("node %s: directories %q, %q are not under %s", n.Name, n.WorkDir, n.SharedDir, p.cfg.DataDir)
+	if n.WorkDir != WorkDir(p.cfg.DataDir, n.ClusterID, n.Hostname) || n.SharedDir != SharedDir(p.cfg.DataDir, n.ClusterID) ||
+		(n.ScratchDir != "" && n.ScratchDir != ScratchDir(p.cfg.DataDir, n.ClusterID)) {
+		return fmt.Errorf("node %s: directories %q, %q, %q are not where this provider puts them under %s",
+			n.Name, n.WorkDir, n.SharedDir, n.ScratchDir, p.cfg.DataDir)
 	}
 	return nil
 }
@@ -124,7 +140,10 @@ func (p *Provider) Launch(ctx context.Context, n provider.Node) (provider.Launch
 	if pid, ok := p.Running(n); ok {
 		return provider.Launched{PID: pid}, nil
 	}
-	for _, d := range []string{n.WorkDir, n.SharedDir} {
+	for _, d := range []string{n.WorkDir, n.SharedDir, n.ScratchDir} {
+		if d == "" {
+			continue
+		}
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return provider.Launched{}, fmt.Errorf("create %s: %w", d, err)
 		}
@@ -184,7 +203,46 @@ func (p *Provider) env(n provider.Node) []string {
 		"LOOM_GPUS="+strconv.Itoa(n.GPUs),
 		"LOOM_CLUSTER="+n.Cluster,
 		"LOOM_SHARED_DIR="+n.SharedDir,
+		"LOOM_SCRATCH_DIR="+n.ScratchDir,
 	)
+}
+
+// PrepareCluster makes the cluster's home and scratch directories and
+// writes its files under the home, each atomically and only when its
+// content differs.
+func (p *Provider) PrepareCluster(_ context.Context, c provider.ClusterSetup) error {
+	if !idPattern.MatchString(c.ClusterID) {
+		return fmt.Errorf("prepare cluster: bad cluster id %q", c.ClusterID)
+	}
+	home, scratch := HomeDir(p.cfg.DataDir, c.ClusterID), ScratchDir(p.cfg.DataDir, c.ClusterID)
+	if c.HomeDir != home || c.ScratchDir != scratch {
+		return fmt.Errorf("prepare cluster %s: directories %q, %q are not %q, %q", c.Cluster, c.HomeDir, c.ScratchDir, home, scratch)
+	}
+	for _, d := range []string{home, scratch} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("prepare cluster %s: %w", c.Cluster, err)
+		}
+	}
+	for rel, content := range c.Files {
+		path := filepath.Join(home, rel)
+		if !filepath.IsLocal(rel) {
+			return fmt.Errorf("prepare cluster %s: file %q is not under the home", c.Cluster, rel)
+		}
+		if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, content) {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return fmt.Errorf("prepare cluster %s: %w", c.Cluster, err)
+		}
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, content, 0o644); err != nil {
+			return fmt.Errorf("prepare cluster %s: %w", c.Cluster, err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			return fmt.Errorf("prepare cluster %s: %w", c.Cluster, err)
+		}
+	}
+	return nil
 }
 
 // Stop terminates the node's agent's process group: SIGTERM, then SIGKILL

@@ -16,7 +16,7 @@ func node(data, cluster, host string) provider.Node {
 	return provider.Node{
 		Name: "projects/p/clusters/" + cluster + "/nodes/" + host, Cluster: "projects/p/clusters/" + cluster,
 		ClusterID: cluster, Hostname: host, GPUs: 2,
-		WorkDir: WorkDir(data, cluster, host), SharedDir: SharedDir(data, cluster),
+		WorkDir: WorkDir(data, cluster, host), SharedDir: SharedDir(data, cluster), ScratchDir: ScratchDir(data, cluster),
 	}
 }
 
@@ -70,15 +70,20 @@ func TestLaunchStopRemove(t *testing.T) {
 	env := waitFile(t, filepath.Join(n.WorkDir, "env.txt"))
 	for _, want := range []string{
 		"LOOM_NODE=" + n.Name, "LOOM_HOSTNAME=gpu-0001", "LOOM_WORK_DIR=" + n.WorkDir, "LOOM_GPUS=2",
-		"LOOM_CLUSTER=" + n.Cluster, "LOOM_SHARED_DIR=" + n.SharedDir, "LOOM_BROKERS=127.0.0.1:1,127.0.0.1:2",
+		"LOOM_CLUSTER=" + n.Cluster, "LOOM_SHARED_DIR=" + n.SharedDir, "LOOM_SCRATCH_DIR=" + n.ScratchDir, "LOOM_BROKERS=127.0.0.1:1,127.0.0.1:2",
 		"LOOM_REDIS_ADDR=127.0.0.1:3", "EXTRA=1", "LOOM_AGENT_GRPC_ADDR=127.0.0.1:0", "PATH=",
 	} {
 		if !strings.Contains(env, "\n"+want) && !strings.HasPrefix(env, want) {
 			t.Errorf("agent env lacks %q", want)
 		}
 	}
-	if fi, err := os.Stat(n.SharedDir); err != nil || !fi.IsDir() {
-		t.Fatalf("shared dir: %v", err)
+	for _, d := range []string{n.SharedDir, n.ScratchDir} {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			t.Fatalf("shared dir %s: %v", d, err)
+		}
+	}
+	if n.SharedDir != filepath.Join(data, "clusters", "demo", "home") {
+		t.Fatalf("shared dir = %s, want the cluster's home", n.SharedDir)
 	}
 	if pgid, err := syscall.Getpgid(l.PID); err != nil || pgid != l.PID {
 		t.Fatalf("agent pgid = %d, %v; want its own group %d", pgid, err, l.PID)
@@ -190,5 +195,52 @@ func TestLaunchFailure(t *testing.T) {
 	}
 	if _, err := New(Config{DataDir: "relative", AgentCommand: []string{"x"}}); err == nil {
 		t.Fatal("New accepted a relative data dir")
+	}
+}
+
+func TestPrepareCluster(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	p := newProvider(t, data, "true", time.Second)
+	setup := provider.ClusterSetup{
+		Cluster: "projects/p/clusters/demo", ClusterID: "demo",
+		HomeDir: HomeDir(data, "demo"), ScratchDir: ScratchDir(data, "demo"),
+		Files: map[string][]byte{".loom/slurm/slurm.conf": []byte("ClusterName=demo\n")},
+	}
+	ctx := context.Background()
+	if err := p.PrepareCluster(ctx, setup); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(data, "clusters", "demo", "home", ".loom", "slurm", "slurm.conf")
+	if b, err := os.ReadFile(conf); err != nil || string(b) != "ClusterName=demo\n" {
+		t.Fatalf("slurm.conf = %q, %v", b, err)
+	}
+	if fi, err := os.Stat(ScratchDir(data, "demo")); err != nil || !fi.IsDir() {
+		t.Fatalf("scratch: %v", err)
+	}
+	// Unchanged content is not rewritten; changed content is replaced.
+	st1, _ := os.Stat(conf)
+	if err := p.PrepareCluster(ctx, setup); err != nil {
+		t.Fatal(err)
+	}
+	if st2, _ := os.Stat(conf); !os.SameFile(st1, st2) {
+		t.Fatal("unchanged file was rewritten")
+	}
+	setup.Files[".loom/slurm/slurm.conf"] = []byte("ClusterName=demo2\n")
+	if err := p.PrepareCluster(ctx, setup); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(conf); string(b) != "ClusterName=demo2\n" {
+		t.Fatalf("slurm.conf after change = %q", b)
+	}
+	bad := setup
+	bad.Files = map[string][]byte{"../escape": nil}
+	if err := p.PrepareCluster(ctx, bad); err == nil {
+		t.Fatal("PrepareCluster wrote outside the home")
+	}
+	bad = setup
+	bad.HomeDir = "/etc"
+	if err := p.PrepareCluster(ctx, bad); err == nil {
+		t.Fatal("PrepareCluster accepted a home outside the data dir")
 	}
 }

@@ -1,0 +1,397 @@
+package domain
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/errs"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/provisioner/internal/spec"
+)
+
+func failed(op, cluster string, code codes.Code, msg string) *eventsv1.ClusterOperationFailed {
+	return &eventsv1.ClusterOperationFailed{Operation: op, Cluster: cluster, Code: int32(code), Message: msg}
+}
+
+// only is a Change that emits one event and writes nothing.
+func only(ev proto.Message) Change { return Change{Events: []proto.Message{ev}} }
+
+// violations appends the violations of err (an *errs.InvalidError, or any
+// error as one violation of field) to v.
+func violations(v *errs.Validator, field string, err error) {
+	var inv *errs.InvalidError
+	if errors.As(err, &inv) {
+		for _, fv := range inv.Violations {
+			v.Add(fv.Field, "%s", fv.Reason)
+		}
+	} else if err != nil {
+		v.Add(field, "%v", err)
+	}
+}
+
+// checkProviderLimits adds the provider's own limits to v.
+func (e *edit) checkProviderLimits(v *errs.Validator, c *loomv1.Cluster) {
+	if e.p.MaxNodesPerPool <= 0 {
+		return
+	}
+	for i, np := range c.GetCompute().GetNodePools() {
+		v.Check(np.GetNodeCount() <= e.p.MaxNodesPerPool, fmt.Sprintf("compute.node_pools[%d].node_count", i),
+			"must be at most %d on this provider, got %d", e.p.MaxNodesPerPool, np.GetNodeCount())
+	}
+}
+
+// CreateCluster decides a CreateCluster command: the spec normalized and
+// validated (INVALID_ARGUMENT naming every bad field), the cluster id free
+// across projects (ALREADY_EXISTS; the local provider names directories by
+// id), reservations and capacity checked (FAILED_PRECONDITION saying what is
+// free where), then the cluster CREATING with its compute nodes PROVISIONING
+// and its login nodes READY; the capacity is claimed by the same write.
+func (s *State) CreateCluster(p Params, cmd *eventsv1.CreateCluster, now time.Time) Change {
+	e := s.edit(p, now)
+	op, in := cmd.GetOperation(), cmd.GetCluster()
+	name := in.GetName()
+	var v errs.Validator
+	if _, _, ok := ParseClusterName(name); !ok {
+		v.Add("name", "must be projects/{project}/clusters/{cluster_id} with cluster_id matching %s, got %q", idPattern, name)
+	}
+	violations(&v, "cluster", spec.Validate(in))
+	cl := spec.Normalize(in)
+	e.checkProviderLimits(&v, cl)
+	if err := v.Err(); err != nil {
+		return only(failed(op, name, codes.InvalidArgument, err.Error()))
+	}
+	_, id, _ := ParseClusterName(name)
+	for _, c := range s.Clusters {
+		if ClusterID(c.Name()) != id {
+			continue
+		}
+		if c.Name() == name && c.CreateOperation != "" && c.CreateOperation == op {
+			return Change{} // the same create, delivered again
+		}
+		msg := fmt.Sprintf("cluster %s already exists", c.Name())
+		if c.Name() != name {
+			msg = fmt.Sprintf("cluster id %q is in use by %s", id, c.Name())
+		}
+		return only(failed(op, name, codes.AlreadyExists, msg))
+	}
+
+	ts := timestamppb.New(now)
+	cl.Status = &loomv1.ClusterStatus{State: loomv1.Cluster_CREATING}
+	cl.CreateTime = ts
+	rec := &Cluster{Cluster: cl, Operation: op, CreateOperation: op, Deadline: now.Add(e.p.OperationTimeout),
+		NextIndex: map[string]int32{}}
+	problems := e.checkReservations(cl, cl.GetCompute().GetNodePools())
+	if len(problems) == 0 {
+		problems = e.checkCapacity(rec, Claims(rec, nil), nil)
+	}
+	if len(problems) > 0 {
+		return only(failed(op, name, codes.FailedPrecondition, strings.Join(problems, "; ")))
+	}
+
+	e.putCluster(rec)
+	e.members[name] = true
+	for _, np := range cl.GetCompute().GetNodePools() {
+		e.addComputeNodes(rec, np, int(np.GetNodeCount()))
+	}
+	e.addLoginNodes(rec, int(cl.GetOrchestrator().GetSlurm().GetLoginNodes().GetCount()))
+	return e.change()
+}
+
+// UpdateCluster decides an UpdateCluster command carrying the whole new
+// spec: validated against the current one, capacity for growth claimed in
+// the same write, then the cluster UPDATING: pools grow by new nodes (new
+// pools get theirs), pools shrink by their highest-numbered nodes, which go
+// DRAINING with a drain deadline (or straight to DELETING when they never
+// came up), and pools removed from the spec shrink to nothing. The update
+// is done when every pool is at its new target (see refresh); a change that
+// moves no node (partitions, node sets) is done at once.
+func (s *State) UpdateCluster(p Params, cmd *eventsv1.UpdateCluster, now time.Time) Change {
+	e := s.edit(p, now)
+	op, name := cmd.GetOperation(), cmd.GetCluster().GetName()
+	c := s.Clusters[name]
+	if c == nil {
+		return only(failed(op, name, codes.NotFound, fmt.Sprintf("cluster %s not found", name)))
+	}
+	if op != "" && c.Operation == op {
+		return Change{} // the same update, delivered again
+	}
+	switch c.State() {
+	case loomv1.Cluster_CREATING, loomv1.Cluster_UPDATING, loomv1.Cluster_DELETING:
+		return only(failed(op, name, codes.FailedPrecondition, fmt.Sprintf("cluster %s is %s (operation %s); update it when that ends",
+			name, c.State(), c.Operation)))
+	}
+	in := proto.Clone(cmd.GetCluster()).(*loomv1.Cluster)
+	in.Name = name
+	next, err := spec.ApplyUpdate(c.Cluster, in, cmd.GetUpdateMask())
+	var v errs.Validator
+	violations(&v, "cluster", err)
+	if err == nil {
+		e.checkProviderLimits(&v, next)
+	}
+	if err := v.Err(); err != nil {
+		return only(failed(op, name, codes.InvalidArgument, err.Error()))
+	}
+
+	rec := c.clone()
+	next.Name, next.Status, next.CreateTime = name, rec.Cluster.Status, c.Cluster.GetCreateTime()
+	rec.Cluster = next
+	inNew := map[string]bool{}
+	for _, np := range next.GetCompute().GetNodePools() {
+		inNew[np.GetId()] = true
+	}
+	for _, old := range c.Cluster.GetCompute().GetNodePools() {
+		if !inNew[old.GetId()] {
+			rec.Retired = append(rec.Retired, old)
+		}
+	}
+	nodes := e.clusterNodes(name)
+	problems := e.checkReservations(next, next.GetCompute().GetNodePools())
+	if len(problems) == 0 {
+		problems = e.checkCapacity(rec, Claims(rec, nodes), Claims(c, nodes))
+	}
+	if len(problems) > 0 {
+		return only(failed(op, name, codes.FailedPrecondition, strings.Join(problems, "; ")))
+	}
+
+	rec.Cluster.Status.State = loomv1.Cluster_UPDATING
+	rec.Operation, rec.Deadline = op, now.Add(e.p.OperationTimeout)
+	e.putCluster(rec)
+	e.members[name] = true
+	grace := e.p.DrainGrace
+	if cmd.GetDrainGraceSeconds() > 0 {
+		grace = time.Duration(cmd.GetDrainGraceSeconds()) * time.Second
+	}
+	for _, np := range next.GetCompute().GetNodePools() {
+		e.resize(rec, np, np.GetNodeCount(), grace)
+	}
+	for _, np := range rec.Retired {
+		e.resize(rec, np, 0, grace)
+	}
+	e.resizeLogin(rec, int(next.GetOrchestrator().GetSlurm().GetLoginNodes().GetCount()))
+	return e.change()
+}
+
+// hostNumber is the number at the end of a hostname (0 when none).
+func hostNumber(host string) int {
+	i := len(host)
+	for i > 0 && host[i-1] >= '0' && host[i-1] <= '9' {
+		i--
+	}
+	n, _ := strconv.Atoi(host[i:])
+	return n
+}
+
+// byNumberDesc sorts nodes highest-numbered first.
+func byNumberDesc(ns []*loomv1.Node) {
+	sort.SliceStable(ns, func(i, j int) bool {
+		a, b := hostNumber(ns[i].GetHostname()), hostNumber(ns[j].GetHostname())
+		if a != b {
+			return a > b
+		}
+		return ns[i].GetHostname() > ns[j].GetHostname()
+	})
+}
+
+// isLive reports whether a node is, or is becoming, in service.
+func isLive(n *loomv1.Node) bool {
+	switch n.GetState() {
+	case loomv1.Node_PROVISIONING, loomv1.Node_READY, loomv1.Node_DOWN:
+		return true
+	}
+	return false
+}
+
+// poolNodes returns a pool's compute nodes.
+func (e *edit) poolNodes(cluster, pool string) []*loomv1.Node {
+	var out []*loomv1.Node
+	for _, n := range e.clusterNodes(cluster) {
+		if n.GetRole() != spec.RoleLogin && n.GetNodePool() == pool {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// resize brings a pool's live nodes to target: new nodes, or the
+// highest-numbered ones drained (READY, DOWN) or removed (PROVISIONING).
+func (e *edit) resize(rec *Cluster, np *loomv1.NodePool, target int32, grace time.Duration) {
+	var live []*loomv1.Node
+	for _, n := range e.poolNodes(rec.Name(), np.GetId()) {
+		if isLive(n) {
+			live = append(live, n)
+		}
+	}
+	if int32(len(live)) < target {
+		e.addComputeNodes(rec, np, int(target)-len(live))
+		return
+	}
+	byNumberDesc(live)
+	deadline := e.now.Add(grace)
+	for _, victim := range live[:len(live)-int(target)] {
+		n := e.mutNode(victim.GetName())
+		n.Reason = fmt.Sprintf("pool %s shrinks to %d nodes", np.GetId(), target)
+		if n.GetState() == loomv1.Node_PROVISIONING {
+			n.State, n.NextAction = loomv1.Node_DELETING, "stop and remove"
+			continue
+		}
+		n.State = loomv1.Node_DRAINING
+		n.DrainDeadline = timestamppb.New(deadline)
+		n.NextAction = fmt.Sprintf("remove once its jobs end (they are requeued at %s)", deadline.UTC().Format(time.RFC3339))
+	}
+}
+
+// resizeLogin brings the login nodes to count: records only, so they come
+// and go at once.
+func (e *edit) resizeLogin(rec *Cluster, count int) {
+	var login []*loomv1.Node
+	for _, n := range e.clusterNodes(rec.Name()) {
+		if n.GetRole() == spec.RoleLogin {
+			login = append(login, n)
+		}
+	}
+	if len(login) < count {
+		e.addLoginNodes(rec, count-len(login))
+		return
+	}
+	byNumberDesc(login)
+	for _, n := range login[:len(login)-count] {
+		e.delNode(n.GetName())
+	}
+}
+
+// blockName names the index-th (from 1) network block of a pool.
+func blockName(pool string, index int) string { return fmt.Sprintf("%s-block-%02d", pool, index) }
+
+// nextHostname takes the next unused number for a hostname prefix.
+func (e *edit) nextHostname(rec *Cluster, key string, format func(int) string) string {
+	for {
+		rec.NextIndex[key]++
+		host := format(int(rec.NextIndex[key]))
+		if e.node(rec.Name()+"/nodes/"+host) == nil {
+			return host
+		}
+	}
+}
+
+// addComputeNodes creates count PROVISIONING nodes of pool np in the
+// working record rec, each in the first network block of the pool with room.
+func (e *edit) addComputeNodes(rec *Cluster, np *loomv1.NodePool, count int) []*loomv1.Node {
+	if count <= 0 {
+		return nil
+	}
+	name, id := rec.Name(), ClusterID(rec.Name())
+	prefix := spec.NodePrefix(rec.Cluster, np.GetId())
+	size := max(spec.BlockSize(np.GetMachineType()), 1)
+	inBlock := map[string]int{}
+	for _, n := range e.poolNodes(name, np.GetId()) {
+		if n.GetState() != loomv1.Node_FAILED {
+			inBlock[n.GetBlock()]++
+		}
+	}
+	ts := timestamppb.New(e.now)
+	capType := np.GetCapacity().GetType()
+	if capType == loomv1.CapacitySource_TYPE_UNSPECIFIED {
+		capType = loomv1.CapacitySource_ON_DEMAND
+	}
+	out := make([]*loomv1.Node, 0, count)
+	for range count {
+		host := e.nextHostname(rec, prefix, func(i int) string { return spec.ComputeHostname(prefix, i) })
+		b := 1
+		for inBlock[blockName(np.GetId(), b)] >= size {
+			b++
+		}
+		block := blockName(np.GetId(), b)
+		inBlock[block]++
+		n := &loomv1.Node{
+			Name: name + "/nodes/" + host, Cluster: name, NodePool: np.GetId(), Hostname: host,
+			State: loomv1.Node_PROVISIONING, Gpus: np.GetAcceleratorCount(), AcceleratorType: np.GetAcceleratorType(),
+			CreateTime: ts, WorkDir: e.p.WorkDir(id, host), MachineType: np.GetMachineType(), Zone: np.GetZone(),
+			CapacityType: capType, Block: block, Role: spec.RoleCompute,
+			NextAction: fmt.Sprintf("launch, then wait for its agent to register (boot timeout %s)", e.p.BootTimeout),
+		}
+		e.putNode(n)
+		out = append(out, n)
+	}
+	e.putCluster(rec)
+	return out
+}
+
+// addLoginNodes creates count login nodes: records only, READY at once.
+func (e *edit) addLoginNodes(rec *Cluster, count int) {
+	if count <= 0 {
+		return
+	}
+	name, id := rec.Name(), ClusterID(rec.Name())
+	ts := timestamppb.New(e.now)
+	mt := rec.Cluster.GetOrchestrator().GetSlurm().GetLoginNodes().GetMachineType()
+	for range count {
+		host := e.nextHostname(rec, id+"-login", func(i int) string { return spec.LoginHostname(id, i) })
+		e.putNode(&loomv1.Node{
+			Name: name + "/nodes/" + host, Cluster: name, Hostname: host, State: loomv1.Node_READY, CreateTime: ts,
+			MachineType: mt, Zone: loginZone(rec.Cluster), CapacityType: loomv1.CapacitySource_ON_DEMAND, Role: spec.RoleLogin,
+		})
+	}
+	e.putCluster(rec)
+}
+
+// DeleteCluster decides a DeleteCluster command: the cluster and its nodes
+// DELETING (the reconciler then stops and removes them and calls
+// FinishDelete). A create or update still in progress fails with ABORTED so
+// that its operation ends.
+func (s *State) DeleteCluster(cmd *eventsv1.DeleteCluster, now time.Time) Change {
+	e := s.edit(Params{}, now)
+	c := s.Clusters[cmd.GetCluster()]
+	if c == nil {
+		return only(failed(cmd.GetOperation(), cmd.GetCluster(), codes.NotFound, fmt.Sprintf("cluster %s not found", cmd.GetCluster())))
+	}
+	if c.State() == loomv1.Cluster_DELETING {
+		if c.Operation == cmd.GetOperation() {
+			return Change{}
+		}
+		return only(failed(cmd.GetOperation(), c.Name(), codes.FailedPrecondition,
+			fmt.Sprintf("cluster %s is already being deleted by %s", c.Name(), c.Operation)))
+	}
+	if c.Operation != "" {
+		e.before = append(e.before, failed(c.Operation, c.Name(), codes.Aborted,
+			fmt.Sprintf("cluster %s was deleted before the operation ended", c.Name())))
+	}
+	rec := e.mutCluster(c.Name())
+	rec.Cluster.Status.State = loomv1.Cluster_DELETING
+	rec.Cluster.Status.Message = "deleting"
+	rec.Operation, rec.Deadline = cmd.GetOperation(), time.Time{}
+	for _, n := range s.ClusterNodes(c.Name()) {
+		nn := e.mutNode(n.GetName())
+		nn.State, nn.Reason, nn.NextAction = loomv1.Node_DELETING, "cluster is being deleted", "stop and remove"
+	}
+	return e.change()
+}
+
+// FinishDelete removes a DELETING cluster's records once its nodes are
+// stopped and their directories removed: NodeRemoved per node, then
+// ClusterDeleted for the delete operation. The capacity it claimed is free
+// with the same write.
+func (s *State) FinishDelete(cluster string) Change {
+	c := s.Clusters[cluster]
+	if c == nil || c.State() != loomv1.Cluster_DELETING {
+		return Change{}
+	}
+	e := s.edit(Params{}, time.Time{})
+	e.delCl = []string{cluster}
+	for _, n := range s.ClusterNodes(cluster) {
+		e.delNode(n.GetName())
+	}
+	if s.Slurm[cluster] != nil {
+		e.delSlurm = []string{cluster}
+	}
+	e.after = append(e.after, &eventsv1.ClusterDeleted{Operation: c.Operation, Cluster: cluster})
+	return e.change()
+}

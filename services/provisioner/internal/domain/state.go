@@ -1,0 +1,218 @@
+// Package domain is the provisioner's pure core: clusters, nodes,
+// reservations and capacity as state machines. Each decision takes the
+// current State, one input, the Params and the time, and returns a Change
+// (records to write or delete, events to emit) without doing any I/O. The app
+// writes a Change atomically and only then applies it to the in-memory State
+// with State.Apply.
+//
+// Records are immutable once they are in a State or a Change: decisions copy
+// before they modify, so readers may hand them out without cloning.
+//
+// Capacity is never stored: what a cluster claims is derived from its spec
+// and its nodes (see Claims), so it is written in the same Apply as the
+// change that causes it and cannot drift from the clusters.
+package domain
+
+import (
+	"maps"
+	"regexp"
+	"slices"
+	"sort"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// idPattern is a cluster id or node pool id: a DNS label.
+var idPattern = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// clusterName matches projects/{project}/clusters/{cluster}.
+var clusterName = regexp.MustCompile(`^projects/([^/]+)/clusters/([^/]+)$`)
+
+// reservationName matches projects/{project}/reservations/{reservation}.
+var reservationName = regexp.MustCompile(`^projects/([^/]+)/reservations/([^/]+)$`)
+
+// Cluster is the provisioner's record of a cluster.
+type Cluster struct {
+	// Cluster is the resource as served and emitted.
+	Cluster *loomv1.Cluster
+	// Operation is the operation in progress: the create until the cluster
+	// is RUNNING (or ERROR), an update while UPDATING, the delete while
+	// DELETING; "" when none.
+	Operation string
+	// CreateOperation is the operation that created the cluster; a
+	// redelivered create for it changes nothing.
+	CreateOperation string
+	// Deadline is when the operation in progress completes with what it has
+	// (RUNNING-degraded, or ERROR when a pool has no ready node); zero when none.
+	Deadline time.Time
+	// NextIndex is the last number used per hostname prefix: numbers are
+	// never reused within a cluster.
+	NextIndex map[string]int32
+	// Retired holds node pools an update removed whose nodes are still
+	// draining; each is dropped when its last node is gone.
+	Retired []*loomv1.NodePool
+}
+
+// Name returns the cluster's full name.
+func (c *Cluster) Name() string { return c.Cluster.GetName() }
+
+// State returns the cluster's lifecycle state.
+func (c *Cluster) State() loomv1.Cluster_State { return c.Cluster.GetStatus().GetState() }
+
+// clone returns a copy that may be modified without touching c.
+func (c *Cluster) clone() *Cluster {
+	out := *c
+	out.Cluster = proto.Clone(c.Cluster).(*loomv1.Cluster)
+	out.NextIndex = maps.Clone(c.NextIndex)
+	if out.NextIndex == nil {
+		out.NextIndex = map[string]int32{}
+	}
+	out.Retired = slices.Clone(c.Retired)
+	return &out
+}
+
+// State is every cluster, node, reservation and rendered Slurm
+// configuration the provisioner knows.
+type State struct {
+	Clusters     map[string]*Cluster
+	Nodes        map[string]*loomv1.Node
+	Reservations map[string]*loomv1.Reservation
+	// Slurm holds each cluster's rendered Slurm files, by cluster name.
+	Slurm map[string]*loomv1.SlurmConfig
+	// byCluster indexes node names by cluster name.
+	byCluster map[string]map[string]struct{}
+}
+
+// NewState returns a State holding the given records.
+func NewState(clusters []*Cluster, nodes []*loomv1.Node, reservations []*loomv1.Reservation, slurm map[string]*loomv1.SlurmConfig) *State {
+	s := &State{
+		Clusters: map[string]*Cluster{}, Nodes: map[string]*loomv1.Node{},
+		Reservations: map[string]*loomv1.Reservation{}, Slurm: map[string]*loomv1.SlurmConfig{},
+		byCluster: map[string]map[string]struct{}{},
+	}
+	for _, c := range clusters {
+		s.Clusters[c.Name()] = c
+	}
+	for _, n := range nodes {
+		s.putNode(n)
+	}
+	for _, r := range reservations {
+		s.Reservations[r.GetName()] = r
+	}
+	maps.Copy(s.Slurm, slurm)
+	return s
+}
+
+func (s *State) putNode(n *loomv1.Node) {
+	if old := s.Nodes[n.GetName()]; old != nil && old.GetCluster() != n.GetCluster() {
+		s.delNode(n.GetName())
+	}
+	s.Nodes[n.GetName()] = n
+	set := s.byCluster[n.GetCluster()]
+	if set == nil {
+		set = map[string]struct{}{}
+		s.byCluster[n.GetCluster()] = set
+	}
+	set[n.GetName()] = struct{}{}
+}
+
+func (s *State) delNode(name string) {
+	n := s.Nodes[name]
+	if n == nil {
+		return
+	}
+	delete(s.Nodes, name)
+	if set := s.byCluster[n.GetCluster()]; set != nil {
+		delete(set, name)
+		if len(set) == 0 {
+			delete(s.byCluster, n.GetCluster())
+		}
+	}
+}
+
+// ClusterNodes returns the nodes of a cluster, sorted by name.
+func (s *State) ClusterNodes(cluster string) []*loomv1.Node {
+	out := make([]*loomv1.Node, 0, len(s.byCluster[cluster]))
+	for name := range s.byCluster[cluster] {
+		out = append(out, s.Nodes[name])
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
+	return out
+}
+
+// Change is the outcome of a decision: what to write and what to emit.
+type Change struct {
+	PutClusters     []*Cluster
+	PutNodes        []*loomv1.Node
+	PutReservations []*loomv1.Reservation
+	// PutSlurm holds newly rendered Slurm files by cluster name.
+	PutSlurm        map[string]*loomv1.SlurmConfig
+	DelClusters     []string
+	DelNodes        []string
+	DelReservations []string
+	DelSlurm        []string
+	// Events are the payloads to emit (cluster, node and reservation
+	// events), in order.
+	Events []proto.Message
+}
+
+// Empty reports whether the change writes and emits nothing.
+func (c Change) Empty() bool {
+	return len(c.PutClusters) == 0 && len(c.PutNodes) == 0 && len(c.PutReservations) == 0 && len(c.PutSlurm) == 0 &&
+		len(c.DelClusters) == 0 && len(c.DelNodes) == 0 && len(c.DelReservations) == 0 && len(c.DelSlurm) == 0 &&
+		len(c.Events) == 0
+}
+
+// Apply makes the in-memory state reflect a written change.
+func (s *State) Apply(c Change) {
+	for _, cl := range c.PutClusters {
+		s.Clusters[cl.Name()] = cl
+	}
+	for _, n := range c.PutNodes {
+		s.putNode(n)
+	}
+	for _, r := range c.PutReservations {
+		s.Reservations[r.GetName()] = r
+	}
+	maps.Copy(s.Slurm, c.PutSlurm)
+	for _, name := range c.DelNodes {
+		s.delNode(name)
+	}
+	for _, name := range c.DelClusters {
+		delete(s.Clusters, name)
+	}
+	for _, name := range c.DelReservations {
+		delete(s.Reservations, name)
+	}
+	for _, name := range c.DelSlurm {
+		delete(s.Slurm, name)
+	}
+}
+
+// ParseClusterName splits projects/{p}/clusters/{c} into project and cluster id.
+func ParseClusterName(name string) (project, id string, ok bool) {
+	m := clusterName.FindStringSubmatch(name)
+	if m == nil || !idPattern.MatchString(m[2]) {
+		return "", "", false
+	}
+	return m[1], m[2], true
+}
+
+// ClusterID returns the cluster id of a cluster's full name ("" when malformed).
+func ClusterID(name string) string {
+	_, id, _ := ParseClusterName(name)
+	return id
+}
+
+// ParseReservationName splits projects/{p}/reservations/{r} into project and
+// reservation id.
+func ParseReservationName(name string) (project, id string, ok bool) {
+	m := reservationName.FindStringSubmatch(name)
+	if m == nil || !idPattern.MatchString(m[2]) {
+		return "", "", false
+	}
+	return m[1], m[2], true
+}

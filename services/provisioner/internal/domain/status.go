@@ -1,0 +1,347 @@
+package domain
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/hostlist"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/provisioner/internal/spec"
+)
+
+// Condition types and reasons on ClusterStatus.conditions.
+const (
+	CondReady          = "Ready"
+	CondDegraded       = "Degraded"
+	CondSlurmConfig    = "SlurmConfigured"
+	ReasonAllReady     = "AllNodesReady"
+	ReasonProvisioning = "Provisioning"
+	ReasonUpdating     = "Updating"
+	ReasonNotReady     = "NodesNotReady"
+	ReasonFailed       = "NodesFailed"
+	ReasonDown         = "NodesDown"
+	ReasonAsExpected   = "AsExpected"
+	ReasonRendered     = "Rendered"
+	ReasonRenderFailed = "RenderFailed"
+	ReasonDeadline     = "DeadlineExceeded"
+)
+
+// Progress is the cluster status message for ready of total nodes.
+func Progress(ready, total int32) string { return fmt.Sprintf("%d of %d nodes ready", ready, total) }
+
+// poolCounts counts one pool's compute nodes by state.
+type poolCounts struct {
+	target                                                int32
+	ready, provisioning, down, failed, draining, deleting int32
+	failedHosts, downHosts                                []string
+	failedReason                                          string
+}
+
+// live is how many of the pool's nodes are, or are becoming, in service.
+func (c *poolCounts) live() int32 { return c.ready + c.provisioning + c.down }
+
+// countPools counts a cluster's compute nodes per pool: the spec's pools
+// in order, then retired ones, then pools only nodes still name.
+func countPools(rec *Cluster, nodes []*loomv1.Node) (order []string, counts map[string]*poolCounts) {
+	counts = map[string]*poolCounts{}
+	add := func(id string, target int32) {
+		if counts[id] == nil {
+			counts[id] = &poolCounts{target: target}
+			order = append(order, id)
+		}
+	}
+	for _, np := range rec.Cluster.GetCompute().GetNodePools() {
+		add(np.GetId(), np.GetNodeCount())
+	}
+	for _, np := range rec.Retired {
+		add(np.GetId(), 0)
+	}
+	for _, n := range nodes {
+		if n.GetRole() == spec.RoleLogin {
+			continue
+		}
+		add(n.GetNodePool(), 0)
+		c := counts[n.GetNodePool()]
+		switch n.GetState() {
+		case loomv1.Node_READY:
+			c.ready++
+		case loomv1.Node_PROVISIONING:
+			c.provisioning++
+		case loomv1.Node_DOWN:
+			c.down++
+			c.downHosts = append(c.downHosts, n.GetHostname())
+		case loomv1.Node_FAILED:
+			c.failed++
+			c.failedHosts = append(c.failedHosts, n.GetHostname())
+			c.failedReason = n.GetHostname() + ": " + n.GetReason()
+		case loomv1.Node_DRAINING:
+			c.draining++
+		case loomv1.Node_DELETING:
+			c.deleting++
+		}
+	}
+	return order, counts
+}
+
+// refresh recomputes a cluster's status from its nodes and moves its
+// lifecycle: CREATING → RUNNING when every pool is at target (or, past the
+// deadline, when every pool has a ready node; ERROR when one has none),
+// UPDATING → RUNNING when every pool is at its new target and no node is
+// draining, ERROR → RUNNING once every pool has a ready node. It re-renders
+// the Slurm files when the cluster's nodes or spec changed. The record is
+// written only when something in it changed.
+func (e *edit) refresh(name string) {
+	rec := e.cluster(name)
+	if rec == nil || rec.State() == loomv1.Cluster_DELETING || slices.Contains(e.delCl, name) {
+		return
+	}
+	nodes := e.clusterNodes(name)
+	order, counts := countPools(rec, nodes)
+
+	// Retired pools go once their last node is gone.
+	var retired []*loomv1.NodePool
+	for _, np := range rec.Retired {
+		if c := counts[np.GetId()]; c.live()+c.draining+c.deleting+c.failed > 0 {
+			retired = append(retired, np)
+		}
+	}
+
+	var total, ready, failed, draining, down, deleting int32
+	allAtTarget, everyHasReady, anyReady := true, true, false
+	var noReady []string
+	var pools []*loomv1.NodePoolStatus
+	for _, id := range order {
+		c := counts[id]
+		total += c.target
+		ready += c.ready
+		failed += c.failed
+		draining += c.draining
+		down += c.down
+		deleting += c.deleting
+		anyReady = anyReady || c.ready > 0
+		inSpec := c.target > 0
+		if inSpec && c.ready != c.target {
+			allAtTarget = false
+		}
+		if inSpec && c.ready == 0 {
+			everyHasReady = false
+			why := "no node ready"
+			if c.failedReason != "" {
+				why += "; last failure " + c.failedReason
+			}
+			noReady = append(noReady, fmt.Sprintf("pool %s: %s", id, why))
+		}
+		if c.live() > c.target {
+			allAtTarget = false // more nodes than wanted: a shrink is still on its way
+		}
+		pools = append(pools, &loomv1.NodePoolStatus{Id: id, Target: c.target, Ready: c.ready,
+			Provisioning: c.provisioning, Failed: c.failed, Draining: c.draining})
+	}
+	settled := draining == 0 && deleting == 0 && len(retired) == 0
+
+	next := rec.clone()
+	next.Retired = retired
+	st := next.Cluster.Status
+	if st == nil {
+		st = &loomv1.ClusterStatus{}
+		next.Cluster.Status = st
+	}
+	prevState := st.GetState()
+	st.TotalNodes, st.ReadyNodes, st.NodePools = total, ready, pools
+	st.HomeDir = e.p.HomeDir(next.Cluster)
+	st.ScratchDir = e.p.ScratchDir(next.Cluster)
+	st.SharedDir = st.HomeDir
+	st.LoginNode = ""
+	for _, n := range nodes {
+		if n.GetRole() == spec.RoleLogin {
+			st.LoginNode = n.GetHostname()
+			break
+		}
+	}
+
+	deadlinePassed := !rec.Deadline.IsZero() && !e.now.Before(rec.Deadline)
+	var failure string
+	switch prevState {
+	case loomv1.Cluster_CREATING:
+		switch {
+		case allAtTarget:
+			e.finish(next, loomv1.Cluster_RUNNING)
+		case deadlinePassed && everyHasReady:
+			e.finish(next, loomv1.Cluster_RUNNING)
+		case deadlinePassed:
+			failure = fmt.Sprintf("create did not bring every pool up within %s: %s", e.p.OperationTimeout, strings.Join(noReady, "; "))
+			e.fail(next, loomv1.Cluster_ERROR, failure)
+		}
+	case loomv1.Cluster_UPDATING:
+		switch {
+		case allAtTarget && settled:
+			e.finish(next, loomv1.Cluster_RUNNING)
+		case deadlinePassed && settled && everyHasReady:
+			e.finish(next, loomv1.Cluster_RUNNING)
+		case deadlinePassed && settled:
+			failure = fmt.Sprintf("update did not bring every pool up within %s: %s", e.p.OperationTimeout, strings.Join(noReady, "; "))
+			state := loomv1.Cluster_RUNNING
+			if !anyReady {
+				state = loomv1.Cluster_ERROR
+			}
+			e.fail(next, state, failure)
+		}
+	case loomv1.Cluster_ERROR:
+		if everyHasReady {
+			st.State = loomv1.Cluster_RUNNING
+		}
+	}
+
+	// The message: progress, or why the cluster is in ERROR.
+	switch {
+	case failure != "":
+		st.Message = failure
+	case st.State == loomv1.Cluster_ERROR && prevState == loomv1.Cluster_ERROR:
+		// keep the reason it went into ERROR
+	default:
+		msg := Progress(ready, total)
+		if failed > 0 {
+			msg += fmt.Sprintf("; %d failed", failed)
+		}
+		if draining+deleting > 0 {
+			msg += fmt.Sprintf("; %d draining", draining+deleting)
+		}
+		st.Message = msg
+	}
+
+	steady := st.State == loomv1.Cluster_RUNNING || st.State == loomv1.Cluster_ERROR
+	conds := []*loomv1.Condition{readyCondition(st.State, allAtTarget, ready, total)}
+	conds = append(conds, degradedCondition(order, counts, steady, failed, down))
+	if e.p.Render != nil {
+		conds = append(conds, e.render(next, nodes))
+	}
+	st.Conditions = mergeConditions(rec.Cluster.GetStatus().GetConditions(), conds, e.now)
+
+	if _, changed := e.cl[name]; changed || !proto.Equal(rec.Cluster.GetStatus(), st) || len(retired) != len(rec.Retired) ||
+		!rec.Deadline.Equal(next.Deadline) || rec.Operation != next.Operation {
+		e.putCluster(next)
+	}
+}
+
+// finish ends the cluster's operation successfully in state.
+func (e *edit) finish(next *Cluster, state loomv1.Cluster_State) {
+	next.Cluster.Status.State = state
+	if next.Operation != "" {
+		e.done[next.Name()] = next.Operation
+	}
+	next.Operation, next.Deadline = "", time.Time{}
+}
+
+// fail ends the cluster's operation with ClusterOperationFailed
+// (DEADLINE_EXCEEDED) and leaves the cluster in state.
+func (e *edit) fail(next *Cluster, state loomv1.Cluster_State, msg string) {
+	next.Cluster.Status.State = state
+	if next.Operation != "" {
+		e.after = append(e.after, failed(next.Operation, next.Name(), codes.DeadlineExceeded, msg))
+	}
+	next.Operation, next.Deadline = "", time.Time{}
+}
+
+func readyCondition(state loomv1.Cluster_State, allAtTarget bool, ready, total int32) *loomv1.Condition {
+	c := &loomv1.Condition{Type: CondReady, Status: "False", Message: Progress(ready, total)}
+	switch {
+	case allAtTarget:
+		c.Status, c.Reason = "True", ReasonAllReady
+	case state == loomv1.Cluster_CREATING:
+		c.Reason = ReasonProvisioning
+	case state == loomv1.Cluster_UPDATING:
+		c.Reason = ReasonUpdating
+	default:
+		c.Reason = ReasonNotReady
+	}
+	return c
+}
+
+// degradedCondition is True while nodes are FAILED or DOWN, and, once the
+// cluster is past its create or update, while a pool is below target.
+func degradedCondition(order []string, counts map[string]*poolCounts, steady bool, failed, down int32) *loomv1.Condition {
+	var parts []string
+	reason := ""
+	for _, id := range order {
+		c := counts[id]
+		if c.failed > 0 {
+			parts = append(parts, fmt.Sprintf("pool %s: %d failed (%s; last: %s), replacing", id, c.failed,
+				hostlist.Compress(c.failedHosts), c.failedReason))
+			reason = ReasonFailed
+		}
+	}
+	for _, id := range order {
+		if c := counts[id]; c.down > 0 {
+			parts = append(parts, fmt.Sprintf("pool %s: %d down (%s)", id, c.down, hostlist.Compress(c.downHosts)))
+			if reason == "" {
+				reason = ReasonDown
+			}
+		}
+	}
+	if steady {
+		for _, id := range order {
+			if c := counts[id]; c.target > 0 && c.ready < c.target && c.failed == 0 && c.down == 0 {
+				parts = append(parts, fmt.Sprintf("pool %s: %d of %d nodes ready", id, c.ready, c.target))
+				if reason == "" {
+					reason = ReasonNotReady
+				}
+			}
+		}
+	}
+	if reason == "" {
+		return &loomv1.Condition{Type: CondDegraded, Status: "False", Reason: ReasonAsExpected}
+	}
+	return &loomv1.Condition{Type: CondDegraded, Status: "True", Reason: reason, Message: strings.Join(parts, "; ")}
+}
+
+// render re-renders the cluster's Slurm files when its nodes or spec
+// changed and returns the SlurmConfigured condition.
+func (e *edit) render(next *Cluster, nodes []*loomv1.Node) *loomv1.Condition {
+	name := next.Name()
+	prev := condition(next.Cluster.GetStatus().GetConditions(), CondSlurmConfig)
+	if !e.members[name] && prev != nil {
+		return proto.Clone(prev).(*loomv1.Condition)
+	}
+	var in []*loomv1.Node
+	for _, n := range nodes {
+		if inSlurm(n) {
+			in = append(in, n)
+		}
+	}
+	cfg, err := e.p.Render(next.Cluster, in)
+	if err != nil {
+		return &loomv1.Condition{Type: CondSlurmConfig, Status: "False", Reason: ReasonRenderFailed, Message: err.Error()}
+	}
+	if old := e.s.Slurm[name]; old == nil || !proto.Equal(old, cfg) {
+		e.slurm[name] = cfg
+	}
+	return &loomv1.Condition{Type: CondSlurmConfig, Status: "True", Reason: ReasonRendered}
+}
+
+func condition(cs []*loomv1.Condition, typ string) *loomv1.Condition {
+	for _, c := range cs {
+		if c.GetType() == typ {
+			return c
+		}
+	}
+	return nil
+}
+
+// mergeConditions stamps each condition's last_transition_time: kept from
+// the previous condition of its type when its status did not change.
+func mergeConditions(prev, next []*loomv1.Condition, now time.Time) []*loomv1.Condition {
+	for _, c := range next {
+		if p := condition(prev, c.GetType()); p != nil && p.GetStatus() == c.GetStatus() {
+			c.LastTransitionTime = p.GetLastTransitionTime()
+		} else {
+			c.LastTransitionTime = timestamppb.New(now)
+		}
+	}
+	return next
+}

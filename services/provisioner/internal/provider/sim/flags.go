@@ -1,0 +1,105 @@
+package sim
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/loom-ml/loom/libs/config"
+)
+
+// RegisterFlags adds the simulated cloud's settings to fs as -sim-* flags,
+// with defaults from LOOM_SIM_* variables (unparsable values are ignored).
+// The provisioner calls it from its own RegisterFlags.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	envFloat := func(key string, def float64) float64 {
+		if v, err := strconv.ParseFloat(os.Getenv(key), 64); err == nil {
+			return v
+		}
+		return def
+	}
+	seed, _ := strconv.ParseUint(os.Getenv("LOOM_SIM_SEED"), 10, 64)
+	fs.Uint64Var(&c.Seed, "sim-seed", seed, "sim provider: random seed (LOOM_SIM_SEED)")
+	fs.Float64Var(&c.TimeScale, "sim-time-scale", envFloat("LOOM_SIM_TIME_SCALE", 1),
+		"sim provider: real seconds per simulated second, e.g. 0.01 (LOOM_SIM_TIME_SCALE)")
+	if l, err := ParseLatency(os.Getenv("LOOM_SIM_LATENCY")); err == nil && len(l) > 0 {
+		c.Latency = l
+	}
+	fs.Var(latencyFlag{&c.Latency}, "sim-latency",
+		"sim provider: provisioning latency per capacity type, TYPE=MEDIAN/SIGMA,... e.g. ON_DEMAND=90s/0.35 (LOOM_SIM_LATENCY)")
+	fs.Float64Var(&c.StockoutRate, "sim-stockout-rate", envFloat("LOOM_SIM_STOCKOUT_RATE", 0),
+		"sim provider: probability that a launch fails with ZONE_RESOURCE_POOL_EXHAUSTED (LOOM_SIM_STOCKOUT_RATE)")
+	fs.Float64Var(&c.BootFailureRate, "sim-boot-failure-rate", envFloat("LOOM_SIM_BOOT_FAILURE_RATE", 0),
+		"sim provider: probability that a node never boots (LOOM_SIM_BOOT_FAILURE_RATE)")
+	fs.DurationVar(&c.BootFailureAfter, "sim-boot-failure-after", config.EnvDuration("LOOM_SIM_BOOT_FAILURE_AFTER", 10*time.Minute),
+		"sim provider: simulated time after which a failed boot is reported (LOOM_SIM_BOOT_FAILURE_AFTER)")
+	fs.Float64Var(&c.SlowBootRate, "sim-slow-boot-rate", envFloat("LOOM_SIM_SLOW_BOOT_RATE", 0),
+		"sim provider: probability of a tail-latency boot (LOOM_SIM_SLOW_BOOT_RATE)")
+	fs.Float64Var(&c.SlowBootFactor, "sim-slow-boot-factor", envFloat("LOOM_SIM_SLOW_BOOT_FACTOR", 5),
+		"sim provider: how many times longer a slow boot takes (LOOM_SIM_SLOW_BOOT_FACTOR)")
+	fs.Float64Var(&c.PreemptionRate, "sim-preemption-rate", envFloat("LOOM_SIM_PREEMPTION_RATE", 0),
+		"sim provider: preemptions per SPOT node per simulated hour (LOOM_SIM_PREEMPTION_RATE)")
+	fs.DurationVar(&c.HeartbeatInterval, "sim-heartbeat-interval", config.EnvDuration("LOOM_SIM_HEARTBEAT_INTERVAL", 5*time.Second),
+		"sim provider: real time between heartbeats of every node (LOOM_SIM_HEARTBEAT_INTERVAL)")
+}
+
+// ParseLatency parses "TYPE=MEDIAN/SIGMA,..." (SIGMA optional, default 0),
+// e.g. "ON_DEMAND=90s/0.35,FLEX_START=15m/0.8".
+func ParseLatency(s string) (map[string]Latency, error) {
+	out := map[string]Latency{}
+	for _, item := range config.SplitList(s) {
+		typ, val, ok := strings.Cut(item, "=")
+		if !ok || typ == "" {
+			return nil, fmt.Errorf("sim latency %q: want TYPE=MEDIAN/SIGMA", item)
+		}
+		med, sig, _ := strings.Cut(val, "/")
+		d, err := time.ParseDuration(med)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("sim latency %q: median %q is not a positive duration", item, med)
+		}
+		l := Latency{Median: d}
+		if sig != "" {
+			if l.Sigma, err = strconv.ParseFloat(sig, 64); err != nil || l.Sigma < 0 || l.Sigma > 5 {
+				return nil, fmt.Errorf("sim latency %q: sigma %q is not a number in 0..5", item, sig)
+			}
+		}
+		out[strings.ToUpper(typ)] = l
+	}
+	return out, nil
+}
+
+// FormatLatency is the inverse of ParseLatency, types sorted.
+func FormatLatency(m map[string]Latency) string {
+	types := make([]string, 0, len(m))
+	for t := range m {
+		types = append(types, t)
+	}
+	sort.Strings(types)
+	parts := make([]string, len(types))
+	for i, t := range types {
+		parts[i] = fmt.Sprintf("%s=%v/%g", t, m[t].Median, m[t].Sigma)
+	}
+	return strings.Join(parts, ",")
+}
+
+type latencyFlag struct{ m *map[string]Latency }
+
+func (f latencyFlag) String() string {
+	if f.m == nil {
+		return ""
+	}
+	return FormatLatency(*f.m)
+}
+
+func (f latencyFlag) Set(s string) error {
+	l, err := ParseLatency(s)
+	if err != nil {
+		return err
+	}
+	*f.m = l
+	return nil
+}
