@@ -48,12 +48,16 @@ func ParseArray(spec string) (*ArraySpec, error) {
 	if s == "" {
 		return nil, errors.New("no indexes before the % limit")
 	}
+	total := 0
 	for _, el := range strings.Split(s, ",") {
 		r, err := parseArrayRange(el)
 		if err != nil {
 			return nil, err
 		}
 		out.Ranges = append(out.Ranges, r)
+		if total += (r.Last-r.First)/r.Step + 1; total > MaxArrayIndex+1 {
+			return nil, fmt.Errorf("more than %d tasks", MaxArrayIndex+1)
+		}
 	}
 	return out, nil
 }

@@ -111,7 +111,7 @@ func parseDelta(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("%q: a count must follow now+", s)
 	}
 	n, err := strconv.ParseInt(s[:i], 10, 64)
-	if err != nil || n > 100*365*24*3600 {
+	if err != nil {
 		return 0, fmt.Errorf("%q is out of range", s)
 	}
 	unit := time.Second
@@ -127,6 +127,9 @@ func parseDelta(s string) (time.Duration, error) {
 		unit = 7 * 24 * time.Hour
 	default:
 		return 0, fmt.Errorf("unknown time unit %q (seconds, minutes, hours, days or weeks)", s[i:])
+	}
+	if n > int64(100*365*24*time.Hour/unit) {
+		return 0, fmt.Errorf("%q is more than 100 years away", s)
 	}
 	return time.Duration(n) * unit, nil
 }

@@ -413,3 +413,31 @@ func TestMainDispatch(t *testing.T) {
 		}
 	}
 }
+
+// A scheduler may keep every array task as its own record, with no
+// parent: squeue still shows the pending ones on one row.
+func TestSqueueArrayWithoutParent(t *testing.T) {
+	t.Parallel()
+	task := func(id string, n int32, st loomv1.JobState) *loomv1.Job {
+		return &loomv1.Job{Name: "projects/default/jobs/" + id, JobId: id, Cluster: demoCluster, DisplayName: "a",
+			User: "alice", Partition: "gpu", State: st, ArrayJobId: "30", ArrayTaskId: n, StateReason: "Priority"}
+	}
+	f := &fakeGateway{jobs: []*loomv1.Job{
+		task("30", 0, loomv1.JobState_RUNNING), task("31", 1, loomv1.JobState_PENDING),
+		task("32", 2, loomv1.JobState_PENDING), task("33", 3, loomv1.JobState_PENDING),
+	}}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "30_[1-3]\n30_0\n"},
+		{[]string{"-r"}, "30_1\n30_2\n30_3\n30_0\n"},
+		{[]string{"-j", "30_2"}, "30_[1-3]\n"},
+		{[]string{"-j", "30"}, "30_[1-3]\n30_0\n"},
+	} {
+		code, out, errOut := run(t, f, "squeue", Env{}, append([]string{"-h", "-o", "%i"}, tc.args...)...)
+		if code != 0 || out != tc.want {
+			t.Errorf("squeue %v: %d %q %q, want %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+}

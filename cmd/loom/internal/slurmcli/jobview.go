@@ -294,12 +294,35 @@ func (v arrayView) rows(jobs []*loomv1.Job, perTask bool) []jobRow {
 			out = append(out, jobRow{job: j, id: id, arrayJobID: id, arrayTask: j.GetArray()})
 		}
 	}
+	// Without a parent record, an array's pending tasks still share a row
+	// (the first of them stands for the others).
+	pendingTasks := map[string][]*loomv1.Job{}
+	if !perTask {
+		for _, j := range jobs {
+			if a := j.GetArrayJobId(); a != "" && !merged[a] && effectiveState(j) == loomv1.JobState_PENDING {
+				pendingTasks[a] = append(pendingTasks[a], j)
+			}
+		}
+	}
 	for _, j := range jobs {
 		if isParent(j) {
 			continue
 		}
 		if a := j.GetArrayJobId(); a != "" {
 			if merged[a] && effectiveState(j) == loomv1.JobState_PENDING && !perTask {
+				continue
+			}
+			if group := pendingTasks[a]; len(group) > 1 && effectiveState(j) == loomv1.JobState_PENDING {
+				if group[0] != j {
+					continue
+				}
+				var idx []int
+				for _, t := range group {
+					idx = append(idx, int(t.GetArrayTaskId()))
+				}
+				sort.Ints(idx)
+				s := formatIndexes(idx)
+				out = append(out, jobRow{job: j, id: a + "_[" + s + "]", arrayJobID: a, arrayTask: s, pending: idx})
 				continue
 			}
 			task := strconv.Itoa(int(j.GetArrayTaskId()))

@@ -101,6 +101,7 @@ func TestParseArray(t *testing.T) {
 		{in: "%4", bad: "no indexes"},
 		{in: "3:2", bad: "needs a range"},
 		{in: "0-4000001", bad: "above the largest"},
+		{in: "0-4000000,0-4000000", bad: "more than 4000001 tasks"},
 		{in: "", bad: "empty"},
 	} {
 		a, err := ParseArray(tc.in)
@@ -199,7 +200,7 @@ func TestParseBegin(t *testing.T) {
 			t.Errorf("ParseBegin(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
 		}
 	}
-	for _, bad := range []string{"", "later", "now+", "now+5fortnights", "25:00", "2026-13-01", "02/30", "13/01", "12:61", "2026-04-01T99:00"} {
+	for _, bad := range []string{"", "later", "now+", "now+5fortnights", "now+3000000000weeks", "25:00", "2026-13-01", "02/30", "13/01", "12:61", "2026-04-01T99:00"} {
 		if got, err := ParseBegin(bad, now); err == nil {
 			t.Errorf("ParseBegin(%q) = %v, want an error", bad, got)
 		}

@@ -799,9 +799,6 @@ func exportEnv(spec string, env map[string]string) (map[string]string, string, e
 	for i, it := range items {
 		switch strings.ToUpper(it) {
 		case "ALL":
-			if i != 0 {
-				return nil, "", errors.New("ALL must come first")
-			}
 			all = true
 			items[i] = "ALL"
 		case "NONE":

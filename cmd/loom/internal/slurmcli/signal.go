@@ -50,7 +50,7 @@ type Signal struct {
 	Seconds int
 }
 
-// String is the normalised spec, e.g. "B:USR1@90".
+// String returns the normalised spec, e.g. "B:USR1@90".
 func (s *Signal) String() string {
 	var b strings.Builder
 	if s.Reservation {

@@ -94,6 +94,7 @@ type Error struct {
 	Code int
 }
 
+// Error returns the message as the command prints it.
 func (e *Error) Error() string { return e.Text }
 
 // errorf makes the usual "prog: error: ..." refusal with exit status 1.
