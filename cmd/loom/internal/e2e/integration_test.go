@@ -102,10 +102,11 @@ func TestClusterJobModel(t *testing.T) {
 		t.Fatalf("3-node job on a 2-node cluster: got %v, want InvalidArgument naming node_count", err)
 	}
 
+	// A command (unlike an sbatch script) runs once per node, as an implicit srun.
 	script := `echo "rank $SLURM_PROCID of $SLURM_NNODES on $SLURM_JOB_NODELIST gpus=$CUDA_VISIBLE_DEVICES"
 if [ "$SLURM_PROCID" = 0 ]; then mkdir -p "$LOOM_MODEL_DIR" && echo weights > "$LOOM_MODEL_DIR/model.bin"; fi`
 	job, err := jobs.SubmitJob(waitCtx(t, 5*time.Second), &loomv1.SubmitJobRequest{Parent: "projects/default",
-		Job: &loomv1.Job{Cluster: cl.Name, DisplayName: "train", Script: script, NodeCount: 2, GpusPerNode: 2,
+		Job: &loomv1.Job{Cluster: cl.Name, DisplayName: "train", Command: []string{"/bin/sh", "-c", script}, NodeCount: 2, GpusPerNode: 2,
 			ModelOutput: &loomv1.ModelOutput{ModelId: "itest-model"}}})
 	if err != nil {
 		t.Fatal(err)
