@@ -4,7 +4,7 @@ SERVICES  := gateway provisioner scheduler health registry agent
 GOTEST    ?= go test
 TESTFLAGS ?= -count=1 -timeout 15m
 
-.PHONY: demo up test vet build proto proto-tools proto-check bench clean
+.PHONY: demo up test vet build proto proto-tools proto-check bench bench-path bench-cluster bench-slurm clean
 
 demo: ## Run the demo on the embedded stack: cluster -> job -> model.
 	go run ./cmd/loom demo
@@ -35,8 +35,19 @@ proto: ## Regenerate the Go code beside the .proto files.
 proto-check: proto ## Fail when the committed generated code is stale.
 	git diff --exit-code -- proto
 
-bench: ## Run the bus path benchmark and write bench/REPORT.md.
+bench: ## Run every benchmark program and write its section of bench/REPORT.md.
 	go run ./bench/cmd/pathbench -report bench/REPORT.md
+	go run ./bench/cmd/clusterbench -report bench/REPORT.md
+	go run ./bench/cmd/slurmbench -report bench/REPORT.md
+
+bench-path: ## The bus path: command -> service -> Redis -> relay -> event.
+	go run ./bench/cmd/pathbench -report bench/REPORT.md
+
+bench-cluster: ## A 1,000-node cluster on the sim provider.
+	go run ./bench/cmd/clusterbench -report bench/REPORT.md
+
+bench-slurm: ## Loom against a real Slurm on this machine (needs root and slurm-wlm).
+	go run ./bench/cmd/slurmbench -report bench/REPORT.md
 
 clean:
 	rm -rf bin

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -23,21 +24,14 @@ func pool(id, machine string, count int32, capType loomv1.CapacitySource_Type, r
 
 // nodesFor makes the node records the provisioner would: compute nodes named
 // by the node set over their pool (else the pool), login nodes
-// {cluster}-login-NNN. blocks, when set, names each compute node's block.
+// {cluster}-login-NNN (clusterspec's naming). blocks, when set, names each
+// compute node's block.
 func nodesFor(c *loomv1.Cluster, blocks func(host string, i int) string) []*loomv1.Node {
-	id := c.GetName()[strings.LastIndex(c.GetName(), "/")+1:]
-	prefix := map[string]string{}
-	for _, s := range c.GetOrchestrator().GetSlurm().GetNodeSets() {
-		prefix[s.GetNodePoolId()] = s.GetId()
-	}
+	id := clusterspec.ClusterID(c)
 	var out []*loomv1.Node
 	for _, p := range c.GetCompute().GetNodePools() {
-		pre := prefix[p.GetId()]
-		if pre == "" {
-			pre = p.GetId()
-		}
 		for i := range int(p.GetNodeCount()) {
-			host := fmt.Sprintf("%s-%04d", pre, i+1)
+			host := clusterspec.Hostname(clusterspec.HostPrefix(c, p.GetId()), i+1)
 			n := &loomv1.Node{Name: c.GetName() + "/nodes/" + host, Cluster: c.GetName(), NodePool: p.GetId(),
 				Hostname: host, State: loomv1.Node_READY, MachineType: p.GetMachineType(),
 				CapacityType: p.GetCapacity().GetType(), Role: "compute"}
@@ -49,9 +43,34 @@ func nodesFor(c *loomv1.Cluster, blocks func(host string, i int) string) []*loom
 	}
 	login := c.GetOrchestrator().GetSlurm().GetLoginNodes()
 	for i := range int(login.GetCount()) {
-		host := fmt.Sprintf("%s-login-%03d", id, i+1)
+		host := clusterspec.LoginHostname(id, i+1)
 		out = append(out, &loomv1.Node{Name: c.GetName() + "/nodes/" + host, Cluster: c.GetName(), Hostname: host,
 			MachineType: login.GetMachineType(), Role: "login", State: loomv1.Node_READY})
+	}
+	return out
+}
+
+// examples are the example clusters of examples/clusters, normalized as the
+// provisioner stores them, by file name.
+func examples(t *testing.T) map[string]*loomv1.Cluster {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("..", "..", "..", "..", "examples", "clusters", "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no example clusters found (%v)", err)
+	}
+	out := map[string]*loomv1.Cluster{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := clusterspec.ParseJSON(b)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		clusterspec.Normalize(c)
+		c.Name = "projects/default/clusters/" + clusterspec.ClusterID(c)
+		out[strings.TrimSuffix(filepath.Base(f), ".json")] = c
 	}
 	return out
 }
@@ -122,7 +141,7 @@ func golden(t *testing.T, name, got string) {
 	t.Helper()
 	p := filepath.Join("testdata", name)
 	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(p, []byte(got), 0o644); err != nil {
@@ -160,6 +179,25 @@ func TestRenderGolden(t *testing.T) {
 			golden(t, tc.name+".slurm.conf", got.GetSlurmConf())
 			golden(t, tc.name+".gres.conf", got.GetGresConf())
 			golden(t, tc.name+".topology.conf", got.GetTopologyConf())
+		})
+	}
+}
+
+// TestRenderExamples renders every example cluster: each must render, and
+// match its golden files (go test -run TestRenderExamples -update after an
+// example changes).
+func TestRenderExamples(t *testing.T) {
+	t.Parallel()
+	for name, c := range examples(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			got, err := Render(c, nodesFor(c, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden(t, "examples/"+name+".slurm.conf", got.GetSlurmConf())
+			golden(t, "examples/"+name+".gres.conf", got.GetGresConf())
+			golden(t, "examples/"+name+".topology.conf", got.GetTopologyConf())
 		})
 	}
 }

@@ -38,16 +38,14 @@ func TestSlurmctldAcceptsRenderedConfig(t *testing.T) {
 	if len(missing) > 0 {
 		t.Skipf("real Slurm not installed (missing %s); apt-get install slurmctld slurm-client munge", strings.Join(missing, ", "))
 	}
-	for _, tc := range []struct {
-		name    string
-		cluster *loomv1.Cluster
-	}{
-		{"two-partitions", twoPartitions()},
-		{"reservation-spot", reservationSpot()},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	clusters := map[string]*loomv1.Cluster{"two-partitions": twoPartitions(), "reservation-spot": reservationSpot()}
+	for name, c := range examples(t) {
+		clusters["example-"+name] = c
+	}
+	for name, c := range clusters {
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			runSlurmctld(t, tc.cluster, nodesFor(tc.cluster, nil))
+			runSlurmctld(t, c, nodesFor(c, nil))
 		})
 	}
 }

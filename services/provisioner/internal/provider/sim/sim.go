@@ -691,10 +691,16 @@ func (p *Provider) heartbeat(ctx context.Context, now time.Time) {
 	p.mu.Unlock()
 }
 
+// publishTimeout bounds one Publish call: the clock stops while it runs.
+const publishTimeout = 30 * time.Second
+
 // publish writes evs in batches of publishBatch.
 func (p *Provider) publish(ctx context.Context, evs []envelope.Event) error {
 	for b := range slices.Chunk(evs, publishBatch) {
-		if err := p.pub.Publish(ctx, b...); err != nil {
+		pctx, cancel := context.WithTimeout(ctx, publishTimeout)
+		err := p.pub.Publish(pctx, b...)
+		cancel()
+		if err != nil {
 			return err
 		}
 		p.mu.Lock()
