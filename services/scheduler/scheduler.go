@@ -1,17 +1,24 @@
 // Package scheduler is Loom's scheduler service. It owns jobs and their runs, and places jobs on the nodes of running clusters.
 // See README.md beside this file for what it owns, the topics it reads and
-// writes, and how it recovers.
+// writes, how it decides, and how it recovers.
 package scheduler
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"strconv"
+	"sync"
 	"time"
 
+	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/service"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/scheduler/internal/adapters"
 	"github.com/loom-ml/loom/services/scheduler/internal/app"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain"
 	"github.com/loom-ml/loom/services/scheduler/internal/ports"
@@ -22,6 +29,19 @@ import (
 // resolve.
 const DefaultMasterAddr = "127.0.0.1"
 
+// Defaults of the service's own settings.
+const (
+	// DefaultTickInterval is how often time limits, grace periods, begin
+	// times and drain deadlines are checked.
+	DefaultTickInterval = time.Second
+	// DefaultLeaseTTL is how long the leader lease lasts without renewal:
+	// a crashed leader's successor takes over within it.
+	DefaultLeaseTTL = 5 * time.Second
+	// DefaultRefreshInterval is how often a follower reloads its memory
+	// when the leader wrote.
+	DefaultRefreshInterval = 2 * time.Second
+)
+
 // Config is the scheduler's configuration.
 type Config struct {
 	config.Common
@@ -30,37 +50,229 @@ type Config struct {
 	// hostname of the job's first node, as under Slurm, for providers whose
 	// hostnames resolve.
 	MasterAddr string
-	// TickInterval is how often drain deadlines are checked (default
-	// DefaultTickInterval); a deadline is acted on at most this late.
+	// TickInterval is how often the clock runs (default DefaultTickInterval);
+	// a time limit or deadline is acted on at most this late.
 	TickInterval time.Duration
-}
+	// Domain holds the scheduling policy, priority weights, QOS table and
+	// preemption grace (zero fields: domain defaults).
+	Domain domain.Config
+	// InstanceID names this instance in the leader lease (default host-pid).
+	InstanceID string
+	// LeaseTTL and RefreshInterval: see DefaultLeaseTTL, DefaultRefreshInterval.
+	LeaseTTL        time.Duration
+	RefreshInterval time.Duration
 
-// DefaultTickInterval is how often drain deadlines are checked by default.
-const DefaultTickInterval = time.Second
+	policy, qos string
+}
 
 // RegisterFlags adds the scheduler's flags to fs, defaults from LOOM_* variables.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Common.Register(fs, "SCHEDULER", "127.0.0.1:7072", "127.0.0.1:9172")
-	fs.StringVar(&c.MasterAddr, "master-addr", config.Env("LOOM_SCHEDULER_MASTER_ADDR", DefaultMasterAddr),
+	env := func(name, def string) string { return config.Env("LOOM_SCHEDULER_"+name, def) }
+	envInt := func(name string, def int64) int64 {
+		v, err := strconv.ParseInt(env(name, strconv.FormatInt(def, 10)), 10, 64)
+		if err != nil {
+			return def
+		}
+		return v
+	}
+	fs.StringVar(&c.MasterAddr, "master-addr", env("MASTER_ADDR", DefaultMasterAddr),
 		"MASTER_ADDR given to every step; empty means the job's first hostname (LOOM_SCHEDULER_MASTER_ADDR; default "+DefaultMasterAddr+")")
+	fs.DurationVar(&c.TickInterval, "tick", config.EnvDuration("LOOM_SCHEDULER_TICK", DefaultTickInterval),
+		"how often time limits, grace periods and deadlines are checked (LOOM_SCHEDULER_TICK)")
+	fs.StringVar(&c.policy, "policy", env("POLICY", "loom"),
+		"scheduling policy: loom (multifactor priority, backfill, preemption), easy (FCFS with EASY backfill) or fifo (LOOM_SCHEDULER_POLICY)")
+	w := &c.Domain.Weights
+	fs.Int64Var(&w.Age, "weight-age", envInt("WEIGHT_AGE", domain.DefaultWeightAge), "priority weight of age (LOOM_SCHEDULER_WEIGHT_AGE)")
+	fs.Int64Var(&w.FairShare, "weight-fairshare", envInt("WEIGHT_FAIRSHARE", domain.DefaultWeightFairShare), "priority weight of fair share (LOOM_SCHEDULER_WEIGHT_FAIRSHARE)")
+	fs.Int64Var(&w.JobSize, "weight-jobsize", envInt("WEIGHT_JOBSIZE", domain.DefaultWeightJobSize), "priority weight of job size (LOOM_SCHEDULER_WEIGHT_JOBSIZE)")
+	fs.Int64Var(&w.Partition, "weight-partition", envInt("WEIGHT_PARTITION", domain.DefaultWeightPartition), "priority weight of the partition's PriorityTier (LOOM_SCHEDULER_WEIGHT_PARTITION)")
+	fs.Int64Var(&w.QOS, "weight-qos", envInt("WEIGHT_QOS", domain.DefaultWeightQOS), "priority weight of the QOS (LOOM_SCHEDULER_WEIGHT_QOS)")
+	fs.DurationVar(&c.Domain.MaxAge, "priority-max-age", config.EnvDuration("LOOM_SCHEDULER_PRIORITY_MAX_AGE", domain.DefaultMaxAge),
+		"age at which the age factor is full (LOOM_SCHEDULER_PRIORITY_MAX_AGE)")
+	fs.DurationVar(&c.Domain.HalfLife, "fairshare-half-life", config.EnvDuration("LOOM_SCHEDULER_FAIRSHARE_HALF_LIFE", domain.DefaultHalfLife),
+		"half-life of fair-share usage (LOOM_SCHEDULER_FAIRSHARE_HALF_LIFE)")
+	fs.StringVar(&c.qos, "qos", env("QOS", domain.FormatQOS(domain.DefaultQOS())),
+		"QOS table: name:priority[:preempt=a|b][:maxgpus=N],... (LOOM_SCHEDULER_QOS)")
+	fs.StringVar(&c.Domain.DefaultQOS, "default-qos", env("DEFAULT_QOS", domain.DefaultQOSName), "QOS of jobs that name none (LOOM_SCHEDULER_DEFAULT_QOS)")
+	fs.DurationVar(&c.Domain.PreemptGrace, "preempt-grace", config.EnvDuration("LOOM_SCHEDULER_PREEMPT_GRACE", domain.DefaultPreemptGrace),
+		"time a preempted job has after its --signal before it is requeued (LOOM_SCHEDULER_PREEMPT_GRACE)")
+	fs.StringVar(&c.InstanceID, "instance-id", env("INSTANCE_ID", ""), "this instance's name in the leader lease (LOOM_SCHEDULER_INSTANCE_ID; default host-pid)")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", config.EnvDuration("LOOM_SCHEDULER_LEASE_TTL", DefaultLeaseTTL),
+		"leader lease TTL (LOOM_SCHEDULER_LEASE_TTL)")
+	fs.DurationVar(&c.RefreshInterval, "follower-refresh", config.EnvDuration("LOOM_SCHEDULER_FOLLOWER_REFRESH", DefaultRefreshInterval),
+		"how often a follower reloads the leader's writes (LOOM_SCHEDULER_FOLLOWER_REFRESH)")
 }
 
-// Run runs the scheduler until ctx ends, then shuts down gracefully.
+// resolve checks the flags that need parsing and fills the defaults.
+func (c *Config) resolve() error {
+	var v errs.Validator
+	if c.policy != "" {
+		p, ok := domain.PolicyByName(c.policy)
+		v.Check(ok, "policy", "want loom, easy or fifo, got %q", c.policy)
+		c.Domain.Policy = p
+	}
+	if c.qos != "" {
+		q, err := domain.ParseQOS("qos", c.qos)
+		if err != nil {
+			return err
+		}
+		c.Domain.QOS = q
+	}
+	if c.Domain.DefaultQOS != "" && len(c.Domain.QOS) > 0 {
+		found := false
+		for _, q := range c.Domain.QOS {
+			found = found || q.Name == c.Domain.DefaultQOS
+		}
+		v.Check(found, "default-qos", "QOS %q is not in the QOS table", c.Domain.DefaultQOS)
+	}
+	w := c.Domain.Weights
+	v.Check(w.Age >= 0 && w.FairShare >= 0 && w.JobSize >= 0 && w.Partition >= 0 && w.QOS >= 0, "weight", "priority weights must not be negative")
+	if err := v.Err(); err != nil {
+		return err
+	}
+	if c.TickInterval <= 0 {
+		c.TickInterval = DefaultTickInterval
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.RefreshInterval <= 0 {
+		c.RefreshInterval = DefaultRefreshInterval
+	}
+	if c.InstanceID == "" {
+		host, _ := os.Hostname()
+		c.InstanceID = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	c.Domain.MasterAddr = c.MasterAddr
+	return nil
+}
+
+// Run runs the scheduler until ctx ends, then shuts down gracefully. Every
+// instance serves reads; the one holding the leader lease also consumes and
+// decides (see README, "Leader lease").
 func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.resolve(); err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
 	base, err := service.New(ctx, "scheduler", cfg.Common)
 	if err != nil {
 		return err
 	}
-	a := app.New(base.Store, domain.Config{Policy: domain.DefaultPolicy(), MasterAddr: cfg.MasterAddr}, time.Now, base.Log)
-	if err := a.Start(ctx); err != nil {
+	a := app.New(base.Store, cfg.Domain, time.Now, base.Log)
+	// Every instance starts as a follower and serves reads from what is
+	// stored until it wins the lease.
+	a.StepDown()
+	if err := a.Refresh(ctx); err != nil {
 		_ = base.Close()
 		return fmt.Errorf("scheduler: %w", err)
 	}
 	loomv1.RegisterJobServiceServer(base.GRPC, ports.NewJobServer(a))
-	every := cfg.TickInterval
-	if every <= 0 {
-		every = DefaultTickInterval
+	loomv1.RegisterSlurmServiceServer(base.GRPC, ports.NewSlurmServer(a))
+	lease := adapters.NewLease(base.Store, cfg.InstanceID, cfg.LeaseTTL)
+	l := &leader{cfg: cfg, base: base, app: a, lease: lease}
+	return base.Run(ctx, nil, l.run)
+}
+
+// leader runs the instance's part in the election: followers retry the
+// lease and refresh their reads; the leader consumes, ticks and renews.
+type leader struct {
+	cfg   Config
+	base  *service.Base
+	app   *app.App
+	lease *adapters.Lease
+}
+
+func (l *leader) run(ctx context.Context) error {
+	log := l.base.Log
+	retry := l.cfg.LeaseTTL / 3
+	lastRefresh := time.Time{}
+	for {
+		token, err := l.lease.TryAcquire(ctx)
+		if err != nil && ctx.Err() == nil {
+			log.Warn("leader lease: acquire failed; retrying", "err", err)
+		}
+		if token != "" {
+			l.term(ctx, token)
+			lastRefresh = time.Time{}
+		} else if time.Since(lastRefresh) >= l.cfg.RefreshInterval {
+			if err := l.app.Refresh(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("follower refresh failed", "err", err)
+			}
+			lastRefresh = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(retry):
+		}
 	}
-	clock := func(ctx context.Context) error { return a.RunClock(ctx, every) }
-	return base.Run(ctx, []service.Consume{{Topics: ports.Topics, Handler: a.Handle}}, clock)
+}
+
+// term leads for one term: reload and start-up pass, then the consumer, the
+// clock and the lease renewal, until ctx ends, the lease is lost or a write
+// is fenced.
+func (l *leader) term(ctx context.Context, token string) {
+	log := l.base.Log.With("term", token)
+	tctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer func() {
+		l.app.StepDown()
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer rcancel()
+		if err := l.lease.Release(rctx, token); err != nil {
+			log.Warn("leader lease: release failed; it expires by itself", "err", err)
+		}
+	}()
+	if err := l.app.Lead(tctx, token, cancel); err != nil {
+		log.Error("could not take over as leader", "err", err)
+		return
+	}
+	cons := bus.NewConsumer(bus.ConsumerConfig{Brokers: l.cfg.Brokers, GroupID: "loom-scheduler", Topics: ports.Topics,
+		Logger: l.base.Log}, l.base.Producer, l.app.Handle)
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		defer cancel()
+		if err := cons.Run(tctx); err != nil {
+			log.Error("consumer failed", "err", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		defer cancel()
+		_ = l.app.RunClock(tctx, l.cfg.TickInterval)
+	}()
+	go func() {
+		defer wg.Done()
+		defer cancel()
+		l.renew(tctx, token)
+	}()
+	wg.Wait()
+}
+
+// renew keeps the lease until ctx ends or it is lost (another holder, or no
+// successful renewal for a whole TTL).
+func (l *leader) renew(ctx context.Context, token string) {
+	every := l.cfg.LeaseTTL / 3
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+		err := l.lease.Renew(ctx, token)
+		switch {
+		case err == nil:
+			last = time.Now()
+		case errors.Is(err, adapters.ErrLeaseLost):
+			l.base.Log.Warn("leader lease lost; stepping down", "term", token)
+			return
+		case time.Since(last) >= l.cfg.LeaseTTL:
+			l.base.Log.Warn("leader lease not renewed for a whole TTL; stepping down", "term", token, "err", err)
+			return
+		}
+	}
 }

@@ -1376,6 +1376,8 @@ type StartStep struct {
 	WorkDir       string            `protobuf:"bytes,11,opt,name=work_dir,json=workDir,proto3" json:"work_dir,omitempty"`
 	Gpus          int32             `protobuf:"varint,12,opt,name=gpus,proto3" json:"gpus,omitempty"`
 	JobName       string            `protobuf:"bytes,13,opt,name=job_name,json=jobName,proto3" json:"job_name,omitempty"`
+	// error_path is where stderr goes; empty means together with stdout in output_path.
+	ErrorPath     string `protobuf:"bytes,14,opt,name=error_path,json=errorPath,proto3" json:"error_path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1497,6 +1499,13 @@ func (x *StartStep) GetGpus() int32 {
 func (x *StartStep) GetJobName() string {
 	if x != nil {
 		return x.JobName
+	}
+	return ""
+}
+
+func (x *StartStep) GetErrorPath() string {
+	if x != nil {
+		return x.ErrorPath
 	}
 	return ""
 }
@@ -1966,7 +1975,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\tmodel_dir\x18\x03 \x01(\tR\bmodelDir\";\n" +
 	"\vNodeDrained\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
-	"\acluster\x18\x02 \x01(\tR\acluster\"\xb3\x03\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\"\xd2\x03\n" +
 	"\tStartStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -1983,7 +1992,9 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"outputPath\x12\x19\n" +
 	"\bwork_dir\x18\v \x01(\tR\aworkDir\x12\x12\n" +
 	"\x04gpus\x18\f \x01(\x05R\x04gpus\x12\x19\n" +
-	"\bjob_name\x18\r \x01(\tR\ajobName\x1a6\n" +
+	"\bjob_name\x18\r \x01(\tR\ajobName\x12\x1d\n" +
+	"\n" +
+	"error_path\x18\x0e \x01(\tR\terrorPath\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"b\n" +

@@ -1,10 +1,15 @@
 // Package adapters keeps the scheduler's records in Redis through libs/store:
 // one hash per record kind under the service's prefix, each field a record.
 //
-//	scheduler:clusters  cluster name → JSON Cluster
+//	scheduler:clusters  cluster name → JSON Cluster (with its partitions and node sets)
 //	scheduler:nodes     node name    → JSON Node
-//	scheduler:jobs      job name     → JSON {job: protobuf Job, attempt, model_dir}
+//	scheduler:jobs      job name     → JSON {job: protobuf Job, attempt, model_dir, excluded}
 //	scheduler:runs      job#attempt  → JSON Run
+//	scheduler:arrays    array name   → JSON Array (task names and % limit)
+//	scheduler:usage     cluster|account[|user] → JSON Usage (decayed fair-share usage)
+//
+// The leader lease (lease.go) lives beside them: scheduler:leader and its
+// fencing keys.
 package adapters
 
 import (
@@ -25,6 +30,8 @@ const (
 	KeyNodes    = "nodes"
 	KeyJobs     = "jobs"
 	KeyRuns     = "runs"
+	KeyArrays   = "arrays"
+	KeyUsage    = "usage"
 )
 
 // Repo reads and writes the scheduler's records.
@@ -41,6 +48,8 @@ type Records struct {
 	Nodes    []*domain.Node
 	Jobs     []*domain.Job
 	Runs     []*domain.Run
+	Arrays   []*domain.Array
+	Usage    []*domain.Usage
 }
 
 // Load reads every record.
@@ -53,6 +62,12 @@ func (r *Repo) Load(ctx context.Context) (*Records, error) {
 		return nil, err
 	}
 	if err := loadJSON(ctx, r.st, KeyRuns, &recs.Runs); err != nil {
+		return nil, err
+	}
+	if err := loadJSON(ctx, r.st, KeyArrays, &recs.Arrays); err != nil {
+		return nil, err
+	}
+	if err := loadJSON(ctx, r.st, KeyUsage, &recs.Usage); err != nil {
 		return nil, err
 	}
 	raw, err := r.st.HGetAll(ctx, KeyJobs)
@@ -102,6 +117,16 @@ func Write(tx *store.Tx, c *domain.Change) error {
 			return err
 		}
 	}
+	for name, v := range c.Arrays {
+		if err := putJSON(tx, KeyArrays, name, v); err != nil {
+			return err
+		}
+	}
+	for key, v := range c.Usage {
+		if err := putJSON(tx, KeyUsage, key, v); err != nil {
+			return err
+		}
+	}
 	for name, j := range c.Jobs {
 		if j == nil {
 			tx.HDel(KeyJobs, name)
@@ -131,9 +156,10 @@ func putJSON[T any](tx *store.Tx, key, field string, v *T) error {
 
 // jobRecord is a Job as stored: the resource in protobuf, the rest in JSON.
 type jobRecord struct {
-	Job      []byte `json:"job"`
-	Attempt  int32  `json:"attempt"`
-	ModelDir string `json:"model_dir,omitempty"`
+	Job      []byte   `json:"job"`
+	Attempt  int32    `json:"attempt"`
+	ModelDir string   `json:"model_dir,omitempty"`
+	Excluded []string `json:"excluded,omitempty"`
 }
 
 // EncodeJob serialises a job record.
@@ -142,7 +168,7 @@ func EncodeJob(j *domain.Job) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(jobRecord{Job: pb, Attempt: j.Attempt, ModelDir: j.ModelDir})
+	return json.Marshal(jobRecord{Job: pb, Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded})
 }
 
 // DecodeJob parses what EncodeJob wrote.
@@ -155,5 +181,5 @@ func DecodeJob(b []byte) (*domain.Job, error) {
 	if err := proto.Unmarshal(rec.Job, job); err != nil {
 		return nil, err
 	}
-	return &domain.Job{Job: job, Attempt: rec.Attempt, ModelDir: rec.ModelDir}, nil
+	return &domain.Job{Job: job, Attempt: rec.Attempt, ModelDir: rec.ModelDir, Excluded: rec.Excluded}, nil
 }

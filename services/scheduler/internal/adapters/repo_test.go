@@ -1,6 +1,7 @@
 package adapters
 
 import (
+	"encoding/json"
 	"reflect"
 	"testing"
 	"time"
@@ -36,7 +37,14 @@ func TestWriteThenLoad(t *testing.T) {
 		// Draining and idle: NodeDrained is emitted and recorded.
 		&eventsv1.NodeChanged{Node: &loomv1.Node{Name: cl + "/nodes/gpu-0002", Cluster: cl, Hostname: "gpu-0002", Gpus: 2,
 			State: loomv1.Node_DRAINING, DrainDeadline: timestamppb.New(now.Add(time.Minute))}},
+		// An array, a finished run (fair-share usage) and a node failure
+		// (job 2 requeued with gpu-0001 excluded).
+		&eventsv1.SubmitJob{Job: &loomv1.Job{Name: "projects/default/jobs/10", JobId: "10", Cluster: cl, Array: "0-1%1",
+			GpusPerNode: 1, User: "ada", Account: "lab"}},
+		&eventsv1.StepChanged{Job: "projects/default/jobs/1", Attempt: 1, Node: cl + "/nodes/gpu-0001", State: eventsv1.StepState_STEP_EXITED},
+		&eventsv1.NodeHealthChanged{Node: cl + "/nodes/gpu-0001", Cluster: cl, Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "x"},
 	} {
+		now = now.Add(time.Minute)
 		c, err := s.Handle(now, ev)
 		if err != nil {
 			t.Fatal(err)
@@ -55,26 +63,52 @@ func TestWriteThenLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(recs.Clusters) != 1 || len(recs.Nodes) != 2 || len(recs.Jobs) != 2 || len(recs.Runs) != 1 {
-		t.Fatalf("loaded %d clusters, %d nodes, %d jobs, %d runs", len(recs.Clusters), len(recs.Nodes), len(recs.Jobs), len(recs.Runs))
+	if len(recs.Clusters) != 1 || len(recs.Nodes) != 2 || len(recs.Jobs) != 4 || len(recs.Runs) != 2 ||
+		len(recs.Arrays) != 1 || len(recs.Usage) != 3 {
+		t.Fatalf("loaded %d clusters, %d nodes, %d jobs, %d runs, %d arrays, %d usage records", len(recs.Clusters), len(recs.Nodes),
+			len(recs.Jobs), len(recs.Runs), len(recs.Arrays), len(recs.Usage))
 	}
 	loaded := domain.NewState(domain.Config{})
-	loaded.Load(recs.Clusters, recs.Nodes, recs.Jobs, recs.Runs)
-	for _, name := range []string{"projects/default/jobs/1", "projects/default/jobs/2"} {
+	loaded.Load(recs.Clusters, recs.Nodes, recs.Jobs, recs.Runs, recs.Arrays, recs.Usage)
+	excluded := 0
+	for _, j := range recs.Jobs {
+		if reflect.DeepEqual(j.Excluded, []string{"gpu-0001"}) {
+			excluded++
+		}
+	}
+	if excluded != 1 {
+		t.Fatalf("%d jobs exclude gpu-0001 after it failed under one, want 1", excluded)
+	}
+	if a := loaded.ArrayRecord("projects/default/jobs/10"); a == nil || !reflect.DeepEqual(a, s.ArrayRecord("projects/default/jobs/10")) {
+		t.Fatalf("array: loaded %+v", a)
+	}
+	for _, name := range []string{"projects/default/jobs/1", "projects/default/jobs/2", "projects/default/jobs/10", "projects/default/jobs/11"} {
 		if !proto.Equal(loaded.Job(name), s.Job(name)) {
 			t.Fatalf("job %s: loaded %v, want %v", name, loaded.Job(name), s.Job(name))
 		}
-		a, b := *loaded.JobRecord(name), *s.JobRecord(name)
-		a.Job, b.Job = nil, nil
-		if a != b {
+		a, b := loaded.JobRecord(name), s.JobRecord(name)
+		if a.Attempt != b.Attempt || a.ModelDir != b.ModelDir || !reflect.DeepEqual(a.Excluded, b.Excluded) {
 			t.Fatalf("job record %s: loaded %+v, want %+v", name, a, b)
 		}
 	}
-	if !reflect.DeepEqual(loaded.Run("projects/default/jobs/1", 1), s.Run("projects/default/jobs/1", 1)) {
-		t.Fatalf("run: loaded %+v, want %+v", loaded.Run("projects/default/jobs/1", 1), s.Run("projects/default/jobs/1", 1))
+	for _, r := range recs.Runs {
+		a, b := *loaded.Run(r.Job, r.Attempt), *s.Run(r.Job, r.Attempt)
+		ja, _ := json.Marshal(a)
+		jb, _ := json.Marshal(b)
+		if string(ja) != string(jb) {
+			t.Fatalf("run %s: loaded %s, want %s", r.Key(), ja, jb)
+		}
 	}
-	if !reflect.DeepEqual(loaded.ActiveRuns(), s.ActiveRuns()) {
+	if len(loaded.ActiveRuns()) != len(s.ActiveRuns()) {
 		t.Fatal("active runs differ after load")
+	}
+	// The same priorities (fair share from the stored usage) as the original.
+	for _, name := range []string{"projects/default/jobs/10", "projects/default/jobs/11"} {
+		a, b := loaded.JobView(name, now), s.JobView(name, now)
+		b.Placement = "" // memory only: the loaded state's next pass explains it again
+		if !proto.Equal(a, b) {
+			t.Fatalf("view of %s: loaded %v, want %v", name, a, b)
+		}
 	}
 	drained := cl + "/nodes/gpu-0002"
 	if got, want := loaded.Node(drained), s.Node(drained); !want.Drained || !reflect.DeepEqual(got, want) {

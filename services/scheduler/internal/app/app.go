@@ -1,6 +1,7 @@
 // Package app applies consumed events to the scheduler: the domain computes
 // the change, store.Apply writes it (records, emitted events and the inbox
-// mark, atomically), and only then does the in-memory state take it.
+// mark, atomically, fenced by the leader lease), and only then does the
+// in-memory state take it.
 package app
 
 import (
@@ -23,9 +24,17 @@ import (
 // Source is the CloudEvents source of the scheduler's events.
 const Source = "loom/scheduler"
 
+// ErrNotLeader is returned by writers of an instance that does not hold the
+// leader lease (or lost it: its fence was revoked).
+var ErrNotLeader = errors.New("not the scheduler leader")
+
 // App is the scheduler's state and the one path that changes it. Handle (the
 // consumer) and Tick (the clock) may run concurrently; they take turns. Reads
 // may run concurrently with either.
+//
+// With a lease (Lead), only the leader writes: every Apply carries its
+// term's fence, and an Apply refused by the fence makes it step down at once.
+// Without one (New alone, as in tests) it writes unfenced.
 type App struct {
 	st   *store.Store
 	repo *adapters.Repo
@@ -43,18 +52,34 @@ type App struct {
 	// stale is set when an Apply failed without saying whether it wrote:
 	// memory may lag Redis, so the next event reloads first.
 	stale bool
+
+	// Leadership (under work): the term's token ("" when fencing is off),
+	// whether this instance leads, the writes of the term, and what to call
+	// when the fence refuses a write.
+	fenced   bool
+	token    string
+	leading  bool
+	seq      uint64
+	onFenced func()
+	// version is the store version the memory was loaded at (followers).
+	version string
 }
 
-// New returns an app over st; Start loads it. now is the clock.
+// New returns an app over st; Start (or Lead) loads it. now is the clock.
 func New(st *store.Store, cfg domain.Config, now func() time.Time, log *slog.Logger) *App {
-	return &App{st: st, repo: adapters.NewRepo(st), cfg: cfg, now: now, log: log, state: domain.NewState(cfg)}
+	return &App{st: st, repo: adapters.NewRepo(st), cfg: cfg, now: now, log: log, state: domain.NewState(cfg), leading: true}
 }
 
 // Start rebuilds memory from Redis and runs a scheduling pass over every
-// cluster, so work that a crashed predecessor left to do is done.
+// cluster, so work that a crashed predecessor left to do is done. It is the
+// unfenced start of a single instance; Lead is the fenced one.
 func (a *App) Start(ctx context.Context) error {
 	a.work.Lock()
 	defer a.work.Unlock()
+	return a.startLocked(ctx)
+}
+
+func (a *App) startLocked(ctx context.Context) error {
 	if err := a.reload(ctx); err != nil {
 		return err
 	}
@@ -65,25 +90,89 @@ func (a *App) Start(ctx context.Context) error {
 	return nil
 }
 
+// Lead makes this instance the leader for the term of token (from
+// adapters.Lease.TryAcquire): it reloads memory from Redis (what the
+// previous leader wrote), runs the start-up pass, and from then on fences
+// every write with token. onFenced is called (once) when a write is refused
+// because a later term took over.
+func (a *App) Lead(ctx context.Context, token string, onFenced func()) error {
+	a.work.Lock()
+	defer a.work.Unlock()
+	a.fenced, a.token, a.leading, a.onFenced = true, token, true, onFenced
+	if err := a.startLocked(ctx); err != nil {
+		a.leading = false
+		return err
+	}
+	a.log.Info("leading", "term", token)
+	return nil
+}
+
+// StepDown stops this instance from writing; memory is kept for reads and
+// refreshed by Refresh.
+func (a *App) StepDown() {
+	a.work.Lock()
+	defer a.work.Unlock()
+	if a.leading {
+		a.log.Info("stepped down", "term", a.token)
+	}
+	a.fenced, a.leading, a.onFenced = true, false, nil
+	a.version = "" // the next Refresh reloads
+}
+
+// Leading reports whether this instance may write.
+func (a *App) Leading() bool {
+	a.work.Lock()
+	defer a.work.Unlock()
+	return a.leading
+}
+
+// Refresh reloads memory from Redis when the leader wrote since the last
+// load: followers keep serving reads close to the leader's state.
+func (a *App) Refresh(ctx context.Context) error {
+	a.work.Lock()
+	defer a.work.Unlock()
+	if a.leading {
+		return nil
+	}
+	v, err := adapters.Version(ctx, a.st)
+	if err != nil {
+		return err
+	}
+	if v == a.version && a.version != "" {
+		return nil
+	}
+	if err := a.reload(ctx); err != nil {
+		return err
+	}
+	a.version = v
+	return nil
+}
+
 func (a *App) reload(ctx context.Context) error {
 	recs, err := a.repo.Load(ctx)
 	if err != nil {
 		return fmt.Errorf("load state: %w", err)
 	}
 	s := domain.NewState(a.cfg)
-	s.Load(recs.Clusters, recs.Nodes, recs.Jobs, recs.Runs)
+	s.Load(recs.Clusters, recs.Nodes, recs.Jobs, recs.Runs, recs.Arrays, recs.Usage)
 	a.mu.Lock()
 	a.state, a.stale = s, false
 	a.mu.Unlock()
-	a.log.Info("state loaded", "clusters", len(recs.Clusters), "nodes", len(recs.Nodes), "jobs", len(recs.Jobs), "runs", len(recs.Runs))
+	a.log.Info("state loaded", "clusters", len(recs.Clusters), "nodes", len(recs.Nodes), "jobs", len(recs.Jobs),
+		"runs", len(recs.Runs), "arrays", len(recs.Arrays))
 	return nil
 }
 
 // Handle applies one consumed event; it is the consumer's bus.Handler. An
 // event that can never apply is returned as bus.Permanent (dead-lettered).
+// An instance that lost the lease refuses the event (it stays uncommitted
+// and goes to the next leader).
 func (a *App) Handle(ctx context.Context, ev envelope.Event) error {
 	a.work.Lock()
 	defer a.work.Unlock()
+	if !a.leading {
+		return fmt.Errorf("event %s: %w", ev.ID, ErrNotLeader)
+	}
 	if a.stale {
 		if err := a.reload(ctx); err != nil {
 			return err
@@ -103,12 +192,16 @@ func (a *App) Handle(ctx context.Context, ev envelope.Event) error {
 	return nil
 }
 
-// Tick applies what the clock asks for (drain deadlines that have passed).
-// Its change carries no inbox mark: a crash before it is stored loses
-// nothing, since the next tick, or the start-up pass, computes it again.
+// Tick applies what the clock asks for (time limits, preemption grace
+// periods, drain deadlines, begin times). Its change carries no inbox mark:
+// a crash before it is stored loses nothing, since the next tick, or the
+// start-up pass, computes it again.
 func (a *App) Tick(ctx context.Context) error {
 	a.work.Lock()
 	defer a.work.Unlock()
+	if !a.leading {
+		return ErrNotLeader
+	}
 	if a.stale {
 		if err := a.reload(ctx); err != nil {
 			return err
@@ -122,7 +215,7 @@ func (a *App) Tick(ctx context.Context) error {
 
 // RunClock calls Tick every interval until ctx ends. A failed tick is logged
 // and tried again at the next one, so a Redis hiccup does not stop the
-// service; it returns nil when ctx ends.
+// service; it returns nil when ctx ends or the instance stops leading.
 func (a *App) RunClock(ctx context.Context, every time.Duration) error {
 	tk := time.NewTicker(every)
 	defer tk.Stop()
@@ -131,23 +224,38 @@ func (a *App) RunClock(ctx context.Context, every time.Duration) error {
 		case <-ctx.Done():
 			return nil
 		case <-tk.C:
-			if err := a.Tick(ctx); err != nil && ctx.Err() == nil {
+			err := a.Tick(ctx)
+			switch {
+			case errors.Is(err, ErrNotLeader):
+				return nil
+			case err != nil && ctx.Err() == nil:
 				a.log.Warn("tick failed; retrying at the next", "err", err)
 			}
 		}
 	}
 }
 
-// apply writes c with the inbox mark inboxID and commits it to memory.
+// apply writes c with the inbox mark inboxID (and the term's fence) and
+// commits it to memory.
 func (a *App) apply(ctx context.Context, inboxID string, c *domain.Change) error {
-	for _, d := range c.Decisions {
-		a.log.Debug("job waits", "job", d.Job, "reason", d.Reason, "filtered", d.Filtered)
+	if a.log.Enabled(ctx, slog.LevelDebug) {
+		for _, d := range c.Decisions {
+			a.log.Debug("job waits", "job", d.Job, "reason", d.Reason, "filtered", d.Filtered, "note", d.Note)
+		}
 	}
 	if c.Empty() {
 		// Nothing to write: the event changes nothing, now or on redelivery.
+		// Its memory-only parts (placement explanations, wake-ups) still count.
+		a.mu.Lock()
+		a.state.Commit(c)
+		a.mu.Unlock()
 		return nil
 	}
 	var tx store.Tx
+	if a.fenced {
+		a.seq++
+		adapters.Fence(&tx, a.token, a.seq)
+	}
 	if err := adapters.Write(&tx, c); err != nil {
 		return err
 	}
@@ -161,6 +269,15 @@ func (a *App) apply(ctx context.Context, inboxID string, c *domain.Change) error
 	applied, err := a.st.Apply(ctx, inboxID, &tx)
 	if err != nil {
 		a.stale = true
+		if a.fenced && adapters.IsFenced(err) {
+			a.log.Warn("a later term holds the leader lease; stepping down", "term", a.token, "err", err)
+			a.leading = false
+			if f := a.onFenced; f != nil {
+				a.onFenced = nil
+				f()
+			}
+			return fmt.Errorf("apply: %w: %w", ErrNotLeader, err)
+		}
 		return fmt.Errorf("apply: %w", err)
 	}
 	if !applied {
@@ -172,20 +289,35 @@ func (a *App) apply(ctx context.Context, inboxID string, c *domain.Change) error
 	return nil
 }
 
-// GetJob returns the job named name, or an error wrapping errs.NotFound.
+// GetJob returns the job named name (array tasks as "jobs/A_i"), as of now,
+// or an error wrapping errs.NotFound.
 func (a *App) GetJob(name string) (*loomv1.Job, error) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	j := a.state.Job(name)
+	j := a.state.JobView(name, a.now())
 	if j == nil {
 		return nil, fmt.Errorf("job %s: %w", name, errs.NotFound)
 	}
 	return j, nil
 }
 
-// ListJobs returns the jobs keep returns true for, in queue order.
-func (a *App) ListJobs(keep func(*loomv1.Job) bool) []*loomv1.Job {
+// ListJobs returns the jobs f selects, in submission order.
+func (a *App) ListJobs(f domain.JobFilter) []*loomv1.Job {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	return a.state.Jobs(keep)
+	return a.state.ListJobs(f, a.now())
+}
+
+// ListPartitions returns the cluster's partitions (sinfo).
+func (a *App) ListPartitions(cluster string) []*loomv1.Partition {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.state.Partitions(cluster)
+}
+
+// ListSlurmNodes returns the cluster's compute nodes (sinfo -N).
+func (a *App) ListSlurmNodes(cluster string) []*loomv1.SlurmNode {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.state.SlurmNodes(cluster)
 }

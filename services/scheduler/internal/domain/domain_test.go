@@ -65,6 +65,7 @@ func (h *harness) tick(d time.Duration) *Change {
 func (h *harness) commit(c *Change) {
 	h.t.Helper()
 	h.s.Commit(c)
+	checkAllocIndex(h.t, h.s)
 	checkInvariants(h.t, h.s)
 	for _, ss := range starts(c) {
 		if n := h.s.Node(ss.GetNode()); n == nil || !n.Usable() {
@@ -108,6 +109,20 @@ func jobName(id int) string { return "projects/default/jobs/" + strconv.Itoa(id)
 func (h *harness) submit(id int, nodes, gpus int32) *Change {
 	return h.do(&eventsv1.SubmitJob{Job: &loomv1.Job{Name: jobName(id), JobId: strconv.Itoa(id), Cluster: cl,
 		NodeCount: nodes, GpusPerNode: gpus, Command: []string{"/bin/train", "--x"}, SubmitTime: timestamppb.New(h.now)}})
+}
+
+// submitJob submits j as the gateway would (submit time now).
+func (h *harness) submitJob(j *loomv1.Job) *Change {
+	if j.SubmitTime == nil {
+		j.SubmitTime = timestamppb.New(h.now)
+	}
+	return h.do(&eventsv1.SubmitJob{Job: j})
+}
+
+// noRequeue submits a --no-requeue command job.
+func (h *harness) noRequeue(id int, nodes, gpus int32) *Change {
+	return h.submitJob(&loomv1.Job{Name: jobName(id), JobId: strconv.Itoa(id), Cluster: cl, NodeCount: nodes,
+		GpusPerNode: gpus, Command: []string{"/bin/train"}, Requeue: proto.Bool(false)})
 }
 
 func (h *harness) step(id int, attempt int32, host string, st eventsv1.StepState, code int32) *Change {
@@ -177,11 +192,13 @@ func checkInvariants(t *testing.T, s *State) {
 				t.Fatalf("running job %s has no active run", name)
 			}
 		case loomv1.JobState_PENDING:
-			if !s.pending[j.GetCluster()][name] {
+			if ci := s.byCluster[j.GetCluster()]; ci == nil || ci.pending[ci.pendPos[name]].j != rec {
 				t.Fatalf("pending job %s missing from the queue index", name)
 			}
 			switch j.GetStateReason() {
-			case ReasonPriority, ReasonResources, ReasonReqNodeNotAvail:
+			case ReasonPriority, ReasonResources, ReasonReqNodeNotAvail, ReasonDependency, ReasonDependencyNeverSatisfied,
+				ReasonHeldUser, ReasonHeldAdmin, ReasonPartitionTimeLimit, ReasonPartitionConfig, ReasonPartitionNodeLimit,
+				ReasonBadConstraints, ReasonBeginTime, ReasonQOSMaxGRESPerUser, ReasonJobArrayTaskLimit:
 			default:
 				t.Fatalf("pending job %s has reason %q", name, j.GetStateReason())
 			}
@@ -265,34 +282,60 @@ func TestStepEnv(t *testing.T) {
 	h.node("gpu-0001", 8)
 	h.node("gpu-0002", 8)
 	h.submit(1, 1, 2) // takes GPUs 0,1 of gpu-0001
+	// A batch script runs once, on the batch host (its first node).
 	c := h.do(&eventsv1.SubmitJob{Job: &loomv1.Job{Name: jobName(7), JobId: "7", Cluster: cl, DisplayName: "train",
 		NodeCount: 2, GpusPerNode: 3, Script: "echo hi", Env: map[string]string{"FOO": "bar", "SLURM_JOB_ID": "forged"},
-		ModelOutput: &loomv1.ModelOutput{ModelId: "tiny"}}})
+		ModelOutput: &loomv1.ModelOutput{ModelId: "tiny"}, User: "ada", SubmitDir: "/home/ada/exp", WorkDir: "run",
+		NtasksPerNode: 2, CpusPerTask: 4, OutputPattern: "%x-%j-%N.out", ErrorPattern: "/logs/%u/%5j.err"}})
 	ss := starts(c)
-	if len(ss) != 2 {
-		t.Fatalf("want 2 StartStep, got %v", c.Emits)
+	if len(ss) != 1 {
+		t.Fatalf("want 1 StartStep (the batch host), got %v", c.Emits)
 	}
 	want := map[string]string{
-		"FOO": "bar", "SLURM_JOB_ID": "7", "SLURM_JOB_NAME": "train", "SLURM_JOB_NODELIST": "gpu-0001,gpu-0002",
-		"SLURM_NNODES": "2", "SLURM_NODEID": "1", "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_GPUS_ON_NODE": "3",
-		"CUDA_VISIBLE_DEVICES": "0,1,2", "SLURM_SUBMIT_DIR": "/shared/c1", "LOOM_JOB_ID": "7",
-		"LOOM_JOB_NAME": jobName(7), "LOOM_NODE_RANK": "1", "LOOM_NUM_NODES": "2",
+		"FOO": "bar", "SLURM_JOB_ID": "7", "SLURM_JOBID": "7", "SLURM_JOB_NAME": "train", "SLURM_JOB_NODELIST": "gpu-[0001-0002]",
+		"SLURM_NODELIST": "gpu-[0001-0002]", "SLURM_NNODES": "2", "SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "0",
+		"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NTASKS": "4", "SLURM_NPROCS": "4", "SLURM_TASKS_PER_NODE": "2(x2)",
+		"SLURM_CPUS_PER_TASK": "4", "SLURM_JOB_CPUS_PER_NODE": "8", "SLURM_GPUS_ON_NODE": "3", "CUDA_VISIBLE_DEVICES": "2,3,4",
+		"SLURM_SUBMIT_DIR": "/home/ada/exp", "SLURM_JOB_PARTITION": "all", "SLURM_JOB_USER": "ada", "SLURM_JOB_QOS": "normal",
+		"SLURM_RESTART_COUNT": "0", "SLURMD_NODENAME": "gpu-0001", "SLURM_TOPOLOGY_ADDR": "gpu-0001", "SLURM_CLUSTER_NAME": "c1",
+		"LOOM_JOB_ID": "7", "LOOM_JOB_NAME": jobName(7), "LOOM_NODE_RANK": "0", "LOOM_NUM_NODES": "2",
 		"MASTER_ADDR": "gpu-0001", "MASTER_PORT": "20007", "LOOM_MODEL_DIR": "/shared/c1/models/tiny/job-7",
 	}
-	if got := ss[1].GetEnv(); !reflect.DeepEqual(got, want) {
-		t.Fatalf("env of rank 1:\n got %v\nwant %v", got, want)
-	}
-	if got := ss[0].GetEnv()["CUDA_VISIBLE_DEVICES"]; got != "2,3,4" {
-		t.Fatalf("rank 0 CUDA_VISIBLE_DEVICES %q, want 2,3,4 (0,1 are job 1's)", got)
+	if got := ss[0].GetEnv(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("env of the batch step:\n got %v\nwant %v", got, want)
 	}
 	s := ss[0]
-	if s.GetScript() != "echo hi" || s.GetWorkDir() != "/shared/c1" || s.GetOutputPath() != "/shared/c1/slurm-7.out" ||
-		s.GetGpus() != 3 || s.GetJobName() != "train" || s.GetJobId() != "7" || !reflect.DeepEqual(s.GetNodeHostnames(), []string{"gpu-0001", "gpu-0002"}) {
+	if s.GetScript() != "echo hi" || s.GetWorkDir() != "/home/ada/exp/run" || s.GetOutputPath() != "/home/ada/exp/run/train-7-gpu-0001.out" ||
+		s.GetGpus() != 3 || s.GetJobName() != "train" || s.GetJobId() != "7" || s.GetNodeIndex() != 0 ||
+		!reflect.DeepEqual(s.GetNodeHostnames(), []string{"gpu-0001", "gpu-0002"}) {
 		t.Fatalf("StartStep fields: %v", s)
+	}
+	j := h.job(7)
+	if j.GetErrorPath() != "/logs/ada/00007.err" || j.GetBatchHost() != "gpu-0001" || j.GetAllocGpus() != 6 {
+		t.Fatalf("job 7: error path %q, batch host %q, %d GPUs", j.GetErrorPath(), j.GetBatchHost(), j.GetAllocGpus())
 	}
 	jc := jobChanges(c)
 	if last := jc[len(jc)-1]; last.GetModelDir() != "/shared/c1/models/tiny/job-7" {
 		t.Fatalf("JobChanged.model_dir %q", last.GetModelDir())
+	}
+	// The batch step ends the job; the other node held no process.
+	h.step(7, 1, "gpu-0001", eventsv1.StepState_STEP_EXITED, 0)
+	h.wantState(7, loomv1.JobState_COMPLETED, "")
+	if r := h.s.Run(jobName(7), 1); !r.Released {
+		t.Fatal("batch job's allocation not freed when its batch step ended")
+	}
+
+	// A command runs once per node, one task each, as an implicit srun.
+	c = h.do(&eventsv1.SubmitJob{Job: &loomv1.Job{Name: jobName(8), JobId: "8", Cluster: cl, NodeCount: 2,
+		GpusPerNode: 1, Command: []string{"/bin/train"}}})
+	ss = starts(c)
+	if len(ss) != 2 {
+		t.Fatalf("want 2 StartStep, got %d", len(ss))
+	}
+	env := ss[1].GetEnv()
+	if env["SLURM_PROCID"] != "1" || env["SLURM_NODEID"] != "1" || env["SLURM_NTASKS"] != "2" || env["SLURM_TASKS_PER_NODE"] != "1(x2)" ||
+		env["SLURM_SUBMIT_DIR"] != "/shared/c1" || ss[1].GetOutputPath() != "/shared/c1/slurm-8.out" {
+		t.Fatalf("rank 1 of a command job: %v %q", env, ss[1].GetOutputPath())
 	}
 }
 
@@ -378,8 +421,12 @@ func TestZeroGPUJobsShareNodes(t *testing.T) {
 	h.submit(2, 1, 0)
 	h.wantState(1, loomv1.JobState_RUNNING, "")
 	h.wantState(2, loomv1.JobState_RUNNING, "")
-	h.submit(3, 1, 1)
-	h.wantState(3, loomv1.JobState_PENDING, ReasonResources)
+	// No node of the partition has a GPU: the job can never run as it is.
+	c := h.submit(3, 1, 1)
+	h.wantState(3, loomv1.JobState_PENDING, ReasonBadConstraints)
+	if d := decision(c, 3); d == nil || d.Filtered["NodeTooSmall"] != 1 {
+		t.Fatalf("want cpu-0001 filtered as NodeTooSmall, got %+v", d)
+	}
 }
 
 func TestReqNodeNotAvail(t *testing.T) {
@@ -474,7 +521,7 @@ func TestNodeFail(t *testing.T) {
 	h := newHarness(t)
 	h.node("gpu-0001", 8)
 	h.node("gpu-0002", 8)
-	h.submit(1, 2, 8)
+	h.noRequeue(1, 2, 8)
 	h.submit(2, 1, 8)
 	c := h.do(&eventsv1.NodeHealthChanged{Node: nodeName("gpu-0001"), Cluster: cl, Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "no heartbeat for 15s"})
 	h.wantState(1, loomv1.JobState_NODE_FAIL, "node gpu-0001 down: no heartbeat for 15s")
@@ -510,8 +557,8 @@ func TestNodeDownAndRemoved(t *testing.T) {
 	h := newHarness(t)
 	h.node("gpu-0001", 1)
 	h.node("gpu-0002", 1)
-	h.submit(1, 1, 1)
-	h.submit(2, 1, 1)
+	h.noRequeue(1, 1, 1)
+	h.noRequeue(2, 1, 1)
 	h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName("gpu-0001"), Cluster: cl, Hostname: "gpu-0001", Gpus: 1, State: loomv1.Node_DOWN, Reason: "agent exited"}})
 	h.wantState(1, loomv1.JobState_NODE_FAIL, "node gpu-0001 down: agent exited")
 	h.do(&eventsv1.NodeRemoved{Node: nodeName("gpu-0002"), Cluster: cl})
@@ -700,6 +747,10 @@ func TestRandomNoGPUDoubleAllocated(t *testing.T) {
 			}
 		}
 		for _, j := range h.s.Jobs(nil) {
+			if j.GetState() == loomv1.JobState_PENDING && len(h.s.JobRecord(j.GetName()).Excluded) > 0 &&
+				(j.GetStateReason() == ReasonBadConstraints || j.GetStateReason() == ReasonPartitionNodeLimit) {
+				continue // its node failures left it too few nodes: it waits for more
+			}
 			if j.GetState() == loomv1.JobState_PENDING || j.GetState() == loomv1.JobState_RUNNING {
 				t.Fatalf("seed %d: job %s still %v (%s) with every node free", seed, j.GetName(), j.GetState(), j.GetStateReason())
 			}
@@ -711,4 +762,63 @@ func TestRandomNoGPUDoubleAllocated(t *testing.T) {
 		t.Fatalf("random runs saw %d requeues and %d NodeDrained", requeues, drains)
 	}
 	t.Logf("%d requeues, %d NodeDrained", requeues, drains)
+}
+
+// checkAllocIndex compares the per-node allocation counters with the runs.
+func checkAllocIndex(t *testing.T, s *State) {
+	t.Helper()
+	want := map[string]*nodeAlloc{}
+	for _, r := range s.runs {
+		if r.Released {
+			continue
+		}
+		for i, node := range r.Nodes {
+			if !r.Holds(node) {
+				continue
+			}
+			a := want[node]
+			if a == nil {
+				a = &nodeAlloc{}
+				want[node] = a
+			}
+			a.add(r, i, node, 1)
+		}
+	}
+	same := func(a, b *nodeAlloc) bool {
+		if a.gpuMask != b.gpuMask || a.gpus != b.gpus || a.cpus != b.cpus || a.memMB != b.memMB || a.runs != b.runs ||
+			a.exclusive != b.exclusive || len(a.holders) != len(b.holders) {
+			return false
+		}
+		keys := map[string]bool{}
+		for _, r := range a.holders {
+			keys[r.Key()] = true
+		}
+		for _, r := range b.holders {
+			if !keys[r.Key()] {
+				return false
+			}
+		}
+		return true
+	}
+	for node, a := range want {
+		if got := s.alloc[node]; got == nil || !same(got, a) {
+			t.Fatalf("alloc index of %s: got %+v, want %+v", node, got, a)
+		}
+	}
+	for node, a := range s.alloc {
+		if want[node] == nil {
+			t.Fatalf("alloc index of %s: got %+v, want none", node, a)
+		}
+	}
+	if len(s.active) != func() int {
+		n := 0
+		for _, r := range s.runs {
+			if !r.Released {
+				n++
+			}
+		}
+		return n
+	}() {
+		t.Fatalf("active index out of date")
+	}
 }

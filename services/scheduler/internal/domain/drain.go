@@ -2,32 +2,11 @@ package domain
 
 import (
 	"sort"
-	"time"
 
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
-
-// Tick does what the passing of time asks of draining nodes: at a node's
-// drain deadline the jobs still running on it are requeued (and the passes
-// that follow start them elsewhere). It is cheap when nothing is due, so the
-// app may call it every second; the change is empty then.
-func (s *State) Tick(now time.Time) *Change {
-	t := newTxn(s, now)
-	if len(s.draining) == 0 {
-		return t.c
-	}
-	holders := t.holders()
-	for name := range s.draining {
-		n := s.nodes[name]
-		if requeue, drained := t.drainWork(n, holders[name]); len(requeue) > 0 || drained {
-			t.dirty[n.Cluster] = true
-		}
-	}
-	t.pass()
-	return t.c
-}
 
 // drain handles the cluster's DRAINING nodes: it requeues the jobs of those
 // past their deadline and emits NodeDrained, once, for each that holds no
@@ -78,18 +57,20 @@ func (t *txn) drainWork(n *Node, holders []*Run) (requeue []*Run, drained bool) 
 
 // requeue ends j's run r, which holds the draining node host past its
 // deadline: every node of the run is told to stop, and the job is REQUEUED
-// and back in the queue, PENDING, in its old place. Its next start is a new
-// attempt; the old run keeps its allocation until its steps end.
+// and back in the queue, PENDING, in its old place (or ends NODE_FAIL when
+// it was submitted with --no-requeue). Its next start is a new attempt; the
+// old run keeps its allocation until its steps end.
 func (t *txn) requeue(j *Job, r *Run, host string) {
 	reason := "node " + host + " draining"
 	j = t.editJob(j.Name())
-	j.Job.State, j.Job.StateReason = loomv1.JobState_REQUEUED, reason
-	t.emitJob(j)
-	j.Job.State, j.Job.StateReason, j.Job.ExitCode = loomv1.JobState_PENDING, ReasonRequeued, 0
-	j.Job.Nodes, j.Job.StartTime, j.Job.EndTime = nil, nil, nil
-	t.emitJob(j)
 	t.stopSteps(r, "", reason)
-	t.dirty[j.Job.GetCluster()] = true
+	if !j.requeueAllowed() {
+		t.finish(j, loomv1.JobState_NODE_FAIL, 0, reason)
+		t.dirty[j.Job.GetCluster()] = true
+		return
+	}
+	t.endAttempt(r, loomv1.JobState_REQUEUED, 0, reason)
+	t.requeueJob(j, reason)
 }
 
 // drainingNodes returns the cluster's DRAINING nodes, by name.

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"google.golang.org/protobuf/proto"
 	"reflect"
 	"testing"
 	"time"
@@ -218,13 +219,15 @@ func TestDrainDeadlineAlreadyPassed(t *testing.T) {
 }
 
 // TestFailedNodeEndsJobsNodeFail is the spot preemption path: a node that
-// goes FAILED ends its jobs NODE_FAIL and takes no work.
+// goes FAILED ends its jobs NODE_FAIL (a --no-requeue job for good) and
+// takes no work.
 func TestFailedNodeEndsJobsNodeFail(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	h.node("gpu-0001", 8)
 	h.node("gpu-0002", 8)
-	h.submit(1, 2, 8)
+	h.submitJob(&loomv1.Job{Name: jobName(1), JobId: "1", Cluster: cl, NodeCount: 2, GpusPerNode: 8,
+		Command: []string{"/bin/train"}, Requeue: proto.Bool(false)})
 	c := h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName("gpu-0002"), Cluster: cl, Hostname: "gpu-0002", Gpus: 8,
 		State: loomv1.Node_FAILED, Reason: "preempted by provider"}})
 	h.wantState(1, loomv1.JobState_NODE_FAIL, "node gpu-0002 down: preempted by provider")

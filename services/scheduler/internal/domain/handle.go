@@ -2,15 +2,15 @@ package domain
 
 import (
 	"fmt"
-	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
-	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -18,15 +18,20 @@ import (
 // Handle computes what one consumed event does, followed by the scheduling
 // pass it triggers on the clusters it touched. Events of types the scheduler
 // does not act on give an empty change. A payload that can never be applied
-// (a required field missing) gives an *errs.InvalidError.
+// (a required field missing, an option that does not parse) gives an
+// *errs.InvalidError.
 func (s *State) Handle(now time.Time, payload proto.Message) (*Change, error) {
-	t := newTxn(s, now)
+	t := writerTxn(s, now)
 	var err error
 	switch ev := payload.(type) {
 	case *eventsv1.SubmitJob:
 		err = t.submit(ev)
 	case *eventsv1.CancelJob:
 		err = t.cancel(ev)
+	case *eventsv1.UpdateJob:
+		err = t.updateJob(ev)
+	case *eventsv1.UpdateSlurmNode:
+		err = t.updateSlurmNode(ev)
 	case *eventsv1.ClusterChanged:
 		err = t.clusterChanged(ev)
 	case *eventsv1.ClusterDeleted:
@@ -49,7 +54,7 @@ func (s *State) Handle(now time.Time, payload proto.Message) (*Change, error) {
 
 // Schedule runs a scheduling pass over every cluster, as at start-up.
 func (s *State) Schedule(now time.Time) *Change {
-	t := newTxn(s, now)
+	t := writerTxn(s, now)
 	for _, c := range s.Clusters() {
 		t.dirty[c] = true
 	}
@@ -64,30 +69,106 @@ func (t *txn) submit(ev *eventsv1.SubmitJob) error {
 	v.Check(in.GetJobId() != "", "job.job_id", "required")
 	v.Check(in.GetCluster() != "", "job.cluster", "required")
 	v.Check(in.GetNodeCount() >= 0, "job.node_count", "must not be negative, got %d", in.GetNodeCount())
-	v.Check(in.GetGpusPerNode() >= 0, "job.gpus_per_node", "must not be negative, got %d", in.GetGpusPerNode())
+	v.Check(in.GetGpusPerNode() >= 0 && in.GetGpusPerNode() <= MaxGPUsPerNode, "job.gpus_per_node",
+		"must be 0..%d, got %d", MaxGPUsPerNode, in.GetGpusPerNode())
+	v.Check(in.GetGpus() >= 0, "job.gpus", "must not be negative, got %d", in.GetGpus())
+	v.Check(in.GetTimeLimitSeconds() >= 0, "job.time_limit_seconds", "must not be negative, got %d", in.GetTimeLimitSeconds())
+	if _, err := ParseJobSignal(in.GetSignal()); err != nil {
+		v.Add("job.signal", "%v", err)
+	}
+	var arr ArraySpec
+	if in.GetArray() != "" && in.GetArrayJobId() == "" {
+		var err error
+		if arr, err = ParseArraySpec(in.GetArray()); err != nil {
+			v.Add("job.array", "%v", err)
+		}
+		if _, err := strconv.ParseInt(in.GetJobId(), 10, 64); err != nil {
+			v.Add("job.job_id", "an array's job id must be numeric, got %q", in.GetJobId())
+		}
+	}
 	if err := v.Err(); err != nil {
 		return fmt.Errorf("submit job: %w", err)
 	}
 	if t.job(in.GetName()) != nil {
 		return nil // a copy of a submit already applied
 	}
-	j := &Job{Job: proto.Clone(in).(*loomv1.Job)}
-	j.Job.State = loomv1.JobState_PENDING
-	j.Job.StateReason = ""
-	j.Job.ExitCode = 0
-	j.Job.Nodes = nil
-	j.Job.OutputPath = ""
-	j.Job.StartTime, j.Job.EndTime = nil, nil
-	j.Job.NodeCount = max(j.Job.NodeCount, 1)
-	if j.Job.SubmitTime == nil {
-		j.Job.SubmitTime = timestamppb.New(t.now)
+	base := proto.Clone(in).(*loomv1.Job)
+	base.State = loomv1.JobState_PENDING
+	base.StateReason, base.ExitCode = "", 0
+	base.Nodes, base.OutputPath, base.ErrorPath = nil, "", ""
+	base.StartTime, base.EndTime = nil, nil
+	base.Priority, base.PriorityFactors, base.Placement = 0, nil, ""
+	base.RestartCount, base.Runs, base.BatchHost, base.AllocGpus = 0, nil, "", 0
+	base.NodeCount = max(base.NodeCount, 1)
+	if base.SubmitTime == nil {
+		base.SubmitTime = timestamppb.New(t.now)
 	}
-	if c := t.cluster(in.GetCluster()); c != nil && c.State == loomv1.Cluster_DELETED {
-		t.end(j, loomv1.JobState_CANCELLED, 0, ReasonClusterDeleted)
+	if base.GetQos() == "" {
+		base.Qos = t.s.cfg.DefaultQOS
 	}
-	t.putNewJob(j)
-	t.emitJob(j)
+	c := t.cluster(in.GetCluster())
+	if base.GetPartition() == "" && c != nil {
+		if p, i := c.partition(""); i >= 0 {
+			base.Partition = p.Name
+		}
+	}
+	if base.GetHold() {
+		base.StateReason = ReasonHeldUser
+	}
+	jobs := []*Job{{Job: base}}
+	if len(arr.Indexes) > 0 {
+		a := &Array{Name: in.GetName(), Cluster: in.GetCluster(), JobID: in.GetJobId(), Limit: arr.Limit,
+			Indexes: arr.Indexes, Tasks: make([]string, len(arr.Indexes))}
+		first, _ := strconv.ParseInt(in.GetJobId(), 10, 64)
+		prefix := jobsPrefix(in.GetName())
+		jobs = jobs[:0]
+		for k, idx := range arr.Indexes {
+			task := proto.Clone(base).(*loomv1.Job)
+			task.JobId = strconv.FormatInt(first+int64(k), 10)
+			task.Name = prefix + task.JobId
+			task.ArrayJobId, task.ArrayTaskId = in.GetJobId(), idx
+			a.Tasks[k] = task.Name
+			jobs = append(jobs, &Job{Job: task})
+		}
+		t.c.Arrays[a.Name] = a
+	}
+	for _, j := range jobs {
+		if t.job(j.Name()) != nil {
+			continue
+		}
+		if c != nil && c.State == loomv1.Cluster_DELETED {
+			t.end(j, loomv1.JobState_CANCELLED, 0, ReasonClusterDeleted)
+		}
+		t.putNewJob(j)
+		t.emitJob(j)
+	}
 	t.dirty[in.GetCluster()] = true
+	return nil
+}
+
+// resolveJobs returns the jobs a command names: "jobs/A_i" is task i of
+// array A; "jobs/A" is every task of array A when A is an array, else job A.
+func (t *txn) resolveJobs(name string) []*Job {
+	prefix := jobsPrefix(name)
+	id := name[len(prefix):]
+	if a, task, isTask := strings.Cut(id, "_"); isTask {
+		if j := t.arrayTask(prefix+a, task); j != nil {
+			return []*Job{j}
+		}
+		return nil
+	}
+	if a := t.array(name); a != nil {
+		out := make([]*Job, 0, len(a.Tasks))
+		for _, n := range a.Tasks {
+			if j := t.job(n); j != nil {
+				out = append(out, j)
+			}
+		}
+		return out
+	}
+	if j := t.job(name); j != nil {
+		return []*Job{j}
+	}
 	return nil
 }
 
@@ -95,23 +176,36 @@ func (t *txn) cancel(ev *eventsv1.CancelJob) error {
 	if ev.GetJob() == "" {
 		return fmt.Errorf("cancel job: %w", errs.Invalid("job", "required"))
 	}
-	j := t.job(ev.GetJob())
-	switch {
-	case j == nil, j.Terminal():
-		return nil
-	case j.Pending():
-		j = t.editJob(j.Name())
-		t.end(j, loomv1.JobState_CANCELLED, 0, "")
-		t.emitJob(j)
-	case j.Running():
-		j = t.editJob(j.Name())
-		t.end(j, loomv1.JobState_CANCELLED, 0, "")
-		t.emitJob(j)
-		if r := t.run(RunKey(j.Name(), j.Attempt)); r != nil {
-			t.stopSteps(r, "", "job cancelled")
+	sig := ""
+	if ev.GetSignal() != "" {
+		var err error
+		if sig, err = SignalName(ev.GetSignal()); err != nil {
+			return fmt.Errorf("cancel job: %w", errs.Invalid("signal", "%v", err))
 		}
 	}
-	t.dirty[j.Job.GetCluster()] = true
+	for _, j := range t.resolveJobs(ev.GetJob()) {
+		switch {
+		case j.Terminal():
+		case sig != "":
+			// scancel --signal: the job's processes get the signal, its state is unchanged.
+			if r := t.currentRun(j); r != nil && j.Running() {
+				t.signalSteps(r, sig, false)
+			}
+		case j.Pending():
+			j = t.editJob(j.Name())
+			t.end(j, loomv1.JobState_CANCELLED, 0, "")
+			t.emitJob(j)
+			t.dirty[j.Job.GetCluster()] = true
+		case j.Running():
+			j = t.editJob(j.Name())
+			r := t.currentRun(j)
+			t.finish(j, loomv1.JobState_CANCELLED, 0, "")
+			if r != nil {
+				t.stopSteps(r, "", "job cancelled")
+			}
+			t.dirty[j.Job.GetCluster()] = true
+		}
+	}
 	return nil
 }
 
@@ -125,13 +219,86 @@ func (t *txn) clusterChanged(ev *eventsv1.ClusterChanged) error {
 	if shared == "" && old != nil {
 		shared = old.SharedDir
 	}
-	if old == nil || old.SharedDir != shared || old.State != in.GetStatus().GetState() {
+	parts, sets := slurmLayout(in)
+	if old == nil && in.GetOrchestrator().GetSlurm() == nil {
+		parts, sets = nil, nil
+	} else if old != nil && in.GetOrchestrator().GetSlurm() == nil {
+		parts, sets = old.Partitions, old.NodeSets // a status-only change keeps the layout
+	}
+	if old == nil || old.SharedDir != shared || old.State != in.GetStatus().GetState() ||
+		!samePartitions(old.Partitions, parts) || !sameNodeSets(old.NodeSets, sets) {
 		c := t.editCluster(in.GetName())
 		c.SharedDir = shared
 		c.State = in.GetStatus().GetState()
+		c.Partitions, c.NodeSets = parts, sets
 	}
 	t.dirty[in.GetName()] = true
 	return nil
+}
+
+// slurmLayout reads the partitions and node sets of a cluster spec.
+func slurmLayout(in *loomv1.Cluster) ([]Partition, []NodeSet) {
+	s := in.GetOrchestrator().GetSlurm()
+	var sets []NodeSet
+	for _, ns := range s.GetNodeSets() {
+		sets = append(sets, NodeSet{ID: ns.GetId(), Pool: ns.GetNodePoolId(), Features: ns.GetFeatures()})
+	}
+	var parts []Partition
+	for _, p := range s.GetPartitions() {
+		pt := Partition{Name: p.GetId(), NodeSets: p.GetNodeSetIds(), MaxTime: p.GetMaxTime(), Default: p.GetDefault(),
+			Tier: p.GetPriorityTier()}
+		if pt.MaxTime == "" {
+			pt.MaxTime = clusterspec.Unlimited
+		}
+		if d, unlimited, err := clusterspec.ParseMaxTime(pt.MaxTime); err == nil && !unlimited {
+			pt.MaxSeconds = int64(d / time.Second)
+		}
+		parts = append(parts, pt)
+	}
+	if len(parts) == 0 && len(s.GetNodeSets()) == 0 && len(in.GetCompute().GetNodePools()) > 0 {
+		// A spec without Slurm layout: clusterspec's defaults, one node set
+		// per pool and one partition over them.
+		pt := Partition{Name: clusterspec.DefaultPartition, MaxTime: clusterspec.Unlimited, Default: true}
+		for _, p := range in.GetCompute().GetNodePools() {
+			sets = append(sets, NodeSet{ID: p.GetId(), Pool: p.GetId()})
+			pt.NodeSets = append(pt.NodeSets, p.GetId())
+		}
+		parts = append(parts, pt)
+	}
+	hasDefault := false
+	for _, p := range parts {
+		hasDefault = hasDefault || p.Default
+	}
+	if !hasDefault && len(parts) > 0 {
+		parts[0].Default = true
+	}
+	return parts, sets
+}
+
+func samePartitions(a, b []Partition) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if x.Name != y.Name || x.MaxTime != y.MaxTime || x.MaxSeconds != y.MaxSeconds || x.Default != y.Default ||
+			x.Tier != y.Tier || strings.Join(x.NodeSets, ",") != strings.Join(y.NodeSets, ",") {
+			return false
+		}
+	}
+	return true
+}
+
+func sameNodeSets(a, b []NodeSet) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].ID != b[i].ID || a[i].Pool != b[i].Pool || strings.Join(a[i].Features, ",") != strings.Join(b[i].Features, ",") {
+			return false
+		}
+	}
+	return true
 }
 
 func (t *txn) clusterDeleted(ev *eventsv1.ClusterDeleted) error {
@@ -148,17 +315,16 @@ func (t *txn) clusterDeleted(ev *eventsv1.ClusterDeleted) error {
 		if r.Cluster != name {
 			continue
 		}
+		if j := t.job(r.Job); j != nil && j.Running() && j.Attempt == r.Attempt {
+			j = t.editJob(j.Name())
+			t.finish(j, loomv1.JobState_CANCELLED, 0, ReasonClusterDeleted)
+		}
 		r = t.editRun(r.Key())
 		for node, st := range r.Steps {
 			st.Abandoned = true
 			r.Steps[node] = st
 		}
 		r.Released = true
-		if j := t.job(r.Job); j != nil && j.Running() && j.Attempt == r.Attempt {
-			j = t.editJob(j.Name())
-			t.end(j, loomv1.JobState_CANCELLED, 0, ReasonClusterDeleted)
-			t.emitJob(j)
-		}
 	}
 	for _, n := range t.clusterNodes(name) {
 		t.deleteNode(n.Name)
@@ -170,10 +336,29 @@ func (t *txn) clusterDeleted(ev *eventsv1.ClusterDeleted) error {
 	return nil
 }
 
+// machineShape returns what the catalog says of a node: its GPUs' GRES
+// type, CPUs and memory (zeros when the machine type is unknown).
+func machineShape(machineType, acceleratorType string) (gres string, cpus int32, memMB int64) {
+	if m, ok := clusterspec.Machine(machineType); ok {
+		return m.GresType, m.VCPUs, int64(m.MemoryGiB) * 1024
+	}
+	if acceleratorType != "" {
+		for _, m := range clusterspec.Machines() {
+			if m.AcceleratorType == acceleratorType {
+				return m.GresType, 0, 0
+			}
+		}
+	}
+	return "", 0, 0
+}
+
 func (t *txn) nodeChanged(ev *eventsv1.NodeChanged) error {
 	in := ev.GetNode()
-	if in.GetName() == "" {
-		return fmt.Errorf("node changed: %w", errs.Invalid("node.name", "required"))
+	var v errs.Validator
+	v.Check(in.GetName() != "", "node.name", "required")
+	v.Check(in.GetGpus() >= 0 && in.GetGpus() <= MaxGPUsPerNode, "node.gpus", "must be 0..%d, got %d", MaxGPUsPerNode, in.GetGpus())
+	if err := v.Err(); err != nil {
+		return fmt.Errorf("node changed: %w", err)
 	}
 	cluster, host := splitNodeName(in.GetName())
 	if in.GetCluster() != "" {
@@ -186,11 +371,12 @@ func (t *txn) nodeChanged(ev *eventsv1.NodeChanged) error {
 	if in.GetDrainDeadline() != nil {
 		deadline = in.GetDrainDeadline().AsTime()
 	}
+	gres, cpus, mem := machineShape(in.GetMachineType(), in.GetAcceleratorType())
 	old := t.node(in.GetName())
 	if old != nil && old.Cluster == cluster && old.Hostname == host && old.GPUs == in.GetGpus() &&
 		old.State == in.GetState() && old.Reason == in.GetReason() && old.Role == in.GetRole() &&
-		old.DrainDeadline.Equal(deadline) {
-		t.dirty[cluster] = true
+		old.DrainDeadline.Equal(deadline) && old.Pool == in.GetNodePool() && old.MachineType == in.GetMachineType() &&
+		old.AcceleratorType == in.GetAcceleratorType() && old.Block == in.GetBlock() {
 		return nil
 	}
 	if old != nil && old.Cluster != cluster {
@@ -199,6 +385,8 @@ func (t *txn) nodeChanged(ev *eventsv1.NodeChanged) error {
 	n := t.editNode(in.GetName())
 	n.Cluster, n.Hostname, n.GPUs, n.State, n.Reason = cluster, host, in.GetGpus(), in.GetState(), in.GetReason()
 	n.Role, n.DrainDeadline = in.GetRole(), deadline
+	n.Pool, n.MachineType, n.AcceleratorType, n.Block = in.GetNodePool(), in.GetMachineType(), in.GetAcceleratorType(), in.GetBlock()
+	n.GresType, n.CPUs, n.MemoryMB = gres, cpus, mem
 	if !n.Draining() {
 		n.Drained = false // a later drain is a new one, with its own NodeDrained
 	}
@@ -253,10 +441,42 @@ func (t *txn) nodeHealth(ev *eventsv1.NodeHealthChanged) error {
 	return nil
 }
 
+// updateSlurmNode is scontrol update node State=DRAIN|RESUME: the
+// scheduler's own drain, which keeps new work off the node and lets its jobs
+// run on (unlike the provisioner's DRAINING, which removes the node).
+func (t *txn) updateSlurmNode(ev *eventsv1.UpdateSlurmNode) error {
+	var v errs.Validator
+	v.Check(ev.GetCluster() != "", "cluster", "required")
+	v.Check(ev.GetHostname() != "", "hostname", "required")
+	state := strings.ToUpper(ev.GetState())
+	v.Check(state == "DRAIN" || state == "RESUME", "state", "want DRAIN or RESUME, got %q", ev.GetState())
+	v.Check(state != "DRAIN" || ev.GetReason() != "", "reason", "required to drain a node")
+	if err := v.Err(); err != nil {
+		return fmt.Errorf("update slurm node: %w", err)
+	}
+	name := ev.GetCluster() + "/nodes/" + ev.GetHostname()
+	old := t.node(name)
+	if old == nil {
+		return nil
+	}
+	drain := state == "DRAIN"
+	reason := ev.GetReason()
+	if !drain {
+		reason = ""
+	}
+	if old.AdminDrain == drain && old.AdminReason == reason {
+		return nil
+	}
+	n := t.editNode(name)
+	n.AdminDrain, n.AdminReason = drain, reason
+	t.dirty[n.Cluster] = true
+	return nil
+}
+
 // failNode ends every run that holds n (which can no longer run work): its
-// step there is abandoned (freeing the node's GPUs at once), the job ends
-// NODE_FAIL (CANCELLED when its cluster is going away) and its other nodes are
-// told to stop.
+// step there is abandoned (freeing the node at once), the job ends NODE_FAIL
+// (CANCELLED when its cluster is going away) and is requeued when it allows
+// it, with n excluded from its later runs, and its other nodes are told to stop.
 func (t *txn) failNode(n *Node) {
 	for _, r := range t.activeRuns() {
 		if !r.Holds(n.Name) {
@@ -268,12 +488,25 @@ func (t *txn) failNode(n *Node) {
 		r.Steps[n.Name] = st
 		if j := t.job(r.Job); j != nil && j.Running() && j.Attempt == r.Attempt {
 			j = t.editJob(j.Name())
-			state, reason := loomv1.JobState_NODE_FAIL, n.downReason()
+			reason := n.downReason()
+			gone := false
 			if c := t.cluster(r.Cluster); c != nil && (c.State == loomv1.Cluster_DELETING || c.State == loomv1.Cluster_DELETED) {
-				state, reason = loomv1.JobState_CANCELLED, ReasonClusterDeleted
+				gone = true
 			}
-			t.end(j, state, 0, reason)
-			t.emitJob(j)
+			switch {
+			case gone:
+				t.finish(j, loomv1.JobState_CANCELLED, 0, ReasonClusterDeleted)
+			case j.requeueAllowed():
+				t.endAttempt(r, loomv1.JobState_NODE_FAIL, 0, reason)
+				t.end(j, loomv1.JobState_NODE_FAIL, 0, reason)
+				t.emitJob(j)
+				if n.Hostname != "" && !containsString(j.Excluded, n.Hostname) {
+					j.Excluded = append(append([]string(nil), j.Excluded...), n.Hostname)
+				}
+				t.requeueJob(j, reason)
+			default:
+				t.finish(j, loomv1.JobState_NODE_FAIL, 0, reason)
+			}
 			t.stopSteps(r, n.Name, reason)
 		}
 		if r.allTerminal() {
@@ -281,6 +514,15 @@ func (t *txn) failNode(n *Node) {
 		}
 		t.dirty[r.Cluster] = true
 	}
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }
 
 func (t *txn) stepChanged(ev *eventsv1.StepChanged) error {
@@ -304,30 +546,31 @@ func (t *txn) stepChanged(ev *eventsv1.StepChanged) error {
 	r.Steps[ev.GetNode()] = Step{State: ev.GetState(), ExitCode: ev.GetExitCode(), Message: ev.GetMessage()}
 	host := hostOf(r, ev.GetNode())
 	if j := t.job(r.Job); j != nil && j.Running() && j.Attempt == r.Attempt {
-		fail := func(code int32, reason string) {
+		fail := func(state loomv1.JobState, code int32, reason string) {
 			if code == 0 {
 				code = 1
 			}
 			j = t.editJob(j.Name())
-			t.end(j, loomv1.JobState_FAILED, code, reason)
-			t.emitJob(j)
+			t.finish(j, state, code, reason)
 			t.stopSteps(r, ev.GetNode(), "job failed")
 		}
 		switch ev.GetState() {
 		case eventsv1.StepState_STEP_EXITED:
-			if ev.GetExitCode() != 0 {
-				fail(ev.GetExitCode(), "NonZeroExitCode")
-			} else if allExitedZero(r) {
+			switch {
+			case ev.GetExitCode() != 0 && strings.Contains(strings.ToLower(ev.GetMessage()), "out of memory"):
+				fail(loomv1.JobState_OUT_OF_MEMORY, ev.GetExitCode(), "OutOfMemory")
+			case ev.GetExitCode() != 0:
+				fail(loomv1.JobState_FAILED, ev.GetExitCode(), ReasonNonZeroExitCode)
+			case allExitedZero(r):
 				j = t.editJob(j.Name())
-				t.end(j, loomv1.JobState_COMPLETED, 0, "")
-				t.emitJob(j)
+				t.finish(j, loomv1.JobState_COMPLETED, 0, "")
 			}
 		case eventsv1.StepState_STEP_FAILED_TO_START:
-			fail(ev.GetExitCode(), detail("JobLaunchFailure on "+host, ev.GetMessage()))
+			fail(loomv1.JobState_FAILED, ev.GetExitCode(), detail("JobLaunchFailure on "+host, ev.GetMessage()))
 		case eventsv1.StepState_STEP_LOST:
-			fail(ev.GetExitCode(), detail("step lost on "+host, ev.GetMessage()))
+			fail(loomv1.JobState_FAILED, ev.GetExitCode(), detail("step lost on "+host, ev.GetMessage()))
 		case eventsv1.StepState_STEP_KILLED:
-			fail(ev.GetExitCode(), detail("step killed on "+host, ev.GetMessage()))
+			fail(loomv1.JobState_FAILED, ev.GetExitCode(), detail("step killed on "+host, ev.GetMessage()))
 		}
 	}
 	if r.allTerminal() {
@@ -344,8 +587,12 @@ func detail(what, msg string) string {
 	return what + ": " + msg
 }
 
+// allExitedZero reports whether every step that runs a process exited 0.
 func allExitedZero(r *Run) bool {
 	for _, st := range r.Steps {
+		if st.Idle {
+			continue
+		}
 		if st.Abandoned || st.State != eventsv1.StepState_STEP_EXITED || st.ExitCode != 0 {
 			return false
 		}
@@ -363,41 +610,10 @@ func hostOf(r *Run, node string) string {
 	return host
 }
 
-// end moves j to a terminal state.
-func (t *txn) end(j *Job, state loomv1.JobState, exit int32, reason string) {
-	j.Job.State, j.Job.ExitCode, j.Job.StateReason = state, exit, reason
-	j.Job.EndTime = timestamppb.New(t.now)
-}
-
-// stopSteps tells every node of r but except whose step has not ended to stop it.
-func (t *txn) stopSteps(r *Run, except, reason string) {
-	for _, node := range r.Nodes {
-		if node == except || r.Steps[node].Terminal() {
-			continue
-		}
-		t.emit(topics.StepCommands, node, r.Job, &eventsv1.StopStep{Job: r.Job, Attempt: r.Attempt, Node: node, Reason: reason})
-	}
-}
-
 // splitNodeName splits "{cluster}/nodes/{hostname}".
 func splitNodeName(name string) (cluster, host string) {
 	if i := strings.LastIndex(name, "/nodes/"); i >= 0 {
 		return name[:i], name[i+len("/nodes/"):]
 	}
 	return "", name
-}
-
-// pass runs the queue of every cluster the event touched.
-func (t *txn) pass() {
-	clusters := make([]string, 0, len(t.dirty))
-	for c := range t.dirty {
-		if c != "" {
-			clusters = append(clusters, c)
-		}
-	}
-	sort.Strings(clusters)
-	for _, c := range clusters {
-		t.drain(c)
-		t.schedule(c)
-	}
 }

@@ -1,11 +1,20 @@
 // Package domain is the scheduler's pure core: the state it keeps (clusters,
-// nodes, jobs, runs and their allocations) and what each consumed event does to
-// it. An event goes in, a Change comes out (new versions of the records it
+// their partitions, nodes, jobs, runs and their allocations, fair-share
+// usage) and what each consumed event, and the passing of time, does to it.
+// An event goes in, a Change comes out (new versions of the records it
 // touched and the events to emit); nothing here does I/O or reads a clock.
 //
 // Jobs and runs are separate records: a Job is the user's request and its
-// Slurm-style status, a Run is one attempt at it on a set of nodes, holding the
-// GPUs it was given until every one of its steps has ended.
+// Slurm status, a Run is one attempt at it on a set of nodes, holding the
+// GPUs, CPUs and memory it was given until every one of its steps has ended.
+//
+// Entry points (stable; the trace simulator drives them in virtual time):
+//
+//	s := NewState(cfg)             // cfg.Policy: FIFOPolicy, EASYPolicy, DefaultPolicy
+//	c, err := s.Handle(now, event) // an event, then a scheduling pass
+//	s.Commit(c)                    // after the change is stored
+//	s.Tick(now)                    // what time alone does: limits, grace ends, begin times
+//	s.Schedule(now)                // a full pass over every cluster (start-up)
 package domain
 
 import (
@@ -16,20 +25,53 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
-// Slurm reasons a pending job carries in state_reason.
+// Slurm reasons a pending job carries in state_reason, and the reasons the
+// scheduler gives an ended job or run.
 const (
-	// ReasonPriority: a job ahead of it in the queue waits first.
+	// ReasonPriority: a job ahead of it in its partition waits first, or a
+	// reservation for one keeps it from the nodes it could use.
 	ReasonPriority = "Priority"
-	// ReasonResources: it is the next to run but its nodes or GPUs are busy.
+	// ReasonResources: it is its partition's next job and its nodes, GPUs,
+	// CPUs or memory are busy.
 	ReasonResources = "Resources"
-	// ReasonReqNodeNotAvail: the cluster has no node that could take work.
+	// ReasonReqNodeNotAvail: not enough nodes that it may use can take work
+	// (down, draining, drained, unhealthy, or the cluster is not ready).
 	ReasonReqNodeNotAvail = "ReqNodeNotAvail"
+	// ReasonDependency: a --dependency is not satisfied yet.
+	ReasonDependency = "Dependency"
+	// ReasonDependencyNeverSatisfied: a --dependency can no longer be
+	// satisfied (kill_invalid_depend is off: the job stays pending).
+	ReasonDependencyNeverSatisfied = "DependencyNeverSatisfied"
+	// ReasonHeldUser and ReasonHeldAdmin: the job is held (--hold, scontrol hold).
+	ReasonHeldUser  = "JobHeldUser"
+	ReasonHeldAdmin = "JobHeldAdmin"
+	// ReasonPartitionTimeLimit: its --time is above its partition's MaxTime.
+	ReasonPartitionTimeLimit = "PartitionTimeLimit"
+	// ReasonPartitionConfig: its partition does not exist (any more).
+	ReasonPartitionConfig = "PartitionConfig"
+	// ReasonPartitionNodeLimit: it asks for more nodes than its partition has.
+	ReasonPartitionNodeLimit = "PartitionNodeLimit"
+	// ReasonBadConstraints: no node of its partition could ever satisfy it
+	// (GPU type, node size, --nodelist/--exclude).
+	ReasonBadConstraints = "BadConstraints"
+	// ReasonBeginTime: its --begin time has not come.
+	ReasonBeginTime = "BeginTime"
+	// ReasonQOSMaxGRESPerUser: its user's running GPUs in its QOS plus its own
+	// would pass the QOS's per-user cap.
+	ReasonQOSMaxGRESPerUser = "QOSMaxGRESPerUser"
+	// ReasonJobArrayTaskLimit: its array already runs as many tasks as its %
+	// limit allows.
+	ReasonJobArrayTaskLimit = "JobArrayTaskLimit"
 	// ReasonClusterDeleted ends the jobs of a deleted cluster.
 	ReasonClusterDeleted = "cluster deleted"
-	// ReasonRequeued: the job's run was ended by the scheduler (its node
-	// reached its drain deadline) and it waits to run again. A pass replaces
-	// it with the job's queue reason when the job does not start at once.
+	// ReasonRequeued: the job's run was ended by the scheduler and it waits
+	// to run again. A pass replaces it with the job's queue reason when the
+	// job does not start at once.
 	ReasonRequeued = "Requeued"
+	// ReasonTimeLimit ends a job killed at its time limit (TIMEOUT).
+	ReasonTimeLimit = "TimeLimit"
+	// ReasonNonZeroExitCode ends a job whose step exited non-zero (FAILED).
+	ReasonNonZeroExitCode = "NonZeroExitCode"
 )
 
 // RoleLogin is the role of login nodes: records without an agent, never
@@ -39,11 +81,42 @@ const RoleLogin = "login"
 // Cluster is what the scheduler knows of a cluster.
 type Cluster struct {
 	Name string `json:"name"`
-	// SharedDir is the cluster's shared filesystem: the working directory of
-	// every step and the home of output files and model directories.
+	// SharedDir is the cluster's shared filesystem: the default working and
+	// submit directory, and the home of model directories.
 	SharedDir string               `json:"shared_dir"`
 	State     loomv1.Cluster_State `json:"state"`
+	// Partitions are the cluster's Slurm partitions, in spec order. None
+	// (a cluster described without orchestrator.slurm) means one implicit
+	// default partition over every compute node, without a time limit.
+	Partitions []Partition `json:"partitions,omitempty"`
+	// NodeSets map node pools to Slurm node sets (which partitions name).
+	NodeSets []NodeSet `json:"node_sets,omitempty"`
 }
+
+// Partition is one Slurm partition of a cluster.
+type Partition struct {
+	Name     string   `json:"name"`
+	NodeSets []string `json:"node_sets,omitempty"`
+	// MaxTime is the partition's MaxTime as written ("UNLIMITED", "1:00:00").
+	MaxTime string `json:"max_time,omitempty"`
+	// MaxSeconds is MaxTime in seconds; 0 means UNLIMITED.
+	MaxSeconds int64 `json:"max_seconds,omitempty"`
+	Default    bool  `json:"default,omitempty"`
+	// Tier is the partition's PriorityTier: its jobs are considered before
+	// those of lower tiers and may preempt them.
+	Tier int32 `json:"tier,omitempty"`
+}
+
+// NodeSet maps a node pool to a Slurm node set.
+type NodeSet struct {
+	ID       string   `json:"id"`
+	Pool     string   `json:"pool"`
+	Features []string `json:"features,omitempty"`
+}
+
+// ImplicitPartition is the name of the one partition of a cluster described
+// without Slurm partitions (clusterspec's default partition name).
+const ImplicitPartition = "all"
 
 // Schedulable reports whether the cluster may be given new work.
 func (c *Cluster) Schedulable() bool {
@@ -57,8 +130,33 @@ func (c *Cluster) Schedulable() bool {
 	return true
 }
 
+// partitions returns the cluster's partitions, the implicit one when the
+// spec names none.
+func (c *Cluster) partitions() []Partition {
+	if c == nil || len(c.Partitions) == 0 {
+		return []Partition{{Name: ImplicitPartition, MaxTime: "UNLIMITED", Default: true}}
+	}
+	return c.Partitions
+}
+
+// partition returns the partition named name ("" means the default) and its
+// index in partitions(), or -1.
+func (c *Cluster) partition(name string) (Partition, int) {
+	ps := c.partitions()
+	for i, p := range ps {
+		if (name == "" && p.Default) || (name != "" && p.Name == name) {
+			return p, i
+		}
+	}
+	if name == "" && len(ps) > 0 {
+		return ps[0], 0
+	}
+	return Partition{}, -1
+}
+
 // Node is what the scheduler knows of a node: the provisioner's view of it
-// (State) and health's (Unhealthy).
+// (State), health's (Unhealthy), its shape from the machine catalog, and the
+// scheduler's own Slurm drain (scontrol update node State=DRAIN).
 type Node struct {
 	Name     string            `json:"name"`
 	Cluster  string            `json:"cluster"`
@@ -79,15 +177,32 @@ type Node struct {
 	// DRAINING period, so that it is emitted once; it is cleared when the
 	// node leaves DRAINING.
 	Drained bool `json:"drained,omitempty"`
+
+	// Pool, MachineType, AcceleratorType and Block are the provisioner's.
+	Pool            string `json:"pool,omitempty"`
+	MachineType     string `json:"machine_type,omitempty"`
+	AcceleratorType string `json:"accelerator_type,omitempty"`
+	Block           string `json:"block,omitempty"`
+	// GresType is the Slurm GRES type of its GPUs ("h100"), CPUs and
+	// MemoryMB its size, from the machine catalog; 0 means unknown (not
+	// checked).
+	GresType string `json:"gres_type,omitempty"`
+	CPUs     int32  `json:"cpus,omitempty"`
+	MemoryMB int64  `json:"memory_mb,omitempty"`
+
+	// AdminDrain is the scheduler's Slurm drain: no new work, running jobs
+	// go on. AdminReason is its Reason=.
+	AdminDrain  bool   `json:"admin_drain,omitempty"`
+	AdminReason string `json:"admin_reason,omitempty"`
 }
 
 // Usable reports whether the node may take new work.
 func (n *Node) Usable() bool {
-	return n.State == loomv1.Node_READY && !n.Unhealthy && n.Role != RoleLogin
+	return n.State == loomv1.Node_READY && !n.Unhealthy && n.Role != RoleLogin && !n.AdminDrain
 }
 
-// Draining reports whether the node is DRAINING: it keeps the jobs it runs
-// (until its deadline) but takes no new ones.
+// Draining reports whether the provisioner is draining the node for
+// removal: it keeps the jobs it runs (until its deadline) but takes no new ones.
 func (n *Node) Draining() bool { return n.State == loomv1.Node_DRAINING }
 
 // lost reports whether the node can no longer run the work it holds, so that
@@ -109,15 +224,24 @@ func (n *Node) downReason() string {
 	return "node " + n.Hostname + " down: " + why
 }
 
-// Job is a job and its Slurm-style status.
+// Job is a job and its Slurm status.
 type Job struct {
-	// Job is the full resource as served by GetJob. The domain never mutates
-	// a Job that is in a State; it edits a copy inside a Change.
+	// Job is the full resource as served by GetJob (priority, factors,
+	// runs and placement are filled in when it is read). The domain never
+	// mutates a Job that is in a State; it edits a copy inside a Change.
 	Job *loomv1.Job `json:"-"`
 	// Attempt counts the job's runs, from 1; 0 while it never ran.
 	Attempt int32 `json:"attempt"`
 	// ModelDir is $LOOM_MODEL_DIR of the current run ("" without model_output).
 	ModelDir string `json:"model_dir,omitempty"`
+	// Excluded are hostnames whose failure ended a run of the job: its
+	// later runs never use them.
+	Excluded []string `json:"excluded,omitempty"`
+
+	// why is the last pass's placement explanation, attrs what a pass
+	// reads of a pending job (memory only).
+	why   *Decision
+	attrs *jobAttrs
 }
 
 // Name returns the job's full name.
@@ -129,9 +253,11 @@ func (j *Job) Pending() bool { return j.Job.GetState() == loomv1.JobState_PENDIN
 // Running reports whether the job holds a run in progress.
 func (j *Job) Running() bool { return j.Job.GetState() == loomv1.JobState_RUNNING }
 
-// Terminal reports whether the job has ended (nothing will change it again).
-func (j *Job) Terminal() bool {
-	switch j.Job.GetState() {
+// Terminal reports whether the job has ended (only a requeue changes it again).
+func (j *Job) Terminal() bool { return terminal(j.Job.GetState()) }
+
+func terminal(s loomv1.JobState) bool {
+	switch s {
 	case loomv1.JobState_COMPLETED, loomv1.JobState_FAILED, loomv1.JobState_CANCELLED,
 		loomv1.JobState_TIMEOUT, loomv1.JobState_NODE_FAIL, loomv1.JobState_PREEMPTED,
 		loomv1.JobState_OUT_OF_MEMORY:
@@ -140,6 +266,10 @@ func (j *Job) Terminal() bool {
 	return false
 }
 
+// requeueAllowed reports whether the job may be requeued (--requeue, the
+// default, or not --no-requeue).
+func (j *Job) requeueAllowed() bool { return j.Job.Requeue == nil || j.Job.GetRequeue() }
+
 // Step is one node's part of a run.
 type Step struct {
 	// State is the agent's last report; STEP_STATE_UNSPECIFIED until the first.
@@ -147,13 +277,16 @@ type Step struct {
 	ExitCode int32              `json:"exit_code,omitempty"`
 	Message  string             `json:"message,omitempty"`
 	// Abandoned: the node failed or left, so the step counts as ended and
-	// the node's GPUs are free without waiting for its agent's word.
+	// the node's resources are free without waiting for its agent's word.
 	Abandoned bool `json:"abandoned,omitempty"`
+	// Idle: the node is allocated but runs no process (a batch job's nodes
+	// other than the batch host); it is released with the run.
+	Idle bool `json:"idle,omitempty"`
 }
 
-// Terminal reports whether the step has ended.
+// Terminal reports whether the step has ended (an idle one never runs).
 func (s Step) Terminal() bool {
-	if s.Abandoned {
+	if s.Abandoned || s.Idle {
 		return true
 	}
 	switch s.State {
@@ -174,10 +307,49 @@ type Run struct {
 	Hostnames []string `json:"hostnames"`
 	// GPUs are the device indices given to the run on each node.
 	GPUs map[string][]int32 `json:"gpus,omitempty"`
+	// CPUs and Tasks are the CPUs and tasks given on each node, by rank;
+	// MemMB the memory on each node. Exclusive runs hold their nodes whole.
+	CPUs      []int32 `json:"cpus,omitempty"`
+	Tasks     []int32 `json:"tasks,omitempty"`
+	MemMB     int64   `json:"mem_mb,omitempty"`
+	Exclusive bool    `json:"exclusive,omitempty"`
 	// Steps by node name.
 	Steps map[string]Step `json:"steps"`
 	// Released is set once every step is terminal: the allocation is free.
 	Released bool `json:"released,omitempty"`
+
+	// Partition, User, Account and QOS are the job's when it started (for
+	// limits, fair share and preemption).
+	Partition string `json:"partition,omitempty"`
+	User      string `json:"user,omitempty"`
+	Account   string `json:"account,omitempty"`
+	QOS       string `json:"qos,omitempty"`
+	// Start is when the run started; End when the attempt ended (the job
+	// left RUNNING for it), zero while it runs.
+	Start time.Time `json:"start,omitzero"`
+	End   time.Time `json:"end,omitzero"`
+	// Outcome is the attempt's end state (zero while it runs), with its exit
+	// code and reason, for sacct's view of the job's runs.
+	Outcome  loomv1.JobState `json:"outcome,omitempty"`
+	ExitCode int32           `json:"exit_code,omitempty"`
+	Reason   string          `json:"reason,omitempty"`
+	// Signaled records that the job's --signal was sent ahead of its time limit.
+	Signaled bool `json:"signaled,omitempty"`
+	// PreemptBy names the job this run is being preempted for; PreemptAt is
+	// when its grace period ends and it is stopped.
+	PreemptBy string    `json:"preempt_by,omitempty"`
+	PreemptAt time.Time `json:"preempt_at,omitzero"`
+
+	// Memory only, set when the run is committed: its interned
+	// account/user, GPU count and usage rate; live and limit mirror its job
+	// (its attempt is running; its time limit in seconds), kept current by
+	// Commit.
+	assoc *assoc
+	key   string
+	gpuN  int32
+	rate  float64
+	live  bool
+	limit int64
 }
 
 // Key returns the run's record key.
@@ -197,6 +369,10 @@ func (r *Run) Holds(node string) bool {
 	return ok && !st.Abandoned
 }
 
+// Ended reports whether the attempt is over (its job left RUNNING for it),
+// though its steps may still be ending.
+func (r *Run) Ended() bool { return !r.End.IsZero() }
+
 // allTerminal reports whether every step has ended.
 func (r *Run) allTerminal() bool {
 	for _, st := range r.Steps {
@@ -207,10 +383,41 @@ func (r *Run) allTerminal() bool {
 	return true
 }
 
+// gpuCount is how many GPUs the run was given in all.
+func (r *Run) gpuCount() int32 {
+	n := int32(0)
+	for _, g := range r.GPUs {
+		n += int32(len(g))
+	}
+	return n
+}
+
+// cpuCount is how many CPUs the run was given in all.
+func (r *Run) cpuCount() int32 {
+	n := int32(0)
+	for _, c := range r.CPUs {
+		n += c
+	}
+	return n
+}
+
+// rank returns node's rank in the run, or -1.
+func (r *Run) rank(node string) int {
+	for i, n := range r.Nodes {
+		if n == node {
+			return i
+		}
+	}
+	return -1
+}
+
 func (r *Run) clone() *Run {
 	c := *r
+	c.assoc, c.key, c.gpuN, c.rate, c.live, c.limit = nil, "", 0, 0, false, 0
 	c.Nodes = append([]string(nil), r.Nodes...)
 	c.Hostnames = append([]string(nil), r.Hostnames...)
+	c.CPUs = append([]int32(nil), r.CPUs...)
+	c.Tasks = append([]int32(nil), r.Tasks...)
 	c.GPUs = make(map[string][]int32, len(r.GPUs))
 	for k, v := range r.GPUs {
 		c.GPUs[k] = append([]int32(nil), v...)
@@ -220,4 +427,37 @@ func (r *Run) clone() *Run {
 		c.Steps[k] = v
 	}
 	return &c
+}
+
+// Array is the record of a job array: its tasks (one job record each, job
+// ids A+k) and its % limit.
+type Array struct {
+	// Name is the array's name, that of its first task ("projects/p/jobs/A").
+	Name    string `json:"name"`
+	Cluster string `json:"cluster"`
+	JobID   string `json:"job_id"`
+	// Limit is the most tasks that run at once (0: no limit).
+	Limit int32 `json:"limit,omitempty"`
+	// Indexes are the task indexes in ascending order; Tasks the job names,
+	// index for index.
+	Indexes []int32  `json:"indexes"`
+	Tasks   []string `json:"tasks"`
+}
+
+// Usage is the decayed resource usage (GPU-seconds, or CPU-seconds for jobs
+// without GPUs) of an account, or of a user within an account, on a
+// cluster, as of At.
+type Usage struct {
+	Key   string    `json:"key"`
+	Value float64   `json:"value"`
+	At    time.Time `json:"at"`
+}
+
+// UsageKey is the key of an account's usage on a cluster (user ""), or of a
+// user's within it.
+func UsageKey(cluster, account, user string) string {
+	if user == "" {
+		return cluster + "|" + account
+	}
+	return cluster + "|" + account + "|" + user
 }

@@ -1,71 +1,636 @@
 package domain
 
 import (
-	"path/filepath"
+	"math/bits"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
-
-	"google.golang.org/protobuf/types/known/timestamppb"
-
-	"github.com/loom-ml/loom/libs/topics"
-	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
-	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"time"
 )
 
-// schedule serves the cluster's queue in policy order: each job that fits
-// starts; the first that does not blocks every job after it.
+// pass runs the queue of every cluster the event touched.
+func (t *txn) pass() {
+	clusters := make([]string, 0, len(t.dirty))
+	for c := range t.dirty {
+		if c != "" {
+			clusters = append(clusters, c)
+		}
+	}
+	sort.Strings(clusters)
+	for _, c := range clusters {
+		t.drain(c)
+		t.schedule(c)
+	}
+}
+
+// pass is one scheduling pass over one cluster's queue: the nodes as the
+// pass sees them (what is free, updated as jobs start), the feasible nodes
+// per job shape, and the backfill reservation.
+type pass struct {
+	t       *txn
+	name    string
+	cluster *Cluster
+	parts   []Partition
+	views   []NodeView
+	// shapes caches, per job shape, the nodes that may take it: jobs of one
+	// shape share one scan of the nodes per pass.
+	shapes map[shapeKey]*shapeCand
+	// partNodes and partMaxGPUs: compute nodes and the largest node's GPUs
+	// per partition (lazy).
+	partNodes   []int
+	partMaxGPUs []int32
+	// blocked has bit i set once a job of partition i could not start for
+	// resources: the jobs after it wait with reason Priority.
+	blocked uint64
+	// fifoBlocked: without backfill, the first such job blocks every later one.
+	fifoBlocked bool
+	resv        *Reservation
+	prio        *prioCtx
+	schedulable bool
+	// Lazy per-pass indexes.
+	arrayRunning map[string]int32
+	qosUse       map[assocKey]int32
+	singleton    map[assocKey]int64
+	viewAt       map[string]int32
+	hbuf         []holding
+	preempts     int
+	started      bool
+	depWaiting   bool
+	// requeued: a preemption in this pass put jobs back in the queue.
+	requeued bool
+	// req is the request of the job being considered.
+	req  Request
+	wake time.Time
+}
+
+// queued is a pending job with its order keys.
+type queued struct {
+	rank int64 // −(tier<<40 | priority): lower first
+	id   int64
+	e    *pendEntry
+	part int32
+}
+
+// schedule serves the cluster's queue in policy order (see Policy): each job
+// that may run and fits starts; the others wait with their Slurm reason.
 func (t *txn) schedule(cluster string) {
-	pend := t.pendingJobs(cluster)
+	pend := t.pendingEntries(cluster)
 	if len(pend) == 0 {
+		if _, ok := t.s.wake[cluster]; ok {
+			t.c.wake[cluster] = time.Time{}
+		}
 		return
 	}
 	c := t.cluster(cluster)
-	nodes := t.clusterNodes(cluster)
-	used := t.usedGPUs(cluster)
-	views := make([]NodeView, len(nodes))
-	index := make(map[string]int, len(nodes))
-	usable := 0
-	for i, n := range nodes {
-		views[i] = NodeView{Node: n}
-		for g := int32(0); g < n.GPUs; g++ {
-			if !used[n.Name][g] {
-				views[i].Free = append(views[i].Free, g)
+	if c == nil {
+		c = &Cluster{Name: cluster}
+	}
+	p := t.newPass(cluster, c)
+	if cap(t.c.Decisions) == 0 {
+		t.c.Decisions = make([]Decision, 0, len(pend))
+	}
+	queue := p.order(pend)
+	for _, q := range queue {
+		p.consider(q)
+	}
+	if p.requeued {
+		// Jobs preempted by this pass are pending again: give them their
+		// reason now, after every job that was already waiting.
+		seen := make(map[string]bool, len(queue))
+		for _, q := range queue {
+			seen[q.e.name] = true
+		}
+		for _, e := range t.pendingEntries(cluster) {
+			if !seen[e.name] {
+				p.consider(queued{e: e, id: e.id, part: int32(p.partIndex(e.part))})
 			}
 		}
-		index[n.Name] = i
-		if n.Usable() {
-			usable++
+	}
+	if p.started && p.depWaiting {
+		// A job that started may satisfy an "after" dependency of one
+		// looked at before it: look again at the next tick.
+		p.wakeAt(t.now)
+	}
+	if !p.wake.IsZero() {
+		t.c.wake[cluster] = p.wake
+	} else if _, ok := t.s.wake[cluster]; ok {
+		t.c.wake[cluster] = time.Time{}
+	}
+}
+
+func (p *pass) wakeAt(at time.Time) {
+	if p.wake.IsZero() || at.Before(p.wake) {
+		p.wake = at
+	}
+}
+
+// newPass builds the pass's view of the cluster's nodes: partitions and what
+// the active runs (as the change leaves them) hold on each.
+func (t *txn) newPass(name string, c *Cluster) *pass {
+	nodes := t.clusterNodes(name)
+	var views []NodeView
+	if t.scratch != nil && cap(t.scratch.views) >= len(nodes) {
+		views = t.scratch.views[:len(nodes)]
+		clear(views)
+	} else {
+		views = make([]NodeView, len(nodes))
+		if t.scratch != nil {
+			t.scratch.views = views
 		}
 	}
-	if !c.Schedulable() || usable == 0 {
-		for _, j := range pend {
-			t.wait(j, ReasonReqNodeNotAvail, nil)
+	p := &pass{t: t, name: name, cluster: c, parts: c.partitions(), views: views,
+		shapes: map[shapeKey]*shapeCand{}, schedulable: c.Schedulable()}
+	byPool, bySet := partitionMasks(c)
+	over := t.allocOverlay()
+	for i, n := range nodes {
+		v := &p.views[i]
+		v.Node = n
+		switch {
+		case len(c.Partitions) == 0:
+			v.parts = 1
+		case n.Pool != "":
+			v.parts = byPool[n.Pool]
+		default:
+			prefix := n.Hostname
+			if k := strings.LastIndexByte(prefix, '-'); k > 0 {
+				prefix = prefix[:k]
+			}
+			v.parts = bySet[prefix] | byPool[prefix]
 		}
+		var a nodeAlloc
+		if oa, ok := over[n.Name]; ok {
+			a = oa
+		} else if sa := t.s.alloc[n.Name]; sa != nil {
+			a = *sa
+		}
+		all := uint64(1)<<uint(min(n.GPUs, MaxGPUsPerNode)) - 1
+		if n.GPUs >= MaxGPUsPerNode {
+			all = ^uint64(0)
+		}
+		v.freeMask = all &^ a.gpuMask
+		v.FreeGPUs = int32(bits.OnesCount64(v.freeMask))
+		v.FreeCPUs = n.CPUs - a.cpus
+		v.FreeMemMB = n.MemoryMB - a.memMB
+		v.Runs = a.runs
+		v.Exclusive = a.exclusive > 0
+		v.held = a.holders
+	}
+	return p
+}
+
+// allocOverlay returns the allocation of every node touched by a run the
+// change edits, as the change leaves it.
+func (t *txn) allocOverlay() map[string]nodeAlloc {
+	if len(t.c.Runs) == 0 {
+		return nil
+	}
+	out := map[string]nodeAlloc{}
+	get := func(node string) nodeAlloc {
+		if a, ok := out[node]; ok {
+			return a
+		}
+		if sa := t.s.alloc[node]; sa != nil {
+			return *sa
+		}
+		return nodeAlloc{}
+	}
+	for key := range t.c.Runs {
+		if old := t.s.active[key]; old != nil {
+			for i, node := range old.Nodes {
+				if old.Holds(node) {
+					a := get(node)
+					a.add(old, i, node, -1)
+					out[node] = a
+				}
+			}
+		}
+	}
+	for _, r := range t.c.Runs {
+		if r == nil || r.Released {
+			continue
+		}
+		for i, node := range r.Nodes {
+			if r.Holds(node) {
+				a := get(node)
+				a.add(r, i, node, 1)
+				out[node] = a
+			}
+		}
+	}
+	return out
+}
+
+// partitionMasks maps node pools and node set ids to the partitions (bits)
+// they are in.
+func partitionMasks(c *Cluster) (byPool, bySet map[string]uint64) {
+	byPool, bySet = map[string]uint64{}, map[string]uint64{}
+	pools := map[string][]string{}
+	for _, ns := range c.NodeSets {
+		pools[ns.ID] = append(pools[ns.ID], ns.Pool)
+	}
+	for i, p := range c.Partitions {
+		if i >= 64 {
+			break
+		}
+		for _, set := range p.NodeSets {
+			bySet[set] |= 1 << uint(i)
+			for _, pool := range pools[set] {
+				byPool[pool] |= 1 << uint(i)
+			}
+		}
+	}
+	return byPool, bySet
+}
+
+// order returns the pending jobs in the policy's order.
+func (p *pass) order(pend []*pendEntry) []queued {
+	pol := &p.t.s.cfg.Policy
+	sc := p.t.scratch
+	var out []queued
+	if sc != nil && cap(sc.queued) >= len(pend) {
+		out = sc.queued[:len(pend)]
+	} else {
+		out = make([]queued, len(pend))
+		if sc != nil {
+			sc.queued = out
+		}
+	}
+	if pol.Less == nil && pol.Order == OrderPriority {
+		p.prio = p.t.newPrioCtx(p.name, p.cluster, p.views, pend)
+	}
+	for i, e := range pend {
+		q := queued{e: e, id: e.id, part: int32(p.partIndex(e.part))}
+		if p.prio != nil {
+			tier := int32(0)
+			if q.part >= 0 {
+				tier = p.parts[q.part].Tier
+			}
+			prio, _ := p.prio.priority(&e.jobAttrs, int(q.part))
+			q.rank = -(int64(tier)<<40 | prio)
+		}
+		out[i] = q
+	}
+	if pol.Less != nil {
+		slices.SortStableFunc(out, func(a, b queued) int {
+			switch {
+			case pol.Less(a.e.j, b.e.j):
+				return -1
+			case pol.Less(b.e.j, a.e.j):
+				return 1
+			}
+			return 0
+		})
+		return out
+	}
+	// Higher tier and priority first, then lower id. When ranks and ids
+	// each span less than 2^32 and ids are distinct numbers (always, for
+	// gateway-assigned ids), one radix sort on rank·2^32 + id does it.
+	if sorted, ok := radixOrder(out, sc); ok {
+		return sorted
+	}
+	// Else a comparison sort (the name breaks ties between ids that are not numbers).
+	slices.SortFunc(out, func(a, b queued) int {
+		switch {
+		case a.rank != b.rank:
+			if a.rank < b.rank {
+				return -1
+			}
+			return 1
+		case a.id != b.id:
+			if a.id < b.id {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.e.name, b.e.name)
+	})
+	return out
+}
+
+// radixOrder sorts out by (rank, id) with radixSort when the keys allow it
+// (in sc's buffers when sc is not nil).
+func radixOrder(out []queued, sc *scratch) ([]queued, bool) {
+	if len(out) == 0 {
+		return out, true
+	}
+	minR, maxR, minID, maxID := out[0].rank, out[0].rank, out[0].id, out[0].id
+	for _, q := range out {
+		if q.id <= 0 {
+			return nil, false
+		}
+		minR, maxR = min(minR, q.rank), max(maxR, q.rank)
+		minID, maxID = min(minID, q.id), max(maxID, q.id)
+	}
+	if uint64(maxR-minR) >= 1<<32 || uint64(maxID-minID) >= 1<<32 {
+		return nil, false
+	}
+	var keys, buf []keyed
+	var sorted []queued
+	if sc != nil {
+		if cap(sc.keys) < len(out) {
+			sc.keys, sc.radix, sc.sorted = make([]keyed, len(out)), make([]keyed, len(out)), make([]queued, len(out))
+		}
+		keys, buf, sorted = sc.keys[:len(out)], sc.radix[:len(out)], sc.sorted[:len(out)]
+	} else {
+		keys, buf, sorted = make([]keyed, len(out)), make([]keyed, len(out)), make([]queued, len(out))
+	}
+	for i, q := range out {
+		keys[i] = keyed{key: uint64(q.rank-minR)<<32 | uint64(q.id-minID), i: int32(i)}
+	}
+	radixSort(keys, buf)
+	for k, key := range keys {
+		if k > 0 && key.key == keys[k-1].key {
+			return nil, false // duplicate ids: the comparison sort breaks the tie
+		}
+		sorted[k] = out[key.i]
+	}
+	return sorted, true
+}
+
+// partIndex is the index of the partition named name ("" the default), or -1.
+func (p *pass) partIndex(name string) int {
+	for i := range p.parts {
+		if (name == "" && p.parts[i].Default) || (name != "" && p.parts[i].Name == name) {
+			return i
+		}
+	}
+	if name == "" && len(p.parts) > 0 {
+		return 0
+	}
+	return -1
+}
+
+// jobGPUs is how many GPUs a job asks for in all.
+func jobGPUs(j *Job) int32 {
+	if g := j.Job.GetGpusPerNode(); g > 0 {
+		return g * max(j.Job.GetNodeCount(), 1)
+	}
+	return j.Job.GetGpus()
+}
+
+// consider decides what becomes of one pending job in the pass.
+func (p *pass) consider(q queued) {
+	t, j, a := p.t, q.e.j, &q.e.jobAttrs
+	if a.hold {
+		reason := ReasonHeldUser
+		if a.reason == ReasonHeldAdmin {
+			reason = ReasonHeldAdmin
+		}
+		t.waitA(j, a, reason)
 		return
 	}
-	blocked := false
-	for _, j := range pend {
-		if blocked {
-			t.wait(j, ReasonPriority, nil)
+	if a.begin > 0 && t.now.UnixNano() < a.begin {
+		p.wakeAt(j.Job.GetBeginTime().AsTime())
+		t.waitA(j, a, ReasonBeginTime)
+		return
+	}
+	if a.deps {
+		if reason, wake := t.dependencyReason(j, p.singletonBlocked); reason != "" {
+			if !wake.IsZero() {
+				p.wakeAt(wake)
+			}
+			if reason == ReasonDependency {
+				p.depWaiting = true
+			}
+			t.waitA(j, a, reason)
+			return
+		}
+	}
+	if !p.schedulable {
+		t.waitA(j, a, ReasonReqNodeNotAvail)
+		return
+	}
+	pi := int(q.part)
+	if pi < 0 || pi >= 64 {
+		t.waitA(j, a, ReasonPartitionConfig)
+		return
+	}
+	part := p.parts[pi]
+	if a.limit > 0 && part.MaxSeconds > 0 && a.limit > part.MaxSeconds {
+		t.waitA(j, a, ReasonPartitionTimeLimit)
+		return
+	}
+	if reason := p.limits(j, a); reason != "" {
+		t.waitA(j, a, reason)
+		return
+	}
+	if p.fifoBlocked {
+		t.waitA(j, a, ReasonPriority)
+		return
+	}
+	// The request lives in the pass (one per pass, not one allocation per job).
+	p.req = p.request(j, a, pi)
+	req := &p.req
+	if p.resv != nil {
+		lim := p.timeLimit(a, pi)
+		req.AvoidReserved = p.resv.Unbounded || lim <= 0 || p.t.now.Add(lim).After(p.resv.Start)
+	}
+	res := p.place(req)
+	if res.ok {
+		p.start(j, part, req, res.nodes)
+		return
+	}
+	d := Decision{Job: a.name, Filtered: res.shape.filtered, Nodes: len(p.views)}
+	res.shape.shared = true
+	switch res.kind {
+	case Static:
+		reason := ReasonBadConstraints
+		switch n := p.partitionNodes(pi); {
+		case n == 0:
+			reason = ReasonReqNodeNotAvail
+		case n < req.Nodes:
+			reason = ReasonPartitionNodeLimit
+		}
+		d.Reason = reason
+		t.waitDecided(j, a, d)
+		return
+	case Availability:
+		d.Reason = ReasonReqNodeNotAvail
+		t.waitDecided(j, a, d)
+		return
+	}
+	if t.s.cfg.Policy.Preempt && p.preempts < t.s.cfg.MaxPreemptPerPass && p.mayPreempt(a, pi) {
+		p.preempts++
+		if n, waiting := p.preempt(j, req, res.shape); n > 0 {
+			d.Note = "preempting " + strconv.Itoa(n) + " job(s)"
+		} else if waiting {
+			d.Note = "waiting for preempted jobs to stop"
+		}
+	}
+	first := p.blocked&(1<<uint(pi)) == 0
+	p.blocked |= 1 << uint(pi)
+	switch {
+	case !t.s.cfg.Policy.Backfill:
+		p.fifoBlocked = true
+	case p.resv == nil && !req.AvoidReserved:
+		p.reserve(j, req, res.shape)
+	}
+	d.Reason = ReasonPriority
+	if first {
+		d.Reason = ReasonResources
+	}
+	t.waitDecided(j, a, d)
+}
+
+// limits checks the job's array % limit and its QOS's per-user GPU cap.
+func (p *pass) limits(j *Job, a *jobAttrs) string {
+	t, spec := p.t, j.Job
+	if a.array {
+		name := jobsPrefix(j.Name()) + spec.GetArrayJobId()
+		if a := t.array(name); a != nil && a.Limit > 0 {
+			if p.arrayRunning == nil {
+				p.countArrays()
+			}
+			if p.arrayRunning[name] >= a.Limit {
+				return ReasonJobArrayTaskLimit
+			}
+		}
+	}
+	if a.qos >= 0 {
+		if q := t.s.cfg.QOS[a.qos]; q.MaxGPUsPerUser > 0 {
+			if p.qosUse == nil {
+				p.countQOS()
+			}
+			if int64(p.qosUse[assocKey{q.Name, spec.GetUser()}])+a.gpus > int64(q.MaxGPUsPerUser) {
+				return ReasonQOSMaxGRESPerUser
+			}
+		}
+	}
+	return ""
+}
+
+// liveRuns calls f for every run of the cluster that is its job's running attempt.
+func (p *pass) liveRuns(f func(r *Run, j *Job)) {
+	p.t.eachClusterRun(p.name, func(r *Run, _ bool) {
+		if r.Ended() {
+			return
+		}
+		if j := p.t.job(r.Job); j != nil && j.Running() && j.Attempt == r.Attempt {
+			f(r, j)
+		}
+	})
+}
+
+func (p *pass) countArrays() {
+	p.arrayRunning = map[string]int32{}
+	p.liveRuns(func(_ *Run, j *Job) {
+		if id := j.Job.GetArrayJobId(); id != "" {
+			p.arrayRunning[jobsPrefix(j.Name())+id]++
+		}
+	})
+}
+
+func (p *pass) countQOS() {
+	p.qosUse = map[assocKey]int32{}
+	p.liveRuns(func(r *Run, _ *Job) {
+		q, _ := p.t.s.cfg.qos(r.QOS)
+		p.qosUse[assocKey{q.Name, r.User}] += r.gpuCount()
+	})
+}
+
+// singletonBlocked reports whether a job submitted before j by the same
+// user under the same name is still pending or running.
+func (p *pass) singletonBlocked(j *Job) bool {
+	if p.singleton == nil {
+		p.singleton = map[assocKey]int64{}
+		note := func(o *Job) {
+			id, err := strconv.ParseInt(o.Job.GetJobId(), 10, 64)
+			if err != nil {
+				return
+			}
+			k := assocKey{o.Job.GetUser(), SlurmJobName(o.Job)}
+			if cur, ok := p.singleton[k]; !ok || id < cur {
+				p.singleton[k] = id
+			}
+		}
+		for _, o := range p.t.pendingEntries(p.name) {
+			note(o.j)
+		}
+		p.liveRuns(func(_ *Run, o *Job) { note(o) })
+	}
+	id, _ := strconv.ParseInt(j.Job.GetJobId(), 10, 64)
+	first, ok := p.singleton[assocKey{j.Job.GetUser(), SlurmJobName(j.Job)}]
+	return ok && first < id
+}
+
+// timeLimit is the job's time limit in partition pi; 0 means none.
+func (p *pass) timeLimit(a *jobAttrs, pi int) time.Duration {
+	if a.limit > 0 {
+		return time.Duration(a.limit) * time.Second
+	}
+	if pi >= 0 && pi < len(p.parts) {
+		return time.Duration(p.parts[pi].MaxSeconds) * time.Second
+	}
+	return 0
+}
+
+// partitionNodes counts the compute nodes of partition pi.
+func (p *pass) partitionNodes(pi int) int {
+	p.partitionStats()
+	return p.partNodes[pi]
+}
+
+func (p *pass) partitionStats() {
+	if p.partNodes != nil {
+		return
+	}
+	p.partNodes = make([]int, len(p.parts))
+	p.partMaxGPUs = make([]int32, len(p.parts))
+	for i := range p.views {
+		v := &p.views[i]
+		if v.Node.Role == RoleLogin {
 			continue
 		}
-		p, ok := Place(j.Job, views, t.s.cfg.Policy.Checks)
-		if !ok {
-			t.wait(j, ReasonResources, p.Filtered)
-			blocked = true
-			continue
-		}
-		t.start(j, c, p)
-		for _, v := range p.Nodes {
-			i := index[v.Node.Name]
-			views[i].Free = views[i].Free[j.Job.GetGpusPerNode():]
+		for pi := range p.parts {
+			if v.InPartition(pi) {
+				p.partNodes[pi]++
+				p.partMaxGPUs[pi] = max(p.partMaxGPUs[pi], v.Node.GPUs)
+			}
 		}
 	}
 }
 
+// request resolves what j asks of each node in partition pi.
+func (p *pass) request(j *Job, a *jobAttrs, pi int) Request {
+	r := a.req
+	r.Partition = pi
+	if !a.lists && !a.spread {
+		return r
+	}
+	spec := j.Job
+	if nl := spec.GetNodelist(); len(nl) > 0 {
+		r.Nodelist = make(map[string]bool, len(nl))
+		for _, h := range nl {
+			r.Nodelist[h] = true
+		}
+		r.Nodes = max(r.Nodes, len(r.Nodelist))
+	}
+	if ex := spec.GetExclude(); len(ex) > 0 || len(j.Excluded) > 0 {
+		r.Exclude = make(map[string]bool, len(ex)+len(j.Excluded))
+		for _, h := range ex {
+			r.Exclude[h] = true
+		}
+		for _, h := range j.Excluded {
+			r.Exclude[h] = true
+		}
+	}
+	if a.spread {
+		g := spec.GetGpus()
+		if spec.GetNodeCount() <= 1 && len(r.Nodelist) == 0 {
+			p.partitionStats()
+			if most := p.partMaxGPUs[pi]; most > 0 && g > most {
+				r.Nodes = int((g + most - 1) / most)
+			}
+		}
+		r.GPUsPerNode = (g + int32(r.Nodes) - 1) / int32(r.Nodes)
+	}
+	r.CPUsPerNode = max(maxTasksPerNode(spec, r.Nodes), 1) * max(spec.GetCpusPerTask(), 1)
+	return r
+}
+
 // wait keeps j pending for reason, emitting only when the reason changes.
-func (t *txn) wait(j *Job, reason string, filtered map[string]int) {
-	t.c.Decisions = append(t.c.Decisions, Decision{Job: j.Name(), Reason: reason, Filtered: filtered})
+func (t *txn) wait(j *Job, reason string, _ map[string]int) {
 	if j.Job.GetStateReason() == reason {
 		return
 	}
@@ -74,117 +639,17 @@ func (t *txn) wait(j *Job, reason string, filtered map[string]int) {
 	t.emitJob(j)
 }
 
-// start gives j its placement: a new run holding the nodes' GPUs, the job
-// RUNNING, and one StartStep per node.
-func (t *txn) start(j *Job, c *Cluster, p Placement) {
-	j = t.editJob(j.Name())
-	spec := j.Job
-	n := len(p.Nodes)
-	r := &Run{
-		Job: j.Name(), Cluster: c.Name, Attempt: j.Attempt + 1,
-		Nodes: make([]string, n), Hostnames: make([]string, n),
-		GPUs: map[string][]int32{}, Steps: map[string]Step{},
+// waitA is wait for a job whose attributes are at hand: no look at its
+// protobuf unless the reason changes.
+func (t *txn) waitA(j *Job, a *jobAttrs, reason string) {
+	if a.reason == reason {
+		return
 	}
-	for i, v := range p.Nodes {
-		r.Nodes[i], r.Hostnames[i] = v.Node.Name, v.Node.Hostname
-		r.Steps[v.Node.Name] = Step{}
-		if g := spec.GetGpusPerNode(); g > 0 {
-			r.GPUs[v.Node.Name] = append([]int32(nil), v.Free[:g]...)
-		}
-	}
-	t.c.Runs[r.Key()] = r
-
-	j.Attempt = r.Attempt
-	j.ModelDir = ""
-	if id := spec.GetModelOutput().GetModelId(); id != "" {
-		j.ModelDir = filepath.Join(c.SharedDir, "models", id, "job-"+spec.GetJobId())
-	}
-	spec.State, spec.StateReason, spec.ExitCode = loomv1.JobState_RUNNING, "", 0
-	spec.Nodes = append([]string(nil), r.Hostnames...)
-	spec.StartTime, spec.EndTime = timestamppb.New(t.now), nil
-	spec.OutputPath = filepath.Join(c.SharedDir, "slurm-"+spec.GetJobId()+".out")
-	t.emitJob(j)
-
-	for i, node := range r.Nodes {
-		t.emit(topics.StepCommands, node, j.Name(), &eventsv1.StartStep{
-			Job: j.Name(), JobId: spec.GetJobId(), Attempt: r.Attempt,
-			Node: node, NodeIndex: int32(i), NodeHostnames: r.Hostnames,
-			Command: spec.GetCommand(), Script: spec.GetScript(),
-			Env:        StepEnv(j, r, i, c.SharedDir, t.s.cfg.MasterAddr),
-			OutputPath: spec.GetOutputPath(), WorkDir: c.SharedDir,
-			Gpus: spec.GetGpusPerNode(), JobName: SlurmJobName(spec),
-		})
-	}
+	t.wait(j, reason, nil)
 }
 
-// SlurmJobName is the job's short name as Slurm shows it: the display name,
-// else the command's base name, else "sbatch" (a script).
-func SlurmJobName(j *loomv1.Job) string {
-	if j.GetDisplayName() != "" {
-		return j.GetDisplayName()
-	}
-	if len(j.GetCommand()) > 0 {
-		return filepath.Base(j.GetCommand()[0])
-	}
-	return "sbatch"
-}
-
-// MasterPort is the rendezvous port of a job: distinct for jobs whose numeric
-// ids differ by less than 10000, so concurrent jobs on one machine (the local
-// provider) do not collide.
-func MasterPort(jobID string) int {
-	id, err := strconv.ParseInt(jobID, 10, 64)
-	if err != nil || id < 0 {
-		return 29500
-	}
-	return 20000 + int(id%10000)
-}
-
-// StepEnv returns the environment of the step of run r on its rank-th node.
-// The job's own env comes first; the scheduler's variables win over it,
-// except MASTER_ADDR and MASTER_PORT, which a job may choose itself.
-func StepEnv(j *Job, r *Run, rank int, sharedDir, masterAddr string) map[string]string {
-	spec := j.Job
-	env := map[string]string{}
-	for k, v := range spec.GetEnv() {
-		env[k] = v
-	}
-	if masterAddr == "" {
-		masterAddr = r.Hostnames[0]
-	}
-	if _, ok := env["MASTER_ADDR"]; !ok {
-		env["MASTER_ADDR"] = masterAddr
-	}
-	if _, ok := env["MASTER_PORT"]; !ok {
-		env["MASTER_PORT"] = strconv.Itoa(MasterPort(spec.GetJobId()))
-	}
-	n := strconv.Itoa(len(r.Nodes))
-	id := strconv.Itoa(rank)
-	gpus := r.GPUs[r.Nodes[rank]]
-	devs := make([]string, len(gpus))
-	for i, g := range gpus {
-		devs[i] = strconv.Itoa(int(g))
-	}
-	for k, v := range map[string]string{
-		"SLURM_JOB_ID":         spec.GetJobId(),
-		"SLURM_JOB_NAME":       SlurmJobName(spec),
-		"SLURM_JOB_NODELIST":   strings.Join(r.Hostnames, ","),
-		"SLURM_NNODES":         n,
-		"SLURM_NODEID":         id,
-		"SLURM_PROCID":         id,
-		"SLURM_NTASKS":         n,
-		"SLURM_GPUS_ON_NODE":   strconv.Itoa(int(spec.GetGpusPerNode())),
-		"CUDA_VISIBLE_DEVICES": strings.Join(devs, ","),
-		"SLURM_SUBMIT_DIR":     sharedDir,
-		"LOOM_JOB_ID":          spec.GetJobId(),
-		"LOOM_JOB_NAME":        spec.GetName(),
-		"LOOM_NODE_RANK":       id,
-		"LOOM_NUM_NODES":       n,
-	} {
-		env[k] = v
-	}
-	if j.ModelDir != "" {
-		env["LOOM_MODEL_DIR"] = j.ModelDir
-	}
-	return env
+// waitDecided keeps j pending for d.Reason and records the decision.
+func (t *txn) waitDecided(j *Job, a *jobAttrs, d Decision) {
+	t.c.Decisions = append(t.c.Decisions, d)
+	t.waitA(j, a, d.Reason)
 }

@@ -2,14 +2,20 @@ package domain
 
 import (
 	"sort"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
+// MaxGPUsPerNode is the most GPUs a node may have (allocations are kept in a
+// 64-bit mask per node).
+const MaxGPUsPerNode = 64
+
 // State is everything the scheduler knows, with the indexes a scheduling pass
-// needs. It changes only through Commit; Handle and Schedule read it and
+// needs (kept up to date by Commit, so that a pass never rescans runs). It
+// changes only through Commit and Load; Handle, Tick and Schedule read it and
 // return a Change, so a Change that fails to persist leaves it untouched.
 // State is not safe for concurrent use: callers serialise Commit against
 // readers.
@@ -19,54 +25,97 @@ type State struct {
 	nodes    map[string]*Node
 	jobs     map[string]*Job
 	runs     map[string]*Run
+	arrays   map[string]*Array
+	usage    map[string]*Usage
 
-	// clusterNodes: cluster name → node names.
-	clusterNodes map[string]map[string]bool
-	// pending: cluster name → names of its PENDING jobs.
-	pending map[string]map[string]bool
-	// active: keys of runs that still hold an allocation.
-	active map[string]bool
+	byCluster map[string]*clusterIndex
+	// active: runs that still hold an allocation, by key.
+	active map[string]*Run
+	// alloc: what the active runs hold on each node.
+	alloc map[string]*nodeAlloc
 	// draining: names of the DRAINING nodes, for Tick.
 	draining map[string]bool
+	// wake: per cluster, the earliest time at which the clock alone makes a
+	// pass worth running (a begin time or a dependency's delay).
+	wake map[string]time.Time
+	// assocs interns account/user associations (memory only).
+	assocs    map[assocKey]*assoc
+	assocList []*assoc
+	// scratch is reused by the passes of writers (see writerTxn).
+	scratch *scratch
 }
 
-// Config is what the domain is told at start.
-type Config struct {
-	Policy Policy
-	// MasterAddr is every run's MASTER_ADDR; "" means the hostname of the
-	// run's first node (Slurm's usual choice).
-	MasterAddr string
+// clusterIndex is the per-cluster part of the indexes.
+type clusterIndex struct {
+	// nodes sorted by hostname, then name.
+	nodes []*Node
+	// pending jobs with what a pass reads of them, unordered and contiguous
+	// (a pass over 100,000 jobs reads memory in order); pendPos gives each
+	// one's index.
+	pending []pendEntry
+	pendPos map[string]int
+	// active runs, unordered; activePos gives each one's index.
+	active    []*Run
+	activePos map[string]int
 }
 
-// NewState returns an empty state that schedules as cfg says.
+// nodeAlloc is what the active runs hold on one node, and which runs they
+// are. holders is never modified in place (copies share it).
+type nodeAlloc struct {
+	gpuMask   uint64
+	gpus      int32
+	cpus      int32
+	memMB     int64
+	runs      int32
+	exclusive int32
+	holders   []*Run
+}
+
+// NewState returns an empty state that schedules as cfg says (its zero
+// fields take their defaults).
 func NewState(cfg Config) *State {
-	if cfg.Policy.Less == nil {
-		cfg.Policy = DefaultPolicy()
-	}
 	return &State{
-		cfg:          cfg,
-		clusters:     map[string]*Cluster{},
-		nodes:        map[string]*Node{},
-		jobs:         map[string]*Job{},
-		runs:         map[string]*Run{},
-		clusterNodes: map[string]map[string]bool{},
-		pending:      map[string]map[string]bool{},
-		active:       map[string]bool{},
-		draining:     map[string]bool{},
+		cfg:       cfg.Defaults(),
+		clusters:  map[string]*Cluster{},
+		nodes:     map[string]*Node{},
+		jobs:      map[string]*Job{},
+		runs:      map[string]*Run{},
+		arrays:    map[string]*Array{},
+		usage:     map[string]*Usage{},
+		byCluster: map[string]*clusterIndex{},
+		active:    map[string]*Run{},
+		alloc:     map[string]*nodeAlloc{},
+		draining:  map[string]bool{},
+		wake:      map[string]time.Time{},
+		assocs:    map[assocKey]*assoc{},
 	}
 }
+
+// Config returns the configuration the state schedules with, defaults filled in.
+func (s *State) Config() Config { return s.cfg }
 
 // Change is what handling one event did: the new version of every record it
 // touched (a nil value means the record is deleted) and the events to emit, in
-// order. Decisions explain the scheduling pass, for logs.
+// order. Decisions explain the scheduling pass; Reservations are the backfill
+// reservations it made.
 type Change struct {
-	Clusters  map[string]*Cluster
-	Nodes     map[string]*Node
-	Jobs      map[string]*Job
-	Runs      map[string]*Run
-	Emits     []Emit
+	Clusters map[string]*Cluster
+	Nodes    map[string]*Node
+	Jobs     map[string]*Job
+	Runs     map[string]*Run
+	Arrays   map[string]*Array
+	Usage    map[string]*Usage
+	Emits    []Emit
+	// Decisions say, for every pending job a pass looked at, why it did not
+	// start (memory only: they become Job.placement when read).
 	Decisions []Decision
+	// Reservations are the start times the pass promised blocked jobs
+	// (EASY backfill: one per cluster, for its highest-priority job that
+	// cannot start).
+	Reservations []Reservation
 
+	// wake: per cluster, when the clock alone next makes a pass worthwhile.
+	wake map[string]time.Time
 	// lastJobEmit: job name → index in Emits of its latest JobChanged, so
 	// that a pass that only refines a reason updates it instead of adding one.
 	lastJobEmit map[string]int
@@ -74,7 +123,8 @@ type Change struct {
 
 // Empty reports whether the change touches nothing and emits nothing.
 func (c *Change) Empty() bool {
-	return len(c.Clusters) == 0 && len(c.Nodes) == 0 && len(c.Jobs) == 0 && len(c.Runs) == 0 && len(c.Emits) == 0
+	return len(c.Clusters) == 0 && len(c.Nodes) == 0 && len(c.Jobs) == 0 && len(c.Runs) == 0 &&
+		len(c.Arrays) == 0 && len(c.Usage) == 0 && len(c.Emits) == 0
 }
 
 // Emit is an event to publish: the payload, its topic, its record key and
@@ -87,15 +137,32 @@ type Emit struct {
 }
 
 // Decision records why a pending job did not start in a pass, and how many
-// nodes each feasibility check filtered out.
+// nodes each feasibility check filtered out (shared between jobs of one
+// shape: do not modify).
 type Decision struct {
 	Job      string
 	Reason   string
 	Filtered map[string]int
+	// Nodes is how many nodes were looked at.
+	Nodes int
+	// Note adds what the counts do not say ("preempting 2 jobs").
+	Note string
 }
 
-// Commit makes c part of the state. c must come from this state's Handle or
-// Schedule with no Commit in between.
+// Reservation is the earliest time a blocked job can start, on the nodes
+// that will be free by then.
+type Reservation struct {
+	Job     string
+	Cluster string
+	Start   time.Time
+	// Unbounded: some job it waits for has no time limit, so no start can
+	// be promised and the nodes are kept from every other job.
+	Unbounded bool
+	Nodes     []string
+}
+
+// Commit makes c part of the state. c must come from this state's Handle,
+// Tick or Schedule with no Commit in between.
 func (s *State) Commit(c *Change) {
 	for name, cl := range c.Clusters {
 		if cl == nil {
@@ -110,13 +177,53 @@ func (s *State) Commit(c *Change) {
 	for name, j := range c.Jobs {
 		s.putJob(name, j)
 	}
+	// Every old version lets go of its GPUs before any new one takes them:
+	// GPU masks cannot count, so a GPU passed from one run to another in one
+	// change must be cleared before it is set.
+	for key := range c.Runs {
+		s.unaccount(key)
+	}
 	for key, r := range c.Runs {
 		s.putRun(key, r)
+	}
+	for name, j := range c.Jobs {
+		if _, put := c.Runs[RunKey(name, j.Attempt)]; j != nil && j.Attempt > 0 && !put {
+			if r := s.runs[RunKey(name, j.Attempt)]; r != nil {
+				s.mirrorJob(r)
+			}
+		}
+	}
+	for name, a := range c.Arrays {
+		if a == nil {
+			delete(s.arrays, name)
+		} else {
+			s.arrays[name] = a
+		}
+	}
+	for key, u := range c.Usage {
+		if u == nil {
+			delete(s.usage, key)
+		} else {
+			s.usage[key] = u
+		}
+	}
+	for cluster, at := range c.wake {
+		if at.IsZero() {
+			delete(s.wake, cluster)
+		} else {
+			s.wake[cluster] = at
+		}
+	}
+	for i := range c.Decisions {
+		d := &c.Decisions[i]
+		if j := s.jobs[d.Job]; j != nil && j.Pending() {
+			j.why = d
+		}
 	}
 }
 
 // Load adds records read from storage, as at start-up.
-func (s *State) Load(clusters []*Cluster, nodes []*Node, jobs []*Job, runs []*Run) {
+func (s *State) Load(clusters []*Cluster, nodes []*Node, jobs []*Job, runs []*Run, arrays []*Array, usage []*Usage) {
 	for _, c := range clusters {
 		s.clusters[c.Name] = c
 	}
@@ -129,58 +236,220 @@ func (s *State) Load(clusters []*Cluster, nodes []*Node, jobs []*Job, runs []*Ru
 	for _, r := range runs {
 		s.putRun(r.Key(), r)
 	}
+	for _, r := range runs {
+		s.mirrorJob(r) // jobs loaded after their runs
+	}
+	for _, a := range arrays {
+		s.arrays[a.Name] = a
+	}
+	for _, u := range usage {
+		s.usage[u.Key] = u
+	}
+}
+
+func (s *State) index(cluster string) *clusterIndex {
+	ci := s.byCluster[cluster]
+	if ci == nil {
+		ci = &clusterIndex{pendPos: map[string]int{}, activePos: map[string]int{}}
+		s.byCluster[cluster] = ci
+	}
+	return ci
+}
+
+func nodeBefore(a, b *Node) bool {
+	if a.Hostname != b.Hostname {
+		return a.Hostname < b.Hostname
+	}
+	return a.Name < b.Name
+}
+
+func (ci *clusterIndex) removeNode(n *Node) {
+	i := sort.Search(len(ci.nodes), func(i int) bool { return !nodeBefore(ci.nodes[i], n) })
+	for ; i < len(ci.nodes); i++ {
+		if ci.nodes[i].Name == n.Name {
+			ci.nodes = append(ci.nodes[:i], ci.nodes[i+1:]...)
+			return
+		}
+		if ci.nodes[i].Hostname != n.Hostname {
+			break
+		}
+	}
+	// Not where its order says: look everywhere (an index out of order is a bug
+	// elsewhere, but must not leave a stale node behind).
+	for i, m := range ci.nodes {
+		if m.Name == n.Name {
+			ci.nodes = append(ci.nodes[:i], ci.nodes[i+1:]...)
+			return
+		}
+	}
+}
+
+func (ci *clusterIndex) insertNode(n *Node) {
+	i := sort.Search(len(ci.nodes), func(i int) bool { return !nodeBefore(ci.nodes[i], n) })
+	ci.nodes = append(ci.nodes, nil)
+	copy(ci.nodes[i+1:], ci.nodes[i:])
+	ci.nodes[i] = n
 }
 
 func (s *State) putNode(name string, n *Node) {
-	if old, ok := s.nodes[name]; ok {
-		delete(s.clusterNodes[old.Cluster], name)
-	}
+	old, ok := s.nodes[name]
 	delete(s.draining, name)
+	if ok && n != nil && old.Cluster == n.Cluster && old.Hostname == n.Hostname {
+		// Same place in the order: replace in place.
+		ci := s.index(n.Cluster)
+		i := sort.Search(len(ci.nodes), func(i int) bool { return !nodeBefore(ci.nodes[i], n) })
+		for ; i < len(ci.nodes) && ci.nodes[i].Hostname == n.Hostname; i++ {
+			if ci.nodes[i].Name == name {
+				ci.nodes[i] = n
+				break
+			}
+		}
+	} else {
+		if ok {
+			s.index(old.Cluster).removeNode(old)
+		}
+		if n != nil {
+			s.index(n.Cluster).insertNode(n)
+		}
+	}
 	if n == nil {
 		delete(s.nodes, name)
 		return
 	}
 	s.nodes[name] = n
-	set(s.clusterNodes, n.Cluster)[name] = true
 	if n.Draining() {
 		s.draining[name] = true
 	}
 }
 
 func (s *State) putJob(name string, j *Job) {
-	if old, ok := s.jobs[name]; ok {
-		delete(s.pending[old.Job.GetCluster()], name)
+	if old, ok := s.jobs[name]; ok && old.Pending() {
+		ci := s.index(old.Job.GetCluster())
+		if i, ok := ci.pendPos[name]; ok {
+			last := len(ci.pending) - 1
+			moved := ci.pending[last]
+			ci.pending[i] = moved
+			ci.pendPos[moved.name] = i
+			ci.pending[last] = pendEntry{}
+			ci.pending = ci.pending[:last]
+			delete(ci.pendPos, name)
+		}
 	}
 	if j == nil {
 		delete(s.jobs, name)
 		return
 	}
+	if old, ok := s.jobs[name]; ok && j.why == nil && j.Pending() {
+		j.why = old.why
+	}
 	s.jobs[name] = j
 	if j.Pending() {
-		set(s.pending, j.Job.GetCluster())[name] = true
+		j.attrs = s.newAttrs(j, true)
+		ci := s.index(j.Job.GetCluster())
+		ci.pendPos[name] = len(ci.pending)
+		ci.pending = append(ci.pending, pendEntry{j: j, jobAttrs: *j.attrs})
+	}
+}
+
+// unaccount takes the run stored under key out of the allocation counters.
+func (s *State) unaccount(key string) {
+	if old, ok := s.active[key]; ok {
+		s.account(old, -1)
+		delete(s.active, key)
+		ci := s.index(old.Cluster)
+		if i, ok := ci.activePos[key]; ok {
+			last := len(ci.active) - 1
+			moved := ci.active[last]
+			ci.active[i] = moved
+			ci.activePos[moved.key] = i
+			ci.active[last] = nil
+			ci.active = ci.active[:last]
+			delete(ci.activePos, key)
+		}
 	}
 }
 
 func (s *State) putRun(key string, r *Run) {
-	delete(s.active, key)
+	s.unaccount(key)
 	if r == nil {
 		delete(s.runs, key)
 		return
 	}
 	s.runs[key] = r
+	r.assoc = s.internAssoc(r.Account, r.User)
+	r.key, r.gpuN, r.rate = key, r.gpuCount(), runRate(r)
+	s.mirrorJob(r)
 	if !r.Released {
-		s.active[key] = true
+		s.active[key] = r
+		s.account(r, 1)
+		ci := s.index(r.Cluster)
+		ci.activePos[key] = len(ci.active)
+		ci.active = append(ci.active, r)
 	}
 }
 
-func set(m map[string]map[string]bool, k string) map[string]bool {
-	if m[k] == nil {
-		m[k] = map[string]bool{}
+// mirrorJob copies into run r what a pass needs of its job.
+func (s *State) mirrorJob(r *Run) {
+	j := s.jobs[r.Job]
+	r.live = j != nil && j.Running() && j.Attempt == r.Attempt && !r.Ended()
+	r.limit = 0
+	if j != nil {
+		r.limit = j.Job.GetTimeLimitSeconds()
 	}
-	return m[k]
 }
 
-// Job returns a copy of the job's resource, or nil when unknown.
+// account adds (sign 1) or removes (sign -1) what r holds to the per-node
+// allocation counters.
+func (s *State) account(r *Run, sign int32) {
+	for i, node := range r.Nodes {
+		if !r.Holds(node) {
+			continue
+		}
+		a := s.alloc[node]
+		if a == nil {
+			a = &nodeAlloc{}
+			s.alloc[node] = a
+		}
+		a.add(r, i, node, sign)
+		if a.runs == 0 {
+			delete(s.alloc, node)
+		}
+	}
+}
+
+func (a *nodeAlloc) add(r *Run, rank int, node string, sign int32) {
+	gpus := r.GPUs[node]
+	for _, g := range gpus {
+		if sign > 0 {
+			a.gpuMask |= 1 << uint(g)
+		} else {
+			a.gpuMask &^= 1 << uint(g)
+		}
+	}
+	a.gpus += sign * int32(len(gpus))
+	if rank < len(r.CPUs) {
+		a.cpus += sign * r.CPUs[rank]
+	}
+	a.memMB += int64(sign) * r.MemMB
+	a.runs += sign
+	if r.Exclusive {
+		a.exclusive += sign
+	}
+	if sign > 0 {
+		a.holders = append(a.holders[:len(a.holders):len(a.holders)], r)
+		return
+	}
+	kept := make([]*Run, 0, len(a.holders))
+	for _, h := range a.holders {
+		if h != r {
+			kept = append(kept, h)
+		}
+	}
+	a.holders = kept
+}
+
+// Job returns a copy of the job's resource as stored (without the read-time
+// fields; see JobView), or nil when unknown.
 func (s *State) Job(name string) *loomv1.Job {
 	j, ok := s.jobs[name]
 	if !ok {
@@ -197,6 +466,12 @@ func (s *State) Run(job string, attempt int32) *Run { return s.runs[RunKey(job, 
 
 // Node returns the node's record (not to be modified), or nil.
 func (s *State) Node(name string) *Node { return s.nodes[name] }
+
+// Cluster returns the cluster's record (not to be modified), or nil.
+func (s *State) Cluster(name string) *Cluster { return s.clusters[name] }
+
+// ArrayRecord returns the array's record (not to be modified), or nil.
+func (s *State) ArrayRecord(name string) *Array { return s.arrays[name] }
 
 // Jobs returns copies of the jobs that keep returns true for (all when keep is
 // nil), in queue order (numeric job id).
@@ -221,11 +496,10 @@ func (s *State) Clusters() []string {
 	for n := range s.clusters {
 		seen[n] = true
 	}
-	for n := range s.clusterNodes {
-		seen[n] = true
-	}
-	for n := range s.pending {
-		seen[n] = true
+	for n, ci := range s.byCluster {
+		if len(ci.nodes) > 0 || len(ci.pending) > 0 {
+			seen[n] = true
+		}
 	}
 	out := make([]string, 0, len(seen))
 	for n := range seen {
@@ -235,12 +509,21 @@ func (s *State) Clusters() []string {
 	return out
 }
 
-// ActiveRuns returns the runs that hold an allocation (not to be modified).
+// ActiveRuns returns the runs that hold an allocation (not to be modified),
+// by key.
 func (s *State) ActiveRuns() []*Run {
 	out := make([]*Run, 0, len(s.active))
-	for k := range s.active {
-		out = append(out, s.runs[k])
+	for _, r := range s.active {
+		out = append(out, r)
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Key() < out[b].Key() })
 	return out
+}
+
+// PendingCount returns how many jobs wait in the cluster's queue.
+func (s *State) PendingCount(cluster string) int {
+	if ci := s.byCluster[cluster]; ci != nil {
+		return len(ci.pending)
+	}
+	return 0
 }

@@ -19,6 +19,30 @@ type txn struct {
 	now   time.Time
 	c     *Change
 	dirty map[string]bool // clusters whose queue needs a pass
+	// scratch: buffers a pass may reuse (writers only: Handle, Tick and
+	// Schedule run one at a time; reads may run beside them).
+	scratch *scratch
+}
+
+// scratch holds buffers reused from one pass to the next, so that a pass
+// over 100,000 jobs does not allocate its working arrays anew.
+type scratch struct {
+	pend   []*pendEntry
+	queued []queued
+	sorted []queued
+	keys   []keyed
+	radix  []keyed
+	views  []NodeView
+}
+
+// writerTxn is a txn of Handle, Tick or Schedule.
+func writerTxn(s *State, now time.Time) *txn {
+	t := newTxn(s, now)
+	if s.scratch == nil {
+		s.scratch = &scratch{}
+	}
+	t.scratch = s.scratch
+	return t
 }
 
 func newTxn(s *State, now time.Time) *txn {
@@ -27,6 +51,9 @@ func newTxn(s *State, now time.Time) *txn {
 		Nodes:       map[string]*Node{},
 		Jobs:        map[string]*Job{},
 		Runs:        map[string]*Run{},
+		Arrays:      map[string]*Array{},
+		Usage:       map[string]*Usage{},
+		wake:        map[string]time.Time{},
 		lastJobEmit: map[string]int{},
 	}}
 }
@@ -76,23 +103,29 @@ func (t *txn) deleteNode(name string) { t.c.Nodes[name] = nil }
 
 // clusterNodes returns the cluster's nodes sorted by hostname.
 func (t *txn) clusterNodes(cluster string) []*Node {
-	var out []*Node
-	for name := range t.s.clusterNodes[cluster] {
-		if _, over := t.c.Nodes[name]; !over {
-			out = append(out, t.s.nodes[name])
-		}
+	var base []*Node
+	if ci := t.s.byCluster[cluster]; ci != nil {
+		base = ci.nodes
 	}
-	for _, n := range t.c.Nodes {
-		if n != nil && n.Cluster == cluster {
+	if len(t.c.Nodes) == 0 {
+		return base
+	}
+	out := make([]*Node, 0, len(base)+len(t.c.Nodes))
+	for _, n := range base {
+		if _, over := t.c.Nodes[n.Name]; !over {
 			out = append(out, n)
 		}
 	}
-	sort.Slice(out, func(a, b int) bool {
-		if out[a].Hostname != out[b].Hostname {
-			return out[a].Hostname < out[b].Hostname
+	added := false
+	for _, n := range t.c.Nodes {
+		if n != nil && n.Cluster == cluster {
+			out = append(out, n)
+			added = true
 		}
-		return out[a].Name < out[b].Name
-	})
+	}
+	if added {
+		sort.Slice(out, func(a, b int) bool { return nodeBefore(out[a], out[b]) })
+	}
 	return out
 }
 
@@ -108,28 +141,51 @@ func (t *txn) editJob(name string) *Job {
 		return j
 	}
 	old := t.s.jobs[name]
-	j := &Job{Attempt: old.Attempt, ModelDir: old.ModelDir, Job: proto.Clone(old.Job).(*loomv1.Job)}
+	j := &Job{Attempt: old.Attempt, ModelDir: old.ModelDir, Excluded: old.Excluded, Job: proto.Clone(old.Job).(*loomv1.Job)}
 	t.c.Jobs[name] = j
 	return j
 }
 
 func (t *txn) putNewJob(j *Job) { t.c.Jobs[j.Name()] = j }
 
-// pendingJobs returns the cluster's pending jobs in queue order.
+// pendingJobs returns the cluster's pending jobs, unordered.
 func (t *txn) pendingJobs(cluster string) []*Job {
-	var out []*Job
-	for name := range t.s.pending[cluster] {
-		if _, over := t.c.Jobs[name]; !over {
-			out = append(out, t.s.jobs[name])
+	pend := t.pendingEntries(cluster)
+	out := make([]*Job, len(pend))
+	for i, e := range pend {
+		out[i] = e.j
+	}
+	return out
+}
+
+// pendingEntries returns the cluster's pending jobs with their attributes,
+// unordered: the state's entries, and fresh ones for jobs the change edits.
+func (t *txn) pendingEntries(cluster string) []*pendEntry {
+	var base []pendEntry
+	if ci := t.s.byCluster[cluster]; ci != nil {
+		base = ci.pending
+	}
+	var out []*pendEntry
+	if t.scratch != nil {
+		out = t.scratch.pend[:0]
+		defer func() { t.scratch.pend = out[:0] }()
+	} else {
+		out = make([]*pendEntry, 0, len(base)+len(t.c.Jobs))
+	}
+	over := len(t.c.Jobs) > 0
+	for i := range base {
+		if over {
+			if _, ok := t.c.Jobs[base[i].name]; ok {
+				continue
+			}
 		}
+		out = append(out, &base[i])
 	}
 	for _, j := range t.c.Jobs {
 		if j != nil && j.Pending() && j.Job.GetCluster() == cluster {
-			out = append(out, j)
+			out = append(out, &pendEntry{j: j, jobAttrs: *t.s.newAttrs(j, false)})
 		}
 	}
-	less := t.s.cfg.Policy.Less
-	sort.Slice(out, func(a, b int) bool { return less(out[a], out[b]) })
 	return out
 }
 
@@ -149,12 +205,48 @@ func (t *txn) editRun(key string) *Run {
 	return r
 }
 
+// currentRun returns the run of j's current attempt, or nil.
+func (t *txn) currentRun(j *Job) *Run {
+	if j.Attempt == 0 {
+		return nil
+	}
+	return t.run(RunKey(j.Name(), j.Attempt))
+}
+
+// eachClusterRun calls f for every run of cluster that holds an allocation,
+// in no particular order. fresh says whether the run's mirrored job fields
+// (live, limit) are current: false for runs and jobs the change edits.
+func (t *txn) eachClusterRun(cluster string, f func(r *Run, fresh bool)) {
+	if ci := t.s.byCluster[cluster]; ci != nil {
+		overRuns, overJobs := len(t.c.Runs) > 0, len(t.c.Jobs) > 0
+		for _, r := range ci.active {
+			fresh := true
+			if overRuns {
+				if _, over := t.c.Runs[r.key]; over {
+					continue
+				}
+			}
+			if overJobs {
+				if _, over := t.c.Jobs[r.Job]; over {
+					fresh = false
+				}
+			}
+			f(r, fresh)
+		}
+	}
+	for _, r := range t.c.Runs {
+		if r != nil && !r.Released && r.Cluster == cluster {
+			f(r, false)
+		}
+	}
+}
+
 // activeRuns returns the runs that hold an allocation, in a stable order.
 func (t *txn) activeRuns() []*Run {
-	var out []*Run
-	for key := range t.s.active {
+	out := make([]*Run, 0, len(t.s.active)+len(t.c.Runs))
+	for key, r := range t.s.active {
 		if _, over := t.c.Runs[key]; !over {
-			out = append(out, t.s.runs[key])
+			out = append(out, r)
 		}
 	}
 	for _, r := range t.c.Runs {
@@ -162,30 +254,27 @@ func (t *txn) activeRuns() []*Run {
 			out = append(out, r)
 		}
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Key() < out[b].Key() })
+	sort.Slice(out, func(a, b int) bool {
+		if out[a].Job != out[b].Job {
+			return out[a].Job < out[b].Job
+		}
+		return out[a].Attempt < out[b].Attempt
+	})
 	return out
 }
 
-// usedGPUs returns the GPU indices held on each node of the cluster.
-func (t *txn) usedGPUs(cluster string) map[string]map[int32]bool {
-	used := map[string]map[int32]bool{}
-	for _, r := range t.activeRuns() {
-		if r.Cluster != cluster {
-			continue
-		}
-		for _, node := range r.Nodes {
-			if !r.Holds(node) {
-				continue
-			}
-			for _, g := range r.GPUs[node] {
-				if used[node] == nil {
-					used[node] = map[int32]bool{}
-				}
-				used[node][g] = true
-			}
-		}
+func (t *txn) array(name string) *Array {
+	if a, ok := t.c.Arrays[name]; ok {
+		return a
 	}
-	return used
+	return t.s.arrays[name]
+}
+
+func (t *txn) usage(key string) *Usage {
+	if u, ok := t.c.Usage[key]; ok {
+		return u
+	}
+	return t.s.usage[key]
 }
 
 // emitJob emits the job's current state. When the change already emits the

@@ -1,14 +1,17 @@
-// Package ports is the scheduler's edge: the loom.v1.JobService read API,
-// served from memory, and the topics its consumer reads.
+// Package ports is the scheduler's edge: the loom.v1.JobService and
+// loom.v1.SlurmService read APIs, served from memory, and the topics its
+// consumer reads.
 package ports
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/topics"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain"
 )
 
 // Topics are what the scheduler consumes, in one group, one event at a time.
@@ -20,10 +23,12 @@ var Topics = []string{
 	topics.StepEvents,
 }
 
-// Jobs is what the read API needs from the app.
+// Jobs is what the read APIs need from the app.
 type Jobs interface {
 	GetJob(name string) (*loomv1.Job, error)
-	ListJobs(keep func(*loomv1.Job) bool) []*loomv1.Job
+	ListJobs(f domain.JobFilter) []*loomv1.Job
+	ListPartitions(cluster string) []*loomv1.Partition
+	ListSlurmNodes(cluster string) []*loomv1.SlurmNode
 }
 
 // JobServer serves GetJob and ListJobs; the other JobService methods belong
@@ -36,8 +41,9 @@ type JobServer struct {
 // NewJobServer returns a JobService over jobs.
 func NewJobServer(jobs Jobs) *JobServer { return &JobServer{jobs: jobs} }
 
-// GetJob returns one job; InvalidArgument for a malformed name, NotFound for
-// a job the scheduler does not know.
+// GetJob returns one job ("projects/{p}/jobs/{id}", or "…/jobs/{A}_{i}" for
+// task i of array A); InvalidArgument for a malformed name, NotFound for a
+// job the scheduler does not know.
 func (s *JobServer) GetJob(_ context.Context, req *loomv1.GetJobRequest) (*loomv1.Job, error) {
 	var v errs.Validator
 	parts := strings.Split(req.GetName(), "/")
@@ -50,7 +56,9 @@ func (s *JobServer) GetJob(_ context.Context, req *loomv1.GetJobRequest) (*loomv
 }
 
 // ListJobs returns the jobs of a project (parent "projects/{p}", optional)
-// and, when cluster is set, of that cluster only, in queue order.
+// that the request's filters select, in submission order: cluster, users,
+// states, job ids ("12", every task of array 12, or "12_3"), names,
+// partitions, and active_only (pending and running: squeue) or not (sacct).
 func (s *JobServer) ListJobs(_ context.Context, req *loomv1.ListJobsRequest) (*loomv1.ListJobsResponse, error) {
 	var v errs.Validator
 	parent := req.GetParent()
@@ -58,16 +66,80 @@ func (s *JobServer) ListJobs(_ context.Context, req *loomv1.ListJobsRequest) (*l
 		p, ok := strings.CutPrefix(parent, "projects/")
 		v.Check(ok && p != "" && !strings.Contains(p, "/"), "parent", "want projects/{project}, got %q", parent)
 	}
+	for i, id := range req.GetJobIds() {
+		job, task, isTask := strings.Cut(id, "_")
+		v.Check(digits(job) && (!isTask || digits(task)), fmt.Sprintf("job_ids[%d]", i), "want a job id (12) or an array task (12_3), got %q", id)
+	}
+	for i, st := range req.GetStates() {
+		v.Check(st != loomv1.JobState_JOB_STATE_UNSPECIFIED, fmt.Sprintf("states[%d]", i), "must name a state")
+	}
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	jobs := s.jobs.ListJobs(func(j *loomv1.Job) bool {
-		if parent != "" && !strings.HasPrefix(j.GetName(), parent+"/jobs/") {
-			return false
-		}
-		return req.GetCluster() == "" || j.GetCluster() == req.GetCluster()
+	jobs := s.jobs.ListJobs(domain.JobFilter{
+		Project: parent, Cluster: req.GetCluster(), Users: req.GetUsers(), Names: req.GetNames(),
+		Partitions: req.GetPartitions(), States: req.GetStates(), JobIDs: req.GetJobIds(), ActiveOnly: req.GetActiveOnly(),
 	})
 	return &loomv1.ListJobsResponse{Jobs: jobs}, nil
 }
 
+func digits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 var _ loomv1.JobServiceServer = (*JobServer)(nil)
+
+// SlurmServer serves the Slurm views: partitions and nodes (sinfo, scontrol
+// show partition/node). UpdateSlurmNode is the gateway's (it emits the
+// command) and answers Unimplemented.
+type SlurmServer struct {
+	loomv1.UnimplementedSlurmServiceServer
+	jobs Jobs
+}
+
+// NewSlurmServer returns a SlurmService over jobs.
+func NewSlurmServer(jobs Jobs) *SlurmServer { return &SlurmServer{jobs: jobs} }
+
+func checkCluster(name string) error {
+	var v errs.Validator
+	parts := strings.Split(name, "/")
+	v.Check(len(parts) == 4 && parts[0] == "projects" && parts[1] != "" && parts[2] == "clusters" && parts[3] != "",
+		"cluster", "want projects/{project}/clusters/{cluster}, got %q", name)
+	return v.Err()
+}
+
+// ListPartitions returns the cluster's partitions; NotFound for a cluster
+// the scheduler does not know.
+func (s *SlurmServer) ListPartitions(_ context.Context, req *loomv1.ListPartitionsRequest) (*loomv1.ListPartitionsResponse, error) {
+	if err := checkCluster(req.GetCluster()); err != nil {
+		return nil, err
+	}
+	ps := s.jobs.ListPartitions(req.GetCluster())
+	if ps == nil {
+		return nil, fmt.Errorf("cluster %s: %w", req.GetCluster(), errs.NotFound)
+	}
+	return &loomv1.ListPartitionsResponse{Partitions: ps}, nil
+}
+
+// ListSlurmNodes returns the cluster's compute nodes in Slurm's states;
+// NotFound for a cluster the scheduler does not know.
+func (s *SlurmServer) ListSlurmNodes(_ context.Context, req *loomv1.ListSlurmNodesRequest) (*loomv1.ListSlurmNodesResponse, error) {
+	if err := checkCluster(req.GetCluster()); err != nil {
+		return nil, err
+	}
+	ps := s.jobs.ListPartitions(req.GetCluster())
+	if ps == nil {
+		return nil, fmt.Errorf("cluster %s: %w", req.GetCluster(), errs.NotFound)
+	}
+	return &loomv1.ListSlurmNodesResponse{Nodes: s.jobs.ListSlurmNodes(req.GetCluster())}, nil
+}
+
+var _ loomv1.SlurmServiceServer = (*SlurmServer)(nil)

@@ -1,0 +1,316 @@
+// Command schedsim replays the real traces through the scheduler's scheduling
+// code in virtual time (FIFO, EASY backfill and Loom's default policy side by
+// side) and times one full scheduling pass at 1k–10k nodes and 10k–100k
+// pending jobs. It writes both as sections of bench/REPORT.md, between the
+// markers <!-- schedsim:begin -->/<!-- schedsim:end --> and
+// <!-- schedcycle:begin -->/<!-- schedcycle:end --> (appended when absent).
+//
+//	go run ./services/scheduler/cmd/schedsim -report bench/REPORT.md
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/loom-ml/loom/services/scheduler"
+	"github.com/loom-ml/loom/services/scheduler/internal/sim/trace"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "schedsim:", err)
+		var u usage
+		if errors.As(err, &u) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+type usage struct{ error }
+
+// scenario is one trace replay of the report.
+type scenario struct {
+	key    string // names it in -traces
+	path   string // under the traces directory
+	format string
+	scale  float64
+	why    string // why this arrival scale
+}
+
+// scenarios are the report's replays: every trace as recorded, and the
+// lightly loaded ones again with arrivals compressed so that a queue forms
+// and the policies differ.
+var scenarios = []scenario{
+	{"alibaba", "alibaba-gpu-v2023", "alibaba", 1, ""},
+	{"alibaba", "alibaba-gpu-v2023", "alibaba", 100000, "as recorded the cluster is nearly idle (the trace's own schedule never held more than 71 of its 6,212 GPUs at once), so every policy starts every pod on arrival; compressed 100,000-fold, all 8,152 pods arrive within about two minutes, the most the trace can load the cluster"},
+	{"philly", "philly/philly_jobs_4gpu_sample.json", "philly", 1, ""},
+	{"philly", "philly/philly_jobs_4gpu_sample.json", "philly", 2, "the cluster is sized for the trace's recorded peak, so as recorded no job waits; arrivals twice as fast make a queue"},
+	{"nasa", "pwa-swf/NASA-iPSC-1993-3.1-cln.swf.gz", "swf", 1, ""},
+	{"nasa", "pwa-swf/NASA-iPSC-1993-3.1-cln.swf.gz", "swf", 2, "doubles the offered load (47% of the machine as recorded)"},
+	{"lcg", "pwa-swf/LCG.swf.gz", "swf", 1, ""},
+}
+
+// cycleGrid is the scheduling-pass benchmark's sizes: nodes × pending jobs.
+var cycleGrid = [][2]int{{1000, 10000}, {1000, 100000}, {10000, 10000}, {10000, 100000}}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("schedsim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	report := fs.String("report", "bench/REPORT.md", "report file whose schedsim and schedcycle sections are (re)written; empty: print only")
+	only := fs.String("only", "", "run only one part: sim or cycle")
+	traces := fs.String("traces", "", "comma-separated traces to replay: alibaba, philly, nasa, lcg (default: all)")
+	dataDir := fs.String("data", "", "the traces directory (default: $"+trace.DataDirEnv+", else shared/data/traces above the working directory)")
+	limit := fs.Int("limit", 0, "replay only the first N jobs of each trace (0: all), for a quick check")
+	policies := fs.String("policies", strings.Join(scheduler.SimPolicies, ","), "policies to compare")
+	cyclePolicy := fs.String("cycle-policy", "loom", "policy of the scheduling-pass benchmark")
+	repeat := fs.Int("repeat", 3, "timed passes per size in the cycle benchmark (the median is reported)")
+	if err := fs.Parse(args); err != nil {
+		return usage{err}
+	}
+	if *only != "" && *only != "sim" && *only != "cycle" {
+		return usage{fmt.Errorf("-only must be sim or cycle, got %q", *only)}
+	}
+	if *limit < 0 {
+		return usage{fmt.Errorf("-limit must not be negative, got %d", *limit)}
+	}
+	if *repeat < 1 {
+		return usage{fmt.Errorf("-repeat must be at least 1, got %d", *repeat)}
+	}
+	pols := strings.Split(*policies, ",")
+	for _, p := range pols {
+		if !slices.Contains(scheduler.SimPolicies, p) {
+			return usage{fmt.Errorf("-policies: %q is not one of %s", p, strings.Join(scheduler.SimPolicies, ", "))}
+		}
+	}
+	if !slices.Contains(scheduler.SimPolicies, *cyclePolicy) {
+		return usage{fmt.Errorf("-cycle-policy: %q is not one of %s", *cyclePolicy, strings.Join(scheduler.SimPolicies, ", "))}
+	}
+	var want []string
+	if *traces != "" {
+		want = strings.Split(*traces, ",")
+		for _, k := range want {
+			if !slices.ContainsFunc(scenarios, func(s scenario) bool { return s.key == k }) {
+				return usage{fmt.Errorf("-traces: unknown trace %q (want alibaba, philly, nasa, lcg)", k)}
+			}
+		}
+	}
+	machine := machineLine()
+	if *only != "cycle" {
+		dir := *dataDir
+		if dir == "" {
+			d, err := trace.DataDir()
+			if err != nil {
+				return err
+			}
+			dir = d
+		}
+		var b strings.Builder
+		lastKey := ""
+		for _, sc := range scenarios {
+			if want != nil && !slices.Contains(want, sc.key) {
+				continue
+			}
+			fmt.Fprintf(stderr, "replaying %s (arrivals ×%g)...\n", sc.key, sc.scale)
+			rep, err := scheduler.Simulate(ctx, scheduler.SimConfig{
+				Trace: filepath.Join(dir, sc.path), Format: sc.format, Policies: pols, Limit: *limit, ArrivalScale: sc.scale,
+				Progress: func(p string, done bool) {
+					if done {
+						fmt.Fprintf(stderr, "  %s done\n", p)
+					}
+				},
+			})
+			if err != nil {
+				return fmt.Errorf("%s: %w", sc.key, err)
+			}
+			if err := rep.WriteTable(stdout); err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout)
+			if sc.key != lastKey {
+				// One heading and the loader's notes per trace.
+				lastKey = sc.key
+				t := rep.Trace
+				t.ArrivalScale = 1
+				fmt.Fprintf(&b, "### %s\n\n", (&scheduler.SimReport{Trace: t}).Title())
+				for _, n := range rep.Trace.Notes {
+					if !strings.HasPrefix(n, "Submit times are divided") {
+						b.WriteString("- " + n + "\n")
+					}
+				}
+				b.WriteString("\n")
+			}
+			if sc.scale == 1 {
+				b.WriteString("As recorded:\n\n")
+			} else {
+				fmt.Fprintf(&b, "Arrivals ×%g (submit times divided by %g): %s.\n\n", sc.scale, sc.scale, sc.why)
+			}
+			b.WriteString(rep.Markdown())
+			b.WriteString("\n")
+		}
+		if *report != "" {
+			if err := writeSection(*report, "schedsim", simSection(b.String(), machine, *limit)); err != nil {
+				return err
+			}
+		}
+	}
+	if *only != "sim" {
+		var rows []*scheduler.CycleResult
+		for _, g := range cycleGrid {
+			fmt.Fprintf(stderr, "timing a pass: %d nodes, %d pending jobs...\n", g[0], g[1])
+			r, err := scheduler.BenchCycle(ctx, scheduler.CycleConfig{Nodes: g[0], Pending: g[1], Policy: *cyclePolicy, Repeat: *repeat})
+			if err != nil {
+				return fmt.Errorf("cycle %d×%d: %w", g[0], g[1], err)
+			}
+			fmt.Fprintf(stdout, "%6d nodes %7d GPUs %7d pending %6d running: first pass %v, steady pass %v (started %d)\n",
+				g[0], r.GPUs, g[1], r.Running, r.First.Round(time.Microsecond), r.Steady.Round(time.Microsecond), r.Started)
+			rows = append(rows, r)
+		}
+		if *report != "" {
+			if err := writeSection(*report, "schedcycle", cycleSection(rows, machine, *cyclePolicy, *repeat)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func simSection(tables, machine string, limit int) string {
+	var b strings.Builder
+	b.WriteString("## Scheduler simulator: real traces, three policies (schedsim)\n\n")
+	b.WriteString(`The scheduler's own domain code (` + "`services/scheduler/internal/domain`" + `) replayed in virtual time:
+the simulator sends it the events the service consumes (` + "`ClusterChanged`" + ` with the partition,
+` + "`NodeChanged`" + ` per node, ` + "`SubmitJob`" + ` at each job's submit time, ` + "`CancelJob`" + ` where the trace's user
+cancelled, ` + "`StepChanged` EXITED" + ` at start + runtime for every ` + "`StartStep`" + ` it emits, ` + "`KILLED`" + ` for every
+` + "`StopStep`" + `), one at a time through ` + "`State.Handle`/`Commit`" + ` with a scheduling pass after each, and
+` + "`State.Tick`" + ` when a job reaches its time limit. Policies: **fifo** strict first come, first served;
+**easy** FCFS with EASY backfill (time limits as the contract); **loom** the default multifactor
+priority (age, fair share, size, partition, QOS) with backfill.
+
+Metrics: utilisation is resource-seconds held over capacity × makespan (first submit to last
+end); wait is submit to first start and JCT submit to end, over jobs that ran to their end;
+bounded slowdown is max(1, JCT / max(run, 10 s)); fairness is Jain's index over the accounts'
+mean bounded slowdowns (1: all alike), with the worst account. Every run is deterministic.
+
+`)
+	if limit > 0 {
+		fmt.Fprintf(&b, "**Only the first %d jobs of each trace were replayed (-limit).**\n\n", limit)
+	}
+	b.WriteString(tables)
+	b.WriteString(machine + "\n\n")
+	b.WriteString("Rerun (from the repository root; the traces in `../shared/data/traces`):\n\n```\n" +
+		"go run ./services/scheduler/cmd/schedsim -only sim -report bench/REPORT.md\n" +
+		"loom sim --trace ../shared/data/traces/alibaba-gpu-v2023 --policy all        # one trace, any options\n```\n\n" +
+		"Flags: `-traces alibaba,philly,nasa,lcg`, `-policies fifo,easy,loom`, `-limit N`; `loom sim` also takes\n" +
+		"`--arrival-scale`, `--time-limit-factor`, `--limit` and `-o json`.\n")
+	return b.String()
+}
+
+func cycleSection(rows []*scheduler.CycleResult, machine, policy string, repeat int) string {
+	var b strings.Builder
+	b.WriteString("## One scheduling pass at scale (schedcycle)\n\n")
+	fmt.Fprintf(&b, `A full pass of the real scheduling code (`+"`State.Schedule`"+`: priority, placement, backfill)
+over one cluster, policy **%s**. The state: nodes of 8 GPUs in 4 node pools, each its own
+partition besides a default one over all; 90%% of the GPUs held by running jobs of 1, 2, 4 and 8
+GPUs; the pending jobs mixed — 45%% 1 GPU, 15%% 2, 12%% 4, 18%% one whole node, 7%% 2 nodes, 3%% 8
+nodes — from 200 users in 20 accounts, spread over the partitions, time limits 10 min to 24 h;
+QOS normal for 80%% of the jobs, low for 15%% and high (which may preempt low) for 5%%, running
+and pending alike.
+"First pass" is the pass over the freshly loaded queue (every job gets its priority, placement
+and reason, and emits its first JobChanged); "steady pass" the next one, as after an event that
+changed nothing for the queue. Median of %d passes each; building the state is not timed.
+Target: ≤ 100 ms at 10,000 nodes / 80,000 GPUs / 100,000 pending jobs.
+
+| nodes | GPUs | pending jobs | running jobs | first pass | steady pass | started in the pass | target |
+|---:|---:|---:|---:|---:|---:|---:|---|
+`, policy, repeat)
+	for _, r := range rows {
+		target := ""
+		if r.Config.Nodes == 10000 && r.Config.Pending == 100000 {
+			target = "**missed**"
+			if r.First <= 100*time.Millisecond && r.Steady <= 100*time.Millisecond {
+				target = "met"
+			}
+		}
+		fmt.Fprintf(&b, "| %d | %d | %d | %d | %s | %s | %d | %s |\n", r.Config.Nodes, r.GPUs, r.Config.Pending, r.Running,
+			ms(r.First), ms(r.Steady), r.Started, target)
+	}
+	b.WriteString("\n" + machine + "\n\n")
+	b.WriteString("Rerun (from the repository root):\n\n```\n" +
+		"go run ./services/scheduler/cmd/schedsim -only cycle -report bench/REPORT.md\n" +
+		"cd services/scheduler && go test -run '^$' -bench Cycle ./internal/sim/   # the same passes as Go benchmarks\n```\n")
+	return b.String()
+}
+
+func ms(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 1, 64) + " ms" }
+
+// machineLine describes the machine and the moment, for the report.
+func machineLine() string {
+	cpu := "unknown CPU"
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				cpu = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	load := ""
+	if raw, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if fs := strings.Fields(string(raw)); len(fs) > 0 {
+			load = "; 1-minute load average " + fs[0] + " (the machine is shared)"
+		}
+	}
+	return fmt.Sprintf("Machine: %s, %d CPUs available%s; %s; measured %s.", cpu, runtime.NumCPU(), load,
+		runtime.Version(), time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+}
+
+// writeSection replaces the text between <!-- name:begin --> and
+// <!-- name:end --> in the file at path with body, or appends the marked
+// section when the markers are absent (creating the file if need be).
+func writeSection(path, name, body string) error {
+	begin, end := "<!-- "+name+":begin -->", "<!-- "+name+":end -->"
+	old, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	text := string(old)
+	section := begin + "\n" + strings.TrimRight(body, "\n") + "\n" + end
+	i, j := strings.Index(text, begin), strings.Index(text, end)
+	switch {
+	case i >= 0 && j > i:
+		text = text[:i] + section + text[j+len(end):]
+	case i >= 0 || j >= 0:
+		return fmt.Errorf("%s: only one of %s and %s is there; fix the file by hand", path, begin, end)
+	default:
+		if text != "" && !strings.HasSuffix(text, "\n") {
+			text += "\n"
+		}
+		if text != "" {
+			text += "\n"
+		}
+		text += section + "\n"
+	}
+	tmp := path + ".schedsim.tmp"
+	if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,0 +1,89 @@
+package adapters
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/testkit"
+)
+
+// TestLeaseFencesEarlierTerms: one holder at a time; a takeover (after the
+// holder's lease expired without it noticing) revokes the earlier term, whose
+// next Apply is refused and writes nothing, while the new term's goes through.
+func TestLeaseFencesEarlierTerms(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "scheduler:")
+	ctx := testkit.Context(t, 30*time.Second)
+	a := NewLease(st, "a", 200*time.Millisecond)
+	b := NewLease(st, "b", time.Minute)
+
+	ta, err := a.TryAcquire(ctx)
+	if err != nil || ta == "" || !strings.HasPrefix(ta, "a.") {
+		t.Fatalf("a acquires: %q %v", ta, err)
+	}
+	if tb, err := b.TryAcquire(ctx); err != nil || tb != "" {
+		t.Fatalf("b acquired a held lease: %q %v", tb, err)
+	}
+	if h, _ := a.Holder(ctx); h != ta {
+		t.Fatalf("holder %q, want %q", h, ta)
+	}
+	write := func(token string, seq uint64, value string) error {
+		var tx store.Tx
+		Fence(&tx, token, seq)
+		tx.HSet(KeyJobs, "j", []byte(value))
+		_, err := st.Apply(ctx, "", &tx)
+		return err
+	}
+	if err := write(ta, 1, "from a"); err != nil {
+		t.Fatalf("a writes while leading: %v", err)
+	}
+	if v, _ := Version(ctx, st); v != ta+"/1" {
+		t.Fatalf("version %q", v)
+	}
+
+	// a stalls past its TTL; b takes over.
+	var tb string
+	testkit.WaitFor(t, 10*time.Second, "b takes the expired lease", func() (bool, error) {
+		var err error
+		tb, err = b.TryAcquire(ctx)
+		return tb != "", err
+	})
+	err = write(ta, 2, "late a")
+	if !IsFenced(err) || !errors.Is(err, errs.FailedPrecondition) {
+		t.Fatalf("a's write after the takeover: %v, want fenced", err)
+	}
+	if v, _ := st.HGet(ctx, KeyJobs, "j"); string(v) != "from a" {
+		t.Fatalf("a fenced write changed the state: %q", v)
+	}
+	if err := write(tb, 1, "from b"); err != nil {
+		t.Fatalf("b writes: %v", err)
+	}
+	if err := a.Renew(ctx, ta); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("a renews a lost lease: %v", err)
+	}
+	if err := b.Renew(ctx, tb); err != nil {
+		t.Fatalf("b renews: %v", err)
+	}
+	// a cannot release b's lease; b's release frees it at once.
+	if err := a.Release(ctx, ta); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := a.Holder(ctx); h != tb {
+		t.Fatalf("a released b's lease: holder %q", h)
+	}
+	if err := b.Release(ctx, tb); err != nil {
+		t.Fatal(err)
+	}
+	ta2, err := a.TryAcquire(ctx)
+	if err != nil || ta2 == "" {
+		t.Fatalf("a re-acquires a released lease: %q %v", ta2, err)
+	}
+	if err := write(tb, 2, "late b"); !IsFenced(err) {
+		t.Fatalf("b's write after a's new term: %v, want fenced", err)
+	}
+}

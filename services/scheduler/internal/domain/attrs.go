@@ -1,0 +1,120 @@
+package domain
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Compact, memory-only copies of what a scheduling pass reads of each job,
+// computed once when a record enters the state (records are immutable
+// there), so that a pass over 100,000 jobs does not chase pointers through
+// every job's protobuf or parse its id on every pass.
+
+// assoc is an account/user association, interned per state.
+type assoc struct {
+	account, user string
+	// id indexes State.assocList; -1 for one not interned (a job or run
+	// that exists only in a change).
+	id int32
+}
+
+// jobAttrs is what a pass reads of a pending job.
+type jobAttrs struct {
+	name string
+	id   int64
+	// eligible is when the job became eligible (submit, or --begin when
+	// later), begin its --begin; unix nanoseconds, 0 when none.
+	eligible, begin int64
+	limit           int64 // --time in seconds; 0: the partition's
+	gpus            int64 // GPUs in all
+	assoc           *assoc
+	qos             int32 // index in the QOS table; -1 when unknown
+	part            string
+	reason          string
+	// req is the job's request with Partition, AvoidReserved, Nodelist and
+	// Exclude left to the pass.
+	req    Request
+	hold   bool
+	deps   bool
+	array  bool
+	lists  bool // --nodelist, --exclude or failed nodes
+	spread bool // --gpus without --gpus-per-node: the node count depends on the partition
+}
+
+// pendEntry is a pending job and its attributes, by value.
+type pendEntry struct {
+	j *Job
+	jobAttrs
+}
+
+// internAssoc returns the interned association of account and user.
+func (s *State) internAssoc(account, user string) *assoc {
+	k := assocKey{account, user}
+	if a := s.assocs[k]; a != nil {
+		return a
+	}
+	a := &assoc{account: account, user: user, id: int32(len(s.assocList))}
+	s.assocs[k] = a
+	s.assocList = append(s.assocList, a)
+	return a
+}
+
+// lookupAssoc returns the interned association, or a fresh uninterned one.
+func (s *State) lookupAssoc(account, user string) *assoc {
+	if a := s.assocs[assocKey{account, user}]; a != nil {
+		return a
+	}
+	return &assoc{account: account, user: user, id: -1}
+}
+
+// attrsOf returns j's attributes: those computed when it entered the state,
+// else (a record of the change) computed now.
+func (s *State) attrsOf(j *Job) *jobAttrs {
+	if j.attrs != nil {
+		return j.attrs
+	}
+	return s.newAttrs(j, false)
+}
+
+func (s *State) newAttrs(j *Job, intern bool) *jobAttrs {
+	spec := j.Job
+	a := &jobAttrs{name: spec.GetName(), limit: spec.GetTimeLimitSeconds(), gpus: int64(jobGPUs(j)),
+		part: spec.GetPartition(), reason: spec.GetStateReason(), hold: spec.GetHold(),
+		deps: spec.GetDependency() != "", array: spec.GetArrayJobId() != "",
+		lists:  len(spec.GetNodelist()) > 0 || len(spec.GetExclude()) > 0 || len(j.Excluded) > 0,
+		spread: spec.GetGpusPerNode() == 0 && spec.GetGpus() > 0, qos: -1}
+	a.id, _ = strconv.ParseInt(spec.GetJobId(), 10, 64)
+	if ts := spec.GetSubmitTime(); ts != nil {
+		a.eligible = ts.AsTime().UnixNano()
+	}
+	if b := spec.GetBeginTime(); b != nil {
+		a.begin = b.AsTime().UnixNano()
+		a.eligible = max(a.eligible, a.begin)
+	}
+	if intern {
+		a.assoc = s.internAssoc(spec.GetAccount(), spec.GetUser())
+	} else {
+		a.assoc = s.lookupAssoc(spec.GetAccount(), spec.GetUser())
+	}
+	name := spec.GetQos()
+	if name == "" {
+		name = s.cfg.DefaultQOS
+	}
+	for i, q := range s.cfg.QOS {
+		if q.Name == name {
+			a.qos = int32(i)
+		}
+	}
+	a.req = Request{Nodes: int(max(spec.GetNodeCount(), 1)), GPUsPerNode: spec.GetGpusPerNode(),
+		GPUType: strings.ToLower(spec.GetGpuType()), MemMB: spec.GetMemMb(), Exclusive: spec.GetExclusive()}
+	a.req.CPUsPerNode = max(maxTasksPerNode(spec, a.req.Nodes), 1) * max(spec.GetCpusPerTask(), 1)
+	return a
+}
+
+// runAssoc returns a run's association.
+func (s *State) runAssoc(r *Run) *assoc {
+	if r.assoc != nil {
+		return r.assoc
+	}
+	return s.lookupAssoc(r.Account, r.User)
+}

@@ -1,0 +1,829 @@
+package domain
+
+import (
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// newSpecHarness starts a harness whose cluster has a Slurm layout: pools
+// "a3" (a3-highgpu-8g: 8 H100, 208 CPUs) and "cpu" (n2-standard-8), node sets
+// named after them, and partitions: "gpu" (default, over a3, MaxTime 1 day),
+// "cpu" (over cpu) and any extra ones given.
+func newSpecHarness(t *testing.T, cfg Config, extra ...*loomv1.SlurmPartition) *harness {
+	h := &harness{t: t, s: NewState(cfg), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]bool{}}
+	parts := append([]*loomv1.SlurmPartition{
+		{Id: "gpu", NodeSetIds: []string{"a3"}, MaxTime: "1-00:00:00", Default: true},
+		{Id: "cpu", NodeSetIds: []string{"cpu"}, MaxTime: "UNLIMITED"},
+	}, extra...)
+	h.do(&eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cl,
+		Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{{Id: "a3", MachineType: "a3-highgpu-8g"}, {Id: "cpu", MachineType: "n2-standard-8"}}},
+		Orchestrator: &loomv1.Orchestrator{Slurm: &loomv1.SlurmOrchestrator{
+			NodeSets:   []*loomv1.SlurmNodeSet{{Id: "a3", NodePoolId: "a3", Features: []string{"h100"}}, {Id: "cpu", NodePoolId: "cpu"}},
+			Partitions: parts}},
+		Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, SharedDir: "/shared/c1"}}})
+	return h
+}
+
+// gpuNode adds a READY a3-highgpu-8g node of pool a3 in block.
+func (h *harness) gpuNode(host, block string) *Change {
+	return h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName(host), Cluster: cl, Hostname: host, Gpus: 8,
+		State: loomv1.Node_READY, NodePool: "a3", MachineType: "a3-highgpu-8g", Block: block, Role: "compute"}})
+}
+
+// cpuNode adds a READY n2-standard-8 node of pool cpu.
+func (h *harness) cpuNode(host string) *Change {
+	return h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName(host), Cluster: cl, Hostname: host,
+		State: loomv1.Node_READY, NodePool: "cpu", MachineType: "n2-standard-8", Role: "compute"}})
+}
+
+// job is a command job of n nodes with g GPUs each, to be adjusted by opts.
+func job(id int, n, g int32, opts ...func(*loomv1.Job)) *loomv1.Job {
+	j := &loomv1.Job{Name: jobName(id), JobId: strconv.Itoa(id), Cluster: cl, NodeCount: n, GpusPerNode: g,
+		Command: []string{"/bin/train"}}
+	for _, o := range opts {
+		o(j)
+	}
+	return j
+}
+
+func limit(d time.Duration) func(*loomv1.Job) {
+	return func(j *loomv1.Job) { j.TimeLimitSeconds = int64(d / time.Second) }
+}
+
+func signalOpt(s string) func(*loomv1.Job) { return func(j *loomv1.Job) { j.Signal = s } }
+
+func qos(q string) func(*loomv1.Job) { return func(j *loomv1.Job) { j.Qos = q } }
+
+func user(u, account string) func(*loomv1.Job) {
+	return func(j *loomv1.Job) { j.User, j.Account = u, account }
+}
+
+func signals(c *Change) []*eventsv1.SignalStep {
+	var out []*eventsv1.SignalStep
+	for _, e := range c.Emits {
+		if s, ok := e.Payload.(*eventsv1.SignalStep); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// statesOf returns the states job id passed through in c, in order.
+func statesOf(c *Change, id int) []loomv1.JobState {
+	var out []loomv1.JobState
+	for _, jc := range jobChanges(c) {
+		if jc.GetJob().GetName() == jobName(id) {
+			out = append(out, jc.GetJob().GetState())
+		}
+	}
+	return out
+}
+
+func TestPartitionsFromSpec(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.cpuNode("cpu-0001")
+
+	// No partition: the default (gpu), on the GPU node.
+	h.submitJob(job(1, 1, 1))
+	if j := h.job(1); j.GetPartition() != "gpu" || !reflect.DeepEqual(j.GetNodes(), []string{"a3-0001"}) {
+		t.Fatalf("job 1: partition %q on %v", j.GetPartition(), j.GetNodes())
+	}
+	// The cpu partition: only its node.
+	h.submitJob(job(2, 1, 0, func(j *loomv1.Job) { j.Partition = "cpu" }))
+	if j := h.job(2); !reflect.DeepEqual(j.GetNodes(), []string{"cpu-0001"}) {
+		t.Fatalf("job 2 on %v", j.GetNodes())
+	}
+	// Over MaxTime: PartitionTimeLimit until the limit is lowered.
+	h.submitJob(job(3, 1, 1, limit(48*time.Hour)))
+	h.wantState(3, loomv1.JobState_PENDING, ReasonPartitionTimeLimit)
+	h.do(&eventsv1.UpdateJob{Job: jobName(3), Cluster: cl, Action: ActionUpdate, TimeLimitSeconds: 3600})
+	h.wantState(3, loomv1.JobState_RUNNING, "")
+	// An unknown partition, and one too small.
+	h.submitJob(job(4, 1, 1, func(j *loomv1.Job) { j.Partition = "nope" }))
+	h.wantState(4, loomv1.JobState_PENDING, ReasonPartitionConfig)
+	c := h.submitJob(job(5, 2, 1))
+	h.wantState(5, loomv1.JobState_PENDING, ReasonPartitionNodeLimit)
+	if d := decision(c, 5); d == nil || d.Filtered["NotInPartition"] != 1 {
+		t.Fatalf("job 5: want cpu-0001 filtered as NotInPartition, got %+v", d)
+	}
+	// The partition views.
+	parts := h.s.Partitions(cl)
+	if len(parts) != 2 || parts[0].GetName() != "gpu" || !parts[0].GetDefault() || parts[0].GetMaxTime() != "1-00:00:00" ||
+		parts[0].GetTotalGpus() != 8 || parts[0].GetAllocGpus() != 2 || !reflect.DeepEqual(parts[0].GetNodes(), []string{"a3-0001"}) {
+		t.Fatalf("partitions: %v", parts)
+	}
+}
+
+func TestMultifactorPriority(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.submitJob(job(1, 1, 8, limit(time.Hour), user("busy", "acct-a")))
+	// Queued behind job 1: normal, then high QOS, then low.
+	h.submitJob(job(2, 1, 8, user("u2", "acct-b")))
+	h.submitJob(job(3, 1, 8, qos("high"), user("u3", "acct-b")))
+	h.submitJob(job(4, 1, 8, qos("low"), user("u4", "acct-b")))
+	h.wantState(3, loomv1.JobState_PENDING, ReasonResources) // highest priority: the blocked head
+	h.wantState(2, loomv1.JobState_PENDING, ReasonPriority)
+
+	v3, v2, v4 := h.s.JobView(jobName(3), h.now), h.s.JobView(jobName(2), h.now), h.s.JobView(jobName(4), h.now)
+	if !(v3.GetPriority() > v2.GetPriority() && v2.GetPriority() > v4.GetPriority()) {
+		t.Fatalf("priorities high %d, normal %d, low %d", v3.GetPriority(), v2.GetPriority(), v4.GetPriority())
+	}
+	f := v3.GetPriorityFactors()
+	if f.GetQos() != DefaultWeightQOS || f.GetFairshare() <= 0 || f.GetJobSize() != DefaultWeightJobSize ||
+		f.GetAge()+f.GetFairshare()+f.GetJobSize()+f.GetPartition()+f.GetQos() != v3.GetPriority() {
+		t.Fatalf("factors of job 3: %v (priority %d)", f, v3.GetPriority())
+	}
+	// Age counts up to MaxAge.
+	later := h.s.JobView(jobName(2), h.now.Add(DefaultMaxAge))
+	if later.GetPriorityFactors().GetAge() != DefaultWeightAge {
+		t.Fatalf("age factor after MaxAge: %d", later.GetPriorityFactors().GetAge())
+	}
+
+	// Fair share: the account that used the cluster comes after the one that did not.
+	h.tick(time.Hour)
+	h.finish(1, 0)
+	if len(jobChanges(h.tick(0))) > 0 {
+		t.Fatal("a tick with nothing due changed jobs")
+	}
+	busy := h.s.usage[UsageKey(cl, "acct-a", "busy")]
+	if busy == nil || busy.Value < 8*3600*0.99 {
+		t.Fatalf("usage of busy after 1 h on 8 GPUs: %+v", busy)
+	}
+	h.submitJob(job(10, 1, 8, user("busy", "acct-a")))
+	h.submitJob(job(11, 1, 8, user("fresh", "acct-c")))
+	a, b := h.s.JobView(jobName(10), h.now), h.s.JobView(jobName(11), h.now)
+	if a.GetPriorityFactors().GetFairshare() >= b.GetPriorityFactors().GetFairshare() {
+		t.Fatalf("fair share of the busy account %d, of a fresh one %d", a.GetPriorityFactors().GetFairshare(), b.GetPriorityFactors().GetFairshare())
+	}
+}
+
+func TestPartitionTierOrders(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{}, &loomv1.SlurmPartition{Id: "urgent", NodeSetIds: []string{"a3"}, PriorityTier: 10, MaxTime: "UNLIMITED"})
+	h.gpuNode("a3-0001", "b1")
+	h.submitJob(job(1, 1, 8, limit(time.Hour)))
+	h.submitJob(job(2, 1, 8, qos("high")))
+	h.submitJob(job(3, 1, 8, func(j *loomv1.Job) { j.Partition = "urgent"; j.Qos = "low" }))
+	// The higher tier goes first whatever the priorities.
+	h.wantState(3, loomv1.JobState_PENDING, ReasonResources)
+	if v := h.s.JobView(jobName(3), h.now); v.GetPriorityFactors().GetPartition() != DefaultWeightPartition {
+		t.Fatalf("partition factor %d", v.GetPriorityFactors().GetPartition())
+	}
+}
+
+// TestBackfill is EASY backfill with time limits as the contract.
+func TestBackfill(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{Policy: EASYPolicy()})
+	h.gpuNode("a3-0001", "b1")
+	h.gpuNode("a3-0002", "b1")
+	h.submitJob(job(1, 1, 8, limit(time.Hour))) // a3-0001 until +1 h
+	c := h.submitJob(job(2, 2, 8, limit(time.Hour)))
+	h.wantState(2, loomv1.JobState_PENDING, ReasonResources)
+	if len(c.Reservations) != 1 || c.Reservations[0].Job != jobName(2) || c.Reservations[0].Unbounded ||
+		!c.Reservations[0].Start.Equal(h.job(1).GetStartTime().AsTime().Add(time.Hour)) {
+		t.Fatalf("reservation: %+v", c.Reservations)
+	}
+	// Ends before the reservation: backfilled on the reserved node.
+	h.submitJob(job(3, 1, 4, limit(30*time.Minute)))
+	h.wantState(3, loomv1.JobState_RUNNING, "")
+	// Would run past it: waits.
+	h.submitJob(job(4, 1, 4, limit(2*time.Hour)))
+	h.wantState(4, loomv1.JobState_PENDING, ReasonPriority)
+	// No limit of its own: the partition's MaxTime (1 day) counts.
+	h.submitJob(job(5, 1, 1))
+	h.wantState(5, loomv1.JobState_PENDING, ReasonPriority)
+	// The head job starts when both nodes free up, before the later jobs.
+	h.finish(1, 0)
+	h.wantState(2, loomv1.JobState_PENDING, ReasonResources)
+	h.finish(3, 0)
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	h.wantState(4, loomv1.JobState_PENDING, ReasonResources)
+
+	// FIFO: nothing passes a blocked head.
+	f := newSpecHarness(t, Config{Policy: FIFOPolicy()})
+	f.gpuNode("a3-0001", "b1")
+	f.gpuNode("a3-0002", "b1")
+	f.submitJob(job(1, 1, 8, limit(time.Hour)))
+	f.submitJob(job(2, 2, 8, limit(time.Hour)))
+	f.submitJob(job(3, 1, 4, limit(time.Minute)))
+	f.wantState(3, loomv1.JobState_PENDING, ReasonPriority)
+}
+
+// TestBackfillUnlimitedBlocksReservedNodes: when the head waits for a job
+// without any time limit, no start can be promised, and its nodes are kept
+// from every later job.
+func TestBackfillUnlimitedBlocksReservedNodes(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{Policy: EASYPolicy()}, &loomv1.SlurmPartition{Id: "long", NodeSetIds: []string{"a3"}, MaxTime: "UNLIMITED"})
+	h.gpuNode("a3-0001", "b1")
+	h.gpuNode("a3-0002", "b1")
+	h.submitJob(job(1, 1, 4, func(j *loomv1.Job) { j.Partition = "long" }))
+	c := h.submitJob(job(2, 2, 8, limit(time.Hour)))
+	if len(c.Reservations) != 1 || !c.Reservations[0].Unbounded {
+		t.Fatalf("reservation: %+v", c.Reservations)
+	}
+	h.submitJob(job(3, 1, 4, limit(time.Minute)))
+	h.wantState(3, loomv1.JobState_PENDING, ReasonPriority)
+}
+
+func TestTopologyPrefersOneBlock(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	for i, b := range []string{"b1", "b1", "b2", "b2", "b2", "b3"} {
+		h.gpuNode("a3-000"+strconv.Itoa(i+1), b)
+	}
+	// Two nodes: the smallest block that holds them (b1), not the first hosts of b2.
+	h.submitJob(job(1, 2, 8))
+	if got := h.job(1).GetNodes(); !reflect.DeepEqual(got, []string{"a3-0001", "a3-0002"}) {
+		t.Fatalf("2-node gang on %v, want block b1", got)
+	}
+	// Three nodes: b2 whole.
+	h.submitJob(job(2, 3, 8))
+	if got := h.job(2).GetNodes(); !reflect.DeepEqual(got, []string{"a3-0003", "a3-0004", "a3-0005"}) {
+		t.Fatalf("3-node gang on %v, want block b2", got)
+	}
+	// GPU jobs pack: a 1-GPU job goes to the fullest node that fits.
+	h.finish(1, 0)
+	h.submitJob(job(3, 1, 6))
+	h.submitJob(job(4, 1, 1))
+	if a, b := h.job(3).GetNodes()[0], h.job(4).GetNodes()[0]; a != b {
+		t.Fatalf("1-GPU job on %s, not packed next to the 6-GPU job on %s", b, a)
+	}
+}
+
+func TestFewestBlocksAndSpread(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	for i, b := range []string{"b1", "b2", "b2", "b3", "b3", "b3"} {
+		h.gpuNode("a3-000"+strconv.Itoa(i+1), b)
+	}
+	// Four nodes fit in no block: the largest blocks first (b3, then b2).
+	h.submitJob(job(1, 4, 8))
+	got := h.job(1).GetNodes()
+	if len(got) != 4 || slicesContain(got, "a3-0001") {
+		t.Fatalf("4-node gang on %v: want b3 and one of b2", got)
+	}
+	// Jobs without GPUs spread over the least loaded nodes.
+	s := newSpecHarness(t, Config{})
+	s.cpuNode("cpu-0001")
+	s.cpuNode("cpu-0002")
+	s.submitJob(job(1, 1, 0, func(j *loomv1.Job) { j.Partition = "cpu" }))
+	s.submitJob(job(2, 1, 0, func(j *loomv1.Job) { j.Partition = "cpu" }))
+	if a, b := s.job(1).GetNodes()[0], s.job(2).GetNodes()[0]; a == b {
+		t.Fatalf("two CPU jobs piled on %s", a)
+	}
+}
+
+func slicesContain(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestResourceOptions(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.gpuNode("a3-0002", "b1")
+	h.cpuNode("cpu-0001")
+
+	// --gres=gpu:TYPE: the a3 nodes' H100s match, an A100 does not.
+	c := h.submitJob(job(1, 1, 1, func(j *loomv1.Job) { j.GpuType = "a100" }))
+	h.wantState(1, loomv1.JobState_PENDING, ReasonBadConstraints)
+	if d := decision(c, 1); d == nil || d.Filtered["GresType"] != 2 {
+		t.Fatalf("want both GPU nodes filtered as GresType, got %+v", d)
+	}
+	h.submitJob(job(2, 1, 1, func(j *loomv1.Job) { j.GpuType = "H100" }))
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	h.do(&eventsv1.CancelJob{Job: jobName(2), Cluster: cl})
+	h.finish(2, 0)
+
+	// --gpus 12: spread over the fewest nodes, 6 each.
+	c = h.submitJob(job(3, 0, 0, func(j *loomv1.Job) { j.Gpus = 12 }))
+	ss := starts(c)
+	if len(ss) != 2 || ss[0].GetGpus() != 6 || ss[1].GetGpus() != 6 || h.job(3).GetAllocGpus() != 12 {
+		t.Fatalf("--gpus 12: %v", ss)
+	}
+	h.finish(3, 0)
+
+	// --ntasks-per-node and --cpus-per-task against 208 CPUs.
+	h.submitJob(job(4, 1, 0, func(j *loomv1.Job) { j.NtasksPerNode = 8; j.CpusPerTask = 32 }))
+	h.wantState(4, loomv1.JobState_PENDING, ReasonBadConstraints) // 256 CPUs > 208 on any node
+	h.submitJob(job(5, 1, 0, func(j *loomv1.Job) { j.NtasksPerNode = 4; j.CpusPerTask = 50 }))
+	h.wantState(5, loomv1.JobState_RUNNING, "")
+	h.submitJob(job(6, 2, 0, func(j *loomv1.Job) { j.NtasksPerNode = 4; j.CpusPerTask = 50 }))
+	h.wantState(6, loomv1.JobState_PENDING, ReasonResources) // one node has 8 CPUs left
+	// --mem above the node's memory.
+	h.submitJob(job(7, 1, 0, func(j *loomv1.Job) { j.MemMb = 4 << 20; j.Partition = "cpu" }))
+	h.wantState(7, loomv1.JobState_PENDING, ReasonBadConstraints)
+
+	// --exclusive waits for an idle node and then keeps everything else off it.
+	x := newSpecHarness(t, Config{})
+	x.gpuNode("a3-0001", "b1")
+	x.submitJob(job(1, 1, 1))
+	x.submitJob(job(2, 1, 1, func(j *loomv1.Job) { j.Exclusive = true }))
+	x.wantState(2, loomv1.JobState_PENDING, ReasonResources)
+	x.finish(1, 0)
+	x.wantState(2, loomv1.JobState_RUNNING, "")
+	x.submitJob(job(3, 1, 1))
+	x.wantState(3, loomv1.JobState_PENDING, ReasonResources)
+	if n := x.s.SlurmNodes(cl)[0]; n.GetState() != loomv1.SlurmNode_ALLOCATED || n.GetAllocCpus() != 208 {
+		t.Fatalf("node held by an exclusive job: %v", n)
+	}
+
+	// --nodelist and --exclude.
+	l := newSpecHarness(t, Config{})
+	l.gpuNode("a3-0001", "b1")
+	l.gpuNode("a3-0002", "b1")
+	l.submitJob(job(1, 1, 1, func(j *loomv1.Job) { j.Nodelist = []string{"a3-0002"} }))
+	l.submitJob(job(2, 1, 1, func(j *loomv1.Job) { j.Exclude = []string{"a3-0001"} }))
+	if a, b := l.job(1).GetNodes(), l.job(2).GetNodes(); !reflect.DeepEqual(a, []string{"a3-0002"}) || !reflect.DeepEqual(b, []string{"a3-0002"}) {
+		t.Fatalf("nodelist job on %v, exclude job on %v", a, b)
+	}
+	l.submitJob(job(3, 1, 1, func(j *loomv1.Job) { j.Nodelist = []string{"a3-0009"} }))
+	l.wantState(3, loomv1.JobState_PENDING, ReasonBadConstraints)
+}
+
+func TestTasksEnv(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.gpuNode("a3-0002", "b1")
+	c := h.submitJob(job(1, 2, 2, func(j *loomv1.Job) { j.Command = nil; j.Script = "srun x"; j.Ntasks = 5 }))
+	ss := starts(c)
+	if len(ss) != 1 {
+		t.Fatalf("batch job: %d StartSteps", len(ss))
+	}
+	env := ss[0].GetEnv()
+	if env["SLURM_NTASKS"] != "5" || env["SLURM_TASKS_PER_NODE"] != "3,2" || env["SLURM_JOB_PARTITION"] != "gpu" ||
+		env["SLURM_JOB_NUM_NODES"] != "2" || env["SLURM_GPUS_ON_NODE"] != "2" {
+		t.Fatalf("env: %v", env)
+	}
+}
+
+// TestPreemptionWithSignalThenRequeue: a high-QOS job preempts a low-QOS
+// one: the victim gets its --signal, a grace period, then StopStep,
+// PREEMPTED, REQUEUED and PENDING; the preemptor starts once the victim's
+// steps end, and the victim runs again later as a new attempt.
+func TestPreemptionWithSignalThenRequeue(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{PreemptGrace: 30 * time.Second})
+	h.gpuNode("a3-0001", "b1")
+	h.submitJob(job(1, 1, 8, qos("low"), signalOpt("B:USR1@60")))
+	c := h.submitJob(job(2, 1, 8, qos("high")))
+	sg := signals(c)
+	if len(sg) != 1 || sg[0].GetSignal() != "USR1" || !sg[0].GetBatchOnly() || sg[0].GetJob() != jobName(1) || len(stops(c)) != 0 {
+		t.Fatalf("preemption start: signals %v, stops %v", sg, stops(c))
+	}
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.wantState(2, loomv1.JobState_PENDING, ReasonResources)
+	if v := h.s.JobView(jobName(2), h.now); !strings.Contains(v.GetPlacement(), "preempting 1 job") {
+		t.Fatalf("placement: %q", v.GetPlacement())
+	}
+	// Within the grace: nothing more, and no second victim is chosen.
+	if c := h.tick(10 * time.Second); len(c.Emits) != 0 {
+		t.Fatalf("during the grace period: %v", c.Emits)
+	}
+	c = h.tick(25 * time.Second)
+	if st := stops(c); len(st) != 1 || st[0].GetJob() != jobName(1) {
+		t.Fatalf("after the grace: stops %v", st)
+	}
+	if got := statesOf(c, 1); !reflect.DeepEqual(got, []loomv1.JobState{loomv1.JobState_PREEMPTED, loomv1.JobState_REQUEUED, loomv1.JobState_PENDING}) {
+		t.Fatalf("victim went through %v", got)
+	}
+	// The preemptor starts when the victim's step ends.
+	h.step(1, 1, "a3-0001", eventsv1.StepState_STEP_KILLED, 143)
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	h.finish(2, 0)
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	v := h.s.JobView(jobName(1), h.now)
+	if v.GetRestartCount() != 1 || len(v.GetRuns()) != 2 || v.GetRuns()[0].GetState() != loomv1.JobState_PREEMPTED {
+		t.Fatalf("victim after its restart: restarts %d, runs %v", v.GetRestartCount(), v.GetRuns())
+	}
+}
+
+func TestPreemptionWithoutSignalOrRequeue(t *testing.T) {
+	t.Parallel()
+	// No --signal: stopped at once. --no-requeue: it ends PREEMPTED.
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.submitJob(job(1, 1, 8, qos("low"), func(j *loomv1.Job) { j.Requeue = proto.Bool(false) }))
+	c := h.submitJob(job(2, 1, 8, qos("high")))
+	if len(stops(c)) != 1 || len(signals(c)) != 0 {
+		t.Fatalf("immediate preemption: stops %v signals %v", stops(c), signals(c))
+	}
+	h.wantState(1, loomv1.JobState_PREEMPTED, "Preempted")
+	h.step(1, 1, "a3-0001", eventsv1.StepState_STEP_KILLED, 143)
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+
+	// A normal job may not preempt another normal job.
+	n := newSpecHarness(t, Config{})
+	n.gpuNode("a3-0001", "b1")
+	n.submitJob(job(1, 1, 8))
+	if c := n.submitJob(job(2, 1, 8)); len(stops(c)) != 0 {
+		t.Fatal("a normal job preempted a normal one")
+	}
+
+	// A higher partition tier preempts a lower one on shared nodes.
+	p := newSpecHarness(t, Config{}, &loomv1.SlurmPartition{Id: "urgent", NodeSetIds: []string{"a3"}, PriorityTier: 5})
+	p.gpuNode("a3-0001", "b1")
+	p.submitJob(job(1, 1, 8))
+	if c := p.submitJob(job(2, 1, 8, func(j *loomv1.Job) { j.Partition = "urgent" })); len(stops(c)) != 1 {
+		t.Fatalf("tier preemption: %v", c.Emits)
+	}
+	p.wantState(1, loomv1.JobState_PENDING, ReasonResources) // the first of its partition waiting
+}
+
+// TestNodeFailRequeuesWithExclusion: a job that allows requeue goes
+// NODE_FAIL, REQUEUED, PENDING and runs again elsewhere, never on the node
+// that failed.
+func TestNodeFailRequeuesWithExclusion(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.gpuNode("a3-0002", "b1")
+	h.submitJob(job(1, 1, 8))
+	first := h.job(1).GetNodes()[0]
+	other := map[string]string{"a3-0001": "a3-0002", "a3-0002": "a3-0001"}[first]
+	h.submitJob(job(2, 1, 8))
+	c := h.do(&eventsv1.NodeHealthChanged{Node: nodeName(first), Cluster: cl, Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "gone"})
+	if got := statesOf(c, 1); !reflect.DeepEqual(got, []loomv1.JobState{loomv1.JobState_NODE_FAIL, loomv1.JobState_REQUEUED, loomv1.JobState_PENDING}) {
+		t.Fatalf("job 1 went through %v", got)
+	}
+	// The node comes back; the job still never goes there.
+	h.do(&eventsv1.NodeHealthChanged{Node: nodeName(first), Cluster: cl, Health: eventsv1.NodeHealth_HEALTHY})
+	h.wantState(1, loomv1.JobState_PENDING, ReasonResources)
+	h.finish(2, 0)
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	if got := h.job(1).GetNodes(); !reflect.DeepEqual(got, []string{other}) || h.s.JobRecord(jobName(1)).Attempt != 2 {
+		t.Fatalf("job 1 reran on %v (attempt %d), want %s", got, h.s.JobRecord(jobName(1)).Attempt, other)
+	}
+}
+
+func TestTimeLimitSignalsThenTimesOut(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.submitJob(job(1, 1, 8, limit(10*time.Minute), signalOpt("USR1@120")))
+	if c := h.tick(7 * time.Minute); len(c.Emits) != 0 {
+		t.Fatalf("before the signal time: %v", c.Emits)
+	}
+	c := h.tick(time.Minute + 5*time.Second)
+	if sg := signals(c); len(sg) != 1 || sg[0].GetSignal() != "USR1" || sg[0].GetBatchOnly() {
+		t.Fatalf("signal 120 s before the limit: %v", c.Emits)
+	}
+	if c := h.tick(time.Second); len(c.Emits) != 0 {
+		t.Fatalf("the signal was sent twice: %v", c.Emits)
+	}
+	c = h.tick(2 * time.Minute)
+	h.wantState(1, loomv1.JobState_TIMEOUT, ReasonTimeLimit)
+	if len(stops(c)) != 1 {
+		t.Fatalf("TIMEOUT without StopStep: %v", c.Emits)
+	}
+	// A running job's limit may be lowered, not raised.
+	h.submitJob(job(2, 1, 1, limit(time.Hour)))
+	h.step(1, 1, "a3-0001", eventsv1.StepState_STEP_KILLED, 143)
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	h.do(&eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionUpdate, TimeLimitSeconds: 7200})
+	if h.job(2).GetTimeLimitSeconds() != 3600 {
+		t.Fatal("a running job's limit was raised")
+	}
+	h.do(&eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionUpdate, TimeLimitSeconds: 60})
+	h.tick(2 * time.Minute)
+	h.wantState(2, loomv1.JobState_TIMEOUT, ReasonTimeLimit)
+}
+
+func TestHoldReleaseRequeue(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.submitJob(job(1, 1, 8, func(j *loomv1.Job) { j.Hold = true }))
+	h.wantState(1, loomv1.JobState_PENDING, ReasonHeldUser)
+	if v := h.s.JobView(jobName(1), h.now); v.GetPriority() != 0 {
+		t.Fatalf("held job priority %d", v.GetPriority())
+	}
+	h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionRelease})
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.submitJob(job(2, 1, 8))
+	h.do(&eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionHold, User: AdminUser})
+	h.wantState(2, loomv1.JobState_PENDING, ReasonHeldAdmin)
+
+	// Requeue a running job: a new attempt.
+	c := h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionRequeue})
+	if got := statesOf(c, 1); !reflect.DeepEqual(got, []loomv1.JobState{loomv1.JobState_REQUEUED, loomv1.JobState_PENDING}) || len(stops(c)) != 1 {
+		t.Fatalf("requeue: states %v, stops %v", got, stops(c))
+	}
+	h.step(1, 1, "a3-0001", eventsv1.StepState_STEP_KILLED, 143)
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.finish(1, 0)
+	// Requeue a finished job: it runs again.
+	h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionRequeue})
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	if r := h.s.JobRecord(jobName(1)); r.Attempt != 3 || r.Job.GetRestartCount() != 2 {
+		t.Fatalf("after two requeues: attempt %d, restarts %d", r.Attempt, r.Job.GetRestartCount())
+	}
+	// --no-requeue refuses.
+	h.submitJob(job(3, 1, 0, func(j *loomv1.Job) { j.Requeue = proto.Bool(false) }))
+	h.do(&eventsv1.UpdateJob{Job: jobName(3), Cluster: cl, Action: ActionRequeue})
+	h.wantState(3, loomv1.JobState_RUNNING, "")
+	// Bad actions are refused.
+	if _, err := h.s.Handle(h.now, &eventsv1.UpdateJob{Job: jobName(3), Action: "explode"}); err == nil {
+		t.Fatal("unknown action accepted")
+	}
+}
+
+func TestScancelSignalAndUpdatePartition(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.cpuNode("cpu-0001")
+	h.submitJob(job(1, 1, 8, func(j *loomv1.Job) { j.Exclusive = true }))
+	c := h.do(&eventsv1.CancelJob{Job: jobName(1), Cluster: cl, Signal: "SIGUSR2"})
+	if sg := signals(c); len(sg) != 1 || sg[0].GetSignal() != "USR2" {
+		t.Fatalf("scancel --signal: %v", c.Emits)
+	}
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	if _, err := h.s.Handle(h.now, &eventsv1.CancelJob{Job: jobName(1), Signal: "NOPE"}); err == nil {
+		t.Fatal("bad signal accepted")
+	}
+	// A pending job moves to another partition.
+	h.submitJob(job(2, 1, 0))
+	h.wantState(2, loomv1.JobState_PENDING, ReasonResources)
+	h.do(&eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionUpdate, Partition: "cpu"})
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	if got := h.job(2).GetNodes(); !reflect.DeepEqual(got, []string{"cpu-0001"}) {
+		t.Fatalf("job 2 on %v", got)
+	}
+}
+
+func TestBeginTime(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.submitJob(job(1, 1, 1, func(j *loomv1.Job) { j.BeginTime = timestamppb.New(h.now.Add(time.Hour)) }))
+	h.wantState(1, loomv1.JobState_PENDING, ReasonBeginTime)
+	h.tick(30 * time.Minute)
+	h.wantState(1, loomv1.JobState_PENDING, ReasonBeginTime)
+	h.tick(31 * time.Minute)
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+}
+
+func TestDependencies(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.submitJob(job(1, 1, 1))
+	h.submitJob(job(2, 1, 1, func(j *loomv1.Job) { j.Dependency = "afterok:1" }))
+	h.submitJob(job(3, 1, 1, func(j *loomv1.Job) { j.Dependency = "afternotok:1" }))
+	h.submitJob(job(4, 1, 1, func(j *loomv1.Job) { j.Dependency = "afterany:1" }))
+	h.submitJob(job(5, 1, 1, func(j *loomv1.Job) { j.Dependency = "after:1" }))
+	h.submitJob(job(6, 1, 1, func(j *loomv1.Job) { j.Dependency = "afterok:99" }))
+	h.submitJob(job(7, 1, 1, func(j *loomv1.Job) { j.Dependency = "afterok:1?afternotok:1" }))
+	h.wantState(2, loomv1.JobState_PENDING, ReasonDependency)
+	h.wantState(5, loomv1.JobState_RUNNING, "") // job 1 started
+	h.wantState(6, loomv1.JobState_PENDING, ReasonDependencyNeverSatisfied)
+	h.finish(1, 0)
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	h.wantState(3, loomv1.JobState_PENDING, ReasonDependencyNeverSatisfied) // kept pending, as kill_invalid_depend=no
+	h.wantState(4, loomv1.JobState_RUNNING, "")
+	h.wantState(7, loomv1.JobState_RUNNING, "")
+
+	// singleton: one job per user and name at a time, in submission order.
+	s := newSpecHarness(t, Config{})
+	s.gpuNode("a3-0001", "b1")
+	single := func(j *loomv1.Job) { j.Dependency = "singleton"; j.User = "ada"; j.DisplayName = "etl" }
+	s.submitJob(job(1, 1, 1, single))
+	s.submitJob(job(2, 1, 1, single))
+	s.submitJob(job(3, 1, 1, single, func(j *loomv1.Job) { j.User = "bob" }))
+	s.wantState(1, loomv1.JobState_RUNNING, "")
+	s.wantState(2, loomv1.JobState_PENDING, ReasonDependency)
+	s.wantState(3, loomv1.JobState_RUNNING, "")
+	s.finish(1, 0)
+	s.wantState(2, loomv1.JobState_RUNNING, "")
+}
+
+func TestArrays(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	c := h.submitJob(job(10, 1, 1, func(j *loomv1.Job) { j.Array = "0-6:2%2"; j.Command = nil; j.Script = "run $SLURM_ARRAY_TASK_ID" }))
+	if n := len(jobChanges(c)); n < 4 {
+		t.Fatalf("array of 4 tasks: %d JobChanged", n)
+	}
+	// Tasks 0,2,4,6 are jobs 10..13; two run at once.
+	for k, idx := range []int32{0, 2, 4, 6} {
+		r := h.s.JobRecord(jobName(10 + k))
+		if r == nil || r.Job.GetArrayJobId() != "10" || r.Job.GetArrayTaskId() != idx {
+			t.Fatalf("task %d: %+v", idx, r)
+		}
+	}
+	h.wantState(10, loomv1.JobState_RUNNING, "")
+	h.wantState(11, loomv1.JobState_RUNNING, "")
+	h.wantState(12, loomv1.JobState_PENDING, ReasonJobArrayTaskLimit)
+	var env map[string]string
+	var out string
+	for _, ss := range starts(c) {
+		if ss.GetJob() == jobName(11) {
+			env, out = ss.GetEnv(), ss.GetOutputPath()
+		}
+	}
+	if env["SLURM_ARRAY_JOB_ID"] != "10" || env["SLURM_ARRAY_TASK_ID"] != "2" || env["SLURM_ARRAY_TASK_COUNT"] != "4" ||
+		env["SLURM_ARRAY_TASK_MIN"] != "0" || env["SLURM_ARRAY_TASK_MAX"] != "6" || env["SLURM_ARRAY_TASK_STEP"] != "2" ||
+		out != "/shared/c1/slurm-10_2.out" {
+		t.Fatalf("task 2: env %v, output %q", env, out)
+	}
+	// jobs/10_4 is task 4 (job 12).
+	if v := h.s.JobView("projects/default/jobs/10_4", h.now); v.GetJobId() != "12" {
+		t.Fatalf("10_4 resolves to %v", v)
+	}
+	h.finish(10, 0)
+	h.wantState(12, loomv1.JobState_RUNNING, "")
+	// Cancelling jobs/10 cancels every task; jobs/10_6 alone only one.
+	h.do(&eventsv1.CancelJob{Job: "projects/default/jobs/10_6", Cluster: cl})
+	h.wantState(13, loomv1.JobState_CANCELLED, "")
+	h.wantState(11, loomv1.JobState_RUNNING, "")
+	h.do(&eventsv1.CancelJob{Job: jobName(10), Cluster: cl})
+	h.wantState(11, loomv1.JobState_CANCELLED, "")
+	h.wantState(12, loomv1.JobState_CANCELLED, "")
+	// squeue -j 10 lists every task.
+	if got := h.s.ListJobs(JobFilter{JobIDs: []string{"10"}}, h.now); len(got) != 4 {
+		t.Fatalf("ListJobs -j 10: %d jobs", len(got))
+	}
+}
+
+func TestQOSMaxGPUsPerUser(t *testing.T) {
+	t.Parallel()
+	q := DefaultQOS()
+	q[1].MaxGPUsPerUser = 8 // normal
+	h := newSpecHarness(t, Config{QOS: q})
+	h.gpuNode("a3-0001", "b1")
+	h.gpuNode("a3-0002", "b1")
+	h.submitJob(job(1, 1, 8, user("ada", "a")))
+	h.submitJob(job(2, 1, 1, user("ada", "a")))
+	h.submitJob(job(3, 1, 8, user("bob", "a")))
+	h.wantState(2, loomv1.JobState_PENDING, ReasonQOSMaxGRESPerUser)
+	h.wantState(3, loomv1.JobState_RUNNING, "")
+	h.finish(1, 0)
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+}
+
+func TestAdminDrainAndNodeViews(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.gpuNode("a3-0002", "b1")
+	h.submitJob(job(1, 1, 4))
+	busy := h.job(1).GetNodes()[0]
+	idle := map[string]string{"a3-0001": "a3-0002", "a3-0002": "a3-0001"}[busy]
+	h.do(&eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: busy, State: "DRAIN", Reason: "bad fan"})
+	h.do(&eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: idle, State: "DRAIN", Reason: "maintenance"})
+	states := map[string]*loomv1.SlurmNode{}
+	for _, n := range h.s.SlurmNodes(cl) {
+		states[n.GetHostname()] = n
+	}
+	if n := states[busy]; n.GetState() != loomv1.SlurmNode_DRAINING || n.GetReason() != "bad fan" || n.GetAllocGpus() != 4 {
+		t.Fatalf("drained busy node: %v", n)
+	}
+	if n := states[idle]; n.GetState() != loomv1.SlurmNode_DRAINED || n.GetGpuType() != "h100" || n.GetCpus() != 208 ||
+		!reflect.DeepEqual(n.GetPartitions(), []string{"gpu"}) || n.GetBlock() != "b1" {
+		t.Fatalf("drained idle node: %v", n)
+	}
+	h.wantState(1, loomv1.JobState_RUNNING, "") // drained, not killed
+	h.submitJob(job(2, 1, 1))
+	h.wantState(2, loomv1.JobState_PENDING, ReasonReqNodeNotAvail)
+	h.do(&eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: idle, State: "RESUME"})
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	if _, err := h.s.Handle(h.now, &eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: idle, State: "DRAIN"}); err == nil {
+		t.Fatal("DRAIN without a reason accepted")
+	}
+	// IDLE, MIXED, ALLOCATED and DOWN.
+	v := newSpecHarness(t, Config{})
+	for _, host := range []string{"a3-0001", "a3-0002", "a3-0003", "a3-0004"} {
+		v.gpuNode(host, "b1")
+	}
+	v.submitJob(job(1, 1, 8))
+	v.submitJob(job(2, 1, 2))
+	v.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName("a3-0004"), Cluster: cl, Hostname: "a3-0004", Gpus: 8,
+		State: loomv1.Node_DOWN, Reason: "agent exited", NodePool: "a3"}})
+	got := map[string]loomv1.SlurmNode_State{}
+	for _, n := range v.s.SlurmNodes(cl) {
+		got[n.GetHostname()] = n.GetState()
+	}
+	want := map[string]loomv1.SlurmNode_State{"a3-0001": loomv1.SlurmNode_ALLOCATED, "a3-0002": loomv1.SlurmNode_MIXED,
+		"a3-0003": loomv1.SlurmNode_IDLE, "a3-0004": loomv1.SlurmNode_DOWN}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("node states %v, want %v", got, want)
+	}
+}
+
+func TestOutputPatternsAndWorkDir(t *testing.T) {
+	t.Parallel()
+	f := patternFields{jobID: "42", arrayJobID: "40", taskID: "2", name: "train", user: "ada", node: "gpu-0001"}
+	for in, want := range map[string]string{
+		"slurm-%j.out": "slurm-42.out", "%A_%a.log": "40_2.log", "%x-%u-%N.txt": "train-ada-gpu-0001.txt",
+		"100%%-%5j": "100%-00042", "%q": "%q", "plain": "plain", "end%": "end%",
+	} {
+		if got := ExpandPattern(in, f); got != want {
+			t.Errorf("ExpandPattern(%q) = %q, want %q", in, got, want)
+		}
+	}
+	j := &loomv1.Job{JobId: "7", SubmitDir: "/home/u", WorkDir: "/abs/dir"}
+	if wd := workDir(j, "/shared"); wd != "/abs/dir" {
+		t.Fatalf("absolute --chdir: %q", wd)
+	}
+	if wd := workDir(&loomv1.Job{}, "/shared"); wd != "/shared" {
+		t.Fatalf("default work dir: %q", wd)
+	}
+	if got := TasksPerNode([]int32{2, 2, 2, 1}); got != "2(x3),1" {
+		t.Fatalf("TasksPerNode: %q", got)
+	}
+	for _, bad := range []string{"X:USR1", "USR1@x", "NOPE"} {
+		if _, err := ParseJobSignal(bad); err == nil {
+			t.Errorf("ParseJobSignal(%q) accepted", bad)
+		}
+	}
+	if s, err := ParseJobSignal("B:10@30"); err != nil || s.Name != "USR1" || s.Lead != 30*time.Second || !s.BatchOnly {
+		t.Fatalf("ParseJobSignal(B:10@30) = %+v, %v", s, err)
+	}
+	if a, err := ParseArraySpec("1-5:2,8%3"); err != nil || !reflect.DeepEqual(a.Indexes, []int32{1, 3, 5, 8}) || a.Limit != 3 {
+		t.Fatalf("ParseArraySpec: %+v %v", a, err)
+	}
+	for _, bad := range []string{"", "5-1", "1:2", "a", "1%0"} {
+		if _, err := ParseArraySpec(bad); err == nil {
+			t.Errorf("ParseArraySpec(%q) accepted", bad)
+		}
+	}
+}
+
+func TestQOSAndPolicyConfig(t *testing.T) {
+	t.Parallel()
+	q, err := ParseQOS("qos", "low:0,normal:50:maxgpus=16,high:100:preempt=low|normal")
+	if err != nil || len(q) != 3 || q[1].MaxGPUsPerUser != 16 || !reflect.DeepEqual(q[2].Preempt, []string{"low", "normal"}) {
+		t.Fatalf("ParseQOS: %+v %v", q, err)
+	}
+	if FormatQOS(q) != "low:0,normal:50:maxgpus=16,high:100:preempt=low|normal" {
+		t.Fatalf("FormatQOS: %q", FormatQOS(q))
+	}
+	for _, bad := range []string{"x", "a:b", "a:1:preempt=zz", "a:1,a:2", "a:1:color=red"} {
+		if _, err := ParseQOS("qos", bad); err == nil || !strings.Contains(err.Error(), "qos") {
+			t.Errorf("ParseQOS(%q): %v", bad, err)
+		}
+	}
+	for _, name := range []string{"fifo", "easy", "loom"} {
+		if p, ok := PolicyByName(name); !ok || p.Name != name {
+			t.Errorf("PolicyByName(%q) = %+v", name, p)
+		}
+	}
+	if _, ok := PolicyByName("random"); ok {
+		t.Error("unknown policy accepted")
+	}
+}
+
+// TestPreemptionPicksDistinctVictims: a second preemptor counts the runs
+// already being preempted and picks another victim; the lowest priority goes
+// first.
+func TestPreemptionPicksDistinctVictims(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.gpuNode("a3-0002", "b1")
+	h.submitJob(job(1, 1, 8, qos("low"), signalOpt("USR1"), user("u1", "big")))
+	h.submitJob(job(2, 1, 8, qos("low"), signalOpt("USR1"), user("u2", "small")))
+	h.tick(time.Hour)
+	h.finish(1, 0) // account "big" now has usage: its next job has the lower fair share
+	h.submitJob(job(5, 1, 8, qos("low"), signalOpt("USR1"), user("u1", "big")))
+	victims := map[string]int{}
+	for _, id := range []int{3, 4} {
+		c := h.submitJob(job(id, 1, 8, qos("high")))
+		for _, s := range signals(c) {
+			victims[s.GetJob()]++
+		}
+		if id == 3 && (len(signals(c)) != 1 || signals(c)[0].GetJob() != jobName(5)) {
+			t.Fatalf("first preemptor signalled %v, want the lowest-priority job 5", signals(c))
+		}
+	}
+	if len(victims) != 2 || victims[jobName(5)] != 1 || victims[jobName(2)] != 1 {
+		t.Fatalf("victims %v, want jobs 5 and 2 once each", victims)
+	}
+	// A third high job finds nothing left to preempt and waits.
+	if c := h.submitJob(job(6, 1, 8, qos("high"))); len(signals(c)) != 0 || len(stops(c)) != 0 {
+		t.Fatalf("third preemptor: %v", c.Emits)
+	}
+}

@@ -1,0 +1,327 @@
+package domain
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// UpdateJob actions.
+const (
+	ActionHold    = "hold"
+	ActionRelease = "release"
+	ActionRequeue = "requeue"
+	ActionUpdate  = "update"
+)
+
+// AdminUser is the user whose holds are administrator holds (JobHeldAdmin).
+const AdminUser = "root"
+
+// end moves j (an edited copy) to a terminal state.
+func (t *txn) end(j *Job, state loomv1.JobState, exit int32, reason string) {
+	j.Job.State, j.Job.ExitCode, j.Job.StateReason = state, exit, reason
+	j.Job.EndTime = timestamppb.New(t.now)
+}
+
+// finish ends j (an edited copy), and its current attempt when it runs, in
+// state, and emits it.
+func (t *txn) finish(j *Job, state loomv1.JobState, exit int32, reason string) {
+	if r := t.currentRun(j); r != nil && j.Running() && !r.Ended() {
+		t.endAttempt(r, state, exit, reason)
+	}
+	t.end(j, state, exit, reason)
+	t.emitJob(j)
+}
+
+// endAttempt records the end of run r's attempt and charges its usage to its
+// account and user. The run keeps its allocation until its steps end.
+func (t *txn) endAttempt(r *Run, state loomv1.JobState, exit int32, reason string) {
+	if r.Ended() {
+		return
+	}
+	r = t.editRun(r.Key())
+	r.End, r.Outcome, r.ExitCode, r.Reason = t.now, state, exit, reason
+	t.charge(r)
+}
+
+// requeueJob puts j (an edited copy whose attempt has ended) back in the
+// queue: REQUEUED with reason, then PENDING in its old place, nodes and times
+// cleared. Its next start is a new attempt.
+func (t *txn) requeueJob(j *Job, reason string) {
+	j.Job.State, j.Job.StateReason = loomv1.JobState_REQUEUED, reason
+	t.emitJob(j)
+	spec := j.Job
+	spec.State, spec.StateReason, spec.ExitCode = loomv1.JobState_PENDING, ReasonRequeued, 0
+	spec.Nodes, spec.StartTime, spec.EndTime = nil, nil, nil
+	spec.BatchHost, spec.AllocGpus = "", 0
+	spec.RestartCount++
+	t.emitJob(j)
+	t.dirty[spec.GetCluster()] = true
+}
+
+// stopSteps tells every node of r but except whose step has not ended to stop it.
+func (t *txn) stopSteps(r *Run, except, reason string) {
+	for _, node := range r.Nodes {
+		if node == except || r.Steps[node].Terminal() {
+			continue
+		}
+		t.emit(topics.StepCommands, node, r.Job, &eventsv1.StopStep{Job: r.Job, Attempt: r.Attempt, Node: node, Reason: reason})
+	}
+}
+
+// signalSteps sends sig to every live step of r.
+func (t *txn) signalSteps(r *Run, sig string, batchOnly bool) {
+	for _, node := range r.Nodes {
+		if r.Steps[node].Terminal() {
+			continue
+		}
+		t.emit(topics.StepCommands, node, r.Job, &eventsv1.SignalStep{Job: r.Job, Attempt: r.Attempt, Node: node,
+			Signal: sig, BatchOnly: batchOnly})
+	}
+}
+
+// beginPreempt starts preempting run r for job by: with a --signal, the
+// victim gets it now and PreemptGrace to act on it; without one it is
+// stopped at once (then it reports true).
+func (t *txn) beginPreempt(r *Run, by *Job) bool {
+	vj := t.job(r.Job)
+	r = t.editRun(r.Key())
+	r.PreemptBy = by.Name()
+	sig, err := ParseJobSignal(vj.Job.GetSignal())
+	if err == nil && sig.Name != "" {
+		r.PreemptAt = t.now.Add(t.s.cfg.PreemptGrace)
+		t.signalSteps(r, sig.Name, sig.BatchOnly)
+		return false
+	}
+	r.PreemptAt = t.now
+	t.preemptStop(vj, r)
+	return true
+}
+
+// preemptStop ends a preempted run: its steps are stopped and its job is
+// PREEMPTED, then requeued when it allows it.
+func (t *txn) preemptStop(j *Job, r *Run) {
+	j = t.editJob(j.Name())
+	t.stopSteps(r, "", "preempted")
+	reason := "Preempted"
+	t.endAttempt(r, loomv1.JobState_PREEMPTED, 0, reason)
+	t.end(j, loomv1.JobState_PREEMPTED, 0, reason)
+	t.emitJob(j)
+	if j.requeueAllowed() {
+		t.requeueJob(j, reason)
+	}
+	t.dirty[j.Job.GetCluster()] = true
+}
+
+// timeout ends a run at its time limit: TIMEOUT and its steps stopped.
+func (t *txn) timeout(j *Job, r *Run) {
+	j = t.editJob(j.Name())
+	t.finish(j, loomv1.JobState_TIMEOUT, 0, ReasonTimeLimit)
+	t.stopSteps(r, "", "time limit")
+	t.dirty[j.Job.GetCluster()] = true
+}
+
+// updateJob is scontrol hold/release/requeue/update.
+func (t *txn) updateJob(ev *eventsv1.UpdateJob) error {
+	var v errs.Validator
+	v.Check(ev.GetJob() != "", "job", "required")
+	switch ev.GetAction() {
+	case ActionHold, ActionRelease, ActionRequeue:
+	case ActionUpdate:
+		v.Check(ev.GetTimeLimitSeconds() >= 0, "time_limit_seconds", "must not be negative, got %d", ev.GetTimeLimitSeconds())
+		v.Check(ev.GetTimeLimitSeconds() > 0 || ev.GetPartition() != "", "action", "update needs time_limit_seconds or partition")
+	default:
+		v.Add("action", "want hold, release, requeue or update, got %q", ev.GetAction())
+	}
+	if err := v.Err(); err != nil {
+		return fmt.Errorf("update job: %w", err)
+	}
+	for _, j := range t.resolveJobs(ev.GetJob()) {
+		switch ev.GetAction() {
+		case ActionHold:
+			if !j.Pending() {
+				continue
+			}
+			reason := ReasonHeldUser
+			if ev.GetUser() == AdminUser {
+				reason = ReasonHeldAdmin
+			}
+			if j.Job.GetHold() && j.Job.GetStateReason() == reason {
+				continue
+			}
+			j = t.editJob(j.Name())
+			j.Job.Hold, j.Job.StateReason = true, reason
+			t.emitJob(j)
+		case ActionRelease:
+			if !j.Job.GetHold() {
+				continue
+			}
+			j = t.editJob(j.Name())
+			j.Job.Hold = false
+			if j.Pending() {
+				j.Job.StateReason = ReasonPriority // refined by the pass
+			}
+			t.emitJob(j)
+		case ActionRequeue:
+			if !j.requeueAllowed() || j.Pending() {
+				continue
+			}
+			j = t.editJob(j.Name())
+			if j.Running() {
+				if r := t.currentRun(j); r != nil {
+					t.stopSteps(r, "", "requeued")
+					t.endAttempt(r, loomv1.JobState_REQUEUED, 0, "requeued")
+				}
+			}
+			t.requeueJob(j, "requeued")
+		case ActionUpdate:
+			t.updateLimits(j, ev)
+		}
+		t.dirty[j.Job.GetCluster()] = true
+	}
+	return nil
+}
+
+// updateLimits changes a job's time limit or partition: both while it is
+// pending; only a lower time limit once it runs.
+func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
+	lim, part := ev.GetTimeLimitSeconds(), ev.GetPartition()
+	switch {
+	case j.Pending():
+	case j.Running():
+		part = ""
+		cur := j.Job.GetTimeLimitSeconds()
+		if cur == 0 {
+			if r := t.currentRun(j); r != nil {
+				if c := t.cluster(r.Cluster); c != nil {
+					p, _ := c.partition(r.Partition)
+					cur = p.MaxSeconds
+				}
+			}
+		}
+		if lim > 0 && cur > 0 && lim >= cur {
+			lim = 0 // only a decrease applies to a running job
+		}
+	default:
+		return
+	}
+	if part != "" {
+		if c := t.cluster(j.Job.GetCluster()); c == nil {
+			part = ""
+		} else if _, i := c.partition(part); i < 0 {
+			part = ""
+		}
+	}
+	if (lim == 0 || lim == j.Job.GetTimeLimitSeconds()) && (part == "" || part == j.Job.GetPartition()) {
+		return
+	}
+	j = t.editJob(j.Name())
+	if lim > 0 {
+		j.Job.TimeLimitSeconds = lim
+	}
+	if part != "" {
+		j.Job.Partition = part
+	}
+	t.emitJob(j)
+}
+
+// dueRun is a run the clock must act on.
+type dueRun struct {
+	r       *Run
+	j       *Job
+	signal  bool
+	stop    bool // time limit reached
+	preempt bool
+	sig     JobSignal
+}
+
+// Tick does what the passing of time asks: a run at its time limit is
+// stopped (TIMEOUT), after its --signal that long before; a preempted run at
+// the end of its grace is stopped and requeued; at a draining node's
+// deadline its jobs are requeued; a job whose --begin time or dependency
+// delay has come is looked at again. It is cheap when nothing is due, so
+// the app may call it every second; the change is empty then.
+func (s *State) Tick(now time.Time) *Change {
+	t := writerTxn(s, now)
+	var due []dueRun
+	for _, r := range s.active {
+		if r.Ended() {
+			continue
+		}
+		j := s.jobs[r.Job]
+		if j == nil || !j.Running() || j.Attempt != r.Attempt {
+			continue
+		}
+		d := dueRun{r: r, j: j}
+		if r.PreemptBy != "" && !now.Before(r.PreemptAt) {
+			d.preempt = true
+		}
+		if limit := s.runLimit(j, r); limit > 0 {
+			deadline := r.Start.Add(limit)
+			if !now.Before(deadline) {
+				d.stop = true
+			} else if !r.Signaled && j.Job.GetSignal() != "" {
+				if sig, err := ParseJobSignal(j.Job.GetSignal()); err == nil && sig.Name != "" && !now.Before(deadline.Add(-sig.Lead)) {
+					d.signal, d.sig = true, sig
+				}
+			}
+		}
+		if d.preempt || d.stop || d.signal {
+			due = append(due, d)
+		}
+	}
+	sort.Slice(due, func(a, b int) bool { return due[a].r.Key() < due[b].r.Key() })
+	for _, d := range due {
+		switch {
+		case d.stop:
+			t.timeout(d.j, d.r)
+		case d.preempt:
+			t.preemptStop(d.j, t.run(d.r.Key()))
+		case d.signal:
+			r := t.editRun(d.r.Key())
+			r.Signaled = true
+			t.signalSteps(r, d.sig.Name, d.sig.BatchOnly)
+		}
+	}
+	for cluster, at := range s.wake {
+		if !now.Before(at) {
+			t.dirty[cluster] = true
+		}
+	}
+	if len(s.draining) > 0 {
+		holders := t.holders()
+		for name := range s.draining {
+			n := s.nodes[name]
+			if requeue, drained := t.drainWork(n, holders[name]); len(requeue) > 0 || drained {
+				t.dirty[n.Cluster] = true
+			}
+		}
+	}
+	if len(t.dirty) > 0 {
+		t.pass()
+	}
+	return t.c
+}
+
+// runLimit is the time limit of run r of job j: the job's, else its
+// partition's MaxTime; 0 means none.
+func (s *State) runLimit(j *Job, r *Run) time.Duration {
+	if sec := j.Job.GetTimeLimitSeconds(); sec > 0 {
+		return time.Duration(sec) * time.Second
+	}
+	if c := s.clusters[r.Cluster]; c != nil {
+		for _, p := range c.Partitions {
+			if p.Name == r.Partition {
+				return time.Duration(p.MaxSeconds) * time.Second
+			}
+		}
+	}
+	return 0
+}

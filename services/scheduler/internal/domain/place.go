@@ -1,0 +1,258 @@
+package domain
+
+import (
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// shapeKey identifies jobs that fit the same nodes: within a pass, jobs of
+// one shape share one scan of the nodes.
+type shapeKey struct {
+	part    int
+	gpn     int32
+	gpuType string
+	cpus    int32
+	mem     int64
+	excl    bool
+	avoid   bool
+	// lists holds --nodelist and --exclude (and failed nodes), written out
+	// only for the jobs that have them.
+	lists string
+}
+
+// shapeCand is what a pass knows of the nodes for one shape.
+type shapeCand struct {
+	// cand are the nodes (indexes into the pass's views) that passed every
+	// check when last looked at. Resources only get taken during a pass, so
+	// a node that fails a capacity check never comes back and is dropped.
+	cand []int32
+	// avail are the nodes that pass the static and availability checks:
+	// those a reservation or a preemption may count on.
+	avail []int32
+	// filtered counts the nodes filtered by each check's reason.
+	filtered map[string]int
+	// shared: filtered is referenced by a decision; copy it before a change.
+	shared bool
+	// static and availOK count the nodes passing the static checks, and
+	// the static and availability checks.
+	static, availOK int
+}
+
+// placement is the outcome of placing one job.
+type placement struct {
+	ok    bool
+	nodes []int32
+	shape *shapeCand
+	// kind is the kind of check that left too few nodes.
+	kind CheckKind
+}
+
+func (p *pass) shapeKey(r *Request) shapeKey {
+	k := shapeKey{part: r.Partition, gpn: r.GPUsPerNode, gpuType: r.GPUType, cpus: r.CPUsPerNode,
+		mem: r.MemMB, excl: r.Exclusive, avoid: r.AvoidReserved}
+	if len(r.Nodelist) > 0 || len(r.Exclude) > 0 {
+		var b strings.Builder
+		for _, h := range slices.Sorted(maps.Keys(r.Nodelist)) {
+			b.WriteString(h)
+			b.WriteByte(',')
+		}
+		b.WriteByte('|')
+		for _, h := range slices.Sorted(maps.Keys(r.Exclude)) {
+			b.WriteString(h)
+			b.WriteByte(',')
+		}
+		k.lists = b.String()
+	}
+	return k
+}
+
+// shape returns the nodes for r's shape: a fresh scan the first time in the
+// pass, else the cached candidates with the nodes that filled up since dropped.
+func (p *pass) shape(r *Request) *shapeCand {
+	key := p.shapeKey(r)
+	checks := p.t.s.cfg.Policy.Checks
+	sc := p.shapes[key]
+	if sc == nil {
+		sc = &shapeCand{filtered: map[string]int{}}
+		for i := range p.views {
+			v := &p.views[i]
+			failed := -1
+			for ci := range checks {
+				if !checks[ci].Fits(r, v) {
+					failed = ci
+					break
+				}
+			}
+			kind := Capacity + 1
+			if failed >= 0 {
+				kind = checks[failed].Kind
+				sc.filtered[checks[failed].Reason]++
+			}
+			if kind > Static {
+				sc.static++
+			}
+			if kind > Availability {
+				sc.availOK++
+				sc.avail = append(sc.avail, int32(i))
+			}
+			if failed < 0 {
+				sc.cand = append(sc.cand, int32(i))
+			}
+		}
+		p.shapes[key] = sc
+		return sc
+	}
+	keep := sc.cand[:0]
+	for _, i := range sc.cand {
+		v := &p.views[i]
+		ok := true
+		for ci := range checks {
+			if checks[ci].Kind == Capacity && !checks[ci].Fits(r, v) {
+				if sc.shared {
+					sc.filtered = maps.Clone(sc.filtered)
+					sc.shared = false
+				}
+				sc.filtered[checks[ci].Reason]++
+				ok = false
+				break
+			}
+		}
+		if ok {
+			keep = append(keep, i)
+		}
+	}
+	sc.cand = keep
+	return sc
+}
+
+// place finds r's nodes: all of them or none (a gang).
+func (p *pass) place(r *Request) placement {
+	sc := p.shape(r)
+	out := placement{shape: sc}
+	if len(sc.cand) >= r.Nodes {
+		out.ok = true
+		out.nodes = p.choose(r, sc.cand)
+		return out
+	}
+	switch {
+	case sc.static < r.Nodes:
+		out.kind = Static
+	case sc.availOK < r.Nodes:
+		out.kind = Availability
+	default:
+		out.kind = Capacity
+	}
+	return out
+}
+
+// score ranks a candidate node for r: lower is better. GPU jobs go where
+// the fewest GPUs are free that still fit (best fit, keeping whole nodes
+// free for large jobs); jobs without GPUs go to the least loaded node, so
+// that they spread instead of piling onto one.
+func (p *pass) score(r *Request, i int32) int64 {
+	v := &p.views[i]
+	if r.GPUsPerNode > 0 {
+		return int64(v.FreeGPUs)
+	}
+	if v.Node.CPUs > 0 {
+		return int64(v.Node.CPUs-v.FreeCPUs)<<16 + int64(v.Runs)
+	}
+	return int64(v.Runs)
+}
+
+// choose picks r.Nodes of cand, topology first: the smallest block that holds
+// the whole gang, else the fewest blocks (largest first); within a block the
+// best-scored nodes. The result is in hostname order (rank order).
+func (p *pass) choose(r *Request, cand []int32) []int32 {
+	n := r.Nodes
+	out := make([]int32, 0, n)
+	if n == len(cand) {
+		return append(out, cand...)
+	}
+	if n == 1 {
+		best := cand[0]
+		bs := p.score(r, best)
+		for _, i := range cand[1:] {
+			if s := p.score(r, i); s < bs {
+				best, bs = i, s
+			}
+		}
+		return append(out, best)
+	}
+	byScore := func(list []int32) {
+		sort.SliceStable(list, func(a, b int) bool { return p.score(r, list[a]) < p.score(r, list[b]) })
+	}
+	blocks := map[string][]int32{}
+	for _, i := range cand {
+		b := p.views[i].Node.Block
+		blocks[b] = append(blocks[b], i)
+	}
+	if len(blocks) == 1 {
+		list := slices.Clone(cand)
+		byScore(list)
+		out = append(out, list[:n]...)
+		slices.Sort(out)
+		return out
+	}
+	names := make([]string, 0, len(blocks))
+	for b := range blocks {
+		names = append(names, b)
+	}
+	sort.Strings(names)
+	bestFit := ""
+	for _, b := range names {
+		if len(blocks[b]) >= n && b != "" && (bestFit == "" || len(blocks[b]) < len(blocks[bestFit])) {
+			bestFit = b
+		}
+	}
+	if bestFit != "" {
+		list := blocks[bestFit]
+		byScore(list)
+		out = append(out, list[:n]...)
+		slices.Sort(out)
+		return out
+	}
+	// No one block holds the gang: the fewest blocks, largest first (nodes
+	// without a block last).
+	sort.SliceStable(names, func(a, b int) bool {
+		if (names[a] == "") != (names[b] == "") {
+			return names[b] == ""
+		}
+		return len(blocks[names[a]]) > len(blocks[names[b]])
+	})
+	for _, b := range names {
+		list := blocks[b]
+		byScore(list)
+		for _, i := range list {
+			if len(out) == n {
+				break
+			}
+			out = append(out, i)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// take gives a run the resources it needs on view i and returns the GPU
+// indices it got (lowest free first).
+func (p *pass) take(i int32, gpus int32, cpus int32, mem int64, exclusive bool) []int32 {
+	v := &p.views[i]
+	var got []int32
+	for g := 0; g < MaxGPUsPerNode && int32(len(got)) < gpus; g++ {
+		if v.freeMask&(1<<uint(g)) != 0 {
+			got = append(got, int32(g))
+			v.freeMask &^= 1 << uint(g)
+		}
+	}
+	v.FreeGPUs -= int32(len(got))
+	v.FreeCPUs -= cpus
+	v.FreeMemMB -= mem
+	v.Runs++
+	if exclusive {
+		v.Exclusive = true
+	}
+	return got
+}

@@ -1,0 +1,276 @@
+package domain
+
+import (
+	"math"
+	"strings"
+	"time"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// Multifactor priority, as Slurm's priority/multifactor plugin computes it:
+//
+//	priority = W_age·age + W_fairshare·fairshare + W_jobsize·size + W_partition·tier + W_qos·qos
+//
+// with every factor between 0 and 1:
+//
+//   - age = min(time eligible / MaxAge, 1), eligible from submit (or --begin);
+//   - fairshare = 2^−((u_a/s_a + u_u/s_u)/2): u_a is the account's share of the
+//     cluster's decayed usage, s_a its share of the shares (accounts share
+//     equally among those with jobs or usage), u_u and s_u the same for the
+//     user among the cluster's usage and its account's users (so a user alone
+//     in an account gets Slurm's classic 2^−(usage/shares));
+//   - size = the job's GPUs over the partition's (nodes over nodes for jobs
+//     without GPUs): larger jobs first, as Slurm's default;
+//   - tier = the partition's PriorityTier over the cluster's highest;
+//   - qos = the QOS's priority over the QOS table's highest.
+//
+// Usage is GPU-seconds (CPU-seconds for jobs without GPUs) decayed with
+// HalfLife: ended runs are charged when they end, running ones count as they
+// go. A held job's priority is 0, as in Slurm.
+
+type assocKey struct{ account, user string }
+
+// prioCtx is what priorities of one cluster's jobs need, computed once per pass.
+type prioCtx struct {
+	now       int64 // unix nanoseconds
+	cfg       *Config
+	cluster   *Cluster
+	partGPUs  []int64 // total GPUs per partition index
+	partNodes []int64
+	partTier  []int32
+	maxTier   int32
+	maxQOS    int64
+	qosFactor []float64 // per QOS table index
+	// fsByID is the fair-share factor per interned association id;
+	// fsOther that of associations not interned.
+	fsByID  []float64
+	fsOther map[assocKey]float64
+}
+
+// decay returns the factor usage decays by over d.
+func decay(d, halfLife time.Duration) float64 {
+	if d <= 0 {
+		return 1
+	}
+	return math.Exp2(-float64(d) / float64(halfLife))
+}
+
+// runRate is what a run is charged per second: its GPUs, else its CPUs,
+// else its node count.
+func runRate(r *Run) float64 {
+	if g := r.gpuCount(); g > 0 {
+		return float64(g)
+	}
+	if c := r.cpuCount(); c > 0 {
+		return float64(c)
+	}
+	return float64(len(r.Nodes))
+}
+
+// accrued is the decayed usage, as of now, of running at rate from start to
+// now: the integral of rate·2^−(now−t)/H over [start, now].
+func accrued(rate float64, start, now time.Time, halfLife time.Duration) float64 {
+	d := now.Sub(start)
+	if d <= 0 {
+		return 0
+	}
+	h := halfLife.Seconds()
+	return rate * h / math.Ln2 * (1 - math.Exp2(-d.Seconds()/h))
+}
+
+// newPrioCtx gathers the usage of the cluster's accounts and users (stored,
+// plus what running runs accrued) and the accounts and users with pending
+// jobs, and computes every association's fair-share factor.
+func (t *txn) newPrioCtx(cluster string, c *Cluster, views []NodeView, pend []*pendEntry) *prioCtx {
+	s := t.s
+	cfg := &s.cfg
+	p := &prioCtx{now: t.now.UnixNano(), cfg: cfg, cluster: c, maxQOS: cfg.maxQOSPriority()}
+	parts := c.partitions()
+	p.partGPUs = make([]int64, len(parts))
+	p.partNodes = make([]int64, len(parts))
+	p.partTier = make([]int32, len(parts))
+	for i, pt := range parts {
+		p.partTier[i] = pt.Tier
+		p.maxTier = max(p.maxTier, pt.Tier)
+		for v := range views {
+			if views[v].Node.Role != RoleLogin && views[v].InPartition(i) {
+				p.partGPUs[i] += int64(views[v].Node.GPUs)
+				p.partNodes[i]++
+			}
+		}
+	}
+	p.qosFactor = make([]float64, len(cfg.QOS))
+	for i, q := range cfg.QOS {
+		p.qosFactor[i] = float64(q.Priority) / float64(p.maxQOS)
+	}
+
+	// Usage: stored records (decayed to now) plus what running runs accrued.
+	nIDs := len(s.assocList)
+	userUse := make([]float64, nIDs)
+	present := make([]bool, nIDs)
+	otherUse := map[assocKey]float64{}
+	otherPresent := map[assocKey]bool{}
+	acctUse := map[string]float64{}
+	total := 0.0
+	mark := func(a *assoc, v float64) {
+		if a.id >= 0 {
+			userUse[a.id] += v
+			present[a.id] = true
+		} else {
+			k := assocKey{a.account, a.user}
+			otherUse[k] += v
+			otherPresent[k] = true
+		}
+	}
+	prefix := cluster + "|"
+	seen := func(key string, u *Usage) {
+		if u == nil || !strings.HasPrefix(key, prefix) {
+			return
+		}
+		account, user, isUser := strings.Cut(key[len(prefix):], "|")
+		v := u.Value * decay(t.now.Sub(u.At), cfg.HalfLife)
+		if isUser {
+			mark(s.lookupAssoc(account, user), v)
+		} else {
+			acctUse[account] += v
+			total += v
+		}
+	}
+	for key := range s.usage {
+		seen(key, t.usage(key))
+	}
+	for key, u := range t.c.Usage {
+		if _, old := s.usage[key]; !old {
+			seen(key, u)
+		}
+	}
+	t.eachClusterRun(cluster, func(r *Run, _ bool) {
+		if r.Ended() || r.Start.IsZero() {
+			return
+		}
+		rate := r.rate
+		if rate == 0 {
+			rate = runRate(r)
+		}
+		v := accrued(rate, r.Start, t.now, cfg.HalfLife)
+		acctUse[r.Account] += v
+		total += v
+		mark(s.runAssoc(r), v)
+	})
+	for _, e := range pend {
+		mark(e.assoc, 0)
+	}
+
+	// Shares: accounts share equally, users equally within their account.
+	usersOf := map[string]int{}
+	for id, ok := range present {
+		if ok {
+			usersOf[s.assocList[id].account]++
+		}
+	}
+	for k := range otherPresent {
+		usersOf[k.account]++
+	}
+	for a := range acctUse {
+		if _, ok := usersOf[a]; !ok {
+			usersOf[a] = 0
+		}
+	}
+	nAcct := float64(max(len(usersOf), 1))
+	fs := func(account string, use float64) float64 {
+		if total <= 0 {
+			return 1
+		}
+		sa := 1 / nAcct
+		su := sa / float64(max(usersOf[account], 1))
+		return math.Exp2(-(acctUse[account]/total/sa + use/total/su) / 2)
+	}
+	p.fsByID = make([]float64, nIDs)
+	for id, ok := range present {
+		if ok {
+			p.fsByID[id] = fs(s.assocList[id].account, userUse[id])
+		}
+	}
+	p.fsOther = make(map[assocKey]float64, len(otherPresent))
+	for k := range otherPresent {
+		p.fsOther[k] = fs(k.account, otherUse[k])
+	}
+	return p
+}
+
+// factors are a job's weighted priority factors.
+type factors struct {
+	age, fairShare, jobSize, partition, qos int64
+}
+
+func (f factors) proto() *loomv1.PriorityFactors {
+	return &loomv1.PriorityFactors{Age: f.age, Fairshare: f.fairShare, JobSize: f.jobSize, Partition: f.partition, Qos: f.qos}
+}
+
+// priority computes a job's priority and its weighted factors (sprio's view).
+// part is the index of its partition (-1: unknown).
+func (p *prioCtx) priority(a *jobAttrs, part int) (int64, factors) {
+	w := p.cfg.Weights
+	if a.hold {
+		return 0, factors{}
+	}
+	age := 0.0
+	if d := p.now - a.eligible; d > 0 && a.eligible > 0 {
+		age = min(float64(d)/float64(p.cfg.MaxAge), 1)
+	}
+	fs := 1.0
+	switch {
+	case a.assoc.id >= 0 && int(a.assoc.id) < len(p.fsByID):
+		fs = p.fsByID[a.assoc.id]
+	case a.assoc.id < 0:
+		if v, ok := p.fsOther[assocKey{a.assoc.account, a.assoc.user}]; ok {
+			fs = v
+		}
+	}
+	size, tier := 0.0, 0.0
+	if part >= 0 && part < len(p.partGPUs) {
+		if a.gpus > 0 && p.partGPUs[part] > 0 {
+			size = min(float64(a.gpus)/float64(p.partGPUs[part]), 1)
+		} else if a.gpus == 0 && p.partNodes[part] > 0 {
+			size = min(float64(a.req.Nodes)/float64(p.partNodes[part]), 1)
+		}
+		if p.maxTier > 0 {
+			tier = float64(p.partTier[part]) / float64(p.maxTier)
+		}
+	}
+	qf := 0.0
+	if a.qos >= 0 {
+		qf = p.qosFactor[a.qos]
+	}
+	f := factors{
+		age:       int64(math.Round(float64(w.Age) * age)),
+		fairShare: int64(math.Round(float64(w.FairShare) * fs)),
+		jobSize:   int64(math.Round(float64(w.JobSize) * size)),
+		partition: int64(math.Round(float64(w.Partition) * tier)),
+		qos:       int64(math.Round(float64(w.QOS) * qf)),
+	}
+	return f.age + f.fairShare + f.jobSize + f.partition + f.qos, f
+}
+
+// charge adds a finished run's usage to its account's and user's records.
+func (t *txn) charge(r *Run) {
+	if r.Start.IsZero() || r.Cluster == "" {
+		return
+	}
+	v := accrued(runRate(r), r.Start, t.now, t.s.cfg.HalfLife)
+	if v <= 0 {
+		return
+	}
+	keys := []string{UsageKey(r.Cluster, r.Account, "")}
+	if r.User != "" {
+		keys = append(keys, UsageKey(r.Cluster, r.Account, r.User))
+	}
+	for _, key := range keys {
+		u := &Usage{Key: key, At: t.now, Value: v}
+		if old := t.usage(key); old != nil {
+			u.Value += old.Value * decay(t.now.Sub(old.At), t.s.cfg.HalfLife)
+		}
+		t.c.Usage[key] = u
+	}
+}

@@ -1,0 +1,323 @@
+package domain
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// signalNames are the Linux signal names by number, as Slurm accepts them.
+var signalNames = map[int]string{
+	1: "HUP", 2: "INT", 3: "QUIT", 4: "ILL", 5: "TRAP", 6: "ABRT", 7: "BUS", 8: "FPE",
+	9: "KILL", 10: "USR1", 11: "SEGV", 12: "USR2", 13: "PIPE", 14: "ALRM", 15: "TERM",
+	16: "STKFLT", 17: "CHLD", 18: "CONT", 19: "STOP", 20: "TSTP", 21: "TTIN", 22: "TTOU",
+	23: "URG", 24: "XCPU", 25: "XFSZ", 26: "VTALRM", 27: "PROF", 28: "WINCH", 29: "IO",
+	30: "PWR", 31: "SYS",
+}
+
+// SignalName normalises a signal given as a name ("USR1", "SIGUSR1", any
+// case) or a number ("10") to its name without the SIG prefix.
+func SignalName(s string) (string, error) {
+	u := strings.ToUpper(strings.TrimSpace(s))
+	if n, err := strconv.Atoi(u); err == nil {
+		if name, ok := signalNames[n]; ok {
+			return name, nil
+		}
+		return "", fmt.Errorf("invalid signal number %q", s)
+	}
+	u = strings.TrimPrefix(u, "SIG")
+	for _, name := range signalNames {
+		if name == u {
+			return name, nil
+		}
+	}
+	return "", fmt.Errorf("invalid signal name %q", s)
+}
+
+// JobSignal is a parsed --signal "[{B|R}:]SIG[@seconds]".
+type JobSignal struct {
+	// Name is the signal's name ("USR1"); "" when the job asked for none.
+	Name string
+	// Lead is how long before the time limit it is sent (default 60 s).
+	Lead time.Duration
+	// BatchOnly: B: — only the batch shell gets it.
+	BatchOnly bool
+}
+
+// ParseJobSignal parses a job's --signal; "" gives the zero JobSignal.
+func ParseJobSignal(spec string) (JobSignal, error) {
+	var out JobSignal
+	s := strings.TrimSpace(spec)
+	if s == "" {
+		return out, nil
+	}
+	if flags, rest, ok := strings.Cut(s, ":"); ok {
+		for _, f := range flags {
+			switch f {
+			case 'B', 'b':
+				out.BatchOnly = true
+			case 'R', 'r':
+			default:
+				return JobSignal{}, fmt.Errorf("invalid --signal flag %q in %q (want B or R)", string(f), spec)
+			}
+		}
+		s = rest
+	}
+	out.Lead = DefaultSignalLead
+	if sig, secs, ok := strings.Cut(s, "@"); ok {
+		n, err := strconv.Atoi(secs)
+		if err != nil || n < 0 || n > 0xffff {
+			return JobSignal{}, fmt.Errorf("invalid --signal time %q in %q", secs, spec)
+		}
+		out.Lead = time.Duration(n) * time.Second
+		s = sig
+	}
+	name, err := SignalName(s)
+	if err != nil {
+		return JobSignal{}, fmt.Errorf("--signal %q: %w", spec, err)
+	}
+	out.Name = name
+	return out, nil
+}
+
+// ArraySpec is a parsed --array spec: its task indexes and % limit.
+type ArraySpec struct {
+	Indexes []int32
+	Limit   int32
+}
+
+// MaxArrayTasks is the most tasks one array may have (Slurm's MaxArraySize
+// as configured here, 100001).
+const MaxArrayTasks = 100001
+
+// ParseArraySpec parses an --array spec: comma-separated indexes "N", ranges
+// "N-M" and stepped ranges "N-M:S", optionally followed by "%L".
+func ParseArraySpec(spec string) (ArraySpec, error) {
+	var out ArraySpec
+	s := strings.TrimSpace(spec)
+	if body, lim, ok := strings.Cut(s, "%"); ok {
+		n, err := strconv.Atoi(lim)
+		if err != nil || n < 1 {
+			return out, fmt.Errorf("array task limit %q is not a positive number", lim)
+		}
+		out.Limit, s = int32(n), body
+	}
+	if s == "" {
+		return out, errors.New("array spec names no index")
+	}
+	seen := map[int32]bool{}
+	for _, el := range strings.Split(s, ",") {
+		rng, stepS, hasStep := strings.Cut(el, ":")
+		a, b, isRange := strings.Cut(rng, "-")
+		first, err := strconv.Atoi(a)
+		if err != nil || first < 0 {
+			return out, fmt.Errorf("array index %q is not a number ≥ 0", a)
+		}
+		last, step := first, 1
+		if isRange {
+			if last, err = strconv.Atoi(b); err != nil || last < first {
+				return out, fmt.Errorf("array range %q is not N-M with M ≥ N", rng)
+			}
+		}
+		if hasStep {
+			if step, err = strconv.Atoi(stepS); err != nil || step < 1 || !isRange {
+				return out, fmt.Errorf("array step %q needs a range and a positive step", el)
+			}
+		}
+		for i := first; i <= last; i += step {
+			if !seen[int32(i)] {
+				seen[int32(i)] = true
+				out.Indexes = append(out.Indexes, int32(i))
+				if len(out.Indexes) > MaxArrayTasks {
+					return out, fmt.Errorf("array has more than %d tasks", MaxArrayTasks)
+				}
+			}
+		}
+	}
+	sort.Slice(out.Indexes, func(a, b int) bool { return out.Indexes[a] < out.Indexes[b] })
+	return out, nil
+}
+
+// patternFields are the values of an output pattern's % fields.
+type patternFields struct {
+	jobID, arrayJobID, taskID, name, user, node string
+}
+
+// ExpandPattern resolves Slurm's filename pattern fields in p: %j (job id),
+// %A (array job id, else the job id), %a (array task id, else 4294967294 as
+// Slurm prints no task), %x (job name), %u (user), %N (the batch host's
+// hostname), %% (a percent sign); a number between % and the letter
+// zero-pads. Unknown fields stay as they are.
+func ExpandPattern(p string, f patternFields) string {
+	if !strings.Contains(p, "%") {
+		return p
+	}
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if c != '%' || i+1 >= len(p) {
+			b.WriteByte(c)
+			continue
+		}
+		j := i + 1
+		for j < len(p) && p[j] >= '0' && p[j] <= '9' {
+			j++
+		}
+		if j >= len(p) {
+			b.WriteString(p[i:])
+			break
+		}
+		width, _ := strconv.Atoi(p[i+1 : j])
+		var v string
+		numeric := true
+		switch p[j] {
+		case '%':
+			b.WriteByte('%')
+			i = j
+			continue
+		case 'j':
+			v = f.jobID
+		case 'A':
+			v = f.arrayJobID
+		case 'a':
+			v = f.taskID
+		case 'x':
+			v, numeric = f.name, false
+		case 'u':
+			v, numeric = f.user, false
+		case 'N':
+			v, numeric = f.node, false
+		default:
+			b.WriteString(p[i : j+1])
+			i = j
+			continue
+		}
+		if numeric && width > len(v) {
+			v = strings.Repeat("0", width-len(v)) + v
+		}
+		b.WriteString(v)
+		i = j
+	}
+	return b.String()
+}
+
+// workDir is the job's working directory: --chdir (relative to the submit
+// directory), else the submit directory, else the cluster's shared dir.
+func workDir(spec *loomv1.Job, sharedDir string) string {
+	submit := spec.GetSubmitDir()
+	if submit == "" {
+		submit = sharedDir
+	}
+	wd := spec.GetWorkDir()
+	switch {
+	case wd == "":
+		return submit
+	case filepath.IsAbs(wd):
+		return filepath.Clean(wd)
+	}
+	return filepath.Join(submit, wd)
+}
+
+// outputPaths resolves the job's --output and --error against its working
+// directory, for a run whose batch host is host. The default output is
+// slurm-%j.out (slurm-%A_%a.out for array tasks); the error path is empty
+// (joined with the output) when --error is not given.
+func outputPaths(spec *loomv1.Job, wd, host string) (out, errPath string) {
+	f := patternFields{jobID: spec.GetJobId(), arrayJobID: spec.GetJobId(), taskID: "4294967294",
+		name: SlurmJobName(spec), user: spec.GetUser(), node: host}
+	if spec.GetArrayJobId() != "" {
+		f.arrayJobID, f.taskID = spec.GetArrayJobId(), strconv.Itoa(int(spec.GetArrayTaskId()))
+	}
+	resolve := func(p string) string {
+		p = ExpandPattern(p, f)
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(wd, p)
+		}
+		return p
+	}
+	pat := spec.GetOutputPattern()
+	if pat == "" {
+		pat = "slurm-%j.out"
+		if spec.GetArrayJobId() != "" {
+			pat = "slurm-%A_%a.out"
+		}
+	}
+	out = resolve(pat)
+	if e := spec.GetErrorPattern(); e != "" {
+		errPath = resolve(e)
+	}
+	return out, errPath
+}
+
+// taskLayout returns the tasks on each of n nodes: --ntasks-per-node, else
+// --ntasks spread as evenly as possible (the first nodes get one more), else
+// one per node.
+func taskLayout(spec *loomv1.Job, n int) []int32 {
+	out := make([]int32, n)
+	tpn, total := spec.GetNtasksPerNode(), spec.GetNtasks()
+	for i := range out {
+		switch {
+		case tpn > 0:
+			out[i] = tpn
+		case total > 0:
+			out[i] = total / int32(n)
+			if int32(i) < total%int32(n) {
+				out[i]++
+			}
+		default:
+			out[i] = 1
+		}
+	}
+	return out
+}
+
+// maxTasksPerNode is the most tasks taskLayout puts on one of n nodes.
+func maxTasksPerNode(spec *loomv1.Job, n int) int32 {
+	switch tpn, total := spec.GetNtasksPerNode(), spec.GetNtasks(); {
+	case tpn > 0:
+		return tpn
+	case total > 0:
+		return (total + int32(n) - 1) / int32(n)
+	}
+	return 1
+}
+
+// TasksPerNode writes a task layout as SLURM_TASKS_PER_NODE: runs of equal
+// counts as "N(xK)", e.g. "2(x3),1".
+func TasksPerNode(tasks []int32) string {
+	var b strings.Builder
+	for i := 0; i < len(tasks); {
+		j := i
+		for j+1 < len(tasks) && tasks[j+1] == tasks[i] {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(int(tasks[i])))
+		if j > i {
+			b.WriteString("(x" + strconv.Itoa(j-i+1) + ")")
+		}
+		i = j + 1
+	}
+	return b.String()
+}
+
+// FormatDuration writes seconds as Slurm writes a time limit: "UNLIMITED"
+// for 0, else "[D-]HH:MM:SS".
+func FormatDuration(secs int64) string {
+	if secs <= 0 {
+		return "UNLIMITED"
+	}
+	d, h, m, s := secs/86400, secs/3600%24, secs/60%60, secs%60
+	if d > 0 {
+		return fmt.Sprintf("%d-%02d:%02d:%02d", d, h, m, s)
+	}
+	return fmt.Sprintf("%02d:%02d:%02d", h, m, s)
+}

@@ -1,0 +1,292 @@
+package domain
+
+import (
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/hostlist"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// start gives j the nodes chosen (indexes into the pass's views): a new run
+// holding their resources, the job RUNNING, and its steps: a batch script
+// runs once, on the batch host (its first node); a command runs on every
+// node, one task each, as an implicit srun.
+func (p *pass) start(j *Job, part Partition, req *Request, chosen []int32) {
+	t := p.t
+	j = t.editJob(j.Name())
+	spec := j.Job
+	n := len(chosen)
+	tasks := taskLayout(spec, n)
+	cpt := max(spec.GetCpusPerTask(), 1)
+	gpus := make([]int32, n)
+	for i := range gpus {
+		switch {
+		case spec.GetGpusPerNode() > 0:
+			gpus[i] = spec.GetGpusPerNode()
+		case spec.GetGpus() > 0:
+			g := spec.GetGpus()
+			gpus[i] = g / int32(n)
+			if int32(i) < g%int32(n) {
+				gpus[i]++
+			}
+		}
+	}
+	q, _ := t.s.cfg.qos(spec.GetQos())
+	r := &Run{
+		Job: j.Name(), Cluster: p.name, Attempt: j.Attempt + 1,
+		Nodes: make([]string, n), Hostnames: make([]string, n), CPUs: make([]int32, n), Tasks: tasks,
+		GPUs: map[string][]int32{}, Steps: map[string]Step{}, MemMB: req.MemMB, Exclusive: req.Exclusive,
+		Partition: part.Name, User: spec.GetUser(), Account: spec.GetAccount(), QOS: q.Name, Start: t.now,
+	}
+	batch := spec.GetScript() != ""
+	for rank, i := range chosen {
+		v := &p.views[i]
+		// CPUs and memory are counted on nodes whose size is known; an
+		// exclusive run holds its nodes' CPUs whole (and keeps everything
+		// else off them).
+		cpus := max(tasks[rank], 1) * cpt
+		switch {
+		case v.Node.CPUs == 0:
+			cpus = 0
+		case req.Exclusive:
+			cpus = v.Node.CPUs
+		}
+		mem := req.MemMB
+		if v.Node.MemoryMB == 0 {
+			mem = 0
+		}
+		got := p.take(i, gpus[rank], cpus, mem, req.Exclusive)
+		r.Nodes[rank], r.Hostnames[rank], r.CPUs[rank] = v.Node.Name, v.Node.Hostname, cpus
+		if len(got) > 0 {
+			r.GPUs[v.Node.Name] = got
+		}
+		r.Steps[v.Node.Name] = Step{Idle: batch && rank > 0}
+	}
+	t.c.Runs[r.Key()] = r
+	for _, i := range chosen {
+		v := &p.views[i]
+		v.held = append(v.held[:len(v.held):len(v.held)], r)
+	}
+	p.started = true
+	if p.arrayRunning != nil && spec.GetArrayJobId() != "" {
+		p.arrayRunning[jobsPrefix(j.Name())+spec.GetArrayJobId()]++
+	}
+	if p.qosUse != nil {
+		p.qosUse[assocKey{q.Name, spec.GetUser()}] += r.gpuCount()
+	}
+
+	c := p.cluster
+	j.Attempt = r.Attempt
+	j.ModelDir = ""
+	if id := spec.GetModelOutput().GetModelId(); id != "" {
+		j.ModelDir = filepath.Join(c.SharedDir, "models", id, "job-"+spec.GetJobId())
+	}
+	spec.State, spec.StateReason, spec.ExitCode = loomv1.JobState_RUNNING, "", 0
+	spec.Partition = part.Name
+	if spec.GetQos() == "" {
+		spec.Qos = q.Name
+	}
+	spec.Nodes = append([]string(nil), r.Hostnames...)
+	spec.StartTime, spec.EndTime = timestamppb.New(t.now), nil
+	spec.BatchHost = r.Hostnames[0]
+	spec.AllocGpus = r.gpuCount()
+	wd := workDir(spec, c.SharedDir)
+	spec.OutputPath, spec.ErrorPath = outputPaths(spec, wd, spec.BatchHost)
+	t.emitJob(j)
+
+	env := t.arrayEnv(j)
+	for rank, node := range r.Nodes {
+		if batch && rank > 0 {
+			continue
+		}
+		t.emit(topics.StepCommands, node, j.Name(), &eventsv1.StartStep{
+			Job: j.Name(), JobId: spec.GetJobId(), Attempt: r.Attempt,
+			Node: node, NodeIndex: int32(rank), NodeHostnames: r.Hostnames,
+			Command: spec.GetCommand(), Script: spec.GetScript(),
+			Env:        stepEnv(j, r, rank, c.SharedDir, t.s.cfg.MasterAddr, env),
+			OutputPath: spec.GetOutputPath(), WorkDir: wd,
+			Gpus: int32(len(r.GPUs[node])), JobName: SlurmJobName(spec),
+		})
+	}
+}
+
+// arrayEnv returns the SLURM_ARRAY_* variables of an array task (nil for
+// other jobs).
+func (t *txn) arrayEnv(j *Job) map[string]string {
+	spec := j.Job
+	if spec.GetArrayJobId() == "" {
+		return nil
+	}
+	env := map[string]string{
+		"SLURM_ARRAY_JOB_ID":  spec.GetArrayJobId(),
+		"SLURM_ARRAY_TASK_ID": strconv.Itoa(int(spec.GetArrayTaskId())),
+	}
+	if a := t.array(jobsPrefix(j.Name()) + spec.GetArrayJobId()); a != nil && len(a.Indexes) > 0 {
+		env["SLURM_ARRAY_TASK_COUNT"] = strconv.Itoa(len(a.Indexes))
+		env["SLURM_ARRAY_TASK_MIN"] = strconv.Itoa(int(a.Indexes[0]))
+		env["SLURM_ARRAY_TASK_MAX"] = strconv.Itoa(int(a.Indexes[len(a.Indexes)-1]))
+		if len(a.Indexes) > 1 {
+			step := a.Indexes[1] - a.Indexes[0]
+			for k := 2; k < len(a.Indexes); k++ {
+				if a.Indexes[k]-a.Indexes[k-1] != step {
+					step = 1
+					break
+				}
+			}
+			env["SLURM_ARRAY_TASK_STEP"] = strconv.Itoa(int(step))
+		} else {
+			env["SLURM_ARRAY_TASK_STEP"] = "1"
+		}
+	}
+	return env
+}
+
+// SlurmJobName is the job's short name as Slurm shows it: the display name,
+// else the command's base name, else "sbatch" (a script).
+func SlurmJobName(j *loomv1.Job) string {
+	if j.GetDisplayName() != "" {
+		return j.GetDisplayName()
+	}
+	if len(j.GetCommand()) > 0 {
+		return filepath.Base(j.GetCommand()[0])
+	}
+	return "sbatch"
+}
+
+// MasterPort is the rendezvous port of a job: distinct for jobs whose numeric
+// ids differ by less than 10000, so concurrent jobs on one machine (the local
+// provider) do not collide.
+func MasterPort(jobID string) int {
+	id, err := strconv.ParseInt(jobID, 10, 64)
+	if err != nil || id < 0 {
+		return 29500
+	}
+	return 20000 + int(id%10000)
+}
+
+// stepEnv returns the environment of the step of run r on its rank-th node.
+// The job's own env comes first; the scheduler's variables win over it,
+// except MASTER_ADDR and MASTER_PORT, which a job may choose itself. A batch
+// script is the job's one task on its node (SLURM_PROCID 0); a command runs
+// one task per node (SLURM_PROCID = the node's rank).
+func stepEnv(j *Job, r *Run, rank int, sharedDir, masterAddr string, extra map[string]string) map[string]string {
+	spec := j.Job
+	env := make(map[string]string, len(spec.GetEnv())+32)
+	for k, v := range spec.GetEnv() {
+		env[k] = v
+	}
+	if masterAddr == "" {
+		masterAddr = r.Hostnames[0]
+	}
+	if _, ok := env["MASTER_ADDR"]; !ok {
+		env["MASTER_ADDR"] = masterAddr
+	}
+	if _, ok := env["MASTER_PORT"]; !ok {
+		env["MASTER_PORT"] = strconv.Itoa(MasterPort(spec.GetJobId()))
+	}
+	n := strconv.Itoa(len(r.Nodes))
+	id := strconv.Itoa(rank)
+	gpus := r.GPUs[r.Nodes[rank]]
+	devs := make([]string, len(gpus))
+	for i, g := range gpus {
+		devs[i] = strconv.Itoa(int(g))
+	}
+	ntasks := int32(0)
+	for _, c := range r.Tasks {
+		ntasks += c
+	}
+	tasks := r.Tasks
+	procID := id
+	if spec.GetScript() == "" {
+		// A command: one task per node.
+		ntasks = int32(len(r.Nodes))
+		tasks = make([]int32, len(r.Nodes))
+		for i := range tasks {
+			tasks[i] = 1
+		}
+	} else {
+		procID = "0"
+	}
+	submit := spec.GetSubmitDir()
+	if submit == "" {
+		submit = sharedDir
+	}
+	part := spec.GetPartition()
+	if part == "" {
+		part = r.Partition
+	}
+	for k, v := range map[string]string{
+		"SLURM_JOB_ID":            spec.GetJobId(),
+		"SLURM_JOBID":             spec.GetJobId(),
+		"SLURM_JOB_NAME":          SlurmJobName(spec),
+		"SLURM_JOB_NODELIST":      hostlist.Compress(r.Hostnames),
+		"SLURM_NODELIST":          hostlist.Compress(r.Hostnames),
+		"SLURM_NNODES":            n,
+		"SLURM_JOB_NUM_NODES":     n,
+		"SLURM_NODEID":            id,
+		"SLURM_PROCID":            procID,
+		"SLURM_LOCALID":           "0",
+		"SLURM_NTASKS":            strconv.Itoa(int(ntasks)),
+		"SLURM_NPROCS":            strconv.Itoa(int(ntasks)),
+		"SLURM_TASKS_PER_NODE":    TasksPerNode(tasks),
+		"SLURM_CPUS_PER_TASK":     strconv.Itoa(int(max(spec.GetCpusPerTask(), 1))),
+		"SLURM_GPUS_ON_NODE":      strconv.Itoa(len(gpus)),
+		"CUDA_VISIBLE_DEVICES":    strings.Join(devs, ","),
+		"SLURM_SUBMIT_DIR":        submit,
+		"SLURM_JOB_PARTITION":     part,
+		"SLURM_JOB_USER":          spec.GetUser(),
+		"SLURM_JOB_ACCOUNT":       spec.GetAccount(),
+		"SLURM_JOB_QOS":           r.QOS,
+		"SLURM_RESTART_COUNT":     strconv.Itoa(int(spec.GetRestartCount())),
+		"SLURMD_NODENAME":         r.Hostnames[rank],
+		"SLURM_TOPOLOGY_ADDR":     r.Hostnames[rank],
+		"SLURM_CLUSTER_NAME":      clusterID(r.Cluster),
+		"SLURM_JOB_CPUS_PER_NODE": strconv.Itoa(int(cpusOf(r, rank, spec.GetCpusPerTask()))),
+		"LOOM_JOB_ID":             spec.GetJobId(),
+		"LOOM_JOB_NAME":           spec.GetName(),
+		"LOOM_NODE_RANK":          id,
+		"LOOM_NUM_NODES":          n,
+	} {
+		env[k] = v
+	}
+	if spec.GetUser() == "" {
+		delete(env, "SLURM_JOB_USER")
+	}
+	if spec.GetAccount() == "" {
+		delete(env, "SLURM_JOB_ACCOUNT")
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	if j.ModelDir != "" {
+		env["LOOM_MODEL_DIR"] = j.ModelDir
+	}
+	return env
+}
+
+// cpusOf is the CPUs of rank's node: those allocated, else (node size
+// unknown) its tasks times --cpus-per-task.
+func cpusOf(r *Run, rank int, cpt int32) int32 {
+	if rank < len(r.CPUs) && r.CPUs[rank] > 0 {
+		return r.CPUs[rank]
+	}
+	tasks := int32(1)
+	if rank < len(r.Tasks) {
+		tasks = max(r.Tasks[rank], 1)
+	}
+	return tasks * max(cpt, 1)
+}
+
+// clusterID is the last element of a cluster name.
+func clusterID(name string) string {
+	if i := strings.LastIndexByte(name, '/'); i >= 0 {
+		return name[i+1:]
+	}
+	return name
+}
