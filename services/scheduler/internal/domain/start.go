@@ -110,7 +110,7 @@ func (p *pass) start(j *Job, part Partition, req *Request, chosen []int32) {
 			Node: node, NodeIndex: int32(rank), NodeHostnames: r.Hostnames,
 			Command: spec.GetCommand(), Script: spec.GetScript(),
 			Env:        stepEnv(j, r, rank, c.SharedDir, t.s.cfg.MasterAddr, env),
-			OutputPath: spec.GetOutputPath(), WorkDir: wd,
+			OutputPath: spec.GetOutputPath(), ErrorPath: spec.GetErrorPath(), WorkDir: wd,
 			Gpus: int32(len(r.GPUs[node])), JobName: SlurmJobName(spec),
 		})
 	}
