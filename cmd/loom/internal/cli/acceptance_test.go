@@ -224,9 +224,15 @@ func exampleLifecycle(t *testing.T, cli liveCLI, file string) {
 	out, errOut, code := cli.run("clusters", "login", id, "--", "/bin/sh", "-c",
 		`pwd; echo "$LOOM_CLUSTER"; test -f "$SLURM_CONF" && echo slurm-conf-ok; sinfo; echo "sinfo $?"`)
 	home, _ := filepath.EvalSymlinks(homeDir(&c))
-	wantOut := home + "\n" + c.GetName() + "\nslurm-conf-ok\nsinfo 2\n"
-	if code != 0 || out != wantOut || !strings.Contains(errOut, "sinfo is not implemented yet") {
-		t.Errorf("login: exit %d\nstdout %q\nwant   %q\nstderr %q", code, out, wantOut, errOut)
+	wantOut := home + "\n" + c.GetName() + "\nslurm-conf-ok\nPARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST\n"
+	if code != 0 || !strings.HasPrefix(out, wantOut) || !strings.HasSuffix(out, "\nsinfo 0\n") || errOut != "" {
+		t.Errorf("login: exit %d\nstdout %q\nwant   %q...sinfo 0\nstderr %q", code, out, wantOut, errOut)
+	}
+	// The sinfo link reached this cluster's partitions.
+	for _, part := range spec.GetOrchestrator().GetSlurm().GetPartitions() {
+		if !strings.Contains(out, "\n"+part.GetId()) {
+			t.Errorf("sinfo in the login shell lacks partition %s:\n%s", part.GetId(), out)
+		}
 	}
 
 	// Grow the first pool by one node, then shrink it back.

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loom-ml/loom/cmd/loom/internal/slurmcli"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -402,11 +403,101 @@ func TestArgsDispatchesSlurmNames(t *testing.T) {
 			t.Errorf("Args(%q, %q) = %q, want %q", c.argv0, c.args, got, c.want)
 		}
 	}
-	for _, name := range SlurmCommands {
-		out, errOut, code := run(t, "127.0.0.1:1", "slurm", name, "-u", "me", "--format=%i")
-		if code != 2 || out != "" || errOut != "loom: "+name+" is not implemented yet (issue 4)\n" {
-			t.Errorf("slurm %s: exit %d, %q, %q", name, code, out, errOut)
+	if !slices.Equal(SlurmCommands, slurmcli.Commands) {
+		t.Errorf("SlurmCommands %q differ from the commands slurmcli runs %q", SlurmCommands, slurmcli.Commands)
+	}
+}
+
+// slurmInvocation takes `loom [FLAGS] slurm [FLAGS] NAME ARGS...` apart and
+// leaves everything else to cobra.
+func TestSlurmInvocation(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args  []string
+		ok    bool
+		flags map[string]string
+		name  string
+		rest  []string
+	}{
+		{[]string{"slurm", "squeue", "-o", "%i", "--gateway", "x"}, true, map[string]string{}, "squeue", []string{"-o", "%i", "--gateway", "x"}},
+		{[]string{"--gateway=h:1", "-ojson", "slurm", "--project", "p", "sbatch", "job.sh"}, true,
+			map[string]string{"gateway": "h:1", "output": "json", "project": "p"}, "sbatch", []string{"job.sh"}},
+		{[]string{"-o", "table", "slurm", "sinfo"}, true, map[string]string{"output": "table"}, "sinfo", []string{}},
+		{[]string{"slurm"}, false, nil, "", nil},
+		{[]string{"slurm", "--help"}, false, nil, "", nil},
+		{[]string{"slurm", "bogus"}, false, nil, "", nil},
+		{[]string{"--gateway"}, false, nil, "", nil},
+		{[]string{"--verbose", "slurm", "squeue"}, false, nil, "", nil},
+		{[]string{"jobs", "list"}, false, nil, "", nil},
+		{[]string{"help", "slurm"}, false, nil, "", nil},
+	} {
+		flags, name, rest, ok := slurmInvocation(c.args)
+		if ok != c.ok || name != c.name || fmt.Sprint(flags) != fmt.Sprint(c.flags) || (ok && !slices.Equal(rest, c.rest)) {
+			t.Errorf("slurmInvocation(%q) = %v %q %q %v; want %v %q %q %v", c.args, flags, name, rest, ok, c.flags, c.name, c.rest, c.ok)
 		}
+	}
+}
+
+// TestSlurmCommandsReachTheGateway runs `loom slurm NAME` with loom's global
+// flags in each place they may stand: the Slurm options after NAME are
+// Slurm's (squeue's -o is its format, not loom's --output).
+func TestSlurmCommandsReachTheGateway(t *testing.T) {
+	t.Parallel()
+	f, gw := newFakeGateway(t)
+	for _, args := range [][]string{
+		{"slurm", "squeue", "-h", "-o", "%i %T", "-M", "demo"},
+		{"-o", "json", "slurm", "squeue", "-h", "-o", "%i %T", "-M", "demo"},
+		{"slurm", "--project=default", "squeue", "-h", "-o", "%i %T", "-M", "demo"},
+	} {
+		out, errOut, code := run(t, gw, args...)
+		if code != 0 || out != "9 PENDING\n7 RUNNING\n" || errOut != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, out, errOut)
+		}
+		req, _ := lastRequest[*loomv1.ListJobsRequest](f)
+		if req.GetParent() != "projects/default" || req.GetCluster() != "projects/default/clusters/demo" || !req.GetActiveOnly() {
+			t.Errorf("%q: ListJobs request %v", args, req)
+		}
+	}
+	// --project reaches the command (the fake has no cluster in "other").
+	_, errOut, code := run(t, gw, "--project", "other", "slurm", "sinfo")
+	if code != 1 || !strings.Contains(errOut, `project "other" has no cluster`) {
+		t.Errorf("--project other: exit %d, %q", code, errOut)
+	}
+	if _, errOut, code := run(t, gw, "--project", "a/b", "slurm", "sinfo"); code != 2 || !strings.Contains(errOut, "--project must be a project id") {
+		t.Errorf("bad --project: exit %d, %q", code, errOut)
+	}
+	// sbatch submits to the named cluster with the script as written.
+	dir := t.TempDir()
+	script := "#!/bin/sh\n#SBATCH --job-name=hello --time=0:05\necho hi\n"
+	if err := os.WriteFile(filepath.Join(dir, "hello.sh"), []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := run(t, gw, "slurm", "sbatch", "-M", "demo", "--parsable", filepath.Join(dir, "hello.sh"))
+	if code != 0 || out != "10\n" || errOut != "" {
+		t.Fatalf("sbatch: exit %d, %q, %q", code, out, errOut)
+	}
+	sub, _ := lastRequest[*loomv1.SubmitJobRequest](f)
+	if j := sub.GetJob(); j.GetCluster() != "projects/default/clusters/demo" || j.GetScript() != script ||
+		j.GetDisplayName() != "hello" || j.GetTimeLimitSeconds() != 5 || sub.GetRequestId() == "" {
+		t.Errorf("SubmitJob request %v", sub)
+	}
+	// Slurm's refusals and exit codes come through as they are.
+	out, errOut, code = run(t, gw, "slurm", "sbatch", "--bogus")
+	if code != 1 || out != "" || errOut != "sbatch: unrecognized option '--bogus'\nTry \"sbatch --help\" for more information\n" {
+		t.Errorf("sbatch --bogus: exit %d, %q, %q", code, out, errOut)
+	}
+	if out, _, code := run(t, gw, "slurm", "scontrol", "--version"); code != 0 || out != slurmcli.Version+"\n" {
+		t.Errorf("scontrol --version: exit %d, %q", code, out)
+	}
+	// No gateway: the command says so, it does not hang.
+	_, errOut, code = run(t, "127.0.0.1:1", "slurm", "squeue", "-M", "demo")
+	if code != 1 || !strings.Contains(errOut, "Unable to contact the Loom gateway") {
+		t.Errorf("no gateway: exit %d, %q", code, errOut)
+	}
+	// `loom slurm` alone lists the commands.
+	out, _, code = run(t, gw, "slurm")
+	if code != 0 || !strings.Contains(out, "sbatch") || !strings.Contains(out, "sprio") {
+		t.Errorf("loom slurm: exit %d, %q", code, out)
 	}
 }
 
@@ -426,6 +517,8 @@ func TestClustersLogin(t *testing.T) {
 		&loomv1.Cluster{Name: "projects/default/clusters/far", Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, HomeDir: "/nonexistent/far/home"}},
 		&loomv1.Cluster{Name: "projects/default/clusters/new", Status: &loomv1.ClusterStatus{State: loomv1.Cluster_CREATING}},
 	)
+	f.nodes = append(f.nodes, &loomv1.Node{Name: "projects/default/clusters/lt/nodes/lt-0001", Cluster: "projects/default/clusters/lt",
+		Hostname: "lt-0001", State: loomv1.Node_READY, Role: "compute"})
 	// Another cluster's SLURM_CONF does not leak into the login shell.
 	env := loginEnv([]string{"SLURM_CONF=/etc/slurm/other.conf", "PATH=/bin", "A=1=2"}, map[string]string{"SLURM_CONF": "", "PATH": "/links:/bin"})
 	if !slices.Equal(env, []string{"A=1=2", "PATH=/links:/bin"}) {
@@ -441,12 +534,19 @@ sinfo -N; echo "sinfo exit $?"`
 	realHome, _ := filepath.EvalSymlinks(home)
 	want := realHome + "\n" +
 		"cluster=projects/default/clusters/lt project=default gateway=" + gw + " conf=" + conf + " login=lt-login-001\n" +
-		"sinfo exit 2\n"
+		"NODELIST   NODES PARTITION STATE \n" +
+		"lt-0001        1    batch* idle  \n" +
+		"sinfo exit 0\n"
 	if out != want && out != strings.Replace(want, realHome, home, 1) {
 		t.Fatalf("login output\n%q\nwant\n%q", out, want)
 	}
-	if errOut != "loom: sinfo is not implemented yet (issue 4)\n" {
-		t.Fatalf("stderr %q: the sinfo link did not run `loom slurm sinfo`", errOut)
+	if errOut != "" {
+		t.Fatalf("stderr %q", errOut)
+	}
+	// The sinfo link ran `loom slurm sinfo` against this gateway, for the
+	// login's cluster.
+	if req, ok := lastRequest[*loomv1.ListSlurmNodesRequest](f); !ok || req.GetCluster() != "projects/default/clusters/lt" {
+		t.Fatalf("ListSlurmNodes request %v (sent: %v): the sinfo link did not ask this gateway about cluster lt", req, ok)
 	}
 
 	// CMD's exit status is loom's; a missing home or one on another machine is an error.

@@ -58,6 +58,7 @@ type fakeGateway struct {
 	loomv1.UnimplementedNodeServiceServer
 	loomv1.UnimplementedModelServiceServer
 	loomv1.UnimplementedReservationServiceServer
+	loomv1.UnimplementedSlurmServiceServer
 
 	mu       sync.Mutex
 	requests []proto.Message
@@ -137,6 +138,7 @@ func newFakeGateway(t *testing.T) (*fakeGateway, string) {
 	loomv1.RegisterNodeServiceServer(s, f)
 	loomv1.RegisterModelServiceServer(s, f)
 	loomv1.RegisterReservationServiceServer(s, f)
+	loomv1.RegisterSlurmServiceServer(s, f)
 	go func() { _ = s.Serve(ln) }()
 	t.Cleanup(s.Stop)
 	return f, ln.Addr().String()
@@ -210,6 +212,37 @@ func (f *fakeGateway) UpdateCluster(_ context.Context, r *loomv1.UpdateClusterRe
 	}
 	return &loomv1.Operation{Name: "projects/default/operations/op3",
 		Metadata: &loomv1.OperationMetadata{Target: r.GetCluster().GetName(), Verb: "update", Progress: "0 of 2 nodes ready"}}, nil
+}
+
+// ListPartitions answers for every cluster: one default partition "batch"
+// over the cluster's compute nodes.
+func (f *fakeGateway) ListPartitions(_ context.Context, r *loomv1.ListPartitionsRequest) (*loomv1.ListPartitionsResponse, error) {
+	f.record(r)
+	var hosts []string
+	for _, n := range f.slurmNodes(r.GetCluster()) {
+		hosts = append(hosts, n.GetHostname())
+	}
+	return &loomv1.ListPartitionsResponse{Partitions: []*loomv1.Partition{{Name: "batch", Cluster: r.GetCluster(),
+		Default: true, State: "up", MaxTime: "UNLIMITED", Nodes: hosts}}}, nil
+}
+
+// ListSlurmNodes answers the cluster's compute nodes, idle, in "batch".
+func (f *fakeGateway) ListSlurmNodes(_ context.Context, r *loomv1.ListSlurmNodesRequest) (*loomv1.ListSlurmNodesResponse, error) {
+	f.record(r)
+	return &loomv1.ListSlurmNodesResponse{Nodes: f.slurmNodes(r.GetCluster())}, nil
+}
+
+func (f *fakeGateway) slurmNodes(cluster string) []*loomv1.SlurmNode {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*loomv1.SlurmNode
+	for _, n := range f.nodes {
+		if n.GetCluster() == cluster && n.GetRole() != "login" {
+			out = append(out, &loomv1.SlurmNode{Hostname: n.GetHostname(), Node: n.GetName(), Cluster: cluster,
+				State: loomv1.SlurmNode_IDLE, Partitions: []string{"batch"}, Gpus: n.GetGpus()})
+		}
+	}
+	return out
 }
 
 func (f *fakeGateway) GetSlurmConfig(_ context.Context, r *loomv1.GetSlurmConfigRequest) (*loomv1.SlurmConfig, error) {

@@ -10,12 +10,14 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/loom-ml/loom/cmd/loom/internal/slurmcli"
 )
 
 // SlurmCommands are the Slurm commands loom stands in for. `loom clusters
 // login` puts links with these names to the loom executable on the shell's
 // PATH, and loom started under one of these names runs `loom slurm NAME`.
-var SlurmCommands = []string{"sbatch", "squeue", "sinfo", "scancel", "sacct", "scontrol", "srun", "sprio"}
+var SlurmCommands = slurmcli.Commands
 
 // Args returns the loom command line for a program started as argv0 with
 // args: under a Slurm command's name (see SlurmCommands) it is

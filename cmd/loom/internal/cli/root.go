@@ -61,6 +61,9 @@ func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 func (a *app) execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer a.close()
+	if flags, name, rest, ok := slurmInvocation(args); ok {
+		return a.executeSlurm(ctx, flags, name, rest, stdout, stderr)
+	}
 	root := a.rootCommand()
 	root.SetArgs(args)
 	root.SetOut(stdout)
@@ -172,6 +175,7 @@ claim; "loom capacity" shows what is free where. Every get and list takes
 		a.trainCommand(),
 		a.demoCommand(),
 		a.slurmCommand(),
+		a.simCommand(),
 	)
 	return root
 }

@@ -1,31 +1,135 @@
 package cli
 
 import (
-	"fmt"
+	"context"
+	"io"
+	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/loom-ml/loom/cmd/loom/internal/slurmcli"
+	"github.com/loom-ml/loom/libs/config"
 )
 
-// slurmCommand is `loom slurm`: the Slurm commands of a login shell. They
-// are placeholders until issue 4 implements them over the gateway; each
-// says so and exits 2.
+// slurmCommand is `loom slurm`: the Slurm commands of a login shell
+// (package slurmcli), over the gateway. `loom slurm NAME ARGS...` and NAME
+// started through a link (see Args) run the same code; ARGS are Slurm's
+// own options, passed on untouched.
 func (a *app) slurmCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "slurm COMMAND [ARGS...]",
 		Short: "Slurm-compatible commands (sbatch, squeue, sinfo, ...) for $LOOM_CLUSTER",
-		Long: `The Slurm commands a login shell has on its PATH ("loom clusters login"):
-each name there links to loom, which runs "loom slurm NAME ARGS...".
-They are not implemented yet (issue 4).`,
+		Long: `The Slurm commands of a login shell ("loom clusters login" puts links named
+sbatch, squeue, sinfo, scancel, sacct, scontrol, srun and sprio on its PATH;
+each runs "loom slurm NAME ARGS..."). They take Slurm 22.05's options and
+print its formats; see docs/slurm.md for what differs.
+
+They talk to the gateway of --gateway / LOOM_GATEWAY, in the project of
+--project / LOOM_PROJECT, about the cluster LOOM_CLUSTER (or -M NAME; by
+default the project's only cluster). The user is LOOM_USER, else USER.`,
 	}
 	for _, name := range SlurmCommands {
 		cmd.AddCommand(&cobra.Command{
 			Use:                name + " [ARGS...]",
-			Short:              "Slurm's " + name + " (not implemented yet)",
+			Short:              "Slurm's " + name + " (" + name + " --help for its options)",
 			DisableFlagParsing: true,
-			RunE: func(*cobra.Command, []string) error {
-				return exitError{code: 2, msg: fmt.Sprintf("loom: %s is not implemented yet (issue 4)", name)}
+			RunE: func(c *cobra.Command, args []string) error {
+				if code := a.runSlurm(c.Context(), name, args, c.InOrStdin(), c.OutOrStdout(), c.ErrOrStderr()); code != 0 {
+					return exitError{code: code}
+				}
+				return nil
 			},
 		})
 	}
 	return cmd
+}
+
+// runSlurm runs the Slurm command name with its arguments over the
+// gateway connection and returns its exit status; the command prints its
+// own messages.
+func (a *app) runSlurm(ctx context.Context, name string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	conn, err := a.client()
+	if err != nil {
+		_, _ = io.WriteString(stderr, name+": error: "+err.Error()+"\n")
+		return 1
+	}
+	env := slurmcli.EnvFromOS(conn)
+	env.Project = a.project
+	env.Stdin = stdin
+	env.CallTimeout = a.callTimeout
+	return slurmcli.Main(ctx, name, args, env, stdout, stderr)
+}
+
+// slurmInvocation recognises `loom [GLOBAL FLAGS] slurm [GLOBAL FLAGS] NAME
+// ARGS...` for a Slurm command NAME. It returns the global flags' values
+// (nil when not given), NAME and ARGS untouched: they are Slurm's options,
+// which cobra must not parse (squeue's -o is not loom's --output). Anything
+// else (`loom slurm`, `loom slurm --help`, a flag loom does not know before
+// NAME) is left to cobra: ok is false.
+func slurmInvocation(args []string) (flags map[string]string, name string, rest []string, ok bool) {
+	flags = map[string]string{}
+	seenSlurm := false
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		if !strings.HasPrefix(arg, "-") {
+			if !seenSlurm {
+				if arg != "slurm" {
+					return nil, "", nil, false
+				}
+				seenSlurm = true
+				continue
+			}
+			for _, n := range SlurmCommands {
+				if arg == n {
+					return flags, n, args[i+1:], true
+				}
+			}
+			return nil, "", nil, false
+		}
+		key, value, hasValue := "", "", false
+		switch {
+		case strings.HasPrefix(arg, "--"):
+			k, v, eq := strings.Cut(arg[2:], "=")
+			key, value, hasValue = k, v, eq
+		case arg == "-o":
+			key = "output"
+		case strings.HasPrefix(arg, "-o"):
+			key, value, hasValue = "output", strings.TrimPrefix(arg[2:], "="), true
+		default:
+			return nil, "", nil, false
+		}
+		switch key {
+		case "gateway", "project", "output":
+		default:
+			return nil, "", nil, false
+		}
+		if !hasValue {
+			if i+1 >= len(args) {
+				return nil, "", nil, false
+			}
+			i++
+			value = args[i]
+		}
+		flags[key] = value
+	}
+	return nil, "", nil, false
+}
+
+// executeSlurm runs a recognised Slurm invocation (see slurmInvocation)
+// with the global flags applied as cobra would apply them.
+func (a *app) executeSlurm(ctx context.Context, flags map[string]string, name string, args []string, stdout, stderr io.Writer) int {
+	a.gateway = config.Env("LOOM_GATEWAY", DefaultGateway)
+	a.project = config.Env("LOOM_PROJECT", DefaultProject)
+	if v, ok := flags["gateway"]; ok {
+		a.gateway = v
+	}
+	if v, ok := flags["project"]; ok {
+		a.project = v
+	}
+	if a.project == "" || strings.Contains(a.project, "/") {
+		_, _ = io.WriteString(stderr, "Error: --project must be a project id such as \""+DefaultProject+"\", got \""+a.project+"\"\n")
+		return 2
+	}
+	return a.runSlurm(ctx, name, args, os.Stdin, stdout, stderr)
 }

@@ -19,6 +19,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -149,7 +150,46 @@ type serviceExit struct {
 // once every service reports SERVING (gRPC health) and the gateway answers
 // ListClusters. On failure everything it started is stopped again and the
 // error names the step (or the service) that failed.
+//
+// A port picked free (an empty address in opts.Addrs) can be taken by
+// another process before its service binds it; Start then starts again on
+// new ports, up to startAttempts times in all.
 func Start(ctx context.Context, opts Options) (*Stack, error) {
+	for attempt := 1; ; attempt++ {
+		s, err := startOnce(ctx, opts)
+		if err == nil || attempt == startAttempts || !retryable(err, opts.Addrs) || ctx.Err() != nil {
+			return s, err
+		}
+		if opts.Log != nil {
+			opts.Log.Warn("a port picked free was taken before its service bound it; starting again on new ports", "err", err)
+		}
+	}
+}
+
+// startAttempts bounds Start's attempts when picked ports are taken.
+const startAttempts = 3
+
+// retryable says whether a failed start may succeed on new ports: a
+// listener found its address in use, Start picks some addresses itself,
+// and the address in use is not one of those given.
+func retryable(err error, a Addrs) bool {
+	if !errors.Is(err, syscall.EADDRINUSE) && !strings.Contains(err.Error(), "address already in use") {
+		return false
+	}
+	picks := false
+	for _, addr := range []string{a.Broker, a.Redis, a.Gateway, a.GatewayREST, a.Provisioner, a.Scheduler, a.Health,
+		a.Registry, a.GatewayHTTP, a.ProvisionerHTTP, a.SchedulerHTTP, a.HealthHTTP, a.RegistryHTTP} {
+		switch {
+		case addr == "" || strings.HasSuffix(addr, ":0"):
+			picks = true
+		case strings.Contains(err.Error(), addr):
+			return false // a given address is taken: new ports would not help
+		}
+	}
+	return picks
+}
+
+func startOnce(ctx context.Context, opts Options) (*Stack, error) {
 	s := &Stack{log: opts.Log, done: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))

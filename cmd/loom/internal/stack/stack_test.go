@@ -2,6 +2,7 @@ package stack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -167,6 +168,32 @@ func TestStartFailsCleanlyWhenAPortIsTaken(t *testing.T) {
 	}
 	if !strings.HasPrefix(err.Error(), "start stack: scheduler: ") || !strings.Contains(err.Error(), ln.Addr().String()) {
 		t.Fatalf("error %q does not name the scheduler", err)
+	}
+}
+
+// A port Start picked and lost to another process is worth new ports; an
+// address the caller gave is not, nor is any other failure.
+func TestRetryableOnlyForPickedPorts(t *testing.T) {
+	t.Parallel()
+	inUse := fmt.Errorf("start stack: health: telemetry server: listen on 127.0.0.1:39823: %w",
+		&net.OpError{Op: "listen", Net: "tcp", Err: os.NewSyscallError("bind", syscall.EADDRINUSE)})
+	fixed := DefaultAddrs()
+	for _, c := range []struct {
+		name  string
+		err   error
+		addrs Addrs
+		want  bool
+	}{
+		{"picked port taken", inUse, Addrs{}, true},
+		{"picked port taken, others given", inUse, Addrs{Gateway: "127.0.0.1:7070"}, true},
+		{"the given address taken", inUse, Addrs{HealthHTTP: "127.0.0.1:39823"}, false},
+		{"every address given", inUse, fixed, false},
+		{"as text only", errors.New("listen tcp 127.0.0.1:5: bind: address already in use"), Addrs{}, true},
+		{"another failure", errors.New("start stack: scheduler: boom"), Addrs{}, false},
+	} {
+		if got := retryable(c.err, c.addrs); got != c.want {
+			t.Errorf("%s: retryable = %v, want %v", c.name, got, c.want)
+		}
 	}
 }
 

@@ -1,0 +1,2 @@
+#SBATCH --job-name=bad
+echo "a batch script must start with #!"

@@ -1,0 +1,15 @@
+#!/bin/sh
+#SBATCH --job-name=requeue
+#SBATCH --requeue
+#SBATCH --time=0:45
+#SBATCH --output=requeue-%j.out
+# The first run waits to be requeued (scontrol requeue); the second ends.
+echo "run restart=${SLURM_RESTART_COUNT-<unset>}" >> runs.txt
+if [ ! -e first-run ]; then
+  touch first-run
+  sleep 40 &
+  wait $!
+  echo "first run was not requeued"
+  exit 1
+fi
+echo "second run"

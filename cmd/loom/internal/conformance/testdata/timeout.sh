@@ -1,0 +1,13 @@
+#!/bin/sh
+#SBATCH --job-name=timeout
+#SBATCH --time=0:03
+#SBATCH --signal=B:USR1@2
+#SBATCH --output=timeout-%j.out
+# Runs past its 3-second limit. --signal=B:USR1@2 sends USR1 to this shell
+# 2 seconds before the limit; the trap records it.
+trap 'echo "got USR1"' USR1
+echo start
+while :; do
+  sleep 1 &
+  wait $!
+done
