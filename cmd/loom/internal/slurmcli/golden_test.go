@@ -51,9 +51,9 @@ func TestGoldenOutputs(t *testing.T) {
 				"gpu-0003       1     debug mix   \n" +
 				"gpu-0004       1      gpu* drain \n"},
 		{[]string{"sinfo", "-s"},
-			"PARTITION AVAIL  TIMELIMIT   NODES(A/I/O/T)  NODELIST\n" +
-				"gpu*         up   infinite          3/0/1/4  gpu-[0001-0004]\n" +
-				"debug        up    1:00:00          1/0/0/1  gpu-0003\n"},
+			"PARTITION AVAIL  TIMELIMIT   NODES(A/I/O/T) NODELIST\n" +
+				"gpu*         up   infinite          3/0/1/4 gpu-[0001-0004]\n" +
+				"debug        up    1:00:00          1/0/0/1 gpu-0003\n"},
 		{[]string{"sinfo", "-R"},
 			"REASON               USER      TIMESTAMP           NODELIST\n" +
 				"bad gpu              Unknown   Unknown             gpu-0004\n"},

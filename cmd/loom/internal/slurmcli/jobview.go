@@ -322,6 +322,10 @@ func (v arrayView) rows(jobs []*loomv1.Job, perTask bool) []jobRow {
 				}
 				sort.Ints(idx)
 				s := formatIndexes(idx)
+				// Task records carry the array's spec, so its %limit shows as Slurm shows it.
+				if spec, err := ParseArray(j.GetArray()); err == nil && spec.Limit > 0 {
+					s += fmt.Sprintf("%%%d", spec.Limit)
+				}
 				out = append(out, jobRow{job: j, id: a + "_[" + s + "]", arrayJobID: a, arrayTask: s, pending: idx})
 				continue
 			}

@@ -18,7 +18,7 @@ const (
 	sinfoLongFormat        = "%9P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N"
 	sinfoNodeFormat        = "%N %.6D %.9P %6t"
 	sinfoNodeLongFormat    = "%N %.6D %.9P %.11T %.4c %.8z %.6m %.8d %.6w %.8f %20E"
-	sinfoSummarizeFormat   = "%9P %.5a %.10l %.16F  %N"
+	sinfoSummarizeFormat   = "%9P %.5a %.10l %.16F %N" // as 22.05 prints it (checked against a real sinfo -s)
 	sinfoReasonsFormat     = "%20E %9u %19H %N"
 	sinfoReasonsLongFormat = "%20E %12U %19H %6t %N"
 	minFieldSize           = 9

@@ -465,7 +465,10 @@ func (c *cmd) squeueOnce(ctx context.Context, q *squeueQuery, f format, table fi
 			rows = append(rows, r)
 		}
 	}
-	if q.sel != nil && len(q.sel.jobs)+len(q.sel.tasks) == 1 && len(rows) == 0 {
+	// Like squeue, a lone unknown id is an error, but a known job that other
+	// filters (-t, -u, -p, -n) leave out is just an empty list.
+	filtered := q.states != nil || len(req.Users)+len(req.Partitions)+len(req.Names) > 0
+	if q.sel != nil && len(q.sel.jobs)+len(q.sel.tasks) == 1 && len(rows) == 0 && !filtered {
 		return "", &Error{Code: 1, Text: "slurm_load_jobs error: Invalid job id specified"}
 	}
 	if formatUses(f, "l", "L", "e") {
