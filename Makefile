@@ -4,7 +4,7 @@ SERVICES  := gateway provisioner scheduler health registry agent
 GOTEST    ?= go test
 TESTFLAGS ?= -count=1 -timeout 15m
 
-.PHONY: demo up test vet build proto proto-tools proto-check bench bench-path bench-cluster bench-slurm clean
+.PHONY: conformance demo up test vet build proto proto-tools proto-check bench bench-path bench-cluster bench-slurm clean
 
 demo: ## Run the demo on the embedded stack: cluster -> job -> model.
 	go run ./cmd/loom demo
@@ -34,6 +34,9 @@ proto: ## Regenerate the Go code beside the .proto files.
 
 proto-check: proto ## Fail when the committed generated code is stale.
 	git diff --exit-code -- proto
+
+conformance: ## The Slurm conformance suite: real batch scripts through sbatch/squeue/sacct/scontrol.
+	go test -count=1 -v -run . ./cmd/loom/internal/conformance
 
 bench: ## Run every benchmark program and write its section of bench/REPORT.md.
 	go run ./bench/cmd/pathbench -report bench/REPORT.md
