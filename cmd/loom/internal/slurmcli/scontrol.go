@@ -162,7 +162,10 @@ func (c *cmd) showJobs(ctx context.Context, b *strings.Builder, id string, oneli
 	if err != nil {
 		return err
 	}
-	view := &squeueView{now: c.env.nowIn(c.loc), loc: c.loc}
+	view := &squeueView{now: c.env.nowIn(c.loc), loc: c.loc, jobsByID: map[string]*loomv1.Job{}}
+	for _, j := range jobs {
+		view.jobsByID[j.GetJobId()] = j
+	}
 	rows := newArrayView(jobs).rows(jobs, false)
 	sort.SliceStable(rows, func(a, b int) bool { return lessID(rows[a].id, rows[b].id) })
 	n := 0
@@ -235,7 +238,7 @@ func jobRecord(r jobRow, v *squeueView) record {
 		head,
 		{"UserId=" + j.GetUser(), "GroupId=" + j.GetUser(), "MCS_label=N/A"},
 		{"Priority=" + strconv.FormatInt(j.GetPriority(), 10), "Nice=0", "Account=" + nullIfEmpty(j.GetAccount()), "QOS=" + nullIfEmpty(j.GetQos())},
-		{"JobState=" + stateLong(st), "Reason=" + jobReason(j), "Dependency=" + nullIfEmpty(j.GetDependency())},
+		{"JobState=" + stateLong(st), "Reason=" + jobReason(j), "Dependency=" + dependencyText(j, v.jobsByID)},
 		{"Requeue=" + requeue, "Restarts=" + strconv.Itoa(int(j.GetRestartCount())), "BatchFlag=1", "Reboot=0", "ExitCode=" + exitCodeString(j.GetExitCode())},
 		{"RunTime=" + formatDuration(jobElapsed(j, v.now)), "TimeLimit=" + limitStr, "TimeMin=N/A"},
 		{"SubmitTime=" + ts(j.GetSubmitTime(), j.GetSubmitTime() != nil, "Unknown"), "EligibleTime=" + ts(eligible, eligible != nil, "Unknown")},

@@ -76,6 +76,9 @@ type squeueView struct {
 	// limits are the partitions' MaxTime (seconds; -1 unlimited) by
 	// cluster and partition, for jobs without their own time limit.
 	limits map[string]map[string]int64
+	// jobsByID is every job by id, for showing which dependencies still
+	// hold a job back (scontrol show job).
+	jobsByID map[string]*loomv1.Job
 }
 
 // timeLimit is the job's time limit in seconds, -1 for none.

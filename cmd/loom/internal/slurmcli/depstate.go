@@ -1,0 +1,114 @@
+package slurmcli
+
+import (
+	"strconv"
+	"strings"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// dependencyText is a job's Dependency as scontrol prints it: only the
+// items still in the way, each marked "(unfulfilled)" or "(failed)", and
+// "(null)" once none is (and for jobs no longer pending). byID holds every
+// job the cluster knows, by job id.
+func dependencyText(j *loomv1.Job, byID map[string]*loomv1.Job) string {
+	if j.GetDependency() == "" || effectiveState(j) != loomv1.JobState_PENDING {
+		return "(null)"
+	}
+	dep, err := ParseDependency(j.GetDependency())
+	if err != nil {
+		return j.GetDependency() // shown as given rather than hidden
+	}
+	var parts []string
+	for _, item := range dep.Items {
+		if item.Type == "singleton" {
+			if j.GetStateReason() == "Dependency" {
+				parts = append(parts, "singleton(unfulfilled)")
+			}
+			continue
+		}
+		for _, dj := range item.Jobs {
+			mark := depMark(item.Type, depTargets(dj, byID))
+			if mark == "" {
+				continue
+			}
+			name := dj.JobID
+			if dj.Task >= 0 {
+				name += "_" + strconv.Itoa(dj.Task)
+			}
+			parts = append(parts, item.Type+":"+name+"("+mark+")")
+		}
+	}
+	if len(parts) == 0 {
+		return "(null)"
+	}
+	sep := ","
+	if dep.Any {
+		sep = "?"
+	}
+	return strings.Join(parts, sep)
+}
+
+// depTargets are the jobs one dependency names: a job, one array task, or
+// every task of an array.
+func depTargets(dj DepJob, byID map[string]*loomv1.Job) []*loomv1.Job {
+	var out []*loomv1.Job
+	for _, k := range byID {
+		switch {
+		case dj.Task >= 0:
+			if k.GetArrayJobId() == dj.JobID && int(k.GetArrayTaskId()) == dj.Task {
+				out = append(out, k)
+			}
+		case k.GetJobId() == dj.JobID || k.GetArrayJobId() == dj.JobID:
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// depMark says whether targets still hold a dependency of type typ back:
+// "" when satisfied, "unfulfilled" while it may still be, "failed" when it
+// never can be.
+func depMark(typ string, targets []*loomv1.Job) string {
+	if len(targets) == 0 {
+		return "unfulfilled"
+	}
+	mark := ""
+	for _, t := range targets {
+		st := effectiveState(t)
+		var m string
+		switch typ {
+		case "after":
+			if st == loomv1.JobState_PENDING {
+				m = "unfulfilled"
+			}
+		case "afterany":
+			if !terminal(st) {
+				m = "unfulfilled"
+			}
+		case "afterok":
+			switch {
+			case !terminal(st):
+				m = "unfulfilled"
+			case st != loomv1.JobState_COMPLETED:
+				m = "failed"
+			}
+		case "afternotok":
+			switch {
+			case !terminal(st):
+				m = "unfulfilled"
+			case st == loomv1.JobState_COMPLETED:
+				m = "failed"
+			}
+		default:
+			m = "unfulfilled"
+		}
+		if m == "failed" {
+			return m
+		}
+		if m != "" {
+			mark = m
+		}
+	}
+	return mark
+}
