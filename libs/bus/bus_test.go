@@ -3,6 +3,8 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -738,4 +740,107 @@ func TestConsumerWaitsForTopicsCreatedLater(t *testing.T) {
 	testkit.WaitFor(t, wait, "record on a topic created after the consumer started", func() (bool, error) {
 		return got.count(ev.ID) == 1, nil
 	})
+}
+
+func TestCommitsInTheBackgroundWhileRunning(t *testing.T) {
+	t.Parallel()
+	cluster, broker := kfakeBroker(t)
+	topic := newTopic(t, broker, 1)
+	p := newProducer(t, broker)
+	commits := countCommits(cluster, "g", topic)
+	var handled atomic.Int32
+	startConsumer(t, bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic}}, p,
+		func(ctx context.Context, ev envelope.Event) error { handled.Add(1); return nil })
+	const n = 50
+	evs := make([]envelope.Event, n)
+	for i := range evs {
+		evs[i] = event(topic, "k", int32(i))
+	}
+	publish(t, p, evs...)
+	// No stop: the default interval commits what was handled.
+	testkit.WaitFor(t, wait, "all records committed while the consumer runs", func() (bool, error) {
+		return committed(t, broker, "g", topic, 0) == n, nil
+	})
+	if got := handled.Load(); got != n {
+		t.Errorf("handled %d records, want %d", got, n)
+	}
+	// Batched: far fewer commit requests than records (the records arrive
+	// together, so a few intervals cover them all).
+	total := 0
+	for _, c := range commits() {
+		total += c
+	}
+	if total >= n {
+		t.Errorf("%d offset commits for %d records, want them batched", total, n)
+	}
+}
+
+func TestCrashRedeliversOnlyTheUncommittedTail(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	topic := newTopic(t, broker, 1)
+	p := newProducer(t, broker)
+	cfg := bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic},
+		CommitInterval: time.Hour, Logger: testLogger(t)} // nothing commits in the background
+
+	// run runs a consumer until want records were handled, then stops it
+	// gracefully or as a crash, and returns the ids it handled.
+	run := func(crash bool, want int) []string {
+		t.Helper()
+		var got seen
+		c := bus.NewConsumer(cfg, p, func(ctx context.Context, ev envelope.Event) error { got.add(ev); return nil })
+		if crash {
+			bus.CrashOnStop(c)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		testkit.WaitFor(t, wait, fmt.Sprintf("%d records handled", want), func() (bool, error) {
+			return len(got.ids()) >= want, nil
+		})
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+		case <-time.After(wait):
+			t.Fatal("Run did not return after the stop")
+		}
+		return got.ids()
+	}
+	ids := func(evs []envelope.Event) []string {
+		out := make([]string, len(evs))
+		for i, e := range evs {
+			out[i] = e.ID
+		}
+		return out
+	}
+
+	first := []envelope.Event{event(topic, "k", 0), event(topic, "k", 1), event(topic, "k", 2)}
+	publish(t, p, first...)
+	if got := run(false, 3); !slices.Equal(got, ids(first)) {
+		t.Fatalf("first consumer handled %v, want %v", got, ids(first))
+	}
+	// The graceful stop committed what the interval had not.
+	if got := committed(t, broker, "g", topic, 0); got != 3 {
+		t.Fatalf("committed offset after a graceful stop: %d, want 3", got)
+	}
+
+	tail := []envelope.Event{event(topic, "k", 3), event(topic, "k", 4)}
+	publish(t, p, tail...)
+	if got := run(true, 2); !slices.Equal(got, ids(tail)) {
+		t.Fatalf("crashing consumer handled %v, want %v", got, ids(tail))
+	}
+	if got := committed(t, broker, "g", topic, 0); got != 3 {
+		t.Fatalf("committed offset after a crash: %d, want 3 (nothing committed since)", got)
+	}
+
+	// The next member gets the uncommitted tail again, and nothing before it.
+	marker := event(topic, "k", 5)
+	publish(t, p, marker)
+	want := append(ids(tail), marker.ID)
+	if got := run(false, 3); !slices.Equal(got, want) {
+		t.Fatalf("after the crash the group redelivered %v, want exactly the uncommitted tail and the new record %v", got, want)
+	}
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"net"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -27,6 +28,10 @@ type world struct {
 	jobs         map[string]*loomv1.Job
 	reservations map[string]*loomv1.Reservation
 	capacity     []*loomv1.CapacityPool
+	partitions   []*loomv1.Partition
+	slurmNodes   []*loomv1.SlurmNode
+	// listRequests are the ListJobs requests the scheduler was asked.
+	listRequests []*loomv1.ListJobsRequest
 }
 
 func (w *world) setReservation(r *loomv1.Reservation) {
@@ -151,14 +156,59 @@ func (f fakeScheduler) GetJob(_ context.Context, r *loomv1.GetJobRequest) (*loom
 	return proto.Clone(j).(*loomv1.Job), nil
 }
 
+// ListJobs applies the cluster, user, job id and active-only filters, as
+// the scheduler does, and records the request.
 func (f fakeScheduler) ListJobs(_ context.Context, r *loomv1.ListJobsRequest) (*loomv1.ListJobsResponse, error) {
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
+	f.w.listRequests = append(f.w.listRequests, proto.Clone(r).(*loomv1.ListJobsRequest))
 	resp := &loomv1.ListJobsResponse{}
 	for _, j := range f.w.jobs {
-		if r.GetCluster() == "" || j.GetCluster() == r.GetCluster() {
-			resp.Jobs = append(resp.Jobs, proto.Clone(j).(*loomv1.Job))
+		if r.GetCluster() != "" && j.GetCluster() != r.GetCluster() {
+			continue
 		}
+		if len(r.GetJobIds()) > 0 && !slices.Contains(r.GetJobIds(), j.GetJobId()) {
+			continue
+		}
+		if len(r.GetUsers()) > 0 && !slices.Contains(r.GetUsers(), j.GetUser()) {
+			continue
+		}
+		if r.GetActiveOnly() && j.GetState() != loomv1.JobState_PENDING && j.GetState() != loomv1.JobState_RUNNING {
+			continue
+		}
+		resp.Jobs = append(resp.Jobs, proto.Clone(j).(*loomv1.Job))
+	}
+	return resp, nil
+}
+
+// fakeSlurm serves the scheduler's SlurmService reads over world.
+type fakeSlurm struct {
+	loomv1.UnimplementedSlurmServiceServer
+	w *world
+}
+
+func (f fakeSlurm) ListPartitions(_ context.Context, r *loomv1.ListPartitionsRequest) (*loomv1.ListPartitionsResponse, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	if _, ok := f.w.clusters[r.GetCluster()]; !ok {
+		return nil, status.Errorf(codes.NotFound, "cluster %s not found", r.GetCluster())
+	}
+	resp := &loomv1.ListPartitionsResponse{}
+	for _, p := range f.w.partitions {
+		resp.Partitions = append(resp.Partitions, proto.Clone(p).(*loomv1.Partition))
+	}
+	return resp, nil
+}
+
+func (f fakeSlurm) ListSlurmNodes(_ context.Context, r *loomv1.ListSlurmNodesRequest) (*loomv1.ListSlurmNodesResponse, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	if _, ok := f.w.clusters[r.GetCluster()]; !ok {
+		return nil, status.Errorf(codes.NotFound, "cluster %s not found", r.GetCluster())
+	}
+	resp := &loomv1.ListSlurmNodesResponse{}
+	for _, n := range f.w.slurmNodes {
+		resp.Nodes = append(resp.Nodes, proto.Clone(n).(*loomv1.SlurmNode))
 	}
 	return resp, nil
 }
@@ -216,6 +266,7 @@ func newHarness(t *testing.T) *harness {
 	loomv1.RegisterNodeServiceServer(owners, fakeNodes{})
 	loomv1.RegisterReservationServiceServer(owners, fakeReservations{w: h.w})
 	loomv1.RegisterJobServiceServer(owners, fakeScheduler{w: h.w})
+	loomv1.RegisterSlurmServiceServer(owners, fakeSlurm{w: h.w})
 	loomv1.RegisterModelServiceServer(owners, fakeRegistry{})
 	go func() { _ = owners.Serve(ln) }()
 	t.Cleanup(owners.Stop)
@@ -267,6 +318,10 @@ func (h *harness) reservations() loomv1.ReservationServiceClient {
 
 func (h *harness) jobs() loomv1.JobServiceClient {
 	return loomv1.NewJobServiceClient(h.conn)
+}
+
+func (h *harness) slurm() loomv1.SlurmServiceClient {
+	return loomv1.NewSlurmServiceClient(h.conn)
 }
 
 func (h *harness) ops() loomv1.OperationServiceClient {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -18,7 +19,11 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	"github.com/loom-ml/loom/services/agent/internal/adapters"
@@ -66,14 +71,25 @@ type Options struct {
 	Now func() time.Time
 }
 
+// stepLocks is how many locks order the work on steps (see App.lockStep).
+const stepLocks = 256
+
 // App is one node's agent. Its methods are safe for concurrent use.
+//
+// Steps are started concurrently: a StartStep handler writes the STARTING
+// record (with its inbox mark) and returns; the process is spawned and its
+// RUNNING record written by a goroutine of its own. The work on one step
+// (decisions, their writes, spawning, signals, kills) is ordered by a lock
+// per step (striped: one of stepLocks), so that its events are written in
+// the order they happened; mu guards only the maps.
 type App struct {
 	opts   Options
 	log    *slog.Logger
 	bootID string
 
-	// mu serialises decisions, their writes and the process table, so that
-	// a step's events are written in the order they happened.
+	stepMu [stepLocks]sync.Mutex
+
+	// mu guards steps, procs and closing; it is never held across I/O.
 	mu      sync.Mutex
 	steps   map[string]*domain.Step
 	procs   map[string]*process
@@ -126,6 +142,24 @@ func New(ctx context.Context, opts Options) (*App, error) {
 
 // BootID is this start's boot id, as sent in AgentRegistered and heartbeats.
 func (a *App) BootID() string { return a.bootID }
+
+// lockStep takes the lock that orders the work on the step key and returns
+// its unlock. Take it before mu, never the other way round.
+func (a *App) lockStep(key string) (unlock func()) {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	m := &a.stepMu[h.Sum32()%stepLocks]
+	m.Lock()
+	return m.Unlock
+}
+
+// step returns the record of key (nil when there is none) and whether the
+// agent is stopping.
+func (a *App) step(key string) (*domain.Step, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.steps[key], a.closing
+}
 
 // stepID is the value of StepIDEnv for a step key.
 func (a *App) stepID(key string) string { return a.opts.Self.Node + "#" + key }
@@ -239,9 +273,11 @@ func (a *App) terminate(pgid int) {
 
 // record sets a step's record in memory and writes it (with its event when
 // emit), retrying for a while: the write has no redelivery to fall back on.
-// The caller holds a.mu.
+// The caller holds the step's lock (lockStep), not a.mu.
 func (a *App) record(s *domain.Step, emit bool) {
+	a.mu.Lock()
 	a.steps[s.Key()] = s
+	a.mu.Unlock()
 	var tx store.Tx
 	if err := adapters.PutStep(&tx, s); err != nil {
 		a.log.Error("encode step", "step", s.Key(), "err", err)
@@ -277,12 +313,16 @@ func (a *App) record(s *domain.Step, emit bool) {
 }
 
 // StartStep applies a StartStep delivered as event id: for this node's steps
-// not seen before it records the intent, starts the process and reports
-// STEP_RUNNING (or STEP_FAILED_TO_START).
+// not seen before it records the intent (STARTING, with the inbox mark) and
+// returns; a goroutine of its own then starts the process and reports
+// STEP_RUNNING (or STEP_FAILED_TO_START), so that the next command is handled
+// while the process starts.
 func (a *App) StartStep(ctx context.Context, id string, cmd *eventsv1.StartStep) error {
-	a.mu.Lock()
-	if a.closing {
-		a.mu.Unlock()
+	key := domain.Key(cmd.GetJob(), cmd.GetAttempt())
+	unlock := a.lockStep(key)
+	existing, closing := a.step(key)
+	if closing {
+		unlock()
 		// Hold the record until the consumer stops, so that it is not
 		// committed and the next start of this agent runs it.
 		select {
@@ -291,9 +331,8 @@ func (a *App) StartStep(ctx context.Context, id string, cmd *eventsv1.StartStep)
 		}
 		return ErrShuttingDown
 	}
-	defer a.mu.Unlock()
-	key := domain.Key(cmd.GetJob(), cmd.GetAttempt())
-	rec, skip := domain.Start(a.opts.Self, a.steps[key], cmd, a.opts.Now())
+	defer unlock()
+	rec, skip := domain.Start(a.opts.Self, existing, cmd, a.opts.Now())
 	if skip != "" {
 		if cmd.GetNode() == a.opts.Self.Node {
 			a.log.Info("not starting step", "step", key, "event", id, "why", skip)
@@ -313,27 +352,120 @@ func (a *App) StartStep(ctx context.Context, id string, cmd *eventsv1.StartStep)
 	if !applied {
 		return nil
 	}
+	a.mu.Lock()
 	a.steps[key] = rec
+	closing = a.closing
+	if !closing {
+		// Counted while closing is false under mu, so Shutdown's wait
+		// covers it.
+		a.watchers.Add(1)
+	}
+	a.mu.Unlock()
+	if closing {
+		// The agent began stopping meanwhile: the step will not run here,
+		// and the scheduler hears so.
+		a.record(domain.Stop(a.opts.Self, rec, a.shutdownStop(rec), a.opts.Now()).Rec, true)
+		return nil
+	}
+	go a.launch(key, rec, cmd)
+	return nil
+}
 
+// shutdownStop is the stop the agent's own shutdown applies to a step.
+func (a *App) shutdownStop(rec *domain.Step) *eventsv1.StopStep {
+	return &eventsv1.StopStep{Job: rec.Job, Attempt: rec.Attempt, Node: a.opts.Self.Node, Reason: "agent shutting down"}
+}
+
+// launch starts the process of a step recorded STARTING (rec) and records it
+// RUNNING, unless a stop came first. It holds the step's lock throughout, so
+// a stop or a signal for the step waits until the process exists.
+func (a *App) launch(key string, rec *domain.Step, cmd *eventsv1.StartStep) {
+	unlock := a.lockStep(key)
+	defer unlock()
+	if cur, closing := a.step(key); cur != rec || closing {
+		// A StopStep recorded the step KILLED before it started, or the
+		// agent is stopping.
+		if cur == rec {
+			a.record(domain.Stop(a.opts.Self, rec, a.shutdownStop(rec), a.opts.Now()).Rec, true)
+		}
+		a.watchers.Done()
+		return
+	}
 	c, err := a.spawn(key, cmd)
 	if err != nil {
 		a.log.Warn("step failed to start", "step", key, "err", err)
 		a.record(domain.StartFailed(rec, err.Error(), a.opts.Now()), true)
-		return nil
+		a.watchers.Done()
+		return
 	}
 	pid := c.Process.Pid
 	start, _ := proc.StartTime(pid)
 	p := &process{pid: pid, done: make(chan struct{})}
+	a.mu.Lock()
 	a.procs[key] = p
+	closing := a.closing
+	a.mu.Unlock()
 	a.running.Add(1)
-	a.watchers.Add(1)
-	go a.watch(key, c, p)
+	go a.watch(key, c, p) // it records the end once this unlocks the step
 	a.log.Info("step started", "step", key, "pid", pid, "output", cmd.GetOutputPath())
-	a.record(domain.Started(rec, pid, start), true)
-	return nil
+	started := domain.Started(rec, pid, start)
+	a.record(started, true)
+	if closing {
+		// The shutdown began while the process started; nothing may run
+		// unobserved after the agent.
+		if d := domain.Stop(a.opts.Self, started, a.shutdownStop(rec), a.opts.Now()); d.Rec != nil {
+			a.record(d.Rec, false)
+			a.kill(key)
+		}
+	}
 }
 
-// spawn starts a step's process in its own process group.
+// openAppend opens path for appending, creating it and its directory.
+func openAppend(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if errors.Is(err, os.ErrNotExist) {
+		// Only a missing directory costs a second try; the common case is
+		// one open.
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return nil, err
+		}
+		f, err = os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	}
+	return f, err
+}
+
+// openOutputs opens a step's stdout (out) and stderr (errPath, or out when
+// empty or the same file) for appending, creating them and their
+// directories; relative paths are taken against dir. stdout and stderr are
+// the same *os.File when joined (closing it twice is harmless).
+func openOutputs(dir, out, errPath string) (stdout, stderr *os.File, err error) {
+	abs := func(p string) string {
+		switch {
+		case p == "":
+			return ""
+		case !filepath.IsAbs(p):
+			return filepath.Join(dir, p)
+		}
+		return filepath.Clean(p)
+	}
+	out, errPath = abs(out), abs(errPath)
+	if stdout, err = openAppend(out); err != nil {
+		return nil, nil, fmt.Errorf("open output %s: %w", out, err)
+	}
+	if errPath == "" || errPath == out {
+		return stdout, stdout, nil
+	}
+	if stderr, err = openAppend(errPath); err != nil {
+		stdout.Close()
+		return nil, nil, fmt.Errorf("open error file %s: %w", errPath, err)
+	}
+	return stdout, stderr, nil
+}
+
+// spawn starts a step's process in its own process group, in the step's
+// working directory (work_dir, default the shared dir), stdout appended to
+// output_path and stderr to error_path (output_path when empty); relative
+// paths are taken against the working directory.
 func (a *App) spawn(key string, cmd *eventsv1.StartStep) (*exec.Cmd, error) {
 	var argv []string
 	switch {
@@ -355,18 +487,17 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (*exec.Cmd, error) {
 	if out == "" {
 		out = filepath.Join(a.opts.WorkDir, fmt.Sprintf("slurm-%s.%d.out", cmd.GetJobId(), cmd.GetAttempt()))
 	}
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return nil, fmt.Errorf("create output directory: %w", err)
-	}
-	f, err := os.OpenFile(out, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	stdout, stderr, err := openOutputs(dir, out, cmd.GetErrorPath())
 	if err != nil {
-		return nil, fmt.Errorf("open output: %w", err)
+		return nil, err
 	}
-	defer f.Close() // the child has its own copy
+	// The child gets its own copies.
+	defer stdout.Close()
+	defer stderr.Close()
 
 	c := exec.Command(argv[0], argv[1:]...)
 	c.Dir = dir
-	c.Stdout, c.Stderr = f, f
+	c.Stdout, c.Stderr = stdout, stderr
 	c.Env = a.env(key, cmd)
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := c.Start(); err != nil {
@@ -403,11 +534,13 @@ func (a *App) watch(key string, c *exec.Cmd, p *process) {
 	_ = proc.KillGroup(p.pid, syscall.SIGKILL)
 	close(p.done)
 
+	unlock := a.lockStep(key)
+	defer unlock()
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	delete(a.procs, key)
-	a.running.Add(-1)
 	rec := a.steps[key]
+	a.mu.Unlock()
+	a.running.Add(-1)
 	if rec == nil || rec.Phase != domain.Running {
 		return
 	}
@@ -418,12 +551,14 @@ func (a *App) watch(key string, c *exec.Cmd, p *process) {
 
 // StopStep applies a StopStep delivered as event id: the step's process
 // group gets SIGTERM, SIGKILL after the grace period, and its end is
-// reported as STEP_KILLED.
+// reported as STEP_KILLED. A step still being started is stopped once its
+// process exists; one not started yet is recorded KILLED and never starts.
 func (a *App) StopStep(ctx context.Context, id string, cmd *eventsv1.StopStep) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	key := domain.Key(cmd.GetJob(), cmd.GetAttempt())
-	d := domain.Stop(a.opts.Self, a.steps[key], cmd, a.opts.Now())
+	unlock := a.lockStep(key)
+	defer unlock()
+	existing, _ := a.step(key)
+	d := domain.Stop(a.opts.Self, existing, cmd, a.opts.Now())
 	if d.Rec == nil {
 		return nil
 	}
@@ -445,21 +580,90 @@ func (a *App) StopStep(ctx context.Context, id string, cmd *eventsv1.StopStep) e
 	if !applied {
 		return nil
 	}
+	a.mu.Lock()
 	a.steps[key] = d.Rec
+	a.mu.Unlock()
 	if d.Kill {
 		a.kill(key)
 	}
 	return nil
 }
 
-// kill sends SIGTERM to a running step's group and SIGKILL after the grace
-// period unless it ended. The caller holds a.mu.
-func (a *App) kill(key string) {
+// SignalStep applies a SignalStep delivered as event id: the named signal
+// goes to the step's process group, or only to its leader (the batch shell)
+// when batch_only. It changes no record; the event's inbox mark is written
+// first, so a redelivery does not signal twice. A step that is not running
+// here is left alone; a signal name the agent does not know is dead-lettered.
+func (a *App) SignalStep(ctx context.Context, id string, cmd *eventsv1.SignalStep) error {
+	key := domain.Key(cmd.GetJob(), cmd.GetAttempt())
+	unlock := a.lockStep(key)
+	defer unlock()
+	existing, _ := a.step(key)
+	send, skip := domain.Signal(a.opts.Self, existing, cmd)
+	if !send {
+		if cmd.GetNode() == a.opts.Self.Node {
+			a.log.Info("not signalling step", "step", key, "event", id, "signal", cmd.GetSignal(), "why", skip)
+		}
+		return nil
+	}
+	sig, err := signalOf(cmd.GetSignal())
+	if err != nil {
+		return bus.Permanent(fmt.Errorf("signal step %s: %w", key, err))
+	}
+	applied, err := a.opts.Store.Apply(ctx, id, &store.Tx{})
+	if err != nil {
+		return fmt.Errorf("record signal of %s: %w", key, err)
+	}
+	if !applied {
+		return nil
+	}
+	a.mu.Lock()
 	p := a.procs[key]
+	a.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	if cmd.GetBatchOnly() {
+		err = syscall.Kill(p.pid, sig)
+		if errors.Is(err, syscall.ESRCH) {
+			err = nil // it just ended
+		}
+	} else {
+		err = proc.KillGroup(p.pid, sig)
+	}
+	if err != nil {
+		a.log.Warn("signal step", "step", key, "signal", cmd.GetSignal(), "err", err)
+		return nil
+	}
+	a.log.Info("step signalled", "step", key, "pid", p.pid, "signal", cmd.GetSignal(), "batch_only", cmd.GetBatchOnly())
+	return nil
+}
+
+// signalOf returns the signal a name ("USR1", "SIGUSR1") or number ("10",
+// Linux numbering, as Slurm takes it) stands for on this system.
+func signalOf(name string) (syscall.Signal, error) {
+	n, err := slurmspec.ParseSignalName(name)
+	if err != nil {
+		return 0, err
+	}
+	sig := unix.SignalNum("SIG" + n)
+	if sig == 0 {
+		return 0, fmt.Errorf("signal %s does not exist on this system", n)
+	}
+	return sig, nil
+}
+
+// kill sends SIGTERM to a running step's group and SIGKILL after the grace
+// period unless it ended. The caller holds the step's lock.
+func (a *App) kill(key string) {
+	a.mu.Lock()
+	p := a.procs[key]
+	rec := a.steps[key]
+	a.mu.Unlock()
 	if p == nil {
 		return
 	}
-	a.log.Info("stopping step", "step", key, "pid", p.pid, "reason", a.steps[key].StopReason)
+	a.log.Info("stopping step", "step", key, "pid", p.pid, "reason", rec.StopReason)
 	if err := proc.KillGroup(p.pid, syscall.SIGTERM); err != nil {
 		a.log.Warn("stop step", "step", key, "err", err)
 	}
@@ -487,19 +691,26 @@ func (a *App) Shutdown(ctx context.Context) {
 	a.shutdownOnce.Do(func() {
 		a.mu.Lock()
 		a.closing = true
+		keys := make([]string, 0, len(a.procs))
 		for key := range a.procs {
-			rec := a.steps[key]
-			d := domain.Stop(a.opts.Self, rec, &eventsv1.StopStep{
-				Job: rec.Job, Attempt: rec.Attempt, Node: a.opts.Self.Node, Reason: "agent shutting down",
-			}, a.opts.Now())
-			if d.Rec != nil {
-				a.record(d.Rec, false)
-			}
-			if d.Kill {
-				a.kill(key)
-			}
+			keys = append(keys, key)
 		}
 		a.mu.Unlock()
+		// Steps still being started see closing and stop themselves.
+		for _, key := range keys {
+			unlock := a.lockStep(key)
+			rec, _ := a.step(key)
+			if rec != nil {
+				d := domain.Stop(a.opts.Self, rec, a.shutdownStop(rec), a.opts.Now())
+				if d.Rec != nil {
+					a.record(d.Rec, false)
+				}
+				if d.Kill {
+					a.kill(key)
+				}
+			}
+			unlock()
+		}
 	})
 	done := make(chan struct{})
 	go func() {

@@ -178,6 +178,21 @@ func Stop(self Self, existing *Step, cmd *eventsv1.StopStep, now time.Time) Stop
 	return StopDecision{}
 }
 
+// Signal decides a SignalStep: whether to send the signal now, or a reason
+// not to (another node's step, a step this node never started, or one that
+// is not running: not started yet, or ended). Signalling changes no record.
+func Signal(self Self, existing *Step, cmd *eventsv1.SignalStep) (send bool, skip string) {
+	switch {
+	case cmd.GetNode() != self.Node:
+		return false, "step for another node"
+	case existing == nil:
+		return false, fmt.Sprintf("step %s was never started here", Key(cmd.GetJob(), cmd.GetAttempt()))
+	case existing.Phase != Running:
+		return false, fmt.Sprintf("step %s is %s, not running", existing.Key(), existing.Phase)
+	}
+	return true, ""
+}
+
 // MarkLost records that a step the agent cannot observe any more (it was
 // running, or being started, when a previous agent process died) is lost.
 func MarkLost(rec *Step, why string, now time.Time) *Step {

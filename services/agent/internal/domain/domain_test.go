@@ -122,3 +122,27 @@ func TestTelemetry(t *testing.T) {
 		t.Fatalf("heartbeat = %v", h)
 	}
 }
+
+func TestSignal(t *testing.T) {
+	t.Parallel()
+	cmd := &eventsv1.SignalStep{Job: "projects/p/jobs/7", Attempt: 1, Node: self.Node, Signal: "USR1"}
+	running := &Step{Job: "projects/p/jobs/7", Attempt: 1, Phase: Running, PID: 42}
+	if send, skip := Signal(self, running, cmd); !send || skip != "" {
+		t.Fatalf("Signal(running) = %v, %q; want it sent", send, skip)
+	}
+	other := &eventsv1.SignalStep{Job: cmd.Job, Attempt: 1, Node: "projects/p/clusters/c/nodes/gpu-0002", Signal: "USR1"}
+	for name, tc := range map[string]struct {
+		rec  *Step
+		cmd  *eventsv1.SignalStep
+		want string
+	}{
+		"other node": {running, other, "another node"},
+		"never":      {nil, cmd, "never started"},
+		"starting":   {&Step{Job: cmd.Job, Attempt: 1, Phase: Starting}, cmd, "STARTING, not running"},
+		"exited":     {&Step{Job: cmd.Job, Attempt: 1, Phase: Exited}, cmd, "EXITED, not running"},
+	} {
+		if send, skip := Signal(self, tc.rec, tc.cmd); send || !strings.Contains(skip, tc.want) {
+			t.Errorf("%s: Signal = %v, %q; want skipped with %q", name, send, skip, tc.want)
+		}
+	}
+}

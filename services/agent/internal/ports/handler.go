@@ -10,9 +10,9 @@ import (
 	"github.com/loom-ml/loom/services/agent/internal/app"
 )
 
-// Handler is the agent's consumer of loom.step.commands.v1: StartStep and
-// StopStep go to the app (which ignores other nodes' steps); other types are
-// skipped.
+// Handler is the agent's consumer of loom.step.commands.v1: StartStep,
+// StopStep and SignalStep go to the app (which ignores other nodes' steps);
+// other types are skipped.
 func Handler(a *app.App) bus.Handler {
 	return func(ctx context.Context, ev envelope.Event) error {
 		switch p := ev.Payload.(type) {
@@ -20,6 +20,8 @@ func Handler(a *app.App) bus.Handler {
 			return a.StartStep(ctx, ev.ID, p)
 		case *eventsv1.StopStep:
 			return a.StopStep(ctx, ev.ID, p)
+		case *eventsv1.SignalStep:
+			return a.SignalStep(ctx, ev.ID, p)
 		}
 		return nil
 	}

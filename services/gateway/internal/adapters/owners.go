@@ -18,6 +18,7 @@ type Owners struct {
 	Nodes        loomv1.NodeServiceClient        // provisioner
 	Reservations loomv1.ReservationServiceClient // provisioner
 	Jobs         loomv1.JobServiceClient         // scheduler
+	Slurm        loomv1.SlurmServiceClient       // scheduler
 	Models       loomv1.ModelServiceClient       // registry
 
 	conns []*grpc.ClientConn
@@ -54,7 +55,7 @@ func DialOwners(provisioner, scheduler, registry string) (*Owners, error) {
 	}
 	o.Clusters, o.Nodes = loomv1.NewClusterServiceClient(p), loomv1.NewNodeServiceClient(p)
 	o.Reservations = loomv1.NewReservationServiceClient(p)
-	o.Jobs = loomv1.NewJobServiceClient(s)
+	o.Jobs, o.Slurm = loomv1.NewJobServiceClient(s), loomv1.NewSlurmServiceClient(s)
 	o.Models = loomv1.NewModelServiceClient(r)
 	return o, nil
 }

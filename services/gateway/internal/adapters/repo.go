@@ -23,7 +23,8 @@ const (
 	// KeyRequests is a hash: "<kind>:<request_id>" → the name of the
 	// operation or job the first call with that request id made.
 	KeyRequests = "requests"
-	// KeyJobSeq is the job id counter (INCR; the first job is 1).
+	// KeyJobSeq is the job id counter (INCR, INCRBY for an array's block;
+	// the first job is 1).
 	KeyJobSeq = "jobseq"
 )
 
@@ -47,11 +48,20 @@ func NewRepo(st *store.Store) *Repo { return &Repo{st: st} }
 
 // NextJobID returns a new job id, unique across gateway instances.
 func (r *Repo) NextJobID(ctx context.Context) (int64, error) {
-	id, err := r.st.Client().Incr(ctx, r.st.Key(KeyJobSeq)).Result()
-	if err != nil {
-		return 0, fmt.Errorf("next job id: %w: %v", errs.Unavailable, err)
+	return r.NextJobIDs(ctx, 1)
+}
+
+// NextJobIDs reserves n consecutive job ids (an array's block, INCRBY) and
+// returns the first, unique across gateway instances.
+func (r *Repo) NextJobIDs(ctx context.Context, n int) (int64, error) {
+	if n < 1 {
+		return 0, fmt.Errorf("next job ids: %w", errs.Invalid("n", "%d must be at least 1", n))
 	}
-	return id, nil
+	last, err := r.st.Client().IncrBy(ctx, r.st.Key(KeyJobSeq), int64(n)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("next job ids: %w: %v", errs.Unavailable, err)
+	}
+	return last - int64(n) + 1, nil
 }
 
 // Operation returns the stored operation name; errs.NotFound when unknown.

@@ -340,9 +340,10 @@ func (g *Gateway) HandleClusterEvent(ctx context.Context, ev envelope.Event) err
 
 // ---- jobs ----
 
-// SubmitJob validates req against its cluster, assigns the next job id, and
-// stores the accepted job together with the SubmitJob command. A retry with
-// the same request_id returns the first call's job (as it is now).
+// SubmitJob validates req against its cluster (Slurm options included),
+// assigns the next job id (a block of ids for an array), and stores the
+// accepted job together with the SubmitJob command (one for an array). A
+// retry with the same request_id returns the first call's job (as it is now).
 func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (*loomv1.Job, error) {
 	kind, rid := adapters.RequestSubmitJob, req.GetRequestId()
 	if j, ok, err := g.replayJob(ctx, rid); err != nil || ok {
@@ -361,11 +362,13 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 	if err := domain.ValidateSubmitJob(req, cluster); err != nil {
 		return nil, err
 	}
-	id, err := g.repo.NextJobID(ctx)
+	// An array reserves one id per task: the array's job id is the first,
+	// task k (in ascending index order) gets the first + k.
+	id, err := g.repo.NextJobIDs(ctx, max(1, domain.ArrayTaskCount(req.GetJob().GetArray())))
 	if err != nil {
 		return nil, err
 	}
-	job := domain.AcceptJob(req, id, g.now())
+	job := domain.AcceptJob(req, cluster, id, g.now())
 	tx := &store.Tx{}
 	if err := adapters.PutJob(tx, job); err != nil {
 		return nil, err
@@ -404,12 +407,14 @@ func (g *Gateway) replayJob(ctx context.Context, rid string) (*loomv1.Job, bool,
 }
 
 // GetJob reads a job from the scheduler, or, when the scheduler does not know
-// it yet, the record of it the gateway accepted.
+// it yet, the record of it the gateway accepted. The name may name an array
+// task, "projects/p/jobs/A_i".
 func (g *Gateway) GetJob(ctx context.Context, req *loomv1.GetJobRequest) (*loomv1.Job, error) {
-	if _, _, err := domain.ParseJobName(req.GetName()); err != nil {
-		return nil, errs.Invalid("name", "%v", err)
+	ref, err := g.resolveJob(ctx, req.GetName(), false)
+	if err != nil {
+		return nil, err
 	}
-	return g.job(ctx, req.GetName())
+	return g.job(ctx, ref.name)
 }
 
 func (g *Gateway) job(ctx context.Context, name string) (*loomv1.Job, error) {
@@ -423,8 +428,60 @@ func (g *Gateway) job(ctx context.Context, name string) (*loomv1.Job, error) {
 	return g.repo.AcceptedJob(ctx, name)
 }
 
+// jobRef is a job name resolved: the canonical name (an array task's own
+// job id), and whether it names a whole array.
+type jobRef struct {
+	name  string
+	array bool
+}
+
+// resolveJob checks a job name, "projects/p/jobs/A" or "projects/p/jobs/A_i"
+// (InvalidArgument naming "name"), and resolves an array task to its own job
+// name: from the array as the gateway accepted it (the gateway assigned the
+// ids), else by asking the scheduler. NotFound when there is no such task.
+// For "A" it tells whether A is an array only when wantArray (it costs a read).
+func (g *Gateway) resolveJob(ctx context.Context, name string, wantArray bool) (jobRef, error) {
+	project, ref, err := domain.ParseJobRefName(name)
+	if err != nil {
+		return jobRef{}, errs.Invalid("name", "%v", err)
+	}
+	if ref.Task < 0 && !wantArray {
+		return jobRef{name: name}, nil
+	}
+	parentName := domain.JobName(project, ref.JobID)
+	parent, err := g.repo.AcceptedJob(ctx, parentName)
+	switch {
+	case err == nil && ref.Task < 0:
+		return jobRef{name: name, array: parent.GetArray() != ""}, nil
+	case err == nil:
+		id, ok := domain.ArrayTaskJobID(parent, ref.Task)
+		if !ok {
+			if parent.GetArray() == "" {
+				return jobRef{}, fmt.Errorf("job %s: job %d is not an array: %w", name, ref.JobID, errs.NotFound)
+			}
+			return jobRef{}, fmt.Errorf("job %s: array %d (%s) has no task %d: %w", name, ref.JobID, parent.GetArray(), ref.Task, errs.NotFound)
+		}
+		return jobRef{name: domain.JobName(project, id)}, nil
+	case !errors.Is(err, errs.NotFound):
+		return jobRef{}, err
+	case ref.Task < 0:
+		return jobRef{name: name}, nil
+	}
+	// Not accepted here: the scheduler may know the array.
+	j, err := g.own.Jobs.GetJob(ctx, &loomv1.GetJobRequest{Name: name})
+	if err != nil {
+		if isNotFound(err) {
+			return jobRef{}, fmt.Errorf("job %s: %w", name, errs.NotFound)
+		}
+		return jobRef{}, fmt.Errorf("ask the scheduler for %s: %w", name, err)
+	}
+	return jobRef{name: j.GetName()}, nil
+}
+
 // ListJobs lists a project's jobs (optionally one cluster's) from the
-// scheduler, with the accepted jobs it does not know yet, by job id.
+// scheduler, filtered as the request says (users, states, job ids, names,
+// partitions, active only; the scheduler applies them), with the accepted
+// jobs the scheduler does not know yet that pass the same filters, by job id.
 func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*loomv1.ListJobsResponse, error) {
 	project, err := domain.ParseProject(req.GetParent())
 	var v errs.Validator
@@ -439,10 +496,13 @@ func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*l
 		_, _, err := domain.ParseClusterName(cluster)
 		v.Check(err == nil, "cluster", "want projects/{project}/clusters/{cluster} or a cluster id, got %q", req.GetCluster())
 	}
+	domain.ValidateListJobs(&v, req)
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	resp, err := g.own.Jobs.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: req.GetParent(), Cluster: cluster})
+	fwd := proto.Clone(req).(*loomv1.ListJobsRequest)
+	fwd.Cluster = cluster
+	resp, err := g.own.Jobs.ListJobs(ctx, fwd)
 	if err != nil {
 		return nil, fmt.Errorf("ask the scheduler for jobs: %w", err)
 	}
@@ -450,46 +510,156 @@ func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*l
 	if err != nil {
 		return nil, err
 	}
-	known := make(map[string]bool, len(resp.GetJobs()))
+	listed := make(map[string]bool, len(resp.GetJobs()))
 	for _, j := range resp.GetJobs() {
-		known[j.GetName()] = true
+		listed[j.GetName()] = true
 	}
-	jobs := resp.GetJobs()
+	var candidates []*loomv1.Job
 	for _, j := range accepted {
-		if !known[j.GetName()] && strings.HasPrefix(j.GetName(), req.GetParent()+"/jobs/") &&
-			(cluster == "" || j.GetCluster() == cluster) {
-			jobs = append(jobs, j)
+		if !listed[j.GetName()] && strings.HasPrefix(j.GetName(), req.GetParent()+"/jobs/") &&
+			(cluster == "" || j.GetCluster() == cluster) && domain.MatchesList(req, j) {
+			candidates = append(candidates, j)
 		}
 	}
+	if domain.Filtered(req) && len(candidates) > 0 {
+		// A filtered answer leaves out jobs the scheduler knows but that
+		// no longer pass (a finished job for active_only): ask about the
+		// candidates by id, unfiltered, and add only those it does not know.
+		if candidates, err = g.unknownToScheduler(ctx, req.GetParent(), cluster, candidates); err != nil {
+			return nil, err
+		}
+	}
+	jobs := append(resp.GetJobs(), candidates...)
 	sort.SliceStable(jobs, func(a, b int) bool { return jobID(jobs[a]) < jobID(jobs[b]) })
 	return &loomv1.ListJobsResponse{Jobs: jobs}, nil
 }
+
+// unknownToScheduler returns the jobs of candidates the scheduler does not
+// know. Only recent candidates are asked about: one accepted longer ago than
+// acceptedWindow that the scheduler still does not know is left out of
+// filtered lists (GetJob still answers for it).
+func (g *Gateway) unknownToScheduler(ctx context.Context, parent, cluster string, candidates []*loomv1.Job) ([]*loomv1.Job, error) {
+	recent := candidates[:0]
+	ids := make([]string, 0, len(candidates))
+	for _, j := range candidates {
+		if g.now().Sub(j.GetSubmitTime().AsTime()) <= acceptedWindow {
+			recent = append(recent, j)
+			ids = append(ids, j.GetJobId())
+		}
+	}
+	if len(recent) == 0 {
+		return nil, nil
+	}
+	known, err := g.own.Jobs.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: parent, Cluster: cluster, JobIds: ids})
+	if err != nil {
+		return nil, fmt.Errorf("ask the scheduler for jobs: %w", err)
+	}
+	seen := make(map[string]bool, len(known.GetJobs()))
+	for _, j := range known.GetJobs() {
+		seen[j.GetName()] = true
+	}
+	var out []*loomv1.Job
+	for _, j := range recent {
+		if !seen[j.GetName()] {
+			out = append(out, j)
+		}
+	}
+	return out, nil
+}
+
+// acceptedWindow bounds how long after its submission an accepted job the
+// scheduler does not list is still added to filtered job lists.
+const acceptedWindow = 10 * time.Minute
 
 func jobID(j *loomv1.Job) int64 {
 	n, _ := strconv.ParseInt(j.GetJobId(), 10, 64)
 	return n
 }
 
-// CancelJob asks the scheduler to cancel a job and returns the job as it is
-// now; NotFound for unknown jobs. A job that already ended is returned as is.
+// CancelJob asks the scheduler to cancel a job, or, with signal, to send the
+// job's processes that signal (scancel --signal), and returns the job as the
+// scheduler has it. The name may name an array task ("A_i"); "A" of an array
+// acts on every task. NotFound for unknown jobs; FailedPrecondition ("Job/step
+// already completing or completed") for a job that is ending or ended, and
+// for a signal to a job that has not started.
 func (g *Gateway) CancelJob(ctx context.Context, req *loomv1.CancelJobRequest) (*loomv1.Job, error) {
-	if _, _, err := domain.ParseJobName(req.GetName()); err != nil {
-		return nil, errs.Invalid("name", "%v", err)
-	}
-	j, err := g.job(ctx, req.GetName())
+	ref, err := g.resolveJob(ctx, req.GetName(), true)
 	if err != nil {
 		return nil, err
 	}
-	if domain.IsTerminal(j.GetState()) {
-		return j, nil
+	signal, err := domain.ParseCancelSignal(req.GetSignal())
+	if err != nil {
+		return nil, err
 	}
-	tx := &store.Tx{}
-	tx.Emit(envelope.New(topics.JobCommands, j.GetCluster(), Source, &eventsv1.CancelJob{Job: j.GetName(), Cluster: j.GetCluster()}))
-	if _, err := g.repo.Apply(ctx, "", tx); err != nil {
-		return nil, fmt.Errorf("cancel %s: %w", j.GetName(), err)
+	j, err := g.job(ctx, ref.name)
+	if err != nil {
+		return nil, err
 	}
-	g.opt.Log.InfoContext(ctx, "job cancel requested", "job", j.GetName())
+	if !ref.array {
+		// An array's tasks are in different states; the scheduler judges
+		// each of them.
+		if err := domain.CheckCancel(j, signal); err != nil {
+			return nil, err
+		}
+	}
+	cmd := &eventsv1.CancelJob{Job: ref.name, Cluster: j.GetCluster(), Signal: signal}
+	if err := g.emitJobCommand(ctx, j.GetCluster(), cmd); err != nil {
+		return nil, fmt.Errorf("cancel %s: %w", ref.name, err)
+	}
+	g.opt.Log.InfoContext(ctx, "job cancel requested", "job", ref.name, "signal", signal)
 	return j, nil
+}
+
+// UpdateJob asks the scheduler to hold, release or requeue a job, or to
+// change its time limit or partition (scontrol hold/release/requeue/update),
+// and returns the job as the scheduler has it. The name may name an array
+// task; "A" of an array acts on every task. InvalidArgument for a bad action
+// or value (a partition the job's cluster does not have), NotFound for
+// unknown jobs, FailedPrecondition (in Slurm's words) for a job whose state
+// does not allow the action.
+func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (*loomv1.Job, error) {
+	ref, err := g.resolveJob(ctx, req.GetName(), true)
+	if err != nil {
+		return nil, err
+	}
+	action, err := domain.ValidateUpdateJob(req)
+	if err != nil {
+		return nil, err
+	}
+	j, err := g.job(ctx, ref.name)
+	if err != nil {
+		return nil, err
+	}
+	if p := req.GetPartition(); p != "" {
+		c, err := g.own.Clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: j.GetCluster()})
+		if err != nil {
+			return nil, fmt.Errorf("ask the provisioner for %s: %w", j.GetCluster(), err)
+		}
+		if err := domain.CheckPartition(c, p); err != nil {
+			return nil, err
+		}
+	}
+	if !ref.array {
+		if err := domain.CheckUpdate(action, req.GetPartition(), j); err != nil {
+			return nil, err
+		}
+	}
+	cmd := &eventsv1.UpdateJob{Job: ref.name, Cluster: j.GetCluster(), Action: action,
+		TimeLimitSeconds: req.GetTimeLimitSeconds(), Partition: req.GetPartition()}
+	if err := g.emitJobCommand(ctx, j.GetCluster(), cmd); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", action, ref.name, err)
+	}
+	g.opt.Log.InfoContext(ctx, "job update requested", "job", ref.name, "action", action)
+	return j, nil
+}
+
+// emitJobCommand writes a command for the scheduler to loom.job.commands.v1
+// (key: the cluster) through the outbox.
+func (g *Gateway) emitJobCommand(ctx context.Context, cluster string, cmd proto.Message) error {
+	tx := &store.Tx{}
+	tx.Emit(envelope.New(topics.JobCommands, cluster, Source, cmd))
+	_, err := g.repo.Apply(ctx, "", tx)
+	return err
 }
 
 // HandleJobEvent feeds a job change from loom.job.events.v1 to this
@@ -504,14 +674,16 @@ func (g *Gateway) HandleJobEvent(_ context.Context, ev envelope.Event) error {
 // WatchJob sends the job's current state, then each change, and returns
 // after it sent a terminal state (or when ctx ends).
 func (g *Gateway) WatchJob(ctx context.Context, req *loomv1.WatchJobRequest, send func(*loomv1.Job) error) error {
-	if _, _, err := domain.ParseJobName(req.GetName()); err != nil {
-		return errs.Invalid("name", "%v", err)
+	ref, err := g.resolveJob(ctx, req.GetName(), false)
+	if err != nil {
+		return err
 	}
+	name := ref.name
 	// Subscribe before reading: a change between the read and the
 	// subscription would otherwise be lost.
-	s := g.jobs.subscribe(req.GetName())
+	s := g.jobs.subscribe(name)
 	defer g.jobs.unsubscribe(s)
-	last, err := g.job(ctx, req.GetName())
+	last, err := g.job(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -525,13 +697,13 @@ func (g *Gateway) WatchJob(ctx context.Context, req *loomv1.WatchJobRequest, sen
 		select {
 		case j, ok := <-s.C:
 			if !ok {
-				return fmt.Errorf("watch %s fell behind; watch again: %w", req.GetName(), errs.Unavailable)
+				return fmt.Errorf("watch %s fell behind; watch again: %w", name, errs.Unavailable)
 			}
 			next = j
 		case <-refresh.C:
 			// Catches changes the bus did not bring (the watch group joins
 			// a moment after start and only sees what comes after).
-			j, err := g.job(ctx, req.GetName())
+			j, err := g.job(ctx, name)
 			if err != nil {
 				return err
 			}

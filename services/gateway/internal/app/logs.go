@@ -17,15 +17,17 @@ import (
 // logChunk is the most bytes one LogChunk carries.
 const logChunk = 64 << 10
 
-// ReadJobLogs streams the job's output file (output_path). Without follow it
+// ReadJobLogs streams the job's output file (output_path; the name may name
+// an array task, "A_i"). Without follow it
 // sends what the file holds now. With follow it keeps tailing the file until
 // the job is terminal and the file is read to its end, waiting for the job to
 // start and the file to appear.
 func (g *Gateway) ReadJobLogs(ctx context.Context, req *loomv1.ReadJobLogsRequest, send func([]byte) error) error {
-	if _, _, err := domain.ParseJobName(req.GetName()); err != nil {
-		return errs.Invalid("name", "%v", err)
+	ref, err := g.resolveJob(ctx, req.GetName(), false)
+	if err != nil {
+		return err
 	}
-	job, err := g.job(ctx, req.GetName())
+	job, err := g.job(ctx, ref.name)
 	if err != nil {
 		return err
 	}
@@ -53,7 +55,7 @@ func (g *Gateway) ReadJobLogs(ctx context.Context, req *loomv1.ReadJobLogsReques
 		case <-g.stop:
 			return ErrStopping
 		}
-		if job, err = g.job(ctx, req.GetName()); err != nil {
+		if job, err = g.job(ctx, ref.name); err != nil {
 			return err
 		}
 	}

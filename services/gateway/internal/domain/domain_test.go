@@ -164,9 +164,12 @@ func TestAcceptJob(t *testing.T) {
 	if err := ValidateSubmitJob(req, existing()); err != nil {
 		t.Fatalf("bare cluster id rejected: %v", err)
 	}
-	j := AcceptJob(req, 42, now)
+	j := AcceptJob(req, existing(), 42, now)
 	if j.GetName() != "projects/default/jobs/42" || j.GetJobId() != "42" || j.GetCluster() != "projects/default/clusters/c1" {
 		t.Fatalf("accepted job names: %v", j)
+	}
+	if j.GetPartition() != "all" {
+		t.Fatalf("accepted job partition %q, want the cluster's default partition \"all\"", j.GetPartition())
 	}
 	if j.GetNodeCount() != 1 || j.GetState() != loomv1.JobState_PENDING || len(j.GetNodes()) != 0 || !j.GetSubmitTime().AsTime().Equal(now) {
 		t.Fatalf("accepted job fields: %v", j)
@@ -216,12 +219,16 @@ func TestOperationLifecycle(t *testing.T) {
 
 func TestNamesAndStates(t *testing.T) {
 	t.Parallel()
-	if p, id, err := ParseJobName("projects/default/jobs/12"); err != nil || p != "default" || id != "12" {
-		t.Fatalf("ParseJobName: %q %q %v", p, id, err)
+	if p, ref, err := ParseJobRefName("projects/default/jobs/12"); err != nil || p != "default" || ref.JobID != 12 || ref.Task != -1 {
+		t.Fatalf("ParseJobRefName: %q %+v %v", p, ref, err)
 	}
-	for _, bad := range []string{"projects/default/jobs/x", "projects/default/jobs/012", "projects/default/jobs/0", "jobs/1"} {
-		if _, _, err := ParseJobName(bad); err == nil {
-			t.Errorf("ParseJobName(%q) accepted", bad)
+	if p, ref, err := ParseJobRefName("projects/default/jobs/12_3"); err != nil || p != "default" || ref.JobID != 12 || ref.Task != 3 {
+		t.Fatalf("ParseJobRefName of a task: %q %+v %v", p, ref, err)
+	}
+	for _, bad := range []string{"projects/default/jobs/x", "projects/default/jobs/012", "projects/default/jobs/0", "jobs/1",
+		"projects/default/jobs/12_", "projects/default/jobs/12_x", "projects/Bad/jobs/1", "projects/default/jobs/1/x"} {
+		if _, _, err := ParseJobRefName(bad); err == nil {
+			t.Errorf("ParseJobRefName(%q) accepted", bad)
 		}
 	}
 	if err := ParseNodesParent("projects/default/clusters/-"); err != nil {

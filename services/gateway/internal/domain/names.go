@@ -62,14 +62,6 @@ func ParseClusterName(name string) (project, cluster string, err error) {
 	return split(name, "clusters", ValidID)
 }
 
-// ParseJobName returns the project and numeric job id of a job name.
-func ParseJobName(name string) (project, jobID string, err error) {
-	return split(name, "jobs", func(id string) bool {
-		n, err := strconv.ParseInt(id, 10, 64)
-		return err == nil && n > 0 && strconv.FormatInt(n, 10) == id
-	})
-}
-
 // ParseOperationName returns the project and id of an operation name.
 func ParseOperationName(name string) (project, id string, err error) {
 	return split(name, "operations", func(id string) bool {

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 	"time"
@@ -115,6 +116,7 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster) er
 		v.Add("job.command[0]", "the program to run must not be empty")
 	}
 
+	partition, pools := validateSlurm(&v, j, cluster)
 	nodes := j.GetNodeCount()
 	if nodes == 0 {
 		nodes = 1
@@ -122,13 +124,14 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster) er
 	gpus := j.GetGpusPerNode()
 	v.Check(nodes >= 1, "job.node_count", "%d must be at least 1 (0 means 1)", j.GetNodeCount())
 	v.Check(gpus >= 0, "job.gpus_per_node", "%d must not be negative", gpus)
-	if cluster != nil && nodes >= 1 && gpus >= 0 {
-		maxGPUs, fitting := fit(cluster, gpus)
+	if partition != "" && nodes >= 1 && gpus >= 0 {
+		maxGPUs, fitting := fit(pools, gpus)
+		where := fmt.Sprintf("partition %s of %s", partition, clusterName)
 		switch {
 		case gpus > maxGPUs:
-			v.Add("job.gpus_per_node", "%d exceeds the %d GPUs of the largest node of %s", gpus, maxGPUs, clusterName)
+			v.Add("job.gpus_per_node", "%d exceeds the %d GPUs of the largest node in %s", gpus, maxGPUs, where)
 		case int(nodes) > fitting:
-			v.Add("job.node_count", "%d exceeds the %d nodes of %s with %d or more GPUs", nodes, fitting, clusterName, gpus)
+			v.Add("job.node_count", "%d exceeds the %d nodes in %s with %d or more GPUs", nodes, fitting, where, gpus)
 		}
 	}
 	if mo := j.GetModelOutput(); mo != nil && !ValidID(mo.GetModelId()) {
@@ -140,9 +143,9 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster) er
 	return v.Err()
 }
 
-// fit returns the most GPUs any node of c has, and how many nodes have at least gpus.
-func fit(c *loomv1.Cluster, gpus int32) (maxGPUs int32, nodes int) {
-	for _, p := range c.GetCompute().GetNodePools() {
+// fit returns the most GPUs any node of pools has, and how many nodes have at least gpus.
+func fit(pools []*loomv1.NodePool, gpus int32) (maxGPUs int32, nodes int) {
+	for _, p := range pools {
 		maxGPUs = max(maxGPUs, p.GetAcceleratorCount())
 		if p.GetAcceleratorCount() >= gpus {
 			nodes += int(p.GetNodeCount())
@@ -151,10 +154,12 @@ func fit(c *loomv1.Cluster, gpus int32) (maxGPUs int32, nodes int) {
 	return maxGPUs, nodes
 }
 
-// AcceptJob returns the job as the gateway accepts it from a valid req: name
-// and job_id from id, the full cluster name, node_count 0 → 1, state PENDING,
-// submit_time now, and every other output-only field cleared.
-func AcceptJob(req *loomv1.SubmitJobRequest, id int64, now time.Time) *loomv1.Job {
+// AcceptJob returns the job as the gateway accepts it from a valid req for
+// cluster: name and job_id from id (an array's first task id), the full
+// cluster name, node_count 0 → 1, the cluster's default partition when none
+// is named, state PENDING, submit_time now, and every other output-only
+// field cleared.
+func AcceptJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, id int64, now time.Time) *loomv1.Job {
 	j := proto.Clone(req.GetJob()).(*loomv1.Job)
 	project, _ := ParseProject(req.GetParent())
 	j.Cluster = JobCluster(req)
@@ -163,8 +168,13 @@ func AcceptJob(req *loomv1.SubmitJobRequest, id int64, now time.Time) *loomv1.Jo
 	if j.NodeCount == 0 {
 		j.NodeCount = 1
 	}
+	if j.Partition == "" && cluster != nil {
+		j.Partition = DefaultPartition(cluster)
+	}
 	j.State = loomv1.JobState_PENDING
-	j.StateReason, j.ExitCode, j.Nodes, j.OutputPath = "", 0, nil, ""
+	j.StateReason, j.ExitCode, j.Nodes, j.OutputPath, j.ErrorPath = "", 0, nil, "", ""
 	j.SubmitTime, j.StartTime, j.EndTime = timestamppb.New(now), nil, nil
+	j.Priority, j.PriorityFactors, j.Placement, j.RestartCount, j.Runs = 0, nil, "", 0, nil
+	j.BatchHost, j.AllocGpus, j.ArrayJobId, j.ArrayTaskId = "", 0, "", 0
 	return j
 }

@@ -20,6 +20,7 @@ func Register(s grpc.ServiceRegistrar, g *app.Gateway) {
 	loomv1.RegisterClusterServiceServer(s, clusters{g: g})
 	loomv1.RegisterReservationServiceServer(s, reservations{g: g})
 	loomv1.RegisterJobServiceServer(s, jobs{g: g})
+	loomv1.RegisterSlurmServiceServer(s, slurm{g: g})
 	loomv1.RegisterOperationServiceServer(s, operations{g: g})
 	loomv1.RegisterNodeServiceServer(s, nodes{g: g})
 	loomv1.RegisterModelServiceServer(s, models{g: g})
@@ -109,6 +110,10 @@ func (s jobs) CancelJob(ctx context.Context, r *loomv1.CancelJobRequest) (*loomv
 	return unary(s.g.CancelJob(ctx, r))
 }
 
+func (s jobs) UpdateJob(ctx context.Context, r *loomv1.UpdateJobRequest) (*loomv1.Job, error) {
+	return unary(s.g.UpdateJob(ctx, r))
+}
+
 func (s jobs) WatchJob(r *loomv1.WatchJobRequest, stream grpc.ServerStreamingServer[loomv1.Job]) error {
 	return errs.ToStatus(s.g.WatchJob(stream.Context(), r, stream.Send))
 }
@@ -117,6 +122,23 @@ func (s jobs) ReadJobLogs(r *loomv1.ReadJobLogsRequest, stream grpc.ServerStream
 	return errs.ToStatus(s.g.ReadJobLogs(stream.Context(), r, func(b []byte) error {
 		return stream.Send(&loomv1.LogChunk{Data: b})
 	}))
+}
+
+type slurm struct {
+	loomv1.UnimplementedSlurmServiceServer
+	g *app.Gateway
+}
+
+func (s slurm) ListPartitions(ctx context.Context, r *loomv1.ListPartitionsRequest) (*loomv1.ListPartitionsResponse, error) {
+	return unary(s.g.ListPartitions(ctx, r))
+}
+
+func (s slurm) ListSlurmNodes(ctx context.Context, r *loomv1.ListSlurmNodesRequest) (*loomv1.ListSlurmNodesResponse, error) {
+	return unary(s.g.ListSlurmNodes(ctx, r))
+}
+
+func (s slurm) UpdateSlurmNode(ctx context.Context, r *loomv1.UpdateSlurmNodeRequest) (*loomv1.SlurmNode, error) {
+	return unary(s.g.UpdateSlurmNode(ctx, r))
 }
 
 type operations struct {

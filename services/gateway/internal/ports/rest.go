@@ -34,6 +34,7 @@ func RESTMux(ctx context.Context, grpcAddr string) (*runtime.ServeMux, func() er
 		loomv1.RegisterClusterServiceHandler,
 		loomv1.RegisterReservationServiceHandler,
 		loomv1.RegisterJobServiceHandler,
+		loomv1.RegisterSlurmServiceHandler,
 		loomv1.RegisterOperationServiceHandler,
 		loomv1.RegisterNodeServiceHandler,
 		loomv1.RegisterModelServiceHandler,

@@ -1,0 +1,204 @@
+package slurmspec
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestParseTimeLimit(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in        string
+		secs      int64
+		unlimited bool
+		bad       bool
+	}{
+		{in: "30", secs: 30 * 60},
+		{in: "0", secs: 0},
+		{in: "5:30", secs: 5*60 + 30},
+		{in: "1:00:00", secs: 3600},
+		{in: "01:02:03", secs: 3723},
+		{in: "2-0", secs: 2 * 86400},
+		{in: "2-3", secs: 2*86400 + 3*3600},
+		{in: "1-2:30", secs: 86400 + 2*3600 + 30*60},
+		{in: "1-02:30:15", secs: 86400 + 2*3600 + 30*60 + 15},
+		{in: "UNLIMITED", unlimited: true},
+		{in: "infinite", unlimited: true},
+		{in: "-1", unlimited: true},
+		{in: "", bad: true},
+		{in: "abc", bad: true},
+		{in: "1:2:3:4", bad: true},
+		{in: "1h", bad: true},
+		{in: "-5", bad: true},
+		{in: "1-2:3:4:5", bad: true},
+		{in: "1--2", bad: true},
+		{in: "1:", bad: true},
+		{in: "99999999999", bad: true},
+	} {
+		secs, unl, err := ParseTimeLimit(tc.in)
+		if tc.bad {
+			if err == nil {
+				t.Errorf("ParseTimeLimit(%q) = %d, want an error", tc.in, secs)
+			}
+			continue
+		}
+		if err != nil || secs != tc.secs || unl != tc.unlimited {
+			t.Errorf("ParseTimeLimit(%q) = %d, %v, %v; want %d, %v", tc.in, secs, unl, err, tc.secs, tc.unlimited)
+		}
+	}
+}
+
+func TestParseArray(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in    string
+		idx   []int
+		limit int
+		bad   string
+	}{
+		{in: "0-3", idx: []int{0, 1, 2, 3}},
+		{in: "1,3,5", idx: []int{1, 3, 5}},
+		{in: "0-15:4", idx: []int{0, 4, 8, 12}},
+		{in: "1-5%2", idx: []int{1, 2, 3, 4, 5}, limit: 2},
+		{in: "7", idx: []int{7}},
+		{in: "0-2,1-3", idx: []int{0, 1, 2, 3}},
+		{in: "10-1", bad: "ends before it starts"},
+		{in: "1-10:0", bad: "not a positive number"},
+		{in: "1-", bad: "not a number"},
+		{in: "-5", bad: "not a number"},
+		{in: "a-b", bad: "not a number"},
+		{in: "1,,2", bad: "empty element"},
+		{in: "1-4%0", bad: "not a positive number"},
+		{in: "%4", bad: "no indexes"},
+		{in: "3:2", bad: "needs a range"},
+		{in: "0-4000001", bad: "above the largest"},
+		{in: "0-4000000,0-4000000", bad: "more than 4000001 tasks"},
+		{in: "", bad: "empty"},
+	} {
+		a, err := ParseArray(tc.in)
+		if tc.bad != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.bad) {
+				t.Errorf("ParseArray(%q) error = %v, want one containing %q", tc.in, err, tc.bad)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("ParseArray(%q): %v", tc.in, err)
+			continue
+		}
+		if !reflect.DeepEqual(a.Indexes(), tc.idx) || a.Limit != tc.limit || a.Count() != len(tc.idx) {
+			t.Errorf("ParseArray(%q) = %v %%%d, want %v %%%d", tc.in, a.Indexes(), a.Limit, tc.idx, tc.limit)
+		}
+	}
+	if got := FormatIndexes([]int{0, 1, 2, 5, 7, 8}); got != "0-2,5,7-8" {
+		t.Errorf("FormatIndexes = %q", got)
+	}
+}
+
+func TestParseDependency(t *testing.T) {
+	t.Parallel()
+	d, err := ParseDependency("afterok:12:13_2,singleton,after:7+5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Dependency{Items: []DepItem{
+		{Type: "afterok", Jobs: []DepJob{{JobID: "12", Task: -1}, {JobID: "13", Task: 2}}},
+		{Type: "singleton"},
+		{Type: "after", Jobs: []DepJob{{JobID: "7", Task: -1, DelayMinutes: 5}}},
+	}}
+	if !reflect.DeepEqual(d, want) {
+		t.Errorf("ParseDependency = %+v, want %+v", d, want)
+	}
+	any, err := ParseDependency("afterany:1?afternotok:2")
+	if err != nil || !any.Any || len(any.Items) != 2 {
+		t.Errorf("'?' dependency = %+v, %v", any, err)
+	}
+	for _, tc := range []struct{ in, bad string }{
+		{"afterok", "needs at least one job id"},
+		{"afterok:", "not a job id"},
+		{"afterok:abc", "not a job id"},
+		{"before:12", "unknown dependency type"},
+		{"singleton:12", "takes no job ids"},
+		{"afterok:1,afterany:2?after:3", "cannot be mixed"},
+		{"afterok:12+5", "only after takes a +time"},
+		{"after:12+x", "not a number of minutes"},
+		{"afterok:12_x", "not an index"},
+		{"afterok:0", "not a job id"},
+		{"afterok:1,,afterok:2", "empty element"},
+	} {
+		if _, err := ParseDependency(tc.in); err == nil || !strings.Contains(err.Error(), tc.bad) {
+			t.Errorf("ParseDependency(%q) error = %v, want one containing %q", tc.in, err, tc.bad)
+		}
+	}
+	if _, err := ParseDependency("afterok:12_*"); err != nil {
+		t.Errorf("whole-array dependency: %v", err)
+	}
+}
+
+func TestParseSignal(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"USR1":        "USR1@60",
+		"SIGUSR1":     "USR1@60",
+		"usr2@90":     "USR2@90",
+		"B:USR1@120":  "B:USR1@120",
+		"10":          "USR1@60",
+		"R:TERM@0":    "R:TERM@0",
+		"b:sigterm@5": "B:TERM@5",
+	} {
+		s, err := ParseSignal(in)
+		if err != nil || s.String() != want {
+			t.Errorf("ParseSignal(%q) = %v, %v; want %s", in, s, err, want)
+		}
+	}
+	for _, bad := range []string{"", "FOO", "99", "USR1@", "USR1@70000", "X:USR1", "USR1@-1"} {
+		if s, err := ParseSignal(bad); err == nil {
+			t.Errorf("ParseSignal(%q) = %v, want an error", bad, s)
+		}
+	}
+	for in, want := range map[string]string{"hup": "HUP", "SIGKILL": "KILL", "9": "KILL", "15": "TERM", "cont": "CONT", "19": "STOP"} {
+		if got, err := ParseSignalName(in); err != nil || got != want {
+			t.Errorf("ParseSignalName(%q) = %q, %v; want %s", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "0", "32", "SIGFOO", "B:USR1"} {
+		if got, err := ParseSignalName(bad); err == nil {
+			t.Errorf("ParseSignalName(%q) = %q, want an error", bad, got)
+		}
+	}
+}
+
+func TestParseJobRef(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]JobRef{"12": {JobID: 12, Task: -1}, "12_0": {JobID: 12, Task: 0}, "7_15": {JobID: 7, Task: 15}} {
+		got, err := ParseJobRef(in)
+		if err != nil || got != want || got.String() != in {
+			t.Errorf("ParseJobRef(%q) = %+v (%s), %v; want %+v", in, got, got.String(), err, want)
+		}
+	}
+	for _, bad := range []string{"", "0", "012", "a", "12_", "12_x", "12_-1", "_3", "12_4000001", "99999999999999999999"} {
+		if got, err := ParseJobRef(bad); err == nil {
+			t.Errorf("ParseJobRef(%q) = %+v, want an error", bad, got)
+		}
+	}
+}
+
+func FuzzSpecs(f *testing.F) {
+	for _, s := range []string{"0-15:2%4", "afterok:12:13_2,singleton", "1-02:03:04", "B:USR1@60", "12_3"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if a, err := ParseArray(s); err == nil && (a.Count() == 0 || a.Count() != len(a.Indexes())) {
+			t.Fatalf("array %q: count %d, indexes %v", s, a.Count(), a.Indexes())
+		}
+		_, _ = ParseDependency(s)
+		if secs, _, err := ParseTimeLimit(s); err == nil && secs < 0 {
+			t.Fatalf("negative time limit for %q", s)
+		}
+		_, _ = ParseSignal(s)
+		if r, err := ParseJobRef(s); err == nil && r.String() != s {
+			t.Fatalf("ParseJobRef(%q) round-trips to %q", s, r.String())
+		}
+	})
+}

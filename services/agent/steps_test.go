@@ -1,0 +1,160 @@
+package agent
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/testkit"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	"github.com/loom-ml/loom/services/agent/internal/proc"
+)
+
+// readFile returns path's content, "" while it does not exist.
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestSignalStepSignalsGroupOrBatchShell(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t)
+	// The batch shell and a child of it, each noting the USR1s it gets.
+	script := `trap 'echo shell >> sig.txt' USR1
+sh -c 'trap "echo child >> sig.txt" USR1; echo ready > child.ready; while :; do sleep 0.05; done' &
+while :; do sleep 0.05; done`
+	publish(t, e.broker, command(startStep("1", script, nil, filepath.Join(e.shared, "slurm-1.out"))))
+	running := waitStep(t, e.broker, "1", eventsv1.StepState_STEP_RUNNING)
+	testkit.WaitFor(t, wait, "the step's child to set its trap", func() (bool, error) {
+		return readFile(t, filepath.Join(e.shared, "child.ready")) != "", nil
+	})
+	sigs := filepath.Join(e.shared, "sig.txt")
+	count := func(who string) int { return strings.Count(readFile(t, sigs), who+"\n") }
+
+	signal := func(name string, batchOnly bool) {
+		publish(t, e.broker, command(&eventsv1.SignalStep{Job: "projects/p/jobs/1", Attempt: 1, Node: node, Signal: name, BatchOnly: batchOnly}))
+	}
+	signal("USR1", true) // B:USR1, the batch shell only
+	testkit.WaitFor(t, wait, "the batch shell to get USR1", func() (bool, error) { return count("shell") == 1, nil })
+	signal("10", false) // USR1 by number, to the whole group
+	testkit.WaitFor(t, wait, "the group to get USR1", func() (bool, error) {
+		return count("shell") == 2 && count("child") >= 1, nil
+	})
+	// Signals change nothing: the step still runs, and only a stop ends it.
+	publish(t, e.broker, command(&eventsv1.StopStep{Job: "projects/p/jobs/1", Attempt: 1, Node: node, Reason: "done"}))
+	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_KILLED)
+	testkit.WaitFor(t, wait, "the step's processes to be gone", func() (bool, error) {
+		return !proc.GroupAlive(int(running.Pid)), nil
+	})
+	if n := count("child"); n != 1 {
+		t.Errorf("the child got USR1 %d times, want once (the batch-only signal must not reach it)", n)
+	}
+	var states []string
+	for _, sc := range stepEvents(t, e.broker, "1") {
+		states = append(states, sc.State.String())
+	}
+	if strings.Join(states, ",") != "STEP_RUNNING,STEP_KILLED" {
+		t.Fatalf("step events = %v, want RUNNING then KILLED (signals report nothing)", states)
+	}
+}
+
+func TestStepOutputAndWorkDir(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t)
+	work := filepath.Join(e.shared, "project", "run") // created for the step
+	script := `echo "out $(pwd)"; echo "err line" >&2`
+
+	t.Run("joined", func(t *testing.T) {
+		st := startStep("1", script, nil, "logs/slurm-1.out") // relative: against work_dir
+		st.WorkDir = work
+		publish(t, e.broker, command(st))
+		waitStep(t, e.broker, "1", eventsv1.StepState_STEP_EXITED)
+		if got, want := readFile(t, filepath.Join(work, "logs", "slurm-1.out")), "out "+work+"\nerr line\n"; got != want {
+			t.Fatalf("output = %q, want stdout and stderr together %q", got, want)
+		}
+	})
+	t.Run("separate", func(t *testing.T) {
+		st := startStep("2", script, nil, filepath.Join(e.shared, "slurm-2.out"))
+		st.WorkDir = work
+		st.ErrorPath = filepath.Join(e.shared, "slurm-2.err")
+		publish(t, e.broker, command(st))
+		waitStep(t, e.broker, "2", eventsv1.StepState_STEP_EXITED)
+		if got := readFile(t, filepath.Join(e.shared, "slurm-2.out")); got != "out "+work+"\n" {
+			t.Errorf("output = %q, want stdout only", got)
+		}
+		if got := readFile(t, filepath.Join(e.shared, "slurm-2.err")); got != "err line\n" {
+			t.Errorf("error file = %q, want stderr only", got)
+		}
+	})
+}
+
+// TestConcurrentStartsStartEachStepOnce sends many starts at once, with
+// redeliveries and stops racing the starts, and checks that every step ran at
+// most once and reported a consistent history.
+func TestConcurrentStartsStartEachStepOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t)
+	const n = 40
+	runs := filepath.Join(e.shared, "runs.txt")
+	var cmds []*eventsv1.StartStep
+	for i := 1; i <= n; i++ {
+		cmds = append(cmds, startStep(fmt.Sprint(i), fmt.Sprintf(`echo %d >> "$HOME/runs.txt"; sleep 0.2`, i), nil,
+			filepath.Join(e.shared, fmt.Sprintf("slurm-%d.out", i))))
+	}
+	// All in one write, so the agent finds them together: every start, a
+	// stop for every fourth step right behind its start, then every start
+	// again under new event ids.
+	var evs []envelope.Event
+	for i, c := range cmds {
+		evs = append(evs, command(c))
+		if i%4 == 0 {
+			evs = append(evs, command(&eventsv1.StopStep{Job: c.Job, Attempt: 1, Node: node, Reason: "cancelled"}))
+		}
+	}
+	for _, c := range cmds {
+		evs = append(evs, command(c))
+	}
+	publish(t, e.broker, evs...)
+	for i := 1; i <= n; i++ {
+		job := fmt.Sprint(i)
+		testkit.WaitFor(t, wait, "step "+job+" to end", func() (bool, error) {
+			for _, sc := range stepEvents(t, e.broker, job) {
+				if sc.State != eventsv1.StepState_STEP_RUNNING {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+	}
+	ranCount := map[string]int{}
+	for _, l := range strings.Fields(readFile(t, runs)) {
+		ranCount[l]++
+	}
+	for i := 1; i <= n; i++ {
+		job := fmt.Sprint(i)
+		var states []string
+		for _, sc := range stepEvents(t, e.broker, job) {
+			states = append(states, sc.State.String())
+		}
+		got := strings.Join(states, ",")
+		stopped := (i-1)%4 == 0
+		switch {
+		case ranCount[job] > 1:
+			t.Errorf("step %s ran %d times", job, ranCount[job])
+		case !stopped && (got != "STEP_RUNNING,STEP_EXITED" || ranCount[job] != 1):
+			t.Errorf("step %s: events %s, ran %d times; want RUNNING,EXITED and one run", job, got, ranCount[job])
+		case stopped && got != "STEP_KILLED" && got != "STEP_RUNNING,STEP_KILLED":
+			t.Errorf("stopped step %s: events %s; want KILLED before it started, or RUNNING then KILLED", job, got)
+		}
+	}
+}

@@ -1,0 +1,78 @@
+package app
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/loom-ml/loom/libs/errs"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/gateway/internal/domain"
+)
+
+// checkClusterName checks the cluster field of the Slurm reads and updates.
+func checkClusterName(name string) error {
+	if _, _, err := domain.ParseClusterName(name); err != nil {
+		return errs.Invalid("cluster", "%v", err)
+	}
+	return nil
+}
+
+// ListPartitions lists a cluster's Slurm partitions from the scheduler (sinfo).
+func (g *Gateway) ListPartitions(ctx context.Context, req *loomv1.ListPartitionsRequest) (*loomv1.ListPartitionsResponse, error) {
+	if err := checkClusterName(req.GetCluster()); err != nil {
+		return nil, err
+	}
+	resp, err := g.own.Slurm.ListPartitions(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("ask the scheduler for the partitions of %s: %w", req.GetCluster(), err)
+	}
+	return resp, nil
+}
+
+// ListSlurmNodes lists a cluster's nodes as Slurm sees them, from the
+// scheduler (sinfo -N, scontrol show node).
+func (g *Gateway) ListSlurmNodes(ctx context.Context, req *loomv1.ListSlurmNodesRequest) (*loomv1.ListSlurmNodesResponse, error) {
+	if err := checkClusterName(req.GetCluster()); err != nil {
+		return nil, err
+	}
+	resp, err := g.own.Slurm.ListSlurmNodes(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("ask the scheduler for the nodes of %s: %w", req.GetCluster(), err)
+	}
+	return resp, nil
+}
+
+// UpdateSlurmNode drains or resumes a node (scontrol update NodeName=...
+// State=DRAIN Reason=... | State=RESUME): it checks the request (a DRAIN
+// needs a reason, as in Slurm), that the scheduler knows the node
+// (NotFound otherwise), emits UpdateSlurmNode on loom.job.commands.v1 and
+// returns the node as the scheduler has it.
+func (g *Gateway) UpdateSlurmNode(ctx context.Context, req *loomv1.UpdateSlurmNodeRequest) (*loomv1.SlurmNode, error) {
+	state, err := domain.ValidateUpdateSlurmNode(req)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := g.own.Slurm.ListSlurmNodes(ctx, &loomv1.ListSlurmNodesRequest{Cluster: req.GetCluster()})
+	if err != nil {
+		if isNotFound(err) {
+			return nil, fmt.Errorf("cluster %s: %w", req.GetCluster(), errs.NotFound)
+		}
+		return nil, fmt.Errorf("ask the scheduler for the nodes of %s: %w", req.GetCluster(), err)
+	}
+	var node *loomv1.SlurmNode
+	for _, n := range nodes.GetNodes() {
+		if n.GetHostname() == req.GetHostname() {
+			node = n
+		}
+	}
+	if node == nil {
+		return nil, fmt.Errorf("node %s in %s: %w", req.GetHostname(), req.GetCluster(), errs.NotFound)
+	}
+	cmd := &eventsv1.UpdateSlurmNode{Cluster: req.GetCluster(), Hostname: req.GetHostname(), State: state, Reason: req.GetReason()}
+	if err := g.emitJobCommand(ctx, req.GetCluster(), cmd); err != nil {
+		return nil, fmt.Errorf("update node %s: %w", req.GetHostname(), err)
+	}
+	g.opt.Log.InfoContext(ctx, "node update requested", "cluster", req.GetCluster(), "node", req.GetHostname(), "state", state, "reason", req.GetReason())
+	return node, nil
+}

@@ -1,0 +1,380 @@
+package domain
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/clusterspec"
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/slurmspec"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// MaxArrayTasks is the most tasks one array submission may have. Slurm's
+// default MaxArraySize (1001) allows indexes 0..1000; Loom allows larger
+// indexes (up to slurmspec.MaxArrayIndex) but bounds the count, because every
+// task is a record the scheduler creates in one write.
+const MaxArrayTasks = 10000
+
+// Slurm's wording for refused job and node operations; the Slurm-compatible
+// commands print these messages.
+const (
+	MsgAlreadyDone      = "Job/step already completing or completed"
+	MsgFinished         = "Job has already finished"
+	MsgPending          = "Job is pending execution"
+	MsgNoLongerPending  = "Job is no longer pending execution"
+	MsgDrainNeedsReason = "You must specify a reason when DOWNING or DRAINING a node. Request denied"
+	updateActionsList   = "hold, release, requeue, update"
+	slurmNodeStatesList = "DRAIN, RESUME"
+	maxTimeLimitSeconds = int64(365 * 24 * 3600 * 100) // a century: anything above is a typo
+)
+
+// Precondition is a refusal for the state a job or node is in: it maps to
+// FailedPrecondition with Msg as the whole message (Slurm's wording).
+type Precondition struct{ Msg string }
+
+func (p *Precondition) Error() string { return p.Msg }
+
+// Is makes a Precondition an errs.FailedPrecondition.
+func (p *Precondition) Is(target error) bool { return target == errs.FailedPrecondition }
+
+func refuse(msg string) error { return &Precondition{Msg: msg} }
+
+// ParseJobRefName returns the project and job reference of
+// "projects/{p}/jobs/{id}", where id is a job id "A" or an array task "A_i".
+func ParseJobRefName(name string) (project string, ref slurmspec.JobRef, err error) {
+	parts := strings.Split(name, "/")
+	if len(parts) != 4 || parts[0] != "projects" || parts[2] != "jobs" || !ValidID(parts[1]) {
+		return "", slurmspec.JobRef{}, fmt.Errorf("want projects/{project}/jobs/{id} (id N or N_I), got %q", name)
+	}
+	ref, err = slurmspec.ParseJobRef(parts[3])
+	if err != nil || ref.JobID <= 0 {
+		return "", slurmspec.JobRef{}, fmt.Errorf("want projects/{project}/jobs/{id} (id N or N_I), got %q", name)
+	}
+	return parts[1], ref, nil
+}
+
+// ArrayTaskJobID returns the job id of task index of the array job
+// accepted as parent: the array's job id A plus the task's position among the
+// spec's indexes in ascending order (CONTRACTS: task list "0-3" of A=10 →
+// 10..13). ok is false when parent is not an array or has no such task.
+func ArrayTaskJobID(parent *loomv1.Job, index int) (id int64, ok bool) {
+	spec, err := slurmspec.ParseArray(parent.GetArray())
+	if parent.GetArray() == "" || err != nil {
+		return 0, false
+	}
+	a, err := strconv.ParseInt(parent.GetJobId(), 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	k, found := slices.BinarySearch(spec.Indexes(), index)
+	if !found {
+		return 0, false
+	}
+	return a + int64(k), true
+}
+
+// ArrayTaskCount returns how many tasks an array spec names (0 for no spec;
+// the spec must be valid).
+func ArrayTaskCount(spec string) int {
+	if spec == "" {
+		return 0
+	}
+	a, err := slurmspec.ParseArray(spec)
+	if err != nil {
+		return 0
+	}
+	return a.Count()
+}
+
+// Partitions returns the cluster's Slurm partitions as the scheduler sees
+// them: those of its spec, or, for a spec that names none, the ones
+// clusterspec.Normalize generates (one default partition "all").
+func Partitions(c *loomv1.Cluster) []*loomv1.SlurmPartition {
+	if ps := c.GetOrchestrator().GetSlurm().GetPartitions(); len(ps) > 0 {
+		return ps
+	}
+	n := proto.Clone(c).(*loomv1.Cluster)
+	clusterspec.Normalize(n)
+	return n.GetOrchestrator().GetSlurm().GetPartitions()
+}
+
+// DefaultPartition returns the id of the partition jobs that name none go to.
+func DefaultPartition(c *loomv1.Cluster) string {
+	ps := Partitions(c)
+	for _, p := range ps {
+		if p.GetDefault() {
+			return p.GetId()
+		}
+	}
+	if len(ps) > 0 {
+		return ps[0].GetId()
+	}
+	return ""
+}
+
+// findPartition returns the partition id of c, or an error naming the ones there are.
+func findPartition(c *loomv1.Cluster, id string) (*loomv1.SlurmPartition, error) {
+	ps := Partitions(c)
+	ids := make([]string, 0, len(ps))
+	for _, p := range ps {
+		if p.GetId() == id {
+			return p, nil
+		}
+		ids = append(ids, p.GetId())
+	}
+	_, cid, _ := ParseClusterName(c.GetName())
+	if cid == "" {
+		cid = c.GetName()
+	}
+	return nil, fmt.Errorf("no partition %q in cluster %s (partitions: %s)", id, cid, strings.Join(ids, ", "))
+}
+
+// partitionPools returns the node pools whose nodes are in partition p.
+func partitionPools(c *loomv1.Cluster, p *loomv1.SlurmPartition) []*loomv1.NodePool {
+	sets := c.GetOrchestrator().GetSlurm().GetNodeSets()
+	if len(sets) == 0 {
+		n := proto.Clone(c).(*loomv1.Cluster)
+		clusterspec.Normalize(n) // node sets as the scheduler sees them
+		sets = n.GetOrchestrator().GetSlurm().GetNodeSets()
+	}
+	var out []*loomv1.NodePool
+	for _, ns := range sets {
+		if !slices.Contains(p.GetNodeSetIds(), ns.GetId()) {
+			continue
+		}
+		for _, pool := range c.GetCompute().GetNodePools() {
+			if pool.GetId() == ns.GetNodePoolId() && !slices.Contains(out, pool) {
+				out = append(out, pool)
+			}
+		}
+	}
+	return out
+}
+
+// validateSlurm checks a job's Slurm options (sbatch's), adding every problem
+// to v. cluster is the job's cluster (nil when unknown; then what depends on
+// it is not checked). It returns the partition the job goes to ("" when it
+// could not be told) and the node pools of that partition.
+func validateSlurm(v *errs.Validator, j *loomv1.Job, cluster *loomv1.Cluster) (partition string, pools []*loomv1.NodePool) {
+	v.Check(j.GetTimeLimitSeconds() >= 0, "job.time_limit_seconds", "%d must not be negative (0: the partition's MaxTime)", j.GetTimeLimitSeconds())
+	v.Check(j.GetTimeLimitSeconds() <= maxTimeLimitSeconds, "job.time_limit_seconds", "%d is more than a century", j.GetTimeLimitSeconds())
+	for _, f := range []struct {
+		name string
+		val  int64
+	}{
+		{"job.ntasks", int64(j.GetNtasks())}, {"job.ntasks_per_node", int64(j.GetNtasksPerNode())},
+		{"job.cpus_per_task", int64(j.GetCpusPerTask())}, {"job.mem_mb", j.GetMemMb()}, {"job.gpus", int64(j.GetGpus())},
+	} {
+		v.Check(f.val >= 0, f.name, "%d must not be negative", f.val)
+	}
+	if s := j.GetArray(); s != "" {
+		switch a, err := slurmspec.ParseArray(s); {
+		case err != nil:
+			v.Add("job.array", "%q: %v", s, err)
+		case a.Count() > MaxArrayTasks:
+			v.Add("job.array", "%q names %d tasks; an array may have at most %d", s, a.Count(), MaxArrayTasks)
+		}
+	}
+	v.Check(j.GetArrayJobId() == "" && j.GetArrayTaskId() == 0, "job.array_job_id", "is set by the scheduler on array tasks; submit the array with job.array")
+	if s := j.GetDependency(); s != "" {
+		if _, err := slurmspec.ParseDependency(s); err != nil {
+			v.Add("job.dependency", "%q: %v", s, err)
+		}
+	}
+	if s := j.GetSignal(); s != "" {
+		if _, err := slurmspec.ParseSignal(s); err != nil {
+			v.Add("job.signal", "%q: %v (want [B:]SIG[@seconds])", s, err)
+		}
+	}
+	for _, d := range []struct{ name, val string }{{"job.work_dir", j.GetWorkDir()}, {"job.submit_dir", j.GetSubmitDir()}} {
+		v.Check(d.val == "" || filepath.IsAbs(d.val), d.name, "%q must be an absolute path", d.val)
+	}
+	for i, h := range j.GetNodelist() {
+		v.Check(ValidID(h), fmt.Sprintf("job.nodelist[%d]", i), "%q is not a hostname", h)
+	}
+	for i, h := range j.GetExclude() {
+		v.Check(ValidID(h), fmt.Sprintf("job.exclude[%d]", i), "%q is not a hostname", h)
+	}
+	if cluster == nil {
+		return "", nil
+	}
+	partition = j.GetPartition()
+	if partition == "" {
+		partition = DefaultPartition(cluster)
+	}
+	p, err := findPartition(cluster, partition)
+	if err != nil {
+		v.Add("job.partition", "%v", err)
+		return "", nil
+	}
+	return partition, partitionPools(cluster, p)
+}
+
+// ValidateUpdateJob checks an UpdateJobRequest's action and values (every
+// problem at once) and returns the action in lower case. The job's name is
+// checked by the caller.
+func ValidateUpdateJob(req *loomv1.UpdateJobRequest) (string, error) {
+	var v errs.Validator
+	action := strings.ToLower(strings.TrimSpace(req.GetAction()))
+	switch action {
+	case "hold", "release", "requeue":
+		v.Check(req.GetTimeLimitSeconds() == 0, "time_limit_seconds", "only with action update, not %s", action)
+		v.Check(req.GetPartition() == "", "partition", "only with action update, not %s", action)
+	case "update":
+		v.Check(req.GetTimeLimitSeconds() >= 0, "time_limit_seconds", "%d must not be negative (0: unchanged)", req.GetTimeLimitSeconds())
+		v.Check(req.GetTimeLimitSeconds() <= maxTimeLimitSeconds, "time_limit_seconds", "%d is more than a century", req.GetTimeLimitSeconds())
+		v.Check(req.GetTimeLimitSeconds() != 0 || req.GetPartition() != "", "action", "update needs time_limit_seconds or partition")
+	case "":
+		v.Add("action", "required: one of %s", updateActionsList)
+	default:
+		v.Add("action", "%q is not one of %s", req.GetAction(), updateActionsList)
+	}
+	return action, v.Err()
+}
+
+// CheckPartition checks that partition exists in cluster (for an update).
+func CheckPartition(cluster *loomv1.Cluster, partition string) error {
+	if _, err := findPartition(cluster, partition); err != nil {
+		return errs.Invalid("partition", "%v", err)
+	}
+	return nil
+}
+
+// CheckUpdate refuses an update action for the state job is in, with
+// Slurm's wording: hold, release and update of a finished job, a requeue of
+// a pending one, and a partition change of a job that started.
+func CheckUpdate(action string, partition string, job *loomv1.Job) error {
+	s := job.GetState()
+	switch {
+	case (action == "hold" || action == "release" || action == "update") && IsTerminal(s):
+		return refuse(MsgFinished)
+	case action == "requeue" && (s == loomv1.JobState_PENDING || s == loomv1.JobState_JOB_STATE_UNSPECIFIED):
+		return refuse(MsgPending)
+	case action == "update" && partition != "" && partition != job.GetPartition() && Rank(s) > 0:
+		return refuse(MsgNoLongerPending)
+	}
+	return nil
+}
+
+// ParseCancelSignal checks CancelJobRequest.signal: a signal name ("USR1",
+// "SIGUSR1", any case) or number ("10"); it returns the name ("" for none).
+func ParseCancelSignal(signal string) (string, error) {
+	if signal == "" {
+		return "", nil
+	}
+	name, err := slurmspec.ParseSignalName(signal)
+	if err != nil {
+		return "", errs.Invalid("signal", "%v (a name such as HUP INT QUIT KILL USR1 USR2 TERM CONT STOP, or a number 1-31)", err)
+	}
+	return name, nil
+}
+
+// CheckCancel refuses to cancel or signal job in the state it is in:
+// finishing or finished jobs (Slurm's "Job/step already completing or
+// completed"), and signals to jobs that have not started.
+func CheckCancel(job *loomv1.Job, signal string) error {
+	s := job.GetState()
+	switch {
+	case IsTerminal(s) || s == loomv1.JobState_COMPLETING:
+		return refuse(MsgAlreadyDone)
+	case signal != "" && (s == loomv1.JobState_PENDING || s == loomv1.JobState_JOB_STATE_UNSPECIFIED):
+		return refuse(MsgPending)
+	}
+	return nil
+}
+
+// ValidateUpdateSlurmNode checks an UpdateSlurmNodeRequest and returns its
+// state in upper case: the cluster name, the hostname, a state DRAIN or
+// RESUME (UNDRAIN is taken for RESUME, as scontrol does), and a reason for a
+// DRAIN, which Slurm requires.
+func ValidateUpdateSlurmNode(req *loomv1.UpdateSlurmNodeRequest) (string, error) {
+	var v errs.Validator
+	if _, _, err := ParseClusterName(req.GetCluster()); err != nil {
+		v.Add("cluster", "%v", err)
+	}
+	v.Check(ValidID(req.GetHostname()), "hostname", "%q is not a node hostname", req.GetHostname())
+	state := strings.ToUpper(strings.TrimSpace(req.GetState()))
+	switch state {
+	case "DRAIN":
+		v.Check(strings.TrimSpace(req.GetReason()) != "", "reason", "%s", MsgDrainNeedsReason)
+	case "RESUME", "UNDRAIN":
+		state = "RESUME"
+	case "":
+		v.Add("state", "required: one of %s", slurmNodeStatesList)
+	default:
+		v.Add("state", "%q is not one of %s", req.GetState(), slurmNodeStatesList)
+	}
+	return state, v.Err()
+}
+
+// ValidateListJobs checks a ListJobsRequest's filters.
+func ValidateListJobs(v *errs.Validator, req *loomv1.ListJobsRequest) {
+	for i, id := range req.GetJobIds() {
+		if _, err := slurmspec.ParseJobRef(id); err != nil {
+			v.Add(fmt.Sprintf("job_ids[%d]", i), "%v", err)
+		}
+	}
+	for i, s := range req.GetStates() {
+		_, known := loomv1.JobState_name[int32(s)]
+		v.Check(known && s != loomv1.JobState_JOB_STATE_UNSPECIFIED, fmt.Sprintf("states[%d]", i), "%v is not a job state", s)
+	}
+	for _, f := range []struct {
+		name string
+		vals []string
+	}{{"users", req.GetUsers()}, {"names", req.GetNames()}, {"partitions", req.GetPartitions()}} {
+		for i, s := range f.vals {
+			v.Check(s != "", fmt.Sprintf("%s[%d]", f.name, i), "must not be empty")
+		}
+	}
+}
+
+// Filtered reports whether req narrows the list with any filter besides the cluster.
+func Filtered(req *loomv1.ListJobsRequest) bool {
+	return len(req.GetUsers()) > 0 || len(req.GetStates()) > 0 || len(req.GetJobIds()) > 0 ||
+		len(req.GetNames()) > 0 || len(req.GetPartitions()) > 0 || req.GetActiveOnly()
+}
+
+// SlurmJobName is the name Slurm shows for a job (%x, squeue's NAME), as the
+// scheduler gives it: the display name, else the command's program, else
+// "sbatch".
+func SlurmJobName(j *loomv1.Job) string {
+	switch {
+	case j.GetDisplayName() != "":
+		return j.GetDisplayName()
+	case len(j.GetCommand()) > 0:
+		return filepath.Base(j.GetCommand()[0])
+	}
+	return "sbatch"
+}
+
+// MatchesList reports whether a job as the gateway accepted it (pending)
+// passes req's filters, as the scheduler applies them: users by user, names
+// by SlurmJobName, partitions by partition, job ids by job id ("A_i" matches
+// array A, which stands for its tasks until the scheduler creates them).
+func MatchesList(req *loomv1.ListJobsRequest, j *loomv1.Job) bool {
+	in := func(set []string, v string) bool { return len(set) == 0 || slices.Contains(set, v) }
+	if !in(req.GetUsers(), j.GetUser()) || !in(req.GetNames(), SlurmJobName(j)) || !in(req.GetPartitions(), j.GetPartition()) {
+		return false
+	}
+	if len(req.GetStates()) > 0 && !slices.Contains(req.GetStates(), j.GetState()) {
+		return false
+	}
+	if req.GetActiveOnly() && IsTerminal(j.GetState()) {
+		return false
+	}
+	if ids := req.GetJobIds(); len(ids) > 0 {
+		ok := false
+		for _, id := range ids {
+			ref, err := slurmspec.ParseJobRef(id)
+			ok = ok || (err == nil && strconv.FormatInt(ref.JobID, 10) == j.GetJobId())
+		}
+		return ok
+	}
+	return true
+}

@@ -1,0 +1,256 @@
+package domain
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/loom-ml/loom/libs/errs"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// partitioned is c1 with two partitions: train over the gpu pool (default)
+// and debug over the cpu pool.
+func partitioned() *loomv1.Cluster {
+	req := goodCluster()
+	req.Cluster.Orchestrator = &loomv1.Orchestrator{Slurm: &loomv1.SlurmOrchestrator{
+		NodeSets: []*loomv1.SlurmNodeSet{{Id: "gpu", NodePoolId: "gpu"}, {Id: "cpu", NodePoolId: "cpu"}},
+		Partitions: []*loomv1.SlurmPartition{
+			{Id: "train", NodeSetIds: []string{"gpu"}, Default: true},
+			{Id: "debug", NodeSetIds: []string{"cpu"}, MaxTime: "1:00:00"},
+		},
+	}}
+	c, err := AcceptCluster(req)
+	if err != nil {
+		panic(err)
+	}
+	c.Status = &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, TotalNodes: 6}
+	return c
+}
+
+func TestValidateSubmitJobSlurmOptions(t *testing.T) {
+	t.Parallel()
+	ok := func(mut func(*loomv1.Job)) *loomv1.SubmitJobRequest {
+		r := goodJob()
+		mut(r.Job)
+		return r
+	}
+	for _, req := range []*loomv1.SubmitJobRequest{
+		ok(func(j *loomv1.Job) {
+			j.Array, j.Dependency, j.Signal, j.TimeLimitSeconds = "0-15:2%4", "afterok:12:13_2,singleton", "B:USR1@90", 3600
+			j.WorkDir, j.SubmitDir, j.Nodelist, j.Exclude = "/home/u/run", "/home/u", []string{"gpu-0001"}, []string{"gpu-0002"}
+		}),
+		ok(func(j *loomv1.Job) { j.Partition = "train" }),
+		ok(func(j *loomv1.Job) { j.Partition, j.NodeCount, j.GpusPerNode = "debug", 4, 0 }),
+	} {
+		if err := ValidateSubmitJob(req, partitioned()); err != nil {
+			t.Errorf("valid request %v rejected: %v", req.Job, err)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*loomv1.Job)
+		want   string // field: and a piece of the reason
+	}{
+		{"negative time", func(j *loomv1.Job) { j.TimeLimitSeconds = -1 }, "job.time_limit_seconds: -1 must not be negative"},
+		{"bad array", func(j *loomv1.Job) { j.Array = "3-1" }, `job.array: "3-1": range "3-1" ends before it starts`},
+		{"huge array", func(j *loomv1.Job) { j.Array = "0-20000" }, "job.array: \"0-20000\" names 20001 tasks; an array may have at most 10000"},
+		{"task fields", func(j *loomv1.Job) { j.ArrayJobId = "7" }, "job.array_job_id"},
+		{"bad dependency", func(j *loomv1.Job) { j.Dependency = "before:12" }, `job.dependency: "before:12": unknown dependency type`},
+		{"bad signal", func(j *loomv1.Job) { j.Signal = "B:FOO@5" }, "job.signal"},
+		{"relative work dir", func(j *loomv1.Job) { j.WorkDir = "run" }, `job.work_dir: "run" must be an absolute path`},
+		{"bad nodelist", func(j *loomv1.Job) { j.Nodelist = []string{"GPU_1"} }, "job.nodelist[0]"},
+		{"negative mem", func(j *loomv1.Job) { j.MemMb = -5 }, "job.mem_mb"},
+		{"unknown partition", func(j *loomv1.Job) { j.Partition = "gpu" }, `job.partition: no partition "gpu" in cluster c1 (partitions: train, debug)`},
+		{"gpus beyond the partition", func(j *loomv1.Job) { j.Partition = "debug" }, "job.gpus_per_node: 8 exceeds the 0 GPUs of the largest node in partition debug"},
+		{"nodes beyond the partition", func(j *loomv1.Job) { j.Partition, j.NodeCount, j.GpusPerNode = "debug", 5, 0 }, "job.node_count: 5 exceeds the 4 nodes in partition debug"},
+	} {
+		req := goodJob()
+		tc.mutate(req.Job)
+		err := ValidateSubmitJob(req, partitioned())
+		var inv *errs.InvalidError
+		if !errors.As(err, &inv) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want InvalidArgument containing %q", tc.name, err, tc.want)
+		}
+	}
+	// Without partitions in the spec, the generated default "all" holds every pool.
+	req := goodJob()
+	req.Job.Partition = "all"
+	if err := ValidateSubmitJob(req, existing()); err != nil {
+		t.Errorf("default partition of a spec without partitions rejected: %v", err)
+	}
+}
+
+func TestArrayTaskJobID(t *testing.T) {
+	t.Parallel()
+	parent := &loomv1.Job{JobId: "10", Array: "0-15:5,7%2"} // indexes 0,5,7,10,15
+	for idx, want := range map[int]int64{0: 10, 5: 11, 7: 12, 10: 13, 15: 14} {
+		if got, ok := ArrayTaskJobID(parent, idx); !ok || got != want {
+			t.Errorf("task %d: %d %v, want %d", idx, got, ok, want)
+		}
+	}
+	for _, idx := range []int{1, 16, -1} {
+		if got, ok := ArrayTaskJobID(parent, idx); ok {
+			t.Errorf("task %d: %d, want none", idx, got)
+		}
+	}
+	if _, ok := ArrayTaskJobID(&loomv1.Job{JobId: "3"}, 0); ok {
+		t.Error("a job without array has tasks")
+	}
+	if n := ArrayTaskCount("0-3"); n != 4 {
+		t.Errorf("ArrayTaskCount(0-3) = %d", n)
+	}
+}
+
+func TestUpdateAndCancelChecks(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		req  *loomv1.UpdateJobRequest
+		want string // "" valid, else field
+		act  string
+	}{
+		{&loomv1.UpdateJobRequest{Action: "Hold"}, "", "hold"},
+		{&loomv1.UpdateJobRequest{Action: "update", TimeLimitSeconds: 60}, "", "update"},
+		{&loomv1.UpdateJobRequest{Action: "update", Partition: "debug"}, "", "update"},
+		{&loomv1.UpdateJobRequest{}, "action", ""},
+		{&loomv1.UpdateJobRequest{Action: "suspend"}, "action", ""},
+		{&loomv1.UpdateJobRequest{Action: "update"}, "action", ""},
+		{&loomv1.UpdateJobRequest{Action: "update", TimeLimitSeconds: -5}, "time_limit_seconds", ""},
+		{&loomv1.UpdateJobRequest{Action: "hold", Partition: "x"}, "partition", ""},
+	} {
+		act, err := ValidateUpdateJob(tc.req)
+		switch {
+		case tc.want == "" && (err != nil || act != tc.act):
+			t.Errorf("ValidateUpdateJob(%v) = %q, %v; want %q", tc.req, act, err, tc.act)
+		case tc.want != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.want+":")):
+			t.Errorf("ValidateUpdateJob(%v) = %v, want InvalidArgument naming %s", tc.req, err, tc.want)
+		}
+	}
+	if err := CheckPartition(partitioned(), "gpu"); err == nil || !strings.Contains(err.Error(), "partition: no partition \"gpu\"") {
+		t.Errorf("CheckPartition(gpu) = %v", err)
+	}
+
+	job := func(s loomv1.JobState) *loomv1.Job { return &loomv1.Job{State: s, Partition: "train"} }
+	refusal := func(err error) string {
+		if err == nil {
+			return ""
+		}
+		if st := status.Convert(errs.ToStatus(err)); st.Code() != codes.FailedPrecondition {
+			t.Errorf("%v maps to %s, want FailedPrecondition", err, st.Code())
+		}
+		return err.Error()
+	}
+	for _, tc := range []struct {
+		action, partition string
+		state             loomv1.JobState
+		want              string
+	}{
+		{"hold", "", loomv1.JobState_PENDING, ""},
+		{"hold", "", loomv1.JobState_RUNNING, ""},
+		{"release", "", loomv1.JobState_COMPLETED, MsgFinished},
+		{"requeue", "", loomv1.JobState_PENDING, MsgPending},
+		{"requeue", "", loomv1.JobState_COMPLETED, ""},
+		{"update", "debug", loomv1.JobState_RUNNING, MsgNoLongerPending},
+		{"update", "train", loomv1.JobState_RUNNING, ""},
+		{"update", "", loomv1.JobState_FAILED, MsgFinished},
+	} {
+		if got := refusal(CheckUpdate(tc.action, tc.partition, job(tc.state))); got != tc.want {
+			t.Errorf("CheckUpdate(%s %q, %s) = %q, want %q", tc.action, tc.partition, tc.state, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		state  loomv1.JobState
+		signal string
+		want   string
+	}{
+		{loomv1.JobState_PENDING, "", ""},
+		{loomv1.JobState_RUNNING, "USR1", ""},
+		{loomv1.JobState_PENDING, "USR1", MsgPending},
+		{loomv1.JobState_COMPLETING, "", MsgAlreadyDone},
+		{loomv1.JobState_CANCELLED, "", MsgAlreadyDone},
+		{loomv1.JobState_COMPLETED, "TERM", MsgAlreadyDone},
+	} {
+		if got := refusal(CheckCancel(job(tc.state), tc.signal)); got != tc.want {
+			t.Errorf("CheckCancel(%s, %q) = %q, want %q", tc.state, tc.signal, got, tc.want)
+		}
+	}
+	for in, want := range map[string]string{"": "", "usr1": "USR1", "SIGTERM": "TERM", "9": "KILL", "STOP": "STOP"} {
+		if got, err := ParseCancelSignal(in); err != nil || got != want {
+			t.Errorf("ParseCancelSignal(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := ParseCancelSignal("B:USR1"); err == nil || !strings.HasPrefix(err.Error(), "signal:") {
+		t.Errorf("ParseCancelSignal(B:USR1) = %v, want InvalidArgument naming signal", err)
+	}
+}
+
+func TestValidateUpdateSlurmNode(t *testing.T) {
+	t.Parallel()
+	const c = "projects/default/clusters/c1"
+	for _, tc := range []struct {
+		req   *loomv1.UpdateSlurmNodeRequest
+		state string
+		bad   []string
+	}{
+		{&loomv1.UpdateSlurmNodeRequest{Cluster: c, Hostname: "gpu-0001", State: "drain", Reason: "bad gpu"}, "DRAIN", nil},
+		{&loomv1.UpdateSlurmNodeRequest{Cluster: c, Hostname: "gpu-0001", State: "RESUME"}, "RESUME", nil},
+		{&loomv1.UpdateSlurmNodeRequest{Cluster: c, Hostname: "gpu-0001", State: "undrain"}, "RESUME", nil},
+		{&loomv1.UpdateSlurmNodeRequest{Cluster: c, Hostname: "gpu-0001", State: "DRAIN", Reason: " "}, "", []string{"reason"}},
+		{&loomv1.UpdateSlurmNodeRequest{Cluster: c, Hostname: "gpu-0001", State: "DOWN"}, "", []string{"state"}},
+		{&loomv1.UpdateSlurmNodeRequest{Cluster: "c1", Hostname: "GPU_1"}, "", []string{"cluster", "hostname", "state"}},
+	} {
+		state, err := ValidateUpdateSlurmNode(tc.req)
+		if tc.bad == nil {
+			if err != nil || state != tc.state {
+				t.Errorf("ValidateUpdateSlurmNode(%v) = %q, %v; want %q", tc.req, state, err, tc.state)
+			}
+			continue
+		}
+		if got := fields(t, err); strings.Join(got, ",") != strings.Join(tc.bad, ",") {
+			t.Errorf("ValidateUpdateSlurmNode(%v) violations %v, want %v", tc.req, got, tc.bad)
+		}
+	}
+	_, err := ValidateUpdateSlurmNode(&loomv1.UpdateSlurmNodeRequest{Cluster: c, Hostname: "gpu-0001", State: "DRAIN"})
+	if err == nil || !strings.Contains(err.Error(), MsgDrainNeedsReason) {
+		t.Errorf("drain without reason: %v, want Slurm's message", err)
+	}
+}
+
+func TestListFilters(t *testing.T) {
+	t.Parallel()
+	var v errs.Validator
+	ValidateListJobs(&v, &loomv1.ListJobsRequest{JobIds: []string{"12", "12_3", "x"}, States: []loomv1.JobState{0}, Users: []string{""}})
+	if got := fields(t, v.Err()); strings.Join(got, ",") != "job_ids[2],states[0],users[0]" {
+		t.Errorf("filter violations %v", got)
+	}
+	j := &loomv1.Job{JobId: "12", User: "ana", DisplayName: "train", Partition: "gpu", State: loomv1.JobState_PENDING}
+	for _, tc := range []struct {
+		req  *loomv1.ListJobsRequest
+		want bool
+	}{
+		{&loomv1.ListJobsRequest{}, true},
+		{&loomv1.ListJobsRequest{Users: []string{"ana"}, Names: []string{"train"}, Partitions: []string{"gpu"}, ActiveOnly: true}, true},
+		{&loomv1.ListJobsRequest{Users: []string{"bob"}}, false},
+		{&loomv1.ListJobsRequest{States: []loomv1.JobState{loomv1.JobState_RUNNING}}, false},
+		{&loomv1.ListJobsRequest{JobIds: []string{"12_4"}}, true}, // an array's tasks are its own until the scheduler makes them
+		{&loomv1.ListJobsRequest{JobIds: []string{"13"}}, false},
+	} {
+		if got := MatchesList(tc.req, j); got != tc.want {
+			t.Errorf("MatchesList(%v) = %v, want %v", tc.req, got, tc.want)
+		}
+	}
+	for name, want := range map[*loomv1.Job]string{{DisplayName: "x", Command: []string{"/bin/true"}}: "x", {Command: []string{"/usr/bin/python3"}}: "python3", {Script: "true"}: "sbatch"} {
+		if got := SlurmJobName(name); got != want {
+			t.Errorf("SlurmJobName(%v) = %q, want %q", name, got, want)
+		}
+	}
+	if !MatchesList(&loomv1.ListJobsRequest{Names: []string{"sbatch"}}, &loomv1.Job{Script: "true", State: loomv1.JobState_PENDING}) {
+		t.Error("a script job without a name is not listed under the name sbatch")
+	}
+	if Filtered(&loomv1.ListJobsRequest{Cluster: "c1"}) || !Filtered(&loomv1.ListJobsRequest{ActiveOnly: true}) {
+		t.Error("Filtered: the cluster is not a filter, active_only is")
+	}
+}

@@ -1,0 +1,285 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// rest calls the gateway's REST API and returns the status code and body.
+func (h *harness) rest(t *testing.T, ctx context.Context, method, path, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, h.restBase+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("request: %v", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read body: %v", err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// jobCommand waits for the job command on loom.job.commands.v1 (key: the
+// cluster) that match accepts.
+func jobCommand[T any](t *testing.T, h *harness, match func(T) bool) T {
+	t.Helper()
+	ev := testkit.WaitEvent(t, h.broker, topics.JobCommands, wait, func(e envelope.Event) bool {
+		p, ok := e.Payload.(T)
+		return ok && e.Key == cluster1 && match(p)
+	})
+	return ev.Payload.(T)
+}
+
+// TestArraysAndJobCommands checks array submissions (a block of ids, one
+// command), A_i names, CancelJob with a signal, UpdateJob and the Slurm
+// refusals.
+func TestArraysAndJobCommands(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, 2*wait)
+
+	arr := validJob()
+	arr.Job.Array = "0-6:2%2" // tasks 0, 2, 4, 6
+	a, err := h.jobs().SubmitJob(ctx, arr)
+	if err != nil {
+		t.Fatalf("array SubmitJob: %v", err)
+	}
+	next, err := h.jobs().SubmitJob(ctx, validJob())
+	if err != nil {
+		t.Fatalf("SubmitJob after the array: %v", err)
+	}
+	if a.GetJobId() != "1" || a.GetArray() != "0-6:2%2" || a.GetPartition() != "all" || next.GetJobId() != "5" {
+		t.Fatalf("array job %s (array %q, partition %q), next job %s; want 1 with its spec in partition all, then 5 (ids 1-4 reserved)",
+			a.GetJobId(), a.GetArray(), a.GetPartition(), next.GetJobId())
+	}
+	sub := jobCommand(t, h, func(s *eventsv1.SubmitJob) bool { return s.GetJob().GetJobId() == "1" })
+	if sub.GetJob().GetArray() != "0-6:2%2" {
+		t.Errorf("SubmitJob command for the array: %v", sub.GetJob())
+	}
+	submits := 0
+	for _, e := range testkit.Events(t, h.broker, topics.JobCommands) {
+		if _, ok := e.Payload.(*eventsv1.SubmitJob); ok {
+			submits++
+		}
+	}
+	if submits != 2 {
+		t.Errorf("%d SubmitJob commands, want 2 (one for the whole array)", submits)
+	}
+
+	// Task 4 is the third index: job 1+2. The scheduler has it running.
+	task := &loomv1.Job{Name: "projects/default/jobs/3", JobId: "3", Cluster: cluster1, State: loomv1.JobState_RUNNING,
+		ArrayJobId: "1", ArrayTaskId: 4, Partition: "all"}
+	h.w.setJob(task)
+	got, err := h.jobs().GetJob(ctx, &loomv1.GetJobRequest{Name: "projects/default/jobs/1_4"})
+	if err != nil || got.GetName() != task.GetName() || got.GetArrayTaskId() != 4 {
+		t.Fatalf("GetJob 1_4: %v %v, want job 3", got, err)
+	}
+	_, err = h.jobs().GetJob(ctx, &loomv1.GetJobRequest{Name: "projects/default/jobs/1_5"})
+	wantCode(t, "GetJob of a task the array does not have", err, codes.NotFound, "has no task 5")
+	_, err = h.jobs().GetJob(ctx, &loomv1.GetJobRequest{Name: "projects/default/jobs/5_0"})
+	wantCode(t, "GetJob of a task of a job that is no array", err, codes.NotFound, "not an array")
+
+	// CancelJob with a signal, by task name.
+	if j, err := h.jobs().CancelJob(ctx, &loomv1.CancelJobRequest{Name: "projects/default/jobs/1_4", Signal: "sigusr1"}); err != nil || j.GetName() != task.GetName() {
+		t.Fatalf("signal task 1_4: %v %v", j, err)
+	}
+	jobCommand(t, h, func(c *eventsv1.CancelJob) bool {
+		return c.GetJob() == task.GetName() && c.GetSignal() == "USR1" && c.GetCluster() == cluster1
+	})
+	_, err = h.jobs().CancelJob(ctx, &loomv1.CancelJobRequest{Name: task.GetName(), Signal: "SIGFOO"})
+	wantCode(t, "bad signal", err, codes.InvalidArgument, "signal")
+	_, err = h.jobs().CancelJob(ctx, &loomv1.CancelJobRequest{Name: next.GetName(), Signal: "TERM"})
+	wantCode(t, "signal to a pending job", err, codes.FailedPrecondition, "Job is pending execution")
+	done := &loomv1.Job{Name: "projects/default/jobs/2", JobId: "2", Cluster: cluster1, State: loomv1.JobState_COMPLETED, ArrayJobId: "1"}
+	h.w.setJob(done)
+	_, err = h.jobs().CancelJob(ctx, &loomv1.CancelJobRequest{Name: "projects/default/jobs/1_2"})
+	wantCode(t, "cancel a finished task", err, codes.FailedPrecondition, "Job/step already completing or completed")
+	// The whole array: one command naming the array; the scheduler acts on each task.
+	if _, err := h.jobs().CancelJob(ctx, &loomv1.CancelJobRequest{Name: a.GetName()}); err != nil {
+		t.Fatalf("cancel the whole array: %v", err)
+	}
+	jobCommand(t, h, func(c *eventsv1.CancelJob) bool { return c.GetJob() == a.GetName() && c.GetSignal() == "" })
+
+	// UpdateJob.
+	if j, err := h.jobs().UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: next.GetName(), Action: "HOLD"}); err != nil || j.GetName() != next.GetName() {
+		t.Fatalf("hold: %v %v", j, err)
+	}
+	jobCommand(t, h, func(u *eventsv1.UpdateJob) bool { return u.GetJob() == next.GetName() && u.GetAction() == "hold" })
+	if _, err := h.jobs().UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: "projects/default/jobs/1_4", Action: "update", TimeLimitSeconds: 600}); err != nil {
+		t.Fatalf("update task 1_4: %v", err)
+	}
+	jobCommand(t, h, func(u *eventsv1.UpdateJob) bool {
+		return u.GetJob() == task.GetName() && u.GetAction() == "update" && u.GetTimeLimitSeconds() == 600
+	})
+	for _, tc := range []struct {
+		what string
+		req  *loomv1.UpdateJobRequest
+		code codes.Code
+		text string
+	}{
+		{"unknown action", &loomv1.UpdateJobRequest{Name: next.GetName(), Action: "suspend"}, codes.InvalidArgument, "action"},
+		{"update without values", &loomv1.UpdateJobRequest{Name: next.GetName(), Action: "update"}, codes.InvalidArgument, "action"},
+		{"unknown partition", &loomv1.UpdateJobRequest{Name: next.GetName(), Action: "update", Partition: "gpu"}, codes.InvalidArgument,
+			`partition: no partition "gpu" in cluster c1 (partitions: all)`},
+		{"unknown job", &loomv1.UpdateJobRequest{Name: "projects/default/jobs/99", Action: "hold"}, codes.NotFound, "99"},
+		{"bad name", &loomv1.UpdateJobRequest{Name: "jobs/1", Action: "hold"}, codes.InvalidArgument, "name"},
+		{"requeue a pending job", &loomv1.UpdateJobRequest{Name: next.GetName(), Action: "requeue"}, codes.FailedPrecondition, "Job is pending execution"},
+		{"release a finished job", &loomv1.UpdateJobRequest{Name: done.GetName(), Action: "release"}, codes.FailedPrecondition, "Job has already finished"},
+	} {
+		_, err := h.jobs().UpdateJob(ctx, tc.req)
+		wantCode(t, tc.what, err, tc.code, tc.text)
+	}
+
+	// Submit validation of the Slurm options, with the field in the message.
+	for _, tc := range []struct {
+		what string
+		mut  func(*loomv1.Job)
+		text string
+	}{
+		{"partition", func(j *loomv1.Job) { j.Partition = "gpu" }, `job.partition: no partition "gpu" in cluster c1 (partitions: all)`},
+		{"array", func(j *loomv1.Job) { j.Array = "1-x" }, "job.array"},
+		{"dependency", func(j *loomv1.Job) { j.Dependency = "afterok" }, "job.dependency"},
+		{"time limit", func(j *loomv1.Job) { j.TimeLimitSeconds = -1 }, "job.time_limit_seconds"},
+	} {
+		r := validJob()
+		tc.mut(r.Job)
+		_, err := h.jobs().SubmitJob(ctx, r)
+		wantCode(t, "submit with a bad "+tc.what, err, codes.InvalidArgument, tc.text)
+	}
+	if j, err := h.jobs().SubmitJob(ctx, validJob()); err != nil || j.GetJobId() != "6" {
+		t.Errorf("submit after the rejected ones: %v %v, want job 6 (rejected calls take no ids)", j, err)
+	}
+}
+
+// TestListJobsFilters checks that the filters reach the scheduler and that
+// accepted jobs are added only when they pass them and the scheduler does
+// not know them.
+func TestListJobsFilters(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, wait)
+	for range 3 {
+		r := validJob()
+		r.Job.User = "ana"
+		if _, err := h.jobs().SubmitJob(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The scheduler knows job 1 (finished) and 2 (running), not 3 yet.
+	h.w.setJob(&loomv1.Job{Name: "projects/default/jobs/1", JobId: "1", Cluster: cluster1, User: "ana", State: loomv1.JobState_COMPLETED})
+	h.w.setJob(&loomv1.Job{Name: "projects/default/jobs/2", JobId: "2", Cluster: cluster1, User: "ana", State: loomv1.JobState_RUNNING})
+
+	req := &loomv1.ListJobsRequest{Parent: project, Cluster: "c1", Users: []string{"ana"}, ActiveOnly: true,
+		States: []loomv1.JobState{loomv1.JobState_PENDING, loomv1.JobState_RUNNING}, Names: nil, Partitions: []string{"all"}}
+	list, err := h.jobs().ListJobs(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, j := range list.GetJobs() {
+		got = append(got, j.GetJobId()+":"+j.GetState().String())
+	}
+	// Job 1 passes as accepted (PENDING) but the scheduler has it finished.
+	if want := []string{"2:RUNNING", "3:PENDING"}; !slices.Equal(got, want) {
+		t.Errorf("active jobs of ana: %v, want %v", got, want)
+	}
+	h.w.mu.Lock()
+	first := h.w.listRequests[0]
+	h.w.mu.Unlock()
+	if first.GetCluster() != cluster1 || !slices.Equal(first.GetUsers(), []string{"ana"}) || !first.GetActiveOnly() ||
+		len(first.GetStates()) != 2 || !slices.Equal(first.GetPartitions(), []string{"all"}) {
+		t.Errorf("request to the scheduler %v, want the filters (and the full cluster name)", first)
+	}
+	list, err = h.jobs().ListJobs(ctx, &loomv1.ListJobsRequest{Parent: project, Users: []string{"bob"}})
+	if err != nil || len(list.GetJobs()) != 0 {
+		t.Errorf("jobs of bob: %v %v, want none", list, err)
+	}
+	_, err = h.jobs().ListJobs(ctx, &loomv1.ListJobsRequest{Parent: project, JobIds: []string{"1_x"}})
+	wantCode(t, "bad job id filter", err, codes.InvalidArgument, "job_ids[0]")
+}
+
+// TestSlurmService checks the partition and node reads (proxied to the
+// scheduler) and UpdateSlurmNode, over gRPC and REST.
+func TestSlurmService(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, wait)
+	h.w.mu.Lock()
+	h.w.partitions = []*loomv1.Partition{{Name: "all", Cluster: cluster1, Default: true, State: "up", MaxTime: "UNLIMITED", Nodes: []string{"gpu-0001"}}}
+	h.w.slurmNodes = []*loomv1.SlurmNode{{Hostname: "gpu-0001", Cluster: cluster1, State: loomv1.SlurmNode_IDLE, Gpus: 8}}
+	h.w.mu.Unlock()
+
+	parts, err := h.slurm().ListPartitions(ctx, &loomv1.ListPartitionsRequest{Cluster: cluster1})
+	if err != nil || len(parts.GetPartitions()) != 1 || parts.GetPartitions()[0].GetName() != "all" {
+		t.Fatalf("ListPartitions: %v %v", parts, err)
+	}
+	_, err = h.slurm().ListSlurmNodes(ctx, &loomv1.ListSlurmNodesRequest{Cluster: "c1"})
+	wantCode(t, "ListSlurmNodes with a bare id", err, codes.InvalidArgument, "cluster")
+	_, err = h.slurm().ListSlurmNodes(ctx, &loomv1.ListSlurmNodesRequest{Cluster: "projects/default/clusters/nope"})
+	wantCode(t, "ListSlurmNodes of an unknown cluster", err, codes.NotFound, "nope")
+
+	n, err := h.slurm().UpdateSlurmNode(ctx, &loomv1.UpdateSlurmNodeRequest{Cluster: cluster1, Hostname: "gpu-0001", State: "drain", Reason: "bad gpu"})
+	if err != nil || n.GetHostname() != "gpu-0001" || n.GetState() != loomv1.SlurmNode_IDLE {
+		t.Fatalf("drain: %v %v, want the node as the scheduler has it", n, err)
+	}
+	jobCommand(t, h, func(u *eventsv1.UpdateSlurmNode) bool {
+		return u.GetHostname() == "gpu-0001" && u.GetState() == "DRAIN" && u.GetReason() == "bad gpu" && u.GetCluster() == cluster1
+	})
+	_, err = h.slurm().UpdateSlurmNode(ctx, &loomv1.UpdateSlurmNodeRequest{Cluster: cluster1, Hostname: "gpu-0001", State: "DRAIN"})
+	wantCode(t, "drain without a reason", err, codes.InvalidArgument, "reason: You must specify a reason when DOWNING or DRAINING a node")
+	_, err = h.slurm().UpdateSlurmNode(ctx, &loomv1.UpdateSlurmNodeRequest{Cluster: cluster1, Hostname: "gpu-0099", State: "RESUME"})
+	wantCode(t, "unknown node", err, codes.NotFound, "gpu-0099")
+
+	// REST.
+	if code, body := h.rest(t, ctx, "GET", "/v1/projects/default/clusters/c1/partitions", ""); code != http.StatusOK || !strings.Contains(body, `"max_time":"UNLIMITED"`) {
+		t.Errorf("GET partitions: HTTP %d %s", code, body)
+	}
+	if code, body := h.rest(t, ctx, "GET", "/v1/projects/default/clusters/c1/slurmNodes", ""); code != http.StatusOK || !strings.Contains(body, `"hostname":"gpu-0001"`) {
+		t.Errorf("GET slurm nodes: HTTP %d %s", code, body)
+	}
+	code, body := h.rest(t, ctx, "POST", "/v1/projects/default/clusters/c1/slurmNodes/gpu-0001:update", `{"state":"RESUME"}`)
+	if code != http.StatusOK || !strings.Contains(body, `"hostname":"gpu-0001"`) {
+		t.Errorf("POST node update: HTTP %d %s", code, body)
+	}
+	jobCommand(t, h, func(u *eventsv1.UpdateSlurmNode) bool { return u.GetState() == "RESUME" })
+	if code, body = h.rest(t, ctx, "POST", "/v1/projects/default/clusters/c1/slurmNodes/gpu-0001:update", `{"state":"DOWN"}`); code != http.StatusBadRequest || !strings.Contains(body, "state") {
+		t.Errorf("POST bad node state: HTTP %d %s, want 400 naming state", code, body)
+	}
+
+	// UpdateJob over REST, by task name.
+	arr := validJob()
+	arr.Job.Array = "3-4"
+	a, err := h.jobs().SubmitJob(ctx, arr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.w.setJob(&loomv1.Job{Name: "projects/default/jobs/2", JobId: "2", Cluster: cluster1, State: loomv1.JobState_PENDING, ArrayJobId: a.GetJobId(), ArrayTaskId: 4})
+	code, body = h.rest(t, ctx, "POST", "/v1/projects/default/jobs/"+a.GetJobId()+"_4:update", `{"action":"hold"}`)
+	if code != http.StatusOK || !strings.Contains(body, `"name":"projects/default/jobs/2"`) {
+		t.Errorf("POST job update by task name: HTTP %d %s", code, body)
+	}
+	jobCommand(t, h, func(u *eventsv1.UpdateJob) bool {
+		return u.GetJob() == "projects/default/jobs/2" && u.GetAction() == "hold"
+	})
+	if code, body = h.rest(t, ctx, "POST", "/v1/projects/default/jobs/2:cancel", `{"signal":"USR1"}`); code != http.StatusBadRequest || !strings.Contains(body, "Job is pending execution") {
+		t.Errorf("POST signal to a pending job: HTTP %d %s, want 400 with Slurm's words", code, body)
+	}
+}
