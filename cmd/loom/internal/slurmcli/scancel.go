@@ -272,7 +272,12 @@ func (c *cmd) cancelOne(ctx context.Context, t cancelTarget, signal string) erro
 		case codes.NotFound:
 			return c.errorf("%s on job id %s: Invalid job id specified", verb, t.id)
 		case codes.FailedPrecondition:
-			return c.errorf("%s on job id %s: Job/step already completing or completed", verb, t.id)
+			// The gateway answers in Slurm's words ("Job is pending execution", ...).
+			msg := status.Convert(err).Message()
+			if msg == "" {
+				msg = "Job/step already completing or completed"
+			}
+			return c.errorf("%s on job id %s: %s", verb, t.id, msg)
 		case codes.Unavailable, codes.DeadlineExceeded, codes.Unimplemented:
 			return c.rpcError(verb+" on job id "+t.id, err)
 		default:
