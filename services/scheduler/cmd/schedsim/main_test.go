@@ -64,7 +64,23 @@ func TestRunSmall(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, got)
 		}
 	}
-	for _, bad := range [][]string{{"-only", "x"}, {"-traces", "google"}, {"-policies", "sjf"}, {"-limit", "-2"}} {
+	err = run(context.Background(), []string{"-only", "cycle", "-sizes", "8x40,16x40", "-cycle-policies", "easy,loom", "-repeat", "1", "-report", report}, &out, &errb)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errb.String())
+	}
+	got, err = os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"<!-- schedsim:begin -->", "<!-- schedcycle:begin -->", "| 8 | 64 | 40 |", "| 16 | 128 | 40 |", "| loom |", "<!-- schedcycle:end -->"} {
+		if !strings.Contains(string(got), want) {
+			t.Errorf("report lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Count(string(got), "| easy |") != 2 {
+		t.Errorf("want one easy row per size:\n%s", got)
+	}
+	for _, bad := range [][]string{{"-only", "x"}, {"-traces", "google"}, {"-policies", "sjf"}, {"-limit", "-2"}, {"-sizes", "10k"}, {"-cycle-policies", "x"}} {
 		if err := run(context.Background(), bad, &out, &errb); err == nil {
 			t.Errorf("schedsim %v: no error", bad)
 		}
