@@ -1,127 +1,21 @@
 package slurmcli
 
-import (
-	"errors"
-	"fmt"
-	"strconv"
-	"strings"
-)
+import "github.com/loom-ml/loom/libs/slurmspec"
+
+// The --dependency grammar lives in libs/slurmspec, shared with the gateway;
+// these names keep slurmcli's API.
 
 // DependencyTypes are the --dependency types Loom knows, as Slurm names them.
-var DependencyTypes = []string{"after", "afterany", "afterburstbuffer", "aftercorr", "afternotok", "afterok", "singleton"}
+var DependencyTypes = slurmspec.DependencyTypes
 
-// DepJob is one job a dependency waits for: "12", "12_3" (one array
-// task), "12_*"/"12" for a whole array, optionally "+MIN" (after only).
-type DepJob struct {
-	JobID string
-	// Task is the array task index after "_", or -1 for the whole job.
-	Task int
-	// DelayMinutes is the "+time" of "after:12+5": how long after the
-	// job started.
-	DelayMinutes int
-}
+// DepJob is one job a dependency waits for.
+type DepJob = slurmspec.DepJob
 
 // DepItem is one "type[:job...]" element of a dependency.
-type DepItem struct {
-	Type string
-	Jobs []DepJob
-}
+type DepItem = slurmspec.DepItem
 
 // Dependency is a parsed --dependency spec.
-type Dependency struct {
-	Items []DepItem
-	// Any is true when the items were separated by '?' (any one
-	// suffices); false for ',' (all must hold).
-	Any bool
-}
+type Dependency = slurmspec.Dependency
 
-// ParseDependency parses and validates a --dependency spec as Slurm
-// accepts it: "type:job_id[:job_id...]" items joined by ',' (all) or '?'
-// (any, not mixed with ','), where type is after, afterany, afternotok,
-// afterok, aftercorr or afterburstbuffer, and "singleton" takes no ids.
-// Job ids are numbers, optionally "_N" (an array task) or "_*"; "after"
-// ids may carry "+minutes".
-func ParseDependency(spec string) (*Dependency, error) {
-	s := strings.TrimSpace(spec)
-	if s == "" {
-		return nil, errors.New("empty dependency")
-	}
-	d := &Dependency{}
-	sep := ","
-	if strings.Contains(s, "?") {
-		if strings.Contains(s, ",") {
-			return nil, errors.New("',' (all of) and '?' (any of) cannot be mixed")
-		}
-		sep, d.Any = "?", true
-	}
-	for _, el := range strings.Split(s, sep) {
-		it, err := parseDepItem(el)
-		if err != nil {
-			return nil, err
-		}
-		d.Items = append(d.Items, it)
-	}
-	return d, nil
-}
-
-func parseDepItem(el string) (DepItem, error) {
-	if el == "" {
-		return DepItem{}, errors.New("empty element")
-	}
-	fields := strings.Split(el, ":")
-	typ := strings.ToLower(fields[0])
-	known := false
-	for _, t := range DependencyTypes {
-		if t == typ {
-			known = true
-		}
-	}
-	if !known {
-		return DepItem{}, fmt.Errorf("unknown dependency type %q (one of %s)", fields[0], strings.Join(DependencyTypes, ", "))
-	}
-	it := DepItem{Type: typ}
-	if typ == "singleton" {
-		if len(fields) > 1 {
-			return DepItem{}, errors.New("singleton takes no job ids")
-		}
-		return it, nil
-	}
-	if len(fields) < 2 {
-		return DepItem{}, fmt.Errorf("%s needs at least one job id (%s:JOBID)", typ, typ)
-	}
-	for _, f := range fields[1:] {
-		j, err := parseDepJob(f, typ == "after")
-		if err != nil {
-			return DepItem{}, err
-		}
-		it.Jobs = append(it.Jobs, j)
-	}
-	return it, nil
-}
-
-func parseDepJob(f string, allowDelay bool) (DepJob, error) {
-	j := DepJob{Task: -1}
-	if id, delay, ok := strings.Cut(f, "+"); ok {
-		if !allowDelay {
-			return DepJob{}, fmt.Errorf("%q: only after takes a +time", f)
-		}
-		n, err := strconv.Atoi(delay)
-		if err != nil || n < 0 || !isDigits(delay) {
-			return DepJob{}, fmt.Errorf("%q: time after + is not a number of minutes", f)
-		}
-		j.DelayMinutes, f = n, id
-	}
-	id, task, isTask := strings.Cut(f, "_")
-	if !isDigits(id) || id == "0" || strings.HasPrefix(id, "0") {
-		return DepJob{}, fmt.Errorf("%q is not a job id", f)
-	}
-	j.JobID = id
-	if isTask && task != "*" {
-		n, err := strconv.Atoi(task)
-		if err != nil || !isDigits(task) || n > MaxArrayIndex {
-			return DepJob{}, fmt.Errorf("%q: array task %q is not an index", f, task)
-		}
-		j.Task = n
-	}
-	return j, nil
-}
+// ParseDependency parses and validates a --dependency spec (see slurmspec.ParseDependency).
+func ParseDependency(spec string) (*Dependency, error) { return slurmspec.ParseDependency(spec) }
