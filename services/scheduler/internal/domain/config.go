@@ -62,9 +62,6 @@ const (
 	DefaultPreemptGrace      = 30 * time.Second
 	DefaultQOSName           = "normal"
 	DefaultMaxPreemptPerPass = 64
-	// DefaultSignalLead is how long before the time limit a --signal without
-	// @seconds is sent (Slurm's 60 s).
-	DefaultSignalLead = 60 * time.Second
 )
 
 // QOS is one quality of service: a priority, whom it may preempt and a

@@ -9,35 +9,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
-// signalNames are the Linux signal names by number, as Slurm accepts them.
-var signalNames = map[int]string{
-	1: "HUP", 2: "INT", 3: "QUIT", 4: "ILL", 5: "TRAP", 6: "ABRT", 7: "BUS", 8: "FPE",
-	9: "KILL", 10: "USR1", 11: "SEGV", 12: "USR2", 13: "PIPE", 14: "ALRM", 15: "TERM",
-	16: "STKFLT", 17: "CHLD", 18: "CONT", 19: "STOP", 20: "TSTP", 21: "TTIN", 22: "TTOU",
-	23: "URG", 24: "XCPU", 25: "XFSZ", 26: "VTALRM", 27: "PROF", 28: "WINCH", 29: "IO",
-	30: "PWR", 31: "SYS",
-}
-
 // SignalName normalises a signal given as a name ("USR1", "SIGUSR1", any
-// case) or a number ("10") to its name without the SIG prefix.
+// case) or a number ("10") to its name without the SIG prefix. The grammar
+// is libs/slurmspec's, shared with the gateway and the Slurm commands.
 func SignalName(s string) (string, error) {
-	u := strings.ToUpper(strings.TrimSpace(s))
-	if n, err := strconv.Atoi(u); err == nil {
-		if name, ok := signalNames[n]; ok {
-			return name, nil
-		}
-		return "", fmt.Errorf("invalid signal number %q", s)
+	name, err := slurmspec.ParseSignalName(s)
+	if err != nil {
+		return "", fmt.Errorf("invalid signal %q: %w", s, err)
 	}
-	u = strings.TrimPrefix(u, "SIG")
-	for _, name := range signalNames {
-		if name == u {
-			return name, nil
-		}
-	}
-	return "", fmt.Errorf("invalid signal name %q", s)
+	return name, nil
 }
 
 // JobSignal is a parsed --signal "[{B|R}:]SIG[@seconds]".
@@ -52,38 +36,14 @@ type JobSignal struct {
 
 // ParseJobSignal parses a job's --signal; "" gives the zero JobSignal.
 func ParseJobSignal(spec string) (JobSignal, error) {
-	var out JobSignal
-	s := strings.TrimSpace(spec)
-	if s == "" {
-		return out, nil
+	if strings.TrimSpace(spec) == "" {
+		return JobSignal{}, nil
 	}
-	if flags, rest, ok := strings.Cut(s, ":"); ok {
-		for _, f := range flags {
-			switch f {
-			case 'B', 'b':
-				out.BatchOnly = true
-			case 'R', 'r':
-			default:
-				return JobSignal{}, fmt.Errorf("invalid --signal flag %q in %q (want B or R)", string(f), spec)
-			}
-		}
-		s = rest
-	}
-	out.Lead = DefaultSignalLead
-	if sig, secs, ok := strings.Cut(s, "@"); ok {
-		n, err := strconv.Atoi(secs)
-		if err != nil || n < 0 || n > 0xffff {
-			return JobSignal{}, fmt.Errorf("invalid --signal time %q in %q", secs, spec)
-		}
-		out.Lead = time.Duration(n) * time.Second
-		s = sig
-	}
-	name, err := SignalName(s)
+	sig, err := slurmspec.ParseSignal(spec)
 	if err != nil {
 		return JobSignal{}, fmt.Errorf("--signal %q: %w", spec, err)
 	}
-	out.Name = name
-	return out, nil
+	return JobSignal{Name: sig.Name, Lead: time.Duration(sig.Seconds) * time.Second, BatchOnly: sig.Batch}, nil
 }
 
 // ArraySpec is a parsed --array spec: its task indexes and % limit.
