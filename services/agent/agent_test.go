@@ -17,13 +17,13 @@ import (
 
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/proc"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	"github.com/loom-ml/loom/services/agent/internal/adapters"
 	"github.com/loom-ml/loom/services/agent/internal/domain"
-	"github.com/loom-ml/loom/services/agent/internal/proc"
 )
 
 const (

@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/proc"
 	"github.com/loom-ml/loom/libs/testkit"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
-	"github.com/loom-ml/loom/services/agent/internal/proc"
 )
 
 // readFile returns path's content, "" while it does not exist.

@@ -23,12 +23,12 @@ import (
 
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/proc"
 	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	"github.com/loom-ml/loom/services/agent/internal/adapters"
 	"github.com/loom-ml/loom/services/agent/internal/domain"
-	"github.com/loom-ml/loom/services/agent/internal/proc"
 )
 
 // StepIDEnv is set in every step's environment to "<node>#<job>#<attempt>",

@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/loom-ml/loom/libs/proc"
 	"github.com/loom-ml/loom/services/provisioner/internal/provider"
 )
 
@@ -129,7 +130,7 @@ func (p *Provider) Running(n provider.Node) (int, bool) {
 	if err != nil {
 		return 0, false
 	}
-	return pid, alive(pid, start)
+	return pid, proc.Alive(pid, start)
 }
 
 // Launch starts the node's agent unless it runs.
@@ -167,10 +168,10 @@ func (p *Provider) Launch(ctx context.Context, n provider.Node) (provider.Launch
 		return provider.Launched{}, fmt.Errorf("start agent %q: %w", strings.Join(argv, " "), err)
 	}
 	pid := cmd.Process.Pid
-	start, _ := startTime(pid)
+	start, _ := proc.StartTime(pid)
 	if err := writePIDFile(filepath.Join(n.WorkDir, PIDFile), pid, start); err != nil {
 		// Without a pidfile the next Launch would start a second agent.
-		_ = killGroup(pid, syscall.SIGKILL)
+		_ = proc.KillGroup(pid, syscall.SIGKILL)
 		_ = cmd.Wait()
 		return provider.Launched{}, fmt.Errorf("record agent pid: %w", err)
 	}
@@ -261,9 +262,9 @@ func (p *Provider) Stop(ctx context.Context, n provider.Node) error {
 		}
 		return nil
 	}
-	gone := func() bool { return !alive(pid, start) }
+	gone := func() bool { return !proc.Alive(pid, start) }
 	if !gone() {
-		if err := killGroup(pid, syscall.SIGTERM); err != nil {
+		if err := proc.KillGroup(pid, syscall.SIGTERM); err != nil {
 			return fmt.Errorf("stop %s: %w", n.Name, err)
 		}
 		if !waitUntil(p.cfg.StopGrace, ctx.Done(), gone) {
@@ -271,7 +272,7 @@ func (p *Provider) Stop(ctx context.Context, n provider.Node) error {
 				return fmt.Errorf("stop %s: %w", n.Name, err)
 			}
 			p.cfg.Log.Warn("agent ignored SIGTERM, killing it", "node", n.Name, "pid", pid, "grace", p.cfg.StopGrace)
-			if err := killGroup(pid, syscall.SIGKILL); err != nil {
+			if err := proc.KillGroup(pid, syscall.SIGKILL); err != nil {
 				return fmt.Errorf("stop %s: %w", n.Name, err)
 			}
 			if !waitUntil(5*time.Second, ctx.Done(), gone) {

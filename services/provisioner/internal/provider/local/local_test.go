@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loom-ml/loom/libs/proc"
 	"github.com/loom-ml/loom/services/provisioner/internal/provider"
 )
 
@@ -49,7 +50,7 @@ func waitFile(t *testing.T, path string) string {
 func cleanupGroup(t *testing.T, p *Provider, n provider.Node) {
 	t.Cleanup(func() {
 		if pid, ok := p.Running(n); ok {
-			_ = killGroup(pid, syscall.SIGKILL)
+			_ = proc.KillGroup(pid, syscall.SIGKILL)
 		}
 	})
 }
@@ -130,7 +131,7 @@ func TestRelaunchReportsPreviousExit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = killGroup(l.PID, syscall.SIGKILL)
+	_ = proc.KillGroup(l.PID, syscall.SIGKILL)
 	if !waitUntil(10*time.Second, nil, func() bool { _, ok := p.Running(n); return !ok }) {
 		t.Fatal("killed agent still seen running")
 	}
@@ -163,7 +164,7 @@ func TestStopEscalatesToSIGKILL(t *testing.T) {
 	if err := p.Stop(context.Background(), n); err != nil {
 		t.Fatal(err)
 	}
-	if alive(l.PID, 0) {
+	if proc.Alive(l.PID, 0) {
 		t.Fatal("agent survived Stop")
 	}
 	// The group's other members die asynchronously after SIGKILL.
