@@ -38,6 +38,8 @@ type shapeCand struct {
 	// static and availOK count the nodes passing the static checks, and
 	// the static and availability checks.
 	static, availOK int
+	// inAvail marks avail by view index (built when a preemption needs it).
+	inAvail []bool
 }
 
 // placement is the outcome of placing one job.

@@ -2,7 +2,6 @@ package domain
 
 import (
 	"slices"
-	"sort"
 	"strings"
 	"time"
 )
@@ -82,10 +81,8 @@ func (p *pass) holdings(i int32) []holding {
 			}
 		}
 		end, inf := p.expectedEnd(r, fresh)
-		h := holding{run: r, end: end, inf: inf, gpus: int32(len(r.GPUs[node])), mem: r.MemMB, excl: r.Exclusive}
-		if k := r.rank(node); k >= 0 && k < len(r.CPUs) {
-			h.cpus = r.CPUs[k]
-		}
+		h := held(r, node)
+		h.end, h.inf = end, inf
 		hs = append(hs, h)
 	}
 	if len(hs) > 1 {
@@ -231,9 +228,70 @@ func (p *pass) mayPreempt(a *jobAttrs, pi int) bool {
 	return false
 }
 
-// canPreempt reports whether j (in partition pi) may preempt run r.
-func (p *pass) canPreempt(j *Job, pi int, r *Run) bool {
-	if p.t.s.cfg.canPreemptQOS(j.Job.GetQos(), r.QOS) {
+// victim is a running job's run that a preemptor may requeue.
+type victim struct {
+	run  *Run
+	prio int64
+	id   int64 // −job number: among equals, the newest job goes first
+}
+
+// victimKey identifies the preemptors that may requeue the same runs: a QOS
+// (its table index, -1 unknown) and a partition.
+type victimKey struct{ qos, part int32 }
+
+// victims returns the runs a job of QOS qos in partition pi may preempt,
+// lowest priority first (fewest nodes, then newest, among equals), built
+// once per pass: preemptors of one kind share one sort of the running jobs.
+// Whether a run is still free to take (not already being preempted) is for
+// the caller to check against the pass's current version of it.
+func (p *pass) victims(qos string, qi int32, pi int) []victim {
+	key := victimKey{qi, int32(pi)}
+	if vs, ok := p.victimCache[key]; ok {
+		return vs
+	}
+	var vs []victim
+	p.liveRuns(func(r *Run, vj *Job) {
+		if r.PreemptBy != "" || !p.canPreemptRun(qos, pi, r) {
+			return
+		}
+		v := victim{run: r, id: -jobNumber(vj)}
+		if p.prio != nil {
+			_, vpi := p.cluster.partition(vj.Job.GetPartition())
+			v.prio, _ = p.prio.priority(p.t.s.attrsOf(vj), vpi)
+		}
+		vs = append(vs, v)
+	})
+	slices.SortStableFunc(vs, func(a, b victim) int {
+		switch {
+		case a.prio != b.prio:
+			return cmpInt(a.prio, b.prio)
+		case len(a.run.Nodes) != len(b.run.Nodes):
+			return len(a.run.Nodes) - len(b.run.Nodes)
+		case a.id != b.id:
+			return cmpInt(a.id, b.id)
+		}
+		return strings.Compare(a.run.Key(), b.run.Key())
+	})
+	if p.victimCache == nil {
+		p.victimCache = map[victimKey][]victim{}
+	}
+	p.victimCache[key] = vs
+	return vs
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// canPreemptRun reports whether a job of QOS qos in partition pi may preempt run r.
+func (p *pass) canPreemptRun(qos string, pi int, r *Run) bool {
+	if p.t.s.cfg.canPreemptQOS(qos, r.QOS) {
 		return true
 	}
 	for _, pt := range p.parts {
@@ -244,88 +302,99 @@ func (p *pass) canPreempt(j *Job, pi int, r *Run) bool {
 	return false
 }
 
+// preempting returns, per preemptor, the runs already being preempted for
+// it (built once per pass, kept current by preempt).
+func (p *pass) preempting() map[string][]*Run {
+	if p.preemptFor == nil {
+		p.preemptFor = map[string][]*Run{}
+		p.t.eachClusterRun(p.name, func(r *Run, _ bool) {
+			if r = p.current(r); r.PreemptBy != "" {
+				p.preemptFor[r.PreemptBy] = append(p.preemptFor[r.PreemptBy], r)
+			}
+		})
+	}
+	return p.preemptFor
+}
+
+// held returns what run r holds on node.
+func held(r *Run, node string) holding {
+	h := holding{run: r, gpus: int32(len(r.GPUs[node])), mem: r.MemMB, excl: r.Exclusive}
+	if k := r.rank(node); k >= 0 && k < len(r.CPUs) {
+		h.cpus = r.CPUs[k]
+	}
+	return h
+}
+
 // preempt looks for running jobs whose requeue would let j start: the
 // lowest-priority victims first (fewest nodes among equals), as few as it
 // takes. It reports how many it began preempting, or waiting=true when the
 // jobs already being preempted for j will make room. Runs being preempted
 // for other jobs are theirs: they are neither counted nor chosen again.
-func (p *pass) preempt(j *Job, r *Request, sc *shapeCand) (victims int, waiting bool) {
+//
+// Only the nodes the victims touch are looked at closely: the count of
+// nodes that fit j already is a comparison per node of its shape.
+func (p *pass) preempt(j *Job, a *jobAttrs, r *Request, sc *shapeCand) (victims int, waiting bool) {
 	if len(sc.avail) < r.Nodes {
 		return 0, false
 	}
 	_, pi := p.cluster.partition(j.Job.GetPartition())
 	at := p.viewIndex()
-	rooms := make(map[int32]*room, len(sc.avail))
+	if sc.inAvail == nil {
+		sc.inAvail = make([]bool, len(p.views))
+		for _, i := range sc.avail {
+			sc.inAvail[i] = true
+		}
+	}
 	fitting := 0
 	for _, i := range sc.avail {
-		rm := p.roomOf(i)
-		for _, h := range p.holdings(i) {
-			if h.run.PreemptBy == j.Name() { // its own victims, already on their way out
-				rm.release(h)
-			}
-		}
-		rooms[i] = &rm
-		if p.fits(r, i, rm) {
+		v := &p.views[i]
+		if !v.Exclusive && p.fits(r, i, room{gpus: v.FreeGPUs, cpus: v.FreeCPUs, mem: v.FreeMemMB, runs: v.Runs}) {
 			fitting++
+		}
+	}
+	rooms := map[int32]*room{}
+	// release frees what run h.run holds on view i, counting the node
+	// once it newly fits.
+	release := func(i int32, node string, rn *Run) {
+		rm := rooms[i]
+		if rm == nil {
+			x := p.roomOf(i)
+			rm = &x
+			rooms[i] = rm
+		}
+		before := p.fits(r, i, *rm)
+		rm.release(held(rn, node))
+		if !before && p.fits(r, i, *rm) {
+			fitting++
+		}
+	}
+	for _, rn := range p.preempting()[j.Name()] { // its own victims, already on their way out
+		for _, node := range rn.Nodes {
+			if i, ok := at[node]; ok && sc.inAvail[i] && rn.Holds(node) {
+				release(i, node, rn)
+			}
 		}
 	}
 	if fitting >= r.Nodes {
 		return 0, true
 	}
-	type victim struct {
-		run  *Run
-		prio int64
-		id   int64
-	}
-	var cands []victim
-	seen := map[string]bool{}
-	for _, i := range sc.avail {
-		for _, rn := range p.views[i].held {
-			rn = p.current(rn)
-			if seen[rn.Key()] || rn.PreemptBy != "" || rn.Ended() {
-				continue
-			}
-			seen[rn.Key()] = true
-			vj := p.t.job(rn.Job)
-			if vj == nil || !vj.Running() || vj.Attempt != rn.Attempt || !p.canPreempt(j, pi, rn) {
-				continue
-			}
-			v := victim{run: rn, id: -jobNumber(vj)}
-			if p.prio != nil {
-				_, vpi := p.cluster.partition(vj.Job.GetPartition())
-				v.prio, _ = p.prio.priority(p.t.s.attrsOf(vj), vpi)
-			}
-			cands = append(cands, v)
-		}
-	}
-	sort.SliceStable(cands, func(a, b int) bool {
-		if cands[a].prio != cands[b].prio {
-			return cands[a].prio < cands[b].prio
-		}
-		if la, lb := len(cands[a].run.Nodes), len(cands[b].run.Nodes); la != lb {
-			return la < lb
-		}
-		return cands[a].id < cands[b].id
-	})
 	var chosen []*Run
-	for _, v := range cands {
-		chosen = append(chosen, v.run)
-		for _, node := range v.run.Nodes {
-			i, ok := at[node]
-			rm := rooms[i]
-			if !ok || rm == nil {
-				continue
-			}
-			before := p.fits(r, i, *rm)
-			for _, h := range p.holdings(i) {
-				if h.run.Key() == v.run.Key() {
-					rm.release(h)
-				}
-			}
-			if !before && p.fits(r, i, *rm) {
-				fitting++
+	for _, v := range p.victims(j.Job.GetQos(), a.qos, pi) {
+		rn := p.current(v.run)
+		if rn.PreemptBy != "" || rn.Ended() {
+			continue
+		}
+		touches := false
+		for _, node := range rn.Nodes {
+			if i, ok := at[node]; ok && sc.inAvail[i] && rn.Holds(node) {
+				touches = true
+				release(i, node, rn)
 			}
 		}
+		if !touches {
+			continue
+		}
+		chosen = append(chosen, rn)
 		if fitting >= r.Nodes {
 			break
 		}
@@ -336,6 +405,9 @@ func (p *pass) preempt(j *Job, r *Request, sc *shapeCand) (victims int, waiting 
 	for _, rn := range chosen {
 		if p.t.beginPreempt(rn, j) {
 			p.requeued = true
+		}
+		if p.preemptFor != nil {
+			p.preemptFor[j.Name()] = append(p.preemptFor[j.Name()], p.current(rn))
 		}
 	}
 	return len(chosen), false

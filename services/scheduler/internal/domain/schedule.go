@@ -54,9 +54,12 @@ type pass struct {
 	singleton    map[assocKey]int64
 	viewAt       map[string]int32
 	hbuf         []holding
-	preempts     int
-	started      bool
-	depWaiting   bool
+	// victimCache and preemptFor: lazy preemption indexes (see victims, preempting).
+	victimCache map[victimKey][]victim
+	preemptFor  map[string][]*Run
+	preempts    int
+	started     bool
+	depWaiting  bool
 	// requeued: a preemption in this pass put jobs back in the queue.
 	requeued bool
 	// req is the request of the job being considered.
@@ -283,9 +286,9 @@ func (p *pass) order(pend []*pendEntry) []queued {
 		})
 		return out
 	}
-	// Higher tier and priority first, then lower id. When ranks and ids
-	// each span less than 2^32 and ids are distinct numbers (always, for
-	// gateway-assigned ids), one radix sort on rank·2^32 + id does it.
+	// Higher tier and priority first, then lower id. When the spans of
+	// ranks and ids fit 64 bits together and ids are distinct numbers
+	// (always, for gateway-assigned ids), one radix sort does it.
 	if sorted, ok := radixOrder(out, sc); ok {
 		return sorted
 	}
@@ -322,7 +325,10 @@ func radixOrder(out []queued, sc *scratch) ([]queued, bool) {
 		minR, maxR = min(minR, q.rank), max(maxR, q.rank)
 		minID, maxID = min(minID, q.id), max(maxID, q.id)
 	}
-	if uint64(maxR-minR) >= 1<<32 || uint64(maxID-minID) >= 1<<32 {
+	// The key is rank·2^idBits + id, with as many bits for ids as their
+	// span needs: tiers put ranks 2^40 apart, so a fixed split would not do.
+	idBits := uint(bits.Len64(uint64(maxID - minID)))
+	if bits.Len64(uint64(maxR-minR))+int(idBits) > 64 {
 		return nil, false
 	}
 	var keys, buf []keyed
@@ -336,7 +342,7 @@ func radixOrder(out []queued, sc *scratch) ([]queued, bool) {
 		keys, buf, sorted = make([]keyed, len(out)), make([]keyed, len(out)), make([]queued, len(out))
 	}
 	for i, q := range out {
-		keys[i] = keyed{key: uint64(q.rank-minR)<<32 | uint64(q.id-minID), i: int32(i)}
+		keys[i] = keyed{key: uint64(q.rank-minR)<<idBits | uint64(q.id-minID), i: int32(i)}
 	}
 	radixSort(keys, buf)
 	for k, key := range keys {
@@ -452,7 +458,7 @@ func (p *pass) consider(q queued) {
 	}
 	if t.s.cfg.Policy.Preempt && p.preempts < t.s.cfg.MaxPreemptPerPass && p.mayPreempt(a, pi) {
 		p.preempts++
-		if n, waiting := p.preempt(j, req, res.shape); n > 0 {
+		if n, waiting := p.preempt(j, a, req, res.shape); n > 0 {
 			d.Note = "preempting " + strconv.Itoa(n) + " job(s)"
 		} else if waiting {
 			d.Note = "waiting for preempted jobs to stop"
