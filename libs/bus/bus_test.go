@@ -844,3 +844,74 @@ func TestCrashRedeliversOnlyTheUncommittedTail(t *testing.T) {
 		t.Fatalf("after the crash the group redelivered %v, want exactly the uncommitted tail and the new record %v", got, want)
 	}
 }
+
+func TestBatchHandlerTakesWaitingRecordsAndFallsBackOneByOne(t *testing.T) {
+	t.Parallel()
+	_, broker := kfakeBroker(t)
+	topic := newTopic(t, broker, 1)
+	p := newProducer(t, broker)
+
+	const n = 300
+	evs := make([]envelope.Event, n)
+	for i := range evs {
+		evs[i] = event(topic, "k", int32(i))
+	}
+	poison := evs[n/2].ID // any batch holding it is refused
+	publish(t, p, evs...)
+
+	var mu sync.Mutex
+	var order []string // ids in the order they were handled for good
+	var sizes []int
+	single := func(ctx context.Context, ev envelope.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		order = append(order, ev.ID)
+		return nil
+	}
+	batch := func(ctx context.Context, b []envelope.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		sizes = append(sizes, len(b))
+		for _, ev := range b {
+			if ev.ID == poison {
+				return errors.New("refused")
+			}
+		}
+		for _, ev := range b {
+			order = append(order, ev.ID)
+		}
+		return nil
+	}
+	c := bus.NewConsumer(bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic},
+		Logger: testLogger(t)}, p, single).WithBatch(batch, 64)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	testkit.WaitFor(t, wait, "every record committed", func() (bool, error) {
+		return committed(t, broker, "g", topic, 0) == n, nil
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(order) != n {
+		t.Fatalf("%d records handled for good, want %d (each exactly once)", len(order), n)
+	}
+	for i, id := range order {
+		if id != evs[i].ID {
+			t.Fatalf("record %d handled out of order: got %s, want %s", i, id, evs[i].ID)
+		}
+	}
+	most := 0
+	for _, s := range sizes {
+		if s > 64 {
+			t.Fatalf("a batch of %d records, above the bound of 64", s)
+		}
+		most = max(most, s)
+	}
+	if most < 2 {
+		t.Fatalf("no batch held more than one record (sizes %v): the waiting records were not batched", sizes)
+	}
+}

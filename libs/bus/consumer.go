@@ -27,6 +27,14 @@ import (
 // a crash or a rebalance): handlers are idempotent, keyed by ev.ID.
 type Handler func(ctx context.Context, ev envelope.Event) error
 
+// BatchHandler handles several events at once, in order: records that were
+// already fetched when the first of them came, never waiting for more (see
+// Consumer.WithBatch). It succeeds for all of them or changes nothing: on an
+// error each event goes to the Handler on its own, with its retries and
+// dead-lettering, so that a batch handler needs no error handling per event.
+// ctx carries the first event's trace context.
+type BatchHandler func(ctx context.Context, evs []envelope.Event) error
+
 // permanent marks errors that retrying cannot fix.
 type permanent struct{ err error }
 
@@ -107,11 +115,14 @@ const (
 
 // Consumer runs a handler over a consumer group.
 type Consumer struct {
-	cfg     ConsumerConfig
-	dlq     *Producer
-	h       Handler
-	log     *slog.Logger
-	running atomic.Bool
+	cfg ConsumerConfig
+	dlq *Producer
+	h   Handler
+	bh  BatchHandler
+	// maxBatch bounds a batch (WithBatch); 0 without one.
+	maxBatch int
+	log      *slog.Logger
+	running  atomic.Bool
 	// crashed makes Run return without committing what it handled, as a
 	// process that died would (tests inject crashes with it).
 	crashed atomic.Bool
@@ -150,6 +161,20 @@ func NewConsumer(cfg ConsumerConfig, dlq *Producer, h Handler) *Consumer {
 		h:   h,
 		log: cfg.Logger.With("group", cfg.GroupID),
 	}
+}
+
+// WithBatch makes Run hand the records that are waiting, up to max at a
+// time, to bh in one call instead of to the Handler one by one. A consumer
+// under load then pays for one handler call (one store write, say) per
+// batch, while a lone record is still handled as soon as it comes: a batch
+// is what was already fetched, never a wait for more. Records that cannot be
+// decoded, and every record of a batch bh refused, take the Handler path.
+// It must be called before Run; it returns c.
+func (c *Consumer) WithBatch(bh BatchHandler, max int) *Consumer {
+	if bh != nil && max > 1 {
+		c.bh, c.maxBatch = bh, max
+	}
+	return c
 }
 
 // Run consumes until ctx is cancelled, then finishes the record in hand,
@@ -233,6 +258,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 	}()
 
+	if c.bh != nil {
+		return c.runBatches(ctx, r, dlq, commits)
+	}
 	fetchBackoff := newBackoff(100*time.Millisecond, 5*time.Second)
 	for {
 		m, err := r.FetchMessage(ctx)
@@ -251,15 +279,135 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		fetchBackoff = newBackoff(100*time.Millisecond, 5*time.Second)
 		if c.handle(ctx, dlq, m) {
-			commits.mark(m)
-			if c.cfg.CommitInterval < 0 {
-				commits.flush(ctx)
-			}
+			c.marked(ctx, commits, m)
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
 	}
+}
+
+// marked notes m as handled and commits at once when commits are synchronous.
+func (c *Consumer) marked(ctx context.Context, commits *committer, m kafka.Message) {
+	commits.mark(m)
+	if c.cfg.CommitInterval < 0 {
+		commits.flush(ctx)
+	}
+}
+
+// runBatches is Run's loop with a BatchHandler: a fetcher keeps up to
+// maxBatch records waiting while the loop handles what came before.
+func (c *Consumer) runBatches(ctx context.Context, r *kafka.Reader, dlq *Producer, commits *committer) error {
+	fctx, stopFetch := context.WithCancel(ctx)
+	fetched := make(chan kafka.Message, c.maxBatch)
+	fatal := make(chan error, 1)
+	var fetcher sync.WaitGroup
+	fetcher.Add(1)
+	go func() {
+		defer fetcher.Done()
+		backoff := newBackoff(100*time.Millisecond, 5*time.Second)
+		for {
+			m, err := r.FetchMessage(fctx)
+			if err != nil {
+				if fctx.Err() != nil {
+					return
+				}
+				if fatalGroupError(err) {
+					fatal <- fmt.Errorf("consumer %q on %v: %w", c.cfg.GroupID, c.cfg.Topics, err)
+					return
+				}
+				c.log.Warn("fetch failed; retrying", "topics", c.cfg.Topics, "err", err)
+				if !sleepCtx(fctx, backoff.next()) {
+					return
+				}
+				continue
+			}
+			backoff = newBackoff(100*time.Millisecond, 5*time.Second)
+			select {
+			case fetched <- m:
+			case <-fctx.Done():
+				return
+			}
+		}
+	}()
+	// Records fetched but not handled when the loop stops stay uncommitted
+	// and come again.
+	defer func() {
+		stopFetch()
+		fetcher.Wait()
+	}()
+	batch := make([]kafka.Message, 0, c.maxBatch)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-fatal:
+			return err
+		case m := <-fetched:
+			batch = append(batch[:0], m)
+		}
+	more:
+		for len(batch) < c.maxBatch {
+			select {
+			case m := <-fetched:
+				batch = append(batch, m)
+			default:
+				break more
+			}
+		}
+		if !c.handleBatch(ctx, dlq, commits, batch) || ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// handleBatch takes a batch to its end, marking what may be committed; it
+// reports false when the stop cut the handling short.
+func (c *Consumer) handleBatch(ctx context.Context, dlq *Producer, commits *committer, ms []kafka.Message) bool {
+	if len(ms) > 1 {
+		evs := make([]envelope.Event, 0, len(ms))
+		for _, m := range ms {
+			ev, err := c.cfg.Registry.Decode(m)
+			if err != nil {
+				evs = nil // unknown or malformed: the Handler path says what becomes of it
+				break
+			}
+			evs = append(evs, ev)
+		}
+		if evs != nil {
+			err := c.callBatch(ctx, evs)
+			if err == nil {
+				for _, m := range ms {
+					commits.mark(m)
+				}
+				if c.cfg.CommitInterval < 0 {
+					commits.flush(ctx)
+				}
+				return true
+			}
+			c.log.Debug("batch refused; handling its records one by one", "records", len(ms), "err", err)
+		}
+	}
+	for _, m := range ms {
+		if !c.handle(ctx, dlq, m) {
+			return false
+		}
+		c.marked(ctx, commits, m)
+	}
+	return true
+}
+
+// callBatch is call for a BatchHandler.
+func (c *Consumer) callBatch(ctx context.Context, evs []envelope.Event) (err error) {
+	hctx, cancel := context.WithTimeout(WithTraceParent(context.WithoutCancel(ctx), evs[0].TraceParent), c.cfg.HandlerTimeout)
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			c.log.Error("batch handler panicked", "records", len(evs), "panic", p, "stack", string(debug.Stack()))
+			err = fmt.Errorf("batch handler panicked: %v", p)
+		}
+	}()
+	return c.bh(hctx, evs)
 }
 
 // waitTopics waits until every topic of the group exists, so that a member

@@ -13,10 +13,10 @@ import (
 	"github.com/loom-ml/loom/libs/errs"
 )
 
-// applyScript writes a transaction, its outbox events and its inbox mark.
+// applyScript writes a transaction, its outbox events and its inbox marks.
 //
-// KEYS: [1] outbox stream, [2] inbox key ("" for none), [3..] one per op.
-// ARGV: inbox TTL seconds,
+// KEYS: [1] outbox stream, [2..1+ninbox] inbox keys, then one per op.
+// ARGV: inbox TTL seconds, ninbox,
 //
 //	nchecks, then (KEYS index, wanted TYPE) per check,
 //	nops, then (opcode, field or member, value) per op,
@@ -24,22 +24,24 @@ import (
 //
 // Everything that can fail is checked before the first write: Redis does not
 // undo a script's writes when a later command fails, so after the first write
-// there must be nothing left that can. The checks are the inbox (a duplicate
-// writes nothing), the types of the keys the ops need to be hashes or sets (Go
-// derived them; WRONGTYPE is the only way these commands fail on valid
-// arguments) and the outbox's type. SET, DEL, HSET, HDEL, SADD, SREM and XADD
-// with a generated id cannot fail past these checks.
+// there must be nothing left that can. The checks are the inbox (any mark
+// already there: the script writes nothing), the types of the keys the ops
+// need to be hashes or sets (Go derived them; WRONGTYPE is the only way these
+// commands fail on valid arguments) and the outbox's type. SET, DEL, HSET,
+// HDEL, SADD, SREM and XADD with a generated id cannot fail past these checks.
 var applyScript = redis.NewScript(`
-local inbox = KEYS[2]
-if inbox ~= '' and redis.call('EXISTS', inbox) == 1 then
-  return 0
+local ninbox = tonumber(ARGV[2])
+for i = 1, ninbox do
+  if redis.call('EXISTS', KEYS[1 + i]) == 1 then
+    return 0
+  end
 end
 local function typeof(k)
   local t = redis.call('TYPE', k)
   if type(t) == 'table' then t = t['ok'] end
   return t
 end
-local a = 2
+local a = 3
 local nchecks = tonumber(ARGV[a]); a = a + 1
 for i = 1, nchecks do
   local k = KEYS[tonumber(ARGV[a])]
@@ -60,7 +62,7 @@ if nevents > 0 then
   end
 end
 for i = 1, nops do
-  local o, f, v, k = ARGV[a], ARGV[a + 1], ARGV[a + 2], KEYS[2 + i]
+  local o, f, v, k = ARGV[a], ARGV[a + 1], ARGV[a + 2], KEYS[1 + ninbox + i]
   a = a + 3
   if o == 'S' then redis.call('SET', k, v)
   elseif o == 'D' then redis.call('DEL', k)
@@ -75,8 +77,8 @@ for i = 1, nevents do
   redis.call('XADD', KEYS[1], '*', 't', ARGV[a], 'k', ARGV[a + 1], 'v', ARGV[a + 2], 'h', ARGV[a + 3])
   a = a + 4
 end
-if inbox ~= '' then
-  redis.call('SET', inbox, '1', 'EX', ARGV[1])
+for i = 1, ninbox do
+  redis.call('SET', KEYS[1 + i], '1', 'EX', ARGV[1])
 end
 return 1
 `)
@@ -96,25 +98,48 @@ var inboxTTLSeconds = strconv.FormatInt(int64(InboxTTL.Seconds()), 10)
 // writes nothing either. A nil or empty tx with an empty inboxID is a no-op
 // that reports applied=true.
 func (s *Store) Apply(ctx context.Context, inboxID string, tx *Tx) (applied bool, err error) {
+	if inboxID == "" {
+		return s.apply(ctx, nil, tx)
+	}
+	return s.apply(ctx, []string{inboxID}, tx)
+}
+
+// ApplyBatch is Apply for a tx that is the outcome of several consumed
+// events: it writes tx and every one of their inbox marks atomically, or,
+// when any of inboxIDs was applied before, nothing at all (applied=false),
+// so that the caller can fall back to applying the events one by one. An
+// empty id is an InvalidError.
+func (s *Store) ApplyBatch(ctx context.Context, inboxIDs []string, tx *Tx) (applied bool, err error) {
+	for i, id := range inboxIDs {
+		if id == "" {
+			return false, fmt.Errorf("store %s: apply batch: %w", s.prefix,
+				errs.Invalid(fmt.Sprintf("inbox_ids[%d]", i), "must not be empty"))
+		}
+	}
+	return s.apply(ctx, inboxIDs, tx)
+}
+
+func (s *Store) apply(ctx context.Context, inboxIDs []string, tx *Tx) (applied bool, err error) {
 	if tx == nil {
 		tx = &Tx{}
 	}
-	if inboxID == "" && tx.Empty() {
+	if len(inboxIDs) == 0 && tx.Empty() {
 		return true, nil
 	}
-	const firstOpKey = 3
+	label := strings.Join(inboxIDs, ",")
+	firstOpKey := 2 + len(inboxIDs)
 	checks, err := tx.validate(firstOpKey)
 	if err != nil {
-		return false, fmt.Errorf("store %s: apply %s: %w", s.prefix, inboxID, err)
+		return false, fmt.Errorf("store %s: apply %s: %w", s.prefix, label, err)
 	}
 
-	keys := make([]string, 0, 2+len(tx.ops))
-	keys = append(keys, s.outboxKey, "")
-	if inboxID != "" {
-		keys[1] = s.inboxPfx + inboxID
+	keys := make([]string, 0, 1+len(inboxIDs)+len(tx.ops))
+	keys = append(keys, s.outboxKey)
+	for _, id := range inboxIDs {
+		keys = append(keys, s.inboxPfx+id)
 	}
-	args := make([]any, 0, 4+2*len(checks)+3*len(tx.ops)+4*len(tx.events))
-	args = append(args, inboxTTLSeconds, len(checks))
+	args := make([]any, 0, 5+2*len(checks)+3*len(tx.ops)+4*len(tx.events))
+	args = append(args, inboxTTLSeconds, len(inboxIDs), len(checks))
 	for _, c := range checks {
 		args = append(args, c.keyIndex, c.want)
 	}
@@ -134,14 +159,14 @@ func (s *Store) Apply(ctx context.Context, inboxID string, tx *Tx) (applied bool
 		}
 		m, err := envelope.Encode(ev)
 		if err != nil {
-			return false, fmt.Errorf("store %s: apply %s: event %d: %w", s.prefix, inboxID, i, err)
+			return false, fmt.Errorf("store %s: apply %s: event %d: %w", s.prefix, label, i, err)
 		}
 		args = append(args, m.Topic, m.Key, m.Value, encodeHeaders(m.Headers))
 	}
 
 	if f := s.fp.beforeApplyScript; f != nil {
 		if err := f(); err != nil {
-			return false, fmt.Errorf("store %s: apply %s: %w", s.prefix, inboxID, crashError{err})
+			return false, fmt.Errorf("store %s: apply %s: %w", s.prefix, label, crashError{err})
 		}
 	}
 	res, err := applyScript.Run(ctx, s.rdb, keys, args...).Int()
@@ -149,7 +174,7 @@ func (s *Store) Apply(ctx context.Context, inboxID string, tx *Tx) (applied bool
 		if strings.Contains(err.Error(), "WRONGTYPE store ") {
 			err = fmt.Errorf("%w: %v", errs.FailedPrecondition, err)
 		}
-		return false, fmt.Errorf("store %s: apply %s: %w", s.prefix, inboxID, err)
+		return false, fmt.Errorf("store %s: apply %s: %w", s.prefix, label, err)
 	}
 	if res == 0 {
 		return false, nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -454,4 +455,55 @@ func TestApplyConcurrentDuplicatesApplyOnce(t *testing.T) {
 	if n, _ := s.OutboxLen(ctx); applied != 1 || n != 1 {
 		t.Fatalf("%d concurrent copies applied, %d outbox entries; want 1, 1", applied, n)
 	}
+}
+
+func TestApplyBatchMarksEveryInboxOrWritesNothing(t *testing.T) {
+	t.Parallel()
+	backends(t, func(t *testing.T, rdb *redis.Client) {
+		ctx := context.Background()
+		s := New(rdb, "svc:")
+		var tx Tx
+		tx.Set("job/1", []byte("v1"))
+		tx.HSet("jobs", "1", []byte("h1"))
+		tx.Emit(testEvent("projects/p/jobs/1", "one"))
+		applied, err := s.ApplyBatch(ctx, []string{"in-1", "in-2", "in-3"}, &tx)
+		if err != nil || !applied {
+			t.Fatalf("ApplyBatch = %v, %v; want true, nil", applied, err)
+		}
+		if v, err := s.Get(ctx, "job/1"); err != nil || string(v) != "v1" {
+			t.Fatalf("Get = %q, %v", v, err)
+		}
+		// Every event of the batch is marked: each alone is now a duplicate.
+		for _, id := range []string{"in-1", "in-2", "in-3"} {
+			var again Tx
+			again.Set("job/1", []byte("dup "+id))
+			if applied, err := s.Apply(ctx, id, &again); err != nil || applied {
+				t.Fatalf("Apply(%s) after the batch = %v, %v; want false, nil", id, applied, err)
+			}
+		}
+		// A batch holding one applied id writes nothing, not even the new marks.
+		var tx2 Tx
+		tx2.Set("job/2", []byte("v2"))
+		tx2.Emit(testEvent("projects/p/jobs/2", "two"))
+		if applied, err := s.ApplyBatch(ctx, []string{"in-4", "in-2"}, &tx2); err != nil || applied {
+			t.Fatalf("ApplyBatch with a duplicate = %v, %v; want false, nil", applied, err)
+		}
+		if _, err := s.Get(ctx, "job/2"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("job/2 written by a refused batch: %v", err)
+		}
+		if n := len(outboxMessages(t, s)); n != 1 {
+			t.Fatalf("outbox has %d events, want 1 (the refused batch emitted)", n)
+		}
+		var tx3 Tx
+		tx3.Set("job/4", []byte("v4"))
+		if applied, err := s.Apply(ctx, "in-4", &tx3); err != nil || !applied {
+			t.Fatalf("in-4 was marked by the refused batch: %v, %v", applied, err)
+		}
+		// An empty id is refused with the field named.
+		_, err = s.ApplyBatch(ctx, []string{"in-5", ""}, &tx3)
+		var inv *errs.InvalidError
+		if !errors.As(err, &inv) || !strings.Contains(err.Error(), "inbox_ids[1]") {
+			t.Fatalf("ApplyBatch with an empty id = %v; want an InvalidError naming inbox_ids[1]", err)
+		}
+	})
 }
