@@ -21,6 +21,9 @@ var (
 	AlreadyExists      = errors.New("already exists")
 	FailedPrecondition = errors.New("failed precondition")
 	Unavailable        = errors.New("unavailable")
+	// PermissionDenied: the caller may not do this to this resource (a
+	// user acting on another's job, a user releasing an admin hold).
+	PermissionDenied = errors.New("permission denied")
 )
 
 // FieldViolation is one problem with one field of a request.
@@ -96,6 +99,8 @@ func ToStatus(err error) error {
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, Unavailable):
 		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, PermissionDenied):
+		return status.Error(codes.PermissionDenied, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, context.Canceled):

@@ -20,6 +20,7 @@ import (
 	"github.com/loom-ml/loom/libs/topics"
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 	"github.com/loom-ml/loom/services/gateway/internal/app"
+	"github.com/loom-ml/loom/services/gateway/internal/domain"
 	"github.com/loom-ml/loom/services/gateway/internal/ports"
 )
 
@@ -33,6 +34,13 @@ type Config struct {
 	// LOOM_SCHEDULER_ADDR, LOOM_REGISTRY_ADDR; defaults 127.0.0.1:7071,
 	// 127.0.0.1:7072 and 127.0.0.1:7074).
 	ProvisionerAddr, SchedulerAddr, RegistryAddr string
+	// SlurmAdmins are the users who may act on every job and whose holds
+	// are admin holds (LOOM_SLURM_ADMINS, comma-separated; default
+	// "root,slurm").
+	SlurmAdmins string
+	// JobHistory is how long ended jobs are kept for sacct
+	// (LOOM_GATEWAY_JOB_HISTORY; default 720h, 30 days).
+	JobHistory time.Duration
 }
 
 // RegisterFlags adds the gateway's flags to fs, defaults from LOOM_* variables.
@@ -46,6 +54,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"scheduler's internal gRPC address (LOOM_SCHEDULER_ADDR)")
 	fs.StringVar(&c.RegistryAddr, "registry-addr", config.Env("LOOM_REGISTRY_ADDR", "127.0.0.1:7074"),
 		"registry's internal gRPC address (LOOM_REGISTRY_ADDR)")
+	fs.StringVar(&c.SlurmAdmins, "slurm-admins", config.Env("LOOM_SLURM_ADMINS", domain.DefaultAdmins),
+		"users who may act on every job; their holds are admin holds (LOOM_SLURM_ADMINS, comma-separated)")
+	fs.DurationVar(&c.JobHistory, "job-history", config.EnvDuration("LOOM_GATEWAY_JOB_HISTORY", app.DefaultJobHistory),
+		"how long ended jobs are kept for sacct after their end (LOOM_GATEWAY_JOB_HISTORY)")
 }
 
 // withDefaults fills the fields a caller that skipped RegisterFlags left empty.
@@ -59,6 +71,10 @@ func (c Config) withDefaults() Config {
 	def(&c.ProvisionerAddr, "127.0.0.1:7071")
 	def(&c.SchedulerAddr, "127.0.0.1:7072")
 	def(&c.RegistryAddr, "127.0.0.1:7074")
+	def(&c.SlurmAdmins, domain.DefaultAdmins)
+	if c.JobHistory <= 0 {
+		c.JobHistory = app.DefaultJobHistory
+	}
 	return c
 }
 
@@ -89,7 +105,8 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string
 		return fmt.Errorf("gateway: %w", err)
 	}
 	defer owners.Close()
-	gw := app.New(adapters.NewRepo(base.Store), owners, app.Options{Log: base.Log})
+	gw := app.New(adapters.NewRepo(base.Store), owners, app.Options{Log: base.Log, Admins: domain.ParseAdmins(cfg.SlurmAdmins),
+		JobHistory: cfg.JobHistory})
 	// Long calls end with the service, so the graceful gRPC stop is not held up.
 	stopCalls := context.AfterFunc(ctx, gw.Stop)
 	defer stopCalls()
@@ -103,8 +120,11 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string
 			Config: &bus.ConsumerConfig{StartLatest: true},
 		},
 	}
+	consumers = append(consumers, service.Consume{Topics: []string{topics.JobEvents}, Handler: ports.JobHistory(gw), Group: app.HistoryGroup})
 	rest := func(ctx context.Context) error { return serveREST(ctx, base, cfg.RESTAddr, started) }
-	return base.Run(ctx, consumers, rest)
+	// The history sweep runs beside the requests, in small batches.
+	sweep := func(ctx context.Context) error { return gw.RunHistorySweep(ctx, sweepInterval(cfg.JobHistory)) }
+	return base.Run(ctx, consumers, rest, sweep)
 }
 
 // serveREST serves the REST/JSON API on addr until ctx ends.
@@ -147,6 +167,12 @@ func serveREST(ctx context.Context, base *service.Base, addr string, started fun
 		return fmt.Errorf("rest: %w", err)
 	}
 	return nil
+}
+
+// sweepInterval is how often the job history is swept: a hundredth of its
+// window, between a minute and an hour.
+func sweepInterval(window time.Duration) time.Duration {
+	return min(max(window/100, time.Minute), time.Hour)
 }
 
 // randomSuffix names this instance's watch group.

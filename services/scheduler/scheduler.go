@@ -40,6 +40,11 @@ const (
 	// DefaultRefreshInterval is how often a follower reloads its memory
 	// when the leader wrote.
 	DefaultRefreshInterval = 2 * time.Second
+	// DefaultMaxBatch bounds how many waiting events one change takes (one
+	// scheduling pass, one store write): enough to amortise both under a
+	// burst, small enough that a change stays well under a millisecond's
+	// worth of Redis work.
+	DefaultMaxBatch = 64
 )
 
 // Config is the scheduler's configuration.
@@ -61,6 +66,14 @@ type Config struct {
 	// LeaseTTL and RefreshInterval: see DefaultLeaseTTL, DefaultRefreshInterval.
 	LeaseTTL        time.Duration
 	RefreshInterval time.Duration
+	// MaxBatch is how many events that are already waiting one change may
+	// take (LOOM_SCHEDULER_MAX_BATCH; default DefaultMaxBatch); 1 handles
+	// every event on its own.
+	MaxBatch int
+	// MinJobAge is how long an ended job stays in the scheduler's state
+	// after its end (LOOM_SCHEDULER_MIN_JOB_AGE; default 5m, Slurm's
+	// MinJobAge): see domain.Retention.
+	MinJobAge time.Duration
 
 	policy, qos string
 }
@@ -100,6 +113,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.InstanceID, "instance-id", env("INSTANCE_ID", ""), "this instance's name in the leader lease (LOOM_SCHEDULER_INSTANCE_ID; default host-pid)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", config.EnvDuration("LOOM_SCHEDULER_LEASE_TTL", DefaultLeaseTTL),
 		"leader lease TTL (LOOM_SCHEDULER_LEASE_TTL)")
+	fs.DurationVar(&c.MinJobAge, "min-job-age", config.EnvDuration("LOOM_SCHEDULER_MIN_JOB_AGE", domain.DefaultMinJobAge),
+		"how long an ended job is kept after its end (LOOM_SCHEDULER_MIN_JOB_AGE; Slurm's MinJobAge)")
+	fs.IntVar(&c.MaxBatch, "max-batch", int(envInt("MAX_BATCH", DefaultMaxBatch)),
+		"most waiting events handled as one change: one scheduling pass, one store write (LOOM_SCHEDULER_MAX_BATCH; 1 = one at a time)")
 	fs.DurationVar(&c.RefreshInterval, "follower-refresh", config.EnvDuration("LOOM_SCHEDULER_FOLLOWER_REFRESH", DefaultRefreshInterval),
 		"how often a follower reloads the leader's writes (LOOM_SCHEDULER_FOLLOWER_REFRESH)")
 }
@@ -128,6 +145,10 @@ func (c *Config) resolve() error {
 	}
 	w := c.Domain.Weights
 	v.Check(w.Age >= 0 && w.FairShare >= 0 && w.JobSize >= 0 && w.Partition >= 0 && w.QOS >= 0, "weight", "priority weights must not be negative")
+	if c.MaxBatch == 0 {
+		c.MaxBatch = DefaultMaxBatch
+	}
+	v.Check(c.MaxBatch >= 1, "max-batch", "want at least 1, got %d", c.MaxBatch)
 	if err := v.Err(); err != nil {
 		return err
 	}
@@ -139,6 +160,9 @@ func (c *Config) resolve() error {
 	}
 	if c.RefreshInterval <= 0 {
 		c.RefreshInterval = DefaultRefreshInterval
+	}
+	if c.MinJobAge <= 0 {
+		c.MinJobAge = domain.DefaultMinJobAge
 	}
 	if c.InstanceID == "" {
 		host, _ := os.Hostname()
@@ -229,9 +253,16 @@ func (l *leader) term(ctx context.Context, token string) {
 		return
 	}
 	cons := bus.NewConsumer(bus.ConsumerConfig{Brokers: l.cfg.Brokers, GroupID: "loom-scheduler", Topics: ports.Topics,
-		Logger: l.base.Log}, l.base.Producer, l.app.Handle)
+		Logger: l.base.Log}, l.base.Producer, l.app.Handle).WithBatch(l.app.HandleBatch, l.cfg.MaxBatch)
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
+	go func() {
+		defer wg.Done()
+		// Retention: ended jobs past MinJobAge, checked every tenth of it
+		// (at most every minute).
+		ret := domain.Retention{MinJobAge: l.cfg.MinJobAge}
+		_ = l.app.RunPrune(tctx, ret, min(max(l.cfg.MinJobAge/10, time.Second), time.Minute))
+	}()
 	go func() {
 		defer wg.Done()
 		defer cancel()

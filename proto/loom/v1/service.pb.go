@@ -11,6 +11,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -735,6 +736,506 @@ func (x *DeleteClusterRequest) GetRequestId() string {
 	return ""
 }
 
+// JobStep is one job step: a set of tasks launched inside a job's allocation
+// (srun), across one or more of its nodes.
+type JobStep struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is "projects/{project}/jobs/{job_id}/steps/{step_id}".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// job is the job's name.
+	Job string `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	// step_id counts the steps of the job's run from 0 (SLURM_STEP_ID).
+	StepId int32 `protobuf:"varint,3,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	// attempt is the job's run the step belongs to.
+	Attempt int32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// state is RUNNING until every task ended, then COMPLETED (all exited 0),
+	// FAILED or CANCELLED.
+	State   JobState `protobuf:"varint,5,opt,name=state,proto3,enum=loom.v1.JobState" json:"state,omitempty"`
+	Command []string `protobuf:"bytes,6,rep,name=command,proto3" json:"command,omitempty"`
+	// nodes are the step's hostnames, in SLURM_NODEID order.
+	Nodes []string `protobuf:"bytes,7,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// tasks_per_node is the number of tasks on each of nodes.
+	TasksPerNode []int32 `protobuf:"varint,8,rep,packed,name=tasks_per_node,json=tasksPerNode,proto3" json:"tasks_per_node,omitempty"`
+	NumTasks     int32   `protobuf:"varint,9,opt,name=num_tasks,json=numTasks,proto3" json:"num_tasks,omitempty"`
+	// exit_code is the highest exit code of the step's tasks (128+n for a
+	// task killed by signal n), once ended.
+	ExitCode int32 `protobuf:"varint,10,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// task_exit_codes are the tasks' exit codes by SLURM_PROCID (0 until known).
+	TaskExitCodes []int32 `protobuf:"varint,11,rep,packed,name=task_exit_codes,json=taskExitCodes,proto3" json:"task_exit_codes,omitempty"`
+	// output_dir holds task-<rank>.out and task-<rank>.err of every task.
+	OutputDir string `protobuf:"bytes,12,opt,name=output_dir,json=outputDir,proto3" json:"output_dir,omitempty"`
+	// reason says why the step failed or was cancelled.
+	Reason    string                 `protobuf:"bytes,13,opt,name=reason,proto3" json:"reason,omitempty"`
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	EndTime   *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// request_id is the creating request's idempotency key.
+	RequestId string `protobuf:"bytes,16,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// node_messages are the agents' last words for each of nodes.
+	NodeMessages  []string `protobuf:"bytes,17,rep,name=node_messages,json=nodeMessages,proto3" json:"node_messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobStep) Reset() {
+	*x = JobStep{}
+	mi := &file_loom_v1_service_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobStep) ProtoMessage() {}
+
+func (x *JobStep) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobStep.ProtoReflect.Descriptor instead.
+func (*JobStep) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *JobStep) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *JobStep) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *JobStep) GetStepId() int32 {
+	if x != nil {
+		return x.StepId
+	}
+	return 0
+}
+
+func (x *JobStep) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *JobStep) GetState() JobState {
+	if x != nil {
+		return x.State
+	}
+	return JobState_JOB_STATE_UNSPECIFIED
+}
+
+func (x *JobStep) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *JobStep) GetNodes() []string {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *JobStep) GetTasksPerNode() []int32 {
+	if x != nil {
+		return x.TasksPerNode
+	}
+	return nil
+}
+
+func (x *JobStep) GetNumTasks() int32 {
+	if x != nil {
+		return x.NumTasks
+	}
+	return 0
+}
+
+func (x *JobStep) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *JobStep) GetTaskExitCodes() []int32 {
+	if x != nil {
+		return x.TaskExitCodes
+	}
+	return nil
+}
+
+func (x *JobStep) GetOutputDir() string {
+	if x != nil {
+		return x.OutputDir
+	}
+	return ""
+}
+
+func (x *JobStep) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *JobStep) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *JobStep) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *JobStep) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *JobStep) GetNodeMessages() []string {
+	if x != nil {
+		return x.NodeMessages
+	}
+	return nil
+}
+
+type CreateJobStepRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// parent is the job, "projects/{p}/jobs/{job_id}".
+	Parent string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	// request_id makes a retried create return the first call's step.
+	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// command is the argv every task runs (required).
+	Command []string `protobuf:"bytes,3,rep,name=command,proto3" json:"command,omitempty"`
+	// env is the tasks' environment; the scheduler adds the step's and the
+	// node's Slurm variables.
+	Env map[string]string `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// work_dir is the tasks' working directory (default the job's).
+	WorkDir string `protobuf:"bytes,5,opt,name=work_dir,json=workDir,proto3" json:"work_dir,omitempty"`
+	// node_count is how many of the job's nodes the step uses (0: all).
+	NodeCount int32 `protobuf:"varint,6,opt,name=node_count,json=nodeCount,proto3" json:"node_count,omitempty"`
+	// ntasks is the number of tasks (0: the job's task count).
+	Ntasks int32 `protobuf:"varint,7,opt,name=ntasks,proto3" json:"ntasks,omitempty"`
+	// ntasks_per_node caps the tasks on one node (0: no cap).
+	NtasksPerNode int32 `protobuf:"varint,8,opt,name=ntasks_per_node,json=ntasksPerNode,proto3" json:"ntasks_per_node,omitempty"`
+	CpusPerTask   int32 `protobuf:"varint,9,opt,name=cpus_per_task,json=cpusPerTask,proto3" json:"cpus_per_task,omitempty"`
+	// kill_on_bad_exit kills the step's other tasks when one exits non-zero.
+	KillOnBadExit bool `protobuf:"varint,10,opt,name=kill_on_bad_exit,json=killOnBadExit,proto3" json:"kill_on_bad_exit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateJobStepRequest) Reset() {
+	*x = CreateJobStepRequest{}
+	mi := &file_loom_v1_service_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateJobStepRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateJobStepRequest) ProtoMessage() {}
+
+func (x *CreateJobStepRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateJobStepRequest.ProtoReflect.Descriptor instead.
+func (*CreateJobStepRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *CreateJobStepRequest) GetParent() string {
+	if x != nil {
+		return x.Parent
+	}
+	return ""
+}
+
+func (x *CreateJobStepRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *CreateJobStepRequest) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *CreateJobStepRequest) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *CreateJobStepRequest) GetWorkDir() string {
+	if x != nil {
+		return x.WorkDir
+	}
+	return ""
+}
+
+func (x *CreateJobStepRequest) GetNodeCount() int32 {
+	if x != nil {
+		return x.NodeCount
+	}
+	return 0
+}
+
+func (x *CreateJobStepRequest) GetNtasks() int32 {
+	if x != nil {
+		return x.Ntasks
+	}
+	return 0
+}
+
+func (x *CreateJobStepRequest) GetNtasksPerNode() int32 {
+	if x != nil {
+		return x.NtasksPerNode
+	}
+	return 0
+}
+
+func (x *CreateJobStepRequest) GetCpusPerTask() int32 {
+	if x != nil {
+		return x.CpusPerTask
+	}
+	return 0
+}
+
+func (x *CreateJobStepRequest) GetKillOnBadExit() bool {
+	if x != nil {
+		return x.KillOnBadExit
+	}
+	return false
+}
+
+type GetJobStepRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetJobStepRequest) Reset() {
+	*x = GetJobStepRequest{}
+	mi := &file_loom_v1_service_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetJobStepRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetJobStepRequest) ProtoMessage() {}
+
+func (x *GetJobStepRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetJobStepRequest.ProtoReflect.Descriptor instead.
+func (*GetJobStepRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *GetJobStepRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ListJobStepsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Parent        string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJobStepsRequest) Reset() {
+	*x = ListJobStepsRequest{}
+	mi := &file_loom_v1_service_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJobStepsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJobStepsRequest) ProtoMessage() {}
+
+func (x *ListJobStepsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJobStepsRequest.ProtoReflect.Descriptor instead.
+func (*ListJobStepsRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListJobStepsRequest) GetParent() string {
+	if x != nil {
+		return x.Parent
+	}
+	return ""
+}
+
+type ListJobStepsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Steps         []*JobStep             `protobuf:"bytes,1,rep,name=steps,proto3" json:"steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJobStepsResponse) Reset() {
+	*x = ListJobStepsResponse{}
+	mi := &file_loom_v1_service_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJobStepsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJobStepsResponse) ProtoMessage() {}
+
+func (x *ListJobStepsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJobStepsResponse.ProtoReflect.Descriptor instead.
+func (*ListJobStepsResponse) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListJobStepsResponse) GetSteps() []*JobStep {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+type CancelJobStepRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// signal, when set, sends that signal to the tasks instead of killing them.
+	Signal        string `protobuf:"bytes,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelJobStepRequest) Reset() {
+	*x = CancelJobStepRequest{}
+	mi := &file_loom_v1_service_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelJobStepRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelJobStepRequest) ProtoMessage() {}
+
+func (x *CancelJobStepRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelJobStepRequest.ProtoReflect.Descriptor instead.
+func (*CancelJobStepRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *CancelJobStepRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CancelJobStepRequest) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
 type SubmitJobRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Parent        string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
@@ -746,7 +1247,7 @@ type SubmitJobRequest struct {
 
 func (x *SubmitJobRequest) Reset() {
 	*x = SubmitJobRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[14]
+	mi := &file_loom_v1_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -758,7 +1259,7 @@ func (x *SubmitJobRequest) String() string {
 func (*SubmitJobRequest) ProtoMessage() {}
 
 func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[14]
+	mi := &file_loom_v1_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -771,7 +1272,7 @@ func (x *SubmitJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJobRequest.ProtoReflect.Descriptor instead.
 func (*SubmitJobRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{14}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SubmitJobRequest) GetParent() string {
@@ -804,7 +1305,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[15]
+	mi := &file_loom_v1_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -816,7 +1317,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[15]
+	mi := &file_loom_v1_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -829,7 +1330,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{15}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetJobRequest) GetName() string {
@@ -858,7 +1359,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[16]
+	mi := &file_loom_v1_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +1371,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[16]
+	mi := &file_loom_v1_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +1384,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{16}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListJobsRequest) GetParent() string {
@@ -951,7 +1452,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[17]
+	mi := &file_loom_v1_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -963,7 +1464,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[17]
+	mi := &file_loom_v1_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -976,7 +1477,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{17}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -990,14 +1491,18 @@ type CancelJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// signal, when set, sends that signal (e.g. "USR1") instead of cancelling (scancel --signal).
-	Signal        string `protobuf:"bytes,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	Signal string `protobuf:"bytes,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	// user is who asks (the Slurm commands send the OS user, as Job.user on
+	// submit). Only the job's owner or an administrator may cancel or signal
+	// it; "" is an anonymous caller, who may act on jobs without an owner only.
+	User          string `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[18]
+	mi := &file_loom_v1_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1514,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[18]
+	mi := &file_loom_v1_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1527,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{18}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CancelJobRequest) GetName() string {
@@ -1039,21 +1544,33 @@ func (x *CancelJobRequest) GetSignal() string {
 	return ""
 }
 
+func (x *CancelJobRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
 type UpdateJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// action is one of "hold", "release", "requeue", "update".
+	// action is one of "hold", "uhold" (a user hold, even by an
+	// administrator), "release", "requeue", "update".
 	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
 	// For "update": the new time limit (0 = unchanged) and partition ("" = unchanged).
 	TimeLimitSeconds int64  `protobuf:"varint,3,opt,name=time_limit_seconds,json=timeLimitSeconds,proto3" json:"time_limit_seconds,omitempty"`
 	Partition        string `protobuf:"bytes,4,opt,name=partition,proto3" json:"partition,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// user is who asks, as in CancelJobRequest: the job's owner or an
+	// administrator. A hold by an administrator is an admin hold
+	// (JobHeldAdmin), which only an administrator may release.
+	User          string `protobuf:"bytes,5,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateJobRequest) Reset() {
 	*x = UpdateJobRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[19]
+	mi := &file_loom_v1_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +1582,7 @@ func (x *UpdateJobRequest) String() string {
 func (*UpdateJobRequest) ProtoMessage() {}
 
 func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[19]
+	mi := &file_loom_v1_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +1595,7 @@ func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobRequest.ProtoReflect.Descriptor instead.
 func (*UpdateJobRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{19}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UpdateJobRequest) GetName() string {
@@ -1109,6 +1626,13 @@ func (x *UpdateJobRequest) GetPartition() string {
 	return ""
 }
 
+func (x *UpdateJobRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
 type WatchJobRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1118,7 +1642,7 @@ type WatchJobRequest struct {
 
 func (x *WatchJobRequest) Reset() {
 	*x = WatchJobRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[20]
+	mi := &file_loom_v1_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1654,7 @@ func (x *WatchJobRequest) String() string {
 func (*WatchJobRequest) ProtoMessage() {}
 
 func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[20]
+	mi := &file_loom_v1_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1667,7 @@ func (x *WatchJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchJobRequest.ProtoReflect.Descriptor instead.
 func (*WatchJobRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{20}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WatchJobRequest) GetName() string {
@@ -1164,7 +1688,7 @@ type ReadJobLogsRequest struct {
 
 func (x *ReadJobLogsRequest) Reset() {
 	*x = ReadJobLogsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[21]
+	mi := &file_loom_v1_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1176,7 +1700,7 @@ func (x *ReadJobLogsRequest) String() string {
 func (*ReadJobLogsRequest) ProtoMessage() {}
 
 func (x *ReadJobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[21]
+	mi := &file_loom_v1_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1713,7 @@ func (x *ReadJobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadJobLogsRequest.ProtoReflect.Descriptor instead.
 func (*ReadJobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{21}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReadJobLogsRequest) GetName() string {
@@ -1215,7 +1739,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_loom_v1_service_proto_msgTypes[22]
+	mi := &file_loom_v1_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1227,7 +1751,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[22]
+	mi := &file_loom_v1_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1240,7 +1764,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{22}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LogChunk) GetData() []byte {
@@ -1259,7 +1783,7 @@ type GetOperationRequest struct {
 
 func (x *GetOperationRequest) Reset() {
 	*x = GetOperationRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[23]
+	mi := &file_loom_v1_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1271,7 +1795,7 @@ func (x *GetOperationRequest) String() string {
 func (*GetOperationRequest) ProtoMessage() {}
 
 func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[23]
+	mi := &file_loom_v1_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1284,7 +1808,7 @@ func (x *GetOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOperationRequest.ProtoReflect.Descriptor instead.
 func (*GetOperationRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{23}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetOperationRequest) GetName() string {
@@ -1305,7 +1829,7 @@ type WaitOperationRequest struct {
 
 func (x *WaitOperationRequest) Reset() {
 	*x = WaitOperationRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[24]
+	mi := &file_loom_v1_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1317,7 +1841,7 @@ func (x *WaitOperationRequest) String() string {
 func (*WaitOperationRequest) ProtoMessage() {}
 
 func (x *WaitOperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[24]
+	mi := &file_loom_v1_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1330,7 +1854,7 @@ func (x *WaitOperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitOperationRequest.ProtoReflect.Descriptor instead.
 func (*WaitOperationRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{24}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WaitOperationRequest) GetName() string {
@@ -1357,7 +1881,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[25]
+	mi := &file_loom_v1_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +1893,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[25]
+	mi := &file_loom_v1_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +1906,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{25}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListNodesRequest) GetParent() string {
@@ -1401,7 +1925,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[26]
+	mi := &file_loom_v1_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +1937,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[26]
+	mi := &file_loom_v1_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,7 +1950,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{26}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -1445,7 +1969,7 @@ type ListPartitionsRequest struct {
 
 func (x *ListPartitionsRequest) Reset() {
 	*x = ListPartitionsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[27]
+	mi := &file_loom_v1_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +1981,7 @@ func (x *ListPartitionsRequest) String() string {
 func (*ListPartitionsRequest) ProtoMessage() {}
 
 func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[27]
+	mi := &file_loom_v1_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +1994,7 @@ func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{27}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListPartitionsRequest) GetCluster() string {
@@ -1489,7 +2013,7 @@ type ListPartitionsResponse struct {
 
 func (x *ListPartitionsResponse) Reset() {
 	*x = ListPartitionsResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[28]
+	mi := &file_loom_v1_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1501,7 +2025,7 @@ func (x *ListPartitionsResponse) String() string {
 func (*ListPartitionsResponse) ProtoMessage() {}
 
 func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[28]
+	mi := &file_loom_v1_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1514,7 +2038,7 @@ func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{28}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListPartitionsResponse) GetPartitions() []*Partition {
@@ -1533,7 +2057,7 @@ type ListSlurmNodesRequest struct {
 
 func (x *ListSlurmNodesRequest) Reset() {
 	*x = ListSlurmNodesRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[29]
+	mi := &file_loom_v1_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1545,7 +2069,7 @@ func (x *ListSlurmNodesRequest) String() string {
 func (*ListSlurmNodesRequest) ProtoMessage() {}
 
 func (x *ListSlurmNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[29]
+	mi := &file_loom_v1_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1558,7 +2082,7 @@ func (x *ListSlurmNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSlurmNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListSlurmNodesRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{29}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListSlurmNodesRequest) GetCluster() string {
@@ -1577,7 +2101,7 @@ type ListSlurmNodesResponse struct {
 
 func (x *ListSlurmNodesResponse) Reset() {
 	*x = ListSlurmNodesResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[30]
+	mi := &file_loom_v1_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +2113,7 @@ func (x *ListSlurmNodesResponse) String() string {
 func (*ListSlurmNodesResponse) ProtoMessage() {}
 
 func (x *ListSlurmNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[30]
+	mi := &file_loom_v1_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +2126,7 @@ func (x *ListSlurmNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSlurmNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListSlurmNodesResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{30}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListSlurmNodesResponse) GetNodes() []*SlurmNode {
@@ -1625,7 +2149,7 @@ type UpdateSlurmNodeRequest struct {
 
 func (x *UpdateSlurmNodeRequest) Reset() {
 	*x = UpdateSlurmNodeRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[31]
+	mi := &file_loom_v1_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1637,7 +2161,7 @@ func (x *UpdateSlurmNodeRequest) String() string {
 func (*UpdateSlurmNodeRequest) ProtoMessage() {}
 
 func (x *UpdateSlurmNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[31]
+	mi := &file_loom_v1_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1650,7 +2174,7 @@ func (x *UpdateSlurmNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSlurmNodeRequest.ProtoReflect.Descriptor instead.
 func (*UpdateSlurmNodeRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{31}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *UpdateSlurmNodeRequest) GetCluster() string {
@@ -1690,7 +2214,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[32]
+	mi := &file_loom_v1_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +2226,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[32]
+	mi := &file_loom_v1_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1715,7 +2239,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{32}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListModelsRequest) GetParent() string {
@@ -1734,7 +2258,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[33]
+	mi := &file_loom_v1_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1746,7 +2270,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[33]
+	mi := &file_loom_v1_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1759,7 +2283,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{33}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListModelsResponse) GetModels() []*Model {
@@ -1778,7 +2302,7 @@ type GetModelRequest struct {
 
 func (x *GetModelRequest) Reset() {
 	*x = GetModelRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[34]
+	mi := &file_loom_v1_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1790,7 +2314,7 @@ func (x *GetModelRequest) String() string {
 func (*GetModelRequest) ProtoMessage() {}
 
 func (x *GetModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[34]
+	mi := &file_loom_v1_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1803,7 +2327,7 @@ func (x *GetModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelRequest.ProtoReflect.Descriptor instead.
 func (*GetModelRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{34}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetModelRequest) GetName() string {
@@ -1822,7 +2346,7 @@ type ListModelVersionsRequest struct {
 
 func (x *ListModelVersionsRequest) Reset() {
 	*x = ListModelVersionsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[35]
+	mi := &file_loom_v1_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1834,7 +2358,7 @@ func (x *ListModelVersionsRequest) String() string {
 func (*ListModelVersionsRequest) ProtoMessage() {}
 
 func (x *ListModelVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[35]
+	mi := &file_loom_v1_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1847,7 +2371,7 @@ func (x *ListModelVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelVersionsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{35}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListModelVersionsRequest) GetParent() string {
@@ -1866,7 +2390,7 @@ type ListModelVersionsResponse struct {
 
 func (x *ListModelVersionsResponse) Reset() {
 	*x = ListModelVersionsResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[36]
+	mi := &file_loom_v1_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +2402,7 @@ func (x *ListModelVersionsResponse) String() string {
 func (*ListModelVersionsResponse) ProtoMessage() {}
 
 func (x *ListModelVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[36]
+	mi := &file_loom_v1_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +2415,7 @@ func (x *ListModelVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelVersionsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{36}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListModelVersionsResponse) GetVersions() []*ModelVersion {
@@ -1905,7 +2429,7 @@ var File_loom_v1_service_proto protoreflect.FileDescriptor
 
 const file_loom_v1_service_proto_rawDesc = "" +
 	"\n" +
-	"\x15loom/v1/service.proto\x12\aloom.v1\x1a\x1cgoogle/api/annotations.proto\x1a google/protobuf/field_mask.proto\x1a\x17loom/v1/resources.proto\"\xce\x01\n" +
+	"\x15loom/v1/service.proto\x12\aloom.v1\x1a\x1cgoogle/api/annotations.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17loom/v1/resources.proto\"\xce\x01\n" +
 	"\x14UpdateClusterRequest\x12*\n" +
 	"\acluster\x18\x01 \x01(\v2\x10.loom.v1.ClusterR\acluster\x12;\n" +
 	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
@@ -1951,7 +2475,55 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x14DeleteClusterRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"i\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\xb0\x04\n" +
+	"\aJobStep\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03job\x18\x02 \x01(\tR\x03job\x12\x17\n" +
+	"\astep_id\x18\x03 \x01(\x05R\x06stepId\x12\x18\n" +
+	"\aattempt\x18\x04 \x01(\x05R\aattempt\x12'\n" +
+	"\x05state\x18\x05 \x01(\x0e2\x11.loom.v1.JobStateR\x05state\x12\x18\n" +
+	"\acommand\x18\x06 \x03(\tR\acommand\x12\x14\n" +
+	"\x05nodes\x18\a \x03(\tR\x05nodes\x12$\n" +
+	"\x0etasks_per_node\x18\b \x03(\x05R\ftasksPerNode\x12\x1b\n" +
+	"\tnum_tasks\x18\t \x01(\x05R\bnumTasks\x12\x1b\n" +
+	"\texit_code\x18\n" +
+	" \x01(\x05R\bexitCode\x12&\n" +
+	"\x0ftask_exit_codes\x18\v \x03(\x05R\rtaskExitCodes\x12\x1d\n" +
+	"\n" +
+	"output_dir\x18\f \x01(\tR\toutputDir\x12\x16\n" +
+	"\x06reason\x18\r \x01(\tR\x06reason\x129\n" +
+	"\n" +
+	"start_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x10 \x01(\tR\trequestId\x12#\n" +
+	"\rnode_messages\x18\x11 \x03(\tR\fnodeMessages\"\xa0\x03\n" +
+	"\x14CreateJobStepRequest\x12\x16\n" +
+	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\x12\x18\n" +
+	"\acommand\x18\x03 \x03(\tR\acommand\x128\n" +
+	"\x03env\x18\x04 \x03(\v2&.loom.v1.CreateJobStepRequest.EnvEntryR\x03env\x12\x19\n" +
+	"\bwork_dir\x18\x05 \x01(\tR\aworkDir\x12\x1d\n" +
+	"\n" +
+	"node_count\x18\x06 \x01(\x05R\tnodeCount\x12\x16\n" +
+	"\x06ntasks\x18\a \x01(\x05R\x06ntasks\x12&\n" +
+	"\x0fntasks_per_node\x18\b \x01(\x05R\rntasksPerNode\x12\"\n" +
+	"\rcpus_per_task\x18\t \x01(\x05R\vcpusPerTask\x12'\n" +
+	"\x10kill_on_bad_exit\x18\n" +
+	" \x01(\bR\rkillOnBadExit\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"'\n" +
+	"\x11GetJobStepRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"-\n" +
+	"\x13ListJobStepsRequest\x12\x16\n" +
+	"\x06parent\x18\x01 \x01(\tR\x06parent\">\n" +
+	"\x14ListJobStepsResponse\x12&\n" +
+	"\x05steps\x18\x01 \x03(\v2\x10.loom.v1.JobStepR\x05steps\"B\n" +
+	"\x14CancelJobStepRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06signal\x18\x02 \x01(\tR\x06signal\"i\n" +
 	"\x10SubmitJobRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1e\n" +
 	"\x03job\x18\x02 \x01(\v2\f.loom.v1.JobR\x03job\x12\x1d\n" +
@@ -1972,15 +2544,17 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\vactive_only\x18\b \x01(\bR\n" +
 	"activeOnly\"4\n" +
 	"\x10ListJobsResponse\x12 \n" +
-	"\x04jobs\x18\x01 \x03(\v2\f.loom.v1.JobR\x04jobs\">\n" +
+	"\x04jobs\x18\x01 \x03(\v2\f.loom.v1.JobR\x04jobs\"R\n" +
 	"\x10CancelJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06signal\x18\x02 \x01(\tR\x06signal\"\x8a\x01\n" +
+	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x12\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\"\x9e\x01\n" +
 	"\x10UpdateJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12,\n" +
 	"\x12time_limit_seconds\x18\x03 \x01(\x03R\x10timeLimitSeconds\x12\x1c\n" +
-	"\tpartition\x18\x04 \x01(\tR\tpartition\"%\n" +
+	"\tpartition\x18\x04 \x01(\tR\tpartition\x12\x12\n" +
+	"\x04user\x18\x05 \x01(\tR\x04user\"%\n" +
 	"\x0fWatchJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"@\n" +
 	"\x12ReadJobLogsRequest\x12\x12\n" +
@@ -2035,7 +2609,7 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x0eGetReservation\x12\x1e.loom.v1.GetReservationRequest\x1a\x14.loom.v1.Reservation\",\x82\xd3\xe4\x93\x02&\x12$/v1/{name=projects/*/reservations/*}\x12\x85\x01\n" +
 	"\x10ListReservations\x12 .loom.v1.ListReservationsRequest\x1a!.loom.v1.ListReservationsResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/{parent=projects/*}/reservations\x12x\n" +
 	"\x11DeleteReservation\x12!.loom.v1.DeleteReservationRequest\x1a\x12.loom.v1.Operation\",\x82\xd3\xe4\x93\x02&*$/v1/{name=projects/*/reservations/*}\x12u\n" +
-	"\fListCapacity\x12\x1c.loom.v1.ListCapacityRequest\x1a\x1d.loom.v1.ListCapacityResponse\"(\x82\xd3\xe4\x93\x02\"\x12 /v1/{parent=projects/*}/capacity2\xc4\x05\n" +
+	"\fListCapacity\x12\x1c.loom.v1.ListCapacityRequest\x1a\x1d.loom.v1.ListCapacityResponse\"(\x82\xd3\xe4\x93\x02\"\x12 /v1/{parent=projects/*}/capacity2\x96\t\n" +
 	"\n" +
 	"JobService\x12_\n" +
 	"\tSubmitJob\x12\x19.loom.v1.SubmitJobRequest\x1a\f.loom.v1.Job\")\x82\xd3\xe4\x93\x02#:\x03job\"\x1c/v1/{parent=projects/*}/jobs\x12T\n" +
@@ -2044,7 +2618,12 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\tCancelJob\x12\x19.loom.v1.CancelJobRequest\x1a\f.loom.v1.Job\".\x82\xd3\xe4\x93\x02(:\x01*\"#/v1/{name=projects/*/jobs/*}:cancel\x12`\n" +
 	"\bWatchJob\x12\x18.loom.v1.WatchJobRequest\x1a\f.loom.v1.Job\"*\x82\xd3\xe4\x93\x02$\x12\"/v1/{name=projects/*/jobs/*}:watch0\x01\x12d\n" +
 	"\tUpdateJob\x12\x19.loom.v1.UpdateJobRequest\x1a\f.loom.v1.Job\".\x82\xd3\xe4\x93\x02(:\x01*\"#/v1/{name=projects/*/jobs/*}:update\x12j\n" +
-	"\vReadJobLogs\x12\x1b.loom.v1.ReadJobLogsRequest\x1a\x11.loom.v1.LogChunk\")\x82\xd3\xe4\x93\x02#\x12!/v1/{name=projects/*/jobs/*}:logs0\x012\xf8\x01\n" +
+	"\vReadJobLogs\x12\x1b.loom.v1.ReadJobLogsRequest\x1a\x11.loom.v1.LogChunk\")\x82\xd3\xe4\x93\x02#\x12!/v1/{name=projects/*/jobs/*}:logs0\x01\x12q\n" +
+	"\rCreateJobStep\x12\x1d.loom.v1.CreateJobStepRequest\x1a\x10.loom.v1.JobStep\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/{parent=projects/*/jobs/*}/steps\x12h\n" +
+	"\n" +
+	"GetJobStep\x12\x1a.loom.v1.GetJobStepRequest\x1a\x10.loom.v1.JobStep\",\x82\xd3\xe4\x93\x02&\x12$/v1/{name=projects/*/jobs/*/steps/*}\x12y\n" +
+	"\fListJobSteps\x12\x1c.loom.v1.ListJobStepsRequest\x1a\x1d.loom.v1.ListJobStepsResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/{parent=projects/*/jobs/*}/steps\x12x\n" +
+	"\rCancelJobStep\x12\x1d.loom.v1.CancelJobStepRequest\x1a\x10.loom.v1.JobStep\"6\x82\xd3\xe4\x93\x020:\x01*\"+/v1/{name=projects/*/jobs/*/steps/*}:cancel2\xf8\x01\n" +
 	"\x10OperationService\x12l\n" +
 	"\fGetOperation\x12\x1c.loom.v1.GetOperationRequest\x1a\x12.loom.v1.Operation\"*\x82\xd3\xe4\x93\x02$\x12\"/v1/{name=projects/*/operations/*}\x12v\n" +
 	"\rWaitOperation\x12\x1d.loom.v1.WaitOperationRequest\x1a\x12.loom.v1.Operation\"2\x82\xd3\xe4\x93\x02,:\x01*\"'/v1/{name=projects/*/operations/*}:wait2\x83\x01\n" +
@@ -2072,7 +2651,7 @@ func file_loom_v1_service_proto_rawDescGZIP() []byte {
 	return file_loom_v1_service_proto_rawDescData
 }
 
-var file_loom_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_loom_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_loom_v1_service_proto_goTypes = []any{
 	(*UpdateClusterRequest)(nil),      // 0: loom.v1.UpdateClusterRequest
 	(*GetSlurmConfigRequest)(nil),     // 1: loom.v1.GetSlurmConfigRequest
@@ -2088,118 +2667,139 @@ var file_loom_v1_service_proto_goTypes = []any{
 	(*ListClustersRequest)(nil),       // 11: loom.v1.ListClustersRequest
 	(*ListClustersResponse)(nil),      // 12: loom.v1.ListClustersResponse
 	(*DeleteClusterRequest)(nil),      // 13: loom.v1.DeleteClusterRequest
-	(*SubmitJobRequest)(nil),          // 14: loom.v1.SubmitJobRequest
-	(*GetJobRequest)(nil),             // 15: loom.v1.GetJobRequest
-	(*ListJobsRequest)(nil),           // 16: loom.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),          // 17: loom.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),          // 18: loom.v1.CancelJobRequest
-	(*UpdateJobRequest)(nil),          // 19: loom.v1.UpdateJobRequest
-	(*WatchJobRequest)(nil),           // 20: loom.v1.WatchJobRequest
-	(*ReadJobLogsRequest)(nil),        // 21: loom.v1.ReadJobLogsRequest
-	(*LogChunk)(nil),                  // 22: loom.v1.LogChunk
-	(*GetOperationRequest)(nil),       // 23: loom.v1.GetOperationRequest
-	(*WaitOperationRequest)(nil),      // 24: loom.v1.WaitOperationRequest
-	(*ListNodesRequest)(nil),          // 25: loom.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),         // 26: loom.v1.ListNodesResponse
-	(*ListPartitionsRequest)(nil),     // 27: loom.v1.ListPartitionsRequest
-	(*ListPartitionsResponse)(nil),    // 28: loom.v1.ListPartitionsResponse
-	(*ListSlurmNodesRequest)(nil),     // 29: loom.v1.ListSlurmNodesRequest
-	(*ListSlurmNodesResponse)(nil),    // 30: loom.v1.ListSlurmNodesResponse
-	(*UpdateSlurmNodeRequest)(nil),    // 31: loom.v1.UpdateSlurmNodeRequest
-	(*ListModelsRequest)(nil),         // 32: loom.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),        // 33: loom.v1.ListModelsResponse
-	(*GetModelRequest)(nil),           // 34: loom.v1.GetModelRequest
-	(*ListModelVersionsRequest)(nil),  // 35: loom.v1.ListModelVersionsRequest
-	(*ListModelVersionsResponse)(nil), // 36: loom.v1.ListModelVersionsResponse
-	(*Cluster)(nil),                   // 37: loom.v1.Cluster
-	(*fieldmaskpb.FieldMask)(nil),     // 38: google.protobuf.FieldMask
-	(*Reservation)(nil),               // 39: loom.v1.Reservation
-	(*CapacityPool)(nil),              // 40: loom.v1.CapacityPool
-	(*Job)(nil),                       // 41: loom.v1.Job
-	(JobState)(0),                     // 42: loom.v1.JobState
-	(*Node)(nil),                      // 43: loom.v1.Node
-	(*Partition)(nil),                 // 44: loom.v1.Partition
-	(*SlurmNode)(nil),                 // 45: loom.v1.SlurmNode
-	(*Model)(nil),                     // 46: loom.v1.Model
-	(*ModelVersion)(nil),              // 47: loom.v1.ModelVersion
-	(*Operation)(nil),                 // 48: loom.v1.Operation
-	(*SlurmConfig)(nil),               // 49: loom.v1.SlurmConfig
+	(*JobStep)(nil),                   // 14: loom.v1.JobStep
+	(*CreateJobStepRequest)(nil),      // 15: loom.v1.CreateJobStepRequest
+	(*GetJobStepRequest)(nil),         // 16: loom.v1.GetJobStepRequest
+	(*ListJobStepsRequest)(nil),       // 17: loom.v1.ListJobStepsRequest
+	(*ListJobStepsResponse)(nil),      // 18: loom.v1.ListJobStepsResponse
+	(*CancelJobStepRequest)(nil),      // 19: loom.v1.CancelJobStepRequest
+	(*SubmitJobRequest)(nil),          // 20: loom.v1.SubmitJobRequest
+	(*GetJobRequest)(nil),             // 21: loom.v1.GetJobRequest
+	(*ListJobsRequest)(nil),           // 22: loom.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),          // 23: loom.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),          // 24: loom.v1.CancelJobRequest
+	(*UpdateJobRequest)(nil),          // 25: loom.v1.UpdateJobRequest
+	(*WatchJobRequest)(nil),           // 26: loom.v1.WatchJobRequest
+	(*ReadJobLogsRequest)(nil),        // 27: loom.v1.ReadJobLogsRequest
+	(*LogChunk)(nil),                  // 28: loom.v1.LogChunk
+	(*GetOperationRequest)(nil),       // 29: loom.v1.GetOperationRequest
+	(*WaitOperationRequest)(nil),      // 30: loom.v1.WaitOperationRequest
+	(*ListNodesRequest)(nil),          // 31: loom.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),         // 32: loom.v1.ListNodesResponse
+	(*ListPartitionsRequest)(nil),     // 33: loom.v1.ListPartitionsRequest
+	(*ListPartitionsResponse)(nil),    // 34: loom.v1.ListPartitionsResponse
+	(*ListSlurmNodesRequest)(nil),     // 35: loom.v1.ListSlurmNodesRequest
+	(*ListSlurmNodesResponse)(nil),    // 36: loom.v1.ListSlurmNodesResponse
+	(*UpdateSlurmNodeRequest)(nil),    // 37: loom.v1.UpdateSlurmNodeRequest
+	(*ListModelsRequest)(nil),         // 38: loom.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),        // 39: loom.v1.ListModelsResponse
+	(*GetModelRequest)(nil),           // 40: loom.v1.GetModelRequest
+	(*ListModelVersionsRequest)(nil),  // 41: loom.v1.ListModelVersionsRequest
+	(*ListModelVersionsResponse)(nil), // 42: loom.v1.ListModelVersionsResponse
+	nil,                               // 43: loom.v1.CreateJobStepRequest.EnvEntry
+	(*Cluster)(nil),                   // 44: loom.v1.Cluster
+	(*fieldmaskpb.FieldMask)(nil),     // 45: google.protobuf.FieldMask
+	(*Reservation)(nil),               // 46: loom.v1.Reservation
+	(*CapacityPool)(nil),              // 47: loom.v1.CapacityPool
+	(JobState)(0),                     // 48: loom.v1.JobState
+	(*timestamppb.Timestamp)(nil),     // 49: google.protobuf.Timestamp
+	(*Job)(nil),                       // 50: loom.v1.Job
+	(*Node)(nil),                      // 51: loom.v1.Node
+	(*Partition)(nil),                 // 52: loom.v1.Partition
+	(*SlurmNode)(nil),                 // 53: loom.v1.SlurmNode
+	(*Model)(nil),                     // 54: loom.v1.Model
+	(*ModelVersion)(nil),              // 55: loom.v1.ModelVersion
+	(*Operation)(nil),                 // 56: loom.v1.Operation
+	(*SlurmConfig)(nil),               // 57: loom.v1.SlurmConfig
 }
 var file_loom_v1_service_proto_depIdxs = []int32{
-	37, // 0: loom.v1.UpdateClusterRequest.cluster:type_name -> loom.v1.Cluster
-	38, // 1: loom.v1.UpdateClusterRequest.update_mask:type_name -> google.protobuf.FieldMask
-	39, // 2: loom.v1.CreateReservationRequest.reservation:type_name -> loom.v1.Reservation
-	39, // 3: loom.v1.ListReservationsResponse.reservations:type_name -> loom.v1.Reservation
-	40, // 4: loom.v1.ListCapacityResponse.pools:type_name -> loom.v1.CapacityPool
-	37, // 5: loom.v1.CreateClusterRequest.cluster:type_name -> loom.v1.Cluster
-	37, // 6: loom.v1.ListClustersResponse.clusters:type_name -> loom.v1.Cluster
-	41, // 7: loom.v1.SubmitJobRequest.job:type_name -> loom.v1.Job
-	42, // 8: loom.v1.ListJobsRequest.states:type_name -> loom.v1.JobState
-	41, // 9: loom.v1.ListJobsResponse.jobs:type_name -> loom.v1.Job
-	43, // 10: loom.v1.ListNodesResponse.nodes:type_name -> loom.v1.Node
-	44, // 11: loom.v1.ListPartitionsResponse.partitions:type_name -> loom.v1.Partition
-	45, // 12: loom.v1.ListSlurmNodesResponse.nodes:type_name -> loom.v1.SlurmNode
-	46, // 13: loom.v1.ListModelsResponse.models:type_name -> loom.v1.Model
-	47, // 14: loom.v1.ListModelVersionsResponse.versions:type_name -> loom.v1.ModelVersion
-	9,  // 15: loom.v1.ClusterService.CreateCluster:input_type -> loom.v1.CreateClusterRequest
-	10, // 16: loom.v1.ClusterService.GetCluster:input_type -> loom.v1.GetClusterRequest
-	11, // 17: loom.v1.ClusterService.ListClusters:input_type -> loom.v1.ListClustersRequest
-	13, // 18: loom.v1.ClusterService.DeleteCluster:input_type -> loom.v1.DeleteClusterRequest
-	0,  // 19: loom.v1.ClusterService.UpdateCluster:input_type -> loom.v1.UpdateClusterRequest
-	1,  // 20: loom.v1.ClusterService.GetSlurmConfig:input_type -> loom.v1.GetSlurmConfigRequest
-	2,  // 21: loom.v1.ReservationService.CreateReservation:input_type -> loom.v1.CreateReservationRequest
-	3,  // 22: loom.v1.ReservationService.GetReservation:input_type -> loom.v1.GetReservationRequest
-	4,  // 23: loom.v1.ReservationService.ListReservations:input_type -> loom.v1.ListReservationsRequest
-	6,  // 24: loom.v1.ReservationService.DeleteReservation:input_type -> loom.v1.DeleteReservationRequest
-	7,  // 25: loom.v1.ReservationService.ListCapacity:input_type -> loom.v1.ListCapacityRequest
-	14, // 26: loom.v1.JobService.SubmitJob:input_type -> loom.v1.SubmitJobRequest
-	15, // 27: loom.v1.JobService.GetJob:input_type -> loom.v1.GetJobRequest
-	16, // 28: loom.v1.JobService.ListJobs:input_type -> loom.v1.ListJobsRequest
-	18, // 29: loom.v1.JobService.CancelJob:input_type -> loom.v1.CancelJobRequest
-	20, // 30: loom.v1.JobService.WatchJob:input_type -> loom.v1.WatchJobRequest
-	19, // 31: loom.v1.JobService.UpdateJob:input_type -> loom.v1.UpdateJobRequest
-	21, // 32: loom.v1.JobService.ReadJobLogs:input_type -> loom.v1.ReadJobLogsRequest
-	23, // 33: loom.v1.OperationService.GetOperation:input_type -> loom.v1.GetOperationRequest
-	24, // 34: loom.v1.OperationService.WaitOperation:input_type -> loom.v1.WaitOperationRequest
-	25, // 35: loom.v1.NodeService.ListNodes:input_type -> loom.v1.ListNodesRequest
-	27, // 36: loom.v1.SlurmService.ListPartitions:input_type -> loom.v1.ListPartitionsRequest
-	29, // 37: loom.v1.SlurmService.ListSlurmNodes:input_type -> loom.v1.ListSlurmNodesRequest
-	31, // 38: loom.v1.SlurmService.UpdateSlurmNode:input_type -> loom.v1.UpdateSlurmNodeRequest
-	32, // 39: loom.v1.ModelService.ListModels:input_type -> loom.v1.ListModelsRequest
-	34, // 40: loom.v1.ModelService.GetModel:input_type -> loom.v1.GetModelRequest
-	35, // 41: loom.v1.ModelService.ListModelVersions:input_type -> loom.v1.ListModelVersionsRequest
-	48, // 42: loom.v1.ClusterService.CreateCluster:output_type -> loom.v1.Operation
-	37, // 43: loom.v1.ClusterService.GetCluster:output_type -> loom.v1.Cluster
-	12, // 44: loom.v1.ClusterService.ListClusters:output_type -> loom.v1.ListClustersResponse
-	48, // 45: loom.v1.ClusterService.DeleteCluster:output_type -> loom.v1.Operation
-	48, // 46: loom.v1.ClusterService.UpdateCluster:output_type -> loom.v1.Operation
-	49, // 47: loom.v1.ClusterService.GetSlurmConfig:output_type -> loom.v1.SlurmConfig
-	48, // 48: loom.v1.ReservationService.CreateReservation:output_type -> loom.v1.Operation
-	39, // 49: loom.v1.ReservationService.GetReservation:output_type -> loom.v1.Reservation
-	5,  // 50: loom.v1.ReservationService.ListReservations:output_type -> loom.v1.ListReservationsResponse
-	48, // 51: loom.v1.ReservationService.DeleteReservation:output_type -> loom.v1.Operation
-	8,  // 52: loom.v1.ReservationService.ListCapacity:output_type -> loom.v1.ListCapacityResponse
-	41, // 53: loom.v1.JobService.SubmitJob:output_type -> loom.v1.Job
-	41, // 54: loom.v1.JobService.GetJob:output_type -> loom.v1.Job
-	17, // 55: loom.v1.JobService.ListJobs:output_type -> loom.v1.ListJobsResponse
-	41, // 56: loom.v1.JobService.CancelJob:output_type -> loom.v1.Job
-	41, // 57: loom.v1.JobService.WatchJob:output_type -> loom.v1.Job
-	41, // 58: loom.v1.JobService.UpdateJob:output_type -> loom.v1.Job
-	22, // 59: loom.v1.JobService.ReadJobLogs:output_type -> loom.v1.LogChunk
-	48, // 60: loom.v1.OperationService.GetOperation:output_type -> loom.v1.Operation
-	48, // 61: loom.v1.OperationService.WaitOperation:output_type -> loom.v1.Operation
-	26, // 62: loom.v1.NodeService.ListNodes:output_type -> loom.v1.ListNodesResponse
-	28, // 63: loom.v1.SlurmService.ListPartitions:output_type -> loom.v1.ListPartitionsResponse
-	30, // 64: loom.v1.SlurmService.ListSlurmNodes:output_type -> loom.v1.ListSlurmNodesResponse
-	45, // 65: loom.v1.SlurmService.UpdateSlurmNode:output_type -> loom.v1.SlurmNode
-	33, // 66: loom.v1.ModelService.ListModels:output_type -> loom.v1.ListModelsResponse
-	46, // 67: loom.v1.ModelService.GetModel:output_type -> loom.v1.Model
-	36, // 68: loom.v1.ModelService.ListModelVersions:output_type -> loom.v1.ListModelVersionsResponse
-	42, // [42:69] is the sub-list for method output_type
-	15, // [15:42] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	44, // 0: loom.v1.UpdateClusterRequest.cluster:type_name -> loom.v1.Cluster
+	45, // 1: loom.v1.UpdateClusterRequest.update_mask:type_name -> google.protobuf.FieldMask
+	46, // 2: loom.v1.CreateReservationRequest.reservation:type_name -> loom.v1.Reservation
+	46, // 3: loom.v1.ListReservationsResponse.reservations:type_name -> loom.v1.Reservation
+	47, // 4: loom.v1.ListCapacityResponse.pools:type_name -> loom.v1.CapacityPool
+	44, // 5: loom.v1.CreateClusterRequest.cluster:type_name -> loom.v1.Cluster
+	44, // 6: loom.v1.ListClustersResponse.clusters:type_name -> loom.v1.Cluster
+	48, // 7: loom.v1.JobStep.state:type_name -> loom.v1.JobState
+	49, // 8: loom.v1.JobStep.start_time:type_name -> google.protobuf.Timestamp
+	49, // 9: loom.v1.JobStep.end_time:type_name -> google.protobuf.Timestamp
+	43, // 10: loom.v1.CreateJobStepRequest.env:type_name -> loom.v1.CreateJobStepRequest.EnvEntry
+	14, // 11: loom.v1.ListJobStepsResponse.steps:type_name -> loom.v1.JobStep
+	50, // 12: loom.v1.SubmitJobRequest.job:type_name -> loom.v1.Job
+	48, // 13: loom.v1.ListJobsRequest.states:type_name -> loom.v1.JobState
+	50, // 14: loom.v1.ListJobsResponse.jobs:type_name -> loom.v1.Job
+	51, // 15: loom.v1.ListNodesResponse.nodes:type_name -> loom.v1.Node
+	52, // 16: loom.v1.ListPartitionsResponse.partitions:type_name -> loom.v1.Partition
+	53, // 17: loom.v1.ListSlurmNodesResponse.nodes:type_name -> loom.v1.SlurmNode
+	54, // 18: loom.v1.ListModelsResponse.models:type_name -> loom.v1.Model
+	55, // 19: loom.v1.ListModelVersionsResponse.versions:type_name -> loom.v1.ModelVersion
+	9,  // 20: loom.v1.ClusterService.CreateCluster:input_type -> loom.v1.CreateClusterRequest
+	10, // 21: loom.v1.ClusterService.GetCluster:input_type -> loom.v1.GetClusterRequest
+	11, // 22: loom.v1.ClusterService.ListClusters:input_type -> loom.v1.ListClustersRequest
+	13, // 23: loom.v1.ClusterService.DeleteCluster:input_type -> loom.v1.DeleteClusterRequest
+	0,  // 24: loom.v1.ClusterService.UpdateCluster:input_type -> loom.v1.UpdateClusterRequest
+	1,  // 25: loom.v1.ClusterService.GetSlurmConfig:input_type -> loom.v1.GetSlurmConfigRequest
+	2,  // 26: loom.v1.ReservationService.CreateReservation:input_type -> loom.v1.CreateReservationRequest
+	3,  // 27: loom.v1.ReservationService.GetReservation:input_type -> loom.v1.GetReservationRequest
+	4,  // 28: loom.v1.ReservationService.ListReservations:input_type -> loom.v1.ListReservationsRequest
+	6,  // 29: loom.v1.ReservationService.DeleteReservation:input_type -> loom.v1.DeleteReservationRequest
+	7,  // 30: loom.v1.ReservationService.ListCapacity:input_type -> loom.v1.ListCapacityRequest
+	20, // 31: loom.v1.JobService.SubmitJob:input_type -> loom.v1.SubmitJobRequest
+	21, // 32: loom.v1.JobService.GetJob:input_type -> loom.v1.GetJobRequest
+	22, // 33: loom.v1.JobService.ListJobs:input_type -> loom.v1.ListJobsRequest
+	24, // 34: loom.v1.JobService.CancelJob:input_type -> loom.v1.CancelJobRequest
+	26, // 35: loom.v1.JobService.WatchJob:input_type -> loom.v1.WatchJobRequest
+	25, // 36: loom.v1.JobService.UpdateJob:input_type -> loom.v1.UpdateJobRequest
+	27, // 37: loom.v1.JobService.ReadJobLogs:input_type -> loom.v1.ReadJobLogsRequest
+	15, // 38: loom.v1.JobService.CreateJobStep:input_type -> loom.v1.CreateJobStepRequest
+	16, // 39: loom.v1.JobService.GetJobStep:input_type -> loom.v1.GetJobStepRequest
+	17, // 40: loom.v1.JobService.ListJobSteps:input_type -> loom.v1.ListJobStepsRequest
+	19, // 41: loom.v1.JobService.CancelJobStep:input_type -> loom.v1.CancelJobStepRequest
+	29, // 42: loom.v1.OperationService.GetOperation:input_type -> loom.v1.GetOperationRequest
+	30, // 43: loom.v1.OperationService.WaitOperation:input_type -> loom.v1.WaitOperationRequest
+	31, // 44: loom.v1.NodeService.ListNodes:input_type -> loom.v1.ListNodesRequest
+	33, // 45: loom.v1.SlurmService.ListPartitions:input_type -> loom.v1.ListPartitionsRequest
+	35, // 46: loom.v1.SlurmService.ListSlurmNodes:input_type -> loom.v1.ListSlurmNodesRequest
+	37, // 47: loom.v1.SlurmService.UpdateSlurmNode:input_type -> loom.v1.UpdateSlurmNodeRequest
+	38, // 48: loom.v1.ModelService.ListModels:input_type -> loom.v1.ListModelsRequest
+	40, // 49: loom.v1.ModelService.GetModel:input_type -> loom.v1.GetModelRequest
+	41, // 50: loom.v1.ModelService.ListModelVersions:input_type -> loom.v1.ListModelVersionsRequest
+	56, // 51: loom.v1.ClusterService.CreateCluster:output_type -> loom.v1.Operation
+	44, // 52: loom.v1.ClusterService.GetCluster:output_type -> loom.v1.Cluster
+	12, // 53: loom.v1.ClusterService.ListClusters:output_type -> loom.v1.ListClustersResponse
+	56, // 54: loom.v1.ClusterService.DeleteCluster:output_type -> loom.v1.Operation
+	56, // 55: loom.v1.ClusterService.UpdateCluster:output_type -> loom.v1.Operation
+	57, // 56: loom.v1.ClusterService.GetSlurmConfig:output_type -> loom.v1.SlurmConfig
+	56, // 57: loom.v1.ReservationService.CreateReservation:output_type -> loom.v1.Operation
+	46, // 58: loom.v1.ReservationService.GetReservation:output_type -> loom.v1.Reservation
+	5,  // 59: loom.v1.ReservationService.ListReservations:output_type -> loom.v1.ListReservationsResponse
+	56, // 60: loom.v1.ReservationService.DeleteReservation:output_type -> loom.v1.Operation
+	8,  // 61: loom.v1.ReservationService.ListCapacity:output_type -> loom.v1.ListCapacityResponse
+	50, // 62: loom.v1.JobService.SubmitJob:output_type -> loom.v1.Job
+	50, // 63: loom.v1.JobService.GetJob:output_type -> loom.v1.Job
+	23, // 64: loom.v1.JobService.ListJobs:output_type -> loom.v1.ListJobsResponse
+	50, // 65: loom.v1.JobService.CancelJob:output_type -> loom.v1.Job
+	50, // 66: loom.v1.JobService.WatchJob:output_type -> loom.v1.Job
+	50, // 67: loom.v1.JobService.UpdateJob:output_type -> loom.v1.Job
+	28, // 68: loom.v1.JobService.ReadJobLogs:output_type -> loom.v1.LogChunk
+	14, // 69: loom.v1.JobService.CreateJobStep:output_type -> loom.v1.JobStep
+	14, // 70: loom.v1.JobService.GetJobStep:output_type -> loom.v1.JobStep
+	18, // 71: loom.v1.JobService.ListJobSteps:output_type -> loom.v1.ListJobStepsResponse
+	14, // 72: loom.v1.JobService.CancelJobStep:output_type -> loom.v1.JobStep
+	56, // 73: loom.v1.OperationService.GetOperation:output_type -> loom.v1.Operation
+	56, // 74: loom.v1.OperationService.WaitOperation:output_type -> loom.v1.Operation
+	32, // 75: loom.v1.NodeService.ListNodes:output_type -> loom.v1.ListNodesResponse
+	34, // 76: loom.v1.SlurmService.ListPartitions:output_type -> loom.v1.ListPartitionsResponse
+	36, // 77: loom.v1.SlurmService.ListSlurmNodes:output_type -> loom.v1.ListSlurmNodesResponse
+	53, // 78: loom.v1.SlurmService.UpdateSlurmNode:output_type -> loom.v1.SlurmNode
+	39, // 79: loom.v1.ModelService.ListModels:output_type -> loom.v1.ListModelsResponse
+	54, // 80: loom.v1.ModelService.GetModel:output_type -> loom.v1.Model
+	42, // 81: loom.v1.ModelService.ListModelVersions:output_type -> loom.v1.ListModelVersionsResponse
+	51, // [51:82] is the sub-list for method output_type
+	20, // [20:51] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_service_proto_init() }
@@ -2214,7 +2814,7 @@ func file_loom_v1_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_service_proto_rawDesc), len(file_loom_v1_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   37,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   7,
 		},

@@ -581,13 +581,17 @@ var ReservationService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	JobService_SubmitJob_FullMethodName   = "/loom.v1.JobService/SubmitJob"
-	JobService_GetJob_FullMethodName      = "/loom.v1.JobService/GetJob"
-	JobService_ListJobs_FullMethodName    = "/loom.v1.JobService/ListJobs"
-	JobService_CancelJob_FullMethodName   = "/loom.v1.JobService/CancelJob"
-	JobService_WatchJob_FullMethodName    = "/loom.v1.JobService/WatchJob"
-	JobService_UpdateJob_FullMethodName   = "/loom.v1.JobService/UpdateJob"
-	JobService_ReadJobLogs_FullMethodName = "/loom.v1.JobService/ReadJobLogs"
+	JobService_SubmitJob_FullMethodName     = "/loom.v1.JobService/SubmitJob"
+	JobService_GetJob_FullMethodName        = "/loom.v1.JobService/GetJob"
+	JobService_ListJobs_FullMethodName      = "/loom.v1.JobService/ListJobs"
+	JobService_CancelJob_FullMethodName     = "/loom.v1.JobService/CancelJob"
+	JobService_WatchJob_FullMethodName      = "/loom.v1.JobService/WatchJob"
+	JobService_UpdateJob_FullMethodName     = "/loom.v1.JobService/UpdateJob"
+	JobService_ReadJobLogs_FullMethodName   = "/loom.v1.JobService/ReadJobLogs"
+	JobService_CreateJobStep_FullMethodName = "/loom.v1.JobService/CreateJobStep"
+	JobService_GetJobStep_FullMethodName    = "/loom.v1.JobService/GetJobStep"
+	JobService_ListJobSteps_FullMethodName  = "/loom.v1.JobService/ListJobSteps"
+	JobService_CancelJobStep_FullMethodName = "/loom.v1.JobService/CancelJobStep"
 )
 
 // JobServiceClient is the client API for JobService service.
@@ -607,6 +611,17 @@ type JobServiceClient interface {
 	UpdateJob(ctx context.Context, in *UpdateJobRequest, opts ...grpc.CallOption) (*Job, error)
 	// ReadJobLogs streams the job's output file.
 	ReadJobLogs(ctx context.Context, in *ReadJobLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogChunk], error)
+	// CreateJobStep starts a job step (srun inside an allocation): tasks on
+	// the nodes of a running job, ranked by block distribution. It returns
+	// the step with its step id once the scheduler has recorded it.
+	CreateJobStep(ctx context.Context, in *CreateJobStepRequest, opts ...grpc.CallOption) (*JobStep, error)
+	// GetJobStep reads one step of the job's current run.
+	GetJobStep(ctx context.Context, in *GetJobStepRequest, opts ...grpc.CallOption) (*JobStep, error)
+	// ListJobSteps lists the steps of the job's current run, by step id.
+	ListJobSteps(ctx context.Context, in *ListJobStepsRequest, opts ...grpc.CallOption) (*ListJobStepsResponse, error)
+	// CancelJobStep kills a step's tasks on every node (scancel JOB.STEP),
+	// or with signal only sends them that signal.
+	CancelJobStep(ctx context.Context, in *CancelJobStepRequest, opts ...grpc.CallOption) (*JobStep, error)
 }
 
 type jobServiceClient struct {
@@ -705,6 +720,46 @@ func (c *jobServiceClient) ReadJobLogs(ctx context.Context, in *ReadJobLogsReque
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type JobService_ReadJobLogsClient = grpc.ServerStreamingClient[LogChunk]
 
+func (c *jobServiceClient) CreateJobStep(ctx context.Context, in *CreateJobStepRequest, opts ...grpc.CallOption) (*JobStep, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(JobStep)
+	err := c.cc.Invoke(ctx, JobService_CreateJobStep_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *jobServiceClient) GetJobStep(ctx context.Context, in *GetJobStepRequest, opts ...grpc.CallOption) (*JobStep, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(JobStep)
+	err := c.cc.Invoke(ctx, JobService_GetJobStep_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *jobServiceClient) ListJobSteps(ctx context.Context, in *ListJobStepsRequest, opts ...grpc.CallOption) (*ListJobStepsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListJobStepsResponse)
+	err := c.cc.Invoke(ctx, JobService_ListJobSteps_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *jobServiceClient) CancelJobStep(ctx context.Context, in *CancelJobStepRequest, opts ...grpc.CallOption) (*JobStep, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(JobStep)
+	err := c.cc.Invoke(ctx, JobService_CancelJobStep_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JobServiceServer is the server API for JobService service.
 // All implementations must embed UnimplementedJobServiceServer
 // for forward compatibility.
@@ -722,6 +777,17 @@ type JobServiceServer interface {
 	UpdateJob(context.Context, *UpdateJobRequest) (*Job, error)
 	// ReadJobLogs streams the job's output file.
 	ReadJobLogs(*ReadJobLogsRequest, grpc.ServerStreamingServer[LogChunk]) error
+	// CreateJobStep starts a job step (srun inside an allocation): tasks on
+	// the nodes of a running job, ranked by block distribution. It returns
+	// the step with its step id once the scheduler has recorded it.
+	CreateJobStep(context.Context, *CreateJobStepRequest) (*JobStep, error)
+	// GetJobStep reads one step of the job's current run.
+	GetJobStep(context.Context, *GetJobStepRequest) (*JobStep, error)
+	// ListJobSteps lists the steps of the job's current run, by step id.
+	ListJobSteps(context.Context, *ListJobStepsRequest) (*ListJobStepsResponse, error)
+	// CancelJobStep kills a step's tasks on every node (scancel JOB.STEP),
+	// or with signal only sends them that signal.
+	CancelJobStep(context.Context, *CancelJobStepRequest) (*JobStep, error)
 	mustEmbedUnimplementedJobServiceServer()
 }
 
@@ -752,6 +818,18 @@ func (UnimplementedJobServiceServer) UpdateJob(context.Context, *UpdateJobReques
 }
 func (UnimplementedJobServiceServer) ReadJobLogs(*ReadJobLogsRequest, grpc.ServerStreamingServer[LogChunk]) error {
 	return status.Error(codes.Unimplemented, "method ReadJobLogs not implemented")
+}
+func (UnimplementedJobServiceServer) CreateJobStep(context.Context, *CreateJobStepRequest) (*JobStep, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateJobStep not implemented")
+}
+func (UnimplementedJobServiceServer) GetJobStep(context.Context, *GetJobStepRequest) (*JobStep, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetJobStep not implemented")
+}
+func (UnimplementedJobServiceServer) ListJobSteps(context.Context, *ListJobStepsRequest) (*ListJobStepsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListJobSteps not implemented")
+}
+func (UnimplementedJobServiceServer) CancelJobStep(context.Context, *CancelJobStepRequest) (*JobStep, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelJobStep not implemented")
 }
 func (UnimplementedJobServiceServer) mustEmbedUnimplementedJobServiceServer() {}
 func (UnimplementedJobServiceServer) testEmbeddedByValue()                    {}
@@ -886,6 +964,78 @@ func _JobService_ReadJobLogs_Handler(srv interface{}, stream grpc.ServerStream) 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type JobService_ReadJobLogsServer = grpc.ServerStreamingServer[LogChunk]
 
+func _JobService_CreateJobStep_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateJobStepRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).CreateJobStep(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_CreateJobStep_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).CreateJobStep(ctx, req.(*CreateJobStepRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _JobService_GetJobStep_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetJobStepRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).GetJobStep(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_GetJobStep_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).GetJobStep(ctx, req.(*GetJobStepRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _JobService_ListJobSteps_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListJobStepsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).ListJobSteps(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_ListJobSteps_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).ListJobSteps(ctx, req.(*ListJobStepsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _JobService_CancelJobStep_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelJobStepRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).CancelJobStep(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_CancelJobStep_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).CancelJobStep(ctx, req.(*CancelJobStepRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JobService_ServiceDesc is the grpc.ServiceDesc for JobService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -912,6 +1062,22 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UpdateJob",
 			Handler:    _JobService_UpdateJob_Handler,
+		},
+		{
+			MethodName: "CreateJobStep",
+			Handler:    _JobService_CreateJobStep_Handler,
+		},
+		{
+			MethodName: "GetJobStep",
+			Handler:    _JobService_GetJobStep_Handler,
+		},
+		{
+			MethodName: "ListJobSteps",
+			Handler:    _JobService_ListJobSteps_Handler,
+		},
+		{
+			MethodName: "CancelJobStep",
+			Handler:    _JobService_CancelJobStep_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -440,8 +440,9 @@ func TestJobsWatchLogsCancel(t *testing.T) {
 			t.Errorf("cancel %s: %q, want %q", id, out, want)
 		}
 	}
-	if req, _ := lastRequest[*loomv1.CancelJobRequest](f); !strings.HasPrefix(req.GetName(), "projects/default/jobs/") {
-		t.Fatalf("CancelJob request = %v", req)
+	if req, _ := lastRequest[*loomv1.CancelJobRequest](f); !strings.HasPrefix(req.GetName(), "projects/default/jobs/") ||
+		req.GetUser() != os.Getenv("USER") {
+		t.Fatalf("CancelJob request = %v; want it to name the caller $USER, as submit names the owner", req)
 	}
 }
 

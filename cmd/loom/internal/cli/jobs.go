@@ -172,12 +172,14 @@ func jobOutcome(j *loomv1.Job) error {
 	return fmt.Errorf("job %s ended %s; see its output with `loom jobs logs %s`", jobID(j), describeJob(j), jobID(j))
 }
 
-// describeJob says where a job is: "PENDING (Resources)", "RUNNING on
-// cpu-0001, cpu-0002", "FAILED (exit 1)".
+// describeJob says where a job is: "PENDING (Resources)", "CONFIGURING on
+// cpu-0001, cpu-0002" (starting), "RUNNING on cpu-0001, cpu-0002",
+// "COMPLETING on cpu-0001" (ended, steps stopping), "FAILED (exit 1)".
 func describeJob(j *loomv1.Job) string {
 	s := jobState(j)
 	switch {
-	case j.GetState() == loomv1.JobState_RUNNING && len(j.GetNodes()) > 0:
+	case (j.GetState() == loomv1.JobState_RUNNING || j.GetState() == loomv1.JobState_CONFIGURING ||
+		j.GetState() == loomv1.JobState_COMPLETING) && len(j.GetNodes()) > 0:
 		s += " on " + strings.Join(j.GetNodes(), ", ")
 	case j.GetState() == loomv1.JobState_COMPLETED || j.GetState() == loomv1.JobState_FAILED || j.GetExitCode() != 0:
 		s += " (exit " + strconv.Itoa(int(j.GetExitCode())) + ")"
@@ -335,7 +337,9 @@ func (a *app) jobsCancelCommand() *cobra.Command {
 			}
 			ctx, cancel := a.call(cmd.Context())
 			defer cancel()
-			j, err := cl.CancelJob(ctx, &loomv1.CancelJobRequest{Name: a.jobName(args[0])})
+			// The caller, as submit names the owner: only the owner or an
+			// administrator may cancel a job.
+			j, err := cl.CancelJob(ctx, &loomv1.CancelJobRequest{Name: a.jobName(args[0]), User: os.Getenv("USER")})
 			if err != nil {
 				return a.notFoundHint(a.explain("cancel job "+args[0], err), err, "loom jobs list")
 			}

@@ -294,7 +294,12 @@ func TestNodeFailRequeue(t *testing.T) {
 	s := f.session(t, "nf")
 	id := s.sbatch(s.script("nodefail.sh"))
 	s.waitFile("first-run", 60*time.Second)
-	q := s.queue("-j", id)
+	// CONFIGURING until the agent's report that the step runs arrives.
+	var q []map[string]string
+	s.waitFor(30*time.Second, "job "+id+" to show R", func() bool {
+		q = s.queue("-j", id)
+		return len(q) == 1 && q[0]["ST"] == "R"
+	})
 	if len(q) != 1 || q[0]["ST"] != "R" || !strings.HasPrefix(q[0]["NODELIST"], "nf-") {
 		t.Fatalf("squeue -j %s = %v; want it running on one nf node", id, q)
 	}
@@ -761,9 +766,10 @@ func TestScancel(t *testing.T) {
 	// Slurm signals only the job's steps unless told --batch (or --full).
 	s.ok("scancel", "--batch", "--signal=USR1", sig)
 	s.waitFor(30*time.Second, "USR1 to reach job "+sig, func() bool { return strings.Contains(s.read("sig.out"), "got USR1") })
-	if r := s.queue("-j", sig); len(r) != 1 || r[0]["ST"] != "R" {
-		t.Errorf("after scancel --batch --signal=USR1, squeue -j %s = %v; want it still running", sig, r)
-	}
+	s.waitFor(30*time.Second, "job "+sig+" to show R", func() bool {
+		r := s.queue("-j", sig)
+		return len(r) == 1 && r[0]["ST"] == "R"
+	})
 	s.ok("scancel", sig)
 	wantEqual(t, "scancel ID", state(s.waitDone(sig, 30*time.Second)), "CANCELLED")
 

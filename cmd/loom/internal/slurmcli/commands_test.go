@@ -210,7 +210,7 @@ func TestScancel(t *testing.T) {
 		{[]string{"99"}, "scancel: error: Kill job error on job id 99: Invalid job id specified\n"},
 		{[]string{"10"}, "scancel: error: Kill job error on job id 10: Job/step already completing or completed\n"},
 		{[]string{"--signal=NOPE", "12"}, "scancel: error: Invalid job signal: NOPE\n"},
-		{[]string{"12.0"}, "scancel: error: Kill job error on job id 12.0: job steps are not tracked by Loom\n"},
+		{[]string{"12.x"}, "scancel: error: Invalid job id 12.x\n"},
 		{[]string{"x"}, "scancel: error: Invalid job id x\n"},
 	} {
 		code, _, errOut := run(t, fixture(), "scancel", Env{}, tc.args...)
@@ -238,9 +238,28 @@ func TestScontrolActions(t *testing.T) {
 	for _, u := range f.updates {
 		got = append(got, u.GetAction()+":"+shortName(u.GetName()))
 	}
-	want := []string{"hold:13", "hold:14", "release:14", "requeue:12", "requeue:12", "hold:12", "hold:13"}
+	want := []string{"hold:13", "hold:14", "release:14", "requeue:12", "requeue:12", "hold:12", "uhold:13"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("updates = %v, want %v", got, want)
+	}
+	for _, u := range f.updates {
+		if u.GetUser() != "alice" {
+			t.Errorf("update %v does not name its caller alice", u)
+		}
+	}
+
+	// Another user's job: Slurm's refusal, for scontrol and scancel.
+	f = fixture()
+	f.denyOthers = true
+	if code, _, errOut := run(t, f, "scontrol", Env{}, "release", "13"); code != 1 || errOut != "Access/permission denied for job 13\n" {
+		t.Errorf("scontrol release of bob's job: %d %q", code, errOut)
+	}
+	if code, _, errOut := run(t, f, "scancel", Env{}, "13"); code != 1 ||
+		!strings.Contains(errOut, "scancel: error: Kill job error on job id 13: Access/permission denied") {
+		t.Errorf("scancel of bob's job: %d %q", code, errOut)
+	}
+	if len(f.cancels) != 1 || f.cancels[0].GetUser() != "alice" {
+		t.Errorf("cancel requests %v; want one from alice", f.cancels)
 	}
 
 	f = fixture()
@@ -359,7 +378,8 @@ func TestSrun(t *testing.T) {
 	}
 	multi := mergeMaps(alloc, map[string]string{"SLURM_JOB_NODELIST": "gpu-[0001-0002]", "SLURM_NNODES": "2"})
 	code, _, errOut = run(t, &fakeGateway{}, "srun", Env{Cwd: dir, Environ: multi}, "hostname")
-	if code != 1 || !strings.HasPrefix(errOut, "srun: error: multi-node srun is not supported yet") {
+	// A multi-node step is the gateway's to start (srunsteps_test.go).
+	if code != 1 || !strings.HasPrefix(errOut, "srun: error: Unable to create step for job 12: this Loom gateway does not serve it yet") {
 		t.Errorf("multi-node: %d %q", code, errOut)
 	}
 	code, out, _ = run(t, &fakeGateway{}, "srun", Env{Cwd: dir, Environ: multi}, "-N1", "-n1", "sh", "-c", "echo $SLURM_STEP_NUM_NODES")

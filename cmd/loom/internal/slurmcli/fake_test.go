@@ -46,6 +46,17 @@ type fakeGateway struct {
 	updates    []*loomv1.UpdateJobRequest
 	nodeUpdate []*loomv1.UpdateSlurmNodeRequest
 	listReqs   []*loomv1.ListJobsRequest
+	// denyOthers answers Cancel and Update on another user's job as the
+	// gateway does for a caller who is not an administrator.
+	denyOthers bool
+}
+
+// denied is the gateway's answer to a caller acting on another's job.
+func (f *fakeGateway) denied(caller string, j *loomv1.Job) error {
+	if f.denyOthers && j != nil && j.GetUser() != caller {
+		return status.Error(codes.PermissionDenied, "Access/permission denied")
+	}
+	return nil
 }
 
 func (f *fakeGateway) SubmitJob(_ context.Context, req *loomv1.SubmitJobRequest) (*loomv1.Job, error) {
@@ -137,6 +148,9 @@ func (f *fakeGateway) CancelJob(_ context.Context, req *loomv1.CancelJobRequest)
 	defer f.mu.Unlock()
 	f.cancels = append(f.cancels, proto.Clone(req).(*loomv1.CancelJobRequest))
 	j := f.find(req.GetName())
+	if err := f.denied(req.GetUser(), j); err != nil {
+		return nil, err
+	}
 	if j == nil {
 		return nil, status.Errorf(codes.NotFound, "job not found")
 	}
@@ -151,6 +165,9 @@ func (f *fakeGateway) UpdateJob(_ context.Context, req *loomv1.UpdateJobRequest)
 	defer f.mu.Unlock()
 	f.updates = append(f.updates, proto.Clone(req).(*loomv1.UpdateJobRequest))
 	j := f.find(req.GetName())
+	if err := f.denied(req.GetUser(), j); err != nil {
+		return nil, err
+	}
 	if j == nil {
 		return nil, status.Errorf(codes.NotFound, "job not found")
 	}

@@ -119,7 +119,8 @@ func jobElapsed(j *loomv1.Job, now time.Time) int64 {
 		return 0
 	}
 	end := now
-	if j.GetEndTime() != nil && !isLive(j) {
+	// A COMPLETING job's attempt has ended: its time stops at its end.
+	if j.GetEndTime() != nil && (!isLive(j) || effectiveState(j) == loomv1.JobState_COMPLETING) {
 		end = j.GetEndTime().AsTime()
 	}
 	d := int64(end.Sub(j.GetStartTime().AsTime()) / time.Second)

@@ -67,9 +67,14 @@ type sacctRow struct {
 	run *loomv1.JobRun
 	// pendingTasks marks an array's not-yet-started tasks ("12_[3-7]").
 	pendingTasks bool
+	// jstep is the job step (srun) a "12.0" row shows (sacctsteps.go).
+	jstep *loomv1.JobStep
 }
 
 func (r sacctRow) state() loomv1.JobState {
+	if r.jstep != nil {
+		return r.jstep.GetState()
+	}
 	if r.run != nil {
 		return r.run.GetState()
 	}
@@ -77,6 +82,9 @@ func (r sacctRow) state() loomv1.JobState {
 }
 
 func (r sacctRow) started() bool {
+	if r.jstep != nil {
+		return r.jstep.GetStartTime() != nil
+	}
 	if r.run != nil {
 		return r.run.GetStartTime() != nil
 	}
@@ -84,6 +92,9 @@ func (r sacctRow) started() bool {
 }
 
 func (r sacctRow) start() *timestamppb.Timestamp {
+	if r.jstep != nil {
+		return r.jstep.GetStartTime()
+	}
 	if r.run != nil {
 		return r.run.GetStartTime()
 	}
@@ -91,6 +102,9 @@ func (r sacctRow) start() *timestamppb.Timestamp {
 }
 
 func (r sacctRow) end() *timestamppb.Timestamp {
+	if r.jstep != nil {
+		return r.jstep.GetEndTime()
+	}
 	if r.run != nil {
 		return r.run.GetEndTime()
 	}
@@ -101,6 +115,9 @@ func (r sacctRow) end() *timestamppb.Timestamp {
 }
 
 func (r sacctRow) nodes() []string {
+	if r.jstep != nil {
+		return r.jstep.GetNodes()
+	}
 	if r.run != nil {
 		return r.run.GetNodes()
 	}
@@ -108,6 +125,9 @@ func (r sacctRow) nodes() []string {
 }
 
 func (r sacctRow) exitCode() int32 {
+	if r.jstep != nil {
+		return r.jstep.GetExitCode()
+	}
 	if r.run != nil {
 		return r.run.GetExitCode()
 	}
@@ -238,6 +258,9 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 			return r.job.GetJobId()
 		}},
 		{"JobName", 10, func(r sacctRow) string {
+			if r.jstep != nil {
+				return stepName(r.jstep)
+			}
 			if r.step != "" {
 				return r.step
 			}
@@ -265,6 +288,9 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 			return compressHosts(r.nodes())
 		}},
 		{"NTasks", 8, func(r sacctRow) string {
+			if r.jstep != nil {
+				return strconv.Itoa(int(r.jstep.GetNumTasks()))
+			}
 			if r.step == "batch" {
 				return "1"
 			}
@@ -530,6 +556,7 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 	rows := newArrayView(jobs).rows(jobs, false)
 	sort.SliceStable(rows, func(a, b int) bool { return lessID(rows[a].id, rows[b].id) })
 	var out []sacctRow
+	stepLookups := 0
 	for _, r := range rows {
 		if !q.match(r) || !inWindow(r.job, startT, endT) {
 			continue
@@ -549,6 +576,7 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 		out = append(out, row)
 		if !allocOnly && row.started() {
 			out = append(out, sacctRow{job: r.job, id: r.id + ".batch", step: "batch"})
+			out = append(out, c.stepRows(ctx, r.job, r.id, &stepLookups)...)
 		}
 	}
 

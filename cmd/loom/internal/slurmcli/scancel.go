@@ -149,6 +149,14 @@ func (c *cmd) scancel(ctx context.Context, args []string) error {
 		}
 	} else {
 		for _, id := range ids {
+			if strings.Contains(id, ".") {
+				// JOB.STEP: one job step (srun), on every node (srunsteps.go).
+				if err := c.cancelStep(ctx, id, signal, verbose); err != nil {
+					fmt.Fprintln(c.stderr, err.Error())
+					failed = true
+				}
+				continue
+			}
 			ts, err := c.resolveCancel(id, jobs)
 			if err != nil {
 				fmt.Fprintln(c.stderr, err.Error())
@@ -262,7 +270,7 @@ func (c *cmd) resolveCancel(arg string, active []*loomv1.Job) ([]cancelTarget, e
 func (c *cmd) cancelOne(ctx context.Context, t cancelTarget, signal string) error {
 	cctx, cancel := c.call(ctx)
 	defer cancel()
-	j, err := c.jobsClient().CancelJob(cctx, &loomv1.CancelJobRequest{Name: t.name, Signal: signal})
+	j, err := c.jobsClient().CancelJob(cctx, &loomv1.CancelJobRequest{Name: t.name, Signal: signal, User: c.env.User})
 	verb := "Kill job error"
 	if signal != "" {
 		verb = "Signal job error"
@@ -271,6 +279,8 @@ func (c *cmd) cancelOne(ctx context.Context, t cancelTarget, signal string) erro
 		switch status.Code(err) {
 		case codes.NotFound:
 			return c.errorf("%s on job id %s: Invalid job id specified", verb, t.id)
+		case codes.PermissionDenied:
+			return c.errorf("%s on job id %s: Access/permission denied", verb, t.id)
 		case codes.FailedPrecondition:
 			// The gateway answers in Slurm's words ("Job is pending execution", ...).
 			msg := status.Convert(err).Message()

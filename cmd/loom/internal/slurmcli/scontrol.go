@@ -508,7 +508,7 @@ func (c *cmd) scontrolJobAction(ctx context.Context, verb string, params []strin
 		return c.errorf("too few arguments for keyword:%s", verb)
 	}
 	actions := map[string][]string{
-		"hold": {"hold"}, "uhold": {"hold"}, "release": {"release"},
+		"hold": {"hold"}, "uhold": {"uhold"}, "release": {"release"},
 		"requeue": {"requeue"}, "requeuehold": {"requeue", "hold"},
 	}[verb]
 	failed := false
@@ -543,7 +543,10 @@ func parseJobID(s string) (id, task string, err error) {
 	return id, task, nil
 }
 
+// updateJob sends req as the caller (the OS user: the gateway decides
+// whether they own the job or administer jobs).
 func (c *cmd) updateJob(ctx context.Context, req *loomv1.UpdateJobRequest) error {
+	req.User = c.env.User
 	cctx, cancel := c.call(ctx)
 	defer cancel()
 	_, err := c.jobsClient().UpdateJob(cctx, req)
@@ -556,6 +559,8 @@ func updateErrorText(err error) string {
 	switch st.Code() {
 	case codes.NotFound:
 		return "Invalid job id specified"
+	case codes.PermissionDenied:
+		return "Access/permission denied"
 	case codes.Unavailable:
 		return "Unable to contact the Loom gateway (connect failure)"
 	case codes.Unimplemented:

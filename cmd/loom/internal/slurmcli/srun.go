@@ -61,9 +61,11 @@ var srunOptions = []optDef{
 }
 
 // srun runs a command as a job step inside the allocation it is called
-// from (SLURM_JOB_ID set): once per task, with SLURM_PROCID and
-// SLURM_LOCALID. Steps spanning several nodes need the agents to launch
-// remote tasks, which Loom does not do yet.
+// from (SLURM_JOB_ID set), once per task, with SLURM_PROCID and
+// SLURM_LOCALID. A step on one node (a one-node allocation, -N1, -n1) runs
+// here, as srun's children; a step spanning
+// several nodes is started by the scheduler on every node through the
+// gateway (srunSteps).
 func (c *cmd) srun(ctx context.Context, args []string) error {
 	p := &optParser{prog: "srun", defs: srunOptions, stopAtFirst: true}
 	opts, command, err := p.parse(args)
@@ -72,7 +74,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	}
 	env := c.env.Environ
 	ntasks, nodes, perNode, cpt := 0, 0, 0, 0
-	label := false
+	label, killBad := false, false
 	chdir := ""
 	export := ""
 	for _, o := range opts {
@@ -103,6 +105,8 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 			}
 		case "label":
 			label = true
+		case "kill-on-bad-exit":
+			killBad = o.value != "0"
 		case "chdir":
 			chdir = o.value
 		case "export":
@@ -127,8 +131,21 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	if nodes > allocNodes {
 		return c.errorf("Unable to create step for job %s: Requested node configuration is not available", env["SLURM_JOB_ID"])
 	}
-	if allocNodes > 1 && nodes != 1 {
-		return c.errorf("multi-node srun is not supported yet (this allocation has %d nodes); use -N1 to run on this node, or start one process per node from the batch script", allocNodes)
+	if allocNodes > 1 {
+		// Slurm's defaults: without -N a step uses every node of the
+		// allocation (fewer when fewer tasks are asked for).
+		stepNodes := nodes
+		if stepNodes == 0 {
+			stepNodes = allocNodes
+			if ntasks > 0 && ntasks < stepNodes {
+				stepNodes = ntasks
+			}
+		}
+		if stepNodes > 1 {
+			return c.srunMulti(ctx, stepRequest{jobID: env["SLURM_JOB_ID"], command: command, nodes: int32(nodes),
+				ntasks: int32(ntasks), perNode: int32(perNode), cpt: int32(cpt), killOnBadExit: killBad, label: label},
+				export, chdir)
+		}
 	}
 	hosts, _ := hostlist.Expand(env["SLURM_JOB_NODELIST"])
 	host := env["SLURMD_NODENAME"]
@@ -324,8 +341,49 @@ func (l *labelWriter) flush() {
 	}
 }
 
-const srunUsage = `Usage: srun [-N nnodes] [-n ntasks] [-c ncpus] [-l] [-D path] [--export=...]
-            executable [args...]
-Loom runs srun inside a job's allocation (SLURM_JOB_ID set), on the job's
-node: once per task, with SLURM_PROCID and SLURM_LOCALID set.
+// srunMulti completes a multi-node step request from srun's environment
+// (--export, the working directory, SLURM_NTASKS_PER_NODE) and runs it.
+func (c *cmd) srunMulti(ctx context.Context, req stepRequest, export, chdir string) error {
+	env := c.env.Environ
+	if req.perNode == 0 && req.ntasks == 0 && env["SLURM_NTASKS_PER_NODE"] != "" {
+		if n, err := strconv.Atoi(env["SLURM_NTASKS_PER_NODE"]); err == nil && n > 0 {
+			req.perNode = int32(n)
+		}
+	}
+	base := map[string]string{}
+	if strings.EqualFold(export, "NONE") {
+		for k, v := range env {
+			if strings.HasPrefix(k, "SLURM_") {
+				base[k] = v
+			}
+		}
+	} else {
+		exp, _, err := exportEnv(export, env)
+		if err != nil {
+			return invalid("srun", "--export", export, err)
+		}
+		base = exp
+	}
+	// Set per node and per task by the scheduler and the agents.
+	for _, k := range []string{"SLURM_PROCID", "SLURM_LOCALID", "PMI_RANK", "PMI_SIZE", "SLURM_GTIDS", "LOOM_STEP_ID", "PWD", "OLDPWD"} {
+		delete(base, k)
+	}
+	req.env = base
+	req.dir = c.env.Cwd
+	if chdir != "" {
+		if filepath.IsAbs(chdir) {
+			req.dir = chdir
+		} else {
+			req.dir = filepath.Join(req.dir, chdir)
+		}
+	}
+	return c.srunSteps(ctx, req)
+}
+
+const srunUsage = `Usage: srun [-N nnodes] [-n ntasks] [--ntasks-per-node=n] [-c ncpus] [-l]
+            [-K] [-D path] [--export=...] executable [args...]
+Loom runs srun inside a job's allocation (SLURM_JOB_ID set): once per task,
+with SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID and SLURM_STEP_* set. A step
+on one node runs on the batch node; a step spanning several nodes is started
+on each of them by the scheduler, its output copied here.
 `

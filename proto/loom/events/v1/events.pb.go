@@ -1028,10 +1028,15 @@ func (x *SubmitJob) GetJob() *v1.Job {
 // CancelJob asks the scheduler to cancel a job, or only to signal it when
 // signal is set.
 type CancelJob struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	Cluster       string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Signal        string                 `protobuf:"bytes,3,opt,name=signal,proto3" json:"signal,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Job     string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Cluster string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Signal  string                 `protobuf:"bytes,3,opt,name=signal,proto3" json:"signal,omitempty"`
+	// user is who asked, admin whether they are an administrator (the
+	// gateway checked they may; the scheduler ignores a command from a user
+	// who neither owns the job nor is an administrator).
+	User          string `protobuf:"bytes,4,opt,name=user,proto3" json:"user,omitempty"`
+	Admin         bool   `protobuf:"varint,5,opt,name=admin,proto3" json:"admin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1087,6 +1092,20 @@ func (x *CancelJob) GetSignal() string {
 	return ""
 }
 
+func (x *CancelJob) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *CancelJob) GetAdmin() bool {
+	if x != nil {
+		return x.Admin
+	}
+	return false
+}
+
 // UpdateJob asks the scheduler to hold, release, requeue or update a job
 // (action as in loom.v1.UpdateJobRequest).
 type UpdateJob struct {
@@ -1096,9 +1115,14 @@ type UpdateJob struct {
 	Action           string                 `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
 	TimeLimitSeconds int64                  `protobuf:"varint,4,opt,name=time_limit_seconds,json=timeLimitSeconds,proto3" json:"time_limit_seconds,omitempty"`
 	Partition        string                 `protobuf:"bytes,5,opt,name=partition,proto3" json:"partition,omitempty"`
-	User             string                 `protobuf:"bytes,6,opt,name=user,proto3" json:"user,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// user is who asked; admin says whether the gateway found them an
+	// administrator: they may act on any job, a "hold" by one is an admin
+	// hold (JobHeldAdmin), and only one may release it. Action "uhold" is a
+	// user hold (JobHeldUser) whoever asks.
+	User          string `protobuf:"bytes,6,opt,name=user,proto3" json:"user,omitempty"`
+	Admin         bool   `protobuf:"varint,7,opt,name=admin,proto3" json:"admin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateJob) Reset() {
@@ -1173,6 +1197,209 @@ func (x *UpdateJob) GetUser() string {
 	return ""
 }
 
+func (x *UpdateJob) GetAdmin() bool {
+	if x != nil {
+		return x.Admin
+	}
+	return false
+}
+
+// CreateJobStep asks the scheduler to start a job step (srun) on the nodes of
+// a running job; fields as in loom.v1.CreateJobStepRequest, job the job's name.
+type CreateJobStep struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Cluster       string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	RequestId     string                 `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Command       []string               `protobuf:"bytes,4,rep,name=command,proto3" json:"command,omitempty"`
+	Env           map[string]string      `protobuf:"bytes,5,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	WorkDir       string                 `protobuf:"bytes,6,opt,name=work_dir,json=workDir,proto3" json:"work_dir,omitempty"`
+	NodeCount     int32                  `protobuf:"varint,7,opt,name=node_count,json=nodeCount,proto3" json:"node_count,omitempty"`
+	Ntasks        int32                  `protobuf:"varint,8,opt,name=ntasks,proto3" json:"ntasks,omitempty"`
+	NtasksPerNode int32                  `protobuf:"varint,9,opt,name=ntasks_per_node,json=ntasksPerNode,proto3" json:"ntasks_per_node,omitempty"`
+	CpusPerTask   int32                  `protobuf:"varint,10,opt,name=cpus_per_task,json=cpusPerTask,proto3" json:"cpus_per_task,omitempty"`
+	KillOnBadExit bool                   `protobuf:"varint,11,opt,name=kill_on_bad_exit,json=killOnBadExit,proto3" json:"kill_on_bad_exit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateJobStep) Reset() {
+	*x = CreateJobStep{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateJobStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateJobStep) ProtoMessage() {}
+
+func (x *CreateJobStep) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateJobStep.ProtoReflect.Descriptor instead.
+func (*CreateJobStep) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *CreateJobStep) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *CreateJobStep) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *CreateJobStep) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *CreateJobStep) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *CreateJobStep) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *CreateJobStep) GetWorkDir() string {
+	if x != nil {
+		return x.WorkDir
+	}
+	return ""
+}
+
+func (x *CreateJobStep) GetNodeCount() int32 {
+	if x != nil {
+		return x.NodeCount
+	}
+	return 0
+}
+
+func (x *CreateJobStep) GetNtasks() int32 {
+	if x != nil {
+		return x.Ntasks
+	}
+	return 0
+}
+
+func (x *CreateJobStep) GetNtasksPerNode() int32 {
+	if x != nil {
+		return x.NtasksPerNode
+	}
+	return 0
+}
+
+func (x *CreateJobStep) GetCpusPerTask() int32 {
+	if x != nil {
+		return x.CpusPerTask
+	}
+	return 0
+}
+
+func (x *CreateJobStep) GetKillOnBadExit() bool {
+	if x != nil {
+		return x.KillOnBadExit
+	}
+	return false
+}
+
+// CancelJobStep asks the scheduler to kill a job step's tasks, or only to
+// signal them when signal is set.
+type CancelJobStep struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Cluster       string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	StepId        int32                  `protobuf:"varint,3,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	Signal        string                 `protobuf:"bytes,4,opt,name=signal,proto3" json:"signal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelJobStep) Reset() {
+	*x = CancelJobStep{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelJobStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelJobStep) ProtoMessage() {}
+
+func (x *CancelJobStep) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelJobStep.ProtoReflect.Descriptor instead.
+func (*CancelJobStep) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *CancelJobStep) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *CancelJobStep) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *CancelJobStep) GetStepId() int32 {
+	if x != nil {
+		return x.StepId
+	}
+	return 0
+}
+
+func (x *CancelJobStep) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
 // UpdateSlurmNode asks the scheduler to drain or resume a node.
 type UpdateSlurmNode struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1186,7 +1413,7 @@ type UpdateSlurmNode struct {
 
 func (x *UpdateSlurmNode) Reset() {
 	*x = UpdateSlurmNode{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[17]
+	mi := &file_loom_events_v1_events_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1198,7 +1425,7 @@ func (x *UpdateSlurmNode) String() string {
 func (*UpdateSlurmNode) ProtoMessage() {}
 
 func (x *UpdateSlurmNode) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[17]
+	mi := &file_loom_events_v1_events_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1211,7 +1438,7 @@ func (x *UpdateSlurmNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSlurmNode.ProtoReflect.Descriptor instead.
 func (*UpdateSlurmNode) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{17}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *UpdateSlurmNode) GetCluster() string {
@@ -1256,7 +1483,7 @@ type JobChanged struct {
 
 func (x *JobChanged) Reset() {
 	*x = JobChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[18]
+	mi := &file_loom_events_v1_events_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1268,7 +1495,7 @@ func (x *JobChanged) String() string {
 func (*JobChanged) ProtoMessage() {}
 
 func (x *JobChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[18]
+	mi := &file_loom_events_v1_events_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1281,7 +1508,7 @@ func (x *JobChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobChanged.ProtoReflect.Descriptor instead.
 func (*JobChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{18}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *JobChanged) GetJob() *v1.Job {
@@ -1317,7 +1544,7 @@ type NodeDrained struct {
 
 func (x *NodeDrained) Reset() {
 	*x = NodeDrained{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[19]
+	mi := &file_loom_events_v1_events_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1556,7 @@ func (x *NodeDrained) String() string {
 func (*NodeDrained) ProtoMessage() {}
 
 func (x *NodeDrained) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[19]
+	mi := &file_loom_events_v1_events_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1569,7 @@ func (x *NodeDrained) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDrained.ProtoReflect.Descriptor instead.
 func (*NodeDrained) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{19}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *NodeDrained) GetNode() string {
@@ -1384,7 +1611,7 @@ type StartStep struct {
 
 func (x *StartStep) Reset() {
 	*x = StartStep{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[20]
+	mi := &file_loom_events_v1_events_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1396,7 +1623,7 @@ func (x *StartStep) String() string {
 func (*StartStep) ProtoMessage() {}
 
 func (x *StartStep) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[20]
+	mi := &file_loom_events_v1_events_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1409,7 +1636,7 @@ func (x *StartStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartStep.ProtoReflect.Descriptor instead.
 func (*StartStep) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{20}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StartStep) GetJob() string {
@@ -1523,7 +1750,7 @@ type StopStep struct {
 
 func (x *StopStep) Reset() {
 	*x = StopStep{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[21]
+	mi := &file_loom_events_v1_events_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1535,7 +1762,7 @@ func (x *StopStep) String() string {
 func (*StopStep) ProtoMessage() {}
 
 func (x *StopStep) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[21]
+	mi := &file_loom_events_v1_events_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1548,7 +1775,7 @@ func (x *StopStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopStep.ProtoReflect.Descriptor instead.
 func (*StopStep) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{21}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StopStep) GetJob() string {
@@ -1596,7 +1823,7 @@ type SignalStep struct {
 
 func (x *SignalStep) Reset() {
 	*x = SignalStep{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[22]
+	mi := &file_loom_events_v1_events_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +1835,7 @@ func (x *SignalStep) String() string {
 func (*SignalStep) ProtoMessage() {}
 
 func (x *SignalStep) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[22]
+	mi := &file_loom_events_v1_events_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +1848,7 @@ func (x *SignalStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalStep.ProtoReflect.Descriptor instead.
 func (*SignalStep) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{22}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SignalStep) GetJob() string {
@@ -1659,6 +1886,238 @@ func (x *SignalStep) GetBatchOnly() bool {
 	return false
 }
 
+// LaunchTasks tells one node's agent to start its tasks of a job step (srun):
+// ntasks processes running command, with SLURM_PROCID first_rank..
+// first_rank+ntasks-1 and SLURM_LOCALID 0..ntasks-1. They belong to the job's
+// run (job, attempt): a StopStep for it kills them too.
+type LaunchTasks struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Job     string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	JobId   string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Attempt int32                  `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	StepId  int32                  `protobuf:"varint,4,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	Node    string                 `protobuf:"bytes,5,opt,name=node,proto3" json:"node,omitempty"`
+	// node_index is this node's rank in the step (SLURM_NODEID).
+	NodeIndex  int32             `protobuf:"varint,6,opt,name=node_index,json=nodeIndex,proto3" json:"node_index,omitempty"`
+	FirstRank  int32             `protobuf:"varint,7,opt,name=first_rank,json=firstRank,proto3" json:"first_rank,omitempty"`
+	Ntasks     int32             `protobuf:"varint,8,opt,name=ntasks,proto3" json:"ntasks,omitempty"`
+	TotalTasks int32             `protobuf:"varint,9,opt,name=total_tasks,json=totalTasks,proto3" json:"total_tasks,omitempty"`
+	Command    []string          `protobuf:"bytes,10,rep,name=command,proto3" json:"command,omitempty"`
+	Env        map[string]string `protobuf:"bytes,11,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	WorkDir    string            `protobuf:"bytes,12,opt,name=work_dir,json=workDir,proto3" json:"work_dir,omitempty"`
+	// output_dir is where task-<rank>.out and task-<rank>.err are written.
+	OutputDir     string `protobuf:"bytes,13,opt,name=output_dir,json=outputDir,proto3" json:"output_dir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LaunchTasks) Reset() {
+	*x = LaunchTasks{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LaunchTasks) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LaunchTasks) ProtoMessage() {}
+
+func (x *LaunchTasks) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LaunchTasks.ProtoReflect.Descriptor instead.
+func (*LaunchTasks) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *LaunchTasks) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *LaunchTasks) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *LaunchTasks) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *LaunchTasks) GetStepId() int32 {
+	if x != nil {
+		return x.StepId
+	}
+	return 0
+}
+
+func (x *LaunchTasks) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *LaunchTasks) GetNodeIndex() int32 {
+	if x != nil {
+		return x.NodeIndex
+	}
+	return 0
+}
+
+func (x *LaunchTasks) GetFirstRank() int32 {
+	if x != nil {
+		return x.FirstRank
+	}
+	return 0
+}
+
+func (x *LaunchTasks) GetNtasks() int32 {
+	if x != nil {
+		return x.Ntasks
+	}
+	return 0
+}
+
+func (x *LaunchTasks) GetTotalTasks() int32 {
+	if x != nil {
+		return x.TotalTasks
+	}
+	return 0
+}
+
+func (x *LaunchTasks) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *LaunchTasks) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *LaunchTasks) GetWorkDir() string {
+	if x != nil {
+		return x.WorkDir
+	}
+	return ""
+}
+
+func (x *LaunchTasks) GetOutputDir() string {
+	if x != nil {
+		return x.OutputDir
+	}
+	return ""
+}
+
+// KillTasks tells an agent to kill its tasks of a job step (SIGTERM, SIGKILL
+// after the grace period), or only to send them signal when set.
+type KillTasks struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Attempt       int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	StepId        int32                  `protobuf:"varint,3,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	Node          string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	Signal        string                 `protobuf:"bytes,6,opt,name=signal,proto3" json:"signal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KillTasks) Reset() {
+	*x = KillTasks{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KillTasks) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KillTasks) ProtoMessage() {}
+
+func (x *KillTasks) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KillTasks.ProtoReflect.Descriptor instead.
+func (*KillTasks) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *KillTasks) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *KillTasks) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *KillTasks) GetStepId() int32 {
+	if x != nil {
+		return x.StepId
+	}
+	return 0
+}
+
+func (x *KillTasks) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *KillTasks) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *KillTasks) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
 // StepChanged reports a step's state.
 type StepChanged struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1676,7 +2135,7 @@ type StepChanged struct {
 
 func (x *StepChanged) Reset() {
 	*x = StepChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[23]
+	mi := &file_loom_events_v1_events_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1688,7 +2147,7 @@ func (x *StepChanged) String() string {
 func (*StepChanged) ProtoMessage() {}
 
 func (x *StepChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[23]
+	mi := &file_loom_events_v1_events_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1701,7 +2160,7 @@ func (x *StepChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepChanged.ProtoReflect.Descriptor instead.
 func (*StepChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{23}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StepChanged) GetJob() string {
@@ -1760,6 +2219,118 @@ func (x *StepChanged) GetCluster() string {
 	return ""
 }
 
+// TasksChanged reports the state of one node's tasks of a job step: RUNNING
+// once they all started, then EXITED (exit_codes by local task), KILLED,
+// FAILED_TO_START or LOST.
+type TasksChanged struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Job       string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Attempt   int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	StepId    int32                  `protobuf:"varint,3,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	Node      string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	Cluster   string                 `protobuf:"bytes,5,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	State     StepState              `protobuf:"varint,6,opt,name=state,proto3,enum=loom.events.v1.StepState" json:"state,omitempty"`
+	FirstRank int32                  `protobuf:"varint,7,opt,name=first_rank,json=firstRank,proto3" json:"first_rank,omitempty"`
+	// exit_codes are the tasks' exit codes (128+n for signal n), by local id.
+	ExitCodes     []int32 `protobuf:"varint,8,rep,packed,name=exit_codes,json=exitCodes,proto3" json:"exit_codes,omitempty"`
+	Message       string  `protobuf:"bytes,9,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TasksChanged) Reset() {
+	*x = TasksChanged{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TasksChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TasksChanged) ProtoMessage() {}
+
+func (x *TasksChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TasksChanged.ProtoReflect.Descriptor instead.
+func (*TasksChanged) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *TasksChanged) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *TasksChanged) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *TasksChanged) GetStepId() int32 {
+	if x != nil {
+		return x.StepId
+	}
+	return 0
+}
+
+func (x *TasksChanged) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *TasksChanged) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *TasksChanged) GetState() StepState {
+	if x != nil {
+		return x.State
+	}
+	return StepState_STEP_STATE_UNSPECIFIED
+}
+
+func (x *TasksChanged) GetFirstRank() int32 {
+	if x != nil {
+		return x.FirstRank
+	}
+	return 0
+}
+
+func (x *TasksChanged) GetExitCodes() []int32 {
+	if x != nil {
+		return x.ExitCodes
+	}
+	return nil
+}
+
+func (x *TasksChanged) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // NodeHealthChanged says a node became healthy or unhealthy, and why.
 type NodeHealthChanged struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1774,7 +2345,7 @@ type NodeHealthChanged struct {
 
 func (x *NodeHealthChanged) Reset() {
 	*x = NodeHealthChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[24]
+	mi := &file_loom_events_v1_events_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +2357,7 @@ func (x *NodeHealthChanged) String() string {
 func (*NodeHealthChanged) ProtoMessage() {}
 
 func (x *NodeHealthChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[24]
+	mi := &file_loom_events_v1_events_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +2370,7 @@ func (x *NodeHealthChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHealthChanged.ProtoReflect.Descriptor instead.
 func (*NodeHealthChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{24}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *NodeHealthChanged) GetNode() string {
@@ -1848,7 +2419,7 @@ type ModelVersionRegistered struct {
 
 func (x *ModelVersionRegistered) Reset() {
 	*x = ModelVersionRegistered{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[25]
+	mi := &file_loom_events_v1_events_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1860,7 +2431,7 @@ func (x *ModelVersionRegistered) String() string {
 func (*ModelVersionRegistered) ProtoMessage() {}
 
 func (x *ModelVersionRegistered) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[25]
+	mi := &file_loom_events_v1_events_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1873,7 +2444,7 @@ func (x *ModelVersionRegistered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelVersionRegistered.ProtoReflect.Descriptor instead.
 func (*ModelVersionRegistered) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{25}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ModelVersionRegistered) GetVersion() *v1.ModelVersion {
@@ -1951,18 +2522,44 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12#\n" +
 	"\rrunning_steps\x18\x05 \x01(\x05R\frunningSteps\"+\n" +
 	"\tSubmitJob\x12\x1e\n" +
-	"\x03job\x18\x01 \x01(\v2\f.loom.v1.JobR\x03job\"O\n" +
+	"\x03job\x18\x01 \x01(\v2\f.loom.v1.JobR\x03job\"y\n" +
 	"\tCancelJob\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x16\n" +
-	"\x06signal\x18\x03 \x01(\tR\x06signal\"\xaf\x01\n" +
+	"\x06signal\x18\x03 \x01(\tR\x06signal\x12\x12\n" +
+	"\x04user\x18\x04 \x01(\tR\x04user\x12\x14\n" +
+	"\x05admin\x18\x05 \x01(\bR\x05admin\"\xc5\x01\n" +
 	"\tUpdateJob\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x16\n" +
 	"\x06action\x18\x03 \x01(\tR\x06action\x12,\n" +
 	"\x12time_limit_seconds\x18\x04 \x01(\x03R\x10timeLimitSeconds\x12\x1c\n" +
 	"\tpartition\x18\x05 \x01(\tR\tpartition\x12\x12\n" +
-	"\x04user\x18\x06 \x01(\tR\x04user\"u\n" +
+	"\x04user\x18\x06 \x01(\tR\x04user\x12\x14\n" +
+	"\x05admin\x18\a \x01(\bR\x05admin\"\xad\x03\n" +
+	"\rCreateJobStep\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\x12\x18\n" +
+	"\acommand\x18\x04 \x03(\tR\acommand\x128\n" +
+	"\x03env\x18\x05 \x03(\v2&.loom.events.v1.CreateJobStep.EnvEntryR\x03env\x12\x19\n" +
+	"\bwork_dir\x18\x06 \x01(\tR\aworkDir\x12\x1d\n" +
+	"\n" +
+	"node_count\x18\a \x01(\x05R\tnodeCount\x12\x16\n" +
+	"\x06ntasks\x18\b \x01(\x05R\x06ntasks\x12&\n" +
+	"\x0fntasks_per_node\x18\t \x01(\x05R\rntasksPerNode\x12\"\n" +
+	"\rcpus_per_task\x18\n" +
+	" \x01(\x05R\vcpusPerTask\x12'\n" +
+	"\x10kill_on_bad_exit\x18\v \x01(\bR\rkillOnBadExit\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +
+	"\rCancelJobStep\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\x12\x17\n" +
+	"\astep_id\x18\x03 \x01(\x05R\x06stepId\x12\x16\n" +
+	"\x06signal\x18\x04 \x01(\tR\x06signal\"u\n" +
 	"\x0fUpdateSlurmNode\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x14\n" +
@@ -2010,7 +2607,36 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x04node\x18\x03 \x01(\tR\x04node\x12\x16\n" +
 	"\x06signal\x18\x04 \x01(\tR\x06signal\x12\x1d\n" +
 	"\n" +
-	"batch_only\x18\x05 \x01(\bR\tbatchOnly\"\xe1\x01\n" +
+	"batch_only\x18\x05 \x01(\bR\tbatchOnly\"\xb8\x03\n" +
+	"\vLaunchTasks\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12\x17\n" +
+	"\astep_id\x18\x04 \x01(\x05R\x06stepId\x12\x12\n" +
+	"\x04node\x18\x05 \x01(\tR\x04node\x12\x1d\n" +
+	"\n" +
+	"node_index\x18\x06 \x01(\x05R\tnodeIndex\x12\x1d\n" +
+	"\n" +
+	"first_rank\x18\a \x01(\x05R\tfirstRank\x12\x16\n" +
+	"\x06ntasks\x18\b \x01(\x05R\x06ntasks\x12\x1f\n" +
+	"\vtotal_tasks\x18\t \x01(\x05R\n" +
+	"totalTasks\x12\x18\n" +
+	"\acommand\x18\n" +
+	" \x03(\tR\acommand\x126\n" +
+	"\x03env\x18\v \x03(\v2$.loom.events.v1.LaunchTasks.EnvEntryR\x03env\x12\x19\n" +
+	"\bwork_dir\x18\f \x01(\tR\aworkDir\x12\x1d\n" +
+	"\n" +
+	"output_dir\x18\r \x01(\tR\toutputDir\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\x01\n" +
+	"\tKillTasks\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x17\n" +
+	"\astep_id\x18\x03 \x01(\x05R\x06stepId\x12\x12\n" +
+	"\x04node\x18\x04 \x01(\tR\x04node\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06signal\x18\x06 \x01(\tR\x06signal\"\xe1\x01\n" +
 	"\vStepChanged\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
@@ -2019,7 +2645,19 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\texit_code\x18\x05 \x01(\x05R\bexitCode\x12\x18\n" +
 	"\amessage\x18\x06 \x01(\tR\amessage\x12\x10\n" +
 	"\x03pid\x18\a \x01(\x05R\x03pid\x12\x18\n" +
-	"\acluster\x18\b \x01(\tR\acluster\"\xd0\x01\n" +
+	"\acluster\x18\b \x01(\tR\acluster\"\x8a\x02\n" +
+	"\fTasksChanged\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x17\n" +
+	"\astep_id\x18\x03 \x01(\x05R\x06stepId\x12\x12\n" +
+	"\x04node\x18\x04 \x01(\tR\x04node\x12\x18\n" +
+	"\acluster\x18\x05 \x01(\tR\acluster\x12/\n" +
+	"\x05state\x18\x06 \x01(\x0e2\x19.loom.events.v1.StepStateR\x05state\x12\x1d\n" +
+	"\n" +
+	"first_rank\x18\a \x01(\x05R\tfirstRank\x12\x1d\n" +
+	"\n" +
+	"exit_codes\x18\b \x03(\x05R\texitCodes\x12\x18\n" +
+	"\amessage\x18\t \x01(\tR\amessage\"\xd0\x01\n" +
 	"\x11NodeHealthChanged\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x122\n" +
@@ -2055,7 +2693,7 @@ func file_loom_events_v1_events_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_events_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_loom_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_loom_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_loom_events_v1_events_proto_goTypes = []any{
 	(StepState)(0),                 // 0: loom.events.v1.StepState
 	(NodeHealth)(0),                // 1: loom.events.v1.NodeHealth
@@ -2076,43 +2714,53 @@ var file_loom_events_v1_events_proto_goTypes = []any{
 	(*SubmitJob)(nil),              // 16: loom.events.v1.SubmitJob
 	(*CancelJob)(nil),              // 17: loom.events.v1.CancelJob
 	(*UpdateJob)(nil),              // 18: loom.events.v1.UpdateJob
-	(*UpdateSlurmNode)(nil),        // 19: loom.events.v1.UpdateSlurmNode
-	(*JobChanged)(nil),             // 20: loom.events.v1.JobChanged
-	(*NodeDrained)(nil),            // 21: loom.events.v1.NodeDrained
-	(*StartStep)(nil),              // 22: loom.events.v1.StartStep
-	(*StopStep)(nil),               // 23: loom.events.v1.StopStep
-	(*SignalStep)(nil),             // 24: loom.events.v1.SignalStep
-	(*StepChanged)(nil),            // 25: loom.events.v1.StepChanged
-	(*NodeHealthChanged)(nil),      // 26: loom.events.v1.NodeHealthChanged
-	(*ModelVersionRegistered)(nil), // 27: loom.events.v1.ModelVersionRegistered
-	nil,                            // 28: loom.events.v1.StartStep.EnvEntry
-	(*v1.Cluster)(nil),             // 29: loom.v1.Cluster
-	(*v1.Reservation)(nil),         // 30: loom.v1.Reservation
-	(*v1.Node)(nil),                // 31: loom.v1.Node
-	(*timestamppb.Timestamp)(nil),  // 32: google.protobuf.Timestamp
-	(*v1.Job)(nil),                 // 33: loom.v1.Job
-	(*v1.ModelVersion)(nil),        // 34: loom.v1.ModelVersion
+	(*CreateJobStep)(nil),          // 19: loom.events.v1.CreateJobStep
+	(*CancelJobStep)(nil),          // 20: loom.events.v1.CancelJobStep
+	(*UpdateSlurmNode)(nil),        // 21: loom.events.v1.UpdateSlurmNode
+	(*JobChanged)(nil),             // 22: loom.events.v1.JobChanged
+	(*NodeDrained)(nil),            // 23: loom.events.v1.NodeDrained
+	(*StartStep)(nil),              // 24: loom.events.v1.StartStep
+	(*StopStep)(nil),               // 25: loom.events.v1.StopStep
+	(*SignalStep)(nil),             // 26: loom.events.v1.SignalStep
+	(*LaunchTasks)(nil),            // 27: loom.events.v1.LaunchTasks
+	(*KillTasks)(nil),              // 28: loom.events.v1.KillTasks
+	(*StepChanged)(nil),            // 29: loom.events.v1.StepChanged
+	(*TasksChanged)(nil),           // 30: loom.events.v1.TasksChanged
+	(*NodeHealthChanged)(nil),      // 31: loom.events.v1.NodeHealthChanged
+	(*ModelVersionRegistered)(nil), // 32: loom.events.v1.ModelVersionRegistered
+	nil,                            // 33: loom.events.v1.CreateJobStep.EnvEntry
+	nil,                            // 34: loom.events.v1.StartStep.EnvEntry
+	nil,                            // 35: loom.events.v1.LaunchTasks.EnvEntry
+	(*v1.Cluster)(nil),             // 36: loom.v1.Cluster
+	(*v1.Reservation)(nil),         // 37: loom.v1.Reservation
+	(*v1.Node)(nil),                // 38: loom.v1.Node
+	(*timestamppb.Timestamp)(nil),  // 39: google.protobuf.Timestamp
+	(*v1.Job)(nil),                 // 40: loom.v1.Job
+	(*v1.ModelVersion)(nil),        // 41: loom.v1.ModelVersion
 }
 var file_loom_events_v1_events_proto_depIdxs = []int32{
-	29, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
-	29, // 1: loom.events.v1.UpdateCluster.cluster:type_name -> loom.v1.Cluster
-	30, // 2: loom.events.v1.CreateReservation.reservation:type_name -> loom.v1.Reservation
-	29, // 3: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
-	30, // 4: loom.events.v1.ReservationChanged.reservation:type_name -> loom.v1.Reservation
-	31, // 5: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
-	32, // 6: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
-	33, // 7: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
-	33, // 8: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
-	28, // 9: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
-	0,  // 10: loom.events.v1.StepChanged.state:type_name -> loom.events.v1.StepState
-	1,  // 11: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
-	32, // 12: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
-	34, // 13: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	36, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
+	36, // 1: loom.events.v1.UpdateCluster.cluster:type_name -> loom.v1.Cluster
+	37, // 2: loom.events.v1.CreateReservation.reservation:type_name -> loom.v1.Reservation
+	36, // 3: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
+	37, // 4: loom.events.v1.ReservationChanged.reservation:type_name -> loom.v1.Reservation
+	38, // 5: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
+	39, // 6: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
+	40, // 7: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
+	33, // 8: loom.events.v1.CreateJobStep.env:type_name -> loom.events.v1.CreateJobStep.EnvEntry
+	40, // 9: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
+	34, // 10: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
+	35, // 11: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
+	0,  // 12: loom.events.v1.StepChanged.state:type_name -> loom.events.v1.StepState
+	0,  // 13: loom.events.v1.TasksChanged.state:type_name -> loom.events.v1.StepState
+	1,  // 14: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
+	39, // 15: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
+	41, // 16: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_loom_events_v1_events_proto_init() }
@@ -2126,7 +2774,7 @@ func file_loom_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_events_v1_events_proto_rawDesc), len(file_loom_events_v1_events_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   27,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

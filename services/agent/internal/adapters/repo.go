@@ -4,6 +4,7 @@
 // Redis layout under the agent's prefix ("agent-<cluster-id>-<hostname>:"):
 //
 //	steps    hash: "<job name>#<attempt>" → JSON domain.Step
+//	tasks    hash: "<job name>#<attempt>.<step id>" → JSON domain.Tasks (srun steps)
 //	boot_id  string: the boot id of the agent's latest start
 package adapters
 
@@ -27,6 +28,7 @@ const Source = "loom/agent"
 // Redis keys relative to the store's prefix.
 const (
 	KeySteps  = "steps"
+	KeyTasks  = "tasks"
 	KeyBootID = "boot_id"
 )
 
@@ -57,11 +59,40 @@ func PutStep(tx *store.Tx, s *domain.Step) error {
 	return nil
 }
 
+// LoadTasks reads every task record (job steps' tasks on this node).
+func LoadTasks(ctx context.Context, st *store.Store) (map[string]*domain.Tasks, error) {
+	m, err := st.HGetAll(ctx, KeyTasks)
+	if err != nil {
+		return nil, fmt.Errorf("load tasks: %w", err)
+	}
+	out := make(map[string]*domain.Tasks, len(m))
+	for k, b := range m {
+		var t domain.Tasks
+		if err := json.Unmarshal(b, &t); err != nil {
+			return nil, fmt.Errorf("load tasks %s: %w", k, err)
+		}
+		out[k] = &t
+	}
+	return out, nil
+}
+
+// PutTasks adds the write of a task record to tx.
+func PutTasks(tx *store.Tx, t *domain.Tasks) error {
+	b, err := json.Marshal(t)
+	if err != nil {
+		return fmt.Errorf("encode tasks %s: %w", t.Key(), err)
+	}
+	tx.HSet(KeyTasks, t.Key(), b)
+	return nil
+}
+
 // Event wraps a payload the agent emits in an envelope on its topic: step
 // events keyed by job, telemetry keyed by node.
 func Event(p proto.Message) (envelope.Event, error) {
 	switch m := p.(type) {
 	case *eventsv1.StepChanged:
+		return envelope.New(topics.StepEvents, m.GetJob(), Source, p), nil
+	case *eventsv1.TasksChanged:
 		return envelope.New(topics.StepEvents, m.GetJob(), Source, p), nil
 	case *eventsv1.AgentRegistered:
 		return envelope.New(topics.NodeTelemetry, m.GetNode(), Source, p), nil

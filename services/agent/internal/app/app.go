@@ -89,10 +89,14 @@ type App struct {
 
 	stepMu [stepLocks]sync.Mutex
 
-	// mu guards steps, procs and closing; it is never held across I/O.
+	// mu guards steps, procs, tasks, groups and closing; it is never held
+	// across I/O. tasks and groups are the job steps' tasks (tasks.go):
+	// records by TasksKey, and the process groups of those running here.
 	mu      sync.Mutex
 	steps   map[string]*domain.Step
 	procs   map[string]*process
+	tasks   map[string]*domain.Tasks
+	groups  map[string]*taskGroup
 	closing bool
 	running atomic.Int32
 
@@ -130,12 +134,18 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
+	tasks, err := adapters.LoadTasks(ctx, opts.Store)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
 	return &App{
 		opts:     opts,
 		log:      opts.Log,
 		bootID:   envelope.NewID(),
 		steps:    steps,
 		procs:    map[string]*process{},
+		tasks:    tasks,
+		groups:   map[string]*taskGroup{},
 		released: make(chan struct{}),
 	}, nil
 }
@@ -212,6 +222,10 @@ func (a *App) Recover(ctx context.Context) error {
 	for _, k := range prune {
 		tx.HDel(adapters.KeySteps, k)
 	}
+	lostTasks, pruneTasks, err := a.recoverTasks(&tx, now)
+	if err != nil {
+		return err
+	}
 	reg, err := adapters.Event(domain.Registered(a.opts.Self, a.opts.Hostname, os.Getpid(), a.opts.GPUs, a.bootID))
 	if err != nil {
 		return err
@@ -227,6 +241,13 @@ func (a *App) Recover(ctx context.Context) error {
 	}
 	for _, k := range prune {
 		delete(a.steps, k)
+	}
+	for k, t := range lostTasks {
+		a.tasks[k] = t
+		a.log.Warn("tasks lost across an agent restart", "tasks", k, "why", t.Message)
+	}
+	for _, k := range pruneTasks {
+		delete(a.tasks, k)
 	}
 	a.log.Info("agent registered", "node", a.opts.Self.Node, "boot_id", a.bootID, "lost_steps", len(lost))
 	return nil
@@ -553,7 +574,22 @@ func (a *App) watch(key string, c *exec.Cmd, p *process) {
 // group gets SIGTERM, SIGKILL after the grace period, and its end is
 // reported as STEP_KILLED. A step still being started is stopped once its
 // process exists; one not started yet is recorded KILLED and never starts.
+// The run's job-step tasks on this node (srun) are stopped with it.
 func (a *App) StopStep(ctx context.Context, id string, cmd *eventsv1.StopStep) error {
+	if err := a.stopStep(ctx, id, cmd); err != nil {
+		return err
+	}
+	if cmd.GetNode() == a.opts.Self.Node {
+		reason := cmd.GetReason()
+		if reason == "" {
+			reason = "stop requested"
+		}
+		a.stopRunTasks(domain.Key(cmd.GetJob(), cmd.GetAttempt()), reason)
+	}
+	return nil
+}
+
+func (a *App) stopStep(ctx context.Context, id string, cmd *eventsv1.StopStep) error {
 	key := domain.Key(cmd.GetJob(), cmd.GetAttempt())
 	unlock := a.lockStep(key)
 	defer unlock()
@@ -711,6 +747,7 @@ func (a *App) Shutdown(ctx context.Context) {
 			}
 			unlock()
 		}
+		a.shutdownTasks()
 	})
 	done := make(chan struct{})
 	go func() {
@@ -732,6 +769,11 @@ func (a *App) KillAll() {
 	a.closing = true
 	for _, p := range a.procs {
 		_ = proc.KillGroup(p.pid, syscall.SIGKILL)
+	}
+	for _, g := range a.groups {
+		for _, pid := range g.pids {
+			_ = proc.KillGroup(pid, syscall.SIGKILL)
+		}
 	}
 }
 

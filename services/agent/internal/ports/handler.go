@@ -11,7 +11,7 @@ import (
 )
 
 // Handler is the agent's consumer of loom.step.commands.v1: StartStep,
-// StopStep and SignalStep go to the app (which ignores other nodes' steps);
+// StopStep, SignalStep, LaunchTasks and KillTasks go to the app (which ignores other nodes' steps);
 // other types are skipped.
 func Handler(a *app.App) bus.Handler {
 	return func(ctx context.Context, ev envelope.Event) error {
@@ -22,6 +22,10 @@ func Handler(a *app.App) bus.Handler {
 			return a.StopStep(ctx, ev.ID, p)
 		case *eventsv1.SignalStep:
 			return a.SignalStep(ctx, ev.ID, p)
+		case *eventsv1.LaunchTasks:
+			return a.LaunchTasks(ctx, ev.ID, p)
+		case *eventsv1.KillTasks:
+			return a.KillTasks(ctx, ev.ID, p)
 		}
 		return nil
 	}

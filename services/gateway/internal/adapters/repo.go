@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -21,8 +22,18 @@ const (
 	// KeyJobs is a hash: job name → the loom.v1.Job as accepted (PENDING).
 	KeyJobs = "jobs"
 	// KeyRequests is a hash: "<kind>:<request_id>" → the name of the
-	// operation or job the first call with that request id made.
+	// operation or job the first call with that request id made. Written by
+	// earlier versions only (read as a fallback); requests are now strings
+	// under KeyRequestPrefix that expire by themselves.
 	KeyRequests = "requests"
+	// KeyRequestPrefix + "<kind>:<request_id>" is a string: the name of the
+	// operation or job the first call with that request id made. It
+	// expires after RequestTTL.
+	KeyRequestPrefix = "request:"
+	// KeyHistory is a hash: job name → the loom.v1.Job as it ended (with
+	// its runs), the accounting history sacct reads once the scheduler
+	// pruned the job; kept for the job history window.
+	KeyHistory = "history"
 	// KeyJobSeq is the job id counter (INCR, INCRBY for an array's block;
 	// the first job is 1).
 	KeyJobSeq = "jobseq"
@@ -99,10 +110,18 @@ func (r *Repo) AcceptedJobs(ctx context.Context) ([]*loomv1.Job, error) {
 	return out, nil
 }
 
+// RequestTTL is how long a request id is remembered: a retry within it
+// returns the first call's result. It is the store's inbox TTL, which makes
+// two racing calls apply once: past it, a retry is a new request.
+const RequestTTL = store.InboxTTL
+
 // Request returns the resource name the first call with (kind, requestID)
-// made; errs.NotFound when there was none.
+// made; errs.NotFound when there was none (or it expired).
 func (r *Repo) Request(ctx context.Context, kind, requestID string) (string, error) {
-	b, err := r.st.HGet(ctx, KeyRequests, kind+":"+requestID)
+	b, err := r.st.Get(ctx, KeyRequestPrefix+kind+":"+requestID)
+	if errors.Is(err, store.ErrNotFound) {
+		b, err = r.st.HGet(ctx, KeyRequests, kind+":"+requestID) // written before requests expired
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return "", fmt.Errorf("request %s %s: %w", kind, requestID, errs.NotFound)
 	}
@@ -113,12 +132,13 @@ func (r *Repo) Request(ctx context.Context, kind, requestID string) (string, err
 }
 
 // RequestInboxID is the inbox id that makes (kind, requestID) apply once,
-// even when two gateways race on it.
+// even when two gateways race on it. It is also the request record's key
+// (KeyRequestPrefix + kind:id), which Apply sets to expire.
 func RequestInboxID(kind, requestID string) string {
 	if requestID == "" {
 		return ""
 	}
-	return "request:" + kind + ":" + requestID
+	return KeyRequestPrefix + kind + ":" + requestID
 }
 
 // PutOperation adds op to tx.
@@ -142,20 +162,117 @@ func PutJob(tx *store.Tx, j *loomv1.Job) error {
 }
 
 // PutRequest records in tx that (kind, requestID) made the resource name;
-// nothing when requestID is empty.
+// nothing when requestID is empty. Apply with RequestInboxID(kind,
+// requestID) makes the record expire after RequestTTL.
 func PutRequest(tx *store.Tx, kind, requestID, name string) {
 	if requestID != "" {
-		tx.HSet(KeyRequests, kind+":"+requestID, []byte(name))
+		tx.Set(RequestInboxID(kind, requestID), []byte(name))
 	}
 }
 
-// Apply writes tx atomically; with a non-empty inboxID only once.
+// Apply writes tx atomically; with a non-empty inboxID only once. When the
+// inbox id is a request's (RequestInboxID), the request record it wrote is
+// then set to expire after RequestTTL; should the process die in between,
+// the history sweep (ExpireRequests) gives it its TTL later.
 func (r *Repo) Apply(ctx context.Context, inboxID string, tx *store.Tx) (bool, error) {
 	applied, err := r.st.Apply(ctx, inboxID, tx)
 	if err != nil {
 		return false, fmt.Errorf("store: %w: %v", errs.Unavailable, err)
 	}
+	if applied && strings.HasPrefix(inboxID, KeyRequestPrefix) {
+		// Best effort: a failure leaves the record for the sweep to expire.
+		_ = r.st.Client().Expire(ctx, r.st.Key(inboxID), RequestTTL).Err()
+	}
 	return applied, nil
+}
+
+// ExpireRequests gives request records left without a TTL (the process
+// died between their Apply and its EXPIRE) the full RequestTTL, scanning in
+// small batches; it returns how many it fixed.
+func (r *Repo) ExpireRequests(ctx context.Context) (int, error) {
+	rdb := r.st.Client()
+	fixed := 0
+	var cursor uint64
+	for {
+		keys, next, err := rdb.Scan(ctx, cursor, r.st.Key(KeyRequestPrefix)+"*", 500).Result()
+		if err != nil {
+			return fixed, fmt.Errorf("scan request records: %w", err)
+		}
+		for _, k := range keys {
+			ttl, err := rdb.TTL(ctx, k).Result()
+			if err != nil {
+				return fixed, fmt.Errorf("ttl of %s: %w", k, err)
+			}
+			if ttl == -1 { // no expiry set
+				if err := rdb.Expire(ctx, k, RequestTTL).Err(); err != nil {
+					return fixed, fmt.Errorf("expire %s: %w", k, err)
+				}
+				fixed++
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return fixed, nil
+		}
+	}
+}
+
+// PutHistory adds the job as it ended to tx.
+func PutHistory(tx *store.Tx, j *loomv1.Job) error {
+	b, err := proto.Marshal(j)
+	if err != nil {
+		return fmt.Errorf("encode job %s: %w", j.GetName(), err)
+	}
+	tx.HSet(KeyHistory, j.GetName(), b)
+	return nil
+}
+
+// HistoryJob returns the ended job from the history; errs.NotFound when it
+// has none.
+func (r *Repo) HistoryJob(ctx context.Context, name string) (*loomv1.Job, error) {
+	j := &loomv1.Job{}
+	if err := r.hget(ctx, KeyHistory, name, j); err != nil {
+		return nil, fmt.Errorf("history job %s: %w", name, err)
+	}
+	return j, nil
+}
+
+// InHistory returns which of names the history holds.
+func (r *Repo) InHistory(ctx context.Context, names []string) (map[string]bool, error) {
+	out := map[string]bool{}
+	if len(names) == 0 {
+		return out, nil
+	}
+	vals, err := r.st.Client().HMGet(ctx, r.st.Key(KeyHistory), names...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("history: %w: %v", errs.Unavailable, err)
+	}
+	for i, v := range vals {
+		if v != nil {
+			out[names[i]] = true
+		}
+	}
+	return out, nil
+}
+
+// HistoryJobs returns every job in the history.
+func (r *Repo) HistoryJobs(ctx context.Context) ([]*loomv1.Job, error) {
+	return r.hgetAllJobs(ctx, KeyHistory)
+}
+
+func (r *Repo) hgetAllJobs(ctx context.Context, key string) ([]*loomv1.Job, error) {
+	raw, err := r.st.HGetAll(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: %v", key, errs.Unavailable, err)
+	}
+	out := make([]*loomv1.Job, 0, len(raw))
+	for name, b := range raw {
+		j := &loomv1.Job{}
+		if err := proto.Unmarshal(b, j); err != nil {
+			return nil, fmt.Errorf("decode %s %s: %w", key, name, err)
+		}
+		out = append(out, j)
+	}
+	return out, nil
 }
 
 func (r *Repo) hget(ctx context.Context, key, field string, m proto.Message) error {

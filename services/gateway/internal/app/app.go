@@ -47,6 +47,12 @@ type Options struct {
 	// WatchRefresh is how often WatchJob re-reads the job from its owner, in
 	// case a change was missed on the bus (default 2 s).
 	WatchRefresh time.Duration
+	// Admins may act on every job, and their holds are admin holds
+	// (default domain.DefaultAdmins; an empty non-nil set means none).
+	Admins domain.Admins
+	// JobHistory is how long ended jobs (and accepted job records) are
+	// kept for sacct after they end (default DefaultJobHistory).
+	JobHistory time.Duration
 }
 
 // Gateway serves the public API. Its methods are safe for concurrent use.
@@ -78,6 +84,12 @@ func New(repo *adapters.Repo, owners *adapters.Owners, opt Options) *Gateway {
 	}
 	if opt.WatchRefresh <= 0 {
 		opt.WatchRefresh = 2 * time.Second
+	}
+	if opt.JobHistory <= 0 {
+		opt.JobHistory = DefaultJobHistory
+	}
+	if opt.Admins == nil {
+		opt.Admins = domain.ParseAdmins(domain.DefaultAdmins)
 	}
 	return &Gateway{repo: repo, own: owners, opt: opt, jobs: newHub(), ops: newSignals(), stop: make(chan struct{})}
 }
@@ -406,8 +418,9 @@ func (g *Gateway) replayJob(ctx context.Context, rid string) (*loomv1.Job, bool,
 	return j, err == nil, err
 }
 
-// GetJob reads a job from the scheduler, or, when the scheduler does not know
-// it yet, the record of it the gateway accepted. The name may name an array
+// GetJob reads a job from the scheduler, or, when the scheduler no longer
+// knows it (retention), the job history, or, when it does not know it yet,
+// the record of it the gateway accepted. The name may name an array
 // task, "projects/p/jobs/A_i".
 func (g *Gateway) GetJob(ctx context.Context, req *loomv1.GetJobRequest) (*loomv1.Job, error) {
 	ref, err := g.resolveJob(ctx, req.GetName(), false)
@@ -424,6 +437,13 @@ func (g *Gateway) job(ctx context.Context, name string) (*loomv1.Job, error) {
 	}
 	if !isNotFound(err) {
 		return nil, fmt.Errorf("ask the scheduler for %s: %w", name, err)
+	}
+	// Pruned by the scheduler's retention: the history; else not known to
+	// it yet: the accepted record.
+	if h, err := g.repo.HistoryJob(ctx, name); err == nil {
+		return h, nil
+	} else if !errors.Is(err, errs.NotFound) {
+		return nil, err
 	}
 	return g.repo.AcceptedJob(ctx, name)
 }
@@ -480,8 +500,9 @@ func (g *Gateway) resolveJob(ctx context.Context, name string, wantArray bool) (
 
 // ListJobs lists a project's jobs (optionally one cluster's) from the
 // scheduler, filtered as the request says (users, states, job ids, names,
-// partitions, active only; the scheduler applies them), with the accepted
-// jobs the scheduler does not know yet that pass the same filters, by job id.
+// partitions, active only; the scheduler applies them), with the ended jobs
+// of the history the scheduler pruned and the accepted jobs it does not know
+// yet that pass the same filters, by job id.
 func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*loomv1.ListJobsResponse, error) {
 	project, err := domain.ParseProject(req.GetParent())
 	var v errs.Validator
@@ -514,12 +535,50 @@ func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*l
 	for _, j := range resp.GetJobs() {
 		listed[j.GetName()] = true
 	}
+	// Ended jobs the scheduler pruned come from the history (an ended job
+	// is never active). They win over their accepted records.
+	var history []*loomv1.Job
+	if !req.GetActiveOnly() {
+		hist, err := g.repo.HistoryJobs(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, j := range hist {
+			if listed[j.GetName()] {
+				continue
+			}
+			listed[j.GetName()] = true
+			if strings.HasPrefix(j.GetName(), req.GetParent()+"/jobs/") && (cluster == "" || j.GetCluster() == cluster) &&
+				domain.MatchesList(req, j) {
+				history = append(history, j)
+			}
+		}
+	}
 	var candidates []*loomv1.Job
 	for _, j := range accepted {
 		if !listed[j.GetName()] && strings.HasPrefix(j.GetName(), req.GetParent()+"/jobs/") &&
 			(cluster == "" || j.GetCluster() == cluster) && domain.MatchesList(req, j) {
 			candidates = append(candidates, j)
 		}
+	}
+	if req.GetActiveOnly() && len(candidates) > 0 {
+		// The history was not read: an accepted job that already ended and
+		// was pruned is not pending.
+		names := make([]string, len(candidates))
+		for i, j := range candidates {
+			names[i] = j.GetName()
+		}
+		ended, err := g.repo.InHistory(ctx, names)
+		if err != nil {
+			return nil, err
+		}
+		kept := candidates[:0]
+		for _, j := range candidates {
+			if !ended[j.GetName()] {
+				kept = append(kept, j)
+			}
+		}
+		candidates = kept
 	}
 	if domain.Filtered(req) && len(candidates) > 0 {
 		// A filtered answer leaves out jobs the scheduler knows but that
@@ -529,7 +588,7 @@ func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*l
 			return nil, err
 		}
 	}
-	jobs := append(resp.GetJobs(), candidates...)
+	jobs := append(append(resp.GetJobs(), history...), candidates...)
 	sort.SliceStable(jobs, func(a, b int) bool { return jobID(jobs[a]) < jobID(jobs[b]) })
 	return &loomv1.ListJobsResponse{Jobs: jobs}, nil
 }
@@ -579,7 +638,8 @@ func jobID(j *loomv1.Job) int64 {
 // CancelJob asks the scheduler to cancel a job, or, with signal, to send the
 // job's processes that signal (scancel --signal), and returns the job as the
 // scheduler has it. The name may name an array task ("A_i"); "A" of an array
-// acts on every task. NotFound for unknown jobs; FailedPrecondition ("Job/step
+// acts on every task. Only the job's owner or an administrator may
+// (PermissionDenied). NotFound for unknown jobs; FailedPrecondition ("Job/step
 // already completing or completed") for a job that is ending or ended, and
 // for a signal to a job that has not started.
 func (g *Gateway) CancelJob(ctx context.Context, req *loomv1.CancelJobRequest) (*loomv1.Job, error) {
@@ -595,6 +655,10 @@ func (g *Gateway) CancelJob(ctx context.Context, req *loomv1.CancelJobRequest) (
 	if err != nil {
 		return nil, err
 	}
+	// The tasks of an array share its owner: the first's stands for all.
+	if err := g.opt.Admins.CheckAccess(req.GetUser(), j); err != nil {
+		return nil, err
+	}
 	if !ref.array {
 		// An array's tasks are in different states; the scheduler judges
 		// each of them.
@@ -602,7 +666,8 @@ func (g *Gateway) CancelJob(ctx context.Context, req *loomv1.CancelJobRequest) (
 			return nil, err
 		}
 	}
-	cmd := &eventsv1.CancelJob{Job: ref.name, Cluster: j.GetCluster(), Signal: signal}
+	cmd := &eventsv1.CancelJob{Job: ref.name, Cluster: j.GetCluster(), Signal: signal,
+		User: req.GetUser(), Admin: g.opt.Admins.Has(req.GetUser())}
 	if err := g.emitJobCommand(ctx, j.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("cancel %s: %w", ref.name, err)
 	}
@@ -611,8 +676,10 @@ func (g *Gateway) CancelJob(ctx context.Context, req *loomv1.CancelJobRequest) (
 }
 
 // UpdateJob asks the scheduler to hold, release or requeue a job, or to
-// change its time limit or partition (scontrol hold/release/requeue/update),
-// and returns the job as the scheduler has it. The name may name an array
+// change its time limit or partition (scontrol hold/uhold/release/requeue/
+// update), and returns the job as the scheduler has it. Only the job's
+// owner or an administrator may (PermissionDenied, "Access/permission
+// denied"), and only an administrator releases an admin hold. The name may name an array
 // task; "A" of an array acts on every task. InvalidArgument for a bad action
 // or value (a partition the job's cluster does not have), NotFound for
 // unknown jobs, FailedPrecondition (in Slurm's words) for a job whose state
@@ -630,6 +697,14 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 	if err != nil {
 		return nil, err
 	}
+	if err := g.opt.Admins.CheckAccess(req.GetUser(), j); err != nil {
+		return nil, err
+	}
+	if action == "release" {
+		if err := g.opt.Admins.CheckRelease(req.GetUser(), j); err != nil {
+			return nil, err
+		}
+	}
 	if p := req.GetPartition(); p != "" {
 		c, err := g.own.Clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: j.GetCluster()})
 		if err != nil {
@@ -645,7 +720,8 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 		}
 	}
 	cmd := &eventsv1.UpdateJob{Job: ref.name, Cluster: j.GetCluster(), Action: action,
-		TimeLimitSeconds: req.GetTimeLimitSeconds(), Partition: req.GetPartition()}
+		TimeLimitSeconds: req.GetTimeLimitSeconds(), Partition: req.GetPartition(),
+		User: req.GetUser(), Admin: g.opt.Admins.Has(req.GetUser())}
 	if err := g.emitJobCommand(ctx, j.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", action, ref.name, err)
 	}
@@ -714,9 +790,9 @@ func (g *Gateway) WatchJob(ctx context.Context, req *loomv1.WatchJobRequest, sen
 			return ErrStopping
 		}
 		// A change buffered before the first read, or overtaken by a
-		// refresh, can be older than what was sent: never go back. (A
-		// requeued job's return to PENDING is skipped; its next RUNNING is not.)
-		if proto.Equal(next, last) || domain.Rank(next.GetState()) < domain.Rank(last.GetState()) {
+		// refresh, can be older than what was sent: never go back (a
+		// requeued job's return to PENDING is newer: it counts a restart).
+		if proto.Equal(next, last) || domain.Older(next, last) {
 			continue
 		}
 		if err := send(next); err != nil {

@@ -29,7 +29,7 @@ const (
 	MsgPending          = "Job is pending execution"
 	MsgNoLongerPending  = "Job is no longer pending execution"
 	MsgDrainNeedsReason = "You must specify a reason when DOWNING or DRAINING a node. Request denied"
-	updateActionsList   = "hold, release, requeue, update"
+	updateActionsList   = "hold, uhold, release, requeue, update"
 	slurmNodeStatesList = "DRAIN, RESUME"
 	maxTimeLimitSeconds = int64(365 * 24 * 3600 * 100) // a century: anything above is a typo
 )
@@ -223,7 +223,7 @@ func ValidateUpdateJob(req *loomv1.UpdateJobRequest) (string, error) {
 	var v errs.Validator
 	action := strings.ToLower(strings.TrimSpace(req.GetAction()))
 	switch action {
-	case "hold", "release", "requeue":
+	case "hold", "uhold", "release", "requeue":
 		v.Check(req.GetTimeLimitSeconds() == 0, "time_limit_seconds", "only with action update, not %s", action)
 		v.Check(req.GetPartition() == "", "partition", "only with action update, not %s", action)
 	case "update":
@@ -252,7 +252,7 @@ func CheckPartition(cluster *loomv1.Cluster, partition string) error {
 func CheckUpdate(action string, partition string, job *loomv1.Job) error {
 	s := job.GetState()
 	switch {
-	case (action == "hold" || action == "release" || action == "update") && IsTerminal(s):
+	case (action == "hold" || action == "uhold" || action == "release" || action == "update") && IsTerminal(s):
 		return refuse(MsgFinished)
 	case action == "requeue" && (s == loomv1.JobState_PENDING || s == loomv1.JobState_JOB_STATE_UNSPECIFIED):
 		return refuse(MsgPending)

@@ -114,6 +114,22 @@ func (s jobs) UpdateJob(ctx context.Context, r *loomv1.UpdateJobRequest) (*loomv
 	return unary(s.g.UpdateJob(ctx, r))
 }
 
+func (s jobs) CreateJobStep(ctx context.Context, r *loomv1.CreateJobStepRequest) (*loomv1.JobStep, error) {
+	return unary(s.g.CreateJobStep(ctx, r))
+}
+
+func (s jobs) GetJobStep(ctx context.Context, r *loomv1.GetJobStepRequest) (*loomv1.JobStep, error) {
+	return unary(s.g.GetJobStep(ctx, r))
+}
+
+func (s jobs) ListJobSteps(ctx context.Context, r *loomv1.ListJobStepsRequest) (*loomv1.ListJobStepsResponse, error) {
+	return unary(s.g.ListJobSteps(ctx, r))
+}
+
+func (s jobs) CancelJobStep(ctx context.Context, r *loomv1.CancelJobStepRequest) (*loomv1.JobStep, error) {
+	return unary(s.g.CancelJobStep(ctx, r))
+}
+
 func (s jobs) WatchJob(r *loomv1.WatchJobRequest, stream grpc.ServerStreamingServer[loomv1.Job]) error {
 	return errs.ToStatus(s.g.WatchJob(stream.Context(), r, stream.Send))
 }

@@ -7,6 +7,7 @@
 //	scheduler:runs      job#attempt  → JSON Run
 //	scheduler:arrays    array name   → JSON Array (task names and % limit)
 //	scheduler:usage     cluster|account[|user] → JSON Usage (decayed fair-share usage)
+//	scheduler:ended     job name     → JSON Ended (final state of a job retention pruned)
 //
 // The leader lease (lease.go) lives beside them: scheduler:leader and its
 // fencing keys.
@@ -32,6 +33,7 @@ const (
 	KeyRuns     = "runs"
 	KeyArrays   = "arrays"
 	KeyUsage    = "usage"
+	KeyEnded    = "ended"
 )
 
 // Repo reads and writes the scheduler's records.
@@ -50,6 +52,7 @@ type Records struct {
 	Runs     []*domain.Run
 	Arrays   []*domain.Array
 	Usage    []*domain.Usage
+	Ended    []*domain.Ended
 }
 
 // Load reads every record.
@@ -68,6 +71,9 @@ func (r *Repo) Load(ctx context.Context) (*Records, error) {
 		return nil, err
 	}
 	if err := loadJSON(ctx, r.st, KeyUsage, &recs.Usage); err != nil {
+		return nil, err
+	}
+	if err := loadJSON(ctx, r.st, KeyEnded, &recs.Ended); err != nil {
 		return nil, err
 	}
 	raw, err := r.st.HGetAll(ctx, KeyJobs)
@@ -137,6 +143,30 @@ func Write(tx *store.Tx, c *domain.Change) error {
 			return fmt.Errorf("encode job %s: %w", name, err)
 		}
 		tx.HSet(KeyJobs, name, b)
+	}
+	return nil
+}
+
+// WritePruned adds what retention pruned to tx: the jobs, runs and arrays
+// deleted, the compact records added and expired, all in one Apply so that
+// a crash leaves the whole prune or none of it.
+func WritePruned(tx *store.Tx, p *domain.Pruned) error {
+	for _, name := range p.Jobs {
+		tx.HDel(KeyJobs, name)
+	}
+	for _, key := range p.Runs {
+		tx.HDel(KeyRuns, key)
+	}
+	for _, name := range p.Arrays {
+		tx.HDel(KeyArrays, name)
+	}
+	for _, name := range p.Expired {
+		tx.HDel(KeyEnded, name)
+	}
+	for _, e := range p.Ended {
+		if err := putJSON(tx, KeyEnded, e.Name, e); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -9,8 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"sync"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/envelope"
@@ -155,6 +158,7 @@ func (a *App) reload(ctx context.Context) error {
 	}
 	s := domain.NewState(a.cfg)
 	s.Load(recs.Clusters, recs.Nodes, recs.Jobs, recs.Runs, recs.Arrays, recs.Usage)
+	s.LoadEnded(recs.Ended)
 	a.mu.Lock()
 	a.state, a.stale = s, false
 	a.mu.Unlock()
@@ -188,6 +192,51 @@ func (a *App) Handle(ctx context.Context, ev envelope.Event) error {
 	}
 	if err := a.apply(ctx, ev.ID, c); err != nil {
 		return fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err)
+	}
+	return nil
+}
+
+// errBatchSeen refuses a batch one of whose events was applied before: the
+// consumer then takes them one by one, and the inbox skips that one.
+var errBatchSeen = errors.New("an event of the batch was applied before")
+
+// HandleBatch applies several consumed events as one change with one
+// scheduling pass and one store write (bus.BatchHandler). It changes nothing
+// and returns an error when any event fails or was applied before; the
+// consumer then hands them to Handle one by one. Each emitted event carries
+// the trace context of the event that caused it (the pass's, the first's).
+func (a *App) HandleBatch(ctx context.Context, evs []envelope.Event) error {
+	a.work.Lock()
+	defer a.work.Unlock()
+	if !a.leading {
+		return fmt.Errorf("batch of %d events: %w", len(evs), ErrNotLeader)
+	}
+	if a.stale {
+		if err := a.reload(ctx); err != nil {
+			return err
+		}
+	}
+	payloads := make([]proto.Message, len(evs))
+	ids := make([]string, len(evs))
+	for i, ev := range evs {
+		payloads[i], ids[i] = ev.Payload, ev.ID
+	}
+	c, ends, err := a.state.HandleBatch(a.now(), payloads)
+	if err != nil {
+		return fmt.Errorf("batch of %d events: %w", len(evs), err)
+	}
+	traceOf := func(i int) string {
+		if k := sort.Search(len(ends), func(k int) bool { return i < ends[k] }); k < len(ends) {
+			return evs[k].TraceParent
+		}
+		return evs[0].TraceParent
+	}
+	applied, err := a.applyMany(ctx, ids, c, traceOf)
+	switch {
+	case err != nil:
+		return fmt.Errorf("batch of %d events: %w", len(evs), err)
+	case !applied:
+		return errBatchSeen
 	}
 	return nil
 }
@@ -238,6 +287,20 @@ func (a *App) RunClock(ctx context.Context, every time.Duration) error {
 // apply writes c with the inbox mark inboxID (and the term's fence) and
 // commits it to memory.
 func (a *App) apply(ctx context.Context, inboxID string, c *domain.Change) error {
+	if inboxID == "" {
+		_, err := a.applyMany(ctx, nil, c, nil)
+		return err
+	}
+	_, err := a.applyMany(ctx, []string{inboxID}, c, nil)
+	return err
+}
+
+// applyMany writes c with the inbox marks of the events it is the outcome
+// of, fenced when leading under a lease, and then commits it to memory. It
+// reports applied=false, writing and committing nothing, when one of the
+// events was applied before. traceOf, when not nil, gives the traceparent of
+// emitted event i (the event that caused it), else the one in ctx is used.
+func (a *App) applyMany(ctx context.Context, inboxIDs []string, c *domain.Change, traceOf func(i int) string) (bool, error) {
 	if a.log.Enabled(ctx, slog.LevelDebug) {
 		for _, d := range c.Decisions {
 			a.log.Debug("job waits", "job", d.Job, "reason", d.Reason, "filtered", d.Filtered, "note", d.Note)
@@ -249,7 +312,7 @@ func (a *App) apply(ctx context.Context, inboxID string, c *domain.Change) error
 		a.mu.Lock()
 		a.state.Commit(c)
 		a.mu.Unlock()
-		return nil
+		return true, nil
 	}
 	var tx store.Tx
 	if a.fenced {
@@ -257,16 +320,25 @@ func (a *App) apply(ctx context.Context, inboxID string, c *domain.Change) error
 		adapters.Fence(&tx, a.token, a.seq)
 	}
 	if err := adapters.Write(&tx, c); err != nil {
-		return err
+		return false, err
 	}
-	for _, e := range c.Emits {
+	for i, e := range c.Emits {
 		ev := envelope.New(e.Topic, e.Key, Source, e.Payload)
 		if e.Subject != "" {
 			ev.Subject = e.Subject
 		}
+		if traceOf != nil {
+			ev.TraceParent = traceOf(i)
+		}
 		tx.Emit(ev)
 	}
-	applied, err := a.st.Apply(ctx, inboxID, &tx)
+	var applied bool
+	var err error
+	if len(inboxIDs) == 1 {
+		applied, err = a.st.Apply(ctx, inboxIDs[0], &tx)
+	} else {
+		applied, err = a.st.ApplyBatch(ctx, inboxIDs, &tx)
+	}
 	if err != nil {
 		a.stale = true
 		if a.fenced && adapters.IsFenced(err) {
@@ -276,17 +348,17 @@ func (a *App) apply(ctx context.Context, inboxID string, c *domain.Change) error
 				a.onFenced = nil
 				f()
 			}
-			return fmt.Errorf("apply: %w: %w", ErrNotLeader, err)
+			return false, fmt.Errorf("apply: %w: %w", ErrNotLeader, err)
 		}
-		return fmt.Errorf("apply: %w", err)
+		return false, fmt.Errorf("apply: %w", err)
 	}
 	if !applied {
-		return nil // applied before; memory was loaded with it
+		return false, nil // applied before; memory was loaded with it
 	}
 	a.mu.Lock()
 	a.state.Commit(c)
 	a.mu.Unlock()
-	return nil
+	return true, nil
 }
 
 // GetJob returns the job named name (array tasks as "jobs/A_i"), as of now,
@@ -320,4 +392,28 @@ func (a *App) ListSlurmNodes(cluster string) []*loomv1.SlurmNode {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	return a.state.SlurmNodes(cluster)
+}
+
+// ListJobSteps returns the steps of the job's current run (srun), by step
+// id, or an error wrapping errs.NotFound for a job the scheduler does not know.
+func (a *App) ListJobSteps(job string) ([]*loomv1.JobStep, error) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	steps, ok := a.state.JobSteps(job)
+	if !ok {
+		return nil, fmt.Errorf("job %s: %w", job, errs.NotFound)
+	}
+	return steps, nil
+}
+
+// GetJobStep returns step id of the job's current run, or an error wrapping
+// errs.NotFound.
+func (a *App) GetJobStep(job string, id int32) (*loomv1.JobStep, error) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	s := a.state.JobStep(job, id)
+	if s == nil {
+		return nil, fmt.Errorf("step %d of job %s: %w", id, job, errs.NotFound)
+	}
+	return s, nil
 }

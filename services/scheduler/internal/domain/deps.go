@@ -109,41 +109,66 @@ func jobsPrefix(name string) string {
 }
 
 // depJobs resolves a dependency's job id within the project of the job
-// named from: "A" is job A, or every task of array A; "A_i" the task.
+// named from: "A" is job A, or every task of array A; "A_i" the task. A job
+// pruned by retention resolves to its compact record (its final state, start
+// and end), so a dependency on it is judged as before it was pruned.
 func (t *txn) depJobs(from, id string) []*Job {
 	prefix := jobsPrefix(from)
 	if job, task, isTask := strings.Cut(id, "_"); isTask {
-		if j := t.arrayTask(prefix+job, task); j != nil {
-			return []*Job{j}
+		if name := t.arrayTaskName(prefix+job, task); name != "" {
+			if j := t.jobOrEnded(name); j != nil {
+				return []*Job{j}
+			}
 		}
 		return nil
 	}
 	if a := t.array(prefix + id); a != nil {
 		out := make([]*Job, 0, len(a.Tasks))
 		for _, name := range a.Tasks {
-			if j := t.job(name); j != nil {
+			if j := t.jobOrEnded(name); j != nil {
 				out = append(out, j)
 			}
 		}
 		return out
 	}
-	if j := t.job(prefix + id); j != nil {
+	if j := t.jobOrEnded(prefix + id); j != nil {
 		return []*Job{j}
 	}
 	return nil
 }
 
-// arrayTask returns task index task of the array named array, or nil.
-func (t *txn) arrayTask(array, task string) *Job {
+// jobOrEnded returns the job named name, or the compact record of it when
+// retention pruned it (read-only: for dependencies), or nil.
+func (t *txn) jobOrEnded(name string) *Job {
+	if j := t.job(name); j != nil {
+		return j
+	}
+	if e := t.ended(name); e != nil {
+		return e.job()
+	}
+	return nil
+}
+
+// arrayTaskName returns the job name of task index task of the array named
+// array, or "".
+func (t *txn) arrayTaskName(array, task string) string {
 	a := t.array(array)
 	n, err := strconv.Atoi(task)
 	if a == nil || err != nil {
-		return nil
+		return ""
 	}
 	for i, idx := range a.Indexes {
 		if int(idx) == n {
-			return t.job(a.Tasks[i])
+			return a.Tasks[i]
 		}
+	}
+	return ""
+}
+
+// arrayTask returns task index task of the array named array, or nil.
+func (t *txn) arrayTask(array, task string) *Job {
+	if name := t.arrayTaskName(array, task); name != "" {
+		return t.job(name)
 	}
 	return nil
 }

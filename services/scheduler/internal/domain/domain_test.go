@@ -147,7 +147,29 @@ func (h *harness) job(id int) *loomv1.Job {
 	return j
 }
 
+// wantState checks the job's state and reason, as the job's course goes:
+// RUNNING accepts CONFIGURING (started; its steps have not all reported
+// running), and a final state accepts COMPLETING on its way there (the
+// attempt ended in state with reason; steps still ending). wantExact does not.
 func (h *harness) wantState(id int, state loomv1.JobState, reason string) {
+	h.t.Helper()
+	j := h.job(id)
+	got := j.GetState()
+	switch {
+	case state == loomv1.JobState_RUNNING && got == loomv1.JobState_CONFIGURING:
+		got = state
+	case terminal(state) && got == loomv1.JobState_COMPLETING:
+		if r := h.s.Run(jobName(id), h.s.JobRecord(jobName(id)).Attempt); r != nil && r.Outcome == state && !r.Released {
+			got = state
+		}
+	}
+	if got != state || j.GetStateReason() != reason {
+		h.t.Fatalf("job %d: got %v %q, want %v %q", id, j.GetState(), j.GetStateReason(), state, reason)
+	}
+}
+
+// wantExact checks the job's state and reason exactly.
+func (h *harness) wantExact(id int, state loomv1.JobState, reason string) {
 	h.t.Helper()
 	j := h.job(id)
 	if j.GetState() != state || j.GetStateReason() != reason {
@@ -187,9 +209,14 @@ func checkInvariants(t *testing.T, s *State) {
 	for name, rec := range s.jobs {
 		j := rec.Job
 		switch j.GetState() {
-		case loomv1.JobState_RUNNING:
-			if r := s.Run(name, rec.Attempt); r == nil || r.Released {
-				t.Fatalf("running job %s has no active run", name)
+		case loomv1.JobState_RUNNING, loomv1.JobState_CONFIGURING:
+			if r := s.Run(name, rec.Attempt); r == nil || r.Released || r.Ended() {
+				t.Fatalf("%v job %s has no active run", j.GetState(), name)
+			}
+		case loomv1.JobState_COMPLETING:
+			// An ended attempt whose steps are still ending.
+			if r := s.Run(name, rec.Attempt); r == nil || runDone(r) || !r.Ended() || !terminal(r.Outcome) {
+				t.Fatalf("completing job %s: run %+v", name, r)
 			}
 		case loomv1.JobState_PENDING:
 			if ci := s.byCluster[j.GetCluster()]; ci == nil || ci.pending[ci.pendPos[name]].j != rec {
@@ -244,8 +271,8 @@ func TestSubmitRunsAndCompletes(t *testing.T) {
 	h.node("gpu-0002", 8)
 	c := h.submit(1, 2, 4)
 	jc := jobChanges(c)
-	if len(jc) != 2 || jc[0].GetJob().GetState() != loomv1.JobState_PENDING || jc[1].GetJob().GetState() != loomv1.JobState_RUNNING {
-		t.Fatalf("want JobChanged PENDING then RUNNING, got %v", jc)
+	if len(jc) != 2 || jc[0].GetJob().GetState() != loomv1.JobState_PENDING || jc[1].GetJob().GetState() != loomv1.JobState_CONFIGURING {
+		t.Fatalf("want JobChanged PENDING then CONFIGURING, got %v", jc)
 	}
 	if jc[1].GetAttempt() != 1 {
 		t.Fatalf("attempt %d, want 1", jc[1].GetAttempt())

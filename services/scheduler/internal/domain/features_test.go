@@ -522,8 +522,29 @@ func TestHoldReleaseRequeue(t *testing.T) {
 	h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionRelease})
 	h.wantState(1, loomv1.JobState_RUNNING, "")
 	h.submitJob(job(2, 1, 8))
-	h.do(&eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionHold, User: AdminUser})
+	h.do(&eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionHold, User: "root", Admin: true})
 	h.wantState(2, loomv1.JobState_PENDING, ReasonHeldAdmin)
+	// A user may not release an admin hold; an administrator may.
+	h.do(&eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionRelease, User: "ana"})
+	h.wantState(2, loomv1.JobState_PENDING, ReasonHeldAdmin)
+	h.do(&eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionRelease, User: "root", Admin: true})
+	if j := h.job(2); j.GetHold() || j.GetStateReason() == ReasonHeldAdmin {
+		t.Fatalf("admin release: %v %q", j.GetHold(), j.GetStateReason())
+	}
+	// A user hold (uhold) by an administrator.
+	h.do(&eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionUHold, User: "root", Admin: true})
+	h.wantState(2, loomv1.JobState_PENDING, ReasonHeldUser)
+	// Another user's job is left alone; its owner may hold it.
+	h.submitJob(job(4, 1, 8, func(j *loomv1.Job) { j.User = "ana" }))
+	h.do(&eventsv1.UpdateJob{Job: jobName(4), Cluster: cl, Action: ActionHold, User: "bob"})
+	h.do(&eventsv1.CancelJob{Job: jobName(4), Cluster: cl, User: "bob"})
+	if j := h.job(4); j.GetHold() || j.GetState() != loomv1.JobState_PENDING {
+		t.Fatalf("bob acted on ana's job: %v %v", j.GetState(), j.GetHold())
+	}
+	h.do(&eventsv1.UpdateJob{Job: jobName(4), Cluster: cl, Action: ActionHold, User: "ana"})
+	h.wantState(4, loomv1.JobState_PENDING, ReasonHeldUser)
+	h.do(&eventsv1.CancelJob{Job: jobName(4), Cluster: cl, User: "ana"})
+	h.wantState(4, loomv1.JobState_CANCELLED, "")
 
 	// Requeue a running job: a new attempt.
 	c := h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionRequeue})

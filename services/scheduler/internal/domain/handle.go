@@ -22,6 +22,15 @@ import (
 // *errs.InvalidError.
 func (s *State) Handle(now time.Time, payload proto.Message) (*Change, error) {
 	t := writerTxn(s, now)
+	if err := t.dispatch(payload); err != nil {
+		return nil, err
+	}
+	t.afterEvents()
+	return t.c, nil
+}
+
+// dispatch applies one event to the change, without a scheduling pass.
+func (t *txn) dispatch(payload proto.Message) error {
 	var err error
 	switch ev := payload.(type) {
 	case *eventsv1.SubmitJob:
@@ -44,12 +53,22 @@ func (s *State) Handle(now time.Time, payload proto.Message) (*Change, error) {
 		err = t.nodeHealth(ev)
 	case *eventsv1.StepChanged:
 		err = t.stepChanged(ev)
+	case *eventsv1.CreateJobStep, *eventsv1.CancelJobStep, *eventsv1.TasksChanged:
+		err = t.jobStepEvent(ev) // jobsteps.go
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
+	t.settle() // lifecycle.go; before the pass, so that dependencies see final states
+	return nil
+}
+
+// afterEvents is what follows the events of a change: the scheduling pass
+// over the clusters they touched, and what the pass ends.
+func (t *txn) afterEvents() {
 	t.pass()
-	return t.c, nil
+	t.settleJobSteps() // jobsteps.go: the steps of runs this change ended end with them
+	t.settle()         // again: the pass may have ended an attempt (preemption)
 }
 
 // Schedule runs a scheduling pass over every cluster, as at start-up.
@@ -58,7 +77,9 @@ func (s *State) Schedule(now time.Time) *Change {
 	for _, c := range s.Clusters() {
 		t.dirty[c] = true
 	}
+	t.settle()
 	t.pass()
+	t.settle()
 	return t.c
 }
 
@@ -89,8 +110,8 @@ func (t *txn) submit(ev *eventsv1.SubmitJob) error {
 	if err := v.Err(); err != nil {
 		return fmt.Errorf("submit job: %w", err)
 	}
-	if t.job(in.GetName()) != nil {
-		return nil // a copy of a submit already applied
+	if t.job(in.GetName()) != nil || t.ended(in.GetName()) != nil {
+		return nil // a copy of a submit already applied (the job may have ended and been pruned since)
 	}
 	base := proto.Clone(in).(*loomv1.Job)
 	base.State = loomv1.JobState_PENDING
@@ -185,6 +206,7 @@ func (t *txn) cancel(ev *eventsv1.CancelJob) error {
 	}
 	for _, j := range t.resolveJobs(ev.GetJob()) {
 		switch {
+		case !mayAct(j, ev.GetUser(), ev.GetAdmin()):
 		case j.Terminal():
 		case sig != "":
 			// scancel --signal: the job's processes get the signal, its state is unchanged.

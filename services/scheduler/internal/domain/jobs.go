@@ -15,14 +15,23 @@ import (
 
 // UpdateJob actions.
 const (
-	ActionHold    = "hold"
+	ActionHold = "hold"
+	// ActionUHold is scontrol uhold: a user hold, even by an administrator.
+	ActionUHold   = "uhold"
 	ActionRelease = "release"
 	ActionRequeue = "requeue"
 	ActionUpdate  = "update"
 )
 
-// AdminUser is the user whose holds are administrator holds (JobHeldAdmin).
-const AdminUser = "root"
+// mayAct reports whether a command from user (admin: an administrator, as
+// the gateway judged) may act on j: administrators on any job, users on
+// their own, an anonymous command ("" user, not admin: from before callers
+// were named) on any job, as before. The gateway refuses the others with
+// PermissionDenied before emitting; this keeps a command that raced a
+// change of owner (or was forged) from acting.
+func mayAct(j *Job, user string, admin bool) bool {
+	return admin || user == "" || j.Job.GetUser() == "" || j.Job.GetUser() == user
+}
 
 // end moves j (an edited copy) to a terminal state.
 func (t *txn) end(j *Job, state loomv1.JobState, exit int32, reason string) {
@@ -128,29 +137,34 @@ func (t *txn) timeout(j *Job, r *Run) {
 	t.dirty[j.Job.GetCluster()] = true
 }
 
-// updateJob is scontrol hold/release/requeue/update.
+// updateJob is scontrol hold/uhold/release/requeue/update, by ev.User.
 func (t *txn) updateJob(ev *eventsv1.UpdateJob) error {
 	var v errs.Validator
 	v.Check(ev.GetJob() != "", "job", "required")
 	switch ev.GetAction() {
-	case ActionHold, ActionRelease, ActionRequeue:
+	case ActionHold, ActionUHold, ActionRelease, ActionRequeue:
 	case ActionUpdate:
 		v.Check(ev.GetTimeLimitSeconds() >= 0, "time_limit_seconds", "must not be negative, got %d", ev.GetTimeLimitSeconds())
 		v.Check(ev.GetTimeLimitSeconds() > 0 || ev.GetPartition() != "", "action", "update needs time_limit_seconds or partition")
 	default:
-		v.Add("action", "want hold, release, requeue or update, got %q", ev.GetAction())
+		v.Add("action", "want hold, uhold, release, requeue or update, got %q", ev.GetAction())
 	}
 	if err := v.Err(); err != nil {
 		return fmt.Errorf("update job: %w", err)
 	}
 	for _, j := range t.resolveJobs(ev.GetJob()) {
+		if !mayAct(j, ev.GetUser(), ev.GetAdmin()) {
+			continue
+		}
 		switch ev.GetAction() {
-		case ActionHold:
+		case ActionHold, ActionUHold:
 			if !j.Pending() {
 				continue
 			}
+			// An administrator's hold is an admin hold; uhold is a user hold
+			// whoever asks.
 			reason := ReasonHeldUser
-			if ev.GetUser() == AdminUser {
+			if ev.GetAdmin() && ev.GetAction() == ActionHold {
 				reason = ReasonHeldAdmin
 			}
 			if j.Job.GetHold() && j.Job.GetStateReason() == reason {
@@ -160,7 +174,9 @@ func (t *txn) updateJob(ev *eventsv1.UpdateJob) error {
 			j.Job.Hold, j.Job.StateReason = true, reason
 			t.emitJob(j)
 		case ActionRelease:
-			if !j.Job.GetHold() {
+			// Only an administrator releases an admin hold (Slurm: "Access/
+			// permission denied"; the gateway says so to the caller).
+			if !j.Job.GetHold() || (j.Job.GetStateReason() == ReasonHeldAdmin && !ev.GetAdmin()) {
 				continue
 			}
 			j = t.editJob(j.Name())
@@ -304,9 +320,12 @@ func (s *State) Tick(now time.Time) *Change {
 			}
 		}
 	}
+	t.settle()
 	if len(t.dirty) > 0 {
 		t.pass()
 	}
+	t.settleJobSteps() // the job steps of attempts that ended (time limit, preemption) end with them
+	t.settle()
 	return t.c
 }
 

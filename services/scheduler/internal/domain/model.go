@@ -250,8 +250,19 @@ func (j *Job) Name() string { return j.Job.GetName() }
 // Pending reports whether the job waits in the queue.
 func (j *Job) Pending() bool { return j.Job.GetState() == loomv1.JobState_PENDING }
 
-// Running reports whether the job holds a run in progress.
-func (j *Job) Running() bool { return j.Job.GetState() == loomv1.JobState_RUNNING }
+// Running reports whether the job's current attempt is in progress:
+// CONFIGURING (started, not every node's step has reported running yet) or
+// RUNNING. Time limits, cancels, preemption and node failures treat both
+// alike.
+func (j *Job) Running() bool {
+	s := j.Job.GetState()
+	return s == loomv1.JobState_RUNNING || s == loomv1.JobState_CONFIGURING
+}
+
+// Completing reports whether the job's attempt has ended but a step of its
+// run has not reported its end yet (COMPLETING); its final state is the
+// run's Outcome.
+func (j *Job) Completing() bool { return j.Job.GetState() == loomv1.JobState_COMPLETING }
 
 // Terminal reports whether the job has ended (only a requeue changes it again).
 func (j *Job) Terminal() bool { return terminal(j.Job.GetState()) }
@@ -339,6 +350,12 @@ type Run struct {
 	// when its grace period ends and it is stopped.
 	PreemptBy string    `json:"preempt_by,omitempty"`
 	PreemptAt time.Time `json:"preempt_at,omitzero"`
+	// JobSteps are the run's job steps (srun inside the allocation), by
+	// step id, and NextStepID the id the next one gets. The slice and its
+	// elements are never edited in place (jobsteps.go copies on write), so
+	// clone's shallow copy of it is safe.
+	JobSteps   []JobStep `json:"job_steps,omitempty"`
+	NextStepID int32     `json:"next_step_id,omitempty"`
 
 	// Memory only, set when the run is committed: its interned
 	// account/user, GPU count and usage rate; live and limit mirror its job
@@ -373,10 +390,18 @@ func (r *Run) Holds(node string) bool {
 // though its steps may still be ending.
 func (r *Run) Ended() bool { return !r.End.IsZero() }
 
-// allTerminal reports whether every step has ended.
+// allTerminal reports whether nothing of the run runs any more: every
+// node's step has ended, and every job step's (srun) tasks. The run holds
+// its nodes until then, as Slurm keeps a job's nodes COMPLETING until its
+// processes are gone.
 func (r *Run) allTerminal() bool {
 	for _, st := range r.Steps {
 		if !st.Terminal() {
+			return false
+		}
+	}
+	for i := range r.JobSteps {
+		if !r.JobSteps[i].Ended() {
 			return false
 		}
 	}

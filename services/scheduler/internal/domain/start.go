@@ -14,7 +14,8 @@ import (
 )
 
 // start gives j the nodes chosen (indexes into the pass's views): a new run
-// holding their resources, the job RUNNING, and its steps: a batch script
+// holding their resources, the job CONFIGURING (RUNNING once every node's
+// step has reported running: see settle), and its steps: a batch script
 // runs once, on the batch host (its first node); a command runs on every
 // node, one task each, as an implicit srun.
 func (p *pass) start(j *Job, part Partition, req *Request, chosen []int32) {
@@ -87,7 +88,7 @@ func (p *pass) start(j *Job, part Partition, req *Request, chosen []int32) {
 	if id := spec.GetModelOutput().GetModelId(); id != "" {
 		j.ModelDir = filepath.Join(c.SharedDir, "models", id, "job-"+spec.GetJobId())
 	}
-	spec.State, spec.StateReason, spec.ExitCode = loomv1.JobState_RUNNING, "", 0
+	spec.State, spec.StateReason, spec.ExitCode = loomv1.JobState_CONFIGURING, "", 0
 	spec.Partition = part.Name
 	if spec.GetQos() == "" {
 		spec.Qos = q.Name

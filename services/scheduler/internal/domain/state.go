@@ -27,6 +27,8 @@ type State struct {
 	runs     map[string]*Run
 	arrays   map[string]*Array
 	usage    map[string]*Usage
+	// ended: compact records of jobs pruned from the state (retention.go).
+	ended map[string]*Ended
 
 	byCluster map[string]*clusterIndex
 	// active: runs that still hold an allocation, by key.

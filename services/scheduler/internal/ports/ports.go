@@ -6,6 +6,7 @@ package ports
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/loom-ml/loom/libs/errs"
@@ -29,6 +30,8 @@ type Jobs interface {
 	ListJobs(f domain.JobFilter) []*loomv1.Job
 	ListPartitions(cluster string) []*loomv1.Partition
 	ListSlurmNodes(cluster string) []*loomv1.SlurmNode
+	ListJobSteps(job string) ([]*loomv1.JobStep, error)
+	GetJobStep(job string, id int32) (*loomv1.JobStep, error)
 }
 
 // JobServer serves GetJob and ListJobs; the other JobService methods belong
@@ -93,6 +96,46 @@ func digits(s string) bool {
 		}
 	}
 	return true
+}
+
+// ListJobSteps returns the steps of a job's current run (parent
+// "projects/{p}/jobs/{id}"); InvalidArgument for a malformed name, NotFound
+// for a job the scheduler does not know.
+func (s *JobServer) ListJobSteps(_ context.Context, req *loomv1.ListJobStepsRequest) (*loomv1.ListJobStepsResponse, error) {
+	if err := checkJobName("parent", req.GetParent()); err != nil {
+		return nil, err
+	}
+	steps, err := s.jobs.ListJobSteps(req.GetParent())
+	if err != nil {
+		return nil, err
+	}
+	return &loomv1.ListJobStepsResponse{Steps: steps}, nil
+}
+
+// GetJobStep returns one step ("projects/{p}/jobs/{id}/steps/{step}") of a
+// job's current run; InvalidArgument for a malformed name, NotFound for an
+// unknown job or step.
+func (s *JobServer) GetJobStep(_ context.Context, req *loomv1.GetJobStepRequest) (*loomv1.JobStep, error) {
+	job, step, ok := strings.Cut(req.GetName(), "/steps/")
+	var v errs.Validator
+	v.Check(ok && digits(step) && len(step) <= 9, "name", "want projects/{project}/jobs/{job_id}/steps/{step_id}, got %q", req.GetName())
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := checkJobName("name", job); err != nil {
+		return nil, err
+	}
+	id, _ := strconv.Atoi(step)
+	return s.jobs.GetJobStep(job, int32(id))
+}
+
+// checkJobName checks that name is "projects/{p}/jobs/{id}".
+func checkJobName(field, name string) error {
+	var v errs.Validator
+	parts := strings.Split(name, "/")
+	v.Check(len(parts) == 4 && parts[0] == "projects" && parts[1] != "" && parts[2] == "jobs" && parts[3] != "",
+		field, "want projects/{project}/jobs/{job_id}, got %q", name)
+	return v.Err()
 }
 
 var _ loomv1.JobServiceServer = (*JobServer)(nil)

@@ -58,6 +58,12 @@ type CycleResult struct {
 	// Steady is a pass after that one was committed, as after any event
 	// that changed nothing for the queue.
 	Steady time.Duration `json:"steady_ns"`
+	// Restart is the first pass of a scheduler restarted after that one:
+	// a fresh state loaded from the records the first pass left (every job
+	// with its reason), as a restarted scheduler loads its store; Load is
+	// how long loading them took.
+	Restart time.Duration `json:"restart_ns"`
+	Load    time.Duration `json:"load_ns"`
 	// Started counts the jobs the first pass started, Emits its events.
 	Started int `json:"started"`
 	Emits   int `json:"emits"`
@@ -132,13 +138,26 @@ func Cycle(ctx context.Context, cfg CycleConfig) (*CycleResult, error) {
 		return nil, err
 	}
 	for _, e := range first.Emits {
-		if jc, ok := e.Payload.(*eventsv1.JobChanged); ok && jc.GetJob().GetState() == loomv1.JobState_RUNNING {
+		if jc, ok := e.Payload.(*eventsv1.JobChanged); ok && jc.GetJob().GetState() == loomv1.JobState_CONFIGURING { // a start
 			res.Started++
 		}
 	}
 	res.Emits = len(first.Emits)
 	st.Commit(first)
 	res.Steady = median(cfg.Repeat, func() { st.Schedule(now.Add(time.Second)) })
+	snap := st.Snapshot()
+	var loads []time.Duration
+	passes := make([]time.Duration, cfg.Repeat)
+	for i := range passes {
+		t := time.Now()
+		fresh := domain.NewState(st.Config())
+		fresh.Restore(snap)
+		loads = append(loads, time.Since(t))
+		t = time.Now()
+		fresh.Schedule(now.Add(time.Second))
+		passes[i] = time.Since(t)
+	}
+	res.Restart, res.Load = medianOf(passes), medianOf(loads)
 	return res, nil
 }
 
@@ -150,8 +169,12 @@ func median(n int, f func()) time.Duration {
 		f()
 		ds[i] = time.Since(t)
 	}
+	return medianOf(ds)
+}
+
+func medianOf(ds []time.Duration) time.Duration {
 	sort.Slice(ds, func(a, b int) bool { return ds[a] < ds[b] })
-	return ds[n/2]
+	return ds[len(ds)/2]
 }
 
 // CycleState builds the benchmark's state: the cluster and its nodes through

@@ -1,0 +1,172 @@
+package conformance
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var taskLine = regexp.MustCompile(`^([0-9]+): task procid=([0-9]+) localid=([0-9]+) nodeid=([0-9]+) host=(\S+) ntasks=([0-9]+) step=([0-9]+) stepnodes=(\S+) master=(\S+)$`)
+
+// TestSrunMultiNode: srun_multinode.sh on two nodes, two tasks per node:
+// plain srun starts the job's four tasks on both nodes with global ranks
+// (block distribution), each exactly once, labelled by rank; the script sees
+// the highest exit code of a step's tasks.
+func TestSrunMultiNode(t *testing.T) {
+	t.Parallel()
+	s := setup(t).session(t, "main")
+	id := s.sbatch(s.script("srun_multinode.sh"))
+	row := s.waitDone(id, 120*time.Second)
+	out := s.read("srunmn-" + id + ".out")
+	if state(row) != "COMPLETED" {
+		t.Errorf("job %s ended %s %s, want COMPLETED; output:\n%s", id, row["State"], row["ExitCode"], out)
+	}
+	master := ""
+	seen := map[int]int{}
+	for _, l := range strings.Split(out, "\n") {
+		if m, ok := strings.CutPrefix(l, "batch master="); ok {
+			master = m
+		}
+		m := taskLine.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		label, _ := strconv.Atoi(m[1])
+		rank, _ := strconv.Atoi(m[2])
+		seen[rank]++
+		wantEqual(t, "label of rank "+m[2], m[1], m[2])
+		wantNode := rank / 2 // block distribution: ranks 0,1 on node 0; 2,3 on node 1
+		want := map[string]string{
+			"localid": strconv.Itoa(rank % 2), "nodeid": strconv.Itoa(wantNode),
+			"host": fmt.Sprintf("gpu-%04d", wantNode+1), "ntasks": "4", "step": "0",
+			"stepnodes": "gpu-[0001-0002]",
+		}
+		got := map[string]string{"localid": m[3], "nodeid": m[4], "host": m[5], "ntasks": m[6], "step": m[7], "stepnodes": m[8]}
+		for k, w := range want {
+			wantEqual(t, fmt.Sprintf("task %d (label %d) %s", rank, label, k), got[k], w)
+		}
+		if m[9] != master || master == "" || strings.HasSuffix(master, ":") {
+			t.Errorf("task %d MASTER_ADDR:PORT = %q, want the batch script's %q", rank, m[9], master)
+		}
+	}
+	for r := 0; r < 4; r++ {
+		if seen[r] != 1 {
+			t.Errorf("rank %d printed %d times, want once; output:\n%s", r, seen[r], out)
+		}
+	}
+	if len(seen) != 4 {
+		t.Errorf("ranks seen %v, want exactly 0..3", seen)
+	}
+	for _, want := range []string{"srun1 exit=0\n", "srun2 exit=3\n", "srun3 exit=5\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(out, "srun: error: gpu-0002: task 1: Exited with exit code 5") {
+		t.Errorf("output lacks srun's report of task 1 on gpu-0002:\n%s", out)
+	}
+	// sacct lists the numbered steps after the batch step, as Slurm does.
+	steps := map[string]map[string]string{}
+	for _, r := range s.acct("-j", id) {
+		steps[r["JobID"]] = r
+	}
+	for sid, want := range map[string][2]string{"0": {"COMPLETED", "0:0"}, "1": {"FAILED", "3:0"}, "2": {"FAILED", "5:0"}} {
+		r := steps[id+"."+sid]
+		if r == nil {
+			t.Errorf("sacct -j %s has no row %s.%s: %v", id, id, sid, steps)
+			continue
+		}
+		wantEqual(t, "sacct "+id+"."+sid+" State", state(r), want[0])
+		wantEqual(t, "sacct "+id+"."+sid+" ExitCode", r["ExitCode"], want[1])
+		wantEqual(t, "sacct "+id+"."+sid+" NodeList", r["NodeList"], "gpu-[0001-0002]")
+		wantEqual(t, "sacct "+id+"."+sid+" JobName", r["JobName"], "sh")
+	}
+}
+
+// TestSrunTasksDieWithTheirJob: scancel of a job whose srun step runs a task
+// on each of two nodes kills the tasks on both (the second node runs no batch
+// step: its task is killed through the step).
+func TestSrunTasksDieWithTheirJob(t *testing.T) {
+	t.Parallel()
+	s := setup(t).session(t, "main")
+	id := s.sbatch(s.script("srun_cancel.sh"))
+	pids := s.taskPids(2)
+	for r, pid := range pids {
+		if !alive(pid) {
+			t.Fatalf("task %d (pid %d) not running before the cancel", r, pid)
+		}
+	}
+	s.ok("scancel", id)
+	wantEqual(t, "job state after scancel", state(s.waitDone(id, 60*time.Second)), "CANCELLED")
+	s.waitFor(60*time.Second, "the srun tasks on both nodes to be killed", func() bool {
+		return !alive(pids[0]) && !alive(pids[1])
+	})
+}
+
+// alive reports whether a process exists (the local provider's nodes are
+// processes of this machine).
+func alive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// TestScancelStep: scancel JOB.STEP kills the step's tasks on both nodes;
+// the batch script goes on (srun returns the tasks' 128+SIGTERM) and the job
+// completes.
+func TestScancelStep(t *testing.T) {
+	t.Parallel()
+	s := setup(t).session(t, "main")
+	id := s.sbatch(s.script("srun_cancel.sh"))
+	pids := s.taskPids(2)
+	s.ok("scancel", id+".0")
+	row := s.waitDone(id, 60*time.Second)
+	out := s.read("srunc-" + id + ".out")
+	if state(row) != "COMPLETED" || !strings.Contains(out, "srun exit=143\n") {
+		t.Errorf("job %s ended %s; output:\n%s\nwant COMPLETED after srun exit=143", id, row["State"], out)
+	}
+	if alive(pids[0]) || alive(pids[1]) {
+		t.Errorf("tasks %v still run after scancel %s.0", pids, id)
+	}
+	if r := s.run("scancel", id+".7"); r.code != 1 || !strings.Contains(r.stderr, "Invalid job id specified") {
+		t.Errorf("scancel of a step that does not exist: %s", r)
+	}
+}
+
+// TestSrunTasksDieAtTimeLimit: a job whose srun step outlives its time limit
+// ends TIMEOUT, and the step's tasks die on both nodes with it.
+func TestSrunTasksDieAtTimeLimit(t *testing.T) {
+	t.Parallel()
+	s := setup(t).session(t, "main")
+	id := s.sbatch("--time=0:08", s.script("srun_cancel.sh"))
+	pids := s.taskPids(2)
+	wantEqual(t, "job state", state(s.waitDone(id, 60*time.Second)), "TIMEOUT")
+	s.waitFor(60*time.Second, "the srun tasks on both nodes to be killed", func() bool {
+		return !alive(pids[0]) && !alive(pids[1])
+	})
+}
+
+// taskPids waits until srun_cancel.sh's n tasks have written their pids
+// and returns them, by rank.
+func (s *session) taskPids(n int) []int {
+	s.t.Helper()
+	pids := make([]int, n)
+	s.waitFor(120*time.Second, "every srun task to start", func() bool {
+		for r := range pids {
+			b, err := os.ReadFile(s.path(fmt.Sprintf("task-%d.pid", r)))
+			if err != nil || !strings.HasSuffix(string(b), "\n") {
+				return false
+			}
+			if pids[r], err = strconv.Atoi(strings.TrimSpace(string(b))); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+	return pids
+}

@@ -1,0 +1,44 @@
+package slurmcli
+
+import (
+	"context"
+	"path/filepath"
+	"strconv"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// maxStepLookups bounds how many jobs' steps one sacct asks the gateway for
+// (one call per started job): beyond it, jobs are listed without their
+// numbered steps.
+const maxStepLookups = 200
+
+// stepRows are sacct's rows of a job's numbered steps ("12.0", "12.1":
+// srun inside the allocation) in its current run, by step id. A gateway
+// that does not serve steps, or a job it no longer has, gives none.
+func (c *cmd) stepRows(ctx context.Context, j *loomv1.Job, id string, lookups *int) []sacctRow {
+	if *lookups >= maxStepLookups {
+		return nil
+	}
+	*lookups++
+	cctx, cancel := c.call(ctx)
+	defer cancel()
+	resp, err := c.jobsClient().ListJobSteps(cctx, &loomv1.ListJobStepsRequest{Parent: j.GetName()})
+	if err != nil {
+		return nil
+	}
+	var out []sacctRow
+	for _, s := range resp.GetSteps() {
+		step := strconv.Itoa(int(s.GetStepId()))
+		out = append(out, sacctRow{job: j, id: id + "." + step, step: step, jstep: s})
+	}
+	return out
+}
+
+// stepName is a job step's JobName in sacct: its program's base name.
+func stepName(s *loomv1.JobStep) string {
+	if len(s.GetCommand()) > 0 {
+		return filepath.Base(s.GetCommand()[0])
+	}
+	return strconv.Itoa(int(s.GetStepId()))
+}

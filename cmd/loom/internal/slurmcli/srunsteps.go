@@ -1,0 +1,304 @@
+package slurmcli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// stepRequest is what srun asks of a job step that spans several nodes.
+type stepRequest struct {
+	jobID                  string
+	command                []string
+	env                    map[string]string
+	dir                    string
+	nodes, ntasks, perNode int32
+	cpt                    int32
+	killOnBadExit, label   bool
+}
+
+// Polling intervals of a remote step: its output files, and its state.
+var (
+	stepTailEvery  = 50 * time.Millisecond
+	stepStateEvery = 250 * time.Millisecond
+	// stepCancelWait bounds how long srun waits for a step it cancelled
+	// (on SIGINT/SIGTERM) to end: the agents' kill grace and then some.
+	stepCancelWait = 30 * time.Second
+)
+
+// srunSteps runs a job step across several nodes of the allocation: the
+// gateway has the scheduler start its tasks on every node; srun copies the
+// tasks' output files (in the shared directory) to its stdout and stderr as
+// they grow, "N: " before each line with --label, waits for the step to end,
+// and exits with the highest exit code of its tasks. Interrupted (SIGINT,
+// SIGTERM) it cancels the step, so the tasks die on every node.
+func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
+	jobs := c.jobsClient()
+	parent := c.jobName(req.jobID)
+	create := &loomv1.CreateJobStepRequest{Parent: parent, RequestId: requestID(), Command: req.command,
+		Env: req.env, WorkDir: req.dir, NodeCount: req.nodes, Ntasks: req.ntasks, NtasksPerNode: req.perNode,
+		CpusPerTask: req.cpt, KillOnBadExit: req.killOnBadExit}
+	var step *loomv1.JobStep
+	var err error
+	for attempt := 0; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, c.env.CallTimeout+30*time.Second)
+		step, err = jobs.CreateJobStep(cctx, create)
+		cancel()
+		// The request id makes a retry after a lost answer safe.
+		if err == nil || status.Code(err) != codes.Unavailable || attempt >= 5 || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(attempt+1) * 200 * time.Millisecond):
+		}
+	}
+	if err != nil {
+		switch status.Code(err) {
+		case codes.FailedPrecondition, codes.InvalidArgument, codes.NotFound:
+			return c.errorf("Unable to create step for job %s: %s", req.jobID, status.Convert(err).Message())
+		}
+		return c.rpcError("Unable to create step for job "+req.jobID, err)
+	}
+	if step.GetState() != loomv1.JobState_RUNNING && step.GetNumTasks() == 0 {
+		return c.errorf("Unable to create step for job %s: %s", req.jobID, step.GetReason())
+	}
+	stepID := fmt.Sprintf("%s.%d", req.jobID, step.GetStepId())
+	tail := newStepTail(step, req.label, c.stdout, c.stderr)
+	defer tail.close()
+
+	var cancelled time.Time
+	lastState := time.Time{}
+	tick := time.NewTicker(stepTailEvery)
+	defer tick.Stop()
+	done := ctx.Done()
+	for {
+		tail.poll()
+		if time.Since(lastState) >= stepStateEvery {
+			lastState = time.Now()
+			gctx, cancel := context.WithTimeout(context.Background(), c.env.CallTimeout)
+			s, err := jobs.GetJobStep(gctx, &loomv1.GetJobStepRequest{Name: step.GetName()})
+			cancel()
+			switch {
+			case err == nil:
+				step = s
+			case status.Code(err) == codes.NotFound:
+				// The job was requeued or is gone: its steps ended with it.
+				tail.finish()
+				return c.errorf("%s: step %s is gone: its job's run ended", c.name, stepID)
+			}
+			if err == nil && terminal(step.GetState()) {
+				tail.finish()
+				return c.stepOutcome(step, stepID)
+			}
+		}
+		if !cancelled.IsZero() && time.Since(cancelled) > stepCancelWait {
+			tail.finish()
+			return c.errorf("step %s did not end %v after it was cancelled", stepID, stepCancelWait)
+		}
+		select {
+		case <-done:
+			// SIGINT / SIGTERM: the step's tasks die on every node; srun
+			// stays to copy their last output and report how they ended.
+			done = nil
+			cancelled = time.Now()
+			fmt.Fprintf(c.stderr, "srun: Cancelling step %s\n", stepID)
+			cctx, cancel := context.WithTimeout(context.Background(), c.env.CallTimeout)
+			_, err := jobs.CancelJobStep(cctx, &loomv1.CancelJobStepRequest{Name: step.GetName()})
+			cancel()
+			if err != nil && status.Code(err) != codes.FailedPrecondition {
+				fmt.Fprintf(c.stderr, "srun: error: cancelling step %s: %s\n", stepID, status.Convert(err).Message())
+			}
+		case <-tick.C:
+		}
+	}
+}
+
+// stepOutcome reports how a step's tasks ended, as srun does, and returns
+// the exit status: the highest task exit code.
+func (c *cmd) stepOutcome(step *loomv1.JobStep, stepID string) error {
+	codes := step.GetTaskExitCodes()
+	rank := 0
+	for k, n := range step.GetTasksPerNode() {
+		host := ""
+		if k < len(step.GetNodes()) {
+			host = step.GetNodes()[k]
+		}
+		for i := int32(0); i < n; i, rank = i+1, rank+1 {
+			if rank >= len(codes) || codes[rank] == 0 {
+				continue
+			}
+			code := codes[rank]
+			if code > 128 && code < 128+65 {
+				fmt.Fprintf(c.stderr, "srun: error: %s: task %d: %s\n", host, rank, signalWord(int(code-128)))
+			} else {
+				fmt.Fprintf(c.stderr, "srun: error: %s: task %d: Exited with exit code %d\n", host, rank, code)
+			}
+		}
+	}
+	if step.GetState() == loomv1.JobState_CANCELLED {
+		fmt.Fprintf(c.stderr, "srun: error: step %s %s\n", stepID, strings.ToLower(reasonOr(step.GetReason(), "cancelled")))
+	}
+	worst := step.GetExitCode()
+	if worst == 0 && step.GetState() != loomv1.JobState_COMPLETED {
+		if step.GetReason() != "" && step.GetState() != loomv1.JobState_CANCELLED {
+			fmt.Fprintf(c.stderr, "srun: error: step %s: %s\n", stepID, step.GetReason())
+		}
+		worst = 1
+	}
+	if worst != 0 {
+		return &Error{Code: int(worst)}
+	}
+	return nil
+}
+
+func reasonOr(r, def string) string {
+	if r == "" {
+		return def
+	}
+	return r
+}
+
+// signalWord is how srun names a task's killing signal ("Killed", "Terminated").
+func signalWord(n int) string {
+	switch n {
+	case 9:
+		return "Killed"
+	case 15:
+		return "Terminated"
+	case 2:
+		return "Interrupt"
+	case 6:
+		return "Aborted"
+	case 11:
+		return "Segmentation fault"
+	}
+	return fmt.Sprintf("Killed by signal %d", n)
+}
+
+// stepTail copies a step's task output files to srun's stdout and stderr
+// as they grow, a line at a time per task (so that tasks' lines never mix),
+// each prefixed by its rank with --label.
+type stepTail struct {
+	files []*tailFile
+}
+
+type tailFile struct {
+	path string
+	f    *os.File
+	w    *labelWriter
+}
+
+func newStepTail(step *loomv1.JobStep, label bool, stdout, stderr io.Writer) *stepTail {
+	out := &lockedWriter{w: stdout}
+	errw := &lockedWriter{w: stderr}
+	if stdout == stderr {
+		errw = out
+	}
+	t := &stepTail{}
+	for rank := int32(0); rank < step.GetNumTasks(); rank++ {
+		prefix := ""
+		if label {
+			prefix = fmt.Sprintf("%d: ", rank)
+		}
+		for _, s := range []struct {
+			ext string
+			w   io.Writer
+		}{{"out", out}, {"err", errw}} {
+			t.files = append(t.files, &tailFile{
+				path: filepath.Join(step.GetOutputDir(), fmt.Sprintf("task-%d.%s", rank, s.ext)),
+				w:    &labelWriter{prefix: prefix, w: s.w},
+			})
+		}
+	}
+	return t
+}
+
+// poll copies what the files gained since the last poll.
+func (t *stepTail) poll() {
+	buf := make([]byte, 64<<10)
+	for _, f := range t.files {
+		if f.f == nil {
+			fh, err := os.Open(f.path)
+			if err != nil {
+				continue // not created yet
+			}
+			f.f = fh
+		}
+		for {
+			n, err := f.f.Read(buf)
+			if n > 0 {
+				_, _ = f.w.Write(buf[:n])
+			}
+			if err != nil || n == 0 {
+				if err != nil && !errors.Is(err, io.EOF) {
+					f.f.Close()
+					f.f = nil
+				}
+				break
+			}
+		}
+	}
+}
+
+// finish copies the rest and ends each task's last unterminated line.
+func (t *stepTail) finish() {
+	t.poll()
+	for _, f := range t.files {
+		f.w.flush()
+	}
+}
+
+func (t *stepTail) close() {
+	for _, f := range t.files {
+		if f.f != nil {
+			f.f.Close()
+		}
+	}
+}
+
+// cancelStep is scancel JOB.STEP: it kills (or, with signal, signals) the
+// tasks of one job step on every node.
+func (c *cmd) cancelStep(ctx context.Context, arg, signal string, verbose bool) error {
+	job, step, _ := strings.Cut(arg, ".")
+	if !isDigits(job) || !isDigits(step) || len(step) > 9 {
+		return c.errorf("Invalid job id %s", arg)
+	}
+	job = strings.TrimLeft(job, "0")
+	step = strings.TrimLeft(step, "0")
+	if step == "" {
+		step = "0"
+	}
+	verb := "Kill job error"
+	if signal != "" {
+		verb = "Signal job error"
+	}
+	if verbose {
+		fmt.Fprintf(c.stderr, "scancel: Terminating step %s.%s\n", job, step)
+	}
+	cctx, cancel := c.call(ctx)
+	defer cancel()
+	_, err := c.jobsClient().CancelJobStep(cctx, &loomv1.CancelJobStepRequest{Name: c.jobName(job) + "/steps/" + step, Signal: signal})
+	if err == nil {
+		return nil
+	}
+	switch status.Code(err) {
+	case codes.NotFound:
+		return c.errorf("%s on job id %s: Invalid job id specified", verb, arg)
+	case codes.FailedPrecondition:
+		return c.errorf("%s on job id %s: %s", verb, arg, status.Convert(err).Message())
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Unimplemented:
+		return c.rpcError(verb+" on job id "+arg, err)
+	}
+	return c.errorf("%s on job id %s: %s", verb, arg, status.Convert(err).Message())
+}

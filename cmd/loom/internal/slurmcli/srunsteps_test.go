@@ -1,0 +1,229 @@
+package slurmcli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/testkit"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// stepGateway serves the job-step RPCs srun calls. Its step's tasks are
+// played by the test: it writes their output files, then ends the step
+// with the exit codes it chose, the way the agents and the scheduler do.
+type stepGateway struct {
+	loomv1.UnimplementedJobServiceServer
+	mu       sync.Mutex
+	dir      string
+	refuse   error
+	codes    []int32
+	created  []*loomv1.CreateJobStepRequest
+	cancels  []string
+	step     *loomv1.JobStep
+	gets     int
+	endAfter int // GetJobStep calls after which the step ends
+}
+
+func (g *stepGateway) CreateJobStep(_ context.Context, req *loomv1.CreateJobStepRequest) (*loomv1.JobStep, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.created = append(g.created, proto.Clone(req).(*loomv1.CreateJobStepRequest))
+	if g.refuse != nil {
+		return nil, g.refuse
+	}
+	n := int32(len(g.codes))
+	g.step = &loomv1.JobStep{Name: req.GetParent() + "/steps/3", Job: req.GetParent(), StepId: 3,
+		State: loomv1.JobState_RUNNING, Nodes: []string{"gpu-0001", "gpu-0002"}, TasksPerNode: []int32{n - n/2, n / 2},
+		NumTasks: n, OutputDir: g.dir, TaskExitCodes: make([]int32, n), RequestId: req.GetRequestId()}
+	for r := int32(0); r < n; r++ {
+		out := fmt.Sprintf("hello from %d\nsecond line %d", r, r) // the last line unterminated
+		if err := os.WriteFile(filepath.Join(g.dir, fmt.Sprintf("task-%d.out", r)), []byte(out), 0o644); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(g.dir, fmt.Sprintf("task-%d.err", r)), []byte(fmt.Sprintf("warn %d\n", r)), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	return proto.Clone(g.step).(*loomv1.JobStep), nil
+}
+
+func (g *stepGateway) GetJobStep(_ context.Context, req *loomv1.GetJobStepRequest) (*loomv1.JobStep, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.step == nil || req.GetName() != g.step.GetName() {
+		return nil, status.Error(codes.NotFound, "no such step")
+	}
+	g.gets++
+	if g.gets > g.endAfter && g.step.GetState() == loomv1.JobState_RUNNING {
+		g.step.TaskExitCodes = append([]int32(nil), g.codes...)
+		g.step.State = loomv1.JobState_COMPLETED
+		for _, c := range g.codes {
+			g.step.ExitCode = max(g.step.ExitCode, c)
+			if c != 0 {
+				g.step.State = loomv1.JobState_FAILED
+			}
+		}
+	}
+	return proto.Clone(g.step).(*loomv1.JobStep), nil
+}
+
+func (g *stepGateway) CancelJobStep(_ context.Context, req *loomv1.CancelJobStepRequest) (*loomv1.JobStep, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.cancels = append(g.cancels, req.GetName())
+	if g.step != nil {
+		g.step.State, g.step.Reason = loomv1.JobState_CANCELLED, "cancelled"
+		for i := range g.step.TaskExitCodes {
+			g.step.TaskExitCodes[i] = 128 + 15
+		}
+		g.step.ExitCode = 128 + 15
+	}
+	return proto.Clone(g.step).(*loomv1.JobStep), nil
+}
+
+func startStepGateway(t *testing.T, g *stepGateway) *grpc.ClientConn {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	loomv1.RegisterJobServiceServer(srv, g)
+	go func() { _ = srv.Serve(lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Close()
+		srv.Stop()
+	})
+	return conn
+}
+
+// allocEnv is a two-node allocation's batch environment.
+func allocEnv() map[string]string {
+	return map[string]string{"SLURM_JOB_ID": "12", "SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "gpu-[0001-0002]",
+		"SLURMD_NODENAME": "gpu-0001", "SLURM_PROCID": "0", "PATH": "/usr/bin:/bin", "KEEP": "me", "CUDA_VISIBLE_DEVICES": "0,1"}
+}
+
+func runSrun(ctx context.Context, t *testing.T, g *stepGateway, args ...string) (int, string, string) {
+	t.Helper()
+	return mainSrun(ctx, srunEnv(t, g), args...)
+}
+
+// srunEnv is srun's environment in a two-node allocation, talking to g.
+func srunEnv(t *testing.T, g *stepGateway) Env {
+	t.Helper()
+	return Env{Conn: startStepGateway(t, g), Project: "default", Cwd: g.dir, Environ: allocEnv(), CallTimeout: 10 * time.Second}
+}
+
+func mainSrun(ctx context.Context, env Env, args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := Main(ctx, "srun", args, env, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestSrunMultiNodeStreamsLabelledOutputAndExitCode(t *testing.T) {
+	t.Parallel()
+	g := &stepGateway{dir: t.TempDir(), codes: []int32{0, 3, 0, 0}, endAfter: 1}
+	code, out, errOut := runSrun(context.Background(), t, g, "-l", "-N2", "--ntasks-per-node=2", "-K", "python", "train.py")
+	if code != 3 {
+		t.Errorf("exit %d, want 3 (the highest task exit code); stderr %q", code, errOut)
+	}
+	for r := 0; r < 4; r++ {
+		for _, want := range []string{fmt.Sprintf("%d: hello from %d\n", r, r), fmt.Sprintf("%d: second line %d\n", r, r)} {
+			if strings.Count(out, want) != 1 {
+				t.Errorf("stdout has %q %d times, want once:\n%s", want, strings.Count(out, want), out)
+			}
+		}
+		if want := fmt.Sprintf("%d: warn %d\n", r, r); strings.Count(errOut, want) != 1 {
+			t.Errorf("stderr has %q %d times, want once:\n%s", want, strings.Count(errOut, want), errOut)
+		}
+	}
+	if !strings.Contains(errOut, "srun: error: gpu-0001: task 1: Exited with exit code 3\n") {
+		t.Errorf("stderr %q does not report task 1's exit", errOut)
+	}
+	if len(g.created) != 1 {
+		t.Fatalf("CreateJobStep called %d times, want 1", len(g.created))
+	}
+	req := g.created[0]
+	if req.GetParent() != "projects/default/jobs/12" || req.GetNodeCount() != 2 || req.GetNtasksPerNode() != 2 ||
+		req.GetNtasks() != 0 || !req.GetKillOnBadExit() || strings.Join(req.GetCommand(), " ") != "python train.py" ||
+		req.GetWorkDir() != g.dir || req.GetRequestId() == "" {
+		t.Errorf("CreateJobStep request %v", req)
+	}
+	if req.GetEnv()["KEEP"] != "me" || req.GetEnv()["SLURM_PROCID"] != "" {
+		t.Errorf("step env %v: want the exported env without per-task variables", req.GetEnv())
+	}
+}
+
+func TestSrunMultiNodeRefusals(t *testing.T) {
+	t.Parallel()
+	g := &stepGateway{dir: t.TempDir(), refuse: status.Error(codes.FailedPrecondition, "Job/step already completing or completed")}
+	code, _, errOut := runSrun(context.Background(), t, g, "hostname")
+	if code != 1 || errOut != "srun: error: Unable to create step for job 12: Job/step already completing or completed\n" {
+		t.Errorf("job not running: exit %d, stderr %q", code, errOut)
+	}
+	g = &stepGateway{dir: t.TempDir(), refuse: status.Error(codes.InvalidArgument, "node_count: too many")}
+	if code, _, errOut := runSrun(context.Background(), t, g, "-N", "2", "hostname"); code != 1 ||
+		!strings.HasPrefix(errOut, "srun: error: Unable to create step for job 12: node_count") {
+		t.Errorf("bad request: exit %d, stderr %q", code, errOut)
+	}
+	// -N1 and -n1 stay on the batch node: no step is asked of the gateway.
+	g = &stepGateway{dir: t.TempDir()}
+	if code, out, errOut := runSrun(context.Background(), t, g, "-N1", "echo", "local"); code != 0 || out != "local\n" || len(g.created) != 0 {
+		t.Errorf("-N1: exit %d, out %q, stderr %q, creates %d", code, out, errOut, len(g.created))
+	}
+	if code, _, errOut := runSrun(context.Background(), t, g, "-N3", "hostname"); code != 1 ||
+		!strings.Contains(errOut, "Unable to create step for job 12: Requested node configuration is not available") {
+		t.Errorf("-N3 of 2: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestSrunMultiNodeCancelsStepWhenInterrupted(t *testing.T) {
+	t.Parallel()
+	// The step never ends by itself: only the cancel ends it.
+	g := &stepGateway{dir: t.TempDir(), codes: []int32{0, 0}, endAfter: 1 << 30}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	var code int
+	var errOut string
+	env := srunEnv(t, g)
+	go func() {
+		defer close(done)
+		code, _, errOut = mainSrun(ctx, env, "sleep", "1000")
+	}()
+	testkit.WaitFor(t, 10*time.Second, "srun to watch its step", func() (bool, error) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.gets > 0, nil
+	})
+	cancel() // as SIGINT does
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("srun did not end after it was interrupted")
+	}
+	if len(g.cancels) != 1 || g.cancels[0] != "projects/default/jobs/12/steps/3" {
+		t.Errorf("CancelJobStep calls %v, want one for step 3", g.cancels)
+	}
+	if code != 143 || !strings.Contains(errOut, "task 0: Terminated") {
+		t.Errorf("exit %d, stderr %q; want 143 and the tasks' end", code, errOut)
+	}
+}

@@ -1,0 +1,588 @@
+package app
+
+// Job steps (srun inside an allocation): LaunchTasks starts this node's
+// tasks of a step, each task its own process group, output in
+// <output_dir>/task-<rank>.out and .err; KillTasks kills (or signals) them;
+// a StopStep of their job's run kills them too. The record of a step's tasks
+// (domain.Tasks) follows the same rules as a step's: written STARTING with
+// the inbox mark before any process starts, ordered by the striped step
+// locks, reported on loom.step.events.v1 (TasksChanged).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/loom-ml/loom/libs/bus"
+	"github.com/loom-ml/loom/libs/proc"
+	"github.com/loom-ml/loom/libs/store"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	"github.com/loom-ml/loom/services/agent/internal/adapters"
+	"github.com/loom-ml/loom/services/agent/internal/domain"
+)
+
+// taskGroup is the processes of one step's tasks on this node.
+type taskGroup struct {
+	pids []int
+	done chan struct{} // closed once every task was reaped
+}
+
+// tasksRec returns the task record of key (nil when none) and whether the
+// agent is stopping.
+func (a *App) tasksRec(key string) (*domain.Tasks, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.tasks[key], a.closing
+}
+
+// Tasks returns a copy of the task record of a job step here (nil when
+// there is none): for tests and diagnostics.
+func (a *App) Tasks(job string, attempt, step int32) *domain.Tasks {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if t := a.tasks[domain.TasksKey(job, attempt, step)]; t != nil {
+		c := *t
+		return &c
+	}
+	return nil
+}
+
+// recordTasks sets a task record in memory and writes it (with its event
+// when emit), retrying for a while like record. The caller holds the
+// record's step lock.
+func (a *App) recordTasks(t *domain.Tasks, emit bool) {
+	a.mu.Lock()
+	a.tasks[t.Key()] = t
+	a.mu.Unlock()
+	var tx store.Tx
+	if err := adapters.PutTasks(&tx, t); err != nil {
+		a.log.Error("encode tasks", "tasks", t.Key(), "err", err)
+		return
+	}
+	if emit {
+		ev, err := adapters.Event(t.Event(a.opts.Self))
+		if err != nil {
+			a.log.Error("encode tasks event", "tasks", t.Key(), "err", err)
+			return
+		}
+		tx.Emit(ev)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), persistTimeout)
+	defer cancel()
+	delay := 50 * time.Millisecond
+	for {
+		_, err := a.opts.Store.Apply(ctx, "", &tx)
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			a.log.Error("could not record tasks; a restart will report them LOST", "tasks", t.Key(), "phase", t.Phase, "err", err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// LaunchTasks applies a LaunchTasks delivered as event id: for this node's
+// tasks of a step not seen before it records the intent (STARTING, with the
+// inbox mark) and returns; a goroutine then starts the processes and
+// reports RUNNING (or FAILED_TO_START). Tasks of a run that already ended
+// here are recorded KILLED and never start.
+func (a *App) LaunchTasks(ctx context.Context, id string, cmd *eventsv1.LaunchTasks) error {
+	key := domain.TasksKey(cmd.GetJob(), cmd.GetAttempt(), cmd.GetStepId())
+	unlock := a.lockStep(key)
+	existing, closing := a.tasksRec(key)
+	if closing && cmd.GetNode() == a.opts.Self.Node {
+		unlock()
+		select {
+		case <-a.released:
+		case <-ctx.Done():
+		}
+		return ErrShuttingDown
+	}
+	defer unlock()
+	run, _ := a.step(domain.Key(cmd.GetJob(), cmd.GetAttempt()))
+	rec, ended, skip := domain.Launch(a.opts.Self, existing, run, cmd, a.opts.Now())
+	if skip != "" {
+		if cmd.GetNode() == a.opts.Self.Node {
+			a.log.Info("not launching tasks", "tasks", key, "event", id, "why", skip)
+		}
+		return nil
+	}
+	var tx store.Tx
+	if err := adapters.PutTasks(&tx, rec); err != nil {
+		return err
+	}
+	if ended {
+		ev, err := adapters.Event(rec.Event(a.opts.Self))
+		if err != nil {
+			return err
+		}
+		tx.Emit(ev)
+	}
+	applied, err := a.opts.Store.Apply(ctx, id, &tx)
+	if err != nil {
+		return fmt.Errorf("record launch of %s: %w", key, err)
+	}
+	if !applied {
+		return nil
+	}
+	a.mu.Lock()
+	a.tasks[key] = rec
+	closing = a.closing
+	if !ended && !closing {
+		a.watchers.Add(1)
+	}
+	a.mu.Unlock()
+	switch {
+	case ended:
+		a.log.Info("tasks not launched", "tasks", key, "phase", rec.Phase, "why", rec.Message)
+	case closing:
+		a.recordTasks(domain.StopTasks(rec, rec.Job, rec.Attempt, rec.StepID, "agent shutting down", a.opts.Now()).Rec, true)
+	default:
+		go a.launchTasks(key, rec, cmd)
+	}
+	return nil
+}
+
+// launchTasks starts the processes of tasks recorded STARTING (rec) and
+// records them RUNNING, unless a stop came first.
+func (a *App) launchTasks(key string, rec *domain.Tasks, cmd *eventsv1.LaunchTasks) {
+	unlock := a.lockStep(key)
+	defer unlock()
+	if cur, closing := a.tasksRec(key); cur != rec || closing {
+		if cur == rec {
+			a.recordTasks(domain.StopTasks(rec, rec.Job, rec.Attempt, rec.StepID, "agent shutting down", a.opts.Now()).Rec, true)
+		}
+		a.watchers.Done()
+		return
+	}
+	cs, err := a.spawnTasks(key, cmd)
+	if err != nil {
+		a.log.Warn("tasks failed to start", "tasks", key, "err", err)
+		a.recordTasks(domain.TasksStartFailed(rec, err.Error(), a.opts.Now()), true)
+		a.watchers.Done()
+		return
+	}
+	g := &taskGroup{done: make(chan struct{})}
+	starts := make([]uint64, len(cs))
+	for i, c := range cs {
+		g.pids = append(g.pids, c.Process.Pid)
+		starts[i], _ = proc.StartTime(c.Process.Pid)
+	}
+	a.mu.Lock()
+	a.groups[key] = g
+	closing := a.closing
+	a.mu.Unlock()
+	go a.watchTasks(key, cs, g)
+	a.log.Info("tasks started", "tasks", key, "pids", g.pids, "output_dir", cmd.GetOutputDir())
+	started := domain.TasksStarted(rec, g.pids, starts)
+	a.recordTasks(started, true)
+	if closing {
+		if d := domain.StopTasks(started, rec.Job, rec.Attempt, rec.StepID, "agent shutting down", a.opts.Now()); d.Rec != nil {
+			a.recordTasks(d.Rec, false)
+			a.killTasks(key)
+		}
+	}
+}
+
+// spawnTasks starts every task of a LaunchTasks, each in its own process
+// group, cwd work_dir (default the shared dir), stdout and stderr in
+// <output_dir>/task-<rank>.out and .err. If one cannot start, those started
+// are killed and the error says why.
+func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]*exec.Cmd, error) {
+	dir := cmd.GetWorkDir()
+	if dir == "" {
+		dir = a.opts.SharedDir
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("chdir to %s: no such directory", dir)
+	}
+	outDir := cmd.GetOutputDir()
+	if outDir == "" {
+		outDir = filepath.Join(a.opts.WorkDir, "steps", fmt.Sprintf("%s.%d", cmd.GetJobId(), cmd.GetStepId()))
+	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create output directory: %w", err)
+	}
+	base := a.taskEnv(key, cmd)
+	path, err := lookPath(cmd.GetCommand()[0], envValue(base, "PATH"), dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", cmd.GetCommand()[0], err)
+	}
+	var cs []*exec.Cmd
+	fail := func(err error) ([]*exec.Cmd, error) {
+		for _, c := range cs {
+			_ = proc.KillGroup(c.Process.Pid, syscall.SIGKILL)
+			_ = c.Wait()
+		}
+		return nil, err
+	}
+	for l := int32(0); l < cmd.GetNtasks(); l++ {
+		rank := cmd.GetFirstRank() + l
+		out, err := os.OpenFile(filepath.Join(outDir, fmt.Sprintf("task-%d.out", rank)), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+		if err != nil {
+			return fail(fmt.Errorf("open task output: %w", err))
+		}
+		errf, err := os.OpenFile(filepath.Join(outDir, fmt.Sprintf("task-%d.err", rank)), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+		if err != nil {
+			out.Close()
+			return fail(fmt.Errorf("open task error file: %w", err))
+		}
+		c := exec.Command(path, cmd.GetCommand()[1:]...)
+		c.Args[0] = cmd.GetCommand()[0]
+		c.Dir = dir
+		c.Stdout, c.Stderr = out, errf
+		c.Env = append(append([]string(nil), base...),
+			"SLURM_PROCID="+strconv.Itoa(int(rank)), "SLURM_LOCALID="+strconv.Itoa(int(l)),
+			"PMI_RANK="+strconv.Itoa(int(rank)), "PMI_SIZE="+strconv.Itoa(int(cmd.GetTotalTasks())))
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		err = c.Start()
+		out.Close()
+		errf.Close()
+		if err != nil {
+			return fail(fmt.Errorf("start %q: %w", cmd.GetCommand()[0], err))
+		}
+		cs = append(cs, c)
+	}
+	return cs, nil
+}
+
+// taskEnv is the environment the tasks of a step share: a clean base (PATH,
+// HOME = the shared dir), the step's variables, and the id a restarted agent
+// finds them by. The per-task ranks are added by spawnTasks.
+func (a *App) taskEnv(key string, cmd *eventsv1.LaunchTasks) []string {
+	path := os.Getenv("PATH")
+	if path == "" {
+		path = defaultPath
+	}
+	vars := map[string]string{"PATH": path, "HOME": a.opts.SharedDir}
+	for k, v := range cmd.GetEnv() {
+		vars[k] = v
+	}
+	for _, k := range []string{"SLURM_PROCID", "SLURM_LOCALID", "PMI_RANK", "PMI_SIZE", StepIDEnv} {
+		delete(vars, k)
+	}
+	names := make([]string, 0, len(vars))
+	for k := range vars {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	env := make([]string, 0, len(names)+5)
+	for _, k := range names {
+		env = append(env, k+"="+vars[k])
+	}
+	return append(env, StepIDEnv+"="+a.stepID(key))
+}
+
+func envValue(env []string, key string) string {
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+// lookPath finds a task's program as srun would on the node: a name with a
+// slash relative to the working directory, else on the tasks' PATH (not the
+// agent's).
+func lookPath(name, pathEnv, dir string) (string, error) {
+	if strings.Contains(name, "/") {
+		p := name
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		if isExecutable(p) {
+			return p, nil
+		}
+		return "", errors.New("No such file or directory")
+	}
+	for _, d := range filepath.SplitList(pathEnv) {
+		if d == "" {
+			d = "."
+		}
+		if !filepath.IsAbs(d) {
+			d = filepath.Join(dir, d)
+		}
+		if p := filepath.Join(d, name); isExecutable(p) {
+			return p, nil
+		}
+	}
+	return "", errors.New("command not found")
+}
+
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
+}
+
+// watchTasks reaps a step's tasks and reports their end once all ended.
+func (a *App) watchTasks(key string, cs []*exec.Cmd, g *taskGroup) {
+	defer a.watchers.Done()
+	exits := make([]domain.Exit, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Go(func() {
+			_ = c.Wait()
+			code, sig := proc.ExitCode(c.ProcessState)
+			exits[i] = domain.Exit{Code: code, Signal: sig}
+			// What a task left in its group ends with it, as under Slurm.
+			_ = proc.KillGroup(c.Process.Pid, syscall.SIGKILL)
+		})
+	}
+	wg.Wait()
+	close(g.done)
+
+	unlock := a.lockStep(key)
+	defer unlock()
+	a.mu.Lock()
+	delete(a.groups, key)
+	rec := a.tasks[key]
+	a.mu.Unlock()
+	if rec == nil || rec.Phase != domain.Running {
+		return
+	}
+	end := domain.TasksEnded(rec, exits, a.opts.Now())
+	a.log.Info("tasks ended", "tasks", key, "phase", end.Phase, "exit_codes", end.ExitCodes)
+	a.recordTasks(end, true)
+}
+
+// KillTasks applies a KillTasks delivered as event id: without a signal the
+// tasks get SIGTERM, SIGKILL after the grace period, and their end is
+// reported KILLED (tasks not started yet are recorded KILLED and never
+// start); with one, the signal goes to every task's process group and no
+// record changes.
+func (a *App) KillTasks(ctx context.Context, id string, cmd *eventsv1.KillTasks) error {
+	if cmd.GetNode() != a.opts.Self.Node {
+		return nil
+	}
+	key := domain.TasksKey(cmd.GetJob(), cmd.GetAttempt(), cmd.GetStepId())
+	unlock := a.lockStep(key)
+	defer unlock()
+	existing, _ := a.tasksRec(key)
+	if cmd.GetSignal() != "" {
+		sig, err := signalOf(cmd.GetSignal())
+		if err != nil {
+			return bus.Permanent(fmt.Errorf("signal tasks %s: %w", key, err))
+		}
+		if existing == nil || existing.Phase != domain.Running {
+			a.log.Info("not signalling tasks that do not run", "tasks", key, "signal", cmd.GetSignal())
+			return nil
+		}
+		applied, err := a.opts.Store.Apply(ctx, id, &store.Tx{})
+		if err != nil || !applied {
+			return err
+		}
+		a.signalTasks(key, sig)
+		return nil
+	}
+	d := domain.StopTasks(existing, cmd.GetJob(), cmd.GetAttempt(), cmd.GetStepId(), cmd.GetReason(), a.opts.Now())
+	if d.Rec == nil {
+		return nil
+	}
+	var tx store.Tx
+	if err := adapters.PutTasks(&tx, d.Rec); err != nil {
+		return err
+	}
+	if d.Rec.Phase.Terminal() {
+		ev, err := adapters.Event(d.Rec.Event(a.opts.Self))
+		if err != nil {
+			return err
+		}
+		tx.Emit(ev)
+	}
+	applied, err := a.opts.Store.Apply(ctx, id, &tx)
+	if err != nil {
+		return fmt.Errorf("record kill of %s: %w", key, err)
+	}
+	if !applied {
+		return nil
+	}
+	a.mu.Lock()
+	a.tasks[key] = d.Rec
+	a.mu.Unlock()
+	if d.Kill {
+		a.killTasks(key)
+	}
+	return nil
+}
+
+// stopRunTasks stops every live task group of the run key (job#attempt) on
+// this node: a StopStep of a run ends its job steps' tasks too. Each stop
+// is written like the agent's own (no inbox mark: the StopStep's is written).
+func (a *App) stopRunTasks(runKey, reason string) {
+	a.mu.Lock()
+	var keys []string
+	for k, t := range a.tasks {
+		if strings.HasPrefix(k, runKey+".") && !t.Phase.Terminal() {
+			keys = append(keys, k)
+		}
+	}
+	a.mu.Unlock()
+	sort.Strings(keys)
+	for _, k := range keys {
+		unlock := a.lockStep(k)
+		if t, _ := a.tasksRec(k); t != nil {
+			d := domain.StopTasks(t, t.Job, t.Attempt, t.StepID, reason, a.opts.Now())
+			if d.Rec != nil {
+				a.recordTasks(d.Rec, d.Rec.Phase.Terminal())
+			}
+			if d.Kill {
+				a.killTasks(k)
+			}
+		}
+		unlock()
+	}
+}
+
+// signalTasks sends sig to every task's process group of key.
+func (a *App) signalTasks(key string, sig syscall.Signal) {
+	a.mu.Lock()
+	g := a.groups[key]
+	a.mu.Unlock()
+	if g == nil {
+		return
+	}
+	for _, pid := range g.pids {
+		if err := proc.KillGroup(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			a.log.Warn("signal task", "tasks", key, "pid", pid, "err", err)
+		}
+	}
+}
+
+// killTasks sends SIGTERM to every task's group of key and SIGKILL after
+// the grace period unless they all ended. The caller holds the step lock.
+func (a *App) killTasks(key string) {
+	a.mu.Lock()
+	g := a.groups[key]
+	a.mu.Unlock()
+	if g == nil {
+		return
+	}
+	a.log.Info("stopping tasks", "tasks", key, "pids", g.pids)
+	a.signalTasks(key, syscall.SIGTERM)
+	grace := a.opts.KillGrace
+	go func() {
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-g.done:
+		case <-t.C:
+			a.log.Warn("tasks ignored SIGTERM; killing them", "tasks", key, "grace", grace)
+			for _, pid := range g.pids {
+				_ = proc.KillGroup(pid, syscall.SIGKILL)
+			}
+		}
+	}()
+}
+
+// recoverTasks settles the task records a predecessor left running or
+// starting: their surviving processes are killed and they are reported LOST
+// (written into tx); terminal records past the inbox window are pruned.
+// The caller holds a.mu.
+func (a *App) recoverTasks(tx *store.Tx, now time.Time) (lost map[string]*domain.Tasks, prune []string, err error) {
+	lost = map[string]*domain.Tasks{}
+	var wg sync.WaitGroup
+	var lmu sync.Mutex
+	for key, t := range a.tasks {
+		switch {
+		case t.Phase.Terminal():
+			if !t.Ended.IsZero() && now.Sub(t.Ended) > store.InboxTTL {
+				prune = append(prune, key)
+			}
+		case t.Phase == domain.Running || t.Phase == domain.Starting:
+			wg.Go(func() {
+				var pgids []int
+				for i, pid := range t.PIDs {
+					if i < len(t.PIDStarts) && proc.Alive(pid, t.PIDStarts[i]) {
+						pgids = append(pgids, pid)
+					}
+				}
+				for _, pid := range proc.FindByEnv(StepIDEnv + "=" + a.stepID(key)) {
+					if pgid, err := syscall.Getpgid(pid); err == nil && pgid > 1 && !containsInt(pgids, pgid) {
+						pgids = append(pgids, pgid)
+					}
+				}
+				for _, g := range pgids {
+					a.terminate(g)
+				}
+				why := "the agent restarted and the tasks' processes were gone"
+				if len(pgids) > 0 {
+					why = fmt.Sprintf("the agent restarted; the tasks' processes (groups %v) were no longer its children and were killed", pgids)
+				} else if t.Phase == domain.Starting {
+					why = "the agent stopped while starting the tasks"
+				}
+				lmu.Lock()
+				lost[key] = domain.MarkTasksLost(t, why, now)
+				lmu.Unlock()
+			})
+		}
+	}
+	wg.Wait()
+	keys := make([]string, 0, len(lost))
+	for k := range lost {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if err := adapters.PutTasks(tx, lost[k]); err != nil {
+			return nil, nil, err
+		}
+		ev, err := adapters.Event(lost[k].Event(a.opts.Self))
+		if err != nil {
+			return nil, nil, err
+		}
+		tx.Emit(ev)
+	}
+	for _, k := range prune {
+		tx.HDel(adapters.KeyTasks, k)
+	}
+	return lost, prune, nil
+}
+
+func containsInt(list []int, x int) bool {
+	for _, v := range list {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// shutdownTasks marks every running task group as stopping (its end will be
+// KILLED) and kills it: part of Shutdown.
+func (a *App) shutdownTasks() {
+	a.mu.Lock()
+	keys := make([]string, 0, len(a.groups))
+	for key := range a.groups {
+		keys = append(keys, key)
+	}
+	a.mu.Unlock()
+	for _, key := range keys {
+		unlock := a.lockStep(key)
+		if t, _ := a.tasksRec(key); t != nil {
+			d := domain.StopTasks(t, t.Job, t.Attempt, t.StepID, "agent shutting down", a.opts.Now())
+			if d.Rec != nil {
+				a.recordTasks(d.Rec, false)
+			}
+			if d.Kill {
+				a.killTasks(key)
+			}
+		}
+		unlock()
+	}
+}

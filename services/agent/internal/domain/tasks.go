@@ -1,0 +1,203 @@
+package domain
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+)
+
+// Tasks is the agent's durable record of its node's tasks of one job step
+// (srun): several processes, each in its own process group, that belong to
+// the job's run (job, attempt) and end with it.
+type Tasks struct {
+	Job     string `json:"job"`
+	JobID   string `json:"job_id,omitempty"`
+	Attempt int32  `json:"attempt"`
+	StepID  int32  `json:"step_id"`
+	// FirstRank is the first task's SLURM_PROCID; NTasks how many run here.
+	FirstRank int32 `json:"first_rank"`
+	NTasks    int32 `json:"ntasks"`
+	Phase     Phase `json:"phase"`
+	// PIDs are the tasks' process (and group) ids once Running, by local
+	// id; PIDStarts their start times, so that a recycled pid is never
+	// mistaken for a task.
+	PIDs      []int    `json:"pids,omitempty"`
+	PIDStarts []uint64 `json:"pid_starts,omitempty"`
+	// ExitCodes are the tasks' exit codes by local id, once ended.
+	ExitCodes  []int32   `json:"exit_codes,omitempty"`
+	Message    string    `json:"message,omitempty"`
+	StopReason string    `json:"stop_reason,omitempty"`
+	Created    time.Time `json:"created"`
+	Ended      time.Time `json:"ended,omitzero"`
+}
+
+// TasksKey is a task record's key: "<job>#<attempt>.<step>". It begins with
+// the run's step key (Key), so the tasks of a run are found by prefix.
+func TasksKey(job string, attempt, step int32) string {
+	return Key(job, attempt) + "." + strconv.Itoa(int(step))
+}
+
+// Key returns the record's key.
+func (t *Tasks) Key() string { return TasksKey(t.Job, t.Attempt, t.StepID) }
+
+// RunKey returns the key of the run the tasks belong to.
+func (t *Tasks) RunKey() string { return Key(t.Job, t.Attempt) }
+
+func (t *Tasks) clone() *Tasks {
+	c := *t
+	c.PIDs = append([]int(nil), t.PIDs...)
+	c.PIDStarts = append([]uint64(nil), t.PIDStarts...)
+	c.ExitCodes = append([]int32(nil), t.ExitCodes...)
+	return &c
+}
+
+// Event returns the TasksChanged that reports the record's current phase.
+func (t *Tasks) Event(self Self) *eventsv1.TasksChanged {
+	ev := &eventsv1.TasksChanged{
+		Job: t.Job, Attempt: t.Attempt, StepId: t.StepID, Node: self.Node, Cluster: self.Cluster,
+		FirstRank: t.FirstRank, Message: t.Message,
+	}
+	if t.Phase.Terminal() {
+		ev.ExitCodes = append([]int32(nil), t.ExitCodes...)
+	}
+	switch t.Phase {
+	case Running:
+		ev.State = eventsv1.StepState_STEP_RUNNING
+	case Exited:
+		ev.State = eventsv1.StepState_STEP_EXITED
+	case FailedToStart:
+		ev.State = eventsv1.StepState_STEP_FAILED_TO_START
+	case Killed:
+		ev.State = eventsv1.StepState_STEP_KILLED
+	case Lost:
+		ev.State = eventsv1.StepState_STEP_LOST
+	}
+	return ev
+}
+
+// Launch decides a LaunchTasks: the Starting record to write before the
+// processes start, or a reason to do nothing (another node's tasks, a step
+// this node has seen before whatever the event id, or bad input); when the
+// job's run already ended here (its batch step run is terminal) the tasks
+// are recorded KILLED at once and never start (ended is then set).
+func Launch(self Self, existing *Tasks, run *Step, cmd *eventsv1.LaunchTasks, now time.Time) (rec *Tasks, ended bool, skip string) {
+	switch {
+	case cmd.GetNode() != self.Node:
+		return nil, false, "tasks for another node"
+	case existing != nil:
+		return nil, false, fmt.Sprintf("tasks %s already %s", existing.Key(), existing.Phase)
+	}
+	rec = &Tasks{Job: cmd.GetJob(), JobID: cmd.GetJobId(), Attempt: cmd.GetAttempt(), StepID: cmd.GetStepId(),
+		FirstRank: cmd.GetFirstRank(), NTasks: cmd.GetNtasks(), Phase: Starting, Created: now}
+	switch {
+	case cmd.GetJob() == "" || cmd.GetStepId() < 0 || cmd.GetNtasks() < 1 || cmd.GetFirstRank() < 0:
+		rec.Phase, rec.Message, rec.Ended = FailedToStart,
+			fmt.Sprintf("bad launch: job %q, step %d, %d task(s) from rank %d", cmd.GetJob(), cmd.GetStepId(), cmd.GetNtasks(), cmd.GetFirstRank()), now
+		rec.ExitCodes = ones(max(cmd.GetNtasks(), 0))
+		return rec, true, ""
+	case len(cmd.GetCommand()) == 0 || cmd.GetCommand()[0] == "":
+		rec.Phase, rec.Message, rec.Ended = FailedToStart, "the step has no command", now
+		rec.ExitCodes = ones(cmd.GetNtasks())
+		return rec, true, ""
+	case run != nil && (run.Phase.Terminal() || run.StopReason != ""):
+		rec.Phase, rec.Message, rec.Ended = Killed, "killed before it started: the job's run has ended here", now
+		rec.StopReason = "the job's run has ended"
+		return rec, true, ""
+	}
+	return rec, false, ""
+}
+
+func ones(n int32) []int32 {
+	out := make([]int32, n)
+	for i := range out {
+		out[i] = 1
+	}
+	return out
+}
+
+// TasksStarted records that every task's process runs.
+func TasksStarted(rec *Tasks, pids []int, starts []uint64) *Tasks {
+	r := rec.clone()
+	r.Phase, r.PIDs, r.PIDStarts = Running, append([]int(nil), pids...), append([]uint64(nil), starts...)
+	return r
+}
+
+// TasksStartFailed records that the tasks could not be started (those that
+// did were killed): exit code 1 each.
+func TasksStartFailed(rec *Tasks, reason string, now time.Time) *Tasks {
+	r := rec.clone()
+	r.Phase, r.Message, r.Ended, r.ExitCodes = FailedToStart, reason, now, ones(r.NTasks)
+	return r
+}
+
+// TasksEnded records the end of every task: KILLED when they were asked to
+// stop, EXITED otherwise, with each task's code (128+n for signal n).
+func TasksEnded(rec *Tasks, exits []Exit, now time.Time) *Tasks {
+	r := rec.clone()
+	r.Ended = now
+	r.ExitCodes = make([]int32, len(exits))
+	worst, failed := int32(0), 0
+	for i, e := range exits {
+		r.ExitCodes[i] = e.Code
+		if e.Code != 0 {
+			failed++
+		}
+		worst = max(worst, e.Code)
+	}
+	switch {
+	case r.StopReason != "":
+		r.Phase, r.Message = Killed, "killed: "+r.StopReason
+	case failed > 0:
+		r.Phase, r.Message = Exited, fmt.Sprintf("%d of %d task(s) failed; highest exit code %d", failed, len(exits), worst)
+	default:
+		r.Phase, r.Message = Exited, fmt.Sprintf("%d task(s) exited with code 0", len(exits))
+	}
+	return r
+}
+
+// StopTasks decides a request to kill a step's tasks here (KillTasks without
+// a signal, a StopStep of their run, the agent's shutdown): running tasks are
+// marked (their end will be KILLED) and killed; tasks never started get a
+// KILLED record at once (named by job, attempt and step: a later LaunchTasks
+// starts nothing, and the scheduler hears an end); ended ones stay as they are.
+func StopTasks(existing *Tasks, job string, attempt, step int32, reason string, now time.Time) StopTasksDecision {
+	if reason == "" {
+		reason = "stop requested"
+	}
+	switch {
+	case existing == nil || existing.Phase == Starting:
+		r := &Tasks{Job: job, Attempt: attempt, StepID: step, Phase: Killed, StopReason: reason,
+			Message: "killed before it started: " + reason, Created: now, Ended: now}
+		if existing != nil {
+			r.JobID, r.FirstRank, r.NTasks = existing.JobID, existing.FirstRank, existing.NTasks
+			r.ExitCodes = make([]int32, existing.NTasks)
+		}
+		return StopTasksDecision{Rec: r}
+	case existing.Phase == Running && existing.StopReason == "":
+		r := existing.clone()
+		r.StopReason = reason
+		return StopTasksDecision{Rec: r, Kill: true}
+	}
+	return StopTasksDecision{}
+}
+
+// StopTasksDecision is what a stop of a step's tasks calls for.
+type StopTasksDecision struct {
+	// Rec is the record to write; nil when nothing changes.
+	Rec *Tasks
+	// Kill is true when the tasks' process groups must be signalled.
+	Kill bool
+}
+
+// MarkTasksLost records that tasks a previous agent process was running (or
+// starting) cannot be observed any more.
+func MarkTasksLost(rec *Tasks, why string, now time.Time) *Tasks {
+	r := rec.clone()
+	r.Phase, r.Message, r.Ended = Lost, why, now
+	if len(r.ExitCodes) != int(r.NTasks) {
+		r.ExitCodes = ones(r.NTasks)
+	}
+	return r
+}

@@ -1,0 +1,83 @@
+package gateway
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// TestJobHistoryServesPrunedJobs: a job that ended is recorded in the
+// history (as the scheduler had it, with its runs) from loom.job.events.v1,
+// so that GetJob and ListJobs (sacct) still answer for it once the
+// scheduler pruned it, and its accepted record no longer shows it pending.
+func TestJobHistoryServesPrunedJobs(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, 2*wait)
+
+	sub, err := h.jobs().SubmitJob(ctx, validJob())
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	ended := &loomv1.Job{Name: sub.GetName(), JobId: sub.GetJobId(), Cluster: cluster1, State: loomv1.JobState_FAILED,
+		ExitCode: 3, StateReason: "NonZeroExitCode", User: "ana", Partition: "all",
+		SubmitTime: sub.GetSubmitTime(), StartTime: timestamppb.New(time.Now().Add(-time.Minute)), EndTime: timestamppb.Now(),
+		Runs: []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_FAILED, ExitCode: 3, Nodes: []string{"gpu-0001"}}}}
+	h.w.setJob(ended)
+	ev := ended
+	testkit.Publish(t, h.broker, envelope.New(topics.JobEvents, cluster1, "test",
+		&eventsv1.JobChanged{Job: &loomv1.Job{Name: ev.GetName(), JobId: ev.GetJobId(), Cluster: cluster1, State: ev.GetState(),
+			ExitCode: 3, EndTime: ev.GetEndTime()}, Attempt: 1}))
+
+	testkit.WaitFor(t, wait, "the ended job in the history", func() (bool, error) {
+		return h.redis.HExists(ctx, "gateway:history", ended.GetName()).Result()
+	})
+	// The scheduler prunes it; the history answers.
+	h.w.mu.Lock()
+	delete(h.w.jobs, ended.GetName())
+	h.w.mu.Unlock()
+	got, err := h.jobs().GetJob(ctx, &loomv1.GetJobRequest{Name: ended.GetName()})
+	if err != nil {
+		t.Fatalf("GetJob of a pruned job: %v", err)
+	}
+	if got.GetState() != loomv1.JobState_FAILED || got.GetExitCode() != 3 || len(got.GetRuns()) != 1 || got.GetUser() != "ana" {
+		t.Fatalf("history job %v; want the scheduler's view, with its run", got)
+	}
+	list, err := h.jobs().ListJobs(ctx, &loomv1.ListJobsRequest{Parent: "projects/default"})
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	n := 0
+	for _, j := range list.GetJobs() {
+		if j.GetName() == ended.GetName() {
+			n++
+			if j.GetState() != loomv1.JobState_FAILED {
+				t.Errorf("listed as %v, want FAILED (the history wins over the accepted record)", j.GetState())
+			}
+		}
+	}
+	if n != 1 {
+		t.Fatalf("listed %d times, want once: %v", n, list.GetJobs())
+	}
+	// sacct -s F filters it in, squeue (active only) leaves it out.
+	if l, err := h.jobs().ListJobs(ctx, &loomv1.ListJobsRequest{Parent: "projects/default",
+		States: []loomv1.JobState{loomv1.JobState_FAILED}}); err != nil || len(l.GetJobs()) != 1 {
+		t.Errorf("list FAILED: %v %v", l.GetJobs(), err)
+	}
+	if l, err := h.jobs().ListJobs(ctx, &loomv1.ListJobsRequest{Parent: "projects/default", ActiveOnly: true}); err != nil {
+		t.Errorf("list active: %v", err)
+	} else {
+		for _, j := range l.GetJobs() {
+			if j.GetName() == ended.GetName() {
+				t.Errorf("an ended job listed as active: %v", j)
+			}
+		}
+	}
+}

@@ -1,0 +1,183 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/gateway/internal/domain"
+)
+
+// stepCreateTimeout bounds how long CreateJobStep waits for the scheduler to
+// record the step it asked for.
+const stepCreateTimeout = 30 * time.Second
+
+// CreateJobStep asks the scheduler to start a job step (srun inside an
+// allocation) and waits until the scheduler has recorded it, so that the
+// answer carries its step id, nodes and output directory. InvalidArgument
+// for a bad request (naming the field), NotFound for an unknown job,
+// FailedPrecondition in Slurm's words for a job that does not run. A retry
+// with the same request_id returns the first call's step.
+func (g *Gateway) CreateJobStep(ctx context.Context, req *loomv1.CreateJobStepRequest) (*loomv1.JobStep, error) {
+	if err := domain.ValidateCreateJobStep(req); err != nil {
+		return nil, err
+	}
+	ref, err := g.resolveJob(ctx, req.GetParent(), false)
+	if err != nil {
+		return nil, err
+	}
+	rid := req.GetRequestId()
+	if rid == "" {
+		rid = envelope.NewID()
+	} else if s, err := g.findStep(ctx, ref.name, rid); err != nil || s != nil {
+		return s, err
+	}
+	j, err := g.job(ctx, ref.name)
+	if err != nil {
+		return nil, err
+	}
+	if err := domain.CheckCreateJobStep(j, req); err != nil {
+		return nil, err
+	}
+	cmd := &eventsv1.CreateJobStep{Job: ref.name, Cluster: j.GetCluster(), RequestId: rid,
+		Command: req.GetCommand(), Env: req.GetEnv(), WorkDir: req.GetWorkDir(), NodeCount: req.GetNodeCount(),
+		Ntasks: req.GetNtasks(), NtasksPerNode: req.GetNtasksPerNode(), CpusPerTask: req.GetCpusPerTask(),
+		KillOnBadExit: req.GetKillOnBadExit()}
+	if err := g.emitJobCommand(ctx, j.GetCluster(), cmd); err != nil {
+		return nil, fmt.Errorf("create a step of %s: %w", ref.name, err)
+	}
+	return g.awaitStep(ctx, ref.name, rid)
+}
+
+// awaitStep polls the scheduler until it shows the step created with request
+// id rid, or the job stops running (FailedPrecondition), or the wait ends.
+func (g *Gateway) awaitStep(ctx context.Context, job, rid string) (*loomv1.JobStep, error) {
+	ctx, cancel := context.WithTimeout(ctx, stepCreateTimeout)
+	defer cancel()
+	delay := 10 * time.Millisecond
+	for {
+		s, err := g.findStep(ctx, job, rid)
+		if err != nil || s != nil {
+			return s, err
+		}
+		j, err := g.job(ctx, job)
+		if err != nil {
+			return nil, err
+		}
+		if !domain.TakesSteps(j.GetState()) {
+			// The scheduler takes steps only while the job runs: it will
+			// not take this one. One last look, in case it did just before.
+			if s, err := g.findStep(ctx, job, rid); err != nil || s != nil {
+				return s, err
+			}
+			return nil, domain.CheckCreateJobStep(j, &loomv1.CreateJobStepRequest{})
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the scheduler did not record the step of %s in time: %w", job, errs.Unavailable)
+		case <-g.stop:
+			return nil, ErrStopping
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 200*time.Millisecond)
+	}
+}
+
+// findStep returns the step of job created with request id rid, or nil.
+func (g *Gateway) findStep(ctx context.Context, job, rid string) (*loomv1.JobStep, error) {
+	resp, err := g.own.Jobs.ListJobSteps(ctx, &loomv1.ListJobStepsRequest{Parent: job})
+	if err != nil {
+		if isNotFound(err) {
+			return nil, nil // accepted, not yet known to the scheduler
+		}
+		return nil, fmt.Errorf("ask the scheduler for the steps of %s: %w", job, err)
+	}
+	for _, s := range resp.GetSteps() {
+		if s.GetRequestId() == rid {
+			return s, nil
+		}
+	}
+	return nil, nil
+}
+
+// GetJobStep reads one step of a job's current run from the scheduler
+// ("projects/{p}/jobs/{id}/steps/{step}"; an array task may be named A_i).
+func (g *Gateway) GetJobStep(ctx context.Context, req *loomv1.GetJobStepRequest) (*loomv1.JobStep, error) {
+	job, step, err := domain.ParseStepName("name", req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	ref, err := g.resolveJob(ctx, job, false)
+	if err != nil {
+		return nil, err
+	}
+	s, err := g.own.Jobs.GetJobStep(ctx, &loomv1.GetJobStepRequest{Name: domain.StepName(ref.name, step)})
+	if err != nil {
+		return nil, fmt.Errorf("ask the scheduler for step %d of %s: %w", step, ref.name, err)
+	}
+	return s, nil
+}
+
+// ListJobSteps lists the steps of a job's current run, by step id (none for
+// a job the scheduler has not seen yet).
+func (g *Gateway) ListJobSteps(ctx context.Context, req *loomv1.ListJobStepsRequest) (*loomv1.ListJobStepsResponse, error) {
+	ref, err := g.resolveJob(ctx, req.GetParent(), false)
+	if err != nil {
+		if _, _, perr := domain.ParseJobRefName(req.GetParent()); perr != nil {
+			return nil, errs.Invalid("parent", "%v", perr)
+		}
+		return nil, err
+	}
+	resp, err := g.own.Jobs.ListJobSteps(ctx, &loomv1.ListJobStepsRequest{Parent: ref.name})
+	if err == nil {
+		return resp, nil
+	}
+	if !isNotFound(err) {
+		return nil, fmt.Errorf("ask the scheduler for the steps of %s: %w", ref.name, err)
+	}
+	if _, err := g.repo.AcceptedJob(ctx, ref.name); err != nil {
+		return nil, err
+	}
+	return &loomv1.ListJobStepsResponse{}, nil
+}
+
+// CancelJobStep asks the scheduler to kill a step's tasks on every node
+// (scancel JOB.STEP), or with signal only to signal them, and returns the
+// step as the scheduler has it. NotFound for an unknown job or step,
+// FailedPrecondition ("Job/step already completing or completed") for a
+// step that has ended.
+func (g *Gateway) CancelJobStep(ctx context.Context, req *loomv1.CancelJobStepRequest) (*loomv1.JobStep, error) {
+	job, step, err := domain.ParseStepName("name", req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	signal, err := domain.ParseCancelSignal(req.GetSignal())
+	if err != nil {
+		return nil, err
+	}
+	ref, err := g.resolveJob(ctx, job, false)
+	if err != nil {
+		return nil, err
+	}
+	s, err := g.own.Jobs.GetJobStep(ctx, &loomv1.GetJobStepRequest{Name: domain.StepName(ref.name, step)})
+	if err != nil {
+		return nil, fmt.Errorf("ask the scheduler for step %d of %s: %w", step, ref.name, err)
+	}
+	if domain.IsTerminal(s.GetState()) {
+		return nil, &domain.Precondition{Msg: domain.MsgAlreadyDone}
+	}
+	j, err := g.job(ctx, ref.name)
+	if err != nil {
+		return nil, err
+	}
+	cmd := &eventsv1.CancelJobStep{Job: ref.name, Cluster: j.GetCluster(), StepId: step, Signal: signal}
+	if err := g.emitJobCommand(ctx, j.GetCluster(), cmd); err != nil {
+		return nil, fmt.Errorf("cancel step %d of %s: %w", step, ref.name, err)
+	}
+	g.opt.Log.InfoContext(ctx, "job step cancel requested", "job", ref.name, "step", step, "signal", signal)
+	return s, nil
+}

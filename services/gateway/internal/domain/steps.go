@@ -1,0 +1,85 @@
+package domain
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/loom-ml/loom/libs/errs"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// Job step limits the gateway enforces before a step reaches the scheduler.
+const (
+	// MaxStepTasks is the most tasks one job step may have (the scheduler's bound).
+	MaxStepTasks = 4096
+	// maxStepEnv bounds a step's environment, which travels in every
+	// LaunchTasks command.
+	maxStepEnv = 1 << 20
+)
+
+// ValidateCreateJobStep checks a CreateJobStepRequest's own fields, every
+// problem at once: parent a job name, a command, counts not negative and
+// ntasks at most MaxStepTasks, an environment of sane names and size.
+func ValidateCreateJobStep(req *loomv1.CreateJobStepRequest) error {
+	var v errs.Validator
+	if _, _, err := ParseJobRefName(req.GetParent()); err != nil {
+		v.Add("parent", "%v", err)
+	}
+	v.Check(len(req.GetCommand()) > 0 && req.GetCommand()[0] != "", "command", "required: the program every task runs")
+	v.Check(req.GetNodeCount() >= 0, "node_count", "must not be negative, got %d", req.GetNodeCount())
+	v.Check(req.GetNtasks() >= 0 && req.GetNtasks() <= MaxStepTasks, "ntasks", "must be 0..%d, got %d", MaxStepTasks, req.GetNtasks())
+	v.Check(req.GetNtasksPerNode() >= 0, "ntasks_per_node", "must not be negative, got %d", req.GetNtasksPerNode())
+	v.Check(req.GetCpusPerTask() >= 0, "cpus_per_task", "must not be negative, got %d", req.GetCpusPerTask())
+	size := 0
+	for k, val := range req.GetEnv() {
+		size += len(k) + len(val) + 2
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			v.Add("env", "invalid variable name %q", k)
+		}
+	}
+	v.Check(size <= maxStepEnv, "env", "too large: %d bytes, at most %d", size, maxStepEnv)
+	return v.Err()
+}
+
+// CheckCreateJobStep refuses a step for a job that does not run, in Slurm's
+// words: "Job is pending execution" or "Job/step already completing or
+// completed"; and a step asking for more nodes than the job has
+// (InvalidArgument naming node_count).
+func CheckCreateJobStep(job *loomv1.Job, req *loomv1.CreateJobStepRequest) error {
+	switch s := job.GetState(); {
+	case TakesSteps(s):
+	case Rank(s) == 0:
+		return refuse(MsgPending)
+	default:
+		return refuse(MsgAlreadyDone)
+	}
+	if n := int32(len(job.GetNodes())); n > 0 && req.GetNodeCount() > n {
+		return errs.Invalid("node_count", "Requested node configuration is not available: the job has %d node(s), %d requested", n, req.GetNodeCount())
+	}
+	return nil
+}
+
+// TakesSteps reports whether a job in state s may start job steps: it runs
+// (CONFIGURING counts: its batch script may be running before every node
+// has reported).
+func TakesSteps(s loomv1.JobState) bool {
+	return s == loomv1.JobState_RUNNING || s == loomv1.JobState_CONFIGURING
+}
+
+// ParseStepName splits "projects/{p}/jobs/{id}/steps/{step}" into the job's
+// name and the step id.
+func ParseStepName(field, name string) (job string, step int32, err error) {
+	job, id, ok := strings.Cut(name, "/steps/")
+	if ok {
+		if _, _, perr := ParseJobRefName(job); perr == nil {
+			if n, nerr := strconv.ParseInt(id, 10, 32); nerr == nil && n >= 0 && id == strconv.FormatInt(n, 10) {
+				return job, int32(n), nil
+			}
+		}
+	}
+	return "", 0, errs.Invalid(field, "want projects/{project}/jobs/{job_id}/steps/{step_id}, got %q", name)
+}
+
+// StepName is "{job}/steps/{step}".
+func StepName(job string, step int32) string { return fmt.Sprintf("%s/steps/%d", job, step) }

@@ -1,0 +1,582 @@
+package domain
+
+// Job steps: srun inside a batch allocation. A CreateJobStep (gateway) adds
+// a step to the job's current run and becomes one LaunchTasks per node of the
+// step; the agents report each node's tasks with TasksChanged; the step ends
+// when every node's tasks have. A step never changes its job's state (as in
+// Slurm, the batch script decides what a failed step means), but the end of
+// the job's attempt ends its steps: their tasks are told to stop on every
+// node (settleJobSteps), including the nodes that run no batch step and so
+// get no StopStep.
+//
+// Run.JobSteps is copy-on-write: a step is replaced by an edited copy (see
+// putJobStep), never changed in place, because Run.clone copies the slice
+// header only.
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/hostlist"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// MaxStepTasks bounds the tasks of one job step.
+const MaxStepTasks = 4096
+
+// JobStep is one job step of a run: tasks on the first len(Nodes) nodes of
+// its allocation, ranked by block distribution (node 0 has ranks
+// 0..Tasks[0]-1, and so on).
+type JobStep struct {
+	ID        int32    `json:"id"`
+	RequestID string   `json:"request_id,omitempty"`
+	Command   []string `json:"command"`
+	// Nodes are node names in step rank order (SLURM_NODEID); Hostnames
+	// and Tasks (tasks per node) match them.
+	Nodes     []string `json:"nodes"`
+	Hostnames []string `json:"hostnames"`
+	Tasks     []int32  `json:"tasks"`
+	// OutputDir holds task-<rank>.out and .err of every task.
+	OutputDir     string `json:"output_dir,omitempty"`
+	KillOnBadExit bool   `json:"kill_on_bad_exit,omitempty"`
+	// Parts are the agents' reports on each node's tasks, node for node.
+	Parts []StepPart `json:"parts"`
+	// ExitCodes are the tasks' exit codes by rank.
+	ExitCodes []int32 `json:"exit_codes"`
+	// State is RUNNING until every part ended, then COMPLETED, FAILED or
+	// CANCELLED; Reason says why it failed or was cancelled.
+	State  loomv1.JobState `json:"state"`
+	Reason string          `json:"reason,omitempty"`
+	// Stopping records that the step's tasks were told to stop (so that it
+	// is done once); Cancelled that its end is CANCELLED (scancel of the
+	// step, or the end of the job's attempt).
+	Stopping  bool      `json:"stopping,omitempty"`
+	Cancelled bool      `json:"cancelled,omitempty"`
+	Start     time.Time `json:"start,omitzero"`
+	End       time.Time `json:"end,omitzero"`
+}
+
+// StepPart is one node's tasks of a job step, as its agent last reported.
+type StepPart struct {
+	State   eventsv1.StepState `json:"state,omitempty"`
+	Message string             `json:"message,omitempty"`
+}
+
+func (p StepPart) terminal() bool {
+	switch p.State {
+	case eventsv1.StepState_STEP_EXITED, eventsv1.StepState_STEP_FAILED_TO_START,
+		eventsv1.StepState_STEP_KILLED, eventsv1.StepState_STEP_LOST:
+		return true
+	}
+	return false
+}
+
+// Ended reports whether every task of the step has ended.
+func (s *JobStep) Ended() bool { return terminal(s.State) }
+
+// firstRank is the rank of the first task on the step's k-th node.
+func (s *JobStep) firstRank(k int) int32 {
+	n := int32(0)
+	for _, c := range s.Tasks[:k] {
+		n += c
+	}
+	return n
+}
+
+func (s *JobStep) clone() JobStep {
+	c := *s
+	c.Parts = append([]StepPart(nil), s.Parts...)
+	c.ExitCodes = append([]int32(nil), s.ExitCodes...)
+	return c
+}
+
+// StepOutputDir is where the tasks of a job step write their output:
+// <shared>/.loom/steps/<job_id>.<step> (with -<attempt> after a requeue, so
+// that a new run never reads an old run's files).
+func StepOutputDir(sharedDir, jobID string, attempt, step int32) string {
+	name := jobID + "." + strconv.Itoa(int(step))
+	if attempt > 1 {
+		name += "-" + strconv.Itoa(int(attempt))
+	}
+	return filepath.Join(sharedDir, ".loom", "steps", name)
+}
+
+// jobStepEvent handles the job-step events: CreateJobStep and CancelJobStep
+// from the gateway, TasksChanged from agents.
+func (t *txn) jobStepEvent(payload proto.Message) error {
+	switch ev := payload.(type) {
+	case *eventsv1.CreateJobStep:
+		return t.createJobStep(ev)
+	case *eventsv1.CancelJobStep:
+		return t.cancelJobStep(ev)
+	case *eventsv1.TasksChanged:
+		return t.tasksChanged(ev)
+	}
+	return nil
+}
+
+// stepIndex returns the index in r.JobSteps of step id, or -1.
+func stepIndex(r *Run, id int32) int {
+	for i := range r.JobSteps {
+		if r.JobSteps[i].ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// putJobStep replaces step i of r (an edited run) with s.
+func putJobStep(r *Run, i int, s JobStep) {
+	steps := append([]JobStep(nil), r.JobSteps...)
+	if i < 0 {
+		steps = append(steps, s)
+	} else {
+		steps[i] = s
+	}
+	r.JobSteps = steps
+}
+
+// StepLayout spreads a step's tasks over the first nodes of an allocation
+// whose nodes hold alloc tasks each: nodeCount nodes (0: all, or fewer when
+// fewer tasks are asked for), ntasks tasks (0: the job's tasks on those
+// nodes, or perNode on each), at most perNode on one node (0: no cap), as
+// evenly as possible with the first nodes taking the remainder. It returns
+// the tasks per node, or why the step cannot be laid out (Slurm's words
+// first).
+func StepLayout(alloc []int32, nodeCount, ntasks, perNode int32) ([]int32, error) {
+	nAlloc := int32(len(alloc))
+	nodes := nodeCount
+	if nodes == 0 {
+		nodes = nAlloc
+		if ntasks > 0 && ntasks < nodes {
+			nodes = ntasks
+		}
+	}
+	if nodes > nAlloc {
+		return nil, fmt.Errorf("Requested node configuration is not available: the job has %d node(s), the step asks for %d", nAlloc, nodes)
+	}
+	if nodes < 1 {
+		return nil, fmt.Errorf("Requested node configuration is not available: the job has no nodes")
+	}
+	if ntasks == 0 {
+		switch {
+		case perNode > 0:
+			ntasks = perNode * nodes
+		default:
+			if nodeCount == 0 {
+				return append([]int32(nil), alloc...), nil
+			}
+			for _, c := range alloc[:nodes] {
+				ntasks += max(c, 1)
+			}
+		}
+	}
+	if ntasks < nodes {
+		nodes = ntasks // as srun: "can't run 1 processes on 2 nodes, setting nnodes to 1"
+	}
+	if perNode > 0 && ntasks > perNode*nodes {
+		return nil, fmt.Errorf("Requested node configuration is not available: %d tasks do not fit on %d node(s) at %d per node", ntasks, nodes, perNode)
+	}
+	if ntasks > MaxStepTasks {
+		return nil, fmt.Errorf("Requested node configuration is not available: %d tasks, at most %d", ntasks, MaxStepTasks)
+	}
+	out := make([]int32, nodes)
+	for i := range out {
+		out[i] = ntasks / nodes
+		if int32(i) < ntasks%nodes {
+			out[i]++
+		}
+	}
+	return out, nil
+}
+
+func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
+	var v errs.Validator
+	v.Check(ev.GetJob() != "", "job", "required")
+	v.Check(ev.GetRequestId() != "", "request_id", "required")
+	v.Check(len(ev.GetCommand()) > 0 && ev.GetCommand()[0] != "", "command", "required")
+	v.Check(ev.GetNodeCount() >= 0, "node_count", "must not be negative, got %d", ev.GetNodeCount())
+	v.Check(ev.GetNtasks() >= 0 && ev.GetNtasks() <= MaxStepTasks, "ntasks", "must be 0..%d, got %d", MaxStepTasks, ev.GetNtasks())
+	v.Check(ev.GetNtasksPerNode() >= 0, "ntasks_per_node", "must not be negative, got %d", ev.GetNtasksPerNode())
+	v.Check(ev.GetCpusPerTask() >= 0, "cpus_per_task", "must not be negative, got %d", ev.GetCpusPerTask())
+	if err := v.Err(); err != nil {
+		return fmt.Errorf("create job step: %w", err)
+	}
+	j := t.job(ev.GetJob())
+	if j == nil || !j.Running() {
+		// The gateway checked it ran; it has ended since. The gateway
+		// answers the waiting srun from the job's state.
+		return nil
+	}
+	r := t.currentRun(j)
+	if r == nil || r.Ended() {
+		return nil
+	}
+	for i := range r.JobSteps {
+		if r.JobSteps[i].RequestID == ev.GetRequestId() {
+			return nil // a copy of a create already applied
+		}
+	}
+	r = t.editRun(r.Key())
+	id := r.NextStepID
+	r.NextStepID++
+	step := JobStep{ID: id, RequestID: ev.GetRequestId(), Command: append([]string(nil), ev.GetCommand()...),
+		KillOnBadExit: ev.GetKillOnBadExit(), State: loomv1.JobState_RUNNING, Start: t.now}
+	c := t.cluster(r.Cluster)
+	shared := ""
+	if c != nil {
+		shared = c.SharedDir
+	}
+	tasks, err := StepLayout(r.Tasks, ev.GetNodeCount(), ev.GetNtasks(), ev.GetNtasksPerNode())
+	if err == nil && shared == "" {
+		err = fmt.Errorf("the cluster has no shared directory for the step's output")
+	}
+	if err == nil && len(r.Tasks) != len(r.Nodes) {
+		err = fmt.Errorf("the run's task layout is unknown")
+	}
+	if err != nil {
+		// Recorded, so that the waiting srun hears why at once.
+		step.State, step.Reason, step.End = loomv1.JobState_FAILED, err.Error(), t.now
+		putJobStep(r, -1, step)
+		return nil
+	}
+	n := len(tasks)
+	step.Nodes = append([]string(nil), r.Nodes[:n]...)
+	step.Hostnames = append([]string(nil), r.Hostnames[:n]...)
+	step.Tasks = tasks
+	step.Parts = make([]StepPart, n)
+	total := int32(0)
+	for _, c := range tasks {
+		total += c
+	}
+	step.ExitCodes = make([]int32, total)
+	step.OutputDir = StepOutputDir(shared, j.Job.GetJobId(), r.Attempt, id)
+	putJobStep(r, -1, step)
+
+	wd := ev.GetWorkDir()
+	if wd == "" {
+		wd = workDir(j.Job, shared)
+	}
+	// The scheduler's variables of each node, without the job's own env:
+	// the batch script's (what srun exports) takes its place.
+	bare := *j
+	bare.Job = proto.Clone(j.Job).(*loomv1.Job)
+	bare.Job.Env = nil
+	extra := t.arrayEnv(j)
+	nodelist := hostlist.Compress(step.Hostnames)
+	for k, node := range step.Nodes {
+		first := step.firstRank(k)
+		env := make(map[string]string, len(ev.GetEnv())+48)
+		for key, val := range ev.GetEnv() {
+			env[key] = val
+		}
+		for key, val := range stepEnv(&bare, r, k, shared, t.s.cfg.MasterAddr, extra) {
+			if _, set := env[key]; set && (key == "MASTER_ADDR" || key == "MASTER_PORT") {
+				continue
+			}
+			env[key] = val
+		}
+		gtids := make([]string, tasks[k])
+		for i := range gtids {
+			gtids[i] = strconv.Itoa(int(first) + i)
+		}
+		for key, val := range map[string]string{
+			"SLURM_STEP_ID":             strconv.Itoa(int(id)),
+			"SLURM_STEPID":              strconv.Itoa(int(id)),
+			"SLURM_STEP_NODELIST":       nodelist,
+			"SLURM_NODELIST":            nodelist,
+			"SLURM_STEP_NUM_NODES":      strconv.Itoa(n),
+			"SLURM_NNODES":              strconv.Itoa(n),
+			"SLURM_STEP_NUM_TASKS":      strconv.Itoa(int(total)),
+			"SLURM_NTASKS":              strconv.Itoa(int(total)),
+			"SLURM_NPROCS":              strconv.Itoa(int(total)),
+			"SLURM_STEP_TASKS_PER_NODE": TasksPerNode(tasks),
+			"SLURM_TASKS_PER_NODE":      TasksPerNode(tasks),
+			"SLURM_NODEID":              strconv.Itoa(k),
+			"SLURM_GTIDS":               strings.Join(gtids, ","),
+		} {
+			env[key] = val
+		}
+		if ev.GetCpusPerTask() > 0 {
+			env["SLURM_CPUS_PER_TASK"] = strconv.Itoa(int(ev.GetCpusPerTask()))
+		}
+		t.emit(topics.StepCommands, node, j.Name(), &eventsv1.LaunchTasks{
+			Job: j.Name(), JobId: j.Job.GetJobId(), Attempt: r.Attempt, StepId: id, Node: node,
+			NodeIndex: int32(k), FirstRank: first, Ntasks: tasks[k], TotalTasks: total,
+			Command: step.Command, Env: env, WorkDir: wd, OutputDir: step.OutputDir,
+		})
+	}
+	return nil
+}
+
+func (t *txn) cancelJobStep(ev *eventsv1.CancelJobStep) error {
+	var v errs.Validator
+	v.Check(ev.GetJob() != "", "job", "required")
+	v.Check(ev.GetStepId() >= 0, "step_id", "must not be negative, got %d", ev.GetStepId())
+	sig := ""
+	if ev.GetSignal() != "" {
+		var err error
+		if sig, err = SignalName(ev.GetSignal()); err != nil {
+			v.Add("signal", "%v", err)
+		}
+	}
+	if err := v.Err(); err != nil {
+		return fmt.Errorf("cancel job step: %w", err)
+	}
+	j := t.job(ev.GetJob())
+	if j == nil {
+		return nil
+	}
+	r := t.currentRun(j)
+	if r == nil {
+		return nil
+	}
+	i := stepIndex(r, ev.GetStepId())
+	if i < 0 || r.JobSteps[i].Ended() {
+		return nil
+	}
+	if sig != "" {
+		s := r.JobSteps[i]
+		t.killStepTasks(r, &s, sig, "signal "+sig)
+		return nil
+	}
+	if r.JobSteps[i].Stopping {
+		return nil
+	}
+	r = t.editRun(r.Key())
+	s := r.JobSteps[i].clone()
+	s.Stopping, s.Cancelled, s.Reason = true, true, "cancelled"
+	t.killStepTasks(r, &s, "", "step cancelled")
+	putJobStep(r, i, s)
+	return nil
+}
+
+// killStepTasks tells every node of step s whose tasks have not ended to
+// kill them (or, with sig, only to signal them).
+func (t *txn) killStepTasks(r *Run, s *JobStep, sig, reason string) {
+	for k, node := range s.Nodes {
+		if s.Parts[k].terminal() {
+			continue
+		}
+		t.emit(topics.StepCommands, node, r.Job, &eventsv1.KillTasks{Job: r.Job, Attempt: r.Attempt, StepId: s.ID,
+			Node: node, Reason: reason, Signal: sig})
+	}
+}
+
+func (t *txn) tasksChanged(ev *eventsv1.TasksChanged) error {
+	var v errs.Validator
+	v.Check(ev.GetJob() != "", "job", "required")
+	v.Check(ev.GetNode() != "", "node", "required")
+	v.Check(ev.GetStepId() >= 0, "step_id", "must not be negative, got %d", ev.GetStepId())
+	if err := v.Err(); err != nil {
+		return fmt.Errorf("tasks changed: %w", err)
+	}
+	r := t.run(RunKey(ev.GetJob(), ev.GetAttempt()))
+	if r == nil {
+		return nil
+	}
+	i := stepIndex(r, ev.GetStepId())
+	if i < 0 {
+		return nil
+	}
+	k := -1
+	for n, node := range r.JobSteps[i].Nodes {
+		if node == ev.GetNode() {
+			k = n
+		}
+	}
+	st := ev.GetState()
+	if k < 0 || st == eventsv1.StepState_STEP_STATE_UNSPECIFIED || r.JobSteps[i].Parts[k].terminal() ||
+		(st == eventsv1.StepState_STEP_RUNNING && r.JobSteps[i].Parts[k].State == st) {
+		return nil
+	}
+	r = t.editRun(r.Key())
+	s := r.JobSteps[i].clone()
+	s.Parts[k] = StepPart{State: st, Message: ev.GetMessage()}
+	if s.Parts[k].terminal() {
+		first, n := s.firstRank(k), s.Tasks[k]
+		for l := int32(0); l < n; l++ {
+			code := int32(0)
+			if int(l) < len(ev.GetExitCodes()) {
+				code = ev.GetExitCodes()[l]
+			} else if st == eventsv1.StepState_STEP_FAILED_TO_START || st == eventsv1.StepState_STEP_LOST {
+				code = 1
+			}
+			s.ExitCodes[first+l] = code
+		}
+		bad := st != eventsv1.StepState_STEP_EXITED
+		for l := int32(0); l < n; l++ {
+			bad = bad || s.ExitCodes[first+l] != 0
+		}
+		// A task that could not start or was lost leaves the step unable
+		// to complete: its other tasks are stopped, as srun does. A bad
+		// exit does so only with --kill-on-bad-exit.
+		if bad && !s.Stopping && st != eventsv1.StepState_STEP_KILLED &&
+			(s.KillOnBadExit || st == eventsv1.StepState_STEP_FAILED_TO_START || st == eventsv1.StepState_STEP_LOST) {
+			s.Stopping = true
+			s.Reason = detail(fmt.Sprintf("tasks on %s %s", s.Hostnames[k], strings.ToLower(strings.TrimPrefix(st.String(), "STEP_"))), ev.GetMessage())
+			t.killStepTasks(r, &s, "", "a task of the step failed")
+		}
+		t.maybeEndStep(&s)
+	}
+	putJobStep(r, i, s)
+	if !r.Released && r.allTerminal() {
+		// The step's tasks were the last of the run: its nodes are free.
+		r.Released = true
+		t.dirty[r.Cluster] = true
+	}
+	return nil
+}
+
+// maybeEndStep ends s when every node's tasks have ended: CANCELLED when it
+// was cancelled, COMPLETED when every task exited 0, FAILED otherwise, with
+// the highest exit code.
+func (t *txn) maybeEndStep(s *JobStep) {
+	for _, p := range s.Parts {
+		if !p.terminal() {
+			return
+		}
+	}
+	ok := true
+	for _, p := range s.Parts {
+		ok = ok && p.State == eventsv1.StepState_STEP_EXITED
+	}
+	for _, c := range s.ExitCodes {
+		ok = ok && c == 0
+	}
+	switch {
+	case s.Cancelled:
+		s.State = loomv1.JobState_CANCELLED
+	case ok:
+		s.State = loomv1.JobState_COMPLETED
+	default:
+		s.State = loomv1.JobState_FAILED
+		if s.Reason == "" {
+			s.Reason = ReasonNonZeroExitCode
+		}
+	}
+	s.End = t.now
+}
+
+// settleJobSteps ends the job steps of the runs this change ended: each live
+// step's tasks are told to stop on every node (the nodes other than the batch
+// host run no batch step, so no StopStep reaches them), and the parts on
+// nodes the run abandoned (failed, removed) are lost at once, since no agent
+// will report them. It runs after every handled event, not in Tick: an
+// attempt the clock ends stops its batch step, and the other nodes' tasks
+// are stopped here when that step's end is reported (the batch host's agent
+// kills the run's tasks there with the batch step).
+func (t *txn) settleJobSteps() {
+	keys := make([]string, 0, len(t.c.Runs))
+	for key, r := range t.c.Runs {
+		if r != nil && len(r.JobSteps) > 0 {
+			keys = append(keys, key)
+		}
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		r := t.c.Runs[key]
+		j := t.job(r.Job)
+		live := j != nil && j.Running() && j.Attempt == r.Attempt && !r.Ended() && !r.Released
+		if live {
+			continue
+		}
+		why := "job ended"
+		if r.Outcome != loomv1.JobState_JOB_STATE_UNSPECIFIED {
+			why = "job " + r.Outcome.String()
+		}
+		for i := range r.JobSteps {
+			if r.JobSteps[i].Ended() {
+				continue
+			}
+			s := r.JobSteps[i].clone()
+			if !s.Stopping {
+				s.Stopping, s.Cancelled = true, true
+				if s.Reason == "" {
+					s.Reason = why
+				}
+				t.killStepTasks(r, &s, "", why)
+			}
+			for k, node := range s.Nodes {
+				if !s.Parts[k].terminal() && r.Steps[node].Abandoned {
+					s.Parts[k] = StepPart{State: eventsv1.StepState_STEP_LOST, Message: "node " + s.Hostnames[k] + " lost"}
+					for l := int32(0); l < s.Tasks[k]; l++ {
+						s.ExitCodes[s.firstRank(k)+l] = 1
+					}
+				}
+			}
+			t.maybeEndStep(&s)
+			putJobStep(r, i, s)
+		}
+	}
+}
+
+// JobSteps returns the steps of the current run of the job named name (an
+// array task may be named "jobs/A_i"), by step id; ok is false when the
+// scheduler does not know the job.
+func (s *State) JobSteps(name string) (steps []*loomv1.JobStep, ok bool) {
+	j := s.jobs[s.ResolveJobName(name)]
+	if j == nil {
+		return nil, false
+	}
+	r := s.runs[RunKey(j.Name(), j.Attempt)]
+	if r == nil || j.Attempt == 0 {
+		return nil, true
+	}
+	for i := range r.JobSteps {
+		steps = append(steps, jobStepProto(j, r, &r.JobSteps[i]))
+	}
+	return steps, true
+}
+
+// JobStep returns step id of the current run of the job named name; nil
+// when there is no such job or step.
+func (s *State) JobStep(name string, id int32) *loomv1.JobStep {
+	j := s.jobs[s.ResolveJobName(name)]
+	if j == nil || j.Attempt == 0 {
+		return nil
+	}
+	r := s.runs[RunKey(j.Name(), j.Attempt)]
+	if r == nil {
+		return nil
+	}
+	if i := stepIndex(r, id); i >= 0 {
+		return jobStepProto(j, r, &r.JobSteps[i])
+	}
+	return nil
+}
+
+func jobStepProto(j *Job, r *Run, s *JobStep) *loomv1.JobStep {
+	out := &loomv1.JobStep{
+		Name: j.Name() + "/steps/" + strconv.Itoa(int(s.ID)), Job: j.Name(), StepId: s.ID, Attempt: r.Attempt,
+		State: s.State, Command: append([]string(nil), s.Command...), Nodes: append([]string(nil), s.Hostnames...),
+		TasksPerNode: append([]int32(nil), s.Tasks...), OutputDir: s.OutputDir, Reason: s.Reason,
+		RequestId: s.RequestID, TaskExitCodes: append([]int32(nil), s.ExitCodes...),
+	}
+	for _, c := range s.Tasks {
+		out.NumTasks += c
+	}
+	if s.Ended() {
+		for _, c := range s.ExitCodes {
+			out.ExitCode = max(out.ExitCode, c)
+		}
+		out.EndTime = timestamppb.New(s.End)
+	}
+	if !s.Start.IsZero() {
+		out.StartTime = timestamppb.New(s.Start)
+	}
+	for _, p := range s.Parts {
+		out.NodeMessages = append(out.NodeMessages, p.Message)
+	}
+	return out
+}

@@ -1,0 +1,338 @@
+package domain
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strconv"
+	"testing"
+
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// batchOnTwo starts batch job id on nodes a and b with 2 tasks per node and
+// reports its batch step running on a.
+func batchOnTwo(t *testing.T) *harness {
+	h := newHarness(t)
+	h.node("a", 4)
+	h.node("b", 4)
+	h.submitJob(&loomv1.Job{Name: jobName(1), JobId: "1", Cluster: cl, NodeCount: 2, NtasksPerNode: 2,
+		Script: "#!/bin/sh\nsrun hostname\n", Env: map[string]string{"FROM_SUBMIT": "x"}})
+	h.step(1, 1, "a", eventsv1.StepState_STEP_RUNNING, 0)
+	h.wantExact(1, loomv1.JobState_RUNNING, "")
+	return h
+}
+
+func launches(c *Change) []*eventsv1.LaunchTasks {
+	var out []*eventsv1.LaunchTasks
+	for _, e := range c.Emits {
+		if l, ok := e.Payload.(*eventsv1.LaunchTasks); ok {
+			if e.Topic != topics.StepCommands || e.Key != l.GetNode() {
+				panic("LaunchTasks on " + e.Topic + " key " + e.Key)
+			}
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func kills(c *Change) []*eventsv1.KillTasks {
+	var out []*eventsv1.KillTasks
+	for _, e := range c.Emits {
+		if k, ok := e.Payload.(*eventsv1.KillTasks); ok {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func createStep(rid string, mods ...func(*eventsv1.CreateJobStep)) *eventsv1.CreateJobStep {
+	ev := &eventsv1.CreateJobStep{Job: jobName(1), Cluster: cl, RequestId: rid, Command: []string{"python", "train.py"},
+		Env: map[string]string{"MASTER_ADDR": "mine", "SLURM_PROCID": "0", "CUDA_VISIBLE_DEVICES": "0,1,2,3", "FROM_SCRIPT": "y"}}
+	for _, m := range mods {
+		m(ev)
+	}
+	return ev
+}
+
+func (h *harness) tasks(step int32, host string, st eventsv1.StepState, codes ...int32) *Change {
+	return h.do(&eventsv1.TasksChanged{Job: jobName(1), Attempt: 1, StepId: step, Node: nodeName(host), Cluster: cl,
+		State: st, ExitCodes: codes})
+}
+
+func (h *harness) jobStep(id int32) *loomv1.JobStep {
+	h.t.Helper()
+	s := h.s.JobStep(jobName(1), id)
+	if s == nil {
+		h.t.Fatalf("step %d of job 1 unknown", id)
+	}
+	return s
+}
+
+func TestJobStepLaunchesRankedTasksOnEveryNode(t *testing.T) {
+	t.Parallel()
+	h := batchOnTwo(t)
+	c := h.do(createStep("r1"))
+	ls := launches(c)
+	if len(ls) != 2 {
+		t.Fatalf("LaunchTasks %v, want one per node", ls)
+	}
+	for k, l := range ls {
+		host := []string{"a", "b"}[k]
+		if l.GetNode() != nodeName(host) || l.GetNodeIndex() != int32(k) || l.GetFirstRank() != int32(2*k) ||
+			l.GetNtasks() != 2 || l.GetTotalTasks() != 4 || l.GetStepId() != 0 || l.GetAttempt() != 1 ||
+			!reflect.DeepEqual(l.GetCommand(), []string{"python", "train.py"}) || l.GetWorkDir() != "/shared/c1" ||
+			l.GetOutputDir() != "/shared/c1/.loom/steps/1.0" {
+			t.Errorf("LaunchTasks to %s: %v", host, l)
+		}
+		env := l.GetEnv()
+		want := map[string]string{
+			"SLURM_STEP_ID": "0", "SLURM_NODEID": strconv.Itoa(k), "SLURMD_NODENAME": host, "SLURM_NTASKS": "4",
+			"SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NODELIST": "a,b",
+			"SLURM_JOB_NODELIST": "a,b", "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_JOB_ID": "1",
+			"MASTER_ADDR": "mine", "FROM_SCRIPT": "y", "SLURM_GTIDS": []string{"0,1", "2,3"}[k],
+			"CUDA_VISIBLE_DEVICES": "", "SLURM_GPUS_ON_NODE": "0",
+		}
+		for key, v := range want {
+			if env[key] != v {
+				t.Errorf("node %s: %s=%q, want %q", host, key, env[key], v)
+			}
+		}
+		if _, ok := env["FROM_SUBMIT"]; ok {
+			t.Errorf("node %s: the job's submit env replaced the script's: %v", host, env)
+		}
+	}
+	s := h.jobStep(0)
+	if s.GetState() != loomv1.JobState_RUNNING || s.GetNumTasks() != 4 || !reflect.DeepEqual(s.GetNodes(), []string{"a", "b"}) {
+		t.Fatalf("step %v", s)
+	}
+	// A redelivered create (same request id) is no second step.
+	if c := h.do(createStep("r1")); len(launches(c)) != 0 || len(h.s.Run(jobName(1), 1).JobSteps) != 1 {
+		t.Fatalf("redelivered create launched %v", launches(c))
+	}
+	h.tasks(0, "a", eventsv1.StepState_STEP_RUNNING)
+	h.tasks(0, "a", eventsv1.StepState_STEP_EXITED, 0, 0)
+	if h.jobStep(0).GetState() != loomv1.JobState_RUNNING {
+		t.Fatal("step ended before every node's tasks did")
+	}
+	h.tasks(0, "b", eventsv1.StepState_STEP_EXITED, 0, 0)
+	if s := h.jobStep(0); s.GetState() != loomv1.JobState_COMPLETED || s.GetExitCode() != 0 || s.GetEndTime() == nil {
+		t.Fatalf("step %v, want COMPLETED", s)
+	}
+	h.wantExact(1, loomv1.JobState_RUNNING, "") // a step never ends its job
+	// Step ids count up within the run.
+	if ls := launches(h.do(createStep("r2", func(e *eventsv1.CreateJobStep) { e.NodeCount = 2; e.Ntasks = 3 }))); len(ls) != 2 ||
+		ls[0].GetStepId() != 1 || ls[0].GetNtasks() != 2 || ls[1].GetNtasks() != 1 || ls[1].GetFirstRank() != 2 {
+		t.Fatalf("second step: %v", ls)
+	}
+}
+
+func TestJobStepExitCodesAndKillOnBadExit(t *testing.T) {
+	t.Parallel()
+	h := batchOnTwo(t)
+	h.do(createStep("r1"))
+	h.tasks(0, "b", eventsv1.StepState_STEP_EXITED, 0, 3)
+	if len(h.s.Run(jobName(1), 1).JobSteps[0].Parts) != 2 || h.jobStep(0).GetState() != loomv1.JobState_RUNNING {
+		t.Fatal("without --kill-on-bad-exit the other tasks run on")
+	}
+	c := h.tasks(0, "a", eventsv1.StepState_STEP_EXITED, 0, 1)
+	if s := h.jobStep(0); s.GetState() != loomv1.JobState_FAILED || s.GetExitCode() != 3 ||
+		!reflect.DeepEqual(s.GetTaskExitCodes(), []int32{0, 1, 0, 3}) || len(kills(c)) != 0 {
+		t.Fatalf("step %v kills %v; want FAILED with exit 3", s, kills(c))
+	}
+	// -K: the first bad exit kills the others.
+	c = h.do(createStep("r2", func(e *eventsv1.CreateJobStep) { e.KillOnBadExit = true }))
+	c = h.tasks(1, "a", eventsv1.StepState_STEP_EXITED, 2, 0)
+	if ks := kills(c); len(ks) != 1 || ks[0].GetNode() != nodeName("b") || ks[0].GetStepId() != 1 || ks[0].GetSignal() != "" {
+		t.Fatalf("kills %v, want one to b", ks)
+	}
+	h.tasks(1, "b", eventsv1.StepState_STEP_KILLED, 143, 143)
+	if s := h.jobStep(1); s.GetState() != loomv1.JobState_FAILED || s.GetExitCode() != 143 {
+		t.Fatalf("step %v", s)
+	}
+	// Tasks that cannot start fail the step and stop the rest, with or without -K.
+	h.do(createStep("r3"))
+	c = h.tasks(2, "b", eventsv1.StepState_STEP_FAILED_TO_START)
+	if ks := kills(c); len(ks) != 1 || ks[0].GetNode() != nodeName("a") {
+		t.Fatalf("failed start: kills %v", ks)
+	}
+	h.tasks(2, "a", eventsv1.StepState_STEP_KILLED)
+	if s := h.jobStep(2); s.GetState() != loomv1.JobState_FAILED || s.GetExitCode() != 1 {
+		t.Fatalf("step %v", s)
+	}
+}
+
+func TestJobStepCancelAndSignal(t *testing.T) {
+	t.Parallel()
+	h := batchOnTwo(t)
+	h.do(createStep("r1"))
+	h.tasks(0, "a", eventsv1.StepState_STEP_RUNNING)
+	c := h.do(&eventsv1.CancelJobStep{Job: jobName(1), Cluster: cl, StepId: 0, Signal: "USR1"})
+	if ks := kills(c); len(ks) != 2 || ks[0].GetSignal() != "USR1" || h.jobStep(0).GetState() != loomv1.JobState_RUNNING {
+		t.Fatalf("signal: kills %v", ks)
+	}
+	c = h.do(&eventsv1.CancelJobStep{Job: jobName(1), Cluster: cl, StepId: 0})
+	if ks := kills(c); len(ks) != 2 || ks[0].GetSignal() != "" {
+		t.Fatalf("cancel: kills %v", ks)
+	}
+	if c := h.do(&eventsv1.CancelJobStep{Job: jobName(1), Cluster: cl, StepId: 0}); len(kills(c)) != 0 {
+		t.Fatal("a second cancel killed again")
+	}
+	h.tasks(0, "a", eventsv1.StepState_STEP_KILLED, 143, 143)
+	h.tasks(0, "b", eventsv1.StepState_STEP_KILLED)
+	if s := h.jobStep(0); s.GetState() != loomv1.JobState_CANCELLED || s.GetExitCode() != 143 {
+		t.Fatalf("step %v, want CANCELLED", s)
+	}
+	h.wantExact(1, loomv1.JobState_RUNNING, "")
+}
+
+func TestJobStepsDieWithTheirJob(t *testing.T) {
+	t.Parallel()
+	h := batchOnTwo(t)
+	h.do(createStep("r1"))
+	c := h.do(&eventsv1.CancelJob{Job: jobName(1), Cluster: cl})
+	// b runs no batch step, so no StopStep reaches it: its tasks are killed
+	// through the step.
+	ks := kills(c)
+	if len(ks) != 2 || ks[0].GetNode() != nodeName("a") || ks[1].GetNode() != nodeName("b") {
+		t.Fatalf("job cancel: kills %v, want both nodes", ks)
+	}
+	h.tasks(0, "a", eventsv1.StepState_STEP_KILLED, 143, 143)
+	h.tasks(0, "b", eventsv1.StepState_STEP_KILLED, 143, 143)
+	if s := h.jobStep(0); s.GetState() != loomv1.JobState_CANCELLED {
+		t.Fatalf("step %v", s)
+	}
+
+	// A node failure: its tasks are lost at once (no agent will say so).
+	h = batchOnTwo(t)
+	h.do(createStep("r1"))
+	h.do(&eventsv1.NodeHealthChanged{Node: nodeName("b"), Cluster: cl, Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "gone"})
+	h.tasks(0, "a", eventsv1.StepState_STEP_KILLED, 143, 143)
+	if s := h.jobStep(0); s.GetState() != loomv1.JobState_CANCELLED || !reflect.DeepEqual(s.GetTaskExitCodes(), []int32{143, 143, 1, 1}) {
+		t.Fatalf("step after node failure %v", s)
+	}
+}
+
+func TestJobStepRefusals(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("a", 4)
+	h.node("b", 4)
+	h.node("x", 0)
+	h.do(&eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: "x", State: "DRAIN", Reason: "keep job 2 pending"})
+	// A job that does not run takes no step, and nothing is recorded.
+	h.submitJob(&loomv1.Job{Name: jobName(2), JobId: "2", Cluster: cl, NodeCount: 3, Script: "true"})
+	ev := createStep("r1")
+	ev.Job = jobName(2)
+	if c := h.do(ev); len(launches(c)) != 0 || len(runSteps(h.s.Run(jobName(2), 1))) != 0 {
+		t.Fatalf("step of a pending job: %v", launches(c))
+	}
+	ev.Job = jobName(99)
+	if c := h.do(ev); len(launches(c)) != 0 {
+		t.Fatal("step of an unknown job launched")
+	}
+	// Bad input names its fields and changes nothing.
+	for _, bad := range []*eventsv1.CreateJobStep{
+		{Cluster: cl, RequestId: "r", Command: []string{"x"}},
+		{Job: jobName(1), Cluster: cl, Command: []string{"x"}},
+		{Job: jobName(1), Cluster: cl, RequestId: "r"},
+		{Job: jobName(1), Cluster: cl, RequestId: "r", Command: []string{"x"}, NodeCount: -1, Ntasks: 1 << 20},
+	} {
+		_, err := h.s.Handle(h.now, bad)
+		var inv *errs.InvalidError
+		if !errors.As(err, &inv) {
+			t.Errorf("%v: err %v, want InvalidError", bad, err)
+		}
+	}
+	if _, err := h.s.Handle(h.now, &eventsv1.TasksChanged{Job: jobName(1)}); err == nil {
+		t.Error("TasksChanged without node accepted")
+	}
+	if _, err := h.s.Handle(h.now, &eventsv1.CancelJobStep{Job: jobName(1), StepId: -1, Signal: "NOPE"}); err == nil {
+		t.Error("CancelJobStep with a bad step and signal accepted")
+	}
+	// More nodes than the job has: the step is recorded FAILED with Slurm's
+	// words, so that the waiting srun hears why.
+	h = batchOnTwo(t)
+	c := h.do(createStep("r1", func(e *eventsv1.CreateJobStep) { e.NodeCount = 3 }))
+	if s := h.jobStep(0); len(launches(c)) != 0 || s.GetState() != loomv1.JobState_FAILED ||
+		s.GetReason() != "Requested node configuration is not available: the job has 2 node(s), the step asks for 3" {
+		t.Fatalf("too many nodes: %v", s)
+	}
+}
+
+// runSteps is the job steps of r, none when r is nil.
+func runSteps(r *Run) []JobStep {
+	if r == nil {
+		return nil
+	}
+	return r.JobSteps
+}
+
+func TestJobStepsSurviveARestart(t *testing.T) {
+	t.Parallel()
+	h := batchOnTwo(t)
+	h.do(createStep("r1"))
+	// The records as stored (runs are JSON), loaded by a new scheduler.
+	var runs []*Run
+	for _, r := range h.s.runs {
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Run
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		runs = append(runs, &back)
+	}
+	var clusters []*Cluster
+	for _, c := range h.s.clusters {
+		clusters = append(clusters, c)
+	}
+	var nodes []*Node
+	for _, n := range h.s.nodes {
+		nodes = append(nodes, n)
+	}
+	var jobs []*Job
+	for _, j := range h.s.jobs {
+		jobs = append(jobs, j)
+	}
+	s2 := NewState(Config{Policy: DefaultPolicy()})
+	s2.Load(clusters, nodes, jobs, runs, nil, nil)
+	h.s = s2
+	h.tasks(0, "a", eventsv1.StepState_STEP_EXITED, 0, 0)
+	h.tasks(0, "b", eventsv1.StepState_STEP_EXITED, 0, 0)
+	if s := h.jobStep(0); s.GetState() != loomv1.JobState_COMPLETED {
+		t.Fatalf("step after restart %v", s)
+	}
+	if ls := launches(h.do(createStep("r2"))); len(ls) != 2 || ls[0].GetStepId() != 1 {
+		t.Fatalf("the next step after a restart: %v, want step id 1", ls)
+	}
+}
+
+func TestStepLayout(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		alloc                  []int32
+		nodes, ntasks, perNode int32
+		want                   []int32
+		bad                    bool
+	}{
+		{alloc: []int32{2, 2}, want: []int32{2, 2}},
+		{alloc: []int32{1, 1, 1}, ntasks: 1, want: []int32{1}},
+		{alloc: []int32{1, 1}, nodes: 2, perNode: 4, want: []int32{4, 4}},
+		{alloc: []int32{1, 1}, ntasks: 5, want: []int32{3, 2}},
+		{alloc: []int32{1, 1}, nodes: 2, ntasks: 1, want: []int32{1}},
+		{alloc: []int32{1, 1}, nodes: 3, bad: true},
+		{alloc: []int32{1, 1}, nodes: 2, ntasks: 9, perNode: 4, bad: true},
+		{alloc: []int32{1, 1}, ntasks: MaxStepTasks + 1, bad: true},
+	} {
+		got, err := StepLayout(tc.alloc, tc.nodes, tc.ntasks, tc.perNode)
+		if (err != nil) != tc.bad || (!tc.bad && !reflect.DeepEqual(got, tc.want)) {
+			t.Errorf("StepLayout(%v, N=%d, n=%d, per=%d) = %v, %v; want %v (bad %v)", tc.alloc, tc.nodes, tc.ntasks, tc.perNode, got, err, tc.want, tc.bad)
+		}
+	}
+}

@@ -1,0 +1,137 @@
+package domain
+
+import (
+	"sort"
+
+	"google.golang.org/protobuf/proto"
+
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// A started job goes CONFIGURING → RUNNING → (COMPLETING →) its final state:
+//
+//   - CONFIGURING from the start of its run until every node of the run is
+//     ready: its step has reported (STEP_RUNNING, or already an end), or the
+//     node runs no process (Idle: a batch job's nodes other than the batch
+//     host are ready at once) or was abandoned. A batch job therefore waits
+//     for its batch host only; a command job for every node.
+//   - COMPLETING once its attempt has ended (the run's End, Outcome, ExitCode
+//     and Reason are recorded then, as before) while a step of the run — a
+//     node's step, or an srun job step's tasks — has not reported its end;
+//     its final state, exit code and reason are the run's Outcome, ExitCode
+//     and Reason, set when the last one ends (runDone). An attempt whose
+//     steps have all ended goes to its final state at once.
+//
+// Requeued jobs do not pass through COMPLETING: they go back to PENDING at
+// once and the old run keeps its allocation until its steps end, as before.
+// settle applies these rules to whatever the change touched, after the event
+// and its pass, so that every path that ends an attempt (a step's exit,
+// cancel, time limit, node failure, preemption, cluster deletion) gets them.
+
+// runDone reports whether nothing of r runs any more: every node's step has
+// ended (the run is Released) and so has every job step (srun) in it — a
+// batch job whose script ended while an srun step's tasks still run on its
+// nodes is COMPLETING until they are reported gone.
+func runDone(r *Run) bool {
+	if !r.Released {
+		return false
+	}
+	for i := range r.JobSteps {
+		if !r.JobSteps[i].Ended() {
+			return false
+		}
+	}
+	return true
+}
+
+// configured reports whether every node of r is ready (see above).
+func configured(r *Run) bool {
+	for _, st := range r.Steps {
+		if !st.Idle && !st.Abandoned && st.State == eventsv1.StepState_STEP_STATE_UNSPECIFIED {
+			return false
+		}
+	}
+	return true
+}
+
+// settle moves the jobs the change touched to CONFIGURING's, RUNNING's or
+// COMPLETING's successor as their runs say (see above).
+func (t *txn) settle() {
+	if len(t.c.Runs) > 0 {
+		keys := make([]string, 0, len(t.c.Runs))
+		for key := range t.c.Runs {
+			keys = append(keys, key)
+		}
+		sort.Strings(keys)
+		for _, key := range keys {
+			r := t.c.Runs[key]
+			if r == nil {
+				continue
+			}
+			if !r.Released && r.Ended() && r.allTerminal() {
+				// Its last job step ended with the attempt (tasks on a
+				// lost node): free its nodes, and look at the queue at the
+				// next tick, this change's pass being over.
+				r.Released = true
+				t.dirty[r.Cluster] = true
+				if w, ok := t.c.wake[r.Cluster]; !ok || w.IsZero() || t.now.Before(w) {
+					t.c.wake[r.Cluster] = t.now
+				}
+			}
+			j := t.job(r.Job)
+			if j == nil || j.Attempt != r.Attempt {
+				continue
+			}
+			switch {
+			case j.Job.GetState() == loomv1.JobState_CONFIGURING && configured(r):
+				j = t.editJob(j.Name())
+				j.Job.State = loomv1.JobState_RUNNING
+				t.emitJob(j)
+			case j.Completing() && runDone(r) && r.Ended():
+				// The last step ended: the final state recorded when the
+				// attempt ended.
+				j = t.editJob(j.Name())
+				j.Job.State, j.Job.ExitCode, j.Job.StateReason = r.Outcome, r.ExitCode, r.Reason
+				t.emitJob(j)
+			}
+		}
+	}
+	if len(t.c.Jobs) == 0 {
+		return
+	}
+	names := make([]string, 0, len(t.c.Jobs))
+	for name, j := range t.c.Jobs {
+		if j != nil && j.Terminal() && j.Attempt > 0 {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		j := t.c.Jobs[name]
+		r := t.run(RunKey(name, j.Attempt))
+		// Only an attempt that ended in this change, in the state the job
+		// ended in: a job that ended long ago, or a pending job cancelled
+		// while an old requeued run still stops, is left alone.
+		if r == nil || runDone(r) || !r.Ended() || !r.End.Equal(t.now) || r.Outcome != j.Job.GetState() {
+			continue
+		}
+		final := j.Job.GetState()
+		j.Job.State = loomv1.JobState_COMPLETING
+		t.replaceJobEmit(j, final)
+	}
+}
+
+// replaceJobEmit makes the change's latest JobChanged of j, when it shows j
+// in state was (same attempt), show j as it is now instead, so that
+// watchers never see a final state before COMPLETING; else it emits j.
+func (t *txn) replaceJobEmit(j *Job, was loomv1.JobState) {
+	if i, ok := t.c.lastJobEmit[j.Name()]; ok {
+		prev := t.c.Emits[i].Payload.(*eventsv1.JobChanged)
+		if prev.GetAttempt() == j.Attempt && prev.GetJob().GetState() == was {
+			t.c.Emits[i].Payload = &eventsv1.JobChanged{Job: proto.Clone(j.Job).(*loomv1.Job), Attempt: j.Attempt, ModelDir: j.ModelDir}
+			return
+		}
+	}
+	t.emitJob(j)
+}
