@@ -314,12 +314,8 @@ func (a *App) applyMany(ctx context.Context, inboxIDs []string, c *domain.Change
 		a.mu.Unlock()
 		return true, nil
 	}
-	var tx store.Tx
-	if a.fenced {
-		a.seq++
-		adapters.Fence(&tx, a.token, a.seq)
-	}
-	if err := adapters.Write(&tx, c); err != nil {
+	tx := a.fencedTx()
+	if err := adapters.Write(tx, c); err != nil {
 		return false, err
 	}
 	for i, e := range c.Emits {
@@ -332,25 +328,9 @@ func (a *App) applyMany(ctx context.Context, inboxIDs []string, c *domain.Change
 		}
 		tx.Emit(ev)
 	}
-	var applied bool
-	var err error
-	if len(inboxIDs) == 1 {
-		applied, err = a.st.Apply(ctx, inboxIDs[0], &tx)
-	} else {
-		applied, err = a.st.ApplyBatch(ctx, inboxIDs, &tx)
-	}
+	applied, err := a.write(ctx, "apply", inboxIDs, tx)
 	if err != nil {
-		a.stale = true
-		if a.fenced && adapters.IsFenced(err) {
-			a.log.Warn("a later term holds the leader lease; stepping down", "term", a.token, "err", err)
-			a.leading = false
-			if f := a.onFenced; f != nil {
-				a.onFenced = nil
-				f()
-			}
-			return false, fmt.Errorf("apply: %w: %w", ErrNotLeader, err)
-		}
-		return false, fmt.Errorf("apply: %w", err)
+		return false, err
 	}
 	if !applied {
 		return false, nil // applied before; memory was loaded with it
@@ -359,6 +339,39 @@ func (a *App) applyMany(ctx context.Context, inboxIDs []string, c *domain.Change
 	a.state.Commit(c)
 	a.mu.Unlock()
 	return true, nil
+}
+
+// fencedTx returns an empty transaction that carries this term's fence
+// when the instance writes under a lease.
+func (a *App) fencedTx() *store.Tx {
+	tx := &store.Tx{}
+	if a.fenced {
+		a.seq++
+		adapters.Fence(tx, a.token, a.seq)
+	}
+	return tx
+}
+
+// write applies tx with the inbox marks of inboxIDs (none: a change of the
+// clock's or a prune). A failed write marks memory stale, since it may or
+// may not have landed, and a write refused by the fence makes this instance
+// step down at once: a later term holds the lease.
+func (a *App) write(ctx context.Context, what string, inboxIDs []string, tx *store.Tx) (bool, error) {
+	applied, err := a.st.ApplyBatch(ctx, inboxIDs, tx)
+	if err == nil {
+		return applied, nil
+	}
+	a.stale = true
+	if a.fenced && adapters.IsFenced(err) {
+		a.log.Warn("a later term holds the leader lease; stepping down", "term", a.token, "err", err)
+		a.leading = false
+		if f := a.onFenced; f != nil {
+			a.onFenced = nil
+			f()
+		}
+		return false, fmt.Errorf("%s: %w: %w", what, ErrNotLeader, err)
+	}
+	return false, fmt.Errorf("%s: %w", what, err)
 }
 
 // GetJob returns the job named name (array tasks as "jobs/A_i"), as of now,

@@ -3,10 +3,8 @@ package app
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
-	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/services/scheduler/internal/adapters"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain"
 )
@@ -47,25 +45,12 @@ func (a *App) pruneOnce(ctx context.Context, ret domain.Retention) (int, bool, e
 	if p.Empty() {
 		return 0, false, nil
 	}
-	var tx store.Tx
-	if a.fenced {
-		a.seq++
-		adapters.Fence(&tx, a.token, a.seq)
-	}
-	if err := adapters.WritePruned(&tx, p); err != nil {
+	tx := a.fencedTx()
+	if err := adapters.WritePruned(tx, p); err != nil {
 		return 0, false, err
 	}
-	if _, err := a.st.Apply(ctx, "", &tx); err != nil {
-		a.stale = true
-		if a.fenced && adapters.IsFenced(err) {
-			a.leading = false
-			if f := a.onFenced; f != nil {
-				a.onFenced = nil
-				f()
-			}
-			return 0, false, fmt.Errorf("prune: %w: %w", ErrNotLeader, err)
-		}
-		return 0, false, fmt.Errorf("prune: %w", err)
+	if _, err := a.write(ctx, "prune", nil, tx); err != nil {
+		return 0, false, err
 	}
 	a.mu.Lock()
 	a.state.CommitPrune(p)
