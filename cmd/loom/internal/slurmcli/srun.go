@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/loom-ml/loom/libs/hostlist"
+	"github.com/loom-ml/loom/libs/proc"
 )
 
 var srunOptions = []optDef{
@@ -163,19 +163,9 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	}
 	ntasks = max(ntasks, 1)
 
-	base := map[string]string{}
-	if strings.EqualFold(export, "NONE") {
-		for k, v := range env {
-			if strings.HasPrefix(k, "SLURM_") {
-				base[k] = v
-			}
-		}
-	} else {
-		exp, _, err := exportEnv(export, env)
-		if err != nil {
-			return invalid("srun", "--export", export, err)
-		}
-		base = exp
+	base, err := exportedTaskEnv(export, env)
+	if err != nil {
+		return err
 	}
 	step := env["SLURM_STEP_ID"]
 	if step == "" {
@@ -200,7 +190,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 			dir = filepath.Join(dir, chdir)
 		}
 	}
-	path, err := lookPath(command[0], base["PATH"], dir)
+	path, err := proc.LookPath(command[0], base["PATH"], dir)
 	if err != nil {
 		return c.errorf("%s: %v", command[0], err)
 	}
@@ -269,37 +259,6 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	return nil
 }
 
-// lookPath finds a command on the job's PATH (not srun's own).
-func lookPath(name, pathEnv, dir string) (string, error) {
-	if strings.Contains(name, "/") {
-		p := name
-		if !filepath.IsAbs(p) {
-			p = filepath.Join(dir, p)
-		}
-		if isExecutable(p) {
-			return p, nil
-		}
-		return "", errors.New("No such file or directory")
-	}
-	for _, d := range filepath.SplitList(pathEnv) {
-		if d == "" {
-			d = "."
-		}
-		if !filepath.IsAbs(d) {
-			d = filepath.Join(dir, d)
-		}
-		if p := filepath.Join(d, name); isExecutable(p) {
-			return p, nil
-		}
-	}
-	return "", errors.New("command not found")
-}
-
-func isExecutable(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
-}
-
 // lockedWriter serialises writes from several tasks.
 type lockedWriter struct {
 	mu sync.Mutex
@@ -350,19 +309,9 @@ func (c *cmd) srunMulti(ctx context.Context, req stepRequest, export, chdir stri
 			req.perNode = int32(n)
 		}
 	}
-	base := map[string]string{}
-	if strings.EqualFold(export, "NONE") {
-		for k, v := range env {
-			if strings.HasPrefix(k, "SLURM_") {
-				base[k] = v
-			}
-		}
-	} else {
-		exp, _, err := exportEnv(export, env)
-		if err != nil {
-			return invalid("srun", "--export", export, err)
-		}
-		base = exp
+	base, err := exportedTaskEnv(export, env)
+	if err != nil {
+		return err
 	}
 	// Set per node and per task by the scheduler and the agents.
 	for _, k := range []string{"SLURM_PROCID", "SLURM_LOCALID", "PMI_RANK", "PMI_SIZE", "SLURM_GTIDS", "LOOM_STEP_ID", "PWD", "OLDPWD"} {
@@ -387,3 +336,22 @@ with SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID and SLURM_STEP_* set. A step
 on one node runs on the batch node; a step spanning several nodes is started
 on each of them by the scheduler, its output copied here.
 `
+
+// exportedTaskEnv is the environment srun's tasks start from under --export: with
+// NONE only the SLURM_* variables, else what exportEnv makes of the option.
+func exportedTaskEnv(export string, env map[string]string) (map[string]string, error) {
+	if strings.EqualFold(export, "NONE") {
+		base := map[string]string{}
+		for k, v := range env {
+			if strings.HasPrefix(k, "SLURM_") {
+				base[k] = v
+			}
+		}
+		return base, nil
+	}
+	exp, _, err := exportEnv(export, env)
+	if err != nil {
+		return nil, invalid("srun", "--export", export, err)
+	}
+	return exp, nil
+}

@@ -293,8 +293,8 @@ func (a *App) terminate(pgid int) {
 }
 
 // record sets a step's record in memory and writes it (with its event when
-// emit), retrying for a while: the write has no redelivery to fall back on.
-// The caller holds the step's lock (lockStep), not a.mu.
+// emit), retrying for a while (persist). The caller holds the step's lock
+// (lockStep), not a.mu.
 func (a *App) record(s *domain.Step, emit bool) {
 	a.mu.Lock()
 	a.steps[s.Key()] = s
@@ -312,19 +312,27 @@ func (a *App) record(s *domain.Step, emit bool) {
 		}
 		tx.Emit(ev)
 	}
+	a.persist(&tx, "step", s.Key(), string(s.Phase))
+}
+
+// persist writes tx, retrying with backoff for persistTimeout: a record the
+// agent writes on its own (a process started or ended) has no redelivery to
+// fall back on. what and key name the record in the logs; a record that
+// could not be written is reported LOST by the next start.
+func (a *App) persist(tx *store.Tx, what, key, phase string) {
 	ctx, cancel := context.WithTimeout(context.Background(), persistTimeout)
 	defer cancel()
 	delay := 50 * time.Millisecond
 	for {
-		_, err := a.opts.Store.Apply(ctx, "", &tx)
+		_, err := a.opts.Store.Apply(ctx, "", tx)
 		if err == nil {
 			return
 		}
 		if ctx.Err() != nil {
-			a.log.Error("could not record step; a restart will report it LOST", "step", s.Key(), "phase", s.Phase, "err", err)
+			a.log.Error("could not record "+what+"; a restart will report it LOST", what, key, "phase", phase, "err", err)
 			return
 		}
-		a.log.Warn("recording step failed; retrying", "step", s.Key(), "phase", s.Phase, "err", err)
+		a.log.Warn("recording "+what+" failed; retrying", what, key, "phase", phase, "err", err)
 		select {
 		case <-ctx.Done():
 		case <-time.After(delay):

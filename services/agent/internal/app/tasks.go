@@ -76,24 +76,7 @@ func (a *App) recordTasks(t *domain.Tasks, emit bool) {
 		}
 		tx.Emit(ev)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), persistTimeout)
-	defer cancel()
-	delay := 50 * time.Millisecond
-	for {
-		_, err := a.opts.Store.Apply(ctx, "", &tx)
-		if err == nil {
-			return
-		}
-		if ctx.Err() != nil {
-			a.log.Error("could not record tasks; a restart will report them LOST", "tasks", t.Key(), "phase", t.Phase, "err", err)
-			return
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 2*time.Second)
-	}
+	a.persist(&tx, "tasks", t.Key(), string(t.Phase))
 }
 
 // LaunchTasks applies a LaunchTasks delivered as event id: for this node's
@@ -219,7 +202,7 @@ func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]*exec.Cmd, er
 		return nil, fmt.Errorf("create output directory: %w", err)
 	}
 	base := a.taskEnv(key, cmd)
-	path, err := lookPath(cmd.GetCommand()[0], envValue(base, "PATH"), dir)
+	path, err := proc.LookPath(cmd.GetCommand()[0], envValue(base, "PATH"), dir)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", cmd.GetCommand()[0], err)
 	}
@@ -295,39 +278,6 @@ func envValue(env []string, key string) string {
 		}
 	}
 	return ""
-}
-
-// lookPath finds a task's program as srun would on the node: a name with a
-// slash relative to the working directory, else on the tasks' PATH (not the
-// agent's).
-func lookPath(name, pathEnv, dir string) (string, error) {
-	if strings.Contains(name, "/") {
-		p := name
-		if !filepath.IsAbs(p) {
-			p = filepath.Join(dir, p)
-		}
-		if isExecutable(p) {
-			return p, nil
-		}
-		return "", errors.New("No such file or directory")
-	}
-	for _, d := range filepath.SplitList(pathEnv) {
-		if d == "" {
-			d = "."
-		}
-		if !filepath.IsAbs(d) {
-			d = filepath.Join(dir, d)
-		}
-		if p := filepath.Join(d, name); isExecutable(p) {
-			return p, nil
-		}
-	}
-	return "", errors.New("command not found")
-}
-
-func isExecutable(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
 }
 
 // watchTasks reaps a step's tasks and reports their end once all ended.

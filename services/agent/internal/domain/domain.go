@@ -78,19 +78,26 @@ func (s *Step) Event(self Self) *eventsv1.StepChanged {
 		Job: s.Job, Attempt: s.Attempt, Node: self.Node, Cluster: self.Cluster,
 		ExitCode: s.ExitCode, Message: s.Message, Pid: int32(s.PID),
 	}
-	switch s.Phase {
-	case Running:
-		ev.State = eventsv1.StepState_STEP_RUNNING
-	case Exited:
-		ev.State = eventsv1.StepState_STEP_EXITED
-	case FailedToStart:
-		ev.State = eventsv1.StepState_STEP_FAILED_TO_START
-	case Killed:
-		ev.State = eventsv1.StepState_STEP_KILLED
-	case Lost:
-		ev.State = eventsv1.StepState_STEP_LOST
-	}
+	ev.State = s.Phase.StepState()
 	return ev
+}
+
+// StepState is the phase as reported on the bus (unspecified for Starting,
+// which is never reported).
+func (p Phase) StepState() eventsv1.StepState {
+	switch p {
+	case Running:
+		return eventsv1.StepState_STEP_RUNNING
+	case Exited:
+		return eventsv1.StepState_STEP_EXITED
+	case FailedToStart:
+		return eventsv1.StepState_STEP_FAILED_TO_START
+	case Killed:
+		return eventsv1.StepState_STEP_KILLED
+	case Lost:
+		return eventsv1.StepState_STEP_LOST
+	}
+	return eventsv1.StepState_STEP_STATE_UNSPECIFIED
 }
 
 // Start decides a StartStep: the Starting record to write before the process

@@ -62,18 +62,7 @@ func (t *Tasks) Event(self Self) *eventsv1.TasksChanged {
 	if t.Phase.Terminal() {
 		ev.ExitCodes = append([]int32(nil), t.ExitCodes...)
 	}
-	switch t.Phase {
-	case Running:
-		ev.State = eventsv1.StepState_STEP_RUNNING
-	case Exited:
-		ev.State = eventsv1.StepState_STEP_EXITED
-	case FailedToStart:
-		ev.State = eventsv1.StepState_STEP_FAILED_TO_START
-	case Killed:
-		ev.State = eventsv1.StepState_STEP_KILLED
-	case Lost:
-		ev.State = eventsv1.StepState_STEP_LOST
-	}
+	ev.State = t.Phase.StepState()
 	return ev
 }
 
