@@ -144,7 +144,7 @@ func (c *cmd) scancel(ctx context.Context, args []string) error {
 	if len(ids) == 0 {
 		for _, j := range jobs {
 			if q.match(jobRow{job: j}) {
-				targets = append(targets, cancelTarget{name: j.GetName(), id: displayID(j), job: j})
+				targets = append(targets, c.taskTarget(j))
 			}
 		}
 	} else {
@@ -226,16 +226,18 @@ func (c *cmd) resolveCancel(arg string, active []*loomv1.Job) ([]cancelTarget, e
 	}
 	id = strings.TrimLeft(id, "0")
 	if !isTask {
-		out := []cancelTarget{{name: c.jobName(id), id: id}}
+		// An array is cancelled task by task, each by its own name: the
+		// array's name would cancel them all at once, and the tasks asked
+		// for after it would be refused as already ended.
+		var out []cancelTarget
 		for _, j := range active {
-			if j.GetJobId() == id {
-				out[0].job = j
+			if j.GetJobId() == id || j.GetArrayJobId() == id {
+				out = append(out, c.taskTarget(j))
 			}
 		}
-		for _, j := range active {
-			if j.GetArrayJobId() == id && j.GetJobId() != id {
-				out = append(out, cancelTarget{name: j.GetName(), id: displayID(j), job: j})
-			}
+		if len(out) == 0 {
+			// Not active: the gateway says what it is (ended, unknown).
+			out = []cancelTarget{{name: c.jobName(id), id: id}}
 		}
 		return out, nil
 	}
@@ -264,6 +266,17 @@ func (c *cmd) resolveCancel(arg string, active []*loomv1.Job) ([]cancelTarget, e
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+// taskTarget is the cancel target of one listed job. An array's first task
+// is named "A_0": its record's name, "A", is the array's and would act on
+// every task.
+func (c *cmd) taskTarget(j *loomv1.Job) cancelTarget {
+	t := cancelTarget{name: j.GetName(), id: displayID(j), job: j}
+	if a := j.GetArrayJobId(); a != "" && a == j.GetJobId() {
+		t.name = c.jobName(t.id)
+	}
+	return t
 }
 
 // cancelOne cancels (or signals) one job, with Slurm's error wording.
