@@ -60,6 +60,8 @@ type Gateway struct {
 	repo *adapters.Repo
 	own  *adapters.Owners
 	opt  Options
+	// clusters caches the provisioner's answers for SubmitJob.
+	clusters clusterCache
 
 	jobs *hub
 	ops  *signals
@@ -363,7 +365,9 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 	}
 	var cluster *loomv1.Cluster
 	if name := domain.JobCluster(req); name != "" {
-		c, err := g.own.Clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: name})
+		c, err := g.clusters.get(ctx, name, g.now(), func(ctx context.Context, name string) (*loomv1.Cluster, error) {
+			return g.own.Clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: name})
+		})
 		switch {
 		case err == nil:
 			cluster = c
