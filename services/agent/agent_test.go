@@ -297,7 +297,7 @@ func TestShutdownKillsStepsAndRestartReportsLost(t *testing.T) {
 		{Job: "projects/p/jobs/6", Attempt: 1, Phase: domain.Running, PID: gone.Process.Pid, Created: time.Now()},
 		{Job: "projects/p/jobs/7", Attempt: 1, Phase: domain.Running, PID: orphan.Process.Pid, PIDStart: start, Created: time.Now()},
 	} {
-		if err := adapters.PutStep(&tx, s); err != nil {
+		if err := adapters.PutStep(&tx, s, domain.Self{}, false); err != nil {
 			t.Fatal(err)
 		}
 	}

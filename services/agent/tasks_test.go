@@ -171,7 +171,7 @@ func TestRestartReportsTasksLost(t *testing.T) {
 	var tx store.Tx
 	rec := &domain.Tasks{Job: "projects/p/jobs/8", Attempt: 1, StepID: 2, FirstRank: 0, NTasks: 1, Phase: domain.Running,
 		PIDs: []int{orphan.Process.Pid}, PIDStarts: []uint64{start}, Created: time.Now()}
-	if err := adapters.PutTasks(&tx, rec); err != nil {
+	if err := adapters.PutTasks(&tx, rec, domain.Self{}, false); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.Apply(context.Background(), "", &tx); err != nil {

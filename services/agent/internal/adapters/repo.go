@@ -49,14 +49,14 @@ func LoadSteps(ctx context.Context, st *store.Store) (map[string]*domain.Step, e
 	return out, nil
 }
 
-// PutStep adds the write of a step record to tx.
-func PutStep(tx *store.Tx, s *domain.Step) error {
-	b, err := json.Marshal(s)
-	if err != nil {
-		return fmt.Errorf("encode step %s: %w", s.Key(), err)
+// PutStep adds the write of a step record to tx and, when emit, the
+// StepChanged that reports it (from the agent of self).
+func PutStep(tx *store.Tx, s *domain.Step, self domain.Self, emit bool) error {
+	var ev proto.Message
+	if emit {
+		ev = s.Event(self)
 	}
-	tx.HSet(KeySteps, s.Key(), b)
-	return nil
+	return put(tx, KeySteps, "step", s.Key(), s, ev)
 }
 
 // LoadTasks reads every task record (job steps' tasks on this node).
@@ -76,13 +76,31 @@ func LoadTasks(ctx context.Context, st *store.Store) (map[string]*domain.Tasks, 
 	return out, nil
 }
 
-// PutTasks adds the write of a task record to tx.
-func PutTasks(tx *store.Tx, t *domain.Tasks) error {
-	b, err := json.Marshal(t)
-	if err != nil {
-		return fmt.Errorf("encode tasks %s: %w", t.Key(), err)
+// PutTasks adds the write of a task record to tx and, when emit, the
+// TasksChanged that reports it (from the agent of self).
+func PutTasks(tx *store.Tx, t *domain.Tasks, self domain.Self, emit bool) error {
+	var ev proto.Message
+	if emit {
+		ev = t.Event(self)
 	}
-	tx.HSet(KeyTasks, t.Key(), b)
+	return put(tx, KeyTasks, "tasks", t.Key(), t, ev)
+}
+
+// put adds the write of record rec (JSON, field key of hash) to tx, and
+// the event ev unless nil.
+func put(tx *store.Tx, hash, what, key string, rec any, ev proto.Message) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("encode %s %s: %w", what, key, err)
+	}
+	tx.HSet(hash, key, b)
+	if ev != nil {
+		e, err := Event(ev)
+		if err != nil {
+			return fmt.Errorf("encode %s %s event: %w", what, key, err)
+		}
+		tx.Emit(e)
+	}
 	return nil
 }
 

@@ -210,14 +210,9 @@ func (a *App) Recover(ctx context.Context) error {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if err := adapters.PutStep(&tx, lost[k]); err != nil {
+		if err := adapters.PutStep(&tx, lost[k], a.opts.Self, true); err != nil {
 			return err
 		}
-		ev, err := adapters.Event(lost[k].Event(a.opts.Self))
-		if err != nil {
-			return err
-		}
-		tx.Emit(ev)
 	}
 	for _, k := range prune {
 		tx.HDel(adapters.KeySteps, k)
@@ -300,17 +295,9 @@ func (a *App) record(s *domain.Step, emit bool) {
 	a.steps[s.Key()] = s
 	a.mu.Unlock()
 	var tx store.Tx
-	if err := adapters.PutStep(&tx, s); err != nil {
+	if err := adapters.PutStep(&tx, s, a.opts.Self, emit); err != nil {
 		a.log.Error("encode step", "step", s.Key(), "err", err)
 		return
-	}
-	if emit {
-		ev, err := adapters.Event(s.Event(a.opts.Self))
-		if err != nil {
-			a.log.Error("encode step event", "step", s.Key(), "err", err)
-			return
-		}
-		tx.Emit(ev)
 	}
 	a.persist(&tx, "step", s.Key(), string(s.Phase))
 }
@@ -371,7 +358,7 @@ func (a *App) StartStep(ctx context.Context, id string, cmd *eventsv1.StartStep)
 	// The intent is durable, with the inbox mark, before the process exists:
 	// no redelivery, whatever its event id, can start it a second time.
 	var tx store.Tx
-	if err := adapters.PutStep(&tx, rec); err != nil {
+	if err := adapters.PutStep(&tx, rec, a.opts.Self, false); err != nil {
 		return err
 	}
 	applied, err := a.opts.Store.Apply(ctx, id, &tx)
@@ -607,15 +594,8 @@ func (a *App) stopStep(ctx context.Context, id string, cmd *eventsv1.StopStep) e
 		return nil
 	}
 	var tx store.Tx
-	if err := adapters.PutStep(&tx, d.Rec); err != nil {
+	if err := adapters.PutStep(&tx, d.Rec, a.opts.Self, d.Rec.Phase.Terminal()); err != nil {
 		return err
-	}
-	if d.Rec.Phase.Terminal() {
-		ev, err := adapters.Event(d.Rec.Event(a.opts.Self))
-		if err != nil {
-			return err
-		}
-		tx.Emit(ev)
 	}
 	applied, err := a.opts.Store.Apply(ctx, id, &tx)
 	if err != nil {

@@ -64,17 +64,9 @@ func (a *App) recordTasks(t *domain.Tasks, emit bool) {
 	a.tasks[t.Key()] = t
 	a.mu.Unlock()
 	var tx store.Tx
-	if err := adapters.PutTasks(&tx, t); err != nil {
+	if err := adapters.PutTasks(&tx, t, a.opts.Self, emit); err != nil {
 		a.log.Error("encode tasks", "tasks", t.Key(), "err", err)
 		return
-	}
-	if emit {
-		ev, err := adapters.Event(t.Event(a.opts.Self))
-		if err != nil {
-			a.log.Error("encode tasks event", "tasks", t.Key(), "err", err)
-			return
-		}
-		tx.Emit(ev)
 	}
 	a.persist(&tx, "tasks", t.Key(), string(t.Phase))
 }
@@ -106,15 +98,8 @@ func (a *App) LaunchTasks(ctx context.Context, id string, cmd *eventsv1.LaunchTa
 		return nil
 	}
 	var tx store.Tx
-	if err := adapters.PutTasks(&tx, rec); err != nil {
+	if err := adapters.PutTasks(&tx, rec, a.opts.Self, ended); err != nil {
 		return err
-	}
-	if ended {
-		ev, err := adapters.Event(rec.Event(a.opts.Self))
-		if err != nil {
-			return err
-		}
-		tx.Emit(ev)
 	}
 	applied, err := a.opts.Store.Apply(ctx, id, &tx)
 	if err != nil {
@@ -345,15 +330,8 @@ func (a *App) KillTasks(ctx context.Context, id string, cmd *eventsv1.KillTasks)
 		return nil
 	}
 	var tx store.Tx
-	if err := adapters.PutTasks(&tx, d.Rec); err != nil {
+	if err := adapters.PutTasks(&tx, d.Rec, a.opts.Self, d.Rec.Phase.Terminal()); err != nil {
 		return err
-	}
-	if d.Rec.Phase.Terminal() {
-		ev, err := adapters.Event(d.Rec.Event(a.opts.Self))
-		if err != nil {
-			return err
-		}
-		tx.Emit(ev)
 	}
 	applied, err := a.opts.Store.Apply(ctx, id, &tx)
 	if err != nil {
@@ -489,14 +467,9 @@ func (a *App) recoverTasks(tx *store.Tx, now time.Time) (lost map[string]*domain
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if err := adapters.PutTasks(tx, lost[k]); err != nil {
+		if err := adapters.PutTasks(tx, lost[k], a.opts.Self, true); err != nil {
 			return nil, nil, err
 		}
-		ev, err := adapters.Event(lost[k].Event(a.opts.Self))
-		if err != nil {
-			return nil, nil, err
-		}
-		tx.Emit(ev)
 	}
 	for _, k := range prune {
 		tx.HDel(adapters.KeyTasks, k)
