@@ -104,6 +104,14 @@ func TestArraysAndJobCommands(t *testing.T) {
 	jobCommand(t, h, func(c *eventsv1.CancelJob) bool {
 		return c.GetJob() == task.GetName() && c.GetSignal() == "USR1" && c.GetCluster() == cluster1
 	})
+	// The first task's own record name is the array's: a command for it
+	// names the task, or the scheduler would act on every task.
+	if _, err := h.jobs().CancelJob(ctx, &loomv1.CancelJobRequest{Name: "projects/default/jobs/1_0"}); err != nil {
+		t.Fatalf("cancel task 1_0: %v", err)
+	}
+	jobCommand(t, h, func(c *eventsv1.CancelJob) bool {
+		return c.GetJob() == "projects/default/jobs/1_0" && c.GetSignal() == ""
+	})
 	_, err = h.jobs().CancelJob(ctx, &loomv1.CancelJobRequest{Name: task.GetName(), Signal: "SIGFOO"})
 	wantCode(t, "bad signal", err, codes.InvalidArgument, "signal")
 	_, err = h.jobs().CancelJob(ctx, &loomv1.CancelJobRequest{Name: next.GetName(), Signal: "TERM"})

@@ -781,6 +781,11 @@ func TestScancel(t *testing.T) {
 		return sortedIDs(strings.Fields(s.ok("squeue", "-h", "-r", "-j", arr, "-t", "PD", "-o", "%i"))...) == sortedIDs(arr+"_0", arr+"_2")
 	})
 	wantEqual(t, "scancel A_1: sacct", state(s.job(arr+"_1")), "CANCELLED")
+	// The first task alone: its record carries the array's own id.
+	s.ok("scancel", arr+"_0")
+	s.waitFor(30*time.Second, "task "+arr+"_0 cancelled, "+arr+"_2 still pending", func() bool {
+		return sortedIDs(strings.Fields(s.ok("squeue", "-h", "-r", "-j", arr, "-t", "PD", "-o", "%i"))...) == sortedIDs(arr+"_2")
+	})
 	// By name, and by user and state.
 	named := s.sbatch("--hold", "-J", "byname", "--wrap", "true")
 	s.ok("scancel", "-n", "byname")

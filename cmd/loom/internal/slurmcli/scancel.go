@@ -260,7 +260,7 @@ func (c *cmd) resolveCancel(arg string, active []*loomv1.Job) ([]cancelTarget, e
 		t := cancelTarget{name: c.jobName(fmt.Sprintf("%s_%d", id, i)), id: fmt.Sprintf("%s_%d", id, i)}
 		for _, j := range active {
 			if j.GetArrayJobId() == id && int(j.GetArrayTaskId()) == i {
-				t.name, t.job = j.GetName(), j
+				t = c.taskTarget(j)
 			}
 		}
 		out = append(out, t)

@@ -457,6 +457,10 @@ func (g *Gateway) job(ctx context.Context, name string) (*loomv1.Job, error) {
 type jobRef struct {
 	name  string
 	array bool
+	// command is the name a cancel or update carries: name, except for an
+	// array's first task, whose record name is the array's (which the
+	// scheduler takes for every task): "A_0" for it.
+	command string
 }
 
 // resolveJob checks a job name, "projects/p/jobs/A" or "projects/p/jobs/A_i"
@@ -465,6 +469,14 @@ type jobRef struct {
 // ids), else by asking the scheduler. NotFound when there is no such task.
 // For "A" it tells whether A is an array only when wantArray (it costs a read).
 func (g *Gateway) resolveJob(ctx context.Context, name string, wantArray bool) (jobRef, error) {
+	ref, err := g.resolveJobRef(ctx, name, wantArray)
+	if ref.command == "" {
+		ref.command = ref.name
+	}
+	return ref, err
+}
+
+func (g *Gateway) resolveJobRef(ctx context.Context, name string, wantArray bool) (jobRef, error) {
 	project, ref, err := domain.ParseJobRefName(name)
 	if err != nil {
 		return jobRef{}, errs.Invalid("name", "%v", err)
@@ -485,7 +497,11 @@ func (g *Gateway) resolveJob(ctx context.Context, name string, wantArray bool) (
 			}
 			return jobRef{}, fmt.Errorf("job %s: array %d (%s) has no task %d: %w", name, ref.JobID, parent.GetArray(), ref.Task, errs.NotFound)
 		}
-		return jobRef{name: domain.JobName(project, id)}, nil
+		out := jobRef{name: domain.JobName(project, id)}
+		if id == ref.JobID {
+			out.command = domain.JobRefName(project, ref)
+		}
+		return out, nil
 	case !errors.Is(err, errs.NotFound):
 		return jobRef{}, err
 	case ref.Task < 0:
@@ -499,7 +515,11 @@ func (g *Gateway) resolveJob(ctx context.Context, name string, wantArray bool) (
 		}
 		return jobRef{}, fmt.Errorf("ask the scheduler for %s: %w", name, err)
 	}
-	return jobRef{name: j.GetName()}, nil
+	out := jobRef{name: j.GetName()}
+	if j.GetJobId() == strconv.FormatInt(ref.JobID, 10) {
+		out.command = domain.JobRefName(project, ref)
+	}
+	return out, nil
 }
 
 // ListJobs lists a project's jobs (optionally one cluster's) from the
@@ -670,7 +690,7 @@ func (g *Gateway) CancelJob(ctx context.Context, req *loomv1.CancelJobRequest) (
 			return nil, err
 		}
 	}
-	cmd := &eventsv1.CancelJob{Job: ref.name, Cluster: j.GetCluster(), Signal: signal,
+	cmd := &eventsv1.CancelJob{Job: ref.command, Cluster: j.GetCluster(), Signal: signal,
 		User: req.GetUser(), Admin: g.opt.Admins.Has(req.GetUser())}
 	if err := g.emitJobCommand(ctx, j.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("cancel %s: %w", ref.name, err)
@@ -723,7 +743,7 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 			return nil, err
 		}
 	}
-	cmd := &eventsv1.UpdateJob{Job: ref.name, Cluster: j.GetCluster(), Action: action,
+	cmd := &eventsv1.UpdateJob{Job: ref.command, Cluster: j.GetCluster(), Action: action,
 		TimeLimitSeconds: req.GetTimeLimitSeconds(), Partition: req.GetPartition(),
 		User: req.GetUser(), Admin: g.opt.Admins.Has(req.GetUser())}
 	if err := g.emitJobCommand(ctx, j.GetCluster(), cmd); err != nil {

@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/loom-ml/loom/libs/slurmspec"
 )
 
 // DefaultProject is the project used when a caller has no other.
@@ -32,6 +34,12 @@ func ClusterName(project, cluster string) string {
 // JobName returns "projects/{project}/jobs/{id}".
 func JobName(project string, id int64) string {
 	return ProjectName(project) + "/jobs/" + strconv.FormatInt(id, 10)
+}
+
+// JobRefName returns "projects/{project}/jobs/{ref}": "…/jobs/12" or, for
+// an array task, "…/jobs/12_3".
+func JobRefName(project string, ref slurmspec.JobRef) string {
+	return ProjectName(project) + "/jobs/" + ref.String()
 }
 
 // OperationName returns "projects/{project}/operations/{id}".
