@@ -915,3 +915,72 @@ func TestBatchHandlerTakesWaitingRecordsAndFallsBackOneByOne(t *testing.T) {
 		t.Fatalf("no batch held more than one record (sizes %v): the waiting records were not batched", sizes)
 	}
 }
+
+// A consumer with Keys hands over only records with those keys, in order,
+// and commits the others without decoding them: a malformed record under
+// another key is passed over, not dead-lettered.
+func TestKeysPassOverOtherKeysUndecoded(t *testing.T) {
+	t.Parallel()
+	for _, batched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
+			t.Parallel()
+			_, broker := kfakeBroker(t)
+			topic := newTopic(t, broker, 1)
+			p := newProducer(t, broker)
+
+			const n = 120
+			var want []string
+			var evs []envelope.Event
+			for i := 0; i < n; i++ {
+				key := []string{"mine", "other", "third"}[i%3]
+				ev := event(topic, key, int32(i))
+				evs = append(evs, ev)
+				if key == "mine" {
+					want = append(want, ev.ID)
+				}
+			}
+			publish(t, p, evs...)
+			// Not an envelope at all: decoding it would dead-letter it.
+			w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: topic}
+			if err := w.WriteMessages(context.Background(), kafka.Message{Key: []byte("other"), Value: []byte("not an event")}); err != nil {
+				t.Fatal(err)
+			}
+			w.Close()
+			last := event(topic, "mine", n)
+			publish(t, p, last)
+			want = append(want, last.ID)
+
+			var got seen
+			h := func(ctx context.Context, ev envelope.Event) error { got.add(ev); return nil }
+			c := bus.NewConsumer(bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic},
+				Keys: []string{"mine"}, Logger: testLogger(t)}, p, h)
+			if batched {
+				c.WithBatch(func(ctx context.Context, b []envelope.Event) error {
+					for _, ev := range b {
+						if ev.Key != "mine" {
+							return fmt.Errorf("batch got key %q", ev.Key)
+						}
+						got.add(ev)
+					}
+					return nil
+				}, 16)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- c.Run(ctx) }()
+			testkit.WaitFor(t, wait, "every record committed", func() (bool, error) {
+				return committed(t, broker, "g", topic, 0) == n+2, nil
+			})
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if ids := got.ids(); !slices.Equal(ids, want) {
+				t.Fatalf("handled %d records %v, want the %d with key mine in order %v", len(ids), ids, len(want), want)
+			}
+			if dl := records(t, broker, topic+topics.DLQSuffix, 1); dl != 0 {
+				t.Fatalf("%d records dead-lettered; another key's record must be passed over", dl)
+			}
+		})
+	}
+}

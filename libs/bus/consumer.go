@@ -92,6 +92,11 @@ type ConsumerConfig struct {
 	// handlers (inbox marks) absorb. Negative: commit synchronously after
 	// every record, before the next one is handled.
 	CommitInterval time.Duration
+	// Keys, when set, are the only record keys the handler wants: a record
+	// with another key is committed without being decoded or handled. An
+	// agent reads its node's commands this way from a topic keyed by node,
+	// instead of decoding every node's only to ignore them.
+	Keys []string
 }
 
 // DefaultCommitInterval is ConsumerConfig.CommitInterval when unset. A
@@ -121,8 +126,10 @@ type Consumer struct {
 	bh  BatchHandler
 	// maxBatch bounds a batch (WithBatch); 0 without one.
 	maxBatch int
-	log      *slog.Logger
-	running  atomic.Bool
+	// keys is cfg.Keys as a set; nil: every key.
+	keys    map[string]bool
+	log     *slog.Logger
+	running atomic.Bool
 	// crashed makes Run return without committing what it handled, as a
 	// process that died would (tests inject crashes with it).
 	crashed atomic.Bool
@@ -155,12 +162,25 @@ func NewConsumer(cfg ConsumerConfig, dlq *Producer, h Handler) *Consumer {
 	if cfg.CommitInterval == 0 {
 		cfg.CommitInterval = DefaultCommitInterval
 	}
-	return &Consumer{
+	c := &Consumer{
 		cfg: cfg,
 		dlq: dlq,
 		h:   h,
 		log: cfg.Logger.With("group", cfg.GroupID),
 	}
+	if len(cfg.Keys) > 0 {
+		c.keys = make(map[string]bool, len(cfg.Keys))
+		for _, k := range cfg.Keys {
+			c.keys[k] = true
+		}
+	}
+	return c
+}
+
+// wants reports whether m's key is one the handler wants (see
+// ConsumerConfig.Keys).
+func (c *Consumer) wants(m kafka.Message) bool {
+	return c.keys == nil || c.keys[string(m.Key)]
 }
 
 // WithBatch makes Run hand the records that are waiting, up to max at a
@@ -364,9 +384,18 @@ func (c *Consumer) runBatches(ctx context.Context, r *kafka.Reader, dlq *Produce
 // handleBatch takes a batch to its end, marking what may be committed; it
 // reports false when the stop cut the handling short.
 func (c *Consumer) handleBatch(ctx context.Context, dlq *Producer, commits *committer, ms []kafka.Message) bool {
-	if len(ms) > 1 {
-		evs := make([]envelope.Event, 0, len(ms))
+	wanted := ms
+	if c.keys != nil {
+		wanted = make([]kafka.Message, 0, len(ms))
 		for _, m := range ms {
+			if c.wants(m) {
+				wanted = append(wanted, m)
+			}
+		}
+	}
+	if len(wanted) > 1 {
+		evs := make([]envelope.Event, 0, len(wanted))
+		for _, m := range wanted {
 			ev, err := c.cfg.Registry.Decode(m)
 			if err != nil {
 				evs = nil // unknown or malformed: the Handler path says what becomes of it
@@ -468,33 +497,42 @@ func fatalGroupError(err error) bool {
 // committed: true after success, a skip or a dead-letter, false when the
 // stop cut its handling short.
 func (c *Consumer) handle(ctx context.Context, dlq *Producer, m kafka.Message) bool {
-	log := c.log.With("topic", m.Topic, "partition", m.Partition, "offset", m.Offset)
+	if !c.wants(m) {
+		return true
+	}
+	// The record's logger is built only when there is something to say:
+	// most records are handled at the first try and say nothing.
+	log := func() *slog.Logger { return c.log.With("topic", m.Topic, "partition", m.Partition, "offset", m.Offset) }
 	ev, err := c.cfg.Registry.Decode(m)
 	switch {
 	case errors.Is(err, envelope.ErrUnknownType):
 		// A newer producer may emit types this build does not know; they are
 		// not errors of the record, so they are not dead-lettered.
-		log.Warn("skipping event of unknown type", "id", ev.ID, "type", ev.Type)
+		log().Warn("skipping event of unknown type", "id", ev.ID, "type", ev.Type)
 		return true
 	case err != nil:
-		log.Error("dead-lettering malformed record", "err", err)
-		return c.deadLetter(ctx, dlq, m, err, 0, log)
+		l := log()
+		l.Error("dead-lettering malformed record", "err", err)
+		return c.deadLetter(ctx, dlq, m, err, 0, l)
 	}
 
-	log = log.With("id", ev.ID, "type", ev.Type)
+	var l *slog.Logger
 	delay := newBackoff(c.cfg.Backoff, c.cfg.MaxBackoff)
 	for attempt := 1; ; attempt++ {
 		err := c.call(ctx, ev)
 		if err == nil {
 			return true
 		}
-		if IsPermanent(err) || attempt >= c.cfg.MaxAttempts {
-			log.Error("dead-lettering event", "attempts", attempt, "permanent", IsPermanent(err), "err", err)
-			return c.deadLetter(ctx, dlq, m, err, attempt, log)
+		if l == nil {
+			l = log().With("id", ev.ID, "type", ev.Type)
 		}
-		log.Warn("handler failed; retrying", "attempt", attempt, "err", err)
+		if IsPermanent(err) || attempt >= c.cfg.MaxAttempts {
+			l.Error("dead-lettering event", "attempts", attempt, "permanent", IsPermanent(err), "err", err)
+			return c.deadLetter(ctx, dlq, m, err, attempt, l)
+		}
+		l.Warn("handler failed; retrying", "attempt", attempt, "err", err)
 		if ctx.Err() != nil || !sleepCtx(ctx, delay.next()) {
-			log.Info("stopping: event left uncommitted for redelivery", "attempts", attempt)
+			l.Info("stopping: event left uncommitted for redelivery", "attempts", attempt)
 			return false
 		}
 	}

@@ -84,10 +84,26 @@ type relay struct {
 	token   string
 	held    bool
 	backoff time.Duration
+	// published are the ids of outbox entries that Kafka has and that are
+	// not deleted yet: the next read deletes them in its round trip.
+	published []string
 }
 
-func (r *relay) run(ctx context.Context) error {
+func (r *relay) run(ctx context.Context) (err error) {
 	s := r.s
+	defer func() {
+		var crash crashError
+		if len(r.published) == 0 || errors.As(err, &crash) {
+			return
+		}
+		// Published records must go even when ctx just ended; a failure
+		// here only republishes them later.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		if derr := s.rdb.XDel(dctx, s.outboxKey, r.published...).Err(); derr != nil {
+			s.log().Warn("outbox relay: delete published entries; they will be republished", "err", derr)
+		}
+	}()
 	for ctx.Err() == nil {
 		if !r.held {
 			ok, err := s.rdb.SetNX(ctx, s.leaseKey, r.token, s.leaseTTL).Result()
@@ -148,27 +164,27 @@ func (r *relay) run(ctx context.Context) error {
 				return fmt.Errorf("store %s: relay: %w", s.prefix, crashError{err})
 			}
 		}
-		// Published records must go even when ctx just ended; a failure here
-		// only republishes them later.
-		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		if err := s.rdb.XDel(dctx, s.outboxKey, ids...).Err(); err != nil {
-			s.log().Warn("outbox relay: delete published entries; they will be republished", "err", err)
-		}
-		dcancel()
+		// The next read deletes them, in its round trip.
+		r.published = ids
 	}
 	return nil
 }
 
-// renewAndRead renews the lease and reads the first batch of the outbox in
-// one round trip. held=false means the lease is no longer this relay's.
+// renewAndRead deletes the entries published last, renews the lease and
+// reads the first batch of the outbox, in one round trip. held=false means
+// the lease is no longer this relay's.
 func (r *relay) renewAndRead(ctx context.Context) (held bool, entries []redis.XMessage, err error) {
 	s := r.s
 	pipe := s.rdb.Pipeline()
+	if len(r.published) > 0 {
+		pipe.XDel(ctx, s.outboxKey, r.published...)
+	}
 	renew := renewScript.Eval(ctx, pipe, []string{s.leaseKey}, r.token, s.leaseTTL.Milliseconds())
 	rng := pipe.XRangeN(ctx, s.outboxKey, "-", "+", int64(s.batchSize))
 	if _, err := pipe.Exec(ctx); err != nil {
 		return false, nil, fmt.Errorf("store %s: relay: %w", s.prefix, err)
 	}
+	r.published = nil
 	n, err := renew.Int()
 	if err != nil {
 		return false, nil, fmt.Errorf("store %s: relay: renew lease: %w", s.prefix, err)

@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -558,4 +560,64 @@ func testLogs(t *testing.T, h *harness, ctx context.Context) {
 	if err != nil || rest != "world\n" {
 		t.Fatalf("followed logs: %q %v, want the appended line then the end", rest, err)
 	}
+}
+
+// TestSubmitJobRetriesReplay checks the replay paths of SubmitJob's one-trip
+// request check: a request recorded by an earlier version (in the requests
+// hash) and a request that would be refused now (its cluster is gone) both
+// answer the job they made, and job ids stay consecutive across retries.
+func TestSubmitJobRetriesReplay(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, 2*wait)
+
+	req := validJob()
+	req.RequestId = "first"
+	first, err := h.jobs().SubmitJob(ctx, req)
+	if err != nil {
+		t.Fatalf("SubmitJob: %v", err)
+	}
+	// As an earlier gateway recorded requests: a field of the requests hash.
+	if err := h.redis.HSet(ctx, "gateway:"+adapters.KeyRequests, adapters.RequestSubmitJob+":legacy", first.GetName()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	legacy := validJob()
+	legacy.RequestId = "legacy"
+	if j, err := h.jobs().SubmitJob(ctx, legacy); err != nil || j.GetName() != first.GetName() {
+		t.Fatalf("retry of a request recorded in the hash: %v %v, want %s", j, err, first.GetName())
+	}
+	again, err := h.jobs().SubmitJob(ctx, req)
+	if err != nil || again.GetName() != first.GetName() {
+		t.Fatalf("retry: %v %v, want %s", again, err, first.GetName())
+	}
+	next, err := h.jobs().SubmitJob(ctx, validJob())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprint(mustAtoi(t, first.GetJobId()) + 1); next.GetJobId() != want {
+		t.Fatalf("next job id %s, want %s: retries must not use up ids", next.GetJobId(), want)
+	}
+
+	// The cluster goes away: a new submission to it is refused, a retry of
+	// the accepted one still answers its job.
+	h.w.mu.Lock()
+	delete(h.w.clusters, cluster1)
+	h.w.mu.Unlock()
+	// (The gateway trusts a cluster it read for a second: wait for that.)
+	testkit.WaitFor(t, wait, "submissions to the deleted cluster refused", func() (bool, error) {
+		_, err := h.jobs().SubmitJob(ctx, validJob())
+		return err != nil, nil
+	})
+	if j, err := h.jobs().SubmitJob(ctx, req); err != nil || j.GetName() != first.GetName() {
+		t.Fatalf("retry after the cluster was deleted: %v %v, want %s", j, err, first.GetName())
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("%q is not a number: %v", s, err)
+	}
+	return n
 }

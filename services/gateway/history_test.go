@@ -81,3 +81,37 @@ func TestJobHistoryServesPrunedJobs(t *testing.T) {
 		}
 	}
 }
+
+// TestJobHistoryTakesRunsFromTheEvent: a final JobChanged that carries the
+// job's runs (as the scheduler sends them) is recorded as it is, without
+// asking the scheduler again.
+func TestJobHistoryTakesRunsFromTheEvent(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, 2*wait)
+
+	sub, err := h.jobs().SubmitJob(ctx, validJob())
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	// The scheduler (fake) would answer a different view: it must not be read.
+	h.w.setJob(&loomv1.Job{Name: sub.GetName(), JobId: sub.GetJobId(), Cluster: cluster1, State: loomv1.JobState_COMPLETED,
+		User: "from-get-job", Runs: []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_COMPLETED}}})
+	sent := &loomv1.Job{Name: sub.GetName(), JobId: sub.GetJobId(), Cluster: cluster1, State: loomv1.JobState_COMPLETED,
+		User: "from-event", EndTime: timestamppb.Now(),
+		Runs: []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_COMPLETED, Nodes: []string{"gpu-0002"}}}}
+	testkit.Publish(t, h.broker, envelope.New(topics.JobEvents, cluster1, "test", &eventsv1.JobChanged{Job: sent, Attempt: 1}))
+	testkit.WaitFor(t, wait, "the ended job in the history", func() (bool, error) {
+		return h.redis.HExists(ctx, "gateway:history", sent.GetName()).Result()
+	})
+	h.w.mu.Lock()
+	delete(h.w.jobs, sent.GetName())
+	h.w.mu.Unlock()
+	got, err := h.jobs().GetJob(ctx, &loomv1.GetJobRequest{Name: sent.GetName()})
+	if err != nil {
+		t.Fatalf("GetJob of a pruned job: %v", err)
+	}
+	if got.GetUser() != "from-event" || len(got.GetRuns()) != 1 || got.GetRuns()[0].GetNodes()[0] != "gpu-0002" {
+		t.Fatalf("history job %v; want the event's job with its run", got)
+	}
+}

@@ -187,6 +187,9 @@ func printResult(name string, r result) {
 	if len(r.Redis) > 0 {
 		fmt.Printf("       redis (server side): %s\n", redisLine(r.Redis, 6))
 	}
+	if r.Topics != "" {
+		fmt.Printf("       bus records per job: %s\n", r.Topics)
+	}
 }
 
 func runSlurm(ctx context.Context, f flags, dir string) (result, error) {
@@ -301,6 +304,7 @@ func runLoom(ctx context.Context, f flags, dir string) (result, error) {
 			return result{}, err
 		}
 	}
+	offBefore, offErr := topicOffsets(pctx, st.broker.Addr)
 	r, err := measure(pctx, t, f.n, f.conc, 100*time.Millisecond, cpu)
 	if f.cpuProfile != "" {
 		pprof.StopCPUProfile()
@@ -312,6 +316,11 @@ func runLoom(ctx context.Context, f flags, dir string) (result, error) {
 		return r, err
 	}
 	r.PerNode = t.perNode
+	if offErr == nil {
+		if after, err := topicOffsets(pctx, st.broker.Addr); err == nil {
+			r.Topics = topicLine(offBefore, after, f.n)
+		}
+	}
 	if statsOK {
 		if rs, err := redisStats(pctx, st.redis.Addr); err == nil {
 			r.Redis = rs

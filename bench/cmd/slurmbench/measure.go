@@ -39,6 +39,9 @@ type result struct {
 	PerNode map[string]int
 	// Redis holds Loom's Redis commands in the window, server side.
 	Redis []redisStat
+	// Topics says how many bus records each topic got per job in the window
+	// (Loom only).
+	Topics string
 }
 
 // AcceptRate is jobs accepted per second.

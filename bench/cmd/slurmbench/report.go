@@ -145,6 +145,10 @@ func renderSection(e env, s, l result) string {
 		w("Loom's Redis in the window, server side (calls × mean time): %s.", redisLine(l.Redis, 6))
 		w("")
 	}
+	if l.Topics != "" {
+		w("Loom's bus records per job in the window, by topic: %s.", l.Topics)
+		w("")
+	}
 	w("Machine: %s; 1-minute load average %s at the start, %s at the end (the machine is shared);", e.Machine, e.Load, e.LoadEnd)
 	w("%s; %s; measured %s.", e.GoVersion, e.SlurmVersion, e.Date)
 	w("")

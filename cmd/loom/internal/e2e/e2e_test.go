@@ -33,9 +33,10 @@ func (c *cluster) start(t *testing.T, svc string) {
 
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
-	ctx := testkit.Context(t, time.Minute)
 	base := t.TempDir()
-	c := &cluster{bin: binaries(t), logs: filepath.Join(base, "logs"), data: filepath.Join(base, "data"),
+	bin := binaries(t) // built first: under a loaded test run the build alone can take a minute
+	ctx := testkit.Context(t, time.Minute)
+	c := &cluster{bin: bin, logs: filepath.Join(base, "logs"), data: filepath.Join(base, "data"),
 		env: map[string][]string{}, procs: map[string]*proc{}}
 	for _, d := range []string{c.logs, c.data} {
 		if err := os.MkdirAll(d, 0o755); err != nil {

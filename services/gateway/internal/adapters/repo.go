@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/errs"
@@ -73,6 +74,41 @@ func (r *Repo) NextJobIDs(ctx context.Context, n int) (int64, error) {
 		return 0, fmt.Errorf("next job ids: %w: %v", errs.Unavailable, err)
 	}
 	return last - int64(n) + 1, nil
+}
+
+// replayOrIDs is ReplayOrJobIDs' one round trip: the name the request
+// recorded (under its string key, else in the hash earlier versions wrote),
+// or else INCRBY of the job id counter.
+var replayOrIDs = redis.NewScript(`
+local name = redis.call('GET', KEYS[1])
+if not name then name = redis.call('HGET', KEYS[2], ARGV[1]) end
+if name then return {name, 0} end
+return {'', redis.call('INCRBY', KEYS[3], ARGV[2])}
+`)
+
+// ReplayOrJobIDs is, in one Redis round trip, Request(kind, requestID) and
+// then, only when there is nothing to replay, NextJobIDs(n): it returns the
+// name an earlier call with requestID made, or the first of n new
+// consecutive job ids (requestID empty: always new ids).
+func (r *Repo) ReplayOrJobIDs(ctx context.Context, kind, requestID string, n int) (replay string, first int64, err error) {
+	if requestID == "" {
+		first, err = r.NextJobIDs(ctx, n)
+		return "", first, err
+	}
+	if n < 1 {
+		return "", 0, fmt.Errorf("next job ids: %w", errs.Invalid("n", "%d must be at least 1", n))
+	}
+	keys := []string{r.st.Key(KeyRequestPrefix + kind + ":" + requestID), r.st.Key(KeyRequests), r.st.Key(KeyJobSeq)}
+	res, err := replayOrIDs.Run(ctx, r.st.Client(), keys, kind+":"+requestID, n).Slice()
+	if err != nil {
+		return "", 0, fmt.Errorf("request %s %s: %w: %v", kind, requestID, errs.Unavailable, err)
+	}
+	name, _ := res[0].(string)
+	last, _ := res[1].(int64)
+	if name != "" {
+		return name, 0, nil
+	}
+	return "", last - int64(n) + 1, nil
 }
 
 // Operation returns the stored operation name; errs.NotFound when unknown.

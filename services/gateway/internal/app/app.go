@@ -360,9 +360,6 @@ func (g *Gateway) HandleClusterEvent(ctx context.Context, ev envelope.Event) err
 // retry with the same request_id returns the first call's job (as it is now).
 func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (*loomv1.Job, error) {
 	kind, rid := adapters.RequestSubmitJob, req.GetRequestId()
-	if j, ok, err := g.replayJob(ctx, rid); err != nil || ok {
-		return j, err
-	}
 	var cluster *loomv1.Cluster
 	if name := domain.JobCluster(req); name != "" {
 		c, err := g.clusters.get(ctx, name, g.now(), func(ctx context.Context, name string) (*loomv1.Cluster, error) {
@@ -376,13 +373,22 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 		}
 	}
 	if err := domain.ValidateSubmitJob(req, cluster); err != nil {
+		// A retry of a request that was accepted answers what it got then,
+		// even when the same request would be refused now.
+		if j, ok, rerr := g.replayJob(ctx, rid); rerr != nil || ok {
+			return j, rerr
+		}
 		return nil, err
 	}
-	// An array reserves one id per task: the array's job id is the first,
-	// task k (in ascending index order) gets the first + k.
-	id, err := g.repo.NextJobIDs(ctx, max(1, domain.ArrayTaskCount(req.GetJob().GetArray())))
+	// The replay check and the ids are one round trip: an array reserves one
+	// id per task (the array's job id is the first, task k in ascending
+	// index order gets the first + k).
+	replay, id, err := g.repo.ReplayOrJobIDs(ctx, kind, rid, max(1, domain.ArrayTaskCount(req.GetJob().GetArray())))
 	if err != nil {
 		return nil, err
+	}
+	if replay != "" {
+		return g.job(ctx, replay)
 	}
 	job := domain.AcceptJob(req, cluster, id, g.now())
 	tx := &store.Tx{}

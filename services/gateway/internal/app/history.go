@@ -27,8 +27,9 @@ const sweepBatch = 500
 
 // HandleHistoryEvent records a job that ended (a JobChanged in a final
 // state) in the history, which serves GetJob and ListJobs (sacct) once the
-// scheduler has pruned the job. The job is read from the scheduler first,
-// for its runs (a JobChanged carries none); when the scheduler no longer has
+// scheduler has pruned the job. The scheduler sends a final state with the
+// job's runs; an event without them (from an older scheduler) has the job
+// read from the scheduler for its runs, and when the scheduler no longer has
 // it (this consumer lagged past its retention), the event's job is kept.
 // The event id is the inbox id: a redelivered event writes nothing twice.
 func (g *Gateway) HandleHistoryEvent(ctx context.Context, ev envelope.Event) error {
@@ -37,11 +38,14 @@ func (g *Gateway) HandleHistoryEvent(ctx context.Context, ev envelope.Event) err
 		return nil
 	}
 	j := jc.GetJob()
-	if cur, err := g.own.Jobs.GetJob(ctx, &loomv1.GetJobRequest{Name: j.GetName()}); err == nil &&
-		cur.GetState() == j.GetState() && cur.GetRestartCount() == j.GetRestartCount() {
-		j = cur
-	} else if err != nil && !isNotFound(err) {
-		return fmt.Errorf("history of %s: ask the scheduler: %w", j.GetName(), err)
+	if len(j.GetRuns()) == 0 && jc.GetAttempt() > 0 {
+		// A scheduler that did not send the runs with the final state.
+		if cur, err := g.own.Jobs.GetJob(ctx, &loomv1.GetJobRequest{Name: j.GetName()}); err == nil &&
+			cur.GetState() == j.GetState() && cur.GetRestartCount() == j.GetRestartCount() {
+			j = cur
+		} else if err != nil && !isNotFound(err) {
+			return fmt.Errorf("history of %s: ask the scheduler: %w", j.GetName(), err)
+		}
 	}
 	tx := &store.Tx{}
 	if err := adapters.PutHistory(tx, j); err != nil {

@@ -128,3 +128,43 @@ func TestHandleBatchWithABadEventChangesNothing(t *testing.T) {
 		t.Fatalf("a refused batch left job 1 in the state")
 	}
 }
+
+// A change emits a job's progress once, as the change leaves it, but never
+// hides an attempt's end: a short step whose start and end arrive in one
+// batch ends its job in one JobChanged, which carries the job's runs.
+func TestBatchEmitsOneJobChangedPerJobProgress(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 8)
+	c := h.submitJob(job(1, 1, 8))
+	if got := statesSeen(c, 1); len(got) != 1 || got[0] != loomv1.JobState_CONFIGURING {
+		t.Fatalf("submitted and started in one change: %v, want [CONFIGURING]", got)
+	}
+	// The node is full: job 2 waits, and its one event says why.
+	c = h.submitJob(job(2, 1, 8))
+	if jc := jobChanges(c); len(jc) != 1 || jc[0].GetJob().GetState() != loomv1.JobState_PENDING || jc[0].GetJob().GetStateReason() == "" {
+		t.Fatalf("a waiting job: %v, want one JobChanged PENDING with a reason", jc)
+	}
+	c, _ = h.batch(
+		&eventsv1.StepChanged{Job: jobName(1), Attempt: 1, Node: nodeName("gpu-0001"), State: eventsv1.StepState_STEP_RUNNING, Cluster: cl},
+		&eventsv1.StepChanged{Job: jobName(1), Attempt: 1, Node: nodeName("gpu-0001"), State: eventsv1.StepState_STEP_EXITED, Cluster: cl},
+	)
+	if got := statesSeen(c, 1); len(got) != 1 || got[0] != loomv1.JobState_COMPLETED {
+		t.Fatalf("start and end in one batch: %v, want [COMPLETED]", got)
+	}
+	var done *loomv1.Job
+	for _, jc := range jobChanges(c) {
+		if jc.GetJob().GetName() == jobName(1) {
+			done = jc.GetJob()
+		}
+	}
+	if rs := done.GetRuns(); len(rs) != 1 || rs[0].GetState() != loomv1.JobState_COMPLETED || rs[0].GetEndTime() == nil ||
+		len(rs[0].GetNodes()) != 1 || rs[0].GetNodes()[0] != "gpu-0001" {
+		t.Fatalf("the final JobChanged's runs: %v, want the one completed run on gpu-0001", rs)
+	}
+	// Job 2 started in the same change.
+	if got := statesSeen(c, 2); len(got) != 1 || got[0] != loomv1.JobState_CONFIGURING {
+		t.Fatalf("the waiting job in the same change: %v, want [CONFIGURING]", got)
+	}
+	// (That a requeue's REQUEUED is kept before its PENDING: TestHoldReleaseRequeue.)
+}

@@ -3,8 +3,6 @@ package domain
 import (
 	"sort"
 
-	"google.golang.org/protobuf/proto"
-
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -116,22 +114,7 @@ func (t *txn) settle() {
 		if r == nil || runDone(r) || !r.Ended() || !r.End.Equal(t.now) || r.Outcome != j.Job.GetState() {
 			continue
 		}
-		final := j.Job.GetState()
 		j.Job.State = loomv1.JobState_COMPLETING
-		t.replaceJobEmit(j, final)
+		t.emitJob(j)
 	}
-}
-
-// replaceJobEmit makes the change's latest JobChanged of j, when it shows j
-// in state was (same attempt), show j as it is now instead, so that
-// watchers never see a final state before COMPLETING; else it emits j.
-func (t *txn) replaceJobEmit(j *Job, was loomv1.JobState) {
-	if i, ok := t.c.lastJobEmit[j.Name()]; ok {
-		prev := t.c.Emits[i].Payload.(*eventsv1.JobChanged)
-		if prev.GetAttempt() == j.Attempt && prev.GetJob().GetState() == was {
-			t.c.Emits[i].Payload = &eventsv1.JobChanged{Job: proto.Clone(j.Job).(*loomv1.Job), Attempt: j.Attempt, ModelDir: j.ModelDir}
-			return
-		}
-	}
-	t.emitJob(j)
 }

@@ -47,7 +47,7 @@ func TestConfiguringRunningCompleting(t *testing.T) {
 			h.node("gpu-0001", 8)
 			h.node("gpu-0002", 8)
 			c := h.submitJob(job(1, 2, 4, limit(time.Hour)))
-			if got := statesSeen(c, 1); !reflect.DeepEqual(got, []loomv1.JobState{loomv1.JobState_PENDING, loomv1.JobState_CONFIGURING}) {
+			if got := statesSeen(c, 1); !reflect.DeepEqual(got, []loomv1.JobState{loomv1.JobState_CONFIGURING}) {
 				t.Fatalf("submit: %v", got)
 			}
 			h.wantExact(1, loomv1.JobState_CONFIGURING, "")
@@ -154,7 +154,7 @@ func TestBatchJobCompletesAfterItsSrunTasks(t *testing.T) {
 	h.node("a", 4)
 	h.node("b", 4)
 	c := h.submitJob(&loomv1.Job{Name: jobName(1), JobId: "1", Cluster: cl, NodeCount: 2, Script: "#!/bin/sh\nsrun train\n"})
-	if got := statesSeen(c, 1); !reflect.DeepEqual(got, []loomv1.JobState{loomv1.JobState_PENDING, loomv1.JobState_CONFIGURING}) {
+	if got := statesSeen(c, 1); !reflect.DeepEqual(got, []loomv1.JobState{loomv1.JobState_CONFIGURING}) {
 		t.Fatalf("submit: %v", got)
 	}
 	c = h.step(1, 1, "a", eventsv1.StepState_STEP_RUNNING, 0)

@@ -277,20 +277,44 @@ func (t *txn) usage(key string) *Usage {
 	return t.s.usage[key]
 }
 
-// emitJob emits the job's current state. When the change already emits the
-// job in the same state, that event is updated instead: a pass that refines a
-// new job's reason yields one JobChanged, not two.
+// emitJob emits the job's current state. A change emits a job's progress
+// once: when its latest JobChanged of the job shows it PENDING, CONFIGURING
+// or RUNNING (or in the same state and attempt), that event is updated
+// instead, so that it says how the change leaves the job. A job submitted and
+// started by one change is emitted CONFIGURING, not PENDING then CONFIGURING,
+// and a short step whose start and end reach the scheduler together ends the
+// job in one event. What marks an attempt's end (REQUEUED, PREEMPTED, a final
+// state) is never replaced, except a final state by COMPLETING, so that
+// watchers never see a final state before COMPLETING. Consumers therefore
+// see every state a change leaves a job in, each attempt's end, and always
+// the final state.
+//
+// A job in a final state is emitted with its runs (Job.runs, as GetJob
+// shows them), so that the accounting history needs nothing else.
 func (t *txn) emitJob(j *Job) {
 	ev := &eventsv1.JobChanged{Job: proto.Clone(j.Job).(*loomv1.Job), Attempt: j.Attempt, ModelDir: j.ModelDir}
-	if i, ok := t.c.lastJobEmit[j.Name()]; ok {
-		prev := t.c.Emits[i].Payload.(*eventsv1.JobChanged)
-		if prev.GetJob().GetState() == j.Job.GetState() && prev.GetAttempt() == j.Attempt {
-			t.c.Emits[i].Payload = ev
-			return
-		}
+	if j.Terminal() {
+		ev.Job.Runs = jobRuns(j, t.run)
+	}
+	if i, ok := t.c.lastJobEmit[j.Name()]; ok && replaces(t.c.Emits[i].Payload.(*eventsv1.JobChanged), ev) {
+		t.c.Emits[i].Payload = ev
+		return
 	}
 	t.c.lastJobEmit[j.Name()] = len(t.c.Emits)
 	t.emit(topics.JobEvents, j.Job.GetCluster(), j.Name(), ev)
+}
+
+// replaces reports whether next, a later JobChanged of the same job in the
+// same change, may stand for prev (see emitJob).
+func replaces(prev, next *eventsv1.JobChanged) bool {
+	ps, ns := prev.GetJob().GetState(), next.GetJob().GetState()
+	switch {
+	case prev.GetAttempt() == next.GetAttempt() && ps == ns:
+		return true
+	case ps == loomv1.JobState_PENDING || ps == loomv1.JobState_CONFIGURING || ps == loomv1.JobState_RUNNING:
+		return true
+	}
+	return prev.GetAttempt() == next.GetAttempt() && ns == loomv1.JobState_COMPLETING && terminal(ps)
 }
 
 func (t *txn) emit(topic, key, subject string, payload proto.Message) {

@@ -169,8 +169,16 @@ func (v *viewer) job(rec *Job) *loomv1.Job {
 			out.Placement = d.explain()
 		}
 	}
+	out.Runs = jobRuns(rec, func(key string) *Run { return v.s.runs[key] })
+	return out
+}
+
+// jobRuns is Job.runs: the job's attempts as run finds them, oldest first;
+// an attempt not ended yet shows the job's state.
+func jobRuns(rec *Job, run func(key string) *Run) []*loomv1.JobRun {
+	var out []*loomv1.JobRun
 	for a := int32(1); a <= rec.Attempt; a++ {
-		r := v.s.runs[RunKey(rec.Name(), a)]
+		r := run(RunKey(rec.Name(), a))
 		if r == nil {
 			continue
 		}
@@ -181,9 +189,9 @@ func (v *viewer) job(rec *Job) *loomv1.Job {
 		if r.Ended() {
 			jr.State, jr.EndTime = r.Outcome, timestamppb.New(r.End)
 		} else {
-			jr.State = out.GetState()
+			jr.State = rec.Job.GetState()
 		}
-		out.Runs = append(out.Runs, jr)
+		out = append(out, jr)
 	}
 	return out
 }
