@@ -31,7 +31,7 @@ func StartTime(pid int) (uint64, bool) {
 		err := syscall.Kill(pid, 0)
 		return 0, err == nil || errors.Is(err, syscall.EPERM)
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	b, err := readStat(pid)
 	if err != nil {
 		return 0, false
 	}
@@ -51,6 +51,26 @@ func StartTime(pid int) (uint64, bool) {
 		return 0, false
 	}
 	return st, true
+}
+
+// readStat reads /proc/<pid>/stat in one read into a stack buffer: an agent
+// reads it for every process it starts, and os.ReadFile's stat and second
+// read double the system calls.
+func readStat(pid int) ([]byte, error) {
+	var buf [1024]byte // a stat line is ~300 bytes; the comm field is at most 64
+	fd, err := syscall.Open("/proc/"+strconv.Itoa(pid)+"/stat", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer syscall.Close(fd)
+	n, err := syscall.Read(fd, buf[:])
+	if err != nil {
+		return nil, err
+	}
+	if n == len(buf) {
+		return os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat") // longer than any we know: read it all
+	}
+	return buf[:n], nil
 }
 
 // Alive reports whether pid runs and, when start is not 0, is the process
