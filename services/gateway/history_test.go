@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -36,17 +37,8 @@ func TestJobHistoryServesPrunedJobs(t *testing.T) {
 		&eventsv1.JobChanged{Job: &loomv1.Job{Name: ev.GetName(), JobId: ev.GetJobId(), Cluster: cluster1, State: ev.GetState(),
 			ExitCode: 3, EndTime: ev.GetEndTime()}, Attempt: 1}))
 
-	testkit.WaitFor(t, wait, "the ended job in the history", func() (bool, error) {
-		return h.redis.HExists(ctx, "gateway:history", ended.GetName()).Result()
-	})
 	// The scheduler prunes it; the history answers.
-	h.w.mu.Lock()
-	delete(h.w.jobs, ended.GetName())
-	h.w.mu.Unlock()
-	got, err := h.jobs().GetJob(ctx, &loomv1.GetJobRequest{Name: ended.GetName()})
-	if err != nil {
-		t.Fatalf("GetJob of a pruned job: %v", err)
-	}
+	got := fromHistory(t, ctx, h, ended.GetName())
 	if got.GetState() != loomv1.JobState_FAILED || got.GetExitCode() != 3 || len(got.GetRuns()) != 1 || got.GetUser() != "ana" {
 		t.Fatalf("history job %v; want the scheduler's view, with its run", got)
 	}
@@ -101,17 +93,25 @@ func TestJobHistoryTakesRunsFromTheEvent(t *testing.T) {
 		User: "from-event", EndTime: timestamppb.Now(),
 		Runs: []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_COMPLETED, Nodes: []string{"gpu-0002"}}}}
 	testkit.Publish(t, h.broker, envelope.New(topics.JobEvents, cluster1, "test", &eventsv1.JobChanged{Job: sent, Attempt: 1}))
-	testkit.WaitFor(t, wait, "the ended job in the history", func() (bool, error) {
-		return h.redis.HExists(ctx, "gateway:history", sent.GetName()).Result()
-	})
-	h.w.mu.Lock()
-	delete(h.w.jobs, sent.GetName())
-	h.w.mu.Unlock()
-	got, err := h.jobs().GetJob(ctx, &loomv1.GetJobRequest{Name: sent.GetName()})
-	if err != nil {
-		t.Fatalf("GetJob of a pruned job: %v", err)
-	}
+	got := fromHistory(t, ctx, h, sent.GetName())
 	if got.GetUser() != "from-event" || len(got.GetRuns()) != 1 || got.GetRuns()[0].GetNodes()[0] != "gpu-0002" {
 		t.Fatalf("history job %v; want the event's job with its run", got)
 	}
+}
+
+// fromHistory waits until the history holds the job name, has the (fake)
+// scheduler prune it, and returns what GetJob then answers: the history's.
+func fromHistory(t *testing.T, ctx context.Context, h *harness, name string) *loomv1.Job {
+	t.Helper()
+	testkit.WaitFor(t, wait, "the ended job in the history", func() (bool, error) {
+		return h.redis.HExists(ctx, "gateway:history", name).Result()
+	})
+	h.w.mu.Lock()
+	delete(h.w.jobs, name)
+	h.w.mu.Unlock()
+	got, err := h.jobs().GetJob(ctx, &loomv1.GetJobRequest{Name: name})
+	if err != nil {
+		t.Fatalf("GetJob of a pruned job: %v", err)
+	}
+	return got
 }
