@@ -984,3 +984,55 @@ func TestKeysPassOverOtherKeysUndecoded(t *testing.T) {
 		})
 	}
 }
+
+// Filter sees each record's topic, key, type and subject before it is
+// decoded; what it refuses is committed, not handled.
+func TestFilterSeesTypeAndSubjectBeforeDecoding(t *testing.T) {
+	t.Parallel()
+	_, broker := kfakeBroker(t)
+	topic := newTopic(t, broker, 1)
+	p := newProducer(t, broker)
+
+	var want []string
+	var evs []envelope.Event
+	for i := 0; i < 30; i++ {
+		ev := event(topic, "k", int32(i))
+		ev.Subject = []string{"keep", "drop", "keep-too"}[i%3]
+		evs = append(evs, ev)
+		if ev.Subject != "drop" {
+			want = append(want, ev.ID)
+		}
+	}
+	publish(t, p, evs...)
+	var got seen
+	var mu sync.Mutex
+	var asked []bus.Record
+	c := bus.NewConsumer(bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic}, Logger: testLogger(t),
+		Filter: func(r bus.Record) bool {
+			mu.Lock()
+			asked = append(asked, r)
+			mu.Unlock()
+			return r.Subject != "drop"
+		}}, p, func(ctx context.Context, ev envelope.Event) error { got.add(ev); return nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	testkit.WaitFor(t, wait, "every record committed", func() (bool, error) {
+		return committed(t, broker, "g", topic, 0) == int64(len(evs)), nil
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if ids := got.ids(); !slices.Equal(ids, want) {
+		t.Fatalf("handled %v, want the records not refused, in order: %v", ids, want)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) < len(evs) {
+		t.Fatalf("Filter asked %d times for %d records", len(asked), len(evs))
+	}
+	if r := asked[0]; r.Topic != topic || r.Key != "k" || r.Type != evs[0].Type || r.Subject != "keep" {
+		t.Fatalf("Filter saw %+v, want topic %s, key k, type %s, subject keep", r, topic, evs[0].Type)
+	}
+}

@@ -97,6 +97,12 @@ type ConsumerConfig struct {
 	// agent reads its node's commands this way from a topic keyed by node,
 	// instead of decoding every node's only to ignore them.
 	Keys []string
+	// Filter, when set, is asked about each record (with Keys, about each
+	// record with one of them) before it is decoded: a record it refuses is
+	// committed without being decoded or handled. It sees only the record's
+	// topic, key and CloudEvents type and subject headers, and must be safe
+	// for concurrent use.
+	Filter func(Record) bool
 }
 
 // DefaultCommitInterval is ConsumerConfig.CommitInterval when unset. A
@@ -177,10 +183,34 @@ func NewConsumer(cfg ConsumerConfig, dlq *Producer, h Handler) *Consumer {
 	return c
 }
 
-// wants reports whether m's key is one the handler wants (see
-// ConsumerConfig.Keys).
+// Record is what a ConsumerConfig.Filter learns of a record before it is
+// decoded.
+type Record struct {
+	Topic, Key string
+	// Type and Subject are the ce_type and ce_subject headers ("" when
+	// absent).
+	Type, Subject string
+}
+
+// wants reports whether the handler wants m (see ConsumerConfig.Keys and
+// Filter).
 func (c *Consumer) wants(m kafka.Message) bool {
-	return c.keys == nil || c.keys[string(m.Key)]
+	if c.keys != nil && !c.keys[string(m.Key)] {
+		return false
+	}
+	if c.cfg.Filter == nil {
+		return true
+	}
+	r := Record{Topic: m.Topic, Key: string(m.Key)}
+	for _, h := range m.Headers {
+		switch h.Key {
+		case envelope.HeaderType:
+			r.Type = string(h.Value)
+		case envelope.HeaderSubject:
+			r.Subject = string(h.Value)
+		}
+	}
+	return c.cfg.Filter(r)
 }
 
 // WithBatch makes Run hand the records that are waiting, up to max at a
@@ -385,7 +415,7 @@ func (c *Consumer) runBatches(ctx context.Context, r *kafka.Reader, dlq *Produce
 // reports false when the stop cut the handling short.
 func (c *Consumer) handleBatch(ctx context.Context, dlq *Producer, commits *committer, ms []kafka.Message) bool {
 	wanted := ms
-	if c.keys != nil {
+	if c.keys != nil || c.cfg.Filter != nil {
 		wanted = make([]kafka.Message, 0, len(ms))
 		for _, m := range ms {
 			if c.wants(m) {

@@ -117,7 +117,8 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string
 		{
 			Topics: []string{topics.JobEvents}, Handler: ports.JobEvents(gw),
 			Group:  WatchGroupPrefix + randomSuffix(),
-			Config: &bus.ConsumerConfig{StartLatest: true},
+			// Only the changes of jobs watched here are decoded.
+			Config: &bus.ConsumerConfig{StartLatest: true, Filter: func(r bus.Record) bool { return gw.Watched(r.Type, r.Subject) }},
 		},
 	}
 	consumers = append(consumers, service.Consume{Topics: []string{topics.JobEvents}, Handler: ports.JobHistory(gw), Group: app.HistoryGroup})

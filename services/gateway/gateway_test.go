@@ -468,7 +468,9 @@ func testWatch(t *testing.T, h *harness, ctx context.Context, job *loomv1.Job) {
 	change := func(s loomv1.JobState) {
 		j := proto.Clone(job).(*loomv1.Job)
 		j.State = s
-		if err := prod.Publish(ctx, envelope.New(topics.JobEvents, cluster1, "loom/scheduler", &eventsv1.JobChanged{Job: j, Attempt: 1})); err != nil {
+		ev := envelope.New(topics.JobEvents, cluster1, "loom/scheduler", &eventsv1.JobChanged{Job: j, Attempt: 1})
+		ev.Subject = j.GetName() // as the scheduler sends it: the feed reads the subject
+		if err := prod.Publish(ctx, ev); err != nil {
 			t.Fatalf("publish: %v", err)
 		}
 	}

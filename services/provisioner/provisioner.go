@@ -20,6 +20,7 @@ import (
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/service"
 	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/provisioner/internal/app"
 	"github.com/loom-ml/loom/services/provisioner/internal/capacity"
@@ -244,6 +245,9 @@ func envInt(key string, def int) int {
 	return def
 }
 
+// nodeDrainedType is NodeDrained's CloudEvents type.
+var nodeDrainedType = string((&eventsv1.NodeDrained{}).ProtoReflect().Descriptor().FullName())
+
 // Run runs the provisioner until ctx ends, then shuts down gracefully.
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
@@ -292,7 +296,11 @@ func Run(ctx context.Context, cfg Config) error {
 		Handler: ports.Handler(a),
 		// Handlers fail only when Redis does; ride out a restart of it (about
 		// a minute) before a command is dead-lettered and its operation lost.
-		Config: &bus.ConsumerConfig{MaxAttempts: 20, MaxBackoff: 5 * time.Second},
+		// Of the job events only NodeDrained matters here: the jobs' changes,
+		// most of that topic, are passed over undecoded.
+		Config: &bus.ConsumerConfig{MaxAttempts: 20, MaxBackoff: 5 * time.Second, Filter: func(r bus.Record) bool {
+			return r.Topic != topics.JobEvents || r.Type == nodeDrainedType
+		}},
 	}}
 	err = base.Run(ctx, consumers, a.Reconcile, a.WatchProvider)
 	if cfg.StopAgentsOnExit {

@@ -768,6 +768,18 @@ func (g *Gateway) emitJobCommand(ctx context.Context, cluster string, cmd proto.
 	return err
 }
 
+// Watched reports whether a record on loom.job.events.v1 with this
+// CloudEvents type and subject would reach one of this process's watchers,
+// so that the feed passes over the others without decoding them: the
+// changes of jobs nobody watches, and what is not a JobChanged. A
+// JobChanged without a subject (the job's name) is decoded to be sure.
+func (g *Gateway) Watched(typ, subject string) bool {
+	return typ == jobChangedType && (subject == "" || g.jobs.watched(subject))
+}
+
+// jobChangedType is JobChanged's CloudEvents type.
+var jobChangedType = string((&eventsv1.JobChanged{}).ProtoReflect().Descriptor().FullName())
+
 // HandleJobEvent feeds a job change from loom.job.events.v1 to this
 // process's watchers of the job.
 func (g *Gateway) HandleJobEvent(_ context.Context, ev envelope.Event) error {

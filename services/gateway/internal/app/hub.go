@@ -45,6 +45,13 @@ func (h *hub) unsubscribe(s *sub) {
 	}
 }
 
+// watched reports whether job has a watcher now.
+func (h *hub) watched(job string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs[job]) > 0
+}
+
 // publish hands j to every watcher of its job without blocking: a watcher
 // whose buffer is full is dropped and its channel closed, so one slow client
 // never holds up the consumer that feeds everyone.

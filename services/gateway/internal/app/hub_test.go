@@ -62,3 +62,25 @@ func TestSignalsWakeWaitersOfTheName(t *testing.T) {
 		t.Fatal("stopped waiter still registered")
 	}
 }
+
+// The watch feed decodes a record only when it is a JobChanged of a job
+// watched here (or one without a subject, to be sure).
+func TestWatchedOnlyForJobsWithAWatcher(t *testing.T) {
+	t.Parallel()
+	g := &Gateway{jobs: newHub()}
+	const job = "projects/default/jobs/1"
+	if g.Watched(jobChangedType, job) {
+		t.Fatal("a job nobody watches counted as watched")
+	}
+	s := g.jobs.subscribe(job)
+	if !g.Watched(jobChangedType, job) || !g.Watched(jobChangedType, "") {
+		t.Fatal("a watched job (or a JobChanged without subject) not wanted")
+	}
+	if g.Watched("loom.events.v1.NodeDrained", job) || g.Watched(jobChangedType, "projects/default/jobs/2") {
+		t.Fatal("another type, or another job, wanted")
+	}
+	g.jobs.unsubscribe(s)
+	if g.Watched(jobChangedType, job) {
+		t.Fatal("still watched after the last watcher left")
+	}
+}
