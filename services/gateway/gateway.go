@@ -116,7 +116,7 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string
 		{Topics: []string{topics.ClusterEvents}, Handler: ports.ClusterEvents(gw), Group: ConsumerGroup},
 		{
 			Topics: []string{topics.JobEvents}, Handler: ports.JobEvents(gw),
-			Group:  WatchGroupPrefix + randomSuffix(),
+			Group: WatchGroupPrefix + randomSuffix(),
 			// Only the changes of jobs watched here are decoded.
 			Config: &bus.ConsumerConfig{StartLatest: true, Filter: func(r bus.Record) bool { return gw.Watched(r.Type, r.Subject) }},
 		},
