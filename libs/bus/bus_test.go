@@ -916,10 +916,10 @@ func TestBatchHandlerTakesWaitingRecordsAndFallsBackOneByOne(t *testing.T) {
 	}
 }
 
-// A consumer with Keys hands over only records with those keys, in order,
-// and commits the others without decoding them: a malformed record under
-// another key is passed over, not dead-lettered.
-func TestKeysPassOverOtherKeysUndecoded(t *testing.T) {
+// A consumer whose Filter takes one key hands over only records with that
+// key, in order, and commits the others without decoding them: a malformed
+// record under another key is passed over, not dead-lettered.
+func TestFilterPassesOverOtherKeysUndecoded(t *testing.T) {
 	t.Parallel()
 	for _, batched := range []bool{false, true} {
 		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
@@ -953,7 +953,7 @@ func TestKeysPassOverOtherKeysUndecoded(t *testing.T) {
 			var got seen
 			h := func(ctx context.Context, ev envelope.Event) error { got.add(ev); return nil }
 			c := bus.NewConsumer(bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic},
-				Keys: []string{"mine"}, Logger: testLogger(t)}, p, h)
+				Filter: func(r bus.Record) bool { return r.Key == "mine" }, Logger: testLogger(t)}, p, h)
 			if batched {
 				c.WithBatch(func(ctx context.Context, b []envelope.Event) error {
 					for _, ev := range b {

@@ -92,16 +92,12 @@ type ConsumerConfig struct {
 	// handlers (inbox marks) absorb. Negative: commit synchronously after
 	// every record, before the next one is handled.
 	CommitInterval time.Duration
-	// Keys, when set, are the only record keys the handler wants: a record
-	// with another key is committed without being decoded or handled. An
-	// agent reads its node's commands this way from a topic keyed by node,
-	// instead of decoding every node's only to ignore them.
-	Keys []string
-	// Filter, when set, is asked about each record (with Keys, about each
-	// record with one of them) before it is decoded: a record it refuses is
-	// committed without being decoded or handled. It sees only the record's
-	// topic, key and CloudEvents type and subject headers, and must be safe
-	// for concurrent use.
+	// Filter, when set, is asked about each record before it is decoded: a
+	// record it refuses is committed without being decoded or handled. It
+	// sees only the record's topic, key and CloudEvents type and subject
+	// headers, and must be safe for concurrent use. An agent reads its
+	// node's commands this way from a topic keyed by node, instead of
+	// decoding every node's only to ignore them.
 	Filter func(Record) bool
 }
 
@@ -132,10 +128,8 @@ type Consumer struct {
 	bh  BatchHandler
 	// maxBatch bounds a batch (WithBatch); 0 without one.
 	maxBatch int
-	// keys is cfg.Keys as a set; nil: every key.
-	keys    map[string]bool
-	log     *slog.Logger
-	running atomic.Bool
+	log      *slog.Logger
+	running  atomic.Bool
 	// crashed makes Run return without committing what it handled, as a
 	// process that died would (tests inject crashes with it).
 	crashed atomic.Bool
@@ -168,19 +162,12 @@ func NewConsumer(cfg ConsumerConfig, dlq *Producer, h Handler) *Consumer {
 	if cfg.CommitInterval == 0 {
 		cfg.CommitInterval = DefaultCommitInterval
 	}
-	c := &Consumer{
+	return &Consumer{
 		cfg: cfg,
 		dlq: dlq,
 		h:   h,
 		log: cfg.Logger.With("group", cfg.GroupID),
 	}
-	if len(cfg.Keys) > 0 {
-		c.keys = make(map[string]bool, len(cfg.Keys))
-		for _, k := range cfg.Keys {
-			c.keys[k] = true
-		}
-	}
-	return c
 }
 
 // Record is what a ConsumerConfig.Filter learns of a record before it is
@@ -192,12 +179,8 @@ type Record struct {
 	Type, Subject string
 }
 
-// wants reports whether the handler wants m (see ConsumerConfig.Keys and
-// Filter).
+// wants reports whether the handler wants m (see ConsumerConfig.Filter).
 func (c *Consumer) wants(m kafka.Message) bool {
-	if c.keys != nil && !c.keys[string(m.Key)] {
-		return false
-	}
 	if c.cfg.Filter == nil {
 		return true
 	}
@@ -415,7 +398,7 @@ func (c *Consumer) runBatches(ctx context.Context, r *kafka.Reader, dlq *Produce
 // reports false when the stop cut the handling short.
 func (c *Consumer) handleBatch(ctx context.Context, dlq *Producer, commits *committer, ms []kafka.Message) bool {
 	wanted := ms
-	if c.keys != nil || c.cfg.Filter != nil {
+	if c.cfg.Filter != nil {
 		wanted = make([]kafka.Message, 0, len(ms))
 		for _, m := range ms {
 			if c.wants(m) {

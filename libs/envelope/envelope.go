@@ -81,7 +81,7 @@ func NewID() string {
 func New(topic, key, source string, payload proto.Message) Event {
 	return Event{
 		ID:      NewID(),
-		Type:    string(payload.ProtoReflect().Descriptor().FullName()),
+		Type:    TypeOf(payload),
 		Source:  source,
 		Subject: key,
 		Time:    time.Now().UTC(),
@@ -91,6 +91,13 @@ func New(topic, key, source string, payload proto.Message) Event {
 	}
 }
 
+// TypeOf is the ce_type of an event carrying payload: the payload's full
+// protobuf name. Consumers compare it with a record's ce_type header to pass
+// over records without decoding them.
+func TypeOf(payload proto.Message) string {
+	return string(payload.ProtoReflect().Descriptor().FullName())
+}
+
 // Encode turns an event into a Kafka message. The event must have an ID, a
 // type and a payload.
 func Encode(e Event) (kafka.Message, error) {
@@ -98,7 +105,7 @@ func Encode(e Event) (kafka.Message, error) {
 		return kafka.Message{}, fmt.Errorf("encode event: %w: id and payload are required", ErrMalformed)
 	}
 	if e.Type == "" {
-		e.Type = string(e.Payload.ProtoReflect().Descriptor().FullName())
+		e.Type = TypeOf(e.Payload)
 	}
 	value, err := proto.Marshal(e.Payload)
 	if err != nil {

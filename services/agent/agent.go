@@ -175,7 +175,8 @@ func Run(ctx context.Context, cfg Config) error {
 		// Handlers fail only when Redis does; ride out a restart of it (about
 		// a minute) before a step command is dead-lettered. The topic is
 		// keyed by node: other nodes' commands are passed over undecoded.
-		Config: &bus.ConsumerConfig{MaxAttempts: 20, MaxBackoff: 5 * time.Second, Keys: []string{cfg.Node}},
+		Config: &bus.ConsumerConfig{MaxAttempts: 20, MaxBackoff: 5 * time.Second,
+			Filter: func(r bus.Record) bool { return r.Key == cfg.Node }},
 	}}
 	err = base.Run(runCtx, consumers, a.Heartbeats)
 	close(runDone)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/service"
 	"github.com/loom-ml/loom/libs/topics"
@@ -246,7 +247,7 @@ func envInt(key string, def int) int {
 }
 
 // nodeDrainedType is NodeDrained's CloudEvents type.
-var nodeDrainedType = string((&eventsv1.NodeDrained{}).ProtoReflect().Descriptor().FullName())
+var nodeDrainedType = envelope.TypeOf(&eventsv1.NodeDrained{})
 
 // Run runs the provisioner until ctx ends, then shuts down gracefully.
 func Run(ctx context.Context, cfg Config) error {

@@ -91,14 +91,11 @@ return {'', redis.call('INCRBY', KEYS[3], ARGV[2])}
 // name an earlier call with requestID made, or the first of n new
 // consecutive job ids (requestID empty: always new ids).
 func (r *Repo) ReplayOrJobIDs(ctx context.Context, kind, requestID string, n int) (replay string, first int64, err error) {
-	if requestID == "" {
-		first, err = r.NextJobIDs(ctx, n)
+	if requestID == "" || n < 1 {
+		first, err = r.NextJobIDs(ctx, n) // which also refuses n < 1
 		return "", first, err
 	}
-	if n < 1 {
-		return "", 0, fmt.Errorf("next job ids: %w", errs.Invalid("n", "%d must be at least 1", n))
-	}
-	keys := []string{r.st.Key(KeyRequestPrefix + kind + ":" + requestID), r.st.Key(KeyRequests), r.st.Key(KeyJobSeq)}
+	keys := []string{r.st.Key(RequestInboxID(kind, requestID)), r.st.Key(KeyRequests), r.st.Key(KeyJobSeq)}
 	res, err := replayOrIDs.Run(ctx, r.st.Client(), keys, kind+":"+requestID, n).Slice()
 	if err != nil {
 		return "", 0, fmt.Errorf("request %s %s: %w: %v", kind, requestID, errs.Unavailable, err)

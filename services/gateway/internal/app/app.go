@@ -778,7 +778,7 @@ func (g *Gateway) Watched(typ, subject string) bool {
 }
 
 // jobChangedType is JobChanged's CloudEvents type.
-var jobChangedType = string((&eventsv1.JobChanged{}).ProtoReflect().Descriptor().FullName())
+var jobChangedType = envelope.TypeOf(&eventsv1.JobChanged{})
 
 // HandleJobEvent feeds a job change from loom.job.events.v1 to this
 // process's watchers of the job.
