@@ -62,17 +62,18 @@ func stateLong(s loomv1.JobState) string {
 }
 
 // parseJobStates parses a -t/--states list (codes or names, any case, or
-// "all"); all=true means no filter.
-func parseJobStates(prog, s string) (states []loomv1.JobState, all bool, err error) {
+// "all") into the set of states it names; nil means "all": no filter.
+func parseJobStates(prog, s string) (stateSet, error) {
+	states := stateSet{}
 	for _, item := range splitList(s) {
 		if strings.EqualFold(item, "all") {
-			return nil, true, nil
+			return nil, nil
 		}
 		found := false
 		for _, st := range jobStates {
 			if strings.EqualFold(item, st.code) || strings.EqualFold(item, st.long) ||
 				(st.state == loomv1.JobState_CANCELLED && strings.EqualFold(item, "CANCELED")) {
-				states = append(states, st.state)
+				states[st.state] = true
 				found = true
 				break
 			}
@@ -82,11 +83,11 @@ func parseJobStates(prog, s string) (states []loomv1.JobState, all bool, err err
 			for _, st := range jobStates {
 				names = append(names, st.long)
 			}
-			return nil, false, &Error{Code: 1, Text: fmt.Sprintf("%s: error: Invalid job state specified: %s\n%s: error: Valid job states include: %s",
+			return nil, &Error{Code: 1, Text: fmt.Sprintf("%s: error: Invalid job state specified: %s\n%s: error: Valid job states include: %s",
 				prog, item, prog, strings.Join(names, ","))}
 		}
 	}
-	return states, false, nil
+	return states, nil
 }
 
 // jobReason is a job's Slurm reason: what the scheduler said, else Slurm's

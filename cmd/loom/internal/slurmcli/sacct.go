@@ -493,15 +493,12 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 		case "partition":
 			parts = splitList(o.value)
 		case "state":
-			list, all, err := parseJobStates("sacct", o.value)
+			set, err := parseJobStates("sacct", o.value)
 			if err != nil {
 				return err
 			}
-			if !all {
-				states = stateSet{}
-				for _, s := range list {
-					states[s] = true
-				}
+			if set != nil { // "all" leaves the filter as it was
+				states = set
 			}
 		case "starttime":
 			t, err := parseSacctTime(o.value, c.now)

@@ -99,15 +99,12 @@ func (c *cmd) scancel(ctx context.Context, args []string) error {
 			}
 			signal = name
 		case "state":
-			list, all, err := parseJobStates("scancel", o.value)
+			set, err := parseJobStates("scancel", o.value)
 			if err != nil {
 				return err
 			}
-			if !all {
-				states = stateSet{}
-				for _, s := range list {
-					states[s] = true
-				}
+			if set != nil { // "all" leaves the filter as it was
+				states = set
 			}
 		case "user":
 			users = splitList(o.value)

@@ -344,17 +344,11 @@ func (c *cmd) squeue(ctx context.Context, args []string) error {
 	var stateFilter stateSet
 	allStates := false
 	if states != "" {
-		list, all, err := parseJobStates("squeue", states)
+		set, err := parseJobStates("squeue", states)
 		if err != nil {
 			return err
 		}
-		allStates = all
-		if !all {
-			stateFilter = stateSet{}
-			for _, s := range list {
-				stateFilter[s] = true
-			}
-		}
+		stateFilter, allStates = set, set == nil
 	} else if start {
 		stateFilter = stateSet{loomv1.JobState_PENDING: true}
 	}
