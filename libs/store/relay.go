@@ -25,24 +25,6 @@ func (f PublisherFunc) PublishMessages(ctx context.Context, msgs ...kafka.Messag
 	return f(ctx, msgs...)
 }
 
-// renewScript extends the lease when the caller still holds it; 0 means it
-// does not (it expired, and maybe another relay took it).
-var renewScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-`)
-
-// releaseScript deletes the lease only when the caller holds it, so a relay
-// whose lease expired cannot release its successor's.
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-`)
-
 // RunRelay publishes the outbox to pub until ctx ends: in order, in batches,
 // deleting entries only after pub returned nil. It wakes at once after Apply
 // wrote events in this process, and polls otherwise, so entries written by a
@@ -69,7 +51,7 @@ func (s *Store) RunRelay(ctx context.Context, pub Publisher) error {
 	}
 	if r.held {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		if err := releaseScript.Run(rctx, s.rdb, []string{s.leaseKey}, r.token).Err(); err != nil {
+		if err := s.releaseLease(rctx, s.leaseKey, r.token); err != nil {
 			s.log().Warn("outbox relay: release lease", "err", err)
 		}
 		cancel()

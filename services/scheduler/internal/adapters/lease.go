@@ -57,22 +57,6 @@ redis.call('SADD', KEYS[2], ARGV[1])
 return 1
 `)
 
-// renewScript extends the lease if the caller still holds it.
-var renewScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-`)
-
-// releaseScript gives the lease up if the caller holds it.
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-`)
-
 // Lease is one instance's handle on the leader lease.
 type Lease struct {
 	st       *store.Store
@@ -112,11 +96,11 @@ func (l *Lease) TryAcquire(ctx context.Context) (string, error) {
 
 // Renew extends the lease held under token; ErrLeaseLost when it is not.
 func (l *Lease) Renew(ctx context.Context, token string) error {
-	n, err := renewScript.Run(ctx, l.st.Client(), []string{l.st.Key(KeyLeader)}, token, l.ttl.Milliseconds()).Int()
+	held, err := l.st.RenewLease(ctx, KeyLeader, token, l.ttl)
 	if err != nil {
 		return fmt.Errorf("leader lease: renew: %w", err)
 	}
-	if n == 0 {
+	if !held {
 		return ErrLeaseLost
 	}
 	return nil
@@ -125,7 +109,7 @@ func (l *Lease) Renew(ctx context.Context, token string) error {
 // Release gives the lease up if token holds it, so that another instance
 // takes over at once instead of after the TTL.
 func (l *Lease) Release(ctx context.Context, token string) error {
-	if err := releaseScript.Run(ctx, l.st.Client(), []string{l.st.Key(KeyLeader)}, token).Err(); err != nil {
+	if err := l.st.ReleaseLease(ctx, KeyLeader, token); err != nil {
 		return fmt.Errorf("leader lease: release: %w", err)
 	}
 	return nil
