@@ -47,6 +47,11 @@ type Config struct {
 	// StepKillGrace is the time between SIGTERM and SIGKILL when a step is
 	// stopped (LOOM_STEP_KILL_GRACE; default 10s).
 	StepKillGrace time.Duration
+	// JobNice is how far below the agent's CPU priority steps and their
+	// tasks run, as a nice increment 0..19 (LOOM_JOB_NICE; default 10), so
+	// that a job busying every CPU does not starve the agent's heartbeats
+	// and commands. 0 runs them at the agent's priority.
+	JobNice int
 }
 
 // RegisterFlags adds the agent's flags to fs, defaults from LOOM_* variables.
@@ -64,9 +69,18 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.GPUs, "gpus", gpus, "GPUs the node offers (LOOM_GPUS)")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", config.EnvDuration("LOOM_HEARTBEAT_INTERVAL", 2*time.Second),
 		"how often the agent heartbeats (LOOM_HEARTBEAT_INTERVAL)")
+	jobNice := DefaultJobNice
+	if _, err := fmt.Sscan(config.Env("LOOM_JOB_NICE", fmt.Sprint(DefaultJobNice)), &jobNice); err != nil {
+		jobNice = -1 // reported by validate
+	}
+	fs.IntVar(&c.JobNice, "job-nice", jobNice, "how far below the agent's CPU priority jobs run, a nice increment 0..19 (LOOM_JOB_NICE)")
 	fs.DurationVar(&c.StepKillGrace, "step-kill-grace", config.EnvDuration("LOOM_STEP_KILL_GRACE", 10*time.Second),
 		"time between SIGTERM and SIGKILL when a step is stopped (LOOM_STEP_KILL_GRACE)")
 }
+
+// DefaultJobNice is Config.JobNice when LOOM_JOB_NICE is unset: what the
+// nice command gives by default.
+const DefaultJobNice = 10
 
 var nodeName = regexp.MustCompile(`^(projects/[^/]+/clusters/([a-z]([a-z0-9-]{0,61}[a-z0-9])?))/nodes/([a-z]([a-z0-9-]{0,61}[a-z0-9])?)$`)
 
@@ -88,6 +102,7 @@ func (c *Config) validate() (string, error) {
 	}
 	v.Check(c.Hostname == m[4], "hostname", "must be the node name's last segment %q, got %q", m[4], c.Hostname)
 	v.Check(c.GPUs >= 0, "gpus", "must be a number >= 0")
+	v.Check(c.JobNice >= 0 && c.JobNice <= 19, "job_nice", "must be a number from 0 to 19 (a nice increment: jobs never run above the agent)")
 	if c.WorkDir == "" {
 		c.WorkDir = "."
 	}
@@ -134,7 +149,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Store: base.Store, Publisher: base.Producer,
 		Self:     domain.Self{Node: cfg.Node, Cluster: cfg.Cluster},
 		Hostname: cfg.Hostname, GPUs: cfg.GPUs, WorkDir: cfg.WorkDir, SharedDir: cfg.SharedDir,
-		KillGrace: cfg.StepKillGrace, HeartbeatInterval: cfg.HeartbeatInterval, Log: base.Log,
+		KillGrace: cfg.StepKillGrace, HeartbeatInterval: cfg.HeartbeatInterval, JobNice: cfg.JobNice, Log: base.Log,
 	})
 	if err == nil {
 		err = a.Recover(ctx)

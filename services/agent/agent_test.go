@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,6 +38,7 @@ type env struct {
 	broker, redisAddr string
 	rdb               *redis.Client
 	work, shared      string
+	jobNice           int // Config.JobNice
 }
 
 func newEnv(t *testing.T) *env {
@@ -51,7 +53,7 @@ func (e *env) config() Config {
 		Common: config.Common{Brokers: []string{e.broker}, RedisAddr: e.redisAddr, GRPCAddr: "127.0.0.1:0",
 			HTTPAddr: "127.0.0.1:0", LogLevel: "warn"},
 		Node: node, WorkDir: e.work, SharedDir: e.shared, GPUs: 8,
-		HeartbeatInterval: 100 * time.Millisecond, StepKillGrace: 2 * time.Second,
+		HeartbeatInterval: 100 * time.Millisecond, StepKillGrace: 2 * time.Second, JobNice: e.jobNice,
 	}
 }
 
@@ -343,6 +345,17 @@ func TestConfig(t *testing.T) {
 		if _, err := bad.validate(); err == nil {
 			t.Errorf("validate(%+v) accepted it", bad)
 		}
+	}
+	for _, nice := range []int{-1, 20} {
+		if _, err := (&Config{Node: node, JobNice: nice}).validate(); err == nil || !strings.Contains(err.Error(), "job_nice") {
+			t.Errorf("validate(job nice %d) = %v, want an error naming job_nice", nice, err)
+		}
+	}
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	var fromFlags Config
+	fromFlags.RegisterFlags(fs)
+	if err := fs.Parse(nil); err != nil || fromFlags.JobNice != DefaultJobNice {
+		t.Errorf("job nice without LOOM_JOB_NICE = %d (%v), want %d", fromFlags.JobNice, err, DefaultJobNice)
 	}
 	if err := Run(context.Background(), Config{}); err == nil || !strings.Contains(err.Error(), "node") {
 		t.Fatalf("Run without a node = %v", err)

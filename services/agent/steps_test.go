@@ -3,7 +3,9 @@ package agent
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -95,6 +97,31 @@ func TestStepOutputAndWorkDir(t *testing.T) {
 			t.Errorf("error file = %q, want stderr only", got)
 		}
 	})
+}
+
+// TestStepsRunBelowTheAgentsPriority checks that a step runs JobNice below
+// the agent's nice value from its first instruction (the shell's own child
+// included), while the agent keeps its own.
+func TestStepsRunBelowTheAgentsPriority(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.jobNice = 5
+	e.start(t)
+	out := filepath.Join(e.shared, "nice.out")
+	publish(t, e.broker, command(startStep("1", "nice; sh -c nice", nil, out)))
+	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_EXITED)
+	ownOut, err := exec.Command("nice").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := strconv.Atoi(strings.TrimSpace(string(ownOut)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strconv.Itoa(min(own+5, 19))
+	if got := readFile(t, out); got != want+"\n"+want+"\n" {
+		t.Fatalf("step's nice values = %q, want %s twice (the agent's %d + 5)", got, want, own)
+	}
 }
 
 // TestConcurrentStartsStartEachStepOnce sends many starts at once, with

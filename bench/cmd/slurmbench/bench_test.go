@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/bench/slurm"
+	"github.com/loom-ml/loom/services/agent"
 )
 
 func TestReplaceSection(t *testing.T) {
@@ -67,12 +68,16 @@ func TestRenderSectionShowsRatiosAndVerdicts(t *testing.T) {
 		PerNode: map[string]int{"node1": 600, "node2": 400}}
 	l := result{N: 1000, Concurrency: 8, Accept: time.Second, Complete: 10 * time.Second,
 		PerNode: map[string]int{"cpu-0001": 1000}, Redis: []redisStat{{Cmd: "evalsha", Calls: 100, Usec: 5000}}}
-	out := renderSection(env{Nodes: 4, CPUs: 16, GPUs: 8, Command: "go run ./bench/cmd/slurmbench"}, s, l)
+	l.JobNice = 10
+	l0 := result{N: 1000, Concurrency: 8, Accept: 4 * time.Second, Complete: 8 * time.Second, JobNice: 0}
+	out := renderSection(env{Nodes: 4, CPUs: 16, GPUs: 8, Command: "go run ./bench/cmd/slurmbench"}, s, l, []result{l0})
 	for _, want := range []string{
 		"| jobs accepted per second | 100 | 1000 | 10.0× | met |",
 		"| trivial jobs completed per second, end to end | 50 | 100 | 2.0× | **missed** |",
 		"node1 600, node2 400", "cpu-0001 1000", "evalsha 100 calls × 50 µs",
 		"```\ngo run ./bench/cmd/slurmbench\n```",
+		"ran `LOOM_JOB_NICE=10` below",
+		"| `LOOM_JOB_NICE=10` | 1000 | 100 | 10.0× | 2.0× |", "| `LOOM_JOB_NICE=0` | 250 | 125 | 2.5× | 2.5× |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("section lacks %q:\n%s", want, out)
@@ -82,19 +87,19 @@ func TestRenderSectionShowsRatiosAndVerdicts(t *testing.T) {
 
 func TestFlagsCheckNamesBadFlags(t *testing.T) {
 	t.Parallel()
-	f := flags{n: 0, conc: 0, nodes: 100, cpus: 1, gpus: 99, only: "pbs", report: "x", phaseTimeout: 0}
+	f := flags{n: 0, conc: 0, nodes: 100, cpus: 1, gpus: 99, only: "pbs", report: "x", jobNice: "10,-1", phaseTimeout: 0}
 	err := f.check()
 	if err == nil {
 		t.Fatal("bad flags accepted")
 	}
-	for _, want := range []string{"-n ", "-concurrency", "-nodes", "-gpus", "-only", "-report", "-phase-timeout"} {
+	for _, want := range []string{"-n ", "-concurrency", "-nodes", "-gpus", "-only", "-report", "-job-nice", "-phase-timeout"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
 	}
 	ok := flags{n: 10, conc: 2, nodes: 4, cpus: 16, gpus: 0, phaseTimeout: time.Minute}
-	if err := ok.check(); err != nil || ok.machineType != "n2-standard-16" {
-		t.Fatalf("good flags: %v, machine type %q", err, ok.machineType)
+	if err := ok.check(); err != nil || ok.machineType != "n2-standard-16" || len(ok.jobNices) != 1 || ok.jobNices[0] != agent.DefaultJobNice {
+		t.Fatalf("good flags: %v, machine type %q, job nice %v", err, ok.machineType, ok.jobNices)
 	}
 }
 

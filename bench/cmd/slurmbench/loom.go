@@ -95,6 +95,7 @@ type loomOptions struct {
 	dir          string
 	agentProfile string // directory for agents' CPU profiles, or ""
 	machineType  string // the one machine type the provisioner offers capacity for
+	jobNice      int    // the agents' LOOM_JOB_NICE
 }
 
 // benchZone is the zone of the benchmark's node pool and capacity.
@@ -144,7 +145,7 @@ func (s *loomStack) start(ctx context.Context, o loomOptions) error {
 	prov.Provider = "local"
 	prov.DataDir = filepath.Join(o.dir, "provisioner")
 	prov.AgentCommand = []string{exe}
-	prov.AgentEnv = []string{envAgent + "=1"}
+	prov.AgentEnv = []string{envAgent + "=1", fmt.Sprintf("LOOM_JOB_NICE=%d", o.jobNice)}
 	if o.agentProfile != "" {
 		prov.AgentEnv = append(prov.AgentEnv, envAgentProfile+"="+o.agentProfile)
 	}

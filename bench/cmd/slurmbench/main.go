@@ -26,6 +26,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,6 +35,7 @@ import (
 
 	"github.com/loom-ml/loom/bench/slurm"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/agent"
 )
 
 func main() {
@@ -65,6 +67,8 @@ type flags struct {
 	machineType              string
 	cpuProfile, agentProfile string
 	trace                    string
+	jobNice                  string // LOOM_JOB_NICE per Loom run, comma-separated
+	jobNices                 []int  // jobNice parsed by check
 	phaseTimeout             time.Duration
 	keep                     bool
 }
@@ -83,6 +87,8 @@ func (f *flags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (Loom's in-process services) during Loom's measured window")
 	fs.StringVar(&f.trace, "trace", "", "write a Go execution trace of this process during Loom's measured window (go tool trace -pprof=net|sync|syscall)")
 	fs.StringVar(&f.agentProfile, "agent-profile", "", "directory for a CPU profile and an execution trace per Loom agent process (agent-PID.pprof, agent-PID.trace)")
+	fs.StringVar(&f.jobNice, "job-nice", fmt.Sprintf("%d,0", agent.DefaultJobNice),
+		"Loom's LOOM_JOB_NICE for each Loom run, comma-separated: the first is the headline, the others are measured after it for comparison")
 	fs.DurationVar(&f.phaseTimeout, "phase-timeout", 150*time.Second, "limit for each system's measurement")
 	fs.BoolVar(&f.keep, "keep", false, "keep the working directory (logs, Slurm's config, job outputs)")
 }
@@ -114,6 +120,18 @@ func (f *flags) check() error {
 	}
 	if f.only != "" && f.report != "" {
 		bad("-report needs both systems: drop -only")
+	}
+	f.jobNices = nil
+	if f.jobNice == "" {
+		f.jobNice = strconv.Itoa(agent.DefaultJobNice)
+	}
+	for _, v := range strings.Split(f.jobNice, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 0 || n > 19 {
+			bad("-job-nice must be a comma-separated list of numbers 0..19, got %q", f.jobNice)
+			break
+		}
+		f.jobNices = append(f.jobNices, n)
 	}
 	if f.phaseTimeout <= 0 {
 		bad("-phase-timeout must be positive, got %v", f.phaseTimeout)
@@ -148,6 +166,7 @@ func run(f flags) error {
 	ctx := context.Background()
 	e := describe(f)
 	var s, l result
+	var others []result // Loom with the other -job-nice values
 	var err error
 	if f.only != "loom" {
 		e.Load = loadAvg()
@@ -160,10 +179,22 @@ func run(f flags) error {
 		if e.Load == "" {
 			e.Load = loadAvg()
 		}
-		if l, err = runLoom(ctx, f, dir+"/loom"); err != nil {
-			return fmt.Errorf("loom: %w", err)
+		for i, nice := range f.jobNices {
+			fi := f
+			if i > 0 { // profiles are of the headline run
+				fi.cpuProfile, fi.trace, fi.agentProfile = "", "", ""
+			}
+			r, err := runLoom(ctx, fi, fmt.Sprintf("%s/loom-%d", dir, i), nice)
+			if err != nil {
+				return fmt.Errorf("loom (LOOM_JOB_NICE=%d): %w", nice, err)
+			}
+			printResult(fmt.Sprintf("Loom (LOOM_JOB_NICE=%d)", nice), r)
+			if i == 0 {
+				l = r
+			} else {
+				others = append(others, r)
+			}
 		}
-		printResult("Loom", l)
 	}
 	e.LoadEnd = loadAvg()
 	if f.only == "" {
@@ -171,7 +202,7 @@ func run(f flags) error {
 			ratio(l.AcceptRate(), s.AcceptRate()), ratio(l.CompleteRate(), s.CompleteRate()), targetRatio)
 	}
 	if f.report != "" {
-		if err := writeReport(f.report, renderSection(e, s, l)); err != nil {
+		if err := writeReport(f.report, renderSection(e, s, l, others)); err != nil {
 			return err
 		}
 		fmt.Println("report written to", f.report)
@@ -180,7 +211,7 @@ func run(f flags) error {
 }
 
 func printResult(name string, r result) {
-	fmt.Printf("%-5s: %d jobs, %d submitters: accepted %.0f/s (%.2f s; p50 %s, p99 %s), completed %.0f/s (%.2f s)\n"+
+	fmt.Printf("%s: %d jobs, %d submitters: accepted %.0f/s (%.2f s; p50 %s, p99 %s), completed %.0f/s (%.2f s)\n"+
 		"       CPU: %s\n       jobs per node: %s\n",
 		name, r.N, r.Concurrency, r.AcceptRate(), r.Accept.Seconds(), ms(r.SubmitP50), ms(r.SubmitP99),
 		r.CompleteRate(), r.Complete.Seconds(), cpuLine(r.CPU), perNodeLine(r.PerNode))
@@ -232,7 +263,7 @@ func runSlurm(ctx context.Context, f flags, dir string) (result, error) {
 	return r, c.Stop()
 }
 
-func runLoom(ctx context.Context, f flags, dir string) (result, error) {
+func runLoom(ctx context.Context, f flags, dir string, jobNice int) (result, error) {
 	if f.agentProfile != "" {
 		if err := os.MkdirAll(f.agentProfile, 0o755); err != nil {
 			return result{}, err
@@ -240,7 +271,7 @@ func runLoom(ctx context.Context, f flags, dir string) (result, error) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
-	st, err := startLoom(sctx, loomOptions{dir: dir, agentProfile: f.agentProfile, machineType: f.machineType})
+	st, err := startLoom(sctx, loomOptions{dir: dir, agentProfile: f.agentProfile, machineType: f.machineType, jobNice: jobNice})
 	if err != nil {
 		return result{}, fmt.Errorf("start: %w", err)
 	}
@@ -316,6 +347,7 @@ func runLoom(ctx context.Context, f flags, dir string) (result, error) {
 		return r, err
 	}
 	r.PerNode = t.perNode
+	r.JobNice = jobNice
 	if offErr == nil {
 		if after, err := topicOffsets(pctx, st.broker.Addr); err == nil {
 			r.Topics = topicLine(offBefore, after, f.n)

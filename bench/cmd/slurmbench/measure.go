@@ -42,6 +42,8 @@ type result struct {
 	// Topics says how many bus records each topic got per job in the window
 	// (Loom only).
 	Topics string
+	// JobNice is the agents' LOOM_JOB_NICE (Loom only).
+	JobNice int
 }
 
 // AcceptRate is jobs accepted per second.

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/loom-ml/loom/services/agent"
 )
 
 // The report section's markers in bench/REPORT.md.
@@ -117,7 +119,8 @@ func perNodeLine(m map[string]int) string {
 }
 
 // renderSection is the Markdown for one run.
-func renderSection(e env, s, l result) string {
+// others are Loom's runs with other LOOM_JOB_NICE values than l's.
+func renderSection(e env, s, l result, others []result) string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	ra, rc := ratio(l.AcceptRate(), s.AcceptRate()), ratio(l.CompleteRate(), s.CompleteRate())
@@ -133,6 +136,21 @@ func renderSection(e env, s, l result) string {
 	w("| time until all %d completed | %.2f s | %.2f s | | |", s.N, s.Complete.Seconds(), l.Complete.Seconds())
 	w("| one submission, p50 / p99 | %s / %s | %s / %s | | |", ms(s.SubmitP50), ms(s.SubmitP99), ms(l.SubmitP50), ms(l.SubmitP99))
 	w("")
+	w("Loom's jobs ran `LOOM_JOB_NICE=%d` below its agents' CPU priority (default %d; services/agent/README.md", l.JobNice, agent.DefaultJobNice)
+	w("says why): where jobs and the control plane share the CPUs, as here, the control plane goes first.")
+	w("Slurm runs jobs at its daemons' priority.")
+	w("")
+	if len(others) > 0 {
+		w("Loom measured in the same run with other values, one after the other:")
+		w("")
+		w("| Loom run | accepted/s | completed/s | accepted vs Slurm | completed vs Slurm | CPU |")
+		w("|---|---:|---:|---:|---:|---|")
+		for _, r := range append([]result{l}, others...) {
+			w("| `LOOM_JOB_NICE=%d` | %.0f | %.0f | %.1f× | %.1f× | %s |", r.JobNice, r.AcceptRate(), r.CompleteRate(),
+				ratio(r.AcceptRate(), s.AcceptRate()), ratio(r.CompleteRate(), s.CompleteRate()), cpuLine(r.CPU))
+		}
+		w("")
+	}
 	w("CPU time used during each measured window (from /proc; processes that exit unwaited-for, such as")
 	w("slurmstepd, are not counted):")
 	w("")
@@ -174,7 +192,8 @@ func renderSection(e env, s, l result) string {
 	w("%s", e.Command)
 	w("```")
 	w("")
-	w("Flags: `-n` jobs, `-concurrency`, `-nodes`, `-cpus`, `-gpus`, `-only slurm|loom`; to see where Loom's time")
+	w("Flags: `-n` jobs, `-concurrency`, `-nodes`, `-cpus`, `-gpus`, `-only slurm|loom`, `-job-nice` (Loom's runs:")
+	w("`LOOM_JOB_NICE` of each, the first the headline; default `%d,0`); to see where Loom's time", agent.DefaultJobNice)
 	w("goes: `-cpuprofile FILE` and `-trace FILE` (the in-process services during Loom's measured window) and")
 	w("`-agent-profile DIR` (a CPU profile and an execution trace per agent process).")
 	w("A real Slurm to try by hand, with the same configuration: `scripts/slurm-local.sh start|status|stop DIR`.")

@@ -66,7 +66,10 @@ type Options struct {
 	KillGrace time.Duration
 	// HeartbeatInterval is how often Heartbeats sends one (default 2 s).
 	HeartbeatInterval time.Duration
-	Log               *slog.Logger
+	// JobNice is how far below the agent's own CPU priority steps and their
+	// tasks run: a nice value increment, 0..19 (see startNiced).
+	JobNice int
+	Log     *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -516,7 +519,7 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (*exec.Cmd, error) {
 	c.Stdout, c.Stderr = stdout, stderr
 	c.Env = a.env(key, cmd)
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := c.Start(); err != nil {
+	if err := startNiced(c, a.opts.JobNice); err != nil {
 		return nil, fmt.Errorf("start %q: %w", argv[0], err)
 	}
 	return c, nil

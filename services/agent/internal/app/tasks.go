@@ -218,7 +218,7 @@ func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]*exec.Cmd, er
 			"SLURM_PROCID="+strconv.Itoa(int(rank)), "SLURM_LOCALID="+strconv.Itoa(int(l)),
 			"PMI_RANK="+strconv.Itoa(int(rank)), "PMI_SIZE="+strconv.Itoa(int(cmd.GetTotalTasks())))
 		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		err = c.Start()
+		err = startNiced(c, a.opts.JobNice)
 		out.Close()
 		errf.Close()
 		if err != nil {
