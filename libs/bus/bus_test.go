@@ -1036,3 +1036,79 @@ func TestFilterSeesTypeAndSubjectBeforeDecoding(t *testing.T) {
 		t.Fatalf("Filter saw %+v, want topic %s, key k, type %s, subject keep", r, topic, evs[0].Type)
 	}
 }
+
+// TestPartitionKeyReadsOnlyTheKeysPartition checks that a group with a
+// PartitionKey reads the one partition the producer puts that key's records
+// in, and never another: a malformed record in another partition, which
+// reading would dead-letter, stays unread and uncommitted.
+func TestPartitionKeyReadsOnlyTheKeysPartition(t *testing.T) {
+	t.Parallel()
+	_, broker := kfakeBroker(t)
+	const parts = 8
+	topic := newTopic(t, broker, parts)
+	p := newProducer(t, broker)
+	mine := bus.PartitionOf("mine", parts)
+	other := ""
+	for i := 0; other == ""; i++ {
+		if k := fmt.Sprintf("other-%d", i); bus.PartitionOf(k, parts) != mine {
+			other = k
+		}
+	}
+	var want []string
+	for i := 0; i < 10; i++ {
+		mineEv, otherEv := event(topic, "mine", int32(i)), event(topic, other, int32(i))
+		publish(t, p, otherEv, mineEv)
+		want = append(want, mineEv.ID)
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: topic, Balancer: kafka.Murmur2Balancer{}}
+	if err := w.WriteMessages(context.Background(), kafka.Message{Key: []byte(other), Value: []byte("not an event")}); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if n := records(t, broker, topic, parts); n != 21 {
+		t.Fatalf("%d records on the topic, want 21", n)
+	}
+
+	var got seen
+	r := startConsumer(t, bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic},
+		PartitionKey: "mine", Logger: testLogger(t)}, p, func(ctx context.Context, ev envelope.Event) error {
+		got.add(ev)
+		return nil
+	})
+	testkit.WaitFor(t, wait, "the key's records committed", func() (bool, error) {
+		return committed(t, broker, "g", topic, mine) == int64(len(want)), nil
+	})
+	if err := r.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if ids := got.ids(); !slices.Equal(ids, want) {
+		t.Fatalf("handled %v, want only key mine's records in order %v", ids, want)
+	}
+	for part := 0; part < parts; part++ {
+		if off := committed(t, broker, "g", topic, part); part != mine && off >= 0 {
+			t.Errorf("partition %d (not the key's) has committed offset %d: it was read", part, off)
+		}
+	}
+	if dl := records(t, broker, topic+topics.DLQSuffix, 1); dl != 0 {
+		t.Fatalf("%d records dead-lettered: another partition's malformed record was read", dl)
+	}
+}
+
+func TestPartitionOf(t *testing.T) {
+	t.Parallel()
+	if got := bus.PartitionOf("anything", 1); got != 0 {
+		t.Fatalf("one partition: %d", got)
+	}
+	hit := map[int]bool{}
+	for i := 0; i < 200; i++ {
+		k := fmt.Sprintf("projects/p/clusters/c/nodes/gpu-%04d", i)
+		part := bus.PartitionOf(k, 32)
+		if part < 0 || part >= 32 || part != bus.PartitionOf(k, 32) {
+			t.Fatalf("PartitionOf(%s, 32) = %d: out of range or not stable", k, part)
+		}
+		hit[part] = true
+	}
+	if len(hit) < 24 {
+		t.Fatalf("200 node names fell in %d of 32 partitions", len(hit))
+	}
+}

@@ -99,6 +99,14 @@ type ConsumerConfig struct {
 	// node's commands this way from a topic keyed by node, instead of
 	// decoding every node's only to ignore them.
 	Filter func(Record) bool
+	// PartitionKey, when set, makes the group read only the partition of
+	// each topic that records keyed PartitionKey go to (PartitionOf), not
+	// every partition: a node's agent fetches its own node's partition of
+	// the step commands instead of every node's. Other keys' records in
+	// that partition still come (Filter passes over them). Every member of
+	// the group must set the same key; a topic's partition count must not
+	// change while the group reads it.
+	PartitionKey string
 }
 
 // DefaultCommitInterval is ConsumerConfig.CommitInterval when unset. A
@@ -168,6 +176,15 @@ func NewConsumer(cfg ConsumerConfig, dlq *Producer, h Handler) *Consumer {
 		h:   h,
 		log: cfg.Logger.With("group", cfg.GroupID),
 	}
+}
+
+// balancers are the group balancers the member offers: kafka-go's defaults
+// (range, round robin), or only the key's partitions with a PartitionKey.
+func (c *Consumer) balancers() []kafka.GroupBalancer {
+	if c.cfg.PartitionKey == "" {
+		return nil
+	}
+	return []kafka.GroupBalancer{keyBalancer{key: c.cfg.PartitionKey}}
 }
 
 // Record is what a ConsumerConfig.Filter learns of a record before it is
@@ -260,6 +277,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		SessionTimeout:    sessionTimeout,
 		RebalanceTimeout:  rebalanceTimeout,
 		JoinGroupBackoff:  joinGroupBackoff,
+		GroupBalancers:    c.balancers(),
 		// No WatchPartitionChanges: kafka-go's watcher ends the generation
 		// whenever it cannot read a topic's partitions, so a missing topic
 		// makes the member rejoin in a tight loop. Partition counts are fixed

@@ -152,7 +152,8 @@ func Publish(t testing.TB, broker string, events ...envelope.Event) {
 		}
 		msgs = append(msgs, m)
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(broker), Transport: &kafka.Transport{}, Balancer: &kafka.Hash{},
+	// Keys go where bus.Producer puts them: an agent reads only its key's partition.
+	w := &kafka.Writer{Addr: kafka.TCP(broker), Transport: &kafka.Transport{}, Balancer: kafka.Murmur2Balancer{},
 		RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
 	defer w.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)

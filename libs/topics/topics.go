@@ -31,13 +31,31 @@ type Spec struct {
 // retention keeps a week of records; consumers' inboxes dedupe within that window.
 var retention = map[string]string{"retention.ms": "604800000"}
 
+// DefaultPartitions is a topic's partition count unless partitionsOf says
+// otherwise.
+const DefaultPartitions = 4
+
+// partitionsOf holds the topics with more partitions than the default.
+// Step commands are keyed by node and each agent reads only the partition
+// of its own node (bus.ConsumerConfig.PartitionKey): more partitions, fewer
+// other nodes' commands an agent fetches only to pass over.
+var partitionsOf = map[string]int{StepCommands: 32}
+
+// Partitions is the partition count a topic is created with.
+func Partitions(topic string) int {
+	if n, ok := partitionsOf[topic]; ok {
+		return n
+	}
+	return DefaultPartitions
+}
+
 // All returns every Loom topic with its dead-letter topic, in a stable order.
 func All() []Spec {
 	names := []string{ClusterCommands, ClusterEvents, NodeEvents, NodeTelemetry, JobCommands,
 		JobEvents, StepCommands, StepEvents, HealthEvents, RemediationCommand, ModelCommands, ModelEvents}
 	var out []Spec
 	for _, n := range names {
-		out = append(out, Spec{Name: n, Partitions: 4, Configs: retention})
+		out = append(out, Spec{Name: n, Partitions: Partitions(n), Configs: retention})
 		out = append(out, Spec{Name: n + DLQSuffix, Partitions: 1, Configs: retention})
 	}
 	return out

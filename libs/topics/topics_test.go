@@ -33,15 +33,18 @@ func TestDeployListMatchesCode(t *testing.T) {
 			Config        map[string]string `yaml:"config"`
 		} `yaml:"defaults"`
 		Topics []struct {
-			Name   string `yaml:"name"`
-			Writer string `yaml:"writer"`
+			Name       string `yaml:"name"`
+			Writer     string `yaml:"writer"`
+			Partitions int    `yaml:"partitions"`
 		} `yaml:"topics"`
 	}
 	if err := yaml.Unmarshal(raw, &doc); err != nil {
 		t.Fatalf("deploy/topics.yaml: %v", err)
 	}
 	var fromYAML, fromCode []string
+	partitions := map[string]int{}
 	for _, tp := range doc.Topics {
+		partitions[tp.Name] = tp.Partitions
 		if tp.Writer == "" {
 			t.Errorf("topic %s has no writer", tp.Name)
 		}
@@ -50,6 +53,9 @@ func TestDeployListMatchesCode(t *testing.T) {
 	for _, s := range All() {
 		fromCode = append(fromCode, s.Name)
 		want := doc.Defaults.Partitions
+		if n := partitions[s.Name]; n != 0 {
+			want = n
+		}
 		if strings.HasSuffix(s.Name, DLQSuffix) {
 			want = doc.Defaults.DLQPartitions
 		}

@@ -189,8 +189,9 @@ func Run(ctx context.Context, cfg Config) error {
 		Handler: ports.Handler(a),
 		// Handlers fail only when Redis does; ride out a restart of it (about
 		// a minute) before a step command is dead-lettered. The topic is
-		// keyed by node: other nodes' commands are passed over undecoded.
-		Config: &bus.ConsumerConfig{MaxAttempts: 20, MaxBackoff: 5 * time.Second,
+		// keyed by node: the agent reads only its node's partition, and
+		// passes over the other nodes' commands there undecoded.
+		Config: &bus.ConsumerConfig{MaxAttempts: 20, MaxBackoff: 5 * time.Second, PartitionKey: cfg.Node,
 			Filter: func(r bus.Record) bool { return r.Key == cfg.Node }},
 	}}
 	err = base.Run(runCtx, consumers, a.Heartbeats)
