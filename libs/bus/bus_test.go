@@ -1112,3 +1112,75 @@ func TestPartitionOf(t *testing.T) {
 		t.Fatalf("200 node names fell in %d of 32 partitions", len(hit))
 	}
 }
+
+// TestTailReadsWhatComesAfterReadyAndLeavesNoGroup checks that Tail hands
+// over every record written after Ready, from every partition, passes over
+// what its filter refuses and what does not decode, never what came before,
+// and leaves no consumer group behind.
+func TestTailReadsWhatComesAfterReadyAndLeavesNoGroup(t *testing.T) {
+	t.Parallel()
+	_, broker := kfakeBroker(t)
+	topic := newTopic(t, broker, 4)
+	p := newProducer(t, broker)
+	publish(t, p, event(topic, "before-a", 1), event(topic, "before-b", 2))
+
+	var got seen
+	ready := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- bus.Tail(ctx, bus.TailConfig{Brokers: []string{broker}, Topic: topic, Logger: testLogger(t),
+			Filter: func(r bus.Record) bool { return r.Key != "refused" }, Ready: func() { close(ready) }},
+			func(_ context.Context, ev envelope.Event) { got.add(ev) })
+	}()
+	t.Cleanup(cancel)
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("Tail returned before Ready: %v", err)
+	case <-time.After(wait):
+		t.Fatal("Tail not ready")
+	}
+	var want []string
+	for i := 0; i < 12; i++ {
+		ev := event(topic, fmt.Sprintf("key-%d", i), int32(i))
+		want = append(want, ev.ID)
+		publish(t, p, ev)
+	}
+	publish(t, p, event(topic, "refused", 99))
+	w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: topic, Balancer: kafka.Murmur2Balancer{}}
+	if err := w.WriteMessages(context.Background(), kafka.Message{Key: []byte("bad"), Value: []byte("not an event")}); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	last := event(topic, "key-0", 100) // after the refused one, in the partition of key-0
+	want = append(want, last.ID)
+	publish(t, p, last)
+	testkit.WaitFor(t, wait, "every record after Ready", func() (bool, error) { return len(got.ids()) >= len(want), nil })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Tail after cancel = %v, want nil", err)
+	}
+	gotIDs := got.ids()
+	slices.Sort(gotIDs)
+	slices.Sort(want)
+	if !slices.Equal(gotIDs, want) {
+		t.Fatalf("tail handled %v, want exactly the records after Ready %v", gotIDs, want)
+	}
+	client := &kafka.Client{Addr: kafka.TCP(broker)}
+	groups, err := client.ListGroups(context.Background(), &kafka.ListGroupsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(groups.Groups) != 0 {
+		t.Fatalf("Tail left consumer groups behind: %v", groups.Groups)
+	}
+	if err := bus.Tail(context.Background(), bus.TailConfig{Brokers: []string{broker}, Topic: "no-such-topic"},
+		func(context.Context, envelope.Event) {}); err == nil {
+		t.Fatal("Tail of a topic that does not exist returned nil")
+	}
+	if err := bus.Tail(context.Background(), bus.TailConfig{Topic: topic}, nil); err == nil ||
+		!strings.Contains(err.Error(), "brokers") || !strings.Contains(err.Error(), "handle") {
+		t.Fatalf("Tail without brokers or handle = %v, want an error naming both", err)
+	}
+}

@@ -198,9 +198,11 @@ type Record struct {
 
 // wants reports whether the handler wants m (see ConsumerConfig.Filter).
 func (c *Consumer) wants(m kafka.Message) bool {
-	if c.cfg.Filter == nil {
-		return true
-	}
+	return c.cfg.Filter == nil || c.cfg.Filter(recordOf(m))
+}
+
+// recordOf is what a Filter learns of m.
+func recordOf(m kafka.Message) Record {
 	r := Record{Topic: m.Topic, Key: string(m.Key)}
 	for _, h := range m.Headers {
 		switch h.Key {
@@ -210,7 +212,7 @@ func (c *Consumer) wants(m kafka.Message) bool {
 			r.Subject = string(h.Value)
 		}
 	}
-	return c.cfg.Filter(r)
+	return r
 }
 
 // WithBatch makes Run hand the records that are waiting, up to max at a

@@ -5,8 +5,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/service"
 	"github.com/loom-ml/loom/libs/topics"
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
@@ -82,10 +81,6 @@ func (c Config) withDefaults() Config {
 // loom.cluster.events.v1 to finish operations.
 const ConsumerGroup = "loom-gateway"
 
-// WatchGroupPrefix starts the per-instance group on loom.job.events.v1 that
-// feeds this instance's WatchJob streams (it starts at the newest record).
-const WatchGroupPrefix = "loom-gateway-watch-"
-
 // Run runs the gateway until ctx ends, then shuts down gracefully.
 func Run(ctx context.Context, cfg Config) error {
 	return run(ctx, cfg, nil)
@@ -105,8 +100,16 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string
 		return fmt.Errorf("gateway: %w", err)
 	}
 	defer owners.Close()
-	gw := app.New(adapters.NewRepo(base.Store), owners, app.Options{Log: base.Log, Admins: domain.ParseAdmins(cfg.SlurmAdmins),
-		JobHistory: cfg.JobHistory})
+	var gw *app.Gateway
+	// Watchers get job changes from a groupless tail of the job events that
+	// runs only while someone watches through this instance, and decodes
+	// only the changes of the jobs watched.
+	feed := func(ctx context.Context, ready func(), handle func(context.Context, envelope.Event)) error {
+		return bus.Tail(ctx, bus.TailConfig{Brokers: cfg.Brokers, Topic: topics.JobEvents, Logger: base.Log, Ready: ready,
+			Filter: func(r bus.Record) bool { return gw.Watched(r.Type, r.Subject) }}, handle)
+	}
+	gw = app.New(adapters.NewRepo(base.Store), owners, app.Options{Log: base.Log, Admins: domain.ParseAdmins(cfg.SlurmAdmins),
+		JobHistory: cfg.JobHistory, Feed: feed})
 	// Long calls end with the service, so the graceful gRPC stop is not held up.
 	stopCalls := context.AfterFunc(ctx, gw.Stop)
 	defer stopCalls()
@@ -114,12 +117,6 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string
 
 	consumers := []service.Consume{
 		{Topics: []string{topics.ClusterEvents}, Handler: ports.ClusterEvents(gw), Group: ConsumerGroup},
-		{
-			Topics: []string{topics.JobEvents}, Handler: ports.JobEvents(gw),
-			Group: WatchGroupPrefix + randomSuffix(),
-			// Only the changes of jobs watched here are decoded.
-			Config: &bus.ConsumerConfig{StartLatest: true, Filter: func(r bus.Record) bool { return gw.Watched(r.Type, r.Subject) }},
-		},
 	}
 	consumers = append(consumers, service.Consume{Topics: []string{topics.JobEvents}, Handler: ports.JobHistory(gw), Group: app.HistoryGroup})
 	rest := func(ctx context.Context) error { return serveREST(ctx, base, cfg.RESTAddr, started) }
@@ -174,11 +171,4 @@ func serveREST(ctx context.Context, base *service.Base, addr string, started fun
 // window, between a minute and an hour.
 func sweepInterval(window time.Duration) time.Duration {
 	return min(max(window/100, time.Minute), time.Hour)
-}
-
-// randomSuffix names this instance's watch group.
-func randomSuffix() string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

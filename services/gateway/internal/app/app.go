@@ -44,6 +44,10 @@ type Options struct {
 	// applied by other gateway instances) and ReadJobLogs re-reads a
 	// followed file (default 250 ms).
 	Poll time.Duration
+	// Feed, when set, brings job changes to watchers as they happen, run
+	// only while someone watches; without it watchers see changes at their
+	// refresh only.
+	Feed Feed
 	// WatchRefresh is how often WatchJob re-reads the job from its owner, in
 	// case a change was missed on the bus (default 2 s).
 	WatchRefresh time.Duration
@@ -64,6 +68,9 @@ type Gateway struct {
 	clusters clusterCache
 
 	jobs *hub
+	// feed brings job changes to jobs' watchers while there are any; nil
+	// without Options.Feed.
+	feed *watchFeed
 	ops  *signals
 
 	stopOnce sync.Once
@@ -93,7 +100,12 @@ func New(repo *adapters.Repo, owners *adapters.Owners, opt Options) *Gateway {
 	if opt.Admins == nil {
 		opt.Admins = domain.ParseAdmins(domain.DefaultAdmins)
 	}
-	return &Gateway{repo: repo, own: owners, opt: opt, jobs: newHub(), ops: newSignals(), stop: make(chan struct{})}
+	g := &Gateway{repo: repo, own: owners, opt: opt, jobs: newHub(), ops: newSignals(), stop: make(chan struct{})}
+	if opt.Feed != nil {
+		g.feed = &watchFeed{run: opt.Feed, log: opt.Log, stop: g.stop, linger: feedLinger,
+			handle: func(ctx context.Context, ev envelope.Event) { _ = g.HandleJobEvent(ctx, ev) }}
+	}
+	return g
 }
 
 // Stop ends every wait, watch and log follow in progress (with ErrStopping),
@@ -801,6 +813,20 @@ func (g *Gateway) WatchJob(ctx context.Context, req *loomv1.WatchJobRequest, sen
 	// subscription would otherwise be lost.
 	s := g.jobs.subscribe(name)
 	defer g.jobs.unsubscribe(s)
+	if g.feed != nil {
+		// The feed must be reading before the first read of the job, or a
+		// change in between would wait for the refresh.
+		ready := g.feed.acquire()
+		defer g.feed.release()
+		select {
+		case <-ready:
+		case <-time.After(feedReadyWait):
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-g.stop:
+			return ErrStopping
+		}
+	}
 	last, err := g.job(ctx, name)
 	if err != nil {
 		return err
@@ -819,8 +845,8 @@ func (g *Gateway) WatchJob(ctx context.Context, req *loomv1.WatchJobRequest, sen
 			}
 			next = j
 		case <-refresh.C:
-			// Catches changes the bus did not bring (the watch group joins
-			// a moment after start and only sees what comes after).
+			// Catches changes the feed did not bring (one that was not
+			// ready in time, or fell behind).
 			j, err := g.job(ctx, name)
 			if err != nil {
 				return err

@@ -201,8 +201,3 @@ func (s models) ListModelVersions(ctx context.Context, r *loomv1.ListModelVersio
 func ClusterEvents(g *app.Gateway) bus.Handler {
 	return func(ctx context.Context, ev envelope.Event) error { return g.HandleClusterEvent(ctx, ev) }
 }
-
-// JobEvents handles loom.job.events.v1: it feeds this process's job watchers.
-func JobEvents(g *app.Gateway) bus.Handler {
-	return func(ctx context.Context, ev envelope.Event) error { return g.HandleJobEvent(ctx, ev) }
-}
