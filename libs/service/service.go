@@ -80,6 +80,7 @@ func New(ctx context.Context, name string, cfg config.Common) (*Base, error) {
 	if err := v.Err(); err != nil {
 		return nil, fmt.Errorf("service %s: %w", name, err)
 	}
+	TuneGC()
 	if cfg.GRPCAddr == "" {
 		cfg.GRPCAddr = "127.0.0.1:0"
 	}
