@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // threadNices returns the nice value of each of this process's threads.
@@ -57,26 +56,32 @@ func TestStartNiced(t *testing.T) {
 			t.Errorf("incr %d: child's nice value = %s, want %d", tc.incr, got, tc.want)
 		}
 	}
-	// The thread that forked ends with its start: none of the agent's
-	// threads keeps the lower priority (the last one may take a moment to
-	// go). The main thread is the exception: the runtime cannot end it, so
-	// it parks it for good instead, and it never runs anything again.
-	main := strconv.Itoa(os.Getpid())
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var niced []string
-		for tid, n := range threadNices(t) {
-			if n != own && tid != main {
-				niced = append(niced, tid+"="+strconv.Itoa(n))
+	// Forking comes from one thread per increment, made once: more starts
+	// make no more niced threads, and the others keep the agent's value.
+	niced := func() int {
+		n := 0
+		for _, v := range threadNices(t) {
+			if v != own {
+				n++
 			}
 		}
-		if len(niced) == 0 {
-			break
+		return n
+	}
+	before := niced()
+	if before > 2 {
+		t.Fatalf("%d niced threads after starts at two increments, want at most 2", before)
+	}
+	for i := 0; i < 20; i++ {
+		c := exec.Command("true")
+		if err := startNiced(c, 3); err != nil {
+			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("threads left niced: %v (want all at %d)", niced, own)
+		if err := c.Wait(); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond)
+	}
+	if after := niced(); after != before {
+		t.Fatalf("niced threads went from %d to %d over 20 starts: a thread per start", before, after)
 	}
 	if err := startNiced(exec.Command("/nonexistent/binary"), 3); err == nil {
 		t.Fatal("a start that fails reported no error")
