@@ -23,9 +23,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -165,6 +167,7 @@ func run(f flags) error {
 	}
 	ctx := context.Background()
 	e := describe(f)
+	e.CreateCost = probeCreate(dir)
 	var s, l result
 	var others []result // Loom with the other -job-nice values
 	var err error
@@ -362,6 +365,32 @@ func runLoom(ctx context.Context, f flags, dir string, jobNice int) (result, err
 		return r, serr
 	}
 	return r, nil
+}
+
+// probeCreate returns how long creating an empty file in a new directory
+// under dir takes, as the median of 200 creates, or "" when it cannot tell.
+// Every job of either system creates at least its output file there, and on
+// ext4 that cost swings with how many files were deleted nearby in the last
+// minutes (inodes deleted recently are passed over one by one). The files
+// stay until the run's directory is removed: deleting them would slow what
+// comes next.
+func probeCreate(dir string) string {
+	d := filepath.Join(dir, "create-probe")
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return ""
+	}
+	ds := make([]time.Duration, 0, 200)
+	for i := 0; i < 200; i++ {
+		t0 := time.Now()
+		f, err := os.OpenFile(filepath.Join(d, fmt.Sprintf("f-%d", i)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return ""
+		}
+		ds = append(ds, time.Since(t0))
+		f.Close()
+	}
+	slices.Sort(ds)
+	return fmt.Sprintf("%.0f µs", float64(ds[len(ds)/2])/float64(time.Microsecond))
 }
 
 // describe fills what the report says about the machine and the run.
