@@ -308,9 +308,13 @@ func runLoom(ctx context.Context, f flags, dir string, jobNice int) (result, err
 			case comm == "redis-server":
 				return "redis-server"
 			default:
-				return "agents (with their jobs)"
+				return "agents"
 			}
 		})
+		// An agent's reaped children are its jobs: their time, apart.
+		a := m["agents"]
+		m["agents"] = cpuSample{Procs: a.Procs, Own: a.Own}
+		m["their jobs (sh + hostname)"] = cpuSample{Procs: 1, Own: a.Kids}
 		m["services in-process + client"] = m["self"]
 		delete(m, "self")
 		delete(m, "clients")
