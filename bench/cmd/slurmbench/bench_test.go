@@ -70,13 +70,13 @@ func TestRenderSectionShowsRatiosAndVerdicts(t *testing.T) {
 		PerNode: map[string]int{"cpu-0001": 1000}, Redis: []redisStat{{Cmd: "evalsha", Calls: 100, Usec: 5000}}}
 	l.JobNice = 10
 	l0 := result{N: 1000, Concurrency: 8, Accept: 4 * time.Second, Complete: 8 * time.Second, JobNice: 0}
-	out := renderSection(env{Nodes: 4, CPUs: 16, GPUs: 8, Command: "go run ./bench/cmd/slurmbench", CreateCost: "12 µs"}, s, l, []result{l0})
+	out := renderSection(env{Nodes: 4, CPUs: 16, GPUs: 8, Command: "go run ./bench/cmd/slurmbench", CreateCost: "12 µs", CreateCostSlurm: "300 µs"}, s, l, []result{l0})
 	for _, want := range []string{
 		"| jobs accepted per second | 100 | 1000 | 10.0× | met |",
 		"| trivial jobs completed per second, end to end | 50 | 100 | 2.0× | **missed** |",
 		"node1 600, node2 400", "cpu-0001 1000", "evalsha 100 calls × 50 µs",
 		"```\ngo run ./bench/cmd/slurmbench\n```",
-		"ran `LOOM_JOB_NICE=10` below", "working directory took 12 µs at the start",
+		"ran `LOOM_JOB_NICE=10` below", "working directory took 12 µs before Loom's runs and 300 µs before Slurm's",
 		"| `LOOM_JOB_NICE=10` | 1000 | 100 | 10.0× | 2.0× |", "| `LOOM_JOB_NICE=0` | 250 | 125 | 2.5× | 2.5× |",
 	} {
 		if !strings.Contains(out, want) {

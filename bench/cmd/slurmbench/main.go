@@ -167,21 +167,16 @@ func run(f flags) error {
 	}
 	ctx := context.Background()
 	e := describe(f)
-	e.CreateCost = probeCreate(dir)
 	var s, l result
 	var others []result // Loom with the other -job-nice values
 	var err error
-	if f.only != "loom" {
-		e.Load = loadAvg()
-		if s, err = runSlurm(ctx, f, dir+"/slurm"); err != nil {
-			return fmt.Errorf("slurm: %w", err)
-		}
-		printResult("Slurm", s)
-	}
+	e.Load = loadAvg()
+	// Loom first: Slurm's daemons create and delete files for every job,
+	// and on ext4 that slows creating files nearby for minutes after, which
+	// would be billed to whoever runs next. Loom deletes nothing while it
+	// runs, so Slurm after it pays only for its own.
 	if f.only != "slurm" {
-		if e.Load == "" {
-			e.Load = loadAvg()
-		}
+		e.CreateCost = probeCreate(dir, "loom")
 		for i, nice := range f.jobNices {
 			fi := f
 			if i > 0 { // profiles are of the headline run
@@ -198,6 +193,13 @@ func run(f flags) error {
 				others = append(others, r)
 			}
 		}
+	}
+	if f.only != "loom" {
+		e.CreateCostSlurm = probeCreate(dir, "slurm")
+		if s, err = runSlurm(ctx, f, dir+"/slurm"); err != nil {
+			return fmt.Errorf("slurm: %w", err)
+		}
+		printResult("Slurm", s)
 	}
 	e.LoadEnd = loadAvg()
 	if f.only == "" {
@@ -372,14 +374,14 @@ func runLoom(ctx context.Context, f flags, dir string, jobNice int) (result, err
 }
 
 // probeCreate returns how long creating an empty file in a new directory
-// under dir takes, as the median of 200 creates, or "" when it cannot tell.
+// under dir (named for the system measured next) takes, as the median of 200 creates, or "" when it cannot tell.
 // Every job of either system creates at least its output file there, and on
 // ext4 that cost swings with how many files were deleted nearby in the last
 // minutes (inodes deleted recently are passed over one by one). The files
 // stay until the run's directory is removed: deleting them would slow what
 // comes next.
-func probeCreate(dir string) string {
-	d := filepath.Join(dir, "create-probe")
+func probeCreate(dir, name string) string {
+	d := filepath.Join(dir, "create-probe-"+name)
 	if err := os.MkdirAll(d, 0o755); err != nil {
 		return ""
 	}

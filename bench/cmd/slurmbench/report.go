@@ -27,9 +27,10 @@ type env struct {
 	Load, LoadEnd             string
 	Nodes, CPUs, GPUs, Warmup int
 	LoomMachineType, Command  string
-	// CreateCost is the median time to create a file in the working
-	// directory at the start ("" when unknown).
-	CreateCost string
+	// CreateCost and CreateCostSlurm are the median times to create a file
+	// in the working directory before Loom's runs and before Slurm's (""
+	// when unknown).
+	CreateCost, CreateCostSlurm string
 }
 
 // replaceSection returns doc with the text between the markers replaced by
@@ -68,6 +69,14 @@ func writeReport(path, section string) error {
 		return fmt.Errorf("write report: %w", err)
 	}
 	return nil
+}
+
+// orQ is s, or "?" when empty.
+func orQ(s string) string {
+	if s == "" {
+		return "?"
+	}
+	return s
 }
 
 func ratio(loom, slurm float64) float64 {
@@ -129,7 +138,9 @@ func renderSection(e env, s, l result, others []result) string {
 	ra, rc := ratio(l.AcceptRate(), s.AcceptRate()), ratio(l.CompleteRate(), s.CompleteRate())
 	w("## Loom against a real Slurm: submissions and trivial jobs end to end (slurmbench)")
 	w("")
-	w("One run, on one machine, one system after the other (each stopped before the next starts).")
+	w("One run, on one machine, one system after the other (each stopped before the next starts): Loom first,")
+	w("because Slurm's daemons create and delete files for every job, which on ext4 slows creating files nearby")
+	w("for minutes after; Loom deletes none while it runs.")
 	w("")
 	w("| measure | Slurm | Loom | Loom / Slurm | target ≥ %.0f× |", targetRatio)
 	w("|---|---:|---:|---:|---|")
@@ -140,8 +151,9 @@ func renderSection(e env, s, l result, others []result) string {
 	w("| one submission, p50 / p99 | %s / %s | %s / %s | | |", ms(s.SubmitP50), ms(s.SubmitP99), ms(l.SubmitP50), ms(l.SubmitP99))
 	w("")
 	w("Loom's jobs ran `LOOM_JOB_NICE=%d` below its agents' CPU priority (default %d; services/agent/README.md", l.JobNice, agent.DefaultJobNice)
-	w("says why): where jobs and the control plane share the CPUs, as here, the control plane goes first.")
-	w("Slurm runs jobs at its daemons' priority.")
+	w("says why). A nice value weighs each process on its own: with dozens of trivial jobs running at once on")
+	w("two cores, as here, they still take most of the CPU, so the setting moves these rates little. Slurm")
+	w("runs jobs at its daemons' priority.")
 	w("")
 	if len(others) > 0 {
 		w("Loom measured in the same run with other values, one after the other:")
@@ -172,10 +184,10 @@ func renderSection(e env, s, l result, others []result) string {
 	}
 	w("Machine: %s; 1-minute load average %s at the start, %s at the end (the machine is shared);", e.Machine, e.Load, e.LoadEnd)
 	w("%s; %s; measured %s.", e.GoVersion, e.SlurmVersion, e.Date)
-	if e.CreateCost != "" {
-		w("Creating a file in the working directory took %s at the start (median of 200; every job of either", e.CreateCost)
-		w("system creates at least its output file there; on this ext4 disk it takes 6–15 µs in a quiet directory")
-		w("and 250–350 µs where thousands of files were deleted in the minutes before).")
+	if e.CreateCost != "" || e.CreateCostSlurm != "" {
+		w("Creating a file in the working directory took %s before Loom's runs and %s before Slurm's (median of", orQ(e.CreateCost), orQ(e.CreateCostSlurm))
+		w("200; every job of either system creates at least its output file there; on this ext4 disk it takes")
+		w("6–15 µs in a quiet directory and 250–350 µs where thousands of files were deleted in the minutes before).")
 	}
 	w("")
 	w("Settings:")
