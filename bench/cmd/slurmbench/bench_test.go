@@ -66,17 +66,29 @@ func TestRenderSectionShowsRatiosAndVerdicts(t *testing.T) {
 	t.Parallel()
 	s := result{N: 1000, Concurrency: 8, Accept: 10 * time.Second, Complete: 20 * time.Second,
 		PerNode: map[string]int{"node1": 600, "node2": 400}}
-	l := result{N: 1000, Concurrency: 8, Accept: time.Second, Complete: 10 * time.Second,
+	l := result{N: 1000, Concurrency: 8, Accept: time.Second, Complete: 10 * time.Second, JobNice: 10,
 		PerNode: map[string]int{"cpu-0001": 1000}, Redis: []redisStat{{Cmd: "evalsha", Calls: 100, Usec: 5000}}}
-	l.JobNice = 10
 	l0 := result{N: 1000, Concurrency: 8, Accept: 4 * time.Second, Complete: 8 * time.Second, JobNice: 0}
-	out := renderSection(env{Nodes: 4, CPUs: 16, GPUs: 8, Command: "go run ./bench/cmd/slurmbench", CreateCost: "12 µs", CreateCostSlurm: "300 µs"}, s, l, []result{l0})
+	// Round 2 is the median by completed ratio (2.0× between 1.0× and 4.0×).
+	slow := result{N: 1000, Concurrency: 8, Accept: 2 * time.Second, Complete: 20 * time.Second}
+	fast := result{N: 1000, Concurrency: 8, Accept: 2 * time.Second, Complete: 5 * time.Second}
+	rounds := []round{
+		{S: s, L: slow, CreateLoom: "10 µs", CreateSlurm: "20 µs"},
+		{S: s, L: l, Others: []result{l0}, CreateLoom: "12 µs", CreateSlurm: "300 µs"},
+		{S: s, L: fast},
+	}
+	out := renderSection(env{Nodes: 4, CPUs: 16, GPUs: 8, Command: "go run ./bench/cmd/slurmbench"}, rounds)
 	for _, want := range []string{
-		"| jobs accepted per second | 100 | 1000 | 10.0× | met |",
+		"| jobs accepted per second | 100 | 500 | 5.0× | met |", // medians
 		"| trivial jobs completed per second, end to end | 50 | 100 | 2.0× | **missed** |",
+		"| jobs accepted per second | 100 | 1000 | 10.0× |\n", // round 2 in detail
+		"| 1 | 100 | 50 | 500 | 50 | 5.0× | 1.0× | 10 µs / 20 µs |",
+		"| 2 | 100 | 50 | 1000 | 100 | 10.0× | 2.0× | 12 µs / 300 µs |",
+		"| 3 | 100 | 50 | 500 | 200 | 5.0× | 4.0× | ? / ? |",
+		"Round 2, the median one",
 		"node1 600, node2 400", "cpu-0001 1000", "evalsha 100 calls × 50 µs",
 		"```\ngo run ./bench/cmd/slurmbench\n```",
-		"ran `LOOM_JOB_NICE=10` below", "working directory took 12 µs before Loom's runs and 300 µs before Slurm's",
+		"ran `LOOM_JOB_NICE=10` below",
 		"| `LOOM_JOB_NICE=10` | 1000 | 100 | 10.0× | 2.0× |", "| `LOOM_JOB_NICE=0` | 250 | 125 | 2.5× | 2.5× |",
 	} {
 		if !strings.Contains(out, want) {
@@ -85,19 +97,31 @@ func TestRenderSectionShowsRatiosAndVerdicts(t *testing.T) {
 	}
 }
 
+func TestMedian(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{5, 1, 3}, 3}, {[]float64{4, 1, 3, 2}, 2.5}} {
+		if got := median(tc.in); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
 func TestFlagsCheckNamesBadFlags(t *testing.T) {
 	t.Parallel()
-	f := flags{n: 0, conc: 0, nodes: 100, cpus: 1, gpus: 99, only: "pbs", report: "x", jobNice: "10,-1", phaseTimeout: 0}
+	f := flags{n: 0, conc: 0, nodes: 100, cpus: 1, gpus: 99, only: "pbs", report: "x", jobNice: "10,-1", rounds: 0, phaseTimeout: 0}
 	err := f.check()
 	if err == nil {
 		t.Fatal("bad flags accepted")
 	}
-	for _, want := range []string{"-n ", "-concurrency", "-nodes", "-gpus", "-only", "-report", "-job-nice", "-phase-timeout"} {
+	for _, want := range []string{"-n ", "-concurrency", "-nodes", "-gpus", "-only", "-report", "-job-nice", "-rounds", "-phase-timeout"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
 	}
-	ok := flags{n: 10, conc: 2, nodes: 4, cpus: 16, gpus: 0, phaseTimeout: time.Minute}
+	ok := flags{n: 10, conc: 2, nodes: 4, cpus: 16, gpus: 0, rounds: 1, phaseTimeout: time.Minute}
 	if err := ok.check(); err != nil || ok.machineType != "n2-standard-16" || len(ok.jobNices) != 1 || ok.jobNices[0] != agent.DefaultJobNice {
 		t.Fatalf("good flags: %v, machine type %q, job nice %v", err, ok.machineType, ok.jobNices)
 	}

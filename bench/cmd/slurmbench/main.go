@@ -2,7 +2,9 @@
 // one run: jobs accepted per second (N trivial batch jobs submitted by
 // concurrent clients) and trivial jobs completed per second end to end (from
 // the first submission until every job has finished), and the ratios
-// Loom/Slurm (target: at least 5× on both). Slurm is Debian's slurm-wlm,
+// Loom/Slurm (target: at least 5× on both), in rounds (-rounds, default 3)
+// that each measure Loom and then Slurm; the report's verdict is on the
+// median of the rounds' ratios. Slurm is Debian's slurm-wlm,
 // started by bench/slurm with several virtual nodes on localhost; Loom is the
 // embedded deployment (broker, Redis, the five central services in this
 // process, one agent process per node — this binary again). The results go
@@ -71,6 +73,7 @@ type flags struct {
 	trace                    string
 	jobNice                  string // LOOM_JOB_NICE per Loom run, comma-separated
 	jobNices                 []int  // jobNice parsed by check
+	rounds                   int
 	phaseTimeout             time.Duration
 	keep                     bool
 }
@@ -89,6 +92,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (Loom's in-process services) during Loom's measured window")
 	fs.StringVar(&f.trace, "trace", "", "write a Go execution trace of this process during Loom's measured window (go tool trace -pprof=net|sync|syscall)")
 	fs.StringVar(&f.agentProfile, "agent-profile", "", "directory for a CPU profile and an execution trace per Loom agent process (agent-PID.pprof, agent-PID.trace)")
+	fs.IntVar(&f.rounds, "rounds", 3, "rounds, each measuring Loom then Slurm; the report's verdict is on the median ratio")
 	fs.StringVar(&f.jobNice, "job-nice", fmt.Sprintf("%d,0", agent.DefaultJobNice),
 		"Loom's LOOM_JOB_NICE for each Loom run, comma-separated: the first is the headline, the others are measured after it for comparison")
 	fs.DurationVar(&f.phaseTimeout, "phase-timeout", 150*time.Second, "limit for each system's measurement")
@@ -135,6 +139,9 @@ func (f *flags) check() error {
 		}
 		f.jobNices = append(f.jobNices, n)
 	}
+	if f.rounds < 1 || f.rounds > 20 {
+		bad("-rounds must be 1..20, got %d", f.rounds)
+	}
 	if f.phaseTimeout <= 0 {
 		bad("-phase-timeout must be positive, got %v", f.phaseTimeout)
 	}
@@ -167,52 +174,78 @@ func run(f flags) error {
 	}
 	ctx := context.Background()
 	e := describe(f)
-	var s, l result
-	var others []result // Loom with the other -job-nice values
-	var err error
 	e.Load = loadAvg()
-	// Loom first: Slurm's daemons create and delete files for every job,
-	// and on ext4 that slows creating files nearby for minutes after, which
-	// would be billed to whoever runs next. Loom deletes nothing while it
-	// runs, so Slurm after it pays only for its own.
-	if f.only != "slurm" {
-		e.CreateCost = probeCreate(dir, "loom")
-		for i, nice := range f.jobNices {
-			fi := f
-			if i > 0 { // profiles are of the headline run
-				fi.cpuProfile, fi.trace, fi.agentProfile = "", "", ""
-			}
-			r, err := runLoom(ctx, fi, fmt.Sprintf("%s/loom-%d", dir, i), nice)
-			if err != nil {
-				return fmt.Errorf("loom (LOOM_JOB_NICE=%d): %w", nice, err)
-			}
-			printResult(fmt.Sprintf("Loom (LOOM_JOB_NICE=%d)", nice), r)
-			if i == 0 {
-				l = r
-			} else {
-				others = append(others, r)
-			}
+	var rounds []round
+	for i := 0; i < f.rounds; i++ {
+		if f.rounds > 1 {
+			fmt.Printf("round %d of %d\n", i+1, f.rounds)
 		}
-	}
-	if f.only != "loom" {
-		e.CreateCostSlurm = probeCreate(dir, "slurm")
-		if s, err = runSlurm(ctx, f, dir+"/slurm"); err != nil {
-			return fmt.Errorf("slurm: %w", err)
+		r, err := runRound(ctx, f, filepath.Join(dir, fmt.Sprintf("round-%d", i+1)), i == 0)
+		if err != nil {
+			return err
 		}
-		printResult("Slurm", s)
+		if f.only == "" {
+			a, d := r.ratios()
+			fmt.Printf("Loom/Slurm: accepted/s %.1f×, completed/s %.1f× (target ≥ %.0f× on both)\n", a, d, targetRatio)
+		}
+		rounds = append(rounds, r)
 	}
 	e.LoadEnd = loadAvg()
-	if f.only == "" {
-		fmt.Printf("Loom/Slurm: accepted/s %.1f×, completed/s %.1f× (target ≥ %.0f× on both)\n",
-			ratio(l.AcceptRate(), s.AcceptRate()), ratio(l.CompleteRate(), s.CompleteRate()), targetRatio)
+	if f.only == "" && len(rounds) > 1 {
+		var accs, dones []float64
+		for _, r := range rounds {
+			a, d := r.ratios()
+			accs, dones = append(accs, a), append(dones, d)
+		}
+		fmt.Printf("median of %d rounds: accepted/s %.1f×, completed/s %.1f×\n", len(rounds), median(accs), median(dones))
 	}
 	if f.report != "" {
-		if err := writeReport(f.report, renderSection(e, s, l, others)); err != nil {
+		if err := writeReport(f.report, renderSection(e, rounds)); err != nil {
 			return err
 		}
 		fmt.Println("report written to", f.report)
 	}
 	return nil
+}
+
+// runRound measures Loom (each -job-nice value) and then Slurm in dir.
+// Profiles, when asked for, are of the first round's headline Loom run.
+//
+// Loom goes first: Slurm's daemons create and delete files for every job,
+// and on ext4 that slows creating files nearby for minutes after, which
+// would be billed to whoever runs next. Loom deletes nothing while it runs,
+// so Slurm after it pays only for its own.
+func runRound(ctx context.Context, f flags, dir string, first bool) (round, error) {
+	var r round
+	if f.only != "slurm" {
+		r.CreateLoom = probeCreate(dir, "loom")
+		for i, nice := range f.jobNices {
+			fi := f
+			if i > 0 || !first {
+				fi.cpuProfile, fi.trace, fi.agentProfile = "", "", ""
+			}
+			res, err := runLoom(ctx, fi, fmt.Sprintf("%s/loom-%d", dir, i), nice)
+			if err != nil {
+				return r, fmt.Errorf("loom (LOOM_JOB_NICE=%d): %w", nice, err)
+			}
+			printResult(fmt.Sprintf("Loom (LOOM_JOB_NICE=%d)", nice), res)
+			if i == 0 {
+				r.L = res
+			} else {
+				r.Others = append(r.Others, res)
+			}
+		}
+	}
+	if f.only != "loom" {
+		r.CreateSlurm = probeCreate(dir, "slurm")
+		res, err := runSlurm(ctx, f, dir+"/slurm")
+		if err != nil {
+			return r, fmt.Errorf("slurm: %w", err)
+		}
+		printResult("Slurm", res)
+		r.S = res
+	}
+	return r, nil
 }
 
 func printResult(name string, r result) {
@@ -429,9 +462,9 @@ func describe(f flags) env {
 		e.SlurmVersion = v
 	}
 	cmd := "go run ./bench/cmd/slurmbench -report bench/REPORT.md"
-	if f.n != 2000 || f.conc != 8 || f.nodes != 4 || f.cpus != 16 || f.gpus != 8 {
-		cmd = fmt.Sprintf("go run ./bench/cmd/slurmbench -n %d -concurrency %d -nodes %d -cpus %d -gpus %d -report bench/REPORT.md",
-			f.n, f.conc, f.nodes, f.cpus, f.gpus)
+	if f.n != 2000 || f.conc != 8 || f.nodes != 4 || f.cpus != 16 || f.gpus != 8 || f.rounds != 3 {
+		cmd = fmt.Sprintf("go run ./bench/cmd/slurmbench -n %d -concurrency %d -nodes %d -cpus %d -gpus %d -rounds %d -report bench/REPORT.md",
+			f.n, f.conc, f.nodes, f.cpus, f.gpus, f.rounds)
 	}
 	e.Command = cmd
 	return e

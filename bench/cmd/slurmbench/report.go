@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -27,10 +28,6 @@ type env struct {
 	Load, LoadEnd             string
 	Nodes, CPUs, GPUs, Warmup int
 	LoomMachineType, Command  string
-	// CreateCost and CreateCostSlurm are the median times to create a file
-	// in the working directory before Loom's runs and before Slurm's (""
-	// when unknown).
-	CreateCost, CreateCostSlurm string
 }
 
 // replaceSection returns doc with the text between the markers replaced by
@@ -130,25 +127,100 @@ func perNodeLine(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-// renderSection is the Markdown for one run.
-// others are Loom's runs with other LOOM_JOB_NICE values than l's.
-func renderSection(e env, s, l result, others []result) string {
+// round is one pass over both systems: Loom (its headline run L and the
+// runs with other LOOM_JOB_NICE values, Others), then Slurm (S), with what
+// creating a file cost before each.
+type round struct {
+	S, L                    result
+	Others                  []result
+	CreateLoom, CreateSlurm string
+}
+
+// ratios are a round's Loom/Slurm ratios: accepted and completed per second.
+func (r round) ratios() (acc, done float64) {
+	return ratio(r.L.AcceptRate(), r.S.AcceptRate()), ratio(r.L.CompleteRate(), r.S.CompleteRate())
+}
+
+// median returns the median of xs (the mean of the middle two for an even count).
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// medianRound returns the index of the round whose completed ratio is the
+// median (the lower middle one for an even count).
+func medianRound(rs []round) int {
+	idx := make([]int, len(rs))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool {
+		_, x := rs[idx[a]].ratios()
+		_, y := rs[idx[b]].ratios()
+		return x < y
+	})
+	return idx[(len(idx)-1)/2]
+}
+
+// renderSection is the Markdown for a run of one or more rounds: the
+// verdicts on the medians of the rounds' ratios (each measured within one
+// round), every round's rates, and the details of the median round.
+func renderSection(e env, rounds []round) string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
-	ra, rc := ratio(l.AcceptRate(), s.AcceptRate()), ratio(l.CompleteRate(), s.CompleteRate())
+	var accs, dones, sAcc, sDone, lAcc, lDone []float64
+	for _, r := range rounds {
+		a, d := r.ratios()
+		accs, dones = append(accs, a), append(dones, d)
+		sAcc, sDone = append(sAcc, r.S.AcceptRate()), append(sDone, r.S.CompleteRate())
+		lAcc, lDone = append(lAcc, r.L.AcceptRate()), append(lDone, r.L.CompleteRate())
+	}
+	ra, rc := median(accs), median(dones)
+	mi := medianRound(rounds)
+	m := rounds[mi]
+	s, l, others := m.S, m.L, m.Others
 	w("## Loom against a real Slurm: submissions and trivial jobs end to end (slurmbench)")
 	w("")
-	w("One run, on one machine, one system after the other (each stopped before the next starts): Loom first,")
-	w("because Slurm's daemons create and delete files for every job, which on ext4 slows creating files nearby")
-	w("for minutes after; Loom deletes none while it runs.")
+	w("%d rounds in one run, on one machine; in each, one system after the other (each stopped before the next", len(rounds))
+	w("starts), Loom first, because Slurm's daemons create and delete files for every job, which on ext4 slows")
+	w("creating files nearby for minutes after; Loom deletes none while it runs. A ratio is measured within a")
+	w("round; the verdict is on the median of the rounds' ratios (this machine is shared, and one system's rate")
+	w("moves by 20 %% from one run to the next).")
 	w("")
-	w("| measure | Slurm | Loom | Loom / Slurm | target ≥ %.0f× |", targetRatio)
+	w("| measure (median of %d rounds) | Slurm | Loom | Loom / Slurm | target ≥ %.0f× |", len(rounds), targetRatio)
 	w("|---|---:|---:|---:|---|")
-	w("| jobs accepted per second | %.0f | %.0f | %.1f× | %s |", s.AcceptRate(), l.AcceptRate(), ra, verdict(ra))
-	w("| trivial jobs completed per second, end to end | %.0f | %.0f | %.1f× | %s |", s.CompleteRate(), l.CompleteRate(), rc, verdict(rc))
-	w("| time to accept all %d | %.2f s | %.2f s | | |", s.N, s.Accept.Seconds(), l.Accept.Seconds())
-	w("| time until all %d completed | %.2f s | %.2f s | | |", s.N, s.Complete.Seconds(), l.Complete.Seconds())
-	w("| one submission, p50 / p99 | %s / %s | %s / %s | | |", ms(s.SubmitP50), ms(s.SubmitP99), ms(l.SubmitP50), ms(l.SubmitP99))
+	w("| jobs accepted per second | %.0f | %.0f | %.1f× | %s |", median(sAcc), median(lAcc), ra, verdict(ra))
+	w("| trivial jobs completed per second, end to end | %.0f | %.0f | %.1f× | %s |", median(sDone), median(lDone), rc, verdict(rc))
+	w("")
+	w("| round | Slurm accepted/s | Slurm completed/s | Loom accepted/s | Loom completed/s | accepted | completed | create before Loom / Slurm |")
+	w("|---|---:|---:|---:|---:|---:|---:|---|")
+	for i, r := range rounds {
+		a, d := r.ratios()
+		w("| %d | %.0f | %.0f | %.0f | %.0f | %.1f× | %.1f× | %s / %s |", i+1, r.S.AcceptRate(), r.S.CompleteRate(),
+			r.L.AcceptRate(), r.L.CompleteRate(), a, d, orQ(r.CreateLoom), orQ(r.CreateSlurm))
+	}
+	w("")
+	w("The create column is the median time to create a file in the round's working directory just before each")
+	w("system ran (200 creates; every job of either system creates at least its output file there; on this")
+	w("ext4 disk it takes 6–15 µs in a quiet directory and 250–350 µs where thousands of files were deleted in")
+	w("the minutes before).")
+	w("")
+	w("Round %d, the median one (by completed ratio), in detail:", mi+1)
+	w("")
+	w("| measure | Slurm | Loom | Loom / Slurm |")
+	w("|---|---:|---:|---:|")
+	w("| jobs accepted per second | %.0f | %.0f | %.1f× |", s.AcceptRate(), l.AcceptRate(), ratio(l.AcceptRate(), s.AcceptRate()))
+	w("| trivial jobs completed per second, end to end | %.0f | %.0f | %.1f× |", s.CompleteRate(), l.CompleteRate(), ratio(l.CompleteRate(), s.CompleteRate()))
+	w("| time to accept all %d | %.2f s | %.2f s | |", s.N, s.Accept.Seconds(), l.Accept.Seconds())
+	w("| time until all %d completed | %.2f s | %.2f s | |", s.N, s.Complete.Seconds(), l.Complete.Seconds())
+	w("| one submission, p50 / p99 | %s / %s | %s / %s | |", ms(s.SubmitP50), ms(s.SubmitP99), ms(l.SubmitP50), ms(l.SubmitP99))
 	w("")
 	w("Loom's jobs ran `LOOM_JOB_NICE=%d` below its agents' CPU priority (default %d; services/agent/README.md", l.JobNice, agent.DefaultJobNice)
 	w("says why). A nice value weighs each process on its own: with dozens of trivial jobs running at once on")
@@ -156,7 +228,7 @@ func renderSection(e env, s, l result, others []result) string {
 	w("runs jobs at its daemons' priority.")
 	w("")
 	if len(others) > 0 {
-		w("Loom measured in the same run with other values, one after the other:")
+		w("Loom measured in the same round with other values, one after the other:")
 		w("")
 		w("| Loom run | accepted/s | completed/s | accepted vs Slurm | completed vs Slurm | CPU |")
 		w("|---|---:|---:|---:|---:|---|")
@@ -184,11 +256,6 @@ func renderSection(e env, s, l result, others []result) string {
 	}
 	w("Machine: %s; 1-minute load average %s at the start, %s at the end (the machine is shared);", e.Machine, e.Load, e.LoadEnd)
 	w("%s; %s; measured %s.", e.GoVersion, e.SlurmVersion, e.Date)
-	if e.CreateCost != "" || e.CreateCostSlurm != "" {
-		w("Creating a file in the working directory took %s before Loom's runs and %s before Slurm's (median of", orQ(e.CreateCost), orQ(e.CreateCostSlurm))
-		w("200; every job of either system creates at least its output file there; on this ext4 disk it takes")
-		w("6–15 µs in a quiet directory and 250–350 µs where thousands of files were deleted in the minutes before).")
-	}
 	w("")
 	w("Settings:")
 	w("")
@@ -212,7 +279,7 @@ func renderSection(e env, s, l result, others []result) string {
 	w("%s", e.Command)
 	w("```")
 	w("")
-	w("Flags: `-n` jobs, `-concurrency`, `-nodes`, `-cpus`, `-gpus`, `-only slurm|loom`, `-job-nice` (Loom's runs:")
+	w("Flags: `-n` jobs, `-concurrency`, `-nodes`, `-cpus`, `-gpus`, `-rounds` (default 3), `-only slurm|loom`, `-job-nice` (Loom's runs:")
 	w("`LOOM_JOB_NICE` of each, the first the headline; default `%d,0`); to see where Loom's time", agent.DefaultJobNice)
 	w("goes: `-cpuprofile FILE` and `-trace FILE` (the in-process services during Loom's measured window) and")
 	w("`-agent-profile DIR` (a CPU profile and an execution trace per agent process).")
