@@ -1060,7 +1060,7 @@ func TestPartitionKeyReadsOnlyTheKeysPartition(t *testing.T) {
 		publish(t, p, otherEv, mineEv)
 		want = append(want, mineEv.ID)
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: topic, Balancer: kafka.Murmur2Balancer{}}
+	w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: topic, Balancer: kafka.Murmur2Balancer{}, RequiredAcks: kafka.RequireAll}
 	if err := w.WriteMessages(context.Background(), kafka.Message{Key: []byte(other), Value: []byte("not an event")}); err != nil {
 		t.Fatal(err)
 	}
@@ -1148,7 +1148,7 @@ func TestTailReadsWhatComesAfterReadyAndLeavesNoGroup(t *testing.T) {
 		publish(t, p, ev)
 	}
 	publish(t, p, event(topic, "refused", 99))
-	w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: topic, Balancer: kafka.Murmur2Balancer{}}
+	w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: topic, Balancer: kafka.Murmur2Balancer{}, RequiredAcks: kafka.RequireAll}
 	if err := w.WriteMessages(context.Background(), kafka.Message{Key: []byte("bad"), Value: []byte("not an event")}); err != nil {
 		t.Fatal(err)
 	}
