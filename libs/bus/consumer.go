@@ -77,7 +77,8 @@ type ConsumerConfig struct {
 	// group has not seen.
 	Logger *slog.Logger
 	// StartLatest makes a new group start at the newest record instead, for
-	// per-instance groups that only want what happens from now on (watch streams).
+	// groups that only want what happens from now on (Tail does that without
+	// a group, leaving none behind).
 	StartLatest bool
 	// HandlerTimeout bounds one handler call (default 30 s). The handler's
 	// context is not cancelled when Run's context ends: the record in hand
