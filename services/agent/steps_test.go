@@ -185,3 +185,41 @@ func TestConcurrentStartsStartEachStepOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchScriptRunsWithItsInterpreter checks that a script with an
+// interpreter line is executed as Slurm executes it, by the interpreter it
+// names with its argument, and that one without stays a /bin/sh -c script.
+func TestBatchScriptRunsWithItsInterpreter(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t)
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("bash not installed")
+	}
+	cases := []struct {
+		job, script, out string
+		exit             int32
+	}{
+		// Arrays and [[ ]] are bash's: /bin/sh (dash here) refuses them.
+		{"1", "#!/bin/bash\narr=(a b c)\n[[ ${arr[1]} == b ]] && echo \"bash ${arr[2]} $#\"\n", "bash c 0\n", 0},
+		// The interpreter's argument counts: -e stops at the first failure.
+		{"2", "#!/bin/sh -e\necho before\nfalse\necho after\n", "before\n", 1},
+		// Through env, as scripts for other interpreters are written.
+		{"3", "#!/usr/bin/env bash\necho \"via env ${BASH_VERSINFO[0]:+bash}\"\n", "via env bash\n", 0},
+		// No interpreter line: a /bin/sh -c script, as the API allows.
+		{"4", "echo plain $0", "plain /bin/sh\n", 0},
+	}
+	for _, tc := range cases {
+		out := filepath.Join(e.shared, "slurm-"+tc.job+".out")
+		publish(t, e.broker, command(startStep(tc.job, tc.script, nil, out)))
+		ex := waitStep(t, e.broker, tc.job, eventsv1.StepState_STEP_EXITED)
+		if got := readFile(t, out); got != tc.out || ex.ExitCode != tc.exit {
+			t.Errorf("script %q: output %q, exit %d; want %q, exit %d", tc.script, got, ex.ExitCode, tc.out, tc.exit)
+		}
+	}
+	publish(t, e.broker, command(startStep("5", "#!/no/such/interpreter\necho x\n", nil, filepath.Join(e.shared, "slurm-5.out"))))
+	if f := waitStep(t, e.broker, "5", eventsv1.StepState_STEP_FAILED_TO_START); !strings.Contains(f.Message, "#!/no/such/interpreter") ||
+		!strings.Contains(f.Message, "no such file") {
+		t.Fatalf("a missing interpreter: %v, want a start failure that says what is missing", f)
+	}
+}

@@ -569,6 +569,12 @@ func TestWrapParsableExport(t *testing.T) {
 	row = s.waitDone(m[1], 60*time.Second)
 	wantEqual(t, "script from stdin", row["JobName"]+" "+state(row), "fromstdin COMPLETED")
 	wantEqual(t, "its output", s.read("slurm-"+m[1]+".out"), "from stdin\n")
+
+	// A bash script runs under bash, as Slurm runs it, with its arguments.
+	bash := s.sbatch(s.script("bashisms.sh"), "one", "two")
+	row = s.waitDone(bash, 60*time.Second)
+	wantEqual(t, "bash script", row["JobName"]+" "+state(row), "bashisms COMPLETED")
+	wantEqual(t, "its output", s.read("slurm-"+bash+".out"), "two of 3\n")
 }
 
 // TestInvalidOptions: bad options and scripts are refused with Slurm's

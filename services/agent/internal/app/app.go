@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -487,7 +488,20 @@ func openOutputs(dir, out, errPath string) (stdout, stderr *os.File, err error) 
 // paths are taken against the working directory.
 func (a *App) spawn(key string, cmd *eventsv1.StartStep) (*exec.Cmd, error) {
 	var argv []string
+	var extra []*os.File
 	switch {
+	case strings.HasPrefix(cmd.GetScript(), "#!"):
+		// Run as Slurm does: the script itself is executed, so the kernel
+		// starts the interpreter its first line names (#!/bin/bash, with
+		// its argument, #!/usr/bin/env python3, …). It is handed over in
+		// memory, as fd 3, and executed by that fd's path: no file to
+		// write, clean up or leave behind.
+		f, err := scriptFD(cmd.GetScript())
+		if err != nil {
+			return nil, fmt.Errorf("batch script: %w", err)
+		}
+		defer f.Close()
+		argv, extra = []string{scriptPath}, []*os.File{f}
 	case cmd.GetScript() != "":
 		argv = []string{"/bin/sh", "-c", cmd.GetScript()}
 	case len(cmd.GetCommand()) > 0 && cmd.GetCommand()[0] != "":
@@ -517,9 +531,14 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (*exec.Cmd, error) {
 	c := exec.Command(argv[0], argv[1:]...)
 	c.Dir = dir
 	c.Stdout, c.Stderr = stdout, stderr
+	c.ExtraFiles = extra
 	c.Env = a.env(key, cmd)
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := startNiced(c, a.opts.JobNice); err != nil {
+		if len(extra) > 0 {
+			first, _, _ := strings.Cut(cmd.GetScript(), "\n")
+			return nil, fmt.Errorf("run the batch script with its interpreter line %q: %w", first, err)
+		}
 		return nil, fmt.Errorf("start %q: %w", argv[0], err)
 	}
 	return c, nil
