@@ -202,3 +202,17 @@ func FuzzSpecs(f *testing.F) {
 		}
 	})
 }
+
+func TestParseOpenMode(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{"append": OpenModeAppend, "a": OpenModeAppend, "truncate": OpenModeTruncate, "trunc": OpenModeTruncate} {
+		if got, err := ParseOpenMode(in); err != nil || got != want {
+			t.Errorf("ParseOpenMode(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "x", "appendix", "truncated"} {
+		if _, err := ParseOpenMode(in); err == nil {
+			t.Errorf("ParseOpenMode(%q) accepted it", in)
+		}
+	}
+}

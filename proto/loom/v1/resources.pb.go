@@ -2093,6 +2093,10 @@ type Job struct {
 	// output_pattern and error_pattern are --output/--error with %j %A %a %x %u %N.
 	OutputPattern string `protobuf:"bytes,42,opt,name=output_pattern,json=outputPattern,proto3" json:"output_pattern,omitempty"`
 	ErrorPattern  string `protobuf:"bytes,43,opt,name=error_pattern,json=errorPattern,proto3" json:"error_pattern,omitempty"`
+	// open_mode is --open-mode: "truncate" (also when empty: Slurm's default,
+	// JobFileAppend=0) empties the output and error files at each start of
+	// the job, a requeued run's too; "append" keeps what earlier runs wrote.
+	OpenMode string `protobuf:"bytes,67,opt,name=open_mode,json=openMode,proto3" json:"open_mode,omitempty"`
 	// requeue: --requeue / --no-requeue; unset means the cluster default (requeue allowed).
 	Requeue   *bool  `protobuf:"varint,44,opt,name=requeue,proto3,oneof" json:"requeue,omitempty"`
 	Exclusive bool   `protobuf:"varint,45,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
@@ -2340,6 +2344,13 @@ func (x *Job) GetOutputPattern() string {
 func (x *Job) GetErrorPattern() string {
 	if x != nil {
 		return x.ErrorPattern
+	}
+	return ""
+}
+
+func (x *Job) GetOpenMode() string {
+	if x != nil {
+		return x.OpenMode
 	}
 	return ""
 }
@@ -3622,7 +3633,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\bDELETING\x10\x04\x12\f\n" +
 	"\bDRAINING\x10\x05\x12\n" +
 	"\n" +
-	"\x06FAILED\x10\x06\"\xa7\x0e\n" +
+	"\x06FAILED\x10\x06\"\xc4\x0e\n" +
 	"\x03Job\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -3653,7 +3664,8 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"dependency\x18) \x01(\tR\n" +
 	"dependency\x12%\n" +
 	"\x0eoutput_pattern\x18* \x01(\tR\routputPattern\x12#\n" +
-	"\rerror_pattern\x18+ \x01(\tR\ferrorPattern\x12\x1d\n" +
+	"\rerror_pattern\x18+ \x01(\tR\ferrorPattern\x12\x1b\n" +
+	"\topen_mode\x18C \x01(\tR\bopenMode\x12\x1d\n" +
 	"\arequeue\x18, \x01(\bH\x00R\arequeue\x88\x01\x01\x12\x1c\n" +
 	"\texclusive\x18- \x01(\bR\texclusive\x12\x10\n" +
 	"\x03qos\x18. \x01(\tR\x03qos\x12\x18\n" +

@@ -270,9 +270,8 @@ func TestRequeue(t *testing.T) {
 	if len(runs) != 2 || runs[1] != "run restart=1" {
 		t.Errorf("runs.txt = %q; want two runs, the second with SLURM_RESTART_COUNT=1", runs)
 	}
-	if out := s.read("requeue-" + id + ".out"); !strings.Contains(out, "second run") || strings.Contains(out, "not requeued") {
-		t.Errorf("output %q; want the second run's", out)
-	}
+	// As Slurm (--open-mode=truncate by default): each run starts the file anew.
+	wantEqual(t, "output after the requeue", s.read("requeue-"+id+".out"), "second run\n")
 	kv := s.showJob(id)
 	wantEqual(t, "scontrol show job Restarts", kv["Restarts"], "1")
 	wantEqual(t, "scontrol show job Requeue", kv["Requeue"], "1")
@@ -569,6 +568,15 @@ func TestWrapParsableExport(t *testing.T) {
 	row = s.waitDone(m[1], 60*time.Second)
 	wantEqual(t, "script from stdin", row["JobName"]+" "+state(row), "fromstdin COMPLETED")
 	wantEqual(t, "its output", s.read("slurm-"+m[1]+".out"), "from stdin\n")
+
+	// Jobs writing one output file: each empties it first, as Slurm's default
+	// --open-mode=truncate does (checked against slurm-wlm 22.05 here);
+	// --open-mode=append keeps what is there.
+	for i, args := range [][]string{{"--wrap", "echo first"}, {"--wrap", "echo second"}, {"--open-mode=append", "--wrap", "echo third"}} {
+		s.waitDone(s.sbatch(append([]string{"-o", "same.out"}, args...)...), 60*time.Second)
+		want := []string{"first\n", "second\n", "second\nthird\n"}[i]
+		wantEqual(t, "same.out after "+strings.Join(args, " "), s.read("same.out"), want)
+	}
 
 	// A bash script runs under bash, as Slurm runs it, with its arguments.
 	bash := s.sbatch(s.script("bashisms.sh"), "one", "two")

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/hostlist"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -32,6 +33,7 @@ var sbatchOptions = []optDef{
 	{long: []string{"cpus-per-task"}, short: 'c', arg: requiredArg},
 	{long: []string{"dependency"}, short: 'd', arg: requiredArg},
 	{long: []string{"error"}, short: 'e', arg: requiredArg},
+	{long: []string{"open-mode"}, arg: requiredArg},
 	{long: []string{"exclude"}, short: 'x', arg: requiredArg},
 	{long: []string{"exclusive"}, arg: optionalArg},
 	{long: []string{"export"}, arg: requiredArg},
@@ -104,7 +106,6 @@ var sbatchOptions = []optDef{
 	{long: []string{"ntasks-per-core"}, arg: requiredArg},
 	{long: []string{"ntasks-per-gpu"}, arg: requiredArg},
 	{long: []string{"ntasks-per-socket"}, arg: requiredArg},
-	{long: []string{"open-mode"}, arg: requiredArg},
 	{long: []string{"overcommit"}, short: 'O', arg: noArg},
 	{long: []string{"oversubscribe"}, short: 's', arg: noArg},
 	{long: []string{"power"}, arg: requiredArg},
@@ -455,6 +456,12 @@ func (st *sbatchState) apply(o parsedOpt, from string) error {
 		j.ErrorPattern = v
 	case "output":
 		j.OutputPattern = v
+	case "open-mode":
+		m, err := slurmspec.ParseOpenMode(v)
+		if err != nil {
+			return bad(err)
+		}
+		j.OpenMode = m
 	case "exclude":
 		names, err := expandHosts(v)
 		if err != nil {

@@ -1604,7 +1604,10 @@ type StartStep struct {
 	Gpus          int32             `protobuf:"varint,12,opt,name=gpus,proto3" json:"gpus,omitempty"`
 	JobName       string            `protobuf:"bytes,13,opt,name=job_name,json=jobName,proto3" json:"job_name,omitempty"`
 	// error_path is where stderr goes; empty means together with stdout in output_path.
-	ErrorPath     string `protobuf:"bytes,14,opt,name=error_path,json=errorPath,proto3" json:"error_path,omitempty"`
+	ErrorPath string `protobuf:"bytes,14,opt,name=error_path,json=errorPath,proto3" json:"error_path,omitempty"`
+	// append_output keeps what the output and error files hold (--open-mode=append);
+	// false empties them when the step starts, as Slurm does by default.
+	AppendOutput  bool `protobuf:"varint,15,opt,name=append_output,json=appendOutput,proto3" json:"append_output,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1735,6 +1738,13 @@ func (x *StartStep) GetErrorPath() string {
 		return x.ErrorPath
 	}
 	return ""
+}
+
+func (x *StartStep) GetAppendOutput() bool {
+	if x != nil {
+		return x.AppendOutput
+	}
+	return false
 }
 
 // StopStep tells an agent to kill a step's process group.
@@ -2572,7 +2582,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\tmodel_dir\x18\x03 \x01(\tR\bmodelDir\";\n" +
 	"\vNodeDrained\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
-	"\acluster\x18\x02 \x01(\tR\acluster\"\xd2\x03\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\"\xf7\x03\n" +
 	"\tStartStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -2591,7 +2601,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x04gpus\x18\f \x01(\x05R\x04gpus\x12\x19\n" +
 	"\bjob_name\x18\r \x01(\tR\ajobName\x12\x1d\n" +
 	"\n" +
-	"error_path\x18\x0e \x01(\tR\terrorPath\x1a6\n" +
+	"error_path\x18\x0e \x01(\tR\terrorPath\x12#\n" +
+	"\rappend_output\x18\x0f \x01(\bR\fappendOutput\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"b\n" +

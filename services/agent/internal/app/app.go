@@ -440,25 +440,32 @@ func (a *App) launch(key string, rec *domain.Step, cmd *eventsv1.StartStep) {
 	}
 }
 
-// openAppend opens path for appending, creating it and its directory.
-func openAppend(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+// openOutput opens path for appending, creating it and its directory, and
+// empties it first unless keep.
+func openOutput(path string, keep bool) (*os.File, error) {
+	flags := os.O_CREATE | os.O_APPEND | os.O_WRONLY
+	if !keep {
+		flags |= os.O_TRUNC
+	}
+	f, err := os.OpenFile(path, flags, 0o644)
 	if errors.Is(err, os.ErrNotExist) {
 		// Only a missing directory costs a second try; the common case is
 		// one open.
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return nil, err
 		}
-		f, err = os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		f, err = os.OpenFile(path, flags, 0o644)
 	}
 	return f, err
 }
 
 // openOutputs opens a step's stdout (out) and stderr (errPath, or out when
 // empty or the same file) for appending, creating them and their
-// directories; relative paths are taken against dir. stdout and stderr are
-// the same *os.File when joined (closing it twice is harmless).
-func openOutputs(dir, out, errPath string) (stdout, stderr *os.File, err error) {
+// directories, emptied first unless keep (--open-mode=append); relative
+// paths are taken against dir. stdout and stderr are the same *os.File when
+// joined (closing it twice is harmless). Appending, even to an emptied file,
+// keeps the step's processes from writing over each other.
+func openOutputs(dir, out, errPath string, keep bool) (stdout, stderr *os.File, err error) {
 	abs := func(p string) string {
 		switch {
 		case p == "":
@@ -469,13 +476,13 @@ func openOutputs(dir, out, errPath string) (stdout, stderr *os.File, err error) 
 		return filepath.Clean(p)
 	}
 	out, errPath = abs(out), abs(errPath)
-	if stdout, err = openAppend(out); err != nil {
+	if stdout, err = openOutput(out, keep); err != nil {
 		return nil, nil, fmt.Errorf("open output %s: %w", out, err)
 	}
 	if errPath == "" || errPath == out {
 		return stdout, stdout, nil
 	}
-	if stderr, err = openAppend(errPath); err != nil {
+	if stderr, err = openOutput(errPath, keep); err != nil {
 		stdout.Close()
 		return nil, nil, fmt.Errorf("open error file %s: %w", errPath, err)
 	}
@@ -520,7 +527,7 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (*exec.Cmd, error) {
 	if out == "" {
 		out = filepath.Join(a.opts.WorkDir, fmt.Sprintf("slurm-%s.%d.out", cmd.GetJobId(), cmd.GetAttempt()))
 	}
-	stdout, stderr, err := openOutputs(dir, out, cmd.GetErrorPath())
+	stdout, stderr, err := openOutputs(dir, out, cmd.GetErrorPath(), cmd.GetAppendOutput())
 	if err != nil {
 		return nil, err
 	}

@@ -10,9 +10,9 @@ import (
 func TestOpenOutputs(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	write := func(out, errPath string) {
+	write := func(out, errPath string, keep bool) {
 		t.Helper()
-		o, e, err := openOutputs(dir, out, errPath)
+		o, e, err := openOutputs(dir, out, errPath, keep)
 		if err != nil {
 			t.Fatalf("openOutputs(%q, %q): %v", out, errPath, err)
 		}
@@ -33,16 +33,23 @@ func TestOpenOutputs(t *testing.T) {
 		}
 		return string(b)
 	}
-	write("a/joined.out", "")                                    // relative, directory created
-	write(filepath.Join(dir, "a", "joined.out"), "a/joined.out") // the same file twice: joined
-	write("split.out", "b/split.err")
+	write("a/joined.out", "", true)                                    // relative, directory created
+	write(filepath.Join(dir, "a", "joined.out"), "a/joined.out", true) // the same file twice: joined
+	write("split.out", "b/split.err", false)
 	if got := read("a/joined.out"); got != "out\nerr\nout\nerr\n" {
-		t.Errorf("joined file = %q, want both streams, appended", got)
+		t.Errorf("joined file = %q, want both streams, appended (keep)", got)
 	}
 	if got, gotErr := read("split.out"), read("b/split.err"); got != "out\n" || gotErr != "err\n" {
 		t.Errorf("split files = %q and %q, want stdout and stderr apart", got, gotErr)
 	}
-	if _, _, err := openOutputs(dir, "split.out", "/proc/no-such-dir/x.err"); err == nil {
+	// Without keep (--open-mode=truncate, Slurm's default) a second start
+	// empties both files first, the joined one once.
+	write("split.out", "b/split.err", false)
+	write(filepath.Join(dir, "a", "joined.out"), "a/joined.out", false)
+	if got, gotErr, joined := read("split.out"), read("b/split.err"), read("a/joined.out"); got != "out\n" || gotErr != "err\n" || joined != "out\nerr\n" {
+		t.Errorf("after a truncating start: %q, %q and joined %q; want only the new run's", got, gotErr, joined)
+	}
+	if _, _, err := openOutputs(dir, "split.out", "/proc/no-such-dir/x.err", true); err == nil {
 		t.Error("openOutputs with an error file that cannot be created succeeded")
 	}
 }

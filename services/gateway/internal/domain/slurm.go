@@ -182,6 +182,11 @@ func validateSlurm(v *errs.Validator, j *loomv1.Job, cluster *loomv1.Cluster) (p
 		}
 	}
 	v.Check(j.GetArrayJobId() == "" && j.GetArrayTaskId() == 0, "job.array_job_id", "is set by the scheduler on array tasks; submit the array with job.array")
+	switch m := j.GetOpenMode(); m {
+	case "", slurmspec.OpenModeAppend, slurmspec.OpenModeTruncate:
+	default:
+		v.Add("job.open_mode", "%q: want %q or %q (empty: %s)", m, slurmspec.OpenModeAppend, slurmspec.OpenModeTruncate, slurmspec.OpenModeTruncate)
+	}
 	if s := j.GetDependency(); s != "" {
 		if _, err := slurmspec.ParseDependency(s); err != nil {
 			v.Add("job.dependency", "%q: %v", s, err)

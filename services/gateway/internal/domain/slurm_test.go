@@ -60,6 +60,7 @@ func TestValidateSubmitJobSlurmOptions(t *testing.T) {
 		{"huge array", func(j *loomv1.Job) { j.Array = "0-20000" }, "job.array: \"0-20000\" names 20001 tasks; an array may have at most 10000"},
 		{"task fields", func(j *loomv1.Job) { j.ArrayJobId = "7" }, "job.array_job_id"},
 		{"bad dependency", func(j *loomv1.Job) { j.Dependency = "before:12" }, `job.dependency: "before:12": unknown dependency type`},
+		{"bad open mode", func(j *loomv1.Job) { j.OpenMode = "overwrite" }, `job.open_mode: "overwrite": want "append" or "truncate"`},
 		{"bad signal", func(j *loomv1.Job) { j.Signal = "B:FOO@5" }, "job.signal"},
 		{"relative work dir", func(j *loomv1.Job) { j.WorkDir = "run" }, `job.work_dir: "run" must be an absolute path`},
 		{"bad nodelist", func(j *loomv1.Job) { j.Nodelist = []string{"GPU_1"} }, "job.nodelist[0]"},

@@ -335,8 +335,8 @@ func TestStepEnv(t *testing.T) {
 	s := ss[0]
 	if s.GetScript() != "echo hi" || s.GetWorkDir() != "/home/ada/exp/run" || s.GetOutputPath() != "/home/ada/exp/run/train-7-gpu-0001.out" ||
 		s.GetGpus() != 3 || s.GetJobName() != "train" || s.GetJobId() != "7" || s.GetNodeIndex() != 0 ||
-		!reflect.DeepEqual(s.GetNodeHostnames(), []string{"gpu-0001", "gpu-0002"}) {
-		t.Fatalf("StartStep fields: %v", s)
+		!reflect.DeepEqual(s.GetNodeHostnames(), []string{"gpu-0001", "gpu-0002"}) || s.GetAppendOutput() {
+		t.Fatalf("StartStep fields: %v (a batch step empties its output by default)", s)
 	}
 	j := h.job(7)
 	if j.GetErrorPath() != "/logs/ada/00007.err" || j.GetBatchHost() != "gpu-0001" || j.GetAllocGpus() != 6 {
@@ -364,6 +364,14 @@ func TestStepEnv(t *testing.T) {
 	if env["SLURM_PROCID"] != "1" || env["SLURM_NODEID"] != "1" || env["SLURM_NTASKS"] != "2" || env["SLURM_TASKS_PER_NODE"] != "1(x2)" ||
 		env["SLURM_SUBMIT_DIR"] != "/shared/c1" || ss[1].GetOutputPath() != "/shared/c1/slurm-8.out" {
 		t.Fatalf("rank 1 of a command job: %v %q", env, ss[1].GetOutputPath())
+	}
+	if !ss[0].GetAppendOutput() || !ss[1].GetAppendOutput() {
+		t.Fatal("a command job's steps share its output file: none may empty it")
+	}
+	// --open-mode=append keeps a batch step's output.
+	c = h.do(&eventsv1.SubmitJob{Job: &loomv1.Job{Name: jobName(9), JobId: "9", Cluster: cl, Script: "echo hi", OpenMode: "append"}})
+	if ss = starts(c); len(ss) != 1 || !ss[0].GetAppendOutput() {
+		t.Fatalf("--open-mode=append: %v", ss)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/hostlist"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -113,6 +114,11 @@ func (p *pass) start(j *Job, part Partition, req *Request, chosen []int32) {
 			Env:        stepEnv(j, r, rank, c.SharedDir, t.s.cfg.MasterAddr, env),
 			OutputPath: spec.GetOutputPath(), ErrorPath: spec.GetErrorPath(), WorkDir: wd,
 			Gpus: int32(len(r.GPUs[node])), JobName: SlurmJobName(spec),
+			// A batch script's output has one writer, the batch host, which
+			// empties it at each start unless --open-mode=append (Slurm's
+			// default). A command on every node has one writer per node:
+			// none may empty what the others wrote.
+			AppendOutput: !batch || spec.GetOpenMode() == slurmspec.OpenModeAppend,
 		})
 	}
 }

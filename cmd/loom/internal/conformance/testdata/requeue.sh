@@ -4,8 +4,10 @@
 #SBATCH --time=0:45
 #SBATCH --output=requeue-%j.out
 # The first run waits to be requeued (scontrol requeue); the second ends.
+# Its output file is emptied at each start (Slurm's default --open-mode).
 echo "run restart=${SLURM_RESTART_COUNT-<unset>}" >> runs.txt
 if [ ! -e first-run ]; then
+  echo "first run started"
   touch first-run
   sleep 40 &
   wait $!
