@@ -323,7 +323,7 @@ func TestStepEnv(t *testing.T) {
 		"FOO": "bar", "SLURM_JOB_ID": "7", "SLURM_JOBID": "7", "SLURM_JOB_NAME": "train", "SLURM_JOB_NODELIST": "gpu-[0001-0002]",
 		"SLURM_NODELIST": "gpu-[0001-0002]", "SLURM_NNODES": "2", "SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "0",
 		"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NTASKS": "4", "SLURM_NPROCS": "4", "SLURM_TASKS_PER_NODE": "2(x2)",
-		"SLURM_CPUS_PER_TASK": "4", "SLURM_JOB_CPUS_PER_NODE": "8", "SLURM_GPUS_ON_NODE": "3", "CUDA_VISIBLE_DEVICES": "2,3,4",
+		"SLURM_CPUS_PER_TASK": "4", "SLURM_JOB_CPUS_PER_NODE": "8", "SLURM_CPUS_ON_NODE": "8", "SLURM_GTIDS": "0", "ENVIRONMENT": "BATCH", "SLURM_GPUS_ON_NODE": "3", "CUDA_VISIBLE_DEVICES": "2,3,4",
 		"SLURM_SUBMIT_DIR": "/home/ada/exp", "SLURM_JOB_PARTITION": "all", "SLURM_JOB_USER": "ada", "SLURM_JOB_QOS": "normal",
 		"SLURM_RESTART_COUNT": "0", "SLURMD_NODENAME": "gpu-0001", "SLURM_TOPOLOGY_ADDR": "gpu-0001", "SLURM_CLUSTER_NAME": "c1",
 		"LOOM_JOB_ID": "7", "LOOM_JOB_NAME": jobName(7), "LOOM_NODE_RANK": "0", "LOOM_NUM_NODES": "2",
@@ -362,7 +362,8 @@ func TestStepEnv(t *testing.T) {
 	}
 	env := ss[1].GetEnv()
 	if env["SLURM_PROCID"] != "1" || env["SLURM_NODEID"] != "1" || env["SLURM_NTASKS"] != "2" || env["SLURM_TASKS_PER_NODE"] != "1(x2)" ||
-		env["SLURM_SUBMIT_DIR"] != "/shared/c1" || ss[1].GetOutputPath() != "/shared/c1/slurm-8.out" {
+		env["SLURM_SUBMIT_DIR"] != "/shared/c1" || ss[1].GetOutputPath() != "/shared/c1/slurm-8.out" ||
+		env["SLURM_GTIDS"] != "1" || env["ENVIRONMENT"] != "" {
 		t.Fatalf("rank 1 of a command job: %v %q", env, ss[1].GetOutputPath())
 	}
 	if !ss[0].GetAppendOutput() || !ss[1].GetAppendOutput() {

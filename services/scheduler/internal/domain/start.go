@@ -255,12 +255,19 @@ func stepEnv(j *Job, r *Run, rank int, sharedDir, masterAddr string, extra map[s
 		"SLURM_TOPOLOGY_ADDR":     r.Hostnames[rank],
 		"SLURM_CLUSTER_NAME":      clusterID(r.Cluster),
 		"SLURM_JOB_CPUS_PER_NODE": strconv.Itoa(int(cpusOf(r, rank, spec.GetCpusPerTask()))),
-		"LOOM_JOB_ID":             spec.GetJobId(),
-		"LOOM_JOB_NAME":           spec.GetName(),
-		"LOOM_NODE_RANK":          id,
-		"LOOM_NUM_NODES":          n,
+		"SLURM_CPUS_ON_NODE":      strconv.Itoa(int(cpusOf(r, rank, spec.GetCpusPerTask()))),
+		// The global task ids on this node: the batch script's is 0; a
+		// command's task is its node's rank.
+		"SLURM_GTIDS":    procID,
+		"LOOM_JOB_ID":    spec.GetJobId(),
+		"LOOM_JOB_NAME":  spec.GetName(),
+		"LOOM_NODE_RANK": id,
+		"LOOM_NUM_NODES": n,
 	} {
 		env[k] = v
+	}
+	if spec.GetScript() != "" {
+		env["ENVIRONMENT"] = "BATCH" // as slurmstepd sets it for batch scripts
 	}
 	if spec.GetUser() == "" {
 		delete(env, "SLURM_JOB_USER")
