@@ -223,3 +223,40 @@ func TestBatchScriptRunsWithItsInterpreter(t *testing.T) {
 		t.Fatalf("a missing interpreter: %v, want a start failure that says what is missing", f)
 	}
 }
+
+// TestStopWritesSlurmsLineToTheErrorOutput checks that a stop with a cause
+// leaves slurmstepd's line in the step's error file before the kill, and
+// that a stop without one leaves none.
+func TestStopWritesSlurmsLineToTheErrorOutput(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t)
+	for _, tc := range []struct {
+		job   string
+		cause eventsv1.StopCause
+		want  string // "" = no line
+	}{
+		{"1", eventsv1.StopCause_STOP_CAUSE_TIME_LIMIT, " DUE TO TIME LIMIT ***\n"},
+		{"2", eventsv1.StopCause_STOP_CAUSE_CANCELLED, " ***\n"},
+		{"3", eventsv1.StopCause_STOP_CAUSE_UNSPECIFIED, ""},
+	} {
+		st := startStep(tc.job, "echo up; sleep 60", nil, filepath.Join(e.shared, "out-"+tc.job))
+		st.ErrorPath = filepath.Join(e.shared, "err-"+tc.job)
+		publish(t, e.broker, command(st))
+		waitStep(t, e.broker, tc.job, eventsv1.StepState_STEP_RUNNING)
+		testkit.WaitFor(t, wait, "the step's first output", func() (bool, error) { return readFile(t, st.OutputPath) == "up\n", nil })
+		publish(t, e.broker, command(&eventsv1.StopStep{Job: st.Job, Attempt: 1, Node: node, Reason: "test", Cause: tc.cause}))
+		waitStep(t, e.broker, tc.job, eventsv1.StepState_STEP_KILLED)
+		got := readFile(t, st.ErrorPath)
+		prefix := "slurmstepd-gpu-0001: error: *** JOB " + tc.job + " ON gpu-0001 CANCELLED AT "
+		switch {
+		case tc.want == "" && got != "":
+			t.Errorf("cause %s: error file %q, want nothing", tc.cause, got)
+		case tc.want != "" && (!strings.HasPrefix(got, prefix) || !strings.HasSuffix(got, tc.want)):
+			t.Errorf("cause %s: error file %q, want %q...%q", tc.cause, got, prefix, tc.want)
+		}
+		if out := readFile(t, st.OutputPath); out != "up\n" {
+			t.Errorf("cause %s: output file %q: the line belongs in the error file only", tc.cause, out)
+		}
+	}
+}

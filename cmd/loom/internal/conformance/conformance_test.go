@@ -361,6 +361,10 @@ func TestTimeLimit(t *testing.T) {
 	if !strings.HasPrefix(out, "start\n") || !strings.Contains(out, "got USR1\n") {
 		t.Errorf("output %q; want start, then USR1 (--signal=B:USR1@2) before the limit", out)
 	}
+	// As slurmstepd: the log says why the job ended.
+	if !regexp.MustCompile(`slurmstepd-[a-z0-9-]+: error: \*\*\* JOB ` + id + ` ON [a-z0-9-]+ CANCELLED AT [0-9T:-]{19} DUE TO TIME LIMIT \*\*\*\n`).MatchString(out) {
+		t.Errorf("output %q; want slurmstepd's line for the time limit", out)
+	}
 	kv := s.showJob(id)
 	wantEqual(t, "scontrol show job JobState", kv["JobState"], "TIMEOUT")
 	wantEqual(t, "scontrol show job TimeLimit", kv["TimeLimit"], "00:00:03")

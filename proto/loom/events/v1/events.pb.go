@@ -26,6 +26,68 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// StopCause is why the scheduler stops a step.
+type StopCause int32
+
+const (
+	StopCause_STOP_CAUSE_UNSPECIFIED StopCause = 0
+	// STOP_CAUSE_CANCELLED: scancel.
+	StopCause_STOP_CAUSE_CANCELLED  StopCause = 1
+	StopCause_STOP_CAUSE_TIME_LIMIT StopCause = 2
+	StopCause_STOP_CAUSE_PREEMPTED  StopCause = 3
+	// STOP_CAUSE_REQUEUED: scontrol requeue.
+	StopCause_STOP_CAUSE_REQUEUED StopCause = 4
+	// STOP_CAUSE_NODE_FAILURE: another node of the job failed, or this one is drained.
+	StopCause_STOP_CAUSE_NODE_FAILURE StopCause = 5
+)
+
+// Enum value maps for StopCause.
+var (
+	StopCause_name = map[int32]string{
+		0: "STOP_CAUSE_UNSPECIFIED",
+		1: "STOP_CAUSE_CANCELLED",
+		2: "STOP_CAUSE_TIME_LIMIT",
+		3: "STOP_CAUSE_PREEMPTED",
+		4: "STOP_CAUSE_REQUEUED",
+		5: "STOP_CAUSE_NODE_FAILURE",
+	}
+	StopCause_value = map[string]int32{
+		"STOP_CAUSE_UNSPECIFIED":  0,
+		"STOP_CAUSE_CANCELLED":    1,
+		"STOP_CAUSE_TIME_LIMIT":   2,
+		"STOP_CAUSE_PREEMPTED":    3,
+		"STOP_CAUSE_REQUEUED":     4,
+		"STOP_CAUSE_NODE_FAILURE": 5,
+	}
+)
+
+func (x StopCause) Enum() *StopCause {
+	p := new(StopCause)
+	*p = x
+	return p
+}
+
+func (x StopCause) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (StopCause) Descriptor() protoreflect.EnumDescriptor {
+	return file_loom_events_v1_events_proto_enumTypes[0].Descriptor()
+}
+
+func (StopCause) Type() protoreflect.EnumType {
+	return &file_loom_events_v1_events_proto_enumTypes[0]
+}
+
+func (x StopCause) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use StopCause.Descriptor instead.
+func (StopCause) EnumDescriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{0}
+}
+
 // StepState is the state of one node's part of a job run.
 type StepState int32
 
@@ -69,11 +131,11 @@ func (x StepState) String() string {
 }
 
 func (StepState) Descriptor() protoreflect.EnumDescriptor {
-	return file_loom_events_v1_events_proto_enumTypes[0].Descriptor()
+	return file_loom_events_v1_events_proto_enumTypes[1].Descriptor()
 }
 
 func (StepState) Type() protoreflect.EnumType {
-	return &file_loom_events_v1_events_proto_enumTypes[0]
+	return &file_loom_events_v1_events_proto_enumTypes[1]
 }
 
 func (x StepState) Number() protoreflect.EnumNumber {
@@ -82,7 +144,7 @@ func (x StepState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StepState.Descriptor instead.
 func (StepState) EnumDescriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{0}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{1}
 }
 
 // NodeHealth is health's verdict on a node.
@@ -119,11 +181,11 @@ func (x NodeHealth) String() string {
 }
 
 func (NodeHealth) Descriptor() protoreflect.EnumDescriptor {
-	return file_loom_events_v1_events_proto_enumTypes[1].Descriptor()
+	return file_loom_events_v1_events_proto_enumTypes[2].Descriptor()
 }
 
 func (NodeHealth) Type() protoreflect.EnumType {
-	return &file_loom_events_v1_events_proto_enumTypes[1]
+	return &file_loom_events_v1_events_proto_enumTypes[2]
 }
 
 func (x NodeHealth) Number() protoreflect.EnumNumber {
@@ -132,7 +194,7 @@ func (x NodeHealth) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NodeHealth.Descriptor instead.
 func (NodeHealth) EnumDescriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{1}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{2}
 }
 
 // CreateCluster asks the provisioner to create a cluster. The cluster's name is set.
@@ -1749,11 +1811,14 @@ func (x *StartStep) GetAppendOutput() bool {
 
 // StopStep tells an agent to kill a step's process group.
 type StopStep struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	Attempt       int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Node          string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
-	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Job     string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Attempt int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Node    string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	Reason  string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// cause says why, for the line Slurm writes to the job's error output
+	// ("*** JOB 7 ON gpu-0001 CANCELLED AT ... DUE TO TIME LIMIT ***").
+	Cause         StopCause `protobuf:"varint,5,opt,name=cause,proto3,enum=loom.events.v1.StopCause" json:"cause,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1814,6 +1879,13 @@ func (x *StopStep) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *StopStep) GetCause() StopCause {
+	if x != nil {
+		return x.Cause
+	}
+	return StopCause_STOP_CAUSE_UNSPECIFIED
 }
 
 // SignalStep tells an agent to send a signal to a step's process group
@@ -2605,12 +2677,13 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\rappend_output\x18\x0f \x01(\bR\fappendOutput\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"b\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x93\x01\n" +
 	"\bStopStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
 	"\x04node\x18\x03 \x01(\tR\x04node\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x83\x01\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12/\n" +
+	"\x05cause\x18\x05 \x01(\x0e2\x19.loom.events.v1.StopCauseR\x05cause\"\x83\x01\n" +
 	"\n" +
 	"SignalStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
@@ -2677,7 +2750,14 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x0elast_heartbeat\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\rlastHeartbeat\"_\n" +
 	"\x16ModelVersionRegistered\x12/\n" +
 	"\aversion\x18\x01 \x01(\v2\x15.loom.v1.ModelVersionR\aversion\x12\x14\n" +
-	"\x05model\x18\x02 \x01(\tR\x05model*\x84\x01\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model*\xac\x01\n" +
+	"\tStopCause\x12\x1a\n" +
+	"\x16STOP_CAUSE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14STOP_CAUSE_CANCELLED\x10\x01\x12\x19\n" +
+	"\x15STOP_CAUSE_TIME_LIMIT\x10\x02\x12\x18\n" +
+	"\x14STOP_CAUSE_PREEMPTED\x10\x03\x12\x17\n" +
+	"\x13STOP_CAUSE_REQUEUED\x10\x04\x12\x1b\n" +
+	"\x17STOP_CAUSE_NODE_FAILURE\x10\x05*\x84\x01\n" +
 	"\tStepState\x12\x1a\n" +
 	"\x16STEP_STATE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fSTEP_RUNNING\x10\x01\x12\x0f\n" +
@@ -2703,75 +2783,77 @@ func file_loom_events_v1_events_proto_rawDescGZIP() []byte {
 	return file_loom_events_v1_events_proto_rawDescData
 }
 
-var file_loom_events_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_loom_events_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_loom_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_loom_events_v1_events_proto_goTypes = []any{
-	(StepState)(0),                 // 0: loom.events.v1.StepState
-	(NodeHealth)(0),                // 1: loom.events.v1.NodeHealth
-	(*CreateCluster)(nil),          // 2: loom.events.v1.CreateCluster
-	(*DeleteCluster)(nil),          // 3: loom.events.v1.DeleteCluster
-	(*UpdateCluster)(nil),          // 4: loom.events.v1.UpdateCluster
-	(*CreateReservation)(nil),      // 5: loom.events.v1.CreateReservation
-	(*DeleteReservation)(nil),      // 6: loom.events.v1.DeleteReservation
-	(*ClusterChanged)(nil),         // 7: loom.events.v1.ClusterChanged
-	(*ClusterDeleted)(nil),         // 8: loom.events.v1.ClusterDeleted
-	(*ReservationChanged)(nil),     // 9: loom.events.v1.ReservationChanged
-	(*ReservationDeleted)(nil),     // 10: loom.events.v1.ReservationDeleted
-	(*ClusterOperationFailed)(nil), // 11: loom.events.v1.ClusterOperationFailed
-	(*NodeChanged)(nil),            // 12: loom.events.v1.NodeChanged
-	(*NodeRemoved)(nil),            // 13: loom.events.v1.NodeRemoved
-	(*AgentRegistered)(nil),        // 14: loom.events.v1.AgentRegistered
-	(*Heartbeat)(nil),              // 15: loom.events.v1.Heartbeat
-	(*SubmitJob)(nil),              // 16: loom.events.v1.SubmitJob
-	(*CancelJob)(nil),              // 17: loom.events.v1.CancelJob
-	(*UpdateJob)(nil),              // 18: loom.events.v1.UpdateJob
-	(*CreateJobStep)(nil),          // 19: loom.events.v1.CreateJobStep
-	(*CancelJobStep)(nil),          // 20: loom.events.v1.CancelJobStep
-	(*UpdateSlurmNode)(nil),        // 21: loom.events.v1.UpdateSlurmNode
-	(*JobChanged)(nil),             // 22: loom.events.v1.JobChanged
-	(*NodeDrained)(nil),            // 23: loom.events.v1.NodeDrained
-	(*StartStep)(nil),              // 24: loom.events.v1.StartStep
-	(*StopStep)(nil),               // 25: loom.events.v1.StopStep
-	(*SignalStep)(nil),             // 26: loom.events.v1.SignalStep
-	(*LaunchTasks)(nil),            // 27: loom.events.v1.LaunchTasks
-	(*KillTasks)(nil),              // 28: loom.events.v1.KillTasks
-	(*StepChanged)(nil),            // 29: loom.events.v1.StepChanged
-	(*TasksChanged)(nil),           // 30: loom.events.v1.TasksChanged
-	(*NodeHealthChanged)(nil),      // 31: loom.events.v1.NodeHealthChanged
-	(*ModelVersionRegistered)(nil), // 32: loom.events.v1.ModelVersionRegistered
-	nil,                            // 33: loom.events.v1.CreateJobStep.EnvEntry
-	nil,                            // 34: loom.events.v1.StartStep.EnvEntry
-	nil,                            // 35: loom.events.v1.LaunchTasks.EnvEntry
-	(*v1.Cluster)(nil),             // 36: loom.v1.Cluster
-	(*v1.Reservation)(nil),         // 37: loom.v1.Reservation
-	(*v1.Node)(nil),                // 38: loom.v1.Node
-	(*timestamppb.Timestamp)(nil),  // 39: google.protobuf.Timestamp
-	(*v1.Job)(nil),                 // 40: loom.v1.Job
-	(*v1.ModelVersion)(nil),        // 41: loom.v1.ModelVersion
+	(StopCause)(0),                 // 0: loom.events.v1.StopCause
+	(StepState)(0),                 // 1: loom.events.v1.StepState
+	(NodeHealth)(0),                // 2: loom.events.v1.NodeHealth
+	(*CreateCluster)(nil),          // 3: loom.events.v1.CreateCluster
+	(*DeleteCluster)(nil),          // 4: loom.events.v1.DeleteCluster
+	(*UpdateCluster)(nil),          // 5: loom.events.v1.UpdateCluster
+	(*CreateReservation)(nil),      // 6: loom.events.v1.CreateReservation
+	(*DeleteReservation)(nil),      // 7: loom.events.v1.DeleteReservation
+	(*ClusterChanged)(nil),         // 8: loom.events.v1.ClusterChanged
+	(*ClusterDeleted)(nil),         // 9: loom.events.v1.ClusterDeleted
+	(*ReservationChanged)(nil),     // 10: loom.events.v1.ReservationChanged
+	(*ReservationDeleted)(nil),     // 11: loom.events.v1.ReservationDeleted
+	(*ClusterOperationFailed)(nil), // 12: loom.events.v1.ClusterOperationFailed
+	(*NodeChanged)(nil),            // 13: loom.events.v1.NodeChanged
+	(*NodeRemoved)(nil),            // 14: loom.events.v1.NodeRemoved
+	(*AgentRegistered)(nil),        // 15: loom.events.v1.AgentRegistered
+	(*Heartbeat)(nil),              // 16: loom.events.v1.Heartbeat
+	(*SubmitJob)(nil),              // 17: loom.events.v1.SubmitJob
+	(*CancelJob)(nil),              // 18: loom.events.v1.CancelJob
+	(*UpdateJob)(nil),              // 19: loom.events.v1.UpdateJob
+	(*CreateJobStep)(nil),          // 20: loom.events.v1.CreateJobStep
+	(*CancelJobStep)(nil),          // 21: loom.events.v1.CancelJobStep
+	(*UpdateSlurmNode)(nil),        // 22: loom.events.v1.UpdateSlurmNode
+	(*JobChanged)(nil),             // 23: loom.events.v1.JobChanged
+	(*NodeDrained)(nil),            // 24: loom.events.v1.NodeDrained
+	(*StartStep)(nil),              // 25: loom.events.v1.StartStep
+	(*StopStep)(nil),               // 26: loom.events.v1.StopStep
+	(*SignalStep)(nil),             // 27: loom.events.v1.SignalStep
+	(*LaunchTasks)(nil),            // 28: loom.events.v1.LaunchTasks
+	(*KillTasks)(nil),              // 29: loom.events.v1.KillTasks
+	(*StepChanged)(nil),            // 30: loom.events.v1.StepChanged
+	(*TasksChanged)(nil),           // 31: loom.events.v1.TasksChanged
+	(*NodeHealthChanged)(nil),      // 32: loom.events.v1.NodeHealthChanged
+	(*ModelVersionRegistered)(nil), // 33: loom.events.v1.ModelVersionRegistered
+	nil,                            // 34: loom.events.v1.CreateJobStep.EnvEntry
+	nil,                            // 35: loom.events.v1.StartStep.EnvEntry
+	nil,                            // 36: loom.events.v1.LaunchTasks.EnvEntry
+	(*v1.Cluster)(nil),             // 37: loom.v1.Cluster
+	(*v1.Reservation)(nil),         // 38: loom.v1.Reservation
+	(*v1.Node)(nil),                // 39: loom.v1.Node
+	(*timestamppb.Timestamp)(nil),  // 40: google.protobuf.Timestamp
+	(*v1.Job)(nil),                 // 41: loom.v1.Job
+	(*v1.ModelVersion)(nil),        // 42: loom.v1.ModelVersion
 }
 var file_loom_events_v1_events_proto_depIdxs = []int32{
-	36, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
-	36, // 1: loom.events.v1.UpdateCluster.cluster:type_name -> loom.v1.Cluster
-	37, // 2: loom.events.v1.CreateReservation.reservation:type_name -> loom.v1.Reservation
-	36, // 3: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
-	37, // 4: loom.events.v1.ReservationChanged.reservation:type_name -> loom.v1.Reservation
-	38, // 5: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
-	39, // 6: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
-	40, // 7: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
-	33, // 8: loom.events.v1.CreateJobStep.env:type_name -> loom.events.v1.CreateJobStep.EnvEntry
-	40, // 9: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
-	34, // 10: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
-	35, // 11: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
-	0,  // 12: loom.events.v1.StepChanged.state:type_name -> loom.events.v1.StepState
-	0,  // 13: loom.events.v1.TasksChanged.state:type_name -> loom.events.v1.StepState
-	1,  // 14: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
-	39, // 15: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
-	41, // 16: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	37, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
+	37, // 1: loom.events.v1.UpdateCluster.cluster:type_name -> loom.v1.Cluster
+	38, // 2: loom.events.v1.CreateReservation.reservation:type_name -> loom.v1.Reservation
+	37, // 3: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
+	38, // 4: loom.events.v1.ReservationChanged.reservation:type_name -> loom.v1.Reservation
+	39, // 5: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
+	40, // 6: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
+	41, // 7: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
+	34, // 8: loom.events.v1.CreateJobStep.env:type_name -> loom.events.v1.CreateJobStep.EnvEntry
+	41, // 9: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
+	35, // 10: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
+	0,  // 11: loom.events.v1.StopStep.cause:type_name -> loom.events.v1.StopCause
+	36, // 12: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
+	1,  // 13: loom.events.v1.StepChanged.state:type_name -> loom.events.v1.StepState
+	1,  // 14: loom.events.v1.TasksChanged.state:type_name -> loom.events.v1.StepState
+	2,  // 15: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
+	40, // 16: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
+	42, // 17: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_loom_events_v1_events_proto_init() }
@@ -2784,7 +2866,7 @@ func file_loom_events_v1_events_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_events_v1_events_proto_rawDesc), len(file_loom_events_v1_events_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   0,

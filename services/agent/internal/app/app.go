@@ -411,7 +411,7 @@ func (a *App) launch(key string, rec *domain.Step, cmd *eventsv1.StartStep) {
 		a.watchers.Done()
 		return
 	}
-	c, err := a.spawn(key, cmd)
+	c, errPath, err := a.spawn(key, cmd)
 	if err != nil {
 		a.log.Warn("step failed to start", "step", key, "err", err)
 		a.record(domain.StartFailed(rec, err.Error(), a.opts.Now()), true)
@@ -428,7 +428,7 @@ func (a *App) launch(key string, rec *domain.Step, cmd *eventsv1.StartStep) {
 	a.running.Add(1)
 	go a.watch(key, c, p) // it records the end once this unlocks the step
 	a.log.Info("step started", "step", key, "pid", pid, "output", cmd.GetOutputPath())
-	started := domain.Started(rec, pid, start)
+	started := domain.Started(rec, pid, start, errPath)
 	a.record(started, true)
 	if closing {
 		// The shutdown began while the process started; nothing may run
@@ -492,8 +492,9 @@ func openOutputs(dir, out, errPath string, keep bool) (stdout, stderr *os.File, 
 // spawn starts a step's process in its own process group, in the step's
 // working directory (work_dir, default the shared dir), stdout appended to
 // output_path and stderr to error_path (output_path when empty); relative
-// paths are taken against the working directory.
-func (a *App) spawn(key string, cmd *eventsv1.StartStep) (*exec.Cmd, error) {
+// paths are taken against the working directory. It returns the process
+// and the file its stderr goes to.
+func (a *App) spawn(key string, cmd *eventsv1.StartStep) (*exec.Cmd, string, error) {
 	var argv []string
 	var extra []*os.File
 	switch {
@@ -505,7 +506,7 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (*exec.Cmd, error) {
 		// write, clean up or leave behind.
 		f, err := scriptFD(cmd.GetScript())
 		if err != nil {
-			return nil, fmt.Errorf("batch script: %w", err)
+			return nil, "", fmt.Errorf("batch script: %w", err)
 		}
 		defer f.Close()
 		argv, extra = []string{scriptPath}, []*os.File{f}
@@ -514,14 +515,14 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (*exec.Cmd, error) {
 	case len(cmd.GetCommand()) > 0 && cmd.GetCommand()[0] != "":
 		argv = cmd.GetCommand()
 	default:
-		return nil, errors.New("the step has neither a script nor a command")
+		return nil, "", errors.New("the step has neither a script nor a command")
 	}
 	dir := cmd.GetWorkDir()
 	if dir == "" {
 		dir = a.opts.SharedDir
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create working directory: %w", err)
+		return nil, "", fmt.Errorf("create working directory: %w", err)
 	}
 	out := cmd.GetOutputPath()
 	if out == "" {
@@ -529,7 +530,7 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (*exec.Cmd, error) {
 	}
 	stdout, stderr, err := openOutputs(dir, out, cmd.GetErrorPath(), cmd.GetAppendOutput())
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	// The child gets its own copies.
 	defer stdout.Close()
@@ -544,11 +545,11 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (*exec.Cmd, error) {
 	if err := startNiced(c, a.opts.JobNice); err != nil {
 		if len(extra) > 0 {
 			first, _, _ := strings.Cut(cmd.GetScript(), "\n")
-			return nil, fmt.Errorf("run the batch script with its interpreter line %q: %w", first, err)
+			return nil, "", fmt.Errorf("run the batch script with its interpreter line %q: %w", first, err)
 		}
-		return nil, fmt.Errorf("start %q: %w", argv[0], err)
+		return nil, "", fmt.Errorf("start %q: %w", argv[0], err)
 	}
-	return c, nil
+	return c, stderr.Name(), nil
 }
 
 // env is a step's environment: a clean base (PATH, HOME = the shared dir),
@@ -637,9 +638,30 @@ func (a *App) stopStep(ctx context.Context, id string, cmd *eventsv1.StopStep) e
 	a.steps[key] = d.Rec
 	a.mu.Unlock()
 	if d.Kill {
+		a.tellStop(d.Rec, cmd.GetCause())
 		a.kill(key)
 	}
 	return nil
+}
+
+// tellStop writes Slurm's line for a stop to the step's error output before
+// the step is killed, so that the job's log says why it ended. Best effort:
+// a log that cannot be written does not hold up the stop.
+func (a *App) tellStop(rec *domain.Step, cause eventsv1.StopCause) {
+	line := domain.StopLine(rec.JobID, a.opts.Hostname, cause, a.opts.Now())
+	if line == "" || rec.ErrPath == "" {
+		return
+	}
+	f, err := os.OpenFile(rec.ErrPath, os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
+	if err == nil {
+		_, err = f.WriteString(line)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		a.log.Warn("could not write the stop line to the step's error output", "step", rec.Key(), "err", err)
+	}
 }
 
 // SignalStep applies a SignalStep delivered as event id: the named signal

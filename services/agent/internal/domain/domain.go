@@ -56,9 +56,12 @@ type Step struct {
 	ExitCode int32  `json:"exit_code,omitempty"`
 	Message  string `json:"message,omitempty"`
 	// StopReason is set once the step was asked to stop; its exit is then KILLED.
-	StopReason string    `json:"stop_reason,omitempty"`
-	Created    time.Time `json:"created"`
-	Ended      time.Time `json:"ended,omitzero"`
+	StopReason string `json:"stop_reason,omitempty"`
+	// ErrPath is the file the step's stderr goes to, once Running: where
+	// a stop's Slurm-style line goes (StopLine).
+	ErrPath string    `json:"err_path,omitempty"`
+	Created time.Time `json:"created"`
+	Ended   time.Time `json:"ended,omitzero"`
 }
 
 // Key is a step's record key: job name and attempt.
@@ -114,10 +117,32 @@ func Start(self Self, existing *Step, cmd *eventsv1.StartStep, now time.Time) (r
 }
 
 // Started records that the process runs.
-func Started(rec *Step, pid int, pidStart uint64) *Step {
+func Started(rec *Step, pid int, pidStart uint64, errPath string) *Step {
 	r := rec.clone()
-	r.Phase, r.PID, r.PIDStart = Running, pid, pidStart
+	r.Phase, r.PID, r.PIDStart, r.ErrPath = Running, pid, pidStart, errPath
 	return r
+}
+
+// stopCauses are the endings of Slurm's line for each cause it names.
+var stopCauses = map[eventsv1.StopCause]string{
+	eventsv1.StopCause_STOP_CAUSE_CANCELLED:    "",
+	eventsv1.StopCause_STOP_CAUSE_TIME_LIMIT:   " DUE TO TIME LIMIT",
+	eventsv1.StopCause_STOP_CAUSE_PREEMPTED:    " DUE TO PREEMPTION",
+	eventsv1.StopCause_STOP_CAUSE_REQUEUED:     " DUE TO JOB REQUEUE",
+	eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE: " DUE TO NODE FAILURE",
+}
+
+// StopLine is the line slurmstepd writes to a job's error output when it
+// stops the job, so that its log says why it ended ("slurmstepd-gpu-0001:
+// error: *** JOB 7 ON gpu-0001 CANCELLED AT 2026-11-29T21:34:33 DUE TO TIME
+// LIMIT ***", local time), or "" for a cause Slurm writes nothing for.
+func StopLine(jobID, host string, cause eventsv1.StopCause, at time.Time) string {
+	end, ok := stopCauses[cause]
+	if !ok || jobID == "" {
+		return ""
+	}
+	return fmt.Sprintf("slurmstepd-%s: error: *** JOB %s ON %s CANCELLED AT %s%s ***\n",
+		host, jobID, host, at.Local().Format("2006-01-02T15:04:05"), end)
 }
 
 // StartFailed records that the process could not be started.

@@ -36,7 +36,7 @@ func TestStart(t *testing.T) {
 func TestRunAndExit(t *testing.T) {
 	t.Parallel()
 	rec, _ := Start(self, nil, startCmd(self.Node), t0)
-	run := Started(rec, 4242, 99)
+	run := Started(rec, 4242, 99, "/shared/slurm-7.out")
 	ev := run.Event(self)
 	if ev.State != eventsv1.StepState_STEP_RUNNING || ev.Pid != 4242 || ev.Node != self.Node || ev.Cluster != self.Cluster || ev.Attempt != 1 {
 		t.Fatalf("running event = %v", ev)
@@ -103,7 +103,7 @@ func TestStop(t *testing.T) {
 func TestLostAndFailed(t *testing.T) {
 	t.Parallel()
 	rec, _ := Start(self, nil, startCmd(self.Node), t0)
-	if ev := MarkLost(Started(rec, 1, 2), "agent restarted", t0).Event(self); ev.State != eventsv1.StepState_STEP_LOST || ev.Message != "agent restarted" {
+	if ev := MarkLost(Started(rec, 1, 2, ""), "agent restarted", t0).Event(self); ev.State != eventsv1.StepState_STEP_LOST || ev.Message != "agent restarted" {
 		t.Fatalf("lost = %v", ev)
 	}
 	if ev := StartFailed(rec, "exec: nope", t0).Event(self); ev.State != eventsv1.StepState_STEP_FAILED_TO_START || ev.Message != "exec: nope" {
@@ -144,5 +144,25 @@ func TestSignal(t *testing.T) {
 		if send, skip := Signal(self, tc.rec, tc.cmd); send || !strings.Contains(skip, tc.want) {
 			t.Errorf("%s: Signal = %v, %q; want skipped with %q", name, send, skip, tc.want)
 		}
+	}
+}
+
+func TestStopLine(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 29, 21, 34, 33, 0, time.Local)
+	for cause, want := range map[eventsv1.StopCause]string{
+		eventsv1.StopCause_STOP_CAUSE_CANCELLED:    "slurmstepd-node1: error: *** JOB 3 ON node1 CANCELLED AT 2026-11-29T21:34:33 ***\n",
+		eventsv1.StopCause_STOP_CAUSE_TIME_LIMIT:   "slurmstepd-node1: error: *** JOB 3 ON node1 CANCELLED AT 2026-11-29T21:34:33 DUE TO TIME LIMIT ***\n",
+		eventsv1.StopCause_STOP_CAUSE_PREEMPTED:    "slurmstepd-node1: error: *** JOB 3 ON node1 CANCELLED AT 2026-11-29T21:34:33 DUE TO PREEMPTION ***\n",
+		eventsv1.StopCause_STOP_CAUSE_REQUEUED:     "slurmstepd-node1: error: *** JOB 3 ON node1 CANCELLED AT 2026-11-29T21:34:33 DUE TO JOB REQUEUE ***\n",
+		eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE: "slurmstepd-node1: error: *** JOB 3 ON node1 CANCELLED AT 2026-11-29T21:34:33 DUE TO NODE FAILURE ***\n",
+		eventsv1.StopCause_STOP_CAUSE_UNSPECIFIED:  "",
+	} {
+		if got := StopLine("3", "node1", cause, at); got != want {
+			t.Errorf("StopLine(%s) = %q, want %q", cause, got, want)
+		}
+	}
+	if got := StopLine("", "node1", eventsv1.StopCause_STOP_CAUSE_CANCELLED, at); got != "" {
+		t.Errorf("a step without a job id: %q, want no line", got)
 	}
 }

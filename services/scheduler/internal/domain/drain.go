@@ -63,7 +63,7 @@ func (t *txn) drainWork(n *Node, holders []*Run) (requeue []*Run, drained bool) 
 func (t *txn) requeue(j *Job, r *Run, host string) {
 	reason := "node " + host + " draining"
 	j = t.editJob(j.Name())
-	t.stopSteps(r, "", reason)
+	t.stopSteps(r, "", reason, eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE)
 	if !j.requeueAllowed() {
 		t.finish(j, loomv1.JobState_NODE_FAIL, 0, reason)
 		t.dirty[j.Job.GetCluster()] = true

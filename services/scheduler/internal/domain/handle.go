@@ -223,7 +223,7 @@ func (t *txn) cancel(ev *eventsv1.CancelJob) error {
 			r := t.currentRun(j)
 			t.finish(j, loomv1.JobState_CANCELLED, 0, "")
 			if r != nil {
-				t.stopSteps(r, "", "job cancelled")
+				t.stopSteps(r, "", "job cancelled", eventsv1.StopCause_STOP_CAUSE_CANCELLED)
 			}
 			t.dirty[j.Job.GetCluster()] = true
 		}
@@ -529,7 +529,7 @@ func (t *txn) failNode(n *Node) {
 			default:
 				t.finish(j, loomv1.JobState_NODE_FAIL, 0, reason)
 			}
-			t.stopSteps(r, n.Name, reason)
+			t.stopSteps(r, n.Name, reason, eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE)
 		}
 		if r.allTerminal() {
 			r.Released = true
@@ -574,7 +574,8 @@ func (t *txn) stepChanged(ev *eventsv1.StepChanged) error {
 			}
 			j = t.editJob(j.Name())
 			t.finish(j, state, code, reason)
-			t.stopSteps(r, ev.GetNode(), "job failed")
+			// Slurm writes no line for this: the failed step's own output says why.
+			t.stopSteps(r, ev.GetNode(), "job failed", eventsv1.StopCause_STOP_CAUSE_UNSPECIFIED)
 		}
 		switch ev.GetState() {
 		case eventsv1.StepState_STEP_EXITED:

@@ -75,13 +75,14 @@ func (t *txn) requeueJob(j *Job, reason string) {
 	t.dirty[spec.GetCluster()] = true
 }
 
-// stopSteps tells every node of r but except whose step has not ended to stop it.
-func (t *txn) stopSteps(r *Run, except, reason string) {
+// stopSteps tells every node of r but except whose step has not ended to
+// stop it; cause is what the agent tells the job's error output.
+func (t *txn) stopSteps(r *Run, except, reason string, cause eventsv1.StopCause) {
 	for _, node := range r.Nodes {
 		if node == except || r.Steps[node].Terminal() {
 			continue
 		}
-		t.emit(topics.StepCommands, node, r.Job, &eventsv1.StopStep{Job: r.Job, Attempt: r.Attempt, Node: node, Reason: reason})
+		t.emit(topics.StepCommands, node, r.Job, &eventsv1.StopStep{Job: r.Job, Attempt: r.Attempt, Node: node, Reason: reason, Cause: cause})
 	}
 }
 
@@ -118,7 +119,7 @@ func (t *txn) beginPreempt(r *Run, by *Job) bool {
 // PREEMPTED, then requeued when it allows it.
 func (t *txn) preemptStop(j *Job, r *Run) {
 	j = t.editJob(j.Name())
-	t.stopSteps(r, "", "preempted")
+	t.stopSteps(r, "", "preempted", eventsv1.StopCause_STOP_CAUSE_PREEMPTED)
 	reason := "Preempted"
 	t.endAttempt(r, loomv1.JobState_PREEMPTED, 0, reason)
 	t.end(j, loomv1.JobState_PREEMPTED, 0, reason)
@@ -133,7 +134,7 @@ func (t *txn) preemptStop(j *Job, r *Run) {
 func (t *txn) timeout(j *Job, r *Run) {
 	j = t.editJob(j.Name())
 	t.finish(j, loomv1.JobState_TIMEOUT, 0, ReasonTimeLimit)
-	t.stopSteps(r, "", "time limit")
+	t.stopSteps(r, "", "time limit", eventsv1.StopCause_STOP_CAUSE_TIME_LIMIT)
 	t.dirty[j.Job.GetCluster()] = true
 }
 
@@ -192,7 +193,7 @@ func (t *txn) updateJob(ev *eventsv1.UpdateJob) error {
 			j = t.editJob(j.Name())
 			if j.Running() {
 				if r := t.currentRun(j); r != nil {
-					t.stopSteps(r, "", "requeued")
+					t.stopSteps(r, "", "requeued", eventsv1.StopCause_STOP_CAUSE_REQUEUED)
 					t.endAttempt(r, loomv1.JobState_REQUEUED, 0, "requeued")
 				}
 			}
