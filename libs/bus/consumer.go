@@ -179,6 +179,13 @@ func NewConsumer(cfg ConsumerConfig, dlq *Producer, h Handler) *Consumer {
 	}
 }
 
+// kafkaDebug sends a kafka-go reader's error reports to log at debug.
+func kafkaDebug(log *slog.Logger) kafka.Logger {
+	return kafka.LoggerFunc(func(msg string, args ...any) {
+		log.Debug(fmt.Sprintf(msg, args...), "source", "kafka-go")
+	})
+}
+
 // balancers are the group balancers the member offers: kafka-go's defaults
 // (range, round robin), or only the key's partitions with a PartitionKey.
 func (c *Consumer) balancers() []kafka.GroupBalancer {
@@ -291,9 +298,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		// kafka-go reports every rebalance and retried fetch; those are
 		// routine, so they go to debug. What the caller must know comes
 		// back from FetchMessage and is logged at warn below.
-		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
-			c.log.Debug(fmt.Sprintf(msg, args...), "source", "kafka-go")
-		}),
+		ErrorLogger: kafkaDebug(c.log),
 	})
 	commits := newCommitter(r, c.log)
 	stopCommits := func() {}

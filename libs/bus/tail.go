@@ -69,9 +69,7 @@ func Tail(ctx context.Context, cfg TailConfig, handle func(context.Context, enve
 			Brokers: cfg.Brokers, Topic: cfg.Topic, Partition: p,
 			MinBytes: 1, MaxBytes: 10 << 20, MaxWait: fetchMaxWait,
 			ReadBackoffMin: 50 * time.Millisecond, ReadBackoffMax: time.Second,
-			ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
-				log.Debug(fmt.Sprintf(msg, args...), "source", "kafka-go")
-			}),
+			ErrorLogger: kafkaDebug(log),
 		})
 		if err := r.SetOffset(off); err != nil {
 			_ = r.Close()

@@ -652,7 +652,7 @@ func (a *App) tellStop(rec *domain.Step, cause eventsv1.StopCause) {
 	if line == "" || rec.ErrPath == "" {
 		return
 	}
-	f, err := os.OpenFile(rec.ErrPath, os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
+	f, err := openOutput(rec.ErrPath, true)
 	if err == nil {
 		_, err = f.WriteString(line)
 		if cerr := f.Close(); err == nil {

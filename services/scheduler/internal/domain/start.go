@@ -228,6 +228,7 @@ func stepEnv(j *Job, r *Run, rank int, sharedDir, masterAddr string, extra map[s
 	if part == "" {
 		part = r.Partition
 	}
+	cpus := strconv.Itoa(int(cpusOf(r, rank, spec.GetCpusPerTask())))
 	for k, v := range map[string]string{
 		"SLURM_JOB_ID":            spec.GetJobId(),
 		"SLURM_JOBID":             spec.GetJobId(),
@@ -254,8 +255,8 @@ func stepEnv(j *Job, r *Run, rank int, sharedDir, masterAddr string, extra map[s
 		"SLURMD_NODENAME":         r.Hostnames[rank],
 		"SLURM_TOPOLOGY_ADDR":     r.Hostnames[rank],
 		"SLURM_CLUSTER_NAME":      clusterID(r.Cluster),
-		"SLURM_JOB_CPUS_PER_NODE": strconv.Itoa(int(cpusOf(r, rank, spec.GetCpusPerTask()))),
-		"SLURM_CPUS_ON_NODE":      strconv.Itoa(int(cpusOf(r, rank, spec.GetCpusPerTask()))),
+		"SLURM_JOB_CPUS_PER_NODE": cpus,
+		"SLURM_CPUS_ON_NODE":      cpus,
 		// The global task ids on this node: the batch script's is 0; a
 		// command's task is its node's rank.
 		"SLURM_GTIDS":    procID,
