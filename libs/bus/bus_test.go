@@ -697,31 +697,6 @@ func TestRunRejectsBadConfig(t *testing.T) {
 	}
 }
 
-func TestStartLatestSkipsHistory(t *testing.T) {
-	t.Parallel()
-	broker := startBroker(t)
-	topic := newTopic(t, broker, 1)
-	p := newProducer(t, broker)
-	old := event(topic, "k", 1)
-	publish(t, p, old)
-
-	var got seen
-	startConsumer(t, bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "watch", Topics: []string{topic}, StartLatest: true}, p,
-		func(ctx context.Context, ev envelope.Event) error { got.add(ev); return nil })
-	// The group's start position is set when it is assigned the partition;
-	// publish fresh records until one arrives.
-	var fresh []string
-	testkit.WaitFor(t, wait, "a record published after the start delivered", func() (bool, error) {
-		ev := event(topic, "k", 2)
-		fresh = append(fresh, ev.ID)
-		publish(t, p, ev)
-		return len(got.ids()) > 0, nil
-	})
-	if got.count(old.ID) != 0 {
-		t.Errorf("StartLatest consumer was given the record from before it started")
-	}
-}
-
 func TestConsumerWaitsForTopicsCreatedLater(t *testing.T) {
 	t.Parallel()
 	broker := startBroker(t)

@@ -74,12 +74,9 @@ type ConsumerConfig struct {
 	Registry *envelope.Registry
 	// Logger receives skip, retry and dead-letter reports (default slog.Default()).
 	// A new group starts at the oldest record: Loom never skips history a
-	// group has not seen.
+	// group has not seen (what only wants records from now on reads with
+	// Tail, without a group).
 	Logger *slog.Logger
-	// StartLatest makes a new group start at the newest record instead, for
-	// groups that only want what happens from now on (Tail does that without
-	// a group, leaving none behind).
-	StartLatest bool
 	// HandlerTimeout bounds one handler call (default 30 s). The handler's
 	// context is not cancelled when Run's context ends: the record in hand
 	// finishes, within this bound, and is committed.
@@ -267,15 +264,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if !c.waitTopics(ctx) {
 		return nil
 	}
-	start := kafka.FirstOffset
-	if c.cfg.StartLatest {
-		start = kafka.LastOffset
-	}
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:     c.cfg.Brokers,
 		GroupID:     c.cfg.GroupID,
 		GroupTopics: c.cfg.Topics,
-		StartOffset: start,
+		StartOffset: kafka.FirstOffset,
 		MinBytes:    1,
 		MaxBytes:    10 << 20, // per fetch; larger than any one record
 		MaxWait:     fetchMaxWait,

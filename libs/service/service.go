@@ -193,8 +193,8 @@ type Consume struct {
 	// Group defaults to "loom-<name>".
 	Group string
 	// Config, when set, is used for the consumer with Brokers, GroupID,
-	// Topics and Logger filled in where empty (for retry tuning or
-	// StartLatest).
+	// Topics and Logger filled in where empty (for retry tuning, or a
+	// Filter or PartitionKey).
 	Config *bus.ConsumerConfig
 }
 
