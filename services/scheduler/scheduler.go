@@ -110,6 +110,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Domain.DefaultQOS, "default-qos", env("DEFAULT_QOS", domain.DefaultQOSName), "QOS of jobs that name none (LOOM_SCHEDULER_DEFAULT_QOS)")
 	fs.DurationVar(&c.Domain.PreemptGrace, "preempt-grace", config.EnvDuration("LOOM_SCHEDULER_PREEMPT_GRACE", domain.DefaultPreemptGrace),
 		"time a preempted job has after its --signal before it is requeued (LOOM_SCHEDULER_PREEMPT_GRACE)")
+	fs.DurationVar(&c.Domain.RequeueStopWait, "requeue-stop-wait", config.EnvDuration("LOOM_SCHEDULER_REQUEUE_STOP_WAIT", domain.DefaultRequeueStopWait),
+		"longest a requeued job waits for its old run's processes to be reported gone before it may start again (LOOM_SCHEDULER_REQUEUE_STOP_WAIT)")
 	fs.StringVar(&c.InstanceID, "instance-id", env("INSTANCE_ID", ""), "this instance's name in the leader lease (LOOM_SCHEDULER_INSTANCE_ID; default host-pid)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", config.EnvDuration("LOOM_SCHEDULER_LEASE_TTL", DefaultLeaseTTL),
 		"leader lease TTL (LOOM_SCHEDULER_LEASE_TTL)")

@@ -309,9 +309,9 @@ func drained(t *testing.T, broker, host string) []envelope.Event {
 }
 
 // TestDrainThroughTheBus: an idle DRAINING node is announced drained at
-// once; a busy one, at its deadline, has its job requeued (StopStep, REQUEUED,
-// a new attempt on another node) and is announced once the old run's step
-// ends.
+// once; a busy one, at its deadline, has its job requeued (StopStep,
+// REQUEUED) and is announced once the old run's step ends; the job then
+// starts a new attempt on another node.
 func TestDrainThroughTheBus(t *testing.T) {
 	t.Parallel()
 	broker := testkit.Broker(t)
@@ -357,9 +357,19 @@ func TestDrainThroughTheBus(t *testing.T) {
 	if stop.GetNode() != nodeName(busy) || stop.GetAttempt() != 1 {
 		t.Fatalf("StopStep %v, want attempt 1 on %s", stop, busy)
 	}
-	if j := in.job(t, 1, loomv1.JobState_PENDING); j.GetStateReason() != "ReqNodeNotAvail" {
-		t.Fatalf("requeued job 1: %q, want ReqNodeNotAvail (every node draining)", j.GetStateReason())
+	// Requeued, it waits for its old run to stop first.
+	if j := in.job(t, 1, loomv1.JobState_PENDING); j.GetStateReason() != "Requeued" {
+		t.Fatalf("requeued job 1: %q, want Requeued (its old run is still stopping)", j.GetStateReason())
 	}
+
+	// The old step ends: the node is drained, and the job waits for a node.
+	f.publish(topics.StepEvents, jobName(1), &eventsv1.StepChanged{Job: jobName(1), Attempt: 1,
+		Node: nodeName(busy), State: eventsv1.StepState_STEP_KILLED, ExitCode: 143, Cluster: cluster})
+	testkit.WaitFor(t, wait, busy+" drained", func() (bool, error) { return len(drained(t, broker, busy)) > 0, nil })
+	testkit.WaitFor(t, wait, "job 1 waiting for a node", func() (bool, error) {
+		j, err := in.client.GetJob(context.Background(), &loomv1.GetJobRequest{Name: jobName(1)})
+		return err == nil && j.GetState() == loomv1.JobState_PENDING && j.GetStateReason() == "ReqNodeNotAvail", err
+	})
 
 	// A new node: the requeued job starts again there, as attempt 2.
 	f.node("gpu-0003", 4)
@@ -369,14 +379,6 @@ func TestDrainThroughTheBus(t *testing.T) {
 	if nodes := ev.Payload.(*eventsv1.JobChanged).GetJob().GetNodes(); len(nodes) != 1 || nodes[0] != "gpu-0003" {
 		t.Fatalf("attempt 2 on %v, want gpu-0003", nodes)
 	}
-	if n := len(drained(t, broker, busy)); n != 0 {
-		t.Fatalf("%s announced drained while the old run's step runs", busy)
-	}
-
-	// The old step ends: the node is drained.
-	f.publish(topics.StepEvents, jobName(1), &eventsv1.StepChanged{Job: jobName(1), Attempt: 1,
-		Node: nodeName(busy), State: eventsv1.StepState_STEP_KILLED, ExitCode: 143, Cluster: cluster})
-	testkit.WaitFor(t, wait, busy+" drained", func() (bool, error) { return len(drained(t, broker, busy)) > 0, nil })
 	f.exit(1, 2, "gpu-0003", 0)
 	// Events reach the bus in the order they were stored: once job 2 runs on
 	// the freed node, a second NodeDrained emitted before it would be there.

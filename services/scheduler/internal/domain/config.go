@@ -34,6 +34,13 @@ type Config struct {
 	// PreemptGrace is how long a preempted job has, after its --signal,
 	// before it is stopped and requeued (default 30 s).
 	PreemptGrace time.Duration
+	// RequeueStopWait bounds how long a requeued job waits for its previous
+	// run's processes to be reported gone before its next run may start
+	// (default 60 s, Slurm's UnkillableStepTimeout). As Slurm keeps a
+	// requeued job COMPLETING until its old run has ended, the next run never
+	// overlaps the old one (which may still be writing its checkpoint) while
+	// the old nodes' agents answer; a node that fails is abandoned at once.
+	RequeueStopWait time.Duration
 	// MaxPreemptPerPass bounds how many pending jobs look for victims in
 	// one pass (default 64), so a queue of preemptors cannot make a pass slow.
 	MaxPreemptPerPass int
@@ -60,6 +67,7 @@ const (
 	DefaultMaxAge            = 7 * 24 * time.Hour
 	DefaultHalfLife          = 7 * 24 * time.Hour
 	DefaultPreemptGrace      = 30 * time.Second
+	DefaultRequeueStopWait   = 60 * time.Second
 	DefaultQOSName           = "normal"
 	DefaultMaxPreemptPerPass = 64
 )
@@ -117,6 +125,9 @@ func (cfg Config) Defaults() Config {
 	}
 	if cfg.PreemptGrace <= 0 {
 		cfg.PreemptGrace = DefaultPreemptGrace
+	}
+	if cfg.RequeueStopWait <= 0 {
+		cfg.RequeueStopWait = DefaultRequeueStopWait
 	}
 	if cfg.MaxPreemptPerPass <= 0 {
 		cfg.MaxPreemptPerPass = DefaultMaxPreemptPerPass

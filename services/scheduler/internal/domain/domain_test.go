@@ -226,6 +226,11 @@ func checkInvariants(t *testing.T, s *State) {
 			case ReasonPriority, ReasonResources, ReasonReqNodeNotAvail, ReasonDependency, ReasonDependencyNeverSatisfied,
 				ReasonHeldUser, ReasonHeldAdmin, ReasonPartitionTimeLimit, ReasonPartitionConfig, ReasonPartitionNodeLimit,
 				ReasonBadConstraints, ReasonBeginTime, ReasonQOSMaxGRESPerUser, ReasonJobArrayTaskLimit:
+			case ReasonRequeued:
+				// Only while its previous run is still being stopped.
+				if r := s.Run(name, rec.Attempt); r == nil || r.Released {
+					t.Fatalf("pending job %s waits as Requeued for no stopping run (%+v)", name, r)
+				}
 			default:
 				t.Fatalf("pending job %s has reason %q", name, j.GetStateReason())
 			}

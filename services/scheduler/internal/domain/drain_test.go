@@ -3,6 +3,7 @@ package domain
 import (
 	"google.golang.org/protobuf/proto"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -165,9 +166,13 @@ func TestDrainDeadlineRequeues(t *testing.T) {
 		st[0].GetReason() != "node gpu-0001 draining" || st[0].GetAttempt() != 1 {
 		t.Fatalf("want StopStep attempt 1 to both nodes, got %v", st)
 	}
-	// Requeued in its old place, ahead of job 3; the old run still holds its nodes.
-	h.wantState(1, loomv1.JobState_PENDING, ReasonResources)
-	h.wantState(3, loomv1.JobState_PENDING, ReasonPriority)
+	// Requeued in its old place, ahead of job 3; the old run still holds its
+	// nodes, and the job waits for it to stop before anything else.
+	h.wantState(1, loomv1.JobState_PENDING, ReasonRequeued)
+	if d := decision(c, 1); d == nil || d.Note != "waiting for its previous run to stop on gpu-0001,gpu-0002" {
+		t.Fatalf("decision for the requeued job: %+v", d)
+	}
+	h.wantState(3, loomv1.JobState_PENDING, ReasonResources)
 	if j := h.job(1); len(j.GetNodes()) != 0 || j.GetStartTime() != nil {
 		t.Fatalf("requeued job keeps its placement: %v", j)
 	}
@@ -177,9 +182,11 @@ func TestDrainDeadlineRequeues(t *testing.T) {
 	}
 
 	wantDrained(t, h.step(1, 1, "gpu-0002", eventsv1.StepState_STEP_KILLED, 143))
+	h.wantState(1, loomv1.JobState_PENDING, ReasonRequeued)
 	c = h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_KILLED, 143)
 	wantDrained(t, c, "gpu-0001")
 	h.wantState(1, loomv1.JobState_PENDING, ReasonResources) // needs 2 nodes, gpu-0003 is busy
+	h.wantState(3, loomv1.JobState_PENDING, ReasonPriority)
 
 	// A new node comes: job 1 starts again, a new attempt, on nodes that are not draining.
 	h.node("gpu-0004", 8)
@@ -209,13 +216,84 @@ func TestDrainDeadlineAlreadyPassed(t *testing.T) {
 	if st := stops(c); len(st) != 1 || st[0].GetNode() != nodeName("gpu-0001") {
 		t.Fatalf("want StopStep to gpu-0001, got %v", st)
 	}
-	// Requeued and, gpu-0002 being free, started again at once.
+	// Requeued; gpu-0002 is free, but the job waits for its old run to stop,
+	// then starts there at once.
+	h.wantState(1, loomv1.JobState_PENDING, ReasonRequeued)
+	wantDrained(t, c)
+	wantDrained(t, h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_KILLED, 143), "gpu-0001")
 	h.wantState(1, loomv1.JobState_RUNNING, "")
 	if j := h.s.JobRecord(jobName(1)); j.Attempt != 2 || j.Job.GetNodes()[0] != "gpu-0002" {
 		t.Fatalf("job 1 attempt %d on %v, want attempt 2 on gpu-0002", j.Attempt, j.Job.GetNodes())
 	}
-	wantDrained(t, c)
-	wantDrained(t, h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_KILLED, 143), "gpu-0001")
+}
+
+// TestRequeuedJobWaitsForItsOldRun: a requeued job's next run never
+// overlaps its previous one (which may still be writing a checkpoint): it
+// starts once every node of the old run has reported its processes gone,
+// or RequeueStopWait after the old run ended when a node never answers. A
+// node that fails is abandoned at once, so it does not hold the job up.
+func TestRequeuedJobWaitsForItsOldRun(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	for _, host := range []string{"gpu-0001", "gpu-0002", "gpu-0003", "gpu-0004"} {
+		h.node(host, 8)
+	}
+	h.submit(1, 2, 8) // gpu-0001, gpu-0002
+	h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_RUNNING, 0)
+
+	// scontrol requeue: free nodes, but nothing starts while attempt 1 stops.
+	c := h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionRequeue})
+	if len(starts(c)) != 0 {
+		t.Fatalf("requeued job started again before its old run stopped: %v", starts(c))
+	}
+	h.wantState(1, loomv1.JobState_PENDING, ReasonRequeued)
+	if d := decision(c, 1); d == nil || d.Note != "waiting for its previous run to stop on gpu-0001,gpu-0002" {
+		t.Fatalf("decision while attempt 1 stops: %+v", d)
+	}
+	if c := h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_KILLED, 143); len(starts(c)) != 0 {
+		t.Fatalf("started with gpu-0002's step still running: %v", starts(c))
+	}
+	h.wantState(1, loomv1.JobState_PENDING, ReasonRequeued)
+	c = h.step(1, 1, "gpu-0002", eventsv1.StepState_STEP_EXITED, 0)
+	if st := starts(c); len(st) != 2 || st[0].GetAttempt() != 2 {
+		t.Fatalf("want attempt 2 started on two nodes once the old run stopped, got %v", st)
+	}
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+
+	// A node that never answers holds the job up for RequeueStopWait only.
+	h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionRequeue})
+	h.wantState(1, loomv1.JobState_PENDING, ReasonRequeued)
+	if c := h.tick(DefaultRequeueStopWait - time.Second); len(starts(c)) != 0 {
+		t.Fatalf("started before the stop wait: %v", starts(c))
+	}
+	if st := starts(h.tick(time.Second)); len(st) != 2 || st[0].GetAttempt() != 3 {
+		t.Fatalf("want attempt 3 started at the stop wait's end, got %v", st)
+	}
+	// The old run still holds its nodes where it has not stopped.
+	old := h.s.Run(jobName(1), 2)
+	if old.Released {
+		t.Fatal("attempt 2 released without its steps' ends")
+	}
+
+	// A node failure: the failed node's step is abandoned at once, the
+	// others are waited for.
+	h2 := newHarness(t)
+	for _, host := range []string{"gpu-0001", "gpu-0002", "gpu-0003", "gpu-0004"} {
+		h2.node(host, 8)
+	}
+	h2.submit(1, 2, 8)
+	failed, other := h2.job(1).GetNodes()[0], h2.job(1).GetNodes()[1]
+	c = h2.do(&eventsv1.NodeHealthChanged{Node: nodeName(failed), Cluster: cl, Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "gone"})
+	if len(starts(c)) != 0 {
+		t.Fatalf("started with the other node's step still running: %v", starts(c))
+	}
+	h2.wantState(1, loomv1.JobState_PENDING, ReasonRequeued)
+	if st := starts(h2.step(1, 1, other, eventsv1.StepState_STEP_KILLED, 143)); len(st) != 2 {
+		t.Fatalf("want attempt 2 started once the surviving node stopped, got %v", st)
+	}
+	if j := h2.job(1); slices.Contains(j.GetNodes(), failed) {
+		t.Fatalf("attempt 2 on the failed node %s: %v", failed, j.GetNodes())
+	}
 }
 
 // TestFailedNodeEndsJobsNodeFail is the spot preemption path: a node that

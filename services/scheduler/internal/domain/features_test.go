@@ -448,6 +448,9 @@ func TestPreemptionWithoutSignalOrRequeue(t *testing.T) {
 	if c := p.submitJob(job(2, 1, 8, func(j *loomv1.Job) { j.Partition = "urgent" })); len(stops(c)) != 1 {
 		t.Fatalf("tier preemption: %v", c.Emits)
 	}
+	// Requeued, it waits for its run to be reported stopped, then for resources.
+	p.wantState(1, loomv1.JobState_PENDING, ReasonRequeued)
+	p.step(1, 1, "a3-0001", eventsv1.StepState_STEP_KILLED, 143)
 	p.wantState(1, loomv1.JobState_PENDING, ReasonResources) // the first of its partition waiting
 }
 

@@ -403,6 +403,9 @@ func (p *pass) consider(q queued) {
 			return
 		}
 	}
+	if j.Attempt > 0 && p.previousRunStopping(j, a) {
+		return
+	}
 	if !p.schedulable {
 		t.waitA(j, a, ReasonReqNodeNotAvail)
 		return
@@ -477,6 +480,33 @@ func (p *pass) consider(q queued) {
 		d.Reason = ReasonResources
 	}
 	t.waitDecided(j, a, d)
+}
+
+// previousRunStopping keeps a requeued job pending (Requeued) while its
+// previous run's processes have not all been reported gone, up to
+// RequeueStopWait after that run ended, and reports whether it did.
+func (p *pass) previousRunStopping(j *Job, a *jobAttrs) bool {
+	t := p.t
+	r := t.run(RunKey(j.Name(), j.Attempt))
+	if r == nil || r.Released {
+		return false
+	}
+	if !r.End.IsZero() {
+		until := r.End.Add(t.s.cfg.RequeueStopWait)
+		if !t.now.Before(until) {
+			return false
+		}
+		p.wakeAt(until)
+	}
+	var stopping []string
+	for _, node := range r.Nodes {
+		if !r.Steps[node].Terminal() {
+			stopping = append(stopping, hostOf(r, node))
+		}
+	}
+	t.waitDecided(j, a, Decision{Job: a.name, Reason: ReasonRequeued,
+		Note: "waiting for its previous run to stop on " + strings.Join(stopping, ",")})
+	return true
 }
 
 // limits checks the job's array % limit and its QOS's per-user GPU cap.
