@@ -254,6 +254,10 @@ func TestRequeuedJobWaitsForItsOldRun(t *testing.T) {
 		t.Fatalf("started with gpu-0002's step still running: %v", starts(c))
 	}
 	h.wantState(1, loomv1.JobState_PENDING, ReasonRequeued)
+	// What squeue's reason does not say, the job's placement does.
+	if p := h.s.JobView(jobName(1), h.now).GetPlacement(); p != "waiting for its previous run to stop on gpu-0002" {
+		t.Fatalf("placement of the requeued job: %q", p)
+	}
 	c = h.step(1, 1, "gpu-0002", eventsv1.StepState_STEP_EXITED, 0)
 	if st := starts(c); len(st) != 2 || st[0].GetAttempt() != 2 {
 		t.Fatalf("want attempt 2 started on two nodes once the old run stopped, got %v", st)

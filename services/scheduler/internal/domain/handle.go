@@ -599,6 +599,10 @@ func (t *txn) stepChanged(ev *eventsv1.StepChanged) error {
 	if r.allTerminal() {
 		r.Released = true
 		t.dirty[r.Cluster] = true
+	} else if j := t.job(r.Job); j != nil && j.Pending() && j.Attempt == r.Attempt {
+		// A requeued job waits for this run: its placement names the nodes
+		// still stopping.
+		t.dirty[r.Cluster] = true
 	}
 	return nil
 }

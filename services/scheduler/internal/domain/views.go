@@ -198,15 +198,20 @@ func jobRuns(rec *Job, run func(key string) *Run) []*loomv1.JobRun {
 
 func placementReason(r string) bool {
 	switch r {
-	case ReasonResources, ReasonPriority, ReasonReqNodeNotAvail, ReasonBadConstraints, ReasonPartitionNodeLimit:
+	case ReasonResources, ReasonPriority, ReasonReqNodeNotAvail, ReasonBadConstraints, ReasonPartitionNodeLimit,
+		ReasonRequeued:
 		return true
 	}
 	return false
 }
 
 // explain writes a decision as Job.placement: "12 nodes: InsufficientGPUs
-// 8, NodeDrained 3, Excluded 1; preempting 1 job(s)".
+// 8, NodeDrained 3, Excluded 1; preempting 1 job(s)", or its note alone for
+// a decision taken without looking at nodes.
 func (d *Decision) explain() string {
+	if d.Nodes == 0 && len(d.Filtered) == 0 && d.Note != "" {
+		return d.Note
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d nodes", d.Nodes)
 	if len(d.Filtered) > 0 {
