@@ -178,9 +178,16 @@ func (h *harness) wantExact(id int, state loomv1.JobState, reason string) {
 }
 
 // checkInvariants fails when a GPU is held twice, a running job has no
-// active run, or a pending job has no reason.
+// active run, a pending job has no reason, or a job's run started while its
+// previous run still ran (before RequeueStopWait had passed).
 func checkInvariants(t *testing.T, s *State) {
 	t.Helper()
+	for _, r := range s.runs {
+		prev := s.runs[RunKey(r.Job, r.Attempt-1)]
+		if r.Attempt > 1 && prev != nil && !prev.Released && r.Start.Before(prev.End.Add(s.cfg.RequeueStopWait)) {
+			t.Fatalf("run %s started at %v while run %s (ended %v) still held its nodes", r.Key(), r.Start, prev.Key(), prev.End)
+		}
+	}
 	held := map[string]string{}
 	for _, r := range s.ActiveRuns() {
 		for _, node := range r.Nodes {
