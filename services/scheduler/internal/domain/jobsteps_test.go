@@ -216,6 +216,30 @@ func TestJobStepsDieWithTheirJob(t *testing.T) {
 	}
 }
 
+// TestRequeuedJobWaitsForItsJobSteps: a requeued job's next run waits for
+// its old run's srun tasks too, not only for the batch step.
+func TestRequeuedJobWaitsForItsJobSteps(t *testing.T) {
+	t.Parallel()
+	h := batchOnTwo(t)
+	h.do(createStep("r1"))
+	c := h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionRequeue})
+	if len(kills(c)) != 2 || len(stops(c)) != 1 {
+		t.Fatalf("requeue: kills %v, stops %v", kills(c), stops(c))
+	}
+	h.step(1, 1, "a", eventsv1.StepState_STEP_KILLED, 143)
+	h.wantExact(1, loomv1.JobState_PENDING, ReasonRequeued)
+	if p := h.s.JobView(jobName(1), h.now).GetPlacement(); p != "waiting for its previous run's job steps (srun) to end" {
+		t.Fatalf("placement while the tasks end: %q", p)
+	}
+	if c := h.tasks(0, "a", eventsv1.StepState_STEP_KILLED, 143, 143); len(starts(c)) != 0 {
+		t.Fatalf("started with b's tasks still running: %v", starts(c))
+	}
+	// The batch step starts again on the batch host, as attempt 2.
+	if st := starts(h.tasks(0, "b", eventsv1.StepState_STEP_KILLED, 143, 143)); len(st) != 1 || st[0].GetAttempt() != 2 {
+		t.Fatalf("want attempt 2 started once the tasks ended, got %v", st)
+	}
+}
+
 func TestJobStepRefusals(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)

@@ -504,8 +504,11 @@ func (p *pass) previousRunStopping(j *Job, a *jobAttrs) bool {
 			stopping = append(stopping, hostOf(r, node))
 		}
 	}
-	t.waitDecided(j, a, Decision{Job: a.name, Reason: ReasonRequeued,
-		Note: "waiting for its previous run to stop on " + strings.Join(stopping, ",")})
+	note := "waiting for its previous run to stop on " + strings.Join(stopping, ",")
+	if len(stopping) == 0 {
+		note = "waiting for its previous run's job steps (srun) to end"
+	}
+	t.waitDecided(j, a, Decision{Job: a.name, Reason: ReasonRequeued, Note: note})
 	return true
 }
 
