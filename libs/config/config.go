@@ -5,10 +5,16 @@ package config
 
 import (
 	"flag"
+	"fmt"
+	"maps"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/loom-ml/loom/libs/errs"
 )
 
 // Common holds the settings every Loom service takes.
@@ -60,20 +66,81 @@ func Env(key, def string) string {
 	return def
 }
 
-// EnvBool parses a boolean environment variable; def when unset or unparsable.
+// EnvBool parses a boolean environment variable; def when unset or
+// unparsable (which CheckEnv reports).
 func EnvBool(key string, def bool) bool {
-	if b, err := strconv.ParseBool(os.Getenv(key)); err == nil {
-		return b
+	return EnvParse(key, def, strconv.ParseBool, "true or false")
+}
+
+// EnvDuration parses a duration environment variable; def when unset or
+// unparsable (which CheckEnv reports).
+func EnvDuration(key string, def time.Duration) time.Duration {
+	return EnvParse(key, def, time.ParseDuration, "a duration such as 500ms, 30s or 5m")
+}
+
+// EnvInt parses an integer environment variable; def when unset or
+// unparsable (which CheckEnv reports).
+func EnvInt(key string, def int64) int64 {
+	return EnvParse(key, def, func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }, "an integer")
+}
+
+// EnvFloat parses a number environment variable; def when unset or
+// unparsable (which CheckEnv reports).
+func EnvFloat(key string, def float64) float64 {
+	return EnvParse(key, def, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) }, "a number")
+}
+
+// envChecks holds, for every variable EnvParse has read, what a bad
+// value is refused with; CheckEnv reads the variables again.
+var (
+	envMu     sync.Mutex
+	envChecks = map[string]func(string) string{}
+)
+
+// EnvParse parses environment variable key with parse; def when unset or
+// unparsable. CheckEnv reports an unparsable value as "must be <want>".
+func EnvParse[T any](key string, def T, parse func(string) (T, error), want string) T {
+	envMu.Lock()
+	envChecks[key] = func(v string) string {
+		if _, err := parse(v); err != nil {
+			return fmt.Sprintf("must be %s, got %q", want, v)
+		}
+		return ""
+	}
+	envMu.Unlock()
+	v := os.Getenv(key)
+	if v == "" {
+		return def
+	}
+	if x, err := parse(v); err == nil {
+		return x
 	}
 	return def
 }
 
-// EnvDuration parses a duration environment variable; def when unset or unparsable.
-func EnvDuration(key string, def time.Duration) time.Duration {
-	if d, err := time.ParseDuration(os.Getenv(key)); err == nil {
-		return d
+// CheckEnv returns an InvalidError naming every variable read by EnvBool,
+// EnvDuration, EnvInt or EnvFloat whose value (as the environment holds it
+// now) does not parse, or nil. Those parsers fall back to their default, so
+// that flags can be registered; a service calls CheckEnv before it starts,
+// so that a mistyped LOOM_* value stops it instead of being ignored.
+func CheckEnv() error {
+	envMu.Lock()
+	keys := make([]string, 0, len(envChecks))
+	for k := range envChecks {
+		keys = append(keys, k)
 	}
-	return def
+	checks := maps.Clone(envChecks)
+	envMu.Unlock()
+	sort.Strings(keys)
+	var v errs.Validator
+	for _, k := range keys {
+		if val := os.Getenv(k); val != "" {
+			if why := checks[k](val); why != "" {
+				v.Add(k, "%s", why)
+			}
+		}
+	}
+	return v.Err()
 }
 
 // SplitList splits a comma-separated list, dropping empty items.

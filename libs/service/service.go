@@ -71,8 +71,15 @@ type Base struct {
 // them to answer), creates the topics when cfg.CreateTopics, and sets up
 // telemetry. name is the service's name, e.g. "scheduler". Empty GRPCAddr and
 // HTTPAddr mean a free port on 127.0.0.1. A Base that New returned must be
-// Run or Closed.
+// Run or Closed. New refuses to start, with an InvalidError naming the
+// variable, when a LOOM_* variable read through config's parsers holds a
+// value they cannot parse (config.CheckEnv).
 func New(ctx context.Context, name string, cfg config.Common) (*Base, error) {
+	// A mistyped LOOM_* number, duration or boolean stops the service here
+	// rather than being replaced by its default without a word.
+	if err := config.CheckEnv(); err != nil {
+		return nil, fmt.Errorf("service %s: environment: %w", name, err)
+	}
 	var v errs.Validator
 	v.Check(name != "", "name", "is required")
 	v.Check(len(cfg.Brokers) > 0, "brokers", "at least one broker address is required")

@@ -62,18 +62,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.WorkDir, "work-dir", config.Env("LOOM_WORK_DIR", ""), "the node's own directory (LOOM_WORK_DIR; default: the current directory)")
 	fs.StringVar(&c.Cluster, "cluster", config.Env("LOOM_CLUSTER", ""), "the cluster's full name (LOOM_CLUSTER; default: from the node name)")
 	fs.StringVar(&c.SharedDir, "shared-dir", config.Env("LOOM_SHARED_DIR", ""), "the cluster's shared directory (LOOM_SHARED_DIR; default: the work dir)")
-	gpus := 0
-	if _, err := fmt.Sscan(config.Env("LOOM_GPUS", "0"), &gpus); err != nil {
-		gpus = -1 // reported by validate
-	}
-	fs.IntVar(&c.GPUs, "gpus", gpus, "GPUs the node offers (LOOM_GPUS)")
+	fs.IntVar(&c.GPUs, "gpus", int(config.EnvInt("LOOM_GPUS", 0)), "GPUs the node offers (LOOM_GPUS)")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", config.EnvDuration("LOOM_HEARTBEAT_INTERVAL", 2*time.Second),
 		"how often the agent heartbeats (LOOM_HEARTBEAT_INTERVAL)")
-	jobNice := DefaultJobNice
-	if _, err := fmt.Sscan(config.Env("LOOM_JOB_NICE", fmt.Sprint(DefaultJobNice)), &jobNice); err != nil {
-		jobNice = -1 // reported by validate
-	}
-	fs.IntVar(&c.JobNice, "job-nice", jobNice, "how far below the agent's CPU priority jobs run, a nice increment 0..19 (LOOM_JOB_NICE)")
+	fs.IntVar(&c.JobNice, "job-nice", int(config.EnvInt("LOOM_JOB_NICE", DefaultJobNice)), "how far below the agent's CPU priority jobs run, a nice increment 0..19 (LOOM_JOB_NICE)")
 	fs.DurationVar(&c.StepKillGrace, "step-kill-grace", config.EnvDuration("LOOM_STEP_KILL_GRACE", 10*time.Second),
 		"time between SIGTERM and SIGKILL when a step is stopped (LOOM_STEP_KILL_GRACE)")
 }

@@ -361,3 +361,20 @@ func TestConfig(t *testing.T) {
 		t.Fatalf("Run without a node = %v", err)
 	}
 }
+
+// TestMistypedVariableStopsTheAgent: a LOOM_* value that does not parse
+// stops the agent with a message naming it, instead of the default being
+// used silently. Not parallel: it sets the environment.
+func TestMistypedVariableStopsTheAgent(t *testing.T) {
+	t.Setenv("LOOM_JOB_NICE", "ten")
+	var cfg Config
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse([]string{"-node", node, "-work-dir", t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	err := Run(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), `LOOM_JOB_NICE: must be an integer, got "ten"`) {
+		t.Fatalf("Run with LOOM_JOB_NICE=ten = %v, want an error naming the variable", err)
+	}
+}

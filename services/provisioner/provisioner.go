@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -141,7 +140,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"a node not registered this long after its creation is FAILED and replaced (LOOM_BOOT_TIMEOUT)")
 	fs.DurationVar(&c.OperationTimeout, "operation-timeout", config.EnvDuration("LOOM_OPERATION_TIMEOUT", 30*time.Minute),
 		"a create or update completes (degraded) or fails this long after it started (LOOM_OPERATION_TIMEOUT)")
-	fs.IntVar(&c.MaxLaunchAttempts, "max-launch-attempts", envInt("LOOM_MAX_LAUNCH_ATTEMPTS", 5),
+	fs.IntVar(&c.MaxLaunchAttempts, "max-launch-attempts", int(config.EnvInt("LOOM_MAX_LAUNCH_ATTEMPTS", 5)),
 		"failed launches after which a node is FAILED and replaced (LOOM_MAX_LAUNCH_ATTEMPTS)")
 	fs.DurationVar(&c.LaunchBackoff, "launch-backoff", config.EnvDuration("LOOM_LAUNCH_BACKOFF", time.Second),
 		"delay after a node's first failed launch, doubling after each (LOOM_LAUNCH_BACKOFF)")
@@ -235,15 +234,6 @@ func (c *Config) params() domain.Params {
 		}
 	}
 	return p
-}
-
-// envInt is the integer in environment variable key, def when unset or
-// not a number.
-func envInt(key string, def int) int {
-	if n, err := strconv.Atoi(os.Getenv(key)); err == nil {
-		return n
-	}
-	return def
 }
 
 // nodeDrainedType is NodeDrained's CloudEvents type.

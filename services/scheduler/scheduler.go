@@ -82,13 +82,7 @@ type Config struct {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Common.Register(fs, "SCHEDULER", "127.0.0.1:7072", "127.0.0.1:9172")
 	env := func(name, def string) string { return config.Env("LOOM_SCHEDULER_"+name, def) }
-	envInt := func(name string, def int64) int64 {
-		v, err := strconv.ParseInt(env(name, strconv.FormatInt(def, 10)), 10, 64)
-		if err != nil {
-			return def
-		}
-		return v
-	}
+	envInt := func(name string, def int64) int64 { return config.EnvInt("LOOM_SCHEDULER_"+name, def) }
 	fs.StringVar(&c.MasterAddr, "master-addr", env("MASTER_ADDR", DefaultMasterAddr),
 		"MASTER_ADDR given to every step; empty means the job's first hostname (LOOM_SCHEDULER_MASTER_ADDR; default "+DefaultMasterAddr+")")
 	fs.DurationVar(&c.TickInterval, "tick", config.EnvDuration("LOOM_SCHEDULER_TICK", DefaultTickInterval),

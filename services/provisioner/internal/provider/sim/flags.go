@@ -3,7 +3,6 @@ package sim
 import (
 	"flag"
 	"fmt"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,20 +12,15 @@ import (
 )
 
 // RegisterFlags adds the simulated cloud's settings to fs as -sim-* flags,
-// with defaults from LOOM_SIM_* variables (unparsable values are ignored).
+// with defaults from LOOM_SIM_* variables (an unparsable number or
+// duration is refused when the provisioner starts: config.CheckEnv).
 // The provisioner calls it from its own RegisterFlags.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	envFloat := func(key string, def float64) float64 {
-		if v, err := strconv.ParseFloat(os.Getenv(key), 64); err == nil {
-			return v
-		}
-		return def
-	}
-	seed, _ := strconv.ParseUint(os.Getenv("LOOM_SIM_SEED"), 10, 64)
-	fs.Uint64Var(&c.Seed, "sim-seed", seed, "sim provider: random seed (LOOM_SIM_SEED)")
+	envFloat := config.EnvFloat
+	fs.Uint64Var(&c.Seed, "sim-seed", uint64(config.EnvInt("LOOM_SIM_SEED", 0)), "sim provider: random seed (LOOM_SIM_SEED)")
 	fs.Float64Var(&c.TimeScale, "sim-time-scale", envFloat("LOOM_SIM_TIME_SCALE", 1),
 		"sim provider: real seconds per simulated second, e.g. 0.01 (LOOM_SIM_TIME_SCALE)")
-	if l, err := ParseLatency(os.Getenv("LOOM_SIM_LATENCY")); err == nil && len(l) > 0 {
+	if l := config.EnvParse("LOOM_SIM_LATENCY", nil, ParseLatency, "TYPE=MEDIAN/SIGMA,... such as ON_DEMAND=90s/0.35"); len(l) > 0 {
 		c.Latency = l
 	}
 	fs.Var(latencyFlag{&c.Latency}, "sim-latency",
