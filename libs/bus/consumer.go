@@ -202,8 +202,11 @@ type Record struct {
 }
 
 // wants reports whether the handler wants m (see ConsumerConfig.Filter).
-func (c *Consumer) wants(m kafka.Message) bool {
-	return c.cfg.Filter == nil || c.cfg.Filter(recordOf(m))
+func (c *Consumer) wants(m kafka.Message) bool { return passes(c.cfg.Filter, m) }
+
+// passes reports whether filter (nil: every record) lets m through.
+func passes(filter func(Record) bool, m kafka.Message) bool {
+	return filter == nil || filter(recordOf(m))
 }
 
 // recordOf is what a Filter learns of m.

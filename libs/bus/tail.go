@@ -86,7 +86,7 @@ func Tail(ctx context.Context, cfg TailConfig, handle func(context.Context, enve
 					}
 					return
 				}
-				if cfg.Filter != nil && !cfg.Filter(recordOf(m)) {
+				if !passes(cfg.Filter, m) {
 					continue
 				}
 				ev, err := cfg.Registry.Decode(m)
