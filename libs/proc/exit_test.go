@@ -84,3 +84,15 @@ func TestAwaitExitOfAChildThatAlreadyExited(t *testing.T) {
 		t.Fatalf("Wait = %v", err)
 	}
 }
+
+// TestWait: Wait returns once the child has exited, with its status.
+func TestWait(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("/bin/sh", "-c", "exit 4")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Wait(cmd); err == nil || cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 4 {
+		t.Fatalf("Wait = %v, state %v; want exit status 4", err, cmd.ProcessState)
+	}
+}

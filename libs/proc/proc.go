@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -71,6 +72,14 @@ func readStat(pid int) ([]byte, error) {
 		return os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat") // longer than any we know: read it all
 	}
 	return buf[:n], nil
+}
+
+// Wait waits for c's process to exit and reaps it (c.Wait), learning of the
+// exit first with AwaitExit, so that no thread sits blocked in waitid for
+// the process's whole life. Where AwaitExit cannot wait, c.Wait does.
+func Wait(c *exec.Cmd) error {
+	_ = AwaitExit(c.Process.Pid)
+	return c.Wait()
 }
 
 // Alive reports whether pid runs and, when start is not 0, is the process

@@ -574,9 +574,7 @@ func (a *App) env(key string, cmd *eventsv1.StartStep) []string {
 // watch reaps a step's process and reports its end.
 func (a *App) watch(key string, c *exec.Cmd, p *process) {
 	defer a.watchers.Done()
-	// Waits without holding a thread; Wait then only reaps.
-	_ = proc.AwaitExit(c.Process.Pid)
-	_ = c.Wait()
+	_ = proc.Wait(c)
 	code, sig := proc.ExitCode(c.ProcessState)
 	// What the step left behind in its group ends with it, as under Slurm.
 	_ = proc.KillGroup(p.pid, syscall.SIGKILL)

@@ -272,8 +272,7 @@ func (a *App) watchTasks(key string, cs []*exec.Cmd, g *taskGroup) {
 	var wg sync.WaitGroup
 	for i, c := range cs {
 		wg.Go(func() {
-			_ = proc.AwaitExit(c.Process.Pid)
-			_ = c.Wait()
+			_ = proc.Wait(c)
 			code, sig := proc.ExitCode(c.ProcessState)
 			exits[i] = domain.Exit{Code: code, Signal: sig}
 			// What a task left in its group ends with it, as under Slurm.
