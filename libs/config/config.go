@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -125,15 +125,10 @@ func EnvParse[T any](key string, def T, parse func(string) (T, error), want stri
 // so that a mistyped LOOM_* value stops it instead of being ignored.
 func CheckEnv() error {
 	envMu.Lock()
-	keys := make([]string, 0, len(envChecks))
-	for k := range envChecks {
-		keys = append(keys, k)
-	}
 	checks := maps.Clone(envChecks)
 	envMu.Unlock()
-	sort.Strings(keys)
 	var v errs.Validator
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(checks)) {
 		if val := os.Getenv(k); val != "" {
 			if why := checks[k](val); why != "" {
 				v.Add(k, "%s", why)

@@ -16,26 +16,25 @@ import (
 // duration is refused when the provisioner starts: config.CheckEnv).
 // The provisioner calls it from its own RegisterFlags.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	envFloat := config.EnvFloat
 	fs.Uint64Var(&c.Seed, "sim-seed", uint64(config.EnvInt("LOOM_SIM_SEED", 0)), "sim provider: random seed (LOOM_SIM_SEED)")
-	fs.Float64Var(&c.TimeScale, "sim-time-scale", envFloat("LOOM_SIM_TIME_SCALE", 1),
+	fs.Float64Var(&c.TimeScale, "sim-time-scale", config.EnvFloat("LOOM_SIM_TIME_SCALE", 1),
 		"sim provider: real seconds per simulated second, e.g. 0.01 (LOOM_SIM_TIME_SCALE)")
 	if l := config.EnvParse("LOOM_SIM_LATENCY", nil, ParseLatency, "TYPE=MEDIAN/SIGMA,... such as ON_DEMAND=90s/0.35"); len(l) > 0 {
 		c.Latency = l
 	}
 	fs.Var(latencyFlag{&c.Latency}, "sim-latency",
 		"sim provider: provisioning latency per capacity type, TYPE=MEDIAN/SIGMA,... e.g. ON_DEMAND=90s/0.35 (LOOM_SIM_LATENCY)")
-	fs.Float64Var(&c.StockoutRate, "sim-stockout-rate", envFloat("LOOM_SIM_STOCKOUT_RATE", 0),
+	fs.Float64Var(&c.StockoutRate, "sim-stockout-rate", config.EnvFloat("LOOM_SIM_STOCKOUT_RATE", 0),
 		"sim provider: probability that a launch fails with ZONE_RESOURCE_POOL_EXHAUSTED (LOOM_SIM_STOCKOUT_RATE)")
-	fs.Float64Var(&c.BootFailureRate, "sim-boot-failure-rate", envFloat("LOOM_SIM_BOOT_FAILURE_RATE", 0),
+	fs.Float64Var(&c.BootFailureRate, "sim-boot-failure-rate", config.EnvFloat("LOOM_SIM_BOOT_FAILURE_RATE", 0),
 		"sim provider: probability that a node never boots (LOOM_SIM_BOOT_FAILURE_RATE)")
 	fs.DurationVar(&c.BootFailureAfter, "sim-boot-failure-after", config.EnvDuration("LOOM_SIM_BOOT_FAILURE_AFTER", 10*time.Minute),
 		"sim provider: simulated time after which a failed boot is reported (LOOM_SIM_BOOT_FAILURE_AFTER)")
-	fs.Float64Var(&c.SlowBootRate, "sim-slow-boot-rate", envFloat("LOOM_SIM_SLOW_BOOT_RATE", 0),
+	fs.Float64Var(&c.SlowBootRate, "sim-slow-boot-rate", config.EnvFloat("LOOM_SIM_SLOW_BOOT_RATE", 0),
 		"sim provider: probability of a tail-latency boot (LOOM_SIM_SLOW_BOOT_RATE)")
-	fs.Float64Var(&c.SlowBootFactor, "sim-slow-boot-factor", envFloat("LOOM_SIM_SLOW_BOOT_FACTOR", 5),
+	fs.Float64Var(&c.SlowBootFactor, "sim-slow-boot-factor", config.EnvFloat("LOOM_SIM_SLOW_BOOT_FACTOR", 5),
 		"sim provider: how many times longer a slow boot takes (LOOM_SIM_SLOW_BOOT_FACTOR)")
-	fs.Float64Var(&c.PreemptionRate, "sim-preemption-rate", envFloat("LOOM_SIM_PREEMPTION_RATE", 0),
+	fs.Float64Var(&c.PreemptionRate, "sim-preemption-rate", config.EnvFloat("LOOM_SIM_PREEMPTION_RATE", 0),
 		"sim provider: preemptions per SPOT node per simulated hour (LOOM_SIM_PREEMPTION_RATE)")
 	fs.DurationVar(&c.HeartbeatInterval, "sim-heartbeat-interval", config.EnvDuration("LOOM_SIM_HEARTBEAT_INTERVAL", 5*time.Second),
 		"sim provider: real time between heartbeats of every node (LOOM_SIM_HEARTBEAT_INTERVAL)")
