@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -248,5 +250,52 @@ func TestProcStatReadsThisProcess(t *testing.T) {
 	m := sampleProcs(func(int, string, int) string { return "" })
 	if m["self"].Procs != 1 {
 		t.Fatalf("sample %+v lacks this process", m)
+	}
+}
+
+func TestCeilingOfARound(t *testing.T) {
+	t.Parallel()
+	r := round{
+		S: result{N: 1000, CPU: []cpuUse{{Name: "sbatch processes", CPU: 4 * time.Second}, {Name: "slurmctld", CPU: time.Second}}},
+		L: result{N: 1000, CPU: []cpuUse{{Name: loomJobsCPU, CPU: 2 * time.Second}, {Name: "agents", CPU: time.Second},
+			{Name: "redis-server", CPU: 500 * time.Millisecond}}},
+	}
+	c := ceilingOf(2, jobCost{Script: 2 * time.Millisecond, Exec: time.Millisecond, Runs: 10}, 100, r)
+	// 2 cores ÷ 2 ms = 1000 jobs/s; 5 × 100/s = 500/s, half of it; at 500/s
+	// each job may use 4 ms in all, 2 of them its own.
+	want := ceiling{Cores: 2, Bound: 1000, Need: 500, NeedPct: 50, LoomJobs: 2, LoomCtl: 1.5, Budget: 2, SlurmCtl: 5}
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9*math.Max(1, math.Abs(b)) }
+	if c.Cores != want.Cores || !near(c.Bound, want.Bound) || !near(c.Need, want.Need) || !near(c.NeedPct, want.NeedPct) ||
+		!near(c.LoomJobs, want.LoomJobs) || !near(c.LoomCtl, want.LoomCtl) || !near(c.Budget, want.Budget) || !near(c.SlurmCtl, want.SlurmCtl) {
+		t.Fatalf("ceilingOf = %+v, want %+v", c, want)
+	}
+	// Jobs that take all the CPU the target needs leave nothing.
+	if c := ceilingOf(2, jobCost{Script: 2 * time.Millisecond}, 1000, r); c.Budget != 0 {
+		t.Fatalf("budget %v with jobs over the cores' share, want 0", c.Budget)
+	}
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	renderCeiling(w, env{Cost: jobCost{Script: 2 * time.Millisecond, Exec: time.Millisecond, Runs: 10}}, c, 2)
+	for _, want := range []string{"costs 2.00 ms of CPU", "`/bin/true` 1.00 ms", "≈ 1000 trivial jobs per second",
+		"500 jobs per second, 50 % of that bound", "= 2.00 ms of CPU per job", "In round 2 it used 1.50 ms", "the benchmark 5.00 ms"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("ceiling text lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	renderCeiling(w, env{}, c, 2)
+	if b.Len() != 0 {
+		t.Fatalf("ceiling rendered without a measured job cost:\n%s", b.String())
+	}
+}
+
+func TestProbeJobCostRunsTheJob(t *testing.T) {
+	t.Parallel()
+	c, err := probeJobCost(t.TempDir(), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Script <= 0 || c.Exec <= 0 || c.Runs != 5 {
+		t.Fatalf("probeJobCost = %+v, want positive CPU per run", c)
 	}
 }

@@ -9,7 +9,9 @@
 // embedded deployment (broker, Redis, the five central services in this
 // process, one agent process per node — this binary again). The results go
 // to stdout and, with -report, into bench/REPORT.md between the slurmbench
-// markers.
+// markers. Before the first round it measures what the job costs by itself
+// on this machine (probeJobCost), and the report says what that leaves for
+// either system's control plane.
 //
 //	go run ./bench/cmd/slurmbench -report bench/REPORT.md
 //
@@ -174,6 +176,14 @@ func run(f flags) error {
 	}
 	ctx := context.Background()
 	e := describe(f)
+	// Before anything else runs: the probe counts this process's children.
+	cost, err := probeJobCost(dir, 200)
+	if err != nil {
+		return err
+	}
+	e.Cost = cost
+	fmt.Printf("the job alone: %s of CPU per run, an exec of /bin/true %s (%d runs each)\n",
+		ms(cost.Script), ms(cost.Exec), cost.Runs)
 	e.Load = loadAvg()
 	var rounds []round
 	for i := 0; i < f.rounds; i++ {
@@ -349,7 +359,7 @@ func runLoom(ctx context.Context, f flags, dir string, jobNice int) (result, err
 		// An agent's reaped children are its jobs: their time, apart.
 		a := m["agents"]
 		m["agents"] = cpuSample{Procs: a.Procs, Own: a.Own}
-		m["their jobs (sh + hostname)"] = cpuSample{Procs: 1, Own: a.Kids}
+		m[loomJobsCPU] = cpuSample{Procs: 1, Own: a.Kids}
 		m["services in-process + client"] = m["self"]
 		delete(m, "self")
 		delete(m, "clients")
@@ -456,7 +466,8 @@ func describe(f flags) env {
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		kernel = ", Linux " + strings.TrimSpace(string(b))
 	}
-	e.Machine = fmt.Sprintf("%s, %d CPUs available%s%s", model, runtime.NumCPU(), mem, kernel)
+	e.Cores = runtime.NumCPU()
+	e.Machine = fmt.Sprintf("%s, %d CPUs available%s%s", model, e.Cores, mem, kernel)
 	e.SlurmVersion = "Slurm not found"
 	if v, err := slurm.Version(); err == nil {
 		e.SlurmVersion = v

@@ -28,6 +28,9 @@ type env struct {
 	Load, LoadEnd             string
 	Nodes, CPUs, GPUs, Warmup int
 	LoomMachineType, Command  string
+	// Cores is the CPUs this process may use; Cost what the job costs alone.
+	Cores int
+	Cost  jobCost
 }
 
 // replaceSection returns doc with the text between the markers replaced by
@@ -246,6 +249,7 @@ func renderSection(e env, rounds []round) string {
 	w("")
 	w("Measured jobs per node — Slurm: %s; Loom: %s.", perNodeLine(s.PerNode), perNodeLine(l.PerNode))
 	w("")
+	renderCeiling(w, e, ceilingOf(e.Cores, e.Cost, median(sAcc), m), mi+1)
 	if len(l.Redis) > 0 {
 		w("Loom's Redis in the window, server side (calls × mean time): %s.", redisLine(l.Redis, 6))
 		w("")
@@ -285,4 +289,30 @@ func renderSection(e env, rounds []round) string {
 	w("`-agent-profile DIR` (a CPU profile and an execution trace per agent process).")
 	w("A real Slurm to try by hand, with the same configuration: `scripts/slurm-local.sh start|status|stop DIR`.")
 	return b.String()
+}
+
+// renderCeiling says what the jobs' own CPU leaves the systems: a bound on
+// any system's rates when its jobs share the cores with it, and the CPU per
+// job Loom's control plane may use to be targetRatio × Slurm's accepted
+// rate. Nothing when the job's cost was not measured.
+func renderCeiling(w func(string, ...any), e env, c ceiling, roundNo int) {
+	if e.Cost.Script <= 0 || c.Need <= 0 {
+		return
+	}
+	msf := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	w("**What the jobs leave.** Run alone, one after another, outside either system, the job (`#!/bin/sh` +")
+	w("`%s`: two execs) costs %.2f ms of CPU here, and an exec of `/bin/true` %.2f ms (mean of %d runs", trivialScript, msf(e.Cost.Script), msf(e.Cost.Exec), e.Cost.Runs)
+	w("each, measured before the first round; every process's start-up on this VM — the C library probing")
+	w("the CPU's features — traps to the hypervisor). With its jobs on the same %d cores, no system", c.Cores)
+	w("completes more than %d ÷ %.2f ms ≈ %.0f trivial jobs per second. Loom starts each job as soon as it", c.Cores, msf(e.Cost.Script), c.Bound)
+	w("accepts it, so both its rates share the cores with its jobs: %.0f × Slurm's median accepted rate is", targetRatio)
+	budget := "nothing"
+	if c.Budget > 0 {
+		budget = fmt.Sprintf("%.2f ms", c.Budget)
+	}
+	w("%.0f jobs per second, %.0f %% of that bound, which leaves %d cores ÷ %.0f/s − %.2f ms (its jobs' CPU", c.Need, c.NeedPct, c.Cores, c.Need, c.LoomJobs)
+	w("per job in round %d) = %s of CPU per job for Loom's whole control plane — gateway, scheduler, agent,", roundNo, budget)
+	w("broker, Redis and the benchmark's client. In round %d it used %.2f ms per job; Slurm's daemons, `sbatch`", roundNo, c.LoomCtl)
+	w("and the benchmark %.2f ms.", c.SlurmCtl)
+	w("")
 }
