@@ -549,6 +549,18 @@ sinfo -N; echo "sinfo exit $?"`
 		t.Fatalf("ListSlurmNodes request %v (sent: %v): the sinfo link did not ask this gateway about cluster lt", req, ok)
 	}
 
+	// A command named without a path is looked up in the login's PATH, as
+	// its shell would: the sinfo link, not whatever sinfo loom's own PATH
+	// has (a real Slurm's client, or none).
+	out, errOut, code = run(t, gw, "clusters", "login", "lt", "--", "sinfo", "-N")
+	if wantTable := "NODELIST   NODES PARTITION STATE \nlt-0001        1    batch* idle  \n"; code != 0 || out != wantTable || errOut != "" {
+		t.Fatalf("login -- sinfo -N: exit %d\nstdout %q\nwant   %q\nstderr %q", code, out, wantTable, errOut)
+	}
+	if _, errOut, code := run(t, gw, "clusters", "login", "lt", "--", "no-such-command-anywhere"); code != 127 ||
+		!strings.Contains(errOut, "no-such-command-anywhere: command not found") {
+		t.Fatalf("login -- an unknown command: exit %d, %q; want 127 and command not found", code, errOut)
+	}
+
 	// CMD's exit status is loom's; a missing home or one on another machine is an error.
 	if _, _, code := run(t, gw, "clusters", "login", "lt", "--", "/bin/sh", "-c", "exit 7"); code != 7 {
 		t.Fatalf("exit status %d, want 7", code)

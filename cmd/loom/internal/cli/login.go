@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/slurmcli"
+	"github.com/loom-ml/loom/libs/proc"
 )
 
 // SlurmCommands are the Slurm commands loom stands in for. `loom clusters
@@ -94,7 +95,16 @@ directory here.`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "Logged in to %s of cluster %s (%s), in %s.\nsbatch, squeue, sinfo and friends talk to this cluster; `exit` leaves.\n",
 					orDash(c.GetStatus().GetLoginNode()), id, clusterStateLong(c), home)
 			}
-			sh := exec.Command(argv[0], argv[1:]...)
+			path := bin + string(os.PathListSeparator) + os.Getenv("PATH")
+			// As the login's shell would look it up: exec.Command would
+			// look in loom's own PATH, where a real Slurm's sinfo is found
+			// and the login's links are not.
+			prog, err := proc.LookPath(argv[0], path, home)
+			if err != nil {
+				return exitError{code: 127, msg: fmt.Sprintf("loom clusters login: %s: %v", argv[0], err)}
+			}
+			sh := exec.Command(prog, argv[1:]...)
+			sh.Args[0] = argv[0]
 			sh.Dir = home
 			sh.Env = loginEnv(os.Environ(), map[string]string{
 				"LOOM_GATEWAY":    a.gateway,
@@ -102,7 +112,7 @@ directory here.`,
 				"LOOM_CLUSTER":    c.GetName(),
 				"LOOM_LOGIN_NODE": c.GetStatus().GetLoginNode(),
 				"SLURM_CONF":      slurmConf(home),
-				"PATH":            bin + string(os.PathListSeparator) + os.Getenv("PATH"),
+				"PATH":            path,
 			})
 			sh.Stdin, sh.Stdout, sh.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 			// Ctrl-C goes to the shell (it is in the terminal's foreground
