@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loom-ml/loom/cmd/loom/internal/slurmcli"
 	"github.com/loom-ml/loom/libs/embedded"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -441,8 +442,8 @@ func TestJobsWatchLogsCancel(t *testing.T) {
 		}
 	}
 	if req, _ := lastRequest[*loomv1.CancelJobRequest](f); !strings.HasPrefix(req.GetName(), "projects/default/jobs/") ||
-		req.GetUser() != os.Getenv("USER") {
-		t.Fatalf("CancelJob request = %v; want it to name the caller $USER, as submit names the owner", req)
+		req.GetUser() == "" || req.GetUser() != slurmcli.UserName(os.Getenv) {
+		t.Fatalf("CancelJob request = %v; want it to name the caller (LOOM_USER, USER, else the account), as submit names the owner", req)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 
+	"github.com/loom-ml/loom/cmd/loom/internal/slurmcli"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -85,9 +86,7 @@ func (a *app) jobFromFlags(f submitFlags, command []string) (*loomv1.Job, error)
 		}
 		j.Env[k] = v
 	}
-	if u := os.Getenv("USER"); u != "" {
-		j.User = u
-	}
+	j.User = slurmcli.UserName(os.Getenv)
 	return j, nil
 }
 
@@ -339,7 +338,7 @@ func (a *app) jobsCancelCommand() *cobra.Command {
 			defer cancel()
 			// The caller, as submit names the owner: only the owner or an
 			// administrator may cancel a job.
-			j, err := cl.CancelJob(ctx, &loomv1.CancelJobRequest{Name: a.jobName(args[0]), User: os.Getenv("USER")})
+			j, err := cl.CancelJob(ctx, &loomv1.CancelJobRequest{Name: a.jobName(args[0]), User: slurmcli.UserName(os.Getenv)})
 			if err != nil {
 				return a.notFoundHint(a.explain("cancel job "+args[0], err), err, "loom jobs list")
 			}

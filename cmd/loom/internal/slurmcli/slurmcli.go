@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	osuser "os/user"
 	"sort"
 	"strings"
 	"time"
@@ -64,7 +65,8 @@ type Env struct {
 }
 
 // EnvFromOS builds an Env from the process: the project, cluster and user
-// from LOOM_PROJECT, LOOM_CLUSTER and LOOM_USER/USER, the working
+// from LOOM_PROJECT, LOOM_CLUSTER and UserName (with neither LOOM_USER nor
+// USER set, Environ gets USER, the account's name), the working
 // directory, the environment and stdin. conn is the gateway connection.
 func EnvFromOS(conn grpc.ClientConnInterface) Env {
 	environ := map[string]string{}
@@ -78,12 +80,29 @@ func EnvFromOS(conn grpc.ClientConnInterface) Env {
 	if project == "" {
 		project = "default"
 	}
-	user := environ["LOOM_USER"]
-	if user == "" {
-		user = environ["USER"]
+	if environ["LOOM_USER"] == "" && environ["USER"] == "" {
+		// A login shell always has USER; a bare environment (a service, a
+		// container's shell) is still some account, as Slurm goes by uid.
+		// sbatch's parse reads USER from environ.
+		environ["USER"] = UserName(func(string) string { return "" })
 	}
+	user := UserName(func(k string) string { return environ[k] })
 	return Env{Conn: conn, Project: project, Cluster: environ["LOOM_CLUSTER"], User: user,
 		Cwd: cwd, Environ: environ, Stdin: os.Stdin}
+}
+
+// UserName is who a command acts as: LOOM_USER, else USER (getenv looks
+// them up), else the account this process runs as; "" when none is known.
+func UserName(getenv func(string) string) string {
+	for _, k := range []string{"LOOM_USER", "USER"} {
+		if u := getenv(k); u != "" {
+			return u
+		}
+	}
+	if u, err := osuser.Current(); err == nil {
+		return u.Username
+	}
+	return ""
 }
 
 // Error is a refusal printed as the Slurm command prints it: Text is the
