@@ -7,6 +7,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -52,6 +53,12 @@ type Config struct {
 	// that a job busying every CPU does not starve the agent's heartbeats
 	// and commands. 0 runs them at the agent's priority.
 	JobNice int
+	// SlurmBin is a directory of Loom's Slurm commands (srun, scontrol, …:
+	// links to the loom executable) that leads every step's and task's PATH,
+	// as a Slurm node has its client commands installed, so that a batch
+	// script's srun is Loom's whatever PATH it was submitted with
+	// (LOOM_SLURM_BIN; default none: PATH as the job's environment says).
+	SlurmBin string
 }
 
 // RegisterFlags adds the agent's flags to fs, defaults from LOOM_* variables.
@@ -66,6 +73,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", config.EnvDuration("LOOM_HEARTBEAT_INTERVAL", 2*time.Second),
 		"how often the agent heartbeats (LOOM_HEARTBEAT_INTERVAL)")
 	fs.IntVar(&c.JobNice, "job-nice", int(config.EnvInt("LOOM_JOB_NICE", DefaultJobNice)), "how far below the agent's CPU priority jobs run, a nice increment 0..19 (LOOM_JOB_NICE)")
+	fs.StringVar(&c.SlurmBin, "slurm-bin", config.Env("LOOM_SLURM_BIN", ""),
+		"a directory of Loom's Slurm commands put first on every job's PATH (LOOM_SLURM_BIN; default: none)")
 	fs.DurationVar(&c.StepKillGrace, "step-kill-grace", config.EnvDuration("LOOM_STEP_KILL_GRACE", 10*time.Second),
 		"time between SIGTERM and SIGKILL when a step is stopped (LOOM_STEP_KILL_GRACE)")
 }
@@ -98,7 +107,7 @@ func (c *Config) validate() (string, error) {
 	if c.WorkDir == "" {
 		c.WorkDir = "."
 	}
-	for _, d := range []*string{&c.WorkDir, &c.SharedDir} {
+	for _, d := range []*string{&c.WorkDir, &c.SharedDir, &c.SlurmBin} {
 		if *d == "" {
 			continue
 		}
@@ -110,6 +119,11 @@ func (c *Config) validate() (string, error) {
 	}
 	if c.SharedDir == "" {
 		c.SharedDir = c.WorkDir
+	}
+	if c.SlurmBin != "" {
+		if fi, err := os.Stat(c.SlurmBin); err != nil || !fi.IsDir() {
+			v.Add("slurm_bin", "must be a directory of Loom's Slurm commands, got %q", c.SlurmBin)
+		}
 	}
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = 2 * time.Second
@@ -141,7 +155,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Store: base.Store, Publisher: base.Producer,
 		Self:     domain.Self{Node: cfg.Node, Cluster: cfg.Cluster},
 		Hostname: cfg.Hostname, GPUs: cfg.GPUs, WorkDir: cfg.WorkDir, SharedDir: cfg.SharedDir,
-		KillGrace: cfg.StepKillGrace, HeartbeatInterval: cfg.HeartbeatInterval, JobNice: cfg.JobNice, Log: base.Log,
+		KillGrace: cfg.StepKillGrace, HeartbeatInterval: cfg.HeartbeatInterval, JobNice: cfg.JobNice, SlurmBin: cfg.SlurmBin, Log: base.Log,
 	})
 	if err == nil {
 		err = a.Recover(ctx)

@@ -38,7 +38,8 @@ type env struct {
 	broker, redisAddr string
 	rdb               *redis.Client
 	work, shared      string
-	jobNice           int // Config.JobNice
+	jobNice           int    // Config.JobNice
+	slurmBin          string // Config.SlurmBin
 }
 
 func newEnv(t *testing.T) *env {
@@ -54,6 +55,7 @@ func (e *env) config() Config {
 			HTTPAddr: "127.0.0.1:0", LogLevel: "warn"},
 		Node: node, WorkDir: e.work, SharedDir: e.shared, GPUs: 8,
 		HeartbeatInterval: 100 * time.Millisecond, StepKillGrace: 2 * time.Second, JobNice: e.jobNice,
+		SlurmBin: e.slurmBin,
 	}
 }
 
@@ -173,6 +175,43 @@ func TestStepRunsWithEnvAndReportsExit(t *testing.T) {
 	}
 	if !strings.Contains(string(envb), "LOOM_STEP_ID="+node+"#projects/p/jobs/1#1\n") {
 		t.Errorf("step env lacks its step id:\n%s", envb)
+	}
+}
+
+// A batch script's srun is the node's Loom srun (SlurmBin), whatever PATH
+// the job was submitted with: a login session's links are gone once it
+// ends, and a real Slurm's srun may be installed here.
+func TestSlurmBinLeadsTheJobsPath(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.slurmBin = t.TempDir()
+	if err := os.WriteFile(filepath.Join(e.slurmBin, "srun"), []byte("#!/bin/sh\necho \"loom srun $*\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.start(t)
+	script := `echo "$PATH"; command -v srun; srun hostname`
+	submitted := "/tmp/loom-login-gone:/usr/bin:/bin"
+	out1, out2 := filepath.Join(e.shared, "slurm-1.out"), filepath.Join(e.shared, "slurm-2.out")
+	publish(t, e.broker, command(startStep("1", script, map[string]string{"PATH": submitted}, out1)),
+		command(startStep("2", script, nil, out2)))
+	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_EXITED)
+	waitStep(t, e.broker, "2", eventsv1.StepState_STEP_EXITED)
+	srun := filepath.Join(e.slurmBin, "srun")
+	if b, err := os.ReadFile(out1); err != nil || string(b) != e.slurmBin+":"+submitted+"\n"+srun+"\nloom srun hostname\n" {
+		t.Fatalf("job 1 (submitted with PATH %s) wrote %q (%v)", submitted, b, err)
+	}
+	// Without a PATH of its own, the agent's, led by SlurmBin.
+	if b, err := os.ReadFile(out2); err != nil || !strings.HasPrefix(string(b), e.slurmBin+":") || !strings.HasSuffix(string(b), srun+"\nloom srun hostname\n") {
+		t.Fatalf("job 2 (no PATH) wrote %q (%v)", b, err)
+	}
+	// srun's tasks get the same PATH.
+	outDir := filepath.Join(e.shared, ".loom", "steps", "3.0")
+	l := launch("3", 0, 0, 1, outDir, "sh", "-c", `echo "$PATH"`)
+	l.Env["PATH"] = e.slurmBin + ":" + submitted // already led by it: not twice
+	publish(t, e.broker, command(l))
+	waitTasks(t, e.broker, "3", 0, eventsv1.StepState_STEP_EXITED)
+	if b, err := os.ReadFile(filepath.Join(outDir, "task-0.out")); err != nil || string(b) != e.slurmBin+":"+submitted+"\n" {
+		t.Fatalf("task wrote %q (%v), want PATH %s:%s", b, err, e.slurmBin, submitted)
 	}
 }
 
@@ -350,6 +389,14 @@ func TestConfig(t *testing.T) {
 		if _, err := (&Config{Node: node, JobNice: nice}).validate(); err == nil || !strings.Contains(err.Error(), "job_nice") {
 			t.Errorf("validate(job nice %d) = %v, want an error naming job_nice", nice, err)
 		}
+	}
+	missing := filepath.Join(t.TempDir(), "no-such-dir")
+	if _, err := (&Config{Node: node, SlurmBin: missing}).validate(); err == nil || !strings.Contains(err.Error(), "slurm_bin") ||
+		!strings.Contains(err.Error(), missing) {
+		t.Errorf("validate(slurm bin %s) = %v, want an error naming slurm_bin and the directory", missing, err)
+	}
+	if c := (Config{Node: node, SlurmBin: t.TempDir()}); func() error { _, err := c.validate(); return err }() != nil {
+		t.Errorf("validate refused an existing slurm bin directory")
 	}
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	var fromFlags Config

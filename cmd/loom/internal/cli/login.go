@@ -77,11 +77,8 @@ directory here.`,
 				return fmt.Errorf("login: %w", err)
 			}
 			defer os.RemoveAll(bin)
-			exe := executable()
-			for _, name := range append([]string{"loom"}, SlurmCommands...) {
-				if err := os.Symlink(exe, filepath.Join(bin, name)); err != nil {
-					return fmt.Errorf("login: link %s: %w", name, err)
-				}
+			if err := slurmcli.LinkCommands(bin, executable()); err != nil {
+				return fmt.Errorf("login: %w", err)
 			}
 
 			argv := args[1:]

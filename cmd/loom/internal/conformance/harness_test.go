@@ -142,7 +142,9 @@ func start() (*fixture, error) {
 		// Heartbeats every half second, a node silent for 8 s is down:
 		// node failure is detected in seconds, not the default 15 s,
 		// without declaring busy nodes of a loaded machine dead.
-		AgentEnv:         []string{"LOOM_TEST_RUN_AGENT=1", "LOOM_HEARTBEAT_INTERVAL=500ms"},
+		// Jobs' srun is the built loom's, as on a node with Loom's Slurm
+		// commands installed (the agent's LOOM_SLURM_BIN).
+		AgentEnv:         []string{"LOOM_TEST_RUN_AGENT=1", "LOOM_HEARTBEAT_INTERVAL=500ms", "LOOM_SLURM_BIN=" + f.bin},
 		HeartbeatTimeout: 8 * time.Second,
 		LogLevel:         "error",
 	})

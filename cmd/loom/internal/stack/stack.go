@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/loom-ml/loom/cmd/loom/internal/slurmcli"
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/embedded"
@@ -224,13 +225,20 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	}
 	s.DataDir = abs
 
-	agentCmd := opts.AgentCommand
+	agentCmd, agentEnv := opts.AgentCommand, opts.AgentEnv
 	if len(agentCmd) == 0 {
 		exe, err := os.Executable()
 		if err != nil {
 			return fmt.Errorf("start stack: agent command: %w", err)
 		}
 		agentCmd = []string{exe, "agent"}
+		// The agents are this loom, and so are the Slurm commands its jobs
+		// run (srun in a batch script): links to it lead the jobs' PATH.
+		bin := filepath.Join(s.DataDir, "bin")
+		if err := slurmcli.LinkCommands(bin, exe); err != nil {
+			return fmt.Errorf("start stack: %w", err)
+		}
+		agentEnv = append([]string{"LOOM_SLURM_BIN=" + bin}, agentEnv...)
 	}
 
 	a, err := resolveAddrs(opts.Addrs)
@@ -292,7 +300,7 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	}
 	provCfg.DataDir = filepath.Join(s.DataDir, "provisioner")
 	provCfg.AgentCommand = agentCmd
-	provCfg.AgentEnv = opts.AgentEnv
+	provCfg.AgentEnv = agentEnv
 	// Agents belong to this process: a stopped stack leaves none behind
 	// (the provisioner starts them again from its state at the next start).
 	provCfg.StopAgentsOnExit = true

@@ -70,7 +70,10 @@ type Options struct {
 	// JobNice is how far below the agent's own CPU priority steps and their
 	// tasks run: a nice value increment, 0..19 (see startNiced).
 	JobNice int
-	Log     *slog.Logger
+	// SlurmBin, when set, leads every step's and task's PATH (see
+	// jobPath).
+	SlurmBin string
+	Log      *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -555,20 +558,36 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (*exec.Cmd, string, err
 // env is a step's environment: a clean base (PATH, HOME = the shared dir),
 // the step's own variables, and the step id the agent finds it by.
 func (a *App) env(key string, cmd *eventsv1.StartStep) []string {
-	path := os.Getenv("PATH")
-	if path == "" {
-		path = defaultPath
-	}
-	env := []string{"PATH=" + path, "HOME=" + a.opts.SharedDir}
+	env := []string{"PATH=" + a.jobPath(cmd.GetEnv()["PATH"]), "HOME=" + a.opts.SharedDir}
 	names := make([]string, 0, len(cmd.GetEnv()))
 	for k := range cmd.GetEnv() {
-		names = append(names, k)
+		if k != "PATH" {
+			names = append(names, k)
+		}
 	}
 	sort.Strings(names)
 	for _, k := range names {
 		env = append(env, k+"="+cmd.GetEnv()[k])
 	}
 	return append(env, StepIDEnv+"="+a.stepID(key))
+}
+
+// jobPath is the PATH of a step or task whose environment says path: that
+// (the agent's own, else defaultPath, when it says none) led by SlurmBin
+// when set — the job's own PATH may name a directory of links that is gone
+// on this node (a login session's), or a real Slurm's srun.
+func (a *App) jobPath(path string) string {
+	if path == "" {
+		path = os.Getenv("PATH")
+	}
+	if path == "" {
+		path = defaultPath
+	}
+	bin := a.opts.SlurmBin
+	if bin == "" || path == bin || strings.HasPrefix(path, bin+string(os.PathListSeparator)) {
+		return path
+	}
+	return bin + string(os.PathListSeparator) + path
 }
 
 // watch reaps a step's process and reports its end.

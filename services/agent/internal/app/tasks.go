@@ -233,14 +233,11 @@ func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]*exec.Cmd, er
 // HOME = the shared dir), the step's variables, and the id a restarted agent
 // finds them by. The per-task ranks are added by spawnTasks.
 func (a *App) taskEnv(key string, cmd *eventsv1.LaunchTasks) []string {
-	path := os.Getenv("PATH")
-	if path == "" {
-		path = defaultPath
-	}
-	vars := map[string]string{"PATH": path, "HOME": a.opts.SharedDir}
+	vars := map[string]string{"HOME": a.opts.SharedDir}
 	for k, v := range cmd.GetEnv() {
 		vars[k] = v
 	}
+	vars["PATH"] = a.jobPath(vars["PATH"])
 	for _, k := range []string{"SLURM_PROCID", "SLURM_LOCALID", "PMI_RANK", "PMI_SIZE", StepIDEnv} {
 		delete(vars, k)
 	}
