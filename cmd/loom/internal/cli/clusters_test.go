@@ -556,6 +556,15 @@ sinfo -N; echo "sinfo exit $?"`
 	if wantTable := "NODELIST   NODES PARTITION STATE \nlt-0001        1    batch* idle  \n"; code != 0 || out != wantTable || errOut != "" {
 		t.Fatalf("login -- sinfo -N: exit %d\nstdout %q\nwant   %q\nstderr %q", code, out, wantTable, errOut)
 	}
+	// A script without #! runs as a shell script, as a shell runs it; a
+	// relative path is the login's home's.
+	if err := os.WriteFile(filepath.Join(home, "plain.sh"), []byte("echo plain $1 in $(pwd)\nexit 4\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = run(t, gw, "clusters", "login", "lt", "--", "./plain.sh", "arg")
+	if code != 4 || (out != "plain arg in "+realHome+"\n" && out != "plain arg in "+home+"\n") || errOut != "" {
+		t.Fatalf("login -- ./plain.sh arg: exit %d, stdout %q, stderr %q; want exit 4 and the script's line", code, out, errOut)
+	}
 	if _, errOut, code := run(t, gw, "clusters", "login", "lt", "--", "no-such-command-anywhere"); code != 127 ||
 		!strings.Contains(errOut, "no-such-command-anywhere: command not found") {
 		t.Fatalf("login -- an unknown command: exit %d, %q; want 127 and command not found", code, errOut)

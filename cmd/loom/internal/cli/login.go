@@ -100,10 +100,7 @@ directory here.`,
 			if err != nil {
 				return exitError{code: 127, msg: fmt.Sprintf("loom clusters login: %s: %v", argv[0], err)}
 			}
-			sh := exec.Command(prog, argv[1:]...)
-			sh.Args[0] = argv[0]
-			sh.Dir = home
-			sh.Env = loginEnv(os.Environ(), map[string]string{
+			env := loginEnv(os.Environ(), map[string]string{
 				"LOOM_GATEWAY":    a.gateway,
 				"LOOM_PROJECT":    a.project,
 				"LOOM_CLUSTER":    c.GetName(),
@@ -111,10 +108,22 @@ directory here.`,
 				"SLURM_CONF":      slurmConf(home),
 				"PATH":            path,
 			})
-			sh.Stdin, sh.Stdout, sh.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
+			command := func(prog string, args []string) *exec.Cmd {
+				sh := exec.Command(prog, args...)
+				sh.Dir, sh.Env = home, env
+				sh.Stdin, sh.Stdout, sh.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
+				return sh
+			}
+			sh := command(prog, argv[1:])
+			sh.Args[0] = argv[0]
 			// Ctrl-C goes to the shell (it is in the terminal's foreground
 			// group); loom itself catches it (main) and waits for the shell.
 			err = sh.Run()
+			if errors.Is(err, syscall.ENOEXEC) {
+				// A file without #! is a script for the shell, to a shell
+				// (POSIX): nothing ran, so run it as one.
+				err = command("/bin/sh", append([]string{prog}, argv[1:]...)).Run()
+			}
 			var ee *exec.ExitError
 			switch {
 			case err == nil:

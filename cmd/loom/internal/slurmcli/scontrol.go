@@ -3,6 +3,7 @@ package slurmcli
 import (
 	"context"
 	"fmt"
+	osuser "os/user"
 	"sort"
 	"strconv"
 	"strings"
@@ -192,6 +193,22 @@ func (c *cmd) showJobs(ctx context.Context, b *strings.Builder, id string, oneli
 func nullIfEmpty(s string) string { return orNull(s) }
 
 // jobRecord is a job as "scontrol show job" prints it.
+// accountIDs are a job owner's UserId and GroupId as Slurm prints them,
+// name(uid) and group(gid), when the owner is an account of this (login)
+// machine; otherwise the name for both, Loom's users being names.
+func accountIDs(user string) (uid, gid string) {
+	u, err := osuser.Lookup(user)
+	if user == "" || err != nil {
+		return user, user
+	}
+	uid = fmt.Sprintf("%s(%s)", user, u.Uid)
+	gid = fmt.Sprintf("%s(%s)", user, u.Gid)
+	if g, err := osuser.LookupGroupId(u.Gid); err == nil {
+		gid = fmt.Sprintf("%s(%s)", g.Name, u.Gid)
+	}
+	return uid, gid
+}
+
 func jobRecord(r jobRow, v *squeueView) record {
 	j := r.job
 	st := effectiveState(j)
@@ -230,13 +247,18 @@ func jobRecord(r jobRow, v *squeueView) record {
 	if eligible == nil {
 		eligible = j.GetSubmitTime()
 	}
-	nodes := "(null)"
+	if st == loomv1.JobState_PENDING && (j.GetHold() || j.GetStateReason() == "Dependency") {
+		// Not eligible yet, and Slurm cannot tell when it will be.
+		eligible = nil
+	}
+	nodes := ""
 	if len(j.GetNodes()) > 0 {
 		nodes = compressHosts(j.GetNodes())
 	}
+	uid, gid := accountIDs(j.GetUser())
 	rec := record{
 		head,
-		{"UserId=" + j.GetUser(), "GroupId=" + j.GetUser(), "MCS_label=N/A"},
+		{"UserId=" + uid, "GroupId=" + gid, "MCS_label=N/A"},
 		{"Priority=" + strconv.FormatInt(j.GetPriority(), 10), "Nice=0", "Account=" + nullIfEmpty(j.GetAccount()), "QOS=" + nullIfEmpty(j.GetQos())},
 		{"JobState=" + stateLong(st), "Reason=" + jobReason(j), "Dependency=" + dependencyText(j, v.jobsByID)},
 		{"Requeue=" + requeue, "Restarts=" + strconv.Itoa(int(j.GetRestartCount())), "BatchFlag=1", "Reboot=0", "ExitCode=" + exitCodeString(j.GetExitCode())},

@@ -2,6 +2,7 @@ package slurmcli
 
 import (
 	osuser "os/user"
+	"strings"
 	"testing"
 )
 
@@ -21,5 +22,34 @@ func TestUserName(t *testing.T) {
 	}
 	if got := UserName(env(nil)); got == "" || got != u.Username {
 		t.Errorf("UserName without LOOM_USER or USER = %q, want the account %q", got, u.Username)
+	}
+}
+
+func TestScontrolShowsAPendingJobAsSlurmDoes(t *testing.T) {
+	t.Parallel()
+	// Job 14 is held: not eligible, so no eligible or accrue time, and no
+	// nodes (Slurm 22.05 prints NodeList= empty, not (null)).
+	code, out, errOut := run(t, fixture(), "scontrol", Env{}, "show", "job", "14")
+	if code != 0 || errOut != "" {
+		t.Fatalf("scontrol show job 14: exit %d, %q", code, errOut)
+	}
+	for _, want := range []string{"EligibleTime=Unknown\n", "   AccrueTime=Unknown\n", "   NodeList=\n", "   UserId=alice GroupId=alice "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("scontrol show job 14 lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestAccountIDs(t *testing.T) {
+	t.Parallel()
+	if uid, gid := accountIDs("no-such-account-here"); uid != "no-such-account-here" || gid != uid {
+		t.Errorf("accountIDs of a name that is no account = %q, %q; want the name for both", uid, gid)
+	}
+	root, err := osuser.Lookup("root")
+	if err != nil {
+		t.Skipf("no root account to look up: %v", err)
+	}
+	if uid, gid := accountIDs("root"); uid != "root("+root.Uid+")" || !strings.HasSuffix(gid, "("+root.Gid+")") {
+		t.Errorf("accountIDs(root) = %q, %q; want root(%s) and group(%s)", uid, gid, root.Uid, root.Gid)
 	}
 }
