@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -244,12 +245,15 @@ func TestSlurmService(t *testing.T) {
 	_, err = h.slurm().ListSlurmNodes(ctx, &loomv1.ListSlurmNodesRequest{Cluster: "projects/default/clusters/nope"})
 	wantCode(t, "ListSlurmNodes of an unknown cluster", err, codes.NotFound, "nope")
 
-	n, err := h.slurm().UpdateSlurmNode(ctx, &loomv1.UpdateSlurmNodeRequest{Cluster: cluster1, Hostname: "gpu-0001", State: "drain", Reason: "bad gpu"})
+	before := time.Now()
+	n, err := h.slurm().UpdateSlurmNode(ctx, &loomv1.UpdateSlurmNodeRequest{Cluster: cluster1, Hostname: "gpu-0001", State: "drain", Reason: "bad gpu", User: "ops"})
 	if err != nil || n.GetHostname() != "gpu-0001" || n.GetState() != loomv1.SlurmNode_IDLE {
 		t.Fatalf("drain: %v %v, want the node as the scheduler has it", n, err)
 	}
+	// Who asked and when go with it: sinfo -R's USER and TIMESTAMP.
 	jobCommand(t, h, func(u *eventsv1.UpdateSlurmNode) bool {
-		return u.GetHostname() == "gpu-0001" && u.GetState() == "DRAIN" && u.GetReason() == "bad gpu" && u.GetCluster() == cluster1
+		return u.GetHostname() == "gpu-0001" && u.GetState() == "DRAIN" && u.GetReason() == "bad gpu" && u.GetCluster() == cluster1 &&
+			u.GetUser() == "ops" && !u.GetTime().AsTime().Before(before.Truncate(time.Second))
 	})
 	_, err = h.slurm().UpdateSlurmNode(ctx, &loomv1.UpdateSlurmNodeRequest{Cluster: cluster1, Hostname: "gpu-0001", State: "DRAIN"})
 	wantCode(t, "drain without a reason", err, codes.InvalidArgument, "reason: You must specify a reason when DOWNING or DRAINING a node")

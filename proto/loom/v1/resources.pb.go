@@ -2834,21 +2834,25 @@ func (x *Partition) GetAllocGpus() int32 {
 
 // SlurmNode is the scheduler's view of one compute node (sinfo -N, scontrol show node).
 type SlurmNode struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Hostname      string                 `protobuf:"bytes,1,opt,name=hostname,proto3" json:"hostname,omitempty"`
-	Node          string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
-	Cluster       string                 `protobuf:"bytes,3,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	State         SlurmNode_State        `protobuf:"varint,4,opt,name=state,proto3,enum=loom.v1.SlurmNode_State" json:"state,omitempty"`
-	Partitions    []string               `protobuf:"bytes,5,rep,name=partitions,proto3" json:"partitions,omitempty"`
-	Gpus          int32                  `protobuf:"varint,6,opt,name=gpus,proto3" json:"gpus,omitempty"`
-	AllocGpus     int32                  `protobuf:"varint,7,opt,name=alloc_gpus,json=allocGpus,proto3" json:"alloc_gpus,omitempty"`
-	GpuType       string                 `protobuf:"bytes,8,opt,name=gpu_type,json=gpuType,proto3" json:"gpu_type,omitempty"`
-	Cpus          int32                  `protobuf:"varint,9,opt,name=cpus,proto3" json:"cpus,omitempty"`
-	AllocCpus     int32                  `protobuf:"varint,10,opt,name=alloc_cpus,json=allocCpus,proto3" json:"alloc_cpus,omitempty"`
-	MemoryMb      int64                  `protobuf:"varint,11,opt,name=memory_mb,json=memoryMb,proto3" json:"memory_mb,omitempty"`
-	Reason        string                 `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
-	Features      []string               `protobuf:"bytes,13,rep,name=features,proto3" json:"features,omitempty"`
-	Block         string                 `protobuf:"bytes,14,opt,name=block,proto3" json:"block,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Hostname   string                 `protobuf:"bytes,1,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Node       string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Cluster    string                 `protobuf:"bytes,3,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	State      SlurmNode_State        `protobuf:"varint,4,opt,name=state,proto3,enum=loom.v1.SlurmNode_State" json:"state,omitempty"`
+	Partitions []string               `protobuf:"bytes,5,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	Gpus       int32                  `protobuf:"varint,6,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	AllocGpus  int32                  `protobuf:"varint,7,opt,name=alloc_gpus,json=allocGpus,proto3" json:"alloc_gpus,omitempty"`
+	GpuType    string                 `protobuf:"bytes,8,opt,name=gpu_type,json=gpuType,proto3" json:"gpu_type,omitempty"`
+	Cpus       int32                  `protobuf:"varint,9,opt,name=cpus,proto3" json:"cpus,omitempty"`
+	AllocCpus  int32                  `protobuf:"varint,10,opt,name=alloc_cpus,json=allocCpus,proto3" json:"alloc_cpus,omitempty"`
+	MemoryMb   int64                  `protobuf:"varint,11,opt,name=memory_mb,json=memoryMb,proto3" json:"memory_mb,omitempty"`
+	Reason     string                 `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
+	Features   []string               `protobuf:"bytes,13,rep,name=features,proto3" json:"features,omitempty"`
+	Block      string                 `protobuf:"bytes,14,opt,name=block,proto3" json:"block,omitempty"`
+	// reason_user set reason, at reason_time (an administrator's drain; empty
+	// when Loom set it).
+	ReasonUser    string                 `protobuf:"bytes,15,opt,name=reason_user,json=reasonUser,proto3" json:"reason_user,omitempty"`
+	ReasonTime    *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=reason_time,json=reasonTime,proto3" json:"reason_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2979,6 +2983,20 @@ func (x *SlurmNode) GetBlock() string {
 		return x.Block
 	}
 	return ""
+}
+
+func (x *SlurmNode) GetReasonUser() string {
+	if x != nil {
+		return x.ReasonUser
+	}
+	return ""
+}
+
+func (x *SlurmNode) GetReasonTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReasonTime
+	}
+	return nil
 }
 
 // ModelOutput declares the model that a job trains. The job writes its files
@@ -3733,7 +3751,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\n" +
 	"total_gpus\x18\b \x01(\x05R\ttotalGpus\x12\x1d\n" +
 	"\n" +
-	"alloc_gpus\x18\t \x01(\x05R\tallocGpus\"\xf6\x03\n" +
+	"alloc_gpus\x18\t \x01(\x05R\tallocGpus\"\xd4\x04\n" +
 	"\tSlurmNode\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x18\n" +
@@ -3753,7 +3771,11 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\tmemory_mb\x18\v \x01(\x03R\bmemoryMb\x12\x16\n" +
 	"\x06reason\x18\f \x01(\tR\x06reason\x12\x1a\n" +
 	"\bfeatures\x18\r \x03(\tR\bfeatures\x12\x14\n" +
-	"\x05block\x18\x0e \x01(\tR\x05block\"g\n" +
+	"\x05block\x18\x0e \x01(\tR\x05block\x12\x1f\n" +
+	"\vreason_user\x18\x0f \x01(\tR\n" +
+	"reasonUser\x12;\n" +
+	"\vreason_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"reasonTime\"g\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04IDLE\x10\x01\x12\t\n" +
@@ -3921,21 +3943,22 @@ var file_loom_v1_resources_proto_depIdxs = []int32{
 	41, // 40: loom.v1.JobRun.start_time:type_name -> google.protobuf.Timestamp
 	41, // 41: loom.v1.JobRun.end_time:type_name -> google.protobuf.Timestamp
 	4,  // 42: loom.v1.SlurmNode.state:type_name -> loom.v1.SlurmNode.State
-	41, // 43: loom.v1.Model.create_time:type_name -> google.protobuf.Timestamp
-	41, // 44: loom.v1.Model.update_time:type_name -> google.protobuf.Timestamp
-	41, // 45: loom.v1.ModelVersion.create_time:type_name -> google.protobuf.Timestamp
-	40, // 46: loom.v1.ModelVersion.labels:type_name -> loom.v1.ModelVersion.LabelsEntry
-	35, // 47: loom.v1.Operation.metadata:type_name -> loom.v1.OperationMetadata
-	36, // 48: loom.v1.Operation.error:type_name -> loom.v1.OperationError
-	5,  // 49: loom.v1.Operation.cluster:type_name -> loom.v1.Cluster
-	22, // 50: loom.v1.Operation.reservation:type_name -> loom.v1.Reservation
-	41, // 51: loom.v1.OperationMetadata.create_time:type_name -> google.protobuf.Timestamp
-	41, // 52: loom.v1.OperationMetadata.end_time:type_name -> google.protobuf.Timestamp
-	53, // [53:53] is the sub-list for method output_type
-	53, // [53:53] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	41, // 43: loom.v1.SlurmNode.reason_time:type_name -> google.protobuf.Timestamp
+	41, // 44: loom.v1.Model.create_time:type_name -> google.protobuf.Timestamp
+	41, // 45: loom.v1.Model.update_time:type_name -> google.protobuf.Timestamp
+	41, // 46: loom.v1.ModelVersion.create_time:type_name -> google.protobuf.Timestamp
+	40, // 47: loom.v1.ModelVersion.labels:type_name -> loom.v1.ModelVersion.LabelsEntry
+	35, // 48: loom.v1.Operation.metadata:type_name -> loom.v1.OperationMetadata
+	36, // 49: loom.v1.Operation.error:type_name -> loom.v1.OperationError
+	5,  // 50: loom.v1.Operation.cluster:type_name -> loom.v1.Cluster
+	22, // 51: loom.v1.Operation.reservation:type_name -> loom.v1.Reservation
+	41, // 52: loom.v1.OperationMetadata.create_time:type_name -> google.protobuf.Timestamp
+	41, // 53: loom.v1.OperationMetadata.end_time:type_name -> google.protobuf.Timestamp
+	54, // [54:54] is the sub-list for method output_type
+	54, // [54:54] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_resources_proto_init() }

@@ -2141,8 +2141,10 @@ type UpdateSlurmNodeRequest struct {
 	Cluster  string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	Hostname string                 `protobuf:"bytes,2,opt,name=hostname,proto3" json:"hostname,omitempty"`
 	// state is "DRAIN" or "RESUME".
-	State         string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
-	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	State  string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// user is who asks (Slurm's sinfo -R USER); optional.
+	User          string `protobuf:"bytes,5,opt,name=user,proto3" json:"user,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2201,6 +2203,13 @@ func (x *UpdateSlurmNodeRequest) GetState() string {
 func (x *UpdateSlurmNodeRequest) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *UpdateSlurmNodeRequest) GetUser() string {
+	if x != nil {
+		return x.User
 	}
 	return ""
 }
@@ -2580,12 +2589,13 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x15ListSlurmNodesRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\"B\n" +
 	"\x16ListSlurmNodesResponse\x12(\n" +
-	"\x05nodes\x18\x01 \x03(\v2\x12.loom.v1.SlurmNodeR\x05nodes\"|\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x12.loom.v1.SlurmNodeR\x05nodes\"\x90\x01\n" +
 	"\x16UpdateSlurmNodeRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x14\n" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"+\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x12\n" +
+	"\x04user\x18\x05 \x01(\tR\x04user\"+\n" +
 	"\x11ListModelsRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\"<\n" +
 	"\x12ListModelsResponse\x12&\n" +

@@ -283,9 +283,9 @@ func TestScontrolActions(t *testing.T) {
 	}
 
 	f = fixture()
-	code, _, errOut := run(t, f, "scontrol", Env{}, "update", "NodeName=gpu-[0001-0002]", "State=DRAIN", "Reason=disk swap")
+	code, _, errOut := run(t, f, "scontrol", Env{User: "ops"}, "update", "NodeName=gpu-[0001-0002]", "State=DRAIN", "Reason=disk swap")
 	if code != 0 || len(f.nodeUpdate) != 2 || f.nodeUpdate[1].GetHostname() != "gpu-0002" || f.nodeUpdate[0].GetState() != "DRAIN" ||
-		f.nodeUpdate[0].GetReason() != "disk swap" || f.nodeUpdate[0].GetCluster() != demoCluster {
+		f.nodeUpdate[0].GetReason() != "disk swap" || f.nodeUpdate[0].GetCluster() != demoCluster || f.nodeUpdate[0].GetUser() != "ops" {
 		t.Errorf("drain: %d %q %v", code, errOut, f.nodeUpdate)
 	}
 	if code, _, _ := run(t, f, "scontrol", Env{}, "update", "nodename=gpu-0004", "state=resume"); code != 0 || f.nodeUpdate[2].GetState() != "RESUME" {

@@ -58,7 +58,7 @@ func fixture() *fakeGateway {
 			Partitions: parts, Gpus: 8, AllocGpus: alloc, GpuType: "h100", Cpus: 16, AllocCpus: alloc, MemoryMb: 1024000}
 	}
 	drained := node("gpu-0004", loomv1.SlurmNode_DRAINED, 0, "gpu")
-	drained.Reason = "bad gpu"
+	drained.Reason, drained.ReasonUser, drained.ReasonTime = "bad gpu", "alice", ago(2*time.Hour)
 	return &fakeGateway{
 		jobs: []*loomv1.Job{old, done, failed, running, pending, held, array, task0, other},
 		partitions: []*loomv1.Partition{

@@ -56,7 +56,7 @@ func TestGoldenOutputs(t *testing.T) {
 				"debug        up    1:00:00          1/0/0/1 gpu-0003\n"},
 		{[]string{"sinfo", "-R"},
 			"REASON               USER      TIMESTAMP           NODELIST\n" +
-				"bad gpu              Unknown   Unknown             gpu-0004\n"},
+				"bad gpu              alice     2026-01-02T13:04:05 gpu-0004\n"},
 		{[]string{"sacct"},
 			"JobID           JobName  Partition    Account  AllocCPUS      State ExitCode \n" +
 				"------------ ---------- ---------- ---------- ---------- ---------- -------- \n" +
@@ -137,7 +137,7 @@ func TestGoldenOutputs(t *testing.T) {
 				"   CapWatts=n/a\n" +
 				"   CurrentWatts=0 AveWatts=0\n" +
 				"   ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s\n" +
-				"   Reason=bad gpu\n" +
+				"   Reason=bad gpu [alice@2026-01-02T13:04:05]\n" +
 				"\n"},
 		{[]string{"scontrol", "show", "partition", "debug"},
 			"PartitionName=debug\n" +

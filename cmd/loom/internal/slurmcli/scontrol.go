@@ -385,7 +385,7 @@ func (c *cmd) showNodes(ctx context.Context, b *strings.Builder, name string, on
 		if want != nil && !want[nd.GetHostname()] {
 			continue
 		}
-		nodeRecord(nd).write(b, oneliner)
+		nodeRecord(nd, c.loc).write(b, oneliner)
 		n++
 	}
 	if n == 0 {
@@ -398,7 +398,7 @@ func (c *cmd) showNodes(ctx context.Context, b *strings.Builder, name string, on
 }
 
 // nodeRecord is a node as "scontrol show node" prints it.
-func nodeRecord(n *loomv1.SlurmNode) record {
+func nodeRecord(n *loomv1.SlurmNode, loc *time.Location) record {
 	cpus := max(n.GetCpus(), 1)
 	gres := nodeGres(n)
 	cfg := fmt.Sprintf("cpu=%d,mem=%dM,billing=%d", cpus, n.GetMemoryMb(), cpus)
@@ -435,6 +435,14 @@ func nodeRecord(n *loomv1.SlurmNode) record {
 		rec = append(rec, []string{"Block=" + b})
 	}
 	if r := n.GetReason(); r != "" {
+		if t := n.GetReasonTime(); t != nil {
+			// Slurm's "Reason=bad gpu [root@2026-01-02T15:04:05]".
+			user := n.GetReasonUser()
+			if user == "" {
+				user = "Unknown"
+			}
+			r += " [" + user + "@" + formatTimestamp(t.AsTime(), loc) + "]"
+		}
 		rec = append(rec, []string{"Reason=" + r})
 	}
 	return rec
@@ -755,7 +763,7 @@ func (c *cmd) updateNodeParams(ctx context.Context, kv map[string]string, order 
 	}
 	for _, h := range hosts {
 		cctx, cancel := c.call(ctx)
-		_, err := c.slurmClient().UpdateSlurmNode(cctx, &loomv1.UpdateSlurmNodeRequest{Cluster: cluster, Hostname: h, State: state, Reason: reason})
+		_, err := c.slurmClient().UpdateSlurmNode(cctx, &loomv1.UpdateSlurmNodeRequest{Cluster: cluster, Hostname: h, State: state, Reason: reason, User: c.env.User})
 		cancel()
 		if err != nil {
 			st := status.Convert(err)

@@ -188,7 +188,7 @@ func partTimeLimit(p *loomv1.Partition) string {
 
 // sinfoFields are sinfo's format letters; aggregate ones (counts, lists)
 // describe the row's nodes together, the others one node.
-func sinfoFields(cluster string) fieldTable[sinfoRow] {
+func sinfoFields(cluster string, loc *time.Location) fieldTable[sinfoRow] {
 	part := func(header string, f func(p *loomv1.Partition) string) fieldDef[sinfoRow] {
 		return fieldDef[sinfoRow]{header: header, value: func(r sinfoRow) string {
 			if r.part == nil {
@@ -200,7 +200,20 @@ func sinfoFields(cluster string) fieldTable[sinfoRow] {
 	node := func(header string, f func(n *loomv1.SlurmNode) string) fieldDef[sinfoRow] {
 		return fieldDef[sinfoRow]{header: header, value: func(r sinfoRow) string { return f(r.first()) }}
 	}
-	unknownIfNoReason := func(n *loomv1.SlurmNode) string { return "Unknown" }
+	// Who set a node's reason and when: an administrator's drain records
+	// both; Loom's own reasons (down, being removed) neither.
+	reasonUser := func(n *loomv1.SlurmNode) string {
+		if u := n.GetReasonUser(); u != "" {
+			return u
+		}
+		return "Unknown"
+	}
+	reasonTime := func(n *loomv1.SlurmNode) string {
+		if t := n.GetReasonTime(); t != nil {
+			return formatTimestamp(t.AsTime(), loc)
+		}
+		return "Unknown"
+	}
 	return fieldTable[sinfoRow]{fields: map[string]fieldDef[sinfoRow]{
 		"a": part("AVAIL", func(p *loomv1.Partition) string {
 			if s := strings.ToLower(p.GetState()); s != "" {
@@ -236,7 +249,7 @@ func sinfoFields(cluster string) fieldTable[sinfoRow] {
 		"g": part("GROUPS", func(*loomv1.Partition) string { return "all" }),
 		"G": node("GRES", nodeGres),
 		"h": part("OVERSUBSCRIBE", func(*loomv1.Partition) string { return "NO" }),
-		"H": node("TIMESTAMP", unknownIfNoReason),
+		"H": node("TIMESTAMP", reasonTime),
 		"I": part("PRIO_JOB_FACTOR", func(*loomv1.Partition) string { return "1" }),
 		"l": part("TIMELIMIT", partTimeLimit),
 		"L": part("DEFAULTTIME", func(*loomv1.Partition) string { return "n/a" }),
@@ -259,8 +272,8 @@ func sinfoFields(cluster string) fieldTable[sinfoRow] {
 		"S": part("ALLOCNODES", func(*loomv1.Partition) string { return "all" }),
 		"t": node("STATE", func(n *loomv1.SlurmNode) string { c, _, _ := nodeStateInfo(n.GetState()); return c }),
 		"T": node("STATE", func(n *loomv1.SlurmNode) string { _, l, _ := nodeStateInfo(n.GetState()); return l }),
-		"u": node("USER", unknownIfNoReason),
-		"U": node("USER", unknownIfNoReason),
+		"u": node("USER", reasonUser),
+		"U": node("USER", reasonUser),
 		"v": node("VERSION", func(*loomv1.SlurmNode) string { return "22.05.8" }),
 		"V": node("CLUSTER", func(*loomv1.SlurmNode) string { return shortName(cluster) }),
 		"w": node("WEIGHT", func(*loomv1.SlurmNode) string { return "1" }),
@@ -403,7 +416,7 @@ func (c *cmd) sinfo(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	table := sinfoFields(cluster)
+	table := sinfoFields(cluster, c.loc)
 	c.checkFormat(f, table.known, "node")
 
 	for first := true; ; first = false {

@@ -1464,11 +1464,14 @@ func (x *CancelJobStep) GetSignal() string {
 
 // UpdateSlurmNode asks the scheduler to drain or resume a node.
 type UpdateSlurmNode struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Hostname      string                 `protobuf:"bytes,2,opt,name=hostname,proto3" json:"hostname,omitempty"`
-	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
-	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Cluster  string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Hostname string                 `protobuf:"bytes,2,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	State    string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Reason   string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// user asked for it, at time (the gateway's clock when it accepted it).
+	User          string                 `protobuf:"bytes,5,opt,name=user,proto3" json:"user,omitempty"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=time,proto3" json:"time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1529,6 +1532,20 @@ func (x *UpdateSlurmNode) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *UpdateSlurmNode) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *UpdateSlurmNode) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
 }
 
 // JobChanged carries the job's full state after a change.
@@ -2641,12 +2658,14 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x17\n" +
 	"\astep_id\x18\x03 \x01(\x05R\x06stepId\x12\x16\n" +
-	"\x06signal\x18\x04 \x01(\tR\x06signal\"u\n" +
+	"\x06signal\x18\x04 \x01(\tR\x06signal\"\xb9\x01\n" +
 	"\x0fUpdateSlurmNode\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x14\n" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"c\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x12\n" +
+	"\x04user\x18\x05 \x01(\tR\x04user\x12.\n" +
+	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"c\n" +
 	"\n" +
 	"JobChanged\x12\x1e\n" +
 	"\x03job\x18\x01 \x01(\v2\f.loom.v1.JobR\x03job\x12\x18\n" +
@@ -2840,20 +2859,21 @@ var file_loom_events_v1_events_proto_depIdxs = []int32{
 	40, // 6: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
 	41, // 7: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
 	34, // 8: loom.events.v1.CreateJobStep.env:type_name -> loom.events.v1.CreateJobStep.EnvEntry
-	41, // 9: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
-	35, // 10: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
-	0,  // 11: loom.events.v1.StopStep.cause:type_name -> loom.events.v1.StopCause
-	36, // 12: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
-	1,  // 13: loom.events.v1.StepChanged.state:type_name -> loom.events.v1.StepState
-	1,  // 14: loom.events.v1.TasksChanged.state:type_name -> loom.events.v1.StepState
-	2,  // 15: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
-	40, // 16: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
-	42, // 17: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	40, // 9: loom.events.v1.UpdateSlurmNode.time:type_name -> google.protobuf.Timestamp
+	41, // 10: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
+	35, // 11: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
+	0,  // 12: loom.events.v1.StopStep.cause:type_name -> loom.events.v1.StopCause
+	36, // 13: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
+	1,  // 14: loom.events.v1.StepChanged.state:type_name -> loom.events.v1.StepState
+	1,  // 15: loom.events.v1.TasksChanged.state:type_name -> loom.events.v1.StepState
+	2,  // 16: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
+	40, // 17: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
+	42, // 18: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_loom_events_v1_events_proto_init() }

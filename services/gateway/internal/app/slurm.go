@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/loom-ml/loom/libs/errs"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -69,7 +71,8 @@ func (g *Gateway) UpdateSlurmNode(ctx context.Context, req *loomv1.UpdateSlurmNo
 	if node == nil {
 		return nil, fmt.Errorf("node %s in %s: %w", req.GetHostname(), req.GetCluster(), errs.NotFound)
 	}
-	cmd := &eventsv1.UpdateSlurmNode{Cluster: req.GetCluster(), Hostname: req.GetHostname(), State: state, Reason: req.GetReason()}
+	cmd := &eventsv1.UpdateSlurmNode{Cluster: req.GetCluster(), Hostname: req.GetHostname(), State: state, Reason: req.GetReason(),
+		User: req.GetUser(), Time: timestamppb.New(g.now())}
 	if err := g.emitJobCommand(ctx, req.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("update node %s: %w", req.GetHostname(), err)
 	}

@@ -716,14 +716,20 @@ func TestAdminDrainAndNodeViews(t *testing.T) {
 	h.submitJob(job(1, 1, 4))
 	busy := h.job(1).GetNodes()[0]
 	idle := map[string]string{"a3-0001": "a3-0002", "a3-0002": "a3-0001"}[busy]
-	h.do(&eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: busy, State: "DRAIN", Reason: "bad fan"})
+	asked := h.now.Add(-time.Minute) // the gateway's clock when it took the request
+	h.do(&eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: busy, State: "DRAIN", Reason: "bad fan", User: "ops", Time: timestamppb.New(asked)})
 	h.do(&eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: idle, State: "DRAIN", Reason: "maintenance"})
 	states := map[string]*loomv1.SlurmNode{}
 	for _, n := range h.s.SlurmNodes(cl) {
 		states[n.GetHostname()] = n
 	}
-	if n := states[busy]; n.GetState() != loomv1.SlurmNode_DRAINING || n.GetReason() != "bad fan" || n.GetAllocGpus() != 4 {
+	if n := states[busy]; n.GetState() != loomv1.SlurmNode_DRAINING || n.GetReason() != "bad fan" || n.GetAllocGpus() != 4 ||
+		n.GetReasonUser() != "ops" || !n.GetReasonTime().AsTime().Equal(asked) {
 		t.Fatalf("drained busy node: %v", n)
+	}
+	// A drain whose command says nothing of when is stamped with the scheduler's clock.
+	if n := states[idle]; n.GetReasonUser() != "" || !n.GetReasonTime().AsTime().Equal(h.now) {
+		t.Fatalf("drained idle node's reason user and time: %v", n)
 	}
 	if n := states[idle]; n.GetState() != loomv1.SlurmNode_DRAINED || n.GetGpuType() != "h100" || n.GetCpus() != 208 ||
 		!reflect.DeepEqual(n.GetPartitions(), []string{"gpu"}) || n.GetBlock() != "b1" {
@@ -734,6 +740,11 @@ func TestAdminDrainAndNodeViews(t *testing.T) {
 	h.wantState(2, loomv1.JobState_PENDING, ReasonReqNodeNotAvail)
 	h.do(&eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: idle, State: "RESUME"})
 	h.wantState(2, loomv1.JobState_RUNNING, "")
+	for _, n := range h.s.SlurmNodes(cl) {
+		if n.GetHostname() == idle && (n.GetReason() != "" || n.GetReasonUser() != "" || n.GetReasonTime() != nil) {
+			t.Fatalf("resumed node keeps its drain reason: %v", n)
+		}
+	}
 	if _, err := h.s.Handle(h.now, &eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: idle, State: "DRAIN"}); err == nil {
 		t.Fatal("DRAIN without a reason accepted")
 	}

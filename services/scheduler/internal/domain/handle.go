@@ -491,6 +491,13 @@ func (t *txn) updateSlurmNode(ev *eventsv1.UpdateSlurmNode) error {
 	}
 	n := t.editNode(name)
 	n.AdminDrain, n.AdminReason = drain, reason
+	n.AdminReasonUser, n.AdminReasonTime = "", time.Time{}
+	if drain {
+		n.AdminReasonUser, n.AdminReasonTime = ev.GetUser(), t.now
+		if ev.GetTime() != nil {
+			n.AdminReasonTime = ev.GetTime().AsTime()
+		}
+	}
 	t.dirty[n.Cluster] = true
 	return nil
 }

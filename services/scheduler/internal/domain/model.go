@@ -191,9 +191,12 @@ type Node struct {
 	MemoryMB int64  `json:"memory_mb,omitempty"`
 
 	// AdminDrain is the scheduler's Slurm drain: no new work, running jobs
-	// go on. AdminReason is its Reason=.
-	AdminDrain  bool   `json:"admin_drain,omitempty"`
-	AdminReason string `json:"admin_reason,omitempty"`
+	// go on. AdminReason is its Reason=, set by AdminReasonUser at
+	// AdminReasonTime (sinfo -R's USER and TIMESTAMP).
+	AdminDrain      bool      `json:"admin_drain,omitempty"`
+	AdminReason     string    `json:"admin_reason,omitempty"`
+	AdminReasonUser string    `json:"admin_reason_user,omitempty"`
+	AdminReasonTime time.Time `json:"admin_reason_time,omitzero"`
 }
 
 // Usable reports whether the node may take new work.

@@ -322,7 +322,12 @@ func (s *State) SlurmNodes(cluster string) []*loomv1.SlurmNode {
 				sn.State = loomv1.SlurmNode_DRAINING
 			}
 			sn.Reason = n.AdminReason
-			if !n.AdminDrain {
+			if n.AdminDrain {
+				sn.ReasonUser = n.AdminReasonUser
+				if !n.AdminReasonTime.IsZero() {
+					sn.ReasonTime = timestamppb.New(n.AdminReasonTime)
+				}
+			} else {
 				sn.Reason = n.Reason
 				if sn.Reason == "" {
 					sn.Reason = "node is being removed"
