@@ -154,7 +154,14 @@ func TestMultifactorPriority(t *testing.T) {
 
 	// Fair share: the account that used the cluster comes after the one that did not.
 	h.tick(time.Hour)
+	atStart := h.s.JobView(jobName(3), h.now).GetPriority()
 	h.finish(1, 0)
+	// Job 3 starts in the place job 1 left: as in Slurm, it keeps showing
+	// the priority it started with, however long it runs.
+	h.wantState(3, loomv1.JobState_RUNNING, "")
+	if got := h.s.JobView(jobName(3), h.now.Add(DefaultMaxAge)).GetPriority(); got != atStart || got == 0 {
+		t.Fatalf("running job 3 shows priority %d, want the %d it had when it started", got, atStart)
+	}
 	if len(jobChanges(h.tick(0))) > 0 {
 		t.Fatal("a tick with nothing due changed jobs")
 	}

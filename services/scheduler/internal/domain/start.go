@@ -23,6 +23,10 @@ func (p *pass) start(j *Job, part Partition, req *Request, chosen []int32) {
 	t := p.t
 	j = t.editJob(j.Name())
 	spec := j.Job
+	if p.prio != nil {
+		// As Slurm, a running job shows the priority it started with.
+		spec.Priority, _ = p.prio.priority(t.s.attrsOf(j), p.partIndex(part.Name))
+	}
 	n := len(chosen)
 	tasks := taskLayout(spec, n)
 	cpt := max(spec.GetCpusPerTask(), 1)
