@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -212,6 +213,29 @@ func TestSlurmBinLeadsTheJobsPath(t *testing.T) {
 	waitTasks(t, e.broker, "3", 0, eventsv1.StepState_STEP_EXITED)
 	if b, err := os.ReadFile(filepath.Join(outDir, "task-0.out")); err != nil || string(b) != e.slurmBin+":"+submitted+"\n" {
 		t.Fatalf("task wrote %q (%v), want PATH %s:%s", b, err, e.slurmBin, submitted)
+	}
+}
+
+// A Slurm job's processes get SLURM_JOB_UID and SLURM_JOB_GID: the ids they
+// run as here, the agent's.
+func TestSlurmJobIDs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t)
+	out := filepath.Join(e.shared, "slurm-1.out")
+	publish(t, e.broker, command(startStep("1", `echo "$SLURM_JOB_UID $SLURM_JOB_GID"`, map[string]string{"SLURM_JOB_ID": "1"}, out)))
+	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_EXITED)
+	want := fmt.Sprintf("%d %d\n", os.Getuid(), os.Getgid())
+	if b, err := os.ReadFile(out); err != nil || string(b) != want {
+		t.Fatalf("step wrote %q (%v), want %q", b, err, want)
+	}
+	outDir := filepath.Join(e.shared, ".loom", "steps", "2.0")
+	l := launch("2", 0, 0, 1, outDir, "sh", "-c", `echo "$SLURM_JOB_UID $SLURM_JOB_GID"`)
+	l.Env["SLURM_JOB_ID"] = "2"
+	publish(t, e.broker, command(l))
+	waitTasks(t, e.broker, "2", 0, eventsv1.StepState_STEP_EXITED)
+	if b, err := os.ReadFile(filepath.Join(outDir, "task-0.out")); err != nil || string(b) != want {
+		t.Fatalf("task wrote %q (%v), want %q", b, err, want)
 	}
 }
 

@@ -2115,6 +2115,8 @@ type Job struct {
 	// hold submits the job held (--hold); as output: the job is held.
 	Hold      bool   `protobuf:"varint,54,opt,name=hold,proto3" json:"hold,omitempty"`
 	SubmitDir string `protobuf:"bytes,55,opt,name=submit_dir,json=submitDir,proto3" json:"submit_dir,omitempty"`
+	// submit_host is the host sbatch ran on (SLURM_SUBMIT_HOST; scontrol's AllocNode).
+	SubmitHost string `protobuf:"bytes,68,opt,name=submit_host,json=submitHost,proto3" json:"submit_host,omitempty"`
 	// Output only.
 	State       JobState               `protobuf:"varint,20,opt,name=state,proto3,enum=loom.v1.JobState" json:"state,omitempty"`
 	StateReason string                 `protobuf:"bytes,21,opt,name=state_reason,json=stateReason,proto3" json:"state_reason,omitempty"`
@@ -2435,6 +2437,13 @@ func (x *Job) GetHold() bool {
 func (x *Job) GetSubmitDir() string {
 	if x != nil {
 		return x.SubmitDir
+	}
+	return ""
+}
+
+func (x *Job) GetSubmitHost() string {
+	if x != nil {
+		return x.SubmitHost
 	}
 	return ""
 }
@@ -3651,7 +3660,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\bDELETING\x10\x04\x12\f\n" +
 	"\bDRAINING\x10\x05\x12\n" +
 	"\n" +
-	"\x06FAILED\x10\x06\"\xc4\x0e\n" +
+	"\x06FAILED\x10\x06\"\xe5\x0e\n" +
 	"\x03Job\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -3697,7 +3706,9 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"begin_time\x185 \x01(\v2\x1a.google.protobuf.TimestampR\tbeginTime\x12\x12\n" +
 	"\x04hold\x186 \x01(\bR\x04hold\x12\x1d\n" +
 	"\n" +
-	"submit_dir\x187 \x01(\tR\tsubmitDir\x12'\n" +
+	"submit_dir\x187 \x01(\tR\tsubmitDir\x12\x1f\n" +
+	"\vsubmit_host\x18D \x01(\tR\n" +
+	"submitHost\x12'\n" +
 	"\x05state\x18\x14 \x01(\x0e2\x11.loom.v1.JobStateR\x05state\x12!\n" +
 	"\fstate_reason\x18\x15 \x01(\tR\vstateReason\x12\x1b\n" +
 	"\texit_code\x18\x16 \x01(\x05R\bexitCode\x12\x14\n" +

@@ -102,7 +102,7 @@ func TestGoldenOutputs(t *testing.T) {
 				"   AccrueTime=2026-01-02T12:04:05\n" +
 				"   StartTime=2026-01-02T14:02:02 EndTime=2026-01-02T16:02:02 Deadline=N/A\n" +
 				"   SuspendTime=None SecsPreSuspend=0 LastSchedEval=2026-01-02T12:04:05 Scheduler=Main\n" +
-				"   Partition=gpu AllocNode:Sid=(null):0\n" +
+				"   Partition=gpu AllocNode:Sid=login-1:0\n" +
 				"   ReqNodeList=(null) ExcNodeList=(null)\n" +
 				"   NodeList=gpu-[0001-0002]\n" +
 				"   BatchHost=gpu-0001\n" +

@@ -953,6 +953,9 @@ func (c *cmd) sbatch(ctx context.Context, args []string) error {
 	if c.env.User != "" {
 		req.job.User = c.env.User
 	}
+	if host, err := os.Hostname(); err == nil {
+		req.job.SubmitHost = host
+	}
 	if !req.quiet {
 		for _, w := range req.warnings {
 			c.warnf("%s", w)

@@ -332,6 +332,9 @@ func TestSbatchCommand(t *testing.T) {
 		j.GetWorkDir() != dir || j.GetEnv()["PATH"] != "/usr/bin" || !strings.Contains(j.GetScript(), "srun python train.py") {
 		t.Errorf("submitted %v", req)
 	}
+	if host, err := os.Hostname(); err == nil && j.GetSubmitHost() != host {
+		t.Errorf("submit host %q, want this host %q (SLURM_SUBMIT_HOST)", j.GetSubmitHost(), host)
+	}
 
 	code, out, _ = run(t, f, "sbatch", env, "--parsable", "-J", "named", "train.sh")
 	if code != 0 || out != "2\n" || f.submitted[1].GetJob().GetDisplayName() != "named" {

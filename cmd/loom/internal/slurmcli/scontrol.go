@@ -267,7 +267,7 @@ func jobRecord(r jobRow, v *squeueView) record {
 		{"AccrueTime=" + ts(eligible, eligible != nil, "Unknown")},
 		{"StartTime=" + ts(j.GetStartTime(), started, "Unknown"), "EndTime=" + end, "Deadline=N/A"},
 		{"SuspendTime=None", "SecsPreSuspend=0", "LastSchedEval=" + ts(j.GetSubmitTime(), j.GetSubmitTime() != nil, "Unknown"), "Scheduler=Main"},
-		{"Partition=" + j.GetPartition(), "AllocNode:Sid=(null):0"},
+		{"Partition=" + j.GetPartition(), "AllocNode:Sid=" + orNull(j.GetSubmitHost()) + ":0"},
 		{"ReqNodeList=" + orNull(compressHosts(j.GetNodelist())), "ExcNodeList=" + orNull(compressHosts(j.GetExclude()))},
 		{"NodeList=" + nodes},
 	}

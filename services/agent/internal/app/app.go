@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -569,7 +570,25 @@ func (a *App) env(key string, cmd *eventsv1.StartStep) []string {
 	for _, k := range names {
 		env = append(env, k+"="+cmd.GetEnv()[k])
 	}
+	env = append(env, jobIDs(cmd.GetEnv())...)
 	return append(env, StepIDEnv+"="+a.stepID(key))
+}
+
+// jobIDs are SLURM_JOB_UID and SLURM_JOB_GID for a Slurm job's processes
+// (its env has SLURM_JOB_ID) that the scheduler did not set: the ids they
+// run as on this node, the agent's.
+func jobIDs(vars map[string]string) []string {
+	if vars["SLURM_JOB_ID"] == "" {
+		return nil
+	}
+	var out []string
+	if vars["SLURM_JOB_UID"] == "" {
+		out = append(out, "SLURM_JOB_UID="+strconv.Itoa(os.Getuid()))
+	}
+	if vars["SLURM_JOB_GID"] == "" {
+		out = append(out, "SLURM_JOB_GID="+strconv.Itoa(os.Getgid()))
+	}
+	return out
 }
 
 // jobPath is the PATH of a step or task whose environment says path: that

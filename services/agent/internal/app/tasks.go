@@ -238,6 +238,10 @@ func (a *App) taskEnv(key string, cmd *eventsv1.LaunchTasks) []string {
 		vars[k] = v
 	}
 	vars["PATH"] = a.jobPath(vars["PATH"])
+	for _, kv := range jobIDs(vars) {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
 	for _, k := range []string{"SLURM_PROCID", "SLURM_LOCALID", "PMI_RANK", "PMI_SIZE", StepIDEnv} {
 		delete(vars, k)
 	}

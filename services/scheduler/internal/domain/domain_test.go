@@ -325,7 +325,7 @@ func TestStepEnv(t *testing.T) {
 	// A batch script runs once, on the batch host (its first node).
 	c := h.do(&eventsv1.SubmitJob{Job: &loomv1.Job{Name: jobName(7), JobId: "7", Cluster: cl, DisplayName: "train",
 		NodeCount: 2, GpusPerNode: 3, Script: "echo hi", Env: map[string]string{"FOO": "bar", "SLURM_JOB_ID": "forged"},
-		ModelOutput: &loomv1.ModelOutput{ModelId: "tiny"}, User: "ada", SubmitDir: "/home/ada/exp", WorkDir: "run",
+		ModelOutput: &loomv1.ModelOutput{ModelId: "tiny"}, User: "ada", SubmitDir: "/home/ada/exp", SubmitHost: "login-1", WorkDir: "run",
 		NtasksPerNode: 2, CpusPerTask: 4, OutputPattern: "%x-%j-%N.out", ErrorPattern: "/logs/%u/%5j.err"}})
 	ss := starts(c)
 	if len(ss) != 1 {
@@ -338,6 +338,7 @@ func TestStepEnv(t *testing.T) {
 		"SLURM_CPUS_PER_TASK": "4", "SLURM_JOB_CPUS_PER_NODE": "8", "SLURM_CPUS_ON_NODE": "8", "SLURM_GTIDS": "0", "ENVIRONMENT": "BATCH", "SLURM_GPUS_ON_NODE": "3", "CUDA_VISIBLE_DEVICES": "2,3,4",
 		"SLURM_SUBMIT_DIR": "/home/ada/exp", "SLURM_JOB_PARTITION": "all", "SLURM_JOB_USER": "ada", "SLURM_JOB_QOS": "normal",
 		"SLURM_RESTART_COUNT": "0", "SLURMD_NODENAME": "gpu-0001", "SLURM_TOPOLOGY_ADDR": "gpu-0001", "SLURM_CLUSTER_NAME": "c1",
+		"SLURM_TOPOLOGY_ADDR_PATTERN": "node", "SLURM_SUBMIT_HOST": "login-1", "SLURM_NTASKS_PER_NODE": "2",
 		"LOOM_JOB_ID": "7", "LOOM_JOB_NAME": jobName(7), "LOOM_NODE_RANK": "0", "LOOM_NUM_NODES": "2",
 		"MASTER_ADDR": "gpu-0001", "MASTER_PORT": "20007", "LOOM_MODEL_DIR": "/shared/c1/models/tiny/job-7",
 	}

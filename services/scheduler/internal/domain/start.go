@@ -234,33 +234,34 @@ func stepEnv(j *Job, r *Run, rank int, sharedDir, masterAddr string, extra map[s
 	}
 	cpus := strconv.Itoa(int(cpusOf(r, rank, spec.GetCpusPerTask())))
 	for k, v := range map[string]string{
-		"SLURM_JOB_ID":            spec.GetJobId(),
-		"SLURM_JOBID":             spec.GetJobId(),
-		"SLURM_JOB_NAME":          SlurmJobName(spec),
-		"SLURM_JOB_NODELIST":      hostlist.Compress(r.Hostnames),
-		"SLURM_NODELIST":          hostlist.Compress(r.Hostnames),
-		"SLURM_NNODES":            n,
-		"SLURM_JOB_NUM_NODES":     n,
-		"SLURM_NODEID":            id,
-		"SLURM_PROCID":            procID,
-		"SLURM_LOCALID":           "0",
-		"SLURM_NTASKS":            strconv.Itoa(int(ntasks)),
-		"SLURM_NPROCS":            strconv.Itoa(int(ntasks)),
-		"SLURM_TASKS_PER_NODE":    TasksPerNode(tasks),
-		"SLURM_CPUS_PER_TASK":     strconv.Itoa(int(max(spec.GetCpusPerTask(), 1))),
-		"SLURM_GPUS_ON_NODE":      strconv.Itoa(len(gpus)),
-		"CUDA_VISIBLE_DEVICES":    strings.Join(devs, ","),
-		"SLURM_SUBMIT_DIR":        submit,
-		"SLURM_JOB_PARTITION":     part,
-		"SLURM_JOB_USER":          spec.GetUser(),
-		"SLURM_JOB_ACCOUNT":       spec.GetAccount(),
-		"SLURM_JOB_QOS":           r.QOS,
-		"SLURM_RESTART_COUNT":     strconv.Itoa(int(spec.GetRestartCount())),
-		"SLURMD_NODENAME":         r.Hostnames[rank],
-		"SLURM_TOPOLOGY_ADDR":     r.Hostnames[rank],
-		"SLURM_CLUSTER_NAME":      clusterID(r.Cluster),
-		"SLURM_JOB_CPUS_PER_NODE": cpus,
-		"SLURM_CPUS_ON_NODE":      cpus,
+		"SLURM_JOB_ID":                spec.GetJobId(),
+		"SLURM_JOBID":                 spec.GetJobId(),
+		"SLURM_JOB_NAME":              SlurmJobName(spec),
+		"SLURM_JOB_NODELIST":          hostlist.Compress(r.Hostnames),
+		"SLURM_NODELIST":              hostlist.Compress(r.Hostnames),
+		"SLURM_NNODES":                n,
+		"SLURM_JOB_NUM_NODES":         n,
+		"SLURM_NODEID":                id,
+		"SLURM_PROCID":                procID,
+		"SLURM_LOCALID":               "0",
+		"SLURM_NTASKS":                strconv.Itoa(int(ntasks)),
+		"SLURM_NPROCS":                strconv.Itoa(int(ntasks)),
+		"SLURM_TASKS_PER_NODE":        TasksPerNode(tasks),
+		"SLURM_CPUS_PER_TASK":         strconv.Itoa(int(max(spec.GetCpusPerTask(), 1))),
+		"SLURM_GPUS_ON_NODE":          strconv.Itoa(len(gpus)),
+		"CUDA_VISIBLE_DEVICES":        strings.Join(devs, ","),
+		"SLURM_SUBMIT_DIR":            submit,
+		"SLURM_JOB_PARTITION":         part,
+		"SLURM_JOB_USER":              spec.GetUser(),
+		"SLURM_JOB_ACCOUNT":           spec.GetAccount(),
+		"SLURM_JOB_QOS":               r.QOS,
+		"SLURM_RESTART_COUNT":         strconv.Itoa(int(spec.GetRestartCount())),
+		"SLURMD_NODENAME":             r.Hostnames[rank],
+		"SLURM_TOPOLOGY_ADDR":         r.Hostnames[rank],
+		"SLURM_TOPOLOGY_ADDR_PATTERN": "node",
+		"SLURM_CLUSTER_NAME":          clusterID(r.Cluster),
+		"SLURM_JOB_CPUS_PER_NODE":     cpus,
+		"SLURM_CPUS_ON_NODE":          cpus,
 		// The global task ids on this node: the batch script's is 0; a
 		// command's task is its node's rank.
 		"SLURM_GTIDS":    procID,
@@ -279,6 +280,12 @@ func stepEnv(j *Job, r *Run, rank int, sharedDir, masterAddr string, extra map[s
 	}
 	if spec.GetAccount() == "" {
 		delete(env, "SLURM_JOB_ACCOUNT")
+	}
+	if h := spec.GetSubmitHost(); h != "" {
+		env["SLURM_SUBMIT_HOST"] = h
+	}
+	if tpn := spec.GetNtasksPerNode(); tpn > 0 {
+		env["SLURM_NTASKS_PER_NODE"] = strconv.Itoa(int(tpn)) // as Slurm: only when asked for
 	}
 	for k, v := range extra {
 		env[k] = v
