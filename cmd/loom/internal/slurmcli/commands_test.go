@@ -1,6 +1,7 @@
 package slurmcli
 
 import (
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -356,12 +357,15 @@ func TestSprioFilters(t *testing.T) {
 	}
 }
 
+// TestSrun covers the steps srun runs itself, on the batch node: one-node
+// steps given input on stdin (srunsteps_test.go has the others).
 func TestSrun(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
+	in := func() io.Reader { return strings.NewReader("") }
 	alloc := map[string]string{"SLURM_JOB_ID": "12", "SLURM_JOB_NODELIST": "gpu-0001", "SLURM_NNODES": "1",
 		"SLURM_NTASKS": "3", "PATH": os.Getenv("PATH"), "HOME": dir}
-	code, out, errOut := run(t, &fakeGateway{}, "srun", Env{Cwd: dir, Environ: alloc}, "-l", "sh", "-c", `echo "$SLURM_PROCID/$SLURM_LOCALID/$SLURM_NTASKS/$SLURM_JOB_ID"`)
+	code, out, errOut := run(t, &fakeGateway{}, "srun", Env{Cwd: dir, Environ: alloc, Stdin: in()}, "-l", "sh", "-c", `echo "$SLURM_PROCID/$SLURM_LOCALID/$SLURM_NTASKS/$SLURM_JOB_ID"`)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	sort.Strings(lines)
 	if code != 0 || errOut != "" || !reflect.DeepEqual(lines, []string{"0: 0/0/3/12", "1: 1/1/3/12", "2: 2/2/3/12"}) {
@@ -372,17 +376,17 @@ func TestSrun(t *testing.T) {
 	if err := os.WriteFile(script, []byte("#!/bin/sh\n[ \"$SLURM_PROCID\" = 1 ] && exit 7\nexit 0\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	code, _, errOut = run(t, &fakeGateway{}, "srun", Env{Cwd: dir, Environ: alloc}, "-n", "2", "./fail.sh")
+	code, _, errOut = run(t, &fakeGateway{}, "srun", Env{Cwd: dir, Environ: alloc, Stdin: in()}, "-n", "2", "./fail.sh")
 	if code != 7 || errOut != "srun: error: gpu-0001: task 1: Exited with exit code 7\n" {
 		t.Errorf("srun exit: %d %q", code, errOut)
 	}
 	multi := mergeMaps(alloc, map[string]string{"SLURM_JOB_NODELIST": "gpu-[0001-0002]", "SLURM_NNODES": "2"})
-	code, _, errOut = run(t, &fakeGateway{}, "srun", Env{Cwd: dir, Environ: multi}, "hostname")
-	// A multi-node step is the gateway's to start (srunsteps_test.go).
+	code, _, errOut = run(t, &fakeGateway{}, "srun", Env{Cwd: dir, Environ: multi, Stdin: in()}, "hostname")
+	// A multi-node step is the gateway's to start, input or not (srunsteps_test.go).
 	if code != 1 || !strings.HasPrefix(errOut, "srun: error: Unable to create step for job 12: this Loom gateway does not serve it yet") {
 		t.Errorf("multi-node: %d %q", code, errOut)
 	}
-	code, out, _ = run(t, &fakeGateway{}, "srun", Env{Cwd: dir, Environ: multi}, "-N1", "-n1", "sh", "-c", "echo $SLURM_STEP_NUM_NODES")
+	code, out, _ = run(t, &fakeGateway{}, "srun", Env{Cwd: dir, Environ: multi, Stdin: in()}, "-N1", "-n1", "sh", "-c", "echo $SLURM_STEP_NUM_NODES")
 	if code != 0 || out != "1\n" {
 		t.Errorf("srun -N1 in a multi-node allocation: %d %q", code, out)
 	}
@@ -390,7 +394,7 @@ func TestSrun(t *testing.T) {
 	if code != 1 || !strings.HasPrefix(errOut, "srun: error: srun outside an allocation is not supported by Loom yet") {
 		t.Errorf("outside: %d %q", code, errOut)
 	}
-	code, _, errOut = run(t, &fakeGateway{}, "srun", Env{Cwd: dir, Environ: alloc}, "no-such-command-xyz")
+	code, _, errOut = run(t, &fakeGateway{}, "srun", Env{Cwd: dir, Environ: alloc, Stdin: in()}, "no-such-command-xyz")
 	if code != 1 || errOut != "srun: error: no-such-command-xyz: command not found\n" {
 		t.Errorf("missing command: %d %q", code, errOut)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -129,23 +130,25 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 		return c.errorf("SLURM_JOB_NODELIST and SLURM_NNODES are not set: srun must run inside a Loom job")
 	}
 	if nodes > allocNodes {
-		return c.errorf("Unable to create step for job %s: Requested node configuration is not available", env["SLURM_JOB_ID"])
+		return c.errorf("Only allocated %d nodes asked for %d", allocNodes, nodes)
 	}
-	if allocNodes > 1 {
-		// Slurm's defaults: without -N a step uses every node of the
-		// allocation (fewer when fewer tasks are asked for).
-		stepNodes := nodes
-		if stepNodes == 0 {
-			stepNodes = allocNodes
-			if ntasks > 0 && ntasks < stepNodes {
-				stepNodes = ntasks
-			}
+	// Slurm's defaults: without -N a step uses every node of the
+	// allocation (fewer when fewer tasks are asked for).
+	stepNodes := nodes
+	if stepNodes == 0 {
+		stepNodes = allocNodes
+		if ntasks > 0 && ntasks < stepNodes {
+			stepNodes = ntasks
 		}
-		if stepNodes > 1 {
-			return c.srunMulti(ctx, stepRequest{jobID: env["SLURM_JOB_ID"], command: command, nodes: int32(nodes),
-				ntasks: int32(ntasks), perNode: int32(perNode), cpt: int32(cpt), killOnBadExit: killBad, label: label},
-				export, chdir)
-		}
+	}
+	// Every step is the scheduler's, as in Slurm (a job step in sacct,
+	// SLURM_STEP_ID counting up, scancel JOB.STEP), except a one-node step
+	// given input on stdin: Slurm forwards it to task 0, and Loom's steps
+	// take no input, so those tasks run here, on the batch node.
+	if stepNodes > 1 || !hasInput(c.env.Stdin) {
+		return c.srunMulti(ctx, stepRequest{jobID: env["SLURM_JOB_ID"], command: command, nodes: int32(nodes),
+			ntasks: int32(ntasks), perNode: int32(perNode), cpt: int32(cpt), killOnBadExit: killBad, label: label},
+			export, chdir)
 	}
 	hosts, _ := hostlist.Expand(env["SLURM_JOB_NODELIST"])
 	host := env["SLURMD_NODENAME"]
@@ -259,6 +262,21 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	return nil
 }
 
+// hasInput reports whether r, srun's stdin, may carry input for task 0: a
+// pipe or a file, not a terminal or /dev/null (a batch script's), and not
+// nothing.
+func hasInput(r io.Reader) bool {
+	if r == nil {
+		return false
+	}
+	f, ok := r.(*os.File)
+	if !ok {
+		return true
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice == 0
+}
+
 // lockedWriter serialises writes from several tasks.
 type lockedWriter struct {
 	mu sync.Mutex
@@ -332,9 +350,9 @@ func (c *cmd) srunMulti(ctx context.Context, req stepRequest, export, chdir stri
 const srunUsage = `Usage: srun [-N nnodes] [-n ntasks] [--ntasks-per-node=n] [-c ncpus] [-l]
             [-K] [-D path] [--export=...] executable [args...]
 Loom runs srun inside a job's allocation (SLURM_JOB_ID set): once per task,
-with SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID and SLURM_STEP_* set. A step
-on one node runs on the batch node; a step spanning several nodes is started
-on each of them by the scheduler, its output copied here.
+with SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID and SLURM_STEP_* set. The
+scheduler starts the step's tasks on its nodes and their output is copied
+here; a one-node step given input on stdin runs on the batch node instead.
 `
 
 // exportedTaskEnv is the environment srun's tasks start from under --export: with

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -184,13 +185,22 @@ func TestSrunMultiNodeRefusals(t *testing.T) {
 		!strings.HasPrefix(errOut, "srun: error: Unable to create step for job 12: node_count") {
 		t.Errorf("bad request: exit %d, stderr %q", code, errOut)
 	}
-	// -N1 and -n1 stay on the batch node: no step is asked of the gateway.
+	// A one-node step is the scheduler's too (a job step in sacct, its own
+	// step id), unless srun has input for task 0: that runs on the batch
+	// node, as Loom's steps take no input.
+	g = &stepGateway{dir: t.TempDir(), codes: []int32{0}, endAfter: 1}
+	if code, _, errOut := runSrun(context.Background(), t, g, "-N1", "echo", "step"); code != 0 || len(g.created) != 1 ||
+		g.created[0].GetNodeCount() != 1 || !slices.Equal(g.created[0].GetCommand(), []string{"echo", "step"}) {
+		t.Errorf("-N1: exit %d, stderr %q, creates %v", code, errOut, g.created)
+	}
 	g = &stepGateway{dir: t.TempDir()}
-	if code, out, errOut := runSrun(context.Background(), t, g, "-N1", "echo", "local"); code != 0 || out != "local\n" || len(g.created) != 0 {
-		t.Errorf("-N1: exit %d, out %q, stderr %q, creates %d", code, out, errOut, len(g.created))
+	env := srunEnv(t, g)
+	env.Stdin = strings.NewReader("input\n")
+	if code, out, errOut := mainSrun(context.Background(), env, "-N1", "cat"); code != 0 || out != "input\n" || len(g.created) != 0 {
+		t.Errorf("-N1 with input: exit %d, out %q, stderr %q, creates %d", code, out, errOut, len(g.created))
 	}
 	if code, _, errOut := runSrun(context.Background(), t, g, "-N3", "hostname"); code != 1 ||
-		!strings.Contains(errOut, "Unable to create step for job 12: Requested node configuration is not available") {
+		errOut != "srun: error: Only allocated 2 nodes asked for 3\n" { // Slurm's words
 		t.Errorf("-N3 of 2: exit %d, stderr %q", code, errOut)
 	}
 }
