@@ -59,6 +59,11 @@ type Config struct {
 	// script's srun is Loom's whatever PATH it was submitted with
 	// (LOOM_SLURM_BIN; default none: PATH as the job's environment says).
 	SlurmBin string
+	// Gateway is the gateway address the Slurm commands in jobs (srun,
+	// scontrol) talk to, put in every job's environment as LOOM_GATEWAY
+	// unless it has one, as a Slurm node's slurm.conf names its controller
+	// (LOOM_GATEWAY; default none).
+	Gateway string
 }
 
 // RegisterFlags adds the agent's flags to fs, defaults from LOOM_* variables.
@@ -75,6 +80,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.JobNice, "job-nice", int(config.EnvInt("LOOM_JOB_NICE", DefaultJobNice)), "how far below the agent's CPU priority jobs run, a nice increment 0..19 (LOOM_JOB_NICE)")
 	fs.StringVar(&c.SlurmBin, "slurm-bin", config.Env("LOOM_SLURM_BIN", ""),
 		"a directory of Loom's Slurm commands put first on every job's PATH (LOOM_SLURM_BIN; default: none)")
+	fs.StringVar(&c.Gateway, "gateway", config.Env("LOOM_GATEWAY", ""),
+		"the gateway the Slurm commands in jobs use, set as their LOOM_GATEWAY unless they have one (LOOM_GATEWAY; default: none)")
 	fs.DurationVar(&c.StepKillGrace, "step-kill-grace", config.EnvDuration("LOOM_STEP_KILL_GRACE", 10*time.Second),
 		"time between SIGTERM and SIGKILL when a step is stopped (LOOM_STEP_KILL_GRACE)")
 }
@@ -155,7 +162,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Store: base.Store, Publisher: base.Producer,
 		Self:     domain.Self{Node: cfg.Node, Cluster: cfg.Cluster},
 		Hostname: cfg.Hostname, GPUs: cfg.GPUs, WorkDir: cfg.WorkDir, SharedDir: cfg.SharedDir,
-		KillGrace: cfg.StepKillGrace, HeartbeatInterval: cfg.HeartbeatInterval, JobNice: cfg.JobNice, SlurmBin: cfg.SlurmBin, Log: base.Log,
+		KillGrace: cfg.StepKillGrace, HeartbeatInterval: cfg.HeartbeatInterval, JobNice: cfg.JobNice, SlurmBin: cfg.SlurmBin, Gateway: cfg.Gateway, Log: base.Log,
 	})
 	if err == nil {
 		err = a.Recover(ctx)

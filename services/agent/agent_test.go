@@ -41,6 +41,7 @@ type env struct {
 	work, shared      string
 	jobNice           int    // Config.JobNice
 	slurmBin          string // Config.SlurmBin
+	gateway           string // Config.Gateway
 }
 
 func newEnv(t *testing.T) *env {
@@ -56,7 +57,7 @@ func (e *env) config() Config {
 			HTTPAddr: "127.0.0.1:0", LogLevel: "warn"},
 		Node: node, WorkDir: e.work, SharedDir: e.shared, GPUs: 8,
 		HeartbeatInterval: 100 * time.Millisecond, StepKillGrace: 2 * time.Second, JobNice: e.jobNice,
-		SlurmBin: e.slurmBin,
+		SlurmBin: e.slurmBin, Gateway: e.gateway,
 	}
 }
 
@@ -216,21 +217,30 @@ func TestSlurmBinLeadsTheJobsPath(t *testing.T) {
 	}
 }
 
-// A Slurm job's processes get SLURM_JOB_UID and SLURM_JOB_GID: the ids they
-// run as here, the agent's.
-func TestSlurmJobIDs(t *testing.T) {
+// A Slurm job's processes get what they learn from the node: SLURM_JOB_UID
+// and SLURM_JOB_GID, the ids they run as here (the agent's), and the
+// gateway their srun talks to, unless their env has one.
+func TestSlurmJobNodeVars(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	e.gateway = "10.0.0.5:7070"
 	e.start(t)
-	out := filepath.Join(e.shared, "slurm-1.out")
-	publish(t, e.broker, command(startStep("1", `echo "$SLURM_JOB_UID $SLURM_JOB_GID"`, map[string]string{"SLURM_JOB_ID": "1"}, out)))
+	script := `echo "$SLURM_JOB_UID $SLURM_JOB_GID $LOOM_GATEWAY"`
+	out, own := filepath.Join(e.shared, "slurm-1.out"), filepath.Join(e.shared, "slurm-3.out")
+	publish(t, e.broker, command(startStep("1", script, map[string]string{"SLURM_JOB_ID": "1"}, out)),
+		command(startStep("3", script, map[string]string{"SLURM_JOB_ID": "3", "LOOM_GATEWAY": "mine:7070"}, own)))
 	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_EXITED)
-	want := fmt.Sprintf("%d %d\n", os.Getuid(), os.Getgid())
+	waitStep(t, e.broker, "3", eventsv1.StepState_STEP_EXITED)
+	ids := fmt.Sprintf("%d %d", os.Getuid(), os.Getgid())
+	want := ids + " 10.0.0.5:7070\n"
 	if b, err := os.ReadFile(out); err != nil || string(b) != want {
 		t.Fatalf("step wrote %q (%v), want %q", b, err, want)
 	}
+	if b, err := os.ReadFile(own); err != nil || string(b) != ids+" mine:7070\n" {
+		t.Fatalf("step with its own LOOM_GATEWAY wrote %q (%v)", b, err)
+	}
 	outDir := filepath.Join(e.shared, ".loom", "steps", "2.0")
-	l := launch("2", 0, 0, 1, outDir, "sh", "-c", `echo "$SLURM_JOB_UID $SLURM_JOB_GID"`)
+	l := launch("2", 0, 0, 1, outDir, "sh", "-c", script)
 	l.Env["SLURM_JOB_ID"] = "2"
 	publish(t, e.broker, command(l))
 	waitTasks(t, e.broker, "2", 0, eventsv1.StepState_STEP_EXITED)

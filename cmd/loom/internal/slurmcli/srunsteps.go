@@ -45,6 +45,11 @@ var (
 func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 	jobs := c.jobsClient()
 	parent := c.jobName(req.jobID)
+	if n := c.env.Environ["LOOM_JOB_NAME"]; strings.HasSuffix(n, "/jobs/"+req.jobID) {
+		// The job's own name, set by the scheduler: right whatever
+		// project the job is in, LOOM_PROJECT exported or not.
+		parent = n
+	}
 	create := &loomv1.CreateJobStepRequest{Parent: parent, RequestId: requestID(), Command: req.command,
 		Env: req.env, WorkDir: req.dir, NodeCount: req.nodes, Ntasks: req.ntasks, NtasksPerNode: req.perNode,
 		CpusPerTask: req.cpt, KillOnBadExit: req.killOnBadExit}

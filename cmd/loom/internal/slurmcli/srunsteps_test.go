@@ -193,8 +193,17 @@ func TestSrunMultiNodeRefusals(t *testing.T) {
 		g.created[0].GetNodeCount() != 1 || !slices.Equal(g.created[0].GetCommand(), []string{"echo", "step"}) {
 		t.Errorf("-N1: exit %d, stderr %q, creates %v", code, errOut, g.created)
 	}
-	g = &stepGateway{dir: t.TempDir()}
+	// A job of another project: its step is asked of the job by its own
+	// name (LOOM_JOB_NAME, set by the scheduler), LOOM_PROJECT or not.
+	g = &stepGateway{dir: t.TempDir(), codes: []int32{0}, endAfter: 1}
 	env := srunEnv(t, g)
+	env.Environ["LOOM_JOB_NAME"] = "projects/research/jobs/12"
+	if code, _, errOut := mainSrun(context.Background(), env, "hostname"); code != 0 || len(g.created) != 1 ||
+		g.created[0].GetParent() != "projects/research/jobs/12" {
+		t.Errorf("job of project research: exit %d, stderr %q, creates %v", code, errOut, g.created)
+	}
+	g = &stepGateway{dir: t.TempDir()}
+	env = srunEnv(t, g)
 	env.Stdin = strings.NewReader("input\n")
 	if code, out, errOut := mainSrun(context.Background(), env, "-N1", "cat"); code != 0 || out != "input\n" || len(g.created) != 0 {
 		t.Errorf("-N1 with input: exit %d, out %q, stderr %q, creates %d", code, out, errOut, len(g.created))

@@ -300,7 +300,8 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	}
 	provCfg.DataDir = filepath.Join(s.DataDir, "provisioner")
 	provCfg.AgentCommand = agentCmd
-	provCfg.AgentEnv = agentEnv
+	// The Slurm commands in jobs (srun) find this gateway.
+	provCfg.AgentEnv = append([]string{"LOOM_GATEWAY=" + a.Gateway}, agentEnv...)
 	// Agents belong to this process: a stopped stack leaves none behind
 	// (the provisioner starts them again from its state at the next start).
 	provCfg.StopAgentsOnExit = true

@@ -74,7 +74,10 @@ type Options struct {
 	// SlurmBin, when set, leads every step's and task's PATH (see
 	// jobPath).
 	SlurmBin string
-	Log      *slog.Logger
+	// Gateway, when set, is every step's and task's LOOM_GATEWAY unless
+	// its environment has one (see jobIDs).
+	Gateway string
+	Log     *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -570,18 +573,22 @@ func (a *App) env(key string, cmd *eventsv1.StartStep) []string {
 	for _, k := range names {
 		env = append(env, k+"="+cmd.GetEnv()[k])
 	}
-	env = append(env, jobIDs(cmd.GetEnv())...)
+	env = append(env, a.nodeVars(cmd.GetEnv())...)
 	return append(env, StepIDEnv+"="+a.stepID(key))
 }
 
-// jobIDs are SLURM_JOB_UID and SLURM_JOB_GID for a Slurm job's processes
-// (its env has SLURM_JOB_ID) that the scheduler did not set: the ids they
-// run as on this node, the agent's.
-func jobIDs(vars map[string]string) []string {
+// nodeVars are what a Slurm job's processes (their env has SLURM_JOB_ID)
+// learn from the node, unless their env says it: SLURM_JOB_UID and
+// SLURM_JOB_GID, the ids they run as here (the agent's), and LOOM_GATEWAY,
+// where their srun and scontrol find Loom (Options.Gateway).
+func (a *App) nodeVars(vars map[string]string) []string {
 	if vars["SLURM_JOB_ID"] == "" {
 		return nil
 	}
 	var out []string
+	if vars["LOOM_GATEWAY"] == "" && a.opts.Gateway != "" {
+		out = append(out, "LOOM_GATEWAY="+a.opts.Gateway)
+	}
 	if vars["SLURM_JOB_UID"] == "" {
 		out = append(out, "SLURM_JOB_UID="+strconv.Itoa(os.Getuid()))
 	}

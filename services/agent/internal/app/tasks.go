@@ -238,7 +238,7 @@ func (a *App) taskEnv(key string, cmd *eventsv1.LaunchTasks) []string {
 		vars[k] = v
 	}
 	vars["PATH"] = a.jobPath(vars["PATH"])
-	for _, kv := range jobIDs(vars) {
+	for _, kv := range a.nodeVars(vars) {
 		k, v, _ := strings.Cut(kv, "=")
 		vars[k] = v
 	}
