@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -74,8 +76,8 @@ type Options struct {
 	// SlurmBin, when set, leads every step's and task's PATH (see
 	// jobPath).
 	SlurmBin string
-	// Gateway, when set, is every step's and task's LOOM_GATEWAY unless
-	// its environment has one (see jobIDs).
+	// Gateway, when set, is every Slurm step's and task's LOOM_GATEWAY
+	// unless its environment has one (see nodeVars).
 	Gateway string
 	Log     *slog.Logger
 	// Now is the clock (default time.Now).
@@ -573,7 +575,10 @@ func (a *App) env(key string, cmd *eventsv1.StartStep) []string {
 	for _, k := range names {
 		env = append(env, k+"="+cmd.GetEnv()[k])
 	}
-	env = append(env, a.nodeVars(cmd.GetEnv())...)
+	node := a.nodeVars(cmd.GetEnv())
+	for _, k := range slices.Sorted(maps.Keys(node)) {
+		env = append(env, k+"="+node[k])
+	}
 	return append(env, StepIDEnv+"="+a.stepID(key))
 }
 
@@ -581,19 +586,19 @@ func (a *App) env(key string, cmd *eventsv1.StartStep) []string {
 // learn from the node, unless their env says it: SLURM_JOB_UID and
 // SLURM_JOB_GID, the ids they run as here (the agent's), and LOOM_GATEWAY,
 // where their srun and scontrol find Loom (Options.Gateway).
-func (a *App) nodeVars(vars map[string]string) []string {
+func (a *App) nodeVars(vars map[string]string) map[string]string {
 	if vars["SLURM_JOB_ID"] == "" {
 		return nil
 	}
-	var out []string
+	out := map[string]string{}
 	if vars["LOOM_GATEWAY"] == "" && a.opts.Gateway != "" {
-		out = append(out, "LOOM_GATEWAY="+a.opts.Gateway)
+		out["LOOM_GATEWAY"] = a.opts.Gateway
 	}
 	if vars["SLURM_JOB_UID"] == "" {
-		out = append(out, "SLURM_JOB_UID="+strconv.Itoa(os.Getuid()))
+		out["SLURM_JOB_UID"] = strconv.Itoa(os.Getuid())
 	}
 	if vars["SLURM_JOB_GID"] == "" {
-		out = append(out, "SLURM_JOB_GID="+strconv.Itoa(os.Getgid()))
+		out["SLURM_JOB_GID"] = strconv.Itoa(os.Getgid())
 	}
 	return out
 }

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -238,10 +239,7 @@ func (a *App) taskEnv(key string, cmd *eventsv1.LaunchTasks) []string {
 		vars[k] = v
 	}
 	vars["PATH"] = a.jobPath(vars["PATH"])
-	for _, kv := range a.nodeVars(vars) {
-		k, v, _ := strings.Cut(kv, "=")
-		vars[k] = v
-	}
+	maps.Copy(vars, a.nodeVars(vars))
 	for _, k := range []string{"SLURM_PROCID", "SLURM_LOCALID", "PMI_RANK", "PMI_SIZE", StepIDEnv} {
 		delete(vars, k)
 	}
