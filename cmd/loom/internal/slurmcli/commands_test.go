@@ -306,7 +306,8 @@ func TestScontrolActions(t *testing.T) {
 		{[]string{"update", "JobId=12"}, "No changes specified\n"},
 		{[]string{"update", "Foo=1"}, "No valid entity in update command\n"},
 		{[]string{"update", "JobId=12", "oops"}, "Invalid input: oops\nRequest aborted\n"},
-		{[]string{"hold", "99"}, "Invalid job id specified for job 99\n"},
+		{[]string{"hold", "99"}, "Invalid job id specified for job 99\nslurm_suspend error: Invalid job id specified\n"},
+		{[]string{"release", "99"}, "Invalid job id specified for job 99\nslurm_suspend error: Invalid job id specified\n"},
 		{[]string{"show", "job", "99"}, "slurm_load_jobs error: Invalid job id specified\n"},
 		{[]string{"show", "node", "nope"}, "Node nope not found\n"},
 		{[]string{"show", "partition", "nope"}, "Partition nope not found\n"},
@@ -318,6 +319,10 @@ func TestScontrolActions(t *testing.T) {
 		if code != 1 || !strings.HasPrefix(errOut, tc.want) {
 			t.Errorf("scontrol %v: %d %q, want %q", tc.args, code, errOut, tc.want)
 		}
+	}
+	// Slurm says slurm_suspend only after hold and release.
+	if code, _, errOut := run(t, fixture(), "scontrol", Env{}, "requeue", "99"); code != 1 || errOut != "Invalid job id specified for job 99\n" {
+		t.Errorf("scontrol requeue 99: %d %q", code, errOut)
 	}
 
 	// Hostlist helpers, used in job scripts.

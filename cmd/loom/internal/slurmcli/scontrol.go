@@ -541,7 +541,7 @@ func (c *cmd) scontrolJobAction(ctx context.Context, verb string, params []strin
 		"hold": {"hold"}, "uhold": {"uhold"}, "release": {"release"},
 		"requeue": {"requeue"}, "requeuehold": {"requeue", "hold"},
 	}[verb]
-	failed := false
+	failed, unknown := false, false
 	for _, id := range ids {
 		if _, _, err := parseJobID(id); err != nil {
 			fmt.Fprintf(c.stderr, "Invalid job id specified for job %s\n", id)
@@ -550,13 +550,20 @@ func (c *cmd) scontrolJobAction(ctx context.Context, verb string, params []strin
 		}
 		for _, action := range actions {
 			if err := c.updateJob(ctx, &loomv1.UpdateJobRequest{Name: c.jobName(id), Action: action}); err != nil {
+				text := updateErrorText(err)
 				if !quiet {
-					fmt.Fprintf(c.stderr, "%s for job %s\n", updateErrorText(err), id)
+					fmt.Fprintf(c.stderr, "%s for job %s\n", text, id)
 				}
+				unknown = unknown || text == "Invalid job id specified"
 				failed = true
 				break
 			}
 		}
+	}
+	if unknown && !quiet && (verb == "hold" || verb == "uhold" || verb == "release") {
+		// Slurm 22.05's last word after holding or releasing a job it
+		// does not know (checked here).
+		fmt.Fprintln(c.stderr, "slurm_suspend error: Invalid job id specified")
 	}
 	if failed {
 		return &Error{Code: 1}
