@@ -58,7 +58,8 @@ func TestSqueueFiltersAndErrors(t *testing.T) {
 		{[]string{"--user=alice,bob", "-p", "gpu", "-t", "PD"}, []string{"13", "14"}},
 		{[]string{"-t", "running"}, []string{"15_0", "12"}},
 		{[]string{"-j", "12,13"}, []string{"13", "12"}},
-		{[]string{"-j", "10"}, []string{"10"}}, // finished: listed when asked for
+		{[]string{"-j", "10"}, []string{}}, // ended: as Slurm 22.05, listed only with -t
+		{[]string{"-j", "10", "-t", "all"}, []string{"10"}},
 		{[]string{"--jobs", "15"}, []string{"15_[1-3%2]", "15_0"}},
 		{[]string{"-j", "15_0"}, []string{"15_0"}},
 		{[]string{"-j", "15_3", "-r"}, []string{"15_3"}},

@@ -361,7 +361,7 @@ func (c *cmd) squeue(ctx context.Context, args []string) error {
 	c.checkFormat(f, table.known, "job")
 	q := &squeueQuery{users: newStringSet(users), parts: newStringSet(parts), names: newStringSet(names),
 		accounts: newStringSet(accounts), qos: newStringSet(qos), nodes: nodes, sel: sel,
-		states: stateFilter, anyState: allStates || sel != nil}
+		states: stateFilter, anyState: allStates}
 
 	for first := true; ; first = false {
 		if !first {
@@ -446,7 +446,9 @@ func (c *cmd) squeueOnce(ctx context.Context, q *squeueQuery, f format, table fi
 	switch {
 	case q.states != nil:
 		req.States = q.states.list()
-	case !q.anyState:
+	case !q.anyState && q.sel == nil:
+		// Jobs asked for by id are fetched whatever their state, to tell
+		// an ended job (not listed, as Slurm) from an unknown id (an error).
 		req.ActiveOnly = true
 	}
 	jobs, err := c.listJobs(ctx, req)
@@ -457,15 +459,18 @@ func (c *cmd) squeueOnce(ctx context.Context, q *squeueQuery, f format, table fi
 		return "", err
 	}
 	var rows []jobRow
+	known := false
 	for _, r := range newArrayView(jobs).rows(jobs, perTask) {
+		known = known || (q.sel != nil && q.sel.matchRow(r))
 		if q.match(r) {
 			rows = append(rows, r)
 		}
 	}
 	// Like squeue, a lone unknown id is an error, but a known job that other
-	// filters (-t, -u, -p, -n) leave out is just an empty list.
+	// filters (-t, -u, -p, -n, the default states) leave out is just an
+	// empty list: Slurm 22.05 lists an ended job only with -t.
 	filtered := q.states != nil || len(req.Users)+len(req.Partitions)+len(req.Names) > 0
-	if q.sel != nil && len(q.sel.jobs)+len(q.sel.tasks) == 1 && len(rows) == 0 && !filtered {
+	if q.sel != nil && len(q.sel.jobs)+len(q.sel.tasks) == 1 && len(rows) == 0 && !filtered && !known {
 		return "", &Error{Code: 1, Text: "slurm_load_jobs error: Invalid job id specified"}
 	}
 	if formatUses(f, "l", "L", "e") {
