@@ -99,11 +99,11 @@ func TestArraysAndJobCommands(t *testing.T) {
 	wantCode(t, "GetJob of a task of a job that is no array", err, codes.NotFound, "not an array")
 
 	// CancelJob with a signal, by task name.
-	if j, err := h.jobs().CancelJob(ctx, &loomv1.CancelJobRequest{Name: "projects/default/jobs/1_4", Signal: "sigusr1"}); err != nil || j.GetName() != task.GetName() {
+	if j, err := h.jobs().CancelJob(ctx, &loomv1.CancelJobRequest{Name: "projects/default/jobs/1_4", Signal: "sigusr1", Full: true}); err != nil || j.GetName() != task.GetName() {
 		t.Fatalf("signal task 1_4: %v %v", j, err)
 	}
-	jobCommand(t, h, func(c *eventsv1.CancelJob) bool {
-		return c.GetJob() == task.GetName() && c.GetSignal() == "USR1" && c.GetCluster() == cluster1
+	jobCommand(t, h, func(c *eventsv1.CancelJob) bool { // whom it reaches (scancel -f) goes with it
+		return c.GetJob() == task.GetName() && c.GetSignal() == "USR1" && c.GetCluster() == cluster1 && c.GetFull() && !c.GetBatch()
 	})
 	// The first task's own record name is the array's: a command for it
 	// names the task, or the scheduler would act on every task.

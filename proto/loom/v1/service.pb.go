@@ -1495,7 +1495,14 @@ type CancelJobRequest struct {
 	// user is who asks (the Slurm commands send the OS user, as Job.user on
 	// submit). Only the job's owner or an administrator may cancel or signal
 	// it; "" is an anonymous caller, who may act on jobs without an owner only.
-	User          string `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
+	User string `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
+	// With signal, whom a batch job's signal reaches (scancel -b, -f): by
+	// default its job steps' tasks (srun) only, as Slurm's; batch, the batch
+	// shell only; full, the batch shell and its children and every job step.
+	// batch wins over full. A job without a batch script (a command on every
+	// node) is signalled whole either way.
+	Batch         bool `protobuf:"varint,4,opt,name=batch,proto3" json:"batch,omitempty"`
+	Full          bool `protobuf:"varint,5,opt,name=full,proto3" json:"full,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1549,6 +1556,20 @@ func (x *CancelJobRequest) GetUser() string {
 		return x.User
 	}
 	return ""
+}
+
+func (x *CancelJobRequest) GetBatch() bool {
+	if x != nil {
+		return x.Batch
+	}
+	return false
+}
+
+func (x *CancelJobRequest) GetFull() bool {
+	if x != nil {
+		return x.Full
+	}
+	return false
 }
 
 type UpdateJobRequest struct {
@@ -2553,11 +2574,13 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\vactive_only\x18\b \x01(\bR\n" +
 	"activeOnly\"4\n" +
 	"\x10ListJobsResponse\x12 \n" +
-	"\x04jobs\x18\x01 \x03(\v2\f.loom.v1.JobR\x04jobs\"R\n" +
+	"\x04jobs\x18\x01 \x03(\v2\f.loom.v1.JobR\x04jobs\"|\n" +
 	"\x10CancelJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x12\n" +
-	"\x04user\x18\x03 \x01(\tR\x04user\"\x9e\x01\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\x12\x14\n" +
+	"\x05batch\x18\x04 \x01(\bR\x05batch\x12\x12\n" +
+	"\x04full\x18\x05 \x01(\bR\x04full\"\x9e\x01\n" +
 	"\x10UpdateJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12,\n" +

@@ -176,7 +176,14 @@ func TestScancel(t *testing.T) {
 	cancelled := func(f *fakeGateway) []string {
 		var out []string
 		for _, c := range f.cancels {
-			out = append(out, strings.TrimPrefix(c.GetName(), "projects/default/jobs/")+c.GetSignal())
+			scope := ""
+			if c.GetBatch() {
+				scope += "+b"
+			}
+			if c.GetFull() {
+				scope += "+f"
+			}
+			out = append(out, strings.TrimPrefix(c.GetName(), "projects/default/jobs/")+c.GetSignal()+scope)
 		}
 		sort.Strings(out)
 		return out
@@ -196,6 +203,8 @@ func TestScancel(t *testing.T) {
 		{[]string{"-p", "debug"}, []string{"15", "16"}},
 		{[]string{"--signal=USR1", "12"}, []string{"12USR1"}},
 		{[]string{"-s", "10", "12"}, []string{"12USR1"}},
+		{[]string{"-b", "-s", "USR1", "12"}, []string{"12USR1+b"}}, // the batch shell alone
+		{[]string{"--full", "-s", "USR1", "12"}, []string{"12USR1+f"}},
 		{[]string{"-u", "bob", "12"}, nil}, // ids and filters must both match
 	} {
 		f := fixture()

@@ -58,6 +58,7 @@ func (c *cmd) scancel(ctx context.Context, args []string) error {
 	var nodes map[string]bool
 	signal := ""
 	interactive, quiet, verbose := false, false, false
+	var scope signalScope
 	for _, o := range opts {
 		switch o.key {
 		case "help", "usage":
@@ -71,6 +72,10 @@ func (c *cmd) scancel(ctx context.Context, args []string) error {
 			c.env.Cluster = o.value
 		case "interactive":
 			interactive = true
+		case "batch":
+			scope.batch = true
+		case "full":
+			scope.full = true
 		case "name":
 			names = splitList(o.value)
 		case "me":
@@ -190,7 +195,7 @@ func (c *cmd) scancel(ctx context.Context, args []string) error {
 				fmt.Fprintf(c.stderr, "scancel: Terminating job %s\n", t.id)
 			}
 		}
-		if err := c.cancelOne(ctx, t, signal); err != nil {
+		if err := c.cancelOne(ctx, t, signal, scope); err != nil {
 			failed = true
 			if !quiet {
 				fmt.Fprintln(c.stderr, err.Error())
@@ -276,11 +281,16 @@ func (c *cmd) taskTarget(j *loomv1.Job) cancelTarget {
 	return t
 }
 
-// cancelOne cancels (or signals) one job, with Slurm's error wording.
-func (c *cmd) cancelOne(ctx context.Context, t cancelTarget, signal string) error {
+// signalScope is whom scancel -b (batch) or -f (full) sends a signal to.
+type signalScope struct{ batch, full bool }
+
+// cancelOne cancels (or signals, within scope) one job, with Slurm's error
+// wording.
+func (c *cmd) cancelOne(ctx context.Context, t cancelTarget, signal string, scope signalScope) error {
 	cctx, cancel := c.call(ctx)
 	defer cancel()
-	j, err := c.jobsClient().CancelJob(cctx, &loomv1.CancelJobRequest{Name: t.name, Signal: signal, User: c.env.User})
+	j, err := c.jobsClient().CancelJob(cctx, &loomv1.CancelJobRequest{Name: t.name, Signal: signal, User: c.env.User,
+		Batch: scope.batch, Full: scope.full})
 	verb := "Kill job error"
 	if signal != "" {
 		verb = "Signal job error"

@@ -1097,8 +1097,11 @@ type CancelJob struct {
 	// user is who asked, admin whether they are an administrator (the
 	// gateway checked they may; the scheduler ignores a command from a user
 	// who neither owns the job nor is an administrator).
-	User          string `protobuf:"bytes,4,opt,name=user,proto3" json:"user,omitempty"`
-	Admin         bool   `protobuf:"varint,5,opt,name=admin,proto3" json:"admin,omitempty"`
+	User  string `protobuf:"bytes,4,opt,name=user,proto3" json:"user,omitempty"`
+	Admin bool   `protobuf:"varint,5,opt,name=admin,proto3" json:"admin,omitempty"`
+	// batch and full say whom signal reaches, as in loom.v1.CancelJobRequest.
+	Batch         bool `protobuf:"varint,6,opt,name=batch,proto3" json:"batch,omitempty"`
+	Full          bool `protobuf:"varint,7,opt,name=full,proto3" json:"full,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1164,6 +1167,20 @@ func (x *CancelJob) GetUser() string {
 func (x *CancelJob) GetAdmin() bool {
 	if x != nil {
 		return x.Admin
+	}
+	return false
+}
+
+func (x *CancelJob) GetBatch() bool {
+	if x != nil {
+		return x.Batch
+	}
+	return false
+}
+
+func (x *CancelJob) GetFull() bool {
+	if x != nil {
+		return x.Full
 	}
 	return false
 }
@@ -2621,13 +2638,15 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12#\n" +
 	"\rrunning_steps\x18\x05 \x01(\x05R\frunningSteps\"+\n" +
 	"\tSubmitJob\x12\x1e\n" +
-	"\x03job\x18\x01 \x01(\v2\f.loom.v1.JobR\x03job\"y\n" +
+	"\x03job\x18\x01 \x01(\v2\f.loom.v1.JobR\x03job\"\xa3\x01\n" +
 	"\tCancelJob\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x16\n" +
 	"\x06signal\x18\x03 \x01(\tR\x06signal\x12\x12\n" +
 	"\x04user\x18\x04 \x01(\tR\x04user\x12\x14\n" +
-	"\x05admin\x18\x05 \x01(\bR\x05admin\"\xc5\x01\n" +
+	"\x05admin\x18\x05 \x01(\bR\x05admin\x12\x14\n" +
+	"\x05batch\x18\x06 \x01(\bR\x05batch\x12\x12\n" +
+	"\x04full\x18\a \x01(\bR\x04full\"\xc5\x01\n" +
 	"\tUpdateJob\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x16\n" +

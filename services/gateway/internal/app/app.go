@@ -709,7 +709,7 @@ func (g *Gateway) CancelJob(ctx context.Context, req *loomv1.CancelJobRequest) (
 		}
 	}
 	cmd := &eventsv1.CancelJob{Job: ref.command, Cluster: j.GetCluster(), Signal: signal,
-		User: req.GetUser(), Admin: g.opt.Admins.Has(req.GetUser())}
+		User: req.GetUser(), Admin: g.opt.Admins.Has(req.GetUser()), Batch: req.GetBatch(), Full: req.GetFull()}
 	if err := g.emitJobCommand(ctx, j.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("cancel %s: %w", ref.name, err)
 	}

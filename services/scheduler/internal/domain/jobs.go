@@ -86,6 +86,29 @@ func (t *txn) stopSteps(r *Run, except, reason string, cause eventsv1.StopCause)
 	}
 }
 
+// signalJob sends sig to the processes of j's run r that Slurm would
+// signal (scancel --signal, and --signal before a time limit or a
+// preemption): a batch job's job steps' tasks (srun) by default, not its
+// batch step; with batch, the batch shell alone (B: in --signal, scancel
+// -b; batch wins over full); with full, the batch shell, its children and
+// every job step (scancel -f). A job without a batch script runs its
+// command on every node as an implicit srun: those are its steps, and they
+// are signalled whole.
+func (t *txn) signalJob(j *Job, r *Run, sig string, batch, full bool) {
+	switch {
+	case batch:
+		t.signalSteps(r, sig, true)
+		return
+	case full || j.Job.GetScript() == "":
+		t.signalSteps(r, sig, false)
+	}
+	for i := range r.JobSteps {
+		if s := r.JobSteps[i]; !s.Ended() {
+			t.killStepTasks(r, &s, sig, "signal "+sig)
+		}
+	}
+}
+
 // signalSteps sends sig to every live step of r.
 func (t *txn) signalSteps(r *Run, sig string, batchOnly bool) {
 	for _, node := range r.Nodes {
@@ -107,7 +130,7 @@ func (t *txn) beginPreempt(r *Run, by *Job) bool {
 	sig, err := ParseJobSignal(vj.Job.GetSignal())
 	if err == nil && sig.Name != "" {
 		r.PreemptAt = t.now.Add(t.s.cfg.PreemptGrace)
-		t.signalSteps(r, sig.Name, sig.BatchOnly)
+		t.signalJob(vj, r, sig.Name, sig.BatchOnly, false)
 		return false
 	}
 	r.PreemptAt = t.now
@@ -304,7 +327,7 @@ func (s *State) Tick(now time.Time) *Change {
 		case d.signal:
 			r := t.editRun(d.r.Key())
 			r.Signaled = true
-			t.signalSteps(r, d.sig.Name, d.sig.BatchOnly)
+			t.signalJob(d.j, r, d.sig.Name, d.sig.BatchOnly, false)
 		}
 	}
 	for cluster, at := range s.wake {

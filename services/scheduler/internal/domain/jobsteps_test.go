@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/topics"
@@ -187,6 +188,52 @@ func TestJobStepCancelAndSignal(t *testing.T) {
 		t.Fatalf("step %v, want CANCELLED", s)
 	}
 	h.wantExact(1, loomv1.JobState_RUNNING, "")
+}
+
+// TestScancelSignalReachesWhomSlurmSays: scancel --signal on a batch job
+// reaches its job steps' tasks (srun), not the batch script, unless -b (the
+// batch shell alone) or -f (the batch shell, its children and the steps) —
+// as Slurm 22.05 does (checked against a real Slurm); --signal before a
+// time limit without B: likewise.
+func TestScancelSignalReachesWhomSlurmSays(t *testing.T) {
+	t.Parallel()
+	h := batchOnTwo(t)
+	// No job step yet: a plain signal reaches nobody.
+	if c := h.do(&eventsv1.CancelJob{Job: jobName(1), Cluster: cl, Signal: "USR1"}); len(signals(c))+len(kills(c)) != 0 {
+		t.Fatalf("signal with no job step: %v", c.Emits)
+	}
+	h.do(createStep("r1"))
+	h.tasks(0, "a", eventsv1.StepState_STEP_RUNNING)
+	h.tasks(0, "b", eventsv1.StepState_STEP_RUNNING)
+	c := h.do(&eventsv1.CancelJob{Job: jobName(1), Cluster: cl, Signal: "USR1"})
+	if ks := kills(c); len(signals(c)) != 0 || len(ks) != 2 || ks[0].GetSignal() != "USR1" || ks[1].GetSignal() != "USR1" {
+		t.Fatalf("scancel -s USR1: signals %v, kills %v; want the step's tasks on both nodes only", signals(c), ks)
+	}
+	c = h.do(&eventsv1.CancelJob{Job: jobName(1), Cluster: cl, Signal: "USR1", Batch: true, Full: true}) // -b wins
+	if sg := signals(c); len(kills(c)) != 0 || len(sg) != 1 || sg[0].GetNode() != nodeName("a") || !sg[0].GetBatchOnly() {
+		t.Fatalf("scancel -b -s USR1: signals %v, kills %v; want the batch shell alone", sg, kills(c))
+	}
+	c = h.do(&eventsv1.CancelJob{Job: jobName(1), Cluster: cl, Signal: "USR1", Full: true})
+	if sg, ks := signals(c), kills(c); len(ks) != 2 || len(sg) != 1 || sg[0].GetBatchOnly() {
+		t.Fatalf("scancel -f -s USR1: signals %v, kills %v; want the batch step's group and the step's tasks", sg, ks)
+	}
+	h.wantExact(1, loomv1.JobState_RUNNING, "")
+	if s := h.jobStep(0); s.GetState() != loomv1.JobState_RUNNING {
+		t.Fatalf("a signal ended the step: %v", s)
+	}
+
+	// --signal=USR1@60 before the time limit: the job steps' tasks too.
+	w := newHarness(t)
+	w.node("a", 4)
+	w.submitJob(&loomv1.Job{Name: jobName(1), JobId: "1", Cluster: cl, NodeCount: 1, Script: "#!/bin/sh\nsrun train\n",
+		TimeLimitSeconds: 120, Signal: "USR1@60"})
+	w.step(1, 1, "a", eventsv1.StepState_STEP_RUNNING, 0)
+	w.do(createStep("r1"))
+	w.tasks(0, "a", eventsv1.StepState_STEP_RUNNING)
+	c = w.tick(61 * time.Second)
+	if ks := kills(c); len(signals(c)) != 0 || len(ks) != 1 || ks[0].GetSignal() != "USR1" {
+		t.Fatalf("--signal=USR1@60: signals %v, kills %v; want the step's tasks only", signals(c), ks)
+	}
 }
 
 func TestJobStepsDieWithTheirJob(t *testing.T) {
