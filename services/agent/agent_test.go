@@ -225,23 +225,24 @@ func TestSlurmJobNodeVars(t *testing.T) {
 	e := newEnv(t)
 	e.gateway = "10.0.0.5:7070"
 	e.start(t)
-	script := `echo "$SLURM_JOB_UID $SLURM_JOB_GID $LOOM_GATEWAY"`
+	script := `echo "$SLURM_JOB_UID $SLURM_JOB_GID $LOOM_GATEWAY $USER $LOGNAME"`
 	out, own := filepath.Join(e.shared, "slurm-1.out"), filepath.Join(e.shared, "slurm-3.out")
-	publish(t, e.broker, command(startStep("1", script, map[string]string{"SLURM_JOB_ID": "1"}, out)),
-		command(startStep("3", script, map[string]string{"SLURM_JOB_ID": "3", "LOOM_GATEWAY": "mine:7070"}, own)))
+	publish(t, e.broker, command(startStep("1", script, map[string]string{"SLURM_JOB_ID": "1", "SLURM_JOB_USER": "ada"}, out)),
+		command(startStep("3", script, map[string]string{"SLURM_JOB_ID": "3", "SLURM_JOB_USER": "ada", "LOOM_GATEWAY": "mine:7070",
+			"USER": "bob", "LOGNAME": "bob"}, own)))
 	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_EXITED)
 	waitStep(t, e.broker, "3", eventsv1.StepState_STEP_EXITED)
 	ids := fmt.Sprintf("%d %d", os.Getuid(), os.Getgid())
-	want := ids + " 10.0.0.5:7070\n"
+	want := ids + " 10.0.0.5:7070 ada ada\n"
 	if b, err := os.ReadFile(out); err != nil || string(b) != want {
 		t.Fatalf("step wrote %q (%v), want %q", b, err, want)
 	}
-	if b, err := os.ReadFile(own); err != nil || string(b) != ids+" mine:7070\n" {
-		t.Fatalf("step with its own LOOM_GATEWAY wrote %q (%v)", b, err)
+	if b, err := os.ReadFile(own); err != nil || string(b) != ids+" mine:7070 bob bob\n" {
+		t.Fatalf("step with its own LOOM_GATEWAY and USER wrote %q (%v)", b, err)
 	}
 	outDir := filepath.Join(e.shared, ".loom", "steps", "2.0")
 	l := launch("2", 0, 0, 1, outDir, "sh", "-c", script)
-	l.Env["SLURM_JOB_ID"] = "2"
+	l.Env["SLURM_JOB_ID"], l.Env["SLURM_JOB_USER"] = "2", "ada"
 	publish(t, e.broker, command(l))
 	waitTasks(t, e.broker, "2", 0, eventsv1.StepState_STEP_EXITED)
 	if b, err := os.ReadFile(filepath.Join(outDir, "task-0.out")); err != nil || string(b) != want {

@@ -584,8 +584,10 @@ func (a *App) env(key string, cmd *eventsv1.StartStep) []string {
 
 // nodeVars are what a Slurm job's processes (their env has SLURM_JOB_ID)
 // learn from the node, unless their env says it: SLURM_JOB_UID and
-// SLURM_JOB_GID, the ids they run as here (the agent's), and LOOM_GATEWAY,
-// where their srun and scontrol find Loom (Options.Gateway).
+// SLURM_JOB_GID, the ids they run as here (the agent's), USER and LOGNAME,
+// the job's owner (a login environment has them: --export=NONE jobs
+// too), and LOOM_GATEWAY, where their srun and scontrol find Loom
+// (Options.Gateway).
 func (a *App) nodeVars(vars map[string]string) map[string]string {
 	if vars["SLURM_JOB_ID"] == "" {
 		return nil
@@ -599,6 +601,13 @@ func (a *App) nodeVars(vars map[string]string) map[string]string {
 	}
 	if vars["SLURM_JOB_GID"] == "" {
 		out["SLURM_JOB_GID"] = strconv.Itoa(os.Getgid())
+	}
+	if u := vars["SLURM_JOB_USER"]; u != "" {
+		for _, k := range []string{"USER", "LOGNAME"} {
+			if vars[k] == "" {
+				out[k] = u
+			}
+		}
 	}
 	return out
 }
