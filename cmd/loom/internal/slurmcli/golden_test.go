@@ -119,6 +119,7 @@ func TestGoldenOutputs(t *testing.T) {
 				"   StdOut=/home/alice/slurm-12.out\n" +
 				"   Power=\n" +
 				"   TresPerNode=gres:gpu:h100:8\n" +
+				"   \n" + // Slurm 22.05's empty last line
 				"\n"},
 		{[]string{"scontrol", "show", "node", "gpu-0004"},
 			"NodeName=gpu-0004 Arch=x86_64 CoresPerSocket=16 \n" +

@@ -336,7 +336,9 @@ func jobRecord(r jobRow, v *squeueView) record {
 	if j.GetPlacement() != "" {
 		rec = append(rec, []string{"Placement=" + j.GetPlacement()})
 	}
-	return rec
+	// Slurm 22.05 ends a job's record with an empty line ("   ", and a
+	// trailing space with -o); its node and partition records do not.
+	return append(rec, []string{""})
 }
 
 // slurmNodeState is a node's state as scontrol prints it.

@@ -38,6 +38,13 @@ func TestScontrolShowsAPendingJobAsSlurmDoes(t *testing.T) {
 			t.Errorf("scontrol show job 14 lacks %q:\n%s", want, out)
 		}
 	}
+	// Its record ends as Slurm's: an empty line, or a trailing space on one line.
+	if !strings.HasSuffix(out, "   Power=\n   \n\n") {
+		t.Errorf("scontrol show job 14 ends %q", out[max(0, len(out)-30):])
+	}
+	if _, one, _ := run(t, fixture(), "scontrol", Env{}, "-o", "show", "job", "14"); !strings.HasSuffix(one, " Power= \n") || strings.Count(one, "\n") != 1 {
+		t.Errorf("scontrol -o show job 14 = %q", one)
+	}
 }
 
 func TestAccountIDs(t *testing.T) {
