@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -169,4 +170,37 @@ func (s *session) taskPids(n int) []int {
 		return true
 	})
 	return pids
+}
+
+// TestSrunAllocates: srun with no job around asks for an allocation, runs
+// its command there as step 0 and ends the job as the step ended, as
+// Slurm's srun does.
+func TestSrunAllocates(t *testing.T) {
+	t.Parallel()
+	s := setup(t).session(t, "main")
+	r := s.run("srun", "-N2", "-l", "sh", "-c", `echo "$SLURM_JOB_ID $SLURMD_NODENAME $SLURM_STEP_ID $SLURM_NNODES"`)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	sort.Strings(lines)
+	if r.code != 0 || len(lines) != 2 {
+		t.Fatalf("srun -N2: %v", r)
+	}
+	id := strings.Fields(strings.TrimPrefix(lines[0], "0: "))[0]
+	wantEqual(t, "srun -N2 output", strings.Join(lines, "\n"), "0: "+id+" gpu-0001 0 2\n1: "+id+" gpu-0002 0 2")
+	if row := s.waitDone(id, 60*time.Second); state(row) != "COMPLETED" {
+		t.Errorf("srun's job %s ended %s, want COMPLETED", id, row["State"])
+	}
+	steps := s.ok("sacct", "-j", id, "-n", "-P", "-o", "JobID,JobName,State,ExitCode")
+	if !strings.Contains(steps, id+".0|sh|COMPLETED|0:0\n") {
+		t.Errorf("sacct -j %s lacks step 0:\n%s", id, steps)
+	}
+
+	// A failing command: srun's exit code, and its job FAILED.
+	r = s.run("srun", "sh", "-c", `echo $SLURM_JOB_ID; exit 3`)
+	if r.code != 3 {
+		t.Fatalf("srun exit 3: %v", r)
+	}
+	id = strings.TrimSpace(r.stdout)
+	if row := s.waitDone(id, 60*time.Second); state(row) != "FAILED" {
+		t.Errorf("failed srun's job %s ended %s, want FAILED", id, row["State"])
+	}
 }

@@ -405,10 +405,6 @@ func TestSrun(t *testing.T) {
 	if code != 0 || out != "1\n" {
 		t.Errorf("srun -N1 in a multi-node allocation: %d %q", code, out)
 	}
-	code, _, errOut = run(t, &fakeGateway{}, "srun", Env{Cwd: dir, Environ: map[string]string{"PATH": "/bin"}}, "hostname")
-	if code != 1 || !strings.HasPrefix(errOut, "srun: error: srun outside an allocation is not supported by Loom yet") {
-		t.Errorf("outside: %d %q", code, errOut)
-	}
 	code, _, errOut = run(t, &fakeGateway{}, "srun", Env{Cwd: dir, Environ: alloc, Stdin: in()}, "no-such-command-xyz")
 	if code != 1 || errOut != "srun: error: no-such-command-xyz: command not found\n" {
 		t.Errorf("missing command: %d %q", code, errOut)

@@ -59,6 +59,7 @@ var srunOptions = []optDef{
 	{long: []string{"output"}, short: 'o', arg: requiredArg},
 	{long: []string{"error"}, short: 'e', arg: requiredArg},
 	{long: []string{"input"}, short: 'i', arg: requiredArg},
+	{long: []string{"pty"}, arg: noArg},
 }
 
 // srun runs a command as a job step inside the allocation it is called
@@ -114,13 +115,16 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 			export = o.value
 		case "output", "error", "input":
 			return c.errorf("--%s is not supported by Loom's srun yet; redirect in the shell instead", o.key)
+		case "pty":
+			return c.errorf("--pty is not supported by Loom's srun: its steps take no input. Use loom clusters login for a shell, and srun or sbatch for work on the nodes")
 		}
 	}
 	if len(command) == 0 {
 		return c.errorf("No command given to execute.")
 	}
 	if env["SLURM_JOB_ID"] == "" {
-		return c.errorf("srun outside an allocation is not supported by Loom yet: submit with sbatch (or sbatch --wrap) and use srun inside the job")
+		return c.srunAlloc(ctx, opts, command, stepRequest{command: command, nodes: int32(nodes), ntasks: int32(ntasks),
+			perNode: int32(perNode), cpt: int32(cpt), killOnBadExit: killBad, label: label}, export, chdir)
 	}
 	allocNodes, _ := strconv.Atoi(env["SLURM_NNODES"])
 	if allocNodes == 0 {
@@ -349,10 +353,13 @@ func (c *cmd) srunMulti(ctx context.Context, req stepRequest, export, chdir stri
 
 const srunUsage = `Usage: srun [-N nnodes] [-n ntasks] [--ntasks-per-node=n] [-c ncpus] [-l]
             [-K] [-D path] [--export=...] executable [args...]
-Loom runs srun inside a job's allocation (SLURM_JOB_ID set): once per task,
-with SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID and SLURM_STEP_* set. The
-scheduler starts the step's tasks on its nodes and their output is copied
-here; a one-node step given input on stdin runs on the batch node instead.
+Inside a job's allocation (SLURM_JOB_ID set) srun starts a job step: its
+tasks, once per task, with SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID and
+SLURM_STEP_* set. The scheduler starts them on the step's nodes and their
+output is copied here; a one-node step given input on stdin runs on the
+batch node instead. Outside a job srun first asks for an allocation
+(-N, -n, -p, -t, --gres, ... as sbatch's), waits for it, runs the step in it
+and ends the job as the step ended.
 `
 
 // exportedTaskEnv is the environment srun's tasks start from under --export: with

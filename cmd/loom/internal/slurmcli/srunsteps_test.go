@@ -37,6 +37,110 @@ type stepGateway struct {
 	step     *loomv1.JobStep
 	gets     int
 	endAfter int // GetJobStep calls after which the step ends
+
+	// srun outside an allocation: the job it submits, pending for
+	// pendingPolls GetJob calls, and the CancelJobs it sends.
+	submitted    []*loomv1.SubmitJobRequest
+	pendingPolls int
+	jobCancels   []*loomv1.CancelJobRequest
+}
+
+const allocJob = "projects/default/jobs/40"
+
+func (g *stepGateway) SubmitJob(_ context.Context, req *loomv1.SubmitJobRequest) (*loomv1.Job, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.submitted = append(g.submitted, proto.Clone(req).(*loomv1.SubmitJobRequest))
+	return &loomv1.Job{Name: allocJob, JobId: "40", State: loomv1.JobState_PENDING}, nil
+}
+
+func (g *stepGateway) GetJob(_ context.Context, req *loomv1.GetJobRequest) (*loomv1.Job, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if req.GetName() != allocJob || len(g.submitted) == 0 {
+		return nil, status.Error(codes.NotFound, "no such job")
+	}
+	st := loomv1.JobState_RUNNING
+	if g.pendingPolls > 0 {
+		g.pendingPolls--
+		st = loomv1.JobState_PENDING
+	}
+	return &loomv1.Job{Name: allocJob, JobId: "40", State: st}, nil
+}
+
+func (g *stepGateway) CancelJob(_ context.Context, req *loomv1.CancelJobRequest) (*loomv1.Job, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.jobCancels = append(g.jobCancels, proto.Clone(req).(*loomv1.CancelJobRequest))
+	return &loomv1.Job{Name: req.GetName(), JobId: "40", State: loomv1.JobState_RUNNING}, nil
+}
+
+// srunOutside runs srun with no allocation in its environment, against g.
+func srunOutside(ctx context.Context, t *testing.T, g *stepGateway, args ...string) (int, string, string) {
+	t.Helper()
+	env := Env{Conn: startStepGateway(t, g), Project: "default", Cluster: "projects/default/clusters/c", User: "ada",
+		Cwd: g.dir, Environ: map[string]string{"PATH": "/usr/bin:/bin", "KEEP": "me"}, CallTimeout: 10 * time.Second}
+	return mainSrun(ctx, env, args...)
+}
+
+// TestSrunOutsideAnAllocation: srun with no job around asks for an
+// allocation (a job whose batch script holds the nodes), waits for it as
+// Slurm's srun says, runs the command as its step and ends the job as the
+// step ended.
+func TestSrunOutsideAnAllocation(t *testing.T) {
+	t.Parallel()
+	g := &stepGateway{dir: t.TempDir(), codes: []int32{0, 0}, endAfter: 1, pendingPolls: 10} // pending for 2 s
+	code, out, errOut := srunOutside(context.Background(), t, g, "-N2", "-p", "gpu", "-t", "5", "--gres=gpu:2", "-l", "hostname")
+	if code != 0 || !strings.HasPrefix(errOut, "srun: job 40 queued and waiting for resources\nsrun: job 40 has been allocated resources\n") ||
+		!strings.Contains(out, "0: hello from 0\n") || !strings.Contains(out, "1: hello from 1\n") {
+		t.Fatalf("srun -N2 hostname: exit %d\nstdout %q\nstderr %q", code, out, errOut)
+	}
+	if len(g.submitted) != 1 {
+		t.Fatalf("submitted %v, want one allocation", g.submitted)
+	}
+	j := g.submitted[0].GetJob()
+	if j.GetNodeCount() != 2 || j.GetPartition() != "gpu" || j.GetTimeLimitSeconds() != 300 || j.GetGpusPerNode() != 2 ||
+		j.GetDisplayName() != "hostname" || j.GetScript() != srunHolder || j.GetUser() != "ada" || j.GetCluster() != "projects/default/clusters/c" {
+		t.Fatalf("allocation %v", j)
+	}
+	if len(g.created) != 1 || g.created[0].GetParent() != allocJob || !slices.Equal(g.created[0].GetCommand(), []string{"hostname"}) ||
+		g.created[0].GetEnv()["KEEP"] != "me" {
+		t.Fatalf("steps %v, want hostname in job 40", g.created)
+	}
+	// The holder ends the job COMPLETED: USR1 to the batch shell alone.
+	if len(g.jobCancels) != 1 || g.jobCancels[0].GetSignal() != "USR1" || !g.jobCancels[0].GetBatch() || g.jobCancels[0].GetName() != allocJob {
+		t.Fatalf("job ends with %v, want USR1 to its batch shell", g.jobCancels)
+	}
+
+	// A failing step: srun's exit code, and the job ends FAILED (USR2).
+	g = &stepGateway{dir: t.TempDir(), codes: []int32{0, 3}, endAfter: 1}
+	code, _, errOut = srunOutside(context.Background(), t, g, "-N2", "false")
+	if code != 3 || strings.Contains(errOut, "queued") || len(g.jobCancels) != 1 || g.jobCancels[0].GetSignal() != "USR2" {
+		t.Fatalf("failing step: exit %d, stderr %q, job ends with %v", code, errOut, g.jobCancels)
+	}
+
+	// Interrupted while waiting for its allocation, srun cancels the job.
+	g = &stepGateway{dir: t.TempDir(), pendingPolls: 1 << 30}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(500*time.Millisecond, cancel)
+	code, _, errOut = srunOutside(ctx, t, g, "hostname")
+	if code == 0 || !strings.Contains(errOut, "Job allocation 40 has been revoked") || len(g.created) != 0 ||
+		len(g.jobCancels) != 1 || g.jobCancels[0].GetSignal() != "" {
+		t.Fatalf("interrupted: exit %d, stderr %q, steps %v, cancels %v", code, errOut, g.created, g.jobCancels)
+	}
+
+	// --pty asks for what Loom's steps cannot give: refused, nothing submitted.
+	g = &stepGateway{dir: t.TempDir()}
+	code, _, errOut = srunOutside(context.Background(), t, g, "--pty", "bash")
+	if code == 0 || !strings.HasPrefix(errOut, "srun: error: --pty is not supported") || len(g.submitted) != 0 {
+		t.Fatalf("--pty: exit %d, stderr %q, submitted %v", code, errOut, g.submitted)
+	}
+	// Bad allocation options are refused as srun's, nothing submitted.
+	g = &stepGateway{dir: t.TempDir()}
+	code, _, errOut = srunOutside(context.Background(), t, g, "--time=soon", "hostname")
+	if code == 0 || !strings.HasPrefix(errOut, "srun: error: Invalid --time specification") || len(g.submitted) != 0 {
+		t.Fatalf("bad --time: exit %d, stderr %q, submitted %v", code, errOut, g.submitted)
+	}
 }
 
 func (g *stepGateway) CreateJobStep(_ context.Context, req *loomv1.CreateJobStepRequest) (*loomv1.JobStep, error) {

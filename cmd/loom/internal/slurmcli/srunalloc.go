@@ -1,0 +1,144 @@
+package slurmcli
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/status"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// srunHolder is the batch script of the allocation srun makes outside a
+// job: it holds the nodes, doing nothing, until srun's step has ended and
+// srun tells it how (USR1: the step succeeded, USR2: it did not), so the
+// job ends COMPLETED or FAILED as the step did.
+const srunHolder = `#!/bin/sh
+# Loom's srun: this allocation is held for the step srun starts in it.
+trap 'exit 0' USR1
+trap 'exit 1' USR2
+while :; do sleep 3600 & wait $!; done
+`
+
+// srunAllocOptions are the srun options that shape the allocation: they
+// are handed to sbatch's parser as they were given.
+var srunAllocOptions = map[string]bool{
+	"nodes": true, "ntasks": true, "ntasks-per-node": true, "cpus-per-task": true, "job-name": true,
+	"partition": true, "time": true, "mem": true, "mem-per-cpu": true, "gres": true, "gpus": true,
+	"gpus-per-node": true, "gpus-per-task": true, "exclusive": true, "account": true, "qos": true,
+	"nodelist": true, "exclude": true, "chdir": true,
+}
+
+// allocPoll is how often srun looks whether its allocation has started;
+// allocQuiet how long it may pend before srun says it waits (a submitted
+// job is pending until the scheduler has seen it, which takes a moment
+// even when the nodes are free).
+var (
+	allocPoll  = 200 * time.Millisecond
+	allocQuiet = time.Second
+)
+
+// srunAlloc is srun outside a job, as Slurm's: it asks for an allocation
+// (a job whose batch script only holds the nodes), waits for it ("queued
+// and waiting for resources"), runs the command there as the job's step 0
+// and ends the job with the step's outcome. Interrupted while waiting, it
+// cancels the job.
+func (c *cmd) srunAlloc(ctx context.Context, opts []parsedOpt, command []string, step stepRequest, export, chdir string) error {
+	args := []string{"--job-name=" + filepath.Base(command[0])}
+	for _, o := range opts {
+		if srunAllocOptions[o.key] {
+			args = append(args, "--"+o.key+"="+o.value)
+		}
+	}
+	environ := make(map[string]string, len(c.env.Environ)+1)
+	for k, v := range c.env.Environ {
+		environ[k] = v
+	}
+	if c.env.Cwd != "" {
+		environ["PWD"] = c.env.Cwd
+	}
+	req, err := parseSbatchAt(c.now, append([]string{"--quiet"}, args...), []byte(srunHolder), environ)
+	if err != nil {
+		if e, ok := err.(*Error); ok {
+			e.Text = strings.ReplaceAll(e.Text, "sbatch: ", "srun: ")
+			return e
+		}
+		return err
+	}
+	j := req.job
+	if c.env.User != "" {
+		j.User = c.env.User
+	}
+	cluster, err := c.clusterName(ctx)
+	if err != nil {
+		return err
+	}
+	j.Cluster = cluster
+	cctx, cancel := c.call(ctx)
+	job, err := c.jobsClient().SubmitJob(cctx, &loomv1.SubmitJobRequest{Parent: c.projectName(), Job: j, RequestId: requestID()})
+	cancel()
+	if err != nil {
+		return c.rpcError("Unable to allocate resources", err)
+	}
+	id := job.GetJobId()
+	if err := c.awaitAllocation(ctx, job); err != nil {
+		return err
+	}
+	step.jobID = id
+	runErr := c.srunMulti(ctx, step, export, chdir)
+	// The holder ends the job as the step ended.
+	sig := "USR1"
+	if runErr != nil {
+		sig = "USR2"
+	}
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.env.CallTimeout)
+	defer cancel()
+	if _, err := c.jobsClient().CancelJob(ectx, &loomv1.CancelJobRequest{Name: job.GetName(), Signal: sig, Batch: true, User: c.env.User}); err != nil {
+		fmt.Fprintf(c.stderr, "srun: error: ending job %s: %s; cancel it with scancel %s\n", id, status.Convert(err).Message(), id)
+	}
+	return runErr
+}
+
+// awaitAllocation waits until job runs, saying so as srun does when it had
+// to wait; interrupted, it cancels the job.
+func (c *cmd) awaitAllocation(ctx context.Context, job *loomv1.Job) error {
+	id := job.GetJobId()
+	waited, since := false, time.Now()
+	tick := time.NewTicker(allocPoll)
+	defer tick.Stop()
+	for {
+		switch job.GetState() {
+		case loomv1.JobState_RUNNING:
+			if waited {
+				fmt.Fprintf(c.stderr, "srun: job %s has been allocated resources\n", id)
+			}
+			return nil
+		case loomv1.JobState_PENDING, loomv1.JobState_CONFIGURING, loomv1.JobState_JOB_STATE_UNSPECIFIED:
+			if !waited && job.GetState() == loomv1.JobState_PENDING && time.Since(since) >= allocQuiet {
+				fmt.Fprintf(c.stderr, "srun: job %s queued and waiting for resources\n", id)
+				waited = true
+			}
+		default:
+			return c.errorf("Job allocation %s has been revoked (%s)", id, job.GetState())
+		}
+		select {
+		case <-ctx.Done():
+			ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.env.CallTimeout)
+			defer cancel()
+			_, _ = c.jobsClient().CancelJob(ectx, &loomv1.CancelJobRequest{Name: job.GetName(), User: c.env.User})
+			return c.errorf("Job allocation %s has been revoked", id)
+		case <-tick.C:
+		}
+		cctx, cancel := c.call(ctx)
+		j, err := c.jobsClient().GetJob(cctx, &loomv1.GetJobRequest{Name: job.GetName()})
+		cancel()
+		if err == nil {
+			job = j
+		} else if ctx.Err() == nil {
+			return c.rpcError("waiting for job "+id, err)
+		}
+	}
+}
