@@ -194,6 +194,13 @@ func TestSrunAllocates(t *testing.T) {
 		t.Errorf("sacct -j %s lacks step 0:\n%s", id, steps)
 	}
 
+	// srun --jobid: a step in a running job, from outside it.
+	held := s.sbatch("--wrap", "sleep 120")
+	s.waitState(held, 60*time.Second, "RUNNING")
+	r = s.run("srun", "--jobid="+held, "sh", "-c", `echo "$SLURM_JOB_ID $SLURM_STEP_ID"`)
+	wantEqual(t, "srun --jobid output", strings.TrimSpace(r.stdout), held+" 0")
+	s.ok("scancel", held)
+
 	// A failing command: srun's exit code, and its job FAILED.
 	r = s.run("srun", "sh", "-c", `echo $SLURM_JOB_ID; exit 3`)
 	if r.code != 3 {

@@ -79,6 +79,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	label, killBad := false, false
 	chdir := ""
 	export := ""
+	jobID := ""
 	for _, o := range opts {
 		switch o.key {
 		case "help", "usage":
@@ -115,6 +116,8 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 			export = o.value
 		case "output", "error", "input":
 			return c.errorf("--%s is not supported by Loom's srun yet; redirect in the shell instead", o.key)
+		case "jobid":
+			jobID = o.value
 		case "pty":
 			return c.errorf("--pty is not supported by Loom's srun: its steps take no input. Use loom clusters login for a shell, and srun or sbatch for work on the nodes")
 		}
@@ -122,9 +125,19 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	if len(command) == 0 {
 		return c.errorf("No command given to execute.")
 	}
+	req := stepRequest{command: command, nodes: int32(nodes), ntasks: int32(ntasks), perNode: int32(perNode), cpt: int32(cpt),
+		killOnBadExit: killBad, label: label}
+	if jobID != "" && jobID != env["SLURM_JOB_ID"] {
+		// A step in a job of the caller's own, from outside it (srun
+		// --jobid): the job must run, and the step is the scheduler's.
+		if _, _, err := parseJobID(jobID); err != nil {
+			return c.errorf("Invalid job id: %s", jobID)
+		}
+		req.jobID = jobID
+		return c.srunMulti(ctx, req, export, chdir)
+	}
 	if env["SLURM_JOB_ID"] == "" {
-		return c.srunAlloc(ctx, opts, command, stepRequest{command: command, nodes: int32(nodes), ntasks: int32(ntasks),
-			perNode: int32(perNode), cpt: int32(cpt), killOnBadExit: killBad, label: label}, export, chdir)
+		return c.srunAlloc(ctx, opts, command, req, export, chdir)
 	}
 	allocNodes, _ := strconv.Atoi(env["SLURM_NNODES"])
 	if allocNodes == 0 {

@@ -129,6 +129,16 @@ func TestSrunOutsideAnAllocation(t *testing.T) {
 		t.Fatalf("interrupted: exit %d, stderr %q, steps %v, cancels %v", code, errOut, g.created, g.jobCancels)
 	}
 
+	// --jobid: a step in a running job of one's own, from outside it; no allocation.
+	g = &stepGateway{dir: t.TempDir(), codes: []int32{0}, endAfter: 1}
+	code, _, errOut = srunOutside(context.Background(), t, g, "--jobid=12", "hostname")
+	if code != 0 || len(g.submitted) != 0 || len(g.created) != 1 || g.created[0].GetParent() != "projects/default/jobs/12" {
+		t.Fatalf("--jobid=12: exit %d, stderr %q, submitted %v, steps %v", code, errOut, g.submitted, g.created)
+	}
+	if code, _, errOut := srunOutside(context.Background(), t, &stepGateway{dir: t.TempDir()}, "--jobid=x1", "hostname"); code == 0 ||
+		errOut != "srun: error: Invalid job id: x1\n" {
+		t.Fatalf("--jobid=x1: exit %d, stderr %q", code, errOut)
+	}
 	// --pty asks for what Loom's steps cannot give: refused, nothing submitted.
 	g = &stepGateway{dir: t.TempDir()}
 	code, _, errOut = srunOutside(context.Background(), t, g, "--pty", "bash")
