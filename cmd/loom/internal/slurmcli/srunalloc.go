@@ -32,6 +32,16 @@ var srunAllocOptions = map[string]bool{
 	"nodelist": true, "exclude": true, "chdir": true,
 }
 
+// srunInputVars are the variables Slurm's srun reads as the defaults of
+// its allocation's options (its INPUT ENVIRONMENT VARIABLES).
+var srunInputVars = []struct{ env, opt string }{
+	{"SLURM_ACCOUNT", "account"}, {"SLURM_PARTITION", "partition"}, {"SLURM_QOS", "qos"},
+	{"SLURM_TIMELIMIT", "time"}, {"SLURM_JOB_NAME", "job-name"}, {"SLURM_GPUS", "gpus"},
+	{"SLURM_GPUS_PER_NODE", "gpus-per-node"}, {"SLURM_MEM_PER_CPU", "mem-per-cpu"},
+	{"SLURM_MEM_PER_NODE", "mem"}, {"SLURM_NNODES", "nodes"}, {"SLURM_NTASKS", "ntasks"},
+	{"SLURM_NTASKS_PER_NODE", "ntasks-per-node"}, {"SLURM_CPUS_PER_TASK", "cpus-per-task"},
+}
+
 // allocPoll is how often srun looks whether its allocation has started;
 // allocQuiet how long it may pend before srun says it waits (a submitted
 // job is pending until the scheduler has seen it, which takes a moment
@@ -47,7 +57,14 @@ var (
 // and ends the job with the step's outcome. Interrupted while waiting, it
 // cancels the job.
 func (c *cmd) srunAlloc(ctx context.Context, opts []parsedOpt, command []string, step stepRequest, export, chdir string) error {
+	// The job is named for the command; then srun's input variables; then
+	// its command line, which wins (the last of an option counts).
 	args := []string{"--job-name=" + filepath.Base(command[0])}
+	for _, v := range srunInputVars {
+		if val := c.env.Environ[v.env]; val != "" {
+			args = append(args, "--"+v.opt+"="+val)
+		}
+	}
 	for _, o := range opts {
 		if srunAllocOptions[o.key] {
 			args = append(args, "--"+o.key+"="+o.value)
@@ -55,7 +72,9 @@ func (c *cmd) srunAlloc(ctx context.Context, opts []parsedOpt, command []string,
 	}
 	environ := make(map[string]string, len(c.env.Environ)+1)
 	for k, v := range c.env.Environ {
-		environ[k] = v
+		if !strings.HasPrefix(k, "SBATCH_") { // sbatch's input variables are not srun's
+			environ[k] = v
+		}
 	}
 	if c.env.Cwd != "" {
 		environ["PWD"] = c.env.Cwd

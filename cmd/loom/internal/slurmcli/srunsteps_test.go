@@ -139,6 +139,17 @@ func TestSrunOutsideAnAllocation(t *testing.T) {
 		errOut != "srun: error: Invalid job id: x1\n" {
 		t.Fatalf("--jobid=x1: exit %d, stderr %q", code, errOut)
 	}
+	// srun's input variables set the allocation's defaults; its command
+	// line wins; sbatch's input variables are not srun's.
+	g = &stepGateway{dir: t.TempDir(), codes: []int32{0}, endAfter: 1}
+	env := Env{Conn: startStepGateway(t, g), Project: "default", Cluster: "projects/default/clusters/c", User: "ada", Cwd: g.dir,
+		CallTimeout: 10 * time.Second, Environ: map[string]string{"PATH": "/bin", "SLURM_PARTITION": "debug", "SLURM_TIMELIMIT": "7",
+			"SBATCH_QOS": "high", "SLURM_ACCOUNT": "lab"}}
+	if code, _, errOut := mainSrun(context.Background(), env, "-A", "research", "hostname"); code != 0 || len(g.submitted) != 1 ||
+		g.submitted[0].GetJob().GetPartition() != "debug" || g.submitted[0].GetJob().GetTimeLimitSeconds() != 420 ||
+		g.submitted[0].GetJob().GetAccount() != "research" || g.submitted[0].GetJob().GetQos() == "high" {
+		t.Fatalf("input variables: exit %d, stderr %q, submitted %v", code, errOut, g.submitted)
+	}
 	// --pty asks for what Loom's steps cannot give: refused, nothing submitted.
 	g = &stepGateway{dir: t.TempDir()}
 	code, _, errOut = srunOutside(context.Background(), t, g, "--pty", "bash")
