@@ -3,6 +3,7 @@ package slurmcli
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -90,6 +91,9 @@ func (c *cmd) srunAlloc(ctx context.Context, opts []parsedOpt, command []string,
 	j := req.job
 	if c.env.User != "" {
 		j.User = c.env.User
+	}
+	if host, err := os.Hostname(); err == nil {
+		j.SubmitHost = host
 	}
 	cluster, err := c.clusterName(ctx)
 	if err != nil {

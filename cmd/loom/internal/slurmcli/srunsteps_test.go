@@ -100,7 +100,8 @@ func TestSrunOutsideAnAllocation(t *testing.T) {
 	}
 	j := g.submitted[0].GetJob()
 	if j.GetNodeCount() != 2 || j.GetPartition() != "gpu" || j.GetTimeLimitSeconds() != 300 || j.GetGpusPerNode() != 2 ||
-		j.GetDisplayName() != "hostname" || j.GetScript() != srunHolder || j.GetUser() != "ada" || j.GetCluster() != "projects/default/clusters/c" {
+		j.GetDisplayName() != "hostname" || j.GetScript() != srunHolder || j.GetUser() != "ada" || j.GetCluster() != "projects/default/clusters/c" ||
+		j.GetSubmitHost() == "" || j.GetSubmitDir() != g.dir {
 		t.Fatalf("allocation %v", j)
 	}
 	if len(g.created) != 1 || g.created[0].GetParent() != allocJob || !slices.Equal(g.created[0].GetCommand(), []string{"hostname"}) ||
