@@ -330,6 +330,7 @@ func TestNodeFailRequeue(t *testing.T) {
 		}
 	}
 	t.Logf("killed node %s (agent %d, batch script %d)", host, agentPID, batchPID)
+	t.Cleanup(func() { reviveNode(t, s, dir, host) })
 
 	s.waitFor(60*time.Second, "sinfo to show "+host+" down", func() bool {
 		st := strings.TrimSpace(s.ok("sinfo", "-h", "-N", "-n", host, "-o", "%t"))
@@ -346,6 +347,26 @@ func TestNodeFailRequeue(t *testing.T) {
 	if len(acct) != 2 || state(acct[0]) != "NODE_FAIL" || acct[0]["NodeList"] != host || state(acct[1]) != "COMPLETED" || acct[1]["NodeList"] == host {
 		t.Errorf("sacct -D -X -j %s = %v; want a NODE_FAIL run on %s, then a COMPLETED one elsewhere", id, acct, host)
 	}
+}
+
+// reviveNode brings a node TestNodeFailRequeue killed back, so that the
+// shared cluster is whole for whatever runs next (-count=2 included): the
+// machine's agent, relaunched and left hanging, is told to stop, and the
+// provisioner starts a working one; it waits until sinfo shows the node up.
+func reviveNode(t *testing.T, s *session, dir, host string) {
+	if err := os.Remove(filepath.Join(dir, nodeDownFile)); err != nil {
+		t.Errorf("revive %s: %v", host, err)
+		return
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "agent.pid")); err == nil {
+		if pid, err := strconv.Atoi(strings.Fields(string(b))[0]); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+		}
+	}
+	s.waitFor(90*time.Second, "sinfo to show "+host+" up again", func() bool {
+		st := strings.TrimSpace(s.ok("sinfo", "-h", "-N", "-n", host, "-o", "%t"))
+		return st != "" && !strings.HasPrefix(st, "down")
+	})
 }
 
 // TestTimeLimit: timeout.sh runs past --time=0:03 (Loom takes seconds,
