@@ -211,7 +211,7 @@ func parseSbatchAt(now time.Time, args []string, script []byte, env map[string]s
 	p := &optParser{prog: prog, defs: sbatchOptions, stopAtFirst: true}
 	cmdOpts, positional, err := p.parse(args)
 	if err != nil {
-		return nil, usage(prog, err)
+		return nil, exit255(usage(prog, err))
 	}
 	st := &sbatchState{prog: prog, now: now, cwd: env["PWD"], req: &sbatchRequest{},
 		job: &loomv1.Job{}, ignored: map[string]bool{}}
@@ -258,7 +258,7 @@ func parseSbatchAt(now time.Time, args []string, script []byte, env map[string]s
 	dp := &optParser{prog: prog, defs: sbatchOptions, stopAtFirst: true}
 	dopts, rest, err := dp.parse(directives)
 	if err != nil {
-		return nil, usage(prog, err)
+		return nil, exit255(usage(prog, err))
 	}
 	if len(rest) > 0 {
 		return nil, errorf(prog, "Invalid directive found in batch script: %s", rest[0])
@@ -393,6 +393,18 @@ func directiveWords(s string) ([]string, error) {
 	return words, nil
 }
 
+// sbatchExits255 are the options whose bad values sbatch refuses with exit
+// status 255, as Slurm 22.05's does (checked here: it parses them itself
+// and exits -1), where other refusals exit 1.
+var sbatchExits255 = map[string]bool{"mem": true, "mem-per-cpu": true, "mem-per-gpu": true, "begin": true, "signal": true}
+
+// exit255 gives e the exit status sbatch and srun give an option they
+// could not parse: 255 (see sbatchExits255).
+func exit255(e *Error) *Error {
+	e.Code = 255
+	return e
+}
+
 // apply sets one option. from names the environment variable it came
 // from, for messages ("" for the command line and the script).
 func (st *sbatchState) apply(o parsedOpt, from string) error {
@@ -403,6 +415,9 @@ func (st *sbatchState) apply(o parsedOpt, from string) error {
 		e := invalid(st.prog, name, o.value, why)
 		if from != "" {
 			e.Text += " (from " + from + ")"
+		}
+		if sbatchExits255[o.key] {
+			e.Code = 255
 		}
 		return e
 	}
@@ -535,7 +550,7 @@ func (st *sbatchState) apply(o parsedOpt, from string) error {
 	case "nodes":
 		n, err := parseNodeCount(v)
 		if err != nil {
-			return errorf(st.prog, "Invalid node count specification %q: %v", o.value, err)
+			return exit255(errorf(st.prog, "Invalid node count specification %q: %v", o.value, err))
 		}
 		j.NodeCount, st.nodesSet = n, true
 	case "no-requeue":
@@ -572,7 +587,7 @@ func (st *sbatchState) apply(o parsedOpt, from string) error {
 	case "time":
 		secs, _, err := ParseTimeLimit(v)
 		if err != nil {
-			return errorf(st.prog, "Invalid --time specification %q: expected minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED", o.value)
+			return exit255(errorf(st.prog, "Invalid --time specification %q: expected minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED", o.value))
 		}
 		j.TimeLimitSeconds = secs
 	default:
@@ -901,7 +916,7 @@ func (c *cmd) sbatch(ctx context.Context, args []string) error {
 	p := &optParser{prog: "sbatch", defs: sbatchOptions, stopAtFirst: true}
 	opts, positional, err := p.parse(args)
 	if err != nil {
-		return usage("sbatch", err)
+		return exit255(usage("sbatch", err))
 	}
 	wrap := false
 	for _, o := range opts {

@@ -216,9 +216,19 @@ func TestParseSbatchErrors(t *testing.T) {
 			t.Errorf("%v: accepted (%v), want %q", tc.args, req.job, tc.want)
 			continue
 		}
+		// As Slurm's sbatch: 255 for what its option parser refuses (an
+		// unknown or incomplete option, a bad node count, time, memory,
+		// begin time or signal), 1 for the rest.
+		wantCode := 1
+		for _, p := range []string{"unrecognized option", "invalid option", "requires an argument", "--time ", "--begin ",
+			"--signal ", "--mem ", "node count"} {
+			if strings.Contains(tc.want, p) {
+				wantCode = 255
+			}
+		}
 		e, ok := err.(*Error)
-		if !ok || e.Code != 1 || !strings.HasPrefix(e.Text, tc.want) {
-			t.Errorf("%v:\n got  %q\n want %q", tc.args, err, tc.want)
+		if !ok || e.Code != wantCode || !strings.HasPrefix(e.Text, tc.want) {
+			t.Errorf("%v:\n got  %q (exit %d)\n want %q (exit %d)", tc.args, err, e.Code, tc.want, wantCode)
 		}
 	}
 }
@@ -344,11 +354,11 @@ func TestSbatchCommand(t *testing.T) {
 	// Refused: nothing is submitted.
 	f2 := &fakeGateway{}
 	code, out, errOut = run(t, f2, "sbatch", env, "--time=forever", "train.sh")
-	if code != 1 || out != "" || !strings.HasPrefix(errOut, "sbatch: error: Invalid --time specification") || len(f2.submitted) != 0 {
+	if code != 255 || out != "" || !strings.HasPrefix(errOut, "sbatch: error: Invalid --time specification") || len(f2.submitted) != 0 {
 		t.Errorf("bad --time: %d %q %q, %d submitted", code, out, errOut, len(f2.submitted))
 	}
 	code, _, errOut = run(t, f2, "sbatch", env, "--frobnicate", "train.sh")
-	if code != 1 || errOut != "sbatch: unrecognized option '--frobnicate'\nTry \"sbatch --help\" for more information\n" || len(f2.submitted) != 0 {
+	if code != 255 || errOut != "sbatch: unrecognized option '--frobnicate'\nTry \"sbatch --help\" for more information\n" || len(f2.submitted) != 0 {
 		t.Errorf("unknown option: %d %q", code, errOut)
 	}
 	code, _, errOut = run(t, f2, "sbatch", env, "missing.sh")

@@ -72,7 +72,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	p := &optParser{prog: "srun", defs: srunOptions, stopAtFirst: true}
 	opts, command, err := p.parse(args)
 	if err != nil {
-		return usage("srun", err)
+		return exit255(usage("srun", err))
 	}
 	env := c.env.Environ
 	ntasks, nodes, perNode, cpt := 0, 0, 0, 0
@@ -90,7 +90,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 		case "nodes":
 			n, err := parseNodeCount(o.value)
 			if err != nil {
-				return c.errorf("Invalid node count specification %q: %v", o.value, err)
+				return exit255(c.errorf("Invalid node count specification %q: %v", o.value, err))
 			}
 			nodes = int(n)
 		case "ntasks", "ntasks-per-node", "cpus-per-task":

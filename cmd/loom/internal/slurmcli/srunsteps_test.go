@@ -157,11 +157,14 @@ func TestSrunOutsideAnAllocation(t *testing.T) {
 	if code == 0 || !strings.HasPrefix(errOut, "srun: error: --pty is not supported") || len(g.submitted) != 0 {
 		t.Fatalf("--pty: exit %d, stderr %q, submitted %v", code, errOut, g.submitted)
 	}
-	// Bad allocation options are refused as srun's, nothing submitted.
-	g = &stepGateway{dir: t.TempDir()}
-	code, _, errOut = srunOutside(context.Background(), t, g, "--time=soon", "hostname")
-	if code == 0 || !strings.HasPrefix(errOut, "srun: error: Invalid --time specification") || len(g.submitted) != 0 {
-		t.Fatalf("bad --time: exit %d, stderr %q, submitted %v", code, errOut, g.submitted)
+	// Bad allocation options are refused as srun's (exit 255, as Slurm's),
+	// nothing submitted.
+	for _, bad := range [][]string{{"--time=soon"}, {"-N", "abc"}, {"--bogus"}} {
+		g = &stepGateway{dir: t.TempDir()}
+		code, _, errOut = srunOutside(context.Background(), t, g, append(bad, "hostname")...)
+		if code != 255 || !strings.HasPrefix(errOut, "srun: ") || len(g.submitted) != 0 {
+			t.Fatalf("srun %v: exit %d, stderr %q, submitted %v", bad, code, errOut, g.submitted)
+		}
 	}
 }
 
