@@ -483,7 +483,7 @@ func TestSlurmCommandsReachTheGateway(t *testing.T) {
 	}
 	// Slurm's refusals and exit codes come through as they are.
 	out, errOut, code = run(t, gw, "slurm", "sbatch", "--bogus")
-	if code != 1 || out != "" || errOut != "sbatch: unrecognized option '--bogus'\nTry \"sbatch --help\" for more information\n" {
+	if code != 255 || out != "" || errOut != "sbatch: unrecognized option '--bogus'\nTry \"sbatch --help\" for more information\n" {
 		t.Errorf("sbatch --bogus: exit %d, %q, %q", code, out, errOut)
 	}
 	if out, _, code := run(t, gw, "slurm", "scontrol", "--version"); code != 0 || out != slurmcli.Version+"\n" {
