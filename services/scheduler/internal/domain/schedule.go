@@ -70,6 +70,7 @@ type pass struct {
 // queued is a pending job with its order keys.
 type queued struct {
 	rank int64 // −(tier<<40 | priority): lower first
+	prio int64 // the priority in rank (0 when the policy orders otherwise)
 	id   int64
 	e    *pendEntry
 	part int32
@@ -106,7 +107,7 @@ func (t *txn) schedule(cluster string) {
 		}
 		for _, e := range t.pendingEntries(cluster) {
 			if !seen[e.name] {
-				p.consider(queued{e: e, id: e.id, part: int32(p.partIndex(e.part))})
+				p.consider(p.queued(e))
 			}
 		}
 	}
@@ -263,16 +264,7 @@ func (p *pass) order(pend []*pendEntry) []queued {
 		p.prio = p.t.newPrioCtx(p.name, p.cluster, p.views, pend)
 	}
 	for i, e := range pend {
-		q := queued{e: e, id: e.id, part: int32(p.partIndex(e.part))}
-		if p.prio != nil {
-			tier := int32(0)
-			if q.part >= 0 {
-				tier = p.parts[q.part].Tier
-			}
-			prio, _ := p.prio.priority(&e.jobAttrs, int(q.part))
-			q.rank = -(int64(tier)<<40 | prio)
-		}
-		out[i] = q
+		out[i] = p.queued(e)
 	}
 	if pol.Less != nil {
 		slices.SortStableFunc(out, func(a, b queued) int {
@@ -309,6 +301,20 @@ func (p *pass) order(pend []*pendEntry) []queued {
 		return strings.Compare(a.e.name, b.e.name)
 	})
 	return out
+}
+
+// queued is e with its order keys.
+func (p *pass) queued(e *pendEntry) queued {
+	q := queued{e: e, id: e.id, part: int32(p.partIndex(e.part))}
+	if p.prio != nil {
+		tier := int32(0)
+		if q.part >= 0 {
+			tier = p.parts[q.part].Tier
+		}
+		q.prio, _ = p.prio.priority(&e.jobAttrs, int(q.part))
+		q.rank = -(int64(tier)<<40 | q.prio)
+	}
+	return q
 }
 
 // radixOrder sorts out by (rank, id) with radixSort when the keys allow it
@@ -437,7 +443,7 @@ func (p *pass) consider(q queued) {
 	}
 	res := p.place(req)
 	if res.ok {
-		p.start(j, part, req, res.nodes)
+		p.start(j, part, req, res.nodes, q.prio)
 		return
 	}
 	d := Decision{Job: a.name, Filtered: res.shape.filtered, Nodes: len(p.views)}

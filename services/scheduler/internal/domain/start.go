@@ -18,14 +18,15 @@ import (
 // holding their resources, the job CONFIGURING (RUNNING once every node's
 // step has reported running: see settle), and its steps: a batch script
 // runs once, on the batch host (its first node); a command runs on every
-// node, one task each, as an implicit srun.
-func (p *pass) start(j *Job, part Partition, req *Request, chosen []int32) {
+// node, one task each, as an implicit srun. prio is the priority the pass
+// ordered j by.
+func (p *pass) start(j *Job, part Partition, req *Request, chosen []int32, prio int64) {
 	t := p.t
 	j = t.editJob(j.Name())
 	spec := j.Job
 	if p.prio != nil {
 		// As Slurm, a running job shows the priority it started with.
-		spec.Priority, _ = p.prio.priority(t.s.attrsOf(j), p.partIndex(part.Name))
+		spec.Priority = prio
 	}
 	n := len(chosen)
 	tasks := taskLayout(spec, n)
