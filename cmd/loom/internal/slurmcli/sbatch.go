@@ -951,25 +951,9 @@ func (c *cmd) sbatch(ctx context.Context, args []string) error {
 			}
 		}
 	}
-	environ := make(map[string]string, len(c.env.Environ)+1)
-	for k, v := range c.env.Environ {
-		environ[k] = v
-	}
-	if c.env.Cwd != "" {
-		environ["PWD"] = c.env.Cwd
-	}
-	if c.env.User != "" {
-		environ["LOOM_USER"] = c.env.User
-	}
-	req, err := parseSbatchAt(c.now, args, script, environ)
+	req, err := parseSbatchAt(c.now, args, script, c.submitEnviron())
 	if err != nil {
 		return err
-	}
-	if c.env.User != "" {
-		req.job.User = c.env.User
-	}
-	if host, err := os.Hostname(); err == nil {
-		req.job.SubmitHost = host
 	}
 	if !req.quiet {
 		for _, w := range req.warnings {
@@ -979,18 +963,9 @@ func (c *cmd) sbatch(ctx context.Context, args []string) error {
 	if req.clusters != "" {
 		c.env.Cluster = req.clusters
 	}
-	cluster, err := c.clusterName(ctx)
+	job, err := c.submitJob(ctx, req.job, "Batch job submission failed")
 	if err != nil {
 		return err
-	}
-	req.job.Cluster = cluster
-	cctx, cancel := c.call(ctx)
-	defer cancel()
-	job, err := c.jobsClient().SubmitJob(cctx, &loomv1.SubmitJobRequest{
-		Parent: c.projectName(), Job: req.job, RequestId: requestID(),
-	})
-	if err != nil {
-		return c.rpcError("Batch job submission failed", err)
 	}
 	id := job.GetJobId()
 	if id == "" {
@@ -1005,6 +980,47 @@ func (c *cmd) sbatch(ctx context.Context, args []string) error {
 		return c.waitJob(ctx, id)
 	}
 	return nil
+}
+
+// submitEnviron is the environment sbatch's parser reads (its input
+// variables, --export's values): the command's, with PWD its working
+// directory and LOOM_USER its user.
+func (c *cmd) submitEnviron() map[string]string {
+	environ := make(map[string]string, len(c.env.Environ)+2)
+	for k, v := range c.env.Environ {
+		environ[k] = v
+	}
+	if c.env.Cwd != "" {
+		environ["PWD"] = c.env.Cwd
+	}
+	if c.env.User != "" {
+		environ["LOOM_USER"] = c.env.User
+	}
+	return environ
+}
+
+// submitJob submits j, a parsed batch job, to the cluster the command means
+// (clusterName), owned by the command's user and stamped with this host;
+// a refusal reads "what: ...", as Slurm's.
+func (c *cmd) submitJob(ctx context.Context, j *loomv1.Job, what string) (*loomv1.Job, error) {
+	if c.env.User != "" {
+		j.User = c.env.User
+	}
+	if host, err := os.Hostname(); err == nil {
+		j.SubmitHost = host
+	}
+	cluster, err := c.clusterName(ctx)
+	if err != nil {
+		return nil, err
+	}
+	j.Cluster = cluster
+	cctx, cancel := c.call(ctx)
+	defer cancel()
+	job, err := c.jobsClient().SubmitJob(cctx, &loomv1.SubmitJobRequest{Parent: c.projectName(), Job: j, RequestId: requestID()})
+	if err != nil {
+		return nil, c.rpcError(what, err)
+	}
+	return job, nil
 }
 
 // waitJob is sbatch --wait: it follows the job until it ends and exits as

@@ -137,7 +137,7 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 		return c.srunMulti(ctx, req, export, chdir)
 	}
 	if env["SLURM_JOB_ID"] == "" {
-		return c.srunAlloc(ctx, opts, command, req, export, chdir)
+		return c.srunAlloc(ctx, opts, req, export, chdir)
 	}
 	allocNodes, _ := strconv.Atoi(env["SLURM_NNODES"])
 	if allocNodes == 0 {
@@ -163,9 +163,8 @@ func (c *cmd) srun(ctx context.Context, args []string) error {
 	// given input on stdin: Slurm forwards it to task 0, and Loom's steps
 	// take no input, so those tasks run here, on the batch node.
 	if stepNodes > 1 || !hasInput(c.env.Stdin) {
-		return c.srunMulti(ctx, stepRequest{jobID: env["SLURM_JOB_ID"], command: command, nodes: int32(nodes),
-			ntasks: int32(ntasks), perNode: int32(perNode), cpt: int32(cpt), killOnBadExit: killBad, label: label},
-			export, chdir)
+		req.jobID = env["SLURM_JOB_ID"]
+		return c.srunMulti(ctx, req, export, chdir)
 	}
 	hosts, _ := hostlist.Expand(env["SLURM_JOB_NODELIST"])
 	host := env["SLURMD_NODENAME"]

@@ -3,7 +3,6 @@ package slurmcli
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -57,10 +56,10 @@ var (
 // and waiting for resources"), runs the command there as the job's step 0
 // and ends the job with the step's outcome. Interrupted while waiting, it
 // cancels the job.
-func (c *cmd) srunAlloc(ctx context.Context, opts []parsedOpt, command []string, step stepRequest, export, chdir string) error {
+func (c *cmd) srunAlloc(ctx context.Context, opts []parsedOpt, step stepRequest, export, chdir string) error {
 	// The job is named for the command; then srun's input variables; then
 	// its command line, which wins (the last of an option counts).
-	args := []string{"--job-name=" + filepath.Base(command[0])}
+	args := []string{"--job-name=" + filepath.Base(step.command[0])}
 	for _, v := range srunInputVars {
 		if val := c.env.Environ[v.env]; val != "" {
 			args = append(args, "--"+v.opt+"="+val)
@@ -71,14 +70,11 @@ func (c *cmd) srunAlloc(ctx context.Context, opts []parsedOpt, command []string,
 			args = append(args, "--"+o.key+"="+o.value)
 		}
 	}
-	environ := make(map[string]string, len(c.env.Environ)+1)
-	for k, v := range c.env.Environ {
-		if !strings.HasPrefix(k, "SBATCH_") { // sbatch's input variables are not srun's
-			environ[k] = v
+	environ := c.submitEnviron()
+	for k := range environ {
+		if strings.HasPrefix(k, "SBATCH_") { // sbatch's input variables are not srun's
+			delete(environ, k)
 		}
-	}
-	if c.env.Cwd != "" {
-		environ["PWD"] = c.env.Cwd
 	}
 	req, err := parseSbatchAt(c.now, append([]string{"--quiet"}, args...), []byte(srunHolder), environ)
 	if err != nil {
@@ -88,23 +84,9 @@ func (c *cmd) srunAlloc(ctx context.Context, opts []parsedOpt, command []string,
 		}
 		return err
 	}
-	j := req.job
-	if c.env.User != "" {
-		j.User = c.env.User
-	}
-	if host, err := os.Hostname(); err == nil {
-		j.SubmitHost = host
-	}
-	cluster, err := c.clusterName(ctx)
+	job, err := c.submitJob(ctx, req.job, "Unable to allocate resources")
 	if err != nil {
 		return err
-	}
-	j.Cluster = cluster
-	cctx, cancel := c.call(ctx)
-	job, err := c.jobsClient().SubmitJob(cctx, &loomv1.SubmitJobRequest{Parent: c.projectName(), Job: j, RequestId: requestID()})
-	cancel()
-	if err != nil {
-		return c.rpcError("Unable to allocate resources", err)
 	}
 	id := job.GetJobId()
 	if err := c.awaitAllocation(ctx, job); err != nil {
