@@ -192,7 +192,6 @@ func (c *cmd) showJobs(ctx context.Context, b *strings.Builder, id string, oneli
 
 func nullIfEmpty(s string) string { return orNull(s) }
 
-// jobRecord is a job as "scontrol show job" prints it.
 // accountIDs are a job owner's UserId and GroupId as Slurm prints them,
 // name(uid) and group(gid), when the owner is an account of this (login)
 // machine; otherwise the name for both, Loom's users being names.
@@ -209,6 +208,7 @@ func accountIDs(user string) (uid, gid string) {
 	return uid, gid
 }
 
+// jobRecord is a job as "scontrol show job" prints it.
 func jobRecord(r jobRow, v *squeueView) record {
 	j := r.job
 	st := effectiveState(j)
@@ -437,13 +437,10 @@ func nodeRecord(n *loomv1.SlurmNode, loc *time.Location) record {
 		rec = append(rec, []string{"Block=" + b})
 	}
 	if r := n.GetReason(); r != "" {
-		if t := n.GetReasonTime(); t != nil {
+		if n.GetReasonTime() != nil {
 			// Slurm's "Reason=bad gpu [root@2026-01-02T15:04:05]".
-			user := n.GetReasonUser()
-			if user == "" {
-				user = "Unknown"
-			}
-			r += " [" + user + "@" + formatTimestamp(t.AsTime(), loc) + "]"
+			user, at := reasonSetter(n, loc)
+			r += " [" + user + "@" + at + "]"
 		}
 		rec = append(rec, []string{"Reason=" + r})
 	}

@@ -186,6 +186,20 @@ func partTimeLimit(p *loomv1.Partition) string {
 	return formatSecs(secs, false)
 }
 
+// reasonSetter is who set n's reason and when (in loc), as sinfo -R and
+// scontrol show node print them: an administrator's drain records both;
+// Loom's own reasons (down, being removed) neither, "Unknown".
+func reasonSetter(n *loomv1.SlurmNode, loc *time.Location) (user, at string) {
+	user, at = n.GetReasonUser(), "Unknown"
+	if user == "" {
+		user = "Unknown"
+	}
+	if t := n.GetReasonTime(); t != nil {
+		at = formatTimestamp(t.AsTime(), loc)
+	}
+	return user, at
+}
+
 // sinfoFields are sinfo's format letters; aggregate ones (counts, lists)
 // describe the row's nodes together, the others one node.
 func sinfoFields(cluster string, loc *time.Location) fieldTable[sinfoRow] {
@@ -200,20 +214,8 @@ func sinfoFields(cluster string, loc *time.Location) fieldTable[sinfoRow] {
 	node := func(header string, f func(n *loomv1.SlurmNode) string) fieldDef[sinfoRow] {
 		return fieldDef[sinfoRow]{header: header, value: func(r sinfoRow) string { return f(r.first()) }}
 	}
-	// Who set a node's reason and when: an administrator's drain records
-	// both; Loom's own reasons (down, being removed) neither.
-	reasonUser := func(n *loomv1.SlurmNode) string {
-		if u := n.GetReasonUser(); u != "" {
-			return u
-		}
-		return "Unknown"
-	}
-	reasonTime := func(n *loomv1.SlurmNode) string {
-		if t := n.GetReasonTime(); t != nil {
-			return formatTimestamp(t.AsTime(), loc)
-		}
-		return "Unknown"
-	}
+	reasonUser := func(n *loomv1.SlurmNode) string { u, _ := reasonSetter(n, loc); return u }
+	reasonTime := func(n *loomv1.SlurmNode) string { _, at := reasonSetter(n, loc); return at }
 	return fieldTable[sinfoRow]{fields: map[string]fieldDef[sinfoRow]{
 		"a": part("AVAIL", func(p *loomv1.Partition) string {
 			if s := strings.ToLower(p.GetState()); s != "" {
