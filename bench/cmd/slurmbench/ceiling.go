@@ -66,7 +66,7 @@ func childrenCPU() (time.Duration, error) {
 }
 
 // ceiling is what the jobs' own CPU leaves the systems in a round (see
-// renderCeiling): per job, in milliseconds.
+// renderCeiling): rates in jobs per second, CPU in milliseconds per job.
 type ceiling struct {
 	Cores int
 	// Bound is the most trivial jobs per second the cores could run, the
@@ -90,7 +90,7 @@ const loomJobsCPU = "their jobs (sh + hostname)"
 // slurmAccepted (jobs per second).
 func ceilingOf(cores int, cost jobCost, slurmAccepted float64, r round) ceiling {
 	c := ceiling{Cores: cores}
-	ms := func(d time.Duration, n int) float64 {
+	perJob := func(d time.Duration, n int) float64 { // milliseconds
 		if n == 0 {
 			return 0
 		}
@@ -98,13 +98,13 @@ func ceilingOf(cores int, cost jobCost, slurmAccepted float64, r round) ceiling 
 	}
 	for _, u := range r.L.CPU {
 		if u.Name == loomJobsCPU {
-			c.LoomJobs += ms(u.CPU, r.L.N)
+			c.LoomJobs += perJob(u.CPU, r.L.N)
 		} else {
-			c.LoomCtl += ms(u.CPU, r.L.N)
+			c.LoomCtl += perJob(u.CPU, r.L.N)
 		}
 	}
 	for _, u := range r.S.CPU {
-		c.SlurmCtl += ms(u.CPU, r.S.N)
+		c.SlurmCtl += perJob(u.CPU, r.S.N)
 	}
 	if cost.Script > 0 {
 		c.Bound = float64(cores) / cost.Script.Seconds()
