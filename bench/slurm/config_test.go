@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/loom-ml/loom/libs/testkit/need"
 )
 
 func TestNormalizeFillsDefaults(t *testing.T) {
@@ -86,9 +88,7 @@ func TestRenderFollowsSlurmMD(t *testing.T) {
 // step: the same settings give the same files, byte for byte.
 func TestScriptWritesTheSameConfig(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("bash"); err != nil {
-		t.Skip("bash is not installed")
-	}
+	need.Tools(t, "apt-get install bash", "bash")
 	script, err := filepath.Abs("../../scripts/slurm-local.sh")
 	if err != nil {
 		t.Fatal(err)
@@ -138,9 +138,7 @@ func TestScriptWritesTheSameConfig(t *testing.T) {
 
 func TestScriptRefusesBadSettings(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("bash"); err != nil {
-		t.Skip("bash is not installed")
-	}
+	need.Tools(t, "apt-get install bash", "bash")
 	cmd := exec.Command("bash", "../../scripts/slurm-local.sh", "conf", t.TempDir())
 	cmd.Env = append(os.Environ(), "NODES=zero")
 	out, err := cmd.CombinedOutput()

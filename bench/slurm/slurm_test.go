@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/testkit/need"
 )
 
 // TestStartRunStop starts a real 2-node Slurm with fake GPUs, runs a job to
@@ -16,6 +17,9 @@ import (
 func TestStartRunStop(t *testing.T) {
 	t.Parallel()
 	if err := Installed(); err != nil {
+		if need.Required() {
+			t.Fatalf("%v; %s is set: add the package to .ci/run", err, need.RequireEnv)
+		}
 		t.Skip(err)
 	}
 	if v, err := Version(); err != nil || !strings.HasPrefix(v, "slurm") {

@@ -14,6 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/loom-ml/loom/libs/testkit/need"
 )
 
 func testCtx(t *testing.T) context.Context {
@@ -251,9 +253,8 @@ func TestMiniredisFallback(t *testing.T) {
 
 func TestRedisPersistsAcrossRestart(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("redis-server not on PATH; miniredis does not persist")
-	}
+	// miniredis does not persist: this needs the real one.
+	need.Tools(t, "apt-get install redis-server", "redis-server")
 	dir := t.TempDir()
 	r := startRedis(t, "", dir)
 	ctx := testCtx(t)

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"os/exec"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/testkit/need"
 )
 
 // realRedis starts a Redis for the test with testkit (a real redis-server,
@@ -23,9 +23,7 @@ import (
 // client to it.
 func realRedis(t testing.TB) *redis.Client {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("redis-server not installed")
-	}
+	need.Tools(t, "apt-get install redis-server", "redis-server")
 	_, rdb := testkit.Redis(t)
 	return rdb
 }

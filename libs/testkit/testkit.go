@@ -16,6 +16,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/embedded"
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/testkit/need"
 	"github.com/loom-ml/loom/libs/topics"
 )
 
@@ -80,9 +81,14 @@ func newClient(addr string) *kafka.Client {
 }
 
 // Redis starts a Redis for the test (redis-server when on PATH, else
-// miniredis) and returns a client to it. Both end with the test.
+// miniredis) and returns a client to it. Both end with the test. Where
+// need.Required (CI), a missing redis-server fails the test instead of
+// falling back: CI tests against the real one.
 func Redis(t testing.TB) (addr string, client *redis.Client) {
 	t.Helper()
+	if need.Required() {
+		need.Tools(t, "apt-get install redis-server", "redis-server")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	r, err := embedded.StartRedis(ctx, "", "")

@@ -12,6 +12,7 @@ import (
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/proc"
 	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/testkit/need"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 )
 
@@ -193,9 +194,7 @@ func TestBatchScriptRunsWithItsInterpreter(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.start(t)
-	if _, err := exec.LookPath("bash"); err != nil {
-		t.Skip("bash not installed")
-	}
+	need.Tools(t, "apt-get install bash", "bash")
 	cases := []struct {
 		job, script, out string
 		exit             int32

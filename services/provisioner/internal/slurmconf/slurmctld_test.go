@@ -18,6 +18,7 @@ import (
 	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/hostlist"
 	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/testkit/need"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -29,15 +30,7 @@ import (
 // apt-get install slurmctld slurm-client munge).
 func TestSlurmctldAcceptsRenderedConfig(t *testing.T) {
 	t.Parallel()
-	var missing []string
-	for _, bin := range []string{"slurmctld", "sinfo", "scontrol", "munged", "mungekey"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			missing = append(missing, bin)
-		}
-	}
-	if len(missing) > 0 {
-		t.Skipf("real Slurm not installed (missing %s); apt-get install slurmctld slurm-client munge", strings.Join(missing, ", "))
-	}
+	need.Tools(t, "apt-get install slurmctld slurm-client munge", "slurmctld", "sinfo", "scontrol", "munged", "mungekey")
 	clusters := map[string]*loomv1.Cluster{"two-partitions": twoPartitions(), "reservation-spot": reservationSpot()}
 	for name, c := range examples(t) {
 		clusters["example-"+name] = c
