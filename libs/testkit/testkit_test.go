@@ -2,8 +2,10 @@ package testkit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -212,5 +214,50 @@ func TestWaitEventTimesOut(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("WaitEvent took %v to time out after 300ms", d)
+	}
+}
+
+// TestServiceStop: Stop cancels the service's context, returns what it
+// returned, and says the same on a second call.
+func TestServiceStop(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	s := Start(t, "svc", func(ctx context.Context) error {
+		<-ctx.Done()
+		return boom
+	})
+	select {
+	case <-s.Done():
+		t.Fatal("service returned before Stop")
+	default:
+	}
+	if err := s.Stop(); !errors.Is(err, boom) || !strings.Contains(err.Error(), "svc") {
+		t.Fatalf("Stop = %v, want boom named svc", err)
+	}
+	if err := s.Stop(); !errors.Is(err, boom) {
+		t.Fatalf("second Stop = %v, want the same", err)
+	}
+}
+
+// TestServiceEarlyExit: a service that returns on its own closes Done and
+// reports its error through Err, which is nil while it runs.
+func TestServiceEarlyExit(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	bad := errors.New("bad config")
+	s := Start(t, "svc", func(context.Context) error {
+		<-release
+		return bad
+	})
+	if err := s.Err(); err != nil {
+		t.Fatalf("Err while running = %v", err)
+	}
+	close(release)
+	<-s.Done()
+	if err := s.Err(); !errors.Is(err, bad) {
+		t.Fatalf("Err = %v, want bad config", err)
+	}
+	if err := s.Stop(); !errors.Is(err, bad) {
+		t.Fatalf("Stop = %v", err)
 	}
 }

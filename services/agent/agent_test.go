@@ -64,20 +64,8 @@ func (e *env) config() Config {
 // start runs an agent until the returned stop is called (or the test ends).
 func (e *env) start(t *testing.T) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	res := make(chan error, 1)
-	go func() { res <- Run(ctx, e.config()) }()
-	var err error
-	stopped := false
-	stop = func() error {
-		if !stopped {
-			cancel()
-			err, stopped = <-res, true
-		}
-		return err
-	}
-	t.Cleanup(func() { _ = stop() })
-	return stop
+	cfg := e.config()
+	return testkit.Start(t, "agent", func(ctx context.Context) error { return Run(ctx, cfg) }).Stop
 }
 
 func startStep(job string, script string, stepEnv map[string]string, out string) *eventsv1.StartStep {

@@ -48,20 +48,7 @@ func TestSilenceThenHeartbeatThroughTheBus(t *testing.T) {
 	redisAddr, _ := testkit.Redis(t)
 	cfg := health.Config{Common: config.Common{Brokers: []string{broker}, RedisAddr: redisAddr,
 		GRPCAddr: freeAddr(t), HTTPAddr: "127.0.0.1:0", LogLevel: "warn"}, HeartbeatTimeout: 300 * time.Millisecond}
-	ctx, cancel := context.WithCancel(context.Background())
-	result := make(chan error, 1)
-	go func() { result <- health.Run(ctx, cfg) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-result:
-			if err != nil {
-				t.Errorf("health.Run: %v", err)
-			}
-		case <-time.After(wait):
-			t.Errorf("health did not stop within %v", wait)
-		}
-	})
+	testkit.Start(t, "health", func(ctx context.Context) error { return health.Run(ctx, cfg) })
 
 	p := bus.NewProducer([]string{broker})
 	t.Cleanup(func() { _ = p.Close() })

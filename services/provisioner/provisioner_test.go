@@ -81,19 +81,8 @@ func (f *fixture) config(stopAgents bool) Config {
 // run starts a provisioner; the returned stop ends it and returns Run's error.
 func (f *fixture) run(t *testing.T, stopAgents bool) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	res := make(chan error, 1)
-	go func() { res <- Run(ctx, f.config(stopAgents)) }()
-	done, err := false, error(nil)
-	stop = func() error {
-		if !done {
-			cancel()
-			err, done = <-res, true
-		}
-		return err
-	}
-	t.Cleanup(func() { _ = stop() })
-	return stop
+	cfg := f.config(stopAgents)
+	return testkit.Start(t, "provisioner", func(ctx context.Context) error { return Run(ctx, cfg) }).Stop
 }
 
 // clusterSpec is a cluster of one pool "gpu" of 2-GPU machines.
@@ -445,10 +434,7 @@ func TestLaunchFailureIsReportedOnTheNode(t *testing.T) {
 	f.redis, _ = testkit.Redis(t)
 	cfg := f.config(true)
 	cfg.AgentCommand = []string{filepath.Join(f.data, "no-such-agent")}
-	ctx, cancel := context.WithCancel(context.Background())
-	res := make(chan error, 1)
-	go func() { res <- Run(ctx, cfg) }()
-	t.Cleanup(func() { cancel(); <-res })
+	testkit.Start(t, "provisioner", func(ctx context.Context) error { return Run(ctx, cfg) })
 
 	testkit.Publish(t, f.broker, createCluster("op1", "broken", 1))
 	ev := testkit.WaitEvent(t, f.broker, topics.NodeEvents, wait, func(ev envelope.Event) bool {
@@ -512,10 +498,7 @@ func TestSimProviderPreemptionsAreReplaced(t *testing.T) {
 	// 90 s of simulated boot take 90 ms; a spot node is reclaimed every
 	// simulated half hour on average (1.8 s real).
 	cfg.Sim.Seed, cfg.Sim.TimeScale, cfg.Sim.PreemptionRate, cfg.Sim.HeartbeatInterval = 7, 0.001, 2, time.Second
-	ctx, cancel := context.WithCancel(context.Background())
-	res := make(chan error, 1)
-	go func() { res <- Run(ctx, cfg) }()
-	t.Cleanup(func() { cancel(); <-res })
+	testkit.Start(t, "provisioner", func(ctx context.Context) error { return Run(ctx, cfg) })
 
 	name := project + "/clusters/sim"
 	c := clusterSpec(name, 3)

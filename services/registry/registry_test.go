@@ -5,9 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/loom-ml/loom/libs/bus"
@@ -32,35 +30,24 @@ func startRegistry(t *testing.T, broker, redisAddr string) (loomv1.ModelServiceC
 		Brokers: []string{broker}, RedisAddr: redisAddr,
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", LogLevel: "warn", CreateTopics: true,
 	}}
-	ctx, cancel := context.WithCancel(context.Background())
 	addrs := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, cfg, func(a string) { addrs <- a }) }()
-	stopped := false
+	svc := testkit.Start(t, "registry", func(ctx context.Context) error {
+		return run(ctx, cfg, func(a string) { addrs <- a })
+	})
 	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("registry run: %v", err)
+		if err := svc.Stop(); err != nil {
+			t.Error(err)
 		}
 	}
-	t.Cleanup(stop)
 	var addr string
 	select {
 	case addr = <-addrs:
-	case err := <-done:
-		t.Fatalf("registry stopped at start: %v", err)
+	case <-svc.Done():
+		t.Fatalf("registry stopped at start: %v", svc.Err())
 	case <-time.After(30 * time.Second):
 		t.Fatal("registry did not start serving gRPC")
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatalf("dial registry: %v", err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := testkit.Dial(t, addr)
 	return loomv1.NewModelServiceClient(conn), stop
 }
 

@@ -10,7 +10,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -43,8 +42,8 @@ func freeAddr(t *testing.T) string {
 
 // instance is a scheduler running in the test.
 type instance struct {
-	cancel context.CancelFunc
-	result chan error
+	svc    *testkit.Service
+	conn   *grpc.ClientConn
 	client loomv1.JobServiceClient
 }
 
@@ -54,35 +53,22 @@ func startScheduler(t *testing.T, broker, redisAddr string) *instance {
 		Brokers: []string{broker}, RedisAddr: redisAddr, GRPCAddr: freeAddr(t),
 		HTTPAddr: "127.0.0.1:0", LogLevel: "warn",
 	}, MasterAddr: scheduler.DefaultMasterAddr, TickInterval: 100 * time.Millisecond}
-	ctx, cancel := context.WithCancel(context.Background())
-	in := &instance{cancel: cancel, result: make(chan error, 1)}
-	go func() { in.result <- scheduler.Run(ctx, cfg) }()
-	t.Cleanup(func() { in.stop(t) })
-	conn, err := grpc.NewClient(cfg.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	in.client = loomv1.NewJobServiceClient(conn)
-	return in
+	return runScheduler(t, cfg)
 }
 
-// stop ends the instance and checks that it stopped cleanly; a second call
-// does nothing.
+// runScheduler runs a scheduler with cfg until the test ends (or stop).
+func runScheduler(t *testing.T, cfg scheduler.Config) *instance {
+	t.Helper()
+	svc := testkit.Start(t, "scheduler", func(ctx context.Context) error { return scheduler.Run(ctx, cfg) })
+	conn := testkit.Dial(t, cfg.GRPCAddr)
+	return &instance{svc: svc, conn: conn, client: loomv1.NewJobServiceClient(conn)}
+}
+
+// stop ends the instance and checks that it stopped cleanly.
 func (in *instance) stop(t *testing.T) {
 	t.Helper()
-	if in.cancel == nil {
-		return
-	}
-	in.cancel()
-	in.cancel = nil
-	select {
-	case err := <-in.result:
-		if err != nil {
-			t.Errorf("scheduler.Run: %v", err)
-		}
-	case <-time.After(wait):
-		t.Errorf("scheduler did not stop within %v", wait)
+	if err := in.svc.Stop(); err != nil {
+		t.Error(err)
 	}
 }
 

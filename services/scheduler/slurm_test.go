@@ -7,9 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -33,17 +31,8 @@ func startWith(t *testing.T, broker, redisAddr string, edit func(*scheduler.Conf
 	if edit != nil {
 		edit(&cfg)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	in := &instance{cancel: cancel, result: make(chan error, 1)}
-	go func() { in.result <- scheduler.Run(ctx, cfg) }()
-	t.Cleanup(func() { in.stop(t) })
-	conn, err := grpc.NewClient(cfg.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	in.client = loomv1.NewJobServiceClient(conn)
-	return in, loomv1.NewSlurmServiceClient(conn)
+	in := runScheduler(t, cfg)
+	return in, loomv1.NewSlurmServiceClient(in.conn)
 }
 
 // specCluster publishes a cluster with a Slurm layout: pool "gpu" in node
