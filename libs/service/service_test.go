@@ -42,21 +42,13 @@ func testConfig(t *testing.T) config.Common {
 
 // running is a Base whose Run is in progress.
 type running struct {
-	base   *Base
-	cancel context.CancelFunc
-	result chan error
+	base *Base
+	svc  *testkit.Service
 }
 
 func start(t *testing.T, b *Base, consumers []Consume, loops ...func(context.Context) error) *running {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{base: b, cancel: cancel, result: make(chan error, 1)}
-	go func() { r.result <- b.Run(ctx, consumers, loops...) }()
-	t.Cleanup(func() {
-		cancel()
-		<-r.result
-	})
-	return r
+	return &running{base: b, svc: testkit.Start(t, "base", func(ctx context.Context) error { return b.Run(ctx, consumers, loops...) })}
 }
 
 // cancelHandler applies CancelJob: it records the job as cancelled and emits
@@ -151,16 +143,9 @@ func TestRunAppliesEventsServesHealthAndStops(t *testing.T) {
 	}
 
 	started := time.Now()
-	r.cancel()
-	select {
-	case err := <-r.result:
-		if err != nil {
-			t.Fatalf("Run after cancel = %v, want nil", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("Run did not return within 15 s of cancel")
+	if err := r.svc.Stop(); err != nil {
+		t.Fatalf("Run after cancel = %v, want nil", err)
 	}
-	r.result <- nil // for the cleanup
 	t.Logf("stopped in %v", time.Since(started))
 	if err := b.Redis.Ping(context.Background()).Err(); err == nil {
 		t.Fatal("Redis client still open after Run returned")
@@ -185,11 +170,10 @@ func TestRunReturnsLoopError(t *testing.T) {
 		func(ctx context.Context) error { <-ctx.Done(); close(otherStopped); return ctx.Err() },
 	)
 	select {
-	case err := <-r.result:
-		if !errors.Is(err, boom) {
+	case <-r.svc.Done():
+		if err := r.svc.Stop(); !errors.Is(err, boom) {
 			t.Fatalf("Run = %v, want boom", err)
 		}
-		r.result <- nil
 	case <-time.After(20 * time.Second):
 		t.Fatal("Run did not return after a loop failed")
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -280,31 +279,21 @@ func newHarness(t *testing.T) *harness {
 		RESTAddr:        "127.0.0.1:0",
 		ProvisionerAddr: ownersAddr, SchedulerAddr: ownersAddr, RegistryAddr: ownersAddr,
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	type addrs struct{ grpc, rest string }
 	started := make(chan addrs, 1)
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, cfg, func(g, r string) { started <- addrs{g, r} }) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("gateway run: %v", err)
-		}
+	svc := testkit.Start(t, "gateway", func(ctx context.Context) error {
+		return run(ctx, cfg, func(g, r string) { started <- addrs{g, r} })
 	})
 	var a addrs
 	select {
 	case a = <-started:
-	case err := <-done:
-		t.Fatalf("gateway stopped at start: %v", err)
+	case <-svc.Done():
+		t.Fatalf("gateway stopped at start: %v", svc.Err())
 	case <-time.After(30 * time.Second):
 		t.Fatal("gateway did not start")
 	}
 	h.restBase = "http://" + a.rest
-	h.conn, err = grpc.NewClient(a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatalf("dial gateway: %v", err)
-	}
-	t.Cleanup(func() { _ = h.conn.Close() })
+	h.conn = testkit.Dial(t, a.grpc)
 	return h
 }
 
