@@ -28,6 +28,8 @@ require (
 	google.golang.org/protobuf v1.36.12
 )
 
+require github.com/jonboulle/clockwork v0.5.0 // indirect
+
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/loom-ml/loom/libs/errs"
 )
 
@@ -33,6 +35,11 @@ type Common struct {
 	// CreateTopics makes the service create the topics it uses at start
 	// (LOOM_CREATE_TOPICS; default true).
 	CreateTopics bool
+	// Clock is the time the service's domain reads and its loops (ticks,
+	// prunes, heartbeat checks, reconciles) wait on; nil is the real clock.
+	// Tests set a clockwork.FakeClock and advance it instead of waiting.
+	// No flag or variable sets it.
+	Clock clockwork.Clock
 }
 
 // Register adds the common flags to fs, with defaults from the environment.

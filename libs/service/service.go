@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
@@ -53,6 +54,9 @@ type Base struct {
 	// the overall status ("") SERVING once it listens and NOT_SERVING when
 	// it stops; services may set statuses of their own.
 	Health *health.Server
+	// Clock is Config.Clock, or the real clock when that is nil: what the
+	// service's domain and loops read time from.
+	Clock clockwork.Clock
 	// StopTimeout bounds the graceful gRPC stop (default DefaultStopTimeout);
 	// calls still running after it, such as open watch streams, are cancelled.
 	StopTimeout time.Duration
@@ -100,11 +104,15 @@ func New(ctx context.Context, name string, cfg config.Common) (*Base, error) {
 		return nil, fmt.Errorf("service %s: %w", name, err)
 	}
 	log := tel.Logger
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
 	b := &Base{
 		Name:      name,
 		Config:    cfg,
 		Log:       log,
 		Telemetry: tel,
+		Clock:     cfg.Clock,
 		listening: make(chan struct{}),
 		done:      make(chan struct{}),
 	}

@@ -163,6 +163,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Self:     domain.Self{Node: cfg.Node, Cluster: cfg.Cluster},
 		Hostname: cfg.Hostname, GPUs: cfg.GPUs, WorkDir: cfg.WorkDir, SharedDir: cfg.SharedDir,
 		KillGrace: cfg.StepKillGrace, HeartbeatInterval: cfg.HeartbeatInterval, JobNice: cfg.JobNice, SlurmBin: cfg.SlurmBin, Gateway: cfg.Gateway, Log: base.Log,
+		Clock: base.Clock,
 	})
 	if err == nil {
 		err = a.Recover(ctx)

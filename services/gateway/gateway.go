@@ -108,7 +108,7 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string
 		return bus.Tail(ctx, bus.TailConfig{Brokers: cfg.Brokers, Topic: topics.JobEvents, Logger: base.Log, Ready: ready,
 			Filter: func(r bus.Record) bool { return gw.Watched(r.Type, r.Subject) }}, handle)
 	}
-	gw = app.New(adapters.NewRepo(base.Store), owners, app.Options{Log: base.Log, Admins: domain.ParseAdmins(cfg.SlurmAdmins),
+	gw = app.New(adapters.NewRepo(base.Store), owners, app.Options{Clock: base.Clock, Log: base.Log, Admins: domain.ParseAdmins(cfg.SlurmAdmins),
 		JobHistory: cfg.JobHistory, Feed: feed})
 	// Long calls end with the service, so the graceful gRPC stop is not held up.
 	stopCalls := context.AfterFunc(ctx, gw.Stop)

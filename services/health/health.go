@@ -44,11 +44,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	a := app.New(base.Store, cfg.HeartbeatTimeout, time.Now, base.Log)
+	a := app.New(base.Store, cfg.HeartbeatTimeout, base.Clock.Now, base.Log)
 	if err := a.Start(ctx); err != nil {
 		_ = base.Close()
 		return fmt.Errorf("health: %w", err)
 	}
 	interval := max(cfg.HeartbeatTimeout/4, time.Millisecond)
-	return base.Run(ctx, []service.Consume{{Topics: ports.Topics, Handler: a.Handle}}, a.CheckLoop(interval))
+	return base.Run(ctx, []service.Consume{{Topics: ports.Topics, Handler: a.Handle}}, a.CheckLoop(interval, base.Clock))
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -86,5 +87,37 @@ func TestSilenceThenHeartbeatThroughTheBus(t *testing.T) {
 	}
 	if unhealthy != 1 {
 		t.Fatalf("%d UNHEALTHY events before HEALTHY, want 1", unhealthy)
+	}
+}
+
+// TestSilenceOnTheFakeClock runs the check loop and the domain on a fake
+// clock: a node silent for an hour of fake time is reported UNHEALTHY within
+// seconds of real time, which the real clock could not do.
+func TestSilenceOnTheFakeClock(t *testing.T) {
+	t.Parallel()
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	fc := clockwork.NewFakeClock()
+	cfg := health.Config{Common: config.Common{Brokers: []string{broker}, RedisAddr: redisAddr,
+		GRPCAddr: freeAddr(t), HTTPAddr: "127.0.0.1:0", LogLevel: "warn", Clock: fc}, HeartbeatTimeout: time.Hour}
+	testkit.Start(t, "health", func(ctx context.Context) error { return health.Run(ctx, cfg) })
+	testkit.Publish(t, broker,
+		envelope.New(topics.NodeEvents, node, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}}),
+		envelope.New(topics.NodeTelemetry, node, "loom/test", &eventsv1.AgentRegistered{Node: node, Cluster: cluster, Hostname: "gpu-0001", BootId: "b1"}),
+		envelope.New(topics.NodeTelemetry, node, "loom/test", &eventsv1.Heartbeat{Node: node, Cluster: cluster, BootId: "b1", Time: timestamppb.New(fc.Now())}))
+	var got *eventsv1.NodeHealthChanged
+	// Far less real time than the hour the node must stay silent.
+	testkit.WaitFor(t, 30*time.Second, "UNHEALTHY on the fake clock", func() (bool, error) {
+		fc.Advance(15 * time.Minute) // one check interval (a quarter of the timeout)
+		for _, e := range testkit.Events(t, broker, topics.HealthEvents) {
+			if verdict(eventsv1.NodeHealth_UNHEALTHY)(e) {
+				got = e.Payload.(*eventsv1.NodeHealthChanged)
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if got.GetReason() != "no heartbeat for 1h0m0s" {
+		t.Fatalf("reason = %q", got.GetReason())
 	}
 }

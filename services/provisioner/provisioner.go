@@ -272,6 +272,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Provider:          prov,
 		Params:            cfg.params(),
 		Log:               base.Log,
+		Clock:             base.Clock,
 		ReconcileInterval: cfg.ReconcileInterval,
 	})
 	if err != nil {

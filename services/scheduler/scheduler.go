@@ -179,7 +179,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	a := app.New(base.Store, cfg.Domain, time.Now, base.Log)
+	a := app.New(base.Store, cfg.Domain, base.Clock.Now, base.Log)
 	// Every instance starts as a follower and serves reads from what is
 	// stored until it wins the lease.
 	a.StepDown()
@@ -195,7 +195,9 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 // leader runs the instance's part in the election: followers retry the
-// lease and refresh their reads; the leader consumes, ticks and renews.
+// lease and refresh their reads; the leader consumes, ticks and renews. The
+// lease loops keep the real clock: the lease's TTL runs in Redis, in real
+// time, whatever the service's clock says.
 type leader struct {
 	cfg   Config
 	base  *service.Base
@@ -257,7 +259,7 @@ func (l *leader) term(ctx context.Context, token string) {
 		// Retention: ended jobs past MinJobAge, checked every tenth of it
 		// (at most every minute).
 		ret := domain.Retention{MinJobAge: l.cfg.MinJobAge}
-		_ = l.app.RunPrune(tctx, ret, min(max(l.cfg.MinJobAge/10, time.Second), time.Minute))
+		_ = l.app.RunPrune(tctx, ret, min(max(l.cfg.MinJobAge/10, time.Second), time.Minute), l.base.Clock)
 	}()
 	go func() {
 		defer wg.Done()
@@ -269,7 +271,7 @@ func (l *leader) term(ctx context.Context, token string) {
 	go func() {
 		defer wg.Done()
 		defer cancel()
-		_ = l.app.RunClock(tctx, l.cfg.TickInterval)
+		_ = l.app.RunClock(tctx, l.cfg.TickInterval, l.base.Clock)
 	}()
 	go func() {
 		defer wg.Done()

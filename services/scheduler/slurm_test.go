@@ -2,11 +2,13 @@ package scheduler_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -282,4 +284,37 @@ func (in *instance) jobNodes(t *testing.T, id int) []string {
 		t.Fatal(err)
 	}
 	return j.GetNodes()
+}
+
+// TestTimeLimitOnTheFakeClock: the scheduler's domain and its tick read the
+// service's clock, so an hour's --time ends on a fake clock advanced by the
+// test, in far less real time than an hour.
+func TestTimeLimitOnTheFakeClock(t *testing.T) {
+	t.Parallel()
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	fc := clockwork.NewFakeClock()
+	in, _ := startWith(t, broker, redisAddr, func(c *scheduler.Config) { c.Clock = fc })
+	f := newFeeder(t, broker)
+	f.specCluster()
+	f.poolNode("gpu-0001", 8)
+	f.submitJob(&loomv1.Job{Name: jobName(1), JobId: "1", NodeCount: 1, GpusPerNode: 1, TimeLimitSeconds: 3600, Script: "sleep 100"})
+	in.job(t, 1, loomv1.JobState_CONFIGURING)
+	if ev := testkit.Events(t, broker, topics.StepCommands); slices.ContainsFunc(ev, func(e envelope.Event) bool {
+		_, stop := e.Payload.(*eventsv1.StopStep)
+		return stop
+	}) {
+		t.Fatal("the job was stopped before its time limit")
+	}
+	stopped := func() (bool, error) {
+		fc.Advance(10 * time.Minute)
+		return slices.ContainsFunc(testkit.Events(t, broker, topics.StepCommands), func(e envelope.Event) bool {
+			s, ok := e.Payload.(*eventsv1.StopStep)
+			return ok && s.GetReason() == "time limit"
+		}), nil
+	}
+	testkit.WaitFor(t, 30*time.Second, "the time limit on the fake clock", stopped)
+	if j := in.job(t, 1, loomv1.JobState_COMPLETING); j.GetStateReason() != "TimeLimit" {
+		t.Fatalf("timing-out job: %v", j)
+	}
 }

@@ -23,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"golang.org/x/sys/unix"
 
 	"github.com/loom-ml/loom/libs/bus"
@@ -80,7 +81,10 @@ type Options struct {
 	// unless its environment has one (see nodeVars).
 	Gateway string
 	Log     *slog.Logger
-	// Now is the clock (default time.Now).
+	// Clock is what the loops wait on (default the real clock); tests give a
+	// clockwork.FakeClock. Now defaults to its Now.
+	Clock clockwork.Clock
+	// Now is the time the domain is given (default Clock.Now).
 	Now func() time.Time
 }
 
@@ -128,8 +132,11 @@ type process struct {
 
 // New loads the agent's step records and returns the App.
 func New(ctx context.Context, opts Options) (*App, error) {
+	if opts.Clock == nil {
+		opts.Clock = clockwork.NewRealClock()
+	}
 	if opts.Now == nil {
-		opts.Now = time.Now
+		opts.Now = opts.Clock.Now
 	}
 	if opts.Log == nil {
 		opts.Log = slog.Default()
@@ -900,7 +907,7 @@ func (a *App) Drain(ctx context.Context) {
 // stored ones after a crash would claim liveness for a time the agent was
 // dead. Send failures are logged; health notices the silence.
 func (a *App) Heartbeats(ctx context.Context) error {
-	t := time.NewTicker(a.opts.HeartbeatInterval)
+	t := a.opts.Clock.NewTicker(a.opts.HeartbeatInterval)
 	defer t.Stop()
 	for {
 		ev, err := adapters.Event(domain.Heartbeat(a.opts.Self, a.bootID, a.opts.Now(), a.Running()))
@@ -915,7 +922,7 @@ func (a *App) Heartbeats(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-t.Chan():
 		}
 	}
 }

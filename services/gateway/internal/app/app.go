@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -36,7 +37,10 @@ const DefaultWaitTimeout = 60 * time.Second
 
 // Options tune a Gateway. Zero values take the documented defaults.
 type Options struct {
-	// Now is the clock (default time.Now).
+	// Clock is what the loops wait on (default the real clock); tests give a
+	// clockwork.FakeClock. Now defaults to its Now.
+	Clock clockwork.Clock
+	// Now is the time the domain is given (default Clock.Now).
 	Now func() time.Time
 	// Log receives the gateway's reports (default slog.Default()).
 	Log *slog.Logger
@@ -82,8 +86,11 @@ var ErrStopping = fmt.Errorf("gateway is shutting down: %w", errs.Unavailable)
 
 // New returns a gateway over its repository and the owning services' clients.
 func New(repo *adapters.Repo, owners *adapters.Owners, opt Options) *Gateway {
+	if opt.Clock == nil {
+		opt.Clock = clockwork.NewRealClock()
+	}
 	if opt.Now == nil {
-		opt.Now = time.Now
+		opt.Now = opt.Clock.Now
 	}
 	if opt.Log == nil {
 		opt.Log = slog.Default()

@@ -110,16 +110,16 @@ func (g *Gateway) SweepHistory(ctx context.Context) (int, error) {
 	return dropped, nil
 }
 
-// RunHistorySweep sweeps every interval until ctx ends; a failed sweep is
+// RunHistorySweep sweeps every interval of the gateway's clock until ctx ends; a failed sweep is
 // logged and tried again at the next.
 func (g *Gateway) RunHistorySweep(ctx context.Context, every time.Duration) error {
-	tk := time.NewTicker(every)
+	tk := g.opt.Clock.NewTicker(every)
 	defer tk.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tk.C:
+		case <-tk.Chan():
 			n, err := g.SweepHistory(ctx)
 			switch {
 			case err != nil && ctx.Err() == nil:

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
@@ -103,17 +105,17 @@ func (a *App) Check(ctx context.Context) error {
 	return nil
 }
 
-// CheckLoop runs Check every interval until ctx ends; a failed check is
-// logged and tried again at the next tick. It is a service.Base loop.
-func (a *App) CheckLoop(interval time.Duration) func(context.Context) error {
+// CheckLoop runs Check every interval of clock until ctx ends; a failed
+// check is logged and tried again at the next tick. It is a service.Base loop.
+func (a *App) CheckLoop(interval time.Duration, clock clockwork.Clock) func(context.Context) error {
 	return func(ctx context.Context) error {
-		t := time.NewTicker(interval)
+		t := clock.NewTicker(interval)
 		defer t.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-t.C:
+			case <-t.Chan():
 				if err := a.Check(ctx); err != nil && ctx.Err() == nil {
 					a.log.Warn("health check failed", "err", err)
 				}

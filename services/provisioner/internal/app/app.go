@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -29,7 +31,10 @@ type Options struct {
 	// launch backoff, the Slurm renderer); see domain.Params.
 	Params domain.Params
 	Log    *slog.Logger
-	// Now is the clock (default time.Now).
+	// Clock is what the loops wait on (default the real clock); tests give a
+	// clockwork.FakeClock. Now defaults to its Now.
+	Clock clockwork.Clock
+	// Now is the time the domain is given (default Clock.Now).
 	Now func() time.Time
 	// ReconcileInterval is how often the reconciler runs without being woken
 	// by a change (default 5 s).
@@ -62,8 +67,11 @@ type App struct {
 
 // New loads the state from the store and returns the App.
 func New(ctx context.Context, opts Options) (*App, error) {
+	if opts.Clock == nil {
+		opts.Clock = clockwork.NewRealClock()
+	}
 	if opts.Now == nil {
-		opts.Now = time.Now
+		opts.Now = opts.Clock.Now
 	}
 	if opts.Log == nil {
 		opts.Log = slog.Default()

@@ -31,7 +31,7 @@ const (
 // change and every ReconcileInterval. Failures are reported (on the node,
 // in the log) and retried; they never end the loop.
 func (a *App) Reconcile(ctx context.Context) error {
-	t := time.NewTicker(a.opts.ReconcileInterval)
+	t := a.opts.Clock.NewTicker(a.opts.ReconcileInterval)
 	defer t.Stop()
 	for {
 		a.ReconcileOnce(ctx)
@@ -39,7 +39,7 @@ func (a *App) Reconcile(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-a.kick:
-		case <-t.C:
+		case <-t.Chan():
 		}
 	}
 }

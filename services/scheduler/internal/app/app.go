@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/bus"
@@ -262,17 +263,17 @@ func (a *App) Tick(ctx context.Context) error {
 	return nil
 }
 
-// RunClock calls Tick every interval until ctx ends. A failed tick is logged
+// RunClock calls Tick every interval of clock until ctx ends. A failed tick is logged
 // and tried again at the next one, so a Redis hiccup does not stop the
 // service; it returns nil when ctx ends or the instance stops leading.
-func (a *App) RunClock(ctx context.Context, every time.Duration) error {
-	tk := time.NewTicker(every)
+func (a *App) RunClock(ctx context.Context, every time.Duration, clock clockwork.Clock) error {
+	tk := clock.NewTicker(every)
 	defer tk.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tk.C:
+		case <-tk.Chan():
 			err := a.Tick(ctx)
 			switch {
 			case errors.Is(err, ErrNotLeader):

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/loom-ml/loom/services/scheduler/internal/adapters"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain"
 )
@@ -58,16 +60,16 @@ func (a *App) pruneOnce(ctx context.Context, ret domain.Retention) (int, bool, e
 	return len(p.Jobs), p.More, nil
 }
 
-// RunPrune prunes every interval until ctx ends or the instance stops
+// RunPrune prunes every interval of clock until ctx ends or the instance stops
 // leading; a failed prune is logged and tried again at the next.
-func (a *App) RunPrune(ctx context.Context, ret domain.Retention, every time.Duration) error {
-	tk := time.NewTicker(every)
+func (a *App) RunPrune(ctx context.Context, ret domain.Retention, every time.Duration, clock clockwork.Clock) error {
+	tk := clock.NewTicker(every)
 	defer tk.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-tk.C:
+		case <-tk.Chan():
 			n, err := a.Prune(ctx, ret)
 			switch {
 			case errors.Is(err, ErrNotLeader):
