@@ -78,7 +78,7 @@ func runAgent() error {
 }
 
 // loomStack is Loom's embedded deployment, started the way `loom up` does
-// (cmd/loom/internal/stack): a kfake broker and Redis on loopback, the five
+// (cmd/loom/stack): a kfake broker and Redis on loopback, the five
 // central services in this process with their own configurations, agents as
 // child processes.
 type loomStack struct {

@@ -19,8 +19,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/loom-ml/loom/cmd/loom/internal/stack"
 	"github.com/loom-ml/loom/cmd/loom/internal/trainer"
+	"github.com/loom-ml/loom/cmd/loom/stack"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 

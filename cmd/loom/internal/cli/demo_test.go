@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/loom-ml/loom/cmd/loom/internal/stack"
+	"github.com/loom-ml/loom/cmd/loom/stack"
 	"github.com/loom-ml/loom/libs/embedded"
 )
 

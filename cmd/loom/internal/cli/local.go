@@ -16,8 +16,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/agentcmd"
-	"github.com/loom-ml/loom/cmd/loom/internal/stack"
 	"github.com/loom-ml/loom/cmd/loom/internal/trainer"
+	"github.com/loom-ml/loom/cmd/loom/stack"
 	"github.com/loom-ml/loom/libs/config"
 )
 

@@ -11,76 +11,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/loom-ml/loom/libs/embedded"
 	"github.com/loom-ml/loom/libs/testkit"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
-
-// cluster is a set of service processes sharing one broker and one Redis.
-type cluster struct {
-	bin, logs, data string
-	env             map[string][]string
-	procs           map[string]*proc
-	gw              *grpc.ClientConn
-}
-
-func (c *cluster) start(t *testing.T, svc string) {
-	t.Helper()
-	c.procs[svc] = startProc(t, svc, filepath.Join(c.bin, svc), c.logs, c.env[svc])
-}
-
-func startCluster(t *testing.T) *cluster {
-	t.Helper()
-	base := t.TempDir()
-	bin := binaries(t) // built first: under a loaded test run the build alone can take a minute
-	ctx := testkit.Context(t, time.Minute)
-	c := &cluster{bin: bin, logs: filepath.Join(base, "logs"), data: filepath.Join(base, "data"),
-		env: map[string][]string{}, procs: map[string]*proc{}}
-	for _, d := range []string{c.logs, c.data} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() { dumpLogs(t, c.logs) })
-	broker, err := embedded.StartBroker(ctx, "", filepath.Join(base, "kafka"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = broker.Close() })
-	rds, err := embedded.StartRedis(ctx, "", filepath.Join(base, "redis"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rds.Close() })
-
-	addr := map[string]string{}
-	for _, k := range []string{"gateway", "rest", "provisioner", "scheduler", "health", "registry"} {
-		addr[k] = testkit.FreeAddr()
-	}
-	common := []string{"LOOM_BROKERS=" + broker.Addr, "LOOM_REDIS_ADDR=" + rds.Addr, "LOOM_LOG_LEVEL=debug"}
-	for _, svc := range []string{"gateway", "provisioner", "scheduler", "health", "registry"} {
-		up := strings.ToUpper(svc)
-		c.env[svc] = append(append([]string{}, common...),
-			"LOOM_"+up+"_GRPC_ADDR="+addr[svc], "LOOM_"+up+"_HTTP_ADDR=127.0.0.1:0")
-	}
-	c.env["gateway"] = append(c.env["gateway"], "LOOM_GATEWAY_REST_ADDR="+addr["rest"],
-		"LOOM_PROVISIONER_ADDR="+addr["provisioner"], "LOOM_SCHEDULER_ADDR="+addr["scheduler"],
-		"LOOM_REGISTRY_ADDR="+addr["registry"])
-	c.env["provisioner"] = append(c.env["provisioner"], "LOOM_DATA_DIR="+c.data,
-		"LOOM_AGENT_COMMAND="+filepath.Join(c.bin, "agent"), "LOOM_STOP_AGENTS_ON_EXIT=true")
-	for _, svc := range []string{"provisioner", "scheduler", "health", "registry", "gateway"} {
-		c.start(t, svc)
-	}
-	conn, err := grpc.NewClient(addr["gateway"], grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	c.gw = conn
-	return c
-}
 
 // createCluster creates a cluster through the gateway and waits for RUNNING.
 func createCluster(t *testing.T, conn *grpc.ClientConn, id string, pools ...*loomv1.NodePool) *loomv1.Cluster {
@@ -125,22 +59,20 @@ func jobStates(ctx context.Context, jobs loomv1.JobServiceClient, names []string
 }
 
 // TestSchedulerCrashLosesNoJobAndRunsNoneTwice runs each service as its own
-// process, kills the scheduler with SIGKILL while jobs are pending and running,
+// process (the stack's process mode), kills the scheduler with SIGKILL while jobs are pending and running,
 // restarts it, and checks every job completes exactly once.
 func TestSchedulerCrashLosesNoJobAndRunsNoneTwice(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds every binary; skipped with -short")
-	}
 	t.Parallel()
-	c := startCluster(t)
-	cl := createCluster(t, c.gw, "e2e", &loomv1.NodePool{Id: "gpu", MachineType: "a2-highgpu-1g",
+	s := startStack(t, processes)
+	gw := testkit.Dial(t, s.GatewayAddr)
+	cl := createCluster(t, gw, "e2e", &loomv1.NodePool{Id: "gpu", MachineType: "a2-highgpu-1g",
 		NodeCount: 2, AcceleratorType: "nvidia-tesla-a100", AcceleratorCount: 1})
 	shared := cl.GetStatus().GetSharedDir()
 	if shared == "" {
 		t.Fatal("cluster has no shared_dir")
 	}
 
-	jobs := loomv1.NewJobServiceClient(c.gw)
+	jobs := loomv1.NewJobServiceClient(gw)
 	// Each run appends one line to a file named for the job: two lines would mean it ran twice.
 	script := `echo "$SLURM_JOB_ID on $SLURMD_NODENAME$LOOM_NODE_RANK" >> runs-$SLURM_JOB_ID; sleep 2`
 	var names []string
@@ -169,8 +101,12 @@ func TestSchedulerCrashLosesNoJobAndRunsNoneTwice(t *testing.T) {
 		}
 		return running > 0 && pending > 0, nil
 	})
-	c.procs["scheduler"].kill9(t)
-	c.start(t, "scheduler")
+	if err := s.Kill(waitCtx(t, 10*time.Second), "scheduler"); err != nil { // SIGKILL, as a crash
+		t.Fatal(err)
+	}
+	if err := s.Restart(waitCtx(t, 60*time.Second), "scheduler"); err != nil {
+		t.Fatal(err)
+	}
 
 	testkit.WaitFor(t, 120*time.Second, "every job COMPLETED after the scheduler restart", func() (bool, error) {
 		st, err := jobStates(waitCtx(t, 5*time.Second), jobs, names)

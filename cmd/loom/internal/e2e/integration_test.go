@@ -14,13 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/agentcmd"
-	"github.com/loom-ml/loom/cmd/loom/internal/stack"
+	"github.com/loom-ml/loom/cmd/loom/stack"
 	"github.com/loom-ml/loom/libs/testkit"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -41,17 +39,37 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func startStack(t *testing.T) *stack.Stack {
+// Where a stack's services run: all in this process (as `loom up`), or
+// each its own binary, built from the repository.
+const (
+	inProcess = "in-process"
+	processes = "processes"
+)
+
+// startStack starts a whole stack for the test, its services as mode says,
+// and closes it when the test ends (printing the services' logs of a
+// failed test that ran them as processes).
+func startStack(t *testing.T, mode string) *stack.Stack {
 	t.Helper()
+	opts := stack.Options{DataDir: t.TempDir(), LogLevel: "warn"}
+	switch mode {
+	case inProcess:
+		// Agents are this test binary (TestMain), real processes still.
+		opts.AgentCommand, opts.AgentEnv = []string{os.Args[0]}, []string{"LOOM_TEST_RUN_AGENT=1"}
+	case processes:
+		if testing.Short() {
+			t.Skip("builds every binary; skipped with -short")
+		}
+		opts.BinDir = binaries(t) // built first: under a loaded test run the build alone can take a minute
+		opts.LogLevel = "debug"
+		t.Cleanup(func() { dumpLogs(t, filepath.Join(opts.DataDir, "logs")) })
+	default:
+		t.Fatalf("unknown stack mode %q", mode)
+	}
 	ctx := testkit.Context(t, 90*time.Second)
-	s, err := stack.Start(ctx, stack.Options{
-		DataDir:      t.TempDir(),
-		AgentCommand: []string{os.Args[0]},
-		AgentEnv:     []string{"LOOM_TEST_RUN_AGENT=1"},
-		LogLevel:     "warn",
-	})
+	s, err := stack.Start(ctx, opts)
 	if err != nil {
-		t.Fatalf("start stack: %v", err)
+		t.Fatalf("start stack (%s): %v", mode, err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -63,17 +81,23 @@ func startStack(t *testing.T) *stack.Stack {
 	return s
 }
 
-// TestClusterJobModel drives the whole stack in one process through the
-// gateway's gRPC API: a cluster comes up with real agent processes, a 2-node
-// job runs on both and writes a model, and the registry holds its version.
+// TestClusterJobModel drives the whole stack through the gateway's gRPC API,
+// once with every service in this process and once with each its own
+// process (one test body, two deployments): a cluster comes up with real
+// agent processes, a 2-node job runs on both and writes a model, and the
+// registry holds its version.
 func TestClusterJobModel(t *testing.T) {
 	t.Parallel()
-	s := startStack(t)
-	conn, err := grpc.NewClient(s.GatewayAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
+	for _, mode := range []string{inProcess, processes} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			clusterJobModel(t, startStack(t, mode))
+		})
 	}
-	defer conn.Close()
+}
+
+func clusterJobModel(t *testing.T, s *stack.Stack) {
+	conn := testkit.Dial(t, s.GatewayAddr)
 
 	cl := createCluster(t, conn, "itest", &loomv1.NodePool{Id: "gpu", MachineType: "a2-highgpu-2g",
 		NodeCount: 2, AcceleratorType: "nvidia-tesla-a100", AcceleratorCount: 2})

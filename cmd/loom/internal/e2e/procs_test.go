@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -53,62 +52,6 @@ func binaries(t testing.TB) string {
 		t.Fatal(buildErr)
 	}
 	return binDir
-}
-
-// proc is a service running as its own process.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
-	log  *os.File
-}
-
-// startProc runs bin with env added to the environment, its output in logDir/<name>.log.
-func startProc(t testing.TB, name, bin, logDir string, env []string, args ...string) *proc {
-	t.Helper()
-	f, err := os.Create(filepath.Join(logDir, name+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, done: make(chan struct{}), log: f}
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() { p.stop(t); _ = f.Close() })
-	return p
-}
-
-// kill9 kills the process outright, as a crash would.
-func (p *proc) kill9(t testing.TB) {
-	t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s did not die after SIGKILL", p.name)
-	}
-}
-
-// stop asks the process to shut down gracefully, then kills it.
-func (p *proc) stop(t testing.TB) {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-		t.Logf("%s ignored SIGTERM for 15s; killing it", p.name)
-		_ = p.cmd.Process.Signal(syscall.SIGKILL)
-		<-p.done
-	}
 }
 
 // dumpLogs prints every process log when the test failed.

@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
@@ -112,6 +113,13 @@ type Options struct {
 	StartTimeout time.Duration
 	// Log receives the stack's own progress messages (default: discarded).
 	Log *slog.Logger
+	// BinDir, when set, runs each central service as its own process,
+	// BinDir/<service>, given the same settings as flags that the in-process
+	// services parse, with its output in DataDir/logs/<service>.log; agents
+	// are BinDir/agent unless AgentCommand names another. Empty: every
+	// service in this process. One test body can so run against both, as
+	// etcd's tests run each member in-process or as its own binary.
+	BinDir string
 }
 
 // Stack is a running embedded Loom. Close it when done.
@@ -130,7 +138,8 @@ type Stack struct {
 	redis   *embedded.Redis
 	tempDir string
 
-	cancel   context.CancelFunc
+	binDir   string
+	services map[string]*service // by name
 	wg       sync.WaitGroup
 	mu       sync.Mutex
 	exits    []serviceExit // services that have returned, in order
@@ -226,6 +235,9 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	s.DataDir = abs
 
 	agentCmd, agentEnv := opts.AgentCommand, opts.AgentEnv
+	if len(agentCmd) == 0 && opts.BinDir != "" {
+		agentCmd = []string{filepath.Join(opts.BinDir, "agent")}
+	}
 	if len(agentCmd) == 0 {
 		exe, err := os.Executable()
 		if err != nil {
@@ -239,6 +251,13 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 			return fmt.Errorf("start stack: %w", err)
 		}
 		agentEnv = append([]string{"LOOM_SLURM_BIN=" + bin}, agentEnv...)
+	}
+
+	// The provisioner's -agent-command and -agent-env split on white space.
+	for _, w := range append(append([]string{}, agentCmd...), agentEnv...) {
+		if strings.ContainsAny(w, " \t\n") {
+			return fmt.Errorf("start stack: agent command or environment %q holds white space, which the provisioner's -agent-command and -agent-env split on", w)
+		}
 	}
 
 	a, err := resolveAddrs(opts.Addrs)
@@ -274,68 +293,53 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	if level == "" {
 		level = config.Env("LOOM_LOG_LEVEL", "info")
 	}
-	common := func(grpcAddr, httpAddr string) config.Common {
-		return config.Common{
-			Brokers:      []string{a.Broker},
-			RedisAddr:    a.Redis,
-			GRPCAddr:     grpcAddr,
-			HTTPAddr:     httpAddr,
-			LogLevel:     level,
-			CreateTopics: false, // created above
-		}
+	// Every service's settings are flags, the same whether it runs in this
+	// process (parsed by its RegisterFlags, which fills in the documented
+	// defaults and LOOM_* variables for the rest) or as its own binary.
+	common := func(grpcAddr, httpAddr string) []string {
+		return []string{"-brokers=" + a.Broker, "-redis=" + a.Redis, "-grpc-addr=" + grpcAddr,
+			"-http-addr=" + httpAddr, "-log-level=" + level,
+			"-create-topics=false"} // created above
 	}
-
-	// Each Config starts from its RegisterFlags defaults, so that fields
-	// added to a service later get their documented defaults here too; the
-	// addresses are then set explicitly.
-	var provCfg provisioner.Config
-	defaults(provCfg.RegisterFlags)
-	provCfg.Common = common(a.Provisioner, a.ProvisionerHTTP)
-	provCfg.Provider = provisioner.ProviderLocal
+	provider := provisioner.ProviderLocal
 	if opts.Provider != "" {
-		provCfg.Provider = opts.Provider
+		provider = opts.Provider
+	}
+	provArgs := append(common(a.Provisioner, a.ProvisionerHTTP), "-provider="+provider,
+		"-data-dir="+filepath.Join(s.DataDir, "provisioner"),
+		// Agents belong to this stack: a stopped stack leaves none behind
+		// (the provisioner starts them again from its state at the next start).
+		"-stop-agents-on-exit=true",
+		"-agent-command="+strings.Join(agentCmd, " "),
+		// The Slurm commands in jobs (srun) find this gateway.
+		"-agent-env=LOOM_GATEWAY="+a.Gateway)
+	for _, e := range agentEnv {
+		provArgs = append(provArgs, "-agent-env="+e)
 	}
 	if opts.Capacity != "" {
-		provCfg.Capacity = opts.Capacity
+		provArgs = append(provArgs, "-capacity="+opts.Capacity)
 	}
-	provCfg.DataDir = filepath.Join(s.DataDir, "provisioner")
-	provCfg.AgentCommand = agentCmd
-	// The Slurm commands in jobs (srun) find this gateway.
-	provCfg.AgentEnv = append([]string{"LOOM_GATEWAY=" + a.Gateway}, agentEnv...)
-	// Agents belong to this process: a stopped stack leaves none behind
-	// (the provisioner starts them again from its state at the next start).
-	provCfg.StopAgentsOnExit = true
-
-	var schedCfg scheduler.Config
-	defaults(schedCfg.RegisterFlags)
-	schedCfg.Common = common(a.Scheduler, a.SchedulerHTTP)
-
-	var healthCfg health.Config
-	defaults(healthCfg.RegisterFlags)
-	healthCfg.Common = common(a.Health, a.HealthHTTP)
+	healthArgs := common(a.Health, a.HealthHTTP)
 	if opts.HeartbeatTimeout > 0 {
-		healthCfg.HeartbeatTimeout = opts.HeartbeatTimeout
+		healthArgs = append(healthArgs, "-heartbeat-timeout="+opts.HeartbeatTimeout.String())
 	}
+	gwArgs := append(common(a.Gateway, a.GatewayHTTP), "-rest-addr="+a.GatewayREST,
+		"-provisioner-addr="+a.Provisioner, "-scheduler-addr="+a.Scheduler, "-registry-addr="+a.Registry)
 
-	var regCfg registry.Config
-	defaults(regCfg.RegisterFlags)
-	regCfg.Common = common(a.Registry, a.RegistryHTTP)
-
-	var gwCfg gateway.Config
-	defaults(gwCfg.RegisterFlags)
-	gwCfg.Common = common(a.Gateway, a.GatewayHTTP)
-	gwCfg.RESTAddr = a.GatewayREST
-	gwCfg.ProvisionerAddr = a.Provisioner
-	gwCfg.SchedulerAddr = a.Scheduler
-	gwCfg.RegistryAddr = a.Registry
-
-	svcCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.cancel = cancel
-	s.run(svcCtx, "provisioner", func(ctx context.Context) error { return provisioner.Run(ctx, provCfg) })
-	s.run(svcCtx, "scheduler", func(ctx context.Context) error { return scheduler.Run(ctx, schedCfg) })
-	s.run(svcCtx, "health", func(ctx context.Context) error { return health.Run(ctx, healthCfg) })
-	s.run(svcCtx, "registry", func(ctx context.Context) error { return registry.Run(ctx, regCfg) })
-	s.run(svcCtx, "gateway", func(ctx context.Context) error { return gateway.Run(ctx, gwCfg) })
+	s.binDir = opts.BinDir
+	s.services = map[string]*service{}
+	for _, svc := range []*service{
+		{name: "provisioner", addr: a.Provisioner, args: provArgs, run: inProcess(func(c *provisioner.Config) func(*flag.FlagSet) { return c.RegisterFlags }, provisioner.Run)},
+		{name: "scheduler", addr: a.Scheduler, args: common(a.Scheduler, a.SchedulerHTTP), run: inProcess(func(c *scheduler.Config) func(*flag.FlagSet) { return c.RegisterFlags }, scheduler.Run)},
+		{name: "health", addr: a.Health, args: healthArgs, run: inProcess(func(c *health.Config) func(*flag.FlagSet) { return c.RegisterFlags }, health.Run)},
+		{name: "registry", addr: a.Registry, args: common(a.Registry, a.RegistryHTTP), run: inProcess(func(c *registry.Config) func(*flag.FlagSet) { return c.RegisterFlags }, registry.Run)},
+		{name: "gateway", addr: a.Gateway, args: gwArgs, run: inProcess(func(c *gateway.Config) func(*flag.FlagSet) { return c.RegisterFlags }, gateway.Run)},
+	} {
+		s.services[svc.name] = svc
+		if err := s.launch(ctx, svc); err != nil {
+			return fmt.Errorf("start stack: %w", err)
+		}
+	}
 
 	timeout := opts.StartTimeout
 	if timeout <= 0 {
@@ -356,6 +360,21 @@ func defaults(register func(*flag.FlagSet)) {
 	register(fs)
 }
 
+// inProcess returns a service's in-process runner: its flags are parsed by
+// its own RegisterFlags into a fresh Config, then its Run runs.
+func inProcess[C any](flags func(*C) func(*flag.FlagSet), run func(context.Context, C) error) func(context.Context, []string) error {
+	return func(ctx context.Context, args []string) error {
+		var cfg C
+		fs := flag.NewFlagSet("service", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		flags(&cfg)(fs)
+		if err := fs.Parse(args); err != nil {
+			return fmt.Errorf("flags: %w", err)
+		}
+		return run(ctx, cfg)
+	}
+}
+
 // resolveAddrs fills empty addresses with free loopback ports. The broker
 // and Redis pick their own when empty.
 func resolveAddrs(a Addrs) (Addrs, error) {
@@ -374,30 +393,136 @@ func resolveAddrs(a Addrs) (Addrs, error) {
 	return a, nil
 }
 
-// run starts one service in its own goroutine. A panic in it becomes its
-// error instead of taking the whole process down.
-func (s *Stack) run(ctx context.Context, name string, fn func(context.Context) error) {
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		err := func() (err error) {
+// service is one central service of the stack and how it runs.
+type service struct {
+	name, addr string
+	args       []string // its settings, as flags
+	run        func(context.Context, []string) error
+
+	mu     sync.Mutex
+	stop   func()        // asks the running instance to stop (cancel, or SIGTERM)
+	kill   func()        // ends it at once (SIGKILL; in-process, the same as stop)
+	done   chan struct{} // closed when the running instance has returned
+	killed bool          // the exit was asked for by Kill: not a failure
+}
+
+// launch starts svc: in this process, or as BinDir/<name> when the stack
+// runs services as processes.
+func (s *Stack) launch(ctx context.Context, svc *service) error {
+	done := make(chan struct{})
+	if s.binDir == "" {
+		sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		svc.mu.Lock()
+		svc.stop, svc.kill, svc.done, svc.killed = cancel, cancel, done, false
+		svc.mu.Unlock()
+		s.watch(svc, done, func() (err error) {
 			defer func() {
 				if r := recover(); r != nil {
-					s.log.Error("service panicked", "service", name, "panic", r, "stack", string(debug.Stack()))
+					s.log.Error("service panicked", "service", svc.name, "panic", r, "stack", string(debug.Stack()))
 					err = fmt.Errorf("panic: %v", r)
 				}
 			}()
-			return fn(ctx)
-		}()
+			return svc.run(sctx, svc.args)
+		})
+		return nil
+	}
+	logs := filepath.Join(s.DataDir, "logs")
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(logs, svc.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(filepath.Join(s.binDir, svc.name), svc.args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	// Its own process group: a terminal's Ctrl-C reaches the stack, which
+	// stops the services in order.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("%s: %w", svc.name, err)
+	}
+	svc.mu.Lock()
+	svc.stop = func() { _ = cmd.Process.Signal(syscall.SIGTERM) }
+	svc.kill = func() { _ = cmd.Process.Signal(syscall.SIGKILL) }
+	svc.done, svc.killed = done, false
+	svc.mu.Unlock()
+	s.watch(svc, done, func() error {
+		defer f.Close()
+		if err := cmd.Wait(); err != nil {
+			return fmt.Errorf("%w (its log: %s)", err, f.Name())
+		}
+		return nil
+	})
+	return nil
+}
+
+// watch runs wait in its own goroutine and records how the service ended:
+// an exit that neither Close nor Kill asked for breaks the stack (Done).
+func (s *Stack) watch(svc *service, done chan struct{}, wait func() error) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(done)
+		err := wait()
+		svc.mu.Lock()
+		killed := svc.killed
+		svc.mu.Unlock()
 		s.mu.Lock()
-		s.exits = append(s.exits, serviceExit{name: name, err: err})
 		closing := s.closing
+		if !killed {
+			s.exits = append(s.exits, serviceExit{name: svc.name, err: err})
+		}
 		s.mu.Unlock()
-		if !closing {
-			s.log.Error("service exited", "service", name, "err", err)
+		if !closing && !killed {
+			s.log.Error("service exited", "service", svc.name, "err", err)
 			s.doneOnce.Do(func() { close(s.done) })
 		}
 	}()
+}
+
+// Kill ends one service at once, as a crash would: SIGKILL when services
+// run as processes; in this process a goroutine cannot be killed, so it is
+// stopped (gracefully). It returns once the service is gone. Its exit does
+// not break the stack; Restart starts it again.
+func (s *Stack) Kill(ctx context.Context, name string) error {
+	svc, ok := s.services[name]
+	if !ok {
+		return fmt.Errorf("stack: no service %q", name)
+	}
+	svc.mu.Lock()
+	svc.killed = true
+	kill, done := svc.kill, svc.done
+	svc.mu.Unlock()
+	kill()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stack: %s did not end: %w", name, ctx.Err())
+	}
+}
+
+// Restart starts a service that Kill ended again, with the same settings,
+// and returns once it reports SERVING.
+func (s *Stack) Restart(ctx context.Context, name string) error {
+	svc, ok := s.services[name]
+	if !ok {
+		return fmt.Errorf("stack: no service %q", name)
+	}
+	svc.mu.Lock()
+	done := svc.done
+	svc.mu.Unlock()
+	select {
+	case <-done:
+	default:
+		return fmt.Errorf("stack: %s is running; Kill it first", name)
+	}
+	if err := s.launch(ctx, svc); err != nil {
+		return fmt.Errorf("stack: restart %s: %w", name, err)
+	}
+	return s.serving(ctx, ctx, svc)
 }
 
 // waitReady waits until every service reports SERVING on the gRPC health
@@ -406,23 +531,9 @@ func (s *Stack) run(ctx context.Context, name string, fn func(context.Context) e
 func (s *Stack) waitReady(ctx context.Context, timeout time.Duration) error {
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	svcs := []struct{ name, addr string }{
-		{"provisioner", s.Addrs.Provisioner}, {"scheduler", s.Addrs.Scheduler}, {"health", s.Addrs.Health},
-		{"registry", s.Addrs.Registry}, {"gateway", s.Addrs.Gateway},
-	}
-	for _, svc := range svcs {
-		err := s.poll(ctx, wctx, svc.addr, func(ctx context.Context, conn *grpc.ClientConn) error {
-			resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
-			if err == nil && resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-				err = fmt.Errorf("health %s", resp.GetStatus())
-			}
+	for _, name := range []string{"provisioner", "scheduler", "health", "registry", "gateway"} {
+		if err := s.serving(ctx, wctx, s.services[name]); err != nil {
 			return err
-		})
-		if errors.Is(err, errServiceExited) {
-			return s.Err()
-		}
-		if err != nil {
-			return fmt.Errorf("%s on %s is not ready: %w", svc.name, svc.addr, err)
 		}
 	}
 	err := s.poll(ctx, wctx, s.GatewayAddr, func(ctx context.Context, conn *grpc.ClientConn) error {
@@ -434,6 +545,24 @@ func (s *Stack) waitReady(ctx context.Context, timeout time.Duration) error {
 	}
 	if err != nil {
 		return fmt.Errorf("gateway on %s does not answer: %w", s.GatewayAddr, err)
+	}
+	return nil
+}
+
+// serving waits until svc reports SERVING on the gRPC health service.
+func (s *Stack) serving(ctx, wctx context.Context, svc *service) error {
+	err := s.poll(ctx, wctx, svc.addr, func(ctx context.Context, conn *grpc.ClientConn) error {
+		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+		if err == nil && resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			err = fmt.Errorf("health %s", resp.GetStatus())
+		}
+		return err
+	})
+	if errors.Is(err, errServiceExited) {
+		return s.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("%s on %s is not ready: %w", svc.name, svc.addr, err)
 	}
 	return nil
 }
@@ -513,8 +642,15 @@ func (s *Stack) close(ctx context.Context) error {
 	s.closing = true
 	s.mu.Unlock()
 
-	if s.cancel != nil {
-		s.cancel()
+	if len(s.services) > 0 {
+		for _, svc := range s.services {
+			svc.mu.Lock()
+			stop := svc.stop
+			svc.mu.Unlock()
+			if stop != nil {
+				stop()
+			}
+		}
 		stopped := make(chan struct{})
 		go func() {
 			s.wg.Wait()
@@ -524,6 +660,12 @@ func (s *Stack) close(ctx context.Context) error {
 		case <-stopped:
 		case <-ctx.Done():
 			errs = append(errs, fmt.Errorf("services did not stop in time: %w", ctx.Err()))
+			for _, svc := range s.services { // processes that ignored SIGTERM
+				svc.mu.Lock()
+				kill := svc.kill
+				svc.mu.Unlock()
+				kill()
+			}
 		}
 	}
 	s.mu.Lock()
