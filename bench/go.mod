@@ -7,14 +7,18 @@ require (
 	github.com/loom-ml/loom/proto v0.0.0
 	github.com/loom-ml/loom/services/agent v0.0.0
 	github.com/loom-ml/loom/services/gateway v0.0.0
-	github.com/loom-ml/loom/services/health v0.0.0
 	github.com/loom-ml/loom/services/provisioner v0.0.0
-	github.com/loom-ml/loom/services/registry v0.0.0
-	github.com/loom-ml/loom/services/scheduler v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/segmentio/kafka-go v0.4.51
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
+)
+
+require (
+	github.com/jonboulle/clockwork v0.5.0 // indirect
+	github.com/loom-ml/loom/services/health v0.0.0 // indirect
+	github.com/loom-ml/loom/services/registry v0.0.0 // indirect
+	github.com/loom-ml/loom/services/scheduler v0.0.0 // indirect
 )
 
 require (
@@ -27,6 +31,7 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.33.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/loom-ml/loom/cmd/loom v0.0.0
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/oklog/ulid/v2 v2.1.2 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
@@ -70,3 +75,5 @@ replace (
 	github.com/loom-ml/loom/services/registry => ../services/registry
 	github.com/loom-ml/loom/services/scheduler => ../services/scheduler
 )
+
+replace github.com/loom-ml/loom/cmd/loom => ../cmd/loom

@@ -366,7 +366,7 @@ func runLoom(ctx context.Context, f flags, dir string, jobNice int) (result, err
 		return m
 	}
 	// Server-side Redis time per command in the window (not with miniredis).
-	statsOK := resetRedisStats(pctx, st.redis.Addr) == nil
+	statsOK := resetRedisStats(pctx, st.RedisAddr) == nil
 	if f.cpuProfile != "" {
 		pf, err := os.Create(f.cpuProfile)
 		if err != nil {
@@ -387,7 +387,7 @@ func runLoom(ctx context.Context, f flags, dir string, jobNice int) (result, err
 			return result{}, err
 		}
 	}
-	offBefore, offErr := topicOffsets(pctx, st.broker.Addr)
+	offBefore, offErr := topicOffsets(pctx, st.BrokerAddr)
 	r, err := measure(pctx, t, f.n, f.conc, 100*time.Millisecond, cpu)
 	if f.cpuProfile != "" {
 		pprof.StopCPUProfile()
@@ -401,12 +401,12 @@ func runLoom(ctx context.Context, f flags, dir string, jobNice int) (result, err
 	r.PerNode = t.perNode
 	r.JobNice = jobNice
 	if offErr == nil {
-		if after, err := topicOffsets(pctx, st.broker.Addr); err == nil {
+		if after, err := topicOffsets(pctx, st.BrokerAddr); err == nil {
 			r.Topics = topicLine(offBefore, after, f.n)
 		}
 	}
 	if statsOK {
-		if rs, err := redisStats(pctx, st.redis.Addr); err == nil {
+		if rs, err := redisStats(pctx, st.RedisAddr); err == nil {
 			r.Redis = rs
 		}
 	}
