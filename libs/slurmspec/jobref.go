@@ -23,8 +23,9 @@ func (r JobRef) String() string {
 	return fmt.Sprintf("%d_%d", r.JobID, r.Task)
 }
 
-// ParseJobRef parses "A" or "A_i": A a positive job id without leading
-// zeros, i an array index 0..MaxArrayIndex.
+// ParseJobRef parses "A" or "A_i": A a positive job id and i an array index
+// 0..MaxArrayIndex, both without leading zeros, so that a parsed reference
+// is written back (String) exactly as given and one job has one spelling.
 func ParseJobRef(s string) (JobRef, error) {
 	id, task, isTask := strings.Cut(s, "_")
 	if !isDigits(id) || strings.HasPrefix(id, "0") {
@@ -36,6 +37,9 @@ func ParseJobRef(s string) (JobRef, error) {
 	}
 	ref := JobRef{JobID: n, Task: -1}
 	if isTask {
+		if len(task) > 1 && task[0] == '0' {
+			return JobRef{}, fmt.Errorf("%q: array task %q has a leading zero (want N_I, e.g. 12_3)", s, task)
+		}
 		if ref.Task, err = arrayIndex(task); err != nil {
 			return JobRef{}, fmt.Errorf("%q: array task: %w", s, err)
 		}

@@ -40,6 +40,12 @@ type Config struct {
 	// JobHistory is how long ended jobs are kept for sacct
 	// (LOOM_GATEWAY_JOB_HISTORY; default 720h, 30 days).
 	JobHistory time.Duration
+	// REST bounds REST requests: the largest body
+	// (LOOM_GATEWAY_REST_MAX_BODY, bytes; default 4 MiB) and the read
+	// timeouts (LOOM_GATEWAY_REST_READ_HEADER_TIMEOUT, default 10s;
+	// LOOM_GATEWAY_REST_READ_TIMEOUT, default 30s;
+	// LOOM_GATEWAY_REST_IDLE_TIMEOUT, default 2m). Zero fields get the defaults.
+	REST ports.RESTLimits
 }
 
 // RegisterFlags adds the gateway's flags to fs, defaults from LOOM_* variables.
@@ -57,6 +63,15 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"users who may act on every job; their holds are admin holds (LOOM_SLURM_ADMINS, comma-separated)")
 	fs.DurationVar(&c.JobHistory, "job-history", config.EnvDuration("LOOM_GATEWAY_JOB_HISTORY", app.DefaultJobHistory),
 		"how long ended jobs are kept for sacct after their end (LOOM_GATEWAY_JOB_HISTORY)")
+	fs.Int64Var(&c.REST.MaxBodyBytes, "rest-max-body", config.EnvInt("LOOM_GATEWAY_REST_MAX_BODY", ports.DefaultMaxBodyBytes),
+		"largest REST request body in bytes; larger is answered 413 (LOOM_GATEWAY_REST_MAX_BODY)")
+	fs.DurationVar(&c.REST.ReadHeaderTimeout, "rest-read-header-timeout",
+		config.EnvDuration("LOOM_GATEWAY_REST_READ_HEADER_TIMEOUT", ports.DefaultReadHeaderTimeout),
+		"how long a REST client may take to send its request headers (LOOM_GATEWAY_REST_READ_HEADER_TIMEOUT)")
+	fs.DurationVar(&c.REST.ReadTimeout, "rest-read-timeout", config.EnvDuration("LOOM_GATEWAY_REST_READ_TIMEOUT", ports.DefaultReadTimeout),
+		"how long a REST client may take to send a whole request, body included (LOOM_GATEWAY_REST_READ_TIMEOUT)")
+	fs.DurationVar(&c.REST.IdleTimeout, "rest-idle-timeout", config.EnvDuration("LOOM_GATEWAY_REST_IDLE_TIMEOUT", ports.DefaultIdleTimeout),
+		"how long a kept-alive REST connection may wait for its next request (LOOM_GATEWAY_REST_IDLE_TIMEOUT)")
 }
 
 // withDefaults fills the fields a caller that skipped RegisterFlags left empty.
@@ -74,6 +89,17 @@ func (c Config) withDefaults() Config {
 	if c.JobHistory <= 0 {
 		c.JobHistory = app.DefaultJobHistory
 	}
+	defDur := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if c.REST.MaxBodyBytes <= 0 {
+		c.REST.MaxBodyBytes = ports.DefaultMaxBodyBytes
+	}
+	defDur(&c.REST.ReadHeaderTimeout, ports.DefaultReadHeaderTimeout)
+	defDur(&c.REST.ReadTimeout, ports.DefaultReadTimeout)
+	defDur(&c.REST.IdleTimeout, ports.DefaultIdleTimeout)
 	return c
 }
 
@@ -119,14 +145,14 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string
 		{Topics: []string{topics.ClusterEvents}, Handler: ports.ClusterEvents(gw), Group: ConsumerGroup},
 	}
 	consumers = append(consumers, service.Consume{Topics: []string{topics.JobEvents}, Handler: ports.JobHistory(gw), Group: app.HistoryGroup})
-	rest := func(ctx context.Context) error { return serveREST(ctx, base, cfg.RESTAddr, started) }
+	rest := func(ctx context.Context) error { return serveREST(ctx, base, cfg.RESTAddr, cfg.REST, started) }
 	// The history sweep runs beside the requests, in small batches.
 	sweep := func(ctx context.Context) error { return gw.RunHistorySweep(ctx, sweepInterval(cfg.JobHistory)) }
 	return base.Run(ctx, consumers, rest, sweep)
 }
 
-// serveREST serves the REST/JSON API on addr until ctx ends.
-func serveREST(ctx context.Context, base *service.Base, addr string, started func(grpcAddr, restAddr string)) error {
+// serveREST serves the REST/JSON API on addr, under limits, until ctx ends.
+func serveREST(ctx context.Context, base *service.Base, addr string, limits ports.RESTLimits, started func(grpcAddr, restAddr string)) error {
 	grpcAddr, err := base.GRPCAddr(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -143,7 +169,7 @@ func serveREST(ctx context.Context, base *service.Base, addr string, started fun
 	if err != nil {
 		return fmt.Errorf("rest: listen on %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := ports.RESTServer(mux, limits)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	base.Log.Info("serving REST", "addr", ln.Addr().String())

@@ -246,7 +246,8 @@ func c1() *loomv1.Cluster {
 	}
 }
 
-func newHarness(t *testing.T) *harness {
+// newHarness starts the gateway; configure changes its configuration first.
+func newHarness(t *testing.T, configure ...func(*Config)) *harness {
 	t.Helper()
 	h := &harness{broker: testkit.Broker(t), w: &world{
 		clusters: map[string]*loomv1.Cluster{}, jobs: map[string]*loomv1.Job{}, reservations: map[string]*loomv1.Reservation{},
@@ -278,6 +279,9 @@ func newHarness(t *testing.T) *harness {
 		},
 		RESTAddr:        "127.0.0.1:0",
 		ProvisionerAddr: ownersAddr, SchedulerAddr: ownersAddr, RegistryAddr: ownersAddr,
+	}
+	for _, c := range configure {
+		c(&cfg)
 	}
 	type addrs struct{ grpc, rest string }
 	started := make(chan addrs, 1)

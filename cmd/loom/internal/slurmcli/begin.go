@@ -18,7 +18,26 @@ import (
 //	YYYY-MM-DD[THH:MM[:SS]]
 //	today, tomorrow, midnight, noon, elevenses (11:00), fika (15:00),
 //	teatime (16:00)
+//
+// A time more than MaxBeginAhead from now is refused: past 2262 a time no
+// longer fits the nanoseconds the scheduler compares, and it would start
+// the job at once.
 func ParseBegin(s string, now time.Time) (time.Time, error) {
+	t, err := parseBegin(s, now)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if t.Sub(now) > MaxBeginAhead || now.Sub(t) > MaxBeginAhead {
+		return time.Time{}, fmt.Errorf("%s is more than 100 years away", t.Format("2006-01-02"))
+	}
+	return t, nil
+}
+
+// MaxBeginAhead is how far from now a --begin time may be (the gateway
+// takes begin_time up to as far after the submission).
+const MaxBeginAhead = 100 * 365 * 24 * time.Hour
+
+func parseBegin(s string, now time.Time) (time.Time, error) {
 	in := strings.TrimSpace(s)
 	lower := strings.ToLower(in)
 	loc := now.Location()

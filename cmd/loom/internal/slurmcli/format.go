@@ -2,7 +2,6 @@ package slurmcli
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -48,13 +47,9 @@ func parseFormat(s string) format {
 		case '-':
 			i++
 		}
-		for i < len(tok) && tok[i] >= '0' && tok[i] <= '9' {
-			fl.width = fl.width*10 + int(tok[i]-'0')
-			if fl.width > 1000 {
-				fl.width = 1000
-			}
-			i++
-		}
+		w, n := leadingWidth(tok[i:])
+		fl.width = w
+		i += n
 		if i < len(tok) {
 			fl.spec = tok[i : i+1]
 			fl.suffix = tok[i+1:]
@@ -64,8 +59,24 @@ func parseFormat(s string) format {
 	return f
 }
 
+// maxFieldWidth bounds a field's width in a format (-o, -O): each row pads
+// every field to its width, so "JobID:100000000" would make every row
+// 100 MB. Wider asks get this width.
+const maxFieldWidth = 1000
+
+// leadingWidth reads the decimal width at the start of s, at most
+// maxFieldWidth, and returns it with how many bytes it took.
+func leadingWidth(s string) (width, n int) {
+	for n < len(s) && s[n] >= '0' && s[n] <= '9' {
+		width = min(width*10+int(s[n]-'0'), maxFieldWidth)
+		n++
+	}
+	return width, n
+}
+
 // parseLongFormat parses a -O/--Format list, "Name[:[.]width][suffix],...":
-// default width 20, left-justified; names map to field letters with longs.
+// default width 20, left-justified, at most maxFieldWidth; names map to
+// field letters with longs.
 func parseLongFormat(s string, longs map[string]string) (format, []string) {
 	var f format
 	var unknown []string
@@ -80,11 +91,8 @@ func parseLongFormat(s string, longs map[string]string) (format, []string) {
 				fl.right = true
 				rest = rest[1:]
 			}
-			j := 0
-			for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
-				j++
-			}
-			fl.width, _ = strconv.Atoi(rest[:j])
+			w, j := leadingWidth(rest)
+			fl.width = w
 			fl.suffix = rest[j:]
 		}
 		spec, ok := longs[strings.ToLower(name)]

@@ -115,7 +115,8 @@ func TestParseBegin(t *testing.T) {
 			t.Errorf("ParseBegin(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
 		}
 	}
-	for _, bad := range []string{"", "later", "now+", "now+5fortnights", "now+3000000000weeks", "25:00", "2026-13-01", "02/30", "13/01", "12:61", "2026-04-01T99:00"} {
+	for _, bad := range []string{"", "later", "now+", "now+5fortnights", "now+3000000000weeks", "25:00", "2026-13-01", "02/30", "13/01", "12:61", "2026-04-01T99:00",
+		"2263-01-01", "2263-01-01T00:00", "9999-12-31", "1700-01-01", "now+36600days"} { // past 2262 the scheduler's nanoseconds overflow
 		if got, err := ParseBegin(bad, now); err == nil {
 			t.Errorf("ParseBegin(%q) = %v, want an error", bad, got)
 		}
@@ -221,5 +222,28 @@ func TestFormatParsingAndCells(t *testing.T) {
 		long.fields[0] != (fmtField{spec: "A", width: 10, right: true, token: "JobID:.10"}) ||
 		long.fields[1].suffix != "|" || long.fields[2].width != 20 {
 		t.Errorf("parseLongFormat = %+v %v", long, unknown)
+	}
+}
+
+// A huge width is cut to maxFieldWidth: "squeue -O JobID:100000000" once
+// padded every row to 100 MB.
+func TestFormatWidthBounded(t *testing.T) {
+	t.Parallel()
+	for _, f := range []format{
+		parseFormat("%100000000i|%.99999999999999999999999j"),
+		func() format {
+			f, _ := parseLongFormat("JobID:100000000,Name:.99999999999999999999999", squeueLongNames)
+			return f
+		}(),
+	} {
+		if len(f.fields) != 2 || f.fields[0].width != maxFieldWidth || f.fields[1].width != maxFieldWidth {
+			t.Fatalf("fields = %+v, want both %d wide", f.fields, maxFieldWidth)
+		}
+		var b strings.Builder
+		f.render(&b, func(string) (cell, bool) { return cell{text: "7"}, true })
+		// Two padded fields and their separators or suffixes.
+		if n := b.Len(); n < 2*maxFieldWidth || n > 2*maxFieldWidth+8 {
+			t.Errorf("a row of two fields is %d bytes, want about %d", n, 2*maxFieldWidth)
+		}
 	}
 }

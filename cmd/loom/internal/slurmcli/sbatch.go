@@ -686,6 +686,9 @@ func parseGres(s string) (string, int32, error) {
 		return "", 0, fmt.Errorf("unknown generic resource %q (Loom knows gpu)", f[0])
 	}
 	count := func(c string) (int32, error) {
+		if strings.HasPrefix(c, "-") && isDigits(c[1:]) {
+			return 0, fmt.Errorf("count %q must not be negative", c)
+		}
 		n, err := strconv.ParseInt(c, 10, 32)
 		if err != nil || n < 0 || !isDigits(c) {
 			return 0, fmt.Errorf("count %q is not a number", c)
@@ -696,22 +699,48 @@ func parseGres(s string) (string, int32, error) {
 	case 1:
 		return "", 1, nil
 	case 2:
-		if isDigits(f[1]) {
+		if isDigits(f[1]) || looksSigned(f[1]) {
 			n, err := count(f[1])
 			return "", n, err
 		}
-		if f[1] == "" {
-			return "", 0, errors.New("empty type")
+		if err := checkGresType(f[1]); err != nil {
+			return "", 0, err
 		}
 		return f[1], 1, nil
 	case 3:
-		if f[1] == "" {
-			return "", 0, errors.New("empty type")
+		if err := checkGresType(f[1]); err != nil {
+			return "", 0, err
 		}
 		n, err := count(f[2])
 		return f[1], n, err
 	}
 	return "", 0, errors.New("expected gpu[:type][:count]")
+}
+
+// looksSigned reports whether s is a sign and digits ("-1", "+2"): a count
+// given wrong, not a GPU type.
+func looksSigned(s string) bool {
+	return len(s) > 1 && (s[0] == '-' || s[0] == '+') && isDigits(s[1:])
+}
+
+// checkGresType checks a GPU type as gres.conf names them (a100,
+// h100_80gb, 1g.10gb): letters, digits, '_', '.' and '-', not starting
+// with '-' or '.', at most 64 characters.
+func checkGresType(t string) error {
+	if t == "" {
+		return errors.New("empty type")
+	}
+	if len(t) > 64 {
+		return fmt.Errorf("type %.20q... is longer than 64 characters", t)
+	}
+	for i, c := range t {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' ||
+			(i > 0 && (c == '.' || c == '-'))
+		if !ok {
+			return fmt.Errorf("type %q: a GPU type has letters, digits, '_', '.' and '-' (not first)", t)
+		}
+	}
+	return nil
 }
 
 // expandHosts expands a --nodelist/--exclude value.

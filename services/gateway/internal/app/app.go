@@ -162,6 +162,9 @@ func (g *Gateway) CreateCluster(ctx context.Context, req *loomv1.CreateClusterRe
 // returns the first call's operation.
 func (g *Gateway) DeleteCluster(ctx context.Context, req *loomv1.DeleteClusterRequest) (*loomv1.Operation, error) {
 	kind, rid := adapters.RequestDeleteCluster, req.GetRequestId()
+	if err := domain.CheckRequestID(rid); err != nil {
+		return nil, err
+	}
 	if op, ok, err := g.replayOperation(ctx, kind, rid); err != nil || ok {
 		return op, err
 	}
@@ -698,6 +701,9 @@ func (g *Gateway) CancelJob(ctx context.Context, req *loomv1.CancelJobRequest) (
 	}
 	signal, err := domain.ParseCancelSignal(req.GetSignal())
 	if err != nil {
+		return nil, err
+	}
+	if err := domain.CheckUser(req.GetUser()); err != nil {
 		return nil, err
 	}
 	j, err := g.job(ctx, ref.name)

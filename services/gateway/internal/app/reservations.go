@@ -47,6 +47,9 @@ func (g *Gateway) CreateReservation(ctx context.Context, req *loomv1.CreateReser
 // request_id returns the first call's operation.
 func (g *Gateway) DeleteReservation(ctx context.Context, req *loomv1.DeleteReservationRequest) (*loomv1.Operation, error) {
 	kind, rid := adapters.RequestDeleteReservation, req.GetRequestId()
+	if err := domain.CheckRequestID(rid); err != nil {
+		return nil, err
+	}
 	if op, ok, err := g.replayOperation(ctx, kind, rid); err != nil || ok {
 		return op, err
 	}

@@ -51,7 +51,7 @@ func OperationName(project, id string) string {
 func split(name, collection string, validID func(string) bool) (project, id string, err error) {
 	parts := strings.Split(name, "/")
 	if len(parts) != 4 || parts[0] != "projects" || parts[2] != collection || !ValidID(parts[1]) || !validID(parts[3]) {
-		return "", "", fmt.Errorf("want projects/{project}/%s/{id}, got %q", collection, name)
+		return "", "", fmt.Errorf("want projects/{project}/%s/{id}, got %s", collection, clip(name))
 	}
 	return parts[1], parts[3], nil
 }
@@ -60,7 +60,7 @@ func split(name, collection string, validID func(string) bool) (project, id stri
 func ParseProject(parent string) (string, error) {
 	p, ok := strings.CutPrefix(parent, "projects/")
 	if !ok || !ValidID(p) {
-		return "", fmt.Errorf("want projects/{project}, got %q", parent)
+		return "", fmt.Errorf("want projects/{project}, got %s", clip(parent))
 	}
 	return p, nil
 }

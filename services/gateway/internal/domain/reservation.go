@@ -33,12 +33,14 @@ func AcceptReservation(req *loomv1.CreateReservationRequest) (*loomv1.Reservatio
 	if n := r.GetName(); n != "" && project != "" && n != name {
 		v.Add("reservation.name", "%q does not match parent and reservation_id; leave it empty", n)
 	}
+	checkRequestID(&v, req.GetRequestId())
 	v.Check(r.GetZone() != "", "reservation.zone", "required")
+	checkText(&v, "reservation.zone", r.GetZone(), MaxNameBytes)
 	switch mt := r.GetMachineType(); {
 	case mt == "":
 		v.Add("reservation.machine_type", "required")
 	case !KnownMachineType(mt):
-		v.Add("reservation.machine_type", "unknown machine type %q", mt)
+		v.Add("reservation.machine_type", "unknown machine type %s", clip(mt))
 	}
 	v.Check(r.GetCount() >= 1, "reservation.count", "%d must be at least 1", r.GetCount())
 	if err := v.Err(); err != nil {

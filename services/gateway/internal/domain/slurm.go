@@ -50,11 +50,11 @@ func refuse(msg string) error { return &Precondition{Msg: msg} }
 func ParseJobRefName(name string) (project string, ref slurmspec.JobRef, err error) {
 	parts := strings.Split(name, "/")
 	if len(parts) != 4 || parts[0] != "projects" || parts[2] != "jobs" || !ValidID(parts[1]) {
-		return "", slurmspec.JobRef{}, fmt.Errorf("want projects/{project}/jobs/{id} (id N or N_I), got %q", name)
+		return "", slurmspec.JobRef{}, fmt.Errorf("want projects/{project}/jobs/{id} (id N or N_I), got %s", clip(name))
 	}
 	ref, err = slurmspec.ParseJobRef(parts[3])
 	if err != nil || ref.JobID <= 0 {
-		return "", slurmspec.JobRef{}, fmt.Errorf("want projects/{project}/jobs/{id} (id N or N_I), got %q", name)
+		return "", slurmspec.JobRef{}, fmt.Errorf("want projects/{project}/jobs/{id} (id N or N_I), got %s", clip(name))
 	}
 	return parts[1], ref, nil
 }
@@ -132,7 +132,7 @@ func findPartition(c *loomv1.Cluster, id string) (*loomv1.SlurmPartition, error)
 	if cid == "" {
 		cid = c.GetName()
 	}
-	return nil, fmt.Errorf("no partition %q in cluster %s (partitions: %s)", id, cid, strings.Join(ids, ", "))
+	return nil, fmt.Errorf("no partition %s in cluster %s (partitions: %s)", clip(id), cid, strings.Join(ids, ", "))
 }
 
 // partitionPools returns the node pools whose nodes are in partition p.
@@ -176,35 +176,35 @@ func validateSlurm(v *errs.Validator, j *loomv1.Job, cluster *loomv1.Cluster) (p
 	if s := j.GetArray(); s != "" {
 		switch a, err := slurmspec.ParseArray(s); {
 		case err != nil:
-			v.Add("job.array", "%q: %v", s, err)
+			v.Add("job.array", "%s: %v", clip(s), err)
 		case a.Count() > MaxArrayTasks:
-			v.Add("job.array", "%q names %d tasks; an array may have at most %d", s, a.Count(), MaxArrayTasks)
+			v.Add("job.array", "%s names %d tasks; an array may have at most %d", clip(s), a.Count(), MaxArrayTasks)
 		}
 	}
 	v.Check(j.GetArrayJobId() == "" && j.GetArrayTaskId() == 0, "job.array_job_id", "is set by the scheduler on array tasks; submit the array with job.array")
 	switch m := j.GetOpenMode(); m {
 	case "", slurmspec.OpenModeAppend, slurmspec.OpenModeTruncate:
 	default:
-		v.Add("job.open_mode", "%q: want %q or %q (empty: %s)", m, slurmspec.OpenModeAppend, slurmspec.OpenModeTruncate, slurmspec.OpenModeTruncate)
+		v.Add("job.open_mode", "%s: want %q or %q (empty: %s)", clip(m), slurmspec.OpenModeAppend, slurmspec.OpenModeTruncate, slurmspec.OpenModeTruncate)
 	}
 	if s := j.GetDependency(); s != "" {
 		if _, err := slurmspec.ParseDependency(s); err != nil {
-			v.Add("job.dependency", "%q: %v", s, err)
+			v.Add("job.dependency", "%s: %v", clip(s), err)
 		}
 	}
 	if s := j.GetSignal(); s != "" {
 		if _, err := slurmspec.ParseSignal(s); err != nil {
-			v.Add("job.signal", "%q: %v (want [B:]SIG[@seconds])", s, err)
+			v.Add("job.signal", "%s: %v (want [B:]SIG[@seconds])", clip(s), err)
 		}
 	}
 	for _, d := range []struct{ name, val string }{{"job.work_dir", j.GetWorkDir()}, {"job.submit_dir", j.GetSubmitDir()}} {
-		v.Check(d.val == "" || filepath.IsAbs(d.val), d.name, "%q must be an absolute path", d.val)
+		v.Check(d.val == "" || filepath.IsAbs(d.val), d.name, "%s must be an absolute path", clip(d.val))
 	}
 	for i, h := range j.GetNodelist() {
-		v.Check(ValidID(h), fmt.Sprintf("job.nodelist[%d]", i), "%q is not a hostname", h)
+		v.Check(ValidID(h), fmt.Sprintf("job.nodelist[%d]", i), "%s is not a hostname", clip(h))
 	}
 	for i, h := range j.GetExclude() {
-		v.Check(ValidID(h), fmt.Sprintf("job.exclude[%d]", i), "%q is not a hostname", h)
+		v.Check(ValidID(h), fmt.Sprintf("job.exclude[%d]", i), "%s is not a hostname", clip(h))
 	}
 	if cluster == nil {
 		return "", nil
@@ -226,6 +226,8 @@ func validateSlurm(v *errs.Validator, j *loomv1.Job, cluster *loomv1.Cluster) (p
 // checked by the caller.
 func ValidateUpdateJob(req *loomv1.UpdateJobRequest) (string, error) {
 	var v errs.Validator
+	checkText(&v, "user", req.GetUser(), MaxNameBytes)
+	checkText(&v, "partition", req.GetPartition(), MaxNameBytes)
 	action := strings.ToLower(strings.TrimSpace(req.GetAction()))
 	switch action {
 	case "hold", "uhold", "release", "requeue":
@@ -238,7 +240,7 @@ func ValidateUpdateJob(req *loomv1.UpdateJobRequest) (string, error) {
 	case "":
 		v.Add("action", "required: one of %s", updateActionsList)
 	default:
-		v.Add("action", "%q is not one of %s", req.GetAction(), updateActionsList)
+		v.Add("action", "%s is not one of %s", clip(req.GetAction()), updateActionsList)
 	}
 	return action, v.Err()
 }
@@ -280,6 +282,22 @@ func ParseCancelSignal(signal string) (string, error) {
 	return name, nil
 }
 
+// CheckUser checks the caller a request names (CancelJobRequest.user and
+// the like): at most MaxNameBytes, no control characters.
+func CheckUser(user string) error {
+	var v errs.Validator
+	checkText(&v, "user", user, MaxNameBytes)
+	return v.Err()
+}
+
+// CheckRequestID checks a request_id: at most MaxRequestIDBytes, no
+// control characters.
+func CheckRequestID(id string) error {
+	var v errs.Validator
+	checkRequestID(&v, id)
+	return v.Err()
+}
+
 // CheckCancel refuses to cancel or signal job in the state it is in:
 // finishing or finished jobs (Slurm's "Job/step already completing or
 // completed"), and signals to jobs that have not started.
@@ -303,7 +321,9 @@ func ValidateUpdateSlurmNode(req *loomv1.UpdateSlurmNodeRequest) (string, error)
 	if _, _, err := ParseClusterName(req.GetCluster()); err != nil {
 		v.Add("cluster", "%v", err)
 	}
-	v.Check(ValidID(req.GetHostname()), "hostname", "%q is not a node hostname", req.GetHostname())
+	v.Check(ValidID(req.GetHostname()), "hostname", "%s is not a node hostname", clip(req.GetHostname()))
+	checkText(&v, "reason", req.GetReason(), MaxReasonBytes)
+	checkText(&v, "user", req.GetUser(), MaxNameBytes)
 	state := strings.ToUpper(strings.TrimSpace(req.GetState()))
 	switch state {
 	case "DRAIN":
@@ -313,7 +333,7 @@ func ValidateUpdateSlurmNode(req *loomv1.UpdateSlurmNodeRequest) (string, error)
 	case "":
 		v.Add("state", "required: one of %s", slurmNodeStatesList)
 	default:
-		v.Add("state", "%q is not one of %s", req.GetState(), slurmNodeStatesList)
+		v.Add("state", "%s is not one of %s", clip(req.GetState()), slurmNodeStatesList)
 	}
 	return state, v.Err()
 }
@@ -333,10 +353,17 @@ func ValidateListJobs(v *errs.Validator, req *loomv1.ListJobsRequest) {
 		name string
 		vals []string
 	}{{"users", req.GetUsers()}, {"names", req.GetNames()}, {"partitions", req.GetPartitions()}} {
+		if len(f.vals) > MaxFilterValues {
+			v.Add(f.name, "%d values, more than the limit of %d", len(f.vals), MaxFilterValues)
+			continue
+		}
 		for i, s := range f.vals {
 			v.Check(s != "", fmt.Sprintf("%s[%d]", f.name, i), "must not be empty")
+			checkText(v, fmt.Sprintf("%s[%d]", f.name, i), s, MaxNameBytes)
 		}
 	}
+	v.Check(len(req.GetJobIds()) <= MaxFilterValues, "job_ids", "%d values, more than the limit of %d", len(req.GetJobIds()), MaxFilterValues)
+	v.Check(len(req.GetStates()) <= MaxFilterValues, "states", "%d values, more than the limit of %d", len(req.GetStates()), MaxFilterValues)
 }
 
 // Filtered reports whether req narrows the list with any filter besides the cluster.

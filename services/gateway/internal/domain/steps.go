@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/loom-ml/loom/libs/errs"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -13,14 +14,13 @@ import (
 const (
 	// MaxStepTasks is the most tasks one job step may have (the scheduler's bound).
 	MaxStepTasks = 4096
-	// maxStepEnv bounds a step's environment, which travels in every
-	// LaunchTasks command.
-	maxStepEnv = 1 << 20
 )
 
 // ValidateCreateJobStep checks a CreateJobStepRequest's own fields, every
 // problem at once: parent a job name, a command, counts not negative and
-// ntasks at most MaxStepTasks, an environment of sane names and size.
+// ntasks at most MaxStepTasks, an environment of sane names, command and
+// environment within MaxArgs/MaxArgvBytes and MaxEnvVars/MaxEnvBytes (they
+// travel in every LaunchTasks command) and without NUL bytes.
 func ValidateCreateJobStep(req *loomv1.CreateJobStepRequest) error {
 	var v errs.Validator
 	if _, _, err := ParseJobRefName(req.GetParent()); err != nil {
@@ -31,14 +31,21 @@ func ValidateCreateJobStep(req *loomv1.CreateJobStepRequest) error {
 	v.Check(req.GetNtasks() >= 0 && req.GetNtasks() <= MaxStepTasks, "ntasks", "must be 0..%d, got %d", MaxStepTasks, req.GetNtasks())
 	v.Check(req.GetNtasksPerNode() >= 0, "ntasks_per_node", "must not be negative, got %d", req.GetNtasksPerNode())
 	v.Check(req.GetCpusPerTask() >= 0, "cpus_per_task", "must not be negative, got %d", req.GetCpusPerTask())
-	size := 0
-	for k, val := range req.GetEnv() {
-		size += len(k) + len(val) + 2
+	checkArgv(&v, "command", req.GetCommand())
+	for k := range req.GetEnv() {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			v.Add("env", "invalid variable name %q", k)
+			v.Add("env", "invalid variable name %s", clip(k))
 		}
 	}
-	v.Check(size <= maxStepEnv, "env", "too large: %d bytes, at most %d", size, maxStepEnv)
+	checkEnv(&v, "env", req.GetEnv())
+	checkText(&v, "work_dir", req.GetWorkDir(), MaxPathBytes)
+	checkRequestID(&v, req.GetRequestId())
+	if err := v.Err(); err != nil {
+		return err
+	}
+	checkCommandSize(&v, "request", &eventsv1.CreateJobStep{Job: req.GetParent(), RequestId: req.GetRequestId(),
+		Command: req.GetCommand(), Env: req.GetEnv(), WorkDir: req.GetWorkDir(), NodeCount: req.GetNodeCount(),
+		Ntasks: req.GetNtasks(), NtasksPerNode: req.GetNtasksPerNode(), CpusPerTask: req.GetCpusPerTask()})
 	return v.Err()
 }
 

@@ -60,12 +60,23 @@ func CheckUpdateRequest(req *loomv1.UpdateClusterRequest) error {
 			v.Add("cluster.name", "%v", err)
 		}
 	}
+	checkRequestID(&v, req.GetRequestId())
+	if req.GetCluster() != nil {
+		checkClusterText(&v, req.GetCluster())
+	}
 	md := (&loomv1.Cluster{}).ProtoReflect().Descriptor()
-	for i, p := range req.GetUpdateMask().GetPaths() {
+	paths := req.GetUpdateMask().GetPaths()
+	onlyOutput := len(paths) > 0
+	for i, p := range paths {
 		if err := resolvePath(md, p); err != nil {
 			v.Add(fmt.Sprintf("update_mask.paths[%d]", i), "%v", err)
 		}
+		onlyOutput = onlyOutput && outputOnly[strings.SplitN(p, ".", 2)[0]]
 	}
+	// A mask of output-only fields alone would be an update of nothing,
+	// answered as done: the caller surely meant something else.
+	v.Check(!onlyOutput, "update_mask", "names only output-only fields (%s), which an update never changes; name what to change (updatable: %s)",
+		strings.Join(paths, ", "), strings.Join(UpdatablePaths, ", "))
 	v.Check(req.GetDrainGraceSeconds() >= 0, "drain_grace_seconds", "%d must not be negative (0 means %d)",
 		req.GetDrainGraceSeconds(), DefaultDrainGraceSeconds)
 	return v.Err()
@@ -128,6 +139,9 @@ func MergeUpdate(req *loomv1.UpdateClusterRequest, current *loomv1.Cluster) (Upd
 	}
 	merged = SpecOf(merged)
 	merged.Name = name
+	if err := checkClusterCommand(merged); err != nil {
+		return Update{}, err
+	}
 	grace := req.GetDrainGraceSeconds()
 	if grace == 0 {
 		grace = DefaultDrainGraceSeconds

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/errs"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -31,10 +33,12 @@ func AcceptCluster(req *loomv1.CreateClusterRequest) (*loomv1.Cluster, error) {
 	case !ValidID(id):
 		v.Add("cluster_id", "%q must match %s", id, idPattern)
 	}
+	checkRequestID(&v, req.GetRequestId())
 	if req.GetCluster() == nil {
 		v.Add("cluster", "required")
 		return nil, v.Err()
 	}
+	checkClusterText(&v, req.GetCluster())
 	name := ClusterName(project, req.GetClusterId())
 	if n := req.GetCluster().GetName(); n != "" && project != "" && n != name {
 		v.Add("cluster.name", "%q does not match parent and cluster_id; leave it empty", n)
@@ -47,7 +51,28 @@ func AcceptCluster(req *loomv1.CreateClusterRequest) (*loomv1.Cluster, error) {
 	}
 	c := NormalizeSpec(spec)
 	c.Name = name
+	if err := checkClusterCommand(c); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// checkClusterText checks the free text of a cluster spec, which the CLI
+// prints: display_name and description (which may hold newlines and tabs).
+func checkClusterText(v *errs.Validator, c *loomv1.Cluster) {
+	checkText(v, "cluster.display_name", c.GetDisplayName(), MaxNameBytes)
+	checkTextAllowing(v, "cluster.description", c.GetDescription(), MaxDescriptionBytes, "\n\t")
+}
+
+// checkClusterCommand refuses a cluster whose CreateCluster or
+// UpdateCluster command would not fit in a record: every field can be within
+// its own bound and the spec (pools, labels, prolog and epilog scripts)
+// still too large.
+func checkClusterCommand(c *loomv1.Cluster) error {
+	var v errs.Validator
+	checkCommandSize(&v, "cluster", &eventsv1.UpdateCluster{Operation: OperationName(DefaultProject, "01234567890123456789012345"),
+		Cluster: c, UpdateMask: UpdatablePaths, DrainGraceSeconds: math.MaxInt32})
+	return v.Err()
 }
 
 // SpecOf returns a copy of c without its output-only fields (name, status,
@@ -115,6 +140,11 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster) er
 	case hasCmd && j.GetCommand()[0] == "":
 		v.Add("job.command[0]", "the program to run must not be empty")
 	}
+	checkArgv(&v, "job.command", j.GetCommand())
+	checkBytes(&v, "job.script", j.GetScript(), MaxScriptBytes)
+	checkEnv(&v, "job.env", j.GetEnv())
+	checkRequestID(&v, req.GetRequestId())
+	checkJobText(&v, j)
 
 	partition, pools := validateSlurm(&v, j, cluster)
 	nodes := j.GetNodeCount()
@@ -138,9 +168,60 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster) er
 		v.Add("job.model_output.model_id", "%q must match %s", mo.GetModelId(), idPattern)
 	}
 	for k := range j.GetEnv() {
-		v.Check(envKeyPattern.MatchString(k), "job.env["+k+"]", "not a valid environment variable name")
+		v.Check(envKeyPattern.MatchString(k), "job.env["+clipKey(k)+"]", "not a valid environment variable name")
 	}
+	if err := v.Err(); err != nil {
+		return err
+	}
+	// Every field within its bound can still add up to more than a record
+	// holds: the command is judged as it will be published (the largest id,
+	// the latest time).
+	checkCommandSize(&v, "job", &eventsv1.SubmitJob{Job: AcceptJob(req, cluster, math.MaxInt64, MaxBeginTime)})
 	return v.Err()
+}
+
+// MaxBeginTime is the latest begin_time a job may have: the scheduler
+// compares times as nanoseconds since 1970, which end in April 2262, and a
+// time past them would read as long past (the job would start at once).
+var MaxBeginTime = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// checkJobText checks the job's names, identities, paths and Slurm option
+// strings: lengths, and no control characters in what squeue, sacct and
+// scontrol print.
+func checkJobText(v *errs.Validator, j *loomv1.Job) {
+	for _, f := range []struct {
+		name, val string
+		max       int
+	}{
+		{"job.display_name", j.GetDisplayName(), MaxNameBytes},
+		{"job.user", j.GetUser(), MaxNameBytes},
+		{"job.partition", j.GetPartition(), MaxNameBytes},
+		{"job.account", j.GetAccount(), MaxNameBytes},
+		{"job.qos", j.GetQos(), MaxNameBytes},
+		{"job.gpu_type", j.GetGpuType(), MaxNameBytes},
+		{"job.submit_host", j.GetSubmitHost(), MaxNameBytes},
+		{"job.work_dir", j.GetWorkDir(), MaxPathBytes},
+		{"job.submit_dir", j.GetSubmitDir(), MaxPathBytes},
+		{"job.output_pattern", j.GetOutputPattern(), MaxPathBytes},
+		{"job.error_pattern", j.GetErrorPattern(), MaxPathBytes},
+		{"job.array", j.GetArray(), MaxSpecBytes},
+		{"job.dependency", j.GetDependency(), MaxSpecBytes},
+		{"job.signal", j.GetSignal(), MaxSpecBytes},
+	} {
+		checkText(v, f.name, f.val, f.max)
+	}
+	// --export's values are the user's variables: any text but a NUL.
+	checkBytes(v, "job.export", j.GetExport(), MaxSpecBytes)
+	v.Check(len(j.GetNodelist()) <= MaxHosts, "job.nodelist", "%d hosts, more than the limit of %d", len(j.GetNodelist()), MaxHosts)
+	v.Check(len(j.GetExclude()) <= MaxHosts, "job.exclude", "%d hosts, more than the limit of %d", len(j.GetExclude()), MaxHosts)
+	if b := j.GetBeginTime(); b != nil {
+		switch err := b.CheckValid(); {
+		case err != nil:
+			v.Add("job.begin_time", "%v", err)
+		case b.AsTime().After(MaxBeginTime):
+			v.Add("job.begin_time", "%s is after %s, the latest begin time", b.AsTime().UTC().Format(time.RFC3339), MaxBeginTime.Format(time.RFC3339))
+		}
+	}
 }
 
 // fit returns the most GPUs any node of pools has, and how many nodes have at least gpus.

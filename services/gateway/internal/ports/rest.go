@@ -1,13 +1,20 @@
 package ports
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -17,8 +24,10 @@ import (
 // RESTMux returns the REST/JSON API: grpc-gateway handlers that call the
 // gateway's own gRPC endpoint at grpcAddr, so both APIs share one code path
 // (validation, error mapping). JSON uses the proto field names; server streams
-// come out as newline-delimited JSON objects {"result": ...}. The returned
-// function closes the connection to grpcAddr.
+// come out as newline-delimited JSON objects {"result": ...}. A field the
+// request message does not have is refused (InvalidArgument, HTTP 400,
+// naming it), as Google's APIs do, rather than silently dropped. The
+// returned function closes the connection to grpcAddr.
 func RESTMux(ctx context.Context, grpcAddr string) (*runtime.ServeMux, func() error, error) {
 	conn, err := grpc.NewClient(dialable(grpcAddr),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -28,7 +37,7 @@ func RESTMux(ctx context.Context, grpcAddr string) (*runtime.ServeMux, func() er
 	}
 	mux := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true},
-		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
+		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 	}))
 	for _, reg := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
 		loomv1.RegisterClusterServiceHandler,
@@ -58,4 +67,94 @@ func dialable(addr string) string {
 		return net.JoinHostPort("127.0.0.1", port)
 	}
 	return addr
+}
+
+// REST limits' defaults (the gateway's -rest-* flags).
+const (
+	// DefaultMaxBodyBytes is gRPC's default largest message (4 MiB): a body
+	// any larger could not be passed on to the gateway's own gRPC endpoint.
+	DefaultMaxBodyBytes = 4 << 20
+	// DefaultReadHeaderTimeout bounds reading a request's headers.
+	DefaultReadHeaderTimeout = 10 * time.Second
+	// DefaultReadTimeout bounds reading a whole request, body included.
+	DefaultReadTimeout = 30 * time.Second
+	// DefaultIdleTimeout bounds how long a kept-alive connection waits for
+	// its next request.
+	DefaultIdleTimeout = 2 * time.Minute
+)
+
+// RESTLimits bounds what a REST client may send and how slowly.
+type RESTLimits struct {
+	// MaxBodyBytes is the largest request body; a larger one is answered
+	// 413 without being read further.
+	MaxBodyBytes int64
+	// ReadHeaderTimeout, ReadTimeout and IdleTimeout are http.Server's: a
+	// client slower than them has its connection closed (a body still
+	// being read then is answered 408).
+	ReadHeaderTimeout, ReadTimeout, IdleTimeout time.Duration
+}
+
+// RESTServer returns the HTTP server for the REST handler h under limits.
+// There is no write timeout: :watch and :logs stream for as long as the job
+// runs. ReadTimeout bounds reading the request only: once its body is read
+// to the end, net/http lifts the read deadline for its wait for the client
+// to hang up, so a stream is not ended by it (TestRESTLimits holds one open
+// past the timeout).
+func RESTServer(h http.Handler, limits RESTLimits) *http.Server {
+	return &http.Server{
+		Handler:           limitBody(h, limits.MaxBodyBytes),
+		ReadHeaderTimeout: limits.ReadHeaderTimeout,
+		ReadTimeout:       limits.ReadTimeout,
+		IdleTimeout:       limits.IdleTimeout,
+	}
+}
+
+// limitBody reads each request's body (at most max bytes) before h sees
+// it: too large → 413, too slow (the server's ReadTimeout) → 408, malformed
+// (a broken chunked encoding) → 400, each with a JSON error as
+// grpc-gateway writes them.
+func limitBody(h http.Handler, max int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > max {
+			writeError(w, http.StatusRequestEntityTooLarge, codes.InvalidArgument,
+				fmt.Sprintf("request body: %d bytes, larger than the limit of %d", r.ContentLength, max))
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+		var tooLarge *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooLarge):
+			writeError(w, http.StatusRequestEntityTooLarge, codes.InvalidArgument,
+				fmt.Sprintf("request body: larger than the limit of %d bytes", max))
+			return
+		case isTimeout(err):
+			writeError(w, http.StatusRequestTimeout, codes.DeadlineExceeded, fmt.Sprintf("request body: not received in time: %v", err))
+			return
+		case err != nil:
+			writeError(w, http.StatusBadRequest, codes.InvalidArgument, fmt.Sprintf("request body: %v", err))
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		h.ServeHTTP(w, r)
+	})
+}
+
+// writeError writes the JSON error body grpc-gateway writes for a gRPC
+// status ({"code": N, "message": "...", "details": []}) with HTTP status
+// httpStatus, and closes the connection (what is left of the body is not read).
+func writeError(w http.ResponseWriter, httpStatus int, code codes.Code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Connection", "close")
+	w.WriteHeader(httpStatus)
+	_ = json.NewEncoder(w).Encode(struct {
+		Code    codes.Code `json:"code"`
+		Message string     `json:"message"`
+		Details []any      `json:"details"`
+	}{code, msg, []any{}})
+}
+
+// isTimeout reports whether err is a read that ran past its deadline.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -1,0 +1,241 @@
+package domain
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/errs"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// wantRefused checks that err is an InvalidArgument whose message has each
+// of wants (the field and pieces of its reason).
+func wantRefused(t *testing.T, err error, wants ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("accepted, want %q", wants)
+	}
+	fields(t, err) // an *errs.InvalidError
+	for _, want := range wants {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %.300q does not have %q", err, want)
+		}
+	}
+}
+
+func TestSubmitJobFieldLimits(t *testing.T) {
+	t.Parallel()
+	hosts := func(n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf("h%061d", i) // 62 characters, a valid hostname
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*loomv1.Job)
+		want   string
+	}{
+		{"script too large", func(j *loomv1.Job) { j.Command, j.Script = nil, strings.Repeat("x", MaxScriptBytes+1) },
+			fmt.Sprintf("job.script: %d bytes, longer than the limit of %d", MaxScriptBytes+1, MaxScriptBytes)},
+		{"NUL in a script", func(j *loomv1.Job) { j.Command, j.Script = nil, "#!/bin/sh\necho \x00hi" }, "job.script: holds a NUL byte at offset 15"},
+		{"NUL in an argument", func(j *loomv1.Job) { j.Command = []string{"python", "a\x00b"} }, "job.command[1]: holds a NUL byte at offset 1"},
+		{"too many arguments", func(j *loomv1.Job) { j.Command = make([]string, MaxArgs+1); j.Command[0] = "x" },
+			fmt.Sprintf("job.command: %d arguments, more than the limit of %d", MaxArgs+1, MaxArgs)},
+		{"arguments too large", func(j *loomv1.Job) { j.Command = []string{"x", strings.Repeat("a", MaxArgvBytes)} },
+			fmt.Sprintf("job.command: %d bytes of arguments, more than the limit of %d", MaxArgvBytes+1, MaxArgvBytes)},
+		{"NUL in an env value", func(j *loomv1.Job) { j.Env = map[string]string{"LR": "0.1\x00"} }, "job.env[LR]: value holds a NUL byte"},
+		{"env too large", func(j *loomv1.Job) { j.Env = map[string]string{"BIG": strings.Repeat("v", MaxEnvBytes)} },
+			fmt.Sprintf("job.env: %d bytes of variables, more than the limit of %d", MaxEnvBytes+5, MaxEnvBytes)},
+		{"too many env vars", func(j *loomv1.Job) {
+			j.Env = map[string]string{}
+			for i := 0; i <= MaxEnvVars; i++ {
+				j.Env[fmt.Sprintf("V%d", i)] = ""
+			}
+		}, fmt.Sprintf("job.env: %d variables, more than the limit of %d", MaxEnvVars+1, MaxEnvVars)},
+		{"long display name", func(j *loomv1.Job) { j.DisplayName = strings.Repeat("n", MaxNameBytes+1) },
+			fmt.Sprintf("job.display_name: %d bytes, longer than the limit of %d", MaxNameBytes+1, MaxNameBytes)},
+		{"ANSI escape in the name", func(j *loomv1.Job) { j.DisplayName = "ok\x1b[2K\r  99 fake" }, `job.display_name: "ok\x1b[2K\r  99 fake" holds the control character U+001B`},
+		{"newline in the user", func(j *loomv1.Job) { j.User = "ana\nroot" }, "job.user: \"ana\\nroot\" holds the control character U+000A"},
+		{"bidi override in the account", func(j *loomv1.Job) { j.Account = "a\u202eb" }, "job.account: \"a\\u202eb\" holds the control character U+202E"},
+		{"control in the partition", func(j *loomv1.Job) { j.Partition = "train\x07" }, "job.partition: \"train\\a\" holds the control character U+0007"},
+		{"control in the qos", func(j *loomv1.Job) { j.Qos = "\u009bnormal" }, "job.qos: \"\\u009bnormal\" holds the control character U+009B"},
+		{"long work dir", func(j *loomv1.Job) { j.WorkDir = "/" + strings.Repeat("d", MaxPathBytes) },
+			fmt.Sprintf("job.work_dir: %d bytes, longer than the limit of %d", MaxPathBytes+1, MaxPathBytes)},
+		{"control in the output pattern", func(j *loomv1.Job) { j.OutputPattern = "out\x1b.txt" }, "job.output_pattern: \"out\\x1b.txt\" holds the control character U+001B"},
+		{"long dependency", func(j *loomv1.Job) { j.Dependency = "afterok:" + strings.Repeat("1:", MaxSpecBytes/2) + "1" },
+			fmt.Sprintf("job.dependency: %d bytes, longer than the limit of %d", 8+MaxSpecBytes+1, MaxSpecBytes)},
+		{"too many hosts", func(j *loomv1.Job) { j.Nodelist = hosts(MaxHosts + 1) }, fmt.Sprintf("job.nodelist: %d hosts, more than the limit of %d", MaxHosts+1, MaxHosts)},
+		{"begin past 2262", func(j *loomv1.Job) { j.BeginTime = timestamppb.New(time.Date(2263, 1, 1, 0, 0, 0, 0, time.UTC)) },
+			"job.begin_time: 2263-01-01T00:00:00Z is after 2200-01-01T00:00:00Z, the latest begin time"},
+		{"begin out of range", func(j *loomv1.Job) { j.BeginTime = &timestamppb.Timestamp{Seconds: 1 << 62} }, "job.begin_time: "},
+		{"every field within bounds, too large together", func(j *loomv1.Job) {
+			j.Command, j.Script = nil, strings.Repeat("x", MaxScriptBytes)
+			j.Env = map[string]string{"BIG": strings.Repeat("v", MaxEnvBytes-10)}
+			j.Nodelist, j.Exclude = hosts(MaxHosts), hosts(MaxHosts)
+		}, fmt.Sprintf("job: is %d bytes encoded, more than the limit of %d", 0, MaxCommandBytes)}, // the size: see below
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			req := goodJob()
+			tc.mutate(req.Job)
+			err := ValidateSubmitJob(req, existing())
+			if strings.HasPrefix(tc.want, "job: is 0 bytes") {
+				// The size depends on the encoding: check the field and the limit.
+				wantRefused(t, err, "job: is ", fmt.Sprintf("bytes encoded, more than the limit of %d for one request", MaxCommandBytes))
+				return
+			}
+			wantRefused(t, err, tc.want)
+		})
+	}
+	t.Run("request id", func(t *testing.T) {
+		t.Parallel()
+		req := goodJob()
+		req.RequestId = strings.Repeat("r", MaxRequestIDBytes+1)
+		wantRefused(t, ValidateSubmitJob(req, existing()), fmt.Sprintf("request_id: %d bytes, longer than the limit of %d", MaxRequestIDBytes+1, MaxRequestIDBytes))
+	})
+}
+
+// The largest job every bound lets through is a command that fits a
+// record with room to spare: what the gateway accepts can be published.
+func TestLargestAcceptedJobFits(t *testing.T) {
+	t.Parallel()
+	req := goodJob()
+	j := req.Job
+	j.Command, j.Script = nil, strings.Repeat("x", MaxScriptBytes)
+	j.Env = map[string]string{"BIG": strings.Repeat("v", MaxEnvBytes-len("BIG")-2)}
+	j.Export = strings.Repeat("e", MaxSpecBytes)
+	j.DisplayName, j.User, j.Account, j.Qos = strings.Repeat("n", MaxNameBytes), strings.Repeat("u", MaxNameBytes), strings.Repeat("a", MaxNameBytes), strings.Repeat("q", MaxNameBytes)
+	j.WorkDir, j.SubmitDir = "/"+strings.Repeat("w", MaxPathBytes-1), "/"+strings.Repeat("s", MaxPathBytes-1)
+	j.OutputPattern, j.ErrorPattern = strings.Repeat("o", MaxPathBytes), strings.Repeat("e", MaxPathBytes)
+	j.BeginTime = timestamppb.New(MaxBeginTime)
+	if err := ValidateSubmitJob(req, existing()); err != nil {
+		t.Fatalf("a job at the bounds refused: %v", err)
+	}
+	cmd := &eventsv1.SubmitJob{Job: AcceptJob(req, existing(), 1<<62, time.Now())}
+	if n := proto.Size(cmd); n > MaxCommandBytes || n < MaxScriptBytes+MaxEnvBytes {
+		t.Fatalf("command is %d bytes, want between %d and %d", n, MaxScriptBytes+MaxEnvBytes, MaxCommandBytes)
+	}
+}
+
+func TestOtherRequestLimits(t *testing.T) {
+	t.Parallel()
+	t.Run("drain reason", func(t *testing.T) {
+		t.Parallel()
+		req := &loomv1.UpdateSlurmNodeRequest{Cluster: "projects/default/clusters/c1", Hostname: "gpu-0001", State: "DRAIN"}
+		req.Reason = "bad gpu\x1b[1A\x1b[2Kgpu-0002 idle"
+		_, err := ValidateUpdateSlurmNode(req)
+		wantRefused(t, err, "reason: \"bad gpu\\x1b[1A\\x1b[2Kgpu-0002 idle\" holds the control character U+001B")
+		req.Reason = strings.Repeat("r", MaxReasonBytes+1)
+		_, err = ValidateUpdateSlurmNode(req)
+		wantRefused(t, err, fmt.Sprintf("reason: %d bytes, longer than the limit of %d", MaxReasonBytes+1, MaxReasonBytes))
+		req.Reason, req.User = "bad gpu", "root\r"
+		_, err = ValidateUpdateSlurmNode(req)
+		wantRefused(t, err, "user: \"root\\r\" holds the control character U+000D")
+	})
+	t.Run("update and cancel callers", func(t *testing.T) {
+		t.Parallel()
+		_, err := ValidateUpdateJob(&loomv1.UpdateJobRequest{Action: "hold", User: "ana\x1b"})
+		wantRefused(t, err, "user: ")
+		_, err = ValidateUpdateJob(&loomv1.UpdateJobRequest{Action: "update", Partition: strings.Repeat("p", MaxNameBytes+1)})
+		wantRefused(t, err, "partition: 257 bytes, longer than the limit of 256")
+		wantRefused(t, CheckUser("ana\x00"), "user: ")
+		if err := CheckUser("ana"); err != nil {
+			t.Errorf("CheckUser(ana): %v", err)
+		}
+		wantRefused(t, CheckRequestID("a\nb"), "request_id: ")
+	})
+	t.Run("job step", func(t *testing.T) {
+		t.Parallel()
+		step := func() *loomv1.CreateJobStepRequest {
+			return &loomv1.CreateJobStepRequest{Parent: "projects/default/jobs/7", Command: []string{"hostname"}}
+		}
+		req := step()
+		req.Command = append(req.Command, "\x00")
+		wantRefused(t, ValidateCreateJobStep(req), "command[1]: holds a NUL byte")
+		req = step()
+		req.Env = map[string]string{"A": "\x00"}
+		wantRefused(t, ValidateCreateJobStep(req), "env[A]: value holds a NUL byte")
+		req = step()
+		req.Env = map[string]string{"A": strings.Repeat("v", MaxEnvBytes)}
+		wantRefused(t, ValidateCreateJobStep(req), fmt.Sprintf("more than the limit of %d", MaxEnvBytes))
+		req = step()
+		req.Command = []string{"x", strings.Repeat("a", MaxArgvBytes)}
+		wantRefused(t, ValidateCreateJobStep(req), fmt.Sprintf("command: %d bytes of arguments", MaxArgvBytes+1))
+	})
+	t.Run("list filters", func(t *testing.T) {
+		t.Parallel()
+		err := listJobsErr(&loomv1.ListJobsRequest{Users: []string{"ana\x1b"}})
+		wantRefused(t, err, "users[0]: ")
+		err = listJobsErr(&loomv1.ListJobsRequest{Names: make([]string, MaxFilterValues+1)})
+		wantRefused(t, err, fmt.Sprintf("names: %d values, more than the limit of %d", MaxFilterValues+1, MaxFilterValues))
+	})
+	t.Run("cluster text and size", func(t *testing.T) {
+		t.Parallel()
+		req := goodCluster()
+		req.Cluster.DisplayName = "c\x1b[31m1"
+		_, err := AcceptCluster(req)
+		wantRefused(t, err, "cluster.display_name: ")
+		req = goodCluster()
+		req.Cluster.Description = "line one\nline\ttwo"
+		if _, err := AcceptCluster(req); err != nil {
+			t.Errorf("a description with newlines and tabs refused: %v", err)
+		}
+		req.Cluster.Description = "x\x1b"
+		_, err = AcceptCluster(req)
+		wantRefused(t, err, "cluster.description: ")
+		req = goodCluster()
+		req.Cluster.Labels = map[string]string{}
+		for i := 0; len(req.Cluster.Labels) < MaxCommandBytes/50; i++ {
+			req.Cluster.Labels[fmt.Sprintf("k%d", i)] = strings.Repeat("v", 63)
+		}
+		_, err = AcceptCluster(req)
+		wantRefused(t, err, "cluster: is ", fmt.Sprintf("more than the limit of %d", MaxCommandBytes))
+	})
+	t.Run("reservation zone", func(t *testing.T) {
+		t.Parallel()
+		_, err := AcceptReservation(&loomv1.CreateReservationRequest{Parent: "projects/default", ReservationId: "r1",
+			Reservation: &loomv1.Reservation{Zone: "us\x1b", MachineType: "a3-highgpu-8g", Count: 1}})
+		wantRefused(t, err, "reservation.zone: ")
+	})
+	t.Run("error messages cut what they echo", func(t *testing.T) {
+		t.Parallel()
+		_, _, err := ParseClusterName(strings.Repeat("x", 1<<20))
+		if err == nil || len(err.Error()) > 200 {
+			t.Fatalf("error is %d bytes, want a short one", len(err.Error()))
+		}
+	})
+}
+
+// update_mask=status names nothing an update changes: refused, not
+// answered with a done operation.
+func TestUpdateMaskOfOutputOnlyFields(t *testing.T) {
+	t.Parallel()
+	for _, paths := range [][]string{{"status"}, {"status.state"}, {"name", "update_time"}} {
+		req := &loomv1.UpdateClusterRequest{Cluster: &loomv1.Cluster{Name: "projects/default/clusters/c1"},
+			UpdateMask: &fieldmaskpb.FieldMask{Paths: paths}}
+		wantRefused(t, CheckUpdateRequest(req), "update_mask: names only output-only fields ("+strings.Join(paths, ", ")+")")
+	}
+	// Output-only paths beside updatable ones stay allowed (a REST PATCH
+	// of a body read from GET names them all).
+	req := &loomv1.UpdateClusterRequest{Cluster: &loomv1.Cluster{Name: "projects/default/clusters/c1"},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"name", "status", "labels"}}}
+	if err := CheckUpdateRequest(req); err != nil {
+		t.Fatalf("mask with labels refused: %v", err)
+	}
+}
+
+// listJobsErr runs ValidateListJobs alone.
+func listJobsErr(req *loomv1.ListJobsRequest) error {
+	var v errs.Validator
+	ValidateListJobs(&v, req)
+	return v.Err()
+}
