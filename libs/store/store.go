@@ -22,6 +22,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // ErrNotFound is returned by reads of a missing key.
@@ -59,6 +60,12 @@ type Store struct {
 	pollInterval time.Duration
 	leaseTTL     time.Duration
 	batchSize    int
+	deadMaxLen   int64
+
+	// onSetAside and setAsideTotal are the relay's set-aside hook and
+	// counter (OnSetAside, SetMeter); nil when not set.
+	onSetAside    SetAsideFunc
+	setAsideTotal metric.Int64Counter
 
 	fp failpoints
 }
@@ -94,6 +101,7 @@ func New(rdb redis.UniversalClient, prefix string) *Store {
 		pollInterval: defaultPollInterval,
 		leaseTTL:     defaultLeaseTTL,
 		batchSize:    defaultBatchSize,
+		deadMaxLen:   DeadStreamMaxLen,
 	}
 }
 
