@@ -237,6 +237,11 @@ func decodePrefix(entries []redis.XMessage) (msgs []kafka.Message, ids []string,
 func (r *relay) setAside(ctx context.Context, e redis.XMessage, m *kafka.Message, kind string, reason error) {
 	s := r.s
 	sa := SetAside{OutboxID: e.ID, Kind: kind, Reason: reason.Error()}
+	if kind == SetAsideRefused && m != nil {
+		// The size is what a too-large refusal is about; the broker's
+		// words do not say it.
+		sa.Reason = fmt.Sprintf("the broker refused the %d-byte record for good: %v", recordSize(*m), reason)
+	}
 	if m != nil {
 		sa.Message = *m
 		sa.EventID = headerValue(m.Headers, envelope.HeaderID)
@@ -267,7 +272,7 @@ func (r *relay) setAside(ctx context.Context, e redis.XMessage, m *kafka.Message
 	}
 	values["outbox_id"] = e.ID
 	values["kind"] = kind
-	values["error"] = reason.Error()
+	values["error"] = sa.Reason
 	if hookErr != nil {
 		values["hook_error"] = hookErr.Error()
 	}
@@ -307,4 +312,14 @@ func (r *relay) sleep(ctx context.Context, d time.Duration, wake bool) {
 	case <-t.C:
 	case <-w:
 	}
+}
+
+// recordSize is about what a record weighs against the broker's limit: its
+// key, value and headers.
+func recordSize(m kafka.Message) int {
+	n := len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
 }
