@@ -74,8 +74,17 @@ func (d *Driver) Stale() bool {
 	return d.stale
 }
 
-// Apply writes tx with the inbox marks of inboxIDs (none, one, or a batch's:
-// see Store.ApplyBatch) and, when it was applied, calls commit (nil: nothing
+// Apply is ApplyBatch for a change with one inbox mark, inboxID ("" for
+// none), as Store.Apply is.
+func (d *Driver) Apply(ctx context.Context, inboxID string, tx *Tx, commit func()) (applied bool, err error) {
+	if inboxID == "" {
+		return d.ApplyBatch(ctx, nil, tx, commit)
+	}
+	return d.ApplyBatch(ctx, []string{inboxID}, tx, commit)
+}
+
+// ApplyBatch writes tx with the inbox marks of inboxIDs (none, one, or a
+// batch's: see Store.ApplyBatch) and, when it was applied, calls commit (nil: nothing
 // to commit), which changes memory to match. applied=false (an inbox mark was
 // there: a redelivery) commits nothing. An error commits nothing: an
 // InvalidError or FailedPrecondition wrote nothing either; an error with its
@@ -83,7 +92,7 @@ func (d *Driver) Stale() bool {
 // returns — memory then holds the write exactly when Redis does — and when
 // the reload fails the next Ready does it. Apply refuses to write (an error)
 // while a reload is owed: its tx was decided from memory that may lag.
-func (d *Driver) Apply(ctx context.Context, inboxIDs []string, tx *Tx, commit func()) (applied bool, err error) {
+func (d *Driver) ApplyBatch(ctx context.Context, inboxIDs []string, tx *Tx, commit func()) (applied bool, err error) {
 	if d.Stale() {
 		return false, fmt.Errorf("store %s: memory may lag Redis after a write whose outcome is unknown; reload first: %w",
 			d.st.prefix, ErrOutcomeUnknown)

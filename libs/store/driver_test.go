@@ -44,7 +44,7 @@ func (m *counterMem) incr(ctx context.Context, d *Driver, inboxID string) (bool,
 	next := m.n + 1
 	var tx Tx
 	tx.Set("n", []byte(strconv.Itoa(next)))
-	return d.Apply(ctx, []string{inboxID}, &tx, func() { m.n = next })
+	return d.Apply(ctx, inboxID, &tx, func() { m.n = next })
 }
 
 func (m *counterMem) stored(t *testing.T) int {
@@ -106,7 +106,7 @@ func TestDriverOwesTheReloadUntilItSucceeds(t *testing.T) {
 	}
 	var tx Tx
 	tx.Set("n", []byte("99"))
-	if _, err := d.Apply(ctx, nil, &tx, nil); err == nil {
+	if _, err := d.Apply(ctx, "", &tx, nil); err == nil {
 		t.Fatal("Apply wrote while a reload was owed")
 	}
 	if err := d.Ready(ctx); err == nil {
@@ -132,7 +132,7 @@ func TestDriverDoesNotReloadForARefusedWrite(t *testing.T) {
 	d := NewDriver(m.st, m.reload)
 	var bad Tx
 	bad.Set("", []byte("x"))
-	_, err := d.Apply(ctx, nil, &bad, func() { t.Error("committed a refused write") })
+	_, err := d.Apply(ctx, "", &bad, func() { t.Error("committed a refused write") })
 	var inv *errs.InvalidError
 	if !errors.As(err, &inv) || OutcomeUnknown(err) {
 		t.Fatalf("Apply of an invalid tx = %v, want an InvalidError", err)
@@ -142,7 +142,7 @@ func TestDriverDoesNotReloadForARefusedWrite(t *testing.T) {
 	}
 	var wrong Tx
 	wrong.HSet("h", "f", []byte("v"))
-	if _, err := d.Apply(ctx, nil, &wrong, nil); !errors.Is(err, errs.FailedPrecondition) || OutcomeUnknown(err) {
+	if _, err := d.Apply(ctx, "", &wrong, nil); !errors.Is(err, errs.FailedPrecondition) || OutcomeUnknown(err) {
 		t.Fatalf("Apply on a wrong type = %v, want FailedPrecondition", err)
 	}
 	if m.reloads != 0 || d.Stale() {
