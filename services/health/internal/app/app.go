@@ -156,4 +156,3 @@ func (a *App) Node(name string) (n domain.Node, ok bool) {
 	}
 	return domain.Node{}, false
 }
-
