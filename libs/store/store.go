@@ -7,7 +7,10 @@
 // all or nothing, and an event whose ID is already in the inbox changes nothing.
 // The relay publishes outbox entries in order and deletes each only after Kafka
 // acknowledged it, so a crash anywhere republishes at worst; consumers' inboxes
-// make the republished copies harmless.
+// make the republished copies harmless. An entry the broker refuses for good is
+// set aside (OnSetAside, the dead stream) rather than block the entries behind
+// it. Services keep memory in step with their store through Driver, which
+// reloads after an Apply whose outcome is unknown (ErrOutcomeUnknown).
 //
 // Keys under a store's prefix that the store itself uses, and that Tx therefore
 // refuses: "outbox", "outbox:*" and "inbox:*".
