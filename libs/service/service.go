@@ -139,6 +139,9 @@ func New(ctx context.Context, name string, cfg config.Common) (*Base, error) {
 	}
 
 	b.Store = store.New(b.Redis, name+":")
+	// The relay counts the outbox entries it sets aside on the service's
+	// /metrics; a service tells itself of them with Store.OnSetAside.
+	b.Store.SetMeter(tel.Meter)
 	b.Producer = bus.NewProducer(cfg.Brokers)
 
 	b.Health = health.NewServer()

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -95,7 +96,11 @@ var inboxTTLSeconds = strconv.FormatInt(int64(InboxTTL.Seconds()), 10)
 // an event without topic, key, id or payload) gives an errs.InvalidError naming
 // the field and writes nothing. A key whose type in Redis does not fit its op
 // (HSET on a string, say) gives an error wrapping errs.FailedPrecondition and
-// writes nothing either. A nil or empty tx with an empty inboxID is a no-op
+// writes nothing either. An error wrapping ErrOutcomeUnknown (no answer from
+// Redis: a timeout, a lost connection, ctx ending while the script was sent)
+// may or may not have written tx and its marks, all or nothing: callers that
+// keep memory in step with Redis go through a Driver, which reloads then. A
+// nil or empty tx with an empty inboxID is a no-op
 // that reports applied=true.
 func (s *Store) Apply(ctx context.Context, inboxID string, tx *Tx) (applied bool, err error) {
 	if inboxID == "" {
@@ -171,8 +176,16 @@ func (s *Store) apply(ctx context.Context, inboxIDs []string, tx *Tx) (applied b
 	}
 	res, err := applyScript.Run(ctx, s.rdb, keys, args...).Int()
 	if err != nil {
-		if strings.Contains(err.Error(), "WRONGTYPE store ") {
+		var reply redis.Error
+		switch {
+		case strings.Contains(err.Error(), "WRONGTYPE store "):
 			err = fmt.Errorf("%w: %v", errs.FailedPrecondition, err)
+		case errors.As(err, &reply):
+			// An error reply: the script's checks, which run before its
+			// first write, refused; nothing was written.
+		default:
+			// No answer: the script may have run.
+			err = fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
 		}
 		return false, fmt.Errorf("store %s: apply %s: %w", s.prefix, label, err)
 	}

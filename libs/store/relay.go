@@ -10,6 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/loom-ml/loom/libs/envelope"
 )
 
 // Publisher writes encoded records to Kafka; *bus.Producer is one.
@@ -32,9 +34,15 @@ func (f PublisherFunc) PublishMessages(ctx context.Context, msgs ...kafka.Messag
 // a time (a Redis lease), so several instances of a service can run.
 //
 // A failed publish is retried with backoff, the same batch from the same
-// place, so nothing is dropped or reordered; Redis errors are retried too. An
-// entry that cannot be decoded (written by something other than Apply) is
-// moved to the stream "<prefix>outbox:dead" rather than blocking the outbox.
+// place, so nothing is dropped or reordered; Redis errors are retried too.
+// No single entry can block the outbox: one the broker refuses for good
+// (RefusedForGood: too large, an invalid record, a topic it may not write) and
+// one that cannot be decoded (written by something other than Apply) are set
+// aside: the hook given to OnSetAside is told, then the entry moves, with its
+// reason and original fields, to the bounded stream "<prefix>outbox:dead"
+// (DeadStreamMaxLen), is counted (loom_outbox_set_aside_total) and logged,
+// and the entries behind it are published. A batch refused for good is
+// published again one entry at a time, so that only the culprit is set aside.
 // RunRelay returns nil when ctx ends, after releasing the lease.
 //
 // The lease bounds each publish by a deadline inside the lease's lifetime, so
@@ -66,6 +74,10 @@ type relay struct {
 	token   string
 	held    bool
 	backoff time.Duration
+	// singles counts the entries still to publish one at a time, after a
+	// batch the broker refused for good, so that only the entry it refused
+	// is set aside and none of its neighbours.
+	singles int
 	// published are the ids of outbox entries that Kafka has and that are
 	// not deleted yet: the next read deletes them in its round trip.
 	published []string
@@ -123,9 +135,15 @@ func (r *relay) run(ctx context.Context) (err error) {
 			continue
 		}
 
+		if r.singles > 0 {
+			entries = entries[:1]
+		}
 		msgs, ids, bad := decodePrefix(entries)
 		if len(msgs) == 0 {
-			r.deadLetter(ctx, entries[0], bad)
+			r.setAside(ctx, entries[0], nil, SetAsideUndecodable, bad)
+			if r.singles > 0 {
+				r.singles--
+			}
 			continue
 		}
 		// Kafka must have the batch before the lease could lapse, so that a
@@ -133,12 +151,30 @@ func (r *relay) run(ctx context.Context) (err error) {
 		pctx, cancel := context.WithDeadline(ctx, leaseFrom.Add(s.leaseTTL))
 		err = r.pub.PublishMessages(pctx, msgs...)
 		cancel()
+		if err != nil && ctx.Err() == nil && RefusedForGood(err) {
+			if len(msgs) == 1 {
+				r.setAside(ctx, entries[0], &msgs[0], SetAsideRefused, err)
+				if r.singles > 0 {
+					r.singles--
+				}
+				continue
+			}
+			// Which entry the broker refused is not always said (a whole
+			// partition's batch fails together): find it one by one.
+			s.log().Warn("outbox relay: the broker refused a batch for good; publishing it one entry at a time",
+				"records", len(msgs), "err", err)
+			r.singles = len(msgs)
+			continue
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log().Warn("outbox relay: publish; retrying", "records", len(msgs), "err", err)
 				r.sleep(ctx, r.nextBackoff(), false)
 			}
 			continue
+		}
+		if r.singles > 0 {
+			r.singles--
 		}
 		r.backoff = minBackoff
 		if f := s.fp.afterPublish; f != nil {
@@ -189,27 +225,70 @@ func decodePrefix(entries []redis.XMessage) (msgs []kafka.Message, ids []string,
 	return msgs, ids, nil
 }
 
-// deadLetter moves an undecodable entry to the dead stream, keeping it for
-// inspection instead of dropping it or letting it block the outbox forever.
-func (r *relay) deadLetter(ctx context.Context, e redis.XMessage, reason error) {
+// setAside hands an entry that can never be published to the store's
+// SetAsideFunc and then moves it to the dead stream with its reason, so that
+// it neither blocks the outbox nor is lost. m is the entry as it would have
+// been published (nil when it does not decode). A failing hook is retried with
+// backoff up to setAsideAttempts times, then the entry is set aside anyway
+// (the hook's failure logged with it): a broken hook must not block the outbox
+// either. A crash between the hook and the move publishes the entry again,
+// which the broker refuses again, and the hook is told again: it must be
+// idempotent (an Apply with an inbox id derived from the entry is).
+func (r *relay) setAside(ctx context.Context, e redis.XMessage, m *kafka.Message, kind string, reason error) {
 	s := r.s
-	s.log().Error("outbox relay: moving undecodable entry to the dead stream",
-		"entry", e.ID, "dead", s.deadKey, "err", reason)
-	values := make(map[string]any, len(e.Values)+2)
+	sa := SetAside{OutboxID: e.ID, Kind: kind, Reason: reason.Error()}
+	if kind == SetAsideRefused && m != nil {
+		// The size is what a too-large refusal is about; the broker's
+		// words do not say it.
+		sa.Reason = fmt.Sprintf("the broker refused the %d-byte record for good: %v", recordSize(*m), reason)
+	}
+	if m != nil {
+		sa.Message = *m
+		sa.EventID = headerValue(m.Headers, envelope.HeaderID)
+		sa.Type = headerValue(m.Headers, envelope.HeaderType)
+	}
+	var hookErr error
+	if f := s.onSetAside; f != nil {
+		for attempt := 1; ; attempt++ {
+			if hookErr = f(ctx, sa); hookErr == nil || ctx.Err() != nil {
+				break
+			}
+			if attempt == setAsideAttempts {
+				break
+			}
+			s.log().Warn("outbox relay: set-aside hook failed; retrying", "entry", e.ID, "attempt", attempt, "err", hookErr)
+			r.sleep(ctx, r.nextBackoff(), false)
+		}
+		if ctx.Err() != nil {
+			return // the next relay sets it aside
+		}
+	}
+	s.log().Error("outbox relay: setting aside an entry that can never be published",
+		"entry", e.ID, "kind", kind, "topic", sa.Message.Topic, "type", sa.Type, "event", sa.EventID,
+		"dead", s.deadKey, "err", reason, "hook_err", hookErr)
+	values := make(map[string]any, len(e.Values)+4)
 	for k, v := range e.Values {
 		values[k] = v
 	}
 	values["outbox_id"] = e.ID
-	values["error"] = reason.Error()
+	values["kind"] = kind
+	values["error"] = sa.Reason
+	if hookErr != nil {
+		values["hook_error"] = hookErr.Error()
+	}
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.XAdd(ctx, &redis.XAddArgs{Stream: s.deadKey, Values: values})
+		p.XAdd(ctx, &redis.XAddArgs{Stream: s.deadKey, Values: values, MaxLen: s.deadMaxLen, Approx: true})
 		p.XDel(ctx, s.outboxKey, e.ID)
 		return nil
 	})
-	if err != nil && ctx.Err() == nil {
-		s.log().Warn("outbox relay: dead-letter entry", "entry", e.ID, "err", err)
-		r.sleep(ctx, r.nextBackoff(), false)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log().Warn("outbox relay: set entry aside", "entry", e.ID, "err", err)
+			r.sleep(ctx, r.nextBackoff(), false)
+		}
+		return
 	}
+	s.setAsideCount(ctx, kind)
 }
 
 // nextBackoff returns the delay before the next retry and doubles it, up to
@@ -233,4 +312,14 @@ func (r *relay) sleep(ctx context.Context, d time.Duration, wake bool) {
 	case <-t.C:
 	case <-w:
 	}
+}
+
+// recordSize is about what a record weighs against the broker's limit: its
+// key, value and headers.
+func recordSize(m kafka.Message) int {
+	n := len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
 }

@@ -7,7 +7,10 @@
 // all or nothing, and an event whose ID is already in the inbox changes nothing.
 // The relay publishes outbox entries in order and deletes each only after Kafka
 // acknowledged it, so a crash anywhere republishes at worst; consumers' inboxes
-// make the republished copies harmless.
+// make the republished copies harmless. An entry the broker refuses for good is
+// set aside (OnSetAside, the dead stream) rather than block the entries behind
+// it. Services keep memory in step with their store through Driver, which
+// reloads after an Apply whose outcome is unknown (ErrOutcomeUnknown).
 //
 // Keys under a store's prefix that the store itself uses, and that Tx therefore
 // refuses: "outbox", "outbox:*" and "inbox:*".
@@ -22,6 +25,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // ErrNotFound is returned by reads of a missing key.
@@ -59,6 +63,12 @@ type Store struct {
 	pollInterval time.Duration
 	leaseTTL     time.Duration
 	batchSize    int
+	deadMaxLen   int64
+
+	// onSetAside and setAsideTotal are the relay's set-aside hook and
+	// counter (OnSetAside, SetMeter); nil when not set.
+	onSetAside    SetAsideFunc
+	setAsideTotal metric.Int64Counter
 
 	fp failpoints
 }
@@ -94,6 +104,7 @@ func New(rdb redis.UniversalClient, prefix string) *Store {
 		pollInterval: defaultPollInterval,
 		leaseTTL:     defaultLeaseTTL,
 		batchSize:    defaultBatchSize,
+		deadMaxLen:   DeadStreamMaxLen,
 	}
 }
 

@@ -136,6 +136,9 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string
 	}
 	gw = app.New(adapters.NewRepo(base.Store), owners, app.Options{Clock: base.Clock, Log: base.Log, Admins: domain.ParseAdmins(cfg.SlurmAdmins),
 		JobHistory: cfg.JobHistory, Feed: feed})
+	// A command the broker refuses for good fails its operation or job
+	// instead of blocking the outbox.
+	base.Store.OnSetAside(gw.HandleSetAside)
 	// Long calls end with the service, so the graceful gRPC stop is not held up.
 	stopCalls := context.AfterFunc(ctx, gw.Stop)
 	defer stopCalls()

@@ -116,6 +116,13 @@ type App struct {
 	groups  map[string]*taskGroup
 	closing bool
 	running atomic.Int32
+	// persisting counts, by key, the records whose memory is ahead of Redis
+	// by design (record sets memory, then persists): a reload leaves them.
+	persisting map[string]int
+
+	// drv writes every record and reloads memory after a write whose
+	// outcome is unknown.
+	drv *store.Driver
 
 	// released is closed once the consumers are stopping (Release).
 	released     chan struct{}
@@ -158,16 +165,71 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
-	return &App{
-		opts:     opts,
-		log:      opts.Log,
-		bootID:   envelope.NewID(),
-		steps:    steps,
-		procs:    map[string]*process{},
-		tasks:    tasks,
-		groups:   map[string]*taskGroup{},
-		released: make(chan struct{}),
-	}, nil
+	a := &App{
+		opts:       opts,
+		log:        opts.Log,
+		bootID:     envelope.NewID(),
+		steps:      steps,
+		procs:      map[string]*process{},
+		tasks:      tasks,
+		groups:     map[string]*taskGroup{},
+		persisting: map[string]int{},
+		released:   make(chan struct{}),
+	}
+	a.drv = store.NewDriver(opts.Store, a.reload)
+	return a, nil
+}
+
+// reload brings the step and task records in memory back to what Redis
+// holds, after a write whose outcome is unknown. It runs beside the work on
+// other steps, so it only moves memory towards Redis: records being persisted
+// (memory ahead by design) are left, and a record Redis lacks stays (it is
+// one being written). What runs here (procs, groups) is not in Redis and is
+// kept.
+func (a *App) reload(ctx context.Context) error {
+	steps, err := adapters.LoadSteps(ctx, a.opts.Store)
+	if err != nil {
+		return err
+	}
+	tasks, err := adapters.LoadTasks(ctx, a.opts.Store)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k, s := range steps {
+		if a.persisting[k] == 0 {
+			a.steps[k] = s
+		}
+	}
+	for k, t := range tasks {
+		if a.persisting[k] == 0 {
+			a.tasks[k] = t
+		}
+	}
+	return nil
+}
+
+// apply writes tx with the inbox mark id through the driver. When the
+// outcome is unknown and the mark is in Redis, the write landed (only this
+// agent writes its node's marks, one event at a time per step): it reports
+// applied, so that the caller goes on (starts the step, kills it) instead of
+// leaving that to a redelivery that the mark would turn into a no-op.
+func (a *App) apply(ctx context.Context, id string, tx *store.Tx) (bool, error) {
+	if err := a.drv.Ready(ctx); err != nil {
+		return false, err
+	}
+	applied, err := a.drv.Apply(ctx, id, tx, nil)
+	if !store.OutcomeUnknown(err) || id == "" {
+		return applied, err
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if seen, serr := a.opts.Store.Seen(sctx, id); serr == nil && seen {
+		a.log.Warn("a write whose answer was lost had landed; going on", "event", id, "err", err)
+		return true, nil
+	}
+	return false, err
 }
 
 // BootID is this start's boot id, as sent in AgentRegistered and heartbeats.
@@ -201,7 +263,12 @@ func (a *App) stepID(key string) string { return a.opts.Self.Node + "#" + key }
 // consuming.
 func (a *App) Recover(ctx context.Context) error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	locked := true
+	defer func() {
+		if locked {
+			a.mu.Unlock()
+		}
+	}()
 	now := a.opts.Now()
 	var tx store.Tx
 	var prune []string
@@ -247,9 +314,15 @@ func (a *App) Recover(ctx context.Context) error {
 	}
 	tx.Set(adapters.KeyBootID, []byte(a.bootID))
 	tx.Emit(reg)
-	if _, err := a.opts.Store.Apply(ctx, "", &tx); err != nil {
+	// Not under mu: the driver's reload after a write whose outcome is
+	// unknown takes it. Nothing else runs yet.
+	a.mu.Unlock()
+	locked = false
+	if _, err := a.drv.Apply(ctx, "", &tx, nil); err != nil {
 		return fmt.Errorf("agent: recover and register: %w", err)
 	}
+	a.mu.Lock()
+	locked = true
 	for k, s := range lost {
 		a.steps[k] = s
 		a.log.Warn("step lost across an agent restart", "step", k, "why", s.Message)
@@ -313,13 +386,24 @@ func (a *App) terminate(pgid int) {
 func (a *App) record(s *domain.Step, emit bool) {
 	a.mu.Lock()
 	a.steps[s.Key()] = s
+	a.persisting[s.Key()]++
 	a.mu.Unlock()
+	defer a.persisted(s.Key())
 	var tx store.Tx
 	if err := adapters.PutStep(&tx, s, a.opts.Self, emit); err != nil {
 		a.log.Error("encode step", "step", s.Key(), "err", err)
 		return
 	}
 	a.persist(&tx, "step", s.Key(), string(s.Phase))
+}
+
+// persisted ends what record (or recordTasks) began for key.
+func (a *App) persisted(key string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.persisting[key]--; a.persisting[key] <= 0 {
+		delete(a.persisting, key)
+	}
 }
 
 // persist writes tx, retrying with backoff for persistTimeout: a record the
@@ -331,7 +415,9 @@ func (a *App) persist(tx *store.Tx, what, key, phase string) {
 	defer cancel()
 	delay := 50 * time.Millisecond
 	for {
-		_, err := a.opts.Store.Apply(ctx, "", tx)
+		// Written again after a write whose outcome is unknown: the same
+		// record, and the same event id, so a second copy is harmless.
+		_, err := a.apply(ctx, "", tx)
 		if err == nil {
 			return
 		}
@@ -381,7 +467,7 @@ func (a *App) StartStep(ctx context.Context, id string, cmd *eventsv1.StartStep)
 	if err := adapters.PutStep(&tx, rec, a.opts.Self, false); err != nil {
 		return err
 	}
-	applied, err := a.opts.Store.Apply(ctx, id, &tx)
+	applied, err := a.apply(ctx, id, &tx)
 	if err != nil {
 		return fmt.Errorf("record start of %s: %w", key, err)
 	}
@@ -693,7 +779,7 @@ func (a *App) stopStep(ctx context.Context, id string, cmd *eventsv1.StopStep) e
 	if err := adapters.PutStep(&tx, d.Rec, a.opts.Self, d.Rec.Phase.Terminal()); err != nil {
 		return err
 	}
-	applied, err := a.opts.Store.Apply(ctx, id, &tx)
+	applied, err := a.apply(ctx, id, &tx)
 	if err != nil {
 		return fmt.Errorf("record stop of %s: %w", key, err)
 	}
@@ -751,7 +837,7 @@ func (a *App) SignalStep(ctx context.Context, id string, cmd *eventsv1.SignalSte
 	if err != nil {
 		return bus.Permanent(fmt.Errorf("signal step %s: %w", key, err))
 	}
-	applied, err := a.opts.Store.Apply(ctx, id, &store.Tx{})
+	applied, err := a.apply(ctx, id, &store.Tx{})
 	if err != nil {
 		return fmt.Errorf("record signal of %s: %w", key, err)
 	}

@@ -63,7 +63,9 @@ func (a *App) Tasks(job string, attempt, step int32) *domain.Tasks {
 func (a *App) recordTasks(t *domain.Tasks, emit bool) {
 	a.mu.Lock()
 	a.tasks[t.Key()] = t
+	a.persisting[t.Key()]++
 	a.mu.Unlock()
+	defer a.persisted(t.Key())
 	var tx store.Tx
 	if err := adapters.PutTasks(&tx, t, a.opts.Self, emit); err != nil {
 		a.log.Error("encode tasks", "tasks", t.Key(), "err", err)
@@ -102,7 +104,7 @@ func (a *App) LaunchTasks(ctx context.Context, id string, cmd *eventsv1.LaunchTa
 	if err := adapters.PutTasks(&tx, rec, a.opts.Self, ended); err != nil {
 		return err
 	}
-	applied, err := a.opts.Store.Apply(ctx, id, &tx)
+	applied, err := a.apply(ctx, id, &tx)
 	if err != nil {
 		return fmt.Errorf("record launch of %s: %w", key, err)
 	}
@@ -317,7 +319,7 @@ func (a *App) KillTasks(ctx context.Context, id string, cmd *eventsv1.KillTasks)
 			a.log.Info("not signalling tasks that do not run", "tasks", key, "signal", cmd.GetSignal())
 			return nil
 		}
-		applied, err := a.opts.Store.Apply(ctx, id, &store.Tx{})
+		applied, err := a.apply(ctx, id, &store.Tx{})
 		if err != nil || !applied {
 			return err
 		}
@@ -332,7 +334,7 @@ func (a *App) KillTasks(ctx context.Context, id string, cmd *eventsv1.KillTasks)
 	if err := adapters.PutTasks(&tx, d.Rec, a.opts.Self, d.Rec.Phase.Terminal()); err != nil {
 		return err
 	}
-	applied, err := a.opts.Store.Apply(ctx, id, &tx)
+	applied, err := a.apply(ctx, id, &tx)
 	if err != nil {
 		return fmt.Errorf("record kill of %s: %w", key, err)
 	}

@@ -53,10 +53,29 @@ const (
 // Repo reads and writes the gateway's state in its Store.
 type Repo struct {
 	st *store.Store
+	// drv writes every change (Apply); the gateway keeps no state in
+	// memory, so after a write whose outcome is unknown it only runs
+	// reload, the app's (its waiters read Redis again).
+	drv    *store.Driver
+	reload func(context.Context) error
 }
 
 // NewRepo returns a repository over st.
-func NewRepo(st *store.Store) *Repo { return &Repo{st: st} }
+func NewRepo(st *store.Store) *Repo {
+	r := &Repo{st: st}
+	r.drv = store.NewDriver(st, func(ctx context.Context) error {
+		if r.reload != nil {
+			return r.reload(ctx)
+		}
+		return nil
+	})
+	return r
+}
+
+// OnReload sets what runs after a write whose outcome is unknown, to bring
+// what the gateway holds in memory back in step with Redis. Call it before
+// the first Apply.
+func (r *Repo) OnReload(f func(context.Context) error) { r.reload = f }
 
 // NextJobID returns a new job id, unique across gateway instances.
 func (r *Repo) NextJobID(ctx context.Context) (int64, error) {
@@ -203,12 +222,18 @@ func PutRequest(tx *store.Tx, kind, requestID, name string) {
 	}
 }
 
-// Apply writes tx atomically; with a non-empty inboxID only once. When the
-// inbox id is a request's (RequestInboxID), the request record it wrote is
-// then set to expire after RequestTTL; should the process die in between,
-// the history sweep (ExpireRequests) gives it its TTL later.
+// Apply writes tx atomically through the store's driver; with a non-empty
+// inboxID only once. When the inbox id is a request's (RequestInboxID), the
+// request record it wrote is then set to expire after RequestTTL; should the
+// process die in between, the history sweep (ExpireRequests) gives it its TTL
+// later. An error is Unavailable; one whose outcome is unknown also wraps
+// store.ErrOutcomeUnknown (the request may have been accepted: a retry with
+// its request id says).
 func (r *Repo) Apply(ctx context.Context, inboxID string, tx *store.Tx) (bool, error) {
-	applied, err := r.st.Apply(ctx, inboxID, tx)
+	applied, err := r.drv.Apply(ctx, inboxID, tx, nil)
+	if store.OutcomeUnknown(err) {
+		return false, fmt.Errorf("store: %w: %w", errs.Unavailable, err)
+	}
 	if err != nil {
 		return false, fmt.Errorf("store: %w: %v", errs.Unavailable, err)
 	}

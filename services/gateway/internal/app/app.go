@@ -108,6 +108,7 @@ func New(repo *adapters.Repo, owners *adapters.Owners, opt Options) *Gateway {
 		opt.Admins = domain.ParseAdmins(domain.DefaultAdmins)
 	}
 	g := &Gateway{repo: repo, own: owners, opt: opt, jobs: newHub(), ops: newSignals(), stop: make(chan struct{})}
+	repo.OnReload(g.reload)
 	if opt.Feed != nil {
 		g.feed = &watchFeed{run: opt.Feed, log: opt.Log, stop: g.stop, linger: feedLinger,
 			handle: func(ctx context.Context, ev envelope.Event) { _ = g.HandleJobEvent(ctx, ev) }}

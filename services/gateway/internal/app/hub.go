@@ -110,3 +110,17 @@ func (s *signals) notify(name string) {
 		}
 	}
 }
+
+// notifyAll wakes every waiter of every name: they read Redis again.
+func (s *signals) notifyAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, chs := range s.waiters {
+		for ch := range chs {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}

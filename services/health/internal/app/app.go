@@ -32,18 +32,20 @@ type App struct {
 	timeout time.Duration
 	now     func() time.Time
 	log     *slog.Logger
+	// drv writes each change and reloads memory after a write whose
+	// outcome is unknown; its calls run under mu.
+	drv *store.Driver
 
 	mu    sync.Mutex
 	state *domain.State
-	// stale is set when an Apply failed without saying whether it wrote;
-	// the next change reloads first.
-	stale bool
 }
 
 // New returns an app over st that declares a node UNHEALTHY after timeout of
 // silence, reading time from now; Start loads it.
 func New(st *store.Store, timeout time.Duration, now func() time.Time, log *slog.Logger) *App {
-	return &App{st: st, timeout: timeout, now: now, log: log, state: domain.NewState(timeout)}
+	a := &App{st: st, timeout: timeout, now: now, log: log, state: domain.NewState(timeout)}
+	a.drv = store.NewDriver(st, a.reload)
+	return a
 }
 
 // Start loads the members and their verdicts; every member gets a full
@@ -61,7 +63,7 @@ func (a *App) reload(ctx context.Context) error {
 	}
 	s := domain.NewState(a.timeout)
 	s.Load(a.now(), nodes)
-	a.state, a.stale = s, false
+	a.state = s
 	a.log.Info("state loaded", "nodes", len(nodes))
 	return nil
 }
@@ -71,10 +73,8 @@ func (a *App) reload(ctx context.Context) error {
 func (a *App) Handle(ctx context.Context, ev envelope.Event) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.stale {
-		if err := a.reload(ctx); err != nil {
-			return err
-		}
+	if err := a.drv.Ready(ctx); err != nil {
+		return err
 	}
 	c, err := a.state.Handle(a.now(), ev.Payload)
 	if err != nil {
@@ -94,10 +94,8 @@ func (a *App) Handle(ctx context.Context, ev envelope.Event) error {
 func (a *App) Check(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.stale {
-		if err := a.reload(ctx); err != nil {
-			return err
-		}
+	if err := a.drv.Ready(ctx); err != nil {
+		return err
 	}
 	if err := a.apply(ctx, "", a.state.Check(a.now())); err != nil {
 		return fmt.Errorf("health check: %w", err)
@@ -136,17 +134,16 @@ func (a *App) apply(ctx context.Context, inboxID string, c *domain.Change) error
 		for _, e := range c.Emits {
 			tx.Emit(envelope.New(e.Topic, e.Key, Source, e.Payload))
 		}
-		applied, err := a.st.Apply(ctx, inboxID, &tx)
+		applied, err := a.drv.Apply(ctx, inboxID, &tx, func() { a.state.Commit(c) })
 		if err != nil {
-			a.stale = true
 			return fmt.Errorf("apply: %w", err)
 		}
-		if !applied {
-			return nil
+		if applied {
+			for _, e := range c.Emits {
+				a.log.Info("node health changed", "node", e.Key, "verdict", e.Payload)
+			}
 		}
-		for _, e := range c.Emits {
-			a.log.Info("node health changed", "node", e.Key, "verdict", e.Payload)
-		}
+		return nil
 	}
 	a.state.Commit(c)
 	return nil

@@ -10,10 +10,12 @@ import (
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/store/storetest"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/health/internal/domain"
 )
 
 const node = "projects/default/clusters/c1/nodes/gpu-0001"
@@ -109,5 +111,63 @@ func TestVerdictSurvivesRestart(t *testing.T) {
 	}
 	if n, _ := c.Node(node); !n.Unhealthy {
 		t.Fatal("not flagged after the restart grace")
+	}
+}
+
+// Fault injection: an Apply whose script ran in Redis but whose answer was
+// lost (a timeout). The app reloads, so memory holds what Redis holds: the
+// membership the lost answer was for, and the verdict of a check whose
+// answer was lost, which the next check therefore does not emit again.
+func TestApplyWithLostAnswerLeavesMemoryAsRedis(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	lost := storetest.LoseApplyReplies(rdb, "health:")
+	st := store.New(rdb, "health:")
+	ctx := testkit.Context(t, 30*time.Second)
+	clk := &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	const timeout = 15 * time.Second
+	a := New(st, timeout, clk.now, slog.Default())
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fromRedis := func() (domain.Node, bool) {
+		t.Helper()
+		b := New(st, timeout, clk.now, slog.Default())
+		if err := b.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return b.Node(node)
+	}
+
+	joined := event(topics.NodeEvents, &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, State: loomv1.Node_READY}})
+	lost.Arm(1)
+	if err := a.Handle(ctx, joined); !store.OutcomeUnknown(err) {
+		t.Fatalf("Handle with a lost answer = %v, want the outcome unknown", err)
+	}
+	if _, ok := fromRedis(); !ok {
+		t.Fatal("the script did not run: Redis lacks the member")
+	}
+	if _, ok := a.Node(node); !ok {
+		t.Fatal("memory lacks the member Redis has")
+	}
+	if err := a.Handle(ctx, joined); err != nil { // the redelivery: seen
+		t.Fatal(err)
+	}
+
+	clk.advance(timeout)
+	lost.Arm(1)
+	if err := a.Check(ctx); !store.OutcomeUnknown(err) {
+		t.Fatalf("Check with a lost answer = %v, want the outcome unknown", err)
+	}
+	mem, _ := a.Node(node)
+	red, _ := fromRedis()
+	if !red.Unhealthy || mem.Unhealthy != red.Unhealthy || mem.Reason != red.Reason {
+		t.Fatalf("memory %+v, Redis %+v; want both UNHEALTHY", mem, red)
+	}
+	if err := a.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := st.OutboxLen(ctx); n != 1 {
+		t.Fatalf("outbox holds %d verdicts, want 1 (the lost answer's, not emitted again)", n)
 	}
 }

@@ -54,6 +54,9 @@ type App struct {
 	// follows Redis in the order the writes happened.
 	mu sync.RWMutex
 	st *domain.State
+	// drv writes each change and reloads st after a write whose outcome is
+	// unknown; its calls run under mu.
+	drv *store.Driver
 
 	// kick wakes the reconciler after a change; capacity 1 coalesces bursts.
 	kick chan struct{}
@@ -88,14 +91,36 @@ func New(ctx context.Context, opts Options) (*App, error) {
 		return nil, fmt.Errorf("provisioner: %w", err)
 	}
 	opts.Log.Info("state loaded", "clusters", len(st.Clusters), "nodes", len(st.Nodes), "reservations", len(st.Reservations))
-	return &App{
+	a := &App{
 		opts:       opts,
 		log:        opts.Log,
 		st:         st,
 		kick:       make(chan struct{}, 1),
 		nextLaunch: map[string]time.Time{},
 		cleaned:    map[string]bool{},
-	}, nil
+	}
+	a.drv = store.NewDriver(opts.Store, a.reload)
+	return a, nil
+}
+
+// reload replaces memory with what Redis holds; the caller holds mu.
+func (a *App) reload(ctx context.Context) error {
+	st, err := adapters.Load(ctx, a.opts.Store)
+	if err != nil {
+		return fmt.Errorf("provisioner: %w", err)
+	}
+	a.st = st
+	a.log.Info("state reloaded", "clusters", len(st.Clusters), "nodes", len(st.Nodes), "reservations", len(st.Reservations))
+	a.wake()
+	return nil
+}
+
+// wake tells the reconciler that the desired state changed.
+func (a *App) wake() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
 }
 
 // Params returns the domain parameters in use (defaults filled in).
@@ -106,6 +131,9 @@ func (a *App) Params() domain.Params { return a.opts.Params }
 func (a *App) apply(ctx context.Context, inboxID string, decide func(*domain.State) domain.Change) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if err := a.drv.Ready(ctx); err != nil {
+		return err
+	}
 	ch := decide(a.st)
 	if ch.Empty() && inboxID == "" {
 		return nil
@@ -114,16 +142,14 @@ func (a *App) apply(ctx context.Context, inboxID string, decide func(*domain.Sta
 	if err != nil {
 		return err
 	}
-	applied, err := a.opts.Store.Apply(ctx, inboxID, tx)
+	_, err = a.drv.Apply(ctx, inboxID, tx, func() {
+		if !ch.Empty() {
+			a.st.Apply(ch)
+			a.wake()
+		}
+	})
 	if err != nil {
 		return fmt.Errorf("apply: %w", err)
-	}
-	if applied && !ch.Empty() {
-		a.st.Apply(ch)
-		select {
-		case a.kick <- struct{}{}:
-		default:
-		}
 	}
 	return nil
 }

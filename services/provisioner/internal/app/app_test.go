@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/store/storetest"
 	"github.com/loom-ml/loom/libs/testkit"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -486,5 +489,47 @@ func TestReservationReads(t *testing.T) {
 	b := newApp(t, st, newFake(), &clock{t: time.Now()})
 	if r, ok := b.Reservation("projects/default/reservations/r1"); !ok || r.GetInUse() != 3 {
 		t.Fatalf("reloaded reservation = %v", r)
+	}
+}
+
+// Fault injection: a CreateCluster whose Apply ran in Redis but whose answer
+// was lost. Before the driver the provisioner's memory lacked the cluster
+// until a restart and the redelivered command was dropped as seen; now memory
+// holds what Redis holds at once, and the redelivery changes nothing.
+func TestApplyWithLostAnswerLeavesMemoryAsRedis(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, rdb := testkit.Redis(t)
+	lost := storetest.LoseApplyReplies(rdb, "provisioner:")
+	st := store.New(rdb, "provisioner:")
+	c := &clock{t: time.Now()}
+	a := newApp(t, st, newFake(), c)
+	cmd := &eventsv1.CreateCluster{Operation: "op1", Cluster: clusterSpec(demo, 2)}
+	lost.Arm(1)
+	if err := a.CreateCluster(ctx, "ev-create", cmd); !store.OutcomeUnknown(err) {
+		t.Fatalf("CreateCluster with a lost answer = %v, want the outcome unknown", err)
+	}
+	fromRedis := newApp(t, st, newFake(), c)
+	want, ok := fromRedis.Cluster(demo)
+	if !ok {
+		t.Fatal("the script did not run: Redis lacks the cluster")
+	}
+	got, ok := a.Cluster(demo)
+	if !ok || !proto.Equal(got, want) {
+		t.Fatalf("memory has %v, Redis %v", got, want)
+	}
+	if g, w := a.Nodes("default", "demo"), fromRedis.Nodes("default", "demo"); len(g) != 2 || len(g) != len(w) ||
+		!proto.Equal(g[0], w[0]) || !proto.Equal(g[1], w[1]) {
+		t.Fatalf("memory has nodes %v, Redis %v", g, w)
+	}
+	if err := a.CreateCluster(ctx, "ev-create", cmd); err != nil { // the redelivery
+		t.Fatal(err)
+	}
+	if n, err := st.OutboxLen(ctx); err != nil || n != 3 {
+		t.Fatalf("outbox = %d, %v; want 3 (ClusterChanged + 2 NodeChanged, once)", n, err)
+	}
+	registerAll(t, a)
+	if n := node(a, "gpu-0001"); n.GetState() != loomv1.Node_READY {
+		t.Fatalf("node after registration: %v, want READY", n.GetState())
 	}
 }

@@ -91,7 +91,6 @@ func (r *Repo) Tx(reg *domain.Registration) (*store.Tx, error) {
 	return tx, nil
 }
 
-// Apply writes tx atomically with the inbox mark for eventID.
-func (r *Repo) Apply(ctx context.Context, eventID string, tx *store.Tx) (bool, error) {
-	return r.st.Apply(ctx, eventID, tx)
-}
+// Store returns the repository's store, which the app writes through its
+// store.Driver.
+func (r *Repo) Store() *store.Store { return r.st }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/registry/internal/adapters"
@@ -27,6 +28,9 @@ type Registry struct {
 	repo *adapters.Repo
 	log  *slog.Logger
 	now  func() time.Time
+	// drv writes each registration and reloads memory after a write whose
+	// outcome is unknown (Handle's caller serialises its calls).
+	drv *store.Driver
 
 	mu    sync.RWMutex
 	state *domain.State
@@ -41,7 +45,22 @@ func New(ctx context.Context, repo *adapters.Repo, log *slog.Logger, now func() 
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
-	return &Registry{repo: repo, log: log, now: now, state: st}, nil
+	r := &Registry{repo: repo, log: log, now: now, state: st}
+	r.drv = store.NewDriver(repo.Store(), r.reload)
+	return r, nil
+}
+
+// reload replaces memory with what Redis holds.
+func (r *Registry) reload(ctx context.Context) error {
+	st, err := r.repo.Load(ctx)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.state = st
+	r.mu.Unlock()
+	r.log.Info("state reloaded", "models", len(st.Models))
+	return nil
 }
 
 // Handle applies one event of loom.job.events.v1: a COMPLETED job with a
@@ -51,6 +70,9 @@ func (r *Registry) Handle(ctx context.Context, ev envelope.Event) error {
 	jc, ok := ev.Payload.(*eventsv1.JobChanged)
 	if !ok {
 		return nil
+	}
+	if err := r.drv.Ready(ctx); err != nil {
+		return err
 	}
 	r.mu.RLock()
 	reg := domain.Decide(r.state, jc, r.now().UTC())
@@ -62,17 +84,19 @@ func (r *Registry) Handle(ctx context.Context, ev envelope.Event) error {
 	if err != nil {
 		return fmt.Errorf("register %s: %w", reg.Version.GetName(), err)
 	}
-	applied, err := r.repo.Apply(ctx, ev.ID, tx)
+	applied, err := r.drv.Apply(ctx, ev.ID, tx, func() {
+		r.mu.Lock()
+		r.state.Apply(reg)
+		r.mu.Unlock()
+	})
 	if err != nil {
 		return fmt.Errorf("register %s: %w", reg.Version.GetName(), err)
 	}
 	if !applied {
-		// Seen before: the state loaded at start, or applied by this process, has it.
+		// Seen before: the state loaded at start, applied by this process,
+		// or reloaded after a write whose outcome was unknown has it.
 		return nil
 	}
-	r.mu.Lock()
-	r.state.Apply(reg)
-	r.mu.Unlock()
 	r.log.Info("model version registered", "version", reg.Version.GetName(), "job", reg.Version.GetSourceJob())
 	return nil
 }

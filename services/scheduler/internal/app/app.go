@@ -53,9 +53,9 @@ type App struct {
 	// under work alone because only they change it.
 	mu    sync.RWMutex
 	state *domain.State
-	// stale is set when an Apply failed without saying whether it wrote:
-	// memory may lag Redis, so the next event reloads first.
-	stale bool
+	// drv writes every change and reloads memory after a write whose
+	// outcome is unknown (Redis may have it); its calls run under work.
+	drv *store.Driver
 
 	// Leadership (under work): the term's token ("" when fencing is off),
 	// whether this instance leads, the writes of the term, and what to call
@@ -71,7 +71,9 @@ type App struct {
 
 // New returns an app over st; Start (or Lead) loads it. now is the clock.
 func New(st *store.Store, cfg domain.Config, now func() time.Time, log *slog.Logger) *App {
-	return &App{st: st, repo: adapters.NewRepo(st), cfg: cfg, now: now, log: log, state: domain.NewState(cfg), leading: true}
+	a := &App{st: st, repo: adapters.NewRepo(st), cfg: cfg, now: now, log: log, state: domain.NewState(cfg), leading: true}
+	a.drv = store.NewDriver(st, a.reload)
+	return a
 }
 
 // Start rebuilds memory from Redis and runs a scheduling pass over every
@@ -161,7 +163,7 @@ func (a *App) reload(ctx context.Context) error {
 	s.Load(recs.Clusters, recs.Nodes, recs.Jobs, recs.Runs, recs.Arrays, recs.Usage)
 	s.LoadEnded(recs.Ended)
 	a.mu.Lock()
-	a.state, a.stale = s, false
+	a.state = s
 	a.mu.Unlock()
 	a.log.Info("state loaded", "clusters", len(recs.Clusters), "nodes", len(recs.Nodes), "jobs", len(recs.Jobs),
 		"runs", len(recs.Runs), "arrays", len(recs.Arrays))
@@ -178,10 +180,8 @@ func (a *App) Handle(ctx context.Context, ev envelope.Event) error {
 	if !a.leading {
 		return fmt.Errorf("event %s: %w", ev.ID, ErrNotLeader)
 	}
-	if a.stale {
-		if err := a.reload(ctx); err != nil {
-			return err
-		}
+	if err := a.drv.Ready(ctx); err != nil {
+		return err
 	}
 	c, err := a.state.Handle(a.now(), ev.Payload)
 	if err != nil {
@@ -212,10 +212,8 @@ func (a *App) HandleBatch(ctx context.Context, evs []envelope.Event) error {
 	if !a.leading {
 		return fmt.Errorf("batch of %d events: %w", len(evs), ErrNotLeader)
 	}
-	if a.stale {
-		if err := a.reload(ctx); err != nil {
-			return err
-		}
+	if err := a.drv.Ready(ctx); err != nil {
+		return err
 	}
 	payloads := make([]proto.Message, len(evs))
 	ids := make([]string, len(evs))
@@ -252,10 +250,8 @@ func (a *App) Tick(ctx context.Context) error {
 	if !a.leading {
 		return ErrNotLeader
 	}
-	if a.stale {
-		if err := a.reload(ctx); err != nil {
-			return err
-		}
+	if err := a.drv.Ready(ctx); err != nil {
+		return err
 	}
 	if err := a.apply(ctx, "", a.state.Tick(a.now())); err != nil {
 		return fmt.Errorf("tick: %w", err)
@@ -329,17 +325,17 @@ func (a *App) applyMany(ctx context.Context, inboxIDs []string, c *domain.Change
 		}
 		tx.Emit(ev)
 	}
-	applied, err := a.write(ctx, "apply", inboxIDs, tx)
+	applied, err := a.write(ctx, "apply", inboxIDs, tx, func() {
+		a.mu.Lock()
+		a.state.Commit(c)
+		a.mu.Unlock()
+	})
 	if err != nil {
 		return false, err
 	}
-	if !applied {
-		return false, nil // applied before; memory was loaded with it
-	}
-	a.mu.Lock()
-	a.state.Commit(c)
-	a.mu.Unlock()
-	return true, nil
+	// !applied: applied before; memory was loaded with it (at start, or
+	// by the driver after a write whose outcome was unknown).
+	return applied, nil
 }
 
 // fencedTx returns an empty transaction that carries this term's fence
@@ -354,15 +350,15 @@ func (a *App) fencedTx() *store.Tx {
 }
 
 // write applies tx with the inbox marks of inboxIDs (none: a change of the
-// clock's or a prune). A failed write marks memory stale, since it may or
-// may not have landed, and a write refused by the fence makes this instance
-// step down at once: a later term holds the lease.
-func (a *App) write(ctx context.Context, what string, inboxIDs []string, tx *store.Tx) (bool, error) {
-	applied, err := a.st.ApplyBatch(ctx, inboxIDs, tx)
+// clock's or a prune) through the driver, which calls commit once Redis has
+// it and reloads memory after a write whose outcome is unknown. A write
+// refused by the fence makes this instance step down at once: a later term
+// holds the lease.
+func (a *App) write(ctx context.Context, what string, inboxIDs []string, tx *store.Tx, commit func()) (bool, error) {
+	applied, err := a.drv.ApplyBatch(ctx, inboxIDs, tx, commit)
 	if err == nil {
 		return applied, nil
 	}
-	a.stale = true
 	if a.fenced && adapters.IsFenced(err) {
 		a.log.Warn("a later term holds the leader lease; stepping down", "term", a.token, "err", err)
 		a.leading = false

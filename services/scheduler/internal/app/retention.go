@@ -38,10 +38,8 @@ func (a *App) pruneOnce(ctx context.Context, ret domain.Retention) (int, bool, e
 	if !a.leading {
 		return 0, false, ErrNotLeader
 	}
-	if a.stale {
-		if err := a.reload(ctx); err != nil {
-			return 0, false, err
-		}
+	if err := a.drv.Ready(ctx); err != nil {
+		return 0, false, err
 	}
 	p := a.state.Prune(a.now(), ret, pruneBatch)
 	if p.Empty() {
@@ -51,12 +49,14 @@ func (a *App) pruneOnce(ctx context.Context, ret domain.Retention) (int, bool, e
 	if err := adapters.WritePruned(tx, p); err != nil {
 		return 0, false, err
 	}
-	if _, err := a.write(ctx, "prune", nil, tx); err != nil {
+	commit := func() {
+		a.mu.Lock()
+		a.state.CommitPrune(p)
+		a.mu.Unlock()
+	}
+	if _, err := a.write(ctx, "prune", nil, tx, commit); err != nil {
 		return 0, false, err
 	}
-	a.mu.Lock()
-	a.state.CommitPrune(p)
-	a.mu.Unlock()
 	return len(p.Jobs), p.More, nil
 }
 
