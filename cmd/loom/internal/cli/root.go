@@ -47,6 +47,12 @@ type app struct {
 	// tty says whether a writer is a terminal, where progress is a bar
 	// redrawn in place (tests force it).
 	tty func(io.Writer) bool
+	// environ is the caller's environment (os.Environ; tests give their
+	// own, as they cannot change the process's in parallel).
+	environ func() []string
+	// passwd is the account database a login looks the user's shell and
+	// ids up in (/etc/passwd).
+	passwd string
 
 	connMu sync.Mutex
 	conn   *grpc.ClientConn
@@ -108,6 +114,8 @@ func newApp() *app {
 		pollInterval: 250 * time.Millisecond,
 		callTimeout:  30 * time.Second,
 		tty:          isTerminal,
+		environ:      os.Environ,
+		passwd:       "/etc/passwd",
 	}
 }
 
