@@ -1,6 +1,6 @@
 // Package cli is the `loom` command: the user's client of the gateway's
 // public API (clusters, nodes, jobs, models), plus `loom up` (the embedded
-// stack in the foreground), `loom agent` (what the local provider starts per
+// stack in the foreground) and `loom down` (what it leaves), `loom agent` (what the local provider starts per
 // node), `loom train` (a tiny real trainer) and `loom demo`.
 package cli
 
@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/loom-ml/loom/cmd/loom/internal/stack"
 	"github.com/loom-ml/loom/libs/config"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -53,6 +54,9 @@ type app struct {
 	// passwd is the account database a login looks the user's shell and
 	// ids up in (/etc/passwd).
 	passwd string
+	// upAddrs are the addresses `loom up` listens on (stack.DefaultAddrs;
+	// tests pick free ports).
+	upAddrs func() stack.Addrs
 
 	connMu sync.Mutex
 	conn   *grpc.ClientConn
@@ -116,6 +120,7 @@ func newApp() *app {
 		tty:          isTerminal,
 		environ:      os.Environ,
 		passwd:       "/etc/passwd",
+		upAddrs:      stack.DefaultAddrs,
 	}
 }
 
@@ -173,6 +178,7 @@ claim; "loom capacity" shows what is free where. Every get and list takes
 
 	root.AddCommand(
 		a.upCommand(),
+		a.downCommand(),
 		a.agentCommand(),
 		a.clustersCommand(),
 		a.nodesCommand(),
