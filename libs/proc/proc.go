@@ -134,27 +134,39 @@ func FindByEnv(kv string) []int {
 	if err != nil {
 		return nil
 	}
-	want := []byte(kv)
 	var out []int
 	for _, d := range dirs {
 		pid, err := strconv.Atoi(filepath.Base(d))
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		b, err := os.ReadFile(d + "/environ")
-		if err != nil {
-			continue
-		}
-		for _, e := range bytes.Split(b, []byte{0}) {
-			if bytes.Equal(e, want) {
-				if _, ok := StartTime(pid); ok {
-					out = append(out, pid)
-				}
-				break
+		if HasEnv(pid, kv) {
+			if _, ok := StartTime(pid); ok {
+				out = append(out, pid)
 			}
 		}
 	}
 	return out
+}
+
+// HasEnv reports whether pid's environment, as it started with it, holds
+// exactly the entry kv ("KEY=value"): false where /proc is missing or the
+// process is not ours to read.
+func HasEnv(pid int, kv string) bool {
+	if !hasProc || pid <= 0 {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return false
+	}
+	want := []byte(kv)
+	for _, e := range bytes.Split(b, []byte{0}) {
+		if bytes.Equal(e, want) {
+			return true
+		}
+	}
+	return false
 }
 
 // ExitCode returns a finished process's exit code, 128+n when signal n ended

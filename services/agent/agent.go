@@ -64,6 +64,13 @@ type Config struct {
 	// unless it has one, as a Slurm node's slurm.conf names its controller
 	// (LOOM_GATEWAY; default none).
 	Gateway string
+	// OrphanAfter is how long the agent's control plane (Kafka, Redis) may
+	// stay unreachable before the agent ends its steps and exits
+	// (LOOM_AGENT_ORPHAN_AFTER; default 10m): long enough to ride out a
+	// restart, so that steps go on across one, as under slurmd, but an
+	// agent whose control plane is gone for good does not run forever.
+	// The agent also exits when its WorkDir is removed.
+	OrphanAfter time.Duration
 }
 
 // RegisterFlags adds the agent's flags to fs, defaults from LOOM_* variables.
@@ -82,6 +89,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"a directory of Loom's Slurm commands put first on every job's PATH (LOOM_SLURM_BIN; default: none)")
 	fs.StringVar(&c.Gateway, "gateway", config.Env("LOOM_GATEWAY", ""),
 		"the gateway the Slurm commands in jobs use, set as their LOOM_GATEWAY unless they have one (LOOM_GATEWAY; default: none)")
+	fs.DurationVar(&c.OrphanAfter, "orphan-after", config.EnvDuration("LOOM_AGENT_ORPHAN_AFTER", app.DefaultOrphanAfter),
+		"how long the control plane (Kafka, Redis) may be unreachable before the agent ends its steps and exits (LOOM_AGENT_ORPHAN_AFTER)")
 	fs.DurationVar(&c.StepKillGrace, "step-kill-grace", config.EnvDuration("LOOM_STEP_KILL_GRACE", 10*time.Second),
 		"time between SIGTERM and SIGKILL when a step is stopped (LOOM_STEP_KILL_GRACE)")
 }
@@ -138,6 +147,12 @@ func (c *Config) validate() (string, error) {
 	if c.StepKillGrace <= 0 {
 		c.StepKillGrace = 10 * time.Second
 	}
+	if c.OrphanAfter == 0 {
+		c.OrphanAfter = app.DefaultOrphanAfter
+	}
+	// Heartbeats and Redis pings come once an interval: a shorter bound
+	// would end an agent that only waited for its next check.
+	v.Check(c.OrphanAfter >= 2*c.HeartbeatInterval, "orphan_after", "must be at least twice the heartbeat interval (%s), got %s", c.HeartbeatInterval, c.OrphanAfter)
 	return m[2], v.Err()
 }
 
@@ -149,20 +164,33 @@ func ServiceName(clusterID, hostname string) string {
 
 // Run runs the agent until ctx ends, then shuts down gracefully: the steps
 // it runs are stopped and reported STEP_KILLED before it returns.
+//
+// The agent also ends itself, with an error saying why: when its work
+// directory is removed (its steps are stopped and reported STEP_KILLED with
+// that reason when Redis answers), and when its control plane has been
+// unreachable for cfg.OrphanAfter, or never answered within it (its steps
+// are killed unrecorded; a later start reports them LOST).
 func Run(ctx context.Context, cfg Config) error {
 	clusterID, err := cfg.validate()
 	if err != nil {
 		return fmt.Errorf("agent config: %w", err)
 	}
-	base, err := service.New(ctx, ServiceName(clusterID, cfg.Hostname), cfg.Common)
+	nctx, ncancel := context.WithTimeout(ctx, cfg.OrphanAfter)
+	base, err := service.New(nctx, ServiceName(clusterID, cfg.Hostname), cfg.Common)
+	ncancel()
 	if err != nil {
+		if ctx.Err() == nil && nctx.Err() != nil {
+			return fmt.Errorf("agent %s: exiting: its control plane did not answer within LOOM_AGENT_ORPHAN_AFTER (%s): %w",
+				strings.TrimPrefix(cfg.Node, "projects/"), cfg.OrphanAfter, err)
+		}
 		return err
 	}
 	a, err := app.New(ctx, app.Options{
 		Store: base.Store, Publisher: base.Producer,
 		Self:     domain.Self{Node: cfg.Node, Cluster: cfg.Cluster},
 		Hostname: cfg.Hostname, GPUs: cfg.GPUs, WorkDir: cfg.WorkDir, SharedDir: cfg.SharedDir,
-		KillGrace: cfg.StepKillGrace, HeartbeatInterval: cfg.HeartbeatInterval, JobNice: cfg.JobNice, SlurmBin: cfg.SlurmBin, Gateway: cfg.Gateway, Log: base.Log,
+		KillGrace: cfg.StepKillGrace, HeartbeatInterval: cfg.HeartbeatInterval, JobNice: cfg.JobNice, SlurmBin: cfg.SlurmBin, Gateway: cfg.Gateway,
+		OrphanAfter: cfg.OrphanAfter, Log: base.Log,
 		Clock: base.Clock,
 	})
 	if err == nil {
@@ -180,16 +208,16 @@ func Run(ctx context.Context, cfg Config) error {
 	defer cancelRun()
 	runDone := make(chan struct{})
 	stopped := make(chan struct{})
+	exits := make(chan *domain.SelfExit, 1)
+	go func() { exits <- a.Watch(runCtx) }()
+	var selfExit *domain.SelfExit
 	go func() {
 		defer close(stopped)
 		select {
 		case <-ctx.Done():
-			sctx, cancel := context.WithTimeout(context.Background(), cfg.StepKillGrace+5*time.Second)
-			a.Shutdown(sctx)
-			cancel()
-			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			a.Drain(dctx)
-			cancel()
+			shutdown(base, a, cfg, nil)
+		case selfExit = <-exits:
+			shutdown(base, a, cfg, selfExit)
 		case <-runDone:
 		}
 		// Cancel before releasing, so that a StartStep held back returns
@@ -216,6 +244,9 @@ func Run(ctx context.Context, cfg Config) error {
 		// nothing may run unobserved; a restart reports these steps LOST.
 		a.KillAll()
 	}
+	if selfExit != nil {
+		return fmt.Errorf("agent %s: exited on its own: %s", strings.TrimPrefix(cfg.Node, "projects/"), selfExit.Reason)
+	}
 	if err != nil {
 		return err
 	}
@@ -223,4 +254,31 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("agent %s: stopped unexpectedly", strings.TrimPrefix(cfg.Node, "projects/"))
 	}
 	return nil
+}
+
+// shutdown ends what the agent runs before its consumer and relay stop: for
+// a stop asked for (exit nil), or an exit of its own whose control plane
+// still answers, every step is stopped and its KILLED record published;
+// an orphaned agent kills its steps unrecorded (nothing can be written).
+func shutdown(base *service.Base, a *app.App, cfg Config, exit *domain.SelfExit) {
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.StepKillGrace+5*time.Second)
+	defer cancel()
+	if exit != nil {
+		base.Log.Error("agent exiting on its own: "+exit.Reason+"; ending the steps it runs", "running", a.Running())
+		pctx, pcancel := context.WithTimeout(sctx, time.Second)
+		reachable := !exit.Orphaned && base.Redis.Ping(pctx).Err() == nil
+		pcancel()
+		if !reachable {
+			a.Abandon(sctx, exit.Reason)
+			return
+		}
+	}
+	why := ""
+	if exit != nil {
+		why = "agent exiting: " + exit.Reason
+	}
+	a.ShutdownBecause(sctx, why)
+	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	a.Drain(dctx)
+	dcancel()
 }

@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -108,6 +109,13 @@ type Options struct {
 	// HeartbeatTimeout, when set, overrides how long the health service lets a
 	// node be silent before it is DOWN.
 	HeartbeatTimeout time.Duration
+	// KeepAgents leaves the local provider's node agents running when the
+	// stack closes, with their steps, as agents outlive a restart of a
+	// control plane (`loom up`): the next Start with the same DataDir adopts
+	// them, StopAgents ends them, and each ends itself once its control
+	// plane has been gone for LOOM_AGENT_ORPHAN_AFTER (10 min). Default:
+	// Close stops them.
+	KeepAgents bool
 	// StartTimeout bounds how long Start waits for the services to be ready
 	// (default 60s; ctx's deadline applies too).
 	StartTimeout time.Duration
@@ -307,9 +315,10 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	}
 	provArgs := append(common(a.Provisioner, a.ProvisionerHTTP), "-provider="+provider,
 		"-data-dir="+filepath.Join(s.DataDir, "provisioner"),
-		// Agents belong to this stack: a stopped stack leaves none behind
-		// (the provisioner starts them again from its state at the next start).
-		"-stop-agents-on-exit=true",
+		// Unless kept, agents belong to this stack: a stopped stack leaves
+		// none behind (the provisioner starts them again from its state at
+		// the next start).
+		"-stop-agents-on-exit="+strconv.FormatBool(!opts.KeepAgents),
 		"-agent-command="+strings.Join(agentCmd, " "),
 		// The Slurm commands in jobs (srun) find this gateway.
 		"-agent-env=LOOM_GATEWAY="+a.Gateway)
@@ -693,4 +702,33 @@ func (s *Stack) close(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// provisionerDir is where a stack with dataDir keeps the local provider's
+// cluster and node directories.
+func provisionerDir(dataDir string) string { return filepath.Join(dataDir, "provisioner") }
+
+// Agents returns the node agents that a stack with dataDir started and that
+// still run (a stack closed with KeepAgents leaves them), each checked to be
+// the process its node's pidfile names.
+func Agents(dataDir string) ([]provisioner.LocalAgent, error) {
+	return provisioner.LocalAgents(provisionerDir(dataDir))
+}
+
+// StopAgents ends the agents Agents finds for dataDir, all at once, each as
+// the provisioner stops one (SIGTERM, so that it stops its steps; SIGKILL
+// after grace, default 15s), and returns those it stopped. Run it while no
+// stack runs on dataDir: a running one starts them again.
+func StopAgents(ctx context.Context, dataDir string, grace time.Duration, log *slog.Logger) ([]provisioner.LocalAgent, error) {
+	agents, err := Agents(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(agents))
+	var wg sync.WaitGroup
+	for i, a := range agents {
+		wg.Go(func() { errs[i] = provisioner.StopLocalAgent(ctx, a, grace, log) })
+	}
+	wg.Wait()
+	return agents, errors.Join(errs...)
 }

@@ -235,6 +235,15 @@ func exampleLifecycle(t *testing.T, cli liveCLI, file string) {
 		}
 	}
 
+	// A job submitted from the login has the login's USER and HOME: sbatch
+	// exports the login environment (--export=ALL), as Slurm's.
+	out, errOut, code = cli.run("clusters", "login", id, "--", "/bin/sh", "-c",
+		`echo "$USER $HOME"; sbatch --wait -o login-env.out --wrap 'echo "$USER $HOME"' >/dev/null && cat login-env.out`)
+	lines := strings.Split(out, "\n")
+	if f := strings.Fields(lines[0]); code != 0 || len(lines) != 3 || lines[0] != lines[1] || len(f) != 2 || f[1] != filepath.Join(homeDir(&c), f[0]) {
+		t.Errorf("a job from the login: exit %d\nstdout %q (want the login's USER and HOME twice, HOME under %s)\nstderr %q", code, out, homeDir(&c), errOut)
+	}
+
 	// Grow the first pool by one node, then shrink it back.
 	pool := spec.GetCompute().GetNodePools()[0]
 	n := int(pool.GetNodeCount())

@@ -590,3 +590,88 @@ sinfo -N; echo "sinfo exit $?"`
 		}
 	}
 }
+
+// TestClustersLoginEnvironment: a login gives what a real one gives (USER,
+// LOGNAME, HOME in the cluster's shared home, the passwd shell, LANG, TERM,
+// PATH led by the Slurm commands), whatever the caller's environment lacks.
+func TestClustersLoginEnvironment(t *testing.T) {
+	t.Parallel()
+	f, gw := newFakeGateway(t)
+	shared := t.TempDir()
+	f.clusters = append(f.clusters, &loomv1.Cluster{Name: "projects/default/clusters/le",
+		Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, HomeDir: shared, LoginNode: "le-login-001"}})
+	passwd := writeFile(t, "passwd", "root:x:0:0:root:/root:/bin/bash\nalice:x:1234:1234:Alice:/home/alice:/bin/zsh\n")
+	login := func(environ []string, args ...string) (string, string, int) {
+		return runWith(t, gw, func(a *app) {
+			a.environ = func() []string { return environ }
+			a.passwd = passwd
+		}, append([]string{"clusters", "login", "le", "--"}, args...)...)
+	}
+	const show = `echo "user=$USER logname=$LOGNAME home=$HOME shell=$SHELL lang=$LANG term=$TERM"; echo "$PATH"; test -d "$HOME" && echo home-made`
+
+	// A bare environment (a service's, a container's): no USER, a HOME
+	// that is the caller's, no SHELL, LANG or TERM.
+	out, errOut, code := login([]string{"PATH=/usr/bin:/bin", "LOOM_USER=alice", "HOME=/caller/home", "KEEP=1"}, "/bin/sh", "-c", show+`; echo "keep=$KEEP"`)
+	lines := strings.Split(out, "\n")
+	if code != 0 || errOut != "" || len(lines) != 5 {
+		t.Fatalf("login: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if want := "user=alice logname=alice home=" + filepath.Join(shared, "alice") + " shell=/bin/zsh lang=C.UTF-8 term=dumb"; lines[0] != want {
+		t.Errorf("login environment\n%q\nwant\n%q", lines[0], want)
+	}
+	if dirs := filepath.SplitList(lines[1]); len(dirs) != 3 || !strings.Contains(dirs[0], "loom-login-") || dirs[1] != "/usr/bin" || dirs[2] != "/bin" {
+		t.Errorf("PATH %q: want the Slurm commands' directory, then the caller's PATH", lines[1])
+	}
+	if lines[2] != "home-made" || lines[3] != "keep=1" {
+		t.Errorf("the home was not made or the caller's other variables were dropped: %q", out)
+	}
+
+	// The caller's USER, LANG and TERM are kept; a user without an account
+	// here gets /bin/bash (or /bin/sh where there is none); no PATH at all
+	// still finds the system's commands.
+	out, errOut, code = login([]string{"USER=bob", "LANG=de_DE.UTF-8", "TERM=xterm-256color"}, "/bin/sh", "-c", show)
+	shell := "/bin/bash"
+	if _, err := os.Stat(shell); err != nil {
+		shell = "/bin/sh"
+	}
+	lines = strings.Split(out, "\n")
+	if want := "user=bob logname=bob home=" + filepath.Join(shared, "bob") + " shell=" + shell + " lang=de_DE.UTF-8 term=xterm-256color"; code != 0 || lines[0] != want || !strings.HasSuffix(lines[1], ":"+defaultLoginPath) {
+		t.Fatalf("login as bob: exit %d, stdout %q, stderr %q; want first line %q", code, out, errOut, want)
+	}
+
+	// A user name that is not one (it would name a directory elsewhere) is
+	// refused before anything is made; so is a home that is not a directory.
+	_, errOut, code = login([]string{"LOOM_USER=../../etc", "PATH=/bin"}, "true")
+	if code != 1 || !strings.Contains(errOut, `the user name "../../etc" is not a login name`) || !strings.Contains(errOut, "set LOOM_USER") {
+		t.Errorf("bad user name: exit %d, %q", code, errOut)
+	}
+	if entries, err := os.ReadDir(shared); err != nil || len(entries) != 2 {
+		t.Errorf("the shared home holds %v (%v); want only alice's and bob's homes", entries, err)
+	}
+	if err := os.WriteFile(filepath.Join(shared, "carol"), []byte("not a dir"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code = login([]string{"USER=carol", "PATH=/bin"}, "true")
+	if code != 1 || !strings.Contains(errOut, "carol's home "+filepath.Join(shared, "carol")+" is not a directory") {
+		t.Errorf("home not a directory: exit %d, %q", code, errOut)
+	}
+}
+
+func TestPasswdEntry(t *testing.T) {
+	t.Parallel()
+	p := writeFile(t, "passwd", "# comment\nbad line\nalice:x:12:34:A:/home/alice:/bin/zsh\r\nnoshell:x:5:6::/:\nbroken:x:a:b::/:/bin/sh\n")
+	if e, ok := passwdEntry(p, "alice"); !ok || e.uid != 12 || e.gid != 34 || e.shell != "/bin/zsh" {
+		t.Errorf("alice: %+v %v", e, ok)
+	}
+	if e, ok := passwdEntry(p, "noshell"); !ok || e.shell != "" {
+		t.Errorf("noshell: %+v %v", e, ok)
+	}
+	for _, name := range []string{"broken", "nobody-here", "x"} {
+		if e, ok := passwdEntry(p, name); ok {
+			t.Errorf("%s: %+v, want not known", name, e)
+		}
+	}
+	if _, ok := passwdEntry(filepath.Join(t.TempDir(), "none"), "alice"); ok {
+		t.Error("a missing passwd file knows alice")
+	}
+}

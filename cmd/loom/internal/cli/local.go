@@ -34,6 +34,7 @@ func defaultDataDir() string {
 
 func (a *app) upCommand() *cobra.Command {
 	var dataDir, logLevel, provider, capacity string
+	var stopAgents bool
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run Loom on this machine in the foreground, until Ctrl-C",
@@ -45,7 +46,13 @@ with --provider sim, simulated nodes without processes, for scale).
 --capacity sets the on-demand, spot and flex-start capacity per zone and
 machine type (default: generous everywhere); reservations come on top
 ("loom reservations create"). Data (and so clusters, jobs and models)
-survives restarts in --data-dir.`,
+survives restarts in --data-dir.
+
+The node agents outlive Loom, as slurmd outlives its controller: on Ctrl-C
+their jobs go on, the next "loom up" with the same --data-dir takes them
+back, and "loom down" ends them (each also ends itself, and its jobs, once
+Loom has been gone for LOOM_AGENT_ORPHAN_AFTER, 10m). --stop-agents ends
+them when Loom stops instead.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -53,11 +60,14 @@ survives restarts in --data-dir.`,
 			log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
 			st, err := stack.Start(ctx, stack.Options{
 				DataDir:  dataDir,
-				Addrs:    stack.DefaultAddrs(),
+				Addrs:    a.upAddrs(),
 				LogLevel: logLevel,
 				Log:      log,
 				Provider: provider,
 				Capacity: capacity,
+				// What runs the jobs outlives the control plane unless
+				// asked otherwise; what is left is said on the way out.
+				KeepAgents: !stopAgents,
 			})
 			if err != nil {
 				if strings.Contains(err.Error(), "address already in use") {
@@ -87,13 +97,81 @@ survives restarts in --data-dir.`,
 				return fmt.Errorf("stop Loom: %w", closeErr)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "Loom stopped.")
+			if !stopAgents {
+				left, err := stack.Agents(st.DataDir)
+				if err != nil {
+					return fmt.Errorf("count the node agents left running: %w", err)
+				}
+				if n := len(left); n > 0 {
+					them := plural(n, "it", "them")
+					fmt.Fprintf(cmd.OutOrStdout(), "%d %s running (%s jobs go on); `loom down%s` ends %s, `loom up%s` takes %s back, and without Loom %s after LOOM_AGENT_ORPHAN_AFTER (default 10m).\n",
+						n, plural(n, "node agent keeps", "node agents keep"), plural(n, "its", "their"), dataDirFlag(st.DataDir), them,
+						dataDirFlag(st.DataDir), them, plural(n, "it ends itself", "they end themselves"))
+				}
+			}
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&stopAgents, "stop-agents", false, "end the node agents (and their jobs) when Loom stops, instead of leaving them running for the next `loom up`")
 	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "where Loom keeps its data (LOOM_DATA_DIR)")
 	cmd.Flags().StringVar(&provider, "provider", config.Env("LOOM_PROVIDER", "local"), "compute provider: local (an agent process per node) or sim (simulated nodes) (LOOM_PROVIDER)")
 	cmd.Flags().StringVar(&capacity, "capacity", "", "capacity ZONE/MACHINE_TYPE/TYPE=COUNT,... with * wildcards, TYPE ON_DEMAND, SPOT or FLEX_START (default LOOM_CAPACITY, else generous)")
 	cmd.Flags().StringVar(&logLevel, "log-level", config.Env("LOOM_LOG_LEVEL", "info"), "services' log level: debug, info, warn, error (LOOM_LOG_LEVEL)")
+	return cmd
+}
+
+// dataDirFlag is " --data-dir DIR" when dir is not the default data
+// directory, so that a command printed for the user to run next names the
+// same one; "" otherwise.
+func dataDirFlag(dir string) string {
+	if abs, err := filepath.Abs(defaultDataDir()); err == nil && abs == dir {
+		return ""
+	}
+	return " --data-dir " + dir
+}
+
+func (a *app) downCommand() *cobra.Command {
+	var dataDir string
+	var grace time.Duration
+	cmd := &cobra.Command{
+		Use:   "down",
+		Short: "End the node agents (and their jobs) that a stopped `loom up` left running",
+		Long: `End the node agents that "loom up" with the same --data-dir started and
+left running when it stopped, with the jobs they run: each gets SIGTERM,
+stops its jobs (SIGTERM, SIGKILL after its kill grace) and exits; one still
+running after --grace is killed. Agents are found by the pidfiles in their
+node directories and checked to be the processes those name, so no other
+process is ever signalled. Stop "loom up" first: while it runs, it starts
+them again.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if grace <= 0 {
+				return usagef("--grace must be more than 0, e.g. --grace 15s")
+			}
+			abs, err := filepath.Abs(dataDir)
+			if err != nil {
+				return fmt.Errorf("data dir: %w", err)
+			}
+			if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
+				return fmt.Errorf("%s is not a Loom data directory (not a directory); give the one `loom up` used with --data-dir", abs)
+			}
+			stopped, err := stack.StopAgents(cmd.Context(), abs, grace, nil)
+			for _, ag := range stopped {
+				fmt.Fprintf(cmd.OutOrStdout(), "stopped node agent %s (pid %d)\n", ag.Node, ag.PID)
+			}
+			if err != nil {
+				return fmt.Errorf("stop node agents: %w", err)
+			}
+			if len(stopped) == 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "No node agents of %s are running.\n", abs)
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%d %s stopped.\n", len(stopped), plural(len(stopped), "node agent", "node agents"))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "the data directory of the `loom up` that started them (LOOM_DATA_DIR)")
+	cmd.Flags().DurationVar(&grace, "grace", 15*time.Second, "how long an agent gets to stop its jobs and exit before it is killed")
 	return cmd
 }
 

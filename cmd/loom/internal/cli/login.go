@@ -1,11 +1,14 @@
 package cli
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -39,13 +42,20 @@ func (a *app) clustersLoginCommand() *cobra.Command {
 		Short: "Open a shell on the cluster's login node, in its shared home (or run CMD there)",
 		Long: `Open $SHELL on the cluster's login node, or run CMD there and exit with its
 status (for scripts). The working directory is the cluster's shared home, and
-the environment points the Slurm commands at this cluster:
+the environment is a login's, pointing the Slurm commands at this cluster:
 
+  USER, LOGNAME                you (LOOM_USER, else USER, else your account)
+  HOME                         <shared home>/<user>, made when missing
+  SHELL                        your login shell (/etc/passwd), else /bin/bash
+  LANG, TERM                   yours, else C.UTF-8 and dumb
   LOOM_GATEWAY, LOOM_PROJECT   this loom's gateway and project
   LOOM_CLUSTER                 the cluster's full name
   SLURM_CONF                   <home>/.loom/slurm/slurm.conf (when rendered)
   PATH                         led by sbatch, squeue, sinfo, scancel, sacct,
                                scontrol, srun and sprio (links to loom)
+
+Jobs you submit from it inherit these (sbatch exports the whole login
+environment by default, as Slurm's).
 
 On the local provider the login node is this machine and the shared home a
 directory here.`,
@@ -81,18 +91,19 @@ directory here.`,
 				return fmt.Errorf("login: %w", err)
 			}
 
+			caller := a.environ()
+			u, err := a.loginUser(caller, home)
+			if err != nil {
+				return err
+			}
 			argv := args[1:]
 			interactive := len(argv) == 0
 			if interactive {
-				shell := os.Getenv("SHELL")
-				if shell == "" {
-					shell = "/bin/sh"
-				}
-				argv = []string{shell}
-				fmt.Fprintf(cmd.ErrOrStderr(), "Logged in to %s of cluster %s (%s), in %s.\nsbatch, squeue, sinfo and friends talk to this cluster; `exit` leaves.\n",
-					orDash(c.GetStatus().GetLoginNode()), id, clusterStateLong(c), home)
+				argv = []string{u.shell}
+				fmt.Fprintf(cmd.ErrOrStderr(), "Logged in to %s of cluster %s (%s) as %s, in %s (HOME %s).\nsbatch, squeue, sinfo and friends talk to this cluster; `exit` leaves.\n",
+					orDash(c.GetStatus().GetLoginNode()), id, clusterStateLong(c), u.name, home, u.home)
 			}
-			path := bin + string(os.PathListSeparator) + os.Getenv("PATH")
+			path := bin + string(os.PathListSeparator) + cmp.Or(getenvIn(caller, "PATH"), defaultLoginPath)
 			// As the login's shell would look it up: exec.Command would
 			// look in loom's own PATH, where a real Slurm's sinfo is found
 			// and the login's links are not.
@@ -100,7 +111,13 @@ directory here.`,
 			if err != nil {
 				return exitError{code: 127, msg: fmt.Sprintf("loom clusters login: %s: %v", argv[0], err)}
 			}
-			env := loginEnv(os.Environ(), map[string]string{
+			env := loginEnv(caller, map[string]string{
+				"USER":            u.name,
+				"LOGNAME":         u.name,
+				"HOME":            u.home,
+				"SHELL":           u.shell,
+				"LANG":            cmp.Or(getenvIn(caller, "LANG"), "C.UTF-8"),
+				"TERM":            cmp.Or(getenvIn(caller, "TERM"), "dumb"),
 				"LOOM_GATEWAY":    a.gateway,
 				"LOOM_PROJECT":    a.project,
 				"LOOM_CLUSTER":    c.GetName(),
@@ -165,4 +182,95 @@ func loginEnv(env []string, set map[string]string) []string {
 		}
 	}
 	return out
+}
+
+// defaultLoginPath is the rest of a login's PATH when the caller has none:
+// what login(1) gives.
+const defaultLoginPath = "/usr/local/bin:/usr/bin:/bin"
+
+// loginName is what a login accepts as a user name (useradd's rule, which
+// also keeps it one path element: it names the user's home directory).
+var loginName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]{0,31}$`)
+
+// account is the user a login is for.
+type account struct {
+	// name is USER and LOGNAME; home is HOME, the user's directory under
+	// the cluster's shared home; shell is SHELL, what an interactive login
+	// runs.
+	name, home, shell string
+}
+
+// loginUser is the user a login from the environment caller is for, with
+// their home under the cluster's shared home (made when missing, owned by
+// the user when loom may give it away) and their login shell from the
+// account database (a.passwd), else /bin/bash.
+func (a *app) loginUser(caller []string, sharedHome string) (account, error) {
+	name := slurmcli.UserName(func(k string) string { return getenvIn(caller, k) })
+	if !loginName.MatchString(name) {
+		return account{}, fmt.Errorf("login: the user name %q is not a login name (a letter or _, then letters, digits, _ . -, at most 32 in all); set LOOM_USER to yours", name)
+	}
+	pw, known := passwdEntry(a.passwd, name)
+	u := account{name: name, home: filepath.Join(sharedHome, name), shell: pw.shell}
+	if u.shell == "" {
+		u.shell = "/bin/bash"
+		if _, err := os.Stat(u.shell); err != nil {
+			u.shell = "/bin/sh"
+		}
+	}
+	switch fi, err := os.Lstat(u.home); {
+	case errors.Is(err, os.ErrNotExist):
+		if err := os.Mkdir(u.home, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return account{}, fmt.Errorf("login: make %s's home in the cluster's shared home: %w", name, err)
+		}
+		if known && os.Geteuid() == 0 {
+			// Only root may give a file away; anyone else's home is
+			// theirs already, made by them.
+			_ = os.Lchown(u.home, pw.uid, pw.gid)
+		}
+	case err != nil:
+		return account{}, fmt.Errorf("login: %s's home: %w", name, err)
+	case !fi.IsDir():
+		return account{}, fmt.Errorf("login: %s's home %s is not a directory; move it away and log in again", name, u.home)
+	}
+	return u, nil
+}
+
+// passwdLine is the part of an account database entry a login uses.
+type passwdLine struct {
+	uid, gid int
+	shell    string
+}
+
+// passwdEntry looks name up in the passwd(5) file at path; an account
+// that is not there (a Loom user with no account here) is not known.
+func passwdEntry(path, name string) (passwdLine, bool) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return passwdLine{}, false
+	}
+	for line := range strings.Lines(string(data)) {
+		f := strings.Split(strings.TrimRight(line, "\r\n"), ":")
+		if len(f) != 7 || f[0] != name {
+			continue
+		}
+		uid, err1 := strconv.Atoi(f[2])
+		gid, err2 := strconv.Atoi(f[3])
+		if err1 != nil || err2 != nil {
+			return passwdLine{}, false
+		}
+		return passwdLine{uid: uid, gid: gid, shell: f[6]}, true
+	}
+	return passwdLine{}, false
+}
+
+// getenvIn is the value of k in env ("K=V" entries; the last one wins, as
+// for a process), "" when unset.
+func getenvIn(env []string, k string) string {
+	v := ""
+	for _, kv := range env {
+		if key, val, ok := strings.Cut(kv, "="); ok && key == k {
+			v = val
+		}
+	}
+	return v
 }

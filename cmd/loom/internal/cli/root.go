@@ -1,6 +1,6 @@
 // Package cli is the `loom` command: the user's client of the gateway's
 // public API (clusters, nodes, jobs, models), plus `loom up` (the embedded
-// stack in the foreground), `loom agent` (what the local provider starts per
+// stack in the foreground) and `loom down` (what it leaves), `loom agent` (what the local provider starts per
 // node), `loom train` (a tiny real trainer) and `loom demo`.
 package cli
 
@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/loom-ml/loom/cmd/loom/stack"
 	"github.com/loom-ml/loom/libs/config"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -47,6 +48,15 @@ type app struct {
 	// tty says whether a writer is a terminal, where progress is a bar
 	// redrawn in place (tests force it).
 	tty func(io.Writer) bool
+	// environ is the caller's environment (os.Environ; tests give their
+	// own, as they cannot change the process's in parallel).
+	environ func() []string
+	// passwd is the account database a login looks the user's shell and
+	// ids up in (/etc/passwd).
+	passwd string
+	// upAddrs are the addresses `loom up` listens on (stack.DefaultAddrs;
+	// tests pick free ports).
+	upAddrs func() stack.Addrs
 
 	connMu sync.Mutex
 	conn   *grpc.ClientConn
@@ -108,6 +118,9 @@ func newApp() *app {
 		pollInterval: 250 * time.Millisecond,
 		callTimeout:  30 * time.Second,
 		tty:          isTerminal,
+		environ:      os.Environ,
+		passwd:       "/etc/passwd",
+		upAddrs:      stack.DefaultAddrs,
 	}
 }
 
@@ -165,6 +178,7 @@ claim; "loom capacity" shows what is free where. Every get and list takes
 
 	root.AddCommand(
 		a.upCommand(),
+		a.downCommand(),
 		a.agentCommand(),
 		a.clustersCommand(),
 		a.nodesCommand(),

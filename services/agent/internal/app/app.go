@@ -80,7 +80,11 @@ type Options struct {
 	// Gateway, when set, is every Slurm step's and task's LOOM_GATEWAY
 	// unless its environment has one (see nodeVars).
 	Gateway string
-	Log     *slog.Logger
+	// OrphanAfter is how long the control plane (Kafka, Redis) may stay
+	// silent before the agent ends itself (see Watch; default
+	// DefaultOrphanAfter).
+	OrphanAfter time.Duration
+	Log         *slog.Logger
 	// Clock is what the loops wait on (default the real clock); tests give a
 	// clockwork.FakeClock. Now defaults to its Now.
 	Clock clockwork.Clock
@@ -129,6 +133,14 @@ type App struct {
 	releaseOnce  sync.Once
 	shutdownOnce sync.Once
 	watchers     sync.WaitGroup
+
+	// lifeMu guards life, what the agent knows of its node and control
+	// plane (Watch).
+	lifeMu sync.Mutex
+	life   *domain.Lifeline
+	// closeWhy, once set, is the stop reason of the agent's own shutdown
+	// (ShutdownBecause).
+	closeWhy atomic.Pointer[string]
 }
 
 // process is a step's process group that this agent started.
@@ -157,6 +169,9 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	if opts.SharedDir == "" {
 		opts.SharedDir = opts.WorkDir
 	}
+	if opts.OrphanAfter <= 0 {
+		opts.OrphanAfter = DefaultOrphanAfter
+	}
 	steps, err := adapters.LoadSteps(ctx, opts.Store)
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
@@ -175,6 +190,7 @@ func New(ctx context.Context, opts Options) (*App, error) {
 		groups:     map[string]*taskGroup{},
 		persisting: map[string]int{},
 		released:   make(chan struct{}),
+		life:       domain.NewLifeline(opts.Now(), opts.OrphanAfter),
 	}
 	a.drv = store.NewDriver(opts.Store, a.reload)
 	return a, nil
@@ -495,7 +511,16 @@ func (a *App) StartStep(ctx context.Context, id string, cmd *eventsv1.StartStep)
 
 // shutdownStop is the stop the agent's own shutdown applies to a step.
 func (a *App) shutdownStop(rec *domain.Step) *eventsv1.StopStep {
-	return &eventsv1.StopStep{Job: rec.Job, Attempt: rec.Attempt, Node: a.opts.Self.Node, Reason: "agent shutting down"}
+	return &eventsv1.StopStep{Job: rec.Job, Attempt: rec.Attempt, Node: a.opts.Self.Node, Reason: a.shutdownReason()}
+}
+
+// shutdownReason is why the agent stops its steps: "agent shutting down",
+// or what ShutdownBecause was given.
+func (a *App) shutdownReason() string {
+	if why := a.closeWhy.Load(); why != nil {
+		return *why
+	}
+	return "agent shutting down"
 }
 
 // launch starts the process of a step recorded STARTING (rec) and records it
@@ -914,8 +939,16 @@ func (a *App) Running() int { return int(a.running.Load()) }
 // period) and waits until their ends are recorded as STEP_KILLED or ctx
 // ends, so that nothing keeps running unobserved after the agent. StartSteps
 // arriving from now on wait for Release and stay uncommitted.
-func (a *App) Shutdown(ctx context.Context) {
+func (a *App) Shutdown(ctx context.Context) { a.ShutdownBecause(ctx, "") }
+
+// ShutdownBecause is Shutdown with why as the steps' stop reason (their
+// KILLED records' message), for an agent that ends itself (see Watch); ""
+// is Shutdown's "agent shutting down".
+func (a *App) ShutdownBecause(ctx context.Context, why string) {
 	a.shutdownOnce.Do(func() {
+		if why != "" {
+			a.closeWhy.Store(&why)
+		}
 		a.mu.Lock()
 		a.closing = true
 		keys := make([]string, 0, len(a.procs))
@@ -1001,8 +1034,12 @@ func (a *App) Heartbeats(ctx context.Context) error {
 			return err
 		}
 		pctx, cancel := context.WithTimeout(ctx, max(a.opts.HeartbeatInterval, time.Second))
-		if err := a.opts.Publisher.Publish(pctx, ev); err != nil && ctx.Err() == nil {
-			a.log.Warn("heartbeat not sent", "err", err)
+		if err := a.opts.Publisher.Publish(pctx, ev); err != nil {
+			if ctx.Err() == nil {
+				a.log.Warn("heartbeat not sent", "err", err)
+			}
+		} else {
+			a.kafkaAnswered(a.opts.Now())
 		}
 		cancel()
 		select {

@@ -122,7 +122,7 @@ func (a *App) LaunchTasks(ctx context.Context, id string, cmd *eventsv1.LaunchTa
 	case ended:
 		a.log.Info("tasks not launched", "tasks", key, "phase", rec.Phase, "why", rec.Message)
 	case closing:
-		a.recordTasks(domain.StopTasks(rec, rec.Job, rec.Attempt, rec.StepID, "agent shutting down", a.opts.Now()).Rec, true)
+		a.recordTasks(domain.StopTasks(rec, rec.Job, rec.Attempt, rec.StepID, a.shutdownReason(), a.opts.Now()).Rec, true)
 	default:
 		go a.launchTasks(key, rec, cmd)
 	}
@@ -136,7 +136,7 @@ func (a *App) launchTasks(key string, rec *domain.Tasks, cmd *eventsv1.LaunchTas
 	defer unlock()
 	if cur, closing := a.tasksRec(key); cur != rec || closing {
 		if cur == rec {
-			a.recordTasks(domain.StopTasks(rec, rec.Job, rec.Attempt, rec.StepID, "agent shutting down", a.opts.Now()).Rec, true)
+			a.recordTasks(domain.StopTasks(rec, rec.Job, rec.Attempt, rec.StepID, a.shutdownReason(), a.opts.Now()).Rec, true)
 		}
 		a.watchers.Done()
 		return
@@ -163,7 +163,7 @@ func (a *App) launchTasks(key string, rec *domain.Tasks, cmd *eventsv1.LaunchTas
 	started := domain.TasksStarted(rec, g.pids, starts)
 	a.recordTasks(started, true)
 	if closing {
-		if d := domain.StopTasks(started, rec.Job, rec.Attempt, rec.StepID, "agent shutting down", a.opts.Now()); d.Rec != nil {
+		if d := domain.StopTasks(started, rec.Job, rec.Attempt, rec.StepID, a.shutdownReason(), a.opts.Now()); d.Rec != nil {
 			a.recordTasks(d.Rec, false)
 			a.killTasks(key)
 		}
@@ -499,7 +499,7 @@ func (a *App) shutdownTasks() {
 	for _, key := range keys {
 		unlock := a.lockStep(key)
 		if t, _ := a.tasksRec(key); t != nil {
-			d := domain.StopTasks(t, t.Job, t.Attempt, t.StepID, "agent shutting down", a.opts.Now())
+			d := domain.StopTasks(t, t.Job, t.Attempt, t.StepID, a.shutdownReason(), a.opts.Now())
 			if d.Rec != nil {
 				a.recordTasks(d.Rec, false)
 			}

@@ -1,0 +1,143 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/loom-ml/loom/cmd/loom/stack"
+	"github.com/loom-ml/loom/libs/proc"
+	"github.com/loom-ml/loom/libs/testkit"
+)
+
+// syncBuffer is a bytes.Buffer safe to read while a command writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// upWithCluster runs `loom up --data-dir dir args...` (on free ports, its
+// agents this test binary as `loom agent`), creates a one-node cluster
+// through it, then stops it as Ctrl-C does and returns what it printed.
+func upWithCluster(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	a := newApp()
+	a.upAddrs = func() stack.Addrs { return stack.Addrs{} }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut syncBuffer
+	code := make(chan int, 1)
+	go func() {
+		code <- a.execute(ctx, append([]string{"up", "--data-dir", dir, "--log-level", "warn"}, args...), &out, &errOut)
+	}()
+	gw := regexp.MustCompile(`Loom is up: gateway (\S+) `)
+	var addr string
+	testkit.WaitFor(t, 90*time.Second, "loom up to be up", func() (bool, error) {
+		select {
+		case c := <-code:
+			t.Fatalf("loom up exited %d:\n%s%s", c, out.String(), errOut.String())
+		default:
+		}
+		if m := gw.FindStringSubmatch(out.String()); m != nil {
+			addr = m[1]
+			return true, nil
+		}
+		return false, nil
+	})
+	cli := liveCLI{t: t, gw: addr}
+	cli.ok("clusters", "create", "-f", writeFile(t, "c.json",
+		`{"name": "down", "compute": {"node_pools": [{"id": "cpu", "machine_type": "n2-standard-8", "node_count": 1}]}}`))
+	cancel() // Ctrl-C
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Fatalf("loom up exited %d after Ctrl-C:\n%s%s", c, out.String(), errOut.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("loom up did not stop after Ctrl-C")
+	}
+	return out.String()
+}
+
+// TestUpLeavesAgentsAndDownEndsThem: Ctrl-C on `loom up` stops the
+// services but leaves the node agents running, and says so; `loom down`
+// ends exactly those (real processes), and `loom up --stop-agents` leaves
+// none.
+func TestUpLeavesAgentsAndDownEndsThem(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	out := upWithCluster(t, dir)
+	left, err := stack.Agents(dir)
+	if err != nil || len(left) != 1 || !strings.HasPrefix(left[0].Node, "down/") {
+		t.Fatalf("agents left after Ctrl-C: %+v (%v), want the cluster's one\n%s", left, err, out)
+	}
+	t.Logf("loom up printed:\n%s", out)
+	agent := left[0]
+	t.Cleanup(func() { _ = proc.KillGroup(agent.PID, syscall.SIGKILL) })
+	if !proc.Alive(agent.PID, agent.Start) {
+		t.Fatalf("the agent %d is not running after loom up stopped", agent.PID)
+	}
+	if want := "1 node agent keeps running (its jobs go on); `loom down --data-dir " + dir + "` ends it"; !strings.Contains(out, want) {
+		t.Errorf("loom up's farewell does not say what it leaves behind:\n%s\nwant %q", out, want)
+	}
+
+	// A pidfile naming a live process that is not this node's agent (a
+	// recycled pid) is not an agent, and down never signals it.
+	other := filepath.Join(dir, "provisioner", "clusters", "down", "nodes", "down-cpu-9999")
+	if err := os.MkdirAll(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	self, _ := proc.StartTime(os.Getpid())
+	if err := os.WriteFile(filepath.Join(other, "agent.pid"), fmt.Appendf(nil, "%d %d\n", os.Getpid(), self), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	stdout, errOut, code := run(t, "127.0.0.1:1", "down", "--data-dir", dir, "--grace", "20s")
+	if code != 0 || !strings.Contains(stdout, "stopped node agent "+agent.Node+" (pid "+strconv.Itoa(agent.PID)+")\n") ||
+		!strings.HasSuffix(stdout, "1 node agent stopped.\n") || errOut != "" {
+		t.Fatalf("loom down: exit %d\nstdout %q\nstderr %q", code, stdout, errOut)
+	}
+	if proc.Alive(agent.PID, agent.Start) {
+		t.Fatal("the agent still runs after loom down")
+	}
+	if stdout, _, code := run(t, "127.0.0.1:1", "down", "--data-dir", dir); code != 0 || stdout != "No node agents of "+dir+" are running.\n" {
+		t.Fatalf("loom down again: exit %d, %q", code, stdout)
+	}
+	if _, errOut, code := run(t, "127.0.0.1:1", "down", "--data-dir", filepath.Join(dir, "nope")); code != 1 || !strings.Contains(errOut, "is not a Loom data directory") {
+		t.Fatalf("loom down on no data dir: exit %d, %q", code, errOut)
+	}
+	if _, errOut, code := run(t, "127.0.0.1:1", "down", "--data-dir", dir, "--grace", "0s"); code != 2 || !strings.Contains(errOut, "--grace must be more than 0") {
+		t.Fatalf("loom down --grace 0: exit %d, %q", code, errOut)
+	}
+
+	// --stop-agents: nothing is left, and nothing is said about it.
+	dir2 := t.TempDir()
+	out = upWithCluster(t, dir2, "--stop-agents")
+	if left, err := stack.Agents(dir2); err != nil || len(left) != 0 {
+		t.Fatalf("agents left after loom up --stop-agents: %+v (%v)", left, err)
+	}
+	if strings.Contains(out, "keeps running") || !strings.Contains(out, "Loom stopped.") {
+		t.Errorf("loom up --stop-agents output:\n%s", out)
+	}
+}

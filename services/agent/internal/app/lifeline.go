@@ -1,0 +1,100 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/loom-ml/loom/libs/proc"
+	"github.com/loom-ml/loom/services/agent/internal/domain"
+)
+
+// DefaultOrphanAfter is Options.OrphanAfter when unset: long enough to ride
+// out any restart of the control plane (a `loom up` started again, Redis
+// or Kafka restarted), short enough that agents left behind by a control
+// plane that is gone for good do not pile up.
+const DefaultOrphanAfter = 10 * time.Minute
+
+// kafkaAnswered records a heartbeat the broker took (domain.Lifeline).
+func (a *App) kafkaAnswered(now time.Time) {
+	a.lifeMu.Lock()
+	a.life.KafkaAnswered(now)
+	a.lifeMu.Unlock()
+}
+
+// Watch checks, every heartbeat interval, that the agent still has a node
+// and a control plane (domain.Lifeline): it returns why the agent must end
+// itself, or nil once ctx ends. Heartbeats tell it whether Kafka answers;
+// it pings Redis itself.
+func (a *App) Watch(ctx context.Context) *domain.SelfExit {
+	t := a.opts.Clock.NewTicker(a.opts.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.Chan():
+		}
+		pctx, cancel := context.WithTimeout(ctx, max(a.opts.HeartbeatInterval, time.Second))
+		err := a.opts.Store.Client().Ping(pctx).Err()
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		_, serr := os.Stat(a.opts.WorkDir)
+		now := a.opts.Now()
+		a.lifeMu.Lock()
+		if err == nil {
+			a.life.RedisAnswered(now)
+		}
+		exit := a.life.Check(now, a.opts.WorkDir, errors.Is(serr, os.ErrNotExist))
+		a.lifeMu.Unlock()
+		if exit != nil {
+			return exit
+		}
+	}
+}
+
+// Abandon ends every step and task group this agent runs without recording
+// their ends, for an agent that ends itself while its control plane does
+// not answer (nothing could be written): SIGTERM to each group, SIGKILL to
+// what is left after the kill grace or when ctx ends. The records stay
+// RUNNING, and the agent's next start reports them LOST, as after a crash.
+// StartSteps arriving from now on wait for Release and stay uncommitted.
+func (a *App) Abandon(ctx context.Context, why string) {
+	a.mu.Lock()
+	a.closing = true
+	var groups []int
+	var done []chan struct{}
+	for key, p := range a.procs {
+		a.log.Warn("ending step: "+why, "step", key, "pid", p.pid)
+		groups = append(groups, p.pid)
+		done = append(done, p.done)
+	}
+	for key, g := range a.groups {
+		a.log.Warn("ending tasks: "+why, "tasks", key, "pids", g.pids)
+		groups = append(groups, g.pids...)
+		done = append(done, g.done)
+	}
+	a.mu.Unlock()
+	for _, pgid := range groups {
+		_ = proc.KillGroup(pgid, syscall.SIGTERM)
+	}
+	t := time.NewTimer(a.opts.KillGrace)
+	defer t.Stop()
+	for _, d := range done {
+		select {
+		case <-d:
+			continue
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		a.log.Warn("steps ignored SIGTERM; killing them", "grace", a.opts.KillGrace)
+		break
+	}
+	for _, pgid := range groups {
+		_ = proc.KillGroup(pgid, syscall.SIGKILL)
+	}
+}
