@@ -15,7 +15,9 @@ import (
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/service"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/topics"
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 	"github.com/loom-ml/loom/services/gateway/internal/app"
@@ -40,6 +42,11 @@ type Config struct {
 	// JobHistory is how long ended jobs are kept for sacct
 	// (LOOM_GATEWAY_JOB_HISTORY; default 720h, 30 days).
 	JobHistory time.Duration
+	// MaxArraySize is Slurm's MaxArraySize: an --array submission's task ids
+	// must be below it (LOOM_MAX_ARRAY_SIZE, shared with the scheduler, which
+	// checks it again; default slurmspec.DefaultMaxArraySize, 1001; at most
+	// slurmspec.MaxArraySizeCeiling).
+	MaxArraySize int
 }
 
 // RegisterFlags adds the gateway's flags to fs, defaults from LOOM_* variables.
@@ -57,6 +64,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"users who may act on every job; their holds are admin holds (LOOM_SLURM_ADMINS, comma-separated)")
 	fs.DurationVar(&c.JobHistory, "job-history", config.EnvDuration("LOOM_GATEWAY_JOB_HISTORY", app.DefaultJobHistory),
 		"how long ended jobs are kept for sacct after their end (LOOM_GATEWAY_JOB_HISTORY)")
+	fs.IntVar(&c.MaxArraySize, "max-array-size", int(config.EnvInt("LOOM_MAX_ARRAY_SIZE", slurmspec.DefaultMaxArraySize)),
+		"Slurm's MaxArraySize: array task ids must be below it (LOOM_MAX_ARRAY_SIZE, shared with the scheduler; default 1001)")
 }
 
 // withDefaults fills the fields a caller that skipped RegisterFlags left empty.
@@ -74,6 +83,9 @@ func (c Config) withDefaults() Config {
 	if c.JobHistory <= 0 {
 		c.JobHistory = app.DefaultJobHistory
 	}
+	if c.MaxArraySize == 0 {
+		c.MaxArraySize = slurmspec.DefaultMaxArraySize
+	}
 	return c
 }
 
@@ -90,6 +102,9 @@ func Run(ctx context.Context, cfg Config) error {
 // serve (tests use ":0" ports).
 func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string)) error {
 	cfg = cfg.withDefaults()
+	if err := slurmspec.CheckMaxArraySize(cfg.MaxArraySize); err != nil {
+		return errs.Invalid("max-array-size", "%v", err)
+	}
 	base, err := service.New(ctx, "gateway", cfg.Common)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
@@ -109,7 +124,7 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string
 			Filter: func(r bus.Record) bool { return gw.Watched(r.Type, r.Subject) }}, handle)
 	}
 	gw = app.New(adapters.NewRepo(base.Store), owners, app.Options{Log: base.Log, Admins: domain.ParseAdmins(cfg.SlurmAdmins),
-		JobHistory: cfg.JobHistory, Feed: feed})
+		JobHistory: cfg.JobHistory, Feed: feed, MaxArraySize: cfg.MaxArraySize})
 	// Long calls end with the service, so the graceful gRPC stop is not held up.
 	stopCalls := context.AfterFunc(ctx, gw.Stop)
 	defer stopCalls()

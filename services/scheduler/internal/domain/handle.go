@@ -100,7 +100,7 @@ func (t *txn) submit(ev *eventsv1.SubmitJob) error {
 	var arr ArraySpec
 	if in.GetArray() != "" && in.GetArrayJobId() == "" {
 		var err error
-		if arr, err = ParseArraySpec(in.GetArray()); err != nil {
+		if arr, err = ParseArraySpec(in.GetArray(), t.s.cfg.MaxArraySize); err != nil {
 			v.Add("job.array", "%v", err)
 		}
 		if _, err := strconv.ParseInt(in.GetJobId(), 10, 64); err != nil {
