@@ -8,9 +8,35 @@ import (
 	"strings"
 )
 
-// MaxArrayIndex is the largest array task index Loom accepts (Slurm's
-// ceiling for MaxArraySize is 4000001, so its largest index is 4000000).
-const MaxArrayIndex = 4000000
+// DefaultMaxArraySize is Slurm's default MaxArraySize (slurm.conf): an
+// array's task ids must be below it, so 0..1000 by default, and an array has
+// at most that many tasks.
+const DefaultMaxArraySize = 1001
+
+// MaxArraySizeCeiling is the largest MaxArraySize Slurm accepts in
+// slurm.conf (4000001). It bounds the setting, not a submission: a
+// submission is checked against the MaxArraySize configured.
+const MaxArraySizeCeiling = 4000001
+
+// MaxArrayIndex is the largest task id any MaxArraySize allows
+// (MaxArraySizeCeiling-1): the bound of a reference to an array task
+// ("12_3"), which may name an array accepted under any setting.
+const MaxArrayIndex = MaxArraySizeCeiling - 1
+
+// MsgInvalidArray is Slurm's reason for refusing an --array spec
+// ("sbatch: error: Batch job submission failed: Invalid job array
+// specification").
+const MsgInvalidArray = "Invalid job array specification"
+
+// CheckMaxArraySize reports whether n is a MaxArraySize Slurm accepts:
+// 1..MaxArraySizeCeiling. (Slurm also takes 0, which turns arrays off; Loom
+// has no use for that.)
+func CheckMaxArraySize(n int) error {
+	if n < 1 || n > MaxArraySizeCeiling {
+		return fmt.Errorf("MaxArraySize %d is outside 1..%d", n, MaxArraySizeCeiling)
+	}
+	return nil
+}
 
 // ArrayRange is one element of an --array spec: First..Last every Step
 // (a single index has First == Last and Step 1).
@@ -26,12 +52,20 @@ type ArraySpec struct {
 	Limit int
 }
 
-// ParseArray parses and validates an --array spec as sbatch does: a
-// comma-separated list of indexes "N", ranges "N-M" and stepped ranges
+// ParseArray parses and validates an --array spec as Slurm does: a
+// comma-separated list of task ids "N", ranges "N-M" and stepped ranges
 // "N-M:S", optionally followed by "%L", the most tasks running at once.
-// Indexes are 0..MaxArrayIndex, a range's end is not below its start, and
-// steps and limits are at least 1.
-func ParseArray(spec string) (*ArraySpec, error) {
+// Every task id is below maxArraySize (Slurm's MaxArraySize: ids
+// 0..maxArraySize-1, so at most maxArraySize tasks and elements), a range's
+// end is not below its start, and steps and limits are at least 1. This is
+// the one array grammar: the Slurm commands check a spec's syntax with it
+// (against MaxArraySizeCeiling), the gateway and the scheduler check
+// submissions against the MaxArraySize configured. A maxArraySize outside
+// CheckMaxArraySize's range is an error.
+func ParseArray(spec string, maxArraySize int) (*ArraySpec, error) {
+	if err := CheckMaxArraySize(maxArraySize); err != nil {
+		return nil, err
+	}
 	s := strings.TrimSpace(spec)
 	if s == "" {
 		return nil, errors.New("empty array spec")
@@ -39,7 +73,7 @@ func ParseArray(spec string) (*ArraySpec, error) {
 	out := &ArraySpec{}
 	if body, lim, ok := strings.Cut(s, "%"); ok {
 		n, err := strconv.Atoi(lim)
-		if err != nil || n < 1 {
+		if err != nil || n < 1 || !isDigits(lim) {
 			return nil, fmt.Errorf("task limit %q after %% is not a positive number", lim)
 		}
 		out.Limit = n
@@ -48,33 +82,34 @@ func ParseArray(spec string) (*ArraySpec, error) {
 	if s == "" {
 		return nil, errors.New("no indexes before the % limit")
 	}
-	total := 0
+	// More elements than task ids can only repeat ids: refused before the
+	// list is split, so a huge spec costs no more than its length.
+	if n := strings.Count(s, ",") + 1; n > maxArraySize {
+		return nil, fmt.Errorf("%d elements, more than MaxArraySize %d allows", n, maxArraySize)
+	}
 	for _, el := range strings.Split(s, ",") {
-		r, err := parseArrayRange(el)
+		r, err := parseArrayRange(el, maxArraySize)
 		if err != nil {
 			return nil, err
 		}
 		out.Ranges = append(out.Ranges, r)
-		if total += (r.Last-r.First)/r.Step + 1; total > MaxArrayIndex+1 {
-			return nil, fmt.Errorf("more than %d tasks", MaxArrayIndex+1)
-		}
 	}
 	return out, nil
 }
 
-func parseArrayRange(el string) (ArrayRange, error) {
+func parseArrayRange(el string, maxArraySize int) (ArrayRange, error) {
 	if el == "" {
 		return ArrayRange{}, errors.New("empty element (two commas in a row?)")
 	}
 	rng, stepStr, hasStep := strings.Cut(el, ":")
 	firstStr, lastStr, isRange := strings.Cut(rng, "-")
-	first, err := arrayIndex(firstStr)
+	first, err := taskID(firstStr, maxArraySize)
 	if err != nil {
 		return ArrayRange{}, err
 	}
 	r := ArrayRange{First: first, Last: first, Step: 1}
 	if isRange {
-		if r.Last, err = arrayIndex(lastStr); err != nil {
+		if r.Last, err = taskID(lastStr, maxArraySize); err != nil {
 			return ArrayRange{}, err
 		}
 		if r.Last < r.First {
@@ -94,6 +129,20 @@ func parseArrayRange(el string) (ArrayRange, error) {
 	return r, nil
 }
 
+// taskID parses a task id of a spec checked against maxArraySize.
+func taskID(s string, maxArraySize int) (int, error) {
+	if !isDigits(s) {
+		return 0, fmt.Errorf("task id %q is not a number", s)
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n >= maxArraySize {
+		return 0, fmt.Errorf("task id %s is not below MaxArraySize %d (task ids are 0-%d)", s, maxArraySize, maxArraySize-1)
+	}
+	return n, nil
+}
+
+// arrayIndex parses the task id of a reference to an array task (ParseJobRef):
+// 0..MaxArrayIndex.
 func arrayIndex(s string) (int, error) {
 	if !isDigits(s) {
 		return 0, fmt.Errorf("index %q is not a number", s)

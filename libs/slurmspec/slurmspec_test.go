@@ -72,11 +72,18 @@ func TestParseArray(t *testing.T) {
 		{in: "1-4%0", bad: "not a positive number"},
 		{in: "%4", bad: "no indexes"},
 		{in: "3:2", bad: "needs a range"},
-		{in: "0-4000001", bad: "above the largest"},
-		{in: "0-4000000,0-4000000", bad: "more than 4000001 tasks"},
+		{in: "1-4%x", bad: "not a positive number"},
+		// Slurm's MaxArraySize: task ids below it (default 1001: 0..1000).
+		{in: "0-1000", idx: seq(0, 1000)},
+		{in: "1000", idx: []int{1000}},
+		{in: "0-1001", bad: "task id 1001 is not below MaxArraySize 1001 (task ids are 0-1000)"},
+		{in: "0-1999", bad: "not below MaxArraySize 1001"},
+		{in: "4000001", bad: "not below MaxArraySize"},
+		{in: "99999999999999999999999", bad: "not below MaxArraySize"},
+		{in: strings.Repeat("1,", 1001) + "1", bad: "1002 elements, more than MaxArraySize 1001"},
 		{in: "", bad: "empty"},
 	} {
-		a, err := ParseArray(tc.in)
+		a, err := ParseArray(tc.in, DefaultMaxArraySize)
 		if tc.bad != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.bad) {
 				t.Errorf("ParseArray(%q) error = %v, want one containing %q", tc.in, err, tc.bad)
@@ -91,9 +98,31 @@ func TestParseArray(t *testing.T) {
 			t.Errorf("ParseArray(%q) = %v %%%d, want %v %%%d", tc.in, a.Indexes(), a.Limit, tc.idx, tc.limit)
 		}
 	}
+	// The limit is the caller's (the configured MaxArraySize), bounded by
+	// Slurm's own ceiling.
+	if a, err := ParseArray("0-4000000", MaxArraySizeCeiling); err != nil || a.Count() != MaxArraySizeCeiling {
+		t.Errorf("ParseArray(0-4000000, ceiling) = %v, %v", a, err)
+	}
+	if _, err := ParseArray("5-9", 5); err == nil || !strings.Contains(err.Error(), "task id 5 is not below MaxArraySize 5") {
+		t.Errorf("ParseArray(5-9, 5) error = %v", err)
+	}
+	for _, n := range []int{0, -1, MaxArraySizeCeiling + 1} {
+		if _, err := ParseArray("0", n); err == nil || CheckMaxArraySize(n) == nil {
+			t.Errorf("MaxArraySize %d accepted", n)
+		}
+	}
 	if got := FormatIndexes([]int{0, 1, 2, 5, 7, 8}); got != "0-2,5,7-8" {
 		t.Errorf("FormatIndexes = %q", got)
 	}
+}
+
+// seq is lo..hi.
+func seq(lo, hi int) []int {
+	out := make([]int, 0, hi-lo+1)
+	for i := lo; i <= hi; i++ {
+		out = append(out, i)
+	}
+	return out
 }
 
 func TestParseDependency(t *testing.T) {
@@ -190,7 +219,7 @@ func FuzzSpecs(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if a, err := ParseArray(s); err == nil && (a.Count() == 0 || a.Count() != len(a.Indexes())) {
+		if a, err := ParseArray(s, DefaultMaxArraySize); err == nil && (a.Count() == 0 || a.Count() != len(a.Indexes()) || a.Count() > DefaultMaxArraySize) {
 			t.Fatalf("array %q: count %d, indexes %v", s, a.Count(), a.Indexes())
 		}
 		_, _ = ParseDependency(s)

@@ -15,7 +15,9 @@ import (
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/service"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/topics"
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 	"github.com/loom-ml/loom/services/gateway/internal/app"
@@ -46,6 +48,11 @@ type Config struct {
 	// LOOM_GATEWAY_REST_READ_TIMEOUT, default 30s;
 	// LOOM_GATEWAY_REST_IDLE_TIMEOUT, default 2m). Zero fields get the defaults.
 	REST ports.RESTLimits
+	// MaxArraySize is Slurm's MaxArraySize: an --array submission's task ids
+	// must be below it (LOOM_MAX_ARRAY_SIZE, shared with the scheduler, which
+	// checks it again; default slurmspec.DefaultMaxArraySize, 1001; at most
+	// slurmspec.MaxArraySizeCeiling).
+	MaxArraySize int
 }
 
 // RegisterFlags adds the gateway's flags to fs, defaults from LOOM_* variables.
@@ -72,6 +79,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"how long a REST client may take to send a whole request, body included (LOOM_GATEWAY_REST_READ_TIMEOUT)")
 	fs.DurationVar(&c.REST.IdleTimeout, "rest-idle-timeout", config.EnvDuration("LOOM_GATEWAY_REST_IDLE_TIMEOUT", ports.DefaultIdleTimeout),
 		"how long a kept-alive REST connection may wait for its next request (LOOM_GATEWAY_REST_IDLE_TIMEOUT)")
+	fs.IntVar(&c.MaxArraySize, "max-array-size", int(config.EnvInt("LOOM_MAX_ARRAY_SIZE", slurmspec.DefaultMaxArraySize)),
+		"Slurm's MaxArraySize: array task ids must be below it (LOOM_MAX_ARRAY_SIZE, shared with the scheduler; default 1001)")
 }
 
 // withDefaults fills the fields a caller that skipped RegisterFlags left empty.
@@ -100,6 +109,9 @@ func (c Config) withDefaults() Config {
 	defDur(&c.REST.ReadHeaderTimeout, ports.DefaultReadHeaderTimeout)
 	defDur(&c.REST.ReadTimeout, ports.DefaultReadTimeout)
 	defDur(&c.REST.IdleTimeout, ports.DefaultIdleTimeout)
+	if c.MaxArraySize == 0 {
+		c.MaxArraySize = slurmspec.DefaultMaxArraySize
+	}
 	return c
 }
 
@@ -116,6 +128,9 @@ func Run(ctx context.Context, cfg Config) error {
 // serve (tests use ":0" ports).
 func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string)) error {
 	cfg = cfg.withDefaults()
+	if err := slurmspec.CheckMaxArraySize(cfg.MaxArraySize); err != nil {
+		return errs.Invalid("max-array-size", "%v", err)
+	}
 	base, err := service.New(ctx, "gateway", cfg.Common)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
@@ -135,7 +150,7 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string
 			Filter: func(r bus.Record) bool { return gw.Watched(r.Type, r.Subject) }}, handle)
 	}
 	gw = app.New(adapters.NewRepo(base.Store), owners, app.Options{Clock: base.Clock, Log: base.Log, Admins: domain.ParseAdmins(cfg.SlurmAdmins),
-		JobHistory: cfg.JobHistory, Feed: feed})
+		JobHistory: cfg.JobHistory, Feed: feed, MaxArraySize: cfg.MaxArraySize})
 	// A command the broker refuses for good fails its operation or job
 	// instead of blocking the outbox.
 	base.Store.OnSetAside(gw.HandleSetAside)

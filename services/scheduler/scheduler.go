@@ -17,6 +17,7 @@ import (
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/service"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/scheduler/internal/adapters"
 	"github.com/loom-ml/loom/services/scheduler/internal/app"
@@ -111,6 +112,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"leader lease TTL (LOOM_SCHEDULER_LEASE_TTL)")
 	fs.DurationVar(&c.MinJobAge, "min-job-age", config.EnvDuration("LOOM_SCHEDULER_MIN_JOB_AGE", domain.DefaultMinJobAge),
 		"how long an ended job is kept after its end (LOOM_SCHEDULER_MIN_JOB_AGE; Slurm's MinJobAge)")
+	fs.IntVar(&c.Domain.MaxArraySize, "max-array-size", int(config.EnvInt("LOOM_MAX_ARRAY_SIZE", slurmspec.DefaultMaxArraySize)),
+		"Slurm's MaxArraySize: array task ids must be below it (LOOM_MAX_ARRAY_SIZE, shared with the gateway; default 1001, at most 4000001)")
 	fs.IntVar(&c.MaxBatch, "max-batch", int(envInt("MAX_BATCH", DefaultMaxBatch)),
 		"most waiting events handled as one change: one scheduling pass, one store write (LOOM_SCHEDULER_MAX_BATCH; 1 = one at a time)")
 	fs.DurationVar(&c.RefreshInterval, "follower-refresh", config.EnvDuration("LOOM_SCHEDULER_FOLLOWER_REFRESH", DefaultRefreshInterval),
@@ -145,6 +148,12 @@ func (c *Config) resolve() error {
 		c.MaxBatch = DefaultMaxBatch
 	}
 	v.Check(c.MaxBatch >= 1, "max-batch", "want at least 1, got %d", c.MaxBatch)
+	if c.Domain.MaxArraySize == 0 {
+		c.Domain.MaxArraySize = slurmspec.DefaultMaxArraySize
+	}
+	if err := slurmspec.CheckMaxArraySize(c.Domain.MaxArraySize); err != nil {
+		v.Add("max-array-size", "%v", err)
+	}
 	if err := v.Err(); err != nil {
 		return err
 	}

@@ -2,9 +2,12 @@ package scheduler_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -373,5 +376,24 @@ func TestDrainThroughTheBus(t *testing.T) {
 		if n := len(drained(t, broker, host)); n != 1 {
 			t.Fatalf("%s announced drained %d times, want once", host, n)
 		}
+	}
+}
+
+// TestMaxArraySizeFlag: -max-array-size takes Slurm's default, 1001, and a
+// value Slurm would not take is refused at start, naming the setting.
+func TestMaxArraySizeFlag(t *testing.T) {
+	t.Parallel()
+	var cfg scheduler.Config
+	fs := flag.NewFlagSet("scheduler", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse(nil); err != nil || cfg.Domain.MaxArraySize != 1001 && os.Getenv("LOOM_MAX_ARRAY_SIZE") == "" {
+		t.Fatalf("default -max-array-size %d (%v), want 1001", cfg.Domain.MaxArraySize, err)
+	}
+	if err := fs.Parse([]string{"-max-array-size", "4000002"}); err != nil {
+		t.Fatal(err)
+	}
+	err := scheduler.Run(testkit.Context(t, 10*time.Second), cfg)
+	if err == nil || !strings.Contains(err.Error(), "max-array-size: MaxArraySize 4000002 is outside 1..4000001") {
+		t.Fatalf("Run with -max-array-size 4000002: %v", err)
 	}
 }

@@ -629,6 +629,8 @@ func TestInvalidOptions(t *testing.T) {
 		{[]string{"--bogus", ok}, "sbatch: unrecognized option '--bogus'\nTry \"sbatch --help\" for more information\n", ""},
 		{[]string{"--time=abc", ok}, "sbatch: error: Invalid --time specification", ""},
 		{[]string{"--array=5-x", ok}, "sbatch: error: ", "array"},
+		// MaxArraySize (1001, slurm.conf's as Loom's): the server refuses it.
+		{[]string{"--array=0-1001", ok}, "sbatch: error: Batch job submission failed: Invalid job array specification", ""},
 		{[]string{"--dependency=afterok:abc", ok}, "sbatch: error: ", "ependency"},
 		{[]string{"--gres=gpu:a:b:c", ok}, "sbatch: error: ", "gres"},
 		{[]string{"--nodes=0", ok}, "sbatch: error: ", "ode count"},

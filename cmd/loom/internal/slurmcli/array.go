@@ -3,10 +3,8 @@ package slurmcli
 import "github.com/loom-ml/loom/libs/slurmspec"
 
 // The array-spec grammar lives in libs/slurmspec, shared with the gateway,
-// which reserves the array's job ids; these names keep slurmcli's API.
-
-// MaxArrayIndex is the largest array task index Loom accepts.
-const MaxArrayIndex = slurmspec.MaxArrayIndex
+// which reserves the array's job ids, and the scheduler; these names keep
+// slurmcli's API.
 
 // ArrayRange is one "lo-hi:step" element of an --array spec.
 type ArrayRange = slurmspec.ArrayRange
@@ -14,8 +12,15 @@ type ArrayRange = slurmspec.ArrayRange
 // ArraySpec is a parsed --array spec.
 type ArraySpec = slurmspec.ArraySpec
 
-// ParseArray parses and validates an --array spec (see slurmspec.ParseArray).
-func ParseArray(spec string) (*ArraySpec, error) { return slurmspec.ParseArray(spec) }
+// ParseArray parses an --array spec with slurmspec's grammar. Its task ids
+// are checked only against Slurm's ceiling (slurmspec.MaxArraySizeCeiling):
+// the server is the authority for the MaxArraySize configured, and refuses a
+// submission above it ("Batch job submission failed: Invalid job array
+// specification"), as slurmctld does; specs read back from the server were
+// accepted under that setting.
+func ParseArray(spec string) (*ArraySpec, error) {
+	return slurmspec.ParseArray(spec, slurmspec.MaxArraySizeCeiling)
+}
 
 // formatIndexes writes sorted distinct indexes as Slurm prints an array's
 // task list ("1-3,7").

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -49,6 +50,9 @@ type fakeGateway struct {
 	// denyOthers answers Cancel and Update on another user's job as the
 	// gateway does for a caller who is not an administrator.
 	denyOthers bool
+	// maxArraySize, when set, refuses --array specs past it with the
+	// gateway's InvalidArgument (field job.array, slurmspec's reason).
+	maxArraySize int
 }
 
 // denied is the gateway's answer to a caller acting on another's job.
@@ -62,6 +66,11 @@ func (f *fakeGateway) denied(caller string, j *loomv1.Job) error {
 func (f *fakeGateway) SubmitJob(_ context.Context, req *loomv1.SubmitJobRequest) (*loomv1.Job, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if s := req.GetJob().GetArray(); f.maxArraySize > 0 && s != "" {
+		if _, err := slurmspec.ParseArray(s, f.maxArraySize); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "job.array: %q: %v", s, err)
+		}
+	}
 	f.submitted = append(f.submitted, proto.Clone(req).(*loomv1.SubmitJobRequest))
 	f.nextID++
 	j := proto.Clone(req.GetJob()).(*loomv1.Job)

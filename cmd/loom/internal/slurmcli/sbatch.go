@@ -14,6 +14,8 @@ import (
 	"time"
 	"unicode"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/hostlist"
@@ -1046,6 +1048,11 @@ func (c *cmd) submitJob(ctx context.Context, j *loomv1.Job, what string) (*loomv
 	cctx, cancel := c.call(ctx)
 	defer cancel()
 	job, err := c.jobsClient().SubmitJob(cctx, &loomv1.SubmitJobRequest{Parent: c.projectName(), Job: j, RequestId: requestID()})
+	if st, _ := status.FromError(err); st.Code() == codes.InvalidArgument && strings.HasPrefix(st.Message(), "job.array: ") {
+		// The server holds the MaxArraySize: Slurm's words first, then
+		// which limit the spec passed, so the user knows what to change.
+		return nil, c.errorf("%s: %s (%s)", what, slurmspec.MsgInvalidArray, st.Message())
+	}
 	if err != nil {
 		return nil, c.rpcError(what, err)
 	}

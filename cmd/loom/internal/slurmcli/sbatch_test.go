@@ -356,6 +356,18 @@ func TestSbatchCommand(t *testing.T) {
 		t.Errorf("--parsable = %d %q", code, out)
 	}
 
+	// An --array past the server's MaxArraySize: Slurm's refusal, then
+	// which limit it passed; the client itself checks only the syntax.
+	fa := &fakeGateway{maxArraySize: 1001}
+	code, out, errOut = run(t, fa, "sbatch", env, "--array=0-1999", "train.sh")
+	if code == 0 || out != "" || len(fa.submitted) != 0 || !strings.HasPrefix(errOut,
+		"sbatch: error: Batch job submission failed: Invalid job array specification (job.array: \"0-1999\": task id 1999 is not below MaxArraySize 1001 (task ids are 0-1000))") {
+		t.Errorf("--array=0-1999: %d %q %q, %d submitted", code, out, errOut, len(fa.submitted))
+	}
+	if code, _, errOut = run(t, fa, "sbatch", env, "--array=0-1000%4", "train.sh"); code != 0 || len(fa.submitted) != 1 {
+		t.Errorf("--array=0-1000%%4 (MaxArraySize 1001): %d %q", code, errOut)
+	}
+
 	// Refused: nothing is submitted.
 	f2 := &fakeGateway{}
 	code, out, errOut = run(t, f2, "sbatch", env, "--time=forever", "train.sh")

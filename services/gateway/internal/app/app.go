@@ -21,6 +21,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -61,6 +62,9 @@ type Options struct {
 	// JobHistory is how long ended jobs (and accepted job records) are
 	// kept for sacct after they end (default DefaultJobHistory).
 	JobHistory time.Duration
+	// MaxArraySize is Slurm's MaxArraySize that submissions are checked
+	// against (default slurmspec.DefaultMaxArraySize).
+	MaxArraySize int
 }
 
 // Gateway serves the public API. Its methods are safe for concurrent use.
@@ -106,6 +110,9 @@ func New(repo *adapters.Repo, owners *adapters.Owners, opt Options) *Gateway {
 	}
 	if opt.Admins == nil {
 		opt.Admins = domain.ParseAdmins(domain.DefaultAdmins)
+	}
+	if opt.MaxArraySize <= 0 {
+		opt.MaxArraySize = slurmspec.DefaultMaxArraySize
 	}
 	g := &Gateway{repo: repo, own: owners, opt: opt, jobs: newHub(), ops: newSignals(), stop: make(chan struct{})}
 	repo.OnReload(g.reload)
@@ -395,7 +402,7 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 			return nil, fmt.Errorf("ask the provisioner for %s: %w", name, err)
 		}
 	}
-	if err := domain.ValidateSubmitJob(req, cluster); err != nil {
+	if err := domain.ValidateSubmitJob(req, cluster, g.opt.MaxArraySize); err != nil {
 		// A retry of a request that was accepted answers what it got then,
 		// even when the same request would be refused now.
 		if j, ok, rerr := g.replayJob(ctx, rid); rerr != nil || ok {

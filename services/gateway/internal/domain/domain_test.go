@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -106,7 +107,7 @@ func TestValidateCreateCluster(t *testing.T) {
 
 func TestValidateSubmitJob(t *testing.T) {
 	t.Parallel()
-	if err := ValidateSubmitJob(goodJob(), existing()); err != nil {
+	if err := ValidateSubmitJob(goodJob(), existing(), slurmspec.DefaultMaxArraySize); err != nil {
 		t.Fatalf("valid request rejected: %v", err)
 	}
 	for _, tc := range []struct {
@@ -145,7 +146,7 @@ func TestValidateSubmitJob(t *testing.T) {
 			t.Parallel()
 			req := goodJob()
 			tc.mutate(req)
-			got := fields(t, ValidateSubmitJob(req, tc.cluster))
+			got := fields(t, ValidateSubmitJob(req, tc.cluster, slurmspec.DefaultMaxArraySize))
 			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
 				t.Fatalf("violations %v, want %v", got, tc.want)
 			}
@@ -161,7 +162,7 @@ func TestAcceptJob(t *testing.T) {
 	req.Job.NodeCount = 0
 	req.Job.State = loomv1.JobState_COMPLETED
 	req.Job.Nodes = []string{"x"}
-	if err := ValidateSubmitJob(req, existing()); err != nil {
+	if err := ValidateSubmitJob(req, existing(), slurmspec.DefaultMaxArraySize); err != nil {
 		t.Fatalf("bare cluster id rejected: %v", err)
 	}
 	j := AcceptJob(req, existing(), 42, now)

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -87,7 +88,7 @@ func TestSubmitJobFieldLimits(t *testing.T) {
 			t.Parallel()
 			req := goodJob()
 			tc.mutate(req.Job)
-			err := ValidateSubmitJob(req, existing())
+			err := ValidateSubmitJob(req, existing(), slurmspec.DefaultMaxArraySize)
 			if strings.HasPrefix(tc.want, "job: is 0 bytes") {
 				// The size depends on the encoding: check the field and the limit.
 				wantRefused(t, err, "job: is ", fmt.Sprintf("bytes encoded, more than the limit of %d for one request", MaxCommandBytes))
@@ -100,7 +101,7 @@ func TestSubmitJobFieldLimits(t *testing.T) {
 		t.Parallel()
 		req := goodJob()
 		req.RequestId = strings.Repeat("r", MaxRequestIDBytes+1)
-		wantRefused(t, ValidateSubmitJob(req, existing()), fmt.Sprintf("request_id: %d bytes, longer than the limit of %d", MaxRequestIDBytes+1, MaxRequestIDBytes))
+		wantRefused(t, ValidateSubmitJob(req, existing(), slurmspec.DefaultMaxArraySize), fmt.Sprintf("request_id: %d bytes, longer than the limit of %d", MaxRequestIDBytes+1, MaxRequestIDBytes))
 	})
 }
 
@@ -117,7 +118,7 @@ func TestLargestAcceptedJobFits(t *testing.T) {
 	j.WorkDir, j.SubmitDir = "/"+strings.Repeat("w", MaxPathBytes-1), "/"+strings.Repeat("s", MaxPathBytes-1)
 	j.OutputPattern, j.ErrorPattern = strings.Repeat("o", MaxPathBytes), strings.Repeat("e", MaxPathBytes)
 	j.BeginTime = timestamppb.New(MaxBeginTime)
-	if err := ValidateSubmitJob(req, existing()); err != nil {
+	if err := ValidateSubmitJob(req, existing(), slurmspec.DefaultMaxArraySize); err != nil {
 		t.Fatalf("a job at the bounds refused: %v", err)
 	}
 	cmd := &eventsv1.SubmitJob{Job: AcceptJob(req, existing(), 1<<62, time.Now())}

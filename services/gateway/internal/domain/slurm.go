@@ -15,12 +15,6 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
-// MaxArrayTasks is the most tasks one array submission may have. Slurm's
-// default MaxArraySize (1001) allows indexes 0..1000; Loom allows larger
-// indexes (up to slurmspec.MaxArrayIndex) but bounds the count, because every
-// task is a record the scheduler creates in one write.
-const MaxArrayTasks = 10000
-
 // Slurm's wording for refused job and node operations; the Slurm-compatible
 // commands print these messages.
 const (
@@ -64,7 +58,7 @@ func ParseJobRefName(name string) (project string, ref slurmspec.JobRef, err err
 // spec's indexes in ascending order (CONTRACTS: task list "0-3" of A=10 →
 // 10..13). ok is false when parent is not an array or has no such task.
 func ArrayTaskJobID(parent *loomv1.Job, index int) (id int64, ok bool) {
-	spec, err := slurmspec.ParseArray(parent.GetArray())
+	spec, err := slurmspec.ParseArray(parent.GetArray(), slurmspec.MaxArraySizeCeiling) // accepted: within its limit
 	if parent.GetArray() == "" || err != nil {
 		return 0, false
 	}
@@ -85,7 +79,7 @@ func ArrayTaskCount(spec string) int {
 	if spec == "" {
 		return 0
 	}
-	a, err := slurmspec.ParseArray(spec)
+	a, err := slurmspec.ParseArray(spec, slurmspec.MaxArraySizeCeiling) // validated first
 	if err != nil {
 		return 0
 	}
@@ -159,9 +153,10 @@ func partitionPools(c *loomv1.Cluster, p *loomv1.SlurmPartition) []*loomv1.NodeP
 
 // validateSlurm checks a job's Slurm options (sbatch's), adding every problem
 // to v. cluster is the job's cluster (nil when unknown; then what depends on
-// it is not checked). It returns the partition the job goes to ("" when it
+// it is not checked); maxArraySize bounds --array's task ids (Slurm's
+// MaxArraySize). It returns the partition the job goes to ("" when it
 // could not be told) and the node pools of that partition.
-func validateSlurm(v *errs.Validator, j *loomv1.Job, cluster *loomv1.Cluster) (partition string, pools []*loomv1.NodePool) {
+func validateSlurm(v *errs.Validator, j *loomv1.Job, cluster *loomv1.Cluster, maxArraySize int) (partition string, pools []*loomv1.NodePool) {
 	v.Check(j.GetTimeLimitSeconds() >= 0, "job.time_limit_seconds", "%d must not be negative (0: the partition's MaxTime)", j.GetTimeLimitSeconds())
 	v.Check(j.GetTimeLimitSeconds() <= maxTimeLimitSeconds, "job.time_limit_seconds", "%d is more than a century", j.GetTimeLimitSeconds())
 	for _, f := range []struct {
@@ -174,11 +169,8 @@ func validateSlurm(v *errs.Validator, j *loomv1.Job, cluster *loomv1.Cluster) (p
 		v.Check(f.val >= 0, f.name, "%d must not be negative", f.val)
 	}
 	if s := j.GetArray(); s != "" {
-		switch a, err := slurmspec.ParseArray(s); {
-		case err != nil:
+		if _, err := slurmspec.ParseArray(s, maxArraySize); err != nil {
 			v.Add("job.array", "%s: %v", clip(s), err)
-		case a.Count() > MaxArrayTasks:
-			v.Add("job.array", "%s names %d tasks; an array may have at most %d", clip(s), a.Count(), MaxArrayTasks)
 		}
 	}
 	v.Check(j.GetArrayJobId() == "" && j.GetArrayTaskId() == 0, "job.array_job_id", "is set by the scheduler on array tasks; submit the array with job.array")

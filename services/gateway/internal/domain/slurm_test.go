@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -46,7 +47,7 @@ func TestValidateSubmitJobSlurmOptions(t *testing.T) {
 		ok(func(j *loomv1.Job) { j.Partition = "train" }),
 		ok(func(j *loomv1.Job) { j.Partition, j.NodeCount, j.GpusPerNode = "debug", 4, 0 }),
 	} {
-		if err := ValidateSubmitJob(req, partitioned()); err != nil {
+		if err := ValidateSubmitJob(req, partitioned(), slurmspec.DefaultMaxArraySize); err != nil {
 			t.Errorf("valid request %v rejected: %v", req.Job, err)
 		}
 	}
@@ -57,7 +58,9 @@ func TestValidateSubmitJobSlurmOptions(t *testing.T) {
 	}{
 		{"negative time", func(j *loomv1.Job) { j.TimeLimitSeconds = -1 }, "job.time_limit_seconds: -1 must not be negative"},
 		{"bad array", func(j *loomv1.Job) { j.Array = "3-1" }, `job.array: "3-1": range "3-1" ends before it starts`},
-		{"huge array", func(j *loomv1.Job) { j.Array = "0-20000" }, "job.array: \"0-20000\" names 20001 tasks; an array may have at most 10000"},
+		// Slurm's MaxArraySize (1001 here): task ids 0..1000.
+		{"huge array", func(j *loomv1.Job) { j.Array = "0-20000" }, "job.array: \"0-20000\": task id 20000 is not below MaxArraySize 1001 (task ids are 0-1000)"},
+		{"array past MaxArraySize", func(j *loomv1.Job) { j.Array = "0-1001" }, "job.array: \"0-1001\": task id 1001 is not below MaxArraySize 1001"},
 		{"task fields", func(j *loomv1.Job) { j.ArrayJobId = "7" }, "job.array_job_id"},
 		{"bad dependency", func(j *loomv1.Job) { j.Dependency = "before:12" }, `job.dependency: "before:12": unknown dependency type`},
 		{"bad open mode", func(j *loomv1.Job) { j.OpenMode = "overwrite" }, `job.open_mode: "overwrite": want "append" or "truncate"`},
@@ -71,16 +74,25 @@ func TestValidateSubmitJobSlurmOptions(t *testing.T) {
 	} {
 		req := goodJob()
 		tc.mutate(req.Job)
-		err := ValidateSubmitJob(req, partitioned())
+		err := ValidateSubmitJob(req, partitioned(), slurmspec.DefaultMaxArraySize)
 		var inv *errs.InvalidError
 		if !errors.As(err, &inv) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want InvalidArgument containing %q", tc.name, err, tc.want)
 		}
 	}
+	// The limit is the one configured (LOOM_MAX_ARRAY_SIZE): the issue's
+	// sbatch --array=0-1999 passes under MaxArraySize 2000 and not under 1999.
+	req2000 := ok(func(j *loomv1.Job) { j.Array = "0-1999" })
+	if err := ValidateSubmitJob(req2000, partitioned(), 2000); err != nil {
+		t.Errorf("--array=0-1999 under MaxArraySize 2000: %v", err)
+	}
+	if err := ValidateSubmitJob(req2000, partitioned(), 1999); err == nil || !strings.Contains(err.Error(), "task id 1999 is not below MaxArraySize 1999") {
+		t.Errorf("--array=0-1999 under MaxArraySize 1999: %v", err)
+	}
 	// Without partitions in the spec, the generated default "all" holds every pool.
 	req := goodJob()
 	req.Job.Partition = "all"
-	if err := ValidateSubmitJob(req, existing()); err != nil {
+	if err := ValidateSubmitJob(req, existing(), slurmspec.DefaultMaxArraySize); err != nil {
 		t.Errorf("default partition of a spec without partitions rejected: %v", err)
 	}
 }

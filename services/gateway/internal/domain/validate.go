@@ -103,8 +103,9 @@ func JobCluster(req *loomv1.SubmitJobRequest) string {
 
 // ValidateSubmitJob checks req, reporting every problem at once. cluster is
 // the job's cluster as its owner reports it, nil when it does not exist (or
-// the name was malformed, so no lookup was made).
-func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster) error {
+// the name was malformed, so no lookup was made); maxArraySize is Slurm's
+// MaxArraySize an --array spec's task ids must be below.
+func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, maxArraySize int) error {
 	var v errs.Validator
 	project, err := ParseProject(req.GetParent())
 	if err != nil {
@@ -146,7 +147,7 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster) er
 	checkRequestID(&v, req.GetRequestId())
 	checkJobText(&v, j)
 
-	partition, pools := validateSlurm(&v, j, cluster)
+	partition, pools := validateSlurm(&v, j, cluster, maxArraySize)
 	nodes := j.GetNodeCount()
 	if nodes == 0 {
 		nodes = 1

@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/loom-ml/loom/libs/clusterspec"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -410,7 +411,7 @@ func slurmConf(c *loomv1.Cluster, clusterID string, nodes []node, o RenderOption
 	w("MailProg=/bin/true")
 	w("ReturnToService=2")
 	w("MaxJobCount=100000")
-	w("MaxArraySize=100001")
+	w("MaxArraySize=" + strconv.Itoa(slurmspec.DefaultMaxArraySize)) // what the gateway and scheduler enforce by default; a LOOM_MAX_ARRAY_SIZE set otherwise is not rendered here
 	w("SlurmctldTimeout=120")
 	w("SlurmdTimeout=300")
 	w("InactiveLimit=0")

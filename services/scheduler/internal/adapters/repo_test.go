@@ -2,7 +2,10 @@ package adapters
 
 import (
 	"encoding/json"
+	"fmt"
+	"maps"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,7 +82,7 @@ func TestWriteThenLoad(t *testing.T) {
 	if excluded != 1 {
 		t.Fatalf("%d jobs exclude gpu-0001 after it failed under one, want 1", excluded)
 	}
-	if a := loaded.ArrayRecord("projects/default/jobs/10"); a == nil || !reflect.DeepEqual(a, s.ArrayRecord("projects/default/jobs/10")) {
+	if a := loaded.ArrayRecord("projects/default/jobs/10"); a == nil || !sameArray(a, s.ArrayRecord("projects/default/jobs/10")) {
 		t.Fatalf("array: loaded %+v", a)
 	}
 	for _, name := range []string{"projects/default/jobs/1", "projects/default/jobs/2", "projects/default/jobs/10", "projects/default/jobs/11"} {
@@ -122,4 +125,197 @@ func TestWriteThenLoad(t *testing.T) {
 	if c := loaded.Tick(now.Add(2 * time.Minute)); !c.Empty() {
 		t.Fatalf("tick on loaded state changed %v", c.Emits)
 	}
+}
+
+// sameArray reports whether two array records are equal, their templates
+// as protobufs.
+func sameArray(a, b *domain.Array) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	ac, bc := *a, *b
+	ac.Template, bc.Template = nil, nil
+	return reflect.DeepEqual(ac, bc) && proto.Equal(a.Template, b.Template)
+}
+
+// TestArrayStoredOnce is the regression test of an sbatch --array=0-999 with
+// 2 KB of exported environment, which stored the environment (and script)
+// once per task: 1000 times. The array's shared parts are now stored once,
+// in its record, and each task as its difference from them; in memory every
+// task shares the array's environment map; and a state loaded from Redis
+// holds the same jobs and schedules exactly as the one that wrote them.
+func TestArrayStoredOnce(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "scheduler:")
+	ctx := testkit.Context(t, 60*time.Second)
+	const cl, array = "projects/default/clusters/c1", "projects/default/jobs/100"
+
+	env := map[string]string{}
+	for i := range 40 {
+		env[fmt.Sprintf("EXPORTED_VAR_%02d", i)] = strings.Repeat(string(rune('a'+i%26)), 40)
+	}
+	envBytes := 0
+	for k, v := range env {
+		envBytes += len(k) + len(v)
+	}
+	if envBytes < 2000 {
+		t.Fatalf("environment of %d bytes, want about 2 KB", envBytes)
+	}
+	script := "#!/bin/bash\n" + strings.Repeat("# training step\n", 64)
+
+	s := domain.NewState(domain.Config{})
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	apply := func(ev proto.Message) {
+		t.Helper()
+		now = now.Add(time.Second)
+		c, err := s.Handle(now, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tx store.Tx
+		if err := Write(&tx, c); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Apply(ctx, "", &tx); err != nil {
+			t.Fatal(err)
+		}
+		s.Commit(c)
+	}
+	apply(&eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cl, Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, SharedDir: "/s"}}})
+	apply(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: cl + "/nodes/gpu-0001", Cluster: cl, Hostname: "gpu-0001", Gpus: 1, State: loomv1.Node_READY}})
+	apply(&eventsv1.SubmitJob{Job: &loomv1.Job{Name: array, JobId: "100", Cluster: cl, Array: "0-999", GpusPerNode: 1,
+		User: "ada", Env: env, Script: script}})
+	// A second node: another pass starts a second task and changes the
+	// other tasks' records again (their reasons).
+	apply(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: cl + "/nodes/gpu-0002", Cluster: cl, Hostname: "gpu-0002", Gpus: 1, State: loomv1.Node_READY}})
+
+	jobs, err := st.HGetAll(ctx, KeyJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	arrays, err := st.HGetAll(ctx, KeyArrays)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 1000 || len(arrays) != 1 {
+		t.Fatalf("stored %d jobs and %d arrays, want 1000 and 1", len(jobs), len(arrays))
+	}
+	stored, full := len(array)+len(arrays[array]), 0
+	for name, b := range jobs {
+		stored += len(name) + len(b)
+		var rec jobRecord
+		if err := json.Unmarshal(b, &rec); err != nil {
+			t.Fatal(err)
+		}
+		var pb loomv1.Job
+		if err := proto.Unmarshal(rec.Job, &pb); err != nil {
+			t.Fatal(err)
+		}
+		if !rec.Delta || len(pb.GetEnv()) != 0 || pb.GetScript() != "" {
+			t.Fatalf("task %s stored with its own environment or script: %s", name, b)
+		}
+		whole, _ := proto.Marshal(s.Job(name))
+		full += len(name) + len(whole)
+	}
+	// What the old per-task records took: at least 1000 environments.
+	if full < 1000*envBytes {
+		t.Fatalf("full records take %d bytes, want over %d (the test's environment is too small)", full, 1000*envBytes)
+	}
+	// One environment and script, plus well under 100 bytes per task for
+	// its name, id, index and state.
+	if limit := envBytes + len(script) + 1000*100; stored > limit {
+		t.Fatalf("array of 1000 tasks stored in %d bytes, want at most %d (one environment and script of %d bytes + 100 per task; full records: %d)",
+			stored, limit, envBytes+len(script), full)
+	}
+	t.Logf("1000 tasks, %d bytes of environment: %d bytes stored (full records: %d)", envBytes, stored, full)
+
+	// In memory: one environment map, the array's, for every task, also
+	// for the tasks the passes changed.
+	tmpl := s.ArrayRecord(array).Template
+	if tmpl == nil || !maps.Equal(tmpl.GetEnv(), env) || tmpl.GetScript() != script {
+		t.Fatalf("array template %v", tmpl)
+	}
+	sameEnv := func(st *domain.State, which string) {
+		t.Helper()
+		want := reflect.ValueOf(st.ArrayRecord(array).Template.GetEnv()).UnsafePointer()
+		for k := range 1000 {
+			j := st.JobRecord(fmt.Sprintf("projects/default/jobs/%d", 100+k))
+			if j == nil || reflect.ValueOf(j.Job.GetEnv()).UnsafePointer() != want {
+				t.Fatalf("%s: task %d does not share its array's environment", which, k)
+			}
+		}
+	}
+	sameEnv(s, "committed state")
+
+	// Reloaded: the same jobs (environment and script included), the same
+	// array, and the same decisions (a pass changes nothing).
+	recs, err := NewRepo(st).Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded := domain.NewState(domain.Config{})
+	loaded.Load(recs.Clusters, recs.Nodes, recs.Jobs, recs.Runs, recs.Arrays, recs.Usage)
+	running := 0
+	for k := range 1000 {
+		name := fmt.Sprintf("projects/default/jobs/%d", 100+k)
+		got, want := loaded.Job(name), s.Job(name)
+		if !proto.Equal(got, want) {
+			t.Fatalf("task %d: loaded %v, want %v", k, got, want)
+		}
+		if want.GetState() == loomv1.JobState_CONFIGURING {
+			running++
+		}
+	}
+	if running != 2 {
+		t.Fatalf("%d tasks started, want 2 (two 1-GPU nodes)", running)
+	}
+	if !sameArray(loaded.ArrayRecord(array), s.ArrayRecord(array)) {
+		t.Fatalf("array: loaded %+v", loaded.ArrayRecord(array))
+	}
+	sameEnv(loaded, "loaded state")
+	if c := loaded.Schedule(now); !c.Empty() {
+		t.Fatalf("pass on the loaded state changed %d jobs, emitted %d events", len(c.Jobs), len(c.Emits))
+	}
+}
+
+// TestArrayRecordsBeforeTemplates: records written before arrays had
+// templates (each task whole, the array with its task list) still load.
+func TestArrayRecordsBeforeTemplates(t *testing.T) {
+	t.Parallel()
+	old := []byte(`{"name":"projects/p/jobs/5","cluster":"projects/p/clusters/c","job_id":"5","indexes":[1,3],"tasks":["projects/p/jobs/5","projects/p/jobs/6"]}`)
+	a, err := DecodeArray(old)
+	if err != nil || a.Template != nil || !reflect.DeepEqual(a.Indexes, []int32{1, 3}) ||
+		!reflect.DeepEqual(a.Tasks, []string{"projects/p/jobs/5", "projects/p/jobs/6"}) {
+		t.Fatalf("old array record: %+v, %v", a, err)
+	}
+	task := &domain.Job{Job: &loomv1.Job{Name: "projects/p/jobs/6", JobId: "6", ArrayJobId: "5", ArrayTaskId: 3, Env: map[string]string{"A": "b"}}}
+	b, err := EncodeJob(task) // no template: written whole
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := DecodeTask("projects/p/jobs/6", b, func(string) *loomv1.Job { return nil })
+	if err != nil || !proto.Equal(j.Job, task.Job) {
+		t.Fatalf("whole task record: %v, %v", j, err)
+	}
+	// A difference without its array's template is refused, not guessed.
+	enc, _ := EncodeArray(&domain.Array{Name: "projects/p/jobs/5", JobID: "5", Indexes: []int32{1, 3},
+		Tasks: []string{"projects/p/jobs/5", "projects/p/jobs/6"}, Template: &loomv1.Job{Name: "projects/p/jobs/5", JobId: "5"}})
+	if !strings.Contains(string(enc), `"index_spec":"1,3"`) || strings.Contains(string(enc), `"tasks"`) {
+		t.Fatalf("array record %s: want its tasks as an index spec", enc)
+	}
+	delta, _ := json.Marshal(jobRecord{Delta: true, Job: mustMarshal(t, &loomv1.Job{ArrayJobId: "5", ArrayTaskId: 3})})
+	if _, err := DecodeTask("projects/p/jobs/6", delta, func(string) *loomv1.Job { return nil }); err == nil ||
+		!strings.Contains(err.Error(), "no template") {
+		t.Fatalf("difference without a template: %v", err)
+	}
+}
+
+func mustMarshal(t *testing.T, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/slurmspec"
 )
 
 // Config is what the domain is told at start. Zero fields take the
@@ -44,6 +45,11 @@ type Config struct {
 	// MaxPreemptPerPass bounds how many pending jobs look for victims in
 	// one pass (default 64), so a queue of preemptors cannot make a pass slow.
 	MaxPreemptPerPass int
+	// MaxArraySize is Slurm's MaxArraySize: an array's task ids must be
+	// below it (default slurmspec.DefaultMaxArraySize, 1001: ids 0..1000).
+	// A submission past it is refused as invalid; the gateway checks the
+	// same setting first.
+	MaxArraySize int
 }
 
 // Weights are the multifactor priority's weights: each factor (between 0
@@ -131,6 +137,9 @@ func (cfg Config) Defaults() Config {
 	}
 	if cfg.MaxPreemptPerPass <= 0 {
 		cfg.MaxPreemptPerPass = DefaultMaxPreemptPerPass
+	}
+	if cfg.MaxArraySize <= 0 {
+		cfg.MaxArraySize = slurmspec.DefaultMaxArraySize
 	}
 	return cfg
 }

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"errors"
 	"reflect"
 	"strconv"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -804,11 +807,15 @@ func TestOutputPatternsAndWorkDir(t *testing.T) {
 	if s, err := ParseJobSignal("B:10@30"); err != nil || s.Name != "USR1" || s.Lead != 30*time.Second || !s.BatchOnly {
 		t.Fatalf("ParseJobSignal(B:10@30) = %+v, %v", s, err)
 	}
-	if a, err := ParseArraySpec("1-5:2,8%3"); err != nil || !reflect.DeepEqual(a.Indexes, []int32{1, 3, 5, 8}) || a.Limit != 3 {
+	if a, err := ParseArraySpec("1-5:2,8%3", slurmspec.DefaultMaxArraySize); err != nil || !reflect.DeepEqual(a.Indexes, []int32{1, 3, 5, 8}) || a.Limit != 3 {
 		t.Fatalf("ParseArraySpec: %+v %v", a, err)
 	}
-	for _, bad := range []string{"", "5-1", "1:2", "a", "1%0"} {
-		if _, err := ParseArraySpec(bad); err == nil {
+	// Slurm's MaxArraySize: ids below it, so 0-1000 by default and 0-1001 not.
+	if a, err := ParseArraySpec("0-1000", slurmspec.DefaultMaxArraySize); err != nil || len(a.Indexes) != 1001 {
+		t.Fatalf("ParseArraySpec(0-1000): %d tasks, %v", len(a.Indexes), err)
+	}
+	for _, bad := range []string{"", "5-1", "1:2", "a", "1%0", "0-1001", "1000-1999"} {
+		if _, err := ParseArraySpec(bad, slurmspec.DefaultMaxArraySize); err == nil {
 			t.Errorf("ParseArraySpec(%q) accepted", bad)
 		}
 	}
@@ -867,5 +874,34 @@ func TestPreemptionPicksDistinctVictims(t *testing.T) {
 	// A third high job finds nothing left to preempt and waits.
 	if c := h.submitJob(job(6, 1, 8, qos("high"))); len(signals(c)) != 0 || len(stops(c)) != 0 {
 		t.Fatalf("third preemptor: %v", c.Emits)
+	}
+}
+
+// TestArrayMaxArraySize: the scheduler checks an array against the
+// MaxArraySize it is configured with (default Slurm's 1001), with the
+// gateway's grammar: a spec past it is refused as invalid, naming the field
+// and the limit, and changes nothing.
+func TestArrayMaxArraySize(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	submit := func(spec string) *eventsv1.SubmitJob {
+		return &eventsv1.SubmitJob{Job: &loomv1.Job{Name: "projects/p/jobs/10", JobId: "10", Cluster: "projects/p/clusters/c", Array: spec}}
+	}
+	s := NewState(Config{})
+	if got := s.Config().MaxArraySize; got != slurmspec.DefaultMaxArraySize {
+		t.Fatalf("default MaxArraySize %d, want %d", got, slurmspec.DefaultMaxArraySize)
+	}
+	_, err := s.Handle(now, submit("0-1999"))
+	var inv *errs.InvalidError
+	if !errors.As(err, &inv) || !strings.Contains(err.Error(), "job.array: task id 1999 is not below MaxArraySize 1001") {
+		t.Fatalf("0-1999 under the default: %v, want InvalidError naming job.array and the limit", err)
+	}
+	c, err := s.Handle(now, submit("0-1000"))
+	if err != nil || len(c.Jobs) != 1001 || c.Arrays["projects/p/jobs/10"] == nil {
+		t.Fatalf("0-1000 under the default: %d jobs, %v", len(c.Jobs), err)
+	}
+	big := NewState(Config{MaxArraySize: 2000})
+	if c, err := big.Handle(now, submit("0-1999")); err != nil || len(c.Jobs) != 2000 {
+		t.Fatalf("0-1999 under MaxArraySize 2000: %d jobs, %v", len(c.Jobs), err)
 	}
 }

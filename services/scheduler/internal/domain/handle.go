@@ -100,7 +100,7 @@ func (t *txn) submit(ev *eventsv1.SubmitJob) error {
 	var arr ArraySpec
 	if in.GetArray() != "" && in.GetArrayJobId() == "" {
 		var err error
-		if arr, err = ParseArraySpec(in.GetArray()); err != nil {
+		if arr, err = ParseArraySpec(in.GetArray(), t.s.cfg.MaxArraySize); err != nil {
 			v.Add("job.array", "%v", err)
 		}
 		if _, err := strconv.ParseInt(in.GetJobId(), 10, 64); err != nil {
@@ -139,17 +139,17 @@ func (t *txn) submit(ev *eventsv1.SubmitJob) error {
 	jobs := []*Job{{Job: base}}
 	if len(arr.Indexes) > 0 {
 		a := &Array{Name: in.GetName(), Cluster: in.GetCluster(), JobID: in.GetJobId(), Limit: arr.Limit,
-			Indexes: arr.Indexes, Tasks: make([]string, len(arr.Indexes))}
+			Indexes: arr.Indexes, Tasks: make([]string, len(arr.Indexes)), Template: base}
 		first, _ := strconv.ParseInt(in.GetJobId(), 10, 64)
 		prefix := jobsPrefix(in.GetName())
 		jobs = jobs[:0]
 		for k, idx := range arr.Indexes {
-			task := proto.Clone(base).(*loomv1.Job)
+			task := cloneTask(base, base)
 			task.JobId = strconv.FormatInt(first+int64(k), 10)
 			task.Name = prefix + task.JobId
 			task.ArrayJobId, task.ArrayTaskId = in.GetJobId(), idx
 			a.Tasks[k] = task.Name
-			jobs = append(jobs, &Job{Job: task})
+			jobs = append(jobs, &Job{Job: task, tmpl: base})
 		}
 		t.c.Arrays[a.Name] = a
 	}

@@ -245,7 +245,17 @@ type Job struct {
 	// reads of a pending job (memory only).
 	why   *Decision
 	attrs *jobAttrs
+	// tmpl is the Template of the array the job is a task of (nil for other
+	// jobs, and for tasks of arrays recorded without one): the task's
+	// environment is tmpl's map itself, so an array's environment is held
+	// once, however many tasks it has.
+	tmpl *loomv1.Job
 }
+
+// Template returns the template of the array the job is a task of (see
+// Array.Template; not to be modified), or nil: what the store keeps once per
+// array and writes the task's record against.
+func (j *Job) Template() *loomv1.Job { return j.tmpl }
 
 // Name returns the job's full name.
 func (j *Job) Name() string { return j.Job.GetName() }
@@ -458,7 +468,7 @@ func (r *Run) clone() *Run {
 }
 
 // Array is the record of a job array: its tasks (one job record each, job
-// ids A+k) and its % limit.
+// ids A+k), its % limit and the parts its tasks share.
 type Array struct {
 	// Name is the array's name, that of its first task ("projects/p/jobs/A").
 	Name    string `json:"name"`
@@ -470,6 +480,14 @@ type Array struct {
 	// index for index.
 	Indexes []int32  `json:"indexes"`
 	Tasks   []string `json:"tasks"`
+	// Template is the array's job as submitted and accepted (named as the
+	// array, job id A): what its tasks share — environment, script, the whole
+	// spec. It is kept once per array, as Slurm keeps one record for an
+	// array's pending tasks: in memory every task's Job.Env is this map, and
+	// the store writes each task as its difference from it. Never modified
+	// (tasks' environments and scripts never change); nil for arrays
+	// recorded before templates were.
+	Template *loomv1.Job `json:"-"`
 }
 
 // Usage is the decayed resource usage (GPU-seconds, or CPU-seconds for jobs

@@ -1,10 +1,9 @@
 package domain
 
 import (
-	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -46,61 +45,26 @@ func ParseJobSignal(spec string) (JobSignal, error) {
 	return JobSignal{Name: sig.Name, Lead: time.Duration(sig.Seconds) * time.Second, BatchOnly: sig.Batch}, nil
 }
 
-// ArraySpec is a parsed --array spec: its task indexes and % limit.
+// ArraySpec is a parsed --array spec as the scheduler keeps it: its task
+// indexes in ascending order and its % limit.
 type ArraySpec struct {
 	Indexes []int32
 	Limit   int32
 }
 
-// MaxArrayTasks is the most tasks one array may have (Slurm's MaxArraySize
-// as configured here, 100001).
-const MaxArrayTasks = 100001
-
-// ParseArraySpec parses an --array spec: comma-separated indexes "N", ranges
-// "N-M" and stepped ranges "N-M:S", optionally followed by "%L".
-func ParseArraySpec(spec string) (ArraySpec, error) {
-	var out ArraySpec
-	s := strings.TrimSpace(spec)
-	if body, lim, ok := strings.Cut(s, "%"); ok {
-		n, err := strconv.Atoi(lim)
-		if err != nil || n < 1 {
-			return out, fmt.Errorf("array task limit %q is not a positive number", lim)
-		}
-		out.Limit, s = int32(n), body
+// ParseArraySpec parses an --array spec with libs/slurmspec's grammar (the
+// one the gateway and the Slurm commands use), its task ids below
+// maxArraySize (Slurm's MaxArraySize, Config.MaxArraySize).
+func ParseArraySpec(spec string, maxArraySize int) (ArraySpec, error) {
+	a, err := slurmspec.ParseArray(spec, maxArraySize)
+	if err != nil {
+		return ArraySpec{}, err
 	}
-	if s == "" {
-		return out, errors.New("array spec names no index")
+	idx := a.Indexes()
+	out := ArraySpec{Indexes: make([]int32, len(idx)), Limit: int32(min(a.Limit, math.MaxInt32))}
+	for i, x := range idx {
+		out.Indexes[i] = int32(x) // below MaxArraySizeCeiling
 	}
-	seen := map[int32]bool{}
-	for _, el := range strings.Split(s, ",") {
-		rng, stepS, hasStep := strings.Cut(el, ":")
-		a, b, isRange := strings.Cut(rng, "-")
-		first, err := strconv.Atoi(a)
-		if err != nil || first < 0 {
-			return out, fmt.Errorf("array index %q is not a number ≥ 0", a)
-		}
-		last, step := first, 1
-		if isRange {
-			if last, err = strconv.Atoi(b); err != nil || last < first {
-				return out, fmt.Errorf("array range %q is not N-M with M ≥ N", rng)
-			}
-		}
-		if hasStep {
-			if step, err = strconv.Atoi(stepS); err != nil || step < 1 || !isRange {
-				return out, fmt.Errorf("array step %q needs a range and a positive step", el)
-			}
-		}
-		for i := first; i <= last; i += step {
-			if !seen[int32(i)] {
-				seen[int32(i)] = true
-				out.Indexes = append(out.Indexes, int32(i))
-				if len(out.Indexes) > MaxArrayTasks {
-					return out, fmt.Errorf("array has more than %d tasks", MaxArrayTasks)
-				}
-			}
-		}
-	}
-	sort.Slice(out.Indexes, func(a, b int) bool { return out.Indexes[a] < out.Indexes[b] })
 	return out, nil
 }
 

@@ -232,7 +232,16 @@ func (s *State) Load(clusters []*Cluster, nodes []*Node, jobs []*Job, runs []*Ru
 	for _, n := range nodes {
 		s.putNode(n.Name, n)
 	}
+	for _, a := range arrays {
+		s.arrays[a.Name] = a
+	}
 	for _, j := range jobs {
+		// A task shares its array's template, environment included (Array.Template).
+		if id := j.Job.GetArrayJobId(); id != "" && j.tmpl == nil {
+			if a := s.arrays[jobsPrefix(j.Name())+id]; a != nil && a.Template != nil {
+				j.tmpl, j.Job.Env = a.Template, a.Template.Env
+			}
+		}
 		s.putJob(j.Name(), j)
 	}
 	for _, r := range runs {
@@ -240,9 +249,6 @@ func (s *State) Load(clusters []*Cluster, nodes []*Node, jobs []*Job, runs []*Ru
 	}
 	for _, r := range runs {
 		s.mirrorJob(r) // jobs loaded after their runs
-	}
-	for _, a := range arrays {
-		s.arrays[a.Name] = a
 	}
 	for _, u := range usage {
 		s.usage[u.Key] = u

@@ -141,12 +141,25 @@ func (t *txn) editJob(name string) *Job {
 		return j
 	}
 	old := t.s.jobs[name]
-	j := &Job{Attempt: old.Attempt, ModelDir: old.ModelDir, Excluded: old.Excluded, Job: proto.Clone(old.Job).(*loomv1.Job)}
+	j := &Job{Attempt: old.Attempt, ModelDir: old.ModelDir, Excluded: old.Excluded, Job: cloneTask(old.Job, old.tmpl), tmpl: old.tmpl}
 	t.c.Jobs[name] = j
 	return j
 }
 
 func (t *txn) putNewJob(j *Job) { t.c.Jobs[j.Name()] = j }
+
+// cloneTask deep-copies job, except that a task of an array with template
+// tmpl (non-nil) goes on sharing tmpl's environment map, so that an array's
+// environment is held once in memory however often its tasks change (the
+// copy Clone makes is garbage at once). Nothing writes into a job's Env and
+// a task's environment is its array's, so sharing it is safe.
+func cloneTask(job, tmpl *loomv1.Job) *loomv1.Job {
+	cp := proto.Clone(job).(*loomv1.Job)
+	if tmpl != nil {
+		cp.Env = tmpl.Env
+	}
+	return cp
+}
 
 // pendingJobs returns the cluster's pending jobs, unordered.
 func (t *txn) pendingJobs(cluster string) []*Job {
