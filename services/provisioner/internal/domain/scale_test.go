@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -144,5 +145,23 @@ func BenchmarkRegister10k(b *testing.B) {
 		if st := s.Clusters[demo].State(); st != loomv1.Cluster_RUNNING {
 			b.Fatalf("cluster is %v", st)
 		}
+	}
+}
+
+// TestProviderBoundsNodesPerCluster: on a provider where every node is a
+// process here (local), a cluster is bounded as a whole, not only per pool.
+func TestProviderBoundsNodesPerCluster(t *testing.T) {
+	t.Parallel()
+	pp := params(nil)
+	pp.MaxNodesPerCluster = 64
+	s := NewState(nil, nil, nil, nil)
+	ch := s.CreateCluster(pp, createCmd("op1", clusterSpec(demo, gpuPool("a", 40), gpuPool("b", 40))), t0)
+	f := onlyFailure(t, ch)
+	if f.GetCode() != int32(codes.InvalidArgument) ||
+		!strings.Contains(f.GetMessage(), "compute.node_pools: at most 64 nodes in a cluster on this provider (node_count over every pool), got 80") {
+		t.Fatalf("failure = %v", f)
+	}
+	if ch := s.CreateCluster(pp, createCmd("op2", clusterSpec(demo, gpuPool("a", 32), gpuPool("b", 32))), t0); len(ch.PutClusters) != 1 {
+		t.Fatalf("64 nodes refused: %v", ch.Events)
 	}
 }
