@@ -66,6 +66,9 @@ func ApplyUpdate(old, new *loomv1.Cluster, mask []string) (*loomv1.Cluster, erro
 	for i, p := range mask {
 		checkMaskPath(&v, fmt.Sprintf("update_mask[%d]", i), p)
 	}
+	// Before any merging: the merge and the pool comparisons walk the
+	// lists, which must be within their bounds first.
+	checkBounds(&v, new)
 	if err := v.Err(); err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package clusterspec
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -121,6 +122,13 @@ func TestValidateUpdateRefused(t *testing.T) {
 		}, []string{`orchestrator.slurm.node_sets[0]: would rename the nodes of pool "gpu-a" from a3u-NNNN to h200-NNNN; node names cannot be changed after creation`}},
 		{"login machine type", nil, func(c C) { c.Orchestrator.Slurm.LoginNodes.MachineType = "n2-standard-16" },
 			[]string{"orchestrator.slurm.login_nodes.machine_type: cannot be changed after creation (was n2-standard-4)"}},
+		{"grow past the pool bound", nil, func(c C) {
+			for i := len(c.Compute.NodePools); i <= MaxNodePools; i++ {
+				c.Compute.NodePools = append(c.Compute.NodePools, &loomv1.NodePool{Id: fmt.Sprintf("x%d", i), MachineType: "n2-standard-8", NodeCount: 1})
+			}
+		}, []string{"compute.node_pools: at most 32 node pools, got 33"}},
+		{"grow past the cluster's node bound", nil, func(c C) { c.Compute.NodePools[0].NodeCount = 10000; c.Compute.NodePools[1].NodeCount = 10000 },
+			[]string{"compute.node_pools: at most 20000 nodes in a cluster (node_count plus max_dynamic_node_count over every pool), got 20003"}},
 		{"the result must validate", []string{"compute.node_pools"}, func(c C) { c.Compute.NodePools[0].NodeCount = 0 },
 			[]string{"compute.node_pools[0].node_count: must be at least 1, got 0"}},
 	}

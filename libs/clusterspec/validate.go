@@ -24,6 +24,26 @@ const (
 	// a safety bound far above any real pool, so that a typo cannot ask the
 	// provisioner for millions of node records.
 	MaxPoolNodes = 10000
+	// MaxNodePools bounds compute.node_pools (and so node_sets, each over one
+	// pool): a pool is one machine type, capacity source and zone, and 32
+	// covers every GPU type of the catalog in two zones on two kinds of
+	// capacity. Each pool is a node set, a partition line and a reconciler
+	// batch, so the bound is also what keeps one request's work bounded.
+	MaxNodePools = 32
+	// MaxClusterNodes bounds the nodes of one cluster: node_count plus
+	// max_dynamic_node_count over every pool. One pool at MaxPoolNodes
+	// with as many dynamic nodes fits; Slurm and the provisioner are
+	// measured at 10,000 nodes (bench/REPORT.md).
+	MaxClusterNodes = 20000
+	// MaxPartitions bounds orchestrator.slurm.partitions (two per node set
+	// and then some: a default, per-pool and per-purpose partitions).
+	MaxPartitions = 64
+	// MaxLabels bounds the labels of a cluster or a pool (GCP's limit).
+	MaxLabels = 64
+	// MaxFeatures bounds the features of one node set.
+	MaxFeatures = 32
+	// MaxScripts bounds prolog_scripts and epilog_scripts (each).
+	MaxScripts = 16
 	// MinBootDiskGB and MaxBootDiskGB bound boot_disk.size_gb.
 	MinBootDiskGB = 10
 	MaxBootDiskGB = 65536
@@ -86,6 +106,9 @@ func validate(v *errs.Validator, c *loomv1.Cluster) {
 		v.Add("cluster", "required")
 		return
 	}
+	if !checkBounds(v, c) {
+		return
+	}
 	userNodeSets := len(c.GetOrchestrator().GetSlurm().GetNodeSets())
 	userPartitions := len(c.GetOrchestrator().GetSlurm().GetPartitions())
 	n := proto.Clone(c).(*loomv1.Cluster)
@@ -97,6 +120,44 @@ func validate(v *errs.Validator, c *loomv1.Cluster) {
 	validatePools(v, n.GetCompute().GetNodePools())
 	validateSlurm(v, n, userNodeSets, userPartitions)
 	validateStorage(v, n.GetStorage())
+}
+
+// checkBounds reports every list of c longer than its bound and returns
+// whether all are within them. Validate stops there when one is not: the
+// per-item rules over a list of thousands would cost as much as the list
+// and bury the one problem that matters under thousands of lines.
+func checkBounds(v *errs.Validator, c *loomv1.Cluster) bool {
+	ok := true
+	count := func(field string, n, limit int, what string) {
+		if n > limit {
+			v.Add(field, "at most %d %s, got %d", limit, what, n)
+			ok = false
+		}
+	}
+	count("labels", len(c.GetLabels()), MaxLabels, "labels")
+	pools := c.GetCompute().GetNodePools()
+	count("compute.node_pools", len(pools), MaxNodePools, "node pools")
+	if len(pools) <= MaxNodePools {
+		for i, p := range pools {
+			count(fmt.Sprintf("compute.node_pools[%d].labels", i), len(p.GetLabels()), MaxLabels, "labels")
+		}
+	}
+	s := c.GetOrchestrator().GetSlurm()
+	count("orchestrator.slurm.node_sets", len(s.GetNodeSets()), MaxNodePools, "node sets (one per node pool)")
+	if len(s.GetNodeSets()) <= MaxNodePools {
+		for i, ns := range s.GetNodeSets() {
+			count(fmt.Sprintf("orchestrator.slurm.node_sets[%d].features", i), len(ns.GetFeatures()), MaxFeatures, "features")
+		}
+	}
+	count("orchestrator.slurm.partitions", len(s.GetPartitions()), MaxPartitions, "partitions")
+	if len(s.GetPartitions()) <= MaxPartitions {
+		for i, p := range s.GetPartitions() {
+			count(fmt.Sprintf("orchestrator.slurm.partitions[%d].node_set_ids", i), len(p.GetNodeSetIds()), MaxNodePools, "node sets")
+		}
+	}
+	count("orchestrator.slurm.prolog_scripts", len(s.GetPrologScripts()), MaxScripts, "scripts")
+	count("orchestrator.slurm.epilog_scripts", len(s.GetEpilogScripts()), MaxScripts, "scripts")
+	return ok
 }
 
 func validateName(v *errs.Validator, name string) {
@@ -159,6 +220,18 @@ func validatePools(v *errs.Validator, pools []*loomv1.NodePool) {
 		v.Add("compute.node_pools", "at least one node pool is required")
 		return
 	}
+	var nodes int64
+	for _, p := range pools {
+		// Each term is checked on its own below; here only in-range ones
+		// count, so that one bad pool is not reported twice.
+		if p.GetNodeCount() >= 0 && p.GetNodeCount() <= MaxPoolNodes {
+			nodes += int64(p.GetNodeCount())
+		}
+		if p.GetMaxDynamicNodeCount() >= 0 && p.GetMaxDynamicNodeCount() <= MaxPoolNodes {
+			nodes += int64(p.GetMaxDynamicNodeCount())
+		}
+	}
+	v.Check(nodes <= MaxClusterNodes, "compute.node_pools", "at most %d nodes in a cluster (node_count plus max_dynamic_node_count over every pool), got %d", MaxClusterNodes, nodes)
 	seen := map[string]int{}
 	for i, p := range pools {
 		f := fmt.Sprintf("compute.node_pools[%d]", i)

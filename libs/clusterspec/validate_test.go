@@ -2,6 +2,7 @@ package clusterspec
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -133,6 +134,42 @@ func TestValidateRules(t *testing.T) {
 			`compute.node_pools[1].node_count: must be at least 1, got -3`},
 		{"too many nodes", func(c C) { pool(c, 1).NodeCount = 10001 },
 			`compute.node_pools[1].node_count: must be at most 10000, got 10001`},
+		{"too many pools", func(c C) {
+			for i := len(c.Compute.NodePools); i <= MaxNodePools; i++ {
+				c.Compute.NodePools = append(c.Compute.NodePools, &loomv1.NodePool{Id: fmt.Sprintf("extra-%c%c", 'a'+i/26, 'a'+i%26), MachineType: "n2-standard-8", NodeCount: 1})
+			}
+		}, `compute.node_pools: at most 32 node pools, got 33`},
+		{"too many nodes in the cluster", func(c C) { pool(c, 0).NodeCount = 10000; pool(c, 1).NodeCount = 9999 },
+			`compute.node_pools: at most 20000 nodes in a cluster (node_count plus max_dynamic_node_count over every pool), got 20002`},
+		{"too many node sets", func(c C) {
+			for i := len(slurm(c).NodeSets); i <= MaxNodePools; i++ {
+				slurm(c).NodeSets = append(slurm(c).NodeSets, &loomv1.SlurmNodeSet{Id: fmt.Sprintf("ns%d", i), NodePoolId: "cpu"})
+			}
+		}, `orchestrator.slurm.node_sets: at most 32 node sets (one per node pool), got 33`},
+		{"too many features", func(c C) { slurm(c).NodeSets[0].Features = slices.Repeat([]string{"h200"}, MaxFeatures+1) },
+			`orchestrator.slurm.node_sets[0].features: at most 32 features, got 33`},
+		{"too many partitions", func(c C) {
+			for i := len(slurm(c).Partitions); i <= MaxPartitions; i++ {
+				slurm(c).Partitions = append(slurm(c).Partitions, &loomv1.SlurmPartition{Id: fmt.Sprintf("p%d", i), NodeSetIds: []string{"cpu"}})
+			}
+		}, `orchestrator.slurm.partitions: at most 64 partitions, got 65`},
+		{"too many node sets in a partition", func(c C) { slurm(c).Partitions[0].NodeSetIds = slices.Repeat([]string{"a3u"}, MaxNodePools+1) },
+			`orchestrator.slurm.partitions[0].node_set_ids: at most 32 node sets, got 33`},
+		{"too many labels", func(c C) {
+			for i := len(c.Labels); i <= MaxLabels; i++ {
+				c.Labels[fmt.Sprintf("k%d", i)] = "v"
+			}
+		}, `labels: at most 64 labels, got 65`},
+		{"too many pool labels", func(c C) {
+			pool(c, 1).Labels = map[string]string{}
+			for i := 0; i <= MaxLabels; i++ {
+				pool(c, 1).Labels[fmt.Sprintf("k%d", i)] = "v"
+			}
+		}, `compute.node_pools[1].labels: at most 64 labels, got 65`},
+		{"too many prologs", func(c C) { slurm(c).PrologScripts = slices.Repeat([]string{"true"}, MaxScripts+1) },
+			`orchestrator.slurm.prolog_scripts: at most 16 scripts, got 17`},
+		{"too many epilogs", func(c C) { slurm(c).EpilogScripts = slices.Repeat([]string{"true"}, MaxScripts+1) },
+			`orchestrator.slurm.epilog_scripts: at most 16 scripts, got 17`},
 		{"negative dynamic nodes", func(c C) { pool(c, 2).MaxDynamicNodeCount = -1 },
 			`compute.node_pools[2].max_dynamic_node_count: must not be negative, got -1`},
 		{"too many dynamic nodes", func(c C) { pool(c, 2).MaxDynamicNodeCount = 20000 },
@@ -299,6 +336,28 @@ func TestValidateReportsEverything(t *testing.T) {
 	}
 	if Validate(nil) == nil {
 		t.Fatal("Validate(nil) = nil")
+	}
+}
+
+// TestValidateThousandsOfPools is the issue's request: 2,000 pools of one
+// node each (which once started 2,000 agent processes on one machine). It is
+// refused with one violation naming the field and the limit, not 2,000 lines
+// of per-pool findings.
+func TestValidateThousandsOfPools(t *testing.T) {
+	t.Parallel()
+	c := &loomv1.Cluster{Name: "projects/p/clusters/many", Compute: &loomv1.ComputeResources{}}
+	for i := range 2000 {
+		c.Compute.NodePools = append(c.Compute.NodePools, &loomv1.NodePool{Id: fmt.Sprintf("p%d", i), MachineType: "n2-standard-2", NodeCount: 1})
+	}
+	got := violations(Validate(c))
+	want := []string{"compute.node_pools: at most 32 node pools, got 2000"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("violations = %q, want %q", got, want)
+	}
+	// At the limit the same shape is valid.
+	c.Compute.NodePools = c.Compute.NodePools[:MaxNodePools]
+	if err := Validate(c); err != nil {
+		t.Fatalf("%d pools: %v", MaxNodePools, err)
 	}
 }
 

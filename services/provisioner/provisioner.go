@@ -42,6 +42,17 @@ const (
 // process on this machine.
 const localMaxNodesPerPool = 64
 
+// localMaxNodesPerCluster bounds a whole cluster on the local provider: up to
+// 32 pools of 64 would still be 2,048 processes on one machine.
+const localMaxNodesPerCluster = 64
+
+// Bounds of -launch-rate and -launch-concurrency: beyond them the pacing
+// would not protect the machine it is there to protect.
+const (
+	maxLaunchRate        = 1000
+	maxLaunchConcurrency = 256
+)
+
 // Name is the service's name: its Redis prefix is "provisioner:" and its
 // consumer group "loom-provisioner".
 const Name = "provisioner"
@@ -98,6 +109,12 @@ type Config struct {
 	// (LOOM_AGENT_STOP_GRACE; default 15s, more than an agent needs to stop
 	// its steps).
 	AgentStopGrace time.Duration
+	// LaunchRate bounds how many agents the local provider starts per
+	// second (LOOM_LAUNCH_RATE; default 10), LaunchConcurrency how many it
+	// starts at once (LOOM_LAUNCH_CONCURRENCY; default 4). The sim provider
+	// simulates its own latency and is not paced.
+	LaunchRate        float64
+	LaunchConcurrency int
 }
 
 // listFlag is a flag holding a space-separated list; each use of the flag
@@ -162,6 +179,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"how often the reconciler checks every node (LOOM_RECONCILE_INTERVAL)")
 	fs.DurationVar(&c.AgentStopGrace, "agent-stop-grace", config.EnvDuration("LOOM_AGENT_STOP_GRACE", 15*time.Second),
 		"time between SIGTERM and SIGKILL when stopping an agent (LOOM_AGENT_STOP_GRACE)")
+	fs.Float64Var(&c.LaunchRate, "launch-rate", config.EnvFloat("LOOM_LAUNCH_RATE", local.DefaultLaunchRate),
+		"agents the local provider starts per second, at most (LOOM_LAUNCH_RATE)")
+	fs.IntVar(&c.LaunchConcurrency, "launch-concurrency", int(config.EnvInt("LOOM_LAUNCH_CONCURRENCY", local.DefaultLaunchConcurrency)),
+		"agents the local provider starts at once, at most (LOOM_LAUNCH_CONCURRENCY)")
 }
 
 // validate checks the settings and fills the defaults that need the
@@ -203,6 +224,14 @@ func (c *Config) validate() error {
 	if c.AgentStopGrace <= 0 {
 		c.AgentStopGrace = 15 * time.Second
 	}
+	if c.LaunchRate == 0 {
+		c.LaunchRate = local.DefaultLaunchRate
+	}
+	if c.LaunchConcurrency == 0 {
+		c.LaunchConcurrency = local.DefaultLaunchConcurrency
+	}
+	v.Check(c.LaunchRate > 0 && c.LaunchRate <= maxLaunchRate, "launch_rate", "must be more than 0 and at most %d agents a second, got %g", maxLaunchRate, c.LaunchRate)
+	v.Check(c.LaunchConcurrency >= 1 && c.LaunchConcurrency <= maxLaunchConcurrency, "launch_concurrency", "must be 1 to %d, got %d", maxLaunchConcurrency, c.LaunchConcurrency)
 	return v.Err()
 }
 
@@ -224,6 +253,7 @@ func (c *Config) params() domain.Params {
 		p.ScratchDir = func(cl *loomv1.Cluster) string { return local.ScratchDir(data, domain.ClusterID(cl.GetName())) }
 		p.WorkDir = func(id, host string) string { return local.WorkDir(data, id, host) }
 		p.MaxNodesPerPool = localMaxNodesPerPool
+		p.MaxNodesPerCluster = localMaxNodesPerCluster
 	} else {
 		// Simulated nodes mount the shared filesystems where the spec says.
 		p.HomeDir = func(cl *loomv1.Cluster) string {
@@ -260,7 +290,8 @@ func Run(ctx context.Context, cfg Config) error {
 	} else {
 		prov, err = local.New(local.Config{
 			DataDir: cfg.DataDir, AgentCommand: cfg.AgentCommand, AgentEnv: cfg.AgentEnv,
-			Brokers: cfg.Brokers, RedisAddr: cfg.RedisAddr, StopGrace: cfg.AgentStopGrace, Log: base.Log,
+			Brokers: cfg.Brokers, RedisAddr: cfg.RedisAddr, StopGrace: cfg.AgentStopGrace,
+			LaunchRate: cfg.LaunchRate, LaunchConcurrency: cfg.LaunchConcurrency, Log: base.Log,
 		})
 		if err != nil {
 			_ = base.Close()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -60,6 +61,17 @@ type App struct {
 
 	// kick wakes the reconciler after a change; capacity 1 coalesces bursts.
 	kick chan struct{}
+
+	// gate orders launches against deletes: a launch holds it shared from
+	// its last look at the node's cluster until the provider returned, and
+	// DeleteCluster holds it exclusively while it writes, so no agent
+	// starts after a delete was accepted.
+	gate sync.RWMutex
+	// cancelLaunches ends the launches of the pass in progress (nil
+	// between passes); DeleteCluster calls it, so that the launches a pass
+	// has still to make (the provider paces them) do not hold the delete up.
+	launchMu       sync.Mutex
+	cancelLaunches context.CancelFunc
 
 	// The reconciler's own memory (one pass at a time): when each node may
 	// be launched again after a failure, and which FAILED nodes it has
@@ -144,14 +156,56 @@ func (a *App) apply(ctx context.Context, inboxID string, decide func(*domain.Sta
 	}
 	_, err = a.drv.Apply(ctx, inboxID, tx, func() {
 		if !ch.Empty() {
+			// Only a change that gives the reconciler work wakes it (a
+			// routine registration does not).
+			wake := a.needsReconcile(ch)
 			a.st.Apply(ch)
-			a.wake()
+			if wake {
+				a.wake()
+			}
 		}
 	})
 	if err != nil {
 		return fmt.Errorf("apply: %w", err)
 	}
 	return nil
+}
+
+// needsReconcile reports whether change ch (not yet in memory) gives the
+// reconciler something to do now: a node to launch, stop or remove, a
+// cluster to tear down, Slurm files to write, or FAILED records that may
+// go. A node only moving between PROVISIONING, READY, DOWN and DRAINING
+// (registrations, health verdicts: most changes of a large create) needs
+// nothing the next periodic pass would not do; waking a pass over every
+// node for each of them made a 10,000-node create walk its nodes
+// thousands of times.
+func (a *App) needsReconcile(ch domain.Change) bool {
+	if len(ch.PutSlurm) > 0 || len(ch.DelSlurm) > 0 || len(ch.DelNodes) > 0 || len(ch.DelClusters) > 0 ||
+		len(ch.PutReservations) > 0 || len(ch.DelReservations) > 0 {
+		return true
+	}
+	for _, n := range ch.PutNodes {
+		if a.st.Nodes[n.GetName()] == nil {
+			return true // new: to launch
+		}
+		switch n.GetState() {
+		case loomv1.Node_PROVISIONING, loomv1.Node_READY, loomv1.Node_DOWN, loomv1.Node_DRAINING:
+		default:
+			return true // FAILED or DELETING: to stop and remove
+		}
+	}
+	for _, c := range ch.PutClusters {
+		old := a.st.Clusters[c.Name()]
+		if old == nil || c.State() == loomv1.Cluster_DELETING || !proto.Equal(old.Cluster.GetCompute(), c.Cluster.GetCompute()) {
+			return true
+		}
+		for _, p := range c.Cluster.GetStatus().GetNodePools() {
+			if p.GetFailed() > 0 {
+				return true // a FAILED record may go once its pool is at target
+			}
+		}
+	}
+	return false
 }
 
 // CreateCluster applies a CreateCluster command delivered as event id.
@@ -168,8 +222,19 @@ func (a *App) UpdateCluster(ctx context.Context, id string, cmd *eventsv1.Update
 	})
 }
 
-// DeleteCluster applies a DeleteCluster command delivered as event id.
+// DeleteCluster applies a DeleteCluster command delivered as event id. It
+// takes effect at once, even in the middle of a create: the reconciler's
+// pending launches are cancelled, launches in flight finish before the
+// delete is written (and are stopped by the teardown), and none starts
+// after it; the next pass tears the cluster down.
 func (a *App) DeleteCluster(ctx context.Context, id string, cmd *eventsv1.DeleteCluster) error {
+	a.launchMu.Lock()
+	if a.cancelLaunches != nil {
+		a.cancelLaunches()
+	}
+	a.launchMu.Unlock()
+	a.gate.Lock()
+	defer a.gate.Unlock()
 	return a.apply(ctx, id, func(s *domain.State) domain.Change { return s.DeleteCluster(cmd, a.opts.Now()) })
 }
 

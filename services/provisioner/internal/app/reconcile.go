@@ -77,7 +77,9 @@ func (a *App) ReconcileOnce(ctx context.Context) {
 			}
 		}
 	}
-	a.each(ctx, pl.run, func(_ int, n provider.Node) { a.launch(ctx, n, pl.states[n.Name], pl.reasons[n.Name]) })
+	if !a.launchAll(ctx, pl) {
+		return // a delete came in: the next pass starts at once, with it
+	}
 	a.each(ctx, pl.retire, func(_ int, n provider.Node) { a.retire(ctx, n, pl.states[n.Name]) })
 
 	clusters := make([]string, 0, len(pl.teardown))
@@ -93,6 +95,37 @@ func (a *App) ReconcileOnce(ctx context.Context) {
 			a.log.Warn("cluster teardown failed; will retry", "cluster", c, "err", err)
 		}
 	}
+}
+
+// launchAll launches the pass's nodes, LaunchConcurrency at a time, under a
+// context that DeleteCluster cancels. It reports whether it ran to the end.
+func (a *App) launchAll(ctx context.Context, pl plan) bool {
+	lctx, cancel := context.WithCancel(ctx)
+	a.launchMu.Lock()
+	a.cancelLaunches = cancel
+	a.launchMu.Unlock()
+	defer func() {
+		a.launchMu.Lock()
+		a.cancelLaunches = nil
+		a.launchMu.Unlock()
+		cancel()
+	}()
+	a.each(lctx, pl.run, func(_ int, n provider.Node) { a.launch(lctx, n, pl.states[n.Name], pl.reasons[n.Name]) })
+	return lctx.Err() == nil
+}
+
+// runnable reports whether node name should have an agent now: it is on
+// record, not on its way out, and its cluster is not being deleted. The
+// pass's snapshot may be older than that.
+func (a *App) runnable(name string) bool {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	n := a.st.Nodes[name]
+	if n == nil || n.GetState() == loomv1.Node_FAILED || n.GetState() == loomv1.Node_DELETING {
+		return false
+	}
+	c := a.st.Clusters[n.GetCluster()]
+	return c != nil && c.State() != loomv1.Cluster_DELETING
 }
 
 // each runs f for every node (with its index), LaunchConcurrency at a time.
@@ -124,6 +157,7 @@ func (a *App) snapshot() plan {
 	sort.Strings(names)
 	for _, name := range names {
 		c := a.st.Clusters[name]
+		id := domain.ClusterID(name)
 		deleting := c.State() == loomv1.Cluster_DELETING
 		if deleting {
 			pl.teardown[name] = []provider.Node{}
@@ -134,7 +168,7 @@ func (a *App) snapshot() plan {
 			if n.GetRole() == spec.RoleLogin {
 				continue // records only: nothing runs for them
 			}
-			pn := ProviderNode(c.Cluster, n)
+			pn := providerNode(c.Cluster, id, n)
 			pl.states[n.GetName()] = n.GetState()
 			pl.reasons[n.GetName()] = n.GetReason()
 			switch {
@@ -166,9 +200,15 @@ func (a *App) setup(c *loomv1.Cluster) provider.ClusterSetup {
 
 // ProviderNode is what the provider needs to know of node n of cluster c.
 func ProviderNode(c *loomv1.Cluster, n *loomv1.Node) provider.Node {
+	return providerNode(c, domain.ClusterID(c.GetName()), n)
+}
+
+// providerNode is ProviderNode with the cluster's id already parsed (a
+// pass does it once per cluster, not once per node).
+func providerNode(c *loomv1.Cluster, clusterID string, n *loomv1.Node) provider.Node {
 	st := c.GetStatus()
 	return provider.Node{
-		Name: n.GetName(), Cluster: c.GetName(), ClusterID: domain.ClusterID(c.GetName()),
+		Name: n.GetName(), Cluster: c.GetName(), ClusterID: clusterID,
 		Hostname: n.GetHostname(), WorkDir: n.GetWorkDir(), SharedDir: st.GetSharedDir(),
 		GPUs: int(n.GetGpus()), Pool: n.GetNodePool(), Role: n.GetRole(),
 		MachineType: n.GetMachineType(), Zone: n.GetZone(), CapacityType: n.GetCapacityType().String(),
@@ -187,8 +227,16 @@ func (a *App) launch(ctx context.Context, n provider.Node, state loomv1.Node_Sta
 	if now.Before(next) {
 		return
 	}
+	a.gate.RLock()
+	if !a.runnable(n.Name) {
+		a.gate.RUnlock()
+		return
+	}
 	l, err := a.opts.Provider.Launch(ctx, n)
+	a.gate.RUnlock()
 	switch {
+	case err != nil && ctx.Err() != nil:
+		return // cancelled (a delete, or shutdown), not failed
 	case err != nil:
 		a.launchFailed(ctx, n, err.Error(), now)
 	case l.Started && l.PrevExit != "" && state == loomv1.Node_PROVISIONING:

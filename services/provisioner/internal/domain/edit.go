@@ -22,6 +22,9 @@ type Params struct {
 	WorkDir func(clusterID, hostname string) string
 	// MaxNodesPerPool bounds a pool's node_count (0: no bound; 64 for local).
 	MaxNodesPerPool int32
+	// MaxNodesPerCluster bounds the node_count of a cluster's pools together
+	// (0: no bound beyond the spec's; 64 for local, where each is a process).
+	MaxNodesPerCluster int32
 	// Capacity is the non-reserved capacity (default capacity.Default).
 	Capacity capacity.Config
 	// BootTimeout is how long a compute node may take from its creation to

@@ -84,6 +84,8 @@ type State struct {
 	Slurm map[string]*loomv1.SlurmConfig
 	// byCluster indexes node names by cluster name.
 	byCluster map[string]map[string]struct{}
+	// tallies counts each cluster's nodes for its status (see tally).
+	tallies map[string]*tally
 }
 
 // NewState returns a State holding the given records.
@@ -91,7 +93,7 @@ func NewState(clusters []*Cluster, nodes []*loomv1.Node, reservations []*loomv1.
 	s := &State{
 		Clusters: map[string]*Cluster{}, Nodes: map[string]*loomv1.Node{},
 		Reservations: map[string]*loomv1.Reservation{}, Slurm: map[string]*loomv1.SlurmConfig{},
-		byCluster: map[string]map[string]struct{}{},
+		byCluster: map[string]map[string]struct{}{}, tallies: map[string]*tally{},
 	}
 	for _, c := range clusters {
 		s.Clusters[c.Name()] = c
@@ -107,10 +109,20 @@ func NewState(clusters []*Cluster, nodes []*loomv1.Node, reservations []*loomv1.
 }
 
 func (s *State) putNode(n *loomv1.Node) {
-	if old := s.Nodes[n.GetName()]; old != nil && old.GetCluster() != n.GetCluster() {
-		s.delNode(n.GetName())
+	if old := s.Nodes[n.GetName()]; old != nil {
+		if old.GetCluster() != n.GetCluster() {
+			s.delNode(n.GetName())
+		} else {
+			s.tallies[old.GetCluster()].count(old, -1)
+		}
 	}
 	s.Nodes[n.GetName()] = n
+	t := s.tallies[n.GetCluster()]
+	if t == nil {
+		t = newTally()
+		s.tallies[n.GetCluster()] = t
+	}
+	t.count(n, 1)
 	set := s.byCluster[n.GetCluster()]
 	if set == nil {
 		set = map[string]struct{}{}
@@ -129,6 +141,12 @@ func (s *State) delNode(name string) {
 		delete(set, name)
 		if len(set) == 0 {
 			delete(s.byCluster, n.GetCluster())
+		}
+	}
+	if t := s.tallies[n.GetCluster()]; t != nil {
+		t.count(n, -1)
+		if len(s.byCluster[n.GetCluster()]) == 0 {
+			delete(s.tallies, n.GetCluster())
 		}
 	}
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/loom-ml/loom/libs/hostlist"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
-	"github.com/loom-ml/loom/services/provisioner/internal/spec"
 )
 
 // Condition types and reasons on ClusterStatus.conditions.
@@ -35,60 +34,6 @@ const (
 // Progress is the cluster status message for ready of total nodes.
 func Progress(ready, total int32) string { return fmt.Sprintf("%d of %d nodes ready", ready, total) }
 
-// poolCounts counts one pool's compute nodes by state.
-type poolCounts struct {
-	target                                                int32
-	ready, provisioning, down, failed, draining, deleting int32
-	failedHosts, downHosts                                []string
-	failedReason                                          string
-}
-
-// live is how many of the pool's nodes are, or are becoming, in service.
-func (c *poolCounts) live() int32 { return c.ready + c.provisioning + c.down }
-
-// countPools counts a cluster's compute nodes per pool: the spec's pools
-// in order, then retired ones, then pools only nodes still name.
-func countPools(rec *Cluster, nodes []*loomv1.Node) (order []string, counts map[string]*poolCounts) {
-	counts = map[string]*poolCounts{}
-	add := func(id string, target int32) {
-		if counts[id] == nil {
-			counts[id] = &poolCounts{target: target}
-			order = append(order, id)
-		}
-	}
-	for _, np := range rec.Cluster.GetCompute().GetNodePools() {
-		add(np.GetId(), np.GetNodeCount())
-	}
-	for _, np := range rec.Retired {
-		add(np.GetId(), 0)
-	}
-	for _, n := range nodes {
-		if n.GetRole() == spec.RoleLogin {
-			continue
-		}
-		add(n.GetNodePool(), 0)
-		c := counts[n.GetNodePool()]
-		switch n.GetState() {
-		case loomv1.Node_READY:
-			c.ready++
-		case loomv1.Node_PROVISIONING:
-			c.provisioning++
-		case loomv1.Node_DOWN:
-			c.down++
-			c.downHosts = append(c.downHosts, n.GetHostname())
-		case loomv1.Node_FAILED:
-			c.failed++
-			c.failedHosts = append(c.failedHosts, n.GetHostname())
-			c.failedReason = n.GetHostname() + ": " + n.GetReason()
-		case loomv1.Node_DRAINING:
-			c.draining++
-		case loomv1.Node_DELETING:
-			c.deleting++
-		}
-	}
-	return order, counts
-}
-
 // refresh recomputes a cluster's status from its nodes and moves its
 // lifecycle: CREATING → RUNNING when every pool is at target (or, past the
 // deadline, when every pool has a ready node; ERROR when one has none),
@@ -101,8 +46,8 @@ func (e *edit) refresh(name string) {
 	if rec == nil || rec.State() == loomv1.Cluster_DELETING || slices.Contains(e.delCl, name) {
 		return
 	}
-	nodes := e.clusterNodes(name)
-	order, counts := countPools(rec, nodes)
+	t := e.tally(name)
+	order, counts := countPools(rec, t)
 
 	// Retired pools go once their last node is gone.
 	var retired []*loomv1.NodePool
@@ -132,8 +77,8 @@ func (e *edit) refresh(name string) {
 		if inSpec && c.ready == 0 {
 			everyHasReady = false
 			why := "no node ready"
-			if c.failedReason != "" {
-				why += "; last failure " + c.failedReason
+			if _, last := c.failedHosts(); last != "" {
+				why += "; last failure " + last
 			}
 			noReady = append(noReady, fmt.Sprintf("pool %s: %s", id, why))
 		}
@@ -157,13 +102,7 @@ func (e *edit) refresh(name string) {
 	st.HomeDir = e.p.HomeDir(next.Cluster)
 	st.ScratchDir = e.p.ScratchDir(next.Cluster)
 	st.SharedDir = st.HomeDir
-	st.LoginNode = ""
-	for _, n := range nodes {
-		if n.GetRole() == spec.RoleLogin {
-			st.LoginNode = n.GetHostname()
-			break
-		}
-	}
+	st.LoginNode = t.loginHost()
 
 	deadlinePassed := !rec.Deadline.IsZero() && !e.now.Before(rec.Deadline)
 	var failure string
@@ -219,7 +158,7 @@ func (e *edit) refresh(name string) {
 	conds := []*loomv1.Condition{readyCondition(st.State, allAtTarget, ready, total)}
 	conds = append(conds, degradedCondition(order, counts, steady, failed, down))
 	if e.p.Render != nil {
-		conds = append(conds, e.render(next, nodes))
+		conds = append(conds, e.render(next))
 	}
 	st.Conditions = mergeConditions(rec.Cluster.GetStatus().GetConditions(), conds, e.now)
 
@@ -271,14 +210,15 @@ func degradedCondition(order []string, counts map[string]*poolCounts, steady boo
 	for _, id := range order {
 		c := counts[id]
 		if c.failed > 0 {
+			hosts, last := c.failedHosts()
 			parts = append(parts, fmt.Sprintf("pool %s: %d failed (%s; last: %s), replacing", id, c.failed,
-				hostlist.Compress(c.failedHosts), c.failedReason))
+				hostlist.Compress(hosts), last))
 			reason = ReasonFailed
 		}
 	}
 	for _, id := range order {
 		if c := counts[id]; c.down > 0 {
-			parts = append(parts, fmt.Sprintf("pool %s: %d down (%s)", id, c.down, hostlist.Compress(c.downHosts)))
+			parts = append(parts, fmt.Sprintf("pool %s: %d down (%s)", id, c.down, hostlist.Compress(c.downHosts())))
 			if reason == "" {
 				reason = ReasonDown
 			}
@@ -301,15 +241,16 @@ func degradedCondition(order []string, counts map[string]*poolCounts, steady boo
 }
 
 // render re-renders the cluster's Slurm files when its nodes or spec
-// changed and returns the SlurmConfigured condition.
-func (e *edit) render(next *Cluster, nodes []*loomv1.Node) *loomv1.Condition {
+// changed and returns the SlurmConfigured condition. Only then does it read
+// every node of the cluster.
+func (e *edit) render(next *Cluster) *loomv1.Condition {
 	name := next.Name()
 	prev := condition(next.Cluster.GetStatus().GetConditions(), CondSlurmConfig)
 	if !e.members[name] && prev != nil {
 		return proto.Clone(prev).(*loomv1.Condition)
 	}
 	var in []*loomv1.Node
-	for _, n := range nodes {
+	for _, n := range e.clusterNodes(name) {
 		if inSlurm(n) {
 			in = append(in, n)
 		}

@@ -75,17 +75,37 @@ type Config struct {
 	// StopGrace is how long Stop waits after SIGTERM before SIGKILL (default 15 s,
 	// longer than an agent needs to kill its own steps).
 	StopGrace time.Duration
-	Log       *slog.Logger
+	// LaunchRate bounds how many agents Launch starts per second (default
+	// 10), and LaunchConcurrency how many it starts at once (default 4):
+	// every agent is a process that connects to Kafka and Redis as it
+	// starts, and a cluster's worth of them at once starves this machine.
+	// A Launch that finds its agent running does not wait.
+	LaunchRate        float64
+	LaunchConcurrency int
+	Log               *slog.Logger
 }
+
+// Defaults of Config.LaunchRate and Config.LaunchConcurrency.
+const (
+	DefaultLaunchRate        = 10
+	DefaultLaunchConcurrency = 4
+)
 
 // Provider is the local provider. It is safe for concurrent use on
 // different nodes.
 type Provider struct {
 	cfg Config
 
+	// starting holds a token per agent being started (LaunchConcurrency).
+	starting chan struct{}
+	// interval is the least time between two starts (1/LaunchRate).
+	interval time.Duration
+
 	mu sync.Mutex
 	// exits records how agents this process started ended, by node name.
 	exits map[string]string
+	// nextStart is when the next agent may start.
+	nextStart time.Time
 }
 
 var (
@@ -107,7 +127,38 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Provider{cfg: cfg, exits: map[string]string{}}, nil
+	if cfg.LaunchRate <= 0 {
+		cfg.LaunchRate = DefaultLaunchRate
+	}
+	if cfg.LaunchConcurrency <= 0 {
+		cfg.LaunchConcurrency = DefaultLaunchConcurrency
+	}
+	return &Provider{cfg: cfg, exits: map[string]string{},
+		starting: make(chan struct{}, cfg.LaunchConcurrency),
+		interval: time.Duration(float64(time.Second) / cfg.LaunchRate)}, nil
+}
+
+// pace waits until an agent may start: at most one every interval. Waiters
+// reserve nothing, so one that gives up (ctx) delays no other.
+func (p *Provider) pace(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		now := time.Now()
+		if !now.Before(p.nextStart) {
+			p.nextStart = now.Add(p.interval)
+			p.mu.Unlock()
+			return nil
+		}
+		wait := p.nextStart.Sub(now)
+		p.mu.Unlock()
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // check refuses nodes whose directories are not where this provider puts
@@ -133,7 +184,9 @@ func (p *Provider) Running(n provider.Node) (int, bool) {
 	return pid, proc.Alive(pid, start)
 }
 
-// Launch starts the node's agent unless it runs.
+// Launch starts the node's agent unless it runs, at most LaunchRate a
+// second and LaunchConcurrency at once; it returns ctx's error, having
+// started nothing, when ctx ends while it waits for its turn.
 func (p *Provider) Launch(ctx context.Context, n provider.Node) (provider.Launched, error) {
 	if err := p.check(n); err != nil {
 		return provider.Launched{}, err
@@ -141,6 +194,20 @@ func (p *Provider) Launch(ctx context.Context, n provider.Node) (provider.Launch
 	if pid, ok := p.Running(n); ok {
 		return provider.Launched{PID: pid}, nil
 	}
+	select {
+	case p.starting <- struct{}{}:
+	case <-ctx.Done():
+		return provider.Launched{}, fmt.Errorf("launch %s: %w", n.Name, ctx.Err())
+	}
+	defer func() { <-p.starting }()
+	if err := p.pace(ctx); err != nil {
+		return provider.Launched{}, fmt.Errorf("launch %s: %w", n.Name, err)
+	}
+	return p.start(n)
+}
+
+// start starts the node's agent.
+func (p *Provider) start(n provider.Node) (provider.Launched, error) {
 	for _, d := range []string{n.WorkDir, n.SharedDir, n.ScratchDir} {
 		if d == "" {
 			continue

@@ -245,3 +245,46 @@ func TestPrepareCluster(t *testing.T) {
 		t.Fatal("PrepareCluster accepted a home outside the data dir")
 	}
 }
+
+// TestLaunchIsPaced: starts are at most LaunchRate a second; a Launch whose
+// context ends while it waits for its turn starts nothing; one that finds
+// its agent running does not wait.
+func TestLaunchIsPaced(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	p, err := New(Config{DataDir: data, AgentCommand: []string{"/bin/sh", "-c", "exec sleep 600"}, LaunchRate: 5, LaunchConcurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	begin := time.Now()
+	var nodes []provider.Node
+	for _, h := range []string{"n-0001", "n-0002", "n-0003"} {
+		n := node(data, "c", h)
+		nodes = append(nodes, n)
+		cleanupGroup(t, p, n)
+		if l, err := p.Launch(context.Background(), n); err != nil || !l.Started {
+			t.Fatalf("launch %s: %+v, %v", h, l, err)
+		}
+	}
+	if took := time.Since(begin); took < 350*time.Millisecond {
+		t.Fatalf("three starts at 5 a second took %v, want at least 400ms", took)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	late := node(data, "c", "n-0004")
+	if l, err := p.Launch(ctx, late); err == nil || l.Started {
+		t.Fatalf("launch with an ended context = %+v, %v; want an error", l, err)
+	}
+	if _, ok := p.Running(late); ok {
+		t.Fatal("an agent started for a cancelled launch")
+	}
+	begin = time.Now()
+	for _, n := range nodes {
+		if l, err := p.Launch(context.Background(), n); err != nil || l.Started {
+			t.Fatalf("relaunch of a running agent = %+v, %v", l, err)
+		}
+	}
+	if took := time.Since(begin); took > 150*time.Millisecond {
+		t.Fatalf("launches of running agents waited %v", took)
+	}
+}
