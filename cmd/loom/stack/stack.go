@@ -460,11 +460,36 @@ func (s *Stack) launch(ctx context.Context, svc *service) error {
 	s.watch(svc, done, func() error {
 		defer f.Close()
 		if err := cmd.Wait(); err != nil {
-			return fmt.Errorf("%w (its log: %s)", err, f.Name())
+			// The service's last words say why (and let Start tell a port
+			// taken from under it, which a new start on other ports mends).
+			return fmt.Errorf("%w: %s (its log: %s)", err, lastLine(f.Name()), f.Name())
 		}
 		return nil
 	})
 	return nil
+}
+
+// lastLine returns the last non-empty line of the file at path, at most
+// 1 KiB of it (read from its last 4 KiB), or "" when it cannot be read.
+func lastLine(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > 4096 {
+		_, _ = f.Seek(st.Size()-4096, io.SeekStart)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 4096))
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	last := lines[len(lines)-1]
+	if len(last) > 1024 {
+		last = last[len(last)-1024:]
+	}
+	return last
 }
 
 // watch runs wait in its own goroutine and records how the service ended:
