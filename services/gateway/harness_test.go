@@ -16,6 +16,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/testkit"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -155,8 +157,9 @@ func (f fakeScheduler) GetJob(_ context.Context, r *loomv1.GetJobRequest) (*loom
 	return proto.Clone(j).(*loomv1.Job), nil
 }
 
-// ListJobs applies the cluster, user, job id and active-only filters, as
-// the scheduler does, and records the request.
+// ListJobs applies the cluster, user, state, job id and active-only filters, as
+// the scheduler does, pages as it does (libs/paging in job key order), and
+// records the request.
 func (f fakeScheduler) ListJobs(_ context.Context, r *loomv1.ListJobsRequest) (*loomv1.ListJobsResponse, error) {
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
@@ -172,12 +175,17 @@ func (f fakeScheduler) ListJobs(_ context.Context, r *loomv1.ListJobsRequest) (*
 		if len(r.GetUsers()) > 0 && !slices.Contains(r.GetUsers(), j.GetUser()) {
 			continue
 		}
+		if len(r.GetStates()) > 0 && !slices.Contains(r.GetStates(), j.GetState()) {
+			continue
+		}
 		if r.GetActiveOnly() && j.GetState() != loomv1.JobState_PENDING && j.GetState() != loomv1.JobState_RUNNING {
 			continue
 		}
 		resp.Jobs = append(resp.Jobs, proto.Clone(j).(*loomv1.Job))
 	}
-	return resp, nil
+	var err error
+	resp.Jobs, resp.NextPageToken, err = paging.List(r, resp.Jobs, paging.JobKey)
+	return resp, errs.ToStatus(err)
 }
 
 // fakeSlurm serves the scheduler's SlurmService reads over world.

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -142,5 +143,50 @@ func TestRegistersVersionOnCompletedJob(t *testing.T) {
 	list, err := client.ListModels(ctx, &loomv1.ListModelsRequest{Parent: "projects/default"})
 	if err != nil || len(list.GetModels()) != 1 {
 		t.Fatalf("ListModels: %v %v", list, err)
+	}
+}
+
+// TestListModelVersionsPages: versions page in version order (10 after 9,
+// not by name), each once, and a bad page size is InvalidArgument.
+func TestListModelVersionsPages(t *testing.T) {
+	t.Parallel()
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	client, _ := startRegistry(t, broker, redisAddr)
+	ctx := context.Background()
+	prod := bus.NewProducer([]string{broker})
+	t.Cleanup(func() { _ = prod.Close() })
+	const n = 12
+	for i := 1; i <= n; i++ {
+		if err := prod.Publish(ctx, completedJob(strconv.Itoa(i))); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+	}
+	waitVersions(t, client, n)
+	var got []int64
+	token, pages := "", 0
+	for {
+		resp, err := client.ListModelVersions(ctx, &loomv1.ListModelVersionsRequest{Parent: testModel, PageSize: 5, PageToken: token})
+		if err != nil {
+			t.Fatalf("page %d: %v", pages, err)
+		}
+		for _, v := range resp.GetVersions() {
+			got = append(got, v.GetVersion())
+		}
+		pages++
+		if token = resp.GetNextPageToken(); token == "" || pages > n {
+			break
+		}
+	}
+	if pages != 3 || len(got) != n {
+		t.Fatalf("%d versions in %d pages: %v; want %d in 3", len(got), pages, got, n)
+	}
+	for i, v := range got {
+		if v != int64(i+1) {
+			t.Fatalf("versions listed %v; want 1..%d in order", got, n)
+		}
+	}
+	if _, err := client.ListModelVersions(ctx, &loomv1.ListModelVersionsRequest{Parent: testModel, PageSize: -1}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("page_size -1: %v; want InvalidArgument", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/bench/slurm"
+	"github.com/loom-ml/loom/libs/paging"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -135,6 +136,18 @@ func (t *loomTarget) reset(run string) {
 	t.run, t.names, t.last, t.lastID, t.perNode = run, map[string]bool{}, "", 0, nil
 }
 
+// listJobs reads every page of the cluster's jobs (active ones only, or all).
+func (t *loomTarget) listJobs(ctx context.Context, activeOnly bool) ([]*loomv1.Job, error) {
+	var jobs []*loomv1.Job
+	err := paging.Each(func(token string) (string, error) {
+		resp, err := t.jobs.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: "projects/default", Cluster: t.cluster,
+			ActiveOnly: activeOnly, PageSize: paging.MaxSize, PageToken: token})
+		jobs = append(jobs, resp.GetJobs()...)
+		return resp.GetNextPageToken(), err
+	})
+	return jobs, err
+}
+
 func terminal(s loomv1.JobState) bool {
 	switch s {
 	case loomv1.JobState_COMPLETED, loomv1.JobState_FAILED, loomv1.JobState_CANCELLED, loomv1.JobState_TIMEOUT,
@@ -160,12 +173,12 @@ func (t *loomTarget) progress(ctx context.Context) (int, []string, time.Time, er
 			return 0, nil, time.Time{}, nil
 		}
 	}
-	active, err := t.jobs.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: "projects/default", Cluster: t.cluster, ActiveOnly: true})
+	active, err := t.listJobs(ctx, true)
 	if err != nil {
 		return 0, nil, time.Time{}, err
 	}
 	n := 0
-	for _, j := range active.GetJobs() {
+	for _, j := range active {
 		if names[j.GetName()] && !terminal(j.GetState()) {
 			n++
 		}
@@ -173,7 +186,7 @@ func (t *loomTarget) progress(ctx context.Context) (int, []string, time.Time, er
 	if n > 0 {
 		return len(names) - n, nil, time.Time{}, nil
 	}
-	all, err := t.jobs.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: "projects/default", Cluster: t.cluster})
+	all, err := t.listJobs(ctx, false)
 	if err != nil {
 		return 0, nil, time.Time{}, err
 	}
@@ -181,7 +194,7 @@ func (t *loomTarget) progress(ctx context.Context) (int, []string, time.Time, er
 	var failed []string
 	var lastEnd time.Time
 	perNode := map[string]int{}
-	for _, j := range all.GetJobs() {
+	for _, j := range all {
 		if !names[j.GetName()] || !terminal(j.GetState()) {
 			continue
 		}

@@ -254,8 +254,15 @@ func (x *GetReservationRequest) GetName() string {
 }
 
 type ListReservationsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Parent        string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Parent string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	// page_size is the most items one page holds (AIP-158): 0 is the default
+	// (100), larger than the maximum (1000) is taken as the maximum, negative is
+	// InvalidArgument. A page is also cut before it reaches 1 MiB encoded.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is a previous response's next_page_token, sent with the same
+	// other fields (a token from a different request is InvalidArgument).
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -297,9 +304,25 @@ func (x *ListReservationsRequest) GetParent() string {
 	return ""
 }
 
+func (x *ListReservationsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListReservationsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListReservationsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Reservations  []*Reservation         `protobuf:"bytes,1,rep,name=reservations,proto3" json:"reservations,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Reservations []*Reservation         `protobuf:"bytes,1,rep,name=reservations,proto3" json:"reservations,omitempty"`
+	// next_page_token asks for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -339,6 +362,13 @@ func (x *ListReservationsResponse) GetReservations() []*Reservation {
 		return x.Reservations
 	}
 	return nil
+}
+
+func (x *ListReservationsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type DeleteReservationRequest struct {
@@ -394,8 +424,15 @@ func (x *DeleteReservationRequest) GetRequestId() string {
 }
 
 type ListCapacityRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Parent        string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Parent string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	// page_size is the most items one page holds (AIP-158): 0 is the default
+	// (100), larger than the maximum (1000) is taken as the maximum, negative is
+	// InvalidArgument. A page is also cut before it reaches 1 MiB encoded.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is a previous response's next_page_token, sent with the same
+	// other fields (a token from a different request is InvalidArgument).
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -437,9 +474,25 @@ func (x *ListCapacityRequest) GetParent() string {
 	return ""
 }
 
+func (x *ListCapacityRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListCapacityRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListCapacityResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pools         []*CapacityPool        `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pools []*CapacityPool        `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	// next_page_token asks for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -479,6 +532,13 @@ func (x *ListCapacityResponse) GetPools() []*CapacityPool {
 		return x.Pools
 	}
 	return nil
+}
+
+func (x *ListCapacityResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type CreateClusterRequest struct {
@@ -597,8 +657,15 @@ func (x *GetClusterRequest) GetName() string {
 }
 
 type ListClustersRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Parent        string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Parent string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	// page_size is the most items one page holds (AIP-158): 0 is the default
+	// (100), larger than the maximum (1000) is taken as the maximum, negative is
+	// InvalidArgument. A page is also cut before it reaches 1 MiB encoded.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is a previous response's next_page_token, sent with the same
+	// other fields (a token from a different request is InvalidArgument).
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -640,9 +707,25 @@ func (x *ListClustersRequest) GetParent() string {
 	return ""
 }
 
+func (x *ListClustersRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListClustersRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListClustersResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Clusters      []*Cluster             `protobuf:"bytes,1,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Clusters []*Cluster             `protobuf:"bytes,1,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	// next_page_token asks for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -682,6 +765,13 @@ func (x *ListClustersResponse) GetClusters() []*Cluster {
 		return x.Clusters
 	}
 	return nil
+}
+
+func (x *ListClustersResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type DeleteClusterRequest struct {
@@ -1096,8 +1186,15 @@ func (x *GetJobStepRequest) GetName() string {
 }
 
 type ListJobStepsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Parent        string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Parent string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	// page_size is the most items one page holds (AIP-158): 0 is the default
+	// (100), larger than the maximum (1000) is taken as the maximum, negative is
+	// InvalidArgument. A page is also cut before it reaches 1 MiB encoded.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is a previous response's next_page_token, sent with the same
+	// other fields (a token from a different request is InvalidArgument).
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1139,9 +1236,25 @@ func (x *ListJobStepsRequest) GetParent() string {
 	return ""
 }
 
+func (x *ListJobStepsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListJobStepsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListJobStepsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Steps         []*JobStep             `protobuf:"bytes,1,rep,name=steps,proto3" json:"steps,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Steps []*JobStep             `protobuf:"bytes,1,rep,name=steps,proto3" json:"steps,omitempty"`
+	// next_page_token asks for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1181,6 +1294,13 @@ func (x *ListJobStepsResponse) GetSteps() []*JobStep {
 		return x.Steps
 	}
 	return nil
+}
+
+func (x *ListJobStepsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type CancelJobStepRequest struct {
@@ -1352,7 +1472,14 @@ type ListJobsRequest struct {
 	Names      []string   `protobuf:"bytes,6,rep,name=names,proto3" json:"names,omitempty"`
 	Partitions []string   `protobuf:"bytes,7,rep,name=partitions,proto3" json:"partitions,omitempty"`
 	// active_only keeps pending and running jobs (squeue); false includes finished ones (sacct).
-	ActiveOnly    bool `protobuf:"varint,8,opt,name=active_only,json=activeOnly,proto3" json:"active_only,omitempty"`
+	ActiveOnly bool `protobuf:"varint,8,opt,name=active_only,json=activeOnly,proto3" json:"active_only,omitempty"`
+	// page_size is the most items one page holds (AIP-158): 0 is the default
+	// (100), larger than the maximum (1000) is taken as the maximum, negative is
+	// InvalidArgument. A page is also cut before it reaches 1 MiB encoded.
+	PageSize int32 `protobuf:"varint,9,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is a previous response's next_page_token, sent with the same
+	// other fields (a token from a different request is InvalidArgument).
+	PageToken     string `protobuf:"bytes,10,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1443,9 +1570,25 @@ func (x *ListJobsRequest) GetActiveOnly() bool {
 	return false
 }
 
+func (x *ListJobsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListJobsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListJobsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Jobs          []*Job                 `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Jobs  []*Job                 `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	// next_page_token asks for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1485,6 +1628,13 @@ func (x *ListJobsResponse) GetJobs() []*Job {
 		return x.Jobs
 	}
 	return nil
+}
+
+func (x *ListJobsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type CancelJobRequest struct {
@@ -1895,7 +2045,14 @@ func (x *WaitOperationRequest) GetTimeoutSeconds() int32 {
 type ListNodesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// parent is "projects/{project}/clusters/{cluster}"; cluster "-" means all.
-	Parent        string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	Parent string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	// page_size is the most items one page holds (AIP-158): 0 is the default
+	// (100), larger than the maximum (1000) is taken as the maximum, negative is
+	// InvalidArgument. A page is also cut before it reaches 1 MiB encoded.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is a previous response's next_page_token, sent with the same
+	// other fields (a token from a different request is InvalidArgument).
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1937,9 +2094,25 @@ func (x *ListNodesRequest) GetParent() string {
 	return ""
 }
 
+func (x *ListNodesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListNodesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListNodesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Nodes         []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Nodes []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// next_page_token asks for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1981,9 +2154,23 @@ func (x *ListNodesResponse) GetNodes() []*Node {
 	return nil
 }
 
+func (x *ListNodesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 type ListPartitionsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// page_size is the most items one page holds (AIP-158): 0 is the default
+	// (100), larger than the maximum (1000) is taken as the maximum, negative is
+	// InvalidArgument. A page is also cut before it reaches 1 MiB encoded.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is a previous response's next_page_token, sent with the same
+	// other fields (a token from a different request is InvalidArgument).
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2025,9 +2212,25 @@ func (x *ListPartitionsRequest) GetCluster() string {
 	return ""
 }
 
+func (x *ListPartitionsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListPartitionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListPartitionsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Partitions    []*Partition           `protobuf:"bytes,1,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Partitions []*Partition           `protobuf:"bytes,1,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// next_page_token asks for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2069,9 +2272,23 @@ func (x *ListPartitionsResponse) GetPartitions() []*Partition {
 	return nil
 }
 
+func (x *ListPartitionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 type ListSlurmNodesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// page_size is the most items one page holds (AIP-158): 0 is the default
+	// (100), larger than the maximum (1000) is taken as the maximum, negative is
+	// InvalidArgument. A page is also cut before it reaches 1 MiB encoded.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is a previous response's next_page_token, sent with the same
+	// other fields (a token from a different request is InvalidArgument).
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2113,9 +2330,25 @@ func (x *ListSlurmNodesRequest) GetCluster() string {
 	return ""
 }
 
+func (x *ListSlurmNodesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListSlurmNodesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListSlurmNodesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Nodes         []*SlurmNode           `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Nodes []*SlurmNode           `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// next_page_token asks for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2155,6 +2388,13 @@ func (x *ListSlurmNodesResponse) GetNodes() []*SlurmNode {
 		return x.Nodes
 	}
 	return nil
+}
+
+func (x *ListSlurmNodesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type UpdateSlurmNodeRequest struct {
@@ -2236,8 +2476,15 @@ func (x *UpdateSlurmNodeRequest) GetUser() string {
 }
 
 type ListModelsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Parent        string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Parent string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	// page_size is the most items one page holds (AIP-158): 0 is the default
+	// (100), larger than the maximum (1000) is taken as the maximum, negative is
+	// InvalidArgument. A page is also cut before it reaches 1 MiB encoded.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is a previous response's next_page_token, sent with the same
+	// other fields (a token from a different request is InvalidArgument).
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2279,9 +2526,25 @@ func (x *ListModelsRequest) GetParent() string {
 	return ""
 }
 
+func (x *ListModelsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListModelsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListModelsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Models        []*Model               `protobuf:"bytes,1,rep,name=models,proto3" json:"models,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Models []*Model               `protobuf:"bytes,1,rep,name=models,proto3" json:"models,omitempty"`
+	// next_page_token asks for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2321,6 +2584,13 @@ func (x *ListModelsResponse) GetModels() []*Model {
 		return x.Models
 	}
 	return nil
+}
+
+func (x *ListModelsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type GetModelRequest struct {
@@ -2368,8 +2638,15 @@ func (x *GetModelRequest) GetName() string {
 }
 
 type ListModelVersionsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Parent        string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Parent string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	// page_size is the most items one page holds (AIP-158): 0 is the default
+	// (100), larger than the maximum (1000) is taken as the maximum, negative is
+	// InvalidArgument. A page is also cut before it reaches 1 MiB encoded.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is a previous response's next_page_token, sent with the same
+	// other fields (a token from a different request is InvalidArgument).
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2411,9 +2688,25 @@ func (x *ListModelVersionsRequest) GetParent() string {
 	return ""
 }
 
+func (x *ListModelVersionsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListModelVersionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListModelVersionsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Versions      []*ModelVersion        `protobuf:"bytes,1,rep,name=versions,proto3" json:"versions,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Versions []*ModelVersion        `protobuf:"bytes,1,rep,name=versions,proto3" json:"versions,omitempty"`
+	// next_page_token asks for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2455,6 +2748,13 @@ func (x *ListModelVersionsResponse) GetVersions() []*ModelVersion {
 	return nil
 }
 
+func (x *ListModelVersionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_loom_v1_service_proto protoreflect.FileDescriptor
 
 const file_loom_v1_service_proto_rawDesc = "" +
@@ -2476,19 +2776,27 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\"+\n" +
 	"\x15GetReservationRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"1\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"m\n" +
 	"\x17ListReservationsRequest\x12\x16\n" +
-	"\x06parent\x18\x01 \x01(\tR\x06parent\"T\n" +
+	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"|\n" +
 	"\x18ListReservationsResponse\x128\n" +
-	"\freservations\x18\x01 \x03(\v2\x14.loom.v1.ReservationR\freservations\"M\n" +
+	"\freservations\x18\x01 \x03(\v2\x14.loom.v1.ReservationR\freservations\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"M\n" +
 	"\x18DeleteReservationRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"-\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"i\n" +
 	"\x13ListCapacityRequest\x12\x16\n" +
-	"\x06parent\x18\x01 \x01(\tR\x06parent\"C\n" +
+	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"k\n" +
 	"\x14ListCapacityResponse\x12+\n" +
-	"\x05pools\x18\x01 \x03(\v2\x15.loom.v1.CapacityPoolR\x05pools\"\x98\x01\n" +
+	"\x05pools\x18\x01 \x03(\v2\x15.loom.v1.CapacityPoolR\x05pools\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x98\x01\n" +
 	"\x14CreateClusterRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1d\n" +
 	"\n" +
@@ -2497,11 +2805,15 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\"'\n" +
 	"\x11GetClusterRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"-\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"i\n" +
 	"\x13ListClustersRequest\x12\x16\n" +
-	"\x06parent\x18\x01 \x01(\tR\x06parent\"D\n" +
+	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"l\n" +
 	"\x14ListClustersResponse\x12,\n" +
-	"\bclusters\x18\x01 \x03(\v2\x10.loom.v1.ClusterR\bclusters\"I\n" +
+	"\bclusters\x18\x01 \x03(\v2\x10.loom.v1.ClusterR\bclusters\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"I\n" +
 	"\x14DeleteClusterRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -2546,11 +2858,15 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"'\n" +
 	"\x11GetJobStepRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"-\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"i\n" +
 	"\x13ListJobStepsRequest\x12\x16\n" +
-	"\x06parent\x18\x01 \x01(\tR\x06parent\">\n" +
+	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"f\n" +
 	"\x14ListJobStepsResponse\x12&\n" +
-	"\x05steps\x18\x01 \x03(\v2\x10.loom.v1.JobStepR\x05steps\"B\n" +
+	"\x05steps\x18\x01 \x03(\v2\x10.loom.v1.JobStepR\x05steps\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"B\n" +
 	"\x14CancelJobStepRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\"i\n" +
@@ -2560,7 +2876,7 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x03 \x01(\tR\trequestId\"#\n" +
 	"\rGetJobRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xf4\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xb0\x02\n" +
 	"\x0fListJobsRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x14\n" +
@@ -2572,9 +2888,14 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"partitions\x18\a \x03(\tR\n" +
 	"partitions\x12\x1f\n" +
 	"\vactive_only\x18\b \x01(\bR\n" +
-	"activeOnly\"4\n" +
+	"activeOnly\x12\x1b\n" +
+	"\tpage_size\x18\t \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\n" +
+	" \x01(\tR\tpageToken\"\\\n" +
 	"\x10ListJobsResponse\x12 \n" +
-	"\x04jobs\x18\x01 \x03(\v2\f.loom.v1.JobR\x04jobs\"|\n" +
+	"\x04jobs\x18\x01 \x03(\v2\f.loom.v1.JobR\x04jobs\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"|\n" +
 	"\x10CancelJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x12\n" +
@@ -2598,37 +2919,57 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"S\n" +
 	"\x14WaitOperationRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
-	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\"*\n" +
+	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\"f\n" +
 	"\x10ListNodesRequest\x12\x16\n" +
-	"\x06parent\x18\x01 \x01(\tR\x06parent\"8\n" +
+	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"`\n" +
 	"\x11ListNodesResponse\x12#\n" +
-	"\x05nodes\x18\x01 \x03(\v2\r.loom.v1.NodeR\x05nodes\"1\n" +
+	"\x05nodes\x18\x01 \x03(\v2\r.loom.v1.NodeR\x05nodes\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"m\n" +
 	"\x15ListPartitionsRequest\x12\x18\n" +
-	"\acluster\x18\x01 \x01(\tR\acluster\"L\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"t\n" +
 	"\x16ListPartitionsResponse\x122\n" +
 	"\n" +
 	"partitions\x18\x01 \x03(\v2\x12.loom.v1.PartitionR\n" +
-	"partitions\"1\n" +
+	"partitions\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"m\n" +
 	"\x15ListSlurmNodesRequest\x12\x18\n" +
-	"\acluster\x18\x01 \x01(\tR\acluster\"B\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"j\n" +
 	"\x16ListSlurmNodesResponse\x12(\n" +
-	"\x05nodes\x18\x01 \x03(\v2\x12.loom.v1.SlurmNodeR\x05nodes\"\x90\x01\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x12.loom.v1.SlurmNodeR\x05nodes\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x90\x01\n" +
 	"\x16UpdateSlurmNodeRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x14\n" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x12\n" +
-	"\x04user\x18\x05 \x01(\tR\x04user\"+\n" +
+	"\x04user\x18\x05 \x01(\tR\x04user\"g\n" +
 	"\x11ListModelsRequest\x12\x16\n" +
-	"\x06parent\x18\x01 \x01(\tR\x06parent\"<\n" +
+	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"d\n" +
 	"\x12ListModelsResponse\x12&\n" +
-	"\x06models\x18\x01 \x03(\v2\x0e.loom.v1.ModelR\x06models\"%\n" +
+	"\x06models\x18\x01 \x03(\v2\x0e.loom.v1.ModelR\x06models\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"%\n" +
 	"\x0fGetModelRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"2\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"n\n" +
 	"\x18ListModelVersionsRequest\x12\x16\n" +
-	"\x06parent\x18\x01 \x01(\tR\x06parent\"N\n" +
+	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"v\n" +
 	"\x19ListModelVersionsResponse\x121\n" +
-	"\bversions\x18\x01 \x03(\v2\x15.loom.v1.ModelVersionR\bversions2\xcf\x05\n" +
+	"\bversions\x18\x01 \x03(\v2\x15.loom.v1.ModelVersionR\bversions\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xcf\x05\n" +
 	"\x0eClusterService\x12u\n" +
 	"\rCreateCluster\x12\x1d.loom.v1.CreateClusterRequest\x1a\x12.loom.v1.Operation\"1\x82\xd3\xe4\x93\x02+:\acluster\" /v1/{parent=projects/*}/clusters\x12d\n" +
 	"\n" +

@@ -18,6 +18,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/paging"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -174,9 +175,14 @@ func (a *app) clustersListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, cancel := a.call(cmd.Context())
-			defer cancel()
-			resp, err := cl.ListClusters(ctx, &loomv1.ListClustersRequest{Parent: a.parent()})
+			resp := &loomv1.ListClustersResponse{}
+			err = paging.Each(func(token string) (string, error) {
+				ctx, cancel := a.call(cmd.Context())
+				defer cancel()
+				page, err := cl.ListClusters(ctx, &loomv1.ListClustersRequest{Parent: a.parent(), PageToken: token})
+				resp.Clusters = append(resp.Clusters, page.GetClusters()...)
+				return page.GetNextPageToken(), err
+			})
 			if err != nil {
 				return a.explain("list clusters", err)
 			}

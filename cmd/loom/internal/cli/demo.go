@@ -21,6 +21,7 @@ import (
 
 	"github.com/loom-ml/loom/cmd/loom/internal/trainer"
 	"github.com/loom-ml/loom/cmd/loom/stack"
+	"github.com/loom-ml/loom/libs/paging"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -300,16 +301,23 @@ func (a *app) waitModelVersion(ctx context.Context, model, job string) (*loomv1.
 		return nil, err
 	}
 	for {
-		cctx, cancel := a.call(ctx)
-		resp, err := cl.ListModelVersions(cctx, &loomv1.ListModelVersionsRequest{Parent: a.modelName(model)})
-		cancel()
+		var found *loomv1.ModelVersion
+		err := paging.Each(func(token string) (string, error) {
+			cctx, cancel := a.call(ctx)
+			defer cancel()
+			resp, err := cl.ListModelVersions(cctx, &loomv1.ListModelVersionsRequest{Parent: a.modelName(model), PageToken: token})
+			for _, v := range resp.GetVersions() {
+				if v.GetSourceJob() == job {
+					found = v
+				}
+			}
+			return resp.GetNextPageToken(), err
+		})
 		if err != nil && codeOf(err) != codes.NotFound {
 			return nil, a.explain("list versions of model "+model, err)
 		}
-		for _, v := range resp.GetVersions() {
-			if v.GetSourceJob() == job {
-				return v, nil
-			}
+		if found != nil {
+			return found, nil
 		}
 		select {
 		case <-ctx.Done():

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/loom-ml/loom/libs/hostlist"
+	"github.com/loom-ml/loom/libs/paging"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -55,13 +56,18 @@ func (a *app) listNodes(ctx context.Context, parent string) ([]*loomv1.Node, err
 	if err != nil {
 		return nil, err
 	}
-	cctx, cancel := a.call(ctx)
-	defer cancel()
-	resp, err := cl.ListNodes(cctx, &loomv1.ListNodesRequest{Parent: parent})
+	var nodes []*loomv1.Node
+	err = paging.Each(func(token string) (string, error) {
+		cctx, cancel := a.call(ctx)
+		defer cancel()
+		page, err := cl.ListNodes(cctx, &loomv1.ListNodesRequest{Parent: parent, PageToken: token})
+		nodes = append(nodes, page.GetNodes()...)
+		return page.GetNextPageToken(), err
+	})
 	if err != nil {
 		return nil, a.notFoundHint(a.explain("list nodes", err), err, "loom clusters list")
 	}
-	return resp.GetNodes(), nil
+	return nodes, nil
 }
 
 // writeDescribeJSON writes {"cluster": c, "nodes": [...]} in protojson.

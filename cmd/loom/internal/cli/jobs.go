@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/slurmcli"
+	"github.com/loom-ml/loom/libs/paging"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -290,8 +291,9 @@ func (a *app) jobsGetCommand() *cobra.Command {
 
 func (a *app) jobsListCommand() *cobra.Command {
 	var cluster string
+	var limit int
 	cmd := &cobra.Command{
-		Use:     "list [--cluster C]",
+		Use:     "list [--cluster C] [--limit N]",
 		Aliases: []string{"ls"},
 		Short:   "List the project's jobs",
 		Args:    cobra.NoArgs,
@@ -304,9 +306,25 @@ func (a *app) jobsListCommand() *cobra.Command {
 			if cluster != "" {
 				req.Cluster = a.clusterName(cluster)
 			}
-			ctx, cancel := a.call(cmd.Context())
-			defer cancel()
-			resp, err := cl.ListJobs(ctx, req)
+			if limit < 0 {
+				return fmt.Errorf("--limit must not be negative, got %d; 0 lists every job", limit)
+			}
+			resp := &loomv1.ListJobsResponse{}
+			err = paging.Each(func(token string) (string, error) {
+				ctx, cancel := a.call(cmd.Context())
+				defer cancel()
+				req.PageToken = token
+				if limit > 0 {
+					req.PageSize = int32(min(limit-len(resp.Jobs), paging.MaxSize))
+				}
+				page, err := cl.ListJobs(ctx, req)
+				resp.Jobs = append(resp.Jobs, page.GetJobs()...)
+				if limit > 0 && len(resp.Jobs) >= limit {
+					resp.Jobs = resp.Jobs[:limit]
+					return "", err
+				}
+				return page.GetNextPageToken(), err
+			})
 			if err != nil {
 				return a.explain("list jobs", err)
 			}
@@ -321,6 +339,7 @@ func (a *app) jobsListCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&cluster, "cluster", "", "only this cluster's jobs")
+	cmd.Flags().IntVar(&limit, "limit", 0, "list at most this many jobs, the oldest first (0: all)")
 	return cmd
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/loom-ml/loom/libs/paging"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -25,11 +26,16 @@ func (a *app) modelsCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, cancel := a.call(cmd.Context())
-			defer cancel()
 			out := cmd.OutOrStdout()
 			if versions != "" {
-				resp, err := cl.ListModelVersions(ctx, &loomv1.ListModelVersionsRequest{Parent: a.modelName(versions)})
+				resp := &loomv1.ListModelVersionsResponse{}
+				err := paging.Each(func(token string) (string, error) {
+					ctx, cancel := a.call(cmd.Context())
+					defer cancel()
+					page, err := cl.ListModelVersions(ctx, &loomv1.ListModelVersionsRequest{Parent: a.modelName(versions), PageToken: token})
+					resp.Versions = append(resp.Versions, page.GetVersions()...)
+					return page.GetNextPageToken(), err
+				})
 				if err != nil {
 					return a.notFoundHint(a.explain("list versions of model "+versions, err), err, "loom models list")
 				}
@@ -42,7 +48,14 @@ func (a *app) modelsCommand() *cobra.Command {
 				}
 				return renderVersions(out, resp.GetVersions(), a.now())
 			}
-			resp, err := cl.ListModels(ctx, &loomv1.ListModelsRequest{Parent: a.parent()})
+			resp := &loomv1.ListModelsResponse{}
+			err = paging.Each(func(token string) (string, error) {
+				ctx, cancel := a.call(cmd.Context())
+				defer cancel()
+				page, err := cl.ListModels(ctx, &loomv1.ListModelsRequest{Parent: a.parent(), PageToken: token})
+				resp.Models = append(resp.Models, page.GetModels()...)
+				return page.GetNextPageToken(), err
+			})
 			if err != nil {
 				return a.explain("list models", err)
 			}

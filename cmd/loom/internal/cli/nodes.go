@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/loom-ml/loom/libs/paging"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -33,9 +34,14 @@ about it ("boot timeout → retry launch in 4s (attempt 3 of 5)").`,
 			if cluster != "" {
 				parent = a.clusterName(cluster)
 			}
-			ctx, cancel := a.call(cmd.Context())
-			defer cancel()
-			resp, err := cl.ListNodes(ctx, &loomv1.ListNodesRequest{Parent: parent})
+			resp := &loomv1.ListNodesResponse{}
+			err = paging.Each(func(token string) (string, error) {
+				ctx, cancel := a.call(cmd.Context())
+				defer cancel()
+				page, err := cl.ListNodes(ctx, &loomv1.ListNodesRequest{Parent: parent, PageToken: token})
+				resp.Nodes = append(resp.Nodes, page.GetNodes()...)
+				return page.GetNextPageToken(), err
+			})
 			if err != nil {
 				return a.notFoundHint(a.explain("list nodes", err), err, "loom clusters list")
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/loom-ml/loom/libs/paging"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -120,9 +121,14 @@ func (a *app) reservationsListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, cancel := a.call(cmd.Context())
-			defer cancel()
-			resp, err := cl.ListReservations(ctx, &loomv1.ListReservationsRequest{Parent: a.parent()})
+			resp := &loomv1.ListReservationsResponse{}
+			err = paging.Each(func(token string) (string, error) {
+				ctx, cancel := a.call(cmd.Context())
+				defer cancel()
+				page, err := cl.ListReservations(ctx, &loomv1.ListReservationsRequest{Parent: a.parent(), PageToken: token})
+				resp.Reservations = append(resp.Reservations, page.GetReservations()...)
+				return page.GetNextPageToken(), err
+			})
 			if err != nil {
 				return a.explain("list reservations", err)
 			}
@@ -220,9 +226,14 @@ machines there are, how many clusters hold, and how many are free.`,
 }
 
 func (a *app) listCapacity(ctx context.Context, cl loomv1.ReservationServiceClient) (*loomv1.ListCapacityResponse, error) {
-	cctx, cancel := a.call(ctx)
-	defer cancel()
-	resp, err := cl.ListCapacity(cctx, &loomv1.ListCapacityRequest{Parent: a.parent()})
+	resp := &loomv1.ListCapacityResponse{}
+	err := paging.Each(func(token string) (string, error) {
+		cctx, cancel := a.call(ctx)
+		defer cancel()
+		page, err := cl.ListCapacity(cctx, &loomv1.ListCapacityRequest{Parent: a.parent(), PageToken: token})
+		resp.Pools = append(resp.Pools, page.GetPools()...)
+		return page.GetNextPageToken(), err
+	})
 	if err != nil {
 		return nil, a.explain("list capacity", err)
 	}

@@ -17,6 +17,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -149,7 +151,9 @@ func (f *fakeGateway) ListJobs(_ context.Context, req *loomv1.ListJobsRequest) (
 		}
 		out = append(out, j)
 	}
-	return &loomv1.ListJobsResponse{Jobs: out}, nil
+	// Pages as the gateway does (by bytes too), in the fixture's order.
+	page, next, err := paging.Ordered(req, out)
+	return &loomv1.ListJobsResponse{Jobs: page, NextPageToken: next}, errs.ToStatus(err)
 }
 
 func (f *fakeGateway) CancelJob(_ context.Context, req *loomv1.CancelJobRequest) (*loomv1.Job, error) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/libs/hostlist"
+	"github.com/loom-ml/loom/libs/paging"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -383,17 +384,25 @@ func (s *jobSelector) matchRow(r jobRow) bool {
 }
 
 // listJobs fetches the jobs of the cluster filter (all clusters when
-// unset) from the gateway.
+// unset) from the gateway, every page of them (at the largest page size:
+// the fewest calls).
 func (c *cmd) listJobs(ctx context.Context, req *loomv1.ListJobsRequest) ([]*loomv1.Job, error) {
 	req.Parent = c.projectName()
 	req.Cluster = c.clusterFilter()
-	cctx, cancel := c.call(ctx)
-	defer cancel()
-	resp, err := c.jobsClient().ListJobs(cctx, req)
+	req.PageSize = paging.MaxSize
+	var jobs []*loomv1.Job
+	err := paging.Each(func(token string) (string, error) {
+		cctx, cancel := c.call(ctx)
+		defer cancel()
+		req.PageToken = token
+		resp, err := c.jobsClient().ListJobs(cctx, req)
+		jobs = append(jobs, resp.GetJobs()...)
+		return resp.GetNextPageToken(), err
+	})
 	if err != nil {
 		return nil, c.rpcError("slurm_load_jobs error", err)
 	}
-	return resp.GetJobs(), nil
+	return jobs, nil
 }
 
 // withArrayTasks completes a filtered job list for the pending array

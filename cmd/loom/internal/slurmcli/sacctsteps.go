@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/loom-ml/loom/libs/paging"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -21,14 +22,19 @@ func (c *cmd) stepRows(ctx context.Context, j *loomv1.Job, id string, lookups *i
 		return nil
 	}
 	*lookups++
-	cctx, cancel := c.call(ctx)
-	defer cancel()
-	resp, err := c.jobsClient().ListJobSteps(cctx, &loomv1.ListJobStepsRequest{Parent: j.GetName()})
+	var steps []*loomv1.JobStep
+	err := paging.Each(func(token string) (string, error) {
+		cctx, cancel := c.call(ctx)
+		defer cancel()
+		resp, err := c.jobsClient().ListJobSteps(cctx, &loomv1.ListJobStepsRequest{Parent: j.GetName(), PageToken: token})
+		steps = append(steps, resp.GetSteps()...)
+		return resp.GetNextPageToken(), err
+	})
 	if err != nil {
 		return nil
 	}
 	var out []sacctRow
-	for _, s := range resp.GetSteps() {
+	for _, s := range steps {
 		step := strconv.Itoa(int(s.GetStepId()))
 		out = append(out, sacctRow{job: j, id: id + "." + step, step: step, jstep: s})
 	}

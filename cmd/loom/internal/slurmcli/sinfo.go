@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/libs/hostlist"
+	"github.com/loom-ml/loom/libs/paging"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -488,19 +489,37 @@ func (c *cmd) sinfo(ctx context.Context, args []string) error {
 	}
 }
 
-// slurmView fetches a cluster's partitions and nodes.
+// slurmView fetches a cluster's partitions and nodes, every page of each.
 func (c *cmd) slurmView(ctx context.Context, cluster string) ([]*loomv1.Partition, []*loomv1.SlurmNode, error) {
-	cctx, cancel := c.call(ctx)
-	defer cancel()
-	pr, err := c.slurmClient().ListPartitions(cctx, &loomv1.ListPartitionsRequest{Cluster: cluster})
+	parts, err := c.partitions(ctx, cluster)
 	if err != nil {
 		return nil, nil, c.rpcError("slurm_load_partitions", err)
 	}
-	nr, err := c.slurmClient().ListSlurmNodes(cctx, &loomv1.ListSlurmNodesRequest{Cluster: cluster})
+	var nodes []*loomv1.SlurmNode
+	err = paging.Each(func(token string) (string, error) {
+		cctx, cancel := c.call(ctx)
+		defer cancel()
+		resp, err := c.slurmClient().ListSlurmNodes(cctx, &loomv1.ListSlurmNodesRequest{Cluster: cluster, PageToken: token})
+		nodes = append(nodes, resp.GetNodes()...)
+		return resp.GetNextPageToken(), err
+	})
 	if err != nil {
 		return nil, nil, c.rpcError("slurm_load_node", err)
 	}
-	return pr.GetPartitions(), nr.GetNodes(), nil
+	return parts, nodes, nil
+}
+
+// partitions fetches every page of a cluster's partitions.
+func (c *cmd) partitions(ctx context.Context, cluster string) ([]*loomv1.Partition, error) {
+	var parts []*loomv1.Partition
+	err := paging.Each(func(token string) (string, error) {
+		cctx, cancel := c.call(ctx)
+		defer cancel()
+		resp, err := c.slurmClient().ListPartitions(cctx, &loomv1.ListPartitionsRequest{Cluster: cluster, PageToken: token})
+		parts = append(parts, resp.GetPartitions()...)
+		return resp.GetNextPageToken(), err
+	})
+	return parts, err
 }
 
 // groupKey renders a one-node row's non-aggregate fields: nodes with the

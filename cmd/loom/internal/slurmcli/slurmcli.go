@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/loom-ml/loom/libs/paging"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -259,15 +260,18 @@ func (c *cmd) clusterName(ctx context.Context) (string, error) {
 	if name := c.clusterFilter(); name != "" {
 		return name, nil
 	}
-	cctx, cancel := c.call(ctx)
-	defer cancel()
-	resp, err := loomv1.NewClusterServiceClient(c.env.Conn).ListClusters(cctx, &loomv1.ListClustersRequest{Parent: c.projectName()})
+	var names []string
+	err := paging.Each(func(token string) (string, error) {
+		cctx, cancel := c.call(ctx)
+		defer cancel()
+		resp, err := loomv1.NewClusterServiceClient(c.env.Conn).ListClusters(cctx, &loomv1.ListClustersRequest{Parent: c.projectName(), PageToken: token})
+		for _, cl := range resp.GetClusters() {
+			names = append(names, cl.GetName())
+		}
+		return resp.GetNextPageToken(), err
+	})
 	if err != nil {
 		return "", c.rpcError("listing clusters", err)
-	}
-	var names []string
-	for _, cl := range resp.GetClusters() {
-		names = append(names, cl.GetName())
 	}
 	switch len(names) {
 	case 1:

@@ -512,13 +512,11 @@ func (c *cmd) partitionLimits(ctx context.Context, jobs []*loomv1.Job) map[strin
 			continue
 		}
 		out[cl] = map[string]int64{}
-		cctx, cancel := c.call(ctx)
-		resp, err := c.slurmClient().ListPartitions(cctx, &loomv1.ListPartitionsRequest{Cluster: cl})
-		cancel()
+		parts, err := c.partitions(ctx, cl)
 		if err != nil {
 			continue
 		}
-		for _, p := range resp.GetPartitions() {
+		for _, p := range parts {
 			secs, unlimited, err := ParseTimeLimit(p.GetMaxTime())
 			if err != nil || unlimited || p.GetMaxTime() == "" {
 				secs = -1

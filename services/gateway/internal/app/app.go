@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/topics"
@@ -558,11 +558,19 @@ func (g *Gateway) resolveJobRef(ctx context.Context, name string, wantArray bool
 	return out, nil
 }
 
-// ListJobs lists a project's jobs (optionally one cluster's) from the
-// scheduler, filtered as the request says (users, states, job ids, names,
-// partitions, active only; the scheduler applies them), with the ended jobs
-// of the history the scheduler pruned and the accepted jobs it does not know
-// yet that pass the same filters, by job id.
+// ListJobs lists one page (AIP-158: page_size, page_token; libs/paging) of
+// a project's jobs (optionally one cluster's), in job id order, filtered as
+// the request says (users, states, job ids, names, partitions, active only;
+// the scheduler applies them): the scheduler's, with the ended jobs of the
+// history the scheduler pruned and the accepted jobs it does not know yet
+// that pass the same filters.
+//
+// The page is a merge of three sources in one key order (paging.JobKey):
+// the scheduler's page of the live jobs after the token's key, and the
+// history's and accepted jobs' after it. When the scheduler has more, the
+// merge stops at its page's last key, since live jobs past it are not
+// known yet; the next page starts after the last job returned, so no job
+// comes twice and none is skipped.
 func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*loomv1.ListJobsResponse, error) {
 	project, err := domain.ParseProject(req.GetParent())
 	var v errs.Validator
@@ -578,14 +586,28 @@ func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*l
 		v.Check(err == nil, "cluster", "want projects/{project}/clusters/{cluster} or a cluster id, got %q", req.GetCluster())
 	}
 	domain.ValidateListJobs(&v, req)
+	size, after := paging.Check(&v, req)
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
 	fwd := proto.Clone(req).(*loomv1.ListJobsRequest)
-	fwd.Cluster = cluster
+	fwd.Cluster, fwd.PageSize, fwd.PageToken = cluster, int32(size), ""
+	if after != "" {
+		fwd.PageToken = paging.Token(fwd, after)
+	}
 	resp, err := g.own.Jobs.ListJobs(ctx, fwd)
 	if err != nil {
 		return nil, fmt.Errorf("ask the scheduler for jobs: %w", err)
+	}
+	// bound is the last key the scheduler's page covers ("": all of them).
+	bound := ""
+	if live := resp.GetJobs(); resp.GetNextPageToken() != "" && len(live) > 0 {
+		bound = paging.JobKey(live[len(live)-1])
+	}
+	inPage := func(j *loomv1.Job) bool {
+		k := paging.JobKey(j)
+		return k > after && (bound == "" || k <= bound) &&
+			strings.HasPrefix(j.GetName(), req.GetParent()+"/jobs/") && (cluster == "" || j.GetCluster() == cluster)
 	}
 	accepted, err := g.repo.AcceptedJobs(ctx)
 	if err != nil {
@@ -604,20 +626,18 @@ func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*l
 			return nil, err
 		}
 		for _, j := range hist {
-			if listed[j.GetName()] {
+			if listed[j.GetName()] || !inPage(j) {
 				continue
 			}
 			listed[j.GetName()] = true
-			if strings.HasPrefix(j.GetName(), req.GetParent()+"/jobs/") && (cluster == "" || j.GetCluster() == cluster) &&
-				domain.MatchesList(req, j) {
+			if domain.MatchesList(req, j) {
 				history = append(history, j)
 			}
 		}
 	}
 	var candidates []*loomv1.Job
 	for _, j := range accepted {
-		if !listed[j.GetName()] && strings.HasPrefix(j.GetName(), req.GetParent()+"/jobs/") &&
-			(cluster == "" || j.GetCluster() == cluster) && domain.MatchesList(req, j) {
+		if !listed[j.GetName()] && inPage(j) && domain.MatchesList(req, j) {
 			candidates = append(candidates, j)
 		}
 	}
@@ -649,8 +669,16 @@ func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*l
 		}
 	}
 	jobs := append(append(resp.GetJobs(), history...), candidates...)
-	sort.SliceStable(jobs, func(a, b int) bool { return jobID(jobs[a]) < jobID(jobs[b]) })
-	return &loomv1.ListJobsResponse{Jobs: jobs}, nil
+	paging.Sort(jobs, paging.JobKey)
+	page, next := paging.Page(jobs, paging.JobKey, "", size)
+	if next == "" {
+		next = bound
+	}
+	out := &loomv1.ListJobsResponse{Jobs: page}
+	if next != "" {
+		out.NextPageToken = paging.Token(req, next)
+	}
+	return out, nil
 }
 
 // unknownToScheduler returns the jobs of candidates the scheduler does not
@@ -669,13 +697,17 @@ func (g *Gateway) unknownToScheduler(ctx context.Context, parent, cluster string
 	if len(recent) == 0 {
 		return nil, nil
 	}
-	known, err := g.own.Jobs.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: parent, Cluster: cluster, JobIds: ids})
+	seen := make(map[string]bool, len(ids))
+	err := paging.Each(func(token string) (string, error) {
+		known, err := g.own.Jobs.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: parent, Cluster: cluster, JobIds: ids,
+			PageSize: paging.MaxSize, PageToken: token})
+		for _, j := range known.GetJobs() {
+			seen[j.GetName()] = true
+		}
+		return known.GetNextPageToken(), err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("ask the scheduler for jobs: %w", err)
-	}
-	seen := make(map[string]bool, len(known.GetJobs()))
-	for _, j := range known.GetJobs() {
-		seen[j.GetName()] = true
 	}
 	var out []*loomv1.Job
 	for _, j := range recent {
@@ -689,11 +721,6 @@ func (g *Gateway) unknownToScheduler(ctx context.Context, parent, cluster string
 // acceptedWindow bounds how long after its submission an accepted job the
 // scheduler does not list is still added to filtered job lists.
 const acceptedWindow = 10 * time.Minute
-
-func jobID(j *loomv1.Job) int64 {
-	n, _ := strconv.ParseInt(j.GetJobId(), 10, 64)
-	return n
-}
 
 // CancelJob asks the scheduler to cancel a job, or, with signal, to send the
 // job's processes that signal (scancel --signal), and returns the job as the

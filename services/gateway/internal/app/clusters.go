@@ -9,6 +9,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -63,7 +64,13 @@ func (g *Gateway) UpdateCluster(ctx context.Context, req *loomv1.UpdateClusterRe
 // parent. A provisioner that does not serve ListCapacity is left to decide
 // alone.
 func (g *Gateway) checkCapacity(ctx context.Context, parent string, current, next *loomv1.Cluster) error {
-	resp, err := g.own.Reservations.ListCapacity(ctx, &loomv1.ListCapacityRequest{Parent: parent})
+	var pools []*loomv1.CapacityPool
+	err := paging.Each(func(token string) (string, error) {
+		resp, err := g.own.Reservations.ListCapacity(ctx, &loomv1.ListCapacityRequest{Parent: parent,
+			PageSize: paging.MaxSize, PageToken: token})
+		pools = append(pools, resp.GetPools()...)
+		return resp.GetNextPageToken(), err
+	})
 	if status.Code(err) == codes.Unimplemented {
 		g.opt.Log.DebugContext(ctx, "the provisioner does not serve ListCapacity; capacity not pre-checked")
 		return nil
@@ -71,7 +78,7 @@ func (g *Gateway) checkCapacity(ctx context.Context, parent string, current, nex
 	if err != nil {
 		return fmt.Errorf("ask the provisioner for capacity: %w", err)
 	}
-	return domain.CheckCapacity(current, next, resp.GetPools())
+	return domain.CheckCapacity(current, next, pools)
 }
 
 // GetSlurmConfig reads a cluster's rendered Slurm files from the provisioner.

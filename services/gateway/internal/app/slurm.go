@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/paging"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/gateway/internal/domain"
@@ -55,18 +56,22 @@ func (g *Gateway) UpdateSlurmNode(ctx context.Context, req *loomv1.UpdateSlurmNo
 	if err != nil {
 		return nil, err
 	}
-	nodes, err := g.own.Slurm.ListSlurmNodes(ctx, &loomv1.ListSlurmNodesRequest{Cluster: req.GetCluster()})
+	var node *loomv1.SlurmNode
+	err = paging.Each(func(token string) (string, error) {
+		nodes, err := g.own.Slurm.ListSlurmNodes(ctx, &loomv1.ListSlurmNodesRequest{Cluster: req.GetCluster(),
+			PageSize: paging.MaxSize, PageToken: token})
+		for _, n := range nodes.GetNodes() {
+			if n.GetHostname() == req.GetHostname() {
+				node = n
+			}
+		}
+		return nodes.GetNextPageToken(), err
+	})
 	if err != nil {
 		if isNotFound(err) {
 			return nil, fmt.Errorf("cluster %s: %w", req.GetCluster(), errs.NotFound)
 		}
 		return nil, fmt.Errorf("ask the scheduler for the nodes of %s: %w", req.GetCluster(), err)
-	}
-	var node *loomv1.SlurmNode
-	for _, n := range nodes.GetNodes() {
-		if n.GetHostname() == req.GetHostname() {
-			node = n
-		}
 	}
 	if node == nil {
 		return nil, fmt.Errorf("node %s in %s: %w", req.GetHostname(), req.GetCluster(), errs.NotFound)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/paging"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/gateway/internal/domain"
@@ -89,19 +90,23 @@ func (g *Gateway) awaitStep(ctx context.Context, job, rid string) (*loomv1.JobSt
 
 // findStep returns the step of job created with request id rid, or nil.
 func (g *Gateway) findStep(ctx context.Context, job, rid string) (*loomv1.JobStep, error) {
-	resp, err := g.own.Jobs.ListJobSteps(ctx, &loomv1.ListJobStepsRequest{Parent: job})
+	var found *loomv1.JobStep
+	err := paging.Each(func(token string) (string, error) {
+		resp, err := g.own.Jobs.ListJobSteps(ctx, &loomv1.ListJobStepsRequest{Parent: job, PageSize: paging.MaxSize, PageToken: token})
+		for _, s := range resp.GetSteps() {
+			if s.GetRequestId() == rid {
+				found = s
+			}
+		}
+		return resp.GetNextPageToken(), err
+	})
 	if err != nil {
 		if isNotFound(err) {
 			return nil, nil // accepted, not yet known to the scheduler
 		}
 		return nil, fmt.Errorf("ask the scheduler for the steps of %s: %w", job, err)
 	}
-	for _, s := range resp.GetSteps() {
-		if s.GetRequestId() == rid {
-			return s, nil
-		}
-	}
-	return nil, nil
+	return found, nil
 }
 
 // GetJobStep reads one step of a job's current run from the scheduler
@@ -122,8 +127,9 @@ func (g *Gateway) GetJobStep(ctx context.Context, req *loomv1.GetJobStepRequest)
 	return s, nil
 }
 
-// ListJobSteps lists the steps of a job's current run, by step id (none for
-// a job the scheduler has not seen yet).
+// ListJobSteps lists one page (AIP-158; the scheduler pages) of the steps of
+// a job's current run, by step id (none for a job the scheduler has not seen
+// yet).
 func (g *Gateway) ListJobSteps(ctx context.Context, req *loomv1.ListJobStepsRequest) (*loomv1.ListJobStepsResponse, error) {
 	ref, err := g.resolveJob(ctx, req.GetParent(), false)
 	if err != nil {
@@ -132,7 +138,8 @@ func (g *Gateway) ListJobSteps(ctx context.Context, req *loomv1.ListJobStepsRequ
 		}
 		return nil, err
 	}
-	resp, err := g.own.Jobs.ListJobSteps(ctx, &loomv1.ListJobStepsRequest{Parent: ref.name})
+	resp, err := g.own.Jobs.ListJobSteps(ctx, &loomv1.ListJobStepsRequest{Parent: ref.name,
+		PageSize: req.GetPageSize(), PageToken: req.GetPageToken()})
 	if err == nil {
 		return resp, nil
 	}

@@ -8,6 +8,7 @@ import (
 	"regexp"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/paging"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/provisioner/internal/app"
 )
@@ -37,13 +38,18 @@ func (s *ClusterServer) GetCluster(_ context.Context, req *loomv1.GetClusterRequ
 	return c, nil
 }
 
-// ListClusters returns the clusters of a project ("projects/-": all), by name.
+// ListClusters returns one page (AIP-158, libs/paging) of the clusters of a
+// project ("projects/-": all), by name.
 func (s *ClusterServer) ListClusters(_ context.Context, req *loomv1.ListClustersRequest) (*loomv1.ListClustersResponse, error) {
 	m := projectParent.FindStringSubmatch(req.GetParent())
 	if m == nil {
 		return nil, errs.Invalid("parent", "must be projects/{project}, got %q", req.GetParent())
 	}
-	return &loomv1.ListClustersResponse{Clusters: s.App.Clusters(m[1])}, nil
+	page, next, err := paging.List(req, s.App.Clusters(m[1]), (*loomv1.Cluster).GetName)
+	if err != nil {
+		return nil, err
+	}
+	return &loomv1.ListClustersResponse{Clusters: page, NextPageToken: next}, nil
 }
 
 // GetSlurmConfig returns the cluster's rendered slurm.conf, gres.conf and
@@ -86,16 +92,21 @@ func (s *ReservationServer) GetReservation(_ context.Context, req *loomv1.GetRes
 	return r, nil
 }
 
-// ListReservations returns the reservations of a project ("projects/-": all).
+// ListReservations returns one page (AIP-158) of the reservations of a
+// project ("projects/-": all), by name.
 func (s *ReservationServer) ListReservations(_ context.Context, req *loomv1.ListReservationsRequest) (*loomv1.ListReservationsResponse, error) {
 	m := projectParent.FindStringSubmatch(req.GetParent())
 	if m == nil {
 		return nil, errs.Invalid("parent", "must be projects/{project}, got %q", req.GetParent())
 	}
-	return &loomv1.ListReservationsResponse{Reservations: s.App.Reservations(m[1])}, nil
+	page, next, err := paging.List(req, s.App.Reservations(m[1]), (*loomv1.Reservation).GetName)
+	if err != nil {
+		return nil, err
+	}
+	return &loomv1.ListReservationsResponse{Reservations: page, NextPageToken: next}, nil
 }
 
-// ListCapacity returns the capacity pools, what is in use and what is free:
+// ListCapacity returns one page (AIP-158) of the capacity pools, what is in use and what is free:
 // the configured ones (wildcard rules with "*" zone or machine type, and
 // each claimed combination they cover) and the project's reservations.
 func (s *ReservationServer) ListCapacity(_ context.Context, req *loomv1.ListCapacityRequest) (*loomv1.ListCapacityResponse, error) {
@@ -103,7 +114,11 @@ func (s *ReservationServer) ListCapacity(_ context.Context, req *loomv1.ListCapa
 	if m == nil {
 		return nil, errs.Invalid("parent", "must be projects/{project}, got %q", req.GetParent())
 	}
-	return &loomv1.ListCapacityResponse{Pools: s.App.Capacity(m[1])}, nil
+	page, next, err := paging.Ordered(req, s.App.Capacity(m[1]))
+	if err != nil {
+		return nil, err
+	}
+	return &loomv1.ListCapacityResponse{Pools: page, NextPageToken: next}, nil
 }
 
 // NodeServer serves loom.v1.NodeService from memory.
@@ -112,7 +127,7 @@ type NodeServer struct {
 	App *app.App
 }
 
-// ListNodes returns the nodes of a cluster by name; "projects/p/clusters/-"
+// ListNodes returns one page (AIP-158) of the nodes of a cluster, by name; "projects/p/clusters/-"
 // lists every cluster's nodes in project p ("projects/-/clusters/-": all).
 // An unknown cluster has no nodes (an empty list, not NotFound), so that a
 // deleted cluster reads consistently.
@@ -121,5 +136,9 @@ func (s *NodeServer) ListNodes(_ context.Context, req *loomv1.ListNodesRequest) 
 	if m == nil {
 		return nil, errs.Invalid("parent", "must be projects/{project}/clusters/{cluster} or projects/{project}/clusters/-, got %q", req.GetParent())
 	}
-	return &loomv1.ListNodesResponse{Nodes: s.App.Nodes(m[1], m[2])}, nil
+	page, next, err := paging.List(req, s.App.Nodes(m[1], m[2]), (*loomv1.Node).GetName)
+	if err != nil {
+		return nil, err
+	}
+	return &loomv1.ListNodesResponse{Nodes: page, NextPageToken: next}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/paging"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/registry/internal/app"
 )
@@ -18,13 +19,18 @@ type ModelServer struct {
 // NewModelServer returns a ModelService over reg.
 func NewModelServer(reg *app.Registry) *ModelServer { return &ModelServer{reg: reg} }
 
-// ListModels lists a project's models.
+// ListModels lists one page (AIP-158, libs/paging) of a project's models, by
+// name.
 func (s *ModelServer) ListModels(_ context.Context, req *loomv1.ListModelsRequest) (*loomv1.ListModelsResponse, error) {
 	ms, err := s.reg.ListModels(req.GetParent())
 	if err != nil {
 		return nil, errs.ToStatus(err)
 	}
-	return &loomv1.ListModelsResponse{Models: ms}, nil
+	page, next, err := paging.List(req, ms, (*loomv1.Model).GetName)
+	if err != nil {
+		return nil, errs.ToStatus(err)
+	}
+	return &loomv1.ListModelsResponse{Models: page, NextPageToken: next}, nil
 }
 
 // GetModel returns one model; NotFound when unknown.
@@ -33,11 +39,16 @@ func (s *ModelServer) GetModel(_ context.Context, req *loomv1.GetModelRequest) (
 	return m, errs.ToStatus(err)
 }
 
-// ListModelVersions lists a model's versions; NotFound when the model is unknown.
+// ListModelVersions lists one page (AIP-158) of a model's versions, in
+// version order; NotFound when the model is unknown.
 func (s *ModelServer) ListModelVersions(_ context.Context, req *loomv1.ListModelVersionsRequest) (*loomv1.ListModelVersionsResponse, error) {
 	vs, err := s.reg.ListVersions(req.GetParent())
 	if err != nil {
 		return nil, errs.ToStatus(err)
 	}
-	return &loomv1.ListModelVersionsResponse{Versions: vs}, nil
+	page, next, err := paging.List(req, vs, func(v *loomv1.ModelVersion) string { return paging.IndexKey(int(v.GetVersion())) })
+	if err != nil {
+		return nil, errs.ToStatus(err)
+	}
+	return &loomv1.ListModelVersionsResponse{Versions: page, NextPageToken: next}, nil
 }

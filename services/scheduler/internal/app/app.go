@@ -383,11 +383,13 @@ func (a *App) GetJob(name string) (*loomv1.Job, error) {
 	return j, nil
 }
 
-// ListJobs returns the jobs f selects, in submission order.
-func (a *App) ListJobs(f domain.JobFilter) []*loomv1.Job {
+// ListJobs returns one page of the jobs f selects, in submission order:
+// those after the list key after, at most size (see
+// domain.State.ListJobsPage), and the key to continue after ("" at the end).
+func (a *App) ListJobs(f domain.JobFilter, after string, size int) ([]*loomv1.Job, string) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	return a.state.ListJobs(f, a.now())
+	return a.state.ListJobsPage(f, after, size, a.now())
 }
 
 // ListPartitions returns the cluster's partitions (sinfo).

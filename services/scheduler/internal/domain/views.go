@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/paging"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -108,28 +109,69 @@ func (f *JobFilter) keep(j *loomv1.Job) bool {
 	return true
 }
 
-// ListJobs returns the jobs f selects, in submission order, as JobView
+// ListJobs returns every job f selects, in submission order, as JobView
 // serves them.
 func (s *State) ListJobs(f JobFilter, now time.Time) []*loomv1.Job {
-	var recs []*Job
-	for _, j := range s.jobs {
-		if f.keep(j.Job) {
-			recs = append(recs, j)
-		}
-	}
-	sort.Slice(recs, func(a, b int) bool {
-		ia, ib := jobNumber(recs[a]), jobNumber(recs[b])
-		if ia != ib {
-			return ia < ib
-		}
-		return recs[a].Name() < recs[b].Name()
-	})
+	recs, _ := s.listed(f)
 	v := newViewer(s, now)
 	out := make([]*loomv1.Job, len(recs))
 	for i, j := range recs {
 		out[i] = v.job(j)
 	}
 	return out
+}
+
+// ListJobsPage returns one page of the jobs f selects, in submission order
+// (paging.JobKey), as JobView serves them: those after the key after ("" for
+// the first page), at most size and within paging.MaxBytes. next is the key
+// to continue after, "" when no job follows. Only the page's jobs are
+// viewed, so a page costs the same however many jobs there are.
+func (s *State) ListJobsPage(f JobFilter, after string, size int, now time.Time) (jobs []*loomv1.Job, next string) {
+	recs, keys := s.listed(f)
+	i := sort.SearchStrings(keys, after)
+	if i < len(keys) && keys[i] == after {
+		i++
+	}
+	v := newViewer(s, now)
+	b := paging.NewBuilder(size)
+	for ; i < len(recs); i++ {
+		j := v.job(recs[i])
+		if !b.Add(j) {
+			return jobs, keys[i-1]
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs, ""
+}
+
+// listed returns the records f selects sorted by their list key, with the
+// keys.
+func (s *State) listed(f JobFilter) ([]*Job, []string) {
+	var recs []*Job
+	for _, j := range s.jobs {
+		if f.keep(j.Job) {
+			recs = append(recs, j)
+		}
+	}
+	keys := make([]string, len(recs))
+	for i, j := range recs {
+		keys[i] = paging.JobKey(j.Job)
+	}
+	sort.Sort(byKey{recs, keys})
+	return recs, keys
+}
+
+// byKey sorts records and their keys together.
+type byKey struct {
+	recs []*Job
+	keys []string
+}
+
+func (b byKey) Len() int           { return len(b.recs) }
+func (b byKey) Less(i, j int) bool { return b.keys[i] < b.keys[j] }
+func (b byKey) Swap(i, j int) {
+	b.recs[i], b.recs[j] = b.recs[j], b.recs[i]
+	b.keys[i], b.keys[j] = b.keys[j], b.keys[i]
 }
 
 // viewer computes read-time fields, one priority context per cluster.

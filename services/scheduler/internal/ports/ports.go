@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/topics"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain"
@@ -27,7 +28,7 @@ var Topics = []string{
 // Jobs is what the read APIs need from the app.
 type Jobs interface {
 	GetJob(name string) (*loomv1.Job, error)
-	ListJobs(f domain.JobFilter) []*loomv1.Job
+	ListJobs(f domain.JobFilter, after string, size int) ([]*loomv1.Job, string)
 	ListPartitions(cluster string) []*loomv1.Partition
 	ListSlurmNodes(cluster string) []*loomv1.SlurmNode
 	ListJobSteps(job string) ([]*loomv1.JobStep, error)
@@ -58,7 +59,8 @@ func (s *JobServer) GetJob(_ context.Context, req *loomv1.GetJobRequest) (*loomv
 	return s.jobs.GetJob(req.GetName())
 }
 
-// ListJobs returns the jobs of a project (parent "projects/{p}", optional)
+// ListJobs returns one page (AIP-158: page_size, page_token; see
+// libs/paging) of the jobs of a project (parent "projects/{p}", optional)
 // that the request's filters select, in submission order: cluster, users,
 // states, job ids ("12", every task of array 12, or "12_3"), names,
 // partitions, and active_only (pending and running: squeue) or not (sacct).
@@ -76,14 +78,19 @@ func (s *JobServer) ListJobs(_ context.Context, req *loomv1.ListJobsRequest) (*l
 	for i, st := range req.GetStates() {
 		v.Check(st != loomv1.JobState_JOB_STATE_UNSPECIFIED, fmt.Sprintf("states[%d]", i), "must name a state")
 	}
+	size, after := paging.Check(&v, req)
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	jobs := s.jobs.ListJobs(domain.JobFilter{
+	jobs, next := s.jobs.ListJobs(domain.JobFilter{
 		Project: parent, Cluster: req.GetCluster(), Users: req.GetUsers(), Names: req.GetNames(),
 		Partitions: req.GetPartitions(), States: req.GetStates(), JobIDs: req.GetJobIds(), ActiveOnly: req.GetActiveOnly(),
-	})
-	return &loomv1.ListJobsResponse{Jobs: jobs}, nil
+	}, after, size)
+	resp := &loomv1.ListJobsResponse{Jobs: jobs}
+	if next != "" {
+		resp.NextPageToken = paging.Token(req, next)
+	}
+	return resp, nil
 }
 
 func digits(s string) bool {
@@ -98,8 +105,8 @@ func digits(s string) bool {
 	return true
 }
 
-// ListJobSteps returns the steps of a job's current run (parent
-// "projects/{p}/jobs/{id}"); InvalidArgument for a malformed name, NotFound
+// ListJobSteps returns one page (AIP-158) of the steps of a job's current
+// run (parent "projects/{p}/jobs/{id}"), by step id; InvalidArgument for a malformed name, NotFound
 // for a job the scheduler does not know.
 func (s *JobServer) ListJobSteps(_ context.Context, req *loomv1.ListJobStepsRequest) (*loomv1.ListJobStepsResponse, error) {
 	if err := checkJobName("parent", req.GetParent()); err != nil {
@@ -109,7 +116,11 @@ func (s *JobServer) ListJobSteps(_ context.Context, req *loomv1.ListJobStepsRequ
 	if err != nil {
 		return nil, err
 	}
-	return &loomv1.ListJobStepsResponse{Steps: steps}, nil
+	page, next, err := paging.List(req, steps, func(st *loomv1.JobStep) string { return paging.IndexKey(int(st.GetStepId())) })
+	if err != nil {
+		return nil, err
+	}
+	return &loomv1.ListJobStepsResponse{Steps: page, NextPageToken: next}, nil
 }
 
 // GetJobStep returns one step ("projects/{p}/jobs/{id}/steps/{step}") of a
@@ -159,7 +170,8 @@ func checkCluster(name string) error {
 	return v.Err()
 }
 
-// ListPartitions returns the cluster's partitions; NotFound for a cluster
+// ListPartitions returns one page (AIP-158) of the cluster's partitions, in
+// its configuration's order; NotFound for a cluster
 // the scheduler does not know.
 func (s *SlurmServer) ListPartitions(_ context.Context, req *loomv1.ListPartitionsRequest) (*loomv1.ListPartitionsResponse, error) {
 	if err := checkCluster(req.GetCluster()); err != nil {
@@ -169,10 +181,15 @@ func (s *SlurmServer) ListPartitions(_ context.Context, req *loomv1.ListPartitio
 	if ps == nil {
 		return nil, fmt.Errorf("cluster %s: %w", req.GetCluster(), errs.NotFound)
 	}
-	return &loomv1.ListPartitionsResponse{Partitions: ps}, nil
+	page, next, err := paging.Ordered(req, ps)
+	if err != nil {
+		return nil, err
+	}
+	return &loomv1.ListPartitionsResponse{Partitions: page, NextPageToken: next}, nil
 }
 
-// ListSlurmNodes returns the cluster's compute nodes in Slurm's states;
+// ListSlurmNodes returns one page (AIP-158) of the cluster's compute nodes
+// in Slurm's states;
 // NotFound for a cluster the scheduler does not know.
 func (s *SlurmServer) ListSlurmNodes(_ context.Context, req *loomv1.ListSlurmNodesRequest) (*loomv1.ListSlurmNodesResponse, error) {
 	if err := checkCluster(req.GetCluster()); err != nil {
@@ -182,7 +199,11 @@ func (s *SlurmServer) ListSlurmNodes(_ context.Context, req *loomv1.ListSlurmNod
 	if ps == nil {
 		return nil, fmt.Errorf("cluster %s: %w", req.GetCluster(), errs.NotFound)
 	}
-	return &loomv1.ListSlurmNodesResponse{Nodes: s.jobs.ListSlurmNodes(req.GetCluster())}, nil
+	page, next, err := paging.Ordered(req, s.jobs.ListSlurmNodes(req.GetCluster()))
+	if err != nil {
+		return nil, err
+	}
+	return &loomv1.ListSlurmNodesResponse{Nodes: page, NextPageToken: next}, nil
 }
 
 var _ loomv1.SlurmServiceServer = (*SlurmServer)(nil)
