@@ -148,15 +148,6 @@ func (t *loomTarget) listJobs(ctx context.Context, activeOnly bool) ([]*loomv1.J
 	return jobs, err
 }
 
-func terminal(s loomv1.JobState) bool {
-	switch s {
-	case loomv1.JobState_COMPLETED, loomv1.JobState_FAILED, loomv1.JobState_CANCELLED, loomv1.JobState_TIMEOUT,
-		loomv1.JobState_NODE_FAIL, loomv1.JobState_OUT_OF_MEMORY, loomv1.JobState_PREEMPTED:
-		return true
-	}
-	return false
-}
-
 func (t *loomTarget) progress(ctx context.Context) (int, []string, time.Time, error) {
 	t.mu.Lock()
 	names, last := t.names, t.last
@@ -169,7 +160,7 @@ func (t *loomTarget) progress(ctx context.Context) (int, []string, time.Time, er
 		if err != nil {
 			return 0, nil, time.Time{}, err
 		}
-		if !terminal(j.GetState()) {
+		if !j.GetState().Terminal() {
 			return 0, nil, time.Time{}, nil
 		}
 	}
@@ -179,7 +170,7 @@ func (t *loomTarget) progress(ctx context.Context) (int, []string, time.Time, er
 	}
 	n := 0
 	for _, j := range active {
-		if names[j.GetName()] && !terminal(j.GetState()) {
+		if names[j.GetName()] && !j.GetState().Terminal() {
 			n++
 		}
 	}
@@ -195,7 +186,7 @@ func (t *loomTarget) progress(ctx context.Context) (int, []string, time.Time, er
 	var lastEnd time.Time
 	perNode := map[string]int{}
 	for _, j := range all {
-		if !names[j.GetName()] || !terminal(j.GetState()) {
+		if !names[j.GetName()] || !j.GetState().Terminal() {
 			continue
 		}
 		fin++

@@ -230,7 +230,7 @@ func (a *app) watchJob(ctx context.Context, name string, each func(*loomv1.Job) 
 		if err := each(j); err != nil {
 			return j, err
 		}
-		if terminal(j.GetState()) {
+		if j.GetState().Terminal() {
 			return j, nil
 		}
 	}
@@ -254,7 +254,7 @@ func (a *app) pollJob(ctx context.Context, name string, each func(*loomv1.Job) e
 		if err := each(j); err != nil {
 			return j, err
 		}
-		if terminal(j.GetState()) {
+		if j.GetState().Terminal() {
 			return j, nil
 		}
 		select {
@@ -367,7 +367,7 @@ func (a *app) jobsCancelCommand() *cobra.Command {
 			switch {
 			case j.GetState() == loomv1.JobState_CANCELLED:
 				fmt.Fprintf(cmd.OutOrStdout(), "Job %s cancelled\n", jobID(j))
-			case terminal(j.GetState()):
+			case j.GetState().Terminal():
 				fmt.Fprintf(cmd.OutOrStdout(), "Job %s had already ended: %s\n", jobID(j), describeJob(j))
 			default:
 				// Cancelling goes through the scheduler; the answer may

@@ -151,16 +151,6 @@ func jobState(j *loomv1.Job) string {
 	return s
 }
 
-func terminal(s loomv1.JobState) bool {
-	switch s {
-	case loomv1.JobState_COMPLETED, loomv1.JobState_FAILED, loomv1.JobState_CANCELLED,
-		loomv1.JobState_TIMEOUT, loomv1.JobState_NODE_FAIL, loomv1.JobState_PREEMPTED,
-		loomv1.JobState_OUT_OF_MEMORY:
-		return true
-	}
-	return false
-}
-
 func clusterGPUs(c *loomv1.Cluster) int {
 	n := 0
 	for _, p := range c.GetCompute().GetNodePools() {
@@ -305,7 +295,7 @@ func renderJobs(w io.Writer, js []*loomv1.Job, now time.Time) error {
 	row(tw, "ID", "NAME", "CLUSTER", "STATE", "NODES", "AGE", "RUNTIME", "EXIT")
 	for _, j := range js {
 		exit := "-"
-		if terminal(j.GetState()) {
+		if j.GetState().Terminal() {
 			exit = strconv.Itoa(int(j.GetExitCode()))
 		}
 		row(tw, jobID(j), j.GetDisplayName(), shortName(j.GetCluster()), jobState(j),
@@ -330,7 +320,7 @@ func renderJob(w io.Writer, j *loomv1.Job, now time.Time) error {
 	}
 	fmt.Fprintf(tw, "Cluster:\t%s\n", j.GetCluster())
 	fmt.Fprintf(tw, "State:\t%s\n", jobState(j))
-	if terminal(j.GetState()) {
+	if j.GetState().Terminal() {
 		fmt.Fprintf(tw, "Exit code:\t%d\n", j.GetExitCode())
 	}
 	nodes := strconv.Itoa(int(j.GetNodeCount()))

@@ -83,19 +83,19 @@ func depMark(typ string, targets []*loomv1.Job) string {
 				m = "unfulfilled"
 			}
 		case "afterany":
-			if !terminal(st) {
+			if !st.Terminal() {
 				m = "unfulfilled"
 			}
 		case "afterok":
 			switch {
-			case !terminal(st):
+			case !st.Terminal():
 				m = "unfulfilled"
 			case st != loomv1.JobState_COMPLETED:
 				m = "failed"
 			}
 		case "afternotok":
 			switch {
-			case !terminal(st):
+			case !st.Terminal():
 				m = "unfulfilled"
 			case st == loomv1.JobState_COMPLETED:
 				m = "failed"

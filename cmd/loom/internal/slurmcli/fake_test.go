@@ -146,7 +146,7 @@ func (f *fakeGateway) ListJobs(_ context.Context, req *loomv1.ListJobsRequest) (
 				continue
 			}
 		}
-		if req.GetActiveOnly() && terminal(effectiveState(j)) {
+		if req.GetActiveOnly() && effectiveState(j).Terminal() {
 			continue
 		}
 		out = append(out, j)
@@ -167,7 +167,7 @@ func (f *fakeGateway) CancelJob(_ context.Context, req *loomv1.CancelJobRequest)
 	if j == nil {
 		return nil, status.Errorf(codes.NotFound, "job not found")
 	}
-	if req.GetSignal() == "" && !terminal(j.GetState()) {
+	if req.GetSignal() == "" && !j.GetState().Terminal() {
 		j.State = loomv1.JobState_CANCELLED
 	}
 	return j, nil

@@ -108,7 +108,7 @@ func (r sacctRow) end() *timestamppb.Timestamp {
 	if r.run != nil {
 		return r.run.GetEndTime()
 	}
-	if terminal(r.state()) {
+	if r.state().Terminal() {
 		return r.job.GetEndTime()
 	}
 	return nil
@@ -634,7 +634,7 @@ func formatSacctUses(fields []sacctField, names ...string) bool {
 // inWindow says whether a job was around between start and end: it ended
 // after start (or has not ended) and was submitted before end.
 func inWindow(j *loomv1.Job, start, end *time.Time) bool {
-	if start != nil && j.GetEndTime() != nil && terminal(effectiveState(j)) && j.GetEndTime().AsTime().Before(*start) {
+	if start != nil && j.GetEndTime() != nil && effectiveState(j).Terminal() && j.GetEndTime().AsTime().Before(*start) {
 		return false
 	}
 	if end != nil && j.GetSubmitTime() != nil && j.GetSubmitTime().AsTime().After(*end) {

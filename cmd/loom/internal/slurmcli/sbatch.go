@@ -1079,7 +1079,7 @@ func (c *cmd) waitJob(ctx context.Context, id string) error {
 				}
 				return c.rpcError("waiting for job "+id, err)
 			}
-			if terminal(j.GetState()) {
+			if j.GetState().Terminal() {
 				return exitFromJob(j)
 			}
 		}
@@ -1112,17 +1112,6 @@ func exitFromJob(j *loomv1.Job) error {
 		code = 1
 	}
 	return &Error{Code: code}
-}
-
-// terminal says whether a job state is final.
-func terminal(s loomv1.JobState) bool {
-	switch s {
-	case loomv1.JobState_COMPLETED, loomv1.JobState_FAILED, loomv1.JobState_CANCELLED,
-		loomv1.JobState_TIMEOUT, loomv1.JobState_NODE_FAIL, loomv1.JobState_PREEMPTED,
-		loomv1.JobState_OUT_OF_MEMORY:
-		return true
-	}
-	return false
 }
 
 // sortedKeys returns a map's keys in order.

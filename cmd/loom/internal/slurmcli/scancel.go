@@ -314,7 +314,7 @@ func (c *cmd) cancelOne(ctx context.Context, t cancelTarget, signal string, scop
 			return c.errorf("%s on job id %s: %s", verb, t.id, status.Convert(err).Message())
 		}
 	}
-	if t.job == nil && terminal(j.GetState()) && j.GetState() != loomv1.JobState_CANCELLED {
+	if t.job == nil && j.GetState().Terminal() && j.GetState() != loomv1.JobState_CANCELLED {
 		return c.errorf("%s on job id %s: Job/step already completing or completed", verb, t.id)
 	}
 	return nil

@@ -237,7 +237,7 @@ func jobRecord(r jobRow, v *squeueView) record {
 	}
 	end := "Unknown"
 	switch {
-	case j.GetEndTime() != nil && terminal(st):
+	case j.GetEndTime() != nil && st.Terminal():
 		end = formatTimestamp(j.GetEndTime().AsTime(), v.loc)
 	case isLive(j) && j.GetStartTime() != nil && limit >= 0:
 		end = formatTimestamp(j.GetStartTime().AsTime().Add(time.Duration(limit)*time.Second), v.loc)

@@ -102,7 +102,7 @@ func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 				tail.finish()
 				return c.errorf("%s: step %s is gone: its job's run ended", c.name, stepID)
 			}
-			if err == nil && terminal(step.GetState()) {
+			if err == nil && step.GetState().Terminal() {
 				tail.finish()
 				return c.stepOutcome(step, stepID)
 			}

@@ -884,7 +884,7 @@ func (g *Gateway) WatchJob(ctx context.Context, req *loomv1.WatchJobRequest, sen
 	}
 	refresh := time.NewTicker(g.opt.WatchRefresh)
 	defer refresh.Stop()
-	for !domain.IsTerminal(last.GetState()) {
+	for !last.GetState().Terminal() {
 		var next *loomv1.Job
 		select {
 		case j, ok := <-s.C:

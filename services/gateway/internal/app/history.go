@@ -10,7 +10,6 @@ import (
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
-	"github.com/loom-ml/loom/services/gateway/internal/domain"
 )
 
 // DefaultJobHistory is how long the gateway keeps ended jobs for sacct
@@ -34,7 +33,7 @@ const sweepBatch = 500
 // The event id is the inbox id: a redelivered event writes nothing twice.
 func (g *Gateway) HandleHistoryEvent(ctx context.Context, ev envelope.Event) error {
 	jc, ok := ev.Payload.(*eventsv1.JobChanged)
-	if !ok || jc.GetJob().GetName() == "" || !domain.IsTerminal(jc.GetJob().GetState()) {
+	if !ok || jc.GetJob().GetName() == "" || !jc.GetJob().GetState().Terminal() {
 		return nil
 	}
 	j := jc.GetJob()

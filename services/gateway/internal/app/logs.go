@@ -11,7 +11,6 @@ import (
 
 	"github.com/loom-ml/loom/libs/errs"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
-	"github.com/loom-ml/loom/services/gateway/internal/domain"
 )
 
 // logChunk is the most bytes one LogChunk carries.
@@ -39,7 +38,7 @@ func (g *Gateway) ReadJobLogs(ctx context.Context, req *loomv1.ReadJobLogsReques
 	tick := time.NewTicker(g.opt.Poll)
 	defer tick.Stop()
 	for {
-		ended := domain.IsTerminal(job.GetState())
+		ended := job.GetState().Terminal()
 		if err := t.drain(job.GetOutputPath()); err != nil {
 			return err
 		}

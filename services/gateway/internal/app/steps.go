@@ -174,7 +174,7 @@ func (g *Gateway) CancelJobStep(ctx context.Context, req *loomv1.CancelJobStepRe
 	if err != nil {
 		return nil, fmt.Errorf("ask the scheduler for step %d of %s: %w", step, ref.name, err)
 	}
-	if domain.IsTerminal(s.GetState()) {
+	if s.GetState().Terminal() {
 		return nil, &domain.Precondition{Msg: domain.MsgAlreadyDone}
 	}
 	j, err := g.job(ctx, ref.name)

@@ -245,8 +245,8 @@ func TestNamesAndStates(t *testing.T) {
 	}
 	for s := range loomv1.JobState_name {
 		st := loomv1.JobState(s)
-		if IsTerminal(st) != terminal[st] {
-			t.Errorf("IsTerminal(%s) = %v", st, IsTerminal(st))
+		if st.Terminal() != terminal[st] {
+			t.Errorf("%s.Terminal() = %v", st, st.Terminal())
 		}
 	}
 	if Rank(loomv1.JobState_PENDING) >= Rank(loomv1.JobState_RUNNING) || Rank(loomv1.JobState_RUNNING) >= Rank(loomv1.JobState_FAILED) {

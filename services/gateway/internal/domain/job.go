@@ -6,24 +6,13 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
-// IsTerminal reports whether a job in state s will never change again.
-func IsTerminal(s loomv1.JobState) bool {
-	switch s {
-	case loomv1.JobState_COMPLETED, loomv1.JobState_FAILED, loomv1.JobState_CANCELLED,
-		loomv1.JobState_TIMEOUT, loomv1.JobState_NODE_FAIL, loomv1.JobState_OUT_OF_MEMORY,
-		loomv1.JobState_PREEMPTED:
-		return true
-	}
-	return false
-}
-
 // Rank orders job states by progress within one attempt: waiting (0),
 // CONFIGURING (1), RUNNING and REQUEUED (2), COMPLETING (3), ended (4). Only
 // 0 means "not started"; a watcher uses the order (with Newer) to drop a
 // change older than a state it already sent.
 func Rank(s loomv1.JobState) int {
 	switch {
-	case IsTerminal(s):
+	case s.Terminal():
 		return 4
 	case s == loomv1.JobState_PENDING || s == loomv1.JobState_JOB_STATE_UNSPECIFIED:
 		return 0

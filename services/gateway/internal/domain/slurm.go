@@ -251,7 +251,7 @@ func CheckPartition(cluster *loomv1.Cluster, partition string) error {
 func CheckUpdate(action string, partition string, job *loomv1.Job) error {
 	s := job.GetState()
 	switch {
-	case (action == "hold" || action == "uhold" || action == "release" || action == "update") && IsTerminal(s):
+	case (action == "hold" || action == "uhold" || action == "release" || action == "update") && s.Terminal():
 		return refuse(MsgFinished)
 	case action == "requeue" && (s == loomv1.JobState_PENDING || s == loomv1.JobState_JOB_STATE_UNSPECIFIED):
 		return refuse(MsgPending)
@@ -296,7 +296,7 @@ func CheckRequestID(id string) error {
 func CheckCancel(job *loomv1.Job, signal string) error {
 	s := job.GetState()
 	switch {
-	case IsTerminal(s) || s == loomv1.JobState_COMPLETING:
+	case s.Terminal() || s == loomv1.JobState_COMPLETING:
 		return refuse(MsgAlreadyDone)
 	case signal != "" && (s == loomv1.JobState_PENDING || s == loomv1.JobState_JOB_STATE_UNSPECIFIED):
 		return refuse(MsgPending)
@@ -389,7 +389,7 @@ func MatchesList(req *loomv1.ListJobsRequest, j *loomv1.Job) bool {
 	if len(req.GetStates()) > 0 && !slices.Contains(req.GetStates(), j.GetState()) {
 		return false
 	}
-	if req.GetActiveOnly() && IsTerminal(j.GetState()) {
+	if req.GetActiveOnly() && j.GetState().Terminal() {
 		return false
 	}
 	if ids := req.GetJobIds(); len(ids) > 0 {
