@@ -105,10 +105,17 @@ func (t *txn) schedule(cluster string) {
 		for _, q := range queue {
 			seen[q.e.name] = true
 		}
+		// In name order: they come from the change's jobs, a map, and the
+		// decisions (and emits) must not depend on its iteration order.
+		var back []*pendEntry
 		for _, e := range t.pendingEntries(cluster) {
 			if !seen[e.name] {
-				p.consider(p.queued(e))
+				back = append(back, e)
 			}
+		}
+		slices.SortFunc(back, func(a, b *pendEntry) int { return strings.Compare(a.name, b.name) })
+		for _, e := range back {
+			p.consider(p.queued(e))
 		}
 	}
 	if p.started && p.depWaiting {
