@@ -158,8 +158,9 @@ func TestRadixSort(t *testing.T) {
 	}
 }
 
-// TestReuseOrder: the previous pass's order is reused only while it is still
-// the sorted one, and then gives exactly what a sort gives.
+// TestReuseOrder: the previous pass's order is mended and reused when a few
+// priorities moved, giving exactly what a sort gives, and not when the queue
+// was reshuffled or keys tie.
 func TestReuseOrder(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -202,8 +203,23 @@ func TestReuseOrder(t *testing.T) {
 			}
 		}
 	}
-	if sorted == 0 {
-		t.Errorf("reuse never refused a changed order (reused %d)", reused)
+	if reused == 0 {
+		t.Errorf("a few moved priorities never reused the order (sorted %d times)", sorted)
+	}
+	// A queue reshuffled through and through costs more moves than a sort.
+	for i := range out {
+		out[i].rank = -rng.Int64N(1 << 30)
+	}
+	if _, ok := reuseOrder(out, sc); ok {
+		t.Error("a reshuffled queue reused the old order")
+	}
+	// Equal keys: the sort's tie-break decides, not the old order.
+	if _, ok := radixOrder(out, sc); !ok {
+		t.Fatal("radix order failed")
+	}
+	out[0].rank, out[0].id, out[1].rank, out[1].id = -1, 7, -1, 7
+	if _, ok := reuseOrder(out, sc); ok {
+		t.Error("an order with tied keys was reused")
 	}
 	if _, ok := reuseOrder(out[:n-1], sc); ok {
 		t.Error("an order of another length was reused")

@@ -334,24 +334,43 @@ func (p *pass) queued(e *pendEntry) queued {
 	return q
 }
 
-// reuseOrder returns out in the previous pass's order when that order is
-// still the one by (rank, id): from one pass to the next the queue rarely
-// changes, nor the order of its priorities, and a walk along the previous
-// permutation costs a fraction of a sort. The check is exact: keys strictly
-// increasing along a permutation of out are out's one sorted order, whatever
-// jobs came and went.
+// reuseOrder returns out sorted by (rank, id) starting from the previous
+// pass's order: from one pass to the next the queue rarely changes, nor the
+// order of its priorities, so an insertion sort along the previous
+// permutation costs a walk, where a sort costs several passes over every key.
+// It gives up (false) when the permutation is of another length, when ids
+// tie, or when more than a few moves would be needed; then the caller
+// sorts. The result is exact: keys strictly increasing along a permutation
+// of out are out's one sorted order, whatever jobs came and went.
 func reuseOrder(out []queued, sc *scratch) ([]queued, bool) {
 	if sc == nil || len(sc.perm) != len(out) || len(out) == 0 {
 		return nil, false
 	}
 	perm := sc.perm
-	prev := &out[perm[0]]
-	for _, i := range perm[1:] {
-		q := &out[i]
-		if q.rank < prev.rank || (q.rank == prev.rank && q.id <= prev.id) {
-			return nil, false
+	less := func(a, b int32) bool {
+		qa, qb := &out[a], &out[b]
+		return qa.rank < qb.rank || (qa.rank == qb.rank && qa.id < qb.id)
+	}
+	budget := len(out)/8 + 64 // moves allowed before a sort is cheaper
+	for k := 1; k < len(perm); k++ {
+		x := perm[k]
+		if less(perm[k-1], x) {
+			continue
 		}
-		prev = q
+		m := k
+		for m > 0 && !less(perm[m-1], x) {
+			if qa, qb := &out[perm[m-1]], &out[x]; qa.rank == qb.rank && qa.id == qb.id {
+				sc.perm = sc.perm[:0] // a tie: the sort's tie-break decides
+				return nil, false
+			}
+			perm[m] = perm[m-1]
+			m--
+			if budget--; budget < 0 {
+				sc.perm = sc.perm[:0]
+				return nil, false
+			}
+		}
+		perm[m] = x
 	}
 	if cap(sc.sorted) < len(out) {
 		sc.sorted = make([]queued, len(out))
