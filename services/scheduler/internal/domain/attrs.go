@@ -39,6 +39,9 @@ type jobAttrs struct {
 	array  bool
 	lists  bool // --nodelist, --exclude or failed nodes
 	spread bool // --gpus without --gpus-per-node: the node count depends on the partition
+	// ran: an earlier attempt ran (Attempt > 0), so the pass looks at
+	// whether its run is still stopping, without a look at the job itself.
+	ran bool
 }
 
 // pendEntry is a pending job and its attributes, by value.
@@ -82,7 +85,7 @@ func (s *State) newAttrs(j *Job, intern bool) *jobAttrs {
 		part: spec.GetPartition(), reason: spec.GetStateReason(), hold: spec.GetHold(),
 		deps: spec.GetDependency() != "", array: spec.GetArrayJobId() != "",
 		lists:  len(spec.GetNodelist()) > 0 || len(spec.GetExclude()) > 0 || len(j.Excluded) > 0,
-		spread: spec.GetGpusPerNode() == 0 && spec.GetGpus() > 0, qos: -1}
+		spread: spec.GetGpusPerNode() == 0 && spec.GetGpus() > 0, qos: -1, ran: j.Attempt > 0}
 	a.id, _ = strconv.ParseInt(spec.GetJobId(), 10, 64)
 	if ts := spec.GetSubmitTime(); ts != nil {
 		a.eligible = ts.AsTime().UnixNano()

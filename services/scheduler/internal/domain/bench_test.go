@@ -3,6 +3,7 @@ package domain
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"syscall"
 	"testing"
@@ -154,5 +155,73 @@ func TestRadixSort(t *testing.T) {
 				t.Fatalf("n=%d: not sorted stably at %d: %v %v", n, i, items[i-1], items[i])
 			}
 		}
+	}
+}
+
+// TestReuseOrder: the previous pass's order is mended and reused when a few
+// priorities moved, giving exactly what a sort gives, and not when the queue
+// was reshuffled or keys tie.
+func TestReuseOrder(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(5, 6))
+	const n = 2000
+	out := make([]queued, n)
+	for i := range out {
+		out[i] = queued{rank: -rng.Int64N(50), id: int64(i + 1)}
+	}
+	sc := &scratch{}
+	first, ok := radixOrder(slices.Clone(out), sc)
+	if !ok || len(sc.perm) != n {
+		t.Fatalf("radix order: ok %v, perm %d", ok, len(sc.perm))
+	}
+	first = slices.Clone(first)
+	again, ok := reuseOrder(out, sc)
+	if !ok || !slices.Equal(again, first) {
+		t.Fatalf("unchanged keys: reused %v, same order %v", ok, slices.Equal(again, first))
+	}
+	reused, sorted := 0, 0
+	for round := range 200 {
+		// Move a few jobs' priorities: small moves often keep the order.
+		for range 1 + round%3 {
+			i := rng.IntN(n)
+			out[i].rank += int64(rng.IntN(3) - 1)
+		}
+		want, ok := radixOrder(slices.Clone(out), &scratch{})
+		if !ok {
+			t.Fatal("radix order failed")
+		}
+		want = slices.Clone(want)
+		if got, ok := reuseOrder(out, sc); ok {
+			reused++
+			if !slices.Equal(got, want) {
+				t.Fatalf("round %d: reused an order that is not the sorted one", round)
+			}
+		} else {
+			sorted++
+			if _, ok := radixOrder(out, sc); !ok {
+				t.Fatal("radix order failed")
+			}
+		}
+	}
+	if reused == 0 {
+		t.Errorf("a few moved priorities never reused the order (sorted %d times)", sorted)
+	}
+	// A queue reshuffled through and through costs more moves than a sort.
+	for i := range out {
+		out[i].rank = -rng.Int64N(1 << 30)
+	}
+	if _, ok := reuseOrder(out, sc); ok {
+		t.Error("a reshuffled queue reused the old order")
+	}
+	// Equal keys: the sort's tie-break decides, not the old order.
+	if _, ok := radixOrder(out, sc); !ok {
+		t.Fatal("radix order failed")
+	}
+	out[0].rank, out[0].id, out[1].rank, out[1].id = -1, 7, -1, 7
+	if _, ok := reuseOrder(out, sc); ok {
+		t.Error("an order with tied keys was reused")
+	}
+	if _, ok := reuseOrder(out[:n-1], sc); ok {
+		t.Error("an order of another length was reused")
 	}
 }

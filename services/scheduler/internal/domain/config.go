@@ -104,14 +104,17 @@ func DefaultQOS() []QOS {
 }
 
 // Defaults returns cfg with every zero field set to its default: a zero
-// Policy is DefaultPolicy, a policy without Checks gets DefaultChecks, and
-// all-zero Weights are the default weights.
+// Policy is DefaultPolicy, a policy without Checks gets DefaultChecks (and
+// without Rankers DefaultRankers), and all-zero Weights are the default weights.
 func (cfg Config) Defaults() Config {
 	switch {
 	case cfg.Policy.Name == "" && cfg.Policy.Less == nil && len(cfg.Policy.Checks) == 0:
 		cfg.Policy = DefaultPolicy()
 	case len(cfg.Policy.Checks) == 0:
 		cfg.Policy.Checks = DefaultChecks()
+	}
+	if len(cfg.Policy.Rankers) == 0 {
+		cfg.Policy.Rankers = DefaultRankers()
 	}
 	if cfg.Weights == (Weights{}) {
 		cfg.Weights = Weights{Age: DefaultWeightAge, FairShare: DefaultWeightFairShare, JobSize: DefaultWeightJobSize,

@@ -149,24 +149,24 @@ func (p *pass) place(r *Request) placement {
 	return out
 }
 
-// score ranks a candidate node for r: lower is better. GPU jobs go where
-// the fewest GPUs are free that still fit (best fit, keeping whole nodes
-// free for large jobs); jobs without GPUs go to the least loaded node, so
-// that they spread instead of piling onto one.
-func (p *pass) score(r *Request, i int32) int64 {
-	v := &p.views[i]
-	if r.GPUsPerNode > 0 {
-		return int64(v.FreeGPUs)
+// rank compares candidate nodes a and b for r by the policy's rankers in
+// order (the first that tells them apart decides): < 0 when a is better.
+func (p *pass) rank(r *Request, a, b int32) int {
+	va, vb := &p.views[a], &p.views[b]
+	for _, rk := range p.t.s.cfg.Policy.Rankers {
+		if sa, sb := rk.Score(r, va), rk.Score(r, vb); sa != sb {
+			if sa < sb {
+				return -1
+			}
+			return 1
+		}
 	}
-	if v.Node.CPUs > 0 {
-		return int64(v.Node.CPUs-v.FreeCPUs)<<16 + int64(v.Runs)
-	}
-	return int64(v.Runs)
+	return 0
 }
 
 // choose picks r.Nodes of cand, topology first: the smallest block that holds
 // the whole gang, else the fewest blocks (largest first); within a block the
-// best-scored nodes. The result is in hostname order (rank order).
+// best-ranked nodes (see rank). The result is in hostname order (rank order).
 func (p *pass) choose(r *Request, cand []int32) []int32 {
 	n := r.Nodes
 	out := make([]int32, 0, n)
@@ -175,16 +175,15 @@ func (p *pass) choose(r *Request, cand []int32) []int32 {
 	}
 	if n == 1 {
 		best := cand[0]
-		bs := p.score(r, best)
 		for _, i := range cand[1:] {
-			if s := p.score(r, i); s < bs {
-				best, bs = i, s
+			if p.rank(r, i, best) < 0 {
+				best = i
 			}
 		}
 		return append(out, best)
 	}
 	byScore := func(list []int32) {
-		sort.SliceStable(list, func(a, b int) bool { return p.score(r, list[a]) < p.score(r, list[b]) })
+		slices.SortStableFunc(list, func(a, b int32) int { return p.rank(r, a, b) })
 	}
 	blocks := map[string][]int32{}
 	for _, i := range cand {

@@ -39,23 +39,26 @@ type Policy struct {
 	// Checks are the feasibility tests a node must pass to take part of a
 	// job, in order; the first that fails names why the node was filtered.
 	Checks []Check
+	// Rankers order the nodes that passed every check, in order: each
+	// breaks the ties of the ones before it (lower scores first).
+	Rankers []Ranker
 }
 
 // FIFOPolicy is first come, first served: submission order, and the first
 // job that cannot start blocks the rest.
 func FIFOPolicy() Policy {
-	return Policy{Name: "fifo", Order: OrderFCFS, Checks: DefaultChecks()}
+	return Policy{Name: "fifo", Order: OrderFCFS, Checks: DefaultChecks(), Rankers: DefaultRankers()}
 }
 
 // EASYPolicy is submission order with EASY backfill.
 func EASYPolicy() Policy {
-	return Policy{Name: "easy", Order: OrderFCFS, Backfill: true, Checks: DefaultChecks()}
+	return Policy{Name: "easy", Order: OrderFCFS, Backfill: true, Checks: DefaultChecks(), Rankers: DefaultRankers()}
 }
 
 // DefaultPolicy is Loom's: multifactor priority with partition tiers, EASY
 // backfill and preemption by QOS and partition tier.
 func DefaultPolicy() Policy {
-	return Policy{Name: "loom", Order: OrderPriority, Backfill: true, Preempt: true, Checks: DefaultChecks()}
+	return Policy{Name: "loom", Order: OrderPriority, Backfill: true, Preempt: true, Checks: DefaultChecks(), Rankers: DefaultRankers()}
 }
 
 // PolicyByName returns the policy named name: "fifo", "easy" or "loom".
@@ -241,5 +244,50 @@ var (
 	// reservation off the reserved nodes.
 	CheckNotReserved = Check{Reason: "Reserved", Kind: Capacity, Fits: func(r *Request, n *NodeView) bool {
 		return !r.AvoidReserved || !n.Reserved
+	}}
+)
+
+// Ranker scores a node that passed every check for a request: lower is
+// better. A gang's nodes are chosen topology first (see pass.choose), then by
+// the rankers.
+type Ranker struct {
+	// Name names the ranker in the scheduler's README and in logs.
+	Name string
+	// Score is the node's score for r; 0 for a request the ranker has no
+	// opinion on.
+	Score func(r *Request, n *NodeView) int64
+}
+
+// DefaultRankers are Loom's rankers, in order: GPU jobs go where the fewest
+// GPUs are free that still fit (best fit, keeping whole nodes free for
+// large jobs); jobs without GPUs go to the least loaded node, then the one
+// with the fewest allocations, so that they spread instead of piling onto one.
+func DefaultRankers() []Ranker {
+	return []Ranker{RankBestFitGPUs, RankLeastLoadedCPUs, RankFewestAllocations}
+}
+
+// The default rankers.
+var (
+	// RankBestFitGPUs: for a GPU job, the node's free GPUs.
+	RankBestFitGPUs = Ranker{Name: "BestFitGPUs", Score: func(r *Request, n *NodeView) int64 {
+		if r.GPUsPerNode > 0 {
+			return int64(n.FreeGPUs)
+		}
+		return 0
+	}}
+	// RankLeastLoadedCPUs: for a job without GPUs, the CPUs in use on a node
+	// whose size is known.
+	RankLeastLoadedCPUs = Ranker{Name: "LeastLoadedCPUs", Score: func(r *Request, n *NodeView) int64 {
+		if r.GPUsPerNode == 0 && n.Node.CPUs > 0 {
+			return int64(n.Node.CPUs - n.FreeCPUs)
+		}
+		return 0
+	}}
+	// RankFewestAllocations: for a job without GPUs, the allocations on the node.
+	RankFewestAllocations = Ranker{Name: "FewestAllocations", Score: func(r *Request, n *NodeView) int64 {
+		if r.GPUsPerNode == 0 {
+			return int64(n.Runs)
+		}
+		return 0
 	}}
 )

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -199,6 +200,7 @@ func (p *pass) reserve(j *Job, r *Request, sc *shapeCand) {
 	res := Reservation{Job: j.Name(), Cluster: p.name}
 	for _, s := range slots[:r.Nodes] {
 		p.views[s.i].Reserved = true
+		p.reservedViews = append(p.reservedViews, s.i)
 		res.Nodes = append(res.Nodes, p.views[s.i].Node.Hostname)
 		if s.inf {
 			res.Unbounded = true
@@ -345,13 +347,7 @@ func (p *pass) preempt(j *Job, a *jobAttrs, r *Request, sc *shapeCand) (victims 
 			sc.inAvail[i] = true
 		}
 	}
-	fitting := 0
-	for _, i := range sc.avail {
-		v := &p.views[i]
-		if !v.Exclusive && p.fits(r, i, room{gpus: v.FreeGPUs, cpus: v.FreeCPUs, mem: v.FreeMemMB, runs: v.Runs}) {
-			fitting++
-		}
-	}
+	fitting := p.fittingNow(r, sc)
 	rooms := map[int32]*room{}
 	// release frees what run h.run holds on view i, counting the node
 	// once it newly fits.
@@ -411,6 +407,63 @@ func (p *pass) preempt(j *Job, a *jobAttrs, r *Request, sc *shapeCand) (victims 
 		}
 	}
 	return len(chosen), false
+}
+
+// fittingNow counts the nodes of sc.avail on which r fits with what is free
+// now, reserved ones included. With the default capacity checks those are
+// the shape's candidates, which place refreshed for r just before, plus the
+// reserved nodes that fit when r avoids them: no scan of the partition's
+// nodes per preemptor. Other checks get the scan.
+func (p *pass) fittingNow(r *Request, sc *shapeCand) int {
+	fits := func(i int32) bool {
+		v := &p.views[i]
+		return !v.Exclusive && p.fits(r, i, room{gpus: v.FreeGPUs, cpus: v.FreeCPUs, mem: v.FreeMemMB, runs: v.Runs})
+	}
+	if !p.defaultCapacity() {
+		n := 0
+		for _, i := range sc.avail {
+			if fits(i) {
+				n++
+			}
+		}
+		return n
+	}
+	n := len(sc.cand)
+	if r.AvoidReserved {
+		for _, i := range p.reservedViews {
+			if sc.inAvail[i] && fits(i) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// defaultCapacity reports whether the policy's capacity checks are exactly
+// the default ones (CheckIdle, CheckGPUs, CheckCPUs, CheckMemory,
+// CheckNotReserved), which test what fits tests and the reservation.
+func (p *pass) defaultCapacity() bool {
+	if p.capacityKnown == 0 {
+		p.capacityKnown = 2
+		want := map[uintptr]bool{}
+		for _, c := range []Check{CheckIdle, CheckGPUs, CheckCPUs, CheckMemory, CheckNotReserved} {
+			want[reflect.ValueOf(c.Fits).Pointer()] = true
+		}
+		n := 0
+		for _, c := range p.t.s.cfg.Policy.Checks {
+			if c.Kind != Capacity {
+				continue
+			}
+			if !want[reflect.ValueOf(c.Fits).Pointer()] {
+				return false
+			}
+			n++
+		}
+		if n == len(want) {
+			p.capacityKnown = 1
+		}
+	}
+	return p.capacityKnown == 1
 }
 
 // jobNumber is a job's numeric id (0 when not a number).

@@ -58,12 +58,18 @@ type pass struct {
 	victimCache map[victimKey][]victim
 	preemptFor  map[string][]*Run
 	preempts    int
-	started     bool
-	depWaiting  bool
+	// reservedViews are the views of the backfill reservation's nodes;
+	// capacityKnown caches defaultCapacity (0 not yet, 1 yes, 2 no).
+	reservedViews []int32
+	capacityKnown int8
+	started       bool
+	depWaiting    bool
 	// requeued: a preemption in this pass put jobs back in the queue.
 	requeued bool
-	// req is the request of the job being considered.
+	// req is the request of the job being considered, blk the job when it
+	// is blocked.
 	req  Request
+	blk  blocked
 	wake time.Time
 }
 
@@ -95,8 +101,8 @@ func (t *txn) schedule(cluster string) {
 		t.c.Decisions = make([]Decision, 0, len(pend))
 	}
 	queue := p.order(pend)
-	for _, q := range queue {
-		p.consider(q)
+	for i := range queue {
+		p.consider(&queue[i])
 	}
 	if p.requeued {
 		// Jobs preempted by this pass are pending again: give them their
@@ -105,10 +111,18 @@ func (t *txn) schedule(cluster string) {
 		for _, q := range queue {
 			seen[q.e.name] = true
 		}
+		// In name order: they come from the change's jobs, a map, and the
+		// decisions (and emits) must not depend on its iteration order.
+		var back []*pendEntry
 		for _, e := range t.pendingEntries(cluster) {
 			if !seen[e.name] {
-				p.consider(p.queued(e))
+				back = append(back, e)
 			}
+		}
+		slices.SortFunc(back, func(a, b *pendEntry) int { return strings.Compare(a.name, b.name) })
+		for _, e := range back {
+			q := p.queued(e)
+			p.consider(&q)
 		}
 	}
 	if p.started && p.depWaiting {
@@ -281,6 +295,9 @@ func (p *pass) order(pend []*pendEntry) []queued {
 	// Higher tier and priority first, then lower id. When the spans of
 	// ranks and ids fit 64 bits together and ids are distinct numbers
 	// (always, for gateway-assigned ids), one radix sort does it.
+	if sorted, ok := reuseOrder(out, sc); ok {
+		return sorted
+	}
 	if sorted, ok := radixOrder(out, sc); ok {
 		return sorted
 	}
@@ -315,6 +332,54 @@ func (p *pass) queued(e *pendEntry) queued {
 		q.rank = -(int64(tier)<<40 | q.prio)
 	}
 	return q
+}
+
+// reuseOrder returns out sorted by (rank, id) starting from the previous
+// pass's order: from one pass to the next the queue rarely changes, nor the
+// order of its priorities, so an insertion sort along the previous
+// permutation costs a walk, where a sort costs several passes over every key.
+// It gives up (false) when the permutation is of another length, when ids
+// tie, or when more than a few moves would be needed; then the caller
+// sorts. The result is exact: keys strictly increasing along a permutation
+// of out are out's one sorted order, whatever jobs came and went.
+func reuseOrder(out []queued, sc *scratch) ([]queued, bool) {
+	if sc == nil || len(sc.perm) != len(out) || len(out) == 0 {
+		return nil, false
+	}
+	perm := sc.perm
+	less := func(a, b int32) bool {
+		qa, qb := &out[a], &out[b]
+		return qa.rank < qb.rank || (qa.rank == qb.rank && qa.id < qb.id)
+	}
+	budget := len(out)/8 + 64 // moves allowed before a sort is cheaper
+	for k := 1; k < len(perm); k++ {
+		x := perm[k]
+		if less(perm[k-1], x) {
+			continue
+		}
+		m := k
+		for m > 0 && !less(perm[m-1], x) {
+			if qa, qb := &out[perm[m-1]], &out[x]; qa.rank == qb.rank && qa.id == qb.id {
+				sc.perm = sc.perm[:0] // a tie: the sort's tie-break decides
+				return nil, false
+			}
+			perm[m] = perm[m-1]
+			m--
+			if budget--; budget < 0 {
+				sc.perm = sc.perm[:0]
+				return nil, false
+			}
+		}
+		perm[m] = x
+	}
+	if cap(sc.sorted) < len(out) {
+		sc.sorted = make([]queued, len(out))
+	}
+	sorted := sc.sorted[:len(out)]
+	for k, i := range perm {
+		sorted[k] = out[i]
+	}
+	return sorted, true
 }
 
 // radixOrder sorts out by (rank, id) with radixSort when the keys allow it
@@ -353,9 +418,18 @@ func radixOrder(out []queued, sc *scratch) ([]queued, bool) {
 	radixSort(keys, buf)
 	for k, key := range keys {
 		if k > 0 && key.key == keys[k-1].key {
+			if sc != nil {
+				sc.perm = sc.perm[:0]
+			}
 			return nil, false // duplicate ids: the comparison sort breaks the tie
 		}
 		sorted[k] = out[key.i]
+	}
+	if sc != nil {
+		sc.perm = slices.Grow(sc.perm[:0], len(keys))
+		for _, key := range keys {
+			sc.perm = append(sc.perm, key.i)
+		}
 	}
 	return sorted, true
 }
@@ -381,59 +455,23 @@ func jobGPUs(j *Job) int32 {
 	return j.Job.GetGpus()
 }
 
-// consider decides what becomes of one pending job in the pass.
-func (p *pass) consider(q queued) {
+// consider decides what becomes of one pending job in the pass: the gates,
+// then placement (the feasibility checks and the rankers), then, for a job
+// with too few nodes free, the blocked-job stages (see chain.go).
+func (p *pass) consider(q *queued) {
 	t, j, a := p.t, q.e.j, &q.e.jobAttrs
-	if a.hold {
-		reason := ReasonHeldUser
-		if a.reason == ReasonHeldAdmin {
-			reason = ReasonHeldAdmin
-		}
-		t.waitA(j, a, reason)
-		return
-	}
-	if a.begin > 0 && t.now.UnixNano() < a.begin {
-		p.wakeAt(j.Job.GetBeginTime().AsTime())
-		t.waitA(j, a, ReasonBeginTime)
-		return
-	}
-	if a.deps {
-		if reason, wake := t.dependencyReason(j, p.singletonBlocked); reason != "" {
-			if !wake.IsZero() {
-				p.wakeAt(wake)
+	for gi := range gates {
+		if reason, note := gates[gi].check(p, q); reason != "" {
+			if note != "" {
+				t.waitDecided(j, a, Decision{Job: a.name, Reason: reason, Note: note})
+			} else {
+				t.waitA(j, a, reason)
 			}
-			if reason == ReasonDependency {
-				p.depWaiting = true
-			}
-			t.waitA(j, a, reason)
 			return
 		}
 	}
-	if j.Attempt > 0 && p.previousRunStopping(j, a) {
-		return
-	}
-	if !p.schedulable {
-		t.waitA(j, a, ReasonReqNodeNotAvail)
-		return
-	}
 	pi := int(q.part)
-	if pi < 0 || pi >= 64 {
-		t.waitA(j, a, ReasonPartitionConfig)
-		return
-	}
 	part := p.parts[pi]
-	if a.limit > 0 && part.MaxSeconds > 0 && a.limit > part.MaxSeconds {
-		t.waitA(j, a, ReasonPartitionTimeLimit)
-		return
-	}
-	if reason := p.limits(j, a); reason != "" {
-		t.waitA(j, a, reason)
-		return
-	}
-	if p.fifoBlocked {
-		t.waitA(j, a, ReasonPriority)
-		return
-	}
 	// The request lives in the pass (one per pass, not one allocation per job).
 	p.req = p.request(j, a, pi)
 	req := &p.req
@@ -446,7 +484,11 @@ func (p *pass) consider(q queued) {
 		p.start(j, part, req, res.nodes, q.prio)
 		return
 	}
-	d := Decision{Job: a.name, Filtered: res.shape.filtered, Nodes: len(p.views)}
+	// The blocked job lives in the pass, as the request: the stages get a
+	// pointer to it, which would otherwise cost an allocation per job.
+	p.blk = blocked{j: j, a: a, pi: pi, req: req, sc: res.shape,
+		d: Decision{Job: a.name, Filtered: res.shape.filtered, Nodes: len(p.views)}}
+	d := &p.blk.d
 	res.shape.shared = true
 	switch res.kind {
 	case Static:
@@ -458,49 +500,33 @@ func (p *pass) consider(q queued) {
 			reason = ReasonPartitionNodeLimit
 		}
 		d.Reason = reason
-		t.waitDecided(j, a, d)
+		t.waitDecided(j, a, *d)
 		return
 	case Availability:
 		d.Reason = ReasonReqNodeNotAvail
-		t.waitDecided(j, a, d)
+		t.waitDecided(j, a, *d)
 		return
 	}
-	if t.s.cfg.Policy.Preempt && p.preempts < t.s.cfg.MaxPreemptPerPass && p.mayPreempt(a, pi) {
-		p.preempts++
-		if n, waiting := p.preempt(j, a, req, res.shape); n > 0 {
-			d.Note = "preempting " + strconv.Itoa(n) + " job(s)"
-		} else if waiting {
-			d.Note = "waiting for preempted jobs to stop"
-		}
+	for si := range blockedStages {
+		blockedStages[si].run(p, &p.blk)
 	}
-	first := p.blocked&(1<<uint(pi)) == 0
-	p.blocked |= 1 << uint(pi)
-	switch {
-	case !t.s.cfg.Policy.Backfill:
-		p.fifoBlocked = true
-	case p.resv == nil && !req.AvoidReserved:
-		p.reserve(j, req, res.shape)
-	}
-	d.Reason = ReasonPriority
-	if first {
-		d.Reason = ReasonResources
-	}
-	t.waitDecided(j, a, d)
+	t.waitDecided(j, a, *d)
 }
 
 // previousRunStopping keeps a requeued job pending (Requeued) while its
 // previous run's processes have not all been reported gone, up to
-// RequeueStopWait after that run ended, and reports whether it did.
-func (p *pass) previousRunStopping(j *Job, a *jobAttrs) bool {
+// RequeueStopWait after that run ended: it returns the reason and the note
+// naming what it waits for, or "" when the job may go on.
+func (p *pass) previousRunStopping(j *Job) (reason, note string) {
 	t := p.t
 	r := t.run(RunKey(j.Name(), j.Attempt))
 	if r == nil || r.Released {
-		return false
+		return "", ""
 	}
 	if !r.End.IsZero() {
 		until := r.End.Add(t.s.cfg.RequeueStopWait)
 		if !t.now.Before(until) {
-			return false
+			return "", ""
 		}
 		p.wakeAt(until)
 	}
@@ -510,39 +536,10 @@ func (p *pass) previousRunStopping(j *Job, a *jobAttrs) bool {
 			stopping = append(stopping, hostOf(r, node))
 		}
 	}
-	note := "waiting for its previous run to stop on " + strings.Join(stopping, ",")
 	if len(stopping) == 0 {
-		note = "waiting for its previous run's job steps (srun) to end"
+		return ReasonRequeued, "waiting for its previous run's job steps (srun) to end"
 	}
-	t.waitDecided(j, a, Decision{Job: a.name, Reason: ReasonRequeued, Note: note})
-	return true
-}
-
-// limits checks the job's array % limit and its QOS's per-user GPU cap.
-func (p *pass) limits(j *Job, a *jobAttrs) string {
-	t, spec := p.t, j.Job
-	if a.array {
-		name := jobsPrefix(j.Name()) + spec.GetArrayJobId()
-		if a := t.array(name); a != nil && a.Limit > 0 {
-			if p.arrayRunning == nil {
-				p.countArrays()
-			}
-			if p.arrayRunning[name] >= a.Limit {
-				return ReasonJobArrayTaskLimit
-			}
-		}
-	}
-	if a.qos >= 0 {
-		if q := t.s.cfg.QOS[a.qos]; q.MaxGPUsPerUser > 0 {
-			if p.qosUse == nil {
-				p.countQOS()
-			}
-			if int64(p.qosUse[assocKey{q.Name, spec.GetUser()}])+a.gpus > int64(q.MaxGPUsPerUser) {
-				return ReasonQOSMaxGRESPerUser
-			}
-		}
-	}
-	return ""
+	return ReasonRequeued, "waiting for its previous run to stop on " + strings.Join(stopping, ",")
 }
 
 // liveRuns calls f for every run of the cluster that is its job's running attempt.

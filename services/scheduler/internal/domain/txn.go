@@ -33,6 +33,9 @@ type scratch struct {
 	keys   []keyed
 	radix  []keyed
 	views  []NodeView
+	// perm is the last radix-sorted queue's order (indexes into its
+	// unsorted keys), which the next pass reuses while it still holds.
+	perm []int32
 }
 
 // writerTxn is a txn of Handle, Tick or Schedule.

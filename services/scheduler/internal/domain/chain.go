@@ -1,0 +1,208 @@
+package domain
+
+import "strconv"
+
+// The scheduling pass is a chain (the scheduler's README draws it): each
+// pending job, in the policy's order, goes through
+//
+//	gates → feasibility checks (Policy.Checks) → rankers → start
+//	                                          ↘ no room: preemption → backfill
+//
+// Gates are job-level: the first that fails gives the job's pending reason
+// and the pass moves on to the next job. The feasibility checks filter nodes
+// (counted per reason in the placement explanation); the rankers order the
+// nodes that passed; a job that fits starts on the best of them. A job that
+// does not fit goes through the blocked-job stages, in order.
+
+// gate is one job-level check of the pass, evaluated before any node is
+// looked at.
+type gate struct {
+	// name names the gate in the chain (and the README's diagram).
+	name string
+	// reasons are the Slurm pending reasons the gate can give.
+	reasons []string
+	// check returns the job's pending reason when the gate stops it ("" to
+	// let it through), and a note for its placement explanation, if any.
+	check func(p *pass, q *queued) (reason, note string)
+}
+
+// gates are the pass's job-level gates, in order: the first that fails gives
+// the job's reason, so the order is Slurm's (a held job reads JobHeldUser
+// even when its dependency is unmet too).
+var gates = []gate{
+	{"held", []string{ReasonHeldUser, ReasonHeldAdmin}, gateHeld},
+	{"begin-time", []string{ReasonBeginTime}, gateBeginTime},
+	{"dependency", []string{ReasonDependency, ReasonDependencyNeverSatisfied}, gateDependency},
+	{"previous-run-stopping", []string{ReasonRequeued}, gatePreviousRun},
+	{"cluster-schedulable", []string{ReasonReqNodeNotAvail}, gateSchedulable},
+	{"partition", []string{ReasonPartitionConfig}, gatePartition},
+	{"partition-time-limit", []string{ReasonPartitionTimeLimit}, gateTimeLimit},
+	{"array-task-limit", []string{ReasonJobArrayTaskLimit}, gateArrayLimit},
+	{"qos-gres-per-user", []string{ReasonQOSMaxGRESPerUser}, gateQOSLimit},
+	{"fifo", []string{ReasonPriority}, gateFIFO},
+}
+
+func gateHeld(_ *pass, q *queued) (string, string) {
+	a := &q.e.jobAttrs
+	if !a.hold {
+		return "", ""
+	}
+	if a.reason == ReasonHeldAdmin {
+		return ReasonHeldAdmin, ""
+	}
+	return ReasonHeldUser, ""
+}
+
+func gateBeginTime(p *pass, q *queued) (string, string) {
+	a := &q.e.jobAttrs
+	if a.begin > 0 && p.t.now.UnixNano() < a.begin {
+		p.wakeAt(q.e.j.Job.GetBeginTime().AsTime())
+		return ReasonBeginTime, ""
+	}
+	return "", ""
+}
+
+func gateDependency(p *pass, q *queued) (string, string) {
+	if !q.e.deps {
+		return "", ""
+	}
+	reason, wake := p.t.dependencyReason(q.e.j, p.singletonBlocked)
+	if !wake.IsZero() {
+		p.wakeAt(wake)
+	}
+	if reason == ReasonDependency {
+		p.depWaiting = true
+	}
+	return reason, ""
+}
+
+func gatePreviousRun(p *pass, q *queued) (string, string) {
+	if !q.e.ran {
+		return "", ""
+	}
+	return p.previousRunStopping(q.e.j)
+}
+
+func gateSchedulable(p *pass, _ *queued) (string, string) {
+	if !p.schedulable {
+		return ReasonReqNodeNotAvail, ""
+	}
+	return "", ""
+}
+
+func gatePartition(_ *pass, q *queued) (string, string) {
+	if q.part < 0 || q.part >= 64 {
+		return ReasonPartitionConfig, ""
+	}
+	return "", ""
+}
+
+func gateTimeLimit(p *pass, q *queued) (string, string) {
+	a := &q.e.jobAttrs
+	if max := p.parts[q.part].MaxSeconds; a.limit > 0 && max > 0 && a.limit > max {
+		return ReasonPartitionTimeLimit, ""
+	}
+	return "", ""
+}
+
+func gateArrayLimit(p *pass, q *queued) (string, string) {
+	if !q.e.array {
+		return "", ""
+	}
+	j := q.e.j
+	name := jobsPrefix(j.Name()) + j.Job.GetArrayJobId()
+	if a := p.t.array(name); a != nil && a.Limit > 0 {
+		if p.arrayRunning == nil {
+			p.countArrays()
+		}
+		if p.arrayRunning[name] >= a.Limit {
+			return ReasonJobArrayTaskLimit, ""
+		}
+	}
+	return "", ""
+}
+
+func gateQOSLimit(p *pass, q *queued) (string, string) {
+	a := &q.e.jobAttrs
+	if a.qos < 0 {
+		return "", ""
+	}
+	if qs := p.t.s.cfg.QOS[a.qos]; qs.MaxGPUsPerUser > 0 {
+		if p.qosUse == nil {
+			p.countQOS()
+		}
+		if int64(p.qosUse[assocKey{qs.Name, q.e.j.Job.GetUser()}])+a.gpus > int64(qs.MaxGPUsPerUser) {
+			return ReasonQOSMaxGRESPerUser, ""
+		}
+	}
+	return "", ""
+}
+
+func gateFIFO(p *pass, _ *queued) (string, string) {
+	if p.fifoBlocked {
+		return ReasonPriority, ""
+	}
+	return "", ""
+}
+
+// blocked is a job that passed every gate but found too few nodes with room:
+// what the blocked-job stages work on.
+type blocked struct {
+	j   *Job
+	a   *jobAttrs
+	pi  int
+	req *Request
+	sc  *shapeCand
+	// d is the decision the stages complete (reason, note).
+	d Decision
+}
+
+// stage is one step for a blocked job, after placement failed for capacity.
+type stage struct {
+	name string
+	run  func(p *pass, b *blocked)
+}
+
+// blockedStages are what the pass does, in order, for a job that waits for
+// resources: preempt lower jobs for it, then keep its place (a backfill
+// reservation, or, without backfill, block every later job).
+var blockedStages = []stage{
+	{"preemption", stagePreempt},
+	{"backfill", stageBackfill},
+}
+
+// stagePreempt begins requeueing running jobs that make room for b, when the
+// policy preempts and b's QOS or partition tier may (up to MaxPreemptPerPass
+// preemptors a pass).
+func stagePreempt(p *pass, b *blocked) {
+	cfg := &p.t.s.cfg
+	if !cfg.Policy.Preempt || p.preempts >= cfg.MaxPreemptPerPass || !p.mayPreempt(b.a, b.pi) {
+		return
+	}
+	p.preempts++
+	if n, waiting := p.preempt(b.j, b.a, b.req, b.sc); n > 0 {
+		b.d.Note = "preempting " + strconv.Itoa(n) + " job(s)"
+	} else if waiting {
+		b.d.Note = "waiting for preempted jobs to stop"
+	}
+}
+
+// stageBackfill keeps b's place: the first blocked job of the pass gets the
+// EASY reservation that later jobs must not delay; without backfill the
+// first blocked job blocks every later one. The first blocked job of each
+// partition reads Resources, the ones after it Priority.
+func stageBackfill(p *pass, b *blocked) {
+	bit := uint64(1) << uint(b.pi)
+	first := p.blocked&bit == 0
+	p.blocked |= bit
+	switch {
+	case !p.t.s.cfg.Policy.Backfill:
+		p.fifoBlocked = true
+	case p.resv == nil && !b.req.AvoidReserved:
+		p.reserve(b.j, b.req, b.sc)
+	}
+	b.d.Reason = ReasonPriority
+	if first {
+		b.d.Reason = ReasonResources
+	}
+}
