@@ -180,7 +180,7 @@ func condState(kind string, j *loomv1.Job) (depState, time.Time) {
 	end := j.GetEndTime().AsTime()
 	switch kind {
 	case DepAfter:
-		if st == loomv1.JobState_RUNNING || terminal(st) || j.GetStartTime() != nil {
+		if st == loomv1.JobState_RUNNING || st.Terminal() || j.GetStartTime() != nil {
 			at := j.GetStartTime().AsTime()
 			if j.GetStartTime() == nil {
 				at = end
@@ -188,21 +188,21 @@ func condState(kind string, j *loomv1.Job) (depState, time.Time) {
 			return depSatisfied, at
 		}
 	case DepAfterAny:
-		if terminal(st) {
+		if st.Terminal() {
 			return depSatisfied, end
 		}
 	case DepAfterOK:
 		if st == loomv1.JobState_COMPLETED {
 			return depSatisfied, end
 		}
-		if terminal(st) {
+		if st.Terminal() {
 			return depNever, time.Time{}
 		}
 	case DepAfterNotOK:
 		if st == loomv1.JobState_COMPLETED {
 			return depNever, time.Time{}
 		}
-		if terminal(st) {
+		if st.Terminal() {
 			return depSatisfied, end
 		}
 	}

@@ -158,7 +158,7 @@ func (h *harness) wantState(id int, state loomv1.JobState, reason string) {
 	switch {
 	case state == loomv1.JobState_RUNNING && got == loomv1.JobState_CONFIGURING:
 		got = state
-	case terminal(state) && got == loomv1.JobState_COMPLETING:
+	case state.Terminal() && got == loomv1.JobState_COMPLETING:
 		if r := h.s.Run(jobName(id), h.s.JobRecord(jobName(id)).Attempt); r != nil && r.Outcome == state && !r.Released {
 			got = state
 		}
@@ -222,7 +222,7 @@ func checkInvariants(t *testing.T, s *State) {
 			}
 		case loomv1.JobState_COMPLETING:
 			// An ended attempt whose steps are still ending.
-			if r := s.Run(name, rec.Attempt); r == nil || runDone(r) || !r.Ended() || !terminal(r.Outcome) {
+			if r := s.Run(name, rec.Attempt); r == nil || runDone(r) || !r.Ended() || !r.Outcome.Terminal() {
 				t.Fatalf("completing job %s: run %+v", name, r)
 			}
 		case loomv1.JobState_PENDING:

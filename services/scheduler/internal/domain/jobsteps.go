@@ -82,7 +82,7 @@ func (p StepPart) terminal() bool {
 }
 
 // Ended reports whether every task of the step has ended.
-func (s *JobStep) Ended() bool { return terminal(s.State) }
+func (s *JobStep) Ended() bool { return s.State.Terminal() }
 
 // firstRank is the rank of the first task on the step's k-th node.
 func (s *JobStep) firstRank(k int) int32 {

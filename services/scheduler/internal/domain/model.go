@@ -278,17 +278,7 @@ func (j *Job) Running() bool {
 func (j *Job) Completing() bool { return j.Job.GetState() == loomv1.JobState_COMPLETING }
 
 // Terminal reports whether the job has ended (only a requeue changes it again).
-func (j *Job) Terminal() bool { return terminal(j.Job.GetState()) }
-
-func terminal(s loomv1.JobState) bool {
-	switch s {
-	case loomv1.JobState_COMPLETED, loomv1.JobState_FAILED, loomv1.JobState_CANCELLED,
-		loomv1.JobState_TIMEOUT, loomv1.JobState_NODE_FAIL, loomv1.JobState_PREEMPTED,
-		loomv1.JobState_OUT_OF_MEMORY:
-		return true
-	}
-	return false
-}
+func (j *Job) Terminal() bool { return j.Job.GetState().Terminal() }
 
 // requeueAllowed reports whether the job may be requeued (--requeue, the
 // default, or not --no-requeue).

@@ -330,7 +330,7 @@ func replaces(prev, next *eventsv1.JobChanged) bool {
 	case ps == loomv1.JobState_PENDING || ps == loomv1.JobState_CONFIGURING || ps == loomv1.JobState_RUNNING:
 		return true
 	}
-	return prev.GetAttempt() == next.GetAttempt() && ns == loomv1.JobState_COMPLETING && terminal(ps)
+	return prev.GetAttempt() == next.GetAttempt() && ns == loomv1.JobState_COMPLETING && ps.Terminal()
 }
 
 func (t *txn) emit(topic, key, subject string, payload proto.Message) {

@@ -72,7 +72,7 @@ func (f *JobFilter) keep(j *loomv1.Job) bool {
 	if f.Cluster != "" && j.GetCluster() != f.Cluster {
 		return false
 	}
-	if f.ActiveOnly && terminal(j.GetState()) {
+	if f.ActiveOnly && j.GetState().Terminal() {
 		return false
 	}
 	if len(f.Users) > 0 && !containsString(f.Users, j.GetUser()) {

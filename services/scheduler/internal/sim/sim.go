@@ -461,28 +461,19 @@ func (e *engine) transition(i int32, ev *eventsv1.JobChanged) {
 			}
 			r.LastStart = e.now
 		}
-	case e.running[i] != 0 && (terminal(st) || st == loomv1.JobState_REQUEUED || st == loomv1.JobState_PENDING):
+	case e.running[i] != 0 && (st.Terminal() || st == loomv1.JobState_REQUEUED || st == loomv1.JobState_PENDING):
 		// The run ends (the job, or only this attempt when it is requeued).
 		e.res.Held += float64(r.Slots) * float64(e.now-r.LastStart)
 		e.running[i] = 0
-		if !terminal(st) {
+		if !st.Terminal() {
 			r.Requeues++
 		}
 	}
-	if terminal(st) {
+	if st.Terminal() {
 		r.State, r.End = st, e.now
 	} else {
 		r.State = st
 	}
-}
-
-func terminal(s loomv1.JobState) bool {
-	switch s {
-	case loomv1.JobState_COMPLETED, loomv1.JobState_FAILED, loomv1.JobState_CANCELLED, loomv1.JobState_TIMEOUT,
-		loomv1.JobState_NODE_FAIL, loomv1.JobState_PREEMPTED, loomv1.JobState_OUT_OF_MEMORY:
-		return true
-	}
-	return false
 }
 
 // index returns the trace index of a job name.
