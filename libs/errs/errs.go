@@ -24,6 +24,9 @@ var (
 	// PermissionDenied: the caller may not do this to this resource (a
 	// user acting on another's job, a user releasing an admin hold).
 	PermissionDenied = errors.New("permission denied")
+	// Aborted: the operation was superseded by another (a create ended by a
+	// delete of the same cluster).
+	Aborted = errors.New("aborted")
 )
 
 // FieldViolation is one problem with one field of a request.
@@ -87,26 +90,42 @@ func ToStatus(err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
+	return status.Error(Code(err), err.Error())
+}
+
+// Code is the gRPC code of err's kind: the one mapping, used by ToStatus and
+// by events that carry an outcome's code (ClusterOperationFailed), so that a
+// domain names kinds and never codes. A status error keeps its code; nil is
+// OK; an unknown error is Internal.
+func Code(err error) codes.Code {
+	if err == nil {
+		return codes.OK
+	}
+	if st, ok := status.FromError(err); ok {
+		return st.Code()
+	}
 	var inv *InvalidError
 	switch {
 	case errors.As(err, &inv):
-		return status.Error(codes.InvalidArgument, err.Error())
+		return codes.InvalidArgument
 	case errors.Is(err, NotFound):
-		return status.Error(codes.NotFound, err.Error())
+		return codes.NotFound
 	case errors.Is(err, AlreadyExists):
-		return status.Error(codes.AlreadyExists, err.Error())
+		return codes.AlreadyExists
 	case errors.Is(err, FailedPrecondition):
-		return status.Error(codes.FailedPrecondition, err.Error())
+		return codes.FailedPrecondition
 	case errors.Is(err, Unavailable):
-		return status.Error(codes.Unavailable, err.Error())
+		return codes.Unavailable
 	case errors.Is(err, PermissionDenied):
-		return status.Error(codes.PermissionDenied, err.Error())
+		return codes.PermissionDenied
+	case errors.Is(err, Aborted):
+		return codes.Aborted
 	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
+		return codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
+		return codes.Canceled
 	}
-	return status.Error(codes.Internal, err.Error())
+	return codes.Internal
 }
 
 // UnaryServerInterceptor applies ToStatus to every unary handler's error.

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -18,8 +17,10 @@ import (
 	"github.com/loom-ml/loom/services/provisioner/internal/spec"
 )
 
-func failed(op, cluster string, code codes.Code, msg string) *eventsv1.ClusterOperationFailed {
-	return &eventsv1.ClusterOperationFailed{Operation: op, Cluster: cluster, Code: int32(code), Message: msg}
+// failed ends operation op with msg and the code of kind (an errs kind: the
+// domain names what went wrong, libs/errs alone maps it to a gRPC code).
+func failed(op, cluster string, kind error, msg string) *eventsv1.ClusterOperationFailed {
+	return &eventsv1.ClusterOperationFailed{Operation: op, Cluster: cluster, Code: int32(errs.Code(kind)), Message: msg}
 }
 
 // only is a Change that emits one event and writes nothing.
@@ -72,7 +73,7 @@ func (s *State) CreateCluster(p Params, cmd *eventsv1.CreateCluster, now time.Ti
 	cl := spec.Normalize(in)
 	e.checkProviderLimits(&v, cl)
 	if err := v.Err(); err != nil {
-		return only(failed(op, name, codes.InvalidArgument, err.Error()))
+		return only(failed(op, name, err, err.Error()))
 	}
 	_, id, _ := ParseClusterName(name)
 	for _, c := range s.Clusters {
@@ -86,7 +87,7 @@ func (s *State) CreateCluster(p Params, cmd *eventsv1.CreateCluster, now time.Ti
 		if c.Name() != name {
 			msg = fmt.Sprintf("cluster id %q is in use by %s", id, c.Name())
 		}
-		return only(failed(op, name, codes.AlreadyExists, msg))
+		return only(failed(op, name, errs.AlreadyExists, msg))
 	}
 
 	ts := timestamppb.New(now)
@@ -99,7 +100,7 @@ func (s *State) CreateCluster(p Params, cmd *eventsv1.CreateCluster, now time.Ti
 		problems = e.checkCapacity(rec, Claims(rec, nil), nil)
 	}
 	if len(problems) > 0 {
-		return only(failed(op, name, codes.FailedPrecondition, strings.Join(problems, "; ")))
+		return only(failed(op, name, errs.FailedPrecondition, strings.Join(problems, "; ")))
 	}
 
 	e.putCluster(rec)
@@ -124,14 +125,14 @@ func (s *State) UpdateCluster(p Params, cmd *eventsv1.UpdateCluster, now time.Ti
 	op, name := cmd.GetOperation(), cmd.GetCluster().GetName()
 	c := s.Clusters[name]
 	if c == nil {
-		return only(failed(op, name, codes.NotFound, fmt.Sprintf("cluster %s not found", name)))
+		return only(failed(op, name, errs.NotFound, fmt.Sprintf("cluster %s not found", name)))
 	}
 	if op != "" && c.Operation == op {
 		return Change{} // the same update, delivered again
 	}
 	switch c.State() {
 	case loomv1.Cluster_CREATING, loomv1.Cluster_UPDATING, loomv1.Cluster_DELETING:
-		return only(failed(op, name, codes.FailedPrecondition, fmt.Sprintf("cluster %s is %s (operation %s); update it when that ends",
+		return only(failed(op, name, errs.FailedPrecondition, fmt.Sprintf("cluster %s is %s (operation %s); update it when that ends",
 			name, c.State(), c.Operation)))
 	}
 	in := proto.Clone(cmd.GetCluster()).(*loomv1.Cluster)
@@ -143,7 +144,7 @@ func (s *State) UpdateCluster(p Params, cmd *eventsv1.UpdateCluster, now time.Ti
 		e.checkProviderLimits(&v, next)
 	}
 	if err := v.Err(); err != nil {
-		return only(failed(op, name, codes.InvalidArgument, err.Error()))
+		return only(failed(op, name, err, err.Error()))
 	}
 
 	rec := c.clone()
@@ -164,7 +165,7 @@ func (s *State) UpdateCluster(p Params, cmd *eventsv1.UpdateCluster, now time.Ti
 		problems = e.checkCapacity(rec, Claims(rec, nodes), Claims(c, nodes))
 	}
 	if len(problems) > 0 {
-		return only(failed(op, name, codes.FailedPrecondition, strings.Join(problems, "; ")))
+		return only(failed(op, name, errs.FailedPrecondition, strings.Join(problems, "; ")))
 	}
 
 	rec.Cluster.Status.State = loomv1.Cluster_UPDATING
@@ -359,17 +360,17 @@ func (s *State) DeleteCluster(cmd *eventsv1.DeleteCluster, now time.Time) Change
 	e := s.edit(Params{}, now)
 	c := s.Clusters[cmd.GetCluster()]
 	if c == nil {
-		return only(failed(cmd.GetOperation(), cmd.GetCluster(), codes.NotFound, fmt.Sprintf("cluster %s not found", cmd.GetCluster())))
+		return only(failed(cmd.GetOperation(), cmd.GetCluster(), errs.NotFound, fmt.Sprintf("cluster %s not found", cmd.GetCluster())))
 	}
 	if c.State() == loomv1.Cluster_DELETING {
 		if c.Operation == cmd.GetOperation() {
 			return Change{}
 		}
-		return only(failed(cmd.GetOperation(), c.Name(), codes.FailedPrecondition,
+		return only(failed(cmd.GetOperation(), c.Name(), errs.FailedPrecondition,
 			fmt.Sprintf("cluster %s is already being deleted by %s", c.Name(), c.Operation)))
 	}
 	if c.Operation != "" {
-		e.before = append(e.before, failed(c.Operation, c.Name(), codes.Aborted,
+		e.before = append(e.before, failed(c.Operation, c.Name(), errs.Aborted,
 			fmt.Sprintf("cluster %s was deleted before the operation ended", c.Name())))
 	}
 	rec := e.mutCluster(c.Name())

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -34,10 +33,10 @@ func (s *State) CreateReservation(cmd *eventsv1.CreateReservation, now time.Time
 	}
 	v.Check(in.GetCount() >= 1, "reservation.count", "must be at least 1, got %d", in.GetCount())
 	if err := v.Err(); err != nil {
-		return only(failed(op, name, codes.InvalidArgument, err.Error()))
+		return only(failed(op, name, err, err.Error()))
 	}
 	if s.Reservations[name] != nil {
-		return only(failed(op, name, codes.AlreadyExists, fmt.Sprintf("reservation %s already exists", name)))
+		return only(failed(op, name, errs.AlreadyExists, fmt.Sprintf("reservation %s already exists", name)))
 	}
 	r := &loomv1.Reservation{Name: name, Zone: in.GetZone(), MachineType: in.GetMachineType(), Count: in.GetCount(),
 		CreateTime: timestamppb.New(now)}
@@ -51,10 +50,10 @@ func (s *State) CreateReservation(cmd *eventsv1.CreateReservation, now time.Time
 func (s *State) DeleteReservation(cmd *eventsv1.DeleteReservation) Change {
 	op, name := cmd.GetOperation(), cmd.GetReservation()
 	if s.Reservations[name] == nil {
-		return only(failed(op, name, codes.NotFound, fmt.Sprintf("reservation %s not found", name)))
+		return only(failed(op, name, errs.NotFound, fmt.Sprintf("reservation %s not found", name)))
 	}
 	if r := s.Reservation(name); len(r.GetConsumers()) > 0 {
-		return only(failed(op, name, codes.FailedPrecondition, fmt.Sprintf("reservation %s is in use by %s (%d nodes); delete or resize them first",
+		return only(failed(op, name, errs.FailedPrecondition, fmt.Sprintf("reservation %s is in use by %s (%d nodes); delete or resize them first",
 			name, strings.Join(r.GetConsumers(), ", "), r.GetInUse())))
 	}
 	return Change{DelReservations: []string{name},

@@ -1,12 +1,12 @@
 package domain
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -182,7 +182,7 @@ func (e *edit) finish(next *Cluster, state loomv1.Cluster_State) {
 func (e *edit) fail(next *Cluster, state loomv1.Cluster_State, msg string) {
 	next.Cluster.Status.State = state
 	if next.Operation != "" {
-		e.after = append(e.after, failed(next.Operation, next.Name(), codes.DeadlineExceeded, msg))
+		e.after = append(e.after, failed(next.Operation, next.Name(), context.DeadlineExceeded, msg))
 	}
 	next.Operation, next.Deadline = "", time.Time{}
 }
