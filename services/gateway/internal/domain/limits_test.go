@@ -193,13 +193,18 @@ func TestOtherRequestLimits(t *testing.T) {
 		req.Cluster.Description = "x\x1b"
 		_, err = AcceptCluster(req)
 		wantRefused(t, err, "cluster.description: ")
+		// Ten thousand labels: the spec's count limit names the field first.
 		req = goodCluster()
 		req.Cluster.Labels = map[string]string{}
 		for i := 0; len(req.Cluster.Labels) < MaxCommandBytes/50; i++ {
 			req.Cluster.Labels[fmt.Sprintf("k%d", i)] = strings.Repeat("v", 63)
 		}
 		_, err = AcceptCluster(req)
-		wantRefused(t, err, "cluster: is ", fmt.Sprintf("more than the limit of %d", MaxCommandBytes))
+		wantRefused(t, err, "cluster.labels: at most 64 labels")
+		// The whole command's size is checked beside the fields' limits.
+		var v errs.Validator
+		checkCommandSize(&v, "cluster", &loomv1.Cluster{Description: strings.Repeat("d", MaxCommandBytes)})
+		wantRefused(t, v.Err(), "cluster: is ", fmt.Sprintf("more than the limit of %d", MaxCommandBytes))
 	})
 	t.Run("reservation zone", func(t *testing.T) {
 		t.Parallel()
