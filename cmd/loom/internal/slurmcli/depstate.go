@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -15,7 +16,7 @@ func dependencyText(j *loomv1.Job, byID map[string]*loomv1.Job) string {
 	if j.GetDependency() == "" || effectiveState(j) != loomv1.JobState_PENDING {
 		return "(null)"
 	}
-	dep, err := ParseDependency(j.GetDependency())
+	dep, err := slurmspec.ParseDependency(j.GetDependency())
 	if err != nil {
 		return j.GetDependency() // shown as given rather than hidden
 	}
@@ -51,7 +52,7 @@ func dependencyText(j *loomv1.Job, byID map[string]*loomv1.Job) string {
 
 // depTargets are the jobs one dependency names: a job, one array task, or
 // every task of an array.
-func depTargets(dj DepJob, byID map[string]*loomv1.Job) []*loomv1.Job {
+func depTargets(dj slurmspec.DepJob, byID map[string]*loomv1.Job) []*loomv1.Job {
 	var out []*loomv1.Job
 	for _, k := range byID {
 		switch {

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -33,12 +34,12 @@ func FuzzSpecs(f *testing.F) {
 		if a, err := ParseArray(s); err == nil && a.Count() == 0 {
 			t.Fatalf("array %q has no tasks", s)
 		}
-		_, _ = ParseDependency(s)
+		_, _ = slurmspec.ParseDependency(s)
 		_, _ = ParseBegin(s, testNow)
 		if secs, _, err := ParseTimeLimit(s); err == nil && secs < 0 {
 			t.Fatalf("negative time limit for %q", s)
 		}
-		_, _ = ParseSignal(s)
+		_, _ = slurmspec.ParseSignal(s)
 		f := parseFormat(s)
 		var b strings.Builder
 		f.render(&b, func(string) (cell, bool) { return cell{text: s, cut: true}, true })

@@ -10,6 +10,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/hostlist"
 	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -278,7 +279,7 @@ func (v arrayView) rows(jobs []*loomv1.Job, perTask bool) []jobRow {
 			sort.Ints(idx)
 			if len(idx) > 0 {
 				merged[id] = true
-				s := formatIndexes(idx)
+				s := slurmspec.FormatIndexes(idx)
 				if limit > 0 {
 					s += fmt.Sprintf("%%%d", limit)
 				}
@@ -324,7 +325,7 @@ func (v arrayView) rows(jobs []*loomv1.Job, perTask bool) []jobRow {
 					idx = append(idx, int(t.GetArrayTaskId()))
 				}
 				sort.Ints(idx)
-				s := formatIndexes(idx)
+				s := slurmspec.FormatIndexes(idx)
 				// Task records carry the array's spec, so its %limit shows as Slurm shows it.
 				if spec, err := ParseArray(j.GetArray()); err == nil && spec.Limit > 0 {
 					s += fmt.Sprintf("%%%d", spec.Limit)

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/loom-ml/loom/libs/slurmspec"
 )
 
 func TestParseTimeLimit(t *testing.T) {
@@ -77,7 +79,7 @@ func TestFormatTimes(t *testing.T) {
 	}
 }
 
-// ParseArray and ParseDependency are libs/slurmspec's, tested there.
+// The array and dependency grammars are libs/slurmspec's, tested there.
 
 func TestParseBegin(t *testing.T) {
 	t.Parallel()
@@ -134,13 +136,13 @@ func TestParseSignal(t *testing.T) {
 		"R:TERM@0":    "R:TERM@0",
 		"b:sigterm@5": "B:TERM@5",
 	} {
-		s, err := ParseSignal(in)
+		s, err := slurmspec.ParseSignal(in)
 		if err != nil || s.String() != want {
 			t.Errorf("ParseSignal(%q) = %v, %v; want %s", in, s, err, want)
 		}
 	}
 	for _, bad := range []string{"", "FOO", "99", "USR1@", "USR1@70000", "X:USR1", "USR1@-1"} {
-		if s, err := ParseSignal(bad); err == nil {
+		if s, err := slurmspec.ParseSignal(bad); err == nil {
 			t.Errorf("ParseSignal(%q) = %v, want an error", bad, s)
 		}
 	}

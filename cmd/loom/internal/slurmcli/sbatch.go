@@ -465,7 +465,7 @@ func (st *sbatchState) apply(o parsedOpt, from string) error {
 		}
 		j.CpusPerTask = n
 	case "dependency":
-		if _, err := ParseDependency(v); err != nil {
+		if _, err := slurmspec.ParseDependency(v); err != nil {
 			return bad(err)
 		}
 		j.Dependency = v
@@ -581,7 +581,7 @@ func (st *sbatchState) apply(o parsedOpt, from string) error {
 	case "qos":
 		j.Qos = v
 	case "signal":
-		sig, err := ParseSignal(v)
+		sig, err := slurmspec.ParseSignal(v)
 		if err != nil {
 			return bad(err)
 		}

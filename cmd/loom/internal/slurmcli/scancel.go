@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/loom-ml/loom/libs/hostlist"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -98,7 +99,7 @@ func (c *cmd) scancel(ctx context.Context, args []string) error {
 		case "reservation":
 			return c.errorf("reservations (--reservation) are not tracked by Loom")
 		case "signal":
-			name, err := ParseSignalName(o.value)
+			name, err := slurmspec.ParseSignalName(o.value)
 			if err != nil {
 				return c.errorf("Invalid job signal: %s", o.value)
 			}

@@ -5,7 +5,7 @@
 //
 // Main runs one command. The parsers are pure functions other packages
 // reuse: ParseSbatch (a whole sbatch invocation to a Job), ParseTimeLimit,
-// ParseArray, ParseDependency, ParseBegin and ParseSignal.
+// ParseArray and ParseBegin; the other Slurm grammars are libs/slurmspec's.
 package slurmcli
 
 import (
