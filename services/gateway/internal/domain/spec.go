@@ -23,13 +23,6 @@ func NormalizeSpec(c *loomv1.Cluster) *loomv1.Cluster {
 	return out
 }
 
-// ValidateSpec checks a cluster spec as the user gave it (not normalized:
-// what Normalize would generate is then not reported on), reporting every
-// problem as an
-// *errs.InvalidError with field paths relative to the cluster
-// ("compute.node_pools[0].node_count").
-func ValidateSpec(c *loomv1.Cluster) error { return clusterspec.Validate(c) }
-
 // ApplySpecUpdate returns the normalized spec that updating old with the
 // fields of next named by mask (non-empty, valid paths) gives, or every
 // reason the update is refused (field paths relative to the cluster).

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -46,7 +47,7 @@ func AcceptCluster(req *loomv1.CreateClusterRequest) (*loomv1.Cluster, error) {
 	// The spec is judged as given (so that what Normalize generates is not
 	// reported on) and without its name: parent and cluster_id are judged.
 	spec := SpecOf(req.GetCluster())
-	if err := joinInvalid(v.Err(), PrefixFields(ValidateSpec(spec), "cluster.")); err != nil {
+	if err := joinInvalid(v.Err(), PrefixFields(clusterspec.Validate(spec), "cluster.")); err != nil {
 		return nil, err
 	}
 	c := NormalizeSpec(spec)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/provisioner/internal/capacity"
 	"github.com/loom-ml/loom/services/provisioner/internal/spec"
@@ -52,7 +53,7 @@ func loginZone(c *loomv1.Cluster) string {
 			return np.GetZone()
 		}
 	}
-	return spec.DefaultZone
+	return clusterspec.DefaultZone
 }
 
 // Claims is what a cluster holds, by capacity key: per pool the larger of

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -69,7 +70,7 @@ func (s *State) CreateCluster(p Params, cmd *eventsv1.CreateCluster, now time.Ti
 	if _, _, ok := ParseClusterName(name); !ok {
 		v.Add("name", "must be projects/{project}/clusters/{cluster_id} with cluster_id matching %s, got %q", idPattern, name)
 	}
-	violations(&v, "cluster", spec.Validate(in))
+	violations(&v, "cluster", clusterspec.Validate(in))
 	cl := spec.Normalize(in)
 	e.checkProviderLimits(&v, cl)
 	if err := v.Err(); err != nil {
@@ -137,7 +138,7 @@ func (s *State) UpdateCluster(p Params, cmd *eventsv1.UpdateCluster, now time.Ti
 	}
 	in := proto.Clone(cmd.GetCluster()).(*loomv1.Cluster)
 	in.Name = name
-	next, err := spec.ApplyUpdate(c.Cluster, in, cmd.GetUpdateMask())
+	next, err := clusterspec.ApplyUpdate(c.Cluster, in, cmd.GetUpdateMask())
 	var v errs.Validator
 	violations(&v, "cluster", err)
 	if err == nil {
@@ -295,7 +296,7 @@ func (e *edit) addComputeNodes(rec *Cluster, np *loomv1.NodePool, count int) []*
 		return nil
 	}
 	name, id := rec.Name(), ClusterID(rec.Name())
-	prefix := spec.NodePrefix(rec.Cluster, np.GetId())
+	prefix := clusterspec.HostPrefix(rec.Cluster, np.GetId())
 	size := max(spec.BlockSize(np.GetMachineType()), 1)
 	inBlock := map[string]int{}
 	for _, n := range e.poolNodes(name, np.GetId()) {
@@ -314,7 +315,7 @@ func (e *edit) addComputeNodes(rec *Cluster, np *loomv1.NodePool, count int) []*
 	// (which made a 10,000-node create quadratic).
 	b := 1
 	for range count {
-		host := e.nextHostname(rec, prefix, func(i int) string { return spec.ComputeHostname(prefix, i) })
+		host := e.nextHostname(rec, prefix, func(i int) string { return clusterspec.Hostname(prefix, i) })
 		for inBlock[blockName(np.GetId(), b)] >= size {
 			b++
 		}
@@ -343,7 +344,7 @@ func (e *edit) addLoginNodes(rec *Cluster, count int) {
 	ts := timestamppb.New(e.now)
 	mt := rec.Cluster.GetOrchestrator().GetSlurm().GetLoginNodes().GetMachineType()
 	for range count {
-		host := e.nextHostname(rec, id+"-login", func(i int) string { return spec.LoginHostname(id, i) })
+		host := e.nextHostname(rec, id+"-login", func(i int) string { return clusterspec.LoginHostname(id, i) })
 		e.putNode(&loomv1.Node{
 			Name: name + "/nodes/" + host, Cluster: name, Hostname: host, State: loomv1.Node_READY, CreateTime: ts,
 			MachineType: mt, Zone: loginZone(rec.Cluster), CapacityType: loomv1.CapacitySource_ON_DEMAND, Role: spec.RoleLogin,

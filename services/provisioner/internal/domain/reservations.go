@@ -8,10 +8,10 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
-	"github.com/loom-ml/loom/services/provisioner/internal/spec"
 )
 
 // CreateReservation decides a CreateReservation command: the reservation
@@ -28,7 +28,7 @@ func (s *State) CreateReservation(cmd *eventsv1.CreateReservation, now time.Time
 	v.Check(in.GetZone() != "", "reservation.zone", "is required")
 	if in.GetMachineType() == "" {
 		v.Add("reservation.machine_type", "is required")
-	} else if _, known := spec.LookupMachine(in.GetMachineType()); !known {
+	} else if _, known := clusterspec.Machine(in.GetMachineType()); !known {
 		v.Add("reservation.machine_type", "unknown machine type %q", in.GetMachineType())
 	}
 	v.Check(in.GetCount() >= 1, "reservation.count", "must be at least 1, got %d", in.GetCount())
