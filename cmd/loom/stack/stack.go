@@ -361,14 +361,6 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	return nil
 }
 
-// defaults runs a service's RegisterFlags on a throwaway flag set, which
-// fills the Config with its documented defaults (and LOOM_* variables).
-func defaults(register func(*flag.FlagSet)) {
-	fs := flag.NewFlagSet("defaults", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	register(fs)
-}
-
 // inProcess returns a service's in-process runner: its flags are parsed by
 // its own RegisterFlags into a fresh Config, then its Run runs.
 func inProcess[C any](flags func(*C) func(*flag.FlagSet), run func(context.Context, C) error) func(context.Context, []string) error {
