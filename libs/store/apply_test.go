@@ -284,10 +284,10 @@ func TestApplyStampsTraceContext(t *testing.T) {
 	if len(msgs) != 2 {
 		t.Fatalf("outbox has %d entries", len(msgs))
 	}
-	if got := headerOf(msgs[0], envelope.HeaderTraceParent); got != "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" {
+	if got := headerValue(msgs[0].Headers, envelope.HeaderTraceParent); got != "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" {
 		t.Fatalf("stamped traceparent = %q", got)
 	}
-	if got := headerOf(msgs[1], envelope.HeaderTraceParent); got != own.TraceParent {
+	if got := headerValue(msgs[1].Headers, envelope.HeaderTraceParent); got != own.TraceParent {
 		t.Fatalf("an event's own traceparent was replaced: %q", got)
 	}
 	// Without a span in ctx no traceparent is invented.
@@ -296,7 +296,7 @@ func TestApplyStampsTraceContext(t *testing.T) {
 	if _, err := s.Apply(context.Background(), "", &plain); err != nil {
 		t.Fatal(err)
 	}
-	if got := headerOf(outboxMessages(t, s)[2], envelope.HeaderTraceParent); got != "" {
+	if got := headerValue(outboxMessages(t, s)[2].Headers, envelope.HeaderTraceParent); got != "" {
 		t.Fatalf("traceparent %q without a span", got)
 	}
 }

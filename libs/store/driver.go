@@ -58,10 +58,7 @@ func (d *Driver) Store() *Store { return d.st }
 // reload after it failed; a service calls it before deciding, under the lock
 // its decisions take. It returns the reload's error, memory staying stale.
 func (d *Driver) Ready(ctx context.Context) error {
-	d.mu.Lock()
-	stale := d.stale
-	d.mu.Unlock()
-	if !stale {
+	if !d.Stale() {
 		return nil
 	}
 	return d.doReload(ctx)

@@ -99,7 +99,7 @@ func (r *recorder) ids() []string {
 	defer r.mu.Unlock()
 	out := make([]string, 0, len(r.msgs))
 	for _, m := range r.msgs {
-		out = append(out, headerOf(m, envelope.HeaderID))
+		out = append(out, headerValue(m.Headers, envelope.HeaderID))
 	}
 	return out
 }
@@ -108,15 +108,6 @@ func (r *recorder) messages() []kafka.Message {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.msgs)
-}
-
-func headerOf(m kafka.Message, key string) string {
-	for _, h := range m.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
 }
 
 // runRelay runs s's relay until the test ends (or stop is called) and

@@ -80,7 +80,7 @@ func TestRelaySetsAsideAnOversizedEntryAndLaterEntriesFlow(t *testing.T) {
 	})
 	var got []string
 	for _, m := range topicRecords(t, broker, topics.JobCommands) {
-		got = append(got, headerOf(m, envelope.HeaderID))
+		got = append(got, headerValue(m.Headers, envelope.HeaderID))
 	}
 	if slices.Contains(got, bad) {
 		t.Fatal("the oversized entry was published")
@@ -137,7 +137,7 @@ func TestRelayFindsTheRefusedEntryOfABatch(t *testing.T) {
 	}
 	var got []string
 	for _, m := range topicRecords(t, broker, topic) {
-		got = append(got, headerOf(m, envelope.HeaderID))
+		got = append(got, headerValue(m.Headers, envelope.HeaderID))
 	}
 	// A publish the broker refused may have written nothing; duplicates of
 	// good entries would be harmless, but none are expected here.
@@ -194,7 +194,7 @@ func TestRelaySetsAsideEvenWhenTheHookFails(t *testing.T) {
 	r.fail = func(int) error { return nil }
 	refuse := PublisherFunc(func(ctx context.Context, msgs ...kafka.Message) error {
 		for _, m := range msgs {
-			if headerOf(m, envelope.HeaderID) == bad {
+			if headerValue(m.Headers, envelope.HeaderID) == bad {
 				return kafka.WriteErrors{kafka.MessageSizeTooLarge}
 			}
 		}
