@@ -1,6 +1,7 @@
 package adapters
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -48,18 +49,7 @@ func TestWriteThenLoad(t *testing.T) {
 		&eventsv1.NodeHealthChanged{Node: cl + "/nodes/gpu-0001", Cluster: cl, Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "x"},
 	} {
 		now = now.Add(time.Minute)
-		c, err := s.Handle(now, ev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var tx store.Tx
-		if err := Write(&tx, c); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.Apply(ctx, "", &tx); err != nil {
-			t.Fatal(err)
-		}
-		s.Commit(c)
+		persist(t, ctx, st, s, now, ev)
 	}
 
 	recs, err := NewRepo(st).Load(ctx)
@@ -169,18 +159,7 @@ func TestArrayStoredOnce(t *testing.T) {
 	apply := func(ev proto.Message) {
 		t.Helper()
 		now = now.Add(time.Second)
-		c, err := s.Handle(now, ev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var tx store.Tx
-		if err := Write(&tx, c); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.Apply(ctx, "", &tx); err != nil {
-			t.Fatal(err)
-		}
-		s.Commit(c)
+		persist(t, ctx, st, s, now, ev)
 	}
 	apply(&eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cl, Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, SharedDir: "/s"}}})
 	apply(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: cl + "/nodes/gpu-0001", Cluster: cl, Hostname: "gpu-0001", Gpus: 1, State: loomv1.Node_READY}})
@@ -318,4 +297,22 @@ func mustMarshal(t *testing.T, m proto.Message) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// persist applies ev to s at now as the scheduler's app does: the domain
+// decides, the change is written to st, and only then committed to memory.
+func persist(t *testing.T, ctx context.Context, st *store.Store, s *domain.State, now time.Time, ev proto.Message) {
+	t.Helper()
+	c, err := s.Handle(now, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tx store.Tx
+	if err := Write(&tx, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Apply(ctx, "", &tx); err != nil {
+		t.Fatal(err)
+	}
+	s.Commit(c)
 }
