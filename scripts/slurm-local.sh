@@ -91,7 +91,7 @@ write_conf() {
     echo "MailProg=/bin/true"
     echo "MpiDefault=none"
     echo "MaxJobCount=100000"
-    echo "MaxArraySize=100001"
+    echo "MaxArraySize=1001"
     echo "SchedulerParameters=$SCHED_PARAMS"
     echo "SlurmdParameters=config_overrides"
     echo "ReturnToService=2"

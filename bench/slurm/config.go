@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+
+	"github.com/loom-ml/loom/libs/slurmspec"
 )
 
 // Limits on Options, so that a typo does not start hundreds of daemons.
@@ -186,7 +188,9 @@ func Render(o Options, l Layout, ctlPort int, nodePorts []int) (slurmConf, gresC
 	w("MailProg=/bin/true")
 	w("MpiDefault=none")
 	w("MaxJobCount=100000")
-	w("MaxArraySize=100001")
+	// The reference Slurm gets the same array limit as Loom's default, so a
+	// comparison never runs an array one side would refuse.
+	w("MaxArraySize=%d", slurmspec.DefaultMaxArraySize)
 	w("SchedulerParameters=%s", o.SchedulerParameters)
 	// Virtual nodes advertise more CPUs than the machine has.
 	w("SlurmdParameters=config_overrides")

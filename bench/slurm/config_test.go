@@ -52,7 +52,7 @@ func TestRenderFollowsSlurmMD(t *testing.T) {
 		"SlurmctldHost=localhost\n", "SlurmctldPort=6817\n", "SlurmUser=root\n",
 		"ProctrackType=proctrack/linuxproc\n", "TaskPlugin=task/none\n", "SelectType=select/cons_tres\n",
 		"SelectTypeParameters=CR_Core\n", "GresTypes=gpu\n", "MailProg=/bin/true\n", "MaxJobCount=100000\n",
-		"MaxArraySize=100001\n", "SchedulerParameters=batch_sched_delay=0\n",
+		"MaxArraySize=1001\n", "SchedulerParameters=batch_sched_delay=0\n",
 		"AuthInfo=socket=/base/munge/munge.socket.2\n", "SlurmdSpoolDir=/base/spool/%n\n",
 		"SlurmdPidFile=/base/run/slurmd-%n.pid\n", "SlurmdLogFile=/base/log/slurmd-%n.log\n",
 		"JobCompType=jobcomp/filetxt\n", "JobCompLoc=/base/jobcomp.txt\n",

@@ -19,6 +19,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"sort"
+	"strconv"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -217,13 +218,9 @@ func nextToken(req Request, next string) string {
 // list in job id order, which is submission order; the scheduler and the
 // gateway (which merges its history into the scheduler's list) share it.
 func JobKey(j *loomv1.Job) string {
-	var n uint64
-	for _, c := range j.GetJobId() {
-		if c < '0' || c > '9' || n > (1<<63)/10 {
-			n = 0
-			break
-		}
-		n = n*10 + uint64(c-'0')
+	n, err := strconv.ParseUint(j.GetJobId(), 10, 64)
+	if err != nil {
+		n = 0
 	}
 	return fmt.Sprintf("%020d %s", n, j.GetName())
 }

@@ -141,9 +141,7 @@ func (r *relay) run(ctx context.Context) (err error) {
 		msgs, ids, bad := decodePrefix(entries)
 		if len(msgs) == 0 {
 			r.setAside(ctx, entries[0], nil, SetAsideUndecodable, bad)
-			if r.singles > 0 {
-				r.singles--
-			}
+			r.doneOne()
 			continue
 		}
 		// Kafka must have the batch before the lease could lapse, so that a
@@ -154,9 +152,7 @@ func (r *relay) run(ctx context.Context) (err error) {
 		if err != nil && ctx.Err() == nil && RefusedForGood(err) {
 			if len(msgs) == 1 {
 				r.setAside(ctx, entries[0], &msgs[0], SetAsideRefused, err)
-				if r.singles > 0 {
-					r.singles--
-				}
+				r.doneOne()
 				continue
 			}
 			// Which entry the broker refused is not always said (a whole
@@ -173,9 +169,7 @@ func (r *relay) run(ctx context.Context) (err error) {
 			}
 			continue
 		}
-		if r.singles > 0 {
-			r.singles--
-		}
+		r.doneOne()
 		r.backoff = minBackoff
 		if f := s.fp.afterPublish; f != nil {
 			if err := f(msgs); err != nil {
@@ -186,6 +180,14 @@ func (r *relay) run(ctx context.Context) (err error) {
 		r.published = ids
 	}
 	return nil
+}
+
+// doneOne records that the read that ended — published or set aside — is
+// done with: while the relay goes one entry at a time, one fewer is left.
+func (r *relay) doneOne() {
+	if r.singles > 0 {
+		r.singles--
+	}
 }
 
 // renewAndRead deletes the entries published last, renews the lease and
