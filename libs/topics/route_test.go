@@ -116,3 +116,13 @@ func TestTableRefusesATypeOnTwoTopics(t *testing.T) {
 	}()
 	table(map[string][]proto.Message{JobEvents: {&eventsv1.JobChanged{}}, StepEvents: {&eventsv1.JobChanged{}}})
 }
+
+// BenchmarkFor measures the routing every emitted event pays.
+func BenchmarkFor(b *testing.B) {
+	msg := &eventsv1.JobChanged{}
+	for b.Loop() {
+		if _, err := For(msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
