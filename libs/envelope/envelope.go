@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 )
 
@@ -89,6 +90,19 @@ func New(topic, key, source string, payload proto.Message) Event {
 		Key:     key,
 		Payload: payload,
 	}
+}
+
+// Route returns an event for payload, as New does, on the topic package
+// topics routes the payload's type to (topics.For). It is how every service
+// turns what it emits into an event: the service names the key (and may set
+// Subject), never the topic. A type no topic carries is an error wrapping
+// topics.ErrUnrouted, so it is refused where it is written, not dropped.
+func Route(key, source string, payload proto.Message) (Event, error) {
+	topic, err := topics.For(payload)
+	if err != nil {
+		return Event{}, fmt.Errorf("event from %s keyed %q: %w", source, key, err)
+	}
+	return New(topic, key, source, payload), nil
 }
 
 // TypeOf is the ce_type of an event carrying payload: the payload's full

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -62,5 +63,23 @@ func TestMalformed(t *testing.T) {
 	}
 	if _, err := Encode(Event{}); err == nil {
 		t.Fatal("encoding an empty event succeeded")
+	}
+}
+
+// TestRoutePicksTheTopic checks that Route puts an event on its payload's
+// topic with New's attributes, and refuses a payload no topic carries.
+func TestRoutePicksTheTopic(t *testing.T) {
+	t.Parallel()
+	payload := &eventsv1.NodeDrained{Node: "n", Cluster: "projects/p/clusters/c"}
+	e, err := Route("projects/p/clusters/c", "loom/scheduler", payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Topic != topics.JobEvents || e.Key != "projects/p/clusters/c" || e.Subject != e.Key || e.ID == "" ||
+		e.Type != "loom.events.v1.NodeDrained" || e.Source != "loom/scheduler" || e.Payload != payload || e.Time.IsZero() {
+		t.Fatalf("Route gave %+v", e)
+	}
+	if e, err := Route("k", "loom/test", wrapperspb.String("x")); !errors.Is(err, topics.ErrUnrouted) || e.Topic != "" || e.Payload != nil {
+		t.Fatalf("Route(unrouted) = %+v, %v; want no event and ErrUnrouted", e, err)
 	}
 }

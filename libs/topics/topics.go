@@ -1,5 +1,6 @@
-// Package topics is the one declarative list of Loom's Kafka topics. Every topic
-// has exactly one writing service; the comments name it and the record key.
+// Package topics is the one declarative list of Loom's Kafka topics, and the
+// one table of which topic carries each event type (For). Every topic has
+// exactly one writing service; the comments name it and the record key.
 package topics
 
 // Topic names. Each has a "<name>.dlq" companion for records a consumer gave up on.

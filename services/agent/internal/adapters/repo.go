@@ -17,7 +17,6 @@ import (
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/store"
-	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	"github.com/loom-ml/loom/services/agent/internal/domain"
 )
@@ -104,18 +103,19 @@ func put(tx *store.Tx, hash, what, key string, rec any, ev proto.Message) error 
 	return nil
 }
 
-// Event wraps a payload the agent emits in an envelope on its topic: step
-// events keyed by job, telemetry keyed by node.
+// Event wraps a payload the agent emits in an envelope, keyed by the entity
+// whose order matters (step events by job, telemetry by node), on the topic
+// libs/topics routes its type to.
 func Event(p proto.Message) (envelope.Event, error) {
 	switch m := p.(type) {
 	case *eventsv1.StepChanged:
-		return envelope.New(topics.StepEvents, m.GetJob(), Source, p), nil
+		return envelope.Route(m.GetJob(), Source, p)
 	case *eventsv1.TasksChanged:
-		return envelope.New(topics.StepEvents, m.GetJob(), Source, p), nil
+		return envelope.Route(m.GetJob(), Source, p)
 	case *eventsv1.AgentRegistered:
-		return envelope.New(topics.NodeTelemetry, m.GetNode(), Source, p), nil
+		return envelope.Route(m.GetNode(), Source, p)
 	case *eventsv1.Heartbeat:
-		return envelope.New(topics.NodeTelemetry, m.GetNode(), Source, p), nil
+		return envelope.Route(m.GetNode(), Source, p)
 	}
 	return envelope.Event{}, fmt.Errorf("agent does not emit %T", p)
 }

@@ -23,7 +23,6 @@ import (
 	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/store"
-	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
@@ -160,8 +159,11 @@ func (g *Gateway) CreateCluster(ctx context.Context, req *loomv1.CreateClusterRe
 	}
 	project, _ := domain.ParseProject(req.GetParent())
 	op := domain.NewOperation(domain.OperationName(project, envelope.NewID()), domain.VerbCreate, cluster.GetName(), g.now())
-	cmd := envelope.New(topics.ClusterCommands, cluster.GetName(), Source,
+	cmd, err := envelope.Route(cluster.GetName(), Source,
 		&eventsv1.CreateCluster{Operation: op.GetName(), Cluster: cluster})
+	if err != nil {
+		return nil, err
+	}
 	return g.startOperation(ctx, kind, rid, op, cmd)
 }
 
@@ -187,8 +189,11 @@ func (g *Gateway) DeleteCluster(ctx context.Context, req *loomv1.DeleteClusterRe
 		return nil, fmt.Errorf("ask the provisioner for %s: %w", req.GetName(), err)
 	}
 	op := domain.NewOperation(domain.OperationName(project, envelope.NewID()), domain.VerbDelete, req.GetName(), g.now())
-	cmd := envelope.New(topics.ClusterCommands, req.GetName(), Source,
+	cmd, err := envelope.Route(req.GetName(), Source,
 		&eventsv1.DeleteCluster{Operation: op.GetName(), Cluster: req.GetName()})
+	if err != nil {
+		return nil, err
+	}
 	return g.startOperation(ctx, kind, rid, op, cmd)
 }
 
@@ -426,7 +431,11 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 		return nil, err
 	}
 	adapters.PutRequest(tx, kind, rid, job.GetName())
-	tx.Emit(envelope.New(topics.JobCommands, job.GetCluster(), Source, &eventsv1.SubmitJob{Job: job}))
+	cmd, err := envelope.Route(job.GetCluster(), Source, &eventsv1.SubmitJob{Job: job})
+	if err != nil {
+		return nil, err
+	}
+	tx.Emit(cmd)
 	applied, err := g.repo.Apply(ctx, adapters.RequestInboxID(kind, rid), tx)
 	if err != nil {
 		return nil, fmt.Errorf("submit %s: %w", job.GetName(), err)
@@ -819,12 +828,16 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 	return j, nil
 }
 
-// emitJobCommand writes a command for the scheduler to loom.job.commands.v1
-// (key: the cluster) through the outbox.
+// emitJobCommand writes a command for the scheduler (key: the cluster;
+// libs/topics routes it to loom.job.commands.v1) through the outbox.
 func (g *Gateway) emitJobCommand(ctx context.Context, cluster string, cmd proto.Message) error {
+	ev, err := envelope.Route(cluster, Source, cmd)
+	if err != nil {
+		return err
+	}
 	tx := &store.Tx{}
-	tx.Emit(envelope.New(topics.JobCommands, cluster, Source, cmd))
-	_, err := g.repo.Apply(ctx, "", tx)
+	tx.Emit(ev)
+	_, err = g.repo.Apply(ctx, "", tx)
 	return err
 }
 

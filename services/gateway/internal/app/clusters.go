@@ -10,7 +10,6 @@ import (
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
-	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
@@ -53,9 +52,12 @@ func (g *Gateway) UpdateCluster(ctx context.Context, req *loomv1.UpdateClusterRe
 	if err := g.checkCapacity(ctx, domain.ProjectName(project), up.Current, up.Cluster); err != nil {
 		return nil, err
 	}
-	cmd := envelope.New(topics.ClusterCommands, name, Source, &eventsv1.UpdateCluster{
+	cmd, err := envelope.Route(name, Source, &eventsv1.UpdateCluster{
 		Operation: op.GetName(), Cluster: up.Cluster, UpdateMask: up.Mask, DrainGraceSeconds: up.DrainGraceSeconds,
 	})
+	if err != nil {
+		return nil, err
+	}
 	return g.startOperation(ctx, kind, rid, op, cmd)
 }
 

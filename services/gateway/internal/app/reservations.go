@@ -7,7 +7,6 @@ import (
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
-	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
@@ -36,8 +35,11 @@ func (g *Gateway) CreateReservation(ctx context.Context, req *loomv1.CreateReser
 	}
 	project, _ := domain.ParseProject(req.GetParent())
 	op := domain.NewOperation(domain.OperationName(project, envelope.NewID()), domain.VerbCreate, r.GetName(), g.now())
-	cmd := envelope.New(topics.ClusterCommands, r.GetName(), Source,
+	cmd, err := envelope.Route(r.GetName(), Source,
 		&eventsv1.CreateReservation{Operation: op.GetName(), Reservation: r})
+	if err != nil {
+		return nil, err
+	}
 	return g.startOperation(ctx, kind, rid, op, cmd)
 }
 
@@ -69,8 +71,11 @@ func (g *Gateway) DeleteReservation(ctx context.Context, req *loomv1.DeleteReser
 			req.GetName(), r.GetInUse(), strings.Join(r.GetConsumers(), ", "), errs.FailedPrecondition)
 	}
 	op := domain.NewOperation(domain.OperationName(project, envelope.NewID()), domain.VerbDelete, req.GetName(), g.now())
-	cmd := envelope.New(topics.ClusterCommands, req.GetName(), Source,
+	cmd, err := envelope.Route(req.GetName(), Source,
 		&eventsv1.DeleteReservation{Operation: op.GetName(), Reservation: req.GetName()})
+	if err != nil {
+		return nil, err
+	}
 	return g.startOperation(ctx, kind, rid, op, cmd)
 }
 

@@ -132,7 +132,11 @@ func (a *App) apply(ctx context.Context, inboxID string, c *domain.Change) error
 			return err
 		}
 		for _, e := range c.Emits {
-			tx.Emit(envelope.New(e.Topic, e.Key, Source, e.Payload))
+			ev, err := envelope.Route(e.Key, Source, e.Payload)
+			if err != nil {
+				return err
+			}
+			tx.Emit(ev)
 		}
 		applied, err := a.drv.Apply(ctx, inboxID, &tx, func() { a.state.Commit(c) })
 		if err != nil {

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/errs"
-	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -90,9 +89,9 @@ type Change struct {
 // change that is not durable only refreshes last-seen times.
 func (c *Change) Durable() bool { return len(c.Nodes) > 0 || len(c.Emits) > 0 }
 
-// Emit is an event to publish: the payload, its topic and its record key.
+// Emit is an event to publish: the payload and its record key. Its topic is
+// not the domain's to choose: the app routes it by type (topics.For).
 type Emit struct {
-	Topic   string
 	Key     string
 	Payload proto.Message
 }
@@ -210,7 +209,7 @@ func verdict(n *Node, last time.Time) Emit {
 	if n.Unhealthy {
 		h = eventsv1.NodeHealth_UNHEALTHY
 	}
-	return Emit{Topic: topics.HealthEvents, Key: n.Name, Payload: &eventsv1.NodeHealthChanged{
+	return Emit{Key: n.Name, Payload: &eventsv1.NodeHealthChanged{
 		Node: n.Name, Cluster: n.Cluster, Health: h, Reason: n.Reason, LastHeartbeat: timestamppb.New(last),
 	}}
 }

@@ -21,7 +21,6 @@ import (
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/store"
-	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/provisioner/internal/domain"
@@ -203,25 +202,26 @@ func Tx(ch domain.Change) (*store.Tx, error) {
 	return &tx, nil
 }
 
-// Event wraps a payload the provisioner emits in an envelope on its topic,
-// keyed as package topics says (cluster events by cluster, node events by node).
+// Event wraps a payload the provisioner emits in an envelope, keyed by the
+// entity it is about (cluster events by cluster or reservation, node events
+// by node), on the topic libs/topics routes its type to.
 func Event(p proto.Message) (envelope.Event, error) {
-	var topic, key string
+	var key string
 	switch m := p.(type) {
 	case *eventsv1.ClusterChanged:
-		topic, key = topics.ClusterEvents, m.GetCluster().GetName()
+		key = m.GetCluster().GetName()
 	case *eventsv1.ClusterOperationFailed:
-		topic, key = topics.ClusterEvents, m.GetCluster()
+		key = m.GetCluster()
 	case *eventsv1.ClusterDeleted:
-		topic, key = topics.ClusterEvents, m.GetCluster()
+		key = m.GetCluster()
 	case *eventsv1.ReservationChanged:
-		topic, key = topics.ClusterEvents, m.GetReservation().GetName()
+		key = m.GetReservation().GetName()
 	case *eventsv1.ReservationDeleted:
-		topic, key = topics.ClusterEvents, m.GetReservation()
+		key = m.GetReservation()
 	case *eventsv1.NodeChanged:
-		topic, key = topics.NodeEvents, m.GetNode().GetName()
+		key = m.GetNode().GetName()
 	case *eventsv1.NodeRemoved:
-		topic, key = topics.NodeEvents, m.GetNode()
+		key = m.GetNode()
 	default:
 		return envelope.Event{}, fmt.Errorf("provisioner does not emit %T", p)
 	}
@@ -229,5 +229,5 @@ func Event(p proto.Message) (envelope.Event, error) {
 		// A failure for a create without a cluster name still needs a key.
 		key = "unnamed"
 	}
-	return envelope.New(topic, key, Source, p), nil
+	return envelope.Route(key, Source, p)
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/store"
-	"github.com/loom-ml/loom/libs/topics"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/registry/internal/domain"
 )
@@ -73,7 +72,8 @@ func (r *Repo) Load(ctx context.Context) (*domain.State, error) {
 }
 
 // Tx returns the transaction that stores reg and emits its
-// ModelVersionRegistered on loom.model.events.v1, keyed by the model name.
+// ModelVersionRegistered, keyed by the model name (routed by libs/topics to
+// loom.model.events.v1).
 func (r *Repo) Tx(reg *domain.Registration) (*store.Tx, error) {
 	mb, err := proto.Marshal(reg.Model)
 	if err != nil {
@@ -87,7 +87,11 @@ func (r *Repo) Tx(reg *domain.Registration) (*store.Tx, error) {
 	tx.HSet(KeyModels, reg.Model.GetName(), mb)
 	tx.HSet(KeyVersions, reg.Version.GetName(), vb)
 	tx.HSet(KeyJobs, reg.Version.GetSourceJob(), []byte(reg.Version.GetName()))
-	tx.Emit(envelope.New(topics.ModelEvents, reg.Model.GetName(), Source, reg.Event))
+	ev, err := envelope.Route(reg.Model.GetName(), Source, reg.Event)
+	if err != nil {
+		return nil, err
+	}
+	tx.Emit(ev)
 	return tx, nil
 }
 

@@ -316,7 +316,10 @@ func (a *App) applyMany(ctx context.Context, inboxIDs []string, c *domain.Change
 		return false, err
 	}
 	for i, e := range c.Emits {
-		ev := envelope.New(e.Topic, e.Key, Source, e.Payload)
+		ev, err := envelope.Route(e.Key, Source, e.Payload)
+		if err != nil {
+			return false, err
+		}
 		if e.Subject != "" {
 			ev.Subject = e.Subject
 		}

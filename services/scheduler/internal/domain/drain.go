@@ -3,7 +3,6 @@ package domain
 import (
 	"sort"
 
-	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -29,7 +28,7 @@ func (t *txn) drain(cluster string) {
 		if _, drained := t.drainWork(n, holders[n.Name]); drained {
 			n = t.editNode(n.Name)
 			n.Drained = true
-			t.emit(topics.JobEvents, cluster, n.Name, &eventsv1.NodeDrained{Node: n.Name, Cluster: cluster})
+			t.emit(cluster, n.Name, &eventsv1.NodeDrained{Node: n.Name, Cluster: cluster})
 		}
 	}
 }

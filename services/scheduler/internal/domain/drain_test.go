@@ -69,8 +69,8 @@ func TestDrainIdleNodeAtOnce(t *testing.T) {
 	c := h.drainNode("gpu-0001", 8, time.Minute)
 	wantDrained(t, c, "gpu-0001")
 	for _, e := range c.Emits {
-		if _, ok := e.Payload.(*eventsv1.NodeDrained); ok && (e.Topic != topics.JobEvents || e.Key != cl || e.Subject != nodeName("gpu-0001")) {
-			t.Fatalf("NodeDrained emitted on %s key %s subject %s", e.Topic, e.Key, e.Subject)
+		if _, ok := e.Payload.(*eventsv1.NodeDrained); ok && (topicOf(e) != topics.JobEvents || e.Key != cl || e.Subject != nodeName("gpu-0001")) {
+			t.Fatalf("NodeDrained emitted on %s key %s subject %s", topicOf(e), e.Key, e.Subject)
 		}
 	}
 	// Redelivered, or the same state reported again: not announced twice.

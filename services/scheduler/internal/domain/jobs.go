@@ -8,7 +8,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/errs"
-	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -82,7 +81,7 @@ func (t *txn) stopSteps(r *Run, except, reason string, cause eventsv1.StopCause)
 		if node == except || r.Steps[node].Terminal() {
 			continue
 		}
-		t.emit(topics.StepCommands, node, r.Job, &eventsv1.StopStep{Job: r.Job, Attempt: r.Attempt, Node: node, Reason: reason, Cause: cause})
+		t.emit(node, r.Job, &eventsv1.StopStep{Job: r.Job, Attempt: r.Attempt, Node: node, Reason: reason, Cause: cause})
 	}
 }
 
@@ -115,7 +114,7 @@ func (t *txn) signalSteps(r *Run, sig string, batchOnly bool) {
 		if r.Steps[node].Terminal() {
 			continue
 		}
-		t.emit(topics.StepCommands, node, r.Job, &eventsv1.SignalStep{Job: r.Job, Attempt: r.Attempt, Node: node,
+		t.emit(node, r.Job, &eventsv1.SignalStep{Job: r.Job, Attempt: r.Attempt, Node: node,
 			Signal: sig, BatchOnly: batchOnly})
 	}
 }

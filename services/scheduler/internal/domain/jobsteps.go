@@ -26,7 +26,6 @@ import (
 
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/hostlist"
-	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -310,7 +309,7 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 		if ev.GetCpusPerTask() > 0 {
 			env["SLURM_CPUS_PER_TASK"] = strconv.Itoa(int(ev.GetCpusPerTask()))
 		}
-		t.emit(topics.StepCommands, node, j.Name(), &eventsv1.LaunchTasks{
+		t.emit(node, j.Name(), &eventsv1.LaunchTasks{
 			Job: j.Name(), JobId: j.Job.GetJobId(), Attempt: r.Attempt, StepId: id, Node: node,
 			NodeIndex: int32(k), FirstRank: first, Ntasks: tasks[k], TotalTasks: total,
 			Command: step.Command, Env: env, WorkDir: wd, OutputDir: step.OutputDir,
@@ -368,7 +367,7 @@ func (t *txn) killStepTasks(r *Run, s *JobStep, sig, reason string) {
 		if s.Parts[k].terminal() {
 			continue
 		}
-		t.emit(topics.StepCommands, node, r.Job, &eventsv1.KillTasks{Job: r.Job, Attempt: r.Attempt, StepId: s.ID,
+		t.emit(node, r.Job, &eventsv1.KillTasks{Job: r.Job, Attempt: r.Attempt, StepId: s.ID,
 			Node: node, Reason: reason, Signal: sig})
 	}
 }

@@ -31,8 +31,8 @@ func launches(c *Change) []*eventsv1.LaunchTasks {
 	var out []*eventsv1.LaunchTasks
 	for _, e := range c.Emits {
 		if l, ok := e.Payload.(*eventsv1.LaunchTasks); ok {
-			if e.Topic != topics.StepCommands || e.Key != l.GetNode() {
-				panic("LaunchTasks on " + e.Topic + " key " + e.Key)
+			if topicOf(e) != topics.StepCommands || e.Key != l.GetNode() {
+				panic("LaunchTasks on " + topicOf(e) + " key " + e.Key)
 			}
 			out = append(out, l)
 		}

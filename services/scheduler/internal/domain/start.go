@@ -9,7 +9,6 @@ import (
 
 	"github.com/loom-ml/loom/libs/hostlist"
 	"github.com/loom-ml/loom/libs/slurmspec"
-	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -112,7 +111,7 @@ func (p *pass) start(j *Job, part Partition, req *Request, chosen []int32, prio 
 		if batch && rank > 0 {
 			continue
 		}
-		t.emit(topics.StepCommands, node, j.Name(), &eventsv1.StartStep{
+		t.emit(node, j.Name(), &eventsv1.StartStep{
 			Job: j.Name(), JobId: spec.GetJobId(), Attempt: r.Attempt,
 			Node: node, NodeIndex: int32(rank), NodeHostnames: r.Hostnames,
 			Command: spec.GetCommand(), Script: spec.GetScript(),

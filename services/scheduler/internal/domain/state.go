@@ -129,10 +129,10 @@ func (c *Change) Empty() bool {
 		len(c.Arrays) == 0 && len(c.Usage) == 0 && len(c.Emits) == 0
 }
 
-// Emit is an event to publish: the payload, its topic, its record key and
-// the entity it is about (the job's name for job and step events).
+// Emit is an event to publish: the payload, its record key and the entity it
+// is about (the job's name for job and step events). Its topic is not the
+// domain's to choose: the app routes it by type (topics.For).
 type Emit struct {
-	Topic   string
 	Key     string
 	Subject string
 	Payload proto.Message

@@ -6,7 +6,6 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -317,7 +316,7 @@ func (t *txn) emitJob(j *Job) {
 		return
 	}
 	t.c.lastJobEmit[j.Name()] = len(t.c.Emits)
-	t.emit(topics.JobEvents, j.Job.GetCluster(), j.Name(), ev)
+	t.emit(j.Job.GetCluster(), j.Name(), ev)
 }
 
 // replaces reports whether next, a later JobChanged of the same job in the
@@ -333,6 +332,8 @@ func replaces(prev, next *eventsv1.JobChanged) bool {
 	return prev.GetAttempt() == next.GetAttempt() && ns == loomv1.JobState_COMPLETING && ps.Terminal()
 }
 
-func (t *txn) emit(topic, key, subject string, payload proto.Message) {
-	t.c.Emits = append(t.c.Emits, Emit{Topic: topic, Key: key, Subject: subject, Payload: payload})
+// emit adds payload to the change's events, keyed by key and about subject;
+// the app routes it to its topic (topics.For), which the domain does not pick.
+func (t *txn) emit(key, subject string, payload proto.Message) {
+	t.c.Emits = append(t.c.Emits, Emit{Key: key, Subject: subject, Payload: payload})
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loom-ml/loom/libs/topics"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain"
 	"github.com/loom-ml/loom/services/scheduler/internal/sim/trace"
 )
@@ -177,7 +178,12 @@ func writeChange(w io.Writer, label string, c *domain.Change) {
 	opts := prototext.MarshalOptions{}
 	for _, e := range c.Emits {
 		b, _ := opts.Marshal(e.Payload)
-		fmt.Fprintf(w, "emit %s %s %s %s {%s}\n", e.Topic, e.Key, e.Subject, proto.MessageName(e.Payload), oneLine(string(b)))
+		// The topic the app routes the event to: the golden files pin it.
+		topic, err := topics.For(e.Payload)
+		if err != nil {
+			topic = "(" + err.Error() + ")"
+		}
+		fmt.Fprintf(w, "emit %s %s %s %s {%s}\n", topic, e.Key, e.Subject, proto.MessageName(e.Payload), oneLine(string(b)))
 	}
 	for _, d := range c.Decisions {
 		fmt.Fprintf(w, "decision %s %q %d %q", d.Job, d.Reason, d.Nodes, d.Note)

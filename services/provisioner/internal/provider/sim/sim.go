@@ -33,7 +33,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/envelope"
-	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	"github.com/loom-ml/loom/services/provisioner/internal/provider"
 )
@@ -630,15 +629,20 @@ func (p *Provider) register(ctx context.Context, regs []*simNode) {
 	p.mu.Lock()
 	evs := make([]envelope.Event, 0, len(regs))
 	gens := make([]int, len(regs))
+	var err error // a payload libs/topics does not route fails the batch as a publish would
 	for i, sn := range regs {
 		gens[i] = sn.gen
-		evs = append(evs, envelope.New(topics.NodeTelemetry, sn.n.Name, Source, &eventsv1.AgentRegistered{
+		ev, rerr := envelope.Route(sn.n.Name, Source, &eventsv1.AgentRegistered{
 			Node: sn.n.Name, Cluster: sn.n.Cluster, Hostname: sn.n.Hostname,
 			Gpus: int32(sn.n.GPUs), BootId: sn.bootID,
-		}))
+		})
+		err = cmp.Or(err, rerr)
+		evs = append(evs, ev)
 	}
 	p.mu.Unlock()
-	err := p.publish(ctx, evs)
+	if err == nil {
+		err = p.publish(ctx, evs)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err == nil {
@@ -671,16 +675,22 @@ func (p *Provider) heartbeat(ctx context.Context, now time.Time) {
 	slices.SortFunc(live, func(a, b *simNode) int { return cmp.Compare(a.n.Name, b.n.Name) })
 	evs := make([]envelope.Event, 0, len(live))
 	ts := timestamppb.New(now)
+	var err error // a payload libs/topics does not route fails the batch as a publish would
 	for _, sn := range live {
-		evs = append(evs, envelope.New(topics.NodeTelemetry, sn.n.Name, Source, &eventsv1.Heartbeat{
+		ev, rerr := envelope.Route(sn.n.Name, Source, &eventsv1.Heartbeat{
 			Node: sn.n.Name, Cluster: sn.n.Cluster, BootId: sn.bootID, Time: ts,
-		}))
+		})
+		err = cmp.Or(err, rerr)
+		evs = append(evs, ev)
 	}
 	p.mu.Unlock()
 	if len(evs) == 0 {
 		return
 	}
-	if err := p.publish(ctx, evs); err != nil {
+	if err == nil {
+		err = p.publish(ctx, evs)
+	}
+	if err != nil {
 		if ctx.Err() == nil {
 			p.log.Warn("sim: publishing heartbeats failed", "nodes", len(evs), "err", err)
 		}
