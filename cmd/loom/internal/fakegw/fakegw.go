@@ -163,10 +163,12 @@ func (g *Gateway) record(m proto.Message) {
 	g.requests = append(g.requests, proto.Clone(m))
 }
 
-// lock takes g's lock and records m: every handler's first step.
-func (g *Gateway) lock(m proto.Message) {
+// lock takes g's lock, records m and returns what releases the lock:
+// every handler's first step.
+func (g *Gateway) lock(m proto.Message) (unlock func()) {
 	g.mu.Lock()
 	g.record(m)
+	return g.mu.Unlock
 }
 
 func shortName(name string) string { return name[strings.LastIndex(name, "/")+1:] }
@@ -200,8 +202,7 @@ func clusterNotFound(name string) error {
 
 // GetCluster answers the cluster of that name, or NotFound.
 func (g *Gateway) GetCluster(_ context.Context, r *loomv1.GetClusterRequest) (*loomv1.Cluster, error) {
-	g.lock(r)
-	defer g.mu.Unlock()
+	defer g.lock(r)()
 	if c := g.cluster(r.GetName()); c != nil {
 		return c, nil
 	}
@@ -210,8 +211,7 @@ func (g *Gateway) GetCluster(_ context.Context, r *loomv1.GetClusterRequest) (*l
 
 // ListClusters answers the parent project's clusters, unpaged.
 func (g *Gateway) ListClusters(_ context.Context, r *loomv1.ListClustersRequest) (*loomv1.ListClustersResponse, error) {
-	g.lock(r)
-	defer g.mu.Unlock()
+	defer g.lock(r)()
 	return &loomv1.ListClustersResponse{Clusters: under(g.Clusters, r.GetParent(), "clusters")}, nil
 }
 
@@ -219,8 +219,7 @@ func (g *Gateway) ListClusters(_ context.Context, r *loomv1.ListClustersRequest)
 // any cluster (one of the same name too: the operations are canned). The
 // cluster is not added to Clusters.
 func (g *Gateway) CreateCluster(_ context.Context, r *loomv1.CreateClusterRequest) (*loomv1.Operation, error) {
-	g.lock(r)
-	defer g.mu.Unlock()
+	defer g.lock(r)()
 	return &loomv1.Operation{Name: "projects/default/operations/op1",
 		Metadata: &loomv1.OperationMetadata{Target: r.GetCluster().GetName(), Verb: "create", Progress: "0 of 2 nodes ready"}}, nil
 }
@@ -228,8 +227,7 @@ func (g *Gateway) CreateCluster(_ context.Context, r *loomv1.CreateClusterReques
 // DeleteCluster answers NotFound for a cluster it does not have, else
 // operation op2. The cluster stays in Clusters.
 func (g *Gateway) DeleteCluster(_ context.Context, r *loomv1.DeleteClusterRequest) (*loomv1.Operation, error) {
-	g.lock(r)
-	defer g.mu.Unlock()
+	defer g.lock(r)()
 	if g.cluster(r.GetName()) == nil {
 		return nil, clusterNotFound(r.GetName())
 	}
@@ -240,8 +238,7 @@ func (g *Gateway) DeleteCluster(_ context.Context, r *loomv1.DeleteClusterReques
 // UpdateCluster answers NotFound for a cluster it does not have, else
 // operation op3. Clusters do not change.
 func (g *Gateway) UpdateCluster(_ context.Context, r *loomv1.UpdateClusterRequest) (*loomv1.Operation, error) {
-	g.lock(r)
-	defer g.mu.Unlock()
+	defer g.lock(r)()
 	if g.cluster(r.GetCluster().GetName()) == nil {
 		return nil, clusterNotFound(r.GetCluster().GetName())
 	}
@@ -253,8 +250,7 @@ func (g *Gateway) UpdateCluster(_ context.Context, r *loomv1.UpdateClusterReques
 // it at "1 of 2 nodes ready", every later one done, with the running
 // cluster demo (or, with FailOperation, ResourceExhausted).
 func (g *Gateway) GetOperation(_ context.Context, r *loomv1.GetOperationRequest) (*loomv1.Operation, error) {
-	g.lock(r)
-	defer g.mu.Unlock()
+	defer g.lock(r)()
 	g.opPolls++
 	op := &loomv1.Operation{Name: r.GetName(), Metadata: &loomv1.OperationMetadata{Verb: "create"}}
 	switch {
@@ -275,8 +271,7 @@ func (g *Gateway) GetOperation(_ context.Context, r *loomv1.GetOperationRequest)
 
 // GetSlurmConfig answers SlurmConfigs[name], or NotFound.
 func (g *Gateway) GetSlurmConfig(_ context.Context, r *loomv1.GetSlurmConfigRequest) (*loomv1.SlurmConfig, error) {
-	g.lock(r)
-	defer g.mu.Unlock()
+	defer g.lock(r)()
 	if sc, ok := g.SlurmConfigs[r.GetName()]; ok {
 		return sc, nil
 	}
@@ -288,8 +283,7 @@ func (g *Gateway) GetSlurmConfig(_ context.Context, r *loomv1.GetSlurmConfigRequ
 // ListNodes answers the parent cluster's nodes, or, for
 // projects/{p}/clusters/-, every node of the project's clusters.
 func (g *Gateway) ListNodes(_ context.Context, r *loomv1.ListNodesRequest) (*loomv1.ListNodesResponse, error) {
-	g.lock(r)
-	defer g.mu.Unlock()
+	defer g.lock(r)()
 	var out []*loomv1.Node
 	for _, n := range g.Nodes {
 		if n.GetCluster() == r.GetParent() ||
@@ -326,8 +320,7 @@ func (g *Gateway) slurmNodes(cluster string) []*loomv1.SlurmNode {
 // ListPartitions answers the cluster's Partitions, else, when it has
 // Nodes, one default partition "batch" over its compute nodes.
 func (g *Gateway) ListPartitions(_ context.Context, r *loomv1.ListPartitionsRequest) (*loomv1.ListPartitionsResponse, error) {
-	g.lock(r)
-	defer g.mu.Unlock()
+	defer g.lock(r)()
 	var out []*loomv1.Partition
 	for _, p := range g.Partitions {
 		if p.GetCluster() == "" || p.GetCluster() == r.GetCluster() {
@@ -349,20 +342,16 @@ func (g *Gateway) ListPartitions(_ context.Context, r *loomv1.ListPartitionsRequ
 
 // ListSlurmNodes answers the cluster's Slurm nodes (see Nodes).
 func (g *Gateway) ListSlurmNodes(_ context.Context, r *loomv1.ListSlurmNodesRequest) (*loomv1.ListSlurmNodesResponse, error) {
-	g.lock(r)
-	defer g.mu.Unlock()
+	defer g.lock(r)()
 	return &loomv1.ListSlurmNodesResponse{Nodes: g.slurmNodes(r.GetCluster())}, nil
 }
 
 // UpdateSlurmNode answers the node of that host name in SlurmNodes,
 // unchanged, or NotFound.
 func (g *Gateway) UpdateSlurmNode(_ context.Context, r *loomv1.UpdateSlurmNodeRequest) (*loomv1.SlurmNode, error) {
-	g.lock(r)
-	defer g.mu.Unlock()
-	for _, n := range g.SlurmNodes {
-		if n.GetHostname() == r.GetHostname() {
-			return n, nil
-		}
+	defer g.lock(r)()
+	if i := slices.IndexFunc(g.SlurmNodes, func(n *loomv1.SlurmNode) bool { return n.GetHostname() == r.GetHostname() }); i >= 0 {
+		return g.SlurmNodes[i], nil
 	}
 	return nil, status.Errorf(codes.NotFound, "node %s not found", r.GetHostname())
 }
@@ -412,21 +401,25 @@ func atoi(s string) int {
 
 func jobNotFound(name string) error { return status.Errorf(codes.NotFound, "job %s not found", name) }
 
-// owned answers PermissionDenied when DenyOthers is set and the job is
-// not caller's. The caller holds g.mu.
-func (g *Gateway) owned(caller string, j *loomv1.Job) error {
-	if g.DenyOthers && j != nil && j.GetUser() != caller {
-		return status.Error(codes.PermissionDenied, "Access/permission denied")
+// ownedJob finds the job a caller acts on: PermissionDenied when
+// DenyOthers is set and it is not caller's, NotFound when there is none.
+// The caller holds g.mu.
+func (g *Gateway) ownedJob(name, caller string) (*loomv1.Job, error) {
+	j := g.job(name)
+	switch {
+	case j == nil:
+		return nil, jobNotFound(name)
+	case g.DenyOthers && j.GetUser() != caller:
+		return nil, status.Error(codes.PermissionDenied, "Access/permission denied")
 	}
-	return nil
+	return j, nil
 }
 
 // SubmitJob answers SubmitErr when set; refuses an array past
 // MaxArraySize; else adds the job to Jobs, PENDING, with the next job id
 // (one more than the largest in Jobs) under the request's parent.
 func (g *Gateway) SubmitJob(_ context.Context, r *loomv1.SubmitJobRequest) (*loomv1.Job, error) {
-	g.lock(r)
-	defer g.mu.Unlock()
+	defer g.lock(r)()
 	if g.SubmitErr != nil {
 		return nil, g.SubmitErr
 	}
@@ -456,8 +449,7 @@ func (g *Gateway) SubmitJob(_ context.Context, r *loomv1.SubmitJobRequest) (*loo
 // GetJob answers the job (or the array holding the task named), or
 // NotFound.
 func (g *Gateway) GetJob(_ context.Context, r *loomv1.GetJobRequest) (*loomv1.Job, error) {
-	g.lock(r)
-	defer g.mu.Unlock()
+	defer g.lock(r)()
 	if j := g.job(r.GetName()); j != nil {
 		return proto.Clone(j).(*loomv1.Job), nil
 	}
@@ -469,8 +461,7 @@ func (g *Gateway) GetJob(_ context.Context, r *loomv1.GetJobRequest) (*loomv1.Jo
 // filters, in Jobs' order, paged as the gateway pages (libs/paging: by
 // count and by bytes).
 func (g *Gateway) ListJobs(_ context.Context, r *loomv1.ListJobsRequest) (*loomv1.ListJobsResponse, error) {
-	g.lock(r)
-	defer g.mu.Unlock()
+	defer g.lock(r)()
 	in := func(set []string, v string) bool { return len(set) == 0 || slices.Contains(set, v) }
 	var out []*loomv1.Job
 	for _, j := range under(g.Jobs, r.GetParent(), "jobs") {
@@ -495,14 +486,10 @@ func (g *Gateway) ListJobs(_ context.Context, r *loomv1.ListJobsRequest) (*loomv
 // started (its processes are stopped later). An ended job is answered as
 // it is.
 func (g *Gateway) CancelJob(_ context.Context, r *loomv1.CancelJobRequest) (*loomv1.Job, error) {
-	g.lock(r)
-	defer g.mu.Unlock()
-	j := g.job(r.GetName())
-	if err := g.owned(r.GetUser(), j); err != nil {
+	defer g.lock(r)()
+	j, err := g.ownedJob(r.GetName(), r.GetUser())
+	if err != nil {
 		return nil, err
-	}
-	if j == nil {
-		return nil, jobNotFound(r.GetName())
 	}
 	before := proto.Clone(j).(*loomv1.Job)
 	if r.GetSignal() == "" && !j.GetState().Terminal() {
@@ -517,14 +504,10 @@ func (g *Gateway) CancelJob(_ context.Context, r *loomv1.CancelJobRequest) (*loo
 // UpdateJob checks the owner (DenyOthers) and answers the job unchanged,
 // or NotFound.
 func (g *Gateway) UpdateJob(_ context.Context, r *loomv1.UpdateJobRequest) (*loomv1.Job, error) {
-	g.lock(r)
-	defer g.mu.Unlock()
-	j := g.job(r.GetName())
-	if err := g.owned(r.GetUser(), j); err != nil {
+	defer g.lock(r)()
+	j, err := g.ownedJob(r.GetName(), r.GetUser())
+	if err != nil {
 		return nil, err
-	}
-	if j == nil {
-		return nil, jobNotFound(r.GetName())
 	}
 	return proto.Clone(j).(*loomv1.Job), nil
 }
@@ -532,7 +515,7 @@ func (g *Gateway) UpdateJob(_ context.Context, r *loomv1.UpdateJobRequest) (*loo
 // WatchJob streams Watch when set; else the job as it is, then as ended
 // FAILED with exit code 3 (NotFound for an unknown job).
 func (g *Gateway) WatchJob(r *loomv1.WatchJobRequest, s grpc.ServerStreamingServer[loomv1.Job]) error {
-	g.lock(r)
+	unlock := g.lock(r)
 	watch := slices.Clone(g.Watch)
 	if len(watch) == 0 {
 		if j := g.job(r.GetName()); j != nil {
@@ -541,7 +524,7 @@ func (g *Gateway) WatchJob(r *loomv1.WatchJobRequest, s grpc.ServerStreamingServ
 			watch = []*loomv1.Job{proto.Clone(j).(*loomv1.Job), ended}
 		}
 	}
-	g.mu.Unlock()
+	unlock()
 	if len(watch) == 0 {
 		return jobNotFound(r.GetName())
 	}
@@ -555,10 +538,10 @@ func (g *Gateway) WatchJob(r *loomv1.WatchJobRequest, s grpc.ServerStreamingServ
 
 // ReadJobLogs streams Logs[name] (NotFound for an unknown job).
 func (g *Gateway) ReadJobLogs(r *loomv1.ReadJobLogsRequest, s grpc.ServerStreamingServer[loomv1.LogChunk]) error {
-	g.lock(r)
+	unlock := g.lock(r)
 	found := g.job(r.GetName()) != nil
 	logs := slices.Clone(g.Logs[r.GetName()])
-	g.mu.Unlock()
+	unlock()
 	if !found {
 		return jobNotFound(r.GetName())
 	}
@@ -574,16 +557,14 @@ func (g *Gateway) ReadJobLogs(r *loomv1.ReadJobLogsRequest, s grpc.ServerStreami
 
 // ListModels answers the parent project's models, unpaged.
 func (g *Gateway) ListModels(_ context.Context, r *loomv1.ListModelsRequest) (*loomv1.ListModelsResponse, error) {
-	g.lock(r)
-	defer g.mu.Unlock()
+	defer g.lock(r)()
 	return &loomv1.ListModelsResponse{Models: under(g.Models, r.GetParent(), "models")}, nil
 }
 
 // ListModelVersions answers the parent model's versions, unpaged, or
 // NotFound for a model it does not have.
 func (g *Gateway) ListModelVersions(_ context.Context, r *loomv1.ListModelVersionsRequest) (*loomv1.ListModelVersionsResponse, error) {
-	g.lock(r)
-	defer g.mu.Unlock()
+	defer g.lock(r)()
 	if !slices.ContainsFunc(g.Models, func(m *loomv1.Model) bool { return m.GetName() == r.GetParent() }) {
 		return nil, status.Errorf(codes.NotFound, "model %s not found", r.GetParent())
 	}
@@ -595,8 +576,7 @@ func (g *Gateway) ListModelVersions(_ context.Context, r *loomv1.ListModelVersio
 // CreateReservation answers a done operation with the reservation asked
 // for. It is not added to Reservations.
 func (g *Gateway) CreateReservation(_ context.Context, r *loomv1.CreateReservationRequest) (*loomv1.Operation, error) {
-	g.lock(r)
-	defer g.mu.Unlock()
+	defer g.lock(r)()
 	return &loomv1.Operation{Name: "projects/default/operations/op4", Done: true,
 		Metadata: &loomv1.OperationMetadata{Verb: "create"},
 		Result:   &loomv1.Operation_Reservation{Reservation: r.GetReservation()}}, nil
@@ -604,20 +584,16 @@ func (g *Gateway) CreateReservation(_ context.Context, r *loomv1.CreateReservati
 
 // GetReservation answers the reservation of that name, or NotFound.
 func (g *Gateway) GetReservation(_ context.Context, r *loomv1.GetReservationRequest) (*loomv1.Reservation, error) {
-	g.lock(r)
-	defer g.mu.Unlock()
-	for _, res := range g.Reservations {
-		if res.GetName() == r.GetName() {
-			return res, nil
-		}
+	defer g.lock(r)()
+	if i := slices.IndexFunc(g.Reservations, func(res *loomv1.Reservation) bool { return res.GetName() == r.GetName() }); i >= 0 {
+		return g.Reservations[i], nil
 	}
 	return nil, status.Errorf(codes.NotFound, "reservation %s not found", r.GetName())
 }
 
 // ListReservations answers the parent project's reservations, unpaged.
 func (g *Gateway) ListReservations(_ context.Context, r *loomv1.ListReservationsRequest) (*loomv1.ListReservationsResponse, error) {
-	g.lock(r)
-	defer g.mu.Unlock()
+	defer g.lock(r)()
 	return &loomv1.ListReservationsResponse{Reservations: under(g.Reservations, r.GetParent(), "reservations")}, nil
 }
 
@@ -625,8 +601,7 @@ func (g *Gateway) ListReservations(_ context.Context, r *loomv1.ListReservations
 // consumers, else a done operation; Reservations do not change, and a
 // name it does not have is not an error.
 func (g *Gateway) DeleteReservation(_ context.Context, r *loomv1.DeleteReservationRequest) (*loomv1.Operation, error) {
-	g.lock(r)
-	defer g.mu.Unlock()
+	defer g.lock(r)()
 	for _, res := range g.Reservations {
 		if res.GetName() == r.GetName() && len(res.GetConsumers()) > 0 {
 			return nil, status.Errorf(codes.FailedPrecondition, "reservation %s is in use by cluster %s",
@@ -638,7 +613,6 @@ func (g *Gateway) DeleteReservation(_ context.Context, r *loomv1.DeleteReservati
 
 // ListCapacity answers Capacity.
 func (g *Gateway) ListCapacity(_ context.Context, r *loomv1.ListCapacityRequest) (*loomv1.ListCapacityResponse, error) {
-	g.lock(r)
-	defer g.mu.Unlock()
+	defer g.lock(r)()
 	return &loomv1.ListCapacityResponse{Pools: g.Capacity}, nil
 }
