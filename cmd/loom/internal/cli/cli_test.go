@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
 	"github.com/loom-ml/loom/cmd/loom/internal/slurmcli"
 	"github.com/loom-ml/loom/libs/embedded"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -129,13 +130,13 @@ func TestJSONIsProtoJSON(t *testing.T) {
 		into proto.Message
 		want proto.Message
 	}{
-		{[]string{"clusters", "list", "-o", "json"}, &loomv1.ListClustersResponse{}, &loomv1.ListClustersResponse{Clusters: f.clusters}},
-		{[]string{"clusters", "get", "demo", "--output", "json"}, &loomv1.Cluster{}, f.clusters[0]},
-		{[]string{"jobs", "list", "-o", "json"}, &loomv1.ListJobsResponse{}, &loomv1.ListJobsResponse{Jobs: f.jobs}},
-		{[]string{"jobs", "get", "9", "-o", "json"}, &loomv1.Job{}, f.jobs[2]},
-		{[]string{"nodes", "list", "-o", "json"}, &loomv1.ListNodesResponse{}, &loomv1.ListNodesResponse{Nodes: f.nodes}},
-		{[]string{"models", "list", "-o", "json"}, &loomv1.ListModelsResponse{}, &loomv1.ListModelsResponse{Models: f.models}},
-		{[]string{"models", "list", "--versions", "demo-regressor", "-o", "json"}, &loomv1.ListModelVersionsResponse{}, &loomv1.ListModelVersionsResponse{Versions: f.versions}},
+		{[]string{"clusters", "list", "-o", "json"}, &loomv1.ListClustersResponse{}, &loomv1.ListClustersResponse{Clusters: f.Clusters}},
+		{[]string{"clusters", "get", "demo", "--output", "json"}, &loomv1.Cluster{}, f.Clusters[0]},
+		{[]string{"jobs", "list", "-o", "json"}, &loomv1.ListJobsResponse{}, &loomv1.ListJobsResponse{Jobs: f.Jobs}},
+		{[]string{"jobs", "get", "9", "-o", "json"}, &loomv1.Job{}, f.Jobs[2]},
+		{[]string{"nodes", "list", "-o", "json"}, &loomv1.ListNodesResponse{}, &loomv1.ListNodesResponse{Nodes: f.Nodes}},
+		{[]string{"models", "list", "-o", "json"}, &loomv1.ListModelsResponse{}, &loomv1.ListModelsResponse{Models: f.Models}},
+		{[]string{"models", "list", "--versions", "demo-regressor", "-o", "json"}, &loomv1.ListModelVersionsResponse{}, &loomv1.ListModelVersionsResponse{Versions: f.Versions}},
 	}
 	for _, c := range cases {
 		out, errOut, code := run(t, gw, c.args...)
@@ -188,7 +189,7 @@ func TestClustersCreateShowsProgress(t *testing.T) {
 			t.Fatalf("line %d = %q, want prefix %q\n%s", i, lines[i], want[i], out)
 		}
 	}
-	req, ok := lastRequest[*loomv1.CreateClusterRequest](f)
+	req, ok := fakegw.LastRequest[*loomv1.CreateClusterRequest](f)
 	if !ok {
 		t.Fatal("no CreateCluster request")
 	}
@@ -208,11 +209,11 @@ func TestClustersCreateAsyncAndJSON(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	golden(t, out, "\nCreating cluster demo: operation projects/default/operations/op1\nFollow it with `loom clusters describe demo`.\n")
-	req, _ := lastRequest[*loomv1.CreateClusterRequest](f)
+	req, _ := fakegw.LastRequest[*loomv1.CreateClusterRequest](f)
 	if req.GetParent() != "projects/other" || req.GetClusterId() != "demo" {
 		t.Fatalf("full name in the file: request = %v", req)
 	}
-	if _, ok := lastRequest[*loomv1.GetOperationRequest](f); ok {
+	if _, ok := fakegw.LastRequest[*loomv1.GetOperationRequest](f); ok {
 		t.Fatal("--async polled the operation")
 	}
 
@@ -233,7 +234,7 @@ func TestClustersCreateAsyncAndJSON(t *testing.T) {
 func TestClustersCreateFailedOperation(t *testing.T) {
 	t.Parallel()
 	f, gw := newFakeGateway(t)
-	f.failOp = true
+	f.FailOperation = true
 	file := writeFile(t, "c.json", `{"name": "demo", "compute": {"nodePools": [{"id": "gpu", "nodeCount": 2}]}}`)
 	out, errOut, code := run(t, gw, "clusters", "create", "-f", file)
 	if code != 1 {
@@ -258,7 +259,7 @@ func TestClustersDelete(t *testing.T) {
 	if !strings.HasPrefix(out, "Deleting cluster demo (operation op2)\n  stopping 2 nodes\n") || !strings.Contains(out, "Cluster demo deleted (") {
 		t.Fatalf("output:\n%s", out)
 	}
-	req, _ := lastRequest[*loomv1.DeleteClusterRequest](f)
+	req, _ := fakegw.LastRequest[*loomv1.DeleteClusterRequest](f)
 	if req.GetName() != "projects/default/clusters/demo" || req.GetRequestId() == "" {
 		t.Fatalf("DeleteCluster request = %v", req)
 	}
@@ -271,7 +272,7 @@ func TestClustersDelete(t *testing.T) {
 func TestErrorsSayWhatToDo(t *testing.T) {
 	t.Parallel()
 	f, gw := newFakeGateway(t)
-	f.submitErr = status.Error(codes.InvalidArgument, "job.node_count: 4 is more than the cluster's 2 nodes; job.gpus_per_node: must be 0..0 on cluster demo")
+	f.SubmitErr = status.Error(codes.InvalidArgument, "job.node_count: 4 is more than the cluster's 2 nodes; job.gpus_per_node: must be 0..0 on cluster demo")
 	_, errOut, code := run(t, gw, "jobs", "submit", "--cluster", "demo", "--nodes", "4", "--", "true")
 	if code != 1 {
 		t.Fatalf("exit %d, want 1", code)
@@ -336,8 +337,8 @@ func TestJobsSubmitBuildsRequest(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	golden(t, out, "\nSubmitted job 10 (projects/default/jobs/10) on cluster demo\n")
-	req, _ := lastRequest[*loomv1.SubmitJobRequest](f)
+	golden(t, out, "\nSubmitted job 10 (projects/p2/jobs/10) on cluster demo\n")
+	req, _ := fakegw.LastRequest[*loomv1.SubmitJobRequest](f)
 	want := &loomv1.Job{
 		Cluster: "projects/p2/clusters/demo", DisplayName: "x", NodeCount: 2, GpusPerNode: 1,
 		Command:     []string{"python", "-u", "train.py", "--lr", "0.1"},
@@ -353,7 +354,7 @@ func TestJobsSubmitBuildsRequest(t *testing.T) {
 	if _, errOut, code := run(t, gw, "jobs", "submit", "--cluster", "projects/x/clusters/c", "--script", script); code != 0 {
 		t.Fatalf("script: exit %d: %s", code, errOut)
 	}
-	req, _ = lastRequest[*loomv1.SubmitJobRequest](f)
+	req, _ = fakegw.LastRequest[*loomv1.SubmitJobRequest](f)
 	if req.GetJob().GetScript() != "#!/bin/sh\necho $SLURM_PROCID\n" || len(req.GetJob().GetCommand()) != 0 ||
 		req.GetJob().GetCluster() != "projects/x/clusters/c" || req.GetJob().GetNodeCount() != 1 {
 		t.Fatalf("script request = %v", req)
@@ -369,7 +370,7 @@ func TestJobsSubmitWait(t *testing.T) {
 		j.State, j.StateReason, j.Nodes, j.ExitCode = s, reason, nodes, exit
 		return j
 	}
-	f.watch = []*loomv1.Job{
+	f.Watch = []*loomv1.Job{
 		state(loomv1.JobState_PENDING, "", nil, 0),
 		state(loomv1.JobState_PENDING, "Resources", nil, 0),
 		state(loomv1.JobState_PENDING, "Resources", nil, 0), // no change: not printed again
@@ -387,11 +388,11 @@ Submitted job 10 on cluster demo
   RUNNING on cpu-0001, cpu-0002
   COMPLETED (exit 0)
 `)
-	if req, _ := lastRequest[*loomv1.WatchJobRequest](f); req.GetName() != "projects/default/jobs/10" {
+	if req, _ := fakegw.LastRequest[*loomv1.WatchJobRequest](f); req.GetName() != "projects/default/jobs/10" {
 		t.Fatalf("WatchJob request = %v", req)
 	}
 
-	f.watch = []*loomv1.Job{state(loomv1.JobState_RUNNING, "", []string{"cpu-0001"}, 0), state(loomv1.JobState_FAILED, "", nil, 3)}
+	f.Watch = []*loomv1.Job{state(loomv1.JobState_RUNNING, "", []string{"cpu-0001"}, 0), state(loomv1.JobState_FAILED, "", nil, 3)}
 	out, errOut, code = run(t, gw, "jobs", "submit", "--cluster", "demo", "--wait", "--", "false")
 	if code != 1 || !strings.Contains(out, "FAILED (exit 3)") ||
 		!strings.Contains(errOut, "job 10 ended FAILED (exit 3); see its output with `loom jobs logs 10`") {
@@ -402,7 +403,7 @@ Submitted job 10 on cluster demo
 func TestJobsWatchLogsCancel(t *testing.T) {
 	t.Parallel()
 	f, gw := newFakeGateway(t)
-	f.watch = []*loomv1.Job{
+	f.Watch = []*loomv1.Job{
 		{Name: "projects/default/jobs/7", JobId: "7", State: loomv1.JobState_RUNNING, Nodes: []string{"gpu-0001"}},
 		{Name: "projects/default/jobs/7", JobId: "7", State: loomv1.JobState_CANCELLED, ExitCode: 143},
 	}
@@ -424,10 +425,13 @@ func TestJobsWatchLogsCancel(t *testing.T) {
 		t.Fatalf("logs: exit %d: %s", code, errOut)
 	}
 	golden(t, out, "\nepoch 1 loss 6.3\nepoch 2 loss 5.1\n")
-	if req, _ := lastRequest[*loomv1.ReadJobLogsRequest](f); req.GetName() != "projects/default/jobs/7" || !req.GetFollow() {
+	if req, _ := fakegw.LastRequest[*loomv1.ReadJobLogsRequest](f); req.GetName() != "projects/default/jobs/7" || !req.GetFollow() {
 		t.Fatalf("ReadJobLogs request = %v", req)
 	}
 
+	// Job 3 is pending: the gateway's answer shows it cancelled at once.
+	f.Jobs = append(f.Jobs, &loomv1.Job{Name: "projects/default/jobs/3", JobId: "3", Cluster: "projects/default/clusters/demo",
+		State: loomv1.JobState_PENDING})
 	for id, want := range map[string]string{
 		"3": "Job 3 cancelled\n",
 		"7": "Job 7: cancel requested (it was RUNNING on gpu-0001, gpu-0002); follow it with `loom jobs watch 7`\n",
@@ -441,7 +445,7 @@ func TestJobsWatchLogsCancel(t *testing.T) {
 			t.Errorf("cancel %s: %q, want %q", id, out, want)
 		}
 	}
-	if req, _ := lastRequest[*loomv1.CancelJobRequest](f); !strings.HasPrefix(req.GetName(), "projects/default/jobs/") ||
+	if req, _ := fakegw.LastRequest[*loomv1.CancelJobRequest](f); !strings.HasPrefix(req.GetName(), "projects/default/jobs/") ||
 		req.GetUser() == "" || req.GetUser() != slurmcli.UserName(os.Getenv) {
 		t.Fatalf("CancelJob request = %v; want it to name the caller (LOOM_USER, USER, else the account), as submit names the owner", req)
 	}
@@ -466,19 +470,19 @@ func TestListFilters(t *testing.T) {
 	t.Parallel()
 	f, gw := newFakeGateway(t)
 	run(t, gw, "nodes", "list")
-	if req, _ := lastRequest[*loomv1.ListNodesRequest](f); req.GetParent() != "projects/default/clusters/-" {
+	if req, _ := fakegw.LastRequest[*loomv1.ListNodesRequest](f); req.GetParent() != "projects/default/clusters/-" {
 		t.Fatalf("nodes list: parent %q", req.GetParent())
 	}
 	run(t, gw, "nodes", "list", "--cluster", "demo")
-	if req, _ := lastRequest[*loomv1.ListNodesRequest](f); req.GetParent() != "projects/default/clusters/demo" {
+	if req, _ := fakegw.LastRequest[*loomv1.ListNodesRequest](f); req.GetParent() != "projects/default/clusters/demo" {
 		t.Fatalf("nodes list --cluster: parent %q", req.GetParent())
 	}
 	run(t, gw, "jobs", "list", "--cluster", "demo")
-	if req, _ := lastRequest[*loomv1.ListJobsRequest](f); req.GetParent() != "projects/default" || req.GetCluster() != "projects/default/clusters/demo" {
+	if req, _ := fakegw.LastRequest[*loomv1.ListJobsRequest](f); req.GetParent() != "projects/default" || req.GetCluster() != "projects/default/clusters/demo" {
 		t.Fatalf("jobs list --cluster: %v", req)
 	}
 	run(t, gw, "models", "list", "--versions", "demo-regressor", "--project", "p")
-	if req, _ := lastRequest[*loomv1.ListModelVersionsRequest](f); req.GetParent() != "projects/p/models/demo-regressor" {
+	if req, _ := fakegw.LastRequest[*loomv1.ListModelVersionsRequest](f); req.GetParent() != "projects/p/models/demo-regressor" {
 		t.Fatalf("models list --versions: %v", req)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
 	"github.com/loom-ml/loom/cmd/loom/internal/slurmcli"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -83,7 +84,7 @@ func TestClustersDescribeCapsNodesNotReady(t *testing.T) {
 	f, gw := newFakeGateway(t)
 	for i := 0; i < maxNotReady+3; i++ {
 		h := fmt.Sprintf("gpu-%04d", 100+i)
-		f.nodes = append(f.nodes, &loomv1.Node{Cluster: "projects/default/clusters/demo", NodePool: "gpu", Hostname: h,
+		f.Nodes = append(f.Nodes, &loomv1.Node{Cluster: "projects/default/clusters/demo", NodePool: "gpu", Hostname: h,
 			State: loomv1.Node_PROVISIONING, CreateTime: ts(0)})
 	}
 	out, errOut, code := run(t, gw, "clusters", "describe", "demo")
@@ -164,7 +165,7 @@ func TestClustersUpdate(t *testing.T) {
 		!strings.HasPrefix(lines[len(lines)-1], "Cluster a3u is RUNNING: 2 of 2 nodes ready (") {
 		t.Fatalf("output:\n%s", out)
 	}
-	req, ok := lastRequest[*loomv1.UpdateClusterRequest](f)
+	req, ok := fakegw.LastRequest[*loomv1.UpdateClusterRequest](f)
 	if !ok {
 		t.Fatal("no UpdateCluster request")
 	}
@@ -213,7 +214,7 @@ func TestClustersResize(t *testing.T) {
 	if !strings.HasPrefix(out, "Resizing pool spot of cluster a3u from 2 to 1 node; the removed nodes drain first (operation op3)\n") {
 		t.Fatalf("output:\n%s", out)
 	}
-	req, _ := lastRequest[*loomv1.UpdateClusterRequest](f)
+	req, _ := fakegw.LastRequest[*loomv1.UpdateClusterRequest](f)
 	want := a3uCluster()
 	want.Status, want.CreateTime, want.UpdateTime = nil, nil, nil
 	want.Compute.NodePools[1].NodeCount = 1
@@ -261,20 +262,20 @@ NodeName=a3u-[0001-0004] Name=gpu Count=8
 ==> topology.conf <==
 BlockName=block-01 Nodes=a3u-[0001-0004]
 `)
-	if req, _ := lastRequest[*loomv1.GetSlurmConfigRequest](f); req.GetName() != "projects/default/clusters/a3u" {
+	if req, _ := fakegw.LastRequest[*loomv1.GetSlurmConfigRequest](f); req.GetName() != "projects/default/clusters/a3u" {
 		t.Fatalf("GetSlurmConfig request = %v", req)
 	}
 	out, _, code = run(t, gw, "clusters", "slurm-conf", "a3u", "--file", "gres")
-	if code != 0 || out != f.slurm.GetGresConf() {
+	if code != 0 || out != f.SlurmConfigs[a3uName].GetGresConf() {
 		t.Fatalf("--file gres: exit %d, %q", code, out)
 	}
 	out, _, code = run(t, gw, "clusters", "slurm-conf", "a3u", "--file", "topology.conf")
-	if code != 0 || out != f.slurm.GetTopologyConf()+"\n" {
+	if code != 0 || out != f.SlurmConfigs[a3uName].GetTopologyConf()+"\n" {
 		t.Fatalf("--file topology.conf: exit %d, %q", code, out)
 	}
 	out, _, code = run(t, gw, "clusters", "slurm-conf", "a3u", "-o", "json")
 	var sc loomv1.SlurmConfig
-	if code != 0 || protojson.Unmarshal([]byte(out), &sc) != nil || !proto.Equal(&sc, f.slurm) {
+	if code != 0 || protojson.Unmarshal([]byte(out), &sc) != nil || !proto.Equal(&sc, f.SlurmConfigs[a3uName]) {
 		t.Fatalf("-o json: exit %d, %q", code, out)
 	}
 	if _, errOut, code := run(t, gw, "clusters", "slurm-conf", "a3u", "--file", "cgroup"); code != 2 || !strings.Contains(errOut, "--file must be one of slurm, gres, topology") {
@@ -323,7 +324,7 @@ func TestReservationsAndCapacity(t *testing.T) {
 	if !strings.HasPrefix(out, "Reserving 2 × a4-highgpu-8g in us-east5-a as r2 (operation op4)\nReservation r2 holds 2 × a4-highgpu-8g in us-east5-a (") {
 		t.Fatalf("create output:\n%s", out)
 	}
-	req, _ := lastRequest[*loomv1.CreateReservationRequest](f)
+	req, _ := fakegw.LastRequest[*loomv1.CreateReservationRequest](f)
 	if req.GetParent() != "projects/default" || req.GetReservationId() != "r2" || req.GetRequestId() == "" ||
 		!proto.Equal(req.GetReservation(), &loomv1.Reservation{Zone: "us-east5-a", MachineType: "a4-highgpu-8g", Count: 2}) {
 		t.Fatalf("CreateReservation request = %v", req)
@@ -359,7 +360,7 @@ us-central1-a  a3-ultragpu-8g  SPOT         -            64     2       62
 	}
 	out, _, code = run(t, gw, "reservations", "list", "-o", "json")
 	var listResp loomv1.ListReservationsResponse
-	if code != 0 || protojson.Unmarshal([]byte(out), &listResp) != nil || !proto.Equal(listResp.GetReservations()[0], f.reservations[0]) {
+	if code != 0 || protojson.Unmarshal([]byte(out), &listResp) != nil || !proto.Equal(listResp.GetReservations()[0], f.Reservations[0]) {
 		t.Fatalf("reservations list -o json: exit %d, %q", code, out)
 	}
 
@@ -367,7 +368,7 @@ us-central1-a  a3-ultragpu-8g  SPOT         -            64     2       62
 	if code != 0 || !strings.Contains(out, "Reservation r3 deleted (") {
 		t.Fatalf("delete: exit %d, %q %q", code, out, errOut)
 	}
-	if req, _ := lastRequest[*loomv1.DeleteReservationRequest](f); req.GetName() != "projects/default/reservations/r3" {
+	if req, _ := fakegw.LastRequest[*loomv1.DeleteReservationRequest](f); req.GetName() != "projects/default/reservations/r3" {
 		t.Fatalf("DeleteReservation request = %v", req)
 	}
 	for _, bad := range []struct {
@@ -453,7 +454,7 @@ func TestSlurmCommandsReachTheGateway(t *testing.T) {
 		if code != 0 || out != "9 PENDING\n7 RUNNING\n" || errOut != "" {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, out, errOut)
 		}
-		req, _ := lastRequest[*loomv1.ListJobsRequest](f)
+		req, _ := fakegw.LastRequest[*loomv1.ListJobsRequest](f)
 		if req.GetParent() != "projects/default" || req.GetCluster() != "projects/default/clusters/demo" || !req.GetActiveOnly() {
 			t.Errorf("%q: ListJobs request %v", args, req)
 		}
@@ -476,7 +477,7 @@ func TestSlurmCommandsReachTheGateway(t *testing.T) {
 	if code != 0 || out != "10\n" || errOut != "" {
 		t.Fatalf("sbatch: exit %d, %q, %q", code, out, errOut)
 	}
-	sub, _ := lastRequest[*loomv1.SubmitJobRequest](f)
+	sub, _ := fakegw.LastRequest[*loomv1.SubmitJobRequest](f)
 	if j := sub.GetJob(); j.GetCluster() != "projects/default/clusters/demo" || j.GetScript() != script ||
 		j.GetDisplayName() != "hello" || j.GetTimeLimitSeconds() != 5 || sub.GetRequestId() == "" {
 		t.Errorf("SubmitJob request %v", sub)
@@ -512,12 +513,12 @@ func TestClustersLogin(t *testing.T) {
 	if err := os.WriteFile(conf, []byte("ClusterName=lt\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	f.clusters = append(f.clusters,
+	f.Clusters = append(f.Clusters,
 		&loomv1.Cluster{Name: "projects/default/clusters/lt", Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, HomeDir: home, LoginNode: "lt-login-001"}},
 		&loomv1.Cluster{Name: "projects/default/clusters/far", Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, HomeDir: "/nonexistent/far/home"}},
 		&loomv1.Cluster{Name: "projects/default/clusters/new", Status: &loomv1.ClusterStatus{State: loomv1.Cluster_CREATING}},
 	)
-	f.nodes = append(f.nodes, &loomv1.Node{Name: "projects/default/clusters/lt/nodes/lt-0001", Cluster: "projects/default/clusters/lt",
+	f.Nodes = append(f.Nodes, &loomv1.Node{Name: "projects/default/clusters/lt/nodes/lt-0001", Cluster: "projects/default/clusters/lt",
 		Hostname: "lt-0001", State: loomv1.Node_READY, Role: "compute"})
 	// Another cluster's SLURM_CONF does not leak into the login shell.
 	env := loginEnv([]string{"SLURM_CONF=/etc/slurm/other.conf", "PATH=/bin", "A=1=2"}, map[string]string{"SLURM_CONF": "", "PATH": "/links:/bin"})
@@ -545,7 +546,7 @@ sinfo -N; echo "sinfo exit $?"`
 	}
 	// The sinfo link ran `loom slurm sinfo` against this gateway, for the
 	// login's cluster.
-	if req, ok := lastRequest[*loomv1.ListSlurmNodesRequest](f); !ok || req.GetCluster() != "projects/default/clusters/lt" {
+	if req, ok := fakegw.LastRequest[*loomv1.ListSlurmNodesRequest](f); !ok || req.GetCluster() != "projects/default/clusters/lt" {
 		t.Fatalf("ListSlurmNodes request %v (sent: %v): the sinfo link did not ask this gateway about cluster lt", req, ok)
 	}
 
@@ -598,7 +599,7 @@ func TestClustersLoginEnvironment(t *testing.T) {
 	t.Parallel()
 	f, gw := newFakeGateway(t)
 	shared := t.TempDir()
-	f.clusters = append(f.clusters, &loomv1.Cluster{Name: "projects/default/clusters/le",
+	f.Clusters = append(f.Clusters, &loomv1.Cluster{Name: "projects/default/clusters/le",
 		Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, HomeDir: shared, LoginNode: "le-login-001"}})
 	passwd := writeFile(t, "passwd", "root:x:0:0:root:/root:/bin/bash\nalice:x:1234:1234:Alice:/home/alice:/bin/zsh\n")
 	login := func(environ []string, args ...string) (string, string, int) {

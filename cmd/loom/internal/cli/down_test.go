@@ -3,8 +3,11 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -68,6 +71,11 @@ func upWithCluster(t *testing.T, dir string, args ...string) string {
 	cli := liveCLI{t: t, gw: addr}
 	cli.ok("clusters", "create", "-f", writeFile(t, "c.json",
 		`{"name": "down", "compute": {"node_pools": [{"id": "cpu", "machine_type": "n2-standard-8", "node_count": 1}]}}`))
+	// While it runs, `loom down` refuses and says what to do.
+	if _, downErr, downCode := run(t, "127.0.0.1:1", "down", "--data-dir", dir); downCode != 1 ||
+		!strings.Contains(downErr, fmt.Sprintf("`loom up` (pid %d) is still running with data dir %s: stop it first with Ctrl-C", os.Getpid(), dir)) {
+		t.Fatalf("loom down while loom up runs: exit %d, %q; want 1 and the refusal", downCode, downErr)
+	}
 	cancel() // Ctrl-C
 	select {
 	case c := <-code:
@@ -77,7 +85,60 @@ func upWithCluster(t *testing.T, dir string, args ...string) string {
 	case <-time.After(time.Minute):
 		t.Fatal("loom up did not stop after Ctrl-C")
 	}
+	if _, err := os.Stat(upPIDFile(dir)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("loom up left its pidfile behind (%v)", err)
+	}
 	return out.String()
+}
+
+// TestDownRefusesWhileUpHoldsTheDataDir: a data dir whose `loom up`
+// pidfile names a live process (a real one, not this test) is held: `loom
+// down` and another `loom up` refuse. Once that process has exited, or
+// when the pid is alive but started at another time (reused), the file
+// holds nothing.
+func TestDownRefusesWhileUpHoldsTheDataDir(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	holder := exec.Command("sleep", "60")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Process.Kill(); _ = holder.Wait() })
+	start, ok := proc.StartTime(holder.Process.Pid)
+	if !ok {
+		t.Fatal("the holder does not run")
+	}
+	if err := proc.WritePIDFile(upPIDFile(dir), holder.Process.Pid, start); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := run(t, "127.0.0.1:1", "down", "--data-dir", dir)
+	want := fmt.Sprintf("`loom up` (pid %d) is still running with data dir %s: stop it first with Ctrl-C in its terminal, then run `loom down --data-dir %s` again", holder.Process.Pid, dir, dir)
+	if code != 1 || !strings.Contains(errOut, want) {
+		t.Fatalf("loom down: exit %d, %q; want 1 and %q", code, errOut, want)
+	}
+	if _, errOut, code := run(t, "127.0.0.1:1", "up", "--data-dir", dir); code != 1 ||
+		!strings.Contains(errOut, fmt.Sprintf("another `loom up` (pid %d) is running with data dir %s", holder.Process.Pid, dir)) {
+		t.Fatalf("a second loom up: exit %d, %q", code, errOut)
+	}
+
+	// The pid of a live process, with another start time: not the holder.
+	self, _ := proc.StartTime(os.Getpid())
+	if err := proc.WritePIDFile(upPIDFile(dir), os.Getpid(), self+1); err != nil {
+		t.Fatal(err)
+	}
+	if stdout, errOut, code := run(t, "127.0.0.1:1", "down", "--data-dir", dir); code != 0 || stdout != "No node agents of "+dir+" are running.\n" {
+		t.Fatalf("loom down with a reused pid in the pidfile: exit %d, %q %q", code, stdout, errOut)
+	}
+
+	// The holder gone, its pidfile left behind (a killed loom up).
+	if err := proc.WritePIDFile(upPIDFile(dir), holder.Process.Pid, start); err != nil {
+		t.Fatal(err)
+	}
+	_ = holder.Process.Kill()
+	_ = holder.Wait()
+	if stdout, errOut, code := run(t, "127.0.0.1:1", "down", "--data-dir", dir); code != 0 || stdout != "No node agents of "+dir+" are running.\n" {
+		t.Fatalf("loom down after the holder exited: exit %d, %q %q", code, stdout, errOut)
+	}
 }
 
 // TestUpLeavesAgentsAndDownEndsThem: Ctrl-C on `loom up` stops the

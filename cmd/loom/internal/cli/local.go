@@ -19,6 +19,7 @@ import (
 	"github.com/loom-ml/loom/cmd/loom/internal/trainer"
 	"github.com/loom-ml/loom/cmd/loom/stack"
 	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/proc"
 )
 
 // defaultDataDir is LOOM_DATA_DIR, else ~/.loom.
@@ -58,8 +59,19 @@ them when Loom stops instead.`,
 			ctx := cmd.Context()
 			errOut := cmd.ErrOrStderr()
 			log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			abs, err := filepath.Abs(dataDir)
+			if err != nil {
+				return fmt.Errorf("data dir: %w", err)
+			}
+			// The pidfile tells `loom down` (and another `loom up`) that
+			// this one runs with the data dir.
+			release, err := holdDataDir(abs)
+			if err != nil {
+				return err
+			}
+			defer release()
 			st, err := stack.Start(ctx, stack.Options{
-				DataDir:  dataDir,
+				DataDir:  abs,
 				Addrs:    a.upAddrs(),
 				LogLevel: logLevel,
 				Log:      log,
@@ -141,8 +153,9 @@ left running when it stopped, with the jobs they run: each gets SIGTERM,
 stops its jobs (SIGTERM, SIGKILL after its kill grace) and exits; one still
 running after --grace is killed. Agents are found by the pidfiles in their
 node directories and checked to be the processes those name, so no other
-process is ever signalled. Stop "loom up" first: while it runs, it starts
-them again.`,
+process is ever signalled. Stop "loom up" first: while it runs (its pidfile
+in the data directory names a live process) "loom down" refuses, since
+"loom up" would start them again.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if grace <= 0 {
@@ -154,6 +167,11 @@ them again.`,
 			}
 			if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
 				return fmt.Errorf("%s is not a Loom data directory (not a directory); give the one `loom up` used with --data-dir", abs)
+			}
+			// A running `loom up` would start the agents again, and has
+			// jobs it runs through them: it stops first.
+			if pid, ok := runningUp(abs); ok {
+				return fmt.Errorf("`loom up` (pid %d) is still running with data dir %s: stop it first with Ctrl-C in its terminal, then run `loom down%s` again", pid, abs, dataDirFlag(abs))
 			}
 			stopped, err := stack.StopAgents(cmd.Context(), abs, grace, nil)
 			for _, ag := range stopped {
@@ -173,6 +191,41 @@ them again.`,
 	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "the data directory of the `loom up` that started them (LOOM_DATA_DIR)")
 	cmd.Flags().DurationVar(&grace, "grace", 15*time.Second, "how long an agent gets to stop its jobs and exit before it is killed")
 	return cmd
+}
+
+// upPIDFile is where a running `loom up` records itself in its data
+// directory: its pid and start time (proc.WritePIDFile), removed when it
+// exits.
+func upPIDFile(dataDir string) string { return filepath.Join(dataDir, "loom-up.pid") }
+
+// runningUp returns the pid of the `loom up` that holds dataDir, and
+// whether one does: its pidfile names a process that runs and started when
+// the file says, so a stale file (a killed `loom up`, a pid since reused)
+// holds nothing.
+func runningUp(dataDir string) (int, bool) {
+	pid, start, err := proc.ReadPIDFile(upPIDFile(dataDir))
+	if err != nil {
+		return 0, false
+	}
+	return pid, proc.Alive(pid, start)
+}
+
+// holdDataDir records this process as dataDir's `loom up` and returns what
+// removes the record. It refuses while another live `loom up` holds it:
+// two would share (and fight over) one store of clusters and agents.
+func holdDataDir(dataDir string) (release func(), err error) {
+	if pid, ok := runningUp(dataDir); ok {
+		return nil, fmt.Errorf("another `loom up` (pid %d) is running with data dir %s; stop it first (Ctrl-C in its terminal)", pid, dataDir)
+	}
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	path := upPIDFile(dataDir)
+	start, _ := proc.StartTime(os.Getpid())
+	if err := proc.WritePIDFile(path, os.Getpid(), start); err != nil {
+		return nil, fmt.Errorf("record this loom up in %s: %w", dataDir, err)
+	}
+	return func() { _ = os.Remove(path) }, nil
 }
 
 func (a *app) agentCommand() *cobra.Command {

@@ -14,17 +14,18 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 // The real Slurm 22.05 output in shared/design/SLURM.md, reproduced.
 func TestMatchesRealSlurmSamples(t *testing.T) {
 	t.Parallel()
-	f := &fakeGateway{
-		jobs: []*loomv1.Job{{Name: "projects/default/jobs/126", JobId: "126", Cluster: demoCluster, DisplayName: "(null)",
+	f := &fakegw.Gateway{
+		Jobs: []*loomv1.Job{{Name: "projects/default/jobs/126", JobId: "126", Cluster: demoCluster, DisplayName: "(null)",
 			User: "root", Partition: "debug", State: loomv1.JobState_PENDING, StateReason: "Resources"}},
-		partitions: []*loomv1.Partition{{Name: "debug", Default: true, State: "up", MaxTime: "UNLIMITED", Nodes: []string{"localhost"}}},
-		nodes:      []*loomv1.SlurmNode{{Hostname: "localhost", State: loomv1.SlurmNode_IDLE, Partitions: []string{"debug"}}},
+		Partitions: []*loomv1.Partition{{Name: "debug", Default: true, State: "up", MaxTime: "UNLIMITED", Nodes: []string{"localhost"}}},
+		SlurmNodes: []*loomv1.SlurmNode{{Hostname: "localhost", State: loomv1.SlurmNode_IDLE, Partitions: []string{"debug"}}},
 	}
 	_, out, _ := run(t, f, "squeue", Env{})
 	want := "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)\n" +
@@ -77,7 +78,7 @@ func TestSqueueFiltersAndErrors(t *testing.T) {
 	// The default lists only active jobs, and asks the gateway for them.
 	f := fixture()
 	run(t, f, "squeue", Env{})
-	if r := f.listReqs[0]; !r.GetActiveOnly() || r.GetCluster() != demoCluster || r.GetParent() != "projects/default" {
+	if r := fakegw.Requests[*loomv1.ListJobsRequest](f)[0]; !r.GetActiveOnly() || r.GetCluster() != demoCluster || r.GetParent() != "projects/default" {
 		t.Errorf("ListJobs request = %v", r)
 	}
 
@@ -133,8 +134,8 @@ func TestSinfoOptions(t *testing.T) {
 	}
 	// A node-oriented listing widens NODELIST for long names.
 	f := fixture()
-	f.nodes[0].Hostname = "a-very-long-node-name-01"
-	f.partitions[0].Nodes[0] = "a-very-long-node-name-01"
+	f.SlurmNodes[0].Hostname = "a-very-long-node-name-01"
+	f.Partitions[0].Nodes[0] = "a-very-long-node-name-01"
 	_, out, _ = run(t, f, "sinfo", Env{}, "-N")
 	if !strings.HasPrefix(out, "NODELIST                  NODES PARTITION STATE \na-very-long-node-name-01      1      gpu* alloc \n") {
 		t.Errorf("sinfo -N wide: %q", out)
@@ -173,9 +174,9 @@ func TestSacctOptions(t *testing.T) {
 
 func TestScancel(t *testing.T) {
 	t.Parallel()
-	cancelled := func(f *fakeGateway) []string {
+	cancelled := func(f *fakegw.Gateway) []string {
 		var out []string
-		for _, c := range f.cancels {
+		for _, c := range fakegw.Requests[*loomv1.CancelJobRequest](f) {
 			scope := ""
 			if c.GetBatch() {
 				scope += "+b"
@@ -246,14 +247,14 @@ func TestScontrolActions(t *testing.T) {
 		}
 	}
 	var got []string
-	for _, u := range f.updates {
+	for _, u := range fakegw.Requests[*loomv1.UpdateJobRequest](f) {
 		got = append(got, u.GetAction()+":"+shortName(u.GetName()))
 	}
 	want := []string{"hold:13", "hold:14", "release:14", "requeue:12", "requeue:12", "hold:12", "uhold:13"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("updates = %v, want %v", got, want)
 	}
-	for _, u := range f.updates {
+	for _, u := range fakegw.Requests[*loomv1.UpdateJobRequest](f) {
 		if u.GetUser() != "alice" {
 			t.Errorf("update %v does not name its caller alice", u)
 		}
@@ -261,7 +262,7 @@ func TestScontrolActions(t *testing.T) {
 
 	// Another user's job: Slurm's refusal, for scontrol and scancel.
 	f = fixture()
-	f.denyOthers = true
+	f.DenyOthers = true
 	if code, _, errOut := run(t, f, "scontrol", Env{}, "release", "13"); code != 1 || errOut != "Access/permission denied for job 13\n" {
 		t.Errorf("scontrol release of bob's job: %d %q", code, errOut)
 	}
@@ -269,8 +270,8 @@ func TestScontrolActions(t *testing.T) {
 		!strings.Contains(errOut, "scancel: error: Kill job error on job id 13: Access/permission denied") {
 		t.Errorf("scancel of bob's job: %d %q", code, errOut)
 	}
-	if len(f.cancels) != 1 || f.cancels[0].GetUser() != "alice" {
-		t.Errorf("cancel requests %v; want one from alice", f.cancels)
+	if cs := fakegw.Requests[*loomv1.CancelJobRequest](f); len(cs) != 1 || cs[0].GetUser() != "alice" {
+		t.Errorf("cancel requests %v; want one from alice", cs)
 	}
 
 	f = fixture()
@@ -285,7 +286,7 @@ func TestScontrolActions(t *testing.T) {
 		}
 	}
 	got = nil
-	for _, u := range f.updates {
+	for _, u := range fakegw.Requests[*loomv1.UpdateJobRequest](f) {
 		got = append(got, u.GetAction()+":"+shortName(u.GetName())+":"+u.GetPartition()+":"+formatDuration(u.GetTimeLimitSeconds()))
 	}
 	want = []string{"update:12::03:00:00", "update:13:debug:00:00:00", "update:12::02:30:00", "update:12:gpu:01:00:00"}
@@ -295,12 +296,14 @@ func TestScontrolActions(t *testing.T) {
 
 	f = fixture()
 	code, _, errOut := run(t, f, "scontrol", Env{User: "ops"}, "update", "NodeName=gpu-[0001-0002]", "State=DRAIN", "Reason=disk swap")
-	if code != 0 || len(f.nodeUpdate) != 2 || f.nodeUpdate[1].GetHostname() != "gpu-0002" || f.nodeUpdate[0].GetState() != "DRAIN" ||
-		f.nodeUpdate[0].GetReason() != "disk swap" || f.nodeUpdate[0].GetCluster() != demoCluster || f.nodeUpdate[0].GetUser() != "ops" {
-		t.Errorf("drain: %d %q %v", code, errOut, f.nodeUpdate)
+	nu := fakegw.Requests[*loomv1.UpdateSlurmNodeRequest](f)
+	if code != 0 || len(nu) != 2 || nu[1].GetHostname() != "gpu-0002" || nu[0].GetState() != "DRAIN" ||
+		nu[0].GetReason() != "disk swap" || nu[0].GetCluster() != demoCluster || nu[0].GetUser() != "ops" {
+		t.Errorf("drain: %d %q %v", code, errOut, nu)
 	}
-	if code, _, _ := run(t, f, "scontrol", Env{}, "update", "nodename=gpu-0004", "state=resume"); code != 0 || f.nodeUpdate[2].GetState() != "RESUME" {
-		t.Errorf("resume: %d %v", code, f.nodeUpdate)
+	code, _, _ = run(t, f, "scontrol", Env{}, "update", "nodename=gpu-0004", "state=resume")
+	if nu = fakegw.Requests[*loomv1.UpdateSlurmNodeRequest](f); code != 0 || nu[2].GetState() != "RESUME" {
+		t.Errorf("resume: %d %v", code, nu)
 	}
 
 	for _, tc := range []struct {
@@ -380,7 +383,7 @@ func TestSrun(t *testing.T) {
 	in := func() io.Reader { return strings.NewReader("") }
 	alloc := map[string]string{"SLURM_JOB_ID": "12", "SLURM_JOB_NODELIST": "gpu-0001", "SLURM_NNODES": "1",
 		"SLURM_NTASKS": "3", "PATH": os.Getenv("PATH"), "HOME": dir}
-	code, out, errOut := run(t, &fakeGateway{}, "srun", Env{Cwd: dir, Environ: alloc, Stdin: in()}, "-l", "sh", "-c", `echo "$SLURM_PROCID/$SLURM_LOCALID/$SLURM_NTASKS/$SLURM_JOB_ID"`)
+	code, out, errOut := run(t, &fakegw.Gateway{}, "srun", Env{Cwd: dir, Environ: alloc, Stdin: in()}, "-l", "sh", "-c", `echo "$SLURM_PROCID/$SLURM_LOCALID/$SLURM_NTASKS/$SLURM_JOB_ID"`)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	sort.Strings(lines)
 	if code != 0 || errOut != "" || !reflect.DeepEqual(lines, []string{"0: 0/0/3/12", "1: 1/1/3/12", "2: 2/2/3/12"}) {
@@ -391,21 +394,21 @@ func TestSrun(t *testing.T) {
 	if err := os.WriteFile(script, []byte("#!/bin/sh\n[ \"$SLURM_PROCID\" = 1 ] && exit 7\nexit 0\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	code, _, errOut = run(t, &fakeGateway{}, "srun", Env{Cwd: dir, Environ: alloc, Stdin: in()}, "-n", "2", "./fail.sh")
+	code, _, errOut = run(t, &fakegw.Gateway{}, "srun", Env{Cwd: dir, Environ: alloc, Stdin: in()}, "-n", "2", "./fail.sh")
 	if code != 7 || errOut != "srun: error: gpu-0001: task 1: Exited with exit code 7\n" {
 		t.Errorf("srun exit: %d %q", code, errOut)
 	}
 	multi := mergeMaps(alloc, map[string]string{"SLURM_JOB_NODELIST": "gpu-[0001-0002]", "SLURM_NNODES": "2"})
-	code, _, errOut = run(t, &fakeGateway{}, "srun", Env{Cwd: dir, Environ: multi, Stdin: in()}, "hostname")
+	code, _, errOut = run(t, &fakegw.Gateway{}, "srun", Env{Cwd: dir, Environ: multi, Stdin: in()}, "hostname")
 	// A multi-node step is the gateway's to start, input or not (srunsteps_test.go).
 	if code != 1 || !strings.HasPrefix(errOut, "srun: error: Unable to create step for job 12: this Loom gateway does not serve it yet") {
 		t.Errorf("multi-node: %d %q", code, errOut)
 	}
-	code, out, _ = run(t, &fakeGateway{}, "srun", Env{Cwd: dir, Environ: multi, Stdin: in()}, "-N1", "-n1", "sh", "-c", "echo $SLURM_STEP_NUM_NODES")
+	code, out, _ = run(t, &fakegw.Gateway{}, "srun", Env{Cwd: dir, Environ: multi, Stdin: in()}, "-N1", "-n1", "sh", "-c", "echo $SLURM_STEP_NUM_NODES")
 	if code != 0 || out != "1\n" {
 		t.Errorf("srun -N1 in a multi-node allocation: %d %q", code, out)
 	}
-	code, _, errOut = run(t, &fakeGateway{}, "srun", Env{Cwd: dir, Environ: alloc, Stdin: in()}, "no-such-command-xyz")
+	code, _, errOut = run(t, &fakegw.Gateway{}, "srun", Env{Cwd: dir, Environ: alloc, Stdin: in()}, "no-such-command-xyz")
 	if code != 1 || errOut != "srun: error: no-such-command-xyz: command not found\n" {
 		t.Errorf("missing command: %d %q", code, errOut)
 	}
@@ -413,12 +416,12 @@ func TestSrun(t *testing.T) {
 
 func TestMainDispatch(t *testing.T) {
 	t.Parallel()
-	code, _, errOut := run(t, &fakeGateway{}, "sbatchx", Env{})
+	code, _, errOut := run(t, &fakegw.Gateway{}, "sbatchx", Env{})
 	if code != 2 || !strings.Contains(errOut, `"sbatchx" is not a Slurm command`) {
 		t.Errorf("unknown command: %d %q", code, errOut)
 	}
 	for _, name := range Commands {
-		code, out, _ := run(t, &fakeGateway{}, name, Env{}, "--version")
+		code, out, _ := run(t, &fakegw.Gateway{}, name, Env{}, "--version")
 		if code != 0 || out != Version+"\n" {
 			t.Errorf("%s --version: %d %q", name, code, out)
 		}
@@ -457,7 +460,7 @@ func TestSqueueArrayWithoutParent(t *testing.T) {
 		return &loomv1.Job{Name: "projects/default/jobs/" + id, JobId: id, Cluster: demoCluster, DisplayName: "a",
 			User: "alice", Partition: "gpu", State: st, ArrayJobId: "30", ArrayTaskId: n, StateReason: "Priority"}
 	}
-	f := &fakeGateway{jobs: []*loomv1.Job{
+	f := &fakegw.Gateway{Jobs: []*loomv1.Job{
 		task("30", 0, loomv1.JobState_RUNNING), task("31", 1, loomv1.JobState_PENDING),
 		task("32", 2, loomv1.JobState_PENDING), task("33", 3, loomv1.JobState_PENDING),
 	}}

@@ -1,16 +1,54 @@
 package slurmcli
 
 import (
+	"bytes"
+	"context"
+	"testing"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
+// testNow is the fixed clock of the output tests (UTC); ago(d) is d
+// before it.
+var testNow, ago = fakegw.TestNow, fakegw.Ago
+
+const demoCluster = "projects/default/clusters/demo"
+
+// run runs one command against f (served for this run) and returns its
+// exit status and output.
+func run(t *testing.T, f *fakegw.Gateway, name string, env Env, args ...string) (int, string, string) {
+	t.Helper()
+	env.Conn = f.Dial(t)
+	if env.Project == "" {
+		env.Project = "default"
+	}
+	if env.Cluster == "" {
+		env.Cluster = "demo"
+	}
+	if env.User == "" {
+		env.User = "alice"
+	}
+	if env.Now == nil {
+		env.Now = func() time.Time { return testNow }
+	}
+	if env.Location == nil {
+		env.Location = time.UTC
+	}
+	if env.CallTimeout == 0 {
+		env.CallTimeout = 10 * time.Second
+	}
+	var out, errb bytes.Buffer
+	code := Main(context.Background(), name, args, env, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
 // fixture is a small cluster with jobs in every interesting state, as the
 // scheduler would report them.
-func fixture() *fakeGateway {
+func fixture() *fakegw.Gateway {
 	yes := true
 	job := func(id, name, user, part string, st loomv1.JobState) *loomv1.Job {
 		return &loomv1.Job{Name: "projects/default/jobs/" + id, JobId: id, Cluster: demoCluster, DisplayName: name,
@@ -60,21 +98,21 @@ func fixture() *fakeGateway {
 	}
 	drained := node("gpu-0004", loomv1.SlurmNode_DRAINED, 0, "gpu")
 	drained.Reason, drained.ReasonUser, drained.ReasonTime = "bad gpu", "alice", ago(2*time.Hour)
-	return &fakeGateway{
-		jobs: []*loomv1.Job{old, done, failed, running, pending, held, array, task0, other},
-		partitions: []*loomv1.Partition{
+	return &fakegw.Gateway{
+		Jobs: []*loomv1.Job{old, done, failed, running, pending, held, array, task0, other},
+		Partitions: []*loomv1.Partition{
 			{Name: "gpu", Cluster: demoCluster, Default: true, State: "up", MaxTime: "UNLIMITED", PriorityTier: 1,
 				Nodes: []string{"gpu-0001", "gpu-0002", "gpu-0003", "gpu-0004"}, TotalGpus: 32, AllocGpus: 24},
 			{Name: "debug", Cluster: demoCluster, State: "up", MaxTime: "1:00:00", PriorityTier: 10,
 				Nodes: []string{"gpu-0003"}, TotalGpus: 8},
 		},
-		nodes: []*loomv1.SlurmNode{
+		SlurmNodes: []*loomv1.SlurmNode{
 			node("gpu-0001", loomv1.SlurmNode_ALLOCATED, 8, "gpu"),
 			node("gpu-0002", loomv1.SlurmNode_ALLOCATED, 8, "gpu"),
 			node("gpu-0003", loomv1.SlurmNode_MIXED, 1, "gpu", "debug"),
 			drained,
 		},
-		clusters: []*loomv1.Cluster{{Name: demoCluster}, {Name: "projects/default/clusters/other"}},
+		Clusters: []*loomv1.Cluster{{Name: demoCluster}, {Name: "projects/default/clusters/other"}},
 	}
 }
 

@@ -6,18 +6,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 // bigFixture is the fixture plus 25 pending jobs of alice's (ids 100..124)
 // with 200 KB of environment each: 5 MB, more than one gRPC message holds.
-func bigFixture() (*fakeGateway, []string) {
+func bigFixture() (*fakegw.Gateway, []string) {
 	f := fixture()
 	big := strings.Repeat("e", 200<<10)
 	var ids []string
 	for i := range 25 {
 		id := strconv.Itoa(100 + i)
-		f.jobs = append(f.jobs, &loomv1.Job{Name: "projects/default/jobs/" + id, JobId: id, Cluster: demoCluster,
+		f.Jobs = append(f.Jobs, &loomv1.Job{Name: "projects/default/jobs/" + id, JobId: id, Cluster: demoCluster,
 			DisplayName: "big", User: "alice", Partition: "gpu", State: loomv1.JobState_PENDING, StateReason: "JobHeldUser",
 			NodeCount: 1, SubmitTime: ago(time.Hour), Env: map[string]string{"BIG": big}})
 		ids = append(ids, id)
@@ -59,10 +60,8 @@ func TestSlurmCommandsPageThroughBigLists(t *testing.T) {
 			if got := tc.rows(out); strings.Join(got, " ") != strings.Join(want, " ") {
 				t.Fatalf("%s %v listed %v, want every big job: %v", tc.name, tc.args, got, want)
 			}
-			f.mu.Lock()
-			defer f.mu.Unlock()
 			paged := 0
-			for _, r := range f.listReqs {
+			for _, r := range fakegw.Requests[*loomv1.ListJobsRequest](f) {
 				if r.GetPageToken() != "" {
 					paged++
 				}

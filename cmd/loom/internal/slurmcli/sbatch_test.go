@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -335,12 +336,12 @@ func TestSbatchCommand(t *testing.T) {
 	}
 	env := Env{Cwd: dir, Environ: map[string]string{"PATH": "/usr/bin", "USER": "ignored"}}
 
-	f := &fakeGateway{}
+	f := &fakegw.Gateway{}
 	code, out, errOut := run(t, f, "sbatch", env, "train.sh")
 	if code != 0 || out != "Submitted batch job 1\n" || errOut != "" {
 		t.Fatalf("sbatch = %d %q %q", code, out, errOut)
 	}
-	req := f.submitted[0]
+	req := submitted(f)[0]
 	j := req.GetJob()
 	if req.GetParent() != "projects/default" || req.GetRequestId() == "" || j.GetCluster() != demoCluster ||
 		j.GetNodeCount() != 2 || j.GetGpusPerNode() != 8 || j.GetUser() != "alice" || j.GetSubmitDir() != dir ||
@@ -352,34 +353,35 @@ func TestSbatchCommand(t *testing.T) {
 	}
 
 	code, out, _ = run(t, f, "sbatch", env, "--parsable", "-J", "named", "train.sh")
-	if code != 0 || out != "2\n" || f.submitted[1].GetJob().GetDisplayName() != "named" {
+	if code != 0 || out != "2\n" || submitted(f)[1].GetJob().GetDisplayName() != "named" {
 		t.Errorf("--parsable = %d %q", code, out)
 	}
 
 	// An --array past the server's MaxArraySize: Slurm's refusal, then
 	// which limit it passed; the client itself checks only the syntax.
-	fa := &fakeGateway{maxArraySize: 1001}
+	// (The gateway was sent the refused request: its Jobs say what it took.)
+	fa := &fakegw.Gateway{MaxArraySize: 1001}
 	code, out, errOut = run(t, fa, "sbatch", env, "--array=0-1999", "train.sh")
-	if code == 0 || out != "" || len(fa.submitted) != 0 || !strings.HasPrefix(errOut,
+	if code == 0 || out != "" || len(fa.Jobs) != 0 || !strings.HasPrefix(errOut,
 		"sbatch: error: Batch job submission failed: Invalid job array specification (job.array: \"0-1999\": task id 1999 is not below MaxArraySize 1001 (task ids are 0-1000))") {
-		t.Errorf("--array=0-1999: %d %q %q, %d submitted", code, out, errOut, len(fa.submitted))
+		t.Errorf("--array=0-1999: %d %q %q, %d submitted", code, out, errOut, len(fa.Jobs))
 	}
-	if code, _, errOut = run(t, fa, "sbatch", env, "--array=0-1000%4", "train.sh"); code != 0 || len(fa.submitted) != 1 {
+	if code, _, errOut = run(t, fa, "sbatch", env, "--array=0-1000%4", "train.sh"); code != 0 || len(fa.Jobs) != 1 {
 		t.Errorf("--array=0-1000%%4 (MaxArraySize 1001): %d %q", code, errOut)
 	}
 
 	// Refused: nothing is submitted.
-	f2 := &fakeGateway{}
+	f2 := &fakegw.Gateway{}
 	code, out, errOut = run(t, f2, "sbatch", env, "--time=forever", "train.sh")
-	if code != 255 || out != "" || !strings.HasPrefix(errOut, "sbatch: error: Invalid --time specification") || len(f2.submitted) != 0 {
-		t.Errorf("bad --time: %d %q %q, %d submitted", code, out, errOut, len(f2.submitted))
+	if code != 255 || out != "" || !strings.HasPrefix(errOut, "sbatch: error: Invalid --time specification") || len(submitted(f2)) != 0 {
+		t.Errorf("bad --time: %d %q %q, %d submitted", code, out, errOut, len(submitted(f2)))
 	}
 	code, _, errOut = run(t, f2, "sbatch", env, "--frobnicate", "train.sh")
-	if code != 255 || errOut != "sbatch: unrecognized option '--frobnicate'\nTry \"sbatch --help\" for more information\n" || len(f2.submitted) != 0 {
+	if code != 255 || errOut != "sbatch: unrecognized option '--frobnicate'\nTry \"sbatch --help\" for more information\n" || len(submitted(f2)) != 0 {
 		t.Errorf("unknown option: %d %q", code, errOut)
 	}
 	code, _, errOut = run(t, f2, "sbatch", env, "missing.sh")
-	if code != 1 || errOut != "sbatch: error: Unable to open file missing.sh\n" || len(f2.submitted) != 0 {
+	if code != 1 || errOut != "sbatch: error: Unable to open file missing.sh\n" || len(submitted(f2)) != 0 {
 		t.Errorf("missing script: %d %q", code, errOut)
 	}
 
@@ -388,35 +390,40 @@ func TestSbatchCommand(t *testing.T) {
 	env2.Stdin = strings.NewReader("#!/bin/sh\n#SBATCH --mail-type=ALL\nhostname\n")
 	code, out, errOut = run(t, f2, "sbatch", env2, "-M", "other")
 	if code != 0 || out != "Submitted batch job 1\n" || errOut != "sbatch: warning: --mail-type is not supported by Loom and is ignored\n" ||
-		f2.submitted[0].GetJob().GetCluster() != "projects/default/clusters/other" || f2.submitted[0].GetJob().GetDisplayName() != "sbatch" {
-		t.Errorf("stdin: %d %q %q %v", code, out, errOut, f2.submitted)
+		submitted(f2)[0].GetJob().GetCluster() != "projects/default/clusters/other" || submitted(f2)[0].GetJob().GetDisplayName() != "sbatch" {
+		t.Errorf("stdin: %d %q %q %v", code, out, errOut, submitted(f2))
 	}
 
 	// --wait exits with the job's exit code (the fake job fails with 3).
-	code, out, _ = run(t, &fakeGateway{}, "sbatch", env, "--wait", "--wrap=false")
+	code, out, _ = run(t, &fakegw.Gateway{}, "sbatch", env, "--wait", "--wrap=false")
 	if code != 3 || out != "Submitted batch job 1\n" {
 		t.Errorf("--wait = %d %q", code, out)
 	}
 
 	// Without LOOM_CLUSTER the project's only cluster is used; with
 	// several, sbatch asks which.
-	f3 := &fakeGateway{clusters: []*loomv1.Cluster{{Name: "projects/default/clusters/solo"}}}
+	f3 := &fakegw.Gateway{Clusters: []*loomv1.Cluster{{Name: "projects/default/clusters/solo"}}}
 	envNo := env
 	envNo.Cluster = ""
-	conn := startFake(t, f3)
+	conn := f3.Dial(t)
 	envNo.Conn = conn
-	if code, _, errOut := runWith(t, envNo, "sbatch", "--wrap=true"); code != 0 || f3.submitted[0].GetJob().GetCluster() != "projects/default/clusters/solo" {
+	if code, _, errOut := runWith(t, envNo, "sbatch", "--wrap=true"); code != 0 || submitted(f3)[0].GetJob().GetCluster() != "projects/default/clusters/solo" {
 		t.Errorf("single cluster: %d %q", code, errOut)
 	}
-	f3.clusters = append(f3.clusters, &loomv1.Cluster{Name: "projects/default/clusters/b"})
+	f3.Clusters = append(f3.Clusters, &loomv1.Cluster{Name: "projects/default/clusters/b"})
 	if code, _, errOut := runWith(t, envNo, "sbatch", "--wrap=true"); code != 1 || !strings.Contains(errOut, "several clusters (b, solo)") {
 		t.Errorf("several clusters: %d %q", code, errOut)
 	}
 
-	code, out, _ = run(t, &fakeGateway{}, "sbatch", env, "--version")
+	code, out, _ = run(t, &fakegw.Gateway{}, "sbatch", env, "--version")
 	if code != 0 || out != Version+"\n" {
 		t.Errorf("--version = %d %q", code, out)
 	}
+}
+
+// submitted is what f was asked to submit.
+func submitted(f *fakegw.Gateway) []*loomv1.SubmitJobRequest {
+	return fakegw.Requests[*loomv1.SubmitJobRequest](f)
 }
 
 // runWith runs a command with env as given (its own connection).

@@ -46,7 +46,7 @@ func Agents(dataDir string) ([]Agent, error) {
 
 // agentOf is the agent running in node directory dir, if one does.
 func agentOf(dir string) (Agent, bool) {
-	pid, start, err := readPIDFile(filepath.Join(dir, PIDFile))
+	pid, start, err := proc.ReadPIDFile(filepath.Join(dir, PIDFile))
 	if err != nil || !proc.Alive(pid, start) || !proc.HasEnv(pid, "LOOM_WORK_DIR="+dir) {
 		return Agent{}, false
 	}

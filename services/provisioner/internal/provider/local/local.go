@@ -177,7 +177,7 @@ func (p *Provider) check(n provider.Node) error {
 
 // Running returns the pid of the node's agent and whether it runs.
 func (p *Provider) Running(n provider.Node) (int, bool) {
-	pid, start, err := readPIDFile(filepath.Join(n.WorkDir, PIDFile))
+	pid, start, err := proc.ReadPIDFile(filepath.Join(n.WorkDir, PIDFile))
 	if err != nil {
 		return 0, false
 	}
@@ -236,7 +236,7 @@ func (p *Provider) start(n provider.Node) (provider.Launched, error) {
 	}
 	pid := cmd.Process.Pid
 	start, _ := proc.StartTime(pid)
-	if err := writePIDFile(filepath.Join(n.WorkDir, PIDFile), pid, start); err != nil {
+	if err := proc.WritePIDFile(filepath.Join(n.WorkDir, PIDFile), pid, start); err != nil {
 		// Without a pidfile the next Launch would start a second agent.
 		_ = proc.KillGroup(pid, syscall.SIGKILL)
 		_ = cmd.Wait()
@@ -317,7 +317,7 @@ func (p *Provider) PrepareCluster(_ context.Context, c provider.ClusterSetup) er
 // after StopGrace. It returns once the agent is gone.
 func (p *Provider) Stop(ctx context.Context, n provider.Node) error {
 	pidPath := filepath.Join(n.WorkDir, PIDFile)
-	pid, start, err := readPIDFile(pidPath)
+	pid, start, err := proc.ReadPIDFile(pidPath)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -375,32 +375,4 @@ func (p *Provider) RemoveCluster(_ context.Context, clusterID string) error {
 		return fmt.Errorf("remove %s: %w", dir, err)
 	}
 	return nil
-}
-
-// writePIDFile writes "pid start" atomically.
-func writePIDFile(path string, pid int, start uint64) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, fmt.Appendf(nil, "%d %d\n", pid, start), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-// readPIDFile reads what writePIDFile wrote.
-func readPIDFile(path string) (pid int, start uint64, err error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, 0, err
-	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return 0, 0, fmt.Errorf("pidfile %s: malformed %q", path, b)
-	}
-	if pid, err = strconv.Atoi(f[0]); err != nil {
-		return 0, 0, fmt.Errorf("pidfile %s: %w", path, err)
-	}
-	if start, err = strconv.ParseUint(f[1], 10, 64); err != nil {
-		return 0, 0, fmt.Errorf("pidfile %s: %w", path, err)
-	}
-	return pid, start, nil
 }

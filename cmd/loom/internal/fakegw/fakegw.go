@@ -1,0 +1,618 @@
+// Package fakegw is a fake Loom gateway for tests only: a gRPC server
+// implementing, in memory, the loom.v1 services that the CLI (package cli)
+// and the Slurm commands (package slurmcli) call — clusters, operations,
+// jobs, nodes, models, reservations and Slurm's partitions and nodes.
+//
+// A Gateway holds canned data in exported fields that a test fills (and
+// may change between calls), answers from it with the gateway's filters,
+// paging and owner checks, and records every request it is sent, so that a
+// test can check both what a command sends and what it prints. It stands in
+// for the gateway's API only: nothing here fakes the scheduler, Kafka or
+// Redis, and jobs do not run (WatchJob plays a canned ending).
+package fakegw
+
+import (
+	"context"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/slurmspec"
+	"github.com/loom-ml/loom/libs/testkit"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// TestNow is the fixed "now" of the tests' fixtures and of the commands
+// they run, so that ages and times print the same on every run.
+var TestNow = time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)
+
+// Ago is the timestamp d before TestNow.
+func Ago(d time.Duration) *timestamppb.Timestamp { return timestamppb.New(TestNow.Add(-d)) }
+
+// Gateway serves loom.v1 from the data in its fields. The zero value is a
+// gateway with nothing in it. Tests set the fields before the calls they
+// affect, not while a call is being served; the handlers read and change
+// them (SubmitJob adds to Jobs, CancelJob ends jobs) under the Gateway's
+// lock.
+type Gateway struct {
+	loomv1.UnimplementedClusterServiceServer
+	loomv1.UnimplementedOperationServiceServer
+	loomv1.UnimplementedJobServiceServer
+	loomv1.UnimplementedNodeServiceServer
+	loomv1.UnimplementedModelServiceServer
+	loomv1.UnimplementedReservationServiceServer
+	loomv1.UnimplementedSlurmServiceServer
+
+	// Clusters are listed by project (the name's prefix) and found by name.
+	Clusters []*loomv1.Cluster
+	// Nodes are the clusters' nodes (NodeService). A cluster with no
+	// SlurmNodes gets its compute nodes among them as idle Slurm nodes, in
+	// one default partition "batch" when it has no Partitions either.
+	Nodes []*loomv1.Node
+	// Jobs are listed in this order (filtered, paged); SubmitJob appends.
+	Jobs []*loomv1.Job
+	// SlurmNodes and Partitions answer SlurmService for the cluster they
+	// name (or for every cluster, where Cluster is empty).
+	SlurmNodes []*loomv1.SlurmNode
+	Partitions []*loomv1.Partition
+	// SlurmConfigs are GetSlurmConfig's answers by cluster name; NotFound
+	// for any other cluster.
+	SlurmConfigs map[string]*loomv1.SlurmConfig
+	// Models and Versions (the versions' names say their model's).
+	Models   []*loomv1.Model
+	Versions []*loomv1.ModelVersion
+	// Reservations and Capacity: ReservationService's data. A reservation
+	// with Consumers cannot be deleted (FailedPrecondition).
+	Reservations []*loomv1.Reservation
+	Capacity     []*loomv1.CapacityPool
+	// Logs are ReadJobLogs' chunks by job name.
+	Logs map[string][]string
+
+	// Watch, when set, is what WatchJob streams for any job. Without it
+	// WatchJob streams the job as it is, then as ended FAILED with exit
+	// code 3: the fake's jobs fail at once.
+	Watch []*loomv1.Job
+	// FailOperation makes the operations that GetOperation advances end
+	// with ResourceExhausted instead of the cluster.
+	FailOperation bool
+	// SubmitErr, when set, is SubmitJob's answer.
+	SubmitErr error
+	// DenyOthers answers CancelJob and UpdateJob on another user's job
+	// with PermissionDenied, as the gateway does for a caller who is not
+	// an administrator.
+	DenyOthers bool
+	// MaxArraySize, when set, refuses job arrays past it with the
+	// gateway's InvalidArgument (field job.array, slurmspec's reason).
+	MaxArraySize int
+	// Now is the clock of submit times (time.Now when nil).
+	Now func() time.Time
+
+	mu       sync.Mutex
+	requests []proto.Message
+	nextID   int // the last job id given; 0: not counted yet
+	opPolls  int // GetOperation calls, which advance the operation
+}
+
+// Serve serves g on a loopback port until the test ends and returns the
+// address. One Gateway may be served any number of times.
+func (g *Gateway) Serve(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("fakegw: listen: %v", err)
+	}
+	s := grpc.NewServer()
+	loomv1.RegisterClusterServiceServer(s, g)
+	loomv1.RegisterOperationServiceServer(s, g)
+	loomv1.RegisterJobServiceServer(s, g)
+	loomv1.RegisterNodeServiceServer(s, g)
+	loomv1.RegisterModelServiceServer(s, g)
+	loomv1.RegisterReservationServiceServer(s, g)
+	loomv1.RegisterSlurmServiceServer(s, g)
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(s.Stop)
+	return ln.Addr().String()
+}
+
+// Dial serves g (Serve) and returns a client connection to it, closed when
+// the test ends.
+func (g *Gateway) Dial(t testing.TB) *grpc.ClientConn {
+	t.Helper()
+	return testkit.Dial(t, g.Serve(t))
+}
+
+// Requests returns copies of the requests of T's type that g was sent, in
+// the order they came.
+func Requests[T proto.Message](g *Gateway) []T {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []T
+	for _, r := range g.requests {
+		if r, ok := r.(T); ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// LastRequest returns the last request of T's type that g was sent, and
+// false if there was none.
+func LastRequest[T proto.Message](g *Gateway) (T, bool) {
+	rs := Requests[T](g)
+	if len(rs) == 0 {
+		var zero T
+		return zero, false
+	}
+	return rs[len(rs)-1], true
+}
+
+// record keeps a copy of m; the caller holds g.mu.
+func (g *Gateway) record(m proto.Message) {
+	g.requests = append(g.requests, proto.Clone(m))
+}
+
+// lock takes g's lock, records m and returns what releases the lock:
+// every handler's first step.
+func (g *Gateway) lock(m proto.Message) (unlock func()) {
+	g.mu.Lock()
+	g.record(m)
+	return g.mu.Unlock
+}
+
+func shortName(name string) string { return name[strings.LastIndex(name, "/")+1:] }
+
+// under lists the items whose name is in parent's collection (parent +
+// "/" + collection + "/..."), as the gateway lists a project's.
+func under[T interface{ GetName() string }](items []T, parent, collection string) []T {
+	var out []T
+	for _, it := range items {
+		if strings.HasPrefix(it.GetName(), parent+"/"+collection+"/") {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// ---- clusters and operations ----
+
+func (g *Gateway) cluster(name string) *loomv1.Cluster {
+	for _, c := range g.Clusters {
+		if c.GetName() == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func clusterNotFound(name string) error {
+	return status.Errorf(codes.NotFound, "cluster %s not found", name)
+}
+
+// GetCluster answers the cluster of that name, or NotFound.
+func (g *Gateway) GetCluster(_ context.Context, r *loomv1.GetClusterRequest) (*loomv1.Cluster, error) {
+	defer g.lock(r)()
+	if c := g.cluster(r.GetName()); c != nil {
+		return c, nil
+	}
+	return nil, clusterNotFound(r.GetName())
+}
+
+// ListClusters answers the parent project's clusters, unpaged.
+func (g *Gateway) ListClusters(_ context.Context, r *loomv1.ListClustersRequest) (*loomv1.ListClustersResponse, error) {
+	defer g.lock(r)()
+	return &loomv1.ListClustersResponse{Clusters: under(g.Clusters, r.GetParent(), "clusters")}, nil
+}
+
+// CreateCluster answers operation op1, which GetOperation advances, for
+// any cluster (one of the same name too: the operations are canned). The
+// cluster is not added to Clusters.
+func (g *Gateway) CreateCluster(_ context.Context, r *loomv1.CreateClusterRequest) (*loomv1.Operation, error) {
+	defer g.lock(r)()
+	return &loomv1.Operation{Name: "projects/default/operations/op1",
+		Metadata: &loomv1.OperationMetadata{Target: r.GetCluster().GetName(), Verb: "create", Progress: "0 of 2 nodes ready"}}, nil
+}
+
+// DeleteCluster answers NotFound for a cluster it does not have, else
+// operation op2. The cluster stays in Clusters.
+func (g *Gateway) DeleteCluster(_ context.Context, r *loomv1.DeleteClusterRequest) (*loomv1.Operation, error) {
+	defer g.lock(r)()
+	if g.cluster(r.GetName()) == nil {
+		return nil, clusterNotFound(r.GetName())
+	}
+	return &loomv1.Operation{Name: "projects/default/operations/op2",
+		Metadata: &loomv1.OperationMetadata{Target: r.GetName(), Verb: "delete", Progress: "stopping 2 nodes"}}, nil
+}
+
+// UpdateCluster answers NotFound for a cluster it does not have, else
+// operation op3. Clusters do not change.
+func (g *Gateway) UpdateCluster(_ context.Context, r *loomv1.UpdateClusterRequest) (*loomv1.Operation, error) {
+	defer g.lock(r)()
+	if g.cluster(r.GetCluster().GetName()) == nil {
+		return nil, clusterNotFound(r.GetCluster().GetName())
+	}
+	return &loomv1.Operation{Name: "projects/default/operations/op3",
+		Metadata: &loomv1.OperationMetadata{Target: r.GetCluster().GetName(), Verb: "update", Progress: "0 of 2 nodes ready"}}, nil
+}
+
+// GetOperation plays every operation the same way: the first poll finds
+// it at "1 of 2 nodes ready", every later one done, with the running
+// cluster demo (or, with FailOperation, ResourceExhausted).
+func (g *Gateway) GetOperation(_ context.Context, r *loomv1.GetOperationRequest) (*loomv1.Operation, error) {
+	defer g.lock(r)()
+	g.opPolls++
+	op := &loomv1.Operation{Name: r.GetName(), Metadata: &loomv1.OperationMetadata{Verb: "create"}}
+	switch {
+	case g.opPolls == 1:
+		op.Metadata.Progress = "1 of 2 nodes ready"
+	case g.FailOperation:
+		op.Done = true
+		op.Metadata.Progress = "1 of 2 nodes ready"
+		op.Result = &loomv1.Operation_Error{Error: &loomv1.OperationError{Code: int32(codes.ResourceExhausted), Message: "no capacity for pool gpu"}}
+	default:
+		op.Done = true
+		op.Metadata.Progress = "2 of 2 nodes ready"
+		op.Result = &loomv1.Operation_Cluster{Cluster: &loomv1.Cluster{Name: "projects/default/clusters/demo",
+			Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, ReadyNodes: 2, TotalNodes: 2}}}
+	}
+	return op, nil
+}
+
+// GetSlurmConfig answers SlurmConfigs[name], or NotFound.
+func (g *Gateway) GetSlurmConfig(_ context.Context, r *loomv1.GetSlurmConfigRequest) (*loomv1.SlurmConfig, error) {
+	defer g.lock(r)()
+	if sc, ok := g.SlurmConfigs[r.GetName()]; ok {
+		return sc, nil
+	}
+	return nil, clusterNotFound(r.GetName())
+}
+
+// ---- nodes ----
+
+// ListNodes answers the parent cluster's nodes, or, for
+// projects/{p}/clusters/-, every node of the project's clusters.
+func (g *Gateway) ListNodes(_ context.Context, r *loomv1.ListNodesRequest) (*loomv1.ListNodesResponse, error) {
+	defer g.lock(r)()
+	var out []*loomv1.Node
+	for _, n := range g.Nodes {
+		if n.GetCluster() == r.GetParent() ||
+			shortName(r.GetParent()) == "-" && strings.HasPrefix(n.GetCluster(), strings.TrimSuffix(r.GetParent(), "-")) {
+			out = append(out, n)
+		}
+	}
+	return &loomv1.ListNodesResponse{Nodes: out}, nil
+}
+
+// ---- Slurm ----
+
+// slurmNodes are the cluster's Slurm nodes: SlurmNodes', else its compute
+// Nodes, idle, in partition "batch". The caller holds g.mu.
+func (g *Gateway) slurmNodes(cluster string) []*loomv1.SlurmNode {
+	var out []*loomv1.SlurmNode
+	for _, n := range g.SlurmNodes {
+		if n.GetCluster() == "" || n.GetCluster() == cluster {
+			out = append(out, n)
+		}
+	}
+	if len(out) > 0 {
+		return out
+	}
+	for _, n := range g.Nodes {
+		if n.GetCluster() == cluster && n.GetRole() != "login" {
+			out = append(out, &loomv1.SlurmNode{Hostname: n.GetHostname(), Node: n.GetName(), Cluster: cluster,
+				State: loomv1.SlurmNode_IDLE, Partitions: []string{"batch"}, Gpus: n.GetGpus()})
+		}
+	}
+	return out
+}
+
+// ListPartitions answers the cluster's Partitions, else, when it has
+// Nodes, one default partition "batch" over its compute nodes.
+func (g *Gateway) ListPartitions(_ context.Context, r *loomv1.ListPartitionsRequest) (*loomv1.ListPartitionsResponse, error) {
+	defer g.lock(r)()
+	var out []*loomv1.Partition
+	for _, p := range g.Partitions {
+		if p.GetCluster() == "" || p.GetCluster() == r.GetCluster() {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 && len(g.SlurmNodes) == 0 {
+		var hosts []string
+		for _, n := range g.slurmNodes(r.GetCluster()) {
+			hosts = append(hosts, n.GetHostname())
+		}
+		if len(hosts) > 0 {
+			out = append(out, &loomv1.Partition{Name: "batch", Cluster: r.GetCluster(),
+				Default: true, State: "up", MaxTime: "UNLIMITED", Nodes: hosts})
+		}
+	}
+	return &loomv1.ListPartitionsResponse{Partitions: out}, nil
+}
+
+// ListSlurmNodes answers the cluster's Slurm nodes (see Nodes).
+func (g *Gateway) ListSlurmNodes(_ context.Context, r *loomv1.ListSlurmNodesRequest) (*loomv1.ListSlurmNodesResponse, error) {
+	defer g.lock(r)()
+	return &loomv1.ListSlurmNodesResponse{Nodes: g.slurmNodes(r.GetCluster())}, nil
+}
+
+// UpdateSlurmNode answers the node of that host name in SlurmNodes,
+// unchanged, or NotFound.
+func (g *Gateway) UpdateSlurmNode(_ context.Context, r *loomv1.UpdateSlurmNodeRequest) (*loomv1.SlurmNode, error) {
+	defer g.lock(r)()
+	if i := slices.IndexFunc(g.SlurmNodes, func(n *loomv1.SlurmNode) bool { return n.GetHostname() == r.GetHostname() }); i >= 0 {
+		return g.SlurmNodes[i], nil
+	}
+	return nil, status.Errorf(codes.NotFound, "node %s not found", r.GetHostname())
+}
+
+// ---- jobs ----
+
+// state is the job's state as the Slurm commands show it: a job without
+// one is pending.
+func state(j *loomv1.Job) loomv1.JobState {
+	if j.GetState() == loomv1.JobState_JOB_STATE_UNSPECIFIED {
+		return loomv1.JobState_PENDING
+	}
+	return j.GetState()
+}
+
+// job finds a job by name, or by "A_N", a task that array A's record
+// still holds. The caller holds g.mu.
+func (g *Gateway) job(name string) *loomv1.Job {
+	for _, j := range g.Jobs {
+		if j.GetName() == name {
+			return j
+		}
+	}
+	parent, task, ok := strings.Cut(name, "_")
+	if !ok {
+		return nil
+	}
+	for _, j := range g.Jobs {
+		if j.GetName() != parent || j.GetArray() == "" || j.GetArrayJobId() != "" {
+			continue
+		}
+		if spec, err := slurmspec.ParseArray(j.GetArray(), slurmspec.MaxArraySizeCeiling); err == nil &&
+			slices.Contains(spec.Indexes(), atoi(task)) {
+			return j
+		}
+	}
+	return nil
+}
+
+func atoi(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+func jobNotFound(name string) error { return status.Errorf(codes.NotFound, "job %s not found", name) }
+
+// ownedJob finds the job a caller acts on: PermissionDenied when
+// DenyOthers is set and it is not caller's, NotFound when there is none.
+// The caller holds g.mu.
+func (g *Gateway) ownedJob(name, caller string) (*loomv1.Job, error) {
+	j := g.job(name)
+	switch {
+	case j == nil:
+		return nil, jobNotFound(name)
+	case g.DenyOthers && j.GetUser() != caller:
+		return nil, status.Error(codes.PermissionDenied, "Access/permission denied")
+	}
+	return j, nil
+}
+
+// SubmitJob answers SubmitErr when set; refuses an array past
+// MaxArraySize; else adds the job to Jobs, PENDING, with the next job id
+// (one more than the largest in Jobs) under the request's parent.
+func (g *Gateway) SubmitJob(_ context.Context, r *loomv1.SubmitJobRequest) (*loomv1.Job, error) {
+	defer g.lock(r)()
+	if g.SubmitErr != nil {
+		return nil, g.SubmitErr
+	}
+	if s := r.GetJob().GetArray(); g.MaxArraySize > 0 && s != "" {
+		if _, err := slurmspec.ParseArray(s, g.MaxArraySize); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "job.array: %q: %v", s, err)
+		}
+	}
+	if g.nextID == 0 {
+		for _, j := range g.Jobs {
+			g.nextID = max(g.nextID, atoi(j.GetJobId()))
+		}
+	}
+	g.nextID++
+	now := time.Now
+	if g.Now != nil {
+		now = g.Now
+	}
+	j := proto.Clone(r.GetJob()).(*loomv1.Job)
+	j.JobId = strconv.Itoa(g.nextID)
+	j.Name = r.GetParent() + "/jobs/" + j.JobId
+	j.State, j.SubmitTime = loomv1.JobState_PENDING, timestamppb.New(now())
+	g.Jobs = append(g.Jobs, j)
+	return proto.Clone(j).(*loomv1.Job), nil
+}
+
+// GetJob answers the job (or the array holding the task named), or
+// NotFound.
+func (g *Gateway) GetJob(_ context.Context, r *loomv1.GetJobRequest) (*loomv1.Job, error) {
+	defer g.lock(r)()
+	if j := g.job(r.GetName()); j != nil {
+		return proto.Clone(j).(*loomv1.Job), nil
+	}
+	return nil, jobNotFound(r.GetName())
+}
+
+// ListJobs answers the parent project's jobs (of the cluster, when named)
+// that pass the request's users, names, partitions, states and active_only
+// filters, in Jobs' order, paged as the gateway pages (libs/paging: by
+// count and by bytes).
+func (g *Gateway) ListJobs(_ context.Context, r *loomv1.ListJobsRequest) (*loomv1.ListJobsResponse, error) {
+	defer g.lock(r)()
+	in := func(set []string, v string) bool { return len(set) == 0 || slices.Contains(set, v) }
+	var out []*loomv1.Job
+	for _, j := range under(g.Jobs, r.GetParent(), "jobs") {
+		switch {
+		case r.GetCluster() != "" && j.GetCluster() != r.GetCluster(),
+			!in(r.GetUsers(), j.GetUser()) || !in(r.GetNames(), j.GetDisplayName()) || !in(r.GetPartitions(), j.GetPartition()),
+			len(r.GetStates()) > 0 && !slices.Contains(r.GetStates(), state(j)),
+			r.GetActiveOnly() && state(j).Terminal():
+			continue
+		}
+		out = append(out, j)
+	}
+	page, next, err := paging.Ordered(r, out)
+	return &loomv1.ListJobsResponse{Jobs: page, NextPageToken: next}, errs.ToStatus(err)
+}
+
+// CancelJob checks the owner (DenyOthers) and answers NotFound for an
+// unknown job. A signal changes nothing. Cancelling a job that has not
+// ended ends it CANCELLED; the answer is the job as the scheduler has it
+// when the gateway asks: already CANCELLED if it was pending (the
+// scheduler drops it from the queue at once), as it was if it had
+// started (its processes are stopped later). An ended job is answered as
+// it is.
+func (g *Gateway) CancelJob(_ context.Context, r *loomv1.CancelJobRequest) (*loomv1.Job, error) {
+	defer g.lock(r)()
+	j, err := g.ownedJob(r.GetName(), r.GetUser())
+	if err != nil {
+		return nil, err
+	}
+	before := proto.Clone(j).(*loomv1.Job)
+	if r.GetSignal() == "" && !j.GetState().Terminal() {
+		j.State = loomv1.JobState_CANCELLED
+	}
+	if state(before) == loomv1.JobState_PENDING {
+		return proto.Clone(j).(*loomv1.Job), nil
+	}
+	return before, nil
+}
+
+// UpdateJob checks the owner (DenyOthers) and answers the job unchanged,
+// or NotFound.
+func (g *Gateway) UpdateJob(_ context.Context, r *loomv1.UpdateJobRequest) (*loomv1.Job, error) {
+	defer g.lock(r)()
+	j, err := g.ownedJob(r.GetName(), r.GetUser())
+	if err != nil {
+		return nil, err
+	}
+	return proto.Clone(j).(*loomv1.Job), nil
+}
+
+// WatchJob streams Watch when set; else the job as it is, then as ended
+// FAILED with exit code 3 (NotFound for an unknown job).
+func (g *Gateway) WatchJob(r *loomv1.WatchJobRequest, s grpc.ServerStreamingServer[loomv1.Job]) error {
+	unlock := g.lock(r)
+	watch := slices.Clone(g.Watch)
+	if len(watch) == 0 {
+		if j := g.job(r.GetName()); j != nil {
+			ended := proto.Clone(j).(*loomv1.Job)
+			ended.State, ended.ExitCode = loomv1.JobState_FAILED, 3
+			watch = []*loomv1.Job{proto.Clone(j).(*loomv1.Job), ended}
+		}
+	}
+	unlock()
+	if len(watch) == 0 {
+		return jobNotFound(r.GetName())
+	}
+	for _, j := range watch {
+		if err := s.Send(j); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReadJobLogs streams Logs[name] (NotFound for an unknown job).
+func (g *Gateway) ReadJobLogs(r *loomv1.ReadJobLogsRequest, s grpc.ServerStreamingServer[loomv1.LogChunk]) error {
+	unlock := g.lock(r)
+	found := g.job(r.GetName()) != nil
+	logs := slices.Clone(g.Logs[r.GetName()])
+	unlock()
+	if !found {
+		return jobNotFound(r.GetName())
+	}
+	for _, l := range logs {
+		if err := s.Send(&loomv1.LogChunk{Data: []byte(l)}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ---- models ----
+
+// ListModels answers the parent project's models, unpaged.
+func (g *Gateway) ListModels(_ context.Context, r *loomv1.ListModelsRequest) (*loomv1.ListModelsResponse, error) {
+	defer g.lock(r)()
+	return &loomv1.ListModelsResponse{Models: under(g.Models, r.GetParent(), "models")}, nil
+}
+
+// ListModelVersions answers the parent model's versions, unpaged, or
+// NotFound for a model it does not have.
+func (g *Gateway) ListModelVersions(_ context.Context, r *loomv1.ListModelVersionsRequest) (*loomv1.ListModelVersionsResponse, error) {
+	defer g.lock(r)()
+	if !slices.ContainsFunc(g.Models, func(m *loomv1.Model) bool { return m.GetName() == r.GetParent() }) {
+		return nil, status.Errorf(codes.NotFound, "model %s not found", r.GetParent())
+	}
+	return &loomv1.ListModelVersionsResponse{Versions: under(g.Versions, r.GetParent(), "versions")}, nil
+}
+
+// ---- reservations and capacity ----
+
+// CreateReservation answers a done operation with the reservation asked
+// for. It is not added to Reservations.
+func (g *Gateway) CreateReservation(_ context.Context, r *loomv1.CreateReservationRequest) (*loomv1.Operation, error) {
+	defer g.lock(r)()
+	return &loomv1.Operation{Name: "projects/default/operations/op4", Done: true,
+		Metadata: &loomv1.OperationMetadata{Verb: "create"},
+		Result:   &loomv1.Operation_Reservation{Reservation: r.GetReservation()}}, nil
+}
+
+// GetReservation answers the reservation of that name, or NotFound.
+func (g *Gateway) GetReservation(_ context.Context, r *loomv1.GetReservationRequest) (*loomv1.Reservation, error) {
+	defer g.lock(r)()
+	if i := slices.IndexFunc(g.Reservations, func(res *loomv1.Reservation) bool { return res.GetName() == r.GetName() }); i >= 0 {
+		return g.Reservations[i], nil
+	}
+	return nil, status.Errorf(codes.NotFound, "reservation %s not found", r.GetName())
+}
+
+// ListReservations answers the parent project's reservations, unpaged.
+func (g *Gateway) ListReservations(_ context.Context, r *loomv1.ListReservationsRequest) (*loomv1.ListReservationsResponse, error) {
+	defer g.lock(r)()
+	return &loomv1.ListReservationsResponse{Reservations: under(g.Reservations, r.GetParent(), "reservations")}, nil
+}
+
+// DeleteReservation answers FailedPrecondition for a reservation with
+// consumers, else a done operation; Reservations do not change, and a
+// name it does not have is not an error.
+func (g *Gateway) DeleteReservation(_ context.Context, r *loomv1.DeleteReservationRequest) (*loomv1.Operation, error) {
+	defer g.lock(r)()
+	for _, res := range g.Reservations {
+		if res.GetName() == r.GetName() && len(res.GetConsumers()) > 0 {
+			return nil, status.Errorf(codes.FailedPrecondition, "reservation %s is in use by cluster %s",
+				shortName(res.GetName()), shortName(res.GetConsumers()[0]))
+		}
+	}
+	return &loomv1.Operation{Name: "projects/default/operations/op5", Done: true, Metadata: &loomv1.OperationMetadata{Verb: "delete"}}, nil
+}
+
+// ListCapacity answers Capacity.
+func (g *Gateway) ListCapacity(_ context.Context, r *loomv1.ListCapacityRequest) (*loomv1.ListCapacityResponse, error) {
+	defer g.lock(r)()
+	return &loomv1.ListCapacityResponse{Pools: g.Capacity}, nil
+}
