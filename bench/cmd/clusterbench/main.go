@@ -188,7 +188,7 @@ func render(o options, s *env, rs []result, took time.Duration, load0, load1 str
 	w("\nTime to RUNNING runs from the request to the provisioner's ClusterChanged that finished the create operation (its event time); \"client saw done\" is when the client's GetOperation poll (every 10 ms) first found it done. ")
 	w("Control-plane overhead is that minus the longest provisioning latency the simulated cloud drew for any node: no control plane could be faster than its slowest node. ")
 	w("\"Launches dispatched\" is when the provisioner asked the cloud for the first and the last node, counted from the request; \"last agent registered → RUNNING\" is the tail after the last simulated agent reported. ")
-	w("Events/s counts the cluster and node events the provisioner emitted for the cluster (loom.cluster.events.v1, loom.node.events.v1) over the time to RUNNING (or to gone); \"telemetry in\" counts the agent registrations and heartbeats it consumed meanwhile. ")
+	w("Events/s counts the cluster and node events the provisioner emitted for the cluster (loom.cluster.events.v1, loom.node.events.v1) over the time to RUNNING (or to gone); \"telemetry in\" counts the agent registrations and heartbeats that came on loom.node.telemetry.v1 meanwhile (the provisioner decodes the registrations and passes the heartbeats over undecoded; health takes those). ")
 	w("The mixed cluster cycles its pools through a3-highgpu-8g, a3-megagpu-8g, a3-ultragpu-8g and a4-highgpu-8g, alternating ON_DEMAND and SPOT, with a node set and a partition per pool.\n")
 	w("<!-- clusterbench:end -->\n")
 	return b.String()
