@@ -214,6 +214,11 @@ type Consume struct {
 	// Topics and Logger filled in where empty (for retry tuning, or a
 	// Filter or PartitionKey).
 	Config *bus.ConsumerConfig
+	// Batch, when set with MaxBatch > 1, takes the events that are waiting,
+	// up to MaxBatch at a time, in one call (bus.Consumer.WithBatch);
+	// Handler takes a lone event and those of a batch Batch refused.
+	Batch    bus.BatchHandler
+	MaxBatch int
 }
 
 // Run serves gRPC on cfg.GRPCAddr and HTTP on cfg.HTTPAddr, runs the outbox
@@ -291,7 +296,7 @@ func (b *Base) Run(ctx context.Context, consumers []Consume, loops ...func(conte
 		return nil
 	})
 	for _, c := range consumers {
-		cons := bus.NewConsumer(b.consumerConfig(c), b.Producer, c.Handler)
+		cons := bus.NewConsumer(b.consumerConfig(c), b.Producer, c.Handler).WithBatch(c.Batch, c.MaxBatch)
 		g.Go(func() error { return cons.Run(gctx) })
 	}
 	for _, loop := range loops {

@@ -115,7 +115,17 @@ type Config struct {
 	// simulates its own latency and is not paced.
 	LaunchRate        float64
 	LaunchConcurrency int
+	// MaxBatch is how many waiting node reports (registrations, health
+	// verdicts) one store write may apply together
+	// (LOOM_PROVISIONER_MAX_BATCH; default DefaultMaxBatch; 1 applies each
+	// on its own).
+	MaxBatch int
 }
+
+// DefaultMaxBatch is Config.MaxBatch when unset: a 10,000-node create
+// brings its registrations within seconds, and one write per waiting batch
+// instead of one per registration is what keeps the provisioner ahead.
+const DefaultMaxBatch = 256
 
 // listFlag is a flag holding a space-separated list; each use of the flag
 // replaces the default and then appends.
@@ -181,6 +191,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"time between SIGTERM and SIGKILL when stopping an agent (LOOM_AGENT_STOP_GRACE)")
 	fs.Float64Var(&c.LaunchRate, "launch-rate", config.EnvFloat("LOOM_LAUNCH_RATE", local.DefaultLaunchRate),
 		"agents the local provider starts per second, at most (LOOM_LAUNCH_RATE)")
+	fs.IntVar(&c.MaxBatch, "max-batch", int(config.EnvInt("LOOM_PROVISIONER_MAX_BATCH", DefaultMaxBatch)),
+		"node reports (registrations, health verdicts) applied in one store write at most; 1: each on its own (LOOM_PROVISIONER_MAX_BATCH)")
 	fs.IntVar(&c.LaunchConcurrency, "launch-concurrency", int(config.EnvInt("LOOM_LAUNCH_CONCURRENCY", local.DefaultLaunchConcurrency)),
 		"agents the local provider starts at once, at most (LOOM_LAUNCH_CONCURRENCY)")
 }
@@ -230,6 +242,10 @@ func (c *Config) validate() error {
 	if c.LaunchConcurrency == 0 {
 		c.LaunchConcurrency = local.DefaultLaunchConcurrency
 	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = DefaultMaxBatch
+	}
+	v.Check(c.MaxBatch >= 1, "max_batch", "must be at least 1, got %d", c.MaxBatch)
 	v.Check(c.LaunchRate > 0 && c.LaunchRate <= maxLaunchRate, "launch_rate", "must be more than 0 and at most %d agents a second, got %g", maxLaunchRate, c.LaunchRate)
 	v.Check(c.LaunchConcurrency >= 1 && c.LaunchConcurrency <= maxLaunchConcurrency, "launch_concurrency", "must be 1 to %d, got %d", maxLaunchConcurrency, c.LaunchConcurrency)
 	return v.Err()
@@ -268,6 +284,9 @@ func (c *Config) params() domain.Params {
 
 // nodeDrainedType is NodeDrained's CloudEvents type.
 var nodeDrainedType = envelope.TypeOf(&eventsv1.NodeDrained{})
+
+// heartbeatType is Heartbeat's CloudEvents type.
+var heartbeatType = envelope.TypeOf(&eventsv1.Heartbeat{})
 
 // Run runs the provisioner until ctx ends, then shuts down gracefully.
 func Run(ctx context.Context, cfg Config) error {
@@ -317,12 +336,21 @@ func Run(ctx context.Context, cfg Config) error {
 	consumers := []service.Consume{{
 		Topics:  []string{topics.ClusterCommands, topics.NodeTelemetry, topics.HealthEvents, topics.JobEvents},
 		Handler: ports.Handler(a),
+		// The node reports that are waiting go in one write per batch.
+		Batch: ports.BatchHandler(a), MaxBatch: cfg.MaxBatch,
 		// Handlers fail only when Redis does; ride out a restart of it (about
 		// a minute) before a command is dead-lettered and its operation lost.
 		// Of the job events only NodeDrained matters here: the jobs' changes,
-		// most of that topic, are passed over undecoded.
+		// most of that topic, are passed over undecoded, and so are the
+		// heartbeats, most of the telemetry (one per node every few seconds).
 		Config: &bus.ConsumerConfig{MaxAttempts: 20, MaxBackoff: 5 * time.Second, Filter: func(r bus.Record) bool {
-			return r.Topic != topics.JobEvents || r.Type == nodeDrainedType
+			switch r.Topic {
+			case topics.JobEvents:
+				return r.Type == nodeDrainedType
+			case topics.NodeTelemetry:
+				return r.Type != heartbeatType
+			}
+			return true
 		}},
 	}}
 	err = base.Run(ctx, consumers, a.Reconcile, a.WatchProvider)

@@ -2,11 +2,12 @@
 // down large training clusters on the simulated cloud (the provisioner's
 // "sim" provider: no processes, a known provisioning latency per node).
 //
-// It starts, in this process, a Kafka-protocol broker, Redis, the
-// provisioner (provider sim) and the gateway, creates a cluster through the
-// gateway's public API (or straight on the bus with -via bus), waits for the
-// create operation to finish, deletes the cluster, and then reads the
-// cluster's events back from the bus. It reports:
+// It starts Loom's one embedded stack (cmd/loom/stack: a Kafka-protocol
+// broker, Redis and the five central services in this process) with the
+// provisioner on the sim provider, creates a cluster through the gateway's
+// public API (or straight on the bus with -via bus), waits for the create
+// operation to finish, deletes the cluster, and then reads the cluster's
+// events back from the bus. It reports:
 //
 //   - time to RUNNING, and the control-plane overhead: time to RUNNING minus
 //     the largest provisioning latency the simulated cloud drew for a node
@@ -102,7 +103,7 @@ func run(o options) error {
 	}
 	ctx := context.Background()
 	start := time.Now()
-	s, err := startStack(ctx, o)
+	s, err := startEnv(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -160,7 +161,7 @@ func run(o options) error {
 func secs(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }
 
 // render formats the results as the report's section.
-func render(o options, s *stack, rs []result, took time.Duration, load0, load1 string) string {
+func render(o options, s *env, rs []result, took time.Duration, load0, load1 string) string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("<!-- clusterbench:begin -->\n## Cluster lifecycle at scale: %d-node clusters on the simulated cloud\n\n", o.nodes)
@@ -170,7 +171,7 @@ func render(o options, s *stack, rs []result, took time.Duration, load0, load1 s
 	}
 	w("Measured %s UTC on %s; %s; 1-minute load average %s at the start, %s at the end (the machine is shared). ",
 		time.Now().UTC().Format("2006-01-02 15:04"), machine(), runtime.Version(), load0, load1)
-	w("kfake broker and %s on loopback, the provisioner (provider `sim`) and the gateway in one process; requests %s. ", s.redisKind, via)
+	w("kfake broker and %s on loopback and the five services of `cmd/loom/stack` in one process, the provisioner on provider `sim`; requests %s. ", s.RedisKind, via)
 	w("A one-node cluster is created and deleted first, untimed. Simulated cloud: %s. The whole run took %s. Rerun: `go run ./bench/cmd/clusterbench -nodes %d -pools %d -latency %s -sigma %g -via %s -report bench/REPORT.md`.\n\n",
 		s.simSettings, took.Round(time.Second), o.nodes, o.pools, o.latency, o.sigma, o.via)
 	w("| create | nodes | time to RUNNING | slowest node's provisioning | **control-plane overhead** | launches dispatched (first → last) | last agent registered → RUNNING | client saw done | cluster+node events | **events/s** | telemetry in |\n")
@@ -187,7 +188,7 @@ func render(o options, s *stack, rs []result, took time.Duration, load0, load1 s
 	w("\nTime to RUNNING runs from the request to the provisioner's ClusterChanged that finished the create operation (its event time); \"client saw done\" is when the client's GetOperation poll (every 10 ms) first found it done. ")
 	w("Control-plane overhead is that minus the longest provisioning latency the simulated cloud drew for any node: no control plane could be faster than its slowest node. ")
 	w("\"Launches dispatched\" is when the provisioner asked the cloud for the first and the last node, counted from the request; \"last agent registered → RUNNING\" is the tail after the last simulated agent reported. ")
-	w("Events/s counts the cluster and node events the provisioner emitted for the cluster (loom.cluster.events.v1, loom.node.events.v1) over the time to RUNNING (or to gone); \"telemetry in\" counts the agent registrations and heartbeats it consumed meanwhile. ")
+	w("Events/s counts the cluster and node events the provisioner emitted for the cluster (loom.cluster.events.v1, loom.node.events.v1) over the time to RUNNING (or to gone); \"telemetry in\" counts the agent registrations and heartbeats that came on loom.node.telemetry.v1 meanwhile (the provisioner decodes the registrations and passes the heartbeats over undecoded; health takes those). ")
 	w("The mixed cluster cycles its pools through a3-highgpu-8g, a3-megagpu-8g, a3-ultragpu-8g and a4-highgpu-8g, alternating ON_DEMAND and SPOT, with a node set and a partition per pool.\n")
 	w("<!-- clusterbench:end -->\n")
 	return b.String()

@@ -13,7 +13,7 @@ import (
 func TestClusterbenchSmall(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
-		t.Skip("starts the provisioner and the gateway")
+		t.Skip("starts the embedded stack")
 	}
 	report := filepath.Join(t.TempDir(), "REPORT.md")
 	other := "# Loom benchmark report\n\n<!-- pathbench:begin -->\nkeep me\n<!-- pathbench:end -->\n"

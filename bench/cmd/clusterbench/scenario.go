@@ -99,11 +99,11 @@ type client struct {
 	conns    []*grpc.ClientConn
 }
 
-func newClient(s *stack, via string) (*client, error) {
-	c := &client{via: via, producer: bus.NewProducer([]string{s.broker.Addr})}
-	addr := s.gatewayAddr
+func newClient(s *env, via string) (*client, error) {
+	c := &client{via: via, producer: bus.NewProducer([]string{s.BrokerAddr})}
+	addr := s.GatewayAddr
 	if via == "bus" {
-		addr = s.provAddr
+		addr = s.Addrs.Provisioner
 	}
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
@@ -215,7 +215,7 @@ func poll(ctx context.Context, timeout time.Duration, cond func() (bool, error))
 }
 
 // measure creates and deletes one cluster and reads its events back.
-func measure(ctx context.Context, s *stack, c *client, name string, spec *loomv1.Cluster, o options) (result, error) {
+func measure(ctx context.Context, s *env, c *client, name string, spec *loomv1.Cluster, o options) (result, error) {
 	r := result{name: name, pools: len(spec.GetCompute().GetNodePools())}
 	for _, p := range spec.GetCompute().GetNodePools() {
 		r.nodes += int(p.GetNodeCount())
@@ -237,7 +237,7 @@ func measure(ctx context.Context, s *stack, c *client, name string, spec *loomv1
 		seenRunning.Sub(t0).Round(time.Millisecond), seenDeleted.Sub(t1).Round(time.Millisecond))
 
 	readStart := time.Now()
-	evs, err := readTopics(ctx, s.broker.Addr, topics.ClusterEvents, topics.NodeEvents, topics.NodeTelemetry)
+	evs, err := readTopics(ctx, s.BrokerAddr, topics.ClusterEvents, topics.NodeEvents, topics.NodeTelemetry)
 	if err != nil {
 		return r, err
 	}
@@ -335,7 +335,7 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 // diagnose says where a cluster that did not finish stands.
-func (c *client) diagnose(ctx context.Context, s *stack, name string) string {
+func (c *client) diagnose(ctx context.Context, s *env, name string) string {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	msg := fmt.Sprintf("the simulated cloud launched %d of its nodes", len(s.launchesOf(name)))

@@ -99,6 +99,17 @@ type Options struct {
 	// process per node, the default) or "sim" (simulated nodes, no
 	// processes; for scale).
 	Provider string
+	// ProvisionerArgs are more provisioner flags, given after the stack's
+	// own (a flag given twice takes its last value): the sim provider's
+	// -sim-* settings, say, or -max-batch.
+	ProvisionerArgs []string
+	// OnSimLaunch, when set, is told of every boot the sim provider starts:
+	// the node's full name and the real time until its simulated agent
+	// registers (sim.Config.OnLaunch) — how a benchmark learns the
+	// provider's share of a create. It is called from the provisioner's
+	// launches and must be quick and safe for concurrent use. It needs the
+	// provisioner in this process: Start refuses it with BinDir.
+	OnSimLaunch func(node string, latency time.Duration)
 	// Capacity is the non-reserved capacity the provisioner hands out, in
 	// its -capacity syntax ("us-central1-a/a3-ultragpu-8g/SPOT=8,*/*/ON_DEMAND=64").
 	// Empty: LOOM_CAPACITY, else the provisioner's generous default.
@@ -136,6 +147,9 @@ type Stack struct {
 	GatewayAddr, RESTAddr string
 	// BrokerAddr and RedisAddr are the embedded infrastructure.
 	BrokerAddr, RedisAddr string
+	// RedisKind says which Redis runs: embedded.KindRedisServer or
+	// embedded.KindMiniredis.
+	RedisKind string
 	// DataDir is where the stack keeps its data.
 	DataDir string
 	// Addrs are every address the stack listens on, resolved.
@@ -226,6 +240,9 @@ func startOnce(ctx context.Context, opts Options) (*Stack, error) {
 }
 
 func (s *Stack) start(ctx context.Context, opts Options) error {
+	if opts.OnSimLaunch != nil && opts.BinDir != "" {
+		return errors.New("start stack: OnSimLaunch needs the provisioner in this process, not BinDir's")
+	}
 	dataDir := opts.DataDir
 	if dataDir == "" {
 		d, err := os.MkdirTemp("", "loom-stack-")
@@ -285,6 +302,7 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 		return fmt.Errorf("start stack: %w", err)
 	}
 	a.Redis = s.redis.Addr
+	s.RedisKind = s.redis.Kind
 	s.log.Info("redis started", "addr", a.Redis, "kind", s.redis.Kind)
 
 	// One creator for the topics, before any service, so that the services do
@@ -328,6 +346,14 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	if opts.Capacity != "" {
 		provArgs = append(provArgs, "-capacity="+opts.Capacity)
 	}
+	provArgs = append(provArgs, opts.ProvisionerArgs...)
+	runProvisioner := provisioner.Run
+	if onLaunch := opts.OnSimLaunch; onLaunch != nil {
+		runProvisioner = func(ctx context.Context, c provisioner.Config) error {
+			c.Sim.OnLaunch = onLaunch
+			return provisioner.Run(ctx, c)
+		}
+	}
 	healthArgs := common(a.Health, a.HealthHTTP)
 	if opts.HeartbeatTimeout > 0 {
 		healthArgs = append(healthArgs, "-heartbeat-timeout="+opts.HeartbeatTimeout.String())
@@ -338,7 +364,7 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	s.binDir = opts.BinDir
 	s.services = map[string]*service{}
 	for _, svc := range []*service{
-		{name: "provisioner", addr: a.Provisioner, args: provArgs, run: inProcess(func(c *provisioner.Config) func(*flag.FlagSet) { return c.RegisterFlags }, provisioner.Run)},
+		{name: "provisioner", addr: a.Provisioner, args: provArgs, run: inProcess(func(c *provisioner.Config) func(*flag.FlagSet) { return c.RegisterFlags }, runProvisioner)},
 		{name: "scheduler", addr: a.Scheduler, args: common(a.Scheduler, a.SchedulerHTTP), run: inProcess(func(c *scheduler.Config) func(*flag.FlagSet) { return c.RegisterFlags }, scheduler.Run)},
 		{name: "health", addr: a.Health, args: healthArgs, run: inProcess(func(c *health.Config) func(*flag.FlagSet) { return c.RegisterFlags }, health.Run)},
 		{name: "registry", addr: a.Registry, args: common(a.Registry, a.RegistryHTTP), run: inProcess(func(c *registry.Config) func(*flag.FlagSet) { return c.RegisterFlags }, registry.Run)},

@@ -209,6 +209,7 @@ func TestStartPassesProviderAndCapacity(t *testing.T) {
 	}{
 		{func(o *Options) { o.Provider = "cloud9" }, `provider: must be local or sim, got "cloud9"`},
 		{func(o *Options) { o.Capacity = "everywhere=lots" }, "capacity: "},
+		{func(o *Options) { o.ProvisionerArgs = []string{"-max-batch=-1"} }, "max_batch: must be at least 1"},
 	} {
 		opts := testOptions(t)
 		c.opts(&opts)
@@ -220,5 +221,20 @@ func TestStartPassesProviderAndCapacity(t *testing.T) {
 		if !strings.Contains(err.Error(), "provisioner") || !strings.Contains(err.Error(), c.want) {
 			t.Fatalf("error %q does not name the provisioner's %q", err, c.want)
 		}
+	}
+}
+
+func TestOnSimLaunchNeedsTheProvisionerInProcess(t *testing.T) {
+	t.Parallel()
+	opts := testOptions(t)
+	opts.Provider, opts.BinDir = "sim", t.TempDir()
+	opts.OnSimLaunch = func(string, time.Duration) {}
+	st, err := Start(context.Background(), opts)
+	if err == nil {
+		_ = st.Close(context.Background())
+		t.Fatal("Start with OnSimLaunch and BinDir succeeded")
+	}
+	if !strings.Contains(err.Error(), "OnSimLaunch") {
+		t.Fatalf("error %q does not name OnSimLaunch", err)
 	}
 }

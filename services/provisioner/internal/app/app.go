@@ -5,6 +5,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -154,21 +155,69 @@ func (a *App) apply(ctx context.Context, inboxID string, decide func(*domain.Sta
 	if err != nil {
 		return err
 	}
-	_, err = a.drv.Apply(ctx, inboxID, tx, func() {
-		if !ch.Empty() {
-			// Only a change that gives the reconciler work wakes it (a
-			// routine registration does not).
-			wake := a.needsReconcile(ch)
-			a.st.Apply(ch)
-			if wake {
-				a.wake()
-			}
-		}
-	})
+	_, err = a.drv.Apply(ctx, inboxID, tx, func() { a.commit(ch) })
 	if err != nil {
 		return fmt.Errorf("apply: %w", err)
 	}
 	return nil
+}
+
+// ErrBatchSeen refuses a batch one of whose events was applied before:
+// nothing was written, and the consumer hands the events to the one-by-one
+// path, where the inbox drops the seen one and applies the others.
+var ErrBatchSeen = errors.New("an event of the batch was applied before")
+
+// ApplyBatch applies node reports delivered as events ids (each
+// domain.Batched) as one change: decided together (domain.State.Batch),
+// written in one store step with one inbox mark per event, and only then
+// put in memory. A cluster the reports touch is written and announced once
+// for the batch. It changes nothing and returns an error when the write
+// fails or an event was applied before (ErrBatchSeen): the caller then
+// applies them one by one. After a write whose outcome is unknown memory
+// is what Redis holds, as after any apply (store.Driver).
+func (a *App) ApplyBatch(ctx context.Context, ids []string, payloads []proto.Message) error {
+	if len(ids) != len(payloads) {
+		return fmt.Errorf("apply batch: %d ids for %d events", len(ids), len(payloads))
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.drv.Ready(ctx); err != nil {
+		return err
+	}
+	ch, err := a.st.Batch(a.opts.Params, payloads, a.opts.Now())
+	if err != nil {
+		return err
+	}
+	tx, err := adapters.Tx(ch)
+	if err != nil {
+		return err
+	}
+	applied, err := a.drv.ApplyBatch(ctx, ids, tx, func() { a.commit(ch) })
+	switch {
+	case err != nil:
+		return fmt.Errorf("apply batch of %d: %w", len(ids), err)
+	case !applied:
+		return ErrBatchSeen
+	}
+	return nil
+}
+
+// commit puts a written change in memory, waking the reconciler when the
+// change gives it work; the caller holds mu.
+func (a *App) commit(ch domain.Change) {
+	if ch.Empty() {
+		return
+	}
+	// Only a change that gives the reconciler work wakes it (a routine
+	// registration does not).
+	wake := a.needsReconcile(ch)
+	a.st.Apply(ch)
+	if wake {
+		a.wake()
+	}
 }
 
 // needsReconcile reports whether change ch (not yet in memory) gives the

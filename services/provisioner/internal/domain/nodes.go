@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/provisioner/internal/provider"
@@ -29,13 +31,17 @@ const (
 // stays as it is.
 func (s *State) AgentRegistered(p Params, ev *eventsv1.AgentRegistered, now time.Time) Change {
 	e := s.edit(p, now)
+	e.agentRegistered(ev)
+	return e.change()
+}
+
+func (e *edit) agentRegistered(ev *eventsv1.AgentRegistered) {
 	n, _ := e.live(ev.GetNode())
 	if n == nil || n.GetState() != loomv1.Node_PROVISIONING {
-		return Change{}
+		return
 	}
 	nn := e.mutNode(n.GetName())
 	nn.State, nn.Reason, nn.NextAction = loomv1.Node_READY, "", ""
-	return e.change()
 }
 
 // NodeHealthChanged decides a health verdict: UNHEALTHY makes a READY or
@@ -43,14 +49,19 @@ func (s *State) AgentRegistered(p Params, ev *eventsv1.AgentRegistered, now time
 // PROVISIONING node READY. Nodes on their way out are left alone.
 func (s *State) NodeHealthChanged(p Params, ev *eventsv1.NodeHealthChanged, now time.Time) Change {
 	e := s.edit(p, now)
+	e.nodeHealthChanged(ev)
+	return e.change()
+}
+
+func (e *edit) nodeHealthChanged(ev *eventsv1.NodeHealthChanged) {
 	n, _ := e.live(ev.GetNode())
 	if n == nil {
-		return Change{}
+		return
 	}
 	switch n.GetState() {
 	case loomv1.Node_PROVISIONING, loomv1.Node_READY, loomv1.Node_DOWN:
 	default:
-		return Change{}
+		return
 	}
 	var state loomv1.Node_State
 	var reason, action string
@@ -63,17 +74,55 @@ func (s *State) NodeHealthChanged(p Params, ev *eventsv1.NodeHealthChanged, now 
 	case eventsv1.NodeHealth_HEALTHY:
 		state = loomv1.Node_READY
 	default:
-		return Change{}
+		return
 	}
 	if n.GetState() == state && n.GetReason() == reason {
-		return Change{}
+		return
 	}
 	nn := e.mutNode(n.GetName())
 	nn.State, nn.Reason, nn.NextAction = state, reason, action
 	if ev.GetLastHeartbeat() != nil {
 		nn.LastHeartbeat = ev.GetLastHeartbeat()
 	}
-	return e.change()
+}
+
+// Batched reports whether Batch decides events of payload's type: the
+// node reports that come by the thousand during a large create or an
+// outage (registrations, health verdicts), whose decisions touch only
+// their node and, through its status, its cluster.
+func Batched(payload proto.Message) bool {
+	switch payload.(type) {
+	case *eventsv1.AgentRegistered, *eventsv1.NodeHealthChanged:
+		return true
+	}
+	return false
+}
+
+// Batch decides several node reports (each Batched) as one Change. Each is
+// decided as its own decision would, in order, against the records as the
+// reports before it left them; the statuses of the clusters they touched
+// are recomputed once, at the end. So a node that changed is written and
+// announced once, with its final record (one NodeChanged), and a cluster
+// once, with its final status (one ClusterChanged, operation_done when the
+// batch finished its operation): what a reader of the latest state needs,
+// at the cost of one status for the batch instead of one per report. The
+// lifecycle moves on the batch's outcome: a create whose last registration
+// is followed in the same batch by an UNHEALTHY verdict is not finished
+// (as if the verdict had come first). A payload Batch does not decide is an
+// error, and no Change.
+func (s *State) Batch(p Params, payloads []proto.Message, now time.Time) (Change, error) {
+	e := s.edit(p, now)
+	for i, m := range payloads {
+		switch ev := m.(type) {
+		case *eventsv1.AgentRegistered:
+			e.agentRegistered(ev)
+		case *eventsv1.NodeHealthChanged:
+			e.nodeHealthChanged(ev)
+		default:
+			return Change{}, fmt.Errorf("batch: payload %d is a %T, which is decided on its own", i, m)
+		}
+	}
+	return e.change(), nil
 }
 
 // LaunchFailed records a failed launch of a node. A PROVISIONING node

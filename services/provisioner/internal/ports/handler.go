@@ -2,11 +2,15 @@ package ports
 
 import (
 	"context"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/envelope"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	"github.com/loom-ml/loom/services/provisioner/internal/app"
+	"github.com/loom-ml/loom/services/provisioner/internal/domain"
 )
 
 // Handler is the provisioner's consumer: cluster and reservation commands,
@@ -35,4 +39,37 @@ func Handler(a *app.App) bus.Handler {
 		}
 		return nil
 	}
+}
+
+// BatchHandler is the provisioner's consumer for the events that are
+// waiting (bus.Consumer.WithBatch): the node reports among them
+// (domain.Batched: registrations, health verdicts) go to the app as one
+// change with one store write; what Handler skips is skipped here too. A
+// batch that holds anything else (a command, NodeDrained) is refused, and
+// the consumer hands its events to Handler one by one: those are rare, and
+// each is decided on its own.
+func BatchHandler(a *app.App) bus.BatchHandler {
+	return func(ctx context.Context, evs []envelope.Event) error {
+		ids := make([]string, 0, len(evs))
+		payloads := make([]proto.Message, 0, len(evs))
+		for _, ev := range evs {
+			switch {
+			case domain.Batched(ev.Payload):
+				ids, payloads = append(ids, ev.ID), append(payloads, ev.Payload)
+			case handled(ev.Payload):
+				return fmt.Errorf("event %s (%s) is applied on its own", ev.ID, ev.Type)
+			}
+		}
+		return a.ApplyBatch(ctx, ids, payloads)
+	}
+}
+
+// handled reports whether Handler acts on payload (rather than skipping it).
+func handled(payload proto.Message) bool {
+	switch payload.(type) {
+	case *eventsv1.CreateCluster, *eventsv1.DeleteCluster, *eventsv1.UpdateCluster, *eventsv1.CreateReservation,
+		*eventsv1.DeleteReservation, *eventsv1.NodeDrained, *eventsv1.AgentRegistered, *eventsv1.NodeHealthChanged:
+		return true
+	}
+	return false
 }
