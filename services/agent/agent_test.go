@@ -392,7 +392,7 @@ func TestConfig(t *testing.T) {
 	c := Config{Node: node, WorkDir: "rel"}
 	id, err := c.validate()
 	if err != nil || id != "c1" || c.Cluster != cluster || c.Hostname != "gpu-0001" || !filepath.IsAbs(c.WorkDir) ||
-		c.SharedDir != c.WorkDir || c.HeartbeatInterval != 2*time.Second || c.StepKillGrace != 10*time.Second {
+		c.SharedDir != c.WorkDir || c.HeartbeatInterval != 2*time.Second || c.StepKillGrace != 10*time.Second || c.Runtime != "process" {
 		t.Fatalf("validate() = %q, %v; config %+v", id, err, c)
 	}
 	if ServiceName(id, c.Hostname) != "agent-c1-gpu-0001" {
@@ -412,6 +412,10 @@ func TestConfig(t *testing.T) {
 		if _, err := (&Config{Node: node, JobNice: nice}).validate(); err == nil || !strings.Contains(err.Error(), "job_nice") {
 			t.Errorf("validate(job nice %d) = %v, want an error naming job_nice", nice, err)
 		}
+	}
+	if _, err := (&Config{Node: node, Runtime: "docker"}).validate(); err == nil || !strings.Contains(err.Error(), "runtime") ||
+		!strings.Contains(err.Error(), `"docker"`) {
+		t.Errorf("validate(runtime docker) = %v, want an error naming runtime and the value", err)
 	}
 	missing := filepath.Join(t.TempDir(), "no-such-dir")
 	if _, err := (&Config{Node: node, SlurmBin: missing}).validate(); err == nil || !strings.Contains(err.Error(), "slurm_bin") ||
