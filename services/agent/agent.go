@@ -283,6 +283,11 @@ func Run(ctx context.Context, cfg Config) error {
 	return nil
 }
 
+// selfExitCloseBound bounds closing the producer when the agent exits on
+// its own: time enough to flush to a broker that answers, not the ~13 s of
+// retries a gone one costs.
+const selfExitCloseBound = 2 * time.Second
+
 // shutdown ends what the agent runs before its consumer and relay stop: for
 // a stop asked for (exit nil), or an exit of its own whose control plane
 // still answers, every step is stopped and its KILLED record published;
@@ -291,6 +296,10 @@ func shutdown(base *service.Base, a *app.App, cfg Config, exit *domain.SelfExit)
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.StepKillGrace+5*time.Second)
 	defer cancel()
 	if exit != nil {
+		// What the producer still holds is worth nothing now (heartbeats;
+		// the outbox keeps its own records in Redis): a broker that is
+		// gone must not hold the exit for the writer's retries.
+		base.BoundClose(selfExitCloseBound)
 		base.Log.Error("agent exiting on its own: "+exit.Reason+"; ending the steps it runs", "running", a.Running())
 		pctx, pcancel := context.WithTimeout(sctx, time.Second)
 		reachable := !exit.Orphaned && base.Redis.Ping(pctx).Err() == nil
