@@ -13,6 +13,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -673,10 +674,16 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, string,
 	return p, stderr.Name(), nil
 }
 
-// env is a step's environment: a clean base (PATH, HOME = the shared dir),
-// the step's own variables, and the step id the agent finds it by.
+// env is a step's environment: a clean base (PATH; HOME = the shared dir
+// unless the step's variables or nodeVars say it), the step's own
+// variables, what a Slurm job learns from the node, and the step id the
+// agent finds it by.
 func (a *App) env(key string, cmd *eventsv1.StartStep) []string {
-	env := []string{"PATH=" + a.jobPath(cmd.GetEnv()["PATH"]), "HOME=" + a.opts.SharedDir}
+	node := a.nodeVars(cmd.GetEnv())
+	env := []string{"PATH=" + a.jobPath(cmd.GetEnv()["PATH"])}
+	if cmd.GetEnv()["HOME"] == "" && node["HOME"] == "" {
+		env = append(env, "HOME="+a.opts.SharedDir)
+	}
 	names := make([]string, 0, len(cmd.GetEnv()))
 	for k := range cmd.GetEnv() {
 		if k != "PATH" {
@@ -687,7 +694,6 @@ func (a *App) env(key string, cmd *eventsv1.StartStep) []string {
 	for _, k := range names {
 		env = append(env, k+"="+cmd.GetEnv()[k])
 	}
-	node := a.nodeVars(cmd.GetEnv())
 	for _, k := range slices.Sorted(maps.Keys(node)) {
 		env = append(env, k+"="+node[k])
 	}
@@ -697,9 +703,10 @@ func (a *App) env(key string, cmd *eventsv1.StartStep) []string {
 // nodeVars are what a Slurm job's processes (their env has SLURM_JOB_ID)
 // learn from the node, unless their env says it: SLURM_JOB_UID and
 // SLURM_JOB_GID, the ids they run as here (the agent's), USER and LOGNAME,
-// the job's owner (a login environment has them: --export=NONE jobs
-// too), and LOOM_GATEWAY, where their srun and scontrol find Loom
-// (Options.Gateway).
+// the job's owner, and HOME, the owner's home, <shared dir>/<user> (a login
+// environment has them, as `loom clusters login` gives them: --export=NONE
+// jobs too; see userHome), and LOOM_GATEWAY, where their srun and scontrol
+// find Loom (Options.Gateway).
 func (a *App) nodeVars(vars map[string]string) map[string]string {
 	if vars["SLURM_JOB_ID"] == "" {
 		return nil
@@ -720,8 +727,30 @@ func (a *App) nodeVars(vars map[string]string) map[string]string {
 				out[k] = u
 			}
 		}
+		if vars["HOME"] == "" && loginName.MatchString(u) {
+			out["HOME"] = a.userHome(u)
+		}
 	}
 	return out
+}
+
+// loginName is a user name that may name a home directory: the rule
+// `loom clusters login` applies (useradd's), which keeps it one path
+// element. A job whose owner's name breaks it gets the shared dir as HOME.
+var loginName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]{0,31}$`)
+
+// userHome is the home of user on this cluster, <shared dir>/<user>: what
+// `loom clusters login` gives a session, so that a job gets the same HOME
+// whether its environment was exported from that session or not
+// (--export=NONE), as Slurm gives a job its owner's home. It is made when
+// missing, as the login makes it; a failure is logged, and the job runs
+// with it anyway, as Slurm's would with a home that is not there.
+func (a *App) userHome(user string) string {
+	home := filepath.Join(a.opts.SharedDir, user)
+	if err := os.Mkdir(home, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		a.log.Warn("could not make a job owner's home", "user", user, "home", home, "err", err)
+	}
+	return home
 }
 
 // jobPath is the PATH of a step or task whose environment says path: that

@@ -225,15 +225,16 @@ func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]ports.Process
 }
 
 // taskEnv is the environment the tasks of a step share: a clean base (PATH,
-// HOME = the shared dir), the step's variables, and the id a restarted agent
-// finds them by. The per-task ranks are added by spawnTasks.
+// HOME = the shared dir), the step's variables, what a Slurm job learns
+// from the node (nodeVars: its owner's HOME among them), and the id a
+// restarted agent finds them by. The per-task ranks are added by spawnTasks.
 func (a *App) taskEnv(key string, cmd *eventsv1.LaunchTasks) []string {
 	vars := map[string]string{"HOME": a.opts.SharedDir}
-	for k, v := range cmd.GetEnv() {
-		vars[k] = v
-	}
+	maps.Copy(vars, cmd.GetEnv())
 	vars["PATH"] = a.jobPath(vars["PATH"])
-	maps.Copy(vars, a.nodeVars(vars))
+	// From the command's own variables: the default HOME above is not the
+	// job's saying.
+	maps.Copy(vars, a.nodeVars(cmd.GetEnv()))
 	for _, k := range []string{"SLURM_PROCID", "SLURM_LOCALID", "PMI_RANK", "PMI_SIZE", StepIDEnv} {
 		delete(vars, k)
 	}
