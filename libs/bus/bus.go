@@ -256,7 +256,10 @@ func (p *Producer) PublishMessages(ctx context.Context, msgs ...kafka.Message) e
 	return nil
 }
 
-// Close flushes and closes the producer.
+// Close flushes and closes the producer. It waits for every record still
+// pending (one whose Publish gave up on its context stays in the writer's
+// queue with its retries): against a broker that does not answer, that is
+// the writer's whole retry budget, about 13 s. CloseWithin bounds it.
 func (p *Producer) Close() error {
 	err := p.w.Close()
 	p.transport.CloseIdleConnections()
@@ -264,6 +267,28 @@ func (p *Producer) Close() error {
 		return fmt.Errorf("close producer: %w", err)
 	}
 	return nil
+}
+
+// CloseWithin is Close for at most d (d <= 0: Close). When d passes first it
+// returns an error saying so, and the producer goes on closing in the
+// background: the records still pending are abandoned to the writer's
+// retries, so it suits only a producer whose pending records are worth
+// nothing or kept elsewhere (an outbox republishes its own) — a process that
+// ends because its broker is gone.
+func (p *Producer) CloseWithin(d time.Duration) error {
+	if d <= 0 {
+		return p.Close()
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Close() }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return fmt.Errorf("close producer: records still pending after %s were abandoned", d)
+	}
 }
 
 // TraceParent returns the W3C traceparent of the span in ctx, or "" when ctx

@@ -1159,3 +1159,38 @@ func TestTailReadsWhatComesAfterReadyAndLeavesNoGroup(t *testing.T) {
 		t.Fatalf("Tail without brokers or handle = %v, want an error naming both", err)
 	}
 }
+
+// A producer closes at once when nothing is pending; one whose broker went
+// away with a record pending (its Publish gave up on its context) closes
+// within CloseWithin's bound, saying the record was abandoned, instead of
+// waiting out the writer's retries.
+func TestCloseWithinBoundsTheFlushToAGoneBroker(t *testing.T) {
+	t.Parallel()
+	c, broker := kfakeBroker(t)
+	topic := newTopic(t, broker, 1)
+	ctx := testkit.Context(t, wait)
+	clean := bus.NewProducer([]string{broker})
+	if err := clean.Publish(ctx, event(topic, "k", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := clean.CloseWithin(wait); err != nil {
+		t.Fatalf("CloseWithin with nothing pending = %v, want nil", err)
+	}
+
+	p := bus.NewProducer([]string{broker})
+	if err := p.Publish(ctx, event(topic, "k", 2)); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := p.Publish(pctx, event(topic, "k", 3)); err == nil {
+		t.Fatal("Publish to a broker that is gone succeeded")
+	}
+	const bound = 500 * time.Millisecond
+	start := time.Now()
+	err := p.CloseWithin(bound)
+	if took := time.Since(start); err == nil || !strings.Contains(err.Error(), "abandoned") || took > bound+2*time.Second {
+		t.Fatalf("CloseWithin(%s) with a record pending for a gone broker = %v after %s; want the abandoned records named, within the bound", bound, err, took)
+	}
+}

@@ -67,8 +67,10 @@ type Base struct {
 	grpcAddr  string
 	httpAddr  string
 	ran       bool
-	closeOnce sync.Once
-	closeErr  error
+	// closeBound, when set, bounds the producer's close (BoundClose).
+	closeBound time.Duration
+	closeOnce  sync.Once
+	closeErr   error
 }
 
 // New connects to Redis and Kafka (waiting, with backoff, until ctx ends for
@@ -369,7 +371,10 @@ func (b *Base) Close() error {
 			b.GRPC.Stop()
 		}
 		if b.Producer != nil {
-			errList = append(errList, b.Producer.Close())
+			b.mu.Lock()
+			bound := b.closeBound
+			b.mu.Unlock()
+			errList = append(errList, b.Producer.CloseWithin(bound))
 		}
 		if b.Redis != nil {
 			if err := b.Redis.Close(); err != nil {
@@ -384,6 +389,17 @@ func (b *Base) Close() error {
 		}
 	})
 	return b.closeErr
+}
+
+// BoundClose bounds, from now on, how long Close (and so the end of Run)
+// waits for the producer to flush what is still pending: at most d
+// (bus.Producer.CloseWithin). For a service that ends because its broker
+// no longer answers, whose pending records could never be written and
+// would hold its exit for the writer's whole retry budget.
+func (b *Base) BoundClose(d time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closeBound = d
 }
 
 // GRPCAddr returns the bound gRPC address once Run has started listening

@@ -18,6 +18,7 @@ import (
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/service"
 	"github.com/loom-ml/loom/libs/topics"
+	"github.com/loom-ml/loom/services/agent/internal/adapters/procruntime"
 	"github.com/loom-ml/loom/services/agent/internal/app"
 	"github.com/loom-ml/loom/services/agent/internal/domain"
 	"github.com/loom-ml/loom/services/agent/internal/ports"
@@ -71,6 +72,11 @@ type Config struct {
 	// agent whose control plane is gone for good does not run forever.
 	// The agent also exits when its WorkDir is removed.
 	OrphanAfter time.Duration
+	// Runtime names what runs the steps' and tasks' processes
+	// (LOOM_AGENT_RUNTIME; default "process": process groups of the
+	// agent's children on the node, internal/adapters/procruntime). It is
+	// the one runtime so far; see README.md, Runtimes.
+	Runtime string
 }
 
 // RegisterFlags adds the agent's flags to fs, defaults from LOOM_* variables.
@@ -91,6 +97,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"the gateway the Slurm commands in jobs use, set as their LOOM_GATEWAY unless they have one (LOOM_GATEWAY; default: none)")
 	fs.DurationVar(&c.OrphanAfter, "orphan-after", config.EnvDuration("LOOM_AGENT_ORPHAN_AFTER", app.DefaultOrphanAfter),
 		"how long the control plane (Kafka, Redis) may be unreachable before the agent ends its steps and exits (LOOM_AGENT_ORPHAN_AFTER)")
+	fs.StringVar(&c.Runtime, "runtime", config.Env("LOOM_AGENT_RUNTIME", procruntime.Name),
+		"what runs the steps' processes: "+procruntime.Name+" (LOOM_AGENT_RUNTIME)")
 	fs.DurationVar(&c.StepKillGrace, "step-kill-grace", config.EnvDuration("LOOM_STEP_KILL_GRACE", 10*time.Second),
 		"time between SIGTERM and SIGKILL when a step is stopped (LOOM_STEP_KILL_GRACE)")
 }
@@ -120,6 +128,12 @@ func (c *Config) validate() (string, error) {
 	v.Check(c.Hostname == m[4], "hostname", "must be the node name's last segment %q, got %q", m[4], c.Hostname)
 	v.Check(c.GPUs >= 0, "gpus", "must be a number >= 0")
 	v.Check(c.JobNice >= 0 && c.JobNice <= 19, "job_nice", "must be a number from 0 to 19 (a nice increment: jobs never run above the agent)")
+	if c.Runtime == "" {
+		c.Runtime = procruntime.Name
+	}
+	if _, err := newRuntime(c.Runtime); err != nil {
+		v.Add("runtime", "%v", err)
+	}
 	if c.WorkDir == "" {
 		c.WorkDir = "."
 	}
@@ -156,6 +170,15 @@ func (c *Config) validate() (string, error) {
 	return m[2], v.Err()
 }
 
+// newRuntime returns the runtime named name (Config.Runtime).
+func newRuntime(name string) (ports.Runtime, error) {
+	switch name {
+	case procruntime.Name:
+		return procruntime.New(), nil
+	}
+	return nil, fmt.Errorf("must be %q, the one runtime so far; got %q", procruntime.Name, name)
+}
+
 // ServiceName is the agent's service name for a node: its Redis prefix is
 // "<name>:" and its consumer group "loom-<name>", its own among the agents.
 func ServiceName(clusterID, hostname string) string {
@@ -175,6 +198,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("agent config: %w", err)
 	}
+	rt, err := newRuntime(cfg.Runtime)
+	if err != nil {
+		return fmt.Errorf("agent config: %w", err)
+	}
 	nctx, ncancel := context.WithTimeout(ctx, cfg.OrphanAfter)
 	base, err := service.New(nctx, ServiceName(clusterID, cfg.Hostname), cfg.Common)
 	ncancel()
@@ -186,7 +213,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	a, err := app.New(ctx, app.Options{
-		Store: base.Store, Publisher: base.Producer,
+		Store: base.Store, Publisher: base.Producer, Runtime: rt,
 		Self:     domain.Self{Node: cfg.Node, Cluster: cfg.Cluster},
 		Hostname: cfg.Hostname, GPUs: cfg.GPUs, WorkDir: cfg.WorkDir, SharedDir: cfg.SharedDir,
 		KillGrace: cfg.StepKillGrace, HeartbeatInterval: cfg.HeartbeatInterval, JobNice: cfg.JobNice, SlurmBin: cfg.SlurmBin, Gateway: cfg.Gateway,
@@ -256,6 +283,11 @@ func Run(ctx context.Context, cfg Config) error {
 	return nil
 }
 
+// selfExitCloseBound bounds closing the producer when the agent exits on
+// its own: time enough to flush to a broker that answers, not the ~13 s of
+// retries a gone one costs.
+const selfExitCloseBound = 2 * time.Second
+
 // shutdown ends what the agent runs before its consumer and relay stop: for
 // a stop asked for (exit nil), or an exit of its own whose control plane
 // still answers, every step is stopped and its KILLED record published;
@@ -264,6 +296,10 @@ func shutdown(base *service.Base, a *app.App, cfg Config, exit *domain.SelfExit)
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.StepKillGrace+5*time.Second)
 	defer cancel()
 	if exit != nil {
+		// What the producer still holds is worth nothing now (heartbeats;
+		// the outbox keeps its own records in Redis): a broker that is
+		// gone must not hold the exit for the writer's retries.
+		base.BoundClose(selfExitCloseBound)
 		base.Log.Error("agent exiting on its own: "+exit.Reason+"; ending the steps it runs", "running", a.Running())
 		pctx, pcancel := context.WithTimeout(sctx, time.Second)
 		reachable := !exit.Orphaned && base.Redis.Ping(pctx).Err() == nil

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -206,33 +207,45 @@ func TestSlurmBinLeadsTheJobsPath(t *testing.T) {
 }
 
 // A Slurm job's processes get what they learn from the node: SLURM_JOB_UID
-// and SLURM_JOB_GID, the ids they run as here (the agent's), and the
-// gateway their srun talks to, unless their env has one.
+// and SLURM_JOB_GID, the ids they run as here (the agent's), the gateway
+// their srun talks to, and their owner's USER, LOGNAME and HOME
+// (<shared>/<user>, as a login session has it, made when missing: an
+// --export=NONE job's env has none), unless their env has them.
 func TestSlurmJobNodeVars(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.gateway = "10.0.0.5:7070"
 	e.start(t)
-	script := `echo "$SLURM_JOB_UID $SLURM_JOB_GID $LOOM_GATEWAY $USER $LOGNAME"`
+	script := `echo "$SLURM_JOB_UID $SLURM_JOB_GID $LOOM_GATEWAY $USER $LOGNAME $HOME"; test -d "$HOME"`
 	out, own := filepath.Join(e.shared, "slurm-1.out"), filepath.Join(e.shared, "slurm-3.out")
 	publish(t, e.broker, command(startStep("1", script, map[string]string{"SLURM_JOB_ID": "1", "SLURM_JOB_USER": "ada"}, out)),
 		command(startStep("3", script, map[string]string{"SLURM_JOB_ID": "3", "SLURM_JOB_USER": "ada", "LOOM_GATEWAY": "mine:7070",
-			"USER": "bob", "LOGNAME": "bob"}, own)))
-	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_EXITED)
-	waitStep(t, e.broker, "3", eventsv1.StepState_STEP_EXITED)
+			"USER": "bob", "LOGNAME": "bob", "HOME": e.shared}, own)),
+		// An owner whose name cannot name a directory: the shared dir.
+		command(startStep("4", script, map[string]string{"SLURM_JOB_ID": "4", "SLURM_JOB_USER": "../x"}, filepath.Join(e.shared, "slurm-4.out"))))
+	for _, job := range []string{"1", "3", "4"} {
+		if ev := waitStep(t, e.broker, job, eventsv1.StepState_STEP_EXITED); ev.ExitCode != 0 {
+			t.Fatalf("step %s exited %d: its HOME is not a directory", job, ev.ExitCode)
+		}
+	}
 	ids := fmt.Sprintf("%d %d", os.Getuid(), os.Getgid())
-	want := ids + " 10.0.0.5:7070 ada ada\n"
+	want := ids + " 10.0.0.5:7070 ada ada " + filepath.Join(e.shared, "ada") + "\n"
 	if b, err := os.ReadFile(out); err != nil || string(b) != want {
 		t.Fatalf("step wrote %q (%v), want %q", b, err, want)
 	}
-	if b, err := os.ReadFile(own); err != nil || string(b) != ids+" mine:7070 bob bob\n" {
-		t.Fatalf("step with its own LOOM_GATEWAY and USER wrote %q (%v)", b, err)
+	if b, err := os.ReadFile(own); err != nil || string(b) != ids+" mine:7070 bob bob "+e.shared+"\n" {
+		t.Fatalf("step with its own LOOM_GATEWAY, USER and HOME wrote %q (%v)", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(e.shared, "slurm-4.out")); err != nil || string(b) != ids+" 10.0.0.5:7070 ../x ../x "+e.shared+"\n" {
+		t.Fatalf("step of an owner whose name is no login name wrote %q (%v), want HOME the shared dir", b, err)
 	}
 	outDir := filepath.Join(e.shared, ".loom", "steps", "2.0")
 	l := launch("2", 0, 0, 1, outDir, "sh", "-c", script)
 	l.Env["SLURM_JOB_ID"], l.Env["SLURM_JOB_USER"] = "2", "ada"
 	publish(t, e.broker, command(l))
-	waitTasks(t, e.broker, "2", 0, eventsv1.StepState_STEP_EXITED)
+	if ev := waitTasks(t, e.broker, "2", 0, eventsv1.StepState_STEP_EXITED); !reflect.DeepEqual(ev.ExitCodes, []int32{0}) {
+		t.Fatalf("task exited %v: its HOME is not a directory", ev.ExitCodes)
+	}
 	if b, err := os.ReadFile(filepath.Join(outDir, "task-0.out")); err != nil || string(b) != want {
 		t.Fatalf("task wrote %q (%v), want %q", b, err, want)
 	}
@@ -392,7 +405,7 @@ func TestConfig(t *testing.T) {
 	c := Config{Node: node, WorkDir: "rel"}
 	id, err := c.validate()
 	if err != nil || id != "c1" || c.Cluster != cluster || c.Hostname != "gpu-0001" || !filepath.IsAbs(c.WorkDir) ||
-		c.SharedDir != c.WorkDir || c.HeartbeatInterval != 2*time.Second || c.StepKillGrace != 10*time.Second {
+		c.SharedDir != c.WorkDir || c.HeartbeatInterval != 2*time.Second || c.StepKillGrace != 10*time.Second || c.Runtime != "process" {
 		t.Fatalf("validate() = %q, %v; config %+v", id, err, c)
 	}
 	if ServiceName(id, c.Hostname) != "agent-c1-gpu-0001" {
@@ -412,6 +425,10 @@ func TestConfig(t *testing.T) {
 		if _, err := (&Config{Node: node, JobNice: nice}).validate(); err == nil || !strings.Contains(err.Error(), "job_nice") {
 			t.Errorf("validate(job nice %d) = %v, want an error naming job_nice", nice, err)
 		}
+	}
+	if _, err := (&Config{Node: node, Runtime: "docker"}).validate(); err == nil || !strings.Contains(err.Error(), "runtime") ||
+		!strings.Contains(err.Error(), `"docker"`) {
+		t.Errorf("validate(runtime docker) = %v, want an error naming runtime and the value", err)
 	}
 	missing := filepath.Join(t.TempDir(), "no-such-dir")
 	if _, err := (&Config{Node: node, SlurmBin: missing}).validate(); err == nil || !strings.Contains(err.Error(), "slurm_bin") ||

@@ -18,36 +18,38 @@ import (
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 )
 
-// runAgent runs an agent with cfg in the background and returns a wait for
-// what its Run returns, on its own; the test's end stops it.
-func runAgent(t *testing.T, cfg Config) (exited func() error) {
+// runAgent runs an agent with cfg in the background and returns a wait, of
+// at most within, for what its Run returns on its own; the test's end stops
+// it.
+func runAgent(t *testing.T, cfg Config) (exited func(within time.Duration) error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	res := make(chan error, 1)
 	go func() { res <- Run(ctx, cfg) }()
-	var once sync.Once
+	var mu sync.Mutex
 	var err error
 	got := false
-	await := func() {
-		once.Do(func() {
+	await := func(within time.Duration) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if !got {
 			select {
 			case err, got = <-res:
-			case <-time.After(wait):
+			case <-time.After(within):
 			}
-		})
+		}
+		return got
 	}
 	t.Cleanup(func() {
 		cancel()
-		await()
-		if !got {
+		if !await(wait) {
 			t.Error("the agent did not stop")
 		}
 	})
-	return func() error {
+	return func(within time.Duration) error {
 		t.Helper()
-		await()
-		if !got {
-			t.Fatal("the agent did not exit on its own")
+		if !await(within) {
+			t.Fatalf("the agent did not exit on its own within %s", within)
 		}
 		return err
 	}
@@ -68,7 +70,7 @@ func TestExitsWhenItsNodeDirectoryIsRemoved(t *testing.T) {
 	if err := os.RemoveAll(e.work); err != nil {
 		t.Fatal(err)
 	}
-	err := exited()
+	err := exited(wait)
 	if err == nil || !strings.Contains(err.Error(), "exited on its own: its node directory "+e.work+" is gone") {
 		t.Fatalf("Run = %v, want it to say the node directory is gone", err)
 	}
@@ -126,7 +128,10 @@ func TestExitsWhenItsControlPlaneIsGone(t *testing.T) {
 	if err := rs.Close(); err != nil {
 		t.Fatal(err)
 	}
-	err = exited()
+	// It exits soon after the bound: the orphan bound, its step's SIGTERM,
+	// and a producer close bounded to selfExitCloseBound rather than the
+	// writer's retries against the dead broker (about 13 s more).
+	err = exited(cfg.OrphanAfter + cfg.StepKillGrace + selfExitCloseBound + 4*time.Second)
 	if err == nil || !strings.Contains(err.Error(), "exited on its own: its control plane is unreachable") ||
 		!strings.Contains(err.Error(), "LOOM_AGENT_ORPHAN_AFTER (1s)") {
 		t.Fatalf("Run = %v, want it to say the control plane is unreachable", err)
@@ -138,7 +143,7 @@ func TestExitsWhenItsControlPlaneIsGone(t *testing.T) {
 	// Never reachable: it gives up after the bound instead of waiting forever.
 	cfg = e.config()
 	cfg.Brokers, cfg.RedisAddr, cfg.OrphanAfter = []string{testkit.FreeAddr()}, testkit.FreeAddr(), 500*time.Millisecond
-	err = runAgent(t, cfg)()
+	err = runAgent(t, cfg)(wait)
 	if err == nil || !strings.Contains(err.Error(), "its control plane did not answer within LOOM_AGENT_ORPHAN_AFTER (500ms)") {
 		t.Fatalf("Run against nothing = %v", err)
 	}

@@ -1,6 +1,6 @@
 // Package app runs one node's agent: it applies step commands through the
-// domain (decide → store.Apply → memory), runs the steps as process groups,
-// reports their ends, heartbeats, and on start recovers from a predecessor
+// domain (decide → store.Apply → memory), runs the steps through its
+// ports.Runtime (process groups, by default), reports their ends, heartbeats, and on start recovers from a predecessor
 // that died.
 package app
 
@@ -12,8 +12,8 @@ import (
 	"log/slog"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -28,12 +28,12 @@ import (
 
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/envelope"
-	"github.com/loom-ml/loom/libs/proc"
 	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	"github.com/loom-ml/loom/services/agent/internal/adapters"
 	"github.com/loom-ml/loom/services/agent/internal/domain"
+	"github.com/loom-ml/loom/services/agent/internal/ports"
 )
 
 // StepIDEnv is set in every step's environment to "<node>#<job>#<attempt>",
@@ -72,8 +72,12 @@ type Options struct {
 	// HeartbeatInterval is how often Heartbeats sends one (default 2 s).
 	HeartbeatInterval time.Duration
 	// JobNice is how far below the agent's own CPU priority steps and their
-	// tasks run: a nice value increment, 0..19 (see startNiced).
+	// tasks run: a nice value increment, 0..19 (ports.Spec.Nice).
 	JobNice int
+	// Runtime starts and controls the steps' and tasks' processes
+	// (required; the agent's is the process runtime,
+	// internal/adapters/procruntime).
+	Runtime ports.Runtime
 	// SlurmBin, when set, leads every step's and task's PATH (see
 	// jobPath).
 	SlurmBin string
@@ -106,6 +110,7 @@ const stepLocks = 256
 type App struct {
 	opts   Options
 	log    *slog.Logger
+	rt     ports.Runtime
 	bootID string
 
 	stepMu [stepLocks]sync.Mutex
@@ -145,12 +150,15 @@ type App struct {
 
 // process is a step's process group that this agent started.
 type process struct {
-	pid  int
+	g    ports.Group
 	done chan struct{} // closed once the process was reaped
 }
 
 // New loads the agent's step records and returns the App.
 func New(ctx context.Context, opts Options) (*App, error) {
+	if opts.Runtime == nil {
+		return nil, errors.New("agent: no runtime to run steps with")
+	}
 	if opts.Clock == nil {
 		opts.Clock = clockwork.NewRealClock()
 	}
@@ -183,6 +191,7 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	a := &App{
 		opts:       opts,
 		log:        opts.Log,
+		rt:         opts.Runtime,
 		bootID:     envelope.NewID(),
 		steps:      steps,
 		procs:      map[string]*process{},
@@ -360,39 +369,44 @@ func (a *App) Recover(ctx context.Context) error {
 // settle kills whatever still runs of a step a predecessor started, and says
 // what it found.
 func (a *App) settle(key string, s *domain.Step) string {
-	var pgids []int
-	if s.Phase == domain.Running && proc.Alive(s.PID, s.PIDStart) {
-		pgids = append(pgids, s.PID)
+	var groups []ports.Group
+	if g := (ports.Group{PID: s.PID, Start: s.PIDStart}); s.Phase == domain.Running && a.rt.Alive(g) {
+		groups = append(groups, g)
 	}
-	if s.Phase == domain.Starting || len(pgids) == 0 {
+	if s.Phase == domain.Starting || len(groups) == 0 {
 		// Started but never recorded, or a group whose leader died: find
 		// its processes by the id in their environment.
-		for _, pid := range proc.FindByEnv(StepIDEnv + "=" + a.stepID(key)) {
-			if pgid, err := syscall.Getpgid(pid); err == nil && pgid > 1 {
-				pgids = append(pgids, pgid)
-			}
-		}
+		groups = append(groups, a.rt.Adopt(StepIDEnv+"="+a.stepID(key))...)
 	}
-	if len(pgids) == 0 {
+	if len(groups) == 0 {
 		if s.Phase == domain.Starting {
 			return "the agent stopped while starting the step"
 		}
 		return fmt.Sprintf("the agent restarted and the step's process (pid %d) was gone", s.PID)
 	}
-	for _, g := range pgids {
+	for _, g := range groups {
 		a.terminate(g)
 	}
-	return fmt.Sprintf("the agent restarted; the step's processes (groups %v) were no longer its children and were killed", pgids)
+	return fmt.Sprintf("the agent restarted; the step's processes (groups %v) were no longer its children and were killed", groupIDs(groups))
+}
+
+// groupIDs returns the ids of groups, for messages.
+func groupIDs(groups []ports.Group) []int {
+	ids := make([]int, len(groups))
+	for i, g := range groups {
+		ids[i] = g.PID
+	}
+	return ids
 }
 
 // terminate kills a process group that is not our child: SIGTERM, SIGKILL
 // after the grace period.
-func (a *App) terminate(pgid int) {
-	if err := proc.KillGroup(pgid, syscall.SIGTERM); err != nil {
-		a.log.Warn("terminate step group", "pgid", pgid, "err", err)
+func (a *App) terminate(g ports.Group) {
+	if err := a.rt.Signal(g, syscall.SIGTERM); err != nil {
+		a.log.Warn("terminate step group", "pgid", g.PID, "err", err)
 	}
-	if !proc.WaitGone(a.opts.KillGrace, func() bool { return !proc.GroupAlive(pgid) }) {
-		_ = proc.KillGroup(pgid, syscall.SIGKILL)
+	if !a.rt.WaitGone(g, a.opts.KillGrace) {
+		_ = a.rt.Kill(g)
 	}
 }
 
@@ -538,24 +552,22 @@ func (a *App) launch(key string, rec *domain.Step, cmd *eventsv1.StartStep) {
 		a.watchers.Done()
 		return
 	}
-	c, errPath, err := a.spawn(key, cmd)
+	pr, errPath, err := a.spawn(key, cmd)
 	if err != nil {
 		a.log.Warn("step failed to start", "step", key, "err", err)
 		a.record(domain.StartFailed(rec, err.Error(), a.opts.Now()), true)
 		a.watchers.Done()
 		return
 	}
-	pid := c.Process.Pid
-	start, _ := proc.StartTime(pid)
-	p := &process{pid: pid, done: make(chan struct{})}
+	p := &process{g: pr.Group(), done: make(chan struct{})}
 	a.mu.Lock()
 	a.procs[key] = p
 	closing := a.closing
 	a.mu.Unlock()
 	a.running.Add(1)
-	go a.watch(key, c, p) // it records the end once this unlocks the step
-	a.log.Info("step started", "step", key, "pid", pid, "output", cmd.GetOutputPath())
-	started := domain.Started(rec, pid, start, errPath)
+	go a.watch(key, pr, p) // it records the end once this unlocks the step
+	a.log.Info("step started", "step", key, "pid", p.g.PID, "output", cmd.GetOutputPath())
+	started := domain.Started(rec, p.g.PID, p.g.Start, errPath)
 	a.record(started, true)
 	if closing {
 		// The shutdown began while the process started; nothing may run
@@ -616,31 +628,23 @@ func openOutputs(dir, out, errPath string, keep bool) (stdout, stderr *os.File, 
 	return stdout, stderr, nil
 }
 
-// spawn starts a step's process in its own process group, in the step's
-// working directory (work_dir, default the shared dir), stdout appended to
-// output_path and stderr to error_path (output_path when empty); relative
-// paths are taken against the working directory. It returns the process
-// and the file its stderr goes to.
-func (a *App) spawn(key string, cmd *eventsv1.StartStep) (*exec.Cmd, string, error) {
-	var argv []string
-	var extra []*os.File
+// spawn starts a step's process through the runtime, in a group of its
+// own, in the step's working directory (work_dir, default the shared dir),
+// stdout appended to output_path and stderr to error_path (output_path when
+// empty); relative paths are taken against the working directory. It
+// returns the process and the file its stderr goes to.
+func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, string, error) {
+	spec := ports.Spec{Nice: a.opts.JobNice}
 	switch {
 	case strings.HasPrefix(cmd.GetScript(), "#!"):
 		// Run as Slurm does: the script itself is executed, so the kernel
 		// starts the interpreter its first line names (#!/bin/bash, with
-		// its argument, #!/usr/bin/env python3, …). It is handed over in
-		// memory, as fd 3, and executed by that fd's path: no file to
-		// write, clean up or leave behind.
-		f, err := scriptFD(cmd.GetScript())
-		if err != nil {
-			return nil, "", fmt.Errorf("batch script: %w", err)
-		}
-		defer f.Close()
-		argv, extra = []string{scriptPath}, []*os.File{f}
+		// its argument, #!/usr/bin/env python3, …).
+		spec.Script = cmd.GetScript()
 	case cmd.GetScript() != "":
-		argv = []string{"/bin/sh", "-c", cmd.GetScript()}
+		spec.Argv = []string{"/bin/sh", "-c", cmd.GetScript()}
 	case len(cmd.GetCommand()) > 0 && cmd.GetCommand()[0] != "":
-		argv = cmd.GetCommand()
+		spec.Argv = cmd.GetCommand()
 	default:
 		return nil, "", errors.New("the step has neither a script nor a command")
 	}
@@ -662,27 +666,24 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (*exec.Cmd, string, err
 	// The child gets its own copies.
 	defer stdout.Close()
 	defer stderr.Close()
-
-	c := exec.Command(argv[0], argv[1:]...)
-	c.Dir = dir
-	c.Stdout, c.Stderr = stdout, stderr
-	c.ExtraFiles = extra
-	c.Env = a.env(key, cmd)
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := startNiced(c, a.opts.JobNice); err != nil {
-		if len(extra) > 0 {
-			first, _, _ := strings.Cut(cmd.GetScript(), "\n")
-			return nil, "", fmt.Errorf("run the batch script with its interpreter line %q: %w", first, err)
-		}
-		return nil, "", fmt.Errorf("start %q: %w", argv[0], err)
+	spec.Dir, spec.Env, spec.Stdout, spec.Stderr = dir, a.env(key, cmd), stdout, stderr
+	p, err := a.rt.Start(spec)
+	if err != nil {
+		return nil, "", err
 	}
-	return c, stderr.Name(), nil
+	return p, stderr.Name(), nil
 }
 
-// env is a step's environment: a clean base (PATH, HOME = the shared dir),
-// the step's own variables, and the step id the agent finds it by.
+// env is a step's environment: a clean base (PATH; HOME = the shared dir
+// unless the step's variables or nodeVars say it), the step's own
+// variables, what a Slurm job learns from the node, and the step id the
+// agent finds it by.
 func (a *App) env(key string, cmd *eventsv1.StartStep) []string {
-	env := []string{"PATH=" + a.jobPath(cmd.GetEnv()["PATH"]), "HOME=" + a.opts.SharedDir}
+	node := a.nodeVars(cmd.GetEnv())
+	env := []string{"PATH=" + a.jobPath(cmd.GetEnv()["PATH"])}
+	if cmd.GetEnv()["HOME"] == "" && node["HOME"] == "" {
+		env = append(env, "HOME="+a.opts.SharedDir)
+	}
 	names := make([]string, 0, len(cmd.GetEnv()))
 	for k := range cmd.GetEnv() {
 		if k != "PATH" {
@@ -693,7 +694,6 @@ func (a *App) env(key string, cmd *eventsv1.StartStep) []string {
 	for _, k := range names {
 		env = append(env, k+"="+cmd.GetEnv()[k])
 	}
-	node := a.nodeVars(cmd.GetEnv())
 	for _, k := range slices.Sorted(maps.Keys(node)) {
 		env = append(env, k+"="+node[k])
 	}
@@ -703,9 +703,10 @@ func (a *App) env(key string, cmd *eventsv1.StartStep) []string {
 // nodeVars are what a Slurm job's processes (their env has SLURM_JOB_ID)
 // learn from the node, unless their env says it: SLURM_JOB_UID and
 // SLURM_JOB_GID, the ids they run as here (the agent's), USER and LOGNAME,
-// the job's owner (a login environment has them: --export=NONE jobs
-// too), and LOOM_GATEWAY, where their srun and scontrol find Loom
-// (Options.Gateway).
+// the job's owner, and HOME, the owner's home, <shared dir>/<user> (a login
+// environment has them, as `loom clusters login` gives them: --export=NONE
+// jobs too; see userHome), and LOOM_GATEWAY, where their srun and scontrol
+// find Loom (Options.Gateway).
 func (a *App) nodeVars(vars map[string]string) map[string]string {
 	if vars["SLURM_JOB_ID"] == "" {
 		return nil
@@ -726,8 +727,30 @@ func (a *App) nodeVars(vars map[string]string) map[string]string {
 				out[k] = u
 			}
 		}
+		if vars["HOME"] == "" && loginName.MatchString(u) {
+			out["HOME"] = a.userHome(u)
+		}
 	}
 	return out
+}
+
+// loginName is a user name that may name a home directory: the rule
+// `loom clusters login` applies (useradd's), which keeps it one path
+// element. A job whose owner's name breaks it gets the shared dir as HOME.
+var loginName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]{0,31}$`)
+
+// userHome is the home of user on this cluster, <shared dir>/<user>: what
+// `loom clusters login` gives a session, so that a job gets the same HOME
+// whether its environment was exported from that session or not
+// (--export=NONE), as Slurm gives a job its owner's home. It is made when
+// missing, as the login makes it; a failure is logged, and the job runs
+// with it anyway, as Slurm's would with a home that is not there.
+func (a *App) userHome(user string) string {
+	home := filepath.Join(a.opts.SharedDir, user)
+	if err := os.Mkdir(home, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		a.log.Warn("could not make a job owner's home", "user", user, "home", home, "err", err)
+	}
+	return home
 }
 
 // jobPath is the PATH of a step or task whose environment says path: that
@@ -749,12 +772,11 @@ func (a *App) jobPath(path string) string {
 }
 
 // watch reaps a step's process and reports its end.
-func (a *App) watch(key string, c *exec.Cmd, p *process) {
+func (a *App) watch(key string, pr ports.Process, p *process) {
 	defer a.watchers.Done()
-	_ = proc.Wait(c)
-	code, sig := proc.ExitCode(c.ProcessState)
+	exit := pr.Wait()
 	// What the step left behind in its group ends with it, as under Slurm.
-	_ = proc.KillGroup(p.pid, syscall.SIGKILL)
+	_ = a.rt.Kill(p.g)
 	close(p.done)
 
 	unlock := a.lockStep(key)
@@ -767,9 +789,14 @@ func (a *App) watch(key string, c *exec.Cmd, p *process) {
 	if rec == nil || rec.Phase != domain.Running {
 		return
 	}
-	end := domain.Ended(rec, domain.Exit{Code: code, Signal: sig}, a.opts.Now())
-	a.log.Info("step ended", "step", key, "phase", end.Phase, "exit_code", code, "signal", sig)
+	end := domain.Ended(rec, domainExit(exit), a.opts.Now())
+	a.log.Info("step ended", "step", key, "phase", end.Phase, "exit_code", exit.Code, "signal", exit.Signal, "oom", exit.OOM)
 	a.record(end, true)
+}
+
+// domainExit is a runtime's exit as the domain records it.
+func domainExit(e ports.Exit) domain.Exit {
+	return domain.Exit{Code: e.Code, Signal: e.Signal, OOM: e.OOM}
 }
 
 // StopStep applies a StopStep delivered as event id: the step's process
@@ -876,18 +903,15 @@ func (a *App) SignalStep(ctx context.Context, id string, cmd *eventsv1.SignalSte
 		return nil
 	}
 	if cmd.GetBatchOnly() {
-		err = syscall.Kill(p.pid, sig)
-		if errors.Is(err, syscall.ESRCH) {
-			err = nil // it just ended
-		}
+		err = a.rt.SignalLeader(p.g, sig)
 	} else {
-		err = proc.KillGroup(p.pid, sig)
+		err = a.rt.Signal(p.g, sig)
 	}
 	if err != nil {
 		a.log.Warn("signal step", "step", key, "signal", cmd.GetSignal(), "err", err)
 		return nil
 	}
-	a.log.Info("step signalled", "step", key, "pid", p.pid, "signal", cmd.GetSignal(), "batch_only", cmd.GetBatchOnly())
+	a.log.Info("step signalled", "step", key, "pid", p.g.PID, "signal", cmd.GetSignal(), "batch_only", cmd.GetBatchOnly())
 	return nil
 }
 
@@ -915,8 +939,8 @@ func (a *App) kill(key string) {
 	if p == nil {
 		return
 	}
-	a.log.Info("stopping step", "step", key, "pid", p.pid, "reason", rec.StopReason)
-	if err := proc.KillGroup(p.pid, syscall.SIGTERM); err != nil {
+	a.log.Info("stopping step", "step", key, "pid", p.g.PID, "reason", rec.StopReason)
+	if err := a.rt.Signal(p.g, syscall.SIGTERM); err != nil {
 		a.log.Warn("stop step", "step", key, "err", err)
 	}
 	grace := a.opts.KillGrace
@@ -926,8 +950,8 @@ func (a *App) kill(key string) {
 		select {
 		case <-p.done:
 		case <-t.C:
-			a.log.Warn("step ignored SIGTERM; killing it", "step", key, "pid", p.pid, "grace", grace)
-			_ = proc.KillGroup(p.pid, syscall.SIGKILL)
+			a.log.Warn("step ignored SIGTERM; killing it", "step", key, "pid", p.g.PID, "grace", grace)
+			_ = a.rt.Kill(p.g)
 		}
 	}()
 }
@@ -992,11 +1016,11 @@ func (a *App) KillAll() {
 	defer a.mu.Unlock()
 	a.closing = true
 	for _, p := range a.procs {
-		_ = proc.KillGroup(p.pid, syscall.SIGKILL)
+		_ = a.rt.Kill(p.g)
 	}
 	for _, g := range a.groups {
-		for _, pid := range g.pids {
-			_ = proc.KillGroup(pid, syscall.SIGKILL)
+		for _, pg := range g.groups {
+			_ = a.rt.Kill(pg)
 		}
 	}
 }

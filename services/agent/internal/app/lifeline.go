@@ -7,8 +7,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/loom-ml/loom/libs/proc"
 	"github.com/loom-ml/loom/services/agent/internal/domain"
+	"github.com/loom-ml/loom/services/agent/internal/ports"
 )
 
 // DefaultOrphanAfter is Options.OrphanAfter when unset: long enough to ride
@@ -66,21 +66,21 @@ func (a *App) Watch(ctx context.Context) *domain.SelfExit {
 func (a *App) Abandon(ctx context.Context, why string) {
 	a.mu.Lock()
 	a.closing = true
-	var groups []int
+	var groups []ports.Group
 	var done []chan struct{}
 	for key, p := range a.procs {
-		a.log.Warn("ending step: "+why, "step", key, "pid", p.pid)
-		groups = append(groups, p.pid)
+		a.log.Warn("ending step: "+why, "step", key, "pid", p.g.PID)
+		groups = append(groups, p.g)
 		done = append(done, p.done)
 	}
 	for key, g := range a.groups {
-		a.log.Warn("ending tasks: "+why, "tasks", key, "pids", g.pids)
-		groups = append(groups, g.pids...)
+		a.log.Warn("ending tasks: "+why, "tasks", key, "pids", groupIDs(g.groups))
+		groups = append(groups, g.groups...)
 		done = append(done, g.done)
 	}
 	a.mu.Unlock()
-	for _, pgid := range groups {
-		_ = proc.KillGroup(pgid, syscall.SIGTERM)
+	for _, g := range groups {
+		_ = a.rt.Signal(g, syscall.SIGTERM)
 	}
 	t := time.NewTimer(a.opts.KillGrace)
 	defer t.Stop()
@@ -94,7 +94,7 @@ func (a *App) Abandon(ctx context.Context, why string) {
 		a.log.Warn("steps ignored SIGTERM; killing them", "grace", a.opts.KillGrace)
 		break
 	}
-	for _, pgid := range groups {
-		_ = proc.KillGroup(pgid, syscall.SIGKILL)
+	for _, g := range groups {
+		_ = a.rt.Kill(g)
 	}
 }

@@ -10,12 +10,11 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -24,17 +23,17 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/libs/bus"
-	"github.com/loom-ml/loom/libs/proc"
 	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	"github.com/loom-ml/loom/services/agent/internal/adapters"
 	"github.com/loom-ml/loom/services/agent/internal/domain"
+	"github.com/loom-ml/loom/services/agent/internal/ports"
 )
 
 // taskGroup is the processes of one step's tasks on this node.
 type taskGroup struct {
-	pids []int
-	done chan struct{} // closed once every task was reaped
+	groups []ports.Group // one per task, by local id
+	done   chan struct{} // closed once every task was reaped
 }
 
 // tasksRec returns the task record of key (nil when none) and whether the
@@ -141,7 +140,7 @@ func (a *App) launchTasks(key string, rec *domain.Tasks, cmd *eventsv1.LaunchTas
 		a.watchers.Done()
 		return
 	}
-	cs, err := a.spawnTasks(key, cmd)
+	ps, err := a.spawnTasks(key, cmd)
 	if err != nil {
 		a.log.Warn("tasks failed to start", "tasks", key, "err", err)
 		a.recordTasks(domain.TasksStartFailed(rec, err.Error(), a.opts.Now()), true)
@@ -149,18 +148,18 @@ func (a *App) launchTasks(key string, rec *domain.Tasks, cmd *eventsv1.LaunchTas
 		return
 	}
 	g := &taskGroup{done: make(chan struct{})}
-	starts := make([]uint64, len(cs))
-	for i, c := range cs {
-		g.pids = append(g.pids, c.Process.Pid)
-		starts[i], _ = proc.StartTime(c.Process.Pid)
+	pids, starts := make([]int, len(ps)), make([]uint64, len(ps))
+	for i, p := range ps {
+		g.groups = append(g.groups, p.Group())
+		pids[i], starts[i] = p.Group().PID, p.Group().Start
 	}
 	a.mu.Lock()
 	a.groups[key] = g
 	closing := a.closing
 	a.mu.Unlock()
-	go a.watchTasks(key, cs, g)
-	a.log.Info("tasks started", "tasks", key, "pids", g.pids, "output_dir", cmd.GetOutputDir())
-	started := domain.TasksStarted(rec, g.pids, starts)
+	go a.watchTasks(key, ps, g)
+	a.log.Info("tasks started", "tasks", key, "pids", pids, "output_dir", cmd.GetOutputDir())
+	started := domain.TasksStarted(rec, pids, starts)
 	a.recordTasks(started, true)
 	if closing {
 		if d := domain.StopTasks(started, rec.Job, rec.Attempt, rec.StepID, a.shutdownReason(), a.opts.Now()); d.Rec != nil {
@@ -170,11 +169,11 @@ func (a *App) launchTasks(key string, rec *domain.Tasks, cmd *eventsv1.LaunchTas
 	}
 }
 
-// spawnTasks starts every task of a LaunchTasks, each in its own process
-// group, cwd work_dir (default the shared dir), stdout and stderr in
-// <output_dir>/task-<rank>.out and .err. If one cannot start, those started
-// are killed and the error says why.
-func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]*exec.Cmd, error) {
+// spawnTasks starts every task of a LaunchTasks through the runtime, each
+// in a group of its own, cwd work_dir (default the shared dir), stdout and
+// stderr in <output_dir>/task-<rank>.out and .err. If one cannot start,
+// those started are killed and the error says why.
+func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]ports.Process, error) {
 	dir := cmd.GetWorkDir()
 	if dir == "" {
 		dir = a.opts.SharedDir
@@ -190,15 +189,11 @@ func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]*exec.Cmd, er
 		return nil, fmt.Errorf("create output directory: %w", err)
 	}
 	base := a.taskEnv(key, cmd)
-	path, err := proc.LookPath(cmd.GetCommand()[0], envValue(base, "PATH"), dir)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %v", cmd.GetCommand()[0], err)
-	}
-	var cs []*exec.Cmd
-	fail := func(err error) ([]*exec.Cmd, error) {
-		for _, c := range cs {
-			_ = proc.KillGroup(c.Process.Pid, syscall.SIGKILL)
-			_ = c.Wait()
+	var ps []ports.Process
+	fail := func(err error) ([]ports.Process, error) {
+		for _, p := range ps {
+			_ = a.rt.Kill(p.Group())
+			_ = p.Wait()
 		}
 		return nil, err
 	}
@@ -213,35 +208,33 @@ func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]*exec.Cmd, er
 			out.Close()
 			return fail(fmt.Errorf("open task error file: %w", err))
 		}
-		c := exec.Command(path, cmd.GetCommand()[1:]...)
-		c.Args[0] = cmd.GetCommand()[0]
-		c.Dir = dir
-		c.Stdout, c.Stderr = out, errf
-		c.Env = append(append([]string(nil), base...),
-			"SLURM_PROCID="+strconv.Itoa(int(rank)), "SLURM_LOCALID="+strconv.Itoa(int(l)),
-			"PMI_RANK="+strconv.Itoa(int(rank)), "PMI_SIZE="+strconv.Itoa(int(cmd.GetTotalTasks())))
-		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		err = startNiced(c, a.opts.JobNice)
+		p, err := a.rt.Start(ports.Spec{
+			Argv: cmd.GetCommand(), Dir: dir, Stdout: out, Stderr: errf, Nice: a.opts.JobNice,
+			Env: append(append([]string(nil), base...),
+				"SLURM_PROCID="+strconv.Itoa(int(rank)), "SLURM_LOCALID="+strconv.Itoa(int(l)),
+				"PMI_RANK="+strconv.Itoa(int(rank)), "PMI_SIZE="+strconv.Itoa(int(cmd.GetTotalTasks()))),
+		})
 		out.Close()
 		errf.Close()
 		if err != nil {
-			return fail(fmt.Errorf("start %q: %w", cmd.GetCommand()[0], err))
+			return fail(err)
 		}
-		cs = append(cs, c)
+		ps = append(ps, p)
 	}
-	return cs, nil
+	return ps, nil
 }
 
 // taskEnv is the environment the tasks of a step share: a clean base (PATH,
-// HOME = the shared dir), the step's variables, and the id a restarted agent
-// finds them by. The per-task ranks are added by spawnTasks.
+// HOME = the shared dir), the step's variables, what a Slurm job learns
+// from the node (nodeVars: its owner's HOME among them), and the id a
+// restarted agent finds them by. The per-task ranks are added by spawnTasks.
 func (a *App) taskEnv(key string, cmd *eventsv1.LaunchTasks) []string {
 	vars := map[string]string{"HOME": a.opts.SharedDir}
-	for k, v := range cmd.GetEnv() {
-		vars[k] = v
-	}
+	maps.Copy(vars, cmd.GetEnv())
 	vars["PATH"] = a.jobPath(vars["PATH"])
-	maps.Copy(vars, a.nodeVars(vars))
+	// From the command's own variables: the default HOME above is not the
+	// job's saying.
+	maps.Copy(vars, a.nodeVars(cmd.GetEnv()))
 	for _, k := range []string{"SLURM_PROCID", "SLURM_LOCALID", "PMI_RANK", "PMI_SIZE", StepIDEnv} {
 		delete(vars, k)
 	}
@@ -257,27 +250,16 @@ func (a *App) taskEnv(key string, cmd *eventsv1.LaunchTasks) []string {
 	return append(env, StepIDEnv+"="+a.stepID(key))
 }
 
-func envValue(env []string, key string) string {
-	for _, kv := range env {
-		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
-			return v
-		}
-	}
-	return ""
-}
-
 // watchTasks reaps a step's tasks and reports their end once all ended.
-func (a *App) watchTasks(key string, cs []*exec.Cmd, g *taskGroup) {
+func (a *App) watchTasks(key string, ps []ports.Process, g *taskGroup) {
 	defer a.watchers.Done()
-	exits := make([]domain.Exit, len(cs))
+	exits := make([]domain.Exit, len(ps))
 	var wg sync.WaitGroup
-	for i, c := range cs {
+	for i, p := range ps {
 		wg.Go(func() {
-			_ = proc.Wait(c)
-			code, sig := proc.ExitCode(c.ProcessState)
-			exits[i] = domain.Exit{Code: code, Signal: sig}
+			exits[i] = domainExit(p.Wait())
 			// What a task left in its group ends with it, as under Slurm.
-			_ = proc.KillGroup(c.Process.Pid, syscall.SIGKILL)
+			_ = a.rt.Kill(p.Group())
 		})
 	}
 	wg.Wait()
@@ -386,9 +368,9 @@ func (a *App) signalTasks(key string, sig syscall.Signal) {
 	if g == nil {
 		return
 	}
-	for _, pid := range g.pids {
-		if err := proc.KillGroup(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-			a.log.Warn("signal task", "tasks", key, "pid", pid, "err", err)
+	for _, pg := range g.groups {
+		if err := a.rt.Signal(pg, sig); err != nil {
+			a.log.Warn("signal task", "tasks", key, "pid", pg.PID, "err", err)
 		}
 	}
 }
@@ -402,7 +384,7 @@ func (a *App) killTasks(key string) {
 	if g == nil {
 		return
 	}
-	a.log.Info("stopping tasks", "tasks", key, "pids", g.pids)
+	a.log.Info("stopping tasks", "tasks", key, "pids", groupIDs(g.groups))
 	a.signalTasks(key, syscall.SIGTERM)
 	grace := a.opts.KillGrace
 	go func() {
@@ -412,8 +394,8 @@ func (a *App) killTasks(key string) {
 		case <-g.done:
 		case <-t.C:
 			a.log.Warn("tasks ignored SIGTERM; killing them", "tasks", key, "grace", grace)
-			for _, pid := range g.pids {
-				_ = proc.KillGroup(pid, syscall.SIGKILL)
+			for _, pg := range g.groups {
+				_ = a.rt.Kill(pg)
 			}
 		}
 	}()
@@ -435,23 +417,23 @@ func (a *App) recoverTasks(tx *store.Tx, now time.Time) (lost map[string]*domain
 			}
 		case t.Phase == domain.Running || t.Phase == domain.Starting:
 			wg.Go(func() {
-				var pgids []int
-				for i, pid := range t.PIDs {
-					if i < len(t.PIDStarts) && proc.Alive(pid, t.PIDStarts[i]) {
-						pgids = append(pgids, pid)
+				var groups []ports.Group
+				for i, pid := range t.PIDs[:min(len(t.PIDs), len(t.PIDStarts))] {
+					if g := (ports.Group{PID: pid, Start: t.PIDStarts[i]}); a.rt.Alive(g) {
+						groups = append(groups, g)
 					}
 				}
-				for _, pid := range proc.FindByEnv(StepIDEnv + "=" + a.stepID(key)) {
-					if pgid, err := syscall.Getpgid(pid); err == nil && pgid > 1 && !containsInt(pgids, pgid) {
-						pgids = append(pgids, pgid)
+				for _, g := range a.rt.Adopt(StepIDEnv + "=" + a.stepID(key)) {
+					if !slices.ContainsFunc(groups, func(h ports.Group) bool { return h.PID == g.PID }) {
+						groups = append(groups, g)
 					}
 				}
-				for _, g := range pgids {
+				for _, g := range groups {
 					a.terminate(g)
 				}
 				why := "the agent restarted and the tasks' processes were gone"
-				if len(pgids) > 0 {
-					why = fmt.Sprintf("the agent restarted; the tasks' processes (groups %v) were no longer its children and were killed", pgids)
+				if len(groups) > 0 {
+					why = fmt.Sprintf("the agent restarted; the tasks' processes (groups %v) were no longer its children and were killed", groupIDs(groups))
 				} else if t.Phase == domain.Starting {
 					why = "the agent stopped while starting the tasks"
 				}
@@ -476,15 +458,6 @@ func (a *App) recoverTasks(tx *store.Tx, now time.Time) (lost map[string]*domain
 		tx.HDel(adapters.KeyTasks, k)
 	}
 	return lost, prune, nil
-}
-
-func containsInt(list []int, x int) bool {
-	for _, v := range list {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 // shutdownTasks marks every running task group as stopping (its end will be

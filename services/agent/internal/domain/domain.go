@@ -158,6 +158,9 @@ type Exit struct {
 	Code int32
 	// Signal names the signal that killed it, "" when it exited.
 	Signal string
+	// OOM is true when its runtime says it was ended for want of memory
+	// (Slurm's OUT_OF_MEMORY); the message says so.
+	OOM bool
 }
 
 // Ended records the end of a step's process: KILLED when it was asked to
@@ -168,6 +171,8 @@ func Ended(rec *Step, exit Exit, now time.Time) *Step {
 	switch {
 	case r.StopReason != "":
 		r.Phase, r.Message = Killed, "killed: "+r.StopReason
+	case exit.OOM:
+		r.Phase, r.Message = Exited, fmt.Sprintf("out of memory (exit code %d)", exit.Code)
 	case exit.Signal != "":
 		r.Phase, r.Message = Exited, fmt.Sprintf("killed by signal %s (exit code %d)", exit.Signal, exit.Code)
 	default:

@@ -56,6 +56,7 @@ func TestRunAndExit(t *testing.T) {
 		{"exit 3", "", Exit{Code: 3}, eventsv1.StepState_STEP_EXITED, 3, "exited with code 3"},
 		{"exit 0", "", Exit{Code: 0}, eventsv1.StepState_STEP_EXITED, 0, "exited with code 0"},
 		{"signal", "", Exit{Code: 137, Signal: "killed"}, eventsv1.StepState_STEP_EXITED, 137, "signal killed"},
+		{"out of memory", "", Exit{Code: 137, Signal: "killed", OOM: true}, eventsv1.StepState_STEP_EXITED, 137, "out of memory (exit code 137)"},
 		{"stopped", "job cancelled", Exit{Code: 143, Signal: "terminated"}, eventsv1.StepState_STEP_KILLED, 143, "killed: job cancelled"},
 	}
 	for _, tc := range tests {

@@ -127,17 +127,22 @@ func TasksEnded(rec *Tasks, exits []Exit, now time.Time) *Tasks {
 	r := rec.clone()
 	r.Ended = now
 	r.ExitCodes = make([]int32, len(exits))
-	worst, failed := int32(0), 0
+	worst, failed, oom := int32(0), 0, 0
 	for i, e := range exits {
 		r.ExitCodes[i] = e.Code
-		if e.Code != 0 {
+		if e.Code != 0 || e.OOM {
 			failed++
+		}
+		if e.OOM {
+			oom++
 		}
 		worst = max(worst, e.Code)
 	}
 	switch {
 	case r.StopReason != "":
 		r.Phase, r.Message = Killed, "killed: "+r.StopReason
+	case oom > 0:
+		r.Phase, r.Message = Exited, fmt.Sprintf("%d of %d task(s) failed, %d out of memory; highest exit code %d", failed, len(exits), oom, worst)
 	case failed > 0:
 		r.Phase, r.Message = Exited, fmt.Sprintf("%d of %d task(s) failed; highest exit code %d", failed, len(exits), worst)
 	default:

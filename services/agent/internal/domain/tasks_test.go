@@ -60,6 +60,10 @@ func TestTasksLifecycle(t *testing.T) {
 	if ev := end.Event(self); ev.State != eventsv1.StepState_STEP_EXITED || !reflect.DeepEqual(ev.ExitCodes, []int32{0, 137}) {
 		t.Fatalf("exit event %v", ev)
 	}
+	if oom := TasksEnded(run, []Exit{{Code: 0}, {Code: 137, Signal: "killed", OOM: true}}, now); oom.Phase != Exited ||
+		!strings.Contains(oom.Message, "1 of 2 task(s) failed, 1 out of memory") {
+		t.Fatalf("end with a task out of memory: %+v", oom)
+	}
 	d := StopTasks(run, run.Job, 1, 0, "", now)
 	if !d.Kill || d.Rec.StopReason != "stop requested" {
 		t.Fatalf("stop of running tasks: %+v", d)

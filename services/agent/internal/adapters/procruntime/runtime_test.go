@@ -1,0 +1,313 @@
+package procruntime
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/services/agent/internal/ports"
+)
+
+// wait bounds every wait on a process in these tests.
+const wait = 20 * time.Second
+
+// outputs returns a stdout and a stderr file in dir, closed at the test's end.
+func outputs(t *testing.T, dir string) (stdout, stderr *os.File) {
+	t.Helper()
+	var err error
+	if stdout, err = os.Create(filepath.Join(dir, "out")); err != nil {
+		t.Fatal(err)
+	}
+	if stderr, err = os.Create(filepath.Join(dir, "err")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdout.Close(); stderr.Close() })
+	return stdout, stderr
+}
+
+// read returns the content of path.
+func read(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// start starts spec, and kills its group at the test's end.
+func start(t *testing.T, rt Runtime, spec ports.Spec) ports.Process {
+	t.Helper()
+	p, err := rt.Start(spec)
+	if err != nil {
+		t.Fatalf("Start(%v): %v", spec.Argv, err)
+	}
+	t.Cleanup(func() { _ = rt.Kill(p.Group()) })
+	return p
+}
+
+// waitExit waits for p to exit, within wait.
+func waitExit(t *testing.T, p ports.Process) ports.Exit {
+	t.Helper()
+	ch := make(chan ports.Exit, 1)
+	go func() { ch <- p.Wait() }()
+	select {
+	case e := <-ch:
+		return e
+	case <-time.After(wait):
+		t.Fatalf("process %d did not exit within %s", p.Group().PID, wait)
+		return ports.Exit{}
+	}
+}
+
+// waitFile waits until path holds a line, and returns it.
+func waitFile(t *testing.T, path string) string {
+	t.Helper()
+	var s string
+	testkit.WaitFor(t, wait, "a line in "+path, func() (bool, error) {
+		b, err := os.ReadFile(path)
+		s = strings.TrimSpace(string(b))
+		return err == nil && strings.HasSuffix(string(b), "\n"), nil
+	})
+	return s
+}
+
+// The program is found on the spec's PATH, relative to its directory, and
+// runs there with exactly the spec's environment, in a group it leads, its
+// streams in the spec's files; its exit code comes back.
+func TestStartRunsTheSpec(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	prog := "#!/bin/sh\npwd\necho \"FOO=$FOO\"\necho \"args $*\"\ncut -d' ' -f5 /proc/$$/stat\nenv | sort > env.txt\necho oops >&2\nexit 3\n"
+	if err := os.WriteFile(filepath.Join(dir, "bin", "prog"), []byte(prog), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr := outputs(t, dir)
+	rt := New()
+	// "bin" is relative: taken against Dir, as a shell started there would.
+	env := []string{"PATH=bin:/usr/bin:/bin", "FOO=bar"}
+	p := start(t, rt, ports.Spec{Argv: []string{"prog", "a", "b"}, Env: env, Dir: dir, Stdout: stdout, Stderr: stderr})
+	g := p.Group()
+	if g.PID <= 1 || g.Start == 0 {
+		t.Fatalf("group = %+v, want the leader's pid and start time", g)
+	}
+	if e := waitExit(t, p); e != (ports.Exit{Code: 3}) {
+		t.Fatalf("exit = %+v, want code 3", e)
+	}
+	want := dir + "\nFOO=bar\nargs a b\n" + strconv.Itoa(g.PID) + "\n"
+	if got := read(t, filepath.Join(dir, "out")); got != want {
+		t.Errorf("stdout = %q, want %q (cwd, env, args, its own group)", got, want)
+	}
+	if got := read(t, filepath.Join(dir, "err")); got != "oops\n" {
+		t.Errorf("stderr = %q, want oops", got)
+	}
+	// Nothing of the agent's environment leaks in (sh adds PWD, SHLVL, _).
+	for _, kv := range strings.Split(strings.TrimSpace(read(t, filepath.Join(dir, "env.txt"))), "\n") {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case "PATH", "FOO", "PWD", "SHLVL", "_":
+		default:
+			t.Errorf("the process's environment has %q, not in its spec", kv)
+		}
+	}
+	if rt.Alive(g) {
+		t.Error("Alive after the leader was reaped")
+	}
+}
+
+// A start that cannot run says why, as a shell or Slurm would.
+func TestStartFailures(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	stdout, stderr := outputs(t, dir)
+	rt := New()
+	for _, tc := range []struct {
+		name string
+		spec ports.Spec
+		want string
+	}{
+		{"not on PATH", ports.Spec{Argv: []string{"no-such-program-xyz"}, Env: []string{"PATH=/usr/bin:/bin"}}, "no-such-program-xyz: command not found"},
+		{"no such path", ports.Spec{Argv: []string{"./missing"}}, "./missing: No such file or directory"},
+		{"no argv", ports.Spec{}, "no program to run"},
+		{"no interpreter", ports.Spec{Script: "#!/no/such/interpreter -x\necho hi\n"}, `interpreter line "#!/no/such/interpreter -x"`},
+	} {
+		tc.spec.Dir, tc.spec.Stdout, tc.spec.Stderr = dir, stdout, stderr
+		if p, err := rt.Start(tc.spec); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if p != nil {
+				_ = rt.Kill(p.Group())
+			}
+			t.Errorf("%s: Start = %v, want an error containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// A script runs as the kernel runs a "#!" file: its interpreter gets the
+// in-memory script's path as $0, and no file is left.
+func TestStartScript(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	stdout, stderr := outputs(t, dir)
+	p := start(t, New(), ports.Spec{Script: "#!/bin/sh -e\necho \"$0\"\nfalse\necho not reached\n", Dir: dir, Stdout: stdout, Stderr: stderr})
+	if e := waitExit(t, p); e.Code != 1 {
+		t.Fatalf("exit = %+v, want 1 (sh -e stops at false)", e)
+	}
+	if got := read(t, filepath.Join(dir, "out")); got != scriptPath+"\n" {
+		t.Fatalf("stdout = %q, want the script's path %s only", got, scriptPath)
+	}
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 2 {
+		t.Fatalf("directory holds %v (%v), want only out and err", ents, err)
+	}
+}
+
+// Signal reaches every process of the group; SignalLeader only its leader;
+// Kill ends what ignores SIGTERM. Exits by signal read 128+n.
+func TestSignalLeaderGroupAndKill(t *testing.T) {
+	t.Parallel()
+	rt := New()
+	// A leader with a child in the background that writes its pid.
+	family := func(t *testing.T, trap string) (ports.Process, int) {
+		dir := t.TempDir()
+		stdout, stderr := outputs(t, dir)
+		p := start(t, rt, ports.Spec{
+			Argv: []string{"/bin/sh", "-c", trap + "sleep 60 & echo $! > child; wait"},
+			Env:  []string{"PATH=/usr/bin:/bin"}, Dir: dir, Stdout: stdout, Stderr: stderr,
+		})
+		child, err := strconv.Atoi(waitFile(t, filepath.Join(dir, "child")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p, child
+	}
+
+	t.Run("group", func(t *testing.T) {
+		t.Parallel()
+		p, child := family(t, "")
+		if err := rt.Signal(p.Group(), syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if e := waitExit(t, p); e != (ports.Exit{Code: 128 + 15, Signal: syscall.SIGTERM.String()}) {
+			t.Fatalf("exit = %+v, want 143 by SIGTERM", e)
+		}
+		testkit.WaitFor(t, wait, "the leader's child ended by the group's signal", func() (bool, error) {
+			return !rt.Alive(ports.Group{PID: child}), nil
+		})
+	})
+
+	t.Run("leader", func(t *testing.T) {
+		t.Parallel()
+		p, child := family(t, "")
+		if err := rt.SignalLeader(p.Group(), syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if e := waitExit(t, p); e.Code != 143 {
+			t.Fatalf("exit = %+v, want 143", e)
+		}
+		if !rt.Alive(ports.Group{PID: child}) {
+			t.Fatal("SignalLeader reached the leader's child")
+		}
+		if err := rt.SignalLeader(p.Group(), syscall.SIGTERM); err != nil {
+			t.Fatalf("SignalLeader of a leader that is gone = %v, want nil", err)
+		}
+		// What the leader left is ended with Kill, as the agent does.
+		if err := rt.Kill(p.Group()); err != nil {
+			t.Fatal(err)
+		}
+		testkit.WaitFor(t, wait, "the child killed with its group", func() (bool, error) {
+			return !rt.Alive(ports.Group{PID: child}), nil
+		})
+	})
+
+	t.Run("kill", func(t *testing.T) {
+		t.Parallel()
+		p, _ := family(t, "trap '' TERM; ")
+		if err := rt.Signal(p.Group(), syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if rt.WaitGone(p.Group(), 200*time.Millisecond) {
+			t.Fatal("a group that ignores SIGTERM is gone after it")
+		}
+		if err := rt.Kill(p.Group()); err != nil {
+			t.Fatal(err)
+		}
+		if e := waitExit(t, p); e != (ports.Exit{Code: 128 + 9, Signal: syscall.SIGKILL.String()}) {
+			t.Fatalf("exit = %+v, want 137 by SIGKILL", e)
+		}
+		if !rt.WaitGone(p.Group(), wait) {
+			t.Fatal("the group is not gone after Kill")
+		}
+		if err := rt.Signal(p.Group(), syscall.SIGTERM); err != nil {
+			t.Fatalf("Signal of a group that is gone = %v, want nil", err)
+		}
+	})
+}
+
+// A restarted agent finds what its predecessor started by the marker in
+// the processes' environment: a group whose leader runs (with its start
+// time) and one whose leader is gone, leaving a process no one's child.
+// Other markers are not adopted, and a recycled pid is not alive.
+func TestAdoptAfterRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	stdout, stderr := outputs(t, dir)
+	marker := "LOOM_STEP_ID=" + t.Name() + "#" + strconv.Itoa(os.Getpid())
+	rt := New()
+	spec := func(env string, argv ...string) ports.Spec {
+		return ports.Spec{Argv: argv, Env: []string{"PATH=/usr/bin:/bin", env}, Dir: dir, Stdout: stdout, Stderr: stderr}
+	}
+	live := start(t, rt, spec(marker, "sleep", "60"))
+	// Its leader exits at once: its child runs on, reparented, in its group.
+	orphaned := start(t, rt, spec(marker, "/bin/sh", "-c", "sleep 60 & echo $! > orphan"))
+	other := start(t, rt, spec(marker+"0", "sleep", "60"))
+	if e := waitExit(t, orphaned); e.Code != 0 {
+		t.Fatalf("the orphan's leader exited %+v", e)
+	}
+	orphan, err := strconv.Atoi(waitFile(t, filepath.Join(dir, "orphan")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(orphan, syscall.SIGKILL) })
+
+	// The new agent: a runtime that started nothing.
+	rt2 := New()
+	got := rt2.Adopt(marker)
+	want := []ports.Group{live.Group(), {PID: orphaned.Group().PID}}
+	if want[1].PID < want[0].PID {
+		want[0], want[1] = want[1], want[0]
+	}
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("Adopt = %+v, want %+v (not %d, another marker's)", got, want, other.Group().PID)
+	}
+	if !rt2.Alive(live.Group()) || rt2.Alive(ports.Group{PID: live.Group().PID, Start: live.Group().Start + 1}) {
+		t.Fatal("Alive does not tell the recorded process from another with its pid")
+	}
+	for _, g := range got {
+		if err := rt2.Signal(g, syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if e := waitExit(t, live); e.Code != 143 {
+		t.Fatalf("the live leader exited %+v, want 143", e)
+	}
+	if !rt2.WaitGone(live.Group(), wait) {
+		t.Fatal("the live group is not gone")
+	}
+	// The orphan's parent is whatever adopted it; it may never be reaped
+	// here (a container's init), so it is watched by its state.
+	testkit.WaitFor(t, wait, "the orphan ended by its group's signal", func() (bool, error) {
+		return !rt2.Alive(ports.Group{PID: orphan}), nil
+	})
+	if got := rt2.Adopt(marker); len(got) != 0 {
+		t.Fatalf("Adopt after the end = %+v, want none", got)
+	}
+	if !rt2.Alive(other.Group()) {
+		t.Fatal("another marker's process was signalled")
+	}
+}

@@ -1,0 +1,105 @@
+package ports
+
+import (
+	"os"
+	"syscall"
+	"time"
+)
+
+// Runtime starts and controls the processes of a node's steps and tasks:
+// what the app needs of them, whatever runs them. It has the shape
+// k8s-device-plugin gives NVML — the app speaks to this interface, an
+// adapter speaks to the system. The process runtime
+// (internal/adapters/procruntime) runs them as process groups of the
+// agent's own children; a container or VM runtime would run each in a
+// container or a VM and implement the same contract.
+//
+// The unit it controls is a Group: a process it started (the leader) and
+// whatever that process starts. Every method is safe for concurrent use.
+// Signals are named in Linux numbering (syscall.Signal), as Slurm names
+// them; a runtime whose units take no signals maps them as it can.
+type Runtime interface {
+	// Start starts spec's process as the leader of a group of its own and
+	// returns once it runs; its error says, for the job's log, why it
+	// could not (a program not found, an interpreter missing).
+	Start(spec Spec) (Process, error)
+	// Signal sends sig to every process of g. A group that is gone is not
+	// an error.
+	Signal(g Group, sig syscall.Signal) error
+	// SignalLeader sends sig to g's leader alone (a batch step's shell:
+	// scancel --batch). A leader that is gone is not an error.
+	SignalLeader(g Group, sig syscall.Signal) error
+	// Kill ends every process of g at once (SIGKILL): what a step leaves
+	// behind when its leader exits, or what ignored SIGTERM. A group that
+	// is gone is not an error.
+	Kill(g Group) error
+	// Alive reports whether g's leader still runs and, when g.Start is not
+	// 0, is the process that started then (a recycled id is not it).
+	Alive(g Group) bool
+	// Adopt returns the groups, each once, of the running processes whose
+	// environment holds the entry marker ("KEY=value"): for an agent that
+	// restarted, those a predecessor started but can no longer watch (they
+	// are not its children). A group's Start is 0 when its leader is gone.
+	Adopt(marker string) []Group
+	// WaitGone waits until no process of g is left, or d passes, and
+	// reports whether none is.
+	WaitGone(g Group, d time.Duration) bool
+}
+
+// Group names a group of processes by its leader: the id the app records
+// (a step's pid and pid_start) and reports, so that a restarted agent can
+// find it again.
+type Group struct {
+	// PID is the leader's process id, which is also the group's id.
+	PID int
+	// Start is when the leader started, as the system counts it (clock
+	// ticks since boot on Linux); 0 when not known.
+	Start uint64
+}
+
+// Process is a group's leader that this agent started and may wait for.
+type Process interface {
+	// Group names the process's group.
+	Group() Group
+	// Wait blocks until the leader exits, reaps it, and says how it ended.
+	// Call it once. It leaves the rest of the group running (Kill ends it).
+	Wait() Exit
+}
+
+// Exit is how a group's leader ended.
+type Exit struct {
+	// Code is the exit status, 128+n for a leader killed by signal n.
+	Code int32
+	// Signal names the signal that killed it ("KILL"), "" when it exited.
+	Signal string
+	// OOM is true when the runtime knows the leader was ended for want of
+	// memory (a container runtime's OOMKilled). The process runtime has no
+	// memory limit of its own per step and never sets it: the kernel's
+	// OOM killer reads there as SIGKILL.
+	OOM bool
+}
+
+// Spec describes a process to start.
+type Spec struct {
+	// Argv is the program and its arguments. Argv[0] is found as a shell
+	// started in Dir with Env's PATH finds it: a name with a slash relative
+	// to Dir, any other on PATH. Ignored when Script is set.
+	Argv []string
+	// Script, when set, is an executable script (it starts with "#!") run
+	// instead of Argv, as the kernel runs a file that starts with "#!": the
+	// interpreter its first line names gets the script's path as its
+	// argument (a shell's $0), as Slurm runs a batch script. The runtime
+	// hands it over without leaving a file behind.
+	Script string
+	// Env is the whole environment ("KEY=value"); nothing of the agent's
+	// is added.
+	Env []string
+	// Dir is the working directory; it must exist.
+	Dir string
+	// Stdout and Stderr receive the process's output (the same file when
+	// joined). The process gets copies: the caller closes its own.
+	Stdout, Stderr *os.File
+	// Nice is how far below the agent's own CPU priority the process runs
+	// from its first instruction: a nice increment, 0..19 (more is 19).
+	Nice int
+}
