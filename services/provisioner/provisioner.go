@@ -269,6 +269,19 @@ func (c *Config) params() domain.Params {
 // nodeDrainedType is NodeDrained's CloudEvents type.
 var nodeDrainedType = envelope.TypeOf(&eventsv1.NodeDrained{})
 
+// RunArgs runs the provisioner from a command line (args, without the program
+// name): RegisterFlags' flags, each defaulting to its LOOM_* variable,
+// then Run until ctx ends. A command line that does not parse is a
+// *config.UsageError. The provisioner binary and loom's in-process stack both
+// start the provisioner here, so that its command line is read in one place.
+func RunArgs(ctx context.Context, args []string) error {
+	cfg, err := config.ParseArgs("provisioner", args, (*Config).RegisterFlags)
+	if err != nil {
+		return err
+	}
+	return Run(ctx, cfg)
+}
+
 // Run runs the provisioner until ctx ends, then shuts down gracefully.
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
