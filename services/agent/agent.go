@@ -185,6 +185,19 @@ func ServiceName(clusterID, hostname string) string {
 	return "agent-" + clusterID + "-" + hostname
 }
 
+// RunArgs runs the agent from a command line (args, without the program
+// name): RegisterFlags' flags, each defaulting to its LOOM_* variable,
+// then Run until ctx ends. A command line that does not parse is a
+// *config.UsageError. The agent binary and loom's in-process stack both
+// start the agent here, so that its command line is read in one place.
+func RunArgs(ctx context.Context, args []string) error {
+	cfg, err := config.ParseArgs("agent", args, (*Config).RegisterFlags)
+	if err != nil {
+		return err
+	}
+	return Run(ctx, cfg)
+}
+
 // Run runs the agent until ctx ends, then shuts down gracefully: the steps
 // it runs are stopped and reported STEP_KILLED before it returns.
 //

@@ -119,6 +119,19 @@ func (c Config) withDefaults() Config {
 // loom.cluster.events.v1 to finish operations.
 const ConsumerGroup = "loom-gateway"
 
+// RunArgs runs the gateway from a command line (args, without the program
+// name): RegisterFlags' flags, each defaulting to its LOOM_* variable,
+// then Run until ctx ends. A command line that does not parse is a
+// *config.UsageError. The gateway binary and loom's in-process stack both
+// start the gateway here, so that its command line is read in one place.
+func RunArgs(ctx context.Context, args []string) error {
+	cfg, err := config.ParseArgs("gateway", args, (*Config).RegisterFlags)
+	if err != nil {
+		return err
+	}
+	return Run(ctx, cfg)
+}
+
 // Run runs the gateway until ctx ends, then shuts down gracefully.
 func Run(ctx context.Context, cfg Config) error {
 	return run(ctx, cfg, nil)

@@ -35,6 +35,19 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"how long a node may be silent before it is UNHEALTHY (LOOM_HEALTH_HEARTBEAT_TIMEOUT; default 15s)")
 }
 
+// RunArgs runs the health from a command line (args, without the program
+// name): RegisterFlags' flags, each defaulting to its LOOM_* variable,
+// then Run until ctx ends. A command line that does not parse is a
+// *config.UsageError. The health binary and loom's in-process stack both
+// start the health here, so that its command line is read in one place.
+func RunArgs(ctx context.Context, args []string) error {
+	cfg, err := config.ParseArgs("health", args, (*Config).RegisterFlags)
+	if err != nil {
+		return err
+	}
+	return Run(ctx, cfg)
+}
+
 // Run runs the health until ctx ends, then shuts down gracefully.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.HeartbeatTimeout <= 0 {

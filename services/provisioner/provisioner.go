@@ -288,6 +288,29 @@ var nodeDrainedType = envelope.TypeOf(&eventsv1.NodeDrained{})
 // heartbeatType is Heartbeat's CloudEvents type.
 var heartbeatType = envelope.TypeOf(&eventsv1.Heartbeat{})
 
+// RunArgs runs the provisioner from a command line (args, without the program
+// name): RegisterFlags' flags, each defaulting to its LOOM_* variable,
+// then Run until ctx ends. A command line that does not parse is a
+// *config.UsageError. The provisioner binary and loom's in-process stack both
+// start the provisioner here, so that its command line is read in one place.
+func RunArgs(ctx context.Context, args []string) error {
+	return RunArgsWith(ctx, args, nil)
+}
+
+// RunArgsWith is RunArgs with edit, when not nil, applied to the parsed
+// Config before Run: for what no flag can carry, such as the sim provider's
+// launch hook that the in-process stack passes to a benchmark.
+func RunArgsWith(ctx context.Context, args []string, edit func(*Config)) error {
+	cfg, err := config.ParseArgs("provisioner", args, (*Config).RegisterFlags)
+	if err != nil {
+		return err
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	return Run(ctx, cfg)
+}
+
 // Run runs the provisioner until ctx ends, then shuts down gracefully.
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {

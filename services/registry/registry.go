@@ -27,6 +27,19 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Common.Register(fs, "REGISTRY", "127.0.0.1:7074", "127.0.0.1:9174")
 }
 
+// RunArgs runs the registry from a command line (args, without the program
+// name): RegisterFlags' flags, each defaulting to its LOOM_* variable,
+// then Run until ctx ends. A command line that does not parse is a
+// *config.UsageError. The registry binary and loom's in-process stack both
+// start the registry here, so that its command line is read in one place.
+func RunArgs(ctx context.Context, args []string) error {
+	cfg, err := config.ParseArgs("registry", args, (*Config).RegisterFlags)
+	if err != nil {
+		return err
+	}
+	return Run(ctx, cfg)
+}
+
 // Run runs the registry until ctx ends, then shuts down gracefully.
 func Run(ctx context.Context, cfg Config) error {
 	return run(ctx, cfg, nil)

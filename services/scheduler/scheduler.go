@@ -177,6 +177,19 @@ func (c *Config) resolve() error {
 	return nil
 }
 
+// RunArgs runs the scheduler from a command line (args, without the program
+// name): RegisterFlags' flags, each defaulting to its LOOM_* variable,
+// then Run until ctx ends. A command line that does not parse is a
+// *config.UsageError. The scheduler binary and loom's in-process stack both
+// start the scheduler here, so that its command line is read in one place.
+func RunArgs(ctx context.Context, args []string) error {
+	cfg, err := config.ParseArgs("scheduler", args, (*Config).RegisterFlags)
+	if err != nil {
+		return err
+	}
+	return Run(ctx, cfg)
+}
+
 // Run runs the scheduler until ctx ends, then shuts down gracefully. Every
 // instance serves reads; the one holding the leader lease also consumes and
 // decides (see README, "Leader lease").

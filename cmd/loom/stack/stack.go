@@ -10,7 +10,6 @@ package stack
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -347,11 +346,10 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 		provArgs = append(provArgs, "-capacity="+opts.Capacity)
 	}
 	provArgs = append(provArgs, opts.ProvisionerArgs...)
-	runProvisioner := provisioner.Run
+	runProvisioner := provisioner.RunArgs
 	if onLaunch := opts.OnSimLaunch; onLaunch != nil {
-		runProvisioner = func(ctx context.Context, c provisioner.Config) error {
-			c.Sim.OnLaunch = onLaunch
-			return provisioner.Run(ctx, c)
+		runProvisioner = func(ctx context.Context, args []string) error {
+			return provisioner.RunArgsWith(ctx, args, func(c *provisioner.Config) { c.Sim.OnLaunch = onLaunch })
 		}
 	}
 	healthArgs := common(a.Health, a.HealthHTTP)
@@ -364,11 +362,11 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	s.binDir = opts.BinDir
 	s.services = map[string]*service{}
 	for _, svc := range []*service{
-		{name: "provisioner", addr: a.Provisioner, args: provArgs, run: inProcess(func(c *provisioner.Config) func(*flag.FlagSet) { return c.RegisterFlags }, runProvisioner)},
-		{name: "scheduler", addr: a.Scheduler, args: common(a.Scheduler, a.SchedulerHTTP), run: inProcess(func(c *scheduler.Config) func(*flag.FlagSet) { return c.RegisterFlags }, scheduler.Run)},
-		{name: "health", addr: a.Health, args: healthArgs, run: inProcess(func(c *health.Config) func(*flag.FlagSet) { return c.RegisterFlags }, health.Run)},
-		{name: "registry", addr: a.Registry, args: common(a.Registry, a.RegistryHTTP), run: inProcess(func(c *registry.Config) func(*flag.FlagSet) { return c.RegisterFlags }, registry.Run)},
-		{name: "gateway", addr: a.Gateway, args: gwArgs, run: inProcess(func(c *gateway.Config) func(*flag.FlagSet) { return c.RegisterFlags }, gateway.Run)},
+		{name: "provisioner", addr: a.Provisioner, args: provArgs, run: runProvisioner},
+		{name: "scheduler", addr: a.Scheduler, args: common(a.Scheduler, a.SchedulerHTTP), run: scheduler.RunArgs},
+		{name: "health", addr: a.Health, args: healthArgs, run: health.RunArgs},
+		{name: "registry", addr: a.Registry, args: common(a.Registry, a.RegistryHTTP), run: registry.RunArgs},
+		{name: "gateway", addr: a.Gateway, args: gwArgs, run: gateway.RunArgs},
 	} {
 		s.services[svc.name] = svc
 		if err := s.launch(ctx, svc); err != nil {
@@ -385,21 +383,6 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	}
 	s.log.Info("loom is up", "gateway", a.Gateway, "rest", a.GatewayREST, "data", s.DataDir)
 	return nil
-}
-
-// inProcess returns a service's in-process runner: its flags are parsed by
-// its own RegisterFlags into a fresh Config, then its Run runs.
-func inProcess[C any](flags func(*C) func(*flag.FlagSet), run func(context.Context, C) error) func(context.Context, []string) error {
-	return func(ctx context.Context, args []string) error {
-		var cfg C
-		fs := flag.NewFlagSet("service", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		flags(&cfg)(fs)
-		if err := fs.Parse(args); err != nil {
-			return fmt.Errorf("flags: %w", err)
-		}
-		return run(ctx, cfg)
-	}
 }
 
 // resolveAddrs fills empty addresses with free loopback ports. The broker

@@ -8,12 +8,17 @@
 // paging and owner checks, and records every request it is sent, so that a
 // test can check both what a command sends and what it prints. It stands in
 // for the gateway's API only: nothing here fakes the scheduler, Kafka or
-// Redis, and jobs do not run (WatchJob plays a canned ending).
+// Redis, and jobs do not run (WatchJob plays a canned ending; with
+// StartJobs a polled job starts, and job steps play canned tasks: the
+// test sets their exit codes and when they end).
 package fakegw
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -79,6 +84,9 @@ type Gateway struct {
 	Capacity     []*loomv1.CapacityPool
 	// Logs are ReadJobLogs' chunks by job name.
 	Logs map[string][]string
+	// Steps are the jobs' steps (names "{job}/steps/{id}"), listed in
+	// this order; CreateJobStep appends.
+	Steps []*loomv1.JobStep
 
 	// Watch, when set, is what WatchJob streams for any job. Without it
 	// WatchJob streams the job as it is, then as ended FAILED with exit
@@ -99,10 +107,32 @@ type Gateway struct {
 	// Now is the clock of submit times (time.Now when nil).
 	Now func() time.Time
 
-	mu       sync.Mutex
-	requests []proto.Message
-	nextID   int // the last job id given; 0: not counted yet
-	opPolls  int // GetOperation calls, which advance the operation
+	// StartJobs makes GetJob start the pending jobs it is asked about, as
+	// the scheduler would: a PENDING job is answered PENDING by its first
+	// PendingPolls GetJob calls, then RUNNING, on the first node_count (at
+	// least one) of its cluster's Slurm nodes (see Nodes). Without it jobs
+	// stay as they are.
+	StartJobs    bool
+	PendingPolls int
+	// StepExitCodes are the exit codes of the tasks of every step
+	// CreateJobStep starts, by rank (0 past its end). A step is RUNNING
+	// for StepEndAfter GetJobStep calls, and the next one finds it ended:
+	// COMPLETED when every task exited 0, else FAILED, with the highest
+	// code as its own.
+	StepExitCodes []int32
+	StepEndAfter  int
+	// StepOutputDir, when set, is the steps' output_dir: CreateJobStep
+	// writes each task's whole output there at once, as the tasks would
+	// on the shared file system: task-R.out "hello from R\nsecond line R"
+	// (its last line unterminated) and task-R.err "warn R\n".
+	StepOutputDir string
+
+	mu        sync.Mutex
+	requests  []proto.Message
+	nextID    int            // the last job id given; 0: not counted yet
+	opPolls   int            // GetOperation calls, which advance the operation
+	jobPolls  map[string]int // GetJob calls that found a pending job, by name (StartJobs)
+	stepPolls map[string]int // GetJobStep calls, by step name
 }
 
 // Serve serves g on a loopback port until the test ends and returns the
@@ -434,26 +464,51 @@ func (g *Gateway) SubmitJob(_ context.Context, r *loomv1.SubmitJobRequest) (*loo
 		}
 	}
 	g.nextID++
-	now := time.Now
-	if g.Now != nil {
-		now = g.Now
-	}
 	j := proto.Clone(r.GetJob()).(*loomv1.Job)
 	j.JobId = strconv.Itoa(g.nextID)
 	j.Name = r.GetParent() + "/jobs/" + j.JobId
-	j.State, j.SubmitTime = loomv1.JobState_PENDING, timestamppb.New(now())
+	j.State, j.SubmitTime = loomv1.JobState_PENDING, timestamppb.New(g.now())
 	g.Jobs = append(g.Jobs, j)
 	return proto.Clone(j).(*loomv1.Job), nil
 }
 
 // GetJob answers the job (or the array holding the task named), or
-// NotFound.
+// NotFound. With StartJobs it starts a pending job once it has been
+// polled PendingPolls times.
 func (g *Gateway) GetJob(_ context.Context, r *loomv1.GetJobRequest) (*loomv1.Job, error) {
 	defer g.lock(r)()
-	if j := g.job(r.GetName()); j != nil {
-		return proto.Clone(j).(*loomv1.Job), nil
+	j := g.job(r.GetName())
+	if j == nil {
+		return nil, jobNotFound(r.GetName())
 	}
-	return nil, jobNotFound(r.GetName())
+	if g.StartJobs && state(j) == loomv1.JobState_PENDING {
+		if g.jobPolls == nil {
+			g.jobPolls = map[string]int{}
+		}
+		if g.jobPolls[j.GetName()]++; g.jobPolls[j.GetName()] > g.PendingPolls {
+			g.start(j)
+		}
+	}
+	return proto.Clone(j).(*loomv1.Job), nil
+}
+
+// start makes j RUNNING on the first node_count (at least one) of its
+// cluster's Slurm nodes. The caller holds g.mu.
+func (g *Gateway) start(j *loomv1.Job) {
+	j.State, j.StartTime, j.Nodes = loomv1.JobState_RUNNING, timestamppb.New(g.now()), nil
+	for _, n := range g.slurmNodes(j.GetCluster()) {
+		if len(j.Nodes) >= max(1, int(j.GetNodeCount())) {
+			break
+		}
+		j.Nodes = append(j.Nodes, n.GetHostname())
+	}
+}
+
+func (g *Gateway) now() time.Time {
+	if g.Now != nil {
+		return g.Now()
+	}
+	return time.Now()
 }
 
 // ListJobs answers the parent project's jobs (of the cluster, when named)
@@ -551,6 +606,166 @@ func (g *Gateway) ReadJobLogs(r *loomv1.ReadJobLogsRequest, s grpc.ServerStreami
 		}
 	}
 	return nil
+}
+
+// ---- job steps ----
+
+// The gateway's words for a step refused by the state of its job or step
+// (Slurm's).
+const (
+	msgPending     = "Job is pending execution"
+	msgAlreadyDone = "Job/step already completing or completed"
+)
+
+// step finds a step by name. The caller holds g.mu.
+func (g *Gateway) step(name string) *loomv1.JobStep {
+	if i := slices.IndexFunc(g.Steps, func(s *loomv1.JobStep) bool { return s.GetName() == name }); i >= 0 {
+		return g.Steps[i]
+	}
+	return nil
+}
+
+func stepNotFound(name string) error {
+	return status.Errorf(codes.NotFound, "job step %s not found", name)
+}
+
+// CreateJobStep starts a step of the parent job, as the gateway and the
+// scheduler do: NotFound for an unknown job; FailedPrecondition, in
+// Slurm's words, for a job that does not run; InvalidArgument (field
+// node_count) for more nodes than the job has, or a job without nodes.
+// The step runs on the job's first node_count nodes (all when 0) with
+// ntasks tasks (else ntasks_per_node on each node, else one per node;
+// fewer tasks than nodes use fewer nodes), spread evenly with the first
+// nodes taking the remainder. Its id is one more than the job's last
+// step's in Steps (0 for its first), and a request_id that created a step
+// of the job before answers that step. The tasks' exit codes and their
+// end are StepExitCodes and StepEndAfter; their output is written to
+// StepOutputDir when set.
+func (g *Gateway) CreateJobStep(_ context.Context, r *loomv1.CreateJobStepRequest) (*loomv1.JobStep, error) {
+	defer g.lock(r)()
+	j := g.job(r.GetParent())
+	switch {
+	case j == nil:
+		return nil, jobNotFound(r.GetParent())
+	case state(j) == loomv1.JobState_PENDING:
+		return nil, status.Error(codes.FailedPrecondition, msgPending)
+	case j.GetState() != loomv1.JobState_RUNNING && j.GetState() != loomv1.JobState_CONFIGURING:
+		return nil, status.Error(codes.FailedPrecondition, msgAlreadyDone)
+	}
+	id := int32(0)
+	for _, s := range g.Steps {
+		if s.GetJob() != j.GetName() {
+			continue
+		}
+		if r.GetRequestId() != "" && s.GetRequestId() == r.GetRequestId() {
+			return proto.Clone(s).(*loomv1.JobStep), nil
+		}
+		id = max(id, s.GetStepId()+1)
+	}
+	nodes := j.GetNodes()
+	if n := int(r.GetNodeCount()); n > len(nodes) || len(nodes) == 0 {
+		return nil, errs.ToStatus(errs.Invalid("node_count",
+			"Requested node configuration is not available: the job has %d node(s), %d requested", len(nodes), max(n, 1)))
+	} else if n > 0 {
+		nodes = nodes[:n]
+	}
+	ntasks := int(r.GetNtasks())
+	if ntasks == 0 {
+		ntasks = max(1, int(r.GetNtasksPerNode())) * len(nodes)
+	}
+	nodes = nodes[:min(len(nodes), ntasks)]
+	perNode := make([]int32, len(nodes))
+	for i := range perNode {
+		perNode[i] = int32(ntasks / len(nodes))
+		if i < ntasks%len(nodes) {
+			perNode[i]++
+		}
+	}
+	s := &loomv1.JobStep{Name: fmt.Sprintf("%s/steps/%d", j.GetName(), id), Job: j.GetName(), StepId: id,
+		State: loomv1.JobState_RUNNING, Command: r.GetCommand(), Nodes: slices.Clone(nodes), TasksPerNode: perNode,
+		NumTasks: int32(ntasks), TaskExitCodes: make([]int32, ntasks), OutputDir: g.StepOutputDir,
+		RequestId: r.GetRequestId(), StartTime: timestamppb.New(g.now())}
+	if g.StepOutputDir != "" {
+		for rank := range ntasks {
+			out := fmt.Sprintf("hello from %d\nsecond line %d", rank, rank)
+			if err := os.WriteFile(filepath.Join(g.StepOutputDir, fmt.Sprintf("task-%d.out", rank)), []byte(out), 0o644); err != nil {
+				return nil, status.Error(codes.Internal, err.Error())
+			}
+			if err := os.WriteFile(filepath.Join(g.StepOutputDir, fmt.Sprintf("task-%d.err", rank)), []byte(fmt.Sprintf("warn %d\n", rank)), 0o644); err != nil {
+				return nil, status.Error(codes.Internal, err.Error())
+			}
+		}
+	}
+	g.Steps = append(g.Steps, s)
+	return proto.Clone(s).(*loomv1.JobStep), nil
+}
+
+// GetJobStep answers the step, or NotFound. A RUNNING step ends on the
+// call after its StepEndAfter-th, with StepExitCodes.
+func (g *Gateway) GetJobStep(_ context.Context, r *loomv1.GetJobStepRequest) (*loomv1.JobStep, error) {
+	defer g.lock(r)()
+	s := g.step(r.GetName())
+	if s == nil {
+		return nil, stepNotFound(r.GetName())
+	}
+	if g.stepPolls == nil {
+		g.stepPolls = map[string]int{}
+	}
+	if g.stepPolls[s.GetName()]++; g.stepPolls[s.GetName()] > g.StepEndAfter && s.GetState() == loomv1.JobState_RUNNING {
+		s.State, s.EndTime = loomv1.JobState_COMPLETED, timestamppb.New(g.now())
+		for rank := range s.TaskExitCodes {
+			if rank < len(g.StepExitCodes) {
+				s.TaskExitCodes[rank] = g.StepExitCodes[rank]
+			}
+			s.ExitCode = max(s.ExitCode, s.TaskExitCodes[rank])
+		}
+		if s.ExitCode != 0 {
+			s.State = loomv1.JobState_FAILED
+		}
+	}
+	return proto.Clone(s).(*loomv1.JobStep), nil
+}
+
+// ListJobSteps answers the parent job's steps, in Steps' order, paged as
+// the gateway pages; NotFound for an unknown job.
+func (g *Gateway) ListJobSteps(_ context.Context, r *loomv1.ListJobStepsRequest) (*loomv1.ListJobStepsResponse, error) {
+	defer g.lock(r)()
+	j := g.job(r.GetParent())
+	if j == nil {
+		return nil, jobNotFound(r.GetParent())
+	}
+	var out []*loomv1.JobStep
+	for _, s := range g.Steps {
+		if s.GetJob() == j.GetName() {
+			out = append(out, s)
+		}
+	}
+	page, next, err := paging.Ordered(r, out)
+	return &loomv1.ListJobStepsResponse{Steps: page, NextPageToken: next}, errs.ToStatus(err)
+}
+
+// CancelJobStep answers NotFound for an unknown step and
+// FailedPrecondition for an ended one, as the gateway does. A signal
+// changes nothing; else the step's tasks are killed (SIGTERM: each exits
+// 143) and the step ends CANCELLED. The answer is the step as the
+// scheduler had it when the gateway asked: as it was before.
+func (g *Gateway) CancelJobStep(_ context.Context, r *loomv1.CancelJobStepRequest) (*loomv1.JobStep, error) {
+	defer g.lock(r)()
+	s := g.step(r.GetName())
+	switch {
+	case s == nil:
+		return nil, stepNotFound(r.GetName())
+	case s.GetState().Terminal():
+		return nil, status.Error(codes.FailedPrecondition, msgAlreadyDone)
+	}
+	before := proto.Clone(s).(*loomv1.JobStep)
+	if r.GetSignal() == "" {
+		s.State, s.Reason, s.ExitCode, s.EndTime = loomv1.JobState_CANCELLED, "cancelled", 128+15, timestamppb.New(g.now())
+		for rank := range s.TaskExitCodes {
+			s.TaskExitCodes[rank] = 128 + 15
+		}
+	}
+	return before, nil
 }
 
 // ---- models ----

@@ -1,6 +1,9 @@
 package fakegw
 
 import (
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -131,5 +134,114 @@ func TestSubmitJob(t *testing.T) {
 	g.MaxArraySize = 10
 	if _, err := cl.SubmitJob(ctx, &loomv1.SubmitJobRequest{Parent: "projects/p", Job: &loomv1.Job{Array: "0-10"}}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("an array past MaxArraySize: %v, want InvalidArgument", err)
+	}
+}
+
+// TestJobSteps: a step is refused as the gateway refuses it, laid out on
+// the job's nodes, numbered after the job's steps, played to the end the
+// test set (its tasks' output written, their exit codes), listed, and
+// cancelled; a polled job starts on its cluster's nodes with StartJobs.
+func TestJobSteps(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	g := &Gateway{Jobs: jobs(3), StepExitCodes: []int32{0, 5}, StepEndAfter: 1, StepOutputDir: dir}
+	g.Jobs[0].Nodes = []string{"gpu-1", "gpu-2", "gpu-3"}
+	g.Jobs[2].State = loomv1.JobState_COMPLETED
+	cl := loomv1.NewJobServiceClient(g.Dial(t))
+	ctx := testkit.Context(t, 30*time.Second)
+	create := func(job string, nodes, ntasks int32, requestID string) (*loomv1.JobStep, error) {
+		return cl.CreateJobStep(ctx, &loomv1.CreateJobStepRequest{Parent: "projects/default/jobs/" + job, Command: []string{"train"},
+			NodeCount: nodes, Ntasks: ntasks, RequestId: requestID})
+	}
+
+	for _, tc := range []struct {
+		job   string
+		nodes int32
+		code  codes.Code
+		msg   string
+	}{
+		{"2", 0, codes.FailedPrecondition, "Job is pending execution"},
+		{"3", 0, codes.FailedPrecondition, "Job/step already completing or completed"},
+		{"9", 0, codes.NotFound, "job projects/default/jobs/9 not found"},
+		{"1", 4, codes.InvalidArgument, "node_count: Requested node configuration is not available: the job has 3 node(s), 4 requested"},
+	} {
+		if _, err := create(tc.job, tc.nodes, 0, ""); status.Code(err) != tc.code || status.Convert(err).Message() != tc.msg {
+			t.Fatalf("a step of job %s on %d nodes: %v, want %v %q", tc.job, tc.nodes, err, tc.code, tc.msg)
+		}
+	}
+
+	// Five tasks on two nodes: three on the first.
+	s, err := create("1", 2, 5, "req-1")
+	if err != nil || s.GetName() != "projects/default/jobs/1/steps/0" || s.GetState() != loomv1.JobState_RUNNING ||
+		!slices.Equal(s.GetNodes(), []string{"gpu-1", "gpu-2"}) || !slices.Equal(s.GetTasksPerNode(), []int32{3, 2}) ||
+		s.GetNumTasks() != 5 || s.GetOutputDir() != dir {
+		t.Fatalf("created %v (%v)", s, err)
+	}
+	if out, err := os.ReadFile(filepath.Join(dir, "task-4.out")); err != nil || string(out) != "hello from 4\nsecond line 4" {
+		t.Fatalf("task 4's output: %q (%v)", out, err)
+	}
+	if again, err := create("1", 2, 5, "req-1"); err != nil || again.GetStepId() != 0 || len(g.Steps) != 1 {
+		t.Fatalf("a retried create: %v (%v), %d steps; want step 0 again", again, err, len(g.Steps))
+	}
+	// No counts: one task on each of the job's nodes, the job's next step.
+	s1, err := create("1", 0, 0, "req-2")
+	if err != nil || s1.GetStepId() != 1 || !slices.Equal(s1.GetTasksPerNode(), []int32{1, 1, 1}) {
+		t.Fatalf("a second step: %v (%v), want step 1 with a task on each of 3 nodes", s1, err)
+	}
+
+	get := func(name string) *loomv1.JobStep {
+		t.Helper()
+		s, err := cl.GetJobStep(ctx, &loomv1.GetJobStepRequest{Name: name})
+		if err != nil {
+			t.Fatalf("get %s: %v", name, err)
+		}
+		return s
+	}
+	if s := get("projects/default/jobs/1/steps/0"); s.GetState() != loomv1.JobState_RUNNING {
+		t.Fatalf("first poll: %v, want RUNNING", s.GetState())
+	}
+	if s := get("projects/default/jobs/1/steps/0"); s.GetState() != loomv1.JobState_FAILED || s.GetExitCode() != 5 ||
+		!slices.Equal(s.GetTaskExitCodes(), []int32{0, 5, 0, 0, 0}) {
+		t.Fatalf("second poll: %v, want FAILED with task 1's 5", s)
+	}
+	if _, err := cl.GetJobStep(ctx, &loomv1.GetJobStepRequest{Name: "projects/default/jobs/1/steps/7"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("an unknown step: %v, want NotFound", err)
+	}
+	if l, err := cl.ListJobSteps(ctx, &loomv1.ListJobStepsRequest{Parent: "projects/default/jobs/1"}); err != nil || len(l.GetSteps()) != 2 {
+		t.Fatalf("list: %v (%v), want steps 0 and 1", l, err)
+	}
+
+	if _, err := cl.CancelJobStep(ctx, &loomv1.CancelJobStepRequest{Name: s.GetName()}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("cancel an ended step: %v, want FailedPrecondition", err)
+	}
+	if c, err := cl.CancelJobStep(ctx, &loomv1.CancelJobStepRequest{Name: s1.GetName(), Signal: "USR1"}); err != nil ||
+		c.GetState() != loomv1.JobState_RUNNING || get(s1.GetName()).GetState() != loomv1.JobState_RUNNING {
+		t.Fatalf("a signal: %v (%v), want the step running on", c, err)
+	}
+	if c, err := cl.CancelJobStep(ctx, &loomv1.CancelJobStepRequest{Name: s1.GetName()}); err != nil || c.GetState() != loomv1.JobState_RUNNING {
+		t.Fatalf("cancel: %v (%v), want the step as it was", c, err)
+	}
+	if c := get(s1.GetName()); c.GetState() != loomv1.JobState_CANCELLED || c.GetExitCode() != 143 ||
+		!slices.Equal(c.GetTaskExitCodes(), []int32{143, 143, 143}) {
+		t.Fatalf("after the cancel: %v, want CANCELLED, every task 143", c)
+	}
+	if names := Requests[*loomv1.CancelJobStepRequest](g); len(names) != 3 {
+		t.Fatalf("recorded step cancels %v", names)
+	}
+
+	// StartJobs: job 2 is PENDING to its first poll, then runs on two of
+	// demo's nodes.
+	g.StartJobs, g.PendingPolls = true, 1
+	g.Jobs[1].NodeCount = 2
+	g.Nodes = []*loomv1.Node{{Name: demo + "/nodes/a", Cluster: demo, Hostname: "a"}, {Name: demo + "/nodes/b", Cluster: demo, Hostname: "b"},
+		{Name: demo + "/nodes/c", Cluster: demo, Hostname: "c"}}
+	for _, want := range []loomv1.JobState{loomv1.JobState_PENDING, loomv1.JobState_RUNNING} {
+		j, err := cl.GetJob(ctx, &loomv1.GetJobRequest{Name: "projects/default/jobs/2"})
+		if err != nil || j.GetState() != want {
+			t.Fatalf("job 2: %v (%v), want %v", j, err, want)
+		}
+		if want == loomv1.JobState_RUNNING && !slices.Equal(j.GetNodes(), []string{"a", "b"}) {
+			t.Fatalf("job 2 runs on %v, want a and b", j.GetNodes())
+		}
 	}
 }

@@ -400,8 +400,9 @@ func TestSrun(t *testing.T) {
 	}
 	multi := mergeMaps(alloc, map[string]string{"SLURM_JOB_NODELIST": "gpu-[0001-0002]", "SLURM_NNODES": "2"})
 	code, _, errOut = run(t, &fakegw.Gateway{}, "srun", Env{Cwd: dir, Environ: multi, Stdin: in()}, "hostname")
-	// A multi-node step is the gateway's to start, input or not (srunsteps_test.go).
-	if code != 1 || !strings.HasPrefix(errOut, "srun: error: Unable to create step for job 12: this Loom gateway does not serve it yet") {
+	// A multi-node step is the gateway's to start, input or not
+	// (srunsteps_test.go): this one has no job 12.
+	if code != 1 || errOut != "srun: error: Unable to create step for job 12: job projects/default/jobs/12 not found\n" {
 		t.Errorf("multi-node: %d %q", code, errOut)
 	}
 	code, out, _ = run(t, &fakegw.Gateway{}, "srun", Env{Cwd: dir, Environ: multi, Stdin: in()}, "-N1", "-n1", "sh", "-c", "echo $SLURM_STEP_NUM_NODES")

@@ -3,25 +3,8 @@
 package main
 
 import (
-	"context"
-	"flag"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-
+	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/services/registry"
 )
 
-func main() {
-	var cfg registry.Config
-	fs := flag.NewFlagSet("registry", flag.ExitOnError)
-	cfg.RegisterFlags(fs)
-	_ = fs.Parse(os.Args[1:])
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := registry.Run(ctx, cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "registry:", err)
-		os.Exit(1)
-	}
-}
+func main() { config.Main("registry", registry.RunArgs) }
