@@ -46,9 +46,12 @@ import (
 // and the project of "projects/-" for the internal List APIs.
 const Wildcard = "-"
 
-// idPattern is the grammar of project, cluster, host, reservation and model
-// ids: a DNS label that starts with a letter (CONTRACTS.md).
-var idPattern = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`)
+// IDPattern is the grammar of project, cluster, host, reservation and model
+// ids (and of node pool ids): a DNS label that starts with a letter
+// (CONTRACTS.md). Error messages quote it.
+const IDPattern = `^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`
+
+var idPattern = regexp.MustCompile(IDPattern)
 
 // ValidID reports whether id can be a project, cluster, host, reservation or
 // model id: a lowercase letter, then up to 62 lowercase letters, digits or
@@ -77,7 +80,11 @@ type Node struct {
 }
 
 // String formats the name.
-func (n Node) String() string { return n.Cluster.String() + "/nodes/" + n.Host }
+func (n Node) String() string { return NodeIn(n.Cluster.String(), n.Host) }
+
+// NodeIn formats the name of node host of the cluster named cluster (a
+// Cluster's String): for callers that hold the cluster's name, not its parts.
+func NodeIn(cluster, host string) string { return cluster + "/nodes/" + host }
 
 // Reservation is "projects/{Project}/reservations/{ID}".
 type Reservation struct{ Project, ID string }
@@ -109,7 +116,11 @@ type Step struct {
 }
 
 // String formats the name.
-func (s Step) String() string { return s.Job.String() + "/steps/" + strconv.FormatInt(int64(s.ID), 10) }
+func (s Step) String() string { return StepIn(s.Job.String(), s.ID) }
+
+// StepIn formats the name of step id of the job named job (a Job's String):
+// for callers that hold the job's name, not its parts.
+func StepIn(job string, id int32) string { return job + "/steps/" + strconv.FormatInt(int64(id), 10) }
 
 // Model is "projects/{Project}/models/{ID}".
 type Model struct{ Project, ID string }
@@ -124,9 +135,11 @@ type ModelVersion struct {
 }
 
 // String formats the name.
-func (v ModelVersion) String() string {
-	return v.Model.String() + "/versions/" + strconv.FormatInt(v.Version, 10)
-}
+func (v ModelVersion) String() string { return VersionIn(v.Model.String(), v.Version) }
+
+// VersionIn formats the name of version n of the model named model (a
+// Model's String).
+func VersionIn(model string, n int64) string { return model + "/versions/" + strconv.FormatInt(n, 10) }
 
 // Operation is "projects/{Project}/operations/{ID}".
 type Operation struct{ Project, ID string }
@@ -238,16 +251,26 @@ var (
 	operationForm     = newForm("projects/{project}/operations/{operation}")
 )
 
+// maxSegments is the most segments a form has.
+const maxSegments = 6
+
 // match splits name by f; strict checks each id's grammar, else only that it
 // is not empty (and that a step or version is a number). It returns the
-// segments of name.
-func match(name string, f form, strict bool) ([]string, error) {
-	fail := func(seg, reason string, args ...any) ([]string, error) {
-		return nil, &Error{Name: name, Form: f.text, Segment: seg, Reason: fmt.Sprintf(reason, args...)}
+// segments of name. It allocates nothing for a name it accepts: the
+// scheduler splits node names on its event path.
+func match(name string, f form, strict bool) (parts [maxSegments]string, err error) {
+	fail := func(seg, reason string, args ...any) ([maxSegments]string, error) {
+		return [maxSegments]string{}, &Error{Name: name, Form: f.text, Segment: seg, Reason: fmt.Sprintf(reason, args...)}
 	}
-	parts := strings.Split(name, "/")
-	if len(parts) != len(f.segs) {
-		return fail("", "it has %d segments, want %d", len(parts), len(f.segs))
+	n, rest := 0, name
+	for more := true; more; n++ {
+		if n == maxSegments {
+			return fail("", "it has %d segments, want %d", strings.Count(name, "/")+1, len(f.segs))
+		}
+		parts[n], rest, more = strings.Cut(rest, "/")
+	}
+	if n != len(f.segs) {
+		return fail("", "it has %d segments, want %d", n, len(f.segs))
 	}
 	for i, s := range f.segs {
 		p := parts[i]

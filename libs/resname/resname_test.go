@@ -202,6 +202,15 @@ func TestFormat(t *testing.T) {
 			t.Errorf("%#v formats as %q, want %q", c.got, got, c.want)
 		}
 	}
+	for got, want := range map[string]string{
+		NodeIn("projects/p/clusters/c", "h"): "projects/p/clusters/c/nodes/h",
+		StepIn("projects/p/jobs/12_3", 7):    "projects/p/jobs/12_3/steps/7",
+		VersionIn("projects/p/models/m", 2):  "projects/p/models/m/versions/2",
+	} {
+		if got != want {
+			t.Errorf("got %q, want %q", got, want)
+		}
+	}
 	ref, err := JobRefOf("p", slurmspec.JobRef{JobID: 12, Task: 3}).Ref()
 	if err != nil || ref != (slurmspec.JobRef{JobID: 12, Task: 3}) {
 		t.Errorf("Ref: %+v, %v", ref, err)
@@ -283,5 +292,13 @@ func checkError(t *testing.T, fn, name string, err error) {
 	var e *Error
 	if !errors.As(err, &e) || e.Name != name || errs.Code(err) != codes.InvalidArgument {
 		t.Fatalf("%s(%q): error %#v (%v) is not an *Error of InvalidArgument", fn, name, err, errs.Code(err))
+	}
+}
+
+// TestSplitAllocatesNothing: the scheduler splits node names on its event path.
+func TestSplitAllocatesNothing(t *testing.T) {
+	name := "projects/p/clusters/c/nodes/gpu-0001"
+	if n := testing.AllocsPerRun(100, func() { _, _ = SplitNode(name); _, _ = ParseNode(name) }); n != 0 {
+		t.Fatalf("%v allocations per split", n)
 	}
 }
