@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -561,6 +560,12 @@ func (g *Gateway) resolveJobRef(ctx context.Context, name string, wantArray bool
 	return out, nil
 }
 
+// inProject reports whether job names a job of project.
+func inProject(job, project string) bool {
+	j, err := resname.SplitJob(job)
+	return err == nil && j.Project == project
+}
+
 // ListJobs lists one page (AIP-158: page_size, page_token; libs/paging) of
 // a project's jobs (optionally one cluster's), in job id order, filtered as
 // the request says (users, states, job ids, names, partitions, active only;
@@ -610,7 +615,7 @@ func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*l
 	inPage := func(j *loomv1.Job) bool {
 		k := paging.JobKey(j)
 		return k > after && (bound == "" || k <= bound) &&
-			strings.HasPrefix(j.GetName(), req.GetParent()+"/jobs/") && (cluster == "" || j.GetCluster() == cluster)
+			inProject(j.GetName(), project.ID) && (cluster == "" || j.GetCluster() == cluster)
 	}
 	accepted, err := g.repo.AcceptedJobs(ctx)
 	if err != nil {

@@ -5,7 +5,6 @@ package domain
 
 import (
 	"sort"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -81,7 +80,10 @@ func Decide(s *State, ev *eventsv1.JobChanged, now time.Time) *Registration {
 		v.ArtifactUri = "file://" + dir
 	}
 	if c := job.GetCluster(); c != "" {
-		v.Labels["cluster"] = c[strings.LastIndex(c, "/")+1:]
+		v.Labels["cluster"] = c // a bare id, as an old record may hold
+		if cn, err := resname.SplitCluster(c); err == nil {
+			v.Labels["cluster"] = cn.ID
+		}
 	}
 	return &Registration{
 		Model:   model,
