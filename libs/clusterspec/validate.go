@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -66,14 +67,14 @@ var (
 	// node set or pool id it would collide with another prefix's node names,
 	// and Slurm refuses a NodeSet that overlaps a NodeName.
 	hostSuffixRE = regexp.MustCompile(`-[0-9]{4,}$`)
-	// clusterNameRE is a full cluster name.
-	clusterNameRE  = regexp.MustCompile(`^projects/[^/]+/clusters/([^/]+)$`)
-	reservationRE  = regexp.MustCompile(`^(projects/[a-z][a-z0-9-]*/reservations/)?[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`)
-	zoneRE         = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`)
-	featureRE      = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,63}$`)
-	labelKeyRE     = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9_./-]{0,61}[A-Za-z0-9])?$`)
-	clusterIDRE    = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`)
-	systemMountDir = []string{"/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/run", "/sbin", "/sys", "/usr", "/var"}
+	// reservationProjectRE is the project of a full reservation name in a
+	// pool's capacity.reservation (laxer than a project id, as it always was).
+	reservationProjectRE = regexp.MustCompile(`^[a-z][a-z0-9-]*$`)
+	zoneRE               = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	featureRE            = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,63}$`)
+	labelKeyRE           = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9_./-]{0,61}[A-Za-z0-9])?$`)
+	clusterIDRE          = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	systemMountDir       = []string{"/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/run", "/sbin", "/sys", "/usr", "/var"}
 )
 
 // Names Slurm gives a meaning of its own, compared case-insensitively as Slurm
@@ -166,14 +167,24 @@ func validateName(v *errs.Validator, name string) {
 	}
 	id := name
 	if strings.Contains(name, "/") {
-		m := clusterNameRE.FindStringSubmatch(name)
-		if m == nil {
+		cn, err := resname.SplitCluster(name)
+		if err != nil {
 			v.Add("name", "%q is neither a cluster id nor projects/{project}/clusters/{cluster}", name)
 			return
 		}
-		id = m[1]
+		id = cn.ID
 	}
 	v.Check(clusterIDRE.MatchString(id), "name", "cluster id %q must be 1 to 63 lower-case letters, digits and '-', starting with a letter and not ending with '-'", id)
+}
+
+// validReservationRef reports whether res is a reservation id or
+// projects/{project}/reservations/{reservation}.
+func validReservationRef(res string) bool {
+	if !strings.Contains(res, "/") {
+		return resname.ValidID(res)
+	}
+	r, err := resname.SplitReservation(res)
+	return err == nil && reservationProjectRE.MatchString(r.Project) && resname.ValidID(r.ID)
 }
 
 func validateLabels(v *errs.Validator, field string, labels map[string]string) {
@@ -295,7 +306,7 @@ func checkCapacity(v *errs.Validator, f string, c *loomv1.CapacitySource) {
 		v.Add(f+".reservation", "required for RESERVATION capacity: the reservation to draw from")
 	case t != loomv1.CapacitySource_RESERVATION && res != "":
 		v.Add(f+".reservation", "only RESERVATION capacity names a reservation; this pool is %s", t)
-	case res != "" && !reservationRE.MatchString(res):
+	case res != "" && !validReservationRef(res):
 		v.Add(f+".reservation", "%q is neither a reservation id nor projects/{project}/reservations/{reservation}", res)
 	}
 }

@@ -9,13 +9,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"time"
 
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/service"
 	"github.com/loom-ml/loom/libs/topics"
 	"github.com/loom-ml/loom/services/agent/internal/adapters/procruntime"
@@ -107,25 +106,29 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // nice command gives by default.
 const DefaultJobNice = 10
 
-var nodeName = regexp.MustCompile(`^(projects/[^/]+/clusters/([a-z]([a-z0-9-]{0,61}[a-z0-9])?))/nodes/([a-z]([a-z0-9-]{0,61}[a-z0-9])?)$`)
-
 // validate checks the settings and fills the derived defaults. It returns
 // the cluster id.
 func (c *Config) validate() (string, error) {
 	var v errs.Validator
-	m := nodeName.FindStringSubmatch(c.Node)
-	if m == nil {
-		v.Add("node", "must be projects/{project}/clusters/{cluster}/nodes/{hostname}, got %q", c.Node)
+	// The project by shape; the cluster id and hostname name directories,
+	// Redis prefixes and consumer groups, so they must be valid ids.
+	node, err := resname.SplitNode(c.Node)
+	if err == nil && (!resname.ValidID(node.Cluster.ID) || !resname.ValidID(node.Host)) {
+		err = fmt.Errorf("the cluster id and hostname of %q must match %s", c.Node, resname.IDPattern)
+	}
+	if err != nil {
+		v.Add("node", "%v", err)
 		return "", v.Err()
 	}
+	cluster := node.Cluster.String()
 	if c.Cluster == "" {
-		c.Cluster = m[1]
+		c.Cluster = cluster
 	}
-	v.Check(c.Cluster == m[1], "cluster", "must be the node's cluster %s, got %q", m[1], c.Cluster)
+	v.Check(c.Cluster == cluster, "cluster", "must be the node's cluster %s, got %q", cluster, c.Cluster)
 	if c.Hostname == "" {
-		c.Hostname = m[4]
+		c.Hostname = node.Host
 	}
-	v.Check(c.Hostname == m[4], "hostname", "must be the node name's last segment %q, got %q", m[4], c.Hostname)
+	v.Check(c.Hostname == node.Host, "hostname", "must be the node name's last segment %q, got %q", node.Host, c.Hostname)
 	v.Check(c.GPUs >= 0, "gpus", "must be a number >= 0")
 	v.Check(c.JobNice >= 0 && c.JobNice <= 19, "job_nice", "must be a number from 0 to 19 (a nice increment: jobs never run above the agent)")
 	if c.Runtime == "" {
@@ -167,7 +170,7 @@ func (c *Config) validate() (string, error) {
 	// Heartbeats and Redis pings come once an interval: a shorter bound
 	// would end an agent that only waited for its next check.
 	v.Check(c.OrphanAfter >= 2*c.HeartbeatInterval, "orphan_after", "must be at least twice the heartbeat interval (%s), got %s", c.HeartbeatInterval, c.OrphanAfter)
-	return m[2], v.Err()
+	return node.Cluster.ID, v.Err()
 }
 
 // newRuntime returns the runtime named name (Config.Runtime).
@@ -221,7 +224,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		if ctx.Err() == nil && nctx.Err() != nil {
 			return fmt.Errorf("agent %s: exiting: its control plane did not answer within LOOM_AGENT_ORPHAN_AFTER (%s): %w",
-				strings.TrimPrefix(cfg.Node, "projects/"), cfg.OrphanAfter, err)
+				cfg.Node, cfg.OrphanAfter, err)
 		}
 		return err
 	}
@@ -285,13 +288,13 @@ func Run(ctx context.Context, cfg Config) error {
 		a.KillAll()
 	}
 	if selfExit != nil {
-		return fmt.Errorf("agent %s: exited on its own: %s", strings.TrimPrefix(cfg.Node, "projects/"), selfExit.Reason)
+		return fmt.Errorf("agent %s: exited on its own: %s", cfg.Node, selfExit.Reason)
 	}
 	if err != nil {
 		return err
 	}
 	if ctx.Err() == nil {
-		return fmt.Errorf("agent %s: stopped unexpectedly", strings.TrimPrefix(cfg.Node, "projects/"))
+		return fmt.Errorf("agent %s: stopped unexpectedly", cfg.Node)
 	}
 	return nil
 }

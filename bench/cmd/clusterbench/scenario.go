@@ -13,14 +13,15 @@ import (
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 const (
-	project = "projects/default"
-	zone    = "us-central1-a"
+	projectID = "default"
+	zone      = "us-central1-a"
 )
 
 // machines are the 8-GPU machine types the mixed cluster cycles through.
@@ -30,7 +31,7 @@ var machines = []string{"a3-highgpu-8g", "a3-megagpu-8g", "a3-ultragpu-8g", "a4-
 // one partition per pool, plus a default partition over all of them.
 func clusterSpec(id string, nodes, pools int) *loomv1.Cluster {
 	c := &loomv1.Cluster{
-		Name:         project + "/clusters/" + id,
+		Name:         resname.Cluster{Project: projectID, ID: id}.String(),
 		Compute:      &loomv1.ComputeResources{},
 		Orchestrator: &loomv1.Orchestrator{Slurm: &loomv1.SlurmOrchestrator{}},
 		Network:      &loomv1.NetworkConfig{Zone: zone},
@@ -125,9 +126,13 @@ func (c *client) close() {
 
 // create asks for the cluster and returns once the create operation is done.
 func (c *client) create(ctx context.Context, cl *loomv1.Cluster, timeout time.Duration) error {
-	id := cl.GetName()[len(project+"/clusters/"):]
+	name, err := resname.ParseCluster(cl.GetName())
+	if err != nil {
+		return err
+	}
+	id := name.ID
 	if c.via == "bus" {
-		op := project + "/operations/" + envelope.NewID()
+		op := resname.Operation{Project: projectID, ID: envelope.NewID()}.String()
 		ev := envelope.New(topics.ClusterCommands, cl.GetName(), "loom/clusterbench", &eventsv1.CreateCluster{Operation: op, Cluster: cl})
 		if err := c.producer.Publish(ctx, ev); err != nil {
 			return err
@@ -151,7 +156,7 @@ func (c *client) create(ctx context.Context, cl *loomv1.Cluster, timeout time.Du
 	}
 	spec := clone(cl)
 	spec.Name = ""
-	op, err := c.clusters.CreateCluster(ctx, &loomv1.CreateClusterRequest{Parent: project, ClusterId: id, Cluster: spec})
+	op, err := c.clusters.CreateCluster(ctx, &loomv1.CreateClusterRequest{Parent: resname.Project{ID: projectID}.String(), ClusterId: id, Cluster: spec})
 	if err != nil {
 		return fmt.Errorf("create %s: %w", id, err)
 	}
@@ -161,7 +166,7 @@ func (c *client) create(ctx context.Context, cl *loomv1.Cluster, timeout time.Du
 // remove deletes the cluster and returns once it is gone.
 func (c *client) remove(ctx context.Context, name string, timeout time.Duration) error {
 	if c.via == "bus" {
-		op := project + "/operations/" + envelope.NewID()
+		op := resname.Operation{Project: projectID, ID: envelope.NewID()}.String()
 		ev := envelope.New(topics.ClusterCommands, name, "loom/clusterbench", &eventsv1.DeleteCluster{Operation: op, Cluster: name})
 		if err := c.producer.Publish(ctx, ev); err != nil {
 			return err

@@ -27,6 +27,7 @@ import (
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/embedded"
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -102,9 +103,9 @@ func (p *path) stop() {
 func (p *path) send(ctx context.Context, tag string, at time.Time) error {
 	n := p.sent.Add(1)
 	id := strconv.FormatInt(n, 10)
-	job := &loomv1.Job{Name: "projects/bench/jobs/" + id, JobId: id, DisplayName: tag + "/" + id,
+	job := &loomv1.Job{Name: resname.JobOf("bench", n).String(), JobId: id, DisplayName: tag + "/" + id,
 		SubmitTime: timestamppb.New(at)}
-	key := "projects/bench/clusters/c" + strconv.FormatInt(n%16, 10)
+	key := resname.Cluster{Project: "bench", ID: "c" + strconv.FormatInt(n%16, 10)}.String()
 	return p.producer.Publish(ctx, envelope.New(topics.JobCommands, key, "bench/load", &eventsv1.SubmitJob{Job: job}))
 }
 

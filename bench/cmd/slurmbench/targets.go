@@ -8,12 +8,12 @@ import (
 	"io"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/loom-ml/loom/bench/slurm"
 	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -191,7 +191,8 @@ func (t *loomTarget) progress(ctx context.Context) (int, []string, time.Time, er
 		}
 		fin++
 		for _, n := range j.GetNodes() {
-			perNode[n[strings.LastIndexByte(n, '/')+1:]]++
+			node, _ := resname.SplitNode(n)
+			perNode[node.Host]++
 		}
 		if j.GetState() != loomv1.JobState_COMPLETED {
 			failed = append(failed, fmt.Sprintf("%s %v (%s)", j.GetJobId(), j.GetState(), j.GetStateReason()))

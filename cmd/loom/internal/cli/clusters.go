@@ -19,6 +19,7 @@ import (
 	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -323,8 +324,6 @@ func (a *app) notFoundHint(explained, raw error, list string) error {
 	return explained
 }
 
-var clusterIDPattern = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`)
-
 // parseClusterFile reads a loom.v1.Cluster in protojson (path is for
 // messages) and returns the request that creates it. Its "name" is the
 // cluster id, or the full name whose project then wins over project.
@@ -341,17 +340,18 @@ func parseClusterFile(path string, data []byte, project string) (*loomv1.CreateC
 	}
 	id := name
 	if strings.HasPrefix(name, "projects/") {
-		parts := strings.Split(name, "/")
-		if len(parts) != 4 || parts[1] == "" || parts[2] != "clusters" {
-			return nil, fmt.Errorf("%s: field \"name\": %q is not a cluster name; use the id (\"demo\") or projects/PROJECT/clusters/ID", path, name)
+		cn, err := resname.SplitCluster(name)
+		if err != nil {
+			return nil, fmt.Errorf("%s: field \"name\": %q is not a cluster name (%v); use the id (\"demo\") or projects/PROJECT/clusters/ID", path, name, err)
 		}
-		project, id = parts[1], parts[3]
+		project, id = cn.Project, cn.ID
 	}
-	if !clusterIDPattern.MatchString(id) {
+	if !resname.ValidID(id) {
 		return nil, fmt.Errorf("%s: field \"name\": %q is not a valid cluster id: use lowercase letters, digits and hyphens, start with a letter, end with a letter or digit, at most 63 characters", path, id)
 	}
-	c.Name = "projects/" + project + "/clusters/" + id
-	return &loomv1.CreateClusterRequest{Parent: "projects/" + project, ClusterId: id, Cluster: c}, nil
+	cn := resname.Cluster{Project: project, ID: id}
+	c.Name = cn.String()
+	return &loomv1.CreateClusterRequest{Parent: cn.Parent().String(), ClusterId: id, Cluster: c}, nil
 }
 
 // parseClusterSpec reads a loom.v1.Cluster in protojson (path is for

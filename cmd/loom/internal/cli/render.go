@@ -15,17 +15,19 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 // Names: short ids ("demo", "7") are expanded with the project; full names
 // ("projects/p/clusters/demo") are kept as they are.
 
-func fullName(project, collection, s string) string {
+// fullName is s when it is a full name, else the name mk makes of id s.
+func fullName(s string, mk func(id string) fmt.Stringer) string {
 	if strings.HasPrefix(s, "projects/") {
 		return s
 	}
-	return "projects/" + project + "/" + collection + "/" + s
+	return mk(s).String()
 }
 
 // shortName is the last segment of a resource name.
@@ -36,10 +38,19 @@ func shortName(name string) string {
 	return name
 }
 
-func (a *app) clusterName(s string) string { return fullName(a.project, "clusters", s) }
-func (a *app) jobName(s string) string     { return fullName(a.project, "jobs", s) }
-func (a *app) modelName(s string) string   { return fullName(a.project, "models", s) }
-func (a *app) parent() string              { return "projects/" + a.project }
+func (a *app) clusterName(s string) string {
+	return fullName(s, func(id string) fmt.Stringer { return resname.Cluster{Project: a.project, ID: id} })
+}
+
+func (a *app) jobName(s string) string {
+	return fullName(s, func(id string) fmt.Stringer { return resname.Job{Project: a.project, ID: id} })
+}
+
+func (a *app) modelName(s string) string {
+	return fullName(s, func(id string) fmt.Stringer { return resname.Model{Project: a.project, ID: id} })
+}
+
+func (a *app) parent() string { return resname.Project{ID: a.project}.String() }
 
 // writeJSON writes m as protojson, indented, followed by a newline.
 // protojson varies its spacing on purpose; re-indenting makes the output

@@ -11,10 +11,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
-func (a *app) reservationName(s string) string { return fullName(a.project, "reservations", s) }
+func (a *app) reservationName(s string) string {
+	return fullName(s, func(id string) fmt.Stringer { return resname.Reservation{Project: a.project, ID: id} })
+}
 
 func (a *app) reservationsCommand() *cobra.Command {
 	cmd := &cobra.Command{

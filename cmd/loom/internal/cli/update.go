@@ -92,7 +92,7 @@ shows progress and returns when the update ends, or at once with --async.
 				return err
 			}
 			name := a.clusterName(args[0])
-			if n := want.GetName(); n != "" && n != shortName(name) && fullName(a.project, "clusters", n) != name {
+			if n := want.GetName(); n != "" && n != shortName(name) && a.clusterName(n) != name {
 				return usagef("%s names cluster %q, but the command updates %q; make them agree", file, n, shortName(name))
 			}
 			cur, err := a.getCluster(cmd.Context(), args[0])

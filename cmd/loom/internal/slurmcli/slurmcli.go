@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -248,10 +249,10 @@ func (c *cmd) rpcError(what string, err error) *Error {
 }
 
 // projectName is "projects/{project}".
-func (c *cmd) projectName() string { return "projects/" + c.env.Project }
+func (c *cmd) projectName() string { return resname.Project{ID: c.env.Project}.String() }
 
 // jobName is the resource name of job id (numeric, or "12_3").
-func (c *cmd) jobName(id string) string { return c.projectName() + "/jobs/" + id }
+func (c *cmd) jobName(id string) string { return resname.Job{Project: c.env.Project, ID: id}.String() }
 
 // clusterName is the full name of the cluster the user means: -M /
 // LOOM_CLUSTER, else the project's only cluster. It fails when there is
@@ -294,7 +295,7 @@ func (c *cmd) clusterFilter() string {
 	if cl == "" || strings.Contains(cl, "/") {
 		return cl
 	}
-	return c.projectName() + "/clusters/" + cl
+	return resname.Cluster{Project: c.env.Project, ID: cl}.String()
 }
 
 // shortName is the last part of a resource name.

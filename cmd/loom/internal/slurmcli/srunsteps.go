@@ -7,12 +7,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -45,10 +47,10 @@ var (
 func (c *cmd) srunSteps(ctx context.Context, req stepRequest) error {
 	jobs := c.jobsClient()
 	parent := c.jobName(req.jobID)
-	if n := c.env.Environ["LOOM_JOB_NAME"]; strings.HasSuffix(n, "/jobs/"+req.jobID) {
+	if n, err := resname.SplitJob(c.env.Environ["LOOM_JOB_NAME"]); err == nil && n.ID == req.jobID {
 		// The job's own name, set by the scheduler: right whatever
 		// project the job is in, LOOM_PROJECT exported or not.
-		parent = n
+		parent = n.String()
 	}
 	create := &loomv1.CreateJobStepRequest{Parent: parent, RequestId: requestID(), Command: req.command,
 		Env: req.env, WorkDir: req.dir, NodeCount: req.nodes, Ntasks: req.ntasks, NtasksPerNode: req.perNode,
@@ -293,7 +295,8 @@ func (c *cmd) cancelStep(ctx context.Context, arg, signal string, verbose bool) 
 	}
 	cctx, cancel := c.call(ctx)
 	defer cancel()
-	_, err := c.jobsClient().CancelJobStep(cctx, &loomv1.CancelJobStepRequest{Name: c.jobName(job) + "/steps/" + step, Signal: signal})
+	n, _ := strconv.Atoi(step) // at most 9 digits
+	_, err := c.jobsClient().CancelJobStep(cctx, &loomv1.CancelJobStepRequest{Name: resname.StepIn(c.jobName(job), int32(n)), Signal: signal})
 	if err == nil {
 		return nil
 	}

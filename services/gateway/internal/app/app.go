@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -157,8 +157,8 @@ func (g *Gateway) CreateCluster(ctx context.Context, req *loomv1.CreateClusterRe
 	if err := g.checkCapacity(ctx, req.GetParent(), nil, cluster); err != nil {
 		return nil, err
 	}
-	project, _ := domain.ParseProject(req.GetParent())
-	op := domain.NewOperation(domain.OperationName(project, envelope.NewID()), domain.VerbCreate, cluster.GetName(), g.now())
+	parent, _ := resname.ParseProject(req.GetParent())
+	op := domain.NewOperation(resname.Operation{Project: parent.ID, ID: envelope.NewID()}.String(), domain.VerbCreate, cluster.GetName(), g.now())
 	cmd, err := envelope.Route(cluster.GetName(), Source,
 		&eventsv1.CreateCluster{Operation: op.GetName(), Cluster: cluster})
 	if err != nil {
@@ -178,7 +178,7 @@ func (g *Gateway) DeleteCluster(ctx context.Context, req *loomv1.DeleteClusterRe
 	if op, ok, err := g.replayOperation(ctx, kind, rid); err != nil || ok {
 		return op, err
 	}
-	project, _, err := domain.ParseClusterName(req.GetName())
+	cluster, err := resname.ParseCluster(req.GetName())
 	if err != nil {
 		return nil, errs.Invalid("name", "%v", err)
 	}
@@ -188,7 +188,7 @@ func (g *Gateway) DeleteCluster(ctx context.Context, req *loomv1.DeleteClusterRe
 		}
 		return nil, fmt.Errorf("ask the provisioner for %s: %w", req.GetName(), err)
 	}
-	op := domain.NewOperation(domain.OperationName(project, envelope.NewID()), domain.VerbDelete, req.GetName(), g.now())
+	op := domain.NewOperation(resname.Operation{Project: cluster.Project, ID: envelope.NewID()}.String(), domain.VerbDelete, req.GetName(), g.now())
 	cmd, err := envelope.Route(req.GetName(), Source,
 		&eventsv1.DeleteCluster{Operation: op.GetName(), Cluster: req.GetName()})
 	if err != nil {
@@ -242,7 +242,7 @@ func (g *Gateway) replayOperation(ctx context.Context, kind, rid string) (*loomv
 
 // GetCluster reads a cluster from the provisioner.
 func (g *Gateway) GetCluster(ctx context.Context, req *loomv1.GetClusterRequest) (*loomv1.Cluster, error) {
-	if _, _, err := domain.ParseClusterName(req.GetName()); err != nil {
+	if _, err := resname.ParseCluster(req.GetName()); err != nil {
 		return nil, errs.Invalid("name", "%v", err)
 	}
 	return g.own.Clusters.GetCluster(ctx, req)
@@ -250,7 +250,7 @@ func (g *Gateway) GetCluster(ctx context.Context, req *loomv1.GetClusterRequest)
 
 // ListClusters lists a project's clusters from the provisioner.
 func (g *Gateway) ListClusters(ctx context.Context, req *loomv1.ListClustersRequest) (*loomv1.ListClustersResponse, error) {
-	if _, err := domain.ParseProject(req.GetParent()); err != nil {
+	if _, err := resname.ParseProject(req.GetParent()); err != nil {
 		return nil, errs.Invalid("parent", "%v", err)
 	}
 	return g.own.Clusters.ListClusters(ctx, req)
@@ -258,7 +258,7 @@ func (g *Gateway) ListClusters(ctx context.Context, req *loomv1.ListClustersRequ
 
 // ListNodes lists nodes from the provisioner.
 func (g *Gateway) ListNodes(ctx context.Context, req *loomv1.ListNodesRequest) (*loomv1.ListNodesResponse, error) {
-	if err := domain.ParseNodesParent(req.GetParent()); err != nil {
+	if _, err := resname.ParseClusterParent(req.GetParent()); err != nil {
 		return nil, errs.Invalid("parent", "%v", err)
 	}
 	return g.own.Nodes.ListNodes(ctx, req)
@@ -268,7 +268,7 @@ func (g *Gateway) ListNodes(ctx context.Context, req *loomv1.ListNodesRequest) (
 
 // ListModels lists a project's models from the registry.
 func (g *Gateway) ListModels(ctx context.Context, req *loomv1.ListModelsRequest) (*loomv1.ListModelsResponse, error) {
-	if _, err := domain.ParseProject(req.GetParent()); err != nil {
+	if _, err := resname.ParseProject(req.GetParent()); err != nil {
 		return nil, errs.Invalid("parent", "%v", err)
 	}
 	return g.own.Models.ListModels(ctx, req)
@@ -276,7 +276,7 @@ func (g *Gateway) ListModels(ctx context.Context, req *loomv1.ListModelsRequest)
 
 // GetModel reads a model from the registry.
 func (g *Gateway) GetModel(ctx context.Context, req *loomv1.GetModelRequest) (*loomv1.Model, error) {
-	if err := domain.ParseModelName(req.GetName()); err != nil {
+	if _, err := resname.ParseModel(req.GetName()); err != nil {
 		return nil, errs.Invalid("name", "%v", err)
 	}
 	return g.own.Models.GetModel(ctx, req)
@@ -284,7 +284,7 @@ func (g *Gateway) GetModel(ctx context.Context, req *loomv1.GetModelRequest) (*l
 
 // ListModelVersions lists a model's versions from the registry.
 func (g *Gateway) ListModelVersions(ctx context.Context, req *loomv1.ListModelVersionsRequest) (*loomv1.ListModelVersionsResponse, error) {
-	if err := domain.ParseModelName(req.GetParent()); err != nil {
+	if _, err := resname.ParseModel(req.GetParent()); err != nil {
 		return nil, errs.Invalid("parent", "%v", err)
 	}
 	return g.own.Models.ListModelVersions(ctx, req)
@@ -294,7 +294,7 @@ func (g *Gateway) ListModelVersions(ctx context.Context, req *loomv1.ListModelVe
 
 // GetOperation reads an operation from the gateway's store.
 func (g *Gateway) GetOperation(ctx context.Context, req *loomv1.GetOperationRequest) (*loomv1.Operation, error) {
-	if _, _, err := domain.ParseOperationName(req.GetName()); err != nil {
+	if _, err := resname.ParseOperation(req.GetName()); err != nil {
 		return nil, errs.Invalid("name", "%v", err)
 	}
 	return g.repo.Operation(ctx, req.GetName())
@@ -305,7 +305,7 @@ func (g *Gateway) GetOperation(ctx context.Context, req *loomv1.GetOperationRequ
 // process wake it at once; those applied by other gateway instances are seen
 // by re-reading the store every Poll.
 func (g *Gateway) WaitOperation(ctx context.Context, req *loomv1.WaitOperationRequest) (*loomv1.Operation, error) {
-	if _, _, err := domain.ParseOperationName(req.GetName()); err != nil {
+	if _, err := resname.ParseOperation(req.GetName()); err != nil {
 		return nil, errs.Invalid("name", "%v", err)
 	}
 	if req.GetTimeoutSeconds() < 0 {
@@ -522,14 +522,16 @@ func (g *Gateway) resolveJob(ctx context.Context, name string, wantArray bool) (
 }
 
 func (g *Gateway) resolveJobRef(ctx context.Context, name string, wantArray bool) (jobRef, error) {
-	project, ref, err := domain.ParseJobRefName(name)
+	jn, err := resname.ParseJob(name)
 	if err != nil {
 		return jobRef{}, errs.Invalid("name", "%v", err)
 	}
+	project := jn.Project
+	ref, _ := jn.Ref() // ParseJob checked it
 	if ref.Task < 0 && !wantArray {
 		return jobRef{name: name}, nil
 	}
-	parentName := domain.JobName(project, ref.JobID)
+	parentName := resname.JobOf(project, ref.JobID).String()
 	parent, err := g.repo.AcceptedJob(ctx, parentName)
 	switch {
 	case err == nil && ref.Task < 0:
@@ -542,9 +544,9 @@ func (g *Gateway) resolveJobRef(ctx context.Context, name string, wantArray bool
 			}
 			return jobRef{}, fmt.Errorf("job %s: array %d (%s) has no task %d: %w", name, ref.JobID, parent.GetArray(), ref.Task, errs.NotFound)
 		}
-		out := jobRef{name: domain.JobName(project, id)}
+		out := jobRef{name: resname.JobOf(project, id).String()}
 		if id == ref.JobID {
-			out.command = domain.JobRefName(project, ref)
+			out.command = jn.String()
 		}
 		return out, nil
 	case !errors.Is(err, errs.NotFound):
@@ -562,9 +564,15 @@ func (g *Gateway) resolveJobRef(ctx context.Context, name string, wantArray bool
 	}
 	out := jobRef{name: j.GetName()}
 	if j.GetJobId() == strconv.FormatInt(ref.JobID, 10) {
-		out.command = domain.JobRefName(project, ref)
+		out.command = jn.String()
 	}
 	return out, nil
+}
+
+// inProject reports whether job names a job of project.
+func inProject(job, project string) bool {
+	j, err := resname.SplitJob(job)
+	return err == nil && j.Project == project
 }
 
 // ListJobs lists one page (AIP-158: page_size, page_token; libs/paging) of
@@ -581,17 +589,17 @@ func (g *Gateway) resolveJobRef(ctx context.Context, name string, wantArray bool
 // known yet; the next page starts after the last job returned, so no job
 // comes twice and none is skipped.
 func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*loomv1.ListJobsResponse, error) {
-	project, err := domain.ParseProject(req.GetParent())
+	project, err := resname.ParseProject(req.GetParent())
 	var v errs.Validator
 	if err != nil {
 		v.Add("parent", "%v", err)
 	}
 	cluster := req.GetCluster()
 	if cluster != "" {
-		if domain.ValidID(cluster) && project != "" {
-			cluster = domain.ClusterName(project, cluster)
+		if resname.ValidID(cluster) && project.ID != "" {
+			cluster = resname.Cluster{Project: project.ID, ID: cluster}.String()
 		}
-		_, _, err := domain.ParseClusterName(cluster)
+		_, err := resname.ParseCluster(cluster)
 		v.Check(err == nil, "cluster", "want projects/{project}/clusters/{cluster} or a cluster id, got %q", req.GetCluster())
 	}
 	domain.ValidateListJobs(&v, req)
@@ -616,7 +624,7 @@ func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*l
 	inPage := func(j *loomv1.Job) bool {
 		k := paging.JobKey(j)
 		return k > after && (bound == "" || k <= bound) &&
-			strings.HasPrefix(j.GetName(), req.GetParent()+"/jobs/") && (cluster == "" || j.GetCluster() == cluster)
+			inProject(j.GetName(), project.ID) && (cluster == "" || j.GetCluster() == cluster)
 	}
 	accepted, err := g.repo.AcceptedJobs(ctx)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
@@ -44,12 +45,12 @@ func (g *Gateway) UpdateCluster(ctx context.Context, req *loomv1.UpdateClusterRe
 	if err != nil {
 		return nil, err
 	}
-	project, _, _ := domain.ParseClusterName(name)
-	op := domain.NewOperation(domain.OperationName(project, envelope.NewID()), domain.VerbUpdate, name, g.now())
+	cluster, _ := resname.ParseCluster(name)
+	op := domain.NewOperation(resname.Operation{Project: cluster.Project, ID: envelope.NewID()}.String(), domain.VerbUpdate, name, g.now())
 	if !up.Changed {
 		return g.startOperation(ctx, kind, rid, domain.Unchanged(op, current, g.now()))
 	}
-	if err := g.checkCapacity(ctx, domain.ProjectName(project), up.Current, up.Cluster); err != nil {
+	if err := g.checkCapacity(ctx, cluster.Parent().String(), up.Current, up.Cluster); err != nil {
 		return nil, err
 	}
 	cmd, err := envelope.Route(name, Source, &eventsv1.UpdateCluster{
@@ -85,7 +86,7 @@ func (g *Gateway) checkCapacity(ctx context.Context, parent string, current, nex
 
 // GetSlurmConfig reads a cluster's rendered Slurm files from the provisioner.
 func (g *Gateway) GetSlurmConfig(ctx context.Context, req *loomv1.GetSlurmConfigRequest) (*loomv1.SlurmConfig, error) {
-	if _, _, err := domain.ParseClusterName(req.GetName()); err != nil {
+	if _, err := resname.ParseCluster(req.GetName()); err != nil {
 		return nil, errs.Invalid("name", "%v", err)
 	}
 	return g.own.Clusters.GetSlurmConfig(ctx, req)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
@@ -33,8 +34,8 @@ func (g *Gateway) CreateReservation(ctx context.Context, req *loomv1.CreateReser
 	case !isNotFound(err):
 		return nil, fmt.Errorf("ask the provisioner for %s: %w", r.GetName(), err)
 	}
-	project, _ := domain.ParseProject(req.GetParent())
-	op := domain.NewOperation(domain.OperationName(project, envelope.NewID()), domain.VerbCreate, r.GetName(), g.now())
+	parent, _ := resname.ParseProject(req.GetParent())
+	op := domain.NewOperation(resname.Operation{Project: parent.ID, ID: envelope.NewID()}.String(), domain.VerbCreate, r.GetName(), g.now())
 	cmd, err := envelope.Route(r.GetName(), Source,
 		&eventsv1.CreateReservation{Operation: op.GetName(), Reservation: r})
 	if err != nil {
@@ -55,7 +56,7 @@ func (g *Gateway) DeleteReservation(ctx context.Context, req *loomv1.DeleteReser
 	if op, ok, err := g.replayOperation(ctx, kind, rid); err != nil || ok {
 		return op, err
 	}
-	project, _, err := domain.ParseReservationName(req.GetName())
+	res, err := resname.ParseReservation(req.GetName())
 	if err != nil {
 		return nil, errs.Invalid("name", "%v", err)
 	}
@@ -70,7 +71,7 @@ func (g *Gateway) DeleteReservation(ctx context.Context, req *loomv1.DeleteReser
 		return nil, fmt.Errorf("reservation %s is in use (%d nodes, clusters: %s); delete or shrink those clusters first: %w",
 			req.GetName(), r.GetInUse(), strings.Join(r.GetConsumers(), ", "), errs.FailedPrecondition)
 	}
-	op := domain.NewOperation(domain.OperationName(project, envelope.NewID()), domain.VerbDelete, req.GetName(), g.now())
+	op := domain.NewOperation(resname.Operation{Project: res.Project, ID: envelope.NewID()}.String(), domain.VerbDelete, req.GetName(), g.now())
 	cmd, err := envelope.Route(req.GetName(), Source,
 		&eventsv1.DeleteReservation{Operation: op.GetName(), Reservation: req.GetName()})
 	if err != nil {
@@ -81,7 +82,7 @@ func (g *Gateway) DeleteReservation(ctx context.Context, req *loomv1.DeleteReser
 
 // GetReservation reads a reservation from the provisioner.
 func (g *Gateway) GetReservation(ctx context.Context, req *loomv1.GetReservationRequest) (*loomv1.Reservation, error) {
-	if _, _, err := domain.ParseReservationName(req.GetName()); err != nil {
+	if _, err := resname.ParseReservation(req.GetName()); err != nil {
 		return nil, errs.Invalid("name", "%v", err)
 	}
 	return g.own.Reservations.GetReservation(ctx, req)
@@ -89,7 +90,7 @@ func (g *Gateway) GetReservation(ctx context.Context, req *loomv1.GetReservation
 
 // ListReservations lists a project's reservations from the provisioner.
 func (g *Gateway) ListReservations(ctx context.Context, req *loomv1.ListReservationsRequest) (*loomv1.ListReservationsResponse, error) {
-	if _, err := domain.ParseProject(req.GetParent()); err != nil {
+	if _, err := resname.ParseProject(req.GetParent()); err != nil {
 		return nil, errs.Invalid("parent", "%v", err)
 	}
 	return g.own.Reservations.ListReservations(ctx, req)
@@ -97,7 +98,7 @@ func (g *Gateway) ListReservations(ctx context.Context, req *loomv1.ListReservat
 
 // ListCapacity lists a project's capacity pools from the provisioner.
 func (g *Gateway) ListCapacity(ctx context.Context, req *loomv1.ListCapacityRequest) (*loomv1.ListCapacityResponse, error) {
-	if _, err := domain.ParseProject(req.GetParent()); err != nil {
+	if _, err := resname.ParseProject(req.GetParent()); err != nil {
 		return nil, errs.Invalid("parent", "%v", err)
 	}
 	return g.own.Reservations.ListCapacity(ctx, req)

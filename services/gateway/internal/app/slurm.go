@@ -8,6 +8,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/gateway/internal/domain"
@@ -15,7 +16,7 @@ import (
 
 // checkClusterName checks the cluster field of the Slurm reads and updates.
 func checkClusterName(name string) error {
-	if _, _, err := domain.ParseClusterName(name); err != nil {
+	if _, err := resname.ParseCluster(name); err != nil {
 		return errs.Invalid("cluster", "%v", err)
 	}
 	return nil

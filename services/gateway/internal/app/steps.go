@@ -8,6 +8,7 @@ import (
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/gateway/internal/domain"
@@ -112,15 +113,16 @@ func (g *Gateway) findStep(ctx context.Context, job, rid string) (*loomv1.JobSte
 // GetJobStep reads one step of a job's current run from the scheduler
 // ("projects/{p}/jobs/{id}/steps/{step}"; an array task may be named A_i).
 func (g *Gateway) GetJobStep(ctx context.Context, req *loomv1.GetJobStepRequest) (*loomv1.JobStep, error) {
-	job, step, err := domain.ParseStepName("name", req.GetName())
+	st, err := resname.ParseStep(req.GetName())
 	if err != nil {
-		return nil, err
+		return nil, errs.Invalid("name", "%v", err)
 	}
+	job, step := st.Job.String(), st.ID
 	ref, err := g.resolveJob(ctx, job, false)
 	if err != nil {
 		return nil, err
 	}
-	s, err := g.own.Jobs.GetJobStep(ctx, &loomv1.GetJobStepRequest{Name: domain.StepName(ref.name, step)})
+	s, err := g.own.Jobs.GetJobStep(ctx, &loomv1.GetJobStepRequest{Name: resname.StepIn(ref.name, step)})
 	if err != nil {
 		return nil, fmt.Errorf("ask the scheduler for step %d of %s: %w", step, ref.name, err)
 	}
@@ -133,7 +135,7 @@ func (g *Gateway) GetJobStep(ctx context.Context, req *loomv1.GetJobStepRequest)
 func (g *Gateway) ListJobSteps(ctx context.Context, req *loomv1.ListJobStepsRequest) (*loomv1.ListJobStepsResponse, error) {
 	ref, err := g.resolveJob(ctx, req.GetParent(), false)
 	if err != nil {
-		if _, _, perr := domain.ParseJobRefName(req.GetParent()); perr != nil {
+		if _, perr := resname.ParseJob(req.GetParent()); perr != nil {
 			return nil, errs.Invalid("parent", "%v", perr)
 		}
 		return nil, err
@@ -158,10 +160,11 @@ func (g *Gateway) ListJobSteps(ctx context.Context, req *loomv1.ListJobStepsRequ
 // FailedPrecondition ("Job/step already completing or completed") for a
 // step that has ended.
 func (g *Gateway) CancelJobStep(ctx context.Context, req *loomv1.CancelJobStepRequest) (*loomv1.JobStep, error) {
-	job, step, err := domain.ParseStepName("name", req.GetName())
+	st, err := resname.ParseStep(req.GetName())
 	if err != nil {
-		return nil, err
+		return nil, errs.Invalid("name", "%v", err)
 	}
+	job, step := st.Job.String(), st.ID
 	signal, err := domain.ParseCancelSignal(req.GetSignal())
 	if err != nil {
 		return nil, err
@@ -170,7 +173,7 @@ func (g *Gateway) CancelJobStep(ctx context.Context, req *loomv1.CancelJobStepRe
 	if err != nil {
 		return nil, err
 	}
-	s, err := g.own.Jobs.GetJobStep(ctx, &loomv1.GetJobStepRequest{Name: domain.StepName(ref.name, step)})
+	s, err := g.own.Jobs.GetJobStep(ctx, &loomv1.GetJobStepRequest{Name: resname.StepIn(ref.name, step)})
 	if err != nil {
 		return nil, fmt.Errorf("ask the scheduler for step %d of %s: %w", step, ref.name, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/slurmspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -183,7 +184,7 @@ func TestAcceptJob(t *testing.T) {
 func TestOperationLifecycle(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1000, 0)
-	name := OperationName("default", "01OP")
+	name := resname.Operation{Project: "default", ID: "01OP"}.String()
 	op := NewOperation(name, VerbCreate, "projects/default/clusters/c1", now)
 	cl := &loomv1.Cluster{Name: "projects/default/clusters/c1", Status: &loomv1.ClusterStatus{
 		State: loomv1.Cluster_CREATING, ReadyNodes: 1, TotalNodes: 2,
@@ -220,22 +221,31 @@ func TestOperationLifecycle(t *testing.T) {
 
 func TestNamesAndStates(t *testing.T) {
 	t.Parallel()
-	if p, ref, err := ParseJobRefName("projects/default/jobs/12"); err != nil || p != "default" || ref.JobID != 12 || ref.Task != -1 {
-		t.Fatalf("ParseJobRefName: %q %+v %v", p, ref, err)
+	// The gateway's job names, through libs/resname.
+	parseJobRef := func(name string) (string, slurmspec.JobRef, error) {
+		j, err := resname.ParseJob(name)
+		if err != nil {
+			return "", slurmspec.JobRef{}, err
+		}
+		ref, err := j.Ref()
+		return j.Project, ref, err
 	}
-	if p, ref, err := ParseJobRefName("projects/default/jobs/12_3"); err != nil || p != "default" || ref.JobID != 12 || ref.Task != 3 {
-		t.Fatalf("ParseJobRefName of a task: %q %+v %v", p, ref, err)
+	if p, ref, err := parseJobRef("projects/default/jobs/12"); err != nil || p != "default" || ref.JobID != 12 || ref.Task != -1 {
+		t.Fatalf("ParseJob: %q %+v %v", p, ref, err)
+	}
+	if p, ref, err := parseJobRef("projects/default/jobs/12_3"); err != nil || p != "default" || ref.JobID != 12 || ref.Task != 3 {
+		t.Fatalf("ParseJob of a task: %q %+v %v", p, ref, err)
 	}
 	for _, bad := range []string{"projects/default/jobs/x", "projects/default/jobs/012", "projects/default/jobs/0", "jobs/1",
 		"projects/default/jobs/12_", "projects/default/jobs/12_x", "projects/Bad/jobs/1", "projects/default/jobs/1/x"} {
-		if _, _, err := ParseJobRefName(bad); err == nil {
-			t.Errorf("ParseJobRefName(%q) accepted", bad)
+		if _, _, err := parseJobRef(bad); err == nil {
+			t.Errorf("ParseJob(%q) accepted", bad)
 		}
 	}
-	if err := ParseNodesParent("projects/default/clusters/-"); err != nil {
+	if _, err := resname.ParseClusterParent("projects/default/clusters/-"); err != nil {
 		t.Errorf("all-clusters parent rejected: %v", err)
 	}
-	if _, _, err := ParseOperationName("projects/default/operations/01ABC"); err != nil {
+	if _, err := resname.ParseOperation("projects/default/operations/01ABC"); err != nil {
 		t.Errorf("operation name rejected: %v", err)
 	}
 	terminal := map[loomv1.JobState]bool{
@@ -301,7 +311,7 @@ func TestAcceptReservation(t *testing.T) {
 func TestReservationOperations(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1000, 0)
-	name := OperationName("default", "01RES")
+	name := resname.Operation{Project: "default", ID: "01RES"}.String()
 	op := NewOperation(name, VerbCreate, "projects/default/reservations/r1", now)
 	r := &loomv1.Reservation{Name: "projects/default/reservations/r1", Zone: "z", MachineType: "a3-ultragpu-8g", Count: 2}
 	if _, changed := OnClusterEvent(op, &eventsv1.ReservationChanged{Operation: "other", Reservation: r, OperationDone: true}, now); changed {

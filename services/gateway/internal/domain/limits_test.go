@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/slurmspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -214,7 +215,7 @@ func TestOtherRequestLimits(t *testing.T) {
 	})
 	t.Run("error messages cut what they echo", func(t *testing.T) {
 		t.Parallel()
-		_, _, err := ParseClusterName(strings.Repeat("x", 1<<20))
+		_, err := resname.ParseCluster(strings.Repeat("x", 1<<20))
 		if err == nil || len(err.Error()) > 200 {
 			t.Fatalf("error is %d bytes, want a short one", len(err.Error()))
 		}

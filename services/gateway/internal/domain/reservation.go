@@ -4,6 +4,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -14,22 +15,23 @@ import (
 // in the machine catalog, count at least 1. Every problem is reported at once.
 func AcceptReservation(req *loomv1.CreateReservationRequest) (*loomv1.Reservation, error) {
 	var v errs.Validator
-	project, err := ParseProject(req.GetParent())
+	parent, err := resname.ParseProject(req.GetParent())
+	project := parent.ID
 	if err != nil {
 		v.Add("parent", "%v", err)
 	}
 	switch id := req.GetReservationId(); {
 	case id == "":
 		v.Add("reservation_id", "required")
-	case !ValidID(id):
-		v.Add("reservation_id", "%q must match %s", id, idPattern)
+	case !resname.ValidID(id):
+		v.Add("reservation_id", "%q must match %s", id, resname.IDPattern)
 	}
 	r := req.GetReservation()
 	if r == nil {
 		v.Add("reservation", "required")
 		return nil, v.Err()
 	}
-	name := ReservationName(project, req.GetReservationId())
+	name := resname.Reservation{Project: project, ID: req.GetReservationId()}.String()
 	if n := r.GetName(); n != "" && project != "" && n != name {
 		v.Add("reservation.name", "%q does not match parent and reservation_id; leave it empty", n)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -38,20 +39,6 @@ func (p *Precondition) Error() string { return p.Msg }
 func (p *Precondition) Is(target error) bool { return target == errs.FailedPrecondition }
 
 func refuse(msg string) error { return &Precondition{Msg: msg} }
-
-// ParseJobRefName returns the project and job reference of
-// "projects/{p}/jobs/{id}", where id is a job id "A" or an array task "A_i".
-func ParseJobRefName(name string) (project string, ref slurmspec.JobRef, err error) {
-	parts := strings.Split(name, "/")
-	if len(parts) != 4 || parts[0] != "projects" || parts[2] != "jobs" || !ValidID(parts[1]) {
-		return "", slurmspec.JobRef{}, fmt.Errorf("want projects/{project}/jobs/{id} (id N or N_I), got %s", clip(name))
-	}
-	ref, err = slurmspec.ParseJobRef(parts[3])
-	if err != nil || ref.JobID <= 0 {
-		return "", slurmspec.JobRef{}, fmt.Errorf("want projects/{project}/jobs/{id} (id N or N_I), got %s", clip(name))
-	}
-	return parts[1], ref, nil
-}
 
 // ArrayTaskJobID returns the job id of task index of the array job
 // accepted as parent: the array's job id A plus the task's position among the
@@ -122,7 +109,8 @@ func findPartition(c *loomv1.Cluster, id string) (*loomv1.SlurmPartition, error)
 		}
 		ids = append(ids, p.GetId())
 	}
-	_, cid, _ := ParseClusterName(c.GetName())
+	cn, _ := resname.ParseCluster(c.GetName())
+	cid := cn.ID
 	if cid == "" {
 		cid = c.GetName()
 	}
@@ -193,10 +181,10 @@ func validateSlurm(v *errs.Validator, j *loomv1.Job, cluster *loomv1.Cluster, ma
 		v.Check(d.val == "" || filepath.IsAbs(d.val), d.name, "%s must be an absolute path", clip(d.val))
 	}
 	for i, h := range j.GetNodelist() {
-		v.Check(ValidID(h), fmt.Sprintf("job.nodelist[%d]", i), "%s is not a hostname", clip(h))
+		v.Check(resname.ValidID(h), fmt.Sprintf("job.nodelist[%d]", i), "%s is not a hostname", clip(h))
 	}
 	for i, h := range j.GetExclude() {
-		v.Check(ValidID(h), fmt.Sprintf("job.exclude[%d]", i), "%s is not a hostname", clip(h))
+		v.Check(resname.ValidID(h), fmt.Sprintf("job.exclude[%d]", i), "%s is not a hostname", clip(h))
 	}
 	if cluster == nil {
 		return "", nil
@@ -310,10 +298,10 @@ func CheckCancel(job *loomv1.Job, signal string) error {
 // DRAIN, which Slurm requires.
 func ValidateUpdateSlurmNode(req *loomv1.UpdateSlurmNodeRequest) (string, error) {
 	var v errs.Validator
-	if _, _, err := ParseClusterName(req.GetCluster()); err != nil {
+	if _, err := resname.ParseCluster(req.GetCluster()); err != nil {
 		v.Add("cluster", "%v", err)
 	}
-	v.Check(ValidID(req.GetHostname()), "hostname", "%s is not a node hostname", clip(req.GetHostname()))
+	v.Check(resname.ValidID(req.GetHostname()), "hostname", "%s is not a node hostname", clip(req.GetHostname()))
 	checkText(&v, "reason", req.GetReason(), MaxReasonBytes)
 	checkText(&v, "user", req.GetUser(), MaxNameBytes)
 	state := strings.ToUpper(strings.TrimSpace(req.GetState()))

@@ -1,11 +1,10 @@
 package domain
 
 import (
-	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -23,7 +22,7 @@ const (
 // travel in every LaunchTasks command) and without NUL bytes.
 func ValidateCreateJobStep(req *loomv1.CreateJobStepRequest) error {
 	var v errs.Validator
-	if _, _, err := ParseJobRefName(req.GetParent()); err != nil {
+	if _, err := resname.ParseJob(req.GetParent()); err != nil {
 		v.Add("parent", "%v", err)
 	}
 	v.Check(len(req.GetCommand()) > 0 && req.GetCommand()[0] != "", "command", "required: the program every task runs")
@@ -73,20 +72,3 @@ func CheckCreateJobStep(job *loomv1.Job, req *loomv1.CreateJobStepRequest) error
 func TakesSteps(s loomv1.JobState) bool {
 	return s == loomv1.JobState_RUNNING || s == loomv1.JobState_CONFIGURING
 }
-
-// ParseStepName splits "projects/{p}/jobs/{id}/steps/{step}" into the job's
-// name and the step id.
-func ParseStepName(field, name string) (job string, step int32, err error) {
-	job, id, ok := strings.Cut(name, "/steps/")
-	if ok {
-		if _, _, perr := ParseJobRefName(job); perr == nil {
-			if n, nerr := strconv.ParseInt(id, 10, 32); nerr == nil && n >= 0 && id == strconv.FormatInt(n, 10) {
-				return job, int32(n), nil
-			}
-		}
-	}
-	return "", 0, errs.Invalid(field, "want projects/{project}/jobs/{job_id}/steps/{step_id}, got %q", name)
-}
-
-// StepName is "{job}/steps/{step}".
-func StepName(job string, step int32) string { return fmt.Sprintf("%s/steps/%d", job, step) }

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -56,7 +57,7 @@ func CheckUpdateRequest(req *loomv1.UpdateClusterRequest) error {
 	case name == "":
 		v.Add("cluster.name", "required: the cluster to update")
 	default:
-		if _, _, err := ParseClusterName(name); err != nil {
+		if _, err := resname.ParseCluster(name); err != nil {
 			v.Add("cluster.name", "%v", err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -24,15 +25,16 @@ var envKeyPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // spec's with paths under "cluster." (the request field).
 func AcceptCluster(req *loomv1.CreateClusterRequest) (*loomv1.Cluster, error) {
 	var v errs.Validator
-	project, err := ParseProject(req.GetParent())
+	parent, err := resname.ParseProject(req.GetParent())
+	project := parent.ID
 	if err != nil {
 		v.Add("parent", "%v", err)
 	}
 	switch id := req.GetClusterId(); {
 	case id == "":
 		v.Add("cluster_id", "required")
-	case !ValidID(id):
-		v.Add("cluster_id", "%q must match %s", id, idPattern)
+	case !resname.ValidID(id):
+		v.Add("cluster_id", "%q must match %s", id, resname.IDPattern)
 	}
 	checkRequestID(&v, req.GetRequestId())
 	if req.GetCluster() == nil {
@@ -40,7 +42,7 @@ func AcceptCluster(req *loomv1.CreateClusterRequest) (*loomv1.Cluster, error) {
 		return nil, v.Err()
 	}
 	checkClusterText(&v, req.GetCluster())
-	name := ClusterName(project, req.GetClusterId())
+	name := resname.Cluster{Project: project, ID: req.GetClusterId()}.String()
 	if n := req.GetCluster().GetName(); n != "" && project != "" && n != name {
 		v.Add("cluster.name", "%q does not match parent and cluster_id; leave it empty", n)
 	}
@@ -71,7 +73,7 @@ func checkClusterText(v *errs.Validator, c *loomv1.Cluster) {
 // still too large.
 func checkClusterCommand(c *loomv1.Cluster) error {
 	var v errs.Validator
-	checkCommandSize(&v, "cluster", &eventsv1.UpdateCluster{Operation: OperationName(DefaultProject, "01234567890123456789012345"),
+	checkCommandSize(&v, "cluster", &eventsv1.UpdateCluster{Operation: resname.Operation{Project: DefaultProject, ID: "01234567890123456789012345"}.String(),
 		Cluster: c, UpdateMask: UpdatablePaths, DrainGraceSeconds: math.MaxInt32})
 	return v.Err()
 }
@@ -89,14 +91,14 @@ func SpecOf(c *loomv1.Cluster) *loomv1.Cluster {
 // It returns "" when that is not a well-formed cluster name.
 func JobCluster(req *loomv1.SubmitJobRequest) string {
 	c := req.GetJob().GetCluster()
-	if ValidID(c) {
-		project, err := ParseProject(req.GetParent())
+	if resname.ValidID(c) {
+		project, err := resname.ParseProject(req.GetParent())
 		if err != nil {
 			return ""
 		}
-		c = ClusterName(project, c)
+		c = resname.Cluster{Project: project.ID, ID: c}.String()
 	}
-	if _, _, err := ParseClusterName(c); err != nil {
+	if _, err := resname.ParseCluster(c); err != nil {
 		return ""
 	}
 	return c
@@ -108,7 +110,8 @@ func JobCluster(req *loomv1.SubmitJobRequest) string {
 // MaxArraySize an --array spec's task ids must be below.
 func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, maxArraySize int) error {
 	var v errs.Validator
-	project, err := ParseProject(req.GetParent())
+	parent, err := resname.ParseProject(req.GetParent())
+	project := parent.ID
 	if err != nil {
 		v.Add("parent", "%v", err)
 	}
@@ -123,7 +126,7 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 		v.Add("job.cluster", "required")
 	case clusterName == "":
 		v.Add("job.cluster", "want projects/{project}/clusters/{cluster} or a cluster id, got %q", j.GetCluster())
-	case project != "" && !strings.HasPrefix(clusterName, ProjectName(project)+"/"):
+	case project != "" && !strings.HasPrefix(clusterName, parent.String()+"/"):
 		v.Add("job.cluster", "%s is not in %s", clusterName, req.GetParent())
 	case cluster == nil:
 		v.Add("job.cluster", "cluster %s does not exist", clusterName)
@@ -166,8 +169,8 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 			v.Add("job.node_count", "%d exceeds the %d nodes in %s with %d or more GPUs", nodes, fitting, where, gpus)
 		}
 	}
-	if mo := j.GetModelOutput(); mo != nil && !ValidID(mo.GetModelId()) {
-		v.Add("job.model_output.model_id", "%q must match %s", mo.GetModelId(), idPattern)
+	if mo := j.GetModelOutput(); mo != nil && !resname.ValidID(mo.GetModelId()) {
+		v.Add("job.model_output.model_id", "%q must match %s", mo.GetModelId(), resname.IDPattern)
 	}
 	for k := range j.GetEnv() {
 		v.Check(envKeyPattern.MatchString(k), "job.env["+clipKey(k)+"]", "not a valid environment variable name")
@@ -244,9 +247,9 @@ func fit(pools []*loomv1.NodePool, gpus int32) (maxGPUs int32, nodes int) {
 // field cleared.
 func AcceptJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, id int64, now time.Time) *loomv1.Job {
 	j := proto.Clone(req.GetJob()).(*loomv1.Job)
-	project, _ := ParseProject(req.GetParent())
+	project, _ := resname.ParseProject(req.GetParent())
 	j.Cluster = JobCluster(req)
-	j.Name = JobName(project, id)
+	j.Name = resname.JobOf(project.ID, id).String()
 	j.JobId = itoa64(id)
 	if j.NodeCount == 0 {
 		j.NodeCount = 1

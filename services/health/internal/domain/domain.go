@@ -7,13 +7,13 @@ package domain
 import (
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -137,7 +137,10 @@ func (s *State) Handle(now time.Time, payload proto.Message) (*Change, error) {
 		}
 		cluster := in.GetCluster()
 		if cluster == "" {
-			cluster, _, _ = strings.Cut(in.GetName(), "/nodes/")
+			cluster = in.GetName()
+			if n, err := resname.SplitNode(cluster); err == nil {
+				cluster = n.Cluster.String()
+			}
 		}
 		old := s.nodes[in.GetName()]
 		if old != nil && old.State == in.GetState() && old.Cluster == cluster {

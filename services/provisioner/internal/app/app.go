@@ -10,13 +10,13 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -382,7 +382,7 @@ func (a *App) Clusters(project string) []*loomv1.Cluster {
 	defer a.mu.RUnlock()
 	var out []*loomv1.Cluster
 	for name, c := range a.st.Clusters {
-		if project == "-" || strings.HasPrefix(name, "projects/"+project+"/") {
+		if n, _ := resname.SplitCluster(name); project == resname.Wildcard || n.Project == project {
 			out = append(out, c.Cluster)
 		}
 	}
@@ -398,8 +398,8 @@ func (a *App) Nodes(project, clusterID string) []*loomv1.Node {
 	defer a.mu.RUnlock()
 	var out []*loomv1.Node
 	for _, n := range a.st.Nodes {
-		p, id, _ := domain.ParseClusterName(n.GetCluster())
-		if (project == "-" || p == project) && (clusterID == "-" || id == clusterID) {
+		c, _ := resname.SplitCluster(n.GetCluster())
+		if (project == resname.Wildcard || c.Project == project) && (clusterID == resname.Wildcard || c.ID == clusterID) {
 			out = append(out, n)
 		}
 	}
@@ -439,7 +439,7 @@ func (a *App) Reservations(project string) []*loomv1.Reservation {
 	defer a.mu.RUnlock()
 	var out []*loomv1.Reservation
 	for name := range a.st.Reservations {
-		if p, _, _ := domain.ParseReservationName(name); project == "-" || p == project {
+		if r, _ := resname.SplitReservation(name); project == resname.Wildcard || r.Project == project {
 			out = append(out, a.st.Reservation(name))
 		}
 	}

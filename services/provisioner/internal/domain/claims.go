@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/libs/clusterspec"
+	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/provisioner/internal/capacity"
 	"github.com/loom-ml/loom/services/provisioner/internal/spec"
@@ -18,8 +19,8 @@ func ReservationRef(cluster, ref string) string {
 	if strings.Contains(ref, "/") {
 		return ref
 	}
-	project, _, _ := ParseClusterName(cluster)
-	return "projects/" + project + "/reservations/" + ref
+	c, _ := clusterOf(cluster)
+	return resname.Reservation{Project: c.Project, ID: ref}.String()
 }
 
 // PoolKey is the capacity a node pool of a cluster draws from.
@@ -229,7 +230,7 @@ func (e *edit) pools(used map[capacity.Key]int32, project string) []*loomv1.Capa
 	sort.Strings(names)
 	for _, name := range names {
 		r := e.s.Reservations[name]
-		if p, _, _ := ParseReservationName(name); project != "" && project != "-" && p != project {
+		if r, _ := reservationOf(name); project != "" && project != resname.Wildcard && r.Project != project {
 			continue
 		}
 		k := capacity.Key{Zone: r.GetZone(), MachineType: r.GetMachineType(), Type: loomv1.CapacitySource_RESERVATION, Reservation: name}

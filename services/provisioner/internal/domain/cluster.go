@@ -13,6 +13,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/provisioner/internal/spec"
@@ -67,8 +68,8 @@ func (s *State) CreateCluster(p Params, cmd *eventsv1.CreateCluster, now time.Ti
 	op, in := cmd.GetOperation(), cmd.GetCluster()
 	name := in.GetName()
 	var v errs.Validator
-	if _, _, ok := ParseClusterName(name); !ok {
-		v.Add("name", "must be projects/{project}/clusters/{cluster_id} with cluster_id matching %s, got %q", idPattern, name)
+	if _, ok := clusterOf(name); !ok {
+		v.Add("name", "must be projects/{project}/clusters/{cluster_id} with cluster_id matching %s, got %q", resname.IDPattern, name)
 	}
 	violations(&v, "cluster", clusterspec.Validate(in))
 	cl := spec.Normalize(in)
@@ -76,7 +77,7 @@ func (s *State) CreateCluster(p Params, cmd *eventsv1.CreateCluster, now time.Ti
 	if err := v.Err(); err != nil {
 		return only(failed(op, name, err, err.Error()))
 	}
-	_, id, _ := ParseClusterName(name)
+	id := ClusterID(name)
 	for _, c := range s.Clusters {
 		if ClusterID(c.Name()) != id {
 			continue
@@ -283,7 +284,7 @@ func (e *edit) nextHostname(rec *Cluster, key string, format func(int) string) s
 	for {
 		rec.NextIndex[key]++
 		host := format(int(rec.NextIndex[key]))
-		if e.node(rec.Name()+"/nodes/"+host) == nil {
+		if e.node(resname.NodeIn(rec.Name(), host)) == nil {
 			return host
 		}
 	}
@@ -322,7 +323,7 @@ func (e *edit) addComputeNodes(rec *Cluster, np *loomv1.NodePool, count int) []*
 		block := blockName(np.GetId(), b)
 		inBlock[block]++
 		n := &loomv1.Node{
-			Name: name + "/nodes/" + host, Cluster: name, NodePool: np.GetId(), Hostname: host,
+			Name: resname.NodeIn(name, host), Cluster: name, NodePool: np.GetId(), Hostname: host,
 			State: loomv1.Node_PROVISIONING, Gpus: np.GetAcceleratorCount(), AcceleratorType: np.GetAcceleratorType(),
 			CreateTime: ts, WorkDir: e.p.WorkDir(id, host), MachineType: np.GetMachineType(), Zone: np.GetZone(),
 			CapacityType: capType, Block: block, Role: spec.RoleCompute,
@@ -346,7 +347,7 @@ func (e *edit) addLoginNodes(rec *Cluster, count int) {
 	for range count {
 		host := e.nextHostname(rec, id+"-login", func(i int) string { return clusterspec.LoginHostname(id, i) })
 		e.putNode(&loomv1.Node{
-			Name: name + "/nodes/" + host, Cluster: name, Hostname: host, State: loomv1.Node_READY, CreateTime: ts,
+			Name: resname.NodeIn(name, host), Cluster: name, Hostname: host, State: loomv1.Node_READY, CreateTime: ts,
 			MachineType: mt, Zone: loginZone(rec.Cluster), CapacityType: loomv1.CapacitySource_ON_DEMAND, Role: spec.RoleLogin,
 		})
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -22,9 +23,9 @@ func (s *State) CreateReservation(cmd *eventsv1.CreateReservation, now time.Time
 	in, op := cmd.GetReservation(), cmd.GetOperation()
 	name := in.GetName()
 	var v errs.Validator
-	_, _, ok := ParseReservationName(name)
+	_, ok := reservationOf(name)
 	v.Check(ok, "reservation.name", "must be projects/{project}/reservations/{reservation_id} with reservation_id matching %s, got %q",
-		idPattern, name)
+		resname.IDPattern, name)
 	v.Check(in.GetZone() != "", "reservation.zone", "is required")
 	if in.GetMachineType() == "" {
 		v.Add("reservation.machine_type", "is required")

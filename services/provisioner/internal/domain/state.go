@@ -15,24 +15,15 @@ package domain
 
 import (
 	"maps"
-	"regexp"
 	"slices"
 	"sort"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
-
-// idPattern is a cluster id or node pool id: a DNS label.
-var idPattern = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`)
-
-// clusterName matches projects/{project}/clusters/{cluster}.
-var clusterName = regexp.MustCompile(`^projects/([^/]+)/clusters/([^/]+)$`)
-
-// reservationName matches projects/{project}/reservations/{reservation}.
-var reservationName = regexp.MustCompile(`^projects/([^/]+)/reservations/([^/]+)$`)
 
 // Cluster is the provisioner's record of a cluster.
 type Cluster struct {
@@ -210,27 +201,29 @@ func (s *State) Apply(c Change) {
 	}
 }
 
-// ParseClusterName splits projects/{p}/clusters/{c} into project and cluster id.
-func ParseClusterName(name string) (project, id string, ok bool) {
-	m := clusterName.FindStringSubmatch(name)
-	if m == nil || !idPattern.MatchString(m[2]) {
-		return "", "", false
+// clusterOf splits projects/{p}/clusters/{c}: the project by shape only
+// (the gateway checked it), the cluster id a valid id, since the local
+// provider names directories by it.
+func clusterOf(name string) (resname.Cluster, bool) {
+	c, err := resname.SplitCluster(name)
+	if err != nil || !resname.ValidID(c.ID) {
+		return resname.Cluster{}, false
 	}
-	return m[1], m[2], true
+	return c, true
 }
 
 // ClusterID returns the cluster id of a cluster's full name ("" when malformed).
 func ClusterID(name string) string {
-	_, id, _ := ParseClusterName(name)
-	return id
+	c, _ := clusterOf(name)
+	return c.ID
 }
 
-// ParseReservationName splits projects/{p}/reservations/{r} into project and
-// reservation id.
-func ParseReservationName(name string) (project, id string, ok bool) {
-	m := reservationName.FindStringSubmatch(name)
-	if m == nil || !idPattern.MatchString(m[2]) {
-		return "", "", false
+// reservationOf splits projects/{p}/reservations/{r}: the project by shape
+// only, the reservation id a valid id.
+func reservationOf(name string) (resname.Reservation, bool) {
+	r, err := resname.SplitReservation(name)
+	if err != nil || !resname.ValidID(r.ID) {
+		return resname.Reservation{}, false
 	}
-	return m[1], m[2], true
+	return r, true
 }

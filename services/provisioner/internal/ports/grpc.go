@@ -5,18 +5,12 @@ package ports
 import (
 	"context"
 	"fmt"
-	"regexp"
 
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/provisioner/internal/app"
-)
-
-var (
-	projectParent   = regexp.MustCompile(`^projects/([^/]+)$`)
-	clusterParent   = regexp.MustCompile(`^projects/([^/]+)/clusters/([^/]+)$`)
-	reservationName = regexp.MustCompile(`^projects/([^/]+)/reservations/([^/]+)$`)
 )
 
 // ClusterServer serves loom.v1.ClusterService reads from memory. Create and
@@ -28,8 +22,8 @@ type ClusterServer struct {
 
 // GetCluster returns one cluster, NotFound when it does not exist.
 func (s *ClusterServer) GetCluster(_ context.Context, req *loomv1.GetClusterRequest) (*loomv1.Cluster, error) {
-	if !clusterParent.MatchString(req.GetName()) {
-		return nil, errs.Invalid("name", "must be projects/{project}/clusters/{cluster}, got %q", req.GetName())
+	if _, err := resname.SplitCluster(req.GetName()); err != nil {
+		return nil, errs.Invalid("name", "%v", err)
 	}
 	c, ok := s.App.Cluster(req.GetName())
 	if !ok {
@@ -41,11 +35,11 @@ func (s *ClusterServer) GetCluster(_ context.Context, req *loomv1.GetClusterRequ
 // ListClusters returns one page (AIP-158, libs/paging) of the clusters of a
 // project ("projects/-": all), by name.
 func (s *ClusterServer) ListClusters(_ context.Context, req *loomv1.ListClustersRequest) (*loomv1.ListClustersResponse, error) {
-	m := projectParent.FindStringSubmatch(req.GetParent())
-	if m == nil {
-		return nil, errs.Invalid("parent", "must be projects/{project}, got %q", req.GetParent())
+	p, err := resname.SplitProject(req.GetParent())
+	if err != nil {
+		return nil, errs.Invalid("parent", "%v", err)
 	}
-	page, next, err := paging.List(req, s.App.Clusters(m[1]), (*loomv1.Cluster).GetName)
+	page, next, err := paging.List(req, s.App.Clusters(p.ID), (*loomv1.Cluster).GetName)
 	if err != nil {
 		return nil, err
 	}
@@ -56,8 +50,8 @@ func (s *ClusterServer) ListClusters(_ context.Context, req *loomv1.ListClusters
 // topology.conf: NotFound for a missing cluster, FailedPrecondition when
 // its files could not be rendered (the message says why).
 func (s *ClusterServer) GetSlurmConfig(_ context.Context, req *loomv1.GetSlurmConfigRequest) (*loomv1.SlurmConfig, error) {
-	if !clusterParent.MatchString(req.GetName()) {
-		return nil, errs.Invalid("name", "must be projects/{project}/clusters/{cluster}, got %q", req.GetName())
+	if _, err := resname.SplitCluster(req.GetName()); err != nil {
+		return nil, errs.Invalid("name", "%v", err)
 	}
 	cfg, cond, ok := s.App.SlurmConfig(req.GetName())
 	if !ok {
@@ -82,8 +76,8 @@ type ReservationServer struct {
 
 // GetReservation returns one reservation with what clusters claim of it.
 func (s *ReservationServer) GetReservation(_ context.Context, req *loomv1.GetReservationRequest) (*loomv1.Reservation, error) {
-	if !reservationName.MatchString(req.GetName()) {
-		return nil, errs.Invalid("name", "must be projects/{project}/reservations/{reservation}, got %q", req.GetName())
+	if _, err := resname.SplitReservation(req.GetName()); err != nil {
+		return nil, errs.Invalid("name", "%v", err)
 	}
 	r, ok := s.App.Reservation(req.GetName())
 	if !ok {
@@ -95,11 +89,11 @@ func (s *ReservationServer) GetReservation(_ context.Context, req *loomv1.GetRes
 // ListReservations returns one page (AIP-158) of the reservations of a
 // project ("projects/-": all), by name.
 func (s *ReservationServer) ListReservations(_ context.Context, req *loomv1.ListReservationsRequest) (*loomv1.ListReservationsResponse, error) {
-	m := projectParent.FindStringSubmatch(req.GetParent())
-	if m == nil {
-		return nil, errs.Invalid("parent", "must be projects/{project}, got %q", req.GetParent())
+	p, err := resname.SplitProject(req.GetParent())
+	if err != nil {
+		return nil, errs.Invalid("parent", "%v", err)
 	}
-	page, next, err := paging.List(req, s.App.Reservations(m[1]), (*loomv1.Reservation).GetName)
+	page, next, err := paging.List(req, s.App.Reservations(p.ID), (*loomv1.Reservation).GetName)
 	if err != nil {
 		return nil, err
 	}
@@ -110,11 +104,11 @@ func (s *ReservationServer) ListReservations(_ context.Context, req *loomv1.List
 // the configured ones (wildcard rules with "*" zone or machine type, and
 // each claimed combination they cover) and the project's reservations.
 func (s *ReservationServer) ListCapacity(_ context.Context, req *loomv1.ListCapacityRequest) (*loomv1.ListCapacityResponse, error) {
-	m := projectParent.FindStringSubmatch(req.GetParent())
-	if m == nil {
-		return nil, errs.Invalid("parent", "must be projects/{project}, got %q", req.GetParent())
+	p, err := resname.SplitProject(req.GetParent())
+	if err != nil {
+		return nil, errs.Invalid("parent", "%v", err)
 	}
-	page, next, err := paging.Ordered(req, s.App.Capacity(m[1]))
+	page, next, err := paging.Ordered(req, s.App.Capacity(p.ID))
 	if err != nil {
 		return nil, err
 	}
@@ -132,11 +126,11 @@ type NodeServer struct {
 // An unknown cluster has no nodes (an empty list, not NotFound), so that a
 // deleted cluster reads consistently.
 func (s *NodeServer) ListNodes(_ context.Context, req *loomv1.ListNodesRequest) (*loomv1.ListNodesResponse, error) {
-	m := clusterParent.FindStringSubmatch(req.GetParent())
-	if m == nil {
-		return nil, errs.Invalid("parent", "must be projects/{project}/clusters/{cluster} or projects/{project}/clusters/-, got %q", req.GetParent())
+	c, err := resname.SplitCluster(req.GetParent())
+	if err != nil {
+		return nil, errs.Invalid("parent", "%v (the cluster may be -: every cluster of the project)", err)
 	}
-	page, next, err := paging.List(req, s.App.Nodes(m[1], m[2]), (*loomv1.Node).GetName)
+	page, next, err := paging.List(req, s.App.Nodes(c.Project, c.ID), (*loomv1.Node).GetName)
 	if err != nil {
 		return nil, err
 	}

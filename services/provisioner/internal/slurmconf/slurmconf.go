@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/loom-ml/loom/libs/clusterspec"
+	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -196,7 +197,10 @@ func RenderWith(c *loomv1.Cluster, nodes []*loomv1.Node, opts RenderOptions) (*l
 	if c == nil {
 		return nil, fmt.Errorf("slurmconf: no cluster")
 	}
-	clusterID := c.GetName()[strings.LastIndex(c.GetName(), "/")+1:]
+	clusterID := c.GetName() // a bare id (a spec not yet named)
+	if cn, err := resname.SplitCluster(c.GetName()); err == nil {
+		clusterID = cn.ID
+	}
 	if !slurmName.MatchString(clusterID) {
 		return nil, fmt.Errorf("slurmconf: cluster name %q is not a valid Slurm ClusterName", c.GetName())
 	}

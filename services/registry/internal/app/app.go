@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -103,15 +103,15 @@ func (r *Registry) Handle(ctx context.Context, ev envelope.Event) error {
 
 // ListModels returns the models of the project parent ("projects/{p}") by name.
 func (r *Registry) ListModels(parent string) ([]*loomv1.Model, error) {
-	if _, err := domain.ParseProject(parent); err != nil {
+	project, err := resname.ParseProject(parent)
+	if err != nil {
 		return nil, errs.Invalid("parent", "%v", err)
 	}
-	prefix := parent + "/models/"
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	var out []*loomv1.Model
 	for name, m := range r.state.Models {
-		if strings.HasPrefix(name, prefix) {
+		if n, err := resname.SplitModel(name); err == nil && n.Project == project.ID {
 			out = append(out, proto.Clone(m).(*loomv1.Model))
 		}
 	}
@@ -121,7 +121,7 @@ func (r *Registry) ListModels(parent string) ([]*loomv1.Model, error) {
 
 // GetModel returns the model name, or NotFound.
 func (r *Registry) GetModel(name string) (*loomv1.Model, error) {
-	if _, _, err := domain.ParseModelName(name); err != nil {
+	if _, err := resname.ParseModel(name); err != nil {
 		return nil, errs.Invalid("name", "%v", err)
 	}
 	r.mu.RLock()
@@ -136,7 +136,7 @@ func (r *Registry) GetModel(name string) (*loomv1.Model, error) {
 // ListVersions returns the versions of the model parent in version order, or
 // NotFound when the model does not exist.
 func (r *Registry) ListVersions(parent string) ([]*loomv1.ModelVersion, error) {
-	if _, _, err := domain.ParseModelName(parent); err != nil {
+	if _, err := resname.ParseModel(parent); err != nil {
 		return nil, errs.Invalid("parent", "%v", err)
 	}
 	r.mu.RLock()

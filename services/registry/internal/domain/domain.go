@@ -4,63 +4,16 @@
 package domain
 
 import (
-	"fmt"
-	"regexp"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
-
-// idPattern is the shape of project and model ids (as cluster ids in CONTRACTS.md).
-var idPattern = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`)
-
-// ValidID reports whether id can name a project or a model.
-func ValidID(id string) bool { return idPattern.MatchString(id) }
-
-// ModelName returns "projects/{project}/models/{model}".
-func ModelName(project, model string) string {
-	return "projects/" + project + "/models/" + model
-}
-
-// VersionName returns "{model}/versions/{n}".
-func VersionName(model string, n int64) string {
-	return model + "/versions/" + strconv.FormatInt(n, 10)
-}
-
-// ParseProject returns the project of a parent "projects/{project}", or an
-// error saying what is wrong with it.
-func ParseProject(parent string) (string, error) {
-	p, ok := strings.CutPrefix(parent, "projects/")
-	if !ok || !ValidID(p) {
-		return "", fmt.Errorf("want projects/{project}, got %q", parent)
-	}
-	return p, nil
-}
-
-// ParseModelName checks "projects/{project}/models/{model}".
-func ParseModelName(name string) (project, model string, err error) {
-	parts := strings.Split(name, "/")
-	if len(parts) != 4 || parts[0] != "projects" || parts[2] != "models" || !ValidID(parts[1]) || !ValidID(parts[3]) {
-		return "", "", fmt.Errorf("want projects/{project}/models/{model}, got %q", name)
-	}
-	return parts[1], parts[3], nil
-}
-
-// jobProject returns the project of a job name "projects/{p}/jobs/{id}".
-func jobProject(job string) (string, bool) {
-	parts := strings.Split(job, "/")
-	if len(parts) != 4 || parts[0] != "projects" || parts[2] != "jobs" || parts[1] == "" || parts[3] == "" {
-		return "", false
-	}
-	return parts[1], true
-}
 
 // State is everything the registry knows. The zero value is empty; use NewState.
 type State struct {
@@ -99,14 +52,14 @@ func Decide(s *State, ev *eventsv1.JobChanged, now time.Time) *Registration {
 		return nil
 	}
 	modelID := job.GetModelOutput().GetModelId()
-	project, ok := jobProject(job.GetName())
-	if !ok || !ValidID(modelID) {
+	jn, err := resname.SplitJob(job.GetName())
+	if err != nil || !resname.ValidID(modelID) {
 		return nil
 	}
 	if _, done := s.JobVersions[job.GetName()]; done {
 		return nil
 	}
-	modelName := ModelName(project, modelID)
+	modelName := resname.Model{Project: jn.Project, ID: modelID}.String()
 	ts := timestamppb.New(now)
 	var model *loomv1.Model
 	if m, ok := s.Models[modelName]; ok {
@@ -117,7 +70,7 @@ func Decide(s *State, ev *eventsv1.JobChanged, now time.Time) *Registration {
 	model.LatestVersion++
 	model.UpdateTime = ts
 	v := &loomv1.ModelVersion{
-		Name:       VersionName(modelName, model.LatestVersion),
+		Name:       resname.VersionIn(modelName, model.LatestVersion),
 		Version:    model.LatestVersion,
 		SourceJob:  job.GetName(),
 		CreateTime: ts,
@@ -127,7 +80,10 @@ func Decide(s *State, ev *eventsv1.JobChanged, now time.Time) *Registration {
 		v.ArtifactUri = "file://" + dir
 	}
 	if c := job.GetCluster(); c != "" {
-		v.Labels["cluster"] = c[strings.LastIndex(c, "/")+1:]
+		v.Labels["cluster"] = c // a bare id, as an old record may hold
+		if cn, err := resname.SplitCluster(c); err == nil {
+			v.Labels["cluster"] = cn.ID
+		}
 	}
 	return &Registration{
 		Model:   model,
@@ -154,7 +110,10 @@ func Load(models []*loomv1.Model, versions []*loomv1.ModelVersion, jobVersions m
 		s.Models[m.GetName()] = m
 	}
 	for _, v := range versions {
-		model := strings.TrimSuffix(v.GetName(), "/versions/"+strconv.FormatInt(v.GetVersion(), 10))
+		model := v.GetName()
+		if mv, err := resname.SplitModelVersion(v.GetName()); err == nil && mv.Version == v.GetVersion() {
+			model = mv.Model.String()
+		}
 		s.Versions[model] = append(s.Versions[model], v)
 		if v.GetSourceJob() != "" {
 			s.JobVersions[v.GetSourceJob()] = v.GetName()

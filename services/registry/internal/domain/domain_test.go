@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -100,20 +101,21 @@ func TestIgnoredEvents(t *testing.T) {
 	}
 }
 
+// TestNames: the registry's names, through libs/resname.
 func TestNames(t *testing.T) {
 	t.Parallel()
-	if p, err := ParseProject("projects/default"); err != nil || p != "default" {
+	if p, err := resname.ParseProject("projects/default"); err != nil || p.ID != "default" {
 		t.Fatalf("ParseProject: %q %v", p, err)
 	}
 	for _, bad := range []string{"", "projects/", "default", "projects/a/b"} {
-		if _, err := ParseProject(bad); err == nil {
+		if _, err := resname.ParseProject(bad); err == nil {
 			t.Errorf("ParseProject(%q) accepted", bad)
 		}
 	}
-	if _, m, err := ParseModelName("projects/default/models/m-1"); err != nil || m != "m-1" {
-		t.Fatalf("ParseModelName: %q %v", m, err)
+	if m, err := resname.ParseModel("projects/default/models/m-1"); err != nil || m.ID != "m-1" {
+		t.Fatalf("ParseModel: %q %v", m, err)
 	}
-	if _, _, err := ParseModelName("projects/default/jobs/1"); err == nil {
-		t.Fatal("ParseModelName accepted a job name")
+	if _, err := resname.ParseModel("projects/default/jobs/1"); err == nil {
+		t.Fatal("ParseModel accepted a job name")
 	}
 }

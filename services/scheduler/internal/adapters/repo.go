@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/store"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -267,7 +268,11 @@ func DecodeTask(name string, b []byte, template func(array string) *loomv1.Job) 
 		return nil, err
 	}
 	if rec.Delta {
-		array := name[:strings.LastIndexByte(name, '/')+1] + job.GetArrayJobId()
+		task, err := resname.SplitJob(name)
+		if err != nil {
+			return nil, fmt.Errorf("array task %s: %w", name, err)
+		}
+		array := resname.Job{Project: task.Project, ID: job.GetArrayJobId()}.String()
 		t := template(array)
 		if t == nil || job.GetArrayJobId() == "" {
 			return nil, fmt.Errorf("array task %s: no template for array %q", name, array)
@@ -275,7 +280,7 @@ func DecodeTask(name string, b []byte, template func(array string) *loomv1.Job) 
 		job = patchJob(t, job, rec.Cleared)
 		job.Name = name
 		if job.GetJobId() == t.GetJobId() {
-			job.JobId = name[strings.LastIndexByte(name, '/')+1:]
+			job.JobId = task.ID
 		}
 	}
 	return &domain.Job{Job: job, Attempt: rec.Attempt, ModelDir: rec.ModelDir, Excluded: rec.Excluded}, nil
@@ -391,10 +396,13 @@ func taskNames(array, jobID string, n int) []string {
 	if err != nil {
 		return nil
 	}
-	prefix := array[:strings.LastIndexByte(array, '/')+1]
+	a, err := resname.SplitJob(array)
+	if err != nil {
+		return nil
+	}
 	out := make([]string, n)
 	for k := range out {
-		out[k] = prefix + strconv.FormatInt(first+int64(k), 10)
+		out[k] = resname.JobOf(a.Project, first+int64(k)).String()
 	}
 	return out
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -476,7 +477,7 @@ func (t *txn) updateSlurmNode(ev *eventsv1.UpdateSlurmNode) error {
 	if err := v.Err(); err != nil {
 		return fmt.Errorf("update slurm node: %w", err)
 	}
-	name := ev.GetCluster() + "/nodes/" + ev.GetHostname()
+	name := resname.NodeIn(ev.GetCluster(), ev.GetHostname())
 	old := t.node(name)
 	if old == nil {
 		return nil
@@ -644,10 +645,12 @@ func hostOf(r *Run, node string) string {
 	return host
 }
 
-// splitNodeName splits "{cluster}/nodes/{hostname}".
+// splitNodeName splits "{cluster}/nodes/{hostname}"; a malformed name is
+// all host.
 func splitNodeName(name string) (cluster, host string) {
-	if i := strings.LastIndex(name, "/nodes/"); i >= 0 {
-		return name[:i], name[i+len("/nodes/"):]
+	n, err := resname.SplitNode(name)
+	if err != nil {
+		return "", name
 	}
-	return "", name
+	return n.Cluster.String(), n.Host
 }

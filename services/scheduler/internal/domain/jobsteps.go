@@ -26,6 +26,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/hostlist"
+	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -557,7 +558,7 @@ func (s *State) JobStep(name string, id int32) *loomv1.JobStep {
 
 func jobStepProto(j *Job, r *Run, s *JobStep) *loomv1.JobStep {
 	out := &loomv1.JobStep{
-		Name: j.Name() + "/steps/" + strconv.Itoa(int(s.ID)), Job: j.Name(), StepId: s.ID, Attempt: r.Attempt,
+		Name: resname.StepIn(j.Name(), s.ID), Job: j.Name(), StepId: s.ID, Attempt: r.Attempt,
 		State: s.State, Command: append([]string(nil), s.Command...), Nodes: append([]string(nil), s.Hostnames...),
 		TasksPerNode: append([]int32(nil), s.Tasks...), OutputDir: s.OutputDir, Reason: s.Reason,
 		RequestId: s.RequestID, TaskExitCodes: append([]int32(nil), s.ExitCodes...),

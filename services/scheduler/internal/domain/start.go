@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/hostlist"
+	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/slurmspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -309,10 +310,10 @@ func cpusOf(r *Run, rank int, cpt int32) int32 {
 	return tasks * max(cpt, 1)
 }
 
-// clusterID is the last element of a cluster name.
+// clusterID is the id of a cluster name (a bare id stays as it is).
 func clusterID(name string) string {
-	if i := strings.LastIndexByte(name, '/'); i >= 0 {
-		return name[i+1:]
+	if c, err := resname.SplitCluster(name); err == nil {
+		return c.ID
 	}
 	return name
 }

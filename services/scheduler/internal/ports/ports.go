@@ -6,11 +6,11 @@ package ports
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/topics"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain"
@@ -49,11 +49,7 @@ func NewJobServer(jobs Jobs) *JobServer { return &JobServer{jobs: jobs} }
 // task i of array A); InvalidArgument for a malformed name, NotFound for a
 // job the scheduler does not know.
 func (s *JobServer) GetJob(_ context.Context, req *loomv1.GetJobRequest) (*loomv1.Job, error) {
-	var v errs.Validator
-	parts := strings.Split(req.GetName(), "/")
-	v.Check(len(parts) == 4 && parts[0] == "projects" && parts[1] != "" && parts[2] == "jobs" && parts[3] != "",
-		"name", "want projects/{project}/jobs/{job_id}, got %q", req.GetName())
-	if err := v.Err(); err != nil {
+	if err := checkJobName("name", req.GetName()); err != nil {
 		return nil, err
 	}
 	return s.jobs.GetJob(req.GetName())
@@ -68,8 +64,9 @@ func (s *JobServer) ListJobs(_ context.Context, req *loomv1.ListJobsRequest) (*l
 	var v errs.Validator
 	parent := req.GetParent()
 	if parent != "" {
-		p, ok := strings.CutPrefix(parent, "projects/")
-		v.Check(ok && p != "" && !strings.Contains(p, "/"), "parent", "want projects/{project}, got %q", parent)
+		if _, err := resname.SplitProject(parent); err != nil {
+			v.Add("parent", "%v", err)
+		}
 	}
 	for i, id := range req.GetJobIds() {
 		job, task, isTask := strings.Cut(id, "_")
@@ -127,26 +124,20 @@ func (s *JobServer) ListJobSteps(_ context.Context, req *loomv1.ListJobStepsRequ
 // job's current run; InvalidArgument for a malformed name, NotFound for an
 // unknown job or step.
 func (s *JobServer) GetJobStep(_ context.Context, req *loomv1.GetJobStepRequest) (*loomv1.JobStep, error) {
-	job, step, ok := strings.Cut(req.GetName(), "/steps/")
-	var v errs.Validator
-	v.Check(ok && digits(step) && len(step) <= 9, "name", "want projects/{project}/jobs/{job_id}/steps/{step_id}, got %q", req.GetName())
-	if err := v.Err(); err != nil {
-		return nil, err
+	st, err := resname.SplitStep(req.GetName())
+	if err != nil {
+		return nil, errs.Invalid("name", "%v", err)
 	}
-	if err := checkJobName("name", job); err != nil {
-		return nil, err
-	}
-	id, _ := strconv.Atoi(step)
-	return s.jobs.GetJobStep(job, int32(id))
+	return s.jobs.GetJobStep(st.Job.String(), st.ID)
 }
 
-// checkJobName checks that name is "projects/{p}/jobs/{id}".
+// checkJobName checks that name is "projects/{p}/jobs/{id}" by shape
+// (the gateway in front checks the ids).
 func checkJobName(field, name string) error {
-	var v errs.Validator
-	parts := strings.Split(name, "/")
-	v.Check(len(parts) == 4 && parts[0] == "projects" && parts[1] != "" && parts[2] == "jobs" && parts[3] != "",
-		field, "want projects/{project}/jobs/{job_id}, got %q", name)
-	return v.Err()
+	if _, err := resname.SplitJob(name); err != nil {
+		return errs.Invalid(field, "%v", err)
+	}
+	return nil
 }
 
 var _ loomv1.JobServiceServer = (*JobServer)(nil)
@@ -162,12 +153,13 @@ type SlurmServer struct {
 // NewSlurmServer returns a SlurmService over jobs.
 func NewSlurmServer(jobs Jobs) *SlurmServer { return &SlurmServer{jobs: jobs} }
 
+// checkCluster checks that name is "projects/{p}/clusters/{c}" by shape
+// (the gateway in front checks the ids).
 func checkCluster(name string) error {
-	var v errs.Validator
-	parts := strings.Split(name, "/")
-	v.Check(len(parts) == 4 && parts[0] == "projects" && parts[1] != "" && parts[2] == "clusters" && parts[3] != "",
-		"cluster", "want projects/{project}/clusters/{cluster}, got %q", name)
-	return v.Err()
+	if _, err := resname.SplitCluster(name); err != nil {
+		return errs.Invalid("cluster", "%v", err)
+	}
+	return nil
 }
 
 // ListPartitions returns one page (AIP-158) of the cluster's partitions, in

@@ -17,11 +17,11 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain"
@@ -240,10 +240,13 @@ func (e *engine) push(ev event) {
 }
 
 // JobName is the full name of the trace's job with id.
-func JobName(id int64) string { return Project + "/jobs/" + strconv.FormatInt(id, 10) }
+func JobName(id int64) string { return resname.JobOf(projectID, id).String() }
+
+// projectID is the id of Project.
+var projectID = func() string { p, _ := resname.ParseProject(Project); return p.ID }()
 
 // NodeName is the full name of the node with hostname.
-func NodeName(host string) string { return Cluster + "/nodes/" + host }
+func NodeName(host string) string { return resname.NodeIn(Cluster, host) }
 
 // ClusterSpec is the simulated cluster as the provisioner describes it: one
 // node pool per pool of the trace, a node set per pool, and one default
@@ -478,8 +481,11 @@ func (e *engine) transition(i int32, ev *eventsv1.JobChanged) {
 
 // index returns the trace index of a job name.
 func (e *engine) index(name string) (int32, bool) {
-	k := strings.LastIndexByte(name, '/')
-	id, err := strconv.ParseInt(name[k+1:], 10, 64)
+	j, err := resname.SplitJob(name)
+	if err != nil {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(j.ID, 10, 64)
 	if err != nil || id < 1 || id > int64(len(e.tr.Jobs)) {
 		return 0, false
 	}
