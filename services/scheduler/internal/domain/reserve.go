@@ -401,6 +401,7 @@ func (p *pass) preempt(j *Job, a *jobAttrs, r *Request, sc *shapeCand) (victims 
 	for _, rn := range chosen {
 		if p.t.beginPreempt(rn, j) {
 			p.requeued = true
+			p.requeuedJobs = append(p.requeuedJobs, rn.Job)
 		}
 		if p.preemptFor != nil {
 			p.preemptFor[j.Name()] = append(p.preemptFor[j.Name()], p.current(rn))

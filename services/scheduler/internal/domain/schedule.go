@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"maps"
 	"math/bits"
 	"slices"
 	"sort"
@@ -64,8 +65,13 @@ type pass struct {
 	capacityKnown int8
 	started       bool
 	depWaiting    bool
-	// requeued: a preemption in this pass put jobs back in the queue.
-	requeued bool
+	// requeued: a preemption in this pass put jobs back in the queue;
+	// requeuedJobs names the jobs it requeued.
+	requeued     bool
+	requeuedJobs []string
+	// fresh counts the queued jobs without a reason yet: each will get
+	// one, and a record and an event in the change.
+	fresh int
 	// req is the request of the job being considered, blk the job when it
 	// is blocked.
 	req  Request
@@ -101,27 +107,32 @@ func (t *txn) schedule(cluster string) {
 		t.c.Decisions = make([]Decision, 0, len(pend))
 	}
 	queue := p.order(pend)
+	if p.fresh > 1024 {
+		t.c.reserveJobs(p.fresh)
+	}
 	for i := range queue {
 		p.consider(&queue[i])
 	}
 	if p.requeued {
 		// Jobs preempted by this pass are pending again: give them their
-		// reason now, after every job that was already waiting.
-		seen := make(map[string]bool, len(queue))
-		for _, q := range queue {
-			seen[q.e.name] = true
-		}
-		// In name order: they come from the change's jobs, a map, and the
-		// decisions (and emits) must not depend on its iteration order.
-		var back []*pendEntry
-		for _, e := range t.pendingEntries(cluster) {
-			if !seen[e.name] {
-				back = append(back, e)
+		// reason now, after every job that was already waiting. Only the
+		// pass's victims can have become pending since the queue was read
+		// (the others were in it or were not pending), so only they are
+		// looked at, not every job of the change.
+		back := map[string]*pendEntry{}
+		for _, name := range p.requeuedJobs {
+			if j := t.job(name); j != nil && j.Pending() && j.Job.GetCluster() == cluster {
+				back[name] = nil
 			}
 		}
-		slices.SortFunc(back, func(a, b *pendEntry) int { return strings.Compare(a.name, b.name) })
-		for _, e := range back {
-			q := p.queued(e)
+		for _, q := range queue {
+			delete(back, q.e.name) // a job started by this pass, then preempted: seen
+		}
+		// In name order: the decisions (and emits) must not depend on
+		// the order victims were picked in.
+		for _, name := range slices.Sorted(maps.Keys(back)) {
+			j := t.job(name)
+			q := p.queued(&pendEntry{j: j, jobAttrs: *t.s.newAttrs(j, false)})
 			p.consider(&q)
 		}
 	}
@@ -279,6 +290,9 @@ func (p *pass) order(pend []*pendEntry) []queued {
 	}
 	for i, e := range pend {
 		out[i] = p.queued(e)
+		if e.reason == "" {
+			p.fresh++
+		}
 	}
 	if pol.Less != nil {
 		slices.SortStableFunc(out, func(a, b queued) int {
@@ -672,8 +686,24 @@ func (p *pass) request(j *Job, a *jobAttrs, pi int) Request {
 }
 
 // wait keeps j pending for reason, emitting only when the reason changes.
-func (t *txn) wait(j *Job, reason string, _ map[string]int) {
+func (t *txn) wait(j *Job, reason string) {
 	if j.Job.GetStateReason() == reason {
+		return
+	}
+	t.setReason(j, reason)
+}
+
+// setReason gives pending job j a new reason and emits it.
+func (t *txn) setReason(j *Job, reason string) {
+	if _, edited := t.c.Jobs[j.Name()]; !edited {
+		// Only the reason changes (the first pass over a burst of
+		// submissions gives 100,000 jobs theirs): the new version is a
+		// shallow copy, and the event carries that copy itself instead
+		// of two deep copies. editJob copies it deeply before any edit.
+		j = &Job{Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded, Job: shallowJob(j.Job), tmpl: j.tmpl, shared: true}
+		j.Job.StateReason = reason
+		t.c.Jobs[j.Name()] = j
+		t.emitJob(j)
 		return
 	}
 	j = t.editJob(j.Name())
@@ -687,7 +717,9 @@ func (t *txn) waitA(j *Job, a *jobAttrs, reason string) {
 	if a.reason == reason {
 		return
 	}
-	t.wait(j, reason, nil)
+	// a.reason is the reason of j as read (the state's attributes, or
+	// fresh ones for a job of the change): no second look at j.Job.
+	t.setReason(j, reason)
 }
 
 // waitDecided keeps j pending for d.Reason and records the decision.
