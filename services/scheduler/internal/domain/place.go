@@ -70,42 +70,95 @@ func (p *pass) shapeKey(r *Request) shapeKey {
 	return k
 }
 
+// shapeSlot returns where the pass keeps the shape of interned request id
+// in partition r.Partition with r.AvoidReserved, or nil when it keeps none
+// (the shape is then found by its key alone).
+func (p *pass) shapeSlot(r *Request, id int32) **shapeCand {
+	if id < 0 || r.Partition < 0 || r.Partition >= len(p.parts) {
+		return nil
+	}
+	i := (int(id)*len(p.parts)+r.Partition)*2 + b2i(r.AvoidReserved)
+	if i >= len(p.slots) {
+		n := len(p.t.s.shapeReqs) * len(p.parts) * 2
+		if i >= n {
+			return nil
+		}
+		p.slots = append(p.slots, make([]*shapeCand, n-len(p.slots))...)
+	}
+	return &p.slots[i]
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // shape returns the nodes for r's shape: a fresh scan the first time in the
-// pass, else the cached candidates with the nodes that filled up since dropped.
-func (p *pass) shape(r *Request) *shapeCand {
-	key := p.shapeKey(r)
+// pass, else the cached candidates with the nodes that filled up since
+// dropped. id is r's interned request (-1: none): jobs of one interned
+// request find their shape by index, the others by hashing its key; both
+// lead to the same shapeCand.
+func (p *pass) shape(r *Request, id int32) *shapeCand {
 	checks := p.t.s.cfg.Policy.Checks
-	sc := p.shapes[key]
+	var sc *shapeCand
+	slot := p.shapeSlot(r, id)
+	if slot != nil {
+		sc = *slot
+	}
 	if sc == nil {
-		sc = &shapeCand{filtered: map[string]int{}}
-		for i := range p.views {
-			v := &p.views[i]
-			failed := -1
-			for ci := range checks {
-				if !checks[ci].Fits(r, v) {
-					failed = ci
-					break
-				}
-			}
-			kind := Capacity + 1
-			if failed >= 0 {
-				kind = checks[failed].Kind
-				sc.filtered[checks[failed].Reason]++
-			}
-			if kind > Static {
-				sc.static++
-			}
-			if kind > Availability {
-				sc.availOK++
-				sc.avail = append(sc.avail, int32(i))
-			}
-			if failed < 0 {
-				sc.cand = append(sc.cand, int32(i))
+		key := p.shapeKey(r)
+		sc = p.shapes[key]
+		fresh := sc == nil
+		if fresh {
+			sc = p.scan(r, checks)
+			p.shapes[key] = sc
+		}
+		if slot != nil {
+			*slot = sc
+		}
+		if fresh {
+			return sc
+		}
+	}
+	return p.refresh(r, sc, checks)
+}
+
+// scan looks at every node for r: the checks each fails, the nodes that
+// pass every one.
+func (p *pass) scan(r *Request, checks []Check) *shapeCand {
+	sc := &shapeCand{filtered: map[string]int{}}
+	for i := range p.views {
+		v := &p.views[i]
+		failed := -1
+		for ci := range checks {
+			if !checks[ci].Fits(r, v) {
+				failed = ci
+				break
 			}
 		}
-		p.shapes[key] = sc
-		return sc
+		kind := Capacity + 1
+		if failed >= 0 {
+			kind = checks[failed].Kind
+			sc.filtered[checks[failed].Reason]++
+		}
+		if kind > Static {
+			sc.static++
+		}
+		if kind > Availability {
+			sc.availOK++
+			sc.avail = append(sc.avail, int32(i))
+		}
+		if failed < 0 {
+			sc.cand = append(sc.cand, int32(i))
+		}
 	}
+	return sc
+}
+
+// refresh drops from sc's candidates the nodes that no longer have room for r.
+func (p *pass) refresh(r *Request, sc *shapeCand, checks []Check) *shapeCand {
 	keep := sc.cand[:0]
 	for _, i := range sc.cand {
 		v := &p.views[i]
@@ -130,8 +183,8 @@ func (p *pass) shape(r *Request) *shapeCand {
 }
 
 // place finds r's nodes: all of them or none (a gang).
-func (p *pass) place(r *Request) placement {
-	sc := p.shape(r)
+func (p *pass) place(r *Request, id int32) placement {
+	sc := p.shape(r, id)
 	out := placement{shape: sc}
 	if len(sc.cand) >= r.Nodes {
 		out.ok = true

@@ -37,6 +37,9 @@ type pass struct {
 	// shapes caches, per job shape, the nodes that may take it: jobs of one
 	// shape share one scan of the nodes per pass.
 	shapes map[shapeKey]*shapeCand
+	// slots holds the same shapes by interned request, partition and
+	// AvoidReserved (see shapeSlot), grown as needed.
+	slots []*shapeCand
 	// partNodes and partMaxGPUs: compute nodes and the largest node's GPUs
 	// per partition (lazy).
 	partNodes   []int
@@ -79,14 +82,35 @@ type pass struct {
 	wake time.Time
 }
 
-// queued is a pending job with its order keys.
+// queued is a pending job with its order keys, and the attributes the pass
+// reads of every job: the queue is read in order, its entries in memory
+// order, where the jobs' own entries would be read all over memory (the
+// other attributes are read only for the few jobs whose flags say so).
 type queued struct {
 	rank int64 // −(tier<<40 | priority): lower first
 	prio int64 // the priority in rank (0 when the policy orders otherwise)
 	id   int64
 	e    *pendEntry
-	part int32
+	j    *Job
+	// name and reason: the job's name and its reason as read.
+	name, reason string
+	limit        int64 // --time in seconds; 0: the partition's
+	part         int32
+	shape        int32 // the interned request (jobAttrs.shape)
+	qos          int32
+	flags        qflags
 }
+
+// qflags are the attributes a gate needs to look further at a job for.
+type qflags uint8
+
+const (
+	qHold qflags = 1 << iota
+	qBegin
+	qDeps
+	qRan
+	qArray
+)
 
 // schedule serves the cluster's queue in policy order (see Policy): each job
 // that may run and fits starts; the others wait with their Slurm reason.
@@ -336,7 +360,23 @@ func (p *pass) order(pend []*pendEntry) []queued {
 
 // queued is e with its order keys.
 func (p *pass) queued(e *pendEntry) queued {
-	q := queued{e: e, id: e.id, part: int32(p.partIndex(e.part))}
+	q := queued{e: e, j: e.j, id: e.id, part: int32(p.partIndex(e.part)), name: e.name, reason: e.reason,
+		limit: e.limit, shape: e.shape, qos: e.qos}
+	if e.hold {
+		q.flags |= qHold
+	}
+	if e.begin > 0 {
+		q.flags |= qBegin
+	}
+	if e.deps {
+		q.flags |= qDeps
+	}
+	if e.ran {
+		q.flags |= qRan
+	}
+	if e.array {
+		q.flags |= qArray
+	}
 	if p.prio != nil {
 		tier := int32(0)
 		if q.part >= 0 {
@@ -473,13 +513,15 @@ func jobGPUs(j *Job) int32 {
 // then placement (the feasibility checks and the rankers), then, for a job
 // with too few nodes free, the blocked-job stages (see chain.go).
 func (p *pass) consider(q *queued) {
-	t, j, a := p.t, q.e.j, &q.e.jobAttrs
+	// Only q is read here, in queue order; the job's entry (a) only by the
+	// gates whose flags say so, and by the blocked-job stages that act.
+	t, j, a := p.t, q.j, &q.e.jobAttrs
 	for gi := range gates {
 		if reason, note := gates[gi].check(p, q); reason != "" {
 			if note != "" {
-				t.waitDecided(j, a, Decision{Job: a.name, Reason: reason, Note: note})
+				t.waitDecided(j, q.reason, Decision{Job: q.name, Reason: reason, Note: note})
 			} else {
-				t.waitA(j, a, reason)
+				t.waitA(j, q.reason, reason)
 			}
 			return
 		}
@@ -487,21 +529,26 @@ func (p *pass) consider(q *queued) {
 	pi := int(q.part)
 	part := p.parts[pi]
 	// The request lives in the pass (one per pass, not one allocation per job).
-	p.req = p.request(j, a, pi)
+	if q.shape >= 0 {
+		p.req = t.s.shapeReqs[q.shape]
+		p.req.Partition = pi
+	} else {
+		p.req = p.request(j, a, pi)
+	}
 	req := &p.req
 	if p.resv != nil {
-		lim := p.timeLimit(a, pi)
+		lim := p.limitIn(q.limit, pi)
 		req.AvoidReserved = p.resv.Unbounded || lim <= 0 || p.t.now.Add(lim).After(p.resv.Start)
 	}
-	res := p.place(req)
+	res := p.place(req, q.shape)
 	if res.ok {
 		p.start(j, part, req, res.nodes, q.prio)
 		return
 	}
 	// The blocked job lives in the pass, as the request: the stages get a
 	// pointer to it, which would otherwise cost an allocation per job.
-	p.blk = blocked{j: j, a: a, pi: pi, req: req, sc: res.shape,
-		d: Decision{Job: a.name, Filtered: res.shape.filtered, Nodes: len(p.views)}}
+	p.blk = blocked{j: j, a: a, qos: q.qos, pi: pi, req: req, sc: res.shape,
+		d: Decision{Job: q.name, Filtered: res.shape.filtered, Nodes: len(p.views)}}
 	d := &p.blk.d
 	res.shape.shared = true
 	switch res.kind {
@@ -514,17 +561,17 @@ func (p *pass) consider(q *queued) {
 			reason = ReasonPartitionNodeLimit
 		}
 		d.Reason = reason
-		t.waitDecided(j, a, *d)
+		t.waitDecided(j, q.reason, *d)
 		return
 	case Availability:
 		d.Reason = ReasonReqNodeNotAvail
-		t.waitDecided(j, a, *d)
+		t.waitDecided(j, q.reason, *d)
 		return
 	}
 	for si := range blockedStages {
 		blockedStages[si].run(p, &p.blk)
 	}
-	t.waitDecided(j, a, *d)
+	t.waitDecided(j, q.reason, *d)
 }
 
 // previousRunStopping keeps a requeued job pending (Requeued) while its
@@ -612,8 +659,14 @@ func (p *pass) singletonBlocked(j *Job) bool {
 
 // timeLimit is the job's time limit in partition pi; 0 means none.
 func (p *pass) timeLimit(a *jobAttrs, pi int) time.Duration {
-	if a.limit > 0 {
-		return time.Duration(a.limit) * time.Second
+	return p.limitIn(a.limit, pi)
+}
+
+// limitIn is the time limit of a job with --time limit seconds (0: none)
+// in partition pi; 0 means none.
+func (p *pass) limitIn(limit int64, pi int) time.Duration {
+	if limit > 0 {
+		return time.Duration(limit) * time.Second
 	}
 	if pi >= 0 && pi < len(p.parts) {
 		return time.Duration(p.parts[pi].MaxSeconds) * time.Second
@@ -711,19 +764,17 @@ func (t *txn) setReason(j *Job, reason string) {
 	t.emitJob(j)
 }
 
-// waitA is wait for a job whose attributes are at hand: no look at its
-// protobuf unless the reason changes.
-func (t *txn) waitA(j *Job, a *jobAttrs, reason string) {
-	if a.reason == reason {
+// waitA is wait for a job whose reason as read (have: its attributes'
+// reason) is at hand: no look at its protobuf unless the reason changes.
+func (t *txn) waitA(j *Job, have, reason string) {
+	if have == reason {
 		return
 	}
-	// a.reason is the reason of j as read (the state's attributes, or
-	// fresh ones for a job of the change): no second look at j.Job.
 	t.setReason(j, reason)
 }
 
 // waitDecided keeps j pending for d.Reason and records the decision.
-func (t *txn) waitDecided(j *Job, a *jobAttrs, d Decision) {
+func (t *txn) waitDecided(j *Job, have string, d Decision) {
 	t.c.Decisions = append(t.c.Decisions, d)
-	t.waitA(j, a, d.Reason)
+	t.waitA(j, have, d.Reason)
 }

@@ -43,6 +43,10 @@ type State struct {
 	// assocs interns account/user associations (memory only).
 	assocs    map[assocKey]*assoc
 	assocList []*assoc
+	// shapeIDs and shapeReqs intern the requests of pending jobs (see
+	// shapeID): a pass finds a job's shape by index, not by hashing it.
+	shapeIDs  map[shapeOf]int32
+	shapeReqs []Request
 	// scratch is reused by the passes of writers (see writerTxn).
 	scratch *scratch
 }
