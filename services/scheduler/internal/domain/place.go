@@ -112,7 +112,7 @@ func (p *pass) shape(r *Request, id int32) *shapeCand {
 		sc = p.shapes[key]
 		fresh := sc == nil
 		if fresh {
-			sc = p.scan(r, checks)
+			sc = p.scan(r, key, checks)
 			p.shapes[key] = sc
 		}
 		if slot != nil {
@@ -125,9 +125,110 @@ func (p *pass) shape(r *Request, id int32) *shapeCand {
 	return p.refresh(r, sc, checks)
 }
 
+// staticScan is what the static and availability checks made of a
+// cluster's nodes for one shape: they depend on the request and the node
+// records alone (not on what runs), so it holds across passes while the
+// cluster's node records are the same (see staticCache).
+type staticScan struct {
+	// filtered counts the nodes each static or availability check filtered.
+	filtered map[string]int
+	// static and availOK: as shapeCand's; avail the nodes passing both kinds.
+	static, availOK int
+	avail           []int32
+}
+
+// staticCache holds a cluster's staticScans, by shape (AvoidReserved
+// cleared: it only matters to a capacity check), for the node records nodes
+// of the cluster record cluster, in that order.
+type staticCache struct {
+	cluster *Cluster
+	nodes   []*Node
+	scans   map[shapeKey]*staticScan
+}
+
+// maxStaticScans bounds a cluster's cached scans (jobs with node lists
+// each have their own shape): past it the cache starts again.
+const maxStaticScans = 1024
+
+// staticCacheFor returns the writer's cache of static scans for the pass's
+// cluster, emptied when its node records or its record changed since the
+// scans were made, or nil for a txn without scratch (reads).
+func (t *txn) staticCacheFor(name string, c *Cluster, nodes []*Node) *staticCache {
+	if t.scratch == nil {
+		return nil
+	}
+	if t.scratch.static == nil {
+		t.scratch.static = map[string]*staticCache{}
+	}
+	sc := t.scratch.static[name]
+	if sc != nil && sc.cluster == c && slices.Equal(sc.nodes, nodes) && len(sc.scans) < maxStaticScans {
+		return sc
+	}
+	sc = &staticCache{cluster: c, nodes: slices.Clone(nodes), scans: map[shapeKey]*staticScan{}}
+	t.scratch.static[name] = sc
+	return sc
+}
+
+// staticScan returns the static and availability checks' results for r
+// (key is r's shape key): from the cache, or a scan of every node.
+func (p *pass) staticScan(r *Request, key shapeKey, checks []Check) *staticScan {
+	key.avoid = false
+	if p.static != nil {
+		if ss := p.static.scans[key]; ss != nil {
+			return ss
+		}
+	}
+	ss := &staticScan{filtered: map[string]int{}}
+	for i := range p.views {
+		v := &p.views[i]
+		failed := -1
+		for ci := range checks {
+			if checks[ci].Kind != Capacity && !checks[ci].Fits(r, v) {
+				failed = ci
+				break
+			}
+		}
+		if failed >= 0 {
+			ss.filtered[checks[failed].Reason]++
+			if checks[failed].Kind > Static {
+				ss.static++
+			}
+			continue
+		}
+		ss.static++
+		ss.availOK++
+		ss.avail = append(ss.avail, int32(i))
+	}
+	if p.static != nil {
+		p.static.scans[key] = ss
+	}
+	return ss
+}
+
 // scan looks at every node for r: the checks each fails, the nodes that
-// pass every one.
-func (p *pass) scan(r *Request, checks []Check) *shapeCand {
+// pass every one. The static and availability checks' results come from
+// staticScan; only the capacity checks look at the nodes those leave.
+func (p *pass) scan(r *Request, key shapeKey, checks []Check) *shapeCand {
+	if p.staticFirst(checks) {
+		ss := p.staticScan(r, key, checks)
+		sc := &shapeCand{filtered: maps.Clone(ss.filtered), static: ss.static, availOK: ss.availOK, avail: ss.avail}
+		for _, i := range ss.avail {
+			v := &p.views[i]
+			failed := -1
+			for ci := range checks {
+				if checks[ci].Kind == Capacity && !checks[ci].Fits(r, v) {
+					failed = ci
+					break
+				}
+			}
+			if failed >= 0 {
+				sc.filtered[checks[failed].Reason]++
+				continue
+			}
+			sc.cand = append(sc.cand, i)
+		}
+		return sc
+	}
 	sc := &shapeCand{filtered: map[string]int{}}
 	for i := range p.views {
 		v := &p.views[i]
@@ -155,6 +256,22 @@ func (p *pass) scan(r *Request, checks []Check) *shapeCand {
 		}
 	}
 	return sc
+}
+
+// staticFirst reports whether every static and availability check comes
+// before every capacity check, as in DefaultChecks: then a node's first
+// failed check is a static or availability one whenever it fails one, and
+// staticScan's results can be reused.
+func (p *pass) staticFirst(checks []Check) bool {
+	seenCapacity := false
+	for _, c := range checks {
+		if c.Kind == Capacity {
+			seenCapacity = true
+		} else if seenCapacity {
+			return false
+		}
+	}
+	return true
 }
 
 // refresh drops from sc's candidates the nodes that no longer have room for r.

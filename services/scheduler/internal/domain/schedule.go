@@ -40,6 +40,8 @@ type pass struct {
 	// slots holds the same shapes by interned request, partition and
 	// AvoidReserved (see shapeSlot), grown as needed.
 	slots []*shapeCand
+	// static: the static checks' results kept across passes (nil: none).
+	static *staticCache
 	// partNodes and partMaxGPUs: compute nodes and the largest node's GPUs
 	// per partition (lazy).
 	partNodes   []int
@@ -194,6 +196,7 @@ func (t *txn) newPass(name string, c *Cluster) *pass {
 	}
 	p := &pass{t: t, name: name, cluster: c, parts: c.partitions(), views: views,
 		shapes: map[shapeKey]*shapeCand{}, schedulable: c.Schedulable()}
+	p.static = t.staticCacheFor(name, c, nodes)
 	byPool, bySet := partitionMasks(c)
 	over := t.allocOverlay()
 	for i, n := range nodes {

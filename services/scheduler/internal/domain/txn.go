@@ -38,6 +38,8 @@ type scratch struct {
 	// perm is the last radix-sorted queue's order (indexes into its
 	// unsorted keys), which the next pass reuses while it still holds.
 	perm []int32
+	// static: per cluster, the static checks' results (see staticCache).
+	static map[string]*staticCache
 }
 
 // writerTxn is a txn of Handle, Tick or Schedule.
