@@ -545,7 +545,7 @@ func (p *pass) consider(q *queued) {
 	}
 	res := p.place(req, q.shape)
 	if res.ok {
-		p.start(j, part, req, res.nodes, q.prio)
+		p.start(j, part, req, res.nodes, q.prio, len(res.shape.cand))
 		return
 	}
 	// The blocked job lives in the pass, as the request: the stages get a

@@ -119,6 +119,9 @@ type Change struct {
 	// (EASY backfill: one per cluster, for its highest-priority job that
 	// cannot start).
 	Reservations []Reservation
+	// Placed explain the starts of the pass: the chosen nodes and each
+	// ranker's score of them (memory only: Job.placement of a started job).
+	Placed []*Placed
 
 	// wake: per cluster, when the clock alone next makes a pass worthwhile.
 	wake map[string]time.Time
@@ -224,6 +227,11 @@ func (s *State) Commit(c *Change) {
 		d := &c.Decisions[i]
 		if j := s.jobs[d.Job]; j != nil && j.Pending() {
 			j.why = d
+		}
+	}
+	for _, pl := range c.Placed {
+		if j := s.jobs[pl.Job]; j != nil && !j.Pending() {
+			j.placed = pl
 		}
 	}
 }
@@ -353,6 +361,9 @@ func (s *State) putJob(name string, j *Job) {
 	}
 	if old, ok := s.jobs[name]; ok && j.why == nil && j.Pending() {
 		j.why = old.why
+	}
+	if old, ok := s.jobs[name]; ok && j.placed == nil && !j.Pending() && old.Attempt == j.Attempt {
+		j.placed = old.placed // the start of the same attempt
 	}
 	s.jobs[name] = j
 	if j.Pending() {
