@@ -238,6 +238,7 @@ func (s *State) Commit(c *Change) {
 
 // Load adds records read from storage, as at start-up.
 func (s *State) Load(clusters []*Cluster, nodes []*Node, jobs []*Job, runs []*Run, arrays []*Array, usage []*Usage) {
+	s.reserve(nodes, jobs, runs)
 	for _, c := range clusters {
 		s.clusters[c.Name] = c
 	}
@@ -264,6 +265,40 @@ func (s *State) Load(clusters []*Cluster, nodes []*Node, jobs []*Job, runs []*Ru
 	}
 	for _, u := range usage {
 		s.usage[u.Key] = u
+	}
+}
+
+// reserve sizes the maps and indexes of an empty state for the records
+// Load is about to add, so that loading 100,000 jobs does not grow each map
+// and slice by doubling (rehashing and copying every entry each time).
+func (s *State) reserve(nodes []*Node, jobs []*Job, runs []*Run) {
+	if len(s.jobs) == 0 && len(jobs) > 0 {
+		s.jobs = make(map[string]*Job, len(jobs))
+		pending := map[string]int{}
+		for _, j := range jobs {
+			if j.Pending() {
+				pending[j.Job.GetCluster()]++
+			}
+		}
+		for cluster, n := range pending {
+			ci := s.index(cluster)
+			if len(ci.pending) == 0 {
+				ci.pending = make([]pendEntry, 0, n)
+				ci.pendPos = make(map[string]int, n)
+			}
+		}
+	}
+	if len(s.runs) == 0 && len(runs) > 0 {
+		s.runs = make(map[string]*Run, len(runs))
+		if len(s.active) == 0 {
+			s.active = make(map[string]*Run, len(runs))
+		}
+	}
+	if len(s.nodes) == 0 && len(nodes) > 0 {
+		s.nodes = make(map[string]*Node, len(nodes))
+		if len(s.alloc) == 0 {
+			s.alloc = make(map[string]*nodeAlloc, len(nodes))
+		}
 	}
 }
 
