@@ -148,8 +148,9 @@ func gateFIFO(p *pass, _ *queued) (string, string) {
 // what the blocked-job stages work on.
 type blocked struct {
 	j *Job
-	a *jobAttrs
-	// qos is a's (read from the queue, not from a).
+	// e is the job's entry: its attributes, read only by a stage that acts.
+	e *pendEntry
+	// qos is e's (read from the queue, not from e).
 	qos int32
 	pi  int
 	req *Request
@@ -181,7 +182,7 @@ func stagePreempt(p *pass, b *blocked) {
 		return
 	}
 	p.preempts++
-	if n, waiting := p.preempt(b.j, b.a, b.req, b.sc); n > 0 {
+	if n, waiting := p.preempt(b.j, &b.e.jobAttrs, b.req, b.sc); n > 0 {
 		b.d.Note = "preempting " + strconv.Itoa(n) + " job(s)"
 	} else if waiting {
 		b.d.Note = "waiting for preempted jobs to stop"

@@ -516,9 +516,11 @@ func jobGPUs(j *Job) int32 {
 // then placement (the feasibility checks and the rankers), then, for a job
 // with too few nodes free, the blocked-job stages (see chain.go).
 func (p *pass) consider(q *queued) {
-	// Only q is read here, in queue order; the job's entry (a) only by the
-	// gates whose flags say so, and by the blocked-job stages that act.
-	t, j, a := p.t, q.j, &q.e.jobAttrs
+	// Only q is read here, in queue order; the job's entry (q.e) only by
+	// the gates whose flags say so, and by the blocked-job stages that act.
+	// Not even its address is taken before: &q.e.jobAttrs reads q.e (a nil
+	// check), a cache miss per job in a queue read all over memory.
+	t, j := p.t, q.j
 	for gi := range gates {
 		if reason, note := gates[gi].check(p, q); reason != "" {
 			if note != "" {
@@ -536,7 +538,7 @@ func (p *pass) consider(q *queued) {
 		p.req = t.s.shapeReqs[q.shape]
 		p.req.Partition = pi
 	} else {
-		p.req = p.request(j, a, pi)
+		p.req = p.request(j, &q.e.jobAttrs, pi)
 	}
 	req := &p.req
 	if p.resv != nil {
@@ -550,7 +552,7 @@ func (p *pass) consider(q *queued) {
 	}
 	// The blocked job lives in the pass, as the request: the stages get a
 	// pointer to it, which would otherwise cost an allocation per job.
-	p.blk = blocked{j: j, a: a, qos: q.qos, pi: pi, req: req, sc: res.shape,
+	p.blk = blocked{j: j, e: q.e, qos: q.qos, pi: pi, req: req, sc: res.shape,
 		d: Decision{Job: q.name, Filtered: res.shape.filtered, Nodes: len(p.views)}}
 	d := &p.blk.d
 	res.shape.shared = true
