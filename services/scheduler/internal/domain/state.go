@@ -63,6 +63,23 @@ type clusterIndex struct {
 	// active runs, unordered; activePos gives each one's index.
 	active    []*Run
 	activePos map[string]int
+	// usage holds, beside active (same index), what fair share reads of
+	// each active run, contiguous: a pass sums 25,000 runs' usage without
+	// visiting each run.
+	usage []runUsage
+	// pendAssoc counts the pending jobs per association id.
+	pendAssoc []int32
+}
+
+// runUsage is what fair share reads of an active run (runs in the state
+// are never modified, so the copy stays true).
+type runUsage struct {
+	key     string
+	account string
+	assoc   *assoc
+	start   time.Time
+	rate    float64
+	ended   bool
 }
 
 // nodeAlloc is what the active runs hold on one node, and which runs they
@@ -388,6 +405,9 @@ func (s *State) putJob(name string, j *Job) {
 			ci.pending[last] = pendEntry{}
 			ci.pending = ci.pending[:last]
 			delete(ci.pendPos, name)
+			if id := old.attrs.assoc.id; id >= 0 {
+				ci.pendAssoc[id]--
+			}
 		}
 	}
 	if j == nil {
@@ -406,6 +426,12 @@ func (s *State) putJob(name string, j *Job) {
 		ci := s.index(j.Job.GetCluster())
 		ci.pendPos[name] = len(ci.pending)
 		ci.pending = append(ci.pending, pendEntry{j: j, jobAttrs: *j.attrs})
+		if id := j.attrs.assoc.id; id >= 0 {
+			for int(id) >= len(ci.pendAssoc) {
+				ci.pendAssoc = append(ci.pendAssoc, 0)
+			}
+			ci.pendAssoc[id]++
+		}
 	}
 }
 
@@ -418,6 +444,9 @@ func (s *State) unaccount(key string) {
 		if i, ok := ci.activePos[key]; ok {
 			last := len(ci.active) - 1
 			moved := ci.active[last]
+			ci.usage[i] = ci.usage[last]
+			ci.usage[last] = runUsage{}
+			ci.usage = ci.usage[:last]
 			ci.active[i] = moved
 			ci.activePos[moved.key] = i
 			ci.active[last] = nil
@@ -443,6 +472,7 @@ func (s *State) putRun(key string, r *Run) {
 		ci := s.index(r.Cluster)
 		ci.activePos[key] = len(ci.active)
 		ci.active = append(ci.active, r)
+		ci.usage = append(ci.usage, runUsage{key: key, account: r.Account, assoc: r.assoc, start: r.Start, rate: r.rate, ended: r.Ended()})
 	}
 }
 
