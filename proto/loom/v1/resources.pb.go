@@ -2132,7 +2132,10 @@ type Job struct {
 	Priority        int64            `protobuf:"varint,60,opt,name=priority,proto3" json:"priority,omitempty"`
 	PriorityFactors *PriorityFactors `protobuf:"bytes,61,opt,name=priority_factors,json=priorityFactors,proto3" json:"priority_factors,omitempty"`
 	// placement is why a pending job is not placed, beyond its Slurm reason:
-	// how many nodes were filtered and by which check.
+	// how many nodes were filtered and by which check. For a started job: the
+	// nodes its attempt was placed on, how many fitted, and each node ranker's
+	// score of the chosen nodes (lower first, each breaking the ties of the
+	// ones before).
 	Placement string `protobuf:"bytes,62,opt,name=placement,proto3" json:"placement,omitempty"`
 	// restart_count counts requeues; runs are the job's attempts, oldest first.
 	RestartCount int32     `protobuf:"varint,63,opt,name=restart_count,json=restartCount,proto3" json:"restart_count,omitempty"`

@@ -204,9 +204,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				if err != nil {
 					return fmt.Errorf("cycle %d×%d %s: %w", g[0], g[1], p, err)
 				}
-				fmt.Fprintf(stdout, "%6d nodes %7d GPUs %7d pending %6d running %-4s: first pass %v, steady pass %v, after a restart %v (load %v; started %d)\n",
-					g[0], r.GPUs, g[1], r.Running, p, r.First.Round(time.Microsecond), r.Steady.Round(time.Microsecond),
-					r.Restart.Round(time.Microsecond), r.Load.Round(time.Millisecond), r.Started)
+				fmt.Fprintf(stdout, "%6d nodes %7d GPUs %7d pending %6d running %-4s: first pass %s, steady pass %s, after a restart %s (load %s; started %d)\n",
+					g[0], r.GPUs, g[1], r.Running, p, timing(r.First, r.FirstCPU), timing(r.Steady, r.SteadyCPU),
+					timing(r.Restart, r.RestartCPU), timing(r.Load, r.LoadCPU), r.Started)
 				rows = append(rows, r)
 			}
 		}
@@ -282,23 +282,24 @@ its priority, placement and reason for the first time, and emits a JobChanged: a
 100,000 submissions at once); "steady pass" the next one, as after any event that changed nothing
 for the queue — the scheduling cycle the target is about; "after a restart" the first pass of a
 fresh state loaded from the records the first pass left (as a restarted scheduler loads its
-store; loading them is the "load" column, not part of the pass). Median of %d passes each;
-building the state is not timed. Target: ≤ 100 ms at 10,000 nodes / 80,000 GPUs / 100,000
-pending jobs.
+store; loading them is the "load" column, not part of the pass). Each figure is wall time, then
+the process's CPU time in parentheses (garbage collection included): on a shared machine wall time
+also counts the time other processes held the CPUs. Median of %d passes each; building the state
+is not timed. Targets (issue 12), at 10,000 nodes / 80,000 GPUs / 100,000 pending jobs: steady
+pass ≤ %s, first pass ≤ %s, pass after a restart ≤ %s, judged on CPU time where it was measured.
 
-| nodes | GPUs | pending jobs | running jobs | policy | first pass | steady pass | after a restart (load) | started by the first pass | target |
-|---:|---:|---:|---:|---|---:|---:|---:|---:|---|
-`, repeat)
+| nodes | GPUs | pending jobs | running jobs | policy | first pass | steady pass | after a restart | load | started by the first pass | targets: steady, first, restart |
+|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|
+`, repeat, ms(steadyTarget), ms(firstTarget), ms(restartTarget))
 	for _, r := range rows {
 		target := ""
 		if r.Config.Nodes == 10000 && r.Config.Pending == 100000 {
-			target = "**missed**"
-			if r.Steady <= 100*time.Millisecond {
-				target = "met"
-			}
+			target = verdict(r.Steady, r.SteadyCPU, steadyTarget) + ", " + verdict(r.First, r.FirstCPU, firstTarget) + ", " +
+				verdict(r.Restart, r.RestartCPU, restartTarget)
 		}
-		fmt.Fprintf(&b, "| %d | %d | %d | %d | %s | %s | %s | %s (%s) | %d | %s |\n", r.Config.Nodes, r.GPUs, r.Config.Pending, r.Running,
-			r.Config.Policy, ms(r.First), ms(r.Steady), ms(r.Restart), ms(r.Load), r.Started, target)
+		fmt.Fprintf(&b, "| %d | %d | %d | %d | %s | %s | %s | %s | %s | %d | %s |\n", r.Config.Nodes, r.GPUs, r.Config.Pending, r.Running,
+			r.Config.Policy, timing(r.First, r.FirstCPU), timing(r.Steady, r.SteadyCPU), timing(r.Restart, r.RestartCPU),
+			timing(r.Load, r.LoadCPU), r.Started, target)
 	}
 	b.WriteString("\n" + machine + "\n\n")
 	b.WriteString("Rerun (from the repository root):\n\n```\n" +
@@ -308,6 +309,35 @@ pending jobs.
 }
 
 func ms(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 1, 64) + " ms" }
+
+// The scheduling pass's targets at 10,000 nodes and 100,000 pending jobs.
+const (
+	steadyTarget  = 20 * time.Millisecond
+	firstTarget   = 200 * time.Millisecond
+	restartTarget = 100 * time.Millisecond
+)
+
+// timing is a wall time with its CPU time ("61.0 ms (40.2 ms CPU)"), or
+// the wall time alone when CPU time was not measured.
+func timing(wall, cpu time.Duration) string {
+	if cpu <= 0 {
+		return ms(wall)
+	}
+	return ms(wall) + " (" + ms(cpu) + " CPU)"
+}
+
+// verdict says whether a pass met its target: on CPU time when measured
+// (wall time on a shared machine counts others' work too), else wall time.
+func verdict(wall, cpu, target time.Duration) string {
+	d := wall
+	if cpu > 0 {
+		d = cpu
+	}
+	if d <= target {
+		return "met"
+	}
+	return "**missed**"
+}
 
 // machineLine describes the machine and when a measurement began, for the report.
 func machineLine(began time.Time) string {

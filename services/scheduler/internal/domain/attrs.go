@@ -42,6 +42,45 @@ type jobAttrs struct {
 	// ran: an earlier attempt ran (Attempt > 0), so the pass looks at
 	// whether its run is still stopping, without a look at the job itself.
 	ran bool
+	// shape is req's index in the state's interned requests (see
+	// internShape), -1 for a job with lists or spread GPUs (its request
+	// depends on more than its attributes) or one not interned.
+	shape int32
+}
+
+// shapeOf is what identifies an interned request: every field a pass does
+// not fill in itself.
+type shapeOf struct {
+	nodes       int
+	gpusPerNode int32
+	gpuType     string
+	cpusPerNode int32
+	memMB       int64
+	exclusive   bool
+}
+
+// maxShapes bounds the interned requests (they are never forgotten): past
+// it, jobs of new shapes are placed as those with lists are.
+const maxShapes = 4096
+
+// shapeID returns the index of r among the interned requests, interning it
+// when intern is set (Commit and Load only: passes and reads run beside
+// each other and only look), or -1.
+func (s *State) shapeID(r *Request, intern bool) int32 {
+	k := shapeOf{r.Nodes, r.GPUsPerNode, r.GPUType, r.CPUsPerNode, r.MemMB, r.Exclusive}
+	if id, ok := s.shapeIDs[k]; ok {
+		return id
+	}
+	if !intern || len(s.shapeReqs) >= maxShapes {
+		return -1
+	}
+	if s.shapeIDs == nil {
+		s.shapeIDs = map[shapeOf]int32{}
+	}
+	id := int32(len(s.shapeReqs))
+	s.shapeIDs[k] = id
+	s.shapeReqs = append(s.shapeReqs, *r)
+	return id
 }
 
 // pendEntry is a pending job and its attributes, by value.
@@ -111,6 +150,10 @@ func (s *State) newAttrs(j *Job, intern bool) *jobAttrs {
 	a.req = Request{Nodes: int(max(spec.GetNodeCount(), 1)), GPUsPerNode: spec.GetGpusPerNode(),
 		GPUType: strings.ToLower(spec.GetGpuType()), MemMB: spec.GetMemMb(), Exclusive: spec.GetExclusive()}
 	a.req.CPUsPerNode = max(maxTasksPerNode(spec, a.req.Nodes), 1) * max(spec.GetCpusPerTask(), 1)
+	a.shape = -1
+	if !a.lists && !a.spread {
+		a.shape = s.shapeID(&a.req, intern)
+	}
 	return a
 }
 

@@ -43,19 +43,20 @@ var gates = []gate{
 }
 
 func gateHeld(_ *pass, q *queued) (string, string) {
-	a := &q.e.jobAttrs
-	if !a.hold {
+	if q.flags&qHold == 0 {
 		return "", ""
 	}
-	if a.reason == ReasonHeldAdmin {
+	if q.reason == ReasonHeldAdmin {
 		return ReasonHeldAdmin, ""
 	}
 	return ReasonHeldUser, ""
 }
 
 func gateBeginTime(p *pass, q *queued) (string, string) {
-	a := &q.e.jobAttrs
-	if a.begin > 0 && p.t.now.UnixNano() < a.begin {
+	if q.flags&qBegin == 0 {
+		return "", ""
+	}
+	if a := &q.e.jobAttrs; a.begin > 0 && p.t.now.UnixNano() < a.begin {
 		p.wakeAt(q.e.j.Job.GetBeginTime().AsTime())
 		return ReasonBeginTime, ""
 	}
@@ -63,7 +64,7 @@ func gateBeginTime(p *pass, q *queued) (string, string) {
 }
 
 func gateDependency(p *pass, q *queued) (string, string) {
-	if !q.e.deps {
+	if q.flags&qDeps == 0 {
 		return "", ""
 	}
 	reason, wake := p.t.dependencyReason(q.e.j, p.singletonBlocked)
@@ -77,7 +78,7 @@ func gateDependency(p *pass, q *queued) (string, string) {
 }
 
 func gatePreviousRun(p *pass, q *queued) (string, string) {
-	if !q.e.ran {
+	if q.flags&qRan == 0 {
 		return "", ""
 	}
 	return p.previousRunStopping(q.e.j)
@@ -98,15 +99,14 @@ func gatePartition(_ *pass, q *queued) (string, string) {
 }
 
 func gateTimeLimit(p *pass, q *queued) (string, string) {
-	a := &q.e.jobAttrs
-	if max := p.parts[q.part].MaxSeconds; a.limit > 0 && max > 0 && a.limit > max {
+	if max := p.parts[q.part].MaxSeconds; q.limit > 0 && max > 0 && q.limit > max {
 		return ReasonPartitionTimeLimit, ""
 	}
 	return "", ""
 }
 
 func gateArrayLimit(p *pass, q *queued) (string, string) {
-	if !q.e.array {
+	if q.flags&qArray == 0 {
 		return "", ""
 	}
 	j := q.e.j
@@ -123,15 +123,14 @@ func gateArrayLimit(p *pass, q *queued) (string, string) {
 }
 
 func gateQOSLimit(p *pass, q *queued) (string, string) {
-	a := &q.e.jobAttrs
-	if a.qos < 0 {
+	if q.qos < 0 {
 		return "", ""
 	}
-	if qs := p.t.s.cfg.QOS[a.qos]; qs.MaxGPUsPerUser > 0 {
+	if qs := &p.t.s.cfg.QOS[q.qos]; qs.MaxGPUsPerUser > 0 {
 		if p.qosUse == nil {
 			p.countQOS()
 		}
-		if int64(p.qosUse[assocKey{qs.Name, q.e.j.Job.GetUser()}])+a.gpus > int64(qs.MaxGPUsPerUser) {
+		if int64(p.qosUse[assocKey{qs.Name, q.j.Job.GetUser()}])+q.e.gpus > int64(qs.MaxGPUsPerUser) {
 			return ReasonQOSMaxGRESPerUser, ""
 		}
 	}
@@ -148,8 +147,11 @@ func gateFIFO(p *pass, _ *queued) (string, string) {
 // blocked is a job that passed every gate but found too few nodes with room:
 // what the blocked-job stages work on.
 type blocked struct {
-	j   *Job
-	a   *jobAttrs
+	j *Job
+	// e is the job's entry: its attributes, read only by a stage that acts.
+	e *pendEntry
+	// qos is e's (read from the queue, not from e).
+	qos int32
 	pi  int
 	req *Request
 	sc  *shapeCand
@@ -176,11 +178,11 @@ var blockedStages = []stage{
 // preemptors a pass).
 func stagePreempt(p *pass, b *blocked) {
 	cfg := &p.t.s.cfg
-	if !cfg.Policy.Preempt || p.preempts >= cfg.MaxPreemptPerPass || !p.mayPreempt(b.a, b.pi) {
+	if !cfg.Policy.Preempt || p.preempts >= cfg.MaxPreemptPerPass || !p.mayPreempt(b.qos, b.pi) {
 		return
 	}
 	p.preempts++
-	if n, waiting := p.preempt(b.j, b.a, b.req, b.sc); n > 0 {
+	if n, waiting := p.preempt(b.j, &b.e.jobAttrs, b.req, b.sc); n > 0 {
 		b.d.Note = "preempting " + strconv.Itoa(n) + " job(s)"
 	} else if waiting {
 		b.d.Note = "waiting for preempted jobs to stop"

@@ -275,6 +275,41 @@ func TestTopologyPrefersOneBlock(t *testing.T) {
 	}
 }
 
+// TestStartedJobPlacementShowsRankerScores: a started job's placement says
+// where it went and each ranker's score of its nodes (the first ranker
+// decided here: best fit), for the whole of its attempt.
+func TestStartedJobPlacementShowsRankerScores(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.gpuNode("a3-0002", "b1")
+	h.submitJob(job(1, 1, 6))
+	h.submitJob(job(2, 1, 1))
+	want := "started on a3-0001: 1 of 2 fitting nodes (2 looked at); ranker scores: BestFitGPUs 2; LeastLoadedCPUs 0; FewestAllocations 0"
+	if p := h.s.JobView(jobName(2), h.now).GetPlacement(); p != want {
+		t.Fatalf("placement of the started job:\n got %q\nwant %q", p, want)
+	}
+	h.step(2, 1, "a3-0001", eventsv1.StepState_STEP_RUNNING, 0)
+	if v := h.s.JobView(jobName(2), h.now); v.GetState() != loomv1.JobState_RUNNING || v.GetPlacement() != want {
+		t.Fatalf("running job: %v, placement %q", v.GetState(), v.GetPlacement())
+	}
+	// A gang: one score per node, in rank order (topology chose block b2,
+	// the only one that holds it; a3-0002 fits too).
+	h.gpuNode("a3-0003", "b2")
+	h.gpuNode("a3-0004", "b2")
+	h.submitJob(job(3, 2, 8))
+	want = "started on a3-0003,a3-0004: 2 of 3 fitting nodes (4 looked at); ranker scores: BestFitGPUs 8,8; LeastLoadedCPUs 0,0; FewestAllocations 0,0"
+	if p := h.s.JobView(jobName(3), h.now).GetPlacement(); p != want {
+		t.Fatalf("placement of the gang:\n got %q\nwant %q", p, want)
+	}
+	// Memory only: a restarted scheduler does not know it.
+	fresh := NewState(h.s.Config())
+	fresh.Restore(h.s.Snapshot())
+	if p := fresh.JobView(jobName(3), h.now).GetPlacement(); p != "" {
+		t.Fatalf("placement after a restart: %q", p)
+	}
+}
+
 func TestFewestBlocksAndSpread(t *testing.T) {
 	t.Parallel()
 	h := newSpecHarness(t, Config{})

@@ -250,6 +250,12 @@ type Job struct {
 	// environment is tmpl's map itself, so an array's environment is held
 	// once, however many tasks it has.
 	tmpl *loomv1.Job
+	// placed explains the start of the current attempt (memory only).
+	placed *Placed
+	// shared: Job is a shallow copy (shallowJob) of the stored version,
+	// with only its reason changed, and is also the payload of the change's
+	// JobChanged: editJob deep-copies it before any edit.
+	shared bool
 }
 
 // Template returns the template of the array the job is a task of (see

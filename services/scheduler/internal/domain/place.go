@@ -70,42 +70,212 @@ func (p *pass) shapeKey(r *Request) shapeKey {
 	return k
 }
 
+// shapeSlot returns where the pass keeps the shape of interned request id
+// in partition r.Partition with r.AvoidReserved, or nil when it keeps none
+// (the shape is then found by its key alone).
+func (p *pass) shapeSlot(r *Request, id int32) **shapeCand {
+	if id < 0 || r.Partition < 0 || r.Partition >= len(p.parts) {
+		return nil
+	}
+	i := (int(id)*len(p.parts)+r.Partition)*2 + b2i(r.AvoidReserved)
+	if i >= len(p.slots) {
+		n := len(p.t.s.shapeReqs) * len(p.parts) * 2
+		if i >= n {
+			return nil
+		}
+		p.slots = append(p.slots, make([]*shapeCand, n-len(p.slots))...)
+	}
+	return &p.slots[i]
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // shape returns the nodes for r's shape: a fresh scan the first time in the
-// pass, else the cached candidates with the nodes that filled up since dropped.
-func (p *pass) shape(r *Request) *shapeCand {
-	key := p.shapeKey(r)
+// pass, else the cached candidates with the nodes that filled up since
+// dropped. id is r's interned request (-1: none): jobs of one interned
+// request find their shape by index, the others by hashing its key; both
+// lead to the same shapeCand.
+func (p *pass) shape(r *Request, id int32) *shapeCand {
 	checks := p.t.s.cfg.Policy.Checks
-	sc := p.shapes[key]
+	var sc *shapeCand
+	slot := p.shapeSlot(r, id)
+	if slot != nil {
+		sc = *slot
+	}
 	if sc == nil {
-		sc = &shapeCand{filtered: map[string]int{}}
-		for i := range p.views {
+		key := p.shapeKey(r)
+		sc = p.shapes[key]
+		fresh := sc == nil
+		if fresh {
+			sc = p.scan(r, key, checks)
+			p.shapes[key] = sc
+		}
+		if slot != nil {
+			*slot = sc
+		}
+		if fresh {
+			return sc
+		}
+	}
+	return p.refresh(r, sc, checks)
+}
+
+// staticScan is what the static and availability checks made of a
+// cluster's nodes for one shape: they depend on the request and the node
+// records alone (not on what runs), so it holds across passes while the
+// cluster's node records are the same (see staticCache).
+type staticScan struct {
+	// filtered counts the nodes each static or availability check filtered.
+	filtered map[string]int
+	// static and availOK: as shapeCand's; avail the nodes passing both kinds.
+	static, availOK int
+	avail           []int32
+}
+
+// staticCache holds a cluster's staticScans, by shape (AvoidReserved
+// cleared: it only matters to a capacity check), for the node records nodes
+// of the cluster record cluster, in that order.
+type staticCache struct {
+	cluster *Cluster
+	nodes   []*Node
+	scans   map[shapeKey]*staticScan
+}
+
+// maxStaticScans bounds a cluster's cached scans (jobs with node lists
+// each have their own shape): past it the cache starts again.
+const maxStaticScans = 1024
+
+// staticCacheFor returns the writer's cache of static scans for the pass's
+// cluster, emptied when its node records or its record changed since the
+// scans were made, or nil for a txn without scratch (reads).
+func (t *txn) staticCacheFor(name string, c *Cluster, nodes []*Node) *staticCache {
+	if t.scratch == nil {
+		return nil
+	}
+	if t.scratch.static == nil {
+		t.scratch.static = map[string]*staticCache{}
+	}
+	sc := t.scratch.static[name]
+	if sc != nil && sc.cluster == c && slices.Equal(sc.nodes, nodes) && len(sc.scans) < maxStaticScans {
+		return sc
+	}
+	sc = &staticCache{cluster: c, nodes: slices.Clone(nodes), scans: map[shapeKey]*staticScan{}}
+	t.scratch.static[name] = sc
+	return sc
+}
+
+// staticScan returns the static and availability checks' results for r
+// (key is r's shape key): from the cache, or a scan of every node.
+func (p *pass) staticScan(r *Request, key shapeKey, checks []Check) *staticScan {
+	key.avoid = false
+	if p.static != nil {
+		if ss := p.static.scans[key]; ss != nil {
+			return ss
+		}
+	}
+	ss := &staticScan{filtered: map[string]int{}}
+	for i := range p.views {
+		v := &p.views[i]
+		failed := -1
+		for ci := range checks {
+			if checks[ci].Kind != Capacity && !checks[ci].Fits(r, v) {
+				failed = ci
+				break
+			}
+		}
+		if failed >= 0 {
+			ss.filtered[checks[failed].Reason]++
+			if checks[failed].Kind > Static {
+				ss.static++
+			}
+			continue
+		}
+		ss.static++
+		ss.availOK++
+		ss.avail = append(ss.avail, int32(i))
+	}
+	if p.static != nil {
+		p.static.scans[key] = ss
+	}
+	return ss
+}
+
+// scan looks at every node for r: the checks each fails, the nodes that
+// pass every one. The static and availability checks' results come from
+// staticScan; only the capacity checks look at the nodes those leave.
+func (p *pass) scan(r *Request, key shapeKey, checks []Check) *shapeCand {
+	if p.staticFirst(checks) {
+		ss := p.staticScan(r, key, checks)
+		sc := &shapeCand{filtered: maps.Clone(ss.filtered), static: ss.static, availOK: ss.availOK, avail: ss.avail}
+		for _, i := range ss.avail {
 			v := &p.views[i]
 			failed := -1
 			for ci := range checks {
-				if !checks[ci].Fits(r, v) {
+				if checks[ci].Kind == Capacity && !checks[ci].Fits(r, v) {
 					failed = ci
 					break
 				}
 			}
-			kind := Capacity + 1
 			if failed >= 0 {
-				kind = checks[failed].Kind
 				sc.filtered[checks[failed].Reason]++
+				continue
 			}
-			if kind > Static {
-				sc.static++
-			}
-			if kind > Availability {
-				sc.availOK++
-				sc.avail = append(sc.avail, int32(i))
-			}
-			if failed < 0 {
-				sc.cand = append(sc.cand, int32(i))
-			}
+			sc.cand = append(sc.cand, i)
 		}
-		p.shapes[key] = sc
 		return sc
 	}
+	sc := &shapeCand{filtered: map[string]int{}}
+	for i := range p.views {
+		v := &p.views[i]
+		failed := -1
+		for ci := range checks {
+			if !checks[ci].Fits(r, v) {
+				failed = ci
+				break
+			}
+		}
+		kind := Capacity + 1
+		if failed >= 0 {
+			kind = checks[failed].Kind
+			sc.filtered[checks[failed].Reason]++
+		}
+		if kind > Static {
+			sc.static++
+		}
+		if kind > Availability {
+			sc.availOK++
+			sc.avail = append(sc.avail, int32(i))
+		}
+		if failed < 0 {
+			sc.cand = append(sc.cand, int32(i))
+		}
+	}
+	return sc
+}
+
+// staticFirst reports whether every static and availability check comes
+// before every capacity check, as in DefaultChecks: then a node's first
+// failed check is a static or availability one whenever it fails one, and
+// staticScan's results can be reused.
+func (p *pass) staticFirst(checks []Check) bool {
+	seenCapacity := false
+	for _, c := range checks {
+		if c.Kind == Capacity {
+			seenCapacity = true
+		} else if seenCapacity {
+			return false
+		}
+	}
+	return true
+}
+
+// refresh drops from sc's candidates the nodes that no longer have room for r.
+func (p *pass) refresh(r *Request, sc *shapeCand, checks []Check) *shapeCand {
 	keep := sc.cand[:0]
 	for _, i := range sc.cand {
 		v := &p.views[i]
@@ -130,8 +300,8 @@ func (p *pass) shape(r *Request) *shapeCand {
 }
 
 // place finds r's nodes: all of them or none (a gang).
-func (p *pass) place(r *Request) placement {
-	sc := p.shape(r)
+func (p *pass) place(r *Request, id int32) placement {
+	sc := p.shape(r, id)
 	out := placement{shape: sc}
 	if len(sc.cand) >= r.Nodes {
 		out.ok = true

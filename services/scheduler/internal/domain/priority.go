@@ -145,21 +145,59 @@ func (t *txn) newPrioCtx(cluster string, c *Cluster, views []NodeView, pend []*p
 			seen(key, u)
 		}
 	}
-	t.eachClusterRun(cluster, func(r *Run, _ bool) {
-		if r.Ended() || r.Start.IsZero() {
+	// The runs as eachClusterRun visits them (the same order, so the same
+	// float sums), the state's from their contiguous copies.
+	ci := s.byCluster[cluster]
+	run := func(ended bool, start time.Time, rate float64, account string, a *assoc) {
+		if ended || start.IsZero() {
 			return
 		}
-		rate := r.rate
-		if rate == 0 {
-			rate = runRate(r)
-		}
-		v := accrued(rate, r.Start, t.now, cfg.HalfLife)
-		acctUse[r.Account] += v
+		v := accrued(rate, start, t.now, cfg.HalfLife)
+		acctUse[account] += v
 		total += v
-		mark(s.runAssoc(r), v)
-	})
-	for _, e := range pend {
-		mark(e.assoc, 0)
+		mark(a, v)
+	}
+	if ci != nil {
+		overRuns := len(t.c.Runs) > 0
+		for i := range ci.usage {
+			u := &ci.usage[i]
+			if overRuns {
+				if _, over := t.c.Runs[u.key]; over {
+					continue
+				}
+			}
+			rate := u.rate
+			if rate == 0 {
+				rate = runRate(ci.active[i])
+			}
+			a := u.assoc
+			if a == nil {
+				a = s.runAssoc(ci.active[i])
+			}
+			run(u.ended, u.start, rate, u.account, a)
+		}
+	}
+	for _, r := range t.c.Runs {
+		if r != nil && !r.Released && r.Cluster == cluster {
+			rate := r.rate
+			if rate == 0 {
+				rate = runRate(r)
+			}
+			run(r.Ended(), r.Start, rate, r.Account, s.runAssoc(r))
+		}
+	}
+	// Who has pending jobs: the state's count per association when the
+	// change edits no job (pend is then the state's queue), else pend.
+	if ci != nil && len(t.c.Jobs) == 0 && len(pend) == len(ci.pending) {
+		for id, n := range ci.pendAssoc {
+			if n > 0 && id < nIDs {
+				present[id] = true
+			}
+		}
+	} else {
+		for _, e := range pend {
+			mark(e.assoc, 0)
+		}
 	}
 
 	// Shares: accounts share equally, users equally within their account.

@@ -218,8 +218,8 @@ func (p *pass) reserve(j *Job, r *Request, sc *shapeCand) {
 
 // mayPreempt reports whether j could preempt anything: its QOS may preempt
 // some QOS, or its partition is above the cluster's lowest tier.
-func (p *pass) mayPreempt(a *jobAttrs, pi int) bool {
-	if a.qos >= 0 && len(p.t.s.cfg.QOS[a.qos].Preempt) > 0 {
+func (p *pass) mayPreempt(qos int32, pi int) bool {
+	if qos >= 0 && len(p.t.s.cfg.QOS[qos].Preempt) > 0 {
 		return true
 	}
 	for _, pt := range p.parts {
@@ -401,6 +401,7 @@ func (p *pass) preempt(j *Job, a *jobAttrs, r *Request, sc *shapeCand) (victims 
 	for _, rn := range chosen {
 		if p.t.beginPreempt(rn, j) {
 			p.requeued = true
+			p.requeuedJobs = append(p.requeuedJobs, rn.Job)
 		}
 		if p.preemptFor != nil {
 			p.preemptFor[j.Name()] = append(p.preemptFor[j.Name()], p.current(rn))

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"maps"
 	"math/bits"
 	"slices"
 	"sort"
@@ -36,6 +37,11 @@ type pass struct {
 	// shapes caches, per job shape, the nodes that may take it: jobs of one
 	// shape share one scan of the nodes per pass.
 	shapes map[shapeKey]*shapeCand
+	// slots holds the same shapes by interned request, partition and
+	// AvoidReserved (see shapeSlot), grown as needed.
+	slots []*shapeCand
+	// static: the static checks' results kept across passes (nil: none).
+	static *staticCache
 	// partNodes and partMaxGPUs: compute nodes and the largest node's GPUs
 	// per partition (lazy).
 	partNodes   []int
@@ -64,8 +70,13 @@ type pass struct {
 	capacityKnown int8
 	started       bool
 	depWaiting    bool
-	// requeued: a preemption in this pass put jobs back in the queue.
-	requeued bool
+	// requeued: a preemption in this pass put jobs back in the queue;
+	// requeuedJobs names the jobs it requeued.
+	requeued     bool
+	requeuedJobs []string
+	// fresh counts the queued jobs without a reason yet: each will get
+	// one, and a record and an event in the change.
+	fresh int
 	// req is the request of the job being considered, blk the job when it
 	// is blocked.
 	req  Request
@@ -73,14 +84,35 @@ type pass struct {
 	wake time.Time
 }
 
-// queued is a pending job with its order keys.
+// queued is a pending job with its order keys, and the attributes the pass
+// reads of every job: the queue is read in order, its entries in memory
+// order, where the jobs' own entries would be read all over memory (the
+// other attributes are read only for the few jobs whose flags say so).
 type queued struct {
 	rank int64 // −(tier<<40 | priority): lower first
 	prio int64 // the priority in rank (0 when the policy orders otherwise)
 	id   int64
 	e    *pendEntry
-	part int32
+	j    *Job
+	// name and reason: the job's name and its reason as read.
+	name, reason string
+	limit        int64 // --time in seconds; 0: the partition's
+	part         int32
+	shape        int32 // the interned request (jobAttrs.shape)
+	qos          int32
+	flags        qflags
 }
+
+// qflags are the attributes a gate needs to look further at a job for.
+type qflags uint8
+
+const (
+	qHold qflags = 1 << iota
+	qBegin
+	qDeps
+	qRan
+	qArray
+)
 
 // schedule serves the cluster's queue in policy order (see Policy): each job
 // that may run and fits starts; the others wait with their Slurm reason.
@@ -101,27 +133,32 @@ func (t *txn) schedule(cluster string) {
 		t.c.Decisions = make([]Decision, 0, len(pend))
 	}
 	queue := p.order(pend)
+	if p.fresh > 1024 {
+		t.c.reserveJobs(p.fresh)
+	}
 	for i := range queue {
 		p.consider(&queue[i])
 	}
 	if p.requeued {
 		// Jobs preempted by this pass are pending again: give them their
-		// reason now, after every job that was already waiting.
-		seen := make(map[string]bool, len(queue))
-		for _, q := range queue {
-			seen[q.e.name] = true
-		}
-		// In name order: they come from the change's jobs, a map, and the
-		// decisions (and emits) must not depend on its iteration order.
-		var back []*pendEntry
-		for _, e := range t.pendingEntries(cluster) {
-			if !seen[e.name] {
-				back = append(back, e)
+		// reason now, after every job that was already waiting. Only the
+		// pass's victims can have become pending since the queue was read
+		// (the others were in it or were not pending), so only they are
+		// looked at, not every job of the change.
+		back := map[string]*pendEntry{}
+		for _, name := range p.requeuedJobs {
+			if j := t.job(name); j != nil && j.Pending() && j.Job.GetCluster() == cluster {
+				back[name] = nil
 			}
 		}
-		slices.SortFunc(back, func(a, b *pendEntry) int { return strings.Compare(a.name, b.name) })
-		for _, e := range back {
-			q := p.queued(e)
+		for _, q := range queue {
+			delete(back, q.e.name) // a job started by this pass, then preempted: seen
+		}
+		// In name order: the decisions (and emits) must not depend on
+		// the order victims were picked in.
+		for _, name := range slices.Sorted(maps.Keys(back)) {
+			j := t.job(name)
+			q := p.queued(&pendEntry{j: j, jobAttrs: *t.s.newAttrs(j, false)})
 			p.consider(&q)
 		}
 	}
@@ -159,6 +196,7 @@ func (t *txn) newPass(name string, c *Cluster) *pass {
 	}
 	p := &pass{t: t, name: name, cluster: c, parts: c.partitions(), views: views,
 		shapes: map[shapeKey]*shapeCand{}, schedulable: c.Schedulable()}
+	p.static = t.staticCacheFor(name, c, nodes)
 	byPool, bySet := partitionMasks(c)
 	over := t.allocOverlay()
 	for i, n := range nodes {
@@ -279,6 +317,9 @@ func (p *pass) order(pend []*pendEntry) []queued {
 	}
 	for i, e := range pend {
 		out[i] = p.queued(e)
+		if e.reason == "" {
+			p.fresh++
+		}
 	}
 	if pol.Less != nil {
 		slices.SortStableFunc(out, func(a, b queued) int {
@@ -322,7 +363,23 @@ func (p *pass) order(pend []*pendEntry) []queued {
 
 // queued is e with its order keys.
 func (p *pass) queued(e *pendEntry) queued {
-	q := queued{e: e, id: e.id, part: int32(p.partIndex(e.part))}
+	q := queued{e: e, j: e.j, id: e.id, part: int32(p.partIndex(e.part)), name: e.name, reason: e.reason,
+		limit: e.limit, shape: e.shape, qos: e.qos}
+	if e.hold {
+		q.flags |= qHold
+	}
+	if e.begin > 0 {
+		q.flags |= qBegin
+	}
+	if e.deps {
+		q.flags |= qDeps
+	}
+	if e.ran {
+		q.flags |= qRan
+	}
+	if e.array {
+		q.flags |= qArray
+	}
 	if p.prio != nil {
 		tier := int32(0)
 		if q.part >= 0 {
@@ -459,13 +516,17 @@ func jobGPUs(j *Job) int32 {
 // then placement (the feasibility checks and the rankers), then, for a job
 // with too few nodes free, the blocked-job stages (see chain.go).
 func (p *pass) consider(q *queued) {
-	t, j, a := p.t, q.e.j, &q.e.jobAttrs
+	// Only q is read here, in queue order; the job's entry (q.e) only by
+	// the gates whose flags say so, and by the blocked-job stages that act.
+	// Not even its address is taken before: &q.e.jobAttrs reads q.e (a nil
+	// check), a cache miss per job in a queue read all over memory.
+	t, j := p.t, q.j
 	for gi := range gates {
 		if reason, note := gates[gi].check(p, q); reason != "" {
 			if note != "" {
-				t.waitDecided(j, a, Decision{Job: a.name, Reason: reason, Note: note})
+				t.waitDecided(j, q.reason, Decision{Job: q.name, Reason: reason, Note: note})
 			} else {
-				t.waitA(j, a, reason)
+				t.waitA(j, q.reason, reason)
 			}
 			return
 		}
@@ -473,21 +534,26 @@ func (p *pass) consider(q *queued) {
 	pi := int(q.part)
 	part := p.parts[pi]
 	// The request lives in the pass (one per pass, not one allocation per job).
-	p.req = p.request(j, a, pi)
+	if q.shape >= 0 {
+		p.req = t.s.shapeReqs[q.shape]
+		p.req.Partition = pi
+	} else {
+		p.req = p.request(j, &q.e.jobAttrs, pi)
+	}
 	req := &p.req
 	if p.resv != nil {
-		lim := p.timeLimit(a, pi)
+		lim := p.limitIn(q.limit, pi)
 		req.AvoidReserved = p.resv.Unbounded || lim <= 0 || p.t.now.Add(lim).After(p.resv.Start)
 	}
-	res := p.place(req)
+	res := p.place(req, q.shape)
 	if res.ok {
-		p.start(j, part, req, res.nodes, q.prio)
+		p.start(j, part, req, res.nodes, q.prio, len(res.shape.cand))
 		return
 	}
 	// The blocked job lives in the pass, as the request: the stages get a
 	// pointer to it, which would otherwise cost an allocation per job.
-	p.blk = blocked{j: j, a: a, pi: pi, req: req, sc: res.shape,
-		d: Decision{Job: a.name, Filtered: res.shape.filtered, Nodes: len(p.views)}}
+	p.blk = blocked{j: j, e: q.e, qos: q.qos, pi: pi, req: req, sc: res.shape,
+		d: Decision{Job: q.name, Filtered: res.shape.filtered, Nodes: len(p.views)}}
 	d := &p.blk.d
 	res.shape.shared = true
 	switch res.kind {
@@ -500,17 +566,17 @@ func (p *pass) consider(q *queued) {
 			reason = ReasonPartitionNodeLimit
 		}
 		d.Reason = reason
-		t.waitDecided(j, a, *d)
+		t.waitDecided(j, q.reason, *d)
 		return
 	case Availability:
 		d.Reason = ReasonReqNodeNotAvail
-		t.waitDecided(j, a, *d)
+		t.waitDecided(j, q.reason, *d)
 		return
 	}
 	for si := range blockedStages {
 		blockedStages[si].run(p, &p.blk)
 	}
-	t.waitDecided(j, a, *d)
+	t.waitDecided(j, q.reason, *d)
 }
 
 // previousRunStopping keeps a requeued job pending (Requeued) while its
@@ -598,8 +664,14 @@ func (p *pass) singletonBlocked(j *Job) bool {
 
 // timeLimit is the job's time limit in partition pi; 0 means none.
 func (p *pass) timeLimit(a *jobAttrs, pi int) time.Duration {
-	if a.limit > 0 {
-		return time.Duration(a.limit) * time.Second
+	return p.limitIn(a.limit, pi)
+}
+
+// limitIn is the time limit of a job with --time limit seconds (0: none)
+// in partition pi; 0 means none.
+func (p *pass) limitIn(limit int64, pi int) time.Duration {
+	if limit > 0 {
+		return time.Duration(limit) * time.Second
 	}
 	if pi >= 0 && pi < len(p.parts) {
 		return time.Duration(p.parts[pi].MaxSeconds) * time.Second
@@ -672,8 +744,24 @@ func (p *pass) request(j *Job, a *jobAttrs, pi int) Request {
 }
 
 // wait keeps j pending for reason, emitting only when the reason changes.
-func (t *txn) wait(j *Job, reason string, _ map[string]int) {
+func (t *txn) wait(j *Job, reason string) {
 	if j.Job.GetStateReason() == reason {
+		return
+	}
+	t.setReason(j, reason)
+}
+
+// setReason gives pending job j a new reason and emits it.
+func (t *txn) setReason(j *Job, reason string) {
+	if _, edited := t.c.Jobs[j.Name()]; !edited {
+		// Only the reason changes (the first pass over a burst of
+		// submissions gives 100,000 jobs theirs): the new version is a
+		// shallow copy, and the event carries that copy itself instead
+		// of two deep copies. editJob copies it deeply before any edit.
+		j = &Job{Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded, Job: shallowJob(j.Job), tmpl: j.tmpl, shared: true}
+		j.Job.StateReason = reason
+		t.c.Jobs[j.Name()] = j
+		t.emitJob(j)
 		return
 	}
 	j = t.editJob(j.Name())
@@ -681,17 +769,17 @@ func (t *txn) wait(j *Job, reason string, _ map[string]int) {
 	t.emitJob(j)
 }
 
-// waitA is wait for a job whose attributes are at hand: no look at its
-// protobuf unless the reason changes.
-func (t *txn) waitA(j *Job, a *jobAttrs, reason string) {
-	if a.reason == reason {
+// waitA is wait for a job whose reason as read (have: its attributes'
+// reason) is at hand: no look at its protobuf unless the reason changes.
+func (t *txn) waitA(j *Job, have, reason string) {
+	if have == reason {
 		return
 	}
-	t.wait(j, reason, nil)
+	t.setReason(j, reason)
 }
 
 // waitDecided keeps j pending for d.Reason and records the decision.
-func (t *txn) waitDecided(j *Job, a *jobAttrs, d Decision) {
+func (t *txn) waitDecided(j *Job, have string, d Decision) {
 	t.c.Decisions = append(t.c.Decisions, d)
-	t.waitA(j, a, d.Reason)
+	t.waitA(j, have, d.Reason)
 }

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"fmt"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,8 +21,10 @@ import (
 // runs once, on the batch host (its first node); a command runs on every
 // node, one task each, as an implicit srun. prio is the priority the pass
 // ordered j by.
-func (p *pass) start(j *Job, part Partition, req *Request, chosen []int32, prio int64) {
+func (p *pass) start(j *Job, part Partition, req *Request, chosen []int32, prio int64, fitting int) {
 	t := p.t
+	// The rankers' view of the chosen nodes, before the job takes them.
+	t.c.Placed = append(t.c.Placed, p.placed(j.Name(), req, chosen, fitting))
 	j = t.editJob(j.Name())
 	spec := j.Job
 	if p.prio != nil {
@@ -316,4 +319,63 @@ func clusterID(name string) string {
 		return c.ID
 	}
 	return name
+}
+
+// Placed explains where a pass started a job (Job.placement while it runs):
+// how many nodes were looked at and passed every check, the nodes chosen,
+// and each ranker's score of each of them (Policy.Rankers, in order; lower
+// is better, each breaking the ties of the ones before).
+type Placed struct {
+	Job string
+	// Nodes were looked at; Fitting passed every check.
+	Nodes, Fitting int
+	// Hosts are the chosen nodes' hostnames, in rank order.
+	Hosts []string
+	// Rankers name the policy's rankers; Scores[k][i] is ranker k's score
+	// of Hosts[i].
+	Rankers []string
+	Scores  [][]int64
+}
+
+// placed scores the chosen views for r with every ranker of the policy.
+func (p *pass) placed(job string, r *Request, chosen []int32, fitting int) *Placed {
+	rankers := p.t.s.cfg.Policy.Rankers
+	pl := &Placed{Job: job, Nodes: len(p.views), Fitting: fitting, Hosts: make([]string, len(chosen)),
+		Rankers: make([]string, len(rankers)), Scores: make([][]int64, len(rankers))}
+	for i, vi := range chosen {
+		pl.Hosts[i] = p.views[vi].Node.Hostname
+	}
+	for k, rk := range rankers {
+		pl.Rankers[k] = rk.Name
+		pl.Scores[k] = make([]int64, len(chosen))
+		for i, vi := range chosen {
+			pl.Scores[k][i] = rk.Score(r, &p.views[vi])
+		}
+	}
+	return pl
+}
+
+// explain writes a start as Job.placement: "started on gpu-1,gpu-2: 2 of
+// 12 fitting nodes (40 looked at); ranker scores: BestFitGPUs 4,4;
+// LeastLoadedCPUs 0,0; FewestAllocations 0,0".
+func (pl *Placed) explain() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "started on %s: %d of %d fitting nodes (%d looked at)", strings.Join(pl.Hosts, ","), len(pl.Hosts), pl.Fitting, pl.Nodes)
+	for k, name := range pl.Rankers {
+		if k == 0 {
+			b.WriteString("; ranker scores: ")
+		} else {
+			b.WriteString("; ")
+		}
+		b.WriteString(name)
+		for i, v := range pl.Scores[k] {
+			if i == 0 {
+				b.WriteByte(' ')
+			} else {
+				b.WriteByte(',')
+			}
+			b.WriteString(strconv.FormatInt(v, 10))
+		}
+	}
+	return b.String()
 }

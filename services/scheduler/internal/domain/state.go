@@ -43,6 +43,10 @@ type State struct {
 	// assocs interns account/user associations (memory only).
 	assocs    map[assocKey]*assoc
 	assocList []*assoc
+	// shapeIDs and shapeReqs intern the requests of pending jobs (see
+	// shapeID): a pass finds a job's shape by index, not by hashing it.
+	shapeIDs  map[shapeOf]int32
+	shapeReqs []Request
 	// scratch is reused by the passes of writers (see writerTxn).
 	scratch *scratch
 }
@@ -59,6 +63,23 @@ type clusterIndex struct {
 	// active runs, unordered; activePos gives each one's index.
 	active    []*Run
 	activePos map[string]int
+	// usage holds, beside active (same index), what fair share reads of
+	// each active run, contiguous: a pass sums 25,000 runs' usage without
+	// visiting each run.
+	usage []runUsage
+	// pendAssoc counts the pending jobs per association id.
+	pendAssoc []int32
+}
+
+// runUsage is what fair share reads of an active run (runs in the state
+// are never modified, so the copy stays true).
+type runUsage struct {
+	key     string
+	account string
+	assoc   *assoc
+	start   time.Time
+	rate    float64
+	ended   bool
 }
 
 // nodeAlloc is what the active runs hold on one node, and which runs they
@@ -115,6 +136,9 @@ type Change struct {
 	// (EASY backfill: one per cluster, for its highest-priority job that
 	// cannot start).
 	Reservations []Reservation
+	// Placed explain the starts of the pass: the chosen nodes and each
+	// ranker's score of them (memory only: Job.placement of a started job).
+	Placed []*Placed
 
 	// wake: per cluster, when the clock alone next makes a pass worthwhile.
 	wake map[string]time.Time
@@ -222,10 +246,16 @@ func (s *State) Commit(c *Change) {
 			j.why = d
 		}
 	}
+	for _, pl := range c.Placed {
+		if j := s.jobs[pl.Job]; j != nil && !j.Pending() {
+			j.placed = pl
+		}
+	}
 }
 
 // Load adds records read from storage, as at start-up.
 func (s *State) Load(clusters []*Cluster, nodes []*Node, jobs []*Job, runs []*Run, arrays []*Array, usage []*Usage) {
+	s.reserve(nodes, jobs, runs)
 	for _, c := range clusters {
 		s.clusters[c.Name] = c
 	}
@@ -252,6 +282,40 @@ func (s *State) Load(clusters []*Cluster, nodes []*Node, jobs []*Job, runs []*Ru
 	}
 	for _, u := range usage {
 		s.usage[u.Key] = u
+	}
+}
+
+// reserve sizes the maps and indexes of an empty state for the records
+// Load is about to add, so that loading 100,000 jobs does not grow each map
+// and slice by doubling (rehashing and copying every entry each time).
+func (s *State) reserve(nodes []*Node, jobs []*Job, runs []*Run) {
+	if len(s.jobs) == 0 && len(jobs) > 0 {
+		s.jobs = make(map[string]*Job, len(jobs))
+		pending := map[string]int{}
+		for _, j := range jobs {
+			if j.Pending() {
+				pending[j.Job.GetCluster()]++
+			}
+		}
+		for cluster, n := range pending {
+			ci := s.index(cluster)
+			if len(ci.pending) == 0 {
+				ci.pending = make([]pendEntry, 0, n)
+				ci.pendPos = make(map[string]int, n)
+			}
+		}
+	}
+	if len(s.runs) == 0 && len(runs) > 0 {
+		s.runs = make(map[string]*Run, len(runs))
+		if len(s.active) == 0 {
+			s.active = make(map[string]*Run, len(runs))
+		}
+	}
+	if len(s.nodes) == 0 && len(nodes) > 0 {
+		s.nodes = make(map[string]*Node, len(nodes))
+		if len(s.alloc) == 0 {
+			s.alloc = make(map[string]*nodeAlloc, len(nodes))
+		}
 	}
 }
 
@@ -341,6 +405,9 @@ func (s *State) putJob(name string, j *Job) {
 			ci.pending[last] = pendEntry{}
 			ci.pending = ci.pending[:last]
 			delete(ci.pendPos, name)
+			if id := old.attrs.assoc.id; id >= 0 {
+				ci.pendAssoc[id]--
+			}
 		}
 	}
 	if j == nil {
@@ -350,12 +417,21 @@ func (s *State) putJob(name string, j *Job) {
 	if old, ok := s.jobs[name]; ok && j.why == nil && j.Pending() {
 		j.why = old.why
 	}
+	if old, ok := s.jobs[name]; ok && j.placed == nil && !j.Pending() && old.Attempt == j.Attempt {
+		j.placed = old.placed // the start of the same attempt
+	}
 	s.jobs[name] = j
 	if j.Pending() {
 		j.attrs = s.newAttrs(j, true)
 		ci := s.index(j.Job.GetCluster())
 		ci.pendPos[name] = len(ci.pending)
 		ci.pending = append(ci.pending, pendEntry{j: j, jobAttrs: *j.attrs})
+		if id := j.attrs.assoc.id; id >= 0 {
+			for int(id) >= len(ci.pendAssoc) {
+				ci.pendAssoc = append(ci.pendAssoc, 0)
+			}
+			ci.pendAssoc[id]++
+		}
 	}
 }
 
@@ -368,6 +444,9 @@ func (s *State) unaccount(key string) {
 		if i, ok := ci.activePos[key]; ok {
 			last := len(ci.active) - 1
 			moved := ci.active[last]
+			ci.usage[i] = ci.usage[last]
+			ci.usage[last] = runUsage{}
+			ci.usage = ci.usage[:last]
 			ci.active[i] = moved
 			ci.activePos[moved.key] = i
 			ci.active[last] = nil
@@ -393,6 +472,7 @@ func (s *State) putRun(key string, r *Run) {
 		ci := s.index(r.Cluster)
 		ci.activePos[key] = len(ci.active)
 		ci.active = append(ci.active, r)
+		ci.usage = append(ci.usage, runUsage{key: key, account: r.Account, assoc: r.assoc, start: r.Start, rate: r.rate, ended: r.Ended()})
 	}
 }
 

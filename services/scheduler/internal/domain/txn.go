@@ -1,6 +1,8 @@
 package domain
 
 import (
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -35,6 +37,8 @@ type scratch struct {
 	// perm is the last radix-sorted queue's order (indexes into its
 	// unsorted keys), which the next pass reuses while it still holds.
 	perm []int32
+	// static: per cluster, the static checks' results (see staticCache).
+	static map[string]*staticCache
 }
 
 // writerTxn is a txn of Handle, Tick or Schedule.
@@ -140,6 +144,11 @@ func (t *txn) job(name string) *Job {
 
 func (t *txn) editJob(name string) *Job {
 	if j, ok := t.c.Jobs[name]; ok && j != nil {
+		if j.shared {
+			// Its protobuf is the one emitted and shares the stored
+			// version's parts: edit a deep copy.
+			j.Job, j.shared = cloneTask(j.Job, j.tmpl), false
+		}
 		return j
 	}
 	old := t.s.jobs[name]
@@ -292,6 +301,19 @@ func (t *txn) usage(key string) *Usage {
 	return t.s.usage[key]
 }
 
+// reserveJobs makes room in the change for n more job records and their
+// JobChanged events at once, instead of growing the maps and the slice by
+// doubling (a first pass over a burst of submissions adds 100,000).
+func (c *Change) reserveJobs(n int) {
+	jobs := make(map[string]*Job, len(c.Jobs)+n)
+	maps.Copy(jobs, c.Jobs)
+	c.Jobs = jobs
+	last := make(map[string]int, len(c.lastJobEmit)+n)
+	maps.Copy(last, c.lastJobEmit)
+	c.lastJobEmit = last
+	c.Emits = slices.Grow(c.Emits, n)
+}
+
 // emitJob emits the job's current state. A change emits a job's progress
 // once: when its latest JobChanged of the job shows it PENDING, CONFIGURING
 // or RUNNING (or in the same state and attempt), that event is updated
@@ -307,7 +329,12 @@ func (t *txn) usage(key string) *Usage {
 // A job in a final state is emitted with its runs (Job.runs, as GetJob
 // shows them), so that the accounting history needs nothing else.
 func (t *txn) emitJob(j *Job) {
-	ev := &eventsv1.JobChanged{Job: proto.Clone(j.Job).(*loomv1.Job), Attempt: j.Attempt, ModelDir: j.ModelDir}
+	pj := j.Job
+	if !j.shared || j.Terminal() {
+		// The event must not see later edits of the change's copy.
+		pj = proto.Clone(j.Job).(*loomv1.Job)
+	}
+	ev := &eventsv1.JobChanged{Job: pj, Attempt: j.Attempt, ModelDir: j.ModelDir}
 	if j.Terminal() {
 		ev.Job.Runs = jobRuns(j, t.run)
 	}

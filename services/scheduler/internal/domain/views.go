@@ -210,6 +210,8 @@ func (v *viewer) job(rec *Job) *loomv1.Job {
 		if d := rec.why; d != nil && placementReason(out.GetStateReason()) {
 			out.Placement = d.explain()
 		}
+	} else if pl := rec.placed; pl != nil {
+		out.Placement = pl.explain()
 	}
 	out.Runs = jobRuns(rec, func(key string) *Run { return v.s.runs[key] })
 	return out

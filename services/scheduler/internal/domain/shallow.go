@@ -1,0 +1,75 @@
+package domain
+
+import loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+
+// shallowJob returns a new top-level copy of job that shares its
+// sub-messages, lists and maps: what a version that differs from job only in
+// top-level scalars needs, for a fraction of proto.Clone's cost (a pass that
+// gives 100,000 jobs their first reason would otherwise deep-copy each one).
+// Sharing is safe because a stored job's protobuf is never mutated: an edit
+// starts from editJob's deep copy. TestShallowJobCopiesEveryField fails when
+// a field is added to loomv1.Job and not here.
+func shallowJob(job *loomv1.Job) *loomv1.Job {
+	cp := &loomv1.Job{
+		Name:             job.Name,
+		JobId:            job.JobId,
+		Cluster:          job.Cluster,
+		DisplayName:      job.DisplayName,
+		Command:          job.Command,
+		Script:           job.Script,
+		NodeCount:        job.NodeCount,
+		GpusPerNode:      job.GpusPerNode,
+		Env:              job.Env,
+		ModelOutput:      job.ModelOutput,
+		User:             job.User,
+		Partition:        job.Partition,
+		Ntasks:           job.Ntasks,
+		NtasksPerNode:    job.NtasksPerNode,
+		CpusPerTask:      job.CpusPerTask,
+		MemMb:            job.MemMb,
+		GpuType:          job.GpuType,
+		Gpus:             job.Gpus,
+		TimeLimitSeconds: job.TimeLimitSeconds,
+		Array:            job.Array,
+		ArrayJobId:       job.ArrayJobId,
+		ArrayTaskId:      job.ArrayTaskId,
+		Dependency:       job.Dependency,
+		OutputPattern:    job.OutputPattern,
+		ErrorPattern:     job.ErrorPattern,
+		OpenMode:         job.OpenMode,
+		Requeue:          job.Requeue,
+		Exclusive:        job.Exclusive,
+		Qos:              job.Qos,
+		Account:          job.Account,
+		Nodelist:         job.Nodelist,
+		Exclude:          job.Exclude,
+		WorkDir:          job.WorkDir,
+		Export:           job.Export,
+		Signal:           job.Signal,
+		BeginTime:        job.BeginTime,
+		Hold:             job.Hold,
+		SubmitDir:        job.SubmitDir,
+		SubmitHost:       job.SubmitHost,
+		State:            job.State,
+		StateReason:      job.StateReason,
+		ExitCode:         job.ExitCode,
+		Nodes:            job.Nodes,
+		OutputPath:       job.OutputPath,
+		SubmitTime:       job.SubmitTime,
+		StartTime:        job.StartTime,
+		EndTime:          job.EndTime,
+		ErrorPath:        job.ErrorPath,
+		Priority:         job.Priority,
+		PriorityFactors:  job.PriorityFactors,
+		Placement:        job.Placement,
+		RestartCount:     job.RestartCount,
+		Runs:             job.Runs,
+		BatchHost:        job.BatchHost,
+		AllocGpus:        job.AllocGpus,
+	}
+	// Fields this build does not know (written by a newer one) go along.
+	if u := job.ProtoReflect().GetUnknown(); len(u) > 0 {
+		cp.ProtoReflect().SetUnknown(u)
+	}
+	return cp
+}
