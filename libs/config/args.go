@@ -41,6 +41,12 @@ func ParseArgs[C any](name string, args []string, register func(*C, *flag.FlagSe
 	if err := fs.Parse(args); err != nil {
 		return cfg, &UsageError{Err: err, Usage: usage.String()}
 	}
+	if fs.NArg() > 0 {
+		err := fmt.Errorf("unexpected arguments %q: %s takes only flags", fs.Args(), name)
+		fmt.Fprintln(&usage, err)
+		fs.Usage()
+		return cfg, &UsageError{Err: err, Usage: usage.String()}
+	}
 	return cfg, nil
 }
 

@@ -44,6 +44,16 @@ func TestParseArgs(t *testing.T) {
 		t.Fatalf("a bad flag exits %d writing %q, want 2 and the usage", code, out.String())
 	}
 
+	_, err = ParseArgs("svc", []string{"-name", "a", "b"}, (*argsConfig).register)
+	if !errors.As(err, &u) || err.Error() != `flags: unexpected arguments ["b"]: svc takes only flags` ||
+		!strings.Contains(u.Usage, "Usage of svc:\n") {
+		t.Fatalf("a stray argument: %v, usage %q", err, u.Usage)
+	}
+	out.Reset()
+	if code := Exit("svc", err, &out); code != 2 {
+		t.Fatalf("a stray argument exits %d, want 2", code)
+	}
+
 	_, err = ParseArgs("svc", []string{"-help"}, (*argsConfig).register)
 	out.Reset()
 	if code := Exit("svc", err, &out); !errors.Is(err, flag.ErrHelp) || code != 0 || !strings.HasPrefix(out.String(), "Usage of svc:\n") {

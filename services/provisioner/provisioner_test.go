@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"flag"
-	"fmt"
 	"io/fs"
 	"os"
 	"os/signal"
@@ -35,21 +34,10 @@ import (
 // the LOOM_* variables the provider set.
 func TestMain(m *testing.M) {
 	if os.Getenv("LOOM_TEST_RUN_AGENT") == "1" {
-		var cfg agent.Config
-		fs := flag.NewFlagSet("agent", flag.ContinueOnError)
-		cfg.RegisterFlags(fs)
-		if err := fs.Parse(nil); err != nil {
-			fmt.Fprintln(os.Stderr, "agent:", err)
-			os.Exit(2)
-		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err := agent.Run(ctx, cfg)
+		err := agent.RunArgs(ctx, nil)
 		stop()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "agent:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
+		os.Exit(config.Exit("agent", err, os.Stderr))
 	}
 	os.Exit(m.Run())
 }

@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -17,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/loom-ml/loom/cmd/loom/stack"
+	"github.com/loom-ml/loom/libs/config"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/agent"
 )
@@ -31,12 +30,9 @@ const (
 // runAgent runs this process as one Loom agent, configured by the LOOM_*
 // variables the provider sets, until SIGTERM.
 func runAgent() error {
-	var cfg agent.Config
-	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	cfg.RegisterFlags(fs)
-	if err := fs.Parse(nil); err != nil {
-		return fmt.Errorf("agent flags: %w", err)
+	cfg, err := config.ParseArgs("agent", nil, (*agent.Config).RegisterFlags)
+	if err != nil {
+		return fmt.Errorf("agent %w", err)
 	}
 	if dir := os.Getenv(envAgentProfile); dir != "" {
 		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("agent-%d.pprof", os.Getpid())))

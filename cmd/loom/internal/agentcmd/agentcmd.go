@@ -10,25 +10,23 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/services/agent"
 )
 
 // Run parses args with the agent's own flags (defaults from LOOM_*
-// variables, which is how the provider configures it) and runs the agent
-// until ctx ends. -h prints the flags to usage and returns nil.
+// variables, which is how the provider configures it; config.ParseArgs, as
+// the agent binary does) and runs the agent until ctx ends. -h prints the
+// flags to usage and returns nil; a bad flag or a stray argument prints
+// them too and is an error.
 func Run(ctx context.Context, args []string, usage io.Writer) error {
-	var cfg agent.Config
-	fs := flag.NewFlagSet("loom agent", flag.ContinueOnError)
-	fs.SetOutput(usage)
-	cfg.RegisterFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	cfg, err := config.ParseArgs("loom agent", args, (*agent.Config).RegisterFlags)
+	if u := (*config.UsageError)(nil); errors.As(err, &u) {
+		_, _ = io.WriteString(usage, u.Usage)
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return fmt.Errorf("agent flags: %w", err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("agent: unexpected arguments %q", fs.Args())
+		return fmt.Errorf("agent %w", err)
 	}
 	if err := agent.Run(ctx, cfg); err != nil {
 		return fmt.Errorf("agent: %w", err)
