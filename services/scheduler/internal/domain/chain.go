@@ -1,6 +1,10 @@
 package domain
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
+)
 
 // The scheduling pass is a chain (the scheduler's README draws it): each
 // pending job, in the policy's order, goes through
@@ -153,8 +157,8 @@ type blocked struct {
 	// qos is e's (read from the queue, not from e).
 	qos int32
 	pi  int
-	req *Request
-	sc  *shapeCand
+	req *place.Request
+	sc  *place.Shape
 	// d is the decision the stages complete (reason, note).
 	d Decision
 }

@@ -331,7 +331,10 @@ func (s *State) SlurmNodes(cluster string) []*loomv1.SlurmNode {
 	if c == nil {
 		c = &Cluster{Name: cluster}
 	}
-	p := newTxn(s, time.Time{}).newPass(cluster, c)
+	t := newTxn(s, time.Time{})
+	p := t.newPass(cluster, c)
+	// The views are in clusterNodes' order; the rows read the records.
+	nodes := t.clusterNodes(cluster)
 	parts := c.partitions()
 	features := map[string][]string{}
 	for _, ns := range c.NodeSets {
@@ -340,7 +343,7 @@ func (s *State) SlurmNodes(cluster string) []*loomv1.SlurmNode {
 	var out []*loomv1.SlurmNode
 	for k := range p.views {
 		v := &p.views[k]
-		n := v.Node
+		n := nodes[k]
 		if n.Role == RoleLogin {
 			continue
 		}
