@@ -15,6 +15,7 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
 )
 
 // start gives j the nodes chosen (indexes into the pass's views): a new run
@@ -163,17 +164,8 @@ func (t *txn) arrayEnv(j *Job) map[string]string {
 	return env
 }
 
-// SlurmJobName is the job's short name as Slurm shows it: the display name,
-// else the command's base name, else "sbatch" (a script).
-func SlurmJobName(j *loomv1.Job) string {
-	if j.GetDisplayName() != "" {
-		return j.GetDisplayName()
-	}
-	if len(j.GetCommand()) > 0 {
-		return filepath.Base(j.GetCommand()[0])
-	}
-	return "sbatch"
-}
+// SlurmJobName is the job's short name as Slurm shows it (views.SlurmJobName).
+func SlurmJobName(j *loomv1.Job) string { return views.SlurmJobName(j) }
 
 // MasterPort is the rendezvous port of a job: distinct for jobs whose numeric
 // ids differ by less than 10000, so concurrent jobs on one machine (the local

@@ -539,7 +539,7 @@ func (a *nodeAlloc) add(r *Run, rank int, node string, sign int32) {
 }
 
 // Job returns a copy of the job's resource as stored (without the read-time
-// fields; see JobView), or nil when unknown.
+// fields; see views.Job), or nil when unknown.
 func (s *State) Job(name string) *loomv1.Job {
 	j, ok := s.jobs[name]
 	if !ok {
