@@ -18,6 +18,8 @@ import (
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
 )
 
 // TestWriteThenLoad stores the records a real scheduling change produces and
@@ -97,7 +99,7 @@ func TestWriteThenLoad(t *testing.T) {
 	}
 	// The same priorities (fair share from the stored usage) as the original.
 	for _, name := range []string{"projects/default/jobs/10", "projects/default/jobs/11"} {
-		a, b := loaded.JobView(name, now), s.JobView(name, now)
+		a, b := views.Job(loaded, name, now), views.Job(s, name, now)
 		b.Placement = "" // memory only: the loaded state's next pass explains it again
 		if !proto.Equal(a, b) {
 			t.Fatalf("view of %s: loaded %v, want %v", name, a, b)

@@ -23,6 +23,7 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/scheduler/internal/adapters"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
 )
 
 // Source is the CloudEvents source of the scheduler's events.
@@ -379,7 +380,7 @@ func (a *App) write(ctx context.Context, what string, inboxIDs []string, tx *sto
 func (a *App) GetJob(name string) (*loomv1.Job, error) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	j := a.state.JobView(name, a.now())
+	j := views.Job(a.state, name, a.now())
 	if j == nil {
 		return nil, fmt.Errorf("job %s: %w", name, errs.NotFound)
 	}
@@ -388,25 +389,25 @@ func (a *App) GetJob(name string) (*loomv1.Job, error) {
 
 // ListJobs returns one page of the jobs f selects, in submission order:
 // those after the list key after, at most size (see
-// domain.State.ListJobsPage), and the key to continue after ("" at the end).
-func (a *App) ListJobs(f domain.JobFilter, after string, size int) ([]*loomv1.Job, string) {
+// views.ListPage), and the key to continue after ("" at the end).
+func (a *App) ListJobs(f views.JobFilter, after string, size int) ([]*loomv1.Job, string) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	return a.state.ListJobsPage(f, after, size, a.now())
+	return views.ListPage(a.state, f, after, size, a.now())
 }
 
 // ListPartitions returns the cluster's partitions (sinfo).
 func (a *App) ListPartitions(cluster string) []*loomv1.Partition {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	return a.state.Partitions(cluster)
+	return views.Partitions(a.state, cluster)
 }
 
 // ListSlurmNodes returns the cluster's compute nodes (sinfo -N).
 func (a *App) ListSlurmNodes(cluster string) []*loomv1.SlurmNode {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	return a.state.SlurmNodes(cluster)
+	return views.SlurmNodes(a.state, cluster)
 }
 
 // ListJobSteps returns the steps of the job's current run (srun), by step

@@ -3,6 +3,8 @@ package domain
 import (
 	"strconv"
 	"strings"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
 )
 
 // Compact, memory-only copies of what a scheduling pass reads of each job,
@@ -33,7 +35,7 @@ type jobAttrs struct {
 	reason          string
 	// req is the job's request with Partition, AvoidReserved, Nodelist and
 	// Exclude left to the pass.
-	req    Request
+	req    place.Request
 	hold   bool
 	deps   bool
 	array  bool
@@ -66,7 +68,7 @@ const maxShapes = 4096
 // shapeID returns the index of r among the interned requests, interning it
 // when intern is set (Commit and Load only: passes and reads run beside
 // each other and only look), or -1.
-func (s *State) shapeID(r *Request, intern bool) int32 {
+func (s *State) shapeID(r *place.Request, intern bool) int32 {
 	k := shapeOf{r.Nodes, r.GPUsPerNode, r.GPUType, r.CPUsPerNode, r.MemMB, r.Exclusive}
 	if id, ok := s.shapeIDs[k]; ok {
 		return id
@@ -147,7 +149,7 @@ func (s *State) newAttrs(j *Job, intern bool) *jobAttrs {
 			a.qos = int32(i)
 		}
 	}
-	a.req = Request{Nodes: int(max(spec.GetNodeCount(), 1)), GPUsPerNode: spec.GetGpusPerNode(),
+	a.req = place.Request{Nodes: int(max(spec.GetNodeCount(), 1)), GPUsPerNode: spec.GetGpusPerNode(),
 		GPUType: strings.ToLower(spec.GetGpuType()), MemMB: spec.GetMemMb(), Exclusive: spec.GetExclusive()}
 	a.req.CPUsPerNode = max(maxTasksPerNode(spec, a.req.Nodes), 1) * max(spec.GetCpusPerTask(), 1)
 	a.shape = -1

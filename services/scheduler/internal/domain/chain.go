@@ -1,6 +1,10 @@
 package domain
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
+)
 
 // The scheduling pass is a chain (the scheduler's README draws it): each
 // pending job, in the policy's order, goes through
@@ -11,7 +15,10 @@ import "strconv"
 // Gates are job-level: the first that fails gives the job's pending reason
 // and the pass moves on to the next job. The feasibility checks filter nodes
 // (counted per reason in the placement explanation); the rankers order the
-// nodes that passed; a job that fits starts on the best of them. A job that
+// nodes that passed; a job that fits starts on the best of them. Checks,
+// rankers and the node choice are package place's, over the pass's node
+// table (see place.go); gates and the blocked-job stages, which read jobs
+// and runs, are here. A job that
 // does not fit goes through the blocked-job stages, in order.
 
 // gate is one job-level check of the pass, evaluated before any node is
@@ -153,8 +160,8 @@ type blocked struct {
 	// qos is e's (read from the queue, not from e).
 	qos int32
 	pi  int
-	req *Request
-	sc  *shapeCand
+	req *place.Request
+	sc  *place.Shape
 	// d is the decision the stages complete (reason, note).
 	d Decision
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/slurmspec"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
 )
 
 // Config is what the domain is told at start. Zero fields take the
@@ -111,10 +113,10 @@ func (cfg Config) Defaults() Config {
 	case cfg.Policy.Name == "" && cfg.Policy.Less == nil && len(cfg.Policy.Checks) == 0:
 		cfg.Policy = DefaultPolicy()
 	case len(cfg.Policy.Checks) == 0:
-		cfg.Policy.Checks = DefaultChecks()
+		cfg.Policy.Checks = place.DefaultChecks()
 	}
 	if len(cfg.Policy.Rankers) == 0 {
-		cfg.Policy.Rankers = DefaultRankers()
+		cfg.Policy.Rankers = place.DefaultRankers()
 	}
 	if cfg.Weights == (Weights{}) {
 		cfg.Weights = Weights{Age: DefaultWeightAge, FairShare: DefaultWeightFairShare, JobSize: DefaultWeightJobSize,

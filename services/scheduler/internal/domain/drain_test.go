@@ -12,6 +12,8 @@ import (
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
 )
 
 // drainNode reports host DRAINING with its deadline grace from now (no
@@ -255,7 +257,7 @@ func TestRequeuedJobWaitsForItsOldRun(t *testing.T) {
 	}
 	h.wantState(1, loomv1.JobState_PENDING, ReasonRequeued)
 	// What squeue's reason does not say, the job's placement does.
-	if p := h.s.JobView(jobName(1), h.now).GetPlacement(); p != "waiting for its previous run to stop on gpu-0002" {
+	if p := views.Job(h.s, jobName(1), h.now).GetPlacement(); p != "waiting for its previous run to stop on gpu-0002" {
 		t.Fatalf("placement of the requeued job: %q", p)
 	}
 	c = h.step(1, 1, "gpu-0002", eventsv1.StepState_STEP_EXITED, 0)

@@ -15,6 +15,8 @@ import (
 	"github.com/loom-ml/loom/libs/slurmspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
 )
 
 // newSpecHarness starts a harness whose cluster has a Slurm layout: pools
@@ -121,7 +123,7 @@ func TestPartitionsFromSpec(t *testing.T) {
 		t.Fatalf("job 5: want cpu-0001 filtered as NotInPartition, got %+v", d)
 	}
 	// The partition views.
-	parts := h.s.Partitions(cl)
+	parts := views.Partitions(h.s, cl)
 	if len(parts) != 2 || parts[0].GetName() != "gpu" || !parts[0].GetDefault() || parts[0].GetMaxTime() != "1-00:00:00" ||
 		parts[0].GetTotalGpus() != 8 || parts[0].GetAllocGpus() != 2 || !reflect.DeepEqual(parts[0].GetNodes(), []string{"a3-0001"}) {
 		t.Fatalf("partitions: %v", parts)
@@ -140,7 +142,7 @@ func TestMultifactorPriority(t *testing.T) {
 	h.wantState(3, loomv1.JobState_PENDING, ReasonResources) // highest priority: the blocked head
 	h.wantState(2, loomv1.JobState_PENDING, ReasonPriority)
 
-	v3, v2, v4 := h.s.JobView(jobName(3), h.now), h.s.JobView(jobName(2), h.now), h.s.JobView(jobName(4), h.now)
+	v3, v2, v4 := views.Job(h.s, jobName(3), h.now), views.Job(h.s, jobName(2), h.now), views.Job(h.s, jobName(4), h.now)
 	if !(v3.GetPriority() > v2.GetPriority() && v2.GetPriority() > v4.GetPriority()) {
 		t.Fatalf("priorities high %d, normal %d, low %d", v3.GetPriority(), v2.GetPriority(), v4.GetPriority())
 	}
@@ -150,19 +152,19 @@ func TestMultifactorPriority(t *testing.T) {
 		t.Fatalf("factors of job 3: %v (priority %d)", f, v3.GetPriority())
 	}
 	// Age counts up to MaxAge.
-	later := h.s.JobView(jobName(2), h.now.Add(DefaultMaxAge))
+	later := views.Job(h.s, jobName(2), h.now.Add(DefaultMaxAge))
 	if later.GetPriorityFactors().GetAge() != DefaultWeightAge {
 		t.Fatalf("age factor after MaxAge: %d", later.GetPriorityFactors().GetAge())
 	}
 
 	// Fair share: the account that used the cluster comes after the one that did not.
 	h.tick(time.Hour)
-	atStart := h.s.JobView(jobName(3), h.now).GetPriority()
+	atStart := views.Job(h.s, jobName(3), h.now).GetPriority()
 	h.finish(1, 0)
 	// Job 3 starts in the place job 1 left: as in Slurm, it keeps showing
 	// the priority it started with, however long it runs.
 	h.wantState(3, loomv1.JobState_RUNNING, "")
-	if got := h.s.JobView(jobName(3), h.now.Add(DefaultMaxAge)).GetPriority(); got != atStart || got == 0 {
+	if got := views.Job(h.s, jobName(3), h.now.Add(DefaultMaxAge)).GetPriority(); got != atStart || got == 0 {
 		t.Fatalf("running job 3 shows priority %d, want the %d it had when it started", got, atStart)
 	}
 	if len(jobChanges(h.tick(0))) > 0 {
@@ -174,7 +176,7 @@ func TestMultifactorPriority(t *testing.T) {
 	}
 	h.submitJob(job(10, 1, 8, user("busy", "acct-a")))
 	h.submitJob(job(11, 1, 8, user("fresh", "acct-c")))
-	a, b := h.s.JobView(jobName(10), h.now), h.s.JobView(jobName(11), h.now)
+	a, b := views.Job(h.s, jobName(10), h.now), views.Job(h.s, jobName(11), h.now)
 	if a.GetPriorityFactors().GetFairshare() >= b.GetPriorityFactors().GetFairshare() {
 		t.Fatalf("fair share of the busy account %d, of a fresh one %d", a.GetPriorityFactors().GetFairshare(), b.GetPriorityFactors().GetFairshare())
 	}
@@ -189,7 +191,7 @@ func TestPartitionTierOrders(t *testing.T) {
 	h.submitJob(job(3, 1, 8, func(j *loomv1.Job) { j.Partition = "urgent"; j.Qos = "low" }))
 	// The higher tier goes first whatever the priorities.
 	h.wantState(3, loomv1.JobState_PENDING, ReasonResources)
-	if v := h.s.JobView(jobName(3), h.now); v.GetPriorityFactors().GetPartition() != DefaultWeightPartition {
+	if v := views.Job(h.s, jobName(3), h.now); v.GetPriorityFactors().GetPartition() != DefaultWeightPartition {
 		t.Fatalf("partition factor %d", v.GetPriorityFactors().GetPartition())
 	}
 }
@@ -286,11 +288,11 @@ func TestStartedJobPlacementShowsRankerScores(t *testing.T) {
 	h.submitJob(job(1, 1, 6))
 	h.submitJob(job(2, 1, 1))
 	want := "started on a3-0001: 1 of 2 fitting nodes (2 looked at); ranker scores: BestFitGPUs 2; LeastLoadedCPUs 0; FewestAllocations 0"
-	if p := h.s.JobView(jobName(2), h.now).GetPlacement(); p != want {
+	if p := views.Job(h.s, jobName(2), h.now).GetPlacement(); p != want {
 		t.Fatalf("placement of the started job:\n got %q\nwant %q", p, want)
 	}
 	h.step(2, 1, "a3-0001", eventsv1.StepState_STEP_RUNNING, 0)
-	if v := h.s.JobView(jobName(2), h.now); v.GetState() != loomv1.JobState_RUNNING || v.GetPlacement() != want {
+	if v := views.Job(h.s, jobName(2), h.now); v.GetState() != loomv1.JobState_RUNNING || v.GetPlacement() != want {
 		t.Fatalf("running job: %v, placement %q", v.GetState(), v.GetPlacement())
 	}
 	// A gang: one score per node, in rank order (topology chose block b2,
@@ -299,13 +301,13 @@ func TestStartedJobPlacementShowsRankerScores(t *testing.T) {
 	h.gpuNode("a3-0004", "b2")
 	h.submitJob(job(3, 2, 8))
 	want = "started on a3-0003,a3-0004: 2 of 3 fitting nodes (4 looked at); ranker scores: BestFitGPUs 8,8; LeastLoadedCPUs 0,0; FewestAllocations 0,0"
-	if p := h.s.JobView(jobName(3), h.now).GetPlacement(); p != want {
+	if p := views.Job(h.s, jobName(3), h.now).GetPlacement(); p != want {
 		t.Fatalf("placement of the gang:\n got %q\nwant %q", p, want)
 	}
 	// Memory only: a restarted scheduler does not know it.
 	fresh := NewState(h.s.Config())
 	fresh.Restore(h.s.Snapshot())
-	if p := fresh.JobView(jobName(3), h.now).GetPlacement(); p != "" {
+	if p := views.Job(fresh, jobName(3), h.now).GetPlacement(); p != "" {
 		t.Fatalf("placement after a restart: %q", p)
 	}
 }
@@ -389,7 +391,7 @@ func TestResourceOptions(t *testing.T) {
 	x.wantState(2, loomv1.JobState_RUNNING, "")
 	x.submitJob(job(3, 1, 1))
 	x.wantState(3, loomv1.JobState_PENDING, ReasonResources)
-	if n := x.s.SlurmNodes(cl)[0]; n.GetState() != loomv1.SlurmNode_ALLOCATED || n.GetAllocCpus() != 208 {
+	if n := views.SlurmNodes(x.s, cl)[0]; n.GetState() != loomv1.SlurmNode_ALLOCATED || n.GetAllocCpus() != 208 {
 		t.Fatalf("node held by an exclusive job: %v", n)
 	}
 
@@ -439,7 +441,7 @@ func TestPreemptionWithSignalThenRequeue(t *testing.T) {
 	}
 	h.wantState(1, loomv1.JobState_RUNNING, "")
 	h.wantState(2, loomv1.JobState_PENDING, ReasonResources)
-	if v := h.s.JobView(jobName(2), h.now); !strings.Contains(v.GetPlacement(), "preempting 1 job") {
+	if v := views.Job(h.s, jobName(2), h.now); !strings.Contains(v.GetPlacement(), "preempting 1 job") {
 		t.Fatalf("placement: %q", v.GetPlacement())
 	}
 	// Within the grace: nothing more, and no second victim is chosen.
@@ -458,7 +460,7 @@ func TestPreemptionWithSignalThenRequeue(t *testing.T) {
 	h.wantState(2, loomv1.JobState_RUNNING, "")
 	h.finish(2, 0)
 	h.wantState(1, loomv1.JobState_RUNNING, "")
-	v := h.s.JobView(jobName(1), h.now)
+	v := views.Job(h.s, jobName(1), h.now)
 	if v.GetRestartCount() != 1 || len(v.GetRuns()) != 2 || v.GetRuns()[0].GetState() != loomv1.JobState_PREEMPTED {
 		t.Fatalf("victim after its restart: restarts %d, runs %v", v.GetRestartCount(), v.GetRuns())
 	}
@@ -564,7 +566,7 @@ func TestHoldReleaseRequeue(t *testing.T) {
 	h.gpuNode("a3-0001", "b1")
 	h.submitJob(job(1, 1, 8, func(j *loomv1.Job) { j.Hold = true }))
 	h.wantState(1, loomv1.JobState_PENDING, ReasonHeldUser)
-	if v := h.s.JobView(jobName(1), h.now); v.GetPriority() != 0 {
+	if v := views.Job(h.s, jobName(1), h.now); v.GetPriority() != 0 {
 		t.Fatalf("held job priority %d", v.GetPriority())
 	}
 	h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionRelease})
@@ -719,7 +721,7 @@ func TestArrays(t *testing.T) {
 		t.Fatalf("task 2: env %v, output %q", env, out)
 	}
 	// jobs/10_4 is task 4 (job 12).
-	if v := h.s.JobView("projects/default/jobs/10_4", h.now); v.GetJobId() != "12" {
+	if v := views.Job(h.s, "projects/default/jobs/10_4", h.now); v.GetJobId() != "12" {
 		t.Fatalf("10_4 resolves to %v", v)
 	}
 	h.finish(10, 0)
@@ -732,7 +734,7 @@ func TestArrays(t *testing.T) {
 	h.wantState(11, loomv1.JobState_CANCELLED, "")
 	h.wantState(12, loomv1.JobState_CANCELLED, "")
 	// squeue -j 10 lists every task.
-	if got := h.s.ListJobs(JobFilter{JobIDs: []string{"10"}}, h.now); len(got) != 4 {
+	if got := views.List(h.s, views.JobFilter{JobIDs: []string{"10"}}, h.now); len(got) != 4 {
 		t.Fatalf("ListJobs -j 10: %d jobs", len(got))
 	}
 }
@@ -765,7 +767,7 @@ func TestAdminDrainAndNodeViews(t *testing.T) {
 	h.do(&eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: busy, State: "DRAIN", Reason: "bad fan", User: "ops", Time: timestamppb.New(asked)})
 	h.do(&eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: idle, State: "DRAIN", Reason: "maintenance"})
 	states := map[string]*loomv1.SlurmNode{}
-	for _, n := range h.s.SlurmNodes(cl) {
+	for _, n := range views.SlurmNodes(h.s, cl) {
 		states[n.GetHostname()] = n
 	}
 	if n := states[busy]; n.GetState() != loomv1.SlurmNode_DRAINING || n.GetReason() != "bad fan" || n.GetAllocGpus() != 4 ||
@@ -785,7 +787,7 @@ func TestAdminDrainAndNodeViews(t *testing.T) {
 	h.wantState(2, loomv1.JobState_PENDING, ReasonReqNodeNotAvail)
 	h.do(&eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: idle, State: "RESUME"})
 	h.wantState(2, loomv1.JobState_RUNNING, "")
-	for _, n := range h.s.SlurmNodes(cl) {
+	for _, n := range views.SlurmNodes(h.s, cl) {
 		if n.GetHostname() == idle && (n.GetReason() != "" || n.GetReasonUser() != "" || n.GetReasonTime() != nil) {
 			t.Fatalf("resumed node keeps its drain reason: %v", n)
 		}
@@ -803,7 +805,7 @@ func TestAdminDrainAndNodeViews(t *testing.T) {
 	v.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName("a3-0004"), Cluster: cl, Hostname: "a3-0004", Gpus: 8,
 		State: loomv1.Node_DOWN, Reason: "agent exited", NodePool: "a3"}})
 	got := map[string]loomv1.SlurmNode_State{}
-	for _, n := range v.s.SlurmNodes(cl) {
+	for _, n := range views.SlurmNodes(v.s, cl) {
 		got[n.GetHostname()] = n.GetState()
 	}
 	want := map[string]loomv1.SlurmNode_State{"a3-0001": loomv1.SlurmNode_ALLOCATED, "a3-0002": loomv1.SlurmNode_MIXED,

@@ -12,6 +12,8 @@ import (
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
 )
 
 // batchOnTwo starts batch job id on nodes a and b with 2 tasks per node and
@@ -275,7 +277,7 @@ func TestRequeuedJobWaitsForItsJobSteps(t *testing.T) {
 	}
 	h.step(1, 1, "a", eventsv1.StepState_STEP_KILLED, 143)
 	h.wantExact(1, loomv1.JobState_PENDING, ReasonRequeued)
-	if p := h.s.JobView(jobName(1), h.now).GetPlacement(); p != "waiting for its previous run's job steps (srun) to end" {
+	if p := views.Job(h.s, jobName(1), h.now).GetPlacement(); p != "waiting for its previous run's job steps (srun) to end" {
 		t.Fatalf("placement while the tasks end: %q", p)
 	}
 	if c := h.tasks(0, "a", eventsv1.StepState_STEP_KILLED, 143, 143); len(starts(c)) != 0 {

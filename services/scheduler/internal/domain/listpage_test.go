@@ -8,6 +8,8 @@ import (
 
 	"github.com/loom-ml/loom/libs/paging"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
 )
 
 // TestListJobsPageBoundsBytes: jobs whose environments add up past gRPC's
@@ -25,7 +27,7 @@ func TestListJobsPageBoundsBytes(t *testing.T) {
 		var got []string
 		after, pages := "", 0
 		for {
-			page, next := h.s.ListJobsPage(JobFilter{}, after, size, h.now)
+			page, next := views.ListPage(h.s, views.JobFilter{}, after, size, h.now)
 			bytes := 0
 			for _, j := range page {
 				bytes += proto.Size(j)
@@ -48,11 +50,11 @@ func TestListJobsPageBoundsBytes(t *testing.T) {
 		}
 	}
 	// A filter pages over what it selects only.
-	page, next := h.s.ListJobsPage(JobFilter{JobIDs: []string{"3", "20"}}, "", 1, h.now)
+	page, next := views.ListPage(h.s, views.JobFilter{JobIDs: []string{"3", "20"}}, "", 1, h.now)
 	if len(page) != 1 || page[0].GetJobId() != "3" || next == "" {
 		t.Fatalf("filtered first page %v, next %q", page, next)
 	}
-	if page, next = h.s.ListJobsPage(JobFilter{JobIDs: []string{"3", "20"}}, next, 1, h.now); len(page) != 1 || page[0].GetJobId() != "20" || next != "" {
+	if page, next = views.ListPage(h.s, views.JobFilter{JobIDs: []string{"3", "20"}}, next, 1, h.now); len(page) != 1 || page[0].GetJobId() != "20" || next != "" {
 		t.Fatalf("filtered second page %v, next %q; want job 20, the last", page, next)
 	}
 }

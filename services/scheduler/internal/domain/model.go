@@ -23,6 +23,8 @@ import (
 
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
 )
 
 // Slurm reasons a pending job carries in state_reason, and the reasons the
@@ -76,7 +78,7 @@ const (
 
 // RoleLogin is the role of login nodes: records without an agent, never
 // given work.
-const RoleLogin = "login"
+const RoleLogin = place.RoleLogin
 
 // Cluster is what the scheduler knows of a cluster.
 type Cluster struct {

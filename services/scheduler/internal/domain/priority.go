@@ -6,6 +6,8 @@ import (
 	"time"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
 )
 
 // Multifactor priority, as Slurm's priority/multifactor plugin computes it:
@@ -82,7 +84,7 @@ func accrued(rate float64, start, now time.Time, halfLife time.Duration) float64
 // newPrioCtx gathers the usage of the cluster's accounts and users (stored,
 // plus what running runs accrued) and the accounts and users with pending
 // jobs, and computes every association's fair-share factor.
-func (t *txn) newPrioCtx(cluster string, c *Cluster, views []NodeView, pend []*pendEntry) *prioCtx {
+func (t *txn) newPrioCtx(cluster string, c *Cluster, views []place.NodeView, pend []*pendEntry) *prioCtx {
 	s := t.s
 	cfg := &s.cfg
 	p := &prioCtx{now: t.now.UnixNano(), cfg: cfg, cluster: c, maxQOS: cfg.maxQOSPriority()}

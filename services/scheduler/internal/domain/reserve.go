@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
 )
 
 // holding is what one run holds on one node, and when it is expected to
@@ -73,7 +75,7 @@ func (p *pass) holdings(i int32) []holding {
 	hs := p.hbuf[:0]
 	node := v.Node.Name
 	overJobs := len(p.t.c.Jobs) > 0
-	for _, r := range v.held {
+	for _, r := range p.held[i] {
 		r = p.current(r)
 		fresh := r.key != ""
 		if fresh && overJobs {
@@ -127,7 +129,7 @@ type room struct {
 func (p *pass) roomOf(i int32) room {
 	v := &p.views[i]
 	rm := room{gpus: v.FreeGPUs, cpus: v.FreeCPUs, mem: v.FreeMemMB, runs: v.Runs}
-	for _, r := range v.held {
+	for _, r := range p.held[i] {
 		if r.Exclusive {
 			rm.excl++
 		}
@@ -146,14 +148,14 @@ func (rm *room) release(h holding) {
 }
 
 // fits reports whether r fits on view i given rm free there.
-func (p *pass) fits(r *Request, i int32, rm room) bool {
+func (p *pass) fits(r *place.Request, i int32, rm room) bool {
 	n := p.views[i].Node
 	return rm.excl <= 0 && (!r.Exclusive || rm.runs <= 0) && rm.gpus >= r.GPUsPerNode &&
 		(n.CPUs == 0 || rm.cpus >= r.CPUsPerNode) && (n.MemoryMB == 0 || rm.mem >= r.MemMB)
 }
 
 // availableAt is the earliest time r fits on view i as the runs there end.
-func (p *pass) availableAt(r *Request, i int32) (time.Time, bool) {
+func (p *pass) availableAt(r *place.Request, i int32) (time.Time, bool) {
 	rm := p.roomOf(i)
 	if p.fits(r, i, rm) {
 		return p.t.now, false
@@ -171,8 +173,8 @@ func (p *pass) availableAt(r *Request, i int32) (time.Time, bool) {
 // resources, a reservation: the r.Nodes nodes that free up soonest (by the
 // running jobs' time limits), kept from every later job that would not end
 // before the reservation starts (EASY backfill).
-func (p *pass) reserve(j *Job, r *Request, sc *shapeCand) {
-	if len(sc.avail) < r.Nodes {
+func (p *pass) reserve(j *Job, r *place.Request, sc *place.Shape) {
+	if len(sc.Avail) < r.Nodes {
 		return
 	}
 	type slot struct {
@@ -180,8 +182,8 @@ func (p *pass) reserve(j *Job, r *Request, sc *shapeCand) {
 		at  time.Time
 		inf bool
 	}
-	slots := make([]slot, 0, len(sc.avail))
-	for _, i := range sc.avail {
+	slots := make([]slot, 0, len(sc.Avail))
+	for _, i := range sc.Avail {
 		at, inf := p.availableAt(r, i)
 		slots = append(slots, slot{i, at, inf})
 	}
@@ -335,16 +337,16 @@ func held(r *Run, node string) holding {
 //
 // Only the nodes the victims touch are looked at closely: the count of
 // nodes that fit j already is a comparison per node of its shape.
-func (p *pass) preempt(j *Job, a *jobAttrs, r *Request, sc *shapeCand) (victims int, waiting bool) {
-	if len(sc.avail) < r.Nodes {
+func (p *pass) preempt(j *Job, a *jobAttrs, r *place.Request, sc *place.Shape) (victims int, waiting bool) {
+	if len(sc.Avail) < r.Nodes {
 		return 0, false
 	}
 	_, pi := p.cluster.partition(j.Job.GetPartition())
 	at := p.viewIndex()
-	if sc.inAvail == nil {
-		sc.inAvail = make([]bool, len(p.views))
-		for _, i := range sc.avail {
-			sc.inAvail[i] = true
+	if sc.InAvail == nil {
+		sc.InAvail = make([]bool, len(p.views))
+		for _, i := range sc.Avail {
+			sc.InAvail[i] = true
 		}
 	}
 	fitting := p.fittingNow(r, sc)
@@ -366,7 +368,7 @@ func (p *pass) preempt(j *Job, a *jobAttrs, r *Request, sc *shapeCand) (victims 
 	}
 	for _, rn := range p.preempting()[j.Name()] { // its own victims, already on their way out
 		for _, node := range rn.Nodes {
-			if i, ok := at[node]; ok && sc.inAvail[i] && rn.Holds(node) {
+			if i, ok := at[node]; ok && sc.InAvail[i] && rn.Holds(node) {
 				release(i, node, rn)
 			}
 		}
@@ -382,7 +384,7 @@ func (p *pass) preempt(j *Job, a *jobAttrs, r *Request, sc *shapeCand) (victims 
 		}
 		touches := false
 		for _, node := range rn.Nodes {
-			if i, ok := at[node]; ok && sc.inAvail[i] && rn.Holds(node) {
+			if i, ok := at[node]; ok && sc.InAvail[i] && rn.Holds(node) {
 				touches = true
 				release(i, node, rn)
 			}
@@ -410,29 +412,29 @@ func (p *pass) preempt(j *Job, a *jobAttrs, r *Request, sc *shapeCand) (victims 
 	return len(chosen), false
 }
 
-// fittingNow counts the nodes of sc.avail on which r fits with what is free
+// fittingNow counts the nodes of sc.Avail on which r fits with what is free
 // now, reserved ones included. With the default capacity checks those are
 // the shape's candidates, which place refreshed for r just before, plus the
 // reserved nodes that fit when r avoids them: no scan of the partition's
 // nodes per preemptor. Other checks get the scan.
-func (p *pass) fittingNow(r *Request, sc *shapeCand) int {
+func (p *pass) fittingNow(r *place.Request, sc *place.Shape) int {
 	fits := func(i int32) bool {
 		v := &p.views[i]
 		return !v.Exclusive && p.fits(r, i, room{gpus: v.FreeGPUs, cpus: v.FreeCPUs, mem: v.FreeMemMB, runs: v.Runs})
 	}
 	if !p.defaultCapacity() {
 		n := 0
-		for _, i := range sc.avail {
+		for _, i := range sc.Avail {
 			if fits(i) {
 				n++
 			}
 		}
 		return n
 	}
-	n := len(sc.cand)
+	n := len(sc.Cand)
 	if r.AvoidReserved {
 		for _, i := range p.reservedViews {
-			if sc.inAvail[i] && fits(i) {
+			if sc.InAvail[i] && fits(i) {
 				n++
 			}
 		}
@@ -447,12 +449,12 @@ func (p *pass) defaultCapacity() bool {
 	if p.capacityKnown == 0 {
 		p.capacityKnown = 2
 		want := map[uintptr]bool{}
-		for _, c := range []Check{CheckIdle, CheckGPUs, CheckCPUs, CheckMemory, CheckNotReserved} {
+		for _, c := range []place.Check{place.CheckIdle, place.CheckGPUs, place.CheckCPUs, place.CheckMemory, place.CheckNotReserved} {
 			want[reflect.ValueOf(c.Fits).Pointer()] = true
 		}
 		n := 0
 		for _, c := range p.t.s.cfg.Policy.Checks {
-			if c.Kind != Capacity {
+			if c.Kind != place.Capacity {
 				continue
 			}
 			if !want[reflect.ValueOf(c.Fits).Pointer()] {

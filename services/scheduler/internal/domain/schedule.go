@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
 )
 
 // pass runs the queue of every cluster the event touched.
@@ -33,13 +35,15 @@ type pass struct {
 	name    string
 	cluster *Cluster
 	parts   []Partition
-	views   []NodeView
+	views   []place.NodeView
+	// held[i] are the runs holding part of views[i].
+	held [][]*Run
 	// shapes caches, per job shape, the nodes that may take it: jobs of one
 	// shape share one scan of the nodes per pass.
-	shapes map[shapeKey]*shapeCand
+	shapes map[place.ShapeKey]*place.Shape
 	// slots holds the same shapes by interned request, partition and
 	// AvoidReserved (see shapeSlot), grown as needed.
-	slots []*shapeCand
+	slots []*place.Shape
 	// static: the static checks' results kept across passes (nil: none).
 	static *staticCache
 	// partNodes and partMaxGPUs: compute nodes and the largest node's GPUs
@@ -79,7 +83,7 @@ type pass struct {
 	fresh int
 	// req is the request of the job being considered, blk the job when it
 	// is blocked.
-	req  Request
+	req  place.Request
 	blk  blocked
 	wake time.Time
 }
@@ -184,35 +188,39 @@ func (p *pass) wakeAt(at time.Time) {
 // the active runs (as the change leaves them) hold on each.
 func (t *txn) newPass(name string, c *Cluster) *pass {
 	nodes := t.clusterNodes(name)
-	var views []NodeView
+	var views []place.NodeView
+	var held [][]*Run
 	if t.scratch != nil && cap(t.scratch.views) >= len(nodes) {
 		views = t.scratch.views[:len(nodes)]
 		clear(views)
+		held = t.scratch.held[:len(nodes)]
+		clear(held)
 	} else {
-		views = make([]NodeView, len(nodes))
+		views = make([]place.NodeView, len(nodes))
+		held = make([][]*Run, len(nodes))
 		if t.scratch != nil {
-			t.scratch.views = views
+			t.scratch.views, t.scratch.held = views, held
 		}
 	}
-	p := &pass{t: t, name: name, cluster: c, parts: c.partitions(), views: views,
-		shapes: map[shapeKey]*shapeCand{}, schedulable: c.Schedulable()}
+	p := &pass{t: t, name: name, cluster: c, parts: c.partitions(), views: views, held: held,
+		shapes: map[place.ShapeKey]*place.Shape{}, schedulable: c.Schedulable()}
 	p.static = t.staticCacheFor(name, c, nodes)
 	byPool, bySet := partitionMasks(c)
 	over := t.allocOverlay()
 	for i, n := range nodes {
 		v := &p.views[i]
-		v.Node = n
+		v.Node = p.placeNode(i, n)
 		switch {
 		case len(c.Partitions) == 0:
-			v.parts = 1
+			v.Parts = 1
 		case n.Pool != "":
-			v.parts = byPool[n.Pool]
+			v.Parts = byPool[n.Pool]
 		default:
 			prefix := n.Hostname
 			if k := strings.LastIndexByte(prefix, '-'); k > 0 {
 				prefix = prefix[:k]
 			}
-			v.parts = bySet[prefix] | byPool[prefix]
+			v.Parts = bySet[prefix] | byPool[prefix]
 		}
 		var a nodeAlloc
 		if oa, ok := over[n.Name]; ok {
@@ -224,13 +232,13 @@ func (t *txn) newPass(name string, c *Cluster) *pass {
 		if n.GPUs >= MaxGPUsPerNode {
 			all = ^uint64(0)
 		}
-		v.freeMask = all &^ a.gpuMask
-		v.FreeGPUs = int32(bits.OnesCount64(v.freeMask))
+		v.FreeMask = all &^ a.gpuMask
+		v.FreeGPUs = int32(bits.OnesCount64(v.FreeMask))
 		v.FreeCPUs = n.CPUs - a.cpus
 		v.FreeMemMB = n.MemoryMB - a.memMB
 		v.Runs = a.runs
 		v.Exclusive = a.exclusive > 0
-		v.held = a.holders
+		p.held[i] = a.holders
 	}
 	return p
 }
@@ -547,17 +555,17 @@ func (p *pass) consider(q *queued) {
 	}
 	res := p.place(req, q.shape)
 	if res.ok {
-		p.start(j, part, req, res.nodes, q.prio, len(res.shape.cand))
+		p.start(j, part, req, res.nodes, q.prio, len(res.shape.Cand))
 		return
 	}
 	// The blocked job lives in the pass, as the request: the stages get a
 	// pointer to it, which would otherwise cost an allocation per job.
 	p.blk = blocked{j: j, e: q.e, qos: q.qos, pi: pi, req: req, sc: res.shape,
-		d: Decision{Job: q.name, Filtered: res.shape.filtered, Nodes: len(p.views)}}
+		d: Decision{Job: q.name, Filtered: res.shape.Filtered, Nodes: len(p.views)}}
 	d := &p.blk.d
-	res.shape.shared = true
+	res.shape.Shared = true
 	switch res.kind {
-	case Static:
+	case place.Static:
 		reason := ReasonBadConstraints
 		switch n := p.partitionNodes(pi); {
 		case n == 0:
@@ -568,7 +576,7 @@ func (p *pass) consider(q *queued) {
 		d.Reason = reason
 		t.waitDecided(j, q.reason, *d)
 		return
-	case Availability:
+	case place.Availability:
 		d.Reason = ReasonReqNodeNotAvail
 		t.waitDecided(j, q.reason, *d)
 		return
@@ -706,7 +714,7 @@ func (p *pass) partitionStats() {
 }
 
 // request resolves what j asks of each node in partition pi.
-func (p *pass) request(j *Job, a *jobAttrs, pi int) Request {
+func (p *pass) request(j *Job, a *jobAttrs, pi int) place.Request {
 	r := a.req
 	r.Partition = pi
 	if !a.lists && !a.spread {

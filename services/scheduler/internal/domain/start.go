@@ -13,6 +13,9 @@ import (
 	"github.com/loom-ml/loom/libs/slurmspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
 )
 
 // start gives j the nodes chosen (indexes into the pass's views): a new run
@@ -21,7 +24,7 @@ import (
 // runs once, on the batch host (its first node); a command runs on every
 // node, one task each, as an implicit srun. prio is the priority the pass
 // ordered j by.
-func (p *pass) start(j *Job, part Partition, req *Request, chosen []int32, prio int64, fitting int) {
+func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32, prio int64, fitting int) {
 	t := p.t
 	// The rankers' view of the chosen nodes, before the job takes them.
 	t.c.Placed = append(t.c.Placed, p.placed(j.Name(), req, chosen, fitting))
@@ -80,8 +83,7 @@ func (p *pass) start(j *Job, part Partition, req *Request, chosen []int32, prio 
 	}
 	t.c.Runs[r.Key()] = r
 	for _, i := range chosen {
-		v := &p.views[i]
-		v.held = append(v.held[:len(v.held):len(v.held)], r)
+		p.held[i] = append(p.held[i][:len(p.held[i]):len(p.held[i])], r)
 	}
 	p.started = true
 	if p.arrayRunning != nil && spec.GetArrayJobId() != "" {
@@ -162,17 +164,8 @@ func (t *txn) arrayEnv(j *Job) map[string]string {
 	return env
 }
 
-// SlurmJobName is the job's short name as Slurm shows it: the display name,
-// else the command's base name, else "sbatch" (a script).
-func SlurmJobName(j *loomv1.Job) string {
-	if j.GetDisplayName() != "" {
-		return j.GetDisplayName()
-	}
-	if len(j.GetCommand()) > 0 {
-		return filepath.Base(j.GetCommand()[0])
-	}
-	return "sbatch"
-}
+// SlurmJobName is the job's short name as Slurm shows it (views.SlurmJobName).
+func SlurmJobName(j *loomv1.Job) string { return views.SlurmJobName(j) }
 
 // MasterPort is the rendezvous port of a job: distinct for jobs whose numeric
 // ids differ by less than 10000, so concurrent jobs on one machine (the local
@@ -338,7 +331,7 @@ type Placed struct {
 }
 
 // placed scores the chosen views for r with every ranker of the policy.
-func (p *pass) placed(job string, r *Request, chosen []int32, fitting int) *Placed {
+func (p *pass) placed(job string, r *place.Request, chosen []int32, fitting int) *Placed {
 	rankers := p.t.s.cfg.Policy.Rankers
 	pl := &Placed{Job: job, Nodes: len(p.views), Fitting: fitting, Hosts: make([]string, len(chosen)),
 		Rankers: make([]string, len(rankers)), Scores: make([][]int64, len(rankers))}

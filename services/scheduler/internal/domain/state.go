@@ -7,11 +7,13 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
 )
 
 // MaxGPUsPerNode is the most GPUs a node may have (allocations are kept in a
 // 64-bit mask per node).
-const MaxGPUsPerNode = 64
+const MaxGPUsPerNode = place.MaxGPUsPerNode
 
 // State is everything the scheduler knows, with the indexes a scheduling pass
 // needs (kept up to date by Commit, so that a pass never rescans runs). It
@@ -46,7 +48,7 @@ type State struct {
 	// shapeIDs and shapeReqs intern the requests of pending jobs (see
 	// shapeID): a pass finds a job's shape by index, not by hashing it.
 	shapeIDs  map[shapeOf]int32
-	shapeReqs []Request
+	shapeReqs []place.Request
 	// scratch is reused by the passes of writers (see writerTxn).
 	scratch *scratch
 }
@@ -537,7 +539,7 @@ func (a *nodeAlloc) add(r *Run, rank int, node string, sign int32) {
 }
 
 // Job returns a copy of the job's resource as stored (without the read-time
-// fields; see JobView), or nil when unknown.
+// fields; see views.Job), or nil when unknown.
 func (s *State) Job(name string) *loomv1.Job {
 	j, ok := s.jobs[name]
 	if !ok {

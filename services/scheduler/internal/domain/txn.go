@@ -10,6 +10,8 @@ import (
 
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
 )
 
 // txn is the working view while one event is handled: reads see the state
@@ -33,7 +35,8 @@ type scratch struct {
 	sorted []queued
 	keys   []keyed
 	radix  []keyed
-	views  []NodeView
+	views  []place.NodeView
+	held   [][]*Run
 	// perm is the last radix-sorted queue's order (indexes into its
 	// unsorted keys), which the next pass reuses while it still holds.
 	perm []int32

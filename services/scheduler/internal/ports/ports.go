@@ -13,7 +13,7 @@ import (
 	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/topics"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
-	"github.com/loom-ml/loom/services/scheduler/internal/domain"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
 )
 
 // Topics are what the scheduler consumes, in one group, one event at a time.
@@ -28,7 +28,7 @@ var Topics = []string{
 // Jobs is what the read APIs need from the app.
 type Jobs interface {
 	GetJob(name string) (*loomv1.Job, error)
-	ListJobs(f domain.JobFilter, after string, size int) ([]*loomv1.Job, string)
+	ListJobs(f views.JobFilter, after string, size int) ([]*loomv1.Job, string)
 	ListPartitions(cluster string) []*loomv1.Partition
 	ListSlurmNodes(cluster string) []*loomv1.SlurmNode
 	ListJobSteps(job string) ([]*loomv1.JobStep, error)
@@ -79,7 +79,7 @@ func (s *JobServer) ListJobs(_ context.Context, req *loomv1.ListJobsRequest) (*l
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	jobs, next := s.jobs.ListJobs(domain.JobFilter{
+	jobs, next := s.jobs.ListJobs(views.JobFilter{
 		Project: parent, Cluster: req.GetCluster(), Users: req.GetUsers(), Names: req.GetNames(),
 		Partitions: req.GetPartitions(), States: req.GetStates(), JobIDs: req.GetJobIds(), ActiveOnly: req.GetActiveOnly(),
 	}, after, size)

@@ -1,0 +1,131 @@
+package views
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
+)
+
+// fakeJobs is a JobSource over stored resources; its viewer marks the copies
+// it serves so that the test sees views, not records.
+type fakeJobs map[string]*loomv1.Job
+
+func (f fakeJobs) ResolveJobName(name string) string { return name }
+func (f fakeJobs) EachJob(fn func(*loomv1.Job)) {
+	for _, j := range f {
+		fn(j)
+	}
+}
+func (f fakeJobs) JobViewer(time.Time) func(string) *loomv1.Job {
+	return func(name string) *loomv1.Job {
+		if j := f[name]; j != nil {
+			return &loomv1.Job{Name: j.GetName(), JobId: j.GetJobId(), Placement: "viewed"}
+		}
+		return nil
+	}
+}
+
+func TestListPageFiltersSortsAndPages(t *testing.T) {
+	t.Parallel()
+	src := fakeJobs{}
+	for _, id := range []string{"3", "10", "2", "7"} {
+		n := "projects/p/jobs/" + id
+		src[n] = &loomv1.Job{Name: n, JobId: id, User: "ada", Command: []string{"/bin/train"}}
+	}
+	src["projects/p/jobs/7"].User = "bob"
+	f := JobFilter{Users: []string{"ada"}, Names: []string{"train"}}
+	var got []string
+	after := ""
+	for range 4 {
+		page, next := ListPage(src, f, after, 2, time.Time{})
+		for _, j := range page {
+			if j.GetPlacement() != "viewed" {
+				t.Fatalf("page holds a record, not a view: %v", j)
+			}
+			got = append(got, j.GetJobId())
+		}
+		if after = next; next == "" {
+			break
+		}
+	}
+	if !slices.Equal(got, []string{"2", "3", "10"}) {
+		t.Fatalf("pages: %v, want ada's jobs in submission order [2 3 10]", got)
+	}
+	if all := List(src, JobFilter{JobIDs: []string{"7"}}, time.Time{}); len(all) != 1 || all[0].GetJobId() != "7" {
+		t.Fatalf("List by id: %v", all)
+	}
+	if Job(src, "projects/p/jobs/99", time.Time{}) != nil {
+		t.Fatal("Job of an unknown name is not nil")
+	}
+}
+
+func TestKeepArrayIDsAndActive(t *testing.T) {
+	t.Parallel()
+	j := &loomv1.Job{JobId: "12", ArrayJobId: "10", ArrayTaskId: 4, State: loomv1.JobState_COMPLETED}
+	for _, id := range []string{"12", "10", "10_4"} {
+		if f := (JobFilter{JobIDs: []string{id}}); !f.Keep(j) {
+			t.Errorf("JobIDs %q drops task 10_4 (job 12)", id)
+		}
+	}
+	if f := (JobFilter{JobIDs: []string{"10_3"}}); f.Keep(j) {
+		t.Error("JobIDs 10_3 keeps task 10_4")
+	}
+	if f := (JobFilter{ActiveOnly: true}); f.Keep(j) {
+		t.Error("ActiveOnly keeps a completed job")
+	}
+	if SlurmJobName(&loomv1.Job{}) != "sbatch" {
+		t.Error("a script's name is not sbatch")
+	}
+}
+
+func TestExplainOrdersByCount(t *testing.T) {
+	t.Parallel()
+	got := Explain(12, map[string]int{"Excluded": 1, "InsufficientGPUs": 8, "NodeDrained": 3}, "preempting 1 job(s)")
+	if want := "12 nodes filtered: InsufficientGPUs 8, NodeDrained 3, Excluded 1; preempting 1 job(s)"; got != want {
+		t.Fatalf("got %q\nwant %q", got, want)
+	}
+	if got := Explain(0, nil, "waiting"); got != "waiting" {
+		t.Fatalf("note alone: %q", got)
+	}
+}
+
+type fakeNodes ClusterTable
+
+func (f fakeNodes) NodeTable(cluster string) (ClusterTable, bool) {
+	return ClusterTable(f), cluster == "c"
+}
+
+func TestSlurmNodesStates(t *testing.T) {
+	t.Parallel()
+	node := func(host string, gpus int32) *place.Node {
+		return &place.Node{Name: "nodes/" + host, Hostname: host, GPUs: gpus, State: loomv1.Node_READY}
+	}
+	tab := fakeNodes{Schedulable: true, Partitions: []Partition{{Name: "gpu", Default: true}}, Nodes: []NodeRow{
+		{View: place.NodeView{Node: node("a", 8), Parts: 1, FreeGPUs: 8}},
+		{View: place.NodeView{Node: node("b", 8), Parts: 1, FreeGPUs: 0, Runs: 1}},
+		{View: place.NodeView{Node: node("c", 8), Parts: 1, FreeGPUs: 4, Runs: 1}},
+		{View: place.NodeView{Node: node("d", 8), Parts: 1}, Down: true, DownReason: "node d down: unhealthy"},
+		{View: place.NodeView{Node: &place.Node{Hostname: "login", Role: place.RoleLogin}, Parts: 1}},
+	}}
+	var states []loomv1.SlurmNode_State
+	for _, n := range SlurmNodes(tab, "c") {
+		states = append(states, n.GetState())
+	}
+	want := []loomv1.SlurmNode_State{loomv1.SlurmNode_IDLE, loomv1.SlurmNode_ALLOCATED, loomv1.SlurmNode_MIXED, loomv1.SlurmNode_DOWN}
+	if !slices.Equal(states, want) {
+		t.Fatalf("states %v, want %v", states, want)
+	}
+	if r := SlurmNodes(tab, "c")[3].GetReason(); r != "unhealthy" {
+		t.Fatalf("down reason %q", r)
+	}
+	ps := Partitions(tab, "c")
+	if len(ps) != 1 || ps[0].GetTotalGpus() != 32 || ps[0].GetAllocGpus() != 32-12 || ps[0].GetMaxTime() != "UNLIMITED" || len(ps[0].GetNodes()) != 4 {
+		t.Fatalf("partitions: %v", ps)
+	}
+	if SlurmNodes(tab, "other") != nil || Partitions(tab, "other") != nil {
+		t.Fatal("an unknown cluster has rows")
+	}
+}
