@@ -9,7 +9,6 @@ import (
 
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
-	"github.com/loom-ml/loom/services/provisioner/internal/capacity"
 )
 
 // TestBatchEndsWhereOneByOneEnds decides the same registrations and health
@@ -148,35 +147,5 @@ func TestBatchAcrossClustersAndRefusals(t *testing.T) {
 	}
 	if !proto.Equal(before, s.Nodes[demo+"/nodes/gpu-0001"]) {
 		t.Fatal("a refused batch changed the state")
-	}
-}
-
-// BenchmarkBatchRegister10k is BenchmarkRegister10k with the registrations
-// decided 256 at a time (State.Batch), as the provisioner's consumer hands
-// them over when they wait together.
-func BenchmarkBatchRegister10k(b *testing.B) {
-	pp := params(nil)
-	pp.MaxNodesPerPool = 0
-	pp.Capacity = capacity.MustParse("*/*/ON_DEMAND=20000")
-	for b.Loop() {
-		s := NewState(nil, nil, nil, nil)
-		s.Apply(s.CreateCluster(pp, createCmd("op1", clusterSpec(demo, gpuPool("gpu", 10000))), t0))
-		nodes := s.ClusterNodes(demo)
-		for len(nodes) > 0 {
-			k := min(256, len(nodes))
-			evs := make([]proto.Message, k)
-			for i, n := range nodes[:k] {
-				evs[i] = &eventsv1.AgentRegistered{Node: n.GetName(), Cluster: demo, Hostname: n.GetHostname()}
-			}
-			ch, err := s.Batch(pp, evs, t0.Add(time.Minute))
-			if err != nil {
-				b.Fatal(err)
-			}
-			s.Apply(ch)
-			nodes = nodes[k:]
-		}
-		if st := s.Clusters[demo].State(); st != loomv1.Cluster_RUNNING {
-			b.Fatalf("cluster is %v", st)
-		}
 	}
 }

@@ -131,20 +131,41 @@ func TestIncrementalStatusMatchesRecount(t *testing.T) {
 }
 
 // BenchmarkRegister10k creates a 10,000-node cluster and registers every
-// node, as clusterbench -nodes 10000 makes the provisioner do.
+// node, as clusterbench -nodes 10000 makes the provisioner do: one event at
+// a time, and 256 at a time (State.Batch), as the provisioner's consumer
+// hands them over when they wait together.
 func BenchmarkRegister10k(b *testing.B) {
 	pp := params(nil)
 	pp.MaxNodesPerPool = 0
 	pp.Capacity = capacity.MustParse("*/*/ON_DEMAND=20000")
-	for b.Loop() {
-		s := NewState(nil, nil, nil, nil)
-		s.Apply(s.CreateCluster(pp, createCmd("op1", clusterSpec(demo, gpuPool("gpu", 10000))), t0))
-		for _, n := range s.ClusterNodes(demo) {
-			s.Apply(s.AgentRegistered(pp, &eventsv1.AgentRegistered{Node: n.GetName(), Cluster: demo, Hostname: n.GetHostname()}, t0.Add(time.Minute)))
-		}
-		if st := s.Clusters[demo].State(); st != loomv1.Cluster_RUNNING {
-			b.Fatalf("cluster is %v", st)
-		}
+	for _, batch := range []int{1, 256} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			for b.Loop() {
+				s := NewState(nil, nil, nil, nil)
+				s.Apply(s.CreateCluster(pp, createCmd("op1", clusterSpec(demo, gpuPool("gpu", 10000))), t0))
+				for nodes := s.ClusterNodes(demo); len(nodes) > 0; {
+					k := min(batch, len(nodes))
+					if k == 1 {
+						n := nodes[0]
+						s.Apply(s.AgentRegistered(pp, &eventsv1.AgentRegistered{Node: n.GetName(), Cluster: demo, Hostname: n.GetHostname()}, t0.Add(time.Minute)))
+					} else {
+						evs := make([]proto.Message, k)
+						for i, n := range nodes[:k] {
+							evs[i] = &eventsv1.AgentRegistered{Node: n.GetName(), Cluster: demo, Hostname: n.GetHostname()}
+						}
+						ch, err := s.Batch(pp, evs, t0.Add(time.Minute))
+						if err != nil {
+							b.Fatal(err)
+						}
+						s.Apply(ch)
+					}
+					nodes = nodes[k:]
+				}
+				if st := s.Clusters[demo].State(); st != loomv1.Cluster_RUNNING {
+					b.Fatalf("cluster is %v", st)
+				}
+			}
+		})
 	}
 }
 
