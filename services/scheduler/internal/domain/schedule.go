@@ -8,6 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 // pass runs the queue of every cluster the event touched.
@@ -74,6 +77,11 @@ type pass struct {
 	// requeuedJobs names the jobs it requeued.
 	requeued     bool
 	requeuedJobs []string
+	// unedited: the change held no job version when the pass began, so a
+	// job of the queue has none until the pass gives it one (a pass edits
+	// only the job it considers, and the running jobs it preempts, which
+	// are not in its queue). Cleared before the requeued jobs are looked at.
+	unedited bool
 	// fresh counts the queued jobs without a reason yet: each will get
 	// one, and a record and an event in the change.
 	fresh int
@@ -129,6 +137,7 @@ func (t *txn) schedule(cluster string) {
 		c = &Cluster{Name: cluster}
 	}
 	p := t.newPass(cluster, c)
+	p.unedited = len(t.c.Jobs) == 0
 	if cap(t.c.Decisions) == 0 {
 		t.c.Decisions = make([]Decision, 0, len(pend))
 	}
@@ -145,6 +154,7 @@ func (t *txn) schedule(cluster string) {
 		// pass's victims can have become pending since the queue was read
 		// (the others were in it or were not pending), so only they are
 		// looked at, not every job of the change.
+		p.unedited = false
 		back := map[string]*pendEntry{}
 		for _, name := range p.requeuedJobs {
 			if j := t.job(name); j != nil && j.Pending() && j.Job.GetCluster() == cluster {
@@ -524,9 +534,9 @@ func (p *pass) consider(q *queued) {
 	for gi := range gates {
 		if reason, note := gates[gi].check(p, q); reason != "" {
 			if note != "" {
-				t.waitDecided(j, q.reason, Decision{Job: q.name, Reason: reason, Note: note})
+				p.waitDecided(q, Decision{Job: q.name, Reason: reason, Note: note})
 			} else {
-				t.waitA(j, q.reason, reason)
+				p.wait(q, reason)
 			}
 			return
 		}
@@ -566,17 +576,17 @@ func (p *pass) consider(q *queued) {
 			reason = ReasonPartitionNodeLimit
 		}
 		d.Reason = reason
-		t.waitDecided(j, q.reason, *d)
+		p.waitDecided(q, *d)
 		return
 	case Availability:
 		d.Reason = ReasonReqNodeNotAvail
-		t.waitDecided(j, q.reason, *d)
+		p.waitDecided(q, *d)
 		return
 	}
 	for si := range blockedStages {
 		blockedStages[si].run(p, &p.blk)
 	}
-	t.waitDecided(j, q.reason, *d)
+	p.waitDecided(q, *d)
 }
 
 // previousRunStopping keeps a requeued job pending (Requeued) while its
@@ -748,38 +758,70 @@ func (t *txn) wait(j *Job, reason string) {
 	if j.Job.GetStateReason() == reason {
 		return
 	}
-	t.setReason(j, reason)
+	t.setReason(j, j.Name(), reason, false)
 }
 
-// setReason gives pending job j a new reason and emits it.
-func (t *txn) setReason(j *Job, reason string) {
-	if _, edited := t.c.Jobs[j.Name()]; !edited {
-		// Only the reason changes (the first pass over a burst of
-		// submissions gives 100,000 jobs theirs): the new version is a
-		// shallow copy, and the event carries that copy itself instead
-		// of two deep copies. editJob copies it deeply before any edit.
-		j = &Job{Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded, Job: shallowJob(j.Job), tmpl: j.tmpl, shared: true}
-		j.Job.StateReason = reason
-		t.c.Jobs[j.Name()] = j
-		t.emitJob(j)
+// setReason gives pending job j (named name) a new reason and emits it.
+// unedited says the caller knows the change holds no version of j.
+func (t *txn) setReason(j *Job, name, reason string, unedited bool) {
+	if !unedited {
+		if _, edited := t.c.Jobs[name]; edited {
+			j = t.editJob(name)
+			j.Job.StateReason = reason
+			t.emitJob(j)
+			return
+		}
+	}
+	// Only the reason changes (the first pass over a burst of submissions
+	// gives 100,000 jobs theirs): the new version is a shallow copy, and
+	// the event carries that copy itself instead of two deep copies.
+	// editJob copies it deeply before any edit.
+	v := t.reasonVersion()
+	v.job = Job{Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded, Job: &v.pj, tmpl: j.tmpl, shared: true}
+	shallowJobInto(&v.pj, j.Job)
+	v.pj.StateReason = reason
+	v.ev = eventsv1.JobChanged{Job: &v.pj, Attempt: j.Attempt, ModelDir: j.ModelDir}
+	t.c.Jobs[name] = &v.job
+	// emitJob without its look-up: a job the change had no version of has
+	// no JobChanged in it (every emitted job is one of the change's).
+	t.c.lastJobEmit[name] = len(t.c.Emits)
+	t.emit(v.pj.Cluster, name, &v.ev)
+}
+
+// reasonVersion is a reason-only job version (setReason) and its event.
+type reasonVersion struct {
+	job Job
+	pj  loomv1.Job
+	ev  eventsv1.JobChanged
+}
+
+// reasonVersion returns a zero reasonVersion from the change's batch: a pass
+// that gives 100,000 jobs a reason allocates a batch per 1024 of them, not
+// three objects each. A batch lives while any of its versions or events is
+// referenced, at most as long as the burst's versions together.
+func (t *txn) reasonVersion() *reasonVersion {
+	if len(t.c.reasonSlab) == 0 {
+		t.c.reasonSlab = make([]reasonVersion, reasonBatch)
+	}
+	v := &t.c.reasonSlab[0]
+	t.c.reasonSlab = t.c.reasonSlab[1:]
+	return v
+}
+
+// reasonBatch is how many reason-only versions one allocation holds.
+const reasonBatch = 1024
+
+// wait keeps q's job pending for reason, emitting only when the reason
+// changes (q.reason is its reason as read: no look at its protobuf).
+func (p *pass) wait(q *queued, reason string) {
+	if q.reason == reason {
 		return
 	}
-	j = t.editJob(j.Name())
-	j.Job.StateReason = reason
-	t.emitJob(j)
+	p.t.setReason(q.j, q.name, reason, p.unedited)
 }
 
-// waitA is wait for a job whose reason as read (have: its attributes'
-// reason) is at hand: no look at its protobuf unless the reason changes.
-func (t *txn) waitA(j *Job, have, reason string) {
-	if have == reason {
-		return
-	}
-	t.setReason(j, reason)
-}
-
-// waitDecided keeps j pending for d.Reason and records the decision.
-func (t *txn) waitDecided(j *Job, have string, d Decision) {
-	t.c.Decisions = append(t.c.Decisions, d)
-	t.waitA(j, have, d.Reason)
+// waitDecided keeps q's job pending for d.Reason and records the decision.
+func (p *pass) waitDecided(q *queued, d Decision) {
+	p.t.c.Decisions = append(p.t.c.Decisions, d)
+	p.wait(q, d.Reason)
 }
