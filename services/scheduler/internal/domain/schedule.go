@@ -325,8 +325,20 @@ func (p *pass) order(pend []*pendEntry) []queued {
 	if pol.Less == nil && pol.Order == OrderPriority {
 		p.prio = p.t.newPrioCtx(p.name, p.cluster, p.views, pend)
 	}
+	// The order keys are also copied apart, as the entries are built: the
+	// mend of the previous order (reuseOrder) compares them all over.
+	var keys []rankID
+	if sc != nil {
+		if cap(sc.ranks) < len(pend) {
+			sc.ranks = make([]rankID, len(pend))
+		}
+		keys = sc.ranks[:len(pend)]
+	}
 	for i, e := range pend {
 		out[i] = p.queued(e)
+		if keys != nil {
+			keys[i] = rankID{out[i].rank, out[i].id}
+		}
 		if e.reason == "" {
 			p.fresh++
 		}
@@ -345,11 +357,27 @@ func (p *pass) order(pend []*pendEntry) []queued {
 	}
 	// Higher tier and priority first, then lower id. When the spans of
 	// ranks and ids fit 64 bits together and ids are distinct numbers
-	// (always, for gateway-assigned ids), one radix sort does it.
-	if sorted, ok := reuseOrder(out, sc); ok {
-		return sorted
+	// (always, for gateway-assigned ids), one radix sort does it. The
+	// queue is then gathered in that order: one walk of independent reads
+	// all over it, which the processor overlaps, where reading the entries
+	// in that order as the pass goes would wait for each.
+	at, ok := reuseOrder(keys, sc)
+	if !ok {
+		at, ok = radixOrder(out, sc)
 	}
-	if sorted, ok := radixOrder(out, sc); ok {
+	if ok {
+		var sorted []queued
+		if sc != nil {
+			if cap(sc.sorted) < len(out) {
+				sc.sorted = make([]queued, len(out))
+			}
+			sorted = sc.sorted[:len(out)]
+		} else {
+			sorted = make([]queued, len(out))
+		}
+		for k, i := range at {
+			sorted[k] = out[i]
+		}
 		return sorted
 	}
 	// Else a comparison sort (the name breaks ties between ids that are not numbers).
@@ -395,30 +423,32 @@ func (p *pass) queued(e *pendEntry) queued {
 		if q.part >= 0 {
 			tier = p.parts[q.part].Tier
 		}
-		q.prio, _ = p.prio.priority(&e.jobAttrs, int(q.part))
+		q.prio = p.prio.sum(&e.jobAttrs, int(q.part))
 		q.rank = -(int64(tier)<<40 | q.prio)
 	}
 	return q
 }
 
-// reuseOrder returns out sorted by (rank, id) starting from the previous
-// pass's order: from one pass to the next the queue rarely changes, nor the
-// order of its priorities, so an insertion sort along the previous
-// permutation costs a walk, where a sort costs several passes over every key.
-// It gives up (false) when the permutation is of another length, when ids
-// tie, or when more than a few moves would be needed; then the caller
-// sorts. The result is exact: keys strictly increasing along a permutation
-// of out are out's one sorted order, whatever jobs came and went.
-func reuseOrder(out []queued, sc *scratch) ([]queued, bool) {
-	if sc == nil || len(sc.perm) != len(out) || len(out) == 0 {
+// reuseOrder returns the order of keys (indexes into keys),
+// starting from the previous pass's order: from one pass to the next the
+// queue rarely changes, nor the order of its priorities, so an insertion
+// sort along the previous permutation costs a walk, where a sort costs
+// several passes over every key. It gives up (false) when the permutation
+// is of another length, when ids tie, or when more than a few moves would
+// be needed; then the caller sorts. The result is exact: keys strictly
+// increasing along a permutation of them are their one sorted order,
+// whatever jobs came and went. The keys are the queue's (rank, id), apart
+// from its entries: 16 bytes a job to compare where the entries are 100.
+func reuseOrder(keys []rankID, sc *scratch) ([]int32, bool) {
+	if sc == nil || len(sc.perm) != len(keys) || len(keys) == 0 {
 		return nil, false
 	}
 	perm := sc.perm
 	less := func(a, b int32) bool {
-		qa, qb := &out[a], &out[b]
-		return qa.rank < qb.rank || (qa.rank == qb.rank && qa.id < qb.id)
+		ka, kb := &keys[a], &keys[b]
+		return ka.rank < kb.rank || (ka.rank == kb.rank && ka.id < kb.id)
 	}
-	budget := len(out)/8 + 64 // moves allowed before a sort is cheaper
+	budget := len(keys)/8 + 64 // moves allowed before a sort is cheaper
 	for k := 1; k < len(perm); k++ {
 		x := perm[k]
 		if less(perm[k-1], x) {
@@ -426,7 +456,7 @@ func reuseOrder(out []queued, sc *scratch) ([]queued, bool) {
 		}
 		m := k
 		for m > 0 && !less(perm[m-1], x) {
-			if qa, qb := &out[perm[m-1]], &out[x]; qa.rank == qb.rank && qa.id == qb.id {
+			if ka, kb := &keys[perm[m-1]], &keys[x]; ka.rank == kb.rank && ka.id == kb.id {
 				sc.perm = sc.perm[:0] // a tie: the sort's tie-break decides
 				return nil, false
 			}
@@ -439,21 +469,18 @@ func reuseOrder(out []queued, sc *scratch) ([]queued, bool) {
 		}
 		perm[m] = x
 	}
-	if cap(sc.sorted) < len(out) {
-		sc.sorted = make([]queued, len(out))
-	}
-	sorted := sc.sorted[:len(out)]
-	for k, i := range perm {
-		sorted[k] = out[i]
-	}
-	return sorted, true
+	return perm, true
 }
 
-// radixOrder sorts out by (rank, id) with radixSort when the keys allow it
-// (in sc's buffers when sc is not nil).
-func radixOrder(out []queued, sc *scratch) ([]queued, bool) {
+// rankID is a queued job's order key.
+type rankID struct{ rank, id int64 }
+
+// radixOrder returns the order of out by (rank, id) (indexes into out),
+// from radixSort when the keys allow it (in sc's buffers when sc is not
+// nil).
+func radixOrder(out []queued, sc *scratch) ([]int32, bool) {
 	if len(out) == 0 {
-		return out, true
+		return nil, true
 	}
 	minR, maxR, minID, maxID := out[0].rank, out[0].rank, out[0].id, out[0].id
 	for _, q := range out {
@@ -470,35 +497,36 @@ func radixOrder(out []queued, sc *scratch) ([]queued, bool) {
 		return nil, false
 	}
 	var keys, buf []keyed
-	var sorted []queued
 	if sc != nil {
 		if cap(sc.keys) < len(out) {
-			sc.keys, sc.radix, sc.sorted = make([]keyed, len(out)), make([]keyed, len(out)), make([]queued, len(out))
+			sc.keys, sc.radix = make([]keyed, len(out)), make([]keyed, len(out))
 		}
-		keys, buf, sorted = sc.keys[:len(out)], sc.radix[:len(out)], sc.sorted[:len(out)]
+		keys, buf = sc.keys[:len(out)], sc.radix[:len(out)]
 	} else {
-		keys, buf, sorted = make([]keyed, len(out)), make([]keyed, len(out)), make([]queued, len(out))
+		keys, buf = make([]keyed, len(out)), make([]keyed, len(out))
 	}
 	for i, q := range out {
 		keys[i] = keyed{key: uint64(q.rank-minR)<<idBits | uint64(q.id-minID), i: int32(i)}
 	}
 	radixSort(keys, buf)
+	var perm []int32
+	if sc != nil {
+		perm = sc.perm[:0]
+	}
+	perm = slices.Grow(perm, len(keys))
 	for k, key := range keys {
 		if k > 0 && key.key == keys[k-1].key {
 			if sc != nil {
-				sc.perm = sc.perm[:0]
+				sc.perm = perm[:0]
 			}
 			return nil, false // duplicate ids: the comparison sort breaks the tie
 		}
-		sorted[k] = out[key.i]
+		perm = append(perm, key.i)
 	}
 	if sc != nil {
-		sc.perm = slices.Grow(sc.perm[:0], len(keys))
-		for _, key := range keys {
-			sc.perm = append(sc.perm, key.i)
-		}
+		sc.perm = perm
 	}
-	return sorted, true
+	return perm, true
 }
 
 // partIndex is the index of the partition named name ("" the default), or -1.

@@ -31,6 +31,7 @@ type scratch struct {
 	pend   []*pendEntry
 	queued []queued
 	sorted []queued
+	ranks  []rankID
 	keys   []keyed
 	radix  []keyed
 	views  []NodeView

@@ -1,0 +1,45 @@
+package domain
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// TestPrioritySumMatchesFactors checks that the queue's priority (sum, from
+// per-pass tables) is the sum of priority's weighted factors for jobs of
+// every kind: the order and the decisions depend on the two agreeing.
+func TestPrioritySumMatchesFactors(t *testing.T) {
+	t.Parallel()
+	cfg := Config{}.Defaults()
+	cfg.QOS = []QOS{{Name: "low", Priority: 10}, {Name: "normal", Priority: 50}, {Name: "high", Priority: 100}}
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	p := &prioCtx{now: now.UnixNano(), cfg: &cfg, maxQOS: cfg.maxQOSPriority(),
+		partGPUs: []int64{8000, 96, 0}, partNodes: []int64{1000, 12, 3}, partTier: []int32{1, 3, 0}, maxTier: 3,
+		fsByID: []float64{0, 0.37, 1, 0.999951}, fsOther: map[assocKey]float64{{"a", "x"}: 0.25}}
+	p.qosFactor = make([]float64, len(cfg.QOS))
+	for i, q := range cfg.QOS {
+		p.qosFactor[i] = float64(q.Priority) / float64(p.maxQOS)
+	}
+	p.weigh()
+	rng := rand.New(rand.NewPCG(1, 2))
+	assocs := []*assoc{{id: 0}, {id: 1}, {id: 2}, {id: 3}, {id: 7}, {account: "a", user: "x", id: -1}, {account: "b", user: "y", id: -1}}
+	for range 20000 {
+		a := &jobAttrs{
+			eligible: now.UnixNano() - rng.Int64N(int64(10*24*time.Hour)) + int64(time.Hour),
+			gpus:     []int64{0, 1, 2, 8, 64, 65, 200}[rng.IntN(7)],
+			assoc:    assocs[rng.IntN(len(assocs))],
+			qos:      int32(rng.IntN(4)) - 1,
+			hold:     rng.IntN(50) == 0,
+		}
+		a.req.Nodes = 1 + rng.IntN(8)
+		if rng.IntN(100) == 0 {
+			a.eligible = 0
+		}
+		part := rng.IntN(5) - 1
+		want, _ := p.priority(a, part)
+		if got := p.sum(a, part); got != want {
+			t.Fatalf("sum(%+v, %d) = %d, priority = %d", *a, part, got, want)
+		}
+	}
+}
