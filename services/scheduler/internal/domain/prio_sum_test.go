@@ -4,6 +4,9 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // TestPrioritySumMatchesFactors checks that the queue's priority (sum, from
@@ -40,6 +43,31 @@ func TestPrioritySumMatchesFactors(t *testing.T) {
 		want, _ := p.priority(a, part)
 		if got := p.sum(a, part); got != want {
 			t.Fatalf("sum(%+v, %d) = %d, priority = %d", *a, part, got, want)
+		}
+	}
+}
+
+// TestPrioAttrsAsNewAttrs checks that the attributes the preemption stage
+// ranks running jobs by are newAttrs' own.
+func TestPrioAttrsAsNewAttrs(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{QOS: []QOS{{Name: "low", Priority: 1}, {Name: "normal", Priority: 5}}})
+	s.internAssoc("acct", "alice")
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	for i, spec := range []*loomv1.Job{
+		{Name: "a", Account: "acct", User: "alice", Gpus: 3, SubmitTime: timestamppb.New(now)},
+		{Name: "b", Account: "acct", User: "bob", GpusPerNode: 8, NodeCount: 2, Qos: "low", Hold: true},
+		{Name: "c", Qos: "none", SubmitTime: timestamppb.New(now), BeginTime: timestamppb.New(now.Add(time.Hour))},
+		{Name: "d", Account: "acct", User: "alice", BeginTime: timestamppb.New(now.Add(-time.Hour)), SubmitTime: timestamppb.New(now)},
+	} {
+		j := &Job{Job: spec}
+		want := s.newAttrs(j, false)
+		got := jobAttrs{eligible: 99, qos: 7}
+		s.prioAttrs(j, &got)
+		if got.hold != want.hold || got.eligible != want.eligible || got.gpus != want.gpus || got.qos != want.qos ||
+			got.req.Nodes != want.req.Nodes || got.assoc.id != want.assoc.id || got.assoc.account != want.assoc.account ||
+			got.assoc.user != want.assoc.user {
+			t.Errorf("job %d: prioAttrs %+v, newAttrs %+v", i, got, *want)
 		}
 	}
 }

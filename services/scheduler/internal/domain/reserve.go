@@ -252,18 +252,32 @@ func (p *pass) victims(qos string, qi int32, pi int) []victim {
 		return vs
 	}
 	var vs []victim
-	p.liveRuns(func(r *Run, vj *Job) {
+	t := p.t
+	t.eachClusterRun(p.name, func(r *Run, fresh bool) {
 		if r.PreemptBy != "" || !p.canPreemptRun(qos, pi, r) {
+			return
+		}
+		// What liveRuns would pass: a run whose job runs this attempt. A
+		// run of the state whose job the change did not edit says so
+		// itself (mirrorJob), and its job is the state's version.
+		var vj *Job
+		if fresh && r.key != "" {
+			if !r.live {
+				return
+			}
+			vj = t.s.jobs[r.Job]
+		} else if vj = t.job(r.Job); r.Ended() || vj == nil || !vj.Running() || vj.Attempt != r.Attempt {
 			return
 		}
 		v := victim{run: r, id: -jobNumber(vj)}
 		if p.prio != nil {
-			_, vpi := p.cluster.partition(vj.Job.GetPartition())
-			v.prio, _ = p.prio.priority(p.t.s.attrsOf(vj), vpi)
+			v.prio = p.victimPriority(r, vj, fresh && r.key != "")
 		}
 		vs = append(vs, v)
 	})
-	slices.SortStableFunc(vs, func(a, b victim) int {
+	// The comparison ends on the run's key, unique among runs: a total
+	// order, so any sort gives the one result a stable sort gave.
+	slices.SortFunc(vs, func(a, b victim) int {
 		switch {
 		case a.prio != b.prio:
 			return cmpInt(a.prio, b.prio)
@@ -279,6 +293,29 @@ func (p *pass) victims(qos string, qi int32, pi int) []victim {
 	}
 	p.victimCache[key] = vs
 	return vs
+}
+
+// victimPriority is the priority of vj, the job of running run r, in its
+// partition. Preemptors of several kinds each list the victims; the
+// priority of a state's run whose job the change did not edit (stored:
+// both are the state's, unchanged in the pass) is computed once a pass.
+func (p *pass) victimPriority(r *Run, vj *Job, stored bool) int64 {
+	if stored {
+		if v, ok := p.victimPrio[r]; ok {
+			return v
+		}
+	}
+	_, vpi := p.cluster.partition(vj.Job.GetPartition())
+	var a jobAttrs
+	p.t.s.prioAttrs(vj, &a)
+	v := p.prio.sum(&a, vpi)
+	if stored {
+		if p.victimPrio == nil {
+			p.victimPrio = map[*Run]int64{}
+		}
+		p.victimPrio[r] = v
+	}
+	return v
 }
 
 func cmpInt(a, b int64) int {

@@ -65,6 +65,7 @@ type pass struct {
 	hbuf         []holding
 	// victimCache and preemptFor: lazy preemption indexes (see victims, preempting).
 	victimCache map[victimKey][]victim
+	victimPrio  map[*Run]int64
 	preemptFor  map[string][]*Run
 	preempts    int
 	// reservedViews are the views of the backfill reservation's nodes;
