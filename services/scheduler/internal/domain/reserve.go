@@ -106,15 +106,50 @@ func (p *pass) holdings(i int32) []holding {
 	return hs
 }
 
-// viewIndex maps node names to views (built on first use).
+// viewIndex maps node names to views (built on first use). The writer keeps
+// the map of its last pass over the cluster, and reuses it while the views
+// are of the same node records in the same order: building it hashes every
+// node name (10,000), comparing the records is a walk.
 func (p *pass) viewIndex() map[string]int32 {
-	if p.viewAt == nil {
-		p.viewAt = make(map[string]int32, len(p.views))
-		for i := range p.views {
-			p.viewAt[p.views[i].Node.Name] = int32(i)
+	if p.viewAt != nil {
+		return p.viewAt
+	}
+	sc := p.t.scratch
+	if sc != nil {
+		if vi := sc.viewAt[p.name]; vi != nil && len(vi.nodes) == len(p.views) {
+			same := true
+			for i := range p.views {
+				if p.views[i].Node != vi.nodes[i] {
+					same = false
+					break
+				}
+			}
+			if same {
+				p.viewAt = vi.at
+				return p.viewAt
+			}
 		}
 	}
+	p.viewAt = make(map[string]int32, len(p.views))
+	nodes := make([]*Node, len(p.views))
+	for i := range p.views {
+		p.viewAt[p.views[i].Node.Name] = int32(i)
+		nodes[i] = p.views[i].Node
+	}
+	if sc != nil {
+		if sc.viewAt == nil {
+			sc.viewAt = map[string]*viewIndexCache{}
+		}
+		sc.viewAt[p.name] = &viewIndexCache{nodes: nodes, at: p.viewAt}
+	}
 	return p.viewAt
+}
+
+// viewIndexCache is a pass's viewIndex, for the views of nodes (in order).
+// Nothing writes into the map once built.
+type viewIndexCache struct {
+	nodes []*Node
+	at    map[string]int32
 }
 
 // room is what is free on a node, as a reservation or a preemption counts it.

@@ -40,6 +40,8 @@ type scratch struct {
 	perm []int32
 	// static: per cluster, the static checks' results (see staticCache).
 	static map[string]*staticCache
+	// viewAt: per cluster, the last pass's node name → view index.
+	viewAt map[string]*viewIndexCache
 }
 
 // writerTxn is a txn of Handle, Tick or Schedule.
