@@ -83,6 +83,13 @@ type pass struct {
 	// only the job it considers, and the running jobs it preempts, which
 	// are not in its queue). Cleared before the requeued jobs are looked at.
 	unedited bool
+	// lazy: per queue position, the reason-only version the walk gave the
+	// job there, built after the walk (nil: built at once). at is the
+	// queue's order (indexes of the entries as read, in memory order) when
+	// it was gathered, and pos the position of the job being considered.
+	lazy []*reasonVersion
+	at   []int32
+	pos  int32
 	// fresh counts the queued jobs without a reason yet: each will get
 	// one, and a record and an event in the change.
 	fresh int
@@ -146,8 +153,20 @@ func (t *txn) schedule(cluster string) {
 	if p.fresh > 1024 {
 		t.c.reserveJobs(p.fresh)
 	}
+	if p.unedited && p.at != nil && t.scratch != nil {
+		if cap(t.scratch.lazy) < len(queue) {
+			t.scratch.lazy = make([]*reasonVersion, len(queue))
+		}
+		p.lazy = t.scratch.lazy[:len(queue)]
+	}
 	for i := range queue {
+		if p.lazy != nil {
+			p.pos = p.at[i]
+		}
 		p.consider(&queue[i])
+	}
+	if p.lazy != nil {
+		p.buildLazy()
 	}
 	if p.requeued {
 		// Jobs preempted by this pass are pending again: give them their
@@ -379,6 +398,7 @@ func (p *pass) order(pend []*pendEntry) []queued {
 		for k, i := range at {
 			sorted[k] = out[i]
 		}
+		p.at = at
 		return sorted
 	}
 	// Else a comparison sort (the name breaks ties between ids that are not numbers).
@@ -806,15 +826,32 @@ func (t *txn) setReason(j *Job, name, reason string, unedited bool) {
 	// the event carries that copy itself instead of two deep copies.
 	// editJob copies it deeply before any edit.
 	v := t.reasonVersion()
-	v.job = Job{Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded, Job: &v.pj, tmpl: j.tmpl, shared: true}
-	shallowJobInto(&v.pj, j.Job)
-	v.pj.StateReason = reason
-	v.ev = eventsv1.JobChanged{Job: &v.pj, Attempt: j.Attempt, ModelDir: j.ModelDir}
+	v.src, v.reason = j, reason
+	t.fill(v)
+	t.putReason(v, name, v.pj.Cluster)
+}
+
+// putReason puts reason-only version v of the job named name, of cluster,
+// in the change, and its JobChanged.
+func (t *txn) putReason(v *reasonVersion, name, cluster string) {
 	t.c.Jobs[name] = &v.job
 	// emitJob without its look-up: a job the change had no version of has
 	// no JobChanged in it (every emitted job is one of the change's).
 	t.c.lastJobEmit[name] = len(t.c.Emits)
-	t.emit(v.pj.Cluster, name, &v.ev)
+	t.emit(cluster, name, &v.ev)
+}
+
+// fill builds reason-only version v from its source (once).
+func (t *txn) fill(v *reasonVersion) {
+	j := v.src
+	if j == nil {
+		return
+	}
+	v.job = Job{Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded, Job: &v.pj, tmpl: j.tmpl, shared: true}
+	shallowJobInto(&v.pj, j.Job)
+	v.pj.StateReason = v.reason
+	v.ev = eventsv1.JobChanged{Job: &v.pj, Attempt: j.Attempt, ModelDir: j.ModelDir}
+	v.src = nil
 }
 
 // reasonVersion is a reason-only job version (setReason) and its event.
@@ -822,6 +859,9 @@ type reasonVersion struct {
 	job Job
 	pj  loomv1.Job
 	ev  eventsv1.JobChanged
+	// src and reason: what it is built from, until it is (see fill).
+	src    *Job
+	reason string
 }
 
 // reasonVersion returns a zero reasonVersion from the change's batch: a pass
@@ -846,7 +886,31 @@ func (p *pass) wait(q *queued, reason string) {
 	if q.reason == reason {
 		return
 	}
+	if p.lazy != nil {
+		// Built after the walk, in the queue's memory order (see
+		// buildLazy): reading 100,000 stored jobs in priority order would
+		// wait on memory for each.
+		t := p.t
+		v := t.reasonVersion()
+		v.src, v.reason = q.j, reason
+		v.job.lazy = v
+		t.putReason(v, q.name, p.name)
+		p.lazy[p.pos] = v
+		return
+	}
 	p.t.setReason(q.j, q.name, reason, p.unedited)
+}
+
+// buildLazy builds the reason-only versions the walk of the queue left to
+// build, in the order of the queue's entries (as they lie in memory).
+func (p *pass) buildLazy() {
+	for i, v := range p.lazy {
+		if v != nil {
+			p.t.fill(v)
+			p.lazy[i] = nil
+		}
+	}
+	p.lazy = nil
 }
 
 // waitDecided keeps q's job pending for d.Reason and records the decision.

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -69,5 +70,48 @@ func TestPrioAttrsAsNewAttrs(t *testing.T) {
 			got.assoc.user != want.assoc.user {
 			t.Errorf("job %d: prioAttrs %+v, newAttrs %+v", i, got, *want)
 		}
+	}
+}
+
+// TestLazyReasonVersionBuiltOnLook checks that a reason-only version the
+// pass left to build after its walk is built by the first look at it: a
+// read (txn.job), an edit (editJob) and the pending list see the job with
+// its new reason, and its JobChanged carries that version.
+func TestLazyReasonVersionBuiltOnLook(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{})
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	tx := writerTxn(s, now)
+	lazy := func(name string) *reasonVersion {
+		src := &Job{Attempt: 2, Job: &loomv1.Job{Name: name, Cluster: "c", State: loomv1.JobState_PENDING, StateReason: "None"}}
+		v := tx.reasonVersion()
+		v.src, v.reason = src, ReasonPriority
+		v.job.lazy = v
+		tx.putReason(v, name, "c")
+		if v.job.Job != nil {
+			t.Fatalf("%s: built before any look", name)
+		}
+		return v
+	}
+	a, b, c := lazy("projects/p/jobs/1"), lazy("projects/p/jobs/2"), lazy("projects/p/jobs/3")
+	got := tx.job("projects/p/jobs/1")
+	if got != &a.job || got.Job.GetStateReason() != ReasonPriority || got.Attempt != 2 || got.Job.GetName() != "projects/p/jobs/1" {
+		t.Fatalf("job(): %+v", got)
+	}
+	if ev := tx.c.Emits[0].Payload.(*eventsv1.JobChanged); ev.GetJob() != got.Job || ev.GetAttempt() != 2 {
+		t.Fatalf("JobChanged %v does not carry the version", ev)
+	}
+	ed := tx.editJob("projects/p/jobs/2")
+	if ed.Job.GetStateReason() != ReasonPriority || ed.shared || ed.Job == &b.pj {
+		t.Fatalf("editJob: reason %q, shared %v, a copy %v", ed.Job.GetStateReason(), ed.shared, ed.Job != &b.pj)
+	}
+	n := 0
+	for _, e := range tx.pendingEntries("c") {
+		if e.name == "projects/p/jobs/3" && e.reason == ReasonPriority {
+			n++
+		}
+	}
+	if n != 1 || c.job.Job == nil || c.job.lazy != nil {
+		t.Fatalf("pendingEntries: found %d, built %v", n, c.job.Job != nil)
 	}
 }
