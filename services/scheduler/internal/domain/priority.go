@@ -160,12 +160,40 @@ func (t *txn) newPrioCtx(cluster string, c *Cluster, views []NodeView, pend []*p
 	// The runs as eachClusterRun visits them (the same order, so the same
 	// float sums), the state's from their contiguous copies.
 	ci := s.byCluster[cluster]
+	// The runs' usage goes to their accounts' sums through a slot per
+	// account (an interned association's by its id), not a map look-up
+	// per run: each account's sum gets the same additions in the same
+	// order, so the same float. Written back after the runs.
+	slots := make(map[string]int32, len(acctUse))
+	var sums []float64
+	var touched []bool
+	slotOf := func(account string) int32 {
+		k, ok := slots[account]
+		if !ok {
+			k = int32(len(sums))
+			slots[account] = k
+			v, had := acctUse[account]
+			sums, touched = append(sums, v), append(touched, had)
+		}
+		return k
+	}
+	acctSlot := make([]int32, nIDs)
+	for id, a := range s.assocList {
+		acctSlot[id] = slotOf(a.account)
+	}
 	run := func(ended bool, start time.Time, rate float64, account string, a *assoc) {
 		if ended || start.IsZero() {
 			return
 		}
 		v := accrued(rate, start, t.now, cfg.HalfLife)
-		acctUse[account] += v
+		var k int32
+		if a != nil && a.id >= 0 && int(a.id) < nIDs && a.account == account {
+			k = acctSlot[a.id]
+		} else {
+			k = slotOf(account)
+		}
+		sums[k] += v
+		touched[k] = true
 		total += v
 		mark(a, v)
 	}
@@ -196,6 +224,11 @@ func (t *txn) newPrioCtx(cluster string, c *Cluster, views []NodeView, pend []*p
 				rate = runRate(r)
 			}
 			run(r.Ended(), r.Start, rate, r.Account, s.runAssoc(r))
+		}
+	}
+	for account, k := range slots {
+		if touched[k] {
+			acctUse[account] = sums[k]
 		}
 	}
 	// Who has pending jobs: the state's count per association when the
