@@ -159,6 +159,37 @@ func (s *State) newAttrs(j *Job, intern bool) *jobAttrs {
 	return a
 }
 
+// prioAttrs sets in a what a priority reads of j (hold, eligible, GPUs,
+// association, QOS, node count) as newAttrs(j, false) sets them, for the
+// running jobs the preemption stage ranks, whose attributes are not kept:
+// the rest (request, shape) is not built.
+func (s *State) prioAttrs(j *Job, a *jobAttrs) {
+	if j.attrs != nil {
+		*a = *j.attrs
+		return
+	}
+	spec := j.Job
+	a.hold, a.gpus, a.qos = spec.GetHold(), int64(jobGPUs(j)), -1
+	a.eligible = 0
+	if ts := spec.GetSubmitTime(); ts != nil {
+		a.eligible = ts.AsTime().UnixNano()
+	}
+	if b := spec.GetBeginTime(); b != nil {
+		a.eligible = max(a.eligible, b.AsTime().UnixNano())
+	}
+	a.assoc = s.lookupAssoc(spec.GetAccount(), spec.GetUser())
+	name := spec.GetQos()
+	if name == "" {
+		name = s.cfg.DefaultQOS
+	}
+	for i, q := range s.cfg.QOS {
+		if q.Name == name {
+			a.qos = int32(i)
+		}
+	}
+	a.req.Nodes = int(max(spec.GetNodeCount(), 1))
+}
+
 // runAssoc returns a run's association.
 func (s *State) runAssoc(r *Run) *assoc {
 	if r.assoc != nil {

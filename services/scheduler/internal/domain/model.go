@@ -258,6 +258,10 @@ type Job struct {
 	// with only its reason changed, and is also the payload of the change's
 	// JobChanged: editJob deep-copies it before any edit.
 	shared bool
+	// lazy: a reason-only version not built yet (Job is nil): the pass
+	// builds them after its walk of the queue, in the queue's memory order,
+	// or on the first look at it (see txn.fill).
+	lazy *reasonVersion
 }
 
 // Template returns the template of the array the job is a task of (see

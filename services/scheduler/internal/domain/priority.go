@@ -48,7 +48,19 @@ type prioCtx struct {
 	// fsOther that of associations not interned.
 	fsByID  []float64
 	fsOther map[assocKey]float64
+	// The weighted factors that do not depend on the job itself, rounded
+	// once per pass (see sum): per interned association, per partition
+	// (tier, and size by GPUs up to sizeGPUs), per QOS.
+	fsW            []int64
+	fsDefault      int64
+	partW          []int64
+	sizeW          [][]int64
+	qosW           []int64
+	wAge, maxAgeNs float64
 }
+
+// sizeGPUs bounds the GPU counts whose size factor sum takes from a table.
+const sizeGPUs = 64
 
 // decay returns the factor usage decays by over d.
 func decay(d, halfLife time.Duration) float64 {
@@ -150,12 +162,40 @@ func (t *txn) newPrioCtx(cluster string, c *Cluster, views []place.NodeView, pen
 	// The runs as eachClusterRun visits them (the same order, so the same
 	// float sums), the state's from their contiguous copies.
 	ci := s.byCluster[cluster]
+	// The runs' usage goes to their accounts' sums through a slot per
+	// account (an interned association's by its id), not a map look-up
+	// per run: each account's sum gets the same additions in the same
+	// order, so the same float. Written back after the runs.
+	slots := make(map[string]int32, len(acctUse))
+	var sums []float64
+	var touched []bool
+	slotOf := func(account string) int32 {
+		k, ok := slots[account]
+		if !ok {
+			k = int32(len(sums))
+			slots[account] = k
+			v, had := acctUse[account]
+			sums, touched = append(sums, v), append(touched, had)
+		}
+		return k
+	}
+	acctSlot := make([]int32, nIDs)
+	for id, a := range s.assocList {
+		acctSlot[id] = slotOf(a.account)
+	}
 	run := func(ended bool, start time.Time, rate float64, account string, a *assoc) {
 		if ended || start.IsZero() {
 			return
 		}
 		v := accrued(rate, start, t.now, cfg.HalfLife)
-		acctUse[account] += v
+		var k int32
+		if a != nil && a.id >= 0 && int(a.id) < nIDs && a.account == account {
+			k = acctSlot[a.id]
+		} else {
+			k = slotOf(account)
+		}
+		sums[k] += v
+		touched[k] = true
 		total += v
 		mark(a, v)
 	}
@@ -186,6 +226,11 @@ func (t *txn) newPrioCtx(cluster string, c *Cluster, views []place.NodeView, pen
 				rate = runRate(r)
 			}
 			run(r.Ended(), r.Start, rate, r.Account, s.runAssoc(r))
+		}
+	}
+	for account, k := range slots {
+		if touched[k] {
+			acctUse[account] = sums[k]
 		}
 	}
 	// Who has pending jobs: the state's count per association when the
@@ -236,7 +281,76 @@ func (t *txn) newPrioCtx(cluster string, c *Cluster, views []place.NodeView, pen
 	for k := range otherPresent {
 		p.fsOther[k] = fs(k.account, otherUse[k])
 	}
+	p.weigh()
 	return p
+}
+
+// weigh rounds, once per pass, the weighted factors priority would round
+// per job: the same expressions on the same values, so the same integers.
+func (p *prioCtx) weigh() {
+	w := p.cfg.Weights
+	round := func(weight int64, f float64) int64 { return int64(math.Round(float64(weight) * f)) }
+	p.wAge, p.maxAgeNs = float64(w.Age), float64(p.cfg.MaxAge)
+	p.fsDefault = round(w.FairShare, 1.0)
+	p.fsW = make([]int64, len(p.fsByID))
+	for id, fs := range p.fsByID {
+		p.fsW[id] = round(w.FairShare, fs)
+	}
+	p.partW = make([]int64, len(p.partTier))
+	p.sizeW = make([][]int64, len(p.partTier))
+	for part := range p.partTier {
+		if p.maxTier > 0 {
+			p.partW[part] = round(w.Partition, float64(p.partTier[part])/float64(p.maxTier))
+		}
+		if p.partGPUs[part] > 0 {
+			sz := make([]int64, sizeGPUs+1)
+			for g := int64(1); g <= sizeGPUs; g++ {
+				sz[g] = round(w.JobSize, min(float64(g)/float64(p.partGPUs[part]), 1))
+			}
+			p.sizeW[part] = sz
+		}
+	}
+	p.qosW = make([]int64, len(p.qosFactor))
+	for i, qf := range p.qosFactor {
+		p.qosW[i] = round(w.QOS, qf)
+	}
+}
+
+// sum is priority's result without its factors, from weigh's tables: what
+// the queue's order needs of every job, at a few loads each.
+func (p *prioCtx) sum(a *jobAttrs, part int) int64 {
+	if a.hold {
+		return 0
+	}
+	var v int64
+	if d := p.now - a.eligible; d > 0 && a.eligible > 0 {
+		v = int64(math.Round(p.wAge * min(float64(d)/p.maxAgeNs, 1)))
+	}
+	switch id := a.assoc.id; {
+	case id >= 0 && int(id) < len(p.fsW):
+		v += p.fsW[id]
+	case id >= 0:
+		v += p.fsDefault
+	default:
+		fs := 1.0
+		if f, ok := p.fsOther[assocKey{a.assoc.account, a.assoc.user}]; ok {
+			fs = f
+		}
+		v += int64(math.Round(float64(p.cfg.Weights.FairShare) * fs))
+	}
+	if part >= 0 && part < len(p.partGPUs) {
+		if sz := p.sizeW[part]; a.gpus > 0 && a.gpus <= sizeGPUs && sz != nil {
+			v += sz[a.gpus]
+		} else if a.gpus > 0 || p.partNodes[part] > 0 {
+			_, f := p.priority(&jobAttrs{gpus: a.gpus, req: place.Request{Nodes: a.req.Nodes}, assoc: a.assoc}, part)
+			v += f.jobSize
+		}
+		v += p.partW[part]
+	}
+	if a.qos >= 0 {
+		v += p.qosW[a.qos]
+	}
+	return v
 }
 
 // factors are a job's weighted priority factors.

@@ -108,15 +108,51 @@ func (p *pass) holdings(i int32) []holding {
 	return hs
 }
 
-// viewIndex maps node names to views (built on first use).
+// viewIndex maps node names to views (built on first use). The writer keeps
+// the map of its last pass over the cluster, and reuses it while the views
+// are of the same placement nodes in the same order (staticCacheFor keeps
+// them while the node records are unchanged): building it hashes every
+// node name (10,000), comparing the pointers is a walk.
 func (p *pass) viewIndex() map[string]int32 {
-	if p.viewAt == nil {
-		p.viewAt = make(map[string]int32, len(p.views))
-		for i := range p.views {
-			p.viewAt[p.views[i].Node.Name] = int32(i)
+	if p.viewAt != nil {
+		return p.viewAt
+	}
+	sc := p.t.scratch
+	if sc != nil {
+		if vi := sc.viewAt[p.name]; vi != nil && len(vi.nodes) == len(p.views) {
+			same := true
+			for i := range p.views {
+				if p.views[i].Node != vi.nodes[i] {
+					same = false
+					break
+				}
+			}
+			if same {
+				p.viewAt = vi.at
+				return p.viewAt
+			}
 		}
 	}
+	p.viewAt = make(map[string]int32, len(p.views))
+	nodes := make([]*place.Node, len(p.views))
+	for i := range p.views {
+		p.viewAt[p.views[i].Node.Name] = int32(i)
+		nodes[i] = p.views[i].Node
+	}
+	if sc != nil {
+		if sc.viewAt == nil {
+			sc.viewAt = map[string]*viewIndexCache{}
+		}
+		sc.viewAt[p.name] = &viewIndexCache{nodes: nodes, at: p.viewAt}
+	}
 	return p.viewAt
+}
+
+// viewIndexCache is a pass's viewIndex, for the views of nodes (in order).
+// Nothing writes into the map once built.
+type viewIndexCache struct {
+	nodes []*place.Node
+	at    map[string]int32
 }
 
 // room is what is free on a node, as a reservation or a preemption counts it.
@@ -254,18 +290,32 @@ func (p *pass) victims(qos string, qi int32, pi int) []victim {
 		return vs
 	}
 	var vs []victim
-	p.liveRuns(func(r *Run, vj *Job) {
+	t := p.t
+	t.eachClusterRun(p.name, func(r *Run, fresh bool) {
 		if r.PreemptBy != "" || !p.canPreemptRun(qos, pi, r) {
+			return
+		}
+		// What liveRuns would pass: a run whose job runs this attempt. A
+		// run of the state whose job the change did not edit says so
+		// itself (mirrorJob), and its job is the state's version.
+		var vj *Job
+		if fresh && r.key != "" {
+			if !r.live {
+				return
+			}
+			vj = t.s.jobs[r.Job]
+		} else if vj = t.job(r.Job); r.Ended() || vj == nil || !vj.Running() || vj.Attempt != r.Attempt {
 			return
 		}
 		v := victim{run: r, id: -jobNumber(vj)}
 		if p.prio != nil {
-			_, vpi := p.cluster.partition(vj.Job.GetPartition())
-			v.prio, _ = p.prio.priority(p.t.s.attrsOf(vj), vpi)
+			v.prio = p.victimPriority(r, vj, fresh && r.key != "")
 		}
 		vs = append(vs, v)
 	})
-	slices.SortStableFunc(vs, func(a, b victim) int {
+	// The comparison ends on the run's key, unique among runs: a total
+	// order, so any sort gives the one result a stable sort gave.
+	slices.SortFunc(vs, func(a, b victim) int {
 		switch {
 		case a.prio != b.prio:
 			return cmpInt(a.prio, b.prio)
@@ -281,6 +331,29 @@ func (p *pass) victims(qos string, qi int32, pi int) []victim {
 	}
 	p.victimCache[key] = vs
 	return vs
+}
+
+// victimPriority is the priority of vj, the job of running run r, in its
+// partition. Preemptors of several kinds each list the victims; the
+// priority of a state's run whose job the change did not edit (stored:
+// both are the state's, unchanged in the pass) is computed once a pass.
+func (p *pass) victimPriority(r *Run, vj *Job, stored bool) int64 {
+	if stored {
+		if v, ok := p.victimPrio[r]; ok {
+			return v
+		}
+	}
+	_, vpi := p.cluster.partition(vj.Job.GetPartition())
+	var a jobAttrs
+	p.t.s.prioAttrs(vj, &a)
+	v := p.prio.sum(&a, vpi)
+	if stored {
+		if p.victimPrio == nil {
+			p.victimPrio = map[*Run]int64{}
+		}
+		p.victimPrio[r] = v
+	}
+	return v
 }
 
 func cmpInt(a, b int64) int {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
 )
 
@@ -66,6 +68,7 @@ type pass struct {
 	hbuf         []holding
 	// victimCache and preemptFor: lazy preemption indexes (see victims, preempting).
 	victimCache map[victimKey][]victim
+	victimPrio  map[*Run]int64
 	preemptFor  map[string][]*Run
 	preempts    int
 	// reservedViews are the views of the backfill reservation's nodes;
@@ -78,6 +81,18 @@ type pass struct {
 	// requeuedJobs names the jobs it requeued.
 	requeued     bool
 	requeuedJobs []string
+	// unedited: the change held no job version when the pass began, so a
+	// job of the queue has none until the pass gives it one (a pass edits
+	// only the job it considers, and the running jobs it preempts, which
+	// are not in its queue). Cleared before the requeued jobs are looked at.
+	unedited bool
+	// lazy: per queue position, the reason-only version the walk gave the
+	// job there, built after the walk (nil: built at once). at is the
+	// queue's order (indexes of the entries as read, in memory order) when
+	// it was gathered, and pos the position of the job being considered.
+	lazy []*reasonVersion
+	at   []int32
+	pos  int32
 	// fresh counts the queued jobs without a reason yet: each will get
 	// one, and a record and an event in the change.
 	fresh int
@@ -133,6 +148,7 @@ func (t *txn) schedule(cluster string) {
 		c = &Cluster{Name: cluster}
 	}
 	p := t.newPass(cluster, c)
+	p.unedited = len(t.c.Jobs) == 0
 	if cap(t.c.Decisions) == 0 {
 		t.c.Decisions = make([]Decision, 0, len(pend))
 	}
@@ -140,8 +156,20 @@ func (t *txn) schedule(cluster string) {
 	if p.fresh > 1024 {
 		t.c.reserveJobs(p.fresh)
 	}
+	if p.unedited && p.at != nil && t.scratch != nil {
+		if cap(t.scratch.lazy) < len(queue) {
+			t.scratch.lazy = make([]*reasonVersion, len(queue))
+		}
+		p.lazy = t.scratch.lazy[:len(queue)]
+	}
 	for i := range queue {
+		if p.lazy != nil {
+			p.pos = p.at[i]
+		}
 		p.consider(&queue[i])
+	}
+	if p.lazy != nil {
+		p.buildLazy()
 	}
 	if p.requeued {
 		// Jobs preempted by this pass are pending again: give them their
@@ -149,6 +177,7 @@ func (t *txn) schedule(cluster string) {
 		// pass's victims can have become pending since the queue was read
 		// (the others were in it or were not pending), so only they are
 		// looked at, not every job of the change.
+		p.unedited = false
 		back := map[string]*pendEntry{}
 		for _, name := range p.requeuedJobs {
 			if j := t.job(name); j != nil && j.Pending() && j.Job.GetCluster() == cluster {
@@ -323,8 +352,20 @@ func (p *pass) order(pend []*pendEntry) []queued {
 	if pol.Less == nil && pol.Order == OrderPriority {
 		p.prio = p.t.newPrioCtx(p.name, p.cluster, p.views, pend)
 	}
+	// The order keys are also copied apart, as the entries are built: the
+	// mend of the previous order (reuseOrder) compares them all over.
+	var keys []rankID
+	if sc != nil {
+		if cap(sc.ranks) < len(pend) {
+			sc.ranks = make([]rankID, len(pend))
+		}
+		keys = sc.ranks[:len(pend)]
+	}
 	for i, e := range pend {
 		out[i] = p.queued(e)
+		if keys != nil {
+			keys[i] = rankID{out[i].rank, out[i].id}
+		}
 		if e.reason == "" {
 			p.fresh++
 		}
@@ -343,11 +384,28 @@ func (p *pass) order(pend []*pendEntry) []queued {
 	}
 	// Higher tier and priority first, then lower id. When the spans of
 	// ranks and ids fit 64 bits together and ids are distinct numbers
-	// (always, for gateway-assigned ids), one radix sort does it.
-	if sorted, ok := reuseOrder(out, sc); ok {
-		return sorted
+	// (always, for gateway-assigned ids), one radix sort does it. The
+	// queue is then gathered in that order: one walk of independent reads
+	// all over it, which the processor overlaps, where reading the entries
+	// in that order as the pass goes would wait for each.
+	at, ok := reuseOrder(keys, sc)
+	if !ok {
+		at, ok = radixOrder(out, sc)
 	}
-	if sorted, ok := radixOrder(out, sc); ok {
+	if ok {
+		var sorted []queued
+		if sc != nil {
+			if cap(sc.sorted) < len(out) {
+				sc.sorted = make([]queued, len(out))
+			}
+			sorted = sc.sorted[:len(out)]
+		} else {
+			sorted = make([]queued, len(out))
+		}
+		for k, i := range at {
+			sorted[k] = out[i]
+		}
+		p.at = at
 		return sorted
 	}
 	// Else a comparison sort (the name breaks ties between ids that are not numbers).
@@ -393,30 +451,32 @@ func (p *pass) queued(e *pendEntry) queued {
 		if q.part >= 0 {
 			tier = p.parts[q.part].Tier
 		}
-		q.prio, _ = p.prio.priority(&e.jobAttrs, int(q.part))
+		q.prio = p.prio.sum(&e.jobAttrs, int(q.part))
 		q.rank = -(int64(tier)<<40 | q.prio)
 	}
 	return q
 }
 
-// reuseOrder returns out sorted by (rank, id) starting from the previous
-// pass's order: from one pass to the next the queue rarely changes, nor the
-// order of its priorities, so an insertion sort along the previous
-// permutation costs a walk, where a sort costs several passes over every key.
-// It gives up (false) when the permutation is of another length, when ids
-// tie, or when more than a few moves would be needed; then the caller
-// sorts. The result is exact: keys strictly increasing along a permutation
-// of out are out's one sorted order, whatever jobs came and went.
-func reuseOrder(out []queued, sc *scratch) ([]queued, bool) {
-	if sc == nil || len(sc.perm) != len(out) || len(out) == 0 {
+// reuseOrder returns the order of keys (indexes into keys),
+// starting from the previous pass's order: from one pass to the next the
+// queue rarely changes, nor the order of its priorities, so an insertion
+// sort along the previous permutation costs a walk, where a sort costs
+// several passes over every key. It gives up (false) when the permutation
+// is of another length, when ids tie, or when more than a few moves would
+// be needed; then the caller sorts. The result is exact: keys strictly
+// increasing along a permutation of them are their one sorted order,
+// whatever jobs came and went. The keys are the queue's (rank, id), apart
+// from its entries: 16 bytes a job to compare where the entries are 100.
+func reuseOrder(keys []rankID, sc *scratch) ([]int32, bool) {
+	if sc == nil || len(sc.perm) != len(keys) || len(keys) == 0 {
 		return nil, false
 	}
 	perm := sc.perm
 	less := func(a, b int32) bool {
-		qa, qb := &out[a], &out[b]
-		return qa.rank < qb.rank || (qa.rank == qb.rank && qa.id < qb.id)
+		ka, kb := &keys[a], &keys[b]
+		return ka.rank < kb.rank || (ka.rank == kb.rank && ka.id < kb.id)
 	}
-	budget := len(out)/8 + 64 // moves allowed before a sort is cheaper
+	budget := len(keys)/8 + 64 // moves allowed before a sort is cheaper
 	for k := 1; k < len(perm); k++ {
 		x := perm[k]
 		if less(perm[k-1], x) {
@@ -424,7 +484,7 @@ func reuseOrder(out []queued, sc *scratch) ([]queued, bool) {
 		}
 		m := k
 		for m > 0 && !less(perm[m-1], x) {
-			if qa, qb := &out[perm[m-1]], &out[x]; qa.rank == qb.rank && qa.id == qb.id {
+			if ka, kb := &keys[perm[m-1]], &keys[x]; ka.rank == kb.rank && ka.id == kb.id {
 				sc.perm = sc.perm[:0] // a tie: the sort's tie-break decides
 				return nil, false
 			}
@@ -437,21 +497,18 @@ func reuseOrder(out []queued, sc *scratch) ([]queued, bool) {
 		}
 		perm[m] = x
 	}
-	if cap(sc.sorted) < len(out) {
-		sc.sorted = make([]queued, len(out))
-	}
-	sorted := sc.sorted[:len(out)]
-	for k, i := range perm {
-		sorted[k] = out[i]
-	}
-	return sorted, true
+	return perm, true
 }
 
-// radixOrder sorts out by (rank, id) with radixSort when the keys allow it
-// (in sc's buffers when sc is not nil).
-func radixOrder(out []queued, sc *scratch) ([]queued, bool) {
+// rankID is a queued job's order key.
+type rankID struct{ rank, id int64 }
+
+// radixOrder returns the order of out by (rank, id) (indexes into out),
+// from radixSort when the keys allow it (in sc's buffers when sc is not
+// nil).
+func radixOrder(out []queued, sc *scratch) ([]int32, bool) {
 	if len(out) == 0 {
-		return out, true
+		return nil, true
 	}
 	minR, maxR, minID, maxID := out[0].rank, out[0].rank, out[0].id, out[0].id
 	for _, q := range out {
@@ -468,35 +525,36 @@ func radixOrder(out []queued, sc *scratch) ([]queued, bool) {
 		return nil, false
 	}
 	var keys, buf []keyed
-	var sorted []queued
 	if sc != nil {
 		if cap(sc.keys) < len(out) {
-			sc.keys, sc.radix, sc.sorted = make([]keyed, len(out)), make([]keyed, len(out)), make([]queued, len(out))
+			sc.keys, sc.radix = make([]keyed, len(out)), make([]keyed, len(out))
 		}
-		keys, buf, sorted = sc.keys[:len(out)], sc.radix[:len(out)], sc.sorted[:len(out)]
+		keys, buf = sc.keys[:len(out)], sc.radix[:len(out)]
 	} else {
-		keys, buf, sorted = make([]keyed, len(out)), make([]keyed, len(out)), make([]queued, len(out))
+		keys, buf = make([]keyed, len(out)), make([]keyed, len(out))
 	}
 	for i, q := range out {
 		keys[i] = keyed{key: uint64(q.rank-minR)<<idBits | uint64(q.id-minID), i: int32(i)}
 	}
 	radixSort(keys, buf)
+	var perm []int32
+	if sc != nil {
+		perm = sc.perm[:0]
+	}
+	perm = slices.Grow(perm, len(keys))
 	for k, key := range keys {
 		if k > 0 && key.key == keys[k-1].key {
 			if sc != nil {
-				sc.perm = sc.perm[:0]
+				sc.perm = perm[:0]
 			}
 			return nil, false // duplicate ids: the comparison sort breaks the tie
 		}
-		sorted[k] = out[key.i]
+		perm = append(perm, key.i)
 	}
 	if sc != nil {
-		sc.perm = slices.Grow(sc.perm[:0], len(keys))
-		for _, key := range keys {
-			sc.perm = append(sc.perm, key.i)
-		}
+		sc.perm = perm
 	}
-	return sorted, true
+	return perm, true
 }
 
 // partIndex is the index of the partition named name ("" the default), or -1.
@@ -532,9 +590,9 @@ func (p *pass) consider(q *queued) {
 	for gi := range gates {
 		if reason, note := gates[gi].check(p, q); reason != "" {
 			if note != "" {
-				t.waitDecided(j, q.reason, Decision{Job: q.name, Reason: reason, Note: note})
+				p.waitDecided(q, Decision{Job: q.name, Reason: reason, Note: note})
 			} else {
-				t.waitA(j, q.reason, reason)
+				p.wait(q, reason)
 			}
 			return
 		}
@@ -574,17 +632,17 @@ func (p *pass) consider(q *queued) {
 			reason = ReasonPartitionNodeLimit
 		}
 		d.Reason = reason
-		t.waitDecided(j, q.reason, *d)
+		p.waitDecided(q, *d)
 		return
 	case place.Availability:
 		d.Reason = ReasonReqNodeNotAvail
-		t.waitDecided(j, q.reason, *d)
+		p.waitDecided(q, *d)
 		return
 	}
 	for si := range blockedStages {
 		blockedStages[si].run(p, &p.blk)
 	}
-	t.waitDecided(j, q.reason, *d)
+	p.waitDecided(q, *d)
 }
 
 // previousRunStopping keeps a requeued job pending (Requeued) while its
@@ -756,38 +814,114 @@ func (t *txn) wait(j *Job, reason string) {
 	if j.Job.GetStateReason() == reason {
 		return
 	}
-	t.setReason(j, reason)
+	t.setReason(j, j.Name(), reason, false)
 }
 
-// setReason gives pending job j a new reason and emits it.
-func (t *txn) setReason(j *Job, reason string) {
-	if _, edited := t.c.Jobs[j.Name()]; !edited {
-		// Only the reason changes (the first pass over a burst of
-		// submissions gives 100,000 jobs theirs): the new version is a
-		// shallow copy, and the event carries that copy itself instead
-		// of two deep copies. editJob copies it deeply before any edit.
-		j = &Job{Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded, Job: shallowJob(j.Job), tmpl: j.tmpl, shared: true}
-		j.Job.StateReason = reason
-		t.c.Jobs[j.Name()] = j
-		t.emitJob(j)
+// setReason gives pending job j (named name) a new reason and emits it.
+// unedited says the caller knows the change holds no version of j.
+func (t *txn) setReason(j *Job, name, reason string, unedited bool) {
+	if !unedited {
+		if _, edited := t.c.Jobs[name]; edited {
+			j = t.editJob(name)
+			j.Job.StateReason = reason
+			t.emitJob(j)
+			return
+		}
+	}
+	// Only the reason changes (the first pass over a burst of submissions
+	// gives 100,000 jobs theirs): the new version is a shallow copy, and
+	// the event carries that copy itself instead of two deep copies.
+	// editJob copies it deeply before any edit.
+	v := t.reasonVersion()
+	v.src, v.reason = j, reason
+	t.fill(v)
+	t.putReason(v, name, v.pj.Cluster)
+}
+
+// putReason puts reason-only version v of the job named name, of cluster,
+// in the change, and its JobChanged.
+func (t *txn) putReason(v *reasonVersion, name, cluster string) {
+	t.c.Jobs[name] = &v.job
+	// emitJob without its look-up: a job the change had no version of has
+	// no JobChanged in it (every emitted job is one of the change's).
+	t.c.lastJobEmit[name] = len(t.c.Emits)
+	t.emit(cluster, name, &v.ev)
+}
+
+// fill builds reason-only version v from its source (once).
+func (t *txn) fill(v *reasonVersion) {
+	j := v.src
+	if j == nil {
 		return
 	}
-	j = t.editJob(j.Name())
-	j.Job.StateReason = reason
-	t.emitJob(j)
+	v.job = Job{Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded, Job: &v.pj, tmpl: j.tmpl, shared: true}
+	shallowJobInto(&v.pj, j.Job)
+	v.pj.StateReason = v.reason
+	v.ev = eventsv1.JobChanged{Job: &v.pj, Attempt: j.Attempt, ModelDir: j.ModelDir}
+	v.src = nil
 }
 
-// waitA is wait for a job whose reason as read (have: its attributes'
-// reason) is at hand: no look at its protobuf unless the reason changes.
-func (t *txn) waitA(j *Job, have, reason string) {
-	if have == reason {
+// reasonVersion is a reason-only job version (setReason) and its event.
+type reasonVersion struct {
+	job Job
+	pj  loomv1.Job
+	ev  eventsv1.JobChanged
+	// src and reason: what it is built from, until it is (see fill).
+	src    *Job
+	reason string
+}
+
+// reasonVersion returns a zero reasonVersion from the change's batch: a pass
+// that gives 100,000 jobs a reason allocates a batch per 1024 of them, not
+// three objects each. A batch lives while any of its versions or events is
+// referenced, at most as long as the burst's versions together.
+func (t *txn) reasonVersion() *reasonVersion {
+	if len(t.c.reasonSlab) == 0 {
+		t.c.reasonSlab = make([]reasonVersion, reasonBatch)
+	}
+	v := &t.c.reasonSlab[0]
+	t.c.reasonSlab = t.c.reasonSlab[1:]
+	return v
+}
+
+// reasonBatch is how many reason-only versions one allocation holds.
+const reasonBatch = 1024
+
+// wait keeps q's job pending for reason, emitting only when the reason
+// changes (q.reason is its reason as read: no look at its protobuf).
+func (p *pass) wait(q *queued, reason string) {
+	if q.reason == reason {
 		return
 	}
-	t.setReason(j, reason)
+	if p.lazy != nil {
+		// Built after the walk, in the queue's memory order (see
+		// buildLazy): reading 100,000 stored jobs in priority order would
+		// wait on memory for each.
+		t := p.t
+		v := t.reasonVersion()
+		v.src, v.reason = q.j, reason
+		v.job.lazy = v
+		t.putReason(v, q.name, p.name)
+		p.lazy[p.pos] = v
+		return
+	}
+	p.t.setReason(q.j, q.name, reason, p.unedited)
 }
 
-// waitDecided keeps j pending for d.Reason and records the decision.
-func (t *txn) waitDecided(j *Job, have string, d Decision) {
-	t.c.Decisions = append(t.c.Decisions, d)
-	t.waitA(j, have, d.Reason)
+// buildLazy builds the reason-only versions the walk of the queue left to
+// build, in the order of the queue's entries (as they lie in memory).
+func (p *pass) buildLazy() {
+	for i, v := range p.lazy {
+		if v != nil {
+			p.t.fill(v)
+			p.lazy[i] = nil
+		}
+	}
+	p.lazy = nil
+}
+
+// waitDecided keeps q's job pending for d.Reason and records the decision.
+func (p *pass) waitDecided(q *queued, d Decision) {
+	p.t.c.Decisions = append(p.t.c.Decisions, d)
+	p.wait(q, d.Reason)
 }

@@ -10,7 +10,16 @@ import loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 // starts from editJob's deep copy. TestShallowJobCopiesEveryField fails when
 // a field is added to loomv1.Job and not here.
 func shallowJob(job *loomv1.Job) *loomv1.Job {
-	cp := &loomv1.Job{
+	cp := new(loomv1.Job)
+	shallowJobInto(cp, job)
+	return cp
+}
+
+// shallowJobInto makes cp, a zero message, shallowJob's copy of job: the
+// pass's reason-only versions are carved out of one allocation per batch
+// (see reasonSlab) instead of one each.
+func shallowJobInto(cp, job *loomv1.Job) {
+	*cp = loomv1.Job{
 		Name:             job.Name,
 		JobId:            job.JobId,
 		Cluster:          job.Cluster,
@@ -71,5 +80,4 @@ func shallowJob(job *loomv1.Job) *loomv1.Job {
 	if u := job.ProtoReflect().GetUnknown(); len(u) > 0 {
 		cp.ProtoReflect().SetUnknown(u)
 	}
-	return cp
 }

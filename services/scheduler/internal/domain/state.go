@@ -147,6 +147,8 @@ type Change struct {
 	// lastJobEmit: job name → index in Emits of its latest JobChanged, so
 	// that a pass that only refines a reason updates it instead of adding one.
 	lastJobEmit map[string]int
+	// reasonSlab: the rest of the batch setReason carves versions from.
+	reasonSlab []reasonVersion
 }
 
 // Empty reports whether the change touches nothing and emits nothing.

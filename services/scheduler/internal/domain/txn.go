@@ -33,6 +33,7 @@ type scratch struct {
 	pend   []*pendEntry
 	queued []queued
 	sorted []queued
+	ranks  []rankID
 	keys   []keyed
 	radix  []keyed
 	views  []place.NodeView
@@ -42,6 +43,10 @@ type scratch struct {
 	perm []int32
 	// static: per cluster, the static checks' results (see staticCache).
 	static map[string]*staticCache
+	// lazy: the pass's reason-only versions by queue position (see pass.lazy).
+	lazy []*reasonVersion
+	// viewAt: per cluster, the last pass's node name → view index.
+	viewAt map[string]*viewIndexCache
 }
 
 // writerTxn is a txn of Handle, Tick or Schedule.
@@ -140,6 +145,9 @@ func (t *txn) clusterNodes(cluster string) []*Node {
 
 func (t *txn) job(name string) *Job {
 	if j, ok := t.c.Jobs[name]; ok {
+		if j != nil && j.lazy != nil {
+			t.fill(j.lazy)
+		}
 		return j
 	}
 	return t.s.jobs[name]
@@ -147,6 +155,9 @@ func (t *txn) job(name string) *Job {
 
 func (t *txn) editJob(name string) *Job {
 	if j, ok := t.c.Jobs[name]; ok && j != nil {
+		if j.lazy != nil {
+			t.fill(j.lazy)
+		}
 		if j.shared {
 			// Its protobuf is the one emitted and shares the stored
 			// version's parts: edit a deep copy.
@@ -209,6 +220,9 @@ func (t *txn) pendingEntries(cluster string) []*pendEntry {
 		out = append(out, &base[i])
 	}
 	for _, j := range t.c.Jobs {
+		if j != nil && j.lazy != nil {
+			t.fill(j.lazy)
+		}
 		if j != nil && j.Pending() && j.Job.GetCluster() == cluster {
 			out = append(out, &pendEntry{j: j, jobAttrs: *t.s.newAttrs(j, false)})
 		}

@@ -1,0 +1,117 @@
+package domain
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// TestPrioritySumMatchesFactors checks that the queue's priority (sum, from
+// per-pass tables) is the sum of priority's weighted factors for jobs of
+// every kind: the order and the decisions depend on the two agreeing.
+func TestPrioritySumMatchesFactors(t *testing.T) {
+	t.Parallel()
+	cfg := Config{}.Defaults()
+	cfg.QOS = []QOS{{Name: "low", Priority: 10}, {Name: "normal", Priority: 50}, {Name: "high", Priority: 100}}
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	p := &prioCtx{now: now.UnixNano(), cfg: &cfg, maxQOS: cfg.maxQOSPriority(),
+		partGPUs: []int64{8000, 96, 0}, partNodes: []int64{1000, 12, 3}, partTier: []int32{1, 3, 0}, maxTier: 3,
+		fsByID: []float64{0, 0.37, 1, 0.999951}, fsOther: map[assocKey]float64{{"a", "x"}: 0.25}}
+	p.qosFactor = make([]float64, len(cfg.QOS))
+	for i, q := range cfg.QOS {
+		p.qosFactor[i] = float64(q.Priority) / float64(p.maxQOS)
+	}
+	p.weigh()
+	rng := rand.New(rand.NewPCG(1, 2))
+	assocs := []*assoc{{id: 0}, {id: 1}, {id: 2}, {id: 3}, {id: 7}, {account: "a", user: "x", id: -1}, {account: "b", user: "y", id: -1}}
+	for range 20000 {
+		a := &jobAttrs{
+			eligible: now.UnixNano() - rng.Int64N(int64(10*24*time.Hour)) + int64(time.Hour),
+			gpus:     []int64{0, 1, 2, 8, 64, 65, 200}[rng.IntN(7)],
+			assoc:    assocs[rng.IntN(len(assocs))],
+			qos:      int32(rng.IntN(4)) - 1,
+			hold:     rng.IntN(50) == 0,
+		}
+		a.req.Nodes = 1 + rng.IntN(8)
+		if rng.IntN(100) == 0 {
+			a.eligible = 0
+		}
+		part := rng.IntN(5) - 1
+		want, _ := p.priority(a, part)
+		if got := p.sum(a, part); got != want {
+			t.Fatalf("sum(%+v, %d) = %d, priority = %d", *a, part, got, want)
+		}
+	}
+}
+
+// TestPrioAttrsAsNewAttrs checks that the attributes the preemption stage
+// ranks running jobs by are newAttrs' own.
+func TestPrioAttrsAsNewAttrs(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{QOS: []QOS{{Name: "low", Priority: 1}, {Name: "normal", Priority: 5}}})
+	s.internAssoc("acct", "alice")
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	for i, spec := range []*loomv1.Job{
+		{Name: "a", Account: "acct", User: "alice", Gpus: 3, SubmitTime: timestamppb.New(now)},
+		{Name: "b", Account: "acct", User: "bob", GpusPerNode: 8, NodeCount: 2, Qos: "low", Hold: true},
+		{Name: "c", Qos: "none", SubmitTime: timestamppb.New(now), BeginTime: timestamppb.New(now.Add(time.Hour))},
+		{Name: "d", Account: "acct", User: "alice", BeginTime: timestamppb.New(now.Add(-time.Hour)), SubmitTime: timestamppb.New(now)},
+	} {
+		j := &Job{Job: spec}
+		want := s.newAttrs(j, false)
+		got := jobAttrs{eligible: 99, qos: 7}
+		s.prioAttrs(j, &got)
+		if got.hold != want.hold || got.eligible != want.eligible || got.gpus != want.gpus || got.qos != want.qos ||
+			got.req.Nodes != want.req.Nodes || got.assoc.id != want.assoc.id || got.assoc.account != want.assoc.account ||
+			got.assoc.user != want.assoc.user {
+			t.Errorf("job %d: prioAttrs %+v, newAttrs %+v", i, got, *want)
+		}
+	}
+}
+
+// TestLazyReasonVersionBuiltOnLook checks that a reason-only version the
+// pass left to build after its walk is built by the first look at it: a
+// read (txn.job), an edit (editJob) and the pending list see the job with
+// its new reason, and its JobChanged carries that version.
+func TestLazyReasonVersionBuiltOnLook(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{})
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	tx := writerTxn(s, now)
+	lazy := func(name string) *reasonVersion {
+		src := &Job{Attempt: 2, Job: &loomv1.Job{Name: name, Cluster: "c", State: loomv1.JobState_PENDING, StateReason: "None"}}
+		v := tx.reasonVersion()
+		v.src, v.reason = src, ReasonPriority
+		v.job.lazy = v
+		tx.putReason(v, name, "c")
+		if v.job.Job != nil {
+			t.Fatalf("%s: built before any look", name)
+		}
+		return v
+	}
+	a, b, c := lazy("projects/p/jobs/1"), lazy("projects/p/jobs/2"), lazy("projects/p/jobs/3")
+	got := tx.job("projects/p/jobs/1")
+	if got != &a.job || got.Job.GetStateReason() != ReasonPriority || got.Attempt != 2 || got.Job.GetName() != "projects/p/jobs/1" {
+		t.Fatalf("job(): %+v", got)
+	}
+	if ev := tx.c.Emits[0].Payload.(*eventsv1.JobChanged); ev.GetJob() != got.Job || ev.GetAttempt() != 2 {
+		t.Fatalf("JobChanged %v does not carry the version", ev)
+	}
+	ed := tx.editJob("projects/p/jobs/2")
+	if ed.Job.GetStateReason() != ReasonPriority || ed.shared || ed.Job == &b.pj {
+		t.Fatalf("editJob: reason %q, shared %v, a copy %v", ed.Job.GetStateReason(), ed.shared, ed.Job != &b.pj)
+	}
+	n := 0
+	for _, e := range tx.pendingEntries("c") {
+		if e.name == "projects/p/jobs/3" && e.reason == ReasonPriority {
+			n++
+		}
+	}
+	if n != 1 || c.job.Job == nil || c.job.lazy != nil {
+		t.Fatalf("pendingEntries: found %d, built %v", n, c.job.Job != nil)
+	}
+}
