@@ -157,11 +157,13 @@ func (t Table) Scan(r *Request, key ShapeKey, cache StaticScans) *Shape {
 		// the map once: a map update per node filtered costs a hash each.
 		var buf [32]int
 		counts := checkCounts(&buf, len(checks))
+		// StaticFirst: the capacity checks are the last ones.
+		first := firstCapacity(checks)
 		for _, i := range ss.Avail {
 			v := &t.Views[i]
 			failed := -1
-			for ci := range checks {
-				if checks[ci].Kind == Capacity && !checks[ci].Fits(r, v) {
+			for ci := first; ci < len(checks); ci++ {
+				if !checks[ci].Fits(r, v) {
 					failed = ci
 					break
 				}
@@ -233,11 +235,12 @@ func (t Table) Refresh(r *Request, sc *Shape) *Shape {
 	var buf [32]int
 	counts := checkCounts(&buf, len(checks))
 	dropped := false
+	first := firstCapacity(checks) // none before it to look at
 	keep := sc.Cand[:0]
 	for _, i := range sc.Cand {
 		v := &t.Views[i]
 		ok := true
-		for ci := range checks {
+		for ci := first; ci < len(checks); ci++ {
 			if checks[ci].Kind == Capacity && !checks[ci].Fits(r, v) {
 				counts[ci]++
 				dropped = true
@@ -258,6 +261,17 @@ func (t Table) Refresh(r *Request, sc *Shape) *Shape {
 		addCounts(sc.Filtered, checks, counts)
 	}
 	return sc
+}
+
+// firstCapacity returns the index of the first capacity check (len(checks)
+// when none).
+func firstCapacity(checks []Check) int {
+	for ci := range checks {
+		if checks[ci].Kind == Capacity {
+			return ci
+		}
+	}
+	return len(checks)
 }
 
 // checkCounts returns n zeroed counters, one per check: in buf when it
