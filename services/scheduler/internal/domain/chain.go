@@ -31,22 +31,26 @@ type gate struct {
 	// check returns the job's pending reason when the gate stops it ("" to
 	// let it through), and a note for its placement explanation, if any.
 	check func(p *pass, q *queued) (reason, note string)
+	// only, when non-zero: the gate lets through every job without one of
+	// these flags (its check says so first), so the pass does not call it
+	// for them: most jobs have none, and a call per gate and job adds up.
+	only qflags
 }
 
 // gates are the pass's job-level gates, in order: the first that fails gives
 // the job's reason, so the order is Slurm's (a held job reads JobHeldUser
 // even when its dependency is unmet too).
 var gates = []gate{
-	{"held", []string{ReasonHeldUser, ReasonHeldAdmin}, gateHeld},
-	{"begin-time", []string{ReasonBeginTime}, gateBeginTime},
-	{"dependency", []string{ReasonDependency, ReasonDependencyNeverSatisfied}, gateDependency},
-	{"previous-run-stopping", []string{ReasonRequeued}, gatePreviousRun},
-	{"cluster-schedulable", []string{ReasonReqNodeNotAvail}, gateSchedulable},
-	{"partition", []string{ReasonPartitionConfig}, gatePartition},
-	{"partition-time-limit", []string{ReasonPartitionTimeLimit}, gateTimeLimit},
-	{"array-task-limit", []string{ReasonJobArrayTaskLimit}, gateArrayLimit},
-	{"qos-gres-per-user", []string{ReasonQOSMaxGRESPerUser}, gateQOSLimit},
-	{"fifo", []string{ReasonPriority}, gateFIFO},
+	{"held", []string{ReasonHeldUser, ReasonHeldAdmin}, gateHeld, qHold},
+	{"begin-time", []string{ReasonBeginTime}, gateBeginTime, qBegin},
+	{"dependency", []string{ReasonDependency, ReasonDependencyNeverSatisfied}, gateDependency, qDeps},
+	{"previous-run-stopping", []string{ReasonRequeued}, gatePreviousRun, qRan},
+	{"cluster-schedulable", []string{ReasonReqNodeNotAvail}, gateSchedulable, 0},
+	{"partition", []string{ReasonPartitionConfig}, gatePartition, 0},
+	{"partition-time-limit", []string{ReasonPartitionTimeLimit}, gateTimeLimit, 0},
+	{"array-task-limit", []string{ReasonJobArrayTaskLimit}, gateArrayLimit, qArray},
+	{"qos-gres-per-user", []string{ReasonQOSMaxGRESPerUser}, gateQOSLimit, 0},
+	{"fifo", []string{ReasonPriority}, gateFIFO, 0},
 }
 
 func gateHeld(_ *pass, q *queued) (string, string) {

@@ -942,3 +942,18 @@ func TestArrayMaxArraySize(t *testing.T) {
 		t.Fatalf("0-1999 under MaxArraySize 2000: %d jobs, %v", len(c.Jobs), err)
 	}
 }
+
+// TestGateOnlyFlags: a gate the pass skips for jobs without its flags must
+// let every such job through itself (the skip changes no decision).
+func TestGateOnlyFlags(t *testing.T) {
+	t.Parallel()
+	for _, g := range gates {
+		if g.only == 0 {
+			continue
+		}
+		q := &queued{flags: ^g.only, reason: ReasonHeldAdmin, qos: -1}
+		if reason, note := g.check(nil, q); reason != "" || note != "" {
+			t.Errorf("gate %s stops a job without its flags: %q %q", g.name, reason, note)
+		}
+	}
+}

@@ -588,7 +588,11 @@ func (p *pass) consider(q *queued) {
 	// check), a cache miss per job in a queue read all over memory.
 	t, j := p.t, q.j
 	for gi := range gates {
-		if reason, note := gates[gi].check(p, q); reason != "" {
+		g := &gates[gi]
+		if g.only != 0 && q.flags&g.only == 0 {
+			continue
+		}
+		if reason, note := g.check(p, q); reason != "" {
 			if note != "" {
 				p.waitDecided(q, Decision{Job: q.name, Reason: reason, Note: note})
 			} else {

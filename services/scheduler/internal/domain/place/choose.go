@@ -115,6 +115,9 @@ func (t Table) StaticScan(r *Request, key ShapeKey, cache StaticScans) *StaticSc
 	}
 	checks := t.Checks
 	ss := &StaticScan{Filtered: map[string]int{}}
+	var buf [32]int
+	counts := checkCounts(&buf, len(checks))
+	defer addCounts(ss.Filtered, checks, counts)
 	for i := range t.Views {
 		v := &t.Views[i]
 		failed := -1
@@ -125,7 +128,7 @@ func (t Table) StaticScan(r *Request, key ShapeKey, cache StaticScans) *StaticSc
 			}
 		}
 		if failed >= 0 {
-			ss.Filtered[checks[failed].Reason]++
+			counts[failed]++
 			if checks[failed].Kind > Static {
 				ss.StaticOK++
 			}
@@ -150,24 +153,34 @@ func (t Table) Scan(r *Request, key ShapeKey, cache StaticScans) *Shape {
 	if StaticFirst(checks) {
 		ss := t.StaticScan(r, key, cache)
 		sc := &Shape{Filtered: maps.Clone(ss.Filtered), StaticOK: ss.StaticOK, AvailOK: ss.AvailOK, Avail: ss.Avail}
+		// Nodes filtered are counted by check index, then by reason in
+		// the map once: a map update per node filtered costs a hash each.
+		var buf [32]int
+		counts := checkCounts(&buf, len(checks))
+		// StaticFirst: the capacity checks are the last ones.
+		first := firstCapacity(checks)
 		for _, i := range ss.Avail {
 			v := &t.Views[i]
 			failed := -1
-			for ci := range checks {
-				if checks[ci].Kind == Capacity && !checks[ci].Fits(r, v) {
+			for ci := first; ci < len(checks); ci++ {
+				if !checks[ci].Fits(r, v) {
 					failed = ci
 					break
 				}
 			}
 			if failed >= 0 {
-				sc.Filtered[checks[failed].Reason]++
+				counts[failed]++
 				continue
 			}
 			sc.Cand = append(sc.Cand, i)
 		}
+		addCounts(sc.Filtered, checks, counts)
 		return sc
 	}
 	sc := &Shape{Filtered: map[string]int{}}
+	var buf [32]int
+	counts := checkCounts(&buf, len(checks))
+	defer addCounts(sc.Filtered, checks, counts)
 	for i := range t.Views {
 		v := &t.Views[i]
 		failed := -1
@@ -180,7 +193,7 @@ func (t Table) Scan(r *Request, key ShapeKey, cache StaticScans) *Shape {
 		kind := Capacity + 1
 		if failed >= 0 {
 			kind = checks[failed].Kind
-			sc.Filtered[checks[failed].Reason]++
+			counts[failed]++
 		}
 		if kind > Static {
 			sc.StaticOK++
@@ -215,18 +228,22 @@ func StaticFirst(checks []Check) bool {
 // Refresh drops from sc's candidates the nodes that no longer have room for
 // r, counting each under the capacity check it fails.
 func (t Table) Refresh(r *Request, sc *Shape) *Shape {
+	if len(sc.Cand) == 0 {
+		return sc // nothing to drop (most blocked jobs' shapes)
+	}
 	checks := t.Checks
+	var buf [32]int
+	counts := checkCounts(&buf, len(checks))
+	dropped := false
+	first := firstCapacity(checks) // none before it to look at
 	keep := sc.Cand[:0]
 	for _, i := range sc.Cand {
 		v := &t.Views[i]
 		ok := true
-		for ci := range checks {
+		for ci := first; ci < len(checks); ci++ {
 			if checks[ci].Kind == Capacity && !checks[ci].Fits(r, v) {
-				if sc.Shared {
-					sc.Filtered = maps.Clone(sc.Filtered)
-					sc.Shared = false
-				}
-				sc.Filtered[checks[ci].Reason]++
+				counts[ci]++
+				dropped = true
 				ok = false
 				break
 			}
@@ -236,7 +253,45 @@ func (t Table) Refresh(r *Request, sc *Shape) *Shape {
 		}
 	}
 	sc.Cand = keep
+	if dropped {
+		if sc.Shared {
+			sc.Filtered = maps.Clone(sc.Filtered)
+			sc.Shared = false
+		}
+		addCounts(sc.Filtered, checks, counts)
+	}
 	return sc
+}
+
+// firstCapacity returns the index of the first capacity check (len(checks)
+// when none).
+func firstCapacity(checks []Check) int {
+	for ci := range checks {
+		if checks[ci].Kind == Capacity {
+			return ci
+		}
+	}
+	return len(checks)
+}
+
+// checkCounts returns n zeroed counters, one per check: in buf when it
+// holds them (no allocation), else fresh.
+func checkCounts(buf *[32]int, n int) []int {
+	if n <= len(buf) {
+		return buf[:n]
+	}
+	return make([]int, n)
+}
+
+// addCounts adds the nodes counted by check index to filtered, by each
+// check's reason (only the checks that filtered some: an entry is there
+// only for a reason that filtered a node).
+func addCounts(filtered map[string]int, checks []Check, counts []int) {
+	for ci, n := range counts {
+		if n > 0 {
+			filtered[checks[ci].Reason] += n
+		}
+	}
 }
 
 // Rank compares candidate nodes a and b for r by the rankers in order (the
