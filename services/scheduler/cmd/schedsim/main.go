@@ -286,16 +286,19 @@ store; loading them is the "load" column, not part of the pass). Each figure is 
 the process's CPU time in parentheses (garbage collection included): on a shared machine wall time
 also counts the time other processes held the CPUs. Median of %d passes each; building the state
 is not timed. Targets (issue 12), at 10,000 nodes / 80,000 GPUs / 100,000 pending jobs: steady
-pass ≤ %s, first pass ≤ %s, pass after a restart ≤ %s, judged on CPU time where it was measured.
+pass ≤ %s, first pass ≤ %s, pass after a restart ≤ %s, judged on CPU time where it was measured;
+the restart target is judged twice, on the pass alone and on the load and the pass together (what
+a restarted scheduler waits for before its first decision; issue 12 measured 81 ms + 399 ms load).
 
-| nodes | GPUs | pending jobs | running jobs | policy | first pass | steady pass | after a restart | load | started by the first pass | targets: steady, first, restart |
+| nodes | GPUs | pending jobs | running jobs | policy | first pass | steady pass | after a restart | load | started by the first pass | targets: steady, first, restart (with the load) |
 |---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|
 `, repeat, ms(steadyTarget), ms(firstTarget), ms(restartTarget))
 	for _, r := range rows {
 		target := ""
 		if r.Config.Nodes == 10000 && r.Config.Pending == 100000 {
 			target = verdict(r.Steady, r.SteadyCPU, steadyTarget) + ", " + verdict(r.First, r.FirstCPU, firstTarget) + ", " +
-				verdict(r.Restart, r.RestartCPU, restartTarget)
+				verdict(r.Restart, r.RestartCPU, restartTarget) + " (with the load: " +
+				verdict(r.Restart+r.Load, r.RestartCPU+r.LoadCPU, restartTarget) + ")"
 		}
 		fmt.Fprintf(&b, "| %d | %d | %d | %d | %s | %s | %s | %s | %s | %d | %s |\n", r.Config.Nodes, r.GPUs, r.Config.Pending, r.Running,
 			r.Config.Policy, timing(r.First, r.FirstCPU), timing(r.Steady, r.SteadyCPU), timing(r.Restart, r.RestartCPU),
