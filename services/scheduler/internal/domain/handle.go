@@ -14,6 +14,8 @@ import (
 	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 )
 
 // Handle computes what one consumed event does, followed by the scheduling
@@ -137,7 +139,7 @@ func (t *txn) submit(ev *eventsv1.SubmitJob) error {
 	if base.GetHold() {
 		base.StateReason = ReasonHeldUser
 	}
-	jobs := []*Job{{Job: base}}
+	jobs := []*Job{{JobRecord: jobstore.JobRecord{Job: base}}}
 	if len(arr.Indexes) > 0 {
 		a := &Array{Name: in.GetName(), Cluster: in.GetCluster(), JobID: in.GetJobId(), Limit: arr.Limit,
 			Indexes: arr.Indexes, Tasks: make([]string, len(arr.Indexes)), Template: base}
@@ -150,7 +152,7 @@ func (t *txn) submit(ev *eventsv1.SubmitJob) error {
 			task.Name = prefix + task.JobId
 			task.ArrayJobId, task.ArrayTaskId = in.GetJobId(), idx
 			a.Tasks[k] = task.Name
-			jobs = append(jobs, &Job{Job: task, tmpl: base})
+			jobs = append(jobs, &Job{JobRecord: jobstore.JobRecord{Job: task}, tmpl: base})
 		}
 		t.c.Arrays[a.Name] = a
 	}

@@ -24,6 +24,7 @@ import (
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
 )
 
@@ -229,19 +230,12 @@ func (n *Node) downReason() string {
 	return "node " + n.Hostname + " down: " + why
 }
 
-// Job is a job and its Slurm status.
+// Job is a job and its Slurm status: its persisted part (jobstore.JobRecord:
+// the resource, Attempt, ModelDir, Excluded, and the methods that read only
+// them: Name, Pending, Running, Completing, Terminal), and what the pass
+// keeps of it in memory.
 type Job struct {
-	// Job is the full resource as served by GetJob (priority, factors,
-	// runs and placement are filled in when it is read). The domain never
-	// mutates a Job that is in a State; it edits a copy inside a Change.
-	Job *loomv1.Job `json:"-"`
-	// Attempt counts the job's runs, from 1; 0 while it never ran.
-	Attempt int32 `json:"attempt"`
-	// ModelDir is $LOOM_MODEL_DIR of the current run ("" without model_output).
-	ModelDir string `json:"model_dir,omitempty"`
-	// Excluded are hostnames whose failure ended a run of the job: its
-	// later runs never use them.
-	Excluded []string `json:"excluded,omitempty"`
+	jobstore.JobRecord
 
 	// why is the last pass's placement explanation, attrs what a pass
 	// reads of a pending job (memory only).
@@ -268,29 +262,6 @@ type Job struct {
 // Array.Template; not to be modified), or nil: what the store keeps once per
 // array and writes the task's record against.
 func (j *Job) Template() *loomv1.Job { return j.tmpl }
-
-// Name returns the job's full name.
-func (j *Job) Name() string { return j.Job.GetName() }
-
-// Pending reports whether the job waits in the queue.
-func (j *Job) Pending() bool { return j.Job.GetState() == loomv1.JobState_PENDING }
-
-// Running reports whether the job's current attempt is in progress:
-// CONFIGURING (started, not every node's step has reported running yet) or
-// RUNNING. Time limits, cancels, preemption and node failures treat both
-// alike.
-func (j *Job) Running() bool {
-	s := j.Job.GetState()
-	return s == loomv1.JobState_RUNNING || s == loomv1.JobState_CONFIGURING
-}
-
-// Completing reports whether the job's attempt has ended but a step of its
-// run has not reported its end yet (COMPLETING); its final state is the
-// run's Outcome.
-func (j *Job) Completing() bool { return j.Job.GetState() == loomv1.JobState_COMPLETING }
-
-// Terminal reports whether the job has ended (only a requeue changes it again).
-func (j *Job) Terminal() bool { return j.Job.GetState().Terminal() }
 
 // requeueAllowed reports whether the job may be requeued (--requeue, the
 // default, or not --no-requeue).
@@ -469,28 +440,9 @@ func (r *Run) clone() *Run {
 	return &c
 }
 
-// Array is the record of a job array: its tasks (one job record each, job
-// ids A+k), its % limit and the parts its tasks share.
-type Array struct {
-	// Name is the array's name, that of its first task ("projects/p/jobs/A").
-	Name    string `json:"name"`
-	Cluster string `json:"cluster"`
-	JobID   string `json:"job_id"`
-	// Limit is the most tasks that run at once (0: no limit).
-	Limit int32 `json:"limit,omitempty"`
-	// Indexes are the task indexes in ascending order; Tasks the job names,
-	// index for index.
-	Indexes []int32  `json:"indexes"`
-	Tasks   []string `json:"tasks"`
-	// Template is the array's job as submitted and accepted (named as the
-	// array, job id A): what its tasks share — environment, script, the whole
-	// spec. It is kept once per array, as Slurm keeps one record for an
-	// array's pending tasks: in memory every task's Job.Env is this map, and
-	// the store writes each task as its difference from it. Never modified
-	// (tasks' environments and scripts never change); nil for arrays
-	// recorded before templates were.
-	Template *loomv1.Job `json:"-"`
-}
+// Array is the record of a job array (jobstore.Array: it has no
+// memory-only fields).
+type Array = jobstore.Array
 
 // Usage is the decayed resource usage (GPU-seconds, or CPU-seconds for jobs
 // without GPUs) of an account, or of a user within an account, on a

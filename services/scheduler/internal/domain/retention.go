@@ -7,6 +7,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 )
 
 // Retention (Slurm's MinJobAge): an ended job stays in the live state, with
@@ -65,7 +67,7 @@ func (e *Ended) job() *Job {
 	if !e.Start.IsZero() {
 		j.StartTime = timestamppb.New(e.Start)
 	}
-	return &Job{Job: j}
+	return &Job{JobRecord: jobstore.JobRecord{Job: j}}
 }
 
 // Pruned is what one Prune removes and adds; it is stored (one atomic
