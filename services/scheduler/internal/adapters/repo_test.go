@@ -18,6 +18,7 @@ import (
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
 )
@@ -279,4 +280,29 @@ func persist(t *testing.T, ctx context.Context, st *store.Store, s *domain.State
 		t.Fatal(err)
 	}
 	s.Commit(c)
+}
+
+// TestRunStoredFlat: a run's and a job's persisted parts are embedded
+// (jobstore.RunRecord, JobRecord), and their JSON is the flat JSON they had
+// before the split (the strings are what the code before it wrote) — no
+// nesting under the embedded type's name, no memory-only field.
+func TestRunStoredFlat(t *testing.T) {
+	t.Parallel()
+	r := domain.Run{RunRecord: jobstore.RunRecord{Job: "projects/p/jobs/1", Cluster: "c", Attempt: 2,
+		Nodes: []string{"n"}, Hostnames: []string{"h"}, Steps: map[string]domain.Step{"n": {ExitCode: 1}},
+		JobSteps: []domain.JobStep{{ID: 0, Parts: []domain.StepPart{{Message: "m"}}}}}}
+	b, err := json.Marshal(&r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"job":"projects/p/jobs/1","cluster":"c","attempt":2,"nodes":["n"],"hostnames":["h"],` +
+		`"steps":{"n":{"state":0,"exit_code":1}},` +
+		`"job_steps":[{"id":0,"command":null,"nodes":null,"hostnames":null,"tasks":null,"parts":[{"message":"m"}],"exit_codes":null,"state":0}]}`
+	if string(b) != want {
+		t.Fatalf("run record\n got %s\nwant %s", b, want)
+	}
+	j, err := json.Marshal(&domain.Job{JobRecord: jobstore.JobRecord{Attempt: 3, ModelDir: "d", Excluded: []string{"x"}}})
+	if want := `{"attempt":3,"model_dir":"d","excluded":["x"]}`; err != nil || string(j) != want {
+		t.Fatalf("job as JSON: %s, %v; want %s", j, err, want)
+	}
 }

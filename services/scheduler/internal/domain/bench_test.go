@@ -63,9 +63,9 @@ func benchCluster(nodes, pending int, busy float64, seed uint64) (*State, time.T
 			j := newJob(1, g, loomv1.JobState_RUNNING, start.Add(-time.Minute))
 			j.Attempt = 1
 			j.Job.Nodes, j.Job.StartTime = []string{ns[node].Hostname}, timestamppb.New(start)
-			r := &Run{Job: j.Name(), Cluster: cl, Attempt: 1, Nodes: []string{ns[node].Name}, Hostnames: []string{ns[node].Hostname},
+			r := &Run{RunRecord: jobstore.RunRecord{Job: j.Name(), Cluster: cl, Attempt: 1, Nodes: []string{ns[node].Name}, Hostnames: []string{ns[node].Hostname},
 				GPUs: map[string][]int32{}, CPUs: []int32{1}, Tasks: []int32{1}, Steps: map[string]Step{ns[node].Name: {}},
-				Partition: "gpu", User: j.Job.User, Account: j.Job.Account, QOS: "normal", Start: start}
+				Partition: "gpu", User: j.Job.User, Account: j.Job.Account, QOS: "normal", Start: start}}
 			for k := int32(0); k < g; k++ {
 				r.GPUs[ns[node].Name] = append(r.GPUs[ns[node].Name], 8-free[node]+k)
 			}

@@ -18,10 +18,8 @@
 package domain
 
 import (
-	"strconv"
 	"time"
 
-	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
@@ -267,81 +265,14 @@ func (j *Job) Template() *loomv1.Job { return j.tmpl }
 // default, or not --no-requeue).
 func (j *Job) requeueAllowed() bool { return j.Job.Requeue == nil || j.Job.GetRequeue() }
 
-// Step is one node's part of a run.
-type Step struct {
-	// State is the agent's last report; STEP_STATE_UNSPECIFIED until the first.
-	State    eventsv1.StepState `json:"state"`
-	ExitCode int32              `json:"exit_code,omitempty"`
-	Message  string             `json:"message,omitempty"`
-	// Abandoned: the node failed or left, so the step counts as ended and
-	// the node's resources are free without waiting for its agent's word.
-	Abandoned bool `json:"abandoned,omitempty"`
-	// Idle: the node is allocated but runs no process (a batch job's nodes
-	// other than the batch host); it is released with the run.
-	Idle bool `json:"idle,omitempty"`
-}
+// Step is one node's part of a run (jobstore.Step).
+type Step = jobstore.Step
 
-// Terminal reports whether the step has ended (an idle one never runs).
-func (s Step) Terminal() bool {
-	if s.Abandoned || s.Idle {
-		return true
-	}
-	switch s.State {
-	case eventsv1.StepState_STEP_EXITED, eventsv1.StepState_STEP_FAILED_TO_START,
-		eventsv1.StepState_STEP_KILLED, eventsv1.StepState_STEP_LOST:
-		return true
-	}
-	return false
-}
-
-// Run is one attempt of a job on a set of nodes, and the allocation it holds.
+// Run is one attempt of a job on a set of nodes, and the allocation it
+// holds: its persisted part (jobstore.RunRecord, with Key, Holds and Ended)
+// and what the pass keeps of it in memory.
 type Run struct {
-	Job     string `json:"job"`
-	Cluster string `json:"cluster"`
-	Attempt int32  `json:"attempt"`
-	// Nodes are the node names in rank order (SLURM_NODEID); Hostnames match.
-	Nodes     []string `json:"nodes"`
-	Hostnames []string `json:"hostnames"`
-	// GPUs are the device indices given to the run on each node.
-	GPUs map[string][]int32 `json:"gpus,omitempty"`
-	// CPUs and Tasks are the CPUs and tasks given on each node, by rank;
-	// MemMB the memory on each node. Exclusive runs hold their nodes whole.
-	CPUs      []int32 `json:"cpus,omitempty"`
-	Tasks     []int32 `json:"tasks,omitempty"`
-	MemMB     int64   `json:"mem_mb,omitempty"`
-	Exclusive bool    `json:"exclusive,omitempty"`
-	// Steps by node name.
-	Steps map[string]Step `json:"steps"`
-	// Released is set once every step is terminal: the allocation is free.
-	Released bool `json:"released,omitempty"`
-
-	// Partition, User, Account and QOS are the job's when it started (for
-	// limits, fair share and preemption).
-	Partition string `json:"partition,omitempty"`
-	User      string `json:"user,omitempty"`
-	Account   string `json:"account,omitempty"`
-	QOS       string `json:"qos,omitempty"`
-	// Start is when the run started; End when the attempt ended (the job
-	// left RUNNING for it), zero while it runs.
-	Start time.Time `json:"start,omitzero"`
-	End   time.Time `json:"end,omitzero"`
-	// Outcome is the attempt's end state (zero while it runs), with its exit
-	// code and reason, for sacct's view of the job's runs.
-	Outcome  loomv1.JobState `json:"outcome,omitempty"`
-	ExitCode int32           `json:"exit_code,omitempty"`
-	Reason   string          `json:"reason,omitempty"`
-	// Signaled records that the job's --signal was sent ahead of its time limit.
-	Signaled bool `json:"signaled,omitempty"`
-	// PreemptBy names the job this run is being preempted for; PreemptAt is
-	// when its grace period ends and it is stopped.
-	PreemptBy string    `json:"preempt_by,omitempty"`
-	PreemptAt time.Time `json:"preempt_at,omitzero"`
-	// JobSteps are the run's job steps (srun inside the allocation), by
-	// step id, and NextStepID the id the next one gets. The slice and its
-	// elements are never edited in place (jobsteps.go copies on write), so
-	// clone's shallow copy of it is safe.
-	JobSteps   []JobStep `json:"job_steps,omitempty"`
-	NextStepID int32     `json:"next_step_id,omitempty"`
+	jobstore.RunRecord
 
 	// Memory only, set when the run is committed: its interned
 	// account/user, GPU count and usage rate; live and limit mirror its job
@@ -355,26 +286,8 @@ type Run struct {
 	limit int64
 }
 
-// Key returns the run's record key.
-func (r *Run) Key() string { return RunKey(r.Job, r.Attempt) }
-
-// RunKey returns the record key of a job's attempt.
-func RunKey(job string, attempt int32) string {
-	return job + "#" + strconv.FormatInt(int64(attempt), 10)
-}
-
-// Holds reports whether the run still holds its allocation on node.
-func (r *Run) Holds(node string) bool {
-	if r.Released {
-		return false
-	}
-	st, ok := r.Steps[node]
-	return ok && !st.Abandoned
-}
-
-// Ended reports whether the attempt is over (its job left RUNNING for it),
-// though its steps may still be ending.
-func (r *Run) Ended() bool { return !r.End.IsZero() }
+// RunKey returns the record key of a job's attempt (jobstore.RunKey).
+func RunKey(job string, attempt int32) string { return jobstore.RunKey(job, attempt) }
 
 // allTerminal reports whether nothing of the run runs any more: every
 // node's step has ended, and every job step's (srun) tasks. The run holds

@@ -286,13 +286,13 @@ func CycleState(cfg CycleConfig) (*domain.State, int, error) {
 				devs[k] = int32(cfg.GPUsPerNode - free + k)
 			}
 			jobs = append(jobs, &domain.Job{JobRecord: jobstore.JobRecord{Job: j, Attempt: 1}})
-			runs = append(runs, &domain.Run{
+			runs = append(runs, &domain.Run{RunRecord: jobstore.RunRecord{
 				Job: j.GetName(), Cluster: Cluster, Attempt: 1, Nodes: []string{NodeName(host)}, Hostnames: []string{host},
 				GPUs: map[string][]int32{NodeName(host): devs},
 				CPUs: []int32{int32(g)}, Tasks: []int32{1},
 				Steps:     map[string]domain.Step{NodeName(host): {State: eventsv1.StepState_STEP_RUNNING}},
 				Partition: Partition, User: j.GetUser(), Account: j.GetAccount(), QOS: j.GetQos(), Start: j.GetStartTime().AsTime(),
-			})
+			}})
 			free -= g
 			held += g
 		}

@@ -1,10 +1,10 @@
 // Package jobstore holds the scheduler's records as they are stored: the
-// persisted fields of its jobs and arrays, the pure methods that read only
-// them, and their encoding (the bytes libs/store keeps under each hash
-// field). The domain's record types embed these and keep their in-memory,
-// pass-only fields beside them, so that a pass reads persisted and
-// memory-only fields of one record without a look-up in between. It imports
-// nothing of the domain.
+// persisted fields of its jobs, runs (with their steps) and arrays, the pure
+// methods that read only them, and their encoding (the bytes libs/store
+// keeps under each hash field). The domain's record types embed these and
+// keep their in-memory, pass-only fields beside them, so that a pass reads
+// persisted and memory-only fields of one record without a look-up in
+// between. It imports nothing of the domain.
 package jobstore
 
 import (
