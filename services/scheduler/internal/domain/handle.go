@@ -132,7 +132,7 @@ func (t *txn) submit(ev *eventsv1.SubmitJob) error {
 	}
 	c := t.cluster(in.GetCluster())
 	if base.GetPartition() == "" && c != nil {
-		if p, i := c.partition(""); i >= 0 {
+		if p, i := c.Partition(""); i >= 0 {
 			base.Partition = p.Name
 		}
 	}
@@ -415,7 +415,7 @@ func (t *txn) nodeChanged(ev *eventsv1.NodeChanged) error {
 	if !n.Draining() {
 		n.Drained = false // a later drain is a new one, with its own NodeDrained
 	}
-	if n.lost() {
+	if n.Lost() {
 		t.failNode(n)
 	}
 	t.dirty[cluster] = true
@@ -520,7 +520,7 @@ func (t *txn) failNode(n *Node) {
 		r.Steps[n.Name] = st
 		if j := t.job(r.Job); j != nil && j.Running() && j.Attempt == r.Attempt {
 			j = t.editJob(j.Name())
-			reason := n.downReason()
+			reason := n.DownReason()
 			gone := false
 			if c := t.cluster(r.Cluster); c != nil && (c.State == loomv1.Cluster_DELETING || c.State == loomv1.Cluster_DELETED) {
 				gone = true

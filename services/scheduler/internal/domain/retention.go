@@ -52,17 +52,12 @@ func (r Retention) withDefaults() Retention {
 	return r
 }
 
-// Ended is the compact record of a job pruned from the live state: what a
-// dependency on it reads.
-type Ended struct {
-	Name  string          `json:"name"`
-	State loomv1.JobState `json:"state"`
-	Start time.Time       `json:"start,omitzero"`
-	End   time.Time       `json:"end"`
-}
+// Ended is the compact record of a job pruned from the live state
+// (jobstore.Ended).
+type Ended = jobstore.Ended
 
-// job returns the record as the dependency code reads jobs.
-func (e *Ended) job() *Job {
+// endedJob returns the record as the dependency code reads jobs.
+func endedJob(e *Ended) *Job {
 	j := &loomv1.Job{Name: e.Name, State: e.State, EndTime: timestamppb.New(e.End)}
 	if !e.Start.IsZero() {
 		j.StartTime = timestamppb.New(e.Start)

@@ -232,7 +232,7 @@ func (t *txn) newPass(name string, c *Cluster) *pass {
 			t.scratch.views, t.scratch.held = views, held
 		}
 	}
-	p := &pass{t: t, name: name, cluster: c, parts: c.partitions(), views: views, held: held,
+	p := &pass{t: t, name: name, cluster: c, parts: c.EffectivePartitions(), views: views, held: held,
 		shapes: map[place.ShapeKey]*place.Shape{}, schedulable: c.Schedulable()}
 	p.static = t.staticCacheFor(name, c, nodes)
 	byPool, bySet := partitionMasks(c)
