@@ -18,6 +18,7 @@ import (
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
 )
@@ -185,7 +186,10 @@ func TestArrayStoredOnce(t *testing.T) {
 	stored, full := len(array)+len(arrays[array]), 0
 	for name, b := range jobs {
 		stored += len(name) + len(b)
-		var rec jobRecord
+		var rec struct { // jobstore's record, as stored
+			Job   []byte `json:"job"`
+			Delta bool   `json:"delta"`
+		}
 		if err := json.Unmarshal(b, &rec); err != nil {
 			t.Fatal(err)
 		}
@@ -260,47 +264,6 @@ func TestArrayStoredOnce(t *testing.T) {
 	}
 }
 
-// TestArrayRecordsBeforeTemplates: records written before arrays had
-// templates (each task whole, the array with its task list) still load.
-func TestArrayRecordsBeforeTemplates(t *testing.T) {
-	t.Parallel()
-	old := []byte(`{"name":"projects/p/jobs/5","cluster":"projects/p/clusters/c","job_id":"5","indexes":[1,3],"tasks":["projects/p/jobs/5","projects/p/jobs/6"]}`)
-	a, err := DecodeArray(old)
-	if err != nil || a.Template != nil || !reflect.DeepEqual(a.Indexes, []int32{1, 3}) ||
-		!reflect.DeepEqual(a.Tasks, []string{"projects/p/jobs/5", "projects/p/jobs/6"}) {
-		t.Fatalf("old array record: %+v, %v", a, err)
-	}
-	task := &domain.Job{Job: &loomv1.Job{Name: "projects/p/jobs/6", JobId: "6", ArrayJobId: "5", ArrayTaskId: 3, Env: map[string]string{"A": "b"}}}
-	b, err := EncodeJob(task) // no template: written whole
-	if err != nil {
-		t.Fatal(err)
-	}
-	j, err := DecodeTask("projects/p/jobs/6", b, func(string) *loomv1.Job { return nil })
-	if err != nil || !proto.Equal(j.Job, task.Job) {
-		t.Fatalf("whole task record: %v, %v", j, err)
-	}
-	// A difference without its array's template is refused, not guessed.
-	enc, _ := EncodeArray(&domain.Array{Name: "projects/p/jobs/5", JobID: "5", Indexes: []int32{1, 3},
-		Tasks: []string{"projects/p/jobs/5", "projects/p/jobs/6"}, Template: &loomv1.Job{Name: "projects/p/jobs/5", JobId: "5"}})
-	if !strings.Contains(string(enc), `"index_spec":"1,3"`) || strings.Contains(string(enc), `"tasks"`) {
-		t.Fatalf("array record %s: want its tasks as an index spec", enc)
-	}
-	delta, _ := json.Marshal(jobRecord{Delta: true, Job: mustMarshal(t, &loomv1.Job{ArrayJobId: "5", ArrayTaskId: 3})})
-	if _, err := DecodeTask("projects/p/jobs/6", delta, func(string) *loomv1.Job { return nil }); err == nil ||
-		!strings.Contains(err.Error(), "no template") {
-		t.Fatalf("difference without a template: %v", err)
-	}
-}
-
-func mustMarshal(t *testing.T, m proto.Message) []byte {
-	t.Helper()
-	b, err := proto.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 // persist applies ev to s at now as the scheduler's app does: the domain
 // decides, the change is written to st, and only then committed to memory.
 func persist(t *testing.T, ctx context.Context, st *store.Store, s *domain.State, now time.Time, ev proto.Message) {
@@ -317,4 +280,29 @@ func persist(t *testing.T, ctx context.Context, st *store.Store, s *domain.State
 		t.Fatal(err)
 	}
 	s.Commit(c)
+}
+
+// TestRunStoredFlat: a run's and a job's persisted parts are embedded
+// (jobstore.RunRecord, JobRecord), and their JSON is the flat JSON they had
+// before the split (the strings are what the code before it wrote) — no
+// nesting under the embedded type's name, no memory-only field.
+func TestRunStoredFlat(t *testing.T) {
+	t.Parallel()
+	r := domain.Run{RunRecord: jobstore.RunRecord{Job: "projects/p/jobs/1", Cluster: "c", Attempt: 2,
+		Nodes: []string{"n"}, Hostnames: []string{"h"}, Steps: map[string]domain.Step{"n": {ExitCode: 1}},
+		JobSteps: []domain.JobStep{{ID: 0, Parts: []domain.StepPart{{Message: "m"}}}}}}
+	b, err := json.Marshal(&r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"job":"projects/p/jobs/1","cluster":"c","attempt":2,"nodes":["n"],"hostnames":["h"],` +
+		`"steps":{"n":{"state":0,"exit_code":1}},` +
+		`"job_steps":[{"id":0,"command":null,"nodes":null,"hostnames":null,"tasks":null,"parts":[{"message":"m"}],"exit_codes":null,"state":0}]}`
+	if string(b) != want {
+		t.Fatalf("run record\n got %s\nwant %s", b, want)
+	}
+	j, err := json.Marshal(&domain.Job{JobRecord: jobstore.JobRecord{Attempt: 3, ModelDir: "d", Excluded: []string{"x"}}})
+	if want := `{"attempt":3,"model_dir":"d","excluded":["x"]}`; err != nil || string(j) != want {
+		t.Fatalf("job as JSON: %s, %v; want %s", j, err, want)
+	}
 }

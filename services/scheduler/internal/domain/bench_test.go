@@ -12,6 +12,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 )
 
 // benchCluster builds, without going through Handle, a cluster of nodes
@@ -40,9 +42,9 @@ func benchCluster(nodes, pending int, busy float64, seed uint64) (*State, time.T
 	newJob := func(nodes, gpus int32, state loomv1.JobState, submit time.Time) *Job {
 		id++
 		u := rng.IntN(50)
-		return &Job{Job: &loomv1.Job{Name: jobName(id), JobId: strconv.Itoa(id), Cluster: cl, NodeCount: nodes, GpusPerNode: gpus,
+		return &Job{JobRecord: jobstore.JobRecord{Job: &loomv1.Job{Name: jobName(id), JobId: strconv.Itoa(id), Cluster: cl, NodeCount: nodes, GpusPerNode: gpus,
 			Command: []string{"/bin/train"}, User: "user" + strconv.Itoa(u), Account: "acct" + strconv.Itoa(u%10), Partition: "gpu",
-			Qos: "normal", TimeLimitSeconds: int64(3600 * (1 + rng.IntN(24))), State: state, SubmitTime: timestamppb.New(submit)}}
+			Qos: "normal", TimeLimitSeconds: int64(3600 * (1 + rng.IntN(24))), State: state, SubmitTime: timestamppb.New(submit)}}}
 	}
 	// Running: whole-node jobs and 1-GPU jobs until the cluster is busy enough.
 	free := make([]int32, nodes)
@@ -61,9 +63,9 @@ func benchCluster(nodes, pending int, busy float64, seed uint64) (*State, time.T
 			j := newJob(1, g, loomv1.JobState_RUNNING, start.Add(-time.Minute))
 			j.Attempt = 1
 			j.Job.Nodes, j.Job.StartTime = []string{ns[node].Hostname}, timestamppb.New(start)
-			r := &Run{Job: j.Name(), Cluster: cl, Attempt: 1, Nodes: []string{ns[node].Name}, Hostnames: []string{ns[node].Hostname},
+			r := &Run{RunRecord: jobstore.RunRecord{Job: j.Name(), Cluster: cl, Attempt: 1, Nodes: []string{ns[node].Name}, Hostnames: []string{ns[node].Hostname},
 				GPUs: map[string][]int32{}, CPUs: []int32{1}, Tasks: []int32{1}, Steps: map[string]Step{ns[node].Name: {}},
-				Partition: "gpu", User: j.Job.User, Account: j.Job.Account, QOS: "normal", Start: start}
+				Partition: "gpu", User: j.Job.User, Account: j.Job.Account, QOS: "normal", Start: start}}
 			for k := int32(0); k < g; k++ {
 				r.GPUs[ns[node].Name] = append(r.GPUs[ns[node].Name], 8-free[node]+k)
 			}

@@ -144,7 +144,7 @@ func (t *txn) jobOrEnded(name string) *Job {
 		return j
 	}
 	if e := t.ended(name); e != nil {
-		return e.job()
+		return endedJob(e)
 	}
 	return nil
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 )
 
 // Handle computes what one consumed event does, followed by the scheduling
@@ -130,14 +132,14 @@ func (t *txn) submit(ev *eventsv1.SubmitJob) error {
 	}
 	c := t.cluster(in.GetCluster())
 	if base.GetPartition() == "" && c != nil {
-		if p, i := c.partition(""); i >= 0 {
+		if p, i := c.Partition(""); i >= 0 {
 			base.Partition = p.Name
 		}
 	}
 	if base.GetHold() {
 		base.StateReason = ReasonHeldUser
 	}
-	jobs := []*Job{{Job: base}}
+	jobs := []*Job{{JobRecord: jobstore.JobRecord{Job: base}}}
 	if len(arr.Indexes) > 0 {
 		a := &Array{Name: in.GetName(), Cluster: in.GetCluster(), JobID: in.GetJobId(), Limit: arr.Limit,
 			Indexes: arr.Indexes, Tasks: make([]string, len(arr.Indexes)), Template: base}
@@ -150,7 +152,7 @@ func (t *txn) submit(ev *eventsv1.SubmitJob) error {
 			task.Name = prefix + task.JobId
 			task.ArrayJobId, task.ArrayTaskId = in.GetJobId(), idx
 			a.Tasks[k] = task.Name
-			jobs = append(jobs, &Job{Job: task, tmpl: base})
+			jobs = append(jobs, &Job{JobRecord: jobstore.JobRecord{Job: task}, tmpl: base})
 		}
 		t.c.Arrays[a.Name] = a
 	}
@@ -413,7 +415,7 @@ func (t *txn) nodeChanged(ev *eventsv1.NodeChanged) error {
 	if !n.Draining() {
 		n.Drained = false // a later drain is a new one, with its own NodeDrained
 	}
-	if n.lost() {
+	if n.Lost() {
 		t.failNode(n)
 	}
 	t.dirty[cluster] = true
@@ -518,7 +520,7 @@ func (t *txn) failNode(n *Node) {
 		r.Steps[n.Name] = st
 		if j := t.job(r.Job); j != nil && j.Running() && j.Attempt == r.Attempt {
 			j = t.editJob(j.Name())
-			reason := n.downReason()
+			reason := n.DownReason()
 			gone := false
 			if c := t.cluster(r.Cluster); c != nil && (c.State == loomv1.Cluster_DELETING || c.State == loomv1.Cluster_DELETED) {
 				gone = true

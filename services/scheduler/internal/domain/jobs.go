@@ -240,7 +240,7 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 		if cur == 0 {
 			if r := t.currentRun(j); r != nil {
 				if c := t.cluster(r.Cluster); c != nil {
-					p, _ := c.partition(r.Partition)
+					p, _ := c.Partition(r.Partition)
 					cur = p.MaxSeconds
 				}
 			}
@@ -254,7 +254,7 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 	if part != "" {
 		if c := t.cluster(j.Job.GetCluster()); c == nil {
 			part = ""
-		} else if _, i := c.partition(part); i < 0 {
+		} else if _, i := c.Partition(part); i < 0 {
 			part = ""
 		}
 	}

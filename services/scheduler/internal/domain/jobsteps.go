@@ -19,7 +19,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -29,76 +28,19 @@ import (
 	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 )
 
 // MaxStepTasks bounds the tasks of one job step.
 const MaxStepTasks = 4096
 
-// JobStep is one job step of a run: tasks on the first len(Nodes) nodes of
-// its allocation, ranked by block distribution (node 0 has ranks
-// 0..Tasks[0]-1, and so on).
-type JobStep struct {
-	ID        int32    `json:"id"`
-	RequestID string   `json:"request_id,omitempty"`
-	Command   []string `json:"command"`
-	// Nodes are node names in step rank order (SLURM_NODEID); Hostnames
-	// and Tasks (tasks per node) match them.
-	Nodes     []string `json:"nodes"`
-	Hostnames []string `json:"hostnames"`
-	Tasks     []int32  `json:"tasks"`
-	// OutputDir holds task-<rank>.out and .err of every task.
-	OutputDir     string `json:"output_dir,omitempty"`
-	KillOnBadExit bool   `json:"kill_on_bad_exit,omitempty"`
-	// Parts are the agents' reports on each node's tasks, node for node.
-	Parts []StepPart `json:"parts"`
-	// ExitCodes are the tasks' exit codes by rank.
-	ExitCodes []int32 `json:"exit_codes"`
-	// State is RUNNING until every part ended, then COMPLETED, FAILED or
-	// CANCELLED; Reason says why it failed or was cancelled.
-	State  loomv1.JobState `json:"state"`
-	Reason string          `json:"reason,omitempty"`
-	// Stopping records that the step's tasks were told to stop (so that it
-	// is done once); Cancelled that its end is CANCELLED (scancel of the
-	// step, or the end of the job's attempt).
-	Stopping  bool      `json:"stopping,omitempty"`
-	Cancelled bool      `json:"cancelled,omitempty"`
-	Start     time.Time `json:"start,omitzero"`
-	End       time.Time `json:"end,omitzero"`
-}
-
-// StepPart is one node's tasks of a job step, as its agent last reported.
-type StepPart struct {
-	State   eventsv1.StepState `json:"state,omitempty"`
-	Message string             `json:"message,omitempty"`
-}
-
-func (p StepPart) terminal() bool {
-	switch p.State {
-	case eventsv1.StepState_STEP_EXITED, eventsv1.StepState_STEP_FAILED_TO_START,
-		eventsv1.StepState_STEP_KILLED, eventsv1.StepState_STEP_LOST:
-		return true
-	}
-	return false
-}
-
-// Ended reports whether every task of the step has ended.
-func (s *JobStep) Ended() bool { return s.State.Terminal() }
-
-// firstRank is the rank of the first task on the step's k-th node.
-func (s *JobStep) firstRank(k int) int32 {
-	n := int32(0)
-	for _, c := range s.Tasks[:k] {
-		n += c
-	}
-	return n
-}
-
-func (s *JobStep) clone() JobStep {
-	c := *s
-	c.Parts = append([]StepPart(nil), s.Parts...)
-	c.ExitCodes = append([]int32(nil), s.ExitCodes...)
-	return c
-}
+// JobStep is one job step of a run (jobstore.JobStep); StepPart one node's
+// tasks of it.
+type (
+	JobStep  = jobstore.JobStep
+	StepPart = jobstore.StepPart
+)
 
 // StepOutputDir is where the tasks of a job step write their output:
 // <shared>/.loom/steps/<job_id>.<step> (with -<attempt> after a requeue, so
@@ -275,7 +217,7 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 	extra := t.arrayEnv(j)
 	nodelist := hostlist.Compress(step.Hostnames)
 	for k, node := range step.Nodes {
-		first := step.firstRank(k)
+		first := step.FirstRank(k)
 		env := make(map[string]string, len(ev.GetEnv())+48)
 		for key, val := range ev.GetEnv() {
 			env[key] = val
@@ -354,7 +296,7 @@ func (t *txn) cancelJobStep(ev *eventsv1.CancelJobStep) error {
 		return nil
 	}
 	r = t.editRun(r.Key())
-	s := r.JobSteps[i].clone()
+	s := r.JobSteps[i].Clone()
 	s.Stopping, s.Cancelled, s.Reason = true, true, "cancelled"
 	t.killStepTasks(r, &s, "", "step cancelled")
 	putJobStep(r, i, s)
@@ -365,7 +307,7 @@ func (t *txn) cancelJobStep(ev *eventsv1.CancelJobStep) error {
 // kill them (or, with sig, only to signal them).
 func (t *txn) killStepTasks(r *Run, s *JobStep, sig, reason string) {
 	for k, node := range s.Nodes {
-		if s.Parts[k].terminal() {
+		if s.Parts[k].Terminal() {
 			continue
 		}
 		t.emit(node, r.Job, &eventsv1.KillTasks{Job: r.Job, Attempt: r.Attempt, StepId: s.ID,
@@ -396,15 +338,15 @@ func (t *txn) tasksChanged(ev *eventsv1.TasksChanged) error {
 		}
 	}
 	st := ev.GetState()
-	if k < 0 || st == eventsv1.StepState_STEP_STATE_UNSPECIFIED || r.JobSteps[i].Parts[k].terminal() ||
+	if k < 0 || st == eventsv1.StepState_STEP_STATE_UNSPECIFIED || r.JobSteps[i].Parts[k].Terminal() ||
 		(st == eventsv1.StepState_STEP_RUNNING && r.JobSteps[i].Parts[k].State == st) {
 		return nil
 	}
 	r = t.editRun(r.Key())
-	s := r.JobSteps[i].clone()
+	s := r.JobSteps[i].Clone()
 	s.Parts[k] = StepPart{State: st, Message: ev.GetMessage()}
-	if s.Parts[k].terminal() {
-		first, n := s.firstRank(k), s.Tasks[k]
+	if s.Parts[k].Terminal() {
+		first, n := s.FirstRank(k), s.Tasks[k]
 		for l := int32(0); l < n; l++ {
 			code := int32(0)
 			if int(l) < len(ev.GetExitCodes()) {
@@ -443,7 +385,7 @@ func (t *txn) tasksChanged(ev *eventsv1.TasksChanged) error {
 // the highest exit code.
 func (t *txn) maybeEndStep(s *JobStep) {
 	for _, p := range s.Parts {
-		if !p.terminal() {
+		if !p.Terminal() {
 			return
 		}
 	}
@@ -499,7 +441,7 @@ func (t *txn) settleJobSteps() {
 			if r.JobSteps[i].Ended() {
 				continue
 			}
-			s := r.JobSteps[i].clone()
+			s := r.JobSteps[i].Clone()
 			if !s.Stopping {
 				s.Stopping, s.Cancelled = true, true
 				if s.Reason == "" {
@@ -508,10 +450,10 @@ func (t *txn) settleJobSteps() {
 				t.killStepTasks(r, &s, "", why)
 			}
 			for k, node := range s.Nodes {
-				if !s.Parts[k].terminal() && r.Steps[node].Abandoned {
+				if !s.Parts[k].Terminal() && r.Steps[node].Abandoned {
 					s.Parts[k] = StepPart{State: eventsv1.StepState_STEP_LOST, Message: "node " + s.Hostnames[k] + " lost"}
 					for l := int32(0); l < s.Tasks[k]; l++ {
-						s.ExitCodes[s.firstRank(k)+l] = 1
+						s.ExitCodes[s.FirstRank(k)+l] = 1
 					}
 				}
 			}

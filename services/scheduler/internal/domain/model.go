@@ -18,12 +18,9 @@
 package domain
 
 import (
-	"strconv"
-	"time"
-
-	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
 )
 
@@ -80,168 +77,25 @@ const (
 // given work.
 const RoleLogin = place.RoleLogin
 
-// Cluster is what the scheduler knows of a cluster.
-type Cluster struct {
-	Name string `json:"name"`
-	// SharedDir is the cluster's shared filesystem: the default working and
-	// submit directory, and the home of model directories.
-	SharedDir string               `json:"shared_dir"`
-	State     loomv1.Cluster_State `json:"state"`
-	// Partitions are the cluster's Slurm partitions, in spec order. None
-	// (a cluster described without orchestrator.slurm) means one implicit
-	// default partition over every compute node, without a time limit.
-	Partitions []Partition `json:"partitions,omitempty"`
-	// NodeSets map node pools to Slurm node sets (which partitions name).
-	NodeSets []NodeSet `json:"node_sets,omitempty"`
-}
-
-// Partition is one Slurm partition of a cluster.
-type Partition struct {
-	Name     string   `json:"name"`
-	NodeSets []string `json:"node_sets,omitempty"`
-	// MaxTime is the partition's MaxTime as written ("UNLIMITED", "1:00:00").
-	MaxTime string `json:"max_time,omitempty"`
-	// MaxSeconds is MaxTime in seconds; 0 means UNLIMITED.
-	MaxSeconds int64 `json:"max_seconds,omitempty"`
-	Default    bool  `json:"default,omitempty"`
-	// Tier is the partition's PriorityTier: its jobs are considered before
-	// those of lower tiers and may preempt them.
-	Tier int32 `json:"tier,omitempty"`
-}
-
-// NodeSet maps a node pool to a Slurm node set.
-type NodeSet struct {
-	ID       string   `json:"id"`
-	Pool     string   `json:"pool"`
-	Features []string `json:"features,omitempty"`
-}
+// Cluster, Partition, NodeSet and Node are the records of clusters and
+// their nodes (package jobstore: they have no memory-only fields).
+type (
+	Cluster   = jobstore.Cluster
+	Partition = jobstore.Partition
+	NodeSet   = jobstore.NodeSet
+	Node      = jobstore.Node
+)
 
 // ImplicitPartition is the name of the one partition of a cluster described
 // without Slurm partitions (clusterspec's default partition name).
-const ImplicitPartition = "all"
+const ImplicitPartition = jobstore.ImplicitPartition
 
-// Schedulable reports whether the cluster may be given new work.
-func (c *Cluster) Schedulable() bool {
-	if c == nil || c.SharedDir == "" {
-		return false
-	}
-	switch c.State {
-	case loomv1.Cluster_DELETING, loomv1.Cluster_DELETED, loomv1.Cluster_ERROR:
-		return false
-	}
-	return true
-}
-
-// partitions returns the cluster's partitions, the implicit one when the
-// spec names none.
-func (c *Cluster) partitions() []Partition {
-	if c == nil || len(c.Partitions) == 0 {
-		return []Partition{{Name: ImplicitPartition, MaxTime: "UNLIMITED", Default: true}}
-	}
-	return c.Partitions
-}
-
-// partition returns the partition named name ("" means the default) and its
-// index in partitions(), or -1.
-func (c *Cluster) partition(name string) (Partition, int) {
-	ps := c.partitions()
-	for i, p := range ps {
-		if (name == "" && p.Default) || (name != "" && p.Name == name) {
-			return p, i
-		}
-	}
-	if name == "" && len(ps) > 0 {
-		return ps[0], 0
-	}
-	return Partition{}, -1
-}
-
-// Node is what the scheduler knows of a node: the provisioner's view of it
-// (State), health's (Unhealthy), its shape from the machine catalog, and the
-// scheduler's own Slurm drain (scontrol update node State=DRAIN).
-type Node struct {
-	Name     string            `json:"name"`
-	Cluster  string            `json:"cluster"`
-	Hostname string            `json:"hostname"`
-	GPUs     int32             `json:"gpus"`
-	State    loomv1.Node_State `json:"state"`
-	// Reason is the provisioner's reason for the node's state.
-	Reason string `json:"reason,omitempty"`
-	// Unhealthy is health's verdict; a node is healthy until told otherwise.
-	Unhealthy    bool   `json:"unhealthy,omitempty"`
-	HealthReason string `json:"health_reason,omitempty"`
-	// Role is the provisioner's "compute" or "login" ("" counts as compute).
-	Role string `json:"role,omitempty"`
-	// DrainDeadline is when the jobs still running on a DRAINING node are
-	// requeued; zero means they are waited for however long they run.
-	DrainDeadline time.Time `json:"drain_deadline,omitzero"`
-	// Drained records that NodeDrained was emitted for the node's current
-	// DRAINING period, so that it is emitted once; it is cleared when the
-	// node leaves DRAINING.
-	Drained bool `json:"drained,omitempty"`
-
-	// Pool, MachineType, AcceleratorType and Block are the provisioner's.
-	Pool            string `json:"pool,omitempty"`
-	MachineType     string `json:"machine_type,omitempty"`
-	AcceleratorType string `json:"accelerator_type,omitempty"`
-	Block           string `json:"block,omitempty"`
-	// GresType is the Slurm GRES type of its GPUs ("h100"), CPUs and
-	// MemoryMB its size, from the machine catalog; 0 means unknown (not
-	// checked).
-	GresType string `json:"gres_type,omitempty"`
-	CPUs     int32  `json:"cpus,omitempty"`
-	MemoryMB int64  `json:"memory_mb,omitempty"`
-
-	// AdminDrain is the scheduler's Slurm drain: no new work, running jobs
-	// go on. AdminReason is its Reason=, set by AdminReasonUser at
-	// AdminReasonTime (sinfo -R's USER and TIMESTAMP).
-	AdminDrain      bool      `json:"admin_drain,omitempty"`
-	AdminReason     string    `json:"admin_reason,omitempty"`
-	AdminReasonUser string    `json:"admin_reason_user,omitempty"`
-	AdminReasonTime time.Time `json:"admin_reason_time,omitzero"`
-}
-
-// Usable reports whether the node may take new work.
-func (n *Node) Usable() bool {
-	return n.State == loomv1.Node_READY && !n.Unhealthy && n.Role != RoleLogin && !n.AdminDrain
-}
-
-// Draining reports whether the provisioner is draining the node for
-// removal: it keeps the jobs it runs (until its deadline) but takes no new ones.
-func (n *Node) Draining() bool { return n.State == loomv1.Node_DRAINING }
-
-// lost reports whether the node can no longer run the work it holds, so that
-// its jobs end NODE_FAIL: anything but READY or DRAINING (DOWN, FAILED,
-// PROVISIONING, DELETING), or unhealthy.
-func (n *Node) lost() bool {
-	return n.Unhealthy || (n.State != loomv1.Node_READY && n.State != loomv1.Node_DRAINING)
-}
-
-// downReason says why a node can no longer run work, for a failed job's reason.
-func (n *Node) downReason() string {
-	why := n.HealthReason
-	if !n.Unhealthy || why == "" {
-		why = n.Reason
-	}
-	if why == "" {
-		why = "state " + n.State.String()
-	}
-	return "node " + n.Hostname + " down: " + why
-}
-
-// Job is a job and its Slurm status.
+// Job is a job and its Slurm status: its persisted part (jobstore.JobRecord:
+// the resource, Attempt, ModelDir, Excluded, and the methods that read only
+// them: Name, Pending, Running, Completing, Terminal), and what the pass
+// keeps of it in memory.
 type Job struct {
-	// Job is the full resource as served by GetJob (priority, factors,
-	// runs and placement are filled in when it is read). The domain never
-	// mutates a Job that is in a State; it edits a copy inside a Change.
-	Job *loomv1.Job `json:"-"`
-	// Attempt counts the job's runs, from 1; 0 while it never ran.
-	Attempt int32 `json:"attempt"`
-	// ModelDir is $LOOM_MODEL_DIR of the current run ("" without model_output).
-	ModelDir string `json:"model_dir,omitempty"`
-	// Excluded are hostnames whose failure ended a run of the job: its
-	// later runs never use them.
-	Excluded []string `json:"excluded,omitempty"`
+	jobstore.JobRecord
 
 	// why is the last pass's placement explanation, attrs what a pass
 	// reads of a pending job (memory only).
@@ -269,108 +123,18 @@ type Job struct {
 // array and writes the task's record against.
 func (j *Job) Template() *loomv1.Job { return j.tmpl }
 
-// Name returns the job's full name.
-func (j *Job) Name() string { return j.Job.GetName() }
-
-// Pending reports whether the job waits in the queue.
-func (j *Job) Pending() bool { return j.Job.GetState() == loomv1.JobState_PENDING }
-
-// Running reports whether the job's current attempt is in progress:
-// CONFIGURING (started, not every node's step has reported running yet) or
-// RUNNING. Time limits, cancels, preemption and node failures treat both
-// alike.
-func (j *Job) Running() bool {
-	s := j.Job.GetState()
-	return s == loomv1.JobState_RUNNING || s == loomv1.JobState_CONFIGURING
-}
-
-// Completing reports whether the job's attempt has ended but a step of its
-// run has not reported its end yet (COMPLETING); its final state is the
-// run's Outcome.
-func (j *Job) Completing() bool { return j.Job.GetState() == loomv1.JobState_COMPLETING }
-
-// Terminal reports whether the job has ended (only a requeue changes it again).
-func (j *Job) Terminal() bool { return j.Job.GetState().Terminal() }
-
 // requeueAllowed reports whether the job may be requeued (--requeue, the
 // default, or not --no-requeue).
 func (j *Job) requeueAllowed() bool { return j.Job.Requeue == nil || j.Job.GetRequeue() }
 
-// Step is one node's part of a run.
-type Step struct {
-	// State is the agent's last report; STEP_STATE_UNSPECIFIED until the first.
-	State    eventsv1.StepState `json:"state"`
-	ExitCode int32              `json:"exit_code,omitempty"`
-	Message  string             `json:"message,omitempty"`
-	// Abandoned: the node failed or left, so the step counts as ended and
-	// the node's resources are free without waiting for its agent's word.
-	Abandoned bool `json:"abandoned,omitempty"`
-	// Idle: the node is allocated but runs no process (a batch job's nodes
-	// other than the batch host); it is released with the run.
-	Idle bool `json:"idle,omitempty"`
-}
+// Step is one node's part of a run (jobstore.Step).
+type Step = jobstore.Step
 
-// Terminal reports whether the step has ended (an idle one never runs).
-func (s Step) Terminal() bool {
-	if s.Abandoned || s.Idle {
-		return true
-	}
-	switch s.State {
-	case eventsv1.StepState_STEP_EXITED, eventsv1.StepState_STEP_FAILED_TO_START,
-		eventsv1.StepState_STEP_KILLED, eventsv1.StepState_STEP_LOST:
-		return true
-	}
-	return false
-}
-
-// Run is one attempt of a job on a set of nodes, and the allocation it holds.
+// Run is one attempt of a job on a set of nodes, and the allocation it
+// holds: its persisted part (jobstore.RunRecord, with Key, Holds and Ended)
+// and what the pass keeps of it in memory.
 type Run struct {
-	Job     string `json:"job"`
-	Cluster string `json:"cluster"`
-	Attempt int32  `json:"attempt"`
-	// Nodes are the node names in rank order (SLURM_NODEID); Hostnames match.
-	Nodes     []string `json:"nodes"`
-	Hostnames []string `json:"hostnames"`
-	// GPUs are the device indices given to the run on each node.
-	GPUs map[string][]int32 `json:"gpus,omitempty"`
-	// CPUs and Tasks are the CPUs and tasks given on each node, by rank;
-	// MemMB the memory on each node. Exclusive runs hold their nodes whole.
-	CPUs      []int32 `json:"cpus,omitempty"`
-	Tasks     []int32 `json:"tasks,omitempty"`
-	MemMB     int64   `json:"mem_mb,omitempty"`
-	Exclusive bool    `json:"exclusive,omitempty"`
-	// Steps by node name.
-	Steps map[string]Step `json:"steps"`
-	// Released is set once every step is terminal: the allocation is free.
-	Released bool `json:"released,omitempty"`
-
-	// Partition, User, Account and QOS are the job's when it started (for
-	// limits, fair share and preemption).
-	Partition string `json:"partition,omitempty"`
-	User      string `json:"user,omitempty"`
-	Account   string `json:"account,omitempty"`
-	QOS       string `json:"qos,omitempty"`
-	// Start is when the run started; End when the attempt ended (the job
-	// left RUNNING for it), zero while it runs.
-	Start time.Time `json:"start,omitzero"`
-	End   time.Time `json:"end,omitzero"`
-	// Outcome is the attempt's end state (zero while it runs), with its exit
-	// code and reason, for sacct's view of the job's runs.
-	Outcome  loomv1.JobState `json:"outcome,omitempty"`
-	ExitCode int32           `json:"exit_code,omitempty"`
-	Reason   string          `json:"reason,omitempty"`
-	// Signaled records that the job's --signal was sent ahead of its time limit.
-	Signaled bool `json:"signaled,omitempty"`
-	// PreemptBy names the job this run is being preempted for; PreemptAt is
-	// when its grace period ends and it is stopped.
-	PreemptBy string    `json:"preempt_by,omitempty"`
-	PreemptAt time.Time `json:"preempt_at,omitzero"`
-	// JobSteps are the run's job steps (srun inside the allocation), by
-	// step id, and NextStepID the id the next one gets. The slice and its
-	// elements are never edited in place (jobsteps.go copies on write), so
-	// clone's shallow copy of it is safe.
-	JobSteps   []JobStep `json:"job_steps,omitempty"`
-	NextStepID int32     `json:"next_step_id,omitempty"`
+	jobstore.RunRecord
 
 	// Memory only, set when the run is committed: its interned
 	// account/user, GPU count and usage rate; live and limit mirror its job
@@ -384,26 +148,8 @@ type Run struct {
 	limit int64
 }
 
-// Key returns the run's record key.
-func (r *Run) Key() string { return RunKey(r.Job, r.Attempt) }
-
-// RunKey returns the record key of a job's attempt.
-func RunKey(job string, attempt int32) string {
-	return job + "#" + strconv.FormatInt(int64(attempt), 10)
-}
-
-// Holds reports whether the run still holds its allocation on node.
-func (r *Run) Holds(node string) bool {
-	if r.Released {
-		return false
-	}
-	st, ok := r.Steps[node]
-	return ok && !st.Abandoned
-}
-
-// Ended reports whether the attempt is over (its job left RUNNING for it),
-// though its steps may still be ending.
-func (r *Run) Ended() bool { return !r.End.IsZero() }
+// RunKey returns the record key of a job's attempt (jobstore.RunKey).
+func RunKey(job string, attempt int32) string { return jobstore.RunKey(job, attempt) }
 
 // allTerminal reports whether nothing of the run runs any more: every
 // node's step has ended, and every job step's (srun) tasks. The run holds
@@ -469,43 +215,14 @@ func (r *Run) clone() *Run {
 	return &c
 }
 
-// Array is the record of a job array: its tasks (one job record each, job
-// ids A+k), its % limit and the parts its tasks share.
-type Array struct {
-	// Name is the array's name, that of its first task ("projects/p/jobs/A").
-	Name    string `json:"name"`
-	Cluster string `json:"cluster"`
-	JobID   string `json:"job_id"`
-	// Limit is the most tasks that run at once (0: no limit).
-	Limit int32 `json:"limit,omitempty"`
-	// Indexes are the task indexes in ascending order; Tasks the job names,
-	// index for index.
-	Indexes []int32  `json:"indexes"`
-	Tasks   []string `json:"tasks"`
-	// Template is the array's job as submitted and accepted (named as the
-	// array, job id A): what its tasks share — environment, script, the whole
-	// spec. It is kept once per array, as Slurm keeps one record for an
-	// array's pending tasks: in memory every task's Job.Env is this map, and
-	// the store writes each task as its difference from it. Never modified
-	// (tasks' environments and scripts never change); nil for arrays
-	// recorded before templates were.
-	Template *loomv1.Job `json:"-"`
-}
+// Array is the record of a job array (jobstore.Array: it has no
+// memory-only fields).
+type Array = jobstore.Array
 
-// Usage is the decayed resource usage (GPU-seconds, or CPU-seconds for jobs
-// without GPUs) of an account, or of a user within an account, on a
-// cluster, as of At.
-type Usage struct {
-	Key   string    `json:"key"`
-	Value float64   `json:"value"`
-	At    time.Time `json:"at"`
-}
+// Usage is the decayed fair-share usage of an account or user on a
+// cluster (jobstore.Usage).
+type Usage = jobstore.Usage
 
 // UsageKey is the key of an account's usage on a cluster (user ""), or of a
-// user's within it.
-func UsageKey(cluster, account, user string) string {
-	if user == "" {
-		return cluster + "|" + account
-	}
-	return cluster + "|" + account + "|" + user
-}
+// user's within it (jobstore.UsageKey).
+func UsageKey(cluster, account, user string) string { return jobstore.UsageKey(cluster, account, user) }

@@ -8,6 +8,8 @@ import (
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 )
 
 // TestPrioritySumMatchesFactors checks that the queue's priority (sum, from
@@ -61,7 +63,7 @@ func TestPrioAttrsAsNewAttrs(t *testing.T) {
 		{Name: "c", Qos: "none", SubmitTime: timestamppb.New(now), BeginTime: timestamppb.New(now.Add(time.Hour))},
 		{Name: "d", Account: "acct", User: "alice", BeginTime: timestamppb.New(now.Add(-time.Hour)), SubmitTime: timestamppb.New(now)},
 	} {
-		j := &Job{Job: spec}
+		j := &Job{JobRecord: jobstore.JobRecord{Job: spec}}
 		want := s.newAttrs(j, false)
 		got := jobAttrs{eligible: 99, qos: 7}
 		s.prioAttrs(j, &got)
@@ -83,7 +85,7 @@ func TestLazyReasonVersionBuiltOnLook(t *testing.T) {
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	tx := writerTxn(s, now)
 	lazy := func(name string) *reasonVersion {
-		src := &Job{Attempt: 2, Job: &loomv1.Job{Name: name, Cluster: "c", State: loomv1.JobState_PENDING, StateReason: "None"}}
+		src := &Job{JobRecord: jobstore.JobRecord{Attempt: 2, Job: &loomv1.Job{Name: name, Cluster: "c", State: loomv1.JobState_PENDING, StateReason: "None"}}}
 		v := tx.reasonVersion()
 		v.src, v.reason = src, ReasonPriority
 		v.job.lazy = v

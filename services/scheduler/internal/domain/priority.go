@@ -100,7 +100,7 @@ func (t *txn) newPrioCtx(cluster string, c *Cluster, views []place.NodeView, pen
 	s := t.s
 	cfg := &s.cfg
 	p := &prioCtx{now: t.now.UnixNano(), cfg: cfg, cluster: c, maxQOS: cfg.maxQOSPriority()}
-	parts := c.partitions()
+	parts := c.EffectivePartitions()
 	p.partGPUs = make([]int64, len(parts))
 	p.partNodes = make([]int64, len(parts))
 	p.partTier = make([]int32, len(parts))

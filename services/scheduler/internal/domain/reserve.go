@@ -343,7 +343,7 @@ func (p *pass) victimPriority(r *Run, vj *Job, stored bool) int64 {
 			return v
 		}
 	}
-	_, vpi := p.cluster.partition(vj.Job.GetPartition())
+	_, vpi := p.cluster.Partition(vj.Job.GetPartition())
 	var a jobAttrs
 	p.t.s.prioAttrs(vj, &a)
 	v := p.prio.sum(&a, vpi)
@@ -414,7 +414,7 @@ func (p *pass) preempt(j *Job, a *jobAttrs, r *place.Request, sc *place.Shape) (
 	if len(sc.Avail) < r.Nodes {
 		return 0, false
 	}
-	_, pi := p.cluster.partition(j.Job.GetPartition())
+	_, pi := p.cluster.Partition(j.Job.GetPartition())
 	at := p.viewIndex()
 	if sc.InAvail == nil {
 		sc.InAvail = make([]bool, len(p.views))

@@ -7,6 +7,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 )
 
 // Retention (Slurm's MinJobAge): an ended job stays in the live state, with
@@ -50,22 +52,17 @@ func (r Retention) withDefaults() Retention {
 	return r
 }
 
-// Ended is the compact record of a job pruned from the live state: what a
-// dependency on it reads.
-type Ended struct {
-	Name  string          `json:"name"`
-	State loomv1.JobState `json:"state"`
-	Start time.Time       `json:"start,omitzero"`
-	End   time.Time       `json:"end"`
-}
+// Ended is the compact record of a job pruned from the live state
+// (jobstore.Ended).
+type Ended = jobstore.Ended
 
-// job returns the record as the dependency code reads jobs.
-func (e *Ended) job() *Job {
+// endedJob returns the record as the dependency code reads jobs.
+func endedJob(e *Ended) *Job {
 	j := &loomv1.Job{Name: e.Name, State: e.State, EndTime: timestamppb.New(e.End)}
 	if !e.Start.IsZero() {
 		j.StartTime = timestamppb.New(e.Start)
 	}
-	return &Job{Job: j}
+	return &Job{JobRecord: jobstore.JobRecord{Job: j}}
 }
 
 // Pruned is what one Prune removes and adds; it is stored (one atomic

@@ -11,6 +11,7 @@ import (
 
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
 )
 
@@ -231,7 +232,7 @@ func (t *txn) newPass(name string, c *Cluster) *pass {
 			t.scratch.views, t.scratch.held = views, held
 		}
 	}
-	p := &pass{t: t, name: name, cluster: c, parts: c.partitions(), views: views, held: held,
+	p := &pass{t: t, name: name, cluster: c, parts: c.EffectivePartitions(), views: views, held: held,
 		shapes: map[place.ShapeKey]*place.Shape{}, schedulable: c.Schedulable()}
 	p.static = t.staticCacheFor(name, c, nodes)
 	byPool, bySet := partitionMasks(c)
@@ -858,7 +859,7 @@ func (t *txn) fill(v *reasonVersion) {
 	if j == nil {
 		return
 	}
-	v.job = Job{Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded, Job: &v.pj, tmpl: j.tmpl, shared: true}
+	v.job = Job{JobRecord: jobstore.JobRecord{Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded, Job: &v.pj}, tmpl: j.tmpl, shared: true}
 	shallowJobInto(&v.pj, j.Job)
 	v.pj.StateReason = v.reason
 	v.ev = eventsv1.JobChanged{Job: &v.pj, Attempt: j.Attempt, ModelDir: j.ModelDir}

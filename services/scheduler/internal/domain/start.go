@@ -14,6 +14,7 @@ import (
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
 )
@@ -51,12 +52,12 @@ func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32,
 		}
 	}
 	q, _ := t.s.cfg.qos(spec.GetQos())
-	r := &Run{
+	r := &Run{RunRecord: jobstore.RunRecord{
 		Job: j.Name(), Cluster: p.name, Attempt: j.Attempt + 1,
 		Nodes: make([]string, n), Hostnames: make([]string, n), CPUs: make([]int32, n), Tasks: tasks,
 		GPUs: map[string][]int32{}, Steps: map[string]Step{}, MemMB: req.MemMB, Exclusive: req.Exclusive,
 		Partition: part.Name, User: spec.GetUser(), Account: spec.GetAccount(), QOS: q.Name, Start: t.now,
-	}
+	}}
 	batch := spec.GetScript() != ""
 	for rank, i := range chosen {
 		v := &p.views[i]

@@ -88,7 +88,7 @@ func (v *viewer) job(rec *Job) *loomv1.Job {
 	out := proto.Clone(rec.Job).(*loomv1.Job)
 	if rec.Pending() {
 		p := v.pass(out.GetCluster())
-		_, pi := p.cluster.partition(out.GetPartition())
+		_, pi := p.cluster.Partition(out.GetPartition())
 		prio, f := p.prio.priority(v.s.attrsOf(rec), pi)
 		out.Priority, out.PriorityFactors = prio, f.proto()
 		if d := rec.why; d != nil && placementReason(out.GetStateReason()) {
@@ -143,15 +143,15 @@ func (s *State) NodeTable(cluster string) (views.ClusterTable, bool) {
 		features[ns.Pool] = append(features[ns.Pool], ns.Features...)
 	}
 	out := views.ClusterTable{Schedulable: c.Schedulable(), Nodes: make([]views.NodeRow, len(nodes))}
-	for _, pt := range c.partitions() {
+	for _, pt := range c.EffectivePartitions() {
 		out.Partitions = append(out.Partitions, views.Partition{Name: pt.Name, Default: pt.Default,
 			MaxTime: pt.MaxTime, Tier: pt.Tier})
 	}
 	for k, n := range nodes {
-		row := views.NodeRow{View: p.views[k], Features: features[n.Pool], Down: n.lost(), Reason: n.Reason,
+		row := views.NodeRow{View: p.views[k], Features: features[n.Pool], Down: n.Lost(), Reason: n.Reason,
 			AdminReason: n.AdminReason, AdminReasonUser: n.AdminReasonUser, AdminReasonTime: n.AdminReasonTime}
 		if row.Down {
-			row.DownReason = n.downReason()
+			row.DownReason = n.DownReason()
 		}
 		out.Nodes[k] = row
 	}

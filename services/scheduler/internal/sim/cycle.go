@@ -14,6 +14,7 @@ import (
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 	"github.com/loom-ml/loom/services/scheduler/internal/sim/trace"
 )
 
@@ -284,14 +285,14 @@ func CycleState(cfg CycleConfig) (*domain.State, int, error) {
 			for k := range devs {
 				devs[k] = int32(cfg.GPUsPerNode - free + k)
 			}
-			jobs = append(jobs, &domain.Job{Job: j, Attempt: 1})
-			runs = append(runs, &domain.Run{
+			jobs = append(jobs, &domain.Job{JobRecord: jobstore.JobRecord{Job: j, Attempt: 1}})
+			runs = append(runs, &domain.Run{RunRecord: jobstore.RunRecord{
 				Job: j.GetName(), Cluster: Cluster, Attempt: 1, Nodes: []string{NodeName(host)}, Hostnames: []string{host},
 				GPUs: map[string][]int32{NodeName(host): devs},
 				CPUs: []int32{int32(g)}, Tasks: []int32{1},
 				Steps:     map[string]domain.Step{NodeName(host): {State: eventsv1.StepState_STEP_RUNNING}},
 				Partition: Partition, User: j.GetUser(), Account: j.GetAccount(), QOS: j.GetQos(), Start: j.GetStartTime().AsTime(),
-			})
+			}})
 			free -= g
 			held += g
 		}
@@ -300,7 +301,7 @@ func CycleState(cfg CycleConfig) (*domain.State, int, error) {
 	for range cfg.Pending {
 		j := newJob(pendingSize(rng, cfg.GPUsPerNode))
 		j.State = loomv1.JobState_PENDING
-		jobs = append(jobs, &domain.Job{Job: j})
+		jobs = append(jobs, &domain.Job{JobRecord: jobstore.JobRecord{Job: j}})
 	}
 	st.Load(nil, nil, jobs, runs, nil, nil)
 	return st, running, nil

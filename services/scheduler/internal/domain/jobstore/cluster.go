@@ -1,0 +1,188 @@
+package jobstore
+
+import (
+	"time"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// Cluster is what the scheduler knows of a cluster.
+type Cluster struct {
+	Name string `json:"name"`
+	// SharedDir is the cluster's shared filesystem: the default working and
+	// submit directory, and the home of model directories.
+	SharedDir string               `json:"shared_dir"`
+	State     loomv1.Cluster_State `json:"state"`
+	// Partitions are the cluster's Slurm partitions, in spec order. None
+	// (a cluster described without orchestrator.slurm) means one implicit
+	// default partition over every compute node, without a time limit.
+	Partitions []Partition `json:"partitions,omitempty"`
+	// NodeSets map node pools to Slurm node sets (which partitions name).
+	NodeSets []NodeSet `json:"node_sets,omitempty"`
+}
+
+// Partition is one Slurm partition of a cluster.
+type Partition struct {
+	Name     string   `json:"name"`
+	NodeSets []string `json:"node_sets,omitempty"`
+	// MaxTime is the partition's MaxTime as written ("UNLIMITED", "1:00:00").
+	MaxTime string `json:"max_time,omitempty"`
+	// MaxSeconds is MaxTime in seconds; 0 means UNLIMITED.
+	MaxSeconds int64 `json:"max_seconds,omitempty"`
+	Default    bool  `json:"default,omitempty"`
+	// Tier is the partition's PriorityTier: its jobs are considered before
+	// those of lower tiers and may preempt them.
+	Tier int32 `json:"tier,omitempty"`
+}
+
+// NodeSet maps a node pool to a Slurm node set.
+type NodeSet struct {
+	ID       string   `json:"id"`
+	Pool     string   `json:"pool"`
+	Features []string `json:"features,omitempty"`
+}
+
+// ImplicitPartition is the name of the one partition of a cluster described
+// without Slurm partitions (clusterspec's default partition name).
+const ImplicitPartition = "all"
+
+// RoleLogin is the role of login nodes: records without an agent, never
+// given work (the same string as place.RoleLogin; a domain test holds them
+// equal).
+const RoleLogin = "login"
+
+// Schedulable reports whether the cluster may be given new work.
+func (c *Cluster) Schedulable() bool {
+	if c == nil || c.SharedDir == "" {
+		return false
+	}
+	switch c.State {
+	case loomv1.Cluster_DELETING, loomv1.Cluster_DELETED, loomv1.Cluster_ERROR:
+		return false
+	}
+	return true
+}
+
+// EffectivePartitions returns the cluster's partitions, the implicit one when the
+// spec names none.
+func (c *Cluster) EffectivePartitions() []Partition {
+	if c == nil || len(c.Partitions) == 0 {
+		return []Partition{{Name: ImplicitPartition, MaxTime: "UNLIMITED", Default: true}}
+	}
+	return c.Partitions
+}
+
+// Partition returns the partition named name ("" means the default) and its
+// index in EffectivePartitions(), or -1.
+func (c *Cluster) Partition(name string) (Partition, int) {
+	ps := c.EffectivePartitions()
+	for i, p := range ps {
+		if (name == "" && p.Default) || (name != "" && p.Name == name) {
+			return p, i
+		}
+	}
+	if name == "" && len(ps) > 0 {
+		return ps[0], 0
+	}
+	return Partition{}, -1
+}
+
+// Node is what the scheduler knows of a node: the provisioner's view of it
+// (State), health's (Unhealthy), its shape from the machine catalog, and the
+// scheduler's own Slurm drain (scontrol update node State=DRAIN).
+type Node struct {
+	Name     string            `json:"name"`
+	Cluster  string            `json:"cluster"`
+	Hostname string            `json:"hostname"`
+	GPUs     int32             `json:"gpus"`
+	State    loomv1.Node_State `json:"state"`
+	// Reason is the provisioner's reason for the node's state.
+	Reason string `json:"reason,omitempty"`
+	// Unhealthy is health's verdict; a node is healthy until told otherwise.
+	Unhealthy    bool   `json:"unhealthy,omitempty"`
+	HealthReason string `json:"health_reason,omitempty"`
+	// Role is the provisioner's "compute" or "login" ("" counts as compute).
+	Role string `json:"role,omitempty"`
+	// DrainDeadline is when the jobs still running on a DRAINING node are
+	// requeued; zero means they are waited for however long they run.
+	DrainDeadline time.Time `json:"drain_deadline,omitzero"`
+	// Drained records that NodeDrained was emitted for the node's current
+	// DRAINING period, so that it is emitted once; it is cleared when the
+	// node leaves DRAINING.
+	Drained bool `json:"drained,omitempty"`
+
+	// Pool, MachineType, AcceleratorType and Block are the provisioner's.
+	Pool            string `json:"pool,omitempty"`
+	MachineType     string `json:"machine_type,omitempty"`
+	AcceleratorType string `json:"accelerator_type,omitempty"`
+	Block           string `json:"block,omitempty"`
+	// GresType is the Slurm GRES type of its GPUs ("h100"), CPUs and
+	// MemoryMB its size, from the machine catalog; 0 means unknown (not
+	// checked).
+	GresType string `json:"gres_type,omitempty"`
+	CPUs     int32  `json:"cpus,omitempty"`
+	MemoryMB int64  `json:"memory_mb,omitempty"`
+
+	// AdminDrain is the scheduler's Slurm drain: no new work, running jobs
+	// go on. AdminReason is its Reason=, set by AdminReasonUser at
+	// AdminReasonTime (sinfo -R's USER and TIMESTAMP).
+	AdminDrain      bool      `json:"admin_drain,omitempty"`
+	AdminReason     string    `json:"admin_reason,omitempty"`
+	AdminReasonUser string    `json:"admin_reason_user,omitempty"`
+	AdminReasonTime time.Time `json:"admin_reason_time,omitzero"`
+}
+
+// Usable reports whether the node may take new work.
+func (n *Node) Usable() bool {
+	return n.State == loomv1.Node_READY && !n.Unhealthy && n.Role != RoleLogin && !n.AdminDrain
+}
+
+// Draining reports whether the provisioner is draining the node for
+// removal: it keeps the jobs it runs (until its deadline) but takes no new ones.
+func (n *Node) Draining() bool { return n.State == loomv1.Node_DRAINING }
+
+// Lost reports whether the node can no longer run the work it holds, so that
+// its jobs end NODE_FAIL: anything but READY or DRAINING (DOWN, FAILED,
+// PROVISIONING, DELETING), or unhealthy.
+func (n *Node) Lost() bool {
+	return n.Unhealthy || (n.State != loomv1.Node_READY && n.State != loomv1.Node_DRAINING)
+}
+
+// DownReason says why a node can no longer run work, for a failed job's reason.
+func (n *Node) DownReason() string {
+	why := n.HealthReason
+	if !n.Unhealthy || why == "" {
+		why = n.Reason
+	}
+	if why == "" {
+		why = "state " + n.State.String()
+	}
+	return "node " + n.Hostname + " down: " + why
+}
+
+// Usage is the decayed resource usage (GPU-seconds, or CPU-seconds for jobs
+// without GPUs) of an account, or of a user within an account, on a
+// cluster, as of At.
+type Usage struct {
+	Key   string    `json:"key"`
+	Value float64   `json:"value"`
+	At    time.Time `json:"at"`
+}
+
+// UsageKey is the key of an account's usage on a cluster (user ""), or of a
+// user's within it.
+func UsageKey(cluster, account, user string) string {
+	if user == "" {
+		return cluster + "|" + account
+	}
+	return cluster + "|" + account + "|" + user
+}
+
+// Ended is the compact record of a job pruned from the live state: what a
+// dependency on it reads.
+type Ended struct {
+	Name  string          `json:"name"`
+	State loomv1.JobState `json:"state"`
+	Start time.Time       `json:"start,omitzero"`
+	End   time.Time       `json:"end"`
+}

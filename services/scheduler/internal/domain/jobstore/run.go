@@ -1,0 +1,178 @@
+package jobstore
+
+import (
+	"strconv"
+	"time"
+
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// RunRecord is a run's persisted part: one attempt of a job on a set of
+// nodes, and the allocation it holds. domain.Run embeds it beside its
+// memory-only fields.
+type RunRecord struct {
+	Job     string `json:"job"`
+	Cluster string `json:"cluster"`
+	Attempt int32  `json:"attempt"`
+	// Nodes are the node names in rank order (SLURM_NODEID); Hostnames match.
+	Nodes     []string `json:"nodes"`
+	Hostnames []string `json:"hostnames"`
+	// GPUs are the device indices given to the run on each node.
+	GPUs map[string][]int32 `json:"gpus,omitempty"`
+	// CPUs and Tasks are the CPUs and tasks given on each node, by rank;
+	// MemMB the memory on each node. Exclusive runs hold their nodes whole.
+	CPUs      []int32 `json:"cpus,omitempty"`
+	Tasks     []int32 `json:"tasks,omitempty"`
+	MemMB     int64   `json:"mem_mb,omitempty"`
+	Exclusive bool    `json:"exclusive,omitempty"`
+	// Steps by node name.
+	Steps map[string]Step `json:"steps"`
+	// Released is set once every step is terminal: the allocation is free.
+	Released bool `json:"released,omitempty"`
+
+	// Partition, User, Account and QOS are the job's when it started (for
+	// limits, fair share and preemption).
+	Partition string `json:"partition,omitempty"`
+	User      string `json:"user,omitempty"`
+	Account   string `json:"account,omitempty"`
+	QOS       string `json:"qos,omitempty"`
+	// Start is when the run started; End when the attempt ended (the job
+	// left RUNNING for it), zero while it runs.
+	Start time.Time `json:"start,omitzero"`
+	End   time.Time `json:"end,omitzero"`
+	// Outcome is the attempt's end state (zero while it runs), with its exit
+	// code and reason, for sacct's view of the job's runs.
+	Outcome  loomv1.JobState `json:"outcome,omitempty"`
+	ExitCode int32           `json:"exit_code,omitempty"`
+	Reason   string          `json:"reason,omitempty"`
+	// Signaled records that the job's --signal was sent ahead of its time limit.
+	Signaled bool `json:"signaled,omitempty"`
+	// PreemptBy names the job this run is being preempted for; PreemptAt is
+	// when its grace period ends and it is stopped.
+	PreemptBy string    `json:"preempt_by,omitempty"`
+	PreemptAt time.Time `json:"preempt_at,omitzero"`
+	// JobSteps are the run's job steps (srun inside the allocation), by
+	// step id, and NextStepID the id the next one gets. The slice and its
+	// elements are never edited in place (the domain's jobsteps.go copies
+	// on write), so domain.Run.clone's shallow copy of it is safe.
+	JobSteps   []JobStep `json:"job_steps,omitempty"`
+	NextStepID int32     `json:"next_step_id,omitempty"`
+}
+
+// Key returns the run's record key.
+func (r *RunRecord) Key() string { return RunKey(r.Job, r.Attempt) }
+
+// RunKey returns the record key of a job's attempt.
+func RunKey(job string, attempt int32) string {
+	return job + "#" + strconv.FormatInt(int64(attempt), 10)
+}
+
+// Holds reports whether the run still holds its allocation on node.
+func (r *RunRecord) Holds(node string) bool {
+	if r.Released {
+		return false
+	}
+	st, ok := r.Steps[node]
+	return ok && !st.Abandoned
+}
+
+// Ended reports whether the attempt is over (its job left RUNNING for it),
+// though its steps may still be ending.
+func (r *RunRecord) Ended() bool { return !r.End.IsZero() }
+
+// Step is one node's part of a run.
+type Step struct {
+	// State is the agent's last report; STEP_STATE_UNSPECIFIED until the first.
+	State    eventsv1.StepState `json:"state"`
+	ExitCode int32              `json:"exit_code,omitempty"`
+	Message  string             `json:"message,omitempty"`
+	// Abandoned: the node failed or left, so the step counts as ended and
+	// the node's resources are free without waiting for its agent's word.
+	Abandoned bool `json:"abandoned,omitempty"`
+	// Idle: the node is allocated but runs no process (a batch job's nodes
+	// other than the batch host); it is released with the run.
+	Idle bool `json:"idle,omitempty"`
+}
+
+// Terminal reports whether the step has ended (an idle one never runs).
+func (s Step) Terminal() bool {
+	if s.Abandoned || s.Idle {
+		return true
+	}
+	switch s.State {
+	case eventsv1.StepState_STEP_EXITED, eventsv1.StepState_STEP_FAILED_TO_START,
+		eventsv1.StepState_STEP_KILLED, eventsv1.StepState_STEP_LOST:
+		return true
+	}
+	return false
+}
+
+// JobStep is one job step of a run: tasks on the first len(Nodes) nodes of
+// its allocation, ranked by block distribution (node 0 has ranks
+// 0..Tasks[0]-1, and so on).
+type JobStep struct {
+	ID        int32    `json:"id"`
+	RequestID string   `json:"request_id,omitempty"`
+	Command   []string `json:"command"`
+	// Nodes are node names in step rank order (SLURM_NODEID); Hostnames
+	// and Tasks (tasks per node) match them.
+	Nodes     []string `json:"nodes"`
+	Hostnames []string `json:"hostnames"`
+	Tasks     []int32  `json:"tasks"`
+	// OutputDir holds task-<rank>.out and .err of every task.
+	OutputDir     string `json:"output_dir,omitempty"`
+	KillOnBadExit bool   `json:"kill_on_bad_exit,omitempty"`
+	// Parts are the agents' reports on each node's tasks, node for node.
+	Parts []StepPart `json:"parts"`
+	// ExitCodes are the tasks' exit codes by rank.
+	ExitCodes []int32 `json:"exit_codes"`
+	// State is RUNNING until every part ended, then COMPLETED, FAILED or
+	// CANCELLED; Reason says why it failed or was cancelled.
+	State  loomv1.JobState `json:"state"`
+	Reason string          `json:"reason,omitempty"`
+	// Stopping records that the step's tasks were told to stop (so that it
+	// is done once); Cancelled that its end is CANCELLED (scancel of the
+	// step, or the end of the job's attempt).
+	Stopping  bool      `json:"stopping,omitempty"`
+	Cancelled bool      `json:"cancelled,omitempty"`
+	Start     time.Time `json:"start,omitzero"`
+	End       time.Time `json:"end,omitzero"`
+}
+
+// StepPart is one node's tasks of a job step, as its agent last reported.
+type StepPart struct {
+	State   eventsv1.StepState `json:"state,omitempty"`
+	Message string             `json:"message,omitempty"`
+}
+
+// Terminal reports whether the node's tasks have ended.
+func (p StepPart) Terminal() bool {
+	switch p.State {
+	case eventsv1.StepState_STEP_EXITED, eventsv1.StepState_STEP_FAILED_TO_START,
+		eventsv1.StepState_STEP_KILLED, eventsv1.StepState_STEP_LOST:
+		return true
+	}
+	return false
+}
+
+// Ended reports whether every task of the step has ended.
+func (s *JobStep) Ended() bool { return s.State.Terminal() }
+
+// FirstRank is the rank of the first task on the step's k-th node.
+func (s *JobStep) FirstRank(k int) int32 {
+	n := int32(0)
+	for _, c := range s.Tasks[:k] {
+		n += c
+	}
+	return n
+}
+
+// Clone returns a copy of the step that shares nothing the domain edits
+// (its parts and exit codes), for copy-on-write.
+func (s *JobStep) Clone() JobStep {
+	c := *s
+	c.Parts = append([]StepPart(nil), s.Parts...)
+	c.ExitCodes = append([]int32(nil), s.ExitCodes...)
+	return c
+}

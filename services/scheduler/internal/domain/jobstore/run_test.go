@@ -1,0 +1,66 @@
+package jobstore
+
+import (
+	"testing"
+	"time"
+
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// TestRunRecordMethods covers the pure methods over a run's persisted part.
+func TestRunRecordMethods(t *testing.T) {
+	t.Parallel()
+	r := &RunRecord{Job: "projects/p/jobs/7", Attempt: 12, Steps: map[string]Step{
+		"a": {State: eventsv1.StepState_STEP_RUNNING},
+		"b": {Abandoned: true},
+	}}
+	if got := r.Key(); got != "projects/p/jobs/7#12" || got != RunKey(r.Job, r.Attempt) {
+		t.Fatalf("Key() = %q", got)
+	}
+	if !r.Holds("a") || r.Holds("b") || r.Holds("c") {
+		t.Fatal("Holds: want a only (b abandoned, c not in the run)")
+	}
+	if r.Ended() {
+		t.Fatal("a run without End has not ended")
+	}
+	r.End = time.Unix(1, 0)
+	r.Released = true
+	if !r.Ended() || r.Holds("a") {
+		t.Fatal("ended and released: holds nothing")
+	}
+	for _, c := range []struct {
+		s    Step
+		want bool
+	}{
+		{Step{State: eventsv1.StepState_STEP_RUNNING}, false},
+		{Step{}, false},
+		{Step{Idle: true}, true},
+		{Step{Abandoned: true, State: eventsv1.StepState_STEP_RUNNING}, true},
+		{Step{State: eventsv1.StepState_STEP_EXITED}, true},
+		{Step{State: eventsv1.StepState_STEP_LOST}, true},
+	} {
+		if c.s.Terminal() != c.want {
+			t.Errorf("%+v.Terminal() = %v", c.s, !c.want)
+		}
+	}
+}
+
+// TestJobStepClone: FirstRank follows block distribution, and a clone's
+// parts and exit codes are its own (the domain's copy-on-write relies on it).
+func TestJobStepClone(t *testing.T) {
+	t.Parallel()
+	s := &JobStep{Tasks: []int32{2, 3, 1}, Parts: []StepPart{{}, {State: eventsv1.StepState_STEP_KILLED}},
+		ExitCodes: []int32{0, 0}, State: loomv1.JobState_RUNNING}
+	if s.FirstRank(0) != 0 || s.FirstRank(2) != 5 {
+		t.Fatalf("FirstRank: %d, %d; want 0, 5", s.FirstRank(0), s.FirstRank(2))
+	}
+	if s.Parts[0].Terminal() || !s.Parts[1].Terminal() || s.Ended() {
+		t.Fatal("part/step ends")
+	}
+	c := s.Clone()
+	c.Parts[0].Message, c.ExitCodes[0] = "x", 9
+	if s.Parts[0].Message != "" || s.ExitCodes[0] != 0 {
+		t.Fatal("Clone shares parts or exit codes with the original")
+	}
+}
