@@ -21,8 +21,11 @@ import (
 // them too and is an error.
 func Run(ctx context.Context, args []string, usage io.Writer) error {
 	cfg, err := config.ParseArgs("loom agent", args, (*agent.Config).RegisterFlags)
-	if u := (*config.UsageError)(nil); errors.As(err, &u) {
-		_, _ = io.WriteString(usage, u.Usage)
+	if err != nil {
+		var u *config.UsageError
+		if errors.As(err, &u) {
+			_, _ = io.WriteString(usage, u.Usage)
+		}
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
