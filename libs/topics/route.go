@@ -29,13 +29,14 @@ var routes = table(map[string][]proto.Message{
 	NodeEvents:    {&eventsv1.NodeChanged{}, &eventsv1.NodeRemoved{}},
 	NodeTelemetry: {&eventsv1.AgentRegistered{}, &eventsv1.Heartbeat{}},
 	JobCommands: {&eventsv1.SubmitJob{}, &eventsv1.CancelJob{}, &eventsv1.UpdateJob{}, &eventsv1.UpdateSlurmNode{},
-		&eventsv1.CreateJobStep{}, &eventsv1.CancelJobStep{}},
+		&eventsv1.CreateJobStep{}, &eventsv1.CancelJobStep{}, &eventsv1.AssociationChanged{}},
 	JobEvents: {&eventsv1.JobChanged{}, &eventsv1.NodeDrained{}},
 	StepCommands: {&eventsv1.StartStep{}, &eventsv1.StopStep{}, &eventsv1.SignalStep{}, &eventsv1.LaunchTasks{},
 		&eventsv1.KillTasks{}},
 	StepEvents:   {&eventsv1.StepChanged{}, &eventsv1.TasksChanged{}},
 	HealthEvents: {&eventsv1.NodeHealthChanged{}},
 	ModelEvents:  {&eventsv1.ModelVersionRegistered{}},
+	Audit:        {&eventsv1.AuditRecorded{}},
 })
 
 // table inverts topic → event types into type → topic. A type listed under

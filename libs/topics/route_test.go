@@ -48,6 +48,8 @@ var wantRoutes = map[string]string{
 	"TasksChanged":           StepEvents,
 	"NodeHealthChanged":      HealthEvents,
 	"ModelVersionRegistered": ModelEvents,
+	"AuditRecorded":          Audit,
+	"AssociationChanged":     JobCommands,
 }
 
 // TestEveryEventRoutes enumerates every message of loom.events.v1 — the only

@@ -17,6 +17,7 @@ const (
 	RemediationCommand = "loom.remediation.commands.v1" // health → provisioner; key node name
 	ModelCommands      = "loom.model.commands.v1"       // gateway → registry; key model name
 	ModelEvents        = "loom.model.events.v1"         // registry; key model name
+	Audit              = "loom.audit.v1"                // gateway; key project
 )
 
 // DLQSuffix is appended to a topic's name to get its dead-letter topic.
@@ -53,7 +54,7 @@ func Partitions(topic string) int {
 // All returns every Loom topic with its dead-letter topic, in a stable order.
 func All() []Spec {
 	names := []string{ClusterCommands, ClusterEvents, NodeEvents, NodeTelemetry, JobCommands,
-		JobEvents, StepCommands, StepEvents, HealthEvents, RemediationCommand, ModelCommands, ModelEvents}
+		JobEvents, StepCommands, StepEvents, HealthEvents, RemediationCommand, ModelCommands, ModelEvents, Audit}
 	var out []Spec
 	for _, n := range names {
 		out = append(out, Spec{Name: n, Partitions: Partitions(n), Configs: retention})

@@ -2577,11 +2577,112 @@ func (x *ModelVersionRegistered) GetModel() string {
 	return ""
 }
 
+// AuditRecorded is one entry of the audit trail: a mutating request or a
+// refusal, with who made it and what was decided.
+type AuditRecorded struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Record        *v1.AuditRecord        `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditRecorded) Reset() {
+	*x = AuditRecorded{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditRecorded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditRecorded) ProtoMessage() {}
+
+func (x *AuditRecorded) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditRecorded.ProtoReflect.Descriptor instead.
+func (*AuditRecorded) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *AuditRecorded) GetRecord() *v1.AuditRecord {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+// AssociationChanged carries a user's association with an account and its
+// limits (sacctmgr add user / modify user) to the scheduler, which enforces
+// MaxJobs.
+type AssociationChanged struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Association   *v1.Association        `protobuf:"bytes,2,opt,name=association,proto3" json:"association,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AssociationChanged) Reset() {
+	*x = AssociationChanged{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AssociationChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AssociationChanged) ProtoMessage() {}
+
+func (x *AssociationChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AssociationChanged.ProtoReflect.Descriptor instead.
+func (*AssociationChanged) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *AssociationChanged) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *AssociationChanged) GetAssociation() *v1.Association {
+	if x != nil {
+		return x.Association
+	}
+	return nil
+}
+
 var File_loom_events_v1_events_proto protoreflect.FileDescriptor
 
 const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"\x1bloom/events/v1/events.proto\x12\x0eloom.events.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17loom/v1/resources.proto\"Y\n" +
+	"\x1bloom/events/v1/events.proto\x12\x0eloom.events.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x12loom/v1/auth.proto\x1a\x17loom/v1/resources.proto\"Y\n" +
 	"\rCreateCluster\x12\x1c\n" +
 	"\toperation\x18\x01 \x01(\tR\toperation\x12*\n" +
 	"\acluster\x18\x02 \x01(\v2\x10.loom.v1.ClusterR\acluster\"G\n" +
@@ -2788,7 +2889,12 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x0elast_heartbeat\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\rlastHeartbeat\"_\n" +
 	"\x16ModelVersionRegistered\x12/\n" +
 	"\aversion\x18\x01 \x01(\v2\x15.loom.v1.ModelVersionR\aversion\x12\x14\n" +
-	"\x05model\x18\x02 \x01(\tR\x05model*\xac\x01\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\"=\n" +
+	"\rAuditRecorded\x12,\n" +
+	"\x06record\x18\x01 \x01(\v2\x14.loom.v1.AuditRecordR\x06record\"f\n" +
+	"\x12AssociationChanged\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x126\n" +
+	"\vassociation\x18\x02 \x01(\v2\x14.loom.v1.AssociationR\vassociation*\xac\x01\n" +
 	"\tStopCause\x12\x1a\n" +
 	"\x16STOP_CAUSE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14STOP_CAUSE_CANCELLED\x10\x01\x12\x19\n" +
@@ -2822,7 +2928,7 @@ func file_loom_events_v1_events_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_events_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_loom_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_loom_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_loom_events_v1_events_proto_goTypes = []any{
 	(StopCause)(0),                 // 0: loom.events.v1.StopCause
 	(StepState)(0),                 // 1: loom.events.v1.StepState
@@ -2858,41 +2964,47 @@ var file_loom_events_v1_events_proto_goTypes = []any{
 	(*TasksChanged)(nil),           // 31: loom.events.v1.TasksChanged
 	(*NodeHealthChanged)(nil),      // 32: loom.events.v1.NodeHealthChanged
 	(*ModelVersionRegistered)(nil), // 33: loom.events.v1.ModelVersionRegistered
-	nil,                            // 34: loom.events.v1.CreateJobStep.EnvEntry
-	nil,                            // 35: loom.events.v1.StartStep.EnvEntry
-	nil,                            // 36: loom.events.v1.LaunchTasks.EnvEntry
-	(*v1.Cluster)(nil),             // 37: loom.v1.Cluster
-	(*v1.Reservation)(nil),         // 38: loom.v1.Reservation
-	(*v1.Node)(nil),                // 39: loom.v1.Node
-	(*timestamppb.Timestamp)(nil),  // 40: google.protobuf.Timestamp
-	(*v1.Job)(nil),                 // 41: loom.v1.Job
-	(*v1.ModelVersion)(nil),        // 42: loom.v1.ModelVersion
+	(*AuditRecorded)(nil),          // 34: loom.events.v1.AuditRecorded
+	(*AssociationChanged)(nil),     // 35: loom.events.v1.AssociationChanged
+	nil,                            // 36: loom.events.v1.CreateJobStep.EnvEntry
+	nil,                            // 37: loom.events.v1.StartStep.EnvEntry
+	nil,                            // 38: loom.events.v1.LaunchTasks.EnvEntry
+	(*v1.Cluster)(nil),             // 39: loom.v1.Cluster
+	(*v1.Reservation)(nil),         // 40: loom.v1.Reservation
+	(*v1.Node)(nil),                // 41: loom.v1.Node
+	(*timestamppb.Timestamp)(nil),  // 42: google.protobuf.Timestamp
+	(*v1.Job)(nil),                 // 43: loom.v1.Job
+	(*v1.ModelVersion)(nil),        // 44: loom.v1.ModelVersion
+	(*v1.AuditRecord)(nil),         // 45: loom.v1.AuditRecord
+	(*v1.Association)(nil),         // 46: loom.v1.Association
 }
 var file_loom_events_v1_events_proto_depIdxs = []int32{
-	37, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
-	37, // 1: loom.events.v1.UpdateCluster.cluster:type_name -> loom.v1.Cluster
-	38, // 2: loom.events.v1.CreateReservation.reservation:type_name -> loom.v1.Reservation
-	37, // 3: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
-	38, // 4: loom.events.v1.ReservationChanged.reservation:type_name -> loom.v1.Reservation
-	39, // 5: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
-	40, // 6: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
-	41, // 7: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
-	34, // 8: loom.events.v1.CreateJobStep.env:type_name -> loom.events.v1.CreateJobStep.EnvEntry
-	40, // 9: loom.events.v1.UpdateSlurmNode.time:type_name -> google.protobuf.Timestamp
-	41, // 10: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
-	35, // 11: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
+	39, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
+	39, // 1: loom.events.v1.UpdateCluster.cluster:type_name -> loom.v1.Cluster
+	40, // 2: loom.events.v1.CreateReservation.reservation:type_name -> loom.v1.Reservation
+	39, // 3: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
+	40, // 4: loom.events.v1.ReservationChanged.reservation:type_name -> loom.v1.Reservation
+	41, // 5: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
+	42, // 6: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
+	43, // 7: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
+	36, // 8: loom.events.v1.CreateJobStep.env:type_name -> loom.events.v1.CreateJobStep.EnvEntry
+	42, // 9: loom.events.v1.UpdateSlurmNode.time:type_name -> google.protobuf.Timestamp
+	43, // 10: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
+	37, // 11: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
 	0,  // 12: loom.events.v1.StopStep.cause:type_name -> loom.events.v1.StopCause
-	36, // 13: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
+	38, // 13: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
 	1,  // 14: loom.events.v1.StepChanged.state:type_name -> loom.events.v1.StepState
 	1,  // 15: loom.events.v1.TasksChanged.state:type_name -> loom.events.v1.StepState
 	2,  // 16: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
-	40, // 17: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
-	42, // 18: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	42, // 17: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
+	44, // 18: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
+	45, // 19: loom.events.v1.AuditRecorded.record:type_name -> loom.v1.AuditRecord
+	46, // 20: loom.events.v1.AssociationChanged.association:type_name -> loom.v1.Association
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_loom_events_v1_events_proto_init() }
@@ -2906,7 +3018,7 @@ func file_loom_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_events_v1_events_proto_rawDesc), len(file_loom_events_v1_events_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   34,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
