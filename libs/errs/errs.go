@@ -27,6 +27,12 @@ var (
 	// Aborted: the operation was superseded by another (a create ended by a
 	// delete of the same cluster).
 	Aborted = errors.New("aborted")
+	// Unauthenticated: the call carries no credential, or one that is
+	// malformed, expired, revoked or unknown.
+	Unauthenticated = errors.New("unauthenticated")
+	// ResourceExhausted: a quota, limit or rate was hit; the message names
+	// the limit and its value.
+	ResourceExhausted = errors.New("resource exhausted")
 )
 
 // FieldViolation is one problem with one field of a request.
@@ -120,6 +126,10 @@ func Code(err error) codes.Code {
 		return codes.PermissionDenied
 	case errors.Is(err, Aborted):
 		return codes.Aborted
+	case errors.Is(err, Unauthenticated):
+		return codes.Unauthenticated
+	case errors.Is(err, ResourceExhausted):
+		return codes.ResourceExhausted
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
