@@ -2,6 +2,8 @@ package auth
 
 import (
 	"crypto/ed25519"
+	"crypto/hmac"
+	"crypto/sha256"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
@@ -76,3 +78,23 @@ func ServiceKey(seed []byte) (ed25519.PrivateKey, error) {
 	}
 	return ed25519.NewKeyFromSeed(seed), nil
 }
+
+// DeriveKey derives a purpose-bound key from a secret (HMAC-SHA256 of
+// purpose under secret), so that one service secret yields independent
+// keys: a key for one purpose (bootstrap tokens, service tokens) reveals
+// nothing of the secret or of the others.
+func DeriveKey(secret []byte, purpose string) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(purpose))
+	return m.Sum(nil)
+}
+
+// Purposes of keys derived from the services' secret (DeriveKey).
+const (
+	// PurposeBootstrap keys the node bootstrap tokens the provisioner mints
+	// and the gateway checks.
+	PurposeBootstrap = "loom bootstrap token v1"
+	// PurposeService keys the tokens services present to each other's
+	// internal gRPC APIs.
+	PurposeService = "loom service token v1"
+)

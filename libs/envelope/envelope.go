@@ -33,6 +33,9 @@ const (
 	HeaderSpecVersion = "ce_specversion"
 	HeaderContentType = "content-type"
 	HeaderTraceParent = "traceparent"
+	// HeaderPrincipal carries the authenticated principal a command was
+	// made for (the gateway stamps it; see Event.Principal).
+	HeaderPrincipal = "loom_principal"
 )
 
 // ContentType is the content-type of every Loom payload.
@@ -60,6 +63,11 @@ type Event struct {
 	Time time.Time
 	// TraceParent is the W3C trace context of the operation that caused the event.
 	TraceParent string
+	// Principal is the authenticated principal (auth.Principal.Name, e.g.
+	// "users/alice") whose request caused a command. The gateway sets it
+	// from the call's verified credential; consumers act on it, never on a
+	// user named in the payload.
+	Principal string
 	// Topic is the Kafka topic the event is (or was) written to.
 	Topic string
 	// Key is the Kafka record key: the entity whose order matters.
@@ -142,6 +150,9 @@ func Encode(e Event) (kafka.Message, error) {
 	if e.TraceParent != "" {
 		headers = append(headers, kafka.Header{Key: HeaderTraceParent, Value: []byte(e.TraceParent)})
 	}
+	if e.Principal != "" {
+		headers = append(headers, kafka.Header{Key: HeaderPrincipal, Value: []byte(e.Principal)})
+	}
 	return kafka.Message{Topic: e.Topic, Key: []byte(e.Key), Value: value, Headers: headers}, nil
 }
 
@@ -203,6 +214,8 @@ func (r *Registry) Decode(m kafka.Message) (Event, error) {
 			e.Subject = v
 		case HeaderTraceParent:
 			e.TraceParent = v
+		case HeaderPrincipal:
+			e.Principal = v
 		case HeaderTime:
 			if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
 				e.Time = t
