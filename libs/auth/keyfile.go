@@ -3,8 +3,8 @@ package auth
 import (
 	"crypto/ed25519"
 	"crypto/hmac"
-	"crypto/sha256"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
