@@ -79,8 +79,11 @@ type Base struct {
 // HTTPAddr mean a free port on 127.0.0.1. A Base that New returned must be
 // Run or Closed. New refuses to start, with an InvalidError naming the
 // variable, when a LOOM_* variable read through config's parsers holds a
-// value they cannot parse (config.CheckEnv).
-func New(ctx context.Context, name string, cfg config.Common) (*Base, error) {
+// value they cannot parse (config.CheckEnv). opts are added to the gRPC
+// server's: interceptors given with grpc.ChainUnaryInterceptor and
+// grpc.ChainStreamInterceptor run inside the error mapping (errs.ToStatus),
+// in the order given, so an interceptor may return Loom's error kinds.
+func New(ctx context.Context, name string, cfg config.Common, opts ...grpc.ServerOption) (*Base, error) {
 	// A mistyped LOOM_* number, duration or boolean stops the service here
 	// rather than being replaced by its default without a word.
 	if err := config.CheckEnv(); err != nil {
@@ -148,7 +151,7 @@ func New(ctx context.Context, name string, cfg config.Common) (*Base, error) {
 
 	b.Health = health.NewServer()
 	b.Health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	b.GRPC = grpc.NewServer(
+	b.GRPC = grpc.NewServer(append([]grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(tel.TracerProvider),
 			otelgrpc.WithMeterProvider(tel.MeterProvider),
@@ -156,7 +159,7 @@ func New(ctx context.Context, name string, cfg config.Common) (*Base, error) {
 		)),
 		grpc.ChainUnaryInterceptor(errs.UnaryServerInterceptor),
 		grpc.ChainStreamInterceptor(errs.StreamServerInterceptor),
-	)
+	}, opts...)...)
 	healthpb.RegisterHealthServer(b.GRPC, b.Health)
 	return b, nil
 }
