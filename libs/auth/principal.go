@@ -153,9 +153,27 @@ func WorkloadName(project, jobID string) string { return "jobs/" + project + "/"
 
 type ctxKey struct{}
 
+type slotKey struct{}
+
+// Slot lets an interceptor that runs before authentication (the audit
+// trail) learn the principal that authentication found: it puts a Slot in
+// the context with WithSlot, and NewContext fills it.
+type Slot struct{ Principal *Principal }
+
+// WithSlot returns ctx with an empty Slot that a later NewContext on a
+// context derived from it fills.
+func WithSlot(ctx context.Context) (context.Context, *Slot) {
+	s := &Slot{}
+	return context.WithValue(ctx, slotKey{}, s), s
+}
+
 // NewContext returns ctx carrying p: the gateway's authentication does
-// this once per call, after verifying the call's credential.
+// this once per call, after verifying the call's credential. It also fills
+// the Slot of ctx, if any.
 func NewContext(ctx context.Context, p *Principal) context.Context {
+	if s, ok := ctx.Value(slotKey{}).(*Slot); ok && s != nil {
+		s.Principal = p
+	}
 	return context.WithValue(ctx, ctxKey{}, p)
 }
 
