@@ -39,9 +39,10 @@ type Store interface {
 
 // Cache lifetimes (Options' defaults).
 const (
-	// DefaultKeyCacheTTL is how long a verified API key is trusted without
-	// reading the store again: a key revoked through another gateway
-	// instance stops working within it (this instance forgets it at once).
+	// DefaultKeyCacheTTL is how long a verified API key (or access token)
+	// is trusted without reading the store (or checking the signature)
+	// again: a key revoked through another gateway instance stops working
+	// within it (this instance forgets it at once).
 	DefaultKeyCacheTTL = 30 * time.Second
 	// DefaultRoleCacheTTL is how long a user's roles are trusted: a role
 	// changed through another instance takes effect within it.
@@ -86,9 +87,15 @@ type Authenticator struct {
 	roles map[string]roleEntry
 }
 
-// keyEntry is a verified API key: who it proves, until when.
+// keyEntry is a verified credential (an API key or an access token): who
+// it proves, until when. A user's entry names the user, whose roles come
+// from the role cache; any other principal is kept whole.
 type keyEntry struct {
-	id, owner string
+	// id is an API key's id (ForgetKey), "" for a token.
+	id string
+	// user is a user principal's user; p is any other principal.
+	user, how string
+	p         *auth.Principal
 	until     time.Time
 }
 
@@ -145,48 +152,70 @@ func (a *Authenticator) Authenticate(ctx context.Context, cred string) (*auth.Pr
 func (a *Authenticator) apiKey(ctx context.Context, key string) (*auth.Principal, error) {
 	now := a.o.Clock.Now()
 	sum := sha256.Sum256([]byte(key))
+	if e, ok := a.cached(sum, now); ok {
+		return a.principal(ctx, e)
+	}
+	id, secret, err := auth.ParseAPIKey(key)
+	if err != nil {
+		return nil, err
+	}
+	k, err := a.o.Store.APIKey(ctx, id)
+	if errors.Is(err, errs.NotFound) {
+		return nil, unauthenticated("unknown API key %s; create one with `loom auth keys create`, or log in with `loom auth login`", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !auth.CheckSecret(k.Hash, secret) {
+		return nil, unauthenticated("wrong secret for API key %s; use the whole key as `loom auth keys create` printed it", id)
+	}
+	switch {
+	case !k.RevokeTime.IsZero():
+		return nil, unauthenticated("API key %s was revoked; create a new one with `loom auth keys create`", id)
+	case !k.Usable(now):
+		return nil, unauthenticated("API key %s expired at %s; create a new one with `loom auth keys create`", id, k.ExpireTime.UTC().Format(time.RFC3339))
+	}
+	e := keyEntry{id: id, how: "api-key", until: now.Add(a.o.KeyCacheTTL)}
+	if !k.ExpireTime.IsZero() && k.ExpireTime.Before(e.until) {
+		e.until = k.ExpireTime
+	}
+	if user, ok := strings.CutPrefix(k.Owner, "users/"); ok {
+		e.user = user
+	} else if svc, ok := strings.CutPrefix(k.Owner, "services/"); ok {
+		e.p = &auth.Principal{Name: auth.ServiceName(svc), Kind: auth.KindService, How: "api-key"}
+	} else {
+		return nil, unauthenticated("API key %s belongs to %q, which is not a user or a service", id, k.Owner)
+	}
+	a.remember(sum, e, now)
+	return a.principal(ctx, e)
+}
+
+// cached returns the unexpired cache entry of the credential whose
+// SHA-256 is sum.
+func (a *Authenticator) cached(sum [sha256.Size]byte, now time.Time) (keyEntry, bool) {
 	a.mu.Lock()
 	e, ok := a.keys[sum]
 	a.mu.Unlock()
-	if !ok || !now.Before(e.until) {
-		id, secret, err := auth.ParseAPIKey(key)
-		if err != nil {
-			return nil, err
-		}
-		k, err := a.o.Store.APIKey(ctx, id)
-		if errors.Is(err, errs.NotFound) {
-			return nil, unauthenticated("unknown API key %s; create one with `loom auth keys create`, or log in with `loom auth login`", id)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if !auth.CheckSecret(k.Hash, secret) {
-			return nil, unauthenticated("wrong secret for API key %s; use the whole key as `loom auth keys create` printed it", id)
-		}
-		switch {
-		case !k.RevokeTime.IsZero():
-			return nil, unauthenticated("API key %s was revoked; create a new one with `loom auth keys create`", id)
-		case !k.Usable(now):
-			return nil, unauthenticated("API key %s expired at %s; create a new one with `loom auth keys create`", id, k.ExpireTime.UTC().Format(time.RFC3339))
-		}
-		e = keyEntry{id: id, owner: k.Owner, until: now.Add(a.o.KeyCacheTTL)}
-		if !k.ExpireTime.IsZero() && k.ExpireTime.Before(e.until) {
-			e.until = k.ExpireTime
-		}
-		a.mu.Lock()
-		if len(a.keys) >= maxCacheEntries {
-			pruneKeys(a.keys, now)
-		}
-		a.keys[sum] = e
-		a.mu.Unlock()
+	return e, ok && now.Before(e.until)
+}
+
+// remember caches e for the credential whose SHA-256 is sum.
+func (a *Authenticator) remember(sum [sha256.Size]byte, e keyEntry, now time.Time) {
+	a.mu.Lock()
+	if len(a.keys) >= maxCacheEntries {
+		pruneKeys(a.keys, now)
 	}
-	if user, ok := strings.CutPrefix(e.owner, "users/"); ok {
-		return a.user(ctx, user, "api-key")
+	a.keys[sum] = e
+	a.mu.Unlock()
+}
+
+// principal is the caller's own copy of the principal e proves.
+func (a *Authenticator) principal(ctx context.Context, e keyEntry) (*auth.Principal, error) {
+	if e.user != "" {
+		return a.user(ctx, e.user, e.how)
 	}
-	if svc, ok := strings.CutPrefix(e.owner, "services/"); ok {
-		return &auth.Principal{Name: auth.ServiceName(svc), Kind: auth.KindService, How: "api-key"}, nil
-	}
-	return nil, unauthenticated("API key %s belongs to %q, which is not a user or a service", e.id, e.owner)
+	p := *e.p
+	return &p, nil
 }
 
 func pruneKeys(m map[[sha256.Size]byte]keyEntry, now time.Time) {
@@ -200,8 +229,16 @@ func pruneKeys(m map[[sha256.Size]byte]keyEntry, now time.Time) {
 	}
 }
 
-// token verifies an access token and builds its principal from its claims.
+// token verifies an access token and builds its principal from its
+// claims. A verified token is cached (by its SHA-256) until it expires, for
+// at most KeyCacheTTL: a token cannot be revoked, so the cache changes no
+// answer and spares the signature check and JSON decoding of each call.
 func (a *Authenticator) token(ctx context.Context, tok string) (*auth.Principal, error) {
+	now := a.o.Clock.Now()
+	sum := sha256.Sum256([]byte(tok))
+	if e, ok := a.cached(sum, now); ok {
+		return a.principal(ctx, e)
+	}
 	c, err := a.o.Issuer.Verify(tok, auth.UseAccess)
 	if err != nil {
 		return nil, err
@@ -210,25 +247,31 @@ func (a *Authenticator) token(ctx context.Context, tok string) (*auth.Principal,
 	if err != nil {
 		return nil, unauthenticated("token of unknown kind %q", c.Kind)
 	}
+	e := keyEntry{how: "token", until: now.Add(a.o.KeyCacheTTL)}
+	if exp := c.ExpiresAt.Time; exp.Before(e.until) {
+		e.until = exp
+	}
 	switch kind {
 	case auth.KindUser:
 		if c.Subject != auth.UserName(c.User) {
 			return nil, unauthenticated("token subject %q does not match its user", c.Subject)
 		}
-		return a.user(ctx, c.User, "token")
+		e.user = c.User
 	case auth.KindNode:
 		if c.Node == "" || c.Cluster == "" {
 			return nil, unauthenticated("node token without a node or cluster")
 		}
-		return &auth.Principal{Name: c.Subject, Kind: auth.KindNode, Node: c.Node, Cluster: c.Cluster, Pool: c.Pool, How: "node-identity"}, nil
+		e.p = &auth.Principal{Name: c.Subject, Kind: auth.KindNode, Node: c.Node, Cluster: c.Cluster, Pool: c.Pool, How: "node-identity"}
 	case auth.KindWorkload:
 		if c.Project == "" || c.Job == "" {
 			return nil, unauthenticated("workload token without a project or job")
 		}
-		return &auth.Principal{Name: c.Subject, Kind: auth.KindWorkload, User: c.User, Project: c.Project, Job: c.Job, How: "token"}, nil
+		e.p = &auth.Principal{Name: c.Subject, Kind: auth.KindWorkload, User: c.User, Project: c.Project, Job: c.Job, How: "token"}
 	default:
-		return &auth.Principal{Name: c.Subject, Kind: kind, User: c.User, How: "token"}, nil
+		e.p = &auth.Principal{Name: c.Subject, Kind: kind, User: c.User, How: "token"}
 	}
+	a.remember(sum, e, now)
+	return a.principal(ctx, e)
 }
 
 // user returns the principal of user with its roles (cached RoleCacheTTL),
