@@ -237,7 +237,7 @@ func TestAuthLoginServiceAndMembers(t *testing.T) {
 		t.Fatalf("project admin sets a member: %v", err)
 	}
 	ms, err := alice.ListMembers(ctx, &loomv1.ListMembersRequest{Parent: project})
-	if err != nil || len(ms.GetMembers()) != 2 || ms.GetMembers()[1].GetUser() != "bob" || ms.GetMembers()[1].GetRole() != "viewer" {
+	if err != nil || len(ms.GetMembers()) != 2 || ms.GetMembers()[0].GetUser() != "alice" || ms.GetMembers()[1].GetUser() != "bob" || ms.GetMembers()[1].GetRole() != "viewer" {
 		t.Fatalf("members: %v %v", ms, err)
 	}
 	_, err = alice.SetMember(ctx, &loomv1.SetMemberRequest{Parent: "projects/other", User: "bob", Role: "admin"})
@@ -246,10 +246,22 @@ func TestAuthLoginServiceAndMembers(t *testing.T) {
 	wantAuthCode(t, "global by a project admin", err, codes.PermissionDenied, "")
 	_, err = admin.SetMember(ctx, &loomv1.SetMemberRequest{Parent: project, User: "bob", Role: "owner"})
 	wantAuthCode(t, "bad role", err, codes.InvalidArgument, "role: ")
-	// A project admin manages the keys of the project's members.
+	// A project admin manages the keys of the project's members, unless
+	// they are members elsewhere too (the key would reach further than
+	// her projects) or cluster administrators.
 	if _, err := alice.CreateApiKey(ctx, &loomv1.CreateApiKeyRequest{Parent: "users/bob"}); err != nil {
 		t.Fatalf("project admin creates a member's key: %v", err)
 	}
+	if _, err := admin.SetMember(ctx, &loomv1.SetMemberRequest{Parent: "projects/other", User: "bob", Role: "viewer"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = alice.CreateApiKey(ctx, &loomv1.CreateApiKeyRequest{Parent: "users/bob"})
+	wantAuthCode(t, "key of a member of another project too", err, codes.NotFound, "users/bob")
+	if _, err := alice.SetMember(ctx, &loomv1.SetMemberRequest{Parent: project, User: adminUser, Role: "viewer"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = alice.CreateApiKey(ctx, &loomv1.CreateApiKeyRequest{Parent: "users/" + adminUser})
+	wantAuthCode(t, "key of a cluster admin", err, codes.NotFound, "")
 	// The admin removes her: her next call has no role there.
 	if _, err := admin.SetMember(ctx, &loomv1.SetMemberRequest{Parent: project, User: "alice"}); err != nil {
 		t.Fatal(err)

@@ -324,22 +324,27 @@ func parseOwner(p *auth.Principal, field, parent string) (owner string, err erro
 
 // mayManageKeys refuses a caller that may not manage owner's keys: users
 // manage their own; cluster administrators everyone's; a project admin the
-// keys of users who are members of a project they administer. Another
-// user's keys are NotFound to the rest, so that names cannot be probed.
+// keys of a user whose every membership is in projects the caller
+// administers (and who is no cluster administrator), so that a key made by
+// a project admin reaches no further than the caller's own projects.
+// Another user's keys are NotFound to the rest, so that names cannot be
+// probed.
 func (a *Auth) mayManageKeys(ctx context.Context, p *auth.Principal, owner string) error {
 	if p.ClusterAdmin || (p.Kind == auth.KindUser && owner == auth.UserName(p.User)) {
 		return nil
 	}
 	if p.Kind == auth.KindUser {
 		if u, ok := strings.CutPrefix(owner, "users/"); ok {
-			roles, _, err := a.o.Store.Roles(ctx, u)
+			roles, admin, err := a.o.Store.Roles(ctx, u)
 			if err != nil {
 				return err
 			}
+			within := len(roles) > 0 && !admin
 			for proj := range roles {
-				if p.Role(proj) == auth.RoleAdmin {
-					return nil
-				}
+				within = within && p.Role(proj) == auth.RoleAdmin
+			}
+			if within {
+				return nil
 			}
 		}
 	}
