@@ -246,22 +246,26 @@ func TestAuthLoginServiceAndMembers(t *testing.T) {
 	wantAuthCode(t, "global by a project admin", err, codes.PermissionDenied, "")
 	_, err = admin.SetMember(ctx, &loomv1.SetMemberRequest{Parent: project, User: "bob", Role: "owner"})
 	wantAuthCode(t, "bad role", err, codes.InvalidArgument, "role: ")
-	// A project admin manages the keys of the project's members, unless
-	// they are members elsewhere too (the key would reach further than
-	// her projects) or cluster administrators.
-	if _, err := alice.CreateApiKey(ctx, &loomv1.CreateApiKeyRequest{Parent: "users/bob"}); err != nil {
-		t.Fatalf("project admin creates a member's key: %v", err)
+	// A project admin lists and revokes the keys of the project's members,
+	// unless they are members elsewhere too (the key reaches further than
+	// her projects) or cluster administrators; she creates none for them (a
+	// key acts as its user's OS account).
+	bobKey := newKey(t, ctx, h, "bob", 0)
+	if l, err := alice.ListApiKeys(ctx, &loomv1.ListApiKeysRequest{Parent: "users/bob"}); err != nil || len(l.GetKeys()) != 1 {
+		t.Fatalf("project admin lists a member's keys: %v %v", l, err)
 	}
+	_, err = alice.CreateApiKey(ctx, &loomv1.CreateApiKeyRequest{Parent: "users/bob"})
+	wantAuthCode(t, "project admin creates a member's key", err, codes.PermissionDenied, "only cluster administrators")
 	if _, err := admin.SetMember(ctx, &loomv1.SetMemberRequest{Parent: "projects/other", User: "bob", Role: "viewer"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = alice.CreateApiKey(ctx, &loomv1.CreateApiKeyRequest{Parent: "users/bob"})
+	_, err = alice.RevokeApiKey(ctx, &loomv1.RevokeApiKeyRequest{Name: bobKey.GetName()})
 	wantAuthCode(t, "key of a member of another project too", err, codes.NotFound, "users/bob")
 	if _, err := alice.SetMember(ctx, &loomv1.SetMemberRequest{Parent: project, User: adminUser, Role: "viewer"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = alice.CreateApiKey(ctx, &loomv1.CreateApiKeyRequest{Parent: "users/" + adminUser})
-	wantAuthCode(t, "key of a cluster admin", err, codes.NotFound, "")
+	_, err = alice.ListApiKeys(ctx, &loomv1.ListApiKeysRequest{Parent: "users/" + adminUser})
+	wantAuthCode(t, "keys of a cluster admin", err, codes.NotFound, "")
 	// The admin removes her: her next call has no role there.
 	if _, err := admin.SetMember(ctx, &loomv1.SetMemberRequest{Parent: project, User: "alice"}); err != nil {
 		t.Fatal(err)

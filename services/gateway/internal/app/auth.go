@@ -405,6 +405,15 @@ func (a *Auth) CreateApiKey(ctx context.Context, req *loomv1.CreateApiKeyRequest
 	if err := a.mayManageKeys(ctx, p, owner); err != nil {
 		return nil, err
 	}
+	// A key acts as its user, whose OS account their jobs run as: a project
+	// admin who could make one for any user they add to their project could
+	// run jobs as any account (root included). So project admins list and
+	// revoke their members' keys, and only cluster administrators make keys
+	// for others.
+	if !p.ClusterAdmin && owner != auth.UserName(p.User) {
+		return nil, fmt.Errorf("%w: only cluster administrators create API keys for other users (%s acts as that user's OS account); ask %s to run `loom auth keys create`",
+			errs.PermissionDenied, owner, owner)
+	}
 	return a.createKey(ctx, owner, p.Name, req.GetKey().GetDisplayName(), time.Duration(req.GetTtlSeconds())*time.Second)
 }
 
