@@ -77,10 +77,13 @@ func TestAuthAPIKeys(t *testing.T) {
 		t.Fatalf("alice whoami: %v %v", me, err)
 	}
 	// Her own keys, paged; no secret is ever listed.
+	var own []*loomv1.ApiKey
 	for range 2 {
-		if _, err := alice.CreateApiKey(ctx, &loomv1.CreateApiKeyRequest{Parent: "users/-"}); err != nil {
-			t.Fatalf("alice creates her own key: %v", err)
+		k2, err := alice.CreateApiKey(ctx, &loomv1.CreateApiKeyRequest{Parent: "users/-"})
+		if err != nil || k2.GetName() != "users/alice/keys/"+k2.GetKeyId() {
+			t.Fatalf("alice creates her own key: %v %v", k2, err)
 		}
+		own = append(own, k2)
 	}
 	page, err := alice.ListApiKeys(ctx, &loomv1.ListApiKeysRequest{Parent: "users/-", PageSize: 2})
 	if err != nil || len(page.GetKeys()) != 2 || page.GetNextPageToken() == "" {
@@ -108,9 +111,15 @@ func TestAuthAPIKeys(t *testing.T) {
 	wantAuthCode(t, "bad user", err, codes.InvalidArgument, "parent: user")
 
 	// Revoked through this instance: refused at once.
-	if r, err := alice.RevokeApiKey(ctx, &loomv1.RevokeApiKeyRequest{Name: page.GetKeys()[0].GetName()}); err != nil || r.GetRevokeTime() == nil {
+	second := authClient(h, t, own[0].GetSecret())
+	if _, err := second.WhoAmI(ctx, &loomv1.WhoAmIRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := alice.RevokeApiKey(ctx, &loomv1.RevokeApiKeyRequest{Name: own[0].GetName()}); err != nil || r.GetRevokeTime() == nil {
 		t.Fatalf("revoke: %v %v", r, err)
 	}
+	_, err = second.WhoAmI(ctx, &loomv1.WhoAmIRequest{})
+	wantAuthCode(t, "key revoked through this instance", err, codes.Unauthenticated, "revoked")
 	// Revoked through another instance (its record changed in Redis): the
 	// cached key keeps working for at most 30 s.
 	if _, err := alice.WhoAmI(ctx, &loomv1.WhoAmIRequest{}); err != nil {
