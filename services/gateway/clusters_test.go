@@ -354,6 +354,7 @@ func TestRESTClusters(t *testing.T) {
 		if err != nil {
 			t.Fatalf("request: %v", err)
 		}
+		h.authorize(req)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

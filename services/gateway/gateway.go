@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
@@ -21,6 +23,7 @@ import (
 	"github.com/loom-ml/loom/libs/topics"
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 	"github.com/loom-ml/loom/services/gateway/internal/app"
+	"github.com/loom-ml/loom/services/gateway/internal/authn"
 	"github.com/loom-ml/loom/services/gateway/internal/domain"
 	"github.com/loom-ml/loom/services/gateway/internal/ports"
 )
@@ -53,6 +56,62 @@ type Config struct {
 	// checks it again; default slurmspec.DefaultMaxArraySize, 1001; at most
 	// slurmspec.MaxArraySizeCeiling).
 	MaxArraySize int
+	// Auth configures authentication (AuthConfig's flags).
+	Auth AuthConfig
+}
+
+// AuthConfig configures the gateway's authentication and AuthService.
+type AuthConfig struct {
+	// Mode is "on" (the default) or "off" (LOOM_AUTH): off is for
+	// development only, every call is then the cluster administrator
+	// "users/dev", and the gateway says so at WARN when it starts.
+	Mode string
+	// TokenKeyFile holds the HS256 secret of access and refresh tokens
+	// (LOOM_GATEWAY_TOKEN_KEY_FILE; created, 32 random bytes, when missing).
+	// Empty: a secret made at start and lost at exit (tokens then die
+	// with the gateway and other instances refuse them), with a warning.
+	TokenKeyFile string
+	// ServiceKeyFile holds the services' 32-byte secret, shared by every
+	// service and the provisioner (LOOM_SERVICE_KEY_FILE; created when
+	// missing): it signs node certificates and keys bootstrap tokens.
+	// Empty: RegisterNode and RenewNodeIdentity are refused.
+	ServiceKeyFile string
+	// BootstrapAdmin and BootstrapKeyFile (LOOM_GATEWAY_BOOTSTRAP_ADMIN,
+	// LOOM_GATEWAY_BOOTSTRAP_KEY_FILE): when the file does not exist at
+	// start, BootstrapAdmin becomes a cluster administrator and gets an API
+	// key written there, mode 0600.
+	BootstrapAdmin, BootstrapKeyFile string
+	// LoginKeyFile (LOOM_GATEWAY_LOGIN_KEY_FILE): when it does not exist at
+	// start, an API key of the login service ("services/login", which may
+	// get tokens for any user) is written there, mode 0600.
+	LoginKeyFile string
+	// OIDCIssuer, OIDCClientID and OIDCUserClaim (LOOM_GATEWAY_OIDC_ISSUER,
+	// LOOM_GATEWAY_OIDC_CLIENT_ID, LOOM_GATEWAY_OIDC_USER_CLAIM; default
+	// claim "preferred_username"): the identity provider whose ID tokens
+	// CreateToken exchanges for Loom tokens. Empty issuer: none.
+	OIDCIssuer, OIDCClientID, OIDCUserClaim string
+}
+
+// registerFlags adds the authentication flags to fs.
+func (c *AuthConfig) registerFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Mode, "auth", config.Env("LOOM_AUTH", "on"),
+		"authentication: on, or off for development only (every caller is a cluster administrator) (LOOM_AUTH)")
+	fs.StringVar(&c.TokenKeyFile, "token-key-file", config.Env("LOOM_GATEWAY_TOKEN_KEY_FILE", ""),
+		"file holding the access and refresh tokens' signing secret, created when missing (LOOM_GATEWAY_TOKEN_KEY_FILE)")
+	fs.StringVar(&c.ServiceKeyFile, "service-key-file", config.Env("LOOM_SERVICE_KEY_FILE", ""),
+		"file holding the services' shared secret (node certificates, bootstrap tokens), created when missing (LOOM_SERVICE_KEY_FILE)")
+	fs.StringVar(&c.BootstrapAdmin, "bootstrap-admin", config.Env("LOOM_GATEWAY_BOOTSTRAP_ADMIN", ""),
+		"user made cluster administrator on first start, with -bootstrap-key-file (LOOM_GATEWAY_BOOTSTRAP_ADMIN)")
+	fs.StringVar(&c.BootstrapKeyFile, "bootstrap-key-file", config.Env("LOOM_GATEWAY_BOOTSTRAP_KEY_FILE", ""),
+		"where the bootstrap admin's API key is written when the file does not exist (LOOM_GATEWAY_BOOTSTRAP_KEY_FILE)")
+	fs.StringVar(&c.LoginKeyFile, "login-key-file", config.Env("LOOM_GATEWAY_LOGIN_KEY_FILE", ""),
+		"where the login service's API key is written when the file does not exist (LOOM_GATEWAY_LOGIN_KEY_FILE)")
+	fs.StringVar(&c.OIDCIssuer, "oidc-issuer", config.Env("LOOM_GATEWAY_OIDC_ISSUER", ""),
+		"OIDC issuer URL whose ID tokens CreateToken accepts (LOOM_GATEWAY_OIDC_ISSUER)")
+	fs.StringVar(&c.OIDCClientID, "oidc-client-id", config.Env("LOOM_GATEWAY_OIDC_CLIENT_ID", ""),
+		"OIDC client id the ID tokens must be issued for (LOOM_GATEWAY_OIDC_CLIENT_ID)")
+	fs.StringVar(&c.OIDCUserClaim, "oidc-user-claim", config.Env("LOOM_GATEWAY_OIDC_USER_CLAIM", app.DefaultOIDCUserClaim),
+		"ID token claim holding the user's OS account name (LOOM_GATEWAY_OIDC_USER_CLAIM)")
 }
 
 // RegisterFlags adds the gateway's flags to fs, defaults from LOOM_* variables.
@@ -81,6 +140,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"how long a kept-alive REST connection may wait for its next request (LOOM_GATEWAY_REST_IDLE_TIMEOUT)")
 	fs.IntVar(&c.MaxArraySize, "max-array-size", int(config.EnvInt("LOOM_MAX_ARRAY_SIZE", slurmspec.DefaultMaxArraySize)),
 		"Slurm's MaxArraySize: array task ids must be below it (LOOM_MAX_ARRAY_SIZE, shared with the scheduler; default 1001)")
+	c.Auth.registerFlags(fs)
 }
 
 // withDefaults fills the fields a caller that skipped RegisterFlags left empty.
@@ -112,6 +172,8 @@ func (c Config) withDefaults() Config {
 	if c.MaxArraySize == 0 {
 		c.MaxArraySize = slurmspec.DefaultMaxArraySize
 	}
+	def(&c.Auth.Mode, "on")
+	def(&c.Auth.OIDCUserClaim, app.DefaultOIDCUserClaim)
 	return c
 }
 
@@ -144,7 +206,20 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string
 	if err := slurmspec.CheckMaxArraySize(cfg.MaxArraySize); err != nil {
 		return errs.Invalid("max-array-size", "%v", err)
 	}
-	base, err := service.New(ctx, "gateway", cfg.Common)
+	secrets, err := loadAuthSecrets(cfg.Auth)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	// The authentication interceptors are given to service.New before the
+	// store they read exists; an is set below, before any call is served.
+	var an *authn.Authenticator
+	base, err := service.New(ctx, "gateway", cfg.Common,
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			return an.Unary(ctx, req, info, h)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			return an.Stream(srv, ss, info, h)
+		}))
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
@@ -171,6 +246,13 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string
 	stopCalls := context.AfterFunc(ctx, gw.Stop)
 	defer stopCalls()
 	ports.Register(base.GRPC, gw)
+	authSvc, authenticator, err := newAuth(ctx, cfg.Auth, secrets, base, owners)
+	if err != nil {
+		_ = base.Close()
+		return fmt.Errorf("gateway: %w", err)
+	}
+	an = authenticator
+	ports.RegisterAuth(base.GRPC, authSvc)
 
 	consumers := []service.Consume{
 		{Topics: []string{topics.ClusterEvents}, Handler: ports.ClusterEvents(gw), Group: ConsumerGroup},

@@ -154,6 +154,7 @@ func TestREST(t *testing.T) {
 		if err != nil {
 			t.Fatalf("request: %v", err)
 		}
+		h.authorize(req)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -210,6 +211,7 @@ func TestREST(t *testing.T) {
 	}
 	h.w.setJob(&loomv1.Job{Name: "projects/default/jobs/1", JobId: "1", Cluster: cluster1, State: loomv1.JobState_COMPLETED})
 	req, _ := http.NewRequestWithContext(ctx, "GET", h.restBase+"/v1/projects/default/jobs/1:watch", nil)
+	h.authorize(req)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("watch: %v", err)

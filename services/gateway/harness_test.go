@@ -3,8 +3,12 @@ package gateway
 import (
 	"context"
 	"net"
+	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,9 +16,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
@@ -138,7 +144,7 @@ type fakeNodes struct {
 }
 
 func (fakeNodes) ListNodes(_ context.Context, r *loomv1.ListNodesRequest) (*loomv1.ListNodesResponse, error) {
-	return &loomv1.ListNodesResponse{Nodes: []*loomv1.Node{{Name: r.GetParent() + "/nodes/gpu-0001", Hostname: "gpu-0001"}}}, nil
+	return &loomv1.ListNodesResponse{Nodes: []*loomv1.Node{{Name: r.GetParent() + "/nodes/gpu-0001", Hostname: "gpu-0001", Cluster: r.GetParent(), NodePool: "gpu"}}}, nil
 }
 
 // fakeScheduler serves the scheduler's internal read API over world.
@@ -236,7 +242,16 @@ type harness struct {
 	w        *world
 	conn     *grpc.ClientConn
 	restBase string
+	// grpcAddr is the gateway's gRPC address; conn calls it as the
+	// bootstrap administrator (adminKey), with authentication on.
+	grpcAddr string
+	adminKey string
+	// cfg is the configuration the gateway runs with (its key files).
+	cfg Config
 }
+
+// adminUser is the harness's bootstrap cluster administrator.
+const adminUser = "admin"
 
 const (
 	project  = "projects/default"
@@ -288,6 +303,11 @@ func newHarness(t *testing.T, configure ...func(*Config)) *harness {
 		RESTAddr:        "127.0.0.1:0",
 		ProvisionerAddr: ownersAddr, SchedulerAddr: ownersAddr, RegistryAddr: ownersAddr,
 	}
+	// Authentication is on, as by default: the harness's calls carry the
+	// key the gateway writes for its bootstrap administrator.
+	keys := t.TempDir()
+	cfg.Auth = AuthConfig{Mode: "on", TokenKeyFile: filepath.Join(keys, "token.key"), ServiceKeyFile: filepath.Join(keys, "service.key"),
+		BootstrapAdmin: adminUser, BootstrapKeyFile: filepath.Join(keys, "admin.key"), LoginKeyFile: filepath.Join(keys, "login.key")}
 	for _, c := range configure {
 		c(&cfg)
 	}
@@ -305,8 +325,39 @@ func newHarness(t *testing.T, configure ...func(*Config)) *harness {
 		t.Fatal("gateway did not start")
 	}
 	h.restBase = "http://" + a.rest
-	h.conn = testkit.Dial(t, a.grpc)
+	h.grpcAddr, h.cfg = a.grpc, cfg
+	if cfg.Auth.BootstrapKeyFile != "" {
+		raw, err := os.ReadFile(cfg.Auth.BootstrapKeyFile)
+		if err != nil {
+			t.Fatalf("bootstrap admin key: %v", err)
+		}
+		h.adminKey = strings.TrimSpace(string(raw))
+	}
+	h.conn = h.dial(t, h.adminKey)
 	return h
+}
+
+// dial returns a connection to the gateway whose calls carry cred ("":
+// none, anonymous), closed when the test ends.
+func (h *harness) dial(t testing.TB, cred string) *grpc.ClientConn {
+	t.Helper()
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if cred != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(auth.Bearer(cred)))
+	}
+	conn, err := grpc.NewClient(h.grpcAddr, opts...)
+	if err != nil {
+		t.Fatalf("dial %s: %v", h.grpcAddr, err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// authorize adds the harness's credential to a REST request.
+func (h *harness) authorize(req *http.Request) {
+	if h.adminKey != "" {
+		req.Header.Set("Authorization", "Bearer "+h.adminKey)
+	}
 }
 
 func (h *harness) clusters() loomv1.ClusterServiceClient {

@@ -39,6 +39,9 @@ func rawHTTP(t *testing.T, h *harness, head string, body io.Reader) (*http.Respo
 	// A deadline far past the server's timeouts: a server that never
 	// closes the connection fails the test instead of hanging it.
 	_ = conn.SetDeadline(time.Now().Add(wait))
+	if h.adminKey != "" {
+		head = strings.Replace(head, "\r\nHost: gw\r\n", "\r\nHost: gw\r\nAuthorization: Bearer "+h.adminKey+"\r\n", 1)
+	}
 	if _, err := io.WriteString(conn, head); err != nil {
 		t.Fatalf("write head: %v", err)
 	}
@@ -160,6 +163,7 @@ func TestRESTLimits(t *testing.T) {
 			t.Fatalf("submit: HTTP %d %s", code, body)
 		}
 		req, _ := http.NewRequestWithContext(ctx, "GET", h.restBase+"/v1/"+j.Name+":watch", nil)
+		h.authorize(req)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatalf("watch: %v", err)

@@ -25,6 +25,7 @@ func (h *harness) rest(t *testing.T, ctx context.Context, method, path, body str
 	if err != nil {
 		t.Fatalf("request: %v", err)
 	}
+	h.authorize(req)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

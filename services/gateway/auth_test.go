@@ -1,0 +1,491 @@
+package gateway
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+	"github.com/jonboulle/clockwork"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/loom-ml/loom/libs/auth"
+	"github.com/loom-ml/loom/libs/testkit"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/gateway/internal/adapters"
+)
+
+// fakeClockHarness starts a gateway on a fake clock, returned with it.
+func fakeClockHarness(t *testing.T, configure ...func(*Config)) (*harness, *clockwork.FakeClock) {
+	t.Helper()
+	clock := clockwork.NewFakeClockAt(time.Now().Truncate(time.Second))
+	h := newHarness(t, append([]func(*Config){func(c *Config) { c.Common.Clock = clock }}, configure...)...)
+	return h, clock
+}
+
+func authClient(h *harness, t *testing.T, cred string) loomv1.AuthServiceClient {
+	return loomv1.NewAuthServiceClient(h.dial(t, cred))
+}
+
+// wantCode fails the test unless err has code want and (when set) a
+// message holding text.
+func wantAuthCode(t *testing.T, what string, err error, want codes.Code, text string) {
+	t.Helper()
+	if status.Code(err) != want || !strings.Contains(status.Convert(err).Message(), text) {
+		t.Fatalf("%s: got %v, want %v with %q", what, err, want, text)
+	}
+}
+
+// newKey has the admin create an API key for user.
+func newKey(t *testing.T, ctx context.Context, h *harness, user string, ttl int64) *loomv1.ApiKey {
+	t.Helper()
+	k, err := authClient(h, t, h.adminKey).CreateApiKey(ctx, &loomv1.CreateApiKeyRequest{Parent: "users/" + user, TtlSeconds: ttl, Key: &loomv1.ApiKey{DisplayName: "test"}})
+	if err != nil {
+		t.Fatalf("create key for %s: %v", user, err)
+	}
+	return k
+}
+
+func TestAuthAPIKeys(t *testing.T) {
+	t.Parallel()
+	h, clock := fakeClockHarness(t)
+	ctx := testkit.Context(t, wait)
+	admin := authClient(h, t, h.adminKey)
+
+	me, err := admin.WhoAmI(ctx, &loomv1.WhoAmIRequest{})
+	if err != nil || me.GetName() != "users/admin" || !me.GetClusterAdmin() || me.GetHow() != "api-key" {
+		t.Fatalf("admin whoami: %v %v", me, err)
+	}
+	k := newKey(t, ctx, h, "alice", 0)
+	if !strings.HasPrefix(k.GetSecret(), auth.APIKeyPrefix+k.GetKeyId()+".") || k.GetName() != "users/alice/keys/"+k.GetKeyId() || k.GetCreator() != "users/admin" {
+		t.Fatalf("created key: %v", k)
+	}
+	alice := authClient(h, t, k.GetSecret())
+	me, err = alice.WhoAmI(ctx, &loomv1.WhoAmIRequest{})
+	if err != nil || me.GetName() != "users/alice" || me.GetClusterAdmin() || me.GetKind() != loomv1.PrincipalKind_PRINCIPAL_KIND_USER {
+		t.Fatalf("alice whoami: %v %v", me, err)
+	}
+	// Her own keys, paged; no secret is ever listed.
+	var own []*loomv1.ApiKey
+	for range 2 {
+		k2, err := alice.CreateApiKey(ctx, &loomv1.CreateApiKeyRequest{Parent: "users/-"})
+		if err != nil || k2.GetName() != "users/alice/keys/"+k2.GetKeyId() {
+			t.Fatalf("alice creates her own key: %v %v", k2, err)
+		}
+		own = append(own, k2)
+	}
+	page, err := alice.ListApiKeys(ctx, &loomv1.ListApiKeysRequest{Parent: "users/-", PageSize: 2})
+	if err != nil || len(page.GetKeys()) != 2 || page.GetNextPageToken() == "" {
+		t.Fatalf("list page 1: %v %v", page, err)
+	}
+	rest, err := alice.ListApiKeys(ctx, &loomv1.ListApiKeysRequest{Parent: "users/-", PageSize: 2, PageToken: page.GetNextPageToken()})
+	if err != nil || len(rest.GetKeys()) != 1 || rest.GetNextPageToken() != "" {
+		t.Fatalf("list page 2: %v %v", rest, err)
+	}
+	for _, l := range append(page.GetKeys(), rest.GetKeys()...) {
+		if l.GetSecret() != "" {
+			t.Fatalf("a listed key shows its secret: %v", l)
+		}
+	}
+	// Another user's keys do not exist for her.
+	_, err = alice.CreateApiKey(ctx, &loomv1.CreateApiKeyRequest{Parent: "users/bob"})
+	wantAuthCode(t, "alice creates bob's key", err, codes.NotFound, "users/bob")
+	_, err = alice.ListApiKeys(ctx, &loomv1.ListApiKeysRequest{Parent: "users/admin"})
+	wantAuthCode(t, "alice lists admin's keys", err, codes.NotFound, "")
+	// Bounded, named fields.
+	_, err = alice.CreateApiKey(ctx, &loomv1.CreateApiKeyRequest{Parent: "users/-", TtlSeconds: -1, Key: &loomv1.ApiKey{DisplayName: strings.Repeat("x", 129)}})
+	wantAuthCode(t, "bad create", err, codes.InvalidArgument, "key.display_name: 129 bytes, longer than the limit of 128")
+	wantAuthCode(t, "bad create", err, codes.InvalidArgument, "ttl_seconds")
+	_, err = admin.CreateApiKey(ctx, &loomv1.CreateApiKeyRequest{Parent: "users/Alice@x"})
+	wantAuthCode(t, "bad user", err, codes.InvalidArgument, "parent: user")
+
+	// Revoked through this instance: refused at once.
+	second := authClient(h, t, own[0].GetSecret())
+	if _, err := second.WhoAmI(ctx, &loomv1.WhoAmIRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := alice.RevokeApiKey(ctx, &loomv1.RevokeApiKeyRequest{Name: own[0].GetName()}); err != nil || r.GetRevokeTime() == nil {
+		t.Fatalf("revoke: %v %v", r, err)
+	}
+	_, err = second.WhoAmI(ctx, &loomv1.WhoAmIRequest{})
+	wantAuthCode(t, "key revoked through this instance", err, codes.Unauthenticated, "revoked")
+	// Revoked through another instance (its record changed in Redis): the
+	// cached key keeps working for at most 30 s.
+	if _, err := alice.WhoAmI(ctx, &loomv1.WhoAmIRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	stored := h.redis.Get(ctx, "gateway:"+adapters.KeyAPIKeyPrefix+k.GetKeyId()).Val()
+	var rec adapters.KeyRecord
+	if err := json.Unmarshal([]byte(stored), &rec); err != nil {
+		t.Fatalf("stored key %q: %v", stored, err)
+	}
+	if strings.Contains(stored, strings.SplitN(k.GetSecret(), ".", 2)[1]) || !strings.HasPrefix(rec.Hash, "argon2id$") {
+		t.Fatalf("the store holds the secret, not a hash: %s", stored)
+	}
+	rec.RevokeTime = clock.Now()
+	raw, _ := json.Marshal(rec)
+	h.redis.Set(ctx, "gateway:"+adapters.KeyAPIKeyPrefix+k.GetKeyId(), raw, 0)
+	if _, err := alice.WhoAmI(ctx, &loomv1.WhoAmIRequest{}); err != nil {
+		t.Fatalf("within the cache's 30 s: %v", err)
+	}
+	clock.Advance(30 * time.Second)
+	_, err = alice.WhoAmI(ctx, &loomv1.WhoAmIRequest{})
+	wantAuthCode(t, "revoked key after 30 s", err, codes.Unauthenticated, "revoked")
+
+	// An expiring key ends at its expiry.
+	short := newKey(t, ctx, h, "bob", 60)
+	bob := authClient(h, t, short.GetSecret())
+	if _, err := bob.WhoAmI(ctx, &loomv1.WhoAmIRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(61 * time.Second)
+	_, err = bob.WhoAmI(ctx, &loomv1.WhoAmIRequest{})
+	wantAuthCode(t, "expired key", err, codes.Unauthenticated, "expired")
+
+	// A made-up key and a malformed header are refused, saying what to do.
+	_, err = authClient(h, t, auth.APIKeyPrefix+"0123456789abcdef.secret").WhoAmI(ctx, &loomv1.WhoAmIRequest{})
+	wantAuthCode(t, "unknown key", err, codes.Unauthenticated, "loom auth")
+	_, err = authClient(h, t, "not-a-token").WhoAmI(ctx, &loomv1.WhoAmIRequest{})
+	wantAuthCode(t, "garbage token", err, codes.Unauthenticated, "invalid token")
+	// No credential: anonymous, which WhoAmI refuses.
+	_, err = authClient(h, t, "").WhoAmI(ctx, &loomv1.WhoAmIRequest{})
+	wantAuthCode(t, "anonymous", err, codes.Unauthenticated, "loom auth login")
+}
+
+func TestAuthTokensAndRefresh(t *testing.T) {
+	t.Parallel()
+	h, clock := fakeClockHarness(t)
+	ctx := testkit.Context(t, wait)
+	k := newKey(t, ctx, h, "alice", 0)
+	tok, err := authClient(h, t, k.GetSecret()).CreateToken(ctx, &loomv1.CreateTokenRequest{})
+	if err != nil || tok.GetAccessToken() == "" || tok.GetRefreshToken() == "" || tok.GetPrincipal().GetName() != "users/alice" {
+		t.Fatalf("token: %v %v", tok, err)
+	}
+	if got := tok.GetExpireTime().AsTime().Sub(clock.Now()); got != auth.DefaultTokenLifetime {
+		t.Fatalf("token lifetime %v, want %v", got, auth.DefaultTokenLifetime)
+	}
+	withTok := authClient(h, t, tok.GetAccessToken())
+	me, err := withTok.WhoAmI(ctx, &loomv1.WhoAmIRequest{})
+	if err != nil || me.GetName() != "users/alice" || me.GetHow() != "token" {
+		t.Fatalf("whoami with token: %v %v", me, err)
+	}
+	// The lifetime may only shorten.
+	_, err = withTok.CreateToken(ctx, &loomv1.CreateTokenRequest{LifetimeSeconds: 3600})
+	wantAuthCode(t, "longer lifetime", err, codes.InvalidArgument, "lifetime_seconds: 3600 is longer than the default lifetime of 1800")
+	short, err := withTok.CreateToken(ctx, &loomv1.CreateTokenRequest{LifetimeSeconds: 60})
+	if err != nil || short.GetExpireTime().AsTime().Sub(clock.Now()) != time.Minute {
+		t.Fatalf("short token: %v %v", short, err)
+	}
+	_, err = withTok.CreateToken(ctx, &loomv1.CreateTokenRequest{RefreshToken: "x", User: "bob"})
+	wantAuthCode(t, "two at once", err, codes.InvalidArgument, "set at most one")
+
+	// Expired: refused, saying how to get a new one.
+	clock.Advance(auth.DefaultTokenLifetime + time.Second)
+	_, err = withTok.WhoAmI(ctx, &loomv1.WhoAmIRequest{})
+	wantAuthCode(t, "expired token", err, codes.Unauthenticated, "loom auth login")
+
+	// The refresh token works once, with no other credential.
+	anon := authClient(h, t, "")
+	next, err := anon.CreateToken(ctx, &loomv1.CreateTokenRequest{RefreshToken: tok.GetRefreshToken()})
+	if err != nil || next.GetPrincipal().GetName() != "users/alice" || next.GetRefreshToken() == tok.GetRefreshToken() {
+		t.Fatalf("refresh: %v %v", next, err)
+	}
+	if _, err := authClient(h, t, next.GetAccessToken()).WhoAmI(ctx, &loomv1.WhoAmIRequest{}); err != nil {
+		t.Fatalf("refreshed token: %v", err)
+	}
+	_, err = anon.CreateToken(ctx, &loomv1.CreateTokenRequest{RefreshToken: tok.GetRefreshToken()})
+	wantAuthCode(t, "refresh twice", err, codes.Unauthenticated, "already used")
+	// An access token is no refresh token.
+	_, err = anon.CreateToken(ctx, &loomv1.CreateTokenRequest{RefreshToken: next.GetAccessToken()})
+	wantAuthCode(t, "access as refresh", err, codes.Unauthenticated, "cannot be used as a refresh token")
+}
+
+func TestAuthLoginServiceAndMembers(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, wait)
+	raw, err := auth.LoadSecret(h.cfg.Auth.ServiceKeyFile)
+	if err != nil || len(raw) != ed25519.SeedSize {
+		t.Fatalf("service key file: %v", err)
+	}
+	loginKey := readKeyFile(t, h.cfg.Auth.LoginKeyFile)
+	login := authClient(h, t, loginKey)
+	tok, err := login.CreateToken(ctx, &loomv1.CreateTokenRequest{User: "carol"})
+	if err != nil || tok.GetPrincipal().GetName() != "users/carol" {
+		t.Fatalf("login service token for carol: %v %v", tok, err)
+	}
+	_, err = login.CreateToken(ctx, &loomv1.CreateTokenRequest{User: "root; rm"})
+	wantAuthCode(t, "bad user", err, codes.InvalidArgument, "user: ")
+	// A plain user may not.
+	alice := authClient(h, t, newKey(t, ctx, h, "alice", 0).GetSecret())
+	_, err = alice.CreateToken(ctx, &loomv1.CreateTokenRequest{User: "carol"})
+	wantAuthCode(t, "alice's token for carol", err, codes.PermissionDenied, "login service")
+
+	// Members: the admin makes alice admin of default; she manages its
+	// members, not another project's, and not the cluster admins.
+	admin := authClient(h, t, h.adminKey)
+	if _, err := admin.SetMember(ctx, &loomv1.SetMemberRequest{Parent: project, User: "alice", Role: "admin"}); err != nil {
+		t.Fatal(err)
+	}
+	me, err := alice.WhoAmI(ctx, &loomv1.WhoAmIRequest{})
+	if err != nil || me.GetRoles()[project] != "admin" {
+		t.Fatalf("alice's roles right after SetMember: %v %v", me, err)
+	}
+	if _, err := alice.SetMember(ctx, &loomv1.SetMemberRequest{Parent: project, User: "bob", Role: "viewer"}); err != nil {
+		t.Fatalf("project admin sets a member: %v", err)
+	}
+	ms, err := alice.ListMembers(ctx, &loomv1.ListMembersRequest{Parent: project})
+	if err != nil || len(ms.GetMembers()) != 2 || ms.GetMembers()[0].GetUser() != "alice" || ms.GetMembers()[1].GetUser() != "bob" || ms.GetMembers()[1].GetRole() != "viewer" {
+		t.Fatalf("members: %v %v", ms, err)
+	}
+	_, err = alice.SetMember(ctx, &loomv1.SetMemberRequest{Parent: "projects/other", User: "bob", Role: "admin"})
+	wantAuthCode(t, "other project", err, codes.NotFound, "")
+	_, err = alice.SetMember(ctx, &loomv1.SetMemberRequest{Parent: "global", User: "alice", Role: "cluster-admin"})
+	wantAuthCode(t, "global by a project admin", err, codes.PermissionDenied, "")
+	_, err = admin.SetMember(ctx, &loomv1.SetMemberRequest{Parent: project, User: "bob", Role: "owner"})
+	wantAuthCode(t, "bad role", err, codes.InvalidArgument, "role: ")
+	// A project admin lists and revokes the keys of the project's members,
+	// unless they are members elsewhere too (the key reaches further than
+	// her projects) or cluster administrators; she creates none for them (a
+	// key acts as its user's OS account).
+	bobKey := newKey(t, ctx, h, "bob", 0)
+	if l, err := alice.ListApiKeys(ctx, &loomv1.ListApiKeysRequest{Parent: "users/bob"}); err != nil || len(l.GetKeys()) != 1 {
+		t.Fatalf("project admin lists a member's keys: %v %v", l, err)
+	}
+	_, err = alice.CreateApiKey(ctx, &loomv1.CreateApiKeyRequest{Parent: "users/bob"})
+	wantAuthCode(t, "project admin creates a member's key", err, codes.PermissionDenied, "only cluster administrators")
+	if _, err := admin.SetMember(ctx, &loomv1.SetMemberRequest{Parent: "projects/other", User: "bob", Role: "viewer"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = alice.RevokeApiKey(ctx, &loomv1.RevokeApiKeyRequest{Name: bobKey.GetName()})
+	wantAuthCode(t, "key of a member of another project too", err, codes.NotFound, "users/bob")
+	if _, err := alice.SetMember(ctx, &loomv1.SetMemberRequest{Parent: project, User: adminUser, Role: "viewer"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = alice.ListApiKeys(ctx, &loomv1.ListApiKeysRequest{Parent: "users/" + adminUser})
+	wantAuthCode(t, "keys of a cluster admin", err, codes.NotFound, "")
+	// The admin removes her: her next call has no role there.
+	if _, err := admin.SetMember(ctx, &loomv1.SetMemberRequest{Parent: project, User: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = alice.ListMembers(ctx, &loomv1.ListMembersRequest{Parent: project})
+	wantAuthCode(t, "removed admin", err, codes.NotFound, "")
+
+	// REST carries the Authorization header to the same check.
+	rest := func(cred string) (int, string) {
+		req, _ := http.NewRequestWithContext(ctx, "GET", h.restBase+"/v1/auth:whoami", nil)
+		if cred != "" {
+			req.Header.Set("Authorization", "Bearer "+cred)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := rest(tok.GetAccessToken()); code != http.StatusOK || !strings.Contains(body, `"name":"users/carol"`) {
+		t.Fatalf("REST whoami: %d %s", code, body)
+	}
+	if code, body := rest("lk_0123456789abcdef.nope"); code != http.StatusUnauthorized || !strings.Contains(body, "unknown API key") {
+		t.Fatalf("REST with a bad key: %d %s", code, body)
+	}
+	if code, _ := rest(""); code != http.StatusUnauthorized {
+		t.Fatalf("REST anonymous whoami: %d", code)
+	}
+}
+
+func readKeyFile(t *testing.T, path string) string {
+	t.Helper()
+	raw, err := readFile0600(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(raw)
+}
+
+// bootstrapToken mints what the provisioner gives a node.
+func bootstrapToken(t *testing.T, h *harness, clock clockwork.Clock, node, cluster, pool string) string {
+	t.Helper()
+	seed, err := auth.LoadSecret(h.cfg.Auth.ServiceKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iss, err := auth.NewIssuer(auth.DeriveKey(seed, auth.PurposeBootstrap), "loom-bootstrap", clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _, err := iss.Issue(auth.Claims{Use: auth.UseBootstrap, Kind: "node", Node: node, Cluster: cluster, Pool: pool,
+		RegisteredClaims: auth.ForSubject(auth.NodeName(node))}, auth.DefaultBootstrapLifetime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func TestAuthNodesAndWorkloads(t *testing.T) {
+	t.Parallel()
+	h, clock := fakeClockHarness(t)
+	ctx := testkit.Context(t, wait)
+	anon := authClient(h, t, "")
+	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+
+	// A token for another pool than the node's is refused, and not used up.
+	_, err := anon.RegisterNode(ctx, &loomv1.RegisterNodeRequest{BootstrapToken: bootstrapToken(t, h, clock, "gpu-0001", cluster1, "cpu"), PublicKey: pub})
+	wantAuthCode(t, "wrong pool", err, codes.Unauthenticated, "not in pool cpu")
+	_, err = anon.RegisterNode(ctx, &loomv1.RegisterNodeRequest{BootstrapToken: "x", PublicKey: pub[:5]})
+	wantAuthCode(t, "bad request", err, codes.InvalidArgument, "public_key: 5 bytes")
+	// Past its lifetime it is refused.
+	late := bootstrapToken(t, h, clock, "gpu-0001", cluster1, "gpu")
+	clock.Advance(auth.DefaultBootstrapLifetime + time.Second)
+	_, err = anon.RegisterNode(ctx, &loomv1.RegisterNodeRequest{BootstrapToken: late, PublicKey: pub})
+	wantAuthCode(t, "expired bootstrap token", err, codes.Unauthenticated, "expired")
+
+	// Good once.
+	boot := bootstrapToken(t, h, clock, "gpu-0001", cluster1, "gpu")
+	id, err := anon.RegisterNode(ctx, &loomv1.RegisterNodeRequest{BootstrapToken: boot, Node: "gpu-0001", PublicKey: pub})
+	if err != nil || id.GetNode() != "gpu-0001" || id.GetPool() != "gpu" || id.GetCluster() != cluster1 {
+		t.Fatalf("register: %v %v", id, err)
+	}
+	cert, err := auth.VerifyNodeCert(id.GetServicePublicKey(), id.GetCertificate(), clock.Now())
+	if err != nil || cert.Node != "gpu-0001" || !ed25519.PublicKey(cert.PublicKey).Equal(pub) {
+		t.Fatalf("certificate: %+v %v", cert, err)
+	}
+	_, err = anon.RegisterNode(ctx, &loomv1.RegisterNodeRequest{BootstrapToken: boot, PublicKey: pub})
+	wantAuthCode(t, "bootstrap token twice", err, codes.Unauthenticated, "already used")
+
+	// The node renews its identity before it expires, with a new key.
+	node := authClient(h, t, id.GetAccessToken())
+	me, err := node.WhoAmI(ctx, &loomv1.WhoAmIRequest{})
+	if err != nil || me.GetName() != "nodes/gpu-0001" || me.GetKind() != loomv1.PrincipalKind_PRINCIPAL_KIND_NODE {
+		t.Fatalf("node whoami: %v %v", me, err)
+	}
+	clock.Advance(auth.DefaultNodeIdentityLifetime * 2 / 3)
+	pub2, _, _ := ed25519.GenerateKey(rand.Reader)
+	renewed, err := node.RenewNodeIdentity(ctx, &loomv1.RenewNodeIdentityRequest{PublicKey: pub2})
+	if err != nil || !renewed.GetExpireTime().AsTime().After(id.GetExpireTime().AsTime()) {
+		t.Fatalf("renew: %v %v", renewed, err)
+	}
+	clock.Advance(auth.DefaultNodeIdentityLifetime/3 + time.Second)
+	_, err = node.WhoAmI(ctx, &loomv1.WhoAmIRequest{})
+	wantAuthCode(t, "old identity", err, codes.Unauthenticated, "expired")
+	node = authClient(h, t, renewed.GetAccessToken())
+
+	// Workload tokens: only for a job whose current run holds the node.
+	h.w.setJob(&loomv1.Job{Name: project + "/jobs/7", JobId: "7", Cluster: cluster1, User: "alice", State: loomv1.JobState_RUNNING,
+		Runs: []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_FAILED, Nodes: []string{"gpu-0009"}}, {Attempt: 2, State: loomv1.JobState_RUNNING, Nodes: []string{"gpu-0001"}}}})
+	h.w.setJob(&loomv1.Job{Name: project + "/jobs/8", JobId: "8", Cluster: cluster1, User: "bob", State: loomv1.JobState_RUNNING,
+		Runs: []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_RUNNING, Nodes: []string{"gpu-0002"}}}})
+	wl, err := node.CreateToken(ctx, &loomv1.CreateTokenRequest{Job: project + "/jobs/7"})
+	if err != nil || wl.GetPrincipal().GetKind() != loomv1.PrincipalKind_PRINCIPAL_KIND_WORKLOAD || wl.GetPrincipal().GetUser() != "alice" ||
+		wl.GetPrincipal().GetName() != "jobs/default/7" || wl.GetRefreshToken() != "" {
+		t.Fatalf("workload token: %v %v", wl, err)
+	}
+	me, err = authClient(h, t, wl.GetAccessToken()).WhoAmI(ctx, &loomv1.WhoAmIRequest{})
+	if err != nil || me.GetName() != "jobs/default/7" || me.GetUser() != "alice" {
+		t.Fatalf("workload whoami: %v %v", me, err)
+	}
+	_, err = node.CreateToken(ctx, &loomv1.CreateTokenRequest{Job: project + "/jobs/8"})
+	wantAuthCode(t, "another node's job", err, codes.PermissionDenied, "does not run")
+	_, err = node.CreateToken(ctx, &loomv1.CreateTokenRequest{Job: project + "/jobs/99"})
+	wantAuthCode(t, "unknown job", err, codes.PermissionDenied, "does not run")
+	_, err = authClient(h, t, h.adminKey).CreateToken(ctx, &loomv1.CreateTokenRequest{Job: project + "/jobs/7"})
+	wantAuthCode(t, "a user asks for a workload token", err, codes.PermissionDenied, "only the node")
+	// A user cannot renew a node identity.
+	_, err = authClient(h, t, h.adminKey).RenewNodeIdentity(ctx, &loomv1.RenewNodeIdentityRequest{PublicKey: pub})
+	wantAuthCode(t, "user renews", err, codes.PermissionDenied, "")
+}
+
+func TestAuthOIDC(t *testing.T) {
+	t.Parallel()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var issuer string
+	mux := http.NewServeMux()
+	mux.HandleFunc("/.well-known/openid-configuration", func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]any{"issuer": issuer, "jwks_uri": issuer + "/keys", "authorization_endpoint": issuer + "/auth",
+			"token_endpoint": issuer + "/token", "id_token_signing_alg_values_supported": []string{"RS256"}})
+	})
+	mux.HandleFunc("/keys", func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &key.PublicKey, KeyID: "k1", Algorithm: "RS256", Use: "sig"}}})
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	issuer = srv.URL
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: key}, (&jose.SignerOptions{}).WithHeader("kid", "k1").WithType("JWT"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, clock := fakeClockHarness(t, func(c *Config) { c.Auth.OIDCIssuer, c.Auth.OIDCClientID = issuer, "loom" })
+	idToken := func(aud, user string) string {
+		claims, _ := json.Marshal(map[string]any{"iss": issuer, "aud": aud, "sub": "id-123", "preferred_username": user,
+			"iat": clock.Now().Unix(), "exp": clock.Now().Add(5 * time.Minute).Unix()})
+		obj, err := signer.Sign(claims)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := obj.CompactSerialize()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	ctx := testkit.Context(t, wait)
+	anon := authClient(h, t, "")
+	tok, err := anon.CreateToken(ctx, &loomv1.CreateTokenRequest{OidcIdToken: idToken("loom", "dana")})
+	if err != nil || tok.GetPrincipal().GetName() != "users/dana" || tok.GetPrincipal().GetHow() != "oidc" {
+		t.Fatalf("OIDC token: %v %v", tok, err)
+	}
+	if me, err := authClient(h, t, tok.GetAccessToken()).WhoAmI(ctx, &loomv1.WhoAmIRequest{}); err != nil || me.GetName() != "users/dana" {
+		t.Fatalf("whoami with the OIDC user's token: %v %v", me, err)
+	}
+	_, err = anon.CreateToken(ctx, &loomv1.CreateTokenRequest{OidcIdToken: idToken("other-client", "dana")})
+	wantAuthCode(t, "wrong audience", err, codes.Unauthenticated, "OIDC")
+	_, err = anon.CreateToken(ctx, &loomv1.CreateTokenRequest{OidcIdToken: idToken("loom", "dana@example.com")})
+	wantAuthCode(t, "not an OS user name", err, codes.PermissionDenied, "not a valid OS account name")
+	stale := idToken("loom", "dana")
+	clock.Advance(6 * time.Minute)
+	_, err = anon.CreateToken(ctx, &loomv1.CreateTokenRequest{OidcIdToken: stale})
+	wantAuthCode(t, "expired ID token", err, codes.Unauthenticated, "expired")
+}
+
+func TestAuthOff(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *Config) { c.Auth = AuthConfig{Mode: "off"} })
+	ctx := testkit.Context(t, wait)
+	me, err := authClient(h, t, "").WhoAmI(ctx, &loomv1.WhoAmIRequest{})
+	if err != nil || me.GetName() != "users/dev" || !me.GetClusterAdmin() || me.GetHow() != "dev" {
+		t.Fatalf("whoami with authentication off: %v %v", me, err)
+	}
+	// And the rest of the API works as before.
+	if _, err := h.jobs().SubmitJob(ctx, validJob()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readFile0600 reads a key file the gateway wrote, which must be 0600.
+func readFile0600(path string) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	if st.Mode().Perm() != 0o600 {
+		return "", fmt.Errorf("%s has mode %v, want 0600", path, st.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	return string(b), err
+}

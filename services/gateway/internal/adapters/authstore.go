@@ -1,0 +1,253 @@
+package adapters
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/loom-ml/loom/libs/auth"
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/store"
+)
+
+// Redis keys of authentication, relative to the store's prefix ("gateway:").
+const (
+	// KeyAPIKeyPrefix + key id is a string: the key's KeyRecord (JSON).
+	KeyAPIKeyPrefix = "auth:key:"
+	// KeyOwnerKeysPrefix + owner ("users/alice") is a set of the owner's key ids.
+	KeyOwnerKeysPrefix = "auth:ownerkeys:"
+	// KeyMembersPrefix + parent ("projects/p" or "global") is a hash:
+	// user → role ("viewer", "user", "admin"; "cluster-admin" under global).
+	KeyMembersPrefix = "auth:members:"
+	// KeyUserRolesPrefix + user is a hash: parent → role, the same
+	// memberships indexed by user, so that authentication reads one key.
+	KeyUserRolesPrefix = "auth:userroles:"
+	// KeyUsedPrefix + token id is a string with a TTL: a one-time token
+	// (bootstrap) that was used.
+	KeyUsedPrefix = "auth:used:"
+	// KeyRefreshPrefix + token id is a string with a TTL: a refresh token
+	// issued and not used yet (its subject).
+	KeyRefreshPrefix = "auth:refresh:"
+)
+
+// GlobalParent is the parent of cluster-admin memberships.
+const GlobalParent = "global"
+
+// RoleClusterAdmin is the role of a member of GlobalParent.
+const RoleClusterAdmin = "cluster-admin"
+
+// KeyRecord is a stored API key: everything but its secret, of which only a
+// hash (auth.HashSecret) is kept.
+type KeyRecord struct {
+	ID string `json:"id"`
+	// Owner is the principal the key authenticates: "users/{user}" or
+	// "services/{service}".
+	Owner       string    `json:"owner"`
+	DisplayName string    `json:"display_name,omitempty"`
+	Hash        string    `json:"hash"`
+	Creator     string    `json:"creator,omitempty"`
+	CreateTime  time.Time `json:"create_time"`
+	// ExpireTime and RevokeTime are zero when unset.
+	ExpireTime time.Time `json:"expire_time,omitzero"`
+	RevokeTime time.Time `json:"revoke_time,omitzero"`
+}
+
+// Usable reports whether the key may authenticate at now: not revoked and
+// not expired.
+func (k *KeyRecord) Usable(now time.Time) bool {
+	return k.RevokeTime.IsZero() && (k.ExpireTime.IsZero() || now.Before(k.ExpireTime))
+}
+
+// AuthStore keeps API keys, project members, used one-time token ids and
+// live refresh tokens in the gateway's Redis. Every instance of the gateway
+// shares it; what an instance caches is authn's business.
+type AuthStore struct {
+	st *store.Store
+}
+
+// NewAuthStore returns an AuthStore over st.
+func NewAuthStore(st *store.Store) *AuthStore { return &AuthStore{st: st} }
+
+func unavailable(what string, err error) error {
+	return fmt.Errorf("%s: %w: %v", what, errs.Unavailable, err)
+}
+
+// APIKey returns the key with id; errs.NotFound when there is none.
+func (s *AuthStore) APIKey(ctx context.Context, id string) (*KeyRecord, error) {
+	raw, err := s.st.Client().Get(ctx, s.st.Key(KeyAPIKeyPrefix+id)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("API key %s: %w", id, errs.NotFound)
+	}
+	if err != nil {
+		return nil, unavailable("read API key", err)
+	}
+	var k KeyRecord
+	if err := json.Unmarshal(raw, &k); err != nil {
+		return nil, fmt.Errorf("API key %s: stored record: %v", id, err)
+	}
+	return &k, nil
+}
+
+// PutAPIKey stores k (a new key, or a revocation) and indexes it under its owner.
+func (s *AuthStore) PutAPIKey(ctx context.Context, k *KeyRecord) error {
+	raw, err := json.Marshal(k)
+	if err != nil {
+		return err
+	}
+	_, err = s.st.Client().TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, s.st.Key(KeyAPIKeyPrefix+k.ID), raw, 0)
+		p.SAdd(ctx, s.st.Key(KeyOwnerKeysPrefix+k.Owner), k.ID)
+		return nil
+	})
+	if err != nil {
+		return unavailable("store API key", err)
+	}
+	return nil
+}
+
+// DeleteAPIKey removes the key record id of owner.
+func (s *AuthStore) DeleteAPIKey(ctx context.Context, owner, id string) error {
+	_, err := s.st.Client().TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, s.st.Key(KeyAPIKeyPrefix+id))
+		p.SRem(ctx, s.st.Key(KeyOwnerKeysPrefix+owner), id)
+		return nil
+	})
+	if err != nil {
+		return unavailable("delete API key", err)
+	}
+	return nil
+}
+
+// APIKeys returns the keys of owner, by id.
+func (s *AuthStore) APIKeys(ctx context.Context, owner string) ([]*KeyRecord, error) {
+	rdb := s.st.Client()
+	ids, err := rdb.SMembers(ctx, s.st.Key(KeyOwnerKeysPrefix+owner)).Result()
+	if err != nil {
+		return nil, unavailable("list API keys", err)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	sort.Strings(ids)
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = s.st.Key(KeyAPIKeyPrefix + id)
+	}
+	vals, err := rdb.MGet(ctx, keys...).Result()
+	if err != nil {
+		return nil, unavailable("list API keys", err)
+	}
+	out := make([]*KeyRecord, 0, len(vals))
+	for i, v := range vals {
+		str, ok := v.(string)
+		if !ok {
+			continue // removed meanwhile
+		}
+		var k KeyRecord
+		if err := json.Unmarshal([]byte(str), &k); err != nil {
+			return nil, fmt.Errorf("API key %s: stored record: %v", ids[i], err)
+		}
+		out = append(out, &k)
+	}
+	return out, nil
+}
+
+// Roles returns user's memberships: the role per project ("projects/p" →
+// role) and whether the user is a cluster administrator.
+func (s *AuthStore) Roles(ctx context.Context, user string) (map[string]auth.Role, bool, error) {
+	m, err := s.st.Client().HGetAll(ctx, s.st.Key(KeyUserRolesPrefix+user)).Result()
+	if err != nil {
+		return nil, false, unavailable("read roles", err)
+	}
+	roles := make(map[string]auth.Role, len(m))
+	admin := false
+	for parent, r := range m {
+		if parent == GlobalParent {
+			admin = r == RoleClusterAdmin
+			continue
+		}
+		role, err := auth.ParseRole(r)
+		if err != nil || role == auth.RoleNone {
+			continue
+		}
+		roles[parent] = role
+	}
+	return roles, admin, nil
+}
+
+// SetMember gives user role under parent ("projects/p" with viewer, user or
+// admin; GlobalParent with RoleClusterAdmin); role "" removes the membership.
+func (s *AuthStore) SetMember(ctx context.Context, parent, user, role string) error {
+	_, err := s.st.Client().TxPipelined(ctx, func(p redis.Pipeliner) error {
+		if role == "" {
+			p.HDel(ctx, s.st.Key(KeyMembersPrefix+parent), user)
+			p.HDel(ctx, s.st.Key(KeyUserRolesPrefix+user), parent)
+			return nil
+		}
+		p.HSet(ctx, s.st.Key(KeyMembersPrefix+parent), user, role)
+		p.HSet(ctx, s.st.Key(KeyUserRolesPrefix+user), parent, role)
+		return nil
+	})
+	if err != nil {
+		return unavailable("store member", err)
+	}
+	return nil
+}
+
+// Members returns parent's members: user → role.
+func (s *AuthStore) Members(ctx context.Context, parent string) (map[string]string, error) {
+	m, err := s.st.Client().HGetAll(ctx, s.st.Key(KeyMembersPrefix+parent)).Result()
+	if err != nil {
+		return nil, unavailable("list members", err)
+	}
+	return m, nil
+}
+
+// MemberCount returns how many members parent has.
+func (s *AuthStore) MemberCount(ctx context.Context, parent string) (int64, error) {
+	n, err := s.st.Client().HLen(ctx, s.st.Key(KeyMembersPrefix+parent)).Result()
+	if err != nil {
+		return 0, unavailable("count members", err)
+	}
+	return n, nil
+}
+
+// UseOnce records the one-time token id jti as used until expires and
+// reports whether this call was the first to use it (SET NX: one winner
+// across gateway instances).
+func (s *AuthStore) UseOnce(ctx context.Context, jti string, expires time.Time, now time.Time) (bool, error) {
+	ttl := max(expires.Sub(now), 0) + time.Minute // past the token's own life, so it can never be replayed
+	ok, err := s.st.Client().SetNX(ctx, s.st.Key(KeyUsedPrefix+jti), "1", ttl).Result()
+	if err != nil {
+		return false, unavailable("record token use", err)
+	}
+	return ok, nil
+}
+
+// PutRefresh records the refresh token id jti, for subject, as live until expires.
+func (s *AuthStore) PutRefresh(ctx context.Context, jti, subject string, expires, now time.Time) error {
+	ttl := max(expires.Sub(now), time.Second)
+	if err := s.st.Client().Set(ctx, s.st.Key(KeyRefreshPrefix+jti), subject, ttl).Err(); err != nil {
+		return unavailable("store refresh token", err)
+	}
+	return nil
+}
+
+// TakeRefresh uses up the refresh token id jti: it returns the subject it
+// was issued to, or "" when it is unknown or was used already (GETDEL: one
+// winner across gateway instances).
+func (s *AuthStore) TakeRefresh(ctx context.Context, jti string) (string, error) {
+	subject, err := s.st.Client().GetDel(ctx, s.st.Key(KeyRefreshPrefix+jti)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", unavailable("use refresh token", err)
+	}
+	return subject, nil
+}

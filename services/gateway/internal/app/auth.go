@@ -1,0 +1,799 @@
+package app
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/jonboulle/clockwork"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/auth"
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/resname"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/gateway/internal/adapters"
+	"github.com/loom-ml/loom/services/gateway/internal/authn"
+)
+
+// Limits of the AuthService's requests.
+const (
+	// MaxKeysPerOwner bounds the API keys one user or service holds (live
+	// ones and those revoked or expired in the last KeyRetention).
+	MaxKeysPerOwner = 100
+	// KeyRetention is how long a revoked or expired key stays listed.
+	KeyRetention = 7 * 24 * time.Hour
+	// MaxKeyTTL is the longest ttl_seconds of an API key.
+	MaxKeyTTL = 10 * 366 * 24 * time.Hour
+	// MaxDisplayNameBytes bounds an API key's display_name.
+	MaxDisplayNameBytes = 128
+	// MaxMembers bounds the members of one project (or of global).
+	MaxMembers = 10000
+	// LoginService is the service principal that may get a token for any
+	// user: the login daemon, which established the user's OS identity.
+	LoginService = "login"
+)
+
+// AuthOptions configure the AuthService.
+type AuthOptions struct {
+	Store *adapters.AuthStore
+	// Authn is told of revocations and membership changes, so that they
+	// apply at once through this instance.
+	Authn *authn.Authenticator
+	// Issuer mints and verifies access and refresh tokens.
+	Issuer *auth.Issuer
+	// Bootstrap verifies node bootstrap tokens; nil without a service key
+	// (RegisterNode then refuses).
+	Bootstrap *auth.Issuer
+	// ServiceKey signs node certificates; nil without a service key.
+	ServiceKey ed25519.PrivateKey
+	// OIDC, when its Issuer is set, accepts ID tokens of that issuer.
+	OIDC OIDCConfig
+	// Owners are the provisioner (node lookups) and scheduler (job lookups).
+	Owners *adapters.Owners
+	Clock  clockwork.Clock
+	Log    *slog.Logger
+}
+
+// Auth is the AuthService: tokens, API keys, members and node identities.
+type Auth struct {
+	o    AuthOptions
+	oidc *oidcVerifier
+}
+
+// NewAuth returns the AuthService.
+func NewAuth(o AuthOptions) *Auth {
+	if o.Clock == nil {
+		o.Clock = clockwork.NewRealClock()
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	a := &Auth{o: o}
+	if o.OIDC.Issuer != "" {
+		a.oidc = newOIDCVerifier(o.OIDC, o.Clock)
+	}
+	return a
+}
+
+func (a *Auth) now() time.Time { return a.o.Clock.Now().UTC() }
+
+// caller is the call's principal; Unauthenticated when it has none.
+func caller(ctx context.Context) (*auth.Principal, error) {
+	p, ok := auth.FromContext(ctx)
+	if !ok {
+		return nil, fmt.Errorf("%w: this call needs a credential; log in with `loom auth login` or set LOOM_TOKEN", errs.Unauthenticated)
+	}
+	return p, nil
+}
+
+// PrincipalProto is p as the API shows it.
+func PrincipalProto(p *auth.Principal) *loomv1.Principal {
+	out := &loomv1.Principal{Name: p.Name, Kind: loomv1.PrincipalKind(p.Kind), User: p.User, ClusterAdmin: p.ClusterAdmin, How: p.How}
+	if len(p.Roles) > 0 {
+		out.Roles = make(map[string]string, len(p.Roles))
+		for proj, r := range p.Roles {
+			out.Roles[proj] = r.String()
+		}
+	}
+	return out
+}
+
+// WhoAmI describes the caller; with authentication off its how is "dev".
+func (a *Auth) WhoAmI(ctx context.Context, _ *loomv1.WhoAmIRequest) (*loomv1.Principal, error) {
+	p, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return PrincipalProto(p), nil
+}
+
+// ---- tokens ----
+
+// CreateToken issues an access token (and, for users, a refresh token) for
+// what the request names; see the proto for the cases.
+func (a *Auth) CreateToken(ctx context.Context, req *loomv1.CreateTokenRequest) (*loomv1.Token, error) {
+	var v errs.Validator
+	set := 0
+	for _, f := range []struct{ name, val string }{
+		{"refresh_token", req.GetRefreshToken()}, {"oidc_id_token", req.GetOidcIdToken()}, {"user", req.GetUser()}, {"job", req.GetJob()},
+	} {
+		if f.val != "" {
+			set++
+		}
+	}
+	if set > 1 {
+		v.Add("refresh_token", "set at most one of refresh_token, oidc_id_token, user and job")
+	}
+	v.Check(len(req.GetRefreshToken()) <= auth.MaxTokenBytes, "refresh_token", "%d bytes, longer than the limit of %d", len(req.GetRefreshToken()), auth.MaxTokenBytes)
+	v.Check(len(req.GetOidcIdToken()) <= maxOIDCTokenBytes, "oidc_id_token", "%d bytes, longer than the limit of %d", len(req.GetOidcIdToken()), maxOIDCTokenBytes)
+	if u := req.GetUser(); u != "" {
+		if err := auth.CheckUserName(u); err != nil {
+			v.Add("user", "%v", err)
+		}
+	}
+	var job resname.Job
+	if req.GetJob() != "" {
+		var err error
+		if job, err = resname.ParseJob(req.GetJob()); err != nil {
+			v.Add("job", "%v", err)
+		}
+	}
+	ttl := auth.DefaultTokenLifetime
+	switch l := req.GetLifetimeSeconds(); {
+	case l < 0:
+		v.Add("lifetime_seconds", "must not be negative, got %d", l)
+	case l > int64(auth.DefaultTokenLifetime/time.Second):
+		v.Add("lifetime_seconds", "%d is longer than the default lifetime of %d; it may only shorten it", l, int64(auth.DefaultTokenLifetime/time.Second))
+	case l > 0:
+		ttl = time.Duration(l) * time.Second
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	switch {
+	case req.GetRefreshToken() != "":
+		return a.refresh(ctx, req.GetRefreshToken(), ttl)
+	case req.GetOidcIdToken() != "":
+		if a.oidc == nil {
+			return nil, fmt.Errorf("%w: this gateway accepts no OIDC ID tokens (it has no -oidc-issuer)", errs.FailedPrecondition)
+		}
+		user, err := a.oidc.verify(ctx, req.GetOidcIdToken())
+		if err != nil {
+			return nil, err
+		}
+		return a.userToken(ctx, user, "oidc", ttl)
+	}
+	p, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case req.GetUser() != "":
+		if p.Kind != auth.KindService || p.Name != auth.ServiceName(LoginService) {
+			return nil, fmt.Errorf("%w: only the login service (%s) may get a token for another user; use `loom auth login`", errs.PermissionDenied, auth.ServiceName(LoginService))
+		}
+		return a.userToken(ctx, req.GetUser(), "token", ttl)
+	case req.GetJob() != "":
+		return a.workloadToken(ctx, p, job, ttl)
+	}
+	switch p.Kind {
+	case auth.KindUser:
+		return a.userToken(ctx, p.User, "token", ttl)
+	case auth.KindService:
+		tok, exp, err := a.o.Issuer.Issue(auth.Claims{Use: auth.UseAccess, Kind: p.Kind.String(), RegisteredClaims: auth.ForSubject(p.Name)}, ttl)
+		if err != nil {
+			return nil, err
+		}
+		return &loomv1.Token{AccessToken: tok, ExpireTime: timestamppb.New(exp), Principal: PrincipalProto(p)}, nil
+	}
+	return nil, fmt.Errorf("%w: a %s principal gets its tokens otherwise (nodes: RenewNodeIdentity; workloads: from their node)", errs.PermissionDenied, p.Kind)
+}
+
+// userToken issues an access token and a refresh token for user.
+func (a *Auth) userToken(ctx context.Context, user, how string, ttl time.Duration) (*loomv1.Token, error) {
+	claims := auth.Claims{Use: auth.UseAccess, Kind: auth.KindUser.String(), User: user, RegisteredClaims: auth.ForSubject(auth.UserName(user))}
+	tok, exp, err := a.o.Issuer.Issue(claims, ttl)
+	if err != nil {
+		return nil, err
+	}
+	claims.Use = auth.UseRefresh
+	rtok, rexp, err := a.o.Issuer.Issue(claims, auth.DefaultRefreshLifetime)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := a.o.Issuer.Verify(rtok, auth.UseRefresh)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.o.Store.PutRefresh(ctx, rc.ID, rc.Subject, rexp, a.now()); err != nil {
+		return nil, err
+	}
+	roles, admin, err := a.o.Store.Roles(ctx, user)
+	if err != nil {
+		return nil, err
+	}
+	p := &auth.Principal{Name: auth.UserName(user), Kind: auth.KindUser, User: user, Roles: roles, ClusterAdmin: admin, How: how}
+	return &loomv1.Token{AccessToken: tok, ExpireTime: timestamppb.New(exp), RefreshToken: rtok, Principal: PrincipalProto(p)}, nil
+}
+
+// refresh uses up a refresh token and issues a new pair for its user.
+func (a *Auth) refresh(ctx context.Context, rtok string, ttl time.Duration) (*loomv1.Token, error) {
+	c, err := a.o.Issuer.Verify(rtok, auth.UseRefresh)
+	if err != nil {
+		return nil, err
+	}
+	if c.Kind != auth.KindUser.String() || c.Subject != auth.UserName(c.User) || auth.CheckUserName(c.User) != nil {
+		return nil, fmt.Errorf("%w: refresh token is not a user's", errs.Unauthenticated)
+	}
+	subject, err := a.o.Store.TakeRefresh(ctx, c.ID)
+	if err != nil {
+		return nil, err
+	}
+	if subject != c.Subject {
+		return nil, fmt.Errorf("%w: refresh token was already used (each is good once); log in again with `loom auth login`", errs.Unauthenticated)
+	}
+	return a.userToken(ctx, c.User, "token", ttl)
+}
+
+// workloadToken issues the token of job's current attempt to the node
+// that runs it.
+func (a *Auth) workloadToken(ctx context.Context, p *auth.Principal, job resname.Job, ttl time.Duration) (*loomv1.Token, error) {
+	if p.Kind != auth.KindNode {
+		return nil, fmt.Errorf("%w: only the node that runs a job gets its workload token", errs.PermissionDenied)
+	}
+	j, err := a.o.Owners.Jobs.GetJob(ctx, &loomv1.GetJobRequest{Name: job.String()})
+	if isNotFound(err) {
+		return nil, fmt.Errorf("%w: node %s does not run job %s", errs.PermissionDenied, p.Node, job)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ask the scheduler for %s: %w", job, err)
+	}
+	if !runsOn(j, p) {
+		return nil, fmt.Errorf("%w: node %s does not run job %s", errs.PermissionDenied, p.Node, job)
+	}
+	claims := auth.Claims{Use: auth.UseAccess, Kind: auth.KindWorkload.String(), User: j.GetUser(), Project: job.Project, Job: j.GetName(),
+		RegisteredClaims: auth.ForSubject(auth.WorkloadName(job.Project, job.ID))}
+	tok, exp, err := a.o.Issuer.Issue(claims, ttl)
+	if err != nil {
+		return nil, err
+	}
+	wp := &auth.Principal{Name: claims.Subject, Kind: auth.KindWorkload, User: claims.User, Project: job.Project, Job: j.GetName(), How: "token"}
+	return &loomv1.Token{AccessToken: tok, ExpireTime: timestamppb.New(exp), Principal: PrincipalProto(wp)}, nil
+}
+
+// runsOn reports whether node principal p holds a node of j's current
+// attempt: j is in p's cluster, has not ended, and its last run (or, before
+// the first run is recorded, its nodes) names p's host.
+func runsOn(j *loomv1.Job, p *auth.Principal) bool {
+	if j.GetCluster() != p.Cluster || j.GetState().Terminal() {
+		return false
+	}
+	nodes := j.GetNodes()
+	if runs := j.GetRuns(); len(runs) > 0 {
+		last := runs[len(runs)-1]
+		if last.GetState().Terminal() {
+			return false
+		}
+		nodes = last.GetNodes()
+	}
+	return slices.Contains(nodes, hostOf(p.Node))
+}
+
+// hostOf is a node's host name, from a node name or a full node resource name.
+func hostOf(node string) string {
+	if i := strings.LastIndex(node, "/nodes/"); i >= 0 {
+		return node[i+len("/nodes/"):]
+	}
+	return node
+}
+
+// ---- API keys ----
+
+// parseOwner reads parent ("users/{user}", "users/-" the calling user, or
+// "services/{service}") as a key owner.
+func parseOwner(p *auth.Principal, field, parent string) (owner string, err error) {
+	if len(parent) > 128 {
+		return "", errs.Invalid(field, "%d bytes, longer than the limit of 128", len(parent))
+	}
+	if parent == "users/-" {
+		if p.Kind != auth.KindUser {
+			return "", errs.Invalid(field, "users/- is the calling user, and a %s principal is not one", p.Kind)
+		}
+		return auth.UserName(p.User), nil
+	}
+	if u, ok := strings.CutPrefix(parent, "users/"); ok {
+		if err := auth.CheckUserName(u); err != nil {
+			return "", errs.Invalid(field, "user %v", err)
+		}
+		return parent, nil
+	}
+	if s, ok := strings.CutPrefix(parent, "services/"); ok && s == LoginService {
+		return parent, nil
+	}
+	return "", errs.Invalid(field, "want users/{user} or users/- (the caller), got %q", parent)
+}
+
+// mayManageKeys refuses a caller that may not manage owner's keys: users
+// manage their own; cluster administrators everyone's; a project admin the
+// keys of a user whose every membership is in projects the caller
+// administers (and who is no cluster administrator), so that a key made by
+// a project admin reaches no further than the caller's own projects.
+// Another user's keys are NotFound to the rest, so that names cannot be
+// probed.
+func (a *Auth) mayManageKeys(ctx context.Context, p *auth.Principal, owner string) error {
+	if p.ClusterAdmin || (p.Kind == auth.KindUser && owner == auth.UserName(p.User)) {
+		return nil
+	}
+	if p.Kind == auth.KindUser {
+		if u, ok := strings.CutPrefix(owner, "users/"); ok {
+			roles, admin, err := a.o.Store.Roles(ctx, u)
+			if err != nil {
+				return err
+			}
+			within := len(roles) > 0 && !admin
+			for proj := range roles {
+				within = within && p.Role(proj) == auth.RoleAdmin
+			}
+			if within {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%s: %w", owner, errs.NotFound)
+}
+
+// KeyProto is k as the API shows it (without its secret).
+func KeyProto(k *adapters.KeyRecord) *loomv1.ApiKey {
+	out := &loomv1.ApiKey{Name: k.Owner + "/keys/" + k.ID, KeyId: k.ID, DisplayName: k.DisplayName, CreateTime: timestamppb.New(k.CreateTime), Creator: k.Creator}
+	if !k.ExpireTime.IsZero() {
+		out.ExpireTime = timestamppb.New(k.ExpireTime)
+	}
+	if !k.RevokeTime.IsZero() {
+		out.RevokeTime = timestamppb.New(k.RevokeTime)
+	}
+	return out
+}
+
+// checkDisplay checks a display name: bounded, printable.
+func checkDisplay(v *errs.Validator, field, s string) {
+	if len(s) > MaxDisplayNameBytes {
+		v.Add(field, "%d bytes, longer than the limit of %d", len(s), MaxDisplayNameBytes)
+		return
+	}
+	if !utf8.ValidString(s) {
+		v.Add(field, "is not valid UTF-8")
+		return
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) {
+			v.Add(field, "holds the control character %U", r)
+			return
+		}
+	}
+}
+
+// CreateApiKey makes a key for the parent's user (see mayManageKeys).
+func (a *Auth) CreateApiKey(ctx context.Context, req *loomv1.CreateApiKeyRequest) (*loomv1.ApiKey, error) {
+	p, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var v errs.Validator
+	owner, err := parseOwner(p, "parent", req.GetParent())
+	if err != nil {
+		var inv *errs.InvalidError
+		errors.As(err, &inv)
+		for _, f := range inv.Violations {
+			v.Add(f.Field, "%s", f.Reason)
+		}
+	}
+	checkDisplay(&v, "key.display_name", req.GetKey().GetDisplayName())
+	maxTTL := int64(MaxKeyTTL / time.Second)
+	v.Check(req.GetTtlSeconds() >= 0 && req.GetTtlSeconds() <= maxTTL, "ttl_seconds", "%d: must be between 0 (no expiry) and %d (10 years)", req.GetTtlSeconds(), maxTTL)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := a.mayManageKeys(ctx, p, owner); err != nil {
+		return nil, err
+	}
+	// A key acts as its user, whose OS account their jobs run as: a project
+	// admin who could make one for any user they add to their project could
+	// run jobs as any account (root included). So project admins list and
+	// revoke their members' keys, and only cluster administrators make keys
+	// for others.
+	if !p.ClusterAdmin && owner != auth.UserName(p.User) {
+		return nil, fmt.Errorf("%w: only cluster administrators create API keys for other users (%s acts as that user's OS account); ask %s to run `loom auth keys create`",
+			errs.PermissionDenied, owner, owner)
+	}
+	return a.createKey(ctx, owner, p.Name, req.GetKey().GetDisplayName(), time.Duration(req.GetTtlSeconds())*time.Second)
+}
+
+// createKey stores a new key for owner and returns it with its secret.
+func (a *Auth) createKey(ctx context.Context, owner, creator, display string, ttl time.Duration) (*loomv1.ApiKey, error) {
+	now := a.now()
+	existing, err := a.o.Store.APIKeys(ctx, owner)
+	if err != nil {
+		return nil, err
+	}
+	kept := 0
+	for _, k := range existing {
+		ended := k.RevokeTime
+		if ended.IsZero() && !k.ExpireTime.IsZero() && !now.Before(k.ExpireTime) {
+			ended = k.ExpireTime
+		}
+		if !ended.IsZero() && now.Sub(ended) > KeyRetention {
+			if err := a.o.Store.DeleteAPIKey(ctx, owner, k.ID); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		kept++
+	}
+	if kept >= MaxKeysPerOwner {
+		return nil, fmt.Errorf("%w: %s holds %d API keys, the limit is %d; revoke some with `loom auth keys revoke`", errs.ResourceExhausted, owner, kept, MaxKeysPerOwner)
+	}
+	id, whole, err := auth.NewAPIKey()
+	if err != nil {
+		return nil, err
+	}
+	_, secret, err := auth.ParseAPIKey(whole)
+	if err != nil {
+		return nil, err
+	}
+	hash, err := auth.HashSecret(secret)
+	if err != nil {
+		return nil, err
+	}
+	rec := &adapters.KeyRecord{ID: id, Owner: owner, DisplayName: display, Hash: hash, Creator: creator, CreateTime: now}
+	if ttl > 0 {
+		rec.ExpireTime = now.Add(ttl)
+	}
+	if err := a.o.Store.PutAPIKey(ctx, rec); err != nil {
+		return nil, err
+	}
+	out := KeyProto(rec)
+	out.Secret = whole
+	return out, nil
+}
+
+// ListApiKeys lists the parent's keys (without secrets), by id (AIP-158).
+func (a *Auth) ListApiKeys(ctx context.Context, req *loomv1.ListApiKeysRequest) (*loomv1.ListApiKeysResponse, error) {
+	p, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	owner, err := parseOwner(p, "parent", req.GetParent())
+	if err != nil {
+		return nil, err
+	}
+	if _, _, err := paging.Parse(req); err != nil {
+		return nil, err
+	}
+	if err := a.mayManageKeys(ctx, p, owner); err != nil {
+		return nil, err
+	}
+	recs, err := a.o.Store.APIKeys(ctx, owner)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]*loomv1.ApiKey, len(recs))
+	for i, k := range recs {
+		keys[i] = KeyProto(k)
+	}
+	page, next, err := paging.List(req, keys, (*loomv1.ApiKey).GetName)
+	if err != nil {
+		return nil, err
+	}
+	return &loomv1.ListApiKeysResponse{Keys: page, NextPageToken: next}, nil
+}
+
+// RevokeApiKey ends a key: this instance refuses it at once, every other
+// within authn.DefaultKeyCacheTTL. Revoking a revoked key returns it as it is.
+func (a *Auth) RevokeApiKey(ctx context.Context, req *loomv1.RevokeApiKeyRequest) (*loomv1.ApiKey, error) {
+	p, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	name := req.GetName()
+	i := strings.LastIndex(name, "/keys/")
+	if i < 0 || len(name) > 256 {
+		return nil, errs.Invalid("name", "want users/{user}/keys/{key_id}, got %q", clipText(name))
+	}
+	owner, err := parseOwner(p, "name", name[:i])
+	if err != nil {
+		return nil, err
+	}
+	id := name[i+len("/keys/"):]
+	if _, _, err := auth.ParseAPIKey(auth.APIKeyPrefix + id + ".x"); err != nil {
+		return nil, errs.Invalid("name", "key id %q is not one (16 hex digits)", clipText(id))
+	}
+	if err := a.mayManageKeys(ctx, p, owner); err != nil {
+		return nil, err
+	}
+	k, err := a.o.Store.APIKey(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if k.Owner != owner {
+		return nil, fmt.Errorf("%s: %w", name, errs.NotFound)
+	}
+	if k.RevokeTime.IsZero() {
+		k.RevokeTime = a.now()
+		if err := a.o.Store.PutAPIKey(ctx, k); err != nil {
+			return nil, err
+		}
+	}
+	if a.o.Authn != nil {
+		a.o.Authn.ForgetKey(id)
+	}
+	return KeyProto(k), nil
+}
+
+// clipText cuts s to 64 bytes for an error message.
+func clipText(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
+// ---- members ----
+
+// parseMemberParent reads "projects/{project}" or "global".
+func parseMemberParent(parent string) (string, error) {
+	if parent == adapters.GlobalParent {
+		return parent, nil
+	}
+	pr, err := resname.ParseProject(parent)
+	if err != nil {
+		return "", errs.Invalid("parent", "want projects/{project} or global: %v", err)
+	}
+	return pr.String(), nil
+}
+
+// mayAdminister refuses a caller that may not manage parent's members:
+// cluster administrators everywhere, project admins in their project. A
+// project the caller is no member of is NotFound.
+func mayAdminister(p *auth.Principal, parent string) error {
+	if p.ClusterAdmin {
+		return nil
+	}
+	switch r := p.Role(parent); {
+	case parent == adapters.GlobalParent:
+		return fmt.Errorf("%w: only cluster administrators manage the global (cluster-admin) members", errs.PermissionDenied)
+	case r == auth.RoleAdmin:
+		return nil
+	case r != auth.RoleNone:
+		return fmt.Errorf("%w: managing %s's members needs its admin role; you are %s", errs.PermissionDenied, parent, r)
+	}
+	return fmt.Errorf("%s: %w", parent, errs.NotFound)
+}
+
+// SetMember gives a user a role in a project, or cluster-admin under global.
+func (a *Auth) SetMember(ctx context.Context, req *loomv1.SetMemberRequest) (*loomv1.Member, error) {
+	p, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var v errs.Validator
+	parent, err := parseMemberParent(req.GetParent())
+	if err != nil {
+		v.Add("parent", "%v", strings.TrimPrefix(err.Error(), "parent: "))
+	}
+	if err := auth.CheckUserName(req.GetUser()); err != nil {
+		v.Add("user", "%v", err)
+	}
+	role := strings.TrimSpace(req.GetRole())
+	if parent == adapters.GlobalParent {
+		v.Check(role == "" || role == adapters.RoleClusterAdmin, "role", "under global the role is %q or \"\" (remove), got %q", adapters.RoleClusterAdmin, clipText(role))
+	} else if _, err := auth.ParseRole(role); err != nil {
+		v.Add("role", "%s; \"\" removes the member", clipText(err.Error()))
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := mayAdminister(p, parent); err != nil {
+		return nil, err
+	}
+	if role != "" {
+		n, err := a.o.Store.MemberCount(ctx, parent)
+		if err != nil {
+			return nil, err
+		}
+		if n >= MaxMembers {
+			return nil, fmt.Errorf("%w: %s has %d members, the limit is %d", errs.ResourceExhausted, parent, n, MaxMembers)
+		}
+	}
+	if err := a.o.Store.SetMember(ctx, parent, req.GetUser(), role); err != nil {
+		return nil, err
+	}
+	if a.o.Authn != nil {
+		a.o.Authn.ForgetUser(req.GetUser())
+	}
+	return &loomv1.Member{Parent: parent, User: req.GetUser(), Role: role}, nil
+}
+
+// ListMembers lists a project's members (or global's), by user (AIP-158).
+func (a *Auth) ListMembers(ctx context.Context, req *loomv1.ListMembersRequest) (*loomv1.ListMembersResponse, error) {
+	p, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	parent, err := parseMemberParent(req.GetParent())
+	if err != nil {
+		return nil, err
+	}
+	if _, _, err := paging.Parse(req); err != nil {
+		return nil, err
+	}
+	if err := mayAdminister(p, parent); err != nil {
+		return nil, err
+	}
+	m, err := a.o.Store.Members(ctx, parent)
+	if err != nil {
+		return nil, err
+	}
+	members := make([]*loomv1.Member, 0, len(m))
+	for u, r := range m {
+		members = append(members, &loomv1.Member{Parent: parent, User: u, Role: r})
+	}
+	page, next, err := paging.List(req, members, (*loomv1.Member).GetUser)
+	if err != nil {
+		return nil, err
+	}
+	return &loomv1.ListMembersResponse{Members: page, NextPageToken: next}, nil
+}
+
+// ---- nodes ----
+
+// RegisterNode exchanges a one-time bootstrap token for a node identity.
+func (a *Auth) RegisterNode(ctx context.Context, req *loomv1.RegisterNodeRequest) (*loomv1.NodeIdentity, error) {
+	var v errs.Validator
+	v.Check(req.GetBootstrapToken() != "", "bootstrap_token", "is required: the one-time token the provisioner gave the node")
+	v.Check(len(req.GetBootstrapToken()) <= auth.MaxTokenBytes, "bootstrap_token", "%d bytes, longer than the limit of %d", len(req.GetBootstrapToken()), auth.MaxTokenBytes)
+	v.Check(len(req.GetNode()) <= 256, "node", "%d bytes, longer than the limit of 256", len(req.GetNode()))
+	v.Check(len(req.GetPublicKey()) == ed25519.PublicKeySize, "public_key", "%d bytes, want a %d-byte Ed25519 public key", len(req.GetPublicKey()), ed25519.PublicKeySize)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if a.o.Bootstrap == nil || a.o.ServiceKey == nil {
+		return nil, fmt.Errorf("%w: this gateway has no service key (-service-key-file), so it cannot register nodes", errs.FailedPrecondition)
+	}
+	c, err := a.o.Bootstrap.Verify(req.GetBootstrapToken(), auth.UseBootstrap)
+	if err != nil {
+		return nil, err
+	}
+	if c.Kind != auth.KindNode.String() || c.Node == "" || c.Cluster == "" || c.Pool == "" || c.Subject != auth.NodeName(c.Node) {
+		return nil, fmt.Errorf("%w: bootstrap token does not name a node, cluster and pool", errs.Unauthenticated)
+	}
+	if req.GetNode() != "" && req.GetNode() != c.Node {
+		return nil, fmt.Errorf("%w: the bootstrap token is for node %s, not %s", errs.Unauthenticated, c.Node, clipText(req.GetNode()))
+	}
+	if err := a.checkNode(ctx, c.Node, c.Cluster, c.Pool); err != nil {
+		return nil, err
+	}
+	first, err := a.o.Store.UseOnce(ctx, c.ID, c.ExpiresAt.Time, a.now())
+	if err != nil {
+		return nil, err
+	}
+	if !first {
+		return nil, fmt.Errorf("%w: bootstrap token already used (each is good once); a node that must register again gets a new one from its provisioner", errs.Unauthenticated)
+	}
+	a.o.Log.Info("node registered", "node", c.Node, "cluster", c.Cluster, "pool", c.Pool)
+	return a.nodeIdentity(c.Node, c.Cluster, c.Pool, req.GetPublicKey())
+}
+
+// RenewNodeIdentity renews the calling node's identity, for public_key
+// (the same key, or a new one).
+func (a *Auth) RenewNodeIdentity(ctx context.Context, req *loomv1.RenewNodeIdentityRequest) (*loomv1.NodeIdentity, error) {
+	p, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(req.GetPublicKey()) != ed25519.PublicKeySize {
+		return nil, errs.Invalid("public_key", "%d bytes, want a %d-byte Ed25519 public key", len(req.GetPublicKey()), ed25519.PublicKeySize)
+	}
+	if p.Kind != auth.KindNode {
+		return nil, fmt.Errorf("%w: only a node renews a node identity; a %s principal is not one", errs.PermissionDenied, p.Kind)
+	}
+	if a.o.ServiceKey == nil {
+		return nil, fmt.Errorf("%w: this gateway has no service key (-service-key-file)", errs.FailedPrecondition)
+	}
+	if err := a.checkNode(ctx, p.Node, p.Cluster, p.Pool); err != nil {
+		return nil, err
+	}
+	return a.nodeIdentity(p.Node, p.Cluster, p.Pool, req.GetPublicKey())
+}
+
+// checkNode asks the provisioner whether node is in cluster's pool: a
+// node removed (or replaced) gets no identity and bootstraps again.
+func (a *Auth) checkNode(ctx context.Context, node, cluster, pool string) error {
+	found := false
+	err := paging.Each(func(tok string) (string, error) {
+		resp, err := a.o.Owners.Nodes.ListNodes(ctx, &loomv1.ListNodesRequest{Parent: cluster, PageSize: paging.MaxSize, PageToken: tok})
+		if err != nil {
+			return "", err
+		}
+		for _, n := range resp.GetNodes() {
+			if (n.GetName() == node || n.GetHostname() == hostOf(node)) && n.GetNodePool() == pool {
+				found = true
+				return "", nil
+			}
+		}
+		return resp.GetNextPageToken(), nil
+	})
+	if err != nil {
+		if isNotFound(err) {
+			return fmt.Errorf("%w: cluster %s does not exist", errs.Unauthenticated, cluster)
+		}
+		return fmt.Errorf("ask the provisioner for the nodes of %s: %w", cluster, err)
+	}
+	if !found {
+		return fmt.Errorf("%w: node %s is not in pool %s of %s; a replaced node bootstraps again", errs.Unauthenticated, node, pool, cluster)
+	}
+	return nil
+}
+
+// nodeIdentity issues node's access token and certificate.
+func (a *Auth) nodeIdentity(node, cluster, pool string, pub []byte) (*loomv1.NodeIdentity, error) {
+	tok, exp, err := a.o.Issuer.Issue(auth.Claims{Use: auth.UseAccess, Kind: auth.KindNode.String(), Node: node, Cluster: cluster, Pool: pool,
+		RegisteredClaims: auth.ForSubject(auth.NodeName(node))}, auth.DefaultNodeIdentityLifetime)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := auth.SignNodeCert(a.o.ServiceKey, auth.NodeCert{Node: node, Cluster: cluster, Pool: pool, PublicKey: pub, NotAfter: exp})
+	if err != nil {
+		return nil, err
+	}
+	return &loomv1.NodeIdentity{Node: node, Cluster: cluster, Pool: pool, AccessToken: tok, Certificate: cert,
+		ExpireTime: timestamppb.New(exp), ServicePublicKey: a.o.ServiceKey.Public().(ed25519.PublicKey)}, nil
+}
+
+// ---- bootstrap ----
+
+// Bootstrap runs at start: when adminKeyFile is set and does not exist,
+// admin becomes a cluster administrator and gets an API key written there
+// (mode 0600); when loginKeyFile is set and does not exist, the login
+// service gets a key written there. An existing file is left alone.
+func (a *Auth) Bootstrap(ctx context.Context, admin, adminKeyFile, loginKeyFile string) error {
+	if adminKeyFile != "" {
+		if err := auth.CheckUserName(admin); err != nil {
+			return errs.Invalid("bootstrap-admin", "%v (required with -bootstrap-key-file)", err)
+		}
+		err := writeKeyFile(adminKeyFile, func() (string, error) {
+			if err := a.o.Store.SetMember(ctx, adapters.GlobalParent, admin, adapters.RoleClusterAdmin); err != nil {
+				return "", err
+			}
+			k, err := a.createKey(ctx, auth.UserName(admin), "services/gateway", "bootstrap admin key", 0)
+			if err != nil {
+				return "", err
+			}
+			return k.GetSecret(), nil
+		})
+		if err != nil {
+			return fmt.Errorf("bootstrap admin key %s: %w", adminKeyFile, err)
+		}
+	}
+	if loginKeyFile != "" {
+		err := writeKeyFile(loginKeyFile, func() (string, error) {
+			k, err := a.createKey(ctx, auth.ServiceName(LoginService), "services/gateway", "login service key", 0)
+			if err != nil {
+				return "", err
+			}
+			return k.GetSecret(), nil
+		})
+		if err != nil {
+			return fmt.Errorf("login service key %s: %w", loginKeyFile, err)
+		}
+	}
+	return nil
+}
