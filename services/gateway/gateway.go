@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
@@ -53,6 +55,9 @@ type Config struct {
 	// checks it again; default slurmspec.DefaultMaxArraySize, 1001; at most
 	// slurmspec.MaxArraySizeCeiling).
 	MaxArraySize int
+	// serverOptions are added to the gRPC server's options (tests chain an
+	// interceptor that places principals while authentication is elsewhere).
+	serverOptions []grpc.ServerOption
 }
 
 // RegisterFlags adds the gateway's flags to fs, defaults from LOOM_* variables.
@@ -144,7 +149,7 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string
 	if err := slurmspec.CheckMaxArraySize(cfg.MaxArraySize); err != nil {
 		return errs.Invalid("max-array-size", "%v", err)
 	}
-	base, err := service.New(ctx, "gateway", cfg.Common)
+	base, err := service.New(ctx, "gateway", cfg.Common, cfg.serverOptions...)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
