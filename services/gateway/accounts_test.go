@@ -70,7 +70,9 @@ func newAccountsHarness(t *testing.T) *harness {
 	})
 }
 
-func (h *harness) accounts() loomv1.AccountServiceClient { return loomv1.NewAccountServiceClient(h.conn) }
+func (h *harness) accounts() loomv1.AccountServiceClient {
+	return loomv1.NewAccountServiceClient(h.conn)
+}
 
 // as is the call option presenting credential cred.
 func as(cred string) grpc.CallOption { return grpc.PerRPCCredentials(auth.Bearer(cred)) }
