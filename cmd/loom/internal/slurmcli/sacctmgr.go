@@ -56,6 +56,22 @@ const sacctmgrUsage = `sacctmgr [<OPTION>] [<COMMAND>]
   show account [NAME] | show user [NAME] | show assoc [user=] [account=]
 `
 
+// msgPolicyViolation starts the gateway's refusal of a submission past an
+// association's MaxSubmitJobs: Slurm's reason (ESLURM_ACCOUNTING_POLICY).
+const msgPolicyViolation = "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)"
+
+// policyViolation prints Slurm's refusal line as Slurm does, then the
+// limit the gateway names (which limit, its value, what was counted) on a
+// second line, so scripts matching Slurm's line still match.
+func policyViolation(c *cmd, what, msg string) *Error {
+	detail := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(msg, msgPolicyViolation), ": "), ": resource exhausted")
+	text := c.errorf("%s: %s", what, msgPolicyViolation).Text
+	if detail != "" {
+		text += "\n" + c.errorf("%s", detail).Text
+	}
+	return &Error{Text: text, Code: 1}
+}
+
 // sacctmgrOut is how show prints: the table's header and the delimiter mode.
 type sacctmgrOut struct {
 	noHeader bool

@@ -3,6 +3,9 @@ package slurmcli
 import (
 	"testing"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -89,5 +92,19 @@ func TestSacctmgrGolden(t *testing.T) {
 		if a.GetUser() == "alice" && a.GetAccount() == "physics" && (a.GetMaxJobs() != 0 || a.GetMaxSubmitJobs() != 10) {
 			t.Errorf("alice/physics after MaxJobs=-1: %v", a)
 		}
+	}
+}
+
+// TestSbatchSubmitLimit: the gateway's MaxSubmitJobs refusal prints as
+// Slurm's, then the limit it names.
+func TestSbatchSubmitLimit(t *testing.T) {
+	t.Parallel()
+	g := &fakegw.Gateway{Clusters: []*loomv1.Cluster{{Name: "projects/default/clusters/demo"}},
+		SubmitErr: status.Error(codes.ResourceExhausted, msgPolicyViolation+": MaxSubmitJobs=2 of association user=alice account=physics: 2 pending or running, 1 more submitted: resource exhausted")}
+	code, out, errOut := run(t, g, "sbatch", Env{}, "--wrap", "true")
+	want := "sbatch: error: Batch job submission failed: Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)\n" +
+		"sbatch: error: MaxSubmitJobs=2 of association user=alice account=physics: 2 pending or running, 1 more submitted\n"
+	if code != 1 || out != "" || errOut != want {
+		t.Errorf("sbatch past MaxSubmitJobs: exit %d, %q, stderr\n%s\nwant\n%s", code, out, errOut, want)
 	}
 }
