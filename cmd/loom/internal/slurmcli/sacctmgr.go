@@ -77,6 +77,9 @@ type sacctmgrOut struct {
 	noHeader bool
 	parsable int // 1: -p (trailing '|'), 2: -P
 	quiet    bool
+	// format is show's format= ("Account,User,MaxJobs%12"); "": the
+	// entity's default columns.
+	format string
 }
 
 // sacctmgrField is one column of a show: its Slurm name and width.
@@ -95,8 +98,68 @@ var (
 	sacctmgrAccountFields = []sacctmgrField{{"Account", 10}, {"Descr", 20}, {"Org", 20}}
 )
 
-// table prints rows (each a value per field) as print_fields does.
-func (o sacctmgrOut) table(c *cmd, fields []sacctmgrField, rows [][]string) {
+// sacctmgrAliases are the other names format= takes for a column
+// (lower case, without spaces); a column's own name is always taken.
+var sacctmgrAliases = map[string]string{
+	"fairshare": "share", "shares": "share", "maxsubmitjobs": "maxsubmit", "grpsubmitjobs": "grpsubmit",
+	"defaultqos": "defqos", "grptresrunmin": "grptresrunmins", "defaultaccount": "defacct",
+	"adminlevel": "admin", "description": "descr", "organization": "org", "name": "",
+}
+
+// selectFields applies a format= list to the default columns: the columns
+// it names, in its order, each with its "%W" width (negative:
+// left-justified); pick maps each to its index in a default row.
+func selectFields(all []sacctmgrField, spec string, entity string) (fields []sacctmgrField, pick []int, err error) {
+	index := map[string]int{}
+	for i, f := range all {
+		index[strings.ToLower(strings.ReplaceAll(f.name, " ", ""))] = i
+	}
+	for _, item := range splitList(spec) {
+		name, width, hasWidth := strings.Cut(item, "%")
+		key := strings.ToLower(strings.ReplaceAll(name, " ", ""))
+		if a, ok := sacctmgrAliases[key]; ok {
+			key = a
+			if key == "" {
+				key = entity // name= is the entity's own column
+			}
+		}
+		i, ok := index[key]
+		if !ok {
+			return nil, nil, sacctmgrFail("Unknown field '%s'", name)
+		}
+		f := all[i]
+		if hasWidth {
+			w, err := strconv.Atoi(width)
+			if err != nil || w == 0 || w > maxFieldWidth || w < -maxFieldWidth {
+				return nil, nil, sacctmgrFail("Unknown field '%s'", item)
+			}
+			f.width = w
+		}
+		fields, pick = append(fields, f), append(pick, i)
+	}
+	if len(fields) == 0 {
+		return nil, nil, sacctmgrFail("Unknown field '%s'", spec)
+	}
+	return fields, pick, nil
+}
+
+// table prints rows (each a value per default field) as print_fields does,
+// the columns of format= when set.
+func (o sacctmgrOut) table(c *cmd, fields []sacctmgrField, rows [][]string, entity string) error {
+	if o.format != "" {
+		sel, pick, err := selectFields(fields, o.format, entity)
+		if err != nil {
+			return err
+		}
+		projected := make([][]string, len(rows))
+		for r, row := range rows {
+			projected[r] = make([]string, len(pick))
+			for j, i := range pick {
+				projected[r][j] = row[i]
+			}
+		}
+		fields, rows = sel, projected
+	}
 	var b strings.Builder
 	line := func(vals []string, header bool) {
 		for i, f := range fields {
@@ -105,6 +168,8 @@ func (o sacctmgrOut) table(c *cmd, fields []sacctmgrField, rows [][]string) {
 				b.WriteString(vals[i])
 			case o.parsable > 0:
 				b.WriteString(vals[i] + "|")
+			case header && f.width < 0:
+				fmt.Fprintf(&b, "%-*.*s ", -f.width, -f.width, vals[i])
 			case header:
 				fmt.Fprintf(&b, "%*.*s ", f.width, f.width, vals[i])
 			default:
@@ -121,7 +186,7 @@ func (o sacctmgrOut) table(c *cmd, fields []sacctmgrField, rows [][]string) {
 		line(names, true)
 		if o.parsable == 0 {
 			for _, f := range fields {
-				b.WriteString(strings.Repeat("-", f.width) + " ")
+				b.WriteString(strings.Repeat("-", max(f.width, -f.width)) + " ")
 			}
 			b.WriteString("\n")
 		}
@@ -130,6 +195,7 @@ func (o sacctmgrOut) table(c *cmd, fields []sacctmgrField, rows [][]string) {
 		line(r, false)
 	}
 	fmt.Fprint(c.stdout, b.String())
+	return nil
 }
 
 // sacctmgrFail is sacctmgr's refusal: its message as is (Slurm's start
@@ -288,6 +354,8 @@ func (c *cmd) sacctmgrShow(ctx context.Context, args []string, out sacctmgrOut, 
 			users = append(users, splitList(s.value)...)
 		case word(s.key, "accounts", 3) || s.key == "acct":
 			accounts = append(accounts, splitList(s.value)...)
+		case word(s.key, "format", 3):
+			out.format = s.value
 		case word(s.key, "clusters", 1):
 			// One project: the cluster condition is not a filter here.
 		default:
@@ -334,8 +402,7 @@ func (c *cmd) sacctmgrShowAccounts(ctx context.Context, names []string, out sacc
 			rows = append(rows, []string{id, a.GetDescription(), a.GetOrganization()})
 		}
 	}
-	out.table(c, sacctmgrAccountFields, rows)
-	return nil
+	return out.table(c, sacctmgrAccountFields, rows, "account")
 }
 
 // sortedAccounts orders accounts by id.
@@ -370,8 +437,7 @@ func (c *cmd) sacctmgrShowUsers(ctx context.Context, names []string, out sacctmg
 			rows = append(rows, []string{u, def[u], "None"})
 		}
 	}
-	out.table(c, sacctmgrUserFields, rows)
-	return nil
+	return out.table(c, sacctmgrUserFields, rows, "user")
 }
 
 // sacctmgrShowAssoc prints the association tree as sacctmgr does: each
@@ -442,8 +508,7 @@ func (c *cmd) sacctmgrShowAssoc(ctx context.Context, users, accounts []string, o
 	for _, a := range sortedAccounts(accts) {
 		walk(shortName(a.GetName()), a.GetFairshare())
 	}
-	out.table(c, sacctmgrAssocFields, rows)
-	return nil
+	return out.table(c, sacctmgrAssocFields, rows, "user")
 }
 
 // sacctmgrInt reads a limit: a count, or -1 for none (stored as 0).

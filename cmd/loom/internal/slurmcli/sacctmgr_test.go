@@ -77,6 +77,17 @@ func TestSacctmgrGolden(t *testing.T) {
 			" Adding User(s)\n  alice\n Settings =\n  Default Account = physics\n Associations =\n  U = alice     A = qcd        C = default   \n", ""},
 		{[]string{"modify", "user", "where", "name=alice", "set", "defaultaccount=qcd"}, 0, " Modified users...\n  alice\n", ""},
 		{[]string{"-P", "show", "user"}, 0, "User|Def Acct|Admin\nalice|qcd|None\nbob|qcd|None\ncarl|qcd|None\n", ""},
+		{[]string{"show", "assoc", "format=Account,User,MaxJobs,MaxSubmitJobs"}, 0,
+			"   Account       User MaxJobs MaxSubmit \n---------- ---------- ------- --------- \n" +
+				"      root                              \n   physics                              \n" +
+				"   physics      alice                10 \n" +
+				"       qcd                              \n       qcd      alice                   \n" +
+				"       qcd        bob                10 \n       qcd       carl                10 \n", ""},
+		{[]string{"-P", "show", "assoc", "user=alice", "format=account,user,share"}, 0,
+			"Account|User|Share\nphysics|alice|1\nqcd|alice|1\n", ""},
+		{[]string{"show", "user", "format=User%-12,DefaultAccount%4"}, 0,
+			"User         Def  \n------------ ---- \nalice         qcd \nbob           qcd \ncarl          qcd \n", ""},
+		{[]string{"show", "assoc", "format=bogus"}, 1, "", "Unknown field 'bogus'\n"},
 	} {
 		code, out, errOut := run(t, g, "sacctmgr", Env{}, tc.args...)
 		if code != tc.code || out != tc.stdout || errOut != tc.other {
