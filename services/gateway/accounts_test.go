@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -315,4 +317,46 @@ func TestSubmitJobMaxSubmitJobs(t *testing.T) {
 		t.Fatalf("zed's submit: %v, account %q; want accepted without an account", err, z.GetAccount())
 	}
 	_ = j
+}
+
+// TestAccountsOverREST: REST reaches AccountService through the same
+// checks (the bearer header becomes the call's credential).
+func TestAccountsOverREST(t *testing.T) {
+	t.Parallel()
+	h := newAccountsHarness(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	call := func(method, path, cred, body string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, method, h.restBase+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cred != "" {
+			req.Header.Set("Authorization", "Bearer "+cred)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := call("POST", "/v1/projects/default/accounts", "admin", `{"name":"physics","description":"Physics"}`); code != http.StatusOK ||
+		!strings.Contains(body, `"parent_account":"root"`) {
+		t.Fatalf("create over REST: %d %s", code, body)
+	}
+	if code, body := call("POST", "/v1/projects/default/associations", "admin", `{"account":"physics","user":"alice","max_jobs":-3}`); code != http.StatusBadRequest ||
+		!strings.Contains(body, "association.max_jobs") {
+		t.Fatalf("bad association over REST: %d %s", code, body)
+	}
+	if code, body := call("POST", "/v1/projects/default/accounts", "viewer", `{"name":"chem"}`); code != http.StatusForbidden {
+		t.Fatalf("viewer's create over REST: %d %s", code, body)
+	}
+	if code, body := call("GET", "/v1/projects/default/accounts", "", ""); code != http.StatusUnauthorized {
+		t.Fatalf("anonymous list over REST: %d %s", code, body)
+	}
+	if code, body := call("GET", "/v1/projects/default/accounts", "viewer", ""); code != http.StatusOK || !strings.Contains(body, "projects/default/accounts/physics") {
+		t.Fatalf("viewer's list over REST: %d %s", code, body)
+	}
 }
