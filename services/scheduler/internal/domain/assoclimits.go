@@ -137,14 +137,14 @@ func gateAssocMaxJobs(p *pass, q *queued) (string, string) {
 		return "", ""
 	}
 	spec := q.j.Job
-	max := p.t.assocMaxJobs(p.name, spec.GetAccount(), spec.GetUser())
-	if max <= 0 {
+	limit := p.t.assocMaxJobs(p.name, spec.GetAccount(), spec.GetUser())
+	if limit <= 0 {
 		return "", ""
 	}
 	if p.assocRunning == nil {
 		p.countAssocJobs()
 	}
-	if p.assocRunning[assocKey{spec.GetAccount(), spec.GetUser()}] >= max {
+	if p.assocRunning[assocKey{spec.GetAccount(), spec.GetUser()}] >= limit {
 		return ReasonAssocMaxJobsLimit, ""
 	}
 	return "", ""
