@@ -72,3 +72,19 @@ func TestAssociationChangedRefusesBadEvents(t *testing.T) {
 		}
 	}
 }
+
+// TestAssocMaxJobsInOneBatch: a limit and the jobs it holds back, handled
+// in one batch, are judged together: the pass reads the change's limit.
+func TestAssocMaxJobsInOneBatch(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.gpuNode("a3-0002", "b1")
+	h.batch(
+		&eventsv1.AssociationChanged{Project: "default", Association: &loomv1.Association{Account: "a", User: "ada", MaxJobs: 1}},
+		&eventsv1.SubmitJob{Job: job(1, 1, 1, user("ada", "a"))},
+		&eventsv1.SubmitJob{Job: job(2, 1, 1, user("ada", "a"))},
+	)
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.wantExact(2, loomv1.JobState_PENDING, ReasonAssocMaxJobsLimit)
+}
