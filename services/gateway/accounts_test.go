@@ -295,8 +295,11 @@ func TestSubmitJobMaxSubmitJobs(t *testing.T) {
 	arr.Job.User, arr.Job.Account, arr.Job.Array = "alice", "chem", "0-1"
 	_, err = h.jobs().SubmitJob(ctx, arr)
 	wantAcctCode(t, err, codes.ResourceExhausted, "MaxSubmitJobs=1")
-	if _, err := submit("chem"); err != nil {
-		t.Fatalf("submit to chem: %v", err)
+	if j, err := submit("Chem"); err != nil || j.GetAccount() != "chem" {
+		t.Fatalf("submit to Chem: %v, account %q; want chem, in lower case as Slurm keeps it", err, j.GetAccount())
+	}
+	if _, err := submit("chem"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("second job in chem: %v, want ResourceExhausted", err)
 	}
 	// An account alice has no association with is refused.
 	_, err = submit("biology")

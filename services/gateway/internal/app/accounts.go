@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/envelope"
@@ -225,7 +226,8 @@ func (g *Gateway) submitAssociation(ctx context.Context, req *loomv1.SubmitJobRe
 	if err != nil {
 		return "", err
 	}
-	account := job.GetAccount()
+	// Slurm keeps accounts in lower case: sbatch -A Physics charges physics.
+	account := strings.ToLower(job.GetAccount())
 	if account == "" {
 		account = def
 	}
