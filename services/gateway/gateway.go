@@ -58,6 +58,9 @@ type Config struct {
 	MaxArraySize int
 	// Auth configures authentication (AuthConfig's flags).
 	Auth AuthConfig
+	// serverOptions are added to the gRPC server's options after the
+	// gateway's own interceptors (tests only).
+	serverOptions []grpc.ServerOption
 }
 
 // AuthConfig configures the gateway's authentication and AuthService.
@@ -213,13 +216,14 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string
 	// The authentication interceptors are given to service.New before the
 	// store they read exists; an is set below, before any call is served.
 	var an *authn.Authenticator
-	base, err := service.New(ctx, "gateway", cfg.Common,
+	opts := append([]grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			return an.Unary(ctx, req, info, h)
 		}),
 		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 			return an.Stream(srv, ss, info, h)
-		}))
+		})}, cfg.serverOptions...)
+	base, err := service.New(ctx, "gateway", cfg.Common, opts...)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}

@@ -52,7 +52,8 @@ the environment is a login's, pointing the Slurm commands at this cluster:
   LOOM_CLUSTER                 the cluster's full name
   SLURM_CONF                   <home>/.loom/slurm/slurm.conf (when rendered)
   PATH                         led by sbatch, squeue, sinfo, scancel, sacct,
-                               scontrol, srun and sprio (links to loom)
+                               scontrol, srun, sprio and sacctmgr (links to
+                               loom)
 
 Jobs you submit from it inherit these (sbatch exports the whole login
 environment by default, as Slurm's).

@@ -1053,6 +1053,9 @@ func (c *cmd) submitJob(ctx context.Context, j *loomv1.Job, what string) (*loomv
 		// which limit the spec passed, so the user knows what to change.
 		return nil, c.errorf("%s: %s (%s)", what, slurmspec.MsgInvalidArray, st.Message())
 	}
+	if st, _ := status.FromError(err); st.Code() == codes.ResourceExhausted && strings.HasPrefix(st.Message(), msgPolicyViolation) {
+		return nil, policyViolation(c, what, st.Message()) // sacctmgr.go
+	}
 	if err != nil {
 		return nil, c.rpcError(what, err)
 	}

@@ -1,5 +1,5 @@
 // Package slurmcli implements the Slurm commands of a Loom login shell —
-// sbatch, squeue, sinfo, scancel, sacct, scontrol, sprio and srun — over
+// sbatch, squeue, sinfo, scancel, sacct, scontrol, sprio, srun and sacctmgr — over
 // the gateway's public API, with Slurm 22.05's options, output formats and
 // error messages, so that users' scripts and habits work unchanged.
 //
@@ -31,7 +31,7 @@ import (
 )
 
 // Commands are the Slurm commands Main runs.
-var Commands = []string{"sbatch", "squeue", "sinfo", "scancel", "sacct", "scontrol", "sprio", "srun"}
+var Commands = []string{"sbatch", "squeue", "sinfo", "scancel", "sacct", "scontrol", "sprio", "srun", "sacctmgr"}
 
 // Version is what the commands print for --version / -V: Slurm's release
 // they follow, so that tools parsing "slurm X.Y.Z" keep working.
@@ -166,6 +166,8 @@ func Main(ctx context.Context, name string, args []string, env Env, stdout, stde
 		err = c.sprio(ctx, args)
 	case "srun":
 		err = c.srun(ctx, args)
+	case "sacctmgr":
+		err = c.sacctmgr(ctx, args) // sacctmgr.go
 	default:
 		fmt.Fprintf(stderr, "loom: %q is not a Slurm command Loom provides (%s)\n", name, strings.Join(Commands, ", "))
 		return 2

@@ -415,6 +415,14 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 		}
 		return nil, err
 	}
+	// The association's account and MaxSubmitJobs (accounts.go).
+	account, err := g.submitAssociation(ctx, req)
+	if err != nil {
+		if j, ok, rerr := g.replayJob(ctx, rid); rerr != nil || ok {
+			return j, rerr
+		}
+		return nil, err
+	}
 	// The replay check and the ids are one round trip: an array reserves one
 	// id per task (the array's job id is the first, task k in ascending
 	// index order gets the first + k).
@@ -426,6 +434,9 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 		return g.job(ctx, replay)
 	}
 	job := domain.AcceptJob(req, cluster, id, g.now())
+	if account != "" {
+		job.Account = account
+	}
 	tx := &store.Tx{}
 	if err := adapters.PutJob(tx, job); err != nil {
 		return nil, err

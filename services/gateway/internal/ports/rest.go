@@ -48,6 +48,7 @@ func RESTMux(ctx context.Context, grpcAddr string) (*runtime.ServeMux, func() er
 		loomv1.RegisterNodeServiceHandler,
 		loomv1.RegisterModelServiceHandler,
 		loomv1.RegisterAuthServiceHandler,
+		loomv1.RegisterAccountServiceHandler,
 	} {
 		if err := reg(ctx, mux, conn); err != nil {
 			_ = conn.Close()

@@ -9,6 +9,7 @@
 //	scheduler:arrays    array name   → JSON {name, cluster, job_id, limit, index_spec, template: protobuf Job}
 //	scheduler:usage     cluster|account[|user] → JSON Usage (decayed fair-share usage)
 //	scheduler:ended     job name     → JSON Ended (final state of a job retention pruned)
+//	scheduler:assocs    project|account|user → JSON AssocLimit (an association's MaxJobs, from AssociationChanged)
 //
 // The leader lease (lease.go) lives beside them: scheduler:leader and its
 // fencing keys.
@@ -34,6 +35,8 @@ const (
 	KeyArrays   = "arrays"
 	KeyUsage    = "usage"
 	KeyEnded    = "ended"
+	// KeyAssocs: domain.AssocLimitKey → JSON AssocLimit (an association's MaxJobs).
+	KeyAssocs = "assocs"
 )
 
 // Repo reads and writes the scheduler's records.
@@ -53,6 +56,7 @@ type Records struct {
 	Arrays   []*domain.Array
 	Usage    []*domain.Usage
 	Ended    []*domain.Ended
+	Assocs   []*domain.AssocLimit
 }
 
 // Load reads every record.
@@ -86,6 +90,9 @@ func (r *Repo) Load(ctx context.Context) (*Records, error) {
 		return nil, err
 	}
 	if err := loadJSON(ctx, r.st, KeyEnded, &recs.Ended); err != nil {
+		return nil, err
+	}
+	if err := loadJSON(ctx, r.st, KeyAssocs, &recs.Assocs); err != nil {
 		return nil, err
 	}
 	raw, err := r.st.HGetAll(ctx, KeyJobs)
@@ -148,6 +155,11 @@ func Write(tx *store.Tx, c *domain.Change) error {
 	}
 	for key, v := range c.Usage {
 		if err := putJSON(tx, KeyUsage, key, v); err != nil {
+			return err
+		}
+	}
+	for key, v := range c.Assocs {
+		if err := putJSON(tx, KeyAssocs, key, v); err != nil {
 			return err
 		}
 	}

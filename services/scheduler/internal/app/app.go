@@ -163,6 +163,7 @@ func (a *App) reload(ctx context.Context) error {
 	s := domain.NewState(a.cfg)
 	s.Load(recs.Clusters, recs.Nodes, recs.Jobs, recs.Runs, recs.Arrays, recs.Usage)
 	s.LoadEnded(recs.Ended)
+	s.LoadAssocLimits(recs.Assocs)
 	a.mu.Lock()
 	a.state = s
 	a.mu.Unlock()

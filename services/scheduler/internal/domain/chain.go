@@ -49,6 +49,7 @@ var gates = []gate{
 	{"partition", []string{ReasonPartitionConfig}, gatePartition, 0},
 	{"partition-time-limit", []string{ReasonPartitionTimeLimit}, gateTimeLimit, 0},
 	{"array-task-limit", []string{ReasonJobArrayTaskLimit}, gateArrayLimit, qArray},
+	{"assoc-max-jobs", []string{ReasonAssocMaxJobsLimit}, gateAssocMaxJobs, 0}, // assoclimits.go
 	{"qos-gres-per-user", []string{ReasonQOSMaxGRESPerUser}, gateQOSLimit, 0},
 	{"fifo", []string{ReasonPriority}, gateFIFO, 0},
 }

@@ -232,7 +232,7 @@ func checkInvariants(t *testing.T, s *State) {
 			switch j.GetStateReason() {
 			case ReasonPriority, ReasonResources, ReasonReqNodeNotAvail, ReasonDependency, ReasonDependencyNeverSatisfied,
 				ReasonHeldUser, ReasonHeldAdmin, ReasonPartitionTimeLimit, ReasonPartitionConfig, ReasonPartitionNodeLimit,
-				ReasonBadConstraints, ReasonBeginTime, ReasonQOSMaxGRESPerUser, ReasonJobArrayTaskLimit:
+				ReasonBadConstraints, ReasonBeginTime, ReasonQOSMaxGRESPerUser, ReasonJobArrayTaskLimit, ReasonAssocMaxJobsLimit:
 			case ReasonRequeued:
 				// Only while its previous run is still being stopped.
 				if r := s.Run(name, rec.Attempt); r == nil || r.Released {

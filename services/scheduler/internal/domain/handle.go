@@ -56,6 +56,8 @@ func (t *txn) dispatch(payload proto.Message) error {
 		err = t.nodeHealth(ev)
 	case *eventsv1.StepChanged:
 		err = t.stepChanged(ev)
+	case *eventsv1.AssociationChanged:
+		err = t.associationChanged(ev) // assoclimits.go
 	case *eventsv1.CreateJobStep, *eventsv1.CancelJobStep, *eventsv1.TasksChanged:
 		err = t.jobStepEvent(ev) // jobsteps.go
 	}

@@ -64,6 +64,7 @@ type pass struct {
 	// Lazy per-pass indexes.
 	arrayRunning map[string]int32
 	qosUse       map[assocKey]int32
+	assocRunning map[assocKey]int32 // assoclimits.go
 	singleton    map[assocKey]int64
 	viewAt       map[string]int32
 	hbuf         []holding

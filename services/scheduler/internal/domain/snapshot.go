@@ -9,6 +9,7 @@ type Snapshot struct {
 	Runs     []*Run
 	Arrays   []*Array
 	Usage    []*Usage
+	Assocs   []*AssocLimit
 }
 
 // Snapshot returns copies of the state's records, in no particular order,
@@ -41,10 +42,12 @@ func (s *State) Snapshot() Snapshot {
 		uu := *u
 		out.Usage = append(out.Usage, &uu)
 	}
+	out.Assocs = s.AssocLimits()
 	return out
 }
 
 // Restore is Load of a snapshot.
 func (s *State) Restore(snap Snapshot) {
 	s.Load(snap.Clusters, snap.Nodes, snap.Jobs, snap.Runs, snap.Arrays, snap.Usage)
+	s.LoadAssocLimits(snap.Assocs)
 }

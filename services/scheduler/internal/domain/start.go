@@ -93,6 +93,7 @@ func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32,
 	if p.qosUse != nil {
 		p.qosUse[assocKey{q.Name, spec.GetUser()}] += r.gpuCount()
 	}
+	p.noteAssocStart(j)
 
 	c := p.cluster
 	j.Attempt = r.Attempt

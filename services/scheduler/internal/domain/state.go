@@ -42,6 +42,8 @@ type State struct {
 	// wake: per cluster, the earliest time at which the clock alone makes a
 	// pass worth running (a begin time or a dependency's delay).
 	wake map[string]time.Time
+	// limits are the associations' limits (assoclimits.go), nil when none.
+	limits map[limitKey]*AssocLimit
 	// assocs interns account/user associations (memory only).
 	assocs    map[assocKey]*assoc
 	assocList []*assoc
@@ -130,7 +132,9 @@ type Change struct {
 	Runs     map[string]*Run
 	Arrays   map[string]*Array
 	Usage    map[string]*Usage
-	Emits    []Emit
+	// Assocs are associations' new limits, by AssocLimitKey (nil: none).
+	Assocs map[string]*AssocLimit
+	Emits  []Emit
 	// Decisions say, for every pending job a pass looked at, why it did not
 	// start (memory only: they become Job.placement when read).
 	Decisions []Decision
@@ -154,7 +158,7 @@ type Change struct {
 // Empty reports whether the change touches nothing and emits nothing.
 func (c *Change) Empty() bool {
 	return len(c.Clusters) == 0 && len(c.Nodes) == 0 && len(c.Jobs) == 0 && len(c.Runs) == 0 &&
-		len(c.Arrays) == 0 && len(c.Usage) == 0 && len(c.Emits) == 0
+		len(c.Arrays) == 0 && len(c.Usage) == 0 && len(c.Emits) == 0 && len(c.Assocs) == 0
 }
 
 // Emit is an event to publish: the payload, its record key and the entity it
@@ -237,6 +241,7 @@ func (s *State) Commit(c *Change) {
 			s.usage[key] = u
 		}
 	}
+	s.commitAssocLimits(c)
 	for cluster, at := range c.wake {
 		if at.IsZero() {
 			delete(s.wake, cluster)

@@ -1,0 +1,129 @@
+package fakegw
+
+import (
+	"context"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/paging"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// AccountService as the gateway serves it: root is always there; an
+// account's defaults (description and organization its id, parent root,
+// fair share 1) are filled in; a user's first association is their
+// default account.
+
+// project is the id of a "projects/{id}" parent.
+func project(parent string) string { return strings.TrimPrefix(parent, "projects/") }
+
+// CreateAccount adds r's account (AlreadyExists for root or one there).
+func (g *Gateway) CreateAccount(_ context.Context, r *loomv1.CreateAccountRequest) (*loomv1.Account, error) {
+	defer g.lock(r)()
+	p := project(r.GetParent())
+	a := proto.Clone(r.GetAccount()).(*loomv1.Account)
+	id := shortName(a.GetName())
+	a.Name = "projects/" + p + "/accounts/" + id
+	if id == "root" || g.account(a.GetName()) != nil {
+		return nil, status.Errorf(codes.AlreadyExists, "account %s: already exists", a.GetName())
+	}
+	if a.ParentAccount == "" {
+		a.ParentAccount = "root"
+	}
+	if a.ParentAccount != "root" && g.account("projects/"+p+"/accounts/"+a.ParentAccount) == nil {
+		return nil, errs.ToStatus(errs.Invalid("account.parent_account", "no account %q in project %s", a.ParentAccount, p))
+	}
+	if a.Description == "" {
+		a.Description = id
+	}
+	if a.Organization == "" {
+		a.Organization = id
+		if a.ParentAccount != "root" {
+			a.Organization = a.ParentAccount
+		}
+	}
+	if a.Fairshare == 0 {
+		a.Fairshare = 1
+	}
+	g.Accounts = append(g.Accounts, a)
+	return proto.Clone(a).(*loomv1.Account), nil
+}
+
+func (g *Gateway) account(name string) *loomv1.Account {
+	for _, a := range g.Accounts {
+		if a.GetName() == name {
+			return a
+		}
+	}
+	return nil
+}
+
+// ListAccounts lists root and the project's accounts, by name, paged.
+func (g *Gateway) ListAccounts(_ context.Context, r *loomv1.ListAccountsRequest) (*loomv1.ListAccountsResponse, error) {
+	defer g.lock(r)()
+	p := project(r.GetParent())
+	out := []*loomv1.Account{{Name: "projects/" + p + "/accounts/root", Description: "default root account", Organization: "root"}}
+	for _, a := range under(g.Accounts, r.GetParent(), "accounts") {
+		out = append(out, proto.Clone(a).(*loomv1.Account))
+	}
+	page, next, err := paging.List(r, out, (*loomv1.Account).GetName)
+	return &loomv1.ListAccountsResponse{Accounts: page, NextPageToken: next}, errs.ToStatus(err)
+}
+
+// SetAssociation adds or replaces r's association (InvalidArgument for an
+// account the project does not have).
+func (g *Gateway) SetAssociation(_ context.Context, r *loomv1.SetAssociationRequest) (*loomv1.Association, error) {
+	defer g.lock(r)()
+	p := project(r.GetParent())
+	a := proto.Clone(r.GetAssociation()).(*loomv1.Association)
+	if a.GetAccount() != "root" && g.account("projects/"+p+"/accounts/"+a.GetAccount()) == nil {
+		return nil, errs.ToStatus(errs.Invalid("association.account", "no account %q in project %s", a.GetAccount(), p))
+	}
+	if a.Fairshare == 0 {
+		a.Fairshare = 1
+	}
+	hasDefault, at := false, -1
+	for i, o := range g.Associations {
+		if o.GetUser() == a.GetUser() {
+			hasDefault = hasDefault || o.GetDefaultAccount()
+			if o.GetAccount() == a.GetAccount() {
+				at = i
+				a.DefaultAccount = a.DefaultAccount || o.GetDefaultAccount()
+			}
+		}
+	}
+	if !hasDefault {
+		a.DefaultAccount = true
+	}
+	if a.DefaultAccount {
+		for _, o := range g.Associations {
+			if o.GetUser() == a.GetUser() {
+				o.DefaultAccount = false
+			}
+		}
+	}
+	if at >= 0 {
+		g.Associations[at] = a
+	} else {
+		g.Associations = append(g.Associations, a)
+	}
+	return proto.Clone(a).(*loomv1.Association), nil
+}
+
+// ListAssociations lists the associations by user then account, filtered
+// by r's user and account, paged.
+func (g *Gateway) ListAssociations(_ context.Context, r *loomv1.ListAssociationsRequest) (*loomv1.ListAssociationsResponse, error) {
+	defer g.lock(r)()
+	var out []*loomv1.Association
+	for _, a := range g.Associations {
+		if (r.GetUser() == "" || a.GetUser() == r.GetUser()) && (r.GetAccount() == "" || a.GetAccount() == shortName(r.GetAccount())) {
+			out = append(out, proto.Clone(a).(*loomv1.Association))
+		}
+	}
+	page, next, err := paging.List(r, out, func(a *loomv1.Association) string { return a.GetUser() + "/" + a.GetAccount() })
+	return &loomv1.ListAssociationsResponse{Associations: page, NextPageToken: next}, errs.ToStatus(err)
+}

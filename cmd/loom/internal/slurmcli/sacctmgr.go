@@ -1,0 +1,861 @@
+package slurmcli
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/loom-ml/loom/libs/paging"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// sacctmgr over the gateway's AccountService: accounts and associations
+// belong to the Loom project (LOOM_PROJECT), which plays Slurm's cluster
+// in the accounting database, so the Cluster column shows the project.
+// Changes are committed at once: -i is accepted and there is no
+// confirmation prompt.
+
+var sacctmgrOptions = []optDef{
+	{long: []string{"associations"}, short: 's', arg: noArg},
+	{long: []string{"help"}, short: 'h', arg: noArg},
+	{long: []string{"immediate"}, short: 'i', arg: noArg},
+	{long: []string{"noheader"}, short: 'n', arg: noArg},
+	{long: []string{"parsable"}, short: 'p', arg: noArg},
+	{long: []string{"parsable2"}, short: 'P', arg: noArg},
+	{long: []string{"quiet"}, short: 'Q', arg: noArg},
+	{long: []string{"readonly"}, short: 'r', arg: noArg},
+	{long: []string{"verbose"}, short: 'v', arg: noArg},
+	{long: []string{"version"}, short: 'V', arg: noArg},
+}
+
+const sacctmgrUsage = `sacctmgr [<OPTION>] [<COMMAND>]
+    Valid <OPTION> values are:
+     -h or --help: equivalent to "help" command
+     -i or --immediate: commit changes immediately (Loom always does)
+     -n or --noheader: no header will be added to the beginning of output
+     -p or --parsable: output will be '|' delimited with a '|' at the end
+     -P or --parsable2: output will be '|' delimited without a '|' at the end
+     -Q or --quiet: equivalent to "quiet" command
+     -V or --version: equivalent to "version" command
+
+  Valid <COMMAND> values are:
+     add <ENTITY> <SPECS>     add entity
+     list <ENTITY> [<SPECS>]  display info of identified entity (also show)
+     modify <ENTITY> where <SPECS> set <SPECS>  modify entity
+
+  <ENTITY> may be "account", "association" or "user".
+
+  add account NAME[,NAME] [Description=] [Organization=] [Parent=] [Fairshare=]
+  add user NAME[,NAME] Account=A[,A] [DefaultAccount=] [MaxJobs=] [MaxSubmitJobs=] [Fairshare=]
+  modify user where name=NAME [account=A] set [MaxJobs=] [MaxSubmitJobs=] [Fairshare=] [DefaultAccount=]
+  show account [NAME] | show user [NAME] | show assoc [user=] [account=]
+`
+
+// msgPolicyViolation starts the gateway's refusal of a submission past an
+// association's MaxSubmitJobs: Slurm's reason (ESLURM_ACCOUNTING_POLICY).
+const msgPolicyViolation = "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)"
+
+// policyViolation prints Slurm's refusal line as Slurm does, then the
+// limit the gateway names (which limit, its value, what was counted) on a
+// second line, so scripts matching Slurm's line still match.
+func policyViolation(c *cmd, what, msg string) *Error {
+	detail := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(msg, msgPolicyViolation), ": "), ": resource exhausted")
+	text := c.errorf("%s: %s", what, msgPolicyViolation).Text
+	if detail != "" {
+		text += "\n" + c.errorf("%s", detail).Text
+	}
+	return &Error{Text: text, Code: 1}
+}
+
+// sacctmgrOut is how show prints: the table's header and the delimiter mode.
+type sacctmgrOut struct {
+	noHeader bool
+	parsable int // 1: -p (trailing '|'), 2: -P
+	quiet    bool
+	// format is show's format= ("Account,User,MaxJobs%12"); "": the
+	// entity's default columns.
+	format string
+}
+
+// sacctmgrField is one column of a show: its Slurm name and width.
+type sacctmgrField struct {
+	name  string
+	width int
+}
+
+// Columns as sacctmgr 22.05 names and sizes them.
+var (
+	sacctmgrAssocFields = []sacctmgrField{{"Cluster", 10}, {"Account", 10}, {"User", 10}, {"Partition", 10},
+		{"Share", 9}, {"Priority", 10}, {"GrpJobs", 7}, {"GrpTRES", 13}, {"GrpSubmit", 9}, {"GrpWall", 11},
+		{"GrpTRESMins", 13}, {"MaxJobs", 7}, {"MaxTRES", 13}, {"MaxTRESPerNode", 14}, {"MaxSubmit", 9},
+		{"MaxWall", 11}, {"MaxTRESMins", 13}, {"QOS", 20}, {"Def QOS", 9}, {"GrpTRESRunMins", 13}}
+	sacctmgrUserFields    = []sacctmgrField{{"User", 10}, {"Def Acct", 10}, {"Admin", 9}}
+	sacctmgrAccountFields = []sacctmgrField{{"Account", 10}, {"Descr", 20}, {"Org", 20}}
+)
+
+// sacctmgrAliases are the other names format= takes for a column
+// (lower case, without spaces); a column's own name is always taken.
+var sacctmgrAliases = map[string]string{
+	"fairshare": "share", "shares": "share", "maxsubmitjobs": "maxsubmit", "grpsubmitjobs": "grpsubmit",
+	"defaultqos": "defqos", "grptresrunmin": "grptresrunmins", "defaultaccount": "defacct",
+	"adminlevel": "admin", "description": "descr", "organization": "org", "name": "",
+}
+
+// selectFields applies a format= list to the default columns: the columns
+// it names, in its order, each with its "%W" width (negative:
+// left-justified); pick maps each to its index in a default row.
+func selectFields(all []sacctmgrField, spec string, entity string) (fields []sacctmgrField, pick []int, err error) {
+	index := map[string]int{}
+	for i, f := range all {
+		index[strings.ToLower(strings.ReplaceAll(f.name, " ", ""))] = i
+	}
+	for _, item := range splitList(spec) {
+		name, width, hasWidth := strings.Cut(item, "%")
+		key := strings.ToLower(strings.ReplaceAll(name, " ", ""))
+		if a, ok := sacctmgrAliases[key]; ok {
+			key = a
+			if key == "" {
+				key = entity // name= is the entity's own column
+			}
+		}
+		i, ok := index[key]
+		if !ok {
+			return nil, nil, sacctmgrFail("Unknown field '%s'", name)
+		}
+		f := all[i]
+		if hasWidth {
+			w, err := strconv.Atoi(width)
+			if err != nil || w == 0 || w > maxFieldWidth || w < -maxFieldWidth {
+				return nil, nil, sacctmgrFail("Unknown field '%s'", item)
+			}
+			f.width = w
+		}
+		fields, pick = append(fields, f), append(pick, i)
+	}
+	if len(fields) == 0 {
+		return nil, nil, sacctmgrFail("Unknown field '%s'", spec)
+	}
+	return fields, pick, nil
+}
+
+// table prints rows (each a value per default field) as print_fields does,
+// the columns of format= when set.
+func (o sacctmgrOut) table(c *cmd, fields []sacctmgrField, rows [][]string, entity string) error {
+	if o.format != "" {
+		sel, pick, err := selectFields(fields, o.format, entity)
+		if err != nil {
+			return err
+		}
+		projected := make([][]string, len(rows))
+		for r, row := range rows {
+			projected[r] = make([]string, len(pick))
+			for j, i := range pick {
+				projected[r][j] = row[i]
+			}
+		}
+		fields, rows = sel, projected
+	}
+	var b strings.Builder
+	line := func(vals []string, header bool) {
+		for i, f := range fields {
+			switch {
+			case o.parsable == 2 && i == len(fields)-1:
+				b.WriteString(vals[i])
+			case o.parsable > 0:
+				b.WriteString(vals[i] + "|")
+			case header && f.width < 0:
+				fmt.Fprintf(&b, "%-*.*s ", -f.width, -f.width, vals[i])
+			case header:
+				fmt.Fprintf(&b, "%*.*s ", f.width, f.width, vals[i])
+			default:
+				sacctCell(&b, vals[i], f.width)
+			}
+		}
+		b.WriteString("\n")
+	}
+	if !o.noHeader {
+		names := make([]string, len(fields))
+		for i, f := range fields {
+			names[i] = f.name
+		}
+		line(names, true)
+		if o.parsable == 0 {
+			for _, f := range fields {
+				b.WriteString(strings.Repeat("-", max(f.width, -f.width)) + " ")
+			}
+			b.WriteString("\n")
+		}
+	}
+	for _, r := range rows {
+		line(r, false)
+	}
+	fmt.Fprint(c.stdout, b.String())
+	return nil
+}
+
+// sacctmgrFail is sacctmgr's refusal: its message as is (Slurm's start
+// with a space), exit status 1.
+func sacctmgrFail(format string, args ...any) *Error {
+	return &Error{Text: fmt.Sprintf(format, args...), Code: 1}
+}
+
+// word reports whether s abbreviates full (case-insensitive), at least min
+// letters long, as sacctmgr matches commands and entities.
+func word(s, full string, min int) bool {
+	return len(s) >= min && len(s) <= len(full) && strings.EqualFold(s, full[:len(s)])
+}
+
+// sacctmgrSpec is one "Key=Value" of a command line, or a bare word.
+type sacctmgrSpec struct {
+	key, value string
+	bare       bool
+	raw        string
+}
+
+func parseSacctmgrSpecs(args []string) []sacctmgrSpec {
+	out := make([]sacctmgrSpec, 0, len(args))
+	for _, a := range args {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok {
+			out = append(out, sacctmgrSpec{value: a, bare: true, raw: a})
+			continue
+		}
+		// "MaxJobs+=1" style operators are not supported: the key keeps them
+		// and is refused as unknown.
+		out = append(out, sacctmgrSpec{key: strings.ToLower(k), value: v, raw: a})
+	}
+	return out
+}
+
+func (c *cmd) sacctmgr(ctx context.Context, args []string) error {
+	p := &optParser{prog: "sacctmgr", defs: sacctmgrOptions}
+	opts, rest, err := p.parse(args)
+	if err != nil {
+		return usage("sacctmgr", err)
+	}
+	var out sacctmgrOut
+	withAssoc := false
+	for _, o := range opts {
+		switch o.key {
+		case "help":
+			fmt.Fprint(c.stdout, sacctmgrUsage)
+			return nil
+		case "version":
+			return c.printVersion()
+		case "noheader":
+			out.noHeader = true
+		case "parsable":
+			out.parsable = 1
+		case "parsable2":
+			out.parsable = 2
+		case "quiet":
+			out.quiet = true
+		case "associations":
+			withAssoc = true
+		}
+	}
+	if len(rest) == 0 {
+		return sacctmgrFail("sacctmgr: error: no command given; Loom's sacctmgr has no interactive mode (see sacctmgr --help)")
+	}
+	verb, rest := rest[0], rest[1:]
+	switch {
+	case word(verb, "help", 2):
+		fmt.Fprint(c.stdout, sacctmgrUsage)
+		return nil
+	case word(verb, "version", 4):
+		return c.printVersion()
+	case word(verb, "show", 3), word(verb, "list", 3):
+		return c.sacctmgrShow(ctx, rest, out, withAssoc)
+	case word(verb, "add", 3), word(verb, "create", 3):
+		return c.sacctmgrAdd(ctx, rest, out)
+	case word(verb, "modify", 1), word(verb, "update", 1):
+		return c.sacctmgrModify(ctx, rest, out)
+	case word(verb, "delete", 3), word(verb, "remove", 3):
+		return sacctmgrFail(" Deleting accounts and associations is not supported by Loom yet")
+	}
+	return sacctmgrFail("invalid keyword: %s", verb)
+}
+
+// entity names what a command acts on: "account", "association" or "user".
+func sacctmgrEntity(s string) string {
+	switch {
+	case word(s, "accounts", 3):
+		return "account"
+	case word(s, "associations", 3):
+		return "association"
+	case word(s, "users", 1):
+		return "user"
+	}
+	return ""
+}
+
+func (c *cmd) accountsClient() loomv1.AccountServiceClient {
+	return loomv1.NewAccountServiceClient(c.env.Conn)
+}
+
+// listAccounts reads every account of the project (root included).
+func (c *cmd) listAccounts(ctx context.Context) ([]*loomv1.Account, error) {
+	var out []*loomv1.Account
+	err := paging.Each(func(token string) (string, error) {
+		cctx, cancel := c.call(ctx)
+		defer cancel()
+		resp, err := c.accountsClient().ListAccounts(cctx, &loomv1.ListAccountsRequest{Parent: c.projectName(), PageToken: token, PageSize: paging.MaxSize})
+		out = append(out, resp.GetAccounts()...)
+		return resp.GetNextPageToken(), err
+	})
+	if err != nil {
+		return nil, c.rpcError("listing accounts", err)
+	}
+	return out, nil
+}
+
+// listAssociations reads the project's associations, one user's or one
+// account's when set.
+func (c *cmd) listAssociations(ctx context.Context, user, account string) ([]*loomv1.Association, error) {
+	var out []*loomv1.Association
+	err := paging.Each(func(token string) (string, error) {
+		cctx, cancel := c.call(ctx)
+		defer cancel()
+		resp, err := c.accountsClient().ListAssociations(cctx, &loomv1.ListAssociationsRequest{Parent: c.projectName(),
+			User: user, Account: account, PageToken: token, PageSize: paging.MaxSize})
+		out = append(out, resp.GetAssociations()...)
+		return resp.GetNextPageToken(), err
+	})
+	if err != nil {
+		return nil, c.rpcError("listing associations", err)
+	}
+	return out, nil
+}
+
+func (c *cmd) sacctmgrShow(ctx context.Context, args []string, out sacctmgrOut, withAssoc bool) error {
+	if len(args) == 0 {
+		return sacctmgrFail("No valid entity in list command\nInput line must include \"Account\", \"Association\", or \"User\"")
+	}
+	entity := sacctmgrEntity(args[0])
+	if entity == "" {
+		return sacctmgrFail("No valid entity in list command\nInput line must include \"Account\", \"Association\", or \"User\"")
+	}
+	var names, users, accounts []string
+	for _, s := range parseSacctmgrSpecs(args[1:]) {
+		switch {
+		case s.bare && strings.EqualFold(s.value, "where"):
+		case s.bare && strings.EqualFold(s.value, "withassoc"):
+			withAssoc = true
+		case s.bare:
+			names = append(names, splitList(s.value)...)
+		case s.key == "name" || s.key == "names":
+			names = append(names, splitList(s.value)...)
+		case word(s.key, "users", 1):
+			users = append(users, splitList(s.value)...)
+		case word(s.key, "accounts", 3) || s.key == "acct":
+			accounts = append(accounts, splitList(s.value)...)
+		case word(s.key, "format", 3):
+			out.format = s.value
+		case word(s.key, "clusters", 1):
+			// One project: the cluster condition is not a filter here.
+		default:
+			return sacctmgrFail(" Unknown condition: %s\n Use keyword 'set' to modify value", s.raw)
+		}
+	}
+	switch entity {
+	case "account":
+		accounts = append(accounts, names...)
+		if withAssoc {
+			return c.sacctmgrShowAssoc(ctx, users, accounts, out)
+		}
+		return c.sacctmgrShowAccounts(ctx, accounts, out)
+	case "user":
+		users = append(users, names...)
+		if withAssoc {
+			return c.sacctmgrShowAssoc(ctx, users, accounts, out)
+		}
+		return c.sacctmgrShowUsers(ctx, users, out)
+	}
+	return c.sacctmgrShowAssoc(ctx, users, accounts, out)
+}
+
+func inList(list []string, v string) bool {
+	if len(list) == 0 {
+		return true
+	}
+	for _, x := range list {
+		if strings.EqualFold(x, v) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *cmd) sacctmgrShowAccounts(ctx context.Context, names []string, out sacctmgrOut) error {
+	accts, err := c.listAccounts(ctx)
+	if err != nil {
+		return err
+	}
+	var rows [][]string
+	for _, a := range sortedAccounts(accts) {
+		if id := shortName(a.GetName()); inList(names, id) {
+			rows = append(rows, []string{id, a.GetDescription(), a.GetOrganization()})
+		}
+	}
+	return out.table(c, sacctmgrAccountFields, rows, "account")
+}
+
+// sortedAccounts orders accounts by id.
+func sortedAccounts(accts []*loomv1.Account) []*loomv1.Account {
+	out := append([]*loomv1.Account(nil), accts...)
+	sort.Slice(out, func(i, j int) bool { return shortName(out[i].GetName()) < shortName(out[j].GetName()) })
+	return out
+}
+
+func (c *cmd) sacctmgrShowUsers(ctx context.Context, names []string, out sacctmgrOut) error {
+	assocs, err := c.listAssociations(ctx, "", "")
+	if err != nil {
+		return err
+	}
+	def := map[string]string{}
+	var users []string
+	for _, a := range assocs {
+		if _, seen := def[a.GetUser()]; !seen {
+			users = append(users, a.GetUser())
+			def[a.GetUser()] = ""
+		}
+		if a.GetDefaultAccount() {
+			def[a.GetUser()] = a.GetAccount()
+		}
+	}
+	sort.Strings(users)
+	var rows [][]string
+	for _, u := range users {
+		if inList(names, u) {
+			// Loom's administrators are its roles (loom auth), not
+			// sacctmgr's AdminLevel: every user reads None.
+			rows = append(rows, []string{u, def[u], "None"})
+		}
+	}
+	return out.table(c, sacctmgrUserFields, rows, "user")
+}
+
+// sacctmgrShowAssoc prints the association tree as sacctmgr does: each
+// account's own row (no user), its users' rows, then its sub-accounts,
+// depth first from root. A user filter shows only users' rows.
+func (c *cmd) sacctmgrShowAssoc(ctx context.Context, users, accounts []string, out sacctmgrOut) error {
+	accts, err := c.listAccounts(ctx)
+	if err != nil {
+		return err
+	}
+	assocs, err := c.listAssociations(ctx, "", "")
+	if err != nil {
+		return err
+	}
+	children := map[string][]*loomv1.Account{}
+	known := map[string]bool{}
+	for _, a := range sortedAccounts(accts) {
+		id := shortName(a.GetName())
+		known[id] = true
+		if id != "root" {
+			parent := a.GetParentAccount()
+			if parent == "" {
+				parent = "root"
+			}
+			children[parent] = append(children[parent], a)
+		}
+	}
+	byAccount := map[string][]*loomv1.Association{}
+	for _, a := range assocs {
+		byAccount[a.GetAccount()] = append(byAccount[a.GetAccount()], a)
+	}
+	num := func(n int32) string {
+		if n <= 0 {
+			return ""
+		}
+		return strconv.Itoa(int(n))
+	}
+	row := func(account, user string, share int32, maxJobs, maxSubmit int32) []string {
+		return []string{c.env.Project, account, user, "", strconv.Itoa(int(max(share, 1))), "", "", "", "", "", "", num(maxJobs),
+			"", "", num(maxSubmit), "", "", "normal", "", ""}
+	}
+	var rows [][]string
+	var walk func(id string, share int32)
+	seen := map[string]bool{}
+	walk = func(id string, share int32) {
+		if seen[id] {
+			return // a parent loop in stored data must not hang the listing
+		}
+		seen[id] = true
+		if inList(accounts, id) {
+			if len(users) == 0 {
+				rows = append(rows, row(id, "", share, 0, 0))
+			}
+			us := byAccount[id]
+			sort.Slice(us, func(i, j int) bool { return us[i].GetUser() < us[j].GetUser() })
+			for _, a := range us {
+				if inList(users, a.GetUser()) {
+					rows = append(rows, row(id, a.GetUser(), a.GetFairshare(), a.GetMaxJobs(), a.GetMaxSubmitJobs()))
+				}
+			}
+		}
+		for _, ch := range children[id] {
+			walk(shortName(ch.GetName()), ch.GetFairshare())
+		}
+	}
+	walk("root", 1)
+	// Accounts whose parent is unknown still show, after the tree.
+	for _, a := range sortedAccounts(accts) {
+		walk(shortName(a.GetName()), a.GetFairshare())
+	}
+	return out.table(c, sacctmgrAssocFields, rows, "user")
+}
+
+// sacctmgrInt reads a limit: a count, or -1 for none (stored as 0).
+func sacctmgrInt(title, v string) (int32, error) {
+	n, err := strconv.ParseInt(v, 10, 32)
+	if err != nil || n < -1 {
+		return 0, sacctmgrFail(" Bad %s value: %s", title, v)
+	}
+	return int32(max(n, 0)), nil
+}
+
+// assocSettings are the association values a command line sets.
+type assocSettings struct {
+	maxJobs, maxSubmit, fairshare *int32
+	defaultAccount                string
+}
+
+// parse reads one association setting; ok is false for a key it does not know.
+func (s *assocSettings) parse(sp sacctmgrSpec) (bool, error) {
+	set := func(dst **int32, title string) error {
+		n, err := sacctmgrInt(title, sp.value)
+		if err != nil {
+			return err
+		}
+		*dst = &n
+		return nil
+	}
+	switch {
+	case sp.key == "maxjobs":
+		return true, set(&s.maxJobs, "MaxJobs")
+	case sp.key == "maxsubmitjobs" || sp.key == "maxsubmit":
+		return true, set(&s.maxSubmit, "MaxSubmitJobs")
+	case sp.key == "fairshare" || sp.key == "share" || sp.key == "shares":
+		return true, set(&s.fairshare, "Fairshare")
+	case sp.key == "defaultaccount" || sp.key == "defaccount" || sp.key == "defacct":
+		s.defaultAccount = strings.ToLower(sp.value)
+		return true, nil
+	}
+	return false, nil
+}
+
+// apply writes the settings into a.
+func (s *assocSettings) apply(a *loomv1.Association) {
+	if s.maxJobs != nil {
+		a.MaxJobs = *s.maxJobs
+	}
+	if s.maxSubmit != nil {
+		a.MaxSubmitJobs = *s.maxSubmit
+	}
+	if s.fairshare != nil {
+		a.Fairshare = *s.fairshare
+	}
+}
+
+// lines lists the settings as sacctmgr's summaries do.
+func (s *assocSettings) lines() []string {
+	var out []string
+	if s.maxJobs != nil {
+		out = append(out, fmt.Sprintf("  MaxJobs       = %d", *s.maxJobs))
+	}
+	if s.maxSubmit != nil {
+		out = append(out, fmt.Sprintf("  MaxSubmitJobs = %d", *s.maxSubmit))
+	}
+	if s.fairshare != nil {
+		out = append(out, fmt.Sprintf("  Fairshare     = %d", *s.fairshare))
+	}
+	return out
+}
+
+func (c *cmd) sacctmgrAdd(ctx context.Context, args []string, out sacctmgrOut) error {
+	if len(args) == 0 {
+		return sacctmgrFail("No valid entity in add command\nInput line must include, \"User\", or \"Account\"")
+	}
+	switch sacctmgrEntity(args[0]) {
+	case "account":
+		return c.sacctmgrAddAccount(ctx, parseSacctmgrSpecs(args[1:]), out)
+	case "user":
+		return c.sacctmgrAddUser(ctx, parseSacctmgrSpecs(args[1:]), out)
+	}
+	return sacctmgrFail("No valid entity in add command\nInput line must include, \"User\", or \"Account\"")
+}
+
+func (c *cmd) sacctmgrAddAccount(ctx context.Context, specs []sacctmgrSpec, out sacctmgrOut) error {
+	var names []string
+	acct := &loomv1.Account{}
+	for _, s := range specs {
+		switch {
+		case s.bare && strings.EqualFold(s.value, "where"):
+		case s.bare || s.key == "name" || s.key == "names":
+			names = append(names, splitList(strings.ToLower(s.value))...)
+		case word(s.key, "description", 1):
+			acct.Description = s.value
+		case word(s.key, "organization", 1):
+			acct.Organization = s.value
+		case s.key == "parent":
+			acct.ParentAccount = strings.ToLower(s.value)
+		case s.key == "fairshare" || s.key == "share" || s.key == "shares":
+			n, err := sacctmgrInt("Fairshare", s.value)
+			if err != nil {
+				return err
+			}
+			acct.Fairshare = n
+		case word(s.key, "clusters", 1):
+		default:
+			return sacctmgrFail(" Unknown option: %s\n Use keyword 'where' to modify condition", s.raw)
+		}
+	}
+	if len(names) == 0 {
+		return sacctmgrFail(" Need name of account to add.")
+	}
+	var added []*loomv1.Account
+	for _, n := range names {
+		a := &loomv1.Account{Name: n, Description: acct.GetDescription(), Organization: acct.GetOrganization(),
+			ParentAccount: acct.GetParentAccount(), Fairshare: acct.GetFairshare()}
+		cctx, cancel := c.call(ctx)
+		got, err := c.accountsClient().CreateAccount(cctx, &loomv1.CreateAccountRequest{Parent: c.projectName(), Account: a})
+		cancel()
+		if status.Code(err) == codes.AlreadyExists {
+			continue
+		}
+		if err != nil {
+			return c.rpcError("adding account "+n, err)
+		}
+		added = append(added, got)
+	}
+	if len(added) == 0 {
+		fmt.Fprintln(c.stdout, " Nothing new added.")
+		return &Error{Code: 1}
+	}
+	if out.quiet {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString(" Adding Account(s)\n")
+	for _, a := range added {
+		fmt.Fprintf(&b, "  %s\n", shortName(a.GetName()))
+	}
+	b.WriteString(" Settings\n")
+	fmt.Fprintf(&b, "  Description     = %s\n", added[0].GetDescription())
+	fmt.Fprintf(&b, "  Organization    = %s\n", added[0].GetOrganization())
+	b.WriteString(" Associations\n")
+	for _, a := range added {
+		fmt.Fprintf(&b, "  A = %-10.10s C = %-10.10s\n", shortName(a.GetName()), c.env.Project)
+	}
+	b.WriteString(" Settings\n")
+	fmt.Fprintf(&b, "  Parent        = %s\n", added[0].GetParentAccount())
+	fmt.Fprint(c.stdout, b.String())
+	return nil
+}
+
+func (c *cmd) sacctmgrAddUser(ctx context.Context, specs []sacctmgrSpec, out sacctmgrOut) error {
+	var names, accounts []string
+	var set assocSettings
+	for _, s := range specs {
+		if ok, err := set.parse(s); err != nil {
+			return err
+		} else if ok {
+			continue
+		}
+		switch {
+		case s.bare && strings.EqualFold(s.value, "where"):
+		case s.bare || s.key == "name" || s.key == "names":
+			names = append(names, splitList(strings.ToLower(s.value))...)
+		case word(s.key, "accounts", 3) || s.key == "acct":
+			accounts = append(accounts, splitList(strings.ToLower(s.value))...)
+		case word(s.key, "clusters", 1):
+		case word(s.key, "partitions", 4):
+			return sacctmgrFail(" Associations per partition are not supported by Loom: %s", s.raw)
+		default:
+			return sacctmgrFail(" Unknown option: %s\n Use keyword 'where' to modify condition", s.raw)
+		}
+	}
+	if len(names) == 0 {
+		return sacctmgrFail(" Need name of user to add.")
+	}
+	if set.defaultAccount != "" && !inList(accounts, set.defaultAccount) || len(accounts) == 0 && set.defaultAccount != "" {
+		accounts = append(accounts, set.defaultAccount)
+	}
+	if len(accounts) == 0 {
+		return sacctmgrFail(" Need a default account for these users to add.")
+	}
+	type added struct{ user, account string }
+	var done []added
+	defaults := map[string]string{}
+	for _, u := range names {
+		existing, err := c.listAssociations(ctx, u, "")
+		if err != nil {
+			return err
+		}
+		has := map[string]bool{}
+		for _, a := range existing {
+			has[a.GetAccount()] = true
+			if a.GetDefaultAccount() {
+				defaults[u] = a.GetAccount()
+			}
+		}
+		for _, acct := range accounts {
+			if has[acct] {
+				continue
+			}
+			a := &loomv1.Association{Account: acct, User: u, DefaultAccount: acct == set.defaultAccount}
+			set.apply(a)
+			cctx, cancel := c.call(ctx)
+			got, err := c.accountsClient().SetAssociation(cctx, &loomv1.SetAssociationRequest{Parent: c.projectName(), Association: a})
+			cancel()
+			if err != nil {
+				return c.rpcError(fmt.Sprintf("adding user %s to account %s", u, acct), err)
+			}
+			if got.GetDefaultAccount() {
+				defaults[u] = acct
+			}
+			done = append(done, added{u, acct})
+		}
+	}
+	if len(done) == 0 {
+		fmt.Fprintln(c.stdout, " Nothing new added.")
+		return &Error{Code: 1}
+	}
+	if out.quiet {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString(" Adding User(s)\n")
+	for _, u := range names {
+		fmt.Fprintf(&b, "  %s\n", u)
+	}
+	b.WriteString(" Settings =\n")
+	fmt.Fprintf(&b, "  Default Account = %s\n", defaults[names[0]])
+	b.WriteString(" Associations =\n")
+	for _, d := range done {
+		fmt.Fprintf(&b, "  U = %-9.9s A = %-10.10s C = %-10.10s\n", d.user, d.account, c.env.Project)
+	}
+	if l := set.lines(); len(l) > 0 {
+		b.WriteString(" Non Default Settings\n")
+		b.WriteString(strings.Join(l, "\n") + "\n")
+	}
+	fmt.Fprint(c.stdout, b.String())
+	return nil
+}
+
+func (c *cmd) sacctmgrModify(ctx context.Context, args []string, out sacctmgrOut) error {
+	if len(args) == 0 || sacctmgrEntity(args[0]) != "user" {
+		return sacctmgrFail("No valid entity in modify command\nInput line must include \"User\" (Loom modifies users' associations)")
+	}
+	var names, accounts []string
+	var set assocSettings
+	setting := false
+	for _, s := range parseSacctmgrSpecs(args[1:]) {
+		switch {
+		case s.bare && strings.EqualFold(s.value, "where"):
+			setting = false
+		case s.bare && strings.EqualFold(s.value, "set"):
+			setting = true
+		case setting:
+			ok, err := set.parse(s)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return sacctmgrFail(" Unknown option: %s\n Use keyword 'where' to modify condition", s.raw)
+			}
+		case s.bare || s.key == "name" || s.key == "names" || word(s.key, "users", 1):
+			names = append(names, splitList(strings.ToLower(s.value))...)
+		case word(s.key, "accounts", 3) || s.key == "acct":
+			accounts = append(accounts, splitList(strings.ToLower(s.value))...)
+		case word(s.key, "clusters", 1):
+		default:
+			return sacctmgrFail(" Unknown condition: %s\n Use keyword 'set' to modify value", s.raw)
+		}
+	}
+	if len(names) == 0 {
+		return sacctmgrFail(" You didn't give me anything to modify (say which user: where name=NAME)")
+	}
+	if set.maxJobs == nil && set.maxSubmit == nil && set.fairshare == nil && set.defaultAccount == "" {
+		return sacctmgrFail(" You didn't give me anything to set")
+	}
+	var modified []*loomv1.Association
+	var defaulted []string
+	for _, u := range names {
+		assocs, err := c.listAssociations(ctx, u, "")
+		if err != nil {
+			return err
+		}
+		if set.defaultAccount != "" {
+			var target *loomv1.Association
+			for _, a := range assocs {
+				if a.GetAccount() == set.defaultAccount {
+					target = a
+				}
+			}
+			if target == nil {
+				return sacctmgrFail(" User %s does not have an association with account %s; add it first (sacctmgr add user %s account=%s)",
+					u, set.defaultAccount, u, set.defaultAccount)
+			}
+			if !target.GetDefaultAccount() {
+				target.DefaultAccount = true
+				if err := c.setAssociation(ctx, target); err != nil {
+					return err
+				}
+				defaulted = append(defaulted, u)
+			}
+		}
+		if set.maxJobs == nil && set.maxSubmit == nil && set.fairshare == nil {
+			continue
+		}
+		for _, a := range assocs {
+			if !inList(accounts, a.GetAccount()) {
+				continue
+			}
+			next := &loomv1.Association{Account: a.GetAccount(), User: a.GetUser(), MaxJobs: a.GetMaxJobs(),
+				MaxSubmitJobs: a.GetMaxSubmitJobs(), Fairshare: a.GetFairshare()}
+			set.apply(next)
+			if err := c.setAssociation(ctx, next); err != nil {
+				return err
+			}
+			modified = append(modified, next)
+		}
+	}
+	if len(modified) == 0 && len(defaulted) == 0 {
+		fmt.Fprintln(c.stdout, " Nothing modified")
+		return &Error{Code: 1}
+	}
+	if out.quiet {
+		return nil
+	}
+	var b strings.Builder
+	if len(defaulted) > 0 {
+		b.WriteString(" Modified users...\n")
+		for _, u := range defaulted {
+			fmt.Fprintf(&b, "  %s\n", u)
+		}
+	}
+	if len(modified) > 0 {
+		b.WriteString(" Modified user associations...\n")
+		for _, a := range modified {
+			fmt.Fprintf(&b, "  C = %-10.10s A = %-10.10s U = %-9.9s\n", c.env.Project, a.GetAccount(), a.GetUser())
+		}
+	}
+	fmt.Fprint(c.stdout, b.String())
+	return nil
+}
+
+func (c *cmd) setAssociation(ctx context.Context, a *loomv1.Association) error {
+	cctx, cancel := c.call(ctx)
+	defer cancel()
+	if _, err := c.accountsClient().SetAssociation(cctx, &loomv1.SetAssociationRequest{Parent: c.projectName(), Association: a}); err != nil {
+		return c.rpcError(fmt.Sprintf("modifying user %s in account %s", a.GetUser(), a.GetAccount()), err)
+	}
+	return nil
+}

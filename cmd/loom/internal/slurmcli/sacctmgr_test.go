@@ -1,0 +1,121 @@
+package slurmcli
+
+import (
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// TestSacctmgrGolden runs a session of sacctmgr against one fake gateway:
+// each step's whole output and exit status, in Slurm's layouts (print_fields:
+// right-justified columns with a trailing space, '|' with -p and -P).
+func TestSacctmgrGolden(t *testing.T) {
+	t.Parallel()
+	g := &fakegw.Gateway{}
+	const assocHeader = "   Cluster    Account       User  Partition     Share   Priority GrpJobs       GrpTRES GrpSubmit     GrpWall   GrpTRESMins MaxJobs       MaxTRES MaxTRESPerNode MaxSubmit     MaxWall   MaxTRESMins                  QOS   Def QOS GrpTRESRunMin \n" +
+		"---------- ---------- ---------- ---------- --------- ---------- ------- ------------- --------- ----------- ------------- ------- ------------- -------------- --------- ----------- ------------- -------------------- --------- ------------- \n"
+	for _, tc := range []struct {
+		args          []string
+		code          int
+		stdout, other string
+	}{
+		{[]string{"-i", "add", "account", "physics", "Description=Physics dept", "Organization=Science"}, 0,
+			" Adding Account(s)\n  physics\n Settings\n  Description     = Physics dept\n  Organization    = Science\n" +
+				" Associations\n  A = physics    C = default   \n Settings\n  Parent        = root\n", ""},
+		{[]string{"add", "account", "qcd", "parent=physics"}, 0,
+			" Adding Account(s)\n  qcd\n Settings\n  Description     = qcd\n  Organization    = physics\n" +
+				" Associations\n  A = qcd        C = default   \n Settings\n  Parent        = physics\n", ""},
+		{[]string{"add", "account", "physics"}, 1, " Nothing new added.\n", ""},
+		{[]string{"-i", "add", "user", "alice", "Account=physics", "MaxJobs=2"}, 0,
+			" Adding User(s)\n  alice\n Settings =\n  Default Account = physics\n Associations =\n" +
+				"  U = alice     A = physics    C = default   \n Non Default Settings\n  MaxJobs       = 2\n", ""},
+		{[]string{"add", "user", "bob,carl", "account=qcd", "defaultaccount=qcd", "maxsubmitjobs=10"}, 0,
+			" Adding User(s)\n  bob\n  carl\n Settings =\n  Default Account = qcd\n Associations =\n" +
+				"  U = bob       A = qcd        C = default   \n  U = carl      A = qcd        C = default   \n" +
+				" Non Default Settings\n  MaxSubmitJobs = 10\n", ""},
+		{[]string{"add", "user", "dan", "account=nope"}, 1, "",
+			"sacctmgr: error: adding user dan to account nope: association.account: no account \"nope\" in project default\n"},
+		{[]string{"show", "assoc"}, 0, assocHeader +
+			"   default       root                               1                                                                                                                                                             normal                         \n" +
+			"   default    physics                               1                                                                                                                                                             normal                         \n" +
+			"   default    physics      alice                    1                                                                            2                                                                                normal                         \n" +
+			"   default        qcd                               1                                                                                                                                                             normal                         \n" +
+			"   default        qcd        bob                    1                                                                                                                  10                                         normal                         \n" +
+			"   default        qcd       carl                    1                                                                                                                  10                                         normal                         \n", ""},
+		{[]string{"show", "associations", "-P", "user=alice"}, 0,
+			"Cluster|Account|User|Partition|Share|Priority|GrpJobs|GrpTRES|GrpSubmit|GrpWall|GrpTRESMins|MaxJobs|MaxTRES|MaxTRESPerNode|MaxSubmit|MaxWall|MaxTRESMins|QOS|Def QOS|GrpTRESRunMins\n" +
+				"default|physics|alice||1|||||||2||||||normal||\n", ""},
+		{[]string{"--parsable", "--noheader", "show", "assoc", "account=qcd"}, 0,
+			"default|qcd|||1|||||||||||||normal|||\n" +
+				"default|qcd|bob||1||||||||||10|||normal|||\n" +
+				"default|qcd|carl||1||||||||||10|||normal|||\n", ""},
+		{[]string{"show", "user"}, 0,
+			"      User   Def Acct     Admin \n---------- ---------- --------- \n" +
+				"     alice    physics      None \n       bob        qcd      None \n      carl        qcd      None \n", ""},
+		{[]string{"-n", "show", "user", "alice"}, 0, "     alice    physics      None \n", ""},
+		{[]string{"-p", "list", "account"}, 0,
+			"Account|Descr|Org|\nphysics|Physics dept|Science|\nqcd|qcd|physics|\nroot|default root account|root|\n", ""},
+		{[]string{"show", "account"}, 0,
+			"   Account                Descr                  Org \n---------- -------------------- -------------------- \n" +
+				"   physics         Physics dept              Science \n       qcd                  qcd              physics \n" +
+				"      root default root account                 root \n", ""},
+		{[]string{"modify", "user", "where", "name=alice", "set", "MaxJobs=4", "MaxSubmitJobs=10"}, 0,
+			" Modified user associations...\n  C = default    A = physics    U = alice    \n", ""},
+		{[]string{"-n", "-P", "show", "assoc", "user=alice", "account=physics"}, 0,
+			"default|physics|alice||1|||||||4|||10|||normal||\n", ""},
+		{[]string{"modify", "user", "alice", "set", "MaxJobs=-1"}, 0,
+			" Modified user associations...\n  C = default    A = physics    U = alice    \n", ""},
+		{[]string{"modify", "user", "alice", "set", "MaxJobs=x"}, 1, "", " Bad MaxJobs value: x\n"},
+		{[]string{"modify", "user", "where", "name=zed", "set", "MaxJobs=1"}, 1, " Nothing modified\n", ""},
+		{[]string{"show", "foo"}, 1, "", "No valid entity in list command\nInput line must include \"Account\", \"Association\", or \"User\"\n"},
+		{[]string{"add", "account", "x", "bogus=1"}, 1, "", " Unknown option: bogus=1\n Use keyword 'where' to modify condition\n"},
+		{[]string{"-i", "add", "user", "alice", "account=qcd"}, 0,
+			" Adding User(s)\n  alice\n Settings =\n  Default Account = physics\n Associations =\n  U = alice     A = qcd        C = default   \n", ""},
+		{[]string{"modify", "user", "where", "name=alice", "set", "defaultaccount=qcd"}, 0, " Modified users...\n  alice\n", ""},
+		{[]string{"-P", "show", "user"}, 0, "User|Def Acct|Admin\nalice|qcd|None\nbob|qcd|None\ncarl|qcd|None\n", ""},
+		{[]string{"show", "assoc", "format=Account,User,MaxJobs,MaxSubmitJobs"}, 0,
+			"   Account       User MaxJobs MaxSubmit \n---------- ---------- ------- --------- \n" +
+				"      root                              \n   physics                              \n" +
+				"   physics      alice                10 \n" +
+				"       qcd                              \n       qcd      alice                   \n" +
+				"       qcd        bob                10 \n       qcd       carl                10 \n", ""},
+		{[]string{"-P", "show", "assoc", "user=alice", "format=account,user,share"}, 0,
+			"Account|User|Share\nphysics|alice|1\nqcd|alice|1\n", ""},
+		{[]string{"show", "user", "format=User%-12,DefaultAccount%4"}, 0,
+			"User         Def  \n------------ ---- \nalice         qcd \nbob           qcd \ncarl          qcd \n", ""},
+		{[]string{"show", "assoc", "format=bogus"}, 1, "", "Unknown field 'bogus'\n"},
+	} {
+		code, out, errOut := run(t, g, "sacctmgr", Env{}, tc.args...)
+		if code != tc.code || out != tc.stdout || errOut != tc.other {
+			t.Errorf("sacctmgr %q: exit %d, stdout\n%s\nstderr\n%s\nwant exit %d, stdout\n%s\nstderr\n%s", tc.args, code, out, errOut, tc.code, tc.stdout, tc.other)
+		}
+	}
+	// What the commands sent: -1 clears a limit (0), modify keeps the rest.
+	last, _ := fakegw.LastRequest[*loomv1.SetAssociationRequest](g)
+	if a := last.GetAssociation(); a.GetUser() != "alice" || a.GetAccount() != "qcd" || !a.GetDefaultAccount() {
+		t.Errorf("last SetAssociation: %v", a)
+	}
+	for _, a := range g.Associations {
+		if a.GetUser() == "alice" && a.GetAccount() == "physics" && (a.GetMaxJobs() != 0 || a.GetMaxSubmitJobs() != 10) {
+			t.Errorf("alice/physics after MaxJobs=-1: %v", a)
+		}
+	}
+}
+
+// TestSbatchSubmitLimit: the gateway's MaxSubmitJobs refusal prints as
+// Slurm's, then the limit it names.
+func TestSbatchSubmitLimit(t *testing.T) {
+	t.Parallel()
+	g := &fakegw.Gateway{Clusters: []*loomv1.Cluster{{Name: "projects/default/clusters/demo"}},
+		SubmitErr: status.Error(codes.ResourceExhausted, msgPolicyViolation+": MaxSubmitJobs=2 of association user=alice account=physics: 2 pending or running, 1 more submitted: resource exhausted")}
+	code, out, errOut := run(t, g, "sbatch", Env{}, "--wrap", "true")
+	want := "sbatch: error: Batch job submission failed: Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)\n" +
+		"sbatch: error: MaxSubmitJobs=2 of association user=alice account=physics: 2 pending or running, 1 more submitted\n"
+	if code != 1 || out != "" || errOut != want {
+		t.Errorf("sbatch past MaxSubmitJobs: exit %d, %q, stderr\n%s\nwant\n%s", code, out, errOut, want)
+	}
+}

@@ -1,0 +1,365 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/auth"
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/gateway/internal/domain"
+)
+
+// fakeVerifier stands for the gateway's authentication (authn.Verifier in
+// SEAMS.md) while the real one is built elsewhere: each credential is the
+// key of a principal.
+type fakeVerifier map[string]*auth.Principal
+
+// Authenticate returns the credential's principal; Unauthenticated for an
+// unknown one.
+func (f fakeVerifier) Authenticate(_ context.Context, cred string) (*auth.Principal, error) {
+	if p, ok := f[cred]; ok {
+		return p, nil
+	}
+	return nil, fmt.Errorf("%w: unknown credential", errs.Unauthenticated)
+}
+
+// interceptor places the principal of the call's bearer credential in its
+// context (auth.NewContext); a call without one goes on anonymous.
+func (f fakeVerifier) interceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	cred, err := auth.CredentialFromContext(ctx)
+	if err != nil {
+		return nil, errs.ToStatus(err)
+	}
+	if cred != "" {
+		p, err := f.Authenticate(ctx, cred)
+		if err != nil {
+			return nil, errs.ToStatus(err)
+		}
+		ctx = auth.NewContext(ctx, p)
+	}
+	return h(ctx, req)
+}
+
+// accountPrincipals: an admin, a viewer and a user of project default, and
+// an admin of another project.
+var accountPrincipals = fakeVerifier{
+	"admin":  {Name: "users/ana", Kind: auth.KindUser, User: "ana", Roles: map[string]auth.Role{"default": auth.RoleAdmin}},
+	"viewer": {Name: "users/vic", Kind: auth.KindUser, User: "vic", Roles: map[string]auth.Role{"default": auth.RoleViewer}},
+	"alice":  {Name: "users/alice", Kind: auth.KindUser, User: "alice", Roles: map[string]auth.Role{"default": auth.RoleUser}},
+	"other":  {Name: "users/olga", Kind: auth.KindUser, User: "olga", Roles: map[string]auth.Role{"other": auth.RoleAdmin}},
+}
+
+// newAccountsHarness is the harness with accountPrincipals' fake
+// authentication chained in.
+func newAccountsHarness(t *testing.T) *harness {
+	return newHarness(t, func(c *Config) {
+		c.serverOptions = []grpc.ServerOption{grpc.ChainUnaryInterceptor(accountPrincipals.interceptor)}
+	})
+}
+
+func (h *harness) accounts() loomv1.AccountServiceClient {
+	return loomv1.NewAccountServiceClient(h.conn)
+}
+
+// as is the call option presenting credential cred.
+func as(cred string) grpc.CallOption { return grpc.PerRPCCredentials(auth.Bearer(cred)) }
+
+func wantAcctCode(t *testing.T, err error, code codes.Code, contains ...string) {
+	t.Helper()
+	if status.Code(err) != code {
+		t.Fatalf("got %v, want %v", err, code)
+	}
+	for _, s := range contains {
+		if !strings.Contains(status.Convert(err).Message(), s) {
+			t.Fatalf("%v: message does not name %q", err, s)
+		}
+	}
+}
+
+func TestAccountsCreateListAndAssociate(t *testing.T) {
+	t.Parallel()
+	h := newAccountsHarness(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	acc := h.accounts()
+
+	got, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "physics"}}, as("admin"))
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	want := &loomv1.Account{Name: "projects/default/accounts/physics", Description: "physics", Organization: "physics", ParentAccount: "root", Fairshare: 1}
+	if !proto.Equal(got, want) {
+		t.Fatalf("created %v, want %v", got, want)
+	}
+	if _, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{
+		Name: "projects/default/accounts/qcd", ParentAccount: "physics", Description: "lattice"}}, as("admin")); err != nil {
+		t.Fatalf("create qcd: %v", err)
+	}
+	_, err = acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "physics"}}, as("admin"))
+	wantAcctCode(t, err, codes.AlreadyExists)
+	_, err = acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "root"}}, as("admin"))
+	wantAcctCode(t, err, codes.AlreadyExists)
+
+	// Who may: a viewer reads but does not write, another project's admin
+	// finds nothing, an anonymous caller is refused.
+	_, err = acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "chem"}}, as("viewer"))
+	wantAcctCode(t, err, codes.PermissionDenied, "admin")
+	_, err = acc.ListAccounts(ctx, &loomv1.ListAccountsRequest{Parent: project}, as("other"))
+	wantAcctCode(t, err, codes.NotFound)
+	_, err = acc.ListAccounts(ctx, &loomv1.ListAccountsRequest{Parent: project})
+	wantAcctCode(t, err, codes.Unauthenticated)
+
+	list, err := acc.ListAccounts(ctx, &loomv1.ListAccountsRequest{Parent: project}, as("viewer"))
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	var names []string
+	for _, a := range list.GetAccounts() {
+		names = append(names, a.GetName()+"<"+a.GetParentAccount()+">"+a.GetOrganization())
+	}
+	if got, want := strings.Join(names, " "), "projects/default/accounts/physics<root>physics projects/default/accounts/qcd<physics>physics projects/default/accounts/root<>root"; got != want {
+		t.Fatalf("accounts: %s, want %s", got, want)
+	}
+
+	// alice's first association is her default; a second one is not.
+	a, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{
+		Account: "physics", User: "alice", MaxJobs: 2, MaxSubmitJobs: 5}}, as("admin"))
+	if err != nil {
+		t.Fatalf("set: %v", err)
+	}
+	if !a.GetDefaultAccount() || a.GetFairshare() != 1 || a.GetMaxJobs() != 2 {
+		t.Fatalf("association %v: want default account, fairshare 1, MaxJobs 2", a)
+	}
+	if _, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{
+		Account: "qcd", User: "alice"}}, as("admin")); err != nil {
+		t.Fatalf("set qcd: %v", err)
+	}
+	if _, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{
+		Account: "qcd", User: "bob", MaxJobs: 1}}, as("admin")); err != nil {
+		t.Fatalf("set bob: %v", err)
+	}
+	_, err = acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{
+		Account: "qcd", User: "carl"}}, as("alice"))
+	wantAcctCode(t, err, codes.PermissionDenied)
+
+	mine, err := acc.ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project, User: "alice"}, as("viewer"))
+	if err != nil {
+		t.Fatalf("list associations: %v", err)
+	}
+	var rows []string
+	for _, a := range mine.GetAssociations() {
+		rows = append(rows, fmt.Sprintf("%s/%s max=%d submit=%d default=%v", a.GetUser(), a.GetAccount(), a.GetMaxJobs(), a.GetMaxSubmitJobs(), a.GetDefaultAccount()))
+	}
+	if got, want := strings.Join(rows, "; "), "alice/physics max=2 submit=5 default=true; alice/qcd max=0 submit=0 default=false"; got != want {
+		t.Fatalf("alice's associations: %s, want %s", got, want)
+	}
+	qcd, err := acc.ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project, Account: "projects/default/accounts/qcd"}, as("viewer"))
+	if err != nil || len(qcd.GetAssociations()) != 2 {
+		t.Fatalf("qcd's associations: %v, %v; want alice and bob", qcd, err)
+	}
+
+	// The scheduler learns MaxJobs from the command the outbox publishes,
+	// keyed by the project.
+	ev := testkit.WaitEvent(t, h.broker, topics.JobCommands, 30*time.Second, func(e envelope.Event) bool {
+		ac, ok := e.Payload.(*eventsv1.AssociationChanged)
+		return ok && ac.GetAssociation().GetUser() == "alice" && ac.GetAssociation().GetAccount() == "physics"
+	})
+	ac := ev.Payload.(*eventsv1.AssociationChanged)
+	if ev.Key != project || ac.GetProject() != "default" || ac.GetAssociation().GetMaxJobs() != 2 || !ac.GetAssociation().GetDefaultAccount() {
+		t.Fatalf("AssociationChanged key %q: %v", ev.Key, ac)
+	}
+}
+
+func TestAccountsRefuseBadInputNamingTheField(t *testing.T) {
+	t.Parallel()
+	h := newAccountsHarness(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	acc := h.accounts()
+	if _, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "physics"}}, as("admin")); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		call func() error
+		want []string
+	}{
+		{"account id", func() error {
+			_, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "Bad Name"}}, as("admin"))
+			return err
+		}, []string{"account.name"}},
+		{"account in another project", func() error {
+			_, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "projects/other/accounts/x"}}, as("admin"))
+			return err
+		}, []string{"account.name"}},
+		{"unknown parent", func() error {
+			_, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "chem", ParentAccount: "nope"}}, as("admin"))
+			return err
+		}, []string{"account.parent_account", "nope"}},
+		{"control characters", func() error {
+			_, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "chem", Description: "x\x1b[2J"}}, as("admin"))
+			return err
+		}, []string{"account.description"}},
+		{"negative MaxJobs", func() error {
+			_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: "physics", User: "alice", MaxJobs: -1}}, as("admin"))
+			return err
+		}, []string{"association.max_jobs"}},
+		{"MaxSubmitJobs past the limit", func() error {
+			_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: "physics", User: "alice", MaxSubmitJobs: 2_000_000}}, as("admin"))
+			return err
+		}, []string{"association.max_submit_jobs", "1000000"}},
+		{"unknown account", func() error {
+			_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: "chem", User: "alice"}}, as("admin"))
+			return err
+		}, []string{"association.account", "chem"}},
+		{"bad user", func() error {
+			_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: "physics", User: "Root;rm"}}, as("admin"))
+			return err
+		}, []string{"association.user"}},
+		{"list filter", func() error {
+			_, err := acc.ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project, Account: "A B"}, as("viewer"))
+			return err
+		}, []string{"account"}},
+	} {
+		err := tc.call()
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: got %v, want InvalidArgument", tc.name, err)
+			continue
+		}
+		for _, s := range tc.want {
+			if !strings.Contains(status.Convert(err).Message(), s) {
+				t.Errorf("%s: %v does not name %q", tc.name, err, s)
+			}
+		}
+	}
+	list, err := acc.ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project}, as("viewer"))
+	if err != nil || len(list.GetAssociations()) != 0 {
+		t.Fatalf("after refusals: %v, %v; want no association", list, err)
+	}
+}
+
+func TestSubmitJobMaxSubmitJobs(t *testing.T) {
+	t.Parallel()
+	h := newAccountsHarness(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	acc := h.accounts()
+	for _, id := range []string{"physics", "chem"} {
+		if _, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: id}}, as("admin")); err != nil {
+			t.Fatalf("create %s: %v", id, err)
+		}
+	}
+	if _, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{
+		Account: "physics", User: "alice", MaxSubmitJobs: 2}}, as("admin")); err != nil {
+		t.Fatalf("set: %v", err)
+	}
+	if _, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{
+		Account: "chem", User: "alice", MaxSubmitJobs: 1}}, as("admin")); err != nil {
+		t.Fatalf("set chem: %v", err)
+	}
+	submit := func(account string) (*loomv1.Job, error) {
+		req := validJob()
+		req.Job.User, req.Job.Account = "alice", account
+		return h.jobs().SubmitJob(ctx, req)
+	}
+	// Two jobs fill physics, alice's default account, which they are charged to.
+	var first *loomv1.Job
+	for i := range 2 {
+		j, err := submit("")
+		if err != nil {
+			t.Fatalf("submit %d: %v", i, err)
+		}
+		if j.GetAccount() != "physics" {
+			t.Fatalf("job %s charged to %q, want the default account physics", j.GetJobId(), j.GetAccount())
+		}
+		if first == nil {
+			first = j
+		}
+	}
+	_, err := submit("")
+	wantAcctCode(t, err, codes.ResourceExhausted, domain.MsgSubmitLimit, "MaxSubmitJobs=2", "account=physics", "2 pending or running")
+	// An array of two tasks does not fit chem's limit of one; one job does.
+	arr := validJob()
+	arr.Job.User, arr.Job.Account, arr.Job.Array = "alice", "chem", "0-1"
+	_, err = h.jobs().SubmitJob(ctx, arr)
+	wantAcctCode(t, err, codes.ResourceExhausted, "MaxSubmitJobs=1")
+	if j, err := submit("Chem"); err != nil || j.GetAccount() != "chem" {
+		t.Fatalf("submit to Chem: %v, account %q; want chem, in lower case as Slurm keeps it", err, j.GetAccount())
+	}
+	if _, err := submit("chem"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("second job in chem: %v, want ResourceExhausted", err)
+	}
+	// An account alice has no association with is refused.
+	_, err = submit("biology")
+	wantAcctCode(t, err, codes.InvalidArgument, "job.account", "Invalid account")
+	// Once the scheduler has ended one of physics' jobs, there is room.
+	done := proto.Clone(first).(*loomv1.Job)
+	done.State = loomv1.JobState_COMPLETED
+	h.w.setJob(done)
+	j, err := submit("physics")
+	if err != nil {
+		t.Fatalf("submit after one ended: %v", err)
+	}
+	// A user outside the accounting database submits as before: no account, no limit.
+	other := validJob()
+	other.Job.User = "zed"
+	z, err := h.jobs().SubmitJob(ctx, other)
+	if err != nil || z.GetAccount() != "" {
+		t.Fatalf("zed's submit: %v, account %q; want accepted without an account", err, z.GetAccount())
+	}
+	_ = j
+}
+
+// TestAccountsOverREST: REST reaches AccountService through the same
+// checks (the bearer header becomes the call's credential).
+func TestAccountsOverREST(t *testing.T) {
+	t.Parallel()
+	h := newAccountsHarness(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	call := func(method, path, cred, body string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, method, h.restBase+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cred != "" {
+			req.Header.Set("Authorization", "Bearer "+cred)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := call("POST", "/v1/projects/default/accounts", "admin", `{"name":"physics","description":"Physics"}`); code != http.StatusOK ||
+		!strings.Contains(body, `"parent_account":"root"`) {
+		t.Fatalf("create over REST: %d %s", code, body)
+	}
+	if code, body := call("POST", "/v1/projects/default/associations", "admin", `{"account":"physics","user":"alice","max_jobs":-3}`); code != http.StatusBadRequest ||
+		!strings.Contains(body, "association.max_jobs") {
+		t.Fatalf("bad association over REST: %d %s", code, body)
+	}
+	if code, body := call("POST", "/v1/projects/default/accounts", "viewer", `{"name":"chem"}`); code != http.StatusForbidden {
+		t.Fatalf("viewer's create over REST: %d %s", code, body)
+	}
+	if code, body := call("GET", "/v1/projects/default/accounts", "", ""); code != http.StatusUnauthorized {
+		t.Fatalf("anonymous list over REST: %d %s", code, body)
+	}
+	if code, body := call("GET", "/v1/projects/default/accounts", "viewer", ""); code != http.StatusOK || !strings.Contains(body, "projects/default/accounts/physics") {
+		t.Fatalf("viewer's list over REST: %d %s", code, body)
+	}
+}

@@ -1,0 +1,165 @@
+package adapters
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/store"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// Redis keys of Slurm accounts and associations (sacctmgr), relative to the
+// store's prefix; one hash of each per project, so that a project's reads
+// never scan another's.
+const (
+	// KeyAccountsPrefix + project is a hash: account id → loom.v1.Account.
+	KeyAccountsPrefix = "accounts:"
+	// KeyAssocsPrefix + project is a hash: AssocField(user, account) →
+	// loom.v1.Association (default_account is not stored: see
+	// KeyAssocDefaultPrefix).
+	KeyAssocsPrefix = "assocs:"
+	// KeyAssocDefaultPrefix + project is a hash: user → their default
+	// account, what a submission without --account is charged to.
+	KeyAssocDefaultPrefix = "assocdefault:"
+)
+
+// AssocField is an association's field in its project's hash. Neither a
+// login name nor an account id holds a '/'.
+func AssocField(user, account string) string { return user + "/" + account }
+
+// AccountInboxID makes the creation of one account apply once, also when
+// two gateways race on it.
+func AccountInboxID(project, id string) string { return "account:" + project + "/" + id }
+
+// Account returns a stored account of project; errs.NotFound when unknown.
+func (r *Repo) Account(ctx context.Context, project, id string) (*loomv1.Account, error) {
+	a := &loomv1.Account{}
+	if err := r.hget(ctx, KeyAccountsPrefix+project, id, a); err != nil {
+		return nil, fmt.Errorf("account %s of project %s: %w", id, project, err)
+	}
+	return a, nil
+}
+
+// Accounts returns the stored accounts of project, by id.
+func (r *Repo) Accounts(ctx context.Context, project string) ([]*loomv1.Account, error) {
+	raw, err := r.st.HGetAll(ctx, KeyAccountsPrefix+project)
+	if err != nil {
+		return nil, fmt.Errorf("accounts of %s: %w: %v", project, errs.Unavailable, err)
+	}
+	out := make([]*loomv1.Account, 0, len(raw))
+	for id, b := range raw {
+		a := &loomv1.Account{}
+		if err := proto.Unmarshal(b, a); err != nil {
+			return nil, fmt.Errorf("decode account %s: %w", id, err)
+		}
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
+	return out, nil
+}
+
+// CountAccounts and CountAssociations are how many accounts and
+// associations project holds (HLEN).
+func (r *Repo) CountAccounts(ctx context.Context, project string) (int64, error) {
+	return r.hlen(ctx, KeyAccountsPrefix+project)
+}
+
+// CountAssociations: see CountAccounts.
+func (r *Repo) CountAssociations(ctx context.Context, project string) (int64, error) {
+	return r.hlen(ctx, KeyAssocsPrefix+project)
+}
+
+func (r *Repo) hlen(ctx context.Context, key string) (int64, error) {
+	n, err := r.st.Client().HLen(ctx, r.st.Key(key)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w: %v", key, errs.Unavailable, err)
+	}
+	return n, nil
+}
+
+// Association returns user's association with account in project, with
+// default_account set when account is their default; errs.NotFound when
+// there is none.
+func (r *Repo) Association(ctx context.Context, project, user, account string) (*loomv1.Association, error) {
+	a := &loomv1.Association{}
+	if err := r.hget(ctx, KeyAssocsPrefix+project, AssocField(user, account), a); err != nil {
+		return nil, fmt.Errorf("association user=%s account=%s of project %s: %w", user, account, project, err)
+	}
+	def, err := r.DefaultAccount(ctx, project, user)
+	if err != nil && !errors.Is(err, errs.NotFound) {
+		return nil, err
+	}
+	a.DefaultAccount = def == account
+	return a, nil
+}
+
+// Associations returns project's associations, by user then account, each
+// with default_account set as the user's default says.
+func (r *Repo) Associations(ctx context.Context, project string) ([]*loomv1.Association, error) {
+	raw, err := r.st.HGetAll(ctx, KeyAssocsPrefix+project)
+	if err != nil {
+		return nil, fmt.Errorf("associations of %s: %w: %v", project, errs.Unavailable, err)
+	}
+	defs, err := r.st.HGetAll(ctx, KeyAssocDefaultPrefix+project)
+	if err != nil {
+		return nil, fmt.Errorf("default accounts of %s: %w: %v", project, errs.Unavailable, err)
+	}
+	out := make([]*loomv1.Association, 0, len(raw))
+	for field, b := range raw {
+		a := &loomv1.Association{}
+		if err := proto.Unmarshal(b, a); err != nil {
+			return nil, fmt.Errorf("decode association %s: %w", field, err)
+		}
+		a.DefaultAccount = string(defs[a.GetUser()]) == a.GetAccount()
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return AssocField(out[i].GetUser(), out[i].GetAccount()) < AssocField(out[j].GetUser(), out[j].GetAccount())
+	})
+	return out, nil
+}
+
+// DefaultAccount returns user's default account in project; errs.NotFound
+// when they have no association there.
+func (r *Repo) DefaultAccount(ctx context.Context, project, user string) (string, error) {
+	b, err := r.st.HGet(ctx, KeyAssocDefaultPrefix+project, user)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", fmt.Errorf("default account of %s in %s: %w", user, project, errs.NotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("default account of %s in %s: %w: %v", user, project, errs.Unavailable, err)
+	}
+	return string(b), nil
+}
+
+// PutAccount adds the account (its id the last part of its name) to tx.
+func PutAccount(tx *store.Tx, project string, a *loomv1.Account) error {
+	b, err := proto.Marshal(a)
+	if err != nil {
+		return fmt.Errorf("encode account %s: %w", a.GetName(), err)
+	}
+	tx.HSet(KeyAccountsPrefix+project, a.GetName()[strings.LastIndex(a.GetName(), "/")+1:], b)
+	return nil
+}
+
+// PutAssociation adds the association to tx; with default_account set it
+// also makes its account the user's default.
+func PutAssociation(tx *store.Tx, project string, a *loomv1.Association) error {
+	stored := proto.Clone(a).(*loomv1.Association)
+	stored.DefaultAccount = false
+	b, err := proto.Marshal(stored)
+	if err != nil {
+		return fmt.Errorf("encode association %s: %w", AssocField(a.GetUser(), a.GetAccount()), err)
+	}
+	tx.HSet(KeyAssocsPrefix+project, AssocField(a.GetUser(), a.GetAccount()), b)
+	if a.GetDefaultAccount() {
+		tx.HSet(KeyAssocDefaultPrefix+project, a.GetUser(), []byte(a.GetAccount()))
+	}
+	return nil
+}

@@ -1,0 +1,273 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/loom-ml/loom/libs/auth"
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/resname"
+	"github.com/loom-ml/loom/libs/store"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/gateway/internal/adapters"
+	"github.com/loom-ml/loom/services/gateway/internal/domain"
+)
+
+// AccountService: Slurm accounts and associations (sacctmgr), stored in the
+// gateway's Redis per project. SetAssociation also tells the scheduler
+// (AssociationChanged on loom.job.commands.v1, key the project), which
+// enforces MaxJobs; the gateway enforces MaxSubmitJobs at SubmitJob.
+
+// projectRole parses parent and checks that the caller holds at least want
+// in it (domain.CheckProjectRole); it returns the project id.
+func projectRole(ctx context.Context, parent string, want auth.Role) (string, error) {
+	p, err := resname.ParseProject(parent)
+	if err != nil {
+		return "", errs.Invalid("parent", "%v", err)
+	}
+	pr, ok := auth.FromContext(ctx)
+	return p.ID, domain.CheckProjectRole(pr, ok, p.ID, want)
+}
+
+// CreateAccount adds an account to a project (sacctmgr add account); the
+// caller must be an admin of the project. InvalidArgument naming the field
+// for a bad id, parent or value; AlreadyExists for an account the project
+// has (root always); ResourceExhausted past domain.MaxAccountsPerProject.
+func (g *Gateway) CreateAccount(ctx context.Context, req *loomv1.CreateAccountRequest) (*loomv1.Account, error) {
+	if _, err := projectRole(ctx, req.GetParent(), auth.RoleAdmin); err != nil {
+		return nil, err
+	}
+	project, acct, err := domain.AcceptAccount(req)
+	if err != nil {
+		return nil, err
+	}
+	id, _ := domain.AccountID(project, acct.GetName())
+	if id == domain.RootAccount {
+		return nil, fmt.Errorf("account %s: %w", acct.GetName(), errs.AlreadyExists)
+	}
+	switch _, err := g.repo.Account(ctx, project, id); {
+	case err == nil:
+		return nil, fmt.Errorf("account %s: %w", acct.GetName(), errs.AlreadyExists)
+	case !errors.Is(err, errs.NotFound):
+		return nil, err
+	}
+	if parent := acct.GetParentAccount(); parent != domain.RootAccount {
+		if _, err := g.repo.Account(ctx, project, parent); errors.Is(err, errs.NotFound) {
+			return nil, errs.Invalid("account.parent_account", "no account %q in project %s", parent, project)
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	n, err := g.repo.CountAccounts(ctx, project)
+	if err != nil {
+		return nil, err
+	}
+	if n >= domain.MaxAccountsPerProject {
+		return nil, fmt.Errorf("project %s holds %d accounts, the limit (accounts per project: %d): %w",
+			project, n, domain.MaxAccountsPerProject, errs.ResourceExhausted)
+	}
+	tx := &store.Tx{}
+	if err := adapters.PutAccount(tx, project, acct); err != nil {
+		return nil, err
+	}
+	applied, err := g.repo.Apply(ctx, adapters.AccountInboxID(project, id), tx)
+	if err != nil {
+		return nil, fmt.Errorf("create account %s: %w", acct.GetName(), err)
+	}
+	if !applied {
+		return nil, fmt.Errorf("account %s: %w", acct.GetName(), errs.AlreadyExists)
+	}
+	g.opt.Log.InfoContext(ctx, "account created", "account", acct.GetName())
+	return acct, nil
+}
+
+// ListAccounts lists a project's accounts, root included, by name; the
+// caller must be a viewer of the project.
+func (g *Gateway) ListAccounts(ctx context.Context, req *loomv1.ListAccountsRequest) (*loomv1.ListAccountsResponse, error) {
+	project, err := projectRole(ctx, req.GetParent(), auth.RoleViewer)
+	if err != nil {
+		return nil, err
+	}
+	accts, err := g.repo.Accounts(ctx, project)
+	if err != nil {
+		return nil, err
+	}
+	accts = append(accts, domain.DefaultRootAccount(project))
+	page, next, err := paging.List(req, accts, (*loomv1.Account).GetName)
+	if err != nil {
+		return nil, err
+	}
+	return &loomv1.ListAccountsResponse{Accounts: page, NextPageToken: next}, nil
+}
+
+// SetAssociation adds a user to an account of the project, or replaces the
+// limits of that association (sacctmgr add user / modify user); the caller
+// must be an admin of the project. A user's first association becomes
+// their default account, as does one set with default_account; a default
+// is never unset (a user always has one). It stores the association and
+// emits AssociationChanged (key: the project) in one Apply, and returns
+// the association as stored, default_account as it now stands.
+func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociationRequest) (*loomv1.Association, error) {
+	if _, err := projectRole(ctx, req.GetParent(), auth.RoleAdmin); err != nil {
+		return nil, err
+	}
+	project, a, err := domain.AcceptAssociation(req)
+	if err != nil {
+		return nil, err
+	}
+	if a.GetAccount() != domain.RootAccount {
+		if _, err := g.repo.Account(ctx, project, a.GetAccount()); errors.Is(err, errs.NotFound) {
+			return nil, errs.Invalid("association.account", "no account %q in project %s", a.GetAccount(), project)
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	switch _, err := g.repo.Association(ctx, project, a.GetUser(), a.GetAccount()); {
+	case errors.Is(err, errs.NotFound):
+		n, err := g.repo.CountAssociations(ctx, project)
+		if err != nil {
+			return nil, err
+		}
+		if n >= domain.MaxAssociationsPerProject {
+			return nil, fmt.Errorf("project %s holds %d associations, the limit (associations per project: %d): %w",
+				project, n, domain.MaxAssociationsPerProject, errs.ResourceExhausted)
+		}
+	case err != nil:
+		return nil, err
+	}
+	switch def, err := g.repo.DefaultAccount(ctx, project, a.GetUser()); {
+	case errors.Is(err, errs.NotFound):
+		a.DefaultAccount = true // the user's first account
+	case err != nil:
+		return nil, err
+	case def == a.GetAccount():
+		a.DefaultAccount = true
+	}
+	tx := &store.Tx{}
+	if err := adapters.PutAssociation(tx, project, a); err != nil {
+		return nil, err
+	}
+	parent := resname.Project{ID: project}.String()
+	cmd, err := envelope.Route(parent, Source, &eventsv1.AssociationChanged{Project: project, Association: a})
+	if err != nil {
+		return nil, err
+	}
+	tx.Emit(cmd)
+	if _, err := g.repo.Apply(ctx, "", tx); err != nil {
+		return nil, fmt.Errorf("set association user=%s account=%s: %w", a.GetUser(), a.GetAccount(), err)
+	}
+	g.opt.Log.InfoContext(ctx, "association set", "project", project, "user", a.GetUser(), "account", a.GetAccount(),
+		"max_jobs", a.GetMaxJobs(), "max_submit_jobs", a.GetMaxSubmitJobs())
+	return a, nil
+}
+
+// ListAssociations lists a project's associations by user then account,
+// optionally one user's or one account's; the caller must be a viewer of
+// the project.
+func (g *Gateway) ListAssociations(ctx context.Context, req *loomv1.ListAssociationsRequest) (*loomv1.ListAssociationsResponse, error) {
+	project, err := projectRole(ctx, req.GetParent(), auth.RoleViewer)
+	if err != nil {
+		return nil, err
+	}
+	var v errs.Validator
+	account := domain.CheckListAssociations(&v, project, req)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	all, err := g.repo.Associations(ctx, project)
+	if err != nil {
+		return nil, err
+	}
+	var out []*loomv1.Association
+	for _, a := range all {
+		if (req.GetUser() == "" || a.GetUser() == req.GetUser()) && (account == "" || a.GetAccount() == account) {
+			out = append(out, a)
+		}
+	}
+	page, next, err := paging.List(req, out, func(a *loomv1.Association) string { return adapters.AssocField(a.GetUser(), a.GetAccount()) })
+	if err != nil {
+		return nil, err
+	}
+	return &loomv1.ListAssociationsResponse{Associations: page, NextPageToken: next}, nil
+}
+
+// submitAssociation finds the association a submission is charged to and
+// enforces its MaxSubmitJobs; it returns the account to charge ("" when
+// the user has no association in the project: no account is filled in and
+// no limit applies).
+//
+// The account is job.account, else the user's default account. A user who
+// has associations in the project may charge only their accounts
+// (InvalidArgument naming job.account, Slurm's "Invalid account"). With a
+// MaxSubmitJobs, the user's pending and running jobs charged to that
+// account are counted as the gateway's ListJobs sees them with
+// active_only (the scheduler's active jobs, plus the jobs accepted here
+// that it does not know yet; an array not yet split into tasks counts its
+// task count), and the submission (its task count for an array) may not
+// take them past the limit: ResourceExhausted with Slurm's reason and the
+// limit. Two submissions racing through different gateways may both pass
+// the count; the scheduler's MaxJobs still holds what runs.
+func (g *Gateway) submitAssociation(ctx context.Context, req *loomv1.SubmitJobRequest) (string, error) {
+	job := req.GetJob()
+	user := job.GetUser()
+	p, err := resname.ParseProject(req.GetParent())
+	if user == "" || err != nil {
+		return "", nil
+	}
+	def, err := g.repo.DefaultAccount(ctx, p.ID, user)
+	if errors.Is(err, errs.NotFound) {
+		return "", nil // not in the accounting database: no account and no limits
+	}
+	if err != nil {
+		return "", err
+	}
+	// Slurm keeps accounts in lower case: sbatch -A Physics charges physics.
+	account := strings.ToLower(job.GetAccount())
+	if account == "" {
+		account = def
+	}
+	a, err := g.repo.Association(ctx, p.ID, user, account)
+	if errors.Is(err, errs.NotFound) {
+		return "", errs.Invalid("job.account", "Invalid account or account/partition combination specified: user %s has no association with account %q in project %s",
+			user, account, p.ID)
+	}
+	if err != nil {
+		return "", err
+	}
+	limit := int(a.GetMaxSubmitJobs())
+	if limit == 0 {
+		return account, nil
+	}
+	adding := max(1, domain.ArrayTaskCount(job.GetArray()))
+	active := 0
+	err = paging.Each(func(token string) (string, error) {
+		resp, err := g.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: req.GetParent(), Users: []string{user},
+			ActiveOnly: true, PageSize: paging.MaxSize, PageToken: token})
+		for _, j := range resp.GetJobs() {
+			if j.GetAccount() != account {
+				continue
+			}
+			if j.GetArray() != "" && j.GetArrayJobId() == "" {
+				active += max(1, domain.ArrayTaskCount(j.GetArray()))
+			} else {
+				active++
+			}
+		}
+		if active+adding > limit {
+			return "", nil // no need to count further
+		}
+		return resp.GetNextPageToken(), err
+	})
+	if err != nil {
+		return "", fmt.Errorf("count the active jobs of user %s in account %s: %w", user, account, err)
+	}
+	if active+adding > limit {
+		return "", domain.SubmitLimitError(user, account, limit, active, adding)
+	}
+	return account, nil
+}
