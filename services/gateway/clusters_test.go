@@ -355,7 +355,7 @@ func TestRESTClusters(t *testing.T) {
 			t.Fatalf("request: %v", err)
 		}
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := h.http.Do(req)
 		if err != nil {
 			t.Fatalf("%s %s: %v", method, path, err)
 		}

@@ -10,8 +10,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
+	"google.golang.org/grpc"
+
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
@@ -21,7 +25,7 @@ import (
 	"github.com/loom-ml/loom/libs/topics"
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 	"github.com/loom-ml/loom/services/gateway/internal/app"
-	"github.com/loom-ml/loom/services/gateway/internal/domain"
+	"github.com/loom-ml/loom/services/gateway/internal/authz"
 	"github.com/loom-ml/loom/services/gateway/internal/ports"
 )
 
@@ -35,10 +39,12 @@ type Config struct {
 	// LOOM_SCHEDULER_ADDR, LOOM_REGISTRY_ADDR; defaults 127.0.0.1:7071,
 	// 127.0.0.1:7072 and 127.0.0.1:7074).
 	ProvisionerAddr, SchedulerAddr, RegistryAddr string
-	// SlurmAdmins are the users who may act on every job and whose holds
-	// are admin holds (LOOM_SLURM_ADMINS, comma-separated; default
-	// "root,slurm").
-	SlurmAdmins string
+	// PrivateData is Slurm's PrivateData: a comma-separated list of what
+	// callers who do not administer the project see of their own only
+	// (LOOM_GATEWAY_PRIVATE_DATA; "jobs": GetJob, ListJobs (squeue,
+	// sacct), WatchJob, steps and logs; default "": members see every job
+	// of their project).
+	PrivateData string
 	// JobHistory is how long ended jobs are kept for sacct
 	// (LOOM_GATEWAY_JOB_HISTORY; default 720h, 30 days).
 	JobHistory time.Duration
@@ -66,8 +72,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"scheduler's internal gRPC address (LOOM_SCHEDULER_ADDR)")
 	fs.StringVar(&c.RegistryAddr, "registry-addr", config.Env("LOOM_REGISTRY_ADDR", "127.0.0.1:7074"),
 		"registry's internal gRPC address (LOOM_REGISTRY_ADDR)")
-	fs.StringVar(&c.SlurmAdmins, "slurm-admins", config.Env("LOOM_SLURM_ADMINS", domain.DefaultAdmins),
-		"users who may act on every job; their holds are admin holds (LOOM_SLURM_ADMINS, comma-separated)")
+	fs.StringVar(&c.PrivateData, "private-data", config.Env("LOOM_GATEWAY_PRIVATE_DATA", ""),
+		"what non-admin callers see of their own only, as Slurm's PrivateData: \"jobs\" (LOOM_GATEWAY_PRIVATE_DATA)")
 	fs.DurationVar(&c.JobHistory, "job-history", config.EnvDuration("LOOM_GATEWAY_JOB_HISTORY", app.DefaultJobHistory),
 		"how long ended jobs are kept for sacct after their end (LOOM_GATEWAY_JOB_HISTORY)")
 	fs.Int64Var(&c.REST.MaxBodyBytes, "rest-max-body", config.EnvInt("LOOM_GATEWAY_REST_MAX_BODY", ports.DefaultMaxBodyBytes),
@@ -94,7 +100,6 @@ func (c Config) withDefaults() Config {
 	def(&c.ProvisionerAddr, "127.0.0.1:7071")
 	def(&c.SchedulerAddr, "127.0.0.1:7072")
 	def(&c.RegistryAddr, "127.0.0.1:7074")
-	def(&c.SlurmAdmins, domain.DefaultAdmins)
 	if c.JobHistory <= 0 {
 		c.JobHistory = app.DefaultJobHistory
 	}
@@ -134,19 +139,64 @@ func RunArgs(ctx context.Context, args []string) error {
 
 // Run runs the gateway until ctx ends, then shuts down gracefully.
 func Run(ctx context.Context, cfg Config) error {
-	return run(ctx, cfg, nil)
+	return run(ctx, cfg, nil, nil)
+}
+
+// Authenticator finds who calls: its interceptors put the caller's
+// *auth.Principal in the context (auth.NewContext), refuse a bad
+// credential (Unauthenticated) and let a call without one through
+// anonymous. authn.Authenticator is one; the tests use a fake.
+type Authenticator interface {
+	UnaryServerInterceptor() grpc.UnaryServerInterceptor
+	StreamServerInterceptor() grpc.StreamServerInterceptor
+}
+
+// securityOptions are the gRPC server options that authenticate (authn)
+// and then authorize (package authz, which fails closed) every call, after
+// the errs mapping that service.New installs first.
+func securityOptions(authn Authenticator) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(authn.UnaryServerInterceptor(), authz.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(authn.StreamServerInterceptor(), authz.StreamServerInterceptor()),
+	}
+}
+
+// privateJobs reads the PrivateData setting: whether "jobs" is in it.
+func privateJobs(list string) (bool, error) {
+	jobs := false
+	for _, w := range strings.Split(list, ",") {
+		switch w = strings.TrimSpace(w); w {
+		case "":
+		case "jobs":
+			jobs = true
+		default:
+			return false, errs.Invalid("private-data", "%q is not something the gateway keeps private (want: jobs)", w)
+		}
+	}
+	return jobs, nil
 }
 
 // run is Run with a hook told the bound gRPC and REST addresses once both
-// serve (tests use ":0" ports).
-func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string)) error {
+// serve (tests use ":0" ports), and the Authenticator (nil: devAuthn).
+func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string), authn Authenticator) error {
 	cfg = cfg.withDefaults()
 	if err := slurmspec.CheckMaxArraySize(cfg.MaxArraySize); err != nil {
 		return errs.Invalid("max-array-size", "%v", err)
 	}
-	base, err := service.New(ctx, "gateway", cfg.Common)
+	private, err := privateJobs(cfg.PrivateData)
+	if err != nil {
+		return err
+	}
+	dev := authn == nil
+	if dev {
+		authn = devAuthn{}
+	}
+	base, err := service.New(ctx, "gateway", cfg.Common, securityOptions(authn)...)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
+	}
+	if dev {
+		base.Log.Warn("AUTHENTICATION IS OFF: every call is the cluster administrator " + devPrincipal.Name + " (development only)")
 	}
 	owners, err := adapters.DialOwners(cfg.ProvisionerAddr, cfg.SchedulerAddr, cfg.RegistryAddr)
 	if err != nil {
@@ -162,7 +212,7 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string
 		return bus.Tail(ctx, bus.TailConfig{Brokers: cfg.Brokers, Topic: topics.JobEvents, Logger: base.Log, Ready: ready,
 			Filter: func(r bus.Record) bool { return gw.Watched(r.Type, r.Subject) }}, handle)
 	}
-	gw = app.New(adapters.NewRepo(base.Store), owners, app.Options{Clock: base.Clock, Log: base.Log, Admins: domain.ParseAdmins(cfg.SlurmAdmins),
+	gw = app.New(adapters.NewRepo(base.Store), owners, app.Options{Clock: base.Clock, Log: base.Log, PrivateJobs: private,
 		JobHistory: cfg.JobHistory, Feed: feed, MaxArraySize: cfg.MaxArraySize})
 	// A command the broker refuses for good fails its operation or job
 	// instead of blocking the outbox.
@@ -229,3 +279,32 @@ func serveREST(ctx context.Context, base *service.Base, addr string, limits port
 func sweepInterval(window time.Duration) time.Duration {
 	return min(max(window/100, time.Minute), time.Hour)
 }
+
+// devPrincipal is every caller while no authentication is wired (-auth off
+// in development): a cluster administrator.
+var devPrincipal = &auth.Principal{Name: auth.UserName("dev"), Kind: auth.KindUser, User: "dev", ClusterAdmin: true, How: "dev"}
+
+// devAuthn makes every call devPrincipal's. It stands in until the
+// authentication of package authn is wired (the lead replaces it with
+// authn.New(...) and keeps this for -auth off only).
+type devAuthn struct{}
+
+func (devAuthn) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		return h(auth.NewContext(ctx, devPrincipal), req)
+	}
+}
+
+func (devAuthn) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		return h(srv, &principalStream{ServerStream: ss, ctx: auth.NewContext(ss.Context(), devPrincipal)})
+	}
+}
+
+// principalStream is a server stream whose context carries a principal.
+type principalStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *principalStream) Context() context.Context { return s.ctx }

@@ -155,7 +155,7 @@ func TestREST(t *testing.T) {
 			t.Fatalf("request: %v", err)
 		}
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := h.http.Do(req)
 		if err != nil {
 			t.Fatalf("%s %s: %v", method, path, err)
 		}
@@ -210,7 +210,7 @@ func TestREST(t *testing.T) {
 	}
 	h.w.setJob(&loomv1.Job{Name: "projects/default/jobs/1", JobId: "1", Cluster: cluster1, State: loomv1.JobState_COMPLETED})
 	req, _ := http.NewRequestWithContext(ctx, "GET", h.restBase+"/v1/projects/default/jobs/1:watch", nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := h.http.Do(req)
 	if err != nil {
 		t.Fatalf("watch: %v", err)
 	}

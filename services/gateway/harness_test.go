@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"net/http"
 	"slices"
 	"sort"
 	"sync"
@@ -12,9 +14,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
@@ -236,6 +240,11 @@ type harness struct {
 	w        *world
 	conn     *grpc.ClientConn
 	restBase string
+	grpcAddr string
+	// authn knows the tests' principals by their bearer credential.
+	authn fakeAuthn
+	// http calls the REST API as defaultCaller.
+	http *http.Client
 }
 
 const (
@@ -257,7 +266,7 @@ func c1() *loomv1.Cluster {
 // newHarness starts the gateway; configure changes its configuration first.
 func newHarness(t *testing.T, configure ...func(*Config)) *harness {
 	t.Helper()
-	h := &harness{broker: testkit.Broker(t), w: &world{
+	h := &harness{broker: testkit.Broker(t), authn: newFakeAuthn(), w: &world{
 		clusters: map[string]*loomv1.Cluster{}, jobs: map[string]*loomv1.Job{}, reservations: map[string]*loomv1.Reservation{},
 	}}
 	h.w.setCluster(c1())
@@ -294,7 +303,7 @@ func newHarness(t *testing.T, configure ...func(*Config)) *harness {
 	type addrs struct{ grpc, rest string }
 	started := make(chan addrs, 1)
 	svc := testkit.Start(t, "gateway", func(ctx context.Context) error {
-		return run(ctx, cfg, func(g, r string) { started <- addrs{g, r} })
+		return run(ctx, cfg, func(g, r string) { started <- addrs{g, r} }, h.authn)
 	})
 	var a addrs
 	select {
@@ -305,8 +314,138 @@ func newHarness(t *testing.T, configure ...func(*Config)) *harness {
 		t.Fatal("gateway did not start")
 	}
 	h.restBase = "http://" + a.rest
-	h.conn = testkit.Dial(t, a.grpc)
+	h.grpcAddr = a.grpc
+	h.conn = h.as(t, defaultCaller)
+	h.http = &http.Client{Transport: bearerTransport{cred: defaultCaller}}
 	return h
+}
+
+// defaultCaller is who the harness's conn and http client call as: a
+// cluster administrator, so that tests of behaviour other than
+// authorization run as Slurm's root always could.
+const defaultCaller = "root"
+
+// as dials the gateway as the principal the fake authenticator knows by
+// cred ("" dials anonymous).
+func (h *harness) as(t *testing.T, cred string) *grpc.ClientConn {
+	t.Helper()
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if cred != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(auth.Bearer(cred)))
+	}
+	conn, err := grpc.NewClient(h.grpcAddr, opts...)
+	if err != nil {
+		t.Fatalf("dial %s: %v", h.grpcAddr, err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// bearerTransport sends "Authorization: Bearer <cred>" on requests that
+// carry none ("" sends none).
+type bearerTransport struct{ cred string }
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if b.cred != "" && r.Header.Get("Authorization") == "" {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+b.cred)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// restAs is an HTTP client calling as cred ("": anonymous).
+func restAs(cred string) *http.Client { return &http.Client{Transport: bearerTransport{cred: cred}} }
+
+// fakeVerifier is authn.Verifier's shape over a fixed table: the bearer
+// credential is the principal's key in it. It stands in for the real
+// authenticator (API keys, tokens), whose own tests cover credentials.
+type fakeVerifier struct {
+	mu sync.Mutex
+	by map[string]*auth.Principal
+}
+
+// Authenticate returns the principal cred names, or Unauthenticated.
+func (v *fakeVerifier) Authenticate(_ context.Context, cred string) (*auth.Principal, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	p, ok := v.by[cred]
+	if !ok {
+		return nil, fmt.Errorf("unknown credential: %w", errs.Unauthenticated)
+	}
+	return p, nil
+}
+
+// add makes cred call as p.
+func (v *fakeVerifier) add(cred string, p *auth.Principal) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.by[cred] = p
+}
+
+// fakeAuthn is the authentication interceptor over a fakeVerifier, as
+// SEAMS has it: no credential → anonymous; a bad one → Unauthenticated.
+type fakeAuthn struct{ v *fakeVerifier }
+
+func userIn(user string, roles map[string]auth.Role) *auth.Principal {
+	return &auth.Principal{Name: auth.UserName(user), Kind: auth.KindUser, User: user, Roles: roles, How: "test"}
+}
+
+func clusterAdmin(user string) *auth.Principal {
+	p := userIn(user, nil)
+	p.ClusterAdmin = true
+	return p
+}
+
+// newFakeAuthn knows the tests' principals: cluster administrators root,
+// slurm and ops; in project default the users ana and bob, the viewer
+// vic and the admin pat; oz, admin of project other; a node; a workload
+// of job 40 (ana's, in the tests that make it).
+func newFakeAuthn() fakeAuthn {
+	v := &fakeVerifier{by: map[string]*auth.Principal{}}
+	for _, u := range []string{"root", "slurm", "ops"} {
+		v.add(u, clusterAdmin(u))
+	}
+	v.add("ana", userIn("ana", map[string]auth.Role{"default": auth.RoleUser}))
+	v.add("bob", userIn("bob", map[string]auth.Role{"default": auth.RoleUser}))
+	v.add("vic", userIn("vic", map[string]auth.Role{"default": auth.RoleViewer}))
+	v.add("pat", userIn("pat", map[string]auth.Role{"default": auth.RoleAdmin}))
+	v.add("oz", userIn("oz", map[string]auth.Role{"other": auth.RoleAdmin}))
+	v.add("node", &auth.Principal{Name: auth.NodeName("gpu-0001"), Kind: auth.KindNode, Node: "gpu-0001", Cluster: cluster1, Pool: "gpu"})
+	v.add("work40", &auth.Principal{Name: auth.WorkloadName("default", "40"), Kind: auth.KindWorkload, User: "ana",
+		Project: "default", Job: "projects/default/jobs/40"})
+	return fakeAuthn{v: v}
+}
+
+func (a fakeAuthn) authenticate(ctx context.Context) (context.Context, error) {
+	cred, err := auth.CredentialFromContext(ctx)
+	if err != nil || cred == "" {
+		return ctx, err
+	}
+	p, err := a.v.Authenticate(ctx, cred)
+	if err != nil {
+		return nil, err
+	}
+	return auth.NewContext(ctx, p), nil
+}
+
+func (a fakeAuthn) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		ctx, err := a.authenticate(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return h(ctx, req)
+	}
+}
+
+func (a fakeAuthn) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		ctx, err := a.authenticate(ss.Context())
+		if err != nil {
+			return err
+		}
+		return h(srv, &principalStream{ServerStream: ss, ctx: ctx})
+	}
 }
 
 func (h *harness) clusters() loomv1.ClusterServiceClient {
