@@ -139,7 +139,17 @@ func RunArgs(ctx context.Context, args []string) error {
 
 // Run runs the gateway until ctx ends, then shuts down gracefully.
 func Run(ctx context.Context, cfg Config) error {
-	return run(ctx, cfg, nil, nil)
+	return run(ctx, cfg, hooks{})
+}
+
+// hooks are what tests give run: started is told the bound gRPC and REST
+// addresses once both serve (tests use ":0" ports); authn finds who calls
+// (nil: devAuthn); served is given the gRPC server once every service is
+// registered on it.
+type hooks struct {
+	started func(grpcAddr, restAddr string)
+	authn   Authenticator
+	served  func(*grpc.Server)
 }
 
 // Authenticator finds who calls: its interceptors put the caller's
@@ -176,9 +186,9 @@ func privateJobs(list string) (bool, error) {
 	return jobs, nil
 }
 
-// run is Run with a hook told the bound gRPC and REST addresses once both
-// serve (tests use ":0" ports), and the Authenticator (nil: devAuthn).
-func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string), authn Authenticator) error {
+// run is Run with hooks.
+func run(ctx context.Context, cfg Config, hk hooks) error {
+	authn, started := hk.authn, hk.started
 	cfg = cfg.withDefaults()
 	if err := slurmspec.CheckMaxArraySize(cfg.MaxArraySize); err != nil {
 		return errs.Invalid("max-array-size", "%v", err)
@@ -221,6 +231,9 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string
 	stopCalls := context.AfterFunc(ctx, gw.Stop)
 	defer stopCalls()
 	ports.Register(base.GRPC, gw)
+	if hk.served != nil {
+		hk.served(base.GRPC)
+	}
 
 	consumers := []service.Consume{
 		{Topics: []string{topics.ClusterEvents}, Handler: ports.ClusterEvents(gw), Group: ConsumerGroup},

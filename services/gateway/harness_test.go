@@ -232,6 +232,14 @@ func (fakeRegistry) GetModel(_ context.Context, r *loomv1.GetModelRequest) (*loo
 	return &loomv1.Model{Name: r.GetName(), LatestVersion: 3}, nil
 }
 
+func (fakeRegistry) ListModels(_ context.Context, r *loomv1.ListModelsRequest) (*loomv1.ListModelsResponse, error) {
+	return &loomv1.ListModelsResponse{Models: []*loomv1.Model{{Name: r.GetParent() + "/models/m1", LatestVersion: 3}}}, nil
+}
+
+func (fakeRegistry) ListModelVersions(_ context.Context, r *loomv1.ListModelVersionsRequest) (*loomv1.ListModelVersionsResponse, error) {
+	return &loomv1.ListModelVersionsResponse{Versions: []*loomv1.ModelVersion{{Name: r.GetParent() + "/versions/1", Version: 1}}}, nil
+}
+
 // harness is a running gateway with a real broker and Redis, and fake owning
 // services (the internal gRPC read APIs) behind it.
 type harness struct {
@@ -245,6 +253,8 @@ type harness struct {
 	authn fakeAuthn
 	// http calls the REST API as defaultCaller.
 	http *http.Client
+	// served is every service and method the gateway's gRPC server has.
+	served map[string]grpc.ServiceInfo
 }
 
 const (
@@ -303,7 +313,8 @@ func newHarness(t *testing.T, configure ...func(*Config)) *harness {
 	type addrs struct{ grpc, rest string }
 	started := make(chan addrs, 1)
 	svc := testkit.Start(t, "gateway", func(ctx context.Context) error {
-		return run(ctx, cfg, func(g, r string) { started <- addrs{g, r} }, h.authn)
+		return run(ctx, cfg, hooks{started: func(g, r string) { started <- addrs{g, r} }, authn: h.authn,
+			served: func(s *grpc.Server) { h.served = s.GetServiceInfo() }})
 	})
 	var a addrs
 	select {
