@@ -538,6 +538,24 @@ func TestAttacks(t *testing.T) {
 	if l, err := bob.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: project, Users: []string{"ana"}}); err != nil || len(l.GetJobs()) != 0 {
 		t.Errorf("bob lists ana's jobs: %v %v, want none", l, err)
 	}
+	// An array of ana's: its tasks are not there for bob either, and the
+	// answer does not say whether it is an array.
+	arr := validJob()
+	arr.Job.Array = "0-3"
+	a, err := ana.SubmitJob(ctx, arr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{a.GetName() + "_2", a.GetName() + "_9", a.GetName()} {
+		_, err := bob.GetJob(ctx, &loomv1.GetJobRequest{Name: name})
+		wantCode(t, "bob's GetJob of ana's array "+name, err, codes.NotFound)
+		if want := "job " + name + ": not found"; status.Convert(err).Message() != want {
+			t.Errorf("bob's GetJob of %s: %q, want %q", name, status.Convert(err).Message(), want)
+		}
+	}
+	// A cluster of another project does not widen a list.
+	_, err = bob.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: project, Cluster: "projects/other/clusters/c1"})
+	wantCode(t, "ListJobs with another project's cluster", err, codes.InvalidArgument, "cluster", "is not in projects/default")
 	// The owner and admins still see it, env included.
 	if j, err := ana.GetJob(ctx, &loomv1.GetJobRequest{Name: matrixJob}); err != nil || j.GetEnv()["HF_TOKEN"] == "" {
 		t.Errorf("ana's own job: %v %v", j, err)

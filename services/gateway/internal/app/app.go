@@ -563,6 +563,11 @@ func (g *Gateway) resolveJobRef(ctx context.Context, name string, wantArray bool
 	}
 	parentName := resname.JobOf(project, ref.JobID).String()
 	parent, err := g.repo.AcceptedJob(ctx, parentName)
+	if err == nil && !callerIn(ctx, project).Sees(parent, g.opt.PrivateJobs) {
+		// Say nothing of a job the caller may not see (not even whether
+		// it is an array, or which tasks it has).
+		return jobRef{}, jobNotFound(name)
+	}
 	switch {
 	case err == nil && ref.Task < 0:
 		return jobRef{name: name, array: parent.GetArray() != ""}, nil
