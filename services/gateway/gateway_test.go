@@ -612,3 +612,17 @@ func mustAtoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+// TestPrivateDataSetting: -private-data takes "jobs" (blanks and empty
+// items ignored) and refuses what it does not know, naming the flag.
+func TestPrivateDataSetting(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]bool{"": false, "jobs": true, " jobs , ": true} {
+		if got, err := privateJobs(in); err != nil || got != want {
+			t.Errorf("privateJobs(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	if _, err := privateJobs("jobs,usage"); err == nil || !strings.Contains(err.Error(), "private-data") {
+		t.Errorf("an unknown PrivateData item: %v, want refused naming private-data", err)
+	}
+}

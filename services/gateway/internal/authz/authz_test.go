@@ -3,11 +3,20 @@ package authz
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/errs"
@@ -214,5 +223,51 @@ func BenchmarkAuthorize(b *testing.B) {
 		if err := Authorize(ctx, clusterSvc+"UpdateCluster", req); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestUnlistedMethodRefusedAtRunTime: a service registered on a server
+// with the interceptors but missing from the table is refused to a
+// cluster administrator, before its handler runs; a listed one is served.
+func TestUnlistedMethodRefusedAtRunTime(t *testing.T) {
+	t.Parallel()
+	root := &auth.Principal{Name: "users/root", Kind: auth.KindUser, User: "root", ClusterAdmin: true}
+	asRoot := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		return h(auth.NewContext(ctx, root), req)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(errs.UnaryServerInterceptor, asRoot, UnaryServerInterceptor()))
+	ran := false
+	srv.RegisterService(&grpc.ServiceDesc{ServiceName: "test.Unlisted", HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{MethodName: "Do", Handler: func(_ any, ctx context.Context, dec func(any) error, in grpc.UnaryServerInterceptor) (any, error) {
+			req := &emptypb.Empty{}
+			if err := dec(req); err != nil {
+				return nil, err
+			}
+			h := func(context.Context, any) (any, error) { ran = true; return &emptypb.Empty{}, nil }
+			return in(ctx, req, &grpc.UnaryServerInfo{FullMethod: "/test.Unlisted/Do"}, h)
+		}}}}, struct{}{})
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = conn.Invoke(ctx, "/test.Unlisted/Do", &emptypb.Empty{}, &emptypb.Empty{})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(fmt.Sprint(err), "not in the gateway's authorization table") {
+		t.Errorf("unlisted method: %v, want refused", err)
+	}
+	if ran {
+		t.Error("the unlisted method's handler ran")
+	}
+	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Errorf("health, a listed public method: %v", err)
 	}
 }
