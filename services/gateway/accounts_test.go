@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,14 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/envelope"
-	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -24,60 +20,16 @@ import (
 	"github.com/loom-ml/loom/services/gateway/internal/domain"
 )
 
-// fakeVerifier stands for the gateway's authentication (authn.Verifier in
-// SEAMS.md) while the real one is built elsewhere: each credential is the
-// key of a principal.
-type fakeVerifier map[string]*auth.Principal
+// newAccountsHarness is the harness; its callers here are pat (admin of
+// project default), vic (viewer), alice (user) and oz (admin of another
+// project), from testPrincipals.
+func newAccountsHarness(t *testing.T) *harness { return newHarness(t) }
 
-// Authenticate returns the credential's principal; Unauthenticated for an
-// unknown one.
-func (f fakeVerifier) Authenticate(_ context.Context, cred string) (*auth.Principal, error) {
-	if p, ok := f[cred]; ok {
-		return p, nil
-	}
-	return nil, fmt.Errorf("%w: unknown credential", errs.Unauthenticated)
-}
-
-// interceptor places the principal of the call's bearer credential in its
-// context (auth.NewContext); a call without one goes on anonymous.
-func (f fakeVerifier) interceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	cred, err := auth.CredentialFromContext(ctx)
-	if err != nil {
-		return nil, errs.ToStatus(err)
-	}
-	if cred != "" {
-		p, err := f.Authenticate(ctx, cred)
-		if err != nil {
-			return nil, errs.ToStatus(err)
-		}
-		ctx = auth.NewContext(ctx, p)
-	}
-	return h(ctx, req)
-}
-
-// accountPrincipals: an admin, a viewer and a user of project default, and
-// an admin of another project.
-var accountPrincipals = fakeVerifier{
-	"admin":  {Name: "users/ana", Kind: auth.KindUser, User: "ana", Roles: map[string]auth.Role{"default": auth.RoleAdmin}},
-	"viewer": {Name: "users/vic", Kind: auth.KindUser, User: "vic", Roles: map[string]auth.Role{"default": auth.RoleViewer}},
-	"alice":  {Name: "users/alice", Kind: auth.KindUser, User: "alice", Roles: map[string]auth.Role{"default": auth.RoleUser}},
-	"other":  {Name: "users/olga", Kind: auth.KindUser, User: "olga", Roles: map[string]auth.Role{"other": auth.RoleAdmin}},
-}
-
-// newAccountsHarness is the harness with accountPrincipals' fake
-// authentication chained in.
-func newAccountsHarness(t *testing.T) *harness {
-	return newHarness(t, func(c *Config) {
-		c.serverOptions = []grpc.ServerOption{grpc.ChainUnaryInterceptor(accountPrincipals.interceptor)}
-	})
-}
-
+// accounts is AccountService over an anonymous connection: each call
+// names its caller with h.call.
 func (h *harness) accounts() loomv1.AccountServiceClient {
-	return loomv1.NewAccountServiceClient(h.conn)
+	return loomv1.NewAccountServiceClient(h.anon)
 }
-
-// as is the call option presenting credential cred.
-func as(cred string) grpc.CallOption { return grpc.PerRPCCredentials(auth.Bearer(cred)) }
 
 func wantAcctCode(t *testing.T, err error, code codes.Code, contains ...string) {
 	t.Helper()
@@ -97,7 +49,7 @@ func TestAccountsCreateListAndAssociate(t *testing.T) {
 	ctx := testkit.Context(t, 30*time.Second)
 	acc := h.accounts()
 
-	got, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "physics"}}, as("admin"))
+	got, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "physics"}}, h.call("pat"))
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
@@ -106,24 +58,24 @@ func TestAccountsCreateListAndAssociate(t *testing.T) {
 		t.Fatalf("created %v, want %v", got, want)
 	}
 	if _, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{
-		Name: "projects/default/accounts/qcd", ParentAccount: "physics", Description: "lattice"}}, as("admin")); err != nil {
+		Name: "projects/default/accounts/qcd", ParentAccount: "physics", Description: "lattice"}}, h.call("pat")); err != nil {
 		t.Fatalf("create qcd: %v", err)
 	}
-	_, err = acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "physics"}}, as("admin"))
+	_, err = acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "physics"}}, h.call("pat"))
 	wantAcctCode(t, err, codes.AlreadyExists)
-	_, err = acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "root"}}, as("admin"))
+	_, err = acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "root"}}, h.call("pat"))
 	wantAcctCode(t, err, codes.AlreadyExists)
 
 	// Who may: a viewer reads but does not write, another project's admin
 	// finds nothing, an anonymous caller is refused.
-	_, err = acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "chem"}}, as("viewer"))
+	_, err = acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "chem"}}, h.call("vic"))
 	wantAcctCode(t, err, codes.PermissionDenied, "admin")
-	_, err = acc.ListAccounts(ctx, &loomv1.ListAccountsRequest{Parent: project}, as("other"))
+	_, err = acc.ListAccounts(ctx, &loomv1.ListAccountsRequest{Parent: project}, h.call("oz"))
 	wantAcctCode(t, err, codes.NotFound)
 	_, err = acc.ListAccounts(ctx, &loomv1.ListAccountsRequest{Parent: project})
 	wantAcctCode(t, err, codes.Unauthenticated)
 
-	list, err := acc.ListAccounts(ctx, &loomv1.ListAccountsRequest{Parent: project}, as("viewer"))
+	list, err := acc.ListAccounts(ctx, &loomv1.ListAccountsRequest{Parent: project}, h.call("vic"))
 	if err != nil {
 		t.Fatalf("list: %v", err)
 	}
@@ -137,7 +89,7 @@ func TestAccountsCreateListAndAssociate(t *testing.T) {
 
 	// alice's first association is her default; a second one is not.
 	a, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{
-		Account: "physics", User: "alice", MaxJobs: 2, MaxSubmitJobs: 5}}, as("admin"))
+		Account: "physics", User: "alice", MaxJobs: 2, MaxSubmitJobs: 5}}, h.call("pat"))
 	if err != nil {
 		t.Fatalf("set: %v", err)
 	}
@@ -145,18 +97,18 @@ func TestAccountsCreateListAndAssociate(t *testing.T) {
 		t.Fatalf("association %v: want default account, fairshare 1, MaxJobs 2", a)
 	}
 	if _, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{
-		Account: "qcd", User: "alice"}}, as("admin")); err != nil {
+		Account: "qcd", User: "alice"}}, h.call("pat")); err != nil {
 		t.Fatalf("set qcd: %v", err)
 	}
 	if _, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{
-		Account: "qcd", User: "bob", MaxJobs: 1}}, as("admin")); err != nil {
+		Account: "qcd", User: "bob", MaxJobs: 1}}, h.call("pat")); err != nil {
 		t.Fatalf("set bob: %v", err)
 	}
 	_, err = acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{
-		Account: "qcd", User: "carl"}}, as("alice"))
+		Account: "qcd", User: "carl"}}, h.call("alice"))
 	wantAcctCode(t, err, codes.PermissionDenied)
 
-	mine, err := acc.ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project, User: "alice"}, as("viewer"))
+	mine, err := acc.ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project, User: "alice"}, h.call("vic"))
 	if err != nil {
 		t.Fatalf("list associations: %v", err)
 	}
@@ -167,7 +119,7 @@ func TestAccountsCreateListAndAssociate(t *testing.T) {
 	if got, want := strings.Join(rows, "; "), "alice/physics max=2 submit=5 default=true; alice/qcd max=0 submit=0 default=false"; got != want {
 		t.Fatalf("alice's associations: %s, want %s", got, want)
 	}
-	qcd, err := acc.ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project, Account: "projects/default/accounts/qcd"}, as("viewer"))
+	qcd, err := acc.ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project, Account: "projects/default/accounts/qcd"}, h.call("vic"))
 	if err != nil || len(qcd.GetAssociations()) != 2 {
 		t.Fatalf("qcd's associations: %v, %v; want alice and bob", qcd, err)
 	}
@@ -189,7 +141,7 @@ func TestAccountsRefuseBadInputNamingTheField(t *testing.T) {
 	h := newAccountsHarness(t)
 	ctx := testkit.Context(t, 30*time.Second)
 	acc := h.accounts()
-	if _, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "physics"}}, as("admin")); err != nil {
+	if _, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "physics"}}, h.call("pat")); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 	for _, tc := range []struct {
@@ -198,39 +150,39 @@ func TestAccountsRefuseBadInputNamingTheField(t *testing.T) {
 		want []string
 	}{
 		{"account id", func() error {
-			_, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "Bad Name"}}, as("admin"))
+			_, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "Bad Name"}}, h.call("pat"))
 			return err
 		}, []string{"account.name"}},
 		{"account in another project", func() error {
-			_, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "projects/other/accounts/x"}}, as("admin"))
+			_, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "projects/other/accounts/x"}}, h.call("pat"))
 			return err
 		}, []string{"account.name"}},
 		{"unknown parent", func() error {
-			_, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "chem", ParentAccount: "nope"}}, as("admin"))
+			_, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "chem", ParentAccount: "nope"}}, h.call("pat"))
 			return err
 		}, []string{"account.parent_account", "nope"}},
 		{"control characters", func() error {
-			_, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "chem", Description: "x\x1b[2J"}}, as("admin"))
+			_, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "chem", Description: "x\x1b[2J"}}, h.call("pat"))
 			return err
 		}, []string{"account.description"}},
 		{"negative MaxJobs", func() error {
-			_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: "physics", User: "alice", MaxJobs: -1}}, as("admin"))
+			_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: "physics", User: "alice", MaxJobs: -1}}, h.call("pat"))
 			return err
 		}, []string{"association.max_jobs"}},
 		{"MaxSubmitJobs past the limit", func() error {
-			_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: "physics", User: "alice", MaxSubmitJobs: 2_000_000}}, as("admin"))
+			_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: "physics", User: "alice", MaxSubmitJobs: 2_000_000}}, h.call("pat"))
 			return err
 		}, []string{"association.max_submit_jobs", "1000000"}},
 		{"unknown account", func() error {
-			_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: "chem", User: "alice"}}, as("admin"))
+			_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: "chem", User: "alice"}}, h.call("pat"))
 			return err
 		}, []string{"association.account", "chem"}},
 		{"bad user", func() error {
-			_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: "physics", User: "Root;rm"}}, as("admin"))
+			_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: "physics", User: "Root;rm"}}, h.call("pat"))
 			return err
 		}, []string{"association.user"}},
 		{"list filter", func() error {
-			_, err := acc.ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project, Account: "A B"}, as("viewer"))
+			_, err := acc.ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project, Account: "A B"}, h.call("vic"))
 			return err
 		}, []string{"account"}},
 	} {
@@ -245,7 +197,7 @@ func TestAccountsRefuseBadInputNamingTheField(t *testing.T) {
 			}
 		}
 	}
-	list, err := acc.ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project}, as("viewer"))
+	list, err := acc.ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project}, h.call("vic"))
 	if err != nil || len(list.GetAssociations()) != 0 {
 		t.Fatalf("after refusals: %v, %v; want no association", list, err)
 	}
@@ -257,16 +209,16 @@ func TestSubmitJobMaxSubmitJobs(t *testing.T) {
 	ctx := testkit.Context(t, 30*time.Second)
 	acc := h.accounts()
 	for _, id := range []string{"physics", "chem"} {
-		if _, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: id}}, as("admin")); err != nil {
+		if _, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: id}}, h.call("pat")); err != nil {
 			t.Fatalf("create %s: %v", id, err)
 		}
 	}
 	if _, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{
-		Account: "physics", User: "alice", MaxSubmitJobs: 2}}, as("admin")); err != nil {
+		Account: "physics", User: "alice", MaxSubmitJobs: 2}}, h.call("pat")); err != nil {
 		t.Fatalf("set: %v", err)
 	}
 	if _, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{
-		Account: "chem", User: "alice", MaxSubmitJobs: 1}}, as("admin")); err != nil {
+		Account: "chem", User: "alice", MaxSubmitJobs: 1}}, h.call("pat")); err != nil {
 		t.Fatalf("set chem: %v", err)
 	}
 	submit := func(account string) (*loomv1.Job, error) {
@@ -335,7 +287,7 @@ func TestAccountsOverREST(t *testing.T) {
 			t.Fatal(err)
 		}
 		if cred != "" {
-			req.Header.Set("Authorization", "Bearer "+cred)
+			req.Header.Set("Authorization", "Bearer "+h.cred(cred))
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -345,21 +297,21 @@ func TestAccountsOverREST(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	if code, body := call("POST", "/v1/projects/default/accounts", "admin", `{"name":"physics","description":"Physics"}`); code != http.StatusOK ||
+	if code, body := call("POST", "/v1/projects/default/accounts", "pat", `{"name":"physics","description":"Physics"}`); code != http.StatusOK ||
 		!strings.Contains(body, `"parent_account":"root"`) {
 		t.Fatalf("create over REST: %d %s", code, body)
 	}
-	if code, body := call("POST", "/v1/projects/default/associations", "admin", `{"account":"physics","user":"alice","max_jobs":-3}`); code != http.StatusBadRequest ||
+	if code, body := call("POST", "/v1/projects/default/associations", "pat", `{"account":"physics","user":"alice","max_jobs":-3}`); code != http.StatusBadRequest ||
 		!strings.Contains(body, "association.max_jobs") {
 		t.Fatalf("bad association over REST: %d %s", code, body)
 	}
-	if code, body := call("POST", "/v1/projects/default/accounts", "viewer", `{"name":"chem"}`); code != http.StatusForbidden {
+	if code, body := call("POST", "/v1/projects/default/accounts", "vic", `{"name":"chem"}`); code != http.StatusForbidden {
 		t.Fatalf("viewer's create over REST: %d %s", code, body)
 	}
 	if code, body := call("GET", "/v1/projects/default/accounts", "", ""); code != http.StatusUnauthorized {
 		t.Fatalf("anonymous list over REST: %d %s", code, body)
 	}
-	if code, body := call("GET", "/v1/projects/default/accounts", "viewer", ""); code != http.StatusOK || !strings.Contains(body, "projects/default/accounts/physics") {
+	if code, body := call("GET", "/v1/projects/default/accounts", "vic", ""); code != http.StatusOK || !strings.Contains(body, "projects/default/accounts/physics") {
 		t.Fatalf("viewer's list over REST: %d %s", code, body)
 	}
 }

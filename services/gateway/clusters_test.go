@@ -356,7 +356,7 @@ func TestRESTClusters(t *testing.T) {
 		}
 		h.authorize(req)
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := h.http.Do(req)
 		if err != nil {
 			t.Fatalf("%s %s: %v", method, path, err)
 		}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -24,7 +25,7 @@ import (
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 	"github.com/loom-ml/loom/services/gateway/internal/app"
 	"github.com/loom-ml/loom/services/gateway/internal/authn"
-	"github.com/loom-ml/loom/services/gateway/internal/domain"
+	"github.com/loom-ml/loom/services/gateway/internal/authz"
 	"github.com/loom-ml/loom/services/gateway/internal/ports"
 )
 
@@ -38,10 +39,12 @@ type Config struct {
 	// LOOM_SCHEDULER_ADDR, LOOM_REGISTRY_ADDR; defaults 127.0.0.1:7071,
 	// 127.0.0.1:7072 and 127.0.0.1:7074).
 	ProvisionerAddr, SchedulerAddr, RegistryAddr string
-	// SlurmAdmins are the users who may act on every job and whose holds
-	// are admin holds (LOOM_SLURM_ADMINS, comma-separated; default
-	// "root,slurm").
-	SlurmAdmins string
+	// PrivateData is Slurm's PrivateData: a comma-separated list of what
+	// callers who do not administer the project see of their own only
+	// (LOOM_GATEWAY_PRIVATE_DATA; "jobs": GetJob, ListJobs (squeue,
+	// sacct), WatchJob, steps and logs; default "": members see every job
+	// of their project).
+	PrivateData string
 	// JobHistory is how long ended jobs are kept for sacct
 	// (LOOM_GATEWAY_JOB_HISTORY; default 720h, 30 days).
 	JobHistory time.Duration
@@ -58,9 +61,6 @@ type Config struct {
 	MaxArraySize int
 	// Auth configures authentication (AuthConfig's flags).
 	Auth AuthConfig
-	// serverOptions are added to the gRPC server's options after the
-	// gateway's own interceptors (tests only).
-	serverOptions []grpc.ServerOption
 }
 
 // AuthConfig configures the gateway's authentication and AuthService.
@@ -128,8 +128,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"scheduler's internal gRPC address (LOOM_SCHEDULER_ADDR)")
 	fs.StringVar(&c.RegistryAddr, "registry-addr", config.Env("LOOM_REGISTRY_ADDR", "127.0.0.1:7074"),
 		"registry's internal gRPC address (LOOM_REGISTRY_ADDR)")
-	fs.StringVar(&c.SlurmAdmins, "slurm-admins", config.Env("LOOM_SLURM_ADMINS", domain.DefaultAdmins),
-		"users who may act on every job; their holds are admin holds (LOOM_SLURM_ADMINS, comma-separated)")
+	fs.StringVar(&c.PrivateData, "private-data", config.Env("LOOM_GATEWAY_PRIVATE_DATA", ""),
+		"what non-admin callers see of their own only, as Slurm's PrivateData: \"jobs\" (LOOM_GATEWAY_PRIVATE_DATA)")
 	fs.DurationVar(&c.JobHistory, "job-history", config.EnvDuration("LOOM_GATEWAY_JOB_HISTORY", app.DefaultJobHistory),
 		"how long ended jobs are kept for sacct after their end (LOOM_GATEWAY_JOB_HISTORY)")
 	fs.Int64Var(&c.REST.MaxBodyBytes, "rest-max-body", config.EnvInt("LOOM_GATEWAY_REST_MAX_BODY", ports.DefaultMaxBodyBytes),
@@ -157,7 +157,6 @@ func (c Config) withDefaults() Config {
 	def(&c.ProvisionerAddr, "127.0.0.1:7071")
 	def(&c.SchedulerAddr, "127.0.0.1:7072")
 	def(&c.RegistryAddr, "127.0.0.1:7074")
-	def(&c.SlurmAdmins, domain.DefaultAdmins)
 	if c.JobHistory <= 0 {
 		c.JobHistory = app.DefaultJobHistory
 	}
@@ -199,12 +198,52 @@ func RunArgs(ctx context.Context, args []string) error {
 
 // Run runs the gateway until ctx ends, then shuts down gracefully.
 func Run(ctx context.Context, cfg Config) error {
-	return run(ctx, cfg, nil)
+	return run(ctx, cfg, hooks{})
 }
 
-// run is Run with a hook told the bound gRPC and REST addresses once both
-// serve (tests use ":0" ports).
-func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string)) error {
+// hooks are what tests give run: started is told the bound gRPC and REST
+// addresses once both serve (tests use ":0" ports); served is given the
+// gRPC server once every service is registered on it.
+type hooks struct {
+	started func(grpcAddr, restAddr string)
+	served  func(*grpc.Server)
+}
+
+// securityOptions are the gRPC server options that authenticate (an(),
+// package authn) and then authorize (package authz, which fails closed)
+// every call, after the errs mapping that service.New installs first. an
+// is read on each call: the authenticator needs the store, which exists
+// only once service.New has returned, and is set before any call is
+// served.
+func securityOptions(an func() *authn.Authenticator) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			return an().Unary(ctx, req, info, h)
+		}, authz.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			return an().Stream(srv, ss, info, h)
+		}, authz.StreamServerInterceptor()),
+	}
+}
+
+// privateJobs reads the PrivateData setting: whether "jobs" is in it.
+func privateJobs(list string) (bool, error) {
+	jobs := false
+	for _, w := range strings.Split(list, ",") {
+		switch w = strings.TrimSpace(w); w {
+		case "":
+		case "jobs":
+			jobs = true
+		default:
+			return false, errs.Invalid("private-data", "%q is not something the gateway keeps private (want: jobs)", w)
+		}
+	}
+	return jobs, nil
+}
+
+// run is Run with hooks.
+func run(ctx context.Context, cfg Config, hk hooks) error {
+	started := hk.started
 	cfg = cfg.withDefaults()
 	if err := slurmspec.CheckMaxArraySize(cfg.MaxArraySize); err != nil {
 		return errs.Invalid("max-array-size", "%v", err)
@@ -213,17 +252,12 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	// The authentication interceptors are given to service.New before the
-	// store they read exists; an is set below, before any call is served.
+	private, err := privateJobs(cfg.PrivateData)
+	if err != nil {
+		return err
+	}
 	var an *authn.Authenticator
-	opts := append([]grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			return an.Unary(ctx, req, info, h)
-		}),
-		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			return an.Stream(srv, ss, info, h)
-		})}, cfg.serverOptions...)
-	base, err := service.New(ctx, "gateway", cfg.Common, opts...)
+	base, err := service.New(ctx, "gateway", cfg.Common, securityOptions(func() *authn.Authenticator { return an })...)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
@@ -241,7 +275,7 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string
 		return bus.Tail(ctx, bus.TailConfig{Brokers: cfg.Brokers, Topic: topics.JobEvents, Logger: base.Log, Ready: ready,
 			Filter: func(r bus.Record) bool { return gw.Watched(r.Type, r.Subject) }}, handle)
 	}
-	gw = app.New(adapters.NewRepo(base.Store), owners, app.Options{Clock: base.Clock, Log: base.Log, Admins: domain.ParseAdmins(cfg.SlurmAdmins),
+	gw = app.New(adapters.NewRepo(base.Store), owners, app.Options{Clock: base.Clock, Log: base.Log, PrivateJobs: private,
 		JobHistory: cfg.JobHistory, Feed: feed, MaxArraySize: cfg.MaxArraySize})
 	// A command the broker refuses for good fails its operation or job
 	// instead of blocking the outbox.
@@ -257,6 +291,9 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string
 	}
 	an = authenticator
 	ports.RegisterAuth(base.GRPC, authSvc)
+	if hk.served != nil {
+		hk.served(base.GRPC)
+	}
 
 	consumers := []service.Consume{
 		{Topics: []string{topics.ClusterEvents}, Handler: ports.ClusterEvents(gw), Group: ConsumerGroup},

@@ -156,7 +156,7 @@ func TestREST(t *testing.T) {
 		}
 		h.authorize(req)
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := h.http.Do(req)
 		if err != nil {
 			t.Fatalf("%s %s: %v", method, path, err)
 		}
@@ -211,8 +211,7 @@ func TestREST(t *testing.T) {
 	}
 	h.w.setJob(&loomv1.Job{Name: "projects/default/jobs/1", JobId: "1", Cluster: cluster1, State: loomv1.JobState_COMPLETED})
 	req, _ := http.NewRequestWithContext(ctx, "GET", h.restBase+"/v1/projects/default/jobs/1:watch", nil)
-	h.authorize(req)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := h.http.Do(req)
 	if err != nil {
 		t.Fatalf("watch: %v", err)
 	}
@@ -613,4 +612,18 @@ func mustAtoi(t *testing.T, s string) int {
 		t.Fatalf("%q is not a number: %v", s, err)
 	}
 	return n
+}
+
+// TestPrivateDataSetting: -private-data takes "jobs" (blanks and empty
+// items ignored) and refuses what it does not know, naming the flag.
+func TestPrivateDataSetting(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]bool{"": false, "jobs": true, " jobs , ": true} {
+		if got, err := privateJobs(in); err != nil || got != want {
+			t.Errorf("privateJobs(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	if _, err := privateJobs("jobs,usage"); err == nil || !strings.Contains(err.Error(), "private-data") {
+		t.Errorf("an unknown PrivateData item: %v, want refused naming private-data", err)
+	}
 }

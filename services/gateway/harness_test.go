@@ -234,6 +234,14 @@ func (fakeRegistry) GetModel(_ context.Context, r *loomv1.GetModelRequest) (*loo
 	return &loomv1.Model{Name: r.GetName(), LatestVersion: 3}, nil
 }
 
+func (fakeRegistry) ListModels(_ context.Context, r *loomv1.ListModelsRequest) (*loomv1.ListModelsResponse, error) {
+	return &loomv1.ListModelsResponse{Models: []*loomv1.Model{{Name: r.GetParent() + "/models/m1", LatestVersion: 3}}}, nil
+}
+
+func (fakeRegistry) ListModelVersions(_ context.Context, r *loomv1.ListModelVersionsRequest) (*loomv1.ListModelVersionsResponse, error) {
+	return &loomv1.ListModelVersionsResponse{Versions: []*loomv1.ModelVersion{{Name: r.GetParent() + "/versions/1", Version: 1}}}, nil
+}
+
 // harness is a running gateway with a real broker and Redis, and fake owning
 // services (the internal gRPC read APIs) behind it.
 type harness struct {
@@ -242,16 +250,23 @@ type harness struct {
 	w        *world
 	conn     *grpc.ClientConn
 	restBase string
-	// grpcAddr is the gateway's gRPC address; conn calls it as the
-	// bootstrap administrator (adminKey), with authentication on.
+	// grpcAddr is the gateway's gRPC address. Authentication is on, as by
+	// default: adminKey is the key the gateway wrote for its bootstrap
+	// administrator, and creds the real access tokens of the tests' named
+	// principals (testPrincipals), signed with the gateway's token key.
 	grpcAddr string
 	adminKey string
+	creds    map[string]string
 	// cfg is the configuration the gateway runs with (its key files).
 	cfg Config
+	// anon is a connection without a credential, for calls that name their
+	// caller with h.call.
+	anon *grpc.ClientConn
+	// http calls the REST API as defaultCaller.
+	http *http.Client
+	// served is every service and method the gateway's gRPC server has.
+	served map[string]grpc.ServiceInfo
 }
-
-// adminUser is the harness's bootstrap cluster administrator.
-const adminUser = "admin"
 
 const (
 	project  = "projects/default"
@@ -303,8 +318,6 @@ func newHarness(t *testing.T, configure ...func(*Config)) *harness {
 		RESTAddr:        "127.0.0.1:0",
 		ProvisionerAddr: ownersAddr, SchedulerAddr: ownersAddr, RegistryAddr: ownersAddr,
 	}
-	// Authentication is on, as by default: the harness's calls carry the
-	// key the gateway writes for its bootstrap administrator.
 	keys := t.TempDir()
 	cfg.Auth = AuthConfig{Mode: "on", TokenKeyFile: filepath.Join(keys, "token.key"), ServiceKeyFile: filepath.Join(keys, "service.key"),
 		BootstrapAdmin: adminUser, BootstrapKeyFile: filepath.Join(keys, "admin.key"), LoginKeyFile: filepath.Join(keys, "login.key")}
@@ -314,7 +327,8 @@ func newHarness(t *testing.T, configure ...func(*Config)) *harness {
 	type addrs struct{ grpc, rest string }
 	started := make(chan addrs, 1)
 	svc := testkit.Start(t, "gateway", func(ctx context.Context) error {
-		return run(ctx, cfg, func(g, r string) { started <- addrs{g, r} })
+		return run(ctx, cfg, hooks{started: func(g, r string) { started <- addrs{g, r} },
+			served: func(s *grpc.Server) { h.served = s.GetServiceInfo() }})
 	})
 	var a addrs
 	select {
@@ -326,15 +340,106 @@ func newHarness(t *testing.T, configure ...func(*Config)) *harness {
 	}
 	h.restBase = "http://" + a.rest
 	h.grpcAddr, h.cfg = a.grpc, cfg
-	if cfg.Auth.BootstrapKeyFile != "" {
-		raw, err := os.ReadFile(cfg.Auth.BootstrapKeyFile)
-		if err != nil {
-			t.Fatalf("bootstrap admin key: %v", err)
-		}
-		h.adminKey = strings.TrimSpace(string(raw))
-	}
-	h.conn = h.dial(t, h.adminKey)
+	h.enrol(t)
+	h.conn = h.as(t, defaultCaller)
+	h.anon = h.dial(t, "")
+	h.http = h.restAs(defaultCaller)
 	return h
+}
+
+// adminUser is the harness's bootstrap cluster administrator.
+const adminUser = "admin"
+
+// testPrincipal is one of the tests' callers: a user with a role in
+// projects (or a cluster administrator), a node or a workload.
+type testPrincipal struct {
+	kind         auth.Kind
+	roles        map[string]string // project id → role
+	clusterAdmin bool
+	claims       auth.Claims // node and workload tokens' claims
+}
+
+// testPrincipals are the tests' callers by name: cluster administrators
+// root, slurm and ops; in project default the users ana, bob and alice,
+// the viewer vic and the admin pat; oz, admin of project other; a node of
+// c1; a workload of job 40 (ana's, in the tests that make it).
+var testPrincipals = map[string]testPrincipal{
+	"root":  {kind: auth.KindUser, clusterAdmin: true},
+	"slurm": {kind: auth.KindUser, clusterAdmin: true},
+	"ops":   {kind: auth.KindUser, clusterAdmin: true},
+	"ana":   {kind: auth.KindUser, roles: map[string]string{"default": "user"}},
+	"bob":   {kind: auth.KindUser, roles: map[string]string{"default": "user"}},
+	"alice": {kind: auth.KindUser, roles: map[string]string{"default": "user"}},
+	"vic":   {kind: auth.KindUser, roles: map[string]string{"default": "viewer"}},
+	"pat":   {kind: auth.KindUser, roles: map[string]string{"default": "admin"}},
+	"oz":    {kind: auth.KindUser, roles: map[string]string{"other": "admin"}},
+	"node": {kind: auth.KindNode, claims: auth.Claims{RegisteredClaims: auth.ForSubject(auth.NodeName("gpu-0001")),
+		Node: "gpu-0001", Cluster: cluster1, Pool: "gpu"}},
+	"work40": {kind: auth.KindWorkload, claims: auth.Claims{RegisteredClaims: auth.ForSubject(auth.WorkloadName("default", "40")),
+		User: "ana", Project: "default", Job: "projects/default/jobs/40"}},
+}
+
+// enrol makes testPrincipals real: the bootstrap administrator gives the
+// users their roles through AuthService.SetMember, and each principal gets
+// an access token signed with the gateway's token key, as CreateToken
+// issues them.
+func (h *harness) enrol(t *testing.T) {
+	t.Helper()
+	if h.cfg.Auth.Mode == "off" || h.cfg.Auth.BootstrapKeyFile == "" {
+		return // every caller is the development administrator
+	}
+	raw, err := os.ReadFile(h.cfg.Auth.BootstrapKeyFile)
+	if err != nil {
+		t.Fatalf("bootstrap admin key: %v", err)
+	}
+	h.adminKey = strings.TrimSpace(string(raw))
+	key, err := auth.LoadSecret(h.cfg.Auth.TokenKeyFile)
+	if err != nil {
+		t.Fatalf("token key: %v", err)
+	}
+	iss, err := auth.NewIssuer(key, "loom", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testkit.Context(t, 30*time.Second)
+	admin := loomv1.NewAuthServiceClient(h.dial(t, h.adminKey))
+	h.creds = map[string]string{}
+	for name, p := range testPrincipals {
+		c := p.claims
+		c.Use, c.Kind = auth.UseAccess, p.kind.String()
+		if p.kind == auth.KindUser {
+			c.RegisteredClaims, c.User = auth.ForSubject(auth.UserName(name)), name
+			if p.clusterAdmin {
+				if _, err := admin.SetMember(ctx, &loomv1.SetMemberRequest{Parent: "global", User: name, Role: "cluster-admin"}); err != nil {
+					t.Fatalf("make %s a cluster admin: %v", name, err)
+				}
+			}
+			for project, role := range p.roles {
+				if _, err := admin.SetMember(ctx, &loomv1.SetMemberRequest{Parent: "projects/" + project, User: name, Role: role}); err != nil {
+					t.Fatalf("give %s role %s in %s: %v", name, role, project, err)
+				}
+			}
+		}
+		tok, _, err := iss.Issue(c, time.Hour)
+		if err != nil {
+			t.Fatalf("token of %s: %v", name, err)
+		}
+		h.creds[name] = tok
+	}
+}
+
+// cred is the credential of the named test principal; a name that is not
+// one is sent as it is (an unknown credential), "" as none.
+func (h *harness) cred(name string) string {
+	if c, ok := h.creds[name]; ok {
+		return c
+	}
+	return name
+}
+
+// call is the call option presenting the named principal's credential.
+func (h *harness) call(name string) grpc.CallOption {
+	return grpc.PerRPCCredentials(auth.Bearer(h.cred(name)))
 }
 
 // dial returns a connection to the gateway whose calls carry cred ("":
@@ -353,11 +458,41 @@ func (h *harness) dial(t testing.TB, cred string) *grpc.ClientConn {
 	return conn
 }
 
-// authorize adds the harness's credential to a REST request.
+// authorize adds the bootstrap administrator's credential to a REST request.
 func (h *harness) authorize(req *http.Request) {
 	if h.adminKey != "" {
 		req.Header.Set("Authorization", "Bearer "+h.adminKey)
 	}
+}
+
+// defaultCaller is who the harness's conn and http client call as: a
+// cluster administrator, so that tests of behaviour other than
+// authorization run as Slurm's root always could.
+const defaultCaller = "root"
+
+// as dials the gateway as the named test principal (h.cred; "" dials
+// anonymous).
+func (h *harness) as(t *testing.T, name string) *grpc.ClientConn {
+	t.Helper()
+	return h.dial(t, h.cred(name))
+}
+
+// bearerTransport sends "Authorization: Bearer <cred>" on requests that
+// carry none ("" sends none).
+type bearerTransport struct{ cred string }
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if b.cred != "" && r.Header.Get("Authorization") == "" {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+b.cred)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// restAs is an HTTP client calling as the named test principal (h.cred;
+// "": anonymous).
+func (h *harness) restAs(name string) *http.Client {
+	return &http.Client{Transport: bearerTransport{cred: h.cred(name)}}
 }
 
 func (h *harness) clusters() loomv1.ClusterServiceClient {

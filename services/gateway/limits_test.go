@@ -163,8 +163,7 @@ func TestRESTLimits(t *testing.T) {
 			t.Fatalf("submit: HTTP %d %s", code, body)
 		}
 		req, _ := http.NewRequestWithContext(ctx, "GET", h.restBase+"/v1/"+j.Name+":watch", nil)
-		h.authorize(req)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := h.http.Do(req)
 		if err != nil {
 			t.Fatalf("watch: %v", err)
 		}

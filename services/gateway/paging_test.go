@@ -186,8 +186,7 @@ func restGet(t *testing.T, ctx context.Context, h *harness, path string, wantSta
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.authorize(req)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := h.http.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", path, err)
 	}

@@ -5,19 +5,25 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/loom-ml/loom/libs/auth"
+	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 // TestJobPermissions: users act on their own jobs only, administrators
-// (default root, slurm) on any; an administrator's hold is an admin hold
-// (uhold a user hold), which a user may not release. Refusals are
-// PermissionDenied with Slurm's "Access/permission denied".
+// (cluster admins root, slurm; project admin pat) on any; an
+// administrator's hold is an admin hold (uhold a user hold), which a user
+// may not release. Refusals are PermissionDenied with Slurm's
+// "Access/permission denied". Who asks is the authenticated principal,
+// never the request's user field.
 func TestJobPermissions(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ctx := testkit.Context(t, 2*wait)
+	as := func(who string) loomv1.JobServiceClient { return loomv1.NewJobServiceClient(h.as(t, who)) }
 
 	ana := &loomv1.Job{Name: "projects/default/jobs/40", JobId: "40", Cluster: cluster1, State: loomv1.JobState_PENDING,
 		User: "ana", Partition: "all", StateReason: "Priority"}
@@ -28,46 +34,63 @@ func TestJobPermissions(t *testing.T) {
 		err  error
 	}{
 		{"bob holds ana's job", func() error {
-			_, err := h.jobs().UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: ana.GetName(), Action: "hold", User: "bob"})
+			_, err := as("bob").UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: ana.GetName(), Action: "hold"})
 			return err
 		}()},
 		{"bob cancels ana's job", func() error {
-			_, err := h.jobs().CancelJob(ctx, &loomv1.CancelJobRequest{Name: ana.GetName(), User: "bob"})
+			_, err := as("bob").CancelJob(ctx, &loomv1.CancelJobRequest{Name: ana.GetName()})
 			return err
 		}()},
-		{"an anonymous caller updates ana's job", func() error {
-			_, err := h.jobs().UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: ana.GetName(), Action: "update", TimeLimitSeconds: 60})
+		// Claiming another identity through the user fields changes nothing.
+		{"bob, claiming to be ana, cancels ana's job", func() error {
+			_, err := as("bob").CancelJob(ctx, &loomv1.CancelJobRequest{Name: ana.GetName(), User: "ana"})
+			return err
+		}()},
+		{"bob, claiming to be root, holds ana's job", func() error {
+			_, err := as("bob").UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: ana.GetName(), Action: "hold", User: "root"})
+			return err
+		}()},
+		{"a viewer updates ana's job", func() error {
+			_, err := as("vic").UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: ana.GetName(), Action: "update", TimeLimitSeconds: 60})
 			return err
 		}()},
 	} {
 		wantCode(t, tc.what, tc.err, codes.PermissionDenied, "Access/permission denied")
 	}
+	_, err := as("").UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: ana.GetName(), Action: "update", TimeLimitSeconds: 60, User: "ana"})
+	wantCode(t, "an anonymous caller updates ana's job", err, codes.Unauthenticated, "needs a credential")
 
 	// The commands name the caller and whether they are an administrator
-	// (the scheduler makes root's hold an admin hold, its uhold a user hold).
+	// (the scheduler makes root's hold an admin hold, its uhold a user
+	// hold), and carry the caller's principal.
 	for _, tc := range []struct {
 		user, action string
 		admin        bool
-	}{{"ana", "hold", false}, {"root", "hold", true}, {"root", "uhold", true}, {"slurm", "release", true}} {
-		if _, err := h.jobs().UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: ana.GetName(), Action: tc.action, User: tc.user}); err != nil {
+	}{{"ana", "hold", false}, {"root", "hold", true}, {"root", "uhold", true}, {"slurm", "release", true}, {"pat", "hold", true}} {
+		// The user field, even naming someone else, is not believed.
+		if _, err := as(tc.user).UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: ana.GetName(), Action: tc.action, User: "mallory"}); err != nil {
 			t.Fatalf("%s by %s: %v", tc.action, tc.user, err)
 		}
-		jobCommand(t, h, func(u *eventsv1.UpdateJob) bool {
-			return u.GetJob() == ana.GetName() && u.GetAction() == tc.action && u.GetUser() == tc.user && u.GetAdmin() == tc.admin
+		ev := testkit.WaitEvent(t, h.broker, topics.JobCommands, wait, func(e envelope.Event) bool {
+			u, ok := e.Payload.(*eventsv1.UpdateJob)
+			return ok && u.GetJob() == ana.GetName() && u.GetAction() == tc.action && u.GetUser() == tc.user && u.GetAdmin() == tc.admin
 		})
+		if ev.Principal != auth.UserName(tc.user) {
+			t.Errorf("%s by %s: the command's principal is %q", tc.action, tc.user, ev.Principal)
+		}
 	}
 
 	// An admin hold: ana may not release it, root may.
 	held := &loomv1.Job{Name: "projects/default/jobs/41", JobId: "41", Cluster: cluster1, State: loomv1.JobState_PENDING,
 		User: "ana", Partition: "all", Hold: true, StateReason: "JobHeldAdmin"}
 	h.w.setJob(held)
-	_, err := h.jobs().UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: held.GetName(), Action: "release", User: "ana"})
+	_, err = as("ana").UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: held.GetName(), Action: "release"})
 	wantCode(t, "ana releases an admin hold", err, codes.PermissionDenied, "Access/permission denied")
-	if _, err := h.jobs().UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: held.GetName(), Action: "release", User: "root"}); err != nil {
+	if _, err := as("root").UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: held.GetName(), Action: "release"}); err != nil {
 		t.Fatalf("root releases an admin hold: %v", err)
 	}
 	// root cancels ana's job.
-	if _, err := h.jobs().CancelJob(ctx, &loomv1.CancelJobRequest{Name: held.GetName(), User: "root"}); err != nil {
+	if _, err := as("root").CancelJob(ctx, &loomv1.CancelJobRequest{Name: held.GetName()}); err != nil {
 		t.Fatalf("root cancels ana's job: %v", err)
 	}
 	jobCommand(t, h, func(c *eventsv1.CancelJob) bool {

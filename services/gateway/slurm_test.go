@@ -27,7 +27,7 @@ func (h *harness) rest(t *testing.T, ctx context.Context, method, path, body str
 	}
 	h.authorize(req)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := h.http.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -247,7 +247,10 @@ func TestSlurmService(t *testing.T) {
 	wantCode(t, "ListSlurmNodes of an unknown cluster", err, codes.NotFound, "nope")
 
 	before := time.Now()
-	n, err := h.slurm().UpdateSlurmNode(ctx, &loomv1.UpdateSlurmNodeRequest{Cluster: cluster1, Hostname: "gpu-0001", State: "drain", Reason: "bad gpu", User: "ops"})
+	// Who drains is the principal (ops, a cluster administrator); the
+	// request's user field is not believed.
+	n, err := loomv1.NewSlurmServiceClient(h.as(t, "ops")).UpdateSlurmNode(ctx,
+		&loomv1.UpdateSlurmNodeRequest{Cluster: cluster1, Hostname: "gpu-0001", State: "drain", Reason: "bad gpu", User: "root"})
 	if err != nil || n.GetHostname() != "gpu-0001" || n.GetState() != loomv1.SlurmNode_IDLE {
 		t.Fatalf("drain: %v %v, want the node as the scheduler has it", n, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -175,7 +176,9 @@ func (s *AuthStore) Roles(ctx context.Context, user string) (map[string]auth.Rol
 		if err != nil || role == auth.RoleNone {
 			continue
 		}
-		roles[parent] = role
+		// auth.Principal.Roles is keyed by project id, as authorization
+		// reads it from resource names.
+		roles[strings.TrimPrefix(parent, "projects/")] = role
 	}
 	return roles, admin, nil
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -55,9 +56,10 @@ type Options struct {
 	// WatchRefresh is how often WatchJob re-reads the job from its owner, in
 	// case a change was missed on the bus (default 2 s).
 	WatchRefresh time.Duration
-	// Admins may act on every job, and their holds are admin holds
-	// (default domain.DefaultAdmins; an empty non-nil set means none).
-	Admins domain.Admins
+	// PrivateJobs is PrivateData "jobs": a caller who does not administer
+	// the project sees only their own jobs (GetJob, ListJobs, WatchJob,
+	// steps and logs); others' are NotFound, or absent from lists.
+	PrivateJobs bool
 	// JobHistory is how long ended jobs (and accepted job records) are
 	// kept for sacct after they end (default DefaultJobHistory).
 	JobHistory time.Duration
@@ -106,9 +108,6 @@ func New(repo *adapters.Repo, owners *adapters.Owners, opt Options) *Gateway {
 	}
 	if opt.JobHistory <= 0 {
 		opt.JobHistory = DefaultJobHistory
-	}
-	if opt.Admins == nil {
-		opt.Admins = domain.ParseAdmins(domain.DefaultAdmins)
 	}
 	if opt.MaxArraySize <= 0 {
 		opt.MaxArraySize = slurmspec.DefaultMaxArraySize
@@ -159,7 +158,7 @@ func (g *Gateway) CreateCluster(ctx context.Context, req *loomv1.CreateClusterRe
 	}
 	parent, _ := resname.ParseProject(req.GetParent())
 	op := domain.NewOperation(resname.Operation{Project: parent.ID, ID: envelope.NewID()}.String(), domain.VerbCreate, cluster.GetName(), g.now())
-	cmd, err := envelope.Route(cluster.GetName(), Source,
+	cmd, err := route(ctx, cluster.GetName(),
 		&eventsv1.CreateCluster{Operation: op.GetName(), Cluster: cluster})
 	if err != nil {
 		return nil, err
@@ -189,7 +188,7 @@ func (g *Gateway) DeleteCluster(ctx context.Context, req *loomv1.DeleteClusterRe
 		return nil, fmt.Errorf("ask the provisioner for %s: %w", req.GetName(), err)
 	}
 	op := domain.NewOperation(resname.Operation{Project: cluster.Project, ID: envelope.NewID()}.String(), domain.VerbDelete, req.GetName(), g.now())
-	cmd, err := envelope.Route(req.GetName(), Source,
+	cmd, err := route(ctx, req.GetName(),
 		&eventsv1.DeleteCluster{Operation: op.GetName(), Cluster: req.GetName()})
 	if err != nil {
 		return nil, err
@@ -237,7 +236,15 @@ func (g *Gateway) replayOperation(ctx context.Context, kind, rid string) (*loomv
 		return nil, false, err
 	}
 	op, err := g.repo.Operation(ctx, name)
-	return op, err == nil, err
+	if err != nil {
+		return nil, false, err
+	}
+	// Only an administrator of the operation's project replays it (every
+	// call that starts one needs admin there).
+	if !callerOf(ctx, op.GetName()).Admin {
+		return nil, false, errRequestIDTaken(rid)
+	}
+	return op, true, nil
 }
 
 // GetCluster reads a cluster from the provisioner.
@@ -395,6 +402,17 @@ func (g *Gateway) HandleClusterEvent(ctx context.Context, ev envelope.Event) err
 // retry with the same request_id returns the first call's job (as it is now).
 func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (*loomv1.Job, error) {
 	kind, rid := adapters.RequestSubmitJob, req.GetRequestId()
+	// The job is the caller's: Job.user comes from the principal, never
+	// from the request.
+	if req.GetJob() != nil {
+		parent, _ := resname.ParseProject(req.GetParent())
+		owner, err := submitAs(callerIn(ctx, parent.ID), req.GetJob().GetUser())
+		if err != nil {
+			return nil, err
+		}
+		req = proto.Clone(req).(*loomv1.SubmitJobRequest)
+		req.Job.User = owner
+	}
 	var cluster *loomv1.Cluster
 	if name := domain.JobCluster(req); name != "" {
 		c, err := g.clusters.get(ctx, name, g.now(), func(ctx context.Context, name string) (*loomv1.Cluster, error) {
@@ -431,7 +449,11 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 		return nil, err
 	}
 	if replay != "" {
-		return g.job(ctx, replay)
+		j, err := g.job(ctx, replay)
+		if err != nil {
+			return nil, err
+		}
+		return replayedJob(ctx, j, rid)
 	}
 	job := domain.AcceptJob(req, cluster, id, g.now())
 	if account != "" {
@@ -442,7 +464,7 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 		return nil, err
 	}
 	adapters.PutRequest(tx, kind, rid, job.GetName())
-	cmd, err := envelope.Route(job.GetCluster(), Source, &eventsv1.SubmitJob{Job: job})
+	cmd, err := route(ctx, job.GetCluster(), &eventsv1.SubmitJob{Job: job})
 	if err != nil {
 		return nil, err
 	}
@@ -475,6 +497,10 @@ func (g *Gateway) replayJob(ctx context.Context, rid string) (*loomv1.Job, bool,
 		return nil, false, err
 	}
 	j, err := g.job(ctx, name)
+	if err != nil {
+		return nil, false, err
+	}
+	j, err = replayedJob(ctx, j, rid)
 	return j, err == nil, err
 }
 
@@ -487,7 +513,11 @@ func (g *Gateway) GetJob(ctx context.Context, req *loomv1.GetJobRequest) (*loomv
 	if err != nil {
 		return nil, err
 	}
-	return g.job(ctx, ref.name)
+	j, c, err := g.visibleJob(ctx, ref.name)
+	if err != nil {
+		return nil, err
+	}
+	return c.Present(j), nil
 }
 
 func (g *Gateway) job(ctx context.Context, name string) (*loomv1.Job, error) {
@@ -544,6 +574,11 @@ func (g *Gateway) resolveJobRef(ctx context.Context, name string, wantArray bool
 	}
 	parentName := resname.JobOf(project, ref.JobID).String()
 	parent, err := g.repo.AcceptedJob(ctx, parentName)
+	if err == nil && !callerIn(ctx, project).Sees(parent, g.opt.PrivateJobs) {
+		// Say nothing of a job the caller may not see (not even whether
+		// it is an array, or which tasks it has).
+		return jobRef{}, jobNotFound(name)
+	}
 	switch {
 	case err == nil && ref.Task < 0:
 		return jobRef{name: name, array: parent.GetArray() != ""}, nil
@@ -610,13 +645,30 @@ func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*l
 		if resname.ValidID(cluster) && project.ID != "" {
 			cluster = resname.Cluster{Project: project.ID, ID: cluster}.String()
 		}
-		_, err := resname.ParseCluster(cluster)
+		c, err := resname.ParseCluster(cluster)
 		v.Check(err == nil, "cluster", "want projects/{project}/clusters/{cluster} or a cluster id, got %q", req.GetCluster())
+		// The caller's role was checked in the parent's project: a cluster
+		// of another project would list jobs it may not see.
+		v.Check(err != nil || project.ID == "" || c.Project == project.ID, "cluster", "%s is not in %s", cluster, req.GetParent())
 	}
 	domain.ValidateListJobs(&v, req)
 	size, after := paging.Check(&v, req)
 	if err := v.Err(); err != nil {
 		return nil, err
+	}
+	caller := callerIn(ctx, project.ID)
+	// The page token is checked against, and made from, the request as
+	// sent; the filters applied are the caller's (PrivateData narrows the
+	// users to the caller).
+	sent := req
+	if g.opt.PrivateJobs && !caller.Admin {
+		req = proto.Clone(req).(*loomv1.ListJobsRequest)
+		own := caller.User != "" && (len(req.GetUsers()) == 0 || slices.Contains(req.GetUsers(), caller.User))
+		if !own {
+			// Only others' jobs asked for: none of them is there.
+			return &loomv1.ListJobsResponse{}, nil
+		}
+		req.Users = []string{caller.User}
 	}
 	fwd := proto.Clone(req).(*loomv1.ListJobsRequest)
 	fwd.Cluster, fwd.PageSize, fwd.PageToken = cluster, int32(size), ""
@@ -702,9 +754,12 @@ func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*l
 	if next == "" {
 		next = bound
 	}
+	for i, j := range page {
+		page[i] = caller.Present(j)
+	}
 	out := &loomv1.ListJobsResponse{Jobs: page}
 	if next != "" {
-		out.NextPageToken = paging.Token(req, next)
+		out.NextPageToken = paging.Token(sent, next)
 	}
 	return out, nil
 }
@@ -766,15 +821,17 @@ func (g *Gateway) CancelJob(ctx context.Context, req *loomv1.CancelJobRequest) (
 	if err != nil {
 		return nil, err
 	}
+	// req.user is no longer trusted (it is checked as text only): the
+	// principal decides.
 	if err := domain.CheckUser(req.GetUser()); err != nil {
 		return nil, err
 	}
-	j, err := g.job(ctx, ref.name)
+	j, caller, err := g.visibleJob(ctx, ref.name)
 	if err != nil {
 		return nil, err
 	}
 	// The tasks of an array share its owner: the first's stands for all.
-	if err := g.opt.Admins.CheckAccess(req.GetUser(), j); err != nil {
+	if err := caller.CheckAccess(j); err != nil {
 		return nil, err
 	}
 	if !ref.array {
@@ -785,12 +842,12 @@ func (g *Gateway) CancelJob(ctx context.Context, req *loomv1.CancelJobRequest) (
 		}
 	}
 	cmd := &eventsv1.CancelJob{Job: ref.command, Cluster: j.GetCluster(), Signal: signal,
-		User: req.GetUser(), Admin: g.opt.Admins.Has(req.GetUser()), Batch: req.GetBatch(), Full: req.GetFull()}
+		User: caller.User, Admin: caller.Admin, Batch: req.GetBatch(), Full: req.GetFull()}
 	if err := g.emitJobCommand(ctx, j.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("cancel %s: %w", ref.name, err)
 	}
-	g.opt.Log.InfoContext(ctx, "job cancel requested", "job", ref.name, "signal", signal)
-	return j, nil
+	g.opt.Log.InfoContext(ctx, "job cancel requested", "job", ref.name, "signal", signal, "by", caller.Name)
+	return caller.Present(j), nil
 }
 
 // UpdateJob asks the scheduler to hold, release or requeue a job, or to
@@ -811,15 +868,16 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 	if err != nil {
 		return nil, err
 	}
-	j, err := g.job(ctx, ref.name)
+	// req.user is no longer trusted: the principal decides.
+	j, caller, err := g.visibleJob(ctx, ref.name)
 	if err != nil {
 		return nil, err
 	}
-	if err := g.opt.Admins.CheckAccess(req.GetUser(), j); err != nil {
+	if err := caller.CheckAccess(j); err != nil {
 		return nil, err
 	}
 	if action == "release" {
-		if err := g.opt.Admins.CheckRelease(req.GetUser(), j); err != nil {
+		if err := caller.CheckRelease(j); err != nil {
 			return nil, err
 		}
 	}
@@ -839,18 +897,19 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 	}
 	cmd := &eventsv1.UpdateJob{Job: ref.command, Cluster: j.GetCluster(), Action: action,
 		TimeLimitSeconds: req.GetTimeLimitSeconds(), Partition: req.GetPartition(),
-		User: req.GetUser(), Admin: g.opt.Admins.Has(req.GetUser())}
+		User: caller.User, Admin: caller.Admin}
 	if err := g.emitJobCommand(ctx, j.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", action, ref.name, err)
 	}
-	g.opt.Log.InfoContext(ctx, "job update requested", "job", ref.name, "action", action)
-	return j, nil
+	g.opt.Log.InfoContext(ctx, "job update requested", "job", ref.name, "action", action, "by", caller.Name)
+	return caller.Present(j), nil
 }
 
 // emitJobCommand writes a command for the scheduler (key: the cluster;
-// libs/topics routes it to loom.job.commands.v1) through the outbox.
+// libs/topics routes it to loom.job.commands.v1) through the outbox, with
+// the caller's principal stamped on it.
 func (g *Gateway) emitJobCommand(ctx context.Context, cluster string, cmd proto.Message) error {
-	ev, err := envelope.Route(cluster, Source, cmd)
+	ev, err := route(ctx, cluster, cmd)
 	if err != nil {
 		return err
 	}
@@ -907,11 +966,11 @@ func (g *Gateway) WatchJob(ctx context.Context, req *loomv1.WatchJobRequest, sen
 			return ErrStopping
 		}
 	}
-	last, err := g.job(ctx, name)
+	last, caller, err := g.visibleJob(ctx, name)
 	if err != nil {
 		return err
 	}
-	if err := send(last); err != nil {
+	if err := send(caller.Present(last)); err != nil {
 		return err
 	}
 	refresh := time.NewTicker(g.opt.WatchRefresh)
@@ -943,7 +1002,7 @@ func (g *Gateway) WatchJob(ctx context.Context, req *loomv1.WatchJobRequest, sen
 		if proto.Equal(next, last) || domain.Older(next, last) {
 			continue
 		}
-		if err := send(next); err != nil {
+		if err := send(caller.Present(next)); err != nil {
 			return err
 		}
 		last = next

@@ -101,7 +101,7 @@ func PrincipalProto(p *auth.Principal) *loomv1.Principal {
 	if len(p.Roles) > 0 {
 		out.Roles = make(map[string]string, len(p.Roles))
 		for proj, r := range p.Roles {
-			out.Roles[proj] = r.String()
+			out.Roles["projects/"+proj] = r.String() // the project's resource name, as the API names projects
 		}
 	}
 	return out
@@ -567,7 +567,7 @@ func mayAdminister(p *auth.Principal, parent string) error {
 	if p.ClusterAdmin {
 		return nil
 	}
-	switch r := p.Role(parent); {
+	switch r := p.Role(strings.TrimPrefix(parent, "projects/")); {
 	case parent == adapters.GlobalParent:
 		return fmt.Errorf("%w: only cluster administrators manage the global (cluster-admin) members", errs.PermissionDenied)
 	case r == auth.RoleAdmin:

@@ -53,7 +53,7 @@ func (g *Gateway) UpdateCluster(ctx context.Context, req *loomv1.UpdateClusterRe
 	if err := g.checkCapacity(ctx, cluster.Parent().String(), up.Current, up.Cluster); err != nil {
 		return nil, err
 	}
-	cmd, err := envelope.Route(name, Source, &eventsv1.UpdateCluster{
+	cmd, err := route(ctx, name, &eventsv1.UpdateCluster{
 		Operation: op.GetName(), Cluster: up.Cluster, UpdateMask: up.Mask, DrainGraceSeconds: up.DrainGraceSeconds,
 	})
 	if err != nil {

@@ -36,7 +36,7 @@ func (g *Gateway) CreateReservation(ctx context.Context, req *loomv1.CreateReser
 	}
 	parent, _ := resname.ParseProject(req.GetParent())
 	op := domain.NewOperation(resname.Operation{Project: parent.ID, ID: envelope.NewID()}.String(), domain.VerbCreate, r.GetName(), g.now())
-	cmd, err := envelope.Route(r.GetName(), Source,
+	cmd, err := route(ctx, r.GetName(),
 		&eventsv1.CreateReservation{Operation: op.GetName(), Reservation: r})
 	if err != nil {
 		return nil, err
@@ -72,7 +72,7 @@ func (g *Gateway) DeleteReservation(ctx context.Context, req *loomv1.DeleteReser
 			req.GetName(), r.GetInUse(), strings.Join(r.GetConsumers(), ", "), errs.FailedPrecondition)
 	}
 	op := domain.NewOperation(resname.Operation{Project: res.Project, ID: envelope.NewID()}.String(), domain.VerbDelete, req.GetName(), g.now())
-	cmd, err := envelope.Route(req.GetName(), Source,
+	cmd, err := route(ctx, req.GetName(),
 		&eventsv1.DeleteReservation{Operation: op.GetName(), Reservation: req.GetName()})
 	if err != nil {
 		return nil, err

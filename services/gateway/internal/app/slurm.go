@@ -77,11 +77,18 @@ func (g *Gateway) UpdateSlurmNode(ctx context.Context, req *loomv1.UpdateSlurmNo
 	if node == nil {
 		return nil, fmt.Errorf("node %s in %s: %w", req.GetHostname(), req.GetCluster(), errs.NotFound)
 	}
+	// Who drained it (sinfo -R's USER) is the principal, never req.user.
+	cl, _ := resname.ParseCluster(req.GetCluster())
+	by := callerIn(ctx, cl.Project)
+	user := by.User
+	if user == "" {
+		user = by.Name
+	}
 	cmd := &eventsv1.UpdateSlurmNode{Cluster: req.GetCluster(), Hostname: req.GetHostname(), State: state, Reason: req.GetReason(),
-		User: req.GetUser(), Time: timestamppb.New(g.now())}
+		User: user, Time: timestamppb.New(g.now())}
 	if err := g.emitJobCommand(ctx, req.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("update node %s: %w", req.GetHostname(), err)
 	}
-	g.opt.Log.InfoContext(ctx, "node update requested", "cluster", req.GetCluster(), "node", req.GetHostname(), "state", state, "reason", req.GetReason())
+	g.opt.Log.InfoContext(ctx, "node update requested", "cluster", req.GetCluster(), "node", req.GetHostname(), "state", state, "reason", req.GetReason(), "by", by.Name)
 	return node, nil
 }

@@ -32,15 +32,23 @@ func (g *Gateway) CreateJobStep(ctx context.Context, req *loomv1.CreateJobStepRe
 	if err != nil {
 		return nil, err
 	}
+	// srun --jobid into a job: its owner's (or a workload's own), or an
+	// administrator's; anyone else is refused as Slurm does
+	// (PermissionDenied, "Access/permission denied"), or NotFound when
+	// PrivateData hides the job. Checked before a replay, so a request id
+	// does not reveal another's step.
+	j, caller, err := g.visibleJob(ctx, ref.name)
+	if err != nil {
+		return nil, err
+	}
+	if err := caller.CheckAccess(j); err != nil {
+		return nil, err
+	}
 	rid := req.GetRequestId()
 	if rid == "" {
 		rid = envelope.NewID()
 	} else if s, err := g.findStep(ctx, ref.name, rid); err != nil || s != nil {
 		return s, err
-	}
-	j, err := g.job(ctx, ref.name)
-	if err != nil {
-		return nil, err
 	}
 	if err := domain.CheckCreateJobStep(j, req); err != nil {
 		return nil, err
@@ -122,6 +130,9 @@ func (g *Gateway) GetJobStep(ctx context.Context, req *loomv1.GetJobStepRequest)
 	if err != nil {
 		return nil, err
 	}
+	if _, _, err := g.visibleJob(ctx, ref.name); err != nil {
+		return nil, err
+	}
 	s, err := g.own.Jobs.GetJobStep(ctx, &loomv1.GetJobStepRequest{Name: resname.StepIn(ref.name, step)})
 	if err != nil {
 		return nil, fmt.Errorf("ask the scheduler for step %d of %s: %w", step, ref.name, err)
@@ -138,6 +149,9 @@ func (g *Gateway) ListJobSteps(ctx context.Context, req *loomv1.ListJobStepsRequ
 		if _, perr := resname.ParseJob(req.GetParent()); perr != nil {
 			return nil, errs.Invalid("parent", "%v", perr)
 		}
+		return nil, err
+	}
+	if _, _, err := g.visibleJob(ctx, ref.name); err != nil {
 		return nil, err
 	}
 	resp, err := g.own.Jobs.ListJobSteps(ctx, &loomv1.ListJobStepsRequest{Parent: ref.name,
@@ -173,16 +187,21 @@ func (g *Gateway) CancelJobStep(ctx context.Context, req *loomv1.CancelJobStepRe
 	if err != nil {
 		return nil, err
 	}
+	// scancel JOB.STEP: the job's owner (or its own workload) or an
+	// administrator, as for the job.
+	j, caller, err := g.visibleJob(ctx, ref.name)
+	if err != nil {
+		return nil, err
+	}
+	if err := caller.CheckAccess(j); err != nil {
+		return nil, err
+	}
 	s, err := g.own.Jobs.GetJobStep(ctx, &loomv1.GetJobStepRequest{Name: resname.StepIn(ref.name, step)})
 	if err != nil {
 		return nil, fmt.Errorf("ask the scheduler for step %d of %s: %w", step, ref.name, err)
 	}
 	if s.GetState().Terminal() {
 		return nil, &domain.Precondition{Msg: domain.MsgAlreadyDone}
-	}
-	j, err := g.job(ctx, ref.name)
-	if err != nil {
-		return nil, err
 	}
 	cmd := &eventsv1.CancelJobStep{Job: ref.name, Cluster: j.GetCluster(), StepId: step, Signal: signal}
 	if err := g.emitJobCommand(ctx, j.GetCluster(), cmd); err != nil {

@@ -3,6 +3,9 @@ package domain
 import (
 	"strings"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/errs"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -11,10 +14,6 @@ import (
 // (another user's job, an admin hold released by a user); the
 // Slurm-compatible commands print it.
 const MsgAccessDenied = "Access/permission denied"
-
-// DefaultAdmins are the Slurm administrators when none are configured
-// (LOOM_SLURM_ADMINS): Slurm's root and SlurmUser.
-const DefaultAdmins = "root,slurm"
 
 // Denied is a refusal for who the caller is: it maps to PermissionDenied
 // with Msg as the whole message (Slurm's wording).
@@ -25,31 +24,63 @@ func (d *Denied) Error() string { return d.Msg }
 // Is makes a Denied an errs.PermissionDenied.
 func (d *Denied) Is(target error) bool { return target == errs.PermissionDenied }
 
-// Admins is the set of users who administer jobs (Slurm's operators and
-// administrators): they may act on any job, and their holds are admin
-// holds. The zero value has none.
-type Admins map[string]bool
-
-// ParseAdmins reads a comma-separated list of user names (blanks ignored).
-func ParseAdmins(list string) Admins {
-	a := Admins{}
-	for _, u := range strings.Split(list, ",") {
-		if u = strings.TrimSpace(u); u != "" {
-			a[u] = true
-		}
-	}
-	return a
+// Caller is who asks, as the job rules see them: the call's authenticated
+// principal in the project of the job it acts on. The zero Caller is
+// anonymous: it owns nothing and administers nothing.
+type Caller struct {
+	// Name is the principal's name ("users/ana", "jobs/p/12"): what events
+	// and logs record.
+	Name string
+	// User is the OS account the caller acts as: a user's own, a
+	// workload's job owner.
+	User string
+	// Admin: a project administrator of the job's project or a cluster
+	// administrator (Slurm's operators, administrators and account
+	// coordinators): acts on any job of the project, and its holds are
+	// admin holds.
+	Admin bool
+	// ClusterAdmin: a cluster administrator (Slurm's root: may submit as
+	// another user, as sbatch --uid).
+	ClusterAdmin bool
+	// Workload is the job a workload principal is ("" for any other
+	// principal): the only job it owns.
+	Workload string
 }
 
-// Has reports whether user is an administrator ("" never is).
-func (a Admins) Has(user string) bool { return user != "" && a[user] }
+// CallerOf is p (nil: anonymous) as a caller in project (an id).
+func CallerOf(p *auth.Principal, project string) Caller {
+	if p == nil {
+		return Caller{}
+	}
+	c := Caller{Name: p.Name, User: p.User, Admin: p.Role(project) == auth.RoleAdmin, ClusterAdmin: p.ClusterAdmin}
+	switch p.Kind {
+	case auth.KindUser:
+	case auth.KindWorkload:
+		c.Workload = p.Job
+	default:
+		// Nodes and services own no jobs.
+		c.User = ""
+	}
+	return c
+}
 
-// CheckAccess refuses caller an action on job unless caller is an
-// administrator or the job's owner. A job without an owner (submitted
-// without a user, as REST clients may) is anyone's; an anonymous caller
-// ("") owns nothing.
-func (a Admins) CheckAccess(caller string, job *loomv1.Job) error {
-	if a.Has(caller) || job.GetUser() == "" || job.GetUser() == caller {
+// Owns reports whether job is the caller's: a user's job (Job.user is
+// theirs), or a workload's own job. A job without owner is nobody's.
+func (c Caller) Owns(job *loomv1.Job) bool {
+	if job.GetUser() == "" || c.User == "" {
+		return false
+	}
+	if c.Workload != "" {
+		return job.GetName() == c.Workload && job.GetUser() == c.User
+	}
+	return job.GetUser() == c.User
+}
+
+// CheckAccess refuses the caller an action on job (cancel, signal, hold,
+// release, requeue, update, steps) unless the caller owns it or is an
+// administrator.
+func (c Caller) CheckAccess(job *loomv1.Job) error {
+	if c.Admin || c.Owns(job) {
 		return nil
 	}
 	return &Denied{Msg: MsgAccessDenied}
@@ -57,9 +88,72 @@ func (a Admins) CheckAccess(caller string, job *loomv1.Job) error {
 
 // CheckRelease refuses a user (not an administrator) the release of an
 // admin hold, as Slurm does.
-func (a Admins) CheckRelease(caller string, job *loomv1.Job) error {
-	if !a.Has(caller) && job.GetHold() && job.GetStateReason() == "JobHeldAdmin" {
+func (c Caller) CheckRelease(job *loomv1.Job) error {
+	if !c.Admin && job.GetHold() && job.GetStateReason() == "JobHeldAdmin" {
 		return &Denied{Msg: MsgAccessDenied}
 	}
 	return nil
+}
+
+// Sees reports whether the caller may see job at all: a workload its own
+// job only; with private (the gateway's PrivateData "jobs"), a user their
+// own jobs unless they administer the project; else every job of the
+// project (the table checked the caller's role in it).
+func (c Caller) Sees(job *loomv1.Job, private bool) bool {
+	if c.Workload != "" {
+		return c.Owns(job)
+	}
+	return !private || c.Admin || c.Owns(job)
+}
+
+// SeesEnv reports whether the caller may see job's exported environment
+// (Job.env, and Job.export, whose "ALL,VAR=x" holds values too): its owner
+// and administrators only.
+func (c Caller) SeesEnv(job *loomv1.Job) bool { return c.Admin || c.Owns(job) }
+
+// Present returns job as the caller may see it: without its environment
+// (env and export) unless SeesEnv. job itself is not changed (a copy is
+// made when something goes).
+func (c Caller) Present(job *loomv1.Job) *loomv1.Job {
+	if job == nil || (len(job.GetEnv()) == 0 && job.GetExport() == "") || c.SeesEnv(job) {
+		return job
+	}
+	out := proto.Clone(job).(*loomv1.Job)
+	out.Env, out.Export = nil, ""
+	return out
+}
+
+// secretWords mark a variable whose value is a secret: a name that
+// contains one of them (in any case) is redacted by RedactEnv.
+var secretWords = []string{"TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "AUTH", "COOKIE", "SESSION", "PRIVATE", "CERT"}
+
+// Redacted replaces a secret's value where it could be shown or logged.
+const Redacted = "[redacted]"
+
+// LooksSecret reports whether an environment variable's name suggests a
+// secret value (LOOM_TOKEN, AWS_SECRET_ACCESS_KEY, DB_PASSWORD, ...).
+func LooksSecret(name string) bool {
+	up := strings.ToUpper(name)
+	for _, w := range secretWords {
+		if strings.Contains(up, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// RedactEnv returns env with the values of secret-looking variables
+// replaced by Redacted: what may reach a log. env is not changed.
+func RedactEnv(env map[string]string) map[string]string {
+	if len(env) == 0 {
+		return env
+	}
+	out := make(map[string]string, len(env))
+	for k, v := range env {
+		if LooksSecret(k) {
+			v = Redacted
+		}
+		out[k] = v
+	}
+	return out
 }

@@ -4,37 +4,101 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/errs"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
-func TestAdminsAndAccess(t *testing.T) {
+// principal is a user with role in project "default" (RoleNone: none).
+func principal(user string, role auth.Role, clusterAdmin bool) *auth.Principal {
+	p := &auth.Principal{Name: auth.UserName(user), Kind: auth.KindUser, User: user, ClusterAdmin: clusterAdmin}
+	if role != auth.RoleNone {
+		p.Roles = map[string]auth.Role{"default": role}
+	}
+	return p
+}
+
+func TestCallerAccess(t *testing.T) {
 	t.Parallel()
-	a := ParseAdmins(" root, slurm ,,ops")
-	for u, want := range map[string]bool{"root": true, "slurm": true, "ops": true, "ana": false, "": false} {
-		if a.Has(u) != want {
-			t.Errorf("Has(%q) = %v", u, !want)
+	ana := principal("ana", auth.RoleUser, false)
+	root := principal("root", auth.RoleNone, true)
+	padmin := principal("pat", auth.RoleAdmin, false)
+	bob := principal("bob", auth.RoleUser, false)
+	otherAdmin := &auth.Principal{Name: "users/oz", Kind: auth.KindUser, User: "oz", Roles: map[string]auth.Role{"other": auth.RoleAdmin}}
+	work := &auth.Principal{Name: "jobs/default/40", Kind: auth.KindWorkload, User: "ana", Project: "default", Job: "projects/default/jobs/40"}
+	workOther := &auth.Principal{Name: "jobs/default/41", Kind: auth.KindWorkload, User: "ana", Project: "default", Job: "projects/default/jobs/41"}
+	node := &auth.Principal{Name: "nodes/n1", Kind: auth.KindNode, User: "ana"}
+	for _, c := range []struct {
+		p     *auth.Principal
+		admin bool
+	}{{ana, false}, {root, true}, {padmin, true}, {bob, false}, {otherAdmin, false}, {nil, false}} {
+		if got := CallerOf(c.p, "default").Admin; got != c.admin {
+			t.Errorf("CallerOf(%v).Admin = %v", c.p, got)
 		}
 	}
-	job := &loomv1.Job{User: "ana"}
-	for caller, ok := range map[string]bool{"ana": true, "root": true, "bob": false, "": false} {
-		err := a.CheckAccess(caller, job)
-		if (err == nil) != ok {
-			t.Errorf("CheckAccess(%q): %v", caller, err)
+	job := &loomv1.Job{Name: "projects/default/jobs/40", User: "ana", Env: map[string]string{"A_TOKEN": "s3cret"}, Export: "ALL,A_TOKEN=s3cret"}
+	for _, tc := range []struct {
+		p  *auth.Principal
+		ok bool
+	}{{ana, true}, {root, true}, {padmin, true}, {work, true}, {bob, false}, {otherAdmin, false}, {workOther, false}, {node, false}, {nil, false}} {
+		c := CallerOf(tc.p, "default")
+		err := c.CheckAccess(job)
+		if (err == nil) != tc.ok {
+			t.Errorf("CheckAccess(%v): %v", tc.p, err)
 		}
 		if err != nil && (!errors.Is(err, errs.PermissionDenied) || err.Error() != MsgAccessDenied) {
-			t.Errorf("CheckAccess(%q) = %v, want PermissionDenied %q", caller, err, MsgAccessDenied)
+			t.Errorf("CheckAccess(%v) = %v, want PermissionDenied %q", tc.p, err, MsgAccessDenied)
+		}
+		// Env goes to the owner and administrators only; the job is not changed.
+		shown := c.Present(job)
+		if got := shown.GetEnv()["A_TOKEN"] == "s3cret" && shown.GetExport() != ""; got != tc.ok {
+			t.Errorf("Present(%v) env %v export %q, want shown=%v", tc.p, shown.GetEnv(), shown.GetExport(), tc.ok)
+		}
+		if job.GetEnv()["A_TOKEN"] != "s3cret" {
+			t.Fatal("Present changed the job")
+		}
+		// PrivateData: others' jobs are hidden from users, not from admins.
+		if got := c.Sees(job, true); got != tc.ok {
+			t.Errorf("Sees(%v, private) = %v", tc.p, got)
 		}
 	}
-	if err := a.CheckAccess("", &loomv1.Job{}); err != nil {
-		t.Errorf("a job without owner refused an anonymous caller: %v", err)
+	if !CallerOf(bob, "default").Sees(job, false) || CallerOf(workOther, "default").Sees(job, false) {
+		t.Error("without PrivateData members see every job, workloads their own only")
+	}
+	// A job without owner is nobody's: only administrators act on it.
+	if err := CallerOf(ana, "default").CheckAccess(&loomv1.Job{}); err == nil {
+		t.Error("a job without owner is anyone's")
+	}
+	if err := CallerOf(root, "default").CheckAccess(&loomv1.Job{}); err != nil {
+		t.Errorf("root refused a job without owner: %v", err)
 	}
 	held := &loomv1.Job{User: "ana", Hold: true, StateReason: "JobHeldAdmin"}
-	if err := a.CheckRelease("ana", held); !errors.Is(err, errs.PermissionDenied) {
+	if err := CallerOf(ana, "default").CheckRelease(held); !errors.Is(err, errs.PermissionDenied) {
 		t.Errorf("ana released an admin hold: %v", err)
 	}
-	if err := a.CheckRelease("root", held); err != nil {
-		t.Errorf("root refused: %v", err)
+	for _, p := range []*auth.Principal{root, padmin} {
+		if err := CallerOf(p, "default").CheckRelease(held); err != nil {
+			t.Errorf("%s refused: %v", p.Name, err)
+		}
+	}
+}
+
+func TestRedactEnv(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"LOOM_TOKEN": "t", "aws_secret_access_key": "s", "DB_PASSWORD": "p", "SSH_KEY": "k",
+		"GCP_CREDENTIALS": "c", "PATH": "/bin", "EPOCHS": "3"}
+	got := RedactEnv(env)
+	for k, v := range got {
+		want := env[k]
+		if k != "PATH" && k != "EPOCHS" {
+			want = Redacted
+		}
+		if v != want {
+			t.Errorf("%s = %q, want %q", k, v, want)
+		}
+	}
+	if env["LOOM_TOKEN"] != "t" || len(got) != len(env) {
+		t.Error("RedactEnv changed its input or lost variables")
 	}
 }
 

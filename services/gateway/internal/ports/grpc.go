@@ -136,6 +136,11 @@ func (s jobs) WatchJob(r *loomv1.WatchJobRequest, stream grpc.ServerStreamingSer
 }
 
 func (s jobs) ReadJobLogs(r *loomv1.ReadJobLogsRequest, stream grpc.ServerStreamingServer[loomv1.LogChunk]) error {
+	// Only a caller who may see the job reads its logs (PrivateData,
+	// another workload's job): the same answer as GetJob's.
+	if err := s.g.CheckJobReadable(stream.Context(), r.GetName()); err != nil {
+		return errs.ToStatus(err)
+	}
 	return errs.ToStatus(s.g.ReadJobLogs(stream.Context(), r, func(b []byte) error {
 		return stream.Send(&loomv1.LogChunk{Data: b})
 	}))

@@ -1,0 +1,642 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/gateway/internal/authz"
+)
+
+// TestTableCoversServer: every method of every service registered on the
+// gateway's gRPC server has a rule in authz.Table (a method missing from it
+// would be refused to everyone at run time: the table fails closed).
+func TestTableCoversServer(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	n := 0
+	for svc, info := range h.served {
+		for _, m := range info.Methods {
+			n++
+			if _, ok := authz.Table["/"+svc+"/"+m.Name]; !ok {
+				t.Errorf("/%s/%s is served but not in authz.Table", svc, m.Name)
+			}
+		}
+	}
+	if n < 30 {
+		t.Errorf("the gateway serves %d methods; the test did not see its services", n)
+	}
+}
+
+// handlersElsewhere are the services whose handlers land with other
+// work (authentication, audit, accounts): their rows belong with those
+// handlers, since what an allowed call answers is theirs. Their rules are
+// checked cell by cell in internal/authz (TestAuthorize) meanwhile.
+var handlersElsewhere = map[string]bool{
+	"loom.v1.AuthService": true, "loom.v1.AuditService": true, "loom.v1.AccountService": true,
+}
+
+// The principals of the matrix, by their credential in the fake
+// authenticator ("" is anonymous).
+var matrixCallers = []string{"", "vic", "ana", "bob", "pat", "oz", "root", "node", "work40"}
+
+// Outcomes of a cell.
+const (
+	ok = codes.OK
+	un = codes.Unauthenticated
+	pd = codes.PermissionDenied
+	nf = codes.NotFound
+)
+
+const (
+	matrixJob  = "projects/default/jobs/40"
+	matrixStep = matrixJob + "/steps/0"
+	matrixRes  = "projects/default/reservations/r0"
+)
+
+// matrixRow is one public RPC: how to call it over gRPC and REST (i is the
+// caller's column, for ids that must differ), and the expected outcome for
+// each caller of matrixCallers.
+type matrixRow struct {
+	method string
+	grpc   func(ctx context.Context, c *grpc.ClientConn, i int) error
+	rest   func(i int) (verb, path, body string)
+	want   [9]codes.Code
+}
+
+// Expected outcomes, one row per RPC, columns as matrixCallers:
+// anonymous, viewer (vic), user and owner of job 40 (ana), another user
+// of the same project (bob), project admin (pat), admin of another
+// project (oz), cluster admin (root), node, workload of job 40.
+var (
+	viewerRow  = [9]codes.Code{un, ok, ok, ok, ok, nf, ok, pd, pd}
+	adminRow   = [9]codes.Code{un, pd, pd, pd, ok, nf, ok, pd, pd}
+	clusterRow = [9]codes.Code{un, pd, pd, pd, pd, nf, ok, pd, pd}
+	// Reads of job 40 that its workload may make too.
+	jobReadRow = [9]codes.Code{un, ok, ok, ok, ok, nf, ok, pd, ok}
+	// Acting on ana's job 40: ana, admins; not bob.
+	jobActRow = [9]codes.Code{un, pd, ok, pd, ok, nf, ok, pd, pd}
+	// Steps of job 40: as jobActRow, and its own workload.
+	stepActRow = [9]codes.Code{un, pd, ok, pd, ok, nf, ok, pd, ok}
+)
+
+func matrixRows(opName string) []matrixRow {
+	unary := func(f func(ctx context.Context, c *grpc.ClientConn, i int) error) func(context.Context, *grpc.ClientConn, int) error {
+		return f
+	}
+	get := func(path string) func(int) (string, string, string) {
+		return func(int) (string, string, string) { return "GET", path, "" }
+	}
+	cl := func(c *grpc.ClientConn) loomv1.ClusterServiceClient { return loomv1.NewClusterServiceClient(c) }
+	rs := func(c *grpc.ClientConn) loomv1.ReservationServiceClient { return loomv1.NewReservationServiceClient(c) }
+	js := func(c *grpc.ClientConn) loomv1.JobServiceClient { return loomv1.NewJobServiceClient(c) }
+	ss := func(c *grpc.ClientConn) loomv1.SlurmServiceClient { return loomv1.NewSlurmServiceClient(c) }
+	ops := func(c *grpc.ClientConn) loomv1.OperationServiceClient { return loomv1.NewOperationServiceClient(c) }
+	ms := func(c *grpc.ClientConn) loomv1.ModelServiceClient { return loomv1.NewModelServiceClient(c) }
+	clusterBody := `{"compute":{"node_pools":[{"id":"gpu","machine_type":"a2-highgpu-1g","node_count":2,"accelerator_count":1}]}}`
+	reservation := func() *loomv1.Reservation {
+		return &loomv1.Reservation{Zone: "us-central1-a", MachineType: "a2-highgpu-1g", Count: 1}
+	}
+	unchanged := func() *loomv1.UpdateClusterRequest {
+		c := matrixCluster()
+		c.Status = nil
+		return &loomv1.UpdateClusterRequest{Cluster: c, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"compute.node_pools"}}}
+	}
+	return []matrixRow{
+		{"CreateCluster", unary(func(ctx context.Context, c *grpc.ClientConn, i int) error {
+			_, err := cl(c).CreateCluster(ctx, validCluster(fmt.Sprintf("g%d", i)))
+			return err
+		}), func(i int) (string, string, string) {
+			return "POST", fmt.Sprintf("/v1/projects/default/clusters?cluster_id=r%d", i), clusterBody
+		}, adminRow},
+		{"GetCluster", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := cl(c).GetCluster(ctx, &loomv1.GetClusterRequest{Name: cluster1})
+			return err
+		}), get("/v1/" + cluster1), viewerRow},
+		{"ListClusters", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := cl(c).ListClusters(ctx, &loomv1.ListClustersRequest{Parent: project})
+			return err
+		}), get("/v1/projects/default/clusters"), viewerRow},
+		{"UpdateCluster", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := cl(c).UpdateCluster(ctx, unchanged())
+			return err
+		}), func(int) (string, string, string) {
+			b, _ := json.Marshal(map[string]any{"compute": map[string]any{"node_pools": []any{
+				map[string]any{"id": "gpu", "machine_type": "a3-ultragpu-8g", "node_count": 2, "accelerator_count": 8},
+				map[string]any{"id": "cpu", "machine_type": "n2-standard-8", "node_count": 1}}}})
+			return "PATCH", "/v1/" + cluster1, string(b)
+		}, adminRow},
+		{"GetSlurmConfig", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := cl(c).GetSlurmConfig(ctx, &loomv1.GetSlurmConfigRequest{Name: cluster1})
+			return err
+		}), get("/v1/" + cluster1 + ":slurmConfig"), viewerRow},
+		{"DeleteCluster", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := cl(c).DeleteCluster(ctx, &loomv1.DeleteClusterRequest{Name: cluster1})
+			return err
+		}), func(int) (string, string, string) { return "DELETE", "/v1/" + cluster1, "" }, adminRow},
+
+		{"CreateReservation", unary(func(ctx context.Context, c *grpc.ClientConn, i int) error {
+			_, err := rs(c).CreateReservation(ctx, &loomv1.CreateReservationRequest{Parent: project, ReservationId: fmt.Sprintf("g%d", i), Reservation: reservation()})
+			return err
+		}), func(i int) (string, string, string) {
+			return "POST", fmt.Sprintf("/v1/projects/default/reservations?reservation_id=r%d", i),
+				`{"zone":"us-central1-a","machine_type":"a2-highgpu-1g","count":1}`
+		}, clusterRow},
+		{"GetReservation", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := rs(c).GetReservation(ctx, &loomv1.GetReservationRequest{Name: matrixRes})
+			return err
+		}), get("/v1/" + matrixRes), viewerRow},
+		{"ListReservations", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := rs(c).ListReservations(ctx, &loomv1.ListReservationsRequest{Parent: project})
+			return err
+		}), get("/v1/projects/default/reservations"), viewerRow},
+		{"ListCapacity", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := rs(c).ListCapacity(ctx, &loomv1.ListCapacityRequest{Parent: project})
+			return err
+		}), get("/v1/projects/default/capacity"), viewerRow},
+		{"DeleteReservation", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := rs(c).DeleteReservation(ctx, &loomv1.DeleteReservationRequest{Name: matrixRes})
+			return err
+		}), func(int) (string, string, string) { return "DELETE", "/v1/" + matrixRes, "" }, clusterRow},
+
+		{"SubmitJob", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := js(c).SubmitJob(ctx, validJob())
+			return err
+		}), func(int) (string, string, string) {
+			return "POST", "/v1/projects/default/jobs", `{"cluster":"c1","script":"echo hi"}`
+		}, [9]codes.Code{un, pd, ok, ok, ok, nf, ok, pd, ok}},
+		{"GetJob", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := js(c).GetJob(ctx, &loomv1.GetJobRequest{Name: matrixJob})
+			return err
+		}), get("/v1/" + matrixJob), jobReadRow},
+		{"ListJobs", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := js(c).ListJobs(ctx, &loomv1.ListJobsRequest{Parent: project})
+			return err
+		}), get("/v1/projects/default/jobs"), viewerRow},
+		{"WatchJob", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			st, err := js(c).WatchJob(ctx, &loomv1.WatchJobRequest{Name: matrixJob})
+			if err == nil {
+				_, err = st.Recv()
+			}
+			return err
+		}), get("/v1/" + matrixJob + ":watch"), jobReadRow},
+		{"CancelJob", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := js(c).CancelJob(ctx, &loomv1.CancelJobRequest{Name: matrixJob, Signal: "USR1"})
+			return err
+		}), func(int) (string, string, string) { return "POST", "/v1/" + matrixJob + ":cancel", `{"signal":"USR1"}` }, jobActRow},
+		{"UpdateJob", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := js(c).UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: matrixJob, Action: "requeue"})
+			return err
+		}), func(int) (string, string, string) {
+			return "POST", "/v1/" + matrixJob + ":update", `{"action":"requeue"}`
+		}, jobActRow},
+		{"ReadJobLogs", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			st, err := js(c).ReadJobLogs(ctx, &loomv1.ReadJobLogsRequest{Name: matrixJob})
+			for err == nil {
+				_, err = st.Recv()
+			}
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}), get("/v1/" + matrixJob + ":logs"), viewerRow},
+		{"CreateJobStep", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			// The request id of step 0: an allowed caller gets it back at once.
+			_, err := js(c).CreateJobStep(ctx, &loomv1.CreateJobStepRequest{Parent: matrixJob, RequestId: "matrix", Command: []string{"hostname"}})
+			return err
+		}), func(int) (string, string, string) {
+			return "POST", "/v1/" + matrixJob + "/steps", `{"request_id":"matrix","command":["hostname"]}`
+		}, stepActRow},
+		{"GetJobStep", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := js(c).GetJobStep(ctx, &loomv1.GetJobStepRequest{Name: matrixStep})
+			return err
+		}), get("/v1/" + matrixStep), jobReadRow},
+		{"ListJobSteps", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := js(c).ListJobSteps(ctx, &loomv1.ListJobStepsRequest{Parent: matrixJob})
+			return err
+		}), get("/v1/" + matrixJob + "/steps"), jobReadRow},
+		{"CancelJobStep", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := js(c).CancelJobStep(ctx, &loomv1.CancelJobStepRequest{Name: matrixStep})
+			return err
+		}), func(int) (string, string, string) { return "POST", "/v1/" + matrixStep + ":cancel", `{}` }, stepActRow},
+
+		{"ListPartitions", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := ss(c).ListPartitions(ctx, &loomv1.ListPartitionsRequest{Cluster: cluster1})
+			return err
+		}), get("/v1/" + cluster1 + "/partitions"), viewerRow},
+		{"ListSlurmNodes", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := ss(c).ListSlurmNodes(ctx, &loomv1.ListSlurmNodesRequest{Cluster: cluster1})
+			return err
+		}), get("/v1/" + cluster1 + "/slurmNodes"), viewerRow},
+		{"UpdateSlurmNode", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := ss(c).UpdateSlurmNode(ctx, &loomv1.UpdateSlurmNodeRequest{Cluster: cluster1, Hostname: "gpu-0001", State: "RESUME"})
+			return err
+		}), func(int) (string, string, string) {
+			return "POST", "/v1/" + cluster1 + "/slurmNodes/gpu-0001:update", `{"state":"RESUME"}`
+		}, clusterRow},
+
+		{"GetOperation", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := ops(c).GetOperation(ctx, &loomv1.GetOperationRequest{Name: opName})
+			return err
+		}), get("/v1/" + opName), viewerRow},
+		{"WaitOperation", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := ops(c).WaitOperation(ctx, &loomv1.WaitOperationRequest{Name: opName, TimeoutSeconds: 1})
+			return err
+		}), func(int) (string, string, string) { return "POST", "/v1/" + opName + ":wait", `{"timeout_seconds":1}` }, viewerRow},
+
+		{"ListNodes", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := loomv1.NewNodeServiceClient(c).ListNodes(ctx, &loomv1.ListNodesRequest{Parent: cluster1})
+			return err
+		}), get("/v1/" + cluster1 + "/nodes"), viewerRow},
+
+		{"ListModels", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := ms(c).ListModels(ctx, &loomv1.ListModelsRequest{Parent: project})
+			return err
+		}), get("/v1/projects/default/models"), viewerRow},
+		{"GetModel", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := ms(c).GetModel(ctx, &loomv1.GetModelRequest{Name: project + "/models/m1"})
+			return err
+		}), get("/v1/projects/default/models/m1"), viewerRow},
+		{"ListModelVersions", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := ms(c).ListModelVersions(ctx, &loomv1.ListModelVersionsRequest{Parent: project + "/models/m1"})
+			return err
+		}), get("/v1/projects/default/models/m1/versions"), viewerRow},
+	}
+}
+
+// matrixCluster is c1 with machine types, so that an update of it passes.
+func matrixCluster() *loomv1.Cluster {
+	c := c1()
+	pools := c.GetCompute().GetNodePools()
+	pools[0].MachineType, pools[1].MachineType = "a3-ultragpu-8g", "n2-standard-8"
+	return c
+}
+
+// matrixWorld sets up what the matrix acts on: ana's running job 40 (with a
+// secret in its environment) and its step 0, reservation r0, a Slurm node,
+// and an operation (returned).
+func matrixWorld(t *testing.T, h *harness) string {
+	t.Helper()
+	ctx := testkit.Context(t, wait)
+	h.w.setCluster(matrixCluster())
+	h.w.setJob(&loomv1.Job{Name: matrixJob, JobId: "40", Cluster: cluster1, State: loomv1.JobState_RUNNING, User: "ana",
+		Partition: "all", Nodes: []string{"gpu-0001"}, Env: map[string]string{"HF_TOKEN": "hf_s3cret"}, Export: "ALL,HF_TOKEN=hf_s3cret"})
+	stepsOf(h.w).add(&loomv1.JobStep{Name: matrixStep, Job: matrixJob, State: loomv1.JobState_RUNNING, RequestId: "matrix"})
+	h.w.setReservation(&loomv1.Reservation{Name: matrixRes, Zone: "us-central1-a", MachineType: "a2-highgpu-1g", Count: 1})
+	h.w.mu.Lock()
+	h.w.slurmNodes = []*loomv1.SlurmNode{{Hostname: "gpu-0001", Cluster: cluster1, State: loomv1.SlurmNode_IDLE}}
+	h.w.mu.Unlock()
+	op, err := h.clusters().CreateCluster(ctx, validCluster("opsrc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return op.GetName()
+}
+
+// TestAuthorizationMatrix calls every public RPC as each kind of caller,
+// through gRPC and through REST (which forwards the Authorization header
+// to the gateway's own gRPC endpoint), and checks each outcome against
+// the table above; then that no command was written by a caller outside
+// the project, and none on ana's job by another user.
+func TestAuthorizationMatrix(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	opName := matrixWorld(t, h)
+	rows := matrixRows(opName)
+	covered := map[string]bool{}
+	for _, r := range rows {
+		covered[r.method] = true
+	}
+	for svc, info := range h.served {
+		if !strings.HasPrefix(svc, "loom.v1.") || handlersElsewhere[svc] {
+			continue
+		}
+		for _, m := range info.Methods {
+			if !covered[m.Name] {
+				t.Errorf("%s/%s has no row in the matrix", svc, m.Name)
+			}
+		}
+	}
+
+	t.Run("grpc", func(t *testing.T) {
+		ctx := testkit.Context(t, 4*wait)
+		for i, who := range matrixCallers {
+			conn := h.as(t, who)
+			for _, r := range rows {
+				err := r.grpc(ctx, conn, i)
+				if got := status.Code(err); got != r.want[i] {
+					t.Errorf("gRPC %s as %q: %v (%v), want %v", r.method, who, got, err, r.want[i])
+				}
+			}
+		}
+	})
+	t.Run("rest", func(t *testing.T) {
+		ctx := testkit.Context(t, 4*wait)
+		for i, who := range matrixCallers {
+			client := h.restAs(who)
+			for _, r := range rows {
+				verb, path, body := r.rest(i)
+				code, msg := restCall(ctx, t, client, h.restBase, verb, path, body)
+				if want := runtime.HTTPStatusFromCode(r.want[i]); code != want {
+					t.Errorf("REST %s %s (%s) as %q: HTTP %d %s, want %d", verb, path, r.method, who, code, msg, want)
+				}
+			}
+		}
+	})
+
+	// 0 cross-project writes, 0 writes on another user's job: every
+	// command names its principal, and none is by oz, vic, the node, or
+	// by bob on ana's job.
+	ctx := testkit.Context(t, wait)
+	// A last command, so that everything before it has been relayed.
+	if _, err := h.jobs().CancelJob(ctx, &loomv1.CancelJobRequest{Name: matrixJob, Signal: "USR2"}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitEvent(t, h.broker, topics.JobCommands, wait, func(e envelope.Event) bool {
+		c, ok := e.Payload.(*eventsv1.CancelJob)
+		return ok && c.GetSignal() == "USR2"
+	})
+	n := 0
+	for _, topic := range []string{topics.JobCommands, topics.ClusterCommands} {
+		for _, e := range testkit.Events(t, h.broker, topic) {
+			n++
+			switch e.Principal {
+			case "", "users/oz", "users/vic", "nodes/gpu-0001":
+				t.Errorf("%s command %s by %q", topic, e.Type, e.Principal)
+			case "users/bob":
+				if _, sub := e.Payload.(*eventsv1.SubmitJob); !sub {
+					t.Errorf("bob's %s command on another's job: %v", e.Type, e.Payload)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("no commands were written")
+	}
+}
+
+// restCall makes one REST call and returns the HTTP status and the body
+// (for a stream, what came before it was cut off).
+func restCall(ctx context.Context, t *testing.T, c *http.Client, base, verb, path, body string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, verb, base+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", verb, path, err)
+	}
+	defer resp.Body.Close()
+	// A watch of a running job streams on: the first line is enough.
+	buf := make([]byte, 4096)
+	n, _ := io.ReadAtLeast(resp.Body, buf, 1)
+	return resp.StatusCode, string(buf[:n])
+}
+
+// TestEnvironmentOnlyToOwnerAndAdmins: GetJob, ListJobs and WatchJob show
+// the job's exported environment (env, export) to its owner, its
+// workload and administrators only, over gRPC and REST (which proves the
+// REST call carries its caller).
+func TestEnvironmentOnlyToOwnerAndAdmins(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	matrixWorld(t, h)
+	ctx := testkit.Context(t, 2*wait)
+	for who, sees := range map[string]bool{"ana": true, "pat": true, "root": true, "work40": true, "bob": false, "vic": false} {
+		js := loomv1.NewJobServiceClient(h.as(t, who))
+		j, err := js.GetJob(ctx, &loomv1.GetJobRequest{Name: matrixJob})
+		if err != nil {
+			t.Fatalf("GetJob as %s: %v", who, err)
+		}
+		check := func(how string, j *loomv1.Job) {
+			t.Helper()
+			shown := j.GetEnv()["HF_TOKEN"] == "hf_s3cret" && j.GetExport() != ""
+			if shown != sees || (!sees && (len(j.GetEnv()) > 0 || strings.Contains(j.GetExport(), "hf_s3cret"))) {
+				t.Errorf("%s as %s: env %v export %q, want shown=%v", how, who, j.GetEnv(), j.GetExport(), sees)
+			}
+		}
+		check("GetJob", j)
+		st, err := js.WatchJob(ctx, &loomv1.WatchJobRequest{Name: matrixJob})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := st.Recv()
+		if err != nil {
+			t.Fatalf("WatchJob as %s: %v", who, err)
+		}
+		check("WatchJob", first)
+		if who != "work40" {
+			list, err := js.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: project})
+			if err != nil || len(list.GetJobs()) != 1 {
+				t.Fatalf("ListJobs as %s: %v %v", who, list, err)
+			}
+			check("ListJobs", list.GetJobs()[0])
+		}
+		code, body := restCall(ctx, t, h.restAs(who), h.restBase, "GET", "/v1/"+matrixJob, "")
+		if code != http.StatusOK || strings.Contains(body, "hf_s3cret") != sees {
+			t.Errorf("REST GetJob as %s: HTTP %d %s, want the secret shown=%v", who, code, body, sees)
+		}
+	}
+}
+
+// TestAttacks: the issue's attacks, as regression tests.
+func TestAttacks(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *Config) { c.PrivateData = "jobs" })
+	matrixWorld(t, h)
+	ctx := testkit.Context(t, 2*wait)
+	bob := loomv1.NewJobServiceClient(h.as(t, "bob"))
+	ana := loomv1.NewJobServiceClient(h.as(t, "ana"))
+
+	// Claiming another identity: a submission naming another user is
+	// refused, naming the field; one naming nobody is the caller's.
+	claim := validJob()
+	claim.Job.User = "ana"
+	_, err := bob.SubmitJob(ctx, claim)
+	wantCode(t, "bob submits as ana", err, codes.PermissionDenied, "job.user", "Access/permission denied")
+	own, err := bob.SubmitJob(ctx, validJob())
+	if err != nil || own.GetUser() != "bob" {
+		t.Fatalf("bob's own job: %v %v, want user bob", own, err)
+	}
+	cmd := testkit.WaitEvent(t, h.broker, topics.JobCommands, wait, func(e envelope.Event) bool {
+		s, ok := e.Payload.(*eventsv1.SubmitJob)
+		return ok && s.GetJob().GetName() == own.GetName()
+	})
+	if cmd.Principal != "users/bob" || cmd.Payload.(*eventsv1.SubmitJob).GetJob().GetUser() != "bob" {
+		t.Errorf("SubmitJob command by %q for user %q, want users/bob, bob", cmd.Principal, cmd.Payload.(*eventsv1.SubmitJob).GetJob().GetUser())
+	}
+	// A workload's jobs are its owner's.
+	wj, err := loomv1.NewJobServiceClient(h.as(t, "work40")).SubmitJob(ctx, validJob())
+	if err != nil || wj.GetUser() != "ana" {
+		t.Fatalf("workload's job: %v %v, want user ana", wj, err)
+	}
+	// A cluster admin may submit as another user (Slurm: only root may sbatch --uid).
+	asAna := validJob()
+	asAna.Job.User = "ana"
+	if j, err := h.jobs().SubmitJob(ctx, asAna); err != nil || j.GetUser() != "ana" {
+		t.Fatalf("root submits as ana: %v %v", j, err)
+	}
+
+	// Reading another user's environment and logs, with PrivateData=jobs:
+	// ana's job is not there for bob, with the answer a missing job gets.
+	_, missing := bob.GetJob(ctx, &loomv1.GetJobRequest{Name: "projects/default/jobs/999"})
+	wantCode(t, "GetJob of a missing job", missing, codes.NotFound)
+	for what, err := range map[string]error{
+		"GetJob": func() error { _, err := bob.GetJob(ctx, &loomv1.GetJobRequest{Name: matrixJob}); return err }(),
+		"WatchJob": func() error {
+			st, err := bob.WatchJob(ctx, &loomv1.WatchJobRequest{Name: matrixJob})
+			if err == nil {
+				_, err = st.Recv()
+			}
+			return err
+		}(),
+		"ReadJobLogs": func() error {
+			st, err := bob.ReadJobLogs(ctx, &loomv1.ReadJobLogsRequest{Name: matrixJob})
+			if err == nil {
+				_, err = st.Recv()
+			}
+			return err
+		}(),
+		"CancelJob": func() error {
+			_, err := bob.CancelJob(ctx, &loomv1.CancelJobRequest{Name: matrixJob, User: "ana"})
+			return err
+		}(),
+		"CreateJobStep": func() error {
+			_, err := bob.CreateJobStep(ctx, &loomv1.CreateJobStepRequest{Parent: matrixJob, Command: []string{"cat", "/etc/shadow"}})
+			return err
+		}(),
+	} {
+		wantCode(t, "bob's "+what+" of ana's hidden job", err, codes.NotFound, matrixJob)
+		if status.Convert(err).Message() != strings.Replace(status.Convert(missing).Message(), "999", "40", 1) {
+			t.Errorf("bob's %s: %q, not the missing job's answer %q", what, status.Convert(err).Message(), status.Convert(missing).Message())
+		}
+	}
+	list, err := bob.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: project})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range list.GetJobs() {
+		if j.GetUser() != "bob" {
+			t.Errorf("bob lists %s's job %s", j.GetUser(), j.GetName())
+		}
+	}
+	if l, err := bob.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: project, Users: []string{"ana"}}); err != nil || len(l.GetJobs()) != 0 {
+		t.Errorf("bob lists ana's jobs: %v %v, want none", l, err)
+	}
+	// An array of ana's: its tasks are not there for bob either, and the
+	// answer does not say whether it is an array.
+	arr := validJob()
+	arr.Job.Array = "0-3"
+	a, err := ana.SubmitJob(ctx, arr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{a.GetName() + "_2", a.GetName() + "_9", a.GetName()} {
+		_, err := bob.GetJob(ctx, &loomv1.GetJobRequest{Name: name})
+		wantCode(t, "bob's GetJob of ana's array "+name, err, codes.NotFound)
+		if want := "job " + name + ": not found"; status.Convert(err).Message() != want {
+			t.Errorf("bob's GetJob of %s: %q, want %q", name, status.Convert(err).Message(), want)
+		}
+	}
+	// A cluster of another project does not widen a list.
+	_, err = bob.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: project, Cluster: "projects/other/clusters/c1"})
+	wantCode(t, "ListJobs with another project's cluster", err, codes.InvalidArgument, "cluster", "is not in projects/default")
+	// The owner and admins still see it, env included.
+	if j, err := ana.GetJob(ctx, &loomv1.GetJobRequest{Name: matrixJob}); err != nil || j.GetEnv()["HF_TOKEN"] == "" {
+		t.Errorf("ana's own job: %v %v", j, err)
+	}
+	if l, err := loomv1.NewJobServiceClient(h.as(t, "pat")).ListJobs(ctx, &loomv1.ListJobsRequest{Parent: project}); err != nil ||
+		!slices.ContainsFunc(l.GetJobs(), func(j *loomv1.Job) bool { return j.GetName() == matrixJob }) {
+		t.Errorf("the project admin's list: %v %v, want ana's job in it", l, err)
+	}
+
+	// srun --jobid into another user's job without PrivateData: refused as
+	// Slurm does, and no step command is written.
+	open := newHarness(t)
+	matrixWorld(t, open)
+	bobOpen := loomv1.NewJobServiceClient(open.as(t, "bob"))
+	_, err = bobOpen.CreateJobStep(ctx, &loomv1.CreateJobStepRequest{Parent: matrixJob, Command: []string{"sh", "-c", "id"}})
+	wantCode(t, "bob's srun --jobid into ana's job", err, codes.PermissionDenied, "Access/permission denied")
+	_, err = bobOpen.CancelJobStep(ctx, &loomv1.CancelJobStepRequest{Name: matrixStep})
+	wantCode(t, "bob's scancel of ana's step", err, codes.PermissionDenied, "Access/permission denied")
+	// Without PrivateData a member sees the job, but not its environment.
+	if j, err := bobOpen.GetJob(ctx, &loomv1.GetJobRequest{Name: matrixJob}); err != nil || len(j.GetEnv()) != 0 || j.GetExport() != "" {
+		t.Errorf("bob's GetJob of ana's job: %v %v, want it without env", j, err)
+	}
+	// A request id ana used does not hand bob her job.
+	rid := validJob()
+	rid.RequestId = "ana-1"
+	if _, err := loomv1.NewJobServiceClient(open.as(t, "ana")).SubmitJob(ctx, rid); err != nil {
+		t.Fatal(err)
+	}
+	_, err = bobOpen.SubmitJob(ctx, rid)
+	wantCode(t, "bob replays ana's request id", err, codes.AlreadyExists, "another caller")
+	// The last command written is ana's submission: a marker, then none
+	// by bob may be a step or a cancel.
+	testkit.WaitEvent(t, open.broker, topics.JobCommands, wait, func(e envelope.Event) bool {
+		_, ok := e.Payload.(*eventsv1.SubmitJob)
+		return ok && e.Principal == "users/ana"
+	})
+	for _, e := range testkit.Events(t, open.broker, topics.JobCommands) {
+		if e.Principal == "users/bob" {
+			t.Errorf("bob wrote %s: %v", e.Type, proto.MessageName(e.Payload))
+		}
+	}
+}
+
+// TestRESTForwardsAuthorization: grpc-gateway passes the REST call's
+// Authorization header on to the gateway's own gRPC endpoint, so REST is
+// authenticated and authorized as gRPC is: no header → 401, an unknown
+// credential → 401, a caller outside the project → 404, its member → 200.
+func TestRESTForwardsAuthorization(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, wait)
+	for _, tc := range []struct {
+		header string
+		want   int
+	}{{"", http.StatusUnauthorized}, {"Bearer nobody", http.StatusUnauthorized}, {"Basic YW5hOg==", http.StatusUnauthorized},
+		{"Bearer oz", http.StatusNotFound}, {"Bearer vic", http.StatusOK}, {"bearer vic", http.StatusOK}} {
+		req, err := http.NewRequestWithContext(ctx, "GET", h.restBase+"/v1/projects/default/clusters", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.header != "" {
+			// A test principal's name stands for its real credential.
+			scheme, name, _ := strings.Cut(tc.header, " ")
+			req.Header.Set("Authorization", scheme+" "+h.cred(name))
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("Authorization %q: HTTP %d %s, want %d", tc.header, resp.StatusCode, body, tc.want)
+		}
+	}
+}
