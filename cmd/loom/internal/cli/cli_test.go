@@ -446,8 +446,8 @@ func TestJobsWatchLogsCancel(t *testing.T) {
 		}
 	}
 	if req, _ := fakegw.LastRequest[*loomv1.CancelJobRequest](f); !strings.HasPrefix(req.GetName(), "projects/default/jobs/") ||
-		req.GetUser() == "" || req.GetUser() != slurmcli.UserName(os.Getenv) {
-		t.Fatalf("CancelJob request = %v; want it to name the caller (LOOM_USER, USER, else the account), as submit names the owner", req)
+		req.GetUser() == "" || req.GetUser() != slurmcli.AccountName() {
+		t.Fatalf("CancelJob request = %v; want it to name the caller (its principal, else the OS account), as submit names the owner", req)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/loom-ml/loom/cmd/loom/internal/creds"
 	"github.com/loom-ml/loom/cmd/loom/stack"
 	"github.com/loom-ml/loom/libs/config"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -57,9 +58,17 @@ type app struct {
 	// upAddrs are the addresses `loom up` listens on (stack.DefaultAddrs;
 	// tests pick free ports).
 	upAddrs func() stack.Addrs
+	// configDir, when set, is the CLI's config directory (the credentials
+	// file's), instead of creds.Dir's: tests keep out of the real user's.
+	configDir string
 
 	connMu sync.Mutex
 	conn   *grpc.ClientConn
+	// src finds the credential the connection sends (see credSource).
+	src *creds.Source
+	// fixedCred, when set, is the credential instead of src's search: the
+	// administrator key of the stack `loom demo` started.
+	fixedCred string
 }
 
 // Execute runs the loom command line args (without the program name) and
@@ -190,6 +199,8 @@ claim; "loom capacity" shows what is free where. Every get and list takes
 		a.demoCommand(),
 		a.slurmCommand(),
 		a.simCommand(),
+		a.authCommand(),
+		a.authdCommand(),
 	)
 	return root
 }
@@ -199,10 +210,15 @@ func (a *app) client() (*grpc.ClientConn, error) {
 	a.connMu.Lock()
 	defer a.connMu.Unlock()
 	if a.conn == nil {
-		conn, err := grpc.NewClient(a.gateway, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		// Every call carries the caller's credential (LOOM_TOKEN, the
+		// login daemon, the credentials file), renewed when it expires.
+		src := a.credSource()
+		conn, err := grpc.NewClient(a.gateway, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithPerRPCCredentials(src.Credentials()))
 		if err != nil {
 			return nil, usagef("--gateway %q: %v", a.gateway, err)
 		}
+		src.Conn = conn
 		a.conn = conn
 	}
 	return a.conn, nil
@@ -216,6 +232,7 @@ func (a *app) close() {
 		_ = a.conn.Close()
 		a.conn = nil
 	}
+	a.src = nil
 }
 
 // explained is an error rewritten for the user that keeps the gRPC error
@@ -314,6 +331,16 @@ func (a *app) explainMsg(what string, err error) error {
 		return fmt.Errorf("%s: the gateway at %s does not support this (%s)", what, a.gateway, msg)
 	case codes.Canceled:
 		return fmt.Errorf("%s: cancelled", what)
+	case codes.Unauthenticated:
+		if strings.Contains(msg, "loom auth login") {
+			return fmt.Errorf("%s: %s", what, msg)
+		}
+		if a.src == nil || a.src.From() == creds.FromNone {
+			return fmt.Errorf("%s: not logged in to %s: run `loom auth login%s` (or set LOOM_TOKEN)", what, a.gateway, a.gatewayFlag())
+		}
+		return fmt.Errorf("%s: the gateway at %s refused your credential (from %s): %s; run `loom auth login%s` again", what, a.gateway, a.src.From(), msg, a.gatewayFlag())
+	case codes.PermissionDenied:
+		return fmt.Errorf("%s: permission denied: %s", what, msg)
 	}
 	return fmt.Errorf("%s: %s: %s", what, st.Code(), msg)
 }

@@ -60,6 +60,10 @@ type Gateway struct {
 	loomv1.UnimplementedReservationServiceServer
 	loomv1.UnimplementedSlurmServiceServer
 
+	// Auth, when set, is served as AuthService (see Auth). Without it
+	// AuthService is Unimplemented, as on a gateway that predates it.
+	Auth *Auth
+
 	// Clusters are listed by project (the name's prefix) and found by name.
 	Clusters []*loomv1.Cluster
 	// Nodes are the clusters' nodes (NodeService). A cluster with no
@@ -133,6 +137,7 @@ type Gateway struct {
 	opPolls   int            // GetOperation calls, which advance the operation
 	jobPolls  map[string]int // GetJob calls that found a pending job, by name (StartJobs)
 	stepPolls map[string]int // GetJobStep calls, by step name
+	bearers   []string       // each call's credential (Bearers)
 }
 
 // Serve serves g on a loopback port until the test ends and returns the
@@ -143,7 +148,10 @@ func (g *Gateway) Serve(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("fakegw: listen: %v", err)
 	}
-	s := grpc.NewServer()
+	s := grpc.NewServer(grpc.ChainUnaryInterceptor(g.unaryBearer), grpc.ChainStreamInterceptor(g.streamBearer))
+	if g.Auth != nil {
+		loomv1.RegisterAuthServiceServer(s, g.Auth)
+	}
 	loomv1.RegisterClusterServiceServer(s, g)
 	loomv1.RegisterOperationServiceServer(s, g)
 	loomv1.RegisterJobServiceServer(s, g)
