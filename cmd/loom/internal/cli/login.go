@@ -117,19 +117,19 @@ directory here.`,
 				return exitError{code: 127, msg: fmt.Sprintf("loom clusters login: %s: %v", argv[0], err)}
 			}
 			env := loginEnv(caller, map[string]string{
-				"USER":            u.name,
-				"LOGNAME":         u.name,
-				"HOME":            u.home,
-				"SHELL":           u.shell,
-				"LANG":            cmp.Or(getenvIn(caller, "LANG"), "C.UTF-8"),
-				"TERM":            cmp.Or(getenvIn(caller, "TERM"), "dumb"),
-				"LOOM_GATEWAY":    a.gateway,
-				"LOOM_PROJECT":    a.project,
-				"LOOM_CLUSTER":    c.GetName(),
-				"LOOM_LOGIN_NODE": c.GetStatus().GetLoginNode(),
-				"SLURM_CONF":      slurmConf(home),
+				"USER":              u.name,
+				"LOGNAME":           u.name,
+				"HOME":              u.home,
+				"SHELL":             u.shell,
+				"LANG":              cmp.Or(getenvIn(caller, "LANG"), "C.UTF-8"),
+				"TERM":              cmp.Or(getenvIn(caller, "TERM"), "dumb"),
+				"LOOM_GATEWAY":      a.gateway,
+				"LOOM_PROJECT":      a.project,
+				"LOOM_CLUSTER":      c.GetName(),
+				"LOOM_LOGIN_NODE":   c.GetStatus().GetLoginNode(),
+				"SLURM_CONF":        slurmConf(home),
 				"LOOM_AUTHD_SOCKET": a.loginAuthdSocket(),
-				"PATH":            path,
+				"PATH":              path,
 			})
 			command := func(prog string, args []string) *exec.Cmd {
 				sh := exec.Command(prog, args...)
