@@ -69,8 +69,15 @@ func (g *Gateway) recordBearer(ctx context.Context) {
 	g.mu.Unlock()
 }
 
-func (g *Gateway) unaryBearer(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+// unaryBearer records each call's bearer, and AuthService's requests
+// (the other services' handlers record their own) for Requests.
+func (g *Gateway) unaryBearer(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	g.recordBearer(ctx)
+	if m, ok := req.(proto.Message); ok && strings.HasPrefix(info.FullMethod, "/"+loomv1.AuthService_ServiceDesc.ServiceName+"/") {
+		g.mu.Lock()
+		g.record(m)
+		g.mu.Unlock()
+	}
 	return h(ctx, req)
 }
 
