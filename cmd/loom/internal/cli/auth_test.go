@@ -1,18 +1,25 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
+	"flag"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/loom-ml/loom/cmd/loom/internal/authd"
 	"github.com/loom-ml/loom/cmd/loom/internal/creds"
 	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
+	"github.com/loom-ml/loom/cmd/loom/internal/slurmcli"
 	"github.com/loom-ml/loom/cmd/loom/stack"
 	"github.com/loom-ml/loom/libs/auth"
+	"github.com/loom-ml/loom/libs/testkit"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/gateway"
 )
 
 // authGateway is the CLI tests' fake gateway with an AuthService that
@@ -289,5 +296,89 @@ func TestUpSavesTheAdministratorKeyOnce(t *testing.T) {
 	st.NewAdminKey = false
 	if err := a.saveAdminKey(st, &out); err != nil || out.Len() != 0 {
 		t.Errorf("a later start said %q (%v); want nothing", out.String(), err)
+	}
+}
+
+// gatewayHasFlag says whether the gateway takes flag name.
+func gatewayHasFlag(name string) bool {
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	new(gateway.Config).RegisterFlags(fs)
+	return fs.Lookup(name) != nil
+}
+
+// upAndStop runs `loom up` on dataDir with the CLI config directory
+// cfg, calls while(gateway address) once it is up, then stops it (Ctrl-C)
+// and returns what it printed.
+func upAndStop(t *testing.T, dataDir, cfg string, while func(gw string)) string {
+	t.Helper()
+	a := newApp()
+	a.upAddrs = func() stack.Addrs { return stack.Addrs{} }
+	a.configDir = cfg
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut syncBuffer
+	code := make(chan int, 1)
+	go func() { code <- a.execute(ctx, []string{"up", "--data-dir", dataDir, "--log-level", "warn"}, &out, &errOut) }()
+	up := regexp.MustCompile(`Loom is up: gateway (\S+) `)
+	var gw string
+	testkit.WaitFor(t, 90*time.Second, "loom up to be up", func() (bool, error) {
+		select {
+		case c := <-code:
+			t.Fatalf("loom up exited %d:\n%s%s", c, out.String(), errOut.String())
+		default:
+		}
+		if m := up.FindStringSubmatch(out.String()); m != nil {
+			gw = m[1]
+			return true, nil
+		}
+		return false, nil
+	})
+	while(gw)
+	cancel()
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Fatalf("loom up exited %d after Ctrl-C:\n%s%s", c, out.String(), errOut.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("loom up did not stop after Ctrl-C")
+	}
+	return out.String()
+}
+
+// TestUpHandsTheAdministratorKeyOverOnce: the first `loom up` on a data
+// directory saves the administrator key the gateway made in the CLI's
+// credentials file and says so; loom commands then just work, as the
+// cluster administrator (the OS user running loom up); its login daemon
+// gives this process a token for its own account. The second `loom up`
+// on the same data directory says nothing of a key.
+func TestUpHandsTheAdministratorKeyOverOnce(t *testing.T) {
+	if !gatewayHasFlag("bootstrap-key-file") {
+		t.Skip("this gateway makes no administrator key (no -bootstrap-key-file: issue 13's gateway side): nothing for loom up to hand over")
+	}
+	t.Parallel()
+	me := slurmcli.AccountName()
+	data, cfg := t.TempDir(), t.TempDir()
+	const said = "Created an administrator API key for "
+	first := upAndStop(t, data, cfg, func(gw string) {
+		e, err := creds.Open(cfg).Get(gw)
+		if err != nil || e == nil || e.APIKey == "" || e.User != me {
+			t.Fatalf("credentials entry for %s after the first loom up: %+v (%v)", gw, e, err)
+		}
+		// No LOOM_TOKEN, no flag: the saved key is what the CLI sends.
+		out, errOut, code := authCLI(t, gw, cfg, nil, "auth", "whoami")
+		if code != 0 || !strings.Contains(out, "PRINCIPAL      users/"+me+"\n") || !strings.Contains(out, "CLUSTER ADMIN  yes\n") {
+			t.Errorf("whoami after loom up: exit %d, %q, %q", code, out, errOut)
+		}
+		if a, err := authd.Ask(context.Background(), filepath.Join(data, "authd.sock")); err != nil || a.User != me {
+			t.Errorf("loom up's login daemon answered %+v, %v; want a token for %s", a, err, me)
+		}
+	})
+	if n := strings.Count(first, said); n != 1 {
+		t.Errorf("the first loom up said %q %d times, want once:\n%s", said, n, first)
+	}
+	second := upAndStop(t, data, cfg, func(string) {})
+	if strings.Contains(second, said) {
+		t.Errorf("the second loom up on the same data directory spoke of the key again:\n%s", second)
 	}
 }
