@@ -318,7 +318,9 @@ func upAndStop(t *testing.T, dataDir, cfg string, while func(gw string)) string 
 	defer cancel()
 	var out, errOut syncBuffer
 	code := make(chan int, 1)
-	go func() { code <- a.execute(ctx, []string{"up", "--data-dir", dataDir, "--log-level", "warn"}, &out, &errOut) }()
+	go func() {
+		code <- a.execute(ctx, []string{"up", "--data-dir", dataDir, "--log-level", "warn"}, &out, &errOut)
+	}()
 	up := regexp.MustCompile(`Loom is up: gateway (\S+) `)
 	var gw string
 	testkit.WaitFor(t, 90*time.Second, "loom up to be up", func() (bool, error) {
