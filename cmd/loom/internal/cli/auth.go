@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -76,7 +77,11 @@ func (a *app) whoAmI(ctx context.Context) (*loomv1.Principal, error) {
 // names: the principal's user (from the login daemon or the credentials
 // file, else WhoAmI), else the OS account running loom. Never USER or
 // LOOM_USER, which anyone can set; the gateway goes by the credential in
-// any case.
+// any case. The one exception is a gateway without authentication at all
+// (WhoAmI Unimplemented: it predates issue 13 and believes the user named
+// in each request, whoever sends it): there the commands name USER as
+// they always did, which gives no one anything that gateway does not
+// already give everyone.
 func (a *app) userName(ctx context.Context) string {
 	if _, err := a.client(); err == nil {
 		a.connMu.Lock()
@@ -87,9 +92,13 @@ func (a *app) userName(ctx context.Context) string {
 				if u, _, ok := src.Identity(); ok {
 					return u
 				}
-				if src.From() != creds.FromNone {
-					if p, err := a.whoAmI(ctx); err == nil && p.GetUser() != "" {
-						return p.GetUser()
+				p, err := a.whoAmI(ctx)
+				switch {
+				case err == nil && p.GetUser() != "":
+					return p.GetUser()
+				case codeOf(err) == codes.Unimplemented:
+					if u := cmp.Or(a.getenv("LOOM_USER"), a.getenv("USER")); u != "" {
+						return u
 					}
 				}
 			}

@@ -240,7 +240,7 @@ func TestAuthRenewsExpiredTokens(t *testing.T) {
 
 // TestSlurmCommandsActAsTheirCredential: a Slurm command sends its
 // credential and acts as its principal: `USER=root LOOM_USER=root sbatch`
-// with bob's token submits as bob.
+// with bob's token submits as bob; with no credential, as the OS account.
 func TestSlurmCommandsActAsTheirCredential(t *testing.T) {
 	t.Parallel()
 	f, gw, _ := authGateway(t)
@@ -257,6 +257,15 @@ func TestSlurmCommandsActAsTheirCredential(t *testing.T) {
 		if b != "tok-bob" {
 			t.Errorf("call %d carried %q, want bob's token", i, b)
 		}
+	}
+	// With no credential, to a gateway that authenticates: the OS
+	// account, not what USER claims.
+	if _, errOut, code := authCLI(t, gw, t.TempDir(), []string{"USER=someone-else", "LOOM_USER=someone-else"},
+		"slurm", "sbatch", "-M", "demo", "--parsable", "--wrap", "true"); code != 0 {
+		t.Fatalf("anonymous sbatch: exit %d, %s", code, errOut)
+	}
+	if req, _ := fakegw.LastRequest[*loomv1.SubmitJobRequest](f); req.GetJob().GetUser() != slurmcli.AccountName() {
+		t.Errorf("anonymous sbatch with USER=someone-else submitted for %q, want the OS account %q", req.GetJob().GetUser(), slurmcli.AccountName())
 	}
 }
 
