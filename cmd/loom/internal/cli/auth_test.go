@@ -393,3 +393,17 @@ func TestUpHandsTheAdministratorKeyOverOnce(t *testing.T) {
 		t.Errorf("the second loom up on the same data directory spoke of the key again:\n%s", second)
 	}
 }
+
+// TestAuthdNeedsTheLoginKey: `loom authd` without the login key says
+// where it comes from, and listens on nothing.
+func TestAuthdNeedsTheLoginKey(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	_, errOut, code := run(t, "127.0.0.1:1", "authd", "--data-dir", data)
+	if code != 1 || !strings.Contains(errOut, "login key: ") || !strings.Contains(errOut, "--login-key-file") {
+		t.Errorf("authd without a login key: exit %d, %q", code, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(data, "authd.sock")); err == nil {
+		t.Error("authd left a socket behind")
+	}
+}

@@ -647,6 +647,12 @@ func TestClustersLoginEnvironment(t *testing.T) {
 		t.Fatalf("login as bob: exit %d, stdout %q, stderr %q; want first line %q", code, out, errOut, want)
 	}
 
+	// The login daemon the caller has is the login's Slurm commands'.
+	out, errOut, code = login([]string{"LOOM_TOKEN=tok-alice", "LOOM_AUTHD_SOCKET=/run/loom/authd.sock", "PATH=/bin"}, "/bin/sh", "-c", `echo "authd=$LOOM_AUTHD_SOCKET"`)
+	if code != 0 || out != "authd=/run/loom/authd.sock\n" {
+		t.Errorf("login with a login daemon: exit %d, %q, %q", code, out, errOut)
+	}
+
 	// A user name that is not one (it would name a directory elsewhere) is
 	// refused before anything is made; so is a home that is not a directory.
 	_, errOut, code = login([]string{"LOOM_TOKEN=tok-../../etc", "PATH=/bin"}, "true")

@@ -1,5 +1,6 @@
 // Package cli is the `loom` command: the user's client of the gateway's
-// public API (clusters, nodes, jobs, models), plus `loom up` (the embedded
+// public API (clusters, nodes, jobs, models; `loom auth` for the caller's
+// credentials), plus `loom authd` (the login daemon), `loom up` (the embedded
 // stack in the foreground) and `loom down` (what it leaves), `loom agent` (what the local provider starts per
 // node), `loom train` (a tiny real trainer) and `loom demo`.
 package cli
@@ -157,7 +158,10 @@ Start everything on this machine with "loom up" (or try "loom demo"), then:
 
 Capacity: "loom reservations create" reserves machines for clusters to
 claim; "loom capacity" shows what is free where. Every get and list takes
---output json.`,
+--output json.
+
+Every call carries your credential: "loom up" saves an administrator key
+for you; for another gateway, "loom auth login" (see "loom auth --help").`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {

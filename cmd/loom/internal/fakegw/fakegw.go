@@ -1,7 +1,10 @@
 // Package fakegw is a fake Loom gateway for tests only: a gRPC server
 // implementing, in memory, the loom.v1 services that the CLI (package cli)
 // and the Slurm commands (package slurmcli) call — clusters, operations,
-// jobs, nodes, models, reservations and Slurm's partitions and nodes.
+// jobs, nodes, models, reservations and Slurm's partitions and nodes, and
+// (with Gateway.Auth) authentication: tokens, WhoAmI and API keys, checking
+// the bearer credential of each call. Bearers records what every call
+// carried.
 //
 // A Gateway holds canned data in exported fields that a test fills (and
 // may change between calls), answers from it with the gateway's filters,
