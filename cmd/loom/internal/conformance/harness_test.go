@@ -288,6 +288,8 @@ func (f *fixture) session(t *testing.T, clusterID string) *session {
 		"PATH="+f.bin+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"USER="+user, "LOGNAME="+user, "PWD="+dir,
 		"LOOM_GATEWAY="+f.stack.GatewayAddr, "LOOM_PROJECT=default", "LOOM_CLUSTER="+c.GetName(),
+		// The CLI's credentials file is the session's, not the real user's.
+		"LOOM_CONFIG_DIR="+filepath.Join(f.tmp, "config"),
 	)
 	env = append(env, f.userToken(t, user)...)
 	return &session{t: t, f: f, dir: dir, cluster: c.GetName(), user: user, env: env}
