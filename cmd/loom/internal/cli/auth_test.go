@@ -407,3 +407,14 @@ func TestAuthdNeedsTheLoginKey(t *testing.T) {
 		t.Error("authd left a socket behind")
 	}
 }
+
+// TestReadSecretFromAPipe: off a terminal the key is read as it comes,
+// one line, trimmed, with no prompt written.
+func TestReadSecretFromAPipe(t *testing.T) {
+	t.Parallel()
+	var prompt strings.Builder
+	got, err := readSecret(strings.NewReader("  lk_abc.def  \nrest\n"), &prompt, "API key: ")
+	if err != nil || got != "lk_abc.def" || prompt.Len() != 0 {
+		t.Errorf("readSecret = %q, %v, prompt %q", got, err, prompt.String())
+	}
+}
