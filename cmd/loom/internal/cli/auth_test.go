@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/authd"
 	"github.com/loom-ml/loom/cmd/loom/internal/creds"
@@ -416,5 +419,71 @@ func TestReadSecretFromAPipe(t *testing.T) {
 	got, err := readSecret(strings.NewReader("  lk_abc.def  \nrest\n"), &prompt, "API key: ")
 	if err != nil || got != "lk_abc.def" || prompt.Len() != 0 {
 		t.Errorf("readSecret = %q, %v, prompt %q", got, err, prompt.String())
+	}
+}
+
+// TestReadSecretOnATerminalDoesNotEcho: on a terminal (a pty here) the key
+// is read with echo off, so it never shows, and echo is on again after.
+func TestReadSecretOnATerminalDoesNotEcho(t *testing.T) {
+	t.Parallel()
+	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("no pty here: %v", err)
+	}
+	defer master.Close()
+	if err := unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Skipf("unlock pty: %v", err)
+	}
+	n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Skipf("pty number: %v", err)
+	}
+	term, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("open pty: %v", err)
+	}
+	defer term.Close()
+	echo := func() bool {
+		tio, err := unix.IoctlGetTermios(int(term.Fd()), unix.TCGETS)
+		return err == nil && tio.Lflag&unix.ECHO != 0
+	}
+	if !echo() {
+		t.Fatal("a new pty does not echo: nothing to check")
+	}
+	var prompt strings.Builder
+	type result struct {
+		key string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		k, err := readSecret(term, &prompt, "API key: ")
+		done <- result{k, err}
+	}()
+	testkit.WaitFor(t, 10*time.Second, "echo off", func() (bool, error) { return !echo(), nil })
+	if _, err := master.Write([]byte("lk_secret.value\n")); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.key != "lk_secret.value" || prompt.String() != "API key: \n" {
+		t.Fatalf("readSecret = %q, %v; prompt %q", r.key, r.err, prompt.String())
+	}
+	if !echo() {
+		t.Error("echo is still off after the key was read")
+	}
+	// What the terminal showed: the newline (ECHONL), never the key.
+	shown := make(chan string, 1)
+	go func() {
+		b := make([]byte, 256)
+		k, _ := master.Read(b)
+		shown <- string(b[:k])
+	}()
+	select {
+	case out := <-shown:
+		if out != "\r\n" && out != "\n" {
+			t.Errorf("the terminal showed %q; want only the newline, never the key", out)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the terminal showed nothing, not even the newline (ECHONL)")
 	}
 }
