@@ -10,11 +10,13 @@ package stack
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
+	osuser "os/user"
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
@@ -25,10 +27,13 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/slurmcli"
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/embedded"
@@ -131,6 +136,10 @@ type Options struct {
 	StartTimeout time.Duration
 	// Log receives the stack's own progress messages (default: discarded).
 	Log *slog.Logger
+	// Admin is the user who becomes the cluster administrator when the
+	// gateway first starts on DataDir (its -bootstrap-admin): default, the
+	// OS user running the stack.
+	Admin string
 	// BinDir, when set, runs each central service as its own process,
 	// BinDir/<service>, given the same settings as flags that the in-process
 	// services parse, with its output in DataDir/logs/<service>.log; agents
@@ -153,6 +162,14 @@ type Stack struct {
 	DataDir string
 	// Addrs are every address the stack listens on, resolved.
 	Addrs Addrs
+	// Keys are the stack's key files, in DataDir/keys (mode 0700).
+	Keys Keys
+	// Admin is the cluster administrator's user name (Options.Admin).
+	Admin string
+	// NewAdminKey says that the administrator's key was made at this start
+	// (Keys.Admin did not exist before it): the one time `loom up` hands
+	// it to the CLI and says so.
+	NewAdminKey bool
 
 	log     *slog.Logger
 	broker  *embedded.Broker
@@ -171,6 +188,35 @@ type Stack struct {
 	closeOnce sync.Once
 	closeErr  error
 }
+
+// Keys are the paths of the stack's secrets, all in DataDir/keys, each
+// mode 0600 in a directory of mode 0700 (see docs/security.md).
+type Keys struct {
+	// Dir is DataDir/keys.
+	Dir string
+	// Token is the gateway's token signing secret (-token-key-file).
+	Token string
+	// Service is the services' shared secret (-service-key-file,
+	// LOOM_SERVICE_KEY_FILE).
+	Service string
+	// Admin holds the administrator's API key, which the gateway writes at
+	// its first start (-bootstrap-key-file).
+	Admin string
+	// Login holds the login daemon's API key, which the gateway writes at
+	// its first start (-login-key-file).
+	Login string
+}
+
+// KeysIn returns the key file paths of a stack with dataDir.
+func KeysIn(dataDir string) Keys {
+	dir := filepath.Join(dataDir, "keys")
+	return Keys{Dir: dir, Token: filepath.Join(dir, "token.key"), Service: filepath.Join(dir, "service.key"),
+		Admin: filepath.Join(dir, "admin.key"), Login: filepath.Join(dir, "login.key")}
+}
+
+// keySize is the size of the stack's random secrets (HS256 and Ed25519
+// seeds both want 32 bytes).
+const keySize = 32
 
 type serviceExit struct {
 	name string
@@ -257,6 +303,30 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 		return fmt.Errorf("start stack: data dir: %w", err)
 	}
 	s.DataDir = abs
+
+	// The secrets first, made by one creator before any service reads them.
+	s.Keys = KeysIn(s.DataDir)
+	if err := os.MkdirAll(s.Keys.Dir, 0o700); err != nil {
+		return fmt.Errorf("start stack: keys: %w", err)
+	}
+	if err := os.Chmod(s.Keys.Dir, 0o700); err != nil {
+		return fmt.Errorf("start stack: keys: %w", err)
+	}
+	for _, k := range []string{s.Keys.Token, s.Keys.Service} {
+		if _, err := auth.LoadOrCreateSecret(k, keySize); err != nil {
+			return fmt.Errorf("start stack: %w", err)
+		}
+	}
+	_, statErr := os.Stat(s.Keys.Admin)
+	adminKeyExisted := statErr == nil
+	s.Admin = opts.Admin
+	if s.Admin == "" {
+		u, err := osuser.Current()
+		if err != nil {
+			return fmt.Errorf("start stack: the OS user to make administrator: %w (set Options.Admin)", err)
+		}
+		s.Admin = u.Username
+	}
 
 	agentCmd, agentEnv := opts.AgentCommand, opts.AgentEnv
 	if len(agentCmd) == 0 && opts.BinDir != "" {
@@ -358,16 +428,28 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	}
 	gwArgs := append(common(a.Gateway, a.GatewayHTTP), "-rest-addr="+a.GatewayREST,
 		"-provisioner-addr="+a.Provisioner, "-scheduler-addr="+a.Scheduler, "-registry-addr="+a.Registry)
+	// Authentication's keys (docs/security.md): the gateway signs tokens
+	// with one, makes the administrator's and the login daemon's API keys
+	// at its first start, and every service shares the service key.
+	gwAuth := []keyArg{
+		{"token-key-file", "LOOM_GATEWAY_TOKEN_KEY_FILE", s.Keys.Token},
+		{"bootstrap-admin", "LOOM_GATEWAY_BOOTSTRAP_ADMIN", s.Admin},
+		{"bootstrap-key-file", "LOOM_GATEWAY_BOOTSTRAP_KEY_FILE", s.Keys.Admin},
+		{"login-key-file", "LOOM_GATEWAY_LOGIN_KEY_FILE", s.Keys.Login},
+	}
+	serviceKey := keyArg{"service-key-file", "LOOM_SERVICE_KEY_FILE", s.Keys.Service}
 
 	s.binDir = opts.BinDir
 	s.services = map[string]*service{}
 	for _, svc := range []*service{
-		{name: "provisioner", addr: a.Provisioner, args: provArgs, run: runProvisioner},
-		{name: "scheduler", addr: a.Scheduler, args: common(a.Scheduler, a.SchedulerHTTP), run: scheduler.RunArgs},
-		{name: "health", addr: a.Health, args: healthArgs, run: health.RunArgs},
-		{name: "registry", addr: a.Registry, args: common(a.Registry, a.RegistryHTTP), run: registry.RunArgs},
-		{name: "gateway", addr: a.Gateway, args: gwArgs, run: gateway.RunArgs},
+		{name: "provisioner", addr: a.Provisioner, args: provArgs, run: runProvisioner, flags: flagsOf((*provisioner.Config).RegisterFlags)},
+		{name: "scheduler", addr: a.Scheduler, args: common(a.Scheduler, a.SchedulerHTTP), run: scheduler.RunArgs, flags: flagsOf((*scheduler.Config).RegisterFlags)},
+		{name: "health", addr: a.Health, args: healthArgs, run: health.RunArgs, flags: flagsOf((*health.Config).RegisterFlags)},
+		{name: "registry", addr: a.Registry, args: common(a.Registry, a.RegistryHTTP), run: registry.RunArgs, flags: flagsOf((*registry.Config).RegisterFlags)},
+		{name: "gateway", addr: a.Gateway, args: gwArgs, run: gateway.RunArgs, flags: flagsOf((*gateway.Config).RegisterFlags), keys: gwAuth},
 	} {
+		svc.keys = append(svc.keys, serviceKey)
+		svc.addKeyArgs()
 		s.services[svc.name] = svc
 		if err := s.launch(ctx, svc); err != nil {
 			return fmt.Errorf("start stack: %w", err)
@@ -380,6 +462,9 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	}
 	if err := s.waitReady(ctx, timeout); err != nil {
 		return fmt.Errorf("start stack: %w", err)
+	}
+	if _, err := os.Stat(s.Keys.Admin); err == nil && !adminKeyExisted {
+		s.NewAdminKey = true
 	}
 	s.log.Info("loom is up", "gateway", a.Gateway, "rest", a.GatewayREST, "data", s.DataDir)
 	return nil
@@ -403,17 +488,54 @@ func resolveAddrs(a Addrs) (Addrs, error) {
 	return a, nil
 }
 
+// flagsOf is a service's flag registration without its config.
+func flagsOf[C any](register func(*C, *flag.FlagSet)) func(*flag.FlagSet) {
+	return func(fs *flag.FlagSet) { register(new(C), fs) }
+}
+
+// keyArg is a setting of authentication given to a service: as its flag
+// when the service has it, else (a service as its own process) as its
+// variable, so that a service that predates the setting still starts.
+type keyArg struct{ flag, env, value string }
+
 // service is one central service of the stack and how it runs.
 type service struct {
 	name, addr string
 	args       []string // its settings, as flags
 	run        func(context.Context, []string) error
+	// flags registers the service's flags: what tells whether it has a
+	// keyArg's flag.
+	flags func(*flag.FlagSet)
+	// keys are its authentication settings; env the ones given as
+	// variables (BinDir only).
+	keys []keyArg
+	env  []string
 
 	mu     sync.Mutex
 	stop   func()        // asks the running instance to stop (cancel, or SIGTERM)
 	kill   func()        // ends it at once (SIGKILL; in-process, the same as stop)
 	done   chan struct{} // closed when the running instance has returned
 	killed bool          // the exit was asked for by Kill: not a failure
+}
+
+// addKeyArgs adds svc's keys to its args as flags where it has them, and
+// to its env otherwise. In this process a variable would be every
+// service's, and every stack's: a setting a service has no flag for is
+// left out, which the service ignores anyway.
+func (svc *service) addKeyArgs() {
+	defined := map[string]bool{}
+	if svc.flags != nil {
+		fs := flag.NewFlagSet(svc.name, flag.ContinueOnError)
+		svc.flags(fs)
+		fs.VisitAll(func(f *flag.Flag) { defined[f.Name] = true })
+	}
+	for _, k := range svc.keys {
+		if defined[k.flag] {
+			svc.args = append(svc.args, "-"+k.flag+"="+k.value)
+		} else {
+			svc.env = append(svc.env, k.env+"="+k.value)
+		}
+	}
 }
 
 // launch starts svc: in this process, or as BinDir/<name> when the stack
@@ -445,6 +567,7 @@ func (s *Stack) launch(ctx context.Context, svc *service) error {
 		return err
 	}
 	cmd := exec.Command(filepath.Join(s.binDir, svc.name), svc.args...)
+	cmd.Env = append(os.Environ(), svc.env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	// Its own process group: a terminal's Ctrl-C reaches the stack, which
 	// stops the services in order.
@@ -572,7 +695,20 @@ func (s *Stack) waitReady(ctx context.Context, timeout time.Duration) error {
 		}
 	}
 	err := s.poll(ctx, wctx, s.GatewayAddr, func(ctx context.Context, conn *grpc.ClientConn) error {
-		_, err := loomv1.NewClusterServiceClient(conn).ListClusters(ctx, &loomv1.ListClustersRequest{Parent: "projects/default"}, grpc.WaitForReady(true))
+		opts := []grpc.CallOption{grpc.WaitForReady(true)}
+		// With authentication on, as the administrator; a gateway that
+		// made no key takes the call as it is.
+		if key, err := s.AdminKey(); err == nil {
+			opts = append(opts, grpc.PerRPCCredentials(auth.Bearer(key)))
+		}
+		_, err := loomv1.NewClusterServiceClient(conn).ListClusters(ctx, &loomv1.ListClustersRequest{Parent: "projects/default"}, opts...)
+		switch status.Code(err) {
+		case codes.Unauthenticated, codes.PermissionDenied:
+			// The administrator's key was revoked: the gateway answers,
+			// which is what is waited for here.
+			s.log.Warn("the gateway refuses the administrator key of this data directory", "file", s.Keys.Admin, "err", err)
+			return nil
+		}
 		return err
 	})
 	if errors.Is(err, errServiceExited) {
@@ -639,6 +775,55 @@ func (s *Stack) poll(ctx, wctx context.Context, addr string, check func(context.
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// AdminKey returns the administrator's API key (Keys.Admin's content),
+// which the CLI on this machine uses; fs.ErrNotExist when the gateway made
+// none (authentication off, or a gateway without -bootstrap-key-file).
+func (s *Stack) AdminKey() (string, error) { return ReadKeyFile(s.Keys.Admin) }
+
+// LoginKey returns the login daemon's API key (Keys.Login's content).
+func (s *Stack) LoginKey() (string, error) { return ReadKeyFile(s.Keys.Login) }
+
+// ReadKeyFile reads an API key file the gateway wrote (the whole key, one
+// line), refusing one that group or others may read.
+func ReadKeyFile(path string) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("key file %s has mode %v: it must not be readable by group or others (chmod 600 %s)", path, st.Mode().Perm(), path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	key := strings.TrimSpace(string(b))
+	if key == "" {
+		return "", fmt.Errorf("key file %s is empty", path)
+	}
+	return key, nil
+}
+
+// UserToken returns an access token for user, as the login daemon gets
+// one (CreateToken with the login key): how tests and benchmarks act as a
+// given user without an account on this machine.
+func (s *Stack) UserToken(ctx context.Context, user string) (string, error) {
+	key, err := s.LoginKey()
+	if err != nil {
+		return "", fmt.Errorf("stack: login key: %w", err)
+	}
+	conn, err := grpc.NewClient(s.GatewayAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	tok, err := loomv1.NewAuthServiceClient(conn).CreateToken(ctx, &loomv1.CreateTokenRequest{User: user}, grpc.PerRPCCredentials(auth.Bearer(key)))
+	if err != nil {
+		return "", fmt.Errorf("stack: token for %s: %w", user, err)
+	}
+	return tok.GetAccessToken(), nil
 }
 
 // Done is closed when a service exits on its own (before Close): the stack is

@@ -3,11 +3,15 @@ package stack
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/agentcmd"
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/embedded"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -76,7 +81,26 @@ func TestStackRunsAClusterAndStops(t *testing.T) {
 		}
 	}
 
-	conn, err := grpc.NewClient(st.GatewayAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// The keys: made once, 0600 in a 0700 directory.
+	tokenKey := checkKeys(t, st)
+	// The administrator's key, when the gateway made one (it is new), is
+	// every call's credential.
+	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	key, keyErr := st.AdminKey()
+	switch {
+	case keyErr == nil:
+		if !st.NewAdminKey {
+			t.Errorf("the administrator key %s was made at this start, but NewAdminKey is false", st.Keys.Admin)
+		}
+		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(auth.Bearer(key)))
+	case errors.Is(keyErr, fs.ErrNotExist):
+		if st.NewAdminKey {
+			t.Error("NewAdminKey with no administrator key file")
+		}
+	default:
+		t.Fatalf("AdminKey: %v", keyErr)
+	}
+	conn, err := grpc.NewClient(st.GatewayAddr, dialOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +112,14 @@ func TestStackRunsAClusterAndStops(t *testing.T) {
 		t.Fatalf("ListClusters on a new stack = %v, %v; want none", list, err)
 	}
 
-	resp, err := http.Get("http://" + st.RESTAddr + "/v1/projects/default/clusters")
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+st.RESTAddr+"/v1/projects/default/clusters", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("REST: %v", err)
 	}
@@ -134,6 +165,57 @@ func TestStackRunsAClusterAndStops(t *testing.T) {
 	if c, err := net.DialTimeout("tcp", st.RedisAddr, time.Second); err == nil {
 		c.Close()
 		t.Fatal("redis still listening after Close")
+	}
+
+	// A second start on the data directory keeps its keys, and the
+	// administrator's key is not new.
+	opts.Addrs = Addrs{}
+	st2, err := Start(ctx, opts)
+	if err != nil {
+		t.Fatalf("second Start: %v", err)
+	}
+	defer st2.Close(context.Background())
+	if st2.NewAdminKey {
+		t.Error("NewAdminKey at the second start on the same data directory")
+	}
+	if again := checkKeys(t, st2); string(again) != string(tokenKey) {
+		t.Error("the token key changed at the second start")
+	}
+}
+
+// checkKeys checks the stack's key directory (0700) and secrets (0600)
+// and returns the token key.
+func checkKeys(t *testing.T, st *Stack) []byte {
+	t.Helper()
+	if st.Keys.Dir != filepath.Join(st.DataDir, "keys") {
+		t.Errorf("keys in %s, want <data dir>/keys", st.Keys.Dir)
+	}
+	if fi, err := os.Stat(st.Keys.Dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("keys directory: %v (%v), want mode 0700", fi.Mode().Perm(), err)
+	}
+	for _, k := range []string{st.Keys.Token, st.Keys.Service} {
+		if _, err := auth.LoadSecret(k); err != nil { // refuses a mode other than 0600
+			t.Errorf("key file %s: %v", k, err)
+		}
+	}
+	b, _ := auth.LoadSecret(st.Keys.Token)
+	return b
+}
+
+// TestKeyArgs: a service gets each authentication setting as its flag
+// when it has that flag, else as its variable (only a service run as its
+// own process sees it), so that one that predates a setting still starts.
+func TestKeyArgs(t *testing.T) {
+	t.Parallel()
+	svc := &service{name: "gw", args: []string{"-grpc-addr=x"},
+		flags: func(fs *flag.FlagSet) { fs.String("token-key-file", "", "") },
+		keys:  []keyArg{{"token-key-file", "LOOM_GATEWAY_TOKEN_KEY_FILE", "/k/token.key"}, {"bootstrap-admin", "LOOM_GATEWAY_BOOTSTRAP_ADMIN", "alice"}}}
+	svc.addKeyArgs()
+	if want := []string{"-grpc-addr=x", "-token-key-file=/k/token.key"}; !slices.Equal(svc.args, want) {
+		t.Errorf("args %q, want %q", svc.args, want)
+	}
+	if want := []string{"LOOM_GATEWAY_BOOTSTRAP_ADMIN=alice"}; !slices.Equal(svc.env, want) {
+		t.Errorf("env %q, want %q", svc.env, want)
 	}
 }
 

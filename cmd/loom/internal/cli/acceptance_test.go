@@ -9,8 +9,10 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -58,10 +60,23 @@ func startTestStack(t *testing.T) *stack.Stack {
 	return st
 }
 
-// liveCLI runs loom commands against a real gateway.
+// liveCLI runs loom commands against a real gateway, with token (the
+// stack's administrator key, see adminKey) as LOOM_TOKEN when set.
 type liveCLI struct {
-	t  *testing.T
-	gw string
+	t     *testing.T
+	gw    string
+	token string
+}
+
+// adminKey is the administrator key the gateway of a stack with dataDir
+// made ("" for a gateway that makes none).
+func adminKey(t *testing.T, dataDir string) string {
+	t.Helper()
+	key, err := stack.ReadKeyFile(stack.KeysIn(dataDir).Admin)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("administrator key: %v", err)
+	}
+	return key
 }
 
 // run runs loom args and returns its output and exit status.
@@ -70,6 +85,11 @@ func (l liveCLI) run(args ...string) (stdout, stderr string, code int) {
 	var out, errb bytes.Buffer
 	a := newApp()
 	a.pollInterval = 100 * time.Millisecond
+	a.configDir = l.t.TempDir()
+	if l.token != "" {
+		// In the environment, so that a login shell's commands have it too.
+		a.environ = func() []string { return append(os.Environ(), "LOOM_TOKEN="+l.token) }
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), lifecycleTimeout)
 	defer cancel()
 	code = a.execute(ctx, append([]string{"--gateway", l.gw}, args...), &out, &errb)
@@ -122,12 +142,12 @@ func TestAcceptanceExamples(t *testing.T) {
 	for _, f := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(f), ".json"), func(t *testing.T) {
 			t.Parallel()
-			exampleLifecycle(t, liveCLI{t: t, gw: st.GatewayAddr}, f)
+			exampleLifecycle(t, liveCLI{t: t, gw: st.GatewayAddr, token: adminKey(t, st.DataDir)}, f)
 		})
 	}
 	t.Run("invalid", func(t *testing.T) {
 		t.Parallel()
-		cli := liveCLI{t: t, gw: st.GatewayAddr}
+		cli := liveCLI{t: t, gw: st.GatewayAddr, token: adminKey(t, st.DataDir)}
 		file := writeFile(t, "bad.json", `{"name": "bad", "compute": {"node_pools": [{"id": "gpu", "machine_type": "a3-megagpu-9g", "node_count": 1}]},
  "orchestrator": {"slurm": {"partitions": [{"id": "p", "node_set_ids": ["gpu-b"]}]}}, "network": {"mtu": 99}}`)
 		_, errOut, code := cli.run("clusters", "create", "-f", file)
@@ -146,7 +166,7 @@ func TestAcceptanceExamples(t *testing.T) {
 	})
 	t.Run("rest", func(t *testing.T) {
 		t.Parallel()
-		restLifecycle(t, st.RESTAddr, filepath.Join(examplesDir, "one-node-8gpu.json"))
+		restLifecycle(t, st.RESTAddr, adminKey(t, st.DataDir), filepath.Join(examplesDir, "one-node-8gpu.json"))
 	})
 }
 
@@ -337,6 +357,8 @@ type restClient struct {
 	t    *testing.T
 	base string // http://host:port/v1/
 	http *http.Client
+	// token, when set, goes as "Authorization: Bearer <token>".
+	token string
 }
 
 // do sends method path with body (a message, or nil) and returns the status
@@ -358,6 +380,9 @@ func (r restClient) do(method, path string, body proto.Message) (int, []byte) {
 		r.t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if r.token != "" {
+		req.Header.Set("Authorization", "Bearer "+r.token)
+	}
 	resp, err := r.http.Do(req)
 	if err != nil {
 		r.t.Fatalf("%s %s: %v", method, path, err)
@@ -410,7 +435,7 @@ func (r restClient) readyInPool(cluster, pool string) (ready, present int) {
 
 // restLifecycle creates an example under another id over REST, checks it,
 // grows and shrinks its first pool with PATCH, and deletes it.
-func restLifecycle(t *testing.T, restAddr, file string) {
+func restLifecycle(t *testing.T, restAddr, token, file string) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
@@ -421,7 +446,7 @@ func restLifecycle(t *testing.T, restAddr, file string) {
 	}
 	const id = "rest-example"
 	c.Name = ""
-	r := restClient{t: t, base: "http://" + restAddr + "/v1/", http: &http.Client{}}
+	r := restClient{t: t, base: "http://" + restAddr + "/v1/", http: &http.Client{}, token: token}
 	name := "projects/default/clusters/" + id
 
 	// Bad input: 400, the field named.

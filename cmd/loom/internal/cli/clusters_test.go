@@ -595,9 +595,16 @@ sinfo -N; echo "sinfo exit $?"`
 // TestClustersLoginEnvironment: a login gives what a real one gives (USER,
 // LOGNAME, HOME in the cluster's shared home, the passwd shell, LANG, TERM,
 // PATH led by the Slurm commands), whatever the caller's environment lacks.
+// The user is whom the caller's credential names (WhoAmI), never USER or
+// LOOM_USER.
 func TestClustersLoginEnvironment(t *testing.T) {
 	t.Parallel()
-	f, gw := newFakeGateway(t)
+	f := newFakeGatewayData()
+	f.Auth = &fakegw.Auth{Principals: map[string]*loomv1.Principal{}}
+	for _, u := range []string{"alice", "bob", "carol", "../../etc"} {
+		f.Auth.Principals["tok-"+u] = fakegw.UserPrincipal(u)
+	}
+	gw := f.Serve(t)
 	shared := t.TempDir()
 	f.Clusters = append(f.Clusters, &loomv1.Cluster{Name: "projects/default/clusters/le",
 		Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, HomeDir: shared, LoginNode: "le-login-001"}})
@@ -612,7 +619,7 @@ func TestClustersLoginEnvironment(t *testing.T) {
 
 	// A bare environment (a service's, a container's): no USER, a HOME
 	// that is the caller's, no SHELL, LANG or TERM.
-	out, errOut, code := login([]string{"PATH=/usr/bin:/bin", "LOOM_USER=alice", "HOME=/caller/home", "KEEP=1"}, "/bin/sh", "-c", show+`; echo "keep=$KEEP"`)
+	out, errOut, code := login([]string{"PATH=/usr/bin:/bin", "LOOM_TOKEN=tok-alice", "LOOM_USER=root", "HOME=/caller/home", "KEEP=1"}, "/bin/sh", "-c", show+`; echo "keep=$KEEP"`)
 	lines := strings.Split(out, "\n")
 	if code != 0 || errOut != "" || len(lines) != 5 {
 		t.Fatalf("login: exit %d, stdout %q, stderr %q", code, out, errOut)
@@ -627,10 +634,10 @@ func TestClustersLoginEnvironment(t *testing.T) {
 		t.Errorf("the home was not made or the caller's other variables were dropped: %q", out)
 	}
 
-	// The caller's USER, LANG and TERM are kept; a user without an account
+	// The caller's LANG and TERM are kept (USER is the user's); a user without an account
 	// here gets /bin/bash (or /bin/sh where there is none); no PATH at all
 	// still finds the system's commands.
-	out, errOut, code = login([]string{"USER=bob", "LANG=de_DE.UTF-8", "TERM=xterm-256color"}, "/bin/sh", "-c", show)
+	out, errOut, code = login([]string{"LOOM_TOKEN=tok-bob", "USER=root", "LANG=de_DE.UTF-8", "TERM=xterm-256color"}, "/bin/sh", "-c", show)
 	shell := "/bin/bash"
 	if _, err := os.Stat(shell); err != nil {
 		shell = "/bin/sh"
@@ -640,10 +647,16 @@ func TestClustersLoginEnvironment(t *testing.T) {
 		t.Fatalf("login as bob: exit %d, stdout %q, stderr %q; want first line %q", code, out, errOut, want)
 	}
 
+	// The login daemon the caller has is the login's Slurm commands'.
+	out, errOut, code = login([]string{"LOOM_TOKEN=tok-alice", "LOOM_AUTHD_SOCKET=/run/loom/authd.sock", "PATH=/bin"}, "/bin/sh", "-c", `echo "authd=$LOOM_AUTHD_SOCKET"`)
+	if code != 0 || out != "authd=/run/loom/authd.sock\n" {
+		t.Errorf("login with a login daemon: exit %d, %q, %q", code, out, errOut)
+	}
+
 	// A user name that is not one (it would name a directory elsewhere) is
 	// refused before anything is made; so is a home that is not a directory.
-	_, errOut, code = login([]string{"LOOM_USER=../../etc", "PATH=/bin"}, "true")
-	if code != 1 || !strings.Contains(errOut, `the user name "../../etc" is not a login name`) || !strings.Contains(errOut, "set LOOM_USER") {
+	_, errOut, code = login([]string{"LOOM_TOKEN=tok-../../etc", "PATH=/bin"}, "true")
+	if code != 1 || !strings.Contains(errOut, `the user name "../../etc" is not a login name`) || !strings.Contains(errOut, "loom auth login") {
 		t.Errorf("bad user name: exit %d, %q", code, errOut)
 	}
 	if entries, err := os.ReadDir(shared); err != nil || len(entries) != 2 {
@@ -652,7 +665,7 @@ func TestClustersLoginEnvironment(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(shared, "carol"), []byte("not a dir"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, errOut, code = login([]string{"USER=carol", "PATH=/bin"}, "true")
+	_, errOut, code = login([]string{"LOOM_TOKEN=tok-carol", "PATH=/bin"}, "true")
 	if code != 1 || !strings.Contains(errOut, "carol's home "+filepath.Join(shared, "carol")+" is not a directory") {
 		t.Errorf("home not a directory: exit %d, %q", code, errOut)
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -116,7 +117,13 @@ func (a *app) runDemo(parent context.Context, opts demoOptions, out io.Writer) (
 		if err != nil {
 			return err
 		}
-		a.useGateway(st.GatewayAddr)
+		// Its administrator key (the gateway made it at this start) is the
+		// demo's credential; it is not saved anywhere.
+		key, kerr := st.AdminKey()
+		if kerr != nil && !errors.Is(kerr, fs.ErrNotExist) {
+			return kerr
+		}
+		a.useGateway(st.GatewayAddr, key)
 		say("Loom is up: gateway %s (%s)", st.GatewayAddr, elapsed(time.Since(begin)))
 		cleanups = append(cleanups, func(ctx context.Context) error {
 			// The connection goes first, so that closing the gateway does
@@ -239,7 +246,8 @@ func (a *app) runDemo(parent context.Context, opts demoOptions, out io.Writer) (
 }
 
 // gatewayAnswers says whether a gateway answers ListClusters at a.gateway
-// within a short time, on a connection of its own.
+// within a short time, on a connection of its own (without a credential:
+// a gateway that refuses the anonymous call is there all the same).
 func (a *app) gatewayAnswers(ctx context.Context) bool {
 	conn, err := grpc.NewClient(a.gateway, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -249,13 +257,19 @@ func (a *app) gatewayAnswers(ctx context.Context) bool {
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	_, err = loomv1.NewClusterServiceClient(conn).ListClusters(cctx, &loomv1.ListClustersRequest{Parent: a.parent()})
-	return err == nil
+	switch codeOf(err) {
+	case codes.OK, codes.Unauthenticated, codes.PermissionDenied:
+		return true
+	}
+	return false
 }
 
-// useGateway points the app at another gateway, dropping any connection.
-func (a *app) useGateway(addr string) {
+// useGateway points the app at another gateway, dropping any connection;
+// cred, when set, is the credential of every call to it.
+func (a *app) useGateway(addr, cred string) {
 	a.close()
 	a.gateway = addr
+	a.fixedCred = cred
 }
 
 // demoCluster returns the cluster file to use and its contents.

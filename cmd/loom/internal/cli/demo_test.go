@@ -26,6 +26,7 @@ func demoApp(t *testing.T) (*app, demoOptions) {
 	a.gateway = "127.0.0.1:" + strconv.Itoa(port)
 	a.project = DefaultProject
 	a.pollInterval = 50 * time.Millisecond
+	a.configDir = t.TempDir()
 	t.Cleanup(a.close)
 	return a, demoOptions{
 		timeout:    2 * time.Minute,

@@ -47,6 +47,7 @@ func upWithCluster(t *testing.T, dir string, args ...string) string {
 	t.Helper()
 	a := newApp()
 	a.upAddrs = func() stack.Addrs { return stack.Addrs{} }
+	a.configDir = t.TempDir() // the administrator key goes there, not into the real user's
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var out, errOut syncBuffer
@@ -68,7 +69,7 @@ func upWithCluster(t *testing.T, dir string, args ...string) string {
 		}
 		return false, nil
 	})
-	cli := liveCLI{t: t, gw: addr}
+	cli := liveCLI{t: t, gw: addr, token: adminKey(t, dir)}
 	cli.ok("clusters", "create", "-f", writeFile(t, "c.json",
 		`{"name": "down", "compute": {"node_pools": [{"id": "cpu", "machine_type": "n2-standard-8", "node_count": 1}]}}`))
 	// While it runs, `loom down` refuses and says what to do.

@@ -17,6 +17,13 @@ var testNow, ts = fakegw.TestNow, fakegw.Ago
 // reservation, a3u's Slurm configuration) and returns it and its address.
 func newFakeGateway(t *testing.T) (*fakegw.Gateway, string) {
 	t.Helper()
+	f := newFakeGatewayData()
+	return f, f.Serve(t)
+}
+
+// newFakeGatewayData is newFakeGateway's gateway, not yet served (a test
+// adds to it first: an AuthService, say).
+func newFakeGatewayData() *fakegw.Gateway {
 	f := &fakegw.Gateway{
 		Clusters: []*loomv1.Cluster{{
 			Name:       "projects/default/clusters/demo",
@@ -60,7 +67,7 @@ func newFakeGateway(t *testing.T) (*fakegw.Gateway, string) {
 	}
 	f.Clusters = append(f.Clusters, a3uCluster())
 	f.Nodes = append(f.Nodes, a3uNodes()...)
-	return f, f.Serve(t)
+	return f
 }
 
 // a3uName is the cluster a3uCluster describes, the one with a Slurm

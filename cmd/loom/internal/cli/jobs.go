@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 
-	"github.com/loom-ml/loom/cmd/loom/internal/slurmcli"
 	"github.com/loom-ml/loom/libs/paging"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -41,8 +40,9 @@ type submitFlags struct {
 	wait        bool
 }
 
-// jobFromFlags builds the job to submit; command is what followed "--".
-func (a *app) jobFromFlags(f submitFlags, command []string) (*loomv1.Job, error) {
+// jobFromFlags builds the job to submit, owned by the caller (userName);
+// command is what followed "--".
+func (a *app) jobFromFlags(ctx context.Context, f submitFlags, command []string) (*loomv1.Job, error) {
 	if f.cluster == "" {
 		return nil, usagef("--cluster is required: the cluster to run on (see `loom clusters list`)")
 	}
@@ -87,7 +87,7 @@ func (a *app) jobFromFlags(f submitFlags, command []string) (*loomv1.Job, error)
 		}
 		j.Env[k] = v
 	}
-	j.User = slurmcli.UserName(os.Getenv)
+	j.User = a.userName(ctx)
 	return j, nil
 }
 
@@ -107,7 +107,7 @@ Examples:
 			if len(args) > 0 && cmd.ArgsLenAtDash() != 0 {
 				return usagef("put the command after --, e.g. `loom jobs submit --cluster demo -- %s`", shellJoin(args))
 			}
-			job, err := a.jobFromFlags(f, args)
+			job, err := a.jobFromFlags(cmd.Context(), f, args)
 			if err != nil {
 				return err
 			}
@@ -357,7 +357,7 @@ func (a *app) jobsCancelCommand() *cobra.Command {
 			defer cancel()
 			// The caller, as submit names the owner: only the owner or an
 			// administrator may cancel a job.
-			j, err := cl.CancelJob(ctx, &loomv1.CancelJobRequest{Name: a.jobName(args[0]), User: slurmcli.UserName(os.Getenv)})
+			j, err := cl.CancelJob(ctx, &loomv1.CancelJobRequest{Name: a.jobName(args[0]), User: a.userName(ctx)})
 			if err != nil {
 				return a.notFoundHint(a.explain("cancel job "+args[0], err), err, "loom jobs list")
 			}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -16,8 +18,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/agentcmd"
+	"github.com/loom-ml/loom/cmd/loom/internal/creds"
 	"github.com/loom-ml/loom/cmd/loom/internal/trainer"
 	"github.com/loom-ml/loom/cmd/loom/stack"
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/proc"
 )
@@ -34,7 +38,7 @@ func defaultDataDir() string {
 }
 
 func (a *app) upCommand() *cobra.Command {
-	var dataDir, logLevel, provider, capacity string
+	var dataDir, logLevel, provider, capacity, authdSocket string
 	var stopAgents bool
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -87,6 +91,14 @@ them when Loom stops instead.`,
 				}
 				return fmt.Errorf("start Loom: %w", err)
 			}
+			if err := a.saveAdminKey(st, cmd.OutOrStdout()); err != nil {
+				log.Warn("the administrator key was not saved for the CLI", "err", err, "key file", st.Keys.Admin)
+			}
+			if stop, err := a.startUpAuthd(ctx, st, authdSocket, log); err != nil {
+				log.Warn("the login daemon did not start: the Slurm commands of `loom clusters login` shells use your `loom auth login` instead", "err", err)
+			} else if stop != nil {
+				defer stop()
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "Loom is up: gateway %s (gRPC), REST http://%s, data in %s\n"+
 				"Try `loom demo`, or `loom clusters create -f examples/clusters/demo.json`. Press Ctrl-C to stop.\n",
 				st.GatewayAddr, st.RESTAddr, st.DataDir)
@@ -128,8 +140,56 @@ them when Loom stops instead.`,
 	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "where Loom keeps its data (LOOM_DATA_DIR)")
 	cmd.Flags().StringVar(&provider, "provider", config.Env("LOOM_PROVIDER", "local"), "compute provider: local (an agent process per node) or sim (simulated nodes) (LOOM_PROVIDER)")
 	cmd.Flags().StringVar(&capacity, "capacity", "", "capacity ZONE/MACHINE_TYPE/TYPE=COUNT,... with * wildcards, TYPE ON_DEMAND, SPOT or FLEX_START (default LOOM_CAPACITY, else generous)")
+	cmd.Flags().StringVar(&authdSocket, "authd-socket", config.Env("LOOM_AUTHD_SOCKET", ""), "the login daemon's Unix socket (LOOM_AUTHD_SOCKET; default <data dir>/authd.sock; \"off\": none)")
 	cmd.Flags().StringVar(&logLevel, "log-level", config.Env("LOOM_LOG_LEVEL", "info"), "services' log level: debug, info, warn, error (LOOM_LOG_LEVEL)")
 	return cmd
+}
+
+// saveAdminKey hands the administrator key the gateway made at this start
+// to the CLI of the user running `loom up` (the credentials file, for this
+// gateway), so that loom commands on this machine just work, and says so:
+// once, since the key is new only at the first start on a data directory.
+func (a *app) saveAdminKey(st *stack.Stack, out io.Writer) error {
+	if !st.NewAdminKey {
+		return nil
+	}
+	key, err := st.AdminKey()
+	if err != nil {
+		return err
+	}
+	store, err := a.credStore()
+	if err != nil {
+		return err
+	}
+	if err := store.Put(st.GatewayAddr, &creds.Entry{APIKey: key, Principal: auth.UserName(st.Admin), User: st.Admin}); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "Created an administrator API key for %s (cluster admin) and saved it in %s for the gateway %s:\n"+
+		"loom commands on this machine use it. The key is also in %s; `loom auth keys create` makes keys for others.\n",
+		st.Admin, store.Path(), st.GatewayAddr, st.Keys.Admin)
+	return nil
+}
+
+// startUpAuthd runs `loom up`'s login daemon on socket (default <data
+// dir>/authd.sock; "off": none) and returns what stops it; nil when there
+// is none to run (off, or a gateway that wrote no login key).
+func (a *app) startUpAuthd(ctx context.Context, st *stack.Stack, socket string, log *slog.Logger) (func(), error) {
+	if socket == "off" {
+		return nil, nil
+	}
+	if _, err := st.LoginKey(); errors.Is(err, fs.ErrNotExist) {
+		log.Info("no login key from the gateway: no login daemon", "file", st.Keys.Login)
+		return nil, nil
+	}
+	if socket == "" {
+		socket = authdSocketIn(st.DataDir)
+	}
+	stop, err := runAuthd(ctx, socket, st.GatewayAddr, st.LoginKey, log)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("login daemon started", "socket", socket)
+	return stop, nil
 }
 
 // dataDirFlag is " --data-dir DIR" when dir is not the default data

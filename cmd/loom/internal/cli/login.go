@@ -2,6 +2,7 @@ package cli
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -44,7 +45,8 @@ func (a *app) clustersLoginCommand() *cobra.Command {
 status (for scripts). The working directory is the cluster's shared home, and
 the environment is a login's, pointing the Slurm commands at this cluster:
 
-  USER, LOGNAME                you (LOOM_USER, else USER, else your account)
+  USER, LOGNAME                you: whom your credential names (loom auth
+                               whoami), else your OS account
   HOME                         <shared home>/<user>, made when missing
   SHELL                        your login shell (/etc/passwd), else /bin/bash
   LANG, TERM                   yours, else C.UTF-8 and dumb
@@ -54,6 +56,9 @@ the environment is a login's, pointing the Slurm commands at this cluster:
   PATH                         led by sbatch, squeue, sinfo, scancel, sacct,
                                scontrol, srun, sprio and sacctmgr (links to
                                loom)
+  LOOM_AUTHD_SOCKET            the login daemon ("loom up" runs one), which
+                               gives the Slurm commands a token for your OS
+                               account (yours, or LOOM_AUTHD_SOCKET's)
 
 Jobs you submit from it inherit these (sbatch exports the whole login
 environment by default, as Slurm's).
@@ -93,7 +98,7 @@ directory here.`,
 			}
 
 			caller := a.environ()
-			u, err := a.loginUser(caller, home)
+			u, err := a.loginUser(cmd.Context(), home)
 			if err != nil {
 				return err
 			}
@@ -113,18 +118,19 @@ directory here.`,
 				return exitError{code: 127, msg: fmt.Sprintf("loom clusters login: %s: %v", argv[0], err)}
 			}
 			env := loginEnv(caller, map[string]string{
-				"USER":            u.name,
-				"LOGNAME":         u.name,
-				"HOME":            u.home,
-				"SHELL":           u.shell,
-				"LANG":            cmp.Or(getenvIn(caller, "LANG"), "C.UTF-8"),
-				"TERM":            cmp.Or(getenvIn(caller, "TERM"), "dumb"),
-				"LOOM_GATEWAY":    a.gateway,
-				"LOOM_PROJECT":    a.project,
-				"LOOM_CLUSTER":    c.GetName(),
-				"LOOM_LOGIN_NODE": c.GetStatus().GetLoginNode(),
-				"SLURM_CONF":      slurmConf(home),
-				"PATH":            path,
+				"USER":              u.name,
+				"LOGNAME":           u.name,
+				"HOME":              u.home,
+				"SHELL":             u.shell,
+				"LANG":              cmp.Or(getenvIn(caller, "LANG"), "C.UTF-8"),
+				"TERM":              cmp.Or(getenvIn(caller, "TERM"), "dumb"),
+				"LOOM_GATEWAY":      a.gateway,
+				"LOOM_PROJECT":      a.project,
+				"LOOM_CLUSTER":      c.GetName(),
+				"LOOM_LOGIN_NODE":   c.GetStatus().GetLoginNode(),
+				"SLURM_CONF":        slurmConf(home),
+				"LOOM_AUTHD_SOCKET": a.loginAuthdSocket(),
+				"PATH":              path,
 			})
 			command := func(prog string, args []string) *exec.Cmd {
 				sh := exec.Command(prog, args...)
@@ -201,14 +207,15 @@ type account struct {
 	name, home, shell string
 }
 
-// loginUser is the user a login from the environment caller is for, with
+// loginUser is the user a login is for (userName: the credential's, else
+// the OS account; never a variable of the caller's), with
 // their home under the cluster's shared home (made when missing, owned by
 // the user when loom may give it away) and their login shell from the
 // account database (a.passwd), else /bin/bash.
-func (a *app) loginUser(caller []string, sharedHome string) (account, error) {
-	name := slurmcli.UserName(func(k string) string { return getenvIn(caller, k) })
+func (a *app) loginUser(ctx context.Context, sharedHome string) (account, error) {
+	name := a.userName(ctx)
 	if !loginName.MatchString(name) {
-		return account{}, fmt.Errorf("login: the user name %q is not a login name (a letter or _, then letters, digits, _ . -, at most 32 in all); set LOOM_USER to yours", name)
+		return account{}, fmt.Errorf("login: the user name %q is not a login name (a letter or _, then letters, digits, _ . -, at most 32 in all); log in as a user whose name is one (`loom auth login`)", name)
 	}
 	pw, known := passwdEntry(a.passwd, name)
 	u := account{name: name, home: filepath.Join(sharedHome, name), shell: pw.shell}

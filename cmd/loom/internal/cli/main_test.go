@@ -47,6 +47,8 @@ func runWith(t *testing.T, gw string, setup func(*app), args ...string) (stdout,
 	a.now = func() time.Time { return testNow }
 	a.pollInterval = time.Millisecond
 	a.callTimeout = 10 * time.Second
+	// The credentials file is the test's own, never the real user's.
+	a.configDir = t.TempDir()
 	if setup != nil {
 		setup(a)
 	}

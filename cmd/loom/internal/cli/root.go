@@ -1,5 +1,6 @@
 // Package cli is the `loom` command: the user's client of the gateway's
-// public API (clusters, nodes, jobs, models), plus `loom up` (the embedded
+// public API (clusters, nodes, jobs, models; `loom auth` for the caller's
+// credentials), plus `loom authd` (the login daemon), `loom up` (the embedded
 // stack in the foreground) and `loom down` (what it leaves), `loom agent` (what the local provider starts per
 // node), `loom train` (a tiny real trainer) and `loom demo`.
 package cli
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/loom-ml/loom/cmd/loom/internal/creds"
 	"github.com/loom-ml/loom/cmd/loom/stack"
 	"github.com/loom-ml/loom/libs/config"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -57,9 +59,17 @@ type app struct {
 	// upAddrs are the addresses `loom up` listens on (stack.DefaultAddrs;
 	// tests pick free ports).
 	upAddrs func() stack.Addrs
+	// configDir, when set, is the CLI's config directory (the credentials
+	// file's), instead of creds.Dir's: tests keep out of the real user's.
+	configDir string
 
 	connMu sync.Mutex
 	conn   *grpc.ClientConn
+	// src finds the credential the connection sends (see credSource).
+	src *creds.Source
+	// fixedCred, when set, is the credential instead of src's search: the
+	// administrator key of the stack `loom demo` started.
+	fixedCred string
 }
 
 // Execute runs the loom command line args (without the program name) and
@@ -148,7 +158,10 @@ Start everything on this machine with "loom up" (or try "loom demo"), then:
 
 Capacity: "loom reservations create" reserves machines for clusters to
 claim; "loom capacity" shows what is free where. Every get and list takes
---output json.`,
+--output json.
+
+Every call carries your credential: "loom up" saves an administrator key
+for you; for another gateway, "loom auth login" (see "loom auth --help").`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -190,6 +203,8 @@ claim; "loom capacity" shows what is free where. Every get and list takes
 		a.demoCommand(),
 		a.slurmCommand(),
 		a.simCommand(),
+		a.authCommand(),
+		a.authdCommand(),
 	)
 	return root
 }
@@ -199,10 +214,15 @@ func (a *app) client() (*grpc.ClientConn, error) {
 	a.connMu.Lock()
 	defer a.connMu.Unlock()
 	if a.conn == nil {
-		conn, err := grpc.NewClient(a.gateway, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		// Every call carries the caller's credential (LOOM_TOKEN, the
+		// login daemon, the credentials file), renewed when it expires.
+		src := a.credSource()
+		conn, err := grpc.NewClient(a.gateway, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithPerRPCCredentials(src.Credentials()))
 		if err != nil {
 			return nil, usagef("--gateway %q: %v", a.gateway, err)
 		}
+		src.Conn = conn
 		a.conn = conn
 	}
 	return a.conn, nil
@@ -216,6 +236,7 @@ func (a *app) close() {
 		_ = a.conn.Close()
 		a.conn = nil
 	}
+	a.src = nil
 }
 
 // explained is an error rewritten for the user that keeps the gRPC error
@@ -314,6 +335,16 @@ func (a *app) explainMsg(what string, err error) error {
 		return fmt.Errorf("%s: the gateway at %s does not support this (%s)", what, a.gateway, msg)
 	case codes.Canceled:
 		return fmt.Errorf("%s: cancelled", what)
+	case codes.Unauthenticated:
+		if strings.Contains(msg, "loom auth login") {
+			return fmt.Errorf("%s: %s", what, msg)
+		}
+		if a.src == nil || a.src.From() == creds.FromNone {
+			return fmt.Errorf("%s: not logged in to %s: run `loom auth login%s` (or set LOOM_TOKEN)", what, a.gateway, a.gatewayFlag())
+		}
+		return fmt.Errorf("%s: the gateway at %s refused your credential (from %s): %s; run `loom auth login%s` again", what, a.gateway, a.src.From(), msg, a.gatewayFlag())
+	case codes.PermissionDenied:
+		return fmt.Errorf("%s: permission denied: %s", what, msg)
 	}
 	return fmt.Errorf("%s: %s: %s", what, st.Code(), msg)
 }

@@ -27,7 +27,9 @@ print its formats; see docs/slurm.md for what differs.
 
 They talk to the gateway of --gateway / LOOM_GATEWAY, in the project of
 --project / LOOM_PROJECT, about the cluster LOOM_CLUSTER (or -M NAME; by
-default the project's only cluster). The user is LOOM_USER, else USER.`,
+default the project's only cluster). They act as the caller's credential
+says (LOOM_TOKEN, else the login daemon of LOOM_AUTHD_SOCKET, which vouches
+for your OS account, else "loom auth login"'s), never as USER or LOOM_USER.`,
 	}
 	for _, name := range SlurmCommands {
 		cmd.AddCommand(&cobra.Command{
@@ -54,7 +56,10 @@ func (a *app) runSlurm(ctx context.Context, name string, args []string, stdin io
 		_, _ = io.WriteString(stderr, name+": error: "+err.Error()+"\n")
 		return 1
 	}
-	env := slurmcli.EnvFromOS(conn)
+	// Who the command acts as comes from its credential (the login
+	// daemon's answer, the credentials file, WhoAmI) or the OS account:
+	// never USER or LOOM_USER.
+	env := slurmcli.EnvFromOS(conn, a.userName(ctx))
 	env.Project = a.project
 	env.Stdin = stdin
 	env.CallTimeout = a.callTimeout

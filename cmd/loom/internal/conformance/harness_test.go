@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/loom-ml/loom/cmd/loom/internal/agentcmd"
 	"github.com/loom-ml/loom/cmd/loom/stack"
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/testkit"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -151,7 +153,12 @@ func start() (*fixture, error) {
 	if err != nil {
 		return f, fmt.Errorf("start stack: %w", err)
 	}
-	f.conn, err = grpc.NewClient(f.stack.GatewayAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	// As the administrator, when the gateway made one (authentication on).
+	if key, err := f.stack.AdminKey(); err == nil {
+		dial = append(dial, grpc.WithPerRPCCredentials(auth.Bearer(key)))
+	}
+	f.conn, err = grpc.NewClient(f.stack.GatewayAddr, dial...)
 	if err != nil {
 		return f, err
 	}
@@ -281,8 +288,29 @@ func (f *fixture) session(t *testing.T, clusterID string) *session {
 		"PATH="+f.bin+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"USER="+user, "LOGNAME="+user, "PWD="+dir,
 		"LOOM_GATEWAY="+f.stack.GatewayAddr, "LOOM_PROJECT=default", "LOOM_CLUSTER="+c.GetName(),
+		// The CLI's credentials file is the session's, not the real user's.
+		"LOOM_CONFIG_DIR="+filepath.Join(f.tmp, "config"),
 	)
+	env = append(env, f.userToken(t, user)...)
 	return &session{t: t, f: f, dir: dir, cluster: c.GetName(), user: user, env: env}
+}
+
+// userToken is the environment that makes the Slurm commands act as user:
+// LOOM_TOKEN, a token the stack's login key gets for them (as the login
+// daemon would for a local account), since USER names no one. Empty when
+// the gateway made no login key.
+func (f *fixture) userToken(t *testing.T, user string) []string {
+	t.Helper()
+	if _, err := f.stack.LoginKey(); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tok, err := f.stack.UserToken(ctx, user)
+	if err != nil {
+		t.Fatalf("a token for %s: %v", user, err)
+	}
+	return []string{"LOOM_TOKEN=" + tok}
 }
 
 // result is one command's outcome.

@@ -6,11 +6,11 @@ import (
 	"time"
 )
 
-// as returns a session like s run by another user (USER and LOGNAME: the
-// Slurm commands send them as the caller).
+// as returns a session like s run by another user (their token, and USER
+// and LOGNAME as their login would have).
 func (s *session) as(user string) *session {
 	c := *s
-	c.env = append(append([]string(nil), s.env...), "USER="+user, "LOGNAME="+user)
+	c.env = append(append(append([]string(nil), s.env...), "USER="+user, "LOGNAME="+user), s.f.userToken(s.t, user)...)
 	c.user = user
 	return &c
 }

@@ -64,7 +64,7 @@ func jobStates(ctx context.Context, jobs loomv1.JobServiceClient, names []string
 func TestSchedulerCrashLosesNoJobAndRunsNoneTwice(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, processes)
-	gw := testkit.Dial(t, s.GatewayAddr)
+	gw := dialGateway(t, s)
 	cl := createCluster(t, gw, "e2e", &loomv1.NodePool{Id: "gpu", MachineType: "a2-highgpu-1g",
 		NodeCount: 2, AcceleratorType: "nvidia-tesla-a100", AcceleratorCount: 1})
 	shared := cl.GetStatus().GetSharedDir()

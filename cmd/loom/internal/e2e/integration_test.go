@@ -14,11 +14,14 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/agentcmd"
 	"github.com/loom-ml/loom/cmd/loom/stack"
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/testkit"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -96,8 +99,24 @@ func TestClusterJobModel(t *testing.T) {
 	}
 }
 
+// dialGateway connects to the stack's gateway as its administrator (the
+// key the gateway made at its first start; none when it makes none).
+func dialGateway(t *testing.T, s *stack.Stack) *grpc.ClientConn {
+	t.Helper()
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if key, err := s.AdminKey(); err == nil {
+		opts = append(opts, grpc.WithPerRPCCredentials(auth.Bearer(key)))
+	}
+	conn, err := grpc.NewClient(s.GatewayAddr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
 func clusterJobModel(t *testing.T, s *stack.Stack) {
-	conn := testkit.Dial(t, s.GatewayAddr)
+	conn := dialGateway(t, s)
 
 	cl := createCluster(t, conn, "itest", &loomv1.NodePool{Id: "gpu", MachineType: "a2-highgpu-2g",
 		NodeCount: 2, AcceleratorType: "nvidia-tesla-a100", AcceleratorCount: 2})
@@ -190,7 +209,14 @@ if [ "$SLURM_PROCID" = 0 ]; then mkdir -p "$LOOM_MODEL_DIR" && echo weights > "$
 	}
 
 	// The same resources over REST.
-	resp, err := http.Get("http://" + s.RESTAddr + "/v1/" + job.Name)
+	req, err := http.NewRequest(http.MethodGet, "http://"+s.RESTAddr+"/v1/"+job.Name, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key, err := s.AdminKey(); err == nil {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,10 @@
 // Package fakegw is a fake Loom gateway for tests only: a gRPC server
 // implementing, in memory, the loom.v1 services that the CLI (package cli)
 // and the Slurm commands (package slurmcli) call — clusters, operations,
-// jobs, nodes, models, reservations, Slurm's partitions and nodes, and
-// accounts and associations (sacctmgr).
+// jobs, nodes, models, reservations, Slurm's partitions and nodes,
+// accounts and associations (sacctmgr), and (with Gateway.Auth)
+// authentication: tokens, WhoAmI and API keys, checking the bearer
+// credential of each call. Bearers records what every call carried.
 //
 // A Gateway holds canned data in exported fields that a test fills (and
 // may change between calls), answers from it with the gateway's filters,
@@ -61,6 +63,10 @@ type Gateway struct {
 	loomv1.UnimplementedReservationServiceServer
 	loomv1.UnimplementedSlurmServiceServer
 	loomv1.UnimplementedAccountServiceServer
+
+	// Auth, when set, is served as AuthService (see Auth). Without it
+	// AuthService is Unimplemented, as on a gateway that predates it.
+	Auth *Auth
 
 	// Clusters are listed by project (the name's prefix) and found by name.
 	Clusters []*loomv1.Cluster
@@ -139,6 +145,7 @@ type Gateway struct {
 	opPolls   int            // GetOperation calls, which advance the operation
 	jobPolls  map[string]int // GetJob calls that found a pending job, by name (StartJobs)
 	stepPolls map[string]int // GetJobStep calls, by step name
+	bearers   []string       // each call's credential (Bearers)
 }
 
 // Serve serves g on a loopback port until the test ends and returns the
@@ -149,7 +156,10 @@ func (g *Gateway) Serve(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("fakegw: listen: %v", err)
 	}
-	s := grpc.NewServer()
+	s := grpc.NewServer(grpc.ChainUnaryInterceptor(g.unaryBearer), grpc.ChainStreamInterceptor(g.streamBearer))
+	if g.Auth != nil {
+		loomv1.RegisterAuthServiceServer(s, g.Auth)
+	}
 	loomv1.RegisterClusterServiceServer(s, g)
 	loomv1.RegisterOperationServiceServer(s, g)
 	loomv1.RegisterJobServiceServer(s, g)

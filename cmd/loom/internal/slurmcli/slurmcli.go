@@ -48,7 +48,8 @@ type Env struct {
 	// ("projects/p/clusters/demo"). When empty, commands that need one
 	// use the project's only cluster.
 	Cluster string
-	// User is the submitting user (LOOM_USER, else USER).
+	// User is who the commands act as and show: the principal's user
+	// (EnvFromOS), never USER or LOOM_USER.
 	User string
 	// Cwd is the working directory: sbatch's submit directory.
 	Cwd string
@@ -66,11 +67,15 @@ type Env struct {
 	CallTimeout time.Duration
 }
 
-// EnvFromOS builds an Env from the process: the project, cluster and user
-// from LOOM_PROJECT, LOOM_CLUSTER and UserName (with neither LOOM_USER nor
-// USER set, Environ gets USER, the account's name), the working
-// directory, the environment and stdin. conn is the gateway connection.
-func EnvFromOS(conn grpc.ClientConnInterface) Env {
+// EnvFromOS builds an Env from the process: the project and cluster from
+// LOOM_PROJECT and LOOM_CLUSTER, the working directory, the environment
+// and stdin. user is who the command acts as: the principal's user, which
+// the caller learnt from the credential (the login daemon, WhoAmI); ""
+// means the OS account running the command (AccountName). It is never
+// taken from USER or LOOM_USER, which anyone can set: `USER=root scancel`
+// is still its caller. With USER unset, Environ gets USER, the user's name
+// (sbatch exports it to the job, as a login shell would have).
+func EnvFromOS(conn grpc.ClientConnInterface, user string) Env {
 	environ := map[string]string{}
 	for _, kv := range os.Environ() {
 		if k, v, ok := strings.Cut(kv, "="); ok {
@@ -82,25 +87,23 @@ func EnvFromOS(conn grpc.ClientConnInterface) Env {
 	if project == "" {
 		project = "default"
 	}
-	if environ["LOOM_USER"] == "" && environ["USER"] == "" {
+	if user == "" {
+		user = AccountName()
+	}
+	if environ["USER"] == "" {
 		// A login shell always has USER; a bare environment (a service, a
 		// container's shell) is still some account, as Slurm goes by uid.
-		// sbatch's parse reads USER from environ.
-		environ["USER"] = UserName(func(string) string { return "" })
+		environ["USER"] = user
 	}
-	user := UserName(func(k string) string { return environ[k] })
 	return Env{Conn: conn, Project: project, Cluster: environ["LOOM_CLUSTER"], User: user,
 		Cwd: cwd, Environ: environ, Stdin: os.Stdin}
 }
 
-// UserName is who a command acts as: LOOM_USER, else USER (getenv looks
-// them up), else the account this process runs as; "" when none is known.
-func UserName(getenv func(string) string) string {
-	for _, k := range []string{"LOOM_USER", "USER"} {
-		if u := getenv(k); u != "" {
-			return u
-		}
-	}
+// AccountName is the name of the OS account this process runs as (its
+// uid, looked up in the account database), "" when it has none. It is
+// what the OS established, as munge's uid is for Slurm: no variable
+// changes it.
+func AccountName() string {
 	if u, err := osuser.Current(); err == nil {
 		return u.Username
 	}

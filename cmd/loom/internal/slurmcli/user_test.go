@@ -4,24 +4,44 @@ import (
 	osuser "os/user"
 	"strings"
 	"testing"
+
+	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
-func TestUserName(t *testing.T) {
-	t.Parallel()
-	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-	if got := UserName(env(map[string]string{"LOOM_USER": "alice", "USER": "root"})); got != "alice" {
-		t.Errorf("UserName with LOOM_USER = %q, want alice", got)
-	}
-	if got := UserName(env(map[string]string{"USER": "bob"})); got != "bob" {
-		t.Errorf("UserName with USER = %q, want bob", got)
-	}
-	// Neither: the account this test runs as, which has a name here.
+// TestIdentityIsNotAVariable: who a Slurm command acts as is the user its
+// credential names, else the OS account it runs as; USER and LOOM_USER,
+// which anyone can set, change nothing (`USER=root scancel` is still its
+// caller). Not parallel: it sets the process's environment.
+func TestIdentityIsNotAVariable(t *testing.T) {
 	u, err := osuser.Current()
 	if err != nil {
 		t.Skipf("no account name to compare with: %v", err)
 	}
-	if got := UserName(env(nil)); got == "" || got != u.Username {
-		t.Errorf("UserName without LOOM_USER or USER = %q, want the account %q", got, u.Username)
+	t.Setenv("USER", "someone-else")
+	t.Setenv("LOOM_USER", "root-claimed")
+	if got := AccountName(); got != u.Username {
+		t.Errorf("AccountName() = %q, want the account %q", got, u.Username)
+	}
+	env := EnvFromOS(nil, "")
+	if env.User != u.Username {
+		t.Errorf("EnvFromOS(no principal).User = %q with USER and LOOM_USER set; want the OS account %q", env.User, u.Username)
+	}
+	if env.Environ["USER"] != "someone-else" {
+		t.Errorf("EnvFromOS changed the environment's USER to %q; the job's exported environment keeps it", env.Environ["USER"])
+	}
+	if env := EnvFromOS(nil, "alice"); env.User != "alice" {
+		t.Errorf("EnvFromOS(principal alice).User = %q, want alice", env.User)
+	}
+	// sbatch names the principal's user as the owner, whatever USER says.
+	f := fixture()
+	code, _, errOut := run(t, f, "sbatch", Env{User: "alice", Environ: map[string]string{"USER": "root", "LOOM_USER": "root"}},
+		"--parsable", "--wrap", "true")
+	if code != 0 {
+		t.Fatalf("sbatch: exit %d: %s", code, errOut)
+	}
+	if req, ok := fakegw.LastRequest[*loomv1.SubmitJobRequest](f); !ok || req.GetJob().GetUser() != "alice" {
+		t.Errorf("sbatch with USER=root LOOM_USER=root named owner %q; want the principal's alice", req.GetJob().GetUser())
 	}
 }
 

@@ -1,0 +1,276 @@
+// Package authd is Loom's login daemon: a local service on a Unix socket
+// that gives each local user a short-lived token for their own account, as
+// munge vouches for a uid to Slurm. The operating system establishes who
+// is asking (SO_PEERCRED: the uid of the process that connected); the
+// daemon never takes a name from the client, so `USER=root scancel` is
+// still its caller's uid. It asks the gateway with the login key (the
+// service principal "services/login", which alone may CreateToken for
+// another user) and answers the token.
+//
+// The protocol is one JSON line each way per connection: the client sends
+// nothing (what it could send would be a claim), the daemon answers an
+// Answer and closes.
+package authd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	osuser "os/user"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	"github.com/loom-ml/loom/libs/auth"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// Answer is the daemon's reply: a token for the caller's account, or why
+// not.
+type Answer struct {
+	AccessToken string    `json:"access_token,omitempty"`
+	ExpireTime  time.Time `json:"expire_time,omitzero"`
+	// User is the caller's account name; Principal its principal
+	// ("users/alice").
+	User      string `json:"user,omitempty"`
+	Principal string `json:"principal,omitempty"`
+	Error     string `json:"error,omitempty"`
+}
+
+// maxAnswerBytes bounds an answer a client reads.
+const maxAnswerBytes = 64 << 10
+
+// Ask asks the daemon on socket for the calling process's token. An
+// error dialling wraps the system's (fs.ErrNotExist, ECONNREFUSED) so
+// that a caller can tell "no daemon here" from a refusal.
+func Ask(ctx context.Context, socket string) (*Answer, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = conn.SetDeadline(deadline)
+	b, err := io.ReadAll(io.LimitReader(conn, maxAnswerBytes))
+	if err != nil {
+		return nil, fmt.Errorf("read the login daemon's answer: %w", err)
+	}
+	var a Answer
+	if err := json.Unmarshal(b, &a); err != nil {
+		return nil, fmt.Errorf("the login daemon's answer is not JSON: %v", err)
+	}
+	if a.Error != "" {
+		return nil, errors.New(a.Error)
+	}
+	if a.AccessToken == "" {
+		return nil, errors.New("the login daemon answered no token")
+	}
+	return &a, nil
+}
+
+// Server is the login daemon.
+type Server struct {
+	// Conn reaches the gateway.
+	Conn grpc.ClientConnInterface
+	// LoginKey returns the login key (read on each token the daemon asks
+	// for, so that a key the gateway writes after the daemon starts, or a
+	// rotated one, is used).
+	LoginKey func() (string, error)
+	// Lookup maps a uid to its account name (nil: os/user.LookupId).
+	Lookup func(uid uint32) (string, error)
+	// Log receives one line per token given or refused (nil: discarded).
+	Log *slog.Logger
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
+
+	mu    sync.Mutex
+	cache map[string]*loomv1.Token // by user, until near expiry
+}
+
+// Listen listens on the Unix socket path, mode 0666 so that every local
+// user may ask (the answer is theirs alone). A socket file left by a
+// daemon that is gone is replaced; one a live daemon answers on is not.
+func Listen(path string) (net.Listener, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != os.ModeSocket {
+			return nil, fmt.Errorf("login daemon socket %s: a file that is not a socket is in the way", path)
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("login daemon socket %s: another login daemon answers there", path)
+		}
+		_ = os.Remove(path)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("login daemon: %w", err)
+	}
+	if err := os.Chmod(path, 0o666); err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("login daemon: %w", err)
+	}
+	return ln, nil
+}
+
+// Serve answers connections on ln until ctx ends, then closes ln (which
+// removes the socket file).
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
+	defer stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("login daemon: %w", err)
+		}
+		wg.Go(func() { s.handle(ctx, c) })
+	}
+}
+
+// handle answers one connection.
+func (s *Server) handle(ctx context.Context, c net.Conn) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	a := s.answer(ctx, c)
+	b, _ := json.Marshal(a)
+	_, _ = c.Write(append(b, '\n'))
+}
+
+func (s *Server) answer(ctx context.Context, c net.Conn) Answer {
+	uid, err := PeerUID(c)
+	if err != nil {
+		s.log().Warn("login daemon: cannot tell who is asking", "err", err)
+		return Answer{Error: "the login daemon cannot tell who is asking: " + err.Error()}
+	}
+	lookup := s.Lookup
+	if lookup == nil {
+		lookup = lookupUID
+	}
+	name, err := lookup(uid)
+	if err != nil {
+		s.log().Warn("login daemon: uid has no account name", "uid", uid, "err", err)
+		return Answer{Error: fmt.Sprintf("uid %d has no account name on this machine: %v", uid, err)}
+	}
+	tok, err := s.token(ctx, name)
+	if err != nil {
+		s.log().Warn("login daemon: no token", "user", name, "uid", uid, "err", err)
+		return Answer{Error: fmt.Sprintf("no token for %s: %s", name, errText(err))}
+	}
+	s.log().Info("login daemon: token given", "user", name, "uid", uid)
+	return Answer{AccessToken: tok.GetAccessToken(), ExpireTime: tok.GetExpireTime().AsTime(), User: name,
+		Principal: tok.GetPrincipal().GetName()}
+}
+
+// errText is a gRPC error's message (without the "rpc error: code = "
+// wrapping), else err's text.
+func errText(err error) string {
+	if st, ok := status.FromError(err); ok {
+		return st.Code().String() + ": " + st.Message()
+	}
+	return err.Error()
+}
+
+// reuseFor is the shortest life left on a cached token that is handed
+// out again; one closer to its expiry is replaced.
+const reuseFor = 5 * time.Minute
+
+// token returns a token for user: a cached one with life left, else a new
+// one from the gateway.
+func (s *Server) token(ctx context.Context, user string) (*loomv1.Token, error) {
+	now := time.Now
+	if s.Now != nil {
+		now = s.Now
+	}
+	s.mu.Lock()
+	if t := s.cache[user]; t != nil && now().Add(reuseFor).Before(t.GetExpireTime().AsTime()) {
+		s.mu.Unlock()
+		return t, nil
+	}
+	s.mu.Unlock()
+	if s.LoginKey == nil {
+		return nil, errors.New("the login daemon has no login key")
+	}
+	key, err := s.LoginKey()
+	if err != nil {
+		return nil, fmt.Errorf("the login daemon's login key: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	t, err := loomv1.NewAuthServiceClient(s.Conn).CreateToken(cctx, &loomv1.CreateTokenRequest{User: user},
+		grpc.PerRPCCredentials(auth.Bearer(key)))
+	if err != nil {
+		return nil, err
+	}
+	if t.GetAccessToken() == "" {
+		return nil, errors.New("the gateway answered no token")
+	}
+	s.mu.Lock()
+	if s.cache == nil {
+		s.cache = map[string]*loomv1.Token{}
+	}
+	s.cache[user] = t
+	s.mu.Unlock()
+	return t, nil
+}
+
+func (s *Server) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return s.Log
+}
+
+// PeerUID is the uid of the process at the other end of a Unix socket
+// connection, as the kernel recorded it when that process connected
+// (SO_PEERCRED): nothing the process says or sets changes it.
+func PeerUID(c net.Conn) (uint32, error) {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return 0, fmt.Errorf("not a Unix socket connection (%T)", c)
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, err
+	}
+	if cerr != nil {
+		return 0, fmt.Errorf("SO_PEERCRED: %w", cerr)
+	}
+	return cred.Uid, nil
+}
+
+// lookupUID is the account name of uid in the system's account database.
+func lookupUID(uid uint32) (string, error) {
+	u, err := osuser.LookupId(strconv.FormatUint(uint64(uid), 10))
+	if err != nil {
+		return "", err
+	}
+	return u.Username, nil
+}

@@ -1,0 +1,263 @@
+package authd
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	osuser "os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// askEnv, in a test binary's environment, makes it a client of the daemon
+// on that socket: it prints the answer as JSON and exits (how a process
+// running as another uid asks, in TestTokenForTheCallersOwnUID).
+const askEnv = "LOOM_TEST_AUTHD_ASK"
+
+func TestMain(m *testing.M) {
+	if sock := os.Getenv(askEnv); sock != "" {
+		a, err := Ask(context.Background(), sock)
+		if err != nil {
+			a = &Answer{Error: err.Error()}
+		}
+		_ = json.NewEncoder(os.Stdout).Encode(a)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+const loginKey = "lk_0123456789abcdef.login-secret"
+
+// daemon serves a login daemon for the fake gateway f on a socket in a
+// directory every user may reach, until the test ends.
+func daemon(t *testing.T, f *fakegw.Gateway) (sock string) {
+	t.Helper()
+	dir := t.TempDir()
+	// t.TempDir's directories are 0700: open the way for other users.
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sock = filepath.Join(dir, "authd.sock")
+	ln, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Conn: f.Dial(t), LoginKey: func() (string, error) { return loginKey, nil }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return sock
+}
+
+// fakeGateway is a fake gateway whose AuthService knows the login key.
+func fakeGateway() *fakegw.Gateway {
+	return &fakegw.Gateway{Auth: &fakegw.Auth{Now: time.Now, LoginKey: loginKey, Principals: map[string]*loomv1.Principal{
+		loginKey: {Name: "services/login", Kind: loomv1.PrincipalKind_PRINCIPAL_KIND_SERVICE},
+	}}}
+}
+
+// addUser makes an OS account for the test (useradd), deleted when it
+// ends.
+func addUser(t *testing.T) *osuser.User {
+	t.Helper()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	name := "loomt" + hex.EncodeToString(b)
+	if out, err := exec.Command("useradd", "-M", "-N", "-s", "/bin/sh", name).CombinedOutput(); err != nil {
+		t.Fatalf("useradd %s: %v: %s", name, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
+			t.Errorf("userdel %s: %v: %s", name, err, out)
+		}
+	})
+	u, err := osuser.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// needRoot skips a test that makes OS users unless it runs as root with
+// useradd.
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("making OS users (useradd) and running processes as them needs root: run this test as root to check the login daemon against real uids")
+	}
+	if _, err := exec.LookPath("useradd"); err != nil {
+		t.Skip("no useradd on this machine: cannot make the OS users this test needs")
+	}
+}
+
+// askAs runs this test binary as u's uid, asking the daemon on sock with
+// USER and LOOM_USER claiming root, and returns its answer.
+func askAs(t *testing.T, bin, sock string, u *osuser.User) Answer {
+	t.Helper()
+	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+	cmd := exec.Command(bin)
+	cmd.Env = []string{askEnv + "=" + sock, "USER=root", "LOOM_USER=root", "LOGNAME=root", "HOME=/"}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("ask as %s: %v (%s)", u.Username, err, out)
+	}
+	var a Answer
+	if err := json.Unmarshal(out, &a); err != nil {
+		t.Fatalf("ask as %s: %q: %v", u.Username, out, err)
+	}
+	return a
+}
+
+// TestTokenForTheCallersOwnUID: processes running as two real OS users
+// (useradd) each get a token for exactly their own account, though their
+// USER and LOOM_USER say root: the daemon goes by the uid the kernel
+// reports (SO_PEERCRED) and asks the gateway with the login key.
+func TestTokenForTheCallersOwnUID(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	f := fakeGateway()
+	sock := daemon(t, f)
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o666 || fi.Mode().Type() != os.ModeSocket {
+		t.Fatalf("socket %s: %v (%v); want a socket of mode 0666", sock, fi.Mode(), err)
+	}
+	// The test binary, where the users may run it.
+	bin := filepath.Join(filepath.Dir(sock), "authd.test")
+	copyFile(t, bin)
+
+	for _, u := range []*osuser.User{addUser(t), addUser(t)} {
+		a := askAs(t, bin, sock, u)
+		if a.Error != "" || a.User != u.Username || a.Principal != "users/"+u.Username || a.AccessToken == "" {
+			t.Fatalf("%s (uid %s) with USER=root got %+v; want a token for %s", u.Username, u.Uid, a, u.Username)
+		}
+		if p := f.Auth.Principals[a.AccessToken]; p.GetUser() != u.Username {
+			t.Errorf("the token %s handed to %s is the gateway's token for %q", a.AccessToken, u.Username, p.GetUser())
+		}
+		if req, _ := fakegw.LastRequest[*loomv1.CreateTokenRequest](f); req.GetUser() != u.Username {
+			t.Errorf("the daemon asked the gateway for %q's token for %s", req.GetUser(), u.Username)
+		}
+	}
+	// The daemon asked with the login key, every time.
+	for i, b := range f.Bearers() {
+		if b != loginKey {
+			t.Errorf("call %d to the gateway carried %q, want the login key", i, b)
+		}
+	}
+}
+
+func copyFile(t *testing.T, dst string) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := os.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAskAndCache: this process asks in-process and gets its own
+// account's token; a second ask reuses it (one CreateToken); a daemon
+// without a usable login key, or one the gateway refuses, answers why.
+func TestAskAndCache(t *testing.T) {
+	t.Parallel()
+	me, err := osuser.Current()
+	if err != nil {
+		t.Skip(err)
+	}
+	f := fakeGateway()
+	sock := daemon(t, f)
+	ctx := context.Background()
+	a1, err := Ask(ctx, sock)
+	if err != nil || a1.User != me.Username {
+		t.Fatalf("Ask: %+v, %v; want a token for %s", a1, err, me.Username)
+	}
+	a2, err := Ask(ctx, sock)
+	if err != nil || a2.AccessToken != a1.AccessToken {
+		t.Errorf("second Ask: %+v, %v; want the cached token %s", a2, err, a1.AccessToken)
+	}
+	if n := len(fakegw.Requests[*loomv1.CreateTokenRequest](f)); n != 1 {
+		t.Errorf("%d CreateToken calls for two asks, want 1", n)
+	}
+	if req, _ := fakegw.LastRequest[*loomv1.CreateTokenRequest](f); req.GetUser() != me.Username {
+		t.Errorf("CreateToken for %q, want %q", req.GetUser(), me.Username)
+	}
+
+	// The gateway refuses a key that is not the login key.
+	g := fakeGateway()
+	g.Auth.LoginKey = "lk_other.key"
+	if _, err := Ask(ctx, daemon(t, g)); err == nil || !strings.Contains(err.Error(), "PermissionDenied") {
+		t.Errorf("Ask of a daemon whose key the gateway refuses: %v", err)
+	}
+	// No daemon there: the error says so (fs.ErrNotExist), for the CLI to
+	// try its next source.
+	if _, err := Ask(ctx, filepath.Join(t.TempDir(), "none.sock")); err == nil || !os.IsNotExist(err) && !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("Ask with no daemon: %v", err)
+	}
+}
+
+// TestListen: a live daemon's socket is not taken over; a stale one is
+// replaced; a file that is not a socket is left alone.
+func TestListen(t *testing.T) {
+	t.Parallel()
+	sock := daemon(t, fakeGateway())
+	if _, err := Listen(sock); err == nil || !strings.Contains(err.Error(), "another login daemon answers there") {
+		t.Errorf("Listen on a live daemon's socket: %v", err)
+	}
+	dir := t.TempDir()
+	stale := filepath.Join(dir, "stale.sock")
+	ln, err := Listen(stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A daemon killed leaves its socket file: simulate with the file kept.
+	if ul, ok := ln.(interface{ SetUnlinkOnClose(bool) }); ok {
+		ul.SetUnlinkOnClose(false)
+	}
+	_ = ln.Close()
+	if ln, err := Listen(stale); err != nil {
+		t.Errorf("Listen on a stale socket: %v", err)
+	} else {
+		_ = ln.Close()
+	}
+	plain := filepath.Join(dir, "plain")
+	if err := os.WriteFile(plain, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen(plain); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Errorf("Listen on a plain file: %v", err)
+	}
+}
