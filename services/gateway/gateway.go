@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
@@ -22,6 +24,7 @@ import (
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 	"github.com/loom-ml/loom/services/gateway/internal/app"
 	"github.com/loom-ml/loom/services/gateway/internal/domain"
+	"github.com/loom-ml/loom/services/gateway/internal/guard"
 	"github.com/loom-ml/loom/services/gateway/internal/ports"
 )
 
@@ -53,6 +56,14 @@ type Config struct {
 	// checks it again; default slurmspec.DefaultMaxArraySize, 1001; at most
 	// slurmspec.MaxArraySizeCeiling).
 	MaxArraySize int
+	// Limits are the quotas, rate limits and audit trail bounds
+	// (guard_config.go).
+	Limits Limits
+
+	// authnUnary and authnStream, when set, run where authentication runs
+	// in the chain (tests place principals with them).
+	authnUnary  grpc.UnaryServerInterceptor
+	authnStream grpc.StreamServerInterceptor
 }
 
 // RegisterFlags adds the gateway's flags to fs, defaults from LOOM_* variables.
@@ -81,6 +92,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"how long a kept-alive REST connection may wait for its next request (LOOM_GATEWAY_REST_IDLE_TIMEOUT)")
 	fs.IntVar(&c.MaxArraySize, "max-array-size", int(config.EnvInt("LOOM_MAX_ARRAY_SIZE", slurmspec.DefaultMaxArraySize)),
 		"Slurm's MaxArraySize: array task ids must be below it (LOOM_MAX_ARRAY_SIZE, shared with the scheduler; default 1001)")
+	c.Limits.register(fs)
 }
 
 // withDefaults fills the fields a caller that skipped RegisterFlags left empty.
@@ -144,7 +156,15 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string
 	if err := slurmspec.CheckMaxArraySize(cfg.MaxArraySize); err != nil {
 		return errs.Invalid("max-array-size", "%v", err)
 	}
-	base, err := service.New(ctx, "gateway", cfg.Common)
+	quota, auditOpt, err := cfg.Limits.options()
+	if err != nil {
+		return errs.Invalid("project-quotas", "%v", err)
+	}
+	rec := &guardRecorder{}
+	limiter := guard.NewLimiter(guard.LimitOptions{Rate: cfg.Limits.Rate, Burst: cfg.Limits.Burst, MaxWatches: cfg.Limits.MaxWatches})
+	auditor := guard.NewAuditor(rec, guard.AuditOptions{})
+	base, err := service.New(ctx, "gateway", cfg.Common,
+		interceptors(auditor, limiter, cfg.authnUnary, nil, cfg.authnStream, nil)...)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
@@ -163,7 +183,8 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string
 			Filter: func(r bus.Record) bool { return gw.Watched(r.Type, r.Subject) }}, handle)
 	}
 	gw = app.New(adapters.NewRepo(base.Store), owners, app.Options{Clock: base.Clock, Log: base.Log, Admins: domain.ParseAdmins(cfg.SlurmAdmins),
-		JobHistory: cfg.JobHistory, Feed: feed, MaxArraySize: cfg.MaxArraySize})
+		JobHistory: cfg.JobHistory, Feed: feed, MaxArraySize: cfg.MaxArraySize, Quota: quota, Audit: auditOpt})
+	rec.g = gw
 	// A command the broker refuses for good fails its operation or job
 	// instead of blocking the outbox.
 	base.Store.OnSetAside(gw.HandleSetAside)
@@ -176,6 +197,7 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string
 		{Topics: []string{topics.ClusterEvents}, Handler: ports.ClusterEvents(gw), Group: ConsumerGroup},
 	}
 	consumers = append(consumers, service.Consume{Topics: []string{topics.JobEvents}, Handler: ports.JobHistory(gw), Group: app.HistoryGroup})
+	consumers = append(consumers, service.Consume{Topics: []string{topics.Audit}, Handler: ports.AuditEvents(gw), Group: app.AuditGroup})
 	rest := func(ctx context.Context) error { return serveREST(ctx, base, cfg.RESTAddr, cfg.REST, started) }
 	// The history sweep runs beside the requests, in small batches.
 	sweep := func(ctx context.Context) error { return gw.RunHistorySweep(ctx, sweepInterval(cfg.JobHistory)) }

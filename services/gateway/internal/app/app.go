@@ -67,6 +67,8 @@ type Options struct {
 	// Quota holds the per-project quotas and the per-user MaxSubmitJobs
 	// (quota.go).
 	Quota QuotaOptions
+	// Audit bounds the audit trail kept in Redis (audit.go).
+	Audit AuditOptions
 }
 
 // Gateway serves the public API. Its methods are safe for concurrent use.

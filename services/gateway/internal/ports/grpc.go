@@ -24,6 +24,7 @@ func Register(s grpc.ServiceRegistrar, g *app.Gateway) {
 	loomv1.RegisterOperationServiceServer(s, operations{g: g})
 	loomv1.RegisterNodeServiceServer(s, nodes{g: g})
 	loomv1.RegisterModelServiceServer(s, models{g: g})
+	loomv1.RegisterAuditServiceServer(s, audit{g: g})
 }
 
 // unary maps the error of a unary call; the result is dropped with it.

@@ -47,6 +47,7 @@ func RESTMux(ctx context.Context, grpcAddr string) (*runtime.ServeMux, func() er
 		loomv1.RegisterOperationServiceHandler,
 		loomv1.RegisterNodeServiceHandler,
 		loomv1.RegisterModelServiceHandler,
+		loomv1.RegisterAuditServiceHandler,
 	} {
 		if err := reg(ctx, mux, conn); err != nil {
 			_ = conn.Close()
