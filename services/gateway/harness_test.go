@@ -236,6 +236,10 @@ type harness struct {
 	w        *world
 	conn     *grpc.ClientConn
 	restBase string
+	// cfg is the gateway's configuration and svc the gateway (tests that
+	// restart it use them).
+	cfg Config
+	svc *testkit.Service
 }
 
 const (
@@ -306,6 +310,7 @@ func newHarness(t *testing.T, configure ...func(*Config)) *harness {
 	}
 	h.restBase = "http://" + a.rest
 	h.conn = testkit.Dial(t, a.grpc)
+	h.cfg, h.svc = cfg, svc
 	return h
 }
 

@@ -432,7 +432,7 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 	// retry of an accepted request answers what it got then.
 	tasks := max(1, domain.ArrayTaskCount(req.GetJob().GetArray()))
 	project, _ := resname.ParseProject(req.GetParent())
-	release, err := g.reserveJobs(ctx, project.ID, submitter(ctx, req.GetJob()), int64(tasks))
+	counted, err := g.reserveJobs(ctx, project.ID, submitter(ctx, req.GetJob()), int64(tasks))
 	if err != nil {
 		if j, ok, rerr := g.replayJob(ctx, rid); rerr != nil || ok {
 			return j, rerr
@@ -442,7 +442,7 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 	accepted := false
 	defer func() {
 		if !accepted {
-			release()
+			counted.release()
 		}
 	}()
 	// The replay check and the ids are one round trip: an array reserves one
@@ -455,6 +455,7 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 	if replay != "" {
 		return g.job(ctx, replay)
 	}
+	counted.commit(id)
 	job := domain.AcceptJob(req, cluster, id, g.now())
 	tx := &store.Tx{}
 	if err := adapters.PutJob(tx, job); err != nil {

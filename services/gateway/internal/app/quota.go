@@ -54,18 +54,17 @@ const (
 	// quotaCountMaxAge is how long a count far from its limit is trusted:
 	// the jobs other gateway instances accepted meanwhile are not in it.
 	quotaCountMaxAge = 30 * time.Second
-	// quotaVisibleLag is how long after this instance accepted jobs it
-	// still adds them to a count read from the scheduler, which may not
-	// have consumed their SubmitJob yet (a job may then count twice: the
-	// error is on the side of refusing).
-	quotaVisibleLag = 2 * time.Second
+	// quotaRecentKeep is how long this instance adds the jobs it accepted
+	// to a count when the scheduler does not list them (it has not
+	// consumed their SubmitJob yet).
+	quotaRecentKeep = 30 * time.Second
 	// quotaCountEntries bounds the counts kept (projects, project × user).
 	quotaCountEntries = 4096
 )
 
 // jobCounts holds, per project (pending jobs) and per project × user
 // (active jobs), the last count read from the scheduler and the jobs this
-// instance accepted since.
+// instance accepted that it did not list then.
 type jobCounts struct {
 	mu sync.Mutex
 	m  map[string]*jobCount
@@ -74,23 +73,27 @@ type jobCounts struct {
 type jobCount struct {
 	read   int64     // as the scheduler counted them
 	at     time.Time // when; zero: never read
-	recent []acceptedJobs
+	recent []*acceptedJobs
 }
 
-// acceptedJobs is n jobs this instance accepted (or is about to) at at.
+// acceptedJobs is n jobs (an array's tasks: ids first … first+n-1) this
+// instance accepted, or is accepting (first 0: ids not taken yet), at at.
 type acceptedJobs struct {
-	at time.Time
-	n  int64
+	at      time.Time
+	project string
+	first   int64
+	n       int64
+	// listed is how many of them the scheduler listed at the last read
+	// (they are in read already).
+	listed int64
 }
 
 // estimate is the count as of now: what was read plus what this instance
-// accepted since (less quotaVisibleLag before the read).
+// accepted that the scheduler did not list.
 func (c *jobCount) estimate() int64 {
 	n := c.read
 	for _, a := range c.recent {
-		if a.at.After(c.at.Add(-quotaVisibleLag)) {
-			n += a.n
-		}
+		n += a.n - a.listed
 	}
 	return n
 }
@@ -108,129 +111,168 @@ func (c *jobCount) stale(now time.Time, limit, n int64) bool {
 	return false
 }
 
-// reserve judges n more jobs under key against limit with check, reading
-// the count with read (which may stop counting at stopAt: the answer is a
-// refusal then whatever the rest) when it is stale. On success the n jobs
-// are counted in at once, and the returned release takes them out again
-// (the submission then failed).
-func (jc *jobCounts) reserve(ctx context.Context, key string, now time.Time, limit, n int64,
-	read func(ctx context.Context, stopAt int64) (int64, error), check func(count int64) error) (release func(), err error) {
-	noop := func() {}
+// refresh sets the count read now: count jobs, of which the scheduler
+// listed the names in listed (all of them unless the count stopped early).
+// c's jobs.mu is held.
+func (c *jobCount) refresh(now time.Time, count int64, listed map[string]bool) {
+	c.read, c.at = count, now
+	kept := c.recent[:0]
+	for _, a := range c.recent {
+		a.listed = 0
+		if a.first > 0 {
+			for k := range a.n {
+				if listed[resname.JobOf(a.project, a.first+k).String()] {
+					a.listed++
+				}
+			}
+		}
+		if a.listed < a.n && now.Sub(a.at) < quotaRecentKeep {
+			kept = append(kept, a)
+		}
+	}
+	clear(c.recent[len(kept):])
+	c.recent = kept
+}
+
+// jobReservation is a submission counted in before it is stored: commit
+// names its job ids once taken, release takes it out again (it failed).
+type jobReservation struct {
+	jc      *jobCounts
+	entries []*acceptedJobs
+}
+
+func (r *jobReservation) commit(first int64) {
+	r.jc.mu.Lock()
+	defer r.jc.mu.Unlock()
+	for _, a := range r.entries {
+		a.first = first
+	}
+}
+
+func (r *jobReservation) release() {
+	r.jc.mu.Lock()
+	defer r.jc.mu.Unlock()
+	for _, a := range r.entries {
+		a.n = a.listed // counts nothing more; dropped at the next read
+	}
+}
+
+// counter reads a count from the scheduler: how many jobs (stopping once
+// it reached stopAt: the answer is a refusal whatever the rest) and the
+// names of those it listed.
+type counter func(ctx context.Context, stopAt int64) (int64, map[string]bool, error)
+
+// reserve judges n more jobs of project under key against limit with
+// check, reading the count again when it is stale. On success the n jobs
+// are counted in at once, in r.
+func (jc *jobCounts) reserve(ctx context.Context, r *jobReservation, key, project string, now time.Time, limit, n int64,
+	read counter, check func(count int64) error) error {
 	if limit <= 0 {
-		return noop, nil
+		return nil
 	}
 	jc.mu.Lock()
 	c := jc.m[key]
 	stale := c == nil || c.stale(now, limit, n)
 	jc.mu.Unlock()
+	var (
+		count  int64
+		listed map[string]bool
+	)
 	if stale {
-		count, err := read(ctx, limit-n+1)
-		if err != nil {
-			return noop, err
+		var err error
+		if count, listed, err = read(ctx, limit-n+1); err != nil {
+			return err
 		}
-		jc.mu.Lock()
-		if jc.m == nil {
-			jc.m = map[string]*jobCount{}
-		}
-		if len(jc.m) >= quotaCountEntries {
-			clear(jc.m) // a bound, not an LRU: a cleared count is read again
-		}
-		if c = jc.m[key]; c == nil {
-			c = &jobCount{}
-			jc.m[key] = c
-		}
-		c.read, c.at = count, now
-		kept := c.recent[:0]
-		for _, a := range c.recent {
-			if a.at.After(now.Add(-quotaVisibleLag)) {
-				kept = append(kept, a)
-			}
-		}
-		c.recent = kept
-		jc.mu.Unlock()
 	}
 	jc.mu.Lock()
 	defer jc.mu.Unlock()
-	if c = jc.m[key]; c == nil { // cleared meanwhile: judge on what was read
-		c = &jobCount{at: now}
+	if jc.m == nil {
+		jc.m = map[string]*jobCount{}
+	}
+	if c = jc.m[key]; c == nil {
+		if len(jc.m) >= quotaCountEntries {
+			clear(jc.m) // a bound, not an LRU: a cleared count is read again
+		}
+		c = &jobCount{}
 		jc.m[key] = c
 	}
-	if err := check(c.estimate()); err != nil {
-		return noop, err
+	if stale {
+		c.refresh(now, count, listed)
 	}
-	a := &acceptedJobs{at: now, n: n}
-	c.recent = append(c.recent, *a)
-	return func() {
-		jc.mu.Lock()
-		defer jc.mu.Unlock()
-		for i := range c.recent {
-			if c.recent[i] == *a {
-				c.recent = append(c.recent[:i], c.recent[i+1:]...)
-				return
-			}
-		}
-	}, nil
+	if err := check(c.estimate()); err != nil {
+		return err
+	}
+	a := &acceptedJobs{at: now, project: project, n: n}
+	c.recent = append(c.recent, a)
+	r.entries = append(r.entries, a)
+	return nil
 }
 
 // countJobs counts the jobs the scheduler lists for req (every page), and
-// stops once it reached stopAt.
-func (g *Gateway) countJobs(ctx context.Context, req *loomv1.ListJobsRequest, stopAt int64) (int64, error) {
-	var n int64
+// stops once it reached stopAt; it returns their names.
+func (g *Gateway) countJobs(ctx context.Context, req *loomv1.ListJobsRequest, stopAt int64) (int64, map[string]bool, error) {
+	names := map[string]bool{}
 	err := paging.Each(func(token string) (string, error) {
 		req.PageSize, req.PageToken = paging.MaxSize, token
 		resp, err := g.own.Jobs.ListJobs(ctx, req)
-		n += int64(len(resp.GetJobs()))
-		if n >= stopAt {
+		for _, j := range resp.GetJobs() {
+			names[j.GetName()] = true
+		}
+		if int64(len(names)) >= stopAt {
 			return "", err
 		}
 		return resp.GetNextPageToken(), err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("ask the scheduler for jobs to count against the quota: %w", err)
+		return 0, nil, fmt.Errorf("ask the scheduler for jobs to count against the quota: %w", err)
 	}
-	return n, nil
+	return int64(len(names)), names, nil
 }
 
 // reserveJobs checks a submission of n jobs (an array's tasks) by user to
 // project against the project's pending-jobs quota and the user's
 // MaxSubmitJobs (their association's, else the default), and counts them
-// in. The returned release takes them out again, for a submission that
-// then failed. Pending jobs are the scheduler's PENDING jobs of the project
-// (every cluster); a user's jobs are their active ones (ListJobs
-// active_only); both plus what this instance accepted since it read them.
-func (g *Gateway) reserveJobs(ctx context.Context, project, user string, n int64) (func(), error) {
+// in: the caller commits the reservation with the job ids it took, or
+// releases it when the submission failed. Pending jobs are the scheduler's
+// PENDING jobs of the project (every cluster); a user's jobs are their
+// active ones (ListJobs active_only); both plus the jobs this instance
+// accepted that the scheduler did not list yet.
+func (g *Gateway) reserveJobs(ctx context.Context, project, user string, n int64) (*jobReservation, error) {
+	r := &jobReservation{jc: &g.jobCounts}
 	q, src := g.quota.Quotas.For(project)
 	parent := resname.Project{ID: project}.String()
 	now := g.now()
-	releaseProject, err := g.jobCounts.reserve(ctx, "p\x00"+project, now, q.PendingJobs, n,
-		func(ctx context.Context, stopAt int64) (int64, error) {
+	err := g.jobCounts.reserve(ctx, r, "p\x00"+project, project, now, q.PendingJobs, n,
+		func(ctx context.Context, stopAt int64) (int64, map[string]bool, error) {
 			return g.countJobs(ctx, &loomv1.ListJobsRequest{Parent: parent, States: []loomv1.JobState{loomv1.JobState_PENDING}}, stopAt)
 		},
 		func(count int64) error { return domain.CheckPendingQuota(project, q, src, count, n) })
 	if err != nil || user == "" {
-		return releaseProject, err
+		if err != nil {
+			r.release()
+		}
+		return r, err
 	}
 	limit := domain.SubmitLimit{Max: g.quota.MaxSubmitJobs, Source: "LOOM_GATEWAY_MAX_SUBMIT_JOBS"}
 	if f := g.quota.AssociationLimit; f != nil {
 		max, source, err := f(ctx, project, user)
 		if err != nil {
-			releaseProject()
-			return func() {}, fmt.Errorf("association of %s in %s: %w", user, project, err)
+			r.release()
+			return r, fmt.Errorf("association of %s in %s: %w", user, project, err)
 		}
 		if max > 0 {
 			limit = domain.SubmitLimit{Max: max, Source: source}
 		}
 	}
-	releaseUser, err := g.jobCounts.reserve(ctx, "u\x00"+project+"\x00"+user, now, limit.Max, n,
-		func(ctx context.Context, stopAt int64) (int64, error) {
+	err = g.jobCounts.reserve(ctx, r, "u\x00"+project+"\x00"+user, project, now, limit.Max, n,
+		func(ctx context.Context, stopAt int64) (int64, map[string]bool, error) {
 			return g.countJobs(ctx, &loomv1.ListJobsRequest{Parent: parent, Users: []string{user}, ActiveOnly: true}, stopAt)
 		},
 		func(count int64) error { return domain.CheckSubmitLimit(project, user, limit, count, n) })
 	if err != nil {
-		releaseProject()
-		return func() {}, err
+		r.release()
 	}
-	return func() { releaseUser(); releaseProject() }, nil
+	return r, err
 }
 
 // submitter is who a submission counts against: the authenticated
