@@ -1,0 +1,182 @@
+package gateway
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/loom-ml/loom/libs/testkit"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+func (h *harness) audit() loomv1.AuditServiceClient { return loomv1.NewAuditServiceClient(h.conn) }
+
+// auditRows lists every record of parent (all pages of size) as who,
+// filtered by principal.
+func auditRows(t *testing.T, ctx context.Context, h *harness, who, parent, principal string, size int32) []*loomv1.AuditRecord {
+	t.Helper()
+	var out []*loomv1.AuditRecord
+	token := ""
+	for range 1000 {
+		resp, err := h.audit().ListAuditRecords(ctx, &loomv1.ListAuditRecordsRequest{Parent: parent, Principal: principal,
+			PageSize: size, PageToken: token}, as(who))
+		if err != nil {
+			t.Fatalf("list audit records of %s as %s: %v", parent, who, err)
+		}
+		if size > 0 && len(resp.GetRecords()) > int(size) {
+			t.Fatalf("a page of %d records, more than the page size %d", len(resp.GetRecords()), size)
+		}
+		out = append(out, resp.GetRecords()...)
+		if token = resp.GetNextPageToken(); token == "" {
+			return out
+		}
+	}
+	t.Fatal("paging did not end")
+	return nil
+}
+
+// waitAudit waits until parent's trail (read as who) holds a record that
+// match accepts, and returns the trail.
+func waitAudit(t *testing.T, ctx context.Context, h *harness, who, parent string, match func(*loomv1.AuditRecord) bool) []*loomv1.AuditRecord {
+	t.Helper()
+	for {
+		recs := auditRows(t, ctx, h, who, parent, "", 0)
+		if slices.ContainsFunc(recs, match) {
+			return recs
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no such audit record in %s: %v", parent, recs)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func record(principal, method, decision, code string) func(*loomv1.AuditRecord) bool {
+	return func(r *loomv1.AuditRecord) bool {
+		return r.GetPrincipal() == principal && r.GetMethod() == method && r.GetDecision() == decision && r.GetCode() == code
+	}
+}
+
+// restart stops the gateway and starts it again on the same Redis and
+// broker.
+func (h *harness) restart(t *testing.T) {
+	t.Helper()
+	if err := h.svc.Stop(); err != nil {
+		t.Fatalf("stop the gateway: %v", err)
+	}
+	type addrs struct{ grpc, rest string }
+	started := make(chan addrs, 1)
+	cfg := h.cfg
+	svc := testkit.Start(t, "gateway", func(ctx context.Context) error {
+		return run(ctx, cfg, func(g, r string) { started <- addrs{g, r} })
+	})
+	select {
+	case a := <-started:
+		h.conn, h.restBase, h.svc = testkit.Dial(t, a.grpc), "http://"+a.rest, svc
+	case <-svc.Done():
+		t.Fatalf("gateway stopped at start: %v", svc.Err())
+	case <-time.After(wait):
+		t.Fatal("gateway did not start again")
+	}
+}
+
+func TestAuditTrail(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, withAuthn(principals))
+	ctx := testkit.Context(t, 3*wait)
+
+	// A mutation that is allowed, and refusals: a bad request, a quota, an
+	// unknown credential (authentication's refusal), and a read refused.
+	req := validJob()
+	req.Job.User = "ana"
+	job, err := h.jobs().SubmitJob(ctx, req, as("ana"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.clusters().CreateCluster(ctx, &loomv1.CreateClusterRequest{Parent: project, ClusterId: "Bad"}, as("bob"))
+	wantCode(t, "bad cluster id", err, codes.InvalidArgument)
+	_, err = h.clusters().DeleteCluster(ctx, &loomv1.DeleteClusterRequest{Name: project + "/clusters/c9"}, as("mallory"))
+	wantCode(t, "unknown credential", err, codes.Unauthenticated)
+	_, err = h.jobs().GetJob(ctx, &loomv1.GetJobRequest{Name: project + "/jobs/12345"}, as("bob"))
+	wantCode(t, "unknown job", err, codes.NotFound)
+	_, err = h.jobs().GetJob(ctx, &loomv1.GetJobRequest{Name: job.GetName()}, as("bob")) // a read that succeeds: not recorded
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	recs := waitAudit(t, ctx, h, "ana", project, record("anonymous", "/loom.v1.ClusterService/DeleteCluster", "denied", "Unauthenticated"))
+	recs = waitAudit(t, ctx, h, "ana", project, record("users/bob", "/loom.v1.JobService/GetJob", "denied", "NotFound"))
+	for _, want := range []func(*loomv1.AuditRecord) bool{
+		record("users/ana", "/loom.v1.JobService/SubmitJob", "allowed", "OK"),
+		record("users/bob", "/loom.v1.ClusterService/CreateCluster", "denied", "InvalidArgument"),
+	} {
+		if !slices.ContainsFunc(recs, want) {
+			t.Errorf("missing a record in %v", recs)
+		}
+	}
+	for _, r := range recs {
+		if r.GetMethod() == "/loom.v1.JobService/GetJob" && r.GetCode() == "OK" {
+			t.Errorf("a successful read was recorded: %v", r)
+		}
+		if r.GetMethod() == "/loom.v1.JobService/SubmitJob" && (r.GetResource() != project || r.GetProject() != "default") {
+			t.Errorf("submit record: %v", r)
+		}
+	}
+	for i := 1; i < len(recs); i++ {
+		if recs[i].GetTime().AsTime().After(recs[i-1].GetTime().AsTime()) {
+			t.Errorf("records not newest first: %v before %v", recs[i-1], recs[i])
+		}
+	}
+
+	// Only admins read the trail: a project's admins their project's, cluster
+	// administrators every project's.
+	_, err = h.audit().ListAuditRecords(ctx, &loomv1.ListAuditRecordsRequest{Parent: project}, as("bob"))
+	wantCode(t, "a user of the project", err, codes.PermissionDenied)
+	_, err = h.audit().ListAuditRecords(ctx, &loomv1.ListAuditRecordsRequest{Parent: project}, as("carol"))
+	wantCode(t, "another project's admin", err, codes.NotFound)
+	_, err = h.audit().ListAuditRecords(ctx, &loomv1.ListAuditRecordsRequest{Parent: project})
+	wantCode(t, "anonymous", err, codes.Unauthenticated)
+	_, err = h.audit().ListAuditRecords(ctx, &loomv1.ListAuditRecordsRequest{Parent: "projects/-"}, as("ana"))
+	wantCode(t, "a project admin for every project", err, codes.PermissionDenied)
+	all := waitAudit(t, ctx, h, "root", "projects/-", record("users/carol", "/loom.v1.AuditService/ListAuditRecords", "denied", "NotFound"))
+	if len(all) < len(recs) {
+		t.Errorf("projects/- has %d records, fewer than default's %d", len(all), len(recs))
+	}
+
+	// Filter and paging: bob's records, one page at a time, are the
+	// unpaged list's, in the same order.
+	bobs := auditRows(t, ctx, h, "root", "projects/-", "users/bob", 0)
+	paged := auditRows(t, ctx, h, "root", "projects/-", "users/bob", 1)
+	if len(bobs) < 3 || len(paged) != len(bobs) {
+		t.Fatalf("bob's records: %d unpaged, %d paged", len(bobs), len(paged))
+	}
+	for i := range bobs {
+		if bobs[i].GetPrincipal() != "users/bob" || paged[i].GetId() != bobs[i].GetId() {
+			t.Errorf("record %d: %v paged, %v unpaged", i, paged[i], bobs[i])
+		}
+	}
+	_, err = h.audit().ListAuditRecords(ctx, &loomv1.ListAuditRecordsRequest{Parent: project, PageToken: "bogus"}, as("ana"))
+	wantCode(t, "a made-up token", err, codes.InvalidArgument, "page_token")
+
+	// The trail survives a restart, and records go on.
+	h.restart(t)
+	after := auditRows(t, ctx, h, "root", "projects/-", "", 0)
+	for _, r := range all {
+		if !slices.ContainsFunc(after, func(a *loomv1.AuditRecord) bool { return a.GetId() == r.GetId() }) {
+			t.Errorf("record lost in the restart: %v", r)
+		}
+	}
+	if _, err := h.jobs().CancelJob(ctx, &loomv1.CancelJobRequest{Name: job.GetName(), User: "ana"}, as("ana")); err != nil && !isCode(err, codes.NotFound, codes.FailedPrecondition) {
+		t.Fatal(err)
+	}
+	waitAudit(t, ctx, h, "ana", project, func(r *loomv1.AuditRecord) bool {
+		return r.GetPrincipal() == "users/ana" && r.GetMethod() == "/loom.v1.JobService/CancelJob"
+	})
+}
+
+func isCode(err error, cs ...codes.Code) bool { return slices.Contains(cs, status.Code(err)) }
