@@ -190,6 +190,7 @@ claim; "loom capacity" shows what is free where. Every get and list takes
 		a.demoCommand(),
 		a.slurmCommand(),
 		a.simCommand(),
+		a.auditCommand(),
 	)
 	return root
 }

@@ -1,7 +1,8 @@
 // Package fakegw is a fake Loom gateway for tests only: a gRPC server
 // implementing, in memory, the loom.v1 services that the CLI (package cli)
 // and the Slurm commands (package slurmcli) call — clusters, operations,
-// jobs, nodes, models, reservations and Slurm's partitions and nodes.
+// jobs, nodes, models, reservations, Slurm's partitions and nodes, and
+// the audit trail.
 //
 // A Gateway holds canned data in exported fields that a test fills (and
 // may change between calls), answers from it with the gateway's filters,
@@ -59,6 +60,7 @@ type Gateway struct {
 	loomv1.UnimplementedModelServiceServer
 	loomv1.UnimplementedReservationServiceServer
 	loomv1.UnimplementedSlurmServiceServer
+	loomv1.UnimplementedAuditServiceServer
 
 	// Clusters are listed by project (the name's prefix) and found by name.
 	Clusters []*loomv1.Cluster
@@ -82,6 +84,8 @@ type Gateway struct {
 	// with Consumers cannot be deleted (FailedPrecondition).
 	Reservations []*loomv1.Reservation
 	Capacity     []*loomv1.CapacityPool
+	// AuditRecords are ListAuditRecords' trail, newest first (audit.go).
+	AuditRecords []*loomv1.AuditRecord
 	// Logs are ReadJobLogs' chunks by job name.
 	Logs map[string][]string
 	// Steps are the jobs' steps (names "{job}/steps/{id}"), listed in
@@ -151,6 +155,7 @@ func (g *Gateway) Serve(t testing.TB) string {
 	loomv1.RegisterModelServiceServer(s, g)
 	loomv1.RegisterReservationServiceServer(s, g)
 	loomv1.RegisterSlurmServiceServer(s, g)
+	loomv1.RegisterAuditServiceServer(s, g)
 	go func() { _ = s.Serve(ln) }()
 	t.Cleanup(s.Stop)
 	return ln.Addr().String()
