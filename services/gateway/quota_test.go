@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -281,6 +282,9 @@ func TestRateLimitAndWatchCap(t *testing.T) {
 		"users/ana: more than 0.001 requests a second (LOOM_GATEWAY_RATE), in bursts of at most 6 (LOOM_GATEWAY_BURST)")
 	if err := get("bob"); err != nil {
 		t.Errorf("bob while ana is limited: %v", err)
+	}
+	if code, body := restAs(t, ctx, h, "ana", "/v1/"+cluster1); code != 429 || !strings.Contains(body, "LOOM_GATEWAY_RATE") {
+		t.Errorf("ana through REST: %d %s, want 429 naming the limit", code, body)
 	}
 
 	h.w.setJob(&loomv1.Job{Name: project + "/jobs/7", JobId: "7", Cluster: cluster1, State: loomv1.JobState_RUNNING})
