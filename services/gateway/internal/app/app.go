@@ -220,9 +220,13 @@ func (g *Gateway) startOperation(ctx context.Context, kind, rid string, op *loom
 	for _, cmd := range cmds {
 		tx.Emit(cmd)
 	}
+	audited := auditInline(ctx, tx)
 	applied, err := g.repo.Apply(ctx, adapters.RequestInboxID(kind, rid), tx)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", op.GetMetadata().GetVerb(), op.GetMetadata().GetTarget(), err)
+	}
+	if applied {
+		audited()
 	}
 	if !applied {
 		// A concurrent call with the same request id won.
@@ -467,9 +471,13 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 		return nil, err
 	}
 	tx.Emit(cmd)
+	audited := auditInline(ctx, tx)
 	applied, err := g.repo.Apply(ctx, adapters.RequestInboxID(kind, rid), tx)
 	if err != nil {
 		return nil, fmt.Errorf("submit %s: %w", job.GetName(), err)
+	}
+	if applied {
+		audited()
 	}
 	if !applied {
 		first, ok, err := g.replayJob(ctx, rid)

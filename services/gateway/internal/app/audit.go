@@ -15,6 +15,7 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 	"github.com/loom-ml/loom/services/gateway/internal/domain"
+	"github.com/loom-ml/loom/services/gateway/internal/guard"
 )
 
 // Audit trail defaults (the gateway's -audit-* flags).
@@ -55,17 +56,10 @@ func (o AuditOptions) withDefaults() AuditOptions {
 // reaches the topic whatever happens to this process. It implements
 // guard.Recorder.
 func (g *Gateway) RecordAudit(ctx context.Context, rec *loomv1.AuditRecord) error {
-	key := rec.GetProject()
-	if key == "" {
-		key = "-"
-	}
-	ev, err := envelope.Route(key, Source, &eventsv1.AuditRecorded{Record: rec})
+	ev, err := auditEvent(rec)
 	if err != nil {
 		return err
 	}
-	ev.ID = rec.GetId()
-	ev.Subject = rec.GetResource()
-	ev.Principal = rec.GetPrincipal()
 	tx := &store.Tx{}
 	tx.Emit(ev)
 	if _, err := g.repo.Apply(ctx, "", tx); err != nil {
@@ -132,4 +126,39 @@ func (g *Gateway) ListAuditRecords(ctx context.Context, req *loomv1.ListAuditRec
 		out.NextPageToken = paging.Token(req, next)
 	}
 	return out, nil
+}
+
+// auditInline adds the call's audit record ("allowed") to tx when the call
+// came through the audit interceptor (guard.Pending), so that the change
+// and its record are one write. Call the returned function once tx
+// applied (and the call will answer OK).
+func auditInline(ctx context.Context, tx *store.Tx) (applied func()) {
+	p := guard.PendingFrom(ctx)
+	if p == nil {
+		return func() {}
+	}
+	rec := p.Allowed(ctx)
+	ev, err := auditEvent(rec)
+	if err != nil {
+		return func() {} // the interceptor writes it alone
+	}
+	tx.Emit(ev)
+	return p.Written
+}
+
+// auditEvent is rec as the AuditRecorded event on loom.audit.v1 (key: its
+// project, "-" for none).
+func auditEvent(rec *loomv1.AuditRecord) (envelope.Event, error) {
+	key := rec.GetProject()
+	if key == "" {
+		key = "-"
+	}
+	ev, err := envelope.Route(key, Source, &eventsv1.AuditRecorded{Record: rec})
+	if err != nil {
+		return envelope.Event{}, err
+	}
+	ev.ID = rec.GetId()
+	ev.Subject = rec.GetResource()
+	ev.Principal = rec.GetPrincipal()
+	return ev, nil
 }

@@ -147,14 +147,70 @@ const maxReasonBytes = 1024
 
 // UnaryServerInterceptor records unary calls. It must run outside
 // authentication (SEAMS.md), so that authentication's refusals are recorded.
+// A mutating call's handler may write the record itself (Pending).
 func (a *Auditor) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		ctx, slot := auth.WithSlot(ctx)
-		resp, err := h(ctx, req)
 		msg, _ := req.(proto.Message)
+		var p *Pending
+		if !IsRead(info.FullMethod) {
+			p = &Pending{a: a, slot: slot, method: info.FullMethod, req: msg}
+			ctx = context.WithValue(ctx, pendingKey{}, p)
+		}
+		resp, err := h(ctx, req)
+		if err == nil && p.written() {
+			return resp, nil
+		}
 		a.record(ctx, slot, info.FullMethod, msg, err)
 		return resp, err
 	}
+}
+
+type pendingKey struct{}
+
+// Pending is a mutating call's audit record while the call runs. A handler
+// that stores the call's change with one atomic write (store.Apply) and
+// answers OK once it applied can put the record in that write (Allowed),
+// then say so (Written): the call then costs one write instead of two, and
+// the interceptor writes nothing more. A call that then fails is recorded
+// by the interceptor as usual.
+type Pending struct {
+	a      *Auditor
+	slot   *auth.Slot
+	method string
+	req    proto.Message
+
+	mu   sync.Mutex
+	done bool
+}
+
+// PendingFrom returns the call's Pending record; nil outside a mutating
+// call through the Auditor.
+func PendingFrom(ctx context.Context) *Pending {
+	p, _ := ctx.Value(pendingKey{}).(*Pending)
+	return p
+}
+
+// Allowed returns the record of the call allowed and answered OK now.
+func (p *Pending) Allowed(ctx context.Context) *loomv1.AuditRecord {
+	return p.a.newRecord(ctx, p.slot, p.method, p.req, nil)
+}
+
+// Written says that the record Allowed returned was stored with the
+// call's change.
+func (p *Pending) Written() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.done = true
+}
+
+func (p *Pending) written() bool {
+	if p == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done
 }
 
 // StreamServerInterceptor records streaming calls (the resource is read
@@ -195,23 +251,12 @@ func (a *Auditor) record(ctx context.Context, slot *auth.Slot, method string, re
 	if code != codes.OK && IsRead(method) && !refusalCodes[code] {
 		return // a read that failed (Unavailable, Canceled): nothing was decided
 	}
-	principal := Anonymous
-	key := "anonymous@" + PeerIP(ctx)
-	if slot.Principal != nil {
-		principal, key = slot.Principal.Name, slot.Principal.Name
-	}
-	resource := Resource(req)
-	rec := &loomv1.AuditRecord{
-		Id:        envelope.NewID(),
-		Time:      timestamppb.New(a.opt.Now()),
-		Principal: principal,
-		Method:    method,
-		Resource:  resource,
-		Decision:  Decision(code),
-		Code:      code.String(),
-		Project:   ProjectOf(resource),
-	}
+	rec := a.newRecord(ctx, slot, method, req, err)
 	if err != nil {
+		key := "anonymous@" + PeerIP(ctx)
+		if slot.Principal != nil {
+			key = slot.Principal.Name
+		}
 		reason := err.Error()
 		if st, ok := status.FromError(err); ok {
 			reason = st.Message()
@@ -225,7 +270,7 @@ func (a *Auditor) record(ctx context.Context, slot *auth.Slot, method string, re
 			return
 		}
 		if dropped > 0 {
-			rec.Reason = clipReason(fmt.Sprintf("%s (and %d refusals of %s left out of the trail before this one)", rec.Reason, dropped, principal))
+			rec.Reason = clipReason(fmt.Sprintf("%s (and %d refusals of %s left out of the trail before this one)", rec.Reason, dropped, rec.GetPrincipal()))
 		}
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.opt.Timeout)
@@ -233,6 +278,27 @@ func (a *Auditor) record(ctx context.Context, slot *auth.Slot, method string, re
 	if werr := a.rec.RecordAudit(wctx, rec); werr != nil {
 		a.opt.Log.ErrorContext(ctx, "audit record not written", "error", werr, "principal", rec.Principal,
 			"method", rec.Method, "resource", rec.Resource, "code", rec.Code)
+	}
+}
+
+// newRecord is the record of a call of method on req by the slot's
+// principal that ended with err.
+func (a *Auditor) newRecord(ctx context.Context, slot *auth.Slot, method string, req proto.Message, err error) *loomv1.AuditRecord {
+	code := errs.Code(err)
+	principal := Anonymous
+	if slot.Principal != nil {
+		principal = slot.Principal.Name
+	}
+	resource := Resource(req)
+	return &loomv1.AuditRecord{
+		Id:        envelope.NewID(),
+		Time:      timestamppb.New(a.opt.Now()),
+		Principal: principal,
+		Method:    method,
+		Resource:  resource,
+		Decision:  Decision(code),
+		Code:      code.String(),
+		Project:   ProjectOf(resource),
 	}
 }
 

@@ -255,3 +255,36 @@ func TestResourceAndIsRead(t *testing.T) {
 		t.Error("Decision")
 	}
 }
+
+// A handler that writes the record with its change (Pending) leaves the
+// interceptor nothing to write; one that then fails is recorded as usual.
+func TestAuditPendingWrittenByTheHandler(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	a := NewAuditor(rec, AuditOptions{})
+	ana := &auth.Principal{Name: "users/ana", Kind: auth.KindUser}
+	var inline []*loomv1.AuditRecord
+	call := func(method string, fail error) {
+		_, _ = a.UnaryServerInterceptor()(context.Background(), &loomv1.SubmitJobRequest{Parent: "projects/p1"},
+			&grpc.UnaryServerInfo{FullMethod: method}, func(ctx context.Context, _ any) (any, error) {
+				ctx = auth.NewContext(ctx, ana)
+				if p := PendingFrom(ctx); p != nil {
+					inline = append(inline, p.Allowed(ctx))
+					p.Written()
+				}
+				return nil, fail
+			})
+	}
+	call("/loom.v1.JobService/SubmitJob", nil)
+	if len(inline) != 1 || len(rec.all()) != 0 || inline[0].GetPrincipal() != "users/ana" || inline[0].GetDecision() != Allowed {
+		t.Fatalf("inline %v, interceptor wrote %v", inline, rec.all())
+	}
+	call("/loom.v1.JobService/SubmitJob", errs.ToStatus(errs.Unavailable))
+	if got := rec.all(); len(got) != 1 || got[0].GetCode() != "Unavailable" {
+		t.Errorf("a call that failed after its handler wrote: %v", got)
+	}
+	call("/loom.v1.JobService/GetJob", nil)
+	if len(inline) != 2 {
+		t.Errorf("a read got a Pending record")
+	}
+}
