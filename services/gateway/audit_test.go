@@ -90,7 +90,7 @@ func (h *harness) restart(t *testing.T) {
 
 func TestAuditTrail(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, withAuthn(principals))
+	h := newHarness(t, withAuthn(principals), func(c *Config) { c.Limits.MaxWatches = 1 })
 	ctx := testkit.Context(t, 3*wait)
 
 	// A mutation that is allowed, and refusals: a bad request, a quota, an
@@ -112,7 +112,28 @@ func TestAuditTrail(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	recs := waitAudit(t, ctx, h, "ana", project, record("anonymous", "/loom.v1.ClusterService/DeleteCluster", "denied", "Unauthenticated"))
+	// A stream refused by the watch cap names the job it asked for.
+	wctx, stopWatch := context.WithCancel(ctx)
+	w1, err := h.jobs().WatchJob(wctx, &loomv1.WatchJobRequest{Name: job.GetName()}, as("ana"))
+	if err == nil {
+		_, err = w1.Recv()
+	}
+	if err != nil {
+		t.Fatalf("ana's watch: %v", err)
+	}
+	w2, err := h.jobs().WatchJob(ctx, &loomv1.WatchJobRequest{Name: job.GetName()}, as("ana"))
+	if err == nil {
+		_, err = w2.Recv()
+	}
+	wantCode(t, "ana's second watch", err, codes.ResourceExhausted)
+	stopWatch()
+	recs := waitAudit(t, ctx, h, "ana", project, func(r *loomv1.AuditRecord) bool {
+		return record("users/ana", "/loom.v1.JobService/WatchJob", "denied", "ResourceExhausted")(r) && r.GetResource() == job.GetName()
+	})
+	if slices.ContainsFunc(recs, record("users/ana", "/loom.v1.JobService/WatchJob", "allowed", "OK")) {
+		t.Error("a watch that was let through was recorded")
+	}
+	recs = waitAudit(t, ctx, h, "ana", project, record("anonymous", "/loom.v1.ClusterService/DeleteCluster", "denied", "Unauthenticated"))
 	recs = waitAudit(t, ctx, h, "ana", project, record("users/bob", "/loom.v1.JobService/GetJob", "denied", "NotFound"))
 	for _, want := range []func(*loomv1.AuditRecord) bool{
 		record("users/ana", "/loom.v1.JobService/SubmitJob", "allowed", "OK"),

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/auth"
@@ -213,28 +214,74 @@ func (p *Pending) written() bool {
 	return p.done
 }
 
-// StreamServerInterceptor records streaming calls (the resource is read
-// from the stream's first request message).
+// StreamServerInterceptor records streaming calls. The resource is read
+// from the stream's request: a server stream's one request is received
+// here, before the rest of the chain, so that a refusal by a later
+// interceptor (the watch cap) still names what was asked for; the handler
+// then receives that request.
 func (a *Auditor) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 		ctx, slot := auth.WithSlot(ss.Context())
 		w := &auditStream{ServerStream: ss, ctx: ctx}
+		if info.IsServerStream && !info.IsClientStream {
+			if m := newRequest(info.FullMethod); m != nil {
+				if err := ss.RecvMsg(m); err != nil {
+					return err // nothing asked: the handler would fail the same
+				}
+				w.first, w.buffered = m, true
+			}
+		}
 		err := h(srv, w)
 		a.record(ctx, slot, info.FullMethod, w.first, err)
 		return err
 	}
 }
 
-// auditStream carries the audit slot's context and keeps the first request.
+// newRequest returns an empty request message of method
+// ("/pkg.Service/Method"), from the registered descriptors; nil when it is
+// not known.
+func newRequest(method string) proto.Message {
+	svc, name, ok := strings.Cut(strings.TrimPrefix(method, "/"), "/")
+	if !ok {
+		return nil
+	}
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(svc))
+	if err != nil {
+		return nil
+	}
+	sd, ok := d.(protoreflect.ServiceDescriptor)
+	if !ok || sd.Methods().ByName(protoreflect.Name(name)) == nil {
+		return nil
+	}
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(sd.Methods().ByName(protoreflect.Name(name)).Input().FullName())
+	if err != nil {
+		return nil
+	}
+	return mt.New().Interface()
+}
+
+// auditStream carries the audit slot's context and the request the
+// interceptor received for the handler.
 type auditStream struct {
 	grpc.ServerStream
-	ctx   context.Context
-	first proto.Message
+	ctx      context.Context
+	first    proto.Message
+	buffered bool // first is still to be handed to the handler
 }
 
 func (s *auditStream) Context() context.Context { return s.ctx }
 
 func (s *auditStream) RecvMsg(m any) error {
+	if s.buffered {
+		s.buffered = false
+		dst, ok := m.(proto.Message)
+		if !ok {
+			return fmt.Errorf("audit: cannot hand a %T the request", m)
+		}
+		proto.Reset(dst)
+		proto.Merge(dst, s.first)
+		return nil
+	}
 	err := s.ServerStream.RecvMsg(m)
 	if err == nil && s.first == nil {
 		s.first, _ = m.(proto.Message)
