@@ -1053,10 +1053,25 @@ func (c *cmd) submitJob(ctx context.Context, j *loomv1.Job, what string) (*loomv
 		// which limit the spec passed, so the user knows what to change.
 		return nil, c.errorf("%s: %s (%s)", what, slurmspec.MsgInvalidArray, st.Message())
 	}
+	if st, _ := status.FromError(err); st.Code() == codes.ResourceExhausted && isJobQuota(st.Message()) {
+		// A job quota: Slurm's words for an association or QOS limit,
+		// then which limit and its value.
+		return nil, c.errorf("%s: %s (%s)", what, msgJobQuota, st.Message())
+	}
 	if err != nil {
 		return nil, c.rpcError(what, err)
 	}
 	return job, nil
+}
+
+// msgJobQuota is Slurm's reason for a submission past MaxSubmitJobs (or a
+// GrpSubmitJobs-like limit): ESLURM_ACCOUNTING_POLICY.
+const msgJobQuota = "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)"
+
+// isJobQuota reports whether a ResourceExhausted refusal of a submission is
+// the gateway's MaxSubmitJobs or pending-jobs quota (not a rate limit).
+func isJobQuota(msg string) bool {
+	return strings.Contains(msg, "would exceed MaxSubmitJobs") || strings.Contains(msg, "pending jobs would exceed the quota")
 }
 
 // waitJob is sbatch --wait: it follows the job until it ends and exits as
