@@ -130,7 +130,8 @@ func PeerIP(ctx context.Context) string {
 }
 
 // ErrRateLimited marks a refusal of the rate limit (it wraps
-// errs.ResourceExhausted), so that the audit trail can tell a flood apart.
+// errs.ResourceExhausted), so that a caller can tell a rate refusal from a
+// quota.
 var ErrRateLimited = fmt.Errorf("rate limit: %w", errs.ResourceExhausted)
 
 // state returns key's state, creating it; l.mu is held.
