@@ -26,6 +26,7 @@ import (
 	"github.com/loom-ml/loom/services/gateway/internal/app"
 	"github.com/loom-ml/loom/services/gateway/internal/authn"
 	"github.com/loom-ml/loom/services/gateway/internal/authz"
+	"github.com/loom-ml/loom/services/gateway/internal/guard"
 	"github.com/loom-ml/loom/services/gateway/internal/ports"
 )
 
@@ -61,6 +62,9 @@ type Config struct {
 	MaxArraySize int
 	// Auth configures authentication (AuthConfig's flags).
 	Auth AuthConfig
+	// Limits are the quotas, rate limits and audit trail bounds
+	// (guard_config.go).
+	Limits Limits
 }
 
 // AuthConfig configures the gateway's authentication and AuthService.
@@ -144,6 +148,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxArraySize, "max-array-size", int(config.EnvInt("LOOM_MAX_ARRAY_SIZE", slurmspec.DefaultMaxArraySize)),
 		"Slurm's MaxArraySize: array task ids must be below it (LOOM_MAX_ARRAY_SIZE, shared with the scheduler; default 1001)")
 	c.Auth.registerFlags(fs)
+	c.Limits.register(fs)
 }
 
 // withDefaults fills the fields a caller that skipped RegisterFlags left empty.
@@ -209,23 +214,6 @@ type hooks struct {
 	served  func(*grpc.Server)
 }
 
-// securityOptions are the gRPC server options that authenticate (an(),
-// package authn) and then authorize (package authz, which fails closed)
-// every call, after the errs mapping that service.New installs first. an
-// is read on each call: the authenticator needs the store, which exists
-// only once service.New has returned, and is set before any call is
-// served.
-func securityOptions(an func() *authn.Authenticator) []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			return an().Unary(ctx, req, info, h)
-		}, authz.UnaryServerInterceptor()),
-		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			return an().Stream(srv, ss, info, h)
-		}, authz.StreamServerInterceptor()),
-	}
-}
-
 // privateJobs reads the PrivateData setting: whether "jobs" is in it.
 func privateJobs(list string) (bool, error) {
 	jobs := false
@@ -256,8 +244,23 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 	if err != nil {
 		return err
 	}
+	quota, auditOpt, err := cfg.Limits.options()
+	if err != nil {
+		return errs.Invalid("project-quotas", "%v", err)
+	}
+	rec := &guardRecorder{}
+	limiter := guard.NewLimiter(guard.LimitOptions{Rate: cfg.Limits.Rate, Burst: cfg.Limits.Burst, MaxWatches: cfg.Limits.MaxWatches})
+	auditor := guard.NewAuditor(rec, guard.AuditOptions{})
+	// The authenticator needs the store, which exists only once service.New
+	// has returned; an is set below, before any call is served.
 	var an *authn.Authenticator
-	base, err := service.New(ctx, "gateway", cfg.Common, securityOptions(func() *authn.Authenticator { return an })...)
+	base, err := service.New(ctx, "gateway", cfg.Common, interceptors(auditor, limiter,
+		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			return an.Unary(ctx, req, info, h)
+		}, authz.UnaryServerInterceptor(),
+		func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			return an.Stream(srv, ss, info, h)
+		}, authz.StreamServerInterceptor())...)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
@@ -276,7 +279,8 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 			Filter: func(r bus.Record) bool { return gw.Watched(r.Type, r.Subject) }}, handle)
 	}
 	gw = app.New(adapters.NewRepo(base.Store), owners, app.Options{Clock: base.Clock, Log: base.Log, PrivateJobs: private,
-		JobHistory: cfg.JobHistory, Feed: feed, MaxArraySize: cfg.MaxArraySize})
+		JobHistory: cfg.JobHistory, Feed: feed, MaxArraySize: cfg.MaxArraySize, Quota: quota, Audit: auditOpt})
+	rec.g = gw
 	// A command the broker refuses for good fails its operation or job
 	// instead of blocking the outbox.
 	base.Store.OnSetAside(gw.HandleSetAside)
@@ -299,6 +303,7 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 		{Topics: []string{topics.ClusterEvents}, Handler: ports.ClusterEvents(gw), Group: ConsumerGroup},
 	}
 	consumers = append(consumers, service.Consume{Topics: []string{topics.JobEvents}, Handler: ports.JobHistory(gw), Group: app.HistoryGroup})
+	consumers = append(consumers, service.Consume{Topics: []string{topics.Audit}, Handler: ports.AuditEvents(gw), Group: app.AuditGroup})
 	rest := func(ctx context.Context) error { return serveREST(ctx, base, cfg.RESTAddr, cfg.REST, started) }
 	// The history sweep runs beside the requests, in small batches.
 	sweep := func(ctx context.Context) error { return gw.RunHistorySweep(ctx, sweepInterval(cfg.JobHistory)) }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -24,8 +25,10 @@ import (
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 )
 
 // world is what the fake owning services know; tests change it directly.
@@ -266,6 +269,8 @@ type harness struct {
 	http *http.Client
 	// served is every service and method the gateway's gRPC server has.
 	served map[string]grpc.ServiceInfo
+	// svc is the running gateway (tests that restart it use it).
+	svc *testkit.Service
 }
 
 const (
@@ -344,6 +349,7 @@ func newHarness(t *testing.T, configure ...func(*Config)) *harness {
 	h.conn = h.as(t, defaultCaller)
 	h.anon = h.dial(t, "")
 	h.http = h.restAs(defaultCaller)
+	h.svc = svc
 	return h
 }
 
@@ -379,8 +385,8 @@ var testPrincipals = map[string]testPrincipal{
 		User: "ana", Project: "default", Job: "projects/default/jobs/40"}},
 }
 
-// enrol makes testPrincipals real: the bootstrap administrator gives the
-// users their roles through AuthService.SetMember, and each principal gets
+// enrol makes testPrincipals real: the users get their roles in the
+// gateway's member store, and each principal gets
 // an access token signed with the gateway's token key, as CreateToken
 // issues them.
 func (h *harness) enrol(t *testing.T) {
@@ -402,7 +408,10 @@ func (h *harness) enrol(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := testkit.Context(t, 30*time.Second)
-	admin := loomv1.NewAuthServiceClient(h.dial(t, h.adminKey))
+	// The roles go straight into the gateway's member store (what
+	// SetMember writes), so that enrolment spends none of the bootstrap
+	// administrator's rate limit.
+	members := adapters.NewAuthStore(store.New(h.redis, "gateway:"))
 	h.creds = map[string]string{}
 	for name, p := range testPrincipals {
 		c := p.claims
@@ -410,12 +419,12 @@ func (h *harness) enrol(t *testing.T) {
 		if p.kind == auth.KindUser {
 			c.RegisteredClaims, c.User = auth.ForSubject(auth.UserName(name)), name
 			if p.clusterAdmin {
-				if _, err := admin.SetMember(ctx, &loomv1.SetMemberRequest{Parent: "global", User: name, Role: "cluster-admin"}); err != nil {
+				if err := members.SetMember(ctx, adapters.GlobalParent, name, adapters.RoleClusterAdmin); err != nil {
 					t.Fatalf("make %s a cluster admin: %v", name, err)
 				}
 			}
 			for project, role := range p.roles {
-				if _, err := admin.SetMember(ctx, &loomv1.SetMemberRequest{Parent: "projects/" + project, User: name, Role: role}); err != nil {
+				if err := members.SetMember(ctx, "projects/"+project, name, role); err != nil {
 					t.Fatalf("give %s role %s in %s: %v", name, role, project, err)
 				}
 			}
@@ -437,19 +446,48 @@ func (h *harness) cred(name string) string {
 	return name
 }
 
-// call is the call option presenting the named principal's credential.
-func (h *harness) call(name string) grpc.CallOption {
-	return grpc.PerRPCCredentials(auth.Bearer(h.cred(name)))
+// callAs is the call option that makes one call carry cred instead of its
+// connection's credential.
+type callAs struct {
+	grpc.EmptyCallOption
+	cred string
+}
+
+// call is the call option presenting the named principal's credential
+// (h.cred) on one call, whatever the connection's own.
+func (h *harness) call(name string) grpc.CallOption { return callAs{cred: h.cred(name)} }
+
+// credOf is the credential a call carries: a callAs option's, else def.
+func credOf(def string, opts []grpc.CallOption) string {
+	for _, o := range opts {
+		if c, ok := o.(callAs); ok {
+			return c.cred
+		}
+	}
+	return def
+}
+
+// withCred puts cred ("": none) in the call's authorization metadata, as
+// auth.Bearer does.
+func withCred(ctx context.Context, cred string) context.Context {
+	if cred == "" {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, auth.MetadataKey, "Bearer "+cred)
 }
 
 // dial returns a connection to the gateway whose calls carry cred ("":
-// none, anonymous), closed when the test ends.
+// none, anonymous) unless a call says otherwise (h.call), closed when the
+// test ends.
 func (h *harness) dial(t testing.TB, cred string) *grpc.ClientConn {
 	t.Helper()
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	if cred != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(auth.Bearer(cred)))
-	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, o ...grpc.CallOption) error {
+			return invoke(withCred(ctx, credOf(cred, o)), method, req, reply, cc, o...)
+		}),
+		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, stream grpc.Streamer, o ...grpc.CallOption) (grpc.ClientStream, error) {
+			return stream(withCred(ctx, credOf(cred, o)), desc, cc, method, o...)
+		})}
 	conn, err := grpc.NewClient(h.grpcAddr, opts...)
 	if err != nil {
 		t.Fatalf("dial %s: %v", h.grpcAddr, err)

@@ -197,6 +197,11 @@ func TestListJobsFilters(t *testing.T) {
 	h.w.setJob(&loomv1.Job{Name: "projects/default/jobs/1", JobId: "1", Cluster: cluster1, User: "ana", State: loomv1.JobState_COMPLETED})
 	h.w.setJob(&loomv1.Job{Name: "projects/default/jobs/2", JobId: "2", Cluster: cluster1, User: "ana", State: loomv1.JobState_RUNNING})
 
+	// The submissions' quota checks asked the scheduler for counts: what
+	// is checked below is the list's own request.
+	h.w.mu.Lock()
+	h.w.listRequests = nil
+	h.w.mu.Unlock()
 	req := &loomv1.ListJobsRequest{Parent: project, Cluster: "c1", Users: []string{"ana"}, ActiveOnly: true,
 		States: []loomv1.JobState{loomv1.JobState_PENDING, loomv1.JobState_RUNNING}, Names: nil, Partitions: []string{"all"}}
 	list, err := h.jobs().ListJobs(ctx, req)

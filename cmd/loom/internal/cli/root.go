@@ -205,6 +205,7 @@ for you; for another gateway, "loom auth login" (see "loom auth --help").`,
 		a.simCommand(),
 		a.authCommand(),
 		a.authdCommand(),
+		a.auditCommand(),
 	)
 	return root
 }

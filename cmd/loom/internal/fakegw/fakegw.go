@@ -2,9 +2,9 @@
 // implementing, in memory, the loom.v1 services that the CLI (package cli)
 // and the Slurm commands (package slurmcli) call — clusters, operations,
 // jobs, nodes, models, reservations, Slurm's partitions and nodes,
-// accounts and associations (sacctmgr), and (with Gateway.Auth)
-// authentication: tokens, WhoAmI and API keys, checking the bearer
-// credential of each call. Bearers records what every call carried.
+// accounts and associations (sacctmgr), the audit trail, and (with
+// Gateway.Auth) authentication: tokens, WhoAmI and API keys, checking the
+// bearer credential of each call. Bearers records what every call carried.
 //
 // A Gateway holds canned data in exported fields that a test fills (and
 // may change between calls), answers from it with the gateway's filters,
@@ -67,6 +67,7 @@ type Gateway struct {
 	// Auth, when set, is served as AuthService (see Auth). Without it
 	// AuthService is Unimplemented, as on a gateway that predates it.
 	Auth *Auth
+	loomv1.UnimplementedAuditServiceServer
 
 	// Clusters are listed by project (the name's prefix) and found by name.
 	Clusters []*loomv1.Cluster
@@ -94,6 +95,8 @@ type Gateway struct {
 	// project's accounts besides root, and its users' associations.
 	Accounts     []*loomv1.Account
 	Associations []*loomv1.Association
+	// AuditRecords are ListAuditRecords' trail, newest first (audit.go).
+	AuditRecords []*loomv1.AuditRecord
 	// Logs are ReadJobLogs' chunks by job name.
 	Logs map[string][]string
 	// Steps are the jobs' steps (names "{job}/steps/{id}"), listed in
@@ -168,6 +171,7 @@ func (g *Gateway) Serve(t testing.TB) string {
 	loomv1.RegisterReservationServiceServer(s, g)
 	loomv1.RegisterSlurmServiceServer(s, g)
 	loomv1.RegisterAccountServiceServer(s, g)
+	loomv1.RegisterAuditServiceServer(s, g)
 	go func() { _ = s.Serve(ln) }()
 	t.Cleanup(s.Stop)
 	return ln.Addr().String()

@@ -1056,10 +1056,21 @@ func (c *cmd) submitJob(ctx context.Context, j *loomv1.Job, what string) (*loomv
 	if st, _ := status.FromError(err); st.Code() == codes.ResourceExhausted && strings.HasPrefix(st.Message(), msgPolicyViolation) {
 		return nil, policyViolation(c, what, st.Message()) // sacctmgr.go
 	}
+	if st, _ := status.FromError(err); st.Code() == codes.ResourceExhausted && isJobQuota(st.Message()) {
+		// A job quota: Slurm's words for an association or QOS limit,
+		// then which limit and its value.
+		return nil, c.errorf("%s: %s (%s)", what, msgPolicyViolation, st.Message())
+	}
 	if err != nil {
 		return nil, c.rpcError(what, err)
 	}
 	return job, nil
+}
+
+// isJobQuota reports whether a ResourceExhausted refusal of a submission is
+// the gateway's MaxSubmitJobs or pending-jobs quota (not a rate limit).
+func isJobQuota(msg string) bool {
+	return strings.Contains(msg, "would exceed MaxSubmitJobs") || strings.Contains(msg, "pending jobs would exceed the quota")
 }
 
 // waitJob is sbatch --wait: it follows the job until it ends and exits as

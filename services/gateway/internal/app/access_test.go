@@ -34,6 +34,11 @@ type noJobs struct {
 	loomv1.UnimplementedJobServiceServer
 }
 
+// ListJobs lists none: the quotas count the project's jobs before a submit.
+func (noJobs) ListJobs(context.Context, *loomv1.ListJobsRequest) (*loomv1.ListJobsResponse, error) {
+	return &loomv1.ListJobsResponse{}, nil
+}
+
 func (noJobs) GetJob(_ context.Context, r *loomv1.GetJobRequest) (*loomv1.Job, error) {
 	return nil, status.Errorf(codes.NotFound, "job %s not found", r.GetName())
 }

@@ -66,6 +66,11 @@ type Options struct {
 	// MaxArraySize is Slurm's MaxArraySize that submissions are checked
 	// against (default slurmspec.DefaultMaxArraySize).
 	MaxArraySize int
+	// Quota holds the per-project quotas and the per-user MaxSubmitJobs
+	// (quota.go).
+	Quota QuotaOptions
+	// Audit bounds the audit trail kept in Redis (audit.go).
+	Audit AuditOptions
 }
 
 // Gateway serves the public API. Its methods are safe for concurrent use.
@@ -75,6 +80,10 @@ type Gateway struct {
 	opt  Options
 	// clusters caches the provisioner's answers for SubmitJob.
 	clusters clusterCache
+	// quota is opt.Quota with its defaults; jobCounts the job counts its
+	// checks read (quota.go).
+	quota     QuotaOptions
+	jobCounts jobCounts
 
 	jobs *hub
 	// feed brings job changes to jobs' watchers while there are any; nil
@@ -112,7 +121,8 @@ func New(repo *adapters.Repo, owners *adapters.Owners, opt Options) *Gateway {
 	if opt.MaxArraySize <= 0 {
 		opt.MaxArraySize = slurmspec.DefaultMaxArraySize
 	}
-	g := &Gateway{repo: repo, own: owners, opt: opt, jobs: newHub(), ops: newSignals(), stop: make(chan struct{})}
+	g := &Gateway{repo: repo, own: owners, opt: opt, jobs: newHub(), ops: newSignals(), stop: make(chan struct{}),
+		quota: opt.Quota.withDefaults()}
 	repo.OnReload(g.reload)
 	if opt.Feed != nil {
 		g.feed = &watchFeed{run: opt.Feed, log: opt.Log, stop: g.stop, linger: feedLinger,
@@ -152,6 +162,9 @@ func (g *Gateway) CreateCluster(ctx context.Context, req *loomv1.CreateClusterRe
 		return nil, fmt.Errorf("cluster %s: %w", cluster.GetName(), errs.AlreadyExists)
 	case !isNotFound(err):
 		return nil, fmt.Errorf("ask the provisioner for %s: %w", cluster.GetName(), err)
+	}
+	if err := g.checkClusterQuota(ctx, cluster); err != nil {
+		return nil, err
 	}
 	if err := g.checkCapacity(ctx, req.GetParent(), nil, cluster); err != nil {
 		return nil, err
@@ -206,9 +219,13 @@ func (g *Gateway) startOperation(ctx context.Context, kind, rid string, op *loom
 	for _, cmd := range cmds {
 		tx.Emit(cmd)
 	}
+	audited := auditInline(ctx, tx)
 	applied, err := g.repo.Apply(ctx, adapters.RequestInboxID(kind, rid), tx)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", op.GetMetadata().GetVerb(), op.GetMetadata().GetTarget(), err)
+	}
+	if applied {
+		audited()
 	}
 	if !applied {
 		// A concurrent call with the same request id won.
@@ -433,18 +450,33 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 		}
 		return nil, err
 	}
-	// The association's account and MaxSubmitJobs (accounts.go).
+	// The association's account and MaxSubmitJobs (accounts.go), then the
+	// quotas: the project's pending jobs and the user's default
+	// MaxSubmitJobs (quota.go). A retry of an accepted request answers what
+	// it got then.
 	account, err := g.submitAssociation(ctx, req)
+	var counted *jobReservation
+	tasks := max(1, domain.ArrayTaskCount(req.GetJob().GetArray()))
+	if err == nil {
+		project, _ := resname.ParseProject(req.GetParent())
+		counted, err = g.reserveJobs(ctx, project.ID, submitter(ctx, req.GetJob()), int64(tasks))
+	}
 	if err != nil {
 		if j, ok, rerr := g.replayJob(ctx, rid); rerr != nil || ok {
 			return j, rerr
 		}
 		return nil, err
 	}
+	accepted := false
+	defer func() {
+		if !accepted {
+			counted.release()
+		}
+	}()
 	// The replay check and the ids are one round trip: an array reserves one
 	// id per task (the array's job id is the first, task k in ascending
 	// index order gets the first + k).
-	replay, id, err := g.repo.ReplayOrJobIDs(ctx, kind, rid, max(1, domain.ArrayTaskCount(req.GetJob().GetArray())))
+	replay, id, err := g.repo.ReplayOrJobIDs(ctx, kind, rid, tasks)
 	if err != nil {
 		return nil, err
 	}
@@ -455,6 +487,7 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 		}
 		return replayedJob(ctx, j, rid)
 	}
+	counted.commit(id)
 	job := domain.AcceptJob(req, cluster, id, g.now())
 	if account != "" {
 		job.Account = account
@@ -469,9 +502,13 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 		return nil, err
 	}
 	tx.Emit(cmd)
+	audited := auditInline(ctx, tx)
 	applied, err := g.repo.Apply(ctx, adapters.RequestInboxID(kind, rid), tx)
 	if err != nil {
 		return nil, fmt.Errorf("submit %s: %w", job.GetName(), err)
+	}
+	if applied {
+		audited()
 	}
 	if !applied {
 		first, ok, err := g.replayJob(ctx, rid)
@@ -480,6 +517,7 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 		}
 		return first, err
 	}
+	accepted = true
 	g.opt.Log.InfoContext(ctx, "job submitted", "job", job.GetName(), "cluster", job.GetCluster())
 	return job, nil
 }

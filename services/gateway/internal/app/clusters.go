@@ -50,6 +50,9 @@ func (g *Gateway) UpdateCluster(ctx context.Context, req *loomv1.UpdateClusterRe
 	if !up.Changed {
 		return g.startOperation(ctx, kind, rid, domain.Unchanged(op, current, g.now()))
 	}
+	if err := g.checkClusterQuota(ctx, up.Cluster); err != nil {
+		return nil, err
+	}
 	if err := g.checkCapacity(ctx, cluster.Parent().String(), up.Current, up.Cluster); err != nil {
 		return nil, err
 	}

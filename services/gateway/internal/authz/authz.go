@@ -305,6 +305,11 @@ func authorizeUser(p *auth.Principal, method string, rule Rule, value string) er
 		}
 		return errs.Invalid(rule.Field, "want a name in a project (projects/{project}/...), got %s", clip(value))
 	}
+	if project == "-" && !p.ClusterAdmin {
+		// "projects/-" is every project: no id to probe, so the refusal
+		// can say what it takes.
+		return fmt.Errorf("%s: %s of every project (projects/-) needs a cluster administrator: %w", MsgAccessDenied, method, errs.PermissionDenied)
+	}
 	has := p.Role(project)
 	if has == auth.RoleNone {
 		return ProjectNotFound(project)

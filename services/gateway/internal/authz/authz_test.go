@@ -120,7 +120,7 @@ func TestAuthorize(t *testing.T) {
 		{root, jobSvc + "GetJob", get("bogus"), nil, ""}, // the handler says what is wrong
 		{user, authSvc + "ListMembers", &loomv1.ListMembersRequest{Parent: "global"}, errs.PermissionDenied, "global"},
 		{root, authSvc + "ListMembers", &loomv1.ListMembersRequest{Parent: "global"}, nil, ""},
-		{admin, auditSvc + "ListAuditRecords", &loomv1.ListAuditRecordsRequest{Parent: "projects/-"}, errs.NotFound, "projects/-"},
+		{admin, auditSvc + "ListAuditRecords", &loomv1.ListAuditRecordsRequest{Parent: "projects/-"}, errs.PermissionDenied, "every project (projects/-) needs a cluster administrator"},
 		{root, auditSvc + "ListAuditRecords", &loomv1.ListAuditRecordsRequest{Parent: "projects/-"}, nil, ""},
 		{user, authSvc + "ListApiKeys", &loomv1.ListApiKeysRequest{Parent: "users/ana"}, nil, ""},
 		{user, authSvc + "ListApiKeys", &loomv1.ListApiKeysRequest{Parent: "users/-"}, nil, ""},

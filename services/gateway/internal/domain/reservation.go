@@ -3,6 +3,7 @@ package domain
 import (
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -12,7 +13,8 @@ import (
 // create: req.reservation named from parent and reservation_id, its
 // output-only fields cleared. The id must be a valid name for Slurm and in
 // URLs (lower case, digits, hyphens), zone is required, machine_type must be
-// in the machine catalog, count at least 1. Every problem is reported at once.
+// in the machine catalog, count at least 1 and at most
+// clusterspec.MaxReservationNodes. Every problem is reported at once.
 func AcceptReservation(req *loomv1.CreateReservationRequest) (*loomv1.Reservation, error) {
 	var v errs.Validator
 	parent, err := resname.ParseProject(req.GetParent())
@@ -45,6 +47,8 @@ func AcceptReservation(req *loomv1.CreateReservationRequest) (*loomv1.Reservatio
 		v.Add("reservation.machine_type", "unknown machine type %s", clip(mt))
 	}
 	v.Check(r.GetCount() >= 1, "reservation.count", "%d must be at least 1", r.GetCount())
+	v.Check(r.GetCount() <= clusterspec.MaxReservationNodes, "reservation.count",
+		"%d machines, more than the limit of %d for one reservation", r.GetCount(), clusterspec.MaxReservationNodes)
 	if err := v.Err(); err != nil {
 		return nil, err
 	}

@@ -25,6 +25,7 @@ func Register(s grpc.ServiceRegistrar, g *app.Gateway) {
 	loomv1.RegisterNodeServiceServer(s, nodes{g: g})
 	loomv1.RegisterModelServiceServer(s, models{g: g})
 	loomv1.RegisterAccountServiceServer(s, accounts{g: g})
+	loomv1.RegisterAuditServiceServer(s, audit{g: g})
 }
 
 // unary maps the error of a unary call; the result is dropped with it.

@@ -49,6 +49,7 @@ func RESTMux(ctx context.Context, grpcAddr string) (*runtime.ServeMux, func() er
 		loomv1.RegisterModelServiceHandler,
 		loomv1.RegisterAuthServiceHandler,
 		loomv1.RegisterAccountServiceHandler,
+		loomv1.RegisterAuditServiceHandler,
 	} {
 		if err := reg(ctx, mux, conn); err != nil {
 			_ = conn.Close()

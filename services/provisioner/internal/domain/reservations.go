@@ -33,6 +33,8 @@ func (s *State) CreateReservation(cmd *eventsv1.CreateReservation, now time.Time
 		v.Add("reservation.machine_type", "unknown machine type %q", in.GetMachineType())
 	}
 	v.Check(in.GetCount() >= 1, "reservation.count", "must be at least 1, got %d", in.GetCount())
+	v.Check(in.GetCount() <= clusterspec.MaxReservationNodes, "reservation.count",
+		"must be at most %d machines, got %d", clusterspec.MaxReservationNodes, in.GetCount())
 	if err := v.Err(); err != nil {
 		return only(failed(op, name, err, err.Error()))
 	}

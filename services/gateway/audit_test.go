@@ -1,0 +1,237 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/loom-ml/loom/libs/testkit"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+func (h *harness) audit() loomv1.AuditServiceClient { return loomv1.NewAuditServiceClient(h.conn) }
+
+// auditRows lists every record of parent (all pages of size) as who,
+// filtered by principal.
+func auditRows(t *testing.T, ctx context.Context, h *harness, who, parent, principal string, size int32) []*loomv1.AuditRecord {
+	t.Helper()
+	var out []*loomv1.AuditRecord
+	token := ""
+	for range 1000 {
+		resp, err := h.audit().ListAuditRecords(ctx, &loomv1.ListAuditRecordsRequest{Parent: parent, Principal: principal,
+			PageSize: size, PageToken: token}, h.call(who))
+		if err != nil {
+			t.Fatalf("list audit records of %s as %s: %v", parent, who, err)
+		}
+		if size > 0 && len(resp.GetRecords()) > int(size) {
+			t.Fatalf("a page of %d records, more than the page size %d", len(resp.GetRecords()), size)
+		}
+		out = append(out, resp.GetRecords()...)
+		if token = resp.GetNextPageToken(); token == "" {
+			return out
+		}
+	}
+	t.Fatal("paging did not end")
+	return nil
+}
+
+// waitAudit waits until parent's trail (read as who) holds a record that
+// match accepts, and returns the trail.
+func waitAudit(t *testing.T, ctx context.Context, h *harness, who, parent string, match func(*loomv1.AuditRecord) bool) []*loomv1.AuditRecord {
+	t.Helper()
+	for {
+		recs := auditRows(t, ctx, h, who, parent, "", 0)
+		if slices.ContainsFunc(recs, match) {
+			return recs
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no such audit record in %s: %v", parent, recs)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func record(principal, method, decision, code string) func(*loomv1.AuditRecord) bool {
+	return func(r *loomv1.AuditRecord) bool {
+		return r.GetPrincipal() == principal && r.GetMethod() == method && r.GetDecision() == decision && r.GetCode() == code
+	}
+}
+
+// restart stops the gateway and starts it again on the same Redis and
+// broker.
+func (h *harness) restart(t *testing.T) {
+	t.Helper()
+	if err := h.svc.Stop(); err != nil {
+		t.Fatalf("stop the gateway: %v", err)
+	}
+	type addrs struct{ grpc, rest string }
+	started := make(chan addrs, 1)
+	cfg := h.cfg
+	svc := testkit.Start(t, "gateway", func(ctx context.Context) error {
+		return run(ctx, cfg, hooks{started: func(g, r string) { started <- addrs{g, r} }})
+	})
+	select {
+	case a := <-started:
+		// The keys and members are in Redis: the same credentials work.
+		h.grpcAddr, h.restBase, h.svc = a.grpc, "http://"+a.rest, svc
+		h.conn, h.anon = h.as(t, defaultCaller), h.dial(t, "")
+	case <-svc.Done():
+		t.Fatalf("gateway stopped at start: %v", svc.Err())
+	case <-time.After(wait):
+		t.Fatal("gateway did not start again")
+	}
+}
+
+func TestAuditTrail(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *Config) { c.Limits.MaxWatches = 1 })
+	ctx := testkit.Context(t, 3*wait)
+
+	// A mutation that is allowed, and refusals: a bad request, a quota, an
+	// unknown credential (authentication's refusal), and a read refused.
+	req := validJob()
+	req.Job.User = "pat"
+	job, err := h.jobs().SubmitJob(ctx, req, h.call("pat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.clusters().CreateCluster(ctx, &loomv1.CreateClusterRequest{Parent: project, ClusterId: "Bad"}, h.call("bob"))
+	wantCode(t, "a user creates a cluster", err, codes.PermissionDenied)
+	_, err = h.clusters().DeleteCluster(ctx, &loomv1.DeleteClusterRequest{Name: project + "/clusters/c9"}, h.call("mallory"))
+	wantCode(t, "unknown credential", err, codes.Unauthenticated)
+	_, err = h.jobs().GetJob(ctx, &loomv1.GetJobRequest{Name: project + "/jobs/12345"}, h.call("bob"))
+	wantCode(t, "unknown job", err, codes.NotFound)
+	_, err = h.jobs().GetJob(ctx, &loomv1.GetJobRequest{Name: job.GetName()}, h.call("bob")) // a read that succeeds: not recorded
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A stream refused by the watch cap names the job it asked for.
+	wctx, stopWatch := context.WithCancel(ctx)
+	w1, err := h.jobs().WatchJob(wctx, &loomv1.WatchJobRequest{Name: job.GetName()}, h.call("pat"))
+	if err == nil {
+		_, err = w1.Recv()
+	}
+	if err != nil {
+		t.Fatalf("ana's watch: %v", err)
+	}
+	w2, err := h.jobs().WatchJob(ctx, &loomv1.WatchJobRequest{Name: job.GetName()}, h.call("pat"))
+	if err == nil {
+		_, err = w2.Recv()
+	}
+	wantCode(t, "ana's second watch", err, codes.ResourceExhausted)
+	stopWatch()
+	recs := waitAudit(t, ctx, h, "pat", project, func(r *loomv1.AuditRecord) bool {
+		return record("users/pat", "/loom.v1.JobService/WatchJob", "denied", "ResourceExhausted")(r) && r.GetResource() == job.GetName()
+	})
+	if slices.ContainsFunc(recs, record("users/pat", "/loom.v1.JobService/WatchJob", "allowed", "OK")) {
+		t.Error("a watch that was let through was recorded")
+	}
+	recs = waitAudit(t, ctx, h, "pat", project, record("anonymous", "/loom.v1.ClusterService/DeleteCluster", "denied", "Unauthenticated"))
+	recs = waitAudit(t, ctx, h, "pat", project, record("users/bob", "/loom.v1.JobService/GetJob", "denied", "NotFound"))
+	for _, want := range []func(*loomv1.AuditRecord) bool{
+		record("users/pat", "/loom.v1.JobService/SubmitJob", "allowed", "OK"),
+		record("users/bob", "/loom.v1.ClusterService/CreateCluster", "denied", "PermissionDenied"),
+	} {
+		if !slices.ContainsFunc(recs, want) {
+			t.Errorf("missing a record in %v", recs)
+		}
+	}
+	for _, r := range recs {
+		if r.GetMethod() == "/loom.v1.JobService/GetJob" && r.GetCode() == "OK" {
+			t.Errorf("a successful read was recorded: %v", r)
+		}
+		if r.GetMethod() == "/loom.v1.JobService/SubmitJob" && (r.GetResource() != project || r.GetProject() != "default") {
+			t.Errorf("submit record: %v", r)
+		}
+	}
+	for i := 1; i < len(recs); i++ {
+		if recs[i].GetTime().AsTime().After(recs[i-1].GetTime().AsTime()) {
+			t.Errorf("records not newest first: %v before %v", recs[i-1], recs[i])
+		}
+	}
+
+	// Only admins read the trail: a project's admins their project's, cluster
+	// administrators every project's.
+	_, err = h.audit().ListAuditRecords(ctx, &loomv1.ListAuditRecordsRequest{Parent: project}, h.call("bob"))
+	wantCode(t, "a user of the project", err, codes.PermissionDenied)
+	_, err = h.audit().ListAuditRecords(ctx, &loomv1.ListAuditRecordsRequest{Parent: project}, h.call("oz"))
+	wantCode(t, "another project's admin", err, codes.NotFound)
+	_, err = loomv1.NewAuditServiceClient(h.anon).ListAuditRecords(ctx, &loomv1.ListAuditRecordsRequest{Parent: project})
+	wantCode(t, "anonymous", err, codes.Unauthenticated)
+	_, err = h.audit().ListAuditRecords(ctx, &loomv1.ListAuditRecordsRequest{Parent: "projects/-"}, h.call("pat"))
+	wantCode(t, "a project admin for every project", err, codes.PermissionDenied)
+	all := waitAudit(t, ctx, h, "root", "projects/-", record("users/oz", "/loom.v1.AuditService/ListAuditRecords", "denied", "NotFound"))
+	if len(all) < len(recs) {
+		t.Errorf("projects/- has %d records, fewer than default's %d", len(all), len(recs))
+	}
+
+	// Filter and paging: bob's records, one page at a time, are the
+	// unpaged list's, in the same order.
+	bobs := auditRows(t, ctx, h, "root", "projects/-", "users/bob", 0)
+	paged := auditRows(t, ctx, h, "root", "projects/-", "users/bob", 1)
+	if len(bobs) < 3 || len(paged) != len(bobs) {
+		t.Fatalf("bob's records: %d unpaged, %d paged", len(bobs), len(paged))
+	}
+	for i := range bobs {
+		if bobs[i].GetPrincipal() != "users/bob" || paged[i].GetId() != bobs[i].GetId() {
+			t.Errorf("record %d: %v paged, %v unpaged", i, paged[i], bobs[i])
+		}
+	}
+	_, err = h.audit().ListAuditRecords(ctx, &loomv1.ListAuditRecordsRequest{Parent: project, PageToken: "bogus"}, h.call("pat"))
+	wantCode(t, "a made-up token", err, codes.InvalidArgument, "page_token")
+
+	// REST reads the same trail, with the same checks.
+	if code, body := restAs(t, ctx, h, "pat", "/v1/projects/default/auditRecords?principal=users/bob&page_size=1"); code != 200 ||
+		!strings.Contains(body, `"principal":"users/bob"`) || !strings.Contains(body, `"next_page_token"`) {
+		t.Errorf("REST as ana: %d %s", code, body)
+	}
+	if code, body := restAs(t, ctx, h, "bob", "/v1/projects/default/auditRecords"); code != 403 {
+		t.Errorf("REST as bob: %d %s, want 403", code, body)
+	}
+
+	// The trail survives a restart, and records go on.
+	h.restart(t)
+	after := auditRows(t, ctx, h, "root", "projects/-", "", 0)
+	for _, r := range all {
+		if !slices.ContainsFunc(after, func(a *loomv1.AuditRecord) bool { return a.GetId() == r.GetId() }) {
+			t.Errorf("record lost in the restart: %v", r)
+		}
+	}
+	if _, err := h.jobs().CancelJob(ctx, &loomv1.CancelJobRequest{Name: job.GetName(), User: "pat"}, h.call("pat")); err != nil && !isCode(err, codes.NotFound, codes.FailedPrecondition) {
+		t.Fatal(err)
+	}
+	waitAudit(t, ctx, h, "pat", project, func(r *loomv1.AuditRecord) bool {
+		return r.GetPrincipal() == "users/pat" && r.GetMethod() == "/loom.v1.JobService/CancelJob"
+	})
+}
+
+func isCode(err error, cs ...codes.Code) bool { return slices.Contains(cs, status.Code(err)) }
+
+// restAs GETs path from the REST API with who's credential.
+func restAs(t *testing.T, ctx context.Context, h *harness, who, path string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.restBase+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+h.cred(who))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}

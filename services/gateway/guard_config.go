@@ -1,0 +1,123 @@
+package gateway
+
+import (
+	"context"
+	"flag"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/errs"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/gateway/internal/app"
+	"github.com/loom-ml/loom/services/gateway/internal/domain"
+	"github.com/loom-ml/loom/services/gateway/internal/guard"
+)
+
+// Limits are the gateway's quotas, rate limits and audit trail bounds
+// (README "Quotas, rate limits and the audit trail"). Zero fields take the
+// defaults; a negative quota, rate or watch cap is no limit.
+type Limits struct {
+	// QuotaNodes, QuotaGPUs, QuotaClusters and QuotaPendingJobs are every
+	// project's quotas (LOOM_GATEWAY_QUOTA_NODES, _GPUS, _CLUSTERS,
+	// _PENDING_JOBS; defaults domain.DefaultQuota*).
+	QuotaNodes, QuotaGPUs, QuotaClusters, QuotaPendingJobs int64
+	// ProjectQuotas overrides them per project
+	// (LOOM_GATEWAY_PROJECT_QUOTAS: "p1=nodes:16,gpus:64;p2=clusters:2").
+	ProjectQuotas string
+	// MaxSubmitJobs is Slurm's MaxSubmitJobs of a user without an
+	// association limit (LOOM_GATEWAY_MAX_SUBMIT_JOBS; default
+	// domain.DefaultMaxSubmitJobs).
+	MaxSubmitJobs int64
+	// Rate and Burst are each principal's token bucket (LOOM_GATEWAY_RATE,
+	// requests a second, default guard.DefaultRate; LOOM_GATEWAY_BURST,
+	// default guard.DefaultBurst).
+	Rate  float64
+	Burst int
+	// MaxWatches caps each principal's open WatchJob, ReadJobLogs and
+	// WaitOperation calls (LOOM_GATEWAY_MAX_WATCHES; default
+	// guard.DefaultMaxWatches).
+	MaxWatches int
+	// AuditRetention and AuditMaxRecords bound the audit trail kept in
+	// Redis (LOOM_GATEWAY_AUDIT_RETENTION, default 90 days;
+	// LOOM_GATEWAY_AUDIT_MAX_RECORDS per project, default 100000).
+	AuditRetention  time.Duration
+	AuditMaxRecords int
+}
+
+// register adds the limits' flags to fs, defaults from LOOM_* variables.
+func (l *Limits) register(fs *flag.FlagSet) {
+	fs.Int64Var(&l.QuotaNodes, "quota-nodes", config.EnvInt("LOOM_GATEWAY_QUOTA_NODES", domain.DefaultQuotaNodes),
+		"nodes (node_count + max_dynamic_node_count over its clusters' pools) a project may hold; -1: no limit (LOOM_GATEWAY_QUOTA_NODES)")
+	fs.Int64Var(&l.QuotaGPUs, "quota-gpus", config.EnvInt("LOOM_GATEWAY_QUOTA_GPUS", domain.DefaultQuotaGPUs),
+		"GPUs a project's clusters may hold; -1: no limit (LOOM_GATEWAY_QUOTA_GPUS)")
+	fs.Int64Var(&l.QuotaClusters, "quota-clusters", config.EnvInt("LOOM_GATEWAY_QUOTA_CLUSTERS", domain.DefaultQuotaClusters),
+		"clusters a project may have; -1: no limit (LOOM_GATEWAY_QUOTA_CLUSTERS)")
+	fs.Int64Var(&l.QuotaPendingJobs, "quota-pending-jobs", config.EnvInt("LOOM_GATEWAY_QUOTA_PENDING_JOBS", domain.DefaultQuotaPendingJobs),
+		"PENDING jobs a project may have (an array counts its tasks); -1: no limit (LOOM_GATEWAY_QUOTA_PENDING_JOBS)")
+	fs.StringVar(&l.ProjectQuotas, "project-quotas", config.Env("LOOM_GATEWAY_PROJECT_QUOTAS", ""),
+		`per-project quotas over the defaults, "p1=nodes:16,gpus:64;p2=clusters:2" (kinds: nodes, gpus, clusters, pending_jobs; -1: no limit) (LOOM_GATEWAY_PROJECT_QUOTAS)`)
+	fs.Int64Var(&l.MaxSubmitJobs, "max-submit-jobs", config.EnvInt("LOOM_GATEWAY_MAX_SUBMIT_JOBS", domain.DefaultMaxSubmitJobs),
+		"Slurm's MaxSubmitJobs: pending or running jobs a user may have in a project, unless their association sets it; -1: no limit (LOOM_GATEWAY_MAX_SUBMIT_JOBS)")
+	fs.Float64Var(&l.Rate, "rate", config.EnvFloat("LOOM_GATEWAY_RATE", guard.DefaultRate),
+		"requests a second each principal may make (token bucket); -1: no limit (LOOM_GATEWAY_RATE)")
+	fs.IntVar(&l.Burst, "burst", int(config.EnvInt("LOOM_GATEWAY_BURST", guard.DefaultBurst)),
+		"requests a principal may make at once after a quiet spell (LOOM_GATEWAY_BURST)")
+	fs.IntVar(&l.MaxWatches, "max-watches", int(config.EnvInt("LOOM_GATEWAY_MAX_WATCHES", guard.DefaultMaxWatches)),
+		"WatchJob, ReadJobLogs and WaitOperation calls a principal may hold open at once; -1: no cap (LOOM_GATEWAY_MAX_WATCHES)")
+	fs.DurationVar(&l.AuditRetention, "audit-retention", config.EnvDuration("LOOM_GATEWAY_AUDIT_RETENTION", app.DefaultAuditRetention),
+		"how long audit records are kept (LOOM_GATEWAY_AUDIT_RETENTION)")
+	fs.IntVar(&l.AuditMaxRecords, "audit-max-records", int(config.EnvInt("LOOM_GATEWAY_AUDIT_MAX_RECORDS", app.DefaultAuditMaxRecords)),
+		"audit records kept per project, newest first (LOOM_GATEWAY_AUDIT_MAX_RECORDS)")
+}
+
+// options returns the app's quota and audit options.
+func (l Limits) options() (app.QuotaOptions, app.AuditOptions, error) {
+	projects, err := domain.ParseProjectQuotas(l.ProjectQuotas)
+	if err != nil {
+		return app.QuotaOptions{}, app.AuditOptions{}, err
+	}
+	q := app.QuotaOptions{
+		Quotas: domain.Quotas{Default: domain.Quota{Nodes: l.QuotaNodes, GPUs: l.QuotaGPUs, Clusters: l.QuotaClusters,
+			PendingJobs: l.QuotaPendingJobs}, Projects: projects},
+		MaxSubmitJobs: l.MaxSubmitJobs,
+	}
+	return q, app.AuditOptions{Retention: l.AuditRetention, MaxRecords: l.AuditMaxRecords}, nil
+}
+
+// guardRecorder lets the auditor, made before the gateway it records
+// through, write once the gateway exists.
+type guardRecorder struct{ g *app.Gateway }
+
+func (r *guardRecorder) RecordAudit(ctx context.Context, rec *loomv1.AuditRecord) error {
+	if r.g == nil {
+		return errs.Unavailable
+	}
+	return r.g.RecordAudit(ctx, rec)
+}
+
+// interceptors returns the gateway's interceptor chain (SEAMS.md): audit →
+// authentication → rate limit and watch cap → authorization. authn and
+// authz are the authentication and authorization interceptors, nil where
+// not wired.
+func interceptors(auditor *guard.Auditor, limiter *guard.Limiter,
+	authnU, authzU grpc.UnaryServerInterceptor, authnS, authzS grpc.StreamServerInterceptor) []grpc.ServerOption {
+	unary := []grpc.UnaryServerInterceptor{auditor.UnaryServerInterceptor()}
+	stream := []grpc.StreamServerInterceptor{auditor.StreamServerInterceptor()}
+	if authnU != nil {
+		unary = append(unary, authnU)
+	}
+	if authnS != nil {
+		stream = append(stream, authnS)
+	}
+	unary = append(unary, limiter.UnaryServerInterceptor())
+	stream = append(stream, limiter.StreamServerInterceptor())
+	if authzU != nil {
+		unary = append(unary, authzU)
+	}
+	if authzS != nil {
+		stream = append(stream, authzS)
+	}
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...)}
+}

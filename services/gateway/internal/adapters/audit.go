@@ -1,0 +1,148 @@
+package adapters
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/errs"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// The audit trail in Redis (relative to the store's prefix). Per project P
+// (guard.NoProject, "-", for calls that name none):
+const (
+	// KeyAuditPrefix + P is a sorted set (every score 0) of AuditKey
+	// members: newest first in lexical order.
+	KeyAuditPrefix = "audit:"
+	// KeyAuditRecordsPrefix + P is a hash: AuditKey → loom.v1.AuditRecord.
+	KeyAuditRecordsPrefix = "audit:records:"
+	// KeyAuditProjects is a set of the projects with records.
+	KeyAuditProjects = "audit:projects"
+)
+
+// AuditKey is a record's list key: the nanoseconds left until the end of
+// int64 time (zero-padded, so that lexical order is newest first) and its
+// id. It is the key AIP-158 paging continues after.
+func AuditKey(r *loomv1.AuditRecord) string {
+	return fmt.Sprintf("%019d:%s", math.MaxInt64-r.GetTime().AsTime().UnixNano(), r.GetId())
+}
+
+// auditAdd adds one record and trims the project's trail: members past
+// the retention cutoff (lexically after ARGV[3]) and past the max count.
+// Adding a record twice changes nothing (a redelivered event).
+var auditAdd = redis.NewScript(`
+redis.call('ZADD', KEYS[1], 0, ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('SADD', KEYS[3], ARGV[5])
+local function drop(list)
+  for i = 1, #list, 500 do
+    local chunk = {}
+    for j = i, math.min(i + 499, #list) do chunk[#chunk + 1] = list[j] end
+    redis.call('ZREM', KEYS[1], unpack(chunk))
+    redis.call('HDEL', KEYS[2], unpack(chunk))
+  end
+end
+drop(redis.call('ZRANGEBYLEX', KEYS[1], '(' .. ARGV[3], '+', 'LIMIT', 0, 5000))
+local max = tonumber(ARGV[4])
+if max > 0 and redis.call('ZCARD', KEYS[1]) > max then
+  drop(redis.call('ZRANGE', KEYS[1], max, max + 4999))
+end
+return 1
+`)
+
+// PutAudit stores rec in its project's trail (project "" is stored as
+// "-"), then drops what is older than retention before now and what is
+// past maxPerProject records (newest kept).
+func (r *Repo) PutAudit(ctx context.Context, rec *loomv1.AuditRecord, now time.Time, retention time.Duration, maxPerProject int) error {
+	project := rec.GetProject()
+	if project == "" {
+		project = "-"
+	}
+	b, err := proto.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("encode audit record %s: %w", rec.GetId(), err)
+	}
+	cutoff := fmt.Sprintf("%019d:~", math.MaxInt64-now.Add(-retention).UnixNano())
+	keys := []string{r.st.Key(KeyAuditPrefix + project), r.st.Key(KeyAuditRecordsPrefix + project), r.st.Key(KeyAuditProjects)}
+	if err := auditAdd.Run(ctx, r.st.Client(), keys, AuditKey(rec), b, cutoff, maxPerProject, project).Err(); err != nil {
+		return fmt.Errorf("audit record %s: %w: %v", rec.GetId(), errs.Unavailable, err)
+	}
+	return nil
+}
+
+// auditChunk is how many keys ListAudit reads at once.
+const auditChunk = 256
+
+// ListAudit returns, newest first, up to limit records of project ("-"
+// included, "" for every project) whose key comes after after and that
+// keep (nil: all): a caller that asks for one more than its page learns
+// whether more follow.
+func (r *Repo) ListAudit(ctx context.Context, project, after string, limit int, keep func(*loomv1.AuditRecord) bool) ([]*loomv1.AuditRecord, error) {
+	projects := []string{project}
+	if project == "" {
+		var err error
+		if projects, err = r.st.SMembers(ctx, KeyAuditProjects); err != nil {
+			return nil, fmt.Errorf("audit projects: %w: %v", errs.Unavailable, err)
+		}
+	}
+	var out []*loomv1.AuditRecord
+	for _, p := range projects {
+		recs, err := r.listAuditProject(ctx, p, after, limit, keep)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, recs...)
+	}
+	sort.Slice(out, func(i, j int) bool { return AuditKey(out[i]) < AuditKey(out[j]) })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+func (r *Repo) listAuditProject(ctx context.Context, project, after string, limit int, keep func(*loomv1.AuditRecord) bool) ([]*loomv1.AuditRecord, error) {
+	rdb := r.st.Client()
+	zkey, hkey := r.st.Key(KeyAuditPrefix+project), r.st.Key(KeyAuditRecordsPrefix+project)
+	min := "-"
+	if after != "" {
+		min = "(" + after
+	}
+	var out []*loomv1.AuditRecord
+	for len(out) < limit {
+		keys, err := rdb.ZRangeByLex(ctx, zkey, &redis.ZRangeBy{Min: min, Max: "+", Count: auditChunk}).Result()
+		if err != nil {
+			return nil, fmt.Errorf("audit trail of %s: %w: %v", project, errs.Unavailable, err)
+		}
+		if len(keys) == 0 {
+			break
+		}
+		vals, err := rdb.HMGet(ctx, hkey, keys...).Result()
+		if err != nil {
+			return nil, fmt.Errorf("audit trail of %s: %w: %v", project, errs.Unavailable, err)
+		}
+		for _, v := range vals {
+			s, ok := v.(string)
+			if !ok {
+				continue // trimmed between the two reads
+			}
+			rec := &loomv1.AuditRecord{}
+			if err := proto.Unmarshal([]byte(s), rec); err != nil {
+				return nil, fmt.Errorf("decode audit record: %w", err)
+			}
+			if keep == nil || keep(rec) {
+				out = append(out, rec)
+			}
+		}
+		min = "(" + keys[len(keys)-1]
+		if len(keys) < auditChunk {
+			break
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,79 @@
+package adapters
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/testkit"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+func TestAuditTrailIsBounded(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	r := NewRepo(store.New(rdb, "gateway:"))
+	ctx := testkit.Context(t, 30*time.Second)
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	rec := func(i int, project, who string) *loomv1.AuditRecord {
+		return &loomv1.AuditRecord{Id: fmt.Sprintf("id%03d", i), Time: timestamppb.New(base.Add(time.Duration(i) * time.Hour)),
+			Principal: who, Project: project, Method: "/loom.v1.JobService/SubmitJob"}
+	}
+	// 30 hourly records in p1 under a 10-hour window and at most 8 per project.
+	for i := range 30 {
+		who := "users/ana"
+		if i%2 == 1 {
+			who = "users/bob"
+		}
+		now := base.Add(time.Duration(i) * time.Hour)
+		if err := r.PutAudit(ctx, rec(i, "p1", who), now, 10*time.Hour, 8); err != nil {
+			t.Fatal(err)
+		}
+		if i == 29 { // a redelivery changes nothing
+			if err := r.PutAudit(ctx, rec(i, "p1", who), now, 10*time.Hour, 8); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := r.PutAudit(ctx, rec(100, "", "users/root"), base.Add(29*time.Hour), 10*time.Hour, 8); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.ListAudit(ctx, "p1", "", 100, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 8 || got[0].GetId() != "id029" || got[7].GetId() != "id022" {
+		t.Errorf("p1 keeps %d records, %v … ; want the newest 8, id029 … id022", len(got), got)
+	}
+	if n, _ := rdb.HLen(ctx, "gateway:audit:records:p1").Result(); n != 8 {
+		t.Errorf("%d records stored for p1, want 8", n)
+	}
+	// Past the window: the 8 newest are all within 10 h of hour 29; at hour
+	// 35 only those from hour 25 on stay.
+	if err := r.PutAudit(ctx, rec(35, "p1", "users/ana"), base.Add(35*time.Hour), 10*time.Hour, 8); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = r.ListAudit(ctx, "p1", "", 100, nil)
+	if len(got) != 6 || got[0].GetId() != "id035" || got[5].GetId() != "id025" {
+		t.Errorf("after the window moved: %v", got)
+	}
+	// Every project, filtered, paged after a key.
+	all, err := r.ListAudit(ctx, "", "", 100, func(a *loomv1.AuditRecord) bool { return a.GetPrincipal() != "users/bob" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := ""
+	for _, a := range all {
+		ids += a.GetId() + " "
+	}
+	if ids != "id100 id035 id028 id026 " { // id100 is at hour 100
+		t.Errorf("every project but bob's: %s", ids)
+	}
+	page, _ := r.ListAudit(ctx, "", AuditKey(all[1]), 2, nil)
+	if len(page) != 2 || page[0].GetId() != "id029" || page[1].GetId() != "id028" {
+		t.Errorf("after id035: %v", page)
+	}
+}
