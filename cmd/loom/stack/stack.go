@@ -277,6 +277,12 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 		agentEnv = append([]string{"LOOM_SLURM_BIN=" + bin}, agentEnv...)
 	}
 
+	// The local agents may run root's jobs: `loom up` is one machine's
+	// stack, whose administrator (who started it) is typically root. Every
+	// other owner's jobs run as that owner's account. AgentEnv comes later
+	// and may turn it off (LOOM_AGENT_ALLOW_ROOT_JOBS=false).
+	agentEnv = append([]string{"LOOM_AGENT_ALLOW_ROOT_JOBS=true"}, agentEnv...)
+
 	// The provisioner's -agent-command and -agent-env split on white space.
 	for _, w := range append(append([]string{}, agentCmd...), agentEnv...) {
 		if strings.ContainsAny(w, " \t\n") {
