@@ -443,10 +443,12 @@ func (s *Stack) launch(ctx context.Context, svc *service) error {
 		return nil
 	}
 	logs := filepath.Join(s.DataDir, "logs")
-	if err := os.MkdirAll(logs, 0o755); err != nil {
+	// The services' logs are the administrator's (0700, 0600): they name
+	// every user's jobs.
+	if err := os.MkdirAll(logs, 0o700); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(filepath.Join(logs, svc.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(filepath.Join(logs, svc.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
