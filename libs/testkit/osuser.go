@@ -74,6 +74,36 @@ func OSUsers(t testing.TB, n int) []OSUser {
 	return out
 }
 
+// OSUserNamed returns the operating-system account name, making it for the
+// test (useradd, with a user group of its own and no home directory) when
+// it is missing and removing it when the test ends; an account that
+// exists already is used as it is and kept. It skips the test, saying why,
+// where OSUsers does. For suites whose users are named after their tests
+// (so that each test sees only its own jobs) and whose jobs must run as
+// those users.
+func OSUserNamed(t testing.TB, name string) osuser.Account {
+	t.Helper()
+	if a, err := osuser.Lookup(name); err == nil {
+		return a
+	}
+	if os.Geteuid() != 0 {
+		t.Skipf("testkit: needs root to make the operating-system user %s its jobs run as (useradd)", name)
+	}
+	if _, err := exec.LookPath("useradd"); err != nil {
+		t.Skipf("testkit: useradd not found: cannot make the operating-system user %s", name)
+	}
+	admin(t, "useradd", "-M", "-d", "/nonexistent", "-s", "/bin/sh", "-U", name)
+	t.Cleanup(func() {
+		adminQuiet("userdel", name)
+		adminQuiet("groupdel", name)
+	})
+	a, err := osuser.Lookup(name)
+	if err != nil {
+		t.Fatalf("testkit: the user just made: %v", err)
+	}
+	return a
+}
+
 // admin runs an account tool, retrying while another process holds the
 // passwd or group file lock (exit code 10), and fails the test otherwise.
 func admin(t testing.TB, tool string, args ...string) {

@@ -124,6 +124,10 @@ func start() (*fixture, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The sessions' users reach the clusters' shared homes under it.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return nil, err
+	}
 	f := &fixture{tmp: tmp, bin: filepath.Join(tmp, "bin"), clusters: map[string]*loomv1.Cluster{}}
 	if err := f.buildLoom(); err != nil {
 		return f, err
@@ -267,6 +271,15 @@ func (f *fixture) session(t *testing.T, clusterID string) *session {
 	// The scripts' own files are compared by path: resolve /tmp links.
 	if d, err := filepath.EvalSymlinks(dir); err == nil {
 		dir = d
+	}
+	// Jobs run as their owner: the session's user is a real account (made
+	// for the test where missing), and its submit directory is theirs.
+	acct := testkit.OSUserNamed(t, user)
+	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, int(acct.UID), int(acct.GID)); err != nil {
+		t.Fatal(err)
 	}
 	env := []string{}
 	for _, kv := range os.Environ() {
