@@ -2,7 +2,9 @@ package procruntime
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -108,6 +110,63 @@ func TestAccountRefusals(t *testing.T) {
 		}
 		if a, err := lax.Account(user); err != nil || a.UID != 0 {
 			t.Fatalf("Account(%q) with AllowRoot: %+v, %v", user, a, err)
+		}
+	}
+}
+
+// TestMain doubles as a child that runs as another user: with
+// LOOM_TEST_ACCOUNTS set it prints, for each name in it, what Account says
+// in a process that is not root (TestNonRootAgentRunsOnlyItsOwnUsersJobs).
+func TestMain(m *testing.M) {
+	if names, ok := os.LookupEnv("LOOM_TEST_ACCOUNTS"); ok {
+		rt := New(Options{Node: "n1", AllowRoot: true})
+		for _, name := range strings.Split(names, ",") {
+			_, err := rt.Account(name)
+			fmt.Printf("%s=%v\n", name, err)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// An agent that does not run as root runs its own user's jobs (and jobs
+// with no owner, as itself) and refuses every other user's with a reason.
+func TestNonRootAgentRunsOnlyItsOwnUsersJobs(t *testing.T) {
+	t.Parallel()
+	us := testkit.OSUsers(t, 2)
+	a, b := us[0], us[1]
+	// This test binary, where user a may run it.
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(reachable(t), "procruntime.test")
+	data, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := exec.Command(bin)
+	c.Env = []string{"LOOM_TEST_ACCOUNTS=" + a.Name + "," + b.Name + ",root,"}
+	c.Dir = "/"
+	c.SysProcAttr = &syscall.SysProcAttr{Credential: a.Credential()}
+	out, err := c.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child as %s: %v: %s", a.Name, err, out)
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		got[k] = v
+	}
+	if got[a.Name] != "<nil>" || got[""] != "<nil>" {
+		t.Errorf("a non-root agent of %s refused its own user's jobs: %q", a.Name, out)
+	}
+	for _, other := range []string{b.Name, "root"} {
+		if !strings.Contains(got[other], "not root, and runs only that user's jobs, not "+other+"'s") {
+			t.Errorf("a non-root agent of %s on %s's job: %q, want refused with the reason", a.Name, other, got[other])
 		}
 	}
 }
