@@ -248,7 +248,9 @@ type session struct {
 	dir     string
 	cluster string
 	user    string
-	env     []string
+	// uid and gid are the session user's account: jobs run as it.
+	uid, gid int
+	env      []string
 	// last is the last command run and its result, for failed waits.
 	last string
 }
@@ -295,7 +297,7 @@ func (f *fixture) session(t *testing.T, clusterID string) *session {
 		"USER="+user, "LOGNAME="+user, "PWD="+dir,
 		"LOOM_GATEWAY="+f.stack.GatewayAddr, "LOOM_PROJECT=default", "LOOM_CLUSTER="+c.GetName(),
 	)
-	return &session{t: t, f: f, dir: dir, cluster: c.GetName(), user: user, env: env}
+	return &session{t: t, f: f, dir: dir, cluster: c.GetName(), user: user, uid: int(acct.UID), gid: int(acct.GID), env: env}
 }
 
 // result is one command's outcome.
@@ -374,6 +376,18 @@ func (s *session) script(name string) string {
 		s.t.Fatal(err)
 	}
 	return name
+}
+
+// mkdir makes a directory in the session's directory, the session user's
+// (as the user would make it): the jobs, which run as the user, write there.
+func (s *session) mkdir(name string) {
+	s.t.Helper()
+	if err := os.Mkdir(s.path(name), 0o755); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := os.Chown(s.path(name), s.uid, s.gid); err != nil {
+		s.t.Fatal(err)
+	}
 }
 
 // path is a file of the session's directory.
