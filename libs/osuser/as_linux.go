@@ -3,6 +3,7 @@
 package osuser
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -120,4 +121,27 @@ func setgroups(groups []uint32) error {
 		return e
 	}
 	return nil
+}
+
+// renameNoReplace renames from to to unless to exists (an error wrapping
+// os.ErrExist then). Where the file system cannot (no RENAME_NOREPLACE),
+// a plain rename: for a new, empty directory it replaces at most another
+// such empty directory, which is as good.
+func renameNoReplace(from, to string) error {
+	err := unix.Renameat2(unix.AT_FDCWD, from, unix.AT_FDCWD, to, unix.RENAME_NOREPLACE)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.EEXIST):
+		return &os.LinkError{Op: "rename", Old: from, New: to, Err: os.ErrExist}
+	case errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS):
+		if err := os.Rename(from, to); err != nil {
+			if errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
+				return &os.LinkError{Op: "rename", Old: from, New: to, Err: os.ErrExist}
+			}
+			return err
+		}
+		return nil
+	}
+	return &os.LinkError{Op: "rename", Old: from, New: to, Err: err}
 }

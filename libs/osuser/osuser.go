@@ -7,6 +7,8 @@
 package osuser
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -146,25 +148,19 @@ func MkdirAll(a Account, path string, perm os.FileMode) error {
 // given to a. Because only this process can write the parents, no other
 // user can have made dir first; a dir that exists must be a directory (not
 // a link) that a owns, else it is an error (and left alone).
+//
+// Several processes may make the same dir at once (every node's agent of a
+// job step, on a shared file system): dir appears already a's, made under
+// a temporary name, given away, then renamed into place without replacing
+// what another made first, so none of them ever sees it half made.
 func MakeDirFor(a Account, dir string, parentPerm os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(dir), parentPerm); err != nil {
 		return err
 	}
-	err := os.Mkdir(dir, 0o700)
-	switch {
-	case err == nil:
-		if IsSelf(a) {
-			return nil
-		}
-		// Mode 0700 and this process's until here: no one else can get in
-		// between the make and the chown.
-		if err := os.Lchown(dir, int(a.UID), int(a.GID)); err != nil {
-			_ = os.Remove(dir)
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		if err := makeGiven(a, dir); err != nil && !errors.Is(err, os.ErrExist) {
 			return err
 		}
-		return nil
-	case !errors.Is(err, os.ErrExist):
-		return err
 	}
 	fi, err := os.Lstat(dir)
 	if err != nil {
@@ -173,6 +169,30 @@ func MakeDirFor(a Account, dir string, parentPerm os.FileMode) error {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !fi.IsDir() || !ok || st.Uid != a.UID {
 		return fmt.Errorf("%s exists and is not a directory of %s", dir, a)
+	}
+	return nil
+}
+
+// makeGiven makes dir, a's, mode 0700, in one step as others see it: an
+// error wrapping os.ErrExist when another made it first.
+func makeGiven(a Account, dir string) error {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	tmp := dir + ".tmp-" + hex.EncodeToString(b[:])
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return err
+	}
+	if !IsSelf(a) {
+		// Mode 0700 and this process's until here: no one else can get
+		// in between the make and the chown.
+		if err := os.Lchown(tmp, int(a.UID), int(a.GID)); err != nil {
+			_ = os.Remove(tmp)
+			return err
+		}
+	}
+	if err := renameNoReplace(tmp, dir); err != nil {
+		_ = os.Remove(tmp)
+		return err
 	}
 	return nil
 }

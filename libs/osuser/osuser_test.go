@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"syscall"
 	"testing"
 
@@ -160,5 +161,32 @@ func TestMakeDirFor(t *testing.T) {
 	}
 	if err := osuser.MakeDirFor(a.Account, link, 0o755); err == nil {
 		t.Fatal("MakeDirFor accepted a symlink")
+	}
+}
+
+// TestMakeDirForAtOnce: many makers of one directory at once (every node's
+// agent of a job step, on a shared file system) all succeed and see it the
+// user's: none sees it half made.
+func TestMakeDirForAtOnce(t *testing.T) {
+	t.Parallel()
+	a := testkit.OSUsers(t, 1)[0]
+	base := reachable(t)
+	for i := range 20 {
+		dir := filepath.Join(base, "steps", strconv.Itoa(i))
+		errc := make(chan error, 8)
+		for range 8 {
+			go func() { errc <- osuser.MakeDirFor(a.Account, dir, 0o755) }()
+		}
+		for range 8 {
+			if err := <-errc; err != nil {
+				t.Fatalf("a concurrent MakeDirFor: %v", err)
+			}
+		}
+		if uid, _, mode := owner(t, dir); uid != a.UID || mode.Perm() != 0o700 {
+			t.Fatalf("dir: uid %d mode %v", uid, mode)
+		}
+	}
+	if ents, _ := os.ReadDir(filepath.Join(base, "steps")); len(ents) != 20 {
+		t.Fatalf("%d entries, want the 20 directories and no temporary one left", len(ents))
 	}
 }
