@@ -76,6 +76,16 @@ type Config struct {
 	// agent's children on the node, internal/adapters/procruntime). It is
 	// the one runtime so far; see README.md, Runtimes.
 	Runtime string
+	// AllowRootJobs lets jobs run as root (uid 0) on this node: jobs of
+	// root, and jobs that name no owner on an agent that runs as root
+	// (LOOM_AGENT_ALLOW_ROOT_JOBS; default false). Every other job runs as
+	// its owner's account on the node (uid, gid, groups), which the agent,
+	// running as root as slurmd does, becomes for it; a job whose owner has
+	// no account here fails with that reason. `loom up` allows root for its
+	// local agents: there the administrator who started it is typically
+	// root and the machine is theirs. See README.md, Jobs run as their
+	// owner.
+	AllowRootJobs bool
 }
 
 // RegisterFlags adds the agent's flags to fs, defaults from LOOM_* variables.
@@ -98,6 +108,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"how long the control plane (Kafka, Redis) may be unreachable before the agent ends its steps and exits (LOOM_AGENT_ORPHAN_AFTER)")
 	fs.StringVar(&c.Runtime, "runtime", config.Env("LOOM_AGENT_RUNTIME", procruntime.Name),
 		"what runs the steps' processes: "+procruntime.Name+" (LOOM_AGENT_RUNTIME)")
+	fs.BoolVar(&c.AllowRootJobs, "allow-root-jobs", config.EnvBool("LOOM_AGENT_ALLOW_ROOT_JOBS", false),
+		"let jobs run as root (uid 0) on this node: root's jobs, and jobs with no owner on an agent that runs as root (LOOM_AGENT_ALLOW_ROOT_JOBS)")
 	fs.DurationVar(&c.StepKillGrace, "step-kill-grace", config.EnvDuration("LOOM_STEP_KILL_GRACE", 10*time.Second),
 		"time between SIGTERM and SIGKILL when a step is stopped (LOOM_STEP_KILL_GRACE)")
 }
@@ -134,7 +146,7 @@ func (c *Config) validate() (string, error) {
 	if c.Runtime == "" {
 		c.Runtime = procruntime.Name
 	}
-	if _, err := newRuntime(c.Runtime); err != nil {
+	if _, err := newRuntime(c.Runtime, procruntime.Options{}); err != nil {
 		v.Add("runtime", "%v", err)
 	}
 	if c.WorkDir == "" {
@@ -173,11 +185,12 @@ func (c *Config) validate() (string, error) {
 	return node.Cluster.ID, v.Err()
 }
 
-// newRuntime returns the runtime named name (Config.Runtime).
-func newRuntime(name string) (ports.Runtime, error) {
+// newRuntime returns the runtime named name (Config.Runtime), configured
+// with opts.
+func newRuntime(name string, opts procruntime.Options) (ports.Runtime, error) {
 	switch name {
 	case procruntime.Name:
-		return procruntime.New(), nil
+		return procruntime.New(opts), nil
 	}
 	return nil, fmt.Errorf("must be %q, the one runtime so far; got %q", procruntime.Name, name)
 }
@@ -214,7 +227,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("agent config: %w", err)
 	}
-	rt, err := newRuntime(cfg.Runtime)
+	rt, err := newRuntime(cfg.Runtime, procruntime.Options{AllowRoot: cfg.AllowRootJobs, Node: cfg.Hostname})
 	if err != nil {
 		return fmt.Errorf("agent config: %w", err)
 	}

@@ -43,6 +43,7 @@ type env struct {
 	jobNice           int    // Config.JobNice
 	slurmBin          string // Config.SlurmBin
 	gateway           string // Config.Gateway
+	noRoot            bool   // !Config.AllowRootJobs
 }
 
 func newEnv(t *testing.T) *env {
@@ -59,6 +60,10 @@ func (e *env) config() Config {
 		Node: node, WorkDir: e.work, SharedDir: e.shared, GPUs: 8,
 		HeartbeatInterval: 100 * time.Millisecond, StepKillGrace: 2 * time.Second, JobNice: e.jobNice,
 		SlurmBin: e.slurmBin, Gateway: e.gateway,
+		// These steps name no owner and the tests run as root: they run
+		// as the agent's own user, which the node must allow (as `loom up`
+		// does). owner_test.go runs jobs as real users, and refuses root.
+		AllowRootJobs: !e.noRoot,
 	}
 }
 

@@ -347,6 +347,12 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 		agentEnv = append([]string{"LOOM_SLURM_BIN=" + bin}, agentEnv...)
 	}
 
+	// The local agents may run root's jobs: `loom up` is one machine's
+	// stack, whose administrator (who started it) is typically root. Every
+	// other owner's jobs run as that owner's account. AgentEnv comes later
+	// and may turn it off (LOOM_AGENT_ALLOW_ROOT_JOBS=false).
+	agentEnv = append([]string{"LOOM_AGENT_ALLOW_ROOT_JOBS=true"}, agentEnv...)
+
 	// The provisioner's -agent-command and -agent-env split on white space.
 	for _, w := range append(append([]string{}, agentCmd...), agentEnv...) {
 		if strings.ContainsAny(w, " \t\n") {
@@ -559,10 +565,12 @@ func (s *Stack) launch(ctx context.Context, svc *service) error {
 		return nil
 	}
 	logs := filepath.Join(s.DataDir, "logs")
-	if err := os.MkdirAll(logs, 0o755); err != nil {
+	// The services' logs are the administrator's (0700, 0600): they name
+	// every user's jobs.
+	if err := os.MkdirAll(logs, 0o700); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(filepath.Join(logs, svc.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(filepath.Join(logs, svc.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}

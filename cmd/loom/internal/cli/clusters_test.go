@@ -633,6 +633,9 @@ func TestClustersLoginEnvironment(t *testing.T) {
 	if lines[2] != "home-made" || lines[3] != "keep=1" {
 		t.Errorf("the home was not made or the caller's other variables were dropped: %q", out)
 	}
+	if fi, err := os.Stat(filepath.Join(shared, "alice")); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("the home made for alice: %v (%v), want mode 0700: other users keep out", fi.Mode(), err)
+	}
 
 	// The caller's LANG and TERM are kept (USER is the user's); a user without an account
 	// here gets /bin/bash (or /bin/sh where there is none); no PATH at all

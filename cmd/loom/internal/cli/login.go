@@ -227,7 +227,9 @@ func (a *app) loginUser(ctx context.Context, sharedHome string) (account, error)
 	}
 	switch fi, err := os.Lstat(u.home); {
 	case errors.Is(err, os.ErrNotExist):
-		if err := os.Mkdir(u.home, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		// The user's alone (0700), as the agent makes a job owner's home:
+		// other users of the cluster have no business in it.
+		if err := os.Mkdir(u.home, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 			return account{}, fmt.Errorf("login: make %s's home in the cluster's shared home: %w", name, err)
 		}
 		if known && os.Geteuid() == 0 {

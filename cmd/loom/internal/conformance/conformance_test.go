@@ -513,9 +513,7 @@ func TestPreemption(t *testing.T) {
 func TestOutputPatterns(t *testing.T) {
 	t.Parallel()
 	s := setup(t).session(t, "main")
-	if err := os.Mkdir(s.path("logs"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	s.mkdir("logs")
 	id := s.sbatch(s.script("patterns.sh"))
 	row := s.waitDone(id, 60*time.Second)
 	wantEqual(t, "job state", state(row), "COMPLETED")
@@ -536,9 +534,7 @@ func TestOutputPatterns(t *testing.T) {
 	wantEqual(t, "-J over the directive", row2["JobName"], "cmdline")
 
 	// --chdir: the job runs there, and relative paths are from there.
-	if err := os.Mkdir(s.path("sub"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	s.mkdir("sub")
 	id3 := s.sbatch("-D", "sub", "--wrap", "pwd")
 	wantEqual(t, "--chdir job", state(s.waitDone(id3, 60*time.Second)), "COMPLETED")
 	wantEqual(t, "sub/slurm-ID.out", s.read("sub/slurm-"+id3+".out"), s.path("sub")+"\n")

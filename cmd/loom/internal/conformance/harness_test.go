@@ -126,6 +126,10 @@ func start() (*fixture, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The sessions' users reach the clusters' shared homes under it.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return nil, err
+	}
 	f := &fixture{tmp: tmp, bin: filepath.Join(tmp, "bin"), clusters: map[string]*loomv1.Cluster{}}
 	if err := f.buildLoom(); err != nil {
 		return f, err
@@ -251,7 +255,9 @@ type session struct {
 	dir     string
 	cluster string
 	user    string
-	env     []string
+	// uid and gid are the session user's account: jobs run as it.
+	uid, gid int
+	env      []string
 	// last is the last command run and its result, for failed waits.
 	last string
 }
@@ -275,6 +281,15 @@ func (f *fixture) session(t *testing.T, clusterID string) *session {
 	if d, err := filepath.EvalSymlinks(dir); err == nil {
 		dir = d
 	}
+	// Jobs run as their owner: the session's user is a real account (made
+	// for the test where missing), and its submit directory is theirs.
+	acct := testkit.OSUserNamed(t, user)
+	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, int(acct.UID), int(acct.GID)); err != nil {
+		t.Fatal(err)
+	}
 	env := []string{}
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
@@ -292,7 +307,7 @@ func (f *fixture) session(t *testing.T, clusterID string) *session {
 		"LOOM_CONFIG_DIR="+filepath.Join(f.tmp, "config"),
 	)
 	env = append(env, f.userToken(t, user)...)
-	return &session{t: t, f: f, dir: dir, cluster: c.GetName(), user: user, env: env}
+	return &session{t: t, f: f, dir: dir, cluster: c.GetName(), user: user, uid: int(acct.UID), gid: int(acct.GID), env: env}
 }
 
 // userToken is the environment that makes the Slurm commands act as user:
@@ -389,6 +404,18 @@ func (s *session) script(name string) string {
 		s.t.Fatal(err)
 	}
 	return name
+}
+
+// mkdir makes a directory in the session's directory, the session user's
+// (as the user would make it): the jobs, which run as the user, write there.
+func (s *session) mkdir(name string) {
+	s.t.Helper()
+	if err := os.Mkdir(s.path(name), 0o755); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := os.Chown(s.path(name), s.uid, s.gid); err != nil {
+		s.t.Fatal(err)
+	}
 }
 
 // path is a file of the session's directory.

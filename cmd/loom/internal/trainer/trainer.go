@@ -205,7 +205,10 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}
 	if cfg.Rank == 0 && cfg.OutDir != "" {
-		if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
+		// The model is its owner's (the job runs as them): the directories
+		// made for it are 0700 and its files 0600 (writeFile's temporary
+		// file's mode), so that no other user of the node reads it.
+		if err := os.MkdirAll(cfg.OutDir, 0o700); err != nil {
 			return Result{}, fmt.Errorf("output directory: %w", err)
 		}
 	}

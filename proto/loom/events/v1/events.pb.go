@@ -1703,7 +1703,11 @@ type StartStep struct {
 	ErrorPath string `protobuf:"bytes,14,opt,name=error_path,json=errorPath,proto3" json:"error_path,omitempty"`
 	// append_output keeps what the output and error files hold (--open-mode=append);
 	// false empties them when the step starts, as Slurm does by default.
-	AppendOutput  bool `protobuf:"varint,15,opt,name=append_output,json=appendOutput,proto3" json:"append_output,omitempty"`
+	AppendOutput bool `protobuf:"varint,15,opt,name=append_output,json=appendOutput,proto3" json:"append_output,omitempty"`
+	// user is the job's owner (JobSpec.user): the agent runs the step as this
+	// operating-system account (uid, gid, groups) and opens its files as it;
+	// empty runs it as the agent's own account.
+	User          string `protobuf:"bytes,16,opt,name=user,proto3" json:"user,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1841,6 +1845,13 @@ func (x *StartStep) GetAppendOutput() bool {
 		return x.AppendOutput
 	}
 	return false
+}
+
+func (x *StartStep) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
 }
 
 // StopStep tells an agent to kill a step's process group.
@@ -2022,7 +2033,11 @@ type LaunchTasks struct {
 	Env        map[string]string `protobuf:"bytes,11,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	WorkDir    string            `protobuf:"bytes,12,opt,name=work_dir,json=workDir,proto3" json:"work_dir,omitempty"`
 	// output_dir is where task-<rank>.out and task-<rank>.err are written.
-	OutputDir     string `protobuf:"bytes,13,opt,name=output_dir,json=outputDir,proto3" json:"output_dir,omitempty"`
+	OutputDir string `protobuf:"bytes,13,opt,name=output_dir,json=outputDir,proto3" json:"output_dir,omitempty"`
+	// user is the job's owner (JobSpec.user): the tasks run as this
+	// operating-system account, as the job's steps do; empty runs them as the
+	// agent's own account.
+	User          string `protobuf:"bytes,14,opt,name=user,proto3" json:"user,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2144,6 +2159,13 @@ func (x *LaunchTasks) GetWorkDir() string {
 func (x *LaunchTasks) GetOutputDir() string {
 	if x != nil {
 		return x.OutputDir
+	}
+	return ""
+}
+
+func (x *LaunchTasks) GetUser() string {
+	if x != nil {
+		return x.User
 	}
 	return ""
 }
@@ -2793,7 +2815,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\tmodel_dir\x18\x03 \x01(\tR\bmodelDir\";\n" +
 	"\vNodeDrained\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
-	"\acluster\x18\x02 \x01(\tR\acluster\"\xf7\x03\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\"\x8b\x04\n" +
 	"\tStartStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -2813,7 +2835,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\bjob_name\x18\r \x01(\tR\ajobName\x12\x1d\n" +
 	"\n" +
 	"error_path\x18\x0e \x01(\tR\terrorPath\x12#\n" +
-	"\rappend_output\x18\x0f \x01(\bR\fappendOutput\x1a6\n" +
+	"\rappend_output\x18\x0f \x01(\bR\fappendOutput\x12\x12\n" +
+	"\x04user\x18\x10 \x01(\tR\x04user\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x93\x01\n" +
@@ -2830,7 +2853,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x04node\x18\x03 \x01(\tR\x04node\x12\x16\n" +
 	"\x06signal\x18\x04 \x01(\tR\x06signal\x12\x1d\n" +
 	"\n" +
-	"batch_only\x18\x05 \x01(\bR\tbatchOnly\"\xb8\x03\n" +
+	"batch_only\x18\x05 \x01(\bR\tbatchOnly\"\xcc\x03\n" +
 	"\vLaunchTasks\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -2849,7 +2872,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x03env\x18\v \x03(\v2$.loom.events.v1.LaunchTasks.EnvEntryR\x03env\x12\x19\n" +
 	"\bwork_dir\x18\f \x01(\tR\aworkDir\x12\x1d\n" +
 	"\n" +
-	"output_dir\x18\r \x01(\tR\toutputDir\x1a6\n" +
+	"output_dir\x18\r \x01(\tR\toutputDir\x12\x12\n" +
+	"\x04user\x18\x0e \x01(\tR\x04user\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\x01\n" +

@@ -152,6 +152,11 @@ type App struct {
 type process struct {
 	g    ports.Group
 	done chan struct{} // closed once the process was reaped
+	// errf is the step's error file, opened as its owner when it started
+	// and kept for the stop line (tellStop): the agent never opens the
+	// path again, which the job could meanwhile have made a link to a file
+	// its owner may not write. Closed by watch, under the step's lock.
+	errf *os.File
 }
 
 // New loads the agent's step records and returns the App.
@@ -552,14 +557,15 @@ func (a *App) launch(key string, rec *domain.Step, cmd *eventsv1.StartStep) {
 		a.watchers.Done()
 		return
 	}
-	pr, errPath, err := a.spawn(key, cmd)
+	pr, errf, err := a.spawn(key, cmd)
 	if err != nil {
 		a.log.Warn("step failed to start", "step", key, "err", err)
 		a.record(domain.StartFailed(rec, err.Error(), a.opts.Now()), true)
 		a.watchers.Done()
 		return
 	}
-	p := &process{g: pr.Group(), done: make(chan struct{})}
+	errPath := errf.Name()
+	p := &process{g: pr.Group(), done: make(chan struct{}), errf: errf}
 	a.mu.Lock()
 	a.procs[key] = p
 	closing := a.closing
@@ -579,32 +585,15 @@ func (a *App) launch(key string, rec *domain.Step, cmd *eventsv1.StartStep) {
 	}
 }
 
-// openOutput opens path for appending, creating it and its directory, and
-// empties it first unless keep.
-func openOutput(path string, keep bool) (*os.File, error) {
-	flags := os.O_CREATE | os.O_APPEND | os.O_WRONLY
-	if !keep {
-		flags |= os.O_TRUNC
-	}
-	f, err := os.OpenFile(path, flags, 0o644)
-	if errors.Is(err, os.ErrNotExist) {
-		// Only a missing directory costs a second try; the common case is
-		// one open.
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return nil, err
-		}
-		f, err = os.OpenFile(path, flags, 0o644)
-	}
-	return f, err
-}
-
 // openOutputs opens a step's stdout (out) and stderr (errPath, or out when
-// empty or the same file) for appending, creating them and their
-// directories, emptied first unless keep (--open-mode=append); relative
-// paths are taken against dir. stdout and stderr are the same *os.File when
-// joined (closing it twice is harmless). Appending, even to an emptied file,
-// keeps the step's processes from writing over each other.
-func openOutputs(dir, out, errPath string, keep bool) (stdout, stderr *os.File, err error) {
+// empty or the same file) for appending, as the step's owner user (the
+// runtime's OpenOutput: where the owner may not write, the step fails and
+// the file is left as it was), creating them and their directories,
+// emptied first unless keep (--open-mode=append); relative paths are taken
+// against dir. stdout and stderr are the same *os.File when joined (closing
+// it twice is harmless). Appending, even to an emptied file, keeps the
+// step's processes from writing over each other.
+func (a *App) openOutputs(user, dir, out, errPath string, keep bool) (stdout, stderr *os.File, err error) {
 	abs := func(p string) string {
 		switch {
 		case p == "":
@@ -615,13 +604,13 @@ func openOutputs(dir, out, errPath string, keep bool) (stdout, stderr *os.File, 
 		return filepath.Clean(p)
 	}
 	out, errPath = abs(out), abs(errPath)
-	if stdout, err = openOutput(out, keep); err != nil {
+	if stdout, err = a.rt.OpenOutput(user, out, keep); err != nil {
 		return nil, nil, fmt.Errorf("open output %s: %w", out, err)
 	}
 	if errPath == "" || errPath == out {
 		return stdout, stdout, nil
 	}
-	if stderr, err = openOutput(errPath, keep); err != nil {
+	if stderr, err = a.rt.OpenOutput(user, errPath, keep); err != nil {
 		stdout.Close()
 		return nil, nil, fmt.Errorf("open error file %s: %w", errPath, err)
 	}
@@ -629,12 +618,20 @@ func openOutputs(dir, out, errPath string, keep bool) (stdout, stderr *os.File, 
 }
 
 // spawn starts a step's process through the runtime, in a group of its
-// own, in the step's working directory (work_dir, default the shared dir),
+// own, as the job's owner (cmd.user; refused, before any file is touched,
+// where the owner may not run jobs here), in the step's working directory
+// (work_dir, default the shared dir; made as the owner when missing),
 // stdout appended to output_path and stderr to error_path (output_path when
-// empty); relative paths are taken against the working directory. It
-// returns the process and the file its stderr goes to.
-func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, string, error) {
-	spec := ports.Spec{Nice: a.opts.JobNice}
+// empty), both opened as the owner; relative paths are taken against the
+// working directory. It returns the process and its error file, open
+// (the caller closes it).
+func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, *os.File, error) {
+	user := cmd.GetUser()
+	acct, err := a.rt.Account(user)
+	if err != nil {
+		return nil, nil, err
+	}
+	spec := ports.Spec{Nice: a.opts.JobNice, User: user}
 	switch {
 	case strings.HasPrefix(cmd.GetScript(), "#!"):
 		// Run as Slurm does: the script itself is executed, so the kernel
@@ -646,40 +643,65 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, string,
 	case len(cmd.GetCommand()) > 0 && cmd.GetCommand()[0] != "":
 		spec.Argv = cmd.GetCommand()
 	default:
-		return nil, "", errors.New("the step has neither a script nor a command")
+		return nil, nil, errors.New("the step has neither a script nor a command")
 	}
 	dir := cmd.GetWorkDir()
 	if dir == "" {
 		dir = a.opts.SharedDir
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, "", fmt.Errorf("create working directory: %w", err)
+	if err := a.rt.MakeDir(user, dir); err != nil {
+		return nil, nil, fmt.Errorf("create working directory: %w", err)
 	}
 	out := cmd.GetOutputPath()
 	if out == "" {
 		out = filepath.Join(a.opts.WorkDir, fmt.Sprintf("slurm-%s.%d.out", cmd.GetJobId(), cmd.GetAttempt()))
 	}
-	stdout, stderr, err := openOutputs(dir, out, cmd.GetErrorPath(), cmd.GetAppendOutput())
+	stdout, stderr, err := a.openOutputs(user, dir, out, cmd.GetErrorPath(), cmd.GetAppendOutput())
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
-	// The child gets its own copies.
-	defer stdout.Close()
-	defer stderr.Close()
-	spec.Dir, spec.Env, spec.Stdout, spec.Stderr = dir, a.env(key, cmd), stdout, stderr
+	// The child gets its own copies; stderr is kept for the stop line.
+	if stdout != stderr {
+		defer stdout.Close()
+	}
+	a.prepareModelDir(user, cmd.GetEnv())
+	spec.Dir, spec.Env, spec.Stdout, spec.Stderr = dir, a.env(key, cmd, acct), stdout, stderr
 	p, err := a.rt.Start(spec)
 	if err != nil {
-		return nil, "", err
+		stderr.Close()
+		return nil, nil, err
 	}
-	return p, stderr.Name(), nil
+	return p, stderr, nil
+}
+
+// prepareModelDir gives a job that declared a model output (its env has
+// LOOM_MODEL_DIR, <shared dir>/models/<model>/job-<id>) that directory,
+// its owner's, mode 0700: the owner may not make it under the shared dir,
+// and no other user may read the model. A directory elsewhere is the job's
+// own to make. A failure is logged: the job's own writes then say why.
+func (a *App) prepareModelDir(user string, env map[string]string) {
+	dir := env["LOOM_MODEL_DIR"]
+	if dir == "" || !within(filepath.Join(a.opts.SharedDir, "models"), dir) {
+		return
+	}
+	if err := a.rt.GiveDir(user, dir); err != nil {
+		a.log.Warn("could not make a job's model directory", "user", user, "dir", dir, "err", err)
+	}
+}
+
+// within reports whether path lies strictly under dir (both clean and
+// absolute once joined: no ".." escapes).
+func within(dir, path string) bool {
+	rel, err := filepath.Rel(filepath.Clean(dir), filepath.Clean(path))
+	return err == nil && filepath.IsAbs(path) && rel != "." && filepath.IsLocal(rel)
 }
 
 // env is a step's environment: a clean base (PATH; HOME = the shared dir
 // unless the step's variables or nodeVars say it), the step's own
 // variables, what a Slurm job learns from the node, and the step id the
 // agent finds it by.
-func (a *App) env(key string, cmd *eventsv1.StartStep) []string {
-	node := a.nodeVars(cmd.GetEnv())
+func (a *App) env(key string, cmd *eventsv1.StartStep, acct ports.Account) []string {
+	node := a.nodeVars(cmd.GetEnv(), cmd.GetUser(), acct)
 	env := []string{"PATH=" + a.jobPath(cmd.GetEnv()["PATH"])}
 	if cmd.GetEnv()["HOME"] == "" && node["HOME"] == "" {
 		env = append(env, "HOME="+a.opts.SharedDir)
@@ -702,12 +724,13 @@ func (a *App) env(key string, cmd *eventsv1.StartStep) []string {
 
 // nodeVars are what a Slurm job's processes (their env has SLURM_JOB_ID)
 // learn from the node, unless their env says it: SLURM_JOB_UID and
-// SLURM_JOB_GID, the ids they run as here (the agent's), USER and LOGNAME,
-// the job's owner, and HOME, the owner's home, <shared dir>/<user> (a login
-// environment has them, as `loom clusters login` gives them: --export=NONE
-// jobs too; see userHome), and LOOM_GATEWAY, where their srun and scontrol
-// find Loom (Options.Gateway).
-func (a *App) nodeVars(vars map[string]string) map[string]string {
+// SLURM_JOB_GID, the ids they run as here (acct: their owner's account,
+// the runtime's Account of owner), USER and LOGNAME, the job's owner, and
+// HOME, the owner's home, <shared dir>/<user> (a login environment has
+// them, as `loom clusters login` gives them: --export=NONE jobs too; see
+// userHome), and LOOM_GATEWAY, where their srun and scontrol find Loom
+// (Options.Gateway).
+func (a *App) nodeVars(vars map[string]string, owner string, acct ports.Account) map[string]string {
 	if vars["SLURM_JOB_ID"] == "" {
 		return nil
 	}
@@ -716,10 +739,10 @@ func (a *App) nodeVars(vars map[string]string) map[string]string {
 		out["LOOM_GATEWAY"] = a.opts.Gateway
 	}
 	if vars["SLURM_JOB_UID"] == "" {
-		out["SLURM_JOB_UID"] = strconv.Itoa(os.Getuid())
+		out["SLURM_JOB_UID"] = strconv.FormatUint(uint64(acct.UID), 10)
 	}
 	if vars["SLURM_JOB_GID"] == "" {
-		out["SLURM_JOB_GID"] = strconv.Itoa(os.Getgid())
+		out["SLURM_JOB_GID"] = strconv.FormatUint(uint64(acct.GID), 10)
 	}
 	if u := vars["SLURM_JOB_USER"]; u != "" {
 		for _, k := range []string{"USER", "LOGNAME"} {
@@ -728,7 +751,7 @@ func (a *App) nodeVars(vars map[string]string) map[string]string {
 			}
 		}
 		if vars["HOME"] == "" && loginName.MatchString(u) {
-			out["HOME"] = a.userHome(u)
+			out["HOME"] = a.userHome(u, owner)
 		}
 	}
 	return out
@@ -743,11 +766,17 @@ var loginName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.-]{0,31}$`)
 // `loom clusters login` gives a session, so that a job gets the same HOME
 // whether its environment was exported from that session or not
 // (--export=NONE), as Slurm gives a job its owner's home. It is made when
-// missing, as the login makes it; a failure is logged, and the job runs
-// with it anyway, as Slurm's would with a home that is not there.
-func (a *App) userHome(user string) string {
+// missing, as the login makes it: the owner's, mode 0700 (the runtime's
+// GiveDir), when user is the job's owner (who the job runs as; "" runs it
+// as the agent); a home found there that is not the owner's is left alone.
+// A failure is logged, and the job runs with it anyway, as Slurm's would
+// with a home that is not there.
+func (a *App) userHome(user, owner string) string {
 	home := filepath.Join(a.opts.SharedDir, user)
-	if err := os.Mkdir(home, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+	if owner != "" && owner != user {
+		return home
+	}
+	if err := a.rt.GiveDir(owner, home); err != nil {
 		a.log.Warn("could not make a job owner's home", "user", user, "home", home, "err", err)
 	}
 	return home
@@ -785,6 +814,9 @@ func (a *App) watch(key string, pr ports.Process, p *process) {
 	delete(a.procs, key)
 	rec := a.steps[key]
 	a.mu.Unlock()
+	if p.errf != nil {
+		_ = p.errf.Close()
+	}
 	a.running.Add(-1)
 	if rec == nil || rec.Phase != domain.Running {
 		return
@@ -853,17 +885,15 @@ func (a *App) stopStep(ctx context.Context, id string, cmd *eventsv1.StopStep) e
 // a log that cannot be written does not hold up the stop.
 func (a *App) tellStop(rec *domain.Step, cause eventsv1.StopCause) {
 	line := domain.StopLine(rec.JobID, a.opts.Hostname, cause, a.opts.Now())
-	if line == "" || rec.ErrPath == "" {
+	a.mu.Lock()
+	p := a.procs[rec.Key()]
+	a.mu.Unlock()
+	if line == "" || p == nil || p.errf == nil {
 		return
 	}
-	f, err := openOutput(rec.ErrPath, true)
-	if err == nil {
-		_, err = f.WriteString(line)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err != nil {
+	// The file the step was started with, opened as its owner: appended
+	// to, never opened again by path (see process.errf).
+	if _, err := p.errf.WriteString(line); err != nil {
 		a.log.Warn("could not write the stop line to the step's error output", "step", rec.Key(), "err", err)
 	}
 }

@@ -5,11 +5,19 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/loom-ml/loom/services/agent/internal/adapters/procruntime"
 )
 
 func TestOpenOutputs(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
+	// The files are the agent's own user's here (root allowed, as the tests
+	// run as root); runtime tests show them opened as another owner.
+	a := &App{rt: procruntime.New(procruntime.Options{AllowRoot: true})}
+	openOutputs := func(dir, out, errPath string, keep bool) (*os.File, *os.File, error) {
+		return a.openOutputs("", dir, out, errPath, keep)
+	}
 	write := func(out, errPath string, keep bool) {
 		t.Helper()
 		o, e, err := openOutputs(dir, out, errPath, keep)

@@ -30,7 +30,7 @@ func TestApplyWithLostAnswerLeavesMemoryAsRedis(t *testing.T) {
 	st := store.New(rdb, "agent-c1-gpu-0001:")
 	dir := t.TempDir()
 	self := domain.Self{Node: "projects/p/clusters/c1/nodes/gpu-0001", Cluster: "projects/p/clusters/c1"}
-	a, err := New(ctx, Options{Store: st, Runtime: procruntime.New(), Self: self, Hostname: "gpu-0001", WorkDir: dir, Log: slog.New(slog.DiscardHandler)})
+	a, err := New(ctx, Options{Store: st, Runtime: procruntime.New(procruntime.Options{AllowRoot: true}), Self: self, Hostname: "gpu-0001", WorkDir: dir, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestReloadLeavesRecordsBeingPersisted(t *testing.T) {
 	_, rdb := testkit.Redis(t)
 	st := store.New(rdb, "agent-c1-gpu-0001:")
 	self := domain.Self{Node: "projects/p/clusters/c1/nodes/gpu-0001", Cluster: "projects/p/clusters/c1"}
-	a, err := New(ctx, Options{Store: st, Runtime: procruntime.New(), Self: self, WorkDir: t.TempDir(), Log: slog.New(slog.DiscardHandler)})
+	a, err := New(ctx, Options{Store: st, Runtime: procruntime.New(procruntime.Options{AllowRoot: true}), Self: self, WorkDir: t.TempDir(), Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -170,10 +170,20 @@ func (a *App) launchTasks(key string, rec *domain.Tasks, cmd *eventsv1.LaunchTas
 }
 
 // spawnTasks starts every task of a LaunchTasks through the runtime, each
-// in a group of its own, cwd work_dir (default the shared dir), stdout and
-// stderr in <output_dir>/task-<rank>.out and .err. If one cannot start,
+// in a group of its own, as the job's owner (cmd.user; refused, before any
+// file is touched, where the owner may not run jobs here), cwd work_dir
+// (default the shared dir), stdout and stderr in
+// <output_dir>/task-<rank>.out and .err, opened as the owner. The output
+// directory is the owner's, mode 0700: under the shared dir's .loom, where
+// the scheduler puts it and only the agent may make it, the agent makes it
+// for the owner; elsewhere the owner makes it. If one task cannot start,
 // those started are killed and the error says why.
 func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]ports.Process, error) {
+	user := cmd.GetUser()
+	acct, err := a.rt.Account(user)
+	if err != nil {
+		return nil, err
+	}
 	dir := cmd.GetWorkDir()
 	if dir == "" {
 		dir = a.opts.SharedDir
@@ -185,10 +195,14 @@ func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]ports.Process
 	if outDir == "" {
 		outDir = filepath.Join(a.opts.WorkDir, "steps", fmt.Sprintf("%s.%d", cmd.GetJobId(), cmd.GetStepId()))
 	}
-	if err := os.MkdirAll(outDir, 0o755); err != nil {
+	mkdir := a.rt.MakeDir
+	if within(filepath.Join(a.opts.SharedDir, ".loom"), outDir) || within(a.opts.WorkDir, outDir) {
+		mkdir = a.rt.GiveDir
+	}
+	if err := mkdir(user, outDir); err != nil {
 		return nil, fmt.Errorf("create output directory: %w", err)
 	}
-	base := a.taskEnv(key, cmd)
+	base := a.taskEnv(key, cmd, acct)
 	var ps []ports.Process
 	fail := func(err error) ([]ports.Process, error) {
 		for _, p := range ps {
@@ -199,17 +213,17 @@ func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]ports.Process
 	}
 	for l := int32(0); l < cmd.GetNtasks(); l++ {
 		rank := cmd.GetFirstRank() + l
-		out, err := os.OpenFile(filepath.Join(outDir, fmt.Sprintf("task-%d.out", rank)), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+		out, err := a.rt.OpenOutput(user, filepath.Join(outDir, fmt.Sprintf("task-%d.out", rank)), false)
 		if err != nil {
 			return fail(fmt.Errorf("open task output: %w", err))
 		}
-		errf, err := os.OpenFile(filepath.Join(outDir, fmt.Sprintf("task-%d.err", rank)), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+		errf, err := a.rt.OpenOutput(user, filepath.Join(outDir, fmt.Sprintf("task-%d.err", rank)), false)
 		if err != nil {
 			out.Close()
 			return fail(fmt.Errorf("open task error file: %w", err))
 		}
 		p, err := a.rt.Start(ports.Spec{
-			Argv: cmd.GetCommand(), Dir: dir, Stdout: out, Stderr: errf, Nice: a.opts.JobNice,
+			Argv: cmd.GetCommand(), Dir: dir, Stdout: out, Stderr: errf, Nice: a.opts.JobNice, User: user,
 			Env: append(append([]string(nil), base...),
 				"SLURM_PROCID="+strconv.Itoa(int(rank)), "SLURM_LOCALID="+strconv.Itoa(int(l)),
 				"PMI_RANK="+strconv.Itoa(int(rank)), "PMI_SIZE="+strconv.Itoa(int(cmd.GetTotalTasks()))),
@@ -228,13 +242,13 @@ func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]ports.Process
 // HOME = the shared dir), the step's variables, what a Slurm job learns
 // from the node (nodeVars: its owner's HOME among them), and the id a
 // restarted agent finds them by. The per-task ranks are added by spawnTasks.
-func (a *App) taskEnv(key string, cmd *eventsv1.LaunchTasks) []string {
+func (a *App) taskEnv(key string, cmd *eventsv1.LaunchTasks, acct ports.Account) []string {
 	vars := map[string]string{"HOME": a.opts.SharedDir}
 	maps.Copy(vars, cmd.GetEnv())
 	vars["PATH"] = a.jobPath(vars["PATH"])
 	// From the command's own variables: the default HOME above is not the
 	// job's saying.
-	maps.Copy(vars, a.nodeVars(cmd.GetEnv()))
+	maps.Copy(vars, a.nodeVars(cmd.GetEnv(), cmd.GetUser(), acct))
 	for _, k := range []string{"SLURM_PROCID", "SLURM_LOCALID", "PMI_RANK", "PMI_SIZE", StepIDEnv} {
 		delete(vars, k)
 	}

@@ -44,6 +44,40 @@ type Runtime interface {
 	// WaitGone waits until no process of g is left, or d passes, and
 	// reports whether none is.
 	WaitGone(g Group, d time.Duration) bool
+
+	// Account returns who the processes of user (a job's owner, as
+	// Spec.User names it) run as here, or an error that says, for the
+	// job's log, why they may not run here at all: user has no account on
+	// the node, user is root where root may not run jobs, or the runtime
+	// cannot act as user. The app asks first, so that a job refused here
+	// touches no file.
+	Account(user string) (Account, error)
+	// OpenOutput opens path, a file the processes of user write to (a
+	// step's output or error file, a task's), for appending, as user: the
+	// system checks user's rights, not the agent's, so that no job writes,
+	// creates or empties a file its owner could not. Missing directories
+	// are made (mode 0700) and a new file is created (mode 0600), both
+	// user's. The file is emptied first unless keep.
+	OpenOutput(user, path string, keep bool) (*os.File, error)
+	// MakeDir makes dir and its missing parents as user (mode 0700): a
+	// step's working directory, made where its owner may make it.
+	MakeDir(user, dir string) error
+	// GiveDir makes dir for user where user may not make it: a directory
+	// the agent keeps for user's files (a job step's task outputs under
+	// the shared dir's .loom, a model's directory, a home) under parents
+	// only the agent writes. Its missing parents are the agent's (mode
+	// 0755); dir is user's, mode 0700. A dir that exists must already be
+	// user's own directory (not a link), else it is an error.
+	GiveDir(user, dir string) error
+}
+
+// Account is who a user's processes run as on the node: the ids the job
+// learns (SLURM_JOB_UID, SLURM_JOB_GID).
+type Account struct {
+	// Name is the account's login name ("" when it has none).
+	Name string
+	// UID and GID are its user and primary group ids.
+	UID, GID uint32
 }
 
 // Group names a group of processes by its leader: the id the app records
@@ -94,12 +128,20 @@ type Spec struct {
 	// Env is the whole environment ("KEY=value"); nothing of the agent's
 	// is added.
 	Env []string
-	// Dir is the working directory; it must exist.
+	// Dir is the working directory; it must exist and User must be able
+	// to enter it.
 	Dir string
 	// Stdout and Stderr receive the process's output (the same file when
-	// joined). The process gets copies: the caller closes its own.
+	// joined), opened with OpenOutput for User. The process gets copies:
+	// the caller closes its own.
 	Stdout, Stderr *os.File
 	// Nice is how far below the agent's own CPU priority the process runs
 	// from its first instruction: a nice increment, 0..19 (more is 19).
 	Nice int
+	// User is the operating-system account the process runs as, by name
+	// (a job's owner): its uid, gid and supplementary groups, from its
+	// first instruction; Dir is entered, and Argv[0] found, as that user.
+	// "" runs it as the agent's own account. Start refuses a user Account
+	// refuses.
+	User string
 }

@@ -7,9 +7,11 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/osuser"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -21,6 +23,11 @@ const logChunk = 64 << 10
 // sends what the file holds now. With follow it keeps tailing the file until
 // the job is terminal and the file is read to its end, waiting for the job to
 // start and the file to appear.
+//
+// The file is read as the job's owner (job.user; see openLog): a path the
+// owner may not read, or one that is not a regular file, is refused
+// (FailedPrecondition) and nothing of it is sent. Who may call this for a
+// job (a caller who may see it) is the authorization's to decide.
 func (g *Gateway) ReadJobLogs(ctx context.Context, req *loomv1.ReadJobLogsRequest, send func([]byte) error) error {
 	ref, err := g.resolveJob(ctx, req.GetName(), false)
 	if err != nil {
@@ -30,7 +37,7 @@ func (g *Gateway) ReadJobLogs(ctx context.Context, req *loomv1.ReadJobLogsReques
 	if err != nil {
 		return err
 	}
-	t := &tail{send: send}
+	t := &tail{send: send, owner: job.GetUser()}
 	defer t.close()
 	if !req.GetFollow() {
 		return t.drain(job.GetOutputPath())
@@ -63,8 +70,11 @@ func (g *Gateway) ReadJobLogs(ctx context.Context, req *loomv1.ReadJobLogsReques
 // tail reads a growing file from where it left off.
 type tail struct {
 	send func([]byte) error
-	f    *os.File
-	buf  []byte
+	// owner is the job's owner, whom the file is opened as ("": the
+	// gateway's own user, for a job with no owner).
+	owner string
+	f     *os.File
+	buf   []byte
 }
 
 // drain sends everything from the last position to the current end of path;
@@ -74,7 +84,7 @@ func (t *tail) drain(path string) error {
 		if path == "" {
 			return nil
 		}
-		f, err := os.Open(path)
+		f, err := openLog(t.owner, path)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
@@ -104,4 +114,43 @@ func (t *tail) close() {
 	if t.f != nil {
 		_ = t.f.Close()
 	}
+}
+
+// openLog opens path for reading as owner, the job's owner: on a thread
+// that has taken on the owner's uid, gid and groups (osuser.As), so that
+// the kernel checks the owner's rights, not the gateway's. The job's
+// owner named the path (--output), and the gateway may run as root: read
+// as itself, it would hand any file on its machine to whoever may read the
+// job's log. This is what "reads as the owner" means here: a child process
+// of the owner's would be checked the same, at a process start per read.
+// Reading another user's file needs the gateway to run as root (one that
+// does not reads its own user's jobs' logs only); the owner must have an
+// account on the gateway's machine, as on the node that wrote the file.
+// "" opens it as the gateway itself (a job with no owner, which ran as its
+// agent's user). The open does not block (a FIFO named as output would
+// hold the call), and what is opened must be a regular file (not a
+// device, whose reads never end).
+func openLog(owner, path string) (*os.File, error) {
+	acct := osuser.Self()
+	if owner != "" {
+		var err error
+		if acct, err = osuser.Lookup(owner); err != nil {
+			if errors.Is(err, osuser.ErrNoAccount) {
+				return nil, fmt.Errorf("the job's owner %s has no account on the gateway's machine to read its output as", owner)
+			}
+			return nil, err
+		}
+	}
+	f, err := osuser.OpenFile(acct, path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		_ = f.Close()
+		if err == nil {
+			err = fmt.Errorf("%s is not a regular file", path)
+		}
+		return nil, err
+	}
+	return f, nil
 }

@@ -351,6 +351,9 @@ func TestStepEnv(t *testing.T) {
 		!reflect.DeepEqual(s.GetNodeHostnames(), []string{"gpu-0001", "gpu-0002"}) || s.GetAppendOutput() {
 		t.Fatalf("StartStep fields: %v (a batch step empties its output by default)", s)
 	}
+	if s.GetUser() != "ada" {
+		t.Fatalf("StartStep.user = %q, want the job's owner ada (the agent runs the step as its owner)", s.GetUser())
+	}
 	j := h.job(7)
 	if j.GetErrorPath() != "/logs/ada/00007.err" || j.GetBatchHost() != "gpu-0001" || j.GetAllocGpus() != 6 {
 		t.Fatalf("job 7: error path %q, batch host %q, %d GPUs", j.GetErrorPath(), j.GetBatchHost(), j.GetAllocGpus())

@@ -23,7 +23,7 @@ func batchOnTwo(t *testing.T) *harness {
 	h.node("a", 4)
 	h.node("b", 4)
 	h.submitJob(&loomv1.Job{Name: jobName(1), JobId: "1", Cluster: cl, NodeCount: 2, NtasksPerNode: 2,
-		Script: "#!/bin/sh\nsrun hostname\n", Env: map[string]string{"FROM_SUBMIT": "x"}})
+		Script: "#!/bin/sh\nsrun hostname\n", Env: map[string]string{"FROM_SUBMIT": "x"}, User: "ada"})
 	h.step(1, 1, "a", eventsv1.StepState_STEP_RUNNING, 0)
 	h.wantExact(1, loomv1.JobState_RUNNING, "")
 	return h
@@ -88,7 +88,7 @@ func TestJobStepLaunchesRankedTasksOnEveryNode(t *testing.T) {
 		if l.GetNode() != nodeName(host) || l.GetNodeIndex() != int32(k) || l.GetFirstRank() != int32(2*k) ||
 			l.GetNtasks() != 2 || l.GetTotalTasks() != 4 || l.GetStepId() != 0 || l.GetAttempt() != 1 ||
 			!reflect.DeepEqual(l.GetCommand(), []string{"python", "train.py"}) || l.GetWorkDir() != "/shared/c1" ||
-			l.GetOutputDir() != "/shared/c1/.loom/steps/1.0" {
+			l.GetOutputDir() != "/shared/c1/.loom/steps/1.0" || l.GetUser() != "ada" {
 			t.Errorf("LaunchTasks to %s: %v", host, l)
 		}
 		env := l.GetEnv()

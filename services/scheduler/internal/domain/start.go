@@ -131,6 +131,8 @@ func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32,
 			// default). A command on every node has one writer per node:
 			// none may empty what the others wrote.
 			AppendOutput: !batch || spec.GetOpenMode() == slurmspec.OpenModeAppend,
+			// The agent runs the step as its owner, never as itself.
+			User: spec.GetUser(),
 		})
 	}
 }

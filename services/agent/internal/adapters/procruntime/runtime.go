@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/loom-ml/loom/libs/osuser"
 	"github.com/loom-ml/loom/libs/proc"
 	"github.com/loom-ml/loom/services/agent/internal/ports"
 )
@@ -22,20 +24,150 @@ import (
 // (LOOM_AGENT_RUNTIME).
 const Name = "process"
 
-// Runtime runs processes as process groups of the agent's children. The
-// zero value is ready to use.
-type Runtime struct{}
+// Runtime runs processes as process groups of the agent's children, each
+// as its job's owner. The zero value runs no job as root and names no node
+// in its messages; New sets both.
+type Runtime struct {
+	opts Options
+}
+
+// Options configure the process runtime.
+type Options struct {
+	// AllowRoot lets processes run as root (uid 0): a job of root, or a
+	// job with no owner on an agent that runs as root. A site allows it
+	// where the node's administrators are its only users (the agent's
+	// -allow-root-jobs; `loom up` sets it for its local agents).
+	AllowRoot bool
+	// Node is the node's hostname, for messages ("user bob has no account
+	// on node gpu-0001").
+	Node string
+}
 
 var _ ports.Runtime = Runtime{}
 
 // New returns the process runtime.
-func New() Runtime { return Runtime{} }
+func New(opts Options) Runtime { return Runtime{opts: opts} }
+
+// node names the node in messages.
+func (r Runtime) node() string {
+	if r.opts.Node == "" {
+		return "this node"
+	}
+	return "node " + r.opts.Node
+}
+
+// account resolves user ("" is the agent's own account) to the account its
+// processes run as, refusing what may not run here: a user with no account
+// on the node, root unless allowed, and any other user than the agent's
+// own when the agent is not root (it cannot become them).
+func (r Runtime) account(user string) (osuser.Account, error) {
+	var a osuser.Account
+	if user == "" {
+		a = osuser.Self()
+	} else {
+		var err error
+		if a, err = osuser.Lookup(user); errors.Is(err, osuser.ErrNoAccount) {
+			return a, fmt.Errorf("user %s has no account on %s", user, r.node())
+		} else if err != nil {
+			return a, fmt.Errorf("%s: %w", r.node(), err)
+		}
+	}
+	who := user
+	if who == "" {
+		who = "the agent's own user " + a.String() + " (the job names no owner)"
+	}
+	switch {
+	case a.Root() && !r.opts.AllowRoot:
+		return a, fmt.Errorf("%s does not run jobs as root: %s is uid 0 and the agent's -allow-root-jobs (LOOM_AGENT_ALLOW_ROOT_JOBS) is off", r.node(), who)
+	case !osuser.IsSelf(a) && os.Geteuid() != 0:
+		return a, fmt.Errorf("the agent on %s runs as %s, not root, and runs only that user's jobs, not %s's", r.node(), osuser.Self(), who)
+	}
+	return a, nil
+}
+
+// Account returns who user's processes run as here, or why they may not
+// run here.
+func (r Runtime) Account(user string) (ports.Account, error) {
+	a, err := r.account(user)
+	if err != nil {
+		return ports.Account{}, err
+	}
+	return ports.Account{Name: a.Name, UID: a.UID, GID: a.GID}, nil
+}
+
+// OpenOutput opens path for appending as user (osuser.As: the kernel
+// checks the owner's rights), creating it (0600) and its missing
+// directories (0700), emptied first unless keep.
+func (r Runtime) OpenOutput(user, path string, keep bool) (*os.File, error) {
+	a, err := r.account(user)
+	if err != nil {
+		return nil, err
+	}
+	var f *os.File
+	err = osuser.As(a, func() error {
+		f, err = openOutput(path, keep)
+		return err
+	})
+	return f, err
+}
+
+// openOutput opens path for appending, creating it and its directory, and
+// empties it first unless keep. The caller acts as the file's user.
+func openOutput(path string, keep bool) (*os.File, error) {
+	flags := os.O_CREATE | os.O_APPEND | os.O_WRONLY
+	if !keep {
+		flags |= os.O_TRUNC
+	}
+	f, err := os.OpenFile(path, flags, outputMode)
+	if errors.Is(err, os.ErrNotExist) {
+		// Only a missing directory costs a second try; the common case is
+		// one open.
+		if err := os.MkdirAll(filepath.Dir(path), dirMode); err != nil {
+			return nil, err
+		}
+		f, err = os.OpenFile(path, flags, outputMode)
+	}
+	return f, err
+}
+
+// outputMode and dirMode are the modes of the files and directories made
+// for a job: its owner's alone (what other users of the node may read of a
+// job's output is its owner's choice, by chmod, not Loom's).
+const (
+	outputMode os.FileMode = 0o600
+	dirMode    os.FileMode = 0o700
+)
+
+// MakeDir makes dir and its missing parents as user, mode 0700.
+func (r Runtime) MakeDir(user, dir string) error {
+	a, err := r.account(user)
+	if err != nil {
+		return err
+	}
+	return osuser.MkdirAll(a, dir, dirMode)
+}
+
+// GiveDir makes dir for user under parents the agent makes (0755): see
+// osuser.MakeDirFor.
+func (r Runtime) GiveDir(user, dir string) error {
+	a, err := r.account(user)
+	if err != nil {
+		return err
+	}
+	return osuser.MakeDirFor(a, dir, 0o755)
+}
 
 // Start starts spec's process in a process group of its own (its pid is the
-// group's id), niced spec.Nice below the agent from its first instruction.
-// A script is handed over as an in-memory file (fd 3) and executed by its
-// path, so the kernel runs the interpreter its "#!" line names.
-func (Runtime) Start(spec ports.Spec) (ports.Process, error) {
+// group's id), niced spec.Nice below the agent from its first instruction,
+// as spec.User (uid, gid and groups set in the child before it enters its
+// directory and executes). A script is handed over as an in-memory file
+// (fd 3) and executed by its path, so the kernel runs the interpreter its
+// "#!" line names.
+func (r Runtime) Start(spec ports.Spec) (ports.Process, error) {
+	a, err := r.account(spec.User)
+	if err != nil {
+		return nil, err
+	}
 	var c *exec.Cmd
 	if spec.Script != "" {
 		f, err := scriptFD(spec.Script)
@@ -49,8 +181,14 @@ func (Runtime) Start(spec ports.Spec) (ports.Process, error) {
 		if len(spec.Argv) == 0 || spec.Argv[0] == "" {
 			return nil, errors.New("no program to run")
 		}
-		// Found on the job's PATH, not the agent's (exec.Command's).
-		path, err := proc.LookPath(spec.Argv[0], envValue(spec.Env, "PATH"), spec.Dir)
+		// Found on the job's PATH, not the agent's (exec.Command's), as
+		// the job's owner finds it.
+		var path string
+		err := osuser.As(a, func() error {
+			var err error
+			path, err = proc.LookPath(spec.Argv[0], envValue(spec.Env, "PATH"), spec.Dir)
+			return err
+		})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %v", spec.Argv[0], err)
 		}
@@ -64,6 +202,11 @@ func (Runtime) Start(spec ports.Spec) (ports.Process, error) {
 	}
 	c.Stdout, c.Stderr = spec.Stdout, spec.Stderr
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if !osuser.IsSelf(a) {
+		// The child sets its groups, gid and uid before it enters Dir and
+		// executes: it never runs a job instruction as the agent.
+		c.SysProcAttr.Credential = a.Credential()
+	}
 	if err := startNiced(c, spec.Nice); err != nil {
 		if spec.Script != "" {
 			first, _, _ := strings.Cut(spec.Script, "\n")

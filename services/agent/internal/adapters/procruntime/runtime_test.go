@@ -91,7 +91,7 @@ func TestStartRunsTheSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	stdout, stderr := outputs(t, dir)
-	rt := New()
+	rt := New(asAgent)
 	// "bin" is relative: taken against Dir, as a shell started there would.
 	env := []string{"PATH=bin:/usr/bin:/bin", "FOO=bar"}
 	p := start(t, rt, ports.Spec{Argv: []string{"prog", "a", "b"}, Env: env, Dir: dir, Stdout: stdout, Stderr: stderr})
@@ -128,7 +128,7 @@ func TestStartFailures(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	stdout, stderr := outputs(t, dir)
-	rt := New()
+	rt := New(asAgent)
 	for _, tc := range []struct {
 		name string
 		spec ports.Spec
@@ -155,7 +155,7 @@ func TestStartScript(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	stdout, stderr := outputs(t, dir)
-	p := start(t, New(), ports.Spec{Script: "#!/bin/sh -e\necho \"$0\"\nfalse\necho not reached\n", Dir: dir, Stdout: stdout, Stderr: stderr})
+	p := start(t, New(asAgent), ports.Spec{Script: "#!/bin/sh -e\necho \"$0\"\nfalse\necho not reached\n", Dir: dir, Stdout: stdout, Stderr: stderr})
 	if e := waitExit(t, p); e.Code != 1 {
 		t.Fatalf("exit = %+v, want 1 (sh -e stops at false)", e)
 	}
@@ -171,7 +171,7 @@ func TestStartScript(t *testing.T) {
 // Kill ends what ignores SIGTERM. Exits by signal read 128+n.
 func TestSignalLeaderGroupAndKill(t *testing.T) {
 	t.Parallel()
-	rt := New()
+	rt := New(asAgent)
 	// A leader with a child in the background that writes its pid.
 	family := func(t *testing.T, trap string) (ports.Process, int) {
 		dir := t.TempDir()
@@ -258,7 +258,7 @@ func TestAdoptAfterRestart(t *testing.T) {
 	dir := t.TempDir()
 	stdout, stderr := outputs(t, dir)
 	marker := "LOOM_STEP_ID=" + t.Name() + "#" + strconv.Itoa(os.Getpid())
-	rt := New()
+	rt := New(asAgent)
 	spec := func(env string, argv ...string) ports.Spec {
 		return ports.Spec{Argv: argv, Env: []string{"PATH=/usr/bin:/bin", env}, Dir: dir, Stdout: stdout, Stderr: stderr}
 	}
@@ -276,7 +276,7 @@ func TestAdoptAfterRestart(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Kill(orphan, syscall.SIGKILL) })
 
 	// The new agent: a runtime that started nothing.
-	rt2 := New()
+	rt2 := New(asAgent)
 	got := rt2.Adopt(marker)
 	want := []ports.Group{live.Group(), {PID: orphaned.Group().PID}}
 	if want[1].PID < want[0].PID {
@@ -311,3 +311,7 @@ func TestAdoptAfterRestart(t *testing.T) {
 		t.Fatal("another marker's process was signalled")
 	}
 }
+
+// asAgent is the runtime the tests that run as the agent's own user (root
+// here) use: root jobs allowed, as `loom up` allows them.
+var asAgent = Options{AllowRoot: true}

@@ -217,7 +217,9 @@ func (p *Provider) start(n provider.Node) (provider.Launched, error) {
 		}
 	}
 	logPath := filepath.Join(n.WorkDir, LogFile)
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	// The agent's log names the node's jobs, every user's: its
+	// administrator's alone.
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		return provider.Launched{}, fmt.Errorf("open agent log: %w", err)
 	}

@@ -1,0 +1,192 @@
+package osuser_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"syscall"
+	"testing"
+
+	"github.com/loom-ml/loom/libs/osuser"
+	"github.com/loom-ml/loom/libs/testkit"
+)
+
+func TestLookupUnknownUser(t *testing.T) {
+	t.Parallel()
+	_, err := osuser.Lookup("no-such-user-xq7")
+	if !errors.Is(err, osuser.ErrNoAccount) {
+		t.Fatalf("Lookup of an unknown user: %v, want ErrNoAccount", err)
+	}
+	if _, err := osuser.Lookup(""); !errors.Is(err, osuser.ErrNoAccount) {
+		t.Fatalf("Lookup(\"\"): %v, want ErrNoAccount", err)
+	}
+}
+
+func TestSelfIsSelf(t *testing.T) {
+	t.Parallel()
+	me := osuser.Self()
+	if me.UID != uint32(os.Geteuid()) || me.GID != uint32(os.Getegid()) || !osuser.IsSelf(me) {
+		t.Fatalf("Self() = %+v, want the process's ids", me)
+	}
+	ran := false
+	if err := osuser.As(me, func() error { ran = true; return nil }); err != nil || !ran {
+		t.Fatalf("As(Self) = %v (ran %v)", err, ran)
+	}
+}
+
+// owner returns the uid and gid of path.
+func owner(t *testing.T, path string) (uint32, uint32, os.FileMode) {
+	t.Helper()
+	fi, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	return st.Uid, st.Gid, fi.Mode()
+}
+
+// reachable returns a temporary directory of root's, mode 0755, that other
+// users can reach (t.TempDir's parent is 0700).
+func reachable(t *testing.T) string {
+	t.Helper()
+	d := t.TempDir()
+	for _, p := range []string{filepath.Dir(d), d} {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+// TestAsChecksTheUsersRights: files opened through As are checked against
+// the user's rights (not root's), files made are the user's, group
+// membership counts, and the calling process is root again afterwards.
+func TestAsChecksTheUsersRights(t *testing.T) {
+	t.Parallel()
+	u := testkit.OSUsers(t, 1)[0]
+	if len(u.Groups) < 2 || !slices.Contains(u.Groups, u.GID) || u.GroupID == 0 {
+		t.Fatalf("account %+v: want its user group and its supplementary group", u)
+	}
+	root := reachable(t) // root's, 0755
+	open := filepath.Join(root, "open")
+	if err := os.MkdirAll(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+
+	// Not in a directory only root may write.
+	if _, err := osuser.OpenFile(u.Account, filepath.Join(root, "x"), os.O_CREATE|os.O_WRONLY, 0o600); !errors.Is(err, os.ErrPermission) {
+		t.Fatalf("create in root's directory as %s: %v, want permission denied", u.Name, err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "x")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused file exists: %v", err)
+	}
+	// Not a root file of mode 0600, though root may.
+	secret := filepath.Join(root, "secret")
+	if err := os.WriteFile(secret, []byte("s"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := osuser.OpenFile(u.Account, secret, os.O_RDONLY, 0); !errors.Is(err, os.ErrPermission) {
+		t.Fatalf("read root's 0600 file as %s: %v, want permission denied", u.Name, err)
+	}
+	// A file of the user's supplementary group, mode 0640: yes.
+	shared := filepath.Join(root, "shared")
+	if err := os.WriteFile(shared, []byte("g"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(shared, 0, int(u.GroupID)); err != nil {
+		t.Fatal(err)
+	}
+	f, err := osuser.OpenFile(u.Account, shared, os.O_RDONLY, 0)
+	if err != nil {
+		t.Fatalf("read a 0640 file of %s's group %s: %v", u.Name, u.Group, err)
+	}
+	f.Close()
+	// A new file and directory are the user's.
+	made := filepath.Join(open, "a", "b")
+	if err := osuser.MkdirAll(u.Account, made, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if uid, gid, mode := owner(t, made); uid != u.UID || gid != u.GID || mode.Perm() != 0o700 {
+		t.Fatalf("directory made as %s: uid %d gid %d mode %v", u.Name, uid, gid, mode)
+	}
+	f, err = osuser.OpenFile(u.Account, filepath.Join(made, "out"), os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if uid, gid, mode := owner(t, filepath.Join(made, "out")); uid != u.UID || gid != u.GID || mode.Perm() != 0o600 {
+		t.Fatalf("file made as %s: uid %d gid %d mode %v", u.Name, uid, gid, mode)
+	}
+	// This process is root again (and every thread: try a few).
+	for range 8 {
+		f, err := os.Open(secret)
+		if err != nil {
+			t.Fatalf("after As, root cannot read its own file: %v", err)
+		}
+		f.Close()
+	}
+}
+
+// TestMakeDirFor: a directory made for a user under root's parents is the
+// user's, 0700; one that another user made first is refused.
+func TestMakeDirFor(t *testing.T) {
+	t.Parallel()
+	us := testkit.OSUsers(t, 2)
+	a, b := us[0], us[1]
+	base := reachable(t)
+	dir := filepath.Join(base, "spool", "steps", "7.0")
+	if err := osuser.MakeDirFor(a.Account, dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if uid, gid, mode := owner(t, dir); uid != a.UID || gid != a.GID || mode.Perm() != 0o700 || !mode.IsDir() {
+		t.Fatalf("MakeDirFor: uid %d gid %d mode %v, want %s's directory 0700", uid, gid, mode, a.Name)
+	}
+	if _, _, mode := owner(t, filepath.Dir(dir)); mode.Perm() != 0o755 {
+		t.Fatalf("parent mode %v, want 0755", mode)
+	}
+	if err := osuser.MakeDirFor(a.Account, dir, 0o755); err != nil {
+		t.Fatalf("again for its owner: %v", err)
+	}
+	if err := osuser.MakeDirFor(b.Account, dir, 0o755); err == nil {
+		t.Fatalf("MakeDirFor %s of %s's directory succeeded", b.Name, a.Name)
+	}
+	link := filepath.Join(base, "spool", "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := osuser.MakeDirFor(a.Account, link, 0o755); err == nil {
+		t.Fatal("MakeDirFor accepted a symlink")
+	}
+}
+
+// TestMakeDirForAtOnce: many makers of one directory at once (every node's
+// agent of a job step, on a shared file system) all succeed and see it the
+// user's: none sees it half made.
+func TestMakeDirForAtOnce(t *testing.T) {
+	t.Parallel()
+	a := testkit.OSUsers(t, 1)[0]
+	base := reachable(t)
+	for i := range 20 {
+		dir := filepath.Join(base, "steps", strconv.Itoa(i))
+		errc := make(chan error, 8)
+		for range 8 {
+			go func() { errc <- osuser.MakeDirFor(a.Account, dir, 0o755) }()
+		}
+		for range 8 {
+			if err := <-errc; err != nil {
+				t.Fatalf("a concurrent MakeDirFor: %v", err)
+			}
+		}
+		if uid, _, mode := owner(t, dir); uid != a.UID || mode.Perm() != 0o700 {
+			t.Fatalf("dir: uid %d mode %v", uid, mode)
+		}
+	}
+	if ents, _ := os.ReadDir(filepath.Join(base, "steps")); len(ents) != 20 {
+		t.Fatalf("%d entries, want the 20 directories and no temporary one left", len(ents))
+	}
+}

@@ -1,0 +1,172 @@
+package procruntime
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/services/agent/internal/ports"
+)
+
+// reachable returns a temporary directory of root's, mode 0755, under a
+// parent other users can enter (t.TempDir's own parent is 0700).
+func reachable(t *testing.T) string {
+	t.Helper()
+	d := t.TempDir()
+	for _, p := range []string{filepath.Dir(d), d} {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+// A "#!" script (handed over as a memfd) and an argv both run as the
+// spec's user, and OpenOutput makes the user's files, 0600, in the user's
+// new directories, 0700.
+func TestStartAsUser(t *testing.T) {
+	t.Parallel()
+	u := testkit.OSUsers(t, 1)[0]
+	rt := New(Options{Node: "n1"})
+	base := reachable(t)
+	own := filepath.Join(base, "own")
+	if err := os.Mkdir(own, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(own, int(u.UID), int(u.GID)); err != nil {
+		t.Fatal(err)
+	}
+	for i, spec := range []ports.Spec{
+		{Script: "#!/bin/sh\nid -u\n"},
+		{Argv: []string{"id", "-u"}, Env: []string{"PATH=/usr/bin:/bin"}},
+	} {
+		path := filepath.Join(own, "d"+strconv.Itoa(i), "out")
+		f, err := rt.OpenOutput(u.Name, path, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec.User, spec.Dir, spec.Stdout, spec.Stderr = u.Name, own, f, f
+		p := start(t, rt, spec)
+		f.Close()
+		if e := waitExit(t, p); e.Code != 0 {
+			t.Fatalf("spec %d exited %+v", i, e)
+		}
+		if got := strings.TrimSpace(read(t, path)); got != strconv.Itoa(int(u.UID)) {
+			t.Fatalf("spec %d ran as uid %q, want %d", i, got, u.UID)
+		}
+		fi, _ := os.Stat(path)
+		di, _ := os.Stat(filepath.Dir(path))
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != u.UID || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("output: uid %d mode %v, want the user's, 0600", st.Uid, fi.Mode())
+		}
+		if st := di.Sys().(*syscall.Stat_t); st.Uid != u.UID || di.Mode().Perm() != 0o700 {
+			t.Fatalf("output dir: uid %d mode %v, want the user's, 0700", st.Uid, di.Mode())
+		}
+	}
+	// A directory only root may enter: the start fails (chdir as the user).
+	private := filepath.Join(base, "private")
+	if err := os.Mkdir(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Start(ports.Spec{Argv: []string{"/bin/true"}, User: u.Name, Dir: private}); !errors.Is(err, os.ErrPermission) {
+		t.Fatalf("start in root's 0700 dir as %s: %v, want permission denied", u.Name, err)
+	}
+	// A program only root may run is not found for the user.
+	prog := filepath.Join(private, "prog")
+	if err := os.WriteFile(prog, []byte("#!/bin/sh\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Start(ports.Spec{Argv: []string{prog}, User: u.Name, Dir: own}); err == nil {
+		t.Fatalf("started root's 0700 program as %s", u.Name)
+	}
+}
+
+// Account: who may run here, and why not.
+func TestAccountRefusals(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the runtime refuses root jobs only when the agent runs as root")
+	}
+	strict, lax := New(Options{Node: "n1"}), New(Options{Node: "n1", AllowRoot: true})
+	if _, err := strict.Account("nosuchuser-q9"); err == nil || err.Error() != "user nosuchuser-q9 has no account on node n1" {
+		t.Fatalf("unknown user: %v", err)
+	}
+	for _, user := range []string{"root", ""} {
+		if _, err := strict.Account(user); err == nil || !strings.Contains(err.Error(), "node n1 does not run jobs as root") {
+			t.Fatalf("Account(%q) without AllowRoot: %v, want refused", user, err)
+		}
+		if _, err := strict.OpenOutput(user, filepath.Join(t.TempDir(), "x"), false); err == nil {
+			t.Fatalf("OpenOutput(%q) without AllowRoot succeeded", user)
+		}
+		if _, err := strict.Start(ports.Spec{Argv: []string{"/bin/true"}, User: user, Dir: "/"}); err == nil {
+			t.Fatalf("Start(%q) without AllowRoot succeeded", user)
+		}
+		if a, err := lax.Account(user); err != nil || a.UID != 0 {
+			t.Fatalf("Account(%q) with AllowRoot: %+v, %v", user, a, err)
+		}
+	}
+}
+
+// TestMain doubles as a child that runs as another user: with
+// LOOM_TEST_ACCOUNTS set it prints, for each name in it, what Account says
+// in a process that is not root (TestNonRootAgentRunsOnlyItsOwnUsersJobs).
+func TestMain(m *testing.M) {
+	if names, ok := os.LookupEnv("LOOM_TEST_ACCOUNTS"); ok {
+		rt := New(Options{Node: "n1", AllowRoot: true})
+		for _, name := range strings.Split(names, ",") {
+			_, err := rt.Account(name)
+			fmt.Printf("%s=%v\n", name, err)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// An agent that does not run as root runs its own user's jobs (and jobs
+// with no owner, as itself) and refuses every other user's with a reason.
+func TestNonRootAgentRunsOnlyItsOwnUsersJobs(t *testing.T) {
+	t.Parallel()
+	us := testkit.OSUsers(t, 2)
+	a, b := us[0], us[1]
+	// This test binary, where user a may run it.
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(reachable(t), "procruntime.test")
+	data, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := exec.Command(bin)
+	c.Env = []string{"LOOM_TEST_ACCOUNTS=" + a.Name + "," + b.Name + ",root,"}
+	c.Dir = "/"
+	c.SysProcAttr = &syscall.SysProcAttr{Credential: a.Credential()}
+	out, err := c.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child as %s: %v: %s", a.Name, err, out)
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		got[k] = v
+	}
+	if got[a.Name] != "<nil>" || got[""] != "<nil>" {
+		t.Errorf("a non-root agent of %s refused its own user's jobs: %q", a.Name, out)
+	}
+	for _, other := range []string{b.Name, "root"} {
+		if !strings.Contains(got[other], "not root, and runs only that user's jobs, not "+other+"'s") {
+			t.Errorf("a non-root agent of %s on %s's job: %q, want refused with the reason", a.Name, other, got[other])
+		}
+	}
+}
