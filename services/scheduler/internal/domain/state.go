@@ -51,6 +51,10 @@ type State struct {
 	shapeReqs []place.Request
 	// scratch is reused by the passes of writers (see writerTxn).
 	scratch *scratch
+	// versions numbers the changes of the indexes' version counters
+	// (clusterIndex.pendVer): each change takes the next number, so a
+	// version is never reused, even by an index made anew.
+	versions uint64
 }
 
 // clusterIndex is the per-cluster part of the indexes.
@@ -62,6 +66,10 @@ type clusterIndex struct {
 	// one's index.
 	pending []pendEntry
 	pendPos map[string]int
+	// pendVer changes whenever pending does (an entry added, removed or
+	// moved): a pass that finds it as the last pass left it may reuse that
+	// pass's queue (see pass.reorder).
+	pendVer uint64
 	// active runs, unordered; activePos gives each one's index.
 	active    []*Run
 	activePos map[string]int
@@ -409,6 +417,8 @@ func (s *State) putJob(name string, j *Job) {
 			ci.pending[last] = pendEntry{}
 			ci.pending = ci.pending[:last]
 			delete(ci.pendPos, name)
+			s.versions++
+			ci.pendVer = s.versions
 			if id := old.attrs.assoc.id; id >= 0 {
 				ci.pendAssoc[id]--
 			}
@@ -430,6 +440,8 @@ func (s *State) putJob(name string, j *Job) {
 		ci := s.index(j.Job.GetCluster())
 		ci.pendPos[name] = len(ci.pending)
 		ci.pending = append(ci.pending, pendEntry{j: j, jobAttrs: *j.attrs})
+		s.versions++
+		ci.pendVer = s.versions
 		if id := j.attrs.assoc.id; id >= 0 {
 			for int(id) >= len(ci.pendAssoc) {
 				ci.pendAssoc = append(ci.pendAssoc, 0)
