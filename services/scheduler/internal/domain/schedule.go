@@ -698,6 +698,9 @@ func (p *pass) consider(q *queued) {
 		}
 	}
 	pi := int(q.part)
+	if p.decideSettled(q, pi) {
+		return
+	}
 	part := p.parts[pi]
 	// The request lives in the pass (one per pass, not one allocation per job).
 	if q.shape >= 0 {
@@ -743,6 +746,67 @@ func (p *pass) consider(q *queued) {
 		blockedStages[si].run(p, &p.blk)
 	}
 	p.waitDecided(q, *d)
+}
+
+// decideSettled decides q's job without placing it when its decision is
+// settled for the rest of the pass, and reports whether it did. It is when
+// the job's shape (found by an earlier job of the pass) has no candidate
+// left: resources are only taken during a pass, so that shape stays empty
+// and its counts stay as they are (Refresh returns it unchanged), and the
+// job's outcome is the kind of check that emptied it. For a job blocked for
+// resources the blocked-job stages must also be settled: no preemption to
+// try for it (see stagePreempt), its partition already blocked by an
+// earlier job and, with backfill, the reservation made or not for it to
+// make (see stageBackfill). The decision is then consider's to the letter,
+// without the request's copy, the placement and the stages: what most of a
+// large queue's jobs cost each pass.
+func (p *pass) decideSettled(q *queued, pi int) bool {
+	if q.shape < 0 {
+		return false
+	}
+	req := &p.t.s.shapeReqs[q.shape]
+	avoid := req.AvoidReserved
+	if p.resv != nil {
+		lim := p.limitIn(q.limit, pi)
+		avoid = p.resv.Unbounded || lim <= 0 || p.t.now.Add(lim).After(p.resv.Start)
+	}
+	i := (int(q.shape)*len(p.parts)+pi)*2 + b2i(avoid)
+	if i >= len(p.slots) || req.Nodes <= 0 {
+		return false
+	}
+	sc := p.slots[i]
+	if sc == nil || len(sc.Cand) != 0 {
+		return false
+	}
+	d := Decision{Job: q.name, Filtered: sc.Filtered, Nodes: len(p.views)}
+	switch _, kind := sc.Outcome(req); kind {
+	case place.Static:
+		d.Reason = ReasonBadConstraints
+		switch n := p.partitionNodes(pi); {
+		case n == 0:
+			d.Reason = ReasonReqNodeNotAvail
+		case n < req.Nodes:
+			d.Reason = ReasonPartitionNodeLimit
+		}
+	case place.Availability:
+		d.Reason = ReasonReqNodeNotAvail
+	default:
+		cfg := &p.t.s.cfg
+		preempts := cfg.Policy.Preempt && p.preempts < cfg.MaxPreemptPerPass && p.mayPreempt(q.qos, pi)
+		if preempts || p.blocked&(uint64(1)<<uint(pi)) == 0 {
+			return false
+		}
+		if cfg.Policy.Backfill && p.resv == nil && !avoid {
+			return false
+		}
+		if !cfg.Policy.Backfill {
+			p.fifoBlocked = true
+		}
+		d.Reason = ReasonPriority
+	}
+	sc.Shared = true
+	p.waitDecided(q, d)
+	return true
 }
 
 // previousRunStopping keeps a requeued job pending (Requeued) while its
