@@ -237,6 +237,10 @@ func (t *txn) newPass(name string, c *Cluster) *pass {
 	p.static = t.staticCacheFor(name, c, nodes)
 	byPool, bySet := partitionMasks(c)
 	over := t.allocOverlay()
+	var allocs []*nodeAlloc
+	if p.static != nil {
+		allocs = p.static.allocsOf(t.s)
+	}
 	for i, n := range nodes {
 		v := &p.views[i]
 		v.Node = p.placeNode(i, n)
@@ -255,6 +259,10 @@ func (t *txn) newPass(name string, c *Cluster) *pass {
 		var a nodeAlloc
 		if oa, ok := over[n.Name]; ok {
 			a = oa
+		} else if allocs != nil {
+			if sa := allocs[i]; sa != nil {
+				a = *sa
+			}
 		} else if sa := t.s.alloc[n.Name]; sa != nil {
 			a = *sa
 		}

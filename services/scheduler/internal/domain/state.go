@@ -55,6 +55,10 @@ type State struct {
 	// (clusterIndex.pendVer): each change takes the next number, so a
 	// version is never reused, even by an index made anew.
 	versions uint64
+	// allocVer changes whenever alloc gains or loses an entry (entries
+	// themselves change in place): a pass's cache of the entries by node
+	// holds while it is the same (see staticCache.allocsOf).
+	allocVer uint64
 }
 
 // clusterIndex is the per-cluster part of the indexes.
@@ -513,10 +517,14 @@ func (s *State) account(r *Run, sign int32) {
 		if a == nil {
 			a = &nodeAlloc{}
 			s.alloc[node] = a
+			s.versions++
+			s.allocVer = s.versions
 		}
 		a.add(r, i, node, sign)
 		if a.runs == 0 {
 			delete(s.alloc, node)
+			s.versions++
+			s.allocVer = s.versions
 		}
 	}
 }
