@@ -83,6 +83,10 @@ type clusterIndex struct {
 	usage []runUsage
 	// pendAssoc counts the pending jobs per association id.
 	pendAssoc []int32
+	// preempting counts the active runs being preempted (PreemptBy set,
+	// usage[i].preempting): a pass finds them from usage, not from each
+	// run (see pass.preempting).
+	preempting int
 }
 
 // runUsage is what fair share reads of an active run (runs in the state
@@ -94,6 +98,8 @@ type runUsage struct {
 	start   time.Time
 	rate    float64
 	ended   bool
+	// preempting: the run is being preempted (PreemptBy set).
+	preempting bool
 }
 
 // nodeAlloc is what the active runs hold on one node, and which runs they
@@ -472,6 +478,9 @@ func (s *State) unaccount(key string) {
 			ci.active[last] = nil
 			ci.active = ci.active[:last]
 			delete(ci.activePos, key)
+			if old.PreemptBy != "" {
+				ci.preempting--
+			}
 		}
 	}
 }
@@ -492,7 +501,11 @@ func (s *State) putRun(key string, r *Run) {
 		ci := s.index(r.Cluster)
 		ci.activePos[key] = len(ci.active)
 		ci.active = append(ci.active, r)
-		ci.usage = append(ci.usage, runUsage{key: key, account: r.Account, assoc: r.assoc, start: r.Start, rate: r.rate, ended: r.Ended()})
+		if r.PreemptBy != "" {
+			ci.preempting++
+		}
+		ci.usage = append(ci.usage, runUsage{key: key, account: r.Account, assoc: r.assoc, start: r.Start, rate: r.rate, ended: r.Ended(),
+			preempting: r.PreemptBy != ""})
 	}
 }
 
