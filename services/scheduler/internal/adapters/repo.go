@@ -19,6 +19,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
+	"sync"
 
 	"github.com/loom-ml/loom/libs/store"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -99,12 +101,16 @@ func (r *Repo) Load(ctx context.Context) (*Records, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load jobs: %w", err)
 	}
-	for name, b := range raw {
-		j, err := DecodeTask(name, b, func(array string) *loomv1.Job { return templates[array] })
+	template := func(array string) *loomv1.Job { return templates[array] } // read only while decoding
+	recs.Jobs, err = decodeAll(raw, func(name string, b []byte) (*domain.Job, error) {
+		j, err := DecodeTask(name, b, template)
 		if err != nil {
 			return nil, fmt.Errorf("load job %s: %w", name, err)
 		}
-		recs.Jobs = append(recs.Jobs, j)
+		return j, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return &recs, nil
 }
@@ -114,14 +120,64 @@ func loadJSON[T any](ctx context.Context, st *store.Store, key string, out *[]*T
 	if err != nil {
 		return fmt.Errorf("load %s: %w", key, err)
 	}
-	for field, b := range raw {
+	vs, err := decodeAll(raw, func(field string, b []byte) (*T, error) {
 		v := new(T)
 		if err := json.Unmarshal(b, v); err != nil {
-			return fmt.Errorf("load %s %s: %w", key, field, err)
+			return nil, fmt.Errorf("load %s %s: %w", key, field, err)
 		}
-		*out = append(*out, v)
+		return v, nil
+	})
+	if err != nil {
+		return err
 	}
+	*out = append(*out, vs...)
 	return nil
+}
+
+// parallelDecodeMin is the fewest records decodeAll spreads over the
+// processors: below it, starting goroutines costs more than it saves.
+const parallelDecodeMin = 2048
+
+// decodeAll decodes every field of raw with decode, in no particular order
+// (a hash has none), spread over the processors when there are many: a
+// restarted scheduler decodes its 100,000 job records before it can make
+// its first decision, and each decode is independent of the others. decode
+// must be safe to call concurrently. On failure it returns an error of one
+// of the fields that failed.
+func decodeAll[T any](raw map[string][]byte, decode func(field string, b []byte) (T, error)) ([]T, error) {
+	fields := make([]string, 0, len(raw))
+	values := make([][]byte, 0, len(raw))
+	for f, b := range raw {
+		fields, values = append(fields, f), append(values, b)
+	}
+	out := make([]T, len(fields))
+	workers := 1
+	if len(fields) >= parallelDecodeMin {
+		workers = min(runtime.GOMAXPROCS(0), len(fields)/(parallelDecodeMin/2))
+	}
+	chunk := (len(fields) + workers - 1) / max(workers, 1)
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		lo, hi := w*chunk, min((w+1)*chunk, len(fields))
+		wg.Go(func() {
+			for i := lo; i < hi; i++ {
+				v, err := decode(fields[i], values[i])
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				out[i] = v
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // Write adds the records of c to tx: a set for each new version, a delete for

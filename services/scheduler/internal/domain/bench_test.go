@@ -177,9 +177,9 @@ func TestReuseOrder(t *testing.T) {
 		t.Fatalf("radix order: ok %v, perm %d", ok, len(sc.perm))
 	}
 	first = slices.Clone(first)
-	again, ok := reuseOrder(ranksOf(out), sc)
-	if !ok || !slices.Equal(again, first) {
-		t.Fatalf("unchanged keys: reused %v, same order %v", ok, slices.Equal(again, first))
+	again, moved, ok := reuseOrder(ranksOf(out), sc)
+	if !ok || moved || !slices.Equal(again, first) {
+		t.Fatalf("unchanged keys: reused %v, moved %v, same order %v", ok, moved, slices.Equal(again, first))
 	}
 	reused, sorted := 0, 0
 	for round := range 200 {
@@ -193,10 +193,14 @@ func TestReuseOrder(t *testing.T) {
 			t.Fatal("radix order failed")
 		}
 		want = slices.Clone(want)
-		if got, ok := reuseOrder(ranksOf(out), sc); ok {
+		before := slices.Clone(sc.perm)
+		if got, moved, ok := reuseOrder(ranksOf(out), sc); ok {
 			reused++
 			if !slices.Equal(got, want) {
 				t.Fatalf("round %d: reused an order that is not the sorted one", round)
+			}
+			if moved == slices.Equal(before, got) {
+				t.Fatalf("round %d: moved %v, but the order changed %v", round, moved, !slices.Equal(before, got))
 			}
 		} else {
 			sorted++
@@ -212,7 +216,7 @@ func TestReuseOrder(t *testing.T) {
 	for i := range out {
 		out[i].rank = -rng.Int64N(1 << 30)
 	}
-	if _, ok := reuseOrder(ranksOf(out), sc); ok {
+	if _, _, ok := reuseOrder(ranksOf(out), sc); ok {
 		t.Error("a reshuffled queue reused the old order")
 	}
 	// Equal keys: the sort's tie-break decides, not the old order.
@@ -220,10 +224,10 @@ func TestReuseOrder(t *testing.T) {
 		t.Fatal("radix order failed")
 	}
 	out[0].rank, out[0].id, out[1].rank, out[1].id = -1, 7, -1, 7
-	if _, ok := reuseOrder(ranksOf(out), sc); ok {
+	if _, _, ok := reuseOrder(ranksOf(out), sc); ok {
 		t.Error("an order with tied keys was reused")
 	}
-	if _, ok := reuseOrder(ranksOf(out[:n-1]), sc); ok {
+	if _, _, ok := reuseOrder(ranksOf(out[:n-1]), sc); ok {
 		t.Error("an order of another length was reused")
 	}
 }

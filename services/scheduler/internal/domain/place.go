@@ -94,6 +94,27 @@ type staticCache struct {
 	scans   place.StaticScans
 	// placed[i] is nodes[i] as placement reads it.
 	placed []place.Node
+	// allocs[i] is the state's allocation entry of nodes[i] (nil: none)
+	// as of the state's allocVer allocAt (see allocsOf).
+	allocs  []*nodeAlloc
+	allocAt uint64
+}
+
+// allocsOf returns the state's allocation entry of each node of the cache,
+// looked up again only when the state's entries were added or removed since
+// the last time: a pass reads 10,000 nodes' entries, a map look-up each.
+func (sc *staticCache) allocsOf(s *State) []*nodeAlloc {
+	if sc.allocs != nil && sc.allocAt == s.allocVer {
+		return sc.allocs
+	}
+	if sc.allocs == nil {
+		sc.allocs = make([]*nodeAlloc, len(sc.nodes))
+	}
+	for i, n := range sc.nodes {
+		sc.allocs[i] = s.alloc[n.Name]
+	}
+	sc.allocAt = s.allocVer
+	return sc.allocs
 }
 
 // maxStaticScans bounds a cluster's cached scans (jobs with node lists

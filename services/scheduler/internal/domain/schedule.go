@@ -238,6 +238,10 @@ func (t *txn) newPass(name string, c *Cluster) *pass {
 	p.static = t.staticCacheFor(name, c, nodes)
 	byPool, bySet := partitionMasks(c)
 	over := t.allocOverlay()
+	var allocs []*nodeAlloc
+	if p.static != nil {
+		allocs = p.static.allocsOf(t.s)
+	}
 	for i, n := range nodes {
 		v := &p.views[i]
 		v.Node = p.placeNode(i, n)
@@ -256,6 +260,10 @@ func (t *txn) newPass(name string, c *Cluster) *pass {
 		var a nodeAlloc
 		if oa, ok := over[n.Name]; ok {
 			a = oa
+		} else if allocs != nil {
+			if sa := allocs[i]; sa != nil {
+				a = *sa
+			}
 		} else if sa := t.s.alloc[n.Name]; sa != nil {
 			a = *sa
 		}
@@ -363,6 +371,15 @@ func (p *pass) order(pend []*pendEntry) []queued {
 		}
 		keys = sc.ranks[:len(pend)]
 	}
+	key := p.queueKey(pend)
+	if key.ci != nil && sc.queue == key && len(sc.sorted) >= len(pend) {
+		if sorted, ok := p.reorder(out, pend, keys); ok {
+			return sorted
+		}
+	}
+	if sc != nil {
+		sc.queue = queueKey{}
+	}
 	for i, e := range pend {
 		out[i] = p.queued(e)
 		if keys != nil {
@@ -390,11 +407,15 @@ func (p *pass) order(pend []*pendEntry) []queued {
 	// queue is then gathered in that order: one walk of independent reads
 	// all over it, which the processor overlaps, where reading the entries
 	// in that order as the pass goes would wait for each.
-	at, ok := reuseOrder(keys, sc)
+	at, _, ok := reuseOrder(keys, sc)
 	if !ok {
 		at, ok = radixOrder(out, sc)
 	}
 	if ok {
+		if key.ci != nil {
+			key.fresh = p.fresh
+			sc.queue = key
+		}
 		var sorted []queued
 		if sc != nil {
 			if cap(sc.sorted) < len(out) {
@@ -427,6 +448,87 @@ func (p *pass) order(pend []*pendEntry) []queued {
 		return strings.Compare(a.e.name, b.e.name)
 	})
 	return out
+}
+
+// queueKey identifies the queue pend is: the cluster's pending entries as
+// of their version, in the pass's partitions (its cluster record). Its ci
+// is nil when the pass cannot reuse a queue: a txn without scratch, a
+// policy with its own order, or a change that edits jobs (pend then holds
+// entries of its own).
+type queueKey struct {
+	ci      *clusterIndex
+	ver     uint64
+	cluster *Cluster
+	first   *pendEntry
+	n       int
+	// fresh is the queue's count of jobs without a reason (pass.fresh).
+	fresh int
+}
+
+func (p *pass) queueKey(pend []*pendEntry) queueKey {
+	t := p.t
+	ci := t.s.byCluster[p.name]
+	if t.scratch == nil || t.s.cfg.Policy.Less != nil || !p.unedited || ci == nil || len(pend) == 0 ||
+		len(pend) != len(ci.pending) {
+		return queueKey{}
+	}
+	return queueKey{ci: ci, ver: ci.pendVer, cluster: p.cluster, first: pend[0], n: len(pend)}
+}
+
+// reorder is order for the queue the last pass ordered (the same entries,
+// unchanged, in the same memory order: scratch's queue key says so). Only
+// the priorities can differ (the clock ages jobs, fair share decays): out
+// keeps its entries, each gets its new priority, and the last order is
+// mended (reuseOrder), else sorted again; when no job moved, the queue in
+// that order needs only its priorities, not a new copy of every entry. It
+// reports false when the comparison sort must order the queue.
+func (p *pass) reorder(out []queued, pend []*pendEntry, keys []rankID) ([]queued, bool) {
+	sc := p.t.scratch
+	if cap(sc.prios) < len(pend) {
+		sc.prios = make([]int64, len(pend))
+	}
+	prios := sc.prios[:len(pend)]
+	if p.prio != nil {
+		for i, e := range pend {
+			q := &out[i]
+			tier := int32(0)
+			if q.part >= 0 {
+				tier = p.parts[q.part].Tier
+			}
+			q.prio = p.prio.sum(&e.jobAttrs, int(q.part))
+			q.rank = -(int64(tier)<<40 | q.prio)
+			keys[i] = rankID{q.rank, q.id}
+			prios[i] = q.prio
+		}
+	} else {
+		for i := range out {
+			keys[i] = rankID{out[i].rank, out[i].id}
+			prios[i] = out[i].prio
+		}
+	}
+	at, moved, ok := reuseOrder(keys, sc)
+	if !ok {
+		// Too many moves (fair share moved whole users' jobs): sort the
+		// entries anew, still without building them anew.
+		if at, ok = radixOrder(out, sc); !ok {
+			return nil, false
+		}
+		moved = true
+	}
+	sorted := sc.sorted[:len(out)]
+	if moved {
+		for k, i := range at {
+			sorted[k] = out[i]
+		}
+	} else {
+		for k, i := range at {
+			sorted[k].rank, sorted[k].prio = keys[i].rank, prios[i]
+		}
+	}
+	p.fresh = sc.queue.fresh
+	p.at = at
+	sc.reorders++
+	return sorted, true
 }
 
 // queued is e with its order keys.
@@ -469,11 +571,11 @@ func (p *pass) queued(e *pendEntry) queued {
 // increasing along a permutation of them are their one sorted order,
 // whatever jobs came and went. The keys are the queue's (rank, id), apart
 // from its entries: 16 bytes a job to compare where the entries are 100.
-func reuseOrder(keys []rankID, sc *scratch) ([]int32, bool) {
+func reuseOrder(keys []rankID, sc *scratch) (perm []int32, moved, ok bool) {
 	if sc == nil || len(sc.perm) != len(keys) || len(keys) == 0 {
-		return nil, false
+		return nil, false, false
 	}
-	perm := sc.perm
+	perm = sc.perm
 	less := func(a, b int32) bool {
 		ka, kb := &keys[a], &keys[b]
 		return ka.rank < kb.rank || (ka.rank == kb.rank && ka.id < kb.id)
@@ -488,18 +590,19 @@ func reuseOrder(keys []rankID, sc *scratch) ([]int32, bool) {
 		for m > 0 && !less(perm[m-1], x) {
 			if ka, kb := &keys[perm[m-1]], &keys[x]; ka.rank == kb.rank && ka.id == kb.id {
 				sc.perm = sc.perm[:0] // a tie: the sort's tie-break decides
-				return nil, false
+				return nil, false, false
 			}
 			perm[m] = perm[m-1]
 			m--
+			moved = true
 			if budget--; budget < 0 {
 				sc.perm = sc.perm[:0]
-				return nil, false
+				return nil, false, false
 			}
 		}
 		perm[m] = x
 	}
-	return perm, true
+	return perm, moved, true
 }
 
 // rankID is a queued job's order key.
@@ -604,6 +707,9 @@ func (p *pass) consider(q *queued) {
 		}
 	}
 	pi := int(q.part)
+	if p.decideSettled(q, pi) {
+		return
+	}
 	part := p.parts[pi]
 	// The request lives in the pass (one per pass, not one allocation per job).
 	if q.shape >= 0 {
@@ -649,6 +755,67 @@ func (p *pass) consider(q *queued) {
 		blockedStages[si].run(p, &p.blk)
 	}
 	p.waitDecided(q, *d)
+}
+
+// decideSettled decides q's job without placing it when its decision is
+// settled for the rest of the pass, and reports whether it did. It is when
+// the job's shape (found by an earlier job of the pass) has no candidate
+// left: resources are only taken during a pass, so that shape stays empty
+// and its counts stay as they are (Refresh returns it unchanged), and the
+// job's outcome is the kind of check that emptied it. For a job blocked for
+// resources the blocked-job stages must also be settled: no preemption to
+// try for it (see stagePreempt), its partition already blocked by an
+// earlier job and, with backfill, the reservation made or not for it to
+// make (see stageBackfill). The decision is then consider's to the letter,
+// without the request's copy, the placement and the stages: what most of a
+// large queue's jobs cost each pass.
+func (p *pass) decideSettled(q *queued, pi int) bool {
+	if q.shape < 0 {
+		return false
+	}
+	req := &p.t.s.shapeReqs[q.shape]
+	avoid := req.AvoidReserved
+	if p.resv != nil {
+		lim := p.limitIn(q.limit, pi)
+		avoid = p.resv.Unbounded || lim <= 0 || p.t.now.Add(lim).After(p.resv.Start)
+	}
+	i := (int(q.shape)*len(p.parts)+pi)*2 + b2i(avoid)
+	if i >= len(p.slots) || req.Nodes <= 0 {
+		return false
+	}
+	sc := p.slots[i]
+	if sc == nil || len(sc.Cand) != 0 {
+		return false
+	}
+	d := Decision{Job: q.name, Filtered: sc.Filtered, Nodes: len(p.views)}
+	switch _, kind := sc.Outcome(req); kind {
+	case place.Static:
+		d.Reason = ReasonBadConstraints
+		switch n := p.partitionNodes(pi); {
+		case n == 0:
+			d.Reason = ReasonReqNodeNotAvail
+		case n < req.Nodes:
+			d.Reason = ReasonPartitionNodeLimit
+		}
+	case place.Availability:
+		d.Reason = ReasonReqNodeNotAvail
+	default:
+		cfg := &p.t.s.cfg
+		preempts := cfg.Policy.Preempt && p.preempts < cfg.MaxPreemptPerPass && p.mayPreempt(q.qos, pi)
+		if preempts || p.blocked&(uint64(1)<<uint(pi)) == 0 {
+			return false
+		}
+		if cfg.Policy.Backfill && p.resv == nil && !avoid {
+			return false
+		}
+		if !cfg.Policy.Backfill {
+			p.fifoBlocked = true
+		}
+		d.Reason = ReasonPriority
+	}
+	sc.Shared = true
+	p.waitDecided(q, d)
+	return true
 }
 
 // previousRunStopping keeps a requeued job pending (Requeued) while its

@@ -53,6 +53,14 @@ type State struct {
 	shapeReqs []place.Request
 	// scratch is reused by the passes of writers (see writerTxn).
 	scratch *scratch
+	// versions numbers the changes of the indexes' version counters
+	// (clusterIndex.pendVer): each change takes the next number, so a
+	// version is never reused, even by an index made anew.
+	versions uint64
+	// allocVer changes whenever alloc gains or loses an entry (entries
+	// themselves change in place): a pass's cache of the entries by node
+	// holds while it is the same (see staticCache.allocsOf).
+	allocVer uint64
 }
 
 // clusterIndex is the per-cluster part of the indexes.
@@ -64,6 +72,10 @@ type clusterIndex struct {
 	// one's index.
 	pending []pendEntry
 	pendPos map[string]int
+	// pendVer changes whenever pending does (an entry added, removed or
+	// moved): a pass that finds it as the last pass left it may reuse that
+	// pass's queue (see pass.reorder).
+	pendVer uint64
 	// active runs, unordered; activePos gives each one's index.
 	active    []*Run
 	activePos map[string]int
@@ -73,6 +85,10 @@ type clusterIndex struct {
 	usage []runUsage
 	// pendAssoc counts the pending jobs per association id.
 	pendAssoc []int32
+	// preempting counts the active runs being preempted (PreemptBy set,
+	// usage[i].preempting): a pass finds them from usage, not from each
+	// run (see pass.preempting).
+	preempting int
 }
 
 // runUsage is what fair share reads of an active run (runs in the state
@@ -84,6 +100,8 @@ type runUsage struct {
 	start   time.Time
 	rate    float64
 	ended   bool
+	// preempting: the run is being preempted (PreemptBy set).
+	preempting bool
 }
 
 // nodeAlloc is what the active runs hold on one node, and which runs they
@@ -414,6 +432,8 @@ func (s *State) putJob(name string, j *Job) {
 			ci.pending[last] = pendEntry{}
 			ci.pending = ci.pending[:last]
 			delete(ci.pendPos, name)
+			s.versions++
+			ci.pendVer = s.versions
 			if id := old.attrs.assoc.id; id >= 0 {
 				ci.pendAssoc[id]--
 			}
@@ -435,6 +455,8 @@ func (s *State) putJob(name string, j *Job) {
 		ci := s.index(j.Job.GetCluster())
 		ci.pendPos[name] = len(ci.pending)
 		ci.pending = append(ci.pending, pendEntry{j: j, jobAttrs: *j.attrs})
+		s.versions++
+		ci.pendVer = s.versions
 		if id := j.attrs.assoc.id; id >= 0 {
 			for int(id) >= len(ci.pendAssoc) {
 				ci.pendAssoc = append(ci.pendAssoc, 0)
@@ -461,6 +483,9 @@ func (s *State) unaccount(key string) {
 			ci.active[last] = nil
 			ci.active = ci.active[:last]
 			delete(ci.activePos, key)
+			if old.PreemptBy != "" {
+				ci.preempting--
+			}
 		}
 	}
 }
@@ -481,7 +506,11 @@ func (s *State) putRun(key string, r *Run) {
 		ci := s.index(r.Cluster)
 		ci.activePos[key] = len(ci.active)
 		ci.active = append(ci.active, r)
-		ci.usage = append(ci.usage, runUsage{key: key, account: r.Account, assoc: r.assoc, start: r.Start, rate: r.rate, ended: r.Ended()})
+		if r.PreemptBy != "" {
+			ci.preempting++
+		}
+		ci.usage = append(ci.usage, runUsage{key: key, account: r.Account, assoc: r.assoc, start: r.Start, rate: r.rate, ended: r.Ended(),
+			preempting: r.PreemptBy != ""})
 	}
 }
 
@@ -506,10 +535,14 @@ func (s *State) account(r *Run, sign int32) {
 		if a == nil {
 			a = &nodeAlloc{}
 			s.alloc[node] = a
+			s.versions++
+			s.allocVer = s.versions
 		}
 		a.add(r, i, node, sign)
 		if a.runs == 0 {
 			delete(s.alloc, node)
+			s.versions++
+			s.allocVer = s.versions
 		}
 	}
 }

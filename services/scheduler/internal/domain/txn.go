@@ -42,6 +42,13 @@ type scratch struct {
 	// perm is the last radix-sorted queue's order (indexes into its
 	// unsorted keys), which the next pass reuses while it still holds.
 	perm []int32
+	// prios: per entry of queued, its priority (as ranks holds its rank).
+	prios []int64
+	// queue says which queue queued, sorted and perm hold: when a pass
+	// finds the same one, it reuses them (see pass.reorder); reorders
+	// counts the passes that did (tests read it).
+	queue    queueKey
+	reorders int
 	// static: per cluster, the static checks' results (see staticCache).
 	static map[string]*staticCache
 	// lazy: the pass's reason-only versions by queue position (see pass.lazy).
