@@ -30,6 +30,11 @@ type TailConfig struct {
 	// Ready, when set, is called once the starting offsets are fixed: every
 	// record written to the topic after that reaches handle.
 	Ready func()
+	// Verifier, when set, passes over (logged at warn) every record not
+	// signed as Policy requires (see ConsumerConfig.Verifier).
+	Verifier *envelope.Verifier
+	// Policy is ConsumerConfig.Policy.
+	Policy envelope.Policy
 }
 
 // Tail hands handle the records written to every partition of a topic from
@@ -89,7 +94,16 @@ func Tail(ctx context.Context, cfg TailConfig, handle func(context.Context, enve
 				if !passes(cfg.Filter, m) {
 					continue
 				}
-				ev, err := cfg.Registry.Decode(m)
+				var ev envelope.Event
+				if cfg.Verifier != nil {
+					ev, err = cfg.Registry.DecodeVerified(m, cfg.Verifier, cfg.Policy)
+				} else {
+					ev, err = cfg.Registry.Decode(m)
+				}
+				if errors.Is(err, envelope.ErrRejected) {
+					log.Warn("tail passes over a refused record", "partition", p, "offset", m.Offset, "reason", envelope.ReasonOf(err), "err", err)
+					continue
+				}
 				if err != nil {
 					log.Debug("tail passes over a record that does not decode", "partition", p, "offset", m.Offset, "err", err)
 					continue
