@@ -35,6 +35,21 @@ type Common struct {
 	// CreateTopics makes the service create the topics it uses at start
 	// (LOOM_CREATE_TOPICS; default true).
 	CreateTopics bool
+	// ServiceKeyFile is the services' 32-byte secret (LOOM_SERVICE_KEY_FILE):
+	// the seed of the Ed25519 key every service signs its records with and
+	// checks every record it reads against (and nodes' certificates), and
+	// what service-to-service tokens are derived from. Every service of a
+	// deployment reads the same file; it must be mode 0600.
+	ServiceKeyFile string
+	// InsecureBus turns signing and verification of records off
+	// (LOOM_INSECURE_BUS; default false). For development only: anything
+	// that reaches Kafka can then command every node. Logged at WARN.
+	InsecureBus bool
+	// ServicePublicKey, when set without ServiceKeyFile, makes the service
+	// verify what it reads against it without signing what it writes (its
+	// caller sets a signer of its own): how an agent, which holds a node
+	// identity and not the services' secret, runs. No flag sets it.
+	ServicePublicKey []byte
 	// Clock is the time the service's domain reads and its loops (ticks,
 	// prunes, heartbeat checks, reconciles) wait on; nil is the real clock.
 	// Tests set a clockwork.FakeClock and advance it instead of waiting.
@@ -53,6 +68,10 @@ func (c *Common) Register(fs *flag.FlagSet, svc, defGRPC, defHTTP string) {
 	fs.StringVar(&c.HTTPAddr, "http-addr", Env("LOOM_"+svc+"_HTTP_ADDR", defHTTP), "HTTP address for /metrics, /healthz, /readyz (LOOM_"+svc+"_HTTP_ADDR)")
 	fs.StringVar(&c.LogLevel, "log-level", Env("LOOM_LOG_LEVEL", "info"), "log level: debug, info, warn, error (LOOM_LOG_LEVEL)")
 	fs.BoolVar(&c.CreateTopics, "create-topics", EnvBool("LOOM_CREATE_TOPICS", true), "create Loom's topics at start (LOOM_CREATE_TOPICS)")
+	fs.StringVar(&c.ServiceKeyFile, "service-key-file", Env("LOOM_SERVICE_KEY_FILE", ""),
+		"the services' secret (mode 0600): signs and verifies the bus's records and service tokens (LOOM_SERVICE_KEY_FILE)")
+	fs.BoolVar(&c.InsecureBus, "insecure-bus", EnvBool("LOOM_INSECURE_BUS", false),
+		"DEVELOPMENT ONLY: do not sign or verify the bus's records (LOOM_INSECURE_BUS)")
 }
 
 // listValue is a comma-separated list flag.

@@ -6,6 +6,7 @@ package service
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,13 +17,16 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/bus"
+	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/store"
@@ -47,6 +51,24 @@ type Base struct {
 	// Store keeps the service's state under the prefix "<name>:".
 	Store    *store.Store
 	Producer *bus.Producer
+	// Signer signs what Producer writes: the services' key as
+	// "services/<name>" (nil without Config.ServiceKeyFile; an agent sets
+	// its node signer on Producer itself).
+	Signer *envelope.Signer
+	// Verifier checks the records the service's consumers read (nil only
+	// with Config.InsecureBus): Run gives it to every consumer; a service
+	// that reads on its own (bus.Tail, its own bus.Consumer) passes it on.
+	Verifier *envelope.Verifier
+	// ServiceKey is the services' Ed25519 key (nil without
+	// Config.ServiceKeyFile).
+	ServiceKey ed25519.PrivateKey
+	// ServiceSecret is the services' 32-byte secret (the key file's
+	// content): auth.DeriveKey derives the bootstrap and service-token keys
+	// from it. Nil without Config.ServiceKeyFile.
+	ServiceSecret []byte
+	// Rejected counts the records the consumers refused
+	// (loom_bus_rejected_total{topic,reason}).
+	Rejected metric.Int64Counter
 	// GRPC is the service's gRPC server (with OpenTelemetry interceptors);
 	// register services on it before Run.
 	GRPC *grpc.Server
@@ -94,6 +116,10 @@ func New(ctx context.Context, name string, cfg config.Common, opts ...grpc.Serve
 	v.Check(len(cfg.Brokers) > 0, "brokers", "at least one broker address is required")
 	v.Check(cfg.RedisAddr != "", "redis_addr", "is required")
 	if err := v.Err(); err != nil {
+		return nil, fmt.Errorf("service %s: %w", name, err)
+	}
+	secret, err := loadServiceKey(cfg)
+	if err != nil {
 		return nil, fmt.Errorf("service %s: %w", name, err)
 	}
 	TuneGC()
@@ -148,6 +174,10 @@ func New(ctx context.Context, name string, cfg config.Common, opts ...grpc.Serve
 	// /metrics; a service tells itself of them with Store.OnSetAside.
 	b.Store.SetMeter(tel.Meter)
 	b.Producer = bus.NewProducer(cfg.Brokers)
+	if err := b.setUpSigning(name, secret); err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("service %s: %w", name, err)
+	}
 
 	b.Health = health.NewServer()
 	b.Health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -162,6 +192,56 @@ func New(ctx context.Context, name string, cfg config.Common, opts ...grpc.Serve
 	}, opts...)...)
 	healthpb.RegisterHealthServer(b.GRPC, b.Health)
 	return b, nil
+}
+
+// loadServiceKey reads the services' secret, or says what is missing.
+func loadServiceKey(cfg config.Common) ([]byte, error) {
+	switch {
+	case cfg.ServiceKeyFile != "":
+		secret, err := auth.LoadSecret(cfg.ServiceKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("service key (-service-key-file, LOOM_SERVICE_KEY_FILE): %w", err)
+		}
+		if len(secret) != ed25519.SeedSize {
+			return nil, fmt.Errorf("service key %s: %d bytes, want %d", cfg.ServiceKeyFile, len(secret), ed25519.SeedSize)
+		}
+		return secret, nil
+	case len(cfg.ServicePublicKey) == ed25519.PublicKeySize, cfg.InsecureBus:
+		return nil, nil
+	}
+	return nil, errs.Invalid("service_key_file", "is required: every service signs what it writes to the bus with the services' key "+
+		"(-service-key-file or LOOM_SERVICE_KEY_FILE; `loom up` makes one); -insecure-bus turns signing off for development only")
+}
+
+// setUpSigning gives the producer the services' signer and the consumers a
+// verifier, per the config.
+func (b *Base) setUpSigning(name string, secret []byte) error {
+	c, err := b.Telemetry.Meter.Int64Counter("loom_bus_rejected_total",
+		metric.WithDescription("Records the service's consumers refused and dead-lettered because their signature did not hold, by topic and reason."))
+	if err == nil {
+		b.Rejected = c
+	}
+	// Certificates are issued on the wall clock (by the gateway, maybe on
+	// another machine), so their expiry is read on it too, not on a test's
+	// fake clock.
+	now := time.Now
+	switch {
+	case secret != nil:
+		key, err := auth.ServiceKey(secret)
+		if err != nil {
+			return err
+		}
+		b.ServiceKey, b.ServiceSecret = key, secret
+		b.Signer = envelope.NewServiceSigner(name, key)
+		b.Producer.SetSigner(b.Signer)
+		b.Verifier = envelope.NewVerifier(key.Public().(ed25519.PublicKey), now)
+	case len(b.Config.ServicePublicKey) == ed25519.PublicKeySize:
+		b.Verifier = envelope.NewVerifier(b.Config.ServicePublicKey, now)
+	default:
+		b.Log.Warn("INSECURE: -insecure-bus is set: records on the bus are neither signed nor verified; " +
+			"anything that reaches Kafka can command every node. Development only.")
+	}
+	return nil
 }
 
 // retry calls f until it succeeds or ctx ends, backing off from 100 ms to 2 s
@@ -338,6 +418,12 @@ func (b *Base) consumerConfig(c Consume) bus.ConsumerConfig {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = b.Log
+	}
+	if cfg.Verifier == nil {
+		cfg.Verifier = b.Verifier
+	}
+	if cfg.Rejected == nil {
+		cfg.Rejected = b.Rejected
 	}
 	return cfg
 }

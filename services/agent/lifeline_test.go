@@ -104,6 +104,7 @@ func TestExitsWhenItsControlPlaneIsGone(t *testing.T) {
 	t.Cleanup(func() { _ = rs.Close() })
 	e := &env{broker: broker.Addr, redisAddr: rs.Addr, rdb: redis.NewClient(&redis.Options{Addr: rs.Addr}), work: t.TempDir(), shared: t.TempDir()}
 	t.Cleanup(func() { _ = e.rdb.Close() })
+	giveIdentity(t, e.work, node)
 	cfg := e.config()
 	cfg.OrphanAfter = time.Second
 	exited := runAgent(t, cfg)

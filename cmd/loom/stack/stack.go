@@ -29,6 +29,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/slurmcli"
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/embedded"
@@ -314,6 +315,13 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	s.BrokerAddr, s.RedisAddr = a.Broker, a.Redis
 	s.GatewayAddr, s.RESTAddr = a.Gateway, a.GatewayREST
 
+	// The services' secret: every service signs what it writes to the bus
+	// with it and checks what it reads against it (one per data dir, kept
+	// across restarts, mode 0600).
+	serviceKey := filepath.Join(s.DataDir, "keys", "service.key")
+	if _, err := auth.LoadOrCreateSecret(serviceKey, 32); err != nil {
+		return fmt.Errorf("start stack: service key: %w", err)
+	}
 	level := opts.LogLevel
 	if level == "" {
 		level = config.Env("LOOM_LOG_LEVEL", "info")
@@ -323,7 +331,7 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	// defaults and LOOM_* variables for the rest) or as its own binary.
 	common := func(grpcAddr, httpAddr string) []string {
 		return []string{"-brokers=" + a.Broker, "-redis=" + a.Redis, "-grpc-addr=" + grpcAddr,
-			"-http-addr=" + httpAddr, "-log-level=" + level,
+			"-http-addr=" + httpAddr, "-log-level=" + level, "-service-key-file=" + serviceKey,
 			"-create-topics=false"} // created above
 	}
 	provider := provisioner.ProviderLocal
