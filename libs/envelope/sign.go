@@ -50,6 +50,9 @@ const (
 	ReasonNotService    = "not-a-service"
 	ReasonWrongNode     = "wrong-node"
 	ReasonDuplicate     = "duplicate-header"
+	// ReasonNotAssigned: a node reported on a step the scheduler did not
+	// assign to it (a consumer's own check; see Reject).
+	ReasonNotAssigned = "not-assigned"
 )
 
 // Rejection is why a record was refused: Reason is one of the Reason*
@@ -65,6 +68,12 @@ func (r *Rejection) Error() string {
 
 // Unwrap makes errors.Is(err, ErrRejected) true.
 func (r *Rejection) Unwrap() error { return ErrRejected }
+
+// Reject returns a *Rejection: for a consumer's own checks of who may say
+// what (the scheduler's of which node runs a step), so that the record is
+// dead-lettered with the reason as a refused signature is (wrap it with
+// bus.Permanent).
+func Reject(reason, format string, args ...any) error { return reject(reason, format, args...) }
 
 func reject(reason, format string, args ...any) error {
 	return &Rejection{Reason: reason, Detail: fmt.Sprintf(format, args...)}

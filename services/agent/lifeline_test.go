@@ -64,6 +64,7 @@ func TestExitsWhenItsNodeDirectoryIsRemoved(t *testing.T) {
 	if err := os.MkdirAll(e.work, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	giveIdentity(t, e.work, node)
 	exited := runAgent(t, e.config())
 	publish(t, e.broker, command(startStep("31", `sleep 60`, nil, filepath.Join(e.shared, "slurm-31.out"))))
 	running := waitStep(t, e.broker, "31", eventsv1.StepState_STEP_RUNNING)

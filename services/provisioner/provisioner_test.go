@@ -55,9 +55,10 @@ func (f *fixture) config(t testing.TB, stopAgents bool) Config {
 	return Config{
 		Common: config.Common{Brokers: []string{f.broker}, RedisAddr: f.redis, GRPCAddr: f.grpcAddr, ServiceKeyFile: testkit.ServiceKeyFile(t),
 			HTTPAddr: "127.0.0.1:0", LogLevel: "warn"},
-		Provider:     "local",
-		DataDir:      f.data,
-		AgentCommand: []string{os.Args[0]},
+		Provider:      "local",
+		AgentIdentity: AgentIdentityDirect, // no gateway here to register with
+		DataDir:       f.data,
+		AgentCommand:  []string{os.Args[0]},
 		AgentEnv: []string{"LOOM_TEST_RUN_AGENT=1", "LOOM_HEARTBEAT_INTERVAL=200ms", "LOOM_LOG_LEVEL=warn",
 			"LOOM_CREATE_TOPICS=false"},
 		StopAgentsOnExit:  stopAgents,

@@ -345,6 +345,10 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 		// the next start).
 		"-stop-agents-on-exit="+strconv.FormatBool(!opts.KeepAgents),
 		"-agent-command="+strings.Join(agentCmd, " "),
+		// The provisioner issues its local agents' identities itself until
+		// the gateway registers nodes (AuthService.RegisterNode); then
+		// "bootstrap" gives each launch a one-time token instead.
+		"-agent-identity=direct",
 		// The Slurm commands in jobs (srun) find this gateway.
 		"-agent-env=LOOM_GATEWAY="+a.Gateway)
 	for _, e := range agentEnv {

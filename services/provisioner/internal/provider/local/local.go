@@ -69,6 +69,12 @@ type Config struct {
 	AgentCommand []string
 	// AgentEnv is added to each agent's environment (after os.Environ()).
 	AgentEnv []string
+	// Credentials, when set, is called for each start of an agent, after
+	// its directories exist and before it starts: what it returns is added
+	// to the agent's environment (its bootstrap token). A failure fails the
+	// launch. Each launch gets fresh credentials: a replaced node
+	// bootstraps again.
+	Credentials func(n provider.Node) ([]string, error)
 	// Brokers and RedisAddr are handed to agents (LOOM_BROKERS, LOOM_REDIS_ADDR).
 	Brokers   []string
 	RedisAddr string
@@ -216,6 +222,14 @@ func (p *Provider) start(n provider.Node) (provider.Launched, error) {
 			return provider.Launched{}, fmt.Errorf("create %s: %w", d, err)
 		}
 	}
+	var creds []string
+	if p.cfg.Credentials != nil {
+		c, err := p.cfg.Credentials(n)
+		if err != nil {
+			return provider.Launched{}, fmt.Errorf("credentials for %s: %w", n.Name, err)
+		}
+		creds = c
+	}
 	logPath := filepath.Join(n.WorkDir, LogFile)
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -226,7 +240,7 @@ func (p *Provider) start(n provider.Node) (provider.Launched, error) {
 	argv := p.cfg.AgentCommand
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = n.WorkDir
-	cmd.Env = p.env(n)
+	cmd.Env = append(p.env(n), creds...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own group, so that Stop reaches whatever the agent runs in it and a
 	// signal to the provisioner's group does not reach the agent.
