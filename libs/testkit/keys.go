@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/segmentio/kafka-go"
+	"google.golang.org/grpc"
 
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/envelope"
@@ -59,3 +60,14 @@ func Sign(m *kafka.Message) { testSigner().Sign(m) }
 // Signer returns the signer Publish uses ("services/test"): a test gives
 // it to a bus.Producer of its own (SetSigner) to write as a service would.
 func Signer() *envelope.Signer { return testSigner() }
+
+// ServiceCredentials is the dial option that makes a connection's calls
+// carry a service token ("services/test") of the test's services' secret:
+// what the internal APIs (provisioner, scheduler, registry) require.
+func ServiceCredentials() grpc.DialOption {
+	iss, err := auth.NewServiceTokenIssuer(serviceSecret(), nil)
+	if err != nil {
+		panic(err)
+	}
+	return grpc.WithPerRPCCredentials(auth.ServiceTokenSource(iss, "test"))
+}

@@ -12,6 +12,9 @@ import (
 	"net/http"
 	"time"
 
+	"google.golang.org/grpc"
+
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
@@ -148,7 +151,18 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	owners, err := adapters.DialOwners(cfg.ProvisionerAddr, cfg.SchedulerAddr, cfg.RegistryAddr)
+	// The owners' APIs are internal: the gateway calls them with a service
+	// token.
+	var ownerOpts []grpc.DialOption
+	if base.ServiceSecret != nil {
+		iss, err := auth.NewServiceTokenIssuer(base.ServiceSecret, nil)
+		if err != nil {
+			_ = base.Close()
+			return fmt.Errorf("gateway: %w", err)
+		}
+		ownerOpts = append(ownerOpts, grpc.WithPerRPCCredentials(auth.ServiceTokenSource(iss, "gateway")))
+	}
+	owners, err := adapters.DialOwners(cfg.ProvisionerAddr, cfg.SchedulerAddr, cfg.RegistryAddr, ownerOpts...)
 	if err != nil {
 		_ = base.Close()
 		return fmt.Errorf("gateway: %w", err)

@@ -332,7 +332,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return fmt.Errorf("provisioner config: %w", err)
 	}
-	base, err := service.New(ctx, Name, cfg.Common)
+	// Only Loom services (the gateway) call this API: each call carries a
+	// service token.
+	internal, err := service.InternalAuth(cfg.Common)
+	if err != nil {
+		return err
+	}
+	base, err := service.New(ctx, Name, cfg.Common, internal...)
 	if err != nil {
 		return err
 	}

@@ -218,7 +218,7 @@ func TestClusterLifecycleWithRealAgents(t *testing.T) {
 	}
 
 	// Reads come from the provisioner's memory over gRPC.
-	conn, err := grpc.NewClient(f.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(f.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), testkit.ServiceCredentials())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,11 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/bus"
@@ -130,5 +135,39 @@ func dlq(t *testing.T, broker, topic string) []kafka.Message {
 			return out
 		}
 		out = append(out, m)
+	}
+}
+
+// The scheduler's API is internal: a call without a service token, or with
+// a token another secret keyed, is Unauthenticated; health checks need none.
+func TestInternalAPIWantsAServiceToken(t *testing.T) {
+	t.Parallel()
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	in := startScheduler(t, broker, redisAddr)
+	ctx := testkit.Context(t, wait)
+	testkit.WaitFor(t, wait, "ListJobs with the service token", func() (bool, error) {
+		_, err := in.client.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: "projects/default"})
+		if status.Code(err) == codes.Unavailable {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	other, _ := auth.NewServiceTokenIssuer(make([]byte, 32), nil)
+	for name, opts := range map[string][]grpc.DialOption{
+		"no token":      nil,
+		"foreign token": {grpc.WithPerRPCCredentials(auth.ServiceTokenSource(other, "gateway"))},
+	} {
+		conn, err := grpc.NewClient(in.conn.Target(), append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := loomv1.NewJobServiceClient(conn).ListJobs(ctx, &loomv1.ListJobsRequest{Parent: "projects/default"}); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("%s: ListJobs = %v, want Unauthenticated", name, err)
+		}
+		if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+			t.Errorf("%s: health check = %v, want it answered", name, err)
+		}
 	}
 }

@@ -197,7 +197,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.resolve(); err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
-	base, err := service.New(ctx, "scheduler", cfg.Common)
+	// Only Loom services (the gateway) call this API: each call carries a
+	// service token.
+	internal, err := service.InternalAuth(cfg.Common)
+	if err != nil {
+		return err
+	}
+	base, err := service.New(ctx, "scheduler", cfg.Common, internal...)
 	if err != nil {
 		return err
 	}
