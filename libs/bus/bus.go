@@ -47,6 +47,11 @@ var traceContext = propagation.TraceContext{}
 // ctx ends; ctx is the only deadline. Errors that retrying cannot fix (an
 // invalid config, say) are returned at once, naming the topic.
 func EnsureTopics(ctx context.Context, brokers []string, specs []topics.Spec) error {
+	return EnsureTopicsWith(ctx, brokers, nil, specs)
+}
+
+// EnsureTopicsWith is EnsureTopics over connections secured by sec.
+func EnsureTopicsWith(ctx context.Context, brokers []string, sec *Security, specs []topics.Spec) error {
 	var v errs.Validator
 	v.Check(len(brokers) > 0, "brokers", "at least one broker address is required")
 	for i, s := range specs {
@@ -68,7 +73,7 @@ func EnsureTopics(ctx context.Context, brokers []string, specs []topics.Spec) er
 	// per Transport, refreshed only every MetadataTTL (6 s by default). A
 	// short TTL lets topics that another process created meanwhile (we got
 	// TOPIC_ALREADY_EXISTS) show up quickly.
-	transport := &kafka.Transport{MetadataTTL: 200 * time.Millisecond, MetadataTopics: names}
+	transport := sec.transport(&kafka.Transport{MetadataTTL: 200 * time.Millisecond, MetadataTopics: names})
 	defer transport.CloseIdleConnections()
 	client := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: transport}
 
@@ -203,11 +208,15 @@ const producerBatchTimeout = time.Millisecond
 // on the same partition whichever client (or tool) writes it; records without
 // a key are spread at random. Topics are never created implicitly: a record
 // for a topic that does not exist fails (see EnsureTopics).
-func NewProducer(brokers []string) *Producer {
+func NewProducer(brokers []string) *Producer { return NewSecureProducer(brokers, nil) }
+
+// NewSecureProducer is NewProducer over connections secured by sec (nil:
+// plaintext).
+func NewSecureProducer(brokers []string, sec *Security) *Producer {
 	// Its own Transport, so its metadata cache is its own; refreshed every
 	// second (not 6) so that topics created after the producer started, and
 	// moved partition leaders, are found within the writer's retries.
-	transport := &kafka.Transport{MetadataTTL: time.Second}
+	transport := sec.transport(&kafka.Transport{MetadataTTL: time.Second})
 	return &Producer{
 		transport: transport,
 		w: &kafka.Writer{

@@ -121,6 +121,9 @@ type ConsumerConfig struct {
 	// Rejected, when set, counts refused records by topic and reason
 	// (loom_bus_rejected_total on a service's /metrics).
 	Rejected metric.Int64Counter
+	// Security secures the consumer's connections (SASL, TLS); nil:
+	// plaintext. A dead-letter producer Run opens itself uses it too.
+	Security *Security
 }
 
 // DefaultCommitInterval is ConsumerConfig.CommitInterval when unset. A
@@ -277,7 +280,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	dlq := c.dlq
 	if dlq == nil {
-		dlq = NewProducer(c.cfg.Brokers)
+		dlq = NewSecureProducer(c.cfg.Brokers, c.cfg.Security)
 		defer dlq.Close()
 	}
 	if !c.waitTopics(ctx) {
@@ -285,6 +288,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:     c.cfg.Brokers,
+		Dialer:      c.cfg.Security.dialer(),
 		GroupID:     c.cfg.GroupID,
 		GroupTopics: c.cfg.Topics,
 		StartOffset: kafka.FirstOffset,
@@ -495,7 +499,7 @@ func (c *Consumer) callBatch(ctx context.Context, evs []envelope.Event) (err err
 // missing topic and would not look again until some rebalance). It reports
 // false when ctx ended first.
 func (c *Consumer) waitTopics(ctx context.Context) bool {
-	transport := &kafka.Transport{MetadataTTL: 200 * time.Millisecond, MetadataTopics: c.cfg.Topics}
+	transport := c.cfg.Security.transport(&kafka.Transport{MetadataTTL: 200 * time.Millisecond, MetadataTopics: c.cfg.Topics})
 	defer transport.CloseIdleConnections()
 	client := &kafka.Client{Addr: kafka.TCP(c.cfg.Brokers...), Transport: transport}
 	delay := newBackoff(50*time.Millisecond, 2*time.Second)

@@ -35,6 +35,8 @@ type TailConfig struct {
 	Verifier *envelope.Verifier
 	// Policy is ConsumerConfig.Policy.
 	Policy envelope.Policy
+	// Security secures the connections (nil: plaintext).
+	Security *Security
 }
 
 // Tail hands handle the records written to every partition of a topic from
@@ -61,7 +63,7 @@ func Tail(ctx context.Context, cfg TailConfig, handle func(context.Context, enve
 		cfg.Logger = slog.Default()
 	}
 	log := cfg.Logger.With("tail", cfg.Topic)
-	starts, err := lastOffsets(ctx, cfg.Brokers, cfg.Topic)
+	starts, err := lastOffsets(ctx, cfg.Brokers, cfg.Topic, cfg.Security)
 	if err != nil {
 		return fmt.Errorf("tail %s: %w", cfg.Topic, err)
 	}
@@ -71,7 +73,7 @@ func Tail(ctx context.Context, cfg TailConfig, handle func(context.Context, enve
 	var wg sync.WaitGroup
 	for p, off := range starts {
 		r := kafka.NewReader(kafka.ReaderConfig{
-			Brokers: cfg.Brokers, Topic: cfg.Topic, Partition: p,
+			Brokers: cfg.Brokers, Topic: cfg.Topic, Partition: p, Dialer: cfg.Security.dialer(),
 			MinBytes: 1, MaxBytes: 10 << 20, MaxWait: fetchMaxWait,
 			ReadBackoffMin: 50 * time.Millisecond, ReadBackoffMax: time.Second,
 			ErrorLogger: kafkaDebug(log),
@@ -117,8 +119,8 @@ func Tail(ctx context.Context, cfg TailConfig, handle func(context.Context, enve
 }
 
 // lastOffsets returns the next offset of each of topic's partitions.
-func lastOffsets(ctx context.Context, brokers []string, topic string) (map[int]int64, error) {
-	transport := &kafka.Transport{}
+func lastOffsets(ctx context.Context, brokers []string, topic string, sec *Security) (map[int]int64, error) {
+	transport := sec.transport(&kafka.Transport{})
 	defer transport.CloseIdleConnections()
 	client := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: transport}
 	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,6 +53,10 @@ type Base struct {
 	// Store keeps the service's state under the prefix "<name>:".
 	Store    *store.Store
 	Producer *bus.Producer
+	// Kafka secures every connection to the brokers (SASL, TLS; nil:
+	// plaintext): Run's consumers use it; a service that reads on its own
+	// passes it on.
+	Kafka *bus.Security
 	// Signer signs what Producer writes: the services' key as
 	// "services/<name>" (nil without Config.ServiceKeyFile; an agent sets
 	// its node signer on Producer itself).
@@ -148,7 +154,18 @@ func New(ctx context.Context, name string, cfg config.Common, opts ...grpc.Serve
 		done:      make(chan struct{}),
 	}
 
-	b.Redis = redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
+	ropts, err := RedisOptions(cfg)
+	if err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("service %s: %w", name, err)
+	}
+	b.Redis = redis.NewClient(ropts)
+	kafkaSec, err := KafkaSecurity(cfg)
+	if err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("service %s: %w", name, err)
+	}
+	b.Kafka = kafkaSec
 	if err := retry(ctx, log, "redis "+cfg.RedisAddr, func(ctx context.Context) error {
 		return b.Redis.Ping(ctx).Err()
 	}); err != nil {
@@ -158,10 +175,10 @@ func New(ctx context.Context, name string, cfg config.Common, opts ...grpc.Serve
 
 	if cfg.CreateTopics {
 		// EnsureTopics retries an unreachable broker itself, until ctx ends.
-		err = bus.EnsureTopics(ctx, cfg.Brokers, topics.All())
+		err = bus.EnsureTopicsWith(ctx, cfg.Brokers, kafkaSec, topics.All())
 	} else {
 		err = retry(ctx, log, fmt.Sprintf("kafka %v", cfg.Brokers), func(ctx context.Context) error {
-			return pingBroker(ctx, cfg.Brokers)
+			return pingBroker(ctx, cfg.Brokers, kafkaSec)
 		})
 	}
 	if err != nil {
@@ -173,7 +190,7 @@ func New(ctx context.Context, name string, cfg config.Common, opts ...grpc.Serve
 	// The relay counts the outbox entries it sets aside on the service's
 	// /metrics; a service tells itself of them with Store.OnSetAside.
 	b.Store.SetMeter(tel.Meter)
-	b.Producer = bus.NewProducer(cfg.Brokers)
+	b.Producer = bus.NewSecureProducer(cfg.Brokers, kafkaSec)
 	if err := b.setUpSigning(name, secret); err != nil {
 		_ = b.Close()
 		return nil, fmt.Errorf("service %s: %w", name, err)
@@ -192,6 +209,40 @@ func New(ctx context.Context, name string, cfg config.Common, opts ...grpc.Serve
 	}, opts...)...)
 	healthpb.RegisterHealthServer(b.GRPC, b.Health)
 	return b, nil
+}
+
+// RedisOptions are the go-redis options of cfg: address, ACL user,
+// password (LOOM_REDIS_PASSWORD, or the 0600 file LOOM_REDIS_PASSWORD_FILE)
+// and TLS.
+func RedisOptions(cfg config.Common) (*redis.Options, error) {
+	o := &redis.Options{Addr: cfg.RedisAddr, Username: cfg.RedisUsername, Password: cfg.RedisPassword}
+	if cfg.RedisPasswordFile != "" {
+		st, err := os.Stat(cfg.RedisPasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("redis password file: %w", err)
+		}
+		if st.Mode().Perm()&0o077 != 0 {
+			return nil, fmt.Errorf("redis password file %s has mode %v: it must not be readable by group or others", cfg.RedisPasswordFile, st.Mode().Perm())
+		}
+		b, err := os.ReadFile(cfg.RedisPasswordFile)
+		if err != nil {
+			return nil, err
+		}
+		o.Password = strings.TrimSpace(string(b))
+	}
+	tc, err := bus.TLSConfig(cfg.RedisTLS, cfg.RedisTLSCA, cfg.RedisTLSCert, cfg.RedisTLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("redis TLS: %w", err)
+	}
+	o.TLSConfig = tc
+	return o, nil
+}
+
+// KafkaSecurity is cfg's Kafka SASL and TLS (nil: plaintext).
+func KafkaSecurity(cfg config.Common) (*bus.Security, error) {
+	k := cfg.Kafka
+	return bus.NewSecurity(bus.KafkaOptions{SASLMechanism: k.SASLMechanism, User: k.User, Password: k.Password,
+		TLS: k.TLS, TLSCA: k.TLSCA, TLSCert: k.TLSCert, TLSKey: k.TLSKey})
 }
 
 // loadServiceKey reads the services' secret, or says what is missing.
@@ -273,11 +324,11 @@ func retry(ctx context.Context, log *slog.Logger, what string, f func(context.Co
 }
 
 // pingBroker asks one of brokers for cluster metadata.
-func pingBroker(ctx context.Context, brokers []string) error {
+func pingBroker(ctx context.Context, brokers []string, sec *bus.Security) error {
 	var errList []error
 	for _, addr := range brokers {
 		// A Transport of its own: kafka-go caches metadata per transport.
-		c := &kafka.Client{Addr: kafka.TCP(addr), Transport: &kafka.Transport{}}
+		c := &kafka.Client{Addr: kafka.TCP(addr), Transport: sec.Transport()}
 		_, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{}})
 		c.Transport.(*kafka.Transport).CloseIdleConnections()
 		if err == nil {
@@ -424,6 +475,9 @@ func (b *Base) consumerConfig(c Consume) bus.ConsumerConfig {
 	}
 	if cfg.Rejected == nil {
 		cfg.Rejected = b.Rejected
+	}
+	if cfg.Security == nil {
+		cfg.Security = b.Kafka
 	}
 	return cfg
 }

@@ -251,6 +251,9 @@ func Run(ctx context.Context, cfg Config) error {
 		defer id.close()
 		cfg.ServicePublicKey = id.current().ServicePublicKey
 	}
+	// An agent never signs as a service, even where the services' key file
+	// leaked into its environment.
+	cfg.ServiceKeyFile = ""
 	base, err := service.New(nctx, ServiceName(clusterID, cfg.Hostname), cfg.Common)
 	ncancel()
 	if err == nil && id != nil {

@@ -174,7 +174,7 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr, restAddr string
 	// only the changes of the jobs watched.
 	feed := func(ctx context.Context, ready func(), handle func(context.Context, envelope.Event)) error {
 		return bus.Tail(ctx, bus.TailConfig{Brokers: cfg.Brokers, Topic: topics.JobEvents, Logger: base.Log, Ready: ready,
-			Verifier: base.Verifier, Filter: func(r bus.Record) bool { return gw.Watched(r.Type, r.Subject) }}, handle)
+			Verifier: base.Verifier, Security: base.Kafka, Filter: func(r bus.Record) bool { return gw.Watched(r.Type, r.Subject) }}, handle)
 	}
 	gw = app.New(adapters.NewRepo(base.Store), owners, app.Options{Clock: base.Clock, Log: base.Log, Admins: domain.ParseAdmins(cfg.SlurmAdmins),
 		JobHistory: cfg.JobHistory, Feed: feed, MaxArraySize: cfg.MaxArraySize})

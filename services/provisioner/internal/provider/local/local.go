@@ -274,7 +274,15 @@ func (p *Provider) start(n provider.Node) (provider.Launched, error) {
 // env is the agent's environment: ours, then defaults that keep several
 // agents on one machine from colliding, then AgentEnv, then the node's settings.
 func (p *Provider) env(n provider.Node) []string {
-	env := append(os.Environ(), "LOOM_AGENT_GRPC_ADDR=127.0.0.1:0", "LOOM_AGENT_HTTP_ADDR=127.0.0.1:0")
+	// The services' secret is the provisioner's, never an agent's: an
+	// agent holding it could sign as any service.
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LOOM_SERVICE_KEY_FILE=") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "LOOM_AGENT_GRPC_ADDR=127.0.0.1:0", "LOOM_AGENT_HTTP_ADDR=127.0.0.1:0")
 	env = append(env, p.cfg.AgentEnv...)
 	return append(env,
 		"LOOM_BROKERS="+strings.Join(p.cfg.Brokers, ","),
