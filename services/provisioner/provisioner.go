@@ -355,6 +355,7 @@ func Run(ctx context.Context, cfg Config) error {
 		prov, err = local.New(local.Config{
 			DataDir: cfg.DataDir, AgentCommand: cfg.AgentCommand, AgentEnv: cfg.AgentEnv,
 			Brokers: cfg.Brokers, RedisAddr: cfg.RedisAddr, StopGrace: cfg.AgentStopGrace,
+			RedisUsername: cfg.RedisUsername, RedisPasswordFile: cfg.RedisPasswordFile,
 			LaunchRate: cfg.LaunchRate, LaunchConcurrency: cfg.LaunchConcurrency, Log: base.Log,
 			Credentials: agentCredentials(base, cfg.AgentIdentity),
 		})

@@ -147,6 +147,9 @@ type Stack struct {
 	GatewayAddr, RESTAddr string
 	// BrokerAddr and RedisAddr are the embedded infrastructure.
 	BrokerAddr, RedisAddr string
+	// RedisPassword is what a client of RedisAddr AUTHs with (the embedded
+	// Redis requires the password it generated in its data dir).
+	RedisPassword string
 	// RedisKind says which Redis runs: embedded.KindRedisServer or
 	// embedded.KindMiniredis.
 	RedisKind string
@@ -303,6 +306,7 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	}
 	a.Redis = s.redis.Addr
 	s.RedisKind = s.redis.Kind
+	s.RedisPassword = s.redis.Password
 	s.log.Info("redis started", "addr", a.Redis, "kind", s.redis.Kind)
 
 	// One creator for the topics, before any service, so that the services do
@@ -330,9 +334,13 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	// process (parsed by its RegisterFlags, which fills in the documented
 	// defaults and LOOM_* variables for the rest) or as its own binary.
 	common := func(grpcAddr, httpAddr string) []string {
-		return []string{"-brokers=" + a.Broker, "-redis=" + a.Redis, "-grpc-addr=" + grpcAddr,
+		args := []string{"-brokers=" + a.Broker, "-redis=" + a.Redis, "-grpc-addr=" + grpcAddr,
 			"-http-addr=" + httpAddr, "-log-level=" + level, "-service-key-file=" + serviceKey,
 			"-create-topics=false"} // created above
+		if s.redis.PasswordFile != "" {
+			args = append(args, "-redis-password-file="+s.redis.PasswordFile)
+		}
+		return args
 	}
 	provider := provisioner.ProviderLocal
 	if opts.Provider != "" {

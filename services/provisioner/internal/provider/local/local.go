@@ -78,6 +78,10 @@ type Config struct {
 	// Brokers and RedisAddr are handed to agents (LOOM_BROKERS, LOOM_REDIS_ADDR).
 	Brokers   []string
 	RedisAddr string
+	// RedisUsername and RedisPasswordFile, when set, are handed to agents
+	// (LOOM_REDIS_USERNAME, LOOM_REDIS_PASSWORD_FILE): the password stays
+	// in its 0600 file, out of their environment.
+	RedisUsername, RedisPasswordFile string
 	// StopGrace is how long Stop waits after SIGTERM before SIGKILL (default 15 s,
 	// longer than an agent needs to kill its own steps).
 	StopGrace time.Duration
@@ -294,6 +298,8 @@ func (p *Provider) env(n provider.Node) []string {
 		"LOOM_CLUSTER="+n.Cluster,
 		"LOOM_SHARED_DIR="+n.SharedDir,
 		"LOOM_SCRATCH_DIR="+n.ScratchDir,
+		"LOOM_REDIS_USERNAME="+p.cfg.RedisUsername,
+		"LOOM_REDIS_PASSWORD_FILE="+p.cfg.RedisPasswordFile,
 	)
 }
 
