@@ -147,6 +147,10 @@ type Stack struct {
 	GatewayAddr, RESTAddr string
 	// BrokerAddr and RedisAddr are the embedded infrastructure.
 	BrokerAddr, RedisAddr string
+	// ServiceKeyFile is the services' secret (mode 0600) every service of
+	// the stack signs and verifies the bus with: a tool that writes to the
+	// bus or calls an internal API directly (a benchmark) uses it too.
+	ServiceKeyFile string
 	// RedisPassword is what a client of RedisAddr AUTHs with (the embedded
 	// Redis requires the password it generated in its data dir).
 	RedisPassword string
@@ -326,6 +330,7 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	if _, err := auth.LoadOrCreateSecret(serviceKey, 32); err != nil {
 		return fmt.Errorf("start stack: service key: %w", err)
 	}
+	s.ServiceKeyFile = serviceKey
 	level := opts.LogLevel
 	if level == "" {
 		level = config.Env("LOOM_LOG_LEVEL", "info")
