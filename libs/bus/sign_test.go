@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/envelope"
@@ -41,10 +44,15 @@ func TestVerifierDeadLettersRefusedRecordsWithTheReason(t *testing.T) {
 	forger.SetSigner(envelope.NewServiceSigner("scheduler", otherPriv))
 	plain := newProducer(t, broker)
 
+	reader := sdkmetric.NewManualReader()
+	rejected, err := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test").Int64Counter("loom_bus_rejected_total")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var handled seen
 	startConsumer(t, bus.ConsumerConfig{
 		Brokers: []string{broker}, GroupID: "g", Topics: []string{topic},
-		Verifier: envelope.NewVerifier(pub, nil),
+		Verifier: envelope.NewVerifier(pub, nil), Rejected: rejected,
 	}, plain, func(ctx context.Context, ev envelope.Event) error {
 		handled.add(ev)
 		return nil
@@ -87,6 +95,27 @@ func TestVerifierDeadLettersRefusedRecordsWithTheReason(t *testing.T) {
 		// DLQ producer does not vouch for them.
 		if s, _ := header(dl, envelope.HeaderSigner); id == unsigned.ID && s != "" {
 			t.Errorf("unsigned record was signed %q on its way to the DLQ", s)
+		}
+	}
+	// Counted, by reason.
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	counted := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "loom_bus_rejected_total" {
+				for _, dp := range sum.DataPoints {
+					r, _ := dp.Attributes.Value("reason")
+					counted[r.AsString()] += dp.Value
+				}
+			}
+		}
+	}
+	for id, r := range want {
+		if counted[r] != 1 {
+			t.Errorf("loom_bus_rejected_total{reason=%q} = %d, want 1 (record %s)", r, counted[r], id)
 		}
 	}
 }
