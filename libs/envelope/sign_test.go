@@ -234,3 +234,12 @@ func FuzzDecodeVerified(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkSign(b *testing.B) {
+	k := newKeys(b)
+	m := mustEncode(b, New("loom.step.events.v1", "j", "loom/agent", &eventsv1.StepChanged{Node: testNode}))
+	b.ReportAllocs()
+	for b.Loop() {
+		k.node.Sign(&m)
+	}
+}
