@@ -27,6 +27,10 @@ const (
 	HeaderDLQPartition = "loom_dlq_partition"
 	HeaderDLQOffset    = "loom_dlq_offset"
 	HeaderDLQAttempts  = "loom_dlq_attempts"
+	// HeaderDLQReason is set on a record dead-lettered because its
+	// signature was refused: the envelope.Reason* word (unsigned,
+	// bad-signature, expired-certificate, wrong-node, ...).
+	HeaderDLQReason = "loom_dlq_reason"
 )
 
 // traceContext is the W3C propagator used on both sides of the bus. It is used
@@ -43,6 +47,11 @@ var traceContext = propagation.TraceContext{}
 // ctx ends; ctx is the only deadline. Errors that retrying cannot fix (an
 // invalid config, say) are returned at once, naming the topic.
 func EnsureTopics(ctx context.Context, brokers []string, specs []topics.Spec) error {
+	return EnsureTopicsWith(ctx, brokers, nil, specs)
+}
+
+// EnsureTopicsWith is EnsureTopics over connections secured by sec.
+func EnsureTopicsWith(ctx context.Context, brokers []string, sec *Security, specs []topics.Spec) error {
 	var v errs.Validator
 	v.Check(len(brokers) > 0, "brokers", "at least one broker address is required")
 	for i, s := range specs {
@@ -64,7 +73,7 @@ func EnsureTopics(ctx context.Context, brokers []string, specs []topics.Spec) er
 	// per Transport, refreshed only every MetadataTTL (6 s by default). A
 	// short TTL lets topics that another process created meanwhile (we got
 	// TOPIC_ALREADY_EXISTS) show up quickly.
-	transport := &kafka.Transport{MetadataTTL: 200 * time.Millisecond, MetadataTopics: names}
+	transport := sec.transport(&kafka.Transport{MetadataTTL: 200 * time.Millisecond, MetadataTopics: names})
 	defer transport.CloseIdleConnections()
 	client := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: transport}
 
@@ -174,7 +183,17 @@ func retriableTopicError(e kafka.Error) bool {
 type Producer struct {
 	w         *kafka.Writer
 	transport *kafka.Transport
+	// signer signs every record written (SetSigner); none: unsigned.
+	signer envelope.SignerRef
 }
+
+// SetSigner makes the producer sign every record it writes from now on
+// with s (nil: stop signing). A node that renews its identity calls it
+// again; writes in flight keep the signer they started with.
+func (p *Producer) SetSigner(s *envelope.Signer) { p.signer.Set(s) }
+
+// Signer returns the signer the producer uses now (nil: none).
+func (p *Producer) Signer() *envelope.Signer { return p.signer.Get() }
 
 // producerBatchTimeout bounds how long a record waits for company in a batch.
 // Records published concurrently still share batches; a lone record leaves
@@ -189,11 +208,15 @@ const producerBatchTimeout = time.Millisecond
 // on the same partition whichever client (or tool) writes it; records without
 // a key are spread at random. Topics are never created implicitly: a record
 // for a topic that does not exist fails (see EnsureTopics).
-func NewProducer(brokers []string) *Producer {
+func NewProducer(brokers []string) *Producer { return NewSecureProducer(brokers, nil) }
+
+// NewSecureProducer is NewProducer over connections secured by sec (nil:
+// plaintext).
+func NewSecureProducer(brokers []string, sec *Security) *Producer {
 	// Its own Transport, so its metadata cache is its own; refreshed every
 	// second (not 6) so that topics created after the producer started, and
 	// moved partition leaders, are found within the writer's retries.
-	transport := &kafka.Transport{MetadataTTL: time.Second}
+	transport := sec.transport(&kafka.Transport{MetadataTTL: time.Second})
 	return &Producer{
 		transport: transport,
 		w: &kafka.Writer{
@@ -240,8 +263,27 @@ func (p *Producer) Publish(ctx context.Context, events ...envelope.Event) error 
 }
 
 // PublishMessages writes already-encoded records (Topic set on each) and returns
-// when the broker acknowledged all of them.
+// when the broker acknowledged all of them. With a signer (SetSigner) each
+// record is signed as it is written (the caller's messages are not
+// changed), so that records kept in an outbox are signed by whoever
+// relays them, with the key of now.
 func (p *Producer) PublishMessages(ctx context.Context, msgs ...kafka.Message) error {
+	if s := p.signer.Get(); s != nil && len(msgs) > 0 {
+		signed := make([]kafka.Message, len(msgs))
+		for i, m := range msgs {
+			m.Headers = slices.Clone(m.Headers)
+			s.Sign(&m)
+			signed[i] = m
+		}
+		msgs = signed
+	}
+	return p.publishRaw(ctx, msgs...)
+}
+
+// publishRaw writes msgs as they are, unsigned: dead letters keep the
+// headers they came with, so that a refused record is never made
+// acceptable by being signed on its way to the DLQ.
+func (p *Producer) publishRaw(ctx context.Context, msgs ...kafka.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
@@ -105,6 +107,23 @@ type ConsumerConfig struct {
 	// the group must set the same key; a topic's partition count must not
 	// change while the group reads it.
 	PartitionKey string
+	// Verifier, when set, makes the consumer accept only signed records
+	// (envelope.Registry.DecodeVerified): a record that is unsigned, badly
+	// signed, signed with an expired certificate, refused by Policy, or a
+	// node's naming another node is dead-lettered at once with the reason
+	// in loom_dlq_reason, counted on Rejected, and never handled. Handled
+	// events carry the verified Signer.
+	Verifier *envelope.Verifier
+	// Policy says whose signatures Verifier accepts: envelope.ServicesOnly
+	// for commands, envelope.AcceptNodeEvents (the zero value) for topics
+	// agents write to.
+	Policy envelope.Policy
+	// Rejected, when set, counts refused records by topic and reason
+	// (loom_bus_rejected_total on a service's /metrics).
+	Rejected metric.Int64Counter
+	// Security secures the consumer's connections (SASL, TLS); nil:
+	// plaintext. A dead-letter producer Run opens itself uses it too.
+	Security *Security
 }
 
 // DefaultCommitInterval is ConsumerConfig.CommitInterval when unset. A
@@ -261,7 +280,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	dlq := c.dlq
 	if dlq == nil {
-		dlq = NewProducer(c.cfg.Brokers)
+		dlq = NewSecureProducer(c.cfg.Brokers, c.cfg.Security)
 		defer dlq.Close()
 	}
 	if !c.waitTopics(ctx) {
@@ -269,6 +288,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:     c.cfg.Brokers,
+		Dialer:      c.cfg.Security.dialer(),
 		GroupID:     c.cfg.GroupID,
 		GroupTopics: c.cfg.Topics,
 		StartOffset: kafka.FirstOffset,
@@ -431,7 +451,7 @@ func (c *Consumer) handleBatch(ctx context.Context, dlq *Producer, commits *comm
 	if len(wanted) > 1 {
 		evs := make([]envelope.Event, 0, len(wanted))
 		for _, m := range wanted {
-			ev, err := c.cfg.Registry.Decode(m)
+			ev, err := c.decode(m)
 			if err != nil {
 				evs = nil // unknown or malformed: the Handler path says what becomes of it
 				break
@@ -479,7 +499,7 @@ func (c *Consumer) callBatch(ctx context.Context, evs []envelope.Event) (err err
 // missing topic and would not look again until some rebalance). It reports
 // false when ctx ended first.
 func (c *Consumer) waitTopics(ctx context.Context) bool {
-	transport := &kafka.Transport{MetadataTTL: 200 * time.Millisecond, MetadataTopics: c.cfg.Topics}
+	transport := c.cfg.Security.transport(&kafka.Transport{MetadataTTL: 200 * time.Millisecond, MetadataTopics: c.cfg.Topics})
 	defer transport.CloseIdleConnections()
 	client := &kafka.Client{Addr: kafka.TCP(c.cfg.Brokers...), Transport: transport}
 	delay := newBackoff(50*time.Millisecond, 2*time.Second)
@@ -538,8 +558,17 @@ func (c *Consumer) handle(ctx context.Context, dlq *Producer, m kafka.Message) b
 	// The record's logger is built only when there is something to say:
 	// most records are handled at the first try and say nothing.
 	log := func() *slog.Logger { return c.log.With("topic", m.Topic, "partition", m.Partition, "offset", m.Offset) }
-	ev, err := c.cfg.Registry.Decode(m)
+	ev, err := c.decode(m)
 	switch {
+	case errors.Is(err, envelope.ErrRejected):
+		// Not retried: no attempt can make a forged record genuine.
+		reason := envelope.ReasonOf(err)
+		l := log()
+		l.Warn("dead-lettering refused record", "reason", reason, "signer", ev.Signer, "type", ev.Type, "err", err)
+		if c.cfg.Rejected != nil {
+			c.cfg.Rejected.Add(ctx, 1, metric.WithAttributes(attribute.String("topic", m.Topic), attribute.String("reason", reason)))
+		}
+		return c.deadLetter(ctx, dlq, m, err, 0, l)
 	case errors.Is(err, envelope.ErrUnknownType):
 		// A newer producer may emit types this build does not know; they are
 		// not errors of the record, so they are not dead-lettered.
@@ -573,6 +602,14 @@ func (c *Consumer) handle(ctx context.Context, dlq *Producer, m kafka.Message) b
 	}
 }
 
+// decode decodes m, verifying it first when the consumer has a Verifier.
+func (c *Consumer) decode(m kafka.Message) (envelope.Event, error) {
+	if c.cfg.Verifier != nil {
+		return c.cfg.Registry.DecodeVerified(m, c.cfg.Verifier, c.cfg.Policy)
+	}
+	return c.cfg.Registry.Decode(m)
+}
+
 // call runs the handler once with a context that carries the event's trace
 // context and Run's values, is bounded by HandlerTimeout, and is not cancelled
 // by the stop. A panic becomes an error, so one bad record cannot take the
@@ -598,7 +635,7 @@ func (c *Consumer) deadLetter(ctx context.Context, dlq *Producer, m kafka.Messag
 	delay := newBackoff(c.cfg.Backoff, 5*time.Second)
 	for {
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
-		err := dlq.PublishMessages(wctx, out)
+		err := dlq.publishRaw(wctx, out)
 		cancel()
 		if err == nil {
 			return true
@@ -613,12 +650,13 @@ func (c *Consumer) deadLetter(ctx context.Context, dlq *Producer, m kafka.Messag
 // DeadLetter returns the record to write to "<topic>.dlq" for m: its key,
 // value and headers (earlier loom_dlq_* headers replaced) plus the loom_dlq_*
 // headers naming the cause, the source topic, partition and offset, and the
-// number of handler attempts (0: the record could not be decoded).
+// number of handler attempts (0: the record could not be decoded), and for a
+// refused signature its reason (HeaderDLQReason).
 func DeadLetter(m kafka.Message, cause error, attempts int) kafka.Message {
 	headers := make([]kafka.Header, 0, len(m.Headers)+5)
 	for _, h := range m.Headers {
 		switch h.Key {
-		case HeaderDLQError, HeaderDLQTopic, HeaderDLQPartition, HeaderDLQOffset, HeaderDLQAttempts:
+		case HeaderDLQError, HeaderDLQTopic, HeaderDLQPartition, HeaderDLQOffset, HeaderDLQAttempts, HeaderDLQReason:
 			continue
 		}
 		headers = append(headers, h)
@@ -634,6 +672,9 @@ func DeadLetter(m kafka.Message, cause error, attempts int) kafka.Message {
 		kafka.Header{Key: HeaderDLQOffset, Value: []byte(strconv.FormatInt(m.Offset, 10))},
 		kafka.Header{Key: HeaderDLQAttempts, Value: []byte(strconv.Itoa(attempts))},
 	)
+	if reason := envelope.ReasonOf(cause); reason != "" {
+		headers = append(headers, kafka.Header{Key: HeaderDLQReason, Value: []byte(reason)})
+	}
 	return kafka.Message{Topic: m.Topic + topics.DLQSuffix, Key: m.Key, Value: m.Value, Headers: headers}
 }
 

@@ -30,6 +30,13 @@ type TailConfig struct {
 	// Ready, when set, is called once the starting offsets are fixed: every
 	// record written to the topic after that reaches handle.
 	Ready func()
+	// Verifier, when set, passes over (logged at warn) every record not
+	// signed as Policy requires (see ConsumerConfig.Verifier).
+	Verifier *envelope.Verifier
+	// Policy is ConsumerConfig.Policy.
+	Policy envelope.Policy
+	// Security secures the connections (nil: plaintext).
+	Security *Security
 }
 
 // Tail hands handle the records written to every partition of a topic from
@@ -56,7 +63,7 @@ func Tail(ctx context.Context, cfg TailConfig, handle func(context.Context, enve
 		cfg.Logger = slog.Default()
 	}
 	log := cfg.Logger.With("tail", cfg.Topic)
-	starts, err := lastOffsets(ctx, cfg.Brokers, cfg.Topic)
+	starts, err := lastOffsets(ctx, cfg.Brokers, cfg.Topic, cfg.Security)
 	if err != nil {
 		return fmt.Errorf("tail %s: %w", cfg.Topic, err)
 	}
@@ -66,7 +73,7 @@ func Tail(ctx context.Context, cfg TailConfig, handle func(context.Context, enve
 	var wg sync.WaitGroup
 	for p, off := range starts {
 		r := kafka.NewReader(kafka.ReaderConfig{
-			Brokers: cfg.Brokers, Topic: cfg.Topic, Partition: p,
+			Brokers: cfg.Brokers, Topic: cfg.Topic, Partition: p, Dialer: cfg.Security.dialer(),
 			MinBytes: 1, MaxBytes: 10 << 20, MaxWait: fetchMaxWait,
 			ReadBackoffMin: 50 * time.Millisecond, ReadBackoffMax: time.Second,
 			ErrorLogger: kafkaDebug(log),
@@ -89,7 +96,16 @@ func Tail(ctx context.Context, cfg TailConfig, handle func(context.Context, enve
 				if !passes(cfg.Filter, m) {
 					continue
 				}
-				ev, err := cfg.Registry.Decode(m)
+				var ev envelope.Event
+				if cfg.Verifier != nil {
+					ev, err = cfg.Registry.DecodeVerified(m, cfg.Verifier, cfg.Policy)
+				} else {
+					ev, err = cfg.Registry.Decode(m)
+				}
+				if errors.Is(err, envelope.ErrRejected) {
+					log.Warn("tail passes over a refused record", "partition", p, "offset", m.Offset, "reason", envelope.ReasonOf(err), "err", err)
+					continue
+				}
 				if err != nil {
 					log.Debug("tail passes over a record that does not decode", "partition", p, "offset", m.Offset, "err", err)
 					continue
@@ -103,8 +119,8 @@ func Tail(ctx context.Context, cfg TailConfig, handle func(context.Context, enve
 }
 
 // lastOffsets returns the next offset of each of topic's partitions.
-func lastOffsets(ctx context.Context, brokers []string, topic string) (map[int]int64, error) {
-	transport := &kafka.Transport{}
+func lastOffsets(ctx context.Context, brokers []string, topic string, sec *Security) (map[int]int64, error) {
+	transport := sec.transport(&kafka.Transport{})
 	defer transport.CloseIdleConnections()
 	client := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: transport}
 	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})

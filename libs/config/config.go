@@ -35,11 +35,46 @@ type Common struct {
 	// CreateTopics makes the service create the topics it uses at start
 	// (LOOM_CREATE_TOPICS; default true).
 	CreateTopics bool
+	// ServiceKeyFile is the services' 32-byte secret (LOOM_SERVICE_KEY_FILE):
+	// the seed of the Ed25519 key every service signs its records with and
+	// checks every record it reads against (and nodes' certificates), and
+	// what service-to-service tokens are derived from. Every service of a
+	// deployment reads the same file; it must be mode 0600.
+	ServiceKeyFile string
+	// InsecureBus turns signing and verification of records off
+	// (LOOM_INSECURE_BUS; default false). For development only: anything
+	// that reaches Kafka can then command every node. Logged at WARN.
+	InsecureBus bool
+	// ServicePublicKey, when set without ServiceKeyFile, makes the service
+	// verify what it reads against it without signing what it writes (its
+	// caller sets a signer of its own): how an agent, which holds a node
+	// identity and not the services' secret, runs. No flag sets it.
+	ServicePublicKey []byte
+	// Kafka is how the service authenticates to Kafka and secures its
+	// connections (LOOM_KAFKA_SASL_MECHANISM PLAIN|SCRAM-SHA-256|SCRAM-SHA-512,
+	// LOOM_KAFKA_SASL_USER, LOOM_KAFKA_SASL_PASSWORD (no flag: a command
+	// line is visible to every user), LOOM_KAFKA_TLS=true, LOOM_KAFKA_TLS_CA,
+	// LOOM_KAFKA_TLS_CERT, LOOM_KAFKA_TLS_KEY). Empty: plaintext, no SASL.
+	Kafka KafkaSecurity
+	// Redis' ACL user, password and TLS (LOOM_REDIS_USERNAME,
+	// LOOM_REDIS_PASSWORD or the 0600 file LOOM_REDIS_PASSWORD_FILE,
+	// LOOM_REDIS_TLS=true, LOOM_REDIS_TLS_CA, LOOM_REDIS_TLS_CERT,
+	// LOOM_REDIS_TLS_KEY).
+	RedisUsername, RedisPassword, RedisPasswordFile string
+	RedisTLS                                        bool
+	RedisTLSCA, RedisTLSCert, RedisTLSKey           string
 	// Clock is the time the service's domain reads and its loops (ticks,
 	// prunes, heartbeat checks, reconciles) wait on; nil is the real clock.
 	// Tests set a clockwork.FakeClock and advance it instead of waiting.
 	// No flag or variable sets it.
 	Clock clockwork.Clock
+}
+
+// KafkaSecurity is a deployment's Kafka SASL and TLS settings.
+type KafkaSecurity struct {
+	SASLMechanism, User, Password string
+	TLS                           bool
+	TLSCA, TLSCert, TLSKey        string
 }
 
 // Register adds the common flags to fs, with defaults from the environment.
@@ -53,6 +88,24 @@ func (c *Common) Register(fs *flag.FlagSet, svc, defGRPC, defHTTP string) {
 	fs.StringVar(&c.HTTPAddr, "http-addr", Env("LOOM_"+svc+"_HTTP_ADDR", defHTTP), "HTTP address for /metrics, /healthz, /readyz (LOOM_"+svc+"_HTTP_ADDR)")
 	fs.StringVar(&c.LogLevel, "log-level", Env("LOOM_LOG_LEVEL", "info"), "log level: debug, info, warn, error (LOOM_LOG_LEVEL)")
 	fs.BoolVar(&c.CreateTopics, "create-topics", EnvBool("LOOM_CREATE_TOPICS", true), "create Loom's topics at start (LOOM_CREATE_TOPICS)")
+	fs.StringVar(&c.ServiceKeyFile, "service-key-file", Env("LOOM_SERVICE_KEY_FILE", ""),
+		"the services' secret (mode 0600): signs and verifies the bus's records and service tokens (LOOM_SERVICE_KEY_FILE)")
+	fs.StringVar(&c.Kafka.SASLMechanism, "kafka-sasl-mechanism", Env("LOOM_KAFKA_SASL_MECHANISM", ""), "Kafka SASL: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (LOOM_KAFKA_SASL_MECHANISM; default none)")
+	fs.StringVar(&c.Kafka.User, "kafka-sasl-user", Env("LOOM_KAFKA_SASL_USER", ""), "Kafka SASL user (LOOM_KAFKA_SASL_USER); its password only from LOOM_KAFKA_SASL_PASSWORD")
+	c.Kafka.Password = os.Getenv("LOOM_KAFKA_SASL_PASSWORD")
+	fs.BoolVar(&c.Kafka.TLS, "kafka-tls", EnvBool("LOOM_KAFKA_TLS", false), "TLS to Kafka (LOOM_KAFKA_TLS; on as well when a file below is set)")
+	fs.StringVar(&c.Kafka.TLSCA, "kafka-tls-ca", Env("LOOM_KAFKA_TLS_CA", ""), "PEM file of the brokers' CAs (LOOM_KAFKA_TLS_CA)")
+	fs.StringVar(&c.Kafka.TLSCert, "kafka-tls-cert", Env("LOOM_KAFKA_TLS_CERT", ""), "client certificate for Kafka, PEM (LOOM_KAFKA_TLS_CERT)")
+	fs.StringVar(&c.Kafka.TLSKey, "kafka-tls-key", Env("LOOM_KAFKA_TLS_KEY", ""), "its key, PEM (LOOM_KAFKA_TLS_KEY)")
+	fs.StringVar(&c.RedisUsername, "redis-username", Env("LOOM_REDIS_USERNAME", ""), "Redis ACL user (LOOM_REDIS_USERNAME; default: the default user)")
+	c.RedisPassword = os.Getenv("LOOM_REDIS_PASSWORD")
+	fs.StringVar(&c.RedisPasswordFile, "redis-password-file", Env("LOOM_REDIS_PASSWORD_FILE", ""), "file (0600) holding the Redis password (LOOM_REDIS_PASSWORD_FILE; or LOOM_REDIS_PASSWORD)")
+	fs.BoolVar(&c.RedisTLS, "redis-tls", EnvBool("LOOM_REDIS_TLS", false), "TLS to Redis (LOOM_REDIS_TLS; on as well when a file below is set)")
+	fs.StringVar(&c.RedisTLSCA, "redis-tls-ca", Env("LOOM_REDIS_TLS_CA", ""), "PEM file of Redis' CA (LOOM_REDIS_TLS_CA)")
+	fs.StringVar(&c.RedisTLSCert, "redis-tls-cert", Env("LOOM_REDIS_TLS_CERT", ""), "client certificate for Redis, PEM (LOOM_REDIS_TLS_CERT)")
+	fs.StringVar(&c.RedisTLSKey, "redis-tls-key", Env("LOOM_REDIS_TLS_KEY", ""), "its key, PEM (LOOM_REDIS_TLS_KEY)")
+	fs.BoolVar(&c.InsecureBus, "insecure-bus", EnvBool("LOOM_INSECURE_BUS", false),
+		"DEVELOPMENT ONLY: do not sign or verify the bus's records (LOOM_INSECURE_BUS)")
 }
 
 // listValue is a comma-separated list flag.

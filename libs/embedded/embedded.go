@@ -7,12 +7,16 @@ package embedded
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -113,6 +117,10 @@ type Redis struct {
 	Addr string
 	// Kind is "redis-server" or "miniredis".
 	Kind string
+	// Password is what a client must AUTH with ("" for a Redis without a
+	// data dir: a test's, gone with it); PasswordFile the 0600 file in the
+	// data dir that holds it, for the services (LOOM_REDIS_PASSWORD_FILE).
+	Password, PasswordFile string
 
 	mini    *miniredis.Miniredis
 	cmd     *exec.Cmd
@@ -130,14 +138,38 @@ const redisStartTimeout = 15 * time.Second
 // appendonly yes) or else miniredis, on addr ("" picks a free port). With
 // redis-server and dataDir "", the data lives in a temporary directory that
 // Close removes.
+//
+// With a dataDir, Redis requires a password (requirepass), generated on
+// first start and kept in dataDir/PasswordFileName (mode 0600); the data
+// dir is mode 0700 and redis-server runs with umask 077, so that its
+// append-only files are readable by no one else.
 func StartRedis(ctx context.Context, addr, dataDir string) (*Redis, error) {
 	port, err := loopbackPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("start redis: %w", err)
 	}
+	var password, pwFile string
+	if dataDir != "" {
+		if err := os.MkdirAll(dataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("start redis: data dir: %w", err)
+		}
+		// A data dir made before (0755) is closed too.
+		if err := os.Chmod(dataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("start redis: data dir: %w", err)
+		}
+		pwFile = filepath.Join(dataDir, PasswordFileName)
+		password, err = loadOrCreatePassword(pwFile)
+		if err != nil {
+			return nil, fmt.Errorf("start redis: %w", err)
+		}
+	}
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		return startMiniredis(port)
+		r, err := startMiniredis(port, password)
+		if r != nil {
+			r.Password, r.PasswordFile = password, pwFile
+		}
+		return r, err
 	}
 	// A picked port can be taken between picking and binding; try again then.
 	attempts := 1
@@ -145,22 +177,28 @@ func StartRedis(ctx context.Context, addr, dataDir string) (*Redis, error) {
 		attempts = 3
 	}
 	for i := 0; ; i++ {
-		r, err := startRedisServer(ctx, bin, port, dataDir)
+		r, err := startRedisServer(ctx, bin, port, dataDir, password)
+		if r != nil {
+			r.Password, r.PasswordFile = password, pwFile
+		}
 		if err == nil || i+1 >= attempts || ctx.Err() != nil {
 			return r, err
 		}
 	}
 }
 
-func startMiniredis(port int) (*Redis, error) {
+func startMiniredis(port int, password string) (*Redis, error) {
 	m := miniredis.NewMiniRedis()
+	if password != "" {
+		m.RequireAuth(password)
+	}
 	if err := m.StartAddr(fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
 		return nil, fmt.Errorf("start miniredis on 127.0.0.1:%d: %w", port, err)
 	}
 	return &Redis{Addr: m.Addr(), Kind: KindMiniredis, mini: m}, nil
 }
 
-func startRedisServer(ctx context.Context, bin string, port int, dataDir string) (*Redis, error) {
+func startRedisServer(ctx context.Context, bin string, port int, dataDir, password string) (*Redis, error) {
 	if port == 0 {
 		p, err := FreePort()
 		if err != nil {
@@ -175,11 +213,10 @@ func startRedisServer(ctx context.Context, bin string, port int, dataDir string)
 			return nil, fmt.Errorf("start redis: %w", err)
 		}
 		dataDir, r.tempDir = d, d
-	} else if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("start redis: data dir: %w", err)
 	}
+	r.Password = password
 	out := &tailBuffer{max: 4096}
-	cmd := exec.Command(bin,
+	args := []string{
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--dir", dataDir,
@@ -187,7 +224,18 @@ func startRedisServer(ctx context.Context, bin string, port int, dataDir string)
 		"--save", "",
 		"--daemonize", "no",
 		"--logfile", "",
-	)
+	}
+	if password != "" {
+		// On stdin as a config line, not on the command line, which every
+		// user of the machine sees in ps.
+		args = append([]string{"-"}, args...)
+	}
+	// umask 077: the append-only files redis-server writes (and rewrites)
+	// are its user's alone.
+	cmd := exec.Command("/bin/sh", append([]string{"-c", `umask 077 && exec "$0" "$@"`, bin}, args...)...)
+	if password != "" {
+		cmd.Stdin = strings.NewReader("requirepass " + strconv.Quote(password) + "\n")
+	}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
@@ -202,7 +250,7 @@ func startRedisServer(ctx context.Context, bin string, port int, dataDir string)
 
 	wctx, cancel := context.WithTimeout(ctx, redisStartTimeout)
 	defer cancel()
-	if err := waitPing(wctx, r.Addr, r.exited); err != nil {
+	if err := waitPing(wctx, r.Addr, r.exited, password); err != nil {
 		r.kill()
 		r.removeTemp()
 		return nil, fmt.Errorf("start redis-server on %s: %w (output: %s)", r.Addr, err, bytes.TrimSpace(out.Bytes()))
@@ -212,10 +260,10 @@ func startRedisServer(ctx context.Context, bin string, port int, dataDir string)
 
 // waitPing waits until the Redis at addr answers PING, the process exits, or
 // ctx ends.
-func waitPing(ctx context.Context, addr string, exited <-chan struct{}) error {
+func waitPing(ctx context.Context, addr string, exited <-chan struct{}, password string) error {
 	delay := 5 * time.Millisecond
 	for {
-		err := ping(ctx, addr)
+		err := ping(ctx, addr, password)
 		if err == nil {
 			return nil
 		}
@@ -232,12 +280,21 @@ func waitPing(ctx context.Context, addr string, exited <-chan struct{}) error {
 
 // ping sends one RESP command and checks for a non-error reply, without a
 // client library so that this package needs none.
-func ping(ctx context.Context, addr string) error {
+func ping(ctx context.Context, addr, password string) error {
+	if password != "" {
+		return commands(ctx, addr, 500*time.Millisecond, []string{"AUTH", password}, []string{"PING"})
+	}
 	return command(ctx, addr, 500*time.Millisecond, "PING")
 }
 
 // command sends args to the Redis at addr and waits up to timeout for a reply.
 func command(ctx context.Context, addr string, timeout time.Duration, args ...string) error {
+	return commands(ctx, addr, timeout, args)
+}
+
+// commands sends each command in turn on one connection, each after the
+// reply to the one before; the first error reply ends it.
+func commands(ctx context.Context, addr string, timeout time.Duration, cmds ...[]string) error {
 	var d net.Dialer
 	dctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
@@ -247,6 +304,16 @@ func command(ctx context.Context, addr string, timeout time.Duration, args ...st
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(timeout))
+	for _, args := range cmds {
+		if err := roundTrip(conn, args); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// roundTrip sends one command on conn and reads its reply.
+func roundTrip(conn net.Conn, args []string) error {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "*%d\r\n", len(args))
 	for _, a := range args {
@@ -266,6 +333,30 @@ func command(ctx context.Context, addr string, timeout time.Duration, args ...st
 	return err
 }
 
+// PasswordFileName is the file in a Redis data dir that holds its password.
+const PasswordFileName = "redis.password"
+
+// loadOrCreatePassword reads the password in path, or makes one (32 random
+// bytes, hex) and writes it there, mode 0600.
+func loadOrCreatePassword(path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil {
+		if pw := strings.TrimSpace(string(b)); pw != "" {
+			return pw, os.Chmod(path, 0o600)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", err
+	}
+	pw := hex.EncodeToString(raw)
+	if err := os.WriteFile(path, []byte(pw+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("redis password: %w", err)
+	}
+	return pw, nil
+}
+
 // redisStopTimeout bounds how long Close waits for redis-server to exit after
 // SHUTDOWN (and then after SIGTERM) before killing it.
 const redisStopTimeout = 10 * time.Second
@@ -280,7 +371,11 @@ func (r *Redis) Close() error {
 			return
 		}
 		// SHUTDOWN closes the connection instead of replying on success.
-		_ = command(context.Background(), r.Addr, redisStopTimeout, "SHUTDOWN")
+		if r.Password != "" {
+			_ = commands(context.Background(), r.Addr, redisStopTimeout, []string{"AUTH", r.Password}, []string{"SHUTDOWN"})
+		} else {
+			_ = command(context.Background(), r.Addr, redisStopTimeout, "SHUTDOWN")
+		}
 		if r.waitExit(redisStopTimeout) {
 			return
 		}

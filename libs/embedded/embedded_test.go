@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -234,7 +235,7 @@ func TestRedisSetGet(t *testing.T) {
 
 func TestMiniredisFallback(t *testing.T) {
 	t.Parallel()
-	r, err := startMiniredis(0)
+	r, err := startMiniredis(0, "")
 	if err != nil {
 		t.Fatalf("startMiniredis: %v", err)
 	}
@@ -258,7 +259,7 @@ func TestRedisPersistsAcrossRestart(t *testing.T) {
 	dir := t.TempDir()
 	r := startRedis(t, "", dir)
 	ctx := testCtx(t)
-	c := redis.NewClient(&redis.Options{Addr: r.Addr})
+	c := redis.NewClient(&redis.Options{Addr: r.Addr, Password: r.Password})
 	if err := c.HSet(ctx, "h", "f", "kept").Err(); err != nil {
 		t.Fatalf("HSET: %v", err)
 	}
@@ -268,9 +269,56 @@ func TestRedisPersistsAcrossRestart(t *testing.T) {
 	}
 
 	r2 := startRedis(t, "", dir)
-	got, err := rdb(t, r2.Addr).HGet(ctx, "h", "f").Result()
+	if r2.Password != r.Password {
+		t.Fatal("the password changed across the restart")
+	}
+	c2 := redis.NewClient(&redis.Options{Addr: r2.Addr, Password: r2.Password})
+	defer c2.Close()
+	got, err := c2.HGet(ctx, "h", "f").Result()
 	if err != nil || got != "kept" {
 		t.Fatalf("HGET after restart = %q, %v; want kept", got, err)
+	}
+}
+
+// A Redis with a data dir requires its generated password, kept 0600 in
+// the data dir; the dir is 0700 and nothing redis-server writes there is
+// readable by others.
+func TestRedisWithDataDirRequiresItsPassword(t *testing.T) {
+	t.Parallel()
+	need.Tools(t, "apt-get install redis-server", "redis-server")
+	dir := filepath.Join(t.TempDir(), "redis")
+	r := startRedis(t, "", dir)
+	ctx := testCtx(t)
+	if r.Password == "" || r.PasswordFile != filepath.Join(dir, PasswordFileName) {
+		t.Fatalf("password %q in %q", r.Password, r.PasswordFile)
+	}
+	anon := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1})
+	defer anon.Close()
+	if err := anon.Set(ctx, "k", "v", 0).Err(); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+		t.Fatalf("SET without the password = %v, want NOAUTH", err)
+	}
+	wrong := redis.NewClient(&redis.Options{Addr: r.Addr, Password: "guess", MaxRetries: -1})
+	defer wrong.Close()
+	if err := wrong.Ping(ctx).Err(); err == nil {
+		t.Fatal("PING with a wrong password succeeded")
+	}
+	c := redis.NewClient(&redis.Options{Addr: r.Addr, Password: r.Password})
+	defer c.Close()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET with the password: %v", err)
+	}
+	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("data dir: %v %v; want mode 0700", st, err)
+	}
+	_ = filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && p != dir && fi.Mode().Perm()&0o077 != 0 {
+			t.Errorf("%s has mode %v: readable by others", p, fi.Mode().Perm())
+		}
+		return nil
+	})
+	// The password is not on redis-server's command line.
+	if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", r.cmd.Process.Pid)); err == nil && strings.Contains(string(cmdline), r.Password) {
+		t.Error("the password is on redis-server's command line")
 	}
 }
 

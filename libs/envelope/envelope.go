@@ -68,6 +68,10 @@ type Event struct {
 	// from the call's verified credential; consumers act on it, never on a
 	// user named in the payload.
 	Principal string
+	// Signer is who signed the record, verified (Registry.DecodeVerified):
+	// "services/<name>" or "nodes/<node>"; "" when the record was decoded
+	// without verification. It is never read from a header unchecked.
+	Signer string
 	// Topic is the Kafka topic the event is (or was) written to.
 	Topic string
 	// Key is the Kafka record key: the entity whose order matters.
@@ -201,7 +205,25 @@ var Default = func() *Registry {
 // payload that does not parse, gives one wrapping ErrMalformed.
 func (r *Registry) Decode(m kafka.Message) (Event, error) {
 	e := Event{Topic: m.Topic, Key: string(m.Key), Partition: m.Partition, Offset: m.Offset}
-	for _, h := range m.Headers {
+	readHeaders(&e, m.Headers)
+	if e.ID == "" || e.Type == "" {
+		return e, fmt.Errorf("decode %s[%d]@%d: %w: missing ce_id or ce_type", m.Topic, m.Partition, m.Offset, ErrMalformed)
+	}
+	mt, ok := r.types[e.Type]
+	if !ok {
+		return e, fmt.Errorf("decode %s[%d]@%d: %w %q", m.Topic, m.Partition, m.Offset, ErrUnknownType, e.Type)
+	}
+	msg := mt.New().Interface()
+	if err := proto.Unmarshal(m.Value, msg); err != nil {
+		return e, fmt.Errorf("decode %s (%s): %w: %v", e.ID, e.Type, ErrMalformed, err)
+	}
+	e.Payload = msg
+	return e, nil
+}
+
+// readHeaders fills e's CloudEvents attributes and principal from headers.
+func readHeaders(e *Event, headers []kafka.Header) {
+	for _, h := range headers {
 		v := string(h.Value)
 		switch h.Key {
 		case HeaderID:
@@ -222,17 +244,4 @@ func (r *Registry) Decode(m kafka.Message) (Event, error) {
 			}
 		}
 	}
-	if e.ID == "" || e.Type == "" {
-		return e, fmt.Errorf("decode %s[%d]@%d: %w: missing ce_id or ce_type", m.Topic, m.Partition, m.Offset, ErrMalformed)
-	}
-	mt, ok := r.types[e.Type]
-	if !ok {
-		return e, fmt.Errorf("decode %s[%d]@%d: %w %q", m.Topic, m.Partition, m.Offset, ErrUnknownType, e.Type)
-	}
-	msg := mt.New().Interface()
-	if err := proto.Unmarshal(m.Value, msg); err != nil {
-		return e, fmt.Errorf("decode %s (%s): %w: %v", e.ID, e.Type, ErrMalformed, err)
-	}
-	e.Payload = msg
-	return e, nil
 }

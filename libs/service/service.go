@@ -6,10 +6,13 @@ package service
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,13 +20,16 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/metric"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/telemetry"
@@ -47,6 +53,28 @@ type Base struct {
 	// Store keeps the service's state under the prefix "<name>:".
 	Store    *store.Store
 	Producer *bus.Producer
+	// Kafka secures every connection to the brokers (SASL, TLS; nil:
+	// plaintext): Run's consumers use it; a service that reads on its own
+	// passes it on.
+	Kafka *bus.Security
+	// Signer signs what Producer writes: the services' key as
+	// "services/<name>" (nil without Config.ServiceKeyFile; an agent sets
+	// its node signer on Producer itself).
+	Signer *envelope.Signer
+	// Verifier checks the records the service's consumers read (nil only
+	// with Config.InsecureBus): Run gives it to every consumer; a service
+	// that reads on its own (bus.Tail, its own bus.Consumer) passes it on.
+	Verifier *envelope.Verifier
+	// ServiceKey is the services' Ed25519 key (nil without
+	// Config.ServiceKeyFile).
+	ServiceKey ed25519.PrivateKey
+	// ServiceSecret is the services' 32-byte secret (the key file's
+	// content): auth.DeriveKey derives the bootstrap and service-token keys
+	// from it. Nil without Config.ServiceKeyFile.
+	ServiceSecret []byte
+	// Rejected counts the records the consumers refused
+	// (loom_bus_rejected_total{topic,reason}).
+	Rejected metric.Int64Counter
 	// GRPC is the service's gRPC server (with OpenTelemetry interceptors);
 	// register services on it before Run.
 	GRPC *grpc.Server
@@ -96,6 +124,10 @@ func New(ctx context.Context, name string, cfg config.Common, opts ...grpc.Serve
 	if err := v.Err(); err != nil {
 		return nil, fmt.Errorf("service %s: %w", name, err)
 	}
+	secret, err := loadServiceKey(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("service %s: %w", name, err)
+	}
 	TuneGC()
 	if cfg.GRPCAddr == "" {
 		cfg.GRPCAddr = "127.0.0.1:0"
@@ -122,7 +154,18 @@ func New(ctx context.Context, name string, cfg config.Common, opts ...grpc.Serve
 		done:      make(chan struct{}),
 	}
 
-	b.Redis = redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
+	ropts, err := RedisOptions(cfg)
+	if err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("service %s: %w", name, err)
+	}
+	b.Redis = redis.NewClient(ropts)
+	kafkaSec, err := KafkaSecurity(cfg)
+	if err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("service %s: %w", name, err)
+	}
+	b.Kafka = kafkaSec
 	if err := retry(ctx, log, "redis "+cfg.RedisAddr, func(ctx context.Context) error {
 		return b.Redis.Ping(ctx).Err()
 	}); err != nil {
@@ -132,10 +175,10 @@ func New(ctx context.Context, name string, cfg config.Common, opts ...grpc.Serve
 
 	if cfg.CreateTopics {
 		// EnsureTopics retries an unreachable broker itself, until ctx ends.
-		err = bus.EnsureTopics(ctx, cfg.Brokers, topics.All())
+		err = bus.EnsureTopicsWith(ctx, cfg.Brokers, kafkaSec, topics.All())
 	} else {
 		err = retry(ctx, log, fmt.Sprintf("kafka %v", cfg.Brokers), func(ctx context.Context) error {
-			return pingBroker(ctx, cfg.Brokers)
+			return pingBroker(ctx, cfg.Brokers, kafkaSec)
 		})
 	}
 	if err != nil {
@@ -147,7 +190,11 @@ func New(ctx context.Context, name string, cfg config.Common, opts ...grpc.Serve
 	// The relay counts the outbox entries it sets aside on the service's
 	// /metrics; a service tells itself of them with Store.OnSetAside.
 	b.Store.SetMeter(tel.Meter)
-	b.Producer = bus.NewProducer(cfg.Brokers)
+	b.Producer = bus.NewSecureProducer(cfg.Brokers, kafkaSec)
+	if err := b.setUpSigning(name, secret); err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("service %s: %w", name, err)
+	}
 
 	b.Health = health.NewServer()
 	b.Health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -162,6 +209,90 @@ func New(ctx context.Context, name string, cfg config.Common, opts ...grpc.Serve
 	}, opts...)...)
 	healthpb.RegisterHealthServer(b.GRPC, b.Health)
 	return b, nil
+}
+
+// RedisOptions are the go-redis options of cfg: address, ACL user,
+// password (LOOM_REDIS_PASSWORD, or the 0600 file LOOM_REDIS_PASSWORD_FILE)
+// and TLS.
+func RedisOptions(cfg config.Common) (*redis.Options, error) {
+	o := &redis.Options{Addr: cfg.RedisAddr, Username: cfg.RedisUsername, Password: cfg.RedisPassword}
+	if cfg.RedisPasswordFile != "" {
+		st, err := os.Stat(cfg.RedisPasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("redis password file: %w", err)
+		}
+		if st.Mode().Perm()&0o077 != 0 {
+			return nil, fmt.Errorf("redis password file %s has mode %v: it must not be readable by group or others", cfg.RedisPasswordFile, st.Mode().Perm())
+		}
+		b, err := os.ReadFile(cfg.RedisPasswordFile)
+		if err != nil {
+			return nil, err
+		}
+		o.Password = strings.TrimSpace(string(b))
+	}
+	tc, err := bus.TLSConfig(cfg.RedisTLS, cfg.RedisTLSCA, cfg.RedisTLSCert, cfg.RedisTLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("redis TLS: %w", err)
+	}
+	o.TLSConfig = tc
+	return o, nil
+}
+
+// KafkaSecurity is cfg's Kafka SASL and TLS (nil: plaintext).
+func KafkaSecurity(cfg config.Common) (*bus.Security, error) {
+	k := cfg.Kafka
+	return bus.NewSecurity(bus.KafkaOptions{SASLMechanism: k.SASLMechanism, User: k.User, Password: k.Password,
+		TLS: k.TLS, TLSCA: k.TLSCA, TLSCert: k.TLSCert, TLSKey: k.TLSKey})
+}
+
+// loadServiceKey reads the services' secret, or says what is missing.
+func loadServiceKey(cfg config.Common) ([]byte, error) {
+	switch {
+	case cfg.ServiceKeyFile != "":
+		secret, err := auth.LoadSecret(cfg.ServiceKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("service key (-service-key-file, LOOM_SERVICE_KEY_FILE): %w", err)
+		}
+		if len(secret) != ed25519.SeedSize {
+			return nil, fmt.Errorf("service key %s: %d bytes, want %d", cfg.ServiceKeyFile, len(secret), ed25519.SeedSize)
+		}
+		return secret, nil
+	case len(cfg.ServicePublicKey) == ed25519.PublicKeySize, cfg.InsecureBus:
+		return nil, nil
+	}
+	return nil, errs.Invalid("service_key_file", "is required: every service signs what it writes to the bus with the services' key "+
+		"(-service-key-file or LOOM_SERVICE_KEY_FILE; `loom up` makes one); -insecure-bus turns signing off for development only")
+}
+
+// setUpSigning gives the producer the services' signer and the consumers a
+// verifier, per the config.
+func (b *Base) setUpSigning(name string, secret []byte) error {
+	c, err := b.Telemetry.Meter.Int64Counter("loom_bus_rejected_total",
+		metric.WithDescription("Records the service's consumers refused and dead-lettered because their signature did not hold, by topic and reason."))
+	if err == nil {
+		b.Rejected = c
+	}
+	// Certificates are issued on the wall clock (by the gateway, maybe on
+	// another machine), so their expiry is read on it too, not on a test's
+	// fake clock.
+	now := time.Now
+	switch {
+	case secret != nil:
+		key, err := auth.ServiceKey(secret)
+		if err != nil {
+			return err
+		}
+		b.ServiceKey, b.ServiceSecret = key, secret
+		b.Signer = envelope.NewServiceSigner(name, key)
+		b.Producer.SetSigner(b.Signer)
+		b.Verifier = envelope.NewVerifier(key.Public().(ed25519.PublicKey), now)
+	case len(b.Config.ServicePublicKey) == ed25519.PublicKeySize:
+		b.Verifier = envelope.NewVerifier(b.Config.ServicePublicKey, now)
+	default:
+		b.Log.Warn("INSECURE: -insecure-bus is set: records on the bus are neither signed nor verified; " +
+			"anything that reaches Kafka can command every node. Development only.")
+	}
+	return nil
 }
 
 // retry calls f until it succeeds or ctx ends, backing off from 100 ms to 2 s
@@ -193,11 +324,11 @@ func retry(ctx context.Context, log *slog.Logger, what string, f func(context.Co
 }
 
 // pingBroker asks one of brokers for cluster metadata.
-func pingBroker(ctx context.Context, brokers []string) error {
+func pingBroker(ctx context.Context, brokers []string, sec *bus.Security) error {
 	var errList []error
 	for _, addr := range brokers {
 		// A Transport of its own: kafka-go caches metadata per transport.
-		c := &kafka.Client{Addr: kafka.TCP(addr), Transport: &kafka.Transport{}}
+		c := &kafka.Client{Addr: kafka.TCP(addr), Transport: sec.Transport()}
 		_, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{}})
 		c.Transport.(*kafka.Transport).CloseIdleConnections()
 		if err == nil {
@@ -338,6 +469,15 @@ func (b *Base) consumerConfig(c Consume) bus.ConsumerConfig {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = b.Log
+	}
+	if cfg.Verifier == nil {
+		cfg.Verifier = b.Verifier
+	}
+	if cfg.Rejected == nil {
+		cfg.Rejected = b.Rejected
+	}
+	if cfg.Security == nil {
+		cfg.Security = b.Kafka
 	}
 	return cfg
 }

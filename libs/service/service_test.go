@@ -31,12 +31,13 @@ func testConfig(t *testing.T) config.Common {
 	broker := testkit.Broker(t)
 	redisAddr, _ := testkit.Redis(t)
 	return config.Common{
-		Brokers:      []string{broker},
-		RedisAddr:    redisAddr,
-		GRPCAddr:     "127.0.0.1:0",
-		HTTPAddr:     "127.0.0.1:0",
-		LogLevel:     "warn",
-		CreateTopics: true,
+		ServiceKeyFile: testkit.ServiceKeyFile(t),
+		Brokers:        []string{broker},
+		RedisAddr:      redisAddr,
+		GRPCAddr:       "127.0.0.1:0",
+		HTTPAddr:       "127.0.0.1:0",
+		LogLevel:       "warn",
+		CreateTopics:   true,
 	}
 }
 
@@ -209,7 +210,7 @@ func TestNewGivesUpWhenCtxEnds(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := New(ctx, "nowhere", config.Common{Brokers: []string{dead}, RedisAddr: dead, LogLevel: "error"})
+	_, err := New(ctx, "nowhere", config.Common{Brokers: []string{dead}, RedisAddr: dead, LogLevel: "error", ServiceKeyFile: testkit.ServiceKeyFile(t)})
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("New without Redis = %v, want a deadline error", err)
 	}

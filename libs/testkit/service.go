@@ -98,12 +98,14 @@ func (s *Service) result() error {
 }
 
 // Dial returns a gRPC client connection to addr (plaintext, as on loopback
-// in tests), closed when the test ends. It does not wait for the server:
+// in tests), closed when the test ends. Its calls carry a service token of
+// the test's services' secret ("services/test"), as the gateway's calls to
+// the internal APIs do (a gateway ignores it where it wants a user). It does not wait for the server:
 // calls made before it listens fail with Unavailable, which WaitFor loops
 // treat as not yet.
 func Dial(t testing.TB, addr string) *grpc.ClientConn {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), ServiceCredentials())
 	if err != nil {
 		t.Fatalf("testkit: dial %s: %v", addr, err)
 	}

@@ -146,8 +146,10 @@ func WaitFor(t testing.TB, timeout time.Duration, msg string, cond func() (bool,
 }
 
 // Publish encodes events and writes them to the broker (each to its own
-// Topic), returning once the broker acknowledged them; a test's way to feed a
-// service events without another service. It fails the test on error.
+// Topic), signed with the test's services' key as "services/test" (see
+// ServiceKeyFile), returning once the broker acknowledged them; a test's way
+// to feed a service events without another service. It fails the test on
+// error. PublishMessages writes records as they are (unsigned, forged).
 func Publish(t testing.TB, broker string, events ...envelope.Event) {
 	t.Helper()
 	msgs := make([]kafka.Message, 0, len(events))
@@ -156,8 +158,16 @@ func Publish(t testing.TB, broker string, events ...envelope.Event) {
 		if err != nil {
 			t.Fatalf("testkit: publish: %v", err)
 		}
+		Sign(&m)
 		msgs = append(msgs, m)
 	}
+	PublishMessages(t, broker, msgs...)
+}
+
+// PublishMessages writes msgs (Topic set on each) as they are, keyed as
+// bus.Producer keys them; it fails the test on error.
+func PublishMessages(t testing.TB, broker string, msgs ...kafka.Message) {
+	t.Helper()
 	// Keys go where bus.Producer puts them: an agent reads only its key's partition.
 	w := &kafka.Writer{Addr: kafka.TCP(broker), Transport: &kafka.Transport{}, Balancer: kafka.Murmur2Balancer{},
 		RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}

@@ -83,6 +83,7 @@ func TestComposeFileParses(t *testing.T) {
 		Services map[string]struct {
 			Image       string            `yaml:"image"`
 			Environment map[string]string `yaml:"environment"`
+			Ports       []string          `yaml:"ports"`
 		} `yaml:"services"`
 	}
 	if err := yaml.Unmarshal(raw, &doc); err != nil {
@@ -101,6 +102,22 @@ func TestComposeFileParses(t *testing.T) {
 		env := doc.Services[name].Environment
 		if env["LOOM_BROKERS"] != "kafka:9092" || env["LOOM_REDIS_ADDR"] != "redis:6379" {
 			t.Errorf("%s: LOOM_BROKERS/LOOM_REDIS_ADDR not pointed at the compose kafka and redis: %v", name, env)
+		}
+		// Every service signs and verifies the bus with the services' key;
+		// an agent never holds it.
+		if key := env["LOOM_SERVICE_KEY_FILE"]; (name == "agent") != (key == "") {
+			t.Errorf("%s: LOOM_SERVICE_KEY_FILE = %q", name, key)
+		}
+		if env["LOOM_REDIS_PASSWORD_FILE"] == "" {
+			t.Errorf("%s: no LOOM_REDIS_PASSWORD_FILE: Redis requires a password", name)
+		}
+	}
+	// Nothing is published on every interface.
+	for name, svc := range doc.Services {
+		for _, p := range svc.Ports {
+			if !strings.HasPrefix(p, "127.0.0.1:") {
+				t.Errorf("%s publishes %q on every interface; want 127.0.0.1:", name, p)
+			}
 		}
 	}
 }

@@ -7,12 +7,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/service"
@@ -86,6 +88,16 @@ type Config struct {
 	// root and the machine is theirs. See README.md, Jobs run as their
 	// owner.
 	AllowRootJobs bool
+	// IdentityFile is where the node identity is kept (LOOM_AGENT_IDENTITY_FILE;
+	// default <work dir>/identity.json, mode 0600). Without one the agent
+	// bootstraps: it registers with Gateway using the bootstrap token of
+	// its launch (LOOM_AGENT_BOOTSTRAP_TOKEN or _FILE).
+	IdentityFile string
+	// BootstrapToken is the launch's one-time bootstrap token. No flag
+	// sets it (a command line is visible to every user in ps): Run reads
+	// LOOM_AGENT_BOOTSTRAP_TOKEN or the 0600 file LOOM_AGENT_BOOTSTRAP_TOKEN_FILE
+	// names when it is empty, and removes them from its environment.
+	BootstrapToken string
 }
 
 // RegisterFlags adds the agent's flags to fs, defaults from LOOM_* variables.
@@ -110,6 +122,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"what runs the steps' processes: "+procruntime.Name+" (LOOM_AGENT_RUNTIME)")
 	fs.BoolVar(&c.AllowRootJobs, "allow-root-jobs", config.EnvBool("LOOM_AGENT_ALLOW_ROOT_JOBS", false),
 		"let jobs run as root (uid 0) on this node: root's jobs, and jobs with no owner on an agent that runs as root (LOOM_AGENT_ALLOW_ROOT_JOBS)")
+	fs.StringVar(&c.IdentityFile, "identity-file", config.Env("LOOM_AGENT_IDENTITY_FILE", ""),
+		"the node identity's file, 0600 (LOOM_AGENT_IDENTITY_FILE; default <work-dir>/"+IdentityFile+")")
 	fs.DurationVar(&c.StepKillGrace, "step-kill-grace", config.EnvDuration("LOOM_STEP_KILL_GRACE", 10*time.Second),
 		"time between SIGTERM and SIGKILL when a step is stopped (LOOM_STEP_KILL_GRACE)")
 }
@@ -231,9 +245,33 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("agent config: %w", err)
 	}
+	// A mistyped LOOM_* value stops the agent before it bootstraps (as
+	// service.New would stop it after).
+	if err := config.CheckEnv(); err != nil {
+		return fmt.Errorf("agent %s: environment: %w", cfg.Node, err)
+	}
 	nctx, ncancel := context.WithTimeout(ctx, cfg.OrphanAfter)
+	var id *identity
+	if !cfg.InsecureBus {
+		// The node proves who it is before it reads or writes anything:
+		// its events are signed with its key, and it trusts only commands
+		// the services' key signed.
+		id, err = nodeIdentity(nctx, cfg, slog.Default())
+		if err != nil {
+			ncancel()
+			return fmt.Errorf("agent %s: %w", cfg.Node, err)
+		}
+		defer id.close()
+		cfg.ServicePublicKey = id.current().ServicePublicKey
+	}
+	// An agent never signs as a service, even where the services' key file
+	// leaked into its environment.
+	cfg.ServiceKeyFile = ""
 	base, err := service.New(nctx, ServiceName(clusterID, cfg.Hostname), cfg.Common)
 	ncancel()
+	if err == nil && id != nil {
+		err = id.sign(base.Producer)
+	}
 	if err != nil {
 		if ctx.Err() == nil && nctx.Err() != nil {
 			return fmt.Errorf("agent %s: exiting: its control plane did not answer within LOOM_AGENT_ORPHAN_AFTER (%s): %w",
@@ -247,7 +285,8 @@ func Run(ctx context.Context, cfg Config) error {
 		Hostname: cfg.Hostname, GPUs: cfg.GPUs, WorkDir: cfg.WorkDir, SharedDir: cfg.SharedDir,
 		KillGrace: cfg.StepKillGrace, HeartbeatInterval: cfg.HeartbeatInterval, JobNice: cfg.JobNice, SlurmBin: cfg.SlurmBin, Gateway: cfg.Gateway,
 		OrphanAfter: cfg.OrphanAfter, Log: base.Log,
-		Clock: base.Clock,
+		Clock:         base.Clock,
+		WorkloadToken: id.tokens(),
 	})
 	if err == nil {
 		err = a.Recover(ctx)
@@ -289,10 +328,16 @@ func Run(ctx context.Context, cfg Config) error {
 		// a minute) before a step command is dead-lettered. The topic is
 		// keyed by node: the agent reads only its node's partition, and
 		// passes over the other nodes' commands there undecoded.
+		// Only what a service signed is a command: a forged StartStep is
+		// dead-lettered, never run.
 		Config: &bus.ConsumerConfig{MaxAttempts: 20, MaxBackoff: 5 * time.Second, PartitionKey: cfg.Node,
-			Filter: func(r bus.Record) bool { return r.Key == cfg.Node }},
+			Filter: func(r bus.Record) bool { return r.Key == cfg.Node }, Policy: envelope.ServicesOnly},
 	}}
-	err = base.Run(runCtx, consumers, a.Heartbeats)
+	loops := []func(context.Context) error{a.Heartbeats}
+	if id != nil {
+		loops = append(loops, id.renewLoop)
+	}
+	err = base.Run(runCtx, consumers, loops...)
 	close(runDone)
 	<-stopped
 	if ctx.Err() == nil || a.Running() > 0 {

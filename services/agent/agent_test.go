@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/proc"
@@ -50,7 +51,23 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	e := &env{broker: testkit.Broker(t), work: t.TempDir(), shared: t.TempDir()}
 	e.redisAddr, e.rdb = testkit.Redis(t)
+	giveIdentity(t, e.work, node)
 	return e
+}
+
+// giveIdentity writes a node identity for node, signed with the test's
+// services' key, into work dir, as the provisioner does for its local
+// agents: the agent signs its events with it and trusts commands the
+// test's services' key signed (testkit.Publish).
+func giveIdentity(t testing.TB, work, node string) {
+	t.Helper()
+	id, err := auth.IssueNodeIdentity(testkit.ServiceKey(), node, cluster, "gpu", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := auth.WriteNodeIdentity(filepath.Join(work, IdentityFile), id); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (e *env) config() Config {

@@ -64,6 +64,7 @@ func TestExitsWhenItsNodeDirectoryIsRemoved(t *testing.T) {
 	if err := os.MkdirAll(e.work, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	giveIdentity(t, e.work, node)
 	exited := runAgent(t, e.config())
 	publish(t, e.broker, command(startStep("31", `sleep 60`, nil, filepath.Join(e.shared, "slurm-31.out"))))
 	running := waitStep(t, e.broker, "31", eventsv1.StepState_STEP_RUNNING)
@@ -104,6 +105,7 @@ func TestExitsWhenItsControlPlaneIsGone(t *testing.T) {
 	t.Cleanup(func() { _ = rs.Close() })
 	e := &env{broker: broker.Addr, redisAddr: rs.Addr, rdb: redis.NewClient(&redis.Options{Addr: rs.Addr}), work: t.TempDir(), shared: t.TempDir()}
 	t.Cleanup(func() { _ = e.rdb.Close() })
+	giveIdentity(t, e.work, node)
 	cfg := e.config()
 	cfg.OrphanAfter = time.Second
 	exited := runAgent(t, cfg)

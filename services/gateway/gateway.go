@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
@@ -264,7 +265,18 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	owners, err := adapters.DialOwners(cfg.ProvisionerAddr, cfg.SchedulerAddr, cfg.RegistryAddr)
+	// The owners' APIs are internal: the gateway calls them with a service
+	// token.
+	var ownerOpts []grpc.DialOption
+	if base.ServiceSecret != nil {
+		iss, err := auth.NewServiceTokenIssuer(base.ServiceSecret, nil)
+		if err != nil {
+			_ = base.Close()
+			return fmt.Errorf("gateway: %w", err)
+		}
+		ownerOpts = append(ownerOpts, grpc.WithPerRPCCredentials(auth.ServiceTokenSource(iss, "gateway")))
+	}
+	owners, err := adapters.DialOwners(cfg.ProvisionerAddr, cfg.SchedulerAddr, cfg.RegistryAddr, ownerOpts...)
 	if err != nil {
 		_ = base.Close()
 		return fmt.Errorf("gateway: %w", err)
@@ -276,7 +288,7 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 	// only the changes of the jobs watched.
 	feed := func(ctx context.Context, ready func(), handle func(context.Context, envelope.Event)) error {
 		return bus.Tail(ctx, bus.TailConfig{Brokers: cfg.Brokers, Topic: topics.JobEvents, Logger: base.Log, Ready: ready,
-			Filter: func(r bus.Record) bool { return gw.Watched(r.Type, r.Subject) }}, handle)
+			Verifier: base.Verifier, Security: base.Kafka, Filter: func(r bus.Record) bool { return gw.Watched(r.Type, r.Subject) }}, handle)
 	}
 	gw = app.New(adapters.NewRepo(base.Store), owners, app.Options{Clock: base.Clock, Log: base.Log, PrivateJobs: private,
 		JobHistory: cfg.JobHistory, Feed: feed, MaxArraySize: cfg.MaxArraySize, Quota: quota, Audit: auditOpt})

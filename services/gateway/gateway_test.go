@@ -236,6 +236,7 @@ func TestOperationLifecycle(t *testing.T) {
 	h := newHarness(t)
 	ctx := testkit.Context(t, 2*wait)
 	prod := bus.NewProducer([]string{h.broker})
+	prod.SetSigner(testkit.Signer())
 	t.Cleanup(func() { _ = prod.Close() })
 	publish := func(key string, payload proto.Message) {
 		t.Helper()
@@ -465,6 +466,7 @@ func testWatch(t *testing.T, h *harness, ctx context.Context, job *loomv1.Job) {
 	}
 
 	prod := bus.NewProducer([]string{h.broker})
+	prod.SetSigner(testkit.Signer())
 	defer prod.Close()
 	change := func(s loomv1.JobState) {
 		j := proto.Clone(job).(*loomv1.Job)

@@ -317,7 +317,7 @@ func newHarness(t *testing.T, configure ...func(*Config)) *harness {
 	ownersAddr := ln.Addr().String()
 	cfg := Config{
 		Common: config.Common{
-			Brokers: []string{h.broker}, RedisAddr: redisAddr,
+			Brokers: []string{h.broker}, RedisAddr: redisAddr, ServiceKeyFile: testkit.ServiceKeyFile(t),
 			GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", LogLevel: "warn", CreateTopics: true,
 		},
 		RESTAddr:        "127.0.0.1:0",

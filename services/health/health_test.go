@@ -47,11 +47,12 @@ func TestSilenceThenHeartbeatThroughTheBus(t *testing.T) {
 	t.Parallel()
 	broker := testkit.Broker(t)
 	redisAddr, _ := testkit.Redis(t)
-	cfg := health.Config{Common: config.Common{Brokers: []string{broker}, RedisAddr: redisAddr,
+	cfg := health.Config{Common: config.Common{Brokers: []string{broker}, RedisAddr: redisAddr, ServiceKeyFile: testkit.ServiceKeyFile(t),
 		GRPCAddr: freeAddr(t), HTTPAddr: "127.0.0.1:0", LogLevel: "warn"}, HeartbeatTimeout: 300 * time.Millisecond}
 	testkit.Start(t, "health", func(ctx context.Context) error { return health.Run(ctx, cfg) })
 
 	p := bus.NewProducer([]string{broker})
+	p.SetSigner(testkit.Signer())
 	t.Cleanup(func() { _ = p.Close() })
 	publish := func(topic string, payload proto.Message) {
 		t.Helper()
@@ -98,7 +99,7 @@ func TestSilenceOnTheFakeClock(t *testing.T) {
 	broker := testkit.Broker(t)
 	redisAddr, _ := testkit.Redis(t)
 	fc := clockwork.NewFakeClock()
-	cfg := health.Config{Common: config.Common{Brokers: []string{broker}, RedisAddr: redisAddr,
+	cfg := health.Config{Common: config.Common{Brokers: []string{broker}, RedisAddr: redisAddr, ServiceKeyFile: testkit.ServiceKeyFile(t),
 		GRPCAddr: freeAddr(t), HTTPAddr: "127.0.0.1:0", LogLevel: "warn", Clock: fc}, HeartbeatTimeout: time.Hour}
 	testkit.Start(t, "health", func(ctx context.Context) error { return health.Run(ctx, cfg) })
 	testkit.Publish(t, broker,

@@ -98,6 +98,15 @@ type Config struct {
 	// AgentEnv is added to each agent's environment
 	// (LOOM_AGENT_ENV, space-separated KEY=VALUE; the flag may be repeated).
 	AgentEnv []string
+	// AgentIdentity is how the local provider's agents get their node
+	// identity (LOOM_PROVISIONER_AGENT_IDENTITY): "bootstrap" (default) hands
+	// each launch a one-time bootstrap token (LOOM_AGENT_BOOTSTRAP_TOKEN in
+	// its environment, never on its command line), which the agent
+	// exchanges at the gateway (-gateway) for an identity it renews;
+	// "direct" also writes an identity the provisioner issues itself
+	// (DirectIdentityLifetime, 0600 in the node's work dir), for a stack
+	// whose gateway does not register nodes.
+	AgentIdentity string
 	// StopAgentsOnExit makes the provisioner stop the agents of its nodes
 	// when it shuts down; the reconciler starts them again at its next start
 	// (LOOM_STOP_AGENTS_ON_EXIT; default false: agents outlive it).
@@ -183,6 +192,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.AgentEnv = strings.Fields(os.Getenv("LOOM_AGENT_ENV"))
 	fs.Var(&listFlag{list: &c.AgentEnv}, "agent-env",
 		"KEY=VALUE added to each agent's environment; space-separated, repeatable (LOOM_AGENT_ENV)")
+	fs.StringVar(&c.AgentIdentity, "agent-identity", config.Env("LOOM_PROVISIONER_AGENT_IDENTITY", AgentIdentityBootstrap),
+		"how local agents get their node identity: bootstrap (a one-time token per launch, exchanged at the gateway) or direct (LOOM_PROVISIONER_AGENT_IDENTITY)")
 	fs.BoolVar(&c.StopAgentsOnExit, "stop-agents-on-exit", config.EnvBool("LOOM_STOP_AGENTS_ON_EXIT", false),
 		"stop the nodes' agents when the provisioner stops (LOOM_STOP_AGENTS_ON_EXIT)")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", config.EnvDuration("LOOM_RECONCILE_INTERVAL", 5*time.Second),
@@ -205,6 +216,11 @@ func (c *Config) validate() error {
 		c.Provider = ProviderLocal
 	}
 	v.Check(c.Provider == ProviderLocal || c.Provider == ProviderSim, "provider", "must be local or sim, got %q", c.Provider)
+	if c.AgentIdentity == "" {
+		c.AgentIdentity = AgentIdentityBootstrap
+	}
+	v.Check(c.AgentIdentity == AgentIdentityBootstrap || c.AgentIdentity == AgentIdentityDirect, "agent_identity",
+		"must be %s or %s, got %q", AgentIdentityBootstrap, AgentIdentityDirect, c.AgentIdentity)
 	if c.Capacity == "" {
 		c.Capacity = capacity.Default
 	}
@@ -316,7 +332,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return fmt.Errorf("provisioner config: %w", err)
 	}
-	base, err := service.New(ctx, Name, cfg.Common)
+	// Only Loom services (the gateway) call this API: each call carries a
+	// service token.
+	internal, err := service.InternalAuth(cfg.Common)
+	if err != nil {
+		return err
+	}
+	base, err := service.New(ctx, Name, cfg.Common, internal...)
 	if err != nil {
 		return err
 	}
@@ -333,7 +355,9 @@ func Run(ctx context.Context, cfg Config) error {
 		prov, err = local.New(local.Config{
 			DataDir: cfg.DataDir, AgentCommand: cfg.AgentCommand, AgentEnv: cfg.AgentEnv,
 			Brokers: cfg.Brokers, RedisAddr: cfg.RedisAddr, StopGrace: cfg.AgentStopGrace,
+			RedisUsername: cfg.RedisUsername, RedisPasswordFile: cfg.RedisPasswordFile,
 			LaunchRate: cfg.LaunchRate, LaunchConcurrency: cfg.LaunchConcurrency, Log: base.Log,
+			Credentials: agentCredentials(base, cfg.AgentIdentity),
 		})
 		if err != nil {
 			_ = base.Close()

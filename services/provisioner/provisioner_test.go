@@ -51,13 +51,14 @@ type fixture struct {
 	broker, redis, data, grpcAddr string
 }
 
-func (f *fixture) config(stopAgents bool) Config {
+func (f *fixture) config(t testing.TB, stopAgents bool) Config {
 	return Config{
-		Common: config.Common{Brokers: []string{f.broker}, RedisAddr: f.redis, GRPCAddr: f.grpcAddr,
+		Common: config.Common{Brokers: []string{f.broker}, RedisAddr: f.redis, GRPCAddr: f.grpcAddr, ServiceKeyFile: testkit.ServiceKeyFile(t),
 			HTTPAddr: "127.0.0.1:0", LogLevel: "warn"},
-		Provider:     "local",
-		DataDir:      f.data,
-		AgentCommand: []string{os.Args[0]},
+		Provider:      "local",
+		AgentIdentity: AgentIdentityDirect, // no gateway here to register with
+		DataDir:       f.data,
+		AgentCommand:  []string{os.Args[0]},
 		AgentEnv: []string{"LOOM_TEST_RUN_AGENT=1", "LOOM_HEARTBEAT_INTERVAL=200ms", "LOOM_LOG_LEVEL=warn",
 			"LOOM_CREATE_TOPICS=false"},
 		StopAgentsOnExit:  stopAgents,
@@ -69,7 +70,7 @@ func (f *fixture) config(stopAgents bool) Config {
 // run starts a provisioner; the returned stop ends it and returns Run's error.
 func (f *fixture) run(t *testing.T, stopAgents bool) (stop func() error) {
 	t.Helper()
-	cfg := f.config(stopAgents)
+	cfg := f.config(t, stopAgents)
 	return testkit.Start(t, "provisioner", func(ctx context.Context) error { return Run(ctx, cfg) }).Stop
 }
 
@@ -217,7 +218,7 @@ func TestClusterLifecycleWithRealAgents(t *testing.T) {
 	}
 
 	// Reads come from the provisioner's memory over gRPC.
-	conn, err := grpc.NewClient(f.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(f.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), testkit.ServiceCredentials())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,7 +421,7 @@ func TestLaunchFailureIsReportedOnTheNode(t *testing.T) {
 	t.Parallel()
 	f := &fixture{broker: testkit.Broker(t), data: t.TempDir(), grpcAddr: testkit.FreeAddr()}
 	f.redis, _ = testkit.Redis(t)
-	cfg := f.config(true)
+	cfg := f.config(t, true)
 	cfg.AgentCommand = []string{filepath.Join(f.data, "no-such-agent")}
 	testkit.Start(t, "provisioner", func(ctx context.Context) error { return Run(ctx, cfg) })
 
@@ -483,7 +484,7 @@ func TestSimProviderPreemptionsAreReplaced(t *testing.T) {
 	t.Parallel()
 	f := &fixture{broker: testkit.Broker(t), data: t.TempDir(), grpcAddr: testkit.FreeAddr()}
 	f.redis, _ = testkit.Redis(t)
-	cfg := f.config(false)
+	cfg := f.config(t, false)
 	cfg.Provider = ProviderSim
 	// 90 s of simulated boot take 90 ms; a spot node is reclaimed every
 	// simulated half hour on average (1.8 s real).

@@ -47,7 +47,13 @@ func Run(ctx context.Context, cfg Config) error {
 
 // run is Run with a hook told the bound gRPC address once it serves (tests).
 func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
-	base, err := service.New(ctx, "registry", cfg.Common)
+	// Only Loom services (the gateway) call this API: each call carries a
+	// service token.
+	internal, err := service.InternalAuth(cfg.Common)
+	if err != nil {
+		return err
+	}
+	base, err := service.New(ctx, "registry", cfg.Common, internal...)
 	if err != nil {
 		return fmt.Errorf("registry: %w", err)
 	}

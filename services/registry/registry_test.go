@@ -28,7 +28,7 @@ const (
 func startRegistry(t *testing.T, broker, redisAddr string) (loomv1.ModelServiceClient, func()) {
 	t.Helper()
 	cfg := Config{Common: config.Common{
-		Brokers: []string{broker}, RedisAddr: redisAddr,
+		Brokers: []string{broker}, RedisAddr: redisAddr, ServiceKeyFile: testkit.ServiceKeyFile(t),
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", LogLevel: "warn", CreateTopics: true,
 	}}
 	addrs := make(chan string, 1)
@@ -96,6 +96,7 @@ func TestRegistersVersionOnCompletedJob(t *testing.T) {
 	}
 
 	prod := bus.NewProducer([]string{broker})
+	prod.SetSigner(testkit.Signer())
 	t.Cleanup(func() { _ = prod.Close() })
 	first := completedJob("1")
 	if err := prod.Publish(ctx, first); err != nil {
@@ -155,6 +156,7 @@ func TestListModelVersionsPages(t *testing.T) {
 	client, _ := startRegistry(t, broker, redisAddr)
 	ctx := context.Background()
 	prod := bus.NewProducer([]string{broker})
+	prod.SetSigner(testkit.Signer())
 	t.Cleanup(func() { _ = prod.Close() })
 	const n = 12
 	for i := 1; i <= n; i++ {

@@ -197,7 +197,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.resolve(); err != nil {
 		return fmt.Errorf("scheduler: %w", err)
 	}
-	base, err := service.New(ctx, "scheduler", cfg.Common)
+	// Only Loom services (the gateway) call this API: each call carries a
+	// service token.
+	internal, err := service.InternalAuth(cfg.Common)
+	if err != nil {
+		return err
+	}
+	base, err := service.New(ctx, "scheduler", cfg.Common, internal...)
 	if err != nil {
 		return err
 	}
@@ -273,7 +279,7 @@ func (l *leader) term(ctx context.Context, token string) {
 		return
 	}
 	cons := bus.NewConsumer(bus.ConsumerConfig{Brokers: l.cfg.Brokers, GroupID: "loom-scheduler", Topics: ports.Topics,
-		Logger: l.base.Log}, l.base.Producer, l.app.Handle).WithBatch(l.app.HandleBatch, l.cfg.MaxBatch)
+		Logger: l.base.Log, Verifier: l.base.Verifier, Rejected: l.base.Rejected, Security: l.base.Kafka}, l.base.Producer, l.app.Handle).WithBatch(l.app.HandleBatch, l.cfg.MaxBatch)
 	var wg sync.WaitGroup
 	wg.Add(4)
 	go func() {

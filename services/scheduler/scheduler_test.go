@@ -53,7 +53,7 @@ type instance struct {
 func startScheduler(t *testing.T, broker, redisAddr string) *instance {
 	t.Helper()
 	cfg := scheduler.Config{Common: config.Common{
-		Brokers: []string{broker}, RedisAddr: redisAddr, GRPCAddr: freeAddr(t),
+		Brokers: []string{broker}, RedisAddr: redisAddr, GRPCAddr: freeAddr(t), ServiceKeyFile: testkit.ServiceKeyFile(t),
 		HTTPAddr: "127.0.0.1:0", LogLevel: "warn",
 	}, MasterAddr: scheduler.DefaultMasterAddr, TickInterval: 100 * time.Millisecond}
 	return runScheduler(t, cfg)
@@ -107,6 +107,7 @@ type feeder struct {
 
 func newFeeder(t *testing.T, broker string) *feeder {
 	p := bus.NewProducer([]string{broker})
+	p.SetSigner(testkit.Signer())
 	t.Cleanup(func() { _ = p.Close() })
 	return &feeder{t: t, p: p}
 }

@@ -27,7 +27,7 @@ import (
 func startWith(t *testing.T, broker, redisAddr string, edit func(*scheduler.Config)) (*instance, loomv1.SlurmServiceClient) {
 	t.Helper()
 	cfg := scheduler.Config{Common: config.Common{
-		Brokers: []string{broker}, RedisAddr: redisAddr, GRPCAddr: freeAddr(t),
+		Brokers: []string{broker}, RedisAddr: redisAddr, GRPCAddr: freeAddr(t), ServiceKeyFile: testkit.ServiceKeyFile(t),
 		HTTPAddr: "127.0.0.1:0", LogLevel: "warn",
 	}, MasterAddr: scheduler.DefaultMasterAddr, TickInterval: 50 * time.Millisecond, LeaseTTL: time.Second}
 	if edit != nil {

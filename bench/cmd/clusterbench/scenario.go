@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/envelope"
@@ -101,13 +102,31 @@ type client struct {
 }
 
 func newClient(s *env, via string) (*client, error) {
+	// Straight to the bus and the provisioner's internal API, the benchmark
+	// writes and calls as a service: signed with the stack's services' key,
+	// with a service token.
+	secret, err := auth.LoadSecret(s.ServiceKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	key, err := auth.ServiceKey(secret)
+	if err != nil {
+		return nil, err
+	}
+	iss, err := auth.NewServiceTokenIssuer(secret, nil)
+	if err != nil {
+		return nil, err
+	}
 	c := &client{via: via, producer: bus.NewProducer([]string{s.BrokerAddr})}
+	c.producer.SetSigner(envelope.NewServiceSigner("clusterbench", key))
 	addr := s.GatewayAddr
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20))}
 	if via == "bus" {
 		addr = s.Addrs.Provisioner
+		opts = append(opts, grpc.WithPerRPCCredentials(auth.ServiceTokenSource(iss, "clusterbench")))
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err
 	}

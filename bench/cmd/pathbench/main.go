@@ -248,7 +248,7 @@ func run(rate int, dur, warm time.Duration, reportPath string) error {
 	if err := bus.EnsureTopics(ctx, brokers, topics.All()); err != nil {
 		return err
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: rds.Addr})
+	rdb := redis.NewClient(&redis.Options{Addr: rds.Addr, Password: rds.Password})
 	defer rdb.Close()
 
 	p, err := startPath(ctx, brokers, rdb, "lat")

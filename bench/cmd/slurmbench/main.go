@@ -366,7 +366,7 @@ func runLoom(ctx context.Context, f flags, dir string, jobNice int) (result, err
 		return m
 	}
 	// Server-side Redis time per command in the window (not with miniredis).
-	statsOK := resetRedisStats(pctx, st.RedisAddr) == nil
+	statsOK := resetRedisStats(pctx, st.RedisAddr, st.RedisPassword) == nil
 	if f.cpuProfile != "" {
 		pf, err := os.Create(f.cpuProfile)
 		if err != nil {
@@ -406,7 +406,7 @@ func runLoom(ctx context.Context, f flags, dir string, jobNice int) (result, err
 		}
 	}
 	if statsOK {
-		if rs, err := redisStats(pctx, st.RedisAddr); err == nil {
+		if rs, err := redisStats(pctx, st.RedisAddr, st.RedisPassword); err == nil {
 			r.Redis = rs
 		}
 	}

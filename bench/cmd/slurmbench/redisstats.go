@@ -19,15 +19,15 @@ type redisStat struct {
 }
 
 // resetRedisStats zeroes Redis' per-command statistics (CONFIG RESETSTAT).
-func resetRedisStats(ctx context.Context, addr string) error {
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+func resetRedisStats(ctx context.Context, addr, password string) error {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, Password: password})
 	defer rdb.Close()
 	return rdb.ConfigResetStat(ctx).Err()
 }
 
 // redisStats reads INFO commandstats, busiest command first.
-func redisStats(ctx context.Context, addr string) ([]redisStat, error) {
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+func redisStats(ctx context.Context, addr, password string) ([]redisStat, error) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, Password: password})
 	defer rdb.Close()
 	info, err := rdb.Info(ctx, "commandstats").Result()
 	if err != nil {

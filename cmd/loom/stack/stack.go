@@ -155,6 +155,13 @@ type Stack struct {
 	GatewayAddr, RESTAddr string
 	// BrokerAddr and RedisAddr are the embedded infrastructure.
 	BrokerAddr, RedisAddr string
+	// ServiceKeyFile is the services' secret (mode 0600) every service of
+	// the stack signs and verifies the bus with: a tool that writes to the
+	// bus or calls an internal API directly (a benchmark) uses it too.
+	ServiceKeyFile string
+	// RedisPassword is what a client of RedisAddr AUTHs with (the embedded
+	// Redis requires the password it generated in its data dir).
+	RedisPassword string
 	// RedisKind says which Redis runs: embedded.KindRedisServer or
 	// embedded.KindMiniredis.
 	RedisKind string
@@ -378,6 +385,7 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	}
 	a.Redis = s.redis.Addr
 	s.RedisKind = s.redis.Kind
+	s.RedisPassword = s.redis.Password
 	s.log.Info("redis started", "addr", a.Redis, "kind", s.redis.Kind)
 
 	// One creator for the topics, before any service, so that the services do
@@ -390,6 +398,14 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	s.BrokerAddr, s.RedisAddr = a.Broker, a.Redis
 	s.GatewayAddr, s.RESTAddr = a.Gateway, a.GatewayREST
 
+	// The services' secret: every service signs what it writes to the bus
+	// with it and checks what it reads against it (one per data dir, kept
+	// across restarts, mode 0600).
+	serviceKey := filepath.Join(s.DataDir, "keys", "service.key")
+	if _, err := auth.LoadOrCreateSecret(serviceKey, 32); err != nil {
+		return fmt.Errorf("start stack: service key: %w", err)
+	}
+	s.ServiceKeyFile = serviceKey
 	level := opts.LogLevel
 	if level == "" {
 		level = config.Env("LOOM_LOG_LEVEL", "info")
@@ -398,9 +414,13 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	// process (parsed by its RegisterFlags, which fills in the documented
 	// defaults and LOOM_* variables for the rest) or as its own binary.
 	common := func(grpcAddr, httpAddr string) []string {
-		return []string{"-brokers=" + a.Broker, "-redis=" + a.Redis, "-grpc-addr=" + grpcAddr,
-			"-http-addr=" + httpAddr, "-log-level=" + level,
+		args := []string{"-brokers=" + a.Broker, "-redis=" + a.Redis, "-grpc-addr=" + grpcAddr,
+			"-http-addr=" + httpAddr, "-log-level=" + level, "-service-key-file=" + serviceKey,
 			"-create-topics=false"} // created above
+		if s.redis.PasswordFile != "" {
+			args = append(args, "-redis-password-file="+s.redis.PasswordFile)
+		}
+		return args
 	}
 	provider := provisioner.ProviderLocal
 	if opts.Provider != "" {
@@ -413,6 +433,10 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 		// the next start).
 		"-stop-agents-on-exit="+strconv.FormatBool(!opts.KeepAgents),
 		"-agent-command="+strings.Join(agentCmd, " "),
+		// Each launch gets a one-time bootstrap token, which the agent
+		// exchanges at the gateway (AuthService.RegisterNode) for its node
+		// identity; its jobs get workload tokens the same way.
+		"-agent-identity=bootstrap",
 		// The Slurm commands in jobs (srun) find this gateway.
 		"-agent-env=LOOM_GATEWAY="+a.Gateway)
 	for _, e := range agentEnv {
@@ -435,15 +459,14 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	gwArgs := append(common(a.Gateway, a.GatewayHTTP), "-rest-addr="+a.GatewayREST,
 		"-provisioner-addr="+a.Provisioner, "-scheduler-addr="+a.Scheduler, "-registry-addr="+a.Registry)
 	// Authentication's keys (docs/security.md): the gateway signs tokens
-	// with one, makes the administrator's and the login daemon's API keys
-	// at its first start, and every service shares the service key.
+	// with one and makes the administrator's and the login daemon's API
+	// keys at its first start.
 	gwAuth := []keyArg{
 		{"token-key-file", "LOOM_GATEWAY_TOKEN_KEY_FILE", s.Keys.Token},
 		{"bootstrap-admin", "LOOM_GATEWAY_BOOTSTRAP_ADMIN", s.Admin},
 		{"bootstrap-key-file", "LOOM_GATEWAY_BOOTSTRAP_KEY_FILE", s.Keys.Admin},
 		{"login-key-file", "LOOM_GATEWAY_LOGIN_KEY_FILE", s.Keys.Login},
 	}
-	serviceKey := keyArg{"service-key-file", "LOOM_SERVICE_KEY_FILE", s.Keys.Service}
 
 	s.binDir = opts.BinDir
 	s.services = map[string]*service{}
@@ -454,7 +477,7 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 		{name: "registry", addr: a.Registry, args: common(a.Registry, a.RegistryHTTP), run: registry.RunArgs, flags: flagsOf((*registry.Config).RegisterFlags)},
 		{name: "gateway", addr: a.Gateway, args: gwArgs, run: gateway.RunArgs, flags: flagsOf((*gateway.Config).RegisterFlags), keys: gwAuth},
 	} {
-		svc.keys = append(svc.keys, serviceKey)
+		// Every service gets -service-key-file from common (config.Common).
 		svc.addKeyArgs()
 		s.services[svc.name] = svc
 		if err := s.launch(ctx, svc); err != nil {

@@ -84,6 +84,11 @@ type Options struct {
 	// Gateway, when set, is every Slurm step's and task's LOOM_GATEWAY
 	// unless its environment has one (see nodeVars).
 	Gateway string
+	// WorkloadToken, when set, mints the token a job attempt's processes
+	// get as LOOM_TOKEN (scoped to that job: the gateway's CreateToken
+	// with the node's identity). A failure is logged and the job runs
+	// without one (its srun and scontrol calls are then refused).
+	WorkloadToken func(ctx context.Context, job string) (string, error)
 	// OrphanAfter is how long the control plane (Kafka, Redis) may stay
 	// silent before the agent ends itself (see Watch; default
 	// DefaultOrphanAfter).
@@ -666,6 +671,21 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, *os.Fil
 	}
 	a.prepareModelDir(user, cmd.GetEnv())
 	spec.Dir, spec.Env, spec.Stdout, spec.Stderr = dir, a.env(key, cmd, acct), stdout, stderr
+	if a.opts.WorkloadToken != nil && cmd.GetJob() != "" {
+		tctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		tok, err := a.opts.WorkloadToken(tctx, cmd.GetJob())
+		cancel()
+		if err != nil {
+			a.log.Warn("no workload token for the job; it runs without LOOM_TOKEN", "step", key, "err", err)
+		} else {
+			// Last, so that it wins over a LOOM_TOKEN the submitter's
+			// exported environment carried.
+			spec.Env = append(spec.Env, "LOOM_TOKEN="+tok)
+			if cmd.GetEnv()["LOOM_GATEWAY"] == "" && a.opts.Gateway != "" {
+				spec.Env = append(spec.Env, "LOOM_GATEWAY="+a.opts.Gateway)
+			}
+		}
+	}
 	p, err := a.rt.Start(spec)
 	if err != nil {
 		stderr.Close()

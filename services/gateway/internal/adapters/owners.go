@@ -27,12 +27,14 @@ type Owners struct {
 // DialOwners returns clients of the provisioner, scheduler and registry. It
 // does not wait for them: connections are made on first use and remade after
 // failures, so the gateway can start before the services it reads from.
-func DialOwners(provisioner, scheduler, registry string) (*Owners, error) {
+// opts are added to every connection's (the per-RPC service token their
+// internal APIs require).
+func DialOwners(provisioner, scheduler, registry string, opts ...grpc.DialOption) (*Owners, error) {
 	o := &Owners{}
 	dial := func(name, addr string) (*grpc.ClientConn, error) {
-		c, err := grpc.NewClient(addr,
+		c, err := grpc.NewClient(addr, append([]grpc.DialOption{
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
+			grpc.WithStatsHandler(otelgrpc.NewClientHandler())}, opts...)...)
 		if err != nil {
 			return nil, fmt.Errorf("dial %s at %q: %w", name, addr, err)
 		}

@@ -185,7 +185,10 @@ func (a *App) Handle(ctx context.Context, ev envelope.Event) error {
 	if err := a.drv.Ready(ctx); err != nil {
 		return err
 	}
-	c, err := a.state.Handle(a.now(), ev.Payload)
+	if err := a.checkSigner(ev); err != nil {
+		return err
+	}
+	c, err := a.state.Handle(a.now(), asPrincipal(ev))
 	if err != nil {
 		var inv *errs.InvalidError
 		if errors.As(err, &inv) {
@@ -220,7 +223,10 @@ func (a *App) HandleBatch(ctx context.Context, evs []envelope.Event) error {
 	payloads := make([]proto.Message, len(evs))
 	ids := make([]string, len(evs))
 	for i, ev := range evs {
-		payloads[i], ids[i] = ev.Payload, ev.ID
+		if err := a.checkSigner(ev); err != nil {
+			return err // one by one: Handle dead-letters it
+		}
+		payloads[i], ids[i] = asPrincipal(ev), ev.ID
 	}
 	c, ends, err := a.state.HandleBatch(a.now(), payloads)
 	if err != nil {

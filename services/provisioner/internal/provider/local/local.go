@@ -69,9 +69,19 @@ type Config struct {
 	AgentCommand []string
 	// AgentEnv is added to each agent's environment (after os.Environ()).
 	AgentEnv []string
+	// Credentials, when set, is called for each start of an agent, after
+	// its directories exist and before it starts: what it returns is added
+	// to the agent's environment (its bootstrap token). A failure fails the
+	// launch. Each launch gets fresh credentials: a replaced node
+	// bootstraps again.
+	Credentials func(n provider.Node) ([]string, error)
 	// Brokers and RedisAddr are handed to agents (LOOM_BROKERS, LOOM_REDIS_ADDR).
 	Brokers   []string
 	RedisAddr string
+	// RedisUsername and RedisPasswordFile, when set, are handed to agents
+	// (LOOM_REDIS_USERNAME, LOOM_REDIS_PASSWORD_FILE): the password stays
+	// in its 0600 file, out of their environment.
+	RedisUsername, RedisPasswordFile string
 	// StopGrace is how long Stop waits after SIGTERM before SIGKILL (default 15 s,
 	// longer than an agent needs to kill its own steps).
 	StopGrace time.Duration
@@ -216,6 +226,14 @@ func (p *Provider) start(n provider.Node) (provider.Launched, error) {
 			return provider.Launched{}, fmt.Errorf("create %s: %w", d, err)
 		}
 	}
+	var creds []string
+	if p.cfg.Credentials != nil {
+		c, err := p.cfg.Credentials(n)
+		if err != nil {
+			return provider.Launched{}, fmt.Errorf("credentials for %s: %w", n.Name, err)
+		}
+		creds = c
+	}
 	logPath := filepath.Join(n.WorkDir, LogFile)
 	// The agent's log names the node's jobs, every user's: its
 	// administrator's alone.
@@ -228,7 +246,7 @@ func (p *Provider) start(n provider.Node) (provider.Launched, error) {
 	argv := p.cfg.AgentCommand
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = n.WorkDir
-	cmd.Env = p.env(n)
+	cmd.Env = append(p.env(n), creds...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own group, so that Stop reaches whatever the agent runs in it and a
 	// signal to the provisioner's group does not reach the agent.
@@ -262,7 +280,15 @@ func (p *Provider) start(n provider.Node) (provider.Launched, error) {
 // env is the agent's environment: ours, then defaults that keep several
 // agents on one machine from colliding, then AgentEnv, then the node's settings.
 func (p *Provider) env(n provider.Node) []string {
-	env := append(os.Environ(), "LOOM_AGENT_GRPC_ADDR=127.0.0.1:0", "LOOM_AGENT_HTTP_ADDR=127.0.0.1:0")
+	// The services' secret is the provisioner's, never an agent's: an
+	// agent holding it could sign as any service.
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LOOM_SERVICE_KEY_FILE=") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "LOOM_AGENT_GRPC_ADDR=127.0.0.1:0", "LOOM_AGENT_HTTP_ADDR=127.0.0.1:0")
 	env = append(env, p.cfg.AgentEnv...)
 	return append(env,
 		"LOOM_BROKERS="+strings.Join(p.cfg.Brokers, ","),
@@ -274,6 +300,8 @@ func (p *Provider) env(n provider.Node) []string {
 		"LOOM_CLUSTER="+n.Cluster,
 		"LOOM_SHARED_DIR="+n.SharedDir,
 		"LOOM_SCRATCH_DIR="+n.ScratchDir,
+		"LOOM_REDIS_USERNAME="+p.cfg.RedisUsername,
+		"LOOM_REDIS_PASSWORD_FILE="+p.cfg.RedisPasswordFile,
 	)
 }
 

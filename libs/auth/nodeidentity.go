@@ -1,0 +1,112 @@
+package auth
+
+import (
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// NodeIdentity is what a node holds to prove who it is: its Ed25519 key,
+// the certificate the services' key signed for it, the services' public
+// key (what it checks commands against), and, when the gateway issued it,
+// the access token it calls the gateway with (renewal, workload tokens).
+type NodeIdentity struct {
+	Node, Cluster, Pool string
+	Key                 ed25519.PrivateKey
+	Cert                []byte
+	ServicePublicKey    ed25519.PublicKey
+	AccessToken         string
+	NotAfter            time.Time
+}
+
+// identityFile is a NodeIdentity on disk.
+type identityFile struct {
+	Node             string    `json:"node"`
+	Cluster          string    `json:"cluster,omitempty"`
+	Pool             string    `json:"pool,omitempty"`
+	Seed             []byte    `json:"seed"`
+	Cert             []byte    `json:"cert"`
+	ServicePublicKey []byte    `json:"service_public_key"`
+	AccessToken      string    `json:"access_token,omitempty"`
+	NotAfter         time.Time `json:"not_after"`
+}
+
+// IssueNodeIdentity makes a node identity without a gateway: a fresh key
+// and a certificate signed with the services' key, valid for ttl from now.
+// The provisioner uses it for the agents it runs on its own machine (the
+// local provider), which share its trust boundary.
+func IssueNodeIdentity(serviceKey ed25519.PrivateKey, node, cluster, pool string, now time.Time, ttl time.Duration) (*NodeIdentity, error) {
+	pub, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		return nil, err
+	}
+	exp := now.Add(ttl)
+	cert, err := SignNodeCert(serviceKey, NodeCert{Node: node, Cluster: cluster, Pool: pool, PublicKey: pub, NotAfter: exp})
+	if err != nil {
+		return nil, err
+	}
+	return &NodeIdentity{Node: node, Cluster: cluster, Pool: pool, Key: priv, Cert: cert,
+		ServicePublicKey: serviceKey.Public().(ed25519.PublicKey), NotAfter: exp}, nil
+}
+
+// WriteNodeIdentity writes id to path, mode 0600 (its directory 0700 if
+// it has to be made), atomically: a reader sees the old or the new one.
+func WriteNodeIdentity(path string, id *NodeIdentity) error {
+	if id == nil || len(id.Key) != ed25519.PrivateKeySize {
+		return errors.New("node identity: a key is required")
+	}
+	b, err := json.Marshal(identityFile{Node: id.Node, Cluster: id.Cluster, Pool: id.Pool, Seed: id.Key.Seed(), Cert: id.Cert,
+		ServicePublicKey: id.ServicePublicKey, AccessToken: id.AccessToken, NotAfter: id.NotAfter})
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".identity-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// LoadNodeIdentity reads what WriteNodeIdentity wrote. A file readable by
+// group or others is refused.
+func LoadNodeIdentity(path string) (*NodeIdentity, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("node identity %s has mode %v: it must not be readable by group or others (chmod 600 %s)", path, st.Mode().Perm(), path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var f identityFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("node identity %s: %v", path, err)
+	}
+	if len(f.Seed) != ed25519.SeedSize || len(f.ServicePublicKey) != ed25519.PublicKeySize || len(f.Cert) == 0 || f.Node == "" {
+		return nil, fmt.Errorf("node identity %s: incomplete (node, seed, certificate and service public key are required)", path)
+	}
+	return &NodeIdentity{Node: f.Node, Cluster: f.Cluster, Pool: f.Pool, Key: ed25519.NewKeyFromSeed(f.Seed), Cert: f.Cert,
+		ServicePublicKey: f.ServicePublicKey, AccessToken: f.AccessToken, NotAfter: f.NotAfter}, nil
+}

@@ -1,0 +1,83 @@
+package bus_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/loom-ml/loom/libs/bus"
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+)
+
+// Against a broker that requires SASL/SCRAM, a producer and a consumer
+// with the service's user and password create topics, write and read; a
+// client without them, or with a wrong password, is refused.
+func TestSASLSCRAMAgainstKfake(t *testing.T) {
+	t.Parallel()
+	for _, mech := range []string{"SCRAM-SHA-256", "SCRAM-SHA-512"} {
+		t.Run(mech, func(t *testing.T) {
+			t.Parallel()
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(), kfake.Superuser(mech, "loom-scheduler", "s3cret"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			broker := c.ListenAddrs()[0]
+			sec, err := bus.NewSecurity(bus.KafkaOptions{SASLMechanism: mech, User: "loom-scheduler", Password: "s3cret"})
+			if err != nil || sec == nil {
+				t.Fatalf("NewSecurity: %v, %v", sec, err)
+			}
+			ctx := testkit.Context(t, 30*time.Second)
+			topic := "sasl.test"
+			if err := bus.EnsureTopicsWith(ctx, []string{broker}, sec, []topics.Spec{{Name: topic, Partitions: 1}, {Name: topic + topics.DLQSuffix, Partitions: 1}}); err != nil {
+				t.Fatalf("EnsureTopics with SCRAM: %v", err)
+			}
+			p := bus.NewSecureProducer([]string{broker}, sec)
+			t.Cleanup(func() { _ = p.Close() })
+			ev := event(topic, "k", 1)
+			if err := p.Publish(ctx, ev); err != nil {
+				t.Fatalf("publish with SCRAM: %v", err)
+			}
+			var got atomic.Value
+			startConsumer(t, bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic}, Security: sec}, p,
+				func(ctx context.Context, e envelope.Event) error { got.Store(e.ID); return nil })
+			testkit.WaitFor(t, 30*time.Second, "the record read with SCRAM", func() (bool, error) { return got.Load() == ev.ID, nil })
+
+			for name, s := range map[string]*bus.Security{"no SASL": nil, "wrong password": mustSecurity(t, mech, "loom-scheduler", "guess")} {
+				bad := bus.NewSecureProducer([]string{broker}, s)
+				pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				err := bad.Publish(pctx, event(topic, "k", 2))
+				cancel()
+				_ = bad.CloseWithin(time.Second)
+				if err == nil {
+					t.Errorf("%s: publish succeeded against a SASL broker", name)
+				}
+			}
+		})
+	}
+}
+
+func mustSecurity(t *testing.T, mech, user, pass string) *bus.Security {
+	s, err := bus.NewSecurity(bus.KafkaOptions{SASLMechanism: mech, User: user, Password: pass})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestNewSecurityRefusesWhatCannotWork(t *testing.T) {
+	t.Parallel()
+	if s, err := bus.NewSecurity(bus.KafkaOptions{}); s != nil || err != nil {
+		t.Fatalf("nothing asked: %v, %v; want nil, nil", s, err)
+	}
+	for _, o := range []bus.KafkaOptions{{SASLMechanism: "GSSAPI", User: "u"}, {SASLMechanism: "PLAIN"}, {TLSCert: "/x"}, {TLSCA: "/nonexistent"}} {
+		if _, err := bus.NewSecurity(o); err == nil {
+			t.Errorf("NewSecurity(%+v) accepted", o)
+		}
+	}
+}

@@ -1,0 +1,121 @@
+package bus_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"testing"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/loom-ml/loom/libs/auth"
+	"github.com/loom-ml/loom/libs/bus"
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+)
+
+// A consumer with a Verifier handles what a service signed and a node's own
+// reports, and dead-letters, with the reason, what is unsigned, signed with
+// another key, or a node's report about another node; none of those reach
+// the handler.
+func TestVerifierDeadLettersRefusedRecordsWithTheReason(t *testing.T) {
+	t.Parallel()
+	broker := startBroker(t)
+	topic := newTopic(t, broker, 1)
+	pub, priv, _ := ed25519.GenerateKey(nil)
+	_, otherPriv, _ := ed25519.GenerateKey(nil)
+	npub, npriv, _ := ed25519.GenerateKey(nil)
+	cert, err := auth.SignNodeCert(priv, auth.NodeCert{Node: "n1", PublicKey: npub, NotAfter: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeSigner, err := envelope.NewNodeSigner(npriv, cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	svc := newProducer(t, broker)
+	svc.SetSigner(envelope.NewServiceSigner("scheduler", priv))
+	node := newProducer(t, broker)
+	node.SetSigner(nodeSigner)
+	forger := newProducer(t, broker)
+	forger.SetSigner(envelope.NewServiceSigner("scheduler", otherPriv))
+	plain := newProducer(t, broker)
+
+	reader := sdkmetric.NewManualReader()
+	rejected, err := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test").Int64Counter("loom_bus_rejected_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handled seen
+	startConsumer(t, bus.ConsumerConfig{
+		Brokers: []string{broker}, GroupID: "g", Topics: []string{topic},
+		Verifier: envelope.NewVerifier(pub, nil), Rejected: rejected,
+	}, plain, func(ctx context.Context, ev envelope.Event) error {
+		handled.add(ev)
+		return nil
+	})
+	unsigned := event(topic, "n1", 1)
+	forged := event(topic, "n1", 2)
+	otherNode := event(topic, "n2", 3) // a Heartbeat naming n2, signed by n1
+	fromService := event(topic, "n1", 4)
+	fromNode := event(topic, "n1", 5)
+	publish(t, plain, unsigned)
+	publish(t, forger, forged)
+	publish(t, node, otherNode)
+	publish(t, svc, fromService)
+	publish(t, node, fromNode)
+
+	testkit.WaitFor(t, wait, "genuine records handled", func() (bool, error) {
+		return handled.count(fromService.ID) == 1 && handled.count(fromNode.ID) == 1, nil
+	})
+	handled.mu.Lock()
+	for _, ev := range handled.evs {
+		want := map[string]string{fromService.ID: "services/scheduler", fromNode.ID: "nodes/n1"}[ev.ID]
+		if ev.Signer != want {
+			t.Errorf("event %s handled with Signer %q, want %q", ev.ID, ev.Signer, want)
+		}
+	}
+	handled.mu.Unlock()
+	for _, id := range []string{unsigned.ID, forged.ID, otherNode.ID} {
+		if handled.count(id) != 0 {
+			t.Errorf("refused record %s reached the handler", id)
+		}
+	}
+	dls := readN(t, broker, topic+topics.DLQSuffix, 3, wait)
+	want := map[string]string{unsigned.ID: envelope.ReasonUnsigned, forged.ID: envelope.ReasonBadSignature, otherNode.ID: envelope.ReasonWrongNode}
+	for _, dl := range dls {
+		id, _ := header(dl, envelope.HeaderID)
+		if r, _ := header(dl, bus.HeaderDLQReason); r != want[id] {
+			t.Errorf("dead letter of %s: reason %q, want %q", id, r, want[id])
+		}
+		// Dead letters keep the signature they came with (or none): the
+		// DLQ producer does not vouch for them.
+		if s, _ := header(dl, envelope.HeaderSigner); id == unsigned.ID && s != "" {
+			t.Errorf("unsigned record was signed %q on its way to the DLQ", s)
+		}
+	}
+	// Counted, by reason.
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	counted := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "loom_bus_rejected_total" {
+				for _, dp := range sum.DataPoints {
+					r, _ := dp.Attributes.Value("reason")
+					counted[r.AsString()] += dp.Value
+				}
+			}
+		}
+	}
+	for id, r := range want {
+		if counted[r] != 1 {
+			t.Errorf("loom_bus_rejected_total{reason=%q} = %d, want 1 (record %s)", r, counted[r], id)
+		}
+	}
+}

@@ -1,0 +1,450 @@
+package envelope
+
+import (
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/loom-ml/loom/libs/auth"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+)
+
+// Headers of a signed record. The signature covers the record's identity
+// (id, type, source, subject, time, key, topic, principal), its signer and
+// certificate, and its payload bytes (canonical), so that none of them can
+// be changed or moved to another topic without the signature failing.
+const (
+	// HeaderSigner names who signed: "services/<name>" or "nodes/<node>".
+	HeaderSigner = "loom_signer"
+	// HeaderCert is a node signer's certificate (auth.NodeCert, signed by
+	// the services' key); absent for a service signer.
+	HeaderCert = "loom_cert"
+	// HeaderSig is the Ed25519 signature, base64 (raw URL encoding).
+	HeaderSig = "loom_sig"
+)
+
+// ErrRejected is wrapped by every verification failure (a *Rejection): the
+// record was not signed by whom it must be, and can never be handled.
+var ErrRejected = errors.New("event refused")
+
+// Reasons a record is refused (Rejection.Reason): short, stable words that
+// the dead-letter header and the rejection metric carry.
+const (
+	ReasonUnsigned      = "unsigned"
+	ReasonBadSignature  = "bad-signature"
+	ReasonBadCert       = "bad-certificate"
+	ReasonExpiredCert   = "expired-certificate"
+	ReasonUnknownSigner = "unknown-signer"
+	ReasonNotService    = "not-a-service"
+	ReasonWrongNode     = "wrong-node"
+	ReasonDuplicate     = "duplicate-header"
+	// ReasonNotAssigned: a node reported on a step the scheduler did not
+	// assign to it (a consumer's own check; see Reject).
+	ReasonNotAssigned = "not-assigned"
+)
+
+// Rejection is why a record was refused: Reason is one of the Reason*
+// words, Detail says more for the log and the dead letter.
+type Rejection struct {
+	Reason, Detail string
+}
+
+// Error implements error.
+func (r *Rejection) Error() string {
+	return fmt.Sprintf("%v (%s): %s", ErrRejected, r.Reason, r.Detail)
+}
+
+// Unwrap makes errors.Is(err, ErrRejected) true.
+func (r *Rejection) Unwrap() error { return ErrRejected }
+
+// Reject returns a *Rejection: for a consumer's own checks of who may say
+// what (the scheduler's of which node runs a step), so that the record is
+// dead-lettered with the reason as a refused signature is (wrap it with
+// bus.Permanent).
+func Reject(reason, format string, args ...any) error { return reject(reason, format, args...) }
+
+func reject(reason, format string, args ...any) error {
+	return &Rejection{Reason: reason, Detail: fmt.Sprintf(format, args...)}
+}
+
+// ReasonOf returns the Reason of the Rejection err wraps, or "".
+func ReasonOf(err error) string {
+	var r *Rejection
+	if errors.As(err, &r) {
+		return r.Reason
+	}
+	return ""
+}
+
+// Signer signs the records a service or a node writes. It is immutable; a
+// node that renews its identity makes a new one.
+type Signer struct {
+	name string
+	key  ed25519.PrivateKey
+	cert []byte
+}
+
+// NewServiceSigner returns the signer of service (its name without
+// "services/"), with the services' key (auth.ServiceKey).
+func NewServiceSigner(service string, key ed25519.PrivateKey) *Signer {
+	return &Signer{name: auth.ServiceName(service), key: key}
+}
+
+// NewNodeSigner returns the signer of a node: its own key and the
+// certificate (auth.SignNodeCert) that binds the key's public half to the
+// node. The signer's name is auth.NodeName of the certificate's node.
+func NewNodeSigner(key ed25519.PrivateKey, cert []byte) (*Signer, error) {
+	// The node's name is read back from the certificate without checking
+	// it (the signer cannot check its own certificate without the
+	// services' public key); consumers check it.
+	nc, err := peekCert(cert)
+	if err != nil {
+		return nil, err
+	}
+	return &Signer{name: auth.NodeName(nc.Node), key: key, cert: append([]byte(nil), cert...)}, nil
+}
+
+// Name is the signer's name ("services/<name>" or "nodes/<node>").
+func (s *Signer) Name() string { return s.name }
+
+// Sign sets m's signature headers (replacing any it has) over m as it is
+// now: m must have its topic, key, value and CloudEvents headers.
+func (s *Signer) Sign(m *kafka.Message) {
+	headers := m.Headers[:0:0]
+	for _, h := range m.Headers {
+		switch h.Key {
+		case HeaderSigner, HeaderCert, HeaderSig:
+			continue
+		}
+		headers = append(headers, h)
+	}
+	headers = append(headers, kafka.Header{Key: HeaderSigner, Value: []byte(s.name)})
+	if s.cert != nil {
+		headers = append(headers, kafka.Header{Key: HeaderCert, Value: s.cert})
+	}
+	m.Headers = headers
+	f, _ := fieldsOf(*m)
+	sig := ed25519.Sign(s.key, f.canonical(m.Topic, m.Key, m.Value))
+	m.Headers = append(m.Headers, kafka.Header{Key: HeaderSig, Value: []byte(base64.RawURLEncoding.EncodeToString(sig))})
+}
+
+// SignerRef holds the signer a producer uses now; a node that renews its
+// identity swaps it without stopping its writes. The zero value holds none.
+type SignerRef struct{ p atomic.Pointer[Signer] }
+
+// Set makes s the signer from now on.
+func (r *SignerRef) Set(s *Signer) { r.p.Store(s) }
+
+// Get returns the signer now (nil: none).
+func (r *SignerRef) Get() *Signer { return r.p.Load() }
+
+// signedFields are the headers a signature covers, as the record has them.
+type signedFields struct {
+	id, typ, source, subject, time, principal, signer string
+	cert, sig                                         []byte
+}
+
+// fieldsOf reads m's signed headers. A record with one of them twice is
+// refused: a consumer must not read one copy while the signature covers the
+// other.
+func fieldsOf(m kafka.Message) (signedFields, error) {
+	var f signedFields
+	var seen [9]bool
+	for _, h := range m.Headers {
+		i := -1
+		switch h.Key {
+		case HeaderID:
+			i, f.id = 0, string(h.Value)
+		case HeaderType:
+			i, f.typ = 1, string(h.Value)
+		case HeaderSource:
+			i, f.source = 2, string(h.Value)
+		case HeaderSubject:
+			i, f.subject = 3, string(h.Value)
+		case HeaderTime:
+			i, f.time = 4, string(h.Value)
+		case HeaderPrincipal:
+			i, f.principal = 5, string(h.Value)
+		case HeaderSigner:
+			i, f.signer = 6, string(h.Value)
+		case HeaderCert:
+			i, f.cert = 7, h.Value
+		case HeaderSig:
+			i, f.sig = 8, h.Value
+		}
+		if i >= 0 {
+			if seen[i] {
+				return f, reject(ReasonDuplicate, "header %s appears more than once", h.Key)
+			}
+			seen[i] = true
+		}
+	}
+	return f, nil
+}
+
+// sigContext starts every signed message, so that a Loom event signature
+// can never be taken for a signature of anything else.
+const sigContext = "loom event signature v1\x00"
+
+// canonical is what the signature covers: each field length-prefixed, in a
+// fixed order.
+func (f signedFields) canonical(topic string, key, value []byte) []byte {
+	n := len(sigContext) + len(f.id) + len(f.typ) + len(f.source) + len(f.subject) + len(f.time) +
+		len(key) + len(topic) + len(f.principal) + len(f.signer) + len(f.cert) + len(value) + 11*binary.MaxVarintLen64
+	b := make([]byte, 0, n)
+	b = append(b, sigContext...)
+	for _, s := range [][]byte{[]byte(f.id), []byte(f.typ), []byte(f.source), []byte(f.subject), []byte(f.time),
+		key, []byte(topic), []byte(f.principal), []byte(f.signer), f.cert, value} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	return b
+}
+
+// Identity is a verified signer.
+type Identity struct {
+	// Name is "services/<name>" or "nodes/<node>".
+	Name string
+	// Node, Cluster and Pool are a node signer's, from its certificate.
+	Node, Cluster, Pool string
+}
+
+// IsService reports whether the signer is a service.
+func (id Identity) IsService() bool { return strings.HasPrefix(id.Name, "services/") }
+
+// Policy says whose records a consumer accepts.
+type Policy uint8
+
+const (
+	// AcceptNodeEvents accepts records signed by a service, and records
+	// signed by a node of the types nodes write (NodeEventTypes) whose
+	// payload names that node.
+	AcceptNodeEvents Policy = iota
+	// ServicesOnly accepts records signed by a service only: commands.
+	ServicesOnly
+)
+
+// NodeEventTypes are the event types an agent writes: the only ones a node
+// signature is accepted for. Each has a "node" field that must name the
+// signing node.
+var NodeEventTypes = map[string]bool{
+	TypeOf(&eventsv1.StepChanged{}):     true,
+	TypeOf(&eventsv1.TasksChanged{}):    true,
+	TypeOf(&eventsv1.AgentRegistered{}): true,
+	TypeOf(&eventsv1.Heartbeat{}):       true,
+}
+
+// maxCachedCerts bounds the verified-certificate cache: more distinct live
+// certificates than this (nodes) only costs re-verification.
+const maxCachedCerts = 16384
+
+// Verifier checks records' signatures against the services' public key:
+// a service's signature directly, a node's through its certificate, which
+// the services' key signed. Verified certificates are cached until they
+// expire, so that a node's records cost one Ed25519 verification each. It
+// is safe for concurrent use.
+type Verifier struct {
+	pub ed25519.PublicKey
+	now func() time.Time
+
+	mu    sync.Mutex
+	certs map[[32]byte]auth.NodeCert
+}
+
+// NewVerifier returns a verifier trusting the services' public key pub;
+// now is the clock certificates' expiry is read on (nil: time.Now).
+func NewVerifier(pub ed25519.PublicKey, now func() time.Time) *Verifier {
+	if now == nil {
+		now = time.Now
+	}
+	return &Verifier{pub: append(ed25519.PublicKey(nil), pub...), now: now, certs: map[[32]byte]auth.NodeCert{}}
+}
+
+// Verify checks m's signature and returns who signed it. Every failure is
+// a *Rejection (wrapping ErrRejected). It does not decode the payload nor
+// apply a Policy: Registry.DecodeVerified does both.
+func (v *Verifier) Verify(m kafka.Message) (Identity, error) {
+	f, err := fieldsOf(m)
+	if err != nil {
+		return Identity{}, err
+	}
+	if f.signer == "" || len(f.sig) == 0 {
+		return Identity{}, reject(ReasonUnsigned, "record has no %s/%s headers", HeaderSigner, HeaderSig)
+	}
+	if len(f.sig) != base64.RawURLEncoding.EncodedLen(ed25519.SignatureSize) {
+		return Identity{}, reject(ReasonBadSignature, "signature of %d characters, want %d", len(f.sig), base64.RawURLEncoding.EncodedLen(ed25519.SignatureSize))
+	}
+	sig := make([]byte, ed25519.SignatureSize)
+	if n, err := base64.RawURLEncoding.Decode(sig, f.sig); err != nil || n != ed25519.SignatureSize {
+		return Identity{}, reject(ReasonBadSignature, "signature is not %d base64 bytes", ed25519.SignatureSize)
+	}
+	id := Identity{Name: f.signer}
+	key := v.pub
+	switch {
+	case strings.HasPrefix(f.signer, "services/") && len(f.signer) > len("services/"):
+		if f.cert != nil {
+			return Identity{}, reject(ReasonBadCert, "a service signer carries no certificate")
+		}
+	case strings.HasPrefix(f.signer, "nodes/"):
+		if f.cert == nil {
+			return Identity{}, reject(ReasonBadCert, "node signer %s carries no certificate", f.signer)
+		}
+		c, err := v.cert(f.cert)
+		if err != nil {
+			return Identity{}, err
+		}
+		if auth.NodeName(c.Node) != f.signer {
+			return Identity{}, reject(ReasonWrongNode, "signer %s carries the certificate of %s", f.signer, auth.NodeName(c.Node))
+		}
+		id.Node, id.Cluster, id.Pool = c.Node, c.Cluster, c.Pool
+		key = c.PublicKey
+	default:
+		return Identity{}, reject(ReasonUnknownSigner, "signer %q is neither services/<name> nor nodes/<node>", truncate(f.signer))
+	}
+	if len(key) != ed25519.PublicKeySize || !ed25519.Verify(key, f.canonical(m.Topic, m.Key, m.Value), sig) {
+		return Identity{}, reject(ReasonBadSignature, "signature of %s does not verify", truncate(f.signer))
+	}
+	return id, nil
+}
+
+// cert verifies a node certificate, from the cache when it was verified
+// before and has not expired since.
+func (v *Verifier) cert(raw []byte) (auth.NodeCert, error) {
+	h := sha256.Sum256(raw)
+	now := v.now()
+	v.mu.Lock()
+	c, ok := v.certs[h]
+	v.mu.Unlock()
+	if ok {
+		if now.Before(c.NotAfter) {
+			return c, nil
+		}
+		v.mu.Lock()
+		delete(v.certs, h)
+		v.mu.Unlock()
+		return c, reject(ReasonExpiredCert, "certificate of %s expired at %s", c.Node, c.NotAfter.UTC().Format(time.RFC3339))
+	}
+	c, err := auth.VerifyNodeCert(v.pub, raw, now)
+	if err != nil {
+		if c.Node != "" && strings.Contains(err.Error(), "expired") {
+			return c, reject(ReasonExpiredCert, "%v", err)
+		}
+		return c, reject(ReasonBadCert, "%v", err)
+	}
+	v.mu.Lock()
+	if len(v.certs) >= maxCachedCerts {
+		clear(v.certs)
+	}
+	v.certs[h] = c
+	v.mu.Unlock()
+	return c, nil
+}
+
+// DecodeVerified is Decode for a consumer that trusts only signed records:
+// m's signature is checked first (before any parsing of its payload), then
+// policy, then, for a node's record, that its payload's node is the
+// signer's. The event's Signer is the verified signer. A refusal wraps
+// ErrRejected (a *Rejection).
+func (r *Registry) DecodeVerified(m kafka.Message, v *Verifier, policy Policy) (Event, error) {
+	id, err := v.Verify(m)
+	if err != nil {
+		e, _ := r.headersOf(m)
+		return e, fmt.Errorf("decode %s[%d]@%d: %w", m.Topic, m.Partition, m.Offset, err)
+	}
+	if !id.IsService() {
+		typ := recordType(m)
+		if policy == ServicesOnly {
+			e, _ := r.headersOf(m)
+			return e, fmt.Errorf("decode %s[%d]@%d: %w", m.Topic, m.Partition, m.Offset,
+				reject(ReasonNotService, "%s is accepted only from a service, not from %s", typ, id.Name))
+		}
+		if !NodeEventTypes[typ] {
+			e, _ := r.headersOf(m)
+			return e, fmt.Errorf("decode %s[%d]@%d: %w", m.Topic, m.Partition, m.Offset,
+				reject(ReasonNotService, "a node may not write %s (signed by %s)", truncate(typ), id.Name))
+		}
+	}
+	e, err := r.Decode(m)
+	e.Signer = id.Name
+	if err != nil {
+		return e, err
+	}
+	if !id.IsService() {
+		if node := payloadNode(e.Payload); node != id.Node {
+			return e, fmt.Errorf("decode %s (%s): %w", e.ID, e.Type,
+				reject(ReasonWrongNode, "%s reports node %q but is signed by %s", e.Type, truncate(node), id.Name))
+		}
+	}
+	return e, nil
+}
+
+// headersOf is the event Decode reads from m's headers, without its payload.
+func (r *Registry) headersOf(m kafka.Message) (Event, error) {
+	e := Event{Topic: m.Topic, Key: string(m.Key), Partition: m.Partition, Offset: m.Offset}
+	readHeaders(&e, m.Headers)
+	return e, nil
+}
+
+// recordType is m's ce_type header.
+func recordType(m kafka.Message) string {
+	for _, h := range m.Headers {
+		if h.Key == HeaderType {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// payloadNode is the payload's top-level string field "node" ("" when it
+// has none).
+func payloadNode(p proto.Message) string {
+	if p == nil {
+		return ""
+	}
+	m := p.ProtoReflect()
+	fd := m.Descriptor().Fields().ByName("node")
+	if fd == nil || fd.Kind() != protoreflect.StringKind || fd.IsList() {
+		return ""
+	}
+	return m.Get(fd).String()
+}
+
+// peekCert reads a certificate's body without verifying it.
+func peekCert(raw []byte) (auth.NodeCert, error) {
+	// VerifyNodeCert with a zero key always fails on the signature; the
+	// body is parsed here directly.
+	var w struct {
+		Body []byte `json:"b"`
+	}
+	var c auth.NodeCert
+	if err := json.Unmarshal(raw, &w); err != nil {
+		return c, fmt.Errorf("node certificate: %v", err)
+	}
+	if err := json.Unmarshal(w.Body, &c); err != nil {
+		return c, fmt.Errorf("node certificate: %v", err)
+	}
+	if c.Node == "" {
+		return c, errors.New("node certificate: no node")
+	}
+	return c, nil
+}
+
+// truncate bounds what a refusal echoes of a record's own text.
+func truncate(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "…"
+	}
+	return s
+}

@@ -1,0 +1,73 @@
+package testkit
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/segmentio/kafka-go"
+	"google.golang.org/grpc"
+
+	"github.com/loom-ml/loom/libs/auth"
+	"github.com/loom-ml/loom/libs/envelope"
+)
+
+// serviceSecret is the test binary's services' secret: every service a
+// test starts signs with it and trusts it, and Publish signs with it.
+var serviceSecret = sync.OnceValue(func() []byte {
+	b := make([]byte, ed25519.SeedSize)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return b
+})
+
+// ServiceSecret returns the test binary's services' secret (the content of
+// ServiceKeyFile's files).
+func ServiceSecret() []byte { return append([]byte(nil), serviceSecret()...) }
+
+// ServiceKey returns the test binary's services' Ed25519 key.
+func ServiceKey() ed25519.PrivateKey {
+	k, err := auth.ServiceKey(serviceSecret())
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
+// ServiceKeyFile writes the test binary's services' secret to a 0600 file
+// in a directory removed with the test, and returns its path: what a test
+// gives a service as config.Common.ServiceKeyFile.
+func ServiceKeyFile(t testing.TB) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "service.key")
+	if err := os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(serviceSecret())+"\n"), 0o600); err != nil {
+		t.Fatalf("testkit: service key file: %v", err)
+	}
+	return path
+}
+
+// testSigner signs what Publish writes, as the service "test".
+var testSigner = sync.OnceValue(func() *envelope.Signer { return envelope.NewServiceSigner("test", ServiceKey()) })
+
+// Sign signs m as the test's service ("services/test") would.
+func Sign(m *kafka.Message) { testSigner().Sign(m) }
+
+// Signer returns the signer Publish uses ("services/test"): a test gives
+// it to a bus.Producer of its own (SetSigner) to write as a service would.
+func Signer() *envelope.Signer { return testSigner() }
+
+// ServiceCredentials is the dial option that makes a connection's calls
+// carry a service token ("services/test") of the test's services' secret:
+// what the internal APIs (provisioner, scheduler, registry) require.
+func ServiceCredentials() grpc.DialOption {
+	iss, err := auth.NewServiceTokenIssuer(serviceSecret(), nil)
+	if err != nil {
+		panic(err)
+	}
+	return grpc.WithPerRPCCredentials(auth.ServiceTokenSource(iss, "test"))
+}

@@ -1,0 +1,85 @@
+package health_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/auth"
+	"github.com/loom-ml/loom/libs/bus"
+	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/health"
+)
+
+// signedAs returns a producer that signs as node's agent.
+func signedAs(t *testing.T, broker, node string) *bus.Producer {
+	t.Helper()
+	id, err := auth.IssueNodeIdentity(testkit.ServiceKey(), node, cluster, "gpu", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := envelope.NewNodeSigner(id.Key, id.Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := bus.NewProducer([]string{broker})
+	p.SetSigner(s)
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// Health takes a node's heartbeat only from that node: another node's
+// valid identity cannot keep it alive (the record is dead-lettered), its
+// own can.
+func TestHeartbeatOnlyFromItsNode(t *testing.T) {
+	t.Parallel()
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	cfg := health.Config{Common: config.Common{Brokers: []string{broker}, RedisAddr: redisAddr, ServiceKeyFile: testkit.ServiceKeyFile(t),
+		GRPCAddr: freeAddr(t), HTTPAddr: "127.0.0.1:0", LogLevel: "warn"}, HeartbeatTimeout: 300 * time.Millisecond}
+	testkit.Start(t, "health", func(ctx context.Context) error { return health.Run(ctx, cfg) })
+	ctx := testkit.Context(t, wait)
+	testkit.Publish(t, broker,
+		envelope.New(topics.NodeEvents, node, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}}))
+	own := signedAs(t, broker, node)
+	beat := &eventsv1.Heartbeat{Node: node, Cluster: cluster, BootId: "b1", Time: timestamppb.Now()}
+	if err := own.Publish(ctx, envelope.New(topics.NodeTelemetry, node, "loom/agent", &eventsv1.AgentRegistered{Node: node, Cluster: cluster, Hostname: "gpu-0001", BootId: "b1"}),
+		envelope.New(topics.NodeTelemetry, node, "loom/agent", beat)); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitEvent(t, broker, topics.HealthEvents, wait, verdict(eventsv1.NodeHealth_UNHEALTHY))
+
+	intruder := signedAs(t, broker, cluster+"/nodes/gpu-0002")
+	if err := intruder.Publish(ctx, envelope.New(topics.NodeTelemetry, node, "loom/agent", beat)); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, wait, "the intruder's heartbeat dead-lettered as wrong-node", func() (bool, error) {
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{broker}, Topic: topics.NodeTelemetry + topics.DLQSuffix, MaxWait: 50 * time.Millisecond})
+		defer r.Close()
+		rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		for {
+			m, err := r.FetchMessage(rctx)
+			if err != nil {
+				return false, nil
+			}
+			for _, h := range m.Headers {
+				if h.Key == bus.HeaderDLQReason && string(h.Value) == envelope.ReasonWrongNode {
+					return true, nil
+				}
+			}
+		}
+	})
+	if err := own.Publish(ctx, envelope.New(topics.NodeTelemetry, node, "loom/agent", beat)); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitEvent(t, broker, topics.HealthEvents, wait, verdict(eventsv1.NodeHealth_HEALTHY))
+}

@@ -1,0 +1,173 @@
+package scheduler_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/loom-ml/loom/libs/auth"
+	"github.com/loom-ml/loom/libs/bus"
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// nodeProducer writes as host's agent does: signed with a node identity
+// the services' key certified.
+func nodeProducer(t *testing.T, broker, host string) *bus.Producer {
+	t.Helper()
+	id, err := auth.IssueNodeIdentity(testkit.ServiceKey(), nodeName(host), cluster, "gpu", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := envelope.NewNodeSigner(id.Key, id.Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := bus.NewProducer([]string{broker})
+	p.SetSigner(s)
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// A StepChanged that would complete a running job — unsigned, from another
+// node's valid identity about its own (unassigned) step, or about the
+// assigned node's — changes nothing and is dead-lettered with the reason;
+// the assigned node's own report completes it.
+func TestForgedStepChangedIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	in := startScheduler(t, broker, redisAddr)
+	f := newFeeder(t, broker)
+	f.cluster()
+	f.node("gpu-0001", 4)
+	f.node("gpu-0002", 4)
+	f.submit(1, 1, 4) // fills one node; the other stays free
+	j := in.job(t, 1, loomv1.JobState_CONFIGURING)
+	assigned := j.GetNodes()[0]
+	other := "gpu-0001"
+	if other == hostOf(assigned) {
+		other = "gpu-0002"
+	}
+	exited := func(node string) envelope.Event {
+		return envelope.New(topics.StepEvents, jobName(1), "loom/agent", &eventsv1.StepChanged{Job: jobName(1), Attempt: 1,
+			Node: node, State: eventsv1.StepState_STEP_EXITED, Cluster: cluster})
+	}
+	ctx := testkit.Context(t, wait)
+
+	unsigned, err := envelope.Encode(exited(assignedName(assigned)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.PublishMessages(t, broker, unsigned)
+	intruder := nodeProducer(t, broker, other)
+	if err := intruder.Publish(ctx, exited(nodeName(other)), exited(assignedName(assigned))); err != nil {
+		t.Fatal(err)
+	}
+
+	reasons := map[string]int{}
+	testkit.WaitFor(t, wait, "three dead letters", func() (bool, error) {
+		clear(reasons)
+		for _, m := range dlq(t, broker, topics.StepEvents) {
+			for _, h := range m.Headers {
+				if h.Key == bus.HeaderDLQReason {
+					reasons[string(h.Value)]++
+				}
+			}
+		}
+		return len(reasons) == 3, nil
+	})
+	want := map[string]int{envelope.ReasonUnsigned: 1, envelope.ReasonNotAssigned: 1, envelope.ReasonWrongNode: 1}
+	for r, n := range want {
+		if reasons[r] != n {
+			t.Errorf("dead letters: %v, want %v", reasons, want)
+			break
+		}
+	}
+	if got := in.job(t, 1, loomv1.JobState_CONFIGURING); got.GetState() != loomv1.JobState_CONFIGURING {
+		t.Fatalf("job 1 is %v after forged reports", got.GetState())
+	}
+
+	// The node it runs on completes it.
+	owner := nodeProducer(t, broker, hostOf(assigned))
+	if err := owner.Publish(ctx, exited(assignedName(assigned))); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(1, loomv1.JobState_COMPLETED))
+}
+
+// assignedName is the full node name of a job's node entry (a hostname or
+// a full name).
+func assignedName(n string) string {
+	if len(n) > len(cluster) && n[:len(cluster)] == cluster {
+		return n
+	}
+	return nodeName(n)
+}
+
+// hostOf is the hostname of a job's node entry.
+func hostOf(n string) string {
+	full := assignedName(n)
+	return full[len(cluster+"/nodes/"):]
+}
+
+// dlq returns the records dead-lettered from topic.
+func dlq(t *testing.T, broker, topic string) []kafka.Message {
+	t.Helper()
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{broker}, Topic: topic + topics.DLQSuffix, Partition: 0, MaxWait: 50 * time.Millisecond})
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var out []kafka.Message
+	for {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			return out
+		}
+		out = append(out, m)
+	}
+}
+
+// The scheduler's API is internal: a call without a service token, or with
+// a token another secret keyed, is Unauthenticated; health checks need none.
+func TestInternalAPIWantsAServiceToken(t *testing.T) {
+	t.Parallel()
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	in := startScheduler(t, broker, redisAddr)
+	ctx := testkit.Context(t, wait)
+	testkit.WaitFor(t, wait, "ListJobs with the service token", func() (bool, error) {
+		_, err := in.client.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: "projects/default"})
+		if status.Code(err) == codes.Unavailable {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	other, _ := auth.NewServiceTokenIssuer(make([]byte, 32), nil)
+	for name, opts := range map[string][]grpc.DialOption{
+		"no token":      nil,
+		"foreign token": {grpc.WithPerRPCCredentials(auth.ServiceTokenSource(other, "gateway"))},
+	} {
+		conn, err := grpc.NewClient(in.conn.Target(), append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := loomv1.NewJobServiceClient(conn).ListJobs(ctx, &loomv1.ListJobsRequest{Parent: "projects/default"}); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("%s: ListJobs = %v, want Unauthenticated", name, err)
+		}
+		if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+			t.Errorf("%s: health check = %v, want it answered", name, err)
+		}
+	}
+}

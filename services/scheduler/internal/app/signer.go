@@ -1,0 +1,68 @@
+package app
+
+import (
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/bus"
+	"github.com/loom-ml/loom/libs/envelope"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+)
+
+// checkSigner refuses a node's step report about a run the scheduler did
+// not place on that node: the record is dead-lettered with the reason and
+// changes nothing. (The bus already refused a node's report naming
+// another node: the payload's node is the signer's.) Reports about runs
+// the scheduler does not know pass, and are ignored as before.
+func (a *App) checkSigner(ev envelope.Event) error {
+	node, ok := strings.CutPrefix(ev.Signer, "nodes/")
+	if !ok {
+		return nil
+	}
+	var job string
+	var attempt int32
+	switch p := ev.Payload.(type) {
+	case *eventsv1.StepChanged:
+		job, attempt = p.GetJob(), p.GetAttempt()
+	case *eventsv1.TasksChanged:
+		job, attempt = p.GetJob(), p.GetAttempt()
+	default:
+		return nil
+	}
+	r := a.state.Run(job, attempt)
+	if r == nil {
+		return nil
+	}
+	if _, assigned := r.Steps[node]; !assigned {
+		return bus.Permanent(envelope.Reject(envelope.ReasonNotAssigned,
+			"%s reports on %s attempt %d, which runs on %d other node(s), not on it", ev.Signer, job, attempt, len(r.Steps)))
+	}
+	return nil
+}
+
+// asPrincipal returns the payload the scheduler acts on: a command a user
+// made (the gateway stamped their principal on its envelope) acts as that
+// user, whatever user the payload names, where the user decides what the
+// command may do (cancel or update a job: its owner, or an admin).
+func asPrincipal(ev envelope.Event) proto.Message {
+	user, ok := strings.CutPrefix(ev.Principal, "users/")
+	if !ok || user == "" {
+		return ev.Payload
+	}
+	switch p := ev.Payload.(type) {
+	case *eventsv1.CancelJob:
+		if p.GetUser() != user {
+			c := proto.Clone(p).(*eventsv1.CancelJob)
+			c.User = user
+			return c
+		}
+	case *eventsv1.UpdateJob:
+		if p.GetUser() != user {
+			c := proto.Clone(p).(*eventsv1.UpdateJob)
+			c.User = user
+			return c
+		}
+	}
+	return ev.Payload
+}
