@@ -27,7 +27,7 @@ type authSecrets struct {
 	bootstrapKey []byte
 }
 
-func loadAuthSecrets(c AuthConfig) (authSecrets, error) {
+func loadAuthSecrets(c AuthConfig, serviceKeyFile string) (authSecrets, error) {
 	var s authSecrets
 	if c.Mode != "on" && c.Mode != "off" {
 		return s, errs.Invalid("auth", "want on or off, got %q", c.Mode)
@@ -48,8 +48,8 @@ func loadAuthSecrets(c AuthConfig) (authSecrets, error) {
 			return s, err
 		}
 	}
-	if c.ServiceKeyFile != "" {
-		seed, err := auth.LoadOrCreateSecret(c.ServiceKeyFile, ed25519.SeedSize)
+	if serviceKeyFile != "" {
+		seed, err := auth.LoadOrCreateSecret(serviceKeyFile, ed25519.SeedSize)
 		if err != nil {
 			return s, fmt.Errorf("service key: %w", err)
 		}

@@ -216,7 +216,7 @@ func TestAuthLoginServiceAndMembers(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ctx := testkit.Context(t, wait)
-	raw, err := auth.LoadSecret(h.cfg.Auth.ServiceKeyFile)
+	raw, err := auth.LoadSecret(h.cfg.ServiceKeyFile)
 	if err != nil || len(raw) != ed25519.SeedSize {
 		t.Fatalf("service key file: %v", err)
 	}
@@ -326,7 +326,7 @@ func readKeyFile(t *testing.T, path string) string {
 // bootstrapToken mints what the provisioner gives a node.
 func bootstrapToken(t *testing.T, h *harness, clock clockwork.Clock, node, cluster, pool string) string {
 	t.Helper()
-	seed, err := auth.LoadSecret(h.cfg.Auth.ServiceKeyFile)
+	seed, err := auth.LoadSecret(h.cfg.ServiceKeyFile)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -79,11 +79,6 @@ type AuthConfig struct {
 	// Empty: a secret made at start and lost at exit (tokens then die
 	// with the gateway and other instances refuse them), with a warning.
 	TokenKeyFile string
-	// ServiceKeyFile holds the services' 32-byte secret, shared by every
-	// service and the provisioner (LOOM_SERVICE_KEY_FILE; created when
-	// missing): it signs node certificates and keys bootstrap tokens.
-	// Empty: RegisterNode and RenewNodeIdentity are refused.
-	ServiceKeyFile string
 	// BootstrapAdmin and BootstrapKeyFile (LOOM_GATEWAY_BOOTSTRAP_ADMIN,
 	// LOOM_GATEWAY_BOOTSTRAP_KEY_FILE): when the file does not exist at
 	// start, BootstrapAdmin becomes a cluster administrator and gets an API
@@ -106,8 +101,6 @@ func (c *AuthConfig) registerFlags(fs *flag.FlagSet) {
 		"authentication: on, or off for development only (every caller is a cluster administrator) (LOOM_AUTH)")
 	fs.StringVar(&c.TokenKeyFile, "token-key-file", config.Env("LOOM_GATEWAY_TOKEN_KEY_FILE", ""),
 		"file holding the access and refresh tokens' signing secret, created when missing (LOOM_GATEWAY_TOKEN_KEY_FILE)")
-	fs.StringVar(&c.ServiceKeyFile, "service-key-file", config.Env("LOOM_SERVICE_KEY_FILE", ""),
-		"file holding the services' shared secret (node certificates, bootstrap tokens), created when missing (LOOM_SERVICE_KEY_FILE)")
 	fs.StringVar(&c.BootstrapAdmin, "bootstrap-admin", config.Env("LOOM_GATEWAY_BOOTSTRAP_ADMIN", ""),
 		"user made cluster administrator on first start, with -bootstrap-key-file (LOOM_GATEWAY_BOOTSTRAP_ADMIN)")
 	fs.StringVar(&c.BootstrapKeyFile, "bootstrap-key-file", config.Env("LOOM_GATEWAY_BOOTSTRAP_KEY_FILE", ""),
@@ -237,7 +230,9 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 	if err := slurmspec.CheckMaxArraySize(cfg.MaxArraySize); err != nil {
 		return errs.Invalid("max-array-size", "%v", err)
 	}
-	secrets, err := loadAuthSecrets(cfg.Auth)
+	// The services' secret (config.Common's -service-key-file) also signs
+	// node certificates and keys the bootstrap tokens.
+	secrets, err := loadAuthSecrets(cfg.Auth, cfg.ServiceKeyFile)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}

@@ -324,7 +324,7 @@ func newHarness(t *testing.T, configure ...func(*Config)) *harness {
 		ProvisionerAddr: ownersAddr, SchedulerAddr: ownersAddr, RegistryAddr: ownersAddr,
 	}
 	keys := t.TempDir()
-	cfg.Auth = AuthConfig{Mode: "on", TokenKeyFile: filepath.Join(keys, "token.key"), ServiceKeyFile: filepath.Join(keys, "service.key"),
+	cfg.Auth = AuthConfig{Mode: "on", TokenKeyFile: filepath.Join(keys, "token.key"),
 		BootstrapAdmin: adminUser, BootstrapKeyFile: filepath.Join(keys, "admin.key"), LoginKeyFile: filepath.Join(keys, "login.key")}
 	for _, c := range configure {
 		c(&cfg)

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/loom-ml/loom/libs/auth"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -324,7 +325,12 @@ func runLoom(ctx context.Context, f flags, dir string, jobNice int) (result, err
 		return result{}, fmt.Errorf("start: %w", err)
 	}
 	defer st.close()
-	conn, err := grpc.NewClient(st.gatewayAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	admin, err := st.AdminKey()
+	if err != nil {
+		return result{}, err
+	}
+	conn, err := grpc.NewClient(st.gatewayAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(auth.Bearer(admin)))
 	if err != nil {
 		return result{}, err
 	}

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -38,7 +39,6 @@ import (
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/slurmspec"
-	"github.com/loom-ml/loom/libs/testkit"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -181,7 +181,16 @@ func (g *Gateway) Serve(t testing.TB) string {
 // the test ends.
 func (g *Gateway) Dial(t testing.TB) *grpc.ClientConn {
 	t.Helper()
-	return testkit.Dial(t, g.Serve(t))
+	// A plain connection, as the CLI's: the calls carry only the
+	// credentials the code under test gives them (testkit.Dial would add
+	// a service token).
+	addr := g.Serve(t)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("fakegw: dial %s: %v", addr, err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
 }
 
 // Requests returns copies of the requests of T's type that g was sent, in
