@@ -846,10 +846,16 @@ func TestNodeDrain(t *testing.T) {
 	t.Parallel()
 	s := setup(t).session(t, "drain")
 	node := "dr-0001"
-	if out := s.ok("scontrol", "update", "NodeName="+node, "State=DRAIN", "Reason=conformance test"); out != "" {
+	// Only an administrator changes a node, as in Slurm.
+	if r := s.run("scontrol", "update", "NodeName="+node, "State=DRAIN", "Reason=by a user"); r.code == 0 ||
+		!strings.Contains(r.stderr, "Access/permission denied") {
+		t.Errorf("a user drains a node: %v; want Access/permission denied", r)
+	}
+	admin := s.as("root")
+	if out := admin.ok("scontrol", "update", "NodeName="+node, "State=DRAIN", "Reason=conformance test"); out != "" {
 		t.Errorf("scontrol update node printed %q", out)
 	}
-	t.Cleanup(func() { s.run("scontrol", "update", "NodeName="+node, "State=RESUME") })
+	t.Cleanup(func() { admin.run("scontrol", "update", "NodeName="+node, "State=RESUME") })
 	s.waitFor(30*time.Second, node+" drained", func() bool {
 		st := strings.TrimSpace(s.ok("sinfo", "-h", "-N", "-n", node, "-o", "%t|%E"))
 		return (st == "drain|conformance test" || st == "drng|conformance test")
@@ -862,7 +868,7 @@ func TestNodeDrain(t *testing.T) {
 		r := s.queue("-j", id)
 		return len(r) == 1 && r[0]["ST"] == "PD" && (r[0]["REASON"] == "Resources" || strings.HasPrefix(r[0]["REASON"], "ReqNodeNotAvail"))
 	})
-	s.ok("scontrol", "update", "NodeName="+node, "State=RESUME")
+	admin.ok("scontrol", "update", "NodeName="+node, "State=RESUME")
 	s.waitFor(30*time.Second, node+" resumed", func() bool {
 		st := strings.TrimSpace(s.ok("sinfo", "-h", "-N", "-n", node, "-o", "%t"))
 		return st == "idle" || st == "mix" || st == "alloc"

@@ -321,6 +321,15 @@ func (f *fixture) userToken(t *testing.T, user string) []string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// Like a site's sacctmgr add user, the administrator makes each
+	// session's user a user of the project first; the stack's
+	// administrator (loom up's OS user, root here) is one already.
+	if user != f.stack.Admin {
+		if _, err := loomv1.NewAuthServiceClient(f.conn).SetMember(ctx, &loomv1.SetMemberRequest{
+			Parent: "projects/default", User: user, Role: "user"}); err != nil {
+			t.Fatalf("make %s a user of the project: %v", user, err)
+		}
+	}
 	tok, err := f.stack.UserToken(ctx, user)
 	if err != nil {
 		t.Fatalf("a token for %s: %v", user, err)
