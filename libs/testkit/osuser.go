@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/libs/osuser"
+	"github.com/loom-ml/loom/libs/testkit/need"
 )
 
 // OSUser is a real operating-system account made for one test (OSUsers).
@@ -41,11 +42,9 @@ func OSUsers(t testing.TB, n int) []OSUser {
 	if os.Geteuid() != 0 {
 		t.Skip("testkit: needs root to make operating-system users (useradd); run the test as root to check jobs run as their owners")
 	}
-	for _, tool := range []string{"useradd", "groupadd", "userdel", "groupdel"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("testkit: %s not found: cannot make operating-system users", tool)
-		}
-	}
+	// Missing tools fail the test where tools are required (CI): a skip
+	// there would hide a missing install step.
+	need.Tools(t, "apt-get install passwd", "useradd", "groupadd", "userdel", "groupdel")
 	out := make([]OSUser, 0, n)
 	for range n {
 		var b [4]byte
@@ -89,9 +88,7 @@ func OSUserNamed(t testing.TB, name string) osuser.Account {
 	if os.Geteuid() != 0 {
 		t.Skipf("testkit: needs root to make the operating-system user %s its jobs run as (useradd)", name)
 	}
-	if _, err := exec.LookPath("useradd"); err != nil {
-		t.Skipf("testkit: useradd not found: cannot make the operating-system user %s", name)
-	}
+	need.Tools(t, "apt-get install passwd", "useradd", "userdel")
 	admin(t, "useradd", "-M", "-d", "/nonexistent", "-s", "/bin/sh", "-U", name)
 	t.Cleanup(func() {
 		adminQuiet("userdel", name)
