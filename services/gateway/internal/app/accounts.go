@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/loom-ml/loom/libs/auth"
-	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/resname"
@@ -153,7 +152,7 @@ func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociation
 		return nil, err
 	}
 	parent := resname.Project{ID: project}.String()
-	cmd, err := envelope.Route(parent, Source, &eventsv1.AssociationChanged{Project: project, Association: a})
+	cmd, err := route(ctx, parent, &eventsv1.AssociationChanged{Project: project, Association: a})
 	if err != nil {
 		return nil, err
 	}
