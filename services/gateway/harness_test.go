@@ -290,7 +290,7 @@ func c1() *loomv1.Cluster {
 }
 
 // newHarness starts the gateway; configure changes its configuration first.
-func newHarness(t *testing.T, configure ...func(*Config)) *harness {
+func newHarness(t testing.TB, configure ...func(*Config)) *harness {
 	t.Helper()
 	h := &harness{broker: testkit.Broker(t), w: &world{
 		clusters: map[string]*loomv1.Cluster{}, jobs: map[string]*loomv1.Job{}, reservations: map[string]*loomv1.Reservation{},
@@ -389,7 +389,7 @@ var testPrincipals = map[string]testPrincipal{
 // gateway's member store, and each principal gets
 // an access token signed with the gateway's token key, as CreateToken
 // issues them.
-func (h *harness) enrol(t *testing.T) {
+func (h *harness) enrol(t testing.TB) {
 	t.Helper()
 	if h.cfg.Auth.Mode == "off" || h.cfg.Auth.BootstrapKeyFile == "" {
 		return // every caller is the development administrator
@@ -510,7 +510,7 @@ const defaultCaller = "root"
 
 // as dials the gateway as the named test principal (h.cred; "" dials
 // anonymous).
-func (h *harness) as(t *testing.T, name string) *grpc.ClientConn {
+func (h *harness) as(t testing.TB, name string) *grpc.ClientConn {
 	t.Helper()
 	return h.dial(t, h.cred(name))
 }
