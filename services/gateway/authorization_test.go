@@ -329,7 +329,9 @@ func matrixRows(opName string) []matrixRow {
 		{"RenewNodeIdentity", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
 			_, err := as(c).RenewNodeIdentity(ctx, &loomv1.RenewNodeIdentityRequest{PublicKey: make([]byte, 32)})
 			return err
-		}), func(int) (string, string, string) { return "POST", "/v1/auth:renewNode", `{"public_key":"` + zeroKey + `"}` },
+		}), func(int) (string, string, string) {
+			return "POST", "/v1/auth:renewNode", `{"public_key":"` + zeroKey + `"}`
+		},
 			[9]codes.Code{un, pd, pd, pd, pd, pd, pd, ok, pd}},
 
 		{"ListAuditRecords", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
