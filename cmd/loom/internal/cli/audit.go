@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -9,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -52,20 +52,10 @@ cluster administrators read every project's with --all-projects
 			}
 			req := &loomv1.ListAuditRecordsRequest{Parent: parent, Principal: principal}
 			resp := &loomv1.ListAuditRecordsResponse{}
-			err = paging.Each(func(token string) (string, error) {
-				ctx, cancel := a.call(cmd.Context())
-				defer cancel()
-				req.PageToken = token
-				if limit > 0 {
-					req.PageSize = int32(min(limit-len(resp.Records), paging.MaxSize))
-				}
+			resp.Records, err = collect(a, cmd, limit, func(ctx context.Context, token string, size int32) ([]*loomv1.AuditRecord, string, error) {
+				req.PageToken, req.PageSize = token, size
 				page, err := cl.ListAuditRecords(ctx, req)
-				resp.Records = append(resp.Records, page.GetRecords()...)
-				if limit > 0 && len(resp.Records) >= limit {
-					resp.Records = resp.Records[:limit]
-					return "", err
-				}
-				return page.GetNextPageToken(), err
+				return page.GetRecords(), page.GetNextPageToken(), err
 			})
 			if err != nil {
 				return a.explain("read the audit trail of "+parent, err)

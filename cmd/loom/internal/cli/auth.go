@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strings"
 	"time"
 
@@ -385,18 +384,7 @@ func yesNo(b bool) string {
 }
 
 // roles renders a role map as "p1=admin, p2=viewer", sorted by project.
-func roles(m map[string]string) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + m[k]
-	}
-	return strings.Join(parts, ", ")
-}
+func roles(m map[string]string) string { return keyValues(m, ", ") }
 
 // keyParent is "users/{user}", or "users/-" (the caller) for "".
 func keyParent(user string) string {

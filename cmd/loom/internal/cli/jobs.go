@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 
-	"github.com/loom-ml/loom/libs/paging"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -310,20 +309,10 @@ func (a *app) jobsListCommand() *cobra.Command {
 				return fmt.Errorf("--limit must not be negative, got %d; 0 lists every job", limit)
 			}
 			resp := &loomv1.ListJobsResponse{}
-			err = paging.Each(func(token string) (string, error) {
-				ctx, cancel := a.call(cmd.Context())
-				defer cancel()
-				req.PageToken = token
-				if limit > 0 {
-					req.PageSize = int32(min(limit-len(resp.Jobs), paging.MaxSize))
-				}
+			resp.Jobs, err = collect(a, cmd, limit, func(ctx context.Context, token string, size int32) ([]*loomv1.Job, string, error) {
+				req.PageToken, req.PageSize = token, size
 				page, err := cl.ListJobs(ctx, req)
-				resp.Jobs = append(resp.Jobs, page.GetJobs()...)
-				if limit > 0 && len(resp.Jobs) >= limit {
-					resp.Jobs = resp.Jobs[:limit]
-					return "", err
-				}
-				return page.GetNextPageToken(), err
+				return page.GetJobs(), page.GetNextPageToken(), err
 			})
 			if err != nil {
 				return a.explain("list jobs", err)

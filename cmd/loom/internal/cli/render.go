@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,10 +12,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -250,7 +253,10 @@ func homeDir(c *loomv1.Cluster) string {
 	return c.GetStatus().GetSharedDir()
 }
 
-func labels(m map[string]string) string {
+func labels(m map[string]string) string { return keyValues(m, ",") }
+
+// keyValues renders m as "k1=v1<sep>k2=v2", sorted by key.
+func keyValues(m map[string]string, sep string) string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -260,7 +266,7 @@ func labels(m map[string]string) string {
 	for i, k := range keys {
 		parts[i] = k + "=" + m[k]
 	}
-	return strings.Join(parts, ",")
+	return strings.Join(parts, sep)
 }
 
 func renderNodes(w io.Writer, ns []*loomv1.Node) error {
@@ -414,4 +420,29 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// collect gathers a list's items page by page (AIP-158), each call bounded
+// by the CLI's call timeout: every page, or the first limit items when
+// limit > 0 (fetch is then asked for at most what is still wanted). fetch
+// asks for the page at token of at most size items (0: the server's
+// default) and returns its items and the next token.
+func collect[T any](a *app, cmd *cobra.Command, limit int, fetch func(ctx context.Context, token string, size int32) ([]T, string, error)) ([]T, error) {
+	var out []T
+	err := paging.Each(func(token string) (string, error) {
+		ctx, cancel := a.call(cmd.Context())
+		defer cancel()
+		var size int32
+		if limit > 0 {
+			size = int32(min(limit-len(out), paging.MaxSize))
+		}
+		items, next, err := fetch(ctx, token, size)
+		out = append(out, items...)
+		if limit > 0 && len(out) >= limit {
+			out = out[:limit]
+			return "", err
+		}
+		return next, err
+	})
+	return out, err
 }
