@@ -118,7 +118,7 @@ func (a *app) gatewayFlag() string {
 func (a *app) authCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "auth",
-		Short: "Log in to a gateway, show who you are, manage your API keys",
+		Short: "Log in to a gateway, show who you are, manage API keys and project members",
 		Long: `Authentication. Every call the CLI makes carries a credential, found in
 this order:
 
@@ -135,7 +135,7 @@ when one expires.`,
 	}
 	keys := &cobra.Command{Use: "keys", Short: "Create, list and revoke API keys"}
 	keys.AddCommand(a.authKeysCreateCommand(), a.authKeysListCommand(), a.authKeysRevokeCommand())
-	cmd.AddCommand(a.authLoginCommand(), a.authLogoutCommand(), a.authWhoAmICommand(), keys)
+	cmd.AddCommand(a.authLoginCommand(), a.authLogoutCommand(), a.authWhoAmICommand(), keys, a.authMembersCommand())
 	return cmd
 }
 

@@ -487,3 +487,51 @@ func TestReadSecretOnATerminalDoesNotEcho(t *testing.T) {
 		t.Error("the terminal showed nothing, not even the newline (ECHONL)")
 	}
 }
+
+// TestAuthMembers: `loom auth members` sets, lists and removes a project's
+// members (and with --global the cluster administrators), in an aligned
+// table or JSON; a bad role is refused with the gateway's reason and a
+// caller who may not is told so.
+func TestAuthMembers(t *testing.T) {
+	t.Parallel()
+	_, gw, aliceKey := authGateway(t)
+	env := []string{"LOOM_TOKEN=" + aliceKey}
+	dir := t.TempDir()
+	for _, args := range [][]string{{"set", "carol", "user"}, {"set", "bob", "viewer"}, {"set", "dave", "admin"}} {
+		out, errOut, code := authCLI(t, gw, dir, env, append([]string{"auth", "members"}, args...)...)
+		if want := args[1] + " is " + args[2] + " in projects/default.\n"; code != 0 || out != want {
+			t.Fatalf("members %v: exit %d, %q %q; want %q", args, code, out, errOut, want)
+		}
+	}
+	if out, _, code := authCLI(t, gw, dir, env, "auth", "members", "remove", "dave"); code != 0 || out != "dave has no role in projects/default any more.\n" {
+		t.Fatalf("remove: exit %d, %q", code, out)
+	}
+	out, _, code := authCLI(t, gw, dir, env, "auth", "members", "list")
+	if code != 0 {
+		t.Fatalf("list: exit %d", code)
+	}
+	golden(t, out, `
+USER   ROLE
+bob    viewer
+carol  user
+`)
+	out, _, code = authCLI(t, gw, dir, env, "auth", "members", "list", "-o", "json")
+	var resp map[string][]map[string]string
+	if code != 0 || json.Unmarshal([]byte(out), &resp) != nil || len(resp["members"]) != 2 || resp["members"][1]["user"] != "carol" {
+		t.Errorf("list -o json: exit %d, %s", code, out)
+	}
+	if out, _, code := authCLI(t, gw, dir, env, "auth", "members", "set", "--global", "erin", "cluster-admin"); code != 0 || out != "erin is cluster-admin in global.\n" {
+		t.Errorf("set --global: exit %d, %q", code, out)
+	}
+	_, errOut, code := authCLI(t, gw, dir, env, "auth", "members", "set", "carol", "owner")
+	if code != 1 || !strings.Contains(errOut, `unknown role "owner"`) {
+		t.Errorf("a bad role: exit %d, %q", code, errOut)
+	}
+	_, errOut, code = authCLI(t, gw, dir, []string{"LOOM_TOKEN=tok-bob"}, "auth", "members", "set", "bob", "admin")
+	if code != 1 || !strings.Contains(errOut, "permission denied") {
+		t.Errorf("bob makes himself admin: exit %d, %q", code, errOut)
+	}
+	if _, errOut, code := authCLI(t, gw, dir, env, "auth", "members", "set", "carol"); code != 2 || !strings.Contains(errOut, "give the user and the role") {
+		t.Errorf("set without a role: exit %d, %q", code, errOut)
+	}
+}

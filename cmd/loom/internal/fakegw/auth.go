@@ -1,8 +1,10 @@
 package fakegw
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -37,6 +39,9 @@ type Auth struct {
 	// Keys are ListApiKeys' data (names "users/{user}/keys/{id}", without
 	// secrets); CreateApiKey appends, RevokeApiKey sets revoke_time.
 	Keys []*loomv1.ApiKey
+	// Members are ListMembers' data, kept sorted by parent then user;
+	// SetMember adds, changes and (role "") removes.
+	Members []*loomv1.Member
 	// TokenTTL is the access tokens' lifetime (default 30 minutes).
 	TokenTTL time.Duration
 	// Now is the clock (default TestNow).
@@ -288,4 +293,48 @@ func (a *Auth) RevokeApiKey(ctx context.Context, r *loomv1.RevokeApiKeyRequest) 
 		}
 	}
 	return nil, status.Errorf(codes.NotFound, "key %s not found", name)
+}
+
+// SetMember sets (role "": removes) user's role under parent, as the
+// gateway does for a cluster administrator; any other caller is refused.
+func (a *Auth) SetMember(ctx context.Context, r *loomv1.SetMemberRequest) (*loomv1.Member, error) {
+	p, err := a.authenticated(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !p.GetClusterAdmin() {
+		return nil, status.Errorf(codes.PermissionDenied, "Access/permission denied: %s may not set members", p.GetName())
+	}
+	switch r.GetRole() {
+	case "", "viewer", "user", "admin", "cluster-admin":
+	default:
+		return nil, status.Errorf(codes.InvalidArgument, "role: unknown role %q (want viewer, user or admin)", r.GetRole())
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	m := &loomv1.Member{Parent: r.GetParent(), User: r.GetUser(), Role: r.GetRole()}
+	a.Members = slices.DeleteFunc(a.Members, func(o *loomv1.Member) bool { return o.GetParent() == m.GetParent() && o.GetUser() == m.GetUser() })
+	if m.GetRole() != "" {
+		a.Members = append(a.Members, m)
+		slices.SortFunc(a.Members, func(x, y *loomv1.Member) int {
+			return cmp.Or(strings.Compare(x.GetParent(), y.GetParent()), strings.Compare(x.GetUser(), y.GetUser()))
+		})
+	}
+	return m, nil
+}
+
+// ListMembers lists parent's members, in one page.
+func (a *Auth) ListMembers(ctx context.Context, r *loomv1.ListMembersRequest) (*loomv1.ListMembersResponse, error) {
+	if _, err := a.authenticated(ctx); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := &loomv1.ListMembersResponse{}
+	for _, m := range a.Members {
+		if m.GetParent() == r.GetParent() {
+			out.Members = append(out.Members, m)
+		}
+	}
+	return out, nil
 }
