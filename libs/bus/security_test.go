@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"crypto/tls"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -78,6 +79,60 @@ func TestNewSecurityRefusesWhatCannotWork(t *testing.T) {
 	for _, o := range []bus.KafkaOptions{{SASLMechanism: "GSSAPI", User: "u"}, {SASLMechanism: "PLAIN"}, {TLSCert: "/x"}, {TLSCA: "/nonexistent"}} {
 		if _, err := bus.NewSecurity(o); err == nil {
 			t.Errorf("NewSecurity(%+v) accepted", o)
+		}
+	}
+}
+
+// TestTLSAgainstKfake: with LOOM_KAFKA_TLS_CA naming the broker's CA,
+// producers, consumers and topic creation speak TLS to a TLS-only broker;
+// a plaintext client, or one trusting another CA, does not get through.
+func TestTLSAgainstKfake(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca, cert, key := testkit.TLSFiles(t, dir, "kafka")
+	other, _, _ := testkit.TLSFiles(t, dir, "other")
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.TLS(&tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	broker := c.ListenAddrs()[0]
+	sec, err := bus.NewSecurity(bus.KafkaOptions{TLS: true, TLSCA: ca})
+	if err != nil || sec == nil {
+		t.Fatalf("NewSecurity: %v, %v", sec, err)
+	}
+	ctx := testkit.Context(t, 30*time.Second)
+	topic := "tls.test"
+	if err := bus.EnsureTopicsWith(ctx, []string{broker}, sec, []topics.Spec{{Name: topic, Partitions: 1}, {Name: topic + topics.DLQSuffix, Partitions: 1}}); err != nil {
+		t.Fatalf("EnsureTopics over TLS: %v", err)
+	}
+	p := bus.NewSecureProducer([]string{broker}, sec)
+	t.Cleanup(func() { _ = p.Close() })
+	ev := event(topic, "k", 1)
+	if err := p.Publish(ctx, ev); err != nil {
+		t.Fatalf("publish over TLS: %v", err)
+	}
+	var got atomic.Value
+	startConsumer(t, bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic}, Security: sec}, p,
+		func(ctx context.Context, e envelope.Event) error { got.Store(e.ID); return nil })
+	testkit.WaitFor(t, 30*time.Second, "the record read over TLS", func() (bool, error) { return got.Load() == ev.ID, nil })
+
+	otherCA, err := bus.NewSecurity(bus.KafkaOptions{TLS: true, TLSCA: other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]*bus.Security{"plaintext": nil, "another CA": otherCA} {
+		bad := bus.NewSecureProducer([]string{broker}, s)
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		err := bad.Publish(pctx, event(topic, "k", 2))
+		cancel()
+		_ = bad.CloseWithin(time.Second)
+		if err == nil {
+			t.Errorf("%s: publish succeeded against a TLS-only broker", name)
 		}
 	}
 }

@@ -2,18 +2,9 @@ package service
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -22,46 +13,6 @@ import (
 	"github.com/loom-ml/loom/libs/testkit/need"
 )
 
-// writeCA makes a CA and a server certificate for 127.0.0.1 signed by it
-// in dir, as PEM files: ca.pem, srv.pem, srv.key.
-func writeCA(t *testing.T, dir, name string) (ca, cert, key string) {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "redis"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caTmpl, &srvKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(srvKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	write := func(file, typ string, der []byte) string {
-		p := filepath.Join(dir, file)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	return write(name+"-ca.pem", "CERTIFICATE", caDER), write(name+"-srv.pem", "CERTIFICATE", srvDER), write(name+"-srv.key", "EC PRIVATE KEY", keyDER)
-}
-
 // A service reaches a Redis that speaks only TLS with LOOM_REDIS_TLS_CA
 // naming its CA; without TLS, or trusting another CA, New does not get
 // through.
@@ -69,8 +20,8 @@ func TestNewWithRedisTLS(t *testing.T) {
 	t.Parallel()
 	need.Tools(t, "apt-get install redis-server", "redis-server")
 	dir := t.TempDir()
-	ca, cert, key := writeCA(t, dir, "redis")
-	other, _, _ := writeCA(t, dir, "other")
+	ca, cert, key := testkit.TLSFiles(t, dir, "redis")
+	other, _, _ := testkit.TLSFiles(t, dir, "other")
 	port, err := embedded.FreePort()
 	if err != nil {
 		t.Fatal(err)
