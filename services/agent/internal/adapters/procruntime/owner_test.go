@@ -145,7 +145,13 @@ func TestNonRootAgentRunsOnlyItsOwnUsersJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
+	// No process may be forked while the copy is open for writing: a child
+	// forked then would hold the descriptor until its exec, and exec'ing
+	// the copy would fail with "text file busy" (Go issue 22315).
+	syscall.ForkLock.Lock()
+	err = os.WriteFile(bin, data, 0o755)
+	syscall.ForkLock.Unlock()
+	if err != nil {
 		t.Fatal(err)
 	}
 	c := exec.Command(bin)
