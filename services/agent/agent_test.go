@@ -198,9 +198,7 @@ func TestSlurmBinLeadsTheJobsPath(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.slurmBin = t.TempDir()
-	if err := os.WriteFile(filepath.Join(e.slurmBin, "srun"), []byte("#!/bin/sh\necho \"loom srun $*\"\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testkit.WriteExecutable(t, filepath.Join(e.slurmBin, "srun"), []byte("#!/bin/sh\necho \"loom srun $*\"\n"), 0o755)
 	e.start(t)
 	script := `echo "$PATH"; command -v srun; srun hostname`
 	submitted := "/tmp/loom-login-gone:/usr/bin:/bin"

@@ -15,6 +15,7 @@ import (
 
 	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
 	"github.com/loom-ml/loom/cmd/loom/internal/slurmcli"
+	"github.com/loom-ml/loom/libs/testkit"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -559,9 +560,7 @@ sinfo -N; echo "sinfo exit $?"`
 	}
 	// A script without #! runs as a shell script, as a shell runs it; a
 	// relative path is the login's home's.
-	if err := os.WriteFile(filepath.Join(home, "plain.sh"), []byte("echo plain $1 in $(pwd)\nexit 4\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testkit.WriteExecutable(t, filepath.Join(home, "plain.sh"), []byte("echo plain $1 in $(pwd)\nexit 4\n"), 0o755)
 	out, errOut, code = run(t, gw, "clusters", "login", "lt", "--", "./plain.sh", "arg")
 	if code != 4 || (out != "plain arg in "+realHome+"\n" && out != "plain arg in "+home+"\n") || errOut != "" {
 		t.Fatalf("login -- ./plain.sh arg: exit %d, stdout %q, stderr %q; want exit 4 and the script's line", code, out, errOut)

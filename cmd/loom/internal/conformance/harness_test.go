@@ -409,9 +409,7 @@ func (s *session) script(name string) string {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(s.dir, name), b, 0o755); err != nil {
-		s.t.Fatal(err)
-	}
+	testkit.WriteExecutable(s.t, filepath.Join(s.dir, name), b, 0o755)
 	return name
 }
 

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
+	"github.com/loom-ml/loom/libs/testkit"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -391,9 +392,7 @@ func TestSrun(t *testing.T) {
 	}
 	// -n overrides the job's task count; the worst exit code is srun's.
 	script := filepath.Join(dir, "fail.sh")
-	if err := os.WriteFile(script, []byte("#!/bin/sh\n[ \"$SLURM_PROCID\" = 1 ] && exit 7\nexit 0\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	testkit.WriteExecutable(t, script, []byte("#!/bin/sh\n[ \"$SLURM_PROCID\" = 1 ] && exit 7\nexit 0\n"), 0o755)
 	code, _, errOut = run(t, &fakegw.Gateway{}, "srun", Env{Cwd: dir, Environ: alloc, Stdin: in()}, "-n", "2", "./fail.sh")
 	if code != 7 || errOut != "srun: error: gpu-0001: task 1: Exited with exit code 7\n" {
 		t.Errorf("srun exit: %d %q", code, errOut)

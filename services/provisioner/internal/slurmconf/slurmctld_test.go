@@ -95,9 +95,7 @@ func runSlurmctld(t *testing.T, c *loomv1.Cluster, nodes []*loomv1.Node) {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(p, []byte(s.Content), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		testkit.WriteExecutable(t, p, []byte(s.Content), 0o755)
 	}
 
 	key := filepath.Join(base, "munge", "munge.key")

@@ -80,9 +80,7 @@ func TestStartAsUser(t *testing.T) {
 	}
 	// A program only root may run is not found for the user.
 	prog := filepath.Join(private, "prog")
-	if err := os.WriteFile(prog, []byte("#!/bin/sh\n"), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	testkit.WriteExecutable(t, prog, []byte("#!/bin/sh\n"), 0o700)
 	if _, err := rt.Start(ports.Spec{Argv: []string{prog}, User: u.Name, Dir: own}); err == nil {
 		t.Fatalf("started root's 0700 program as %s", u.Name)
 	}
@@ -145,15 +143,7 @@ func TestNonRootAgentRunsOnlyItsOwnUsersJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// No process may be forked while the copy is open for writing: a child
-	// forked then would hold the descriptor until its exec, and exec'ing
-	// the copy would fail with "text file busy" (Go issue 22315).
-	syscall.ForkLock.Lock()
-	err = os.WriteFile(bin, data, 0o755)
-	syscall.ForkLock.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
+	testkit.WriteExecutable(t, bin, data, 0o755)
 	c := exec.Command(bin)
 	c.Env = []string{"LOOM_TEST_ACCOUNTS=" + a.Name + "," + b.Name + ",root,"}
 	c.Dir = "/"

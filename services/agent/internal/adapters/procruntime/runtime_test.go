@@ -86,10 +86,13 @@ func TestStartRunsTheSpec(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, "bin"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	prog := "#!/bin/sh\npwd\necho \"FOO=$FOO\"\necho \"args $*\"\ncut -d' ' -f5 /proc/$$/stat\nenv | sort > env.txt\necho oops >&2\nexit 3\n"
-	if err := os.WriteFile(filepath.Join(dir, "bin", "prog"), []byte(prog), 0o755); err != nil {
+	// The program waits on a FIFO (gate) until the test has read its group:
+	// a process that has already exited has no start time to read.
+	if err := syscall.Mkfifo(filepath.Join(dir, "gate"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	prog := "#!/bin/sh\nread x < gate\npwd\necho \"FOO=$FOO\"\necho \"args $*\"\ncut -d' ' -f5 /proc/$$/stat\nenv | sort > env.txt\necho oops >&2\nexit 3\n"
+	testkit.WriteExecutable(t, filepath.Join(dir, "bin", "prog"), []byte(prog), 0o755)
 	stdout, stderr := outputs(t, dir)
 	rt := New(asAgent)
 	// "bin" is relative: taken against Dir, as a shell started there would.
@@ -98,6 +101,9 @@ func TestStartRunsTheSpec(t *testing.T) {
 	g := p.Group()
 	if g.PID <= 1 || g.Start == 0 {
 		t.Fatalf("group = %+v, want the leader's pid and start time", g)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "gate"), []byte("go\n"), 0o600); err != nil {
+		t.Fatal(err)
 	}
 	if e := waitExit(t, p); e != (ports.Exit{Code: 3}) {
 		t.Fatalf("exit = %+v, want code 3", e)
