@@ -239,8 +239,20 @@ type serviceExit struct {
 // another process before its service binds it; Start then starts again on
 // new ports, up to startAttempts times in all.
 func Start(ctx context.Context, opts Options) (*Stack, error) {
+	// Whether the administrator key is new is decided against the data
+	// directory as it was before the first attempt: a failed attempt's
+	// gateway may already have written the key.
+	adminKeyExisted := false
+	if opts.DataDir != "" {
+		_, err := os.Stat(KeysIn(opts.DataDir).Admin)
+		adminKeyExisted = err == nil
+	}
 	for attempt := 1; ; attempt++ {
 		s, err := startOnce(ctx, opts)
+		if err == nil {
+			_, statErr := os.Stat(s.Keys.Admin)
+			s.NewAdminKey = statErr == nil && !adminKeyExisted
+		}
 		if err == nil || attempt == startAttempts || !retryable(err, opts.Addrs) || ctx.Err() != nil {
 			return s, err
 		}
@@ -324,8 +336,6 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 			return fmt.Errorf("start stack: %w", err)
 		}
 	}
-	_, statErr := os.Stat(s.Keys.Admin)
-	adminKeyExisted := statErr == nil
 	s.Admin = opts.Admin
 	if s.Admin == "" {
 		u, err := osuser.Current()
@@ -491,9 +501,6 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	}
 	if err := s.waitReady(ctx, timeout); err != nil {
 		return fmt.Errorf("start stack: %w", err)
-	}
-	if _, err := os.Stat(s.Keys.Admin); err == nil && !adminKeyExisted {
-		s.NewAdminKey = true
 	}
 	s.log.Info("loom is up", "gateway", a.Gateway, "rest", a.GatewayREST, "data", s.DataDir)
 	return nil
