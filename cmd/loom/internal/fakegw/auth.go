@@ -298,6 +298,8 @@ func (a *Auth) RevokeApiKey(ctx context.Context, r *loomv1.RevokeApiKeyRequest) 
 // SetMember sets (role "": removes) user's role under parent, as the
 // gateway does for a cluster administrator; any other caller is refused.
 func (a *Auth) SetMember(ctx context.Context, r *loomv1.SetMemberRequest) (*loomv1.Member, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	p, err := a.authenticated(ctx)
 	if err != nil {
 		return nil, err
@@ -310,8 +312,6 @@ func (a *Auth) SetMember(ctx context.Context, r *loomv1.SetMemberRequest) (*loom
 	default:
 		return nil, status.Errorf(codes.InvalidArgument, "role: unknown role %q (want viewer, user or admin)", r.GetRole())
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	m := &loomv1.Member{Parent: r.GetParent(), User: r.GetUser(), Role: r.GetRole()}
 	a.Members = slices.DeleteFunc(a.Members, func(o *loomv1.Member) bool { return o.GetParent() == m.GetParent() && o.GetUser() == m.GetUser() })
 	if m.GetRole() != "" {
@@ -325,11 +325,11 @@ func (a *Auth) SetMember(ctx context.Context, r *loomv1.SetMemberRequest) (*loom
 
 // ListMembers lists parent's members, in one page.
 func (a *Auth) ListMembers(ctx context.Context, r *loomv1.ListMembersRequest) (*loomv1.ListMembersResponse, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	if _, err := a.authenticated(ctx); err != nil {
 		return nil, err
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	out := &loomv1.ListMembersResponse{}
 	for _, m := range a.Members {
 		if m.GetParent() == r.GetParent() {
