@@ -8,7 +8,6 @@ import (
 	"github.com/segmentio/kafka-go"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
@@ -18,23 +17,6 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/health"
 )
-
-// signedAs returns a producer that signs as node's agent.
-func signedAs(t *testing.T, broker, node string) *bus.Producer {
-	t.Helper()
-	id, err := auth.IssueNodeIdentity(testkit.ServiceKey(), node, cluster, "gpu", time.Now(), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := envelope.NewNodeSigner(id.Key, id.Cert)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := bus.NewProducer([]string{broker})
-	p.SetSigner(s)
-	t.Cleanup(func() { _ = p.Close() })
-	return p
-}
 
 // Health takes a node's heartbeat only from that node: another node's
 // valid identity cannot keep it alive (the record is dead-lettered), its
@@ -49,7 +31,7 @@ func TestHeartbeatOnlyFromItsNode(t *testing.T) {
 	ctx := testkit.Context(t, wait)
 	testkit.Publish(t, broker,
 		envelope.New(topics.NodeEvents, node, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Cluster: cluster, Hostname: "gpu-0001", State: loomv1.Node_READY}}))
-	own := signedAs(t, broker, node)
+	own := testkit.NodeProducer(t, broker, node, cluster, "gpu")
 	beat := &eventsv1.Heartbeat{Node: node, Cluster: cluster, BootId: "b1", Time: timestamppb.Now()}
 	if err := own.Publish(ctx, envelope.New(topics.NodeTelemetry, node, "loom/agent", &eventsv1.AgentRegistered{Node: node, Cluster: cluster, Hostname: "gpu-0001", BootId: "b1"}),
 		envelope.New(topics.NodeTelemetry, node, "loom/agent", beat)); err != nil {
@@ -57,7 +39,7 @@ func TestHeartbeatOnlyFromItsNode(t *testing.T) {
 	}
 	testkit.WaitEvent(t, broker, topics.HealthEvents, wait, verdict(eventsv1.NodeHealth_UNHEALTHY))
 
-	intruder := signedAs(t, broker, cluster+"/nodes/gpu-0002")
+	intruder := testkit.NodeProducer(t, broker, cluster+"/nodes/gpu-0002", cluster, "gpu")
 	if err := intruder.Publish(ctx, envelope.New(topics.NodeTelemetry, node, "loom/agent", beat)); err != nil {
 		t.Fatal(err)
 	}

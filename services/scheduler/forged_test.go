@@ -21,24 +21,6 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
-// nodeProducer writes as host's agent does: signed with a node identity
-// the services' key certified.
-func nodeProducer(t *testing.T, broker, host string) *bus.Producer {
-	t.Helper()
-	id, err := auth.IssueNodeIdentity(testkit.ServiceKey(), nodeName(host), cluster, "gpu", time.Now(), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := envelope.NewNodeSigner(id.Key, id.Cert)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := bus.NewProducer([]string{broker})
-	p.SetSigner(s)
-	t.Cleanup(func() { _ = p.Close() })
-	return p
-}
-
 // A StepChanged that would complete a running job — unsigned, from another
 // node's valid identity about its own (unassigned) step, or about the
 // assigned node's — changes nothing and is dead-lettered with the reason;
@@ -70,7 +52,7 @@ func TestForgedStepChangedIsDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.PublishMessages(t, broker, unsigned)
-	intruder := nodeProducer(t, broker, other)
+	intruder := testkit.NodeProducer(t, broker, nodeName(other), cluster, "gpu")
 	if err := intruder.Publish(ctx, exited(nodeName(other)), exited(assignedName(assigned))); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +81,7 @@ func TestForgedStepChangedIsDeadLettered(t *testing.T) {
 	}
 
 	// The node it runs on completes it.
-	owner := nodeProducer(t, broker, hostOf(assigned))
+	owner := testkit.NodeProducer(t, broker, nodeName(hostOf(assigned)), cluster, "gpu")
 	if err := owner.Publish(ctx, exited(assignedName(assigned))); err != nil {
 		t.Fatal(err)
 	}
