@@ -47,19 +47,6 @@ func owner(t *testing.T, path string) (uint32, uint32, os.FileMode) {
 	return st.Uid, st.Gid, fi.Mode()
 }
 
-// reachable returns a temporary directory of root's, mode 0755, that other
-// users can reach (t.TempDir's parent is 0700).
-func reachable(t *testing.T) string {
-	t.Helper()
-	d := t.TempDir()
-	for _, p := range []string{filepath.Dir(d), d} {
-		if err := os.Chmod(p, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return d
-}
-
 // TestAsChecksTheUsersRights: files opened through As are checked against
 // the user's rights (not root's), files made are the user's, group
 // membership counts, and the calling process is root again afterwards.
@@ -69,7 +56,7 @@ func TestAsChecksTheUsersRights(t *testing.T) {
 	if len(u.Groups) < 2 || !slices.Contains(u.Groups, u.GID) || u.GroupID == 0 {
 		t.Fatalf("account %+v: want its user group and its supplementary group", u)
 	}
-	root := reachable(t) // root's, 0755
+	root := testkit.ReachableDir(t) // root's, 0755
 	open := filepath.Join(root, "open")
 	if err := os.MkdirAll(open, 0o777); err != nil {
 		t.Fatal(err)
@@ -138,7 +125,7 @@ func TestMakeDirFor(t *testing.T) {
 	t.Parallel()
 	us := testkit.OSUsers(t, 2)
 	a, b := us[0], us[1]
-	base := reachable(t)
+	base := testkit.ReachableDir(t)
 	dir := filepath.Join(base, "spool", "steps", "7.0")
 	if err := osuser.MakeDirFor(a.Account, dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -170,7 +157,7 @@ func TestMakeDirFor(t *testing.T) {
 func TestMakeDirForAtOnce(t *testing.T) {
 	t.Parallel()
 	a := testkit.OSUsers(t, 1)[0]
-	base := reachable(t)
+	base := testkit.ReachableDir(t)
 	for i := range 20 {
 		dir := filepath.Join(base, "steps", strconv.Itoa(i))
 		errc := make(chan error, 8)

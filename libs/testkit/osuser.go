@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -133,4 +134,18 @@ func adminRun(tool string, args ...string) error {
 		time.Sleep(delay)
 		delay = min(2*delay, 200*time.Millisecond)
 	}
+}
+
+// ReachableDir returns a temporary directory of the test's, mode 0755,
+// under a parent other users can enter (t.TempDir's own parent is 0700):
+// where a test's other OS users may look.
+func ReachableDir(t testing.TB) string {
+	t.Helper()
+	d := t.TempDir()
+	for _, p := range []string{filepath.Dir(d), d} {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
 }

@@ -15,19 +15,6 @@ import (
 	"github.com/loom-ml/loom/services/agent/internal/ports"
 )
 
-// reachable returns a temporary directory of root's, mode 0755, under a
-// parent other users can enter (t.TempDir's own parent is 0700).
-func reachable(t *testing.T) string {
-	t.Helper()
-	d := t.TempDir()
-	for _, p := range []string{filepath.Dir(d), d} {
-		if err := os.Chmod(p, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return d
-}
-
 // A "#!" script (handed over as a memfd) and an argv both run as the
 // spec's user, and OpenOutput makes the user's files, 0600, in the user's
 // new directories, 0700.
@@ -35,7 +22,7 @@ func TestStartAsUser(t *testing.T) {
 	t.Parallel()
 	u := testkit.OSUsers(t, 1)[0]
 	rt := New(Options{Node: "n1"})
-	base := reachable(t)
+	base := testkit.ReachableDir(t)
 	own := filepath.Join(base, "own")
 	if err := os.Mkdir(own, 0o700); err != nil {
 		t.Fatal(err)
@@ -138,7 +125,7 @@ func TestNonRootAgentRunsOnlyItsOwnUsersJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(reachable(t), "procruntime.test")
+	bin := filepath.Join(testkit.ReachableDir(t), "procruntime.test")
 	data, err := os.ReadFile(exe)
 	if err != nil {
 		t.Fatal(err)
