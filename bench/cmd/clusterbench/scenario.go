@@ -105,7 +105,7 @@ func newClient(s *env, via string) (*client, error) {
 	// Straight to the bus and the provisioner's internal API, the benchmark
 	// writes and calls as a service: signed with the stack's services' key,
 	// with a service token.
-	secret, err := auth.LoadSecret(s.ServiceKeyFile)
+	secret, err := auth.LoadSecret(s.Keys.Service)
 	if err != nil {
 		return nil, err
 	}

@@ -155,10 +155,6 @@ type Stack struct {
 	GatewayAddr, RESTAddr string
 	// BrokerAddr and RedisAddr are the embedded infrastructure.
 	BrokerAddr, RedisAddr string
-	// ServiceKeyFile is the services' secret (mode 0600) every service of
-	// the stack signs and verifies the bus with: a tool that writes to the
-	// bus or calls an internal API directly (a benchmark) uses it too.
-	ServiceKeyFile string
 	// RedisPassword is what a client of RedisAddr AUTHs with (the embedded
 	// Redis requires the password it generated in its data dir).
 	RedisPassword string
@@ -204,7 +200,9 @@ type Keys struct {
 	// Token is the gateway's token signing secret (-token-key-file).
 	Token string
 	// Service is the services' shared secret (-service-key-file,
-	// LOOM_SERVICE_KEY_FILE).
+	// LOOM_SERVICE_KEY_FILE): every service signs and verifies the bus
+	// with it, and a tool that writes to the bus or calls an internal API
+	// directly (a benchmark) uses it too.
 	Service string
 	// Admin holds the administrator's API key, which the gateway writes at
 	// its first start (-bootstrap-key-file).
@@ -408,14 +406,6 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	s.BrokerAddr, s.RedisAddr = a.Broker, a.Redis
 	s.GatewayAddr, s.RESTAddr = a.Gateway, a.GatewayREST
 
-	// The services' secret: every service signs what it writes to the bus
-	// with it and checks what it reads against it (one per data dir, kept
-	// across restarts, mode 0600).
-	serviceKey := filepath.Join(s.DataDir, "keys", "service.key")
-	if _, err := auth.LoadOrCreateSecret(serviceKey, 32); err != nil {
-		return fmt.Errorf("start stack: service key: %w", err)
-	}
-	s.ServiceKeyFile = serviceKey
 	level := opts.LogLevel
 	if level == "" {
 		level = config.Env("LOOM_LOG_LEVEL", "info")
@@ -425,7 +415,7 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	// defaults and LOOM_* variables for the rest) or as its own binary.
 	common := func(grpcAddr, httpAddr string) []string {
 		args := []string{"-brokers=" + a.Broker, "-redis=" + a.Redis, "-grpc-addr=" + grpcAddr,
-			"-http-addr=" + httpAddr, "-log-level=" + level, "-service-key-file=" + serviceKey,
+			"-http-addr=" + httpAddr, "-log-level=" + level, "-service-key-file=" + s.Keys.Service,
 			"-create-topics=false"} // created above
 		if s.redis.PasswordFile != "" {
 			args = append(args, "-redis-password-file="+s.redis.PasswordFile)
