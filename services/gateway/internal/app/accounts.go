@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/resname"
@@ -22,15 +21,15 @@ import (
 // (AssociationChanged on loom.job.commands.v1, key the project), which
 // enforces MaxJobs; the gateway enforces MaxSubmitJobs at SubmitJob.
 
-// projectRole parses parent and checks that the caller holds at least want
-// in it (domain.CheckProjectRole); it returns the project id.
-func projectRole(ctx context.Context, parent string, want auth.Role) (string, error) {
+// projectOf parses parent and returns the project id. Who may call is the
+// authorization table's (package authz: admins write, viewers list), as
+// for every other service.
+func projectOf(parent string) (string, error) {
 	p, err := resname.ParseProject(parent)
 	if err != nil {
 		return "", errs.Invalid("parent", "%v", err)
 	}
-	pr, ok := auth.FromContext(ctx)
-	return p.ID, domain.CheckProjectRole(pr, ok, p.ID, want)
+	return p.ID, nil
 }
 
 // CreateAccount adds an account to a project (sacctmgr add account); the
@@ -38,7 +37,7 @@ func projectRole(ctx context.Context, parent string, want auth.Role) (string, er
 // for a bad id, parent or value; AlreadyExists for an account the project
 // has (root always); ResourceExhausted past domain.MaxAccountsPerProject.
 func (g *Gateway) CreateAccount(ctx context.Context, req *loomv1.CreateAccountRequest) (*loomv1.Account, error) {
-	if _, err := projectRole(ctx, req.GetParent(), auth.RoleAdmin); err != nil {
+	if _, err := projectOf(req.GetParent()); err != nil {
 		return nil, err
 	}
 	project, acct, err := domain.AcceptAccount(req)
@@ -88,7 +87,7 @@ func (g *Gateway) CreateAccount(ctx context.Context, req *loomv1.CreateAccountRe
 // ListAccounts lists a project's accounts, root included, by name; the
 // caller must be a viewer of the project.
 func (g *Gateway) ListAccounts(ctx context.Context, req *loomv1.ListAccountsRequest) (*loomv1.ListAccountsResponse, error) {
-	project, err := projectRole(ctx, req.GetParent(), auth.RoleViewer)
+	project, err := projectOf(req.GetParent())
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +111,7 @@ func (g *Gateway) ListAccounts(ctx context.Context, req *loomv1.ListAccountsRequ
 // emits AssociationChanged (key: the project) in one Apply, and returns
 // the association as stored, default_account as it now stands.
 func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociationRequest) (*loomv1.Association, error) {
-	if _, err := projectRole(ctx, req.GetParent(), auth.RoleAdmin); err != nil {
+	if _, err := projectOf(req.GetParent()); err != nil {
 		return nil, err
 	}
 	project, a, err := domain.AcceptAssociation(req)
@@ -169,7 +168,7 @@ func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociation
 // optionally one user's or one account's; the caller must be a viewer of
 // the project.
 func (g *Gateway) ListAssociations(ctx context.Context, req *loomv1.ListAssociationsRequest) (*loomv1.ListAssociationsResponse, error) {
-	project, err := projectRole(ctx, req.GetParent(), auth.RoleViewer)
+	project, err := projectOf(req.GetParent())
 	if err != nil {
 		return nil, err
 	}

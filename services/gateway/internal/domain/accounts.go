@@ -5,7 +5,6 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -173,25 +172,6 @@ func AcceptAssociation(req *loomv1.SetAssociationRequest) (string, *loomv1.Assoc
 		out.Fairshare = 1
 	}
 	return p.ID, out, nil
-}
-
-// CheckProjectRole refuses a caller whose role in project is below want:
-// Unauthenticated without a principal, NotFound for one who is not a
-// member (another project's resources do not exist for them), else
-// PermissionDenied naming the role needed. The gateway's authorization
-// table checks the method first; this is the resource-level check of the
-// account service, which names its project in the request.
-func CheckProjectRole(p *auth.Principal, ok bool, project string, want auth.Role) error {
-	if !ok || p == nil {
-		return fmt.Errorf("accounts of project %s: no credential: %w", project, errs.Unauthenticated)
-	}
-	switch have := p.Role(project); {
-	case have == auth.RoleNone:
-		return fmt.Errorf("project %s: %w", project, errs.NotFound)
-	case have < want:
-		return fmt.Errorf("%s is %s of project %s; this needs %s: %w", p.Name, have, project, want, errs.PermissionDenied)
-	}
-	return nil
 }
 
 // CheckListAssociations checks ListAssociations' filters.
