@@ -50,6 +50,19 @@ var wantRoutes = map[string]string{
 	"ModelVersionRegistered": ModelEvents,
 	"AuditRecorded":          Audit,
 	"AssociationChanged":     JobCommands,
+	"RemediationFinished":    NodeEvents,
+	"GpuTelemetry":           NodeTelemetry,
+	"XidObserved":            NodeTelemetry,
+	"HealthCheckCompleted":   NodeTelemetry,
+	"NodesNeedCheck":         JobEvents,
+	"StepProgress":           StepEvents,
+	"RunHealthCheck":         NodeCommands,
+	"InjectNodeFault":        NodeCommands,
+	"ScanNodes":              HealthCommands,
+	"ReportFaultyNodes":      HealthCommands,
+	"UpdateNodeRemediation":  HealthCommands,
+	"InjectFault":            HealthCommands,
+	"RemediateNode":          RemediationCommand,
 }
 
 // TestEveryEventRoutes enumerates every message of loom.events.v1 — the only

@@ -15,6 +15,8 @@ const (
 	StepEvents         = "loom.step.events.v1"          // agent → scheduler; key job name
 	HealthEvents       = "loom.health.events.v1"        // health; key node name
 	RemediationCommand = "loom.remediation.commands.v1" // health → provisioner; key node name
+	NodeCommands       = "loom.node.commands.v1"        // health → agent; key node name
+	HealthCommands     = "loom.health.commands.v1"      // gateway → health; key cluster name
 	ModelCommands      = "loom.model.commands.v1"       // gateway → registry; key model name
 	ModelEvents        = "loom.model.events.v1"         // registry; key model name
 	Audit              = "loom.audit.v1"                // gateway; key project
@@ -41,7 +43,7 @@ const DefaultPartitions = 4
 // Step commands are keyed by node and each agent reads only the partition
 // of its own node (bus.ConsumerConfig.PartitionKey): more partitions, fewer
 // other nodes' commands an agent fetches only to pass over.
-var partitionsOf = map[string]int{StepCommands: 32}
+var partitionsOf = map[string]int{StepCommands: 32, NodeCommands: 32}
 
 // Partitions is the partition count a topic is created with.
 func Partitions(topic string) int {
@@ -54,7 +56,7 @@ func Partitions(topic string) int {
 // All returns every Loom topic with its dead-letter topic, in a stable order.
 func All() []Spec {
 	names := []string{ClusterCommands, ClusterEvents, NodeEvents, NodeTelemetry, JobCommands,
-		JobEvents, StepCommands, StepEvents, HealthEvents, RemediationCommand, ModelCommands, ModelEvents, Audit}
+		JobEvents, StepCommands, StepEvents, HealthEvents, RemediationCommand, NodeCommands, HealthCommands, ModelCommands, ModelEvents, Audit}
 	var out []Spec
 	for _, n := range names {
 		out = append(out, Spec{Name: n, Partitions: Partitions(n), Configs: retention})

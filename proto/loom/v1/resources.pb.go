@@ -236,6 +236,11 @@ const (
 	Node_DRAINING Node_State = 5
 	// FAILED could not be brought up; next_action says what happens next.
 	Node_FAILED Node_State = 6
+	// REBOOTING, REIMAGING, REPLACING: the provisioner is carrying out a repair
+	// health asked for (loom.remediation.commands.v1).
+	Node_REBOOTING Node_State = 7
+	Node_REIMAGING Node_State = 8
+	Node_REPLACING Node_State = 9
 )
 
 // Enum value maps for Node_State.
@@ -248,6 +253,9 @@ var (
 		4: "DELETING",
 		5: "DRAINING",
 		6: "FAILED",
+		7: "REBOOTING",
+		8: "REIMAGING",
+		9: "REPLACING",
 	}
 	Node_State_value = map[string]int32{
 		"STATE_UNSPECIFIED": 0,
@@ -257,6 +265,9 @@ var (
 		"DELETING":          4,
 		"DRAINING":          5,
 		"FAILED":            6,
+		"REBOOTING":         7,
+		"REIMAGING":         8,
+		"REPLACING":         9,
 	}
 )
 
@@ -298,6 +309,10 @@ const (
 	SlurmNode_DRAINING          SlurmNode_State = 4
 	SlurmNode_DRAINED           SlurmNode_State = 5
 	SlurmNode_DOWN              SlurmNode_State = 6
+	// REBOOT_REQUESTED: health asked for a reboot that waits for the node's jobs;
+	// REBOOT_ISSUED: the reboot is under way (Slurm's REBOOT_REQUESTED/REBOOT_ISSUED).
+	SlurmNode_REBOOT_REQUESTED SlurmNode_State = 7
+	SlurmNode_REBOOT_ISSUED    SlurmNode_State = 8
 )
 
 // Enum value maps for SlurmNode_State.
@@ -310,6 +325,8 @@ var (
 		4: "DRAINING",
 		5: "DRAINED",
 		6: "DOWN",
+		7: "REBOOT_REQUESTED",
+		8: "REBOOT_ISSUED",
 	}
 	SlurmNode_State_value = map[string]int32{
 		"STATE_UNSPECIFIED": 0,
@@ -319,6 +336,8 @@ var (
 		"DRAINING":          4,
 		"DRAINED":           5,
 		"DOWN":              6,
+		"REBOOT_REQUESTED":  7,
+		"REBOOT_ISSUED":     8,
 	}
 )
 
@@ -2098,10 +2117,22 @@ type Job struct {
 	// the job, a requeued run's too; "append" keeps what earlier runs wrote.
 	OpenMode string `protobuf:"bytes,67,opt,name=open_mode,json=openMode,proto3" json:"open_mode,omitempty"`
 	// requeue: --requeue / --no-requeue; unset means the cluster default (requeue allowed).
-	Requeue   *bool  `protobuf:"varint,44,opt,name=requeue,proto3,oneof" json:"requeue,omitempty"`
-	Exclusive bool   `protobuf:"varint,45,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
-	Qos       string `protobuf:"bytes,46,opt,name=qos,proto3" json:"qos,omitempty"`
-	Account   string `protobuf:"bytes,47,opt,name=account,proto3" json:"account,omitempty"`
+	Requeue *bool `protobuf:"varint,44,opt,name=requeue,proto3,oneof" json:"requeue,omitempty"`
+	// max_retries is how many times a failure of the job's own program (a
+	// non-zero exit) is retried; infrastructure failures (NODE_FAIL, hangs,
+	// health actions) do not count against it. 0: not retried.
+	MaxRetries int32 `protobuf:"varint,69,opt,name=max_retries,json=maxRetries,proto3" json:"max_retries,omitempty"`
+	// hang_timeout_seconds ends a run that reports no progress for that long
+	// (trainer steps or output growth) as hung, and requeues it; 0: the cluster default.
+	HangTimeoutSeconds int64 `protobuf:"varint,70,opt,name=hang_timeout_seconds,json=hangTimeoutSeconds,proto3" json:"hang_timeout_seconds,omitempty"`
+	// checkpoint_dir is where the job writes checkpoints (LOOM_CHECKPOINT_DIR,
+	// AIP_CHECKPOINT_DIR); empty: <shared dir>/checkpoints/<job id>.
+	CheckpointDir string `protobuf:"bytes,71,opt,name=checkpoint_dir,json=checkpointDir,proto3" json:"checkpoint_dir,omitempty"`
+	// user_failures counts the runs that failed by the program's own fault. Output only.
+	UserFailures int32  `protobuf:"varint,72,opt,name=user_failures,json=userFailures,proto3" json:"user_failures,omitempty"`
+	Exclusive    bool   `protobuf:"varint,45,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
+	Qos          string `protobuf:"bytes,46,opt,name=qos,proto3" json:"qos,omitempty"`
+	Account      string `protobuf:"bytes,47,opt,name=account,proto3" json:"account,omitempty"`
 	// nodelist and exclude are hostnames the job must use / must not use.
 	Nodelist []string `protobuf:"bytes,48,rep,name=nodelist,proto3" json:"nodelist,omitempty"`
 	Exclude  []string `protobuf:"bytes,49,rep,name=exclude,proto3" json:"exclude,omitempty"`
@@ -2365,6 +2396,34 @@ func (x *Job) GetRequeue() bool {
 		return *x.Requeue
 	}
 	return false
+}
+
+func (x *Job) GetMaxRetries() int32 {
+	if x != nil {
+		return x.MaxRetries
+	}
+	return 0
+}
+
+func (x *Job) GetHangTimeoutSeconds() int64 {
+	if x != nil {
+		return x.HangTimeoutSeconds
+	}
+	return 0
+}
+
+func (x *Job) GetCheckpointDir() string {
+	if x != nil {
+		return x.CheckpointDir
+	}
+	return ""
+}
+
+func (x *Job) GetUserFailures() int32 {
+	if x != nil {
+		return x.UserFailures
+	}
+	return 0
 }
 
 func (x *Job) GetExclusive() bool {
@@ -3631,7 +3690,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\n" +
 	"slurm_conf\x18\x01 \x01(\tR\tslurmConf\x12\x1b\n" +
 	"\tgres_conf\x18\x02 \x01(\tR\bgresConf\x12#\n" +
-	"\rtopology_conf\x18\x03 \x01(\tR\ftopologyConf\"\xaa\x06\n" +
+	"\rtopology_conf\x18\x03 \x01(\tR\ftopologyConf\"\xd8\x06\n" +
 	"\x04Node\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1b\n" +
@@ -3654,7 +3713,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"nextAction\x12A\n" +
 	"\x0edrain_deadline\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\rdrainDeadline\x12'\n" +
 	"\x0flaunch_attempts\x18\x12 \x01(\x05R\x0elaunchAttempts\x12\x12\n" +
-	"\x04role\x18\x13 \x01(\tR\x04role\"m\n" +
+	"\x04role\x18\x13 \x01(\tR\x04role\"\x9a\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fPROVISIONING\x10\x01\x12\t\n" +
@@ -3663,7 +3722,10 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\bDELETING\x10\x04\x12\f\n" +
 	"\bDRAINING\x10\x05\x12\n" +
 	"\n" +
-	"\x06FAILED\x10\x06\"\xe5\x0e\n" +
+	"\x06FAILED\x10\x06\x12\r\n" +
+	"\tREBOOTING\x10\a\x12\r\n" +
+	"\tREIMAGING\x10\b\x12\r\n" +
+	"\tREPLACING\x10\t\"\x84\x10\n" +
 	"\x03Job\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -3696,7 +3758,12 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x0eoutput_pattern\x18* \x01(\tR\routputPattern\x12#\n" +
 	"\rerror_pattern\x18+ \x01(\tR\ferrorPattern\x12\x1b\n" +
 	"\topen_mode\x18C \x01(\tR\bopenMode\x12\x1d\n" +
-	"\arequeue\x18, \x01(\bH\x00R\arequeue\x88\x01\x01\x12\x1c\n" +
+	"\arequeue\x18, \x01(\bH\x00R\arequeue\x88\x01\x01\x12\x1f\n" +
+	"\vmax_retries\x18E \x01(\x05R\n" +
+	"maxRetries\x120\n" +
+	"\x14hang_timeout_seconds\x18F \x01(\x03R\x12hangTimeoutSeconds\x12%\n" +
+	"\x0echeckpoint_dir\x18G \x01(\tR\rcheckpointDir\x12#\n" +
+	"\ruser_failures\x18H \x01(\x05R\fuserFailures\x12\x1c\n" +
 	"\texclusive\x18- \x01(\bR\texclusive\x12\x10\n" +
 	"\x03qos\x18. \x01(\tR\x03qos\x12\x18\n" +
 	"\aaccount\x18/ \x01(\tR\aaccount\x12\x1a\n" +
@@ -3765,7 +3832,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\n" +
 	"total_gpus\x18\b \x01(\x05R\ttotalGpus\x12\x1d\n" +
 	"\n" +
-	"alloc_gpus\x18\t \x01(\x05R\tallocGpus\"\xd4\x04\n" +
+	"alloc_gpus\x18\t \x01(\x05R\tallocGpus\"\xfe\x04\n" +
 	"\tSlurmNode\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x18\n" +
@@ -3789,7 +3856,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\vreason_user\x18\x0f \x01(\tR\n" +
 	"reasonUser\x12;\n" +
 	"\vreason_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"reasonTime\"g\n" +
+	"reasonTime\"\x90\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04IDLE\x10\x01\x12\t\n" +
@@ -3797,7 +3864,9 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\tALLOCATED\x10\x03\x12\f\n" +
 	"\bDRAINING\x10\x04\x12\v\n" +
 	"\aDRAINED\x10\x05\x12\b\n" +
-	"\x04DOWN\x10\x06\"(\n" +
+	"\x04DOWN\x10\x06\x12\x14\n" +
+	"\x10REBOOT_REQUESTED\x10\a\x12\x11\n" +
+	"\rREBOOT_ISSUED\x10\b\"(\n" +
 	"\vModelOutput\x12\x19\n" +
 	"\bmodel_id\x18\x01 \x01(\tR\amodelId\"\xbc\x01\n" +
 	"\x05Model\x12\x12\n" +

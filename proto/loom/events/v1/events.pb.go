@@ -13,6 +13,7 @@ import (
 	v1 "github.com/loom-ml/loom/proto/loom/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -879,6 +880,101 @@ func (x *NodeRemoved) GetCluster() string {
 	return ""
 }
 
+// RemediationFinished says a repair asked by RemediateNode is done (ok) or
+// could not be done.
+type RemediationFinished struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Cluster       string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	RemediationId string                 `protobuf:"bytes,3,opt,name=remediation_id,json=remediationId,proto3" json:"remediation_id,omitempty"`
+	Action        v1.RemediationAction   `protobuf:"varint,4,opt,name=action,proto3,enum=loom.v1.RemediationAction" json:"action,omitempty"`
+	Ok            bool                   `protobuf:"varint,5,opt,name=ok,proto3" json:"ok,omitempty"`
+	Message       string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	// replacement is the new node's name after ACTION_REPLACE.
+	Replacement   string `protobuf:"bytes,7,opt,name=replacement,proto3" json:"replacement,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemediationFinished) Reset() {
+	*x = RemediationFinished{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemediationFinished) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemediationFinished) ProtoMessage() {}
+
+func (x *RemediationFinished) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemediationFinished.ProtoReflect.Descriptor instead.
+func (*RemediationFinished) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RemediationFinished) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *RemediationFinished) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *RemediationFinished) GetRemediationId() string {
+	if x != nil {
+		return x.RemediationId
+	}
+	return ""
+}
+
+func (x *RemediationFinished) GetAction() v1.RemediationAction {
+	if x != nil {
+		return x.Action
+	}
+	return v1.RemediationAction(0)
+}
+
+func (x *RemediationFinished) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *RemediationFinished) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *RemediationFinished) GetReplacement() string {
+	if x != nil {
+		return x.Replacement
+	}
+	return ""
+}
+
 // AgentRegistered is the first message an agent sends after it starts.
 type AgentRegistered struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -888,14 +984,24 @@ type AgentRegistered struct {
 	Pid      int32                  `protobuf:"varint,4,opt,name=pid,proto3" json:"pid,omitempty"`
 	Gpus     int32                  `protobuf:"varint,5,opt,name=gpus,proto3" json:"gpus,omitempty"`
 	// boot_id changes on every agent start.
-	BootId        string `protobuf:"bytes,6,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
+	BootId string `protobuf:"bytes,6,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
+	// check_addr is "host:port" where the agent serves health checks between
+	// nodes (the all-reduce); empty when it serves none.
+	CheckAddr string `protobuf:"bytes,7,opt,name=check_addr,json=checkAddr,proto3" json:"check_addr,omitempty"`
+	// simulated_gpus: the node's GPUs are the simulated device (no driver).
+	SimulatedGpus bool `protobuf:"varint,8,opt,name=simulated_gpus,json=simulatedGpus,proto3" json:"simulated_gpus,omitempty"`
+	// host_boot_id changes when the node itself restarts (a reboot or a
+	// reimage), not when only the agent does: steps outlive an agent restart.
+	HostBootId string `protobuf:"bytes,9,opt,name=host_boot_id,json=hostBootId,proto3" json:"host_boot_id,omitempty"`
+	// adopted counts the steps a restarted agent found still running and kept.
+	AdoptedSteps  int32 `protobuf:"varint,10,opt,name=adopted_steps,json=adoptedSteps,proto3" json:"adopted_steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AgentRegistered) Reset() {
 	*x = AgentRegistered{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[12]
+	mi := &file_loom_events_v1_events_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -907,7 +1013,7 @@ func (x *AgentRegistered) String() string {
 func (*AgentRegistered) ProtoMessage() {}
 
 func (x *AgentRegistered) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[12]
+	mi := &file_loom_events_v1_events_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -920,7 +1026,7 @@ func (x *AgentRegistered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentRegistered.ProtoReflect.Descriptor instead.
 func (*AgentRegistered) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{12}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AgentRegistered) GetNode() string {
@@ -965,6 +1071,34 @@ func (x *AgentRegistered) GetBootId() string {
 	return ""
 }
 
+func (x *AgentRegistered) GetCheckAddr() string {
+	if x != nil {
+		return x.CheckAddr
+	}
+	return ""
+}
+
+func (x *AgentRegistered) GetSimulatedGpus() bool {
+	if x != nil {
+		return x.SimulatedGpus
+	}
+	return false
+}
+
+func (x *AgentRegistered) GetHostBootId() string {
+	if x != nil {
+		return x.HostBootId
+	}
+	return ""
+}
+
+func (x *AgentRegistered) GetAdoptedSteps() int32 {
+	if x != nil {
+		return x.AdoptedSteps
+	}
+	return 0
+}
+
 // Heartbeat says the agent is alive.
 type Heartbeat struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -979,7 +1113,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[13]
+	mi := &file_loom_events_v1_events_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1125,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[13]
+	mi := &file_loom_events_v1_events_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1138,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{13}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Heartbeat) GetNode() string {
@@ -1042,6 +1176,223 @@ func (x *Heartbeat) GetRunningSteps() int32 {
 	return 0
 }
 
+// GpuTelemetry is a node's GPU and disk readings, published at a bounded
+// rate (the agent's -telemetry-interval).
+type GpuTelemetry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Cluster       string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
+	Gpus          []*v1.GpuSample        `protobuf:"bytes,4,rep,name=gpus,proto3" json:"gpus,omitempty"`
+	Disks         []*v1.DiskSample       `protobuf:"bytes,5,rep,name=disks,proto3" json:"disks,omitempty"`
+	Simulated     bool                   `protobuf:"varint,6,opt,name=simulated,proto3" json:"simulated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GpuTelemetry) Reset() {
+	*x = GpuTelemetry{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GpuTelemetry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GpuTelemetry) ProtoMessage() {}
+
+func (x *GpuTelemetry) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GpuTelemetry.ProtoReflect.Descriptor instead.
+func (*GpuTelemetry) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *GpuTelemetry) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *GpuTelemetry) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *GpuTelemetry) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *GpuTelemetry) GetGpus() []*v1.GpuSample {
+	if x != nil {
+		return x.Gpus
+	}
+	return nil
+}
+
+func (x *GpuTelemetry) GetDisks() []*v1.DiskSample {
+	if x != nil {
+		return x.Disks
+	}
+	return nil
+}
+
+func (x *GpuTelemetry) GetSimulated() bool {
+	if x != nil {
+		return x.Simulated
+	}
+	return false
+}
+
+// XidObserved is one Xid event (NVML event set, or the kernel log), sent at once.
+type XidObserved struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Node    string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Cluster string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Gpu     int32                  `protobuf:"varint,3,opt,name=gpu,proto3" json:"gpu,omitempty"`
+	Xid     int32                  `protobuf:"varint,4,opt,name=xid,proto3" json:"xid,omitempty"`
+	// message is the driver's text, e.g. the NVRM kernel-log line.
+	Message       string                 `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *XidObserved) Reset() {
+	*x = XidObserved{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *XidObserved) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*XidObserved) ProtoMessage() {}
+
+func (x *XidObserved) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use XidObserved.ProtoReflect.Descriptor instead.
+func (*XidObserved) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *XidObserved) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *XidObserved) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *XidObserved) GetGpu() int32 {
+	if x != nil {
+		return x.Gpu
+	}
+	return 0
+}
+
+func (x *XidObserved) GetXid() int32 {
+	if x != nil {
+		return x.Xid
+	}
+	return 0
+}
+
+func (x *XidObserved) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *XidObserved) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+// HealthCheckCompleted carries one check's result from the node that ran it.
+type HealthCheckCompleted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        *v1.HealthCheckResult  `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HealthCheckCompleted) Reset() {
+	*x = HealthCheckCompleted{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthCheckCompleted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthCheckCompleted) ProtoMessage() {}
+
+func (x *HealthCheckCompleted) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthCheckCompleted.ProtoReflect.Descriptor instead.
+func (*HealthCheckCompleted) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *HealthCheckCompleted) GetResult() *v1.HealthCheckResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
 // SubmitJob hands an accepted job to the scheduler. name, job_id and submit_time are set.
 type SubmitJob struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1052,7 +1403,7 @@ type SubmitJob struct {
 
 func (x *SubmitJob) Reset() {
 	*x = SubmitJob{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[14]
+	mi := &file_loom_events_v1_events_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1415,7 @@ func (x *SubmitJob) String() string {
 func (*SubmitJob) ProtoMessage() {}
 
 func (x *SubmitJob) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[14]
+	mi := &file_loom_events_v1_events_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1428,7 @@ func (x *SubmitJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitJob.ProtoReflect.Descriptor instead.
 func (*SubmitJob) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{14}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SubmitJob) GetJob() *v1.Job {
@@ -1108,7 +1459,7 @@ type CancelJob struct {
 
 func (x *CancelJob) Reset() {
 	*x = CancelJob{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[15]
+	mi := &file_loom_events_v1_events_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1471,7 @@ func (x *CancelJob) String() string {
 func (*CancelJob) ProtoMessage() {}
 
 func (x *CancelJob) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[15]
+	mi := &file_loom_events_v1_events_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1484,7 @@ func (x *CancelJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJob.ProtoReflect.Descriptor instead.
 func (*CancelJob) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{15}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CancelJob) GetJob() string {
@@ -1206,7 +1557,7 @@ type UpdateJob struct {
 
 func (x *UpdateJob) Reset() {
 	*x = UpdateJob{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[16]
+	mi := &file_loom_events_v1_events_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1569,7 @@ func (x *UpdateJob) String() string {
 func (*UpdateJob) ProtoMessage() {}
 
 func (x *UpdateJob) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[16]
+	mi := &file_loom_events_v1_events_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1582,7 @@ func (x *UpdateJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJob.ProtoReflect.Descriptor instead.
 func (*UpdateJob) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{16}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UpdateJob) GetJob() string {
@@ -1304,7 +1655,7 @@ type CreateJobStep struct {
 
 func (x *CreateJobStep) Reset() {
 	*x = CreateJobStep{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[17]
+	mi := &file_loom_events_v1_events_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1667,7 @@ func (x *CreateJobStep) String() string {
 func (*CreateJobStep) ProtoMessage() {}
 
 func (x *CreateJobStep) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[17]
+	mi := &file_loom_events_v1_events_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1680,7 @@ func (x *CreateJobStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobStep.ProtoReflect.Descriptor instead.
 func (*CreateJobStep) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{17}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateJobStep) GetJob() string {
@@ -1423,7 +1774,7 @@ type CancelJobStep struct {
 
 func (x *CancelJobStep) Reset() {
 	*x = CancelJobStep{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[18]
+	mi := &file_loom_events_v1_events_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1786,7 @@ func (x *CancelJobStep) String() string {
 func (*CancelJobStep) ProtoMessage() {}
 
 func (x *CancelJobStep) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[18]
+	mi := &file_loom_events_v1_events_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1799,7 @@ func (x *CancelJobStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobStep.ProtoReflect.Descriptor instead.
 func (*CancelJobStep) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{18}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CancelJobStep) GetJob() string {
@@ -1495,7 +1846,7 @@ type UpdateSlurmNode struct {
 
 func (x *UpdateSlurmNode) Reset() {
 	*x = UpdateSlurmNode{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[19]
+	mi := &file_loom_events_v1_events_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1858,7 @@ func (x *UpdateSlurmNode) String() string {
 func (*UpdateSlurmNode) ProtoMessage() {}
 
 func (x *UpdateSlurmNode) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[19]
+	mi := &file_loom_events_v1_events_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1871,7 @@ func (x *UpdateSlurmNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSlurmNode.ProtoReflect.Descriptor instead.
 func (*UpdateSlurmNode) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{19}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *UpdateSlurmNode) GetCluster() string {
@@ -1579,7 +1930,7 @@ type JobChanged struct {
 
 func (x *JobChanged) Reset() {
 	*x = JobChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[20]
+	mi := &file_loom_events_v1_events_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1591,7 +1942,7 @@ func (x *JobChanged) String() string {
 func (*JobChanged) ProtoMessage() {}
 
 func (x *JobChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[20]
+	mi := &file_loom_events_v1_events_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1604,7 +1955,7 @@ func (x *JobChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobChanged.ProtoReflect.Descriptor instead.
 func (*JobChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{20}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *JobChanged) GetJob() *v1.Job {
@@ -1640,7 +1991,7 @@ type NodeDrained struct {
 
 func (x *NodeDrained) Reset() {
 	*x = NodeDrained{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[21]
+	mi := &file_loom_events_v1_events_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1652,7 +2003,7 @@ func (x *NodeDrained) String() string {
 func (*NodeDrained) ProtoMessage() {}
 
 func (x *NodeDrained) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[21]
+	mi := &file_loom_events_v1_events_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1665,7 +2016,7 @@ func (x *NodeDrained) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeDrained.ProtoReflect.Descriptor instead.
 func (*NodeDrained) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{21}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *NodeDrained) GetNode() string {
@@ -1678,6 +2029,86 @@ func (x *NodeDrained) GetNode() string {
 func (x *NodeDrained) GetCluster() string {
 	if x != nil {
 		return x.Cluster
+	}
+	return ""
+}
+
+// NodesNeedCheck asks health to check nodes: a hung run's nodes, or a run's
+// after it failed in a way that may be the hardware's.
+type NodesNeedCheck struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Nodes   []string               `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Reason  string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// job is the run's job, for the record.
+	Job string `protobuf:"bytes,4,opt,name=job,proto3" json:"job,omitempty"`
+	// trigger: "hang", "epilog".
+	Trigger       string `protobuf:"bytes,5,opt,name=trigger,proto3" json:"trigger,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodesNeedCheck) Reset() {
+	*x = NodesNeedCheck{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodesNeedCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodesNeedCheck) ProtoMessage() {}
+
+func (x *NodesNeedCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodesNeedCheck.ProtoReflect.Descriptor instead.
+func (*NodesNeedCheck) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *NodesNeedCheck) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *NodesNeedCheck) GetNodes() []string {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *NodesNeedCheck) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *NodesNeedCheck) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *NodesNeedCheck) GetTrigger() string {
+	if x != nil {
+		return x.Trigger
 	}
 	return ""
 }
@@ -1714,7 +2145,7 @@ type StartStep struct {
 
 func (x *StartStep) Reset() {
 	*x = StartStep{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[22]
+	mi := &file_loom_events_v1_events_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1726,7 +2157,7 @@ func (x *StartStep) String() string {
 func (*StartStep) ProtoMessage() {}
 
 func (x *StartStep) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[22]
+	mi := &file_loom_events_v1_events_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1739,7 +2170,7 @@ func (x *StartStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartStep.ProtoReflect.Descriptor instead.
 func (*StartStep) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{22}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StartStep) GetJob() string {
@@ -1870,7 +2301,7 @@ type StopStep struct {
 
 func (x *StopStep) Reset() {
 	*x = StopStep{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[23]
+	mi := &file_loom_events_v1_events_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1882,7 +2313,7 @@ func (x *StopStep) String() string {
 func (*StopStep) ProtoMessage() {}
 
 func (x *StopStep) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[23]
+	mi := &file_loom_events_v1_events_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1895,7 +2326,7 @@ func (x *StopStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopStep.ProtoReflect.Descriptor instead.
 func (*StopStep) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{23}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StopStep) GetJob() string {
@@ -1950,7 +2381,7 @@ type SignalStep struct {
 
 func (x *SignalStep) Reset() {
 	*x = SignalStep{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[24]
+	mi := &file_loom_events_v1_events_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +2393,7 @@ func (x *SignalStep) String() string {
 func (*SignalStep) ProtoMessage() {}
 
 func (x *SignalStep) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[24]
+	mi := &file_loom_events_v1_events_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +2406,7 @@ func (x *SignalStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalStep.ProtoReflect.Descriptor instead.
 func (*SignalStep) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{24}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SignalStep) GetJob() string {
@@ -2044,7 +2475,7 @@ type LaunchTasks struct {
 
 func (x *LaunchTasks) Reset() {
 	*x = LaunchTasks{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[25]
+	mi := &file_loom_events_v1_events_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2056,7 +2487,7 @@ func (x *LaunchTasks) String() string {
 func (*LaunchTasks) ProtoMessage() {}
 
 func (x *LaunchTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[25]
+	mi := &file_loom_events_v1_events_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2069,7 +2500,7 @@ func (x *LaunchTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaunchTasks.ProtoReflect.Descriptor instead.
 func (*LaunchTasks) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{25}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LaunchTasks) GetJob() string {
@@ -2186,7 +2617,7 @@ type KillTasks struct {
 
 func (x *KillTasks) Reset() {
 	*x = KillTasks{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[26]
+	mi := &file_loom_events_v1_events_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2198,7 +2629,7 @@ func (x *KillTasks) String() string {
 func (*KillTasks) ProtoMessage() {}
 
 func (x *KillTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[26]
+	mi := &file_loom_events_v1_events_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2211,7 +2642,7 @@ func (x *KillTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTasks.ProtoReflect.Descriptor instead.
 func (*KillTasks) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{26}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *KillTasks) GetJob() string {
@@ -2273,7 +2704,7 @@ type StepChanged struct {
 
 func (x *StepChanged) Reset() {
 	*x = StepChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[27]
+	mi := &file_loom_events_v1_events_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2285,7 +2716,7 @@ func (x *StepChanged) String() string {
 func (*StepChanged) ProtoMessage() {}
 
 func (x *StepChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[27]
+	mi := &file_loom_events_v1_events_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2298,7 +2729,7 @@ func (x *StepChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepChanged.ProtoReflect.Descriptor instead.
 func (*StepChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{27}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StepChanged) GetJob() string {
@@ -2378,7 +2809,7 @@ type TasksChanged struct {
 
 func (x *TasksChanged) Reset() {
 	*x = TasksChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[28]
+	mi := &file_loom_events_v1_events_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2390,7 +2821,7 @@ func (x *TasksChanged) String() string {
 func (*TasksChanged) ProtoMessage() {}
 
 func (x *TasksChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[28]
+	mi := &file_loom_events_v1_events_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2403,7 +2834,7 @@ func (x *TasksChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TasksChanged.ProtoReflect.Descriptor instead.
 func (*TasksChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{28}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TasksChanged) GetJob() string {
@@ -2469,21 +2900,157 @@ func (x *TasksChanged) GetMessage() string {
 	return ""
 }
 
+// StepProgress is a running step's sign of progress: the trainer's step and
+// latest checkpoint (from the file named by LOOM_PROGRESS_FILE), or the
+// growth of its output. Sent when it changes, at most every
+// -progress-interval.
+type StepProgress struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Job     string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Attempt int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Node    string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	// step is the training step the program reports (0: none reported).
+	Step int64 `protobuf:"varint,4,opt,name=step,proto3" json:"step,omitempty"`
+	// checkpoint_step is the step of the latest checkpoint written (0: none).
+	CheckpointStep int64                  `protobuf:"varint,5,opt,name=checkpoint_step,json=checkpointStep,proto3" json:"checkpoint_step,omitempty"`
+	CheckpointTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=checkpoint_time,json=checkpointTime,proto3" json:"checkpoint_time,omitempty"`
+	// output_bytes is the size of the step's output file.
+	OutputBytes int64 `protobuf:"varint,7,opt,name=output_bytes,json=outputBytes,proto3" json:"output_bytes,omitempty"`
+	// last_progress is when the step last moved (step or output grew).
+	LastProgress  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_progress,json=lastProgress,proto3" json:"last_progress,omitempty"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepProgress) Reset() {
+	*x = StepProgress{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepProgress) ProtoMessage() {}
+
+func (x *StepProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepProgress.ProtoReflect.Descriptor instead.
+func (*StepProgress) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *StepProgress) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *StepProgress) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *StepProgress) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *StepProgress) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *StepProgress) GetCheckpointStep() int64 {
+	if x != nil {
+		return x.CheckpointStep
+	}
+	return 0
+}
+
+func (x *StepProgress) GetCheckpointTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CheckpointTime
+	}
+	return nil
+}
+
+func (x *StepProgress) GetOutputBytes() int64 {
+	if x != nil {
+		return x.OutputBytes
+	}
+	return 0
+}
+
+func (x *StepProgress) GetLastProgress() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastProgress
+	}
+	return nil
+}
+
+func (x *StepProgress) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
 // NodeHealthChanged says a node became healthy or unhealthy, and why.
 type NodeHealthChanged struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Cluster       string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Node    string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Cluster string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// health: UNHEALTHY takes the node out (its runs end NODE_FAIL and are
+	// requeued); HEALTHY puts it back.
 	Health        NodeHealth             `protobuf:"varint,3,opt,name=health,proto3,enum=loom.events.v1.NodeHealth" json:"health,omitempty"`
 	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	LastHeartbeat *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_heartbeat,json=lastHeartbeat,proto3" json:"last_heartbeat,omitempty"`
+	// state is health's remediation state of the node.
+	State v1.RemediationState `protobuf:"varint,6,opt,name=state,proto3,enum=loom.v1.RemediationState" json:"state,omitempty"`
+	// action is what the scheduler is to do about the node's jobs:
+	// ACTION_RESTART_JOB (health HEALTHY) requeues the runs on the node without
+	// excluding or draining it; ACTION_DRAIN drains it.
+	Action v1.RemediationAction `protobuf:"varint,7,opt,name=action,proto3,enum=loom.v1.RemediationAction" json:"action,omitempty"`
+	Xid    int32                `protobuf:"varint,8,opt,name=xid,proto3" json:"xid,omitempty"`
+	// set_by is "loom-health" or the operator who asked.
+	SetBy string                 `protobuf:"bytes,9,opt,name=set_by,json=setBy,proto3" json:"set_by,omitempty"`
+	Time  *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=time,proto3" json:"time,omitempty"`
+	// repaired (with HEALTHY): the node was repaired and confirmed healthy:
+	// jobs' exclusions of it expire.
+	Repaired bool `protobuf:"varint,11,opt,name=repaired,proto3" json:"repaired,omitempty"`
+	// checkpoint_first (a fault that is not urgent): the runs on the node are
+	// signalled to checkpoint and given a grace period before they are requeued.
+	CheckpointFirst bool `protobuf:"varint,12,opt,name=checkpoint_first,json=checkpointFirst,proto3" json:"checkpoint_first,omitempty"`
+	// unreachable: silent, but not confirmed failed (many nodes fell silent at once).
+	Unreachable   bool `protobuf:"varint,13,opt,name=unreachable,proto3" json:"unreachable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeHealthChanged) Reset() {
 	*x = NodeHealthChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[29]
+	mi := &file_loom_events_v1_events_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2495,7 +3062,7 @@ func (x *NodeHealthChanged) String() string {
 func (*NodeHealthChanged) ProtoMessage() {}
 
 func (x *NodeHealthChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[29]
+	mi := &file_loom_events_v1_events_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2508,7 +3075,7 @@ func (x *NodeHealthChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHealthChanged.ProtoReflect.Descriptor instead.
 func (*NodeHealthChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{29}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *NodeHealthChanged) GetNode() string {
@@ -2546,6 +3113,664 @@ func (x *NodeHealthChanged) GetLastHeartbeat() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *NodeHealthChanged) GetState() v1.RemediationState {
+	if x != nil {
+		return x.State
+	}
+	return v1.RemediationState(0)
+}
+
+func (x *NodeHealthChanged) GetAction() v1.RemediationAction {
+	if x != nil {
+		return x.Action
+	}
+	return v1.RemediationAction(0)
+}
+
+func (x *NodeHealthChanged) GetXid() int32 {
+	if x != nil {
+		return x.Xid
+	}
+	return 0
+}
+
+func (x *NodeHealthChanged) GetSetBy() string {
+	if x != nil {
+		return x.SetBy
+	}
+	return ""
+}
+
+func (x *NodeHealthChanged) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *NodeHealthChanged) GetRepaired() bool {
+	if x != nil {
+		return x.Repaired
+	}
+	return false
+}
+
+func (x *NodeHealthChanged) GetCheckpointFirst() bool {
+	if x != nil {
+		return x.CheckpointFirst
+	}
+	return false
+}
+
+func (x *NodeHealthChanged) GetUnreachable() bool {
+	if x != nil {
+		return x.Unreachable
+	}
+	return false
+}
+
+// RunHealthCheck tells an agent to run a check now.
+type RunHealthCheck struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Node    string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Cluster string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// run_id names this run of the check (the result's id).
+	RunId  string `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	ScanId string `protobuf:"bytes,4,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	Check  string `protobuf:"bytes,5,opt,name=check,proto3" json:"check,omitempty"`
+	Level  int32  `protobuf:"varint,6,opt,name=level,proto3" json:"level,omitempty"`
+	// peers are the "host:port" check addresses of every node in an
+	// all-reduce ring, in rank order; rank is this node's place.
+	Peers   []string             `protobuf:"bytes,7,rep,name=peers,proto3" json:"peers,omitempty"`
+	Rank    int32                `protobuf:"varint,8,opt,name=rank,proto3" json:"rank,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,9,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// allow_busy runs it even while jobs hold the node.
+	AllowBusy bool              `protobuf:"varint,10,opt,name=allow_busy,json=allowBusy,proto3" json:"allow_busy,omitempty"`
+	Params    map[string]string `protobuf:"bytes,11,rep,name=params,proto3" json:"params,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// trigger: "scan", "schedule", "confirm", "hang".
+	Trigger       string `protobuf:"bytes,12,opt,name=trigger,proto3" json:"trigger,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunHealthCheck) Reset() {
+	*x = RunHealthCheck{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunHealthCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunHealthCheck) ProtoMessage() {}
+
+func (x *RunHealthCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunHealthCheck.ProtoReflect.Descriptor instead.
+func (*RunHealthCheck) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *RunHealthCheck) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *RunHealthCheck) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *RunHealthCheck) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *RunHealthCheck) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+func (x *RunHealthCheck) GetCheck() string {
+	if x != nil {
+		return x.Check
+	}
+	return ""
+}
+
+func (x *RunHealthCheck) GetLevel() int32 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
+}
+
+func (x *RunHealthCheck) GetPeers() []string {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
+func (x *RunHealthCheck) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *RunHealthCheck) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+func (x *RunHealthCheck) GetAllowBusy() bool {
+	if x != nil {
+		return x.AllowBusy
+	}
+	return false
+}
+
+func (x *RunHealthCheck) GetParams() map[string]string {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
+func (x *RunHealthCheck) GetTrigger() string {
+	if x != nil {
+		return x.Trigger
+	}
+	return ""
+}
+
+// InjectNodeFault tells an agent to inject a fault into its simulated device.
+type InjectNodeFault struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Cluster       string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Fault         *v1.Fault              `protobuf:"bytes,3,opt,name=fault,proto3" json:"fault,omitempty"`
+	User          string                 `protobuf:"bytes,4,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InjectNodeFault) Reset() {
+	*x = InjectNodeFault{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InjectNodeFault) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InjectNodeFault) ProtoMessage() {}
+
+func (x *InjectNodeFault) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InjectNodeFault.ProtoReflect.Descriptor instead.
+func (*InjectNodeFault) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *InjectNodeFault) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *InjectNodeFault) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *InjectNodeFault) GetFault() *v1.Fault {
+	if x != nil {
+		return x.Fault
+	}
+	return nil
+}
+
+func (x *InjectNodeFault) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+// ScanNodes asks health to run checks (loom health scan).
+type ScanNodes struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	ScanId        string                 `protobuf:"bytes,2,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	Hostnames     []string               `protobuf:"bytes,3,rep,name=hostnames,proto3" json:"hostnames,omitempty"`
+	Checks        []string               `protobuf:"bytes,4,rep,name=checks,proto3" json:"checks,omitempty"`
+	Level         int32                  `protobuf:"varint,5,opt,name=level,proto3" json:"level,omitempty"`
+	AllowBusy     bool                   `protobuf:"varint,6,opt,name=allow_busy,json=allowBusy,proto3" json:"allow_busy,omitempty"`
+	Timeout       *durationpb.Duration   `protobuf:"bytes,7,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	User          string                 `protobuf:"bytes,8,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanNodes) Reset() {
+	*x = ScanNodes{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanNodes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanNodes) ProtoMessage() {}
+
+func (x *ScanNodes) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanNodes.ProtoReflect.Descriptor instead.
+func (*ScanNodes) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ScanNodes) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *ScanNodes) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+func (x *ScanNodes) GetHostnames() []string {
+	if x != nil {
+		return x.Hostnames
+	}
+	return nil
+}
+
+func (x *ScanNodes) GetChecks() []string {
+	if x != nil {
+		return x.Checks
+	}
+	return nil
+}
+
+func (x *ScanNodes) GetLevel() int32 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
+}
+
+func (x *ScanNodes) GetAllowBusy() bool {
+	if x != nil {
+		return x.AllowBusy
+	}
+	return false
+}
+
+func (x *ScanNodes) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+func (x *ScanNodes) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+// ReportFaultyNodes reports nodes faulty by hand.
+type ReportFaultyNodes struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Hostnames     []string               `protobuf:"bytes,2,rep,name=hostnames,proto3" json:"hostnames,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	User          string                 `protobuf:"bytes,4,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportFaultyNodes) Reset() {
+	*x = ReportFaultyNodes{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportFaultyNodes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportFaultyNodes) ProtoMessage() {}
+
+func (x *ReportFaultyNodes) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportFaultyNodes.ProtoReflect.Descriptor instead.
+func (*ReportFaultyNodes) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ReportFaultyNodes) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *ReportFaultyNodes) GetHostnames() []string {
+	if x != nil {
+		return x.Hostnames
+	}
+	return nil
+}
+
+func (x *ReportFaultyNodes) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ReportFaultyNodes) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+// UpdateNodeRemediation is an operator's override of a node's remediation.
+type UpdateNodeRemediation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Hostname      string                 `protobuf:"bytes,2,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Action        v1.RemediationAction   `protobuf:"varint,3,opt,name=action,proto3,enum=loom.v1.RemediationAction" json:"action,omitempty"`
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	User          string                 `protobuf:"bytes,5,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateNodeRemediation) Reset() {
+	*x = UpdateNodeRemediation{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateNodeRemediation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateNodeRemediation) ProtoMessage() {}
+
+func (x *UpdateNodeRemediation) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateNodeRemediation.ProtoReflect.Descriptor instead.
+func (*UpdateNodeRemediation) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *UpdateNodeRemediation) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *UpdateNodeRemediation) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *UpdateNodeRemediation) GetAction() v1.RemediationAction {
+	if x != nil {
+		return x.Action
+	}
+	return v1.RemediationAction(0)
+}
+
+func (x *UpdateNodeRemediation) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *UpdateNodeRemediation) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+// InjectFault asks health to forward a fault to a node's agent.
+type InjectFault struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Hostname      string                 `protobuf:"bytes,2,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Fault         *v1.Fault              `protobuf:"bytes,3,opt,name=fault,proto3" json:"fault,omitempty"`
+	User          string                 `protobuf:"bytes,4,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InjectFault) Reset() {
+	*x = InjectFault{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InjectFault) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InjectFault) ProtoMessage() {}
+
+func (x *InjectFault) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InjectFault.ProtoReflect.Descriptor instead.
+func (*InjectFault) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *InjectFault) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *InjectFault) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *InjectFault) GetFault() *v1.Fault {
+	if x != nil {
+		return x.Fault
+	}
+	return nil
+}
+
+func (x *InjectFault) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+// RemediateNode asks the provisioner to repair a node: ACTION_REBOOT,
+// ACTION_REIMAGE or ACTION_REPLACE.
+type RemediateNode struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Node    string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Cluster string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Action  v1.RemediationAction   `protobuf:"varint,3,opt,name=action,proto3,enum=loom.v1.RemediationAction" json:"action,omitempty"`
+	// remediation_id names this repair; RemediationFinished echoes it.
+	RemediationId string `protobuf:"bytes,4,opt,name=remediation_id,json=remediationId,proto3" json:"remediation_id,omitempty"`
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemediateNode) Reset() {
+	*x = RemediateNode{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemediateNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemediateNode) ProtoMessage() {}
+
+func (x *RemediateNode) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemediateNode.ProtoReflect.Descriptor instead.
+func (*RemediateNode) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *RemediateNode) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *RemediateNode) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *RemediateNode) GetAction() v1.RemediationAction {
+	if x != nil {
+		return x.Action
+	}
+	return v1.RemediationAction(0)
+}
+
+func (x *RemediateNode) GetRemediationId() string {
+	if x != nil {
+		return x.RemediationId
+	}
+	return ""
+}
+
+func (x *RemediateNode) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // ModelVersionRegistered says a new model version exists.
 type ModelVersionRegistered struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2557,7 +3782,7 @@ type ModelVersionRegistered struct {
 
 func (x *ModelVersionRegistered) Reset() {
 	*x = ModelVersionRegistered{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[30]
+	mi := &file_loom_events_v1_events_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2569,7 +3794,7 @@ func (x *ModelVersionRegistered) String() string {
 func (*ModelVersionRegistered) ProtoMessage() {}
 
 func (x *ModelVersionRegistered) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[30]
+	mi := &file_loom_events_v1_events_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2582,7 +3807,7 @@ func (x *ModelVersionRegistered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelVersionRegistered.ProtoReflect.Descriptor instead.
 func (*ModelVersionRegistered) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{30}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ModelVersionRegistered) GetVersion() *v1.ModelVersion {
@@ -2610,7 +3835,7 @@ type AuditRecorded struct {
 
 func (x *AuditRecorded) Reset() {
 	*x = AuditRecorded{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[31]
+	mi := &file_loom_events_v1_events_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2622,7 +3847,7 @@ func (x *AuditRecorded) String() string {
 func (*AuditRecorded) ProtoMessage() {}
 
 func (x *AuditRecorded) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[31]
+	mi := &file_loom_events_v1_events_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2635,7 +3860,7 @@ func (x *AuditRecorded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecorded.ProtoReflect.Descriptor instead.
 func (*AuditRecorded) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{31}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AuditRecorded) GetRecord() *v1.AuditRecord {
@@ -2658,7 +3883,7 @@ type AssociationChanged struct {
 
 func (x *AssociationChanged) Reset() {
 	*x = AssociationChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[32]
+	mi := &file_loom_events_v1_events_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2670,7 +3895,7 @@ func (x *AssociationChanged) String() string {
 func (*AssociationChanged) ProtoMessage() {}
 
 func (x *AssociationChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[32]
+	mi := &file_loom_events_v1_events_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2683,7 +3908,7 @@ func (x *AssociationChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssociationChanged.ProtoReflect.Descriptor instead.
 func (*AssociationChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{32}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AssociationChanged) GetProject() string {
@@ -2704,7 +3929,7 @@ var File_loom_events_v1_events_proto protoreflect.FileDescriptor
 
 const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"\x1bloom/events/v1/events.proto\x12\x0eloom.events.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x12loom/v1/auth.proto\x1a\x17loom/v1/resources.proto\"Y\n" +
+	"\x1bloom/events/v1/events.proto\x12\x0eloom.events.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x12loom/v1/auth.proto\x1a\x14loom/v1/health.proto\x1a\x17loom/v1/resources.proto\"Y\n" +
 	"\rCreateCluster\x12\x1c\n" +
 	"\toperation\x18\x01 \x01(\tR\toperation\x12*\n" +
 	"\acluster\x18\x02 \x01(\v2\x10.loom.v1.ClusterR\acluster\"G\n" +
@@ -2746,20 +3971,51 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\v2\r.loom.v1.NodeR\x04node\";\n" +
 	"\vNodeRemoved\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
-	"\acluster\x18\x02 \x01(\tR\acluster\"\x9a\x01\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\"\xea\x01\n" +
+	"\x13RemediationFinished\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\x12%\n" +
+	"\x0eremediation_id\x18\x03 \x01(\tR\rremediationId\x122\n" +
+	"\x06action\x18\x04 \x01(\x0e2\x1a.loom.v1.RemediationActionR\x06action\x12\x0e\n" +
+	"\x02ok\x18\x05 \x01(\bR\x02ok\x12\x18\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\x12 \n" +
+	"\vreplacement\x18\a \x01(\tR\vreplacement\"\xa7\x02\n" +
 	"\x0fAgentRegistered\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1a\n" +
 	"\bhostname\x18\x03 \x01(\tR\bhostname\x12\x10\n" +
 	"\x03pid\x18\x04 \x01(\x05R\x03pid\x12\x12\n" +
 	"\x04gpus\x18\x05 \x01(\x05R\x04gpus\x12\x17\n" +
-	"\aboot_id\x18\x06 \x01(\tR\x06bootId\"\xa7\x01\n" +
+	"\aboot_id\x18\x06 \x01(\tR\x06bootId\x12\x1d\n" +
+	"\n" +
+	"check_addr\x18\a \x01(\tR\tcheckAddr\x12%\n" +
+	"\x0esimulated_gpus\x18\b \x01(\bR\rsimulatedGpus\x12 \n" +
+	"\fhost_boot_id\x18\t \x01(\tR\n" +
+	"hostBootId\x12#\n" +
+	"\radopted_steps\x18\n" +
+	" \x01(\x05R\fadoptedSteps\"\xa7\x01\n" +
 	"\tHeartbeat\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x17\n" +
 	"\aboot_id\x18\x03 \x01(\tR\x06bootId\x12.\n" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12#\n" +
-	"\rrunning_steps\x18\x05 \x01(\x05R\frunningSteps\"+\n" +
+	"\rrunning_steps\x18\x05 \x01(\x05R\frunningSteps\"\xdd\x01\n" +
+	"\fGpuTelemetry\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\x12.\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12&\n" +
+	"\x04gpus\x18\x04 \x03(\v2\x12.loom.v1.GpuSampleR\x04gpus\x12)\n" +
+	"\x05disks\x18\x05 \x03(\v2\x13.loom.v1.DiskSampleR\x05disks\x12\x1c\n" +
+	"\tsimulated\x18\x06 \x01(\bR\tsimulated\"\xa9\x01\n" +
+	"\vXidObserved\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\x12\x10\n" +
+	"\x03gpu\x18\x03 \x01(\x05R\x03gpu\x12\x10\n" +
+	"\x03xid\x18\x04 \x01(\x05R\x03xid\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12.\n" +
+	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"J\n" +
+	"\x14HealthCheckCompleted\x122\n" +
+	"\x06result\x18\x01 \x01(\v2\x1a.loom.v1.HealthCheckResultR\x06result\"+\n" +
 	"\tSubmitJob\x12\x1e\n" +
 	"\x03job\x18\x01 \x01(\v2\f.loom.v1.JobR\x03job\"\xa3\x01\n" +
 	"\tCancelJob\x12\x10\n" +
@@ -2815,7 +4071,13 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\tmodel_dir\x18\x03 \x01(\tR\bmodelDir\";\n" +
 	"\vNodeDrained\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
-	"\acluster\x18\x02 \x01(\tR\acluster\"\x8b\x04\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\"\x84\x01\n" +
+	"\x0eNodesNeedCheck\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x14\n" +
+	"\x05nodes\x18\x02 \x03(\tR\x05nodes\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x10\n" +
+	"\x03job\x18\x04 \x01(\tR\x03job\x12\x18\n" +
+	"\atrigger\x18\x05 \x01(\tR\atrigger\"\x8b\x04\n" +
 	"\tStartStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -2904,13 +4166,87 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"first_rank\x18\a \x01(\x05R\tfirstRank\x12\x1d\n" +
 	"\n" +
 	"exit_codes\x18\b \x03(\x05R\texitCodes\x12\x18\n" +
-	"\amessage\x18\t \x01(\tR\amessage\"\xd0\x01\n" +
+	"\amessage\x18\t \x01(\tR\amessage\"\xe4\x02\n" +
+	"\fStepProgress\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\x12\x12\n" +
+	"\x04step\x18\x04 \x01(\x03R\x04step\x12'\n" +
+	"\x0fcheckpoint_step\x18\x05 \x01(\x03R\x0echeckpointStep\x12C\n" +
+	"\x0fcheckpoint_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0echeckpointTime\x12!\n" +
+	"\foutput_bytes\x18\a \x01(\x03R\voutputBytes\x12?\n" +
+	"\rlast_progress\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\flastProgress\x12.\n" +
+	"\x04time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xf7\x03\n" +
 	"\x11NodeHealthChanged\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x122\n" +
 	"\x06health\x18\x03 \x01(\x0e2\x1a.loom.events.v1.NodeHealthR\x06health\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12A\n" +
-	"\x0elast_heartbeat\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\rlastHeartbeat\"_\n" +
+	"\x0elast_heartbeat\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\rlastHeartbeat\x12/\n" +
+	"\x05state\x18\x06 \x01(\x0e2\x19.loom.v1.RemediationStateR\x05state\x122\n" +
+	"\x06action\x18\a \x01(\x0e2\x1a.loom.v1.RemediationActionR\x06action\x12\x10\n" +
+	"\x03xid\x18\b \x01(\x05R\x03xid\x12\x15\n" +
+	"\x06set_by\x18\t \x01(\tR\x05setBy\x12.\n" +
+	"\x04time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1a\n" +
+	"\brepaired\x18\v \x01(\bR\brepaired\x12)\n" +
+	"\x10checkpoint_first\x18\f \x01(\bR\x0fcheckpointFirst\x12 \n" +
+	"\vunreachable\x18\r \x01(\bR\vunreachable\"\xb1\x03\n" +
+	"\x0eRunHealthCheck\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\x12\x15\n" +
+	"\x06run_id\x18\x03 \x01(\tR\x05runId\x12\x17\n" +
+	"\ascan_id\x18\x04 \x01(\tR\x06scanId\x12\x14\n" +
+	"\x05check\x18\x05 \x01(\tR\x05check\x12\x14\n" +
+	"\x05level\x18\x06 \x01(\x05R\x05level\x12\x14\n" +
+	"\x05peers\x18\a \x03(\tR\x05peers\x12\x12\n" +
+	"\x04rank\x18\b \x01(\x05R\x04rank\x123\n" +
+	"\atimeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x1d\n" +
+	"\n" +
+	"allow_busy\x18\n" +
+	" \x01(\bR\tallowBusy\x12B\n" +
+	"\x06params\x18\v \x03(\v2*.loom.events.v1.RunHealthCheck.ParamsEntryR\x06params\x12\x18\n" +
+	"\atrigger\x18\f \x01(\tR\atrigger\x1a9\n" +
+	"\vParamsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"y\n" +
+	"\x0fInjectNodeFault\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\x12$\n" +
+	"\x05fault\x18\x03 \x01(\v2\x0e.loom.v1.FaultR\x05fault\x12\x12\n" +
+	"\x04user\x18\x04 \x01(\tR\x04user\"\xf2\x01\n" +
+	"\tScanNodes\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x17\n" +
+	"\ascan_id\x18\x02 \x01(\tR\x06scanId\x12\x1c\n" +
+	"\thostnames\x18\x03 \x03(\tR\thostnames\x12\x16\n" +
+	"\x06checks\x18\x04 \x03(\tR\x06checks\x12\x14\n" +
+	"\x05level\x18\x05 \x01(\x05R\x05level\x12\x1d\n" +
+	"\n" +
+	"allow_busy\x18\x06 \x01(\bR\tallowBusy\x123\n" +
+	"\atimeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x12\n" +
+	"\x04user\x18\b \x01(\tR\x04user\"w\n" +
+	"\x11ReportFaultyNodes\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1c\n" +
+	"\thostnames\x18\x02 \x03(\tR\thostnames\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x12\n" +
+	"\x04user\x18\x04 \x01(\tR\x04user\"\xad\x01\n" +
+	"\x15UpdateNodeRemediation\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1a\n" +
+	"\bhostname\x18\x02 \x01(\tR\bhostname\x122\n" +
+	"\x06action\x18\x03 \x01(\x0e2\x1a.loom.v1.RemediationActionR\x06action\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x12\n" +
+	"\x04user\x18\x05 \x01(\tR\x04user\"}\n" +
+	"\vInjectFault\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1a\n" +
+	"\bhostname\x18\x02 \x01(\tR\bhostname\x12$\n" +
+	"\x05fault\x18\x03 \x01(\v2\x0e.loom.v1.FaultR\x05fault\x12\x12\n" +
+	"\x04user\x18\x04 \x01(\tR\x04user\"\xb0\x01\n" +
+	"\rRemediateNode\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\x122\n" +
+	"\x06action\x18\x03 \x01(\x0e2\x1a.loom.v1.RemediationActionR\x06action\x12%\n" +
+	"\x0eremediation_id\x18\x04 \x01(\tR\rremediationId\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"_\n" +
 	"\x16ModelVersionRegistered\x12/\n" +
 	"\aversion\x18\x01 \x01(\v2\x15.loom.v1.ModelVersionR\aversion\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\"=\n" +
@@ -2952,7 +4288,7 @@ func file_loom_events_v1_events_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_events_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_loom_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_loom_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_loom_events_v1_events_proto_goTypes = []any{
 	(StopCause)(0),                 // 0: loom.events.v1.StopCause
 	(StepState)(0),                 // 1: loom.events.v1.StepState
@@ -2969,66 +4305,106 @@ var file_loom_events_v1_events_proto_goTypes = []any{
 	(*ClusterOperationFailed)(nil), // 12: loom.events.v1.ClusterOperationFailed
 	(*NodeChanged)(nil),            // 13: loom.events.v1.NodeChanged
 	(*NodeRemoved)(nil),            // 14: loom.events.v1.NodeRemoved
-	(*AgentRegistered)(nil),        // 15: loom.events.v1.AgentRegistered
-	(*Heartbeat)(nil),              // 16: loom.events.v1.Heartbeat
-	(*SubmitJob)(nil),              // 17: loom.events.v1.SubmitJob
-	(*CancelJob)(nil),              // 18: loom.events.v1.CancelJob
-	(*UpdateJob)(nil),              // 19: loom.events.v1.UpdateJob
-	(*CreateJobStep)(nil),          // 20: loom.events.v1.CreateJobStep
-	(*CancelJobStep)(nil),          // 21: loom.events.v1.CancelJobStep
-	(*UpdateSlurmNode)(nil),        // 22: loom.events.v1.UpdateSlurmNode
-	(*JobChanged)(nil),             // 23: loom.events.v1.JobChanged
-	(*NodeDrained)(nil),            // 24: loom.events.v1.NodeDrained
-	(*StartStep)(nil),              // 25: loom.events.v1.StartStep
-	(*StopStep)(nil),               // 26: loom.events.v1.StopStep
-	(*SignalStep)(nil),             // 27: loom.events.v1.SignalStep
-	(*LaunchTasks)(nil),            // 28: loom.events.v1.LaunchTasks
-	(*KillTasks)(nil),              // 29: loom.events.v1.KillTasks
-	(*StepChanged)(nil),            // 30: loom.events.v1.StepChanged
-	(*TasksChanged)(nil),           // 31: loom.events.v1.TasksChanged
-	(*NodeHealthChanged)(nil),      // 32: loom.events.v1.NodeHealthChanged
-	(*ModelVersionRegistered)(nil), // 33: loom.events.v1.ModelVersionRegistered
-	(*AuditRecorded)(nil),          // 34: loom.events.v1.AuditRecorded
-	(*AssociationChanged)(nil),     // 35: loom.events.v1.AssociationChanged
-	nil,                            // 36: loom.events.v1.CreateJobStep.EnvEntry
-	nil,                            // 37: loom.events.v1.StartStep.EnvEntry
-	nil,                            // 38: loom.events.v1.LaunchTasks.EnvEntry
-	(*v1.Cluster)(nil),             // 39: loom.v1.Cluster
-	(*v1.Reservation)(nil),         // 40: loom.v1.Reservation
-	(*v1.Node)(nil),                // 41: loom.v1.Node
-	(*timestamppb.Timestamp)(nil),  // 42: google.protobuf.Timestamp
-	(*v1.Job)(nil),                 // 43: loom.v1.Job
-	(*v1.ModelVersion)(nil),        // 44: loom.v1.ModelVersion
-	(*v1.AuditRecord)(nil),         // 45: loom.v1.AuditRecord
-	(*v1.Association)(nil),         // 46: loom.v1.Association
+	(*RemediationFinished)(nil),    // 15: loom.events.v1.RemediationFinished
+	(*AgentRegistered)(nil),        // 16: loom.events.v1.AgentRegistered
+	(*Heartbeat)(nil),              // 17: loom.events.v1.Heartbeat
+	(*GpuTelemetry)(nil),           // 18: loom.events.v1.GpuTelemetry
+	(*XidObserved)(nil),            // 19: loom.events.v1.XidObserved
+	(*HealthCheckCompleted)(nil),   // 20: loom.events.v1.HealthCheckCompleted
+	(*SubmitJob)(nil),              // 21: loom.events.v1.SubmitJob
+	(*CancelJob)(nil),              // 22: loom.events.v1.CancelJob
+	(*UpdateJob)(nil),              // 23: loom.events.v1.UpdateJob
+	(*CreateJobStep)(nil),          // 24: loom.events.v1.CreateJobStep
+	(*CancelJobStep)(nil),          // 25: loom.events.v1.CancelJobStep
+	(*UpdateSlurmNode)(nil),        // 26: loom.events.v1.UpdateSlurmNode
+	(*JobChanged)(nil),             // 27: loom.events.v1.JobChanged
+	(*NodeDrained)(nil),            // 28: loom.events.v1.NodeDrained
+	(*NodesNeedCheck)(nil),         // 29: loom.events.v1.NodesNeedCheck
+	(*StartStep)(nil),              // 30: loom.events.v1.StartStep
+	(*StopStep)(nil),               // 31: loom.events.v1.StopStep
+	(*SignalStep)(nil),             // 32: loom.events.v1.SignalStep
+	(*LaunchTasks)(nil),            // 33: loom.events.v1.LaunchTasks
+	(*KillTasks)(nil),              // 34: loom.events.v1.KillTasks
+	(*StepChanged)(nil),            // 35: loom.events.v1.StepChanged
+	(*TasksChanged)(nil),           // 36: loom.events.v1.TasksChanged
+	(*StepProgress)(nil),           // 37: loom.events.v1.StepProgress
+	(*NodeHealthChanged)(nil),      // 38: loom.events.v1.NodeHealthChanged
+	(*RunHealthCheck)(nil),         // 39: loom.events.v1.RunHealthCheck
+	(*InjectNodeFault)(nil),        // 40: loom.events.v1.InjectNodeFault
+	(*ScanNodes)(nil),              // 41: loom.events.v1.ScanNodes
+	(*ReportFaultyNodes)(nil),      // 42: loom.events.v1.ReportFaultyNodes
+	(*UpdateNodeRemediation)(nil),  // 43: loom.events.v1.UpdateNodeRemediation
+	(*InjectFault)(nil),            // 44: loom.events.v1.InjectFault
+	(*RemediateNode)(nil),          // 45: loom.events.v1.RemediateNode
+	(*ModelVersionRegistered)(nil), // 46: loom.events.v1.ModelVersionRegistered
+	(*AuditRecorded)(nil),          // 47: loom.events.v1.AuditRecorded
+	(*AssociationChanged)(nil),     // 48: loom.events.v1.AssociationChanged
+	nil,                            // 49: loom.events.v1.CreateJobStep.EnvEntry
+	nil,                            // 50: loom.events.v1.StartStep.EnvEntry
+	nil,                            // 51: loom.events.v1.LaunchTasks.EnvEntry
+	nil,                            // 52: loom.events.v1.RunHealthCheck.ParamsEntry
+	(*v1.Cluster)(nil),             // 53: loom.v1.Cluster
+	(*v1.Reservation)(nil),         // 54: loom.v1.Reservation
+	(*v1.Node)(nil),                // 55: loom.v1.Node
+	(v1.RemediationAction)(0),      // 56: loom.v1.RemediationAction
+	(*timestamppb.Timestamp)(nil),  // 57: google.protobuf.Timestamp
+	(*v1.GpuSample)(nil),           // 58: loom.v1.GpuSample
+	(*v1.DiskSample)(nil),          // 59: loom.v1.DiskSample
+	(*v1.HealthCheckResult)(nil),   // 60: loom.v1.HealthCheckResult
+	(*v1.Job)(nil),                 // 61: loom.v1.Job
+	(v1.RemediationState)(0),       // 62: loom.v1.RemediationState
+	(*durationpb.Duration)(nil),    // 63: google.protobuf.Duration
+	(*v1.Fault)(nil),               // 64: loom.v1.Fault
+	(*v1.ModelVersion)(nil),        // 65: loom.v1.ModelVersion
+	(*v1.AuditRecord)(nil),         // 66: loom.v1.AuditRecord
+	(*v1.Association)(nil),         // 67: loom.v1.Association
 }
 var file_loom_events_v1_events_proto_depIdxs = []int32{
-	39, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
-	39, // 1: loom.events.v1.UpdateCluster.cluster:type_name -> loom.v1.Cluster
-	40, // 2: loom.events.v1.CreateReservation.reservation:type_name -> loom.v1.Reservation
-	39, // 3: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
-	40, // 4: loom.events.v1.ReservationChanged.reservation:type_name -> loom.v1.Reservation
-	41, // 5: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
-	42, // 6: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
-	43, // 7: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
-	36, // 8: loom.events.v1.CreateJobStep.env:type_name -> loom.events.v1.CreateJobStep.EnvEntry
-	42, // 9: loom.events.v1.UpdateSlurmNode.time:type_name -> google.protobuf.Timestamp
-	43, // 10: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
-	37, // 11: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
-	0,  // 12: loom.events.v1.StopStep.cause:type_name -> loom.events.v1.StopCause
-	38, // 13: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
-	1,  // 14: loom.events.v1.StepChanged.state:type_name -> loom.events.v1.StepState
-	1,  // 15: loom.events.v1.TasksChanged.state:type_name -> loom.events.v1.StepState
-	2,  // 16: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
-	42, // 17: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
-	44, // 18: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
-	45, // 19: loom.events.v1.AuditRecorded.record:type_name -> loom.v1.AuditRecord
-	46, // 20: loom.events.v1.AssociationChanged.association:type_name -> loom.v1.Association
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	53, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
+	53, // 1: loom.events.v1.UpdateCluster.cluster:type_name -> loom.v1.Cluster
+	54, // 2: loom.events.v1.CreateReservation.reservation:type_name -> loom.v1.Reservation
+	53, // 3: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
+	54, // 4: loom.events.v1.ReservationChanged.reservation:type_name -> loom.v1.Reservation
+	55, // 5: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
+	56, // 6: loom.events.v1.RemediationFinished.action:type_name -> loom.v1.RemediationAction
+	57, // 7: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
+	57, // 8: loom.events.v1.GpuTelemetry.time:type_name -> google.protobuf.Timestamp
+	58, // 9: loom.events.v1.GpuTelemetry.gpus:type_name -> loom.v1.GpuSample
+	59, // 10: loom.events.v1.GpuTelemetry.disks:type_name -> loom.v1.DiskSample
+	57, // 11: loom.events.v1.XidObserved.time:type_name -> google.protobuf.Timestamp
+	60, // 12: loom.events.v1.HealthCheckCompleted.result:type_name -> loom.v1.HealthCheckResult
+	61, // 13: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
+	49, // 14: loom.events.v1.CreateJobStep.env:type_name -> loom.events.v1.CreateJobStep.EnvEntry
+	57, // 15: loom.events.v1.UpdateSlurmNode.time:type_name -> google.protobuf.Timestamp
+	61, // 16: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
+	50, // 17: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
+	0,  // 18: loom.events.v1.StopStep.cause:type_name -> loom.events.v1.StopCause
+	51, // 19: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
+	1,  // 20: loom.events.v1.StepChanged.state:type_name -> loom.events.v1.StepState
+	1,  // 21: loom.events.v1.TasksChanged.state:type_name -> loom.events.v1.StepState
+	57, // 22: loom.events.v1.StepProgress.checkpoint_time:type_name -> google.protobuf.Timestamp
+	57, // 23: loom.events.v1.StepProgress.last_progress:type_name -> google.protobuf.Timestamp
+	57, // 24: loom.events.v1.StepProgress.time:type_name -> google.protobuf.Timestamp
+	2,  // 25: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
+	57, // 26: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
+	62, // 27: loom.events.v1.NodeHealthChanged.state:type_name -> loom.v1.RemediationState
+	56, // 28: loom.events.v1.NodeHealthChanged.action:type_name -> loom.v1.RemediationAction
+	57, // 29: loom.events.v1.NodeHealthChanged.time:type_name -> google.protobuf.Timestamp
+	63, // 30: loom.events.v1.RunHealthCheck.timeout:type_name -> google.protobuf.Duration
+	52, // 31: loom.events.v1.RunHealthCheck.params:type_name -> loom.events.v1.RunHealthCheck.ParamsEntry
+	64, // 32: loom.events.v1.InjectNodeFault.fault:type_name -> loom.v1.Fault
+	63, // 33: loom.events.v1.ScanNodes.timeout:type_name -> google.protobuf.Duration
+	56, // 34: loom.events.v1.UpdateNodeRemediation.action:type_name -> loom.v1.RemediationAction
+	64, // 35: loom.events.v1.InjectFault.fault:type_name -> loom.v1.Fault
+	56, // 36: loom.events.v1.RemediateNode.action:type_name -> loom.v1.RemediationAction
+	65, // 37: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
+	66, // 38: loom.events.v1.AuditRecorded.record:type_name -> loom.v1.AuditRecord
+	67, // 39: loom.events.v1.AssociationChanged.association:type_name -> loom.v1.Association
+	40, // [40:40] is the sub-list for method output_type
+	40, // [40:40] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_loom_events_v1_events_proto_init() }
@@ -3042,7 +4418,7 @@ func file_loom_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_events_v1_events_proto_rawDesc), len(file_loom_events_v1_events_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   36,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
