@@ -16,7 +16,7 @@ func noAutomation(loom Policy) Policy {
 		Page:       30 * minute, // assumed mean response to a page
 		ManualWork: 15 * minute, // assumed
 		Diagnose:   60 * minute, // assumed: find the bad node among 2,048
-		Restart:    loom.Restart,
+		Restart:    5 * minute,  // as the Llama 3 conditions assume
 		// Hourly synchronous checkpoints; a 405B model's state (~6.5 TB
 		// with optimizer) written at ~2 TB/s with overheads: ~1 min.
 		CkptInterval: 60 * minute,
@@ -37,15 +37,15 @@ func llama3Paper(loom Policy) Policy {
 	return Policy{
 		Name:           "Llama 3 405B conditions",
 		About:          "the paper's automation, assumed timings",
-		Detect:         3 * minute,  // assumed: automation notices a failed job
+		Detect:         2 * minute,  // assumed: automation notices a failed job
 		HangDetect:     10 * minute, // NCCL watchdog (the paper's NCCLX cut hang diagnosis, not detection)
 		Page:           30 * minute,
 		Escalation:     3.0 / 466,
 		EscalationWork: 2 * hour, // assumed
 		Requeue:        0,
 		Restart:        5 * minute,  // assumed: "we reduced job startup ... time"
-		CkptInterval:   15 * minute, // assumed
-		CkptStall:      10,          // assumed: "... and checkpointing time"
+		CkptInterval:   10 * minute, // assumed
+		CkptStall:      5,           // assumed: "... and checkpointing time"
 		Spares:         1024,        // 8K idle GPUs of the 24K cluster
 		RepairTime:     loom.RepairTime,
 		SDCDetect:      loom.SDCDetect,
@@ -64,7 +64,7 @@ func defaultLoom() Policy {
 		// seconds (bench: injection → detection <= 2 s).
 		Detect: 10,
 		// The job's hang_timeout on the trainer's per-step progress.
-		HangDetect:     3 * minute,
+		HangDetect:     2 * minute,
 		Page:           30 * minute,
 		Escalation:     3.0 / 466,
 		EscalationWork: 2 * hour,
@@ -72,11 +72,12 @@ func defaultLoom() Policy {
 		// Start-up on a spare that is already up, health-checked and has
 		// the image: process start, NCCL init, checkpoint load.
 		Restart: 2 * minute,
-		// Asynchronous checkpoints: a short stall to snapshot to host
-		// memory, safe once written out a minute later.
-		CkptInterval: 5 * minute,
-		CkptStall:    1,
-		CkptDurable:  60,
+		// Frequent asynchronous checkpoints: a short stall to snapshot to
+		// host memory, safe once copied out (to a peer or storage) 20 s
+		// later.
+		CkptInterval: 2 * minute,
+		CkptStall:    0.5,
+		CkptDurable:  20,
 		Spares:       32,
 		RepairTime:   [nActions]float64{10 * minute, 45 * minute, 4 * hour},
 		Drain:        true,
@@ -84,7 +85,11 @@ func defaultLoom() Policy {
 	}
 }
 
-// variations of Loom's policy, one setting changed each.
+// whatItTakes names the variation that reaches the 98% target.
+const whatItTakes = "what 98% takes: restart 45 s, requeue 10 s, hangs found in 1 min, checkpoint every 1 min (stall 0.1 s, safe 10 s later)"
+
+// variations of Loom's policy, one setting changed each (the last all of
+// what reaching 98% needs).
 func variations(loom Policy) []Policy {
 	v := func(name string, f func(*Policy)) Policy {
 		p := loom
@@ -98,7 +103,14 @@ func variations(loom Policy) []Policy {
 		v("checkpoint every 30 min", func(p *Policy) { p.CkptInterval = 30 * minute }),
 		v("no checkpoint-aware drain", func(p *Policy) { p.Drain = false }),
 		v("restart 5 min (as Llama 3 assumed)", func(p *Policy) { p.Restart = 5 * minute }),
-		v("restart 1 min, checkpoint every 2 min", func(p *Policy) { p.Restart, p.CkptInterval, p.CkptStall, p.CkptDurable = minute, 2*minute, 0.5, 20 }),
+		v("with the Llama 3 program's timings (restart 5 min, synchronous checkpoint every 10 min, 5 s stall)", func(p *Policy) {
+			p.Restart, p.CkptInterval, p.CkptStall, p.CkptDurable = 5*minute, 10*minute, 5, 0
+		}),
 		v("manual repairs (8 h ticket queue), 8 spares", func(p *Policy) { p.RepairQueue, p.Spares = 8*hour, 8 }),
+		v("no escalations to a person", func(p *Policy) { p.Escalation = 0 }),
+		v(whatItTakes, func(p *Policy) {
+			p.Restart, p.Requeue, p.HangDetect = 45, 10, minute
+			p.CkptInterval, p.CkptStall, p.CkptDurable = minute, 0.1, 10
+		}),
 	}
 }

@@ -141,20 +141,28 @@ type job struct {
 // simulate runs one policy on one trace for the scenario's days.
 func simulate(sc Scenario, p Policy, fs []failure) Result {
 	j := &job{eng: &Engine{}, p: p, mix: sc.Mix, spares: p.Spares, phase: phRestart}
-	for _, f := range fs {
-		f := f
-		if f.sdc {
-			// Corruption starts now and is found SDCDetect later: roll back
-			// to a checkpoint from before it.
-			j.eng.At(f.at, func() {
+	// Each failure schedules the next when it fires: the queue stays a
+	// handful of events long instead of holding the whole trace.
+	var next func(i int)
+	next = func(i int) {
+		if i == len(fs) {
+			return
+		}
+		f := fs[i]
+		j.eng.At(f.at, func() {
+			next(i + 1)
+			if f.sdc {
+				// Corruption starts now and is found SDCDetect later: roll
+				// back to a checkpoint from before it.
 				j.setPhase(j.phase) // bring prog up to date
 				onset := j.prog
 				j.eng.After(p.SDCDetect, func() { j.interrupt(f, onset) })
-			})
-			continue
-		}
-		j.eng.At(f.at, func() { j.interrupt(f, -1) })
+				return
+			}
+			j.interrupt(f, -1)
+		})
 	}
+	next(0)
 	end := sc.Days * day
 	j.start(j.gen)
 	j.eng.Run(end)
