@@ -51,6 +51,7 @@ func TestHandComputed(t *testing.T) {
 		name   string
 		adjust func(*Policy)
 		f      failure
+		also   []failure // later failures
 		prog   float64
 		times  map[int]float64
 	}{
@@ -99,6 +100,20 @@ func TestHandComputed(t *testing.T) {
 			name: "silent data corruption", f: failure{at: 250, sdc: true}, prog: 760,
 			times: map[int]float64{phRollback: 140, phStall: 40, phDetect: 10, phRestart: 40},
 		},
+		{
+			// Planned maintenance at 250: checkpoint (stall to 255,
+			// progress 240, safe at once), stop, nothing lost, no
+			// detection; restart 255–295; from 295: 6 stalls, 695 − 30 =
+			// 665 more: 905.
+			name: "planned", f: failure{at: 250, planned: true}, prog: 905,
+			times: map[int]float64{phStall: 45, phRestart: 40},
+		},
+		{
+			// Maintenance while the job restarts after a failure at 250
+			// costs nothing and does not stop the restart: as "restart".
+			name: "planned while down", also: []failure{{at: 270, planned: true}}, f: failure{at: 250}, prog: 855,
+			times: map[int]float64{phRollback: 45, phStall: 40, phDetect: 10, phRestart: 40},
+		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -107,7 +122,7 @@ func TestHandComputed(t *testing.T) {
 			if c.adjust != nil {
 				c.adjust(&p)
 			}
-			r := simulate(sc, p, []failure{c.f})
+			r := simulate(sc, p, append([]failure{c.f}, c.also...))
 			if math.Abs(r.Productive-c.prog) > 1e-6 || math.Abs(r.Wall-990) > 1e-6 {
 				t.Fatalf("productive %v of %v, want %v of 990", r.Productive, r.Wall, c.prog)
 			}

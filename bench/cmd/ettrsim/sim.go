@@ -236,13 +236,13 @@ func (j *job) checkpoint(g int, drain bool, then ...func()) {
 // interrupt handles failure f. onset >= 0 is silent data corruption's:
 // training rolls back to a checkpoint from before it.
 func (j *job) interrupt(f failure, onset float64) {
+	if f.planned && !j.up {
+		return // maintenance done while the job is down costs it nothing
+	}
 	j.gen++
 	g := j.gen
 	j.waiting = nil
 	if f.planned {
-		if !j.up {
-			return // maintenance done while the job was down costs it nothing
-		}
 		j.res.Planned++
 		j.checkpoint(g, true, func() { j.stop(-1); j.recover(f, g, true) })
 		return
