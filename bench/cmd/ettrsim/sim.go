@@ -119,7 +119,6 @@ func (r Result) ETTR() float64 { return r.Productive / r.Wall }
 type job struct {
 	eng  *Engine
 	p    Policy
-	mix  []Component
 	up   bool // the job's processes are running (training or stalled)
 	prog float64
 	// durable lists the progress of every safe checkpoint, ascending.
@@ -140,7 +139,7 @@ type job struct {
 
 // simulate runs one policy on one trace for the scenario's days.
 func simulate(sc Scenario, p Policy, fs []failure) Result {
-	j := &job{eng: &Engine{}, p: p, mix: sc.Mix, spares: p.Spares, phase: phRestart}
+	j := &job{eng: &Engine{}, p: p, spares: p.Spares, phase: phRestart}
 	// Each failure schedules the next when it fires: the queue stays a
 	// handful of events long instead of holding the whole trace.
 	var next func(i int)
