@@ -67,7 +67,9 @@ type Config struct {
 	ScheduleChecks []string
 	ScheduleLevel  int32
 	// Retention drops results that ended longer ago; KeepPerCheck keeps at
-	// most that many results per node and check.
+	// most that many results per node and check (default 10: results are
+	// kept in memory, and a gpu_diag's detail is kilobytes). Pruning runs
+	// at most once a minute.
 	Retention    time.Duration
 	KeepPerCheck int
 }
@@ -90,7 +92,7 @@ func DefaultConfig() Config {
 		ScheduleChecks: []string{GPUDiag, Disk, Speed},
 		ScheduleLevel:  1,
 		Retention:      7 * 24 * time.Hour,
-		KeepPerCheck:   50,
+		KeepPerCheck:   10,
 	}
 }
 
@@ -206,6 +208,7 @@ type Change struct {
 
 	running      map[string]int32
 	nextSchedule time.Time
+	pruned       time.Time
 	gone         map[string]bool // nodes removed: their busy count goes too
 }
 
@@ -231,7 +234,11 @@ type State struct {
 	// refuses a check while busy anyway).
 	running      map[string]int32
 	nextSchedule time.Time
+	lastPrune    time.Time
 }
+
+// pruneEvery bounds how often Tick walks every result to prune them.
+const pruneEvery = time.Minute
 
 // NewState returns an empty state with policy cfg.
 func NewState(cfg Config) *State {
@@ -248,7 +255,7 @@ func NewState(cfg Config) *State {
 		cfg.Grace = 30 * time.Second
 	}
 	if cfg.KeepPerCheck <= 0 {
-		cfg.KeepPerCheck = 50
+		cfg.KeepPerCheck = 10
 	}
 	return &State{cfg: cfg, nodes: map[string]*Node{}, results: map[string]*loomv1.HealthCheckResult{},
 		scans: map[string]*Scan{}, running: map[string]int32{}}
@@ -298,6 +305,9 @@ func (s *State) Commit(c *Change) {
 	}
 	if !c.nextSchedule.IsZero() {
 		s.nextSchedule = c.nextSchedule
+	}
+	if !c.pruned.IsZero() {
+		s.lastPrune = c.pruned
 	}
 }
 
@@ -843,6 +853,10 @@ func (s *State) schedule(c *Change, now time.Time) {
 // prune drops results past the retention, and all but the newest
 // KeepPerCheck of each node's check.
 func (s *State) prune(c *Change, now time.Time) {
+	if now.Sub(s.lastPrune) < pruneEvery {
+		return
+	}
+	c.pruned = now
 	groups := map[string][]*loomv1.HealthCheckResult{}
 	for name, r := range s.results {
 		if _, touched := c.Results[name]; touched {
