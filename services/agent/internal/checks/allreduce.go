@@ -48,6 +48,10 @@ const handoffTTL = 2 * time.Minute
 // maxRingID bounds a hello's ring id.
 const maxRingID = 512
 
+// maxHeld bounds the connections Serve holds for checks not started yet, so
+// that connections nobody claims cannot pile up for handoffTTL each.
+const maxHeld = 256
+
 type mailbox struct {
 	ch chan *peerConn
 }
@@ -105,6 +109,13 @@ func (r *Runner) Serve(ctx context.Context, ln net.Listener) error {
 }
 
 func (r *Runner) handoff(ctx context.Context, c net.Conn) {
+	if r.held.Add(1) > maxHeld {
+		r.held.Add(-1)
+		r.log.Warn("check endpoint: refused a connection: too many waiting for their check", "remote", c.RemoteAddr())
+		_ = c.Close()
+		return
+	}
+	defer r.held.Add(-1)
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	br := bufio.NewReaderSize(c, 64<<10)
 	ring, from, n, err := readHello(br)

@@ -276,3 +276,39 @@ func TestBisectionFindsCorruptingPeer(t *testing.T) {
 		t.Fatalf("bisection found %v, want [1]", bad)
 	}
 }
+
+// What is not an all-reduce peer is turned away at once.
+func TestEndpointRefusesStrangers(t *testing.T) {
+	t.Parallel()
+	peers := startPeers(t, 1, nil)
+	c, err := net.Dial("tcp", peers[0].addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := c.Read(make([]byte, 1)); err == nil || n != 0 {
+		t.Fatalf("a stranger's connection was kept: %d bytes, %v", n, err)
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("a stranger's connection was kept open")
+	}
+}
+
+func TestParseSizesAndBusBW(t *testing.T) {
+	t.Parallel()
+	got, err := ParseSizes("8M, 64K,1024")
+	if err != nil || fmt.Sprint(got) != "[1024 65536 8388608]" {
+		t.Fatalf("ParseSizes: %v %v", got, err)
+	}
+	for _, bad := range []string{"", "0", "-1K", "2G", "lots"} {
+		if _, err := ParseSizes(bad); err == nil {
+			t.Errorf("ParseSizes(%q) accepted", bad)
+		}
+	}
+	if BusBW(10, 8) != 17.5 || BusBW(10, 2) != 10 || BusBW(10, 1) != 0 {
+		t.Fatalf("BusBW: %v %v %v", BusBW(10, 8), BusBW(10, 2), BusBW(10, 1))
+	}
+}

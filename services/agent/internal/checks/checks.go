@@ -17,6 +17,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -95,6 +96,8 @@ type Runner struct {
 	// Serve, to the check of that ring (see allreduce.go).
 	mu    sync.Mutex
 	rings map[string]*mailbox
+	// held counts the connections Serve holds (see maxHeld).
+	held atomic.Int32
 }
 
 // New returns a Runner with cfg's defaults filled in.
