@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -16,11 +17,13 @@ import (
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/gpu"
 	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/service"
 	"github.com/loom-ml/loom/libs/topics"
 	"github.com/loom-ml/loom/services/agent/internal/adapters/procruntime"
 	"github.com/loom-ml/loom/services/agent/internal/app"
+	"github.com/loom-ml/loom/services/agent/internal/checks"
 	"github.com/loom-ml/loom/services/agent/internal/domain"
 	"github.com/loom-ml/loom/services/agent/internal/ports"
 )
@@ -98,6 +101,14 @@ type Config struct {
 	// LOOM_AGENT_BOOTSTRAP_TOKEN or the 0600 file LOOM_AGENT_BOOTSTRAP_TOKEN_FILE
 	// names when it is empty, and removes them from its environment.
 	BootstrapToken string
+	// CheckAddr is where the node serves its health checks' all-reduce
+	// endpoint to the other nodes (LOOM_AGENT_CHECK_ADDR; default
+	// 127.0.0.1:0, a free port on loopback: a real cluster gives the node's
+	// address); advertised as AgentRegistered.check_addr. "off" serves none.
+	CheckAddr string
+	// CheckDir holds the site's health check programs, run by name
+	// (LOOM_AGENT_CHECK_DIR; default none). See docs/health.md.
+	CheckDir string
 }
 
 // RegisterFlags adds the agent's flags to fs, defaults from LOOM_* variables.
@@ -124,6 +135,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"let jobs run as root (uid 0) on this node: root's jobs, and jobs with no owner on an agent that runs as root (LOOM_AGENT_ALLOW_ROOT_JOBS)")
 	fs.StringVar(&c.IdentityFile, "identity-file", config.Env("LOOM_AGENT_IDENTITY_FILE", ""),
 		"the node identity's file, 0600 (LOOM_AGENT_IDENTITY_FILE; default <work-dir>/"+IdentityFile+")")
+	fs.StringVar(&c.CheckAddr, "check-addr", config.Env("LOOM_AGENT_CHECK_ADDR", "127.0.0.1:0"),
+		"where the node serves the health checks' all-reduce endpoint, host:port, or off (LOOM_AGENT_CHECK_ADDR)")
+	fs.StringVar(&c.CheckDir, "check-dir", config.Env("LOOM_AGENT_CHECK_DIR", ""),
+		"a directory of the site's health check programs (LOOM_AGENT_CHECK_DIR; default: none)")
 	fs.DurationVar(&c.StepKillGrace, "step-kill-grace", config.EnvDuration("LOOM_STEP_KILL_GRACE", 10*time.Second),
 		"time between SIGTERM and SIGKILL when a step is stopped (LOOM_STEP_KILL_GRACE)")
 }
@@ -279,7 +294,19 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return err
 	}
-	a, err := app.New(ctx, app.Options{
+	// The health checks' endpoint is bound before the agent registers, so
+	// that the address it advertises already answers.
+	checkLn, err := listenChecks(cfg.CheckAddr)
+	if err != nil {
+		_ = base.Close()
+		return fmt.Errorf("agent %s: %w", cfg.Node, err)
+	}
+	// The check runner is what RunHealthCheck commands run (the node
+	// commands' consumer calls its Run) and serves the all-reduce endpoint.
+	// A node busy with steps refuses checks that do not allow it.
+	var a *app.App
+	checker := newChecker(cfg, nil, func() bool { return a.Running() > 0 }, base.Log)
+	a, err = app.New(ctx, app.Options{
 		Store: base.Store, Publisher: base.Producer, Runtime: rt,
 		Self:     domain.Self{Node: cfg.Node, Cluster: cfg.Cluster},
 		Hostname: cfg.Hostname, GPUs: cfg.GPUs, WorkDir: cfg.WorkDir, SharedDir: cfg.SharedDir,
@@ -287,11 +314,13 @@ func Run(ctx context.Context, cfg Config) error {
 		OrphanAfter: cfg.OrphanAfter, Log: base.Log,
 		Clock:         base.Clock,
 		WorkloadToken: id.tokens(),
+		CheckAddr:     checkAddr(checkLn),
 	})
 	if err == nil {
 		err = a.Recover(ctx)
 	}
 	if err != nil {
+		closeListener(checkLn)
 		_ = base.Close()
 		return err
 	}
@@ -334,6 +363,9 @@ func Run(ctx context.Context, cfg Config) error {
 			Filter: func(r bus.Record) bool { return r.Key == cfg.Node }, Policy: envelope.ServicesOnly},
 	}}
 	loops := []func(context.Context) error{a.Heartbeats}
+	if checkLn != nil {
+		loops = append(loops, func(ctx context.Context) error { return checker.Serve(ctx, checkLn) })
+	}
 	if id != nil {
 		loops = append(loops, id.renewLoop)
 	}
@@ -391,4 +423,41 @@ func shutdown(base *service.Base, a *app.App, cfg Config, exit *domain.SelfExit)
 	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	a.Drain(dctx)
 	dcancel()
+}
+
+// listenChecks binds the health checks' endpoint; "off" or "" binds none.
+func listenChecks(addr string) (net.Listener, error) {
+	if addr == "" || addr == "off" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("health check endpoint -check-addr %s: %w", addr, err)
+	}
+	return ln, nil
+}
+
+func checkAddr(ln net.Listener) string {
+	if ln == nil {
+		return ""
+	}
+	return ln.Addr().String()
+}
+
+func closeListener(ln net.Listener) {
+	if ln != nil {
+		_ = ln.Close()
+	}
+}
+
+// newChecker is the node's check runner: what RunHealthCheck commands run
+// (the node-commands consumer hands them to its Run) and what serves the
+// all-reduce endpoint. dev is the node's GPUs (nil: none).
+func newChecker(cfg Config, dev gpu.Device, busy func() bool, log *slog.Logger) *checks.Runner {
+	c := checks.Config{Node: cfg.Node, Hostname: cfg.Hostname, Cluster: cfg.Cluster, WorkDir: cfg.WorkDir,
+		CheckDir: cfg.CheckDir, Busy: busy, Log: log}
+	if dev != nil {
+		c.Device = dev
+	}
+	return checks.New(c)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,7 +77,7 @@ func (e *env) config() Config {
 			HTTPAddr: "127.0.0.1:0", LogLevel: "warn"},
 		Node: node, WorkDir: e.work, SharedDir: e.shared, GPUs: 8,
 		HeartbeatInterval: 100 * time.Millisecond, StepKillGrace: 2 * time.Second, JobNice: e.jobNice,
-		SlurmBin: e.slurmBin, Gateway: e.gateway,
+		SlurmBin: e.slurmBin, Gateway: e.gateway, CheckAddr: "127.0.0.1:0",
 		// These steps name no owner and the tests run as root: they run
 		// as the agent's own user, which the node must allow (as `loom up`
 		// does). owner_test.go runs jobs as real users, and refuses root.
@@ -141,6 +142,12 @@ func TestRegistersAndHeartbeats(t *testing.T) {
 	}).Payload.(*eventsv1.AgentRegistered)
 	if reg.Node != node || reg.Cluster != cluster || reg.Hostname != "gpu-0001" || reg.Gpus != 8 || reg.Pid != int32(os.Getpid()) || reg.BootId == "" {
 		t.Fatalf("AgentRegistered = %v", reg)
+	}
+	// The advertised health-check endpoint answers.
+	if c, err := net.DialTimeout("tcp", reg.CheckAddr, wait); err != nil {
+		t.Fatalf("check_addr %q: %v", reg.CheckAddr, err)
+	} else {
+		_ = c.Close()
 	}
 	hb := testkit.WaitEvent(t, e.broker, topics.NodeTelemetry, wait, func(ev envelope.Event) bool {
 		h, ok := ev.Payload.(*eventsv1.Heartbeat)

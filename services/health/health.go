@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/service"
 	"github.com/loom-ml/loom/services/health/internal/app"
@@ -25,6 +26,10 @@ type Config struct {
 	// (LOOM_HEALTH_HEARTBEAT_TIMEOUT; default 15s). Nodes are checked every
 	// quarter of it.
 	HeartbeatTimeout time.Duration
+	// Scan is the health checks' scan policy (-scan-interval,
+	// -check-validity, -straggler-ratio, -allreduce-min-busbw,
+	// -allreduce-sizes; see app.ScanFlags).
+	Scan app.ScanFlags
 }
 
 // RegisterFlags adds the health's flags to fs, defaults from LOOM_* variables.
@@ -33,6 +38,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.HeartbeatTimeout, "heartbeat-timeout",
 		config.EnvDuration("LOOM_HEALTH_HEARTBEAT_TIMEOUT", DefaultHeartbeatTimeout),
 		"how long a node may be silent before it is UNHEALTHY (LOOM_HEALTH_HEARTBEAT_TIMEOUT; default 15s)")
+	c.Scan.Register(fs)
 }
 
 // RunArgs runs the health from a command line (args, without the program
@@ -53,6 +59,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.HeartbeatTimeout <= 0 {
 		cfg.HeartbeatTimeout = DefaultHeartbeatTimeout
 	}
+	scanCfg, err := cfg.Scan.Config()
+	if err != nil {
+		return fmt.Errorf("health config: %w", err)
+	}
 	base, err := service.New(ctx, "health", cfg.Common)
 	if err != nil {
 		return err
@@ -62,6 +72,16 @@ func Run(ctx context.Context, cfg Config) error {
 		_ = base.Close()
 		return fmt.Errorf("health: %w", err)
 	}
+	// Scans: a consumer group of their own; their verdicts (a bisection's
+	// culprit, a straggler) are stored as results (remediation takes them
+	// through the verdict hook, nil until it does).
+	scanner := app.NewScanner(base.Store, scanCfg, base.Clock.Now, base.Log, nil)
+	if err := scanner.Start(ctx); err != nil {
+		_ = base.Close()
+		return fmt.Errorf("health: %w", err)
+	}
 	interval := max(cfg.HeartbeatTimeout/4, time.Millisecond)
-	return base.Run(ctx, []service.Consume{{Topics: ports.Topics, Handler: a.Handle}}, a.CheckLoop(interval, base.Clock))
+	return base.Run(ctx, []service.Consume{{Topics: ports.Topics, Handler: a.Handle},
+		{Topics: app.ScanTopics, Handler: scanner.Handle, Group: app.ScanGroup, Config: &bus.ConsumerConfig{Filter: app.ScanFilter}}},
+		a.CheckLoop(interval, base.Clock), scanner.Loop(time.Second, base.Clock))
 }

@@ -99,6 +99,10 @@ type Options struct {
 	Clock clockwork.Clock
 	// Now is the time the domain is given (default Clock.Now).
 	Now func() time.Time
+	// CheckAddr is the "host:port" of the node's health-check endpoint
+	// (internal/checks' Serve), advertised as AgentRegistered.check_addr;
+	// empty when it serves none.
+	CheckAddr string
 }
 
 // stepLocks is how many locks order the work on steps (see App.lockStep).
@@ -343,7 +347,9 @@ func (a *App) Recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	reg, err := adapters.Event(domain.Registered(a.opts.Self, a.opts.Hostname, os.Getpid(), a.opts.GPUs, a.bootID))
+	ev := domain.Registered(a.opts.Self, a.opts.Hostname, os.Getpid(), a.opts.GPUs, a.bootID)
+	ev.CheckAddr = a.opts.CheckAddr
+	reg, err := adapters.Event(ev)
 	if err != nil {
 		return err
 	}
