@@ -2,6 +2,7 @@ package provisioner
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -188,5 +189,43 @@ func TestRepairsWithRealAgents(t *testing.T) {
 	}
 	if a := agents(t, n3); count != 1 || len(a) != 1 || a[0] == agent3 || !gone(agent3) {
 		t.Fatalf("after the restart: %d RemediationFinished, agents %v (before %d)", count, a, agent3)
+	}
+}
+
+// TestSimProviderCarriesOutRepairs: on the sim provider a reboot and a
+// replace take their simulated times (3 min and 1 h at 1/1000 speed) and
+// end like the local provider's.
+func TestSimProviderCarriesOutRepairs(t *testing.T) {
+	t.Parallel()
+	f := &fixture{broker: testkit.Broker(t), data: t.TempDir(), grpcAddr: testkit.FreeAddr()}
+	f.redis, _ = testkit.Redis(t)
+	cfg := f.config(t, false)
+	cfg.Provider = ProviderSim
+	cfg.Sim.Seed, cfg.Sim.TimeScale, cfg.Sim.HeartbeatInterval = 7, 0.001, time.Second
+	testkit.Start(t, "provisioner", func(ctx context.Context) error { return Run(ctx, cfg) })
+	name := project + "/clusters/simfix"
+	testkit.Publish(t, f.broker, envelope.New(topics.ClusterCommands, name, "loom/test",
+		&eventsv1.CreateCluster{Operation: project + "/operations/simfix", Cluster: clusterSpec(name, 2)}))
+	waitRunning(t, f.broker, "simfix")
+
+	n1, n2 := name+"/nodes/gpu-0001", name+"/nodes/gpu-0002"
+	begin := time.Now()
+	remediateNode(t, f.broker, n1, "sim-reboot", loomv1.RemediationAction_ACTION_RESET_GPU)
+	remediateNode(t, f.broker, n2, "sim-replace", loomv1.RemediationAction_ACTION_REPLACE)
+	if done := remediationFinished(t, f.broker, "sim-reboot"); !done.GetOk() || !strings.Contains(done.GetMessage(), "GPUs reset") {
+		t.Fatalf("reboot = %v", done)
+	}
+	done := remediationFinished(t, f.broker, "sim-replace")
+	if !done.GetOk() || done.GetReplacement() != name+"/nodes/gpu-0003" {
+		t.Fatalf("replace = %v", done)
+	}
+	// One simulated hour at 1/1000 speed is 3.6 s: the replacement took it.
+	if took := time.Since(begin); took < 3600*time.Millisecond {
+		t.Fatalf("the simulated replacement took %v, less than its hour at 1/1000", took)
+	}
+	for _, ev := range testkit.Events(t, f.broker, topics.NodeTelemetry) {
+		if r, ok := ev.Payload.(*eventsv1.AgentRegistered); ok && r.GetNode() == name+"/nodes/gpu-0003" && r.GetHostBootId() == "" {
+			t.Fatalf("the replacement registered without a host boot id: %v", r)
+		}
 	}
 }
