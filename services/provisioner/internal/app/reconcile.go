@@ -452,6 +452,9 @@ func (a *App) repair(ctx context.Context, rp provider.Repairer, w repairWork) {
 func (a *App) StopAgents(ctx context.Context) error {
 	pl := a.snapshot()
 	all := append(append([]provider.Node{}, pl.run...), pl.retire...)
+	for _, w := range pl.repairs {
+		all = append(all, w.target)
+	}
 	for _, ns := range pl.teardown {
 		all = append(all, ns...)
 	}

@@ -103,7 +103,7 @@ func (s *State) RemediateNode(p Params, cmd *eventsv1.RemediateNode, bootID stri
 		return refuse("node %s not found", cmd.GetNode())
 	}
 	if r := s.Repairs[n.GetName()]; r != nil {
-		if r.ID == cmd.GetRemediationId() {
+		if r.ID != "" && r.ID == cmd.GetRemediationId() {
 			return Change{} // the same repair, asked again: it is under way
 		}
 		return refuse("node %s is already being repaired (%s, remediation %s)", n.GetHostname(), repairName(r.Action), r.ID)
