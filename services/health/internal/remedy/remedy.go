@@ -358,8 +358,8 @@ func (m *Machine) Commit(r *Result) {
 }
 
 // Apply is Step then Commit, for callers with nothing to write in between.
-func (m *Machine) Apply(now time.Time, ev Event) *Result {
-	r := m.Step(now, ev)
+func (m *Machine) Apply(now time.Time, evs ...Event) *Result {
+	r := m.Step(now, evs...)
 	m.Commit(r)
 	return r
 }
@@ -418,10 +418,24 @@ func (s *step) emit(key string, p proto.Message) {
 	s.r.Emits = append(s.r.Emits, Emit{Key: key, Payload: p})
 }
 
-// Step computes what ev does at now, without changing the machine.
-func (m *Machine) Step(now time.Time, ev Event) *Result {
+// Step computes what evs do at now, one after the other, without changing
+// the machine: the result holds every record they changed.
+func (m *Machine) Step(now time.Time, evs ...Event) *Result {
 	s := &step{m: m, now: now, r: &Result{Nodes: map[string]*Node{}, rng: m.rng}}
-	off := m.cfg.Mode == ModeOff
+	for _, ev := range evs {
+		s.apply(ev)
+	}
+	// Records read but left as they were are not changes.
+	for name, n := range s.r.Nodes {
+		if old := m.nodes[name]; n != nil && old != nil && equal(old, n) {
+			delete(s.r.Nodes, name)
+		}
+	}
+	return s.r
+}
+
+func (s *step) apply(ev Event) {
+	off := s.m.cfg.Mode == ModeOff
 	switch e := ev.(type) {
 	case Join:
 		s.join(e)
@@ -478,13 +492,6 @@ func (m *Machine) Step(now time.Time, ev Event) *Result {
 			}
 		}
 	}
-	// Records read but left as they were are not changes.
-	for name, n := range s.r.Nodes {
-		if old := m.nodes[name]; n != nil && old != nil && equal(old, n) {
-			delete(s.r.Nodes, name)
-		}
-	}
-	return s.r
 }
 
 func orDefault(s, d string) string {
