@@ -377,8 +377,10 @@ func (s *State) Handle(now time.Time, payload proto.Message) (*Change, error) {
 			n.Unhealthy, n.Reason, n.Unreachable, n.Simulated, n.Registered = old.Unhealthy, old.Reason, old.Unreachable, old.Simulated, old.Registered
 		}
 		c.Nodes[n.Name] = n
-		if _, ok := s.lastSeen[n.Name]; !ok && n.Watched() {
-			c.seen[n.Name] = now // a node that just joined gets a full timeout
+		if _, ok := s.lastSeen[n.Name]; n.Watched() && (!ok || old == nil || !old.Watched()) {
+			// A node that just joined, or is READY again after a repair or
+			// provisioning, gets a full timeout from now.
+			c.seen[n.Name] = now
 		}
 	case *eventsv1.NodeRemoved:
 		if ev.GetNode() == "" {

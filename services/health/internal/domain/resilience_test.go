@@ -270,3 +270,23 @@ func TestOperatorCommands(t *testing.T) {
 		t.Fatalf("drained node's repair: %v", em)
 	}
 }
+
+// TestReadyAfterRepairGetsGrace: a node the provisioner reports READY again
+// after rebooting (unwatched meanwhile) is not flagged for the silence of
+// its reboot.
+func TestReadyAfterRepairGetsGrace(t *testing.T) {
+	t.Parallel()
+	f := cluster3(t)
+	f.handle(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeN(0), Cluster: cluster, Hostname: "gpu-0000", State: loomv1.Node_REBOOTING}})
+	f.advance(3 * timeout)
+	f.beat(nodeN(1))
+	f.beat(nodeN(2))
+	f.handle(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeN(0), Cluster: cluster, Hostname: "gpu-0000", State: loomv1.Node_READY}})
+	f.s.lastCheck = f.now
+	f.advance(timeout / 2)
+	f.beat(nodeN(1))
+	f.beat(nodeN(2))
+	if v := healthOf(f.checkAll()); len(v) != 0 {
+		t.Fatalf("flagged for its reboot's silence: %v", v)
+	}
+}
