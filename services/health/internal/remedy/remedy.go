@@ -597,6 +597,11 @@ func (s *step) fault(n *Node, v classify.Verdict, by string) {
 func (s *step) worse(n *Node, v classify.Verdict) {
 	switch {
 	case n.Confirming:
+		if !n.Registered {
+			// Reported before the repaired node's agent registered: the
+			// old boot's news (a node's telemetry is one ordered stream).
+			return
+		}
 		s.escalate(n, "failed again after "+actionName(n.LastRepair)+": "+v.Reason)
 	case n.State == loomv1.RemediationState_NODE_DRAINING && !n.Hold:
 		changed := false
@@ -835,7 +840,7 @@ func (s *step) check(n *Node, r *loomv1.HealthCheckResult) {
 	switch {
 	case n.Confirming:
 		if r.GetTrigger() != "confirm" && runID != n.ConfirmID {
-			if out == loomv1.CheckOutcome_CHECK_FAIL {
+			if out == loomv1.CheckOutcome_CHECK_FAIL && n.Registered {
 				s.escalate(n, classify.CheckFailed(r).Reason)
 			}
 			return

@@ -569,3 +569,26 @@ func TestPropertySnapshotRestoreAndDeterminism(t *testing.T) {
 		t.Fatal("two seeds drew one id")
 	}
 }
+
+// TestStaleFaultAfterRepairIgnored: a fault the old boot reported, consumed
+// after the repair finished but before the node's agent registered again,
+// does not escalate; one after the registration does.
+func TestStaleFaultAfterRepairIgnored(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Config{Seed: 1}, 10)
+	n := nodeName(cluster, 0)
+	h.do(Registered{Node: n, HostBootID: "boot-1"})
+	r := h.do(Fault{Node: n, Verdict: classify.Xid(0, 79)})
+	h.do(Repaired{Node: n, ID: remediations(r)[0].GetRemediationId(), OK: true})
+	if r := h.do(Fault{Node: n, Verdict: classify.Xid(0, 79)}); len(r.Emits) != 0 || !h.m.Node(n).Confirming {
+		t.Fatalf("a stale fault escalated: %v", r.Emits)
+	}
+	h.do(Registered{Node: n, HostBootID: "boot-2"})
+	if h.state(0) != loomv1.RemediationState_NODE_REBOOTING {
+		t.Fatalf("new boot before the check answered: %v", h.state(0))
+	}
+	r = h.do(Fault{Node: n, Verdict: classify.Xid(0, 79)})
+	if rs := remediations(r); len(rs) != 1 || rs[0].GetAction() != loomv1.RemediationAction_ACTION_REIMAGE {
+		t.Fatalf("a fault of the new boot: %v", r.Emits)
+	}
+}
