@@ -143,7 +143,9 @@ func TestHealthStallDeclaresNoNode(t *testing.T) {
 	bin := healthBinary(t)
 	broker := testkit.Broker(t)
 	redisAddr, _ := testkit.Redis(t)
-	const timeout = 2 * time.Second
+	// Long enough that a loaded test machine does not delay the beats past
+	// it; the stall is three of it.
+	const timeout = 3 * time.Second
 	addr := freeAddr(t)
 	logs, err := os.Create(filepath.Join(t.TempDir(), "health.log"))
 	if err != nil {
