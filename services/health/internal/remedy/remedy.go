@@ -217,11 +217,14 @@ type Check struct {
 // Registered is the node's agent registering, with its host boot id.
 type Registered struct{ Node, HostBootID string }
 
-// Repaired is the provisioner's RemediationFinished.
+// Repaired is the provisioner's RemediationFinished. Replacement is the new
+// node's name after a replacement (empty, or the node's own name, when it
+// was replaced in place).
 type Repaired struct {
-	Node, ID string
-	OK       bool
-	Message  string
+	Node, ID    string
+	OK          bool
+	Message     string
+	Replacement string
 }
 
 // Drained is the scheduler's NodeDrained: the node holds no job.
@@ -750,7 +753,7 @@ func (s *step) repaired(n *Node, e Repaired) {
 		s.escalate(n, fmt.Sprintf("%s failed: %s", actionName(n.LastRepair), e.Message))
 		return
 	}
-	if n.LastRepair == loomv1.RemediationAction_ACTION_REPLACE {
+	if n.LastRepair == loomv1.RemediationAction_ACTION_REPLACE && e.Replacement != "" && e.Replacement != n.Name {
 		// The old node leaves (NodeRemoved); its replacement joins as a new
 		// member. The slot is free now.
 		n.Repairing = false

@@ -182,13 +182,21 @@ func TestLadder(t *testing.T) {
 	if len(rs) != 1 || rs[0].GetAction() != loomv1.RemediationAction_ACTION_REPLACE {
 		t.Fatalf("replace now: %v", r.Emits)
 	}
-	h.do(Repaired{Node: m, ID: rs[0].GetRemediationId(), OK: true})
+	h.do(Repaired{Node: m, ID: rs[0].GetRemediationId(), OK: true, Replacement: nodeName(cluster, 99)})
 	if h.m.Node(m).Repairing {
 		t.Fatal("a finished replacement holds its slot")
 	}
 	h.do(Leave{Node: m})
 	if h.m.Node(m) != nil {
 		t.Fatal("removed node kept")
+	}
+	// Replaced in place (same name): confirmed as after any repair.
+	k := nodeName(cluster, 6)
+	h.do(Override{Node: k, Action: loomv1.RemediationAction_ACTION_REPLACE, User: "alice"})
+	r = h.do(Drained{Node: k})
+	r = h.do(Repaired{Node: k, ID: remediations(r)[0].GetRemediationId(), OK: true})
+	if cs := checks(r); len(cs) != 1 || !h.m.Node(k).Confirming {
+		t.Fatalf("in-place replacement not confirmed: %v", r.Emits)
 	}
 }
 
