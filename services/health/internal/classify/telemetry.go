@@ -2,7 +2,6 @@ package classify
 
 import (
 	"fmt"
-	"time"
 
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -180,12 +179,4 @@ func CheckFailed(r *loomv1.HealthCheckResult) Verdict {
 	}
 	gpu := r.GetGpu()
 	return Verdict{Severity: SeverityCritical, Action: action, CheckpointFirst: true, Reason: reason, GPU: gpu}
-}
-
-// Silence is the verdict on a node confirmed silent for timeout: its agent
-// (or the machine) is gone, so its work is lost: urgent, and a reboot
-// restarts the agent.
-func Silence(timeout time.Duration) Verdict {
-	return Verdict{Severity: SeverityCritical, Action: loomv1.RemediationAction_ACTION_REBOOT, Urgent: true,
-		Reason: "no heartbeat for " + timeout.String(), GPU: -1}
 }
