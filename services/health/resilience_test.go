@@ -101,7 +101,16 @@ func TestXidRemediatesThroughTheBus(t *testing.T) {
 	}
 }
 
-// buildHealth builds the health binary once per test binary.
+// TestMain removes the health binary healthBinary built, if any.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
+// healthBinary builds the health binary once per test binary.
 var (
 	buildOnce sync.Once
 	binPath   string
