@@ -107,6 +107,9 @@ type Options struct {
 	// own (a flag given twice takes its last value): the sim provider's
 	// -sim-* settings, say, or -max-batch.
 	ProvisionerArgs []string
+	// HealthArgs are more health flags, given after the stack's own (e.g.
+	// -remediation=dry-run, -max-remediating=0.5, -mass-silence=0.5).
+	HealthArgs []string
 	// OnSimLaunch, when set, is told of every boot the sim provider starts:
 	// the node's full name and the real time until its simulated agent
 	// registers (sim.Config.OnLaunch) — how a benchmark learns the
@@ -456,6 +459,7 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	if opts.HeartbeatTimeout > 0 {
 		healthArgs = append(healthArgs, "-heartbeat-timeout="+opts.HeartbeatTimeout.String())
 	}
+	healthArgs = append(healthArgs, opts.HealthArgs...)
 	gwArgs := append(common(a.Gateway, a.GatewayHTTP), "-rest-addr="+a.GatewayREST,
 		"-provisioner-addr="+a.Provisioner, "-scheduler-addr="+a.Scheduler, "-registry-addr="+a.Registry)
 	// Authentication's keys (docs/security.md): the gateway signs tokens

@@ -306,6 +306,24 @@ func TestStartPassesProviderAndCapacity(t *testing.T) {
 	}
 }
 
+// TestStartPassesHealthArgs: HealthArgs reach the health service's
+// command line (a value it refuses stops the stack, naming it).
+func TestStartPassesHealthArgs(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	opts := testOptions(t)
+	opts.HealthArgs = []string{"-remediation=maybe"}
+	st, err := Start(ctx, opts)
+	if err == nil {
+		_ = st.Close(ctx)
+		t.Fatal("Start with -remediation=maybe succeeded")
+	}
+	if !strings.Contains(err.Error(), "health") || !strings.Contains(err.Error(), "remediation") {
+		t.Fatalf("error %q does not name health's remediation", err)
+	}
+}
+
 func TestOnSimLaunchNeedsTheProvisionerInProcess(t *testing.T) {
 	t.Parallel()
 	opts := testOptions(t)
