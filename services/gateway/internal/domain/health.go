@@ -60,6 +60,10 @@ func CheckHostname(v *errs.Validator, field, h string) {
 // expression, "gpu-[0001-0004]") into hostnames, in order, without
 // duplicates; at most MaxHosts. Each problem is added to v naming its entry.
 func ExpandHostnames(v *errs.Validator, field string, exprs []string) []string {
+	if len(exprs) > MaxHosts {
+		v.Add(field, "%d entries, more than the limit of %d", len(exprs), MaxHosts)
+		return nil
+	}
 	var out []string
 	seen := map[string]bool{}
 	for i, e := range exprs {
@@ -76,6 +80,10 @@ func ExpandHostnames(v *errs.Validator, field string, exprs []string) []string {
 		if len(names) == 0 {
 			v.Add(f, "empty: name a node (gpu-0001) or a hostlist (gpu-[0001-0004])")
 			continue
+		}
+		if len(names) > MaxHosts {
+			v.Add(f, "%d nodes, more than the limit of %d", len(names), MaxHosts)
+			return nil
 		}
 		for _, n := range names {
 			if !resname.ValidID(n) {
