@@ -93,6 +93,12 @@ func TestHealthCommands(t *testing.T) {
 			t.Errorf("command %d: %v key %q, want %v", i, e.Payload, e.Key, wantCmds[i])
 		}
 	}
+	// The audit trail names the cluster and its project; a project admin
+	// reads it there.
+	waitAudit(t, ctx, h, "pat", project, func(r *loomv1.AuditRecord) bool {
+		return r.GetMethod() == "/loom.v1.HealthService/InjectFault" && r.GetPrincipal() == "users/ops" &&
+			r.GetResource() == cluster1 && r.GetProject() == "default" && r.GetDecision() == "allowed"
+	})
 }
 
 // TestHealthValidation: every refused write names the field and the limit,
@@ -159,6 +165,11 @@ func TestHealthValidation(t *testing.T) {
 		{"restart job by hand", update(loomv1.RemediationAction_ACTION_RESTART_JOB, "x"), codes.InvalidArgument, []string{"action", "ACTION_DRAIN"}},
 	} {
 		wantCode(t, c.what, c.err, c.code, c.want...)
+	}
+	// Over REST too: 400 naming the field and the limit.
+	code, body := restCall(ctx, t, h.http, h.restBase, "POST", "/v1/"+cluster1+"/nodes/gpu-0001:injectFault", `{"fault":{"kind":"FAULT_XID","gpu":3,"xid":1000}}`)
+	if code != 400 || !strings.Contains(body, "fault.xid") || !strings.Contains(body, "1 to 999") {
+		t.Errorf("REST xid 1000: HTTP %d %s", code, body)
 	}
 	// Another cluster of the project does not exist.
 	_, err := hs.ReportFaultyNodes(ctx, &loomv1.ReportFaultyNodesRequest{Cluster: project + "/clusters/nope", Hostnames: []string{"gpu-0001"}, Reason: "x"})
