@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -268,13 +269,20 @@ func (g *Gateway) UpdateNodeRemediation(ctx context.Context, req *loomv1.UpdateN
 	return nh, nil
 }
 
+// healthLookupTimeout bounds nodeHealth's read of the health service.
+const healthLookupTimeout = 2 * time.Second
+
 // nodeHealth is health's view of one node, or nil when health does not
-// answer or does not know it (best effort: a write does not wait on it).
+// answer (within healthLookupTimeout) or does not know it: best effort, a
+// write does not depend on it.
 func (g *Gateway) nodeHealth(ctx context.Context, cluster, hostname string) *loomv1.NodeHealth {
 	h, err := g.health()
 	if err != nil {
 		return nil
 	}
+	// Best effort, and bounded: a write never waits long on health.
+	ctx, cancel := context.WithTimeout(ctx, healthLookupTimeout)
+	defer cancel()
 	var found *loomv1.NodeHealth
 	_ = paging.Each(func(token string) (string, error) {
 		page, err := h.ListNodeHealth(ctx, &loomv1.ListNodeHealthRequest{Cluster: cluster, PageSize: paging.MaxSize, PageToken: token})
