@@ -461,7 +461,8 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	}
 	healthArgs = append(healthArgs, opts.HealthArgs...)
 	gwArgs := append(common(a.Gateway, a.GatewayHTTP), "-rest-addr="+a.GatewayREST,
-		"-provisioner-addr="+a.Provisioner, "-scheduler-addr="+a.Scheduler, "-registry-addr="+a.Registry)
+		"-provisioner-addr="+a.Provisioner, "-scheduler-addr="+a.Scheduler, "-registry-addr="+a.Registry,
+		"-health-addr="+a.Health)
 	// Authentication's keys (docs/security.md): the gateway signs tokens
 	// with one and makes the administrator's and the login daemon's API
 	// keys at its first start.
