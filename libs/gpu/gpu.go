@@ -80,4 +80,13 @@ type Options struct {
 	Seed uint64
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// BootID is the node's boot (its host_boot_id) for the simulated
+	// device: a state last opened in another boot has been through a
+	// reboot, which resets volatile counters and clears the faults a reset
+	// clears. Empty: no reboot is ever seen.
+	BootID string
+	// Busy says whether the node runs jobs now, which the simulated GPUs'
+	// utilisation, power and temperature follow (nil: while the steps
+	// directory beside StateDir holds pidfiles).
+	Busy func() bool
 }
