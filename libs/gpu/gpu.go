@@ -17,6 +17,11 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
+// StateDirEnv names the simulated device's state directory in a job's
+// environment: the agent sets it for every step on a node with simulated
+// GPUs, and the node's nvidia-smi reads it.
+const StateDirEnv = "LOOM_GPU_STATE_DIR"
+
 // ErrNotSimulated is returned by Inject on a device with real GPUs: faults are
 // injected only into the simulated device.
 var ErrNotSimulated = errors.New("faults can be injected only into simulated GPUs")

@@ -93,6 +93,8 @@ type Config struct {
 	// bootstraps: it registers with Gateway using the bootstrap token of
 	// its launch (LOOM_AGENT_BOOTSTRAP_TOKEN or _FILE).
 	IdentityFile string
+	// GPUConfig is the node's GPUs and their telemetry (gpu.go).
+	GPUConfig
 	// BootstrapToken is the launch's one-time bootstrap token. No flag
 	// sets it (a command line is visible to every user in ps): Run reads
 	// LOOM_AGENT_BOOTSTRAP_TOKEN or the 0600 file LOOM_AGENT_BOOTSTRAP_TOKEN_FILE
@@ -124,6 +126,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"let jobs run as root (uid 0) on this node: root's jobs, and jobs with no owner on an agent that runs as root (LOOM_AGENT_ALLOW_ROOT_JOBS)")
 	fs.StringVar(&c.IdentityFile, "identity-file", config.Env("LOOM_AGENT_IDENTITY_FILE", ""),
 		"the node identity's file, 0600 (LOOM_AGENT_IDENTITY_FILE; default <work-dir>/"+IdentityFile+")")
+	c.registerGPUFlags(fs)
 	fs.DurationVar(&c.StepKillGrace, "step-kill-grace", config.EnvDuration("LOOM_STEP_KILL_GRACE", 10*time.Second),
 		"time between SIGTERM and SIGKILL when a step is stopped (LOOM_STEP_KILL_GRACE)")
 }
@@ -184,6 +187,7 @@ func (c *Config) validate() (string, error) {
 			v.Add("slurm_bin", "must be a directory of Loom's Slurm commands, got %q", c.SlurmBin)
 		}
 	}
+	c.validateGPU(&v)
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = 2 * time.Second
 	}
@@ -279,8 +283,15 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return err
 	}
+	node, err := startNode(&cfg, base)
+	if err != nil {
+		_ = base.Close()
+		return err
+	}
+	defer cfg.Device.Close()
 	a, err := app.New(ctx, app.Options{
-		Store: base.Store, Publisher: base.Producer, Runtime: rt,
+		Store: base.Store, Publisher: node.HeartbeatGate(base.Producer), Runtime: rt,
+		NodeEnv: nodeEnv(&cfg), SimulatedGPUs: cfg.Device.Simulated(),
 		Self:     domain.Self{Node: cfg.Node, Cluster: cfg.Cluster},
 		Hostname: cfg.Hostname, GPUs: cfg.GPUs, WorkDir: cfg.WorkDir, SharedDir: cfg.SharedDir,
 		KillGrace: cfg.StepKillGrace, HeartbeatInterval: cfg.HeartbeatInterval, JobNice: cfg.JobNice, SlurmBin: cfg.SlurmBin, Gateway: cfg.Gateway,
@@ -333,7 +344,8 @@ func Run(ctx context.Context, cfg Config) error {
 		Config: &bus.ConsumerConfig{MaxAttempts: 20, MaxBackoff: 5 * time.Second, PartitionKey: cfg.Node,
 			Filter: func(r bus.Record) bool { return r.Key == cfg.Node }, Policy: envelope.ServicesOnly},
 	}}
-	loops := []func(context.Context) error{a.Heartbeats}
+	consumers = append(consumers, nodeConsume(&cfg, clusterID, node))
+	loops := []func(context.Context) error{a.Heartbeats, node.Telemetry, node.Xids}
 	if id != nil {
 		loops = append(loops, id.renewLoop)
 	}
