@@ -439,3 +439,32 @@ func TestXidDescription(t *testing.T) {
 		t.Errorf("XidLogLine = %q", got)
 	}
 }
+
+// BenchmarkSimulatedSample times one collection of 8 simulated H200s (the
+// agent's every telemetry interval, nvidia-smi's every run): a read and
+// decode of the state file.
+func BenchmarkSimulatedSample(b *testing.B) {
+	s, err := OpenSimulated(Options{Count: 8, StateDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for b.Loop() {
+		if _, err := s.Sample(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkSimulatedInject times one injection (lock, read, write, rename).
+func BenchmarkSimulatedInject(b *testing.B) {
+	s, err := OpenSimulated(Options{Count: 8, StateDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if err := s.Inject(&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_XID, Gpu: 1, Xid: 13}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
