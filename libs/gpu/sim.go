@@ -160,8 +160,8 @@ type simGPU struct {
 	Slow        float64   `json:"slow,omitempty"`
 }
 
-// ErrNoSimulatedGPUs is returned by OpenSimulated for a StateDir that holds
-// no state when Options.Count is 0 (nothing to make).
+// ErrNoSimulatedGPUs is returned by ReadSimulated for a StateDir that
+// holds no state.
 var ErrNoSimulatedGPUs = errors.New("no simulated GPUs here")
 
 // HasSimulated reports whether dir holds a simulated device's state.
@@ -170,18 +170,11 @@ func HasSimulated(dir string) bool {
 	return err == nil
 }
 
-// OpenSimulated opens the simulated device whose state is in o.StateDir,
-// making it (o.Count GPUs of o.Model, seeded by o.Seed) when the directory
-// holds none, or holds another count or model. With o.Count 0 it opens the
-// state that is there (ErrNoSimulatedGPUs when none is): what the node's
-// nvidia-smi does. An o.BootID other than the state's is a reboot of the
-// node (see reboot).
-func OpenSimulated(o Options) (*Simulated, error) {
+// newSimulated is the device of o's StateDir, clock and busy test, not
+// opened yet.
+func newSimulated(o Options) (*Simulated, error) {
 	if o.StateDir == "" {
 		return nil, errors.New("simulated GPUs: no state directory")
-	}
-	if o.Count < 0 {
-		return nil, fmt.Errorf("simulated GPUs: count %d < 0", o.Count)
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -190,39 +183,80 @@ func OpenSimulated(o Options) (*Simulated, error) {
 	if s.busy == nil {
 		s.busy = stepsRunning(filepath.Join(filepath.Dir(o.StateDir), "steps"))
 	}
-	if o.Count == 0 && !HasSimulated(o.StateDir) {
+	return s, nil
+}
+
+// OpenSimulated opens the simulated device whose state is in o.StateDir,
+// making it (o.Count GPUs, 0 included, of o.Model, seeded by o.Seed) when
+// the directory holds none, or holds another count or model, or a state
+// that does not decode. An o.BootID other than the state's is a reboot of
+// the node (see reboot). The agent opens its node's GPUs so.
+func OpenSimulated(o Options) (*Simulated, error) {
+	if o.Count < 0 {
+		return nil, fmt.Errorf("simulated GPUs: count %d < 0", o.Count)
+	}
+	s, err := newSimulated(o)
+	if err != nil {
+		return nil, err
+	}
+	model := o.Model
+	if model == "" {
+		model = DefaultModel
+	}
+	remake := func(st *simState, exists bool) bool {
+		return !exists || len(st.GPUs) != o.Count || st.Model != model
+	}
+	reboot := func(st *simState) bool { return o.BootID != "" && st.BootID != o.BootID }
+	// Only a change takes the lock and writes.
+	if cur, err := s.load(); err != nil || remake(cur, true) || reboot(cur) {
+		if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
+			return nil, fmt.Errorf("simulated GPUs: %w", err)
+		}
+		err := s.update(func(st *simState, exists bool) (bool, error) {
+			switch {
+			case remake(st, exists):
+				*st = newState(model, o.Count, seedOf(o), s.now())
+				st.BootID = o.BootID
+				return true, nil
+			case reboot(st):
+				st.reboot(s.now().UTC())
+				st.BootID = o.BootID
+				return true, nil
+			}
+			return false, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return s, s.start()
+}
+
+// ReadSimulated opens the simulated device already in o.StateDir as it is
+// (o.Count, Model, Seed and BootID are not used), writing nothing: what
+// the node's nvidia-smi does, as the job's owner, who may not write the
+// agent's state. ErrNoSimulatedGPUs when there is none. The device may
+// still Inject where its user may write the state.
+func ReadSimulated(o Options) (*Simulated, error) {
+	s, err := newSimulated(o)
+	if err != nil {
+		return nil, err
+	}
+	if !HasSimulated(o.StateDir) {
 		return nil, fmt.Errorf("%w (%s)", ErrNoSimulatedGPUs, o.StateDir)
 	}
-	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
-		return nil, fmt.Errorf("simulated GPUs: %w", err)
-	}
-	err := s.update(func(st *simState, exists bool) (bool, error) {
-		model := o.Model
-		if model == "" {
-			model = DefaultModel
-		}
-		if !exists || (o.Count > 0 && (len(st.GPUs) != o.Count || st.Model != model)) {
-			*st = newState(model, o.Count, seedOf(o), o.Now())
-			st.BootID = o.BootID
-			return true, nil
-		}
-		if o.BootID != "" && st.BootID != o.BootID {
-			st.reboot(o.Now().UTC())
-			st.BootID = o.BootID
-			return true, nil
-		}
-		return false, nil
-	})
-	if err != nil {
-		return nil, err
-	}
+	return s, s.start()
+}
+
+// start reads the state once: Xids reports what happens from now on, like
+// an NVML event set.
+func (s *Simulated) start() error {
 	st, err := s.load()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	// Like an NVML event set, Xids reports what happens from now on.
 	s.xidSeen = st.XidSeq
-	return s, nil
+	return nil
 }
 
 // DefaultModel is the simulated GPUs' model when Options.Model is empty.
@@ -352,6 +386,9 @@ func (g *simGPU) rated(now time.Time) (sbe, crc, replay uint64) {
 	return sbe, crc, replay
 }
 
+// errCorrupt marks a state file that does not decode.
+var errCorrupt = errors.New("state does not decode")
+
 // load reads the state.
 func (s *Simulated) load() (*simState, error) {
 	b, err := os.ReadFile(filepath.Join(s.dir, StateFile))
@@ -360,7 +397,7 @@ func (s *Simulated) load() (*simState, error) {
 	}
 	var st simState
 	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("simulated GPUs: %s: %w", filepath.Join(s.dir, StateFile), err)
+		return nil, fmt.Errorf("simulated GPUs: %s: %w: %w", filepath.Join(s.dir, StateFile), errCorrupt, err)
 	}
 	return &st, nil
 }
@@ -385,7 +422,9 @@ func (s *Simulated) update(fn func(st *simState, exists bool) (bool, error)) err
 	switch {
 	case err == nil:
 		st = *cur
-	case errors.Is(err, os.ErrNotExist):
+	case errors.Is(err, os.ErrNotExist), errors.Is(err, errCorrupt):
+		// A state that does not decode (a crash of an older writer
+		// without rename) is made anew by an opener that knows the count.
 		exists = false
 	default:
 		return err

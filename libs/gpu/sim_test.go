@@ -90,7 +90,7 @@ func TestSimulatedSeededAndShared(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A second opener (nvidia-smi: no count) sees the same GPUs and numbers.
-	b, err := OpenSimulated(Options{StateDir: dir, Now: now})
+	b, err := ReadSimulated(Options{StateDir: dir, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,8 +111,14 @@ func TestSimulatedSeededAndShared(t *testing.T) {
 	if c.Info()[0].UUID != a.Info()[0].UUID {
 		t.Errorf("seed 3 made %s then %s", a.Info()[0].UUID, c.Info()[0].UUID)
 	}
-	if _, err := OpenSimulated(Options{StateDir: t.TempDir()}); err == nil {
+	if _, err := ReadSimulated(Options{StateDir: t.TempDir()}); err == nil {
 		t.Error("opened simulated GPUs where there are none")
+	}
+	// A node without GPUs (-gpus 0) has a device with none, and its
+	// count is the agent's, not what an earlier start left.
+	z, err := OpenSimulated(Options{Count: 0, StateDir: dir})
+	if err != nil || len(z.Info()) != 0 {
+		t.Errorf("-gpus 0: %v, %d GPUs", err, len(z.Info()))
 	}
 }
 
@@ -324,7 +330,7 @@ func TestSimulatedConcurrentInjections(t *testing.T) {
 	const openers, each = 4, 20
 	var wg sync.WaitGroup
 	for o := range openers {
-		s, err := OpenSimulated(Options{StateDir: dir})
+		s, err := ReadSimulated(Options{StateDir: dir})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -383,7 +389,7 @@ func TestHelperInject(t *testing.T) {
 	if dir == "" {
 		t.Skip("run by TestSimulatedAcrossProcesses")
 	}
-	s, err := OpenSimulated(Options{StateDir: dir})
+	s, err := ReadSimulated(Options{StateDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,5 +472,47 @@ func BenchmarkSimulatedInject(b *testing.B) {
 		if err := s.Inject(&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_XID, Gpu: 1, Xid: 13}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestSimulatedCorruptStateRemade(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, StateFile), []byte("{not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadSimulated(Options{StateDir: dir}); err == nil {
+		t.Fatal("a reader opened a corrupt state")
+	}
+	s, err := OpenSimulated(Options{Count: 3, StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Info()) != 3 {
+		t.Errorf("remade with %d GPUs", len(s.Info()))
+	}
+}
+
+// A reader (nvidia-smi) writes nothing: the state's owner is root and the
+// job's owner may not write it.
+func TestSimulatedReaderWritesNothing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if _, err := OpenSimulated(Options{Count: 2, StateDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.Stat(filepath.Join(dir, StateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, lockFile)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadSimulated(Options{StateDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := os.Stat(filepath.Join(dir, StateFile))
+	if _, err := os.Stat(filepath.Join(dir, lockFile)); !os.IsNotExist(err) || !after.ModTime().Equal(before.ModTime()) {
+		t.Errorf("a reader took the lock or rewrote the state: %v", err)
 	}
 }

@@ -72,7 +72,7 @@ func TestNodeCommandsFaultsTelemetryAndChecks(t *testing.T) {
 			g.GetGpus()[0].GetTemperatureC() > 0 && len(g.GetDisks()) > 0
 	})
 	// The node's nvidia-smi sees what the agent injected.
-	st, err := gpu.OpenSimulated(gpu.Options{StateDir: filepath.Join(e.work, GPUStateDir)})
+	st, err := gpu.ReadSimulated(gpu.Options{StateDir: filepath.Join(e.work, GPUStateDir)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -173,7 +173,7 @@ func Main(args []string, getenv func(string) string, now time.Time, stdout, stde
 		fmt.Fprint(stdout, noDriver)
 		return exitNoDriver
 	}
-	dev, err := gpu.OpenSimulated(gpu.Options{StateDir: dir, Now: func() time.Time { return now }})
+	dev, err := gpu.ReadSimulated(gpu.Options{StateDir: dir, Now: func() time.Time { return now }})
 	if err != nil {
 		fmt.Fprint(stdout, noDriver)
 		fmt.Fprintln(stderr, "nvidia-smi (loom, simulated GPUs):", err)
