@@ -300,6 +300,7 @@ func Run(ctx context.Context, cfg Config) error {
 		WorkloadToken: id.tokens(),
 	})
 	if err == nil {
+		node.SetChecks(newCheckRunner(&cfg, a))
 		err = a.Recover(ctx)
 	}
 	if err != nil {

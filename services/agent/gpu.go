@@ -101,7 +101,7 @@ func startNode(cfg *Config, base *service.Base) (*app.Node, error) {
 		cfg.Device = d
 	}
 	n, err := app.NewNode(app.NodeOptions{
-		Store: base.Store, Publisher: base.Producer, Device: cfg.Device, Checks: newCheckRunner(cfg),
+		Store: base.Store, Publisher: base.Producer, Device: cfg.Device,
 		Self: domain.Self{Node: cfg.Node, Cluster: cfg.Cluster}, Hostname: cfg.Hostname, WorkDir: cfg.WorkDir,
 		DiskPaths: []string{cfg.WorkDir, cfg.SharedDir, "/"}, Interval: cfg.TelemetryInterval,
 		Log: base.Log, Clock: base.Clock,
@@ -122,9 +122,10 @@ func startNode(cfg *Config, base *service.Base) (*app.Node, error) {
 	return n, nil
 }
 
-// newCheckRunner builds the node's health checks (internal/checks); nil
-// answers every RunHealthCheck with CHECK_ERROR "checks not available".
-var newCheckRunner = func(cfg *Config) app.CheckRunner { return nil }
+// newCheckRunner builds the node's health checks (internal/checks) once
+// the App is built (a: whether the node is busy); nil answers every
+// RunHealthCheck with CHECK_ERROR "checks not available".
+var newCheckRunner = func(cfg *Config, a *app.App) app.CheckRunner { return nil }
 
 // nodeEnv is what every step and task learns from the node: where its
 // simulated GPUs are (gpu.StateDirEnv), for the node's nvidia-smi.

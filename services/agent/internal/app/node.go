@@ -62,7 +62,7 @@ type NodeOptions struct {
 	// Device is the node's GPUs (required).
 	Device gpu.Device
 	// Checks runs RunHealthCheck (nil: every check is answered CHECK_ERROR
-	// "checks not available").
+	// "checks not available"); SetChecks sets it later.
 	Checks   CheckRunner
 	Self     domain.Self
 	Hostname string
@@ -105,6 +105,8 @@ type Node struct {
 	xidSent map[[2]int]time.Time
 
 	checks sync.WaitGroup
+	// runner is the CheckRunner (Options.Checks, SetChecks).
+	runner atomic.Pointer[CheckRunner]
 }
 
 // NewNode returns the Node of opts.
@@ -125,7 +127,20 @@ func NewNode(opts NodeOptions) (*Node, error) {
 	if len(opts.DiskPaths) == 0 && opts.WorkDir != "" {
 		opts.DiskPaths = []string{opts.WorkDir}
 	}
-	return &Node{opts: opts, log: opts.Log, kick: make(chan struct{}, 1), xidSent: map[[2]int]time.Time{}}, nil
+	n := &Node{opts: opts, log: opts.Log, kick: make(chan struct{}, 1), xidSent: map[[2]int]time.Time{}}
+	n.SetChecks(opts.Checks)
+	return n, nil
+}
+
+// SetChecks sets what runs RunHealthCheck from now on (nil: none): the
+// agent's checks are built once its App is (they ask it whether the node
+// is busy).
+func (n *Node) SetChecks(r CheckRunner) {
+	if r == nil {
+		n.runner.Store(nil)
+		return
+	}
+	n.runner.Store(&r)
 }
 
 // Device is the node's GPUs.
@@ -309,10 +324,11 @@ func (n *Node) RunHealthCheck(ctx context.Context, id string, cmd *eventsv1.RunH
 
 // runCheck runs cmd on the CheckRunner, or answers CHECK_ERROR without one.
 func (n *Node) runCheck(ctx context.Context, cmd *eventsv1.RunHealthCheck) *loomv1.HealthCheckResult {
-	if n.opts.Checks == nil {
+	r := n.runner.Load()
+	if r == nil {
 		return &loomv1.HealthCheckResult{Outcome: loomv1.CheckOutcome_CHECK_ERROR, Summary: "checks not available", Gpu: -1}
 	}
-	res := n.opts.Checks.Run(ctx, cmd)
+	res := (*r).Run(ctx, cmd)
 	if res == nil {
 		res = &loomv1.HealthCheckResult{Outcome: loomv1.CheckOutcome_CHECK_ERROR, Summary: "the check returned no result", Gpu: -1}
 	}

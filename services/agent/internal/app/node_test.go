@@ -9,9 +9,13 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/gpu"
+	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/testkit"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/agent/internal/domain"
@@ -141,5 +145,77 @@ func TestHeartbeatGate(t *testing.T) {
 	clk.Advance(time.Second)
 	if n.HeartbeatsMuted() {
 		t.Fatal("still muted after its 30 s")
+	}
+}
+
+// fakeChecks answers every check with outcome and records what it ran.
+type fakeChecks struct {
+	outcome loomv1.CheckOutcome
+	ran     chan *eventsv1.RunHealthCheck
+}
+
+func (f *fakeChecks) Run(ctx context.Context, cmd *eventsv1.RunHealthCheck) *loomv1.HealthCheckResult {
+	f.ran <- cmd
+	return &loomv1.HealthCheckResult{Outcome: f.outcome, Summary: "ok", Gpu: -1}
+}
+
+// outboxResults reads the HealthCheckCompleted results in st's outbox.
+func outboxResults(t *testing.T, rdb *redis.Client) []*loomv1.HealthCheckResult {
+	t.Helper()
+	msgs, err := rdb.XRange(context.Background(), "agent-test:outbox", "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*loomv1.HealthCheckResult
+	for _, m := range msgs {
+		for _, v := range m.Values {
+			b, ok := v.(string)
+			if !ok {
+				continue
+			}
+			var h eventsv1.HealthCheckCompleted
+			if proto.Unmarshal([]byte(b), &h) == nil && h.GetResult().GetCheck() != "" {
+				out = append(out, h.GetResult())
+			}
+		}
+	}
+	return out
+}
+
+func TestRunHealthCheckOnceThroughTheOutbox(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	n, _ := newTestNode(t)
+	n.opts.Store = store.New(rdb, "agent-test:")
+	checks := &fakeChecks{outcome: loomv1.CheckOutcome_CHECK_PASS, ran: make(chan *eventsv1.RunHealthCheck, 4)}
+	n.SetChecks(checks)
+	cmd := &eventsv1.RunHealthCheck{Node: "projects/p/clusters/c/nodes/h1", Cluster: "projects/p/clusters/c", RunId: "r1", Check: "disk"}
+	ctx := context.Background()
+	for range 2 { // a redelivery runs nothing
+		if err := n.RunHealthCheck(ctx, "ev-1", cmd, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Another node's command, and a stale one, run nothing.
+	other := &eventsv1.RunHealthCheck{Node: "projects/p/clusters/c/nodes/h2", Check: "disk"}
+	if err := n.RunHealthCheck(ctx, "ev-2", other, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.RunHealthCheck(ctx, "ev-3", cmd, time.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	n.WaitChecks(testkit.Context(t, 10*time.Second))
+	if len(checks.ran) != 1 {
+		t.Fatalf("the check ran %d times, want once", len(checks.ran))
+	}
+	var got []*loomv1.HealthCheckResult
+	testkit.WaitFor(t, 10*time.Second, "the result in the outbox", func() (bool, error) {
+		got = outboxResults(t, rdb)
+		return len(got) > 0, nil
+	})
+	r := got[0]
+	if len(got) != 1 || r.GetOutcome() != loomv1.CheckOutcome_CHECK_PASS || r.GetName() != "projects/p/clusters/c/healthResults/r1" ||
+		r.GetHostname() != "h1" || r.GetCheck() != "disk" || r.GetStartTime() == nil {
+		t.Errorf("results %v", got)
 	}
 }
