@@ -73,6 +73,32 @@ var models = map[string]model{
 	"NVIDIA H200":           {memMiB: 143771, powerLimitW: 700, idlePowerW: 76, maxSMMHz: 1980, idleSMMHz: 345, memMHz: 3201, vbios: "96.00.A5.00.01"},
 	"NVIDIA H100 80GB HBM3": {memMiB: 81559, powerLimitW: 700, idlePowerW: 72, maxSMMHz: 1980, idleSMMHz: 345, memMHz: 2619, vbios: "96.00.99.00.01"},
 	"NVIDIA A100-SXM4-80GB": {memMiB: 81920, powerLimitW: 400, idlePowerW: 62, maxSMMHz: 1410, idleSMMHz: 210, memMHz: 1593, vbios: "92.00.45.00.03"},
+	"NVIDIA A100-SXM4-40GB": {memMiB: 40960, powerLimitW: 400, idlePowerW: 55, maxSMMHz: 1410, idleSMMHz: 210, memMHz: 1215, vbios: "92.00.45.00.03"},
+	"NVIDIA B200":           {memMiB: 183359, powerLimitW: 1000, idlePowerW: 140, maxSMMHz: 1965, idleSMMHz: 120, memMHz: 3996, vbios: "97.00.4D.00.01"},
+	"NVIDIA L4":             {memMiB: 23034, powerLimitW: 72, idlePowerW: 16, maxSMMHz: 2040, idleSMMHz: 210, memMHz: 6251, vbios: "95.04.29.00.06"},
+}
+
+// acceleratorModels are the nvidia-smi names of the catalog's accelerator
+// types (libs/clusterspec).
+var acceleratorModels = map[string]string{
+	"nvidia-h200-141gb":     "NVIDIA H200",
+	"nvidia-h100-80gb":      "NVIDIA H100 80GB HBM3",
+	"nvidia-h100-mega-80gb": "NVIDIA H100 80GB HBM3",
+	"nvidia-a100-80gb":      "NVIDIA A100-SXM4-80GB",
+	"nvidia-tesla-a100":     "NVIDIA A100-SXM4-40GB",
+	"nvidia-b200":           "NVIDIA B200",
+	"nvidia-l4":             "NVIDIA L4",
+}
+
+// ModelForAccelerator is the name nvidia-smi gives a GPU of a machine
+// type's accelerator type ("nvidia-h100-80gb" → "NVIDIA H100 80GB HBM3"),
+// for the simulated device (Options.Model, the agent's -gpu-model), or
+// DefaultModel for a type it does not know.
+func ModelForAccelerator(acceleratorType string) string {
+	if m, ok := acceleratorModels[acceleratorType]; ok {
+		return m
+	}
+	return DefaultModel
 }
 
 // pciBuses are an HGX board's eight GPUs' PCI buses (a DGX H100/H200's).

@@ -516,3 +516,21 @@ func TestSimulatedReaderWritesNothing(t *testing.T) {
 		t.Errorf("a reader took the lock or rewrote the state: %v", err)
 	}
 }
+
+func TestModelForAccelerator(t *testing.T) {
+	t.Parallel()
+	for acc, want := range map[string]string{"nvidia-h100-80gb": "NVIDIA H100 80GB HBM3", "nvidia-l4": "NVIDIA L4", "tpu-v5": DefaultModel} {
+		got := ModelForAccelerator(acc)
+		if got != want {
+			t.Errorf("ModelForAccelerator(%q) = %q, want %q", acc, got, want)
+		}
+		s, err := OpenSimulated(Options{Count: 1, Model: got, StateDir: t.TempDir(), Busy: func() bool { return false }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := sample(t, s)[0]
+		if m := modelOf(got); g.MemoryTotalBytes != m.memMiB<<20 || g.MemClockMhz != m.memMHz || g.Name != got {
+			t.Errorf("%s reads %v", got, g)
+		}
+	}
+}

@@ -369,7 +369,7 @@ func (v view) query(w io.Writer) int {
 		fmt.Fprintln(w, "GPU "+in.PCIBusID)
 		line(1, "Product Name", in.Name)
 		line(1, "Product Brand", "NVIDIA")
-		line(1, "Product Architecture", "Hopper")
+		line(1, "Product Architecture", architecture(in.Name))
 		line(1, "Persistence Mode", "Enabled")
 		line(1, "Serial Number", in.Serial)
 		line(1, "GPU UUID", in.UUID)
@@ -458,6 +458,19 @@ func (v view) query(w io.Writer) int {
 		fmt.Fprintln(w)
 	}
 	return code
+}
+
+// architecture is the GPU architecture of a model name.
+func architecture(name string) string {
+	switch {
+	case strings.Contains(name, "B200"):
+		return "Blackwell"
+	case strings.Contains(name, "A100"):
+		return "Ampere"
+	case strings.Contains(name, "L4"):
+		return "Ada Lovelace"
+	}
+	return "Hopper"
 }
 
 // busByte is the bus of a PCI bus id ("00000000:5D:00.0" → "5D").
