@@ -2,9 +2,12 @@ package agent
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,12 +26,25 @@ import (
 )
 
 // startSimulated runs an agent with 2 simulated GPUs and telemetry every
-// second.
-func (e *env) startSimulated(t *testing.T) {
+// second, and returns its HTTP (/metrics) address.
+func (e *env) startSimulated(t *testing.T) string {
 	t.Helper()
 	cfg := e.config()
 	cfg.GPUs, cfg.GPUMode, cfg.TelemetryInterval = 2, GPUModeSimulated, time.Second
+	cfg.HTTPAddr = testkit.FreeAddr()
 	testkit.Start(t, "agent", func(ctx context.Context) error { return Run(ctx, cfg) })
+	return cfg.HTTPAddr
+}
+
+// metrics is the agent's /metrics text ("" while it does not answer).
+func metrics(addr string) string {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
 
 // nodeCommand is a node command keyed by its node, as health sends it.
@@ -55,7 +71,7 @@ func waitXid(t *testing.T, e *env, gpuIdx, code int32) *eventsv1.XidObserved {
 func TestNodeCommandsFaultsTelemetryAndChecks(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.startSimulated(t)
+	addr := e.startSimulated(t)
 	testkit.WaitEvent(t, e.broker, topics.NodeTelemetry, wait, func(ev envelope.Event) bool {
 		r, ok := ev.Payload.(*eventsv1.AgentRegistered)
 		return ok && r.GetSimulatedGpus() && r.GetGpus() == 2
@@ -70,6 +86,14 @@ func TestNodeCommandsFaultsTelemetryAndChecks(t *testing.T) {
 		g, ok := ev.Payload.(*eventsv1.GpuTelemetry)
 		return ok && g.GetSimulated() && len(g.GetGpus()) == 2 && g.GetGpus()[1].GetLost() && !g.GetGpus()[0].GetLost() &&
 			g.GetGpus()[0].GetTemperatureC() > 0 && len(g.GetDisks()) > 0
+	})
+	// /metrics, as dcgm-exporter names them: GPU 1 lost, GPU 0 read.
+	testkit.WaitFor(t, wait, "GPU 1 lost on /metrics", func() (bool, error) {
+		m := metrics(addr)
+		return strings.Contains(m, `loom_gpu_lost{DCGM_FI_DRIVER_VERSION="570.124.06",Hostname="gpu-0001",UUID="`) &&
+			regexp.MustCompile(`(?m)^loom_gpu_lost\{[^}]*gpu="1"[^}]*\} 1$`).MatchString(m) &&
+			regexp.MustCompile(`(?m)^DCGM_FI_DEV_GPU_TEMP\{[^}]*gpu="0"[^}]*\} [1-9]`).MatchString(m) &&
+			!regexp.MustCompile(`(?m)^DCGM_FI_DEV_GPU_TEMP\{[^}]*gpu="1"`).MatchString(m), nil
 	})
 	// The node's nvidia-smi sees what the agent injected.
 	st, err := gpu.ReadSimulated(gpu.Options{StateDir: filepath.Join(e.work, GPUStateDir)})
