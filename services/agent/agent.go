@@ -21,6 +21,7 @@ import (
 	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/service"
 	"github.com/loom-ml/loom/libs/topics"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/agent/internal/adapters/procruntime"
 	"github.com/loom-ml/loom/services/agent/internal/app"
 	"github.com/loom-ml/loom/services/agent/internal/checks"
@@ -96,6 +97,8 @@ type Config struct {
 	// bootstraps: it registers with Gateway using the bootstrap token of
 	// its launch (LOOM_AGENT_BOOTSTRAP_TOKEN or _FILE).
 	IdentityFile string
+	// GPUConfig is the node's GPUs and their telemetry (gpu.go).
+	GPUConfig
 	// BootstrapToken is the launch's one-time bootstrap token. No flag
 	// sets it (a command line is visible to every user in ps): Run reads
 	// LOOM_AGENT_BOOTSTRAP_TOKEN or the 0600 file LOOM_AGENT_BOOTSTRAP_TOKEN_FILE
@@ -139,6 +142,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"where the node serves the health checks' all-reduce endpoint, host:port, or off (LOOM_AGENT_CHECK_ADDR)")
 	fs.StringVar(&c.CheckDir, "check-dir", config.Env("LOOM_AGENT_CHECK_DIR", ""),
 		"a directory of the site's health check programs (LOOM_AGENT_CHECK_DIR; default: none)")
+	c.registerGPUFlags(fs)
 	fs.DurationVar(&c.StepKillGrace, "step-kill-grace", config.EnvDuration("LOOM_STEP_KILL_GRACE", 10*time.Second),
 		"time between SIGTERM and SIGKILL when a step is stopped (LOOM_STEP_KILL_GRACE)")
 }
@@ -199,6 +203,7 @@ func (c *Config) validate() (string, error) {
 			v.Add("slurm_bin", "must be a directory of Loom's Slurm commands, got %q", c.SlurmBin)
 		}
 	}
+	c.validateGPU(&v)
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = 2 * time.Second
 	}
@@ -301,13 +306,21 @@ func Run(ctx context.Context, cfg Config) error {
 		_ = base.Close()
 		return fmt.Errorf("agent %s: %w", cfg.Node, err)
 	}
+	node, err := startNode(&cfg, base)
+	if err != nil {
+		closeListener(checkLn)
+		_ = base.Close()
+		return err
+	}
+	defer cfg.Device.Close()
 	// The check runner is what RunHealthCheck commands run (the node
 	// commands' consumer calls its Run) and serves the all-reduce endpoint.
 	// A node busy with steps refuses checks that do not allow it.
 	var a *app.App
-	checker := newChecker(cfg, nil, func() bool { return a.Running() > 0 }, base.Log)
+	checker := newChecker(cfg, cfg.Device, func() bool { return a.Running() > 0 }, base.Log)
 	a, err = app.New(ctx, app.Options{
-		Store: base.Store, Publisher: base.Producer, Runtime: rt,
+		Store: base.Store, Publisher: node.HeartbeatGate(base.Producer), Runtime: rt,
+		NodeEnv: nodeEnv(&cfg), SimulatedGPUs: cfg.Device.Simulated(),
 		Self:     domain.Self{Node: cfg.Node, Cluster: cfg.Cluster},
 		Hostname: cfg.Hostname, GPUs: cfg.GPUs, WorkDir: cfg.WorkDir, SharedDir: cfg.SharedDir,
 		KillGrace: cfg.StepKillGrace, HeartbeatInterval: cfg.HeartbeatInterval, JobNice: cfg.JobNice, SlurmBin: cfg.SlurmBin, Gateway: cfg.Gateway,
@@ -317,6 +330,7 @@ func Run(ctx context.Context, cfg Config) error {
 		CheckAddr:     checkAddr(checkLn),
 	})
 	if err == nil {
+		node.SetChecks(checker)
 		err = a.Recover(ctx)
 	}
 	if err != nil {
@@ -362,7 +376,8 @@ func Run(ctx context.Context, cfg Config) error {
 		Config: &bus.ConsumerConfig{MaxAttempts: 20, MaxBackoff: 5 * time.Second, PartitionKey: cfg.Node,
 			Filter: func(r bus.Record) bool { return r.Key == cfg.Node }, Policy: envelope.ServicesOnly},
 	}}
-	loops := []func(context.Context) error{a.Heartbeats}
+	consumers = append(consumers, nodeConsume(&cfg, clusterID, node))
+	loops := []func(context.Context) error{a.Heartbeats, node.Telemetry, node.Xids}
 	if checkLn != nil {
 		loops = append(loops, func(ctx context.Context) error { return checker.Serve(ctx, checkLn) })
 	}
@@ -457,7 +472,10 @@ func newChecker(cfg Config, dev gpu.Device, busy func() bool, log *slog.Logger) 
 	c := checks.Config{Node: cfg.Node, Hostname: cfg.Hostname, Cluster: cfg.Cluster, WorkDir: cfg.WorkDir,
 		CheckDir: cfg.CheckDir, Busy: busy, Log: log}
 	if dev != nil {
+		// The disk check sees what the device says of the disks: an
+		// injected FAULT_DISK_FULL too.
 		c.Device = dev
+		c.Disks = func(paths ...string) []*loomv1.DiskSample { return gpu.Disks(dev, paths...) }
 	}
 	return checks.New(c)
 }

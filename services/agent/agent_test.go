@@ -186,12 +186,16 @@ func TestStepRunsWithEnvAndReportsExit(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A clean base: nothing of the agent's environment but PATH leaks in.
-	allowed := []string{"PATH", "HOME", "SLURM_PROCID", "FOO", "LOOM_STEP_ID", "PWD", "OLDPWD", "SHLVL", "_"}
+	// LOOM_GPU_STATE_DIR: the node's simulated GPUs, for its nvidia-smi.
+	allowed := []string{"PATH", "HOME", "SLURM_PROCID", "FOO", "LOOM_STEP_ID", "LOOM_GPU_STATE_DIR", "PWD", "OLDPWD", "SHLVL", "_"}
 	for _, line := range strings.Split(strings.TrimSpace(string(envb)), "\n") {
 		name, _, _ := strings.Cut(line, "=")
 		if !slices.Contains(allowed, name) {
 			t.Errorf("step env has %q", line)
 		}
+	}
+	if !strings.Contains(string(envb), "LOOM_GPU_STATE_DIR="+filepath.Join(e.work, GPUStateDir)+"\n") {
+		t.Errorf("step env lacks the simulated GPUs' state dir:\n%s", envb)
 	}
 	if !strings.Contains(string(envb), "LOOM_STEP_ID="+node+"#projects/p/jobs/1#1\n") {
 		t.Errorf("step env lacks its step id:\n%s", envb)

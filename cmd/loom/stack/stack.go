@@ -363,6 +363,11 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 			return fmt.Errorf("start stack: %w", err)
 		}
 		agentEnv = append([]string{"LOOM_SLURM_BIN=" + bin}, agentEnv...)
+		// Nodes whose GPUs are simulated get Loom's nvidia-smi there too;
+		// where a driver loads, the real one stays the jobs' nvidia-smi.
+		if err := linkNvidiaSMI(bin, exe, agentEnv); err != nil {
+			return fmt.Errorf("start stack: %w", err)
+		}
 	}
 
 	// The local agents may run root's jobs: `loom up` is one machine's

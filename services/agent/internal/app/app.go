@@ -103,6 +103,13 @@ type Options struct {
 	// (internal/checks' Serve), advertised as AgentRegistered.check_addr;
 	// empty when it serves none.
 	CheckAddr string
+	// NodeEnv is KEY=VALUE variables every step and task gets after its
+	// own: what the node tells its jobs (LOOM_GPU_STATE_DIR, where the
+	// node's nvidia-smi finds simulated GPUs).
+	NodeEnv []string
+	// SimulatedGPUs is AgentRegistered.simulated_gpus: the node's GPUs
+	// are the simulated device.
+	SimulatedGPUs bool
 }
 
 // stepLocks is how many locks order the work on steps (see App.lockStep).
@@ -347,9 +354,10 @@ func (a *App) Recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ev := domain.Registered(a.opts.Self, a.opts.Hostname, os.Getpid(), a.opts.GPUs, a.bootID)
-	ev.CheckAddr = a.opts.CheckAddr
-	reg, err := adapters.Event(ev)
+	registered := domain.Registered(a.opts.Self, a.opts.Hostname, os.Getpid(), a.opts.GPUs, a.bootID)
+	registered.SimulatedGpus = a.opts.SimulatedGPUs
+	registered.CheckAddr = a.opts.CheckAddr
+	reg, err := adapters.Event(registered)
 	if err != nil {
 		return err
 	}
@@ -745,6 +753,7 @@ func (a *App) env(key string, cmd *eventsv1.StartStep, acct ports.Account) []str
 	for _, k := range slices.Sorted(maps.Keys(node)) {
 		env = append(env, k+"="+node[k])
 	}
+	env = append(env, a.opts.NodeEnv...)
 	return append(env, StepIDEnv+"="+a.stepID(key))
 }
 

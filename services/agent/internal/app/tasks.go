@@ -261,6 +261,7 @@ func (a *App) taskEnv(key string, cmd *eventsv1.LaunchTasks, acct ports.Account)
 	for _, k := range names {
 		env = append(env, k+"="+vars[k])
 	}
+	env = append(env, a.opts.NodeEnv...)
 	return append(env, StepIDEnv+"="+a.stepID(key))
 }
 
