@@ -209,6 +209,13 @@ func newRuntime(name string, opts procruntime.Options) (ports.Runtime, error) {
 	return nil, fmt.Errorf("must be %q, the one runtime so far; got %q", procruntime.Name, name)
 }
 
+// StepsDir is the directory of the node's work dir where each step's and
+// task's shim keeps its pidfile (<file-safe step id>.pid, libs/proc's
+// format: pid and start time) while it runs, and its job's exit status
+// after: the provisioner kills those process groups when it reboots or
+// reimages the node, fault injection stops them.
+const StepsDir = "steps"
+
 // ServiceName is the agent's service name for a node: its Redis prefix is
 // "<name>:" and its consumer group "loom-<name>", its own among the agents.
 func ServiceName(clusterID, hostname string) string {
@@ -241,7 +248,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("agent config: %w", err)
 	}
-	rt, err := newRuntime(cfg.Runtime, procruntime.Options{AllowRoot: cfg.AllowRootJobs, Node: cfg.Hostname})
+	// Steps and tasks run under shims that outlive the agent, their
+	// pidfiles and exit statuses in <work dir>/steps (see README.md,
+	// Shutdown and crash recovery).
+	rt, err := newRuntime(cfg.Runtime, procruntime.Options{AllowRoot: cfg.AllowRootJobs, Node: cfg.Hostname,
+		StateDir: filepath.Join(cfg.WorkDir, StepsDir)})
 	if err != nil {
 		return fmt.Errorf("agent config: %w", err)
 	}

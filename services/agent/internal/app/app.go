@@ -99,6 +99,10 @@ type Options struct {
 	Clock clockwork.Clock
 	// Now is the time the domain is given (default Clock.Now).
 	Now func() time.Time
+	// Registration, when set, completes the AgentRegistered the agent
+	// emits at start (Recover) with what other parts of the agent
+	// advertise (the check address, simulated GPUs).
+	Registration func(*eventsv1.AgentRegistered)
 }
 
 // stepLocks is how many locks order the work on steps (see App.lockStep).
@@ -291,11 +295,15 @@ func (a *App) step(key string) (*domain.Step, bool) {
 // stepID is the value of StepIDEnv for a step key.
 func (a *App) stepID(key string) string { return a.opts.Self.Node + "#" + key }
 
-// Recover settles what a predecessor left: steps it recorded as running or
-// starting are reported LOST (their processes, if any survive, are killed:
-// nothing runs unobserved), terminal records older than the inbox window are
-// pruned, and the agent registers with a new boot id. Call it once, before
-// consuming.
+// Recover settles what a predecessor left, as slurmd does with the
+// slurmstepds that outlived it: a step it recorded running or starting whose
+// shim still runs is adopted (watched until it ends, and reported then); one
+// that ended meanwhile is reported EXITED with the exit code its shim
+// recorded; only one of which nothing remains is reported LOST (its
+// leftover processes, if any, are killed: nothing runs unobserved).
+// Terminal records older than the inbox window are pruned, and the agent
+// registers with a new boot id, its node's host boot id and how many steps
+// it adopted. Call it once, before consuming.
 func (a *App) Recover(ctx context.Context) error {
 	a.mu.Lock()
 	locked := true
@@ -307,7 +315,11 @@ func (a *App) Recover(ctx context.Context) error {
 	now := a.opts.Now()
 	var tx store.Tx
 	var prune []string
-	lost := map[string]*domain.Step{}
+	type settled struct {
+		recs  []*domain.Step
+		adopt ports.Process
+	}
+	found := map[string]settled{}
 	var wg sync.WaitGroup
 	var lmu sync.Mutex
 	for key, s := range a.steps {
@@ -318,22 +330,28 @@ func (a *App) Recover(ctx context.Context) error {
 			}
 		case s.Phase == domain.Running || s.Phase == domain.Starting:
 			wg.Go(func() {
-				why := a.settle(key, s)
+				recs, p := a.settle(key, s, now)
 				lmu.Lock()
-				lost[key] = domain.MarkLost(s, why, now)
+				found[key] = settled{recs, p}
 				lmu.Unlock()
 			})
 		}
 	}
 	wg.Wait()
-	keys := make([]string, 0, len(lost))
-	for k := range lost {
+	keys := make([]string, 0, len(found))
+	for k := range found {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	adopted := 0
 	for _, k := range keys {
-		if err := adapters.PutStep(&tx, lost[k], a.opts.Self, true); err != nil {
-			return err
+		for _, r := range found[k].recs {
+			if err := adapters.PutStep(&tx, r, a.opts.Self, true); err != nil {
+				return err
+			}
+		}
+		if found[k].adopt != nil {
+			adopted++
 		}
 	}
 	for _, k := range prune {
@@ -343,12 +361,17 @@ func (a *App) Recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	reg, err := adapters.Event(domain.Registered(a.opts.Self, a.opts.Hostname, os.Getpid(), a.opts.GPUs, a.bootID))
+	reg := domain.Registered(a.opts.Self, a.opts.Hostname, os.Getpid(), a.opts.GPUs, a.bootID)
+	reg.HostBootId, reg.AdoptedSteps = a.hostBootID(), int32(adopted)
+	if a.opts.Registration != nil {
+		a.opts.Registration(reg)
+	}
+	regEv, err := adapters.Event(reg)
 	if err != nil {
 		return err
 	}
 	tx.Set(adapters.KeyBootID, []byte(a.bootID))
-	tx.Emit(reg)
+	tx.Emit(regEv)
 	// Not under mu: the driver's reload after a write whose outcome is
 	// unknown takes it. Nothing else runs yet.
 	a.mu.Unlock()
@@ -358,9 +381,26 @@ func (a *App) Recover(ctx context.Context) error {
 	}
 	a.mu.Lock()
 	locked = true
-	for k, s := range lost {
-		a.steps[k] = s
-		a.log.Warn("step lost across an agent restart", "step", k, "why", s.Message)
+	for _, k := range keys {
+		f := found[k]
+		if len(f.recs) > 0 {
+			a.steps[k] = f.recs[len(f.recs)-1]
+		}
+		s := a.steps[k]
+		switch {
+		case f.adopt != nil:
+			p := &process{g: f.adopt.Group(), done: make(chan struct{})}
+			a.procs[k] = p
+			a.running.Add(1)
+			a.watchers.Add(1)
+			go a.watch(k, f.adopt, p)
+			a.log.Info("step adopted across an agent restart", "step", k, "pid", p.g.PID)
+		case s.Phase == domain.Lost:
+			a.log.Warn("step lost across an agent restart", "step", k, "why", s.Message)
+		default:
+			a.rt.Forget(k)
+			a.log.Info("step ended while the agent was down", "step", k, "phase", s.Phase, "exit_code", s.ExitCode)
+		}
 	}
 	for _, k := range prune {
 		delete(a.steps, k)
@@ -372,13 +412,59 @@ func (a *App) Recover(ctx context.Context) error {
 	for _, k := range pruneTasks {
 		delete(a.tasks, k)
 	}
-	a.log.Info("agent registered", "node", a.opts.Self.Node, "boot_id", a.bootID, "lost_steps", len(lost))
+	a.log.Info("agent registered", "node", a.opts.Self.Node, "boot_id", a.bootID, "adopted_steps", adopted)
 	return nil
 }
 
-// settle kills whatever still runs of a step a predecessor started, and says
-// what it found.
-func (a *App) settle(key string, s *domain.Step) string {
+// hostBootID is the id of the node's own boot: <work dir>/host_boot_id
+// (the provisioner writes a new one whenever it boots the node), else the
+// kernel's.
+func (a *App) hostBootID() string {
+	for _, p := range []string{filepath.Join(a.opts.WorkDir, "host_boot_id"), "/proc/sys/kernel/random/boot_id"} {
+		if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) != "" {
+			return strings.TrimSpace(string(b))
+		}
+	}
+	return ""
+}
+
+// settle finds what remains of a step a predecessor started (rec, running or
+// starting) and decides it (domain.Recover): the records to write, and the
+// process to adopt when it still runs. A step of which only processes
+// outside a shim remain (a predecessor without shims, or a shim killed
+// alone) has them killed and is lost.
+func (a *App) settle(key string, s *domain.Step, now time.Time) ([]*domain.Step, ports.Process) {
+	var g ports.Group
+	if s.Phase == domain.Running {
+		g = ports.Group{PID: s.PID, Start: s.PIDStart}
+	}
+	var r domain.Remains
+	p, exit := a.rt.Recover(key, g)
+	switch {
+	case p != nil:
+		r.Running, r.PID, r.PIDStart = true, p.Group().PID, p.Group().Start
+	case exit != nil:
+		r.Exit = &domain.Exit{Code: exit.Code, Signal: exit.Signal, OOM: exit.OOM, Unknown: exit.Unknown}
+		r.PID = s.PID
+		// What the step left in its group ends with it, as when the agent
+		// watches (found by the id in their environment: the group's
+		// leader is gone).
+		for _, g := range a.rt.Adopt(StepIDEnv + "=" + a.stepID(key)) {
+			_ = a.rt.Kill(g)
+		}
+	default:
+		r.Why = a.killRemains(key, s)
+	}
+	recs, adopt := domain.Recover(s, r, now)
+	if !adopt {
+		p = nil
+	}
+	return recs, p
+}
+
+// killRemains kills whatever still runs of a step a predecessor started and of
+// which no shim remains, and says what it found.
+func (a *App) killRemains(key string, s *domain.Step) string {
 	var groups []ports.Group
 	if g := (ports.Group{PID: s.PID, Start: s.PIDStart}); s.Phase == domain.Running && a.rt.Alive(g) {
 		groups = append(groups, g)
@@ -636,7 +722,7 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, *os.Fil
 	if err != nil {
 		return nil, nil, err
 	}
-	spec := ports.Spec{Nice: a.opts.JobNice, User: user}
+	spec := ports.Spec{Nice: a.opts.JobNice, User: user, Name: key}
 	switch {
 	case strings.HasPrefix(cmd.GetScript(), "#!"):
 		// Run as Slurm does: the script itself is executed, so the kernel
@@ -844,11 +930,14 @@ func (a *App) watch(key string, pr ports.Process, p *process) {
 	end := domain.Ended(rec, domainExit(exit), a.opts.Now())
 	a.log.Info("step ended", "step", key, "phase", end.Phase, "exit_code", exit.Code, "signal", exit.Signal, "oom", exit.OOM)
 	a.record(end, true)
+	// Recorded (or, failing that, reported LOST by the next start, which
+	// then no longer finds its exit).
+	a.rt.Forget(key)
 }
 
 // domainExit is a runtime's exit as the domain records it.
 func domainExit(e ports.Exit) domain.Exit {
-	return domain.Exit{Code: e.Code, Signal: e.Signal, OOM: e.OOM}
+	return domain.Exit{Code: e.Code, Signal: e.Signal, OOM: e.OOM, Unknown: e.Unknown}
 }
 
 // StopStep applies a StopStep delivered as event id: the step's process

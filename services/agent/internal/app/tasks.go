@@ -223,7 +223,7 @@ func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]ports.Process
 			return fail(fmt.Errorf("open task error file: %w", err))
 		}
 		p, err := a.rt.Start(ports.Spec{
-			Argv: cmd.GetCommand(), Dir: dir, Stdout: out, Stderr: errf, Nice: a.opts.JobNice, User: user,
+			Argv: cmd.GetCommand(), Dir: dir, Stdout: out, Stderr: errf, Nice: a.opts.JobNice, User: user, Name: taskName(key, l),
 			Env: append(append([]string(nil), base...),
 				"SLURM_PROCID="+strconv.Itoa(int(rank)), "SLURM_LOCALID="+strconv.Itoa(int(l)),
 				"PMI_RANK="+strconv.Itoa(int(rank)), "PMI_SIZE="+strconv.Itoa(int(cmd.GetTotalTasks()))),
@@ -237,6 +237,9 @@ func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]ports.Process
 	}
 	return ps, nil
 }
+
+// taskName is the runtime's name of the local task l of the tasks key.
+func taskName(key string, l int32) string { return key + "/" + strconv.Itoa(int(l)) }
 
 // taskEnv is the environment the tasks of a step share: a clean base (PATH,
 // HOME = the shared dir), the step's variables, what a Slurm job learns
@@ -291,6 +294,9 @@ func (a *App) watchTasks(key string, ps []ports.Process, g *taskGroup) {
 	end := domain.TasksEnded(rec, exits, a.opts.Now())
 	a.log.Info("tasks ended", "tasks", key, "phase", end.Phase, "exit_codes", end.ExitCodes)
 	a.recordTasks(end, true)
+	for l := range ps {
+		a.rt.Forget(taskName(key, int32(l)))
+	}
 }
 
 // KillTasks applies a KillTasks delivered as event id: without a signal the

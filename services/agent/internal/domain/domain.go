@@ -161,6 +161,10 @@ type Exit struct {
 	// OOM is true when its runtime says it was ended for want of memory
 	// (Slurm's OUT_OF_MEMORY); the message says so.
 	OOM bool
+	// Unknown is true when how it ended is not known (a step adopted
+	// after an agent restart whose shim was killed with it): the step is
+	// LOST unless it was being stopped.
+	Unknown bool
 }
 
 // Ended records the end of a step's process: KILLED when it was asked to
@@ -171,6 +175,8 @@ func Ended(rec *Step, exit Exit, now time.Time) *Step {
 	switch {
 	case r.StopReason != "":
 		r.Phase, r.Message = Killed, "killed: "+r.StopReason
+	case exit.Unknown:
+		r.Phase, r.Message = Lost, "the step ended while no agent watched it, and how is not known (its shim was killed)"
 	case exit.OOM:
 		r.Phase, r.Message = Exited, fmt.Sprintf("out of memory (exit code %d)", exit.Code)
 	case exit.Signal != "":
@@ -236,6 +242,42 @@ func MarkLost(rec *Step, why string, now time.Time) *Step {
 	r := rec.clone()
 	r.Phase, r.Message, r.Ended = Lost, why, now
 	return r
+}
+
+// Remains is what a restarted agent found of a step its predecessor left
+// running or starting.
+type Remains struct {
+	// Running is true when the step still runs (its shim, pid PID started
+	// at PIDStart): the agent adopts it.
+	Running  bool
+	PID      int
+	PIDStart uint64
+	// Exit, when set, is how the step ended while no agent watched it.
+	Exit *Exit
+	// Why says what was found when neither (the step is lost).
+	Why string
+}
+
+// Recover decides a step a predecessor left running or starting (rec) from
+// what remains of it: the records to write, in order, each reported (a
+// step never reported running is reported RUNNING first), and whether the
+// agent adopts it (watches it until it ends). A step that still runs is
+// adopted; one that ended meanwhile is EXITED with its real exit code (or
+// KILLED when a stop was under way); only one of which nothing remains is
+// LOST.
+func Recover(rec *Step, r Remains, now time.Time) (recs []*Step, adopt bool) {
+	cur := rec
+	if (r.Running || r.Exit != nil) && rec.Phase == Starting {
+		cur = Started(rec, r.PID, r.PIDStart, "")
+		recs = append(recs, cur)
+	}
+	switch {
+	case r.Running:
+		return recs, true
+	case r.Exit != nil:
+		return append(recs, Ended(cur, *r.Exit, now)), false
+	}
+	return []*Step{MarkLost(rec, r.Why, now)}, false
 }
 
 // Registered is the AgentRegistered an agent emits when it starts.
