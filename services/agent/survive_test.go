@@ -208,4 +208,3 @@ func registration(t *testing.T, broker, notBoot string) *eventsv1.AgentRegistere
 		return ok && r.BootId != notBoot
 	}).Payload.(*eventsv1.AgentRegistered)
 }
-
