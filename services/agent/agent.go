@@ -88,6 +88,10 @@ type Config struct {
 	// root and the machine is theirs. See README.md, Jobs run as their
 	// owner.
 	AllowRootJobs bool
+	// ProgressInterval is how often the agent looks at each step's
+	// progress (its LOOM_PROGRESS_FILE and output size) and reports
+	// StepProgress when it moved (LOOM_PROGRESS_INTERVAL; default 5s).
+	ProgressInterval time.Duration
 	// IdentityFile is where the node identity is kept (LOOM_AGENT_IDENTITY_FILE;
 	// default <work dir>/identity.json, mode 0600). Without one the agent
 	// bootstraps: it registers with Gateway using the bootstrap token of
@@ -124,6 +128,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"let jobs run as root (uid 0) on this node: root's jobs, and jobs with no owner on an agent that runs as root (LOOM_AGENT_ALLOW_ROOT_JOBS)")
 	fs.StringVar(&c.IdentityFile, "identity-file", config.Env("LOOM_AGENT_IDENTITY_FILE", ""),
 		"the node identity's file, 0600 (LOOM_AGENT_IDENTITY_FILE; default <work-dir>/"+IdentityFile+")")
+	fs.DurationVar(&c.ProgressInterval, "progress-interval", config.EnvDuration("LOOM_PROGRESS_INTERVAL", app.DefaultProgressInterval),
+		"how often the agent looks at its steps' progress files and output, and reports StepProgress when they moved (LOOM_PROGRESS_INTERVAL)")
 	fs.DurationVar(&c.StepKillGrace, "step-kill-grace", config.EnvDuration("LOOM_STEP_KILL_GRACE", 10*time.Second),
 		"time between SIGTERM and SIGKILL when a step is stopped (LOOM_STEP_KILL_GRACE)")
 }
@@ -192,6 +198,9 @@ func (c *Config) validate() (string, error) {
 	}
 	if c.OrphanAfter == 0 {
 		c.OrphanAfter = app.DefaultOrphanAfter
+	}
+	if c.ProgressInterval <= 0 {
+		c.ProgressInterval = app.DefaultProgressInterval
 	}
 	// Heartbeats and Redis pings come once an interval: a shorter bound
 	// would end an agent that only waited for its next check.
@@ -290,6 +299,20 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return err
 	}
+	// Where the node's step commands stood at this start: the agent works
+	// through that backlog before it starts anything, so that a start
+	// whose stop follows in it never runs, and a node declared dead stops
+	// what it ran (the scheduler sends it stops) before it starts anything
+	// new.
+	group := "loom-" + ServiceName(clusterID, cfg.Hostname)
+	bctx, bcancel := context.WithTimeout(ctx, 30*time.Second)
+	bl, berr := newBacklog(bctx, cfg.Brokers, base.Kafka, group, cfg.Node)
+	bcancel()
+	if berr != nil {
+		base.Log.Warn("starting steps without working through the step command backlog first", "err", berr)
+	} else {
+		defer bl.close()
+	}
 	a, err := app.New(ctx, app.Options{
 		Store: base.Store, Publisher: base.Producer, Runtime: rt,
 		Self:     domain.Self{Node: cfg.Node, Cluster: cfg.Cluster},
@@ -298,6 +321,7 @@ func Run(ctx context.Context, cfg Config) error {
 		OrphanAfter: cfg.OrphanAfter, Log: base.Log,
 		Clock:         base.Clock,
 		WorkloadToken: id.tokens(),
+		HoldStarts:    bl != nil, ProgressInterval: cfg.ProgressInterval,
 	})
 	if err == nil {
 		err = a.Recover(ctx)
@@ -344,7 +368,14 @@ func Run(ctx context.Context, cfg Config) error {
 		Config: &bus.ConsumerConfig{MaxAttempts: 20, MaxBackoff: 5 * time.Second, PartitionKey: cfg.Node,
 			Filter: func(r bus.Record) bool { return r.Key == cfg.Node }, Policy: envelope.ServicesOnly},
 	}}
-	loops := []func(context.Context) error{a.Heartbeats}
+	loops := []func(context.Context) error{a.Heartbeats, a.ProgressLoop}
+	if bl != nil {
+		loops = append(loops, func(ctx context.Context) error {
+			bl.await(ctx, time.Minute, base.Log)
+			a.CaughtUp()
+			return nil
+		})
+	}
 	if id != nil {
 		loops = append(loops, id.renewLoop)
 	}

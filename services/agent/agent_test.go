@@ -45,6 +45,7 @@ type env struct {
 	slurmBin          string // Config.SlurmBin
 	gateway           string // Config.Gateway
 	noRoot            bool   // !Config.AllowRootJobs
+	progressInterval  time.Duration
 }
 
 func newEnv(t *testing.T) *env {
@@ -76,7 +77,7 @@ func (e *env) config() Config {
 			HTTPAddr: "127.0.0.1:0", LogLevel: "warn"},
 		Node: node, WorkDir: e.work, SharedDir: e.shared, GPUs: 8,
 		HeartbeatInterval: 100 * time.Millisecond, StepKillGrace: 2 * time.Second, JobNice: e.jobNice,
-		SlurmBin: e.slurmBin, Gateway: e.gateway,
+		SlurmBin: e.slurmBin, Gateway: e.gateway, ProgressInterval: e.progressInterval,
 		// These steps name no owner and the tests run as root: they run
 		// as the agent's own user, which the node must allow (as `loom up`
 		// does). owner_test.go runs jobs as real users, and refuses root.
@@ -179,7 +180,7 @@ func TestStepRunsWithEnvAndReportsExit(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A clean base: nothing of the agent's environment but PATH leaks in.
-	allowed := []string{"PATH", "HOME", "SLURM_PROCID", "FOO", "LOOM_STEP_ID", "PWD", "OLDPWD", "SHLVL", "_"}
+	allowed := []string{"PATH", "HOME", "SLURM_PROCID", "FOO", "LOOM_STEP_ID", "LOOM_PROGRESS_FILE", "PWD", "OLDPWD", "SHLVL", "_"}
 	for _, line := range strings.Split(strings.TrimSpace(string(envb)), "\n") {
 		name, _, _ := strings.Cut(line, "=")
 		if !slices.Contains(allowed, name) {

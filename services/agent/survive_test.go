@@ -3,13 +3,16 @@ package agent
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/proc"
@@ -207,4 +210,136 @@ func registration(t *testing.T, broker, notBoot string) *eventsv1.AgentRegistere
 		r, ok := ev.Payload.(*eventsv1.AgentRegistered)
 		return ok && r.BootId != notBoot
 	}).Payload.(*eventsv1.AgentRegistered)
+}
+
+// TestBacklogIsWorkedThroughBeforeAnythingStarts: a restarted agent handles
+// the step commands that came while it was down before it starts any
+// process: a start whose stop follows in the backlog never runs (reported
+// KILLED once), and a start without one runs.
+func TestBacklogIsWorkedThroughBeforeAnythingStarts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	stop := e.start(t)
+	registration(t, e.broker, "")
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	out := func(job string) string { return filepath.Join(e.shared, "slurm-"+job+".out") }
+	// Other commands between the start and its stop: time enough for a
+	// start to run, were it not held back.
+	backlog := []envelope.Event{command(startStep("1", `touch "$HOME/ran1"; sleep 60`, nil, out("1")))}
+	others := []string{"2", "3", "4", "5", "6"}
+	for _, job := range others {
+		backlog = append(backlog, command(startStep(job, `echo ran`, nil, out(job))))
+	}
+	backlog = append(backlog, command(&eventsv1.StopStep{Job: "projects/p/jobs/1", Attempt: 1, Node: node, Reason: "job cancelled"}))
+	publish(t, e.broker, backlog...)
+	e.start(t)
+	for _, job := range others {
+		waitStep(t, e.broker, job, eventsv1.StepState_STEP_EXITED)
+	}
+	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_KILLED)
+	if got := states(stepEvents(t, e.broker, "1")); got != "KILLED" {
+		t.Fatalf("job 1, started and stopped in the backlog: events %s, want KILLED only", got)
+	}
+	if _, err := os.Stat(filepath.Join(e.shared, "ran1")); !os.IsNotExist(err) {
+		t.Fatalf("job 1, stopped in the backlog, ran (%v)", err)
+	}
+}
+
+// TestStaleAttemptsAreRefused: a start of an attempt older than one the node
+// has seen is refused (FAILED_TO_START, stale), and a start of an attempt
+// whose stop came first (a tombstone) does nothing.
+func TestStaleAttemptsAreRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t)
+	out := func(job string) string { return filepath.Join(e.shared, "slurm-"+job+".out") }
+	second := startStep("6", `sleep 60`, nil, out("6"))
+	second.Attempt = 2
+	publish(t, e.broker, command(second))
+	waitStep(t, e.broker, "6", eventsv1.StepState_STEP_RUNNING)
+	stale := startStep("6", `touch "$HOME/stale"`, nil, out("6"))
+	task := launch("6", 0, 0, 1, filepath.Join(e.shared, ".loom", "steps", "6.0"), "touch", filepath.Join(e.shared, "stale-task"))
+	publish(t, e.broker, command(stale), command(task),
+		command(&eventsv1.StopStep{Job: "projects/p/jobs/7", Attempt: 1, Node: node, Reason: "requeued"}),
+		command(startStep("7", `touch "$HOME/tombstoned"`, nil, out("7"))),
+		command(startStep("8", `echo marker`, nil, out("8"))))
+	waitStep(t, e.broker, "8", eventsv1.StepState_STEP_EXITED)
+	refused := testkit.WaitEvent(t, e.broker, topics.StepEvents, wait, func(ev envelope.Event) bool {
+		sc, ok := ev.Payload.(*eventsv1.StepChanged)
+		return ok && sc.Job == "projects/p/jobs/6" && sc.Attempt == 1
+	}).Payload.(*eventsv1.StepChanged)
+	if refused.State != eventsv1.StepState_STEP_FAILED_TO_START || !strings.Contains(refused.Message, "stale attempt 1") {
+		t.Fatalf("start of stale attempt 1: %v, want FAILED_TO_START, stale", refused)
+	}
+	if ev := waitTasks(t, e.broker, "6", 0, eventsv1.StepState_STEP_FAILED_TO_START); !strings.Contains(ev.Message, "stale attempt 1") {
+		t.Fatalf("tasks of stale attempt 1: %v, want FAILED_TO_START, stale", ev)
+	}
+	if got := states(stepEvents(t, e.broker, "7")); got != "KILLED" {
+		t.Fatalf("job 7, stopped before its start came: events %s, want KILLED only", got)
+	}
+	for _, f := range []string{"stale", "stale-task", "tombstoned"} {
+		if _, err := os.Stat(filepath.Join(e.shared, f)); !os.IsNotExist(err) {
+			t.Errorf("a refused start ran: %s exists (%v)", f, err)
+		}
+	}
+}
+
+// TestStepProgress: a program that writes its progress file (as the
+// trainer does), or whose output grows, is reported in StepProgress, only
+// when something moved.
+func TestStepProgress(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.progressInterval = 100 * time.Millisecond
+	e.start(t)
+	report := func(step, ckpt int) string {
+		return fmt.Sprintf(`printf '{"step": %d, "checkpoint_step": %d, "checkpoint_time": "2026-12-01T10:00:00Z"}' > "$LOOM_PROGRESS_FILE.tmp" && mv "$LOOM_PROGRESS_FILE.tmp" "$LOOM_PROGRESS_FILE"; `, step, ckpt)
+	}
+	hold := func(name string) string { return `while [ ! -e "$HOME/` + name + `" ]; do sleep 0.05; done; ` }
+	script := report(5, 4) + hold("a") + "echo hello; " + hold("b") + report(9, 8) + hold("c")
+	publish(t, e.broker, command(startStep("1", script, nil, filepath.Join(e.shared, "slurm-1.out"))))
+	progress := func(match func(*eventsv1.StepProgress) bool) *eventsv1.StepProgress {
+		t.Helper()
+		return testkit.WaitEvent(t, e.broker, topics.StepEvents, wait, func(ev envelope.Event) bool {
+			p, ok := ev.Payload.(*eventsv1.StepProgress)
+			return ok && p.Job == "projects/p/jobs/1" && match(p)
+		}).Payload.(*eventsv1.StepProgress)
+	}
+	p := progress(func(p *eventsv1.StepProgress) bool { return p.Step == 5 })
+	if p.CheckpointStep != 4 || p.CheckpointTime.AsTime() != time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC) ||
+		p.Attempt != 1 || p.Node != node || p.LastProgress == nil || p.OutputBytes != 0 {
+		t.Fatalf("first progress = %v", p)
+	}
+	e.touch(t, "a")
+	if p := progress(func(p *eventsv1.StepProgress) bool { return p.OutputBytes > 0 }); p.OutputBytes != 6 || p.Step != 5 {
+		t.Fatalf("progress once the output grew = %v, want 6 bytes at step 5", p)
+	}
+	e.touch(t, "b")
+	last := progress(func(p *eventsv1.StepProgress) bool { return p.Step == 9 })
+	if last.CheckpointStep != 8 || !last.LastProgress.AsTime().After(p.LastProgress.AsTime()) {
+		t.Fatalf("progress at step 9 = %v", last)
+	}
+	// Nothing moves now: ten intervals' worth of heartbeats bring no report.
+	testkit.WaitFor(t, wait, "ten progress intervals to pass", func() (bool, error) {
+		n := 0
+		for _, ev := range testkit.Events(t, e.broker, topics.NodeTelemetry) {
+			if h, ok := ev.Payload.(*eventsv1.Heartbeat); ok && h.Time.AsTime().After(last.Time.AsTime().Add(time.Second)) {
+				n++
+			}
+		}
+		return n > 0, nil
+	})
+	e.touch(t, "c")
+	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_EXITED)
+	var steps []int64
+	for _, ev := range testkit.Events(t, e.broker, topics.StepEvents) {
+		if p, ok := ev.Payload.(*eventsv1.StepProgress); ok && p.Job == "projects/p/jobs/1" {
+			steps = append(steps, p.Step)
+		}
+	}
+	if !slices.Equal(steps, []int64{5, 5, 9}) {
+		t.Fatalf("progress reports at steps %v, want 5, 5 (output grew), 9: one per move", steps)
+	}
 }

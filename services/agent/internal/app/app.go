@@ -99,6 +99,18 @@ type Options struct {
 	Clock clockwork.Clock
 	// Now is the time the domain is given (default Clock.Now).
 	Now func() time.Time
+	// ProgressInterval is how often the agent looks at its runs' progress
+	// and reports what moved (ProgressLoop; default
+	// DefaultProgressInterval): at most one StepProgress per run per
+	// interval.
+	ProgressInterval time.Duration
+	// HoldStarts makes the agent record the starts it is sent (StartStep,
+	// LaunchTasks) but start no process until CaughtUp is called: a
+	// restarted agent first works through the backlog of its step
+	// commands, so that a start whose stop follows in the backlog never
+	// runs, and a node declared dead stops what it ran before it starts
+	// anything new.
+	HoldStarts bool
 	// Registration, when set, completes the AgentRegistered the agent
 	// emits at start (Recover) with what other parts of the agent
 	// advertise (the check address, simulated GPUs).
@@ -137,6 +149,19 @@ type App struct {
 	// persisting counts, by key, the records whose memory is ahead of Redis
 	// by design (record sets memory, then persists): a reload leaves them.
 	persisting map[string]int
+	// progress is, by run key (job#attempt), what was last reported of
+	// its progress (progress.go).
+	progress map[string]domain.Progress
+	// attempts is, by job, the highest attempt this node has a step or
+	// task record of (setStep, setTasks): a start of an older one is stale.
+	attempts map[string]int32
+
+	// caughtUp is closed once the agent may start processes: at once,
+	// unless Options.HoldStarts, then by CaughtUp. stopping is closed when
+	// the shutdown begins, so that starts held back give up.
+	caughtUp     chan struct{}
+	caughtUpOnce sync.Once
+	stopping     chan struct{}
 
 	// drv writes every record and reloads memory after a write whose
 	// outcome is unknown.
@@ -194,6 +219,9 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	if opts.OrphanAfter <= 0 {
 		opts.OrphanAfter = DefaultOrphanAfter
 	}
+	if opts.ProgressInterval <= 0 {
+		opts.ProgressInterval = DefaultProgressInterval
+	}
 	steps, err := adapters.LoadSteps(ctx, opts.Store)
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
@@ -212,8 +240,21 @@ func New(ctx context.Context, opts Options) (*App, error) {
 		tasks:      tasks,
 		groups:     map[string]*taskGroup{},
 		persisting: map[string]int{},
+		attempts:   map[string]int32{},
+		progress:   map[string]domain.Progress{},
+		caughtUp:   make(chan struct{}),
+		stopping:   make(chan struct{}),
 		released:   make(chan struct{}),
 		life:       domain.NewLifeline(opts.Now(), opts.OrphanAfter),
+	}
+	for _, s := range steps {
+		a.noteAttempt(s.Job, s.Attempt)
+	}
+	for _, t := range tasks {
+		a.noteAttempt(t.Job, t.Attempt)
+	}
+	if !opts.HoldStarts {
+		a.CaughtUp()
 	}
 	a.drv = store.NewDriver(opts.Store, a.reload)
 	return a, nil
@@ -238,12 +279,12 @@ func (a *App) reload(ctx context.Context) error {
 	defer a.mu.Unlock()
 	for k, s := range steps {
 		if a.persisting[k] == 0 {
-			a.steps[k] = s
+			a.setStep(k, s)
 		}
 	}
 	for k, t := range tasks {
 		if a.persisting[k] == 0 {
-			a.tasks[k] = t
+			a.setTasks(k, t)
 		}
 	}
 	return nil
@@ -269,6 +310,57 @@ func (a *App) apply(ctx context.Context, id string, tx *store.Tx) (bool, error) 
 		return true, nil
 	}
 	return false, err
+}
+
+// setStep sets the record of key in memory. The caller holds a.mu.
+func (a *App) setStep(key string, s *domain.Step) {
+	a.steps[key] = s
+	a.noteAttempt(s.Job, s.Attempt)
+}
+
+// setTasks sets the task record of key in memory. The caller holds a.mu.
+func (a *App) setTasks(key string, t *domain.Tasks) {
+	a.tasks[key] = t
+	a.noteAttempt(t.Job, t.Attempt)
+}
+
+// noteAttempt notes that the node has a record of job's attempt. The
+// caller holds a.mu (or owns a).
+func (a *App) noteAttempt(job string, attempt int32) {
+	if attempt > a.attempts[job] {
+		a.attempts[job] = attempt
+	}
+}
+
+// highestAttempt is the highest attempt of job this node has a record of.
+func (a *App) highestAttempt(job string) int32 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.attempts[job]
+}
+
+// CaughtUp lets the agent start the processes of the starts it recorded
+// (see Options.HoldStarts). Calling it again does nothing.
+func (a *App) CaughtUp() {
+	a.caughtUpOnce.Do(func() { close(a.caughtUp) })
+}
+
+// beginClosing marks the agent stopping: no step starts from now on, and
+// starts held back (awaitCaughtUp) give up. The caller holds a.mu.
+func (a *App) beginClosing() {
+	if !a.closing {
+		a.closing = true
+		close(a.stopping)
+	}
+}
+
+// awaitCaughtUp waits until the agent may start processes, or stops; the
+// caller then finds the agent closing.
+func (a *App) awaitCaughtUp() {
+	select {
+	case <-a.caughtUp:
+	case <-a.stopping:
+	}
 }
 
 // BootID is this start's boot id, as sent in AgentRegistered and heartbeats.
@@ -384,7 +476,7 @@ func (a *App) Recover(ctx context.Context) error {
 	for _, k := range keys {
 		f := found[k]
 		if len(f.recs) > 0 {
-			a.steps[k] = f.recs[len(f.recs)-1]
+			a.setStep(k, f.recs[len(f.recs)-1])
 		}
 		s := a.steps[k]
 		switch {
@@ -396,8 +488,10 @@ func (a *App) Recover(ctx context.Context) error {
 			go a.watch(k, f.adopt, p)
 			a.log.Info("step adopted across an agent restart", "step", k, "pid", p.g.PID)
 		case s.Phase == domain.Lost:
+			_ = os.RemoveAll(a.progressDir(k))
 			a.log.Warn("step lost across an agent restart", "step", k, "why", s.Message)
 		default:
+			_ = os.RemoveAll(a.progressDir(k))
 			a.rt.Forget(k)
 			a.log.Info("step ended while the agent was down", "step", k, "phase", s.Phase, "exit_code", s.ExitCode)
 		}
@@ -406,7 +500,7 @@ func (a *App) Recover(ctx context.Context) error {
 		delete(a.steps, k)
 	}
 	for k, t := range lostTasks {
-		a.tasks[k] = t
+		a.setTasks(k, t)
 		a.log.Warn("tasks lost across an agent restart", "tasks", k, "why", t.Message)
 	}
 	for _, k := range pruneTasks {
@@ -511,7 +605,7 @@ func (a *App) terminate(g ports.Group) {
 // (lockStep), not a.mu.
 func (a *App) record(s *domain.Step, emit bool) {
 	a.mu.Lock()
-	a.steps[s.Key()] = s
+	a.setStep(s.Key(), s)
 	a.persisting[s.Key()]++
 	a.mu.Unlock()
 	defer a.persisted(s.Key())
@@ -580,7 +674,7 @@ func (a *App) StartStep(ctx context.Context, id string, cmd *eventsv1.StartStep)
 		return ErrShuttingDown
 	}
 	defer unlock()
-	rec, skip := domain.Start(a.opts.Self, existing, cmd, a.opts.Now())
+	rec, skip := domain.Start(a.opts.Self, existing, a.highestAttempt(cmd.GetJob()), cmd, a.opts.Now())
 	if skip != "" {
 		if cmd.GetNode() == a.opts.Self.Node {
 			a.log.Info("not starting step", "step", key, "event", id, "why", skip)
@@ -589,8 +683,10 @@ func (a *App) StartStep(ctx context.Context, id string, cmd *eventsv1.StartStep)
 	}
 	// The intent is durable, with the inbox mark, before the process exists:
 	// no redelivery, whatever its event id, can start it a second time.
+	// A refused start (a stale attempt) is reported at once.
+	refused := rec.Phase.Terminal()
 	var tx store.Tx
-	if err := adapters.PutStep(&tx, rec, a.opts.Self, false); err != nil {
+	if err := adapters.PutStep(&tx, rec, a.opts.Self, refused); err != nil {
 		return err
 	}
 	applied, err := a.apply(ctx, id, &tx)
@@ -600,8 +696,15 @@ func (a *App) StartStep(ctx context.Context, id string, cmd *eventsv1.StartStep)
 	if !applied {
 		return nil
 	}
+	if refused {
+		a.mu.Lock()
+		a.setStep(key, rec)
+		a.mu.Unlock()
+		a.log.Warn("refused to start a step", "step", key, "event", id, "why", rec.Message)
+		return nil
+	}
 	a.mu.Lock()
-	a.steps[key] = rec
+	a.setStep(key, rec)
 	closing = a.closing
 	if !closing {
 		// Counted while closing is false under mu, so Shutdown's wait
@@ -637,6 +740,9 @@ func (a *App) shutdownReason() string {
 // RUNNING, unless a stop came first. It holds the step's lock throughout, so
 // a stop or a signal for the step waits until the process exists.
 func (a *App) launch(key string, rec *domain.Step, cmd *eventsv1.StartStep) {
+	// Not before the backlog is worked through (Options.HoldStarts): a
+	// stop there records the step KILLED, and it never starts.
+	a.awaitCaughtUp()
 	unlock := a.lockStep(key)
 	defer unlock()
 	if cur, closing := a.step(key); cur != rec || closing {
@@ -648,7 +754,7 @@ func (a *App) launch(key string, rec *domain.Step, cmd *eventsv1.StartStep) {
 		a.watchers.Done()
 		return
 	}
-	pr, errf, err := a.spawn(key, cmd)
+	pr, errf, outPath, err := a.spawn(key, cmd)
 	if err != nil {
 		a.log.Warn("step failed to start", "step", key, "err", err)
 		a.record(domain.StartFailed(rec, err.Error(), a.opts.Now()), true)
@@ -665,6 +771,7 @@ func (a *App) launch(key string, rec *domain.Step, cmd *eventsv1.StartStep) {
 	go a.watch(key, pr, p) // it records the end once this unlocks the step
 	a.log.Info("step started", "step", key, "pid", p.g.PID, "output", cmd.GetOutputPath())
 	started := domain.Started(rec, p.g.PID, p.g.Start, errPath)
+	started.OutPath = outPath
 	a.record(started, true)
 	if closing {
 		// The shutdown began while the process started; nothing may run
@@ -714,13 +821,13 @@ func (a *App) openOutputs(user, dir, out, errPath string, keep bool) (stdout, st
 // (work_dir, default the shared dir; made as the owner when missing),
 // stdout appended to output_path and stderr to error_path (output_path when
 // empty), both opened as the owner; relative paths are taken against the
-// working directory. It returns the process and its error file, open
-// (the caller closes it).
-func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, *os.File, error) {
+// working directory. It returns the process, its error file, open (the
+// caller closes it), and its output file's path.
+func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, *os.File, string, error) {
 	user := cmd.GetUser()
 	acct, err := a.rt.Account(user)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	spec := ports.Spec{Nice: a.opts.JobNice, User: user, Name: key}
 	switch {
@@ -734,14 +841,14 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, *os.Fil
 	case len(cmd.GetCommand()) > 0 && cmd.GetCommand()[0] != "":
 		spec.Argv = cmd.GetCommand()
 	default:
-		return nil, nil, errors.New("the step has neither a script nor a command")
+		return nil, nil, "", errors.New("the step has neither a script nor a command")
 	}
 	dir := cmd.GetWorkDir()
 	if dir == "" {
 		dir = a.opts.SharedDir
 	}
 	if err := a.rt.MakeDir(user, dir); err != nil {
-		return nil, nil, fmt.Errorf("create working directory: %w", err)
+		return nil, nil, "", fmt.Errorf("create working directory: %w", err)
 	}
 	out := cmd.GetOutputPath()
 	if out == "" {
@@ -749,13 +856,14 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, *os.Fil
 	}
 	stdout, stderr, err := a.openOutputs(user, dir, out, cmd.GetErrorPath(), cmd.GetAppendOutput())
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	// The child gets its own copies; stderr is kept for the stop line.
 	if stdout != stderr {
 		defer stdout.Close()
 	}
 	a.prepareModelDir(user, cmd.GetEnv())
+	a.prepareProgress(user, key)
 	spec.Dir, spec.Env, spec.Stdout, spec.Stderr = dir, a.env(key, cmd, acct), stdout, stderr
 	if a.opts.WorkloadToken != nil && cmd.GetJob() != "" {
 		tctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -775,9 +883,9 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, *os.Fil
 	p, err := a.rt.Start(spec)
 	if err != nil {
 		stderr.Close()
-		return nil, nil, err
+		return nil, nil, "", err
 	}
-	return p, stderr, nil
+	return p, stderr, stdout.Name(), nil
 }
 
 // prepareModelDir gives a job that declared a model output (its env has
@@ -825,7 +933,7 @@ func (a *App) env(key string, cmd *eventsv1.StartStep, acct ports.Account) []str
 	for _, k := range slices.Sorted(maps.Keys(node)) {
 		env = append(env, k+"="+node[k])
 	}
-	return append(env, StepIDEnv+"="+a.stepID(key))
+	return append(env, domain.ProgressEnv+"="+a.progressFile(key), StepIDEnv+"="+a.stepID(key))
 }
 
 // nodeVars are what a Slurm job's processes (their env has SLURM_JOB_ID)
@@ -933,6 +1041,7 @@ func (a *App) watch(key string, pr ports.Process, p *process) {
 	// Recorded (or, failing that, reported LOST by the next start, which
 	// then no longer finds its exit).
 	a.rt.Forget(key)
+	a.dropProgress(key)
 }
 
 // domainExit is a runtime's exit as the domain records it.
@@ -980,7 +1089,7 @@ func (a *App) stopStep(ctx context.Context, id string, cmd *eventsv1.StopStep) e
 		return nil
 	}
 	a.mu.Lock()
-	a.steps[key] = d.Rec
+	a.setStep(key, d.Rec)
 	a.mu.Unlock()
 	if d.Kill {
 		a.tellStop(d.Rec, cmd.GetCause())
@@ -1113,7 +1222,7 @@ func (a *App) ShutdownBecause(ctx context.Context, why string) {
 			a.closeWhy.Store(&why)
 		}
 		a.mu.Lock()
-		a.closing = true
+		a.beginClosing()
 		keys := make([]string, 0, len(a.procs))
 		for key := range a.procs {
 			keys = append(keys, key)
@@ -1153,7 +1262,7 @@ func (a *App) ShutdownBecause(ctx context.Context, why string) {
 func (a *App) KillAll() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.closing = true
+	a.beginClosing()
 	for _, p := range a.procs {
 		_ = a.rt.Kill(p.g)
 	}

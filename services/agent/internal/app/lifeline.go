@@ -65,7 +65,7 @@ func (a *App) Watch(ctx context.Context) *domain.SelfExit {
 // StartSteps arriving from now on wait for Release and stay uncommitted.
 func (a *App) Abandon(ctx context.Context, why string) {
 	a.mu.Lock()
-	a.closing = true
+	a.beginClosing()
 	var groups []ports.Group
 	var done []chan struct{}
 	for key, p := range a.procs {

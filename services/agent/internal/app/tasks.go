@@ -61,7 +61,7 @@ func (a *App) Tasks(job string, attempt, step int32) *domain.Tasks {
 // record's step lock.
 func (a *App) recordTasks(t *domain.Tasks, emit bool) {
 	a.mu.Lock()
-	a.tasks[t.Key()] = t
+	a.setTasks(t.Key(), t)
 	a.persisting[t.Key()]++
 	a.mu.Unlock()
 	defer a.persisted(t.Key())
@@ -92,7 +92,7 @@ func (a *App) LaunchTasks(ctx context.Context, id string, cmd *eventsv1.LaunchTa
 	}
 	defer unlock()
 	run, _ := a.step(domain.Key(cmd.GetJob(), cmd.GetAttempt()))
-	rec, ended, skip := domain.Launch(a.opts.Self, existing, run, cmd, a.opts.Now())
+	rec, ended, skip := domain.Launch(a.opts.Self, existing, run, a.highestAttempt(cmd.GetJob()), cmd, a.opts.Now())
 	if skip != "" {
 		if cmd.GetNode() == a.opts.Self.Node {
 			a.log.Info("not launching tasks", "tasks", key, "event", id, "why", skip)
@@ -111,7 +111,7 @@ func (a *App) LaunchTasks(ctx context.Context, id string, cmd *eventsv1.LaunchTa
 		return nil
 	}
 	a.mu.Lock()
-	a.tasks[key] = rec
+	a.setTasks(key, rec)
 	closing = a.closing
 	if !ended && !closing {
 		a.watchers.Add(1)
@@ -131,6 +131,7 @@ func (a *App) LaunchTasks(ctx context.Context, id string, cmd *eventsv1.LaunchTa
 // launchTasks starts the processes of tasks recorded STARTING (rec) and
 // records them RUNNING, unless a stop came first.
 func (a *App) launchTasks(key string, rec *domain.Tasks, cmd *eventsv1.LaunchTasks) {
+	a.awaitCaughtUp() // as a step's launch
 	unlock := a.lockStep(key)
 	defer unlock()
 	if cur, closing := a.tasksRec(key); cur != rec || closing {
@@ -202,6 +203,7 @@ func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]ports.Process
 	if err := mkdir(user, outDir); err != nil {
 		return nil, fmt.Errorf("create output directory: %w", err)
 	}
+	a.prepareProgress(user, domain.Key(cmd.GetJob(), cmd.GetAttempt()))
 	base := a.taskEnv(key, cmd, acct)
 	var ps []ports.Process
 	fail := func(err error) ([]ports.Process, error) {
@@ -255,6 +257,8 @@ func (a *App) taskEnv(key string, cmd *eventsv1.LaunchTasks, acct ports.Account)
 	for _, k := range []string{"SLURM_PROCID", "SLURM_LOCALID", "PMI_RANK", "PMI_SIZE", StepIDEnv} {
 		delete(vars, k)
 	}
+	// The run's progress file, as its batch step's (one per run here).
+	vars[domain.ProgressEnv] = a.progressFile(domain.Key(cmd.GetJob(), cmd.GetAttempt()))
 	names := make([]string, 0, len(vars))
 	for k := range vars {
 		names = append(names, k)
@@ -297,6 +301,7 @@ func (a *App) watchTasks(key string, ps []ports.Process, g *taskGroup) {
 	for l := range ps {
 		a.rt.Forget(taskName(key, int32(l)))
 	}
+	a.dropProgress(domain.Key(rec.Job, rec.Attempt))
 }
 
 // KillTasks applies a KillTasks delivered as event id: without a signal the
@@ -344,7 +349,7 @@ func (a *App) KillTasks(ctx context.Context, id string, cmd *eventsv1.KillTasks)
 		return nil
 	}
 	a.mu.Lock()
-	a.tasks[key] = d.Rec
+	a.setTasks(key, d.Rec)
 	a.mu.Unlock()
 	if d.Kill {
 		a.killTasks(key)

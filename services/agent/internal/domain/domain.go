@@ -59,7 +59,10 @@ type Step struct {
 	StopReason string `json:"stop_reason,omitempty"`
 	// ErrPath is the file the step's stderr goes to, once Running: where
 	// a stop's Slurm-style line goes (StopLine).
-	ErrPath string    `json:"err_path,omitempty"`
+	ErrPath string `json:"err_path,omitempty"`
+	// OutPath is the file the step's stdout goes to, once Running: its
+	// size is part of the step's progress.
+	OutPath string    `json:"out_path,omitempty"`
 	Created time.Time `json:"created"`
 	Ended   time.Time `json:"ended,omitzero"`
 }
@@ -105,15 +108,28 @@ func (p Phase) StepState() eventsv1.StepState {
 
 // Start decides a StartStep: the Starting record to write before the process
 // starts, or a reason to do nothing (another node's step, or a (job, attempt)
-// this node has seen before, whatever the event id).
-func Start(self Self, existing *Step, cmd *eventsv1.StartStep, now time.Time) (rec *Step, skip string) {
+// this node has seen before, whatever the event id: a stop that came first
+// left a KILLED record, so a start of a stopped attempt does nothing).
+// highest is the highest attempt of the job this node has a record of: a
+// start of an older attempt is stale (its run was ended and the job went
+// on) and is refused, a FailedToStart record to write and report.
+func Start(self Self, existing *Step, highest int32, cmd *eventsv1.StartStep, now time.Time) (rec *Step, skip string) {
 	switch {
 	case cmd.GetNode() != self.Node:
 		return nil, "step for another node"
 	case existing != nil:
 		return nil, fmt.Sprintf("step %s already %s", existing.Key(), existing.Phase)
 	}
-	return &Step{Job: cmd.GetJob(), JobID: cmd.GetJobId(), Attempt: cmd.GetAttempt(), Phase: Starting, Created: now}, ""
+	rec = &Step{Job: cmd.GetJob(), JobID: cmd.GetJobId(), Attempt: cmd.GetAttempt(), Phase: Starting, Created: now}
+	if cmd.GetAttempt() < highest {
+		rec.Phase, rec.Message, rec.Ended = FailedToStart, StaleAttempt(cmd.GetAttempt(), highest), now
+	}
+	return rec, ""
+}
+
+// StaleAttempt is the message of a start refused for a stale attempt.
+func StaleAttempt(attempt, highest int32) string {
+	return fmt.Sprintf("stale attempt %d: this node has seen attempt %d of the job", attempt, highest)
 }
 
 // Started records that the process runs.

@@ -70,8 +70,10 @@ func (t *Tasks) Event(self Self) *eventsv1.TasksChanged {
 // processes start, or a reason to do nothing (another node's tasks, a step
 // this node has seen before whatever the event id, or bad input); when the
 // job's run already ended here (its batch step run is terminal) the tasks
-// are recorded KILLED at once and never start (ended is then set).
-func Launch(self Self, existing *Tasks, run *Step, cmd *eventsv1.LaunchTasks, now time.Time) (rec *Tasks, ended bool, skip string) {
+// are recorded KILLED at once and never start (ended is then set); tasks of
+// an attempt older than highest (the job's highest attempt this node has a
+// record of) are stale: recorded FAILED_TO_START, never started.
+func Launch(self Self, existing *Tasks, run *Step, highest int32, cmd *eventsv1.LaunchTasks, now time.Time) (rec *Tasks, ended bool, skip string) {
 	switch {
 	case cmd.GetNode() != self.Node:
 		return nil, false, "tasks for another node"
@@ -88,6 +90,10 @@ func Launch(self Self, existing *Tasks, run *Step, cmd *eventsv1.LaunchTasks, no
 		return rec, true, ""
 	case len(cmd.GetCommand()) == 0 || cmd.GetCommand()[0] == "":
 		rec.Phase, rec.Message, rec.Ended = FailedToStart, "the step has no command", now
+		rec.ExitCodes = ones(cmd.GetNtasks())
+		return rec, true, ""
+	case cmd.GetAttempt() < highest:
+		rec.Phase, rec.Message, rec.Ended = FailedToStart, StaleAttempt(cmd.GetAttempt(), highest), now
 		rec.ExitCodes = ones(cmd.GetNtasks())
 		return rec, true, ""
 	case run != nil && (run.Phase.Terminal() || run.StopReason != ""):
