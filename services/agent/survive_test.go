@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -341,5 +342,41 @@ func TestStepProgress(t *testing.T) {
 	}
 	if !slices.Equal(steps, []int64{5, 5, 9}) {
 		t.Fatalf("progress reports at steps %v, want 5, 5 (output grew), 9: one per move", steps)
+	}
+}
+
+// TestTasksOutliveAnAgentKill: a job step's tasks (srun) outlive kill -9 of
+// their agent as steps do: adopted, and reported with every task's real
+// exit code, whether a task ended while the agent was down or after.
+func TestTasksOutliveAnAgentKill(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	first := e.agentProcess(t)
+	outDir := filepath.Join(e.shared, ".loom", "steps", "1.0")
+	// Task 0 waits for go-0 and exits 4; task 1 waits for go-1 and exits 0.
+	l := launch("1", 0, 0, 2, outDir, "sh", "-c", `while [ ! -e "`+e.shared+`/go-$SLURM_LOCALID" ]; do sleep 0.05; done; exit $((4 * (1 - SLURM_LOCALID)))`)
+	publish(t, e.broker, command(l))
+	waitTasks(t, e.broker, "1", 0, eventsv1.StepState_STEP_RUNNING)
+	var shims [2]int
+	for i := range shims {
+		pid, _, err := proc.ReadPIDFile(filepath.Join(e.work, StepsDir, url.PathEscape(fmt.Sprintf("projects/p/jobs/1#1.0/%d", i))+".pid"))
+		if err != nil {
+			t.Fatalf("task %d has no pidfile: %v", i, err)
+		}
+		shims[i] = pid
+	}
+	killAgent(t, first)
+	e.touch(t, "go-1")
+	testkit.WaitFor(t, wait, "task 1 to end while no agent runs", func() (bool, error) { return !proc.Alive(shims[1], 0), nil })
+	e.start(t)
+	if !proc.Alive(shims[0], 0) {
+		t.Fatal("task 0 was killed by the agent's restart")
+	}
+	e.touch(t, "go-0")
+	if ev := waitTasks(t, e.broker, "1", 0, eventsv1.StepState_STEP_EXITED); !slices.Equal(ev.ExitCodes, []int32{4, 0}) {
+		t.Fatalf("adopted tasks ended with %v, want [4 0]", ev.ExitCodes)
+	}
+	if got := strings.Join(taskEvents(t, e.broker, "1", 0), ","); got != "STEP_RUNNING,STEP_EXITED" {
+		t.Fatalf("task events = %s, want RUNNING then EXITED", got)
 	}
 }

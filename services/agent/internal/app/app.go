@@ -449,9 +449,14 @@ func (a *App) Recover(ctx context.Context) error {
 	for _, k := range prune {
 		tx.HDel(adapters.KeySteps, k)
 	}
-	lostTasks, pruneTasks, err := a.recoverTasks(&tx, now)
+	foundTasks, pruneTasks, err := a.recoverTasks(&tx, now)
 	if err != nil {
 		return err
+	}
+	for _, f := range foundTasks {
+		if f.adopt != nil {
+			adopted++
+		}
 	}
 	reg := domain.Registered(a.opts.Self, a.opts.Hostname, os.Getpid(), a.opts.GPUs, a.bootID)
 	reg.HostBootId, reg.AdoptedSteps = a.hostBootID(), int32(adopted)
@@ -499,9 +504,31 @@ func (a *App) Recover(ctx context.Context) error {
 	for _, k := range prune {
 		delete(a.steps, k)
 	}
-	for k, t := range lostTasks {
-		a.setTasks(k, t)
-		a.log.Warn("tasks lost across an agent restart", "tasks", k, "why", t.Message)
+	for k, f := range foundTasks {
+		if len(f.recs) > 0 {
+			a.setTasks(k, f.recs[len(f.recs)-1])
+		}
+		t := a.tasks[k]
+		switch {
+		case f.adopt != nil:
+			g := &taskGroup{done: make(chan struct{})}
+			for _, p := range f.adopt {
+				if p.Group().PID > 0 {
+					g.groups = append(g.groups, p.Group())
+				}
+			}
+			a.groups[k] = g
+			a.watchers.Add(1)
+			go a.watchTasks(k, f.adopt, g)
+			a.log.Info("tasks adopted across an agent restart", "tasks", k, "groups", groupIDs(g.groups))
+		case t.Phase == domain.Lost:
+			a.log.Warn("tasks lost across an agent restart", "tasks", k, "why", t.Message)
+		default:
+			for l := range t.NTasks {
+				a.rt.Forget(taskName(k, l))
+			}
+			a.log.Info("tasks ended while the agent was down", "tasks", k, "phase", t.Phase, "exit_codes", t.ExitCodes)
+		}
 	}
 	for _, k := range pruneTasks {
 		delete(a.tasks, k)

@@ -426,12 +426,29 @@ func (a *App) killTasks(key string) {
 	}()
 }
 
+// settledTasks is what Recover decided for tasks a predecessor left: the
+// records to write, and, when adopted, a process per task (one that
+// ended meanwhile gives its recorded exit at once).
+type settledTasks struct {
+	recs  []*domain.Tasks
+	adopt []ports.Process
+}
+
+// endedUnit is a task that ended while no agent watched it: its Wait gives
+// the exit its shim recorded, at once.
+type endedUnit struct{ exit ports.Exit }
+
+func (endedUnit) Group() ports.Group { return ports.Group{} }
+func (e endedUnit) Wait() ports.Exit { return e.exit }
+
 // recoverTasks settles the task records a predecessor left running or
-// starting: their surviving processes are killed and they are reported LOST
-// (written into tx); terminal records past the inbox window are pruned.
-// The caller holds a.mu.
-func (a *App) recoverTasks(tx *store.Tx, now time.Time) (lost map[string]*domain.Tasks, prune []string, err error) {
-	lost = map[string]*domain.Tasks{}
+// starting, as Recover does steps: tasks whose shims all still run or left
+// their exits are adopted (or reported ended with their real exit codes);
+// when nothing remains of one of them, what survives of them all is killed
+// and they are reported LOST. The records are written into tx; terminal
+// records past the inbox window are pruned. The caller holds a.mu.
+func (a *App) recoverTasks(tx *store.Tx, now time.Time) (found map[string]settledTasks, prune []string, err error) {
+	found = map[string]settledTasks{}
 	var wg sync.WaitGroup
 	var lmu sync.Mutex
 	for key, t := range a.tasks {
@@ -442,47 +459,108 @@ func (a *App) recoverTasks(tx *store.Tx, now time.Time) (lost map[string]*domain
 			}
 		case t.Phase == domain.Running || t.Phase == domain.Starting:
 			wg.Go(func() {
-				var groups []ports.Group
-				for i, pid := range t.PIDs[:min(len(t.PIDs), len(t.PIDStarts))] {
-					if g := (ports.Group{PID: pid, Start: t.PIDStarts[i]}); a.rt.Alive(g) {
-						groups = append(groups, g)
-					}
-				}
-				for _, g := range a.rt.Adopt(StepIDEnv + "=" + a.stepID(key)) {
-					if !slices.ContainsFunc(groups, func(h ports.Group) bool { return h.PID == g.PID }) {
-						groups = append(groups, g)
-					}
-				}
-				for _, g := range groups {
-					a.terminate(g)
-				}
-				why := "the agent restarted and the tasks' processes were gone"
-				if len(groups) > 0 {
-					why = fmt.Sprintf("the agent restarted; the tasks' processes (groups %v) were no longer its children and were killed", groupIDs(groups))
-				} else if t.Phase == domain.Starting {
-					why = "the agent stopped while starting the tasks"
-				}
+				st := a.settleTasks(key, t, now)
 				lmu.Lock()
-				lost[key] = domain.MarkTasksLost(t, why, now)
+				found[key] = st
 				lmu.Unlock()
 			})
 		}
 	}
 	wg.Wait()
-	keys := make([]string, 0, len(lost))
-	for k := range lost {
+	keys := make([]string, 0, len(found))
+	for k := range found {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if err := adapters.PutTasks(tx, lost[k], a.opts.Self, true); err != nil {
-			return nil, nil, err
+		for _, r := range found[k].recs {
+			if err := adapters.PutTasks(tx, r, a.opts.Self, true); err != nil {
+				return nil, nil, err
+			}
 		}
 	}
 	for _, k := range prune {
 		tx.HDel(adapters.KeyTasks, k)
 	}
-	return lost, prune, nil
+	return found, prune, nil
+}
+
+// settleTasks finds what remains of each task of t and decides them
+// (domain.RecoverTasks).
+func (a *App) settleTasks(key string, t *domain.Tasks, now time.Time) settledTasks {
+	n := int(t.NTasks)
+	remains := make([]domain.Remains, n)
+	procs := make([]ports.Process, n)
+	complete := n > 0
+	for l := range n {
+		var g ports.Group
+		if t.Phase == domain.Running && l < len(t.PIDs) && l < len(t.PIDStarts) {
+			g = ports.Group{PID: t.PIDs[l], Start: t.PIDStarts[l]}
+		}
+		p, exit := a.rt.Recover(taskName(key, int32(l)), g)
+		switch {
+		case p != nil:
+			procs[l] = p
+			remains[l] = domain.Remains{Running: true, PID: p.Group().PID, PIDStart: p.Group().Start}
+		case exit != nil:
+			procs[l] = endedUnit{*exit}
+			remains[l] = domain.Remains{Exit: &domain.Exit{Code: exit.Code, Signal: exit.Signal, OOM: exit.OOM, Unknown: exit.Unknown}}
+		default:
+			complete = false
+		}
+	}
+	why := ""
+	if !complete {
+		why = a.killTaskRemains(key, t, procs)
+	} else {
+		// What ended tasks left in their groups ends with them.
+		for _, g := range a.rt.Adopt(StepIDEnv + "=" + a.stepID(key)) {
+			if !slices.ContainsFunc(procs, func(p ports.Process) bool { return p.Group().PID == g.PID }) {
+				_ = a.rt.Kill(g)
+			}
+		}
+	}
+	recs, adopt := domain.RecoverTasks(t, remains, why, now)
+	if !adopt {
+		procs = nil
+	}
+	return settledTasks{recs: recs, adopt: procs}
+}
+
+// killTaskRemains kills whatever still runs of tasks that cannot be
+// adopted (nothing remains of one of them): their shims found, their
+// recorded groups, and what carries their LOOM_STEP_ID. It says what it
+// found.
+func (a *App) killTaskRemains(key string, t *domain.Tasks, procs []ports.Process) string {
+	var groups []ports.Group
+	add := func(g ports.Group) {
+		if g.PID > 1 && !slices.ContainsFunc(groups, func(h ports.Group) bool { return h.PID == g.PID }) {
+			groups = append(groups, g)
+		}
+	}
+	for _, p := range procs {
+		if p != nil {
+			add(p.Group())
+		}
+	}
+	for i, pid := range t.PIDs[:min(len(t.PIDs), len(t.PIDStarts))] {
+		if g := (ports.Group{PID: pid, Start: t.PIDStarts[i]}); a.rt.Alive(g) {
+			add(g)
+		}
+	}
+	for _, g := range a.rt.Adopt(StepIDEnv + "=" + a.stepID(key)) {
+		add(g)
+	}
+	for _, g := range groups {
+		a.terminate(g)
+	}
+	switch {
+	case len(groups) > 0:
+		return fmt.Sprintf("the agent restarted; the tasks' processes (groups %v) could not all be found again and were killed", groupIDs(groups))
+	case t.Phase == domain.Starting:
+		return "the agent stopped while starting the tasks"
+	}
+	return "the agent restarted and the tasks' processes were gone"
 }
 
 // shutdownTasks marks every running task group as stopping (its end will be

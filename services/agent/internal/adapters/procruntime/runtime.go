@@ -18,6 +18,7 @@ import (
 	"github.com/loom-ml/loom/libs/osuser"
 	"github.com/loom-ml/loom/libs/proc"
 	"github.com/loom-ml/loom/services/agent/internal/ports"
+	"github.com/loom-ml/loom/services/agent/internal/stepd"
 )
 
 // Name is the process runtime's name in the agent's configuration
@@ -273,7 +274,7 @@ func (p *process) Group() ports.Group { return p.g }
 func (p *process) Wait() ports.Exit {
 	_ = proc.Wait(p.c)
 	if p.status != "" {
-		if st, err := readStatus(p.status); err == nil {
+		if st, err := stepd.ReadStatus(p.status); err == nil {
 			return ports.Exit{Code: st.Code, Signal: st.Signal}
 		}
 	}

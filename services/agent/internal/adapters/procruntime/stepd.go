@@ -1,15 +1,9 @@
 package procruntime
 
-// loom-stepd: the shim each step or task runs under when the runtime has a
-// state directory (Options.StateDir), as a Slurm step runs under slurmstepd.
-// It is the agent's own binary started again (/proc/self/exe) with
-// StepdEnv set, so that every binary that runs an agent (cmd/agent, loom's
-// in-process stack, the agent's tests) can be its shim without another file
-// to install. It leads the process group, starts the job's process in it,
-// waits for it and records how it ended in <state dir>/<name>.status, so
-// that the end of a step is known even when the agent that started it is
-// gone (killed, restarting): a restarted agent adopts a shim that still
-// runs and reads the status of one that ended meanwhile.
+// Starting units under loom-stepd (package stepd), the shim that outlives
+// the agent, and finding them again after the agent restarted. The shim
+// keeps <state dir>/<name>.pid while it runs and records its job's end in
+// <state dir>/<name>.status.
 
 import (
 	"bytes"
@@ -20,7 +14,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -31,156 +24,8 @@ import (
 
 	"github.com/loom-ml/loom/libs/proc"
 	"github.com/loom-ml/loom/services/agent/internal/ports"
+	"github.com/loom-ml/loom/services/agent/internal/stepd"
 )
-
-// StepdEnv, in a process's environment, makes the agent's binary run as a
-// step's shim (loom-stepd) instead of whatever its main would run: the
-// package's init sees it first. Only the runtime sets it, and only in the
-// shim's own environment (never a job's).
-const StepdEnv = "LOOM_AGENT_STEPD"
-
-// stepdArg0 is the shim's argv[0], what ps shows for it.
-const stepdArg0 = "loom-stepd"
-
-// The shim's file descriptors beyond stdin, stdout and stderr, as the
-// runtime hands them over (exec.Cmd.ExtraFiles): the job's script (the
-// memfd the job runs as /proc/self/fd/3, or closed), the shim's spec
-// (a memfd of JSON), and the pipe the shim reports its start on.
-const (
-	shimScriptFD = 3
-	shimSpecFD   = 4
-	shimReportFD = 5
-)
-
-func init() {
-	if os.Getenv(StepdEnv) == "" {
-		return
-	}
-	os.Exit(stepd())
-}
-
-// shimSpec is what the runtime tells a shim to run (fd shimSpecFD).
-type shimSpec struct {
-	Path string   `json:"path"`
-	Args []string `json:"args"`
-	Env  []string `json:"env"`
-	Dir  string   `json:"dir"`
-	// Cred, when set, is who the job runs as (set in the child before it
-	// enters Dir and executes, as the runtime's direct start does).
-	Cred   *syscall.Credential `json:"cred,omitempty"`
-	Script bool                `json:"script,omitempty"`
-	// PIDFile and StatusFile are the shim's pidfile (libs/proc format,
-	// removed when it ends) and where its job's end is recorded.
-	PIDFile    string `json:"pid_file"`
-	StatusFile string `json:"status_file"`
-}
-
-// shimReport is what a shim says of its start (fd shimReportFD): the job's
-// pid and start time, or why it could not start.
-type shimReport struct {
-	PID   int    `json:"pid,omitempty"`
-	Start uint64 `json:"start,omitempty"`
-	Err   string `json:"err,omitempty"`
-}
-
-// shimStatus is how a job ended, as its shim records it.
-type shimStatus struct {
-	// Code is the exit status, 128+n when signal n ended it.
-	Code int32 `json:"code"`
-	// Signal names that signal ("" when it exited).
-	Signal string `json:"signal,omitempty"`
-}
-
-// stepd runs the shim and returns its exit code: the job's (128+n for a
-// signal), or 1 when the job could not start.
-func stepd() int {
-	var spec shimSpec
-	specf := os.NewFile(shimSpecFD, "stepd-spec")
-	err := json.NewDecoder(specf).Decode(&spec)
-	specf.Close()
-	report := os.NewFile(shimReportFD, "stepd-report")
-	syscall.CloseOnExec(shimReportFD)
-	say := func(r shimReport) {
-		_ = json.NewEncoder(report).Encode(r)
-		report.Close()
-	}
-	if err != nil {
-		say(shimReport{Err: fmt.Sprintf("loom-stepd: read spec: %v", err)})
-		return 1
-	}
-	// Signals sent to the step's group (a stop's SIGTERM, scancel --signal)
-	// are the job's: the shim takes them without dying (caught, not
-	// ignored: an ignored signal would stay ignored in the job).
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1,
-		syscall.SIGUSR2, syscall.SIGALRM, syscall.SIGPIPE, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU,
-		syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGWINCH, syscall.SIGURG)
-	go func() {
-		for range sigs {
-		}
-	}()
-	self := os.Getpid()
-	start, _ := proc.StartTime(self)
-	if err := proc.WritePIDFile(spec.PIDFile, self, start); err != nil {
-		say(shimReport{Err: fmt.Sprintf("loom-stepd: pidfile: %v", err)})
-		return 1
-	}
-	c := exec.Command(spec.Path)
-	c.Args, c.Env, c.Dir = spec.Args, spec.Env, spec.Dir
-	if c.Env == nil {
-		c.Env = []string{}
-	}
-	c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
-	if spec.Script {
-		c.ExtraFiles = []*os.File{os.NewFile(shimScriptFD, "slurm_script")}
-	}
-	// In the shim's group: a signal to the group reaches the job, and
-	// whoever kills the group (a stop, a reboot of the node) kills both.
-	c.SysProcAttr = &syscall.SysProcAttr{Credential: spec.Cred}
-	if err := c.Start(); err != nil {
-		_ = os.Remove(spec.PIDFile)
-		say(shimReport{Err: err.Error()})
-		return 1
-	}
-	if spec.Script {
-		c.ExtraFiles[0].Close()
-	}
-	jstart, _ := proc.StartTime(c.Process.Pid)
-	say(shimReport{PID: c.Process.Pid, Start: jstart})
-	_ = c.Wait()
-	code, sig := proc.ExitCode(c.ProcessState)
-	// Recorded before the pidfile goes: whoever finds no live shim finds
-	// the status.
-	if err := writeStatus(spec.StatusFile, shimStatus{Code: code, Signal: sig}); err != nil {
-		fmt.Fprintf(os.Stderr, "loom-stepd: record the exit status: %v\n", err)
-	}
-	_ = os.Remove(spec.PIDFile)
-	return int(code)
-}
-
-// writeStatus writes st to path atomically (a reader sees all of it or
-// nothing).
-func writeStatus(path string, st shimStatus) error {
-	b, err := json.Marshal(st)
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-// readStatus reads the status a shim recorded at path.
-func readStatus(path string) (shimStatus, error) {
-	var st shimStatus
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return st, err
-	}
-	return st, json.Unmarshal(b, &st)
-}
 
 // fileName is a unit's name made one safe path element (names are step
 // keys, "projects/p/jobs/7#1"): escaped, so that two names never share a
@@ -208,7 +53,7 @@ func (r Runtime) startShim(c *exec.Cmd, spec ports.Spec, script *os.File, cred *
 	if err := os.MkdirAll(r.opts.StateDir, 0o755); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
-	ss := shimSpec{Path: c.Path, Args: c.Args, Env: c.Env, Dir: c.Dir, Cred: cred, Script: script != nil,
+	ss := stepd.Spec{Path: c.Path, Args: c.Args, Env: c.Env, Dir: c.Dir, Cred: cred, Script: script != nil,
 		PIDFile: PIDFile(r.opts.StateDir, spec.Name), StatusFile: r.statusFile(spec.Name)}
 	// A status left by an earlier unit of the same name is not this one's.
 	_ = os.Remove(ss.StatusFile)
@@ -227,9 +72,9 @@ func (r Runtime) startShim(c *exec.Cmd, spec ports.Spec, script *os.File, cred *
 	}
 	defer rep.Close()
 	shim := exec.Command("/proc/self/exe")
-	shim.Args = []string{stepdArg0, spec.Name}
+	shim.Args = []string{stepd.Arg0, spec.Name}
 	// Only what the shim needs: the job's environment goes in the spec.
-	shim.Env = []string{StepdEnv + "=1", "GOMAXPROCS=1"}
+	shim.Env = []string{stepd.Env + "=1", "GOMAXPROCS=1"}
 	shim.Dir = "/"
 	shim.Stdout, shim.Stderr = spec.Stdout, spec.Stderr
 	shim.ExtraFiles = []*os.File{script, specf, repw}
@@ -239,7 +84,7 @@ func (r Runtime) startShim(c *exec.Cmd, spec ports.Spec, script *os.File, cred *
 	if err != nil {
 		return nil, fmt.Errorf("start loom-stepd: %w", err)
 	}
-	var got shimReport
+	var got stepd.Report
 	b, rerr := io.ReadAll(rep)
 	if rerr == nil {
 		rerr = json.Unmarshal(b, &got)
@@ -272,7 +117,7 @@ func (r Runtime) Recover(name string, g ports.Group) (ports.Process, *ports.Exit
 	if g.PID > 0 && g.Start != 0 && proc.Alive(g.PID, g.Start) && isShim(g.PID) {
 		return &adopted{g: g, status: r.statusFile(name)}, nil
 	}
-	if st, err := readStatus(r.statusFile(name)); err == nil {
+	if st, err := stepd.ReadStatus(r.statusFile(name)); err == nil {
 		return nil, &ports.Exit{Code: st.Code, Signal: st.Signal}
 	}
 	return nil, nil
@@ -291,7 +136,7 @@ func (r Runtime) Forget(name string) {
 // that a pid recycled for a process that happened to start at the same
 // tick is not taken for one.
 func isShim(pid int) bool {
-	return proc.HasEnv(pid, StepdEnv+"=1")
+	return proc.HasEnv(pid, stepd.Env+"=1")
 }
 
 // adopted is a shim a predecessor of this agent started: not its child, so
@@ -308,7 +153,7 @@ func (p *adopted) Group() ports.Group { return p.g }
 // Unknown when it recorded none (it was killed).
 func (p *adopted) Wait() ports.Exit {
 	awaitGone(p.g)
-	if st, err := readStatus(p.status); err == nil {
+	if st, err := stepd.ReadStatus(p.status); err == nil {
 		return ports.Exit{Code: st.Code, Signal: st.Signal}
 	}
 	return ports.Exit{Code: -1, Unknown: true}
