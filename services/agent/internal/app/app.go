@@ -504,6 +504,16 @@ func (a *App) Recover(ctx context.Context) error {
 	for _, k := range prune {
 		delete(a.steps, k)
 	}
+	// Exits a predecessor had recorded but not yet dropped: only the
+	// adopted units' may still come.
+	a.rt.Sweep(func(name string) bool {
+		if s := a.steps[name]; s != nil && !s.Phase.Terminal() {
+			return true
+		}
+		// A task's name is its tasks' key, "/", its local id.
+		i := strings.LastIndexByte(name, '/')
+		return i > 0 && foundTasks[name[:i]].adopt != nil
+	})
 	for k, f := range foundTasks {
 		if len(f.recs) > 0 {
 			a.setTasks(k, f.recs[len(f.recs)-1])

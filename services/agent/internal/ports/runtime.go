@@ -54,6 +54,10 @@ type Runtime interface {
 	// Forget drops what the runtime keeps of the unit name (its recorded
 	// exit) once the agent has recorded its end.
 	Forget(name string)
+	// Sweep forgets every unit whose exit the runtime still keeps and
+	// keep does not name: what an agent that died between recording an
+	// end and Forget left behind.
+	Sweep(keep func(name string) bool)
 
 	// Account returns who the processes of user (a job's owner, as
 	// Spec.User names it) run as here, or an error that says, for the

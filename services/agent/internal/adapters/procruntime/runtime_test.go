@@ -378,9 +378,14 @@ func TestShimOutlivesItsAgent(t *testing.T) {
 	if p, exit := again.Recover(name, p.Group()); p != nil || exit == nil || *exit != (ports.Exit{Code: 3}) {
 		t.Fatalf("Recover of an ended unit = %v, %v; want its exit 3", p, exit)
 	}
-	again.Forget(name)
+	// Sweep keeps what it is told to, and forgets the rest.
+	again.Sweep(func(n string) bool { return n == name })
+	if _, exit := again.Recover(name, ports.Group{}); exit == nil {
+		t.Fatal("Sweep forgot a unit it was told to keep")
+	}
+	again.Sweep(func(string) bool { return false })
 	if p, exit := again.Recover(name, ports.Group{}); p != nil || exit != nil {
-		t.Fatalf("Recover of a forgotten unit = %v, %v; want nothing", p, exit)
+		t.Fatalf("Recover of a swept unit = %v, %v; want nothing", p, exit)
 	}
 	// A job that cannot start leaves nothing, and says why.
 	_, err = rt.Start(ports.Spec{Script: "#!/no/such/interpreter\n", Dir: dir, Stdout: stdout, Stderr: stderr, Name: "bad"})

@@ -132,6 +132,20 @@ func (r Runtime) Forget(name string) {
 	_ = os.Remove(r.statusFile(name))
 }
 
+// Sweep removes the recorded exits of units keep does not name.
+func (r Runtime) Sweep(keep func(name string) bool) {
+	if r.opts.StateDir == "" {
+		return
+	}
+	files, _ := filepath.Glob(filepath.Join(r.opts.StateDir, "*.status"))
+	for _, f := range files {
+		name, err := url.PathUnescape(strings.TrimSuffix(filepath.Base(f), ".status"))
+		if err == nil && !keep(name) {
+			_ = os.Remove(f)
+		}
+	}
+}
+
 // isShim reports whether pid runs a shim (its environment says so), so
 // that a pid recycled for a process that happened to start at the same
 // tick is not taken for one.
