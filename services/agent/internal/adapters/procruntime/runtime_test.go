@@ -383,9 +383,17 @@ func TestShimOutlivesItsAgent(t *testing.T) {
 	if _, exit := again.Recover(name, ports.Group{}); exit == nil {
 		t.Fatal("Sweep forgot a unit it was told to keep")
 	}
+	// A shim killed with its group leaves its pidfile: swept too.
+	stale := PIDFile(state, "killed")
+	if err := proc.WritePIDFile(stale, p.Group().PID, p.Group().Start); err != nil {
+		t.Fatal(err)
+	}
 	again.Sweep(func(string) bool { return false })
 	if p, exit := again.Recover(name, ports.Group{}); p != nil || exit != nil {
 		t.Fatalf("Recover of a swept unit = %v, %v; want nothing", p, exit)
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the pidfile of a shim that is gone survived Sweep: %v", err)
 	}
 	// A job that cannot start leaves nothing, and says why.
 	_, err = rt.Start(ports.Spec{Script: "#!/no/such/interpreter\n", Dir: dir, Stdout: stdout, Stderr: stderr, Name: "bad"})

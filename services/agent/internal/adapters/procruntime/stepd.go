@@ -132,7 +132,9 @@ func (r Runtime) Forget(name string) {
 	_ = os.Remove(r.statusFile(name))
 }
 
-// Sweep removes the recorded exits of units keep does not name.
+// Sweep removes the recorded exits of units keep does not name, and the
+// pidfiles of shims that are gone (killed with their group: they could
+// not remove their own).
 func (r Runtime) Sweep(keep func(name string) bool) {
 	if r.opts.StateDir == "" {
 		return
@@ -141,6 +143,13 @@ func (r Runtime) Sweep(keep func(name string) bool) {
 	for _, f := range files {
 		name, err := url.PathUnescape(strings.TrimSuffix(filepath.Base(f), ".status"))
 		if err == nil && !keep(name) {
+			_ = os.Remove(f)
+		}
+	}
+	pids, _ := filepath.Glob(filepath.Join(r.opts.StateDir, "*.pid"))
+	for _, f := range pids {
+		pid, start, err := proc.ReadPIDFile(f)
+		if err != nil || !proc.Alive(pid, start) || !isShim(pid) {
 			_ = os.Remove(f)
 		}
 	}
