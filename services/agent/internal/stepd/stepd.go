@@ -23,6 +23,7 @@ package stepd
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -81,6 +82,9 @@ type Report struct {
 	PID   int    `json:"pid,omitempty"`
 	Start uint64 `json:"start,omitempty"`
 	Err   string `json:"err,omitempty"`
+	// Errno is the system error under Err (0: none), so that the agent's
+	// error still says what it is (errors.Is(err, fs.ErrPermission)).
+	Errno syscall.Errno `json:"errno,omitempty"`
 }
 
 // Status is how a job ended, as its shim records it.
@@ -141,7 +145,9 @@ func run() int {
 	c.SysProcAttr = &syscall.SysProcAttr{Credential: spec.Cred}
 	if err := c.Start(); err != nil {
 		_ = os.Remove(spec.PIDFile)
-		say(Report{Err: err.Error()})
+		r := Report{Err: err.Error()}
+		errors.As(err, &r.Errno)
+		say(r)
 		return 1
 	}
 	if spec.Script {

@@ -253,11 +253,10 @@ func envValue(env []string, key string) string {
 
 // process is a started group leader, the agent's child: the job's process
 // itself, or its shim (then status is where the shim records the job's
-// exit, and main is the job's pid).
+// exit).
 type process struct {
 	c      *exec.Cmd
 	g      ports.Group
-	main   int
 	status string
 }
 

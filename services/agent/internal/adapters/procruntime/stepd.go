@@ -95,11 +95,28 @@ func (r Runtime) startShim(c *exec.Cmd, spec ports.Spec, script *os.File, cred *
 		if rerr != nil {
 			return nil, fmt.Errorf("loom-stepd did not report its start: %v", rerr)
 		}
-		return nil, errors.New(got.Err)
+		return nil, startError{got.Err, got.Errno}
 	}
 	pid := shim.Process.Pid
 	start, _ := proc.StartTime(pid)
-	return &process{c: shim, g: ports.Group{PID: pid, Start: start}, main: got.PID, status: ss.StatusFile}, nil
+	return &process{c: shim, g: ports.Group{PID: pid, Start: start}, status: ss.StatusFile}, nil
+}
+
+// startError is why a shim could not start its job: its message, and the
+// system error under it.
+type startError struct {
+	msg   string
+	errno syscall.Errno
+}
+
+func (e startError) Error() string { return e.msg }
+
+// Unwrap is the system error (nil when none), for errors.Is.
+func (e startError) Unwrap() error {
+	if e.errno == 0 {
+		return nil
+	}
+	return e.errno
 }
 
 // Recover finds the unit a predecessor started as name: its shim, when it
