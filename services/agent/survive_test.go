@@ -17,9 +17,11 @@ import (
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/proc"
+	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	"github.com/loom-ml/loom/services/agent/internal/adapters"
 )
 
 // agentProcessEnv makes the test binary run TestAgentProcess as an agent
@@ -378,5 +380,47 @@ func TestTasksOutliveAnAgentKill(t *testing.T) {
 	}
 	if got := strings.Join(taskEvents(t, e.broker, "1", 0), ","); got != "STEP_RUNNING,STEP_EXITED" {
 		t.Fatalf("task events = %s, want RUNNING then EXITED", got)
+	}
+}
+
+// TestNodeBackFromTheDeadStopsItsRunFirst: an agent killed while its node
+// was declared dead comes back to a stop for the run it held (the
+// scheduler's fence) and a start of the job's next attempt: it adopts the
+// old run, stops it, and only then starts the new attempt.
+func TestNodeBackFromTheDeadStopsItsRunFirst(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	first := e.agentProcess(t)
+	out := filepath.Join(e.shared, "slurm-9.out")
+	publish(t, e.broker, command(startStep("9", `sleep 60`, nil, out)))
+	old := waitStep(t, e.broker, "9", eventsv1.StepState_STEP_RUNNING)
+	killAgent(t, first)
+	next := startStep("9", until("go", "0"), nil, out)
+	next.Attempt = 2
+	publish(t, e.broker,
+		command(&eventsv1.StopStep{Job: "projects/p/jobs/9", Attempt: 1, Node: node, Reason: "node failure", Cause: eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE}),
+		command(next))
+	e.start(t)
+	testkit.WaitEvent(t, e.broker, topics.StepEvents, wait, func(ev envelope.Event) bool {
+		sc, ok := ev.Payload.(*eventsv1.StepChanged)
+		return ok && sc.Job == "projects/p/jobs/9" && sc.Attempt == 2 && sc.State == eventsv1.StepState_STEP_RUNNING
+	})
+	// Attempt 2 runs: attempt 1 was stopped (recorded, then signalled)
+	// before it started.
+	steps, err := adapters.LoadSteps(context.Background(), store.New(e.rdb, ServiceName("c1", "gpu-0001")+":"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := steps["projects/p/jobs/9#1"]; s == nil || s.StopReason != "node failure" {
+		t.Fatalf("attempt 1 when attempt 2 started: %+v, want it stopped", s)
+	}
+	killed := waitStep(t, e.broker, "9", eventsv1.StepState_STEP_KILLED)
+	if killed.Attempt != 1 || killed.Pid != old.Pid {
+		t.Fatalf("killed = %v, want attempt 1 (pid %d)", killed, old.Pid)
+	}
+	testkit.WaitFor(t, wait, "attempt 1's processes to be gone", func() (bool, error) { return !proc.GroupAlive(int(old.Pid)), nil })
+	e.touch(t, "go")
+	if ev := waitStep(t, e.broker, "9", eventsv1.StepState_STEP_EXITED); ev.Attempt != 2 || ev.ExitCode != 0 {
+		t.Fatalf("attempt 2 ended %v", ev)
 	}
 }
