@@ -107,14 +107,18 @@ func (a *App) observeProgress(ctx context.Context) {
 	}
 	a.mu.Lock()
 	runs := map[string]look{}
-	for k, s := range a.steps {
-		if s.Phase == domain.Running {
+	// What runs here (procs, groups), not every record the node keeps.
+	for k := range a.procs {
+		if s := a.steps[k]; s != nil && s.Phase == domain.Running {
 			runs[k] = look{job: s.Job, attempt: s.Attempt, out: s.OutPath, prev: a.progress[k]}
 		}
 	}
-	for _, t := range a.tasks {
-		run := domain.Key(t.Job, t.Attempt)
-		if _, ok := runs[run]; !ok && t.Phase == domain.Running {
+	for k := range a.groups {
+		t := a.tasks[k]
+		if t == nil || t.Phase != domain.Running {
+			continue
+		}
+		if run := t.RunKey(); runs[run].job == "" {
 			runs[run] = look{job: t.Job, attempt: t.Attempt, prev: a.progress[run]}
 		}
 	}
