@@ -92,6 +92,10 @@ type Config struct {
 	// root and the machine is theirs. See README.md, Jobs run as their
 	// owner.
 	AllowRootJobs bool
+	// ProgressInterval is how often the agent looks at each step's
+	// progress (its LOOM_PROGRESS_FILE and output size) and reports
+	// StepProgress when it moved (LOOM_PROGRESS_INTERVAL; default 5s).
+	ProgressInterval time.Duration
 	// IdentityFile is where the node identity is kept (LOOM_AGENT_IDENTITY_FILE;
 	// default <work dir>/identity.json, mode 0600). Without one the agent
 	// bootstraps: it registers with Gateway using the bootstrap token of
@@ -143,6 +147,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.CheckDir, "check-dir", config.Env("LOOM_AGENT_CHECK_DIR", ""),
 		"a directory of the site's health check programs (LOOM_AGENT_CHECK_DIR; default: none)")
 	c.registerGPUFlags(fs)
+	fs.DurationVar(&c.ProgressInterval, "progress-interval", config.EnvDuration("LOOM_PROGRESS_INTERVAL", app.DefaultProgressInterval),
+		"how often the agent looks at its steps' progress files and output, and reports StepProgress when they moved (LOOM_PROGRESS_INTERVAL)")
 	fs.DurationVar(&c.StepKillGrace, "step-kill-grace", config.EnvDuration("LOOM_STEP_KILL_GRACE", 10*time.Second),
 		"time between SIGTERM and SIGKILL when a step is stopped (LOOM_STEP_KILL_GRACE)")
 }
@@ -213,6 +219,9 @@ func (c *Config) validate() (string, error) {
 	if c.OrphanAfter == 0 {
 		c.OrphanAfter = app.DefaultOrphanAfter
 	}
+	if c.ProgressInterval <= 0 {
+		c.ProgressInterval = app.DefaultProgressInterval
+	}
 	// Heartbeats and Redis pings come once an interval: a shorter bound
 	// would end an agent that only waited for its next check.
 	v.Check(c.OrphanAfter >= 2*c.HeartbeatInterval, "orphan_after", "must be at least twice the heartbeat interval (%s), got %s", c.HeartbeatInterval, c.OrphanAfter)
@@ -228,6 +237,13 @@ func newRuntime(name string, opts procruntime.Options) (ports.Runtime, error) {
 	}
 	return nil, fmt.Errorf("must be %q, the one runtime so far; got %q", procruntime.Name, name)
 }
+
+// StepsDir is the directory of the node's work dir where each step's and
+// task's shim keeps its pidfile (<file-safe step id>.pid, libs/proc's
+// format: pid and start time) while it runs, and its job's exit status
+// after: the provisioner kills those process groups when it reboots or
+// reimages the node, fault injection stops them.
+const StepsDir = "steps"
 
 // ServiceName is the agent's service name for a node: its Redis prefix is
 // "<name>:" and its consumer group "loom-<name>", its own among the agents.
@@ -261,7 +277,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("agent config: %w", err)
 	}
-	rt, err := newRuntime(cfg.Runtime, procruntime.Options{AllowRoot: cfg.AllowRootJobs, Node: cfg.Hostname})
+	// Steps and tasks run under shims that outlive the agent, their
+	// pidfiles and exit statuses in <work dir>/steps (see README.md,
+	// Shutdown and crash recovery).
+	rt, err := newRuntime(cfg.Runtime, procruntime.Options{AllowRoot: cfg.AllowRootJobs, Node: cfg.Hostname,
+		StateDir: filepath.Join(cfg.WorkDir, StepsDir)})
 	if err != nil {
 		return fmt.Errorf("agent config: %w", err)
 	}
@@ -299,6 +319,20 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return err
 	}
+	// Where the node's step commands stood at this start: the agent works
+	// through that backlog before it starts anything, so that a start
+	// whose stop follows in it never runs, and a node declared dead stops
+	// what it ran (the scheduler sends it stops) before it starts anything
+	// new.
+	group := "loom-" + ServiceName(clusterID, cfg.Hostname)
+	bctx, bcancel := context.WithTimeout(ctx, 30*time.Second)
+	bl, berr := newBacklog(bctx, cfg.Brokers, base.Kafka, group, cfg.Node)
+	bcancel()
+	if berr != nil {
+		base.Log.Warn("starting steps without working through the step command backlog first", "err", berr)
+	} else {
+		defer bl.close()
+	}
 	// The health checks' endpoint is bound before the agent registers, so
 	// that the address it advertises already answers.
 	checkLn, err := listenChecks(cfg.CheckAddr)
@@ -328,6 +362,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Clock:         base.Clock,
 		WorkloadToken: id.tokens(),
 		CheckAddr:     checkAddr(checkLn),
+		HoldStarts:    bl != nil, ProgressInterval: cfg.ProgressInterval,
 	})
 	if err == nil {
 		node.SetChecks(checker)
@@ -380,6 +415,14 @@ func Run(ctx context.Context, cfg Config) error {
 	loops := []func(context.Context) error{a.Heartbeats, node.Telemetry, node.Xids}
 	if checkLn != nil {
 		loops = append(loops, func(ctx context.Context) error { return checker.Serve(ctx, checkLn) })
+	}
+	loops = append(loops, a.ProgressLoop)
+	if bl != nil {
+		loops = append(loops, func(ctx context.Context) error {
+			bl.await(ctx, time.Minute, base.Log)
+			a.CaughtUp()
+			return nil
+		})
 	}
 	if id != nil {
 		loops = append(loops, id.renewLoop)

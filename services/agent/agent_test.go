@@ -46,6 +46,7 @@ type env struct {
 	slurmBin          string // Config.SlurmBin
 	gateway           string // Config.Gateway
 	noRoot            bool   // !Config.AllowRootJobs
+	progressInterval  time.Duration
 }
 
 func newEnv(t *testing.T) *env {
@@ -77,7 +78,7 @@ func (e *env) config() Config {
 			HTTPAddr: "127.0.0.1:0", LogLevel: "warn"},
 		Node: node, WorkDir: e.work, SharedDir: e.shared, GPUs: 8,
 		HeartbeatInterval: 100 * time.Millisecond, StepKillGrace: 2 * time.Second, JobNice: e.jobNice,
-		SlurmBin: e.slurmBin, Gateway: e.gateway, CheckAddr: "127.0.0.1:0",
+		SlurmBin: e.slurmBin, Gateway: e.gateway, CheckAddr: "127.0.0.1:0", ProgressInterval: e.progressInterval,
 		// These steps name no owner and the tests run as root: they run
 		// as the agent's own user, which the node must allow (as `loom up`
 		// does). owner_test.go runs jobs as real users, and refuses root.
@@ -187,7 +188,7 @@ func TestStepRunsWithEnvAndReportsExit(t *testing.T) {
 	}
 	// A clean base: nothing of the agent's environment but PATH leaks in.
 	// LOOM_GPU_STATE_DIR: the node's simulated GPUs, for its nvidia-smi.
-	allowed := []string{"PATH", "HOME", "SLURM_PROCID", "FOO", "LOOM_STEP_ID", "LOOM_GPU_STATE_DIR", "PWD", "OLDPWD", "SHLVL", "_"}
+	allowed := []string{"PATH", "HOME", "SLURM_PROCID", "FOO", "LOOM_STEP_ID", "LOOM_PROGRESS_FILE", "LOOM_GPU_STATE_DIR", "PWD", "OLDPWD", "SHLVL", "_"}
 	for _, line := range strings.Split(strings.TrimSpace(string(envb)), "\n") {
 		name, _, _ := strings.Cut(line, "=")
 		if !slices.Contains(allowed, name) {
