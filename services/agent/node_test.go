@@ -23,6 +23,7 @@ import (
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/agent/internal/stepd"
 )
 
 // startSimulated runs an agent with 2 simulated GPUs and telemetry every
@@ -162,8 +163,11 @@ func procState(pid int) string {
 func TestNodeHungJobFault(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	// A step's process group, as the agent records it in <work dir>/steps.
+	// A step's process group, as the agent records it in <work dir>/steps:
+	// its leader marked as a step's shim (the agent's sweep at start drops
+	// pidfiles of anything else).
 	cmd := exec.Command("sleep", "300")
+	cmd.Env = append(os.Environ(), stepd.Env+"=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
