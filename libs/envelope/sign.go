@@ -244,6 +244,11 @@ var NodeEventTypes = map[string]bool{
 	TypeOf(&eventsv1.TasksChanged{}):    true,
 	TypeOf(&eventsv1.AgentRegistered{}): true,
 	TypeOf(&eventsv1.Heartbeat{}):       true,
+	TypeOf(&eventsv1.GpuTelemetry{}):    true,
+	TypeOf(&eventsv1.XidObserved{}):     true,
+	// HealthCheckCompleted names its node in result.node.
+	TypeOf(&eventsv1.HealthCheckCompleted{}): true,
+	TypeOf(&eventsv1.StepProgress{}):         true,
 }
 
 // maxCachedCerts bounds the verified-certificate cache: more distinct live
@@ -412,6 +417,9 @@ func recordType(m kafka.Message) string {
 func payloadNode(p proto.Message) string {
 	if p == nil {
 		return ""
+	}
+	if r, ok := p.(*eventsv1.HealthCheckCompleted); ok {
+		return r.GetResult().GetNode()
 	}
 	m := p.ProtoReflect()
 	fd := m.Descriptor().Fields().ByName("node")

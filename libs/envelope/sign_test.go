@@ -10,6 +10,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/auth"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 const testNode = "projects/p/clusters/c/nodes/n1"
@@ -122,6 +123,12 @@ func TestRefusals(t *testing.T) {
 		}, policy: AcceptNodeEvents, want: ReasonNotService},
 		"node reports another node": {m: func() kafka.Message {
 			m := mustEncode(t, New("loom.step.events.v1", "j", "loom/agent", &eventsv1.StepChanged{Node: "projects/p/clusters/c/nodes/n2"}))
+			k.node.Sign(&m)
+			return m
+		}, policy: AcceptNodeEvents, want: ReasonWrongNode},
+		"node reports another node's check result": {m: func() kafka.Message {
+			m := mustEncode(t, New("loom.node.telemetry.v1", "n", "loom/agent", &eventsv1.HealthCheckCompleted{
+				Result: &loomv1.HealthCheckResult{Node: "projects/p/clusters/c/nodes/n2", Outcome: loomv1.CheckOutcome_CHECK_FAIL}}))
 			k.node.Sign(&m)
 			return m
 		}, policy: AcceptNodeEvents, want: ReasonWrongNode},

@@ -17,6 +17,11 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
+// StateDirEnv names the simulated device's state directory in a job's
+// environment: the agent sets it for every step on a node with simulated
+// GPUs, and the node's nvidia-smi reads it.
+const StateDirEnv = "LOOM_GPU_STATE_DIR"
+
 // ErrNotSimulated is returned by Inject on a device with real GPUs: faults are
 // injected only into the simulated device.
 var ErrNotSimulated = errors.New("faults can be injected only into simulated GPUs")
@@ -80,4 +85,13 @@ type Options struct {
 	Seed uint64
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// BootID is the node's boot (its host_boot_id) for the simulated
+	// device: a state last opened in another boot has been through a
+	// reboot, which resets volatile counters and clears the faults a reset
+	// clears. Empty: no reboot is ever seen.
+	BootID string
+	// Busy says whether the node runs jobs now, which the simulated GPUs'
+	// utilisation, power and temperature follow (nil: while the steps
+	// directory beside StateDir holds pidfiles).
+	Busy func() bool
 }

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -16,11 +17,14 @@ import (
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/gpu"
 	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/service"
 	"github.com/loom-ml/loom/libs/topics"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/agent/internal/adapters/procruntime"
 	"github.com/loom-ml/loom/services/agent/internal/app"
+	"github.com/loom-ml/loom/services/agent/internal/checks"
 	"github.com/loom-ml/loom/services/agent/internal/domain"
 	"github.com/loom-ml/loom/services/agent/internal/ports"
 )
@@ -88,16 +92,30 @@ type Config struct {
 	// root and the machine is theirs. See README.md, Jobs run as their
 	// owner.
 	AllowRootJobs bool
+	// ProgressInterval is how often the agent looks at each step's
+	// progress (its LOOM_PROGRESS_FILE and output size) and reports
+	// StepProgress when it moved (LOOM_PROGRESS_INTERVAL; default 5s).
+	ProgressInterval time.Duration
 	// IdentityFile is where the node identity is kept (LOOM_AGENT_IDENTITY_FILE;
 	// default <work dir>/identity.json, mode 0600). Without one the agent
 	// bootstraps: it registers with Gateway using the bootstrap token of
 	// its launch (LOOM_AGENT_BOOTSTRAP_TOKEN or _FILE).
 	IdentityFile string
+	// GPUConfig is the node's GPUs and their telemetry (gpu.go).
+	GPUConfig
 	// BootstrapToken is the launch's one-time bootstrap token. No flag
 	// sets it (a command line is visible to every user in ps): Run reads
 	// LOOM_AGENT_BOOTSTRAP_TOKEN or the 0600 file LOOM_AGENT_BOOTSTRAP_TOKEN_FILE
 	// names when it is empty, and removes them from its environment.
 	BootstrapToken string
+	// CheckAddr is where the node serves its health checks' all-reduce
+	// endpoint to the other nodes (LOOM_AGENT_CHECK_ADDR; default
+	// 127.0.0.1:0, a free port on loopback: a real cluster gives the node's
+	// address); advertised as AgentRegistered.check_addr. "off" serves none.
+	CheckAddr string
+	// CheckDir holds the site's health check programs, run by name
+	// (LOOM_AGENT_CHECK_DIR; default none). See docs/health.md.
+	CheckDir string
 }
 
 // RegisterFlags adds the agent's flags to fs, defaults from LOOM_* variables.
@@ -124,6 +142,13 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"let jobs run as root (uid 0) on this node: root's jobs, and jobs with no owner on an agent that runs as root (LOOM_AGENT_ALLOW_ROOT_JOBS)")
 	fs.StringVar(&c.IdentityFile, "identity-file", config.Env("LOOM_AGENT_IDENTITY_FILE", ""),
 		"the node identity's file, 0600 (LOOM_AGENT_IDENTITY_FILE; default <work-dir>/"+IdentityFile+")")
+	fs.StringVar(&c.CheckAddr, "check-addr", config.Env("LOOM_AGENT_CHECK_ADDR", "127.0.0.1:0"),
+		"where the node serves the health checks' all-reduce endpoint, host:port, or off (LOOM_AGENT_CHECK_ADDR)")
+	fs.StringVar(&c.CheckDir, "check-dir", config.Env("LOOM_AGENT_CHECK_DIR", ""),
+		"a directory of the site's health check programs (LOOM_AGENT_CHECK_DIR; default: none)")
+	c.registerGPUFlags(fs)
+	fs.DurationVar(&c.ProgressInterval, "progress-interval", config.EnvDuration("LOOM_PROGRESS_INTERVAL", app.DefaultProgressInterval),
+		"how often the agent looks at its steps' progress files and output, and reports StepProgress when they moved (LOOM_PROGRESS_INTERVAL)")
 	fs.DurationVar(&c.StepKillGrace, "step-kill-grace", config.EnvDuration("LOOM_STEP_KILL_GRACE", 10*time.Second),
 		"time between SIGTERM and SIGKILL when a step is stopped (LOOM_STEP_KILL_GRACE)")
 }
@@ -184,6 +209,7 @@ func (c *Config) validate() (string, error) {
 			v.Add("slurm_bin", "must be a directory of Loom's Slurm commands, got %q", c.SlurmBin)
 		}
 	}
+	c.validateGPU(&v)
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = 2 * time.Second
 	}
@@ -192,6 +218,9 @@ func (c *Config) validate() (string, error) {
 	}
 	if c.OrphanAfter == 0 {
 		c.OrphanAfter = app.DefaultOrphanAfter
+	}
+	if c.ProgressInterval <= 0 {
+		c.ProgressInterval = app.DefaultProgressInterval
 	}
 	// Heartbeats and Redis pings come once an interval: a shorter bound
 	// would end an agent that only waited for its next check.
@@ -208,6 +237,13 @@ func newRuntime(name string, opts procruntime.Options) (ports.Runtime, error) {
 	}
 	return nil, fmt.Errorf("must be %q, the one runtime so far; got %q", procruntime.Name, name)
 }
+
+// StepsDir is the directory of the node's work dir where each step's and
+// task's shim keeps its pidfile (<file-safe step id>.pid, libs/proc's
+// format: pid and start time) while it runs, and its job's exit status
+// after: the provisioner kills those process groups when it reboots or
+// reimages the node, fault injection stops them.
+const StepsDir = "steps"
 
 // ServiceName is the agent's service name for a node: its Redis prefix is
 // "<name>:" and its consumer group "loom-<name>", its own among the agents.
@@ -241,7 +277,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("agent config: %w", err)
 	}
-	rt, err := newRuntime(cfg.Runtime, procruntime.Options{AllowRoot: cfg.AllowRootJobs, Node: cfg.Hostname})
+	// Steps and tasks run under shims that outlive the agent, their
+	// pidfiles and exit statuses in <work dir>/steps (see README.md,
+	// Shutdown and crash recovery).
+	rt, err := newRuntime(cfg.Runtime, procruntime.Options{AllowRoot: cfg.AllowRootJobs, Node: cfg.Hostname,
+		StateDir: filepath.Join(cfg.WorkDir, StepsDir)})
 	if err != nil {
 		return fmt.Errorf("agent config: %w", err)
 	}
@@ -279,19 +319,57 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return err
 	}
-	a, err := app.New(ctx, app.Options{
-		Store: base.Store, Publisher: base.Producer, Runtime: rt,
+	// Where the node's step commands stood at this start: the agent works
+	// through that backlog before it starts anything, so that a start
+	// whose stop follows in it never runs, and a node declared dead stops
+	// what it ran (the scheduler sends it stops) before it starts anything
+	// new.
+	group := "loom-" + ServiceName(clusterID, cfg.Hostname)
+	bctx, bcancel := context.WithTimeout(ctx, 30*time.Second)
+	bl, berr := newBacklog(bctx, cfg.Brokers, base.Kafka, group, cfg.Node)
+	bcancel()
+	if berr != nil {
+		base.Log.Warn("starting steps without working through the step command backlog first", "err", berr)
+	} else {
+		defer bl.close()
+	}
+	// The health checks' endpoint is bound before the agent registers, so
+	// that the address it advertises already answers.
+	checkLn, err := listenChecks(cfg.CheckAddr)
+	if err != nil {
+		_ = base.Close()
+		return fmt.Errorf("agent %s: %w", cfg.Node, err)
+	}
+	node, err := startNode(&cfg, base)
+	if err != nil {
+		closeListener(checkLn)
+		_ = base.Close()
+		return err
+	}
+	defer cfg.Device.Close()
+	// The check runner is what RunHealthCheck commands run (the node
+	// commands' consumer calls its Run) and serves the all-reduce endpoint.
+	// A node busy with steps refuses checks that do not allow it.
+	var a *app.App
+	checker := newChecker(cfg, cfg.Device, func() bool { return a.Running() > 0 }, base.Log)
+	a, err = app.New(ctx, app.Options{
+		Store: base.Store, Publisher: node.HeartbeatGate(base.Producer), Runtime: rt,
+		NodeEnv: nodeEnv(&cfg), SimulatedGPUs: cfg.Device.Simulated(),
 		Self:     domain.Self{Node: cfg.Node, Cluster: cfg.Cluster},
 		Hostname: cfg.Hostname, GPUs: cfg.GPUs, WorkDir: cfg.WorkDir, SharedDir: cfg.SharedDir,
 		KillGrace: cfg.StepKillGrace, HeartbeatInterval: cfg.HeartbeatInterval, JobNice: cfg.JobNice, SlurmBin: cfg.SlurmBin, Gateway: cfg.Gateway,
 		OrphanAfter: cfg.OrphanAfter, Log: base.Log,
 		Clock:         base.Clock,
 		WorkloadToken: id.tokens(),
+		CheckAddr:     checkAddr(checkLn),
+		HoldStarts:    bl != nil, ProgressInterval: cfg.ProgressInterval,
 	})
 	if err == nil {
+		node.SetChecks(checker)
 		err = a.Recover(ctx)
 	}
 	if err != nil {
+		closeListener(checkLn)
 		_ = base.Close()
 		return err
 	}
@@ -333,7 +411,19 @@ func Run(ctx context.Context, cfg Config) error {
 		Config: &bus.ConsumerConfig{MaxAttempts: 20, MaxBackoff: 5 * time.Second, PartitionKey: cfg.Node,
 			Filter: func(r bus.Record) bool { return r.Key == cfg.Node }, Policy: envelope.ServicesOnly},
 	}}
-	loops := []func(context.Context) error{a.Heartbeats}
+	consumers = append(consumers, nodeConsume(&cfg, clusterID, node))
+	loops := []func(context.Context) error{a.Heartbeats, node.Telemetry, node.Xids}
+	if checkLn != nil {
+		loops = append(loops, func(ctx context.Context) error { return checker.Serve(ctx, checkLn) })
+	}
+	loops = append(loops, a.ProgressLoop)
+	if bl != nil {
+		loops = append(loops, func(ctx context.Context) error {
+			bl.await(ctx, time.Minute, base.Log)
+			a.CaughtUp()
+			return nil
+		})
+	}
 	if id != nil {
 		loops = append(loops, id.renewLoop)
 	}
@@ -391,4 +481,44 @@ func shutdown(base *service.Base, a *app.App, cfg Config, exit *domain.SelfExit)
 	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	a.Drain(dctx)
 	dcancel()
+}
+
+// listenChecks binds the health checks' endpoint; "off" or "" binds none.
+func listenChecks(addr string) (net.Listener, error) {
+	if addr == "" || addr == "off" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("health check endpoint -check-addr %s: %w", addr, err)
+	}
+	return ln, nil
+}
+
+func checkAddr(ln net.Listener) string {
+	if ln == nil {
+		return ""
+	}
+	return ln.Addr().String()
+}
+
+func closeListener(ln net.Listener) {
+	if ln != nil {
+		_ = ln.Close()
+	}
+}
+
+// newChecker is the node's check runner: what RunHealthCheck commands run
+// (the node-commands consumer hands them to its Run) and what serves the
+// all-reduce endpoint. dev is the node's GPUs (nil: none).
+func newChecker(cfg Config, dev gpu.Device, busy func() bool, log *slog.Logger) *checks.Runner {
+	c := checks.Config{Node: cfg.Node, Hostname: cfg.Hostname, Cluster: cfg.Cluster, WorkDir: cfg.WorkDir,
+		CheckDir: cfg.CheckDir, Busy: busy, Log: log}
+	if dev != nil {
+		// The disk check sees what the device says of the disks: an
+		// injected FAULT_DISK_FULL too.
+		c.Device = dev
+		c.Disks = func(paths ...string) []*loomv1.DiskSample { return gpu.Disks(dev, paths...) }
+	}
+	return checks.New(c)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,6 +46,7 @@ type env struct {
 	slurmBin          string // Config.SlurmBin
 	gateway           string // Config.Gateway
 	noRoot            bool   // !Config.AllowRootJobs
+	progressInterval  time.Duration
 }
 
 func newEnv(t *testing.T) *env {
@@ -76,7 +78,7 @@ func (e *env) config() Config {
 			HTTPAddr: "127.0.0.1:0", LogLevel: "warn"},
 		Node: node, WorkDir: e.work, SharedDir: e.shared, GPUs: 8,
 		HeartbeatInterval: 100 * time.Millisecond, StepKillGrace: 2 * time.Second, JobNice: e.jobNice,
-		SlurmBin: e.slurmBin, Gateway: e.gateway,
+		SlurmBin: e.slurmBin, Gateway: e.gateway, CheckAddr: "127.0.0.1:0", ProgressInterval: e.progressInterval,
 		// These steps name no owner and the tests run as root: they run
 		// as the agent's own user, which the node must allow (as `loom up`
 		// does). owner_test.go runs jobs as real users, and refuses root.
@@ -142,6 +144,12 @@ func TestRegistersAndHeartbeats(t *testing.T) {
 	if reg.Node != node || reg.Cluster != cluster || reg.Hostname != "gpu-0001" || reg.Gpus != 8 || reg.Pid != int32(os.Getpid()) || reg.BootId == "" {
 		t.Fatalf("AgentRegistered = %v", reg)
 	}
+	// The advertised health-check endpoint answers.
+	if c, err := net.DialTimeout("tcp", reg.CheckAddr, wait); err != nil {
+		t.Fatalf("check_addr %q: %v", reg.CheckAddr, err)
+	} else {
+		_ = c.Close()
+	}
 	hb := testkit.WaitEvent(t, e.broker, topics.NodeTelemetry, wait, func(ev envelope.Event) bool {
 		h, ok := ev.Payload.(*eventsv1.Heartbeat)
 		return ok && h.BootId == reg.BootId
@@ -179,12 +187,16 @@ func TestStepRunsWithEnvAndReportsExit(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A clean base: nothing of the agent's environment but PATH leaks in.
-	allowed := []string{"PATH", "HOME", "SLURM_PROCID", "FOO", "LOOM_STEP_ID", "PWD", "OLDPWD", "SHLVL", "_"}
+	// LOOM_GPU_STATE_DIR: the node's simulated GPUs, for its nvidia-smi.
+	allowed := []string{"PATH", "HOME", "SLURM_PROCID", "FOO", "LOOM_STEP_ID", "LOOM_PROGRESS_FILE", "LOOM_GPU_STATE_DIR", "PWD", "OLDPWD", "SHLVL", "_"}
 	for _, line := range strings.Split(strings.TrimSpace(string(envb)), "\n") {
 		name, _, _ := strings.Cut(line, "=")
 		if !slices.Contains(allowed, name) {
 			t.Errorf("step env has %q", line)
 		}
+	}
+	if !strings.Contains(string(envb), "LOOM_GPU_STATE_DIR="+filepath.Join(e.work, GPUStateDir)+"\n") {
+		t.Errorf("step env lacks the simulated GPUs' state dir:\n%s", envb)
 	}
 	if !strings.Contains(string(envb), "LOOM_STEP_ID="+node+"#projects/p/jobs/1#1\n") {
 		t.Errorf("step env lacks its step id:\n%s", envb)

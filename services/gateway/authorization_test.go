@@ -109,6 +109,7 @@ func matrixRows(opName string) []matrixRow {
 	ms := func(c *grpc.ClientConn) loomv1.ModelServiceClient { return loomv1.NewModelServiceClient(c) }
 	as := func(c *grpc.ClientConn) loomv1.AuthServiceClient { return loomv1.NewAuthServiceClient(c) }
 	acs := func(c *grpc.ClientConn) loomv1.AccountServiceClient { return loomv1.NewAccountServiceClient(c) }
+	hs := func(c *grpc.ClientConn) loomv1.HealthServiceClient { return loomv1.NewHealthServiceClient(c) }
 	clusterBody := `{"compute":{"node_pools":[{"id":"gpu","machine_type":"a2-highgpu-1g","node_count":2,"accelerator_count":1}]}}`
 	reservation := func() *loomv1.Reservation {
 		return &loomv1.Reservation{Zone: "us-central1-a", MachineType: "a2-highgpu-1g", Count: 1}
@@ -359,6 +360,51 @@ func matrixRows(opName string) []matrixRow {
 			_, err := acs(c).ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project})
 			return err
 		}), get("/v1/projects/default/associations"), viewerRow},
+
+		// Hardware health: viewers read; acting on nodes is the cluster
+		// administrator's, as draining them (UpdateSlurmNode) is.
+		{"ListNodeHealth", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := hs(c).ListNodeHealth(ctx, &loomv1.ListNodeHealthRequest{Cluster: cluster1})
+			return err
+		}), get("/v1/" + cluster1 + "/nodeHealth"), viewerRow},
+		{"ListHealthResults", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := hs(c).ListHealthResults(ctx, &loomv1.ListHealthResultsRequest{Cluster: cluster1, Check: "disk"})
+			return err
+		}), get("/v1/" + cluster1 + "/healthResults?check=disk"), viewerRow},
+		{"ScanNodes", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := hs(c).ScanNodes(ctx, &loomv1.ScanNodesRequest{Cluster: cluster1, Hostnames: []string{"gpu-0001"}})
+			return err
+		}), func(int) (string, string, string) {
+			return "POST", "/v1/" + cluster1 + "/health:scan", `{"hostnames":["gpu-0001"],"checks":["disk"]}`
+		}, clusterRow},
+		{"ReportFaultyNodes", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := hs(c).ReportFaultyNodes(ctx, &loomv1.ReportFaultyNodesRequest{Cluster: cluster1, Hostnames: []string{"gpu-0001"}, Reason: "matrix"})
+			return err
+		}), func(int) (string, string, string) {
+			return "POST", "/v1/" + cluster1 + ":reportFaultyNodes", `{"hostnames":["gpu-0001"],"reason":"matrix"}`
+		}, clusterRow},
+		{"UpdateNodeRemediation", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := hs(c).UpdateNodeRemediation(ctx, &loomv1.UpdateNodeRemediationRequest{Cluster: cluster1, Hostname: "gpu-0001",
+				Action: loomv1.RemediationAction_ACTION_RESUME})
+			return err
+		}), func(int) (string, string, string) {
+			return "POST", "/v1/" + cluster1 + "/nodeHealth/gpu-0001:update", `{"action":"ACTION_RESUME"}`
+		}, clusterRow},
+		{"InjectFault", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := hs(c).InjectFault(ctx, &loomv1.InjectFaultRequest{Cluster: cluster1, Hostname: "gpu-0001",
+				Fault: &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_XID, Gpu: 3, Xid: 79}})
+			return err
+		}), func(int) (string, string, string) {
+			return "POST", "/v1/" + cluster1 + "/nodes/gpu-0001:injectFault", `{"fault":{"kind":"FAULT_XID","gpu":3,"xid":79}}`
+		}, clusterRow},
+		{"GetJobGoodput", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := loomv1.NewGoodputServiceClient(c).GetJobGoodput(ctx, &loomv1.GetJobGoodputRequest{Name: matrixJob})
+			return err
+		}), get("/v1/" + matrixJob + ":goodput"), jobReadRow},
+		{"GetClusterGoodput", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := loomv1.NewGoodputServiceClient(c).GetClusterGoodput(ctx, &loomv1.GetClusterGoodputRequest{Name: cluster1})
+			return err
+		}), get("/v1/" + cluster1 + ":goodput"), viewerRow},
 	}
 }
 
@@ -459,7 +505,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 		return ok && c.GetSignal() == "USR2"
 	})
 	n := 0
-	for _, topic := range []string{topics.JobCommands, topics.ClusterCommands} {
+	for _, topic := range []string{topics.JobCommands, topics.ClusterCommands, topics.HealthCommands} {
 		for _, e := range testkit.Events(t, h.broker, topic) {
 			n++
 			switch e.Principal {

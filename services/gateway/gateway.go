@@ -41,6 +41,10 @@ type Config struct {
 	// LOOM_SCHEDULER_ADDR, LOOM_REGISTRY_ADDR; defaults 127.0.0.1:7071,
 	// 127.0.0.1:7072 and 127.0.0.1:7074).
 	ProvisionerAddr, SchedulerAddr, RegistryAddr string
+	// HealthAddr is the health service's internal gRPC address, where
+	// HealthService's reads go (LOOM_GATEWAY_HEALTH_ADDR; default
+	// 127.0.0.1:7073). GoodputService is the scheduler's (SchedulerAddr).
+	HealthAddr string
 	// PrivateData is Slurm's PrivateData: a comma-separated list of what
 	// callers who do not administer the project see of their own only
 	// (LOOM_GATEWAY_PRIVATE_DATA; "jobs": GetJob, ListJobs (squeue,
@@ -126,6 +130,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"scheduler's internal gRPC address (LOOM_SCHEDULER_ADDR)")
 	fs.StringVar(&c.RegistryAddr, "registry-addr", config.Env("LOOM_REGISTRY_ADDR", "127.0.0.1:7074"),
 		"registry's internal gRPC address (LOOM_REGISTRY_ADDR)")
+	fs.StringVar(&c.HealthAddr, "health-addr", config.Env("LOOM_GATEWAY_HEALTH_ADDR", "127.0.0.1:7073"),
+		"health service's internal gRPC address, for HealthService's reads (LOOM_GATEWAY_HEALTH_ADDR)")
 	fs.StringVar(&c.PrivateData, "private-data", config.Env("LOOM_GATEWAY_PRIVATE_DATA", ""),
 		"what non-admin callers see of their own only, as Slurm's PrivateData: \"jobs\" (LOOM_GATEWAY_PRIVATE_DATA)")
 	fs.DurationVar(&c.JobHistory, "job-history", config.EnvDuration("LOOM_GATEWAY_JOB_HISTORY", app.DefaultJobHistory),
@@ -156,6 +162,7 @@ func (c Config) withDefaults() Config {
 	def(&c.ProvisionerAddr, "127.0.0.1:7071")
 	def(&c.SchedulerAddr, "127.0.0.1:7072")
 	def(&c.RegistryAddr, "127.0.0.1:7074")
+	def(&c.HealthAddr, "127.0.0.1:7073")
 	if c.JobHistory <= 0 {
 		c.JobHistory = app.DefaultJobHistory
 	}
@@ -277,6 +284,10 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	defer owners.Close()
+	if err := owners.DialHealth(cfg.HealthAddr, ownerOpts...); err != nil {
+		_ = base.Close()
+		return fmt.Errorf("gateway: %w", err)
+	}
 	var gw *app.Gateway
 	// Watchers get job changes from a groupless tail of the job events that
 	// runs only while someone watches through this instance, and decodes

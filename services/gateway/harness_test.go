@@ -42,6 +42,11 @@ type world struct {
 	slurmNodes   []*loomv1.SlurmNode
 	// listRequests are the ListJobs requests the scheduler was asked.
 	listRequests []*loomv1.ListJobsRequest
+	// nodeHealth and healthResults are the health service's answers;
+	// healthRequests the ListHealthResults requests it was asked.
+	nodeHealth     []*loomv1.NodeHealth
+	healthResults  []*loomv1.HealthCheckResult
+	healthRequests []*loomv1.ListHealthResultsRequest
 }
 
 func (w *world) setReservation(r *loomv1.Reservation) {
@@ -147,7 +152,65 @@ type fakeNodes struct {
 }
 
 func (fakeNodes) ListNodes(_ context.Context, r *loomv1.ListNodesRequest) (*loomv1.ListNodesResponse, error) {
-	return &loomv1.ListNodesResponse{Nodes: []*loomv1.Node{{Name: r.GetParent() + "/nodes/gpu-0001", Hostname: "gpu-0001", Cluster: r.GetParent(), NodePool: "gpu"}}}, nil
+	return &loomv1.ListNodesResponse{Nodes: []*loomv1.Node{{Name: r.GetParent() + "/nodes/gpu-0001", Hostname: "gpu-0001", Cluster: r.GetParent(), NodePool: "gpu", Gpus: 8},
+		{Name: r.GetParent() + "/nodes/cpu-0001", Hostname: "cpu-0001", Cluster: r.GetParent(), NodePool: "cpu"}}}, nil
+}
+
+// fakeHealth serves the health service's internal HealthService reads over world.
+type fakeHealth struct {
+	loomv1.UnimplementedHealthServiceServer
+	w *world
+}
+
+func (f fakeHealth) ListNodeHealth(_ context.Context, r *loomv1.ListNodeHealthRequest) (*loomv1.ListNodeHealthResponse, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	resp := &loomv1.ListNodeHealthResponse{}
+	for _, n := range f.w.nodeHealth {
+		if n.GetCluster() == r.GetCluster() {
+			resp.Nodes = append(resp.Nodes, proto.Clone(n).(*loomv1.NodeHealth))
+		}
+	}
+	return resp, nil
+}
+
+func (f fakeHealth) ListHealthResults(_ context.Context, r *loomv1.ListHealthResultsRequest) (*loomv1.ListHealthResultsResponse, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	f.w.healthRequests = append(f.w.healthRequests, proto.Clone(r).(*loomv1.ListHealthResultsRequest))
+	resp := &loomv1.ListHealthResultsResponse{}
+	for _, res := range f.w.healthResults {
+		if (r.GetHostname() == "" || res.GetHostname() == r.GetHostname()) && (r.GetCheck() == "" || res.GetCheck() == r.GetCheck()) &&
+			(r.GetScanId() == "" || res.GetScanId() == r.GetScanId()) {
+			resp.Results = append(resp.Results, proto.Clone(res).(*loomv1.HealthCheckResult))
+		}
+	}
+	return resp, nil
+}
+
+// fakeGoodput serves the scheduler's GoodputService: every known job and
+// cluster at 90%.
+type fakeGoodput struct {
+	loomv1.UnimplementedGoodputServiceServer
+	w *world
+}
+
+func (f fakeGoodput) GetJobGoodput(_ context.Context, r *loomv1.GetJobGoodputRequest) (*loomv1.Goodput, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	if _, ok := f.w.jobs[r.GetName()]; !ok {
+		return nil, status.Errorf(codes.NotFound, "job %s not found", r.GetName())
+	}
+	return &loomv1.Goodput{Name: r.GetName(), Goodput: 0.9, Jobs: 1}, nil
+}
+
+func (f fakeGoodput) GetClusterGoodput(_ context.Context, r *loomv1.GetClusterGoodputRequest) (*loomv1.Goodput, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	if _, ok := f.w.clusters[r.GetName()]; !ok {
+		return nil, status.Errorf(codes.NotFound, "cluster %s not found", r.GetName())
+	}
+	return &loomv1.Goodput{Name: r.GetName(), Goodput: 0.9, Jobs: int32(len(f.w.jobs))}, nil
 }
 
 // fakeScheduler serves the scheduler's internal read API over world.
@@ -311,6 +374,8 @@ func newHarness(t testing.TB, configure ...func(*Config)) *harness {
 	loomv1.RegisterJobServiceServer(owners, fakeScheduler{w: h.w})
 	loomv1.RegisterSlurmServiceServer(owners, fakeSlurm{w: h.w})
 	loomv1.RegisterModelServiceServer(owners, fakeRegistry{})
+	loomv1.RegisterHealthServiceServer(owners, fakeHealth{w: h.w})
+	loomv1.RegisterGoodputServiceServer(owners, fakeGoodput{w: h.w})
 	go func() { _ = owners.Serve(ln) }()
 	t.Cleanup(owners.Stop)
 
@@ -321,7 +386,7 @@ func newHarness(t testing.TB, configure ...func(*Config)) *harness {
 			GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", LogLevel: "warn", CreateTopics: true,
 		},
 		RESTAddr:        "127.0.0.1:0",
-		ProvisionerAddr: ownersAddr, SchedulerAddr: ownersAddr, RegistryAddr: ownersAddr,
+		ProvisionerAddr: ownersAddr, SchedulerAddr: ownersAddr, RegistryAddr: ownersAddr, HealthAddr: ownersAddr,
 	}
 	keys := t.TempDir()
 	cfg.Auth = AuthConfig{Mode: "on", TokenKeyFile: filepath.Join(keys, "token.key"),

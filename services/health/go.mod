@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/loom-ml/loom/libs v0.0.0
 	github.com/loom-ml/loom/proto v0.0.0
+	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )
 
@@ -52,7 +53,6 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20261026165753-2ffab32bce7e // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261019180522-ce908d29299b // indirect
-	google.golang.org/grpc v1.85.0 // indirect
 )
 
 replace (

@@ -1,6 +1,9 @@
-// Package health is Loom's health service. It owns node health: it marks a node DOWN when its heartbeats stop, and says so on its topic.
-// See README.md beside this file for what it owns, the topics it reads and
-// writes, and how it recovers.
+// Package health is Loom's health service. It owns node health: it marks a
+// node DOWN when its heartbeats stop (or only unreachable, when many stop
+// together), classifies what nodes report (Xids, GPU telemetry, check
+// results), and drives each node's remediation (drain, reboot, reimage,
+// replace, quarantine) within a blast radius. See README.md beside this
+// file for what it owns, the topics it reads and writes, and how it recovers.
 package health
 
 import (
@@ -9,10 +12,17 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/service"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/health/internal/app"
+	"github.com/loom-ml/loom/services/health/internal/domain"
 	"github.com/loom-ml/loom/services/health/internal/ports"
+	"github.com/loom-ml/loom/services/health/internal/remedy"
 )
 
 // DefaultHeartbeatTimeout is how long a node may be silent by default.
@@ -25,6 +35,26 @@ type Config struct {
 	// (LOOM_HEALTH_HEARTBEAT_TIMEOUT; default 15s). Nodes are checked every
 	// quarter of it.
 	HeartbeatTimeout time.Duration
+	// Scan is the health checks' scan policy (-scan-interval,
+	// -check-validity, -straggler-ratio, -allreduce-min-busbw,
+	// -allreduce-sizes; see app.ScanFlags).
+	Scan app.ScanFlags
+	// Remediation is "on", "dry-run" or "off" (LOOM_HEALTH_REMEDIATION; default on).
+	Remediation string
+	// MaxRemediating is the share of a cluster's nodes in repair at once, at
+	// least one node (LOOM_HEALTH_MAX_REMEDIATING; default 0.1).
+	MaxRemediating float64
+	// LemonFailures failures within LemonWindow quarantine a node
+	// (LOOM_HEALTH_LEMON_FAILURES, LOOM_HEALTH_LEMON_WINDOW; defaults 3, 24h).
+	LemonFailures int
+	LemonWindow   time.Duration
+	// MassSilence is the share of a cluster's watched nodes (at least 2) that,
+	// silent together, are unreachable rather than failed
+	// (LOOM_HEALTH_MASS_SILENCE; default 0.5; above 1 turns it off).
+	MassSilence float64
+	// Results, when set, serves ListHealthResults (the scan orchestration's
+	// store); without it the RPC is Unimplemented.
+	Results ports.ResultLister
 }
 
 // RegisterFlags adds the health's flags to fs, defaults from LOOM_* variables.
@@ -33,6 +63,17 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.HeartbeatTimeout, "heartbeat-timeout",
 		config.EnvDuration("LOOM_HEALTH_HEARTBEAT_TIMEOUT", DefaultHeartbeatTimeout),
 		"how long a node may be silent before it is UNHEALTHY (LOOM_HEALTH_HEARTBEAT_TIMEOUT; default 15s)")
+	c.Scan.Register(fs)
+	fs.StringVar(&c.Remediation, "remediation", config.Env("LOOM_HEALTH_REMEDIATION", "on"),
+		"on: repair failed nodes; dry-run: decide and record, take nodes out, but repair nothing; off: only heartbeats (LOOM_HEALTH_REMEDIATION)")
+	fs.Float64Var(&c.MaxRemediating, "max-remediating", config.EnvFloat("LOOM_HEALTH_MAX_REMEDIATING", 0.1),
+		"share of a cluster's nodes in repair at once, at least 1 node; the others wait, drained (LOOM_HEALTH_MAX_REMEDIATING)")
+	fs.IntVar(&c.LemonFailures, "lemon-failures", int(config.EnvInt("LOOM_HEALTH_LEMON_FAILURES", 3)),
+		"failures within -lemon-window that quarantine a node (LOOM_HEALTH_LEMON_FAILURES)")
+	fs.DurationVar(&c.LemonWindow, "lemon-window", config.EnvDuration("LOOM_HEALTH_LEMON_WINDOW", 24*time.Hour),
+		"window of -lemon-failures (LOOM_HEALTH_LEMON_WINDOW)")
+	fs.Float64Var(&c.MassSilence, "mass-silence", config.EnvFloat("LOOM_HEALTH_MASS_SILENCE", domain.DefaultMassSilence),
+		"share of a cluster's watched nodes (at least 2) silent together that are unreachable, not failed, until confirmed (LOOM_HEALTH_MASS_SILENCE)")
 }
 
 // RunArgs runs the health from a command line (args, without the program
@@ -48,20 +89,78 @@ func RunArgs(ctx context.Context, args []string) error {
 	return Run(ctx, cfg)
 }
 
-// Run runs the health until ctx ends, then shuts down gracefully.
-func Run(ctx context.Context, cfg Config) error {
+// domainConfig checks cfg's policy and fills in defaults for what is zero
+// (a Config built in code, not from flags).
+func (cfg *Config) domainConfig() (domain.Config, error) {
 	if cfg.HeartbeatTimeout <= 0 {
 		cfg.HeartbeatTimeout = DefaultHeartbeatTimeout
 	}
-	base, err := service.New(ctx, "health", cfg.Common)
+	mode, err := remedy.ParseMode(cfg.Remediation)
+	if err != nil {
+		return domain.Config{}, errs.Invalid("remediation", "%v", err)
+	}
+	var v errs.Validator
+	v.Check(cfg.MaxRemediating >= 0 && cfg.MaxRemediating <= 1, "max_remediating", "is a share: 0 to 1")
+	v.Check(cfg.LemonFailures >= 0, "lemon_failures", "must not be negative")
+	v.Check(cfg.LemonWindow >= 0, "lemon_window", "must not be negative")
+	v.Check(cfg.MassSilence >= 0, "mass_silence", "must not be negative")
+	if err := v.Err(); err != nil {
+		return domain.Config{}, err
+	}
+	return domain.Config{
+		Timeout:     cfg.HeartbeatTimeout,
+		MassSilence: cfg.MassSilence,
+		Remedy: remedy.Config{Mode: mode, MaxRemediating: cfg.MaxRemediating, LemonFailures: cfg.LemonFailures,
+			LemonWindow: cfg.LemonWindow, Seed: uint64(time.Now().UnixNano())},
+	}, nil
+}
+
+// Run runs the health until ctx ends, then shuts down gracefully.
+func Run(ctx context.Context, cfg Config) error {
+	dcfg, err := cfg.domainConfig()
+	if err != nil {
+		return fmt.Errorf("health: %w", err)
+	}
+	scanCfg, err := cfg.Scan.Config()
+	if err != nil {
+		return fmt.Errorf("health config: %w", err)
+	}
+	// Only Loom services (the gateway) call its API: each call carries a
+	// service token.
+	internal, err := service.InternalAuth(cfg.Common)
 	if err != nil {
 		return err
 	}
-	a := app.New(base.Store, cfg.HeartbeatTimeout, base.Clock.Now, base.Log)
+	base, err := service.New(ctx, "health", cfg.Common, internal...)
+	if err != nil {
+		return err
+	}
+	a := app.NewWith(base.Store, dcfg, base.Clock.Now, base.Log)
 	if err := a.Start(ctx); err != nil {
 		_ = base.Close()
 		return fmt.Errorf("health: %w", err)
 	}
+	// Scans: a consumer group of their own. Their verdicts (a bisection's
+	// culprit, a straggler) go to remediation as check results health
+	// itself decided, applied once each (the result's name is the inbox id).
+	scanner := app.NewScanner(base.Store, scanCfg, base.Clock.Now, base.Log,
+		func(ctx context.Context, r *loomv1.HealthCheckResult) {
+			ev := envelope.Event{ID: "scan-verdict:" + r.GetName(), Payload: &eventsv1.HealthCheckCompleted{Result: r}}
+			if err := a.Handle(ctx, ev); err != nil {
+				base.Log.Warn("scan verdict not applied", "result", r.GetName(), "err", err)
+			}
+		})
+	if err := scanner.Start(ctx); err != nil {
+		_ = base.Close()
+		return fmt.Errorf("health: %w", err)
+	}
+	results := cfg.Results
+	if results == nil {
+		results = scanner
+	}
+	loomv1.RegisterHealthServiceServer(base.GRPC, ports.NewHealthServer(a, results))
 	interval := max(cfg.HeartbeatTimeout/4, time.Millisecond)
-	return base.Run(ctx, []service.Consume{{Topics: ports.Topics, Handler: a.Handle}}, a.CheckLoop(interval, base.Clock))
+	return base.Run(ctx, []service.Consume{{Topics: ports.Topics, Handler: a.Handle},
+		{Topics: app.ScanTopics, Handler: scanner.Handle, Group: app.ScanGroup, Config: &bus.ConsumerConfig{Filter: app.ScanFilter}}},
+		a.CheckLoop(interval, base.Clock), scanner.Loop(time.Second, base.Clock))
 }

@@ -381,7 +381,8 @@ func Run(ctx context.Context, cfg Config) error {
 	loomv1.RegisterReservationServiceServer(base.GRPC, &ports.ReservationServer{App: a})
 
 	consumers := []service.Consume{{
-		Topics:  []string{topics.ClusterCommands, topics.NodeTelemetry, topics.HealthEvents, topics.JobEvents},
+		Topics: []string{topics.ClusterCommands, topics.NodeTelemetry, topics.HealthEvents, topics.JobEvents,
+			topics.RemediationCommand},
 		Handler: ports.Handler(a),
 		// The node reports that are waiting go in one write per batch.
 		Batch: ports.BatchHandler(a), MaxBatch: cfg.MaxBatch,

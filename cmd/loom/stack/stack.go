@@ -107,6 +107,9 @@ type Options struct {
 	// own (a flag given twice takes its last value): the sim provider's
 	// -sim-* settings, say, or -max-batch.
 	ProvisionerArgs []string
+	// HealthArgs are more health flags, given after the stack's own (e.g.
+	// -remediation=dry-run, -max-remediating=0.5, -mass-silence=0.5).
+	HealthArgs []string
 	// OnSimLaunch, when set, is told of every boot the sim provider starts:
 	// the node's full name and the real time until its simulated agent
 	// registers (sim.Config.OnLaunch) — how a benchmark learns the
@@ -360,6 +363,11 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 			return fmt.Errorf("start stack: %w", err)
 		}
 		agentEnv = append([]string{"LOOM_SLURM_BIN=" + bin}, agentEnv...)
+		// Nodes whose GPUs are simulated get Loom's nvidia-smi there too;
+		// where a driver loads, the real one stays the jobs' nvidia-smi.
+		if err := linkNvidiaSMI(bin, exe, agentEnv); err != nil {
+			return fmt.Errorf("start stack: %w", err)
+		}
 	}
 
 	// The local agents may run root's jobs: `loom up` is one machine's
@@ -456,8 +464,10 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	if opts.HeartbeatTimeout > 0 {
 		healthArgs = append(healthArgs, "-heartbeat-timeout="+opts.HeartbeatTimeout.String())
 	}
+	healthArgs = append(healthArgs, opts.HealthArgs...)
 	gwArgs := append(common(a.Gateway, a.GatewayHTTP), "-rest-addr="+a.GatewayREST,
-		"-provisioner-addr="+a.Provisioner, "-scheduler-addr="+a.Scheduler, "-registry-addr="+a.Registry)
+		"-provisioner-addr="+a.Provisioner, "-scheduler-addr="+a.Scheduler, "-registry-addr="+a.Registry,
+		"-health-addr="+a.Health)
 	// Authentication's keys (docs/security.md): the gateway signs tokens
 	// with one and makes the administrator's and the login daemon's API
 	// keys at its first start.

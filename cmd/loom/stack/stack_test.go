@@ -18,7 +18,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/agentcmd"
 	"github.com/loom-ml/loom/libs/auth"
@@ -306,6 +308,24 @@ func TestStartPassesProviderAndCapacity(t *testing.T) {
 	}
 }
 
+// TestStartPassesHealthArgs: HealthArgs reach the health service's
+// command line (a value it refuses stops the stack, naming it).
+func TestStartPassesHealthArgs(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	opts := testOptions(t)
+	opts.HealthArgs = []string{"-remediation=maybe"}
+	st, err := Start(ctx, opts)
+	if err == nil {
+		_ = st.Close(ctx)
+		t.Fatal("Start with -remediation=maybe succeeded")
+	}
+	if !strings.Contains(err.Error(), "health") || !strings.Contains(err.Error(), "remediation") {
+		t.Fatalf("error %q does not name health's remediation", err)
+	}
+}
+
 func TestOnSimLaunchNeedsTheProvisionerInProcess(t *testing.T) {
 	t.Parallel()
 	opts := testOptions(t)
@@ -318,5 +338,39 @@ func TestOnSimLaunchNeedsTheProvisionerInProcess(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "OnSimLaunch") {
 		t.Fatalf("error %q does not name OnSimLaunch", err)
+	}
+}
+
+// TestGatewayReachesHealth: the stack gives the gateway the health
+// service's address (-health-addr), and the gateway reaches it, and the
+// scheduler's GoodputService, with its service token: a HealthService
+// read through the gateway is answered by health (whatever health
+// answers: not Unavailable, not Unauthenticated).
+func TestGatewayReachesHealth(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st, err := Start(ctx, testOptions(t))
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { _ = st.Close(context.Background()) })
+	key, err := st.AdminKey()
+	if err != nil {
+		t.Fatalf("AdminKey: %v", err)
+	}
+	conn, err := grpc.NewClient(st.GatewayAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(auth.Bearer(key)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, err = loomv1.NewHealthServiceClient(conn).ListNodeHealth(ctx, &loomv1.ListNodeHealthRequest{Cluster: "projects/default/clusters/none"})
+	_, gerr := loomv1.NewGoodputServiceClient(conn).GetClusterGoodput(ctx, &loomv1.GetClusterGoodputRequest{Name: "projects/default/clusters/none"})
+	for what, err := range map[string]error{"ListNodeHealth": err, "GetClusterGoodput": gerr} {
+		switch status.Code(err) {
+		case codes.Unavailable, codes.Unauthenticated, codes.PermissionDenied, codes.Internal, codes.DeadlineExceeded:
+			t.Errorf("%s through the gateway: %v, want the owning service's answer", what, err)
+		}
 	}
 }

@@ -41,7 +41,7 @@ in a JSON file (see examples/clusters/ and docs for the spec field by field).
 	}
 	cmd.AddCommand(a.clustersCreateCommand(), a.clustersGetCommand(), a.clustersListCommand(),
 		a.clustersDescribeCommand(), a.clustersUpdateCommand(), a.clustersResizeCommand(),
-		a.clustersSlurmConfCommand(), a.clustersLoginCommand(), a.clustersDeleteCommand())
+		a.clustersSlurmConfCommand(), a.clustersLoginCommand(), a.clustersDeleteCommand(), a.clustersGoodputCommand())
 	return cmd
 }
 

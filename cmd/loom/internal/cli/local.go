@@ -323,11 +323,15 @@ func (a *app) trainCommand() *cobra.Command {
 		Use:   "train",
 		Short: "Train a small linear-regression model (a real trainer for demos and tests)",
 		Long: `Train a linear regression on a seeded synthetic dataset with gradient
-descent, logging "epoch N loss X". Checkpoints go into --out (default
-$LOOM_MODEL_DIR, which Loom sets for jobs submitted with --model) every
---checkpoint-every epochs, and the model into model.json at the end. A run
-resumes from the latest checkpoint in --out. In a multi-node job every rank
-trains; only rank 0 (LOOM_NODE_RANK / SLURM_PROCID) logs and writes.`,
+descent, logging "epoch N loss X". The model goes into model.json in --out
+(default $LOOM_MODEL_DIR, which Loom sets for jobs submitted with --model) at
+the end; checkpoints go every --checkpoint-every epochs into --checkpoint-dir
+(default $LOOM_CHECKPOINT_DIR, else $AIP_CHECKPOINT_DIR, which Loom sets for
+every job, else --out). A run resumes exactly from the latest valid
+checkpoint there: its model is byte for byte the one an uninterrupted run
+writes. SIGUSR1 writes a checkpoint at the next epoch; progress goes to
+$LOOM_PROGRESS_FILE when set. In a multi-node job every rank trains; only
+rank 0 (LOOM_NODE_RANK / SLURM_PROCID) logs and writes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rank, err := rankFromEnv()
@@ -339,7 +343,7 @@ trains; only rank 0 (LOOM_NODE_RANK / SLURM_PROCID) logs and writes.`,
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}
-			_, err = trainer.Train(cmd.Context(), cfg)
+			_, err = trainer.RunProcess(cmd.Context(), cfg, os.Getenv)
 			return err
 		},
 	}
@@ -351,6 +355,11 @@ trains; only rank 0 (LOOM_NODE_RANK / SLURM_PROCID) logs and writes.`,
 	fl.IntVar(&cfg.Features, "features", cfg.Features, "features per sample")
 	fl.IntVar(&cfg.CheckpointEvery, "checkpoint-every", 50, "write a checkpoint every this many epochs (0: none)")
 	fl.IntVar(&cfg.LogEvery, "log-every", 0, "log the loss every this many epochs (0: about ten lines)")
-	fl.StringVar(&cfg.OutDir, "out", os.Getenv("LOOM_MODEL_DIR"), "output directory for checkpoints and the model ($LOOM_MODEL_DIR)")
+	fl.StringVar(&cfg.OutDir, "out", os.Getenv("LOOM_MODEL_DIR"), "output directory for the model, and the checkpoints unless --checkpoint-dir ($LOOM_MODEL_DIR)")
+	fl.StringVar(&cfg.CheckpointDir, "checkpoint-dir", "", "checkpoint directory (default $LOOM_CHECKPOINT_DIR, else $AIP_CHECKPOINT_DIR, else --out)")
+	fl.DurationVar(&cfg.StepTime, "step-time", 0, "make every epoch last at least this long, as a real model's step would (0: as fast as it computes)")
+	// Often enough for the agent (it reports at most every 5s) and for hang
+	// detection (minutes), rare enough to cost nothing.
+	cfg.ProgressEvery = time.Second
 	return cmd
 }

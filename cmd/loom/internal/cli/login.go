@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/loom-ml/loom/cmd/loom/internal/nvsmi"
 	"github.com/loom-ml/loom/cmd/loom/internal/slurmcli"
 	"github.com/loom-ml/loom/libs/proc"
 )
@@ -29,6 +30,10 @@ var SlurmCommands = slurmcli.Commands
 // "slurm NAME args...", otherwise args as they are.
 func Args(argv0 string, args []string) []string {
 	base := filepath.Base(argv0)
+	if base == nvsmi.Name {
+		// The node's nvidia-smi, for simulated GPUs (package nvsmi).
+		return append([]string{nvsmi.Name}, args...)
+	}
 	for _, name := range SlurmCommands {
 		if base == name {
 			return append([]string{"slurm", name}, args...)

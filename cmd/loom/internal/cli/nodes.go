@@ -13,7 +13,7 @@ func (a *app) nodesCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "nodes",
 		Aliases: []string{"node"},
-		Short:   "Inspect the nodes of clusters",
+		Short:   "Inspect the nodes of clusters; drain, repair, report them",
 	}
 	var cluster string
 	list := &cobra.Command{
@@ -57,5 +57,6 @@ about it ("boot timeout → retry launch in 4s (attempt 3 of 5)").`,
 	}
 	list.Flags().StringVar(&cluster, "cluster", "", "only this cluster's nodes")
 	cmd.AddCommand(list)
+	cmd.AddCommand(a.nodeHealthCommands()...)
 	return cmd
 }

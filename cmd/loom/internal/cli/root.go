@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/creds"
+	"github.com/loom-ml/loom/cmd/loom/internal/nvsmi"
 	"github.com/loom-ml/loom/cmd/loom/stack"
 	"github.com/loom-ml/loom/libs/config"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -81,6 +82,9 @@ func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 func (a *app) execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer a.close()
+	if len(args) > 0 && args[0] == nvsmi.Name {
+		return nvsmi.Main(args[1:], os.Getenv, time.Now(), stdout, stderr)
+	}
 	if flags, name, rest, ok := slurmInvocation(args); ok {
 		return a.executeSlurm(ctx, flags, name, rest, stdout, stderr)
 	}
@@ -195,6 +199,7 @@ for you; for another gateway, "loom auth login" (see "loom auth --help").`,
 		a.agentCommand(),
 		a.clustersCommand(),
 		a.nodesCommand(),
+		a.healthCommand(),
 		a.reservationsCommand(),
 		a.capacityCommand(),
 		a.jobsCommand(),

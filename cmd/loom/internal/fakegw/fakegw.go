@@ -2,7 +2,8 @@
 // implementing, in memory, the loom.v1 services that the CLI (package cli)
 // and the Slurm commands (package slurmcli) call — clusters, operations,
 // jobs, nodes, models, reservations, Slurm's partitions and nodes,
-// accounts and associations (sacctmgr), the audit trail, and (with
+// accounts and associations (sacctmgr), the audit trail, node health and
+// goodput (HealthService, GoodputService), and (with
 // Gateway.Auth) authentication: tokens, WhoAmI and API keys, checking the
 // bearer credential of each call. Bearers records what every call carried.
 //
@@ -63,6 +64,8 @@ type Gateway struct {
 	loomv1.UnimplementedReservationServiceServer
 	loomv1.UnimplementedSlurmServiceServer
 	loomv1.UnimplementedAccountServiceServer
+	loomv1.UnimplementedHealthServiceServer
+	loomv1.UnimplementedGoodputServiceServer
 
 	// Auth, when set, is served as AuthService (see Auth). Without it
 	// AuthService is Unimplemented, as on a gateway that predates it.
@@ -97,6 +100,15 @@ type Gateway struct {
 	Associations []*loomv1.Association
 	// AuditRecords are ListAuditRecords' trail, newest first (audit.go).
 	AuditRecords []*loomv1.AuditRecord
+	// NodeHealth and HealthResults are HealthService's reads (health.go):
+	// the nodes' health, and stored check results (newest first; their
+	// names say their cluster's). ScanOutcomes is the outcome a scan's
+	// checks get on a node (PASS when absent).
+	NodeHealth    []*loomv1.NodeHealth
+	HealthResults []*loomv1.HealthCheckResult
+	ScanOutcomes  map[string]loomv1.CheckOutcome
+	// Goodputs are GoodputService's answers by job or cluster name.
+	Goodputs map[string]*loomv1.Goodput
 	// Logs are ReadJobLogs' chunks by job name.
 	Logs map[string][]string
 	// Steps are the jobs' steps (names "{job}/steps/{id}"), listed in
@@ -149,6 +161,10 @@ type Gateway struct {
 	jobPolls  map[string]int // GetJob calls that found a pending job, by name (StartJobs)
 	stepPolls map[string]int // GetJobStep calls, by step name
 	bearers   []string       // each call's credential (Bearers)
+	// scans counts ScanNodes calls; pendingResults are scan results not
+	// yet released to ListHealthResults (health.go).
+	scans          int
+	pendingResults []*loomv1.HealthCheckResult
 }
 
 // Serve serves g on a loopback port until the test ends and returns the
@@ -172,6 +188,8 @@ func (g *Gateway) Serve(t testing.TB) string {
 	loomv1.RegisterSlurmServiceServer(s, g)
 	loomv1.RegisterAccountServiceServer(s, g)
 	loomv1.RegisterAuditServiceServer(s, g)
+	loomv1.RegisterHealthServiceServer(s, g)
+	loomv1.RegisterGoodputServiceServer(s, g)
 	go func() { _ = s.Serve(ln) }()
 	t.Cleanup(s.Stop)
 	return ln.Addr().String()

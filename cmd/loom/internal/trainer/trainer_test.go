@@ -9,7 +9,9 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func testConfig(t *testing.T, epochs int) Config {
@@ -190,5 +192,167 @@ func TestResumeRejectsOtherData(t *testing.T) {
 	_, err := Train(context.Background(), other)
 	if err == nil || !strings.Contains(err.Error(), "seed") {
 		t.Fatalf("err = %v, want a seed mismatch", err)
+	}
+}
+
+func TestCorruptLatestCheckpointIsSkipped(t *testing.T) {
+	t.Parallel()
+	cases := map[string]func(b []byte) []byte{
+		"torn":  func(b []byte) []byte { return b[:len(b)/2] },
+		"empty": func([]byte) []byte { return nil },
+		// Still valid JSON: only the checksum tells.
+		"checksum": func(b []byte) []byte {
+			return bytes.Replace(b, []byte(`"learning_rate": 0.05`), []byte(`"learning_rate": 0.06`), 1)
+		},
+	}
+	for name, corrupt := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			cfg := testConfig(t, 30)
+			if _, err := Train(context.Background(), cfg); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(cfg.OutDir, "checkpoint-000030.json")
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, corrupt(b), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			ck, ok, err := LatestCheckpoint(cfg.OutDir)
+			if err != nil || !ok || ck.Epoch != 20 {
+				t.Fatalf("LatestCheckpoint = epoch %d, %v, %v; want 20, the one before the corrupt one", ck.Epoch, ok, err)
+			}
+			// Training resumes from epoch 20 and still ends with the
+			// uninterrupted run's model.
+			want, err := os.ReadFile(filepath.Join(cfg.OutDir, ModelFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var log bytes.Buffer
+			cfg.Log = &log
+			if err := os.Remove(filepath.Join(cfg.OutDir, ModelFile)); err != nil {
+				t.Fatal(err)
+			}
+			res, err := Train(context.Background(), cfg)
+			if err != nil || res.ResumedFrom != 20 {
+				t.Fatalf("resumed from %d, %v; want 20", res.ResumedFrom, err)
+			}
+			if !strings.HasPrefix(log.String(), "skipping checkpoint checkpoint-000030.json: ") ||
+				name == "checksum" && !strings.Contains(log.String(), "checksum mismatch") {
+				t.Fatalf("log does not say the corrupt checkpoint was skipped:\n%s", log.String())
+			}
+			got, err := os.ReadFile(filepath.Join(cfg.OutDir, ModelFile))
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("model after resume differs (%v):\n%s\nwant:\n%s", err, got, want)
+			}
+		})
+	}
+}
+
+func TestFromEnv(t *testing.T) {
+	t.Parallel()
+	env := func(kv ...string) func(string) string {
+		return func(k string) string {
+			for i := 0; i < len(kv); i += 2 {
+				if kv[i] == k {
+					return kv[i+1]
+				}
+			}
+			return ""
+		}
+	}
+	cases := []struct {
+		name    string
+		flag    string
+		getenv  func(string) string
+		wantDir string
+	}{
+		{"loom first", "", env(EnvCheckpointDir, "/a", EnvAIPCheckpointDir, "/b"), "/a"},
+		{"vertex next", "", env(EnvAIPCheckpointDir, "/b"), "/b"},
+		{"neither", "", env(), ""},
+		{"flag wins", "/f", env(EnvCheckpointDir, "/a"), "/f"},
+	}
+	for _, c := range cases {
+		cfg := Config{CheckpointDir: c.flag, OutDir: "/out"}
+		if err := cfg.FromEnv(c.getenv); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.CheckpointDir != c.wantDir {
+			t.Errorf("%s: CheckpointDir = %q, want %q", c.name, cfg.CheckpointDir, c.wantDir)
+		}
+		want := c.wantDir
+		if want == "" {
+			want = "/out"
+		}
+		if cfg.checkpointDir() != want {
+			t.Errorf("%s: checkpoints go to %q, want %q", c.name, cfg.checkpointDir(), want)
+		}
+	}
+	cfg := Config{}
+	if err := cfg.FromEnv(env(EnvProgressFile, "/p", EnvRestartCount, "3")); err != nil || cfg.ProgressFile != "/p" || cfg.RestartCount != 3 {
+		t.Fatalf("FromEnv = %+v, %v; want progress /p, restart 3", cfg, err)
+	}
+	if err := cfg.FromEnv(env(EnvRestartCount, "x")); err == nil || !strings.Contains(err.Error(), EnvRestartCount) {
+		t.Fatalf("bad restart count: err = %v", err)
+	}
+}
+
+func TestProgressFile(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t, 35)
+	cfg.ProgressFile = filepath.Join(t.TempDir(), "progress.json")
+	start := time.Now().Add(-time.Second)
+	if _, err := Train(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(cfg.ProgressFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatalf("progress file %q: %v", b, err)
+	}
+	if raw["step"] != float64(35) || raw["checkpoint_step"] != float64(30) || len(raw) != 3 {
+		t.Fatalf("progress = %s, want step 35, checkpoint_step 30, checkpoint_time", b)
+	}
+	at, err := time.Parse(time.RFC3339, raw["checkpoint_time"].(string))
+	if err != nil || at.Before(start.Truncate(time.Second)) || at.After(time.Now()) {
+		t.Fatalf("checkpoint_time %v (%v), want RFC 3339 within the run", raw["checkpoint_time"], err)
+	}
+	// A resumed run reports its checkpoint from the start.
+	cfg.Epochs = 1000
+	cfg.CheckpointEvery = 0
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Train(ctx, cfg); err == nil {
+		t.Fatal("Train ran with a cancelled context")
+	}
+	b, _ = os.ReadFile(cfg.ProgressFile)
+	var p Progress
+	if err := json.Unmarshal(b, &p); err != nil || p.Step != 30 || p.CheckpointStep != 30 || p.CheckpointTime == "" {
+		t.Fatalf("progress at resume = %s (%v), want step 30 at checkpoint 30", b, err)
+	}
+}
+
+func TestRequestedCheckpoint(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t, 5)
+	cfg.CheckpointEvery = 0
+	req := make(chan os.Signal, 1)
+	req <- syscall.SIGUSR1
+	cfg.CheckpointRequests = req
+	if _, err := Train(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	ck, ok, err := LatestCheckpoint(cfg.OutDir)
+	if err != nil || !ok || ck.Epoch != 1 || ck.Checksum == "" {
+		t.Fatalf("LatestCheckpoint = %+v, %v, %v; want epoch 1 with a checksum", ck, ok, err)
+	}
+	entries, _ := os.ReadDir(cfg.OutDir)
+	if len(entries) != 2 {
+		t.Fatalf("%d files, want the one requested checkpoint and the model", len(entries))
 	}
 }

@@ -112,6 +112,8 @@ func Event(p proto.Message) (envelope.Event, error) {
 		return envelope.Route(m.GetJob(), Source, p)
 	case *eventsv1.TasksChanged:
 		return envelope.Route(m.GetJob(), Source, p)
+	case *eventsv1.StepProgress:
+		return envelope.Route(m.GetJob(), Source, p)
 	case *eventsv1.AgentRegistered:
 		return envelope.Route(m.GetNode(), Source, p)
 	case *eventsv1.Heartbeat:

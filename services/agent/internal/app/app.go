@@ -99,6 +99,29 @@ type Options struct {
 	Clock clockwork.Clock
 	// Now is the time the domain is given (default Clock.Now).
 	Now func() time.Time
+	// CheckAddr is the "host:port" of the node's health-check endpoint
+	// (internal/checks' Serve), advertised as AgentRegistered.check_addr;
+	// empty when it serves none.
+	CheckAddr string
+	// NodeEnv is KEY=VALUE variables every step and task gets after its
+	// own: what the node tells its jobs (LOOM_GPU_STATE_DIR, where the
+	// node's nvidia-smi finds simulated GPUs).
+	NodeEnv []string
+	// SimulatedGPUs is AgentRegistered.simulated_gpus: the node's GPUs
+	// are the simulated device.
+	SimulatedGPUs bool
+	// ProgressInterval is how often the agent looks at its runs' progress
+	// and reports what moved (ProgressLoop; default
+	// DefaultProgressInterval): at most one StepProgress per run per
+	// interval.
+	ProgressInterval time.Duration
+	// HoldStarts makes the agent record the starts it is sent (StartStep,
+	// LaunchTasks) but start no process until CaughtUp is called: a
+	// restarted agent first works through the backlog of its step
+	// commands, so that a start whose stop follows in the backlog never
+	// runs, and a node declared dead stops what it ran before it starts
+	// anything new.
+	HoldStarts bool
 }
 
 // stepLocks is how many locks order the work on steps (see App.lockStep).
@@ -133,6 +156,19 @@ type App struct {
 	// persisting counts, by key, the records whose memory is ahead of Redis
 	// by design (record sets memory, then persists): a reload leaves them.
 	persisting map[string]int
+	// progress is, by run key (job#attempt), what was last reported of
+	// its progress (progress.go).
+	progress map[string]domain.Progress
+	// attempts is, by job, the highest attempt this node has a step or
+	// task record of (setStep, setTasks): a start of an older one is stale.
+	attempts map[string]int32
+
+	// caughtUp is closed once the agent may start processes: at once,
+	// unless Options.HoldStarts, then by CaughtUp. stopping is closed when
+	// the shutdown begins, so that starts held back give up.
+	caughtUp     chan struct{}
+	caughtUpOnce sync.Once
+	stopping     chan struct{}
 
 	// drv writes every record and reloads memory after a write whose
 	// outcome is unknown.
@@ -190,6 +226,9 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	if opts.OrphanAfter <= 0 {
 		opts.OrphanAfter = DefaultOrphanAfter
 	}
+	if opts.ProgressInterval <= 0 {
+		opts.ProgressInterval = DefaultProgressInterval
+	}
 	steps, err := adapters.LoadSteps(ctx, opts.Store)
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
@@ -208,8 +247,21 @@ func New(ctx context.Context, opts Options) (*App, error) {
 		tasks:      tasks,
 		groups:     map[string]*taskGroup{},
 		persisting: map[string]int{},
+		attempts:   map[string]int32{},
+		progress:   map[string]domain.Progress{},
+		caughtUp:   make(chan struct{}),
+		stopping:   make(chan struct{}),
 		released:   make(chan struct{}),
 		life:       domain.NewLifeline(opts.Now(), opts.OrphanAfter),
+	}
+	for _, s := range steps {
+		a.noteAttempt(s.Job, s.Attempt)
+	}
+	for _, t := range tasks {
+		a.noteAttempt(t.Job, t.Attempt)
+	}
+	if !opts.HoldStarts {
+		a.CaughtUp()
 	}
 	a.drv = store.NewDriver(opts.Store, a.reload)
 	return a, nil
@@ -234,12 +286,12 @@ func (a *App) reload(ctx context.Context) error {
 	defer a.mu.Unlock()
 	for k, s := range steps {
 		if a.persisting[k] == 0 {
-			a.steps[k] = s
+			a.setStep(k, s)
 		}
 	}
 	for k, t := range tasks {
 		if a.persisting[k] == 0 {
-			a.tasks[k] = t
+			a.setTasks(k, t)
 		}
 	}
 	return nil
@@ -267,6 +319,57 @@ func (a *App) apply(ctx context.Context, id string, tx *store.Tx) (bool, error) 
 	return false, err
 }
 
+// setStep sets the record of key in memory. The caller holds a.mu.
+func (a *App) setStep(key string, s *domain.Step) {
+	a.steps[key] = s
+	a.noteAttempt(s.Job, s.Attempt)
+}
+
+// setTasks sets the task record of key in memory. The caller holds a.mu.
+func (a *App) setTasks(key string, t *domain.Tasks) {
+	a.tasks[key] = t
+	a.noteAttempt(t.Job, t.Attempt)
+}
+
+// noteAttempt notes that the node has a record of job's attempt. The
+// caller holds a.mu (or owns a).
+func (a *App) noteAttempt(job string, attempt int32) {
+	if attempt > a.attempts[job] {
+		a.attempts[job] = attempt
+	}
+}
+
+// highestAttempt is the highest attempt of job this node has a record of.
+func (a *App) highestAttempt(job string) int32 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.attempts[job]
+}
+
+// CaughtUp lets the agent start the processes of the starts it recorded
+// (see Options.HoldStarts). Calling it again does nothing.
+func (a *App) CaughtUp() {
+	a.caughtUpOnce.Do(func() { close(a.caughtUp) })
+}
+
+// beginClosing marks the agent stopping: no step starts from now on, and
+// starts held back (awaitCaughtUp) give up. The caller holds a.mu.
+func (a *App) beginClosing() {
+	if !a.closing {
+		a.closing = true
+		close(a.stopping)
+	}
+}
+
+// awaitCaughtUp waits until the agent may start processes, or stops; the
+// caller then finds the agent closing.
+func (a *App) awaitCaughtUp() {
+	select {
+	case <-a.caughtUp:
+	case <-a.stopping:
+	}
+}
+
 // BootID is this start's boot id, as sent in AgentRegistered and heartbeats.
 func (a *App) BootID() string { return a.bootID }
 
@@ -291,11 +394,15 @@ func (a *App) step(key string) (*domain.Step, bool) {
 // stepID is the value of StepIDEnv for a step key.
 func (a *App) stepID(key string) string { return a.opts.Self.Node + "#" + key }
 
-// Recover settles what a predecessor left: steps it recorded as running or
-// starting are reported LOST (their processes, if any survive, are killed:
-// nothing runs unobserved), terminal records older than the inbox window are
-// pruned, and the agent registers with a new boot id. Call it once, before
-// consuming.
+// Recover settles what a predecessor left, as slurmd does with the
+// slurmstepds that outlived it: a step it recorded running or starting whose
+// shim still runs is adopted (watched until it ends, and reported then); one
+// that ended meanwhile is reported EXITED with the exit code its shim
+// recorded; only one of which nothing remains is reported LOST (its
+// leftover processes, if any, are killed: nothing runs unobserved).
+// Terminal records older than the inbox window are pruned, and the agent
+// registers with a new boot id, its node's host boot id and how many steps
+// it adopted. Call it once, before consuming.
 func (a *App) Recover(ctx context.Context) error {
 	a.mu.Lock()
 	locked := true
@@ -307,7 +414,11 @@ func (a *App) Recover(ctx context.Context) error {
 	now := a.opts.Now()
 	var tx store.Tx
 	var prune []string
-	lost := map[string]*domain.Step{}
+	type settled struct {
+		recs  []*domain.Step
+		adopt ports.Process
+	}
+	found := map[string]settled{}
 	var wg sync.WaitGroup
 	var lmu sync.Mutex
 	for key, s := range a.steps {
@@ -318,37 +429,52 @@ func (a *App) Recover(ctx context.Context) error {
 			}
 		case s.Phase == domain.Running || s.Phase == domain.Starting:
 			wg.Go(func() {
-				why := a.settle(key, s)
+				recs, p := a.settle(key, s, now)
 				lmu.Lock()
-				lost[key] = domain.MarkLost(s, why, now)
+				found[key] = settled{recs, p}
 				lmu.Unlock()
 			})
 		}
 	}
 	wg.Wait()
-	keys := make([]string, 0, len(lost))
-	for k := range lost {
+	keys := make([]string, 0, len(found))
+	for k := range found {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	adopted := 0
 	for _, k := range keys {
-		if err := adapters.PutStep(&tx, lost[k], a.opts.Self, true); err != nil {
-			return err
+		for _, r := range found[k].recs {
+			if err := adapters.PutStep(&tx, r, a.opts.Self, true); err != nil {
+				return err
+			}
+		}
+		if found[k].adopt != nil {
+			adopted++
 		}
 	}
 	for _, k := range prune {
 		tx.HDel(adapters.KeySteps, k)
 	}
-	lostTasks, pruneTasks, err := a.recoverTasks(&tx, now)
+	foundTasks, pruneTasks, err := a.recoverTasks(&tx, now)
 	if err != nil {
 		return err
 	}
-	reg, err := adapters.Event(domain.Registered(a.opts.Self, a.opts.Hostname, os.Getpid(), a.opts.GPUs, a.bootID))
+	for _, f := range foundTasks {
+		if f.adopt != nil {
+			adopted++
+		}
+	}
+	reg := domain.Registered(a.opts.Self, a.opts.Hostname, os.Getpid(), a.opts.GPUs, a.bootID)
+	reg.HostBootId, reg.AdoptedSteps = a.hostBootID(), int32(adopted)
+	reg.SimulatedGpus = a.opts.SimulatedGPUs
+	reg.CheckAddr = a.opts.CheckAddr
+	regEv, err := adapters.Event(reg)
 	if err != nil {
 		return err
 	}
 	tx.Set(adapters.KeyBootID, []byte(a.bootID))
-	tx.Emit(reg)
+	tx.Emit(regEv)
 	// Not under mu: the driver's reload after a write whose outcome is
 	// unknown takes it. Nothing else runs yet.
 	a.mu.Unlock()
@@ -358,27 +484,124 @@ func (a *App) Recover(ctx context.Context) error {
 	}
 	a.mu.Lock()
 	locked = true
-	for k, s := range lost {
-		a.steps[k] = s
-		a.log.Warn("step lost across an agent restart", "step", k, "why", s.Message)
+	for _, k := range keys {
+		f := found[k]
+		if len(f.recs) > 0 {
+			a.setStep(k, f.recs[len(f.recs)-1])
+		}
+		s := a.steps[k]
+		switch {
+		case f.adopt != nil:
+			p := &process{g: f.adopt.Group(), done: make(chan struct{})}
+			a.procs[k] = p
+			a.running.Add(1)
+			a.watchers.Add(1)
+			go a.watch(k, f.adopt, p)
+			a.log.Info("step adopted across an agent restart", "step", k, "pid", p.g.PID)
+		case s.Phase == domain.Lost:
+			_ = os.RemoveAll(a.progressDir(k))
+			a.log.Warn("step lost across an agent restart", "step", k, "why", s.Message)
+		default:
+			_ = os.RemoveAll(a.progressDir(k))
+			a.rt.Forget(k)
+			a.log.Info("step ended while the agent was down", "step", k, "phase", s.Phase, "exit_code", s.ExitCode)
+		}
 	}
 	for _, k := range prune {
 		delete(a.steps, k)
 	}
-	for k, t := range lostTasks {
-		a.tasks[k] = t
-		a.log.Warn("tasks lost across an agent restart", "tasks", k, "why", t.Message)
+	// Exits a predecessor had recorded but not yet dropped: only the
+	// adopted units' may still come.
+	a.rt.Sweep(func(name string) bool {
+		if s := a.steps[name]; s != nil && !s.Phase.Terminal() {
+			return true
+		}
+		// A task's name is its tasks' key, "/", its local id.
+		i := strings.LastIndexByte(name, '/')
+		return i > 0 && foundTasks[name[:i]].adopt != nil
+	})
+	for k, f := range foundTasks {
+		if len(f.recs) > 0 {
+			a.setTasks(k, f.recs[len(f.recs)-1])
+		}
+		t := a.tasks[k]
+		switch {
+		case f.adopt != nil:
+			g := &taskGroup{done: make(chan struct{})}
+			for _, p := range f.adopt {
+				if p.Group().PID > 0 {
+					g.groups = append(g.groups, p.Group())
+				}
+			}
+			a.groups[k] = g
+			a.watchers.Add(1)
+			go a.watchTasks(k, f.adopt, g)
+			a.log.Info("tasks adopted across an agent restart", "tasks", k, "groups", groupIDs(g.groups))
+		case t.Phase == domain.Lost:
+			a.log.Warn("tasks lost across an agent restart", "tasks", k, "why", t.Message)
+		default:
+			for l := range t.NTasks {
+				a.rt.Forget(taskName(k, l))
+			}
+			a.log.Info("tasks ended while the agent was down", "tasks", k, "phase", t.Phase, "exit_codes", t.ExitCodes)
+		}
 	}
 	for _, k := range pruneTasks {
 		delete(a.tasks, k)
 	}
-	a.log.Info("agent registered", "node", a.opts.Self.Node, "boot_id", a.bootID, "lost_steps", len(lost))
+	a.log.Info("agent registered", "node", a.opts.Self.Node, "boot_id", a.bootID, "adopted_steps", adopted)
 	return nil
 }
 
-// settle kills whatever still runs of a step a predecessor started, and says
-// what it found.
-func (a *App) settle(key string, s *domain.Step) string {
+// hostBootID is the id of the node's own boot: <work dir>/host_boot_id
+// (the provisioner writes a new one whenever it boots the node), else the
+// kernel's.
+func (a *App) hostBootID() string {
+	for _, p := range []string{filepath.Join(a.opts.WorkDir, "host_boot_id"), "/proc/sys/kernel/random/boot_id"} {
+		if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) != "" {
+			return strings.TrimSpace(string(b))
+		}
+	}
+	return ""
+}
+
+// settle finds what remains of a step a predecessor started (rec, running or
+// starting) and decides it (domain.Recover): the records to write, and the
+// process to adopt when it still runs. A step of which only processes
+// outside a shim remain (a predecessor without shims, or a shim killed
+// alone) has them killed and is lost.
+func (a *App) settle(key string, s *domain.Step, now time.Time) ([]*domain.Step, ports.Process) {
+	var g ports.Group
+	if s.Phase == domain.Running {
+		g = ports.Group{PID: s.PID, Start: s.PIDStart}
+	}
+	var r domain.Remains
+	p, exit := a.rt.Recover(key, g)
+	switch {
+	case p != nil:
+		r.Running, r.PID, r.PIDStart = true, p.Group().PID, p.Group().Start
+	case exit != nil:
+		r.Exit = &domain.Exit{Code: exit.Code, Signal: exit.Signal, OOM: exit.OOM, Unknown: exit.Unknown}
+		r.PID = s.PID
+		// What the step left in its group ends with it, as when the agent
+		// watches (found by the id in their environment: the group's
+		// leader is gone).
+		for _, g := range a.rt.Adopt(StepIDEnv + "=" + a.stepID(key)) {
+			_ = a.rt.Kill(g)
+		}
+	default:
+		r.Why = a.killRemains(key, s)
+	}
+	recs, adopt := domain.Recover(s, r, now)
+	if !adopt {
+		p = nil
+	}
+	return recs, p
+}
+
+// killRemains kills whatever still runs of a step a predecessor started and of
+// which no shim remains, and says what it found.
+func (a *App) killRemains(key string, s *domain.Step) string {
 	var groups []ports.Group
 	if g := (ports.Group{PID: s.PID, Start: s.PIDStart}); s.Phase == domain.Running && a.rt.Alive(g) {
 		groups = append(groups, g)
@@ -425,7 +648,7 @@ func (a *App) terminate(g ports.Group) {
 // (lockStep), not a.mu.
 func (a *App) record(s *domain.Step, emit bool) {
 	a.mu.Lock()
-	a.steps[s.Key()] = s
+	a.setStep(s.Key(), s)
 	a.persisting[s.Key()]++
 	a.mu.Unlock()
 	defer a.persisted(s.Key())
@@ -494,7 +717,7 @@ func (a *App) StartStep(ctx context.Context, id string, cmd *eventsv1.StartStep)
 		return ErrShuttingDown
 	}
 	defer unlock()
-	rec, skip := domain.Start(a.opts.Self, existing, cmd, a.opts.Now())
+	rec, skip := domain.Start(a.opts.Self, existing, a.highestAttempt(cmd.GetJob()), cmd, a.opts.Now())
 	if skip != "" {
 		if cmd.GetNode() == a.opts.Self.Node {
 			a.log.Info("not starting step", "step", key, "event", id, "why", skip)
@@ -503,8 +726,10 @@ func (a *App) StartStep(ctx context.Context, id string, cmd *eventsv1.StartStep)
 	}
 	// The intent is durable, with the inbox mark, before the process exists:
 	// no redelivery, whatever its event id, can start it a second time.
+	// A refused start (a stale attempt) is reported at once.
+	refused := rec.Phase.Terminal()
 	var tx store.Tx
-	if err := adapters.PutStep(&tx, rec, a.opts.Self, false); err != nil {
+	if err := adapters.PutStep(&tx, rec, a.opts.Self, refused); err != nil {
 		return err
 	}
 	applied, err := a.apply(ctx, id, &tx)
@@ -514,8 +739,15 @@ func (a *App) StartStep(ctx context.Context, id string, cmd *eventsv1.StartStep)
 	if !applied {
 		return nil
 	}
+	if refused {
+		a.mu.Lock()
+		a.setStep(key, rec)
+		a.mu.Unlock()
+		a.log.Warn("refused to start a step", "step", key, "event", id, "why", rec.Message)
+		return nil
+	}
 	a.mu.Lock()
-	a.steps[key] = rec
+	a.setStep(key, rec)
 	closing = a.closing
 	if !closing {
 		// Counted while closing is false under mu, so Shutdown's wait
@@ -551,6 +783,9 @@ func (a *App) shutdownReason() string {
 // RUNNING, unless a stop came first. It holds the step's lock throughout, so
 // a stop or a signal for the step waits until the process exists.
 func (a *App) launch(key string, rec *domain.Step, cmd *eventsv1.StartStep) {
+	// Not before the backlog is worked through (Options.HoldStarts): a
+	// stop there records the step KILLED, and it never starts.
+	a.awaitCaughtUp()
 	unlock := a.lockStep(key)
 	defer unlock()
 	if cur, closing := a.step(key); cur != rec || closing {
@@ -562,7 +797,7 @@ func (a *App) launch(key string, rec *domain.Step, cmd *eventsv1.StartStep) {
 		a.watchers.Done()
 		return
 	}
-	pr, errf, err := a.spawn(key, cmd)
+	pr, errf, outPath, err := a.spawn(key, cmd)
 	if err != nil {
 		a.log.Warn("step failed to start", "step", key, "err", err)
 		a.record(domain.StartFailed(rec, err.Error(), a.opts.Now()), true)
@@ -579,6 +814,7 @@ func (a *App) launch(key string, rec *domain.Step, cmd *eventsv1.StartStep) {
 	go a.watch(key, pr, p) // it records the end once this unlocks the step
 	a.log.Info("step started", "step", key, "pid", p.g.PID, "output", cmd.GetOutputPath())
 	started := domain.Started(rec, p.g.PID, p.g.Start, errPath)
+	started.OutPath = outPath
 	a.record(started, true)
 	if closing {
 		// The shutdown began while the process started; nothing may run
@@ -628,15 +864,15 @@ func (a *App) openOutputs(user, dir, out, errPath string, keep bool) (stdout, st
 // (work_dir, default the shared dir; made as the owner when missing),
 // stdout appended to output_path and stderr to error_path (output_path when
 // empty), both opened as the owner; relative paths are taken against the
-// working directory. It returns the process and its error file, open
-// (the caller closes it).
-func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, *os.File, error) {
+// working directory. It returns the process, its error file, open (the
+// caller closes it), and its output file's path.
+func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, *os.File, string, error) {
 	user := cmd.GetUser()
 	acct, err := a.rt.Account(user)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
-	spec := ports.Spec{Nice: a.opts.JobNice, User: user}
+	spec := ports.Spec{Nice: a.opts.JobNice, User: user, Name: key}
 	switch {
 	case strings.HasPrefix(cmd.GetScript(), "#!"):
 		// Run as Slurm does: the script itself is executed, so the kernel
@@ -648,14 +884,14 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, *os.Fil
 	case len(cmd.GetCommand()) > 0 && cmd.GetCommand()[0] != "":
 		spec.Argv = cmd.GetCommand()
 	default:
-		return nil, nil, errors.New("the step has neither a script nor a command")
+		return nil, nil, "", errors.New("the step has neither a script nor a command")
 	}
 	dir := cmd.GetWorkDir()
 	if dir == "" {
 		dir = a.opts.SharedDir
 	}
 	if err := a.rt.MakeDir(user, dir); err != nil {
-		return nil, nil, fmt.Errorf("create working directory: %w", err)
+		return nil, nil, "", fmt.Errorf("create working directory: %w", err)
 	}
 	out := cmd.GetOutputPath()
 	if out == "" {
@@ -663,13 +899,14 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, *os.Fil
 	}
 	stdout, stderr, err := a.openOutputs(user, dir, out, cmd.GetErrorPath(), cmd.GetAppendOutput())
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	// The child gets its own copies; stderr is kept for the stop line.
 	if stdout != stderr {
 		defer stdout.Close()
 	}
 	a.prepareModelDir(user, cmd.GetEnv())
+	a.prepareProgress(user, key)
 	spec.Dir, spec.Env, spec.Stdout, spec.Stderr = dir, a.env(key, cmd, acct), stdout, stderr
 	if a.opts.WorkloadToken != nil && cmd.GetJob() != "" {
 		tctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -689,9 +926,9 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, *os.Fil
 	p, err := a.rt.Start(spec)
 	if err != nil {
 		stderr.Close()
-		return nil, nil, err
+		return nil, nil, "", err
 	}
-	return p, stderr, nil
+	return p, stderr, stdout.Name(), nil
 }
 
 // prepareModelDir gives a job that declared a model output (its env has
@@ -739,7 +976,8 @@ func (a *App) env(key string, cmd *eventsv1.StartStep, acct ports.Account) []str
 	for _, k := range slices.Sorted(maps.Keys(node)) {
 		env = append(env, k+"="+node[k])
 	}
-	return append(env, StepIDEnv+"="+a.stepID(key))
+	env = append(env, a.opts.NodeEnv...)
+	return append(env, domain.ProgressEnv+"="+a.progressFile(key), StepIDEnv+"="+a.stepID(key))
 }
 
 // nodeVars are what a Slurm job's processes (their env has SLURM_JOB_ID)
@@ -844,11 +1082,15 @@ func (a *App) watch(key string, pr ports.Process, p *process) {
 	end := domain.Ended(rec, domainExit(exit), a.opts.Now())
 	a.log.Info("step ended", "step", key, "phase", end.Phase, "exit_code", exit.Code, "signal", exit.Signal, "oom", exit.OOM)
 	a.record(end, true)
+	// Recorded (or, failing that, reported LOST by the next start, which
+	// then no longer finds its exit).
+	a.rt.Forget(key)
+	a.dropProgress(key)
 }
 
 // domainExit is a runtime's exit as the domain records it.
 func domainExit(e ports.Exit) domain.Exit {
-	return domain.Exit{Code: e.Code, Signal: e.Signal, OOM: e.OOM}
+	return domain.Exit{Code: e.Code, Signal: e.Signal, OOM: e.OOM, Unknown: e.Unknown}
 }
 
 // StopStep applies a StopStep delivered as event id: the step's process
@@ -891,7 +1133,7 @@ func (a *App) stopStep(ctx context.Context, id string, cmd *eventsv1.StopStep) e
 		return nil
 	}
 	a.mu.Lock()
-	a.steps[key] = d.Rec
+	a.setStep(key, d.Rec)
 	a.mu.Unlock()
 	if d.Kill {
 		a.tellStop(d.Rec, cmd.GetCause())
@@ -1024,7 +1266,7 @@ func (a *App) ShutdownBecause(ctx context.Context, why string) {
 			a.closeWhy.Store(&why)
 		}
 		a.mu.Lock()
-		a.closing = true
+		a.beginClosing()
 		keys := make([]string, 0, len(a.procs))
 		for key := range a.procs {
 			keys = append(keys, key)
@@ -1064,7 +1306,7 @@ func (a *App) ShutdownBecause(ctx context.Context, why string) {
 func (a *App) KillAll() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.closing = true
+	a.beginClosing()
 	for _, p := range a.procs {
 		_ = a.rt.Kill(p.g)
 	}

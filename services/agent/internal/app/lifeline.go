@@ -65,20 +65,36 @@ func (a *App) Watch(ctx context.Context) *domain.SelfExit {
 // StartSteps arriving from now on wait for Release and stay uncommitted.
 func (a *App) Abandon(ctx context.Context, why string) {
 	a.mu.Lock()
-	a.closing = true
+	a.beginClosing()
 	var groups []ports.Group
 	var done []chan struct{}
+	var names []string
 	for key, p := range a.procs {
 		a.log.Warn("ending step: "+why, "step", key, "pid", p.g.PID)
 		groups = append(groups, p.g)
 		done = append(done, p.done)
+		names = append(names, key)
 	}
 	for key, g := range a.groups {
 		a.log.Warn("ending tasks: "+why, "tasks", key, "pids", groupIDs(g.groups))
 		groups = append(groups, g.groups...)
 		done = append(done, g.done)
+		if t := a.tasks[key]; t != nil {
+			for l := range t.NTasks {
+				names = append(names, taskName(key, l))
+			}
+		}
 	}
 	a.mu.Unlock()
+	// The exits the shims record are the agent's own kills, not the jobs'
+	// ends: dropped once the groups are gone, so that the next start finds
+	// nothing and reports the steps LOST (an infrastructure failure), not
+	// EXITED 143.
+	defer func() {
+		for _, n := range names {
+			a.rt.Forget(n)
+		}
+	}()
 	for _, g := range groups {
 		_ = a.rt.Signal(g, syscall.SIGTERM)
 	}

@@ -61,7 +61,7 @@ func (a *App) Tasks(job string, attempt, step int32) *domain.Tasks {
 // record's step lock.
 func (a *App) recordTasks(t *domain.Tasks, emit bool) {
 	a.mu.Lock()
-	a.tasks[t.Key()] = t
+	a.setTasks(t.Key(), t)
 	a.persisting[t.Key()]++
 	a.mu.Unlock()
 	defer a.persisted(t.Key())
@@ -92,7 +92,7 @@ func (a *App) LaunchTasks(ctx context.Context, id string, cmd *eventsv1.LaunchTa
 	}
 	defer unlock()
 	run, _ := a.step(domain.Key(cmd.GetJob(), cmd.GetAttempt()))
-	rec, ended, skip := domain.Launch(a.opts.Self, existing, run, cmd, a.opts.Now())
+	rec, ended, skip := domain.Launch(a.opts.Self, existing, run, a.highestAttempt(cmd.GetJob()), cmd, a.opts.Now())
 	if skip != "" {
 		if cmd.GetNode() == a.opts.Self.Node {
 			a.log.Info("not launching tasks", "tasks", key, "event", id, "why", skip)
@@ -111,7 +111,7 @@ func (a *App) LaunchTasks(ctx context.Context, id string, cmd *eventsv1.LaunchTa
 		return nil
 	}
 	a.mu.Lock()
-	a.tasks[key] = rec
+	a.setTasks(key, rec)
 	closing = a.closing
 	if !ended && !closing {
 		a.watchers.Add(1)
@@ -131,6 +131,7 @@ func (a *App) LaunchTasks(ctx context.Context, id string, cmd *eventsv1.LaunchTa
 // launchTasks starts the processes of tasks recorded STARTING (rec) and
 // records them RUNNING, unless a stop came first.
 func (a *App) launchTasks(key string, rec *domain.Tasks, cmd *eventsv1.LaunchTasks) {
+	a.awaitCaughtUp() // as a step's launch
 	unlock := a.lockStep(key)
 	defer unlock()
 	if cur, closing := a.tasksRec(key); cur != rec || closing {
@@ -202,6 +203,7 @@ func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]ports.Process
 	if err := mkdir(user, outDir); err != nil {
 		return nil, fmt.Errorf("create output directory: %w", err)
 	}
+	a.prepareProgress(user, domain.Key(cmd.GetJob(), cmd.GetAttempt()))
 	base := a.taskEnv(key, cmd, acct)
 	var ps []ports.Process
 	fail := func(err error) ([]ports.Process, error) {
@@ -223,7 +225,7 @@ func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]ports.Process
 			return fail(fmt.Errorf("open task error file: %w", err))
 		}
 		p, err := a.rt.Start(ports.Spec{
-			Argv: cmd.GetCommand(), Dir: dir, Stdout: out, Stderr: errf, Nice: a.opts.JobNice, User: user,
+			Argv: cmd.GetCommand(), Dir: dir, Stdout: out, Stderr: errf, Nice: a.opts.JobNice, User: user, Name: taskName(key, l),
 			Env: append(append([]string(nil), base...),
 				"SLURM_PROCID="+strconv.Itoa(int(rank)), "SLURM_LOCALID="+strconv.Itoa(int(l)),
 				"PMI_RANK="+strconv.Itoa(int(rank)), "PMI_SIZE="+strconv.Itoa(int(cmd.GetTotalTasks()))),
@@ -237,6 +239,9 @@ func (a *App) spawnTasks(key string, cmd *eventsv1.LaunchTasks) ([]ports.Process
 	}
 	return ps, nil
 }
+
+// taskName is the runtime's name of the local task l of the tasks key.
+func taskName(key string, l int32) string { return key + "/" + strconv.Itoa(int(l)) }
 
 // taskEnv is the environment the tasks of a step share: a clean base (PATH,
 // HOME = the shared dir), the step's variables, what a Slurm job learns
@@ -252,6 +257,8 @@ func (a *App) taskEnv(key string, cmd *eventsv1.LaunchTasks, acct ports.Account)
 	for _, k := range []string{"SLURM_PROCID", "SLURM_LOCALID", "PMI_RANK", "PMI_SIZE", StepIDEnv} {
 		delete(vars, k)
 	}
+	// The run's progress file, as its batch step's (one per run here).
+	vars[domain.ProgressEnv] = a.progressFile(domain.Key(cmd.GetJob(), cmd.GetAttempt()))
 	names := make([]string, 0, len(vars))
 	for k := range vars {
 		names = append(names, k)
@@ -261,6 +268,7 @@ func (a *App) taskEnv(key string, cmd *eventsv1.LaunchTasks, acct ports.Account)
 	for _, k := range names {
 		env = append(env, k+"="+vars[k])
 	}
+	env = append(env, a.opts.NodeEnv...)
 	return append(env, StepIDEnv+"="+a.stepID(key))
 }
 
@@ -291,6 +299,10 @@ func (a *App) watchTasks(key string, ps []ports.Process, g *taskGroup) {
 	end := domain.TasksEnded(rec, exits, a.opts.Now())
 	a.log.Info("tasks ended", "tasks", key, "phase", end.Phase, "exit_codes", end.ExitCodes)
 	a.recordTasks(end, true)
+	for l := range ps {
+		a.rt.Forget(taskName(key, int32(l)))
+	}
+	a.dropProgress(domain.Key(rec.Job, rec.Attempt))
 }
 
 // KillTasks applies a KillTasks delivered as event id: without a signal the
@@ -338,7 +350,7 @@ func (a *App) KillTasks(ctx context.Context, id string, cmd *eventsv1.KillTasks)
 		return nil
 	}
 	a.mu.Lock()
-	a.tasks[key] = d.Rec
+	a.setTasks(key, d.Rec)
 	a.mu.Unlock()
 	if d.Kill {
 		a.killTasks(key)
@@ -415,12 +427,29 @@ func (a *App) killTasks(key string) {
 	}()
 }
 
+// settledTasks is what Recover decided for tasks a predecessor left: the
+// records to write, and, when adopted, a process per task (one that
+// ended meanwhile gives its recorded exit at once).
+type settledTasks struct {
+	recs  []*domain.Tasks
+	adopt []ports.Process
+}
+
+// endedUnit is a task that ended while no agent watched it: its Wait gives
+// the exit its shim recorded, at once.
+type endedUnit struct{ exit ports.Exit }
+
+func (endedUnit) Group() ports.Group { return ports.Group{} }
+func (e endedUnit) Wait() ports.Exit { return e.exit }
+
 // recoverTasks settles the task records a predecessor left running or
-// starting: their surviving processes are killed and they are reported LOST
-// (written into tx); terminal records past the inbox window are pruned.
-// The caller holds a.mu.
-func (a *App) recoverTasks(tx *store.Tx, now time.Time) (lost map[string]*domain.Tasks, prune []string, err error) {
-	lost = map[string]*domain.Tasks{}
+// starting, as Recover does steps: tasks whose shims all still run or left
+// their exits are adopted (or reported ended with their real exit codes);
+// when nothing remains of one of them, what survives of them all is killed
+// and they are reported LOST. The records are written into tx; terminal
+// records past the inbox window are pruned. The caller holds a.mu.
+func (a *App) recoverTasks(tx *store.Tx, now time.Time) (found map[string]settledTasks, prune []string, err error) {
+	found = map[string]settledTasks{}
 	var wg sync.WaitGroup
 	var lmu sync.Mutex
 	for key, t := range a.tasks {
@@ -431,47 +460,108 @@ func (a *App) recoverTasks(tx *store.Tx, now time.Time) (lost map[string]*domain
 			}
 		case t.Phase == domain.Running || t.Phase == domain.Starting:
 			wg.Go(func() {
-				var groups []ports.Group
-				for i, pid := range t.PIDs[:min(len(t.PIDs), len(t.PIDStarts))] {
-					if g := (ports.Group{PID: pid, Start: t.PIDStarts[i]}); a.rt.Alive(g) {
-						groups = append(groups, g)
-					}
-				}
-				for _, g := range a.rt.Adopt(StepIDEnv + "=" + a.stepID(key)) {
-					if !slices.ContainsFunc(groups, func(h ports.Group) bool { return h.PID == g.PID }) {
-						groups = append(groups, g)
-					}
-				}
-				for _, g := range groups {
-					a.terminate(g)
-				}
-				why := "the agent restarted and the tasks' processes were gone"
-				if len(groups) > 0 {
-					why = fmt.Sprintf("the agent restarted; the tasks' processes (groups %v) were no longer its children and were killed", groupIDs(groups))
-				} else if t.Phase == domain.Starting {
-					why = "the agent stopped while starting the tasks"
-				}
+				st := a.settleTasks(key, t, now)
 				lmu.Lock()
-				lost[key] = domain.MarkTasksLost(t, why, now)
+				found[key] = st
 				lmu.Unlock()
 			})
 		}
 	}
 	wg.Wait()
-	keys := make([]string, 0, len(lost))
-	for k := range lost {
+	keys := make([]string, 0, len(found))
+	for k := range found {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if err := adapters.PutTasks(tx, lost[k], a.opts.Self, true); err != nil {
-			return nil, nil, err
+		for _, r := range found[k].recs {
+			if err := adapters.PutTasks(tx, r, a.opts.Self, true); err != nil {
+				return nil, nil, err
+			}
 		}
 	}
 	for _, k := range prune {
 		tx.HDel(adapters.KeyTasks, k)
 	}
-	return lost, prune, nil
+	return found, prune, nil
+}
+
+// settleTasks finds what remains of each task of t and decides them
+// (domain.RecoverTasks).
+func (a *App) settleTasks(key string, t *domain.Tasks, now time.Time) settledTasks {
+	n := int(t.NTasks)
+	remains := make([]domain.Remains, n)
+	procs := make([]ports.Process, n)
+	complete := n > 0
+	for l := range n {
+		var g ports.Group
+		if t.Phase == domain.Running && l < len(t.PIDs) && l < len(t.PIDStarts) {
+			g = ports.Group{PID: t.PIDs[l], Start: t.PIDStarts[l]}
+		}
+		p, exit := a.rt.Recover(taskName(key, int32(l)), g)
+		switch {
+		case p != nil:
+			procs[l] = p
+			remains[l] = domain.Remains{Running: true, PID: p.Group().PID, PIDStart: p.Group().Start}
+		case exit != nil:
+			procs[l] = endedUnit{*exit}
+			remains[l] = domain.Remains{Exit: &domain.Exit{Code: exit.Code, Signal: exit.Signal, OOM: exit.OOM, Unknown: exit.Unknown}}
+		default:
+			complete = false
+		}
+	}
+	why := ""
+	if !complete {
+		why = a.killTaskRemains(key, t, procs)
+	} else {
+		// What ended tasks left in their groups ends with them.
+		for _, g := range a.rt.Adopt(StepIDEnv + "=" + a.stepID(key)) {
+			if !slices.ContainsFunc(procs, func(p ports.Process) bool { return p.Group().PID == g.PID }) {
+				_ = a.rt.Kill(g)
+			}
+		}
+	}
+	recs, adopt := domain.RecoverTasks(t, remains, why, now)
+	if !adopt {
+		procs = nil
+	}
+	return settledTasks{recs: recs, adopt: procs}
+}
+
+// killTaskRemains kills whatever still runs of tasks that cannot be
+// adopted (nothing remains of one of them): their shims found, their
+// recorded groups, and what carries their LOOM_STEP_ID. It says what it
+// found.
+func (a *App) killTaskRemains(key string, t *domain.Tasks, procs []ports.Process) string {
+	var groups []ports.Group
+	add := func(g ports.Group) {
+		if g.PID > 1 && !slices.ContainsFunc(groups, func(h ports.Group) bool { return h.PID == g.PID }) {
+			groups = append(groups, g)
+		}
+	}
+	for _, p := range procs {
+		if p != nil {
+			add(p.Group())
+		}
+	}
+	for i, pid := range t.PIDs[:min(len(t.PIDs), len(t.PIDStarts))] {
+		if g := (ports.Group{PID: pid, Start: t.PIDStarts[i]}); a.rt.Alive(g) {
+			add(g)
+		}
+	}
+	for _, g := range a.rt.Adopt(StepIDEnv + "=" + a.stepID(key)) {
+		add(g)
+	}
+	for _, g := range groups {
+		a.terminate(g)
+	}
+	switch {
+	case len(groups) > 0:
+		return fmt.Sprintf("the agent restarted; the tasks' processes (groups %v) could not all be found again and were killed", groupIDs(groups))
+	case t.Phase == domain.Starting:
+		return "the agent stopped while starting the tasks"
+	}
+	return "the agent restarted and the tasks' processes were gone"
 }
 
 // shutdownTasks marks every running task group as stopping (its end will be

@@ -59,7 +59,10 @@ type Step struct {
 	StopReason string `json:"stop_reason,omitempty"`
 	// ErrPath is the file the step's stderr goes to, once Running: where
 	// a stop's Slurm-style line goes (StopLine).
-	ErrPath string    `json:"err_path,omitempty"`
+	ErrPath string `json:"err_path,omitempty"`
+	// OutPath is the file the step's stdout goes to, once Running: its
+	// size is part of the step's progress.
+	OutPath string    `json:"out_path,omitempty"`
 	Created time.Time `json:"created"`
 	Ended   time.Time `json:"ended,omitzero"`
 }
@@ -105,15 +108,28 @@ func (p Phase) StepState() eventsv1.StepState {
 
 // Start decides a StartStep: the Starting record to write before the process
 // starts, or a reason to do nothing (another node's step, or a (job, attempt)
-// this node has seen before, whatever the event id).
-func Start(self Self, existing *Step, cmd *eventsv1.StartStep, now time.Time) (rec *Step, skip string) {
+// this node has seen before, whatever the event id: a stop that came first
+// left a KILLED record, so a start of a stopped attempt does nothing).
+// highest is the highest attempt of the job this node has a record of: a
+// start of an older attempt is stale (its run was ended and the job went
+// on) and is refused, a FailedToStart record to write and report.
+func Start(self Self, existing *Step, highest int32, cmd *eventsv1.StartStep, now time.Time) (rec *Step, skip string) {
 	switch {
 	case cmd.GetNode() != self.Node:
 		return nil, "step for another node"
 	case existing != nil:
 		return nil, fmt.Sprintf("step %s already %s", existing.Key(), existing.Phase)
 	}
-	return &Step{Job: cmd.GetJob(), JobID: cmd.GetJobId(), Attempt: cmd.GetAttempt(), Phase: Starting, Created: now}, ""
+	rec = &Step{Job: cmd.GetJob(), JobID: cmd.GetJobId(), Attempt: cmd.GetAttempt(), Phase: Starting, Created: now}
+	if cmd.GetAttempt() < highest {
+		rec.Phase, rec.Message, rec.Ended = FailedToStart, StaleAttempt(cmd.GetAttempt(), highest), now
+	}
+	return rec, ""
+}
+
+// StaleAttempt is the message of a start refused for a stale attempt.
+func StaleAttempt(attempt, highest int32) string {
+	return fmt.Sprintf("stale attempt %d: this node has seen attempt %d of the job", attempt, highest)
 }
 
 // Started records that the process runs.
@@ -161,6 +177,10 @@ type Exit struct {
 	// OOM is true when its runtime says it was ended for want of memory
 	// (Slurm's OUT_OF_MEMORY); the message says so.
 	OOM bool
+	// Unknown is true when how it ended is not known (a step adopted
+	// after an agent restart whose shim was killed with it): the step is
+	// LOST unless it was being stopped.
+	Unknown bool
 }
 
 // Ended records the end of a step's process: KILLED when it was asked to
@@ -171,6 +191,8 @@ func Ended(rec *Step, exit Exit, now time.Time) *Step {
 	switch {
 	case r.StopReason != "":
 		r.Phase, r.Message = Killed, "killed: "+r.StopReason
+	case exit.Unknown:
+		r.Phase, r.Message = Lost, "the step ended while no agent watched it, and how is not known (its shim was killed)"
 	case exit.OOM:
 		r.Phase, r.Message = Exited, fmt.Sprintf("out of memory (exit code %d)", exit.Code)
 	case exit.Signal != "":
@@ -236,6 +258,42 @@ func MarkLost(rec *Step, why string, now time.Time) *Step {
 	r := rec.clone()
 	r.Phase, r.Message, r.Ended = Lost, why, now
 	return r
+}
+
+// Remains is what a restarted agent found of a step its predecessor left
+// running or starting.
+type Remains struct {
+	// Running is true when the step still runs (its shim, pid PID started
+	// at PIDStart): the agent adopts it.
+	Running  bool
+	PID      int
+	PIDStart uint64
+	// Exit, when set, is how the step ended while no agent watched it.
+	Exit *Exit
+	// Why says what was found when neither (the step is lost).
+	Why string
+}
+
+// Recover decides a step a predecessor left running or starting (rec) from
+// what remains of it: the records to write, in order, each reported (a
+// step never reported running is reported RUNNING first), and whether the
+// agent adopts it (watches it until it ends). A step that still runs is
+// adopted; one that ended meanwhile is EXITED with its real exit code (or
+// KILLED when a stop was under way); only one of which nothing remains is
+// LOST.
+func Recover(rec *Step, r Remains, now time.Time) (recs []*Step, adopt bool) {
+	cur := rec
+	if (r.Running || r.Exit != nil) && rec.Phase == Starting {
+		cur = Started(rec, r.PID, r.PIDStart, "")
+		recs = append(recs, cur)
+	}
+	switch {
+	case r.Running:
+		return recs, true
+	case r.Exit != nil:
+		return append(recs, Ended(cur, *r.Exit, now)), false
+	}
+	return []*Step{MarkLost(rec, r.Why, now)}, false
 }
 
 // Registered is the AgentRegistered an agent emits when it starts.

@@ -19,23 +19,72 @@ func startCmd(node string) *eventsv1.StartStep {
 
 func TestStart(t *testing.T) {
 	t.Parallel()
-	rec, skip := Start(self, nil, startCmd(self.Node), t0)
+	rec, skip := Start(self, nil, 0, startCmd(self.Node), t0)
 	if skip != "" || rec.Phase != Starting || rec.Key() != "projects/p/jobs/7#1" || rec.JobID != "7" {
 		t.Fatalf("Start = %+v, %q", rec, skip)
 	}
-	if _, skip := Start(self, nil, startCmd("projects/p/clusters/c/nodes/gpu-0002"), t0); skip == "" {
+	if _, skip := Start(self, nil, 0, startCmd("projects/p/clusters/c/nodes/gpu-0002"), t0); skip == "" {
 		t.Fatal("started another node's step")
 	}
 	for _, ph := range []Phase{Starting, Running, Exited, Killed, Lost, FailedToStart} {
-		if _, skip := Start(self, &Step{Job: "projects/p/jobs/7", Attempt: 1, Phase: ph}, startCmd(self.Node), t0); skip == "" {
+		if _, skip := Start(self, &Step{Job: "projects/p/jobs/7", Attempt: 1, Phase: ph}, 0, startCmd(self.Node), t0); skip == "" {
 			t.Fatalf("started a step already %s", ph)
 		}
 	}
 }
 
+// A start of an attempt older than one this node has seen is refused:
+// recorded FAILED_TO_START (reported), never started.
+func TestStartRefusesAStaleAttempt(t *testing.T) {
+	t.Parallel()
+	rec, skip := Start(self, nil, 2, startCmd(self.Node), t0)
+	if skip != "" || rec.Phase != FailedToStart || !strings.Contains(rec.Message, "stale attempt 1") || rec.Ended != t0 {
+		t.Fatalf("Start of attempt 1 after attempt 2 = %+v, %q; want FAILED_TO_START, stale", rec, skip)
+	}
+	if rec, _ := Start(self, nil, 1, startCmd(self.Node), t0); rec.Phase != Starting {
+		t.Fatalf("Start of the highest attempt = %+v, want STARTING", rec)
+	}
+}
+
+// What a restarted agent does with a step its predecessor left: adopt it
+// while it runs, report its real exit when it ended, LOST only when nothing
+// remains.
+func TestRecover(t *testing.T) {
+	t.Parallel()
+	starting, _ := Start(self, nil, 0, startCmd(self.Node), t0)
+	running := Started(starting, 4242, 99, "")
+	t1 := t0.Add(time.Minute)
+	if recs, adopt := Recover(running, Remains{Running: true, PID: 4242, PIDStart: 99}, t1); !adopt || len(recs) != 0 {
+		t.Fatalf("a running step still running: %v, adopt %v; want adopted, nothing written", recs, adopt)
+	}
+	recs, adopt := Recover(starting, Remains{Running: true, PID: 4242, PIDStart: 99}, t1)
+	if !adopt || len(recs) != 1 || recs[0].Phase != Running || recs[0].PID != 4242 {
+		t.Fatalf("a starting step found running: %v, adopt %v; want RUNNING reported and adopted", recs, adopt)
+	}
+	recs, adopt = Recover(running, Remains{Exit: &Exit{Code: 3}}, t1)
+	if adopt || len(recs) != 1 || recs[0].Phase != Exited || recs[0].ExitCode != 3 || recs[0].Ended != t1 {
+		t.Fatalf("a step that ended meanwhile: %v; want EXITED 3", recs)
+	}
+	recs, _ = Recover(starting, Remains{Exit: &Exit{Code: 0}}, t1)
+	if len(recs) != 2 || recs[0].Phase != Running || recs[1].Phase != Exited {
+		t.Fatalf("a starting step that ended meanwhile: %v; want RUNNING then EXITED", recs)
+	}
+	stopping := running.clone()
+	stopping.StopReason = "job cancelled"
+	if recs, _ = Recover(stopping, Remains{Exit: &Exit{Code: 143, Signal: "terminated"}}, t1); recs[0].Phase != Killed {
+		t.Fatalf("a step being stopped that ended meanwhile: %v; want KILLED", recs)
+	}
+	if recs, _ = Recover(running, Remains{Why: "gone"}, t1); len(recs) != 1 || recs[0].Phase != Lost || recs[0].Message != "gone" {
+		t.Fatalf("a step of which nothing remains: %v; want LOST", recs)
+	}
+	if end := Ended(running, Exit{Unknown: true}, t1); end.Phase != Lost {
+		t.Fatalf("an adopted step whose end is unknown: %+v; want LOST", end)
+	}
+}
+
 func TestRunAndExit(t *testing.T) {
 	t.Parallel()
-	rec, _ := Start(self, nil, startCmd(self.Node), t0)
+	rec, _ := Start(self, nil, 0, startCmd(self.Node), t0)
 	run := Started(rec, 4242, 99, "/shared/slurm-7.out")
 	ev := run.Event(self)
 	if ev.State != eventsv1.StepState_STEP_RUNNING || ev.Pid != 4242 || ev.Node != self.Node || ev.Cluster != self.Cluster || ev.Attempt != 1 {
@@ -88,7 +137,7 @@ func TestStop(t *testing.T) {
 	if d.Kill || d.Rec == nil || d.Rec.Phase != Killed || d.Rec.Event(self).State != eventsv1.StepState_STEP_KILLED {
 		t.Fatalf("stop of an unknown step = %+v", d)
 	}
-	if _, skip := Start(self, d.Rec, startCmd(self.Node), t0); skip == "" {
+	if _, skip := Start(self, d.Rec, 0, startCmd(self.Node), t0); skip == "" {
 		t.Fatal("a step stopped before it started was started later")
 	}
 	running := &Step{Job: stop.Job, Attempt: 1, Phase: Running, PID: 10, StopReason: "x"}
@@ -103,7 +152,7 @@ func TestStop(t *testing.T) {
 
 func TestLostAndFailed(t *testing.T) {
 	t.Parallel()
-	rec, _ := Start(self, nil, startCmd(self.Node), t0)
+	rec, _ := Start(self, nil, 0, startCmd(self.Node), t0)
 	if ev := MarkLost(Started(rec, 1, 2, ""), "agent restarted", t0).Event(self); ev.State != eventsv1.StepState_STEP_LOST || ev.Message != "agent restarted" {
 		t.Fatalf("lost = %v", ev)
 	}

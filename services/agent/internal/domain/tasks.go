@@ -70,8 +70,10 @@ func (t *Tasks) Event(self Self) *eventsv1.TasksChanged {
 // processes start, or a reason to do nothing (another node's tasks, a step
 // this node has seen before whatever the event id, or bad input); when the
 // job's run already ended here (its batch step run is terminal) the tasks
-// are recorded KILLED at once and never start (ended is then set).
-func Launch(self Self, existing *Tasks, run *Step, cmd *eventsv1.LaunchTasks, now time.Time) (rec *Tasks, ended bool, skip string) {
+// are recorded KILLED at once and never start (ended is then set); tasks of
+// an attempt older than highest (the job's highest attempt this node has a
+// record of) are stale: recorded FAILED_TO_START, never started.
+func Launch(self Self, existing *Tasks, run *Step, highest int32, cmd *eventsv1.LaunchTasks, now time.Time) (rec *Tasks, ended bool, skip string) {
 	switch {
 	case cmd.GetNode() != self.Node:
 		return nil, false, "tasks for another node"
@@ -88,6 +90,10 @@ func Launch(self Self, existing *Tasks, run *Step, cmd *eventsv1.LaunchTasks, no
 		return rec, true, ""
 	case len(cmd.GetCommand()) == 0 || cmd.GetCommand()[0] == "":
 		rec.Phase, rec.Message, rec.Ended = FailedToStart, "the step has no command", now
+		rec.ExitCodes = ones(cmd.GetNtasks())
+		return rec, true, ""
+	case cmd.GetAttempt() < highest:
+		rec.Phase, rec.Message, rec.Ended = FailedToStart, StaleAttempt(cmd.GetAttempt(), highest), now
 		rec.ExitCodes = ones(cmd.GetNtasks())
 		return rec, true, ""
 	case run != nil && (run.Phase.Terminal() || run.StopReason != ""):
@@ -127,9 +133,12 @@ func TasksEnded(rec *Tasks, exits []Exit, now time.Time) *Tasks {
 	r := rec.clone()
 	r.Ended = now
 	r.ExitCodes = make([]int32, len(exits))
-	worst, failed, oom := int32(0), 0, 0
+	worst, failed, oom, unknown := int32(0), 0, 0, 0
 	for i, e := range exits {
 		r.ExitCodes[i] = e.Code
+		if e.Unknown {
+			unknown++
+		}
 		if e.Code != 0 || e.OOM {
 			failed++
 		}
@@ -141,6 +150,8 @@ func TasksEnded(rec *Tasks, exits []Exit, now time.Time) *Tasks {
 	switch {
 	case r.StopReason != "":
 		r.Phase, r.Message = Killed, "killed: "+r.StopReason
+	case unknown > 0:
+		r.Phase, r.Message = Lost, fmt.Sprintf("%d of %d task(s) ended while no agent watched them, and how is not known (their shims were killed)", unknown, len(exits))
 	case oom > 0:
 		r.Phase, r.Message = Exited, fmt.Sprintf("%d of %d task(s) failed, %d out of memory; highest exit code %d", failed, len(exits), oom, worst)
 	case failed > 0:
@@ -194,4 +205,44 @@ func MarkTasksLost(rec *Tasks, why string, now time.Time) *Tasks {
 		r.ExitCodes = ones(r.NTasks)
 	}
 	return r
+}
+
+// RecoverTasks decides the tasks a predecessor left running or starting
+// (rec) from what remains of each (by local id, as Recover for a step):
+// the records to write, in order, each reported, and whether the agent
+// adopts them (watches them until every one has ended). When every task
+// still runs or left its exit, they are adopted (tasks never reported
+// running are reported RUNNING first), or reported ended with their real
+// exit codes when all have ended; when nothing remains of one of them, the
+// tasks are LOST (why: what the agent found and did).
+func RecoverTasks(rec *Tasks, found []Remains, why string, now time.Time) (recs []*Tasks, adopt bool) {
+	running := 0
+	pids, starts := make([]int, len(found)), make([]uint64, len(found))
+	exits := make([]Exit, len(found))
+	for i, r := range found {
+		switch {
+		case r.Running:
+			running++
+			pids[i], starts[i] = r.PID, r.PIDStart
+		case r.Exit != nil:
+			exits[i] = *r.Exit
+			if i < len(rec.PIDs) {
+				pids[i] = rec.PIDs[i]
+			}
+		default:
+			return []*Tasks{MarkTasksLost(rec, why, now)}, false
+		}
+	}
+	if len(found) == 0 {
+		return []*Tasks{MarkTasksLost(rec, why, now)}, false
+	}
+	cur := rec
+	if rec.Phase == Starting {
+		cur = TasksStarted(rec, pids, starts)
+		recs = append(recs, cur)
+	}
+	if running > 0 {
+		return recs, true
+	}
+	return append(recs, TasksEnded(cur, exits, now)), false
 }

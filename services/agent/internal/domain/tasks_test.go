@@ -17,32 +17,32 @@ func TestLaunchDecisions(t *testing.T) {
 	now := time.Unix(100, 0)
 	cmd := &eventsv1.LaunchTasks{Job: "p/jobs/1", JobId: "1", Attempt: 2, StepId: 3, Node: self.Node, FirstRank: 4, Ntasks: 2,
 		Command: []string{"true"}}
-	rec, ended, skip := Launch(self, nil, nil, cmd, now)
+	rec, ended, skip := Launch(self, nil, nil, 0, cmd, now)
 	if skip != "" || ended || rec.Phase != Starting || rec.Key() != "p/jobs/1#2.3" || rec.RunKey() != "p/jobs/1#2" || rec.FirstRank != 4 || rec.NTasks != 2 {
 		t.Fatalf("Launch = %+v %v %q", rec, ended, skip)
 	}
-	if _, _, skip := Launch(self, rec, nil, cmd, now); skip == "" {
+	if _, _, skip := Launch(self, rec, nil, 0, cmd, now); skip == "" {
 		t.Error("a second launch of the same tasks was not skipped")
 	}
 	other := proto.Clone(cmd).(*eventsv1.LaunchTasks)
 	other.Node = "c/nodes/b"
-	if _, _, skip := Launch(self, nil, nil, other, now); skip == "" {
+	if _, _, skip := Launch(self, nil, nil, 0, other, now); skip == "" {
 		t.Error("another node's tasks were not skipped")
 	}
 	// The run ended here: KILLED at once, never started.
 	run := &Step{Job: "p/jobs/1", Attempt: 2, Phase: Killed}
-	if rec, ended, _ := Launch(self, nil, run, cmd, now); !ended || rec.Phase != Killed {
+	if rec, ended, _ := Launch(self, nil, run, 0, cmd, now); !ended || rec.Phase != Killed {
 		t.Errorf("launch after the run ended: %+v", rec)
 	}
 	// Bad commands fail to start, exit code 1 per task.
 	bad := proto.Clone(cmd).(*eventsv1.LaunchTasks)
 	bad.Command = nil
-	if rec, ended, _ := Launch(self, nil, nil, bad, now); !ended || rec.Phase != FailedToStart || !reflect.DeepEqual(rec.ExitCodes, []int32{1, 1}) {
+	if rec, ended, _ := Launch(self, nil, nil, 0, bad, now); !ended || rec.Phase != FailedToStart || !reflect.DeepEqual(rec.ExitCodes, []int32{1, 1}) {
 		t.Errorf("no command: %+v", rec)
 	}
 	bad = proto.Clone(cmd).(*eventsv1.LaunchTasks)
 	bad.Ntasks = 0
-	if rec, ended, _ := Launch(self, nil, nil, bad, now); !ended || rec.Phase != FailedToStart || !strings.Contains(rec.Message, "bad launch") {
+	if rec, ended, _ := Launch(self, nil, nil, 0, bad, now); !ended || rec.Phase != FailedToStart || !strings.Contains(rec.Message, "bad launch") {
 		t.Errorf("no tasks: %+v", rec)
 	}
 }

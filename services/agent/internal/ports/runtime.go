@@ -44,6 +44,20 @@ type Runtime interface {
 	// WaitGone waits until no process of g is left, or d passes, and
 	// reports whether none is.
 	WaitGone(g Group, d time.Duration) bool
+	// Recover finds, for an agent that restarted, the unit a predecessor
+	// started as name (Spec.Name) with group g (g.PID 0 when it was never
+	// recorded): a Process to wait for when it still runs (not this
+	// agent's child: its Wait learns the end as the runtime recorded it),
+	// else the exit the runtime recorded when it ended meanwhile, else
+	// neither (nothing of it is known: it is lost).
+	Recover(name string, g Group) (Process, *Exit)
+	// Forget drops what the runtime keeps of the unit name (its recorded
+	// exit) once the agent has recorded its end.
+	Forget(name string)
+	// Sweep forgets every unit whose exit the runtime still keeps and
+	// keep does not name: what an agent that died between recording an
+	// end and Forget left behind.
+	Sweep(keep func(name string) bool)
 
 	// Account returns who the processes of user (a job's owner, as
 	// Spec.User names it) run as here, or an error that says, for the
@@ -111,6 +125,10 @@ type Exit struct {
 	// memory limit of its own per step and never sets it: the kernel's
 	// OOM killer reads there as SIGKILL.
 	OOM bool
+	// Unknown is true when how the unit ended is not known: a unit
+	// adopted after a restart (Recover) whose end was not recorded (its
+	// shim was killed with it).
+	Unknown bool
 }
 
 // Spec describes a process to start.
@@ -144,4 +162,7 @@ type Spec struct {
 	// "" runs it as the agent's own account. Start refuses a user Account
 	// refuses.
 	User string
+	// Name names the unit for the runtime's own records, unique on the
+	// node (a step's key): what Recover and Forget find it by.
+	Name string
 }

@@ -20,6 +20,11 @@ type Owners struct {
 	Jobs         loomv1.JobServiceClient         // scheduler
 	Slurm        loomv1.SlurmServiceClient       // scheduler
 	Models       loomv1.ModelServiceClient       // registry
+	Goodput      loomv1.GoodputServiceClient     // scheduler
+	// Health is the health service's HealthService (its internal gRPC):
+	// nil until DialHealth, and then calls to it are answered Unavailable
+	// by the gateway.
+	Health loomv1.HealthServiceClient
 
 	conns []*grpc.ClientConn
 }
@@ -58,8 +63,24 @@ func DialOwners(provisioner, scheduler, registry string, opts ...grpc.DialOption
 	o.Clusters, o.Nodes = loomv1.NewClusterServiceClient(p), loomv1.NewNodeServiceClient(p)
 	o.Reservations = loomv1.NewReservationServiceClient(p)
 	o.Jobs, o.Slurm = loomv1.NewJobServiceClient(s), loomv1.NewSlurmServiceClient(s)
+	o.Goodput = loomv1.NewGoodputServiceClient(s)
 	o.Models = loomv1.NewModelServiceClient(r)
 	return o, nil
+}
+
+// DialHealth adds a client of the health service's internal gRPC at addr
+// (Health), with opts as DialOwners'. Like DialOwners it does not wait for
+// the service.
+func (o *Owners) DialHealth(addr string, opts ...grpc.DialOption) error {
+	c, err := grpc.NewClient(addr, append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler())}, opts...)...)
+	if err != nil {
+		return fmt.Errorf("dial health at %q: %w", addr, err)
+	}
+	o.conns = append(o.conns, c)
+	o.Health = loomv1.NewHealthServiceClient(c)
+	return nil
 }
 
 // Close closes the connections.

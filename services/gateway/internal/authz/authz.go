@@ -144,6 +144,8 @@ const (
 	auditSvc       = "/loom.v1.AuditService/"
 	accountSvc     = "/loom.v1.AccountService/"
 	healthSvc      = "/grpc.health.v1.Health/"
+	nodeHealthSvc  = "/loom.v1.HealthService/"
+	goodputSvc     = "/loom.v1.GoodputService/"
 )
 
 // Table maps every gRPC full method name the gateway serves to the rule it
@@ -196,6 +198,22 @@ var Table = map[string]Rule{
 	operationSvc + "WaitOperation": {Access: Viewer, Field: "name"},
 
 	nodeSvc + "ListNodes": {Access: Viewer, Field: "parent"},
+
+	// Hardware health: a project's viewers read its nodes' health and
+	// check results; acting on nodes (scans, faulty reports, drain,
+	// resume, repairs, fault injection) is the cluster administrator's,
+	// as draining a node is (UpdateSlurmNode).
+	nodeHealthSvc + "ListNodeHealth":        {Access: Viewer, Field: "cluster"},
+	nodeHealthSvc + "ListHealthResults":     {Access: Viewer, Field: "cluster"},
+	nodeHealthSvc + "ScanNodes":             {Access: ClusterAdmin, Field: "cluster"},
+	nodeHealthSvc + "ReportFaultyNodes":     {Access: ClusterAdmin, Field: "cluster"},
+	nodeHealthSvc + "UpdateNodeRemediation": {Access: ClusterAdmin, Field: "cluster"},
+	nodeHealthSvc + "InjectFault":           {Access: ClusterAdmin, Field: "cluster"},
+
+	// Goodput: a job's for whoever may see the job (its workload too; the
+	// application applies PrivateData), a cluster's for its viewers.
+	goodputSvc + "GetJobGoodput":     {Access: Viewer, Field: "name", Workload: OwnJob},
+	goodputSvc + "GetClusterGoodput": {Access: Viewer, Field: "name"},
 
 	modelSvc + "ListModels":        {Access: Viewer, Field: "parent"},
 	modelSvc + "GetModel":          {Access: Viewer, Field: "name"},

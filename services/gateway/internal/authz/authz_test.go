@@ -24,9 +24,11 @@ import (
 )
 
 // servedFiles are the proto files whose services the gateway serves (or
-// will serve: AuthService, AuditService and AccountService).
+// will serve: AuthService, AuditService and AccountService; HealthService
+// and GoodputService).
 var servedFiles = []protoreflect.FileDescriptor{
 	loomv1.File_loom_v1_service_proto, loomv1.File_loom_v1_auth_proto, healthpb.File_grpc_health_v1_health_proto,
+	loomv1.File_loom_v1_health_proto,
 }
 
 // TestTableMatchesProtos: every method of every service in the gateway's

@@ -393,15 +393,16 @@ func clipReason(s string) string {
 }
 
 // Resource is the name a request acts on: its "name" field, else its
-// "parent", else the "name" of its first message field that has one
-// (UpdateCluster's cluster.name); "" when none.
+// "parent", else its "cluster" (the health and Slurm node requests), else
+// the "name" of its first message field that has one (UpdateCluster's
+// cluster.name); "" when none.
 func Resource(req proto.Message) string {
 	if req == nil {
 		return ""
 	}
 	r := req.ProtoReflect()
 	fields := r.Descriptor().Fields()
-	for _, n := range []protoreflect.Name{"name", "parent"} {
+	for _, n := range []protoreflect.Name{"name", "parent", "cluster"} {
 		if fd := fields.ByName(n); fd != nil && fd.Kind() == protoreflect.StringKind && !fd.IsList() {
 			if v := r.Get(fd).String(); v != "" {
 				return clipReason(v)

@@ -235,6 +235,8 @@ func TestResourceAndIsRead(t *testing.T) {
 		{&loomv1.SubmitJobRequest{Parent: "projects/p", Job: &loomv1.Job{Name: "x"}}, "projects/p"},
 		{&loomv1.UpdateClusterRequest{Cluster: &loomv1.Cluster{Name: "projects/p/clusters/c"}}, "projects/p/clusters/c"},
 		{&loomv1.ListAuditRecordsRequest{}, ""},
+		{&loomv1.InjectFaultRequest{Cluster: "projects/p/clusters/c", Hostname: "gpu-0001"}, "projects/p/clusters/c"},
+		{&loomv1.UpdateSlurmNodeRequest{Cluster: "projects/p/clusters/c"}, "projects/p/clusters/c"},
 	} {
 		if got := Resource(c.req); got != c.want {
 			t.Errorf("Resource(%T) = %q, want %q", c.req, got, c.want)

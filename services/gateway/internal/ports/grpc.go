@@ -26,6 +26,8 @@ func Register(s grpc.ServiceRegistrar, g *app.Gateway) {
 	loomv1.RegisterModelServiceServer(s, models{g: g})
 	loomv1.RegisterAccountServiceServer(s, accounts{g: g})
 	loomv1.RegisterAuditServiceServer(s, audit{g: g})
+	loomv1.RegisterHealthServiceServer(s, health{g: g})
+	loomv1.RegisterGoodputServiceServer(s, goodput{g: g})
 }
 
 // unary maps the error of a unary call; the result is dropped with it.
@@ -201,6 +203,48 @@ func (s models) GetModel(ctx context.Context, r *loomv1.GetModelRequest) (*loomv
 
 func (s models) ListModelVersions(ctx context.Context, r *loomv1.ListModelVersionsRequest) (*loomv1.ListModelVersionsResponse, error) {
 	return unary(s.g.ListModelVersions(ctx, r))
+}
+
+type health struct {
+	loomv1.UnimplementedHealthServiceServer
+	g *app.Gateway
+}
+
+func (s health) ScanNodes(ctx context.Context, r *loomv1.ScanNodesRequest) (*loomv1.ScanNodesResponse, error) {
+	return unary(s.g.ScanNodes(ctx, r))
+}
+
+func (s health) ListHealthResults(ctx context.Context, r *loomv1.ListHealthResultsRequest) (*loomv1.ListHealthResultsResponse, error) {
+	return unary(s.g.ListHealthResults(ctx, r))
+}
+
+func (s health) ListNodeHealth(ctx context.Context, r *loomv1.ListNodeHealthRequest) (*loomv1.ListNodeHealthResponse, error) {
+	return unary(s.g.ListNodeHealth(ctx, r))
+}
+
+func (s health) ReportFaultyNodes(ctx context.Context, r *loomv1.ReportFaultyNodesRequest) (*loomv1.ReportFaultyNodesResponse, error) {
+	return unary(s.g.ReportFaultyNodes(ctx, r))
+}
+
+func (s health) UpdateNodeRemediation(ctx context.Context, r *loomv1.UpdateNodeRemediationRequest) (*loomv1.NodeHealth, error) {
+	return unary(s.g.UpdateNodeRemediation(ctx, r))
+}
+
+func (s health) InjectFault(ctx context.Context, r *loomv1.InjectFaultRequest) (*loomv1.InjectFaultResponse, error) {
+	return unary(s.g.InjectFault(ctx, r))
+}
+
+type goodput struct {
+	loomv1.UnimplementedGoodputServiceServer
+	g *app.Gateway
+}
+
+func (s goodput) GetJobGoodput(ctx context.Context, r *loomv1.GetJobGoodputRequest) (*loomv1.Goodput, error) {
+	return unary(s.g.GetJobGoodput(ctx, r))
+}
+
+func (s goodput) GetClusterGoodput(ctx context.Context, r *loomv1.GetClusterGoodputRequest) (*loomv1.Goodput, error) {
+	return unary(s.g.GetClusterGoodput(ctx, r))
 }
 
 // ClusterEvents handles loom.cluster.events.v1: it advances and finishes

@@ -50,6 +50,8 @@ func RESTMux(ctx context.Context, grpcAddr string) (*runtime.ServeMux, func() er
 		loomv1.RegisterAuthServiceHandler,
 		loomv1.RegisterAccountServiceHandler,
 		loomv1.RegisterAuditServiceHandler,
+		loomv1.RegisterHealthServiceHandler,
+		loomv1.RegisterGoodputServiceHandler,
 	} {
 		if err := reg(ctx, mux, conn); err != nil {
 			_ = conn.Close()

@@ -1,7 +1,8 @@
-// Package app applies telemetry and membership events to the health service
-// and runs its check loop: the domain computes each change, store.Apply writes
-// the durable part (verdicts, membership, emitted events, inbox mark) at once,
-// and only then does memory take it.
+// Package app applies telemetry, membership, remediation and command events
+// to the health service and runs its check loop: the domain computes each
+// change, store.Apply writes the durable part (verdicts, membership,
+// remediation records, emitted events, inbox mark) at once, and only then
+// does memory take it. It also answers ListNodeHealth.
 package app
 
 import (
@@ -18,8 +19,10 @@ import (
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/store"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/health/internal/adapters"
 	"github.com/loom-ml/loom/services/health/internal/domain"
+	"github.com/loom-ml/loom/services/health/internal/remedy"
 )
 
 // Source is the CloudEvents source of the health service's events.
@@ -28,25 +31,43 @@ const Source = "loom/health"
 // App is the health service's state. The consumer and the check loop both
 // change it, so each change is computed, written and committed under mu.
 type App struct {
-	st      *store.Store
-	timeout time.Duration
-	now     func() time.Time
-	log     *slog.Logger
+	st  *store.Store
+	cfg domain.Config
+	now func() time.Time
+	log *slog.Logger
 	// drv writes each change and reloads memory after a write whose
 	// outcome is unknown; its calls run under mu.
 	drv *store.Driver
 
 	mu    sync.Mutex
 	state *domain.State
+
+	// hook, when set, sees every consumed event after the app's own part
+	// is applied (the scan orchestration, scan.go).
+	hook func(ctx context.Context, ev envelope.Event) error
 }
 
 // New returns an app over st that declares a node UNHEALTHY after timeout of
-// silence, reading time from now; Start loads it.
+// silence, with the default policy otherwise, reading time from now; Start
+// loads it.
 func New(st *store.Store, timeout time.Duration, now func() time.Time, log *slog.Logger) *App {
-	a := &App{st: st, timeout: timeout, now: now, log: log, state: domain.NewState(timeout)}
+	return NewWith(st, domain.Config{Timeout: timeout}, now, log)
+}
+
+// NewWith is New with the whole policy: silence, mass silence, remediation
+// and telemetry thresholds.
+func NewWith(st *store.Store, cfg domain.Config, now func() time.Time, log *slog.Logger) *App {
+	a := &App{st: st, cfg: cfg, now: now, log: log, state: domain.NewStateWith(cfg)}
 	a.drv = store.NewDriver(st, a.reload)
 	return a
 }
+
+// SetHook gives every consumed event, once the app has applied its own
+// part, to h as well (the scan orchestration's entry point: ScanNodes,
+// NodesNeedCheck, check results, heartbeats). An error from h is the
+// handler's: the event is delivered again, and the app's part, already
+// applied, is not repeated (inbox). Call before the consumer starts.
+func (a *App) SetHook(h func(ctx context.Context, ev envelope.Event) error) { a.hook = h }
 
 // Start loads the members and their verdicts; every member gets a full
 // timeout of grace from now, since when it last spoke was not kept.
@@ -61,16 +82,33 @@ func (a *App) reload(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s := domain.NewState(a.timeout)
+	snap, err := adapters.LoadRemedy(ctx, a.st)
+	if err != nil {
+		return err
+	}
+	s := domain.NewStateWith(a.cfg)
 	s.Load(a.now(), nodes)
+	if err := s.LoadRemedy(snap); err != nil {
+		return err
+	}
 	a.state = s
-	a.log.Info("state loaded", "nodes", len(nodes))
+	a.log.Info("state loaded", "nodes", len(nodes), "remediation_records", len(snap.Nodes))
 	return nil
 }
 
 // Handle applies one consumed event; it is the consumer's bus.Handler. An
 // event that can never apply is returned as bus.Permanent (dead-lettered).
 func (a *App) Handle(ctx context.Context, ev envelope.Event) error {
+	if err := a.handle(ctx, ev); err != nil {
+		return err
+	}
+	if a.hook != nil {
+		return a.hook(ctx, ev)
+	}
+	return nil
+}
+
+func (a *App) handle(ctx context.Context, ev envelope.Event) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if err := a.drv.Ready(ctx); err != nil {
@@ -131,7 +169,8 @@ func (a *App) apply(ctx context.Context, inboxID string, c *domain.Change) error
 		if err := adapters.Write(&tx, c); err != nil {
 			return err
 		}
-		for _, e := range c.Emits {
+		emits := c.AllEmits()
+		for _, e := range emits {
 			ev, err := envelope.Route(e.Key, Source, e.Payload)
 			if err != nil {
 				return err
@@ -143,8 +182,8 @@ func (a *App) apply(ctx context.Context, inboxID string, c *domain.Change) error
 			return fmt.Errorf("apply: %w", err)
 		}
 		if applied {
-			for _, e := range c.Emits {
-				a.log.Info("node health changed", "node", e.Key, "verdict", e.Payload)
+			for _, e := range emits {
+				a.log.Info("health emitted", "node", e.Key, "type", fmt.Sprintf("%T", e.Payload), "event", e.Payload)
 			}
 		}
 		return nil
@@ -161,4 +200,26 @@ func (a *App) Node(name string) (n domain.Node, ok bool) {
 		return *p, true
 	}
 	return domain.Node{}, false
+}
+
+// Remedy returns a copy of the node's remediation record, or nil.
+func (a *App) Remedy(name string) *remedy.Node {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.state.Remedy(name)
+}
+
+// ListNodeHealth returns health's view of every node of cluster (every node
+// when cluster is empty), by name.
+func (a *App) ListNodeHealth(cluster string) []*loomv1.NodeHealth {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []*loomv1.NodeHealth
+	for _, n := range a.state.Nodes() {
+		if cluster != "" && n.Cluster != cluster {
+			continue
+		}
+		out = append(out, a.state.View(n.Name))
+	}
+	return out
 }

@@ -1,21 +1,28 @@
 // Package domain is the health service's pure core: which nodes it watches,
-// when a node's silence makes it UNHEALTHY, and when its heartbeats make it
-// HEALTHY again. Nothing here does I/O or reads a clock: every call is given
-// the time.
+// when a node's silence makes it UNHEALTHY (or, when many fall silent
+// together, only unreachable), when its heartbeats make it HEALTHY again, and
+// how what nodes report (Xids, telemetry, check results), what the
+// provisioner and scheduler answer, and what operators ask feed the
+// remediation state machine (package remedy). Nothing here does I/O or reads
+// a clock: every call is given the time.
 package domain
 
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/hostlist"
 	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/health/internal/classify"
+	"github.com/loom-ml/loom/services/health/internal/remedy"
 )
 
 // ReasonResumed is the reason of a HEALTHY verdict after heartbeats resume.
@@ -30,6 +37,16 @@ type Node struct {
 	State     loomv1.Node_State `json:"state"`
 	Unhealthy bool              `json:"unhealthy,omitempty"`
 	Reason    string            `json:"reason,omitempty"`
+	// Hostname is the provisioner's (operators name nodes by it).
+	Hostname string `json:"hostname,omitempty"`
+	// Unreachable: silent, but together with many of its cluster's nodes:
+	// not declared failed until the silence is confirmed.
+	Unreachable bool `json:"unreachable,omitempty"`
+	// Simulated: the agent said its GPUs are the simulated device;
+	// Registered that it said anything (faults are injected only into
+	// simulated GPUs).
+	Simulated  bool `json:"simulated,omitempty"`
+	Registered bool `json:"registered,omitempty"`
 }
 
 // Watched reports whether the node's silence counts: it runs (READY), or it
@@ -40,32 +57,92 @@ func (n *Node) Watched() bool {
 	return n.State == loomv1.Node_READY || n.State == loomv1.Node_DOWN
 }
 
-// State is the member nodes, their verdicts, and when each was last heard
-// from. Last-seen times live only in memory. State changes only through
+// DefaultMassSilence is the share of a cluster's watched nodes that, silent
+// together (and at least two), are unreachable rather than failed.
+const DefaultMassSilence = 0.5
+
+// Config is the domain's policy.
+type Config struct {
+	// Timeout is how long a node may be silent.
+	Timeout time.Duration
+	// MassSilence: when at least this share of a cluster's watched nodes (and
+	// at least 2) are silent together, they are unreachable, not failed,
+	// until the silence is confirmed (DefaultMassSilence when 0; above 1 is off).
+	MassSilence float64
+	// Remedy is the remediation machine's policy.
+	Remedy remedy.Config
+	// Thresholds are the telemetry limits (classify.DefaultThresholds when zero).
+	Thresholds classify.Thresholds
+}
+
+// State is the member nodes, their verdicts, when each was last heard
+// from, and their remediation. Last-seen times, unreachable-since times and
+// the latest telemetry live only in memory. State changes only through
 // Commit; it is not safe for concurrent use.
 type State struct {
+	cfg      Config
 	timeout  time.Duration
 	nodes    map[string]*Node
 	lastSeen map[string]time.Time
+	// unreachSince is when each unreachable node was found so; evidence
+	// when traffic first arrived after that (the bus delivers again).
+	unreachSince map[string]time.Time
+	evidence     map[string]time.Time
+	// telemetry is each node's latest GpuTelemetry (rates, ListNodeHealth).
+	telemetry map[string]*eventsv1.GpuTelemetry
+	// lastCheck is when the check loop last ran.
+	lastCheck time.Time
+	machine   *remedy.Machine
 }
 
 // NewState returns an empty state that declares a node UNHEALTHY after
-// timeout without a heartbeat.
-func NewState(timeout time.Duration) *State {
-	return &State{timeout: timeout, nodes: map[string]*Node{}, lastSeen: map[string]time.Time{}}
+// timeout without a heartbeat, with the default policy otherwise.
+func NewState(timeout time.Duration) *State { return NewStateWith(Config{Timeout: timeout}) }
+
+// NewStateWith returns an empty state with cfg's policy.
+func NewStateWith(cfg Config) *State {
+	if cfg.MassSilence <= 0 {
+		cfg.MassSilence = DefaultMassSilence
+	}
+	if cfg.Thresholds == (classify.Thresholds{}) {
+		cfg.Thresholds = classify.DefaultThresholds()
+	}
+	return &State{cfg: cfg, timeout: cfg.Timeout, nodes: map[string]*Node{}, lastSeen: map[string]time.Time{},
+		unreachSince: map[string]time.Time{}, evidence: map[string]time.Time{}, telemetry: map[string]*eventsv1.GpuTelemetry{}, machine: remedy.New(cfg.Remedy)}
 }
 
 // Load adds the nodes read from storage at start-up. Nobody knows when they
-// last spoke, so each gets a full timeout of grace from now.
+// last spoke, so each gets a full timeout of grace from now (an unreachable
+// one too: its confirmation starts again).
 func (s *State) Load(now time.Time, nodes []*Node) {
 	for _, n := range nodes {
 		s.nodes[n.Name] = n
 		s.lastSeen[n.Name] = now
+		if n.Unreachable {
+			s.unreachSince[n.Name] = now
+		}
 	}
+	s.lastCheck = now
+}
+
+// LoadRemedy restores the remediation machine from its stored snapshot.
+func (s *State) LoadRemedy(snap remedy.Snapshot) error {
+	m, err := remedy.Restore(s.cfg.Remedy, snap)
+	if err != nil {
+		return err
+	}
+	s.machine = m
+	return nil
 }
 
 // Node returns the node's record (not to be modified), or nil.
 func (s *State) Node(name string) *Node { return s.nodes[name] }
+
+// Remedy returns a copy of the node's remediation record, or nil.
+func (s *State) Remedy(name string) *remedy.Node { return s.machine.Node(name) }
+
+// Machine returns the remediation machine, for reads.
+func (s *State) Machine() *remedy.Machine { return s.machine }
 
 // Nodes returns every member node (not to be modified), by name.
 func (s *State) Nodes() []*Node {
@@ -78,16 +155,36 @@ func (s *State) Nodes() []*Node {
 }
 
 // Change is what one event or tick did: node records to write (nil deletes),
-// events to emit, and last-seen times to remember (memory only).
+// events to emit, the remediation machine's step, and what is kept in
+// memory only (last-seen times, telemetry, when traffic and checks were).
 type Change struct {
-	Nodes map[string]*Node
-	Emits []Emit
-	seen  map[string]time.Time
+	Nodes  map[string]*Node
+	Emits  []Emit
+	Remedy *remedy.Result
+	seen   map[string]time.Time
+	// unreach sets (or with a zero time clears) unreachable-since times.
+	unreach   map[string]time.Time
+	telemetry map[string]*eventsv1.GpuTelemetry
+	traffic   time.Time
+	checked   time.Time
 }
 
 // Durable reports whether the change has anything to persist or emit; a
-// change that is not durable only refreshes last-seen times.
-func (c *Change) Durable() bool { return len(c.Nodes) > 0 || len(c.Emits) > 0 }
+// change that is not durable only refreshes what is kept in memory.
+func (c *Change) Durable() bool {
+	return len(c.Nodes) > 0 || len(c.Emits) > 0 || (c.Remedy != nil && c.Remedy.Durable())
+}
+
+// AllEmits are the change's events: the domain's, then the machine's.
+func (c *Change) AllEmits() []Emit {
+	out := append([]Emit(nil), c.Emits...)
+	if c.Remedy != nil {
+		for _, e := range c.Remedy.Emits {
+			out = append(out, Emit{Key: e.Key, Payload: e.Payload})
+		}
+	}
+	return out
+}
 
 // Emit is an event to publish: the payload and its record key. Its topic is
 // not the domain's to choose: the app routes it by type (topics.For).
@@ -102,34 +199,159 @@ func (s *State) Commit(c *Change) {
 		if n == nil {
 			delete(s.nodes, name)
 			delete(s.lastSeen, name)
+			delete(s.unreachSince, name)
+			delete(s.evidence, name)
+			delete(s.telemetry, name)
 		} else {
 			s.nodes[name] = n
 		}
 	}
 	for name, t := range c.seen {
-		s.lastSeen[name] = t
+		if s.nodes[name] != nil {
+			s.lastSeen[name] = t
+		}
+	}
+	for name, t := range c.unreach {
+		delete(s.evidence, name)
+		if t.IsZero() {
+			delete(s.unreachSince, name)
+		} else {
+			s.unreachSince[name] = t
+		}
+	}
+	if !c.traffic.IsZero() {
+		for name, since := range s.unreachSince {
+			if _, ok := s.evidence[name]; !ok && c.traffic.After(since) {
+				s.evidence[name] = c.traffic
+			}
+		}
+	}
+	for name, t := range c.telemetry {
+		if s.nodes[name] != nil {
+			s.telemetry[name] = t
+		}
+	}
+	if !c.checked.IsZero() {
+		s.lastCheck = c.checked
+	}
+	if c.Remedy != nil {
+		s.machine.Commit(c.Remedy)
 	}
 }
 
 func newChange() *Change {
-	return &Change{Nodes: map[string]*Node{}, seen: map[string]time.Time{}}
+	return &Change{Nodes: map[string]*Node{}, seen: map[string]time.Time{}, unreach: map[string]time.Time{},
+		telemetry: map[string]*eventsv1.GpuTelemetry{}}
+}
+
+// node returns the record as this change has it so far (not to be modified).
+func (s *State) node(c *Change, name string) *Node {
+	if n, ok := c.Nodes[name]; ok {
+		return n
+	}
+	return s.nodes[name]
+}
+
+// edit returns a copy of the node's record to change, stored in c.
+func (s *State) edit(c *Change, name string) *Node {
+	n := s.node(c, name)
+	if n == nil {
+		return nil
+	}
+	if cn, ok := c.Nodes[name]; ok && cn != nil {
+		return cn
+	}
+	cp := *n
+	c.Nodes[name] = &cp
+	return &cp
 }
 
 // Handle computes what a consumed event does. Events of other types give an
 // empty change; a payload missing its node gives an *errs.InvalidError.
 func (s *State) Handle(now time.Time, payload proto.Message) (*Change, error) {
 	c := newChange()
+	c.traffic = now
+	var evs []remedy.Event
 	switch ev := payload.(type) {
 	case *eventsv1.AgentRegistered:
 		if ev.GetNode() == "" {
 			return nil, fmt.Errorf("agent registered: %w", errs.Invalid("node", "required"))
 		}
 		s.heard(c, now, ev.GetNode())
+		if n := s.node(c, ev.GetNode()); n != nil {
+			if !n.Registered || n.Simulated != ev.GetSimulatedGpus() {
+				e := s.edit(c, ev.GetNode())
+				e.Registered, e.Simulated = true, ev.GetSimulatedGpus()
+			}
+			evs = append(evs, remedy.Registered{Node: ev.GetNode(), HostBootID: ev.GetHostBootId()})
+		}
 	case *eventsv1.Heartbeat:
 		if ev.GetNode() == "" {
 			return nil, fmt.Errorf("heartbeat: %w", errs.Invalid("node", "required"))
 		}
 		s.heard(c, now, ev.GetNode())
+	case *eventsv1.GpuTelemetry:
+		if ev.GetNode() == "" {
+			return nil, fmt.Errorf("gpu telemetry: %w", errs.Invalid("node", "required"))
+		}
+		if s.nodes[ev.GetNode()] == nil {
+			break
+		}
+		s.heard(c, now, ev.GetNode())
+		if v, ok := classify.Worst(s.cfg.Thresholds.Telemetry(s.telemetry[ev.GetNode()], ev)); ok {
+			evs = append(evs, remedy.Fault{Node: ev.GetNode(), Verdict: v})
+		}
+		c.telemetry[ev.GetNode()] = ev
+	case *eventsv1.XidObserved:
+		if ev.GetNode() == "" {
+			return nil, fmt.Errorf("xid observed: %w", errs.Invalid("node", "required"))
+		}
+		evs = append(evs, remedy.Fault{Node: ev.GetNode(), Verdict: classify.Xid(ev.GetGpu(), ev.GetXid())})
+	case *eventsv1.HealthCheckCompleted:
+		r := ev.GetResult()
+		if r.GetNode() == "" {
+			return nil, fmt.Errorf("health check completed: %w", errs.Invalid("result.node", "required"))
+		}
+		evs = append(evs, remedy.Check{Node: r.GetNode(), Result: r})
+	case *eventsv1.RemediationFinished:
+		if ev.GetNode() == "" {
+			return nil, fmt.Errorf("remediation finished: %w", errs.Invalid("node", "required"))
+		}
+		evs = append(evs, remedy.Repaired{Node: ev.GetNode(), ID: ev.GetRemediationId(), OK: ev.GetOk(), Message: ev.GetMessage(),
+			Replacement: ev.GetReplacement()})
+	case *eventsv1.NodeDrained:
+		if ev.GetNode() == "" {
+			return nil, fmt.Errorf("node drained: %w", errs.Invalid("node", "required"))
+		}
+		evs = append(evs, remedy.Drained{Node: ev.GetNode()})
+	case *eventsv1.ReportFaultyNodes:
+		names, err := s.resolve(ev.GetCluster(), ev.GetHostnames())
+		if err != nil {
+			return nil, fmt.Errorf("report faulty nodes: %w", err)
+		}
+		for _, n := range names {
+			evs = append(evs, remedy.Report{Node: n, User: ev.GetUser(), Reason: ev.GetReason()})
+		}
+	case *eventsv1.UpdateNodeRemediation:
+		names, err := s.resolve(ev.GetCluster(), []string{ev.GetHostname()})
+		if err != nil {
+			return nil, fmt.Errorf("update node remediation: %w", err)
+		}
+		for _, n := range names {
+			evs = append(evs, remedy.Override{Node: n, Action: ev.GetAction(), User: ev.GetUser(), Reason: ev.GetReason()})
+		}
+	case *eventsv1.InjectFault:
+		names, err := s.resolve(ev.GetCluster(), []string{ev.GetHostname()})
+		if err != nil {
+			return nil, fmt.Errorf("inject fault: %w", err)
+		}
+		for _, name := range names {
+			n := s.nodes[name]
+			if n.Registered && !n.Simulated {
+				return nil, fmt.Errorf("inject fault: %w", errs.Invalid("hostname", "node %s has real GPUs: faults are injected only into simulated ones", n.Hostname))
+			}
+			c.Emits = append(c.Emits, Emit{Key: name, Payload: &eventsv1.InjectNodeFault{Node: name, Cluster: n.Cluster, Fault: ev.GetFault(), User: ev.GetUser()}})
+		}
 	case *eventsv1.NodeChanged:
 		in := ev.GetNode()
 		if in.GetName() == "" {
@@ -142,17 +364,24 @@ func (s *State) Handle(now time.Time, payload proto.Message) (*Change, error) {
 				cluster = n.Cluster.String()
 			}
 		}
+		hostname := in.GetHostname()
 		old := s.nodes[in.GetName()]
-		if old != nil && old.State == in.GetState() && old.Cluster == cluster {
+		if old != nil && hostname == "" {
+			hostname = old.Hostname
+		}
+		evs = append(evs, remedy.Join{Node: in.GetName(), Cluster: cluster, Hostname: hostname})
+		if old != nil && old.State == in.GetState() && old.Cluster == cluster && old.Hostname == hostname {
 			break
 		}
-		n := &Node{Name: in.GetName(), Cluster: cluster, State: in.GetState()}
+		n := &Node{Name: in.GetName(), Cluster: cluster, State: in.GetState(), Hostname: hostname}
 		if old != nil {
-			n.Unhealthy, n.Reason = old.Unhealthy, old.Reason
+			n.Unhealthy, n.Reason, n.Unreachable, n.Simulated, n.Registered = old.Unhealthy, old.Reason, old.Unreachable, old.Simulated, old.Registered
 		}
 		c.Nodes[n.Name] = n
-		if _, ok := s.lastSeen[n.Name]; !ok && n.Watched() {
-			c.seen[n.Name] = now // a node that just joined gets a full timeout
+		if _, ok := s.lastSeen[n.Name]; n.Watched() && (!ok || old == nil || !old.Watched()) {
+			// A node that just joined, or is READY again after a repair or
+			// provisioning, gets a full timeout from now.
+			c.seen[n.Name] = now
 		}
 	case *eventsv1.NodeRemoved:
 		if ev.GetNode() == "" {
@@ -161,58 +390,261 @@ func (s *State) Handle(now time.Time, payload proto.Message) (*Change, error) {
 		if s.nodes[ev.GetNode()] != nil {
 			c.Nodes[ev.GetNode()] = nil
 		}
+		evs = append(evs, remedy.Leave{Node: ev.GetNode()})
+	}
+	if len(evs) > 0 {
+		c.Remedy = s.machine.Step(now, evs...)
 	}
 	return c, nil
 }
 
-// heard records a member's sign of life; an UNHEALTHY node becomes HEALTHY.
-// Signs from nodes not (yet, or any more) members are not remembered: a node
-// that joins gets its grace from joining.
+// resolve names the member nodes of cluster that hostnames (Slurm hostlist
+// expressions allowed; a node's full name too) mean. A name that matches no
+// member is an *errs.InvalidError: the command can never apply.
+func (s *State) resolve(cluster string, hostnames []string) ([]string, error) {
+	if cluster == "" {
+		return nil, errs.Invalid("cluster", "required")
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, expr := range hostnames {
+		hosts := []string{expr}
+		if strings.ContainsAny(expr, "[,") {
+			var err error
+			if hosts, err = hostlist.Expand(expr); err != nil {
+				return nil, errs.Invalid("hostnames", "%v", err)
+			}
+		}
+		for _, h := range hosts {
+			name := s.byHostname(cluster, h)
+			if name == "" {
+				return nil, errs.Invalid("hostnames", "no node %q in cluster %s", h, cluster)
+			}
+			if !seen[name] {
+				seen[name] = true
+				out = append(out, name)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, errs.Invalid("hostnames", "at least one is required")
+	}
+	return out, nil
+}
+
+func (s *State) byHostname(cluster, h string) string {
+	if n := s.nodes[h]; n != nil && n.Cluster == cluster {
+		return h
+	}
+	if n := s.nodes[cluster+"/nodes/"+h]; n != nil {
+		return n.Name
+	}
+	for _, n := range s.Nodes() {
+		if n.Cluster == cluster && n.Hostname == h {
+			return n.Name
+		}
+	}
+	return ""
+}
+
+// inService reports whether remediation leaves the node in service (so that
+// a silence verdict on it means something to the scheduler).
+func (s *State) inService(c *Change, name string) bool {
+	var r *remedy.Node
+	if c.Remedy != nil {
+		if rn, ok := c.Remedy.Nodes[name]; ok {
+			r = rn
+		}
+	}
+	if r == nil {
+		r = s.machine.Node(name)
+	}
+	return r == nil || r.InService()
+}
+
+// heard records a member's sign of life; an UNHEALTHY node becomes HEALTHY
+// and an unreachable one reachable. A node that remediation holds out stays
+// out: only its silence is forgotten. Signs from nodes not (yet, or any
+// more) members are not remembered: a node that joins gets its grace from
+// joining.
 func (s *State) heard(c *Change, now time.Time, name string) {
-	n := s.nodes[name]
+	n := s.node(c, name)
 	if n == nil {
 		return
 	}
 	c.seen[name] = now
-	if !n.Unhealthy {
+	if !n.Unhealthy && !n.Unreachable {
 		return
 	}
-	healed := *n
-	healed.Unhealthy, healed.Reason = false, ReasonResumed
-	c.Nodes[name] = &healed
-	c.Emits = append(c.Emits, verdict(&healed, now))
+	healed := s.edit(c, name)
+	wasUnhealthy := healed.Unhealthy
+	healed.Unhealthy, healed.Unreachable, healed.Reason = false, false, ReasonResumed
+	c.unreach[name] = time.Time{}
+	if !s.inService(c, name) && wasUnhealthy {
+		return
+	}
+	c.Emits = append(c.Emits, s.verdict(c, healed, now, now))
 }
 
 // Check declares UNHEALTHY every watched node silent for the timeout or
-// longer, once: a node already UNHEALTHY is not declared again.
+// longer, once: a node already UNHEALTHY is not declared again. When many of
+// a cluster's nodes are silent together (Config.MassSilence), they are only
+// unreachable: the scheduler places nothing there but ends no run, and they
+// are declared UNHEALTHY when their silence lasts another full timeout from
+// when the bus demonstrably delivered again (traffic arrived after they were
+// found unreachable). When the
+// check loop itself ran late by more than the timeout, health was stalled,
+// not the nodes: everyone gets a full timeout of grace.
 func (s *State) Check(now time.Time) *Change {
 	c := newChange()
+	c.checked = now
+	c.Remedy = s.machine.Step(now, remedy.Tick{})
+	if !s.lastCheck.IsZero() && now.Sub(s.lastCheck) > s.timeout {
+		for _, n := range s.Nodes() {
+			if n.Watched() {
+				c.seen[n.Name] = now
+			}
+			if n.Unreachable {
+				c.unreach[n.Name] = now
+			}
+		}
+		return c
+	}
+	byCluster := map[string][]*Node{}
 	for _, n := range s.Nodes() {
-		if !n.Watched() || n.Unhealthy {
-			continue
+		if n.Watched() {
+			byCluster[n.Cluster] = append(byCluster[n.Cluster], n)
 		}
-		last, ok := s.lastSeen[n.Name]
-		if !ok {
-			c.seen[n.Name] = now // never heard of since it joined: start its grace now
-			continue
+	}
+	clusters := make([]string, 0, len(byCluster))
+	for cl := range byCluster {
+		clusters = append(clusters, cl)
+	}
+	sort.Strings(clusters)
+	for _, cl := range clusters {
+		watched := byCluster[cl]
+		var silent, fresh []*Node
+		for _, n := range watched {
+			if n.Unhealthy {
+				continue
+			}
+			last, ok := s.lastSeen[n.Name]
+			if !ok {
+				c.seen[n.Name] = now // never heard of since it joined: start its grace now
+				continue
+			}
+			if now.Sub(last) < s.timeout {
+				continue
+			}
+			silent = append(silent, n)
+			if !n.Unreachable {
+				fresh = append(fresh, n)
+			}
 		}
-		if now.Sub(last) < s.timeout {
-			continue
+		mass := len(silent) >= 2 && float64(len(silent)) >= s.cfg.MassSilence*float64(len(watched))
+		for _, n := range fresh {
+			last := s.lastSeen[n.Name]
+			if mass {
+				un := s.edit(c, n.Name)
+				un.Unreachable = true
+				un.Reason = fmt.Sprintf("no heartbeat for %s, with %d of %d nodes: unreachable until confirmed", s.timeout, len(silent), len(watched))
+				c.unreach[n.Name] = now
+				c.Emits = append(c.Emits, s.verdict(c, un, last, now))
+				continue
+			}
+			s.fail(c, n, last, now)
 		}
-		sick := *n
-		sick.Unhealthy, sick.Reason = true, "no heartbeat for "+s.timeout.String()
-		c.Nodes[n.Name] = &sick
-		c.Emits = append(c.Emits, verdict(&sick, last))
+		// Unreachable nodes: failed once their silence outlasted another
+		// full timeout since the bus was seen delivering again.
+		for _, n := range silent {
+			ev, ok := s.evidence[n.Name]
+			if !n.Unreachable || !ok || now.Sub(ev) < s.timeout {
+				continue
+			}
+			s.fail(c, n, s.lastSeen[n.Name], now)
+		}
 	}
 	return c
 }
 
-func verdict(n *Node, last time.Time) Emit {
+// fail declares a silent node UNHEALTHY; the verdict is emitted unless
+// remediation already holds the node out.
+func (s *State) fail(c *Change, n *Node, last, now time.Time) {
+	sick := s.edit(c, n.Name)
+	sick.Unhealthy, sick.Unreachable, sick.Reason = true, false, "no heartbeat for "+s.timeout.String()
+	c.unreach[n.Name] = time.Time{}
+	if s.inService(c, n.Name) {
+		c.Emits = append(c.Emits, s.verdict(c, sick, last, now))
+	}
+}
+
+// verdict is the NodeHealthChanged of a silence, a resumption, or an
+// unreachability: health and remediation state as health sees them now.
+func (s *State) verdict(c *Change, n *Node, last, now time.Time) Emit {
 	h := eventsv1.NodeHealth_HEALTHY
 	if n.Unhealthy {
 		h = eventsv1.NodeHealth_UNHEALTHY
 	}
 	return Emit{Key: n.Name, Payload: &eventsv1.NodeHealthChanged{
 		Node: n.Name, Cluster: n.Cluster, Health: h, Reason: n.Reason, LastHeartbeat: timestamppb.New(last),
+		State: s.viewState(c, n), SetBy: remedy.SetBy, Time: timestamppb.New(now), Unreachable: n.Unreachable,
+		Action: silenceAction(n),
 	}}
+}
+
+func silenceAction(n *Node) loomv1.RemediationAction {
+	if n.Unhealthy {
+		return loomv1.RemediationAction_ACTION_DRAIN
+	}
+	return loomv1.RemediationAction_ACTION_NONE
+}
+
+// viewState is the remediation state health reports for a node: an
+// unreachable node is NODE_UNREACHABLE; a silent one that remediation has in
+// service is NODE_DRAINING (it is out); otherwise the machine's state.
+func (s *State) viewState(c *Change, n *Node) loomv1.RemediationState {
+	if n.Unreachable {
+		return loomv1.RemediationState_NODE_UNREACHABLE
+	}
+	var r *remedy.Node
+	if c != nil && c.Remedy != nil {
+		r = c.Remedy.Nodes[n.Name]
+	}
+	if r == nil {
+		r = s.machine.Node(n.Name)
+	}
+	if n.Unhealthy && (r == nil || r.InService()) {
+		return loomv1.RemediationState_NODE_DRAINING
+	}
+	if r == nil {
+		return loomv1.RemediationState_NODE_HEALTHY
+	}
+	return r.State
+}
+
+// View is health's whole view of one node, for ListNodeHealth.
+func (s *State) View(name string) *loomv1.NodeHealth {
+	n := s.nodes[name]
+	if n == nil {
+		return nil
+	}
+	out := &loomv1.NodeHealth{Node: n.Name, Hostname: n.Hostname, Cluster: n.Cluster, State: s.viewState(nil, n),
+		Reason: n.Reason, SetBy: remedy.SetBy, Simulated: n.Simulated}
+	if r := s.machine.Node(name); r != nil {
+		if !n.Unhealthy && !n.Unreachable || !r.InService() {
+			out.Reason, out.SetBy = r.Reason, r.SetBy
+			out.StateTime = timestamppb.New(r.Since)
+		}
+		out.NextAction = r.Next
+		out.DryRun = r.DryRun
+		out.Failures = int32(len(r.Failures))
+	}
+	if last, ok := s.lastSeen[name]; ok {
+		out.LastHeartbeat = timestamppb.New(last)
+	}
+	if t := s.telemetry[name]; t != nil {
+		out.Gpus, out.Disks = t.GetGpus(), t.GetDisks()
+		out.Simulated = out.Simulated || t.GetSimulated()
+	}
+	return out
 }

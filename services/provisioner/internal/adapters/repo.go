@@ -8,6 +8,7 @@
 //	nodes         hash: node name → protojson Node
 //	reservations  hash: reservation name → protojson Reservation (in_use and consumers are derived, not stored)
 //	slurm         hash: cluster name → protojson SlurmConfig
+//	repairs       hash: node name → JSON repair record (domain.Repair; see repairRecord)
 package adapters
 
 import (
@@ -35,7 +36,46 @@ const (
 	KeyNodes        = "nodes"
 	KeyReservations = "reservations"
 	KeySlurm        = "slurm"
+	KeyRepairs      = "repairs"
 )
+
+// repairRecord is a domain.Repair in Redis; the action by its enum name.
+type repairRecord struct {
+	ID          string    `json:"remediation_id"`
+	Node        string    `json:"node"`
+	Cluster     string    `json:"cluster"`
+	Action      string    `json:"action"`
+	Reason      string    `json:"reason,omitempty"`
+	BootID      string    `json:"boot_id"`
+	Phase       string    `json:"phase"`
+	Target      string    `json:"target"`
+	Replacement string    `json:"replacement,omitempty"`
+	Started     time.Time `json:"started"`
+	Deadline    time.Time `json:"deadline"`
+	PID         int32     `json:"pid,omitempty"`
+}
+
+// EncodeRepair encodes a repair record for Redis.
+func EncodeRepair(r *domain.Repair) ([]byte, error) {
+	return json.Marshal(repairRecord{ID: r.ID, Node: r.Node, Cluster: r.Cluster, Action: r.Action.String(), Reason: r.Reason,
+		BootID: r.BootID, Phase: string(r.Phase), Target: r.Target, Replacement: r.Replacement,
+		Started: r.Started.UTC(), Deadline: r.Deadline.UTC(), PID: r.PID})
+}
+
+// DecodeRepair decodes what EncodeRepair wrote.
+func DecodeRepair(b []byte) (*domain.Repair, error) {
+	var r repairRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("decode repair record: %w", err)
+	}
+	action, ok := loomv1.RemediationAction_value[r.Action]
+	if !ok {
+		return nil, fmt.Errorf("decode repair record of %s: unknown action %q", r.Node, r.Action)
+	}
+	return &domain.Repair{ID: r.ID, Node: r.Node, Cluster: r.Cluster, Action: loomv1.RemediationAction(action), Reason: r.Reason,
+		BootID: r.BootID, Phase: domain.RepairPhase(r.Phase), Target: r.Target, Replacement: r.Replacement,
+		Started: r.Started, Deadline: r.Deadline, PID: r.PID}, nil
+}
 
 type clusterRecord struct {
 	Cluster         json.RawMessage   `json:"cluster"`
@@ -128,7 +168,21 @@ func Load(ctx context.Context, st *store.Store) (*domain.State, error) {
 		}
 		slurm[name] = c
 	}
-	return domain.NewState(clusters, nodes, reservations, slurm), nil
+	rm, err := st.HGetAll(ctx, KeyRepairs)
+	if err != nil {
+		return nil, fmt.Errorf("load repairs: %w", err)
+	}
+	var repairs []*domain.Repair
+	for name, b := range rm {
+		r, err := DecodeRepair(b)
+		if err != nil {
+			return nil, fmt.Errorf("load repair of %s: %w", name, err)
+		}
+		repairs = append(repairs, r)
+	}
+	s := domain.NewState(clusters, nodes, reservations, slurm)
+	s.Apply(domain.Change{PutRepairs: repairs})
+	return s, nil
 }
 
 // loadAll decodes every protojson value of a hash.
@@ -192,6 +246,16 @@ func Tx(ch domain.Change) (*store.Tx, error) {
 	for _, name := range ch.DelClusters {
 		tx.HDel(KeyClusters, name)
 	}
+	for _, r := range ch.PutRepairs {
+		b, err := EncodeRepair(r)
+		if err != nil {
+			return nil, fmt.Errorf("encode repair of %s: %w", r.Node, err)
+		}
+		tx.HSet(KeyRepairs, r.Node, b)
+	}
+	for _, name := range ch.DelRepairs {
+		tx.HDel(KeyRepairs, name)
+	}
 	for _, p := range ch.Events {
 		ev, err := Event(p)
 		if err != nil {
@@ -221,6 +285,8 @@ func Event(p proto.Message) (envelope.Event, error) {
 	case *eventsv1.NodeChanged:
 		key = m.GetNode().GetName()
 	case *eventsv1.NodeRemoved:
+		key = m.GetNode()
+	case *eventsv1.RemediationFinished:
 		key = m.GetNode()
 	default:
 		return envelope.Event{}, fmt.Errorf("provisioner does not emit %T", p)

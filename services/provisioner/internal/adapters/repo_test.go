@@ -88,3 +88,44 @@ func TestLoadWhatTxWrote(t *testing.T) {
 		t.Fatalf("after deletes: %+v, %v", s, err)
 	}
 }
+
+func TestRepairsAreStoredAndLoaded(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "provisioner:")
+	ctx := context.Background()
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	r := &domain.Repair{ID: "rem-1", Node: "projects/p/clusters/c/nodes/gpu-0001", Cluster: "projects/p/clusters/c",
+		Action: loomv1.RemediationAction_ACTION_REPLACE, Reason: "Xid 79", BootID: "b1", Phase: domain.RepairSwapped,
+		Target: "projects/p/clusters/c/nodes/gpu-0003", Replacement: "projects/p/clusters/c/nodes/gpu-0003",
+		Started: at, Deadline: at.Add(time.Hour), PID: 42}
+	fin := &eventsv1.RemediationFinished{Node: r.Node, RemediationId: "rem-0", Ok: true}
+	tx, err := Tx(domain.Change{PutRepairs: []*domain.Repair{r}, Events: []proto.Message{fin}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Apply(ctx, "", tx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Load(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.Repairs[r.Node]
+	if got == nil || *got != *r || s.RepairOf(r.Target) != got {
+		t.Fatalf("loaded repair %+v, want %+v", got, r)
+	}
+	if ev, err := Event(fin); err != nil || ev.Topic != topics.NodeEvents || ev.Key != r.Node {
+		t.Fatalf("Event(RemediationFinished) = %+v, %v", ev, err)
+	}
+	tx, _ = Tx(domain.Change{DelRepairs: []string{r.Node}})
+	if _, err := st.Apply(ctx, "", tx); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Load(ctx, st); err != nil || len(s.Repairs) != 0 || s.RepairOf(r.Target) != nil {
+		t.Fatalf("after delete: %+v, %v", s.Repairs, err)
+	}
+	if _, err := DecodeRepair([]byte(`{"node":"n","action":"ACTION_DANCE"}`)); err == nil {
+		t.Fatal("an unknown action decoded")
+	}
+}

@@ -5,6 +5,8 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -230,7 +232,7 @@ func (a *App) commit(ch domain.Change) {
 // thousands of times.
 func (a *App) needsReconcile(ch domain.Change) bool {
 	if len(ch.PutSlurm) > 0 || len(ch.DelSlurm) > 0 || len(ch.DelNodes) > 0 || len(ch.DelClusters) > 0 ||
-		len(ch.PutReservations) > 0 || len(ch.DelReservations) > 0 {
+		len(ch.PutReservations) > 0 || len(ch.DelReservations) > 0 || len(ch.PutRepairs) > 0 {
 		return true
 	}
 	for _, n := range ch.PutNodes {
@@ -314,6 +316,24 @@ func (a *App) NodeHealthChanged(ctx context.Context, id string, ev *eventsv1.Nod
 // NodeDrained applies the scheduler's NodeDrained delivered as event id.
 func (a *App) NodeDrained(ctx context.Context, id string, ev *eventsv1.NodeDrained) error {
 	return a.apply(ctx, id, func(s *domain.State) domain.Change { return s.NodeDrained(a.opts.Params, ev, a.opts.Now()) })
+}
+
+// RemediateNode applies health's RemediateNode delivered as event id: the
+// repair is recorded with a new random host boot id (kept with it, so a
+// provisioner that crashes mid-repair resumes the same boot), or refused
+// with RemediationFinished; the reconciler carries it out.
+func (a *App) RemediateNode(ctx context.Context, id string, cmd *eventsv1.RemediateNode) error {
+	bootID := newBootID()
+	return a.apply(ctx, id, func(s *domain.State) domain.Change {
+		return s.RemediateNode(a.opts.Params, cmd, bootID, a.opts.Now())
+	})
+}
+
+// newBootID returns a random host boot id (32 hex digits).
+func newBootID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // ProviderEventID is the inbox id of a provider event: the same report

@@ -52,6 +52,15 @@ type plan struct {
 	states   map[string]loomv1.Node_State
 	retire   []provider.Node
 	teardown map[string][]provider.Node
+	repairs  []repairWork
+}
+
+// repairWork is one repair in progress as a pass found it.
+type repairWork struct {
+	r domain.Repair
+	// target is the node the repair brings up; old the node it retires
+	// (a replace in phase RepairRequested), else zero.
+	target, old provider.Node
 }
 
 // ReconcileOnce is one reconciler pass. Only one pass may run at a time.
@@ -80,6 +89,7 @@ func (a *App) ReconcileOnce(ctx context.Context) {
 	if !a.launchAll(ctx, pl) {
 		return // a delete came in: the next pass starts at once, with it
 	}
+	a.eachRepair(ctx, pl.repairs)
 	a.each(ctx, pl.retire, func(_ int, n provider.Node) { a.retire(ctx, n, pl.states[n.Name]) })
 
 	clusters := make([]string, 0, len(pl.teardown))
@@ -176,6 +186,18 @@ func (a *App) snapshot() plan {
 				pl.teardown[name] = append(pl.teardown[name], pn)
 			case n.GetState() == loomv1.Node_FAILED || n.GetState() == loomv1.Node_DELETING:
 				pl.retire = append(pl.retire, pn)
+			case a.st.RepairOf(n.GetName()) != nil:
+				// Its repair brings it up (eachRepair), not a launch: one
+				// would start the agent of the old boot.
+				r := a.st.RepairOf(n.GetName())
+				w := repairWork{r: *r, target: pn}
+				if r.Phase == domain.RepairRequested && r.Action == loomv1.RemediationAction_ACTION_REPLACE {
+					w.old = pn
+				}
+				pl.repairs = append(pl.repairs, w)
+			case n.GetState() == loomv1.Node_REBOOTING || n.GetState() == loomv1.Node_REIMAGING || n.GetState() == loomv1.Node_REPLACING:
+				// A repair's state without its record cannot happen: the two
+				// are written together. Left alone rather than launched.
 			default:
 				pl.run = append(pl.run, pn)
 			}
@@ -326,11 +348,113 @@ func (a *App) teardown(ctx context.Context, cluster string, nodes []provider.Nod
 	return a.apply(ctx, "", func(s *domain.State) domain.Change { return s.FinishDelete(cluster) })
 }
 
+// eachRepair carries out the pass's repairs, LaunchConcurrency at a time,
+// under a context that DeleteCluster cancels (a delete abandons them).
+func (a *App) eachRepair(ctx context.Context, ws []repairWork) {
+	if len(ws) == 0 {
+		return
+	}
+	rp, ok := a.opts.Provider.(provider.Repairer)
+	if !ok {
+		a.log.Warn("the provider carries out no repairs; they fail at their deadline", "repairs", len(ws))
+		return
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	a.launchMu.Lock()
+	a.cancelLaunches = cancel
+	a.launchMu.Unlock()
+	defer func() {
+		a.launchMu.Lock()
+		a.cancelLaunches = nil
+		a.launchMu.Unlock()
+		cancel()
+	}()
+	sem := make(chan struct{}, a.opts.LaunchConcurrency)
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		if rctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			a.repair(rctx, rp, w)
+		})
+	}
+	wg.Wait()
+}
+
+// repairCurrent reports whether repair r is still on record as the pass
+// saw it (same remediation, same phase) in a cluster not being deleted.
+func (a *App) repairCurrent(r domain.Repair) bool {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	cur := a.st.Repairs[r.Node]
+	if cur == nil || cur.ID != r.ID || cur.Phase != r.Phase || cur.Target != r.Target {
+		return false
+	}
+	c := a.st.Clusters[r.Cluster]
+	return c != nil && c.State() != loomv1.Cluster_DELETING
+}
+
+// repair moves one repair on, each step idempotent and each outcome
+// written before the next step: a replace first retires the old node (Stop,
+// Remove) and then swaps the records (domain.RepairSwap); the provider then
+// boots the target as the repair's boot id (provider.Repairer), which is
+// recorded (domain.RepairBooted). While the repair waits for the agent's
+// registration every pass repeats the boot, which then only makes sure the
+// agent runs. A failed step is logged and retried next pass; the repair's
+// deadline bounds the whole.
+func (a *App) repair(ctx context.Context, rp provider.Repairer, w repairWork) {
+	a.gate.RLock()
+	defer a.gate.RUnlock()
+	if !a.repairCurrent(w.r) {
+		return
+	}
+	now := a.opts.Now()
+	if w.old.Name != "" {
+		if err := a.opts.Provider.Stop(ctx, w.old); err != nil {
+			a.log.Warn("replace: stopping the old node failed; will retry", "node", w.old.Name, "err", err)
+			return
+		}
+		if err := a.opts.Provider.Remove(ctx, w.old); err != nil {
+			a.log.Warn("replace: removing the old node failed; will retry", "node", w.old.Name, "err", err)
+			return
+		}
+		if err := a.apply(ctx, "", func(s *domain.State) domain.Change { return s.RepairSwap(a.opts.Params, w.r.Node, now) }); err != nil {
+			a.log.Warn("replace: recording the swap failed; will retry", "node", w.old.Name, "err", err)
+		}
+		return // the swap woke the reconciler: the next pass boots the replacement
+	}
+	kind, _, _ := domain.RepairKind(w.r.Action)
+	l, err := rp.Repair(ctx, w.target, kind, w.r.BootID)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return
+	case err != nil:
+		a.log.Warn("repair failed; will retry", "node", w.target.Name, "repair", kind.String(), "remediation", w.r.ID, "err", err)
+		return
+	case w.r.Phase == domain.RepairBooting:
+		if l.Started {
+			a.log.Warn("repaired node's agent died before it registered; started again", "node", w.target.Name, "exit", l.PrevExit)
+		}
+		return
+	}
+	if err := a.apply(ctx, "", func(s *domain.State) domain.Change {
+		return s.RepairBooted(a.opts.Params, w.r.Node, int32(l.PID), l.Expect, now)
+	}); err != nil {
+		a.log.Warn("recording the repair's boot failed; will retry", "node", w.target.Name, "err", err)
+	}
+}
+
 // StopAgents stops the agents of every node (for StopAgentsOnExit); the
 // reconciler launches them again when the provisioner next starts.
 func (a *App) StopAgents(ctx context.Context) error {
 	pl := a.snapshot()
 	all := append(append([]provider.Node{}, pl.run...), pl.retire...)
+	for _, w := range pl.repairs {
+		all = append(all, w.target)
+	}
 	for _, ns := range pl.teardown {
 		all = append(all, ns...)
 	}

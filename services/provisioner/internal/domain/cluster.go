@@ -209,10 +209,12 @@ func byNumberDesc(ns []*loomv1.Node) {
 	})
 }
 
-// isLive reports whether a node is, or is becoming, in service.
+// isLive reports whether a node is, or is becoming, in service (a node
+// being repaired is: it comes back, or its replacement takes its place).
 func isLive(n *loomv1.Node) bool {
 	switch n.GetState() {
-	case loomv1.Node_PROVISIONING, loomv1.Node_READY, loomv1.Node_DOWN:
+	case loomv1.Node_PROVISIONING, loomv1.Node_READY, loomv1.Node_DOWN,
+		loomv1.Node_REBOOTING, loomv1.Node_REIMAGING, loomv1.Node_REPLACING:
 		return true
 	}
 	return false

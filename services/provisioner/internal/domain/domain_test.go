@@ -1082,6 +1082,7 @@ func TestDecisionsDoNotMutateState(t *testing.T) {
 	_ = s.UpdateCluster(p, &eventsv1.UpdateCluster{Operation: "u", Cluster: clusterSpec(demo, gpuPool("gpu", 1))}, t0)
 	_ = s.UpdateCluster(p, &eventsv1.UpdateCluster{Operation: "u", Cluster: clusterSpec(demo, gpuPool("gpu", 5))}, t0)
 	_ = s.ProviderEvent(p, provider.Event{Node: demo + "/nodes/gpu-0001", Kind: provider.Preempted}, t0)
+	_ = s.RemediateNode(p, &eventsv1.RemediateNode{Node: demo + "/nodes/gpu-0001", Action: loomv1.RemediationAction_ACTION_REPLACE, RemediationId: "r"}, "b", t0)
 	_ = s.DeleteCluster(&eventsv1.DeleteCluster{Operation: "d", Cluster: demo}, t0)
 	_ = s.Tick(p, t0.Add(48*time.Hour))
 	if !proto.Equal(before, s.Clusters[demo].Cluster) || !proto.Equal(nodeBefore, node(s, "gpu-0001")) ||

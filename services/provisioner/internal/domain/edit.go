@@ -128,6 +128,9 @@ type edit struct {
 	resPut   []*loomv1.Reservation
 	resDel   []string
 
+	rp      map[string]*Repair // by Repair.Node; nil: ended
+	rpOrder []string
+
 	before, after []proto.Message
 }
 
@@ -136,7 +139,7 @@ func (s *State) edit(p Params, now time.Time) *edit {
 		s: s, p: p.WithDefaults(), now: now,
 		cl: map[string]*Cluster{}, nd: map[string]*loomv1.Node{},
 		touched: map[string]bool{}, members: map[string]bool{}, done: map[string]string{},
-		slurm: map[string]*loomv1.SlurmConfig{},
+		slurm: map[string]*loomv1.SlurmConfig{}, rp: map[string]*Repair{},
 	}
 }
 
@@ -266,6 +269,7 @@ func (e *edit) live(node string) (*loomv1.Node, *Cluster) {
 // "before" events, then ClusterChanged per changed cluster, then NodeChanged
 // or NodeRemoved per changed node, then "after" events.
 func (e *edit) change() Change {
+	e.checkRepairs()
 	names := make([]string, 0, len(e.touched))
 	for name := range e.touched {
 		names = append(names, name)
@@ -304,5 +308,13 @@ func (e *edit) change() Change {
 	}
 	ch.DelSlurm = e.delSlurm
 	ch.PutReservations, ch.DelReservations = e.resPut, e.resDel
+	for _, name := range e.rpOrder {
+		switch r := e.rp[name]; {
+		case r != nil:
+			ch.PutRepairs = append(ch.PutRepairs, r)
+		case e.s.Repairs[name] != nil:
+			ch.DelRepairs = append(ch.DelRepairs, name)
+		}
+	}
 	return ch
 }

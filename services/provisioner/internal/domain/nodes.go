@@ -24,8 +24,9 @@ const (
 	actionWaitDown  = "none: health marks it READY when its heartbeats resume"
 )
 
-// AgentRegistered decides an agent's registration: a PROVISIONING node
-// becomes READY, and the cluster's progress moves (RUNNING, finishing the
+// AgentRegistered decides an agent's registration: a node being repaired
+// becomes READY when it is the new boot's agent, ending the repair (see
+// repairRegistered); a PROVISIONING node becomes READY, and the cluster's progress moves (RUNNING, finishing the
 // create, when every pool is at target). A DOWN node stays DOWN (health
 // decides when it is healthy again); a FAILED, DRAINING or DELETING node
 // stays as it is.
@@ -36,6 +37,10 @@ func (s *State) AgentRegistered(p Params, ev *eventsv1.AgentRegistered, now time
 }
 
 func (e *edit) agentRegistered(ev *eventsv1.AgentRegistered) {
+	if r := e.repairFor(ev.GetNode()); r != nil {
+		e.repairRegistered(r, ev)
+		return
+	}
 	n, _ := e.live(ev.GetNode())
 	if n == nil || n.GetState() != loomv1.Node_PROVISIONING {
 		return
@@ -305,13 +310,15 @@ func (e *edit) failNode(node, reason string) {
 	n.NextAction = "replaced by " + repl[0].GetHostname() + "; removed once the pool is back at target"
 }
 
-// Tick decides what time alone brings: compute nodes that did not register
+// Tick decides what time alone brings: repairs past their deadline fail
+// (the node FAILED and replaced, RemediationFinished not ok); compute nodes that did not register
 // within BootTimeout of their creation are FAILED and replaced; DRAINING
 // nodes whose drain deadline passed DrainTimeout ago without NodeDrained
 // are removed anyway; creates and updates past their deadline complete
 // (see refresh).
 func (s *State) Tick(p Params, now time.Time) Change {
 	e := s.edit(p, now)
+	e.tickRepairs()
 	names := make([]string, 0, len(s.Clusters))
 	for name := range s.Clusters {
 		names = append(names, name)
@@ -326,9 +333,11 @@ func (s *State) Tick(p Params, now time.Time) Change {
 			e.touched[name] = true
 		}
 		for _, n := range s.ClusterNodes(name) {
+			n = e.node(n.GetName()) // as a failed repair left it
 			switch n.GetState() {
 			case loomv1.Node_PROVISIONING:
-				if n.GetRole() != spec.RoleLogin && n.GetCreateTime() != nil && !now.Before(n.GetCreateTime().AsTime().Add(e.p.BootTimeout)) {
+				if n.GetRole() != spec.RoleLogin && n.GetCreateTime() != nil && !now.Before(n.GetCreateTime().AsTime().Add(e.p.BootTimeout)) &&
+					e.repairFor(n.GetName()) == nil { // a replacement being booted: its repair's deadline rules
 					e.failNode(n.GetName(), fmt.Sprintf("did not register within %s of its creation (boot timeout)", e.p.BootTimeout))
 				}
 			case loomv1.Node_DRAINING:

@@ -73,6 +73,12 @@ type State struct {
 	Reservations map[string]*loomv1.Reservation
 	// Slurm holds each cluster's rendered Slurm files, by cluster name.
 	Slurm map[string]*loomv1.SlurmConfig
+	// Repairs holds the repairs in progress, by the name of the node health
+	// asked about (see Repair).
+	Repairs map[string]*Repair
+	// repairTargets maps the node each repair brings up (Repair.Target) to
+	// the repair's key in Repairs.
+	repairTargets map[string]string
 	// byCluster indexes node names by cluster name.
 	byCluster map[string]map[string]struct{}
 	// tallies counts each cluster's nodes for its status (see tally).
@@ -84,6 +90,7 @@ func NewState(clusters []*Cluster, nodes []*loomv1.Node, reservations []*loomv1.
 	s := &State{
 		Clusters: map[string]*Cluster{}, Nodes: map[string]*loomv1.Node{},
 		Reservations: map[string]*loomv1.Reservation{}, Slurm: map[string]*loomv1.SlurmConfig{},
+		Repairs: map[string]*Repair{}, repairTargets: map[string]string{},
 		byCluster: map[string]map[string]struct{}{}, tallies: map[string]*tally{},
 	}
 	for _, c := range clusters {
@@ -163,6 +170,10 @@ type Change struct {
 	DelNodes        []string
 	DelReservations []string
 	DelSlurm        []string
+	// PutRepairs and DelRepairs are repairs started or moved on, and ended
+	// (by Repair.Node).
+	PutRepairs []*Repair
+	DelRepairs []string
 	// Events are the payloads to emit (cluster, node and reservation
 	// events), in order.
 	Events []proto.Message
@@ -172,7 +183,7 @@ type Change struct {
 func (c Change) Empty() bool {
 	return len(c.PutClusters) == 0 && len(c.PutNodes) == 0 && len(c.PutReservations) == 0 && len(c.PutSlurm) == 0 &&
 		len(c.DelClusters) == 0 && len(c.DelNodes) == 0 && len(c.DelReservations) == 0 && len(c.DelSlurm) == 0 &&
-		len(c.Events) == 0
+		len(c.PutRepairs) == 0 && len(c.DelRepairs) == 0 && len(c.Events) == 0
 }
 
 // Apply makes the in-memory state reflect a written change.
@@ -198,6 +209,19 @@ func (s *State) Apply(c Change) {
 	}
 	for _, name := range c.DelSlurm {
 		delete(s.Slurm, name)
+	}
+	for _, name := range c.DelRepairs {
+		if r := s.Repairs[name]; r != nil {
+			delete(s.repairTargets, r.Target)
+			delete(s.Repairs, name)
+		}
+	}
+	for _, r := range c.PutRepairs {
+		if old := s.Repairs[r.Node]; old != nil {
+			delete(s.repairTargets, old.Target)
+		}
+		s.Repairs[r.Node] = r
+		s.repairTargets[r.Target] = r.Node
 	}
 }
 

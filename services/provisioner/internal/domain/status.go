@@ -57,7 +57,7 @@ func (e *edit) refresh(name string) {
 		}
 	}
 
-	var total, ready, failed, draining, down, deleting int32
+	var total, ready, failed, draining, down, deleting, repairing int32
 	allAtTarget, everyHasReady, anyReady := true, true, false
 	var noReady []string
 	var pools []*loomv1.NodePoolStatus
@@ -69,6 +69,7 @@ func (e *edit) refresh(name string) {
 		draining += c.draining
 		down += c.down
 		deleting += c.deleting
+		repairing += c.repairing
 		anyReady = anyReady || c.ready > 0
 		inSpec := c.target > 0
 		if inSpec && c.ready != c.target {
@@ -150,6 +151,9 @@ func (e *edit) refresh(name string) {
 		}
 		if draining+deleting > 0 {
 			msg += fmt.Sprintf("; %d draining", draining+deleting)
+		}
+		if repairing > 0 {
+			msg += fmt.Sprintf("; %d being repaired", repairing)
 		}
 		st.Message = msg
 	}

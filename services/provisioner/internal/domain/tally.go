@@ -73,6 +73,9 @@ func (t *tally) loginHost() string {
 type poolCounts struct {
 	target                                                int32
 	ready, provisioning, down, failed, draining, deleting int32
+	// repairing counts REBOOTING, REIMAGING and REPLACING nodes: in service
+	// again once their repair is done.
+	repairing int32
 	// failedNodes and downNodes hold the FAILED nodes and the hostnames of
 	// the DOWN ones, by node name.
 	failedNodes map[string]*loomv1.Node
@@ -123,16 +126,19 @@ func (c *poolCounts) count(n *loomv1.Node, d int32) {
 		c.draining += d
 	case loomv1.Node_DELETING:
 		c.deleting += d
+	case loomv1.Node_REBOOTING, loomv1.Node_REIMAGING, loomv1.Node_REPLACING:
+		c.repairing += d
 	}
 }
 
 // empty reports whether no node is counted.
 func (c *poolCounts) empty() bool {
-	return c.ready == 0 && c.provisioning == 0 && c.down == 0 && c.failed == 0 && c.draining == 0 && c.deleting == 0
+	return c.ready == 0 && c.provisioning == 0 && c.down == 0 && c.failed == 0 && c.draining == 0 && c.deleting == 0 &&
+		c.repairing == 0
 }
 
 // live is how many of the pool's nodes are, or are becoming, in service.
-func (c *poolCounts) live() int32 { return c.ready + c.provisioning + c.down }
+func (c *poolCounts) live() int32 { return c.ready + c.provisioning + c.down + c.repairing }
 
 // failedHosts returns the FAILED nodes' hostnames in name order and
 // "hostname: reason" of the last of them ("" when none).

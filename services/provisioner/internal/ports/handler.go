@@ -14,7 +14,8 @@ import (
 )
 
 // Handler is the provisioner's consumer: cluster and reservation commands,
-// agent registrations, health verdicts and the scheduler's NodeDrained go to
+// agent registrations, health verdicts, health's repairs (RemediateNode)
+// and the scheduler's NodeDrained go to
 // the app; heartbeats, job changes and other types on its topics are not
 // its business and are skipped.
 func Handler(a *app.App) bus.Handler {
@@ -36,6 +37,8 @@ func Handler(a *app.App) bus.Handler {
 			return a.AgentRegistered(ctx, ev.ID, p)
 		case *eventsv1.NodeHealthChanged:
 			return a.NodeHealthChanged(ctx, ev.ID, p)
+		case *eventsv1.RemediateNode:
+			return a.RemediateNode(ctx, ev.ID, p)
 		}
 		return nil
 	}
@@ -68,7 +71,8 @@ func BatchHandler(a *app.App) bus.BatchHandler {
 func handled(payload proto.Message) bool {
 	switch payload.(type) {
 	case *eventsv1.CreateCluster, *eventsv1.DeleteCluster, *eventsv1.UpdateCluster, *eventsv1.CreateReservation,
-		*eventsv1.DeleteReservation, *eventsv1.NodeDrained, *eventsv1.AgentRegistered, *eventsv1.NodeHealthChanged:
+		*eventsv1.DeleteReservation, *eventsv1.NodeDrained, *eventsv1.AgentRegistered, *eventsv1.NodeHealthChanged,
+		*eventsv1.RemediateNode:
 		return true
 	}
 	return false

@@ -66,4 +66,19 @@ func TestBatchHandlerAppliesNodeReportsAndRefusesCommands(t *testing.T) {
 	if err := bh(ctx, []envelope.Event{hb, hb}); err != nil {
 		t.Fatal(err)
 	}
+
+	// Health's repair: applied on its own, never in a batch.
+	rem := envelope.New(topics.RemediationCommand, demo+"/nodes/gpu-0001", "test", &eventsv1.RemediateNode{Node: demo + "/nodes/gpu-0001",
+		Action: loomv1.RemediationAction_ACTION_REBOOT, RemediationId: "r1"})
+	if err := bh(ctx, []envelope.Event{reg("gpu-0002"), rem}); err == nil {
+		t.Fatal("a batch with a RemediateNode was applied")
+	}
+	if err := h(ctx, rem); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range a.Nodes("default", "demo") {
+		if want := n.GetName() == demo+"/nodes/gpu-0001"; want != (n.GetState() == loomv1.Node_REBOOTING) {
+			t.Fatalf("after RemediateNode: %v", n)
+		}
+	}
 }

@@ -84,6 +84,49 @@ type Launched struct {
 	// PrevExit says how the agent this provider previously started for the
 	// node ended ("exit status 1; log /path"), when Started and that is known.
 	PrevExit string
+	// Expect is how long the provider expects the node to take before its
+	// agent registers (0: about at once). A repair's deadline is this plus
+	// the boot timeout, so a simulated hour-long replacement is not failed
+	// after ten minutes.
+	Expect time.Duration
+}
+
+// RepairKind is a repair a Repairer carries out.
+type RepairKind int
+
+const (
+	// Reboot: every process of the node ends (its agent and its steps), the
+	// node gets a new boot id and its agent starts again, with its identity.
+	Reboot RepairKind = iota + 1
+	// Reimage: as Reboot, and the node's directory is wiped before the
+	// agent starts, so that it bootstraps from nothing (a new identity).
+	Reimage
+	// Replace: the node is new (the provisioner retired the old one with
+	// Stop and Remove): it boots, as a new machine takes to.
+	Replace
+)
+
+func (k RepairKind) String() string {
+	switch k {
+	case Reboot:
+		return "reboot"
+	case Reimage:
+		return "reimage"
+	case Replace:
+		return "replace"
+	}
+	return "repair"
+}
+
+// Repairer is implemented by providers that carry out repairs (local, sim).
+type Repairer interface {
+	// Repair carries out repair kind on node n, whose new boot is named
+	// bootID (random, chosen by the provisioner and kept durably with the
+	// repair). It is idempotent per bootID: once the node booted as bootID,
+	// another call only makes sure its agent runs (starting it when it
+	// died), so the provisioner calls it again after a crash and on every
+	// pass until the agent registers.
+	Repair(ctx context.Context, n Node, kind RepairKind, bootID string) (Launched, error)
 }
 
 // Provider brings nodes up and down.

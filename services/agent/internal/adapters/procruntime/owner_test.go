@@ -17,11 +17,21 @@ import (
 
 // A "#!" script (handed over as a memfd) and an argv both run as the
 // spec's user, and OpenOutput makes the user's files, 0600, in the user's
-// new directories, 0700.
+// new directories, 0700. The same under the shim.
 func TestStartAsUser(t *testing.T) {
 	t.Parallel()
+	t.Run("direct", func(t *testing.T) {
+		t.Parallel()
+		testStartAsUser(t, New(Options{Node: "n1"}))
+	})
+	t.Run("shim", func(t *testing.T) {
+		t.Parallel()
+		testStartAsUser(t, New(Options{Node: "n1", StateDir: t.TempDir()}))
+	})
+}
+
+func testStartAsUser(t *testing.T, rt Runtime) {
 	u := testkit.OSUsers(t, 1)[0]
-	rt := New(Options{Node: "n1"})
 	base := testkit.ReachableDir(t)
 	own := filepath.Join(base, "own")
 	if err := os.Mkdir(own, 0o700); err != nil {
@@ -39,7 +49,7 @@ func TestStartAsUser(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		spec.User, spec.Dir, spec.Stdout, spec.Stderr = u.Name, own, f, f
+		spec.User, spec.Dir, spec.Stdout, spec.Stderr, spec.Name = u.Name, own, f, f, "unit-"+strconv.Itoa(i)
 		p := start(t, rt, spec)
 		f.Close()
 		if e := waitExit(t, p); e.Code != 0 {
@@ -62,13 +72,13 @@ func TestStartAsUser(t *testing.T) {
 	if err := os.Mkdir(private, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rt.Start(ports.Spec{Argv: []string{"/bin/true"}, User: u.Name, Dir: private}); !errors.Is(err, os.ErrPermission) {
+	if _, err := rt.Start(ports.Spec{Argv: []string{"/bin/true"}, User: u.Name, Dir: private, Name: "private"}); !errors.Is(err, os.ErrPermission) {
 		t.Fatalf("start in root's 0700 dir as %s: %v, want permission denied", u.Name, err)
 	}
 	// A program only root may run is not found for the user.
 	prog := filepath.Join(private, "prog")
 	testkit.WriteExecutable(t, prog, []byte("#!/bin/sh\n"), 0o700)
-	if _, err := rt.Start(ports.Spec{Argv: []string{prog}, User: u.Name, Dir: own}); err == nil {
+	if _, err := rt.Start(ports.Spec{Argv: []string{prog}, User: u.Name, Dir: own, Name: "prog"}); err == nil {
 		t.Fatalf("started root's 0700 program as %s", u.Name)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/loom-ml/loom/libs/osuser"
 	"github.com/loom-ml/loom/libs/proc"
 	"github.com/loom-ml/loom/services/agent/internal/ports"
+	"github.com/loom-ml/loom/services/agent/internal/stepd"
 )
 
 // Name is the process runtime's name in the agent's configuration
@@ -41,6 +42,15 @@ type Options struct {
 	// Node is the node's hostname, for messages ("user bob has no account
 	// on node gpu-0001").
 	Node string
+	// StateDir, when set, makes every unit run under a shim, loom-stepd
+	// (stepd.go), that outlives the agent as slurmstepd outlives slurmd:
+	// it leads the unit's process group, keeps <StateDir>/<name>.pid
+	// (libs/proc's pidfile) while it runs and records the job's exit in
+	// <StateDir>/<name>.status, so that a restarted agent adopts what
+	// still runs and learns how the rest ended (Recover). The agent's is
+	// <work dir>/steps. Empty: units are the agent's direct children, and
+	// Recover finds nothing.
+	StateDir string
 }
 
 var _ ports.Runtime = Runtime{}
@@ -169,6 +179,7 @@ func (r Runtime) Start(spec ports.Spec) (ports.Process, error) {
 		return nil, err
 	}
 	var c *exec.Cmd
+	var script *os.File
 	if spec.Script != "" {
 		f, err := scriptFD(spec.Script)
 		if err != nil {
@@ -177,6 +188,7 @@ func (r Runtime) Start(spec ports.Spec) (ports.Process, error) {
 		defer f.Close() // the child has its own copy
 		c = exec.Command(scriptPath)
 		c.ExtraFiles = []*os.File{f}
+		script = f
 	} else {
 		if len(spec.Argv) == 0 || spec.Argv[0] == "" {
 			return nil, errors.New("no program to run")
@@ -207,6 +219,16 @@ func (r Runtime) Start(spec ports.Spec) (ports.Process, error) {
 		// executes: it never runs a job instruction as the agent.
 		c.SysProcAttr.Credential = a.Credential()
 	}
+	if r.opts.StateDir != "" {
+		p, err := r.startShim(c, spec, script, c.SysProcAttr.Credential)
+		if err != nil && spec.Script != "" {
+			first, _, _ := strings.Cut(spec.Script, "\n")
+			return nil, fmt.Errorf("run the batch script with its interpreter line %q: %w", first, err)
+		} else if err != nil {
+			return nil, fmt.Errorf("start %q: %w", spec.Argv[0], err)
+		}
+		return p, nil
+	}
 	if err := startNiced(c, spec.Nice); err != nil {
 		if spec.Script != "" {
 			first, _, _ := strings.Cut(spec.Script, "\n")
@@ -229,10 +251,13 @@ func envValue(env []string, key string) string {
 	return ""
 }
 
-// process is a started group leader, the agent's child.
+// process is a started group leader, the agent's child: the job's process
+// itself, or its shim (then status is where the shim records the job's
+// exit).
 type process struct {
-	c *exec.Cmd
-	g ports.Group
+	c      *exec.Cmd
+	g      ports.Group
+	status string
 }
 
 // Group names the process's group.
@@ -241,8 +266,17 @@ func (p *process) Group() ports.Group { return p.g }
 // Wait learns of the exit from a pidfd through Go's network poller, then
 // reaps (proc.Wait): no OS thread sits blocked in waitid for the process's
 // life.
+//
+// Under a shim the exit is the job's, as the shim recorded it; the shim's
+// own when it recorded none (it was killed before its job ended: the
+// group was, SIGKILL).
 func (p *process) Wait() ports.Exit {
 	_ = proc.Wait(p.c)
+	if p.status != "" {
+		if st, err := stepd.ReadStatus(p.status); err == nil {
+			return ports.Exit{Code: st.Code, Signal: st.Signal}
+		}
+	}
 	code, sig := proc.ExitCode(p.c.ProcessState)
 	return ports.Exit{Code: code, Signal: sig}
 }
@@ -252,13 +286,20 @@ func (Runtime) Signal(g ports.Group, sig syscall.Signal) error {
 	return proc.KillGroup(g.PID, sig)
 }
 
-// SignalLeader sends sig to g's leader alone.
+// SignalLeader sends sig to g's leader alone: under a shim, to the job's
+// own process (the batch shell), not to the shim.
 func (Runtime) SignalLeader(g ports.Group, sig syscall.Signal) error {
 	if g.PID <= 1 {
 		return fmt.Errorf("signal %d: refusing to signal a pid <= 1", g.PID)
 	}
-	if err := syscall.Kill(g.PID, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("signal %d with %v: %w", g.PID, sig, err)
+	pid := g.PID
+	if isShim(pid) {
+		if pid = mainOf(g.PID); pid <= 1 {
+			return nil // the job's process is gone
+		}
+	}
+	if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("signal %d with %v: %w", pid, sig, err)
 	}
 	return nil
 }

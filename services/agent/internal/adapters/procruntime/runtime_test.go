@@ -1,14 +1,18 @@
 package procruntime
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/loom-ml/loom/libs/proc"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/services/agent/internal/ports"
 )
@@ -173,11 +177,23 @@ func TestStartScript(t *testing.T) {
 	}
 }
 
-// Signal reaches every process of the group; SignalLeader only its leader;
-// Kill ends what ignores SIGTERM. Exits by signal read 128+n.
+// Signal reaches every process of the group; SignalLeader only its leader
+// (under a shim: the job's process, not the shim); Kill ends what ignores
+// SIGTERM. Exits by signal read 128+n. The same with and without the shim.
 func TestSignalLeaderGroupAndKill(t *testing.T) {
 	t.Parallel()
-	rt := New(asAgent)
+	t.Run("direct", func(t *testing.T) {
+		t.Parallel()
+		testSignalLeaderGroupAndKill(t, New(asAgent))
+	})
+	t.Run("shim", func(t *testing.T) {
+		t.Parallel()
+		testSignalLeaderGroupAndKill(t, New(Options{AllowRoot: true, StateDir: t.TempDir()}))
+	})
+}
+
+func testSignalLeaderGroupAndKill(t *testing.T, rt Runtime) {
+	var n atomic.Int32
 	// A leader with a child in the background that writes its pid.
 	family := func(t *testing.T, trap string) (ports.Process, int) {
 		dir := t.TempDir()
@@ -185,6 +201,7 @@ func TestSignalLeaderGroupAndKill(t *testing.T) {
 		p := start(t, rt, ports.Spec{
 			Argv: []string{"/bin/sh", "-c", trap + "sleep 60 & echo $! > child; wait"},
 			Env:  []string{"PATH=/usr/bin:/bin"}, Dir: dir, Stdout: stdout, Stderr: stderr,
+			Name: "unit-" + strconv.Itoa(int(n.Add(1))),
 		})
 		child, err := strconv.Atoi(waitFile(t, filepath.Join(dir, "child")))
 		if err != nil {
@@ -321,3 +338,69 @@ func TestAdoptAfterRestart(t *testing.T) {
 // asAgent is the runtime the tests that run as the agent's own user (root
 // here) use: root jobs allowed, as `loom up` allows them.
 var asAgent = Options{AllowRoot: true}
+
+// Under a shim (Options.StateDir) a unit keeps a pidfile while it runs and
+// records its exit, so that another runtime (a restarted agent's) adopts it
+// while it runs and learns its exit after: Recover.
+func TestShimOutlivesItsAgent(t *testing.T) {
+	t.Parallel()
+	state, dir := t.TempDir(), t.TempDir()
+	rt := New(Options{AllowRoot: true, StateDir: state})
+	stdout, stderr := outputs(t, dir)
+	name := "projects/p/jobs/1#1"
+	p := start(t, rt, ports.Spec{Argv: []string{"/bin/sh", "-c", `echo "$LOOM_AGENT_STEPD"; while [ ! -e go ]; do sleep 0.05; done; exit 3`},
+		Env: []string{"PATH=/usr/bin:/bin"}, Dir: dir, Stdout: stdout, Stderr: stderr, Name: name})
+	pid, st, err := proc.ReadPIDFile(PIDFile(state, name))
+	if err != nil || pid != p.Group().PID || st != p.Group().Start {
+		t.Fatalf("pidfile = %d %d (%v), want the shim's %+v", pid, st, err, p.Group())
+	}
+	// Another runtime on the same state directory, as a restarted agent's.
+	again := New(Options{AllowRoot: true, StateDir: state})
+	adopted, exit := again.Recover(name, ports.Group{})
+	if adopted == nil || exit != nil || adopted.Group() != p.Group() {
+		t.Fatalf("Recover of a running unit = %v, %v; want it adopted", adopted, exit)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if e := waitExit(t, adopted); e != (ports.Exit{Code: 3}) {
+		t.Fatalf("adopted unit's exit = %+v, want 3", e)
+	}
+	if e := waitExit(t, p); e != (ports.Exit{Code: 3}) {
+		t.Fatalf("exit = %+v, want 3", e)
+	}
+	if got := read(t, filepath.Join(dir, "out")); got != "\n" {
+		t.Fatalf("the job saw the shim's marker in its environment: %q", got)
+	}
+	if _, _, err := proc.ReadPIDFile(PIDFile(state, name)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the pidfile of an ended unit: %v, want it gone", err)
+	}
+	if p, exit := again.Recover(name, p.Group()); p != nil || exit == nil || *exit != (ports.Exit{Code: 3}) {
+		t.Fatalf("Recover of an ended unit = %v, %v; want its exit 3", p, exit)
+	}
+	// Sweep keeps what it is told to, and forgets the rest.
+	again.Sweep(func(n string) bool { return n == name })
+	if _, exit := again.Recover(name, ports.Group{}); exit == nil {
+		t.Fatal("Sweep forgot a unit it was told to keep")
+	}
+	// A shim killed with its group leaves its pidfile: swept too.
+	stale := PIDFile(state, "killed")
+	if err := proc.WritePIDFile(stale, p.Group().PID, p.Group().Start); err != nil {
+		t.Fatal(err)
+	}
+	again.Sweep(func(string) bool { return false })
+	if p, exit := again.Recover(name, ports.Group{}); p != nil || exit != nil {
+		t.Fatalf("Recover of a swept unit = %v, %v; want nothing", p, exit)
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the pidfile of a shim that is gone survived Sweep: %v", err)
+	}
+	// A job that cannot start leaves nothing, and says why.
+	_, err = rt.Start(ports.Spec{Script: "#!/no/such/interpreter\n", Dir: dir, Stdout: stdout, Stderr: stderr, Name: "bad"})
+	if err == nil || !strings.Contains(err.Error(), "#!/no/such/interpreter") {
+		t.Fatalf("Start of a script whose interpreter is missing = %v", err)
+	}
+	if ents, _ := os.ReadDir(state); len(ents) != 0 {
+		t.Fatalf("state directory holds %v after a failed start, want nothing", ents)
+	}
+}

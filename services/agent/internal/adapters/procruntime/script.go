@@ -15,19 +15,23 @@ const scriptPath = "/proc/self/fd/3"
 
 // scriptFD returns an anonymous in-memory file holding script, read from
 // its start, for scriptPath.
-func scriptFD(script string) (*os.File, error) {
-	fd, err := unix.MemfdCreate("slurm_script", unix.MFD_CLOEXEC)
+func scriptFD(script string) (*os.File, error) { return memFile("slurm_script", script) }
+
+// memFile returns an anonymous in-memory file named name holding data, read
+// from its start.
+func memFile(name, data string) (*os.File, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("memfd: %w", err)
 	}
-	f := os.NewFile(uintptr(fd), "slurm_script")
-	if _, err := f.WriteString(script); err != nil {
+	f := os.NewFile(uintptr(fd), name)
+	if _, err := f.WriteString(data); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("write script: %w", err)
+		return nil, fmt.Errorf("write %s: %w", name, err)
 	}
 	if _, err := f.Seek(0, 0); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("rewind script: %w", err)
+		return nil, fmt.Errorf("rewind %s: %w", name, err)
 	}
 	return f, nil
 }

@@ -12,6 +12,8 @@ package local
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -33,7 +35,20 @@ import (
 const (
 	PIDFile = "agent.pid"
 	LogFile = "agent.log"
+	// BootIDFile holds the node's host boot id: written at its first
+	// launch and at every reboot or reimage (a new random id), never when
+	// only its agent restarts. The agent reports it (AgentRegistered.
+	// host_boot_id); a new one means every process of the node's previous
+	// boot is gone.
+	BootIDFile = "host_boot_id"
+	// StepsDir holds one pidfile (libs/proc format) per process group the
+	// agent started for a step or task; a reboot kills those groups, which
+	// outlive an agent crash.
+	StepsDir = "steps"
 )
+
+// killWait bounds how long a reboot waits for the processes it killed.
+const killWait = 10 * time.Second
 
 // idPattern is a cluster id or hostname, which become directory names.
 var idPattern = regexp.MustCompile(`^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$`)
@@ -226,6 +241,12 @@ func (p *Provider) start(n provider.Node) (provider.Launched, error) {
 			return provider.Launched{}, fmt.Errorf("create %s: %w", d, err)
 		}
 	}
+	// The node's first boot: later launches (its agent died) are not boots.
+	if _, err := os.Stat(filepath.Join(n.WorkDir, BootIDFile)); errors.Is(err, os.ErrNotExist) {
+		if err := writeBootID(n.WorkDir, NewBootID()); err != nil {
+			return provider.Launched{}, err
+		}
+	}
 	var creds []string
 	if p.cfg.Credentials != nil {
 		c, err := p.cfg.Credentials(n)
@@ -384,10 +405,15 @@ func (p *Provider) Stop(ctx context.Context, n provider.Node) error {
 	return nil
 }
 
-// Remove deletes the node's directory.
+// Remove deletes the node's directory, after killing the step process
+// groups its agent left behind (steps outlive an agent that dies): nothing
+// of a removed node keeps running.
 func (p *Provider) Remove(_ context.Context, n provider.Node) error {
 	if err := p.check(n); err != nil {
 		return err
+	}
+	if err := p.killSteps(n); err != nil {
+		return fmt.Errorf("remove %s: %w", n.Name, err)
 	}
 	if err := os.RemoveAll(n.WorkDir); err != nil {
 		return fmt.Errorf("remove %s: %w", n.WorkDir, err)
@@ -403,6 +429,136 @@ func (p *Provider) RemoveCluster(_ context.Context, clusterID string) error {
 	dir := ClusterDir(p.cfg.DataDir, clusterID)
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	return nil
+}
+
+// NewBootID returns a new random host boot id (32 hex digits).
+func NewBootID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// ReadBootID returns the host boot id of the node whose directory is
+// workDir ("" when it has none).
+func ReadBootID(workDir string) string {
+	b, err := os.ReadFile(filepath.Join(workDir, BootIDFile))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// writeBootID writes the node's boot id atomically.
+func writeBootID(workDir, id string) error {
+	path := filepath.Join(workDir, BootIDFile)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o644); err != nil {
+		return fmt.Errorf("write boot id: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write boot id: %w", err)
+	}
+	return nil
+}
+
+var _ provider.Repairer = (*Provider)(nil)
+
+// Repair carries out a repair for real. Reboot: every process of the node
+// is killed (SIGKILL, as a power cycle does: its agent's process group,
+// then the step process groups named by <work dir>/steps/*.pid, each
+// checked by its start time), bootID is written to <work dir>/host_boot_id
+// and the agent starts again with the node's directory, identity
+// included, as it was. Reimage: the same, with the node's directory wiped
+// (everything the node had) before the agent starts, so it bootstraps a
+// new identity with the fresh credentials every start gets. Replace: n is
+// the new node; it boots as bootID. Once host_boot_id is bootID the kill
+// and wipe are done (they come first), so a repeated call only makes sure
+// the agent runs.
+func (p *Provider) Repair(ctx context.Context, n provider.Node, kind provider.RepairKind, bootID string) (provider.Launched, error) {
+	if err := p.check(n); err != nil {
+		return provider.Launched{}, err
+	}
+	if bootID == "" {
+		return provider.Launched{}, fmt.Errorf("%s %s: empty boot id", kind, n.Name)
+	}
+	if ReadBootID(n.WorkDir) != bootID {
+		if err := p.killAll(n); err != nil {
+			return provider.Launched{}, fmt.Errorf("%s %s: %w", kind, n.Name, err)
+		}
+		if kind == provider.Reimage {
+			if err := os.RemoveAll(n.WorkDir); err != nil {
+				return provider.Launched{}, fmt.Errorf("reimage %s: wipe: %w", n.Name, err)
+			}
+		}
+		if err := os.MkdirAll(n.WorkDir, 0o755); err != nil {
+			return provider.Launched{}, fmt.Errorf("%s %s: %w", kind, n.Name, err)
+		}
+		if err := writeBootID(n.WorkDir, bootID); err != nil {
+			return provider.Launched{}, fmt.Errorf("%s %s: %w", kind, n.Name, err)
+		}
+		p.cfg.Log.Info("node booted", "node", n.Name, "repair", kind.String(), "host_boot_id", bootID)
+	}
+	return p.Launch(ctx, n)
+}
+
+// killAll kills every process of the node: its agent's process group
+// first (once it is gone it starts no new step), then its steps' groups.
+func (p *Provider) killAll(n provider.Node) error {
+	pidPath := filepath.Join(n.WorkDir, PIDFile)
+	if pid, start, err := proc.ReadPIDFile(pidPath); err == nil && proc.Alive(pid, start) {
+		if err := proc.KillGroup(pid, syscall.SIGKILL); err != nil {
+			return err
+		}
+		if !proc.WaitGone(killWait, func() bool { return !proc.Alive(pid, start) }) {
+			return fmt.Errorf("agent %d survived SIGKILL", pid)
+		}
+		p.cfg.Log.Info("agent killed", "node", n.Name, "pid", pid)
+	}
+	if err := p.killSteps(n); err != nil {
+		return err
+	}
+	if err := os.Remove(pidPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	// How the killed agent ended is no news for the next Launch.
+	p.mu.Lock()
+	delete(p.exits, n.Name)
+	p.mu.Unlock()
+	return nil
+}
+
+// killSteps kills the step process groups named by <work dir>/steps/*.pid
+// whose leader is still the process the file names, and waits until they
+// are gone. The files stay: the agent reports those steps as lost.
+func (p *Provider) killSteps(n provider.Node) error {
+	files, err := filepath.Glob(filepath.Join(n.WorkDir, StepsDir, "*.pid"))
+	if err != nil {
+		return err
+	}
+	type group struct {
+		pid   int
+		start uint64
+	}
+	var killed []group
+	for _, f := range files {
+		pid, start, err := proc.ReadPIDFile(f)
+		if err != nil || !proc.Alive(pid, start) {
+			continue
+		}
+		if err := proc.KillGroup(pid, syscall.SIGKILL); err != nil {
+			return err
+		}
+		killed = append(killed, group{pid, start})
+	}
+	for _, g := range killed {
+		if !proc.WaitGone(killWait, func() bool { return !proc.Alive(g.pid, g.start) && !proc.GroupAlive(g.pid) }) {
+			return fmt.Errorf("step process group %d survived SIGKILL", g.pid)
+		}
+	}
+	if len(killed) > 0 {
+		p.cfg.Log.Info("step process groups killed", "node", n.Name, "groups", len(killed))
 	}
 	return nil
 }

@@ -3,7 +3,9 @@ package local
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -286,5 +288,156 @@ func TestLaunchIsPaced(t *testing.T) {
 	}
 	if took := time.Since(begin); took > 150*time.Millisecond {
 		t.Fatalf("launches of running agents waited %v", took)
+	}
+}
+
+// startStep starts a process group the way an agent starts a step (its own
+// group, a pidfile under <work dir>/steps) and returns its pid and a
+// channel closed once it has been reaped.
+func startStep(t *testing.T, n provider.Node, id string) (int, <-chan struct{}) {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", "sleep 60 & wait")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	t.Cleanup(func() { _ = proc.KillGroup(pid, syscall.SIGKILL) })
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	start, _ := proc.StartTime(pid)
+	if err := os.MkdirAll(filepath.Join(n.WorkDir, StepsDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.WritePIDFile(filepath.Join(n.WorkDir, StepsDir, id+".pid"), pid, start); err != nil {
+		t.Fatal(err)
+	}
+	return pid, done
+}
+
+func reaped(t *testing.T, done <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s still runs", what)
+	}
+}
+
+func TestRebootKillsStepsLeftByADeadAgent(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	p := newProvider(t, data, `echo END > ready.txt; exec sleep 60`, time.Second)
+	n := node(data, "demo", "gpu-0001")
+	cleanupGroup(t, p, n)
+	ctx := context.Background()
+	l, err := p.Launch(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := ReadBootID(n.WorkDir)
+	if len(first) != 32 {
+		t.Fatalf("first launch wrote boot id %q", first)
+	}
+	// The agent dies; its step outlives it (own group); a relaunch of the
+	// agent is not a boot.
+	step, stepDone := startStep(t, n, "job-1.0")
+	_ = proc.KillGroup(l.PID, syscall.SIGKILL)
+	if !waitUntil(10*time.Second, nil, func() bool { _, ok := p.Running(n); return !ok }) {
+		t.Fatal("killed agent still running")
+	}
+	if !proc.Alive(step, 0) {
+		t.Fatal("the step died with its agent; the test needs it alive")
+	}
+	l2, err := p.Launch(ctx, n)
+	if err != nil || !l2.Started || ReadBootID(n.WorkDir) != first {
+		t.Fatalf("relaunch = %+v, %v; boot id %q, want %q unchanged", l2, err, ReadBootID(n.WorkDir), first)
+	}
+	if err := os.WriteFile(filepath.Join(n.WorkDir, "keep.txt"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	r, err := p.Repair(ctx, n, provider.Reboot, "boot-1")
+	if err != nil || !r.Started || r.PID == l2.PID {
+		t.Fatalf("reboot = %+v, %v", r, err)
+	}
+	reaped(t, stepDone, "the step process group")
+	if proc.Alive(l2.PID, 0) && !gone(l2.PID) {
+		t.Fatalf("the agent of the previous boot (%d) still runs", l2.PID)
+	}
+	if got := ReadBootID(n.WorkDir); got != "boot-1" {
+		t.Fatalf("boot id after reboot = %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(n.WorkDir, "keep.txt")); err != nil {
+		t.Fatalf("a reboot lost the node's disk: %v", err)
+	}
+	if pid, ok := p.Running(n); !ok || pid != r.PID {
+		t.Fatalf("agent after reboot: %d, %v", pid, ok)
+	}
+	// Idempotent per boot id: the same reboot again only checks the agent.
+	if again, err := p.Repair(ctx, n, provider.Reboot, "boot-1"); err != nil || again.Started || again.PID != r.PID {
+		t.Fatalf("repeated reboot = %+v, %v", again, err)
+	}
+}
+
+// gone reports whether pid is gone or a zombie nobody reaped yet.
+func gone(pid int) bool {
+	st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	return err != nil || strings.Contains(string(st), ") Z ")
+}
+
+func TestReimageWipesTheNodeAndReplaceBootsANewOne(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	p := newProvider(t, data, `echo END > ready.txt; exec sleep 60`, time.Second)
+	n := node(data, "demo", "gpu-0001")
+	cleanupGroup(t, p, n)
+	ctx := context.Background()
+	l, err := p.Launch(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, filepath.Join(n.WorkDir, "ready.txt"))
+	_, stepDone := startStep(t, n, "job-2.0")
+	planted := filepath.Join(n.WorkDir, "identity", "planted.txt")
+	if err := os.MkdirAll(filepath.Dir(planted), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(planted, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.Repair(ctx, n, provider.Reimage, "boot-2")
+	if err != nil || !r.Started || r.PID == l.PID {
+		t.Fatalf("reimage = %+v, %v", r, err)
+	}
+	reaped(t, stepDone, "the step process group")
+	if _, err := os.Stat(planted); !os.IsNotExist(err) {
+		t.Fatalf("the planted file survived the reimage: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(n.WorkDir, StepsDir)); !os.IsNotExist(err) {
+		t.Fatalf("the steps directory survived the reimage: %v", err)
+	}
+	if ReadBootID(n.WorkDir) != "boot-2" {
+		t.Fatalf("boot id = %q", ReadBootID(n.WorkDir))
+	}
+	waitFile(t, filepath.Join(n.WorkDir, "ready.txt")) // the fresh agent runs in the wiped directory
+
+	// Replace: the old node is stopped and removed (a step it left dies
+	// with it), the new one boots with the repair's boot id.
+	_, oldStep := startStep(t, n, "job-3.0")
+	if err := p.Stop(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Remove(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	reaped(t, oldStep, "a step of the removed node")
+	repl := node(data, "demo", "gpu-0003")
+	cleanupGroup(t, p, repl)
+	if r, err := p.Repair(ctx, repl, provider.Replace, "boot-3"); err != nil || !r.Started || ReadBootID(repl.WorkDir) != "boot-3" {
+		t.Fatalf("replacement boot = %+v, %v, boot id %q", r, err, ReadBootID(repl.WorkDir))
+	}
+	if _, err := p.Repair(ctx, repl, provider.Reboot, ""); err == nil {
+		t.Fatal("a repair without a boot id was accepted")
 	}
 }

@@ -36,6 +36,12 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"sim provider: how many times longer a slow boot takes (LOOM_SIM_SLOW_BOOT_FACTOR)")
 	fs.Float64Var(&c.PreemptionRate, "sim-preemption-rate", config.EnvFloat("LOOM_SIM_PREEMPTION_RATE", 0),
 		"sim provider: preemptions per SPOT node per simulated hour (LOOM_SIM_PREEMPTION_RATE)")
+	fs.DurationVar(&c.RebootTime, "sim-reboot-time", config.EnvDuration("LOOM_SIM_REBOOT_TIME", DefaultRebootTime),
+		"sim provider: simulated time a reboot (and a GPU reset) takes until the agent registers again (LOOM_SIM_REBOOT_TIME)")
+	fs.DurationVar(&c.ReimageTime, "sim-reimage-time", config.EnvDuration("LOOM_SIM_REIMAGE_TIME", DefaultReimageTime),
+		"sim provider: simulated time a reimage takes until the agent registers again (LOOM_SIM_REIMAGE_TIME)")
+	fs.DurationVar(&c.ReplaceTime, "sim-replace-time", config.EnvDuration("LOOM_SIM_REPLACE_TIME", DefaultReplaceTime),
+		"sim provider: simulated time until a replacement node registers (LOOM_SIM_REPLACE_TIME)")
 	fs.DurationVar(&c.HeartbeatInterval, "sim-heartbeat-interval", config.EnvDuration("LOOM_SIM_HEARTBEAT_INTERVAL", 5*time.Second),
 		"sim provider: real time between heartbeats of every node (LOOM_SIM_HEARTBEAT_INTERVAL)")
 }

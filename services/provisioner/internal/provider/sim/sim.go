@@ -97,6 +97,11 @@ type Config struct {
 	// number of preemptions per node per simulated hour (exponential
 	// inter-arrival). Zero: never, unless Preempt is called.
 	PreemptionRate float64
+	// RebootTime, ReimageTime and ReplaceTime are how long a repair takes
+	// until the node's agent registers again (a replacement: the new
+	// node's), in simulated time (defaults 3 min, 15 min, 1 h: a bare-metal
+	// reboot, a reimage, getting a machine swapped).
+	RebootTime, ReimageTime, ReplaceTime time.Duration
 	// HeartbeatInterval is how often, in real time (unscaled, because the
 	// health service times heartbeats in real time), every registered node
 	// heartbeats. Default 5 s.
@@ -110,6 +115,13 @@ type Config struct {
 	// Log defaults to slog.Default().
 	Log *slog.Logger
 }
+
+// Default repair times (simulated).
+const (
+	DefaultRebootTime  = 3 * time.Minute
+	DefaultReimageTime = 15 * time.Minute
+	DefaultReplaceTime = time.Hour
+)
 
 // Sample is what the simulated cloud decided about one boot.
 type Sample struct {
@@ -126,6 +138,8 @@ type Sample struct {
 	// Slow is true for a tail-latency boot; BootFails for a boot that never
 	// registers.
 	Slow, BootFails bool
+	// Repair is the repair this boot carries out (0 for a launch).
+	Repair provider.RepairKind
 }
 
 // NodeState is where a simulated node is.
@@ -248,6 +262,7 @@ type Provider struct {
 var (
 	_ provider.Provider = (*Provider)(nil)
 	_ provider.Watcher  = (*Provider)(nil)
+	_ provider.Repairer = (*Provider)(nil)
 )
 
 // New returns a simulated cloud publishing through pub and starts its clock
@@ -275,6 +290,15 @@ func New(cfg Config, pub Publisher) *Provider {
 	}
 	if cfg.HeartbeatInterval <= 0 {
 		cfg.HeartbeatInterval = 5 * time.Second
+	}
+	if cfg.RebootTime <= 0 {
+		cfg.RebootTime = DefaultRebootTime
+	}
+	if cfg.ReimageTime <= 0 {
+		cfg.ReimageTime = DefaultReimageTime
+	}
+	if cfg.ReplaceTime <= 0 {
+		cfg.ReplaceTime = DefaultReplaceTime
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
@@ -400,6 +424,57 @@ func (p *Provider) Launch(_ context.Context, n provider.Node) (provider.Launched
 		p.cfg.OnLaunch(sample.Node, sample.Latency)
 	}
 	return provider.Launched{Started: true, PrevExit: prev}, nil
+}
+
+// Repair carries out a repair with its simulated time (RebootTime,
+// ReimageTime, ReplaceTime, scaled by TimeScale): the node stops
+// heartbeating at once and registers again, with boot id bootID, when the
+// time has passed. Repairs draw no failures. A call for a node already
+// booting or running as bootID changes nothing (Expect is the time left).
+func (p *Provider) Repair(_ context.Context, n provider.Node, kind provider.RepairKind, bootID string) (provider.Launched, error) {
+	if n.Name == "" || bootID == "" {
+		return provider.Launched{}, fmt.Errorf("sim: %s: node name %q and boot id %q are required", kind, n.Name, bootID)
+	}
+	var d time.Duration
+	switch kind {
+	case provider.Reboot:
+		d = p.cfg.RebootTime
+	case provider.Reimage:
+		d = p.cfg.ReimageTime
+	case provider.Replace:
+		d = p.cfg.ReplaceTime
+	default:
+		return provider.Launched{}, fmt.Errorf("sim: repair %s: unknown kind %d", n.Name, kind)
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return provider.Launched{}, fmt.Errorf("sim: %s %s: provider closed", kind, n.Name)
+	}
+	sn := p.nodes[n.Name]
+	if sn == nil {
+		sn = &simNode{n: n}
+		p.nodes[n.Name] = sn
+	}
+	now := time.Now()
+	if sn.bootID == bootID && (sn.state == Booting || sn.state == Running) {
+		left := max(sn.launched.Add(sn.sample.Latency).Sub(now), 0)
+		p.mu.Unlock()
+		return provider.Launched{Expect: left}, nil
+	}
+	sn.n = n
+	sn.gen++
+	sn.state = Booting
+	sn.bootID = bootID
+	sn.launched = now
+	sn.sample = Sample{Node: n.Name, Attempt: sn.attempts, CapacityType: n.CapacityType, Simulated: d, Latency: p.scale(d), Repair: kind}
+	heap.Push(&p.timers, timer{at: now.Add(sn.sample.Latency), node: n.Name, gen: sn.gen, kind: fireRegister})
+	prev := sn.prevExit
+	sn.prevExit = ""
+	latency := sn.sample.Latency
+	p.mu.Unlock()
+	p.poke()
+	return provider.Launched{Started: true, PrevExit: prev, Expect: latency}, nil
 }
 
 // Stop stops the node's simulated agent: no registration, no heartbeats,
@@ -634,7 +709,7 @@ func (p *Provider) register(ctx context.Context, regs []*simNode) {
 		gens[i] = sn.gen
 		ev, rerr := envelope.Route(sn.n.Name, Source, &eventsv1.AgentRegistered{
 			Node: sn.n.Name, Cluster: sn.n.Cluster, Hostname: sn.n.Hostname,
-			Gpus: int32(sn.n.GPUs), BootId: sn.bootID,
+			Gpus: int32(sn.n.GPUs), BootId: sn.bootID, HostBootId: sn.bootID,
 		})
 		err = cmp.Or(err, rerr)
 		evs = append(evs, ev)

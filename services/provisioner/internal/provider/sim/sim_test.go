@@ -611,3 +611,44 @@ func TestLaunchRejectsBadInputAndClosed(t *testing.T) {
 		t.Error("launch after Close succeeded")
 	}
 }
+
+// TestRepairsTakeTheirSimulatedTime: a reboot, reimage and replacement
+// take their configured (default 3m, 15m, 1h) simulated time, scaled; the
+// node registers again with the repair's boot id, and a repeated call for
+// the same boot changes nothing.
+func TestRepairsTakeTheirSimulatedTime(t *testing.T) {
+	t.Parallel()
+	p, pub := newSim(t, fast())
+	n := simNodeSpec("rep", 1, "ON_DEMAND")
+	if _, err := p.Launch(context.Background(), n); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 10*time.Second, "first registration", func() (bool, error) { return len(pub.registered()[n.Name]) == 1, nil })
+	for i, c := range []struct {
+		kind provider.RepairKind
+		sim  time.Duration
+	}{{provider.Reboot, DefaultRebootTime}, {provider.Reimage, DefaultReimageTime}, {provider.Replace, DefaultReplaceTime}} {
+		boot := fmt.Sprintf("boot-%d", i)
+		l, err := p.Repair(context.Background(), n, c.kind, boot)
+		want := time.Duration(float64(c.sim) * 1e-4)
+		if err != nil || !l.Started || l.Expect != want {
+			t.Fatalf("%s = %+v, %v; want Expect %v", c.kind, l, err, want)
+		}
+		if s, _ := p.LastSample(n.Name); s.Simulated != c.sim || s.Latency != want || s.Repair != c.kind {
+			t.Fatalf("%s sample = %+v", c.kind, s)
+		}
+		if again, err := p.Repair(context.Background(), n, c.kind, boot); err != nil || again.Started || again.Expect > want {
+			t.Fatalf("repeated %s = %+v, %v", c.kind, again, err)
+		}
+		testkit.WaitFor(t, 10*time.Second, c.kind.String()+" registration", func() (bool, error) {
+			regs := pub.registered()[n.Name]
+			return len(regs) == i+2 && regs[i+1].GetHostBootId() == boot && regs[i+1].GetBootId() == boot, nil
+		})
+	}
+	// Unset, the defaults: 3m, 15m, 1h.
+	q := New(Config{}, &fakePub{})
+	defer q.Close()
+	if q.cfg.RebootTime != 3*time.Minute || q.cfg.ReimageTime != 15*time.Minute || q.cfg.ReplaceTime != time.Hour {
+		t.Fatalf("defaults = %v %v %v", q.cfg.RebootTime, q.cfg.ReimageTime, q.cfg.ReplaceTime)
+	}
+}

@@ -1,0 +1,904 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/hostlist"
+	"github.com/loom-ml/loom/libs/paging"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// Hardware resilience on the command line: the node operations (loom nodes
+// inject-fault, report-faulty, drain, resume, quarantine, reboot, reimage,
+// replace), health checks and node states (loom health scan, results,
+// nodes) and goodput (loom jobs goodput, loom clusters goodput).
+
+func (a *app) healthClient() (loomv1.HealthServiceClient, error) {
+	c, err := a.client()
+	if err != nil {
+		return nil, err
+	}
+	return loomv1.NewHealthServiceClient(c), nil
+}
+
+func (a *app) goodputClient() (loomv1.GoodputServiceClient, error) {
+	c, err := a.client()
+	if err != nil {
+		return nil, err
+	}
+	return loomv1.NewGoodputServiceClient(c), nil
+}
+
+// expandHosts expands the NODE arguments (hostnames or hostlists,
+// "gpu-[0001-0004]") into hostnames, in order, without duplicates.
+func expandHosts(args []string) ([]string, error) {
+	var out []string
+	for _, a := range args {
+		names, err := hostlist.Expand(a)
+		if err != nil {
+			return nil, usagef("%v", err)
+		}
+		for _, n := range names {
+			if !slices.Contains(out, n) {
+				out = append(out, n)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, usagef("name at least one node (gpu-0001, or a hostlist gpu-[0001-0004])")
+	}
+	return out, nil
+}
+
+// nodesCluster is the cluster the nodes hosts are in: --cluster when given,
+// else the one cluster of the project that has them all (asked of the
+// gateway), so that `loom nodes drain gpu-0001` needs no flag when the name
+// is unambiguous.
+func (a *app) nodesCluster(cmd *cobra.Command, flag string, hosts []string) (string, error) {
+	if flag != "" {
+		return a.clusterName(flag), nil
+	}
+	cl, err := a.nodes()
+	if err != nil {
+		return "", err
+	}
+	in := map[string][]string{} // hostname → clusters
+	err = paging.Each(func(token string) (string, error) {
+		ctx, cancel := a.call(cmd.Context())
+		defer cancel()
+		page, err := cl.ListNodes(ctx, &loomv1.ListNodesRequest{Parent: a.clusterName("-"), PageSize: paging.MaxSize, PageToken: token})
+		for _, n := range page.GetNodes() {
+			in[n.GetHostname()] = append(in[n.GetHostname()], n.GetCluster())
+		}
+		return page.GetNextPageToken(), err
+	})
+	if err != nil {
+		return "", a.explain("find the cluster of "+strings.Join(hosts, ","), err)
+	}
+	cluster := ""
+	for _, h := range hosts {
+		cs := in[h]
+		switch {
+		case len(cs) == 0:
+			return "", fmt.Errorf("node %s is in no cluster of project %s (see `loom nodes list`); name its cluster with --cluster", h, a.project)
+		case len(cs) > 1:
+			short := make([]string, len(cs))
+			for i, c := range cs {
+				short[i] = shortName(c)
+			}
+			return "", fmt.Errorf("node %s is in clusters %s: say which with --cluster", h, strings.Join(short, ", "))
+		case cluster != "" && cs[0] != cluster:
+			return "", fmt.Errorf("nodes %s are in more than one cluster (%s, %s): act on one cluster at a time with --cluster",
+				strings.Join(hosts, ","), shortName(cluster), shortName(cs[0]))
+		}
+		cluster = cs[0]
+	}
+	return cluster, nil
+}
+
+// nodeHealthCommands are `loom nodes`' operations on node health.
+func (a *app) nodeHealthCommands() []*cobra.Command {
+	cmds := []*cobra.Command{a.nodesInjectFaultCommand(), a.nodesReportFaultyCommand()}
+	for _, op := range []struct {
+		verb   string
+		action loomv1.RemediationAction
+		short  string
+	}{
+		{"drain", loomv1.RemediationAction_ACTION_DRAIN, "Take nodes out: no new jobs; health requeues the running ones"},
+		{"resume", loomv1.RemediationAction_ACTION_RESUME, "Put drained or quarantined nodes back into service"},
+		{"quarantine", loomv1.RemediationAction_ACTION_QUARANTINE, "Take nodes out until an operator resumes them (no automatic repair)"},
+		{"reboot", loomv1.RemediationAction_ACTION_REBOOT, "Drain nodes and reboot them"},
+		{"reimage", loomv1.RemediationAction_ACTION_REIMAGE, "Drain nodes and reimage them (their disks are wiped)"},
+		{"replace", loomv1.RemediationAction_ACTION_REPLACE, "Drain nodes and replace them with new machines"},
+	} {
+		cmds = append(cmds, a.nodesRemediateCommand(op.verb, op.action, op.short))
+	}
+	return cmds
+}
+
+func (a *app) nodesRemediateCommand(verb string, action loomv1.RemediationAction, short string) *cobra.Command {
+	var cluster, reason string
+	cmd := &cobra.Command{
+		Use:   verb + " NODE... [--cluster C] --reason TEXT",
+		Short: short,
+		Long: short + `.
+
+NODE is a hostname or a hostlist (gpu-[0001-0004]). The health service
+carries it out; follow it with "loom health nodes CLUSTER". Needs a cluster
+administrator. The reason is shown in "loom health nodes" and "sinfo -R"` + map[bool]string{true: " (optional for resume).", false: "."}[verb == "resume"],
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usagef("%s needs the nodes: e.g. `%s gpu-0001 --reason \"bad GPU\"`", cmd.CommandPath(), cmd.CommandPath())
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			hosts, err := expandHosts(args)
+			if err != nil {
+				return err
+			}
+			if strings.TrimSpace(reason) == "" && action != loomv1.RemediationAction_ACTION_RESUME {
+				return usagef("%s needs --reason: say why, e.g. --reason \"Xid 79 on GPU 3\" (it is shown in loom health nodes and sinfo -R)", cmd.CommandPath())
+			}
+			full, err := a.nodesCluster(cmd, cluster, hosts)
+			if err != nil {
+				return err
+			}
+			hs, err := a.healthClient()
+			if err != nil {
+				return err
+			}
+			resp := &loomv1.ListNodeHealthResponse{}
+			for _, h := range hosts {
+				ctx, cancel := a.call(cmd.Context())
+				nh, err := hs.UpdateNodeRemediation(ctx, &loomv1.UpdateNodeRemediationRequest{Cluster: full, Hostname: h, Action: action, Reason: reason})
+				cancel()
+				if err != nil {
+					return a.notFoundHint(a.explain(verb+" node "+h, err), err, "loom nodes list --cluster "+shortName(full))
+				}
+				resp.Nodes = append(resp.Nodes, nh)
+				if a.output != "json" {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: %s requested (now %s).\n", h, verb, remediationState(nh.GetState()))
+				}
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), resp)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Follow it with `loom health nodes %s`.\n", shortName(full))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&cluster, "cluster", "", "the nodes' cluster (default: the one cluster that has them)")
+	cmd.Flags().StringVar(&reason, "reason", "", "why (shown in loom health nodes and sinfo -R)")
+	return cmd
+}
+
+func (a *app) nodesReportFaultyCommand() *cobra.Command {
+	var cluster, reason string
+	cmd := &cobra.Command{
+		Use:   "report-faulty NODE... [--cluster C] --reason TEXT",
+		Short: "Report nodes as faulty: they are drained and repaired as if a check had failed",
+		Long: `Report nodes as faulty by hand (Vertex's reportFaultyNodes): the health
+service drains them, requeues their jobs and repairs them as it would after a
+failed check. NODE is a hostname or a hostlist (gpu-[0001-0004]). Needs a
+cluster administrator.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usagef("%s needs the nodes: e.g. `%s gpu-0001 --reason \"NCCL hangs\"`", cmd.CommandPath(), cmd.CommandPath())
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			hosts, err := expandHosts(args)
+			if err != nil {
+				return err
+			}
+			if strings.TrimSpace(reason) == "" {
+				return usagef("%s needs --reason: say why, e.g. --reason \"NCCL hangs on this node\"", cmd.CommandPath())
+			}
+			full, err := a.nodesCluster(cmd, cluster, hosts)
+			if err != nil {
+				return err
+			}
+			hs, err := a.healthClient()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.call(cmd.Context())
+			defer cancel()
+			resp, err := hs.ReportFaultyNodes(ctx, &loomv1.ReportFaultyNodesRequest{Cluster: full, Hostnames: hosts, Reason: reason})
+			if err != nil {
+				return a.notFoundHint(a.explain("report faulty nodes", err), err, "loom nodes list --cluster "+shortName(full))
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), resp)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Reported %s faulty (%s). Follow the repair with `loom health nodes %s`.\n",
+				hostlist.Compress(resp.GetHostnames()), reason, shortName(full))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&cluster, "cluster", "", "the nodes' cluster (default: the one cluster that has them)")
+	cmd.Flags().StringVar(&reason, "reason", "", "why (shown in loom health nodes and sinfo -R)")
+	return cmd
+}
+
+// faultKinds are inject-fault's --kind values.
+var faultKinds = []struct {
+	name string
+	kind loomv1.FaultKind
+	help string
+}{
+	{"xid", loomv1.FaultKind_FAULT_XID, "an Xid event (--xid N; --xid alone implies it)"},
+	{"ecc-sbe", loomv1.FaultKind_FAULT_ECC_SBE, "single-bit ECC errors at a rising rate (--rate per minute)"},
+	{"dbe", loomv1.FaultKind_FAULT_ECC_DBE, "a double-bit ECC error (--count, default 1)"},
+	{"remap-failure", loomv1.FaultKind_FAULT_ROW_REMAP_FAILURE, "a row-remapping failure"},
+	{"thermal", loomv1.FaultKind_FAULT_THERMAL, "thermal runaway: temperature climbs, clocks throttle"},
+	{"slow", loomv1.FaultKind_FAULT_SLOW_GPU, "a slow GPU (--factor, default 2)"},
+	{"off-bus", loomv1.FaultKind_FAULT_FALLEN_OFF_BUS, "the GPU falls off the bus (Xid 79)"},
+	{"nvlink", loomv1.FaultKind_FAULT_NVLINK, "NVLink CRC errors (--rate per minute)"},
+	{"disk-full", loomv1.FaultKind_FAULT_DISK_FULL, "the node's disk fills up (node-wide)"},
+	{"hung-job", loomv1.FaultKind_FAULT_HUNG_JOB, "the node's job processes stop making progress (node-wide)"},
+	{"no-heartbeat", loomv1.FaultKind_FAULT_NO_HEARTBEAT, "the agent stops heartbeating (--seconds, 0: until cleared; node-wide)"},
+	{"clear", loomv1.FaultKind_FAULT_CLEAR, "clear the injected faults (of --gpu, or all)"},
+}
+
+// faultKindNames lists --kind's values.
+func faultKindNames() string {
+	names := make([]string, len(faultKinds))
+	for i, k := range faultKinds {
+		names[i] = k.name
+	}
+	return strings.Join(names, ", ")
+}
+
+func (a *app) nodesInjectFaultCommand() *cobra.Command {
+	var cluster, kind string
+	var gpu, xid, count int32
+	var rate, factor, seconds float64
+	var help strings.Builder
+	for _, k := range faultKinds {
+		fmt.Fprintf(&help, "  %-14s %s\n", k.name, k.help)
+	}
+	cmd := &cobra.Command{
+		Use:   "inject-fault NODE [--cluster C] [--gpu N] (--xid N | --kind KIND [--rate R | --factor F | --seconds S | --count N])",
+		Short: "Inject a fault into a node's simulated GPUs, disk or agent",
+		Long: `Inject a fault into a node whose GPUs are simulated (an agent with no GPU
+driver, or -gpu-mode simulated), to see Loom detect and repair it. Nodes with
+real GPUs are refused. Needs a cluster administrator.
+
+  loom nodes inject-fault gpu-0001 --gpu 3 --xid 79
+  loom nodes inject-fault gpu-0001 --kind ecc-sbe --rate 50
+  loom nodes inject-fault gpu-0001 --kind no-heartbeat --seconds 30
+  loom nodes inject-fault gpu-0001 --kind clear
+
+--gpu is the GPU's index; without it the fault is on every GPU (node-wide
+kinds take no --gpu). Kinds:
+` + help.String(),
+		Args: exactArgs(1, "the node, e.g. `loom nodes inject-fault gpu-0001 --gpu 3 --xid 79`"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fault, err := faultFromFlags(cmd, kind, gpu, xid, count, rate, factor, seconds)
+			if err != nil {
+				return err
+			}
+			host := args[0]
+			full, err := a.nodesCluster(cmd, cluster, []string{host})
+			if err != nil {
+				return err
+			}
+			hs, err := a.healthClient()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.call(cmd.Context())
+			defer cancel()
+			resp, err := hs.InjectFault(ctx, &loomv1.InjectFaultRequest{Cluster: full, Hostname: host, Fault: fault})
+			if err != nil {
+				return a.notFoundHint(a.explain("inject a fault into "+host, err), err, "loom nodes list --cluster "+shortName(full))
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), resp)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Injected %s into %s of %s. Watch Loom react with `loom health nodes %s`.\n",
+				describeFault(resp.GetFault()), gpuWhere(resp.GetFault()), host, shortName(full))
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cluster, "cluster", "", "the node's cluster (default: the one cluster that has it)")
+	f.StringVar(&kind, "kind", "", "what to inject: "+faultKindNames())
+	f.Int32Var(&gpu, "gpu", -1, "the GPU's index (default: every GPU)")
+	f.Int32Var(&xid, "xid", 0, "the Xid code, 1 to 999 (kind xid)")
+	f.Float64Var(&rate, "rate", 0, "errors per minute (kinds ecc-sbe, nvlink)")
+	f.Float64Var(&factor, "factor", 0, "how many times slower (kind slow; default 2)")
+	f.Float64Var(&seconds, "seconds", 0, "how long the agent stays silent (kind no-heartbeat; 0: until cleared)")
+	f.Int32Var(&count, "count", 0, "how many double-bit errors (kind dbe; default 1)")
+	return cmd
+}
+
+// faultFromFlags builds the Fault inject-fault's flags describe: a kind
+// (--xid alone means kind xid) and the one value flag that kind takes.
+func faultFromFlags(cmd *cobra.Command, kind string, gpu, xid, count int32, rate, factor, seconds float64) (*loomv1.Fault, error) {
+	if kind == "" && cmd.Flags().Changed("xid") {
+		kind = "xid"
+	}
+	if kind == "" {
+		return nil, usagef("say what to inject: --xid N, or --kind KIND (%s)", faultKindNames())
+	}
+	i := slices.IndexFunc(faultKinds, func(k struct {
+		name string
+		kind loomv1.FaultKind
+		help string
+	}) bool {
+		return k.name == kind || (kind == "ecc-dbe" && k.name == "dbe")
+	})
+	if i < 0 {
+		return nil, usagef("--kind %q is not a fault kind: %s", kind, faultKindNames())
+	}
+	f := &loomv1.Fault{Kind: faultKinds[i].kind, Gpu: gpu}
+	// Each value flag belongs to its kinds; another kind's is a mistake.
+	takes := map[string][]loomv1.FaultKind{
+		"xid":     {loomv1.FaultKind_FAULT_XID},
+		"rate":    {loomv1.FaultKind_FAULT_ECC_SBE, loomv1.FaultKind_FAULT_NVLINK},
+		"factor":  {loomv1.FaultKind_FAULT_SLOW_GPU},
+		"seconds": {loomv1.FaultKind_FAULT_NO_HEARTBEAT},
+		"count":   {loomv1.FaultKind_FAULT_ECC_DBE},
+	}
+	for flag, kinds := range takes {
+		if cmd.Flags().Changed(flag) && !slices.Contains(kinds, f.Kind) {
+			return nil, usagef("--%s does not apply to --kind %s", flag, faultKinds[i].name)
+		}
+	}
+	switch f.Kind {
+	case loomv1.FaultKind_FAULT_XID:
+		if xid < 1 || xid > 999 {
+			return nil, usagef("--xid must be an Xid code from 1 to 999 (e.g. 79: fallen off the bus; 48: double-bit ECC), got %d", xid)
+		}
+		f.Xid = xid
+	case loomv1.FaultKind_FAULT_ECC_SBE:
+		if rate <= 0 {
+			return nil, usagef("--kind ecc-sbe needs --rate: single-bit errors per minute, e.g. --rate 50")
+		}
+		f.Value = rate
+	case loomv1.FaultKind_FAULT_NVLINK:
+		f.Value = rate
+	case loomv1.FaultKind_FAULT_SLOW_GPU:
+		f.Value = factor
+	case loomv1.FaultKind_FAULT_NO_HEARTBEAT:
+		f.Value = seconds
+	case loomv1.FaultKind_FAULT_ECC_DBE:
+		f.Value = float64(count)
+	}
+	if gpu < -1 {
+		return nil, usagef("--gpu must be a GPU index (0, 1, ...), got %d", gpu)
+	}
+	return f, nil
+}
+
+// describeFault says what a fault is, for people: "Xid 79", "single-bit
+// ECC errors at 50/min".
+func describeFault(f *loomv1.Fault) string {
+	v := strconv.FormatFloat(f.GetValue(), 'g', -1, 64)
+	switch f.GetKind() {
+	case loomv1.FaultKind_FAULT_XID:
+		return fmt.Sprintf("Xid %d", f.GetXid())
+	case loomv1.FaultKind_FAULT_ECC_SBE:
+		return "single-bit ECC errors at " + v + "/min"
+	case loomv1.FaultKind_FAULT_ECC_DBE:
+		return "a double-bit ECC error"
+	case loomv1.FaultKind_FAULT_ROW_REMAP_FAILURE:
+		return "a row-remapping failure"
+	case loomv1.FaultKind_FAULT_THERMAL:
+		return "thermal runaway"
+	case loomv1.FaultKind_FAULT_SLOW_GPU:
+		if f.GetValue() == 0 {
+			v = "2"
+		}
+		return "a slowdown by " + v + "x"
+	case loomv1.FaultKind_FAULT_FALLEN_OFF_BUS:
+		return "a fall off the bus"
+	case loomv1.FaultKind_FAULT_NVLINK:
+		return "NVLink errors"
+	case loomv1.FaultKind_FAULT_DISK_FULL:
+		return "a full disk"
+	case loomv1.FaultKind_FAULT_HUNG_JOB:
+		return "a hung job"
+	case loomv1.FaultKind_FAULT_NO_HEARTBEAT:
+		if f.GetValue() == 0 {
+			return "silence (no heartbeats until cleared)"
+		}
+		return "silence (no heartbeats for " + v + "s)"
+	case loomv1.FaultKind_FAULT_CLEAR:
+		return "a clear of the injected faults"
+	}
+	return f.GetKind().String()
+}
+
+// gpuWhere says which GPUs a fault is on.
+func gpuWhere(f *loomv1.Fault) string {
+	switch f.GetKind() {
+	case loomv1.FaultKind_FAULT_DISK_FULL, loomv1.FaultKind_FAULT_HUNG_JOB, loomv1.FaultKind_FAULT_NO_HEARTBEAT:
+		return "the node"
+	}
+	if f.GetGpu() < 0 {
+		return "every GPU"
+	}
+	return fmt.Sprintf("GPU %d", f.GetGpu())
+}
+
+// ---- loom health ----
+
+func (a *app) healthCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "health",
+		Short: "Run health checks and see each node's health and repairs",
+		Long: `Hardware health: checks run on demand (scan), their stored results (results),
+and each node's state in health's remediation (nodes). See docs/health.md.
+
+  loom health scan demo --checks gpu_diag,disk --level 2 --wait
+  loom health results demo --node gpu-0001
+  loom health nodes demo`,
+	}
+	cmd.AddCommand(a.healthScanCommand(), a.healthResultsCommand(), a.healthNodesCommand())
+	return cmd
+}
+
+func (a *app) healthScanCommand() *cobra.Command {
+	var nodes, checks string
+	var level int32
+	var allowBusy, wait bool
+	var timeout, waitTimeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "scan CLUSTER [--nodes HOSTLIST] [--checks a,b] [--level N] [--allow-busy] [--wait]",
+		Short: "Run health checks on a cluster's nodes now",
+		Long: `Run health checks now on a cluster's nodes (all, or --nodes gpu-[0001-0004]).
+Checks: gpu_diag (--level 1 to 3), allreduce, allreduce_pair, disk, speed, or
+a site check's name; default gpu_diag level 1 and disk. Nodes busy with jobs
+are skipped (their result says CHECK_SKIPPED) unless --allow-busy. With
+--wait, shows the results as they come, then a table. Needs a cluster
+administrator.`,
+		Args: exactArgs(1, "the cluster, e.g. `loom health scan demo`"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := &loomv1.ScanNodesRequest{Cluster: a.clusterName(args[0]), Level: level, AllowBusy: allowBusy}
+			if nodes != "" {
+				req.Hostnames = []string{nodes}
+			}
+			for _, c := range strings.Split(checks, ",") {
+				if c = strings.TrimSpace(c); c != "" {
+					req.Checks = append(req.Checks, c)
+				}
+			}
+			if level < 0 || level > 3 {
+				return usagef("--level must be 1, 2 or 3 (gpu_diag's depth), got %d", level)
+			}
+			if timeout > 0 {
+				req.Timeout = durationpb.New(timeout)
+			}
+			hs, err := a.healthClient()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.call(cmd.Context())
+			resp, err := hs.ScanNodes(ctx, req)
+			cancel()
+			if err != nil {
+				return a.notFoundHint(a.explain("scan "+args[0], err), err, "loom clusters list")
+			}
+			out := a.progressOut(cmd)
+			wanted := req.GetChecks()
+			if len(wanted) == 0 {
+				wanted = []string{"gpu_diag", "disk"}
+			}
+			fmt.Fprintf(out, "Scan %s: %s on %d %s (%s).\n", resp.GetScanId(), strings.Join(wanted, ","), len(resp.GetHostnames()),
+				plural(len(resp.GetHostnames()), "node", "nodes"), hostlist.Compress(resp.GetHostnames()))
+			if !wait {
+				if a.output == "json" {
+					return writeJSON(cmd.OutOrStdout(), resp)
+				}
+				fmt.Fprintf(out, "See its results with `loom health results %s --scan %s`.\n", args[0], resp.GetScanId())
+				return nil
+			}
+			results, err := a.waitScan(cmd, hs, req.GetCluster(), resp, len(wanted), waitTimeout)
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), &loomv1.ListHealthResultsResponse{Results: results})
+			}
+			if err := renderHealthResults(cmd.OutOrStdout(), results, a.now(), false); err != nil {
+				return err
+			}
+			return scanVerdict(args[0], results)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&nodes, "nodes", "", "only these nodes: a hostlist, e.g. gpu-[0001-0004] (default: every node)")
+	f.StringVar(&checks, "checks", "", "checks to run, comma-separated (default: gpu_diag,disk)")
+	f.Int32Var(&level, "level", 0, "gpu_diag's level: 1 (quick) to 3 (long) (default 1)")
+	f.BoolVar(&allowBusy, "allow-busy", false, "check nodes that are running jobs too")
+	f.DurationVar(&timeout, "timeout", 0, "kill a check that runs longer (default: the health service's)")
+	f.BoolVar(&wait, "wait", false, "wait for the results and show them")
+	f.DurationVar(&waitTimeout, "wait-timeout", 10*time.Minute, "with --wait, how long to wait for every result")
+	return cmd
+}
+
+// waitScan polls the scan's results until every node has one per check
+// (perNode), showing progress, or until limit passes (an error saying how
+// many came and how to see the rest).
+func (a *app) waitScan(cmd *cobra.Command, hs loomv1.HealthServiceClient, cluster string, scan *loomv1.ScanNodesResponse, perNode int, limit time.Duration) ([]*loomv1.HealthCheckResult, error) {
+	want := len(scan.GetHostnames()) * perNode
+	view := &progressView{w: a.progressOut(cmd), tty: a.tty(a.progressOut(cmd)), indent: "  "}
+	defer view.finish()
+	deadline := time.Now().Add(limit)
+	for {
+		results, err := collect(a, cmd, 0, func(ctx context.Context, token string, size int32) ([]*loomv1.HealthCheckResult, string, error) {
+			page, err := hs.ListHealthResults(ctx, &loomv1.ListHealthResultsRequest{Cluster: cluster, ScanId: scan.GetScanId(), PageToken: token, PageSize: size})
+			return page.GetResults(), page.GetNextPageToken(), err
+		})
+		if err != nil {
+			return nil, a.explain("read the results of scan "+scan.GetScanId(), err)
+		}
+		done := map[string]bool{}
+		failed := 0
+		for _, r := range results {
+			done[r.GetHostname()+"\x00"+r.GetCheck()] = true
+			if r.GetOutcome() == loomv1.CheckOutcome_CHECK_FAIL {
+				failed++
+			}
+		}
+		msg := fmt.Sprintf("%d of %d results", min(len(done), want), want)
+		if failed > 0 {
+			msg += fmt.Sprintf(" (%d failed)", failed)
+		}
+		view.show(&loomv1.Operation{Metadata: &loomv1.OperationMetadata{Progress: msg}})
+		if len(done) >= want && want > 0 || want == 0 {
+			sortResults(results)
+			return results, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("scan %s: %d of %d results after %s; see the rest later with `loom health results %s --scan %s`",
+				scan.GetScanId(), len(done), want, limit, shortName(cluster), scan.GetScanId())
+		}
+		select {
+		case <-cmd.Context().Done():
+			return nil, cmd.Context().Err()
+		case <-time.After(a.pollInterval):
+		}
+	}
+}
+
+// scanVerdict is nil when no check failed, else an error counting the
+// failures and saying where health's reaction shows.
+func scanVerdict(cluster string, results []*loomv1.HealthCheckResult) error {
+	failed := 0
+	for _, r := range results {
+		if r.GetOutcome() == loomv1.CheckOutcome_CHECK_FAIL {
+			failed++
+		}
+	}
+	if failed == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d of %d checks failed; `loom health nodes %s` shows what health does about them", failed, len(results), cluster)
+}
+
+// sortResults orders results by node, then check.
+func sortResults(rs []*loomv1.HealthCheckResult) {
+	sort.SliceStable(rs, func(i, j int) bool {
+		if rs[i].GetHostname() != rs[j].GetHostname() {
+			return rs[i].GetHostname() < rs[j].GetHostname()
+		}
+		return rs[i].GetCheck() < rs[j].GetCheck()
+	})
+}
+
+func (a *app) healthResultsCommand() *cobra.Command {
+	var node, check, scan string
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "results CLUSTER [--node N] [--check C] [--scan ID] [--limit N]",
+		Short: "List stored health check results, newest first",
+		Long: `List stored health check results, newest first: NODE, CHECK (with its
+level), OUTCOME (PASS, WARN, FAIL, SKIPPED, ERROR: the check itself could
+not run), SUMMARY, TRIGGER (scan, schedule, prolog, epilog, confirm, hang),
+AGE, and VALID (how long the result stands: each check has its window).`,
+		Args: exactArgs(1, "the cluster, e.g. `loom health results demo`"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			hs, err := a.healthClient()
+			if err != nil {
+				return err
+			}
+			cluster := a.clusterName(args[0])
+			results, err := collect(a, cmd, limit, func(ctx context.Context, token string, size int32) ([]*loomv1.HealthCheckResult, string, error) {
+				page, err := hs.ListHealthResults(ctx, &loomv1.ListHealthResultsRequest{Cluster: cluster, Hostname: node, Check: check, ScanId: scan,
+					PageToken: token, PageSize: size})
+				return page.GetResults(), page.GetNextPageToken(), err
+			})
+			if err != nil {
+				return a.notFoundHint(a.explain("list health results of "+args[0], err), err, "loom clusters list")
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), &loomv1.ListHealthResultsResponse{Results: results})
+			}
+			if len(results) == 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "No health results. Run checks with `loom health scan %s`.\n", args[0])
+				return nil
+			}
+			return renderHealthResults(cmd.OutOrStdout(), results, a.now(), true)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&node, "node", "", "only this node's results")
+	f.StringVar(&check, "check", "", "only this check's results (gpu_diag, allreduce, disk, speed, ...)")
+	f.StringVar(&scan, "scan", "", "only this scan's results (the id loom health scan printed)")
+	f.IntVar(&limit, "limit", 100, "show at most this many (0: all)")
+	return cmd
+}
+
+// outcome is a check outcome's short name: PASS, WARN, FAIL, SKIPPED, ERROR.
+func outcome(o loomv1.CheckOutcome) string {
+	if o == loomv1.CheckOutcome_CHECK_OUTCOME_UNSPECIFIED {
+		return "-"
+	}
+	return strings.TrimPrefix(o.String(), "CHECK_")
+}
+
+// checkColumn is a check's name with gpu_diag's level, "gpu_diag/2".
+func checkColumn(r *loomv1.HealthCheckResult) string {
+	if r.GetLevel() > 0 {
+		return fmt.Sprintf("%s/%d", r.GetCheck(), r.GetLevel())
+	}
+	return r.GetCheck()
+}
+
+// validFor is how much longer a result stands: "23h", "expired".
+func validFor(r *loomv1.HealthCheckResult, now time.Time) string {
+	if r.GetValidUntil() == nil {
+		return "-"
+	}
+	d := r.GetValidUntil().AsTime().Sub(now)
+	if d <= 0 {
+		return "expired"
+	}
+	return humanDuration(d)
+}
+
+// cellText keeps text on its row: its first line, control characters as
+// spaces, at most n runes.
+func cellText(s string, n int) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return clipColumn(oneLine(s), n)
+}
+
+func renderHealthResults(w io.Writer, rs []*loomv1.HealthCheckResult, now time.Time, full bool) error {
+	tw := newTable(w)
+	if full {
+		row(tw, "NODE", "CHECK", "OUTCOME", "SUMMARY", "TRIGGER", "SCAN", "AGE", "VALID")
+	} else {
+		row(tw, "NODE", "CHECK", "OUTCOME", "SUMMARY", "TOOK")
+	}
+	for _, r := range rs {
+		if full {
+			row(tw, r.GetHostname(), checkColumn(r), outcome(r.GetOutcome()), cellText(r.GetSummary(), 60), r.GetTrigger(),
+				r.GetScanId(), age(r.GetEndTime(), now), validFor(r, now))
+			continue
+		}
+		took := "-"
+		if r.GetStartTime() != nil && r.GetEndTime() != nil {
+			took = elapsed(r.GetEndTime().AsTime().Sub(r.GetStartTime().AsTime()))
+		}
+		row(tw, r.GetHostname(), checkColumn(r), outcome(r.GetOutcome()), cellText(r.GetSummary(), 60), took)
+	}
+	return tw.Flush()
+}
+
+func (a *app) healthNodesCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "nodes CLUSTER",
+		Short: "Show each node's health: state, reason, who set it, what happens next",
+		Long: `Show each node's health as the health service sees it: STATE (HEALTHY,
+SUSPECT, DRAINING, REBOOTING, REIMAGING, REPLACING, QUARANTINED, UNREACHABLE),
+REASON, SET BY (loom-health or the operator), SINCE, NEXT (the action health
+takes next), GPUS (count, and how many fell off the bus), TEMP (the hottest
+GPU), ECC (volatile single-/double-bit errors over all GPUs) and HEARTBEAT.
+Override with loom nodes drain|resume|quarantine|reboot|reimage|replace.`,
+		Args: exactArgs(1, "the cluster, e.g. `loom health nodes demo`"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			hs, err := a.healthClient()
+			if err != nil {
+				return err
+			}
+			cluster := a.clusterName(args[0])
+			nodes, err := collect(a, cmd, 0, func(ctx context.Context, token string, size int32) ([]*loomv1.NodeHealth, string, error) {
+				page, err := hs.ListNodeHealth(ctx, &loomv1.ListNodeHealthRequest{Cluster: cluster, PageToken: token, PageSize: size})
+				return page.GetNodes(), page.GetNextPageToken(), err
+			})
+			if err != nil {
+				return a.notFoundHint(a.explain("list node health of "+args[0], err), err, "loom clusters list")
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), &loomv1.ListNodeHealthResponse{Nodes: nodes})
+			}
+			if len(nodes) == 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "No nodes reported to health in %s yet.\n", args[0])
+				return nil
+			}
+			return renderNodeHealth(cmd.OutOrStdout(), nodes, a.now())
+		},
+	}
+}
+
+// remediationState is a state's short name: HEALTHY, DRAINING, ...
+func remediationState(s loomv1.RemediationState) string {
+	if s == loomv1.RemediationState_REMEDIATION_STATE_UNSPECIFIED {
+		return "UNKNOWN"
+	}
+	return strings.TrimPrefix(s.String(), "NODE_")
+}
+
+// remediationAction is an action's short name: REBOOT, DRAIN, ...; "-" for none.
+func remediationAction(act loomv1.RemediationAction) string {
+	if act == loomv1.RemediationAction_REMEDIATION_ACTION_UNSPECIFIED || act == loomv1.RemediationAction_ACTION_NONE {
+		return "-"
+	}
+	return strings.TrimPrefix(act.String(), "ACTION_")
+}
+
+// nodeState is a NodeHealth's state with its markers: "(dry-run)" when
+// health only says what it would do.
+func nodeHealthState(n *loomv1.NodeHealth) string {
+	s := remediationState(n.GetState())
+	if n.GetDryRun() {
+		s += " (dry-run)"
+	}
+	return s
+}
+
+// gpuSummary is "8" or "8 (1 lost)"; temp the hottest GPU, "71C"; ecc
+// "sbe/dbe" summed over the GPUs.
+func gpuSummary(n *loomv1.NodeHealth) (gpus, temp, ecc string) {
+	if len(n.GetGpus()) == 0 {
+		return "-", "-", "-"
+	}
+	lost := 0
+	hot := math.Inf(-1)
+	var sbe, dbe uint64
+	for _, g := range n.GetGpus() {
+		if g.GetLost() {
+			lost++
+			continue
+		}
+		hot = max(hot, g.GetTemperatureC())
+		sbe += g.GetEccSbeVolatile()
+		dbe += g.GetEccDbeVolatile()
+	}
+	gpus = strconv.Itoa(len(n.GetGpus()))
+	if lost > 0 {
+		gpus += fmt.Sprintf(" (%d lost)", lost)
+	}
+	if n.GetSimulated() {
+		gpus += " sim"
+	}
+	temp = "-"
+	if !math.IsInf(hot, -1) {
+		temp = fmt.Sprintf("%.0fC", hot)
+	}
+	return gpus, temp, fmt.Sprintf("%d/%d", sbe, dbe)
+}
+
+func renderNodeHealth(w io.Writer, ns []*loomv1.NodeHealth, now time.Time) error {
+	tw := newTable(w)
+	row(tw, "NODE", "STATE", "REASON", "SET BY", "SINCE", "NEXT", "GPUS", "TEMP", "ECC SBE/DBE", "HEARTBEAT")
+	for _, n := range ns {
+		gpus, temp, ecc := gpuSummary(n)
+		row(tw, n.GetHostname(), nodeHealthState(n), cellText(n.GetReason(), 50), n.GetSetBy(), age(n.GetStateTime(), now),
+			remediationAction(n.GetNextAction()), gpus, temp, ecc, ago(n.GetLastHeartbeat(), now))
+	}
+	return tw.Flush()
+}
+
+// ---- goodput ----
+
+func (a *app) jobsGoodputCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "goodput ID",
+		Short: "Show how much of a job's time was productive training",
+		Long: `Show a job's goodput: its wall time from submission, the productive part,
+and where the rest went: recomputation (work lost since the last checkpoint
+of a failed attempt), restarts (from a failure to running again), queueing,
+checkpointing.`,
+		Args: exactArgs(1, "the job id, e.g. `loom jobs goodput 7`"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			gc, err := a.goodputClient()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.call(cmd.Context())
+			defer cancel()
+			g, err := gc.GetJobGoodput(ctx, &loomv1.GetJobGoodputRequest{Name: a.jobName(args[0])})
+			if err != nil {
+				return a.notFoundHint(a.explain("goodput of job "+args[0], err), err, "loom jobs list")
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), g)
+			}
+			return renderGoodput(cmd.OutOrStdout(), g, false)
+		},
+	}
+}
+
+func (a *app) clustersGoodputCommand() *cobra.Command {
+	var since time.Duration
+	cmd := &cobra.Command{
+		Use:   "goodput NAME [--since 168h]",
+		Short: "Show how much of a cluster's job time was productive training",
+		Long: `Show a cluster's goodput over its jobs in a window (default: the last 7
+days): wall time, productive time, time lost to recomputation, restarts,
+queueing and checkpointing, and goodput (productive / wall).`,
+		Args: exactArgs(1, "the cluster, e.g. `loom clusters goodput demo`"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			gc, err := a.goodputClient()
+			if err != nil {
+				return err
+			}
+			req := &loomv1.GetClusterGoodputRequest{Name: a.clusterName(args[0])}
+			if since < 0 {
+				return usagef("--since must be a positive duration such as 24h, got %s", since)
+			}
+			if since > 0 {
+				req.Since = timestamppb.New(a.now().Add(-since))
+			}
+			ctx, cancel := a.call(cmd.Context())
+			defer cancel()
+			g, err := gc.GetClusterGoodput(ctx, req)
+			if err != nil {
+				return a.notFoundHint(a.explain("goodput of cluster "+args[0], err), err, "loom clusters list")
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), g)
+			}
+			return renderGoodput(cmd.OutOrStdout(), g, true)
+		},
+	}
+	cmd.Flags().DurationVar(&since, "since", 0, "the window: jobs of the last DURATION (default: the gateway's, 7 days)")
+	return cmd
+}
+
+// share is d as a duration and a percentage of wall: "1h30m (12.5%)".
+func share(d, wall *durationpb.Duration) string {
+	s := d.AsDuration().Round(time.Second).String()
+	if w := wall.AsDuration(); w > 0 {
+		s += fmt.Sprintf(" (%.1f%%)", 100*float64(d.AsDuration())/float64(w))
+	}
+	return s
+}
+
+func renderGoodput(w io.Writer, g *loomv1.Goodput, cluster bool) error {
+	tw := newTable(w)
+	fmt.Fprintf(tw, "Name:\t%s\n", g.GetName())
+	if cluster {
+		fmt.Fprintf(tw, "Jobs:\t%d\n", g.GetJobs())
+	}
+	fmt.Fprintf(tw, "Wall:\t%s\n", g.GetWall().AsDuration().Round(time.Second))
+	fmt.Fprintf(tw, "Productive:\t%s\n", share(g.GetProductive(), g.GetWall()))
+	fmt.Fprintf(tw, "Lost to recompute:\t%s\n", share(g.GetLostRecompute(), g.GetWall()))
+	fmt.Fprintf(tw, "Lost to restarts:\t%s\n", share(g.GetLostRestart(), g.GetWall()))
+	fmt.Fprintf(tw, "Lost to queueing:\t%s\n", share(g.GetLostQueueing(), g.GetWall()))
+	fmt.Fprintf(tw, "Lost to checkpointing:\t%s\n", share(g.GetLostCheckpointing(), g.GetWall()))
+	fmt.Fprintf(tw, "Failures:\t%d\n", g.GetFailures())
+	fmt.Fprintf(tw, "Restarts:\t%d\n", g.GetRestarts())
+	fmt.Fprintf(tw, "Goodput:\t%.1f%%\n", 100*g.GetGoodput())
+	return tw.Flush()
+}

@@ -1,0 +1,343 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+const demoName = "projects/default/clusters/demo"
+
+// newHealthGateway is the CLI fixture with node health, check results and
+// goodput for cluster demo (gpu-0001 healthy on simulated GPUs, gpu-0002
+// draining after an Xid 79), served.
+func newHealthGateway(t *testing.T) (*fakegw.Gateway, string) {
+	t.Helper()
+	f := newFakeGatewayData()
+	gpus := func(lost bool, temps ...float64) []*loomv1.GpuSample {
+		var out []*loomv1.GpuSample
+		for i, c := range temps {
+			out = append(out, &loomv1.GpuSample{Index: int32(i), TemperatureC: c, EccSbeVolatile: uint64(i)})
+		}
+		if lost {
+			out[0] = &loomv1.GpuSample{Index: 0, Lost: true}
+		}
+		return out
+	}
+	f.NodeHealth = []*loomv1.NodeHealth{
+		{Node: demoName + "/nodes/gpu-0001", Hostname: "gpu-0001", Cluster: demoName, State: loomv1.RemediationState_NODE_HEALTHY,
+			SetBy: "loom-health", StateTime: ts(3 * time.Hour), Gpus: gpus(false, 41, 44, 39), Simulated: true, LastHeartbeat: ts(2 * time.Second)},
+		{Node: demoName + "/nodes/gpu-0002", Hostname: "gpu-0002", Cluster: demoName, State: loomv1.RemediationState_NODE_DRAINING,
+			Reason: "Xid 79: GPU has fallen off the bus", SetBy: "loom-health", StateTime: ts(2 * time.Minute),
+			NextAction: loomv1.RemediationAction_ACTION_REBOOT, Gpus: gpus(true, 0, 71, 52), LastHeartbeat: ts(20 * time.Second)},
+	}
+	f.HealthResults = []*loomv1.HealthCheckResult{
+		{Name: demoName + "/healthResults/2", Hostname: "gpu-0002", Check: "gpu_diag", Level: 2, Outcome: loomv1.CheckOutcome_CHECK_FAIL,
+			Summary: "memory test: GPU 0 not found\n(detail follows)", Trigger: "confirm", ScanId: "s1", EndTime: ts(time.Minute), ValidUntil: fakegw.Ago(-23 * time.Hour)},
+		{Name: demoName + "/healthResults/1", Hostname: "gpu-0001", Check: "disk", Outcome: loomv1.CheckOutcome_CHECK_PASS,
+			Summary: "/ 12% used", Trigger: "scan", ScanId: "s1", EndTime: ts(2 * time.Hour), ValidUntil: ts(time.Hour)},
+	}
+	f.Goodputs = map[string]*loomv1.Goodput{
+		"projects/default/jobs/7": {Name: "projects/default/jobs/7", Wall: durationpb.New(10 * time.Hour), Productive: durationpb.New(9 * time.Hour),
+			LostRecompute: durationpb.New(20 * time.Minute), LostRestart: durationpb.New(10 * time.Minute), LostQueueing: durationpb.New(25 * time.Minute),
+			LostCheckpointing: durationpb.New(5 * time.Minute), Goodput: 0.9, Failures: 2, Restarts: 2, Jobs: 1},
+		demoName: {Name: demoName, Wall: durationpb.New(100 * time.Hour), Productive: durationpb.New(98 * time.Hour),
+			LostRestart: durationpb.New(2 * time.Hour), Goodput: 0.98, Failures: 3, Restarts: 3, Jobs: 12},
+	}
+	// gpu-0001 is in demo only; a3u's nodes are a3u-*.
+	return f, f.Serve(t)
+}
+
+func TestHealthTables(t *testing.T) {
+	t.Parallel()
+	_, gw := newHealthGateway(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"health", "nodes", "demo"}, `
+NODE      STATE     REASON                              SET BY       SINCE  NEXT    GPUS        TEMP  ECC SBE/DBE  HEARTBEAT
+gpu-0001  HEALTHY   -                                   loom-health  3h     -       3 sim       44C   3/0          2s ago
+gpu-0002  DRAINING  Xid 79: GPU has fallen off the bus  loom-health  2m     REBOOT  3 (1 lost)  71C   3/0          20s ago
+`},
+		{[]string{"health", "results", "demo"}, `
+NODE      CHECK       OUTCOME  SUMMARY                       TRIGGER  SCAN  AGE  VALID
+gpu-0002  gpu_diag/2  FAIL     memory test: GPU 0 not found  confirm  s1    1m   23h
+gpu-0001  disk        PASS     / 12% used                    scan     s1    2h   expired
+`},
+		{[]string{"health", "results", "a3u"}, `
+No health results. Run checks with ` + "`loom health scan a3u`" + `.
+`},
+		{[]string{"jobs", "goodput", "7"}, `
+Name:                   projects/default/jobs/7
+Wall:                   10h0m0s
+Productive:             9h0m0s (90.0%)
+Lost to recompute:      20m0s (3.3%)
+Lost to restarts:       10m0s (1.7%)
+Lost to queueing:       25m0s (4.2%)
+Lost to checkpointing:  5m0s (0.8%)
+Failures:               2
+Restarts:               2
+Goodput:                90.0%
+`},
+		{[]string{"clusters", "goodput", "demo"}, `
+Name:                   projects/default/clusters/demo
+Jobs:                   12
+Wall:                   100h0m0s
+Productive:             98h0m0s (98.0%)
+Lost to recompute:      0s (0.0%)
+Lost to restarts:       2h0m0s (2.0%)
+Lost to queueing:       0s (0.0%)
+Lost to checkpointing:  0s (0.0%)
+Failures:               3
+Restarts:               3
+Goodput:                98.0%
+`},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			out, errOut, code := run(t, gw, c.args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			golden(t, out, c.want)
+		})
+	}
+}
+
+// TestHealthJSON: every get and list of health and goodput takes -o json
+// and prints the message whole.
+func TestHealthJSON(t *testing.T) {
+	t.Parallel()
+	_, gw := newHealthGateway(t)
+	for _, c := range []struct {
+		args []string
+		into proto.Message
+		ok   func(proto.Message) bool
+	}{
+		{[]string{"health", "nodes", "demo"}, &loomv1.ListNodeHealthResponse{}, func(m proto.Message) bool {
+			n := m.(*loomv1.ListNodeHealthResponse).GetNodes()
+			return len(n) == 2 && n[1].GetReason() == "Xid 79: GPU has fallen off the bus" && len(n[1].GetGpus()) == 3
+		}},
+		{[]string{"health", "results", "demo", "--check", "gpu_diag"}, &loomv1.ListHealthResultsResponse{}, func(m proto.Message) bool {
+			r := m.(*loomv1.ListHealthResultsResponse).GetResults()
+			return len(r) == 1 && strings.Contains(r[0].GetSummary(), "(detail follows)")
+		}},
+		{[]string{"jobs", "goodput", "7"}, &loomv1.Goodput{}, func(m proto.Message) bool { return m.(*loomv1.Goodput).GetFailures() == 2 }},
+		{[]string{"clusters", "goodput", "demo"}, &loomv1.Goodput{}, func(m proto.Message) bool { return m.(*loomv1.Goodput).GetJobs() == 12 }},
+		{[]string{"health", "scan", "demo"}, &loomv1.ScanNodesResponse{}, func(m proto.Message) bool {
+			return m.(*loomv1.ScanNodesResponse).GetScanId() != ""
+		}},
+		{[]string{"nodes", "drain", "gpu-0001", "--reason", "bad fan"}, &loomv1.ListNodeHealthResponse{}, func(m proto.Message) bool {
+			n := m.(*loomv1.ListNodeHealthResponse).GetNodes()
+			return len(n) == 1 && n[0].GetNextAction() == loomv1.RemediationAction_ACTION_DRAIN
+		}},
+		{[]string{"nodes", "inject-fault", "gpu-0001", "--gpu", "3", "--xid", "79"}, &loomv1.InjectFaultResponse{}, func(m proto.Message) bool {
+			return m.(*loomv1.InjectFaultResponse).GetFault().GetXid() == 79
+		}},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			out, errOut, code := run(t, gw, append(c.args, "-o", "json")...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			if err := protojson.Unmarshal([]byte(out), c.into); err != nil || !c.ok(c.into) {
+				t.Fatalf("JSON %v: %s", err, out)
+			}
+		})
+	}
+}
+
+// TestHealthScan: the request carries the flags; --wait shows each result
+// as it comes, then the table, and fails when a check failed, saying where
+// to look next.
+func TestHealthScan(t *testing.T) {
+	t.Parallel()
+	f, gw := newHealthGateway(t)
+	f.ScanOutcomes = map[string]loomv1.CheckOutcome{"gpu-0002": loomv1.CheckOutcome_CHECK_FAIL}
+	out, errOut, code := run(t, gw, "health", "scan", "demo", "--nodes", "gpu-[0001-0002]", "--checks", "gpu_diag, disk", "--level", "2", "--allow-busy", "--wait")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1 (a check failed): %s%s", code, out, errOut)
+	}
+	req, _ := fakegw.LastRequest[*loomv1.ScanNodesRequest](f)
+	want := &loomv1.ScanNodesRequest{Cluster: demoName, Hostnames: []string{"gpu-[0001-0002]"}, Checks: []string{"gpu_diag", "disk"}, Level: 2, AllowBusy: true}
+	if !proto.Equal(req, want) {
+		t.Errorf("ScanNodes request %v, want %v", req, want)
+	}
+	golden(t, out, `
+Scan scan-1: gpu_diag,disk on 2 nodes (gpu-[0001-0002]).
+  1 of 4 results
+  2 of 4 results
+  3 of 4 results (1 failed)
+  4 of 4 results (2 failed)
+NODE      CHECK       OUTCOME  SUMMARY                      TOOK
+gpu-0001  disk        PASS     ok                           0s
+gpu-0001  gpu_diag/2  PASS     ok                           0s
+gpu-0002  disk        FAIL     disk failed on gpu-0002      0s
+gpu-0002  gpu_diag/2  FAIL     gpu_diag failed on gpu-0002  0s
+`)
+	if !strings.Contains(errOut, "2 of 4 checks failed; `loom health nodes demo` shows what health does about them") {
+		t.Errorf("stderr %q", errOut)
+	}
+
+	// Without --wait: the scan id, and where its results will be.
+	out, errOut, code = run(t, gw, "health", "scan", "demo")
+	if code != 0 || !strings.Contains(out, "Scan scan-2: gpu_diag,disk on 2 nodes (gpu-[0001-0002]).") ||
+		!strings.Contains(out, "loom health results demo --scan scan-2") {
+		t.Errorf("scan without --wait: exit %d\n%s%s", code, out, errOut)
+	}
+	// Mistakes say what is right.
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"health", "scan", "demo", "--level", "7"}, 2, "--level must be 1, 2 or 3"},
+		{[]string{"health", "scan"}, 2, "give the cluster"},
+		{[]string{"health", "scan", "nope"}, 1, "loom clusters list"},
+		{[]string{"health", "scan", "demo", "--nodes", "gpu-0009"}, 1, "gpu-0009 is not a node of"},
+	} {
+		_, errOut, code := run(t, gw, c.args...)
+		if code != c.code || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d %q, want %d and %q", c.args, code, errOut, c.code, c.want)
+		}
+	}
+}
+
+// TestInjectFault: every kind becomes its Fault; flags that do not belong
+// to the kind, a missing kind or a bad Xid are usage errors; a node with
+// real GPUs is refused with the reason.
+func TestInjectFault(t *testing.T) {
+	t.Parallel()
+	f, gw := newHealthGateway(t)
+	for _, c := range []struct {
+		args []string
+		want *loomv1.Fault
+		says string
+	}{
+		{[]string{"--gpu", "3", "--xid", "79"}, &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_XID, Gpu: 3, Xid: 79}, "Injected Xid 79 into GPU 3 of gpu-0001."},
+		{[]string{"--kind", "ecc-sbe", "--rate", "50"}, &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_ECC_SBE, Gpu: -1, Value: 50}, "single-bit ECC errors at 50/min into every GPU"},
+		{[]string{"--kind", "dbe", "--gpu", "1"}, &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_ECC_DBE, Gpu: 1}, "a double-bit ECC error into GPU 1"},
+		{[]string{"--kind", "remap-failure", "--gpu", "0"}, &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_ROW_REMAP_FAILURE}, "row-remapping failure"},
+		{[]string{"--kind", "thermal"}, &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_THERMAL, Gpu: -1}, "thermal runaway"},
+		{[]string{"--kind", "slow", "--factor", "3", "--gpu", "2"}, &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_SLOW_GPU, Gpu: 2, Value: 3}, "a slowdown by 3x into GPU 2"},
+		{[]string{"--kind", "off-bus", "--gpu", "5"}, &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_FALLEN_OFF_BUS, Gpu: 5}, "a fall off the bus into GPU 5"},
+		{[]string{"--kind", "nvlink", "--rate", "10"}, &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_NVLINK, Gpu: -1, Value: 10}, "NVLink errors"},
+		{[]string{"--kind", "disk-full"}, &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_DISK_FULL, Gpu: -1}, "a full disk into the node of gpu-0001"},
+		{[]string{"--kind", "hung-job"}, &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_HUNG_JOB, Gpu: -1}, "a hung job"},
+		{[]string{"--kind", "no-heartbeat", "--seconds", "30"}, &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_NO_HEARTBEAT, Gpu: -1, Value: 30}, "no heartbeats for 30s"},
+		{[]string{"--kind", "clear"}, &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_CLEAR, Gpu: -1}, "a clear of the injected faults into every GPU"},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			out, errOut, code := run(t, gw, append([]string{"nodes", "inject-fault", "gpu-0001"}, c.args...)...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			if !strings.Contains(out, c.says) || !strings.Contains(out, "loom health nodes demo") {
+				t.Errorf("output %q, want %q", out, c.says)
+			}
+		})
+	}
+	// Requests, in order (the subtests ran one after the other).
+	reqs := fakegw.Requests[*loomv1.InjectFaultRequest](f)
+	if len(reqs) != 12 {
+		t.Fatalf("%d InjectFault requests, want 12", len(reqs))
+	}
+	if r := reqs[0]; r.GetCluster() != demoName || r.GetHostname() != "gpu-0001" || !proto.Equal(r.GetFault(), &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_XID, Gpu: 3, Xid: 79}) {
+		t.Errorf("first request %v", r)
+	}
+	if !proto.Equal(reqs[5].GetFault(), &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_SLOW_GPU, Gpu: 2, Value: 3}) ||
+		!proto.Equal(reqs[10].GetFault(), &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_NO_HEARTBEAT, Gpu: -1, Value: 30}) {
+		t.Errorf("slow and no-heartbeat requests: %v, %v", reqs[5], reqs[10])
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"gpu-0001"}, 2, "say what to inject: --xid N, or --kind KIND"},
+		{[]string{"gpu-0001", "--kind", "xid", "--rate", "5", "--xid", "13"}, 2, "--rate does not apply to --kind xid"},
+		{[]string{"gpu-0001", "--xid", "1000"}, 2, "--xid must be an Xid code from 1 to 999"},
+		{[]string{"gpu-0001", "--kind", "ecc-sbe"}, 2, "--kind ecc-sbe needs --rate"},
+		{[]string{"gpu-0001", "--kind", "meltdown"}, 2, "is not a fault kind: xid, ecc-sbe"},
+		{[]string{"gpu-0002", "--xid", "13"}, 1, "has real GPUs"},
+		{[]string{"gpu-0099", "--xid", "13"}, 1, "node gpu-0099 is in no cluster of project default"},
+		{[]string{"gpu-0099", "--xid", "13", "--cluster", "demo"}, 1, "loom nodes list --cluster demo"},
+	} {
+		_, errOut, code := run(t, gw, append([]string{"nodes", "inject-fault"}, c.args...)...)
+		if code != c.code || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d %q, want %d and %q", c.args, code, errOut, c.code, c.want)
+		}
+	}
+}
+
+// TestNodeRemediation: drain, resume, quarantine, reboot, reimage and
+// replace send one request per node of their hostlists, with the reason
+// (required but for resume); report-faulty sends the nodes at once.
+func TestNodeRemediation(t *testing.T) {
+	t.Parallel()
+	f, gw := newHealthGateway(t)
+	out, errOut, code := run(t, gw, "nodes", "drain", "gpu-[0001-0002]", "--reason", "bad fan")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	golden(t, out, `
+gpu-0001: drain requested (now HEALTHY).
+gpu-0002: drain requested (now DRAINING).
+Follow it with `+"`loom health nodes demo`"+`.
+`)
+	for verb, action := range map[string]loomv1.RemediationAction{"resume": loomv1.RemediationAction_ACTION_RESUME,
+		"quarantine": loomv1.RemediationAction_ACTION_QUARANTINE, "reboot": loomv1.RemediationAction_ACTION_REBOOT,
+		"reimage": loomv1.RemediationAction_ACTION_REIMAGE, "replace": loomv1.RemediationAction_ACTION_REPLACE} {
+		args := []string{"nodes", verb, "gpu-0002", "--cluster", "demo"}
+		if verb != "resume" {
+			args = append(args, "--reason", "by hand")
+		}
+		if _, errOut, code := run(t, gw, args...); code != 0 {
+			t.Fatalf("%s: exit %d: %s", verb, code, errOut)
+		}
+		r, _ := fakegw.LastRequest[*loomv1.UpdateNodeRemediationRequest](f)
+		if r.GetAction() != action || r.GetHostname() != "gpu-0002" || r.GetCluster() != demoName {
+			t.Errorf("%s sent %v", verb, r)
+		}
+	}
+	reqs := fakegw.Requests[*loomv1.UpdateNodeRemediationRequest](f)
+	if len(reqs) != 7 || reqs[0].GetHostname() != "gpu-0001" || reqs[1].GetHostname() != "gpu-0002" || reqs[0].GetReason() != "bad fan" ||
+		reqs[0].GetAction() != loomv1.RemediationAction_ACTION_DRAIN {
+		t.Errorf("requests %v", reqs)
+	}
+
+	out, errOut, code = run(t, gw, "nodes", "report-faulty", "gpu-0001", "gpu-0002", "--reason", "NCCL hangs")
+	if code != 0 || out != "Reported gpu-[0001-0002] faulty (NCCL hangs). Follow the repair with `loom health nodes demo`.\n" {
+		t.Errorf("report-faulty: exit %d %q %s", code, out, errOut)
+	}
+	rf, _ := fakegw.LastRequest[*loomv1.ReportFaultyNodesRequest](f)
+	if !proto.Equal(rf, &loomv1.ReportFaultyNodesRequest{Cluster: demoName, Hostnames: []string{"gpu-0001", "gpu-0002"}, Reason: "NCCL hangs"}) {
+		t.Errorf("ReportFaultyNodes request %v", rf)
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"nodes", "drain", "gpu-0001"}, 2, "needs --reason"},
+		{[]string{"nodes", "reboot"}, 2, "needs the nodes"},
+		{[]string{"nodes", "report-faulty", "gpu-0001"}, 2, "needs --reason"},
+		{[]string{"nodes", "drain", "gpu-[0001", "--reason", "x"}, 2, "hostlist"},
+		{[]string{"nodes", "drain", "gpu-0001", "a3u-0001", "--reason", "x"}, 1, "act on one cluster at a time with --cluster"},
+		{[]string{"nodes", "drain", "gpu-0009", "--reason", "x", "--cluster", "demo"}, 1, "loom nodes list --cluster demo"},
+		{[]string{"jobs", "goodput", "99"}, 1, "loom jobs list"},
+		{[]string{"clusters", "goodput", "demo", "--since", "-1h"}, 2, "--since must be a positive duration"},
+	} {
+		_, errOut, code := run(t, gw, c.args...)
+		if code != c.code || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d %q, want %d and %q", c.args, code, errOut, c.code, c.want)
+		}
+	}
+}

@@ -1,0 +1,280 @@
+package trainer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// childEnv marks this test binary, started by a test, as a trainer process:
+// TestMain then runs RunProcess (what `loom train` runs) with the flags
+// below instead of the tests, so the tests kill and signal a real process.
+const childEnv = "LOOM_TRAINER_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		os.Exit(childMain(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+func childMain(args []string) int {
+	cfg := Config{Hyperparameters: DefaultHyperparameters()}
+	fl := flag.NewFlagSet("train", flag.ContinueOnError)
+	fl.IntVar(&cfg.Epochs, "epochs", cfg.Epochs, "")
+	fl.IntVar(&cfg.CheckpointEvery, "checkpoint-every", 0, "")
+	fl.IntVar(&cfg.LogEvery, "log-every", 1, "")
+	fl.StringVar(&cfg.OutDir, "out", "", "")
+	fl.DurationVar(&cfg.StepTime, "step-time", 0, "")
+	if err := fl.Parse(args); err != nil {
+		return 2
+	}
+	cfg.Log = os.Stdout
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if _, err := RunProcess(ctx, cfg, os.Getenv); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// child is a trainer process started by a test.
+type child struct {
+	cmd *exec.Cmd
+	out *bytes.Buffer
+	err *bytes.Buffer
+}
+
+func startChild(t *testing.T, env []string, args ...string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(append(os.Environ(), childEnv+"=1"), env...)
+	c := &child{cmd: cmd, out: new(bytes.Buffer), err: new(bytes.Buffer)}
+	cmd.Stdout, cmd.Stderr = c.out, c.err
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start trainer: %v", err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return c
+}
+
+// wait waits for the process to end and fails the test unless it exited 0.
+func (c *child) wait(t *testing.T) {
+	t.Helper()
+	if err := c.cmd.Wait(); err != nil {
+		t.Fatalf("trainer: %v\nstdout:\n%s\nstderr:\n%s", err, c.out, c.err)
+	}
+}
+
+// readProgress reads the progress file; ok is false while there is none.
+func readProgress(t *testing.T, path string) (Progress, bool) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return Progress{}, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p Progress
+	// The file is replaced by a rename, never written in place: any read of
+	// it is a whole document.
+	if err := json.Unmarshal(b, &p); err != nil {
+		t.Fatalf("progress file %q: %v", b, err)
+	}
+	return p, true
+}
+
+// waitProgress polls the progress file until cond holds or the process
+// ends (then it fails), for up to 30 s.
+func waitProgress(t *testing.T, c *child, path string, what string, cond func(Progress) bool) Progress {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if p, ok := readProgress(t, path); ok && cond(p) {
+			return p
+		}
+		time.Sleep(time.Millisecond) // polling interval, not synchronisation
+	}
+	t.Fatalf("no progress with %s within 30s\nstdout:\n%s\nstderr:\n%s", what, c.out, c.err)
+	return Progress{}
+}
+
+var resumeLine = regexp.MustCompile(`^resuming from checkpoint at epoch (\d+) \(loss [0-9.]+, restart (\d+)\)$`)
+
+// TestKill9ResumeIsExact kills a training process with SIGKILL at random
+// moments, several times, resuming each time from its checkpoint directory
+// (given as LOOM_CHECKPOINT_DIR, apart from the model's --out): the model
+// file is byte for byte an uninterrupted run's, and every epoch line logged
+// by any of the runs is the uninterrupted run's line for that epoch.
+func TestKill9ResumeIsExact(t *testing.T) {
+	t.Parallel()
+	const epochs = 400
+	args := func(out string) []string {
+		return []string{"-epochs", fmt.Sprint(epochs), "-checkpoint-every", "7", "-out", out}
+	}
+
+	straightDir := t.TempDir()
+	straight := startChild(t, nil, args(straightDir)...)
+	straight.wait(t)
+	want, err := os.ReadFile(filepath.Join(straightDir, ModelFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantLines := map[string]string{} // epoch → its line
+	for _, line := range strings.Split(straight.out.String(), "\n") {
+		if m := epochLine.FindStringSubmatch(line); m != nil {
+			wantLines[m[1]] = line
+		}
+	}
+	if len(wantLines) != epochs {
+		t.Fatalf("uninterrupted run logged %d epochs, want %d", len(wantLines), epochs)
+	}
+
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	outDir, ckDir := t.TempDir(), t.TempDir()
+	progress := filepath.Join(t.TempDir(), "progress.json")
+	killed := 0
+	for restart := 0; ; restart++ {
+		env := []string{"LOOM_CHECKPOINT_DIR=" + ckDir, "LOOM_PROGRESS_FILE=" + progress, fmt.Sprintf("LOOM_RESTART_COUNT=%d", restart)}
+		last, _ := readProgress(t, progress)
+		c := startChild(t, env, append(args(outDir), "-step-time", "1ms")...)
+		if restart < 5 {
+			// Kill at a random epoch of the rest of the run, and a random
+			// moment within it (during a checkpoint write, now and then).
+			target := last.Step + 1 + rng.IntN((epochs-last.Step)/3)
+			waitProgress(t, c, progress, fmt.Sprintf("step >= %d", target), func(p Progress) bool { return p.Step >= target })
+			time.Sleep(time.Duration(rng.IntN(1000)) * time.Microsecond) // a random moment, not synchronisation
+			if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.cmd.Wait(); err == nil {
+				t.Fatalf("run %d ended before it was killed", restart)
+			}
+			killed++
+		} else {
+			c.wait(t)
+		}
+		lines := strings.Split(strings.TrimSpace(c.out.String()), "\n")
+		from := 0
+		if restart > 0 && last.CheckpointStep == 0 {
+			// Killed before its first checkpoint: it starts over.
+			if want := fmt.Sprintf("restart %d: no checkpoint in %s, starting from epoch 0", restart, ckDir); lines[0] != want {
+				t.Fatalf("run %d: first line %q, want %q", restart, lines[0], want)
+			}
+		} else if restart > 0 {
+			m := resumeLine.FindStringSubmatch(lines[0])
+			if m == nil || m[2] != fmt.Sprint(restart) {
+				t.Fatalf("run %d: first line %q, want a resume from a checkpoint naming restart %d", restart, lines[0], restart)
+			}
+			fmt.Sscan(m[1], &from)
+			// The latest checkpoint the killed run reported, or one after it
+			// that it wrote before it could say so.
+			if from%7 != 0 || from < last.CheckpointStep {
+				t.Fatalf("run %d resumed from epoch %d, want a checkpoint's, at least %d", restart, from, last.CheckpointStep)
+			}
+		}
+		next := from + 1
+		for _, line := range lines {
+			m := epochLine.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			if m[1] != fmt.Sprint(next) {
+				t.Fatalf("run %d logged epoch %s after epoch %d (resumed from %d)", restart, m[1], next-1, from)
+			}
+			if line != wantLines[m[1]] {
+				t.Fatalf("run %d: %q, uninterrupted run: %q", restart, line, wantLines[m[1]])
+			}
+			next++
+		}
+		if restart >= 5 {
+			break
+		}
+	}
+	got, err := os.ReadFile(filepath.Join(outDir, ModelFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("after %d kills the model differs from an uninterrupted run's:\n%s\nwant:\n%s", killed, got, want)
+	}
+	for _, dir := range []string{outDir, ckDir} {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), tempPrefix) {
+				t.Errorf("temporary file left in %s: %s", dir, e.Name())
+			}
+			if dir == outDir && strings.HasPrefix(e.Name(), checkpointPrefix) {
+				t.Errorf("checkpoint %s in --out, want it in LOOM_CHECKPOINT_DIR", e.Name())
+			}
+		}
+	}
+	p, _ := readProgress(t, progress)
+	if p.Step != epochs || p.CheckpointStep != epochs/7*7 {
+		t.Fatalf("final progress %+v, want step %d, checkpoint_step %d", p, epochs, epochs/7*7)
+	}
+}
+
+// TestSIGUSR1WritesCheckpoint: with no scheduled checkpoints, SIGUSR1 makes
+// the trainer write one at the next epoch, and its progress file says so.
+func TestSIGUSR1WritesCheckpoint(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	progress := filepath.Join(t.TempDir(), "progress.json")
+	c := startChild(t, []string{"AIP_CHECKPOINT_DIR=" + dir, "LOOM_PROGRESS_FILE=" + progress},
+		"-epochs", "1000000", "-checkpoint-every", "0", "-step-time", "2ms", "-out", t.TempDir())
+	before := waitProgress(t, c, progress, "step >= 5", func(p Progress) bool { return p.Step >= 5 })
+	if before.CheckpointStep != 0 || before.CheckpointTime != "" {
+		t.Fatalf("progress %+v before any checkpoint, want none", before)
+	}
+	if _, ok, _ := LatestCheckpoint(dir); ok {
+		t.Fatal("a checkpoint exists before the signal")
+	}
+	sent := time.Now().Add(-time.Second).Truncate(time.Second)
+	if err := c.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	p := waitProgress(t, c, progress, "a checkpoint", func(p Progress) bool { return p.CheckpointStep > 0 })
+	ck, ok, err := LatestCheckpoint(dir)
+	if err != nil || !ok {
+		t.Fatalf("no checkpoint in AIP_CHECKPOINT_DIR after SIGUSR1: %v", err)
+	}
+	if ck.Epoch != p.CheckpointStep || ck.Epoch < before.Step {
+		t.Fatalf("checkpoint at epoch %d, progress says %d, signal sent after epoch %d", ck.Epoch, p.CheckpointStep, before.Step)
+	}
+	at, err := time.Parse(time.RFC3339, p.CheckpointTime)
+	if err != nil || at.Before(sent) || at.After(time.Now()) {
+		t.Fatalf("checkpoint_time %q (%v), want an RFC 3339 time since %v", p.CheckpointTime, err, sent)
+	}
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.cmd.Wait(); err == nil {
+		t.Fatal("the trainer exited 0 on SIGTERM before its last epoch")
+	}
+	if !strings.Contains(c.out.String(), fmt.Sprintf("checkpoint at epoch %d written (requested by signal)", ck.Epoch)) {
+		t.Fatalf("log lacks the requested checkpoint:\n%s", c.out)
+	}
+}

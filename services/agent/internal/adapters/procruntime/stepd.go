@@ -1,0 +1,264 @@
+package procruntime
+
+// Starting units under loom-stepd (package stepd), the shim that outlives
+// the agent, and finding them again after the agent restarted. The shim
+// keeps <state dir>/<name>.pid while it runs and records its job's end in
+// <state dir>/<name>.status.
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/loom-ml/loom/libs/proc"
+	"github.com/loom-ml/loom/services/agent/internal/ports"
+	"github.com/loom-ml/loom/services/agent/internal/stepd"
+)
+
+// fileName is a unit's name made one safe path element (names are step
+// keys, "projects/p/jobs/7#1"): escaped, so that two names never share a
+// file.
+func fileName(name string) string { return url.PathEscape(name) }
+
+// PIDFile is where the shim of the unit name keeps its pidfile in stateDir
+// (<state dir>/<name>.pid, libs/proc's format).
+func PIDFile(stateDir, name string) string {
+	return filepath.Join(stateDir, fileName(name)+".pid")
+}
+
+// statusFile is where the shim of name records its job's end.
+func (r Runtime) statusFile(name string) string {
+	return filepath.Join(r.opts.StateDir, fileName(name)+".status")
+}
+
+// startShim starts c's program through a shim (see the file's comment):
+// the shim leads a new process group, reports the job's start, and the
+// returned process is the shim. script, when set, is the job's fd 3.
+func (r Runtime) startShim(c *exec.Cmd, spec ports.Spec, script *os.File, cred *syscall.Credential) (ports.Process, error) {
+	if spec.Name == "" {
+		return nil, errors.New("a unit run under a shim needs a name")
+	}
+	if err := os.MkdirAll(r.opts.StateDir, 0o755); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	ss := stepd.Spec{Path: c.Path, Args: c.Args, Env: c.Env, Dir: c.Dir, Cred: cred, Script: script != nil,
+		PIDFile: PIDFile(r.opts.StateDir, spec.Name), StatusFile: r.statusFile(spec.Name)}
+	// A status left by an earlier unit of the same name is not this one's.
+	_ = os.Remove(ss.StatusFile)
+	b, err := json.Marshal(ss)
+	if err != nil {
+		return nil, err
+	}
+	specf, err := memFile("stepd_spec", string(b))
+	if err != nil {
+		return nil, err
+	}
+	defer specf.Close()
+	rep, repw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer rep.Close()
+	shim := exec.Command("/proc/self/exe")
+	shim.Args = []string{stepd.Arg0, spec.Name}
+	// Only what the shim needs: the job's environment goes in the spec.
+	shim.Env = []string{stepd.Env + "=1", "GOMAXPROCS=1"}
+	shim.Dir = "/"
+	shim.Stdout, shim.Stderr = spec.Stdout, spec.Stderr
+	shim.ExtraFiles = []*os.File{script, specf, repw}
+	shim.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = startNiced(shim, spec.Nice)
+	repw.Close()
+	if err != nil {
+		return nil, fmt.Errorf("start loom-stepd: %w", err)
+	}
+	var got stepd.Report
+	b, rerr := io.ReadAll(rep)
+	if rerr == nil {
+		rerr = json.Unmarshal(b, &got)
+	}
+	if rerr != nil || got.Err != "" {
+		_ = shim.Process.Kill()
+		_ = shim.Wait()
+		if rerr != nil {
+			return nil, fmt.Errorf("loom-stepd did not report its start: %v", rerr)
+		}
+		return nil, startError{got.Err, got.Errno}
+	}
+	pid := shim.Process.Pid
+	start, _ := proc.StartTime(pid)
+	return &process{c: shim, g: ports.Group{PID: pid, Start: start}, status: ss.StatusFile}, nil
+}
+
+// startError is why a shim could not start its job: its message, and the
+// system error under it.
+type startError struct {
+	msg   string
+	errno syscall.Errno
+}
+
+func (e startError) Error() string { return e.msg }
+
+// Unwrap is the system error (nil when none), for errors.Is.
+func (e startError) Unwrap() error {
+	if e.errno == 0 {
+		return nil
+	}
+	return e.errno
+}
+
+// Recover finds the unit a predecessor started as name: its shim, when it
+// still runs (by the pidfile, checked by its start time), or the status it
+// recorded when its job ended. See ports.Runtime.
+func (r Runtime) Recover(name string, g ports.Group) (ports.Process, *ports.Exit) {
+	if r.opts.StateDir == "" {
+		return nil, nil
+	}
+	if g.PID == 0 {
+		if pid, start, err := proc.ReadPIDFile(PIDFile(r.opts.StateDir, name)); err == nil {
+			g = ports.Group{PID: pid, Start: start}
+		}
+	}
+	if g.PID > 0 && g.Start != 0 && proc.Alive(g.PID, g.Start) && isShim(g.PID) {
+		return &adopted{g: g, status: r.statusFile(name)}, nil
+	}
+	if st, err := stepd.ReadStatus(r.statusFile(name)); err == nil {
+		return nil, &ports.Exit{Code: st.Code, Signal: st.Signal}
+	}
+	return nil, nil
+}
+
+// Forget removes what the runtime keeps of the unit name once its end is
+// recorded.
+func (r Runtime) Forget(name string) {
+	if r.opts.StateDir == "" {
+		return
+	}
+	_ = os.Remove(r.statusFile(name))
+}
+
+// Sweep removes the recorded exits of units keep does not name, and the
+// pidfiles of shims that are gone (killed with their group: they could
+// not remove their own).
+func (r Runtime) Sweep(keep func(name string) bool) {
+	if r.opts.StateDir == "" {
+		return
+	}
+	files, _ := filepath.Glob(filepath.Join(r.opts.StateDir, "*.status"))
+	for _, f := range files {
+		name, err := url.PathUnescape(strings.TrimSuffix(filepath.Base(f), ".status"))
+		if err == nil && !keep(name) {
+			_ = os.Remove(f)
+		}
+	}
+	pids, _ := filepath.Glob(filepath.Join(r.opts.StateDir, "*.pid"))
+	for _, f := range pids {
+		pid, start, err := proc.ReadPIDFile(f)
+		if err != nil || !proc.Alive(pid, start) || !isShim(pid) {
+			_ = os.Remove(f)
+		}
+	}
+}
+
+// isShim reports whether pid runs a shim (its environment says so), so
+// that a pid recycled for a process that happened to start at the same
+// tick is not taken for one.
+func isShim(pid int) bool {
+	return proc.HasEnv(pid, stepd.Env+"=1")
+}
+
+// adopted is a shim a predecessor of this agent started: not its child, so
+// its end is learnt from a pidfd (or by polling) and its job's exit from the
+// status the shim recorded.
+type adopted struct {
+	g      ports.Group
+	status string
+}
+
+func (p *adopted) Group() ports.Group { return p.g }
+
+// Wait waits until the shim is gone and returns the status it recorded;
+// Unknown when it recorded none (it was killed).
+func (p *adopted) Wait() ports.Exit {
+	awaitGone(p.g)
+	if st, err := stepd.ReadStatus(p.status); err == nil {
+		return ports.Exit{Code: st.Code, Signal: st.Signal}
+	}
+	return ports.Exit{Code: -1, Unknown: true}
+}
+
+// awaitGone returns once g's leader, a process that is not this one's
+// child, has exited: on a pidfd through the network poller (it becomes
+// readable when the process ends), else by polling.
+func awaitGone(g ports.Group) {
+	alive := func() bool { return proc.Alive(g.PID, g.Start) }
+	if fd, err := unix.PidfdOpen(g.PID, unix.PIDFD_NONBLOCK); err == nil {
+		f := os.NewFile(uintptr(fd), "pidfd")
+		defer f.Close()
+		if rc, err := f.SyscallConn(); err == nil {
+			// The pid may have been recycled between the check and the
+			// open: alive (by start time) is asked on every wake.
+			if rc.Read(func(uintptr) bool { return !alive() }) == nil {
+				return
+			}
+		}
+	}
+	for alive() {
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// mainOf returns the job's process under the shim pid (its one child), 0
+// when there is none.
+func mainOf(shim int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", shim, shim))
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			pid, _ := strconv.Atoi(f[0])
+			return pid
+		}
+		return 0
+	}
+	// Without CONFIG_PROC_CHILDREN: the process whose parent is the shim.
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(filepath.Base(d))
+		if err != nil {
+			continue
+		}
+		if ppid(pid) == shim {
+			return pid
+		}
+	}
+	return 0
+}
+
+// ppid returns pid's parent (0 when unknown).
+func ppid(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[1])
+	return n
+}

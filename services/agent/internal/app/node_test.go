@@ -1,0 +1,221 @@
+package app
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/gpu"
+	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/testkit"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/agent/internal/domain"
+)
+
+func newTestNode(t *testing.T, clock ...clockwork.Clock) (*Node, *gpu.Simulated) {
+	t.Helper()
+	dev, err := gpu.OpenSimulated(gpu.Options{Count: 2, StateDir: t.TempDir(), Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := NewNode(NodeOptions{Device: dev, Self: domain.Self{Node: "projects/p/clusters/c/nodes/h1", Cluster: "projects/p/clusters/c"},
+		Hostname: "h1", WorkDir: t.TempDir(), Clock: append(clock, nil)[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, dev
+}
+
+// metric finds name's sample for GPU gpu in families.
+func metric(fams []*dto.MetricFamily, name, gpuIdx string) *dto.Metric {
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "gpu" && l.GetValue() == gpuIdx {
+					return m
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func TestCollectorServesDCGMNames(t *testing.T) {
+	t.Parallel()
+	n, dev := newTestNode(t)
+	if err := dev.Inject(&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_XID, Gpu: 1, Xid: 31}); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Inject(&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_ECC_DBE, Gpu: 0, Value: 3}); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(n.Collector()); err != nil {
+		t.Fatal(err)
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := metric(fams, "DCGM_FI_DEV_XID_ERRORS", "1")
+	if x == nil || x.GetGauge().GetValue() != 31 {
+		t.Fatalf("DCGM_FI_DEV_XID_ERRORS{gpu=1} = %v", x)
+	}
+	labels := map[string]string{}
+	for _, l := range x.GetLabel() {
+		labels[l.GetName()] = l.GetValue()
+	}
+	if labels["UUID"] != dev.Info()[1].UUID || labels["modelName"] != "NVIDIA H200" || labels["Hostname"] != "h1" ||
+		labels["device"] != "nvidia1" || labels["pci_bus_id"] != dev.Info()[1].PCIBusID || labels["DCGM_FI_DRIVER_VERSION"] == "" {
+		t.Errorf("labels %v", labels)
+	}
+	// Counters are counters, as dcgm-exporter types them.
+	if d := metric(fams, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "0"); d == nil || d.GetCounter().GetValue() != 3 {
+		t.Errorf("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu=0} = %v", d)
+	}
+	for _, name := range []string{"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_SM_CLOCK",
+		"DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"} {
+		if metric(fams, name, "0") == nil {
+			t.Errorf("no %s", name)
+		}
+	}
+	for _, f := range fams {
+		if strings.HasPrefix(f.GetName(), "DCGM_") && f.GetHelp() == "" {
+			t.Errorf("%s has no help text", f.GetName())
+		}
+	}
+}
+
+// capture is a Publisher that keeps what it is given.
+type capture struct{ evs []envelope.Event }
+
+func (c *capture) Publish(_ context.Context, evs ...envelope.Event) error {
+	c.evs = append(c.evs, evs...)
+	return nil
+}
+
+func TestHeartbeatGate(t *testing.T) {
+	t.Parallel()
+	clk := clockwork.NewFakeClock()
+	n, _ := newTestNode(t, clk)
+	var c capture
+	p := n.HeartbeatGate(&c)
+	hb, _ := envelope.Route("n", "t", &eventsv1.Heartbeat{Node: "n"})
+	other, _ := envelope.Route("n", "t", &eventsv1.AgentRegistered{Node: "n"})
+	send := func() { _ = p.Publish(context.Background(), hb, other) }
+	send()
+	if err := n.Inject(&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_NO_HEARTBEAT, Gpu: -1, Value: 3600}); err != nil {
+		t.Fatal(err)
+	}
+	send()
+	if !n.HeartbeatsMuted() {
+		t.Fatal("not muted")
+	}
+	if err := n.Inject(&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_CLEAR, Gpu: -1}); err != nil {
+		t.Fatal(err)
+	}
+	send()
+	var kinds []string
+	for _, e := range c.evs {
+		kinds = append(kinds, strings.TrimPrefix(e.Type, "loom.events.v1."))
+	}
+	if got := strings.Join(kinds, ","); got != "Heartbeat,AgentRegistered,AgentRegistered,Heartbeat,AgentRegistered" {
+		t.Errorf("published %s", got)
+	}
+	// A muting that ends by itself.
+	if err := n.Inject(&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_NO_HEARTBEAT, Gpu: -1, Value: 30}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(29 * time.Second)
+	if !n.HeartbeatsMuted() {
+		t.Fatal("unmuted before its 30 s")
+	}
+	clk.Advance(time.Second)
+	if n.HeartbeatsMuted() {
+		t.Fatal("still muted after its 30 s")
+	}
+}
+
+// fakeChecks answers every check with outcome and records what it ran.
+type fakeChecks struct {
+	outcome loomv1.CheckOutcome
+	ran     chan *eventsv1.RunHealthCheck
+}
+
+func (f *fakeChecks) Run(ctx context.Context, cmd *eventsv1.RunHealthCheck) *loomv1.HealthCheckResult {
+	f.ran <- cmd
+	return &loomv1.HealthCheckResult{Outcome: f.outcome, Summary: "ok", Gpu: -1}
+}
+
+// outboxResults reads the HealthCheckCompleted results in st's outbox.
+func outboxResults(t *testing.T, rdb *redis.Client) []*loomv1.HealthCheckResult {
+	t.Helper()
+	msgs, err := rdb.XRange(context.Background(), "agent-test:outbox", "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*loomv1.HealthCheckResult
+	for _, m := range msgs {
+		for _, v := range m.Values {
+			b, ok := v.(string)
+			if !ok {
+				continue
+			}
+			var h eventsv1.HealthCheckCompleted
+			if proto.Unmarshal([]byte(b), &h) == nil && h.GetResult().GetCheck() != "" {
+				out = append(out, h.GetResult())
+			}
+		}
+	}
+	return out
+}
+
+func TestRunHealthCheckOnceThroughTheOutbox(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	n, _ := newTestNode(t)
+	n.opts.Store = store.New(rdb, "agent-test:")
+	checks := &fakeChecks{outcome: loomv1.CheckOutcome_CHECK_PASS, ran: make(chan *eventsv1.RunHealthCheck, 4)}
+	n.SetChecks(checks)
+	cmd := &eventsv1.RunHealthCheck{Node: "projects/p/clusters/c/nodes/h1", Cluster: "projects/p/clusters/c", RunId: "r1", Check: "disk"}
+	ctx := context.Background()
+	for range 2 { // a redelivery runs nothing
+		if err := n.RunHealthCheck(ctx, "ev-1", cmd, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Another node's command, and a stale one, run nothing.
+	other := &eventsv1.RunHealthCheck{Node: "projects/p/clusters/c/nodes/h2", Check: "disk"}
+	if err := n.RunHealthCheck(ctx, "ev-2", other, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.RunHealthCheck(ctx, "ev-3", cmd, time.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	n.WaitChecks(testkit.Context(t, 10*time.Second))
+	if len(checks.ran) != 1 {
+		t.Fatalf("the check ran %d times, want once", len(checks.ran))
+	}
+	var got []*loomv1.HealthCheckResult
+	testkit.WaitFor(t, 10*time.Second, "the result in the outbox", func() (bool, error) {
+		got = outboxResults(t, rdb)
+		return len(got) > 0, nil
+	})
+	r := got[0]
+	if len(got) != 1 || r.GetOutcome() != loomv1.CheckOutcome_CHECK_PASS || r.GetName() != "projects/p/clusters/c/healthResults/r1" ||
+		r.GetHostname() != "h1" || r.GetCheck() != "disk" || r.GetStartTime() == nil {
+		t.Errorf("results %v", got)
+	}
+}

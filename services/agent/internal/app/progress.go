@@ -1,0 +1,174 @@
+package app
+
+// Progress: every step (and task) gets LOOM_PROGRESS_FILE, a file of its
+// own the program reports its training step and latest checkpoint in; the
+// agent looks at it, and at the size of the step's output file, every
+// progress interval, and reports StepProgress when something moved. The
+// scheduler's hang detection and checkpoint-aware drain read it.
+
+import (
+	"context"
+	"encoding/json"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/services/agent/internal/adapters"
+	"github.com/loom-ml/loom/services/agent/internal/domain"
+)
+
+// DefaultProgressInterval is Options.ProgressInterval when unset.
+const DefaultProgressInterval = 5 * time.Second
+
+// progressDir is the directory of a run's progress file (the run key,
+// job#attempt): <shared dir>/.loom/progress/<hostname>/<run>, its owner's
+// (made by the agent, where only the agent makes names, as the task
+// output directories the scheduler puts under .loom), so that the program
+// can write a temporary file there and rename it over the report.
+func (a *App) progressDir(run string) string {
+	return filepath.Join(a.opts.SharedDir, ".loom", "progress", a.opts.Hostname, url.PathEscape(run))
+}
+
+// progressFile is the run's LOOM_PROGRESS_FILE.
+func (a *App) progressFile(run string) string {
+	return filepath.Join(a.progressDir(run), "progress.json")
+}
+
+// prepareProgress makes the run's progress directory for user (the job's
+// owner). A failure is logged: the job runs, and reports no progress.
+func (a *App) prepareProgress(user, run string) {
+	if err := a.rt.GiveDir(user, a.progressDir(run)); err != nil {
+		a.log.Warn("could not make a run's progress directory; it reports no progress", "run", run, "err", err)
+	}
+}
+
+// dropProgress removes the run's progress directory once nothing of the run
+// runs here.
+func (a *App) dropProgress(run string) {
+	a.mu.Lock()
+	for k, t := range a.tasks {
+		if strings.HasPrefix(k, run+".") && !t.Phase.Terminal() {
+			a.mu.Unlock()
+			return
+		}
+	}
+	if s := a.steps[run]; s != nil && !s.Phase.Terminal() {
+		a.mu.Unlock()
+		return
+	}
+	delete(a.progress, run)
+	a.mu.Unlock()
+	_ = os.RemoveAll(a.progressDir(run))
+}
+
+// readProgress reads a progress report; a missing or malformed one (a
+// program that writes it in place, not by rename, may be caught half way)
+// reads as nothing new: prev.
+func readProgress(path string, prev domain.ProgressReport) domain.ProgressReport {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return prev
+	}
+	var r domain.ProgressReport
+	if json.Unmarshal(b, &r) != nil {
+		return prev
+	}
+	return r
+}
+
+// ProgressLoop looks at the progress of every run here each progress
+// interval and reports what moved, until ctx ends.
+func (a *App) ProgressLoop(ctx context.Context) error {
+	t := a.opts.Clock.NewTicker(a.opts.ProgressInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.Chan():
+		}
+		a.observeProgress(ctx)
+	}
+}
+
+// observeProgress looks once at the progress of every running run here (a
+// running step, or tasks of a run that has no step here) and writes the
+// StepProgress of those that moved, in one write.
+func (a *App) observeProgress(ctx context.Context) {
+	type look struct {
+		job     string
+		attempt int32
+		out     string
+		prev    domain.Progress
+	}
+	a.mu.Lock()
+	runs := map[string]look{}
+	// What runs here (procs, groups), not every record the node keeps.
+	for k := range a.procs {
+		if s := a.steps[k]; s != nil && s.Phase == domain.Running {
+			runs[k] = look{job: s.Job, attempt: s.Attempt, out: s.OutPath, prev: a.progress[k]}
+		}
+	}
+	for k := range a.groups {
+		t := a.tasks[k]
+		if t == nil || t.Phase != domain.Running {
+			continue
+		}
+		if run := t.RunKey(); runs[run].job == "" {
+			runs[run] = look{job: t.Job, attempt: t.Attempt, prev: a.progress[run]}
+		}
+	}
+	a.mu.Unlock()
+	keys := make([]string, 0, len(runs))
+	for k := range runs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	now := a.opts.Now()
+	var tx store.Tx
+	next := map[string]domain.Progress{}
+	for _, k := range keys {
+		l := runs[k]
+		var size int64
+		if l.out != "" {
+			if fi, err := os.Stat(l.out); err == nil {
+				size = fi.Size()
+			}
+		}
+		p, ev := domain.Observe(a.opts.Self, l.job, l.attempt, l.prev, readProgress(a.progressFile(k), l.prev.ProgressReport), size, now)
+		if ev == nil {
+			continue
+		}
+		e, err := adapters.Event(ev)
+		if err != nil {
+			a.log.Error("encode step progress", "run", k, "err", err)
+			continue
+		}
+		tx.Emit(e)
+		next[k] = p
+	}
+	if len(next) == 0 {
+		return
+	}
+	// Through the outbox, keyed by job as the steps' own events: in order
+	// with them (a report that raced with its run's end may follow it;
+	// readers pass over progress of ended runs). A write that fails is not
+	// retried: the next look reports what moved since.
+	wctx, cancel := context.WithTimeout(ctx, a.opts.ProgressInterval)
+	defer cancel()
+	if _, err := a.drv.Apply(wctx, "", &tx, nil); err != nil {
+		a.log.Warn("step progress not reported", "runs", len(next), "err", err)
+		return
+	}
+	a.mu.Lock()
+	for k, p := range next {
+		if s := a.steps[k]; s == nil || !s.Phase.Terminal() {
+			a.progress[k] = p
+		}
+	}
+	a.mu.Unlock()
+}

@@ -1,0 +1,230 @@
+// Package stepd is loom-stepd, the shim each step or task runs under when
+// the process runtime has a state directory, as a Slurm step runs under
+// slurmstepd: it leads the step's process group, starts the job's process
+// in it, waits for it and records how it ended, so that the end of a step
+// is known even when the agent that started it is gone (killed,
+// restarting). A restarted agent adopts a shim that still runs and reads
+// the status of one that ended meanwhile (procruntime.Runtime.Recover).
+//
+// The shim is the agent's own binary started again (/proc/self/exe) with
+// Env set, so that every binary that runs an agent (cmd/agent, loom's
+// in-process stack, the agent's tests) is its own shim without another file
+// to install: this package's init sees Env and runs the shim instead of
+// the program's main.
+//
+// It imports the standard library only, on purpose: Go initializes packages
+// in import-path order as soon as their imports are, so a package with no
+// other imports runs its init before the heavy ones of the agent's binary
+// (protobuf, gRPC, Kafka's protocol tables), and a shim starts in about
+// the time a small Go program does. Hence the few lines of libs/proc it
+// repeats (the pidfile's format, a process's start time, an exit code).
+package stepd
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Env, in a process's environment, makes the agent's binary run as a step's
+// shim. Only the process runtime sets it, and only in the shim's own
+// environment (never a job's).
+const Env = "LOOM_AGENT_STEPD"
+
+// Arg0 is the shim's argv[0], what ps shows for it.
+const Arg0 = "loom-stepd"
+
+// The shim's file descriptors beyond stdin, stdout and stderr, as the
+// runtime hands them over (exec.Cmd.ExtraFiles): the job's script (the
+// memfd the job runs as /proc/self/fd/3, or closed), the shim's Spec (JSON
+// in a memfd), and the pipe the shim writes its Report to.
+const (
+	ScriptFD = 3
+	SpecFD   = 4
+	ReportFD = 5
+)
+
+func init() {
+	if os.Getenv(Env) == "" {
+		return
+	}
+	os.Exit(run())
+}
+
+// Spec is what the runtime tells a shim to run.
+type Spec struct {
+	Path string   `json:"path"`
+	Args []string `json:"args"`
+	Env  []string `json:"env"`
+	Dir  string   `json:"dir"`
+	// Cred, when set, is who the job runs as (set in the child before it
+	// enters Dir and executes, as the runtime's direct start does).
+	Cred *syscall.Credential `json:"cred,omitempty"`
+	// Script is true when fd ScriptFD is the job's script, its fd 3.
+	Script bool `json:"script,omitempty"`
+	// PIDFile is the shim's pidfile (libs/proc's format: "pid start"),
+	// written first and removed when the shim ends; StatusFile is where it
+	// records its job's end.
+	PIDFile    string `json:"pid_file"`
+	StatusFile string `json:"status_file"`
+}
+
+// Report is what a shim says of its start: the job's pid and start time,
+// or why it could not start.
+type Report struct {
+	PID   int    `json:"pid,omitempty"`
+	Start uint64 `json:"start,omitempty"`
+	Err   string `json:"err,omitempty"`
+	// Errno is the system error under Err (0: none), so that the agent's
+	// error still says what it is (errors.Is(err, fs.ErrPermission)).
+	Errno syscall.Errno `json:"errno,omitempty"`
+}
+
+// Status is how a job ended, as its shim records it.
+type Status struct {
+	// Code is the exit status, 128+n when signal n ended it.
+	Code int32 `json:"code"`
+	// Signal names that signal ("" when it exited).
+	Signal string `json:"signal,omitempty"`
+}
+
+// caught are the signals the shim takes without dying when they are sent
+// to the step's group (a stop's SIGTERM, scancel --signal): they are the
+// job's. Caught, not ignored: an ignored signal would stay ignored in the
+// job it starts.
+var caught = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1,
+	syscall.SIGUSR2, syscall.SIGALRM, syscall.SIGPIPE, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU,
+	syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGWINCH, syscall.SIGURG}
+
+// run is the shim; it returns its exit code: the job's (128+n for a
+// signal), or 1 when the job could not start.
+func run() int {
+	var spec Spec
+	specf := os.NewFile(SpecFD, "stepd-spec")
+	err := json.NewDecoder(specf).Decode(&spec)
+	specf.Close()
+	syscall.CloseOnExec(ReportFD)
+	report := os.NewFile(ReportFD, "stepd-report")
+	say := func(r Report) {
+		_ = json.NewEncoder(report).Encode(r)
+		report.Close()
+	}
+	if err != nil {
+		say(Report{Err: fmt.Sprintf("loom-stepd: read spec: %v", err)})
+		return 1
+	}
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, caught...)
+	go func() {
+		for range sigs {
+		}
+	}()
+	self := os.Getpid()
+	if err := writePIDFile(spec.PIDFile, self, startTime(self)); err != nil {
+		say(Report{Err: fmt.Sprintf("loom-stepd: pidfile: %v", err)})
+		return 1
+	}
+	c := exec.Command(spec.Path)
+	c.Args, c.Env, c.Dir = spec.Args, spec.Env, spec.Dir
+	if c.Env == nil {
+		c.Env = []string{}
+	}
+	c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if spec.Script {
+		c.ExtraFiles = []*os.File{os.NewFile(ScriptFD, "slurm_script")}
+	}
+	// In the shim's group: a signal to the group reaches the job, and
+	// whoever kills the group (a stop, a reboot of the node) kills both.
+	c.SysProcAttr = &syscall.SysProcAttr{Credential: spec.Cred}
+	if err := c.Start(); err != nil {
+		_ = os.Remove(spec.PIDFile)
+		r := Report{Err: err.Error()}
+		errors.As(err, &r.Errno)
+		say(r)
+		return 1
+	}
+	if spec.Script {
+		c.ExtraFiles[0].Close()
+	}
+	say(Report{PID: c.Process.Pid, Start: startTime(c.Process.Pid)})
+	_ = c.Wait()
+	st := exitOf(c.ProcessState)
+	// Recorded before the pidfile goes: whoever finds no live shim finds
+	// the status.
+	if err := WriteStatus(spec.StatusFile, st); err != nil {
+		fmt.Fprintf(os.Stderr, "loom-stepd: record the exit status: %v\n", err)
+	}
+	_ = os.Remove(spec.PIDFile)
+	return int(st.Code)
+}
+
+// WriteStatus writes st to path atomically (a reader sees all of it or
+// nothing).
+func WriteStatus(path string, st Status) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// ReadStatus reads the status a shim recorded at path.
+func ReadStatus(path string) (Status, error) {
+	var st Status
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return st, err
+	}
+	return st, json.Unmarshal(b, &st)
+}
+
+// writePIDFile writes libs/proc's pidfile ("pid start\n") atomically, as
+// proc.WritePIDFile does.
+func writePIDFile(path string, pid int, start uint64) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, fmt.Appendf(nil, "%d %d\n", pid, start), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// startTime is pid's start time in clock ticks since boot (field 22 of
+// /proc/<pid>/stat), as proc.StartTime reads it; 0 when unknown.
+func startTime(pid int) uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0
+	}
+	st, _ := strconv.ParseUint(f[19], 10, 64)
+	return st
+}
+
+// exitOf is how a process ended, as proc.ExitCode says it.
+func exitOf(ps *os.ProcessState) Status {
+	if ps == nil {
+		return Status{Code: -1}
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return Status{Code: int32(128 + int(ws.Signal())), Signal: ws.Signal().String()}
+	}
+	return Status{Code: int32(ps.ExitCode())}
+}

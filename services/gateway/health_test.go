@@ -1,0 +1,255 @@
+package gateway
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// TestHealthCommands: each HealthService write becomes its command on
+// loom.health.commands.v1, keyed by the cluster, with the caller's
+// principal stamped on the envelope and its user in the payload (never a
+// request field); a scan gets the id the gateway minted and its hostlist
+// expanded.
+func TestHealthCommands(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, wait)
+	hs := loomv1.NewHealthServiceClient(h.conn)
+
+	scan, err := hs.ScanNodes(ctx, &loomv1.ScanNodesRequest{Cluster: cluster1, Hostnames: []string{"gpu-[0001]", "gpu-0001"},
+		Checks: []string{"gpu_diag", "disk", "gpu_diag"}, Level: 2, AllowBusy: true, Timeout: durationpb.New(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if scan.GetScanId() == "" || len(scan.GetHostnames()) != 1 || scan.GetHostnames()[0] != "gpu-0001" {
+		t.Fatalf("ScanNodes answered %v, want a scan id and [gpu-0001]", scan)
+	}
+	ev := testkit.WaitEvent(t, h.broker, topics.HealthCommands, wait, func(e envelope.Event) bool {
+		c, ok := e.Payload.(*eventsv1.ScanNodes)
+		return ok && c.GetScanId() == scan.GetScanId()
+	})
+	want := &eventsv1.ScanNodes{Cluster: cluster1, ScanId: scan.GetScanId(), Hostnames: []string{"gpu-0001"}, Checks: []string{"gpu_diag", "disk"},
+		Level: 2, AllowBusy: true, Timeout: durationpb.New(time.Minute), User: "root"}
+	if !proto.Equal(ev.Payload, want) || ev.Principal != "users/root" || ev.Key != cluster1 {
+		t.Errorf("ScanNodes command %v by %q key %q, want %v by users/root key %s", ev.Payload, ev.Principal, ev.Key, want, cluster1)
+	}
+	// A scan of every node answers the cluster's compute nodes.
+	all, err := hs.ScanNodes(ctx, &loomv1.ScanNodesRequest{Cluster: cluster1})
+	if err != nil || strings.Join(all.GetHostnames(), ",") != "cpu-0001,gpu-0001" || all.GetScanId() == scan.GetScanId() {
+		t.Errorf("ScanNodes of every node: %v %v", all, err)
+	}
+
+	// pat is only a project admin: operations on nodes need a cluster
+	// administrator; ops is one.
+	ops := loomv1.NewHealthServiceClient(h.as(t, "ops"))
+	if _, err := ops.ReportFaultyNodes(ctx, &loomv1.ReportFaultyNodesRequest{Cluster: cluster1, Hostnames: []string{"gpu-0001"}, Reason: "ECC storm"}); err != nil {
+		t.Fatal(err)
+	}
+	nh, err := ops.UpdateNodeRemediation(ctx, &loomv1.UpdateNodeRemediationRequest{Cluster: cluster1, Hostname: "gpu-0001",
+		Action: loomv1.RemediationAction_ACTION_REBOOT, Reason: "stuck clocks"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nh.GetHostname() != "gpu-0001" || nh.GetNextAction() != loomv1.RemediationAction_ACTION_REBOOT || nh.GetSetBy() != "ops" || nh.GetReason() != "stuck clocks" {
+		t.Errorf("UpdateNodeRemediation answered %v", nh)
+	}
+	inj, err := ops.InjectFault(ctx, &loomv1.InjectFaultRequest{Cluster: cluster1, Hostname: "gpu-0001", Fault: &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_XID, Gpu: 3, Xid: 79}})
+	if err != nil || inj.GetFault().GetXid() != 79 {
+		t.Fatalf("InjectFault: %v %v", inj, err)
+	}
+	wantCmds := []proto.Message{
+		&eventsv1.ReportFaultyNodes{Cluster: cluster1, Hostnames: []string{"gpu-0001"}, Reason: "ECC storm", User: "ops"},
+		&eventsv1.UpdateNodeRemediation{Cluster: cluster1, Hostname: "gpu-0001", Action: loomv1.RemediationAction_ACTION_REBOOT, Reason: "stuck clocks", User: "ops"},
+		&eventsv1.InjectFault{Cluster: cluster1, Hostname: "gpu-0001", Fault: &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_XID, Gpu: 3, Xid: 79}, User: "ops"},
+	}
+	testkit.WaitEvent(t, h.broker, topics.HealthCommands, wait, func(e envelope.Event) bool {
+		_, ok := e.Payload.(*eventsv1.InjectFault)
+		return ok
+	})
+	var got []envelope.Event
+	for _, e := range testkit.Events(t, h.broker, topics.HealthCommands) {
+		if e.Principal == "users/ops" {
+			got = append(got, e)
+		}
+	}
+	if len(got) != len(wantCmds) {
+		t.Fatalf("ops's health commands: %d, want %d", len(got), len(wantCmds))
+	}
+	for i, e := range got {
+		if !proto.Equal(e.Payload, wantCmds[i]) || e.Key != cluster1 {
+			t.Errorf("command %d: %v key %q, want %v", i, e.Payload, e.Key, wantCmds[i])
+		}
+	}
+	// The audit trail names the cluster and its project; a project admin
+	// reads it there.
+	waitAudit(t, ctx, h, "pat", project, func(r *loomv1.AuditRecord) bool {
+		return r.GetMethod() == "/loom.v1.HealthService/InjectFault" && r.GetPrincipal() == "users/ops" &&
+			r.GetResource() == cluster1 && r.GetProject() == "default" && r.GetDecision() == "allowed"
+	})
+}
+
+// TestHealthValidation: every refused write names the field and the limit,
+// and writes nothing on the bus.
+func TestHealthValidation(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, wait)
+	hs := loomv1.NewHealthServiceClient(h.conn)
+	inject := func(host string, f *loomv1.Fault) error {
+		_, err := hs.InjectFault(ctx, &loomv1.InjectFaultRequest{Cluster: cluster1, Hostname: host, Fault: f})
+		return err
+	}
+	scan := func(r *loomv1.ScanNodesRequest) error {
+		r.Cluster = cluster1
+		_, err := hs.ScanNodes(ctx, r)
+		return err
+	}
+	report := func(hosts []string, reason string) error {
+		_, err := hs.ReportFaultyNodes(ctx, &loomv1.ReportFaultyNodesRequest{Cluster: cluster1, Hostnames: hosts, Reason: reason})
+		return err
+	}
+	update := func(a loomv1.RemediationAction, reason string) error {
+		_, err := hs.UpdateNodeRemediation(ctx, &loomv1.UpdateNodeRemediationRequest{Cluster: cluster1, Hostname: "gpu-0001", Action: a, Reason: reason})
+		return err
+	}
+	xid := loomv1.FaultKind_FAULT_XID
+	long := strings.Repeat("x", 1025)
+	checks := make([]string, 17)
+	for i := range checks {
+		checks[i] = "disk"
+	}
+	for _, c := range []struct {
+		what string
+		err  error
+		code codes.Code
+		want []string
+	}{
+		{"xid 1000", inject("gpu-0001", &loomv1.Fault{Kind: xid, Gpu: 0, Xid: 1000}), codes.InvalidArgument, []string{"fault.xid", "1 to 999"}},
+		{"xid 0", inject("gpu-0001", &loomv1.Fault{Kind: xid, Gpu: 0}), codes.InvalidArgument, []string{"fault.xid", "1 to 999"}},
+		{"gpu 8 of 8", inject("gpu-0001", &loomv1.Fault{Kind: xid, Gpu: 8, Xid: 79}), codes.InvalidArgument, []string{"fault.gpu", "below the node's GPU count, 8"}},
+		{"gpu -2", inject("gpu-0001", &loomv1.Fault{Kind: xid, Gpu: -2, Xid: 79}), codes.InvalidArgument, []string{"fault.gpu", "0 to 7"}},
+		{"a GPU fault on a CPU node", inject("cpu-0001", &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_THERMAL, Gpu: -1}), codes.InvalidArgument, []string{"fault.gpu", "no GPUs"}},
+		{"NaN", inject("gpu-0001", &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_NVLINK, Gpu: 0, Value: math.NaN()}), codes.InvalidArgument, []string{"fault.value", "finite"}},
+		{"+Inf", inject("gpu-0001", &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_NVLINK, Gpu: 0, Value: math.Inf(1)}), codes.InvalidArgument, []string{"fault.value", "finite"}},
+		{"value 2e6", inject("gpu-0001", &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_ECC_SBE, Gpu: 0, Value: 2e6}), codes.InvalidArgument, []string{"fault.value", "0 to 1e+06"}},
+		{"slow factor 1", inject("gpu-0001", &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_SLOW_GPU, Gpu: 0, Value: 1}), codes.InvalidArgument, []string{"fault.value", "above 1 and at most 1000"}},
+		{"node-wide kind on a GPU", inject("gpu-0001", &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_DISK_FULL, Gpu: 2}), codes.InvalidArgument, []string{"fault.gpu", "send -1"}},
+		{"no heartbeat for two days", inject("gpu-0001", &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_NO_HEARTBEAT, Gpu: -1, Value: 172800}), codes.InvalidArgument, []string{"fault.value", "limit of 86400"}},
+		{"no kind", inject("gpu-0001", &loomv1.Fault{Gpu: 0}), codes.InvalidArgument, []string{"fault.kind"}},
+		{"no fault", inject("gpu-0001", nil), codes.InvalidArgument, []string{"fault", "required"}},
+		{"unknown node", inject("gpu-0099", &loomv1.Fault{Kind: xid, Gpu: 0, Xid: 79}), codes.NotFound, []string{"gpu-0099", "loom nodes list --cluster c1"}},
+		{"bad hostname", inject("../etc", &loomv1.Fault{Kind: xid, Gpu: 0, Xid: 79}), codes.InvalidArgument, []string{"hostname"}},
+		{"level 4", scan(&loomv1.ScanNodesRequest{Level: 4}), codes.InvalidArgument, []string{"level", "1 to 3"}},
+		{"17 checks", scan(&loomv1.ScanNodesRequest{Checks: checks}), codes.InvalidArgument, []string{"checks", "limit of 16"}},
+		{"a check path", scan(&loomv1.ScanNodesRequest{Checks: []string{"../bin/sh"}}), codes.InvalidArgument, []string{"checks[0]", "not a check name"}},
+		{"bad hostlist", scan(&loomv1.ScanNodesRequest{Hostnames: []string{"gpu-[0001-"}}), codes.InvalidArgument, []string{"hostnames[0]"}},
+		{"unknown hosts", scan(&loomv1.ScanNodesRequest{Hostnames: []string{"gpu-[0001-0003]"}}), codes.InvalidArgument, []string{"hostnames[1]", "gpu-0002 is not a node of", "hostnames[2]"}},
+		{"timeout 2h", scan(&loomv1.ScanNodesRequest{Timeout: durationpb.New(2 * time.Hour)}), codes.InvalidArgument, []string{"timeout", "1h0m0s"}},
+		{"report without reason", report([]string{"gpu-0001"}, " "), codes.InvalidArgument, []string{"reason", "required"}},
+		{"report a long reason", report([]string{"gpu-0001"}, long), codes.InvalidArgument, []string{"reason", "1025 bytes, longer than the limit of 1024"}},
+		{"report nobody", report(nil, "why"), codes.InvalidArgument, []string{"hostnames", "required"}},
+		{"drain without reason", update(loomv1.RemediationAction_ACTION_DRAIN, ""), codes.InvalidArgument, []string{"reason", "required"}},
+		{"restart job by hand", update(loomv1.RemediationAction_ACTION_RESTART_JOB, "x"), codes.InvalidArgument, []string{"action", "ACTION_DRAIN"}},
+	} {
+		wantCode(t, c.what, c.err, c.code, c.want...)
+	}
+	// Over REST too: 400 naming the field and the limit.
+	code, body := restCall(ctx, t, h.http, h.restBase, "POST", "/v1/"+cluster1+"/nodes/gpu-0001:injectFault", `{"fault":{"kind":"FAULT_XID","gpu":3,"xid":1000}}`)
+	if code != 400 || !strings.Contains(body, "fault.xid") || !strings.Contains(body, "1 to 999") {
+		t.Errorf("REST xid 1000: HTTP %d %s", code, body)
+	}
+	// Another cluster of the project does not exist.
+	_, err := hs.ReportFaultyNodes(ctx, &loomv1.ReportFaultyNodesRequest{Cluster: project + "/clusters/nope", Hostnames: []string{"gpu-0001"}, Reason: "x"})
+	wantCode(t, "a missing cluster", err, codes.NotFound, "clusters/nope")
+
+	// A marker: once it is on the bus, nothing refused came before it.
+	if err := update(loomv1.RemediationAction_ACTION_RESUME, ""); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitEvent(t, h.broker, topics.HealthCommands, wait, func(e envelope.Event) bool {
+		_, ok := e.Payload.(*eventsv1.UpdateNodeRemediation)
+		return ok
+	})
+	if evs := testkit.Events(t, h.broker, topics.HealthCommands); len(evs) != 1 {
+		t.Errorf("%d health commands, want only the marker: %v", len(evs), evs)
+	}
+}
+
+// TestHealthReads: ListNodeHealth and ListHealthResults answer the health
+// service's data with the request's filters passed on; a node health
+// knows to have real GPUs is refused a fault (FailedPrecondition); with
+// health down the reads say so (Unavailable naming the health service).
+func TestHealthReads(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, wait)
+	h.w.mu.Lock()
+	h.w.nodeHealth = []*loomv1.NodeHealth{{Node: cluster1 + "/nodes/gpu-0001", Hostname: "gpu-0001", Cluster: cluster1, State: loomv1.RemediationState_NODE_DRAINING,
+		Reason: "Xid 79: GPU has fallen off the bus", SetBy: "loom-health", StateTime: timestamppb.New(time.Now()),
+		Gpus: []*loomv1.GpuSample{{Index: 0, TemperatureC: 40}}, Simulated: false}}
+	h.w.healthResults = []*loomv1.HealthCheckResult{
+		{Name: cluster1 + "/healthResults/1", Hostname: "gpu-0001", Check: "disk", Outcome: loomv1.CheckOutcome_CHECK_PASS, ScanId: "s1"},
+		{Name: cluster1 + "/healthResults/2", Hostname: "gpu-0001", Check: "gpu_diag", Outcome: loomv1.CheckOutcome_CHECK_FAIL, ScanId: "s1"},
+	}
+	h.w.mu.Unlock()
+	hs := loomv1.NewHealthServiceClient(h.as(t, "vic"))
+	nodes, err := hs.ListNodeHealth(ctx, &loomv1.ListNodeHealthRequest{Cluster: cluster1})
+	if err != nil || len(nodes.GetNodes()) != 1 || nodes.GetNodes()[0].GetState() != loomv1.RemediationState_NODE_DRAINING {
+		t.Fatalf("ListNodeHealth: %v %v", nodes, err)
+	}
+	res, err := hs.ListHealthResults(ctx, &loomv1.ListHealthResultsRequest{Cluster: cluster1, Check: "gpu_diag", ScanId: "s1"})
+	if err != nil || len(res.GetResults()) != 1 || res.GetResults()[0].GetOutcome() != loomv1.CheckOutcome_CHECK_FAIL {
+		t.Fatalf("ListHealthResults: %v %v", res, err)
+	}
+	_, err = hs.ListHealthResults(ctx, &loomv1.ListHealthResultsRequest{Cluster: cluster1, Check: "a/b"})
+	wantCode(t, "a check name with a slash", err, codes.InvalidArgument, "check")
+
+	_, err = loomv1.NewHealthServiceClient(h.conn).InjectFault(ctx, &loomv1.InjectFaultRequest{Cluster: cluster1, Hostname: "gpu-0001",
+		Fault: &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_XID, Gpu: 0, Xid: 79}})
+	wantCode(t, "a fault into real GPUs", err, codes.FailedPrecondition, "real GPUs", "simulated")
+
+	down := newHarness(t, func(c *Config) { c.HealthAddr = "127.0.0.1:1" })
+	_, err = loomv1.NewHealthServiceClient(down.conn).ListNodeHealth(ctx, &loomv1.ListNodeHealthRequest{Cluster: cluster1})
+	wantCode(t, "health down", err, codes.Unavailable, "health service", "-health-addr")
+	// Writes do not need health: the command waits on the bus.
+	if _, err := loomv1.NewHealthServiceClient(down.conn).ReportFaultyNodes(ctx, &loomv1.ReportFaultyNodesRequest{Cluster: cluster1,
+		Hostnames: []string{"gpu-0001"}, Reason: "x"}); err != nil {
+		t.Errorf("ReportFaultyNodes with health down: %v", err)
+	}
+}
+
+// TestGoodput: a job's goodput for who may see the job (with PrivateData,
+// another user's job is NotFound as a missing one), a cluster's for its
+// viewers; both from the scheduler.
+func TestGoodput(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *Config) { c.PrivateData = "jobs" })
+	matrixWorld(t, h)
+	ctx := testkit.Context(t, wait)
+	gp, err := loomv1.NewGoodputServiceClient(h.as(t, "ana")).GetJobGoodput(ctx, &loomv1.GetJobGoodputRequest{Name: matrixJob})
+	if err != nil || gp.GetGoodput() != 0.9 || gp.GetName() != matrixJob {
+		t.Fatalf("ana's job goodput: %v %v", gp, err)
+	}
+	bob := loomv1.NewGoodputServiceClient(h.as(t, "bob"))
+	_, err = bob.GetJobGoodput(ctx, &loomv1.GetJobGoodputRequest{Name: matrixJob})
+	wantCode(t, "bob's view of ana's hidden job", err, codes.NotFound, "job "+matrixJob+": not found")
+	c, err := bob.GetClusterGoodput(ctx, &loomv1.GetClusterGoodputRequest{Name: cluster1})
+	if err != nil || c.GetName() != cluster1 {
+		t.Fatalf("cluster goodput: %v %v", c, err)
+	}
+	_, err = bob.GetClusterGoodput(ctx, &loomv1.GetClusterGoodputRequest{Name: cluster1, Since: timestamppb.New(time.Now().Add(time.Hour))})
+	wantCode(t, "since in the future", err, codes.InvalidArgument, "since", "future")
+}

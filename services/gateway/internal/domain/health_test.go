@@ -1,0 +1,63 @@
+package domain
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/loom-ml/loom/libs/errs"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// TestExpandHostnames: hostlists expand in order without duplicates; a
+// list past MaxHosts is refused naming the entry and the limit, before
+// it is held in memory.
+func TestExpandHostnames(t *testing.T) {
+	t.Parallel()
+	var v errs.Validator
+	got := ExpandHostnames(&v, "hostnames", []string{"gpu-[0002-0003]", "gpu-0001", "gpu-0002"})
+	if v.Err() != nil || strings.Join(got, ",") != "gpu-0002,gpu-0003,gpu-0001" {
+		t.Errorf("got %v, %v", got, v.Err())
+	}
+	var big errs.Validator
+	if got := ExpandHostnames(&big, "hostnames", []string{"n[1-5000]"}); got != nil ||
+		big.Err() == nil || !strings.Contains(big.Err().Error(), "hostnames[0]: 5000 nodes, more than the limit of 4096") {
+		t.Errorf("5000 nodes: %v, %v", got, big.Err())
+	}
+}
+
+// TestValidateInjectFaultBounds: the fault's bounds at their edges.
+func TestValidateInjectFaultBounds(t *testing.T) {
+	t.Parallel()
+	req := func(f *loomv1.Fault) *loomv1.InjectFaultRequest {
+		return &loomv1.InjectFaultRequest{Cluster: "projects/p/clusters/c", Hostname: "gpu-0001", Fault: f}
+	}
+	xid := loomv1.FaultKind_FAULT_XID
+	for _, c := range []struct {
+		f    *loomv1.Fault
+		want string // "" for accepted
+	}{
+		{&loomv1.Fault{Kind: xid, Gpu: 7, Xid: 999}, ""},
+		{&loomv1.Fault{Kind: xid, Gpu: -1, Xid: 1}, ""},
+		{&loomv1.Fault{Kind: xid, Gpu: 8, Xid: 79}, "fault.gpu: 8 is not below the node's GPU count, 8"},
+		{&loomv1.Fault{Kind: xid, Gpu: 0, Xid: 1000}, "fault.xid: 1000 is outside 1 to 999"},
+		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_THERMAL, Gpu: 0, Xid: 79}, "fault.xid: 79: only FAULT_XID takes an Xid"},
+		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_NVLINK, Gpu: 0, Value: 1e6}, ""},
+		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_NVLINK, Gpu: 0, Value: math.Nextafter(1e6, 2e6)}, "fault.value"},
+		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_NVLINK, Gpu: 0, Value: -1}, "fault.value: -1 is outside 0 to 1e+06"},
+		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_NVLINK, Gpu: 0, Value: math.Inf(-1)}, "fault.value: -Inf is not a finite number"},
+		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_SLOW_GPU, Gpu: 0, Value: 1000}, ""},
+		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_SLOW_GPU, Gpu: 0, Value: 1001}, "fault.value"},
+		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_ECC_DBE, Gpu: 0, Value: 1.5}, "a count of errors"},
+		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_NO_HEARTBEAT, Gpu: -1, Value: 86400}, ""},
+		{&loomv1.Fault{Kind: loomv1.FaultKind(99), Gpu: 0}, "fault.kind: 99 is not a fault kind"},
+	} {
+		err := ValidateInjectFault(req(c.f), 8)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%v: refused: %v", c.f, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%v: %v, want %q", c.f, err, c.want)
+		}
+	}
+}

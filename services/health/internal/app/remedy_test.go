@@ -1,0 +1,78 @@
+package app
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/health/internal/domain"
+	"github.com/loom-ml/loom/services/health/internal/remedy"
+)
+
+// TestRemediationSurvivesRestart checks on a real Redis that a repair in
+// flight is stored with the RemediateNode it sent: a restarted app knows the
+// repair's id, takes the provisioner's answer to it, asks for the confirming
+// check, and puts the node back when it passes; every event goes out once.
+func TestRemediationSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "health:")
+	ctx := testkit.Context(t, 30*time.Second)
+	clk := &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	cfg := domain.Config{Timeout: 15 * time.Second, Remedy: remedy.Config{Seed: 42}}
+
+	a := NewWith(st, cfg, clk.now, slog.Default())
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	must := func(app *App, ev envelope.Event) {
+		t.Helper()
+		if err := app.Handle(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(a, event(topics.NodeEvents, &eventsv1.NodeChanged{Node: &loomv1.Node{Name: node, Hostname: "gpu-0001", State: loomv1.Node_READY}}))
+	xid := event(topics.NodeTelemetry, &eventsv1.XidObserved{Node: node, Gpu: 2, Xid: 79})
+	must(a, xid)
+	must(a, xid) // redelivered: nothing more
+	rec := a.Remedy(node)
+	if rec == nil || rec.State != loomv1.RemediationState_NODE_REBOOTING || rec.RepairID == "" {
+		t.Fatalf("after Xid 79: %+v", rec)
+	}
+	if n, _ := st.OutboxLen(ctx); n != 3 {
+		t.Fatalf("outbox %d, want DRAINING, REBOOTING and RemediateNode", n)
+	}
+
+	b := NewWith(st, cfg, clk.now, slog.Default())
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := b.Remedy(node)
+	if got == nil || got.RepairID != rec.RepairID || got.State != rec.State {
+		t.Fatalf("restored %+v, want %+v", got, rec)
+	}
+	must(b, event(topics.NodeEvents, &eventsv1.RemediationFinished{Node: node, RemediationId: rec.RepairID, Ok: true}))
+	got = b.Remedy(node)
+	if !got.Confirming || got.ConfirmID == "" {
+		t.Fatalf("after the repair: %+v", got)
+	}
+	must(b, event(topics.NodeTelemetry, &eventsv1.HealthCheckCompleted{Result: &loomv1.HealthCheckResult{
+		Name: "projects/default/clusters/c1/healthResults/" + got.ConfirmID, Node: node, Check: "gpu_diag",
+		Outcome: loomv1.CheckOutcome_CHECK_PASS, Trigger: "confirm"}}))
+	if s := b.Remedy(node).State; s != loomv1.RemediationState_NODE_HEALTHY {
+		t.Fatalf("after the confirming check: %v", s)
+	}
+	if n, _ := st.OutboxLen(ctx); n != 5 {
+		t.Fatalf("outbox %d, want 5 (3, the confirm check, HEALTHY)", n)
+	}
+	views := b.ListNodeHealth("projects/default/clusters/c1")
+	if len(views) != 1 || views[0].GetState() != loomv1.RemediationState_NODE_HEALTHY || views[0].GetHostname() != "gpu-0001" {
+		t.Fatalf("ListNodeHealth: %v", views)
+	}
+}

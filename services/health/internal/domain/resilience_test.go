@@ -1,0 +1,292 @@
+package domain
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/errs"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+func nodeN(i int) string { return fmt.Sprintf("%s/nodes/gpu-%04d", cluster, i) }
+
+// cluster3 is a fake with three READY nodes, each heard from now.
+func cluster3(t *testing.T) *fake {
+	f := newFake(t)
+	for i := range 3 {
+		f.handle(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeN(i), Cluster: cluster, Hostname: fmt.Sprintf("gpu-%04d", i), State: loomv1.Node_READY}})
+		f.beat(nodeN(i))
+	}
+	return f
+}
+
+func allEmits(c *Change) []any {
+	var out []any
+	for _, e := range c.AllEmits() {
+		out = append(out, e.Payload)
+	}
+	return out
+}
+
+func healthOf(c *Change) []*eventsv1.NodeHealthChanged {
+	var out []*eventsv1.NodeHealthChanged
+	for _, e := range c.AllEmits() {
+		if v, ok := e.Payload.(*eventsv1.NodeHealthChanged); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func (f *fake) checkAll() *Change {
+	c := f.s.Check(f.now)
+	f.s.Commit(c)
+	return c
+}
+
+// TestMassSilenceIsUnreachable: every node of a cluster silent at once is
+// unreachable, not failed; they stay so while nothing proves the bus
+// delivers, and are failed one timeout after it does.
+func TestMassSilenceIsUnreachable(t *testing.T) {
+	t.Parallel()
+	f := cluster3(t)
+	for range 3 {
+		f.advance(timeout / 4)
+		if v := healthOf(f.checkAll()); len(v) != 0 {
+			t.Fatalf("declared inside the timeout: %v", v)
+		}
+	}
+	f.advance(timeout / 4)
+	c := f.checkAll()
+	v := healthOf(c)
+	if len(v) != 3 {
+		t.Fatalf("want 3 unreachable verdicts, got %v", v)
+	}
+	for _, x := range v {
+		if x.GetHealth() != eventsv1.NodeHealth_HEALTHY || !x.GetUnreachable() || x.GetState() != loomv1.RemediationState_NODE_UNREACHABLE ||
+			x.GetSetBy() != "loom-health" || x.GetTime() == nil {
+			t.Fatalf("unreachable verdict: %v", x)
+		}
+	}
+	// Silence goes on, but nothing else arrives either: no verdict.
+	for range 12 {
+		f.advance(timeout / 4)
+		if v := healthOf(f.checkAll()); len(v) != 0 {
+			t.Fatalf("declared without the bus delivering: %v", v)
+		}
+	}
+	// Other traffic arrives (the bus delivers): one more timeout, then failed.
+	f.handle(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: "projects/default/clusters/c2/nodes/x", Cluster: "projects/default/clusters/c2", State: loomv1.Node_PROVISIONING}})
+	got := 0
+	for i := range 4 {
+		f.advance(timeout / 4)
+		for _, x := range healthOf(f.checkAll()) {
+			if i < 3 {
+				t.Fatalf("failed before a full timeout of the bus delivering: %v", x)
+			}
+			if x.GetHealth() != eventsv1.NodeHealth_UNHEALTHY || x.GetUnreachable() || x.GetReason() != "no heartbeat for 15s" {
+				t.Fatalf("confirmed verdict: %v", x)
+			}
+			got++
+		}
+	}
+	if got != 3 {
+		t.Fatalf("%d nodes confirmed failed, want 3", got)
+	}
+}
+
+// TestUnreachableHeardAgain: a node heard again is reachable, with no
+// UNHEALTHY ever said.
+func TestUnreachableHeardAgain(t *testing.T) {
+	t.Parallel()
+	f := cluster3(t)
+	f.advance(timeout / 2)
+	f.checkAll()
+	f.advance(timeout / 2)
+	if v := healthOf(f.checkAll()); len(v) != 3 {
+		t.Fatalf("want unreachable, got %v", v)
+	}
+	v := healthOf(f.beat(nodeN(1)))
+	if len(v) != 1 || v[0].GetHealth() != eventsv1.NodeHealth_HEALTHY || v[0].GetUnreachable() || v[0].GetReason() != ReasonResumed {
+		t.Fatalf("reachable again: %v", v)
+	}
+	if n := f.s.Node(nodeN(1)); n.Unreachable || n.Unhealthy {
+		t.Fatalf("record: %+v", n)
+	}
+}
+
+// TestOneSilentOfThreeFails: an isolated silence is a failure at once.
+func TestOneSilentOfThreeFails(t *testing.T) {
+	t.Parallel()
+	f := cluster3(t)
+	for range 3 {
+		f.advance(timeout / 4)
+		f.beat(nodeN(0))
+		f.beat(nodeN(1))
+		f.checkAll()
+	}
+	f.advance(timeout / 4)
+	v := healthOf(f.checkAll())
+	if len(v) != 1 || v[0].GetNode() != nodeN(2) || v[0].GetHealth() != eventsv1.NodeHealth_UNHEALTHY || v[0].GetUnreachable() {
+		t.Fatalf("want nodeN(2) UNHEALTHY, got %v", v)
+	}
+}
+
+// TestHealthStallGivesGrace: a check loop that ran late by more than the
+// timeout (health was stopped) declares nobody; the silence is counted again
+// from then.
+func TestHealthStallGivesGrace(t *testing.T) {
+	t.Parallel()
+	f := cluster3(t)
+	f.checkAll()
+	f.advance(170 * time.Second) // the whole machine stalled
+	if v := healthOf(f.checkAll()); len(v) != 0 {
+		t.Fatalf("declared after health's own stall: %v", v)
+	}
+	// Two nodes speak again; the third stays silent: it alone fails, a
+	// full timeout after the stall ended.
+	for range 3 {
+		f.advance(timeout / 4)
+		f.beat(nodeN(0))
+		f.beat(nodeN(1))
+		if v := healthOf(f.checkAll()); len(v) != 0 {
+			t.Fatalf("declared inside the grace: %v", v)
+		}
+	}
+	f.advance(timeout / 4)
+	f.beat(nodeN(0))
+	f.beat(nodeN(1))
+	if v := healthOf(f.checkAll()); len(v) != 1 || v[0].GetNode() != nodeN(2) || v[0].GetHealth() != eventsv1.NodeHealth_UNHEALTHY {
+		t.Fatalf("want nodeN(2) UNHEALTHY after the grace, got %v", v)
+	}
+}
+
+func TestXidsDriveRemediation(t *testing.T) {
+	t.Parallel()
+	f := cluster3(t)
+	c := f.handle(&eventsv1.XidObserved{Node: nodeN(0), Cluster: cluster, Gpu: 3, Xid: 79})
+	em := allEmits(c)
+	if len(em) != 3 {
+		t.Fatalf("Xid 79: %v", em)
+	}
+	v := em[0].(*eventsv1.NodeHealthChanged)
+	if v.GetHealth() != eventsv1.NodeHealth_UNHEALTHY || v.GetReason() != "Xid 79: GPU has fallen off the bus" || v.GetXid() != 79 {
+		t.Fatalf("verdict: %v", v)
+	}
+	rn, ok := em[2].(*eventsv1.RemediateNode)
+	if !ok || rn.GetAction() != loomv1.RemediationAction_ACTION_REBOOT {
+		t.Fatalf("remediation: %v", em[2])
+	}
+	if !c.Durable() {
+		t.Fatal("a remediation is not durable")
+	}
+	// The node goes silent while rebooting: no second UNHEALTHY; it comes
+	// back: not put back in service by its heartbeat.
+	f.advance(timeout)
+	f.beat(nodeN(1))
+	f.beat(nodeN(2))
+	if v := healthOf(f.checkAll()); len(v) != 0 {
+		t.Fatalf("silence of a node in repair: %v", v)
+	}
+	if v := healthOf(f.beat(nodeN(0))); len(v) != 0 {
+		t.Fatalf("heartbeat put a node in repair back: %v", v)
+	}
+	// The provisioner finishes; the confirm check passes: HEALTHY repaired.
+	c = f.handle(&eventsv1.RemediationFinished{Node: nodeN(0), Cluster: cluster, RemediationId: rn.GetRemediationId(), Ok: true,
+		Action: loomv1.RemediationAction_ACTION_REBOOT})
+	em = allEmits(c)
+	chk, ok := em[0].(*eventsv1.RunHealthCheck)
+	if len(em) != 1 || !ok || chk.GetTrigger() != "confirm" {
+		t.Fatalf("confirm: %v", em)
+	}
+	c = f.handle(&eventsv1.HealthCheckCompleted{Result: &loomv1.HealthCheckResult{Name: cluster + "/healthResults/" + chk.GetRunId(),
+		Node: nodeN(0), Check: "gpu_diag", Outcome: loomv1.CheckOutcome_CHECK_PASS, Trigger: "confirm"}})
+	if v := healthOf(c); len(v) != 1 || !v[0].GetRepaired() || v[0].GetHealth() != eventsv1.NodeHealth_HEALTHY {
+		t.Fatalf("repaired: %v", allEmits(c))
+	}
+	// An application Xid restarts the job and keeps the node.
+	c = f.handle(&eventsv1.XidObserved{Node: nodeN(1), Cluster: cluster, Gpu: 0, Xid: 13})
+	if v := healthOf(c); len(v) != 1 || v[0].GetAction() != loomv1.RemediationAction_ACTION_RESTART_JOB || v[0].GetHealth() != eventsv1.NodeHealth_HEALTHY {
+		t.Fatalf("Xid 13: %v", allEmits(c))
+	}
+}
+
+func TestTelemetryFault(t *testing.T) {
+	t.Parallel()
+	f := cluster3(t)
+	ok := &eventsv1.GpuTelemetry{Node: nodeN(2), Cluster: cluster, Time: timestamppb.New(f.now), Gpus: []*loomv1.GpuSample{{Index: 0, TemperatureC: 50}}, Simulated: true}
+	if c := f.handle(ok); len(c.AllEmits()) != 0 {
+		t.Fatalf("healthy telemetry: %v", allEmits(c))
+	}
+	f.advance(time.Minute)
+	bad := &eventsv1.GpuTelemetry{Node: nodeN(2), Cluster: cluster, Time: timestamppb.New(f.now), Gpus: []*loomv1.GpuSample{{Index: 0, EccDbeVolatile: 2}}}
+	v := healthOf(f.handle(bad))
+	if len(v) < 1 || v[0].GetHealth() != eventsv1.NodeHealth_UNHEALTHY || v[0].GetReason() != "ECC: 2 double-bit errors on GPU 0" {
+		t.Fatalf("DBE: %v", v)
+	}
+	view := f.s.View(nodeN(2))
+	if view.GetState() != loomv1.RemediationState_NODE_REBOOTING || len(view.GetGpus()) != 1 || view.GetNextAction() != loomv1.RemediationAction_ACTION_RESET_GPU ||
+		view.GetHostname() != "gpu-0002" || view.GetFailures() != 1 {
+		t.Fatalf("view: %v", view)
+	}
+}
+
+func TestOperatorCommands(t *testing.T) {
+	t.Parallel()
+	f := cluster3(t)
+	f.handle(&eventsv1.AgentRegistered{Node: nodeN(0), Cluster: cluster, SimulatedGpus: true})
+	f.handle(&eventsv1.AgentRegistered{Node: nodeN(1), Cluster: cluster, SimulatedGpus: false})
+	fault := &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_XID, Gpu: 3, Xid: 79}
+	c := f.handle(&eventsv1.InjectFault{Cluster: cluster, Hostname: "gpu-0000", Fault: fault, User: "alice"})
+	em := c.AllEmits()
+	if len(em) != 1 || em[0].Key != nodeN(0) {
+		t.Fatalf("inject: %v", em)
+	}
+	if in := em[0].Payload.(*eventsv1.InjectNodeFault); in.GetNode() != nodeN(0) || in.GetFault().GetXid() != 79 || in.GetUser() != "alice" {
+		t.Fatalf("inject: %v", in)
+	}
+	var inv *errs.InvalidError
+	if _, err := f.s.Handle(f.now, &eventsv1.InjectFault{Cluster: cluster, Hostname: "gpu-0001", Fault: fault}); !errors.As(err, &inv) {
+		t.Fatalf("inject into real GPUs: %v", err)
+	}
+	if _, err := f.s.Handle(f.now, &eventsv1.UpdateNodeRemediation{Cluster: cluster, Hostname: "nope", Action: loomv1.RemediationAction_ACTION_DRAIN}); !errors.As(err, &inv) {
+		t.Fatalf("unknown host: %v", err)
+	}
+	c = f.handle(&eventsv1.UpdateNodeRemediation{Cluster: cluster, Hostname: "gpu-0002", Action: loomv1.RemediationAction_ACTION_DRAIN, User: "bob"})
+	if v := healthOf(c); len(v) != 1 || v[0].GetSetBy() != "bob" || v[0].GetState() != loomv1.RemediationState_NODE_DRAINING {
+		t.Fatalf("drain: %v", allEmits(c))
+	}
+	c = f.handle(&eventsv1.ReportFaultyNodes{Cluster: cluster, Hostnames: []string{"gpu-[0000-0001]"}, Reason: "slow", User: "carol"})
+	if v := healthOf(c); len(v) != 2 || v[0].GetReason() != "slow" || !v[0].GetCheckpointFirst() {
+		t.Fatalf("report: %v", allEmits(c))
+	}
+	c = f.handle(&eventsv1.NodeDrained{Node: nodeN(0), Cluster: cluster})
+	if em := allEmits(c); len(em) != 2 {
+		t.Fatalf("drained node's repair: %v", em)
+	}
+}
+
+// TestReadyAfterRepairGetsGrace: a node the provisioner reports READY again
+// after rebooting (unwatched meanwhile) is not flagged for the silence of
+// its reboot.
+func TestReadyAfterRepairGetsGrace(t *testing.T) {
+	t.Parallel()
+	f := cluster3(t)
+	f.handle(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeN(0), Cluster: cluster, Hostname: "gpu-0000", State: loomv1.Node_REBOOTING}})
+	f.advance(3 * timeout)
+	f.beat(nodeN(1))
+	f.beat(nodeN(2))
+	f.handle(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeN(0), Cluster: cluster, Hostname: "gpu-0000", State: loomv1.Node_READY}})
+	f.s.lastCheck = f.now
+	f.advance(timeout / 2)
+	f.beat(nodeN(1))
+	f.beat(nodeN(2))
+	if v := healthOf(f.checkAll()); len(v) != 0 {
+		t.Fatalf("flagged for its reboot's silence: %v", v)
+	}
+}

@@ -1,0 +1,59 @@
+package ports
+
+import (
+	"context"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/paging"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// NodeHealthLister lists health's view of a cluster's nodes (the app).
+type NodeHealthLister interface {
+	ListNodeHealth(cluster string) []*loomv1.NodeHealth
+}
+
+// ResultLister lists stored check results (the scan orchestration's store).
+type ResultLister interface {
+	ListHealthResults(ctx context.Context, req *loomv1.ListHealthResultsRequest) (*loomv1.ListHealthResultsResponse, error)
+}
+
+// HealthServer serves loom.v1.HealthService's reads on health's internal
+// gRPC: ListNodeHealth from the app, ListHealthResults from a ResultLister
+// (Unimplemented while there is none). The writes are the gateway's (they
+// become commands on loom.health.commands.v1) and are Unimplemented here.
+type HealthServer struct {
+	loomv1.UnimplementedHealthServiceServer
+	nodes   NodeHealthLister
+	results ResultLister
+}
+
+// NewHealthServer returns the server over nodes and results (results may be nil).
+func NewHealthServer(nodes NodeHealthLister, results ResultLister) *HealthServer {
+	return &HealthServer{nodes: nodes, results: results}
+}
+
+// ListNodeHealth lists each node of the cluster with its health and
+// remediation state, by node name, one page at a time.
+func (s *HealthServer) ListNodeHealth(_ context.Context, req *loomv1.ListNodeHealthRequest) (*loomv1.ListNodeHealthResponse, error) {
+	if req.GetCluster() == "" {
+		return nil, errs.Invalid("cluster", "required")
+	}
+	nodes := s.nodes.ListNodeHealth(req.GetCluster())
+	page, next, err := paging.List(req, nodes, func(n *loomv1.NodeHealth) string { return n.GetNode() })
+	if err != nil {
+		return nil, err
+	}
+	return &loomv1.ListNodeHealthResponse{Nodes: page, NextPageToken: next}, nil
+}
+
+// ListHealthResults delegates to the ResultLister.
+func (s *HealthServer) ListHealthResults(ctx context.Context, req *loomv1.ListHealthResultsRequest) (*loomv1.ListHealthResultsResponse, error) {
+	if s.results == nil {
+		return nil, status.Error(codes.Unimplemented, "health results are not kept by this health service")
+	}
+	return s.results.ListHealthResults(ctx, req)
+}

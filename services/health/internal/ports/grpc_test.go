@@ -1,0 +1,72 @@
+package ports
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/loom-ml/loom/libs/errs"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+type lister []*loomv1.NodeHealth
+
+func (l lister) ListNodeHealth(cluster string) []*loomv1.NodeHealth {
+	var out []*loomv1.NodeHealth
+	for _, n := range l {
+		if n.GetCluster() == cluster {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+type results struct {
+	got *loomv1.ListHealthResultsRequest
+}
+
+func (r *results) ListHealthResults(_ context.Context, req *loomv1.ListHealthResultsRequest) (*loomv1.ListHealthResultsResponse, error) {
+	r.got = req
+	return &loomv1.ListHealthResultsResponse{Results: []*loomv1.HealthCheckResult{{Name: "r1"}}}, nil
+}
+
+func TestListNodeHealthPages(t *testing.T) {
+	t.Parallel()
+	const c = "projects/p/clusters/c"
+	nodes := lister{{Node: c + "/nodes/b", Cluster: c}, {Node: c + "/nodes/a", Cluster: c}, {Node: c + "/nodes/c", Cluster: c},
+		{Node: "projects/p/clusters/d/nodes/x", Cluster: "projects/p/clusters/d"}}
+	s := NewHealthServer(nodes, nil)
+	ctx := context.Background()
+	var got []string
+	token := ""
+	for {
+		resp, err := s.ListNodeHealth(ctx, &loomv1.ListNodeHealthRequest{Cluster: c, PageSize: 2, PageToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range resp.GetNodes() {
+			got = append(got, n.GetNode())
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	if len(got) != 3 || got[0] != c+"/nodes/a" || got[2] != c+"/nodes/c" {
+		t.Fatalf("pages: %v", got)
+	}
+	var inv *errs.InvalidError
+	if _, err := s.ListNodeHealth(ctx, &loomv1.ListNodeHealthRequest{}); !errors.As(err, &inv) {
+		t.Fatalf("no cluster: %v", err)
+	}
+	if _, err := s.ListHealthResults(ctx, &loomv1.ListHealthResultsRequest{Cluster: c}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("no result store: %v", err)
+	}
+	r := &results{}
+	resp, err := NewHealthServer(nodes, r).ListHealthResults(ctx, &loomv1.ListHealthResultsRequest{Cluster: c, Check: "disk"})
+	if err != nil || len(resp.GetResults()) != 1 || r.got.GetCheck() != "disk" {
+		t.Fatalf("delegated: %v %v %v", resp, err, r.got)
+	}
+}

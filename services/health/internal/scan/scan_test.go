@@ -1,0 +1,557 @@
+package scan
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+const cluster = "projects/p/clusters/c"
+
+var t0 = time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC)
+
+func nodeName(h string) string { return cluster + "/nodes/" + h }
+
+// fixture is a state with nodes, fed events the way the app feeds them.
+type fixture struct {
+	t   *testing.T
+	s   *State
+	now time.Time
+	// emits collects the RunHealthCheck commands not answered yet.
+	emits []*eventsv1.RunHealthCheck
+	// verdicts collects every verdict.
+	verdicts []*loomv1.HealthCheckResult
+	n        int
+}
+
+func newFixture(t *testing.T, cfg Config, hosts ...string) *fixture {
+	f := &fixture{t: t, s: NewState(cfg), now: t0}
+	for i, h := range hosts {
+		f.handle(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName(h), Cluster: cluster, Hostname: h, State: loomv1.Node_READY,
+			MachineType: "a3-highgpu-8g", Block: fmt.Sprintf("block-%d", i%2)}})
+		f.handle(&eventsv1.AgentRegistered{Node: nodeName(h), Cluster: cluster, Hostname: h, CheckAddr: fmt.Sprintf("10.0.0.%d:7000", i+1)})
+	}
+	return f
+}
+
+func (f *fixture) apply(c *Change) {
+	f.t.Helper()
+	// What the app writes survives a restart: every scan goes through its
+	// JSON and back, as adapters store it.
+	for k, sc := range c.Scans {
+		if sc == nil {
+			continue
+		}
+		b, err := EncodeScan(sc)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if c.Scans[k], err = DecodeScan(b); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	f.s.Commit(c)
+	for _, e := range c.Emits {
+		cmd := e.Payload.(*eventsv1.RunHealthCheck)
+		if e.Key != cmd.GetNode() {
+			f.t.Fatalf("command keyed %q for node %q", e.Key, cmd.GetNode())
+		}
+		f.emits = append(f.emits, cmd)
+	}
+	f.verdicts = append(f.verdicts, c.Verdicts...)
+}
+
+func (f *fixture) handle(ev proto.Message) {
+	f.t.Helper()
+	f.n++
+	c, err := f.s.Handle(f.now, fmt.Sprintf("ev%d", f.n), ev)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.apply(c)
+}
+
+func (f *fixture) tick() { f.apply(f.s.Tick(f.now)) }
+
+// take returns and forgets the pending commands.
+func (f *fixture) take() []*eventsv1.RunHealthCheck {
+	out := f.emits
+	f.emits = nil
+	return out
+}
+
+func result(cmd *eventsv1.RunHealthCheck, outcome loomv1.CheckOutcome, end time.Time, metrics map[string]float64) *eventsv1.HealthCheckCompleted {
+	return &eventsv1.HealthCheckCompleted{Result: &loomv1.HealthCheckResult{Name: cmd.GetCluster() + "/healthResults/" + cmd.GetRunId(),
+		Node: cmd.GetNode(), Hostname: strings.TrimPrefix(cmd.GetNode(), cluster+"/nodes/"), Check: cmd.GetCheck(), Level: cmd.GetLevel(),
+		Outcome: outcome, ScanId: cmd.GetScanId(), Trigger: cmd.GetTrigger(), Metrics: metrics, Gpu: -1,
+		StartTime: timestamppb.New(end.Add(-time.Second)), EndTime: timestamppb.New(end)}}
+}
+
+func hostOf(node string) string { return strings.TrimPrefix(node, cluster+"/nodes/") }
+
+func TestScanSkipsBusyNodes(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, DefaultConfig(), "n1", "n2", "n3")
+	f.handle(&eventsv1.Heartbeat{Node: nodeName("n2"), Cluster: cluster, RunningSteps: 2})
+	f.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: "s1", Checks: []string{GPUDiag, Disk}, Level: 2})
+	cmds := f.take()
+	var got []string
+	for _, c := range cmds {
+		got = append(got, hostOf(c.GetNode())+"/"+c.GetCheck())
+		if c.GetAllowBusy() || c.GetScanId() != "s1" || c.GetTrigger() != "scan" || c.GetTimeout().AsDuration() <= 0 {
+			t.Errorf("command %v", c)
+		}
+		if c.GetCheck() == GPUDiag && (c.GetLevel() != 2 || c.GetTimeout().AsDuration() != 2*time.Minute) {
+			t.Errorf("gpu_diag level 2: %v", c)
+		}
+	}
+	sort.Strings(got)
+	if strings.Join(got, " ") != "n1/disk n1/gpu_diag n3/disk n3/gpu_diag" {
+		t.Fatalf("commands to %v", got)
+	}
+	for _, ch := range []string{GPUDiag, Disk} {
+		r := f.s.Result(cluster + "/healthResults/s1-n2-" + strings.ReplaceAll(ch, "_", "-"))
+		if r.GetOutcome() != loomv1.CheckOutcome_CHECK_SKIPPED || !strings.Contains(r.GetSummary(), "busy") {
+			t.Errorf("busy n2 %s: %v", ch, r)
+		}
+	}
+	// Asked to, it scans the busy node too.
+	f.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: "s2", Hostnames: []string{"n[1-2]"}, Checks: []string{Disk}, AllowBusy: true})
+	cmds = f.take()
+	if len(cmds) != 2 || !cmds[0].GetAllowBusy() {
+		t.Fatalf("allow_busy: %v", cmds)
+	}
+	// A repeated command plans nothing again.
+	f.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: "s2", Checks: []string{Disk}, AllowBusy: true})
+	if cmds := f.take(); len(cmds) != 0 {
+		t.Fatalf("a repeated scan sent %d commands", len(cmds))
+	}
+}
+
+func TestRingOrderAndThreshold(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.MinBusBW = map[string]float64{"a3-highgpu-8g": 40, "": 5}
+	cfg.AllReduceParams = map[string]string{"sizes": "1M"}
+	f := newFixture(t, cfg, "n1", "n2", "n3", "n4")
+	f.handle(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName("n4"), Cluster: cluster, Hostname: "n4", State: loomv1.Node_READY,
+		MachineType: "other", Block: "block-1"}})
+	f.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: "s1", Checks: []string{AllReduce}})
+	cmds := f.take()
+	if len(cmds) != 4 {
+		t.Fatalf("%d commands", len(cmds))
+	}
+	// Blocks: n1, n3 in block-0; n2, n4 in block-1.
+	want := []string{"10.0.0.1:7000", "10.0.0.3:7000", "10.0.0.2:7000", "10.0.0.4:7000"}
+	for _, c := range cmds {
+		if strings.Join(c.GetPeers(), ",") != strings.Join(want, ",") {
+			t.Fatalf("peers %v, want %v", c.GetPeers(), want)
+		}
+		if c.GetPeers()[c.GetRank()] != map[string]string{"n1": want[0], "n3": want[1], "n2": want[2], "n4": want[3]}[hostOf(c.GetNode())] {
+			t.Errorf("%s has rank %d", c.GetNode(), c.GetRank())
+		}
+		if c.GetParams()["ring"] != "s1-ring" || c.GetParams()["sizes"] != "1M" || c.GetParams()["min_busbw_gbps"] != "5" {
+			t.Errorf("params %v (the lowest threshold of the ring's machine types)", c.GetParams())
+		}
+	}
+}
+
+// network answers all-reduce commands: a ring passes unless it holds a
+// bad node or a bad link.
+type network struct {
+	bad   map[string]bool
+	links map[[2]string]bool
+	dead  map[string]bool // never answers
+}
+
+func (n network) ringOK(members []string) bool {
+	for i, m := range members {
+		if n.bad[m] {
+			return false
+		}
+		next := members[(i+1)%len(members)]
+		if n.links[[2]string{m, next}] || n.links[[2]string{next, m}] {
+			return false
+		}
+	}
+	return true
+}
+
+// drive answers every command until the scan settles (a dead node's runs
+// are left to time out) and returns how many rounds it took.
+func (f *fixture) drive(n network) int {
+	f.t.Helper()
+	rounds := 0
+	for rounds < 50 {
+		cmds := f.take()
+		if len(cmds) == 0 {
+			if f.s.Scan(cluster, "s1") != nil && !f.s.Scan(cluster, "s1").Done {
+				f.now = f.now.Add(10 * time.Minute)
+				f.tick()
+				if len(f.emits) > 0 {
+					continue
+				}
+			}
+			return rounds
+		}
+		rounds++
+		rings := map[string][]*eventsv1.RunHealthCheck{}
+		for _, c := range cmds {
+			rings[c.GetParams()["ring"]] = append(rings[c.GetParams()["ring"]], c)
+		}
+		var ids []string
+		for id := range rings {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			cs := rings[id]
+			members := make([]string, len(cs))
+			for _, c := range cs {
+				members[c.GetRank()] = hostOf(c.GetNode())
+			}
+			dead := false
+			for _, m := range members {
+				dead = dead || n.dead[m]
+			}
+			out := loomv1.CheckOutcome_CHECK_PASS
+			if !n.ringOK(members) || dead {
+				out = loomv1.CheckOutcome_CHECK_WARN
+			}
+			for _, c := range cs {
+				if !n.dead[hostOf(c.GetNode())] {
+					f.handle(result(c, out, f.now, map[string]float64{"busbw_gbps": 10}))
+				}
+			}
+		}
+	}
+	f.t.Fatal("the bisection did not settle")
+	return rounds
+}
+
+func (f *fixture) verdictsBy(outcome loomv1.CheckOutcome) []string {
+	var out []string
+	for _, v := range f.verdicts {
+		if v.GetOutcome() == outcome {
+			out = append(out, v.GetHostname())
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestBisectionFindsBadNode(t *testing.T) {
+	t.Parallel()
+	hosts := []string{"n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8"}
+	for _, bad := range []string{"n1", "n4", "n8"} {
+		t.Run(bad, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, DefaultConfig(), hosts...)
+			f.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: "s1", Checks: []string{AllReduce}})
+			f.drive(network{bad: map[string]bool{bad: true}})
+			if got := f.verdictsBy(loomv1.CheckOutcome_CHECK_FAIL); strings.Join(got, ",") != bad {
+				t.Fatalf("FAIL verdicts %v, want %s (WARN %v)", got, bad, f.verdictsBy(loomv1.CheckOutcome_CHECK_WARN))
+			}
+			if got := f.verdictsBy(loomv1.CheckOutcome_CHECK_WARN); len(got) != 0 {
+				t.Fatalf("WARN verdicts %v", got)
+			}
+			v := f.verdicts[0]
+			if v.GetCheck() != AllReduce || !strings.Contains(v.GetSummary(), "bisection") || v.GetValidUntil().AsTime() != f.now.Add(6*time.Hour) {
+				t.Errorf("verdict %v", v)
+			}
+			if !f.s.Scan(cluster, "s1").Done {
+				t.Error("scan not done")
+			}
+		})
+	}
+}
+
+func TestBisectionOddRingAndDeadNode(t *testing.T) {
+	t.Parallel()
+	// The odd one out (n5, last in ring order) is the bad one.
+	f := newFixture(t, DefaultConfig(), "n1", "n2", "n3", "n4", "n5")
+	f.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: "s1", Checks: []string{AllReduce}})
+	f.drive(network{bad: map[string]bool{"n5": true}})
+	if got := f.verdictsBy(loomv1.CheckOutcome_CHECK_FAIL); strings.Join(got, ",") != "n5" {
+		t.Fatalf("odd: FAIL verdicts %v", got)
+	}
+	// A node that never answers: its runs time out (CHECK_ERROR results),
+	// and the bisection blames it.
+	g := newFixture(t, DefaultConfig(), "n1", "n2", "n3", "n4")
+	g.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: "s1", Checks: []string{AllReduce}})
+	g.drive(network{dead: map[string]bool{"n3": true}})
+	if got := g.verdictsBy(loomv1.CheckOutcome_CHECK_FAIL); strings.Join(got, ",") != "n3" {
+		t.Fatalf("dead: FAIL verdicts %v", got)
+	}
+	if r := g.s.Result(cluster + "/healthResults/s1-ring-n3"); r.GetOutcome() != loomv1.CheckOutcome_CHECK_ERROR ||
+		!strings.Contains(r.GetSummary(), "no result") {
+		t.Fatalf("the dead node's ring run: %v", r)
+	}
+}
+
+func TestBisectionFindsBadLink(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, DefaultConfig(), "n1", "n2", "n3", "n4")
+	// Ring order is n1 n3 n2 n4 (by block): round 1 pairs (n1,n3), (n2,n4).
+	f.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: "s1", Checks: []string{AllReduce}})
+	f.drive(network{links: map[[2]string]bool{{"n2", "n4"}: true}})
+	if got := f.verdictsBy(loomv1.CheckOutcome_CHECK_FAIL); len(got) != 0 {
+		t.Fatalf("a bad link blamed nodes: %v", got)
+	}
+	if got := f.verdictsBy(loomv1.CheckOutcome_CHECK_WARN); strings.Join(got, ",") != "n2,n4" {
+		t.Fatalf("link WARN verdicts %v", got)
+	}
+	if !strings.Contains(f.verdicts[0].GetSummary(), "link n2↔n4") {
+		t.Errorf("summary %q", f.verdicts[0].GetSummary())
+	}
+}
+
+func TestBisectionBlamesNobodyWhenEveryPairFails(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, DefaultConfig(), "n1", "n2", "n3", "n4")
+	f.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: "s1", Checks: []string{AllReduce}})
+	f.drive(network{bad: map[string]bool{"n1": true, "n2": true, "n3": true, "n4": true}})
+	if got := f.verdictsBy(loomv1.CheckOutcome_CHECK_FAIL); len(got) != 0 {
+		t.Fatalf("FAIL verdicts %v", got)
+	}
+	if got := f.verdictsBy(loomv1.CheckOutcome_CHECK_WARN); len(got) != 4 {
+		t.Fatalf("WARN verdicts %v", got)
+	}
+	// A ring of 2 cannot bisect: both warned, neither blamed.
+	g := newFixture(t, DefaultConfig(), "n1", "n2")
+	g.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: "s1", Checks: []string{AllReduce}})
+	g.drive(network{bad: map[string]bool{"n2": true}})
+	if len(g.verdictsBy(loomv1.CheckOutcome_CHECK_FAIL)) != 0 || len(g.verdictsBy(loomv1.CheckOutcome_CHECK_WARN)) != 2 {
+		t.Fatalf("ring of 2: %v", g.verdicts)
+	}
+}
+
+// A node that turns busy during the bisection refuses its pair (SKIPPED):
+// it is left out, and nobody is blamed for its refusal.
+func TestBisectionLeavesOutNodeTurnedBusy(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, DefaultConfig(), "n1", "n2", "n3", "n4")
+	f.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: "s1", Checks: []string{AllReduce}})
+	for _, c := range f.take() {
+		f.handle(result(c, loomv1.CheckOutcome_CHECK_WARN, f.now, nil))
+	}
+	// Round 1: (n1,n3) (n2,n4); n4 refuses, busy.
+	for _, c := range f.take() {
+		out := loomv1.CheckOutcome_CHECK_PASS
+		switch hostOf(c.GetNode()) {
+		case "n4":
+			out = loomv1.CheckOutcome_CHECK_SKIPPED
+		case "n2":
+			out = loomv1.CheckOutcome_CHECK_WARN
+		}
+		f.handle(result(c, out, f.now, nil))
+	}
+	f.drive(network{})
+	if got := f.verdictsBy(loomv1.CheckOutcome_CHECK_FAIL); len(got) != 0 {
+		t.Fatalf("FAIL verdicts %v", got)
+	}
+	if got := f.verdictsBy(loomv1.CheckOutcome_CHECK_SKIPPED); strings.Join(got, ",") != "n4" {
+		t.Fatalf("SKIPPED verdicts %v", got)
+	}
+}
+
+func TestSpeedFlagsStragglers(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, DefaultConfig(), "n1", "n2", "n3", "n4", "n5")
+	f.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: "s1", Checks: []string{Speed}})
+	tp := map[string]float64{"n1": 100, "n2": 98, "n3": 100, "n4": 79, "n5": 50}
+	cmds := f.take()
+	for i, c := range cmds {
+		if i == len(cmds)-1 && len(f.verdicts) != 0 {
+			t.Fatal("verdicts before every speed result came")
+		}
+		f.handle(result(c, loomv1.CheckOutcome_CHECK_PASS, f.now, map[string]float64{"throughput": tp[hostOf(c.GetNode())]}))
+	}
+	// Median 98: 0.8 × 98 = 78.4; n4 (79) passes, n5 (50) fails.
+	if got := f.verdictsBy(loomv1.CheckOutcome_CHECK_FAIL); strings.Join(got, ",") != "n5" {
+		t.Fatalf("stragglers %v", got)
+	}
+	r := f.s.Result(cluster + "/healthResults/s1-n5-speed")
+	if r.GetOutcome() != loomv1.CheckOutcome_CHECK_FAIL || r.GetMetrics()["fleet_median"] != 98 || !strings.Contains(r.GetSummary(), "straggler") {
+		t.Fatalf("n5's stored result: %v", r)
+	}
+	if r := f.s.Result(cluster + "/healthResults/s1-n4-speed"); r.GetOutcome() != loomv1.CheckOutcome_CHECK_PASS {
+		t.Fatalf("n4: %v", r)
+	}
+	// A later scan of one node compares with the fleet's still valid results.
+	f.now = f.now.Add(10 * time.Minute)
+	f.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: "s2", Hostnames: []string{"n2"}, Checks: []string{Speed}})
+	for _, c := range f.take() {
+		f.handle(result(c, loomv1.CheckOutcome_CHECK_PASS, f.now, map[string]float64{"throughput": 60}))
+	}
+	if r := f.s.Result(cluster + "/healthResults/s2-n2-speed"); r.GetOutcome() != loomv1.CheckOutcome_CHECK_FAIL {
+		t.Fatalf("n2 alone against the fleet: %v", r)
+	}
+}
+
+func TestMedian(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{5, 1, 3}, 3}, {[]float64{4, 1, 3, 2}, 2.5}} {
+		if got := Median(tc.in); got != tc.want {
+			t.Errorf("Median(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestValidityWindows(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, DefaultConfig(), "n1")
+	f.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: "s1", Checks: []string{GPUDiag, Disk, Speed, "ib_check"}})
+	want := map[string]time.Duration{GPUDiag: 24 * time.Hour, Disk: time.Hour, Speed: time.Hour, "ib_check": time.Hour}
+	for _, c := range f.take() {
+		f.handle(result(c, loomv1.CheckOutcome_CHECK_PASS, f.now, nil))
+		r := f.s.Result(cluster + "/healthResults/" + c.GetRunId())
+		if got := r.GetValidUntil().AsTime().Sub(f.now); got != want[c.GetCheck()] {
+			t.Errorf("%s valid for %s, want %s", c.GetCheck(), got, want[c.GetCheck()])
+		}
+	}
+	// An error stands for nothing.
+	f.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: "s2", Checks: []string{Disk}, Timeout: durationpb.New(time.Second)})
+	c := f.take()[0]
+	f.handle(result(c, loomv1.CheckOutcome_CHECK_ERROR, f.now, nil))
+	if r := f.s.Result(cluster + "/healthResults/" + c.GetRunId()); !r.GetValidUntil().AsTime().Equal(f.now) {
+		t.Errorf("error valid until %v", r.GetValidUntil().AsTime())
+	}
+	// A result of a check health did not send (a confirming check) is stored too.
+	f.handle(&eventsv1.HealthCheckCompleted{Result: &loomv1.HealthCheckResult{Name: cluster + "/healthResults/confirm-1", Node: nodeName("n1"),
+		Hostname: "n1", Check: GPUDiag, Outcome: loomv1.CheckOutcome_CHECK_FAIL, EndTime: timestamppb.New(f.now)}})
+	if r := f.s.Result(cluster + "/healthResults/confirm-1"); r == nil || r.GetValidUntil().AsTime() != f.now.Add(24*time.Hour) {
+		t.Errorf("confirming check's result: %v", r)
+	}
+}
+
+func TestScheduledScansAndNodesNeedCheck(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.Interval = time.Hour
+	f := newFixture(t, cfg, "n1", "n2")
+	f.tick()
+	if len(f.take()) != 0 {
+		t.Fatal("a scheduled scan at start")
+	}
+	f.now = f.now.Add(59 * time.Minute)
+	f.tick()
+	if len(f.take()) != 0 {
+		t.Fatal("a scheduled scan before its interval")
+	}
+	f.now = f.now.Add(time.Minute)
+	f.tick()
+	cmds := f.take()
+	if len(cmds) != 6 || cmds[0].GetTrigger() != "schedule" {
+		t.Fatalf("scheduled scan: %v", cmds)
+	}
+	f.handle(&eventsv1.NodesNeedCheck{Cluster: cluster, Nodes: []string{nodeName("n2")}, Trigger: "hang", Job: "projects/p/jobs/1"})
+	cmds = f.take()
+	var got []string
+	for _, c := range cmds {
+		got = append(got, hostOf(c.GetNode())+"/"+c.GetCheck()+"/"+c.GetTrigger())
+	}
+	sort.Strings(got)
+	if strings.Join(got, " ") != "n2/disk/hang n2/gpu_diag/hang" {
+		t.Fatalf("NodesNeedCheck: %v", got)
+	}
+}
+
+func TestRetention(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.KeepPerCheck = 3
+	f := newFixture(t, cfg, "n1")
+	for i := range 5 {
+		f.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: fmt.Sprintf("s%d", i), Checks: []string{Disk}})
+		for _, c := range f.take() {
+			f.handle(result(c, loomv1.CheckOutcome_CHECK_PASS, f.now, nil))
+		}
+		f.now = f.now.Add(time.Minute)
+	}
+	f.tick()
+	resp, err := f.s.List(&loomv1.ListHealthResultsRequest{Cluster: cluster})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range resp.GetResults() {
+		ids = append(ids, r.GetScanId())
+	}
+	if strings.Join(ids, ",") != "s4,s3,s2" {
+		t.Fatalf("kept %v", ids)
+	}
+	f.now = f.now.Add(8 * 24 * time.Hour)
+	f.tick()
+	if resp, _ := f.s.List(&loomv1.ListHealthResultsRequest{Cluster: cluster}); len(resp.GetResults()) != 0 {
+		t.Fatalf("past retention: %v", resp.GetResults())
+	}
+}
+
+func TestListHealthResults(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, DefaultConfig(), "n1", "n2", "n3")
+	for i, ch := range []string{GPUDiag, Disk} {
+		f.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: fmt.Sprintf("s%d", i), Checks: []string{ch}})
+		for _, c := range f.take() {
+			f.now = f.now.Add(time.Second)
+			f.handle(result(c, loomv1.CheckOutcome_CHECK_PASS, f.now, nil))
+		}
+	}
+	// Another cluster's results are not listed.
+	f.handle(&eventsv1.HealthCheckCompleted{Result: &loomv1.HealthCheckResult{Name: "projects/p/clusters/other/healthResults/x", Node: "projects/p/clusters/other/nodes/n1",
+		Hostname: "n1", Check: Disk, Outcome: loomv1.CheckOutcome_CHECK_PASS, EndTime: timestamppb.New(f.now)}})
+	var all []*loomv1.HealthCheckResult
+	req := &loomv1.ListHealthResultsRequest{Cluster: cluster, PageSize: 4}
+	for {
+		resp, err := f.s.List(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, resp.GetResults()...)
+		if resp.GetNextPageToken() == "" {
+			break
+		}
+		req = proto.Clone(req).(*loomv1.ListHealthResultsRequest)
+		req.PageToken = resp.GetNextPageToken()
+	}
+	if len(all) != 6 {
+		t.Fatalf("%d results", len(all))
+	}
+	for i := 1; i < len(all); i++ {
+		if all[i].GetEndTime().AsTime().After(all[i-1].GetEndTime().AsTime()) {
+			t.Fatalf("not newest first at %d", i)
+		}
+	}
+	for _, tc := range []struct {
+		req  *loomv1.ListHealthResultsRequest
+		want int
+	}{
+		{&loomv1.ListHealthResultsRequest{Cluster: cluster, Hostname: "n2"}, 2},
+		{&loomv1.ListHealthResultsRequest{Cluster: cluster, Check: Disk}, 3},
+		{&loomv1.ListHealthResultsRequest{Cluster: cluster, ScanId: "s0", Hostname: "n1"}, 1},
+	} {
+		resp, err := f.s.List(tc.req)
+		if err != nil || len(resp.GetResults()) != tc.want {
+			t.Errorf("%v: %d results (%v), want %d", tc.req, len(resp.GetResults()), err, tc.want)
+		}
+	}
+	if _, err := f.s.List(&loomv1.ListHealthResultsRequest{}); err == nil {
+		t.Error("no cluster: listed")
+	}
+	if _, err := f.s.List(&loomv1.ListHealthResultsRequest{Cluster: cluster, Check: Disk, PageToken: req.GetPageToken()}); err == nil {
+		t.Error("a token sent with other filters: listed")
+	}
+}
