@@ -50,6 +50,16 @@ func nodeHealth(t *testing.T, conn *grpc.ClientConn, cluster, host string) (*loo
 	return nil, nil
 }
 
+// checkpointDir is where job's `loom train` writes its checkpoints: the
+// job's checkpoint_dir when the scheduler sets one, else its model
+// directory (<shared>/models/<model>/job-<id>).
+func checkpointDir(cl *loomv1.Cluster, j *loomv1.Job, model string) string {
+	if j.CheckpointDir != "" {
+		return j.CheckpointDir
+	}
+	return filepath.Join(cl.GetStatus().GetSharedDir(), "models", model, "job-"+j.JobId)
+}
+
 // waitJob waits for the job to reach a terminal state and returns it.
 func waitJob(t *testing.T, jobs loomv1.JobServiceClient, name string, within time.Duration) *loomv1.Job {
 	t.Helper()
@@ -92,14 +102,17 @@ func TestXid79DrainsRepairsAndResumesFromCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Running, with a checkpoint written: the failure comes mid-training.
+	// Checkpoints go to the job's checkpoint_dir (LOOM_CHECKPOINT_DIR) where
+	// the scheduler sets one, else to the model's directory (--out), which is
+	// the job's across its runs too.
 	var running *loomv1.Job
 	testkit.WaitFor(t, 60*time.Second, "job running with a checkpoint", func() (bool, error) {
 		j, err := jobs.GetJob(waitCtx(t, 5*time.Second), &loomv1.GetJobRequest{Name: job.Name})
-		if err != nil || j.State != loomv1.JobState_RUNNING || j.CheckpointDir == "" {
+		if err != nil || j.State != loomv1.JobState_RUNNING {
 			return false, nil
 		}
 		running = j
-		m, _ := filepath.Glob(filepath.Join(j.CheckpointDir, "checkpoint-*"))
+		m, _ := filepath.Glob(filepath.Join(checkpointDir(cl, j, "xid79-model"), "checkpoint-*"))
 		return len(m) > 0, nil
 	})
 	if len(running.Nodes) != 2 {
