@@ -203,13 +203,23 @@ func TestXid13RestartsTheJobWithoutDrainingTheNode(t *testing.T) {
 	jobs := loomv1.NewJobServiceClient(gw)
 	job, err := jobs.SubmitJob(waitCtx(t, 10*time.Second), &loomv1.SubmitJobRequest{Parent: "projects/default",
 		Job: &loomv1.Job{Cluster: cl.Name, DisplayName: "xid13", NodeCount: 1, GpusPerNode: 1,
-			Command: append(append([]string{loom}, trainArgs...), "--step-time", "30ms")}})
+			Command:     append(append([]string{loom}, trainArgs...), "--step-time", "30ms"),
+			ModelOutput: &loomv1.ModelOutput{ModelId: "xid13-model"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var host string
+	var last loomv1.JobState
 	testkit.WaitFor(t, 60*time.Second, "job running", func() (bool, error) {
 		j, err := jobs.GetJob(waitCtx(t, 5*time.Second), &loomv1.GetJobRequest{Name: job.Name})
+		if err == nil && j.State != last {
+			last = j.State
+			t.Logf("job %s: %v (%s) nodes %v", job.Name, j.State, j.StateReason, j.Nodes)
+		}
+		if err == nil && j.State.Terminal() {
+			out, _ := os.ReadFile(j.OutputPath)
+			t.Fatalf("job ended %v (%s) before the fault:\n%s", j.State, j.StateReason, out)
+		}
 		if err != nil || j.State != loomv1.JobState_RUNNING || len(j.Nodes) == 0 {
 			return false, nil
 		}
@@ -223,7 +233,9 @@ func TestXid13RestartsTheJobWithoutDrainingTheNode(t *testing.T) {
 	slurm := loomv1.NewSlurmServiceClient(gw)
 	end := waitJob(t, jobs, job.Name, 120*time.Second)
 	if end.State != loomv1.JobState_COMPLETED || end.RestartCount < 1 {
-		t.Fatalf("job ended %v after %d restarts (%s), want COMPLETED after a restart", end.State, end.RestartCount, end.StateReason)
+		out, _ := os.ReadFile(end.OutputPath)
+		t.Fatalf("job ended %v after %d restarts (%s), runs %v, want COMPLETED after a restart; its output:\n%s",
+			end.State, end.RestartCount, end.StateReason, end.Runs, out)
 	}
 	// The one node ran both runs: it was never taken out.
 	if n := end.Runs[len(end.Runs)-1].Nodes; len(n) != 1 || n[0] != host {
