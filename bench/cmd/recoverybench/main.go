@@ -112,7 +112,12 @@ func run(o options) error {
 	ctx := context.Background()
 	began := time.Now()
 	s, err := stack.Start(ctx, stack.Options{DataDir: filepath.Join(tmp, "data"), LogLevel: o.logLevel,
-		AgentCommand: []string{loom, "agent"}, AgentEnv: []string{"LOOM_AGENT_GPU_MODE=simulated"}})
+		AgentCommand: []string{loom, "agent"}, AgentEnv: []string{"LOOM_AGENT_GPU_MODE=simulated"},
+		// Every round fails a node on purpose, seconds after the last: each
+		// is to be a node's first failure (a reboot), not one that recurs
+		// soon after a repair (which climbs the ladder to reimage, replace,
+		// quarantine) or makes a lemon.
+		HealthArgs: []string{"-lemon-window=1s"}})
 	if err != nil {
 		return err
 	}
@@ -139,14 +144,16 @@ func run(o options) error {
 		return err
 	}
 	var rounds []round
+	hits := map[string]int{} // injections per node
 	for i := range o.rounds {
-		r, err := measure(ctx, s, conn, cl, loom, i, o)
+		r, err := measure(ctx, s, conn, cl, loom, i, hits, o)
 		if err != nil {
 			return fmt.Errorf("round %d: %w", i+1, err)
 		}
 		logf("round %d on %s: detected %v, drained %v, running again %v, repaired %v", i+1, r.node,
 			ms(r.detected), ms(r.drained), ms(r.runningAgain), ms(r.fixed))
 		rounds = append(rounds, r)
+		hits[r.node]++
 	}
 	section := render(o, rounds, time.Since(began))
 	fmt.Print(section)
@@ -197,10 +204,11 @@ func poll(ctx context.Context, what string, cond func(context.Context) (bool, er
 	}
 }
 
-// measure runs one round: a fresh job, Xid 79 on one of its nodes, until
+// measure runs one round: a fresh job, Xid 79 on one of its nodes (the one
+// hit least so far, by hits), until
 // the job runs again and the node is back; then the round's times from the
 // bus.
-func measure(ctx context.Context, s *stack.Stack, conn *grpc.ClientConn, cl *loomv1.Cluster, loom string, i int, o options) (round, error) {
+func measure(ctx context.Context, s *stack.Stack, conn *grpc.ClientConn, cl *loomv1.Cluster, loom string, i int, hits map[string]int, o options) (round, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	jobs := loomv1.NewJobServiceClient(conn)
@@ -227,7 +235,11 @@ func measure(ctx context.Context, s *stack.Stack, conn *grpc.ClientConn, cl *loo
 	}); err != nil {
 		return round{}, err
 	}
-	node := running.Nodes[i%2]
+	// The job's node that has failed least so far: the fault goes round.
+	node := running.Nodes[0]
+	if hits[running.Nodes[1]] < hits[node] {
+		node = running.Nodes[1]
+	}
 	injected := time.Now()
 	if _, err := health.InjectFault(ctx, &loomv1.InjectFaultRequest{Cluster: cl.Name, Hostname: node,
 		Fault: &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_XID, Gpu: 0, Xid: 79}}); err != nil {
@@ -343,7 +355,7 @@ func render(o options, rounds []round, took time.Duration) string {
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	host, _ := os.Hostname()
 	w("<!-- recoverybench:begin -->\n## Recovery from a GPU off the bus (Xid 79): detection, drain, running again, repair\n\n")
-	w("A 3-node local cluster (real agent processes, simulated GPUs) on the embedded stack; each round a fresh 2-node `loom train --step-time %v` job runs, Xid 79 is injected on one of its nodes (`HealthService.InjectFault`), and the times below are from the injection to: health's NodeHealthChanged taking the node out of HEALTHY (detection), the first run's NODE_FAIL end (drained), the scheduler's JobChanged with the next run RUNNING (running again), and health's NodeHealthChanged HEALTHY after the reboot (repaired). Times are the services' own event times, read back from the bus. %d rounds on %s (%d CPUs, %s/%s), whole run %v. Rerun: `go run ./bench/cmd/recoverybench -rounds %d -report bench/REPORT.md`.\n\n",
+	w("A 3-node local cluster (real agent processes, simulated GPUs) on the embedded stack; each round a fresh 2-node `loom train --step-time %v` job runs, Xid 79 is injected on one of its nodes (`HealthService.InjectFault`), and the times below are from the injection to: health's NodeHealthChanged taking the node out of HEALTHY (detection), the first run's NODE_FAIL end (drained), the scheduler's JobChanged with the next run RUNNING (running again), and health's NodeHealthChanged HEALTHY after the reboot (repaired). Times are the services' own event times, read back from the bus. Health runs with `-lemon-window=1s`, so that each round's fault is a first failure (repaired by a reboot) rather than one recurring soon after a repair, which climbs the ladder to reimage and replace. %d rounds on %s (%d CPUs, %s/%s), whole run %v. Rerun: `go run ./bench/cmd/recoverybench -rounds %d -report bench/REPORT.md`.\n\n",
 		o.stepTime, len(rounds), host, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, took.Round(time.Second), o.rounds)
 	w("| from injection to | min | median | max | target |\n|---|---:|---:|---:|---|\n")
 	col := func(name string, get func(round) time.Duration, target time.Duration) {
