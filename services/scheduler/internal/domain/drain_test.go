@@ -281,8 +281,9 @@ func TestRequeuedJobWaitsForItsOldRun(t *testing.T) {
 		t.Fatal("attempt 2 released without its steps' ends")
 	}
 
-	// A node failure: the failed node's step is abandoned at once, the
-	// others are waited for.
+	// A node failure: the failed node's step is fenced (its processes may
+	// live on) as the others are waited for: the job starts again once both
+	// have stopped.
 	h2 := newHarness(t)
 	for _, host := range []string{"gpu-0001", "gpu-0002", "gpu-0003", "gpu-0004"} {
 		h2.node(host, 8)
@@ -294,8 +295,11 @@ func TestRequeuedJobWaitsForItsOldRun(t *testing.T) {
 		t.Fatalf("started with the other node's step still running: %v", starts(c))
 	}
 	h2.wantState(1, loomv1.JobState_PENDING, ReasonRequeued)
-	if st := starts(h2.step(1, 1, other, eventsv1.StepState_STEP_KILLED, 143)); len(st) != 2 {
-		t.Fatalf("want attempt 2 started once the surviving node stopped, got %v", st)
+	if st := starts(h2.step(1, 1, other, eventsv1.StepState_STEP_KILLED, 143)); len(st) != 0 {
+		t.Fatalf("attempt 2 started while the failed node's step may still run: %v", st)
+	}
+	if st := starts(h2.step(1, 1, failed, eventsv1.StepState_STEP_KILLED, 143)); len(st) != 2 {
+		t.Fatalf("want attempt 2 started once the surviving node and the failed one stopped, got %v", st)
 	}
 	if j := h2.job(1); slices.Contains(j.GetNodes(), failed) {
 		t.Fatalf("attempt 2 on the failed node %s: %v", failed, j.GetNodes())

@@ -273,12 +273,14 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 
 // dueRun is a run the clock must act on.
 type dueRun struct {
-	r       *Run
-	j       *Job
-	signal  bool
-	stop    bool // time limit reached
-	preempt bool
-	sig     JobSignal
+	r          *Run
+	j          *Job
+	signal     bool
+	stop       bool // time limit reached
+	preempt    bool
+	sig        JobSignal
+	hang       time.Duration // > 0: no progress for that long
+	checkpoint bool          // a checkpoint-aware drain's grace ended
 }
 
 // Tick does what the passing of time asks: a run at its time limit is
@@ -290,7 +292,11 @@ type dueRun struct {
 func (s *State) Tick(now time.Time) *Change {
 	t := writerTxn(s, now)
 	var due []dueRun
+	var fenced []*Run
 	for _, r := range s.active {
+		if !r.FenceUntil.IsZero() && !now.Before(r.FenceUntil) {
+			fenced = append(fenced, r)
+		}
 		if r.Ended() {
 			continue
 		}
@@ -312,9 +318,17 @@ func (s *State) Tick(now time.Time) *Change {
 				}
 			}
 		}
-		if d.preempt || d.stop || d.signal {
+		if hang, ok := s.hangDue(now, j, r); ok {
+			d.hang = hang
+		}
+		d.checkpoint = !r.CheckpointBy.IsZero() && !now.Before(r.CheckpointBy)
+		if d.preempt || d.stop || d.signal || d.hang > 0 || d.checkpoint {
 			due = append(due, d)
 		}
+	}
+	sort.Slice(fenced, func(a, b int) bool { return fenced[a].Key() < fenced[b].Key() })
+	for _, r := range fenced {
+		t.liftFences(r)
 	}
 	sort.Slice(due, func(a, b int) bool { return due[a].r.Key() < due[b].r.Key() })
 	for _, d := range due {
@@ -323,6 +337,10 @@ func (s *State) Tick(now time.Time) *Change {
 			t.timeout(d.j, d.r)
 		case d.preempt:
 			t.preemptStop(d.j, t.run(d.r.Key()))
+		case d.hang > 0:
+			t.hung(d.j, t.run(d.r.Key()), d.hang)
+		case d.checkpoint:
+			t.checkpointDone(d.j, t.run(d.r.Key()), "no new checkpoint within "+s.cfg.CheckpointGrace.String())
 		case d.signal:
 			r := t.editRun(d.r.Key())
 			r.Signaled = true
@@ -349,6 +367,7 @@ func (s *State) Tick(now time.Time) *Change {
 	}
 	t.settleJobSteps() // the job steps of attempts that ended (time limit, preemption) end with them
 	t.settle()
+	t.afterPass()
 	return t.c
 }
 

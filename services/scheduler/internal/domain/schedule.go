@@ -828,6 +828,22 @@ func (p *pass) previousRunStopping(j *Job) (reason, note string) {
 	if r == nil || r.Released {
 		return "", ""
 	}
+	if !r.FenceUntil.IsZero() {
+		// A failed node's step may still run: no stop wait shortens its
+		// fence (it ends with the step, the node's repair or removal, or
+		// FenceTimeout; the clock lifts it).
+		var fenced []string
+		for _, node := range r.Nodes {
+			if r.Steps[node].Fenced() {
+				fenced = append(fenced, hostOf(r, node))
+			}
+		}
+		if len(fenced) > 0 {
+			p.wakeAt(r.FenceUntil)
+			return ReasonRequeued, "waiting for its previous run to stop on failed node(s) " + strings.Join(fenced, ",") +
+				" (fenced until " + r.FenceUntil.UTC().Format(time.RFC3339) + ")"
+		}
+	}
 	if !r.End.IsZero() {
 		until := r.End.Add(t.s.cfg.RequeueStopWait)
 		if !t.now.Before(until) {
@@ -1027,7 +1043,7 @@ func (t *txn) fill(v *reasonVersion) {
 	if j == nil {
 		return
 	}
-	v.job = Job{JobRecord: jobstore.JobRecord{Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded, Job: &v.pj}, tmpl: j.tmpl, shared: true}
+	v.job = Job{JobRecord: jobstore.JobRecord{Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded, InfraRestarts: j.InfraRestarts, Job: &v.pj}, tmpl: j.tmpl, shared: true}
 	shallowJobInto(&v.pj, j.Job)
 	v.pj.StateReason = v.reason
 	v.ev = eventsv1.JobChanged{Job: &v.pj, Attempt: j.Attempt, ModelDir: j.ModelDir}
