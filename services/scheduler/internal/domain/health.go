@@ -120,7 +120,7 @@ func (t *txn) checkpointDone(j *Job, r *Run, why string) {
 		j.Excluded = append(append([]string(nil), j.Excluded...), n.Hostname)
 	}
 	t.stopSteps(r, "", reason, eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE)
-	t.infraRequeue(j, r, loomv1.JobState_NODE_FAIL, reason)
+	t.infraRequeue(j, r, loomv1.JobState_REQUEUED, reason) // planned, as a drain's deadline
 	r = t.editRun(r.Key())
 	r.CheckpointBy = time.Time{}
 	t.dirty[r.Cluster] = true

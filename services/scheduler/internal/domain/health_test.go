@@ -1,0 +1,419 @@
+package domain
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// newHealthHarness is newHarness with cfg (the default policy unless set).
+func newHealthHarness(t *testing.T, cfg Config) *harness {
+	if cfg.Policy.Name == "" {
+		cfg.Policy = DefaultPolicy()
+	}
+	h := &harness{t: t, s: NewState(cfg), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
+	h.do(&eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cl, Status: &loomv1.ClusterStatus{
+		State: loomv1.Cluster_RUNNING, SharedDir: "/shared/c1"}}})
+	return h
+}
+
+func (h *harness) health(host string, ev *eventsv1.NodeHealthChanged) *Change {
+	ev.Node, ev.Cluster = nodeName(host), cl
+	return h.do(ev)
+}
+
+func (h *harness) progress(id int, attempt int32, host string, step, ckpt int64) *Change {
+	return h.do(&eventsv1.StepProgress{Job: jobName(id), Attempt: attempt, Node: nodeName(host), Step: step,
+		CheckpointStep: ckpt, LastProgress: timestamppb.New(h.now.Add(time.Second))})
+}
+
+func needChecks(c *Change) []*eventsv1.NodesNeedCheck {
+	var out []*eventsv1.NodesNeedCheck
+	for _, e := range c.Emits {
+		if n, ok := e.Payload.(*eventsv1.NodesNeedCheck); ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// checkNoOverlap fails when two attempts of a job ever held nodes at once
+// with the later one started: the later run's start must come after the
+// earlier one let go of every node.
+type overlapWatch struct {
+	released map[string]time.Time // run key → when it was released
+}
+
+func (w *overlapWatch) see(t *testing.T, h *harness, id int) {
+	t.Helper()
+	j := h.s.JobRecord(jobName(id))
+	for a := int32(1); a <= j.Attempt; a++ {
+		r := h.s.Run(jobName(id), a)
+		if r == nil {
+			continue
+		}
+		if _, ok := w.released[r.Key()]; !ok && r.Released {
+			w.released[r.Key()] = h.now
+		}
+		if a > 1 {
+			prev := h.s.Run(jobName(id), a-1)
+			if prev != nil && !prev.Released {
+				t.Fatalf("attempt %d started at %v while attempt %d still holds %v", a, r.Start, a-1, prev.Steps)
+			}
+		}
+	}
+}
+
+// TestFencedAttemptsNeverOverlap: a node health declares failed (its agent
+// paused past the heartbeat timeout) is told to stop its run too, and the
+// job's next attempt waits until that step is heard to end, the node is
+// repaired, or the fence times out: two attempts never run at once.
+func TestFencedAttemptsNeverOverlap(t *testing.T) {
+	t.Parallel()
+	for _, lift := range []string{"step-ends", "rebooting", "removed", "timeout"} {
+		t.Run(lift, func(t *testing.T) {
+			t.Parallel()
+			h := newHealthHarness(t, Config{})
+			for _, host := range []string{"gpu-0001", "gpu-0002", "gpu-0003", "gpu-0004"} {
+				h.node(host, 8)
+			}
+			w := &overlapWatch{released: map[string]time.Time{}}
+			h.submit(1, 2, 8)
+			bad, other := h.job(1).GetNodes()[0], h.job(1).GetNodes()[1]
+			c := h.health(bad, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "no heartbeat for 15s"})
+			var stopped []string
+			for _, s := range stops(c) {
+				stopped = append(stopped, s.GetNode())
+			}
+			slices.Sort(stopped)
+			if want := []string{nodeName(bad), nodeName(other)}; !reflect.DeepEqual(stopped, want) {
+				t.Fatalf("StopStep to %v, want both nodes (the failed one is fenced) %v", stopped, want)
+			}
+			h.step(1, 1, other, eventsv1.StepState_STEP_KILLED, 143)
+			w.see(t, h, 1)
+			h.wantExact(1, loomv1.JobState_PENDING, ReasonRequeued)
+			if p := h.s.JobRecord(jobName(1)).why; p == nil || !strings.Contains(p.Note, "failed node(s) "+bad+" (fenced until") {
+				t.Fatalf("placement while fenced: %+v", p)
+			}
+			if c := h.tick(DefaultRequeueStopWait + time.Second); len(starts(c)) != 0 {
+				t.Fatal("the requeue stop wait shortened the fence")
+			}
+			var c2 *Change
+			switch lift {
+			case "step-ends": // the paused agent resumes, stops the step and says so
+				c2 = h.step(1, 1, bad, eventsv1.StepState_STEP_KILLED, 143)
+			case "rebooting": // the repair is the fence
+				c2 = h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName(bad), Cluster: cl, Hostname: bad, Gpus: 8,
+					State: loomv1.Node_REBOOTING, Reason: "remediation: reboot"}})
+			case "removed":
+				c2 = h.do(&eventsv1.NodeRemoved{Node: nodeName(bad), Cluster: cl})
+			case "timeout":
+				if c := h.tick(DefaultFenceTimeout - DefaultRequeueStopWait - 5*time.Second); len(starts(c)) != 0 {
+					t.Fatal("started before the fence timed out")
+				}
+				c2 = h.tick(5 * time.Second)
+			}
+			w.see(t, h, 1)
+			if st := starts(c2); len(st) != 2 || st[0].GetAttempt() != 2 {
+				t.Fatalf("want attempt 2 started once the fence lifted (%s), got %v", lift, st)
+			}
+			if slices.Contains(h.job(1).GetNodes(), bad) {
+				t.Fatalf("attempt 2 on the failed node: %v", h.job(1).GetNodes())
+			}
+			if r := h.s.Run(jobName(1), 1); !r.Released {
+				t.Fatalf("attempt 1 not released: %+v", r.Steps)
+			}
+		})
+	}
+}
+
+// TestStaleStartWithdrawn: a StartStep of an attempt that the same change
+// ended never goes out; its step, never started, holds nothing.
+func TestStaleStartWithdrawn(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{})
+	h.node("gpu-0001", 8)
+	c := h.submit(1, 1, 8)
+	st := starts(c)
+	if len(st) != 1 {
+		t.Fatalf("starts %v", st)
+	}
+	// The same change now also ends the attempt (as a later event of its
+	// batch might): the start is withdrawn.
+	tx := writerTxn(h.s, h.s.Run(jobName(1), 1).Start)
+	tx.c.Emits = append(tx.c.Emits, Emit{Key: st[0].GetNode(), Subject: jobName(1), Payload: st[0]})
+	j := tx.editJob(jobName(1))
+	tx.finish(j, loomv1.JobState_CANCELLED, 0, "")
+	tx.afterPass()
+	if got := starts(tx.c); len(got) != 0 {
+		t.Fatalf("a StartStep of an ended attempt went out: %v", got)
+	}
+	if r := tx.run(RunKey(jobName(1), 1)); !r.Steps[nodeName("gpu-0001")].Abandoned || !r.Released {
+		t.Fatalf("the never-started step still holds the node: %+v", r)
+	}
+}
+
+// TestExclusionExpiryUnsticksJob: a job whose every node failed under it
+// waits (BadConstraints) while they are repaired, runs again once health
+// reports one repaired, and ends, saying why, when none is being repaired.
+func TestExclusionExpiryUnsticksJob(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{})
+	h.node("gpu-0001", 8)
+	h.submit(1, 1, 8)
+	h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "Xid 79: GPU has fallen off the bus"})
+	h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_KILLED, 143)
+	h.wantExact(1, loomv1.JobState_PENDING, ReasonBadConstraints)
+	if got := h.s.JobRecord(jobName(1)).Excluded; !reflect.DeepEqual(got, []string{"gpu-0001"}) {
+		t.Fatalf("excluded %v", got)
+	}
+	// Still pending while the node is under repair.
+	h.tick(time.Hour)
+	h.wantExact(1, loomv1.JobState_PENDING, ReasonBadConstraints)
+	// Back, but not repaired: not yet.
+	c := h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_HEALTHY, Repaired: true})
+	if st := starts(c); len(st) != 1 || st[0].GetAttempt() != 2 {
+		t.Fatalf("want attempt 2 once the node was repaired, got %v", st)
+	}
+	if got := h.s.JobRecord(jobName(1)).Excluded; len(got) != 0 {
+		t.Fatalf("exclusion kept after the repair: %v", got)
+	}
+
+	// It fails again; health finds nothing to repair (HEALTHY without
+	// repaired): the job can never run and ends, saying why.
+	h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "no heartbeat"})
+	h.step(1, 2, "gpu-0001", eventsv1.StepState_STEP_KILLED, 143)
+	h.wantExact(1, loomv1.JobState_PENDING, ReasonBadConstraints)
+	h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_HEALTHY})
+	j := h.job(1)
+	if j.GetState() != loomv1.JobState_NODE_FAIL || !strings.Contains(j.GetStateReason(), "every node it may use failed under it (gpu-0001)") {
+		t.Fatalf("job 1: %v %q, want NODE_FAIL saying no node can take it", j.GetState(), j.GetStateReason())
+	}
+
+	// A removed node's exclusion goes too.
+	h2 := newHealthHarness(t, Config{})
+	h2.node("gpu-0001", 8)
+	h2.node("gpu-0002", 8)
+	h2.submit(1, 2, 8)
+	h2.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "x"})
+	h2.do(&eventsv1.NodeRemoved{Node: nodeName("gpu-0001"), Cluster: cl})
+	if got := h2.s.JobRecord(jobName(1)).Excluded; len(got) != 0 {
+		t.Fatalf("exclusion of a removed node kept: %v", got)
+	}
+}
+
+// TestRetryBudgets: the program's own failures are retried up to
+// max_retries (user_failures counts them); infrastructure failures do not
+// use it and are bounded by MaxInfraRestarts.
+func TestRetryBudgets(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{MaxInfraRestarts: 2})
+	h.node("gpu-0001", 8)
+	h.node("gpu-0002", 8)
+	h.submitJob(&loomv1.Job{Name: jobName(1), JobId: "1", Cluster: cl, NodeCount: 1, GpusPerNode: 8,
+		Command: []string{"/bin/train"}, MaxRetries: 2})
+	for attempt := int32(1); attempt <= 2; attempt++ {
+		host := h.job(1).GetNodes()[0]
+		c := h.step(1, attempt, host, eventsv1.StepState_STEP_EXITED, 3)
+		if got := statesOf(c, 1); !reflect.DeepEqual(got[:2], []loomv1.JobState{loomv1.JobState_FAILED, loomv1.JobState_REQUEUED}) {
+			t.Fatalf("attempt %d failed: %v, want FAILED then REQUEUED", attempt, got)
+		}
+		j := h.job(1)
+		if j.GetUserFailures() != attempt || j.GetRestartCount() != attempt || !h.s.JobRecord(jobName(1)).Running() {
+			t.Fatalf("after user failure %d: %v user_failures %d restarts %d", attempt, j.GetState(), j.GetUserFailures(), j.GetRestartCount())
+		}
+	}
+	// A node failure does not count against max_retries.
+	host := h.job(1).GetNodes()[0]
+	h.health(host, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "xid"})
+	h.step(1, 3, host, eventsv1.StepState_STEP_KILLED, 143)
+	if j := h.job(1); j.GetUserFailures() != 2 || !h.s.JobRecord(jobName(1)).Running() {
+		t.Fatalf("after a node failure: %v user_failures %d", j.GetState(), j.GetUserFailures())
+	}
+	h.health(host, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_HEALTHY, Repaired: true})
+	// The third failure of the program is one too many.
+	h.step(1, 4, h.job(1).GetNodes()[0], eventsv1.StepState_STEP_EXITED, 3)
+	h.wantExact(1, loomv1.JobState_FAILED, ReasonNonZeroExitCode)
+	if j := h.job(1); j.GetUserFailures() != 3 || j.GetExitCode() != 3 {
+		t.Fatalf("final: user_failures %d exit %d", j.GetUserFailures(), j.GetExitCode())
+	}
+
+	// Infrastructure restarts are bounded by the cluster's limit (2 here).
+	h.submit(2, 1, 8)
+	for i := 0; i < 3; i++ {
+		host := h.job(2).GetNodes()[0]
+		attempt := h.s.JobRecord(jobName(2)).Attempt
+		h.health(host, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "xid"})
+		h.step(2, attempt, host, eventsv1.StepState_STEP_KILLED, 143)
+		h.health(host, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_HEALTHY, Repaired: true})
+	}
+	if j := h.job(2); j.GetState() != loomv1.JobState_NODE_FAIL || !strings.Contains(j.GetStateReason(), "2 infrastructure restarts") {
+		t.Fatalf("job 2 after 3 node failures: %v %q", j.GetState(), j.GetStateReason())
+	}
+
+	// max_retries is bounded.
+	h.submitJob(&loomv1.Job{Name: jobName(3), JobId: "3", Cluster: cl, Command: []string{"x"}, MaxRetries: 1000, Hold: true})
+	h.submitJob(&loomv1.Job{Name: jobName(4), JobId: "4", Cluster: cl, Command: []string{"x"}, MaxRetries: -4, Hold: true})
+	if a, b := h.job(3).GetMaxRetries(), h.job(4).GetMaxRetries(); a != MaxRetriesCeiling || b != 0 {
+		t.Fatalf("max_retries bounded to %d and %d, want %d and 0", a, b, MaxRetriesCeiling)
+	}
+}
+
+// TestCheckpointAwareDrain: a fault that is not urgent signals the job
+// (its --signal, default USR1), waits for a newer checkpoint, then requeues
+// it and drains the node; without a checkpoint, the grace bounds the wait.
+func TestCheckpointAwareDrain(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{CheckpointGrace: 2 * time.Minute})
+	h.node("gpu-0001", 8)
+	h.node("gpu-0002", 8)
+	h.submit(1, 1, 8)
+	h.submitJob(&loomv1.Job{Name: jobName(2), JobId: "2", Cluster: cl, NodeCount: 1, GpusPerNode: 8,
+		Command: []string{"/bin/train"}, Signal: "TERM@30"})
+	n1, n2 := h.job(1).GetNodes()[0], h.job(2).GetNodes()[0]
+	h.progress(1, 1, n1, 100, 40)
+	c := h.health(n1, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, CheckpointFirst: true,
+		Reason: "ECC single-bit errors rising"})
+	if sg := signals(c); len(sg) != 1 || sg[0].GetSignal() != "USR1" || sg[0].GetNode() != nodeName(n1) || len(stops(c)) != 0 {
+		t.Fatalf("checkpoint-first: signals %v stops %v, want USR1 and no stop", sg, stops(c))
+	}
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	if n := h.s.Node(nodeName(n1)); n.Usable() {
+		t.Fatal("a node being drained for a checkpoint takes new work")
+	}
+	// An old checkpoint is not the one asked for.
+	if c := h.progress(1, 1, n1, 120, 40); len(stops(c)) != 0 {
+		t.Fatalf("requeued on an old checkpoint: %v", stops(c))
+	}
+	c = h.progress(1, 1, n1, 130, 125)
+	if len(stops(c)) != 1 {
+		t.Fatalf("a new checkpoint: want the run stopped, got %v", stops(c))
+	}
+	if j := h.job(1); j.GetState() != loomv1.JobState_PENDING || !strings.Contains(strings.Join(stateLines(jobChanges(c)), ";"), "checkpointed at step 125") {
+		t.Fatalf("job 1 after its checkpoint: %v, events %v", j.GetState(), stateLines(jobChanges(c)))
+	}
+	if u := h.job(1).GetUserFailures(); u != 0 {
+		t.Fatalf("a drain counted as a user failure: %d", u)
+	}
+	wantDrained(t, h.step(1, 1, n1, eventsv1.StepState_STEP_KILLED, 143), n1)
+
+	// No checkpoint within the grace: requeued at its end, with the job's own signal.
+	c = h.health(n2, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, CheckpointFirst: true, Reason: "thermal"})
+	if sg := signals(c); len(sg) != 1 || sg[0].GetSignal() != "TERM" {
+		t.Fatalf("job 2's --signal: %v", sg)
+	}
+	if c := h.tick(time.Minute); len(stops(c)) != 0 {
+		t.Fatal("requeued before the grace ended")
+	}
+	if c := h.tick(time.Minute); len(stops(c)) != 1 || h.job(2).GetState() == loomv1.JobState_RUNNING {
+		t.Fatalf("grace over: stops %v, job 2 %v", stops(c), h.job(2).GetState())
+	}
+	if got := h.s.JobRecord(jobName(2)).Excluded; !reflect.DeepEqual(got, []string{n2}) {
+		t.Fatalf("job 2 excludes %v, want the drained node", got)
+	}
+}
+
+// stateLines returns the states and reasons of JobChanged events, for messages.
+func stateLines(jcs []*eventsv1.JobChanged) []string {
+	var out []string
+	for _, jc := range jcs {
+		out = append(out, jc.GetJob().GetState().String()+" "+jc.GetJob().GetStateReason())
+	}
+	return out
+}
+
+// TestHangDetection: a run that reports no progress for its hang timeout
+// (the job's, else the cluster's) is ended as hung and requeued, and its
+// nodes get a check; progress keeps it alive.
+func TestHangDetection(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{HangTimeout: 5 * time.Minute})
+	h.node("gpu-0001", 8)
+	h.node("gpu-0002", 8)
+	h.submit(1, 1, 8)
+	h.submitJob(&loomv1.Job{Name: jobName(2), JobId: "2", Cluster: cl, NodeCount: 1, GpusPerNode: 8,
+		Command: []string{"/bin/train"}, HangTimeoutSeconds: 60})
+	n1 := h.job(1).GetNodes()[0]
+	// Job 2's own timeout (1 m) comes first; it never reported progress:
+	// counted from its start.
+	c := h.tick(time.Minute)
+	nc := needChecks(c)
+	if len(nc) != 1 || nc[0].GetTrigger() != TriggerHang || nc[0].GetJob() != jobName(2) || len(nc[0].GetNodes()) != 1 {
+		t.Fatalf("NodesNeedCheck %v", nc)
+	}
+	if got := stateLines(jobChanges(c)); !slices.Contains(got, "REQUEUED hung: no progress for 1m0s") {
+		t.Fatalf("job 2's events: %v", got)
+	}
+	// Job 1 moves at 3 m: its 5 m run from there.
+	h.tick(2 * time.Minute)
+	h.progress(1, 1, n1, 10, 0)
+	of1 := func(c *Change) []*eventsv1.NodesNeedCheck {
+		var out []*eventsv1.NodesNeedCheck
+		for _, n := range needChecks(c) {
+			if n.GetJob() == jobName(1) {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	if c := h.tick(4 * time.Minute); len(of1(c)) != 0 || !h.s.JobRecord(jobName(1)).Running() {
+		t.Fatalf("job 1 ended while it moved %v ago", 4*time.Minute)
+	}
+	c = h.tick(time.Minute + time.Second)
+	if nc := of1(c); len(nc) != 1 || nc[0].GetReason() != "hung: no progress for 5m0s" || nc[0].GetCluster() != cl {
+		t.Fatalf("job 1 hung: %v", nc)
+	}
+	if h.s.JobRecord(jobName(1)).InfraRestarts != 1 || h.job(1).GetUserFailures() != 0 {
+		t.Fatal("a hang is an infrastructure restart, not a user failure")
+	}
+}
+
+// TestRestartJobAction: an application's fault (Xid 13: HEALTHY with
+// ACTION_RESTART_JOB) requeues the runs on the node without excluding or
+// draining it.
+func TestRestartJobAction(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{})
+	h.node("gpu-0001", 8)
+	h.submit(1, 1, 8)
+	c := h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_HEALTHY,
+		Action: loomv1.RemediationAction_ACTION_RESTART_JOB, Xid: 13, Reason: "Xid 13: Graphics Engine Exception"})
+	if len(stops(c)) != 1 || len(drainedEvents(c)) != 0 {
+		t.Fatalf("restart: stops %v, drained %v", stops(c), drainedEvents(c))
+	}
+	h.wantExact(1, loomv1.JobState_PENDING, ReasonRequeued)
+	c = h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_KILLED, 143)
+	if st := starts(c); len(st) != 1 || st[0].GetAttempt() != 2 || st[0].GetEnv()["LOOM_RESTART_COUNT"] != "1" {
+		t.Fatalf("want attempt 2 on the same node with LOOM_RESTART_COUNT=1, got %v", st)
+	}
+	if len(h.s.JobRecord(jobName(1)).Excluded) != 0 || !h.s.Node(nodeName("gpu-0001")).Usable() {
+		t.Fatal("restart-job excluded or drained the node")
+	}
+}
+
+// TestUnreachableKeepsRuns: a node health cannot reach, but did not find
+// failed, takes no new work and its runs go on.
+func TestUnreachableKeepsRuns(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{})
+	h.node("gpu-0001", 8)
+	h.submit(1, 1, 4)
+	c := h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Unreachable: true, Reason: "silent"})
+	if len(stops(c)) != 0 || len(drainedEvents(c)) != 0 {
+		t.Fatalf("unreachable ended runs: %v", c.Emits)
+	}
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	c = h.submit(2, 1, 4)
+	if d := decision(c, 2); d == nil || d.Filtered["NodeUnhealthy"] != 1 {
+		t.Fatalf("job 2 on an unreachable node: %+v", d)
+	}
+	h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_HEALTHY})
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+}
