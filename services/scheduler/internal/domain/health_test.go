@@ -417,3 +417,31 @@ func TestUnreachableKeepsRuns(t *testing.T) {
 	h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_HEALTHY})
 	h.wantState(2, loomv1.JobState_RUNNING, "")
 }
+
+// TestGoodputFromRuns: the state's goodput reads the job's runs and the
+// checkpoint its steps reported: a failure after a checkpoint loses only
+// what came after it.
+func TestGoodputFromRuns(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{})
+	h.node("gpu-0001", 8)
+	h.node("gpu-0002", 8)
+	h.submit(1, 1, 8)
+	host := h.job(1).GetNodes()[0]
+	h.tick(10 * time.Minute)
+	h.progress(1, 1, host, 500, 500) // a checkpoint now
+	h.tick(5 * time.Minute)
+	h.health(host, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "Xid 79"})
+	h.step(1, 1, host, eventsv1.StepState_STEP_KILLED, 143)
+	g := h.s.JobGoodput(jobName(1), h.now)
+	if g.GetFailures() != 1 || g.GetRestarts() != 1 || g.GetLostRecompute().AsDuration() < 5*time.Minute ||
+		g.GetLostRecompute().AsDuration() > 5*time.Minute+5*time.Second || g.GetGoodput() <= 0.5 {
+		t.Fatalf("goodput %v", g)
+	}
+	if c := h.s.ClusterGoodput(cl, h.now.Add(-time.Hour), h.now); c.GetJobs() != 1 || c.GetFailures() != 1 {
+		t.Fatalf("cluster goodput %v", c)
+	}
+	if h.s.JobGoodput(jobName(9), h.now) != nil || h.s.ClusterGoodput("projects/x/clusters/none", h.now, h.now) != nil {
+		t.Fatal("goodput of unknown names")
+	}
+}
