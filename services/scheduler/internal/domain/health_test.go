@@ -11,6 +11,8 @@ import (
 
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
 )
 
 // newHealthHarness is newHarness with cfg (the default policy unless set).
@@ -443,5 +445,52 @@ func TestGoodputFromRuns(t *testing.T) {
 	}
 	if h.s.JobGoodput(jobName(9), h.now) != nil || h.s.ClusterGoodput("projects/x/clusters/none", h.now, h.now) != nil {
 		t.Fatal("goodput of unknown names")
+	}
+}
+
+// TestSlurmViewOfHealth: sinfo's states follow health's remediation of a
+// node: DRAINING while its run stops, DRAINED, REBOOT_REQUESTED, then
+// REBOOT_ISSUED once the provisioner reboots it, each with health's reason,
+// who set it and when.
+func TestSlurmViewOfHealth(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{})
+	h.node("gpu-0001", 8)
+	h.submit(1, 1, 4)
+	at := h.now.Add(-time.Second)
+	reason := "Xid 79: GPU has fallen off the bus"
+	state := func() *loomv1.SlurmNode {
+		for _, n := range views.SlurmNodes(h.s, cl) {
+			if n.GetHostname() == "gpu-0001" {
+				return n
+			}
+		}
+		t.Fatal("gpu-0001 not shown")
+		return nil
+	}
+	want := func(st loomv1.SlurmNode_State) {
+		t.Helper()
+		n := state()
+		if n.GetState() != st || n.GetReason() != reason || n.GetReasonUser() != "loom-health" || !n.GetReasonTime().AsTime().Equal(at) {
+			t.Fatalf("gpu-0001: %v %q by %q at %v, want %v", n.GetState(), n.GetReason(), n.GetReasonUser(), n.GetReasonTime(), st)
+		}
+	}
+	h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: reason, Xid: 79,
+		State: loomv1.RemediationState_NODE_DRAINING, SetBy: "loom-health", Time: timestamppb.New(at)})
+	want(loomv1.SlurmNode_DRAINING)
+	wantDrained(t, h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_KILLED, 143), "gpu-0001")
+	want(loomv1.SlurmNode_DRAINED)
+	h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: reason, Xid: 79,
+		State: loomv1.RemediationState_NODE_REBOOTING, SetBy: "loom-health", Time: timestamppb.New(at)})
+	want(loomv1.SlurmNode_REBOOT_REQUESTED)
+	h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName("gpu-0001"), Cluster: cl, Hostname: "gpu-0001", Gpus: 8,
+		State: loomv1.Node_REBOOTING}})
+	want(loomv1.SlurmNode_REBOOT_ISSUED)
+	h.node("gpu-0001", 8)
+	h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_HEALTHY, Repaired: true,
+		State: loomv1.RemediationState_NODE_HEALTHY})
+	// Repaired: job 1's exclusion of it expired, and it runs there again.
+	if n := state(); n.GetState() != loomv1.SlurmNode_MIXED || n.GetReason() != "" || h.job(1).GetNodes()[0] != "gpu-0001" {
+		t.Fatalf("repaired: %v %q, job 1 on %v", n.GetState(), n.GetReason(), h.job(1).GetNodes())
 	}
 }

@@ -156,6 +156,7 @@ func (s *State) NodeTable(cluster string) (views.ClusterTable, bool) {
 		if row.Down {
 			row.DownReason = n.DownReason()
 		}
+		row.Health = nodeHealthView(n)
 		out.Nodes[k] = row
 	}
 	return out, true
@@ -207,4 +208,25 @@ func (s *State) runsOf(j *Job) []*jobstore.RunRecord {
 		}
 	}
 	return out
+}
+
+// nodeHealthView is health's part in n's Slurm state (views.NodeHealth).
+func nodeHealthView(n *Node) views.NodeHealth {
+	h := views.NodeHealth{Out: n.HealthOut(), Reason: n.HealthReason, SetBy: n.HealthSetBy, Time: n.HealthTime}
+	if h.Out && h.SetBy == "" {
+		h.SetBy = "loom-health"
+	}
+	switch {
+	case n.State == loomv1.Node_REBOOTING || n.State == loomv1.Node_REIMAGING:
+		h.RebootIssued = true
+		if h.SetBy == "" {
+			h.SetBy = "loom-health"
+		}
+	case h.Out && (n.HealthState == loomv1.RemediationState_NODE_REBOOTING || n.HealthState == loomv1.RemediationState_NODE_REIMAGING):
+		h.RebootRequested = true
+	case n.CheckpointDrain, h.Out && (n.HealthState == loomv1.RemediationState_NODE_DRAINING ||
+		n.HealthState == loomv1.RemediationState_NODE_QUARANTINED):
+		h.Drain = true
+	}
+	return h
 }
