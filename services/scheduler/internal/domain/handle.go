@@ -425,11 +425,19 @@ func (t *txn) nodeChanged(ev *eventsv1.NodeChanged) error {
 	if !n.Draining() {
 		n.Drained = false // a later drain is a new one, with its own NodeDrained
 	}
-	if n.Lost() {
+	if n.Lost() && !healthKeepsRuns(n) {
 		t.failNode(n)
 	}
 	t.dirty[cluster] = true
 	return nil
+}
+
+// healthKeepsRuns reports whether n's runs go on though the provisioner
+// shows it DOWN: health, whose verdict the provisioner's DOWN follows, only
+// lost touch with it (unreachable) or drains it after a checkpoint
+// (checkpoint-first), and did not find it failed.
+func healthKeepsRuns(n *Node) bool {
+	return n.State == loomv1.Node_DOWN && !n.Unhealthy && (n.CheckpointDrain || n.Unreachable)
 }
 
 func (t *txn) nodeRemoved(ev *eventsv1.NodeRemoved) error {

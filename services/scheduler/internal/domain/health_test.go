@@ -287,6 +287,11 @@ func TestCheckpointAwareDrain(t *testing.T) {
 		t.Fatalf("checkpoint-first: signals %v stops %v, want USR1 and no stop", sg, stops(c))
 	}
 	h.wantState(1, loomv1.JobState_RUNNING, "")
+	// The provisioner's DOWN that follows health's verdict does not cut the grace short.
+	if c := h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName(n1), Cluster: cl, Hostname: n1,
+		Gpus: 8, State: loomv1.Node_DOWN, Reason: "ECC single-bit errors rising"}}); len(stops(c)) != 0 {
+		t.Fatalf("DOWN during a checkpoint-aware drain ended runs: %v", stops(c))
+	}
 	if n := h.s.Node(nodeName(n1)); n.Usable() {
 		t.Fatal("a node being drained for a checkpoint takes new work")
 	}
@@ -412,6 +417,13 @@ func TestUnreachableKeepsRuns(t *testing.T) {
 		t.Fatalf("unreachable ended runs: %v", c.Emits)
 	}
 	h.wantState(1, loomv1.JobState_RUNNING, "")
+	// The provisioner shows it DOWN after health's verdict: the runs still go on.
+	if c := h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName("gpu-0001"), Cluster: cl, Hostname: "gpu-0001",
+		Gpus: 8, State: loomv1.Node_DOWN, Reason: "silent"}}); len(stops(c)) != 0 {
+		t.Fatalf("DOWN after unreachable ended runs: %v", stops(c))
+	}
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.node("gpu-0001", 8)
 	c = h.submit(2, 1, 4)
 	if d := decision(c, 2); d == nil || d.Filtered["NodeUnhealthy"] != 1 {
 		t.Fatalf("job 2 on an unreachable node: %+v", d)
