@@ -203,6 +203,15 @@ func checkInvariants(t *testing.T, s *State) {
 		if r.Attempt > 1 && prev != nil && !prev.Released && r.Start.Before(prev.End.Add(s.cfg.RequeueStopWait)) {
 			t.Fatalf("run %s started at %v while run %s (ended %v) still held its nodes", r.Key(), r.Start, prev.Key(), prev.End)
 		}
+		// Fencing: no later attempt runs while a failed node's step of an
+		// earlier one may still run.
+		if r.Attempt > 1 && prev != nil && !prev.Released {
+			for node, st := range prev.Steps {
+				if st.Fenced() {
+					t.Fatalf("run %s started while run %s is fenced on %s until %v", r.Key(), prev.Key(), node, st.FenceUntil)
+				}
+			}
+		}
 	}
 	held := map[string]string{}
 	for _, r := range s.ActiveRuns() {

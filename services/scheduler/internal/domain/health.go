@@ -227,6 +227,46 @@ func (t *txn) liftFences(r *Run) {
 	t.dirty[r.Cluster] = true
 }
 
+// giveUpStopping ends the wait for the steps of a requeued job's old run r
+// (and its srun tasks) that did not answer their StopStep within
+// RequeueStopWait (Slurm's UnkillableStepTimeout) on nodes nobody found
+// failed: they are abandoned (the tasks there lost),
+// so the run lets go of those nodes and the job's next attempt may start —
+// never while the old one still holds a node. A fenced step (its node
+// failed) is left to its fence.
+func (t *txn) giveUpStopping(r *Run) {
+	if r == nil || r.Released {
+		return
+	}
+	live := map[string]bool{} // nodes with job steps' (srun) tasks not heard to end
+	for i := range r.JobSteps {
+		s := &r.JobSteps[i]
+		for k, node := range s.Nodes {
+			if !s.Ended() && !s.Parts[k].Terminal() {
+				live[node] = true
+			}
+		}
+	}
+	changed := false
+	for _, node := range r.Nodes {
+		if st := r.Steps[node]; !st.Abandoned && (!st.Terminal() || live[node]) && st.FenceUntil.IsZero() {
+			if !changed {
+				r = t.editRun(r.Key())
+				changed = true
+			}
+			st.Abandoned = true
+			r.Steps[node] = st
+		}
+	}
+	if !changed {
+		return
+	}
+	if r.allTerminal() {
+		r.Released = true
+	}
+	t.dirty[r.Cluster] = true
+}
+
 // expireExclusions ends every live job's exclusion of host on cluster: the
 // node was repaired and confirmed healthy, or removed.
 func (t *txn) expireExclusions(cluster, host string) {

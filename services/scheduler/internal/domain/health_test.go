@@ -1,8 +1,10 @@
 package domain
 
 import (
+	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -504,5 +506,144 @@ func TestSlurmViewOfHealth(t *testing.T) {
 	// Repaired: job 1's exclusion of it expired, and it runs there again.
 	if n := state(); n.GetState() != loomv1.SlurmNode_MIXED || n.GetReason() != "" || h.job(1).GetNodes()[0] != "gpu-0001" {
 		t.Fatalf("repaired: %v %q, job 1 on %v", n.GetState(), n.GetReason(), h.job(1).GetNodes())
+	}
+}
+
+// TestRandomHealthKeepsInvariants replays random mixes of submissions (some
+// with max_retries), step ends, progress reports and checkpoints, every kind
+// of health verdict, repairs and clock ticks, checking after every event
+// (harness.commit) that no GPU is held twice, that no attempt starts while
+// an earlier one is fenced, and that drained nodes are announced once; and
+// at the end, with every node repaired, that every job ran to an end.
+func TestRandomHealthKeepsInvariants(t *testing.T) {
+	t.Parallel()
+	seen := map[string]int{}
+	for seed := uint64(1); seed <= 20; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 14))
+		h := newHealthHarness(t, Config{FenceTimeout: 90 * time.Second, CheckpointGrace: 30 * time.Second,
+			HangTimeout: 3 * time.Minute, MaxInfraRestarts: 5})
+		hosts := []string{"gpu-0001", "gpu-0002", "gpu-0003", "gpu-0004"}
+		for _, host := range hosts {
+			h.node(host, 4)
+		}
+		next := 1
+		running := func() (*Run, int, int) {
+			runs := h.s.ActiveRuns()
+			if len(runs) == 0 {
+				return nil, 0, 0
+			}
+			r := runs[rng.IntN(len(runs))]
+			id, _ := strconv.Atoi(h.s.JobRecord(r.Job).Job.GetJobId())
+			return r, id, rng.IntN(len(r.Nodes))
+		}
+		for range 300 {
+			switch op := rng.IntN(16); {
+			case op < 4:
+				h.submitJob(&loomv1.Job{Name: jobName(next), JobId: strconv.Itoa(next), Cluster: cl, NodeCount: int32(1 + rng.IntN(2)),
+					GpusPerNode: int32(rng.IntN(5)), Command: []string{"/bin/train"}, MaxRetries: int32(rng.IntN(3))})
+				next++
+			case op < 7: // a live step ends, now and then badly
+				if r, id, i := running(); r != nil && !r.Steps[r.Nodes[i]].Terminal() {
+					code := int32(0)
+					if rng.IntN(4) == 0 {
+						code = 1
+					}
+					h.step(id, r.Attempt, r.Hostnames[i], eventsv1.StepState_STEP_EXITED, code)
+					seen["step"]++
+				}
+			case op < 9: // progress, with a checkpoint now and then
+				if r, id, i := running(); r != nil {
+					step := r.Progress.Step + 10
+					ckpt := r.Progress.CheckpointStep
+					if rng.IntN(2) == 0 {
+						ckpt = step
+					}
+					h.progress(id, r.Attempt, r.Hostnames[i], step, ckpt)
+				}
+			case op < 12: // a verdict of every kind
+				host := hosts[rng.IntN(len(hosts))]
+				ev := &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "test"}
+				switch k := rng.IntN(6); k {
+				case 1:
+					ev.CheckpointFirst = true
+				case 2:
+					ev.Unreachable = true
+				case 3:
+					ev.Health = eventsv1.NodeHealth_HEALTHY
+				case 4:
+					ev.Health, ev.Repaired = eventsv1.NodeHealth_HEALTHY, true
+				case 5:
+					ev.Health, ev.Action = eventsv1.NodeHealth_HEALTHY, loomv1.RemediationAction_ACTION_RESTART_JOB
+				}
+				h.health(host, ev)
+				seen["verdict"]++
+			case op < 13: // the provisioner repairs a node, or it comes back
+				host := hosts[rng.IntN(len(hosts))]
+				st := []loomv1.Node_State{loomv1.Node_REBOOTING, loomv1.Node_DOWN, loomv1.Node_READY}[rng.IntN(3)]
+				h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName(host), Cluster: cl, Hostname: host, Gpus: 4, State: st}})
+			default:
+				h.tick(time.Duration(rng.IntN(60)) * time.Second)
+			}
+		}
+		// Repair every node and end every step: every job must end.
+		for _, host := range hosts {
+			h.node(host, 4)
+			h.health(host, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_HEALTHY, Repaired: true})
+		}
+		for guard := 0; ; guard++ {
+			if guard > 20000 {
+				t.Fatalf("seed %d: jobs never drained", seed)
+			}
+			if runs := h.s.ActiveRuns(); len(runs) > 0 {
+				r := runs[0]
+				for i, node := range r.Nodes {
+					if !r.Steps[node].Terminal() {
+						id, _ := strconv.Atoi(h.s.JobRecord(r.Job).Job.GetJobId())
+						h.step(id, r.Attempt, r.Hostnames[i], eventsv1.StepState_STEP_EXITED, 0)
+						break
+					}
+				}
+				continue
+			}
+			live := false
+			for _, j := range h.s.Jobs(nil) {
+				live = live || !j.GetState().Terminal()
+			}
+			if !live {
+				break
+			}
+			h.tick(30 * time.Second) // requeue stop waits, fences
+		}
+		for _, j := range h.s.Jobs(nil) {
+			seen[j.GetState().String()]++
+			if j.GetUserFailures() > j.GetMaxRetries()+1 {
+				t.Fatalf("seed %d: job %s failed %d times with max_retries %d", seed, j.GetName(), j.GetUserFailures(), j.GetMaxRetries())
+			}
+		}
+	}
+	t.Logf("%v", seen)
+	if seen["COMPLETED"] == 0 || seen["verdict"] == 0 {
+		t.Fatalf("the mix missed its paths: %v", seen)
+	}
+}
+
+// TestUnansweredTasksGiveUp: a requeued job whose old run's srun tasks are
+// never heard to end starts again at the stop wait's end, once the old run
+// gave those nodes up (their tasks lost), not before.
+func TestUnansweredTasksGiveUp(t *testing.T) {
+	t.Parallel()
+	h := batchOnTwo(t)
+	h.do(createStep("r1"))
+	h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionRequeue})
+	h.step(1, 1, "a", eventsv1.StepState_STEP_KILLED, 143) // the batch step answers; the tasks never do
+	if c := h.tick(DefaultRequeueStopWait - 2*time.Second); len(starts(c)) != 0 {
+		t.Fatal("started before the stop wait's end")
+	}
+	c := h.tick(2 * time.Second)
+	if st := starts(c); len(st) != 1 || st[0].GetAttempt() != 2 {
+		t.Fatalf("want attempt 2 at the stop wait's end, got %v", st)
+	}
+	if r := h.s.Run(jobName(1), 1); !r.Released || r.JobSteps[0].State == loomv1.JobState_RUNNING {
+		t.Fatalf("attempt 1 still holds its nodes or its step runs: released %v, step %v", r.Released, r.JobSteps[0].State)
 	}
 }

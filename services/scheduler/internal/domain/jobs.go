@@ -292,12 +292,17 @@ type dueRun struct {
 func (s *State) Tick(now time.Time) *Change {
 	t := writerTxn(s, now)
 	var due []dueRun
-	var fenced []*Run
+	var fenced, unanswered []*Run
 	for _, r := range s.active {
 		if !r.FenceUntil.IsZero() && !now.Before(r.FenceUntil) {
 			fenced = append(fenced, r)
 		}
 		if r.Ended() {
+			if !now.Before(r.End.Add(s.cfg.RequeueStopWait)) {
+				if j := s.jobs[r.Job]; j != nil && j.Pending() && j.Attempt == r.Attempt {
+					unanswered = append(unanswered, r)
+				}
+			}
 			continue
 		}
 		j := s.jobs[r.Job]
@@ -330,6 +335,10 @@ func (s *State) Tick(now time.Time) *Change {
 	for _, r := range fenced {
 		t.liftFences(r)
 	}
+	sort.Slice(unanswered, func(a, b int) bool { return unanswered[a].Key() < unanswered[b].Key() })
+	for _, r := range unanswered {
+		t.giveUpStopping(t.run(r.Key()))
+	}
 	sort.Slice(due, func(a, b int) bool { return due[a].r.Key() < due[b].r.Key() })
 	for _, d := range due {
 		switch {
@@ -360,6 +369,11 @@ func (s *State) Tick(now time.Time) *Change {
 				t.dirty[n.Cluster] = true
 			}
 		}
+	}
+	if len(unanswered) > 0 || len(fenced) > 0 {
+		// The tasks on the nodes given up (or whose fence ended) are lost:
+		// the run may be released before the pass.
+		t.settleJobSteps()
 	}
 	t.settle()
 	if len(t.dirty) > 0 {

@@ -845,11 +845,12 @@ func (p *pass) previousRunStopping(j *Job) (reason, note string) {
 		}
 	}
 	if !r.End.IsZero() {
-		until := r.End.Add(t.s.cfg.RequeueStopWait)
-		if !t.now.Before(until) {
-			return "", ""
+		// At the stop wait's end the clock gives up on the nodes that did
+		// not answer (Tick: giveUpStopping), and the job may start: never
+		// while the old run still holds a node.
+		if until := r.End.Add(t.s.cfg.RequeueStopWait); t.now.Before(until) {
+			p.wakeAt(until)
 		}
-		p.wakeAt(until)
 	}
 	var stopping []string
 	for _, node := range r.Nodes {
