@@ -437,7 +437,7 @@ func (t *txn) nodeChanged(ev *eventsv1.NodeChanged) error {
 // lost touch with it (unreachable) or drains it after a checkpoint
 // (checkpoint-first), and did not find it failed.
 func healthKeepsRuns(n *Node) bool {
-	return n.State == loomv1.Node_DOWN && !n.Unhealthy && (n.CheckpointDrain || n.Unreachable)
+	return n.State == loomv1.Node_DOWN && !n.Unhealthy && (n.HealthDrain || n.Unreachable)
 }
 
 func (t *txn) nodeRemoved(ev *eventsv1.NodeRemoved) error {
@@ -468,6 +468,9 @@ func (t *txn) nodeRemoved(ev *eventsv1.NodeRemoved) error {
 //     their job's --signal (default USR1) and are requeued at their next
 //     checkpoint or after CheckpointGrace (checkpointDrain);
 //   - UNHEALTHY with unreachable: the node takes no new work, its runs go on;
+//   - UNHEALTHY with ACTION_DRAIN (an operator's drain, or a repair that
+//     waits for the node's jobs): no new work, its runs go on (scontrol
+//     drain's semantics), NodeDrained once it holds nothing;
 //   - HEALTHY: the node takes work again; with repaired, jobs' exclusions of
 //     it expire; with ACTION_RESTART_JOB, the runs on it are requeued, the
 //     node neither excluded nor drained.
@@ -481,6 +484,7 @@ func (t *txn) nodeHealth(ev *eventsv1.NodeHealthChanged) error {
 	unhealthy := ev.GetHealth() == eventsv1.NodeHealth_UNHEALTHY
 	unreachable := unhealthy && ev.GetUnreachable()
 	checkpoint := unhealthy && !unreachable && ev.GetCheckpointFirst()
+	drainOnly := unhealthy && !unreachable && !checkpoint && ev.GetAction() == loomv1.RemediationAction_ACTION_DRAIN
 	restart := !unhealthy && ev.GetAction() == loomv1.RemediationAction_ACTION_RESTART_JOB
 	repaired := !unhealthy && ev.GetRepaired()
 	old := t.node(ev.GetNode())
@@ -494,14 +498,14 @@ func (t *txn) nodeHealth(ev *eventsv1.NodeHealthChanged) error {
 	switch {
 	case !unhealthy:
 	case unreachable:
-		u, c, r = was.Unhealthy, was.CheckpointDrain, true
-	case checkpoint:
+		u, c, r = was.Unhealthy, was.HealthDrain, true
+	case checkpoint, drainOnly:
 		u, c = was.Unhealthy, !was.Unhealthy
 	default:
 		u = true
 	}
 	if old != nil && !restart && !repaired && was.HealthReason == ev.GetReason() && was.HealthState == ev.GetState() &&
-		was.Unhealthy == u && was.CheckpointDrain == c && was.Unreachable == r {
+		was.Unhealthy == u && was.HealthDrain == c && was.Unreachable == r {
 		return nil
 	}
 	n := t.editNode(ev.GetNode())
@@ -517,7 +521,7 @@ func (t *txn) nodeHealth(ev *eventsv1.NodeHealthChanged) error {
 	if ev.GetTime() != nil {
 		n.HealthTime = ev.GetTime().AsTime()
 	}
-	n.Unhealthy, n.CheckpointDrain, n.Unreachable = u, c, r
+	n.Unhealthy, n.HealthDrain, n.Unreachable = u, c, r
 	if !u && !c {
 		n.HealthDrained = false // a later verdict is a new drain, with its own NodeDrained
 	}
@@ -529,8 +533,11 @@ func (t *txn) nodeHealth(ev *eventsv1.NodeHealthChanged) error {
 		if restart {
 			t.restartJobsOn(n, ev.GetReason())
 		}
-	case c && !was.CheckpointDrain:
+	case c && checkpoint && !was.HealthDrain:
 		t.checkpointDrain(n)
+	case c:
+		// Drained (ACTION_DRAIN, or a checkpoint drain already under way):
+		// no new work, its runs go on or keep their grace.
 	case u:
 		t.failNode(n)
 	}

@@ -647,3 +647,39 @@ func TestUnansweredTasksGiveUp(t *testing.T) {
 		t.Fatalf("attempt 1 still holds its nodes or its step runs: released %v, step %v", r.Released, r.JobSteps[0].State)
 	}
 }
+
+// TestHealthDrainKeepsRuns: health's ACTION_DRAIN (an operator's drain, or a
+// repair that waits for the jobs) keeps new work off the node and lets its
+// runs finish; NodeDrained follows the last one.
+func TestHealthDrainKeepsRuns(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{})
+	h.node("gpu-0001", 8)
+	h.submit(1, 1, 4)
+	c := h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY,
+		Action: loomv1.RemediationAction_ACTION_DRAIN, Reason: "drained by ops", SetBy: "users/ops"})
+	if len(stops(c)) != 0 || len(signals(c)) != 0 || len(drainedEvents(c)) != 0 {
+		t.Fatalf("a drain disturbed the run: %v", c.Emits)
+	}
+	c = h.submit(2, 1, 4)
+	if d := decision(c, 2); d == nil || d.Filtered["NodeUnhealthy"] != 1 {
+		t.Fatalf("job 2 on a drained node: %+v", d)
+	}
+	if n := views.SlurmNodes(h.s, cl)[0]; n.GetState() != loomv1.SlurmNode_DRAINING || n.GetReasonUser() != "users/ops" {
+		t.Fatalf("sinfo: %v by %q", n.GetState(), n.GetReasonUser())
+	}
+	wantDrained(t, h.finishRun(1), "gpu-0001")
+	h.wantState(1, loomv1.JobState_COMPLETED, "")
+}
+
+// finishRun reports every step of the job's current run exited 0, and
+// returns the last change.
+func (h *harness) finishRun(id int) *Change {
+	j := h.s.JobRecord(jobName(id))
+	r := h.s.Run(jobName(id), j.Attempt)
+	var c *Change
+	for _, host := range r.Hostnames {
+		c = h.step(id, j.Attempt, host, eventsv1.StepState_STEP_EXITED, 0)
+	}
+	return c
+}

@@ -224,7 +224,7 @@ func nodeHealthView(n *Node) views.NodeHealth {
 		}
 	case h.Out && (n.HealthState == loomv1.RemediationState_NODE_REBOOTING || n.HealthState == loomv1.RemediationState_NODE_REIMAGING):
 		h.RebootRequested = true
-	case n.CheckpointDrain, h.Out && (n.HealthState == loomv1.RemediationState_NODE_DRAINING ||
+	case n.HealthDrain, h.Out && (n.HealthState == loomv1.RemediationState_NODE_DRAINING ||
 		n.HealthState == loomv1.RemediationState_NODE_QUARANTINED):
 		h.Drain = true
 	}

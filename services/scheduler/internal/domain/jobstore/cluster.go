@@ -101,10 +101,11 @@ type Node struct {
 	// Unhealthy is health's verdict; a node is healthy until told otherwise.
 	Unhealthy    bool   `json:"unhealthy,omitempty"`
 	HealthReason string `json:"health_reason,omitempty"`
-	// CheckpointDrain: health takes the node out after a fault that is not
-	// urgent: it takes no new work and its runs were signalled to checkpoint
-	// before they are requeued (they are not ended at once).
-	CheckpointDrain bool `json:"checkpoint_drain,omitempty"`
+	// HealthDrain: health drains the node: it takes no new work, and its runs
+	// are not ended at once — after a fault that is not urgent they were
+	// signalled to checkpoint before they are requeued (checkpoint_first);
+	// for ACTION_DRAIN they run on, as under scontrol drain.
+	HealthDrain bool `json:"health_drain,omitempty"`
 	// Unreachable: health lost touch with the node without finding it
 	// failed (many nodes fell silent together): no new work, runs go on.
 	Unreachable bool `json:"unreachable,omitempty"`
@@ -153,8 +154,8 @@ func (n *Node) Usable() bool {
 }
 
 // HealthOut reports whether health took the node out: unhealthy, or being
-// drained for a fault that is not urgent (CheckpointDrain).
-func (n *Node) HealthOut() bool { return n.Unhealthy || n.CheckpointDrain }
+// drained by it (HealthDrain).
+func (n *Node) HealthOut() bool { return n.Unhealthy || n.HealthDrain }
 
 // Draining reports whether the provisioner is draining the node for
 // removal: it keeps the jobs it runs (until its deadline) but takes no new ones.
