@@ -105,7 +105,8 @@ func TestNodeCommandsFaultsTelemetryAndChecks(t *testing.T) {
 		t.Errorf("the state dir's GPU 1 is not lost: %v", s[1])
 	}
 
-	// No check runner: the check is answered CHECK_ERROR, not dropped.
+	// The node's checks run on its device: the level-1 diagnostic finds the
+	// GPU that fell off the bus, in dcgmi's JSON.
 	chk := &eventsv1.RunHealthCheck{Node: node, Cluster: cluster, RunId: "run-1", ScanId: "scan-1", Check: "gpu_diag", Level: 1, Trigger: "scan"}
 	publish(t, e.broker, nodeCommand(chk))
 	ev := testkit.WaitEvent(t, e.broker, topics.NodeTelemetry, wait, func(ev envelope.Event) bool {
@@ -113,7 +114,8 @@ func TestNodeCommandsFaultsTelemetryAndChecks(t *testing.T) {
 		return ok && h.GetResult().GetScanId() == "scan-1"
 	})
 	r := ev.Payload.(*eventsv1.HealthCheckCompleted).GetResult()
-	if r.GetOutcome() != loomv1.CheckOutcome_CHECK_ERROR || r.GetSummary() != "checks not available" || r.GetNode() != node ||
+	if r.GetOutcome() != loomv1.CheckOutcome_CHECK_FAIL || r.GetGpu() != 1 || !strings.Contains(r.GetSummary(), "fallen off the bus") ||
+		!strings.Contains(r.GetDetail(), `"DCGM GPU Diagnostic"`) || r.GetNode() != node ||
 		r.GetHostname() != "gpu-0001" || r.GetCheck() != "gpu_diag" || r.GetName() != cluster+"/healthResults/run-1" || r.GetEndTime() == nil {
 		t.Errorf("check result %v", r)
 	}

@@ -77,6 +77,7 @@ type Config struct {
 	MinJobAge time.Duration
 
 	policy, qos string
+	maxInfra    int
 }
 
 // RegisterFlags adds the scheduler's flags to fs, defaults from LOOM_* variables.
@@ -107,6 +108,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"time a preempted job has after its --signal before it is requeued (LOOM_SCHEDULER_PREEMPT_GRACE)")
 	fs.DurationVar(&c.Domain.RequeueStopWait, "requeue-stop-wait", config.EnvDuration("LOOM_SCHEDULER_REQUEUE_STOP_WAIT", domain.DefaultRequeueStopWait),
 		"longest a requeued job waits for its old run's processes to be reported gone before it may start again (LOOM_SCHEDULER_REQUEUE_STOP_WAIT)")
+	fs.DurationVar(&c.Domain.FenceTimeout, "fence-timeout", config.EnvDuration("LOOM_SCHEDULER_FENCE_TIMEOUT", domain.DefaultFenceTimeout),
+		"longest a run holds a failed node whose processes may still run there (and its job's next attempt waits) unless the step ends or the node is repaired or removed (LOOM_SCHEDULER_FENCE_TIMEOUT)")
+	fs.DurationVar(&c.Domain.CheckpointGrace, "checkpoint-grace", config.EnvDuration("LOOM_SCHEDULER_CHECKPOINT_GRACE", domain.DefaultCheckpointGrace),
+		"how long a checkpoint-aware drain waits for a new checkpoint after the job's --signal before requeueing it (LOOM_SCHEDULER_CHECKPOINT_GRACE)")
+	fs.DurationVar(&c.Domain.HangTimeout, "hang-timeout", config.EnvDuration("LOOM_SCHEDULER_HANG_TIMEOUT", 0),
+		"a run with no progress for that long is ended as hung and requeued (a job's hang_timeout_seconds overrides it; LOOM_SCHEDULER_HANG_TIMEOUT; 0 = off)")
+	fs.IntVar(&c.maxInfra, "max-infra-restarts", int(envInt("MAX_INFRA_RESTARTS", domain.DefaultMaxInfraRestarts)),
+		"most requeues of a job for node failures, hangs and health actions, which do not use its max_retries; past it the job ends NODE_FAIL (LOOM_SCHEDULER_MAX_INFRA_RESTARTS)")
 	fs.StringVar(&c.InstanceID, "instance-id", env("INSTANCE_ID", ""), "this instance's name in the leader lease (LOOM_SCHEDULER_INSTANCE_ID; default host-pid)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", config.EnvDuration("LOOM_SCHEDULER_LEASE_TTL", DefaultLeaseTTL),
 		"leader lease TTL (LOOM_SCHEDULER_LEASE_TTL)")
@@ -148,6 +157,9 @@ func (c *Config) resolve() error {
 		c.MaxBatch = DefaultMaxBatch
 	}
 	v.Check(c.MaxBatch >= 1, "max-batch", "want at least 1, got %d", c.MaxBatch)
+	v.Check(c.maxInfra >= 0, "max-infra-restarts", "must not be negative, got %d", c.maxInfra)
+	v.Check(c.Domain.HangTimeout >= 0, "hang-timeout", "must not be negative, got %v", c.Domain.HangTimeout)
+	c.Domain.MaxInfraRestarts = int32(min(c.maxInfra, 1<<30))
 	if c.Domain.MaxArraySize == 0 {
 		c.Domain.MaxArraySize = slurmspec.DefaultMaxArraySize
 	}
@@ -217,6 +229,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	loomv1.RegisterJobServiceServer(base.GRPC, ports.NewJobServer(a))
 	loomv1.RegisterSlurmServiceServer(base.GRPC, ports.NewSlurmServer(a))
+	loomv1.RegisterGoodputServiceServer(base.GRPC, ports.NewGoodputServer(a, base.Clock.Now))
 	lease := adapters.NewLease(base.Store, cfg.InstanceID, cfg.LeaseTTL)
 	l := &leader{cfg: cfg, base: base, app: a, lease: lease}
 	return base.Run(ctx, nil, l.run)

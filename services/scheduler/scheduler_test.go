@@ -228,6 +228,22 @@ func TestJobsRunThroughTheBus(t *testing.T) {
 	if _, err := in.client.CancelJob(context.Background(), &loomv1.CancelJobRequest{Name: jobName(1)}); status.Code(err) != codes.Unimplemented {
 		t.Fatalf("CancelJob: %v, want Unimplemented", err)
 	}
+	// GoodputService on the same internal API: every job here ran once.
+	gp := loomv1.NewGoodputServiceClient(in.conn)
+	if g, err := gp.GetJobGoodput(context.Background(), &loomv1.GetJobGoodputRequest{Name: jobName(1)}); err != nil ||
+		g.GetJobs() != 1 || g.GetRestarts() != 0 || g.GetFailures() != 0 || g.GetGoodput() < 0 || g.GetGoodput() > 1 {
+		t.Fatalf("GetJobGoodput: %v %v", g, err)
+	}
+	if g, err := gp.GetClusterGoodput(context.Background(), &loomv1.GetClusterGoodputRequest{Name: cluster}); err != nil ||
+		g.GetJobs() != 2 || g.GetFailures() != 1 {
+		t.Fatalf("GetClusterGoodput: %v %v", g, err)
+	}
+	if _, err := gp.GetJobGoodput(context.Background(), &loomv1.GetJobGoodputRequest{Name: jobName(99)}); status.Code(err) != codes.NotFound {
+		t.Fatalf("GetJobGoodput of an unknown job: %v, want NotFound", err)
+	}
+	if _, err := gp.GetClusterGoodput(context.Background(), &loomv1.GetClusterGoodputRequest{Name: "clusters/x"}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("GetClusterGoodput with a bad name: %v, want InvalidArgument", err)
+	}
 }
 
 // TestRestartKeepsStateAndStartsNothingTwice stops the scheduler while it is
@@ -396,5 +412,31 @@ func TestMaxArraySizeFlag(t *testing.T) {
 	err := scheduler.Run(testkit.Context(t, 10*time.Second), cfg)
 	if err == nil || !strings.Contains(err.Error(), "max-array-size: MaxArraySize 4000002 is outside 1..4000001") {
 		t.Fatalf("Run with -max-array-size 4000002: %v", err)
+	}
+}
+
+// TestResilienceFlags: the job's-side settings take their documented
+// defaults, and a negative one is refused at start, naming the setting.
+func TestResilienceFlags(t *testing.T) {
+	t.Parallel()
+	var cfg scheduler.Config
+	fs := flag.NewFlagSet("scheduler", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"fence-timeout": "5m0s", "checkpoint-grace": "2m0s", "hang-timeout": "0s",
+		"max-infra-restarts": "20"} {
+		if got := fs.Lookup(name); got == nil || (got.Value.String() != want && os.Getenv("LOOM_SCHEDULER_"+
+			strings.ToUpper(strings.ReplaceAll(name, "-", "_"))) == "") {
+			t.Fatalf("-%s default %v, want %s", name, got, want)
+		}
+	}
+	if err := fs.Parse([]string{"-max-infra-restarts", "-1"}); err != nil {
+		t.Fatal(err)
+	}
+	err := scheduler.Run(testkit.Context(t, 10*time.Second), cfg)
+	if err == nil || !strings.Contains(err.Error(), "max-infra-restarts") {
+		t.Fatalf("Run with -max-infra-restarts -1: %v", err)
 	}
 }

@@ -193,7 +193,7 @@ func TestTimeLimitThroughTheBus(t *testing.T) {
 
 // TestNodeFailRequeueThroughTheBus: a node failure ends the run NODE_FAIL
 // and requeues the job, which runs again on another node (attempt 2), never
-// on the failed one.
+// on the failed one, once the failed node's step has stopped (fencing).
 func TestNodeFailRequeueThroughTheBus(t *testing.T) {
 	t.Parallel()
 	broker := testkit.Broker(t)
@@ -208,9 +208,12 @@ func TestNodeFailRequeueThroughTheBus(t *testing.T) {
 		Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "no heartbeat"})
 	testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(1, loomv1.JobState_NODE_FAIL))
 	testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(1, loomv1.JobState_REQUEUED))
+	f.poolNode("gpu-0002", 8)
 	f.publish(topics.HealthEvents, nodeName(first), &eventsv1.NodeHealthChanged{Node: nodeName(first), Cluster: cluster,
 		Health: eventsv1.NodeHealth_HEALTHY})
-	f.poolNode("gpu-0002", 8)
+	// The failed node's step is fenced until it is heard to end: its agent,
+	// back, stops it (the StopStep the fence sent) and says so.
+	f.step(1, 1, first, eventsv1.StepState_STEP_KILLED, 143)
 	ev := testkit.WaitEvent(t, broker, topics.JobEvents, wait, jobEvent(1, loomv1.JobState_CONFIGURING).and(func(e envelope.Event) bool {
 		return e.Payload.(*eventsv1.JobChanged).GetAttempt() == 2
 	}))

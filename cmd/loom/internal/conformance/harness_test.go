@@ -142,6 +142,11 @@ func start() (*fixture, error) {
 	if err := os.Setenv("LOOM_SCHEDULER_PREEMPT_GRACE", "5s"); err != nil {
 		return f, err
 	}
+	// A dead node's step is fenced for 15 s (default 5 m) before its job
+	// runs again elsewhere: the node-failure test's job reruns in seconds.
+	if err := os.Setenv("LOOM_SCHEDULER_FENCE_TIMEOUT", "15s"); err != nil {
+		return f, err
+	}
 	f.stack, err = stack.Start(ctx, stack.Options{
 		DataDir:      filepath.Join(tmp, "stack"),
 		AgentCommand: []string{os.Args[0]},

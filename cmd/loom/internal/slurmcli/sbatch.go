@@ -60,6 +60,8 @@ var sbatchOptions = []optDef{
 	{long: []string{"qos"}, short: 'q', arg: requiredArg},
 	{long: []string{"quiet"}, short: 'Q', arg: noArg},
 	{long: []string{"requeue"}, arg: noArg},
+	// --retries is Loom's (Slurm has none): Job.max_retries.
+	{long: []string{"retries"}, arg: requiredArg},
 	{long: []string{"signal"}, arg: requiredArg},
 	{long: []string{"test-only"}, arg: noArg},
 	{long: []string{"time"}, short: 't', arg: requiredArg},
@@ -561,6 +563,12 @@ func (st *sbatchState) apply(o parsedOpt, from string) error {
 	case "requeue":
 		t := true
 		j.Requeue = &t
+	case "retries":
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 32)
+		if err != nil || n < 0 || n > maxRetries {
+			return errorf(st.prog, "Invalid --retries specification %q: expected 0 to %d", o.value, maxRetries)
+		}
+		j.MaxRetries = int32(n)
 	case "ntasks":
 		n, err := positiveInt(st.prog, name, o.value)
 		if err != nil {
@@ -1138,6 +1146,10 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
+// maxRetries is the most --retries takes (Job.max_retries; the gateway and
+// the scheduler bound it the same).
+const maxRetries = 100
+
 const sbatchUsage = `Usage: sbatch [-N nnodes] [-n ntasks] [-c ncpus] [--mem=MB] [--gres=gpu[:type]:N]
               [-G [type:]N] [--gpus-per-node=[type:]N] [-t time] [-p partition]
               [-a array] [-d dependency] [-J jobname] [-o out] [-e err]
@@ -1171,6 +1183,8 @@ Parallel run options (as Loom runs them):
   -Q, --quiet                 quiet mode (suppress informational messages)
       --requeue               if set, permit the job to be requeued
       --no-requeue            if set, do not permit the job to be requeued
+      --retries=n             rerun the job up to n times when its program fails
+                              (Loom; node failures do not count)
       --signal=[B:]num[@time] send signal when time limit within time seconds
   -t, --time=minutes          time limit
   -W, --wait                  wait for completion of submitted job

@@ -341,6 +341,18 @@ func jobRecord(r jobRow, v *squeueView) record {
 	return append(rec, []string{""})
 }
 
+// nodeStateFull is n's state as scontrol prints it (slurmNodeState), a
+// reboot asked for on a node with jobs on its base state (MIXED+REBOOT_REQUESTED).
+func nodeStateFull(n *loomv1.SlurmNode) string {
+	if n.GetState() == loomv1.SlurmNode_REBOOT_REQUESTED && (n.GetAllocGpus() > 0 || n.GetAllocCpus() > 0) {
+		if c, _ := nodeStateNames(n); c == "alloc@" {
+			return "ALLOCATED+REBOOT_REQUESTED"
+		}
+		return "MIXED+REBOOT_REQUESTED"
+	}
+	return slurmNodeState(n.GetState())
+}
+
 // slurmNodeState is a node's state as scontrol prints it.
 func slurmNodeState(s loomv1.SlurmNode_State) string {
 	switch s {
@@ -356,6 +368,10 @@ func slurmNodeState(s loomv1.SlurmNode_State) string {
 		return "IDLE+DRAIN"
 	case loomv1.SlurmNode_DOWN:
 		return "DOWN"
+	case loomv1.SlurmNode_REBOOT_REQUESTED:
+		return "IDLE+REBOOT_REQUESTED"
+	case loomv1.SlurmNode_REBOOT_ISSUED:
+		return "DOWN+REBOOT_ISSUED"
 	}
 	return "UNKNOWN"
 }
@@ -423,7 +439,7 @@ func nodeRecord(n *loomv1.SlurmNode, loc *time.Location) record {
 		{"Gres=" + gres},
 		{"NodeAddr=" + n.GetHostname(), "NodeHostName=" + n.GetHostname(), "Version=22.05.8"},
 		{fmt.Sprintf("RealMemory=%d", n.GetMemoryMb()), "AllocMem=0", "FreeMem=N/A", "Sockets=1", "Boards=1"},
-		{"State=" + slurmNodeState(n.GetState()), "ThreadsPerCore=1", "TmpDisk=0", "Weight=1", "Owner=N/A", "MCS_label=N/A"},
+		{"State=" + nodeStateFull(n), "ThreadsPerCore=1", "TmpDisk=0", "Weight=1", "Owner=N/A", "MCS_label=N/A"},
 		{"Partitions=" + parts + " "},
 		{"BootTime=None", "SlurmdStartTime=None"},
 		{"LastBusyTime=None"},

@@ -76,6 +76,11 @@ var nodeStates = []struct {
 }{
 	{loomv1.SlurmNode_DRAINING, "drng", "draining", 7},
 	{loomv1.SlurmNode_DRAINED, "drain", "drained", 6},
+	// Slurm 22.05's node_state_string(_compact) for a reboot asked for (the
+	// REBOOT_REQUESTED flag) and one under way (REBOOT_ISSUED) on a node
+	// without jobs; nodeStateNames gives a busy node's "mix@".
+	{loomv1.SlurmNode_REBOOT_ISSUED, "boot^", "reboot^", 5},
+	{loomv1.SlurmNode_REBOOT_REQUESTED, "boot", "reboot", 5},
 	{loomv1.SlurmNode_MIXED, "mix", "mixed", 5},
 	{loomv1.SlurmNode_ALLOCATED, "alloc", "allocated", 3},
 	{loomv1.SlurmNode_IDLE, "idle", "idle", 2},
@@ -90,6 +95,21 @@ func nodeStateInfo(s loomv1.SlurmNode_State) (compact, long string, rank int) {
 		}
 	}
 	return "unk", "unknown", 0
+}
+
+// nodeStateNames are n's state as sinfo prints it, compact (%t) and long
+// (%T): as nodeStateInfo, except that a reboot asked for on a node that
+// still runs jobs shows as Slurm shows it, "mix@" / "mixed@" (or
+// "alloc@" / "allocated@" when it is full).
+func nodeStateNames(n *loomv1.SlurmNode) (compact, long string) {
+	if n.GetState() == loomv1.SlurmNode_REBOOT_REQUESTED && (n.GetAllocGpus() > 0 || n.GetAllocCpus() > 0) {
+		if (n.GetGpus() > 0 && n.GetAllocGpus() >= n.GetGpus()) || (n.GetGpus() == 0 && n.GetAllocCpus() >= n.GetCpus()) {
+			return "alloc@", "allocated@"
+		}
+		return "mix@", "mixed@"
+	}
+	c, l, _ := nodeStateInfo(n.GetState())
+	return c, l
 }
 
 // parseNodeStates parses sinfo -t: compact or long names, prefixes, "drain"
@@ -153,7 +173,7 @@ func (r sinfoRow) counts() (na, ni, no, nt, ca, ci, co, ct int) {
 		nt++
 		ct += int(n.GetCpus())
 		switch n.GetState() {
-		case loomv1.SlurmNode_DOWN, loomv1.SlurmNode_DRAINED, loomv1.SlurmNode_STATE_UNSPECIFIED:
+		case loomv1.SlurmNode_DOWN, loomv1.SlurmNode_DRAINED, loomv1.SlurmNode_REBOOT_ISSUED, loomv1.SlurmNode_STATE_UNSPECIFIED:
 			no++
 			co += int(n.GetCpus())
 		case loomv1.SlurmNode_IDLE:
@@ -273,8 +293,8 @@ func sinfoFields(cluster string, loc *time.Location) fieldTable[sinfoRow] {
 		"R": part("PARTITION", func(p *loomv1.Partition) string { return p.GetName() }),
 		"s": part("JOB_SIZE", func(*loomv1.Partition) string { return "1-infinite" }),
 		"S": part("ALLOCNODES", func(*loomv1.Partition) string { return "all" }),
-		"t": node("STATE", func(n *loomv1.SlurmNode) string { c, _, _ := nodeStateInfo(n.GetState()); return c }),
-		"T": node("STATE", func(n *loomv1.SlurmNode) string { _, l, _ := nodeStateInfo(n.GetState()); return l }),
+		"t": node("STATE", func(n *loomv1.SlurmNode) string { c, _ := nodeStateNames(n); return c }),
+		"T": node("STATE", func(n *loomv1.SlurmNode) string { _, l := nodeStateNames(n); return l }),
 		"u": node("USER", reasonUser),
 		"U": node("USER", reasonUser),
 		"v": node("VERSION", func(*loomv1.SlurmNode) string { return "22.05.8" }),
@@ -402,7 +422,8 @@ func (c *cmd) sinfo(ctx context.Context, args []string) error {
 		}
 	}
 	if reasons && stateFilter == nil {
-		stateFilter = map[loomv1.SlurmNode_State]bool{loomv1.SlurmNode_DOWN: true, loomv1.SlurmNode_DRAINED: true, loomv1.SlurmNode_DRAINING: true}
+		stateFilter = map[loomv1.SlurmNode_State]bool{loomv1.SlurmNode_DOWN: true, loomv1.SlurmNode_DRAINED: true, loomv1.SlurmNode_DRAINING: true,
+			loomv1.SlurmNode_REBOOT_REQUESTED: true, loomv1.SlurmNode_REBOOT_ISSUED: true}
 	}
 	if dead {
 		stateFilter = map[loomv1.SlurmNode_State]bool{loomv1.SlurmNode_DOWN: true}

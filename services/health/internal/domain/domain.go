@@ -592,10 +592,11 @@ func (s *State) verdict(c *Change, n *Node, last, now time.Time) Emit {
 	}}
 }
 
-func silenceAction(n *Node) loomv1.RemediationAction {
-	if n.Unhealthy {
-		return loomv1.RemediationAction_ACTION_DRAIN
-	}
+// silenceAction is a silence verdict's action: ACTION_NONE either way. A
+// silent node's runs end now (ACTION_DRAIN would let them run on, as an
+// operator's drain does); silence alone starts no repair (remediation acts
+// on faults and checks; the provisioner relaunches a dead agent).
+func silenceAction(*Node) loomv1.RemediationAction {
 	return loomv1.RemediationAction_ACTION_NONE
 }
 

@@ -590,7 +590,7 @@ func (s *step) fault(n *Node, v classify.Verdict, by string) {
 	n.Hold = false
 	n.CheckErrors = 0
 	n.SuspectCheck = ""
-	s.emitHealth(n, eventsv1.NodeHealth_UNHEALTHY, loomv1.RemediationAction_ACTION_DRAIN, v.Xid, v.Reason, by, n.CheckpointFirst)
+	s.emitHealth(n, eventsv1.NodeHealth_UNHEALTHY, n.Next, v.Xid, v.Reason, by, n.CheckpointFirst)
 	s.tryStart(n)
 }
 
@@ -618,7 +618,7 @@ func (s *step) worse(n *Node, v classify.Verdict) {
 			changed = true
 		}
 		if changed {
-			s.emitHealth(n, eventsv1.NodeHealth_UNHEALTHY, loomv1.RemediationAction_ACTION_DRAIN, n.Xid, n.Reason, n.SetBy, n.CheckpointFirst)
+			s.emitHealth(n, eventsv1.NodeHealth_UNHEALTHY, n.Next, n.Xid, n.Reason, n.SetBy, n.CheckpointFirst)
 			s.tryStart(n)
 		}
 	}
@@ -721,7 +721,7 @@ func (s *step) tryStart(n *Node) {
 	n.BootAtRepair, n.Registered = n.BootID, false
 	n.Confirming, n.ConfirmID, n.ConfirmErrors, n.AwaitBoot = false, "", 0, false
 	n.DryRun = false
-	s.emitHealth(n, eventsv1.NodeHealth_UNHEALTHY, loomv1.RemediationAction_ACTION_DRAIN, n.Xid, n.Reason, n.SetBy, false)
+	s.emitHealth(n, eventsv1.NodeHealth_UNHEALTHY, a, n.Xid, n.Reason, n.SetBy, false)
 	s.emit(n.Name, &eventsv1.RemediateNode{Node: n.Name, Cluster: n.Cluster, Action: provisionerAction(a),
 		RemediationId: n.RepairID, Reason: n.Reason})
 }
@@ -801,7 +801,7 @@ func (s *step) quarantine(n *Node, by, reason string) {
 	n.Repairing, n.Confirming, n.AwaitBoot = false, false, false
 	n.RepairID = ""
 	n.SuspectCheck = ""
-	s.emitHealth(n, eventsv1.NodeHealth_UNHEALTHY, loomv1.RemediationAction_ACTION_DRAIN, n.Xid, reason, by, wasIn)
+	s.emitHealth(n, eventsv1.NodeHealth_UNHEALTHY, loomv1.RemediationAction_ACTION_QUARANTINE, n.Xid, reason, by, wasIn)
 }
 
 // healthy puts the node back in service. repaired says it was repaired (or
@@ -920,9 +920,10 @@ func (s *step) override(n *Node, e Override) {
 		n.Since = s.now
 		n.Reason, n.SetBy = orDefault(e.Reason, "drained by "+by), by
 		n.Next = loomv1.RemediationAction_ACTION_DRAIN
-		n.Hold, n.Drained, n.Urgent, n.CheckpointFirst = true, false, false, true
+		// Slurm's drain: no new work, the node's jobs run to their end.
+		n.Hold, n.Drained, n.Urgent, n.CheckpointFirst = true, false, false, false
 		n.SuspectCheck = ""
-		s.emitHealth(n, eventsv1.NodeHealth_UNHEALTHY, loomv1.RemediationAction_ACTION_DRAIN, 0, n.Reason, by, true)
+		s.emitHealth(n, eventsv1.NodeHealth_UNHEALTHY, loomv1.RemediationAction_ACTION_DRAIN, 0, n.Reason, by, false)
 	case loomv1.RemediationAction_ACTION_RESUME:
 		wasRepairing := n.Repairing
 		if n.State == loomv1.RemediationState_NODE_QUARANTINED {
@@ -952,7 +953,7 @@ func (s *step) override(n *Node, e Override) {
 			n.Drained, n.Urgent, n.CheckpointFirst = false, false, true
 			n.Reason, n.SetBy, n.Xid = reason, by, 0
 			n.Next, n.Hold = e.Action, false
-			s.emitHealth(n, eventsv1.NodeHealth_UNHEALTHY, loomv1.RemediationAction_ACTION_DRAIN, 0, reason, by, true)
+			s.emitHealth(n, eventsv1.NodeHealth_UNHEALTHY, e.Action, 0, reason, by, true)
 		} else {
 			// Out of service already: it runs nothing, repair it as soon as a slot frees.
 			n.State = loomv1.RemediationState_NODE_DRAINING
@@ -996,6 +997,11 @@ func (s *step) tick() {
 	}
 }
 
+// emitHealth emits the node's verdict. For UNHEALTHY, action tells the
+// scheduler what becomes of the node's runs: ACTION_DRAIN (an operator's
+// drain) lets them run to their end; with ckpt they are signalled to
+// checkpoint and moved after a grace; any other action (the repair to come)
+// ends them now.
 func (s *step) emitHealth(n *Node, h eventsv1.NodeHealth, action loomv1.RemediationAction, xid int32, reason, by string, ckpt bool) {
 	s.emit(n.Name, &eventsv1.NodeHealthChanged{Node: n.Name, Cluster: n.Cluster, Health: h, Reason: reason, State: n.State,
 		Action: action, Xid: xid, SetBy: by, Time: timestamppb.New(s.now), CheckpointFirst: ckpt})

@@ -90,7 +90,8 @@ func TestXid79RepairedAndConfirmed(t *testing.T) {
 	hs, rs := health(r), remediations(r)
 	if len(hs) != 2 || hs[0].GetHealth() != eventsv1.NodeHealth_UNHEALTHY || hs[0].GetState() != loomv1.RemediationState_NODE_DRAINING ||
 		hs[0].GetReason() != "Xid 79: GPU has fallen off the bus" || hs[0].GetXid() != 79 || hs[0].GetCheckpointFirst() ||
-		hs[0].GetSetBy() != SetBy || hs[0].GetAction() != loomv1.RemediationAction_ACTION_DRAIN || !hs[0].GetTime().AsTime().Equal(h.now) {
+		hs[0].GetSetBy() != SetBy || hs[0].GetAction() != loomv1.RemediationAction_ACTION_REBOOT || !hs[0].GetTime().AsTime().Equal(h.now) {
+		// The action is the repair to come: the scheduler ends the node's runs now.
 		t.Fatalf("first verdict: %v", hs)
 	}
 	if hs[1].GetState() != loomv1.RemediationState_NODE_REBOOTING || len(rs) != 1 || rs[0].GetAction() != loomv1.RemediationAction_ACTION_REBOOT ||
@@ -289,7 +290,9 @@ func TestOperatorOverrides(t *testing.T) {
 	n := nodeName(cluster, 0)
 	r := h.do(Override{Node: n, Action: loomv1.RemediationAction_ACTION_DRAIN, User: "alice", Reason: "bad fan"})
 	hs := health(r)
-	if len(hs) != 1 || hs[0].GetHealth() != eventsv1.NodeHealth_UNHEALTHY || !hs[0].GetCheckpointFirst() || hs[0].GetSetBy() != "alice" ||
+	// Slurm's drain: ACTION_DRAIN without checkpoint_first lets the node's jobs run to their end.
+	if len(hs) != 1 || hs[0].GetHealth() != eventsv1.NodeHealth_UNHEALTHY || hs[0].GetCheckpointFirst() ||
+		hs[0].GetAction() != loomv1.RemediationAction_ACTION_DRAIN || hs[0].GetSetBy() != "alice" ||
 		hs[0].GetReason() != "bad fan" || hs[0].GetState() != loomv1.RemediationState_NODE_DRAINING {
 		t.Fatalf("drain: %v", hs)
 	}

@@ -387,6 +387,17 @@ func TestHealth(t *testing.T) {
 	if ch := health(s, "gpu-0002", eventsv1.NodeHealth_UNHEALTHY, "no heartbeat for 30s"); !ch.Empty() {
 		t.Fatalf("same verdict twice changed something: %+v", ch)
 	}
+	// Unreachable (many nodes silent at once) and an operator's drain are
+	// not down: the node stays as it was.
+	for _, ev := range []*eventsv1.NodeHealthChanged{
+		{Node: demo + "/nodes/gpu-0001", Cluster: demo, Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "unreachable", Unreachable: true},
+		{Node: demo + "/nodes/gpu-0001", Cluster: demo, Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "bad fan",
+			Action: loomv1.RemediationAction_ACTION_DRAIN},
+	} {
+		if ch := apply(s, s.NodeHealthChanged(p, ev, t0)); !ch.Empty() || node(s, "gpu-0001").GetState() != loomv1.Node_READY {
+			t.Fatalf("%v changed the node: %v", ev, node(s, "gpu-0001"))
+		}
+	}
 	if ch := register(s, "gpu-0002", t0); !ch.Empty() {
 		t.Fatalf("registration of a DOWN node changed something: %+v", ch)
 	}

@@ -49,8 +49,9 @@ func (e *edit) agentRegistered(ev *eventsv1.AgentRegistered) {
 	nn.State, nn.Reason, nn.NextAction = loomv1.Node_READY, "", ""
 }
 
-// NodeHealthChanged decides a health verdict: UNHEALTHY makes a READY or
-// PROVISIONING node DOWN with the reason; HEALTHY makes a DOWN or
+// NodeHealthChanged decides a health verdict: UNHEALTHY (not merely
+// unreachable, not an operator's drain) makes a READY or PROVISIONING node
+// DOWN with the reason; HEALTHY makes a DOWN or
 // PROVISIONING node READY. Nodes on their way out are left alone.
 func (s *State) NodeHealthChanged(p Params, ev *eventsv1.NodeHealthChanged, now time.Time) Change {
 	e := s.edit(p, now)
@@ -72,6 +73,12 @@ func (e *edit) nodeHealthChanged(ev *eventsv1.NodeHealthChanged) {
 	var reason, action string
 	switch ev.GetHealth() {
 	case eventsv1.NodeHealth_UNHEALTHY:
+		if ev.GetUnreachable() || ev.GetAction() == loomv1.RemediationAction_ACTION_DRAIN {
+			// Not down: out of reach but not confirmed failed, or drained
+			// by an operator with its jobs still running. The scheduler
+			// keeps new work off it; the node itself is as it was.
+			return
+		}
 		state, reason, action = loomv1.Node_DOWN, ev.GetReason(), actionWaitDown
 		if reason == "" {
 			reason = "unhealthy"

@@ -410,6 +410,30 @@ func (a *App) ListPartitions(cluster string) []*loomv1.Partition {
 	return views.Partitions(a.state, cluster)
 }
 
+// JobGoodput returns the goodput of the job name as of now, or an error
+// wrapping errs.NotFound for a job the scheduler does not know.
+func (a *App) JobGoodput(name string) (*loomv1.Goodput, error) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	g := a.state.JobGoodput(name, a.now())
+	if g == nil {
+		return nil, fmt.Errorf("job %s: %w", name, errs.NotFound)
+	}
+	return g, nil
+}
+
+// ClusterGoodput returns the goodput of the cluster's jobs live at or after
+// since, as of now, or an error wrapping errs.NotFound for an unknown cluster.
+func (a *App) ClusterGoodput(cluster string, since time.Time) (*loomv1.Goodput, error) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	g := a.state.ClusterGoodput(cluster, since, a.now())
+	if g == nil {
+		return nil, fmt.Errorf("cluster %s: %w", cluster, errs.NotFound)
+	}
+	return g, nil
+}
+
 // ListSlurmNodes returns the cluster's compute nodes (sinfo -N).
 func (a *App) ListSlurmNodes(cluster string) []*loomv1.SlurmNode {
 	a.mu.RLock()

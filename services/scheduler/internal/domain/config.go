@@ -52,6 +52,22 @@ type Config struct {
 	// A submission past it is refused as invalid; the gateway checks the
 	// same setting first.
 	MaxArraySize int
+	// FenceTimeout bounds how long a run holds a failed node (health's
+	// UNHEALTHY, or DOWN) whose step may still be running there: until the
+	// step reports its end, the node is repaired (REBOOTING, REIMAGING,
+	// REPLACING) or removed, or this passes (default 5 m). The job's next
+	// attempt waits for it: two attempts of a job never run at once.
+	FenceTimeout time.Duration
+	// MaxInfraRestarts bounds the requeues of a job for the
+	// infrastructure's sake (node failures, hangs, health actions), which do
+	// not use its max_retries: past it the job ends NODE_FAIL (default 20).
+	MaxInfraRestarts int32
+	// CheckpointGrace is how long a checkpoint-aware drain waits, after the
+	// job's --signal, for a new checkpoint before requeueing (default 2 m).
+	CheckpointGrace time.Duration
+	// HangTimeout ends a run that reports no progress for that long as hung
+	// (a job's hang_timeout_seconds overrides it); 0 (the default) is off.
+	HangTimeout time.Duration
 }
 
 // Weights are the multifactor priority's weights: each factor (between 0
@@ -78,6 +94,12 @@ const (
 	DefaultRequeueStopWait   = 60 * time.Second
 	DefaultQOSName           = "normal"
 	DefaultMaxPreemptPerPass = 64
+	DefaultFenceTimeout      = 5 * time.Minute
+	DefaultMaxInfraRestarts  = 20
+	DefaultCheckpointGrace   = 2 * time.Minute
+	// MaxRetriesCeiling bounds Job.max_retries (the gateway refuses more;
+	// the scheduler bounds what it is given).
+	MaxRetriesCeiling = 100
 )
 
 // QOS is one quality of service: a priority, whom it may preempt and a
@@ -145,6 +167,18 @@ func (cfg Config) Defaults() Config {
 	}
 	if cfg.MaxArraySize <= 0 {
 		cfg.MaxArraySize = slurmspec.DefaultMaxArraySize
+	}
+	if cfg.FenceTimeout <= 0 {
+		cfg.FenceTimeout = DefaultFenceTimeout
+	}
+	if cfg.MaxInfraRestarts <= 0 {
+		cfg.MaxInfraRestarts = DefaultMaxInfraRestarts
+	}
+	if cfg.CheckpointGrace <= 0 {
+		cfg.CheckpointGrace = DefaultCheckpointGrace
+	}
+	if cfg.HangTimeout < 0 {
+		cfg.HangTimeout = 0
 	}
 	return cfg
 }

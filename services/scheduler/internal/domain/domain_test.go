@@ -26,15 +26,16 @@ type harness struct {
 	t   *testing.T
 	s   *State
 	now time.Time
-	// announced: nodes whose NodeDrained was seen in their current drain.
-	announced map[string]bool
+	// announced: nodes whose NodeDrained was seen in their current drain,
+	// and which drain it was (drainKind).
+	announced map[string]string
 	// requeues and drains count the REQUEUED and NodeDrained events seen.
 	requeues, drains int
 }
 
 func newHarness(t *testing.T) *harness {
 	h := &harness{t: t, s: NewState(Config{Policy: DefaultPolicy()}), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC),
-		announced: map[string]bool{}}
+		announced: map[string]string{}}
 	h.do(&eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cl, Status: &loomv1.ClusterStatus{
 		State: loomv1.Cluster_RUNNING, SharedDir: "/shared/c1"}}})
 	return h
@@ -86,16 +87,31 @@ func (h *harness) commit(c *Change) {
 		if e.Key != d.GetCluster() || topicOf(e) != topics.JobEvents {
 			h.t.Fatalf("NodeDrained on %s key %s", topicOf(e), e.Key)
 		}
-		if h.announced[d.GetNode()] {
+		kind := drainKind(h.s.Node(d.GetNode()))
+		if h.announced[d.GetNode()] == kind {
 			h.t.Fatalf("NodeDrained for %s twice in one drain", d.GetNode())
 		}
-		h.announced[d.GetNode()] = true
+		h.announced[d.GetNode()] = kind
 	}
-	for node := range h.announced {
-		if n := h.s.Node(node); n == nil || !n.Draining() {
+	for node, kind := range h.announced {
+		if drainKind(h.s.Node(node)) != kind {
 			delete(h.announced, node)
 		}
 	}
+}
+
+// drainKind says whose drain a node is in: the provisioner's (removal),
+// health's (it took the node out), or none (""). Each is announced once.
+func drainKind(n *Node) string {
+	switch {
+	case n == nil:
+		return ""
+	case n.Draining():
+		return "provisioner"
+	case n.HealthOut():
+		return "health"
+	}
+	return ""
 }
 
 func nodeName(host string) string { return cl + "/nodes/" + host }
@@ -186,6 +202,15 @@ func checkInvariants(t *testing.T, s *State) {
 		prev := s.runs[RunKey(r.Job, r.Attempt-1)]
 		if r.Attempt > 1 && prev != nil && !prev.Released && r.Start.Before(prev.End.Add(s.cfg.RequeueStopWait)) {
 			t.Fatalf("run %s started at %v while run %s (ended %v) still held its nodes", r.Key(), r.Start, prev.Key(), prev.End)
+		}
+		// Fencing: no later attempt runs while a failed node's step of an
+		// earlier one may still run.
+		if r.Attempt > 1 && prev != nil && !prev.Released {
+			for node, st := range prev.Steps {
+				if st.Fenced() {
+					t.Fatalf("run %s started while run %s is fenced on %s until %v", r.Key(), prev.Key(), node, st.FenceUntil)
+				}
+			}
 		}
 	}
 	held := map[string]string{}
@@ -341,6 +366,10 @@ func TestStepEnv(t *testing.T) {
 		"SLURM_TOPOLOGY_ADDR_PATTERN": "node", "SLURM_SUBMIT_HOST": "login-1", "SLURM_NTASKS_PER_NODE": "2",
 		"LOOM_JOB_ID": "7", "LOOM_JOB_NAME": jobName(7), "LOOM_NODE_RANK": "0", "LOOM_NUM_NODES": "2",
 		"MASTER_ADDR": "gpu-0001", "MASTER_PORT": "20007", "LOOM_MODEL_DIR": "/shared/c1/models/tiny/job-7",
+		// Resuming: the attempt, the requeues so far and the checkpoint
+		// directory (by default under the cluster's shared dir, per job).
+		"LOOM_RESTART_COUNT": "0", "LOOM_JOB_ATTEMPT": "1",
+		"LOOM_CHECKPOINT_DIR": "/shared/c1/checkpoints/7", "AIP_CHECKPOINT_DIR": "/shared/c1/checkpoints/7",
 	}
 	if got := ss[0].GetEnv(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("env of the batch step:\n got %v\nwant %v", got, want)
@@ -384,6 +413,12 @@ func TestStepEnv(t *testing.T) {
 	}
 	if !ss[0].GetAppendOutput() || !ss[1].GetAppendOutput() {
 		t.Fatal("a command job's steps share its output file: none may empty it")
+	}
+	// A job's own checkpoint_dir: relative to the shared dir, or absolute.
+	for dir, want := range map[string]string{"ck/run1": "/shared/c1/ck/run1", "/data/ck/": "/data/ck"} {
+		if got := CheckpointDir(&loomv1.Job{JobId: "3", CheckpointDir: dir}, "/shared/c1"); got != want {
+			t.Fatalf("checkpoint_dir %q → %q, want %q", dir, got, want)
+		}
 	}
 	// --open-mode=append keeps a batch step's output.
 	c = h.do(&eventsv1.SubmitJob{Job: &loomv1.Job{Name: jobName(9), JobId: "9", Cluster: cl, Script: "echo hi", OpenMode: "append"}})
@@ -578,21 +613,31 @@ func TestNodeFail(t *testing.T) {
 	h.submit(2, 1, 8)
 	c := h.do(&eventsv1.NodeHealthChanged{Node: nodeName("gpu-0001"), Cluster: cl, Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "no heartbeat for 15s"})
 	h.wantState(1, loomv1.JobState_NODE_FAIL, "node gpu-0001 down: no heartbeat for 15s")
-	if st := stops(c); len(st) != 1 || st[0].GetNode() != nodeName("gpu-0002") {
-		t.Fatalf("want StopStep to gpu-0002 only, got %v", st)
+	// Both nodes are told to stop: the failed one too, whose processes may
+	// live on (fencing); it stays held until it answers, is repaired or the
+	// fence times out.
+	if st := stops(c); len(st) != 2 || st[0].GetNode() != nodeName("gpu-0002") || st[1].GetNode() != nodeName("gpu-0001") {
+		t.Fatalf("want StopStep to gpu-0002 and the failed gpu-0001, got %v", st)
 	}
 	r := h.s.Run(jobName(1), 1)
-	if r.Holds(nodeName("gpu-0001")) || !r.Holds(nodeName("gpu-0002")) {
-		t.Fatal("want the down node freed and the other held")
+	if !r.Holds(nodeName("gpu-0001")) || !r.Steps[nodeName("gpu-0001")].Fenced() || !r.Holds(nodeName("gpu-0002")) {
+		t.Fatal("want the down node fenced (held) and the other held")
 	}
 	// The down node takes no work even with its GPUs free.
 	h.wantState(2, loomv1.JobState_PENDING, ReasonResources)
 	h.step(1, 1, "gpu-0002", eventsv1.StepState_STEP_KILLED, 143)
+	// The run holds its allocation until its last step (the fenced one) ends.
+	h.wantState(2, loomv1.JobState_PENDING, ReasonResources)
+	// The failed node's late report ends its fence and frees the run's
+	// nodes; a second one changes nothing.
+	h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_LOST, 0)
+	if r := h.s.Run(jobName(1), 1); !r.Released {
+		t.Fatalf("run still holds its nodes after the fenced step's end: %+v", r.Steps)
+	}
 	h.wantState(2, loomv1.JobState_RUNNING, "")
 	if got := h.job(2).GetNodes(); !reflect.DeepEqual(got, []string{"gpu-0002"}) {
 		t.Fatalf("job 2 on %v, want gpu-0002", got)
 	}
-	// A late report from the failed node changes nothing.
 	if c := h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_LOST, 0); !c.Empty() {
 		t.Fatalf("late step report changed %v", c.Emits)
 	}

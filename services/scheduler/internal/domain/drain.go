@@ -28,6 +28,7 @@ func (t *txn) drain(cluster string) {
 		if _, drained := t.drainWork(n, holders[n.Name]); drained {
 			n = t.editNode(n.Name)
 			n.Drained = true
+			n.HealthDrained = n.HealthOut() // one NodeDrained says it to health too
 			t.emit(cluster, n.Name, &eventsv1.NodeDrained{Node: n.Name, Cluster: cluster})
 		}
 	}

@@ -232,8 +232,9 @@ func TestDrainDeadlineAlreadyPassed(t *testing.T) {
 // TestRequeuedJobWaitsForItsOldRun: a requeued job's next run never
 // overlaps its previous one (which may still be writing a checkpoint): it
 // starts once every node of the old run has reported its processes gone,
-// or RequeueStopWait after the old run ended when a node never answers. A
-// node that fails is abandoned at once, so it does not hold the job up.
+// or RequeueStopWait after the old run ended when a node never answers (the
+// old run then gives that node up). A failed node is fenced: see
+// TestFencedAttemptsNeverOverlap.
 func TestRequeuedJobWaitsForItsOldRun(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -275,14 +276,16 @@ func TestRequeuedJobWaitsForItsOldRun(t *testing.T) {
 	if st := starts(h.tick(time.Second)); len(st) != 2 || st[0].GetAttempt() != 3 {
 		t.Fatalf("want attempt 3 started at the stop wait's end, got %v", st)
 	}
-	// The old run still holds its nodes where it has not stopped.
+	// The old run gave up the nodes that did not answer (Slurm's
+	// UnkillableStepTimeout): attempt 3 never runs while attempt 2 holds one.
 	old := h.s.Run(jobName(1), 2)
-	if old.Released {
-		t.Fatal("attempt 2 released without its steps' ends")
+	if !old.Released || !old.Steps[old.Nodes[0]].Abandoned {
+		t.Fatalf("attempt 3 started while attempt 2 holds its nodes: %+v", old.Steps)
 	}
 
-	// A node failure: the failed node's step is abandoned at once, the
-	// others are waited for.
+	// A node failure: the failed node's step is fenced (its processes may
+	// live on) as the others are waited for: the job starts again once both
+	// have stopped.
 	h2 := newHarness(t)
 	for _, host := range []string{"gpu-0001", "gpu-0002", "gpu-0003", "gpu-0004"} {
 		h2.node(host, 8)
@@ -294,8 +297,11 @@ func TestRequeuedJobWaitsForItsOldRun(t *testing.T) {
 		t.Fatalf("started with the other node's step still running: %v", starts(c))
 	}
 	h2.wantState(1, loomv1.JobState_PENDING, ReasonRequeued)
-	if st := starts(h2.step(1, 1, other, eventsv1.StepState_STEP_KILLED, 143)); len(st) != 2 {
-		t.Fatalf("want attempt 2 started once the surviving node stopped, got %v", st)
+	if st := starts(h2.step(1, 1, other, eventsv1.StepState_STEP_KILLED, 143)); len(st) != 0 {
+		t.Fatalf("attempt 2 started while the failed node's step may still run: %v", st)
+	}
+	if st := starts(h2.step(1, 1, failed, eventsv1.StepState_STEP_KILLED, 143)); len(st) != 2 {
+		t.Fatalf("want attempt 2 started once the surviving node and the failed one stopped, got %v", st)
 	}
 	if j := h2.job(1); slices.Contains(j.GetNodes(), failed) {
 		t.Fatalf("attempt 2 on the failed node %s: %v", failed, j.GetNodes())

@@ -24,7 +24,7 @@ import (
 // named after them, and partitions: "gpu" (default, over a3, MaxTime 1 day),
 // "cpu" (over cpu) and any extra ones given.
 func newSpecHarness(t *testing.T, cfg Config, extra ...*loomv1.SlurmPartition) *harness {
-	h := &harness{t: t, s: NewState(cfg), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]bool{}}
+	h := &harness{t: t, s: NewState(cfg), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
 	parts := append([]*loomv1.SlurmPartition{
 		{Id: "gpu", NodeSetIds: []string{"a3"}, MaxTime: "1-00:00:00", Default: true},
 		{Id: "cpu", NodeSetIds: []string{"cpu"}, MaxTime: "UNLIMITED"},
@@ -517,8 +517,10 @@ func TestNodeFailRequeuesWithExclusion(t *testing.T) {
 	if got := statesOf(c, 1); !reflect.DeepEqual(got, []loomv1.JobState{loomv1.JobState_NODE_FAIL, loomv1.JobState_REQUEUED, loomv1.JobState_PENDING}) {
 		t.Fatalf("job 1 went through %v", got)
 	}
-	// The node comes back; the job still never goes there.
+	// The node comes back (not repaired): it answers the fence's StopStep,
+	// and the job still never goes there.
 	h.do(&eventsv1.NodeHealthChanged{Node: nodeName(first), Cluster: cl, Health: eventsv1.NodeHealth_HEALTHY})
+	h.step(1, 1, first, eventsv1.StepState_STEP_KILLED, 143)
 	h.wantState(1, loomv1.JobState_PENDING, ReasonResources)
 	h.finish(2, 0)
 	h.wantState(1, loomv1.JobState_RUNNING, "")

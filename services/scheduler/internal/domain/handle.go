@@ -56,6 +56,8 @@ func (t *txn) dispatch(payload proto.Message) error {
 		err = t.nodeHealth(ev)
 	case *eventsv1.StepChanged:
 		err = t.stepChanged(ev)
+	case *eventsv1.StepProgress:
+		err = t.stepProgress(ev) // health.go
 	case *eventsv1.AssociationChanged:
 		err = t.associationChanged(ev) // assoclimits.go
 	case *eventsv1.CreateJobStep, *eventsv1.CancelJobStep, *eventsv1.TasksChanged:
@@ -74,6 +76,7 @@ func (t *txn) afterEvents() {
 	t.pass()
 	t.settleJobSteps() // jobsteps.go: the steps of runs this change ended end with them
 	t.settle()         // again: the pass may have ended an attempt (preemption)
+	t.afterPass()      // health.go
 }
 
 // Schedule runs a scheduling pass over every cluster, as at start-up.
@@ -85,6 +88,7 @@ func (s *State) Schedule(now time.Time) *Change {
 	t.settle()
 	t.pass()
 	t.settle()
+	t.afterPass()
 	return t.c
 }
 
@@ -125,6 +129,10 @@ func (t *txn) submit(ev *eventsv1.SubmitJob) error {
 	base.StartTime, base.EndTime = nil, nil
 	base.Priority, base.PriorityFactors, base.Placement = 0, nil, ""
 	base.RestartCount, base.Runs, base.BatchHost, base.AllocGpus = 0, nil, "", 0
+	// max_retries is bounded here too (the gateway refuses what is out of
+	// 0..MaxRetriesCeiling); user_failures is the scheduler's to count.
+	base.MaxRetries, base.UserFailures = min(max(base.GetMaxRetries(), 0), MaxRetriesCeiling), 0
+	base.HangTimeoutSeconds = max(base.GetHangTimeoutSeconds(), 0)
 	base.NodeCount = max(base.NodeCount, 1)
 	if base.SubmitTime == nil {
 		base.SubmitTime = timestamppb.New(t.now)
@@ -417,11 +425,19 @@ func (t *txn) nodeChanged(ev *eventsv1.NodeChanged) error {
 	if !n.Draining() {
 		n.Drained = false // a later drain is a new one, with its own NodeDrained
 	}
-	if n.Lost() {
+	if n.Lost() && !healthKeepsRuns(n) {
 		t.failNode(n)
 	}
 	t.dirty[cluster] = true
 	return nil
+}
+
+// healthKeepsRuns reports whether n's runs go on though the provisioner
+// shows it DOWN: health, whose verdict the provisioner's DOWN follows, only
+// lost touch with it (unreachable) or drains it after a checkpoint
+// (checkpoint-first), and did not find it failed.
+func healthKeepsRuns(n *Node) bool {
+	return n.State == loomv1.Node_DOWN && !n.Unhealthy && (n.HealthDrain || n.Unreachable)
 }
 
 func (t *txn) nodeRemoved(ev *eventsv1.NodeRemoved) error {
@@ -436,20 +452,60 @@ func (t *txn) nodeRemoved(ev *eventsv1.NodeRemoved) error {
 	gone.State, gone.Unhealthy, gone.Reason = loomv1.Node_DELETING, false, "removed"
 	t.failNode(&gone)
 	t.deleteNode(n.Name)
+	// A job that failed on it can never meet it again: its exclusion goes.
+	t.expireExclusions(n.Cluster, n.Hostname)
 	t.dirty[n.Cluster] = true
 	return nil
 }
 
+// nodeHealth applies health's verdict on a node (see docs/health.md, "The
+// job's side"):
+//
+//   - UNHEALTHY (urgent): the node takes no work, its runs end NODE_FAIL and
+//     are requeued (an infrastructure failure: max_retries is not used), the
+//     node excluded from the job's later runs, its steps fenced (failNode);
+//   - UNHEALTHY with checkpoint_first: the node takes no work; its runs get
+//     their job's --signal (default USR1) and are requeued at their next
+//     checkpoint or after CheckpointGrace (checkpointDrain);
+//   - UNHEALTHY with unreachable: the node takes no new work, its runs go on;
+//   - UNHEALTHY with ACTION_DRAIN (an operator's drain, or a repair that
+//     waits for the node's jobs): no new work, its runs go on (scontrol
+//     drain's semantics), NodeDrained once it holds nothing;
+//   - HEALTHY: the node takes work again; with repaired, jobs' exclusions of
+//     it expire; with ACTION_RESTART_JOB, the runs on it are requeued, the
+//     node neither excluded nor drained.
 func (t *txn) nodeHealth(ev *eventsv1.NodeHealthChanged) error {
 	if ev.GetNode() == "" {
 		return fmt.Errorf("node health changed: %w", errs.Invalid("node", "required"))
 	}
-	unhealthy := ev.GetHealth() == eventsv1.NodeHealth_UNHEALTHY
 	if ev.GetHealth() == eventsv1.NodeHealth_NODE_HEALTH_UNSPECIFIED {
 		return nil
 	}
+	unhealthy := ev.GetHealth() == eventsv1.NodeHealth_UNHEALTHY
+	unreachable := unhealthy && ev.GetUnreachable()
+	checkpoint := unhealthy && !unreachable && ev.GetCheckpointFirst()
+	drainOnly := unhealthy && !unreachable && !checkpoint && ev.GetAction() == loomv1.RemediationAction_ACTION_DRAIN
+	restart := !unhealthy && ev.GetAction() == loomv1.RemediationAction_ACTION_RESTART_JOB
+	repaired := !unhealthy && ev.GetRepaired()
 	old := t.node(ev.GetNode())
-	if old != nil && old.Unhealthy == unhealthy && old.HealthReason == ev.GetReason() {
+	var was Node
+	if old != nil {
+		was = *old
+	}
+	// The node's new flags: a verdict does not undo a worse one before it
+	// (an unreachable or checkpoint-first verdict leaves an urgent one).
+	u, c, r := false, false, false
+	switch {
+	case !unhealthy:
+	case unreachable:
+		u, c, r = was.Unhealthy, was.HealthDrain, true
+	case checkpoint, drainOnly:
+		u, c = was.Unhealthy, !was.Unhealthy
+	default:
+		u = true
+	}
+	if old != nil && !restart && !repaired && was.HealthReason == ev.GetReason() && was.HealthState == ev.GetState() &&
+		was.Unhealthy == u && was.HealthDrain == c && was.Unreachable == r {
 		return nil
 	}
 	n := t.editNode(ev.GetNode())
@@ -460,8 +516,29 @@ func (t *txn) nodeHealth(ev *eventsv1.NodeHealthChanged) error {
 			n.Cluster = ev.GetCluster()
 		}
 	}
-	n.Unhealthy, n.HealthReason = unhealthy, ev.GetReason()
-	if unhealthy {
+	n.HealthReason, n.HealthState, n.HealthSetBy = ev.GetReason(), ev.GetState(), ev.GetSetBy()
+	n.HealthTime = t.now
+	if ev.GetTime() != nil {
+		n.HealthTime = ev.GetTime().AsTime()
+	}
+	n.Unhealthy, n.HealthDrain, n.Unreachable = u, c, r
+	if !u && !c {
+		n.HealthDrained = false // a later verdict is a new drain, with its own NodeDrained
+	}
+	switch {
+	case repaired || restart:
+		if repaired {
+			t.expireExclusions(n.Cluster, n.Hostname)
+		}
+		if restart {
+			t.restartJobsOn(n, ev.GetReason())
+		}
+	case c && checkpoint && !was.HealthDrain:
+		t.checkpointDrain(n)
+	case c:
+		// Drained (ACTION_DRAIN, or a checkpoint drain already under way):
+		// no new work, its runs go on or keep their grace.
+	case u:
 		t.failNode(n)
 	}
 	t.dirty[n.Cluster] = true
@@ -507,10 +584,15 @@ func (t *txn) updateSlurmNode(ev *eventsv1.UpdateSlurmNode) error {
 	return nil
 }
 
-// failNode ends every run that holds n (which can no longer run work): its
-// step there is abandoned (freeing the node at once), the job ends NODE_FAIL
-// (CANCELLED when its cluster is going away) and is requeued when it allows
-// it, with n excluded from its later runs, and its other nodes are told to stop.
+// failNode ends every run that holds n (which can no longer run work): the
+// job ends NODE_FAIL (CANCELLED when its cluster is going away) and is
+// requeued when it allows it and its infrastructure restarts are not spent,
+// with n excluded from its later runs, and every node of the run is told to
+// stop — n too. n's step is fenced while its processes may live on (n is
+// unhealthy or DOWN, not repaired nor removed): the run holds n, and the job
+// does not start again, until the step reports its end, n is repaired or
+// removed, or FenceTimeout passes (see Step.FenceUntil). Otherwise (n is
+// rebooting, reimaged, replaced, gone) the step is abandoned, freeing n at once.
 func (t *txn) failNode(n *Node) {
 	for _, r := range t.activeRuns() {
 		if !r.Holds(n.Name) {
@@ -518,36 +600,68 @@ func (t *txn) failNode(n *Node) {
 		}
 		r = t.editRun(r.Key())
 		st := r.Steps[n.Name]
-		st.Abandoned = true
+		fence := false
+		switch {
+		case st.Idle || st.Terminal() || !fenceHolds(n):
+			st.Abandoned = true
+		case st.FenceUntil.IsZero():
+			st.FenceUntil = t.now.Add(t.s.cfg.FenceTimeout)
+			fence = true
+		}
 		r.Steps[n.Name] = st
+		r.FenceUntil = fenceOf(r)
+		reason := n.DownReason()
 		if j := t.job(r.Job); j != nil && j.Running() && j.Attempt == r.Attempt {
 			j = t.editJob(j.Name())
-			reason := n.DownReason()
 			gone := false
 			if c := t.cluster(r.Cluster); c != nil && (c.State == loomv1.Cluster_DELETING || c.State == loomv1.Cluster_DELETED) {
 				gone = true
 			}
+			if !gone && n.Hostname != "" && !containsString(j.Excluded, n.Hostname) {
+				j.Excluded = append(append([]string(nil), j.Excluded...), n.Hostname)
+			}
 			switch {
 			case gone:
 				t.finish(j, loomv1.JobState_CANCELLED, 0, ReasonClusterDeleted)
-			case j.requeueAllowed():
-				t.endAttempt(r, loomv1.JobState_NODE_FAIL, 0, reason)
-				t.end(j, loomv1.JobState_NODE_FAIL, 0, reason)
-				t.emitJob(j)
-				if n.Hostname != "" && !containsString(j.Excluded, n.Hostname) {
-					j.Excluded = append(append([]string(nil), j.Excluded...), n.Hostname)
-				}
-				t.requeueJob(j, reason)
 			default:
-				t.finish(j, loomv1.JobState_NODE_FAIL, 0, reason)
+				t.infraRequeue(j, r, loomv1.JobState_NODE_FAIL, reason)
 			}
 			t.stopSteps(r, n.Name, reason, eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE)
+		}
+		if fence {
+			// The fence: whatever still runs there is told to stop, and its
+			// end (or the node's repair) releases the node.
+			t.emit(n.Name, r.Job, &eventsv1.StopStep{Job: r.Job, Attempt: r.Attempt, Node: n.Name, Reason: reason,
+				Cause: eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE})
 		}
 		if r.allTerminal() {
 			r.Released = true
 		}
 		t.dirty[r.Cluster] = true
 	}
+}
+
+// fenceHolds reports whether the processes a failed node n ran may still
+// live: health found it unhealthy, or the provisioner lost its agent (DOWN),
+// but it was neither repaired (REBOOTING, REIMAGING, REPLACING: the repair is
+// the fence) nor removed, failed or re-provisioned.
+func fenceHolds(n *Node) bool {
+	switch n.State {
+	case loomv1.Node_READY, loomv1.Node_DRAINING, loomv1.Node_DOWN:
+		return true
+	}
+	return false
+}
+
+// fenceOf returns the earliest end of r's fences (zero: none).
+func fenceOf(r *Run) time.Time {
+	var at time.Time
+	for _, st := range r.Steps {
+		if st.Fenced() && (at.IsZero() || st.FenceUntil.Before(at)) {
+			at = st.FenceUntil
+		}
+	}
+	return at
 }
 
 func containsString(list []string, s string) bool {
@@ -578,6 +692,9 @@ func (t *txn) stepChanged(ev *eventsv1.StepChanged) error {
 	}
 	r = t.editRun(key)
 	r.Steps[ev.GetNode()] = Step{State: ev.GetState(), ExitCode: ev.GetExitCode(), Message: ev.GetMessage()}
+	if !r.FenceUntil.IsZero() {
+		r.FenceUntil = fenceOf(r) // a fenced step that reports its end lifts its fence
+	}
 	host := hostOf(r, ev.GetNode())
 	if j := t.job(r.Job); j != nil && j.Running() && j.Attempt == r.Attempt {
 		fail := func(state loomv1.JobState, code int32, reason string) {
@@ -589,13 +706,28 @@ func (t *txn) stepChanged(ev *eventsv1.StepChanged) error {
 			// Slurm writes no line for this: the failed step's own output says why.
 			t.stopSteps(r, ev.GetNode(), "job failed", eventsv1.StopCause_STOP_CAUSE_UNSPECIFIED)
 		}
+		// userFail is a failure of the job's own program: retried (requeued)
+		// while its user failures stay within its max_retries.
+		userFail := func(state loomv1.JobState, code int32, reason string) {
+			j = t.editJob(j.Name())
+			j.Job.UserFailures++
+			if retries := min(max(j.Job.GetMaxRetries(), 0), MaxRetriesCeiling); j.Job.GetUserFailures() <= retries {
+				t.endAttempt(r, state, code, reason)
+				t.end(j, state, code, reason)
+				t.emitJob(j)
+				t.stopSteps(r, ev.GetNode(), "job failed", eventsv1.StopCause_STOP_CAUSE_UNSPECIFIED)
+				t.requeueJob(j, fmt.Sprintf("%s: retry %d of %d", reason, j.Job.GetUserFailures(), retries))
+				return
+			}
+			fail(state, code, reason)
+		}
 		switch ev.GetState() {
 		case eventsv1.StepState_STEP_EXITED:
 			switch {
 			case ev.GetExitCode() != 0 && strings.Contains(strings.ToLower(ev.GetMessage()), "out of memory"):
-				fail(loomv1.JobState_OUT_OF_MEMORY, ev.GetExitCode(), "OutOfMemory")
+				userFail(loomv1.JobState_OUT_OF_MEMORY, ev.GetExitCode(), "OutOfMemory")
 			case ev.GetExitCode() != 0:
-				fail(loomv1.JobState_FAILED, ev.GetExitCode(), ReasonNonZeroExitCode)
+				userFail(loomv1.JobState_FAILED, ev.GetExitCode(), ReasonNonZeroExitCode)
 			case allExitedZero(r):
 				j = t.editJob(j.Name())
 				t.finish(j, loomv1.JobState_COMPLETED, 0, "")

@@ -273,12 +273,14 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 
 // dueRun is a run the clock must act on.
 type dueRun struct {
-	r       *Run
-	j       *Job
-	signal  bool
-	stop    bool // time limit reached
-	preempt bool
-	sig     JobSignal
+	r          *Run
+	j          *Job
+	signal     bool
+	stop       bool // time limit reached
+	preempt    bool
+	sig        JobSignal
+	hang       time.Duration // > 0: no progress for that long
+	checkpoint bool          // a checkpoint-aware drain's grace ended
 }
 
 // Tick does what the passing of time asks: a run at its time limit is
@@ -290,8 +292,17 @@ type dueRun struct {
 func (s *State) Tick(now time.Time) *Change {
 	t := writerTxn(s, now)
 	var due []dueRun
+	var fenced, unanswered []*Run
 	for _, r := range s.active {
+		if !r.FenceUntil.IsZero() && !now.Before(r.FenceUntil) {
+			fenced = append(fenced, r)
+		}
 		if r.Ended() {
+			if !now.Before(r.End.Add(s.cfg.RequeueStopWait)) {
+				if j := s.jobs[r.Job]; j != nil && j.Pending() && j.Attempt == r.Attempt {
+					unanswered = append(unanswered, r)
+				}
+			}
 			continue
 		}
 		j := s.jobs[r.Job]
@@ -312,9 +323,21 @@ func (s *State) Tick(now time.Time) *Change {
 				}
 			}
 		}
-		if d.preempt || d.stop || d.signal {
+		if hang, ok := s.hangDue(now, j, r); ok {
+			d.hang = hang
+		}
+		d.checkpoint = !r.CheckpointBy.IsZero() && !now.Before(r.CheckpointBy)
+		if d.preempt || d.stop || d.signal || d.hang > 0 || d.checkpoint {
 			due = append(due, d)
 		}
+	}
+	sort.Slice(fenced, func(a, b int) bool { return fenced[a].Key() < fenced[b].Key() })
+	for _, r := range fenced {
+		t.liftFences(r)
+	}
+	sort.Slice(unanswered, func(a, b int) bool { return unanswered[a].Key() < unanswered[b].Key() })
+	for _, r := range unanswered {
+		t.giveUpStopping(t.run(r.Key()))
 	}
 	sort.Slice(due, func(a, b int) bool { return due[a].r.Key() < due[b].r.Key() })
 	for _, d := range due {
@@ -323,6 +346,10 @@ func (s *State) Tick(now time.Time) *Change {
 			t.timeout(d.j, d.r)
 		case d.preempt:
 			t.preemptStop(d.j, t.run(d.r.Key()))
+		case d.hang > 0:
+			t.hung(d.j, t.run(d.r.Key()), d.hang)
+		case d.checkpoint:
+			t.checkpointDone(d.j, t.run(d.r.Key()), "no new checkpoint within "+s.cfg.CheckpointGrace.String())
 		case d.signal:
 			r := t.editRun(d.r.Key())
 			r.Signaled = true
@@ -343,12 +370,18 @@ func (s *State) Tick(now time.Time) *Change {
 			}
 		}
 	}
+	if len(unanswered) > 0 || len(fenced) > 0 {
+		// The tasks on the nodes given up (or whose fence ended) are lost:
+		// the run may be released before the pass.
+		t.settleJobSteps()
+	}
 	t.settle()
 	if len(t.dirty) > 0 {
 		t.pass()
 	}
 	t.settleJobSteps() // the job steps of attempts that ended (time limit, preemption) end with them
 	t.settle()
+	t.afterPass()
 	return t.c
 }
 

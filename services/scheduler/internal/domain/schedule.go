@@ -828,12 +828,29 @@ func (p *pass) previousRunStopping(j *Job) (reason, note string) {
 	if r == nil || r.Released {
 		return "", ""
 	}
-	if !r.End.IsZero() {
-		until := r.End.Add(t.s.cfg.RequeueStopWait)
-		if !t.now.Before(until) {
-			return "", ""
+	if !r.FenceUntil.IsZero() {
+		// A failed node's step may still run: no stop wait shortens its
+		// fence (it ends with the step, the node's repair or removal, or
+		// FenceTimeout; the clock lifts it).
+		var fenced []string
+		for _, node := range r.Nodes {
+			if r.Steps[node].Fenced() {
+				fenced = append(fenced, hostOf(r, node))
+			}
 		}
-		p.wakeAt(until)
+		if len(fenced) > 0 {
+			p.wakeAt(r.FenceUntil)
+			return ReasonRequeued, "waiting for its previous run to stop on failed node(s) " + strings.Join(fenced, ",") +
+				" (fenced until " + r.FenceUntil.UTC().Format(time.RFC3339) + ")"
+		}
+	}
+	if !r.End.IsZero() {
+		// At the stop wait's end the clock gives up on the nodes that did
+		// not answer (Tick: giveUpStopping), and the job may start: never
+		// while the old run still holds a node.
+		if until := r.End.Add(t.s.cfg.RequeueStopWait); t.now.Before(until) {
+			p.wakeAt(until)
+		}
 	}
 	var stopping []string
 	for _, node := range r.Nodes {
@@ -1027,7 +1044,7 @@ func (t *txn) fill(v *reasonVersion) {
 	if j == nil {
 		return
 	}
-	v.job = Job{JobRecord: jobstore.JobRecord{Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded, Job: &v.pj}, tmpl: j.tmpl, shared: true}
+	v.job = Job{JobRecord: jobstore.JobRecord{Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded, InfraRestarts: j.InfraRestarts, Job: &v.pj}, tmpl: j.tmpl, shared: true}
 	shallowJobInto(&v.pj, j.Job)
 	v.pj.StateReason = v.reason
 	v.ev = eventsv1.JobChanged{Job: &v.pj, Attempt: j.Attempt, ModelDir: j.ModelDir}

@@ -234,6 +234,7 @@ func stepEnv(j *Job, r *Run, rank int, sharedDir, masterAddr string, extra map[s
 		part = r.Partition
 	}
 	cpus := strconv.Itoa(int(cpusOf(r, rank, spec.GetCpusPerTask())))
+	ckpt := CheckpointDir(spec, sharedDir)
 	for k, v := range map[string]string{
 		"SLURM_JOB_ID":                spec.GetJobId(),
 		"SLURM_JOBID":                 spec.GetJobId(),
@@ -270,6 +271,12 @@ func stepEnv(j *Job, r *Run, rank int, sharedDir, masterAddr string, extra map[s
 		"LOOM_JOB_NAME":  spec.GetName(),
 		"LOOM_NODE_RANK": id,
 		"LOOM_NUM_NODES": n,
+		// Resuming (docs/health.md): which attempt this is, how often the
+		// job was requeued, and where its checkpoints live (Vertex's name too).
+		"LOOM_RESTART_COUNT":  strconv.Itoa(int(spec.GetRestartCount())),
+		"LOOM_JOB_ATTEMPT":    strconv.Itoa(int(r.Attempt)),
+		"LOOM_CHECKPOINT_DIR": ckpt,
+		"AIP_CHECKPOINT_DIR":  ckpt,
 	} {
 		env[k] = v
 	}
@@ -295,6 +302,22 @@ func stepEnv(j *Job, r *Run, rank int, sharedDir, masterAddr string, extra map[s
 		env["LOOM_MODEL_DIR"] = j.ModelDir
 	}
 	return env
+}
+
+// CheckpointDir is where job spec keeps its checkpoints
+// ($LOOM_CHECKPOINT_DIR, $AIP_CHECKPOINT_DIR): its checkpoint_dir (a
+// relative one under the cluster's shared dir), else
+// <shared dir>/checkpoints/<job id>. Every attempt gets the same one, so a
+// requeued run finds what the one before it wrote.
+func CheckpointDir(spec *loomv1.Job, sharedDir string) string {
+	dir := spec.GetCheckpointDir()
+	switch {
+	case dir == "":
+		return filepath.Join(sharedDir, "checkpoints", spec.GetJobId())
+	case filepath.IsAbs(dir):
+		return filepath.Clean(dir)
+	}
+	return filepath.Join(sharedDir, dir)
 }
 
 // cpusOf is the CPUs of rank's node: those allocated, else (node size

@@ -39,6 +39,9 @@ type State struct {
 	alloc map[string]*nodeAlloc
 	// draining: names of the DRAINING nodes, for Tick.
 	draining map[string]bool
+	// healthOut: names of the nodes health took out (HealthOut) not yet
+	// announced drained (NodeDrained), for healthDrained.
+	healthOut map[string]bool
 	// wake: per cluster, the earliest time at which the clock alone makes a
 	// pass worth running (a begin time or a dependency's delay).
 	wake map[string]time.Time
@@ -131,6 +134,7 @@ func NewState(cfg Config) *State {
 		active:    map[string]*Run{},
 		alloc:     map[string]*nodeAlloc{},
 		draining:  map[string]bool{},
+		healthOut: map[string]bool{},
 		wake:      map[string]time.Time{},
 		assocs:    map[assocKey]*assoc{},
 	}
@@ -393,6 +397,7 @@ func (ci *clusterIndex) insertNode(n *Node) {
 func (s *State) putNode(name string, n *Node) {
 	old, ok := s.nodes[name]
 	delete(s.draining, name)
+	delete(s.healthOut, name)
 	if ok && n != nil && old.Cluster == n.Cluster && old.Hostname == n.Hostname {
 		// Same place in the order: replace in place.
 		ci := s.index(n.Cluster)
@@ -418,6 +423,9 @@ func (s *State) putNode(name string, n *Node) {
 	s.nodes[name] = n
 	if n.Draining() {
 		s.draining[name] = true
+	}
+	if n.HealthOut() && !n.HealthDrained {
+		s.healthOut[name] = true
 	}
 }
 

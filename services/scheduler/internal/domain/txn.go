@@ -174,7 +174,7 @@ func (t *txn) editJob(name string) *Job {
 		return j
 	}
 	old := t.s.jobs[name]
-	j := &Job{JobRecord: jobstore.JobRecord{Attempt: old.Attempt, ModelDir: old.ModelDir, Excluded: old.Excluded, Job: cloneTask(old.Job, old.tmpl)}, tmpl: old.tmpl}
+	j := &Job{JobRecord: jobstore.JobRecord{Attempt: old.Attempt, ModelDir: old.ModelDir, Excluded: old.Excluded, InfraRestarts: old.InfraRestarts, Job: cloneTask(old.Job, old.tmpl)}, tmpl: old.tmpl}
 	t.c.Jobs[name] = j
 	return j
 }

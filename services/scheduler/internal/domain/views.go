@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -8,6 +9,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/goodput"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
 )
 
@@ -153,7 +156,77 @@ func (s *State) NodeTable(cluster string) (views.ClusterTable, bool) {
 		if row.Down {
 			row.DownReason = n.DownReason()
 		}
+		row.Health = nodeHealthView(n)
 		out.Nodes[k] = row
 	}
 	return out, true
+}
+
+// JobGoodput returns the goodput of the job name ("…/jobs/A_i": task i of
+// array A) as of now (package goodput), or nil when the scheduler does not
+// know it (a job pruned since its end).
+func (s *State) JobGoodput(name string, now time.Time) *loomv1.Goodput {
+	j := s.jobs[s.ResolveJobName(name)]
+	if j == nil {
+		return nil
+	}
+	return goodput.Job(j.Job, s.runsOf(j), now)
+}
+
+// ClusterGoodput sums the goodput of the cluster's jobs the scheduler keeps
+// (live, and ended within the retention's MinJobAge) that were live at or
+// after since, as of now; nil when the cluster is unknown.
+func (s *State) ClusterGoodput(cluster string, since, now time.Time) *loomv1.Goodput {
+	if s.clusters[cluster] == nil {
+		return nil
+	}
+	var names []string
+	for name, j := range s.jobs {
+		if j.Job.GetCluster() != cluster {
+			continue
+		}
+		if j.Terminal() && j.Job.GetEndTime() != nil && j.Job.GetEndTime().AsTime().Before(since) {
+			continue
+		}
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	parts := make([]*loomv1.Goodput, 0, len(names))
+	for _, name := range names {
+		j := s.jobs[name]
+		parts = append(parts, goodput.Job(j.Job, s.runsOf(j), now))
+	}
+	return goodput.Sum(cluster, parts)
+}
+
+// runsOf returns j's runs in attempt order (nil for attempts not kept).
+func (s *State) runsOf(j *Job) []*jobstore.RunRecord {
+	out := make([]*jobstore.RunRecord, 0, j.Attempt)
+	for a := int32(1); a <= j.Attempt; a++ {
+		if r := s.runs[RunKey(j.Name(), a)]; r != nil {
+			out = append(out, &r.RunRecord)
+		}
+	}
+	return out
+}
+
+// nodeHealthView is health's part in n's Slurm state (views.NodeHealth).
+func nodeHealthView(n *Node) views.NodeHealth {
+	h := views.NodeHealth{Out: n.HealthOut(), Reason: n.HealthReason, SetBy: n.HealthSetBy, Time: n.HealthTime}
+	if h.Out && h.SetBy == "" {
+		h.SetBy = "loom-health"
+	}
+	switch {
+	case n.State == loomv1.Node_REBOOTING || n.State == loomv1.Node_REIMAGING:
+		h.RebootIssued = true
+		if h.SetBy == "" {
+			h.SetBy = "loom-health"
+		}
+	case h.Out && (n.HealthState == loomv1.RemediationState_NODE_REBOOTING || n.HealthState == loomv1.RemediationState_NODE_REIMAGING):
+		h.RebootRequested = true
+	case n.HealthDrain, h.Out && (n.HealthState == loomv1.RemediationState_NODE_DRAINING ||
+		n.HealthState == loomv1.RemediationState_NODE_QUARANTINED):
+		h.Drain = true
+	}
+	return h
 }

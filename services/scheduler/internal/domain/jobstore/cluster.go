@@ -101,6 +101,22 @@ type Node struct {
 	// Unhealthy is health's verdict; a node is healthy until told otherwise.
 	Unhealthy    bool   `json:"unhealthy,omitempty"`
 	HealthReason string `json:"health_reason,omitempty"`
+	// HealthDrain: health drains the node: it takes no new work, and its runs
+	// are not ended at once — after a fault that is not urgent they were
+	// signalled to checkpoint before they are requeued (checkpoint_first);
+	// for ACTION_DRAIN they run on, as under scontrol drain.
+	HealthDrain bool `json:"health_drain,omitempty"`
+	// Unreachable: health lost touch with the node without finding it
+	// failed (many nodes fell silent together): no new work, runs go on.
+	Unreachable bool `json:"unreachable,omitempty"`
+	// HealthState is health's remediation state of the node; HealthSetBy
+	// ("loom-health" or an operator) set the verdict at HealthTime (sinfo -R).
+	HealthState loomv1.RemediationState `json:"health_state,omitempty"`
+	HealthSetBy string                  `json:"health_set_by,omitempty"`
+	HealthTime  time.Time               `json:"health_time,omitzero"`
+	// HealthDrained records that NodeDrained was emitted once the node health
+	// took out held nothing any more; cleared when health puts it back.
+	HealthDrained bool `json:"health_drained,omitempty"`
 	// Role is the provisioner's "compute" or "login" ("" counts as compute).
 	Role string `json:"role,omitempty"`
 	// DrainDeadline is when the jobs still running on a DRAINING node are
@@ -134,8 +150,12 @@ type Node struct {
 
 // Usable reports whether the node may take new work.
 func (n *Node) Usable() bool {
-	return n.State == loomv1.Node_READY && !n.Unhealthy && n.Role != RoleLogin && !n.AdminDrain
+	return n.State == loomv1.Node_READY && !n.HealthOut() && !n.Unreachable && n.Role != RoleLogin && !n.AdminDrain
 }
+
+// HealthOut reports whether health took the node out: unhealthy, or being
+// drained by it (HealthDrain).
+func (n *Node) HealthOut() bool { return n.Unhealthy || n.HealthDrain }
 
 // Draining reports whether the provisioner is draining the node for
 // removal: it keeps the jobs it runs (until its deadline) but takes no new ones.

@@ -25,6 +25,7 @@ type jobRecord struct {
 	Attempt  int32    `json:"attempt,omitempty"`
 	ModelDir string   `json:"model_dir,omitempty"`
 	Excluded []string `json:"excluded,omitempty"`
+	Infra    int32    `json:"infra_restarts,omitempty"`
 	Delta    bool     `json:"delta,omitempty"`
 	Cleared  []int32  `json:"cleared,omitempty"`
 }
@@ -35,7 +36,7 @@ type jobRecord struct {
 // script and spec an array's tasks share are stored once, in the array's
 // record (EncodeArray).
 func EncodeJob(j *JobRecord, tmpl *loomv1.Job) ([]byte, error) {
-	rec := jobRecord{Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded}
+	rec := jobRecord{Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded, Infra: j.InfraRestarts}
 	msg := j.Job
 	if t := tmpl; t != nil {
 		var delta *loomv1.Job
@@ -90,7 +91,7 @@ func DecodeTask(name string, b []byte, template func(array string) *loomv1.Job) 
 			job.JobId = task.ID
 		}
 	}
-	return &JobRecord{Job: job, Attempt: rec.Attempt, ModelDir: rec.ModelDir, Excluded: rec.Excluded}, nil
+	return &JobRecord{Job: job, Attempt: rec.Attempt, ModelDir: rec.ModelDir, Excluded: rec.Excluded, InfraRestarts: rec.Infra}, nil
 }
 
 // diffJob returns the fields of j that differ from t's (a new message

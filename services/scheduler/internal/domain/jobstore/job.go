@@ -27,6 +27,11 @@ type JobRecord struct {
 	// Excluded are hostnames whose failure ended a run of the job: its
 	// later runs never use them.
 	Excluded []string `json:"excluded,omitempty"`
+	// InfraRestarts counts the runs that ended for the infrastructure's
+	// sake (a failed or hung node, a health action) and were requeued: they
+	// are bounded by the cluster's -max-infra-restarts, not by the job's
+	// max_retries (which counts the program's own failures, Job.user_failures).
+	InfraRestarts int32 `json:"infra_restarts,omitempty"`
 }
 
 // Name returns the job's full name.

@@ -58,6 +58,32 @@ type RunRecord struct {
 	// on write), so domain.Run.clone's shallow copy of it is safe.
 	JobSteps   []JobStep `json:"job_steps,omitempty"`
 	NextStepID int32     `json:"next_step_id,omitempty"`
+	// FenceUntil is the earliest FenceUntil of its fenced steps (zero: none),
+	// so that the clock finds the fences due without reading every step.
+	FenceUntil time.Time `json:"fence_until,omitzero"`
+	// Progress is what the run's steps last reported of their progress
+	// (StepProgress), for hang detection, checkpoint-aware drains and goodput.
+	Progress Progress `json:"progress,omitzero"`
+	// CheckpointBy (non-zero) is the end of a checkpoint-aware drain's grace:
+	// the run was signalled to checkpoint because CheckpointNode is to be
+	// drained, and is requeued at the first checkpoint newer than
+	// CheckpointFrom, or at CheckpointBy. CheckpointReason is health's reason.
+	CheckpointBy     time.Time `json:"checkpoint_by,omitzero"`
+	CheckpointFrom   int64     `json:"checkpoint_from,omitempty"`
+	CheckpointNode   string    `json:"checkpoint_node,omitempty"`
+	CheckpointReason string    `json:"checkpoint_reason,omitempty"`
+}
+
+// Progress is a run's progress as its steps reported it (the highest over
+// its nodes): the training step, the latest checkpoint's step and time, and
+// when it last moved.
+type Progress struct {
+	Step           int64     `json:"step,omitempty"`
+	CheckpointStep int64     `json:"checkpoint_step,omitempty"`
+	CheckpointTime time.Time `json:"checkpoint_time,omitzero"`
+	OutputBytes    int64     `json:"output_bytes,omitempty"`
+	// Last is when the run last moved (zero: never reported).
+	Last time.Time `json:"last,omitzero"`
 }
 
 // Key returns the run's record key.
@@ -93,7 +119,17 @@ type Step struct {
 	// Idle: the node is allocated but runs no process (a batch job's nodes
 	// other than the batch host); it is released with the run.
 	Idle bool `json:"idle,omitempty"`
+	// FenceUntil (non-zero): the node failed while this step ran on it, but
+	// its processes may live on (a paused or cut-off agent): the step was
+	// told to stop and holds the node — and the job's next attempt — until
+	// it reports its end, the node is repaired or removed, or FenceUntil
+	// passes; then it is abandoned.
+	FenceUntil time.Time `json:"fence_until,omitzero"`
 }
+
+// Fenced reports whether the step holds a failed node while its processes
+// may still run there (see FenceUntil).
+func (s Step) Fenced() bool { return !s.FenceUntil.IsZero() && !s.Terminal() }
 
 // Terminal reports whether the step has ended (an idle one never runs).
 func (s Step) Terminal() bool {

@@ -1,6 +1,8 @@
 package jobstore
 
 import (
+	"encoding/json"
+	"reflect"
 	"testing"
 	"time"
 
@@ -62,5 +64,32 @@ func TestJobStepClone(t *testing.T) {
 	c.Parts[0].Message, c.ExitCodes[0] = "x", 9
 	if s.Parts[0].Message != "" || s.ExitCodes[0] != 0 {
 		t.Fatal("Clone shares parts or exit codes with the original")
+	}
+}
+
+// TestResilienceFieldsRoundTrip: what the job's side of hardware resilience
+// keeps (a job's infrastructure restarts, a run's progress, fences and
+// checkpoint drain) survives the store's encoding.
+func TestResilienceFieldsRoundTrip(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	b, err := EncodeJob(&JobRecord{Job: &loomv1.Job{Name: "projects/p/jobs/1", UserFailures: 2, MaxRetries: 3}, InfraRestarts: 4}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := DecodeJob(b)
+	if err != nil || j.InfraRestarts != 4 || j.Job.GetUserFailures() != 2 || j.Job.GetMaxRetries() != 3 {
+		t.Fatalf("job: %+v %v", j, err)
+	}
+	r := RunRecord{Job: "projects/p/jobs/1", Attempt: 1, Steps: map[string]Step{"n": {FenceUntil: at}}, FenceUntil: at,
+		Progress: Progress{Step: 9, CheckpointStep: 8, CheckpointTime: at, Last: at}, CheckpointBy: at, CheckpointFrom: 7,
+		CheckpointNode: "n", CheckpointReason: "x"}
+	rb, err := json.Marshal(&r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back RunRecord
+	if err := json.Unmarshal(rb, &back); err != nil || !reflect.DeepEqual(back, r) || !back.Steps["n"].Fenced() {
+		t.Fatalf("run: %+v %v", back, err)
 	}
 }

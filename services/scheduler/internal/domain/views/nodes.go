@@ -51,6 +51,21 @@ type NodeRow struct {
 	AdminReason     string
 	AdminReasonUser string
 	AdminReasonTime time.Time
+	// Health is what health (and the repairs it asked for) make of the
+	// node's Slurm state.
+	Health NodeHealth
+}
+
+// NodeHealth is health's part in a node's Slurm state: whether health took
+// the node out (Out) and, if so, whether Slurm shows it drained (Drain: a
+// checkpoint-first fault, or health draining it before a repair) or
+// rebooting (RebootRequested: health asked for a reboot or reimage the
+// provisioner has not begun; RebootIssued: the provisioner is rebooting or
+// reimaging it); Reason, SetBy and Time are health's (sinfo -R).
+type NodeHealth struct {
+	Out, Drain, RebootRequested, RebootIssued bool
+	Reason, SetBy                             string
+	Time                                      time.Time
 }
 
 // Partitions returns the cluster's partitions as sinfo shows them: nodes,
@@ -87,8 +102,11 @@ func Partitions(src NodeSource, cluster string) []*loomv1.Partition {
 
 // SlurmNodes returns the cluster's compute nodes as sinfo -N shows them:
 // IDLE, MIXED or ALLOCATED by what runs there; DRAINING or DRAINED when
-// drained (by scontrol, or by the provisioner for removal) with or without
-// jobs; DOWN when it cannot run work. nil for an unknown cluster.
+// drained (by scontrol, by the provisioner for removal, or by health) with
+// or without jobs; REBOOT_REQUESTED and REBOOT_ISSUED while health has a
+// reboot (or reimage) asked or under way; DOWN when it cannot run work.
+// Health's states carry its reason, who set it (set_by) and when. nil for
+// an unknown cluster.
 func SlurmNodes(src NodeSource, cluster string) []*loomv1.SlurmNode {
 	t, ok := src.NodeTable(cluster)
 	if !ok {
@@ -115,7 +133,27 @@ func SlurmNodes(src NodeSource, cluster string) []*loomv1.SlurmNode {
 		}
 		busy := v.Runs > 0
 		full := v.Exclusive || (n.GPUs > 0 && v.FreeGPUs == 0) || (n.CPUs > 0 && v.FreeCPUs <= 0)
+		hr := row.Health
+		healthReason := func(state loomv1.SlurmNode_State) {
+			sn.State, sn.Reason, sn.ReasonUser = state, hr.Reason, hr.SetBy
+			if sn.Reason == "" {
+				sn.Reason = row.Reason
+			}
+			if !hr.Time.IsZero() {
+				sn.ReasonTime = timestamppb.New(hr.Time)
+			}
+		}
 		switch {
+		case hr.RebootIssued:
+			healthReason(loomv1.SlurmNode_REBOOT_ISSUED)
+		case hr.RebootRequested:
+			healthReason(loomv1.SlurmNode_REBOOT_REQUESTED)
+		case hr.Drain && busy:
+			healthReason(loomv1.SlurmNode_DRAINING)
+		case hr.Drain:
+			healthReason(loomv1.SlurmNode_DRAINED)
+		case row.Down && hr.Out:
+			healthReason(loomv1.SlurmNode_DOWN)
 		case row.Down:
 			sn.State, sn.Reason = loomv1.SlurmNode_DOWN, strings.TrimPrefix(row.DownReason, "node "+n.Hostname+" down: ")
 		case n.AdminDrain || n.Draining():

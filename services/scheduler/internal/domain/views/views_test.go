@@ -129,3 +129,31 @@ func TestSlurmNodesStates(t *testing.T) {
 		t.Fatal("an unknown cluster has rows")
 	}
 }
+
+// TestSlurmNodesHealthStates: the states health's verdicts and repairs show
+// in sinfo, with health's reason, who set it and when.
+func TestSlurmNodesHealthStates(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)
+	node := func(host string, st loomv1.Node_State) *place.Node {
+		return &place.Node{Name: "nodes/" + host, Hostname: host, GPUs: 8, State: st}
+	}
+	xid := NodeHealth{Out: true, Reason: "Xid 79: GPU has fallen off the bus", SetBy: "loom-health", Time: at}
+	drain, reboot, issued := xid, xid, xid
+	drain.Drain, reboot.RebootRequested, issued.RebootIssued = true, true, true
+	tab := fakeNodes{Schedulable: true, Partitions: []Partition{{Name: "gpu", Default: true}}, Nodes: []NodeRow{
+		{View: place.NodeView{Node: node("a", loomv1.Node_READY), Parts: 1, FreeGPUs: 4, Runs: 1}, Health: drain, Down: true},
+		{View: place.NodeView{Node: node("b", loomv1.Node_READY), Parts: 1, FreeGPUs: 8}, Health: drain, Down: true},
+		{View: place.NodeView{Node: node("c", loomv1.Node_READY), Parts: 1, FreeGPUs: 8}, Health: reboot, Down: true},
+		{View: place.NodeView{Node: node("d", loomv1.Node_REBOOTING), Parts: 1}, Health: issued, Down: true},
+		{View: place.NodeView{Node: node("e", loomv1.Node_DOWN), Parts: 1}, Health: xid, Down: true, DownReason: "node e down: x"},
+	}}
+	want := []loomv1.SlurmNode_State{loomv1.SlurmNode_DRAINING, loomv1.SlurmNode_DRAINED, loomv1.SlurmNode_REBOOT_REQUESTED,
+		loomv1.SlurmNode_REBOOT_ISSUED, loomv1.SlurmNode_DOWN}
+	for i, n := range SlurmNodes(tab, "c") {
+		if n.GetState() != want[i] || n.GetReason() != xid.Reason || n.GetReasonUser() != "loom-health" || !n.GetReasonTime().AsTime().Equal(at) {
+			t.Fatalf("node %s: %v %q by %q at %v, want %v with health's reason", n.GetHostname(), n.GetState(), n.GetReason(),
+				n.GetReasonUser(), n.GetReasonTime(), want[i])
+		}
+	}
+}

@@ -1,0 +1,128 @@
+// Package goodput computes how much of a job's (or a cluster's jobs') wall
+// time was productive training, and where the rest went: queueing before
+// the first run, recomputation of what failed runs did after their last
+// checkpoint, and restarts (from a failure to the next run's start). It is
+// a pure function of the job and its runs (their starts, ends, outcomes and
+// the checkpoint times their steps reported in StepProgress); it imports
+// nothing of the domain.
+package goodput
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
+)
+
+// Failed reports whether a run's end lost work: it ended (or was requeued)
+// in any state but COMPLETED or CANCELLED (a user's cancel is not a failure).
+func Failed(r *jobstore.RunRecord) bool {
+	if !r.Ended() {
+		return false
+	}
+	switch r.Outcome {
+	case loomv1.JobState_COMPLETED, loomv1.JobState_CANCELLED:
+		return false
+	}
+	return true
+}
+
+// Job returns the goodput of job, whose runs are given in attempt order
+// (nil entries are skipped), as of now:
+//
+//   - wall: from submission to the job's end (now while it is not over);
+//   - queueing: from submission to the first run's start (all of wall
+//     while it never ran);
+//   - a failed run's time after its last checkpoint (its start when it
+//     wrote none) is lost to recomputation; the rest of it, and the whole
+//     of every other run, is productive;
+//   - restart: from a failed run's end to the next run's start (to now, or
+//     to the job's end, when none followed);
+//   - failures count the failed runs, restarts the runs after the first.
+//
+// goodput is productive / wall (0 for no wall time).
+func Job(job *loomv1.Job, runs []*jobstore.RunRecord, now time.Time) *loomv1.Goodput {
+	submit := job.GetSubmitTime().AsTime()
+	end := now
+	if job.GetState().Terminal() && job.GetEndTime() != nil {
+		end = job.GetEndTime().AsTime()
+	}
+	if job.GetSubmitTime() == nil || end.Before(submit) {
+		submit = end
+	}
+	var productive, recompute, restart, queueing time.Duration
+	var failures, restarts int32
+	var rs []*jobstore.RunRecord
+	for _, r := range runs {
+		if r != nil && !r.Start.IsZero() {
+			rs = append(rs, r)
+		}
+	}
+	if len(rs) == 0 {
+		queueing = end.Sub(submit)
+	} else {
+		queueing = clip(rs[0].Start.Sub(submit))
+		restarts = int32(len(rs) - 1)
+	}
+	for i, r := range rs {
+		rEnd := end
+		if r.Ended() {
+			rEnd = r.End
+		}
+		d := clip(rEnd.Sub(r.Start))
+		if !Failed(r) {
+			productive += d
+			continue
+		}
+		failures++
+		lost := d
+		if ck := r.Progress.CheckpointTime; !ck.IsZero() && !ck.Before(r.Start) && !ck.After(rEnd) {
+			lost = rEnd.Sub(ck)
+		}
+		productive += d - lost
+		recompute += lost
+		next := end
+		if i+1 < len(rs) {
+			next = rs[i+1].Start
+		}
+		restart += clip(next.Sub(rEnd))
+	}
+	wall := clip(end.Sub(submit))
+	g := &loomv1.Goodput{Name: job.GetName(), Wall: durationpb.New(wall), Productive: durationpb.New(productive),
+		LostRecompute: durationpb.New(recompute), LostRestart: durationpb.New(restart), LostQueueing: durationpb.New(queueing),
+		LostCheckpointing: durationpb.New(0), Failures: failures, Restarts: restarts, Jobs: 1}
+	if wall > 0 {
+		g.Goodput = float64(productive) / float64(wall)
+	}
+	return g
+}
+
+// Sum adds goodputs (of a cluster's jobs) into one named name: every
+// duration and count summed, goodput the sum's productive over its wall.
+func Sum(name string, parts []*loomv1.Goodput) *loomv1.Goodput {
+	var wall, productive, recompute, restart, queueing, ckpt time.Duration
+	out := &loomv1.Goodput{Name: name}
+	for _, g := range parts {
+		wall += g.GetWall().AsDuration()
+		productive += g.GetProductive().AsDuration()
+		recompute += g.GetLostRecompute().AsDuration()
+		restart += g.GetLostRestart().AsDuration()
+		queueing += g.GetLostQueueing().AsDuration()
+		ckpt += g.GetLostCheckpointing().AsDuration()
+		out.Failures += g.GetFailures()
+		out.Restarts += g.GetRestarts()
+		out.Jobs += g.GetJobs()
+	}
+	out.Wall, out.Productive = durationpb.New(wall), durationpb.New(productive)
+	out.LostRecompute, out.LostRestart = durationpb.New(recompute), durationpb.New(restart)
+	out.LostQueueing, out.LostCheckpointing = durationpb.New(queueing), durationpb.New(ckpt)
+	if wall > 0 {
+		out.Goodput = float64(productive) / float64(wall)
+	}
+	return out
+}
+
+func clip(d time.Duration) time.Duration { return max(d, 0) }

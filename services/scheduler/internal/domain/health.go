@@ -1,0 +1,458 @@
+package domain
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/resname"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// The job's side of hardware resilience (docs/health.md): what health's
+// verdicts, the runs' progress and the clock do to jobs.
+//
+//   - Infrastructure failures (a failed or hung node, a health action)
+//     requeue a job without using its max_retries, up to MaxInfraRestarts.
+//   - A failed node's steps are fenced (failNode): the job's next attempt
+//     never starts while the old one may still run there.
+//   - A node excluded after a failure under a job stops being excluded when
+//     health reports it repaired, or when it is removed; a pending job that
+//     no node can ever take because every one it could use failed under it,
+//     with none being repaired, ends NODE_FAIL saying so (endHopeless).
+//   - StepProgress moves a run's Progress: a run that does not move for its
+//     hang timeout is ended as hung and requeued, and its nodes get a check.
+
+// TriggerHang is NodesNeedCheck.trigger for a hung run's nodes.
+const TriggerHang = "hang"
+
+// DefaultCheckpointSignal is the signal of a checkpoint-aware drain for a
+// job without --signal.
+const DefaultCheckpointSignal = "USR1"
+
+// infraRequeue ends j's current run r for the infrastructure's sake (an
+// edited j): the run and job end in outcome (NODE_FAIL, or REQUEUED for a
+// health action, a hang) with reason, then the job is requeued — unless it
+// may not be (--no-requeue) or its infrastructure restarts are spent
+// (MaxInfraRestarts), when it ends NODE_FAIL. The caller stops the steps.
+func (t *txn) infraRequeue(j *Job, r *Run, outcome loomv1.JobState, reason string) {
+	switch {
+	case !j.requeueAllowed():
+		t.finish(j, loomv1.JobState_NODE_FAIL, 0, reason)
+		return
+	case j.InfraRestarts >= t.s.cfg.MaxInfraRestarts:
+		t.finish(j, loomv1.JobState_NODE_FAIL, 0, fmt.Sprintf("%s (not requeued: %d infrastructure restarts, the cluster's limit)",
+			reason, j.InfraRestarts))
+		return
+	}
+	j.InfraRestarts++
+	t.endAttempt(r, outcome, 0, reason)
+	if outcome != loomv1.JobState_REQUEUED {
+		t.end(j, outcome, 0, reason)
+		t.emitJob(j)
+	}
+	t.requeueJob(j, reason)
+}
+
+// runsOn returns the running attempts that hold node, in key order.
+func (t *txn) runsOn(node string) []*Run {
+	var out []*Run
+	for _, r := range t.activeRuns() {
+		if !r.Holds(node) || r.Ended() {
+			continue
+		}
+		if j := t.job(r.Job); j != nil && j.Running() && j.Attempt == r.Attempt {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// restartJobsOn requeues the runs on n (health HEALTHY with
+// ACTION_RESTART_JOB: an application's fault, such as Xid 13): no exclusion,
+// no drain, and not a user failure.
+func (t *txn) restartJobsOn(n *Node, why string) {
+	reason := "restarted by health on " + n.Hostname
+	if why != "" {
+		reason += ": " + why
+	}
+	for _, r := range t.runsOn(n.Name) {
+		j := t.editJob(r.Job)
+		t.stopSteps(r, "", reason, eventsv1.StopCause_STOP_CAUSE_REQUEUED)
+		t.infraRequeue(j, r, loomv1.JobState_REQUEUED, reason)
+		t.dirty[r.Cluster] = true
+	}
+}
+
+// checkpointDrain starts the checkpoint-aware drain of n (health UNHEALTHY
+// with checkpoint_first): each run on it gets its job's --signal (default
+// USR1; B: to the batch shell only) and CheckpointGrace to write a new
+// checkpoint; it is requeued at the first StepProgress showing one, or when
+// the grace ends (checkpointDue).
+func (t *txn) checkpointDrain(n *Node) {
+	for _, r := range t.runsOn(n.Name) {
+		if !r.CheckpointBy.IsZero() {
+			continue
+		}
+		j := t.job(r.Job)
+		sig := JobSignal{Name: DefaultCheckpointSignal}
+		if s, err := ParseJobSignal(j.Job.GetSignal()); err == nil && s.Name != "" {
+			sig = s
+		}
+		r = t.editRun(r.Key())
+		r.CheckpointBy = t.now.Add(t.s.cfg.CheckpointGrace)
+		r.CheckpointFrom, r.CheckpointNode = r.Progress.CheckpointStep, n.Name
+		r.CheckpointReason = "node " + n.Hostname + " drained by health: " + n.HealthReason
+		t.signalJob(j, r, sig.Name, sig.BatchOnly, !sig.BatchOnly)
+	}
+}
+
+// checkpointDone requeues run r of j, whose node is being drained, once it
+// has checkpointed or its grace has ended; the node is excluded from the
+// job's later runs as any node health took out.
+func (t *txn) checkpointDone(j *Job, r *Run, why string) {
+	j = t.editJob(j.Name())
+	reason := r.CheckpointReason + " (" + why + ")"
+	if n := t.node(r.CheckpointNode); n != nil && n.Hostname != "" && !containsString(j.Excluded, n.Hostname) {
+		j.Excluded = append(append([]string(nil), j.Excluded...), n.Hostname)
+	}
+	t.stopSteps(r, "", reason, eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE)
+	t.infraRequeue(j, r, loomv1.JobState_REQUEUED, reason) // planned, as a drain's deadline
+	r = t.editRun(r.Key())
+	r.CheckpointBy = time.Time{}
+	t.dirty[r.Cluster] = true
+}
+
+// hung ends run r of j, which made no progress for d: requeued (an
+// infrastructure failure) and its nodes given a check.
+func (t *txn) hung(j *Job, r *Run, d time.Duration) {
+	reason := "hung: no progress for " + d.String()
+	j = t.editJob(j.Name())
+	t.emit(r.Cluster, j.Name(), &eventsv1.NodesNeedCheck{Cluster: r.Cluster, Nodes: append([]string(nil), r.Nodes...),
+		Reason: reason, Job: j.Name(), Trigger: TriggerHang})
+	t.stopSteps(r, "", reason, eventsv1.StopCause_STOP_CAUSE_UNSPECIFIED)
+	t.infraRequeue(j, r, loomv1.JobState_NODE_FAIL, reason)
+	t.dirty[r.Cluster] = true
+}
+
+// hangTimeout is j's hang timeout: its own, else the cluster default (0: off).
+func (s *State) hangTimeout(j *Job) time.Duration {
+	if sec := j.Job.GetHangTimeoutSeconds(); sec > 0 {
+		return time.Duration(sec) * time.Second
+	}
+	return s.cfg.HangTimeout
+}
+
+// hangDue reports whether run r has made no progress (since its start when
+// it never reported any) for its job's hang timeout, and that timeout.
+func (s *State) hangDue(now time.Time, j *Job, r *Run) (time.Duration, bool) {
+	d := s.hangTimeout(j)
+	if d <= 0 {
+		return 0, false
+	}
+	last := r.Start
+	if r.Progress.Last.After(last) {
+		last = r.Progress.Last
+	}
+	return d, !now.Before(last.Add(d))
+}
+
+// stepProgress records a step's progress on its run: the highest step and
+// checkpoint over the run's nodes, and when it last moved. A run being
+// drained is requeued at its first newer checkpoint.
+func (t *txn) stepProgress(ev *eventsv1.StepProgress) error {
+	var v errs.Validator
+	v.Check(ev.GetJob() != "", "job", "required")
+	v.Check(ev.GetNode() != "", "node", "required")
+	if err := v.Err(); err != nil {
+		return fmt.Errorf("step progress: %w", err)
+	}
+	key := RunKey(ev.GetJob(), ev.GetAttempt())
+	r := t.run(key)
+	if r == nil || r.Released {
+		return nil
+	}
+	if _, ok := r.Steps[ev.GetNode()]; !ok {
+		return nil
+	}
+	p := r.Progress
+	p.Step = max(p.Step, ev.GetStep())
+	p.OutputBytes = max(p.OutputBytes, ev.GetOutputBytes())
+	if ev.GetCheckpointStep() > p.CheckpointStep {
+		p.CheckpointStep = ev.GetCheckpointStep()
+		p.CheckpointTime = t.now
+		if ev.GetCheckpointTime() != nil {
+			p.CheckpointTime = ev.GetCheckpointTime().AsTime()
+		}
+	}
+	last := t.now
+	if ev.GetLastProgress() != nil {
+		last = ev.GetLastProgress().AsTime()
+	} else if ev.GetTime() != nil {
+		last = ev.GetTime().AsTime()
+	}
+	if last.After(p.Last) {
+		p.Last = last
+	}
+	if p == r.Progress {
+		return nil
+	}
+	r = t.editRun(key)
+	r.Progress = p
+	if j := t.job(r.Job); j != nil && j.Running() && j.Attempt == r.Attempt && !r.Ended() &&
+		!r.CheckpointBy.IsZero() && p.CheckpointStep > r.CheckpointFrom {
+		t.checkpointDone(j, r, fmt.Sprintf("checkpointed at step %d", p.CheckpointStep))
+	}
+	return nil
+}
+
+// liftFences abandons r's fenced steps whose FenceTimeout has passed
+// (nothing was heard of them): the node is free, and so is the job's next
+// attempt.
+func (t *txn) liftFences(r *Run) {
+	r = t.editRun(r.Key())
+	for node, st := range r.Steps {
+		if st.Fenced() && !t.now.Before(st.FenceUntil) {
+			st.Abandoned = true
+			r.Steps[node] = st
+		}
+	}
+	r.FenceUntil = fenceOf(r)
+	if r.allTerminal() {
+		r.Released = true
+	}
+	t.dirty[r.Cluster] = true
+}
+
+// giveUpStopping ends the wait for the steps of a requeued job's old run r
+// (and its srun tasks) that did not answer their StopStep within
+// RequeueStopWait (Slurm's UnkillableStepTimeout) on nodes nobody found
+// failed: they are abandoned (the tasks there lost),
+// so the run lets go of those nodes and the job's next attempt may start —
+// never while the old one still holds a node. A fenced step (its node
+// failed) is left to its fence.
+func (t *txn) giveUpStopping(r *Run) {
+	if r == nil || r.Released {
+		return
+	}
+	live := map[string]bool{} // nodes with job steps' (srun) tasks not heard to end
+	for i := range r.JobSteps {
+		s := &r.JobSteps[i]
+		for k, node := range s.Nodes {
+			if !s.Ended() && !s.Parts[k].Terminal() {
+				live[node] = true
+			}
+		}
+	}
+	changed := false
+	for _, node := range r.Nodes {
+		if st := r.Steps[node]; !st.Abandoned && (!st.Terminal() || live[node]) && st.FenceUntil.IsZero() {
+			if !changed {
+				r = t.editRun(r.Key())
+				changed = true
+			}
+			st.Abandoned = true
+			r.Steps[node] = st
+		}
+	}
+	if !changed {
+		return
+	}
+	if r.allTerminal() {
+		r.Released = true
+	}
+	t.dirty[r.Cluster] = true
+}
+
+// expireExclusions ends every live job's exclusion of host on cluster: the
+// node was repaired and confirmed healthy, or removed.
+func (t *txn) expireExclusions(cluster, host string) {
+	if host == "" {
+		return
+	}
+	var names []string
+	for name, j := range t.s.jobs {
+		if len(j.Excluded) > 0 && !j.Terminal() && j.Job.GetCluster() == cluster && containsString(j.Excluded, host) {
+			names = append(names, name)
+		}
+	}
+	for name, j := range t.c.Jobs {
+		if j != nil && j.lazy == nil && len(j.Excluded) > 0 && t.s.jobs[name] == nil && j.Job.GetCluster() == cluster &&
+			containsString(j.Excluded, host) {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		j := t.editJob(name)
+		kept := make([]string, 0, len(j.Excluded))
+		for _, h := range j.Excluded {
+			if h != host {
+				kept = append(kept, h)
+			}
+		}
+		if len(kept) == 0 {
+			kept = nil
+		}
+		j.Excluded = kept
+	}
+	t.dirty[cluster] = true
+}
+
+// afterPass is what follows a change's pass: pending jobs no node will
+// ever take end, nodes health took out that hold nothing any more are
+// announced drained, and a StartStep of an attempt the change also ended is
+// withdrawn.
+func (t *txn) afterPass() {
+	t.endHopeless()
+	t.healthDrained()
+	t.dropStaleStarts()
+}
+
+// endHopeless ends the pending jobs this change's pass found BadConstraints
+// because nodes failed under them: every node they could use is excluded,
+// and none of those it excluded after a failure is being repaired (unhealthy,
+// unreachable, DOWN, rebooting, reimaged, replaced), so no exclusion will
+// expire. They end NODE_FAIL saying why.
+func (t *txn) endHopeless() {
+	for i := range t.c.Decisions {
+		d := &t.c.Decisions[i]
+		if d.Reason != ReasonBadConstraints || d.Filtered["Excluded"] == 0 {
+			continue
+		}
+		j := t.job(d.Job)
+		if j == nil || !j.Pending() || len(j.Excluded) == 0 {
+			continue
+		}
+		cluster := j.Job.GetCluster()
+		repairing := false
+		for _, h := range j.Excluded {
+			if n := t.node(resname.NodeIn(cluster, h)); n != nil && underRepair(n) {
+				repairing = true
+				break
+			}
+		}
+		if repairing {
+			continue
+		}
+		j = t.editJob(j.Name())
+		t.end(j, loomv1.JobState_NODE_FAIL, 0, fmt.Sprintf(
+			"no node can take it: every node it may use failed under it (%s), and none is being repaired",
+			strings.Join(j.Excluded, ",")))
+		t.emitJob(j)
+		d.Reason = ""
+		t.dirty[cluster] = true
+	}
+}
+
+// underRepair reports whether a node may yet come back repaired: health
+// took it out or lost touch with it, or it is down or being repaired.
+func underRepair(n *Node) bool {
+	switch n.State {
+	case loomv1.Node_FAILED, loomv1.Node_DELETING, loomv1.Node_DRAINING:
+		return false
+	}
+	return n.HealthOut() || n.Unreachable || n.State != loomv1.Node_READY
+}
+
+// healthDrained emits NodeDrained, once, for each node health took out
+// (unhealthy, or drained for a checkpoint) that holds no allocation any
+// more, so that health may go on with its repair. A node the provisioner
+// drains is announced by drain instead.
+func (t *txn) healthDrained() {
+	var names []string
+	for name := range t.s.healthOut {
+		if _, over := t.c.Nodes[name]; !over {
+			names = append(names, name)
+		}
+	}
+	for name, n := range t.c.Nodes {
+		if n != nil && n.HealthOut() && !n.HealthDrained {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		n := t.node(name)
+		if n == nil || !n.HealthOut() || n.HealthDrained || n.Draining() || t.held(name) {
+			continue
+		}
+		n = t.editNode(name)
+		n.HealthDrained = true
+		t.emit(n.Cluster, n.Name, &eventsv1.NodeDrained{Node: n.Name, Cluster: n.Cluster})
+	}
+}
+
+// held reports whether a run holds an allocation on node, as the change
+// leaves it.
+func (t *txn) held(node string) bool {
+	if a := t.s.alloc[node]; a != nil {
+		for _, r := range a.holders {
+			if cur := t.run(r.Key()); cur != nil && cur.Holds(node) {
+				return true
+			}
+		}
+	}
+	for _, r := range t.c.Runs {
+		if r != nil && r.Holds(node) {
+			return true
+		}
+	}
+	return false
+}
+
+// dropStaleStarts withdraws the StartStep of an attempt this change started
+// and also ended (the agent would start what the scheduler already ended):
+// that node's step, never started, is abandoned. A StopStep for it may
+// still go out; the agent then refuses the attempt for good.
+func (t *txn) dropStaleStarts() {
+	stale := false
+	for _, r := range t.c.Runs {
+		if r != nil && r.Ended() && r.Start.Equal(t.now) {
+			stale = true
+			break
+		}
+	}
+	if !stale {
+		return
+	}
+	kept := t.c.Emits[:0]
+	for _, e := range t.c.Emits {
+		if st, ok := e.Payload.(*eventsv1.StartStep); ok {
+			if r := t.run(RunKey(st.GetJob(), st.GetAttempt())); r != nil && r.Ended() {
+				r = t.editRun(r.Key())
+				step := r.Steps[st.GetNode()]
+				step.Abandoned = true
+				r.Steps[st.GetNode()] = step
+				if r.allTerminal() {
+					r.Released = true
+				}
+				continue
+			}
+		}
+		kept = append(kept, e)
+	}
+	for i := len(kept); i < len(t.c.Emits); i++ {
+		t.c.Emits[i] = Emit{}
+	}
+	t.c.Emits = kept
+	// lastJobEmit indexes into Emits: withdrawn starts come after every
+	// JobChanged of the jobs that started, so only later indexes move.
+	t.reindexJobEmits()
+}
+
+// reindexJobEmits rebuilds lastJobEmit after emits were removed.
+func (t *txn) reindexJobEmits() {
+	clear(t.c.lastJobEmit)
+	for i, e := range t.c.Emits {
+		if jc, ok := e.Payload.(*eventsv1.JobChanged); ok {
+			t.c.lastJobEmit[jc.GetJob().GetName()] = i
+		}
+	}
+}

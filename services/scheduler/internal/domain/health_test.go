@@ -1,0 +1,685 @@
+package domain
+
+import (
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
+)
+
+// newHealthHarness is newHarness with cfg (the default policy unless set).
+func newHealthHarness(t *testing.T, cfg Config) *harness {
+	if cfg.Policy.Name == "" {
+		cfg.Policy = DefaultPolicy()
+	}
+	h := &harness{t: t, s: NewState(cfg), now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), announced: map[string]string{}}
+	h.do(&eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cl, Status: &loomv1.ClusterStatus{
+		State: loomv1.Cluster_RUNNING, SharedDir: "/shared/c1"}}})
+	return h
+}
+
+func (h *harness) health(host string, ev *eventsv1.NodeHealthChanged) *Change {
+	ev.Node, ev.Cluster = nodeName(host), cl
+	return h.do(ev)
+}
+
+func (h *harness) progress(id int, attempt int32, host string, step, ckpt int64) *Change {
+	return h.do(&eventsv1.StepProgress{Job: jobName(id), Attempt: attempt, Node: nodeName(host), Step: step,
+		CheckpointStep: ckpt, LastProgress: timestamppb.New(h.now.Add(time.Second))})
+}
+
+func needChecks(c *Change) []*eventsv1.NodesNeedCheck {
+	var out []*eventsv1.NodesNeedCheck
+	for _, e := range c.Emits {
+		if n, ok := e.Payload.(*eventsv1.NodesNeedCheck); ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// checkNoOverlap fails when two attempts of a job ever held nodes at once
+// with the later one started: the later run's start must come after the
+// earlier one let go of every node.
+type overlapWatch struct {
+	released map[string]time.Time // run key → when it was released
+}
+
+func (w *overlapWatch) see(t *testing.T, h *harness, id int) {
+	t.Helper()
+	j := h.s.JobRecord(jobName(id))
+	for a := int32(1); a <= j.Attempt; a++ {
+		r := h.s.Run(jobName(id), a)
+		if r == nil {
+			continue
+		}
+		if _, ok := w.released[r.Key()]; !ok && r.Released {
+			w.released[r.Key()] = h.now
+		}
+		if a > 1 {
+			prev := h.s.Run(jobName(id), a-1)
+			if prev != nil && !prev.Released {
+				t.Fatalf("attempt %d started at %v while attempt %d still holds %v", a, r.Start, a-1, prev.Steps)
+			}
+		}
+	}
+}
+
+// TestFencedAttemptsNeverOverlap: a node health declares failed (its agent
+// paused past the heartbeat timeout) is told to stop its run too, and the
+// job's next attempt waits until that step is heard to end, the node is
+// repaired, or the fence times out: two attempts never run at once.
+func TestFencedAttemptsNeverOverlap(t *testing.T) {
+	t.Parallel()
+	for _, lift := range []string{"step-ends", "rebooting", "removed", "timeout"} {
+		t.Run(lift, func(t *testing.T) {
+			t.Parallel()
+			h := newHealthHarness(t, Config{})
+			for _, host := range []string{"gpu-0001", "gpu-0002", "gpu-0003", "gpu-0004"} {
+				h.node(host, 8)
+			}
+			w := &overlapWatch{released: map[string]time.Time{}}
+			h.submit(1, 2, 8)
+			bad, other := h.job(1).GetNodes()[0], h.job(1).GetNodes()[1]
+			c := h.health(bad, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "no heartbeat for 15s"})
+			var stopped []string
+			for _, s := range stops(c) {
+				stopped = append(stopped, s.GetNode())
+			}
+			slices.Sort(stopped)
+			if want := []string{nodeName(bad), nodeName(other)}; !reflect.DeepEqual(stopped, want) {
+				t.Fatalf("StopStep to %v, want both nodes (the failed one is fenced) %v", stopped, want)
+			}
+			h.step(1, 1, other, eventsv1.StepState_STEP_KILLED, 143)
+			w.see(t, h, 1)
+			h.wantExact(1, loomv1.JobState_PENDING, ReasonRequeued)
+			if p := h.s.JobRecord(jobName(1)).why; p == nil || !strings.Contains(p.Note, "failed node(s) "+bad+" (fenced until") {
+				t.Fatalf("placement while fenced: %+v", p)
+			}
+			if c := h.tick(DefaultRequeueStopWait + time.Second); len(starts(c)) != 0 {
+				t.Fatal("the requeue stop wait shortened the fence")
+			}
+			var c2 *Change
+			switch lift {
+			case "step-ends": // the paused agent resumes, stops the step and says so
+				c2 = h.step(1, 1, bad, eventsv1.StepState_STEP_KILLED, 143)
+			case "rebooting": // the repair is the fence
+				c2 = h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName(bad), Cluster: cl, Hostname: bad, Gpus: 8,
+					State: loomv1.Node_REBOOTING, Reason: "remediation: reboot"}})
+			case "removed":
+				c2 = h.do(&eventsv1.NodeRemoved{Node: nodeName(bad), Cluster: cl})
+			case "timeout":
+				if c := h.tick(DefaultFenceTimeout - DefaultRequeueStopWait - 5*time.Second); len(starts(c)) != 0 {
+					t.Fatal("started before the fence timed out")
+				}
+				c2 = h.tick(5 * time.Second)
+			}
+			w.see(t, h, 1)
+			if st := starts(c2); len(st) != 2 || st[0].GetAttempt() != 2 {
+				t.Fatalf("want attempt 2 started once the fence lifted (%s), got %v", lift, st)
+			}
+			if slices.Contains(h.job(1).GetNodes(), bad) {
+				t.Fatalf("attempt 2 on the failed node: %v", h.job(1).GetNodes())
+			}
+			if r := h.s.Run(jobName(1), 1); !r.Released {
+				t.Fatalf("attempt 1 not released: %+v", r.Steps)
+			}
+		})
+	}
+}
+
+// TestStaleStartWithdrawn: a StartStep of an attempt that the same change
+// ended never goes out; its step, never started, holds nothing.
+func TestStaleStartWithdrawn(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{})
+	h.node("gpu-0001", 8)
+	c := h.submit(1, 1, 8)
+	st := starts(c)
+	if len(st) != 1 {
+		t.Fatalf("starts %v", st)
+	}
+	// The same change now also ends the attempt (as a later event of its
+	// batch might): the start is withdrawn.
+	tx := writerTxn(h.s, h.s.Run(jobName(1), 1).Start)
+	tx.c.Emits = append(tx.c.Emits, Emit{Key: st[0].GetNode(), Subject: jobName(1), Payload: st[0]})
+	j := tx.editJob(jobName(1))
+	tx.finish(j, loomv1.JobState_CANCELLED, 0, "")
+	tx.afterPass()
+	if got := starts(tx.c); len(got) != 0 {
+		t.Fatalf("a StartStep of an ended attempt went out: %v", got)
+	}
+	if r := tx.run(RunKey(jobName(1), 1)); !r.Steps[nodeName("gpu-0001")].Abandoned || !r.Released {
+		t.Fatalf("the never-started step still holds the node: %+v", r)
+	}
+}
+
+// TestExclusionExpiryUnsticksJob: a job whose every node failed under it
+// waits (BadConstraints) while they are repaired, runs again once health
+// reports one repaired, and ends, saying why, when none is being repaired.
+func TestExclusionExpiryUnsticksJob(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{})
+	h.node("gpu-0001", 8)
+	h.submit(1, 1, 8)
+	h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "Xid 79: GPU has fallen off the bus"})
+	h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_KILLED, 143)
+	h.wantExact(1, loomv1.JobState_PENDING, ReasonBadConstraints)
+	if got := h.s.JobRecord(jobName(1)).Excluded; !reflect.DeepEqual(got, []string{"gpu-0001"}) {
+		t.Fatalf("excluded %v", got)
+	}
+	// Still pending while the node is under repair.
+	h.tick(time.Hour)
+	h.wantExact(1, loomv1.JobState_PENDING, ReasonBadConstraints)
+	// Back, but not repaired: not yet.
+	c := h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_HEALTHY, Repaired: true})
+	if st := starts(c); len(st) != 1 || st[0].GetAttempt() != 2 {
+		t.Fatalf("want attempt 2 once the node was repaired, got %v", st)
+	}
+	if got := h.s.JobRecord(jobName(1)).Excluded; len(got) != 0 {
+		t.Fatalf("exclusion kept after the repair: %v", got)
+	}
+
+	// It fails again; health finds nothing to repair (HEALTHY without
+	// repaired): the job can never run and ends, saying why.
+	h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "no heartbeat"})
+	h.step(1, 2, "gpu-0001", eventsv1.StepState_STEP_KILLED, 143)
+	h.wantExact(1, loomv1.JobState_PENDING, ReasonBadConstraints)
+	h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_HEALTHY})
+	j := h.job(1)
+	if j.GetState() != loomv1.JobState_NODE_FAIL || !strings.Contains(j.GetStateReason(), "every node it may use failed under it (gpu-0001)") {
+		t.Fatalf("job 1: %v %q, want NODE_FAIL saying no node can take it", j.GetState(), j.GetStateReason())
+	}
+
+	// A removed node's exclusion goes too.
+	h2 := newHealthHarness(t, Config{})
+	h2.node("gpu-0001", 8)
+	h2.node("gpu-0002", 8)
+	h2.submit(1, 2, 8)
+	h2.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "x"})
+	h2.do(&eventsv1.NodeRemoved{Node: nodeName("gpu-0001"), Cluster: cl})
+	if got := h2.s.JobRecord(jobName(1)).Excluded; len(got) != 0 {
+		t.Fatalf("exclusion of a removed node kept: %v", got)
+	}
+}
+
+// TestRetryBudgets: the program's own failures are retried up to
+// max_retries (user_failures counts them); infrastructure failures do not
+// use it and are bounded by MaxInfraRestarts.
+func TestRetryBudgets(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{MaxInfraRestarts: 2})
+	h.node("gpu-0001", 8)
+	h.node("gpu-0002", 8)
+	h.submitJob(&loomv1.Job{Name: jobName(1), JobId: "1", Cluster: cl, NodeCount: 1, GpusPerNode: 8,
+		Command: []string{"/bin/train"}, MaxRetries: 2})
+	for attempt := int32(1); attempt <= 2; attempt++ {
+		host := h.job(1).GetNodes()[0]
+		c := h.step(1, attempt, host, eventsv1.StepState_STEP_EXITED, 3)
+		if got := statesOf(c, 1); !reflect.DeepEqual(got[:2], []loomv1.JobState{loomv1.JobState_FAILED, loomv1.JobState_REQUEUED}) {
+			t.Fatalf("attempt %d failed: %v, want FAILED then REQUEUED", attempt, got)
+		}
+		j := h.job(1)
+		if j.GetUserFailures() != attempt || j.GetRestartCount() != attempt || !h.s.JobRecord(jobName(1)).Running() {
+			t.Fatalf("after user failure %d: %v user_failures %d restarts %d", attempt, j.GetState(), j.GetUserFailures(), j.GetRestartCount())
+		}
+	}
+	// A node failure does not count against max_retries.
+	host := h.job(1).GetNodes()[0]
+	h.health(host, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "xid"})
+	h.step(1, 3, host, eventsv1.StepState_STEP_KILLED, 143)
+	if j := h.job(1); j.GetUserFailures() != 2 || !h.s.JobRecord(jobName(1)).Running() {
+		t.Fatalf("after a node failure: %v user_failures %d", j.GetState(), j.GetUserFailures())
+	}
+	h.health(host, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_HEALTHY, Repaired: true})
+	// The third failure of the program is one too many.
+	h.step(1, 4, h.job(1).GetNodes()[0], eventsv1.StepState_STEP_EXITED, 3)
+	h.wantExact(1, loomv1.JobState_FAILED, ReasonNonZeroExitCode)
+	if j := h.job(1); j.GetUserFailures() != 3 || j.GetExitCode() != 3 {
+		t.Fatalf("final: user_failures %d exit %d", j.GetUserFailures(), j.GetExitCode())
+	}
+
+	// Infrastructure restarts are bounded by the cluster's limit (2 here).
+	h.submit(2, 1, 8)
+	for i := 0; i < 3; i++ {
+		host := h.job(2).GetNodes()[0]
+		attempt := h.s.JobRecord(jobName(2)).Attempt
+		h.health(host, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "xid"})
+		h.step(2, attempt, host, eventsv1.StepState_STEP_KILLED, 143)
+		h.health(host, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_HEALTHY, Repaired: true})
+	}
+	if j := h.job(2); j.GetState() != loomv1.JobState_NODE_FAIL || !strings.Contains(j.GetStateReason(), "2 infrastructure restarts") {
+		t.Fatalf("job 2 after 3 node failures: %v %q", j.GetState(), j.GetStateReason())
+	}
+
+	// max_retries is bounded.
+	h.submitJob(&loomv1.Job{Name: jobName(3), JobId: "3", Cluster: cl, Command: []string{"x"}, MaxRetries: 1000, Hold: true})
+	h.submitJob(&loomv1.Job{Name: jobName(4), JobId: "4", Cluster: cl, Command: []string{"x"}, MaxRetries: -4, Hold: true})
+	if a, b := h.job(3).GetMaxRetries(), h.job(4).GetMaxRetries(); a != MaxRetriesCeiling || b != 0 {
+		t.Fatalf("max_retries bounded to %d and %d, want %d and 0", a, b, MaxRetriesCeiling)
+	}
+}
+
+// TestCheckpointAwareDrain: a fault that is not urgent signals the job
+// (its --signal, default USR1), waits for a newer checkpoint, then requeues
+// it and drains the node; without a checkpoint, the grace bounds the wait.
+func TestCheckpointAwareDrain(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{CheckpointGrace: 2 * time.Minute})
+	h.node("gpu-0001", 8)
+	h.node("gpu-0002", 8)
+	h.submit(1, 1, 8)
+	h.submitJob(&loomv1.Job{Name: jobName(2), JobId: "2", Cluster: cl, NodeCount: 1, GpusPerNode: 8,
+		Command: []string{"/bin/train"}, Signal: "TERM@30"})
+	n1, n2 := h.job(1).GetNodes()[0], h.job(2).GetNodes()[0]
+	h.progress(1, 1, n1, 100, 40)
+	c := h.health(n1, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, CheckpointFirst: true,
+		Reason: "ECC single-bit errors rising"})
+	if sg := signals(c); len(sg) != 1 || sg[0].GetSignal() != "USR1" || sg[0].GetNode() != nodeName(n1) || len(stops(c)) != 0 {
+		t.Fatalf("checkpoint-first: signals %v stops %v, want USR1 and no stop", sg, stops(c))
+	}
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	// The provisioner's DOWN that follows health's verdict does not cut the grace short.
+	if c := h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName(n1), Cluster: cl, Hostname: n1,
+		Gpus: 8, State: loomv1.Node_DOWN, Reason: "ECC single-bit errors rising"}}); len(stops(c)) != 0 {
+		t.Fatalf("DOWN during a checkpoint-aware drain ended runs: %v", stops(c))
+	}
+	if n := h.s.Node(nodeName(n1)); n.Usable() {
+		t.Fatal("a node being drained for a checkpoint takes new work")
+	}
+	// An old checkpoint is not the one asked for.
+	if c := h.progress(1, 1, n1, 120, 40); len(stops(c)) != 0 {
+		t.Fatalf("requeued on an old checkpoint: %v", stops(c))
+	}
+	c = h.progress(1, 1, n1, 130, 125)
+	if len(stops(c)) != 1 {
+		t.Fatalf("a new checkpoint: want the run stopped, got %v", stops(c))
+	}
+	if j := h.job(1); j.GetState() != loomv1.JobState_PENDING || !strings.Contains(strings.Join(stateLines(jobChanges(c)), ";"), "checkpointed at step 125") {
+		t.Fatalf("job 1 after its checkpoint: %v, events %v", j.GetState(), stateLines(jobChanges(c)))
+	}
+	if u := h.job(1).GetUserFailures(); u != 0 {
+		t.Fatalf("a drain counted as a user failure: %d", u)
+	}
+	wantDrained(t, h.step(1, 1, n1, eventsv1.StepState_STEP_KILLED, 143), n1)
+
+	// No checkpoint within the grace: requeued at its end, with the job's own signal.
+	c = h.health(n2, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, CheckpointFirst: true, Reason: "thermal"})
+	if sg := signals(c); len(sg) != 1 || sg[0].GetSignal() != "TERM" {
+		t.Fatalf("job 2's --signal: %v", sg)
+	}
+	if c := h.tick(time.Minute); len(stops(c)) != 0 {
+		t.Fatal("requeued before the grace ended")
+	}
+	if c := h.tick(time.Minute); len(stops(c)) != 1 || h.job(2).GetState() == loomv1.JobState_RUNNING {
+		t.Fatalf("grace over: stops %v, job 2 %v", stops(c), h.job(2).GetState())
+	}
+	if got := h.s.JobRecord(jobName(2)).Excluded; !reflect.DeepEqual(got, []string{n2}) {
+		t.Fatalf("job 2 excludes %v, want the drained node", got)
+	}
+}
+
+// stateLines returns the states and reasons of JobChanged events, for messages.
+func stateLines(jcs []*eventsv1.JobChanged) []string {
+	var out []string
+	for _, jc := range jcs {
+		out = append(out, jc.GetJob().GetState().String()+" "+jc.GetJob().GetStateReason())
+	}
+	return out
+}
+
+// TestHangDetection: a run that reports no progress for its hang timeout
+// (the job's, else the cluster's) is ended as hung and requeued, and its
+// nodes get a check; progress keeps it alive.
+func TestHangDetection(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{HangTimeout: 5 * time.Minute})
+	h.node("gpu-0001", 8)
+	h.node("gpu-0002", 8)
+	h.submit(1, 1, 8)
+	h.submitJob(&loomv1.Job{Name: jobName(2), JobId: "2", Cluster: cl, NodeCount: 1, GpusPerNode: 8,
+		Command: []string{"/bin/train"}, HangTimeoutSeconds: 60})
+	n1 := h.job(1).GetNodes()[0]
+	// Job 2's own timeout (1 m) comes first; it never reported progress:
+	// counted from its start.
+	c := h.tick(time.Minute)
+	nc := needChecks(c)
+	if len(nc) != 1 || nc[0].GetTrigger() != TriggerHang || nc[0].GetJob() != jobName(2) || len(nc[0].GetNodes()) != 1 {
+		t.Fatalf("NodesNeedCheck %v", nc)
+	}
+	if got := stateLines(jobChanges(c)); !slices.Contains(got, "REQUEUED hung: no progress for 1m0s") {
+		t.Fatalf("job 2's events: %v", got)
+	}
+	// Job 1 moves at 3 m: its 5 m run from there.
+	h.tick(2 * time.Minute)
+	h.progress(1, 1, n1, 10, 0)
+	of1 := func(c *Change) []*eventsv1.NodesNeedCheck {
+		var out []*eventsv1.NodesNeedCheck
+		for _, n := range needChecks(c) {
+			if n.GetJob() == jobName(1) {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	if c := h.tick(4 * time.Minute); len(of1(c)) != 0 || !h.s.JobRecord(jobName(1)).Running() {
+		t.Fatalf("job 1 ended while it moved %v ago", 4*time.Minute)
+	}
+	c = h.tick(time.Minute + time.Second)
+	if nc := of1(c); len(nc) != 1 || nc[0].GetReason() != "hung: no progress for 5m0s" || nc[0].GetCluster() != cl {
+		t.Fatalf("job 1 hung: %v", nc)
+	}
+	if h.s.JobRecord(jobName(1)).InfraRestarts != 1 || h.job(1).GetUserFailures() != 0 {
+		t.Fatal("a hang is an infrastructure restart, not a user failure")
+	}
+}
+
+// TestRestartJobAction: an application's fault (Xid 13: HEALTHY with
+// ACTION_RESTART_JOB) requeues the runs on the node without excluding or
+// draining it.
+func TestRestartJobAction(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{})
+	h.node("gpu-0001", 8)
+	h.submit(1, 1, 8)
+	c := h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_HEALTHY,
+		Action: loomv1.RemediationAction_ACTION_RESTART_JOB, Xid: 13, Reason: "Xid 13: Graphics Engine Exception"})
+	if len(stops(c)) != 1 || len(drainedEvents(c)) != 0 {
+		t.Fatalf("restart: stops %v, drained %v", stops(c), drainedEvents(c))
+	}
+	h.wantExact(1, loomv1.JobState_PENDING, ReasonRequeued)
+	c = h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_KILLED, 143)
+	if st := starts(c); len(st) != 1 || st[0].GetAttempt() != 2 || st[0].GetEnv()["LOOM_RESTART_COUNT"] != "1" {
+		t.Fatalf("want attempt 2 on the same node with LOOM_RESTART_COUNT=1, got %v", st)
+	}
+	if len(h.s.JobRecord(jobName(1)).Excluded) != 0 || !h.s.Node(nodeName("gpu-0001")).Usable() {
+		t.Fatal("restart-job excluded or drained the node")
+	}
+}
+
+// TestUnreachableKeepsRuns: a node health cannot reach, but did not find
+// failed, takes no new work and its runs go on.
+func TestUnreachableKeepsRuns(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{})
+	h.node("gpu-0001", 8)
+	h.submit(1, 1, 4)
+	c := h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Unreachable: true, Reason: "silent"})
+	if len(stops(c)) != 0 || len(drainedEvents(c)) != 0 {
+		t.Fatalf("unreachable ended runs: %v", c.Emits)
+	}
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	// The provisioner shows it DOWN after health's verdict: the runs still go on.
+	if c := h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName("gpu-0001"), Cluster: cl, Hostname: "gpu-0001",
+		Gpus: 8, State: loomv1.Node_DOWN, Reason: "silent"}}); len(stops(c)) != 0 {
+		t.Fatalf("DOWN after unreachable ended runs: %v", stops(c))
+	}
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.node("gpu-0001", 8)
+	c = h.submit(2, 1, 4)
+	if d := decision(c, 2); d == nil || d.Filtered["NodeUnhealthy"] != 1 {
+		t.Fatalf("job 2 on an unreachable node: %+v", d)
+	}
+	h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_HEALTHY})
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+}
+
+// TestGoodputFromRuns: the state's goodput reads the job's runs and the
+// checkpoint its steps reported: a failure after a checkpoint loses only
+// what came after it.
+func TestGoodputFromRuns(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{})
+	h.node("gpu-0001", 8)
+	h.node("gpu-0002", 8)
+	h.submit(1, 1, 8)
+	host := h.job(1).GetNodes()[0]
+	h.tick(10 * time.Minute)
+	h.progress(1, 1, host, 500, 500) // a checkpoint now
+	h.tick(5 * time.Minute)
+	h.health(host, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "Xid 79"})
+	h.step(1, 1, host, eventsv1.StepState_STEP_KILLED, 143)
+	g := h.s.JobGoodput(jobName(1), h.now)
+	if g.GetFailures() != 1 || g.GetRestarts() != 1 || g.GetLostRecompute().AsDuration() < 5*time.Minute ||
+		g.GetLostRecompute().AsDuration() > 5*time.Minute+5*time.Second || g.GetGoodput() <= 0.5 {
+		t.Fatalf("goodput %v", g)
+	}
+	if c := h.s.ClusterGoodput(cl, h.now.Add(-time.Hour), h.now); c.GetJobs() != 1 || c.GetFailures() != 1 {
+		t.Fatalf("cluster goodput %v", c)
+	}
+	if h.s.JobGoodput(jobName(9), h.now) != nil || h.s.ClusterGoodput("projects/x/clusters/none", h.now, h.now) != nil {
+		t.Fatal("goodput of unknown names")
+	}
+}
+
+// TestSlurmViewOfHealth: sinfo's states follow health's remediation of a
+// node: DRAINING while its run stops, DRAINED, REBOOT_REQUESTED, then
+// REBOOT_ISSUED once the provisioner reboots it, each with health's reason,
+// who set it and when.
+func TestSlurmViewOfHealth(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{})
+	h.node("gpu-0001", 8)
+	h.submit(1, 1, 4)
+	at := h.now.Add(-time.Second)
+	reason := "Xid 79: GPU has fallen off the bus"
+	state := func() *loomv1.SlurmNode {
+		for _, n := range views.SlurmNodes(h.s, cl) {
+			if n.GetHostname() == "gpu-0001" {
+				return n
+			}
+		}
+		t.Fatal("gpu-0001 not shown")
+		return nil
+	}
+	want := func(st loomv1.SlurmNode_State) {
+		t.Helper()
+		n := state()
+		if n.GetState() != st || n.GetReason() != reason || n.GetReasonUser() != "loom-health" || !n.GetReasonTime().AsTime().Equal(at) {
+			t.Fatalf("gpu-0001: %v %q by %q at %v, want %v", n.GetState(), n.GetReason(), n.GetReasonUser(), n.GetReasonTime(), st)
+		}
+	}
+	h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: reason, Xid: 79,
+		State: loomv1.RemediationState_NODE_DRAINING, SetBy: "loom-health", Time: timestamppb.New(at)})
+	want(loomv1.SlurmNode_DRAINING)
+	wantDrained(t, h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_KILLED, 143), "gpu-0001")
+	want(loomv1.SlurmNode_DRAINED)
+	h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: reason, Xid: 79,
+		State: loomv1.RemediationState_NODE_REBOOTING, SetBy: "loom-health", Time: timestamppb.New(at)})
+	want(loomv1.SlurmNode_REBOOT_REQUESTED)
+	h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName("gpu-0001"), Cluster: cl, Hostname: "gpu-0001", Gpus: 8,
+		State: loomv1.Node_REBOOTING}})
+	want(loomv1.SlurmNode_REBOOT_ISSUED)
+	h.node("gpu-0001", 8)
+	h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_HEALTHY, Repaired: true,
+		State: loomv1.RemediationState_NODE_HEALTHY})
+	// Repaired: job 1's exclusion of it expired, and it runs there again.
+	if n := state(); n.GetState() != loomv1.SlurmNode_MIXED || n.GetReason() != "" || h.job(1).GetNodes()[0] != "gpu-0001" {
+		t.Fatalf("repaired: %v %q, job 1 on %v", n.GetState(), n.GetReason(), h.job(1).GetNodes())
+	}
+}
+
+// TestRandomHealthKeepsInvariants replays random mixes of submissions (some
+// with max_retries), step ends, progress reports and checkpoints, every kind
+// of health verdict, repairs and clock ticks, checking after every event
+// (harness.commit) that no GPU is held twice, that no attempt starts while
+// an earlier one is fenced, and that drained nodes are announced once; and
+// at the end, with every node repaired, that every job ran to an end.
+func TestRandomHealthKeepsInvariants(t *testing.T) {
+	t.Parallel()
+	seen := map[string]int{}
+	for seed := uint64(1); seed <= 20; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 14))
+		h := newHealthHarness(t, Config{FenceTimeout: 90 * time.Second, CheckpointGrace: 30 * time.Second,
+			HangTimeout: 3 * time.Minute, MaxInfraRestarts: 5})
+		hosts := []string{"gpu-0001", "gpu-0002", "gpu-0003", "gpu-0004"}
+		for _, host := range hosts {
+			h.node(host, 4)
+		}
+		next := 1
+		running := func() (*Run, int, int) {
+			runs := h.s.ActiveRuns()
+			if len(runs) == 0 {
+				return nil, 0, 0
+			}
+			r := runs[rng.IntN(len(runs))]
+			id, _ := strconv.Atoi(h.s.JobRecord(r.Job).Job.GetJobId())
+			return r, id, rng.IntN(len(r.Nodes))
+		}
+		for range 300 {
+			switch op := rng.IntN(16); {
+			case op < 4:
+				h.submitJob(&loomv1.Job{Name: jobName(next), JobId: strconv.Itoa(next), Cluster: cl, NodeCount: int32(1 + rng.IntN(2)),
+					GpusPerNode: int32(rng.IntN(5)), Command: []string{"/bin/train"}, MaxRetries: int32(rng.IntN(3))})
+				next++
+			case op < 7: // a live step ends, now and then badly
+				if r, id, i := running(); r != nil && !r.Steps[r.Nodes[i]].Terminal() {
+					code := int32(0)
+					if rng.IntN(4) == 0 {
+						code = 1
+					}
+					h.step(id, r.Attempt, r.Hostnames[i], eventsv1.StepState_STEP_EXITED, code)
+					seen["step"]++
+				}
+			case op < 9: // progress, with a checkpoint now and then
+				if r, id, i := running(); r != nil {
+					step := r.Progress.Step + 10
+					ckpt := r.Progress.CheckpointStep
+					if rng.IntN(2) == 0 {
+						ckpt = step
+					}
+					h.progress(id, r.Attempt, r.Hostnames[i], step, ckpt)
+				}
+			case op < 12: // a verdict of every kind
+				host := hosts[rng.IntN(len(hosts))]
+				ev := &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "test"}
+				switch k := rng.IntN(6); k {
+				case 1:
+					ev.CheckpointFirst = true
+				case 2:
+					ev.Unreachable = true
+				case 3:
+					ev.Health = eventsv1.NodeHealth_HEALTHY
+				case 4:
+					ev.Health, ev.Repaired = eventsv1.NodeHealth_HEALTHY, true
+				case 5:
+					ev.Health, ev.Action = eventsv1.NodeHealth_HEALTHY, loomv1.RemediationAction_ACTION_RESTART_JOB
+				}
+				h.health(host, ev)
+				seen["verdict"]++
+			case op < 13: // the provisioner repairs a node, or it comes back
+				host := hosts[rng.IntN(len(hosts))]
+				st := []loomv1.Node_State{loomv1.Node_REBOOTING, loomv1.Node_DOWN, loomv1.Node_READY}[rng.IntN(3)]
+				h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName(host), Cluster: cl, Hostname: host, Gpus: 4, State: st}})
+			default:
+				h.tick(time.Duration(rng.IntN(60)) * time.Second)
+			}
+		}
+		// Repair every node and end every step: every job must end.
+		for _, host := range hosts {
+			h.node(host, 4)
+			h.health(host, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_HEALTHY, Repaired: true})
+		}
+		for guard := 0; ; guard++ {
+			if guard > 20000 {
+				t.Fatalf("seed %d: jobs never drained", seed)
+			}
+			if runs := h.s.ActiveRuns(); len(runs) > 0 {
+				r := runs[0]
+				for i, node := range r.Nodes {
+					if !r.Steps[node].Terminal() {
+						id, _ := strconv.Atoi(h.s.JobRecord(r.Job).Job.GetJobId())
+						h.step(id, r.Attempt, r.Hostnames[i], eventsv1.StepState_STEP_EXITED, 0)
+						break
+					}
+				}
+				continue
+			}
+			live := false
+			for _, j := range h.s.Jobs(nil) {
+				live = live || !j.GetState().Terminal()
+			}
+			if !live {
+				break
+			}
+			h.tick(30 * time.Second) // requeue stop waits, fences
+		}
+		for _, j := range h.s.Jobs(nil) {
+			seen[j.GetState().String()]++
+			if j.GetUserFailures() > j.GetMaxRetries()+1 {
+				t.Fatalf("seed %d: job %s failed %d times with max_retries %d", seed, j.GetName(), j.GetUserFailures(), j.GetMaxRetries())
+			}
+		}
+	}
+	t.Logf("%v", seen)
+	if seen["COMPLETED"] == 0 || seen["verdict"] == 0 {
+		t.Fatalf("the mix missed its paths: %v", seen)
+	}
+}
+
+// TestUnansweredTasksGiveUp: a requeued job whose old run's srun tasks are
+// never heard to end starts again at the stop wait's end, once the old run
+// gave those nodes up (their tasks lost), not before.
+func TestUnansweredTasksGiveUp(t *testing.T) {
+	t.Parallel()
+	h := batchOnTwo(t)
+	h.do(createStep("r1"))
+	h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionRequeue})
+	h.step(1, 1, "a", eventsv1.StepState_STEP_KILLED, 143) // the batch step answers; the tasks never do
+	if c := h.tick(DefaultRequeueStopWait - 2*time.Second); len(starts(c)) != 0 {
+		t.Fatal("started before the stop wait's end")
+	}
+	c := h.tick(2 * time.Second)
+	if st := starts(c); len(st) != 1 || st[0].GetAttempt() != 2 {
+		t.Fatalf("want attempt 2 at the stop wait's end, got %v", st)
+	}
+	if r := h.s.Run(jobName(1), 1); !r.Released || r.JobSteps[0].State == loomv1.JobState_RUNNING {
+		t.Fatalf("attempt 1 still holds its nodes or its step runs: released %v, step %v", r.Released, r.JobSteps[0].State)
+	}
+}
+
+// TestHealthDrainKeepsRuns: health's ACTION_DRAIN (an operator's drain, or a
+// repair that waits for the jobs) keeps new work off the node and lets its
+// runs finish; NodeDrained follows the last one.
+func TestHealthDrainKeepsRuns(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{})
+	h.node("gpu-0001", 8)
+	h.submit(1, 1, 4)
+	c := h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY,
+		Action: loomv1.RemediationAction_ACTION_DRAIN, Reason: "drained by ops", SetBy: "users/ops"})
+	if len(stops(c)) != 0 || len(signals(c)) != 0 || len(drainedEvents(c)) != 0 {
+		t.Fatalf("a drain disturbed the run: %v", c.Emits)
+	}
+	c = h.submit(2, 1, 4)
+	if d := decision(c, 2); d == nil || d.Filtered["NodeUnhealthy"] != 1 {
+		t.Fatalf("job 2 on a drained node: %+v", d)
+	}
+	if n := views.SlurmNodes(h.s, cl)[0]; n.GetState() != loomv1.SlurmNode_DRAINING || n.GetReasonUser() != "users/ops" {
+		t.Fatalf("sinfo: %v by %q", n.GetState(), n.GetReasonUser())
+	}
+	wantDrained(t, h.finishRun(1), "gpu-0001")
+	h.wantState(1, loomv1.JobState_COMPLETED, "")
+}
+
+// finishRun reports every step of the job's current run exited 0, and
+// returns the last change.
+func (h *harness) finishRun(id int) *Change {
+	j := h.s.JobRecord(jobName(id))
+	r := h.s.Run(jobName(id), j.Attempt)
+	var c *Change
+	for _, host := range r.Hostnames {
+		c = h.step(id, j.Attempt, host, eventsv1.StepState_STEP_EXITED, 0)
+	}
+	return c
+}
