@@ -50,14 +50,17 @@ func nodeHealth(t *testing.T, conn *grpc.ClientConn, cluster, host string) (*loo
 	return nil, nil
 }
 
-// checkpointDir is where job's `loom train` writes its checkpoints: the
-// job's checkpoint_dir when the scheduler sets one, else its model
-// directory (<shared>/models/<model>/job-<id>).
-func checkpointDir(cl *loomv1.Cluster, j *loomv1.Job, model string) string {
-	if j.CheckpointDir != "" {
+// checkpointDir is where job's `loom train` writes its checkpoints
+// ($LOOM_CHECKPOINT_DIR, which the scheduler sets): the job's
+// checkpoint_dir when it has one, else <shared>/checkpoints/<job id>.
+func checkpointDir(cl *loomv1.Cluster, j *loomv1.Job) string {
+	switch {
+	case filepath.IsAbs(j.CheckpointDir):
 		return j.CheckpointDir
+	case j.CheckpointDir != "": // relative: under the shared dir
+		return filepath.Join(cl.GetStatus().GetSharedDir(), j.CheckpointDir)
 	}
-	return filepath.Join(cl.GetStatus().GetSharedDir(), "models", model, "job-"+j.JobId)
+	return filepath.Join(cl.GetStatus().GetSharedDir(), "checkpoints", j.JobId)
 }
 
 // waitJob waits for the job to reach a terminal state and returns it.
@@ -102,17 +105,25 @@ func TestXid79DrainsRepairsAndResumesFromCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Running, with a checkpoint written: the failure comes mid-training.
-	// Checkpoints go to the job's checkpoint_dir (LOOM_CHECKPOINT_DIR) where
-	// the scheduler sets one, else to the model's directory (--out), which is
-	// the job's across its runs too.
+	// Checkpoints go to the job's checkpoint directory (LOOM_CHECKPOINT_DIR),
+	// the same for all its runs.
 	var running *loomv1.Job
+	var last loomv1.JobState
 	testkit.WaitFor(t, 60*time.Second, "job running with a checkpoint", func() (bool, error) {
 		j, err := jobs.GetJob(waitCtx(t, 5*time.Second), &loomv1.GetJobRequest{Name: job.Name})
+		if err == nil && j.State != last {
+			last = j.State
+			t.Logf("job %s: %v (%s) on %v, checkpoint_dir %q", job.Name, j.State, j.StateReason, j.Nodes, j.CheckpointDir)
+		}
+		if err == nil && j.State.Terminal() {
+			out, _ := os.ReadFile(j.OutputPath)
+			t.Fatalf("job ended %v (%s) before the fault:\n%s", j.State, j.StateReason, out)
+		}
 		if err != nil || j.State != loomv1.JobState_RUNNING {
 			return false, nil
 		}
 		running = j
-		m, _ := filepath.Glob(filepath.Join(checkpointDir(cl, j, "xid79-model"), "checkpoint-*"))
+		m, _ := filepath.Glob(filepath.Join(checkpointDir(cl, j), "checkpoint-*"))
 		return len(m) > 0, nil
 	})
 	if len(running.Nodes) != 2 {
@@ -127,6 +138,7 @@ func TestXid79DrainsRepairsAndResumesFromCheckpoint(t *testing.T) {
 
 	// The node leaves service (drained, then repaired) and comes back healthy.
 	var left bool
+	var back time.Time // when health put it back
 	testkit.WaitFor(t, 120*time.Second, "node "+bad+" repaired and healthy again", func() (bool, error) {
 		n, err := nodeHealth(t, gw, cl.Name, bad)
 		if err != nil || n == nil {
@@ -138,6 +150,7 @@ func TestXid79DrainsRepairsAndResumesFromCheckpoint(t *testing.T) {
 				t.Errorf("node %s is %v with reason %q, want one naming Xid 79", bad, n.State, n.Reason)
 			}
 		}
+		back = n.StateTime.AsTime()
 		return left && n.State == loomv1.RemediationState_NODE_HEALTHY, nil
 	})
 
@@ -154,7 +167,7 @@ func TestXid79DrainsRepairsAndResumesFromCheckpoint(t *testing.T) {
 	}
 	for _, r := range end.Runs[1:] {
 		for _, n := range r.Nodes {
-			if n == bad && r.StartTime.AsTime().Before(first.EndTime.AsTime().Add(time.Second)) {
+			if n == bad && r.StartTime.AsTime().Before(back) {
 				t.Errorf("run %d was placed on the failed node %s before it was repaired", r.Attempt, bad)
 			}
 		}
