@@ -78,6 +78,8 @@ type round struct {
 	node                                   string
 	detected, drained, runningAgain, fixed time.Duration
 	detectReason                           string
+	// path is the node's remediation states in order, each with its time.
+	path []string
 }
 
 // buildLoom builds the loom binary (agents and the job's trainer) into dir.
@@ -150,8 +152,8 @@ func run(o options) error {
 		if err != nil {
 			return fmt.Errorf("round %d: %w", i+1, err)
 		}
-		logf("round %d on %s: detected %v, drained %v, running again %v, repaired %v", i+1, r.node,
-			ms(r.detected), ms(r.drained), ms(r.runningAgain), ms(r.fixed))
+		logf("round %d on %s: detected %v, drained %v, running again %v, repaired %v; health: %s", i+1, r.node,
+			ms(r.detected), ms(r.drained), ms(r.runningAgain), ms(r.fixed), strings.Join(r.path, ", "))
 		rounds = append(rounds, r)
 		hits[r.node]++
 	}
@@ -302,6 +304,7 @@ func measure(ctx context.Context, s *stack.Stack, conn *grpc.ClientConn, cl *loo
 				continue
 			}
 			at := eventTime(p.GetTime(), ev.Time).Sub(injected)
+			r.path = append(r.path, fmt.Sprintf("%s %s", strings.TrimPrefix(p.GetState().String(), "NODE_"), ms(at)))
 			if r.detected == 0 && p.GetState() != loomv1.RemediationState_NODE_HEALTHY {
 				r.detected, r.detectReason = at, p.GetReason()
 			}
@@ -378,13 +381,14 @@ func render(o options, rounds []round, took time.Duration) string {
 	col("drained (first run NODE_FAIL)", func(r round) time.Duration { return r.drained }, 0)
 	col("running again (next run RUNNING)", func(r round) time.Duration { return r.runningAgain }, 10*time.Second)
 	col("node repaired (HEALTHY again)", func(r round) time.Duration { return r.fixed }, 0)
-	w("\nPer round (node, detection, drained, running again, repaired):\n\n")
+	w("\nPer round (node, detection, drained, running again, repaired; then the node's states as health published them):\n\n")
 	for i, r := range rounds {
-		w("%d. %s: %s, %s, %s, %s\n", i+1, r.node, ms(r.detected), ms(r.drained), ms(r.runningAgain), ms(r.fixed))
+		w("%d. %s: %s, %s, %s, %s; %s\n", i+1, r.node, ms(r.detected), ms(r.drained), ms(r.runningAgain), ms(r.fixed), strings.Join(r.path, " → "))
 	}
 	if len(rounds) > 0 {
 		w("\nHealth's reason for taking the node out: %q.\n", rounds[0].detectReason)
 	}
+	w("\nXid 79 is urgent: health takes the node out and asks for the reboot at once, and the provisioner's REBOOTING state is the fence that lets the scheduler start the next run without waiting for the old one's step there to end. Repaired is the local provider's reboot (the agent and the step process groups killed, a new host boot id, the agent started again and registered) and then health's confirming check; the services' logs at `-log-level info` time each part.\n")
 	w("<!-- recoverybench:end -->\n")
 	return b.String()
 }
