@@ -56,10 +56,11 @@ func dlqReasons(t *testing.T, broker string) map[string]string {
 	return out
 }
 
-// A StartStep sealed for its node runs there with its secrets, while no
-// record of the step commands' topic — which every agent's credentials can
-// read, whatever partition it keeps to — holds the script or a secret in
-// the clear, and another node's command key opens nothing of it. A sealed
+// A StartStep (and a LaunchTasks) sealed for its node runs there with its
+// secrets, while no record of the step commands' topic — which every
+// agent's credentials can read, whatever partition it keeps to — holds the
+// script or a secret in the clear, and another node's command key opens
+// nothing of it. A sealed
 // command that does not open with the node's key (tampered with, sealed
 // for another node, moved into another attempt) is dead-lettered with the
 // reason and never runs.
@@ -79,7 +80,15 @@ func TestSealedStartStepIsForItsNodeOnly(t *testing.T) {
 	forOther := sealFor(t, otherNode, step("82")) // keyed and named for this node, sealed with the other's key
 	moved := sealFor(t, node, step("83"))
 	moved.Attempt = 2 // the blob of attempt 1, replayed as attempt 2
-	publish(t, e.broker, command(tampered), command(forOther), command(moved), command(sealFor(t, node, step("80"))))
+	tasksOut := filepath.Join(e.shared, ".loom", "steps", "85.0")
+	tasks := launch("85", 0, 0, 1, tasksOut, "sh", "-c", `printf %s "$DB_PASSWORD" # the-script-85`)
+	tasks.Env["DB_PASSWORD"] = secret
+	sealedTasks, err := envelope.SealCommand(auth.CommandKey(testkit.ServiceSecret(), node), tasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, e.broker, command(tampered), command(forOther), command(moved), command(sealFor(t, node, step("80"))),
+		command(sealedTasks.(*eventsv1.LaunchTasks)))
 
 	exited := waitStep(t, e.broker, "80", eventsv1.StepState_STEP_EXITED)
 	if exited.GetExitCode() != 0 {
@@ -87,6 +96,11 @@ func TestSealedStartStepIsForItsNodeOnly(t *testing.T) {
 	}
 	if b, err := os.ReadFile(marker("80")); err != nil || string(b) != secret {
 		t.Fatalf("the sealed step saw DB_PASSWORD %q (%v), want the job's secret", b, err)
+	}
+
+	waitTasks(t, e.broker, "85", 0, eventsv1.StepState_STEP_EXITED)
+	if b, err := os.ReadFile(filepath.Join(tasksOut, "task-0.out")); err != nil || string(b) != secret {
+		t.Fatalf("the sealed task printed %q (%v), want the job's secret", b, err)
 	}
 
 	var reasons map[string]string
