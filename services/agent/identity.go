@@ -172,7 +172,8 @@ func (id *identity) adopt(resp *loomv1.NodeIdentity, priv ed25519.PrivateKey) er
 		return fmt.Errorf("%w: the gateway issued an identity for %s, not %s", errPermanent, resp.GetNode(), id.node)
 	}
 	cur := &auth.NodeIdentity{Node: id.node, Cluster: resp.GetCluster(), Pool: resp.GetPool(), Key: priv, Cert: resp.GetCertificate(),
-		ServicePublicKey: resp.GetServicePublicKey(), AccessToken: resp.GetAccessToken(), NotAfter: resp.GetExpireTime().AsTime()}
+		ServicePublicKey: resp.GetServicePublicKey(), CommandKey: resp.GetCommandKey(), AccessToken: resp.GetAccessToken(),
+		NotAfter: resp.GetExpireTime().AsTime()}
 	if len(cur.ServicePublicKey) != ed25519.PublicKeySize {
 		return fmt.Errorf("%w: the gateway's identity has no service public key", errPermanent)
 	}
