@@ -12,13 +12,16 @@ import (
 
 // NodeIdentity is what a node holds to prove who it is: its Ed25519 key,
 // the certificate the services' key signed for it, the services' public
-// key (what it checks commands against), and, when the gateway issued it,
-// the access token it calls the gateway with (renewal, workload tokens).
+// key (what it checks commands against), its command key (CommandKey: what
+// opens the step commands sealed for it; empty from an issuer that has
+// none), and, when the gateway issued it, the access token it calls the
+// gateway with (renewal, workload tokens).
 type NodeIdentity struct {
 	Node, Cluster, Pool string
 	Key                 ed25519.PrivateKey
 	Cert                []byte
 	ServicePublicKey    ed25519.PublicKey
+	CommandKey          []byte
 	AccessToken         string
 	NotAfter            time.Time
 }
@@ -31,12 +34,15 @@ type identityFile struct {
 	Seed             []byte    `json:"seed"`
 	Cert             []byte    `json:"cert"`
 	ServicePublicKey []byte    `json:"service_public_key"`
+	CommandKey       []byte    `json:"command_key,omitempty"`
 	AccessToken      string    `json:"access_token,omitempty"`
 	NotAfter         time.Time `json:"not_after"`
 }
 
 // IssueNodeIdentity makes a node identity without a gateway: a fresh key
-// and a certificate signed with the services' key, valid for ttl from now.
+// and a certificate signed with the services' key, valid for ttl from now,
+// with the node's command key (derived from the key's seed, the services'
+// secret).
 // The provisioner uses it for the agents it runs on its own machine (the
 // local provider), which share its trust boundary.
 func IssueNodeIdentity(serviceKey ed25519.PrivateKey, node, cluster, pool string, now time.Time, ttl time.Duration) (*NodeIdentity, error) {
@@ -50,7 +56,7 @@ func IssueNodeIdentity(serviceKey ed25519.PrivateKey, node, cluster, pool string
 		return nil, err
 	}
 	return &NodeIdentity{Node: node, Cluster: cluster, Pool: pool, Key: priv, Cert: cert,
-		ServicePublicKey: serviceKey.Public().(ed25519.PublicKey), NotAfter: exp}, nil
+		ServicePublicKey: serviceKey.Public().(ed25519.PublicKey), CommandKey: CommandKey(serviceKey.Seed(), node), NotAfter: exp}, nil
 }
 
 // WriteNodeIdentity writes id to path, mode 0600 (its directory 0700 if
@@ -60,7 +66,7 @@ func WriteNodeIdentity(path string, id *NodeIdentity) error {
 		return errors.New("node identity: a key is required")
 	}
 	b, err := json.Marshal(identityFile{Node: id.Node, Cluster: id.Cluster, Pool: id.Pool, Seed: id.Key.Seed(), Cert: id.Cert,
-		ServicePublicKey: id.ServicePublicKey, AccessToken: id.AccessToken, NotAfter: id.NotAfter})
+		ServicePublicKey: id.ServicePublicKey, CommandKey: id.CommandKey, AccessToken: id.AccessToken, NotAfter: id.NotAfter})
 	if err != nil {
 		return err
 	}
@@ -108,5 +114,5 @@ func LoadNodeIdentity(path string) (*NodeIdentity, error) {
 		return nil, fmt.Errorf("node identity %s: incomplete (node, seed, certificate and service public key are required)", path)
 	}
 	return &NodeIdentity{Node: f.Node, Cluster: f.Cluster, Pool: f.Pool, Key: ed25519.NewKeyFromSeed(f.Seed), Cert: f.Cert,
-		ServicePublicKey: f.ServicePublicKey, AccessToken: f.AccessToken, NotAfter: f.NotAfter}, nil
+		ServicePublicKey: f.ServicePublicKey, CommandKey: f.CommandKey, AccessToken: f.AccessToken, NotAfter: f.NotAfter}, nil
 }

@@ -401,7 +401,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	consumers := []service.Consume{{
 		Topics:  []string{topics.StepCommands},
-		Handler: ports.Handler(a),
+		Handler: openCommands(cfg.Node, id, base.Log, ports.Handler(a)), // sealed for this node: opened first (seal.go)
 		// Handlers fail only when Redis does; ride out a restart of it (about
 		// a minute) before a step command is dead-lettered. The topic is
 		// keyed by node: the agent reads only its node's partition, and

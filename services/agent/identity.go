@@ -71,14 +71,18 @@ func nodeIdentity(ctx context.Context, cfg Config, log *slog.Logger) (*identity,
 	if cfg.BootstrapToken != "" {
 		token = cfg.BootstrapToken
 	}
-	if cur, err := auth.LoadNodeIdentity(id.path); err == nil && cur.Node == cfg.Node && id.now().Before(cur.NotAfter) {
+	// An identity kept from before command keys cannot open the commands
+	// sealed for the node: with a bootstrap token at hand, register again.
+	canRegister := token != "" && cfg.Gateway != ""
+	if cur, err := auth.LoadNodeIdentity(id.path); err == nil && cur.Node == cfg.Node && id.now().Before(cur.NotAfter) &&
+		(len(cur.CommandKey) > 0 || !canRegister) {
 		id.cur, id.issued = cur, id.now()
 		log.Info("node identity loaded", "file", id.path, "expires", cur.NotAfter)
 		return id, nil
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		log.Warn("node identity unusable; bootstrapping again", "file", id.path, "err", err)
 	}
-	if token == "" || cfg.Gateway == "" {
+	if !canRegister {
 		return nil, fmt.Errorf("agent %s has no node identity (%s) and cannot bootstrap one: it needs a bootstrap token (%s or %s, minted by the provisioner) and the gateway (-gateway, LOOM_GATEWAY)",
 			cfg.Node, id.path, BootstrapTokenEnv, BootstrapTokenFileEnv)
 	}
@@ -168,7 +172,8 @@ func (id *identity) adopt(resp *loomv1.NodeIdentity, priv ed25519.PrivateKey) er
 		return fmt.Errorf("%w: the gateway issued an identity for %s, not %s", errPermanent, resp.GetNode(), id.node)
 	}
 	cur := &auth.NodeIdentity{Node: id.node, Cluster: resp.GetCluster(), Pool: resp.GetPool(), Key: priv, Cert: resp.GetCertificate(),
-		ServicePublicKey: resp.GetServicePublicKey(), AccessToken: resp.GetAccessToken(), NotAfter: resp.GetExpireTime().AsTime()}
+		ServicePublicKey: resp.GetServicePublicKey(), CommandKey: resp.GetCommandKey(), AccessToken: resp.GetAccessToken(),
+		NotAfter: resp.GetExpireTime().AsTime()}
 	if len(cur.ServicePublicKey) != ed25519.PublicKeySize {
 		return fmt.Errorf("%w: the gateway's identity has no service public key", errPermanent)
 	}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -95,7 +96,8 @@ func (s *authServer) identity(node, pool string, pub []byte) (*loomv1.NodeIdenti
 		return nil, err
 	}
 	return &loomv1.NodeIdentity{Node: node, Cluster: cluster, Pool: pool, AccessToken: tok, Certificate: cert,
-		ExpireTime: timestamppb.New(exp), ServicePublicKey: s.key.Public().(ed25519.PublicKey)}, nil
+		ExpireTime: timestamppb.New(exp), ServicePublicKey: s.key.Public().(ed25519.PublicKey),
+		CommandKey: auth.CommandKey(testkit.ServiceSecret(), node)}, nil
 }
 
 func (s *authServer) RegisterNode(_ context.Context, req *loomv1.RegisterNodeRequest) (*loomv1.NodeIdentity, error) {
@@ -194,7 +196,9 @@ func TestBootstrapRenewAndWorkloadToken(t *testing.T) {
 		n, _ := srv.counts()
 		return n >= 2, nil
 	})
-	publish(t, e.broker, command(startStep("2", `exit 0`, nil, filepath.Join(e.shared, "2.out"))))
+	// Sealed for the node: the command key came with the identity, and
+	// with each renewal.
+	publish(t, e.broker, command(sealFor(t, node, startStep("2", `exit 0`, nil, filepath.Join(e.shared, "2.out")))))
 	waitStep(t, e.broker, "2", eventsv1.StepState_STEP_EXITED)
 	for _, sc := range stepEvents(t, e.broker, "1") {
 		if sc.State != eventsv1.StepState_STEP_RUNNING {
@@ -230,9 +234,12 @@ func TestBootstrapRenewAndWorkloadToken(t *testing.T) {
 	if len(certs) < 2 {
 		t.Errorf("the agent's records carry %d certificate(s); want the first and a renewed one", len(certs))
 	}
-	// The identity is kept 0600 in the work dir.
+	// The identity is kept 0600 in the work dir, with the command key.
 	if st, err := os.Stat(filepath.Join(e.work, IdentityFile)); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("identity file: %v, %v; want mode 0600", st, err)
+	}
+	if id, err := auth.LoadNodeIdentity(filepath.Join(e.work, IdentityFile)); err != nil || !bytes.Equal(id.CommandKey, auth.CommandKey(testkit.ServiceSecret(), node)) {
+		t.Errorf("identity file's command key: %v, %v; want the node's", id, err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -370,6 +371,10 @@ func TestAuthNodesAndWorkloads(t *testing.T) {
 	if err != nil || cert.Node != "gpu-0001" || !ed25519.PublicKey(cert.PublicKey).Equal(pub) {
 		t.Fatalf("certificate: %+v %v", cert, err)
 	}
+	// The node's command key opens what is sealed for that node alone.
+	if want := auth.CommandKey(testkit.ServiceSecret(), "gpu-0001"); !bytes.Equal(id.GetCommandKey(), want) {
+		t.Fatalf("register: command key %x, want the node's %x", id.GetCommandKey(), want)
+	}
 	_, err = anon.RegisterNode(ctx, &loomv1.RegisterNodeRequest{BootstrapToken: boot, PublicKey: pub})
 	wantAuthCode(t, "bootstrap token twice", err, codes.Unauthenticated, "already used")
 
@@ -384,6 +389,9 @@ func TestAuthNodesAndWorkloads(t *testing.T) {
 	renewed, err := node.RenewNodeIdentity(ctx, &loomv1.RenewNodeIdentityRequest{PublicKey: pub2})
 	if err != nil || !renewed.GetExpireTime().AsTime().After(id.GetExpireTime().AsTime()) {
 		t.Fatalf("renew: %v %v", renewed, err)
+	}
+	if !bytes.Equal(renewed.GetCommandKey(), id.GetCommandKey()) {
+		t.Fatalf("renew: command key %x, want the node's %x", renewed.GetCommandKey(), id.GetCommandKey())
 	}
 	clock.Advance(auth.DefaultNodeIdentityLifetime/3 + time.Second)
 	_, err = node.WhoAmI(ctx, &loomv1.WhoAmIRequest{})

@@ -220,6 +220,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	a := app.New(base.Store, cfg.Domain, base.Clock.Now, base.Log)
+	// Step commands carry jobs' scripts and secrets on a topic every agent
+	// reads: each is sealed for its node (nil secret, insecure bus: not).
+	a.SealCommands(base.ServiceSecret)
 	// Every instance starts as a follower and serves reads from what is
 	// stored until it wins the lease.
 	a.StepDown()

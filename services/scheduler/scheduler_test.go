@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
@@ -142,11 +143,21 @@ func (f *feeder) exit(id int, attempt int32, host string, code int32) {
 		Node: nodeName(host), State: eventsv1.StepState_STEP_EXITED, ExitCode: code, Cluster: cluster})
 }
 
-// startSteps returns the StartSteps on the bus for job id.
+// startSteps returns the StartSteps on the bus for job id, opened with
+// their node's command key: each must be sealed (its environment is not in
+// the clear on the bus).
 func startSteps(t *testing.T, broker string, id int) []envelope.Event {
 	var out []envelope.Event
 	for _, e := range testkit.Events(t, broker, topics.StepCommands) {
 		if s, ok := e.Payload.(*eventsv1.StartStep); ok && s.GetJob() == jobName(id) {
+			if len(s.GetSealed()) == 0 || s.GetEnv() != nil {
+				t.Fatalf("StartStep for %s is not sealed: %v", s.GetNode(), s)
+			}
+			opened, err := envelope.OpenCommand(auth.CommandKey(testkit.ServiceSecret(), s.GetNode()), s)
+			if err != nil {
+				t.Fatalf("open the StartStep for %s: %v", s.GetNode(), err)
+			}
+			e.Payload = opened
 			out = append(out, e)
 		}
 	}

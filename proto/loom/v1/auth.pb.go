@@ -1038,8 +1038,12 @@ type NodeIdentity struct {
 	ExpireTime  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
 	// service_public_key verifies the commands services sign for the node.
 	ServicePublicKey []byte `protobuf:"bytes,7,opt,name=service_public_key,json=servicePublicKey,proto3" json:"service_public_key,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// command_key decrypts the step commands sealed for this node (and no
+	// other): derived from the services' secret and the node's name, it is
+	// returned only to the node itself, at RegisterNode and RenewNodeIdentity.
+	CommandKey    []byte `protobuf:"bytes,8,opt,name=command_key,json=commandKey,proto3" json:"command_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeIdentity) Reset() {
@@ -1117,6 +1121,13 @@ func (x *NodeIdentity) GetExpireTime() *timestamppb.Timestamp {
 func (x *NodeIdentity) GetServicePublicKey() []byte {
 	if x != nil {
 		return x.ServicePublicKey
+	}
+	return nil
+}
+
+func (x *NodeIdentity) GetCommandKey() []byte {
+	if x != nil {
+		return x.CommandKey
 	}
 	return nil
 }
@@ -1940,7 +1951,7 @@ const file_loom_v1_auth_proto_rawDesc = "" +
 	"public_key\x18\x03 \x01(\fR\tpublicKey\"9\n" +
 	"\x18RenewNodeIdentityRequest\x12\x1d\n" +
 	"\n" +
-	"public_key\x18\x01 \x01(\fR\tpublicKey\"\x80\x02\n" +
+	"public_key\x18\x01 \x01(\fR\tpublicKey\"\xa1\x02\n" +
 	"\fNodeIdentity\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x12\n" +
@@ -1949,7 +1960,9 @@ const file_loom_v1_auth_proto_rawDesc = "" +
 	"\vcertificate\x18\x05 \x01(\fR\vcertificate\x12;\n" +
 	"\vexpire_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"expireTime\x12,\n" +
-	"\x12service_public_key\x18\a \x01(\fR\x10servicePublicKey\"\x81\x02\n" +
+	"\x12service_public_key\x18\a \x01(\fR\x10servicePublicKey\x12\x1f\n" +
+	"\vcommand_key\x18\b \x01(\fR\n" +
+	"commandKey\"\x81\x02\n" +
 	"\vAuditRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1c\n" +

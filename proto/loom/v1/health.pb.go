@@ -179,6 +179,9 @@ const (
 	RemediationState_NODE_QUARANTINED              RemediationState = 7
 	// NODE_UNREACHABLE: silent, but many nodes fell silent together: awaiting confirmation.
 	RemediationState_NODE_UNREACHABLE RemediationState = 8
+	// NODE_DOWN: silent past the heartbeat timeout (its runs ended), and no
+	// repair under way: Slurm's DOWN. Its heartbeats resuming bring it back.
+	RemediationState_NODE_DOWN RemediationState = 9
 )
 
 // Enum value maps for RemediationState.
@@ -193,6 +196,7 @@ var (
 		6: "NODE_REPLACING",
 		7: "NODE_QUARANTINED",
 		8: "NODE_UNREACHABLE",
+		9: "NODE_DOWN",
 	}
 	RemediationState_value = map[string]int32{
 		"REMEDIATION_STATE_UNSPECIFIED": 0,
@@ -204,6 +208,7 @@ var (
 		"NODE_REPLACING":                6,
 		"NODE_QUARANTINED":              7,
 		"NODE_UNREACHABLE":              8,
+		"NODE_DOWN":                     9,
 	}
 )
 
@@ -2103,7 +2108,7 @@ const file_loom_v1_health_proto_rawDesc = "" +
 	"\n" +
 	"CHECK_FAIL\x10\x03\x12\x11\n" +
 	"\rCHECK_SKIPPED\x10\x04\x12\x0f\n" +
-	"\vCHECK_ERROR\x10\x05*\xd4\x01\n" +
+	"\vCHECK_ERROR\x10\x05*\xe3\x01\n" +
 	"\x10RemediationState\x12!\n" +
 	"\x1dREMEDIATION_STATE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fNODE_HEALTHY\x10\x01\x12\x10\n" +
@@ -2113,7 +2118,8 @@ const file_loom_v1_health_proto_rawDesc = "" +
 	"\x0eNODE_REIMAGING\x10\x05\x12\x12\n" +
 	"\x0eNODE_REPLACING\x10\x06\x12\x14\n" +
 	"\x10NODE_QUARANTINED\x10\a\x12\x14\n" +
-	"\x10NODE_UNREACHABLE\x10\b*\xed\x01\n" +
+	"\x10NODE_UNREACHABLE\x10\b\x12\r\n" +
+	"\tNODE_DOWN\x10\t*\xed\x01\n" +
 	"\x11RemediationAction\x12\"\n" +
 	"\x1eREMEDIATION_ACTION_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vACTION_NONE\x10\x01\x12\x16\n" +

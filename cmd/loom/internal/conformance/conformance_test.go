@@ -324,9 +324,15 @@ func TestNodeFailRequeue(t *testing.T) {
 	if err != nil {
 		t.Fatalf("agent.pid holds %q", pidf)
 	}
-	for _, pgid := range []int{agentPID, batchPID} {
+	// The batch script runs in its step's process group, led by the
+	// agent's step shim (which outlives an agent crash): kill that group.
+	batchPGID, err := syscall.Getpgid(batchPID)
+	if err != nil {
+		t.Fatalf("process group of the batch script %d: %v", batchPID, err)
+	}
+	for _, pgid := range []int{agentPID, batchPGID} {
 		if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil {
-			t.Logf("kill -9 -%d: %v", pgid, err)
+			t.Errorf("kill -9 -%d: %v", pgid, err)
 		}
 	}
 	t.Logf("killed node %s (agent %d, batch script %d)", host, agentPID, batchPID)

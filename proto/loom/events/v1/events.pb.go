@@ -2138,7 +2138,13 @@ type StartStep struct {
 	// user is the job's owner (JobSpec.user): the agent runs the step as this
 	// operating-system account (uid, gid, groups) and opens its files as it;
 	// empty runs it as the agent's own account.
-	User          string `protobuf:"bytes,16,opt,name=user,proto3" json:"user,omitempty"`
+	User string `protobuf:"bytes,16,opt,name=user,proto3" json:"user,omitempty"`
+	// sealed holds the confidential fields (command, script, env) encrypted
+	// for the node's command key (libs/envelope.SealCommand), which only that
+	// node and the services hold; the scheduler then leaves those fields
+	// empty. The associated data binds the node, job and attempt, so a blob
+	// cannot be moved into another node's or attempt's command.
+	Sealed        []byte `protobuf:"bytes,17,opt,name=sealed,proto3" json:"sealed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2283,6 +2289,13 @@ func (x *StartStep) GetUser() string {
 		return x.User
 	}
 	return ""
+}
+
+func (x *StartStep) GetSealed() []byte {
+	if x != nil {
+		return x.Sealed
+	}
+	return nil
 }
 
 // StopStep tells an agent to kill a step's process group.
@@ -2468,7 +2481,11 @@ type LaunchTasks struct {
 	// user is the job's owner (JobSpec.user): the tasks run as this
 	// operating-system account, as the job's steps do; empty runs them as the
 	// agent's own account.
-	User          string `protobuf:"bytes,14,opt,name=user,proto3" json:"user,omitempty"`
+	User string `protobuf:"bytes,14,opt,name=user,proto3" json:"user,omitempty"`
+	// sealed holds the confidential fields (command, env) encrypted for the
+	// node's command key, as StartStep.sealed (bound to node, job, attempt
+	// and step).
+	Sealed        []byte `protobuf:"bytes,15,opt,name=sealed,proto3" json:"sealed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2599,6 +2616,13 @@ func (x *LaunchTasks) GetUser() string {
 		return x.User
 	}
 	return ""
+}
+
+func (x *LaunchTasks) GetSealed() []byte {
+	if x != nil {
+		return x.Sealed
+	}
+	return nil
 }
 
 // KillTasks tells an agent to kill its tasks of a job step (SIGTERM, SIGKILL
@@ -4077,7 +4101,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x05nodes\x18\x02 \x03(\tR\x05nodes\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x10\n" +
 	"\x03job\x18\x04 \x01(\tR\x03job\x12\x18\n" +
-	"\atrigger\x18\x05 \x01(\tR\atrigger\"\x8b\x04\n" +
+	"\atrigger\x18\x05 \x01(\tR\atrigger\"\xa3\x04\n" +
 	"\tStartStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -4098,7 +4122,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"error_path\x18\x0e \x01(\tR\terrorPath\x12#\n" +
 	"\rappend_output\x18\x0f \x01(\bR\fappendOutput\x12\x12\n" +
-	"\x04user\x18\x10 \x01(\tR\x04user\x1a6\n" +
+	"\x04user\x18\x10 \x01(\tR\x04user\x12\x16\n" +
+	"\x06sealed\x18\x11 \x01(\fR\x06sealed\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x93\x01\n" +
@@ -4115,7 +4140,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x04node\x18\x03 \x01(\tR\x04node\x12\x16\n" +
 	"\x06signal\x18\x04 \x01(\tR\x06signal\x12\x1d\n" +
 	"\n" +
-	"batch_only\x18\x05 \x01(\bR\tbatchOnly\"\xcc\x03\n" +
+	"batch_only\x18\x05 \x01(\bR\tbatchOnly\"\xe4\x03\n" +
 	"\vLaunchTasks\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -4135,7 +4160,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\bwork_dir\x18\f \x01(\tR\aworkDir\x12\x1d\n" +
 	"\n" +
 	"output_dir\x18\r \x01(\tR\toutputDir\x12\x12\n" +
-	"\x04user\x18\x0e \x01(\tR\x04user\x1a6\n" +
+	"\x04user\x18\x0e \x01(\tR\x04user\x12\x16\n" +
+	"\x06sealed\x18\x0f \x01(\fR\x06sealed\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\x01\n" +

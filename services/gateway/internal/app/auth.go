@@ -743,7 +743,10 @@ func (a *Auth) checkNode(ctx context.Context, node, cluster, pool string) error 
 	return nil
 }
 
-// nodeIdentity issues node's access token and certificate.
+// nodeIdentity issues node's access token and certificate, with its
+// command key (what opens the step commands sealed for it). Only RegisterNode
+// (the node's one-time bootstrap token) and RenewNodeIdentity (the node's own
+// principal) call it, for that node: no other caller gets a node's key.
 func (a *Auth) nodeIdentity(node, cluster, pool string, pub []byte) (*loomv1.NodeIdentity, error) {
 	tok, exp, err := a.o.Issuer.Issue(auth.Claims{Use: auth.UseAccess, Kind: auth.KindNode.String(), Node: node, Cluster: cluster, Pool: pool,
 		RegisteredClaims: auth.ForSubject(auth.NodeName(node))}, auth.DefaultNodeIdentityLifetime)
@@ -755,7 +758,8 @@ func (a *Auth) nodeIdentity(node, cluster, pool string, pub []byte) (*loomv1.Nod
 		return nil, err
 	}
 	return &loomv1.NodeIdentity{Node: node, Cluster: cluster, Pool: pool, AccessToken: tok, Certificate: cert,
-		ExpireTime: timestamppb.New(exp), ServicePublicKey: a.o.ServiceKey.Public().(ed25519.PublicKey)}, nil
+		ExpireTime: timestamppb.New(exp), ServicePublicKey: a.o.ServiceKey.Public().(ed25519.PublicKey),
+		CommandKey: auth.CommandKey(a.o.ServiceKey.Seed(), node)}, nil
 }
 
 // ---- bootstrap ----

@@ -615,7 +615,9 @@ func (s *State) viewState(c *Change, n *Node) loomv1.RemediationState {
 		r = s.machine.Node(n.Name)
 	}
 	if n.Unhealthy && (r == nil || r.InService()) {
-		return loomv1.RemediationState_NODE_DRAINING
+		// Silent, and no repair holds it: down, as Slurm says of a node
+		// that stopped answering (not drained: nobody took it out).
+		return loomv1.RemediationState_NODE_DOWN
 	}
 	if r == nil {
 		return loomv1.RemediationState_NODE_HEALTHY

@@ -68,6 +68,9 @@ type App struct {
 	onFenced func()
 	// version is the store version the memory was loaded at (followers).
 	version string
+	// commandSecret is the services' secret the node command keys are
+	// derived from (SealCommands); nil: step commands go out unsealed.
+	commandSecret []byte
 }
 
 // New returns an app over st; Start (or Lead) loads it. now is the clock.
@@ -324,7 +327,11 @@ func (a *App) applyMany(ctx context.Context, inboxIDs []string, c *domain.Change
 		return false, err
 	}
 	for i, e := range c.Emits {
-		ev, err := envelope.Route(e.Key, Source, e.Payload)
+		payload, err := a.seal(e.Payload)
+		if err != nil {
+			return false, err
+		}
+		ev, err := envelope.Route(e.Key, Source, payload)
 		if err != nil {
 			return false, err
 		}

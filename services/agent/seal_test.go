@@ -1,0 +1,222 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/auth"
+	"github.com/loom-ml/loom/libs/bus"
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+)
+
+const otherNode = cluster + "/nodes/gpu-0002"
+
+// sealFor seals cmd with node's command key, as the scheduler does.
+func sealFor(t *testing.T, node string, cmd *eventsv1.StartStep) *eventsv1.StartStep {
+	t.Helper()
+	s, err := envelope.SealCommand(auth.CommandKey(testkit.ServiceSecret(), node), cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.(*eventsv1.StartStep)
+}
+
+// dlqReasons returns the dead letters of the step commands, by job, with
+// their reason.
+func dlqReasons(t *testing.T, broker string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, m := range rawRecords(t, broker, topics.StepCommands+topics.DLQSuffix) {
+		ev, err := envelope.Default.Decode(m)
+		if err != nil {
+			continue
+		}
+		s, ok := ev.Payload.(*eventsv1.StartStep)
+		if !ok {
+			continue
+		}
+		for _, h := range m.Headers {
+			if h.Key == bus.HeaderDLQReason {
+				out[s.GetJobId()] = string(h.Value)
+			}
+		}
+	}
+	return out
+}
+
+// A StartStep (and a LaunchTasks) sealed for its node runs there with its
+// secrets, while no record of the step commands' topic — which every
+// agent's credentials can read, whatever partition it keeps to — holds the
+// script or a secret in the clear, and another node's command key opens
+// nothing of it. A sealed
+// command that does not open with the node's key (tampered with, sealed
+// for another node, moved into another attempt) is dead-lettered with the
+// reason and never runs.
+func TestSealedStartStepIsForItsNodeOnly(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.start(t)
+	secret := "db-password-" + hex.EncodeToString(randBytes(t, 12))
+	marker := func(job string) string { return filepath.Join(e.shared, "ran-"+job) }
+	step := func(job string) *eventsv1.StartStep {
+		return startStep(job, `printf %s "$DB_PASSWORD" > `+marker(job)+` # the-script-`+job,
+			map[string]string{"DB_PASSWORD": secret}, filepath.Join(e.shared, job+".out"))
+	}
+
+	tampered := sealFor(t, node, step("81"))
+	tampered.Sealed[len(tampered.Sealed)-1] ^= 1
+	forOther := sealFor(t, otherNode, step("82")) // keyed and named for this node, sealed with the other's key
+	moved := sealFor(t, node, step("83"))
+	moved.Attempt = 2 // the blob of attempt 1, replayed as attempt 2
+	tasksOut := filepath.Join(e.shared, ".loom", "steps", "85.0")
+	tasks := launch("85", 0, 0, 1, tasksOut, "sh", "-c", `printf %s "$DB_PASSWORD" # the-script-85`)
+	tasks.Env["DB_PASSWORD"] = secret
+	sealedTasks, err := envelope.SealCommand(auth.CommandKey(testkit.ServiceSecret(), node), tasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, e.broker, command(tampered), command(forOther), command(moved), command(sealFor(t, node, step("80"))),
+		command(sealedTasks.(*eventsv1.LaunchTasks)))
+
+	exited := waitStep(t, e.broker, "80", eventsv1.StepState_STEP_EXITED)
+	if exited.GetExitCode() != 0 {
+		t.Fatalf("the sealed step exited %d", exited.GetExitCode())
+	}
+	if b, err := os.ReadFile(marker("80")); err != nil || string(b) != secret {
+		t.Fatalf("the sealed step saw DB_PASSWORD %q (%v), want the job's secret", b, err)
+	}
+
+	waitTasks(t, e.broker, "85", 0, eventsv1.StepState_STEP_EXITED)
+	if b, err := os.ReadFile(filepath.Join(tasksOut, "task-0.out")); err != nil || string(b) != secret {
+		t.Fatalf("the sealed task printed %q (%v), want the job's secret", b, err)
+	}
+
+	var reasons map[string]string
+	testkit.WaitFor(t, wait, "three dead letters", func() (bool, error) {
+		reasons = dlqReasons(t, e.broker)
+		return len(reasons) >= 3, nil
+	})
+	for _, job := range []string{"81", "82", "83"} {
+		if reasons[job] != envelope.ReasonBadSeal {
+			t.Errorf("StartStep %s: dead-letter reason %q, want %q", job, reasons[job], envelope.ReasonBadSeal)
+		}
+		if _, err := os.Stat(marker(job)); err == nil {
+			t.Errorf("StartStep %s that does not open ran", job)
+		}
+		if evs := stepEvents(t, e.broker, job); len(evs) != 0 {
+			t.Errorf("StartStep %s that does not open produced step events %v", job, evs)
+		}
+	}
+
+	// What another node's agent can read: every record of the topic (of
+	// every partition that holds one).
+	parts := map[int]bool{}
+	for _, ev := range testkit.Events(t, e.broker, topics.StepCommands) {
+		parts[ev.Partition] = true
+	}
+	var records []kafka.Message
+	for p := range parts {
+		records = append(records, partitionRecords(t, e.broker, topics.StepCommands, p)...)
+	}
+	starts := 0
+	otherKey := auth.CommandKey(testkit.ServiceSecret(), otherNode)
+	for _, m := range records {
+		for _, plain := range []string{secret, "DB_PASSWORD", "the-script-"} {
+			if bytes.Contains(m.Value, []byte(plain)) {
+				t.Errorf("a step command record holds %q in the clear", plain)
+			}
+			for _, h := range m.Headers {
+				if bytes.Contains(h.Value, []byte(plain)) {
+					t.Errorf("a step command header %s holds %q", h.Key, plain)
+				}
+			}
+		}
+		ev, err := envelope.Default.Decode(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s, ok := ev.Payload.(*eventsv1.StartStep); ok && s.GetNode() == node {
+			starts++
+			if s.GetJobId() == "82" { // sealed with the other node's key
+				continue
+			}
+			if _, err := envelope.OpenCommand(otherKey, s); envelope.ReasonOf(err) != envelope.ReasonBadSeal {
+				t.Errorf("the other node's key on StartStep %s: %v, want %s", s.GetJobId(), err, envelope.ReasonBadSeal)
+			}
+		}
+	}
+	if starts != 4 {
+		t.Fatalf("read %d StartSteps for %s on the topic, want 4", starts, node)
+	}
+}
+
+// An agent without a command key (its identity has none) refuses a sealed
+// command, saying why, and still runs one in the clear.
+func TestSealedStartStepWithoutCommandKeyIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	path := filepath.Join(e.work, IdentityFile)
+	id, err := auth.LoadNodeIdentity(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id.CommandKey = nil
+	if err := auth.WriteNodeIdentity(path, id); err != nil {
+		t.Fatal(err)
+	}
+	e.start(t)
+	sealed := sealFor(t, node, startStep("90", "touch "+filepath.Join(e.shared, "ran-90"), nil, filepath.Join(e.shared, "90.out")))
+	clear := startStep("91", "true", nil, filepath.Join(e.shared, "91.out"))
+	publish(t, e.broker, command(sealed), command(proto.Clone(clear).(*eventsv1.StartStep)))
+	waitStep(t, e.broker, "91", eventsv1.StepState_STEP_EXITED)
+	var reasons map[string]string
+	testkit.WaitFor(t, wait, "the dead letter", func() (bool, error) {
+		reasons = dlqReasons(t, e.broker)
+		return len(reasons) >= 1, nil
+	})
+	if reasons["90"] != envelope.ReasonNoCommandKey {
+		t.Fatalf("dead letters %v, want 90: %s", reasons, envelope.ReasonNoCommandKey)
+	}
+	if _, err := os.Stat(filepath.Join(e.shared, "ran-90")); err == nil {
+		t.Fatal("the sealed StartStep ran without a key")
+	}
+}
+
+// partitionRecords returns every record of one partition of topic,
+// undecoded.
+func partitionRecords(t *testing.T, broker, topic string, partition int) []kafka.Message {
+	t.Helper()
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{broker}, Topic: topic, Partition: partition, MaxWait: 50 * time.Millisecond})
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var out []kafka.Message
+	for {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			return out
+		}
+		out = append(out, m)
+	}
+}
+
+func randBytes(t *testing.T, n int) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
