@@ -54,11 +54,21 @@ const (
 // failed test that ran them as processes).
 func startStack(t *testing.T, mode string) *stack.Stack {
 	t.Helper()
-	opts := stack.Options{DataDir: t.TempDir(), LogLevel: "warn"}
+	return startStackWith(t, mode, nil)
+}
+
+// startStackWith is startStack with the stack's options changed by opt
+// (when set) before it starts: shorter timeouts, health flags.
+func startStackWith(t *testing.T, mode string, opt func(*stack.Options)) *stack.Stack {
+	t.Helper()
+	// The nodes' GPUs are the simulated device (which takes injected faults),
+	// whether or not this machine has a driver.
+	opts := stack.Options{DataDir: t.TempDir(), LogLevel: "warn", AgentEnv: []string{"LOOM_AGENT_GPU_MODE=simulated"}}
 	switch mode {
 	case inProcess:
 		// Agents are this test binary (TestMain), real processes still.
-		opts.AgentCommand, opts.AgentEnv = []string{os.Args[0]}, []string{"LOOM_TEST_RUN_AGENT=1"}
+		opts.AgentCommand = []string{os.Args[0]}
+		opts.AgentEnv = append(opts.AgentEnv, "LOOM_TEST_RUN_AGENT=1")
 	case processes:
 		if testing.Short() {
 			t.Skip("builds every binary; skipped with -short")
@@ -68,6 +78,9 @@ func startStack(t *testing.T, mode string) *stack.Stack {
 		t.Cleanup(func() { dumpLogs(t, filepath.Join(opts.DataDir, "logs")) })
 	default:
 		t.Fatalf("unknown stack mode %q", mode)
+	}
+	if opt != nil {
+		opt(&opts)
 	}
 	ctx := testkit.Context(t, 90*time.Second)
 	s, err := stack.Start(ctx, opts)

@@ -1,0 +1,413 @@
+// Command recoverybench times how Loom recovers a training job from a GPU
+// that falls off the bus (Xid 79).
+//
+// It starts Loom's one embedded stack (cmd/loom/stack: a Kafka-protocol
+// broker, Redis and the five central services in this process) on the local
+// provider, whose nodes are real agent processes with simulated GPUs, and
+// creates a 3-node cluster. Each round submits a fresh 2-node `loom train
+// --step-time` job, waits until it runs, injects Xid 79 on one of its nodes
+// (HealthService.InjectFault through the gateway), and waits until the job
+// runs again on healthy nodes and the node is repaired. It then reads the
+// round's events back from the bus and reports, from the injection:
+//
+//   - detection: health's NodeHealthChanged taking the node out of HEALTHY;
+//   - drained: the job's first run ended NODE_FAIL (its end time);
+//   - running again: the scheduler's JobChanged with the next run RUNNING;
+//   - repaired: health's NodeHealthChanged putting the node back to HEALTHY.
+//
+// Targets on a developer machine: detection ≤ 2 s, running again ≤ 10 s.
+// Results go to stdout and, with -report, into the recoverybench section of
+// a Markdown report.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/cmd/loom/stack"
+	"github.com/loom-ml/loom/libs/auth"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// options are the benchmark's settings.
+type options struct {
+	rounds   int
+	stepTime time.Duration
+	timeout  time.Duration
+	report   string
+	logLevel string
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.rounds, "rounds", 5, "injections, each on a fresh job")
+	flag.DurationVar(&o.stepTime, "step-time", 50*time.Millisecond, "the trainer's --step-time (an epoch's length)")
+	flag.DurationVar(&o.timeout, "timeout", 3*time.Minute, "give up on a round after this long")
+	flag.StringVar(&o.report, "report", "", "Markdown file to write the results into (the section between the recoverybench markers is replaced)")
+	flag.StringVar(&o.logLevel, "log-level", "warn", "log level of the services")
+	flag.Parse()
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "recoverybench:", err)
+		os.Exit(1)
+	}
+}
+
+// logf reports progress on stderr.
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "recoverybench: "+format+"\n", args...)
+}
+
+// round is what one injection measured, each from the injection.
+type round struct {
+	node                                   string
+	detected, drained, runningAgain, fixed time.Duration
+	detectReason                           string
+	// path is the node's remediation states in order, each with its time.
+	path []string
+}
+
+// buildLoom builds the loom binary (agents and the job's trainer) into dir.
+func buildLoom(dir string) (string, error) {
+	out, err := exec.Command("go", "env", "GOWORK").Output()
+	work := strings.TrimSpace(string(out))
+	if err != nil || work == "" || work == "off" {
+		return "", fmt.Errorf("find the workspace (go env GOWORK): %v", err)
+	}
+	bin := filepath.Join(dir, "loom")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/loom")
+	cmd.Dir = filepath.Dir(work)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/loom: %v\n%s", err, b)
+	}
+	return bin, nil
+}
+
+func run(o options) error {
+	if o.rounds < 1 {
+		return fmt.Errorf("-rounds must be at least 1")
+	}
+	tmp, err := os.MkdirTemp("", "recoverybench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	loom, err := buildLoom(tmp)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	began := time.Now()
+	s, err := stack.Start(ctx, stack.Options{DataDir: filepath.Join(tmp, "data"), LogLevel: o.logLevel,
+		AgentCommand: []string{loom, "agent"}, AgentEnv: []string{"LOOM_AGENT_GPU_MODE=simulated"},
+		// Every round fails a node on purpose, seconds after the last: each
+		// is to be a node's first failure (a reboot), not one that recurs
+		// soon after a repair (which climbs the ladder to reimage, replace,
+		// quarantine) or makes a lemon.
+		HealthArgs: []string{"-lemon-window=1s"}})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := s.Close(cctx); err != nil {
+			logf("stopping the stack: %v", err)
+		}
+	}()
+	logf("stack up in %v", time.Since(began).Round(time.Millisecond))
+	dopts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if key, err := s.AdminKey(); err == nil {
+		dopts = append(dopts, grpc.WithPerRPCCredentials(auth.Bearer(key)))
+	}
+	conn, err := grpc.NewClient(s.GatewayAddr, dopts...)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+
+	cl, err := createCluster(ctx, conn, o.timeout)
+	if err != nil {
+		return err
+	}
+	var rounds []round
+	hits := map[string]int{} // injections per node
+	for i := range o.rounds {
+		r, err := measure(ctx, s, conn, cl, loom, i, hits, o)
+		if err != nil {
+			return fmt.Errorf("round %d: %w", i+1, err)
+		}
+		logf("round %d on %s: detected %v, drained %v, running again %v, repaired %v; health: %s", i+1, r.node,
+			ms(r.detected), ms(r.drained), ms(r.runningAgain), ms(r.fixed), strings.Join(r.path, ", "))
+		rounds = append(rounds, r)
+		hits[r.node]++
+	}
+	section := render(o, rounds, time.Since(began))
+	fmt.Print(section)
+	if o.report != "" {
+		return writeSection(o.report, section)
+	}
+	return nil
+}
+
+// createCluster creates the 3-node cluster and waits for it to run.
+func createCluster(ctx context.Context, conn *grpc.ClientConn, timeout time.Duration) (*loomv1.Cluster, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	op, err := loomv1.NewClusterServiceClient(conn).CreateCluster(ctx, &loomv1.CreateClusterRequest{
+		Parent: "projects/default", ClusterId: "recovery", RequestId: "create-recovery",
+		Cluster: &loomv1.Cluster{Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{{Id: "gpu",
+			MachineType: "a3-highgpu-1g", NodeCount: 3, AcceleratorType: "nvidia-h100-80gb", AcceleratorCount: 1}}}}})
+	if err != nil {
+		return nil, fmt.Errorf("create cluster: %w", err)
+	}
+	ops := loomv1.NewOperationServiceClient(conn)
+	for !op.Done {
+		if op, err = ops.WaitOperation(ctx, &loomv1.WaitOperationRequest{Name: op.Name, TimeoutSeconds: 10}); err != nil {
+			return nil, fmt.Errorf("wait for the cluster: %w", err)
+		}
+	}
+	if e := op.GetError(); e != nil {
+		return nil, fmt.Errorf("create cluster: %v", e)
+	}
+	return op.GetCluster(), nil
+}
+
+// poll calls cond every 20 ms until it is true, it fails, or ctx ends.
+func poll(ctx context.Context, what string, cond func(context.Context) (bool, error)) error {
+	for {
+		ok, err := cond(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", what, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// measure runs one round: a fresh job, Xid 79 on one of its nodes (the one
+// hit least so far, by hits), until
+// the job runs again and the node is back; then the round's times from the
+// bus.
+func measure(ctx context.Context, s *stack.Stack, conn *grpc.ClientConn, cl *loomv1.Cluster, loom string, i int, hits map[string]int, o options) (round, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	jobs := loomv1.NewJobServiceClient(conn)
+	health := loomv1.NewHealthServiceClient(conn)
+	// Long enough never to finish within a round; a checkpoint every 10 epochs.
+	job, err := jobs.SubmitJob(ctx, &loomv1.SubmitJobRequest{Parent: "projects/default", Job: &loomv1.Job{
+		Cluster: cl.Name, DisplayName: fmt.Sprintf("recovery-%d", i+1), NodeCount: 2, GpusPerNode: 1,
+		Command: []string{loom, "train", "--epochs", "100000", "--checkpoint-every", "10", "--log-every", "100",
+			"--step-time", o.stepTime.String(), "--out", filepath.Join(cl.GetStatus().GetSharedDir(), fmt.Sprintf("out-%d", i+1))}}})
+	if err != nil {
+		return round{}, fmt.Errorf("submit: %w", err)
+	}
+	var running *loomv1.Job
+	if err := poll(ctx, "job running", func(ctx context.Context) (bool, error) {
+		j, err := jobs.GetJob(ctx, &loomv1.GetJobRequest{Name: job.Name})
+		if err != nil {
+			return false, nil
+		}
+		if j.State.Terminal() {
+			return false, fmt.Errorf("job ended %v (%s)", j.State, j.StateReason)
+		}
+		running = j
+		return j.State == loomv1.JobState_RUNNING && len(j.Nodes) == 2, nil
+	}); err != nil {
+		return round{}, err
+	}
+	// The job's node that has failed least so far: the fault goes round.
+	node := running.Nodes[0]
+	if hits[running.Nodes[1]] < hits[node] {
+		node = running.Nodes[1]
+	}
+	injected := time.Now()
+	if _, err := health.InjectFault(ctx, &loomv1.InjectFaultRequest{Cluster: cl.Name, Hostname: node,
+		Fault: &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_XID, Gpu: 0, Xid: 79}}); err != nil {
+		return round{}, fmt.Errorf("inject: %w", err)
+	}
+	var again *loomv1.Job
+	if err := poll(ctx, "job running again", func(ctx context.Context) (bool, error) {
+		j, err := jobs.GetJob(ctx, &loomv1.GetJobRequest{Name: job.Name})
+		if err != nil {
+			return false, nil
+		}
+		if j.State.Terminal() {
+			return false, fmt.Errorf("job ended %v (%s)", j.State, j.StateReason)
+		}
+		again = j
+		return j.State == loomv1.JobState_RUNNING && len(j.Runs) >= 2, nil
+	}); err != nil {
+		return round{}, err
+	}
+	left := false
+	if err := poll(ctx, "node "+node+" repaired", func(ctx context.Context) (bool, error) {
+		resp, err := health.ListNodeHealth(ctx, &loomv1.ListNodeHealthRequest{Cluster: cl.Name})
+		if err != nil {
+			return false, nil
+		}
+		for _, n := range resp.Nodes {
+			if n.Hostname == node {
+				left = left || n.State != loomv1.RemediationState_NODE_HEALTHY
+				return left && n.State == loomv1.RemediationState_NODE_HEALTHY && n.StateTime.AsTime().After(injected), nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		return round{}, err
+	}
+	if _, err := jobs.CancelJob(ctx, &loomv1.CancelJobRequest{Name: job.Name}); err != nil {
+		return round{}, fmt.Errorf("cancel: %w", err)
+	}
+	if err := poll(ctx, "job cancelled", func(ctx context.Context) (bool, error) {
+		j, err := jobs.GetJob(ctx, &loomv1.GetJobRequest{Name: job.Name})
+		return err == nil && j.State.Terminal(), nil
+	}); err != nil {
+		return round{}, err
+	}
+
+	// The times, from what the services published.
+	evs, err := readTopics(ctx, s.BrokerAddr, topics.HealthEvents, topics.JobEvents)
+	if err != nil {
+		return round{}, err
+	}
+	r := round{node: node}
+	full := cl.Name + "/nodes/" + node
+	for _, ev := range evs {
+		if ev.Time.Before(injected) {
+			continue
+		}
+		switch p := ev.Payload.(type) {
+		case *eventsv1.NodeHealthChanged:
+			if p.GetNode() != full && !strings.HasSuffix(p.GetNode(), "/"+node) {
+				continue
+			}
+			at := eventTime(p.GetTime(), ev.Time).Sub(injected)
+			r.path = append(r.path, fmt.Sprintf("%s %s", strings.TrimPrefix(p.GetState().String(), "NODE_"), ms(at)))
+			if r.detected == 0 && p.GetState() != loomv1.RemediationState_NODE_HEALTHY {
+				r.detected, r.detectReason = at, p.GetReason()
+			}
+			if r.detected > 0 && r.fixed == 0 && p.GetHealth() == eventsv1.NodeHealth_HEALTHY && p.GetState() == loomv1.RemediationState_NODE_HEALTHY {
+				r.fixed = at
+			}
+		case *eventsv1.JobChanged:
+			if p.GetJob().GetName() != job.Name {
+				continue
+			}
+			if r.runningAgain == 0 && p.GetAttempt() >= 2 && p.GetJob().GetState() == loomv1.JobState_RUNNING {
+				r.runningAgain = ev.Time.Sub(injected)
+			}
+		}
+	}
+	if first := again.Runs[0]; first.State == loomv1.JobState_NODE_FAIL && first.EndTime != nil {
+		r.drained = first.EndTime.AsTime().Sub(injected)
+	}
+	if r.detected == 0 || r.drained == 0 || r.runningAgain == 0 || r.fixed == 0 {
+		return r, fmt.Errorf("missing a time (detected %v, drained %v, running again %v, repaired %v); first run %v",
+			r.detected, r.drained, r.runningAgain, r.fixed, again.Runs[0])
+	}
+	return r, nil
+}
+
+// eventTime is the payload's own time when it has one, else the envelope's.
+func eventTime(ts *timestamppb.Timestamp, env time.Time) time.Time {
+	if ts != nil && ts.IsValid() && !ts.AsTime().IsZero() {
+		return ts.AsTime()
+	}
+	return env
+}
+
+func ms(d time.Duration) string { return d.Round(time.Millisecond).String() }
+
+// stats are min, median and max.
+func stats(ds []time.Duration) (lo, med, hi time.Duration) {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	n := len(s)
+	med = s[n/2]
+	if n%2 == 0 {
+		med = (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[0], med, s[n-1]
+}
+
+// render writes the report's section.
+func render(o options, rounds []round, took time.Duration) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	host, _ := os.Hostname()
+	w("<!-- recoverybench:begin -->\n## Recovery from a GPU off the bus (Xid 79): detection, drain, running again, repair\n\n")
+	w("A 3-node local cluster (real agent processes, simulated GPUs) on the embedded stack; each round a fresh 2-node `loom train --step-time %v` job runs, Xid 79 is injected on one of its nodes (`HealthService.InjectFault`), and the times below are from the injection to: health's NodeHealthChanged taking the node out of HEALTHY (detection), the first run's NODE_FAIL end (drained), the scheduler's JobChanged with the next run RUNNING (running again), and health's NodeHealthChanged HEALTHY after the reboot (repaired). Times are the services' own event times, read back from the bus. Health runs with `-lemon-window=1s`, so that each round's fault is a first failure (repaired by a reboot) rather than one recurring soon after a repair, which climbs the ladder to reimage and replace. %d rounds on %s (%d CPUs, %s/%s), whole run %v. Rerun: `go run ./bench/cmd/recoverybench -rounds %d -report bench/REPORT.md`.\n\n",
+		o.stepTime, len(rounds), host, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, took.Round(time.Second), o.rounds)
+	w("| from injection to | min | median | max | target |\n|---|---:|---:|---:|---|\n")
+	col := func(name string, get func(round) time.Duration, target time.Duration) {
+		var ds []time.Duration
+		for _, r := range rounds {
+			ds = append(ds, get(r))
+		}
+		lo, med, hi := stats(ds)
+		t := "—"
+		if target > 0 {
+			verdict := "met"
+			if hi > target {
+				verdict = "missed"
+			}
+			t = fmt.Sprintf("≤ %v (%s)", target, verdict)
+		}
+		w("| %s | %s | %s | %s | %s |\n", name, ms(lo), ms(med), ms(hi), t)
+	}
+	col("detection (node leaves HEALTHY)", func(r round) time.Duration { return r.detected }, 2*time.Second)
+	col("drained (first run NODE_FAIL)", func(r round) time.Duration { return r.drained }, 0)
+	col("running again (next run RUNNING)", func(r round) time.Duration { return r.runningAgain }, 10*time.Second)
+	col("node repaired (HEALTHY again)", func(r round) time.Duration { return r.fixed }, 0)
+	w("\nPer round (node, detection, drained, running again, repaired; then the node's states as health published them):\n\n")
+	for i, r := range rounds {
+		w("%d. %s: %s, %s, %s, %s; %s\n", i+1, r.node, ms(r.detected), ms(r.drained), ms(r.runningAgain), ms(r.fixed), strings.Join(r.path, " → "))
+	}
+	if len(rounds) > 0 {
+		w("\nHealth's reason for taking the node out: %q.\n", rounds[0].detectReason)
+	}
+	w("\nXid 79 is urgent: health takes the node out and asks for the reboot at once, and the provisioner's REBOOTING state is the fence that lets the scheduler start the next run without waiting for the old one's step there to end. Repaired is the local provider's reboot (the agent and the step process groups killed, a new host boot id, the agent started again and registered) and then health's confirming check; the services' logs at `-log-level info` time each part.\n")
+	w("<!-- recoverybench:end -->\n")
+	return b.String()
+}
+
+// writeSection replaces the recoverybench section of the report, or appends it.
+func writeSection(path, section string) error {
+	const begin, end = "<!-- recoverybench:begin -->", "<!-- recoverybench:end -->\n"
+	old, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	s := string(old)
+	if i, j := strings.Index(s, begin), strings.Index(s, end); i >= 0 && j > i {
+		s = s[:i] + section + s[j+len(end):]
+	} else {
+		if s != "" && !strings.HasSuffix(s, "\n\n") {
+			s = strings.TrimRight(s, "\n") + "\n\n"
+		}
+		s += section
+	}
+	return os.WriteFile(path, []byte(s), 0o644)
+}

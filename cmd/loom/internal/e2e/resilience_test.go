@@ -1,0 +1,269 @@
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/loom-ml/loom/libs/testkit"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// trainArgs is the training run both resilience tests use: long enough (with
+// --step-time) to be interrupted, with a checkpoint every 10 epochs.
+var trainArgs = []string{"train", "--epochs", "240", "--checkpoint-every", "10", "--log-every", "10"}
+
+// referenceModel trains uninterrupted, outside Loom, and returns the model file.
+func referenceModel(t *testing.T, loom string) []byte {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command(loom, append(append([]string(nil), trainArgs...), "--out", dir)...)
+	cmd.Env = append(os.Environ(), "LOOM_CHECKPOINT_DIR=", "AIP_CHECKPOINT_DIR=", "LOOM_PROGRESS_FILE=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("reference run: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "model.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// nodeHealth returns health's view of one node of the cluster.
+func nodeHealth(t *testing.T, conn *grpc.ClientConn, cluster, host string) (*loomv1.NodeHealth, error) {
+	resp, err := loomv1.NewHealthServiceClient(conn).ListNodeHealth(waitCtx(t, 5*time.Second),
+		&loomv1.ListNodeHealthRequest{Cluster: cluster})
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range resp.Nodes {
+		if n.Hostname == host {
+			return n, nil
+		}
+	}
+	return nil, nil
+}
+
+// checkpointDir is where job's `loom train` writes its checkpoints
+// ($LOOM_CHECKPOINT_DIR, which the scheduler sets): the job's
+// checkpoint_dir when it has one, else <shared>/checkpoints/<job id>.
+func checkpointDir(cl *loomv1.Cluster, j *loomv1.Job) string {
+	switch {
+	case filepath.IsAbs(j.CheckpointDir):
+		return j.CheckpointDir
+	case j.CheckpointDir != "": // relative: under the shared dir
+		return filepath.Join(cl.GetStatus().GetSharedDir(), j.CheckpointDir)
+	}
+	return filepath.Join(cl.GetStatus().GetSharedDir(), "checkpoints", j.JobId)
+}
+
+// waitJob waits for the job to reach a terminal state and returns it.
+func waitJob(t *testing.T, jobs loomv1.JobServiceClient, name string, within time.Duration) *loomv1.Job {
+	t.Helper()
+	var j *loomv1.Job
+	testkit.WaitFor(t, within, "job "+name+" ends", func() (bool, error) {
+		got, err := jobs.GetJob(waitCtx(t, 5*time.Second), &loomv1.GetJobRequest{Name: name})
+		if err != nil {
+			return false, nil
+		}
+		j = got
+		return got.State.Terminal(), nil
+	})
+	return j
+}
+
+// TestXid79DrainsRepairsAndResumesFromCheckpoint is the issue's end-to-end
+// case: a 2-node training job runs, Xid 79 (GPU fallen off the bus) is
+// injected on one of its nodes, the node is drained and repaired, and the job
+// resumes from its checkpoint on healthy nodes and finishes with the very
+// model an uninterrupted run writes.
+func TestXid79DrainsRepairsAndResumesFromCheckpoint(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds the loom binary; skipped with -short")
+	}
+	loom := filepath.Join(binaries(t), "loom")
+	want := referenceModel(t, loom)
+
+	s := startStack(t, inProcess)
+	gw := dialGateway(t, s)
+	cl := createCluster(t, gw, "xid79", &loomv1.NodePool{Id: "gpu", MachineType: "a3-highgpu-1g",
+		NodeCount: 3, AcceleratorType: "nvidia-h100-80gb", AcceleratorCount: 1})
+
+	jobs := loomv1.NewJobServiceClient(gw)
+	job, err := jobs.SubmitJob(waitCtx(t, 10*time.Second), &loomv1.SubmitJobRequest{Parent: "projects/default",
+		Job: &loomv1.Job{Cluster: cl.Name, DisplayName: "xid79", NodeCount: 2, GpusPerNode: 1,
+			Command:     append(append([]string{loom}, trainArgs...), "--step-time", "40ms"),
+			ModelOutput: &loomv1.ModelOutput{ModelId: "xid79-model"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Running, with a checkpoint written: the failure comes mid-training.
+	// Checkpoints go to the job's checkpoint directory (LOOM_CHECKPOINT_DIR),
+	// the same for all its runs.
+	var running *loomv1.Job
+	var last loomv1.JobState
+	testkit.WaitFor(t, 60*time.Second, "job running with a checkpoint", func() (bool, error) {
+		j, err := jobs.GetJob(waitCtx(t, 5*time.Second), &loomv1.GetJobRequest{Name: job.Name})
+		if err == nil && j.State != last {
+			last = j.State
+			t.Logf("job %s: %v (%s) on %v, checkpoint_dir %q", job.Name, j.State, j.StateReason, j.Nodes, j.CheckpointDir)
+		}
+		if err == nil && j.State.Terminal() {
+			out, _ := os.ReadFile(j.OutputPath)
+			t.Fatalf("job ended %v (%s) before the fault:\n%s", j.State, j.StateReason, out)
+		}
+		if err != nil || j.State != loomv1.JobState_RUNNING {
+			return false, nil
+		}
+		running = j
+		m, _ := filepath.Glob(filepath.Join(checkpointDir(cl, j), "checkpoint-*"))
+		return len(m) > 0, nil
+	})
+	if len(running.Nodes) != 2 {
+		t.Fatalf("job runs on %v, want 2 nodes", running.Nodes)
+	}
+	bad := running.Nodes[1]
+	health := loomv1.NewHealthServiceClient(gw)
+	if _, err := health.InjectFault(waitCtx(t, 5*time.Second), &loomv1.InjectFaultRequest{Cluster: cl.Name, Hostname: bad,
+		Fault: &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_XID, Gpu: 0, Xid: 79}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The node leaves service (drained, then repaired) and comes back healthy.
+	var left bool
+	var back time.Time // when health put it back
+	testkit.WaitFor(t, 120*time.Second, "node "+bad+" repaired and healthy again", func() (bool, error) {
+		n, err := nodeHealth(t, gw, cl.Name, bad)
+		if err != nil || n == nil {
+			return false, nil
+		}
+		if n.State != loomv1.RemediationState_NODE_HEALTHY {
+			left = true
+			if !strings.Contains(n.Reason, "Xid 79") {
+				t.Errorf("node %s is %v with reason %q, want one naming Xid 79", bad, n.State, n.Reason)
+			}
+		}
+		back = n.StateTime.AsTime()
+		return left && n.State == loomv1.RemediationState_NODE_HEALTHY, nil
+	})
+
+	end := waitJob(t, jobs, job.Name, 180*time.Second)
+	if end.State != loomv1.JobState_COMPLETED {
+		t.Fatalf("job ended %v (%s)", end.State, end.StateReason)
+	}
+	if end.RestartCount < 1 || len(end.Runs) < 2 {
+		t.Fatalf("job completed with %d restarts and runs %v: it was never interrupted", end.RestartCount, end.Runs)
+	}
+	first := end.Runs[0]
+	if first.State != loomv1.JobState_NODE_FAIL || !strings.Contains(first.Reason, "Xid 79") {
+		t.Errorf("first run ended %v (%q), want NODE_FAIL naming Xid 79", first.State, first.Reason)
+	}
+	for _, r := range end.Runs[1:] {
+		for _, n := range r.Nodes {
+			if n == bad && r.StartTime.AsTime().Before(back) {
+				t.Errorf("run %d was placed on the failed node %s before it was repaired", r.Attempt, bad)
+			}
+		}
+	}
+	// The same model as an uninterrupted run, byte for byte.
+	reg := loomv1.NewModelServiceClient(gw)
+	var uri string
+	testkit.WaitFor(t, 30*time.Second, "model version registered", func() (bool, error) {
+		v, err := reg.ListModelVersions(waitCtx(t, 5*time.Second), &loomv1.ListModelVersionsRequest{
+			Parent: "projects/default/models/xid79-model"})
+		if err != nil || len(v.Versions) == 0 {
+			return false, nil
+		}
+		uri = v.Versions[0].ArtifactUri
+		return true, nil
+	})
+	got, err := os.ReadFile(filepath.Join(strings.TrimPrefix(uri, "file://"), "model.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("the resumed job's model differs from an uninterrupted run's:\n got %s\nwant %s", got, want)
+	}
+	out, err := os.ReadFile(end.OutputPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "resuming from checkpoint") {
+		t.Errorf("the second run did not resume from a checkpoint:\n%s", out)
+	}
+}
+
+// TestXid13RestartsTheJobWithoutDrainingTheNode: an application Xid (13,
+// graphics engine exception: RESTART_APP) restarts the job; the node stays in
+// service.
+func TestXid13RestartsTheJobWithoutDrainingTheNode(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds the loom binary; skipped with -short")
+	}
+	loom := filepath.Join(binaries(t), "loom")
+	s := startStack(t, inProcess)
+	gw := dialGateway(t, s)
+	cl := createCluster(t, gw, "xid13", &loomv1.NodePool{Id: "gpu", MachineType: "a3-highgpu-1g",
+		NodeCount: 1, AcceleratorType: "nvidia-h100-80gb", AcceleratorCount: 1})
+	jobs := loomv1.NewJobServiceClient(gw)
+	job, err := jobs.SubmitJob(waitCtx(t, 10*time.Second), &loomv1.SubmitJobRequest{Parent: "projects/default",
+		Job: &loomv1.Job{Cluster: cl.Name, DisplayName: "xid13", NodeCount: 1, GpusPerNode: 1,
+			Command:     append(append([]string{loom}, trainArgs...), "--step-time", "30ms"),
+			ModelOutput: &loomv1.ModelOutput{ModelId: "xid13-model"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var host string
+	var last loomv1.JobState
+	testkit.WaitFor(t, 60*time.Second, "job running", func() (bool, error) {
+		j, err := jobs.GetJob(waitCtx(t, 5*time.Second), &loomv1.GetJobRequest{Name: job.Name})
+		if err == nil && j.State != last {
+			last = j.State
+			t.Logf("job %s: %v (%s) nodes %v", job.Name, j.State, j.StateReason, j.Nodes)
+		}
+		if err == nil && j.State.Terminal() {
+			out, _ := os.ReadFile(j.OutputPath)
+			t.Fatalf("job ended %v (%s) before the fault:\n%s", j.State, j.StateReason, out)
+		}
+		if err != nil || j.State != loomv1.JobState_RUNNING || len(j.Nodes) == 0 {
+			return false, nil
+		}
+		host = j.Nodes[0]
+		return true, nil
+	})
+	if _, err := loomv1.NewHealthServiceClient(gw).InjectFault(waitCtx(t, 5*time.Second), &loomv1.InjectFaultRequest{
+		Cluster: cl.Name, Hostname: host, Fault: &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_XID, Gpu: 0, Xid: 13}}); err != nil {
+		t.Fatal(err)
+	}
+	slurm := loomv1.NewSlurmServiceClient(gw)
+	end := waitJob(t, jobs, job.Name, 120*time.Second)
+	if end.State != loomv1.JobState_COMPLETED || end.RestartCount < 1 {
+		out, _ := os.ReadFile(end.OutputPath)
+		t.Fatalf("job ended %v after %d restarts (%s), runs %v, want COMPLETED after a restart; its output:\n%s",
+			end.State, end.RestartCount, end.StateReason, end.Runs, out)
+	}
+	// The one node ran both runs: it was never taken out.
+	if n := end.Runs[len(end.Runs)-1].Nodes; len(n) != 1 || n[0] != host {
+		t.Errorf("last run on %v, want %s", n, host)
+	}
+	nodes, err := slurm.ListSlurmNodes(waitCtx(t, 5*time.Second), &loomv1.ListSlurmNodesRequest{Cluster: cl.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Nodes {
+		if n.State == loomv1.SlurmNode_DRAINING || n.State == loomv1.SlurmNode_DRAINED || n.State == loomv1.SlurmNode_DOWN {
+			t.Errorf("node %s is %v (%s) after an application Xid", n.Hostname, n.State, n.Reason)
+		}
+	}
+	if h, err := nodeHealth(t, gw, cl.Name, host); err != nil || h == nil || h.State != loomv1.RemediationState_NODE_HEALTHY {
+		t.Errorf("node health after Xid 13: %v (%v), want NODE_HEALTHY", h, err)
+	}
+}
