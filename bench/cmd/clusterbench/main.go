@@ -32,6 +32,8 @@ import (
 	"runtime/pprof"
 	"strings"
 	"time"
+
+	"github.com/loom-ml/loom/bench/internal/report"
 )
 
 // options are the benchmark's settings.
@@ -75,23 +77,7 @@ func logf(format string, args ...any) {
 
 // writeSection replaces the clusterbench section of the report, or appends it.
 func writeSection(path, section string) error {
-	const begin, end = "<!-- clusterbench:begin -->", "<!-- clusterbench:end -->\n"
-	old, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		return err
-	}
-	s := string(old)
-	if i, j := strings.Index(s, begin), strings.Index(s, end); i >= 0 && j > i {
-		s = s[:i] + section + s[j+len(end):]
-	} else {
-		if s == "" {
-			s = "# Loom benchmark report\n\nEvery number here was measured by a program in bench/; each section says how to rerun it.\n\n"
-		} else if !strings.HasSuffix(s, "\n\n") {
-			s = strings.TrimRight(s, "\n") + "\n\n"
-		}
-		s += section
-	}
-	return os.WriteFile(path, []byte(s), 0o644)
+	return report.WriteSection(path, "clusterbench", section)
 }
 
 func run(o options) error {

@@ -28,9 +28,10 @@ import (
 	"math"
 	"os"
 	"runtime"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/loom-ml/loom/bench/internal/report"
 )
 
 func main() {
@@ -194,19 +195,5 @@ func secs(s float64) string {
 
 // writeSection replaces the ettrsim section of the report, or appends it.
 func writeSection(path, section string) error {
-	const begin, end = "<!-- ettrsim:begin -->", "<!-- ettrsim:end -->\n"
-	old, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		return err
-	}
-	s := string(old)
-	if i, j := strings.Index(s, begin), strings.Index(s, end); i >= 0 && j > i {
-		s = s[:i] + section + s[j+len(end):]
-	} else {
-		if s != "" && !strings.HasSuffix(s, "\n\n") {
-			s += "\n"
-		}
-		s += section
-	}
-	return os.WriteFile(path, []byte(s), 0o644)
+	return report.WriteSection(path, "ettrsim", section)
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/bench/internal/report"
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/embedded"
 	"github.com/loom-ml/loom/libs/envelope"
@@ -299,18 +300,5 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Micros
 
 // writeSection replaces the pathbench section of the report, or appends it.
 func writeSection(path, section string) error {
-	old, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		return err
-	}
-	s := string(old)
-	if i, j := strings.Index(s, "<!-- pathbench:begin -->"), strings.Index(s, "<!-- pathbench:end -->\n"); i >= 0 && j > i {
-		s = s[:i] + section + s[j+len("<!-- pathbench:end -->\n"):]
-	} else {
-		if s == "" {
-			s = "# Loom benchmark report\n\nEvery number here was measured by a program in bench/; each section says how to rerun it.\n\n"
-		}
-		s += section
-	}
-	return os.WriteFile(path, []byte(s), 0o644)
+	return report.WriteSection(path, "pathbench", section)
 }

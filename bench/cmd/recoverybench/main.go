@@ -37,6 +37,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/bench/internal/report"
 	"github.com/loom-ml/loom/cmd/loom/stack"
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/topics"
@@ -395,19 +396,5 @@ func render(o options, rounds []round, took time.Duration) string {
 
 // writeSection replaces the recoverybench section of the report, or appends it.
 func writeSection(path, section string) error {
-	const begin, end = "<!-- recoverybench:begin -->", "<!-- recoverybench:end -->\n"
-	old, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		return err
-	}
-	s := string(old)
-	if i, j := strings.Index(s, begin), strings.Index(s, end); i >= 0 && j > i {
-		s = s[:i] + section + s[j+len(end):]
-	} else {
-		if s != "" && !strings.HasSuffix(s, "\n\n") {
-			s = strings.TrimRight(s, "\n") + "\n\n"
-		}
-		s += section
-	}
-	return os.WriteFile(path, []byte(s), 0o644)
+	return report.WriteSection(path, "recoverybench", section)
 }
