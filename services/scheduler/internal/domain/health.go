@@ -126,6 +126,27 @@ func (t *txn) checkpointDone(j *Job, r *Run, why string) {
 	t.dirty[r.Cluster] = true
 }
 
+// PrologFailedPrefix starts the message of a step that its node refused to
+// start because one of the node's prolog health checks failed there (the
+// agent's -prolog-checks): "prolog check failed on <host>: <summary>".
+const PrologFailedPrefix = "prolog check failed"
+
+// prologFailed handles run r of j (edited) whose step on node (hostname
+// host) did not start because the node failed a prolog check: a failure of
+// the node, not of the job's program, so the job is requeued as after a
+// node failure (infraRequeue: NODE_FAIL, not counted against max_retries)
+// with the node excluded, as a failed node is — the exclusion expires when
+// health reports the node repaired — and the run's other steps stopped.
+// Health judges the node from the check's own result.
+func (t *txn) prologFailed(j *Job, r *Run, node, host, msg string) {
+	if host != "" && !containsString(j.Excluded, host) {
+		j.Excluded = append(append([]string(nil), j.Excluded...), host)
+	}
+	t.infraRequeue(j, r, loomv1.JobState_NODE_FAIL, msg)
+	t.stopSteps(r, node, msg, eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE)
+	t.dirty[r.Cluster] = true
+}
+
 // hung ends run r of j, which made no progress for d: requeued (an
 // infrastructure failure) and its nodes given a check.
 func (t *txn) hung(j *Job, r *Run, d time.Duration) {
