@@ -750,3 +750,36 @@ func TestPrologFailureRequeues(t *testing.T) {
 		State: eventsv1.StepState_STEP_FAILED_TO_START, ExitCode: 1, Message: "exec: no such file"})
 	h2.wantState(2, loomv1.JobState_FAILED, "JobLaunchFailure on gpu-0001: exec: no such file")
 }
+
+// TestPrologFailureAwaitsHealth: a job that only the node that failed its
+// prolog could take waits for health's verdict on it instead of ending at
+// once as hopeless; it runs again once the node is repaired, and ends saying
+// why when no verdict comes within PrologVerdictWait.
+func TestPrologFailureAwaitsHealth(t *testing.T) {
+	t.Parallel()
+	for _, repaired := range []bool{true, false} {
+		h := newHealthHarness(t, Config{})
+		h.node("gpu-0001", 8)
+		h.submit(1, 1, 8)
+		h.do(&eventsv1.StepChanged{Job: jobName(1), Attempt: 1, Node: nodeName("gpu-0001"), Cluster: cl,
+			State: eventsv1.StepState_STEP_FAILED_TO_START, ExitCode: 1, Message: "prolog check failed on gpu-0001: disk full (check disk)"})
+		h.wantExact(1, loomv1.JobState_PENDING, ReasonBadConstraints)
+		if !repaired {
+			// No verdict comes; once the wait is over, the next pass ends it.
+			h.tick(PrologVerdictWait)
+			h.submit(2, 1, 4) // a pass
+			j := h.job(1)
+			if j.GetState() != loomv1.JobState_NODE_FAIL || !strings.Contains(j.GetStateReason(), "every node it may use failed under it (gpu-0001)") {
+				t.Fatalf("job 1 with no verdict: %v %q", j.GetState(), j.GetStateReason())
+			}
+			continue
+		}
+		h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "check disk failed"})
+		h.tick(time.Hour) // the repair takes longer than the wait: the verdict holds the job
+		h.wantExact(1, loomv1.JobState_PENDING, ReasonBadConstraints)
+		c := h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_HEALTHY, Repaired: true})
+		if st := starts(c); len(st) != 1 || st[0].GetAttempt() != 2 {
+			t.Fatalf("want attempt 2 once the node was repaired, got %v", st)
+		}
+	}
+}
