@@ -2,8 +2,10 @@ package agent
 
 import (
 	"context"
+	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -17,11 +19,14 @@ import (
 
 // startWithJobChecks runs an agent with 2 simulated GPUs and the given
 // prolog and epilog checks, and waits until it registered.
-func (e *env) startWithJobChecks(t *testing.T, prolog, epilog string) {
+func (e *env) startWithJobChecks(t *testing.T, prolog, epilog string, more ...func(*Config)) {
 	t.Helper()
 	cfg := e.config()
 	cfg.GPUs, cfg.GPUMode = 2, GPUModeSimulated
 	cfg.PrologChecks, cfg.EpilogChecks = prolog, epilog
+	for _, f := range more {
+		f(&cfg)
+	}
 	testkit.Start(t, "agent", func(ctx context.Context) error { return Run(ctx, cfg) })
 	testkit.WaitEvent(t, e.broker, topics.NodeTelemetry, wait, func(ev envelope.Event) bool {
 		r, ok := ev.Payload.(*eventsv1.AgentRegistered)
@@ -138,5 +143,62 @@ func TestPrologPassesAndEpilogReports(t *testing.T) {
 	}
 	if len(states) != 2 {
 		t.Errorf("step events %v, want RUNNING then EXITED", states)
+	}
+}
+
+// TestJobChecksConfig: the prolog and epilog flags are comma lists of check
+// names (none by default), an all-reduce (run between nodes, by health) or
+// a path is refused, and -prolog-timeout defaults to 30s.
+func TestJobChecksConfig(t *testing.T) {
+	t.Parallel()
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	var c Config
+	c.RegisterFlags(fs)
+	if err := fs.Parse([]string{"-node", node, "-prolog-checks", " gpu_diag, disk,", "-epilog-checks", "site_check"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if jc := c.jobChecks(); !reflect.DeepEqual(jc.Prolog, []string{"gpu_diag", "disk"}) || !reflect.DeepEqual(jc.Epilog, []string{"site_check"}) ||
+		jc.Timeout != 30*time.Second {
+		t.Errorf("job checks %+v", jc)
+	}
+	if jc := (&Config{}).jobChecks(); jc.Prolog != nil || jc.Epilog != nil {
+		t.Errorf("job checks by default %+v, want none", jc)
+	}
+	for _, bad := range []Config{
+		{Node: node, PrologChecks: "gpu_diag,allreduce"},
+		{Node: node, EpilogChecks: "allreduce_pair"},
+		{Node: node, PrologChecks: "../bin/sh"},
+		{Node: node, PrologChecks: "disk", PrologTimeout: -time.Second},
+	} {
+		if _, err := bad.validate(); err == nil || !strings.Contains(err.Error(), "_check") && !strings.Contains(err.Error(), "prolog_timeout") {
+			t.Errorf("validate(%q, %q, %s) = %v, want it refused naming the field", bad.PrologChecks, bad.EpilogChecks, bad.PrologTimeout, err)
+		}
+	}
+}
+
+// A prolog check that cannot give a verdict (it errs, or hangs past
+// -prolog-timeout and is killed) does not keep the job off the node: the
+// step runs, and health hears of the CHECK_ERROR results.
+func TestPrologCheckErrorDoesNotBlock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	dir := t.TempDir()
+	for name, body := range map[string]string{"broken": "echo oops >&2; exit 2", "hangs": "exec sleep 60"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.startWithJobChecks(t, "broken,hangs", "", func(c *Config) { c.CheckDir, c.PrologTimeout = dir, time.Second })
+	publish(t, e.broker, command(startStep("9", "exit 0", nil, filepath.Join(e.shared, "slurm-9.out"))))
+	if end := waitStep(t, e.broker, "9", eventsv1.StepState_STEP_EXITED); end.GetExitCode() != 0 {
+		t.Errorf("step ended %v, want exit 0", end)
+	}
+	for _, check := range []string{"broken", "hangs"} {
+		if r, _ := waitJobCheck(t, e, "prolog", check); r.GetOutcome() != loomv1.CheckOutcome_CHECK_ERROR {
+			t.Errorf("prolog %s: %v, want CHECK_ERROR", check, r)
+		}
 	}
 }
