@@ -1095,8 +1095,9 @@ func (a *App) watch(key string, pr ports.Process, p *process) {
 		_ = p.errf.Close()
 	}
 	a.running.Add(-1)
-	// Whatever ended it (its exit, a stop), the node's epilog checks run.
-	a.epilog(key)
+	// Whatever ended it (its exit, a stop), the node's epilog checks run,
+	// once its end is recorded.
+	defer a.epilog(key)
 	if rec == nil || rec.Phase != domain.Running {
 		return
 	}

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -76,7 +77,7 @@ func (n *Node) RunJobChecks(ctx context.Context, trigger string, names []string)
 			start := n.opts.Clock.Now()
 			res := n.runCheck(ctx, cmd)
 			n.fill(res, cmd, start)
-			if ctx.Err() == context.Canceled {
+			if errors.Is(ctx.Err(), context.Canceled) {
 				return
 			}
 			n.emitResult(res)
