@@ -202,3 +202,41 @@ func TestPrologCheckErrorDoesNotBlock(t *testing.T) {
 		}
 	}
 }
+
+// A stop that comes while the prolog runs wins at once: the step is
+// reported KILLED without waiting for the checks, and never starts.
+func TestStopDuringProlog(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	dir := t.TempDir()
+	started, gate := filepath.Join(dir, "started"), filepath.Join(dir, "gate")
+	script := "#!/bin/sh\ntouch " + started + "\nwhile [ ! -e " + gate + " ]; do sleep 0.05; done\n"
+	if err := os.WriteFile(filepath.Join(dir, "slow"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.startWithJobChecks(t, "slow", "", func(c *Config) { c.CheckDir = dir })
+	ran := filepath.Join(e.shared, "ran")
+	publish(t, e.broker, command(startStep("10", "touch "+ran, nil, filepath.Join(e.shared, "slurm-10.out"))))
+	testkit.WaitFor(t, wait, "the prolog check running", func() (bool, error) {
+		_, err := os.Stat(started)
+		return err == nil, nil
+	})
+	publish(t, e.broker, command(&eventsv1.StopStep{Job: "projects/p/jobs/10", Attempt: 1, Node: node, Reason: "job cancelled"}))
+	waitStep(t, e.broker, "10", eventsv1.StepState_STEP_KILLED)
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := waitJobCheck(t, e, "prolog", "slow"); r.GetOutcome() != loomv1.CheckOutcome_CHECK_PASS {
+		t.Errorf("prolog result %v", r)
+	}
+	// The launch has given up by now (the result is emitted before it
+	// looks at the step again); nothing of the step ran.
+	for _, sc := range stepEvents(t, e.broker, "10") {
+		if sc.GetState() != eventsv1.StepState_STEP_KILLED {
+			t.Errorf("step event %v, want only KILLED", sc)
+		}
+	}
+	if _, err := os.Stat(ran); !os.IsNotExist(err) {
+		t.Errorf("the job's program ran (%s: %v)", ran, err)
+	}
+}
