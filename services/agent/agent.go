@@ -116,6 +116,16 @@ type Config struct {
 	// CheckDir holds the site's health check programs, run by name
 	// (LOOM_AGENT_CHECK_DIR; default none). See docs/health.md.
 	CheckDir string
+	// PrologChecks and EpilogChecks name the health checks run before each
+	// batch step's process starts and after it ends, as Slurm's prolog and
+	// epilog (LOOM_AGENT_PROLOG_CHECKS, LOOM_AGENT_EPILOG_CHECKS: comma
+	// lists such as "gpu_diag,disk"; default none). A prolog check that
+	// fails keeps the step from starting on this node (docs/health.md,
+	// "Prolog and epilog checks").
+	PrologChecks, EpilogChecks string
+	// PrologTimeout bounds a step's prolog checks, and its epilog checks,
+	// all together (LOOM_AGENT_PROLOG_TIMEOUT; default 30s).
+	PrologTimeout time.Duration
 }
 
 // RegisterFlags adds the agent's flags to fs, defaults from LOOM_* variables.
@@ -146,6 +156,12 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"where the node serves the health checks' all-reduce endpoint, host:port, or off (LOOM_AGENT_CHECK_ADDR)")
 	fs.StringVar(&c.CheckDir, "check-dir", config.Env("LOOM_AGENT_CHECK_DIR", ""),
 		"a directory of the site's health check programs (LOOM_AGENT_CHECK_DIR; default: none)")
+	fs.StringVar(&c.PrologChecks, "prolog-checks", config.Env("LOOM_AGENT_PROLOG_CHECKS", ""),
+		"health checks run before each job's batch step starts, comma-separated, e.g. gpu_diag,disk; one that fails keeps the job off the node (LOOM_AGENT_PROLOG_CHECKS; default: none)")
+	fs.StringVar(&c.EpilogChecks, "epilog-checks", config.Env("LOOM_AGENT_EPILOG_CHECKS", ""),
+		"health checks run after each job's batch step ends, comma-separated (LOOM_AGENT_EPILOG_CHECKS; default: none)")
+	fs.DurationVar(&c.PrologTimeout, "prolog-timeout", config.EnvDuration("LOOM_AGENT_PROLOG_TIMEOUT", app.DefaultPrologTimeout),
+		"how long a step's prolog checks, or its epilog checks, may take together (LOOM_AGENT_PROLOG_TIMEOUT)")
 	c.registerGPUFlags(fs)
 	fs.DurationVar(&c.ProgressInterval, "progress-interval", config.EnvDuration("LOOM_PROGRESS_INTERVAL", app.DefaultProgressInterval),
 		"how often the agent looks at its steps' progress files and output, and reports StepProgress when they moved (LOOM_PROGRESS_INTERVAL)")
@@ -210,6 +226,7 @@ func (c *Config) validate() (string, error) {
 		}
 	}
 	c.validateGPU(&v)
+	c.validateJobChecks(&v)
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = 2 * time.Second
 	}
@@ -363,6 +380,7 @@ func Run(ctx context.Context, cfg Config) error {
 		WorkloadToken: id.tokens(),
 		CheckAddr:     checkAddr(checkLn),
 		HoldStarts:    bl != nil, ProgressInterval: cfg.ProgressInterval,
+		JobChecks: cfg.jobChecks(), JobCheckRunner: node,
 	})
 	if err == nil {
 		node.SetChecks(checker)

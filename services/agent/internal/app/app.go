@@ -122,6 +122,11 @@ type Options struct {
 	// runs, and a node declared dead stops what it ran before it starts
 	// anything new.
 	HoldStarts bool
+	// JobChecks are the prolog and epilog checks run around each step
+	// (prolog.go; none by default), by JobCheckRunner (the agent's Node;
+	// nil: none run).
+	JobChecks      JobChecks
+	JobCheckRunner JobCheckRunner
 }
 
 // stepLocks is how many locks order the work on steps (see App.lockStep).
@@ -228,6 +233,9 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	}
 	if opts.ProgressInterval <= 0 {
 		opts.ProgressInterval = DefaultProgressInterval
+	}
+	if opts.JobChecks.Timeout <= 0 {
+		opts.JobChecks.Timeout = DefaultPrologTimeout
 	}
 	steps, err := adapters.LoadSteps(ctx, opts.Store)
 	if err != nil {
@@ -786,6 +794,12 @@ func (a *App) launch(key string, rec *domain.Step, cmd *eventsv1.StartStep) {
 	// Not before the backlog is worked through (Options.HoldStarts): a
 	// stop there records the step KILLED, and it never starts.
 	a.awaitCaughtUp()
+	// The prolog runs before the step's lock is taken, so that a stop of
+	// the step meanwhile is recorded (KILLED) at once and wins below.
+	refuse := ""
+	if a.hasProlog() {
+		refuse = a.prolog(key)
+	}
 	unlock := a.lockStep(key)
 	defer unlock()
 	if cur, closing := a.step(key); cur != rec || closing {
@@ -794,6 +808,11 @@ func (a *App) launch(key string, rec *domain.Step, cmd *eventsv1.StartStep) {
 		if cur == rec {
 			a.record(domain.Stop(a.opts.Self, rec, a.shutdownStop(rec), a.opts.Now()).Rec, true)
 		}
+		a.watchers.Done()
+		return
+	}
+	if refuse != "" {
+		a.record(domain.StartFailed(rec, refuse, a.opts.Now()), true)
 		a.watchers.Done()
 		return
 	}
@@ -1076,6 +1095,9 @@ func (a *App) watch(key string, pr ports.Process, p *process) {
 		_ = p.errf.Close()
 	}
 	a.running.Add(-1)
+	// Whatever ended it (its exit, a stop), the node's epilog checks run,
+	// once its end is recorded.
+	defer a.epilog(key)
 	if rec == nil || rec.Phase != domain.Running {
 		return
 	}

@@ -733,6 +733,11 @@ func (t *txn) stepChanged(ev *eventsv1.StepChanged) error {
 				t.finish(j, loomv1.JobState_COMPLETED, 0, "")
 			}
 		case eventsv1.StepState_STEP_FAILED_TO_START:
+			if strings.HasPrefix(ev.GetMessage(), PrologFailedPrefix) {
+				// The node failed its prolog health check: not the job's fault.
+				t.prologFailed(t.editJob(j.Name()), r, ev.GetNode(), host, ev.GetMessage())
+				break
+			}
 			fail(loomv1.JobState_FAILED, ev.GetExitCode(), detail("JobLaunchFailure on "+host, ev.GetMessage()))
 		case eventsv1.StepState_STEP_LOST:
 			fail(loomv1.JobState_FAILED, ev.GetExitCode(), detail("step lost on "+host, ev.GetMessage()))

@@ -126,6 +126,37 @@ func (t *txn) checkpointDone(j *Job, r *Run, why string) {
 	t.dirty[r.Cluster] = true
 }
 
+// PrologVerdictWait is how long after a node failed a prolog check it
+// counts as being repaired for the jobs excluded from it (endHopeless):
+// health judges the node from the check's result, and its verdict (the node
+// unhealthy, then repaired) is on its way; a job that only that node could
+// take must not end before it comes.
+const PrologVerdictWait = 2 * time.Minute
+
+// PrologFailedPrefix starts the message of a step that its node refused to
+// start because one of the node's prolog health checks failed there (the
+// agent's -prolog-checks): "prolog check failed on <host>: <summary>".
+const PrologFailedPrefix = "prolog check failed"
+
+// prologFailed handles run r of j (edited) whose step on node (hostname
+// host) did not start because the node failed a prolog check: a failure of
+// the node, not of the job's program, so the job is requeued as after a
+// node failure (infraRequeue: NODE_FAIL, not counted against max_retries)
+// with the node excluded, as a failed node is — the exclusion expires when
+// health reports the node repaired — and the run's other steps stopped.
+// Health judges the node from the check's own result.
+func (t *txn) prologFailed(j *Job, r *Run, node, host, msg string) {
+	if t.node(node) != nil {
+		t.editNode(node).PrologFailed = t.now
+	}
+	if host != "" && !containsString(j.Excluded, host) {
+		j.Excluded = append(append([]string(nil), j.Excluded...), host)
+	}
+	t.infraRequeue(j, r, loomv1.JobState_NODE_FAIL, msg)
+	t.stopSteps(r, node, msg, eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE)
+	t.dirty[r.Cluster] = true
+}
+
 // hung ends run r of j, which made no progress for d: requeued (an
 // infrastructure failure) and its nodes given a check.
 func (t *txn) hung(j *Job, r *Run, d time.Duration) {
@@ -330,7 +361,7 @@ func (t *txn) endHopeless() {
 		cluster := j.Job.GetCluster()
 		repairing := false
 		for _, h := range j.Excluded {
-			if n := t.node(resname.NodeIn(cluster, h)); n != nil && underRepair(n) {
+			if n := t.node(resname.NodeIn(cluster, h)); n != nil && underRepair(n, t.now) {
 				repairing = true
 				break
 			}
@@ -349,13 +380,15 @@ func (t *txn) endHopeless() {
 }
 
 // underRepair reports whether a node may yet come back repaired: health
-// took it out or lost touch with it, or it is down or being repaired.
-func underRepair(n *Node) bool {
+// took it out or lost touch with it, or it is down or being repaired, or it
+// failed a prolog check less than PrologVerdictWait before now.
+func underRepair(n *Node, now time.Time) bool {
 	switch n.State {
 	case loomv1.Node_FAILED, loomv1.Node_DELETING, loomv1.Node_DRAINING:
 		return false
 	}
-	return n.HealthOut() || n.Unreachable || n.State != loomv1.Node_READY
+	awaitingVerdict := !n.PrologFailed.IsZero() && now.Before(n.PrologFailed.Add(PrologVerdictWait))
+	return n.HealthOut() || n.Unreachable || n.State != loomv1.Node_READY || awaitingVerdict
 }
 
 // healthDrained emits NodeDrained, once, for each node health took out

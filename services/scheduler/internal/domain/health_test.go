@@ -683,3 +683,103 @@ func (h *harness) finishRun(id int) *Change {
 	}
 	return c
 }
+
+// TestPrologFailureRequeues: a step its node refused because a prolog check
+// failed there is the node's failure, not the job's: the job is requeued
+// without using its max_retries (it has none), the node excluded until
+// health reports it repaired, the run's other steps stopped; the next
+// attempt starts on other nodes once they have. Any other failure to start
+// ends the job FAILED.
+func TestPrologFailureRequeues(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{})
+	for _, host := range []string{"gpu-0001", "gpu-0002", "gpu-0003"} {
+		h.node(host, 8)
+	}
+	h.submit(1, 2, 8)
+	hosts := h.job(1).GetNodes()
+	if len(hosts) != 2 {
+		t.Fatalf("job 1 on %v", hosts)
+	}
+	bad, other := hosts[0], hosts[1]
+	h.step(1, 1, other, eventsv1.StepState_STEP_RUNNING, 0)
+	msg := "prolog check failed on " + bad + ": level 1 on 8 GPUs: GPU 3 has fallen off the bus (check gpu_diag)"
+	c := h.do(&eventsv1.StepChanged{Job: jobName(1), Attempt: 1, Node: nodeName(bad), Cluster: cl,
+		State: eventsv1.StepState_STEP_FAILED_TO_START, ExitCode: 1, Message: msg})
+	if got := statesOf(c, 1); len(got) < 2 || got[0] != loomv1.JobState_NODE_FAIL || got[1] != loomv1.JobState_REQUEUED {
+		t.Fatalf("after the prolog failure: %v, want NODE_FAIL then REQUEUED", got)
+	}
+	rec := h.s.JobRecord(jobName(1))
+	if !reflect.DeepEqual(rec.Excluded, []string{bad}) || rec.InfraRestarts != 1 || h.job(1).GetUserFailures() != 0 {
+		t.Fatalf("excluded %v, infra restarts %d, user failures %d", rec.Excluded, rec.InfraRestarts, h.job(1).GetUserFailures())
+	}
+	if r := h.s.Run(jobName(1), 1); r.Outcome != loomv1.JobState_NODE_FAIL || !strings.HasPrefix(r.Reason, "prolog check failed on "+bad) {
+		t.Fatalf("run 1 ended %v %q", r.Outcome, r.Reason)
+	}
+	st := stops(c)
+	if len(st) != 1 || st[0].GetNode() != nodeName(other) || st[0].GetCause() != eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE {
+		t.Fatalf("stops %v, want the other node's step stopped", st)
+	}
+	if len(starts(c)) != 0 {
+		t.Fatalf("attempt 2 started while attempt 1 still runs on %s", other)
+	}
+	// The other step ends: attempt 2 starts, not on the node that failed.
+	c = h.step(1, 1, other, eventsv1.StepState_STEP_KILLED, 143)
+	ss := starts(c)
+	if len(ss) != 2 || ss[0].GetAttempt() != 2 {
+		t.Fatalf("starts %v, want attempt 2 on 2 nodes", ss)
+	}
+	for _, s := range ss {
+		if s.GetNode() == nodeName(bad) {
+			t.Fatalf("attempt 2 started on %s, which failed its prolog", bad)
+		}
+	}
+	// Health repairs the node: the exclusion goes.
+	h.health(bad, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "check gpu_diag failed"})
+	h.tick(time.Minute)
+	h.health(bad, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_HEALTHY, Repaired: true})
+	if got := h.s.JobRecord(jobName(1)).Excluded; len(got) != 0 {
+		t.Fatalf("exclusion kept after the repair: %v", got)
+	}
+
+	// Any other failure to start is the job's: FAILED, no retry.
+	h2 := newHealthHarness(t, Config{})
+	h2.node("gpu-0001", 8)
+	h2.submit(2, 1, 8)
+	h2.do(&eventsv1.StepChanged{Job: jobName(2), Attempt: 1, Node: nodeName("gpu-0001"), Cluster: cl,
+		State: eventsv1.StepState_STEP_FAILED_TO_START, ExitCode: 1, Message: "exec: no such file"})
+	h2.wantState(2, loomv1.JobState_FAILED, "JobLaunchFailure on gpu-0001: exec: no such file")
+}
+
+// TestPrologFailureAwaitsHealth: a job that only the node that failed its
+// prolog could take waits for health's verdict on it instead of ending at
+// once as hopeless; it runs again once the node is repaired, and ends saying
+// why when no verdict comes within PrologVerdictWait.
+func TestPrologFailureAwaitsHealth(t *testing.T) {
+	t.Parallel()
+	for _, repaired := range []bool{true, false} {
+		h := newHealthHarness(t, Config{})
+		h.node("gpu-0001", 8)
+		h.submit(1, 1, 8)
+		h.do(&eventsv1.StepChanged{Job: jobName(1), Attempt: 1, Node: nodeName("gpu-0001"), Cluster: cl,
+			State: eventsv1.StepState_STEP_FAILED_TO_START, ExitCode: 1, Message: "prolog check failed on gpu-0001: disk full (check disk)"})
+		h.wantExact(1, loomv1.JobState_PENDING, ReasonBadConstraints)
+		if !repaired {
+			// No verdict comes; once the wait is over, the next pass ends it.
+			h.tick(PrologVerdictWait)
+			h.submit(2, 1, 4) // a pass
+			j := h.job(1)
+			if j.GetState() != loomv1.JobState_NODE_FAIL || !strings.Contains(j.GetStateReason(), "every node it may use failed under it (gpu-0001)") {
+				t.Fatalf("job 1 with no verdict: %v %q", j.GetState(), j.GetStateReason())
+			}
+			continue
+		}
+		h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "check disk failed"})
+		h.tick(time.Hour) // the repair takes longer than the wait: the verdict holds the job
+		h.wantExact(1, loomv1.JobState_PENDING, ReasonBadConstraints)
+		c := h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_HEALTHY, Repaired: true})
+		if st := starts(c); len(st) != 1 || st[0].GetAttempt() != 2 {
+			t.Fatalf("want attempt 2 once the node was repaired, got %v", st)
+		}
+	}
+}

@@ -117,6 +117,10 @@ type Node struct {
 	// HealthDrained records that NodeDrained was emitted once the node health
 	// took out held nothing any more; cleared when health puts it back.
 	HealthDrained bool `json:"health_drained,omitempty"`
+	// PrologFailed is when a step last failed to start on the node because
+	// a prolog health check failed there: health's verdict on the node is
+	// on its way (see the domain's PrologVerdictWait).
+	PrologFailed time.Time `json:"prolog_failed,omitzero"`
 	// Role is the provisioner's "compute" or "login" ("" counts as compute).
 	Role string `json:"role,omitempty"`
 	// DrainDeadline is when the jobs still running on a DRAINING node are
