@@ -39,11 +39,18 @@ type corruptConn struct {
 	read int
 }
 
+// Read flips a bit of every 1024th byte of the stream past its first 128
+// (the handshake): by stream offset, not per read, since the reader may
+// buffer several steps' data in one read, and a corruption only in the
+// last step would reach this rank alone.
 func (c *corruptConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
-	if c.read += n; n > 0 && c.read > 128 {
-		b[n-1] ^= 0x40
+	for i := range b[:n] {
+		if off := c.read + i; off >= 128 && off%1024 == 1023 {
+			b[i] ^= 0x40
+		}
 	}
+	c.read += n
 	return n, err
 }
 
