@@ -521,11 +521,22 @@ func (s *State) Check(now time.Time) *Change {
 		clusters = append(clusters, cl)
 	}
 	sort.Strings(clusters)
+	// faults are the nodes silent for a second full timeout after they were
+	// declared UNHEALTHY, that remediation has not taken yet: a node that
+	// does not come back by itself is repaired (a reboot first), not just
+	// left out. One timeout alone does not: an agent restarting, a node
+	// briefly cut off, come back without a reboot.
+	var faults []remedy.Event
 	for _, cl := range clusters {
 		watched := byCluster[cl]
 		var silent, fresh []*Node
 		for _, n := range watched {
 			if n.Unhealthy {
+				if last, ok := s.lastSeen[n.Name]; ok && now.Sub(last) >= 2*s.timeout && s.inService(c, n.Name) {
+					faults = append(faults, remedy.Fault{Node: n.Name, Verdict: classify.Verdict{
+						Severity: classify.SeverityCritical, Action: loomv1.RemediationAction_ACTION_REBOOT, Urgent: true,
+						Reason: "no heartbeat for " + now.Sub(last).Truncate(time.Second).String(), GPU: -1}})
+				}
 				continue
 			}
 			last, ok := s.lastSeen[n.Name]
@@ -563,6 +574,9 @@ func (s *State) Check(now time.Time) *Change {
 			}
 			s.fail(c, n, s.lastSeen[n.Name], now)
 		}
+	}
+	if len(faults) > 0 {
+		c.Remedy = s.machine.Step(now, append([]remedy.Event{remedy.Tick{}}, faults...)...)
 	}
 	return c
 }

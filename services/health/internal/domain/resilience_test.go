@@ -290,3 +290,63 @@ func TestReadyAfterRepairGetsGrace(t *testing.T) {
 		t.Fatalf("flagged for its reboot's silence: %v", v)
 	}
 }
+
+func remediationsOf(c *Change) []*eventsv1.RemediateNode {
+	var out []*eventsv1.RemediateNode
+	for _, e := range c.AllEmits() {
+		if v, ok := e.Payload.(*eventsv1.RemediateNode); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// TestSilentNodeIsRebootedAfterASecondTimeout: a node silent for one
+// timeout is DOWN (its runs end) but not repaired — an agent restarting
+// comes back by itself; silent for a second timeout, it is rebooted.
+// A node that speaks again in between is healthy, with no repair.
+func TestSilentNodeIsRebootedAfterASecondTimeout(t *testing.T) {
+	t.Parallel()
+	f := cluster3(t)
+	var repairs []*eventsv1.RemediateNode
+	var down, back, out bool
+	for i := 0; i < 12; i++ { // three timeouts, in quarters
+		f.advance(timeout / 4)
+		f.beat(nodeN(0))
+		if i < 4 || i > 8 {
+			// Silent for a little over one timeout only.
+			for _, v := range healthOf(f.beat(nodeN(1))) {
+				back = back || v.GetHealth() == eventsv1.NodeHealth_HEALTHY
+			}
+		}
+		c := f.checkAll()
+		for _, v := range healthOf(c) {
+			switch {
+			case v.GetNode() == nodeN(2) && v.GetHealth() == eventsv1.NodeHealth_UNHEALTHY && v.GetState() == loomv1.RemediationState_NODE_DOWN:
+				down = true
+			case v.GetNode() == nodeN(1) && v.GetHealth() == eventsv1.NodeHealth_UNHEALTHY:
+				out = true
+			}
+		}
+		r := remediationsOf(c)
+		if len(r) > 0 && i < 7 {
+			t.Fatalf("repair asked after %v of silence: %v", time.Duration(i+1)*timeout/4, r)
+		}
+		repairs = append(repairs, r...)
+	}
+	if !down {
+		t.Error("the silent node was never declared DOWN")
+	}
+	if !out || !back {
+		t.Errorf("the briefly silent node: declared UNHEALTHY %v, HEALTHY again %v; want both", out, back)
+	}
+	if len(repairs) != 1 || repairs[0].GetNode() != nodeN(2) || repairs[0].GetAction() != loomv1.RemediationAction_ACTION_REBOOT {
+		t.Fatalf("repairs %v, want one reboot of %s", repairs, nodeN(2))
+	}
+	if r := f.s.Remedy(nodeN(2)); r == nil || r.State != loomv1.RemediationState_NODE_REBOOTING {
+		t.Fatalf("remediation of the silent node: %+v", r)
+	}
+	if r := f.s.Remedy(nodeN(1)); r != nil && !r.InService() {
+		t.Fatalf("the node that spoke again is under remediation: %+v", r)
+	}
+}
