@@ -32,19 +32,9 @@ func StartTime(pid int) (uint64, bool) {
 		err := syscall.Kill(pid, 0)
 		return 0, err == nil || errors.Is(err, syscall.EPERM)
 	}
-	b, err := readStat(pid)
-	if err != nil {
-		return 0, false
-	}
-	// The command name (field 2) may hold spaces and parentheses: the fields
-	// we want follow the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
+	f, ok := statFields(pid)
 	// f[0] is field 3 (state), so field 22 (starttime) is f[19].
-	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
+	if !ok || len(f) < 20 || f[0] == "Z" || f[0] == "X" {
 		return 0, false
 	}
 	st, err := strconv.ParseUint(f[19], 10, 64)
@@ -52,6 +42,36 @@ func StartTime(pid int) (uint64, bool) {
 		return 0, false
 	}
 	return st, true
+}
+
+// Parent returns pid's parent process id (0 when unknown: no such process,
+// or no /proc).
+func Parent(pid int) int {
+	f, ok := statFields(pid)
+	// f[1] is field 4 (ppid).
+	if !ok || len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[1])
+	return n
+}
+
+// statFields returns the fields of /proc/<pid>/stat from field 3 (state)
+// on. The command name (field 2) may hold spaces and parentheses: the
+// fields follow the last ')'.
+func statFields(pid int) ([]string, bool) {
+	if pid <= 0 || !hasProc {
+		return nil, false
+	}
+	b, err := readStat(pid)
+	if err != nil {
+		return nil, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil, false
+	}
+	return strings.Fields(string(b[i+1:])), true
 }
 
 // readStat reads /proc/<pid>/stat in one read into a stack buffer: an agent

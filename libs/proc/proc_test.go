@@ -68,3 +68,13 @@ func TestExitCode(t *testing.T) {
 		t.Fatalf("ExitCode = %d %q", code, sig)
 	}
 }
+
+func TestParent(t *testing.T) {
+	t.Parallel()
+	if got := Parent(os.Getpid()); got != os.Getppid() {
+		t.Errorf("Parent(self) = %d, want %d", got, os.Getppid())
+	}
+	if got := Parent(-1); got != 0 {
+		t.Errorf("Parent(-1) = %d, want 0", got)
+	}
+}

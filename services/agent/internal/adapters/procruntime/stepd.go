@@ -6,7 +6,6 @@ package procruntime
 // <state dir>/<name>.status.
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -238,27 +237,9 @@ func mainOf(shim int) int {
 		if err != nil {
 			continue
 		}
-		if ppid(pid) == shim {
+		if proc.Parent(pid) == shim {
 			return pid
 		}
 	}
 	return 0
-}
-
-// ppid returns pid's parent (0 when unknown).
-func ppid(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
-		return 0
-	}
-	n, _ := strconv.Atoi(f[1])
-	return n
 }
