@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -83,7 +84,7 @@ func EnsureTopicsWith(ctx context.Context, brokers []string, sec *Security, spec
 		if tc.NumPartitions == 0 {
 			tc.NumPartitions = -1
 		}
-		for _, k := range sortedKeys(s.Configs) {
+		for _, k := range slices.Sorted(maps.Keys(s.Configs)) {
 			tc.ConfigEntries = append(tc.ConfigEntries, kafka.ConfigEntry{ConfigName: k, ConfigValue: s.Configs[k]})
 		}
 		req.Topics = append(req.Topics, tc)
@@ -359,15 +360,6 @@ func topicList(msgs []kafka.Message) string {
 		}
 	}
 	return strings.Join(names, ", ")
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // backoff doubles a delay from first up to max.

@@ -6,7 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -318,7 +319,7 @@ func (s *Scanner) apply(ctx context.Context, inboxID string, c *scan.Change) err
 }
 
 func writeScan(tx *store.Tx, c *scan.Change) error {
-	for _, k := range sortedKeys(c.Nodes) {
+	for _, k := range slices.Sorted(maps.Keys(c.Nodes)) {
 		if n := c.Nodes[k]; n == nil {
 			tx.HDel(KeyScanNodes, k)
 		} else {
@@ -329,7 +330,7 @@ func writeScan(tx *store.Tx, c *scan.Change) error {
 			tx.HSet(KeyScanNodes, k, b)
 		}
 	}
-	for _, k := range sortedKeys(c.Results) {
+	for _, k := range slices.Sorted(maps.Keys(c.Results)) {
 		if r := c.Results[k]; r == nil {
 			tx.HDel(KeyScanResults, k)
 		} else {
@@ -340,7 +341,7 @@ func writeScan(tx *store.Tx, c *scan.Change) error {
 			tx.HSet(KeyScanResults, k, b)
 		}
 	}
-	for _, k := range sortedKeys(c.Scans) {
+	for _, k := range slices.Sorted(maps.Keys(c.Scans)) {
 		if sc := c.Scans[k]; sc == nil {
 			tx.HDel(KeyScans, k)
 		} else {
@@ -352,15 +353,6 @@ func writeScan(tx *store.Tx, c *scan.Change) error {
 		}
 	}
 	return nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // ListHealthResults serves loom.v1.HealthService's ListHealthResults from

@@ -2,6 +2,8 @@ package scan
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -120,7 +122,7 @@ func (s *State) nextRound(c *Change, now time.Time, sc *Scan, root *Ring) {
 		}
 	case len(b.Good) > 0:
 		// Each suspect with a node known good, one pair per node a round.
-		goods := sortedKeys(b.Good)
+		goods := slices.Sorted(maps.Keys(b.Good))
 		for i, sus := range suspects {
 			if i == len(goods) {
 				break
@@ -155,7 +157,7 @@ func (s *State) nextRound(c *Change, now time.Time, sc *Scan, root *Ring) {
 func (s *State) endBisection(c *Change, now time.Time, sc *Scan, root *Ring, unresolved []string) {
 	b := root.Bisect
 	b.Done = true
-	for _, m := range sortedKeys(b.Bad) {
+	for _, m := range slices.Sorted(maps.Keys(b.Bad)) {
 		s.verdict(c, now, sc, m, loomv1.CheckOutcome_CHECK_FAIL, AllReduce,
 			fmt.Sprintf("all-reduce bisection of %s: %s fails in pairs with nodes that pass with others (failed with %s)",
 				root.ID, s.host(c, m), s.hosts(c, uniq(b.Failed[m]))))
@@ -172,14 +174,14 @@ func (s *State) endBisection(c *Change, now time.Time, sc *Scan, root *Ring, unr
 			}
 		}
 	}
-	for _, k := range sortedKeys(links) {
+	for _, k := range slices.Sorted(maps.Keys(links)) {
 		x, y, _ := strings.Cut(k, "|")
 		for _, m := range []string{x, y} {
 			s.verdict(c, now, sc, m, loomv1.CheckOutcome_CHECK_WARN, AllReduce,
 				fmt.Sprintf("all-reduce bisection of %s: the link %s↔%s fails while both nodes pass with others", root.ID, s.host(c, x), s.host(c, y)))
 		}
 	}
-	for _, m := range sortedKeys(b.Skipped) {
+	for _, m := range slices.Sorted(maps.Keys(b.Skipped)) {
 		s.verdict(c, now, sc, m, loomv1.CheckOutcome_CHECK_SKIPPED, AllReduce,
 			fmt.Sprintf("all-reduce bisection of %s: %s turned busy with jobs and was left out", root.ID, s.host(c, m)))
 	}
@@ -197,15 +199,6 @@ func uniq(list []string) []string {
 			seen[x] = true
 			out = append(out, x)
 		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
 	}
 	sort.Strings(out)
 	return out

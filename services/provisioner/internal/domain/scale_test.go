@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -33,10 +34,10 @@ func fromScratch(s *State) *State {
 // summary writes tallies out in a canonical form.
 func summary(ts map[string]*tally) string {
 	var b strings.Builder
-	for _, c := range sortedKeys(ts) {
+	for _, c := range slices.Sorted(maps.Keys(ts)) {
 		t := ts[c]
 		fmt.Fprintf(&b, "%s login=%v\n", c, t.login)
-		for _, id := range sortedKeys(t.pools) {
+		for _, id := range slices.Sorted(maps.Keys(t.pools)) {
 			pc := t.pools[id]
 			hosts, last := pc.failedHosts()
 			fmt.Fprintf(&b, "  %s ready=%d prov=%d down=%d failed=%d draining=%d deleting=%d failed=%v (%s) down=%v\n", id,

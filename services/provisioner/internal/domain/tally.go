@@ -1,7 +1,8 @@
 package domain
 
 import (
-	"sort"
+	"maps"
+	"slices"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/provisioner/internal/spec"
@@ -143,7 +144,7 @@ func (c *poolCounts) live() int32 { return c.ready + c.provisioning + c.down + c
 // failedHosts returns the FAILED nodes' hostnames in name order and
 // "hostname: reason" of the last of them ("" when none).
 func (c *poolCounts) failedHosts() (hosts []string, last string) {
-	names := sortedKeys(c.failedNodes)
+	names := slices.Sorted(maps.Keys(c.failedNodes))
 	for _, name := range names {
 		hosts = append(hosts, c.failedNodes[name].GetHostname())
 	}
@@ -157,19 +158,10 @@ func (c *poolCounts) failedHosts() (hosts []string, last string) {
 // downHosts returns the DOWN nodes' hostnames in name order.
 func (c *poolCounts) downHosts() []string {
 	var hosts []string
-	for _, name := range sortedKeys(c.downNodes) {
+	for _, name := range slices.Sorted(maps.Keys(c.downNodes)) {
 		hosts = append(hosts, c.downNodes[name])
 	}
 	return hosts
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // tally returns the cluster's tally as this edit leaves it: the state's,
@@ -213,7 +205,7 @@ func countPools(rec *Cluster, t *tally) (order []string, counts map[string]*pool
 	for _, np := range rec.Retired {
 		add(np.GetId(), 0)
 	}
-	for _, id := range sortedKeys(t.pools) {
+	for _, id := range slices.Sorted(maps.Keys(t.pools)) {
 		add(id, 0)
 	}
 	return order, counts
