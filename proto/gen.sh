@@ -10,7 +10,7 @@ protoc -I . -I "$GW1/third_party/googleapis" \
   --go_out=. --go_opt=paths=source_relative \
   --go-grpc_out=. --go-grpc_opt=paths=source_relative \
   --grpc-gateway_out=. --grpc-gateway_opt=paths=source_relative \
-  loom/v1/*.proto
+  loom/v1/*.proto loom/training/v1/*.proto
 protoc -I . -I "$GW1/third_party/googleapis" \
   --go_out=. --go_opt=paths=source_relative \
   loom/events/v1/*.proto

@@ -249,6 +249,7 @@ var NodeEventTypes = map[string]bool{
 	// HealthCheckCompleted names its node in result.node.
 	TypeOf(&eventsv1.HealthCheckCompleted{}): true,
 	TypeOf(&eventsv1.StepProgress{}):         true,
+	TypeOf(&eventsv1.MetricsReported{}):      true,
 }
 
 // maxCachedCerts bounds the verified-certificate cache: more distinct live

@@ -34,14 +34,19 @@ var routes = table(map[string][]proto.Message{
 	JobEvents: {&eventsv1.JobChanged{}, &eventsv1.NodeDrained{}, &eventsv1.NodesNeedCheck{}},
 	StepCommands: {&eventsv1.StartStep{}, &eventsv1.StopStep{}, &eventsv1.SignalStep{}, &eventsv1.LaunchTasks{},
 		&eventsv1.KillTasks{}},
-	StepEvents:   {&eventsv1.StepChanged{}, &eventsv1.TasksChanged{}, &eventsv1.StepProgress{}},
+	StepEvents:   {&eventsv1.StepChanged{}, &eventsv1.TasksChanged{}, &eventsv1.StepProgress{}, &eventsv1.MetricsReported{}},
 	HealthEvents: {&eventsv1.NodeHealthChanged{}},
 	NodeCommands: {&eventsv1.RunHealthCheck{}, &eventsv1.InjectNodeFault{}},
 	HealthCommands: {&eventsv1.ScanNodes{}, &eventsv1.ReportFaultyNodes{}, &eventsv1.UpdateNodeRemediation{},
 		&eventsv1.InjectFault{}},
 	RemediationCommand: {&eventsv1.RemediateNode{}},
-	ModelEvents:        {&eventsv1.ModelVersionRegistered{}},
-	Audit:              {&eventsv1.AuditRecorded{}},
+	ModelEvents:        {&eventsv1.ModelVersionRegistered{}, &eventsv1.ModelUploadFailed{}},
+	ModelCommands:      {&eventsv1.UploadModel{}},
+	TrainingCommands: {&eventsv1.CreateCustomJob{}, &eventsv1.CreateHyperparameterTuningJob{},
+		&eventsv1.CreateTrainingPipeline{}, &eventsv1.CancelTraining{}, &eventsv1.DeleteTraining{}},
+	TrainingEvents: {&eventsv1.CustomJobChanged{}, &eventsv1.HyperparameterTuningJobChanged{}, &eventsv1.TrialChanged{},
+		&eventsv1.TrainingPipelineChanged{}},
+	Audit: {&eventsv1.AuditRecorded{}},
 })
 
 // table inverts topic → event types into type → topic. A type listed under

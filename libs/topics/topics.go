@@ -17,9 +17,11 @@ const (
 	RemediationCommand = "loom.remediation.commands.v1" // health → provisioner; key node name
 	NodeCommands       = "loom.node.commands.v1"        // health → agent; key node name
 	HealthCommands     = "loom.health.commands.v1"      // gateway → health; key cluster name
-	ModelCommands      = "loom.model.commands.v1"       // gateway → registry; key model name
+	ModelCommands      = "loom.model.commands.v1"       // training (later gateway) → registry; key model name
 	ModelEvents        = "loom.model.events.v1"         // registry; key model name
 	Audit              = "loom.audit.v1"                // gateway; key project
+	TrainingCommands   = "loom.training.commands.v1"    // gateway → training; key project
+	TrainingEvents     = "loom.training.events.v1"      // training; key project
 )
 
 // DLQSuffix is appended to a topic's name to get its dead-letter topic.
@@ -56,7 +58,8 @@ func Partitions(topic string) int {
 // All returns every Loom topic with its dead-letter topic, in a stable order.
 func All() []Spec {
 	names := []string{ClusterCommands, ClusterEvents, NodeEvents, NodeTelemetry, JobCommands,
-		JobEvents, StepCommands, StepEvents, HealthEvents, RemediationCommand, NodeCommands, HealthCommands, ModelCommands, ModelEvents, Audit}
+		JobEvents, StepCommands, StepEvents, HealthEvents, RemediationCommand, NodeCommands, HealthCommands, ModelCommands, ModelEvents, Audit,
+		TrainingCommands, TrainingEvents}
 	var out []Spec
 	for _, n := range names {
 		out = append(out, Spec{Name: n, Partitions: Partitions(n), Configs: retention})

@@ -3195,9 +3195,13 @@ type ModelVersion struct {
 	// artifact_uri is where the model's files are, e.g. "file:///...".
 	ArtifactUri string `protobuf:"bytes,3,opt,name=artifact_uri,json=artifactUri,proto3" json:"artifact_uri,omitempty"`
 	// source_job is the full name of the job that produced it (lineage).
-	SourceJob     string                 `protobuf:"bytes,4,opt,name=source_job,json=sourceJob,proto3" json:"source_job,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	Labels        map[string]string      `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	SourceJob  string                 `protobuf:"bytes,4,opt,name=source_job,json=sourceJob,proto3" json:"source_job,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	Labels     map[string]string      `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// lineage is everything that produced it (issue 15).
+	Lineage       *ModelLineage `protobuf:"bytes,7,opt,name=lineage,proto3" json:"lineage,omitempty"`
+	DisplayName   string        `protobuf:"bytes,8,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	Description   string        `protobuf:"bytes,9,opt,name=description,proto3" json:"description,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3274,6 +3278,141 @@ func (x *ModelVersion) GetLabels() map[string]string {
 	return nil
 }
 
+func (x *ModelVersion) GetLineage() *ModelLineage {
+	if x != nil {
+		return x.Lineage
+	}
+	return nil
+}
+
+func (x *ModelVersion) GetDisplayName() string {
+	if x != nil {
+		return x.DisplayName
+	}
+	return ""
+}
+
+func (x *ModelVersion) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+// ModelLineage says what produced a model version: the job (and run), or
+// the pipeline, the tuning job, the trial and its hyperparameters, with the
+// final metrics and the checkpoint it came from. Names are full resource
+// names.
+type ModelLineage struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Job              string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Attempt          int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	CustomJob        string                 `protobuf:"bytes,3,opt,name=custom_job,json=customJob,proto3" json:"custom_job,omitempty"`
+	TrainingPipeline string                 `protobuf:"bytes,4,opt,name=training_pipeline,json=trainingPipeline,proto3" json:"training_pipeline,omitempty"`
+	TuningJob        string                 `protobuf:"bytes,5,opt,name=tuning_job,json=tuningJob,proto3" json:"tuning_job,omitempty"`
+	Trial            string                 `protobuf:"bytes,6,opt,name=trial,proto3" json:"trial,omitempty"`
+	// hyperparameters are the trial's parameters, as strings.
+	Hyperparameters map[string]string `protobuf:"bytes,7,rep,name=hyperparameters,proto3" json:"hyperparameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// metrics are the final measurement's metrics.
+	Metrics       map[string]float64 `protobuf:"bytes,8,rep,name=metrics,proto3" json:"metrics,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	CheckpointUri string             `protobuf:"bytes,9,opt,name=checkpoint_uri,json=checkpointUri,proto3" json:"checkpoint_uri,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelLineage) Reset() {
+	*x = ModelLineage{}
+	mi := &file_loom_v1_resources_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelLineage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelLineage) ProtoMessage() {}
+
+func (x *ModelLineage) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelLineage.ProtoReflect.Descriptor instead.
+func (*ModelLineage) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ModelLineage) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *ModelLineage) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ModelLineage) GetCustomJob() string {
+	if x != nil {
+		return x.CustomJob
+	}
+	return ""
+}
+
+func (x *ModelLineage) GetTrainingPipeline() string {
+	if x != nil {
+		return x.TrainingPipeline
+	}
+	return ""
+}
+
+func (x *ModelLineage) GetTuningJob() string {
+	if x != nil {
+		return x.TuningJob
+	}
+	return ""
+}
+
+func (x *ModelLineage) GetTrial() string {
+	if x != nil {
+		return x.Trial
+	}
+	return ""
+}
+
+func (x *ModelLineage) GetHyperparameters() map[string]string {
+	if x != nil {
+		return x.Hyperparameters
+	}
+	return nil
+}
+
+func (x *ModelLineage) GetMetrics() map[string]float64 {
+	if x != nil {
+		return x.Metrics
+	}
+	return nil
+}
+
+func (x *ModelLineage) GetCheckpointUri() string {
+	if x != nil {
+		return x.CheckpointUri
+	}
+	return ""
+}
+
 // Operation is a long-running operation, after google.longrunning.
 // Name is "projects/{project}/operations/{operation}".
 type Operation struct {
@@ -3293,7 +3432,7 @@ type Operation struct {
 
 func (x *Operation) Reset() {
 	*x = Operation{}
-	mi := &file_loom_v1_resources_proto_msgTypes[29]
+	mi := &file_loom_v1_resources_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3305,7 +3444,7 @@ func (x *Operation) String() string {
 func (*Operation) ProtoMessage() {}
 
 func (x *Operation) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[29]
+	mi := &file_loom_v1_resources_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3318,7 +3457,7 @@ func (x *Operation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Operation.ProtoReflect.Descriptor instead.
 func (*Operation) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{29}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Operation) GetName() string {
@@ -3412,7 +3551,7 @@ type OperationMetadata struct {
 
 func (x *OperationMetadata) Reset() {
 	*x = OperationMetadata{}
-	mi := &file_loom_v1_resources_proto_msgTypes[30]
+	mi := &file_loom_v1_resources_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3424,7 +3563,7 @@ func (x *OperationMetadata) String() string {
 func (*OperationMetadata) ProtoMessage() {}
 
 func (x *OperationMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[30]
+	mi := &file_loom_v1_resources_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3437,7 +3576,7 @@ func (x *OperationMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationMetadata.ProtoReflect.Descriptor instead.
 func (*OperationMetadata) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{30}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *OperationMetadata) GetTarget() string {
@@ -3486,7 +3625,7 @@ type OperationError struct {
 
 func (x *OperationError) Reset() {
 	*x = OperationError{}
-	mi := &file_loom_v1_resources_proto_msgTypes[31]
+	mi := &file_loom_v1_resources_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3498,7 +3637,7 @@ func (x *OperationError) String() string {
 func (*OperationError) ProtoMessage() {}
 
 func (x *OperationError) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[31]
+	mi := &file_loom_v1_resources_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3511,7 +3650,7 @@ func (x *OperationError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationError.ProtoReflect.Descriptor instead.
 func (*OperationError) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{31}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *OperationError) GetCode() int32 {
@@ -3875,7 +4014,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\vcreate_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\xb1\x02\n" +
+	"updateTime\"\xa7\x03\n" +
 	"\fModelVersion\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12!\n" +
@@ -3884,10 +4023,31 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"source_job\x18\x04 \x01(\tR\tsourceJob\x12;\n" +
 	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x129\n" +
-	"\x06labels\x18\x06 \x03(\v2!.loom.v1.ModelVersion.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x06 \x03(\v2!.loom.v1.ModelVersion.LabelsEntryR\x06labels\x12/\n" +
+	"\alineage\x18\a \x01(\v2\x15.loom.v1.ModelLineageR\alineage\x12!\n" +
+	"\fdisplay_name\x18\b \x01(\tR\vdisplayName\x12 \n" +
+	"\vdescription\x18\t \x01(\tR\vdescription\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8e\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf6\x03\n" +
+	"\fModelLineage\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1d\n" +
+	"\n" +
+	"custom_job\x18\x03 \x01(\tR\tcustomJob\x12+\n" +
+	"\x11training_pipeline\x18\x04 \x01(\tR\x10trainingPipeline\x12\x1d\n" +
+	"\n" +
+	"tuning_job\x18\x05 \x01(\tR\ttuningJob\x12\x14\n" +
+	"\x05trial\x18\x06 \x01(\tR\x05trial\x12T\n" +
+	"\x0fhyperparameters\x18\a \x03(\v2*.loom.v1.ModelLineage.HyperparametersEntryR\x0fhyperparameters\x12<\n" +
+	"\ametrics\x18\b \x03(\v2\".loom.v1.ModelLineage.MetricsEntryR\ametrics\x12%\n" +
+	"\x0echeckpoint_uri\x18\t \x01(\tR\rcheckpointUri\x1aB\n" +
+	"\x14HyperparametersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
+	"\fMetricsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\x8e\x02\n" +
 	"\tOperation\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x126\n" +
 	"\bmetadata\x18\x02 \x01(\v2\x1a.loom.v1.OperationMetadataR\bmetadata\x12\x12\n" +
@@ -3937,7 +4097,7 @@ func file_loom_v1_resources_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_loom_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_loom_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_loom_v1_resources_proto_goTypes = []any{
 	(JobState)(0),                 // 0: loom.v1.JobState
 	(Cluster_State)(0),            // 1: loom.v1.Cluster.State
@@ -3973,26 +4133,29 @@ var file_loom_v1_resources_proto_goTypes = []any{
 	(*ModelOutput)(nil),           // 31: loom.v1.ModelOutput
 	(*Model)(nil),                 // 32: loom.v1.Model
 	(*ModelVersion)(nil),          // 33: loom.v1.ModelVersion
-	(*Operation)(nil),             // 34: loom.v1.Operation
-	(*OperationMetadata)(nil),     // 35: loom.v1.OperationMetadata
-	(*OperationError)(nil),        // 36: loom.v1.OperationError
-	nil,                           // 37: loom.v1.Cluster.LabelsEntry
-	nil,                           // 38: loom.v1.NodePool.LabelsEntry
-	nil,                           // 39: loom.v1.Job.EnvEntry
-	nil,                           // 40: loom.v1.ModelVersion.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 41: google.protobuf.Timestamp
+	(*ModelLineage)(nil),          // 34: loom.v1.ModelLineage
+	(*Operation)(nil),             // 35: loom.v1.Operation
+	(*OperationMetadata)(nil),     // 36: loom.v1.OperationMetadata
+	(*OperationError)(nil),        // 37: loom.v1.OperationError
+	nil,                           // 38: loom.v1.Cluster.LabelsEntry
+	nil,                           // 39: loom.v1.NodePool.LabelsEntry
+	nil,                           // 40: loom.v1.Job.EnvEntry
+	nil,                           // 41: loom.v1.ModelVersion.LabelsEntry
+	nil,                           // 42: loom.v1.ModelLineage.HyperparametersEntry
+	nil,                           // 43: loom.v1.ModelLineage.MetricsEntry
+	(*timestamppb.Timestamp)(nil), // 44: google.protobuf.Timestamp
 }
 var file_loom_v1_resources_proto_depIdxs = []int32{
-	37, // 0: loom.v1.Cluster.labels:type_name -> loom.v1.Cluster.LabelsEntry
+	38, // 0: loom.v1.Cluster.labels:type_name -> loom.v1.Cluster.LabelsEntry
 	6,  // 1: loom.v1.Cluster.compute:type_name -> loom.v1.ComputeResources
 	10, // 2: loom.v1.Cluster.orchestrator:type_name -> loom.v1.Orchestrator
 	15, // 3: loom.v1.Cluster.storage:type_name -> loom.v1.StorageResources
 	18, // 4: loom.v1.Cluster.network:type_name -> loom.v1.NetworkConfig
 	19, // 5: loom.v1.Cluster.status:type_name -> loom.v1.ClusterStatus
-	41, // 6: loom.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
-	41, // 7: loom.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
+	44, // 6: loom.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
+	44, // 7: loom.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
 	7,  // 8: loom.v1.ComputeResources.node_pools:type_name -> loom.v1.NodePool
-	38, // 9: loom.v1.NodePool.labels:type_name -> loom.v1.NodePool.LabelsEntry
+	39, // 9: loom.v1.NodePool.labels:type_name -> loom.v1.NodePool.LabelsEntry
 	8,  // 10: loom.v1.NodePool.capacity:type_name -> loom.v1.CapacitySource
 	9,  // 11: loom.v1.NodePool.boot_disk:type_name -> loom.v1.BootDisk
 	2,  // 12: loom.v1.CapacitySource.type:type_name -> loom.v1.CapacitySource.Type
@@ -4005,43 +4168,46 @@ var file_loom_v1_resources_proto_depIdxs = []int32{
 	1,  // 19: loom.v1.ClusterStatus.state:type_name -> loom.v1.Cluster.State
 	20, // 20: loom.v1.ClusterStatus.node_pools:type_name -> loom.v1.NodePoolStatus
 	21, // 21: loom.v1.ClusterStatus.conditions:type_name -> loom.v1.Condition
-	41, // 22: loom.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	41, // 23: loom.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
+	44, // 22: loom.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	44, // 23: loom.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 24: loom.v1.CapacityPool.type:type_name -> loom.v1.CapacitySource.Type
 	3,  // 25: loom.v1.Node.state:type_name -> loom.v1.Node.State
-	41, // 26: loom.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
-	41, // 27: loom.v1.Node.create_time:type_name -> google.protobuf.Timestamp
+	44, // 26: loom.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	44, // 27: loom.v1.Node.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 28: loom.v1.Node.capacity_type:type_name -> loom.v1.CapacitySource.Type
-	41, // 29: loom.v1.Node.drain_deadline:type_name -> google.protobuf.Timestamp
-	39, // 30: loom.v1.Job.env:type_name -> loom.v1.Job.EnvEntry
+	44, // 29: loom.v1.Node.drain_deadline:type_name -> google.protobuf.Timestamp
+	40, // 30: loom.v1.Job.env:type_name -> loom.v1.Job.EnvEntry
 	31, // 31: loom.v1.Job.model_output:type_name -> loom.v1.ModelOutput
-	41, // 32: loom.v1.Job.begin_time:type_name -> google.protobuf.Timestamp
+	44, // 32: loom.v1.Job.begin_time:type_name -> google.protobuf.Timestamp
 	0,  // 33: loom.v1.Job.state:type_name -> loom.v1.JobState
-	41, // 34: loom.v1.Job.submit_time:type_name -> google.protobuf.Timestamp
-	41, // 35: loom.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	41, // 36: loom.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	44, // 34: loom.v1.Job.submit_time:type_name -> google.protobuf.Timestamp
+	44, // 35: loom.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	44, // 36: loom.v1.Job.end_time:type_name -> google.protobuf.Timestamp
 	27, // 37: loom.v1.Job.priority_factors:type_name -> loom.v1.PriorityFactors
 	28, // 38: loom.v1.Job.runs:type_name -> loom.v1.JobRun
 	0,  // 39: loom.v1.JobRun.state:type_name -> loom.v1.JobState
-	41, // 40: loom.v1.JobRun.start_time:type_name -> google.protobuf.Timestamp
-	41, // 41: loom.v1.JobRun.end_time:type_name -> google.protobuf.Timestamp
+	44, // 40: loom.v1.JobRun.start_time:type_name -> google.protobuf.Timestamp
+	44, // 41: loom.v1.JobRun.end_time:type_name -> google.protobuf.Timestamp
 	4,  // 42: loom.v1.SlurmNode.state:type_name -> loom.v1.SlurmNode.State
-	41, // 43: loom.v1.SlurmNode.reason_time:type_name -> google.protobuf.Timestamp
-	41, // 44: loom.v1.Model.create_time:type_name -> google.protobuf.Timestamp
-	41, // 45: loom.v1.Model.update_time:type_name -> google.protobuf.Timestamp
-	41, // 46: loom.v1.ModelVersion.create_time:type_name -> google.protobuf.Timestamp
-	40, // 47: loom.v1.ModelVersion.labels:type_name -> loom.v1.ModelVersion.LabelsEntry
-	35, // 48: loom.v1.Operation.metadata:type_name -> loom.v1.OperationMetadata
-	36, // 49: loom.v1.Operation.error:type_name -> loom.v1.OperationError
-	5,  // 50: loom.v1.Operation.cluster:type_name -> loom.v1.Cluster
-	22, // 51: loom.v1.Operation.reservation:type_name -> loom.v1.Reservation
-	41, // 52: loom.v1.OperationMetadata.create_time:type_name -> google.protobuf.Timestamp
-	41, // 53: loom.v1.OperationMetadata.end_time:type_name -> google.protobuf.Timestamp
-	54, // [54:54] is the sub-list for method output_type
-	54, // [54:54] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	44, // 43: loom.v1.SlurmNode.reason_time:type_name -> google.protobuf.Timestamp
+	44, // 44: loom.v1.Model.create_time:type_name -> google.protobuf.Timestamp
+	44, // 45: loom.v1.Model.update_time:type_name -> google.protobuf.Timestamp
+	44, // 46: loom.v1.ModelVersion.create_time:type_name -> google.protobuf.Timestamp
+	41, // 47: loom.v1.ModelVersion.labels:type_name -> loom.v1.ModelVersion.LabelsEntry
+	34, // 48: loom.v1.ModelVersion.lineage:type_name -> loom.v1.ModelLineage
+	42, // 49: loom.v1.ModelLineage.hyperparameters:type_name -> loom.v1.ModelLineage.HyperparametersEntry
+	43, // 50: loom.v1.ModelLineage.metrics:type_name -> loom.v1.ModelLineage.MetricsEntry
+	36, // 51: loom.v1.Operation.metadata:type_name -> loom.v1.OperationMetadata
+	37, // 52: loom.v1.Operation.error:type_name -> loom.v1.OperationError
+	5,  // 53: loom.v1.Operation.cluster:type_name -> loom.v1.Cluster
+	22, // 54: loom.v1.Operation.reservation:type_name -> loom.v1.Reservation
+	44, // 55: loom.v1.OperationMetadata.create_time:type_name -> google.protobuf.Timestamp
+	44, // 56: loom.v1.OperationMetadata.end_time:type_name -> google.protobuf.Timestamp
+	57, // [57:57] is the sub-list for method output_type
+	57, // [57:57] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_resources_proto_init() }
@@ -4050,7 +4216,7 @@ func file_loom_v1_resources_proto_init() {
 		return
 	}
 	file_loom_v1_resources_proto_msgTypes[21].OneofWrappers = []any{}
-	file_loom_v1_resources_proto_msgTypes[29].OneofWrappers = []any{
+	file_loom_v1_resources_proto_msgTypes[30].OneofWrappers = []any{
 		(*Operation_Error)(nil),
 		(*Operation_Cluster)(nil),
 		(*Operation_Reservation)(nil),
@@ -4061,7 +4227,7 @@ func file_loom_v1_resources_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_resources_proto_rawDesc), len(file_loom_v1_resources_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   36,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -10,6 +10,7 @@
 package eventsv1
 
 import (
+	v11 "github.com/loom-ml/loom/proto/loom/training/v1"
 	v1 "github.com/loom-ml/loom/proto/loom/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -3040,6 +3041,89 @@ func (x *StepProgress) GetTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// MetricsReported carries the metrics a step's program reported the way
+// cloudml-hypertune does: JSON lines appended to the file named by
+// CLOUD_ML_HP_METRIC_FILE (the agent sets it for every step unless the job
+// set it, and tails it). Each line becomes a point; the agent batches them,
+// at most -metrics-batch points a record and -metrics-rate records a second
+// per step (see services/agent/README.md), and drops a line that is not a
+// JSON object of numbers (or numeric strings) with a counter, never the step.
+type MetricsReported struct {
+	state         protoimpl.MessageState   `protogen:"open.v1"`
+	Job           string                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Attempt       int32                    `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Node          string                   `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	Cluster       string                   `protobuf:"bytes,4,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Points        []*MetricsReported_Point `protobuf:"bytes,5,rep,name=points,proto3" json:"points,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetricsReported) Reset() {
+	*x = MetricsReported{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetricsReported) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetricsReported) ProtoMessage() {}
+
+func (x *MetricsReported) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetricsReported.ProtoReflect.Descriptor instead.
+func (*MetricsReported) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *MetricsReported) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *MetricsReported) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *MetricsReported) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *MetricsReported) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *MetricsReported) GetPoints() []*MetricsReported_Point {
+	if x != nil {
+		return x.Points
+	}
+	return nil
+}
+
 // NodeHealthChanged says a node became healthy or unhealthy, and why.
 type NodeHealthChanged struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -3074,7 +3158,7 @@ type NodeHealthChanged struct {
 
 func (x *NodeHealthChanged) Reset() {
 	*x = NodeHealthChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[35]
+	mi := &file_loom_events_v1_events_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3086,7 +3170,7 @@ func (x *NodeHealthChanged) String() string {
 func (*NodeHealthChanged) ProtoMessage() {}
 
 func (x *NodeHealthChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[35]
+	mi := &file_loom_events_v1_events_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3099,7 +3183,7 @@ func (x *NodeHealthChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHealthChanged.ProtoReflect.Descriptor instead.
 func (*NodeHealthChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{35}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *NodeHealthChanged) GetNode() string {
@@ -3219,7 +3303,7 @@ type RunHealthCheck struct {
 
 func (x *RunHealthCheck) Reset() {
 	*x = RunHealthCheck{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[36]
+	mi := &file_loom_events_v1_events_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3231,7 +3315,7 @@ func (x *RunHealthCheck) String() string {
 func (*RunHealthCheck) ProtoMessage() {}
 
 func (x *RunHealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[36]
+	mi := &file_loom_events_v1_events_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3244,7 +3328,7 @@ func (x *RunHealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunHealthCheck.ProtoReflect.Descriptor instead.
 func (*RunHealthCheck) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{36}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RunHealthCheck) GetNode() string {
@@ -3344,7 +3428,7 @@ type InjectNodeFault struct {
 
 func (x *InjectNodeFault) Reset() {
 	*x = InjectNodeFault{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[37]
+	mi := &file_loom_events_v1_events_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3356,7 +3440,7 @@ func (x *InjectNodeFault) String() string {
 func (*InjectNodeFault) ProtoMessage() {}
 
 func (x *InjectNodeFault) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[37]
+	mi := &file_loom_events_v1_events_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3369,7 +3453,7 @@ func (x *InjectNodeFault) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InjectNodeFault.ProtoReflect.Descriptor instead.
 func (*InjectNodeFault) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{37}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *InjectNodeFault) GetNode() string {
@@ -3417,7 +3501,7 @@ type ScanNodes struct {
 
 func (x *ScanNodes) Reset() {
 	*x = ScanNodes{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[38]
+	mi := &file_loom_events_v1_events_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3429,7 +3513,7 @@ func (x *ScanNodes) String() string {
 func (*ScanNodes) ProtoMessage() {}
 
 func (x *ScanNodes) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[38]
+	mi := &file_loom_events_v1_events_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3442,7 +3526,7 @@ func (x *ScanNodes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanNodes.ProtoReflect.Descriptor instead.
 func (*ScanNodes) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{38}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ScanNodes) GetCluster() string {
@@ -3514,7 +3598,7 @@ type ReportFaultyNodes struct {
 
 func (x *ReportFaultyNodes) Reset() {
 	*x = ReportFaultyNodes{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[39]
+	mi := &file_loom_events_v1_events_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3526,7 +3610,7 @@ func (x *ReportFaultyNodes) String() string {
 func (*ReportFaultyNodes) ProtoMessage() {}
 
 func (x *ReportFaultyNodes) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[39]
+	mi := &file_loom_events_v1_events_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3539,7 +3623,7 @@ func (x *ReportFaultyNodes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFaultyNodes.ProtoReflect.Descriptor instead.
 func (*ReportFaultyNodes) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{39}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReportFaultyNodes) GetCluster() string {
@@ -3584,7 +3668,7 @@ type UpdateNodeRemediation struct {
 
 func (x *UpdateNodeRemediation) Reset() {
 	*x = UpdateNodeRemediation{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[40]
+	mi := &file_loom_events_v1_events_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3596,7 +3680,7 @@ func (x *UpdateNodeRemediation) String() string {
 func (*UpdateNodeRemediation) ProtoMessage() {}
 
 func (x *UpdateNodeRemediation) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[40]
+	mi := &file_loom_events_v1_events_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3609,7 +3693,7 @@ func (x *UpdateNodeRemediation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRemediation.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRemediation) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{40}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *UpdateNodeRemediation) GetCluster() string {
@@ -3660,7 +3744,7 @@ type InjectFault struct {
 
 func (x *InjectFault) Reset() {
 	*x = InjectFault{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[41]
+	mi := &file_loom_events_v1_events_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3672,7 +3756,7 @@ func (x *InjectFault) String() string {
 func (*InjectFault) ProtoMessage() {}
 
 func (x *InjectFault) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[41]
+	mi := &file_loom_events_v1_events_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3685,7 +3769,7 @@ func (x *InjectFault) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InjectFault.ProtoReflect.Descriptor instead.
 func (*InjectFault) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{41}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *InjectFault) GetCluster() string {
@@ -3732,7 +3816,7 @@ type RemediateNode struct {
 
 func (x *RemediateNode) Reset() {
 	*x = RemediateNode{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[42]
+	mi := &file_loom_events_v1_events_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3744,7 +3828,7 @@ func (x *RemediateNode) String() string {
 func (*RemediateNode) ProtoMessage() {}
 
 func (x *RemediateNode) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[42]
+	mi := &file_loom_events_v1_events_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3757,7 +3841,7 @@ func (x *RemediateNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemediateNode.ProtoReflect.Descriptor instead.
 func (*RemediateNode) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{42}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RemediateNode) GetNode() string {
@@ -3797,16 +3881,19 @@ func (x *RemediateNode) GetReason() string {
 
 // ModelVersionRegistered says a new model version exists.
 type ModelVersionRegistered struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       *v1.ModelVersion       `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
-	Model         string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version *v1.ModelVersion       `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	Model   string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	// request_id is the UploadModel's this answers ("" for a version a job's
+	// model_output registered).
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ModelVersionRegistered) Reset() {
 	*x = ModelVersionRegistered{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[43]
+	mi := &file_loom_events_v1_events_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3818,7 +3905,7 @@ func (x *ModelVersionRegistered) String() string {
 func (*ModelVersionRegistered) ProtoMessage() {}
 
 func (x *ModelVersionRegistered) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[43]
+	mi := &file_loom_events_v1_events_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3831,7 +3918,7 @@ func (x *ModelVersionRegistered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelVersionRegistered.ProtoReflect.Descriptor instead.
 func (*ModelVersionRegistered) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{43}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ModelVersionRegistered) GetVersion() *v1.ModelVersion {
@@ -3848,6 +3935,638 @@ func (x *ModelVersionRegistered) GetModel() string {
 	return ""
 }
 
+func (x *ModelVersionRegistered) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+// ModelUploadFailed answers an UploadModel the registry refused (the
+// artifact directory missing or incomplete, a bad name, an unknown
+// parent_model): nothing was registered.
+type ModelUploadFailed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Model         string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelUploadFailed) Reset() {
+	*x = ModelUploadFailed{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelUploadFailed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelUploadFailed) ProtoMessage() {}
+
+func (x *ModelUploadFailed) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelUploadFailed.ProtoReflect.Descriptor instead.
+func (*ModelUploadFailed) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ModelUploadFailed) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *ModelUploadFailed) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ModelUploadFailed) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// UploadModel asks the registry to register a model version: a new model
+// (model_id, or one the registry names) or, with parent_model
+// ("projects/{p}/models/{id}"), that model's next version. request_id is
+// unique per upload and makes a redelivered command register once; the
+// answer is ModelVersionRegistered (or ModelUploadFailed) with the same
+// request_id.
+type UploadModel struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	RequestId   string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Project     string                 `protobuf:"bytes,2,opt,name=project,proto3" json:"project,omitempty"`
+	ModelId     string                 `protobuf:"bytes,3,opt,name=model_id,json=modelId,proto3" json:"model_id,omitempty"`
+	ParentModel string                 `protobuf:"bytes,4,opt,name=parent_model,json=parentModel,proto3" json:"parent_model,omitempty"`
+	Model       *v11.Model             `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
+	Lineage     *v1.ModelLineage       `protobuf:"bytes,6,opt,name=lineage,proto3" json:"lineage,omitempty"`
+	// user is who the version is registered for (the pipeline's owner).
+	User          string `protobuf:"bytes,7,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadModel) Reset() {
+	*x = UploadModel{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadModel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadModel) ProtoMessage() {}
+
+func (x *UploadModel) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadModel.ProtoReflect.Descriptor instead.
+func (*UploadModel) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *UploadModel) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *UploadModel) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *UploadModel) GetModelId() string {
+	if x != nil {
+		return x.ModelId
+	}
+	return ""
+}
+
+func (x *UploadModel) GetParentModel() string {
+	if x != nil {
+		return x.ParentModel
+	}
+	return ""
+}
+
+func (x *UploadModel) GetModel() *v11.Model {
+	if x != nil {
+		return x.Model
+	}
+	return nil
+}
+
+func (x *UploadModel) GetLineage() *v1.ModelLineage {
+	if x != nil {
+		return x.Lineage
+	}
+	return nil
+}
+
+func (x *UploadModel) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+// CreateCustomJob hands an accepted CustomJob to the training service: name
+// (its id is the scheduler job id the gateway reserved), user, state QUEUED
+// and create_time are set; the spec is validated (libs/trainingspec).
+type CreateCustomJob struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CustomJob     *v11.CustomJob         `protobuf:"bytes,1,opt,name=custom_job,json=customJob,proto3" json:"custom_job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateCustomJob) Reset() {
+	*x = CreateCustomJob{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateCustomJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateCustomJob) ProtoMessage() {}
+
+func (x *CreateCustomJob) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateCustomJob.ProtoReflect.Descriptor instead.
+func (*CreateCustomJob) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *CreateCustomJob) GetCustomJob() *v11.CustomJob {
+	if x != nil {
+		return x.CustomJob
+	}
+	return nil
+}
+
+// CreateHyperparameterTuningJob hands an accepted tuning job to the training
+// service. Its id is the first of a block of 1+max_trial_count job ids the
+// gateway reserved: trial k's CustomJob (and scheduler job) is id+k.
+type CreateHyperparameterTuningJob struct {
+	state         protoimpl.MessageState       `protogen:"open.v1"`
+	TuningJob     *v11.HyperparameterTuningJob `protobuf:"bytes,1,opt,name=tuning_job,json=tuningJob,proto3" json:"tuning_job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateHyperparameterTuningJob) Reset() {
+	*x = CreateHyperparameterTuningJob{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateHyperparameterTuningJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateHyperparameterTuningJob) ProtoMessage() {}
+
+func (x *CreateHyperparameterTuningJob) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateHyperparameterTuningJob.ProtoReflect.Descriptor instead.
+func (*CreateHyperparameterTuningJob) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *CreateHyperparameterTuningJob) GetTuningJob() *v11.HyperparameterTuningJob {
+	if x != nil {
+		return x.TuningJob
+	}
+	return nil
+}
+
+// CreateTrainingPipeline hands an accepted pipeline to the training service.
+// Its id is the first of a block of reserved_job_ids ids: its CustomJob or
+// tuning job is id+1 (a tuning job's trials id+2 ..).
+type CreateTrainingPipeline struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Pipeline       *v11.TrainingPipeline  `protobuf:"bytes,1,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
+	ReservedJobIds int64                  `protobuf:"varint,2,opt,name=reserved_job_ids,json=reservedJobIds,proto3" json:"reserved_job_ids,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CreateTrainingPipeline) Reset() {
+	*x = CreateTrainingPipeline{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTrainingPipeline) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTrainingPipeline) ProtoMessage() {}
+
+func (x *CreateTrainingPipeline) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTrainingPipeline.ProtoReflect.Descriptor instead.
+func (*CreateTrainingPipeline) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *CreateTrainingPipeline) GetPipeline() *v11.TrainingPipeline {
+	if x != nil {
+		return x.Pipeline
+	}
+	return nil
+}
+
+func (x *CreateTrainingPipeline) GetReservedJobIds() int64 {
+	if x != nil {
+		return x.ReservedJobIds
+	}
+	return 0
+}
+
+// CancelTraining asks to cancel a CustomJob, tuning job or pipeline, by name.
+// user is who asked (the gateway's principal overrides it), admin whether
+// they are an administrator of the project.
+type CancelTraining struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	User          string                 `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
+	Admin         bool                   `protobuf:"varint,3,opt,name=admin,proto3" json:"admin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelTraining) Reset() {
+	*x = CancelTraining{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelTraining) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelTraining) ProtoMessage() {}
+
+func (x *CancelTraining) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelTraining.ProtoReflect.Descriptor instead.
+func (*CancelTraining) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *CancelTraining) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CancelTraining) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *CancelTraining) GetAdmin() bool {
+	if x != nil {
+		return x.Admin
+	}
+	return false
+}
+
+// DeleteTraining deletes an ended CustomJob, tuning job or pipeline (one
+// still running is refused: cancel it first).
+type DeleteTraining struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	User          string                 `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
+	Admin         bool                   `protobuf:"varint,3,opt,name=admin,proto3" json:"admin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteTraining) Reset() {
+	*x = DeleteTraining{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteTraining) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteTraining) ProtoMessage() {}
+
+func (x *DeleteTraining) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteTraining.ProtoReflect.Descriptor instead.
+func (*DeleteTraining) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *DeleteTraining) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeleteTraining) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *DeleteTraining) GetAdmin() bool {
+	if x != nil {
+		return x.Admin
+	}
+	return false
+}
+
+// CustomJobChanged carries a CustomJob's full state after a change.
+type CustomJobChanged struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CustomJob     *v11.CustomJob         `protobuf:"bytes,1,opt,name=custom_job,json=customJob,proto3" json:"custom_job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CustomJobChanged) Reset() {
+	*x = CustomJobChanged{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CustomJobChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CustomJobChanged) ProtoMessage() {}
+
+func (x *CustomJobChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CustomJobChanged.ProtoReflect.Descriptor instead.
+func (*CustomJobChanged) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *CustomJobChanged) GetCustomJob() *v11.CustomJob {
+	if x != nil {
+		return x.CustomJob
+	}
+	return nil
+}
+
+// HyperparameterTuningJobChanged carries a tuning job's state after a change
+// (trials included, each without its intermediate measurements).
+type HyperparameterTuningJobChanged struct {
+	state         protoimpl.MessageState       `protogen:"open.v1"`
+	TuningJob     *v11.HyperparameterTuningJob `protobuf:"bytes,1,opt,name=tuning_job,json=tuningJob,proto3" json:"tuning_job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HyperparameterTuningJobChanged) Reset() {
+	*x = HyperparameterTuningJobChanged{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HyperparameterTuningJobChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HyperparameterTuningJobChanged) ProtoMessage() {}
+
+func (x *HyperparameterTuningJobChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HyperparameterTuningJobChanged.ProtoReflect.Descriptor instead.
+func (*HyperparameterTuningJobChanged) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *HyperparameterTuningJobChanged) GetTuningJob() *v11.HyperparameterTuningJob {
+	if x != nil {
+		return x.TuningJob
+	}
+	return nil
+}
+
+// TrialChanged carries one trial's full state after a change.
+type TrialChanged struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TuningJob     string                 `protobuf:"bytes,1,opt,name=tuning_job,json=tuningJob,proto3" json:"tuning_job,omitempty"`
+	Trial         *v11.Trial             `protobuf:"bytes,2,opt,name=trial,proto3" json:"trial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrialChanged) Reset() {
+	*x = TrialChanged{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrialChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrialChanged) ProtoMessage() {}
+
+func (x *TrialChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrialChanged.ProtoReflect.Descriptor instead.
+func (*TrialChanged) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *TrialChanged) GetTuningJob() string {
+	if x != nil {
+		return x.TuningJob
+	}
+	return ""
+}
+
+func (x *TrialChanged) GetTrial() *v11.Trial {
+	if x != nil {
+		return x.Trial
+	}
+	return nil
+}
+
+// TrainingPipelineChanged carries a pipeline's full state after a change.
+type TrainingPipelineChanged struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pipeline      *v11.TrainingPipeline  `protobuf:"bytes,1,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrainingPipelineChanged) Reset() {
+	*x = TrainingPipelineChanged{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrainingPipelineChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrainingPipelineChanged) ProtoMessage() {}
+
+func (x *TrainingPipelineChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrainingPipelineChanged.ProtoReflect.Descriptor instead.
+func (*TrainingPipelineChanged) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *TrainingPipelineChanged) GetPipeline() *v11.TrainingPipeline {
+	if x != nil {
+		return x.Pipeline
+	}
+	return nil
+}
+
 // AuditRecorded is one entry of the audit trail: a mutating request or a
 // refusal, with who made it and what was decided.
 type AuditRecorded struct {
@@ -3859,7 +4578,7 @@ type AuditRecorded struct {
 
 func (x *AuditRecorded) Reset() {
 	*x = AuditRecorded{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[44]
+	mi := &file_loom_events_v1_events_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3871,7 +4590,7 @@ func (x *AuditRecorded) String() string {
 func (*AuditRecorded) ProtoMessage() {}
 
 func (x *AuditRecorded) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[44]
+	mi := &file_loom_events_v1_events_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3884,7 +4603,7 @@ func (x *AuditRecorded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecorded.ProtoReflect.Descriptor instead.
 func (*AuditRecorded) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{44}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *AuditRecorded) GetRecord() *v1.AuditRecord {
@@ -3907,7 +4626,7 @@ type AssociationChanged struct {
 
 func (x *AssociationChanged) Reset() {
 	*x = AssociationChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[45]
+	mi := &file_loom_events_v1_events_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3919,7 +4638,7 @@ func (x *AssociationChanged) String() string {
 func (*AssociationChanged) ProtoMessage() {}
 
 func (x *AssociationChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[45]
+	mi := &file_loom_events_v1_events_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3932,7 +4651,7 @@ func (x *AssociationChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssociationChanged.ProtoReflect.Descriptor instead.
 func (*AssociationChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{45}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *AssociationChanged) GetProject() string {
@@ -3949,11 +4668,74 @@ func (x *AssociationChanged) GetAssociation() *v1.Association {
 	return nil
 }
 
+// Point is one line of a hypertune metrics file: step is its
+// "global_step" (0 when absent), time its "timestamp", values every other
+// numeric field ("trial" is dropped: the job names the trial).
+type MetricsReported_Point struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Step          int64                  `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	Values        map[string]float64     `protobuf:"bytes,3,rep,name=values,proto3" json:"values,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetricsReported_Point) Reset() {
+	*x = MetricsReported_Point{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetricsReported_Point) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetricsReported_Point) ProtoMessage() {}
+
+func (x *MetricsReported_Point) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetricsReported_Point.ProtoReflect.Descriptor instead.
+func (*MetricsReported_Point) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{35, 0}
+}
+
+func (x *MetricsReported_Point) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *MetricsReported_Point) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *MetricsReported_Point) GetValues() map[string]float64 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
 var File_loom_events_v1_events_proto protoreflect.FileDescriptor
 
 const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"\x1bloom/events/v1/events.proto\x12\x0eloom.events.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x12loom/v1/auth.proto\x1a\x14loom/v1/health.proto\x1a\x17loom/v1/resources.proto\"Y\n" +
+	"\x1bloom/events/v1/events.proto\x12\x0eloom.events.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x12loom/v1/auth.proto\x1a\x14loom/v1/health.proto\x1a\x17loom/v1/resources.proto\x1a\x1floom/training/v1/training.proto\"Y\n" +
 	"\rCreateCluster\x12\x1c\n" +
 	"\toperation\x18\x01 \x01(\tR\toperation\x12*\n" +
 	"\acluster\x18\x02 \x01(\v2\x10.loom.v1.ClusterR\acluster\"G\n" +
@@ -4202,7 +4984,20 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x0fcheckpoint_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0echeckpointTime\x12!\n" +
 	"\foutput_bytes\x18\a \x01(\x03R\voutputBytes\x12?\n" +
 	"\rlast_progress\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\flastProgress\x12.\n" +
-	"\x04time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xf7\x03\n" +
+	"\x04time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xfe\x02\n" +
+	"\x0fMetricsReported\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\x12\x18\n" +
+	"\acluster\x18\x04 \x01(\tR\acluster\x12=\n" +
+	"\x06points\x18\x05 \x03(\v2%.loom.events.v1.MetricsReported.PointR\x06points\x1a\xd1\x01\n" +
+	"\x05Point\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\x03R\x04step\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12I\n" +
+	"\x06values\x18\x03 \x03(\v21.loom.events.v1.MetricsReported.Point.ValuesEntryR\x06values\x1a9\n" +
+	"\vValuesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xf7\x03\n" +
 	"\x11NodeHealthChanged\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x122\n" +
@@ -4272,10 +5067,55 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x122\n" +
 	"\x06action\x18\x03 \x01(\x0e2\x1a.loom.v1.RemediationActionR\x06action\x12%\n" +
 	"\x0eremediation_id\x18\x04 \x01(\tR\rremediationId\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"_\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"~\n" +
 	"\x16ModelVersionRegistered\x12/\n" +
 	"\aversion\x18\x01 \x01(\v2\x15.loom.v1.ModelVersionR\aversion\x12\x14\n" +
-	"\x05model\x18\x02 \x01(\tR\x05model\"=\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"`\n" +
+	"\x11ModelUploadFailed\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xf8\x01\n" +
+	"\vUploadModel\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x18\n" +
+	"\aproject\x18\x02 \x01(\tR\aproject\x12\x19\n" +
+	"\bmodel_id\x18\x03 \x01(\tR\amodelId\x12!\n" +
+	"\fparent_model\x18\x04 \x01(\tR\vparentModel\x12-\n" +
+	"\x05model\x18\x05 \x01(\v2\x17.loom.training.v1.ModelR\x05model\x12/\n" +
+	"\alineage\x18\x06 \x01(\v2\x15.loom.v1.ModelLineageR\alineage\x12\x12\n" +
+	"\x04user\x18\a \x01(\tR\x04user\"M\n" +
+	"\x0fCreateCustomJob\x12:\n" +
+	"\n" +
+	"custom_job\x18\x01 \x01(\v2\x1b.loom.training.v1.CustomJobR\tcustomJob\"i\n" +
+	"\x1dCreateHyperparameterTuningJob\x12H\n" +
+	"\n" +
+	"tuning_job\x18\x01 \x01(\v2).loom.training.v1.HyperparameterTuningJobR\ttuningJob\"\x82\x01\n" +
+	"\x16CreateTrainingPipeline\x12>\n" +
+	"\bpipeline\x18\x01 \x01(\v2\".loom.training.v1.TrainingPipelineR\bpipeline\x12(\n" +
+	"\x10reserved_job_ids\x18\x02 \x01(\x03R\x0ereservedJobIds\"N\n" +
+	"\x0eCancelTraining\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04user\x18\x02 \x01(\tR\x04user\x12\x14\n" +
+	"\x05admin\x18\x03 \x01(\bR\x05admin\"N\n" +
+	"\x0eDeleteTraining\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04user\x18\x02 \x01(\tR\x04user\x12\x14\n" +
+	"\x05admin\x18\x03 \x01(\bR\x05admin\"N\n" +
+	"\x10CustomJobChanged\x12:\n" +
+	"\n" +
+	"custom_job\x18\x01 \x01(\v2\x1b.loom.training.v1.CustomJobR\tcustomJob\"j\n" +
+	"\x1eHyperparameterTuningJobChanged\x12H\n" +
+	"\n" +
+	"tuning_job\x18\x01 \x01(\v2).loom.training.v1.HyperparameterTuningJobR\ttuningJob\"\\\n" +
+	"\fTrialChanged\x12\x1d\n" +
+	"\n" +
+	"tuning_job\x18\x01 \x01(\tR\ttuningJob\x12-\n" +
+	"\x05trial\x18\x02 \x01(\v2\x17.loom.training.v1.TrialR\x05trial\"Y\n" +
+	"\x17TrainingPipelineChanged\x12>\n" +
+	"\bpipeline\x18\x01 \x01(\v2\".loom.training.v1.TrainingPipelineR\bpipeline\"=\n" +
 	"\rAuditRecorded\x12,\n" +
 	"\x06record\x18\x01 \x01(\v2\x14.loom.v1.AuditRecordR\x06record\"f\n" +
 	"\x12AssociationChanged\x12\x18\n" +
@@ -4314,123 +5154,155 @@ func file_loom_events_v1_events_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_events_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_loom_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_loom_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_loom_events_v1_events_proto_goTypes = []any{
-	(StopCause)(0),                 // 0: loom.events.v1.StopCause
-	(StepState)(0),                 // 1: loom.events.v1.StepState
-	(NodeHealth)(0),                // 2: loom.events.v1.NodeHealth
-	(*CreateCluster)(nil),          // 3: loom.events.v1.CreateCluster
-	(*DeleteCluster)(nil),          // 4: loom.events.v1.DeleteCluster
-	(*UpdateCluster)(nil),          // 5: loom.events.v1.UpdateCluster
-	(*CreateReservation)(nil),      // 6: loom.events.v1.CreateReservation
-	(*DeleteReservation)(nil),      // 7: loom.events.v1.DeleteReservation
-	(*ClusterChanged)(nil),         // 8: loom.events.v1.ClusterChanged
-	(*ClusterDeleted)(nil),         // 9: loom.events.v1.ClusterDeleted
-	(*ReservationChanged)(nil),     // 10: loom.events.v1.ReservationChanged
-	(*ReservationDeleted)(nil),     // 11: loom.events.v1.ReservationDeleted
-	(*ClusterOperationFailed)(nil), // 12: loom.events.v1.ClusterOperationFailed
-	(*NodeChanged)(nil),            // 13: loom.events.v1.NodeChanged
-	(*NodeRemoved)(nil),            // 14: loom.events.v1.NodeRemoved
-	(*RemediationFinished)(nil),    // 15: loom.events.v1.RemediationFinished
-	(*AgentRegistered)(nil),        // 16: loom.events.v1.AgentRegistered
-	(*Heartbeat)(nil),              // 17: loom.events.v1.Heartbeat
-	(*GpuTelemetry)(nil),           // 18: loom.events.v1.GpuTelemetry
-	(*XidObserved)(nil),            // 19: loom.events.v1.XidObserved
-	(*HealthCheckCompleted)(nil),   // 20: loom.events.v1.HealthCheckCompleted
-	(*SubmitJob)(nil),              // 21: loom.events.v1.SubmitJob
-	(*CancelJob)(nil),              // 22: loom.events.v1.CancelJob
-	(*UpdateJob)(nil),              // 23: loom.events.v1.UpdateJob
-	(*CreateJobStep)(nil),          // 24: loom.events.v1.CreateJobStep
-	(*CancelJobStep)(nil),          // 25: loom.events.v1.CancelJobStep
-	(*UpdateSlurmNode)(nil),        // 26: loom.events.v1.UpdateSlurmNode
-	(*JobChanged)(nil),             // 27: loom.events.v1.JobChanged
-	(*NodeDrained)(nil),            // 28: loom.events.v1.NodeDrained
-	(*NodesNeedCheck)(nil),         // 29: loom.events.v1.NodesNeedCheck
-	(*StartStep)(nil),              // 30: loom.events.v1.StartStep
-	(*StopStep)(nil),               // 31: loom.events.v1.StopStep
-	(*SignalStep)(nil),             // 32: loom.events.v1.SignalStep
-	(*LaunchTasks)(nil),            // 33: loom.events.v1.LaunchTasks
-	(*KillTasks)(nil),              // 34: loom.events.v1.KillTasks
-	(*StepChanged)(nil),            // 35: loom.events.v1.StepChanged
-	(*TasksChanged)(nil),           // 36: loom.events.v1.TasksChanged
-	(*StepProgress)(nil),           // 37: loom.events.v1.StepProgress
-	(*NodeHealthChanged)(nil),      // 38: loom.events.v1.NodeHealthChanged
-	(*RunHealthCheck)(nil),         // 39: loom.events.v1.RunHealthCheck
-	(*InjectNodeFault)(nil),        // 40: loom.events.v1.InjectNodeFault
-	(*ScanNodes)(nil),              // 41: loom.events.v1.ScanNodes
-	(*ReportFaultyNodes)(nil),      // 42: loom.events.v1.ReportFaultyNodes
-	(*UpdateNodeRemediation)(nil),  // 43: loom.events.v1.UpdateNodeRemediation
-	(*InjectFault)(nil),            // 44: loom.events.v1.InjectFault
-	(*RemediateNode)(nil),          // 45: loom.events.v1.RemediateNode
-	(*ModelVersionRegistered)(nil), // 46: loom.events.v1.ModelVersionRegistered
-	(*AuditRecorded)(nil),          // 47: loom.events.v1.AuditRecorded
-	(*AssociationChanged)(nil),     // 48: loom.events.v1.AssociationChanged
-	nil,                            // 49: loom.events.v1.CreateJobStep.EnvEntry
-	nil,                            // 50: loom.events.v1.StartStep.EnvEntry
-	nil,                            // 51: loom.events.v1.LaunchTasks.EnvEntry
-	nil,                            // 52: loom.events.v1.RunHealthCheck.ParamsEntry
-	(*v1.Cluster)(nil),             // 53: loom.v1.Cluster
-	(*v1.Reservation)(nil),         // 54: loom.v1.Reservation
-	(*v1.Node)(nil),                // 55: loom.v1.Node
-	(v1.RemediationAction)(0),      // 56: loom.v1.RemediationAction
-	(*timestamppb.Timestamp)(nil),  // 57: google.protobuf.Timestamp
-	(*v1.GpuSample)(nil),           // 58: loom.v1.GpuSample
-	(*v1.DiskSample)(nil),          // 59: loom.v1.DiskSample
-	(*v1.HealthCheckResult)(nil),   // 60: loom.v1.HealthCheckResult
-	(*v1.Job)(nil),                 // 61: loom.v1.Job
-	(v1.RemediationState)(0),       // 62: loom.v1.RemediationState
-	(*durationpb.Duration)(nil),    // 63: google.protobuf.Duration
-	(*v1.Fault)(nil),               // 64: loom.v1.Fault
-	(*v1.ModelVersion)(nil),        // 65: loom.v1.ModelVersion
-	(*v1.AuditRecord)(nil),         // 66: loom.v1.AuditRecord
-	(*v1.Association)(nil),         // 67: loom.v1.Association
+	(StopCause)(0),                         // 0: loom.events.v1.StopCause
+	(StepState)(0),                         // 1: loom.events.v1.StepState
+	(NodeHealth)(0),                        // 2: loom.events.v1.NodeHealth
+	(*CreateCluster)(nil),                  // 3: loom.events.v1.CreateCluster
+	(*DeleteCluster)(nil),                  // 4: loom.events.v1.DeleteCluster
+	(*UpdateCluster)(nil),                  // 5: loom.events.v1.UpdateCluster
+	(*CreateReservation)(nil),              // 6: loom.events.v1.CreateReservation
+	(*DeleteReservation)(nil),              // 7: loom.events.v1.DeleteReservation
+	(*ClusterChanged)(nil),                 // 8: loom.events.v1.ClusterChanged
+	(*ClusterDeleted)(nil),                 // 9: loom.events.v1.ClusterDeleted
+	(*ReservationChanged)(nil),             // 10: loom.events.v1.ReservationChanged
+	(*ReservationDeleted)(nil),             // 11: loom.events.v1.ReservationDeleted
+	(*ClusterOperationFailed)(nil),         // 12: loom.events.v1.ClusterOperationFailed
+	(*NodeChanged)(nil),                    // 13: loom.events.v1.NodeChanged
+	(*NodeRemoved)(nil),                    // 14: loom.events.v1.NodeRemoved
+	(*RemediationFinished)(nil),            // 15: loom.events.v1.RemediationFinished
+	(*AgentRegistered)(nil),                // 16: loom.events.v1.AgentRegistered
+	(*Heartbeat)(nil),                      // 17: loom.events.v1.Heartbeat
+	(*GpuTelemetry)(nil),                   // 18: loom.events.v1.GpuTelemetry
+	(*XidObserved)(nil),                    // 19: loom.events.v1.XidObserved
+	(*HealthCheckCompleted)(nil),           // 20: loom.events.v1.HealthCheckCompleted
+	(*SubmitJob)(nil),                      // 21: loom.events.v1.SubmitJob
+	(*CancelJob)(nil),                      // 22: loom.events.v1.CancelJob
+	(*UpdateJob)(nil),                      // 23: loom.events.v1.UpdateJob
+	(*CreateJobStep)(nil),                  // 24: loom.events.v1.CreateJobStep
+	(*CancelJobStep)(nil),                  // 25: loom.events.v1.CancelJobStep
+	(*UpdateSlurmNode)(nil),                // 26: loom.events.v1.UpdateSlurmNode
+	(*JobChanged)(nil),                     // 27: loom.events.v1.JobChanged
+	(*NodeDrained)(nil),                    // 28: loom.events.v1.NodeDrained
+	(*NodesNeedCheck)(nil),                 // 29: loom.events.v1.NodesNeedCheck
+	(*StartStep)(nil),                      // 30: loom.events.v1.StartStep
+	(*StopStep)(nil),                       // 31: loom.events.v1.StopStep
+	(*SignalStep)(nil),                     // 32: loom.events.v1.SignalStep
+	(*LaunchTasks)(nil),                    // 33: loom.events.v1.LaunchTasks
+	(*KillTasks)(nil),                      // 34: loom.events.v1.KillTasks
+	(*StepChanged)(nil),                    // 35: loom.events.v1.StepChanged
+	(*TasksChanged)(nil),                   // 36: loom.events.v1.TasksChanged
+	(*StepProgress)(nil),                   // 37: loom.events.v1.StepProgress
+	(*MetricsReported)(nil),                // 38: loom.events.v1.MetricsReported
+	(*NodeHealthChanged)(nil),              // 39: loom.events.v1.NodeHealthChanged
+	(*RunHealthCheck)(nil),                 // 40: loom.events.v1.RunHealthCheck
+	(*InjectNodeFault)(nil),                // 41: loom.events.v1.InjectNodeFault
+	(*ScanNodes)(nil),                      // 42: loom.events.v1.ScanNodes
+	(*ReportFaultyNodes)(nil),              // 43: loom.events.v1.ReportFaultyNodes
+	(*UpdateNodeRemediation)(nil),          // 44: loom.events.v1.UpdateNodeRemediation
+	(*InjectFault)(nil),                    // 45: loom.events.v1.InjectFault
+	(*RemediateNode)(nil),                  // 46: loom.events.v1.RemediateNode
+	(*ModelVersionRegistered)(nil),         // 47: loom.events.v1.ModelVersionRegistered
+	(*ModelUploadFailed)(nil),              // 48: loom.events.v1.ModelUploadFailed
+	(*UploadModel)(nil),                    // 49: loom.events.v1.UploadModel
+	(*CreateCustomJob)(nil),                // 50: loom.events.v1.CreateCustomJob
+	(*CreateHyperparameterTuningJob)(nil),  // 51: loom.events.v1.CreateHyperparameterTuningJob
+	(*CreateTrainingPipeline)(nil),         // 52: loom.events.v1.CreateTrainingPipeline
+	(*CancelTraining)(nil),                 // 53: loom.events.v1.CancelTraining
+	(*DeleteTraining)(nil),                 // 54: loom.events.v1.DeleteTraining
+	(*CustomJobChanged)(nil),               // 55: loom.events.v1.CustomJobChanged
+	(*HyperparameterTuningJobChanged)(nil), // 56: loom.events.v1.HyperparameterTuningJobChanged
+	(*TrialChanged)(nil),                   // 57: loom.events.v1.TrialChanged
+	(*TrainingPipelineChanged)(nil),        // 58: loom.events.v1.TrainingPipelineChanged
+	(*AuditRecorded)(nil),                  // 59: loom.events.v1.AuditRecorded
+	(*AssociationChanged)(nil),             // 60: loom.events.v1.AssociationChanged
+	nil,                                    // 61: loom.events.v1.CreateJobStep.EnvEntry
+	nil,                                    // 62: loom.events.v1.StartStep.EnvEntry
+	nil,                                    // 63: loom.events.v1.LaunchTasks.EnvEntry
+	(*MetricsReported_Point)(nil),          // 64: loom.events.v1.MetricsReported.Point
+	nil,                                    // 65: loom.events.v1.MetricsReported.Point.ValuesEntry
+	nil,                                    // 66: loom.events.v1.RunHealthCheck.ParamsEntry
+	(*v1.Cluster)(nil),                     // 67: loom.v1.Cluster
+	(*v1.Reservation)(nil),                 // 68: loom.v1.Reservation
+	(*v1.Node)(nil),                        // 69: loom.v1.Node
+	(v1.RemediationAction)(0),              // 70: loom.v1.RemediationAction
+	(*timestamppb.Timestamp)(nil),          // 71: google.protobuf.Timestamp
+	(*v1.GpuSample)(nil),                   // 72: loom.v1.GpuSample
+	(*v1.DiskSample)(nil),                  // 73: loom.v1.DiskSample
+	(*v1.HealthCheckResult)(nil),           // 74: loom.v1.HealthCheckResult
+	(*v1.Job)(nil),                         // 75: loom.v1.Job
+	(v1.RemediationState)(0),               // 76: loom.v1.RemediationState
+	(*durationpb.Duration)(nil),            // 77: google.protobuf.Duration
+	(*v1.Fault)(nil),                       // 78: loom.v1.Fault
+	(*v1.ModelVersion)(nil),                // 79: loom.v1.ModelVersion
+	(*v11.Model)(nil),                      // 80: loom.training.v1.Model
+	(*v1.ModelLineage)(nil),                // 81: loom.v1.ModelLineage
+	(*v11.CustomJob)(nil),                  // 82: loom.training.v1.CustomJob
+	(*v11.HyperparameterTuningJob)(nil),    // 83: loom.training.v1.HyperparameterTuningJob
+	(*v11.TrainingPipeline)(nil),           // 84: loom.training.v1.TrainingPipeline
+	(*v11.Trial)(nil),                      // 85: loom.training.v1.Trial
+	(*v1.AuditRecord)(nil),                 // 86: loom.v1.AuditRecord
+	(*v1.Association)(nil),                 // 87: loom.v1.Association
 }
 var file_loom_events_v1_events_proto_depIdxs = []int32{
-	53, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
-	53, // 1: loom.events.v1.UpdateCluster.cluster:type_name -> loom.v1.Cluster
-	54, // 2: loom.events.v1.CreateReservation.reservation:type_name -> loom.v1.Reservation
-	53, // 3: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
-	54, // 4: loom.events.v1.ReservationChanged.reservation:type_name -> loom.v1.Reservation
-	55, // 5: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
-	56, // 6: loom.events.v1.RemediationFinished.action:type_name -> loom.v1.RemediationAction
-	57, // 7: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
-	57, // 8: loom.events.v1.GpuTelemetry.time:type_name -> google.protobuf.Timestamp
-	58, // 9: loom.events.v1.GpuTelemetry.gpus:type_name -> loom.v1.GpuSample
-	59, // 10: loom.events.v1.GpuTelemetry.disks:type_name -> loom.v1.DiskSample
-	57, // 11: loom.events.v1.XidObserved.time:type_name -> google.protobuf.Timestamp
-	60, // 12: loom.events.v1.HealthCheckCompleted.result:type_name -> loom.v1.HealthCheckResult
-	61, // 13: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
-	49, // 14: loom.events.v1.CreateJobStep.env:type_name -> loom.events.v1.CreateJobStep.EnvEntry
-	57, // 15: loom.events.v1.UpdateSlurmNode.time:type_name -> google.protobuf.Timestamp
-	61, // 16: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
-	50, // 17: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
+	67, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
+	67, // 1: loom.events.v1.UpdateCluster.cluster:type_name -> loom.v1.Cluster
+	68, // 2: loom.events.v1.CreateReservation.reservation:type_name -> loom.v1.Reservation
+	67, // 3: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
+	68, // 4: loom.events.v1.ReservationChanged.reservation:type_name -> loom.v1.Reservation
+	69, // 5: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
+	70, // 6: loom.events.v1.RemediationFinished.action:type_name -> loom.v1.RemediationAction
+	71, // 7: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
+	71, // 8: loom.events.v1.GpuTelemetry.time:type_name -> google.protobuf.Timestamp
+	72, // 9: loom.events.v1.GpuTelemetry.gpus:type_name -> loom.v1.GpuSample
+	73, // 10: loom.events.v1.GpuTelemetry.disks:type_name -> loom.v1.DiskSample
+	71, // 11: loom.events.v1.XidObserved.time:type_name -> google.protobuf.Timestamp
+	74, // 12: loom.events.v1.HealthCheckCompleted.result:type_name -> loom.v1.HealthCheckResult
+	75, // 13: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
+	61, // 14: loom.events.v1.CreateJobStep.env:type_name -> loom.events.v1.CreateJobStep.EnvEntry
+	71, // 15: loom.events.v1.UpdateSlurmNode.time:type_name -> google.protobuf.Timestamp
+	75, // 16: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
+	62, // 17: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
 	0,  // 18: loom.events.v1.StopStep.cause:type_name -> loom.events.v1.StopCause
-	51, // 19: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
+	63, // 19: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
 	1,  // 20: loom.events.v1.StepChanged.state:type_name -> loom.events.v1.StepState
 	1,  // 21: loom.events.v1.TasksChanged.state:type_name -> loom.events.v1.StepState
-	57, // 22: loom.events.v1.StepProgress.checkpoint_time:type_name -> google.protobuf.Timestamp
-	57, // 23: loom.events.v1.StepProgress.last_progress:type_name -> google.protobuf.Timestamp
-	57, // 24: loom.events.v1.StepProgress.time:type_name -> google.protobuf.Timestamp
-	2,  // 25: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
-	57, // 26: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
-	62, // 27: loom.events.v1.NodeHealthChanged.state:type_name -> loom.v1.RemediationState
-	56, // 28: loom.events.v1.NodeHealthChanged.action:type_name -> loom.v1.RemediationAction
-	57, // 29: loom.events.v1.NodeHealthChanged.time:type_name -> google.protobuf.Timestamp
-	63, // 30: loom.events.v1.RunHealthCheck.timeout:type_name -> google.protobuf.Duration
-	52, // 31: loom.events.v1.RunHealthCheck.params:type_name -> loom.events.v1.RunHealthCheck.ParamsEntry
-	64, // 32: loom.events.v1.InjectNodeFault.fault:type_name -> loom.v1.Fault
-	63, // 33: loom.events.v1.ScanNodes.timeout:type_name -> google.protobuf.Duration
-	56, // 34: loom.events.v1.UpdateNodeRemediation.action:type_name -> loom.v1.RemediationAction
-	64, // 35: loom.events.v1.InjectFault.fault:type_name -> loom.v1.Fault
-	56, // 36: loom.events.v1.RemediateNode.action:type_name -> loom.v1.RemediationAction
-	65, // 37: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
-	66, // 38: loom.events.v1.AuditRecorded.record:type_name -> loom.v1.AuditRecord
-	67, // 39: loom.events.v1.AssociationChanged.association:type_name -> loom.v1.Association
-	40, // [40:40] is the sub-list for method output_type
-	40, // [40:40] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	71, // 22: loom.events.v1.StepProgress.checkpoint_time:type_name -> google.protobuf.Timestamp
+	71, // 23: loom.events.v1.StepProgress.last_progress:type_name -> google.protobuf.Timestamp
+	71, // 24: loom.events.v1.StepProgress.time:type_name -> google.protobuf.Timestamp
+	64, // 25: loom.events.v1.MetricsReported.points:type_name -> loom.events.v1.MetricsReported.Point
+	2,  // 26: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
+	71, // 27: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
+	76, // 28: loom.events.v1.NodeHealthChanged.state:type_name -> loom.v1.RemediationState
+	70, // 29: loom.events.v1.NodeHealthChanged.action:type_name -> loom.v1.RemediationAction
+	71, // 30: loom.events.v1.NodeHealthChanged.time:type_name -> google.protobuf.Timestamp
+	77, // 31: loom.events.v1.RunHealthCheck.timeout:type_name -> google.protobuf.Duration
+	66, // 32: loom.events.v1.RunHealthCheck.params:type_name -> loom.events.v1.RunHealthCheck.ParamsEntry
+	78, // 33: loom.events.v1.InjectNodeFault.fault:type_name -> loom.v1.Fault
+	77, // 34: loom.events.v1.ScanNodes.timeout:type_name -> google.protobuf.Duration
+	70, // 35: loom.events.v1.UpdateNodeRemediation.action:type_name -> loom.v1.RemediationAction
+	78, // 36: loom.events.v1.InjectFault.fault:type_name -> loom.v1.Fault
+	70, // 37: loom.events.v1.RemediateNode.action:type_name -> loom.v1.RemediationAction
+	79, // 38: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
+	80, // 39: loom.events.v1.UploadModel.model:type_name -> loom.training.v1.Model
+	81, // 40: loom.events.v1.UploadModel.lineage:type_name -> loom.v1.ModelLineage
+	82, // 41: loom.events.v1.CreateCustomJob.custom_job:type_name -> loom.training.v1.CustomJob
+	83, // 42: loom.events.v1.CreateHyperparameterTuningJob.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
+	84, // 43: loom.events.v1.CreateTrainingPipeline.pipeline:type_name -> loom.training.v1.TrainingPipeline
+	82, // 44: loom.events.v1.CustomJobChanged.custom_job:type_name -> loom.training.v1.CustomJob
+	83, // 45: loom.events.v1.HyperparameterTuningJobChanged.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
+	85, // 46: loom.events.v1.TrialChanged.trial:type_name -> loom.training.v1.Trial
+	84, // 47: loom.events.v1.TrainingPipelineChanged.pipeline:type_name -> loom.training.v1.TrainingPipeline
+	86, // 48: loom.events.v1.AuditRecorded.record:type_name -> loom.v1.AuditRecord
+	87, // 49: loom.events.v1.AssociationChanged.association:type_name -> loom.v1.Association
+	71, // 50: loom.events.v1.MetricsReported.Point.time:type_name -> google.protobuf.Timestamp
+	65, // 51: loom.events.v1.MetricsReported.Point.values:type_name -> loom.events.v1.MetricsReported.Point.ValuesEntry
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_loom_events_v1_events_proto_init() }
@@ -4444,7 +5316,7 @@ func file_loom_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_events_v1_events_proto_rawDesc), len(file_loom_events_v1_events_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   50,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
