@@ -228,3 +228,35 @@ func pathless(err error) error {
 	}
 	return err
 }
+
+// WriteManifest writes dir's MANIFEST: one line per regular file under dir
+// (MANIFEST itself left out), in path order, in the format Verify reads. It
+// is what a producer of an artifact directory runs last, once the files are
+// complete; the registry's tests make their models with it.
+func WriteManifest(dir string) error {
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil || rel == Manifest {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		h := sha256.New()
+		if _, err := io.Copy(h, f); err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%x  %s\n", h.Sum(nil), filepath.ToSlash(rel))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("manifest of %s: %w", dir, err)
+	}
+	return os.WriteFile(filepath.Join(dir, Manifest), []byte(b.String()), 0o644)
+}

@@ -71,7 +71,12 @@ func (s *State) Answered(requestID string) (*loomv1.ModelVersion, bool) {
 	if err != nil {
 		return nil, false
 	}
-	for _, v := range s.Versions[mv.Model.String()] {
+	vs := s.Versions[mv.Model.String()]
+	// Versions count from 1 without gaps: version n is at n-1.
+	if i := mv.Version - 1; i < int64(len(vs)) && vs[i].GetName() == r.Version {
+		return vs[i], true
+	}
+	for _, v := range vs {
 		if v.GetName() == r.Version {
 			return v, true
 		}
