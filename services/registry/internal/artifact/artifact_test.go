@@ -209,3 +209,25 @@ func TestCancelled(t *testing.T) {
 		t.Fatalf("Verify with an ended context = %v, want context.Canceled", err)
 	}
 }
+
+// BenchmarkVerify measures the check of a 64 MiB model: its cost is the
+// SHA-256 of the bytes (b.SetBytes reports the rate).
+func BenchmarkVerify(b *testing.B) {
+	dir := b.TempDir()
+	data := make([]byte, 64<<20)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "weights.bin"), data, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	if err := WriteManifest(dir); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if err := Verify(context.Background(), dir); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
