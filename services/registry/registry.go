@@ -1,4 +1,4 @@
-// Package registry is Loom's registry service. It owns models and their versions, registering a version when a job that declared a model output succeeds.
+// Package registry is Loom's registry service. It owns models and their versions, registering a version when a job that declared a model output succeeds or when a service sends UploadModel for a complete artifact directory.
 // See README.md beside this file for what it owns, the topics it reads and
 // writes, and how it recovers.
 package registry
@@ -7,8 +7,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"time"
 
+	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/service"
 	"github.com/loom-ml/loom/libs/topics"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -75,5 +78,23 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 			return nil
 		})
 	}
-	return base.Run(ctx, []service.Consume{{Topics: []string{topics.JobEvents}, Handler: reg.Handle}}, loops...)
+	return base.Run(ctx, []service.Consume{{
+		Topics:  Topics,
+		Handler: reg.Handle,
+		// One consumer for both topics keeps Handle sequential, which
+		// version numbering relies on. Only services write either topic
+		// (the scheduler its job events, training its commands): a record
+		// signed by a node is dead-lettered. Hashing a large model's files
+		// takes longer than the default 30 s handler bound.
+		Config: &bus.ConsumerConfig{Policy: envelope.ServicesOnly, HandlerTimeout: HandlerTimeout},
+	}}, loops...)
 }
+
+// Topics are the topics the registry consumes (group loom-registry): job
+// events (a COMPLETED job's model output) and model commands (UploadModel).
+var Topics = []string{topics.JobEvents, topics.ModelCommands}
+
+// HandlerTimeout bounds the handling of one event, mostly the SHA-256 check
+// of an upload's artifact files; an upload whose check does not finish in
+// time is retried and, after the bus's attempts, dead-lettered unanswered.
+const HandlerTimeout = 2 * time.Minute

@@ -4,11 +4,14 @@ package adapters
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/store"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/registry/internal/domain"
 )
@@ -21,6 +24,9 @@ const (
 	KeyVersions = "versions"
 	// KeyJobs is a hash: job name → the version it registered.
 	KeyJobs = "jobs"
+	// KeyRequests is a hash: an UploadModel's request_id → "<seq> <version
+	// name>", the last domain.MaxRequests of them (seq orders eviction).
+	KeyRequests = "requests"
 )
 
 // Source is the CloudEvents source of the registry's events.
@@ -68,12 +74,40 @@ func (r *Repo) Load(ctx context.Context) (*domain.State, error) {
 	for j, v := range rawJobs {
 		jobs[j] = string(v)
 	}
-	return domain.Load(models, versions, jobs), nil
+	rawRequests, err := r.st.HGetAll(ctx, KeyRequests)
+	if err != nil {
+		return nil, fmt.Errorf("load request records: %w", err)
+	}
+	requests := make(map[string]domain.Request, len(rawRequests))
+	for id, b := range rawRequests {
+		req, err := decodeRequest(b)
+		if err != nil {
+			return nil, fmt.Errorf("decode request record %s: %w", id, err)
+		}
+		requests[id] = req
+	}
+	return domain.Load(models, versions, jobs, requests), nil
 }
 
-// Tx returns the transaction that stores reg and emits its
-// ModelVersionRegistered, keyed by the model name (routed by libs/topics to
-// loom.model.events.v1).
+// encodeRequest and decodeRequest are a request record's stored form,
+// "<seq> <version name>".
+func encodeRequest(r domain.Request) []byte {
+	return []byte(strconv.FormatInt(r.Seq, 10) + " " + r.Version)
+}
+
+func decodeRequest(b []byte) (domain.Request, error) {
+	seq, version, ok := strings.Cut(string(b), " ")
+	n, err := strconv.ParseInt(seq, 10, 64)
+	if !ok || err != nil || version == "" {
+		return domain.Request{}, fmt.Errorf("%q is not \"<seq> <version>\"", b)
+	}
+	return domain.Request{Seq: n, Version: version}, nil
+}
+
+// Tx returns the transaction that stores reg (model, version, its job →
+// version record when it names a job, its request record and evictions) and
+// emits its ModelVersionRegistered, keyed by the model name (routed by
+// libs/topics to loom.model.events.v1).
 func (r *Repo) Tx(reg *domain.Registration) (*store.Tx, error) {
 	mb, err := proto.Marshal(reg.Model)
 	if err != nil {
@@ -86,13 +120,47 @@ func (r *Repo) Tx(reg *domain.Registration) (*store.Tx, error) {
 	tx := &store.Tx{}
 	tx.HSet(KeyModels, reg.Model.GetName(), mb)
 	tx.HSet(KeyVersions, reg.Version.GetName(), vb)
-	tx.HSet(KeyJobs, reg.Version.GetSourceJob(), []byte(reg.Version.GetName()))
-	ev, err := envelope.Route(reg.Model.GetName(), Source, reg.Event)
-	if err != nil {
+	if j := reg.Version.GetSourceJob(); j != "" {
+		tx.HSet(KeyJobs, j, []byte(reg.Version.GetName()))
+	}
+	for _, id := range reg.Evict {
+		tx.HDel(KeyRequests, id)
+	}
+	if reg.RequestID != "" {
+		tx.HSet(KeyRequests, reg.RequestID, encodeRequest(reg.Request))
+	}
+	if err := emit(tx, reg.Model.GetName(), reg.Event); err != nil {
 		return nil, err
 	}
-	tx.Emit(ev)
 	return tx, nil
+}
+
+// AnswerTx returns the transaction that answers an UploadModel sent again
+// for a version it registered before: ModelVersionRegistered of that
+// version, with the request id, and no change of state.
+func (r *Repo) AnswerTx(model string, v *loomv1.ModelVersion, requestID string) (*store.Tx, error) {
+	tx := &store.Tx{}
+	err := emit(tx, model, &eventsv1.ModelVersionRegistered{Version: v, Model: model, RequestId: requestID})
+	return tx, err
+}
+
+// RefuseTx returns the transaction that answers a refused UploadModel with
+// ModelUploadFailed, keyed key, and changes no state.
+func (r *Repo) RefuseTx(key string, ev *eventsv1.ModelUploadFailed) (*store.Tx, error) {
+	tx := &store.Tx{}
+	err := emit(tx, key, ev)
+	return tx, err
+}
+
+// emit adds msg, keyed key, to tx's outbox (libs/topics routes it to
+// loom.model.events.v1).
+func emit(tx *store.Tx, key string, msg proto.Message) error {
+	ev, err := envelope.Route(key, Source, msg)
+	if err != nil {
+		return err
+	}
+	tx.Emit(ev)
+	return nil
 }
 
 // Store returns the repository's store, which the app writes through its

@@ -1,4 +1,5 @@
-// Package app applies job events to the registry and answers its reads.
+// Package app applies job events and UploadModel commands to the registry
+// and answers its reads.
 package app
 
 import (
@@ -18,6 +19,7 @@ import (
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/registry/internal/adapters"
+	"github.com/loom-ml/loom/services/registry/internal/artifact"
 	"github.com/loom-ml/loom/services/registry/internal/domain"
 )
 
@@ -63,14 +65,23 @@ func (r *Registry) reload(ctx context.Context) error {
 	return nil
 }
 
-// Handle applies one event of loom.job.events.v1: a COMPLETED job with a
-// model output registers the model's next version, stored and emitted in one
-// Apply. Other events are ignored.
+// Handle applies one event of loom.job.events.v1 or loom.model.commands.v1:
+// a COMPLETED job with a model output registers the model's next version,
+// and so does an UploadModel whose artifact directory is complete (see
+// handleUpload); each is stored and answered in one Apply. Other events are
+// ignored.
 func (r *Registry) Handle(ctx context.Context, ev envelope.Event) error {
-	jc, ok := ev.Payload.(*eventsv1.JobChanged)
-	if !ok {
-		return nil
+	switch p := ev.Payload.(type) {
+	case *eventsv1.JobChanged:
+		return r.handleJob(ctx, ev, p)
+	case *eventsv1.UploadModel:
+		return r.handleUpload(ctx, ev, p)
 	}
+	return nil
+}
+
+// handleJob registers the version a COMPLETED job's model output makes.
+func (r *Registry) handleJob(ctx context.Context, ev envelope.Event, jc *eventsv1.JobChanged) error {
 	if err := r.drv.Ready(ctx); err != nil {
 		return err
 	}
@@ -98,6 +109,93 @@ func (r *Registry) Handle(ctx context.Context, ev envelope.Event) error {
 		return nil
 	}
 	r.log.Info("model version registered", "version", reg.Version.GetName(), "job", reg.Version.GetSourceJob())
+	return nil
+}
+
+// handleUpload answers an UploadModel, in one Apply with its inbox mark:
+//   - a request_id that registered a version before (a command sent again)
+//     answers that version again, registering nothing;
+//   - a command that fails validation, or whose artifact directory is
+//     missing or incomplete, is answered ModelUploadFailed with the reason;
+//   - otherwise the next version is registered and answered
+//     ModelVersionRegistered with the request id.
+//
+// An error (Redis, or the check of the directory cut short by ctx) leaves the
+// command to be retried.
+func (r *Registry) handleUpload(ctx context.Context, ev envelope.Event, cmd *eventsv1.UploadModel) error {
+	if err := r.drv.Ready(ctx); err != nil {
+		return err
+	}
+	// Hashing the artifacts is the costly part: a redelivery skips it.
+	if seen, err := r.repo.Store().Seen(ctx, ev.ID); err != nil || seen {
+		return err
+	}
+	r.mu.RLock()
+	prev, answered := r.state.Answered(cmd.GetRequestId())
+	var u domain.Upload
+	var refusal error
+	if !answered {
+		u, refusal = domain.ValidateUpload(r.state, cmd)
+	}
+	r.mu.RUnlock()
+	if answered {
+		mv, err := resname.SplitModelVersion(prev.GetName()) // Answered parsed it
+		if err != nil {
+			return err
+		}
+		tx, err := r.repo.AnswerTx(mv.Model.String(), prev, cmd.GetRequestId())
+		if err != nil {
+			return err
+		}
+		if _, err := r.drv.Apply(ctx, ev.ID, tx, nil); err != nil {
+			return fmt.Errorf("answer upload %s: %w", cmd.GetRequestId(), err)
+		}
+		r.log.Info("model upload sent again; answered its version", "request_id", cmd.GetRequestId(), "version", prev.GetName())
+		return nil
+	}
+	if refusal == nil {
+		// Outside the lock: reads go on while the files are hashed. Handle
+		// is sequential, so nothing changes the state meanwhile.
+		if err := artifact.Verify(ctx, u.Dir); err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("upload %s: artifact check cut short: %w", cmd.GetRequestId(), err)
+			}
+			refusal = fmt.Errorf("model.artifact_uri: %w", err)
+		}
+	}
+	if refusal != nil {
+		failed, key := domain.Refusal(cmd, u.Model, refusal)
+		tx, err := r.repo.RefuseTx(key, failed)
+		if err != nil {
+			return err
+		}
+		applied, err := r.drv.Apply(ctx, ev.ID, tx, nil)
+		if err != nil {
+			return fmt.Errorf("refuse upload %s: %w", cmd.GetRequestId(), err)
+		}
+		if applied {
+			r.log.Info("model upload refused", "request_id", cmd.GetRequestId(), "model", u.Model, "reason", failed.GetReason())
+		}
+		return nil
+	}
+	r.mu.RLock()
+	reg := domain.RegisterUpload(r.state, u, r.now().UTC())
+	r.mu.RUnlock()
+	tx, err := r.repo.Tx(reg)
+	if err != nil {
+		return fmt.Errorf("register %s: %w", reg.Version.GetName(), err)
+	}
+	applied, err := r.drv.Apply(ctx, ev.ID, tx, func() {
+		r.mu.Lock()
+		r.state.Apply(reg)
+		r.mu.Unlock()
+	})
+	if err != nil {
+		return fmt.Errorf("register %s: %w", reg.Version.GetName(), err)
+	}
+	if applied {
+		r.log.Info("model version registered", "version", reg.Version.GetName(), "request_id", cmd.GetRequestId(), "user", cmd.GetUser())
+	}
 	return nil
 }
 

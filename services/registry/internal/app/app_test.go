@@ -1,20 +1,29 @@
 package app
 
 import (
+	"context"
+	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/store/storetest"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/registry/internal/adapters"
+	"github.com/loom-ml/loom/services/registry/internal/artifact"
 )
 
 const model = "projects/default/models/tiny"
@@ -70,5 +79,163 @@ func TestApplyWithLostAnswerLeavesMemoryAsRedis(t *testing.T) {
 	}
 	if n, _ := repo.Store().OutboxLen(ctx); n != 2 {
 		t.Fatalf("outbox holds %d events, want 2 registrations", n)
+	}
+}
+
+// artifactDir writes a complete model directory (files and MANIFEST).
+func artifactDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "model.json"), []byte(`{"w":[0.5]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := artifact.WriteManifest(dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func uploadCmd(rid, dir string) envelope.Event {
+	return envelope.New(topics.ModelCommands, model, "loom/training", &eventsv1.UploadModel{
+		RequestId: rid, Project: "default", ModelId: "tiny",
+		Model:   &trainingv1.Model{DisplayName: "Tiny", ArtifactUri: "file://" + dir},
+		Lineage: &loomv1.ModelLineage{TrainingPipeline: "projects/default/locations/l/trainingPipelines/1"},
+	})
+}
+
+// drain publishes the registry's outbox through its relay and returns the n
+// events it held, decoded, in order.
+func drain(t *testing.T, repo *adapters.Repo, n int) []envelope.Event {
+	t.Helper()
+	ctx, cancel := context.WithCancel(testkit.Context(t, 30*time.Second))
+	got := make(chan kafka.Message, n+16)
+	relayDone := make(chan error, 1)
+	go func() {
+		relayDone <- repo.Store().RunRelay(ctx, store.PublisherFunc(func(_ context.Context, msgs ...kafka.Message) error {
+			for _, m := range msgs {
+				got <- m
+			}
+			return nil
+		}))
+	}()
+	defer func() {
+		cancel()
+		if err := <-relayDone; err != nil {
+			t.Error(err)
+		}
+	}()
+	var out []envelope.Event
+	for len(out) < n {
+		select {
+		case m := <-got:
+			ev, err := envelope.Default.Decode(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, ev)
+		case <-ctx.Done():
+			t.Fatalf("relay published %d events, want %d", len(out), n)
+		}
+	}
+	return out
+}
+
+// Fault injection for uploads: the Apply that registers an upload ran in
+// Redis but its answer was lost. Memory reloads; the redelivered command is
+// dropped by the inbox; the same request sent again as a new event answers
+// the same version; exactly one version exists and each answer is in the
+// outbox once.
+func TestUploadExactlyOnceAcrossLostAnswer(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 30*time.Second)
+	_, rdb := testkit.Redis(t)
+	lost := storetest.LoseApplyReplies(rdb, "registry:")
+	repo := adapters.NewRepo(store.New(rdb, "registry:"))
+	r, err := New(ctx, repo, slog.Default(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := artifactDir(t)
+	first := uploadCmd("req-1", dir)
+	lost.Arm(1)
+	if err := r.Handle(ctx, first); !store.OutcomeUnknown(err) {
+		t.Fatalf("Handle with a lost answer = %v, want the outcome unknown", err)
+	}
+	mem, err := r.ListVersions(model)
+	if err != nil || len(mem) != 1 || mem[0].GetLineage().GetTrainingPipeline() == "" {
+		t.Fatalf("memory after the lost answer: %v %v, want version 1 with its lineage", mem, err)
+	}
+	if err := r.Handle(ctx, first); err != nil { // the redelivery
+		t.Fatal(err)
+	}
+	again := uploadCmd("req-1", dir) // sent again: a new event id
+	if err := r.Handle(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	// A restarted registry (state from Redis) answers it the same.
+	r2, err := New(ctx, repo, slog.Default(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r2.Handle(ctx, uploadCmd("req-1", dir)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r2.Handle(ctx, uploadCmd("req-2", dir)); err != nil {
+		t.Fatal(err)
+	}
+	vs, _ := r2.ListVersions(model)
+	if len(vs) != 2 || vs[0].GetVersion() != 1 || vs[1].GetVersion() != 2 {
+		t.Fatalf("versions %v, want req-1 → v1 and req-2 → v2 only", vs)
+	}
+	evs := drain(t, repo, 4)
+	for i, want := range []struct {
+		rid     string
+		version int64
+	}{{"req-1", 1}, {"req-1", 1}, {"req-1", 1}, {"req-2", 2}} {
+		reg, ok := evs[i].Payload.(*eventsv1.ModelVersionRegistered)
+		if !ok || reg.GetRequestId() != want.rid || reg.GetVersion().GetVersion() != want.version || evs[i].Key != model {
+			t.Fatalf("outbox event %d: %v (key %q), want %s → v%d", i, evs[i].Payload, evs[i].Key, want.rid, want.version)
+		}
+	}
+	if n, _ := repo.Store().OutboxLen(ctx); n != 0 {
+		t.Fatalf("%d more events in the outbox, want none", n)
+	}
+}
+
+// TestRefusedUploadRegistersNothing: a refusal is answered once, through the
+// outbox, and changes no state.
+func TestRefusedUploadRegistersNothing(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 30*time.Second)
+	_, rdb := testkit.Redis(t)
+	repo := adapters.NewRepo(store.New(rdb, "registry:"))
+	r, err := New(ctx, repo, slog.Default(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := artifactDir(t)
+	if err := os.Remove(filepath.Join(dir, "model.json")); err != nil {
+		t.Fatal(err)
+	}
+	cmd := uploadCmd("req-bad", dir)
+	for range 2 { // and its redelivery
+		if err := r.Handle(ctx, cmd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.GetModel(model); !errors.Is(err, errs.NotFound) {
+		t.Fatalf("GetModel after a refused upload: %v, want NotFound", err)
+	}
+	st, err := repo.Load(ctx)
+	if err != nil || len(st.Models) != 0 || len(st.Requests) != 0 {
+		t.Fatalf("Redis after a refusal: %+v %v, want nothing", st, err)
+	}
+	evs := drain(t, repo, 1)
+	f, ok := evs[0].Payload.(*eventsv1.ModelUploadFailed)
+	if !ok || f.GetRequestId() != "req-bad" || f.GetModel() != model || !strings.Contains(f.GetReason(), "model.json is missing") {
+		t.Fatalf("answer %v, want ModelUploadFailed naming model.json", evs[0].Payload)
+	}
+	if n, _ := repo.Store().OutboxLen(ctx); n != 0 {
+		t.Fatalf("%d more events in the outbox, want one answer", n)
 	}
 }

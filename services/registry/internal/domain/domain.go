@@ -1,6 +1,7 @@
-// Package domain is the registry's pure core: which job events register a
-// model version, and what the version looks like. It does no I/O; the clock is
-// passed in.
+// Package domain is the registry's pure core: which job events and
+// UploadModel commands register a model version, and what the version looks
+// like. It does no I/O (the artifact directory is checked by the caller); the
+// clock is passed in.
 package domain
 
 import (
@@ -24,6 +25,20 @@ type State struct {
 	// JobVersions maps a job name to the version it registered: a job
 	// registers at most one version, whatever is redelivered.
 	JobVersions map[string]string
+	// Requests maps an UploadModel's request_id to the version it
+	// registered, for the last MaxRequests uploads: a command sent again
+	// (a new event, the same request_id) answers that version.
+	Requests map[string]Request
+	// requestOrder holds Requests' ids by Seq, oldest first: the next to
+	// evict.
+	requestOrder []string
+}
+
+// Request is the record of one accepted UploadModel: Seq orders the records
+// (the oldest is evicted first), Version is the version's name.
+type Request struct {
+	Seq     int64
+	Version string
 }
 
 // NewState returns an empty state.
@@ -32,15 +47,22 @@ func NewState() *State {
 		Models:      map[string]*loomv1.Model{},
 		Versions:    map[string][]*loomv1.ModelVersion{},
 		JobVersions: map[string]string{},
+		Requests:    map[string]Request{},
 	}
 }
 
-// Registration is the change one job event makes: the model after it, the new
-// version, and the event to emit.
+// Registration is the change one job event or UploadModel makes: the model
+// after it, the new version, and the event to emit. An upload's also records
+// its request (RequestID → Request) and evicts the oldest request records
+// (Evict) to keep at most MaxRequests.
 type Registration struct {
 	Model   *loomv1.Model
 	Version *loomv1.ModelVersion
 	Event   *eventsv1.ModelVersionRegistered
+
+	RequestID string
+	Request   Request
+	Evict     []string
 }
 
 // Decide returns the registration a JobChanged causes, or nil when it causes
@@ -75,6 +97,7 @@ func Decide(s *State, ev *eventsv1.JobChanged, now time.Time) *Registration {
 		SourceJob:  job.GetName(),
 		CreateTime: ts,
 		Labels:     map[string]string{"job_id": job.GetJobId()},
+		Lineage:    &loomv1.ModelLineage{Job: job.GetName(), Attempt: ev.GetAttempt()},
 	}
 	if dir := ev.GetModelDir(); dir != "" {
 		v.ArtifactUri = "file://" + dir
@@ -96,16 +119,53 @@ func Decide(s *State, ev *eventsv1.JobChanged, now time.Time) *Registration {
 func (s *State) Apply(r *Registration) {
 	s.Models[r.Model.GetName()] = r.Model
 	s.Versions[r.Model.GetName()] = append(s.Versions[r.Model.GetName()], r.Version)
-	s.JobVersions[r.Version.GetSourceJob()] = r.Version.GetName()
+	if j := r.Version.GetSourceJob(); j != "" {
+		// As Load does: a job named as a version's source registers no
+		// other version through its model_output.
+		s.JobVersions[j] = r.Version.GetName()
+	}
+	for _, id := range r.Evict {
+		delete(s.Requests, id)
+	}
+	if len(r.Evict) > 0 {
+		s.requestOrder = dropIDs(s.requestOrder, r.Evict)
+	}
+	if r.RequestID != "" {
+		s.Requests[r.RequestID] = r.Request
+		s.requestOrder = append(s.requestOrder, r.RequestID)
+	}
 }
 
-// Load rebuilds a state from stored models, versions (any order) and the
-// job → version records.
-func Load(models []*loomv1.Model, versions []*loomv1.ModelVersion, jobVersions map[string]string) *State {
+// dropIDs returns order without the ids of drop (the evicted are the oldest,
+// at its front, so this is cheap).
+func dropIDs(order, drop []string) []string {
+	gone := make(map[string]bool, len(drop))
+	for _, id := range drop {
+		gone[id] = true
+	}
+	out := order[:0]
+	for _, id := range order {
+		if !gone[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// Load rebuilds a state from stored models, versions (any order), the
+// job → version records and the request records (any order).
+func Load(models []*loomv1.Model, versions []*loomv1.ModelVersion, jobVersions map[string]string, requests map[string]Request) *State {
 	s := NewState()
 	for j, v := range jobVersions {
 		s.JobVersions[j] = v
 	}
+	for id, r := range requests {
+		s.Requests[id] = r
+		s.requestOrder = append(s.requestOrder, id)
+	}
+	sort.Slice(s.requestOrder, func(i, j int) bool {
+		return s.Requests[s.requestOrder[i]].Seq < s.Requests[s.requestOrder[j]].Seq
+	})
 	for _, m := range models {
 		s.Models[m.GetName()] = m
 	}

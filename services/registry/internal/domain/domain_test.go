@@ -75,7 +75,7 @@ func TestOneVersionPerJob(t *testing.T) {
 		t.Fatalf("second COMPLETED for the same job registered %v", again.Version)
 	}
 	// The job → version record survives a reload from storage.
-	re := Load([]*loomv1.Model{r.Model}, []*loomv1.ModelVersion{r.Version}, nil)
+	re := Load([]*loomv1.Model{r.Model}, []*loomv1.ModelVersion{r.Version}, nil, nil)
 	if again := Decide(re, completed("7", "m"), now); again != nil {
 		t.Fatal("reloaded state registered the job twice")
 	}

@@ -1,0 +1,262 @@
+// Package artifact checks that a model's artifact directory is complete
+// before the registry registers it: the directory holds a MANIFEST, and
+// every file the MANIFEST lists is there, inside the directory, with the
+// listed SHA-256.
+//
+// MANIFEST is sha256sum's format: one line per file,
+// "<64 hex digits>  <path relative to the directory>" (" *" in place of the
+// second space is accepted, as `sha256sum -b` writes); blank lines are
+// skipped. A path may not leave the directory: absolute paths, ".."
+// segments and symbolic links that resolve outside it are refused.
+package artifact
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Manifest is the name of the manifest file in an artifact directory.
+const Manifest = "MANIFEST"
+
+// Limits of a MANIFEST: a larger one is refused.
+const (
+	// MaxManifestBytes bounds the MANIFEST's size.
+	MaxManifestBytes = 4 << 20
+	// MaxFiles bounds the files one MANIFEST lists.
+	MaxFiles = 10000
+)
+
+// chunk is how much is hashed between two looks at the context.
+const chunk = 1 << 20
+
+// Verify checks the artifact directory dir (absolute): it exists, holds
+// MANIFEST, and every listed file is a regular file inside dir whose SHA-256
+// is the listed one. A nil error means complete. Otherwise, when ctx ended
+// the error is ctx's (the check did not finish: try again); any other error
+// is the reason the directory is refused, naming the file at fault.
+func Verify(ctx context.Context, dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("artifact directory %s does not exist", dir)
+	case err != nil:
+		return fmt.Errorf("artifact directory %s: %v", dir, pathless(err))
+	case !fi.IsDir():
+		return fmt.Errorf("artifact %s is not a directory", dir)
+	}
+	// Every file is opened through the root: a path or symbolic link that
+	// would leave dir fails to open, whatever the MANIFEST says.
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("artifact directory %s: %v", dir, pathless(err))
+	}
+	defer root.Close()
+	entries, err := readManifest(root, dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := checkFile(ctx, root, e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// entry is one MANIFEST line.
+type entry struct {
+	sum  [sha256.Size]byte
+	path string
+	line int
+}
+
+// readManifest reads and parses dir's MANIFEST.
+func readManifest(root *os.Root, dir string) ([]entry, error) {
+	f, err := root.Open(Manifest)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("artifact directory %s has no %s (the model is incomplete)", dir, Manifest)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", Manifest, pathless(err))
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s in %s is not a regular file", Manifest, dir)
+	}
+	raw, err := io.ReadAll(io.LimitReader(f, MaxManifestBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", Manifest, pathless(err))
+	}
+	if len(raw) > MaxManifestBytes {
+		return nil, fmt.Errorf("%s: larger than %d bytes", Manifest, MaxManifestBytes)
+	}
+	var out []entry
+	seen := map[string]int{}
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	sc.Buffer(make([]byte, 0, 64<<10), MaxManifestBytes)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSuffix(sc.Text(), "\r")
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		e, err := parseLine(line)
+		if err != nil {
+			return nil, fmt.Errorf("%s line %d: %v", Manifest, n, err)
+		}
+		if first, dup := seen[e.path]; dup {
+			return nil, fmt.Errorf("%s line %d: %q is listed twice (first on line %d)", Manifest, n, e.path, first)
+		}
+		seen[e.path] = n
+		e.line = n
+		out = append(out, e)
+		if len(out) > MaxFiles {
+			return nil, fmt.Errorf("%s: lists more than %d files", Manifest, MaxFiles)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %v", Manifest, err)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s lists no files", Manifest)
+	}
+	return out, nil
+}
+
+// parseLine parses "<sha256>  <path>" (or "<sha256> *<path>") and refuses a
+// path that is not local to the directory.
+func parseLine(line string) (entry, error) {
+	var e entry
+	if len(line) < 2*sha256.Size+3 || line[2*sha256.Size] != ' ' ||
+		(line[2*sha256.Size+1] != ' ' && line[2*sha256.Size+1] != '*') {
+		return e, errors.New(`want "<sha256>  <relative path>"`)
+	}
+	if _, err := hex.Decode(e.sum[:], []byte(line[:2*sha256.Size])); err != nil {
+		return e, fmt.Errorf("%q is not a SHA-256 in hex", line[:2*sha256.Size])
+	}
+	p := line[2*sha256.Size+2:]
+	// filepath.IsLocal refuses "", absolute paths and any ".." that climbs
+	// out; ".." anywhere is refused too, as the rule says, not resolved.
+	if !filepath.IsLocal(p) || strings.ContainsRune(p, 0) || hasDotDot(p) {
+		return e, fmt.Errorf("path %q leaves the artifact directory (absolute, or with \"..\")", p)
+	}
+	e.path = p
+	return e, nil
+}
+
+// hasDotDot reports whether a segment of p is "..".
+func hasDotDot(p string) bool {
+	for _, seg := range strings.Split(filepath.ToSlash(p), "/") {
+		if seg == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+// checkFile checks that e's file is a regular file inside the root with e's
+// SHA-256.
+func checkFile(ctx context.Context, root *os.Root, e entry) error {
+	// Stat before Open: opening a FIFO listed in the MANIFEST would block.
+	fi, err := root.Stat(e.path)
+	if err != nil {
+		return fileError(e, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s line %d: %s is not a regular file", Manifest, e.line, e.path)
+	}
+	f, err := root.Open(e.path)
+	if err != nil {
+		return fileError(e, err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n, err := io.CopyN(h, f, chunk)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("%s: read: %v", e.path, pathless(err))
+		}
+		if n < chunk {
+			break
+		}
+	}
+	var got [sha256.Size]byte
+	h.Sum(got[:0])
+	if got != e.sum {
+		return fmt.Errorf("%s: sha256 %x, but %s line %d lists %x", e.path, got, Manifest, e.line, e.sum)
+	}
+	return nil
+}
+
+// fileError says why a listed file could not be opened.
+func fileError(e entry, err error) error {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%s line %d: %s is missing", Manifest, e.line, e.path)
+	case strings.Contains(pathless(err).Error(), "path escapes from parent"):
+		// os.Root's refusal of a symbolic link that resolves outside it
+		// (its error is not exported; the tests pin the text).
+		return fmt.Errorf("%s line %d: %s leaves the artifact directory (a symbolic link out of it)", Manifest, e.line, e.path)
+	}
+	return fmt.Errorf("%s line %d: %s: %v", Manifest, e.line, e.path, pathless(err))
+}
+
+// pathless drops the path from a *fs.PathError: reasons name the file
+// themselves, relative to the artifact directory.
+func pathless(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// WriteManifest writes dir's MANIFEST: one line per regular file under dir
+// (MANIFEST itself left out), in path order, in the format Verify reads. It
+// is what a producer of an artifact directory runs last, once the files are
+// complete; the registry's tests make their models with it.
+func WriteManifest(dir string) error {
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil || rel == Manifest {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		h := sha256.New()
+		if _, err := io.Copy(h, f); err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%x  %s\n", h.Sum(nil), filepath.ToSlash(rel))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("manifest of %s: %w", dir, err)
+	}
+	return os.WriteFile(filepath.Join(dir, Manifest), []byte(b.String()), 0o644)
+}

@@ -1,0 +1,233 @@
+package artifact
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// sum is the hex SHA-256 of s.
+func sum(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+// model writes a complete artifact directory under a new temporary
+// directory: files, and a MANIFEST listing them.
+func model(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "model")
+	var manifest strings.Builder
+	for name, data := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		manifest.WriteString(sum(data) + "  " + name + "\n")
+	}
+	writeManifest(t, dir, manifest.String())
+	return dir
+}
+
+func writeManifest(t *testing.T, dir, text string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, Manifest), []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWriteManifest: what WriteManifest writes, Verify accepts; a later
+// change of a file is caught.
+func TestWriteManifest(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for name, data := range map[string]string{"model.json": "{}", "ckpt/step-1": "abc"} {
+		p := filepath.Join(dir, name)
+		_ = os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := WriteManifest(dir); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, Manifest))
+	if want := sum("abc") + "  ckpt/step-1\n" + sum("{}") + "  model.json\n"; string(raw) != want {
+		t.Fatalf("MANIFEST:\n%s\nwant:\n%s", raw, want)
+	}
+	if err := Verify(context.Background(), dir); err != nil {
+		t.Fatalf("Verify of a written MANIFEST: %v", err)
+	}
+	_ = os.WriteFile(filepath.Join(dir, "model.json"), []byte("{ }"), 0o644)
+	if err := Verify(context.Background(), dir); err == nil || !strings.Contains(err.Error(), "model.json: sha256") {
+		t.Fatalf("Verify after a change = %v, want a checksum refusal", err)
+	}
+}
+
+func TestCompleteDirectory(t *testing.T) {
+	t.Parallel()
+	dir := model(t, map[string]string{"model.json": `{"w":[1,2]}`, "sub/weights.bin": strings.Repeat("x", 3*chunk+5), "empty": ""})
+	if err := Verify(context.Background(), dir); err != nil {
+		t.Fatalf("complete directory refused: %v", err)
+	}
+	// sha256sum -b's marker, CRLF line ends and blank lines are accepted;
+	// so is a symbolic link that stays inside the directory.
+	if err := os.Symlink("model.json", filepath.Join(dir, "alias.json")); err != nil {
+		t.Fatal(err)
+	}
+	writeManifest(t, dir, sum(`{"w":[1,2]}`)+" *model.json\r\n\n"+sum(`{"w":[1,2]}`)+"  alias.json\n")
+	if err := Verify(context.Background(), dir); err != nil {
+		t.Fatalf("binary marker, CRLF, inner symlink refused: %v", err)
+	}
+}
+
+// TestRefusals: each incomplete or escaping directory is refused with a
+// reason that says what is wrong, naming the file at fault.
+func TestRefusals(t *testing.T) {
+	t.Parallel()
+	outside := t.TempDir()
+	secret := filepath.Join(outside, "secret")
+	if err := os.WriteFile(secret, []byte("s"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		setup func(t *testing.T) string
+		want  string
+	}{
+		"missing dir": {func(t *testing.T) string { return filepath.Join(t.TempDir(), "nope") }, "does not exist"},
+		"not a dir": {func(t *testing.T) string {
+			p := filepath.Join(t.TempDir(), "f")
+			_ = os.WriteFile(p, nil, 0o644)
+			return p
+		}, "is not a directory"},
+		"no MANIFEST": {func(t *testing.T) string {
+			d := model(t, map[string]string{"a": "1"})
+			_ = os.Remove(filepath.Join(d, Manifest))
+			return d
+		}, "has no MANIFEST"},
+		"MANIFEST a directory": {func(t *testing.T) string {
+			d := filepath.Join(t.TempDir(), "m")
+			_ = os.MkdirAll(filepath.Join(d, Manifest), 0o755)
+			return d
+		}, "not a regular file"},
+		"empty MANIFEST": {func(t *testing.T) string {
+			d := t.TempDir()
+			writeManifest(t, d, "\n\n")
+			return d
+		}, "lists no files"},
+		"malformed line": {func(t *testing.T) string {
+			d := model(t, map[string]string{"a": "1"})
+			writeManifest(t, d, "abc a\n")
+			return d
+		}, "MANIFEST line 1: want"},
+		"bad hex": {func(t *testing.T) string {
+			d := model(t, map[string]string{"a": "1"})
+			writeManifest(t, d, strings.Repeat("z", 64)+"  a\n")
+			return d
+		}, "not a SHA-256"},
+		"wrong checksum": {func(t *testing.T) string {
+			d := model(t, map[string]string{"a": "1", "b": "2"})
+			_ = os.WriteFile(filepath.Join(d, "b"), []byte("changed"), 0o644)
+			return d
+		}, "b: sha256 " + sum("changed")},
+		"missing file": {func(t *testing.T) string {
+			d := model(t, map[string]string{"a": "1", "b": "2"})
+			_ = os.Remove(filepath.Join(d, "b"))
+			return d
+		}, "b is missing"},
+		"dotdot": {func(t *testing.T) string {
+			d := model(t, map[string]string{"a": "1"})
+			writeManifest(t, d, sum("s")+"  ../"+filepath.Base(outside)+"/secret\n")
+			return d
+		}, "leaves the artifact directory"},
+		"inner dotdot": {func(t *testing.T) string {
+			d := model(t, map[string]string{"sub/a": "1"})
+			writeManifest(t, d, sum("1")+"  sub/../sub/a\n")
+			return d
+		}, "leaves the artifact directory"},
+		"absolute": {func(t *testing.T) string {
+			d := model(t, map[string]string{"a": "1"})
+			writeManifest(t, d, sum("s")+"  "+secret+"\n")
+			return d
+		}, "leaves the artifact directory"},
+		"symlink out": {func(t *testing.T) string {
+			d := model(t, map[string]string{"a": "1"})
+			_ = os.Symlink(secret, filepath.Join(d, "link"))
+			writeManifest(t, d, sum("s")+"  link\n")
+			return d
+		}, "link leaves the artifact directory"},
+		"relative symlink out": {func(t *testing.T) string {
+			d := model(t, map[string]string{"a": "1"})
+			_ = os.Symlink("../../"+filepath.Base(outside), filepath.Join(d, "up"))
+			writeManifest(t, d, sum("s")+"  up/secret\n")
+			return d
+		}, "leaves the artifact directory"},
+		"listed twice": {func(t *testing.T) string {
+			d := model(t, map[string]string{"a": "1"})
+			writeManifest(t, d, sum("1")+"  a\n"+sum("1")+"  a\n")
+			return d
+		}, "listed twice"},
+		"a fifo": {func(t *testing.T) string {
+			d := model(t, map[string]string{"a": "1"})
+			if err := syscall.Mkfifo(filepath.Join(d, "pipe"), 0o644); err != nil {
+				t.Skip("mkfifo:", err)
+			}
+			writeManifest(t, d, sum("")+"  pipe\n")
+			return d
+		}, "pipe is not a regular file"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			err := Verify(context.Background(), tc.setup(t))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Verify = %v, want a refusal containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestCancelled: a check cut short returns the context's error, not a
+// refusal, so that the caller retries instead of refusing a good model.
+func TestCancelled(t *testing.T) {
+	t.Parallel()
+	dir := model(t, map[string]string{"w": strings.Repeat("x", 2*chunk)})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := Verify(ctx, dir); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Verify with an ended context = %v, want context.Canceled", err)
+	}
+}
+
+// BenchmarkVerify measures the check of a 64 MiB model: its cost is the
+// SHA-256 of the bytes (b.SetBytes reports the rate).
+func BenchmarkVerify(b *testing.B) {
+	dir := b.TempDir()
+	data := make([]byte, 64<<20)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "weights.bin"), data, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	if err := WriteManifest(dir); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if err := Verify(context.Background(), dir); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

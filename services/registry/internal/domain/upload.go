@@ -1,0 +1,319 @@
+package domain
+
+import (
+	"fmt"
+	"maps"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/resname"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// Bounds of an UploadModel. An upload past one is refused with a reason that
+// names the field and the limit.
+const (
+	// MaxRequestID bounds request_id, which is stored per upload.
+	MaxRequestID = 256
+	// MaxDisplayName bounds model.display_name, in characters (as
+	// libs/trainingspec bounds a training resource's).
+	MaxDisplayName = 128
+	// MaxDescription bounds model.description and model.version_description,
+	// in characters.
+	MaxDescription = 2048
+	// MaxLabels bounds model.labels (as libs/trainingspec does).
+	MaxLabels = 64
+	// MaxLabelLen bounds a label's key and value, in characters (Vertex's).
+	MaxLabelLen = 63
+	// MaxArtifactURI bounds model.artifact_uri.
+	MaxArtifactURI = 4096
+	// MaxRequests is how many request_id → version records the registry
+	// keeps: a command sent again within the last MaxRequests uploads
+	// answers its version; older ones are forgotten (the inbox still drops
+	// an exact redelivery for a week).
+	MaxRequests = 10000
+)
+
+// labelKeyRE and labelValueRE are Vertex's label grammar: lowercase letters
+// (international ones too), digits, '_' and '-'; a key starts with a letter.
+var (
+	labelKeyRE   = regexp.MustCompile(`^[\p{Ll}\p{Lo}][\p{Ll}\p{Lo}\p{N}_-]*$`)
+	labelValueRE = regexp.MustCompile(`^[\p{Ll}\p{Lo}\p{N}_-]*$`)
+)
+
+// Upload is an UploadModel that passed ValidateUpload: the model it makes a
+// version of (Model, a full name; New when the upload creates it) and the
+// local artifact directory (Dir, absolute and clean) still to be checked.
+type Upload struct {
+	Cmd   *eventsv1.UploadModel
+	Model string
+	New   bool
+	Dir   string
+}
+
+// Answered returns the version an earlier UploadModel with requestID
+// registered, when the record of it is still kept.
+func (s *State) Answered(requestID string) (*loomv1.ModelVersion, bool) {
+	r, ok := s.Requests[requestID]
+	if !ok || requestID == "" {
+		return nil, false
+	}
+	mv, err := resname.SplitModelVersion(r.Version)
+	if err != nil {
+		return nil, false
+	}
+	vs := s.Versions[mv.Model.String()]
+	// Versions count from 1 without gaps: version n is at n-1.
+	if i := mv.Version - 1; i < int64(len(vs)) && vs[i].GetName() == r.Version {
+		return vs[i], true
+	}
+	for _, v := range vs {
+		if v.GetName() == r.Version {
+			return v, true
+		}
+	}
+	return nil, false
+}
+
+// ValidateUpload checks cmd against the registry's state without touching
+// the artifact directory: the request id, the project, parent_model (it must
+// exist, in the project) or model_id (the resname grammar), the display name,
+// descriptions and labels within bounds, and artifact_uri naming a local
+// directory (file:// or an absolute path). It returns the upload resolved,
+// or an error whose text is the reason to refuse it (the field first).
+func ValidateUpload(s *State, cmd *eventsv1.UploadModel) (Upload, error) {
+	u := Upload{Cmd: cmd}
+	m := cmd.GetModel()
+	switch rid := cmd.GetRequestId(); {
+	case rid == "":
+		return u, fmt.Errorf("request_id: required")
+	case len(rid) > MaxRequestID:
+		return u, fmt.Errorf("request_id: longer than %d bytes", MaxRequestID)
+	}
+	if !resname.ValidID(cmd.GetProject()) {
+		return u, fmt.Errorf("project: %q is not a project id (%s)", clip(cmd.GetProject()), resname.IDPattern)
+	}
+	switch {
+	case cmd.GetParentModel() != "":
+		pm, err := resname.ParseModel(cmd.GetParentModel())
+		if err != nil {
+			return u, fmt.Errorf("parent_model: %v", err)
+		}
+		if pm.Project != cmd.GetProject() {
+			return u, fmt.Errorf("parent_model: %s is not in project %s", pm, cmd.GetProject())
+		}
+		if id := cmd.GetModelId(); id != "" && id != pm.ID {
+			return u, fmt.Errorf("model_id: %q names another model than parent_model %s", clip(id), pm)
+		}
+		if _, ok := s.Models[pm.String()]; !ok {
+			return u, fmt.Errorf("parent_model: %s does not exist", pm)
+		}
+		u.Model = pm.String()
+	case cmd.GetModelId() != "":
+		if !resname.ValidID(cmd.GetModelId()) {
+			return u, fmt.Errorf("model_id: %q is not a model id (%s)", clip(cmd.GetModelId()), resname.IDPattern)
+		}
+		u.Model = resname.Model{Project: cmd.GetProject(), ID: cmd.GetModelId()}.String()
+		_, exists := s.Models[u.Model]
+		u.New = !exists
+	case m.GetDisplayName() != "":
+		u.Model = newModelFor(s, cmd.GetProject(), m.GetDisplayName())
+		u.New = true
+	default:
+		return u, fmt.Errorf("model: one of parent_model, model_id and model.display_name is required")
+	}
+	if n := utf8.RuneCountInString(m.GetDisplayName()); n > MaxDisplayName {
+		return u, fmt.Errorf("model.display_name: %d characters, more than %d", n, MaxDisplayName)
+	}
+	for _, d := range []struct{ field, text string }{
+		{"model.description", m.GetDescription()}, {"model.version_description", m.GetVersionDescription()},
+	} {
+		if n := utf8.RuneCountInString(d.text); n > MaxDescription {
+			return u, fmt.Errorf("%s: %d characters, more than %d", d.field, n, MaxDescription)
+		}
+	}
+	if err := checkLabels(m.GetLabels()); err != nil {
+		return u, err
+	}
+	dir, err := ArtifactDir(m.GetArtifactUri())
+	if err != nil {
+		return u, err
+	}
+	u.Dir = dir
+	return u, nil
+}
+
+// ArtifactDir returns the local directory an artifact_uri names:
+// "file:///abs/path" or "/abs/path", cleaned. Other schemes, hosts and
+// relative paths are refused: the registry checks the files itself.
+func ArtifactDir(uri string) (string, error) {
+	const field = "model.artifact_uri"
+	switch {
+	case uri == "":
+		return "", fmt.Errorf("%s: required", field)
+	case len(uri) > MaxArtifactURI:
+		return "", fmt.Errorf("%s: longer than %d bytes", field, MaxArtifactURI)
+	case strings.ContainsRune(uri, 0):
+		return "", fmt.Errorf("%s: contains a NUL byte", field)
+	}
+	p := uri
+	if rest, ok := strings.CutPrefix(uri, "file://"); ok {
+		p = rest
+		if !strings.HasPrefix(p, "/") {
+			return "", fmt.Errorf("%s: %q: a file:// URI names a local absolute path (file:///dir), not a host", field, clip(uri))
+		}
+	} else if i := strings.Index(uri, "://"); i > 0 {
+		return "", fmt.Errorf("%s: %q: only file:// URIs and absolute paths are supported", field, clip(uri))
+	}
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("%s: %q is not an absolute path", field, clip(uri))
+	}
+	return filepath.Clean(p), nil
+}
+
+// checkLabels checks the labels' count and grammar.
+func checkLabels(labels map[string]string) error {
+	if len(labels) > MaxLabels {
+		return fmt.Errorf("model.labels: %d labels, more than %d", len(labels), MaxLabels)
+	}
+	// In key order: the first bad label reported is the same every time.
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		v := labels[k]
+		switch {
+		case utf8.RuneCountInString(k) > MaxLabelLen || !labelKeyRE.MatchString(k):
+			return fmt.Errorf("model.labels: key %q must be 1 to %d lowercase letters, digits, '_' or '-', starting with a letter", clip(k), MaxLabelLen)
+		case utf8.RuneCountInString(v) > MaxLabelLen || !labelValueRE.MatchString(v):
+			return fmt.Errorf("model.labels[%s]: value %q must be at most %d lowercase letters, digits, '_' or '-'", k, clip(v), MaxLabelLen)
+		}
+	}
+	return nil
+}
+
+// RegisterUpload returns the registration of a validated upload whose
+// artifact directory was checked: the next version of u.Model (created when
+// new) with the command's lineage, display name, description, labels and
+// artifact URI, answered by ModelVersionRegistered with the request id, and
+// the request record, evicting the oldest beyond MaxRequests. It does not
+// change s.
+func RegisterUpload(s *State, u Upload, now time.Time) *Registration {
+	cmd, m := u.Cmd, u.Cmd.GetModel()
+	ts := timestamppb.New(now)
+	var model *loomv1.Model
+	if old, ok := s.Models[u.Model]; ok {
+		model = proto.Clone(old).(*loomv1.Model)
+	} else {
+		model = &loomv1.Model{Name: u.Model, CreateTime: ts}
+	}
+	model.LatestVersion++
+	model.UpdateTime = ts
+	lineage := &loomv1.ModelLineage{}
+	if cmd.GetLineage() != nil {
+		lineage = proto.Clone(cmd.GetLineage()).(*loomv1.ModelLineage)
+	}
+	description := m.GetVersionDescription()
+	if description == "" {
+		description = m.GetDescription()
+	}
+	v := &loomv1.ModelVersion{
+		Name:        resname.VersionIn(u.Model, model.LatestVersion),
+		Version:     model.LatestVersion,
+		ArtifactUri: "file://" + u.Dir,
+		SourceJob:   lineage.GetJob(),
+		CreateTime:  ts,
+		Labels:      map[string]string{},
+		Lineage:     lineage,
+		DisplayName: m.GetDisplayName(),
+		Description: description,
+	}
+	for k, val := range m.GetLabels() {
+		v.Labels[k] = val
+	}
+	var seq int64 = 1
+	if n := len(s.requestOrder); n > 0 {
+		seq = s.Requests[s.requestOrder[n-1]].Seq + 1
+	}
+	var evict []string
+	if over := len(s.requestOrder) + 1 - MaxRequests; over > 0 {
+		evict = append(evict, s.requestOrder[:over]...)
+	}
+	return &Registration{
+		Model:     model,
+		Version:   v,
+		Event:     &eventsv1.ModelVersionRegistered{Version: v, Model: u.Model, RequestId: cmd.GetRequestId()},
+		RequestID: cmd.GetRequestId(),
+		Request:   Request{Seq: seq, Version: v.GetName()},
+		Evict:     evict,
+	}
+}
+
+// Refusal is the answer to an UploadModel the registry refused; Key is the
+// record key of its event (the model name when it could be named).
+func Refusal(cmd *eventsv1.UploadModel, model string, reason error) (ev *eventsv1.ModelUploadFailed, key string) {
+	key = model
+	if key == "" {
+		key = "projects/" + cmd.GetProject()
+	}
+	return &eventsv1.ModelUploadFailed{RequestId: cmd.GetRequestId(), Model: model, Reason: reason.Error()}, key
+}
+
+// newModelFor names a new model of project after displayName: the display
+// name as an id (lowercase letters, digits and '-', starting with a letter),
+// with "-2", "-3", ... appended while that model exists.
+func newModelFor(s *State, project, displayName string) string {
+	base := slug(displayName)
+	name := resname.Model{Project: project, ID: base}.String()
+	for n := 2; ; n++ {
+		if _, taken := s.Models[name]; !taken {
+			return name
+		}
+		suffix := "-" + strconv.Itoa(n)
+		id := strings.TrimRight(base[:min(len(base), 63-len(suffix))], "-") + suffix
+		name = resname.Model{Project: project, ID: id}.String()
+	}
+}
+
+// slug turns a display name into a model id (resname.ValidID): ASCII
+// letters lowercased, every other run of characters one '-', "model-"
+// prefixed when it does not start with a letter, at most 63 characters.
+func slug(name string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(name) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+			dash = false
+		} else if !dash && b.Len() > 0 {
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	id := strings.Trim(b.String(), "-")
+	if id == "" || id[0] < 'a' || id[0] > 'z' {
+		id = strings.TrimSuffix("model-"+id, "-")
+	}
+	if len(id) > 63 {
+		id = strings.TrimRight(id[:63], "-")
+	}
+	return id
+}
+
+// clip shortens s for an error message.
+func clip(s string) string {
+	if len(s) <= 64 {
+		return s
+	}
+	cut := 64
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}

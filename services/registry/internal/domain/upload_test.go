@@ -1,0 +1,222 @@
+package domain
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/resname"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+func upload(rid string) *eventsv1.UploadModel {
+	return &eventsv1.UploadModel{
+		RequestId: rid,
+		Project:   "default",
+		ModelId:   "tiny",
+		Model: &trainingv1.Model{
+			DisplayName: "Tiny", Description: "a tiny model", ArtifactUri: "file:///data/m/1/",
+			Labels: map[string]string{"team": "ml"},
+		},
+		Lineage: &loomv1.ModelLineage{
+			Job: "projects/default/jobs/12", Attempt: 1, CustomJob: "projects/default/locations/here/customJobs/12",
+			TrainingPipeline: "projects/default/locations/here/trainingPipelines/10",
+			Hyperparameters:  map[string]string{"learning_rate": "0.01"}, Metrics: map[string]float64{"val_loss": 0.25},
+		},
+		User: "alice",
+	}
+}
+
+// register validates, registers and applies cmd, failing the test on a
+// refusal.
+func register(t *testing.T, s *State, cmd *eventsv1.UploadModel) *Registration {
+	t.Helper()
+	u, err := ValidateUpload(s, cmd)
+	if err != nil {
+		t.Fatalf("ValidateUpload(%s): %v", cmd.GetRequestId(), err)
+	}
+	r := RegisterUpload(s, u, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	s.Apply(r)
+	return r
+}
+
+func TestUploadRegistersNextVersion(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	cmd := upload("r1")
+	r := register(t, s, cmd)
+	v := r.Version
+	if v.GetName() != "projects/default/models/tiny/versions/1" || r.Model.GetLatestVersion() != 1 {
+		t.Fatalf("first upload registered %s (latest %d)", v.GetName(), r.Model.GetLatestVersion())
+	}
+	if !proto.Equal(v.GetLineage(), cmd.GetLineage()) || v.GetLineage() == cmd.GetLineage() {
+		t.Fatalf("lineage %v, want a copy of %v", v.GetLineage(), cmd.GetLineage())
+	}
+	if v.GetDisplayName() != "Tiny" || v.GetDescription() != "a tiny model" || v.GetLabels()["team"] != "ml" ||
+		v.GetArtifactUri() != "file:///data/m/1" || v.GetSourceJob() != "projects/default/jobs/12" {
+		t.Fatalf("version %v", v)
+	}
+	if e := r.Event; e.GetRequestId() != "r1" || e.GetModel() != "projects/default/models/tiny" || e.GetVersion() != v {
+		t.Fatalf("event %v", e)
+	}
+	// parent_model: the next version of that model; version_description
+	// wins over the model's description.
+	next := upload("r2")
+	next.ModelId = ""
+	next.ParentModel = "projects/default/models/tiny"
+	next.Model.VersionDescription = "retrained"
+	r2 := register(t, s, next)
+	if r2.Version.GetVersion() != 2 || r2.Version.GetDescription() != "retrained" || r2.Model.GetCreateTime() == nil {
+		t.Fatalf("parent_model upload registered %v", r2.Version)
+	}
+	if got, ok := s.Answered("r1"); !ok || got.GetName() != v.GetName() {
+		t.Fatalf("Answered(r1) = %v %v", got, ok)
+	}
+	if _, ok := s.Answered("r3"); ok {
+		t.Fatal("an unknown request is answered")
+	}
+}
+
+func TestUploadRefusals(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	register(t, s, upload("seed"))
+	s.Models["projects/other/models/theirs"] = &loomv1.Model{Name: "projects/other/models/theirs", LatestVersion: 1}
+	many := map[string]string{}
+	for i := range MaxLabels + 1 {
+		many[fmt.Sprintf("k%d", i)] = "v"
+	}
+	for name, tc := range map[string]struct {
+		edit func(c *eventsv1.UploadModel)
+		want string
+	}{
+		"no request id":     {func(c *eventsv1.UploadModel) { c.RequestId = "" }, "request_id: required"},
+		"long request id":   {func(c *eventsv1.UploadModel) { c.RequestId = strings.Repeat("r", MaxRequestID+1) }, "request_id: longer"},
+		"bad project":       {func(c *eventsv1.UploadModel) { c.Project = "Default" }, "project:"},
+		"bad model id":      {func(c *eventsv1.UploadModel) { c.ModelId = "Tiny_Model" }, "model_id:"},
+		"unknown parent":    {func(c *eventsv1.UploadModel) { c.ParentModel = "projects/default/models/nope"; c.ModelId = "" }, "parent_model: projects/default/models/nope does not exist"},
+		"parent elsewhere":  {func(c *eventsv1.UploadModel) { c.ParentModel = "projects/other/models/theirs"; c.ModelId = "" }, "is not in project default"},
+		"bad parent name":   {func(c *eventsv1.UploadModel) { c.ParentModel = "models/tiny" }, "parent_model:"},
+		"parent and id":     {func(c *eventsv1.UploadModel) { c.ParentModel = "projects/default/models/tiny"; c.ModelId = "other" }, "names another model"},
+		"no model named":    {func(c *eventsv1.UploadModel) { c.ModelId = ""; c.Model.DisplayName = "" }, "one of parent_model, model_id and model.display_name"},
+		"long display name": {func(c *eventsv1.UploadModel) { c.Model.DisplayName = strings.Repeat("é", MaxDisplayName+1) }, "model.display_name: 129 characters"},
+		"long description":  {func(c *eventsv1.UploadModel) { c.Model.Description = strings.Repeat("d", MaxDescription+1) }, "model.description:"},
+		"long version desc": {func(c *eventsv1.UploadModel) { c.Model.VersionDescription = strings.Repeat("d", MaxDescription+1) }, "model.version_description:"},
+		"too many labels":   {func(c *eventsv1.UploadModel) { c.Model.Labels = many }, "model.labels: 65 labels"},
+		"bad label key":     {func(c *eventsv1.UploadModel) { c.Model.Labels = map[string]string{"Team": "ml"} }, `key "Team"`},
+		"bad label value":   {func(c *eventsv1.UploadModel) { c.Model.Labels = map[string]string{"team": "M L"} }, "model.labels[team]"},
+		"no artifact":       {func(c *eventsv1.UploadModel) { c.Model.ArtifactUri = "" }, "model.artifact_uri: required"},
+		"gs artifact":       {func(c *eventsv1.UploadModel) { c.Model.ArtifactUri = "gs://b/m" }, "only file:// URIs"},
+		"file host":         {func(c *eventsv1.UploadModel) { c.Model.ArtifactUri = "file://host/m" }, "not a host"},
+		"relative artifact": {func(c *eventsv1.UploadModel) { c.Model.ArtifactUri = "data/m" }, "not an absolute path"},
+	} {
+		cmd := upload("r-" + name)
+		tc.edit(cmd)
+		if _, err := ValidateUpload(s, cmd); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: ValidateUpload = %v, want a refusal containing %q", name, err, tc.want)
+		}
+	}
+	if u, err := ValidateUpload(s, upload("plain path")); err != nil || u.Model != "projects/default/models/tiny" || u.New {
+		t.Fatalf("model_id of an existing model: %+v %v", u, err)
+	}
+	cmd := upload("path")
+	cmd.Model.ArtifactUri = "/data/./m/../m2"
+	if u, err := ValidateUpload(s, cmd); err != nil || u.Dir != "/data/m2" {
+		t.Fatalf("absolute path: %+v %v, want dir /data/m2", u, err)
+	}
+}
+
+// TestModelFromDisplayName: without parent_model and model_id the upload
+// makes a new model named after its display name, never an existing one.
+func TestModelFromDisplayName(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	for i, want := range []string{"my-fancy-model-v2", "my-fancy-model-v2-2", "my-fancy-model-v2-3"} {
+		cmd := upload(fmt.Sprint("d", i))
+		cmd.ModelId = ""
+		cmd.Model.DisplayName = "  My Fancy_Model (v2)!"
+		r := register(t, s, cmd)
+		if got := r.Model.GetName(); got != "projects/default/models/"+want || r.Version.GetVersion() != 1 {
+			t.Fatalf("upload %d made %s v%d, want %s v1", i, got, r.Version.GetVersion(), want)
+		}
+	}
+	for in, want := range map[string]string{
+		"42 Answers":               "model-42-answers",
+		"☃":                        "model",
+		strings.Repeat("a", 80):    strings.Repeat("a", 63),
+		strings.Repeat("ab-", 30):  strings.TrimSuffix(strings.Repeat("ab-", 21), "-"),
+		"Résumé model":             "r-sum-model",
+		"--lead and trail--":       "lead-and-trail",
+		strings.Repeat("9", 70):    "model-" + strings.Repeat("9", 57),
+		"UPPER lower 123 end-----": "upper-lower-123-end",
+	} {
+		got := slug(in)
+		if got != want || !resname.ValidID(got) {
+			t.Errorf("slug(%q) = %q (valid %v), want %q", in, got, resname.ValidID(got), want)
+		}
+	}
+	// The suffix still fits a 63-character id.
+	s.Models["projects/default/models/"+strings.Repeat("a", 63)] = &loomv1.Model{}
+	if got := newModelFor(s, "default", strings.Repeat("a", 70)); got != "projects/default/models/"+strings.Repeat("a", 61)+"-2" {
+		t.Fatalf("newModelFor after a 63-character id: %s", got)
+	}
+}
+
+// TestRequestRecordsAreBounded: at most MaxRequests are kept, the oldest
+// evicted first, and their order survives a reload.
+func TestRequestRecordsAreBounded(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	var versions []*loomv1.ModelVersion
+	var model *loomv1.Model
+	for i := range MaxRequests + 2 {
+		r := register(t, s, upload(fmt.Sprint("r", i)))
+		versions, model = append(versions, r.Version), r.Model
+		switch i {
+		case MaxRequests - 1:
+			if len(r.Evict) != 0 {
+				t.Fatalf("upload %d evicted %v before the bound", i, r.Evict)
+			}
+		case MaxRequests, MaxRequests + 1:
+			if want := fmt.Sprint("r", i-MaxRequests); len(r.Evict) != 1 || r.Evict[0] != want {
+				t.Fatalf("upload %d evicted %v, want [%s]", i, r.Evict, want)
+			}
+		}
+	}
+	if len(s.Requests) != MaxRequests {
+		t.Fatalf("%d request records, want %d", len(s.Requests), MaxRequests)
+	}
+	if _, ok := s.Answered("r1"); ok {
+		t.Fatal("an evicted request is still answered")
+	}
+	requests := map[string]Request{}
+	for id, r := range s.Requests {
+		requests[id] = r
+	}
+	re := Load([]*loomv1.Model{model}, versions, nil, requests)
+	if v, ok := re.Answered("r2"); !ok || v.GetVersion() != 3 {
+		t.Fatalf("after reload Answered(r2) = %v %v, want version 3", v, ok)
+	}
+	r := RegisterUpload(re, Upload{Cmd: upload("last"), Model: model.GetName(), Dir: "/m"}, time.Now())
+	if len(r.Evict) != 1 || r.Evict[0] != "r2" || r.Request.Seq != int64(MaxRequests+3) || r.Version.GetVersion() != MaxRequests+3 {
+		t.Fatalf("after reload: evict %v seq %d version %d", r.Evict, r.Request.Seq, r.Version.GetVersion())
+	}
+}
+
+func TestJobVersionLineage(t *testing.T) {
+	t.Parallel()
+	ev := completed("5", "m")
+	ev.Attempt = 3
+	r := Decide(NewState(), ev, time.Now())
+	if l := r.Version.GetLineage(); l.GetJob() != "projects/default/jobs/5" || l.GetAttempt() != 3 {
+		t.Fatalf("lineage %v, want job 5 attempt 3", l)
+	}
+	if r.Event.GetRequestId() != "" {
+		t.Fatalf("a job's registration answers request %q", r.Event.GetRequestId())
+	}
+}

@@ -1,0 +1,251 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/bus"
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/registry/internal/artifact"
+)
+
+// modelDir writes a complete artifact directory: model.json and a MANIFEST.
+func modelDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "model")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "model.json"), []byte(`{"weights":[0.25,0.5]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := artifact.WriteManifest(dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func uploadEvent(cmd *eventsv1.UploadModel) envelope.Event {
+	return envelope.New(topics.ModelCommands, testModel, "loom/training", cmd)
+}
+
+func uploadOf(rid, dir string) *eventsv1.UploadModel {
+	return &eventsv1.UploadModel{
+		RequestId: rid, Project: "default", ModelId: "tiny", User: "alice",
+		Model: &trainingv1.Model{DisplayName: "Tiny " + rid, Description: "trained by a pipeline",
+			ArtifactUri: "file://" + dir, Labels: map[string]string{"pipeline": "p1"}},
+		Lineage: &loomv1.ModelLineage{
+			Job: "projects/default/jobs/13", Attempt: 2,
+			CustomJob:        "projects/default/locations/here/customJobs/13",
+			TrainingPipeline: "projects/default/locations/here/trainingPipelines/10",
+			TuningJob:        "projects/default/locations/here/hyperparameterTuningJobs/11",
+			Trial:            "projects/default/locations/here/hyperparameterTuningJobs/11/trials/2",
+			Hyperparameters:  map[string]string{"learning_rate": "0.01", "batch_size": "32"},
+			Metrics:          map[string]float64{"val_loss": 0.125, "accuracy": 0.9},
+			CheckpointUri:    "file://" + dir + "/../checkpoints/epoch-3",
+		},
+	}
+}
+
+// answer waits for the registry's answer to request rid.
+func answer(t *testing.T, broker, rid string) proto.Message {
+	t.Helper()
+	ev := testkit.WaitEvent(t, broker, topics.ModelEvents, 30*time.Second, func(e envelope.Event) bool {
+		switch p := e.Payload.(type) {
+		case *eventsv1.ModelVersionRegistered:
+			return p.GetRequestId() == rid
+		case *eventsv1.ModelUploadFailed:
+			return p.GetRequestId() == rid
+		}
+		return false
+	})
+	return ev.Payload
+}
+
+// registered waits for rid's answer and fails unless it registered version
+// n of the test model.
+func registered(t *testing.T, broker, rid string, n int64) *loomv1.ModelVersion {
+	t.Helper()
+	reg, ok := answer(t, broker, rid).(*eventsv1.ModelVersionRegistered)
+	if !ok || reg.GetModel() != testModel || reg.GetVersion().GetVersion() != n {
+		t.Fatalf("%s answered %v, want version %d of %s", rid, reg, n, testModel)
+	}
+	return reg.GetVersion()
+}
+
+func TestUploadModel(t *testing.T) {
+	t.Parallel()
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	client, stop := startRegistry(t, broker, redisAddr)
+	ctx := context.Background()
+	prod := bus.NewProducer([]string{broker})
+	prod.SetSigner(testkit.Signer())
+	t.Cleanup(func() { _ = prod.Close() })
+	publish := func(evs ...envelope.Event) {
+		t.Helper()
+		if err := prod.Publish(ctx, evs...); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+	}
+
+	// A new model from model_id; its lineage, display name, description,
+	// labels and artifact come back through ListModelVersions.
+	dir := modelDir(t)
+	first := uploadEvent(uploadOf("r1", dir))
+	publish(first)
+	v1 := registered(t, broker, "r1", 1)
+	vs := waitVersions(t, client, 1)
+	want := uploadOf("r1", dir)
+	if len(vs) != 1 || !proto.Equal(vs[0], v1) || !proto.Equal(vs[0].GetLineage(), want.GetLineage()) ||
+		vs[0].GetDisplayName() != "Tiny r1" || vs[0].GetDescription() != "trained by a pipeline" ||
+		vs[0].GetLabels()["pipeline"] != "p1" || vs[0].GetArtifactUri() != "file://"+dir ||
+		vs[0].GetSourceJob() != "projects/default/jobs/13" {
+		t.Fatalf("listed %v\nwant the upload's fields and lineage %v", vs, want.GetLineage())
+	}
+
+	// parent_model: its next version.
+	child := uploadOf("r2", modelDir(t))
+	child.ModelId, child.ParentModel = "", testModel
+	publish(uploadEvent(child))
+	registered(t, broker, "r2", 2)
+
+	// Refusals: each answered with its reason, nothing registered.
+	missingManifest := modelDir(t)
+	_ = os.Remove(filepath.Join(missingManifest, artifact.Manifest))
+	badSum := modelDir(t)
+	_ = os.WriteFile(filepath.Join(badSum, "model.json"), []byte("{}"), 0o644)
+	escaping := modelDir(t)
+	outside := filepath.Join(filepath.Dir(escaping), "outside.bin")
+	_ = os.WriteFile(outside, []byte("x"), 0o644)
+	_ = os.WriteFile(filepath.Join(escaping, artifact.Manifest),
+		[]byte("2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881  ../outside.bin\n"), 0o644)
+	unknownParent := uploadOf("r-parent", modelDir(t))
+	unknownParent.ModelId, unknownParent.ParentModel = "", "projects/default/models/nope"
+	refusals := map[string]struct {
+		cmd    *eventsv1.UploadModel
+		reason string
+	}{
+		"r-missing":  {uploadOf("r-missing", filepath.Join(t.TempDir(), "gone")), "does not exist"},
+		"r-manifest": {uploadOf("r-manifest", missingManifest), "has no MANIFEST"},
+		"r-sum":      {uploadOf("r-sum", badSum), "model.json: sha256"},
+		"r-escape":   {uploadOf("r-escape", escaping), "leaves the artifact directory"},
+		"r-parent":   {unknownParent, "parent_model: projects/default/models/nope does not exist"},
+	}
+	for _, r := range refusals {
+		publish(uploadEvent(r.cmd))
+	}
+	for rid, r := range refusals {
+		failed, ok := answer(t, broker, rid).(*eventsv1.ModelUploadFailed)
+		if !ok || !strings.Contains(failed.GetReason(), r.reason) {
+			t.Errorf("%s answered %v, want ModelUploadFailed with %q", rid, failed, r.reason)
+		}
+	}
+
+	// A command signed by a node is dead-lettered, never handled.
+	node := testkit.NodeProducer(t, broker, "projects/default/clusters/c1/nodes/n1", testCluster, "p")
+	if err := node.Publish(ctx, uploadEvent(uploadOf("r-node", modelDir(t)))); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitEvent(t, broker, topics.ModelCommands+topics.DLQSuffix, 30*time.Second, func(e envelope.Event) bool {
+		u, ok := e.Payload.(*eventsv1.UploadModel)
+		return ok && u.GetRequestId() == "r-node"
+	})
+
+	// Duplicates: the same event again (the inbox drops it) and the same
+	// request as a new event (answered version 1 again), then r3 as a
+	// barrier: same key, so handled after them.
+	publish(first, uploadEvent(uploadOf("r1", dir)), uploadEvent(uploadOf("r3", dir)))
+	registered(t, broker, "r3", 3)
+
+	// Across a restart the request records hold: r2 sent again registers
+	// nothing; r4 is version 4.
+	stop()
+	client, _ = startRegistry(t, broker, redisAddr)
+	publish(uploadEvent(child), uploadEvent(uploadOf("r4", dir)))
+	registered(t, broker, "r4", 4)
+
+	vs = waitVersions(t, client, 4)
+	if len(vs) != 4 {
+		t.Fatalf("%d versions, want 4 (r1, r2, r3, r4)", len(vs))
+	}
+	answers := map[string][]int64{}
+	for _, e := range testkit.Events(t, broker, topics.ModelEvents) {
+		if reg, ok := e.Payload.(*eventsv1.ModelVersionRegistered); ok {
+			answers[reg.GetRequestId()] = append(answers[reg.GetRequestId()], reg.GetVersion().GetVersion())
+		}
+	}
+	if fmt.Sprint(answers["r1"]) != "[1 1]" || fmt.Sprint(answers["r2"]) != "[2 2]" || len(answers["r-node"]) != 0 {
+		t.Fatalf("answers %v, want r1 → [1 1] and r2 → [2 2] (each sent twice), r-node none", answers)
+	}
+	for rid := range refusals {
+		if len(answers[rid]) != 0 {
+			t.Fatalf("refused %s registered %v", rid, answers[rid])
+		}
+	}
+}
+
+// TestConcurrentUploads: uploads to one model sent at once get distinct,
+// consecutive versions, one each.
+func TestConcurrentUploads(t *testing.T) {
+	t.Parallel()
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	client, _ := startRegistry(t, broker, redisAddr)
+	prod := bus.NewProducer([]string{broker})
+	prod.SetSigner(testkit.Signer())
+	t.Cleanup(func() { _ = prod.Close() })
+	dir := modelDir(t)
+	const n = 20
+	var wg sync.WaitGroup
+	errc := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			cmd := uploadOf(fmt.Sprint("c", i), dir)
+			// Keyed as they come: spread over the partitions, not ordered.
+			ev := envelope.New(topics.ModelCommands, fmt.Sprint("k", i), "loom/training", cmd)
+			errc <- prod.Publish(context.Background(), ev)
+		})
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		if err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+	}
+	vs := waitVersions(t, client, n)
+	if len(vs) != n {
+		t.Fatalf("%d versions, want %d", len(vs), n)
+	}
+	byRequest := map[string]int64{}
+	for i, v := range vs {
+		if v.GetVersion() != int64(i+1) {
+			t.Fatalf("version %d listed at %d", v.GetVersion(), i)
+		}
+		rid := strings.TrimPrefix(v.GetDisplayName(), "Tiny ")
+		if prev, dup := byRequest[rid]; dup {
+			t.Fatalf("request %s registered versions %d and %d", rid, prev, v.GetVersion())
+		}
+		byRequest[rid] = v.GetVersion()
+	}
+	for i := range n {
+		rid := fmt.Sprint("c", i)
+		if reg := registered(t, broker, rid, byRequest[rid]); reg == nil {
+			t.Fatalf("no answer for %s", rid)
+		}
+	}
+}
