@@ -382,6 +382,19 @@ func (t *Trainer) ValidationLoss() float64 {
 	return l
 }
 
+// Validation returns ValidationLoss and Accuracy together, for the cost of
+// one pass over the held-out set.
+func (t *Trainer) Validation() (loss, accuracy float64) {
+	if t.diverged {
+		return math.Inf(1), 0
+	}
+	l, a := t.evaluate()
+	if !finite(l) {
+		l = math.Inf(1)
+	}
+	return l, a
+}
+
 // Accuracy is the fraction of the held-out set classified correctly now, in
 // [0, 1] (0 once training diverged).
 func (t *Trainer) Accuracy() float64 {
@@ -419,7 +432,7 @@ func (t *Trainer) Export() Model {
 		return out
 	}
 	return Model{
-		Architecture: "mlp: x -> tanh(W1 x + b1) -> softmax(W2 h + b2)",
+		Architecture: "softmax(W2 tanh(W1 x + b1) + b2)",
 		Inputs:       Inputs, HiddenUnits: hu, Classes: Classes,
 		W1: rows(t.w1, hu, Inputs), B1: append([]float64(nil), t.b1...),
 		W2: rows(t.w2, Classes, hu), B2: append([]float64(nil), t.b2...),
