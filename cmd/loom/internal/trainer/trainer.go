@@ -1,8 +1,25 @@
-// Package trainer is a tiny but real trainer: linear regression on a seeded
-// synthetic dataset, fitted by full-batch gradient descent on the mean squared
-// error. It checkpoints, resumes from its latest checkpoint, and writes a
-// model file, which is all a Loom job needs to show the training loop end to
-// end (`loom train`, run by `loom demo` on every node of a cluster).
+// Package trainer is `loom train`, Loom's built-in trainer: a tiny but real
+// training program with everything a Loom or Vertex-style job expects of
+// one. It trains one of two models on data it generates:
+//
+//   - ModelLinear: linear regression on a seeded synthetic dataset, fitted
+//     by full-batch gradient descent on the mean squared error (what
+//     `loom demo` runs on every node of a cluster);
+//   - ModelMLP: libs/toytrain's classifier, a one-hidden-layer network
+//     trained by mini-batch SGD on generated spirals, whose validation loss
+//     depends on the learning rate, batch size, weight decay and hidden
+//     units (--learning_rate, --batch_size, --weight_decay, --hidden_units,
+//     as a Vertex tuning trial passes them): the model tuning studies tune.
+//
+// Either way it checkpoints (atomically, with a checksum, keeping the
+// latest few) to the checkpoint directory (LOOM_CHECKPOINT_DIR, else
+// AIP_CHECKPOINT_DIR), resumes exactly from the latest valid checkpoint (a
+// resumed run writes the uninterrupted run's model byte for byte),
+// checkpoints on SIGUSR1, reports progress to LOOM_PROGRESS_FILE, and at the
+// end writes model.json and a MANIFEST (sha256sum format) to the model
+// directory (LOOM_MODEL_DIR, else AIP_MODEL_DIR). The MLP also appends one
+// cloudml-hypertune line per epoch (val_loss, accuracy) to
+// CLOUD_ML_HP_METRIC_FILE. See docs/training.md, "The built-in trainer".
 package trainer
 
 import (
