@@ -319,43 +319,90 @@ func rankFromEnv() (int, error) {
 
 func (a *app) trainCommand() *cobra.Command {
 	cfg := trainer.Config{Hyperparameters: trainer.DefaultHyperparameters()}
-	cmd := &cobra.Command{
+	mlp := trainer.DefaultMLPHyperparameters()
+	var model string
+	var cmd *cobra.Command
+	cmd = &cobra.Command{
 		Use:   "train",
-		Short: "Train a small linear-regression model (a real trainer for demos and tests)",
-		Long: `Train a linear regression on a seeded synthetic dataset with gradient
-descent, logging "epoch N loss X". The model goes into model.json in --out
-(default $LOOM_MODEL_DIR, which Loom sets for jobs submitted with --model) at
-the end; checkpoints go every --checkpoint-every epochs into --checkpoint-dir
+		Short: "Train a small model for real (the built-in trainer, for demos, tests and tuning)",
+		Long: `Train one of two small models on data it generates, logging "epoch N loss X":
+--model linear, a linear regression on a seeded synthetic dataset by
+gradient descent (the demo's), or --model mlp, libs/toytrain's classifier
+(a one-hidden-layer network trained by mini-batch SGD on noisy spirals)
+whose validation loss depends on --learning_rate, --batch_size,
+--weight_decay and --hidden_units (also spelt --learning-rate, ...; Vertex
+passes --<parameter>=<value>). Without --model: mlp when one of those four
+is given or $AIP_MODEL_DIR is set, else linear.
+
+The model goes into model.json in --out (default $LOOM_MODEL_DIR, which Loom
+sets for jobs submitted with --model, else $AIP_MODEL_DIR) at the end, with a
+MANIFEST listing its files with their SHA-256 (sha256sum -c checks it);
+checkpoints go every --checkpoint-every epochs into --checkpoint-dir
 (default $LOOM_CHECKPOINT_DIR, else $AIP_CHECKPOINT_DIR, which Loom sets for
-every job, else --out). A run resumes exactly from the latest valid
-checkpoint there: its model is byte for byte the one an uninterrupted run
-writes. SIGUSR1 writes a checkpoint at the next epoch; progress goes to
-$LOOM_PROGRESS_FILE when set. In a multi-node job every rank trains; only
-rank 0 (LOOM_NODE_RANK / SLURM_PROCID) logs and writes.`,
+every job, else --out), the latest --keep-checkpoints kept. A run resumes
+exactly from the latest valid checkpoint there: its model is byte for byte
+the one an uninterrupted run writes. The mlp appends a hypertune line per
+epoch (val_loss, accuracy) to $CLOUD_ML_HP_METRIC_FILE when set. SIGUSR1
+writes a checkpoint at the next epoch; progress goes to $LOOM_PROGRESS_FILE
+when set. In a multi-node job every rank trains; only rank 0
+(LOOM_NODE_RANK / SLURM_PROCID) logs and writes.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(c *cobra.Command, _ []string) error {
 			rank, err := rankFromEnv()
 			if err != nil {
 				return err
 			}
+			fl := cmd.Flags()
+			changed := func(name string) bool {
+				return fl.Changed(name) || fl.Changed(strings.ReplaceAll(name, "_", "-"))
+			}
+			if model, err = trainer.ChooseModel(model, changed, os.Getenv); err != nil {
+				return usageError{err}
+			}
+			if model == trainer.ModelMLP {
+				if changed("lr") && !changed("learning_rate") {
+					mlp.LearningRate = cfg.LearningRate
+				}
+				mlp.Epochs, mlp.Seed = cfg.Epochs, cfg.Seed
+				cfg.Hyperparameters = mlp
+			} else if changed("learning_rate") {
+				cfg.LearningRate = mlp.LearningRate
+			}
 			cfg.Rank = rank
-			cfg.Log = cmd.OutOrStdout()
+			cfg.Log = c.OutOrStdout()
+			if err := cfg.FromEnv(os.Getenv); err != nil {
+				return err
+			}
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}
-			_, err = trainer.RunProcess(cmd.Context(), cfg, os.Getenv)
+			_, err = trainer.RunProcess(c.Context(), cfg, os.Getenv)
 			return err
 		},
 	}
 	fl := cmd.Flags()
-	fl.Float64Var(&cfg.LearningRate, "lr", cfg.LearningRate, "learning rate")
-	fl.IntVar(&cfg.Epochs, "epochs", cfg.Epochs, "epochs to train in all (a resumed run continues to this)")
-	fl.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the synthetic dataset")
-	fl.IntVar(&cfg.Samples, "samples", cfg.Samples, "samples in the dataset")
-	fl.IntVar(&cfg.Features, "features", cfg.Features, "features per sample")
+	fl.StringVar(&model, "model", "", "model to train: linear or mlp (default: mlp when an mlp flag is given or $AIP_MODEL_DIR is set, else linear)")
+	fl.Float64Var(&cfg.LearningRate, "lr", cfg.LearningRate, "learning rate (linear; --learning_rate for both)")
+	fl.Var(trainer.IntValue{P: &cfg.Epochs}, "epochs", "epochs to train in all (a resumed run continues to this)")
+	fl.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the linear model's synthetic dataset, of the mlp's initial weights and batch order")
+	fl.IntVar(&cfg.Samples, "samples", cfg.Samples, "samples in the dataset (linear)")
+	fl.IntVar(&cfg.Features, "features", cfg.Features, "features per sample (linear)")
+	// The mlp's flags, with Vertex's spelling (--parameter_id=value) and,
+	// hidden, with dashes.
+	for _, spelling := range []string{"_", "-"} {
+		name := func(n string) string { return strings.ReplaceAll(n, "_", spelling) }
+		fl.Float64Var(&mlp.LearningRate, name("learning_rate"), mlp.LearningRate, "learning rate (mlp; linear too with --model linear)")
+		fl.Var(trainer.IntValue{P: &mlp.BatchSize}, name("batch_size"), "points per SGD step (mlp)")
+		fl.Float64Var(&mlp.WeightDecay, name("weight_decay"), mlp.WeightDecay, "L2 penalty on the weights (mlp)")
+		fl.Var(trainer.IntValue{P: &mlp.HiddenUnits}, name("hidden_units"), "units in the hidden layer (mlp)")
+	}
+	for _, n := range []string{"learning-rate", "batch-size", "weight-decay", "hidden-units"} {
+		_ = fl.MarkHidden(n)
+	}
 	fl.IntVar(&cfg.CheckpointEvery, "checkpoint-every", 50, "write a checkpoint every this many epochs (0: none)")
+	fl.IntVar(&cfg.KeepCheckpoints, "keep-checkpoints", 3, "keep only this many latest checkpoints (0: all)")
 	fl.IntVar(&cfg.LogEvery, "log-every", 0, "log the loss every this many epochs (0: about ten lines)")
-	fl.StringVar(&cfg.OutDir, "out", os.Getenv("LOOM_MODEL_DIR"), "output directory for the model, and the checkpoints unless --checkpoint-dir ($LOOM_MODEL_DIR)")
+	fl.StringVar(&cfg.OutDir, "out", os.Getenv("LOOM_MODEL_DIR"), "output directory for the model, and the checkpoints unless --checkpoint-dir (default $LOOM_MODEL_DIR, else $AIP_MODEL_DIR)")
 	fl.StringVar(&cfg.CheckpointDir, "checkpoint-dir", "", "checkpoint directory (default $LOOM_CHECKPOINT_DIR, else $AIP_CHECKPOINT_DIR, else --out)")
 	fl.DurationVar(&cfg.StepTime, "step-time", 0, "make every epoch last at least this long, as a real model's step would (0: as fast as it computes)")
 	// Often enough for the agent (it reports at most every 5s) and for hang

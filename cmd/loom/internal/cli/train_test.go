@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,4 +88,90 @@ func waitTrain(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond) // polling interval, not synchronisation
 	}
+}
+
+// TestTrainVertexStyle runs `loom train` as a tuning trial's CustomJob does:
+// hyperparameters as --<parameter>=<value> (a discrete one written as a
+// float, one spelt with dashes), the directories and the metric file from
+// Vertex's environment variables. The MLP is chosen, its model and MANIFEST
+// land in AIP_MODEL_DIR, and every epoch appends a hypertune line.
+func TestTrainVertexStyle(t *testing.T) {
+	t.Parallel()
+	model, ck := t.TempDir(), t.TempDir()
+	metrics := filepath.Join(t.TempDir(), "hp.jsonl")
+	cmd := exec.Command(os.Args[0], "train", "--learning_rate=0.3", "--batch_size=32.0", "--hidden-units=16",
+		"--epochs=8", "--checkpoint-every=4")
+	cmd.Env = append(os.Environ(), "AIP_MODEL_DIR=file://"+model, "AIP_CHECKPOINT_DIR="+ck,
+		"CLOUD_ML_HP_METRIC_FILE="+metrics, "CLOUD_ML_TRIAL_ID=2")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("loom train: %v\n%s", err, out)
+	}
+	var m trainer.MLPModel
+	b, err := os.ReadFile(filepath.Join(model, trainer.ModelFile))
+	if err != nil || json.Unmarshal(b, &m) != nil {
+		t.Fatalf("model.json: %v\n%s", err, out)
+	}
+	h := m.Hyperparameters
+	if m.Kind != "mlp-classifier" || h.LearningRate != 0.3 || h.BatchSize != 32 || h.HiddenUnits != 16 || m.Epochs != 8 || len(m.Network.W1) != 16 {
+		t.Fatalf("model %+v, want an mlp with the flags' hyperparameters", h)
+	}
+	if names, err := trainer.VerifyManifest(model); err != nil || len(names) != 1 {
+		t.Fatalf("MANIFEST: %v, %v", names, err)
+	}
+	lines := strings.Split(strings.TrimSpace(readTrainFile(t, metrics)), "\n")
+	if len(lines) != 8 {
+		t.Fatalf("%d metric lines, want 8", len(lines))
+	}
+	for i, line := range lines {
+		r := parseMetricLine(t, line)
+		if v, ok := r["val_loss"].(float64); r["trial"] != "2" || r["global_step"] != strconv.Itoa(i+1) || !ok || !(v > 0) || len(r) != 5 {
+			t.Fatalf("metric line %q, want trial 2, global_step %d", line, i+1)
+		}
+	}
+	if p := parseMetricLine(t, lines[7])["val_loss"]; p != m.Metrics.ValLoss {
+		t.Fatalf("last val_loss %v, model's %v", p, m.Metrics.ValLoss)
+	}
+	if st, ok, err := trainer.LatestCheckpoint(ck); err != nil || !ok || st.Epoch != 8 {
+		t.Fatalf("checkpoint in AIP_CHECKPOINT_DIR: epoch %d, %v, %v", st.Epoch, ok, err)
+	}
+}
+
+// TestTrainModelChoice: bad combinations are usage errors naming the flag.
+func TestTrainModelChoice(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--hidden_units", "8", "--samples", "10"}, "give one model's flags"},
+		{[]string{"--batch_size=3.5"}, `"3.5" is not an integer`},
+		{[]string{"--model", "linear", "--weight-decay", "0.1"}, "--weight_decay is --model mlp's"},
+		{[]string{"--learning_rate", "0"}, "--learning_rate must be a positive finite number"},
+	} {
+		cmd := exec.Command(os.Args[0], append([]string{"train", "--out", t.TempDir()}, c.args...)...)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), c.want) {
+			t.Errorf("loom train %v: %v\n%s\nwant exit 2 and %q", c.args, err, out, c.want)
+		}
+	}
+}
+
+func readTrainFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func parseMetricLine(t *testing.T, line string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(line), &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

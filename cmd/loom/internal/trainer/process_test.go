@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,14 +34,26 @@ func TestMain(m *testing.M) {
 
 func childMain(args []string) int {
 	cfg := Config{Hyperparameters: DefaultHyperparameters()}
+	mlp := DefaultMLPHyperparameters()
+	var model string
 	fl := flag.NewFlagSet("train", flag.ContinueOnError)
 	fl.IntVar(&cfg.Epochs, "epochs", cfg.Epochs, "")
 	fl.IntVar(&cfg.CheckpointEvery, "checkpoint-every", 0, "")
+	fl.IntVar(&cfg.KeepCheckpoints, "keep-checkpoints", 0, "")
 	fl.IntVar(&cfg.LogEvery, "log-every", 1, "")
 	fl.StringVar(&cfg.OutDir, "out", "", "")
 	fl.DurationVar(&cfg.StepTime, "step-time", 0, "")
+	fl.StringVar(&model, "model", "", "")
+	fl.Float64Var(&mlp.LearningRate, "learning_rate", mlp.LearningRate, "")
+	fl.IntVar(&mlp.BatchSize, "batch_size", mlp.BatchSize, "")
+	fl.Float64Var(&mlp.WeightDecay, "weight_decay", mlp.WeightDecay, "")
+	fl.IntVar(&mlp.HiddenUnits, "hidden_units", mlp.HiddenUnits, "")
 	if err := fl.Parse(args); err != nil {
 		return 2
+	}
+	if model == ModelMLP {
+		mlp.Epochs = cfg.Epochs
+		cfg.Hyperparameters = mlp
 	}
 	cfg.Log = os.Stdout
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -276,5 +289,165 @@ func TestSIGUSR1WritesCheckpoint(t *testing.T) {
 	}
 	if !strings.Contains(c.out.String(), fmt.Sprintf("checkpoint at epoch %d written (requested by signal)", ck.Epoch)) {
 		t.Fatalf("log lacks the requested checkpoint:\n%s", c.out)
+	}
+}
+
+var mlpEpochLine = regexp.MustCompile(`^epoch (\d+) loss [0-9.e+-]+ val_loss [0-9.e+-]+ accuracy [0-9.]+$`)
+
+// hypertuneLine is one line of the metric file, as cloudml-hypertune
+// writes it.
+type hypertuneLine struct {
+	Timestamp  float64 `json:"timestamp"`
+	Trial      string  `json:"trial"`
+	ValLoss    float64 `json:"val_loss"`
+	Accuracy   float64 `json:"accuracy"`
+	GlobalStep string  `json:"global_step"`
+}
+
+// readHypertune parses every line of a metric file strictly: each is a
+// JSON object with exactly the five keys.
+func readHypertune(t *testing.T, path string) []hypertuneLine {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []hypertuneLine
+	for i, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+		var raw map[string]any
+		if err := json.Unmarshal([]byte(line), &raw); err != nil || len(raw) != 5 {
+			t.Fatalf("metric line %d %q: %v, %d keys; want a JSON object with 5", i+1, line, err, len(raw))
+		}
+		var h hypertuneLine
+		dec := json.NewDecoder(strings.NewReader(line))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&h); err != nil {
+			t.Fatalf("metric line %d %q: %v", i+1, line, err)
+		}
+		lines = append(lines, h)
+	}
+	return lines
+}
+
+// TestMLPKill9ResumeIsExact kills an MLP training process (`loom train
+// --model mlp`) with SIGKILL at random moments three times, resuming each
+// time from AIP_CHECKPOINT_DIR: the model file and its MANIFEST are byte for
+// byte an uninterrupted run's, every epoch line any run logged is the
+// uninterrupted run's, the hypertune lines parse and report for each epoch
+// the uninterrupted run's values (a resumed run repeats the epochs after its
+// checkpoint, with the same values), and the MANIFEST verifies (also with
+// sha256sum -c).
+func TestMLPKill9ResumeIsExact(t *testing.T) {
+	t.Parallel()
+	const epochs, every, kills = 90, 7, 3
+	args := func(out string) []string {
+		return []string{"-model", "mlp", "-learning_rate", "0.2", "-batch_size", "40", "-hidden_units", "24",
+			"-epochs", fmt.Sprint(epochs), "-checkpoint-every", fmt.Sprint(every), "-keep-checkpoints", "2", "-out", out}
+	}
+	straightDir := t.TempDir()
+	straightMetrics := filepath.Join(t.TempDir(), "metrics.jsonl")
+	straight := startChild(t, []string{"CLOUD_ML_HP_METRIC_FILE=" + straightMetrics, "CLOUD_ML_TRIAL_ID=7"}, args(straightDir)...)
+	straight.wait(t)
+	wantModel, err := os.ReadFile(filepath.Join(straightDir, ModelFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantManifest, err := os.ReadFile(filepath.Join(straightDir, ManifestFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantLines := map[string]string{}
+	for _, line := range strings.Split(straight.out.String(), "\n") {
+		if m := mlpEpochLine.FindStringSubmatch(line); m != nil {
+			wantLines[m[1]] = line
+		}
+	}
+	if len(wantLines) != epochs {
+		t.Fatalf("uninterrupted run logged %d epochs, want %d:\n%s", len(wantLines), epochs, straight.out)
+	}
+	wantMetrics := map[string]hypertuneLine{}
+	for i, h := range readHypertune(t, straightMetrics) {
+		if h.GlobalStep != fmt.Sprint(i+1) || h.Trial != "7" || !(h.ValLoss > 0) || h.Accuracy < 0 || h.Accuracy > 1 {
+			t.Fatalf("metric line %d = %+v, want global_step %d, trial 7, finite values", i+1, h, i+1)
+		}
+		wantMetrics[h.GlobalStep] = h
+	}
+	if len(wantMetrics) != epochs {
+		t.Fatalf("%d metric lines, want one per epoch (%d)", len(wantMetrics), epochs)
+	}
+	if last := wantMetrics[fmt.Sprint(epochs)]; last.Accuracy < 0.8 {
+		t.Fatalf("final accuracy %v: the model did not learn", last.Accuracy)
+	}
+
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 2))
+	outDir, ckDir := t.TempDir(), t.TempDir()
+	progress := filepath.Join(t.TempDir(), "progress.json")
+	metrics := filepath.Join(t.TempDir(), "metrics.jsonl")
+	for restart := 0; ; restart++ {
+		env := []string{"AIP_CHECKPOINT_DIR=" + ckDir, "LOOM_PROGRESS_FILE=" + progress,
+			"CLOUD_ML_HP_METRIC_FILE=" + metrics, "CLOUD_ML_TRIAL_ID=7", fmt.Sprintf("LOOM_RESTART_COUNT=%d", restart)}
+		last, _ := readProgress(t, progress)
+		c := startChild(t, env, append(args(outDir), "-step-time", "1ms")...)
+		if restart < kills {
+			// Past at least one more checkpoint, so that every restart
+			// resumes from one.
+			target := last.Step + every + 1 + rng.IntN((epochs-last.Step)/4)
+			waitProgress(t, c, progress, fmt.Sprintf("step >= %d", target), func(p Progress) bool { return p.Step >= target })
+			time.Sleep(time.Duration(rng.IntN(1000)) * time.Microsecond) // a random moment, not synchronisation
+			if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.cmd.Wait(); err == nil {
+				t.Fatalf("run %d ended before it was killed", restart)
+			}
+		} else {
+			c.wait(t)
+		}
+		if restart > 0 {
+			m := resumeLine.FindStringSubmatch(strings.SplitN(c.out.String(), "\n", 2)[0])
+			if m == nil || m[1] == "0" || m[2] != fmt.Sprint(restart) {
+				t.Fatalf("run %d does not start with a resume from a checkpoint:\n%s", restart, c.out)
+			}
+		}
+		for _, line := range strings.Split(c.out.String(), "\n") {
+			if m := mlpEpochLine.FindStringSubmatch(line); m != nil && line != wantLines[m[1]] {
+				t.Fatalf("run %d: %q, uninterrupted run: %q", restart, line, wantLines[m[1]])
+			}
+		}
+		if restart >= kills {
+			break
+		}
+	}
+	got, err := os.ReadFile(filepath.Join(outDir, ModelFile))
+	if err != nil || !bytes.Equal(got, wantModel) {
+		t.Fatalf("after %d kills the model differs from an uninterrupted run's (%v)", kills, err)
+	}
+	if got, err := os.ReadFile(filepath.Join(outDir, ManifestFile)); err != nil || !bytes.Equal(got, wantManifest) {
+		t.Fatalf("MANIFEST %q (%v), want %q", got, err, wantManifest)
+	}
+	if names, err := VerifyManifest(outDir); err != nil || !slices.Equal(names, []string{ModelFile}) {
+		t.Fatalf("VerifyManifest = %v, %v", names, err)
+	}
+	sum := exec.Command("sha256sum", "-c", ManifestFile)
+	sum.Dir = outDir
+	if out, err := sum.CombinedOutput(); err != nil || string(out) != ModelFile+": OK\n" {
+		t.Fatalf("sha256sum -c MANIFEST: %v: %s", err, out)
+	}
+	seen := map[string]bool{}
+	for _, h := range readHypertune(t, metrics) {
+		want, ok := wantMetrics[h.GlobalStep]
+		if !ok || h.ValLoss != want.ValLoss || h.Accuracy != want.Accuracy || h.Trial != "7" {
+			t.Fatalf("resumed runs reported %+v, uninterrupted run %+v", h, want)
+		}
+		seen[h.GlobalStep] = true
+	}
+	if len(seen) != epochs {
+		t.Fatalf("resumed runs reported %d of the %d epochs", len(seen), epochs)
+	}
+	cks, err := listCheckpoints(ckDir)
+	if err != nil || len(cks) != 2 || cks[0].epoch != epochs/every*every {
+		t.Fatalf("checkpoints %v (%v), want the latest 2 up to epoch %d", cks, err, epochs/every*every)
 	}
 }

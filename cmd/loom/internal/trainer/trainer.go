@@ -1,8 +1,25 @@
-// Package trainer is a tiny but real trainer: linear regression on a seeded
-// synthetic dataset, fitted by full-batch gradient descent on the mean squared
-// error. It checkpoints, resumes from its latest checkpoint, and writes a
-// model file, which is all a Loom job needs to show the training loop end to
-// end (`loom train`, run by `loom demo` on every node of a cluster).
+// Package trainer is `loom train`, Loom's built-in trainer: a tiny but real
+// training program with everything a Loom or Vertex-style job expects of
+// one. It trains one of two models on data it generates:
+//
+//   - ModelLinear: linear regression on a seeded synthetic dataset, fitted
+//     by full-batch gradient descent on the mean squared error (what
+//     `loom demo` runs on every node of a cluster);
+//   - ModelMLP: libs/toytrain's classifier, a one-hidden-layer network
+//     trained by mini-batch SGD on generated spirals, whose validation loss
+//     depends on the learning rate, batch size, weight decay and hidden
+//     units (--learning_rate, --batch_size, --weight_decay, --hidden_units,
+//     as a Vertex tuning trial passes them): the model tuning studies tune.
+//
+// Either way it checkpoints (atomically, with a checksum, keeping the
+// latest few) to the checkpoint directory (LOOM_CHECKPOINT_DIR, else
+// AIP_CHECKPOINT_DIR), resumes exactly from the latest valid checkpoint (a
+// resumed run writes the uninterrupted run's model byte for byte),
+// checkpoints on SIGUSR1, reports progress to LOOM_PROGRESS_FILE, and at the
+// end writes model.json and a MANIFEST (sha256sum format) to the model
+// directory (LOOM_MODEL_DIR, else AIP_MODEL_DIR). The MLP also appends one
+// cloudml-hypertune line per epoch (val_loss, accuracy) to
+// CLOUD_ML_HP_METRIC_FILE. See docs/training.md, "The built-in trainer".
 package trainer
 
 import (
@@ -23,12 +40,19 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/loom-ml/loom/libs/toytrain"
 )
 
 // File names in the output directory.
 const (
 	// ModelFile is the final model, written when training ends.
 	ModelFile = "model.json"
+	// ManifestFile lists the model's files, one line each: the SHA-256 of
+	// the file's content in hex, two spaces, its name relative to the
+	// model directory (sha256sum's format: `sha256sum -c MANIFEST` checks
+	// it). It is written last, so its presence means the model is complete.
+	ManifestFile = "MANIFEST"
 	// checkpointPrefix + zero-padded epoch + ".json" names a checkpoint.
 	checkpointPrefix = "checkpoint-"
 	// tempPrefix starts the name of a file being written (then renamed into
@@ -49,16 +73,57 @@ const (
 	EnvProgressFile = "LOOM_PROGRESS_FILE"
 	// EnvRestartCount is how many times the job was restarted before this run.
 	EnvRestartCount = "LOOM_RESTART_COUNT"
+	// EnvModelDir is where a job submitted with a model writes it.
+	EnvModelDir = "LOOM_MODEL_DIR"
+	// EnvAIPModelDir is Vertex AI's name for the model directory, which
+	// the training service sets for a CustomJob; read when EnvModelDir is
+	// unset.
+	EnvAIPModelDir = "AIP_MODEL_DIR"
+	// EnvMetricFile is the file hypertune metric lines are appended to
+	// (cloudml-hypertune's variable; the agent sets it for every step).
+	EnvMetricFile = "CLOUD_ML_HP_METRIC_FILE"
+	// EnvTrialID is the tuning trial this run is ("trial" in each metric
+	// line; "0" when unset, as cloudml-hypertune writes).
+	EnvTrialID = "CLOUD_ML_TRIAL_ID"
+)
+
+// Models `loom train` can train (Hyperparameters.Model).
+const (
+	// ModelLinear is linear regression on a seeded synthetic dataset by
+	// full-batch gradient descent (the demo's model); "" means it too.
+	ModelLinear = "linear"
+	// ModelMLP is libs/toytrain's classifier: a one-hidden-layer network
+	// trained by mini-batch SGD on generated spirals, whose validation loss
+	// depends on the learning rate, batch size, weight decay and hidden
+	// units (the model a tuning study tunes).
+	ModelMLP = "mlp"
 )
 
 // Hyperparameters are the settings that define a training run; they are
-// saved with every checkpoint and the model.
+// saved with every checkpoint and the model. Samples and Features are the
+// linear model's, BatchSize, WeightDecay and HiddenUnits the MLP's; the
+// other model's are zero (and absent from the JSON).
 type Hyperparameters struct {
+	// Model is ModelLinear ("" too) or ModelMLP.
+	Model        string  `json:"model,omitempty"`
 	LearningRate float64 `json:"learning_rate"`
 	Epochs       int     `json:"epochs"`
-	Seed         uint64  `json:"seed"`
-	Samples      int     `json:"samples"`
-	Features     int     `json:"features"`
+	// Seed seeds the linear model's dataset, or the MLP's initial weights
+	// and batch order (its data are the same for every seed).
+	Seed        uint64  `json:"seed"`
+	Samples     int     `json:"samples,omitempty"`
+	Features    int     `json:"features,omitempty"`
+	BatchSize   int     `json:"batch_size,omitempty"`
+	WeightDecay float64 `json:"weight_decay,omitempty"`
+	HiddenUnits int     `json:"hidden_units,omitempty"`
+}
+
+// mlp says whether h trains the MLP.
+func (h Hyperparameters) mlp() bool { return h.Model == ModelMLP }
+
+// toy is h as libs/toytrain's hyperparameters.
+func (h Hyperparameters) toy() toytrain.Hyper {
+	return toytrain.Hyper{LearningRate: h.LearningRate, BatchSize: h.BatchSize, WeightDecay: h.WeightDecay, HiddenUnits: h.HiddenUnits}
 }
 
 // Config is one training run.
@@ -89,6 +154,18 @@ type Config struct {
 	// StepTime makes every epoch last at least this long, as a real model's
 	// step would (for demos and tests that need a run to take time).
 	StepTime time.Duration
+	// KeepCheckpoints, when above 0, keeps only that many checkpoints (the
+	// latest by epoch): older ones are removed after each new one is
+	// written (0: keep all).
+	KeepCheckpoints int
+	// MetricFile, when set, receives one hypertune line per epoch (rank 0,
+	// MLP only): {"timestamp": <unix s>, "trial": "<TrialID>", "val_loss":
+	// v, "accuracy": a, "global_step": "<epoch>"}, appended with one write
+	// each. A resumed run reports again the epochs after its checkpoint,
+	// with the same values.
+	MetricFile string
+	// TrialID is the "trial" of each metric line ("" is written as "0").
+	TrialID string
 	// CheckpointRequests, when not nil, asks for a checkpoint: one is
 	// written at the next epoch boundary after each receive (rank 0), even
 	// when CheckpointEvery is 0. RunProcess feeds it SIGUSR1.
@@ -100,20 +177,34 @@ type Config struct {
 	Log io.Writer
 }
 
-// DefaultHyperparameters are the settings `loom train` uses unless told.
+// DefaultHyperparameters are the settings `loom train` uses unless told,
+// for the linear model.
 func DefaultHyperparameters() Hyperparameters {
 	return Hyperparameters{LearningRate: 0.05, Epochs: 100, Seed: 42, Samples: 256, Features: 4}
+}
+
+// DefaultMLPHyperparameters are the settings `loom train --model mlp` uses
+// unless told: libs/toytrain's defaults (reasonable, not the best).
+func DefaultMLPHyperparameters() Hyperparameters {
+	d := toytrain.DefaultHyper()
+	return Hyperparameters{Model: ModelMLP, LearningRate: d.LearningRate, Epochs: 100, Seed: 42,
+		BatchSize: d.BatchSize, WeightDecay: d.WeightDecay, HiddenUnits: d.HiddenUnits}
 }
 
 // State is the model's parameters after some epochs: what a checkpoint holds.
 type State struct {
 	// Epoch is the number of epochs done.
-	Epoch   int       `json:"epoch"`
-	Weights []float64 `json:"weights"`
-	Bias    float64   `json:"bias"`
-	// Loss is the mean squared error after Epoch epochs.
+	Epoch int `json:"epoch"`
+	// Weights and Bias are the linear model's parameters.
+	Weights []float64 `json:"weights,omitempty"`
+	Bias    float64   `json:"bias,omitempty"`
+	// Loss is the training loss after Epoch epochs: the mean squared error
+	// (linear), the mean cross-entropy over the epoch's batches (MLP).
 	Loss            float64         `json:"loss"`
 	Hyperparameters Hyperparameters `json:"hyperparameters"`
+	// Trainer is the MLP's complete state (toytrain's MarshalBinary,
+	// base64 in the JSON): parameters, momentum and random source.
+	Trainer []byte `json:"trainer,omitempty"`
 	// Checksum is the SHA-256 (hex) of the checkpoint's JSON with Checksum
 	// empty: a checkpoint whose content does not match it is corrupt and
 	// skipped. Checkpoints written before it existed have none.
@@ -132,7 +223,8 @@ type Progress struct {
 	CheckpointTime string `json:"checkpoint_time,omitempty"`
 }
 
-// Model is the file written at the end of training.
+// Model is the file written at the end of training by the linear model;
+// the MLP writes an MLPModel, whose first fields are the same.
 type Model struct {
 	Kind            string          `json:"kind"`
 	Weights         []float64       `json:"weights"`
@@ -142,10 +234,38 @@ type Model struct {
 	Hyperparameters Hyperparameters `json:"hyperparameters"`
 }
 
+// MLPModel is the file written at the end of training by the MLP: its
+// weights, hyperparameters and final metrics.
+type MLPModel struct {
+	// Kind is "mlp-classifier".
+	Kind string `json:"kind"`
+	// FinalLoss is the training loss of the last epoch.
+	FinalLoss       float64         `json:"final_loss"`
+	Epochs          int             `json:"epochs"`
+	Hyperparameters Hyperparameters `json:"hyperparameters"`
+	Metrics         Metrics         `json:"metrics"`
+	// Network is the trained network (libs/toytrain's Model.Predict runs it).
+	Network toytrain.Model `json:"network"`
+}
+
+// Metrics are the MLP's measurements after an epoch.
+type Metrics struct {
+	// ValLoss is the mean cross-entropy on the held-out set (the metric to
+	// minimize); Accuracy the fraction of it classified correctly.
+	ValLoss   float64 `json:"val_loss"`
+	Accuracy  float64 `json:"accuracy"`
+	TrainLoss float64 `json:"train_loss"`
+}
+
 // Result says how a run went.
 type Result struct {
+	// Model is the model file's content (linear), or its common fields
+	// (MLP: then MLP has all of it).
 	Model Model
-	// InitialLoss is the loss before the first epoch this run did.
+	// MLP is the MLP's model file's content; nil for the linear model.
+	MLP *MLPModel
+	// InitialLoss is the loss before the first epoch this run did: the
+	// training loss (linear), the validation loss (MLP).
 	InitialLoss float64
 	// ResumedFrom is the checkpoint epoch training continued from (0: none).
 	ResumedFrom int
@@ -153,15 +273,32 @@ type Result struct {
 
 // Validate reports the first bad setting, naming its flag.
 func (c Config) Validate() error {
+	if c.mlp() {
+		if err := c.toy().Validate(); err != nil {
+			return fmt.Errorf("--%w", err) // toytrain names the flag without its dashes
+		}
+		if c.Samples != 0 || c.Features != 0 {
+			return errors.New("--samples and --features are the linear model's, not --model mlp's")
+		}
+	} else {
+		switch {
+		case c.Model != "" && c.Model != ModelLinear:
+			return fmt.Errorf("--model must be %s or %s, got %q", ModelLinear, ModelMLP, c.Model)
+		case !(c.LearningRate > 0) || math.IsInf(c.LearningRate, 0):
+			return fmt.Errorf("--lr must be a positive number, got %v", c.LearningRate)
+		case c.Samples < 2:
+			return fmt.Errorf("--samples must be at least 2, got %d", c.Samples)
+		case c.Features < 1 || c.Features > 1000:
+			return fmt.Errorf("--features must be 1..1000, got %d", c.Features)
+		case c.BatchSize != 0 || c.WeightDecay != 0 || c.HiddenUnits != 0:
+			return errors.New("--batch_size, --weight_decay and --hidden_units are --model mlp's, not the linear model's")
+		}
+	}
 	switch {
-	case !(c.LearningRate > 0) || math.IsInf(c.LearningRate, 0):
-		return fmt.Errorf("--lr must be a positive number, got %v", c.LearningRate)
 	case c.Epochs < 1:
 		return fmt.Errorf("--epochs must be at least 1, got %d", c.Epochs)
-	case c.Samples < 2:
-		return fmt.Errorf("--samples must be at least 2, got %d", c.Samples)
-	case c.Features < 1 || c.Features > 1000:
-		return fmt.Errorf("--features must be 1..1000, got %d", c.Features)
+	case c.KeepCheckpoints < 0:
+		return fmt.Errorf("--keep-checkpoints must not be negative, got %d", c.KeepCheckpoints)
 	case c.CheckpointEvery < 0:
 		return fmt.Errorf("--checkpoint-every must not be negative, got %d", c.CheckpointEvery)
 	case c.Rank == 0 && c.OutDir == "":
@@ -174,17 +311,25 @@ func (c Config) Validate() error {
 
 // FromEnv fills the settings Loom passes in the environment and that are
 // not set yet: CheckpointDir from LOOM_CHECKPOINT_DIR, else
-// AIP_CHECKPOINT_DIR; ProgressFile from LOOM_PROGRESS_FILE; RestartCount
-// from LOOM_RESTART_COUNT.
+// AIP_CHECKPOINT_DIR; OutDir from LOOM_MODEL_DIR, else AIP_MODEL_DIR;
+// ProgressFile from LOOM_PROGRESS_FILE; MetricFile from
+// CLOUD_ML_HP_METRIC_FILE; TrialID from CLOUD_ML_TRIAL_ID; RestartCount
+// from LOOM_RESTART_COUNT. A directory given as a file:// URI is taken as
+// its path.
 func (c *Config) FromEnv(getenv func(string) string) error {
-	if c.CheckpointDir == "" {
-		c.CheckpointDir = getenv(EnvCheckpointDir)
+	first := func(cur *string, names ...string) {
+		for _, n := range names {
+			if *cur == "" {
+				*cur = strings.TrimPrefix(getenv(n), "file://")
+			}
+		}
 	}
-	if c.CheckpointDir == "" {
-		c.CheckpointDir = getenv(EnvAIPCheckpointDir)
-	}
-	if c.ProgressFile == "" {
-		c.ProgressFile = getenv(EnvProgressFile)
+	first(&c.CheckpointDir, EnvCheckpointDir, EnvAIPCheckpointDir)
+	first(&c.OutDir, EnvModelDir, EnvAIPModelDir)
+	first(&c.ProgressFile, EnvProgressFile)
+	first(&c.MetricFile, EnvMetricFile)
+	if c.TrialID == "" {
+		c.TrialID = getenv(EnvTrialID)
 	}
 	if v := getenv(EnvRestartCount); v != "" {
 		n, err := strconv.Atoi(v)
@@ -279,11 +424,151 @@ func step(x [][]float64, y []float64, w []float64, b *float64, lr float64) {
 	*b -= lr * gb
 }
 
+// learner is one model being trained: the part of Train that differs
+// between the linear model and the MLP.
+type learner interface {
+	// restore continues from a checkpoint (already checked compatible).
+	restore(st State) error
+	// lossNow is the loss before the next epoch (Result.InitialLoss).
+	lossNow() float64
+	// epoch trains one epoch; an error means training diverged.
+	epoch() error
+	// epochs is the number of epochs done; loss the training loss.
+	epochs() int
+	loss() float64
+	// logLine is the epoch line logged after an epoch.
+	logLine() string
+	// metrics are the hypertune values after an epoch (ok false: none).
+	metrics() (m Metrics, ok bool)
+	// state is what a checkpoint holds now.
+	state() (State, error)
+	// result fills the result and returns the model file's content.
+	result(res *Result) any
+}
+
+// linear is the linear-regression learner.
+type linear struct {
+	x  [][]float64
+	y  []float64
+	h  Hyperparameters
+	st State
+}
+
+func newLinear(h Hyperparameters) *linear {
+	x, y := Dataset(h)
+	return &linear{x: x, y: y, h: h, st: State{Weights: make([]float64, h.Features), Hyperparameters: h}}
+}
+
+func (l *linear) restore(st State) error {
+	l.st = st
+	l.st.Hyperparameters = l.h
+	return nil
+}
+
+func (l *linear) lossNow() float64 {
+	l.st.Loss = loss(l.x, l.y, l.st.Weights, l.st.Bias)
+	return l.st.Loss
+}
+
+func (l *linear) epoch() error {
+	step(l.x, l.y, l.st.Weights, &l.st.Bias, l.h.LearningRate)
+	l.st.Epoch++
+	l.st.Loss = loss(l.x, l.y, l.st.Weights, l.st.Bias)
+	if math.IsNaN(l.st.Loss) || math.IsInf(l.st.Loss, 0) {
+		return fmt.Errorf("training diverged at epoch %d (loss %v): lower --lr", l.st.Epoch, l.st.Loss)
+	}
+	return nil
+}
+
+func (l *linear) epochs() int              { return l.st.Epoch }
+func (l *linear) loss() float64            { return l.st.Loss }
+func (l *linear) logLine() string          { return fmt.Sprintf("epoch %d loss %.6f", l.st.Epoch, l.st.Loss) }
+func (l *linear) metrics() (Metrics, bool) { return Metrics{}, false }
+func (l *linear) state() (State, error)    { return l.st, nil }
+func (l *linear) result(res *Result) any {
+	res.Model = Model{
+		Kind:            "linear-regression",
+		Weights:         l.st.Weights,
+		Bias:            l.st.Bias,
+		FinalLoss:       l.st.Loss,
+		Epochs:          l.st.Epoch,
+		Hyperparameters: l.h,
+	}
+	return res.Model
+}
+
+// mlp is libs/toytrain's learner.
+type mlp struct {
+	t *toytrain.Trainer
+	h Hyperparameters
+	m Metrics // after the last epoch
+}
+
+func newMLP(h Hyperparameters) (*mlp, error) {
+	t, err := toytrain.New(h.toy(), int64(h.Seed))
+	if err != nil {
+		return nil, fmt.Errorf("--%w", err)
+	}
+	return &mlp{t: t, h: h}, nil
+}
+
+func (m *mlp) restore(st State) error {
+	var t toytrain.Trainer
+	if err := t.UnmarshalBinary(st.Trainer); err != nil {
+		return err
+	}
+	m.t = &t
+	m.m.TrainLoss = t.TrainLoss()
+	m.m.ValLoss, m.m.Accuracy = t.Validation()
+	return nil
+}
+
+func (m *mlp) lossNow() float64 { v, _ := m.t.Validation(); return v }
+
+func (m *mlp) epoch() error {
+	m.t.TrainEpoch()
+	if m.t.Diverged() {
+		return fmt.Errorf("training diverged at epoch %d (non-finite loss): lower --learning_rate", m.t.Epoch())
+	}
+	m.m.TrainLoss = m.t.TrainLoss()
+	m.m.ValLoss, m.m.Accuracy = m.t.Validation()
+	return nil
+}
+
+func (m *mlp) epochs() int   { return m.t.Epoch() }
+func (m *mlp) loss() float64 { return m.t.TrainLoss() }
+func (m *mlp) logLine() string {
+	return fmt.Sprintf("epoch %d loss %.6f val_loss %.6f accuracy %.4f", m.t.Epoch(), m.m.TrainLoss, m.m.ValLoss, m.m.Accuracy)
+}
+func (m *mlp) metrics() (Metrics, bool) { return m.m, true }
+
+func (m *mlp) state() (State, error) {
+	b, err := m.t.MarshalBinary()
+	if err != nil {
+		return State{}, err
+	}
+	return State{Epoch: m.t.Epoch(), Loss: m.t.TrainLoss(), Hyperparameters: m.h, Trainer: b}, nil
+}
+
+func (m *mlp) result(res *Result) any {
+	res.MLP = &MLPModel{
+		Kind:            "mlp-classifier",
+		FinalLoss:       m.m.TrainLoss,
+		Epochs:          m.t.Epoch(),
+		Hyperparameters: m.h,
+		Metrics:         m.m,
+		Network:         m.t.Export(),
+	}
+	res.Model = Model{Kind: res.MLP.Kind, FinalLoss: res.MLP.FinalLoss, Epochs: res.MLP.Epochs, Hyperparameters: m.h}
+	return res.MLP
+}
+
 // Train runs training to cfg.Epochs, resuming from the latest valid
 // checkpoint in the checkpoint directory when there is one, and (rank 0)
-// writes checkpoints and the model. Resuming is exact: a run that resumes
-// writes the same model file, byte for byte, and logs the same loss at each
-// epoch, as one that was never interrupted.
+// writes checkpoints, hypertune metric lines (MLP), and at the end the
+// model and its MANIFEST. Resuming is exact: a run that resumes writes the
+// same model file, byte for byte, and logs the same losses at each epoch,
+// as one that was never interrupted.
 func Train(ctx context.Context, cfg Config) (Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
@@ -297,8 +582,16 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 		logEvery = max(1, cfg.Epochs/10)
 	}
 	ckDir := cfg.checkpointDir()
-	x, y := Dataset(cfg.Hyperparameters)
-	st := State{Weights: make([]float64, cfg.Features), Hyperparameters: cfg.Hyperparameters}
+	var l learner
+	if cfg.mlp() {
+		m, err := newMLP(cfg.Hyperparameters)
+		if err != nil {
+			return Result{}, err
+		}
+		l = m
+	} else {
+		l = newLinear(cfg.Hyperparameters)
+	}
 	var res Result
 	var prog Progress
 	if ckDir != "" {
@@ -315,10 +608,11 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 			if err := compatible(ck.st.Hyperparameters, cfg.Hyperparameters); err != nil {
 				return Result{}, fmt.Errorf("cannot resume from checkpoint at epoch %d in %s: %w", ck.st.Epoch, ckDir, err)
 			}
-			st = ck.st
-			st.Hyperparameters = cfg.Hyperparameters
+			if err := l.restore(ck.st); err != nil {
+				return Result{}, fmt.Errorf("cannot resume from checkpoint at epoch %d in %s: %w", ck.st.Epoch, ckDir, err)
+			}
 			res.ResumedFrom = ck.st.Epoch
-			prog = Progress{Step: st.Epoch, CheckpointStep: st.Epoch, CheckpointTime: rfc3339(ck.written)}
+			prog = Progress{Step: ck.st.Epoch, CheckpointStep: ck.st.Epoch, CheckpointTime: rfc3339(ck.written)}
 			if cfg.Rank == 0 {
 				restart := ""
 				if cfg.RestartCount > 0 {
@@ -330,6 +624,7 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 			fmt.Fprintf(out, "restart %d: no checkpoint in %s, starting from epoch 0\n", cfg.RestartCount, ckDir)
 		}
 	}
+	var metrics *metricWriter
 	if cfg.Rank == 0 {
 		// The model is its owner's (the job runs as them): the directories
 		// made for it are 0700 and its files 0600 (writeFile's temporary
@@ -340,33 +635,37 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 			}
 			removeTemps(dir)
 		}
+		if cfg.MetricFile != "" && cfg.mlp() {
+			var err error
+			if metrics, err = openMetrics(cfg.MetricFile, cfg.TrialID); err != nil {
+				return Result{}, err
+			}
+			defer metrics.close()
+		}
 	}
 	progress := progressWriter{path: cfg.ProgressFile, every: cfg.ProgressEvery}
 	if err := progress.write(prog, true); err != nil {
 		return res, err
 	}
-	res.InitialLoss = loss(x, y, st.Weights, st.Bias)
-	st.Loss = res.InitialLoss
+	res.InitialLoss = l.lossNow()
 	var pace *time.Timer
-	for st.Epoch < cfg.Epochs {
+	for l.epochs() < cfg.Epochs {
 		if err := ctx.Err(); err != nil {
-			return res, fmt.Errorf("training stopped at epoch %d: %w", st.Epoch, err)
+			return res, fmt.Errorf("training stopped at epoch %d: %w", l.epochs(), err)
 		}
 		if cfg.StepTime > 0 {
 			pace = time.NewTimer(cfg.StepTime)
 		}
-		step(x, y, st.Weights, &st.Bias, cfg.LearningRate)
-		st.Epoch++
-		st.Loss = loss(x, y, st.Weights, st.Bias)
-		if math.IsNaN(st.Loss) || math.IsInf(st.Loss, 0) {
-			return res, fmt.Errorf("training diverged at epoch %d (loss %v): lower --lr", st.Epoch, st.Loss)
+		if err := l.epoch(); err != nil {
+			return res, err
 		}
+		epoch := l.epochs()
 		if pace != nil {
 			select {
 			case <-pace.C:
 			case <-ctx.Done():
 				pace.Stop()
-				return res, fmt.Errorf("training stopped at epoch %d: %w", st.Epoch, ctx.Err())
+				return res, fmt.Errorf("training stopped at epoch %d: %w", epoch, ctx.Err())
 			}
 		}
 		requested := false
@@ -375,55 +674,143 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 			requested = true
 		default:
 		}
-		prog.Step = st.Epoch
+		prog.Step = epoch
 		if cfg.Rank != 0 {
 			if requested {
-				fmt.Fprintf(out, "rank %d: checkpoint requested at epoch %d; only rank 0 writes checkpoints\n", cfg.Rank, st.Epoch)
+				fmt.Fprintf(out, "rank %d: checkpoint requested at epoch %d; only rank 0 writes checkpoints\n", cfg.Rank, epoch)
 			}
 			if err := progress.write(prog, false); err != nil {
 				return res, err
 			}
 			continue
 		}
-		if st.Epoch == 1 || st.Epoch%logEvery == 0 || st.Epoch == cfg.Epochs {
-			fmt.Fprintf(out, "epoch %d loss %.6f\n", st.Epoch, st.Loss)
+		if epoch == 1 || epoch%logEvery == 0 || epoch == cfg.Epochs {
+			fmt.Fprintln(out, l.logLine())
 		}
-		scheduled := cfg.CheckpointEvery > 0 && st.Epoch%cfg.CheckpointEvery == 0
+		if m, ok := l.metrics(); ok && metrics != nil {
+			if err := metrics.report(epoch, m); err != nil {
+				return res, err
+			}
+		}
+		scheduled := cfg.CheckpointEvery > 0 && epoch%cfg.CheckpointEvery == 0
 		if scheduled || requested {
-			if err := writeCheckpoint(filepath.Join(ckDir, checkpointName(st.Epoch)), st); err != nil {
-				return res, fmt.Errorf("checkpoint at epoch %d: %w", st.Epoch, err)
+			st, err := l.state()
+			if err == nil {
+				err = writeCheckpoint(filepath.Join(ckDir, checkpointName(epoch)), st)
+			}
+			if err != nil {
+				return res, fmt.Errorf("checkpoint at epoch %d: %w", epoch, err)
 			}
 			if requested {
-				fmt.Fprintf(out, "checkpoint at epoch %d written (requested by signal)\n", st.Epoch)
+				fmt.Fprintf(out, "checkpoint at epoch %d written (requested by signal)\n", epoch)
 			}
-			prog.CheckpointStep, prog.CheckpointTime = st.Epoch, rfc3339(time.Now())
+			prog.CheckpointStep, prog.CheckpointTime = epoch, rfc3339(time.Now())
+			if err := pruneCheckpoints(ckDir, cfg.KeepCheckpoints, epoch); err != nil {
+				fmt.Fprintf(out, "could not remove old checkpoints: %v\n", err)
+			}
 		}
 		if err := progress.write(prog, scheduled || requested); err != nil {
 			return res, err
 		}
 	}
-	res.Model = Model{
-		Kind:            "linear-regression",
-		Weights:         st.Weights,
-		Bias:            st.Bias,
-		FinalLoss:       st.Loss,
-		Epochs:          st.Epoch,
-		Hyperparameters: cfg.Hyperparameters,
-	}
+	model := l.result(&res)
 	if err := progress.write(prog, true); err != nil {
 		return res, err
 	}
 	if cfg.Rank != 0 {
-		fmt.Fprintf(out, "rank %d: trained %d epochs, loss %.6f (rank 0 writes the model)\n", cfg.Rank, st.Epoch, st.Loss)
+		fmt.Fprintf(out, "rank %d: trained %d epochs, loss %.6f (rank 0 writes the model)\n", cfg.Rank, l.epochs(), l.loss())
 		return res, nil
 	}
 	path := filepath.Join(cfg.OutDir, ModelFile)
-	if err := writeJSON(path, res.Model); err != nil {
+	if err := writeModel(cfg.OutDir, model); err != nil {
 		return res, fmt.Errorf("write model: %w", err)
 	}
-	fmt.Fprintf(out, "model written to %s (final loss %.6f)\n", path, st.Loss)
+	fmt.Fprintf(out, "model written to %s (final loss %.6f)\n", path, l.loss())
 	return res, nil
 }
+
+// writeModel writes the model file, then the MANIFEST listing it, each
+// atomically and durably: a MANIFEST is only ever next to the model it
+// describes.
+func writeModel(dir string, model any) error {
+	b, err := json.MarshalIndent(model, "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	if err := writeBytesAtomic(filepath.Join(dir, ModelFile), b, true); err != nil {
+		return err
+	}
+	sum := sha256.Sum256(b)
+	manifest := fmt.Sprintf("%s  %s\n", hex.EncodeToString(sum[:]), ModelFile)
+	return writeBytesAtomic(filepath.Join(dir, ManifestFile), []byte(manifest), true)
+}
+
+// VerifyManifest checks dir's MANIFEST: it exists, is well formed, and
+// every file it lists exists under dir with the listed SHA-256. It returns
+// the names listed.
+func VerifyManifest(dir string) ([]string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for i, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+		sum, name, ok := strings.Cut(line, "  ")
+		if want, err := hex.DecodeString(sum); !ok || err != nil || len(want) != sha256.Size || !filepath.IsLocal(name) {
+			return names, fmt.Errorf("%s line %d: %q is not \"<sha256 hex>  <relative name>\"", ManifestFile, i+1, line)
+		}
+		got, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return names, fmt.Errorf("%s lists %s: %w", ManifestFile, name, err)
+		}
+		if s := sha256.Sum256(got); hex.EncodeToString(s[:]) != sum {
+			return names, fmt.Errorf("%s: %s does not match its SHA-256", ManifestFile, name)
+		}
+		names = append(names, name)
+	}
+	return names, nil
+}
+
+// metricWriter appends hypertune lines to the metric file.
+type metricWriter struct {
+	f     *os.File
+	trial string // JSON string
+}
+
+func openMetrics(path, trial string) (*metricWriter, error) {
+	if trial == "" {
+		trial = "0" // cloudml-hypertune's default
+	}
+	q, err := json.Marshal(trial)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("metric file: %w", err)
+	}
+	// O_APPEND: the agent tails the file, and each line is one write, so a
+	// reader never sees half a line followed by another writer's bytes.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("metric file: %w", err)
+	}
+	return &metricWriter{f: f, trial: string(q)}, nil
+}
+
+// report appends epoch's metrics in cloudml-hypertune's format (its
+// separators included); the values are finite (Train stops on divergence).
+func (w *metricWriter) report(epoch int, m Metrics) error {
+	ts := strconv.FormatFloat(float64(time.Now().UnixMicro())/1e6, 'f', 6, 64)
+	line := fmt.Sprintf(`{"timestamp": %s, "trial": %s, "val_loss": %s, "accuracy": %s, "global_step": "%d"}`+"\n",
+		ts, w.trial, strconv.FormatFloat(m.ValLoss, 'g', -1, 64), strconv.FormatFloat(m.Accuracy, 'g', -1, 64), epoch)
+	if _, err := w.f.Write([]byte(line)); err != nil {
+		return fmt.Errorf("metric file: %w", err)
+	}
+	return nil
+}
+
+func (w *metricWriter) close() { _ = w.f.Close() }
 
 func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
@@ -450,8 +837,29 @@ func (p *progressWriter) write(pr Progress, force bool) error {
 }
 
 // compatible says whether a checkpoint made with saved can be continued with
-// cur: the same data and model shape; learning rate and epochs may change.
+// cur: the same model. For the linear model, the same data and model shape
+// (learning rate and epochs may change); for the MLP, all its
+// hyperparameters but epochs, so that the result is the uninterrupted
+// run's.
 func compatible(saved, cur Hyperparameters) error {
+	if saved.mlp() != cur.mlp() {
+		name := func(h Hyperparameters) string {
+			if h.mlp() {
+				return ModelMLP
+			}
+			return ModelLinear
+		}
+		return fmt.Errorf("it was trained with --model %s; this run has --model %s", name(saved), name(cur))
+	}
+	if cur.mlp() {
+		s, c := saved, cur
+		s.Epochs, c.Epochs = 0, 0
+		if s != c {
+			return fmt.Errorf("it was trained with seed %d, learning_rate %v, batch_size %d, weight_decay %v, hidden_units %d; this run has seed %d, learning_rate %v, batch_size %d, weight_decay %v, hidden_units %d",
+				s.Seed, s.LearningRate, s.BatchSize, s.WeightDecay, s.HiddenUnits, c.Seed, c.LearningRate, c.BatchSize, c.WeightDecay, c.HiddenUnits)
+		}
+		return nil
+	}
 	if saved.Seed != cur.Seed || saved.Samples != cur.Samples || saved.Features != cur.Features {
 		return fmt.Errorf("it was trained with seed %d, %d samples, %d features; this run has seed %d, %d samples, %d features",
 			saved.Seed, saved.Samples, saved.Features, cur.Seed, cur.Samples, cur.Features)
@@ -479,17 +887,21 @@ type found struct {
 	skipped []string  // "name: why" for each newer checkpoint that was not valid
 }
 
-func latestCheckpoint(dir string) (found, error) {
+// ck is a checkpoint file's name and the epoch the name says.
+type ck struct {
+	epoch int
+	name  string
+}
+
+// listCheckpoints lists dir's checkpoint files, latest epoch first (none
+// when dir does not exist).
+func listCheckpoints(dir string) ([]ck, error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
-		return found{}, nil
+		return nil, nil
 	}
 	if err != nil {
-		return found{}, fmt.Errorf("read checkpoints: %w", err)
-	}
-	type ck struct {
-		epoch int
-		name  string
+		return nil, fmt.Errorf("read checkpoints: %w", err)
 	}
 	var cks []ck
 	for _, e := range entries {
@@ -504,6 +916,34 @@ func latestCheckpoint(dir string) (found, error) {
 		cks = append(cks, ck{n, name})
 	}
 	sort.Slice(cks, func(i, j int) bool { return cks[i].epoch > cks[j].epoch })
+	return cks, nil
+}
+
+// pruneCheckpoints keeps the keep latest checkpoints in dir (by epoch) and
+// removes the others, never the one just written at epoch (keep 0: all).
+func pruneCheckpoints(dir string, keep, epoch int) error {
+	if keep <= 0 {
+		return nil
+	}
+	cks, err := listCheckpoints(dir)
+	if err != nil {
+		return err
+	}
+	for i, c := range cks {
+		if i >= keep && c.epoch != epoch {
+			if err := os.Remove(filepath.Join(dir, c.name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func latestCheckpoint(dir string) (found, error) {
+	cks, err := listCheckpoints(dir)
+	if err != nil {
+		return found{}, err
+	}
 	var f found
 	for _, c := range cks {
 		path := filepath.Join(dir, c.name)
@@ -544,6 +984,16 @@ func readCheckpoint(path string) (State, time.Time, error) {
 		if got != want {
 			return st, time.Time{}, errors.New("checksum mismatch (corrupt)")
 		}
+	}
+	if st.Hyperparameters.mlp() {
+		var t toytrain.Trainer
+		if err := t.UnmarshalBinary(st.Trainer); err != nil {
+			return st, time.Time{}, err
+		}
+		if t.Epoch() != st.Epoch || t.Diverged() {
+			return st, time.Time{}, fmt.Errorf("trainer state at epoch %d (diverged %v)", t.Epoch(), t.Diverged())
+		}
+		return st, fi.ModTime(), nil
 	}
 	if len(st.Weights) != st.Hyperparameters.Features {
 		return st, time.Time{}, fmt.Errorf("%d weights for %d features", len(st.Weights), st.Hyperparameters.Features)
@@ -604,13 +1054,18 @@ func writeFileAtomic(path string, v any, durable bool) error {
 	if err != nil {
 		return err
 	}
+	return writeBytesAtomic(path, append(b, '\n'), durable)
+}
+
+// writeBytesAtomic is writeFileAtomic for bytes b as they are.
+func writeBytesAtomic(path string, b []byte, durable bool) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, tempPrefix+"*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
+	if _, err := tmp.Write(b); err != nil {
 		tmp.Close()
 		return err
 	}
@@ -636,3 +1091,81 @@ func writeFileAtomic(path string, v any, durable bool) error {
 	defer d.Close()
 	return d.Sync()
 }
+
+// Flags of `loom train` that choose a model (ChooseModel).
+var (
+	// MLPFlags are the MLP's own flags (also accepted with dashes:
+	// --learning-rate, ...); --learning_rate sets the linear model's
+	// learning rate too when it is chosen with --model linear.
+	MLPFlags = []string{"learning_rate", "batch_size", "weight_decay", "hidden_units"}
+	// LinearFlags are the linear model's own flags.
+	LinearFlags = []string{"lr", "samples", "features"}
+)
+
+// ChooseModel picks the model `loom train` trains: model when set (it must
+// be ModelLinear or ModelMLP); else ModelMLP when one of MLPFlags was given
+// (changed), ModelLinear when one of LinearFlags was, ModelMLP when
+// AIP_MODEL_DIR is set (a Vertex-style job from the training service), and
+// ModelLinear otherwise (the demo's model). A flag of the other model is an
+// error naming it.
+func ChooseModel(model string, changed func(flag string) bool, getenv func(string) string) (string, error) {
+	firstChanged := func(names []string) string {
+		for _, n := range names {
+			if changed(n) {
+				return n
+			}
+		}
+		return ""
+	}
+	mlpFlag, linFlag := firstChanged(MLPFlags), firstChanged(LinearFlags)
+	switch {
+	case model == "" && mlpFlag != "" && linFlag != "":
+		return "", fmt.Errorf("--%s is --model mlp's and --%s the linear model's: give one model's flags (or --model)", mlpFlag, linFlag)
+	case model == "" && mlpFlag != "":
+		return ModelMLP, nil
+	case model == "" && linFlag != "":
+		return ModelLinear, nil
+	case model == "" && getenv(EnvAIPModelDir) != "":
+		return ModelMLP, nil
+	case model == "":
+		return ModelLinear, nil
+	case model == ModelMLP && linFlag != "" && linFlag != "lr":
+		return "", fmt.Errorf("--%s is the linear model's, not --model mlp's", linFlag)
+	case model == ModelLinear && mlpFlag != "" && mlpFlag != "learning_rate":
+		return "", fmt.Errorf("--%s is --model mlp's, not the linear model's", mlpFlag)
+	case model != ModelMLP && model != ModelLinear:
+		return "", fmt.Errorf("--model must be %s or %s, got %q", ModelLinear, ModelMLP, model)
+	}
+	return model, nil
+}
+
+// IntValue is an integer flag that also accepts an integral number written
+// as a float ("32.0", "3.2e1"): a tuning service may pass a discrete
+// parameter's value that way. It implements pflag.Value.
+type IntValue struct{ P *int }
+
+// String returns the value in decimal.
+func (v IntValue) String() string {
+	if v.P == nil {
+		return "0"
+	}
+	return strconv.Itoa(*v.P)
+}
+
+// Set parses s as an integer, or as a float with an integral value that
+// fits an int.
+func (v IntValue) Set(s string) error {
+	if n, err := strconv.Atoi(s); err == nil {
+		*v.P = n
+		return nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		return fmt.Errorf("%q is not an integer", s)
+	}
+	*v.P = int(f)
+	return nil
+}
+
+// Type names the flag's type in help text.
+func (v IntValue) Type() string { return "int" }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -352,7 +353,11 @@ func TestRequestedCheckpoint(t *testing.T) {
 		t.Fatalf("LatestCheckpoint = %+v, %v, %v; want epoch 1 with a checksum", ck, ok, err)
 	}
 	entries, _ := os.ReadDir(cfg.OutDir)
-	if len(entries) != 2 {
-		t.Fatalf("%d files, want the one requested checkpoint and the model", len(entries))
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if want := []string{ManifestFile, "checkpoint-000001.json", ModelFile}; !slices.Equal(names, want) {
+		t.Fatalf("files %v, want the one requested checkpoint, the model and its manifest %v", names, want)
 	}
 }
