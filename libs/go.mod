@@ -31,7 +31,10 @@ require (
 	google.golang.org/protobuf v1.36.12
 )
 
-require github.com/NVIDIA/go-nvml v0.13.4-1 // indirect
+require (
+	github.com/NVIDIA/go-nvml v0.13.4-1 // indirect
+	gonum.org/v1/gonum v0.17.0 // indirect
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect

@@ -1,0 +1,129 @@
+package hpo
+
+import "math"
+
+// gridLevels chooses how many values each param takes in a grid of at most
+// budget points: each param's count grows in turn (the smallest first, in
+// spec order), up to its number of legal values, while the product of the
+// counts (an upper bound on the grid, conditional params counted as if
+// always active) stays within budget. Every param gets at least one value.
+func (sp *space) gridLevels(budget int) []int {
+	n := len(sp.params)
+	levels := make([]int, n)
+	limit := make([]float64, n)
+	for i := range sp.params {
+		levels[i] = 1
+		p := &sp.params[i]
+		switch p.kind {
+		case kCat:
+			limit[i] = float64(len(p.cats))
+		case kDisc:
+			limit[i] = float64(len(p.disc))
+		case kInt:
+			limit[i] = p.hi - p.lo + 1
+		default:
+			limit[i] = math.Inf(1)
+			if p.hi == p.lo {
+				limit[i] = 1
+			}
+		}
+	}
+	prod := 1.0
+	for {
+		best := -1
+		for i := range levels {
+			if float64(levels[i]) >= limit[i] {
+				continue
+			}
+			if prod/float64(levels[i])*float64(levels[i]+1) > float64(budget) {
+				continue
+			}
+			if best < 0 || levels[i] < levels[best] {
+				best = i
+			}
+		}
+		if best < 0 {
+			return levels
+		}
+		prod = prod / float64(levels[best]) * float64(levels[best]+1)
+		levels[best]++
+	}
+}
+
+// gridValues lists param i's grid values (point values): l evenly spaced
+// values of its scaled space (endpoints included), or l evenly spaced
+// entries of its value list.
+func (sp *space) gridValues(i, l int) []float64 {
+	p := &sp.params[i]
+	var out []float64
+	pick := func(k int) int { // the j-th of l evenly spaced indices of k entries
+		if l == 1 {
+			return (k - 1) / 2
+		}
+		return -1
+	}
+	switch p.kind {
+	case kCat, kDisc:
+		k := len(p.cats)
+		if p.kind == kDisc {
+			k = len(p.disc)
+		}
+		for j := range l {
+			idx := pick(k)
+			if idx < 0 {
+				idx = int(math.Round(float64(j) * float64(k-1) / float64(l-1)))
+			}
+			if p.kind == kCat {
+				out = append(out, float64(idx))
+			} else {
+				out = append(out, p.discU[idx])
+			}
+		}
+	default:
+		for j := range l {
+			u := 0.5
+			if l > 1 {
+				u = float64(j) / float64(l-1)
+			}
+			v := p.snap(u)
+			if len(out) == 0 || out[len(out)-1] != v {
+				out = append(out, v)
+			}
+		}
+	}
+	return out
+}
+
+// grid enumerates the grid of at most budget points, in lexicographic order
+// of the params (the first varies slowest); a conditional param takes its
+// values only where its parent selects it.
+func (sp *space) grid(budget int) [][]float64 {
+	levels := sp.gridLevels(budget)
+	vals := make([][]float64, len(sp.params))
+	for i := range sp.params {
+		vals[i] = sp.gridValues(i, levels[i])
+	}
+	var out [][]float64
+	x := make([]float64, len(sp.params))
+	var rec func(i int)
+	rec = func(i int) {
+		if len(out) >= budget {
+			return
+		}
+		if i == len(sp.params) {
+			out = append(out, append([]float64(nil), x...))
+			return
+		}
+		if !sp.active(x, i) {
+			x[i] = math.NaN()
+			rec(i + 1)
+			return
+		}
+		for _, v := range vals[i] {
+			x[i] = v
+			rec(i + 1)
+		}
+	}
+	rec(0)
+	return out
+}
