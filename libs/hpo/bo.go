@@ -12,13 +12,14 @@ import (
 // trials (plus the pending ones) and its hyperparameters are fitted on at
 // most fitCap of them.
 const (
-	gpCap        = 120
-	fitCap       = 48
-	fitRestarts  = 2
-	nRandomCands = 384
-	nLocalCands  = 256
-	nRefine      = 4
-	refineSteps  = 24
+	gpCap        = 100
+	fitCap       = 32
+	fitRestarts  = 1
+	fitIters     = 30
+	nRandomCands = 192
+	nLocalCands  = 160
+	nRefine      = 3
+	refineSteps  = 16
 	nIncumbents  = 5
 )
 
@@ -113,12 +114,27 @@ func normQuantile(p float64) float64 {
 	return -math.Sqrt2 * math.Erfcinv(2*p)
 }
 
-// subset picks at most k indices of ys (in increasing order): all when they
-// fit, else the best third (lowest y), the most recent third and the rest
-// evenly spread over the others, so the model knows where the good region is,
-// where the search is now, and the overall shape.
-func subset(ys []float64, k int) []int {
-	n := len(ys)
+// rankOrder is the indices of ys from the lowest value up (ties by index).
+func rankOrder(ys []float64) []int {
+	order := make([]int, len(ys))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		if c := cmp.Compare(ys[a], ys[b]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	return order
+}
+
+// subset picks at most k of n indices (in increasing order), given their
+// rank order: all when they fit, else the best third, the most recent third
+// and the rest evenly spread over the others, so the model knows where the
+// good region is, where the search is now, and the overall shape.
+func subset(order []int, k int) []int {
+	n := len(order)
 	if n <= k {
 		out := make([]int, n)
 		for i := range out {
@@ -126,11 +142,6 @@ func subset(ys []float64, k int) []int {
 		}
 		return out
 	}
-	order := make([]int, n)
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(ys[a], ys[b]) })
 	take := make([]bool, n)
 	got := 0
 	for _, i := range order[:k/3] {
@@ -178,24 +189,20 @@ func newModel(sp *space, observed []obs, rng *rand.Rand) *model {
 	for i := range sp.params {
 		cat[i] = sp.params[i].kind == kCat
 	}
-	fi := subset(y, fitCap)
+	order := rankOrder(y)
+	fi := subset(order, fitCap)
 	fx, fy := make([][]float64, len(fi)), make([]float64, len(fi))
 	for j, i := range fi {
 		fx[j], fy[j] = observed[i].x, y[i]
 	}
 	h := fitHyper(cat, fx, fy, fitRestarts, rng)
 	g := newGP(cat, h)
-	for _, i := range subset(y, gpCap) {
+	for _, i := range subset(order, gpCap) {
 		g.add(observed[i].x, y[i])
 	}
-	g.solve()
+	g.prepare()
 	m := &model{sp: sp, cat: cat, base: g, g: g, best: math.Inf(1)}
-	order := make([]int, len(y))
-	for i := range order {
-		order[i] = i
-		m.best = min(m.best, y[i])
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(y[a], y[b]) })
+	m.best = y[order[0]]
 	for _, i := range order[:min(nIncumbents, len(order))] {
 		if !math.IsNaN(observed[i].z) {
 			m.top = append(m.top, observed[i].x)
@@ -221,7 +228,7 @@ func (m *model) pend(x []float64) {
 // refinement of the most promising of those.
 func (m *model) next(rng *rand.Rand) []float64 {
 	if m.fresh {
-		m.g.solve()
+		m.g.prepare()
 		m.fresh = false
 	}
 	score := func(x []float64) float64 {
@@ -232,18 +239,22 @@ func (m *model) next(rng *rand.Rand) []float64 {
 		x []float64
 		s float64
 	}
-	cands := make([]cand, 0, nRandomCands+nLocalCands)
+	xs := make([][]float64, 0, nRandomCands+nLocalCands)
 	for range nRandomCands {
-		x := m.sp.random(rng)
-		cands = append(cands, cand{x, score(x)})
+		xs = append(xs, m.sp.random(rng))
 	}
 	steps := [...]float64{0.01, 0.04, 0.12}
 	for j := range nLocalCands {
 		if len(m.top) == 0 {
 			break
 		}
-		x := m.perturb(m.top[j%len(m.top)], steps[j%len(steps)], rng)
-		cands = append(cands, cand{x, score(x)})
+		xs = append(xs, m.perturb(m.top[j%len(m.top)], steps[j%len(steps)], rng))
+	}
+	mu, sd := make([]float64, len(xs)), make([]float64, len(xs))
+	m.g.predictBatch(xs, mu, sd)
+	cands := make([]cand, len(xs))
+	for j, x := range xs {
+		cands[j] = cand{x, logEI(mu[j], sd[j], m.best)}
 	}
 	slices.SortStableFunc(cands, func(a, b cand) int { return cmp.Compare(b.s, a.s) })
 	best := cands[0]

@@ -3,11 +3,9 @@ package hpo
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 
-	"gonum.org/v1/gonum/blas"
-	"gonum.org/v1/gonum/blas/blas64"
 	"gonum.org/v1/gonum/floats"
-	"gonum.org/v1/gonum/lapack/lapack64"
 	"gonum.org/v1/gonum/optimize"
 )
 
@@ -69,7 +67,36 @@ func dist2(cat bool, a, b float64) float64 {
 // matern52 is the Matérn 5/2 correlation at scaled squared distance r2.
 func matern52(r2 float64) float64 {
 	r := math.Sqrt(5 * r2)
-	return (1 + r + r*r/3) * math.Exp(-r)
+	return (1 + r + r*r/3) * expNeg(r)
+}
+
+// expNeg is e^-r for r ≥ 0, to about 1e-15 relative error: the kernel's
+// hot spot, several times faster than math.Exp (range reduction by ln 2
+// and a degree-11 Taylor polynomial, exact power of two by bits).
+func expNeg(r float64) float64 {
+	if r > 700 {
+		return 0
+	}
+	const (
+		log2e = 1.4426950408889634
+		ln2hi = 6.93147180369123816490e-01
+		ln2lo = 1.90821492927058770002e-10
+	)
+	k := math.Floor(r*log2e + 0.5)
+	f := (r - k*ln2hi) - k*ln2lo // r = k·ln2 + f, |f| ≤ ln2/2
+	// e^-f by Horner, dividing by constants the compiler folds.
+	p := 1 - f*(1.0/11)
+	p = 1 - f*(1.0/10)*p
+	p = 1 - f*(1.0/9)*p
+	p = 1 - f*(1.0/8)*p
+	p = 1 - f*(1.0/7)*p
+	p = 1 - f*(1.0/6)*p
+	p = 1 - f*(1.0/5)*p
+	p = 1 - f*(1.0/4)*p
+	p = 1 - f*(1.0/3)*p
+	p = 1 - f*(1.0/2)*p
+	p = 1 - f*p
+	return p * math.Float64frombits(uint64(1023-int64(k))<<52)
 }
 
 // gp is a Gaussian process conditioned on points X with standardised values
@@ -84,6 +111,11 @@ type gp struct {
 	alpha []float64
 	kbuf  []float64
 	vbuf  []float64
+	// Set by prepare: the fast path of predict.
+	simple bool
+	scale  []float64
+	xs     []float64
+	xbuf   []float64
 }
 
 func newGP(cat []bool, h hyper) *gp { return &gp{cat: cat, h: h} }
@@ -147,19 +179,114 @@ func (g *gp) clone() *gp {
 	return c
 }
 
+// prepare readies g for predictions after points were added: alpha and,
+// for a space of numeric always-active parameters, the points pre-scaled by
+// the length scales (the hot loop then has no branches).
+func (g *gp) prepare() {
+	g.solve()
+	g.simple = true
+	for p := range g.cat {
+		if g.cat[p] {
+			g.simple = false
+		}
+	}
+	P := len(g.cat)
+	g.scale = make([]float64, P)
+	for p := range P {
+		g.scale[p] = math.Sqrt(g.h.invL2[p])
+	}
+	g.xs = make([]float64, len(g.X)*P)
+	for i, x := range g.X {
+		for p := range P {
+			if math.IsNaN(x[p]) {
+				g.simple = false
+			}
+			g.xs[i*P+p] = x[p] * g.scale[p]
+		}
+	}
+	g.xbuf = make([]float64, P)
+}
+
+// kernVec sets k to the kernel between x and every point of g.
+func (g *gp) kernVec(x, k []float64) {
+	n := len(g.X)
+	if P := len(g.cat); g.simple && !hasNaN(x) {
+		xs := g.xbuf
+		for p := range P {
+			xs[p] = x[p] * g.scale[p]
+		}
+		for i := range n {
+			row := g.xs[i*P : i*P+P]
+			s := 0.0
+			for p, a := range row {
+				d := a - xs[p]
+				s += d * d
+			}
+			k[i] = g.h.sf2 * matern52(s)
+		}
+		return
+	}
+	for i := range n {
+		k[i] = g.kern(x, g.X[i])
+	}
+}
+
 // predict returns the posterior mean and standard deviation at x.
 func (g *gp) predict(x []float64) (mu, sd float64) {
 	n := len(g.X)
 	k, v := g.kbuf[:n], g.vbuf[:n]
-	for i := range n {
-		k[i] = g.kern(x, g.X[i])
-	}
+	g.kernVec(x, k)
 	mu = floats.Dot(k, g.alpha)
 	for i := range n {
 		v[i] = (k[i] - floats.Dot(g.L[i][:i], v[:i])) / g.L[i][i]
 	}
 	vr := g.h.sf2 - floats.Dot(v, v)
 	return mu, math.Sqrt(max(vr, 1e-12))
+}
+
+// predictBatch is predict for many points at once: one triangular solve
+// with the points as columns, which runs at vector speed where predict's
+// row-by-row solve is bound by call overhead.
+func (g *gp) predictBatch(xs [][]float64, mu, sd []float64) {
+	n, m := len(g.X), len(xs)
+	B := make([]float64, n*m)
+	for j, x := range xs {
+		k := g.kbuf[:n]
+		g.kernVec(x, k)
+		mu[j] = floats.Dot(k, g.alpha)
+		for i := range n {
+			B[i*m+j] = k[i]
+		}
+	}
+	for i := range n {
+		bi := B[i*m : i*m+m]
+		Li := g.L[i]
+		for k := range i {
+			if l := Li[k]; l != 0 {
+				floats.AddScaled(bi, -l, B[k*m:k*m+m])
+			}
+		}
+		floats.Scale(1/Li[i], bi)
+	}
+	vv := make([]float64, m)
+	for i := range n {
+		bi := B[i*m : i*m+m]
+		for j, b := range bi {
+			vv[j] += b * b
+		}
+	}
+	for j := range m {
+		sd[j] = math.Sqrt(max(g.h.sf2-vv[j], 1e-12))
+	}
+}
+
+func hasNaN(x []float64) bool {
+	for _, v := range x {
+		if math.IsNaN(v) {
+			return true
+		}
+	}
+	return false
 }
 
 // fitHyper maximises the log marginal likelihood (plus weak log-normal
@@ -183,6 +310,7 @@ func fitHyper(cat []bool, X [][]float64, y []float64, restarts int, rng *rand.Ra
 	G := make([]float64, np)  // common factor of dk/dλ per pair
 	Kf := make([]float64, np) // kernel value per pair
 	alpha := make([]float64, n)
+	inv := make([]float64, n*n)
 	const big = 1e10
 	f := func(theta, grad []float64) float64 {
 		h := hyper{}.fromTheta(theta)
@@ -195,7 +323,7 @@ func fitHyper(cat []bool, X [][]float64, y []float64, restarts int, rng *rand.Ra
 					s += dd * h.invL2[p]
 				}
 				r := math.Sqrt(5 * s)
-				e := math.Exp(-r)
+				e := expNeg(r)
 				kf := h.sf2 * (1 + r + r*r/3) * e
 				Kf[q] = kf
 				G[q] = h.sf2 * (5.0 / 3.0) * (1 + r) * e
@@ -205,9 +333,7 @@ func fitHyper(cat []bool, X [][]float64, y []float64, restarts int, rng *rand.Ra
 			K[i*n+i] = h.sf2 + h.sn2 + jitter
 		}
 		K[0] = h.sf2 + h.sn2 + jitter
-		sym := blas64.Symmetric{N: n, Stride: n, Data: K, Uplo: blas.Lower}
-		t, ok := lapack64.Potrf(sym)
-		if !ok {
+		if !cholesky(K, n) {
 			if grad != nil {
 				for i := range grad {
 					grad[i] = 0
@@ -216,9 +342,8 @@ func fitHyper(cat []bool, X [][]float64, y []float64, restarts int, rng *rand.Ra
 			return big
 		}
 		copy(alpha, y)
-		blas64.Trsv(blas.NoTrans, t, blas64.Vector{N: n, Inc: 1, Data: alpha})
-		quad := floats.Dot(alpha, alpha)
-		blas64.Trsv(blas.Trans, t, blas64.Vector{N: n, Inc: 1, Data: alpha})
+		cholSolve(K, n, alpha)
+		quad := floats.Dot(alpha, y)
 		logdet := 0.0
 		for i := range n {
 			logdet += 2 * math.Log(K[i*n+i])
@@ -228,13 +353,10 @@ func fitHyper(cat []bool, X [][]float64, y []float64, restarts int, rng *rand.Ra
 		if grad == nil {
 			return nll
 		}
-		// K⁻¹ in the lower triangle of K.
-		if _, ok := lapack64.Potri(t); !ok {
-			return big
-		}
+		cholInverse(K, n, inv)
 		gs, gn := 0.0, 0.0
 		for i := range n {
-			w := alpha[i]*alpha[i] - K[i*n+i]
+			w := alpha[i]*alpha[i] - inv[i*n+i]
 			gs += w * h.sf2
 			gn += w * h.sn2
 		}
@@ -242,7 +364,7 @@ func fitHyper(cat []bool, X [][]float64, y []float64, restarts int, rng *rand.Ra
 		q = 0
 		for i := 1; i < n; i++ {
 			ai := alpha[i]
-			Ki := K[i*n : i*n+i]
+			Ki := inv[i*n : i*n+i]
 			for j := range i {
 				w := ai*alpha[j] - Ki[j]
 				gs += 2 * w * Kf[q]
@@ -277,19 +399,30 @@ func fitHyper(cat []bool, X [][]float64, y []float64, restarts int, rng *rand.Ra
 		starts = append(starts, x)
 	}
 	bestX, bestF := x0, f(x0, nil)
+	// L-BFGS asks for the value and the gradient at the same point in
+	// separate calls; one evaluation computes both and keeps the gradient.
+	var lastX, lastG []float64
+	lastF := 0.0
+	eval := func(x []float64) float64 {
+		if lastX != nil && slices.Equal(x, lastX) {
+			return lastF
+		}
+		g := make([]float64, len(x))
+		lastF = f(x, g)
+		lastX, lastG = slices.Clone(x), g
+		return lastF
+	}
 	prob := optimize.Problem{
-		Func: func(x []float64) float64 { return f(x, nil) },
+		Func: eval,
 		Grad: func(grad, x []float64) {
-			for i := range grad {
-				grad[i] = 0
-			}
-			f(x, grad)
+			eval(x)
+			copy(grad, lastG)
 		},
 	}
 	for _, s := range starts {
 		res, err := optimize.Minimize(prob, s, &optimize.Settings{
-			MajorIterations:   40,
-			FuncEvaluations:   60,
+			MajorIterations:   fitIters,
+			FuncEvaluations:   fitIters,
 			GradientThreshold: 1e-3,
 		}, &optimize.LBFGS{Store: 8})
 		if res == nil || (err != nil && res.X == nil) {
@@ -300,6 +433,65 @@ func fitHyper(cat []bool, X [][]float64, y []float64, restarts int, rng *rand.Ra
 		}
 	}
 	return hyper{}.fromTheta(bestX)
+}
+
+// cholesky factors the symmetric positive definite n×n matrix A (row-major,
+// lower triangle read) in place into L with A = LLᵀ; false when A is not
+// numerically positive definite. Small dense loops: at the sizes fitted
+// here (n ≤ fitCap) a library call's overhead costs more than the flops.
+func cholesky(A []float64, n int) bool {
+	for j := range n {
+		rj := A[j*n : j*n+j]
+		d := A[j*n+j] - floats.Dot(rj, rj)
+		if !(d > 0) {
+			return false
+		}
+		ljj := math.Sqrt(d)
+		A[j*n+j] = ljj
+		for i := j + 1; i < n; i++ {
+			A[i*n+j] = (A[i*n+j] - floats.Dot(A[i*n:i*n+j], rj)) / ljj
+		}
+	}
+	return true
+}
+
+// cholSolve overwrites b with A⁻¹b given A's factor L (from cholesky).
+func cholSolve(L []float64, n int, b []float64) {
+	for i := range n {
+		b[i] = (b[i] - floats.Dot(L[i*n:i*n+i], b[:i])) / L[i*n+i]
+	}
+	for i := n - 1; i >= 0; i-- {
+		b[i] /= L[i*n+i]
+		if bi := b[i]; bi != 0 {
+			floats.AddScaled(b[:i], -bi, L[i*n:i*n+i])
+		}
+	}
+}
+
+// cholInverse writes A⁻¹ = L⁻ᵀL⁻¹ into the lower triangle of out, given A's
+// factor L (from cholesky); L is left as is.
+func cholInverse(L []float64, n int, out []float64) {
+	// M = L⁻¹, kept by columns so that both loops below read contiguously.
+	M := make([]float64, n*n) // M[j*n+i] = (L⁻¹)[i][j], column j contiguous
+	for j := range n {
+		col := M[j*n : j*n+n]
+		col[j] = 1 / L[j*n+j]
+		for i := j + 1; i < n; i++ {
+			s := 0.0
+			for k := j; k < i; k++ {
+				s += L[i*n+k] * col[k]
+			}
+			col[i] = -s / L[i*n+i]
+		}
+	}
+	// (L⁻ᵀL⁻¹)[i][j] = Σ_{k ≥ max(i,j)} M[k][i]·M[k][j] = column i · column j from k = i (i ≥ j).
+	for i := range n {
+		ci := M[i*n : i*n+n]
+		for j := 0; j <= i; j++ {
+			cj := M[j*n : j*n+n]
+			out[i*n+j] = floats.Dot(ci[i:], cj[i:])
+		}
+	}
 }
 
 // prior adds the negative log prior of theta (and its gradient, when grad

@@ -424,9 +424,18 @@ func (sp *space) encode(x []float64) []*trainingv1.Trial_Parameter {
 // not describe a point of the space (a missing active parameter, a value
 // outside it), so such a trial is left out of the model.
 func (sp *space) decode(ps []*trainingv1.Trial_Parameter) ([]float64, bool) {
-	vals := make(map[string]*structpb.Value, len(ps))
-	for _, p := range ps {
-		vals[p.GetParameterId()] = p.GetValue()
+	// Parameters come in encode's order, so the search for each starts
+	// where the last one was found.
+	next := 0
+	lookup := func(id string) (*structpb.Value, bool) {
+		for j := range ps {
+			k := (next + j) % len(ps)
+			if ps[k].GetParameterId() == id {
+				next = k + 1
+				return ps[k].GetValue(), true
+			}
+		}
+		return nil, false
 	}
 	x := make([]float64, len(sp.params))
 	for i := range sp.params {
@@ -435,7 +444,7 @@ func (sp *space) decode(ps []*trainingv1.Trial_Parameter) ([]float64, bool) {
 			continue
 		}
 		p := &sp.params[i]
-		v, ok := vals[p.id]
+		v, ok := lookup(p.id)
 		if !ok || v == nil {
 			return nil, false
 		}
