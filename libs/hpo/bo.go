@@ -211,15 +211,17 @@ func newModel(sp *space, observed []obs, rng *rand.Rand) *model {
 	return m
 }
 
-// pend adds a pending point at its believed value (the kriging believer: the
-// posterior mean of the observed-only model), so that the next suggestion
-// sees no improvement left there.
+// pend adds a pending point at its believed value, so that the next
+// suggestion sees no improvement left there: the kriging believer (the
+// posterior mean of the observed-only model), but never better than the
+// incumbent (then the constant liar at the best value), else a point the
+// model believes in would draw the rest of the batch to its neighbourhood.
 func (m *model) pend(x []float64) {
 	if m.g == m.base {
 		m.g = m.base.clone()
 	}
 	mu, _ := m.base.predict(x)
-	m.g.add(x, mu)
+	m.g.add(x, max(mu, m.best))
 	m.fresh = true
 }
 

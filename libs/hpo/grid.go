@@ -1,12 +1,15 @@
 package hpo
 
-import "math"
+import (
+	"math"
+	"slices"
+)
 
 // gridLevels chooses how many values each param takes in a grid of at most
 // budget points: each param's count grows in turn (the smallest first, in
-// spec order), up to its number of legal values, while the product of the
-// counts (an upper bound on the grid, conditional params counted as if
-// always active) stays within budget. Every param gets at least one value.
+// spec order), up to its number of legal values, while the grid (counted
+// as enumerated, conditional params only under their parents' values)
+// stays within budget. Every param gets at least one value.
 func (sp *space) gridLevels(budget int) []int {
 	n := len(sp.params)
 	levels := make([]int, n)
@@ -28,14 +31,11 @@ func (sp *space) gridLevels(budget int) []int {
 			}
 		}
 	}
-	prod := 1.0
+	full := make([]bool, n) // growing it would exceed the budget
 	for {
 		best := -1
 		for i := range levels {
-			if float64(levels[i]) >= limit[i] {
-				continue
-			}
-			if prod/float64(levels[i])*float64(levels[i]+1) > float64(budget) {
+			if full[i] || float64(levels[i]) >= limit[i] {
 				continue
 			}
 			if best < 0 || levels[i] < levels[best] {
@@ -45,9 +45,43 @@ func (sp *space) gridLevels(budget int) []int {
 		if best < 0 {
 			return levels
 		}
-		prod = prod / float64(levels[best]) * float64(levels[best]+1)
 		levels[best]++
+		if sp.gridCount(levels) > float64(budget) {
+			levels[best]--
+			full[best] = true
+		}
 	}
+}
+
+// gridCount is the number of points the grid with these levels enumerates.
+func (sp *space) gridCount(levels []int) float64 {
+	vals := make([][]float64, len(sp.params))
+	for i := range sp.params {
+		vals[i] = sp.gridValues(i, levels[i])
+	}
+	// sub(i) counts param i's subtree: each of its values times the
+	// subtrees of the children that value activates.
+	var sub func(i int) float64
+	sub = func(i int) float64 {
+		total := 0.0
+		for _, v := range vals[i] {
+			prod := 1.0
+			for _, c := range sp.params[i].children {
+				if slices.Contains(sp.params[c].cond, v) {
+					prod *= sub(c)
+				}
+			}
+			total += prod
+		}
+		return total
+	}
+	count := 1.0
+	for i := range sp.params {
+		if sp.params[i].parent < 0 {
+			count *= sub(i)
+		}
+	}
+	return count
 }
 
 // gridValues lists param i's grid values (point values): l evenly spaced

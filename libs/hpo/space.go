@@ -285,10 +285,12 @@ func unitOf(x, lo, hi float64, s scale) float64 {
 }
 
 func valueOf(u, lo, hi float64, s scale) float64 {
-	if hi <= lo {
+	switch {
+	case hi <= lo || u <= 0:
 		return lo
+	case u >= 1:
+		return hi
 	}
-	u = min(1, max(0, u))
 	var x float64
 	switch s {
 	case sLog:
