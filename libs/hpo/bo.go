@@ -12,12 +12,12 @@ import (
 // trials (plus the pending ones) and its hyperparameters are fitted on at
 // most fitCap of them.
 const (
-	gpCap        = 100
+	gpCap        = 80
 	fitCap       = 32
-	fitRestarts  = 1
+	fitRestarts  = 3
 	fitIters     = 30
-	nRandomCands = 192
-	nLocalCands  = 160
+	nRandomCands = 160
+	nLocalCands  = 128
 	nRefine      = 3
 	refineSteps  = 16
 	nIncumbents  = 5

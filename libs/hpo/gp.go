@@ -291,7 +291,8 @@ func hasNaN(x []float64) bool {
 
 // fitHyper maximises the log marginal likelihood (plus weak log-normal
 // priors that keep small data sets sensible) over the hyperparameters, by
-// L-BFGS from a fixed start and restarts more, drawn from rng.
+// L-BFGS from the likeliest of a fixed start and restarts more drawn from
+// rng.
 func fitHyper(cat []bool, X [][]float64, y []float64, restarts int, rng *rand.Rand) hyper {
 	n, P := len(X), len(cat)
 	// Per-parameter squared distances of every pair (i > j).
@@ -398,7 +399,14 @@ func fitHyper(cat []bool, X [][]float64, y []float64, restarts int, rng *rand.Ra
 		x[P+1] = clamp(math.Log(1e-3)+rng.NormFloat64(), logSn2Lo, logSn2Hi)
 		starts = append(starts, x)
 	}
+	// Pick the most likely start cheaply (no gradient), then run L-BFGS
+	// once from there: one full optimisation is the expensive part.
 	bestX, bestF := x0, f(x0, nil)
+	for _, s := range starts[1:] {
+		if fs := f(s, nil); fs < bestF {
+			bestX, bestF = s, fs
+		}
+	}
 	// L-BFGS asks for the value and the gradient at the same point in
 	// separate calls; one evaluation computes both and keeps the gradient.
 	var lastX, lastG []float64
@@ -419,17 +427,14 @@ func fitHyper(cat []bool, X [][]float64, y []float64, restarts int, rng *rand.Ra
 			copy(grad, lastG)
 		},
 	}
-	for _, s := range starts {
-		res, err := optimize.Minimize(prob, s, &optimize.Settings{
-			MajorIterations:   fitIters,
-			FuncEvaluations:   fitIters,
-			GradientThreshold: 1e-3,
-		}, &optimize.LBFGS{Store: 8})
-		if res == nil || (err != nil && res.X == nil) {
-			continue
-		}
+	res, err := optimize.Minimize(prob, bestX, &optimize.Settings{
+		MajorIterations:   fitIters,
+		FuncEvaluations:   fitIters,
+		GradientThreshold: 1e-3,
+	}, &optimize.LBFGS{Store: 8})
+	if res != nil && (err == nil || res.X != nil) {
 		if fx := f(res.X, nil); fx < bestF {
-			bestX, bestF = res.X, fx
+			bestX = res.X
 		}
 	}
 	return hyper{}.fromTheta(bestX)
@@ -477,11 +482,7 @@ func cholInverse(L []float64, n int, out []float64) {
 		col := M[j*n : j*n+n]
 		col[j] = 1 / L[j*n+j]
 		for i := j + 1; i < n; i++ {
-			s := 0.0
-			for k := j; k < i; k++ {
-				s += L[i*n+k] * col[k]
-			}
-			col[i] = -s / L[i*n+i]
+			col[i] = -floats.Dot(L[i*n+j:i*n+i], col[j:i]) / L[i*n+i]
 		}
 	}
 	// (L⁻ᵀL⁻¹)[i][j] = Σ_{k ≥ max(i,j)} M[k][i]·M[k][j] = column i · column j from k = i (i ≥ j).

@@ -143,8 +143,10 @@ func (s *Searcher) Suggest(trials []*trainingv1.Trial, n int) ([][]*trainingv1.T
 		observed []obs
 		feasible int
 	)
-	for _, t := range trials {
-		x, ok := s.sp.decode(t.GetParameters())
+	P := len(s.sp.params)
+	slab := make([]float64, len(trials)*P)
+	for i, t := range trials {
+		x, ok := s.sp.decodeInto(t.GetParameters(), slab[i*P:(i+1)*P:(i+1)*P])
 		if !ok {
 			continue
 		}

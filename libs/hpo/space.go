@@ -426,6 +426,12 @@ func (sp *space) encode(x []float64) []*trainingv1.Trial_Parameter {
 // not describe a point of the space (a missing active parameter, a value
 // outside it), so such a trial is left out of the model.
 func (sp *space) decode(ps []*trainingv1.Trial_Parameter) ([]float64, bool) {
+	return sp.decodeInto(ps, make([]float64, len(sp.params)))
+}
+
+// decodeInto is decode into x (len(sp.params)), so that a caller decoding
+// many trials can allocate once.
+func (sp *space) decodeInto(ps []*trainingv1.Trial_Parameter, x []float64) ([]float64, bool) {
 	// Parameters come in encode's order, so the search for each starts
 	// where the last one was found.
 	next := 0
@@ -439,7 +445,6 @@ func (sp *space) decode(ps []*trainingv1.Trial_Parameter) ([]float64, bool) {
 		}
 		return nil, false
 	}
-	x := make([]float64, len(sp.params))
 	for i := range sp.params {
 		x[i] = math.NaN()
 		if !sp.active(x, i) {
