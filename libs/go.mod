@@ -27,14 +27,12 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/crypto v0.59.0
 	golang.org/x/sync v0.25.0
+	gonum.org/v1/gonum v0.17.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )
 
-require (
-	github.com/NVIDIA/go-nvml v0.13.4-1 // indirect
-	gonum.org/v1/gonum v0.17.0 // indirect
-)
+require github.com/NVIDIA/go-nvml v0.13.4-1 // indirect
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect

@@ -18,8 +18,10 @@ type Func struct {
 	Name string
 	// Lower and Upper bound the box (one entry per dimension).
 	Lower, Upper []float64
-	// Optimum is the known global minimum value.
+	// Optimum is the known global minimum value, reached at Argmin (one
+	// of the minimisers where there are several).
 	Optimum float64
+	Argmin  []float64
 	// F evaluates the function at x (len(x) == Dim()).
 	F func(x []float64) float64
 }
@@ -31,6 +33,7 @@ func (f Func) Dim() int { return len(f.Lower) }
 func Branin() Func {
 	return Func{
 		Name: "branin", Lower: []float64{-5, 0}, Upper: []float64{10, 15}, Optimum: 0.39788735772973816,
+		Argmin: []float64{math.Pi, 2.275},
 		F: func(x []float64) float64 {
 			const a, r, s = 1.0, 6.0, 10.0
 			b := 5.1 / (4 * math.Pi * math.Pi)
@@ -58,6 +61,7 @@ var (
 func Hartmann3() Func {
 	return Func{
 		Name: "hartmann3", Lower: []float64{0, 0, 0}, Upper: []float64{1, 1, 1}, Optimum: -3.8627797869493365,
+		Argmin: []float64{0.114614, 0.555649, 0.852547},
 		F: func(x []float64) float64 {
 			s := 0.0
 			for i := range 4 {
@@ -77,6 +81,7 @@ func Hartmann3() Func {
 func Hartmann6() Func {
 	return Func{
 		Name: "hartmann6", Lower: []float64{0, 0, 0, 0, 0, 0}, Upper: []float64{1, 1, 1, 1, 1, 1}, Optimum: -3.3223680114155147,
+		Argmin: []float64{0.20169, 0.150011, 0.476874, 0.275332, 0.311652, 0.6573},
 		F: func(x []float64) float64 {
 			s := 0.0
 			for i := range 4 {
@@ -96,6 +101,7 @@ func Hartmann6() Func {
 func GoldsteinPrice() Func {
 	return Func{
 		Name: "goldstein-price", Lower: []float64{-2, -2}, Upper: []float64{2, 2}, Optimum: 3,
+		Argmin: []float64{0, -1},
 		F: func(x []float64) float64 {
 			a, b := x[0], x[1]
 			p := 1 + (a+b+1)*(a+b+1)*(19-14*a+3*a*a-14*b+6*a*b+3*b*b)
@@ -109,6 +115,7 @@ func GoldsteinPrice() Func {
 func SixHumpCamel() Func {
 	return Func{
 		Name: "six-hump-camel", Lower: []float64{-3, -2}, Upper: []float64{3, 2}, Optimum: -1.0316284534898774,
+		Argmin: []float64{0.08984201368301331, -0.7126564032704135},
 		F: func(x []float64) float64 {
 			a, b := x[0], x[1]
 			return (4-2.1*a*a+a*a*a*a/3)*a*a + a*b + (-4+4*b*b)*b*b
@@ -119,12 +126,12 @@ func SixHumpCamel() Func {
 // StyblinskiTang in d dimensions on [-5,5]^d; minimum -39.16617·d at
 // x_i = -2.903534.
 func StyblinskiTang(d int) Func {
-	lo, hi := make([]float64, d), make([]float64, d)
+	lo, hi, arg := make([]float64, d), make([]float64, d), make([]float64, d)
 	for i := range d {
-		lo[i], hi[i] = -5, 5
+		lo[i], hi[i], arg[i] = -5, 5, -2.903534027771177
 	}
 	return Func{
-		Name: fmt.Sprintf("styblinski-tang-%d", d), Lower: lo, Upper: hi, Optimum: -39.16616570377142 * float64(d),
+		Name: fmt.Sprintf("styblinski-tang-%d", d), Lower: lo, Upper: hi, Optimum: -39.16616570377142 * float64(d), Argmin: arg,
 		F: func(x []float64) float64 {
 			s := 0.0
 			for _, v := range x {
