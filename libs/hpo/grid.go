@@ -85,41 +85,30 @@ func (sp *space) gridCount(levels []int) float64 {
 }
 
 // gridValues lists param i's grid values (point values): l evenly spaced
-// values of its scaled space (endpoints included), or l evenly spaced
-// entries of its value list.
+// values of its scaled space (endpoints included; the middle when l is 1),
+// or l evenly spaced entries of its value list.
 func (sp *space) gridValues(i, l int) []float64 {
 	p := &sp.params[i]
 	var out []float64
-	pick := func(k int) int { // the j-th of l evenly spaced indices of k entries
+	// spaced is the j-th of l evenly spaced positions in [0, 1].
+	spaced := func(j int) float64 {
 		if l == 1 {
-			return (k - 1) / 2
+			return 0.5
 		}
-		return -1
+		return float64(j) / float64(l-1)
 	}
 	switch p.kind {
-	case kCat, kDisc:
-		k := len(p.cats)
-		if p.kind == kDisc {
-			k = len(p.disc)
-		}
+	case kCat:
 		for j := range l {
-			idx := pick(k)
-			if idx < 0 {
-				idx = int(math.Round(float64(j) * float64(k-1) / float64(l-1)))
-			}
-			if p.kind == kCat {
-				out = append(out, float64(idx))
-			} else {
-				out = append(out, p.discU[idx])
-			}
+			out = append(out, math.Round(spaced(j)*float64(len(p.cats)-1)))
+		}
+	case kDisc:
+		for j := range l {
+			out = append(out, p.discU[int(math.Round(spaced(j)*float64(len(p.disc)-1)))])
 		}
 	default:
 		for j := range l {
-			u := 0.5
-			if l > 1 {
-				u = float64(j) / float64(l-1)
-			}
-			v := p.snap(u)
+			v := p.snap(spaced(j))
 			if len(out) == 0 || out[len(out)-1] != v {
 				out = append(out, v)
 			}
