@@ -621,3 +621,59 @@ func TestSuggestZero(t *testing.T) {
 		t.Error("MaxConditionalDepth")
 	}
 }
+
+// TestLargestSpec: the largest spec validation allows (64 parameters, a
+// categorical of 256 values, conditional ones) still suggests legal,
+// distinct batches from a long history.
+func TestLargestSpec(t *testing.T) {
+	t.Parallel()
+	var params []*pspec
+	var cats []string
+	for i := range 256 {
+		cats = append(cats, fmt.Sprintf("v%d", i))
+	}
+	params = append(params, under(catp("big", cats...), dbl("only_v0", 0, 1, lin), "v0"))
+	for i := 1; i < 63; i++ {
+		switch i % 3 {
+		case 0:
+			params = append(params, dbl(fmt.Sprintf("d%d", i), 1e-3, 1, trainingv1.StudySpec_ParameterSpec_UNIT_LOG_SCALE))
+		case 1:
+			params = append(params, intp(fmt.Sprintf("i%d", i), 0, 100))
+		default:
+			params = append(params, discp(fmt.Sprintf("q%d", i), 1, 2, 4, 8))
+		}
+	}
+	s := mustNew(t, minimize(params...), hpo.Options{Seed: 1})
+	if s.InitialTrials() != 65 {
+		t.Errorf("InitialTrials = %d, want 65", s.InitialTrials())
+	}
+	var trials []*trainingv1.Trial
+	for len(trials) < 150 {
+		sug, err := s.Suggest(trials, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ps := range sug {
+			loss := 0.0
+			for _, p := range ps {
+				loss += math.Abs(p.GetValue().GetNumberValue() - 1)
+			}
+			trials = append(trials, trial(len(trials)+1, trainingv1.Trial_SUCCEEDED, ps, loss))
+		}
+	}
+	batch, err := s.Suggest(trials, 8)
+	if err != nil || len(batch) != 8 {
+		t.Fatalf("Suggest = %d, %v", len(batch), err)
+	}
+	seen := map[string]bool{}
+	for _, ps := range batch {
+		if n := len(ps); n != 63 && n != 64 {
+			t.Errorf("suggestion with %d parameters, want 63 or 64 (only_v0 under big=v0)", n)
+		}
+		k := fmt.Sprint(ps)
+		if seen[k] {
+			t.Errorf("batch repeats a point")
+		}
+		seen[k] = true
+	}
+}
