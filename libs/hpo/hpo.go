@@ -143,9 +143,16 @@ func (s *Searcher) Suggest(trials []*trainingv1.Trial, n int) ([][]*trainingv1.T
 		observed []obs
 		feasible int
 	)
+	bo := s.spec.GetAlgorithm() == trainingv1.StudySpec_ALGORITHM_UNSPECIFIED
 	P := len(s.sp.params)
-	slab := make([]float64, len(trials)*P)
+	var slab []float64
+	if bo { // grid and random points depend on the trial id alone
+		slab = make([]float64, len(trials)*P)
+	}
 	for i, t := range trials {
+		if !bo {
+			break
+		}
 		x, ok := s.sp.decodeInto(t.GetParameters(), slab[i*P:(i+1)*P:(i+1)*P])
 		if !ok {
 			continue
@@ -166,7 +173,7 @@ func (s *Searcher) Suggest(trials []*trainingv1.Trial, n int) ([][]*trainingv1.T
 		}
 	}
 	var m *model
-	if s.spec.GetAlgorithm() == trainingv1.StudySpec_ALGORITHM_UNSPECIFIED && feasible >= s.nInit {
+	if bo && feasible >= s.nInit {
 		// The fit depends on the observed trials only, never on pending ones,
 		// so a batch and one-at-a-time suggestions see the same model.
 		m = newModel(s.sp, observed, s.rng("fit", len(observed)))
