@@ -145,14 +145,14 @@ func (s *Searcher) Suggest(trials []*trainingv1.Trial, n int) ([][]*trainingv1.T
 	)
 	bo := s.spec.GetAlgorithm() == trainingv1.StudySpec_ALGORITHM_UNSPECIFIED
 	P := len(s.sp.params)
-	var slab []float64
-	if bo { // grid and random points depend on the trial id alone
-		slab = make([]float64, len(trials)*P)
+	// Only the model reads the trials: grid and random points depend on the
+	// trial id alone.
+	readTrials := trials
+	if !bo {
+		readTrials = nil
 	}
-	for i, t := range trials {
-		if !bo {
-			break
-		}
+	slab := make([]float64, len(readTrials)*P)
+	for i, t := range readTrials {
 		x, ok := s.sp.decodeInto(t.GetParameters(), slab[i*P:(i+1)*P:(i+1)*P])
 		if !ok {
 			continue
