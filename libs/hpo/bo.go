@@ -1,0 +1,365 @@
+package hpo
+
+import (
+	"cmp"
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// Sizes of the Bayesian optimiser. They bound the work of one suggestion
+// whatever the history: the GP is conditioned on at most gpCap observed
+// trials (plus the pending ones) and its hyperparameters are fitted on at
+// most fitCap of them.
+const (
+	gpCap        = 80
+	fitCap       = 32
+	fitRestarts  = 3
+	fitIters     = 30
+	nRandomCands = 160
+	nLocalCands  = 128
+	nRefine      = 3
+	refineSteps  = 16
+	nIncumbents  = 5
+)
+
+// obs is one observed trial for the model: its point and objective in the
+// minimising direction (NaN for an infeasible trial).
+type obs struct {
+	x []float64
+	z float64
+}
+
+// model is the Bayesian optimiser's state for one Suggest call: the GP
+// conditioned on observations, the incumbent and the best points.
+type model struct {
+	sp    *space
+	cat   []bool
+	base  *gp // observed trials only: believed values of pending points come from here
+	g     *gp // base plus the pending points at their believed values
+	best  float64
+	top   [][]float64
+	fresh bool // g has points added since the last solve
+}
+
+// warp turns objectives (minimising; NaN for infeasible) into standardised
+// model targets. Values worse than the median are replaced by normal
+// quantiles of their rank scaled like the better half (Vizier's half-rank
+// warping), so that a few terrible trials (Goldstein-Price spans six orders
+// of magnitude) do not flatten the model where it matters; infeasible
+// trials get the worst value. ok is false when the values do not vary.
+func warp(z []float64) ([]float64, bool) {
+	var feas []float64
+	for _, v := range z {
+		if !math.IsNaN(v) {
+			feas = append(feas, v)
+		}
+	}
+	if len(feas) < 2 {
+		return nil, false
+	}
+	sorted := slices.Clone(feas)
+	slices.Sort(sorted)
+	m := len(sorted)
+	med := sorted[(m-1)/2]
+	ss, cnt := 0.0, 0
+	for _, v := range sorted {
+		if v <= med {
+			ss += (v - med) * (v - med)
+			cnt++
+		}
+	}
+	sd := math.Sqrt(ss / float64(cnt))
+	out := make([]float64, len(z))
+	worst := math.Inf(-1)
+	for i, v := range z {
+		if math.IsNaN(v) {
+			continue
+		}
+		w := v
+		if v > med && sd > 0 {
+			// Rank of v (ties share the lowest) → normal quantile above the median.
+			r, _ := slices.BinarySearch(sorted, v)
+			q := (float64(r) + 0.5) / float64(m)
+			w = med + sd*math.Min(normQuantile(q), (v-med)/sd)
+		}
+		out[i] = w
+		worst = max(worst, w)
+	}
+	mean, n := 0.0, 0
+	for i, v := range z {
+		if math.IsNaN(v) {
+			out[i] = worst
+		}
+		mean += out[i]
+		n++
+	}
+	mean /= float64(n)
+	vr := 0.0
+	for _, v := range out {
+		vr += (v - mean) * (v - mean)
+	}
+	std := math.Sqrt(vr / float64(n))
+	if !(std > 1e-12) {
+		return nil, false
+	}
+	for i := range out {
+		out[i] = (out[i] - mean) / std
+	}
+	return out, true
+}
+
+// normQuantile is the standard normal quantile function.
+func normQuantile(p float64) float64 {
+	return -math.Sqrt2 * math.Erfcinv(2*p)
+}
+
+// rankOrder is the indices of ys from the lowest value up (ties by index).
+func rankOrder(ys []float64) []int {
+	order := make([]int, len(ys))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		if c := cmp.Compare(ys[a], ys[b]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	return order
+}
+
+// subset picks at most k of n indices (in increasing order), given their
+// rank order: all when they fit, else the best third, the most recent third
+// and the rest evenly spread over the others, so the model knows where the
+// good region is, where the search is now, and the overall shape.
+func subset(order []int, k int) []int {
+	n := len(order)
+	if n <= k {
+		out := make([]int, n)
+		for i := range out {
+			out[i] = i
+		}
+		return out
+	}
+	take := make([]bool, n)
+	got := 0
+	for _, i := range order[:k/3] {
+		take[i] = true
+		got++
+	}
+	for i := n - 1; i >= 0 && got < 2*k/3; i-- {
+		if !take[i] {
+			take[i] = true
+			got++
+		}
+	}
+	var rest []int
+	for i := range n {
+		if !take[i] {
+			rest = append(rest, i)
+		}
+	}
+	need := k - got
+	for j := range need {
+		take[rest[j*len(rest)/need]] = true
+	}
+	var out []int
+	for i := range n {
+		if take[i] {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// newModel fits the GP to the observations; nil when they cannot support a
+// model (too few, or all equal), and the search falls back to quasi-random
+// points.
+func newModel(sp *space, observed []obs, rng *rand.Rand) *model {
+	z := make([]float64, len(observed))
+	for i, o := range observed {
+		z[i] = o.z
+	}
+	y, ok := warp(z)
+	if !ok {
+		return nil
+	}
+	cat := make([]bool, len(sp.params))
+	for i := range sp.params {
+		cat[i] = sp.params[i].kind == kCat
+	}
+	order := rankOrder(y)
+	fi := subset(order, fitCap)
+	fx, fy := make([][]float64, len(fi)), make([]float64, len(fi))
+	for j, i := range fi {
+		fx[j], fy[j] = observed[i].x, y[i]
+	}
+	h := fitHyper(cat, fx, fy, fitRestarts, rng)
+	g := newGP(cat, h)
+	for _, i := range subset(order, gpCap) {
+		g.add(observed[i].x, y[i])
+	}
+	g.prepare()
+	m := &model{sp: sp, cat: cat, base: g, g: g, best: math.Inf(1)}
+	m.best = y[order[0]]
+	for _, i := range order[:min(nIncumbents, len(order))] {
+		if !math.IsNaN(observed[i].z) {
+			m.top = append(m.top, observed[i].x)
+		}
+	}
+	return m
+}
+
+// pend adds a pending point at its believed value, so that the next
+// suggestion sees no improvement left there: the kriging believer (the
+// posterior mean of the observed-only model), but never better than the
+// incumbent (then the constant liar at the best value), else a point the
+// model believes in would draw the rest of the batch to its neighbourhood.
+func (m *model) pend(x []float64) {
+	if m.g == m.base {
+		m.g = m.base.clone()
+	}
+	mu, _ := m.base.predict(x)
+	m.g.add(x, max(mu, m.best))
+	m.fresh = true
+}
+
+// next returns the point of greatest expected improvement found among
+// random candidates, perturbations of the best trials, and a local
+// refinement of the most promising of those.
+func (m *model) next(rng *rand.Rand) []float64 {
+	if m.fresh {
+		m.g.prepare()
+		m.fresh = false
+	}
+	score := func(x []float64) float64 {
+		mu, sd := m.g.predict(x)
+		return logEI(mu, sd, m.best)
+	}
+	type cand struct {
+		x []float64
+		s float64
+	}
+	xs := make([][]float64, 0, nRandomCands+nLocalCands)
+	for range nRandomCands {
+		xs = append(xs, m.sp.random(rng))
+	}
+	steps := [...]float64{0.01, 0.04, 0.12}
+	for j := range nLocalCands {
+		if len(m.top) == 0 {
+			break
+		}
+		xs = append(xs, m.perturb(m.top[j%len(m.top)], steps[j%len(steps)], rng))
+	}
+	mu, sd := make([]float64, len(xs)), make([]float64, len(xs))
+	m.g.predictBatch(xs, mu, sd)
+	cands := make([]cand, len(xs))
+	for j, x := range xs {
+		cands[j] = cand{x, logEI(mu[j], sd[j], m.best)}
+	}
+	slices.SortStableFunc(cands, func(a, b cand) int { return cmp.Compare(b.s, a.s) })
+	best := cands[0]
+	for r := range min(nRefine, len(cands)) {
+		c := cands[r]
+		step := 0.05
+		for range refineSteps {
+			x := m.perturb(c.x, step, rng)
+			if s := score(x); s > c.s {
+				c = cand{x, s}
+			} else {
+				step *= 0.7
+			}
+		}
+		if c.s > best.s {
+			best = c
+		}
+	}
+	return best.x
+}
+
+// perturb returns a neighbour of x: numeric parameters moved by a normal
+// step of sd step in the scaled space (each with probability about 3/d,
+// at least one), categorical ones switched with probability 1/d, and
+// conditional parameters brought in line with their parents.
+func (m *model) perturb(x []float64, step float64, rng *rand.Rand) []float64 {
+	y := slices.Clone(x)
+	n := 0
+	for i := range y {
+		if !math.IsNaN(y[i]) {
+			n++
+		}
+	}
+	pr := min(1, 3/float64(max(n, 1)))
+	moved := false
+	for try := 0; !moved && try < 16; try++ {
+		for i := range y {
+			if math.IsNaN(y[i]) {
+				continue
+			}
+			p := &m.sp.params[i]
+			switch p.kind {
+			case kCat:
+				if len(p.cats) > 1 && rng.Float64() < 1/float64(n) {
+					y[i] = float64((int(y[i]) + 1 + rng.IntN(len(p.cats)-1)) % len(p.cats))
+					moved = true
+				}
+			default:
+				if p.hi > p.lo && rng.Float64() < pr {
+					v := p.snap(y[i] + step*rng.NormFloat64())
+					if v == y[i] && p.kind != kDouble {
+						// A step too small for the grid of values: move to a neighbour.
+						v = p.snap(y[i] + math.Copysign(stepOf(p, y[i]), rng.Float64()-0.5))
+					}
+					y[i] = v
+					moved = true
+				}
+			}
+		}
+	}
+	m.sp.fixActivity(y, func(i int) float64 { return m.sp.params[i].fromUniform(rng.Float64()) })
+	return y
+}
+
+// stepOf is the unit-space distance from u to the next legal value of an
+// integer or discrete parameter.
+func stepOf(p *param, u float64) float64 {
+	switch p.kind {
+	case kInt:
+		x := math.Round(valueOf(u, p.lo, p.hi, p.scale))
+		return math.Abs(p.toUnit(min(p.hi, x+1))-u) + 1e-12
+	case kDisc:
+		j := nearest(p.discU, u)
+		if j+1 < len(p.discU) {
+			return p.discU[j+1] - u + 1e-12
+		}
+		return 1
+	}
+	return 0
+}
+
+// halton is the i-th point (i ≥ 1) of a Halton sequence in d dimensions,
+// each dimension shifted by shift (a Cranley–Patterson rotation, so that
+// different seeds get different designs); dimensions past the 16th use
+// the shift's own stream of uniform numbers.
+func halton(i int, shift []float64, rng *rand.Rand) []float64 {
+	primes := [...]int{2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53}
+	out := make([]float64, len(shift))
+	for d := range shift {
+		var v float64
+		if d < len(primes) {
+			b := primes[d]
+			f, k := 1.0, i
+			for k > 0 {
+				f /= float64(b)
+				v += f * float64(k%b)
+				k /= b
+			}
+		} else {
+			v = rng.Float64()
+		}
+		v += shift[d]
+		out[d] = v - math.Floor(v)
+	}
+	return out
+}
