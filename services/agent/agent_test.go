@@ -28,6 +28,7 @@ import (
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	"github.com/loom-ml/loom/services/agent/internal/adapters"
+	"github.com/loom-ml/loom/services/agent/internal/app"
 	"github.com/loom-ml/loom/services/agent/internal/domain"
 )
 
@@ -47,6 +48,8 @@ type env struct {
 	gateway           string // Config.Gateway
 	noRoot            bool   // !Config.AllowRootJobs
 	progressInterval  time.Duration
+	containerRuntime  string             // Config.ContainerRuntime
+	metrics           app.MetricsOptions // Config.Metrics
 }
 
 func newEnv(t *testing.T) *env {
@@ -82,7 +85,8 @@ func (e *env) config() Config {
 		// These steps name no owner and the tests run as root: they run
 		// as the agent's own user, which the node must allow (as `loom up`
 		// does). owner_test.go runs jobs as real users, and refuses root.
-		AllowRootJobs: !e.noRoot,
+		AllowRootJobs:    !e.noRoot,
+		ContainerRuntime: e.containerRuntime, Metrics: e.metrics,
 	}
 }
 
