@@ -986,8 +986,7 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, *os.Fil
 		}
 	}
 	if replica[domain.MetricFileEnv] != "" {
-		rec, _ := a.step(key)
-		a.prepareMetrics(user, key, rec)
+		a.prepareMetrics(user, key, cmd.GetJob(), cmd.GetAttempt())
 	}
 	p, err := a.rt.Start(spec)
 	if err != nil {

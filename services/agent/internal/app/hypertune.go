@@ -143,7 +143,7 @@ func newTail(job string, attempt int32, path string, pos tailPos) *tail {
 // prepareMetrics makes the step's metrics file, its owner's (0600, empty),
 // and starts tailing it. The caller puts its path in the step's
 // environment. A failure is logged: the program's own open then says why.
-func (a *App) prepareMetrics(user, key string, rec *domain.Step) {
+func (a *App) prepareMetrics(user, key, job string, attempt int32) {
 	path := a.metricsFile(key)
 	f, err := a.rt.OpenOutput(user, path, false)
 	if err != nil {
@@ -152,7 +152,7 @@ func (a *App) prepareMetrics(user, key string, rec *domain.Step) {
 		f.Close()
 	}
 	a.mu.Lock()
-	a.tails[key] = newTail(rec.Job, rec.Attempt, path, tailPos{})
+	a.tails[key] = newTail(job, attempt, path, tailPos{})
 	a.mu.Unlock()
 }
 

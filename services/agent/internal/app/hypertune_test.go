@@ -1,0 +1,194 @@
+package app
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/loom-ml/loom/services/agent/internal/domain"
+)
+
+// tailApp is an App with only what reading a tail needs.
+func tailApp() *App {
+	a := &App{log: slog.New(slog.NewTextHandler(io.Discard, nil)), dropped: newDroppedLines()}
+	a.opts.Now = time.Now
+	a.opts.Metrics.fill()
+	return a
+}
+
+// hypertuneLine is a line as cloudml-hypertune writes it.
+func hypertuneLine(step int) string {
+	return fmt.Sprintf(`{"global_step": "%d", "timestamp": %d.5, "trial": "1", "val_loss": "0.%d"}`+"\n", step, 1764600000+step, step)
+}
+
+// takeSteps reads tl and returns the steps of the points it took.
+func takeSteps(a *App, tl *tail, final bool) []int64 {
+	a.readTail("s", tl, flushBytes, final)
+	var out []int64
+	for _, p := range tl.pending {
+		out = append(out, p.Step)
+	}
+	tl.pending = nil
+	return out
+}
+
+func appendTo(t *testing.T, path, s string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTailAppendedLines: new complete lines only; a partial last line
+// waits for its newline (or the step's end); blank lines are nothing; a
+// truncated file is read again from its start.
+func TestTailAppendedLines(t *testing.T) {
+	t.Parallel()
+	a := tailApp()
+	path := filepath.Join(t.TempDir(), "m.jsonl")
+	tl := newTail("j", 1, path, tailPos{})
+	if got := takeSteps(a, tl, false); got != nil {
+		t.Fatalf("a missing file gave %v", got)
+	}
+	appendTo(t, path, hypertuneLine(1)+"\n"+hypertuneLine(2)+`{"global_step": 3, "val`)
+	if got := takeSteps(a, tl, false); !slices.Equal(got, []int64{1, 2}) {
+		t.Fatalf("took %v, want 1, 2 (3 is not complete)", got)
+	}
+	if got := takeSteps(a, tl, false); got != nil {
+		t.Fatalf("nothing new gave %v", got)
+	}
+	appendTo(t, path, `_loss": 0.3}`+"\n")
+	if got := takeSteps(a, tl, false); !slices.Equal(got, []int64{3}) {
+		t.Fatalf("took %v, want 3", got)
+	}
+	// Truncated and written anew (a program that restarted).
+	if err := os.WriteFile(path, []byte(hypertuneLine(10)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := takeSteps(a, tl, false); !slices.Equal(got, []int64{10}) {
+		t.Fatalf("after truncation took %v, want 10", got)
+	}
+	// Replaced by another file (renamed over it), longer than the old.
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(hypertuneLine(10)+hypertuneLine(11)+hypertuneLine(12)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	if got := takeSteps(a, tl, false); !slices.Equal(got, []int64{11, 12}) {
+		t.Fatalf("after a replacement took %v, want 11, 12 (10 was seen)", got)
+	}
+	// At the end, a last line without its newline counts.
+	appendTo(t, path, `{"val_loss": 0.1, "global_step": 13}`)
+	if got := takeSteps(a, tl, false); got != nil {
+		t.Fatalf("a partial line gave %v", got)
+	}
+	if got := takeSteps(a, tl, true); !slices.Equal(got, []int64{13}) {
+		t.Fatalf("the end took %v, want 13", got)
+	}
+}
+
+// TestTailHypertuneRewrites: cloudml-hypertune rewrites the whole file at
+// every report with its latest 100 lines; each line is taken once, also
+// once the oldest lines fall off the front.
+func TestTailHypertuneRewrites(t *testing.T) {
+	t.Parallel()
+	a := tailApp()
+	path := filepath.Join(t.TempDir(), "m.jsonl")
+	tl := newTail("j", 1, path, tailPos{})
+	var got []int64
+	for step := 1; step <= 130; step++ {
+		var b strings.Builder
+		for s := max(1, step-99); s <= step; s++ {
+			b.WriteString(hypertuneLine(s))
+		}
+		if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, takeSteps(a, tl, false)...)
+	}
+	want := make([]int64, 130)
+	for i := range want {
+		want[i] = int64(i + 1)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("took %v\nwant 1..130 once each", got)
+	}
+}
+
+// TestTailDropsBadLines: a line that is not JSON and one too long are
+// dropped and counted by reason; the lines around them are taken; a link
+// is not followed.
+func TestTailDropsBadLines(t *testing.T) {
+	t.Parallel()
+	a := tailApp()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "m.jsonl")
+	tl := newTail("j", 1, path, tailPos{})
+	huge := `{"val_loss": "` + strings.Repeat("9", 3*a.opts.Metrics.Limits.Line) + `", "global_step": 9}`
+	appendTo(t, path, hypertuneLine(1)+"Traceback (most recent call last):\n"+huge[:5000])
+	if got := takeSteps(a, tl, false); !slices.Equal(got, []int64{1}) {
+		t.Fatalf("took %v, want 1", got)
+	}
+	appendTo(t, path, huge[5000:]+"\n"+hypertuneLine(2))
+	if got := takeSteps(a, tl, false); !slices.Equal(got, []int64{2}) {
+		t.Fatalf("took %v, want 2", got)
+	}
+	if n := testutil.ToFloat64(a.dropped.WithLabelValues(domain.DropBadJSON)); n != 1 {
+		t.Errorf("bad_json drops = %v, want 1", n)
+	}
+	if n := testutil.ToFloat64(a.dropped.WithLabelValues(domain.DropTooLong)); n != 1 {
+		t.Errorf("too_long drops = %v, want 1", n)
+	}
+	// A link to another file is not read (the agent reads as root in the
+	// owner's directory).
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte(hypertuneLine(7)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.jsonl")
+	if err := os.Symlink(secret, link); err != nil {
+		t.Fatal(err)
+	}
+	if got := takeSteps(a, newTail("j", 1, link, tailPos{}), true); got != nil {
+		t.Fatalf("a link was followed: %v", got)
+	}
+}
+
+// TestTailResumesFromItsPosition: a tail made from a stored position (an
+// adopted step's) takes only what came after it.
+func TestTailResumesFromItsPosition(t *testing.T) {
+	t.Parallel()
+	a := tailApp()
+	path := filepath.Join(t.TempDir(), "m.jsonl")
+	tl := newTail("j", 1, path, tailPos{})
+	appendTo(t, path, hypertuneLine(1)+hypertuneLine(2))
+	takeSteps(a, tl, false)
+	b, err := json.Marshal(tl.pos)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pos tailPos
+	if err := json.Unmarshal(b, &pos); err != nil {
+		t.Fatal(err)
+	}
+	appendTo(t, path, hypertuneLine(3))
+	if got := takeSteps(a, newTail("j", 1, path, pos), false); !slices.Equal(got, []int64{3}) {
+		t.Fatalf("resumed tail took %v, want 3", got)
+	}
+}
