@@ -2,6 +2,7 @@ package app
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +15,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/services/agent/internal/adapters"
+	"github.com/loom-ml/loom/services/agent/internal/adapters/procruntime"
 	"github.com/loom-ml/loom/services/agent/internal/domain"
 )
 
@@ -190,5 +195,64 @@ func TestTailResumesFromItsPosition(t *testing.T) {
 	appendTo(t, path, hypertuneLine(3))
 	if got := takeSteps(a, newTail("j", 1, path, pos), false); !slices.Equal(got, []int64{3}) {
 		t.Fatalf("resumed tail took %v, want 3", got)
+	}
+}
+
+// TestMetricsBatchAndRate: records carry at most Batch points and go out
+// at most Rate a second per step (a burst of Rate×Interval); the rest
+// waits. The tail's position is stored with each record and dropped when
+// the step's end sends everything left.
+func TestMetricsBatchAndRate(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 30*time.Second)
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "agent-c1-gpu-0001:")
+	dir := t.TempDir()
+	now := time.Date(2026, 12, 2, 7, 0, 0, 0, time.UTC)
+	self := domain.Self{Node: "projects/p/clusters/c1/nodes/gpu-0001", Cluster: "projects/p/clusters/c1"}
+	a, err := New(ctx, Options{Store: st, Runtime: procruntime.New(procruntime.Options{AllowRoot: true}), Self: self,
+		Hostname: "gpu-0001", WorkDir: dir, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now },
+		Metrics: MetricsOptions{Interval: time.Second, Batch: 10, Rate: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "m.jsonl")
+	var b strings.Builder
+	for s := 1; s <= 35; s++ {
+		b.WriteString(hypertuneLine(s))
+	}
+	appendTo(t, path, b.String())
+	tl := newTail("projects/p/jobs/1", 1, path, tailPos{})
+	records := func() int64 {
+		t.Helper()
+		n, err := st.OutboxLen(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	a.pumpMetrics(ctx, "k", tl, false)
+	if n := records(); n != 2 || len(tl.pending) != 15 {
+		t.Fatalf("first look: %d records, %d points left; want 2 records of 10, 15 left", n, len(tl.pending))
+	}
+	pos, err := st.HGet(ctx, adapters.KeyMetrics, "k")
+	if err != nil || !strings.Contains(string(pos), fmt.Sprintf(`"off":%d`, len(b.String()))) {
+		t.Fatalf("stored position %s (%v), want the file's end", pos, err)
+	}
+	now = now.Add(500 * time.Millisecond) // one record's worth
+	a.pumpMetrics(ctx, "k", tl, false)
+	if n := records(); n != 3 || len(tl.pending) != 5 {
+		t.Fatalf("half a second later: %d records, %d points left; want 3, 5", n, len(tl.pending))
+	}
+	a.pumpMetrics(ctx, "k", tl, false) // no time passed: nothing
+	if n := records(); n != 3 {
+		t.Fatalf("with no time passed: %d records, want 3", n)
+	}
+	a.pumpMetrics(ctx, "k", tl, true) // the step ended: all of it, at once
+	if n := records(); n != 4 || len(tl.pending) != 0 {
+		t.Fatalf("at the end: %d records, %d points left; want 4, 0", n, len(tl.pending))
+	}
+	if pos, err := st.HGet(ctx, adapters.KeyMetrics, "k"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("position after the end: %s (%v), want none", pos, err)
 	}
 }
