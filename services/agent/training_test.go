@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -135,7 +136,14 @@ func TestContainerRuntime(t *testing.T) {
 		st.WorkDir = filepath.Join(e.shared, "w"+job)
 		return st
 	}
-	publish(t, e.broker, command(step("1", image)), command(step("2", "--privileged")), command(step("3", "")))
+	// Step 1 reports a metric before it waits and one after: each is
+	// sent once, across the agent's restart.
+	one := step("1", image)
+	report := func(n int) string {
+		return `printf '{"val_loss": 0.` + strconv.Itoa(n) + `, "global_step": ` + strconv.Itoa(n) + `}\n' >> "$CLOUD_ML_HP_METRIC_FILE"; `
+	}
+	one.Command = []string{"sh", "-c", report(1) + `while [ ! -e "$HOME/go1" ]; do sleep 0.05; done; ` + report(2) + "exit 5"}
+	publish(t, e.broker, command(one), command(step("2", "--privileged")), command(step("3", "")))
 	running := waitStep(t, e.broker, "1", eventsv1.StepState_STEP_RUNNING)
 	f := waitStep(t, e.broker, "2", eventsv1.StepState_STEP_FAILED_TO_START)
 	if !strings.Contains(f.Message, `container runtime: LOOM_CONTAINER_IMAGE "--privileged" starts with '-'`) {
@@ -148,7 +156,7 @@ func TestContainerRuntime(t *testing.T) {
 		argv = strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
 		return err == nil && len(argv) > 1, nil
 	})
-	want := []string{pod, "run", "--rm", "-v", work + ":" + work, "-w", work, image, "sh", "-c", until("go1", "5")}
+	want := append([]string{pod, "run", "--rm", "-v", work + ":" + work, "-w", work, image}, one.Command...)
 	if !slices.Equal(argv, want) {
 		t.Errorf("the engine's argv = %q\nwant %q", argv, want)
 	}
@@ -160,6 +168,18 @@ func TestContainerRuntime(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(e.shared, "w3", "fakepod.argv")); !os.IsNotExist(err) {
 		t.Errorf("a step without an image went through the engine: %v", err)
 	}
+
+	metricSteps := func() (steps []int64) {
+		for _, ev := range testkit.Events(t, e.broker, topics.StepEvents) {
+			if m, ok := ev.Payload.(*eventsv1.MetricsReported); ok && m.Job == "projects/p/jobs/1" {
+				for _, p := range m.Points {
+					steps = append(steps, p.Step)
+				}
+			}
+		}
+		return steps
+	}
+	testkit.WaitFor(t, wait, "step 1's first metric", func() (bool, error) { return len(metricSteps()) > 0, nil })
 
 	// The step outlives its agent and is adopted by the next.
 	killAgent(t, first)
@@ -178,6 +198,9 @@ func TestContainerRuntime(t *testing.T) {
 	}
 	if ev := waitStep(t, e.broker, "3", eventsv1.StepState_STEP_EXITED); ev.ExitCode != 5 {
 		t.Fatalf("step 3 ended %v", ev)
+	}
+	if got := metricSteps(); !slices.Equal(got, []int64{1, 2}) {
+		t.Fatalf("step 1's metrics at steps %v, want 1 (before the restart) and 2 (after), once each", got)
 	}
 }
 
