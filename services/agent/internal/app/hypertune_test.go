@@ -256,3 +256,34 @@ func TestMetricsBatchAndRate(t *testing.T) {
 		t.Fatalf("position after the end: %s (%v), want none", pos, err)
 	}
 }
+
+// BenchmarkTailHypertuneRewrite: one look at a file hypertune rewrote
+// whole (100 lines, one new): the worst a well-behaved program costs the
+// agent per step and interval.
+func BenchmarkTailHypertuneRewrite(b *testing.B) {
+	a := tailApp()
+	path := filepath.Join(b.TempDir(), "m.jsonl")
+	tl := newTail("j", 1, path, tailPos{})
+	write := func(last int) {
+		var sb strings.Builder
+		for s := last - 99; s <= last; s++ {
+			sb.WriteString(hypertuneLine(s))
+		}
+		if err := os.WriteFile(path, []byte(sb.String()), 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	write(100)
+	a.readTail("s", tl, flushBytes, false)
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		write(101 + i)
+		tl.pending = tl.pending[:0]
+		b.StartTimer()
+		a.readTail("s", tl, flushBytes, false)
+		if len(tl.pending) != 1 {
+			b.Fatalf("took %d points, want 1", len(tl.pending))
+		}
+	}
+}
