@@ -27,6 +27,7 @@ import (
 	"github.com/loom-ml/loom/services/agent/internal/checks"
 	"github.com/loom-ml/loom/services/agent/internal/domain"
 	"github.com/loom-ml/loom/services/agent/internal/ports"
+	steprt "github.com/loom-ml/loom/services/agent/internal/runtime"
 )
 
 // Config is the agent's configuration.
@@ -126,6 +127,18 @@ type Config struct {
 	// PrologTimeout bounds a step's prolog checks, and its epilog checks,
 	// all together (LOOM_AGENT_PROLOG_TIMEOUT; default 30s).
 	PrologTimeout time.Duration
+	// ContainerRuntime is what a step's command runs in when its env names
+	// an image (LOOM_CONTAINER_IMAGE, a CustomJob's): "process" (default:
+	// the node's own environment, the image ignored) or a site's argv
+	// template holding {image}, e.g. `podman run --rm --network=host
+	// --env-host -v {workdir}:{workdir} -w {workdir} {image}`
+	// (LOOM_CONTAINER_RUNTIME; see README.md, Container runtimes).
+	ContainerRuntime string
+	// Metrics bound what the agent reads of steps' metrics files
+	// (CLOUD_ML_HP_METRIC_FILE) and sends as MetricsReported:
+	// -metrics-interval, -metrics-batch, -metrics-rate, -metrics-line-max,
+	// -metrics-values-max, -metrics-name-max (README.md, Metrics).
+	Metrics app.MetricsOptions
 }
 
 // RegisterFlags adds the agent's flags to fs, defaults from LOOM_* variables.
@@ -163,6 +176,20 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.PrologTimeout, "prolog-timeout", config.EnvDuration("LOOM_AGENT_PROLOG_TIMEOUT", app.DefaultPrologTimeout),
 		"how long a step's prolog checks, or its epilog checks, may take together (LOOM_AGENT_PROLOG_TIMEOUT)")
 	c.registerGPUFlags(fs)
+	fs.StringVar(&c.ContainerRuntime, "container-runtime", config.Env("LOOM_CONTAINER_RUNTIME", steprt.Process),
+		"what a step's command runs in when its env names LOOM_CONTAINER_IMAGE: "+steprt.Process+" (the node itself, the image ignored) or an argv template with {image}, e.g. 'podman run --rm --network=host --env-host -v {workdir}:{workdir} -w {workdir} {image}' (LOOM_CONTAINER_RUNTIME)")
+	fs.DurationVar(&c.Metrics.Interval, "metrics-interval", config.EnvDuration("LOOM_AGENT_METRICS_INTERVAL", app.DefaultMetricsInterval),
+		"how often the agent reads each step's metrics file, CLOUD_ML_HP_METRIC_FILE (LOOM_AGENT_METRICS_INTERVAL)")
+	fs.IntVar(&c.Metrics.Batch, "metrics-batch", int(config.EnvInt("LOOM_AGENT_METRICS_BATCH", app.DefaultMetricsBatch)),
+		"the most metric points one MetricsReported carries (LOOM_AGENT_METRICS_BATCH)")
+	fs.Float64Var(&c.Metrics.Rate, "metrics-rate", config.EnvFloat("LOOM_AGENT_METRICS_RATE", app.DefaultMetricsRate),
+		"the most MetricsReported records a second per step; more lines wait in the file (LOOM_AGENT_METRICS_RATE)")
+	fs.IntVar(&c.Metrics.Limits.Line, "metrics-line-max", int(config.EnvInt("LOOM_AGENT_METRICS_LINE_MAX", int64(domain.DefaultMetricLimits.Line))),
+		"the longest metrics line taken, in bytes; a longer one is dropped (LOOM_AGENT_METRICS_LINE_MAX)")
+	fs.IntVar(&c.Metrics.Limits.Values, "metrics-values-max", int(config.EnvInt("LOOM_AGENT_METRICS_VALUES_MAX", int64(domain.DefaultMetricLimits.Values))),
+		"the most values one metrics line may carry; a line with more is dropped (LOOM_AGENT_METRICS_VALUES_MAX)")
+	fs.IntVar(&c.Metrics.Limits.Name, "metrics-name-max", int(config.EnvInt("LOOM_AGENT_METRICS_NAME_MAX", int64(domain.DefaultMetricLimits.Name))),
+		"the longest metric name, in bytes; a line with a longer one is dropped (LOOM_AGENT_METRICS_NAME_MAX)")
 	fs.DurationVar(&c.ProgressInterval, "progress-interval", config.EnvDuration("LOOM_PROGRESS_INTERVAL", app.DefaultProgressInterval),
 		"how often the agent looks at its steps' progress files and output, and reports StepProgress when they moved (LOOM_PROGRESS_INTERVAL)")
 	fs.DurationVar(&c.StepKillGrace, "step-kill-grace", config.EnvDuration("LOOM_STEP_KILL_GRACE", 10*time.Second),
@@ -227,6 +254,13 @@ func (c *Config) validate() (string, error) {
 	}
 	c.validateGPU(&v)
 	c.validateJobChecks(&v)
+	if _, err := steprt.New(c.ContainerRuntime); err != nil {
+		v.Add("container_runtime", "%v", err)
+	}
+	v.Check(c.Metrics.Interval >= 0 && c.Metrics.Batch >= 0 && c.Metrics.Rate >= 0 && c.Metrics.Limits.Line >= 0 &&
+		c.Metrics.Limits.Values >= 0 && c.Metrics.Limits.Name >= 0, "metrics", "the metrics bounds must not be negative")
+	v.Check(c.Metrics.Batch <= 10000 && c.Metrics.Limits.Line <= 1<<20 && c.Metrics.Limits.Values <= 10000,
+		"metrics", "at most 10000 points a record, 1 MiB a line and 10000 values a line")
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = 2 * time.Second
 	}
@@ -299,6 +333,10 @@ func Run(ctx context.Context, cfg Config) error {
 	// Shutdown and crash recovery).
 	rt, err := newRuntime(cfg.Runtime, procruntime.Options{AllowRoot: cfg.AllowRootJobs, Node: cfg.Hostname,
 		StateDir: filepath.Join(cfg.WorkDir, StepsDir)})
+	if err != nil {
+		return fmt.Errorf("agent config: %w", err)
+	}
+	container, err := steprt.New(cfg.ContainerRuntime)
 	if err != nil {
 		return fmt.Errorf("agent config: %w", err)
 	}
@@ -381,9 +419,15 @@ func Run(ctx context.Context, cfg Config) error {
 		CheckAddr:     checkAddr(checkLn),
 		HoldStarts:    bl != nil, ProgressInterval: cfg.ProgressInterval,
 		JobChecks: cfg.jobChecks(), JobCheckRunner: node,
+		Container: container, Metrics: cfg.Metrics,
 	})
 	if err == nil {
 		node.SetChecks(checker)
+		if base.Telemetry != nil && base.Telemetry.Registry != nil {
+			err = base.Telemetry.Registry.Register(a.MetricsCollector())
+		}
+	}
+	if err == nil {
 		err = a.Recover(ctx)
 	}
 	if err != nil {
@@ -434,7 +478,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if checkLn != nil {
 		loops = append(loops, func(ctx context.Context) error { return checker.Serve(ctx, checkLn) })
 	}
-	loops = append(loops, a.ProgressLoop)
+	loops = append(loops, a.ProgressLoop, a.MetricsLoop)
 	if bl != nil {
 		loops = append(loops, func(ctx context.Context) error {
 			bl.await(ctx, time.Minute, base.Log)

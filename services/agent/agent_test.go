@@ -28,6 +28,7 @@ import (
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	"github.com/loom-ml/loom/services/agent/internal/adapters"
+	"github.com/loom-ml/loom/services/agent/internal/app"
 	"github.com/loom-ml/loom/services/agent/internal/domain"
 )
 
@@ -47,6 +48,8 @@ type env struct {
 	gateway           string // Config.Gateway
 	noRoot            bool   // !Config.AllowRootJobs
 	progressInterval  time.Duration
+	containerRuntime  string             // Config.ContainerRuntime
+	metrics           app.MetricsOptions // Config.Metrics
 }
 
 func newEnv(t *testing.T) *env {
@@ -82,7 +85,8 @@ func (e *env) config() Config {
 		// These steps name no owner and the tests run as root: they run
 		// as the agent's own user, which the node must allow (as `loom up`
 		// does). owner_test.go runs jobs as real users, and refuses root.
-		AllowRootJobs: !e.noRoot,
+		AllowRootJobs:    !e.noRoot,
+		ContainerRuntime: e.containerRuntime, Metrics: e.metrics,
 	}
 }
 
@@ -188,7 +192,9 @@ func TestStepRunsWithEnvAndReportsExit(t *testing.T) {
 	}
 	// A clean base: nothing of the agent's environment but PATH leaks in.
 	// LOOM_GPU_STATE_DIR: the node's simulated GPUs, for its nvidia-smi.
-	allowed := []string{"PATH", "HOME", "SLURM_PROCID", "FOO", "LOOM_STEP_ID", "LOOM_PROGRESS_FILE", "LOOM_GPU_STATE_DIR", "PWD", "OLDPWD", "SHLVL", "_"}
+	// CLOUD_ML_HP_METRIC_FILE: where the step reports its metrics.
+	allowed := []string{"PATH", "HOME", "SLURM_PROCID", "FOO", "LOOM_STEP_ID", "LOOM_PROGRESS_FILE", "LOOM_GPU_STATE_DIR",
+		"CLOUD_ML_HP_METRIC_FILE", "PWD", "OLDPWD", "SHLVL", "_"}
 	for _, line := range strings.Split(strings.TrimSpace(string(envb)), "\n") {
 		name, _, _ := strings.Cut(line, "=")
 		if !slices.Contains(allowed, name) {
@@ -462,6 +468,17 @@ func TestConfig(t *testing.T) {
 		!strings.Contains(err.Error(), `"docker"`) {
 		t.Errorf("validate(runtime docker) = %v, want an error naming runtime and the value", err)
 	}
+	// A container runtime template must run the job's image.
+	if _, err := (&Config{Node: node, ContainerRuntime: "podman run --rm busybox"}).validate(); err == nil ||
+		!strings.Contains(err.Error(), "container_runtime") || !strings.Contains(err.Error(), "has no {image}") {
+		t.Errorf("validate(a template without {image}) = %v, want an error naming container_runtime and {image}", err)
+	}
+	if _, err := (&Config{Node: node, ContainerRuntime: "podman run --rm {image}"}).validate(); err != nil {
+		t.Errorf("validate(a podman template) = %v", err)
+	}
+	if _, err := (&Config{Node: node, Metrics: app.MetricsOptions{Batch: -1}}).validate(); err == nil || !strings.Contains(err.Error(), "metrics") {
+		t.Errorf("validate(metrics batch -1) = %v, want an error naming metrics", err)
+	}
 	missing := filepath.Join(t.TempDir(), "no-such-dir")
 	if _, err := (&Config{Node: node, SlurmBin: missing}).validate(); err == nil || !strings.Contains(err.Error(), "slurm_bin") ||
 		!strings.Contains(err.Error(), missing) {
@@ -475,6 +492,10 @@ func TestConfig(t *testing.T) {
 	fromFlags.RegisterFlags(fs)
 	if err := fs.Parse(nil); err != nil || fromFlags.JobNice != DefaultJobNice {
 		t.Errorf("job nice without LOOM_JOB_NICE = %d (%v), want %d", fromFlags.JobNice, err, DefaultJobNice)
+	}
+	if m := fromFlags.Metrics; fromFlags.ContainerRuntime != "process" || m.Interval != time.Second || m.Batch != 100 ||
+		m.Rate != 2 || m.Limits != domain.DefaultMetricLimits || m.Limits.Line != 4096 || m.Limits.Values != 64 || m.Limits.Name != 128 {
+		t.Errorf("container runtime and metrics defaults: %q, %+v", fromFlags.ContainerRuntime, m)
 	}
 	if err := Run(context.Background(), Config{}); err == nil || !strings.Contains(err.Error(), "node") {
 		t.Fatalf("Run without a node = %v", err)

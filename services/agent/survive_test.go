@@ -50,6 +50,9 @@ func (e *env) agentProcess(t *testing.T) *exec.Cmd {
 		"-node", c.Node, "-work-dir", c.WorkDir, "-shared-dir", c.SharedDir, "-brokers", e.broker, "-redis", e.redisAddr,
 		"-heartbeat-interval", c.HeartbeatInterval.String(), "-step-kill-grace", c.StepKillGrace.String(),
 		"-allow-root-jobs", "-gpus", "8", "-log-level", "warn"}
+	if c.ContainerRuntime != "" {
+		args = append(args, "-container-runtime", c.ContainerRuntime)
+	}
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), agentProcessEnv+"=1")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr

@@ -6,6 +6,8 @@
 //	steps    hash: "<job name>#<attempt>" → JSON domain.Step
 //	tasks    hash: "<job name>#<attempt>.<step id>" → JSON domain.Tasks (srun steps)
 //	boot_id  string: the boot id of the agent's latest start
+//	metrics  hash: "<job name>#<attempt>" → JSON position of the tail of a
+//	         running step's metrics file, as of its last record sent
 package adapters
 
 import (
@@ -29,7 +31,21 @@ const (
 	KeySteps  = "steps"
 	KeyTasks  = "tasks"
 	KeyBootID = "boot_id"
+	// KeyMetrics holds, by step key, where the agent's tail of a running
+	// step's metrics file stands: written with each MetricsReported it
+	// sends, removed when the step ends.
+	KeyMetrics = "metrics"
 )
+
+// LoadMetricPositions reads every step's metrics tail position (JSON, as
+// the app wrote it).
+func LoadMetricPositions(ctx context.Context, st *store.Store) (map[string][]byte, error) {
+	m, err := st.HGetAll(ctx, KeyMetrics)
+	if err != nil {
+		return nil, fmt.Errorf("load metrics positions: %w", err)
+	}
+	return m, nil
+}
 
 // LoadSteps reads every step record.
 func LoadSteps(ctx context.Context, st *store.Store) (map[string]*domain.Step, error) {
@@ -113,6 +129,8 @@ func Event(p proto.Message) (envelope.Event, error) {
 	case *eventsv1.TasksChanged:
 		return envelope.Route(m.GetJob(), Source, p)
 	case *eventsv1.StepProgress:
+		return envelope.Route(m.GetJob(), Source, p)
+	case *eventsv1.MetricsReported:
 		return envelope.Route(m.GetJob(), Source, p)
 	case *eventsv1.AgentRegistered:
 		return envelope.Route(m.GetNode(), Source, p)

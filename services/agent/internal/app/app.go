@@ -24,16 +24,19 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/workerenv"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	"github.com/loom-ml/loom/services/agent/internal/adapters"
 	"github.com/loom-ml/loom/services/agent/internal/domain"
 	"github.com/loom-ml/loom/services/agent/internal/ports"
+	steprt "github.com/loom-ml/loom/services/agent/internal/runtime"
 )
 
 // StepIDEnv is set in every step's environment to "<node>#<job>#<attempt>",
@@ -127,6 +130,14 @@ type Options struct {
 	// nil: none run).
 	JobChecks      JobChecks
 	JobCheckRunner JobCheckRunner
+	// Container is what a step's command runs in (runtime.New: the
+	// process runtime by default, or a site's container template applied
+	// to steps whose env names LOOM_CONTAINER_IMAGE). nil: the process
+	// runtime.
+	Container steprt.Runtime
+	// Metrics bound the metrics read from steps' CLOUD_ML_HP_METRIC_FILE
+	// and sent as MetricsReported (hypertune.go; zero fields: defaults).
+	Metrics MetricsOptions
 }
 
 // stepLocks is how many locks order the work on steps (see App.lockStep).
@@ -167,6 +178,10 @@ type App struct {
 	// attempts is, by job, the highest attempt this node has a step or
 	// task record of (setStep, setTasks): a start of an older one is stale.
 	attempts map[string]int32
+	// tails are, by step key, the metrics files of running steps being
+	// read (hypertune.go); dropped counts the lines dropped.
+	tails   map[string]*tail
+	dropped *prometheus.CounterVec
 
 	// caughtUp is closed once the agent may start processes: at once,
 	// unless Options.HoldStarts, then by CaughtUp. stopping is closed when
@@ -237,6 +252,10 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	if opts.JobChecks.Timeout <= 0 {
 		opts.JobChecks.Timeout = DefaultPrologTimeout
 	}
+	if opts.Container == nil {
+		opts.Container, _ = steprt.New(steprt.Process)
+	}
+	opts.Metrics.fill()
 	steps, err := adapters.LoadSteps(ctx, opts.Store)
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
@@ -257,6 +276,8 @@ func New(ctx context.Context, opts Options) (*App, error) {
 		persisting: map[string]int{},
 		attempts:   map[string]int32{},
 		progress:   map[string]domain.Progress{},
+		tails:      map[string]*tail{},
+		dropped:    newDroppedLines(),
 		caughtUp:   make(chan struct{}),
 		stopping:   make(chan struct{}),
 		released:   make(chan struct{}),
@@ -468,6 +489,17 @@ func (a *App) Recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Where the tails of the adopted steps' metrics files stood; the
+	// others' positions are dropped.
+	positions, err := adapters.LoadMetricPositions(ctx, a.opts.Store)
+	if err != nil {
+		return err
+	}
+	for k := range positions {
+		if found[k].adopt == nil {
+			tx.HDel(adapters.KeyMetrics, k)
+		}
+	}
 	for _, f := range foundTasks {
 		if f.adopt != nil {
 			adopted++
@@ -504,6 +536,7 @@ func (a *App) Recover(ctx context.Context) error {
 			a.procs[k] = p
 			a.running.Add(1)
 			a.watchers.Add(1)
+			a.resumeMetrics(k, s, positions)
 			go a.watch(k, f.adopt, p)
 			a.log.Info("step adopted across an agent restart", "step", k, "pid", p.g.PID)
 		case s.Phase == domain.Lost:
@@ -909,6 +942,13 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, *os.Fil
 	if dir == "" {
 		dir = a.opts.SharedDir
 	}
+	replica, err := replicaEnv(cmd)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if err := a.contain(&spec, cmd, dir); err != nil {
+		return nil, nil, "", err
+	}
 	if err := a.rt.MakeDir(user, dir); err != nil {
 		return nil, nil, "", fmt.Errorf("create working directory: %w", err)
 	}
@@ -926,7 +966,10 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, *os.Fil
 	}
 	a.prepareModelDir(user, cmd.GetEnv())
 	a.prepareProgress(user, key)
-	spec.Dir, spec.Env, spec.Stdout, spec.Stderr = dir, a.env(key, cmd, acct), stdout, stderr
+	if cmd.GetEnv()[domain.MetricFileEnv] == "" {
+		replica[domain.MetricFileEnv] = a.metricsFile(key)
+	}
+	spec.Dir, spec.Env, spec.Stdout, spec.Stderr = dir, a.env(key, cmd, acct, replica), stdout, stderr
 	if a.opts.WorkloadToken != nil && cmd.GetJob() != "" {
 		tctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		tok, err := a.opts.WorkloadToken(tctx, cmd.GetJob())
@@ -942,12 +985,60 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, *os.Fil
 			}
 		}
 	}
+	if replica[domain.MetricFileEnv] != "" {
+		a.prepareMetrics(user, key, cmd.GetJob(), cmd.GetAttempt())
+	}
 	p, err := a.rt.Start(spec)
 	if err != nil {
+		a.mu.Lock()
+		delete(a.tails, key)
+		a.mu.Unlock()
 		stderr.Close()
 		return nil, nil, "", err
 	}
 	return p, stderr, stdout.Name(), nil
+}
+
+// replicaEnv is the environment of a CustomJob's replica (its env has
+// LOOM_WORKER_POOLS; libs/workerenv): CLUSTER_SPEC, TF_CONFIG and
+// torchrun's variables, from the node's place in the job. A step of any
+// other job gets none; one whose pools, nodes or port do not add up fails
+// to start with the reason.
+func replicaEnv(cmd *eventsv1.StartStep) (map[string]string, error) {
+	pools, ok := cmd.GetEnv()[workerenv.PoolsEnv]
+	if !ok {
+		return map[string]string{}, nil
+	}
+	env, err := workerenv.Env(workerenv.Input{Pools: pools, NodeIndex: int(cmd.GetNodeIndex()),
+		Hostnames: cmd.GetNodeHostnames(), JobID: cmd.GetJobId(), Env: cmd.GetEnv()})
+	if err != nil {
+		return nil, fmt.Errorf("replica environment: %w", err)
+	}
+	return env, nil
+}
+
+// contain runs spec's argv through the node's container runtime
+// (Options.Container) when the step names an image (LOOM_CONTAINER_IMAGE):
+// the process runtime leaves it as it is; a site's template wraps it
+// (podman run … {image} argv). The shim then runs the wrapped argv like any
+// other, so stops, signals, exits and adoption after a restart are the
+// same. A batch script that starts with "#!" is handed to the kernel as a
+// file descriptor and cannot be wrapped: with a template and an image it
+// fails to start, saying so.
+func (a *App) contain(spec *ports.Spec, cmd *eventsv1.StartStep, dir string) error {
+	image := cmd.GetEnv()[steprt.ImageEnv]
+	if image == "" || a.opts.Container.Name() == steprt.Process {
+		return nil
+	}
+	if spec.Script != "" {
+		return fmt.Errorf("the container runtime runs commands, and this step is a batch script; drop %s or submit a command", steprt.ImageEnv)
+	}
+	argv, err := a.opts.Container.Command(steprt.Command{Argv: spec.Argv, Image: image, WorkDir: dir})
+	if err != nil {
+		return fmt.Errorf("container runtime: %w", err)
+	}
+	spec.Argv = argv
+	return nil
 }
 
 // prepareModelDir gives a job that declared a model output (its env has
@@ -976,21 +1067,28 @@ func within(dir, path string) bool {
 // unless the step's variables or nodeVars say it), the step's own
 // variables, what a Slurm job learns from the node, and the step id the
 // agent finds it by.
-func (a *App) env(key string, cmd *eventsv1.StartStep, acct ports.Account) []string {
+func (a *App) env(key string, cmd *eventsv1.StartStep, acct ports.Account, extra map[string]string) []string {
 	node := a.nodeVars(cmd.GetEnv(), cmd.GetUser(), acct)
 	env := []string{"PATH=" + a.jobPath(cmd.GetEnv()["PATH"])}
 	if cmd.GetEnv()["HOME"] == "" && node["HOME"] == "" {
 		env = append(env, "HOME="+a.opts.SharedDir)
 	}
-	names := make([]string, 0, len(cmd.GetEnv()))
-	for k := range cmd.GetEnv() {
+	vars := maps.Clone(cmd.GetEnv())
+	if vars == nil {
+		vars = map[string]string{}
+	}
+	// The replica's place in its job is the node's to say: it wins over
+	// the job's own variables of the same names.
+	maps.Copy(vars, extra)
+	names := make([]string, 0, len(vars))
+	for k := range vars {
 		if k != "PATH" {
 			names = append(names, k)
 		}
 	}
 	sort.Strings(names)
 	for _, k := range names {
-		env = append(env, k+"="+cmd.GetEnv()[k])
+		env = append(env, k+"="+vars[k])
 	}
 	for _, k := range slices.Sorted(maps.Keys(node)) {
 		env = append(env, k+"="+node[k])
@@ -1084,6 +1182,9 @@ func (a *App) watch(key string, pr ports.Process, p *process) {
 	// What the step left behind in its group ends with it, as under Slurm.
 	_ = a.rt.Kill(p.g)
 	close(p.done)
+	// Its last metrics go out before its end is recorded (and so before
+	// its end on the step's partition).
+	a.finishMetrics(key)
 
 	unlock := a.lockStep(key)
 	defer unlock()
