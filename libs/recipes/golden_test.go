@@ -160,8 +160,10 @@ func TestSbatchSaysWhatTheRecipeSays(t *testing.T) {
 					"--checkpoint.interval="+itoa(r.CheckpointEvery))
 			}
 		}
+		// The command line, its continuations joined.
+		line := strings.ReplaceAll(s, " \\\n    ", " ")
 		for _, w := range want {
-			if !strings.Contains(s, w) {
+			if !strings.Contains(line, w) {
 				t.Errorf("%s: command line lacks %q", r.Name, w)
 			}
 		}
