@@ -44,7 +44,7 @@ type Key struct {
 func (k *Key) Allowed() string {
 	switch k.kind {
 	case kindInt:
-		return fmt.Sprintf("an integer in [%s, %s]", fmtNum(k.min), fmtNum(k.max))
+		return fmt.Sprintf("an integer in [%d, %d]", int64(k.min), int64(k.max))
 	case kindFloat:
 		open := "["
 		if k.minOpen {
