@@ -116,6 +116,11 @@ func Sbatch(r *Recipe, o Options) (string, error) {
 		fmt.Fprintf(&b, "#SBATCH --output=%%x-%%j.out\n")
 		b.WriteString("set -eu\n\n")
 		fmt.Fprintf(&b, "export %s=%s@%d\n", EnvRecipe, r.Name, r.Version)
+		b.WriteString("# The model goes to Vertex's AIP_MODEL_DIR for a CustomJob, else Loom's\n")
+		b.WriteString("# LOOM_MODEL_DIR (a job with a model output), else beside the job's output.\n")
+		fmt.Fprintf(&b, "AIP_MODEL_DIR=\"${AIP_MODEL_DIR:-${LOOM_MODEL_DIR:-$PWD/%s-${SLURM_JOB_ID:-0}-model}}\"\n", JobName(r, o))
+		b.WriteString("LOOM_MODEL_DIR=\"$AIP_MODEL_DIR\"\n")
+		b.WriteString("export AIP_MODEL_DIR LOOM_MODEL_DIR\n")
 		if o.FromCheckpoint != "" {
 			dir := localPath(o.FromCheckpoint)
 			b.WriteString("# Continued training: the trainer resumes from the latest checkpoint here.\n")
