@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/slurmspec"
 )
 
@@ -308,44 +310,52 @@ func rescale(r *Recipe) {
 	}
 }
 
-// GPUType is an accelerator recipes run on: Loom's name, Vertex's
-// accelerator_type, and the machine type per GPU count.
-type GPUType struct {
-	Name     string
-	Vertex   string
-	Machines map[int]string
-}
-
-// GPUTypes are the accelerators recipes know.
-var GPUTypes = []GPUType{
-	{"nvidia-a100-80gb", "NVIDIA_A100_80GB", map[int]string{1: "a2-ultragpu-1g", 2: "a2-ultragpu-2g", 4: "a2-ultragpu-4g", 8: "a2-ultragpu-8g"}},
-	{"nvidia-b200", "NVIDIA_B200", map[int]string{8: "a4-highgpu-8g"}},
-	{"nvidia-h100-80gb", "NVIDIA_H100_80GB", map[int]string{1: "a3-highgpu-1g", 2: "a3-highgpu-2g", 4: "a3-highgpu-4g", 8: "a3-highgpu-8g"}},
-	{"nvidia-h200-141gb", "NVIDIA_H200_141GB", map[int]string{8: "a3-ultragpu-8g"}},
-}
-
+// gpuTypeNames are the accelerator types of the machine catalog
+// (libs/clusterspec), in its order: the values gpu_type accepts.
 func gpuTypeNames() []string {
-	out := make([]string, len(GPUTypes))
-	for i, g := range GPUTypes {
-		out[i] = g.Name
+	var out []string
+	for _, m := range clusterspec.Machines() {
+		if m.HasGPUs() && !contains(out, m.AcceleratorType) {
+			out = append(out, m.AcceleratorType)
+		}
 	}
+	sort.Strings(out)
 	return out
 }
 
-func gpuType(name string) (GPUType, bool) {
-	for _, g := range GPUTypes {
-		if g.Name == name {
-			return g, true
+// machineFor is the catalog's first machine type with count GPUs of type
+// gpu ("" when there is none).
+func machineFor(gpu string, count int) string {
+	for _, m := range clusterspec.Machines() {
+		if m.AcceleratorType == gpu && int(m.AcceleratorCount) == count {
+			return m.Name
 		}
 	}
-	return GPUType{}, false
+	return ""
 }
 
-// MachineType is the machine type of r's nodes (its GPU type with
-// gpus_per_node GPUs).
-func (r *Recipe) MachineType() string {
-	g, _ := gpuType(r.GPUType)
-	return g.Machines[r.GPUsPerNode]
+// gpuCounts are the GPU counts the catalog's machines of type gpu have.
+func gpuCounts(gpu string) []int {
+	var out []int
+	for _, m := range clusterspec.Machines() {
+		if n := int(m.AcceleratorCount); m.AcceleratorType == gpu && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	sort.Ints(out)
+	return out
+}
+
+// MachineType is the machine type of r's nodes: the machine catalog's
+// (libs/clusterspec) first with gpus_per_node GPUs of gpu_type.
+func (r *Recipe) MachineType() string { return machineFor(r.GPUType, r.GPUsPerNode) }
+
+// VertexAcceleratorType is Vertex's accelerator_type for r's GPUs: Loom's
+// name upper-cased with underscores ("nvidia-h100-80gb" is
+// NVIDIA_H100_80GB, "nvidia-tesla-a100" NVIDIA_TESLA_A100), as Vertex's
+// enum spells them.
+func (r *Recipe) VertexAcceleratorType() string {
+	return strings.ToUpper(strings.ReplaceAll(r.GPUType, "-", "_"))
 }
 
 // DecayStyles are the learning-rate decays r's framework renders.
@@ -397,14 +407,8 @@ func Validate(r *Recipe) error {
 			return err
 		}
 	}
-	g, _ := gpuType(r.GPUType)
-	if _, ok := g.Machines[r.GPUsPerNode]; !ok {
-		var counts []int
-		for n := range g.Machines {
-			counts = append(counts, n)
-		}
-		sort.Ints(counts)
-		return fmt.Errorf("gpus_per_node must be one of %s for gpu_type %s, got %d", joinInts(counts), r.GPUType, r.GPUsPerNode)
+	if r.MachineType() == "" {
+		return fmt.Errorf("gpus_per_node must be one of %s for gpu_type %s (the machine catalog's), got %d", joinInts(gpuCounts(r.GPUType)), r.GPUType, r.GPUsPerNode)
 	}
 	p := r.Parallelism
 	if gpus := r.Nodes * r.GPUsPerNode; p.World() != gpus {

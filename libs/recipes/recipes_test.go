@@ -129,13 +129,15 @@ func TestOverridesRefused(t *testing.T) {
 		{"llama3-8b-pretrain", "lr.peak=inf", `lr.peak must be a number in (0, 1]`},
 		{"llama3-8b-pretrain", "lr.decay=step", `lr.decay must be one of cosine, linear, constant, got "step"`},
 		{"llama3-8b-pretrain", "lr.decay=linear", `lr.decay must be one of cosine for a nemo recipe, got "linear"`},
-		{"llama3-8b-pretrain", "gpu_type=tpu-v5p", `gpu_type must be one of nvidia-a100-80gb, nvidia-b200, nvidia-h100-80gb, nvidia-h200-141gb`},
+		{"llama3-8b-pretrain", "gpu_type=tpu-v5p", `gpu_type must be one of nvidia-a100-80gb, nvidia-b200, nvidia-h100-80gb, nvidia-h100-mega-80gb, nvidia-h200-141gb, nvidia-l4, nvidia-tesla-a100, got "tpu-v5p"`},
 		{"llama3-8b-pretrain", "gpu_type=nvidia-h200-141gb", ""},
-		{"llama3-8b-pretrain", "gpus_per_node=3", `gpus_per_node must be one of 1, 2, 4, 8 for gpu_type nvidia-h100-80gb, got 3`},
+		{"llama3-8b-pretrain", "gpus_per_node=3", `gpus_per_node must be one of 1, 2, 4, 8 for gpu_type nvidia-h100-80gb (the machine catalog's), got 3`},
 		{"llama3-8b-pretrain", "gpus_per_node=4", ""},
 		{"llama3-70b-pretrain", "nodes=16", "global_batch 64 must be a multiple of data × fsdp × micro_batch = 1 × 16 × 8 = 128"},
 		{"llama3-70b-pretrain", "gpu_type=nvidia-b200", ""},
 		{"llama3-70b-pretrain", "gpus_per_node=2", ""},
+		{"llama3-8b-sft", "gpu_type=nvidia-h200-141gb", ""},
+		{"llama3-8b-sft", "gpu_type=nvidia-b200", ""},
 		{"llama3-8b-pretrain", "time_limit=UNLIMITED", `time_limit must be a Slurm time limit`},
 		{"llama3-8b-pretrain", "time_limit=1:2:3:4", `time_limit must be a Slurm time limit`},
 		{"llama3-8b-pretrain", "dataset=/data/x; rm -rf /", `dataset must be 1 to 512 characters of letters, digits and ._:/@+=,%~-, got "/data/x; rm -rf /"`},
@@ -232,4 +234,32 @@ func FuzzSet(f *testing.F) {
 			t.Fatalf("accepted %q but the small CustomJob does not render: %v", set, err)
 		}
 	})
+}
+
+// TestMachinesComeFromTheCatalog: the nodes' machine type and Vertex's
+// accelerator name follow the GPU type and count.
+func TestMachinesComeFromTheCatalog(t *testing.T) {
+	t.Parallel()
+	base, _ := Get("llama3-8b-sft")
+	for _, c := range []struct {
+		sets            []string
+		machine, vertex string
+	}{
+		{nil, "a3-highgpu-8g", "NVIDIA_H100_80GB"},
+		{[]string{"gpu_type=nvidia-h200-141gb"}, "a3-ultragpu-8g", "NVIDIA_H200_141GB"},
+		{[]string{"gpu_type=nvidia-a100-80gb", "gpus_per_node=4"}, "a2-ultragpu-4g", "NVIDIA_A100_80GB"},
+	} {
+		r, err := Apply(base, c.sets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		job, err := CustomJob(r, Options{}, CustomJobOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := job.GetJobSpec().GetWorkerPoolSpecs()[0].GetMachineSpec()
+		if r.MachineType() != c.machine || m.GetMachineType() != c.machine || m.GetAcceleratorType() != c.vertex || m.GetAcceleratorCount() != int32(r.GPUsPerNode) {
+			t.Errorf("%v: machine %s, spec %v; want %s, %s", c.sets, r.MachineType(), m, c.machine, c.vertex)
+		}
+	}
 }

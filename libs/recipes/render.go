@@ -473,10 +473,9 @@ func CustomJob(r *Recipe, o Options, c CustomJobOptions) (*trainingv1.CustomJob,
 	b.WriteString("exec " + renderCommand(launcher(r, o, vertexMode)) + "\n")
 	secs, _, _ := slurmspec.ParseTimeLimit(r.TimeLimit)
 	job.JobSpec.Scheduling = &trainingv1.Scheduling{Timeout: durationpb.New(time.Duration(secs) * time.Second)}
-	g, _ := gpuType(r.GPUType)
 	pool := func(replicas int) *trainingv1.WorkerPoolSpec {
 		return &trainingv1.WorkerPoolSpec{
-			MachineSpec:  &trainingv1.MachineSpec{MachineType: r.MachineType(), AcceleratorType: g.Vertex, AcceleratorCount: int32(r.GPUsPerNode)},
+			MachineSpec:  &trainingv1.MachineSpec{MachineType: r.MachineType(), AcceleratorType: r.VertexAcceleratorType(), AcceleratorCount: int32(r.GPUsPerNode)},
 			ReplicaCount: int64(replicas),
 			Task: &trainingv1.WorkerPoolSpec_ContainerSpec{ContainerSpec: &trainingv1.ContainerSpec{
 				ImageUri: r.ContainerImage, Command: []string{"/bin/bash", "-c", b.String()}, Env: env}},
