@@ -9,6 +9,9 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/slurmspec"
 )
 
 // update rewrites the golden files from what the renderer writes now:
@@ -122,6 +125,10 @@ func TestSbatchSaysWhatTheRecipeSays(t *testing.T) {
 				t.Errorf("%s: #SBATCH --%s=%q, want %q", r.Name, k, got, want)
 			}
 		}
+		// The time limit is one Slurm (and the gateway, with slurmspec) accepts.
+		if secs, _, err := slurmspec.ParseTimeLimit(o["time"]); err != nil || secs != mustSeconds(t, r.TimeLimit) {
+			t.Errorf("%s: #SBATCH --time=%s: %d s, %v; want the recipe's %s", r.Name, o["time"], secs, err, r.TimeLimit)
+		}
 		for _, want := range []string{
 			`MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"`,
 			`MASTER_PORT="${MASTER_PORT:-29500}"`,
@@ -230,6 +237,16 @@ func TestCustomJobPools(t *testing.T) {
 			t.Fatal(err)
 		}
 		pools := job.GetJobSpec().GetWorkerPoolSpecs()
+		// SEAMS15's CustomJob bounds (libs/trainingspec validates them at the gateway).
+		for i, p := range pools {
+			c := p.GetContainerSpec()
+			if i >= 4 || p.GetReplicaCount() > 64 || len(c.GetCommand()) > 256 || len(c.GetArgs()) > 256 || len(c.GetEnv()) > 128 {
+				t.Errorf("%s: pool %d is past the CustomJob bounds: %v", r.Name, i, p)
+			}
+		}
+		if b, _ := proto.Marshal(job); len(b) > 256<<10 {
+			t.Errorf("%s: CustomJob is %d bytes, past 256 KiB", r.Name, len(b))
+		}
 		wantPools := 1
 		if r.Nodes > 1 {
 			wantPools = 2
@@ -259,3 +276,12 @@ func TestCustomJobPools(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+func mustSeconds(t *testing.T, limit string) int64 {
+	t.Helper()
+	secs, _, err := slurmspec.ParseTimeLimit(limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return secs
+}

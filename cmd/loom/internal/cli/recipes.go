@@ -124,7 +124,7 @@ func renderRecipe(w io.Writer, r *recipes.Recipe) error {
 	fmt.Fprintf(tw, "Name:\t%s (version %d)\n", r.Name, r.Version)
 	fmt.Fprintf(tw, "Description:\t%s\n", r.Description)
 	fmt.Fprintf(tw, "Task:\t%s\n", r.Task)
-	fmt.Fprintf(tw, "Framework:\t%s (%s %s)\n", r.Framework, r.Entrypoint, r.Config)
+	fmt.Fprintf(tw, "Framework:\t%s (%s)\n", r.Framework, strings.TrimSpace(r.Entrypoint+" "+r.Config))
 	fmt.Fprintf(tw, "Resources:\t%d × %d %s (%s)\n", r.Nodes, r.GPUsPerNode, r.GPUType, r.MachineType())
 	fmt.Fprintf(tw, "Parallelism:\ttensor %d, pipeline %d, context %d, data %d, fsdp %d\n",
 		r.Parallelism.Tensor, r.Parallelism.Pipeline, r.Parallelism.Context, r.Parallelism.Data, r.Parallelism.FSDP)

@@ -100,4 +100,21 @@ func TestRecipeSmallVariantRunsEndToEnd(t *testing.T) {
 	if !strings.Contains(job, `"LOOM_RECIPE": "llama3-8b-sft@1"`) || !strings.Contains(job, `"displayName": "llama3-8b-sft-small"`) {
 		t.Errorf("job:\n%s", job)
 	}
+
+	// Continued training: --from-checkpoint points the trainer's checkpoints
+	// at a directory; a second launch from it completes too.
+	ck := t.TempDir()
+	for i, epochs := range []string{"60", "70"} {
+		out, errOut, code := loom("recipes", "launch", "llama3-8b-sft", "--cluster", "recipes", "--small",
+			"--from-checkpoint", "file://"+ck, "--set", "small.epochs="+epochs, "--wait")
+		if code != 0 || !strings.Contains(out, "  COMPLETED (exit 0)\n") {
+			logs, _, _ := loom("jobs", "logs", fmt.Sprint(i+2))
+			t.Fatalf("launch --small --from-checkpoint (%s epochs): exit %d\n%s%s\njob output:\n%s", epochs, code, out, errOut, logs)
+		}
+		if entries, err := os.ReadDir(ck); err != nil || len(entries) == 0 {
+			t.Fatalf("no checkpoint in the --from-checkpoint directory after %s epochs (%v)", epochs, err)
+		}
+	}
+	logs, _, _ = loom("jobs", "logs", "3")
+	t.Logf("output of the job launched from the checkpoint:\n%s", logs)
 }

@@ -58,7 +58,7 @@ func TestRecipesShow(t *testing.T) {
 	}
 	for _, want := range []string{
 		"Name:           llama3-8b-grpo (version 1)\n",
-		"Framework:      torchrun (trl.scripts.grpo )\n",
+		"Framework:      torchrun (trl.scripts.grpo)\n",
 		"Resources:      1 × 8 nvidia-h100-80gb (a3-highgpu-8g)\n",
 		"Learning rate:  2e-06 peak, 2e-06 min, 0 warm-up steps, constant decay, 1000 steps\n",
 		"Small variant:  loom train --learning_rate=0.01 --batch_size=16",
