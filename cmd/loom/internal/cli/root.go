@@ -211,6 +211,7 @@ for you; for another gateway, "loom auth login" (see "loom auth --help").`,
 		a.authCommand(),
 		a.authdCommand(),
 		a.auditCommand(),
+		a.recipesCommand(),
 	)
 	return root
 }

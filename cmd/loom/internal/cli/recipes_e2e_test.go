@@ -1,0 +1,120 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loom-ml/loom/cmd/loom/internal/slurmcli"
+	"github.com/loom-ml/loom/cmd/loom/stack"
+)
+
+// trainerShim is a `loom` for the jobs' PATH while `loom train` lacks the
+// issue-15 trainer's flags (SEAMS "Trainer"): it passes --learning_rate
+// as --lr, drops the flags the old trainer does not have, and runs this
+// test binary as `loom train`. Once the trainer takes them, the test runs
+// the real `loom` link instead (see TestRecipeSmallVariantRunsEndToEnd).
+const trainerShim = `#!/bin/sh
+exe=%q
+cmd=$1; shift
+args=
+for a in "$@"; do
+  case "$a" in
+    --learning_rate=*) args="$args --lr=${a#--learning_rate=}" ;;
+    --batch_size=*|--hidden_units=*|--weight_decay=*) ;;
+    *) args="$args $a" ;;
+  esac
+done
+exec "$exe" "$cmd" $args
+`
+
+// TestRecipeSmallVariantRunsEndToEnd launches a recipe's small variant
+// with `loom recipes launch --small --wait` on the embedded stack: the
+// rendered script goes through sbatch's parsing and the gateway, the
+// scheduler places it, an agent runs it, and the built-in trainer trains
+// for real; the job must complete and its output show the training.
+func TestRecipeSmallVariantRunsEndToEnd(t *testing.T) {
+	t.Parallel()
+	bin := t.TempDir()
+	if err := slurmcli.LinkCommands(bin, os.Args[0]); err != nil {
+		t.Fatal(err)
+	}
+	if newApp().trainCommand().Flags().Lookup("learning_rate") == nil {
+		t.Log("`loom train` lacks --learning_rate (the issue-15 trainer is not merged yet): the jobs' loom is a shim")
+		loom := filepath.Join(bin, "loom")
+		if err := os.Remove(loom); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(loom, []byte(fmt.Sprintf(trainerShim, os.Args[0])), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	st, err := stack.Start(ctx, stack.Options{
+		DataDir:      t.TempDir(),
+		AgentCommand: []string{os.Args[0]},
+		// The jobs' PATH starts with bin: `loom` there is this test binary.
+		AgentEnv: []string{"LOOM_TEST_RUN_AGENT=1", "LOOM_SLURM_BIN=" + bin},
+		LogLevel: "error",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		defer ccancel()
+		_ = st.Close(cctx)
+	})
+	key, _ := st.AdminKey()
+	loom := func(args ...string) (string, string, int) {
+		t.Helper()
+		a := newApp()
+		a.pollInterval = 100 * time.Millisecond
+		a.configDir = t.TempDir()
+		a.fixedCred = key
+		var out, errb bytes.Buffer
+		code := a.execute(ctx, append([]string{"--gateway", st.GatewayAddr}, args...), &out, &errb)
+		return out.String(), errb.String(), code
+	}
+	file := writeFile(t, "cluster.json", `{"name": "recipes", "compute": {"nodePools": [{"id": "cpu", "machineType": "n2-standard-8", "nodeCount": 1}]}}`)
+	if out, errOut, code := loom("clusters", "create", "-f", file); code != 0 {
+		t.Fatalf("create cluster: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code := loom("recipes", "launch", "llama3-8b-sft", "--cluster", "recipes", "--small", "--set", "small.epochs=12", "--wait")
+	if code != 0 || !strings.Contains(out, "Submitted recipe llama3-8b-sft v1 as job 1 on cluster recipes\n") ||
+		!strings.Contains(out, "  COMPLETED (exit 0)\n") {
+		logs, _, _ := loom("jobs", "logs", "1")
+		t.Fatalf("launch --small --wait: exit %d\n%s%s\njob output:\n%s", code, out, errOut, logs)
+	}
+	logs, errOut, code := loom("jobs", "logs", "1")
+	if code != 0 || !strings.Contains(logs, "epoch 12") {
+		t.Errorf("job output (exit %d, %s) lacks the 12th epoch:\n%s", code, errOut, logs)
+	}
+	job, _, _ := loom("jobs", "get", "1", "-o", "json")
+	if !strings.Contains(job, `"LOOM_RECIPE": "llama3-8b-sft@1"`) || !strings.Contains(job, `"displayName": "llama3-8b-sft-small"`) {
+		t.Errorf("job:\n%s", job)
+	}
+
+	// Continued training: --from-checkpoint points the trainer's checkpoints
+	// at a directory; a second launch from it completes too.
+	ck := t.TempDir()
+	for i, epochs := range []string{"60", "70"} {
+		out, errOut, code := loom("recipes", "launch", "llama3-8b-sft", "--cluster", "recipes", "--small",
+			"--from-checkpoint", "file://"+ck, "--set", "small.epochs="+epochs, "--wait")
+		if code != 0 || !strings.Contains(out, "  COMPLETED (exit 0)\n") {
+			logs, _, _ := loom("jobs", "logs", fmt.Sprint(i+2))
+			t.Fatalf("launch --small --from-checkpoint (%s epochs): exit %d\n%s%s\njob output:\n%s", epochs, code, out, errOut, logs)
+		}
+		if entries, err := os.ReadDir(ck); err != nil || len(entries) == 0 {
+			t.Fatalf("no checkpoint in the --from-checkpoint directory after %s epochs (%v)", epochs, err)
+		}
+	}
+	logs, _, _ = loom("jobs", "logs", "3")
+	t.Logf("output of the job launched from the checkpoint:\n%s", logs)
+}
