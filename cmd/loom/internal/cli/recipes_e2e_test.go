@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,25 +12,6 @@ import (
 	"github.com/loom-ml/loom/cmd/loom/internal/slurmcli"
 	"github.com/loom-ml/loom/cmd/loom/stack"
 )
-
-// trainerShim is a `loom` for the jobs' PATH while `loom train` lacks the
-// issue-15 trainer's flags (SEAMS "Trainer"): it passes --learning_rate
-// as --lr, drops the flags the old trainer does not have, and runs this
-// test binary as `loom train`. Once the trainer takes them, the test runs
-// the real `loom` link instead (see TestRecipeSmallVariantRunsEndToEnd).
-const trainerShim = `#!/bin/sh
-exe=%q
-cmd=$1; shift
-args=
-for a in "$@"; do
-  case "$a" in
-    --learning_rate=*) args="$args --lr=${a#--learning_rate=}" ;;
-    --batch_size=*|--hidden_units=*|--weight_decay=*) ;;
-    *) args="$args $a" ;;
-  esac
-done
-exec "$exe" "$cmd" $args
-`
 
 // TestRecipeSmallVariantRunsEndToEnd launches a recipe's small variant
 // with `loom recipes launch --small --wait` on the embedded stack: the
@@ -43,16 +23,6 @@ func TestRecipeSmallVariantRunsEndToEnd(t *testing.T) {
 	bin := t.TempDir()
 	if err := slurmcli.LinkCommands(bin, os.Args[0]); err != nil {
 		t.Fatal(err)
-	}
-	if newApp().trainCommand().Flags().Lookup("learning_rate") == nil {
-		t.Log("`loom train` lacks --learning_rate (the issue-15 trainer is not merged yet): the jobs' loom is a shim")
-		loom := filepath.Join(bin, "loom")
-		if err := os.Remove(loom); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(loom, []byte(fmt.Sprintf(trainerShim, os.Args[0])), 0o755); err != nil {
-			t.Fatal(err)
-		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
