@@ -51,7 +51,7 @@ func TestQuickReport(t *testing.T) {
 			t.Errorf("report lacks %q", want)
 		}
 	}
-	names := []string{"Trainer val_loss (3 epochs)"}
+	names := []string{trainerProblem(o.trainerEpochs, o.trainerTrials).name}
 	for _, f := range testFuncs() {
 		names = append(names, f.name)
 	}
