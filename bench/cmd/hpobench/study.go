@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -237,8 +238,9 @@ func startOptuna(python string) (*optunaProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	// Python's own complaints (a traceback, an import error) go where
+	// hpobench's progress goes.
+	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start the Optuna driver: %w", err)
 	}
