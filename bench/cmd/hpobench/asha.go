@@ -68,12 +68,12 @@ func (cs curves) get(x []float64) *curve {
 	return c
 }
 
-// ashaSpec is the trainer's space with ASHA over epochs: rungs at 1, η, η²
-// ... epochs.
-func ashaSpec(p *problem, seed int64, epochs, eta int) *trainingv1.StudySpec {
+// ashaSpec is the trainer's space with ASHA over epochs: rungs at min,
+// min·η, min·η² ... epochs.
+func ashaSpec(p *problem, seed int64, minEpochs, epochs, eta int) *trainingv1.StudySpec {
 	s := p.spec(trainingv1.StudySpec_ALGORITHM_UNSPECIFIED, seed)
 	s.AutomatedStoppingSpec = &trainingv1.StudySpec_AshaStoppingSpec_{AshaStoppingSpec: &trainingv1.StudySpec_AshaStoppingSpec{
-		MinStepCount: 1, MaxStepCount: int64(epochs), ReductionFactor: int32(eta)}}
+		MinStepCount: int64(minEpochs), MaxStepCount: int64(epochs), ReductionFactor: int32(eta)}}
 	s.MeasurementSelectionType = trainingv1.StudySpec_LAST_MEASUREMENT
 	return s
 }
@@ -127,14 +127,14 @@ func simulate(p *problem, s *hpo.Searcher, replay [][]*trainingv1.Trial_Paramete
 }
 
 // runASHA compares the three studies for one seed.
-func runASHA(p *problem, seed int64, n, epochs, eta int) (ashaResult, error) {
+func runASHA(p *problem, seed int64, n, minEpochs, epochs, eta int) (ashaResult, error) {
 	var r ashaResult
 	cs := curves{}
 	full, err := hpo.New(p.spec(trainingv1.StudySpec_ALGORITHM_UNSPECIFIED, seed), hpo.Options{Seed: seed, MaxTrials: n})
 	if err != nil {
 		return r, err
 	}
-	asha, err := hpo.New(ashaSpec(p, seed, epochs, eta), hpo.Options{Seed: seed, MaxTrials: n})
+	asha, err := hpo.New(ashaSpec(p, seed, minEpochs, epochs, eta), hpo.Options{Seed: seed, MaxTrials: n})
 	if err != nil {
 		return r, err
 	}

@@ -47,7 +47,7 @@ type options struct {
 	seeds, trials                int
 	trainerTrials, trainerEpochs int
 	ashaSeeds, ashaTrials        int
-	ashaEpochs, ashaEta          int
+	ashaMin, ashaEpochs, ashaEta int
 	latencyTrials, latencyCalls  int
 	optuna                       bool
 	python                       string
@@ -62,7 +62,7 @@ func defaults() options {
 	// epoch takes milliseconds, tens of them at 256 hidden units and small
 	// batches, where its best configurations are).
 	return options{seeds: 20, trials: 60, trainerTrials: 30, trainerEpochs: 5,
-		ashaSeeds: 10, ashaTrials: 30, ashaEpochs: 27, ashaEta: 3,
+		ashaSeeds: 10, ashaTrials: 30, ashaMin: 1, ashaEpochs: 27, ashaEta: 3,
 		latencyTrials: 1000, latencyCalls: 200, optuna: true, workers: runtime.GOMAXPROCS(0)}
 }
 
@@ -86,6 +86,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (options, error) {
 	fs.IntVar(&o.trainerEpochs, "trainer-epochs", d.trainerEpochs, "epochs each trainer trial trains")
 	fs.IntVar(&o.ashaSeeds, "asha-seeds", d.ashaSeeds, "seeds of the ASHA comparison")
 	fs.IntVar(&o.ashaTrials, "asha-trials", d.ashaTrials, "trials per study in the ASHA comparison")
+	fs.IntVar(&o.ashaMin, "asha-min", d.ashaMin, "ASHA's min_step_count: the first rung, in epochs")
 	fs.IntVar(&o.ashaEpochs, "asha-epochs", d.ashaEpochs, "epochs of a trial that is not stopped (ASHA's max_step_count)")
 	fs.IntVar(&o.ashaEta, "asha-eta", d.ashaEta, "ASHA's reduction_factor")
 	fs.IntVar(&o.latencyTrials, "latency-trials", d.latencyTrials, "trials in the history Suggest is timed on")
@@ -106,7 +107,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (options, error) {
 		{"seeds", &o.seeds, &q.seeds}, {"trials", &o.trials, &q.trials},
 		{"trainer-trials", &o.trainerTrials, &q.trainerTrials}, {"trainer-epochs", &o.trainerEpochs, &q.trainerEpochs},
 		{"asha-seeds", &o.ashaSeeds, &q.ashaSeeds}, {"asha-trials", &o.ashaTrials, &q.ashaTrials},
-		{"asha-epochs", &o.ashaEpochs, &q.ashaEpochs}, {"latency-trials", &o.latencyTrials, &q.latencyTrials},
+		{"asha-epochs", &o.ashaEpochs, &q.ashaEpochs}, {"asha-min", &o.ashaMin, &q.ashaMin}, {"latency-trials", &o.latencyTrials, &q.latencyTrials},
 		{"latency-calls", &o.latencyCalls, &q.latencyCalls}, {"workers", &o.workers, &q.workers},
 	}
 	set := map[string]bool{}
@@ -118,6 +119,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (options, error) {
 		if *f.dst < 1 {
 			return o, fmt.Errorf("-%s must be at least 1", f.name)
 		}
+	}
+	if o.ashaMin > o.ashaEpochs {
+		return o, fmt.Errorf("-asha-min must be at most -asha-epochs")
 	}
 	if o.ashaEta < 2 {
 		return o, fmt.Errorf("-asha-eta must be at least 2")
@@ -268,7 +272,7 @@ func runASHAs(o options, p *problem) ([]ashaResult, error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			out[s], errs[s] = runASHA(p, int64(s+1), o.ashaTrials, o.ashaEpochs, o.ashaEta)
+			out[s], errs[s] = runASHA(p, int64(s+1), o.ashaTrials, o.ashaMin, o.ashaEpochs, o.ashaEta)
 		}()
 	}
 	wg.Wait()
@@ -481,6 +485,7 @@ func rerun(o options) string {
 	add("trainer-epochs", o.trainerEpochs, d.trainerEpochs)
 	add("asha-seeds", o.ashaSeeds, d.ashaSeeds)
 	add("asha-trials", o.ashaTrials, d.ashaTrials)
+	add("asha-min", o.ashaMin, d.ashaMin)
 	add("asha-epochs", o.ashaEpochs, d.ashaEpochs)
 	add("asha-eta", o.ashaEta, d.ashaEta)
 	add("latency-trials", o.latencyTrials, d.latencyTrials)
@@ -598,7 +603,7 @@ func render(o options, in renderInput) string {
 		}
 		parts = append(parts, fmt.Sprintf("%s %s %.6g, threshold %.3g", prob.name, what, refs[p], threshold(prob, refs[p])))
 	}
-	w("%s. Thresholds are about 1 %% of each function's spread over its box (the trainer's: 2 %% of the best loss). The suggest column is the mean time to get one suggestion, Optuna's including the JSON round trip to its driver.\n\n", strings.Join(parts, "; "))
+	w("%s. A threshold is a regret that means \"in the optimum's basin\" (the trainer's: 2 %% of the best loss). The suggest column is the mean time to get one suggestion, Optuna's including the JSON round trip to its driver.\n\n", strings.Join(parts, "; "))
 
 	w("### Suggestion latency\n\n")
 	l := in.latency
@@ -645,10 +650,10 @@ func renderASHA(b *strings.Builder, o options, rs []ashaResult) {
 		return s
 	}
 	w("Per seed (1..%d), three sequential studies of %d trials of the trainer (training seed %d), each trial training up to %d epochs, the validation loss measured after each: "+
-		"**no stopping** (Loom's default search, every trial trains every epoch); **ASHA** (the same search with `AshaStoppingSpec{min_step_count: 1, max_step_count: %d, reduction_factor: %d}`, `ShouldStop` asked after every epoch, a stopped trial's last measurement final); "+
+		"**no stopping** (Loom's default search, every trial trains every epoch); **ASHA** (the same search with `AshaStoppingSpec{min_step_count: %d, max_step_count: %d, reduction_factor: %d}`, `ShouldStop` asked after every epoch, a stopped trial's last measurement final); "+
 		"and **ASHA replay** (the no-stopping study's own configurations, in order, under ASHA's stopping: the stopping rule alone, with the suggestions held equal). Trial-epochs count every epoch trained. "+
 		"Target: the same best result in ≤ 1/3 of the trial-epochs; \"same\" is taken as the median per-seed ratio of best losses ≤ 1.01 and ASHA's best not significantly worse (Mann-Whitney, α = %g).\n\n",
-		len(rs), o.ashaTrials, trainSeed, o.ashaEpochs, o.ashaEpochs, o.ashaEta, alpha)
+		len(rs), o.ashaTrials, trainSeed, o.ashaEpochs, o.ashaMin, o.ashaEpochs, o.ashaEta, alpha)
 	w("| study | trial-epochs (total over seeds) | fraction of no stopping | trials stopped (mean) | best val_loss mean ± sd | vs no stopping |\n|---|---:|---:|---:|---:|---|\n")
 	fm, fs := meanSD(fullB)
 	w("| no stopping | %.0f | 1 | 0 | %.4g ± %.2g | — |\n", sum(fullE), fm, fs)
