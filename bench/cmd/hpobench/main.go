@@ -31,6 +31,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"runtime"
@@ -285,7 +286,7 @@ func runASHAs(o options, p *problem) ([]ashaResult, error) {
 }
 
 // run runs the benchmark and writes its section to w (and the report).
-func run(o options, w interface{ Write([]byte) (int, error) }) error {
+func run(o options, w io.Writer) error {
 	began := time.Now()
 	python, optunaVersion := "", ""
 	if o.optuna {
