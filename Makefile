@@ -4,7 +4,7 @@ SERVICES  := gateway provisioner scheduler health registry agent
 GOTEST    ?= go test
 TESTFLAGS ?= -count=1 -timeout 15m
 
-.PHONY: conformance demo up test vet build proto proto-tools proto-check bench bench-path bench-cluster bench-slurm clean
+.PHONY: conformance demo up test vet build proto proto-tools proto-check bench bench-path bench-cluster bench-slurm bench-hpo clean
 
 demo: ## Run the demo on the embedded stack: cluster -> job -> model.
 	go run ./cmd/loom demo
@@ -51,6 +51,9 @@ bench-cluster: ## A 1,000-node cluster on the sim provider.
 
 bench-slurm: ## Loom against a real Slurm on this machine (needs root and slurm-wlm).
 	go run ./bench/cmd/slurmbench -report bench/REPORT.md
+
+bench-hpo: ## Loom's hyperparameter search against Optuna (needs python3-optuna), ASHA, Suggest latency.
+	go run ./bench/cmd/hpobench -report bench/REPORT.md
 
 clean:
 	rm -rf bin
