@@ -195,6 +195,20 @@ func TestTrainingREST(t *testing.T) {
 		t.Errorf("snake_case create: %d %s", code, body)
 	}
 
+	// ?requestId= makes a retry answer the first job.
+	var names []string
+	for range 2 {
+		code, body = restCall(ctx, t, ana, h.restBase, "POST", "/v1/"+location+"/customJobs?requestId=q1", snakeCustomJob)
+		var r trainingv1.CustomJob
+		if code != http.StatusOK || protojson.Unmarshal([]byte(body), &r) != nil {
+			t.Fatalf("create with requestId: %d %s", code, body)
+		}
+		names = append(names, r.GetName())
+	}
+	if names[0] != names[1] {
+		t.Errorf("retried create answered %s, then %s", names[0], names[1])
+	}
+
 	// Reads are proxied, camelCase too.
 	h.w.setTraining(&j)
 	code, body = restCall(ctx, t, ana, h.restBase, "GET", "/v1/"+j.GetName(), "")
