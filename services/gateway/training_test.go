@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -472,5 +473,157 @@ func TestTrainingServiceDown(t *testing.T) {
 	// A retry answers the accepted job from the request record.
 	if j, err := tc.CreateCustomJob(ctx, &trainingv1.CreateCustomJobRequest{Parent: location, CustomJob: customJobSpec(t), RequestId: "x"}); err != nil || j.GetState() != trainingv1.JobState_JOB_STATE_QUEUED {
 		t.Errorf("retry with training down: %v %v", j, err)
+	}
+}
+
+func (f fakeTraining) ListHyperparameterTuningJobs(_ context.Context, r *trainingv1.ListHyperparameterTuningJobsRequest) (*trainingv1.ListHyperparameterTuningJobsResponse, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	resp := &trainingv1.ListHyperparameterTuningJobsResponse{}
+	for _, m := range f.w.training {
+		if j, ok := m.(*trainingv1.HyperparameterTuningJob); ok && strings.HasPrefix(j.GetName(), r.GetParent()+"/") {
+			resp.HyperparameterTuningJobs = append(resp.HyperparameterTuningJobs, proto.Clone(j).(*trainingv1.HyperparameterTuningJob))
+		}
+	}
+	return resp, nil
+}
+
+func (f fakeTraining) ListTrainingPipelines(_ context.Context, r *trainingv1.ListTrainingPipelinesRequest) (*trainingv1.ListTrainingPipelinesResponse, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	resp := &trainingv1.ListTrainingPipelinesResponse{}
+	for _, m := range f.w.training {
+		if p, ok := m.(*trainingv1.TrainingPipeline); ok && strings.HasPrefix(p.GetName(), r.GetParent()+"/") {
+			resp.TrainingPipelines = append(resp.TrainingPipelines, proto.Clone(p).(*trainingv1.TrainingPipeline))
+		}
+	}
+	return resp, nil
+}
+
+// The authorization matrix's training resources: ana's, running (…/40)
+// and ended (…/41) of each kind.
+const (
+	matrixTuningJSON = `{"display_name":"t","max_trial_count":2,"parallel_trial_count":1,` +
+		`"study_spec":{"metrics":[{"metric_id":"val_loss","goal":"MINIMIZE"}],"parameters":[{"parameter_id":"lr","double_value_spec":{"min_value":0.001,"max_value":0.1}}]},` +
+		`"trial_job_spec":{"worker_pool_specs":[{"machine_spec":{"machine_type":"n2-standard-8"},"replica_count":1,"container_spec":{"command":["true"]}}]}}`
+	matrixPipelineJSON = `{"display_name":"p","training_task_definition":"custom_task_1.0.0.yaml",` +
+		`"training_task_inputs":{"worker_pool_specs":[{"machine_spec":{"machine_type":"n2-standard-8"},"replica_count":1,"container_spec":{"command":["true"]}}]},` +
+		`"model_to_upload":{"display_name":"m"}}`
+)
+
+// trainingMatrixWorld adds the matrix's training resources to h's world.
+func trainingMatrixWorld(t *testing.T, h *harness) {
+	t.Helper()
+	for _, c := range []struct {
+		id    string
+		ended bool
+	}{{"40", false}, {"41", true}} {
+		j := customJobSpec(t)
+		j.Name, j.User, j.State = location+"/customJobs/"+c.id, "ana", trainingv1.JobState_JOB_STATE_RUNNING
+		var tj trainingv1.HyperparameterTuningJob
+		if err := protojson.Unmarshal([]byte(matrixTuningJSON), &tj); err != nil {
+			t.Fatal(err)
+		}
+		tj.Name, tj.User, tj.State = location+"/hyperparameterTuningJobs/"+c.id, "ana", trainingv1.JobState_JOB_STATE_RUNNING
+		var p trainingv1.TrainingPipeline
+		if err := protojson.Unmarshal([]byte(matrixPipelineJSON), &p); err != nil {
+			t.Fatal(err)
+		}
+		p.Name, p.User, p.State = location+"/trainingPipelines/"+c.id, "ana", trainingv1.PipelineState_PIPELINE_STATE_RUNNING
+		if c.ended {
+			j.State, tj.State, p.State = trainingv1.JobState_JOB_STATE_SUCCEEDED, trainingv1.JobState_JOB_STATE_FAILED, trainingv1.PipelineState_PIPELINE_STATE_CANCELLED
+		}
+		h.w.setTraining(j)
+		h.w.setTraining(&tj)
+		h.w.setTraining(&p)
+	}
+}
+
+// trainingMatrixRows are the matrix's rows of TrainingService: users
+// create, viewers read, ana and admins cancel and delete ana's.
+func trainingMatrixRows(t *testing.T) []matrixRow {
+	userCreateRow := [9]codes.Code{un, pd, ok, ok, ok, nf, ok, pd, pd}
+	tc := func(c *grpc.ClientConn) trainingv1.TrainingServiceClient {
+		return trainingv1.NewTrainingServiceClient(c)
+	}
+	get := func(path string) func(int) (string, string, string) {
+		return func(int) (string, string, string) { return "GET", path, "" }
+	}
+	post := func(path, body string) func(int) (string, string, string) {
+		return func(int) (string, string, string) { return "POST", path, body }
+	}
+	del := func(path string) func(int) (string, string, string) {
+		return func(int) (string, string, string) { return "DELETE", path, "" }
+	}
+	var tuning trainingv1.HyperparameterTuningJob
+	var pipeline trainingv1.TrainingPipeline
+	if protojson.Unmarshal([]byte(matrixTuningJSON), &tuning) != nil || protojson.Unmarshal([]byte(matrixPipelineJSON), &pipeline) != nil {
+		t.Fatal("matrix training JSON")
+	}
+	cj, tj, tp := location+"/customJobs/", location+"/hyperparameterTuningJobs/", location+"/trainingPipelines/"
+	call := func(f func(context.Context, trainingv1.TrainingServiceClient) error) func(context.Context, *grpc.ClientConn, int) error {
+		return func(ctx context.Context, c *grpc.ClientConn, _ int) error { return f(ctx, tc(c)) }
+	}
+	return []matrixRow{
+		{"CreateCustomJob", call(func(ctx context.Context, c trainingv1.TrainingServiceClient) error {
+			_, err := c.CreateCustomJob(ctx, &trainingv1.CreateCustomJobRequest{Parent: location, CustomJob: customJobSpec(t)})
+			return err
+		}), post("/v1/"+location+"/customJobs", snakeCustomJob), userCreateRow},
+		{"GetCustomJob", call(func(ctx context.Context, c trainingv1.TrainingServiceClient) error {
+			_, err := c.GetCustomJob(ctx, &trainingv1.GetCustomJobRequest{Name: cj + "40"})
+			return err
+		}), get("/v1/" + cj + "40"), viewerRow},
+		{"ListCustomJobs", call(func(ctx context.Context, c trainingv1.TrainingServiceClient) error {
+			_, err := c.ListCustomJobs(ctx, &trainingv1.ListCustomJobsRequest{Parent: location})
+			return err
+		}), get("/v1/" + location + "/customJobs"), viewerRow},
+		{"CancelCustomJob", call(func(ctx context.Context, c trainingv1.TrainingServiceClient) error {
+			_, err := c.CancelCustomJob(ctx, &trainingv1.CancelCustomJobRequest{Name: cj + "40"})
+			return err
+		}), post("/v1/"+cj+"40:cancel", "{}"), jobActRow},
+		{"DeleteCustomJob", call(func(ctx context.Context, c trainingv1.TrainingServiceClient) error {
+			_, err := c.DeleteCustomJob(ctx, &trainingv1.DeleteCustomJobRequest{Name: cj + "41"})
+			return err
+		}), del("/v1/" + cj + "41"), jobActRow},
+		{"CreateHyperparameterTuningJob", call(func(ctx context.Context, c trainingv1.TrainingServiceClient) error {
+			_, err := c.CreateHyperparameterTuningJob(ctx, &trainingv1.CreateHyperparameterTuningJobRequest{Parent: location, HyperparameterTuningJob: &tuning})
+			return err
+		}), post("/v1/"+location+"/hyperparameterTuningJobs", matrixTuningJSON), userCreateRow},
+		{"GetHyperparameterTuningJob", call(func(ctx context.Context, c trainingv1.TrainingServiceClient) error {
+			_, err := c.GetHyperparameterTuningJob(ctx, &trainingv1.GetHyperparameterTuningJobRequest{Name: tj + "40"})
+			return err
+		}), get("/v1/" + tj + "40"), viewerRow},
+		{"ListHyperparameterTuningJobs", call(func(ctx context.Context, c trainingv1.TrainingServiceClient) error {
+			_, err := c.ListHyperparameterTuningJobs(ctx, &trainingv1.ListHyperparameterTuningJobsRequest{Parent: location})
+			return err
+		}), get("/v1/" + location + "/hyperparameterTuningJobs"), viewerRow},
+		{"CancelHyperparameterTuningJob", call(func(ctx context.Context, c trainingv1.TrainingServiceClient) error {
+			_, err := c.CancelHyperparameterTuningJob(ctx, &trainingv1.CancelHyperparameterTuningJobRequest{Name: tj + "40"})
+			return err
+		}), post("/v1/"+tj+"40:cancel", "{}"), jobActRow},
+		{"DeleteHyperparameterTuningJob", call(func(ctx context.Context, c trainingv1.TrainingServiceClient) error {
+			_, err := c.DeleteHyperparameterTuningJob(ctx, &trainingv1.DeleteHyperparameterTuningJobRequest{Name: tj + "41"})
+			return err
+		}), del("/v1/" + tj + "41"), jobActRow},
+		{"CreateTrainingPipeline", call(func(ctx context.Context, c trainingv1.TrainingServiceClient) error {
+			_, err := c.CreateTrainingPipeline(ctx, &trainingv1.CreateTrainingPipelineRequest{Parent: location, TrainingPipeline: &pipeline})
+			return err
+		}), post("/v1/"+location+"/trainingPipelines", matrixPipelineJSON), userCreateRow},
+		{"GetTrainingPipeline", call(func(ctx context.Context, c trainingv1.TrainingServiceClient) error {
+			_, err := c.GetTrainingPipeline(ctx, &trainingv1.GetTrainingPipelineRequest{Name: tp + "40"})
+			return err
+		}), get("/v1/" + tp + "40"), viewerRow},
+		{"ListTrainingPipelines", call(func(ctx context.Context, c trainingv1.TrainingServiceClient) error {
+			_, err := c.ListTrainingPipelines(ctx, &trainingv1.ListTrainingPipelinesRequest{Parent: location})
+			return err
+		}), get("/v1/" + location + "/trainingPipelines"), viewerRow},
+		{"CancelTrainingPipeline", call(func(ctx context.Context, c trainingv1.TrainingServiceClient) error {
+			_, err := c.CancelTrainingPipeline(ctx, &trainingv1.CancelTrainingPipelineRequest{Name: tp + "40"})
+			return err
+		}), post("/v1/"+tp+"40:cancel", "{}"), jobActRow},
+		{"DeleteTrainingPipeline", call(func(ctx context.Context, c trainingv1.TrainingServiceClient) error {
+			_, err := c.DeleteTrainingPipeline(ctx, &trainingv1.DeleteTrainingPipelineRequest{Name: tp + "41"})
+			return err
+		}), del("/v1/" + tp + "41"), jobActRow},
 	}
 }
