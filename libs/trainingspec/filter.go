@@ -53,7 +53,6 @@ type node struct {
 	kids     []*node
 	key, op  string
 	value    string
-	quoted   bool
 	wildcard bool
 }
 
@@ -208,7 +207,7 @@ func (p *filterParser) lex() error {
 	s := p.src
 	for i := 0; i < len(s); {
 		c := s[i]
-		if n := len(p.toks); n > 0 && p.toks[n-1].kind == tokOp && c != '"' && !isSpace(c) {
+		if n := len(p.toks); n > 0 && p.toks[n-1].kind == tokOp && c != '"' && c != '(' && c != ')' && !isSpace(c) {
 			// A bare value runs to the next space or parenthesis, so that
 			// create_time>2026-01-02T00:00:00Z and x=-1 read as one value.
 			j := i
@@ -399,7 +398,7 @@ func (p *filterParser) comparison() (*node, error) {
 		return nil, p.errAt(val, "a value expected after %s %s", k.text, op.text)
 	}
 	p.pos++
-	n := &node{kind: nodeCmp, key: k.text, op: op.text, value: val.text, quoted: val.kind == tokString}
+	n := &node{kind: nodeCmp, key: k.text, op: op.text, value: val.text}
 	if strings.HasSuffix(n.value, "*") && n.op != ":" {
 		n.wildcard = true
 		n.value = strings.TrimSuffix(n.value, "*")
@@ -407,9 +406,9 @@ func (p *filterParser) comparison() (*node, error) {
 	return n, nil
 }
 
-// validKey accepts dotted names of letters, digits, '_' and '-' (label
-// keys), each part starting with a letter or '_'... or a digit for label
-// keys ("labels.2024").
+// validKey accepts dotted names whose parts are letters, digits, '_' and
+// '-' (label keys may hold '-' and start with a digit), at most 256 bytes,
+// other than the operators' words.
 func validKey(s string) bool {
 	if s == "" || s == "AND" || s == "OR" || s == "NOT" || len(s) > 256 {
 		return false

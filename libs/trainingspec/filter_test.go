@@ -79,6 +79,8 @@ func TestFilterErrors(t *testing.T) {
 	}{
 		{"state=", "a value expected after state ="},
 		{"state", "an operator"},
+		{"state=(", "a value expected"},
+		{"state=)", "a value expected"},
 		{"=x", "a key"},
 		{"(state=x", "')' expected"},
 		{"state=x)", "unexpected ')'"},

@@ -336,3 +336,45 @@ func TestAcceleratorName(t *testing.T) {
 		t.Errorf("AcceleratorName = %s", got)
 	}
 }
+
+// FuzzValidate: any decodable CustomJob, tuning job or pipeline (wire bytes
+// or JSON) is judged without a panic, and a refusal is an InvalidError.
+func FuzzValidate(f *testing.F) {
+	j := &trainingv1.CustomJob{}
+	if err := protojson.Unmarshal([]byte(vertexCustomJob), j); err != nil {
+		f.Fatal(err)
+	}
+	b, _ := proto.Marshal(j)
+	f.Add(b, []byte(vertexCustomJob))
+	f.Add([]byte{}, []byte(`{"trainingTaskDefinition":"custom_task_1.0.0.yaml","trainingTaskInputs":{"workerPoolSpecs":[{}]}}`))
+	f.Add([]byte{0x22, 0x00}, []byte(`{"studySpec":{"parameters":[{"conditionalParameterSpecs":[{"parameterSpec":{}}]}]}}`))
+	f.Fuzz(func(t *testing.T, wire, js []byte) {
+		check := func(err error) {
+			if err == nil {
+				return
+			}
+			var inv *errs.InvalidError
+			if !errors.As(err, &inv) {
+				t.Fatalf("refusal %v is not an InvalidError", err)
+			}
+		}
+		for _, data := range [][]byte{wire, js} {
+			cj, tj, tp := &trainingv1.CustomJob{}, &trainingv1.HyperparameterTuningJob{}, &trainingv1.TrainingPipeline{}
+			dec := func(m proto.Message) bool {
+				if len(data) > 0 && data[0] == '{' {
+					return protojson.Unmarshal(data, m) == nil
+				}
+				return proto.Unmarshal(data, m) == nil
+			}
+			if dec(cj) {
+				check(ValidateCustomJob(cj))
+			}
+			if dec(tj) {
+				check(ValidateHyperparameterTuningJob(tj))
+			}
+			if dec(tp) {
+				check(ValidateTrainingPipeline(tp))
+			}
+		}
+	})
+}
