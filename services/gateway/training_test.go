@@ -384,8 +384,22 @@ func TestTrainingAccess(t *testing.T) {
 	done.Name, done.State = location+"/customJobs/41", trainingv1.JobState_JOB_STATE_SUCCEEDED
 	h.w.setTraining(done)
 
-	if _, err := h.trainingAs(t, "vic").GetCustomJob(ctx, &trainingv1.GetCustomJobRequest{Name: running.GetName()}); err != nil {
-		t.Errorf("viewer get: %v", err)
+	// The replicas' environment is the owner's and admins' to see.
+	running.JobSpec.WorkerPoolSpecs[0].GetContainerSpec().Env = []*trainingv1.EnvVar{{Name: "HF_TOKEN", Value: "hf_s3cret"}}
+	h.w.setTraining(running)
+	for who, sees := range map[string]bool{"ana": true, "pat": true, "vic": false, "bob": false} {
+		j, err := h.trainingAs(t, who).GetCustomJob(ctx, &trainingv1.GetCustomJobRequest{Name: running.GetName()})
+		if err != nil {
+			t.Errorf("get as %s: %v", who, err)
+			continue
+		}
+		if got := len(j.GetJobSpec().GetWorkerPoolSpecs()[0].GetContainerSpec().GetEnv()) > 0; got != sees {
+			t.Errorf("get as %s shows the environment: %v, want %v", who, got, sees)
+		}
+		l, err := h.trainingAs(t, who).ListCustomJobs(ctx, &trainingv1.ListCustomJobsRequest{Parent: location})
+		if err != nil || strings.Contains(protojson.Format(l), "hf_s3cret") != sees {
+			t.Errorf("list as %s: %v; shows the secret: %v, want %v", who, err, strings.Contains(protojson.Format(l), "hf_s3cret"), sees)
+		}
 	}
 	if _, err := h.trainingAs(t, "oz").GetCustomJob(ctx, &trainingv1.GetCustomJobRequest{Name: running.GetName()}); status.Code(err) != codes.NotFound {
 		t.Errorf("other project's get = %v, want NotFound", err)
@@ -444,6 +458,30 @@ func TestTrainingAccess(t *testing.T) {
 	}
 	// Mutations are audited: the cancel is in the project's trail.
 	waitAudit(t, ctx, h, "pat", project, record("users/ana", "/loom.training.v1.TrainingService/CancelCustomJob", "allowed", "OK"))
+}
+
+// TestTrainingPrivateData: with PrivateData "jobs", another user's
+// training resources are NotFound and absent from lists; admins see them.
+func TestTrainingPrivateData(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *Config) { c.PrivateData = "jobs" })
+	ctx := testkit.Context(t, wait)
+	j := customJobSpec(t)
+	j.Name, j.User, j.State = location+"/customJobs/40", "ana", trainingv1.JobState_JOB_STATE_RUNNING
+	h.w.setTraining(j)
+	for who, sees := range map[string]bool{"ana": true, "pat": true, "bob": false, "vic": false} {
+		_, err := h.trainingAs(t, who).GetCustomJob(ctx, &trainingv1.GetCustomJobRequest{Name: j.GetName()})
+		if (err == nil) != sees || (!sees && status.Code(err) != codes.NotFound) {
+			t.Errorf("get as %s: %v, want seen %v", who, err, sees)
+		}
+		l, err := h.trainingAs(t, who).ListCustomJobs(ctx, &trainingv1.ListCustomJobsRequest{Parent: location})
+		if err != nil || (len(l.GetCustomJobs()) == 1) != sees {
+			t.Errorf("list as %s: %v, %d jobs, want seen %v", who, err, len(l.GetCustomJobs()), sees)
+		}
+	}
+	if _, err := h.trainingAs(t, "bob").CancelCustomJob(ctx, &trainingv1.CancelCustomJobRequest{Name: j.GetName()}); status.Code(err) != codes.NotFound {
+		t.Errorf("bob's cancel of a hidden job = %v, want NotFound", err)
+	}
 }
 
 // TestTrainingServiceDown: with no training service at -training-addr,

@@ -270,7 +270,11 @@ func (g *Gateway) GetCustomJob(ctx context.Context, req *trainingv1.GetCustomJob
 	if err != nil {
 		return nil, fromTraining("get "+req.GetName(), err)
 	}
-	return j, nil
+	shown, ok := trainingVisible(ctx, g, j)
+	if !ok {
+		return nil, trainingHidden(req.GetName())
+	}
+	return shown, nil
 }
 
 // ListCustomJobs lists CustomJobs (filter and pages as the training
@@ -287,6 +291,13 @@ func (g *Gateway) ListCustomJobs(ctx context.Context, req *trainingv1.ListCustom
 	if err != nil {
 		return nil, fromTraining("list custom jobs of "+req.GetParent(), err)
 	}
+	kept := resp.CustomJobs[:0]
+	for _, m := range resp.GetCustomJobs() {
+		if shown, ok := trainingVisible(ctx, g, m); ok {
+			kept = append(kept, shown)
+		}
+	}
+	resp.CustomJobs = kept
 	return resp, nil
 }
 
@@ -304,7 +315,11 @@ func (g *Gateway) GetHyperparameterTuningJob(ctx context.Context, req *trainingv
 	if err != nil {
 		return nil, fromTraining("get "+req.GetName(), err)
 	}
-	return j, nil
+	shown, ok := trainingVisible(ctx, g, j)
+	if !ok {
+		return nil, trainingHidden(req.GetName())
+	}
+	return shown, nil
 }
 
 // ListHyperparameterTuningJobs lists tuning jobs from the training service.
@@ -320,6 +335,13 @@ func (g *Gateway) ListHyperparameterTuningJobs(ctx context.Context, req *trainin
 	if err != nil {
 		return nil, fromTraining("list tuning jobs of "+req.GetParent(), err)
 	}
+	kept := resp.HyperparameterTuningJobs[:0]
+	for _, m := range resp.GetHyperparameterTuningJobs() {
+		if shown, ok := trainingVisible(ctx, g, m); ok {
+			kept = append(kept, shown)
+		}
+	}
+	resp.HyperparameterTuningJobs = kept
 	return resp, nil
 }
 
@@ -336,7 +358,11 @@ func (g *Gateway) GetTrainingPipeline(ctx context.Context, req *trainingv1.GetTr
 	if err != nil {
 		return nil, fromTraining("get "+req.GetName(), err)
 	}
-	return p, nil
+	shown, ok := trainingVisible(ctx, g, p)
+	if !ok {
+		return nil, trainingHidden(req.GetName())
+	}
+	return shown, nil
 }
 
 // ListTrainingPipelines lists pipelines from the training service.
@@ -352,6 +378,13 @@ func (g *Gateway) ListTrainingPipelines(ctx context.Context, req *trainingv1.Lis
 	if err != nil {
 		return nil, fromTraining("list training pipelines of "+req.GetParent(), err)
 	}
+	kept := resp.TrainingPipelines[:0]
+	for _, m := range resp.GetTrainingPipelines() {
+		if shown, ok := trainingVisible(ctx, g, m); ok {
+			kept = append(kept, shown)
+		}
+	}
+	resp.TrainingPipelines = kept
 	return resp, nil
 }
 
