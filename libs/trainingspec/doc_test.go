@@ -2,6 +2,7 @@ package trainingspec
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -51,6 +52,36 @@ func TestGuideExamplesAreValid(t *testing.T) {
 		}
 		if err := c.validate(c.msg); err != nil {
 			t.Errorf("%s example is refused: %v", c.section, err)
+		}
+	}
+}
+
+// TestExamplesAreValid: the example files of examples/training decode
+// and validate.
+func TestExamplesAreValid(t *testing.T) {
+	t.Parallel()
+	for file, m := range map[string]proto.Message{
+		"custom_job.json": &trainingv1.CustomJob{}, "tuning_job.json": &trainingv1.HyperparameterTuningJob{},
+		"pipeline.json": &trainingv1.TrainingPipeline{},
+	} {
+		b, err := os.ReadFile(filepath.Join("../../examples/training", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := protojson.Unmarshal(b, m); err != nil {
+			t.Errorf("%s does not decode: %v", file, err)
+			continue
+		}
+		switch r := m.(type) {
+		case *trainingv1.CustomJob:
+			err = ValidateCustomJob(r)
+		case *trainingv1.HyperparameterTuningJob:
+			err = ValidateHyperparameterTuningJob(r)
+		case *trainingv1.TrainingPipeline:
+			err = ValidateTrainingPipeline(r)
+		}
+		if err != nil {
+			t.Errorf("%s is refused: %v", file, err)
 		}
 	}
 }
