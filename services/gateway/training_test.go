@@ -358,6 +358,17 @@ func TestTrainingIDsAndReplay(t *testing.T) {
 	if _, err := h.trainingAs(t, "bob").CreateCustomJob(ctx, &trainingv1.CreateCustomJobRequest{Parent: location, CustomJob: spec, RequestId: "r1"}); status.Code(err) != codes.AlreadyExists {
 		t.Errorf("retry by another user = %v, want AlreadyExists", err)
 	}
+	// persistent_resource_id names a cluster of the project.
+	onC1 := proto.Clone(spec).(*trainingv1.CustomJob)
+	onC1.JobSpec.PersistentResourceId = "c1"
+	if j, err := tc.CreateCustomJob(ctx, &trainingv1.CreateCustomJobRequest{Parent: location, CustomJob: onC1}); err != nil || j.GetCluster() != cluster1 {
+		t.Errorf("create on c1 = %v, %v; want cluster %s", j.GetCluster(), err, cluster1)
+	}
+	onC1.JobSpec.PersistentResourceId = "nope"
+	if _, err := tc.CreateCustomJob(ctx, &trainingv1.CreateCustomJobRequest{Parent: location, CustomJob: onC1}); status.Code(err) != codes.InvalidArgument ||
+		!strings.Contains(err.Error(), "custom_job.job_spec.persistent_resource_id: no cluster nope") {
+		t.Errorf("create on a missing cluster = %v", err)
+	}
 	// Naming another owner is refused to users.
 	other := proto.Clone(spec).(*trainingv1.CustomJob)
 	other.User = "bob"

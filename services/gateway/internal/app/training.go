@@ -16,6 +16,7 @@ import (
 	"github.com/loom-ml/loom/libs/trainingspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 	"github.com/loom-ml/loom/services/gateway/internal/authz"
 	"github.com/loom-ml/loom/services/gateway/internal/domain"
@@ -118,6 +119,9 @@ func createTraining[T trainingResource](ctx context.Context, g *Gateway, c train
 	if err != nil {
 		return zero, err
 	}
+	if err := g.checkPersistentResource(ctx, parent.Project, c.field, c.resource); err != nil {
+		return zero, err
+	}
 	owner, err := trainingOwner(callerIn(ctx, parent.Project), c.field+".user", c.resource.GetUser())
 	if err != nil {
 		return zero, err
@@ -155,6 +159,43 @@ func createTraining[T trainingResource](ctx context.Context, g *Gateway, c train
 	audited()
 	g.opt.Log.InfoContext(ctx, "training resource accepted", "name", accepted.GetName(), "user", owner, "job_ids", n)
 	return accepted, nil
+}
+
+// checkPersistentResource refuses a persistent_resource_id that names no
+// cluster of the project (InvalidArgument naming the field), so that a
+// typo fails now rather than as a FAILED job later. A cluster being
+// deleted is the training service's to judge.
+func (g *Gateway) checkPersistentResource(ctx context.Context, project, field string, m proto.Message) error {
+	var spec *trainingv1.CustomJobSpec
+	path := field
+	switch r := m.(type) {
+	case *trainingv1.CustomJob:
+		spec, path = r.GetJobSpec(), field+".job_spec"
+	case *trainingv1.HyperparameterTuningJob:
+		spec, path = r.GetTrialJobSpec(), field+".trial_job_spec"
+	case *trainingv1.TrainingPipeline:
+		custom, tuning, err := trainingspec.PipelineTask(r)
+		if err != nil {
+			return nil // refused by validation already
+		}
+		spec, path = custom, field+".training_task_inputs"
+		if tuning != nil {
+			spec, path = tuning.GetTrialJobSpec(), field+".training_task_inputs.trial_job_spec"
+		}
+	}
+	id := spec.GetPersistentResourceId()
+	if id == "" {
+		return nil
+	}
+	name := resname.Cluster{Project: project, ID: id}.String()
+	_, err := g.own.Clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: name})
+	switch {
+	case err == nil:
+		return nil
+	case isNotFound(err):
+		return errs.Invalid(path+".persistent_resource_id", "no cluster %s in project %s (see loom clusters list); leave it out to run on a cluster made for the job", id, project)
+	}
+	return fmt.Errorf("ask the provisioner for %s: %w", name, err)
 }
 
 // trainingReplayLookup bounds a replay's read of the current state.
