@@ -591,7 +591,8 @@ func trainingMatrixWorld(t *testing.T, h *harness) {
 // trainingMatrixRows are the matrix's rows of TrainingService: users
 // create, viewers read, ana and admins cancel and delete ana's.
 func trainingMatrixRows(t *testing.T) []matrixRow {
-	userCreateRow := [9]codes.Code{un, pd, ok, ok, ok, nf, ok, pd, pd}
+	// As SubmitJob: users, and a workload as its owner.
+	userCreateRow := [9]codes.Code{un, pd, ok, ok, ok, nf, ok, pd, ok}
 	tc := func(c *grpc.ClientConn) trainingv1.TrainingServiceClient {
 		return trainingv1.NewTrainingServiceClient(c)
 	}

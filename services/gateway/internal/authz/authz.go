@@ -219,18 +219,19 @@ var Table = map[string]Rule{
 	// Serverless training: users create CustomJobs, tuning jobs and
 	// pipelines that run as themselves, and cancel or delete their own
 	// (the application checks the owner: project and cluster admins act
-	// on any), as with jobs; viewers read.
-	trainingSvc + "CreateCustomJob":               {Access: User, Field: "parent"},
+	// on any), as with jobs; viewers read. A workload creates as its
+	// owner, as it submits jobs.
+	trainingSvc + "CreateCustomJob":               {Access: User, Field: "parent", Workload: OwnProject},
 	trainingSvc + "GetCustomJob":                  {Access: Viewer, Field: "name"},
 	trainingSvc + "ListCustomJobs":                {Access: Viewer, Field: "parent"},
 	trainingSvc + "CancelCustomJob":               {Access: User, Field: "name"},
 	trainingSvc + "DeleteCustomJob":               {Access: User, Field: "name"},
-	trainingSvc + "CreateHyperparameterTuningJob": {Access: User, Field: "parent"},
+	trainingSvc + "CreateHyperparameterTuningJob": {Access: User, Field: "parent", Workload: OwnProject},
 	trainingSvc + "GetHyperparameterTuningJob":    {Access: Viewer, Field: "name"},
 	trainingSvc + "ListHyperparameterTuningJobs":  {Access: Viewer, Field: "parent"},
 	trainingSvc + "CancelHyperparameterTuningJob": {Access: User, Field: "name"},
 	trainingSvc + "DeleteHyperparameterTuningJob": {Access: User, Field: "name"},
-	trainingSvc + "CreateTrainingPipeline":        {Access: User, Field: "parent"},
+	trainingSvc + "CreateTrainingPipeline":        {Access: User, Field: "parent", Workload: OwnProject},
 	trainingSvc + "GetTrainingPipeline":           {Access: Viewer, Field: "name"},
 	trainingSvc + "ListTrainingPipelines":         {Access: Viewer, Field: "parent"},
 	trainingSvc + "CancelTrainingPipeline":        {Access: User, Field: "name"},
