@@ -20,6 +20,7 @@ import (
 	"github.com/loom-ml/loom/libs/trainingspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 // fakeTraining serves the training service's internal reads over
@@ -358,6 +359,10 @@ func TestTrainingIDsAndReplay(t *testing.T) {
 	if _, err := h.trainingAs(t, "bob").CreateCustomJob(ctx, &trainingv1.CreateCustomJobRequest{Parent: location, CustomJob: spec, RequestId: "r1"}); status.Code(err) != codes.AlreadyExists {
 		t.Errorf("retry by another user = %v, want AlreadyExists", err)
 	}
+	// Creates are audited with their change (one Apply).
+	waitAudit(t, ctx, h, "pat", project, func(r *loomv1.AuditRecord) bool {
+		return record("users/ana", "/loom.training.v1.TrainingService/CreateCustomJob", "allowed", "OK")(r) && r.GetResource() == location
+	})
 	// persistent_resource_id names a cluster of the project.
 	onC1 := proto.Clone(spec).(*trainingv1.CustomJob)
 	onC1.JobSpec.PersistentResourceId = "c1"
