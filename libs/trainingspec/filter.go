@@ -24,10 +24,12 @@ const (
 // take: comparisons KEY OP VALUE with OP one of = != < <= > >= and ':'
 // (has: "labels.k:*" is true when the key is present), joined by AND, OR
 // (which binds tighter, as AIP-160 says), NOT or '-', and parentheses;
-// juxtaposed terms are ANDed. Keys are dotted names ("state", "display_name",
-// "labels.team", "create_time"); values are bare words or double-quoted
-// strings (\" and \\ escapes). A quoted value ending in '*' with '=' matches
-// by prefix. The zero Filter matches everything.
+// juxtaposed terms are ANDed. Keys are dotted names ("state",
+// "display_name", "labels.team", "create_time"); a camelCase first part is
+// taken in snake_case ("displayName" is "display_name"; a label's key is
+// kept as written). Values are bare words or double-quoted strings (\" and
+// \\ escapes). A value ending in '*' with '=' matches by prefix. The zero
+// Filter matches everything.
 type Filter struct {
 	root *node
 	text string
@@ -398,12 +400,34 @@ func (p *filterParser) comparison() (*node, error) {
 		return nil, p.errAt(val, "a value expected after %s %s", k.text, op.text)
 	}
 	p.pos++
-	n := &node{kind: nodeCmp, key: k.text, op: op.text, value: val.text}
+	n := &node{kind: nodeCmp, key: snakeKey(k.text), op: op.text, value: val.text}
 	if strings.HasSuffix(n.value, "*") && n.op != ":" {
 		n.wildcard = true
 		n.value = strings.TrimSuffix(n.value, "*")
 	}
 	return n, nil
+}
+
+// snakeKey spells a key's first part in snake_case ("displayName" →
+// "display_name"), as REST callers writing camelCase JSON may write it;
+// what follows it (a label's key) is kept as it is.
+func snakeKey(k string) string {
+	first, rest, dotted := strings.Cut(k, ".")
+	var b strings.Builder
+	for i := 0; i < len(first); i++ {
+		c := first[i]
+		if c >= 'A' && c <= 'Z' {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			c += 'a' - 'A'
+		}
+		b.WriteByte(c)
+	}
+	if dotted {
+		return b.String() + "." + rest
+	}
+	return b.String()
 }
 
 // validKey accepts dotted names whose parts are letters, digits, '_' and

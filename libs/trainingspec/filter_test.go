@@ -37,6 +37,8 @@ func TestFilterMatch(t *testing.T) {
 		{`display_name="mnist*"`, true},
 		{`display_name="cifar*"`, false},
 		{"labels.team=vision", true},
+		{`displayName="mnist train"`, true},
+		{`createTime>"2026-01-01T00:00:00Z"`, true},
 		{"labels.team:*", true},
 		{"labels.owner:*", false},
 		{"NOT labels.owner:*", true},
