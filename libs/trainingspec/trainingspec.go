@@ -3,8 +3,12 @@
 // pipeline task's decoding, and the list filter. The gateway validates with
 // it before it accepts a request; the training service decodes with it.
 //
-// SEAM (issue 15): PipelineTask and the names below are fixed; validation
-// and the filter are filled in by the gateway's work.
+// The bounds are the package's constants (validate.go); every refusal is an
+// *errs.InvalidError naming the field path and the limit. The filter
+// (filter.go) is AIP-160's subset that Vertex's List calls take; the
+// training service's List RPCs match their resources with it.
+//
+// SEAM (issue 15): PipelineTask and the task names below are fixed.
 package trainingspec
 
 import (

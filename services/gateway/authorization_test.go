@@ -450,13 +450,14 @@ func TestAuthorizationMatrix(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	opName := matrixWorld(t, h)
-	rows := matrixRows(opName)
+	trainingMatrixWorld(t, h)
+	rows := append(matrixRows(opName), trainingMatrixRows(t)...)
 	covered := map[string]bool{}
 	for _, r := range rows {
 		covered[r.method] = true
 	}
 	for svc, info := range h.served {
-		if !strings.HasPrefix(svc, "loom.v1.") {
+		if !strings.HasPrefix(svc, "loom.v1.") && !strings.HasPrefix(svc, "loom.training.v1.") {
 			continue
 		}
 		for _, m := range info.Methods {
@@ -505,14 +506,17 @@ func TestAuthorizationMatrix(t *testing.T) {
 		return ok && c.GetSignal() == "USR2"
 	})
 	n := 0
-	for _, topic := range []string{topics.JobCommands, topics.ClusterCommands, topics.HealthCommands} {
+	for _, topic := range []string{topics.JobCommands, topics.ClusterCommands, topics.HealthCommands, topics.TrainingCommands} {
 		for _, e := range testkit.Events(t, h.broker, topic) {
 			n++
 			switch e.Principal {
 			case "", "users/oz", "users/vic", "nodes/gpu-0001":
 				t.Errorf("%s command %s by %q", topic, e.Type, e.Principal)
 			case "users/bob":
-				if _, sub := e.Payload.(*eventsv1.SubmitJob); !sub {
+				// bob's own creations are his; nothing else of his may pass.
+				switch e.Payload.(type) {
+				case *eventsv1.SubmitJob, *eventsv1.CreateCustomJob, *eventsv1.CreateHyperparameterTuningJob, *eventsv1.CreateTrainingPipeline:
+				default:
 					t.Errorf("bob's %s command on another's job: %v", e.Type, e.Payload)
 				}
 			}

@@ -26,6 +26,10 @@ var restWrites = []struct{ verb, path string }{
 	{"POST", "/v1/auth:token"},
 	{"POST", "/v1/auth:registerNode"},
 	{"POST", "/v1/users/-/keys"},
+	{"POST", "/v1/projects/default/locations/us-central1/customJobs"},
+	{"POST", "/v1/projects/default/locations/us-central1/hyperparameterTuningJobs"},
+	{"POST", "/v1/projects/default/locations/us-central1/trainingPipelines"},
+	{"POST", "/v1/projects/default/locations/us-central1/customJobs/40:cancel"},
 }
 
 // FuzzRESTBodies sends arbitrary bodies to the REST API's writing

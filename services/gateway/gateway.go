@@ -45,6 +45,10 @@ type Config struct {
 	// HealthService's reads go (LOOM_GATEWAY_HEALTH_ADDR; default
 	// 127.0.0.1:7073). GoodputService is the scheduler's (SchedulerAddr).
 	HealthAddr string
+	// TrainingAddr is the training service's internal gRPC address, where
+	// TrainingService's reads go (LOOM_GATEWAY_TRAINING_ADDR; default
+	// 127.0.0.1:7075).
+	TrainingAddr string
 	// PrivateData is Slurm's PrivateData: a comma-separated list of what
 	// callers who do not administer the project see of their own only
 	// (LOOM_GATEWAY_PRIVATE_DATA; "jobs": GetJob, ListJobs (squeue,
@@ -132,6 +136,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"registry's internal gRPC address (LOOM_REGISTRY_ADDR)")
 	fs.StringVar(&c.HealthAddr, "health-addr", config.Env("LOOM_GATEWAY_HEALTH_ADDR", "127.0.0.1:7073"),
 		"health service's internal gRPC address, for HealthService's reads (LOOM_GATEWAY_HEALTH_ADDR)")
+	fs.StringVar(&c.TrainingAddr, "training-addr", config.Env("LOOM_GATEWAY_TRAINING_ADDR", "127.0.0.1:7075"),
+		"training service's internal gRPC address, for TrainingService's reads (LOOM_GATEWAY_TRAINING_ADDR)")
 	fs.StringVar(&c.PrivateData, "private-data", config.Env("LOOM_GATEWAY_PRIVATE_DATA", ""),
 		"what non-admin callers see of their own only, as Slurm's PrivateData: \"jobs\" (LOOM_GATEWAY_PRIVATE_DATA)")
 	fs.DurationVar(&c.JobHistory, "job-history", config.EnvDuration("LOOM_GATEWAY_JOB_HISTORY", app.DefaultJobHistory),
@@ -163,6 +169,7 @@ func (c Config) withDefaults() Config {
 	def(&c.SchedulerAddr, "127.0.0.1:7072")
 	def(&c.RegistryAddr, "127.0.0.1:7074")
 	def(&c.HealthAddr, "127.0.0.1:7073")
+	def(&c.TrainingAddr, "127.0.0.1:7075")
 	if c.JobHistory <= 0 {
 		c.JobHistory = app.DefaultJobHistory
 	}
@@ -288,6 +295,10 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 		_ = base.Close()
 		return fmt.Errorf("gateway: %w", err)
 	}
+	if err := owners.DialTraining(cfg.TrainingAddr, ownerOpts...); err != nil {
+		_ = base.Close()
+		return fmt.Errorf("gateway: %w", err)
+	}
 	var gw *app.Gateway
 	// Watchers get job changes from a groupless tail of the job events that
 	// runs only while someone watches through this instance, and decodes
@@ -306,6 +317,7 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 	stopCalls := context.AfterFunc(ctx, gw.Stop)
 	defer stopCalls()
 	ports.Register(base.GRPC, gw)
+	ports.RegisterTraining(base.GRPC, gw)
 	authSvc, authenticator, err := newAuth(ctx, cfg.Auth, secrets, base, owners)
 	if err != nil {
 		_ = base.Close()

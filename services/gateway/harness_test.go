@@ -27,6 +27,7 @@ import (
 	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 )
@@ -47,6 +48,9 @@ type world struct {
 	nodeHealth     []*loomv1.NodeHealth
 	healthResults  []*loomv1.HealthCheckResult
 	healthRequests []*loomv1.ListHealthResultsRequest
+	// training is the training service's resources by name (CustomJobs,
+	// tuning jobs, pipelines: training_test.go).
+	training map[string]proto.Message
 }
 
 func (w *world) setReservation(r *loomv1.Reservation) {
@@ -357,6 +361,7 @@ func newHarness(t testing.TB, configure ...func(*Config)) *harness {
 	t.Helper()
 	h := &harness{broker: testkit.Broker(t), w: &world{
 		clusters: map[string]*loomv1.Cluster{}, jobs: map[string]*loomv1.Job{}, reservations: map[string]*loomv1.Reservation{},
+		training: map[string]proto.Message{},
 	}}
 	h.w.setCluster(c1())
 	h.w.setCapacity(&loomv1.CapacityPool{Zone: "us-central1-a", MachineType: "a2-highgpu-1g", Type: loomv1.CapacitySource_ON_DEMAND, Total: 100, Free: 100})
@@ -376,6 +381,7 @@ func newHarness(t testing.TB, configure ...func(*Config)) *harness {
 	loomv1.RegisterModelServiceServer(owners, fakeRegistry{})
 	loomv1.RegisterHealthServiceServer(owners, fakeHealth{w: h.w})
 	loomv1.RegisterGoodputServiceServer(owners, fakeGoodput{w: h.w})
+	trainingv1.RegisterTrainingServiceServer(owners, fakeTraining{w: h.w})
 	go func() { _ = owners.Serve(ln) }()
 	t.Cleanup(owners.Stop)
 
@@ -387,6 +393,7 @@ func newHarness(t testing.TB, configure ...func(*Config)) *harness {
 		},
 		RESTAddr:        "127.0.0.1:0",
 		ProvisionerAddr: ownersAddr, SchedulerAddr: ownersAddr, RegistryAddr: ownersAddr, HealthAddr: ownersAddr,
+		TrainingAddr: ownersAddr,
 	}
 	keys := t.TempDir()
 	cfg.Auth = AuthConfig{Mode: "on", TokenKeyFile: filepath.Join(keys, "token.key"),

@@ -23,7 +23,7 @@ func (a *app) jobsCommand() *cobra.Command {
 		Short:   "Submit, inspect and cancel batch jobs",
 	}
 	cmd.AddCommand(a.jobsSubmitCommand(), a.jobsGetCommand(), a.jobsListCommand(), a.jobsCancelCommand(),
-		a.jobsLogsCommand(), a.jobsWatchCommand(), a.jobsGoodputCommand())
+		a.jobsLogsCommand(), a.jobsWatchCommand(), a.jobsGoodputCommand(), a.jobsCustomCommand())
 	return cmd
 }
 

@@ -41,6 +41,8 @@ type app struct {
 	gateway string
 	project string
 	output  string
+	// location is the training commands' --location (training.go).
+	location string
 
 	// now is the clock used to humanise times (tests fix it).
 	now func() time.Time
@@ -204,6 +206,8 @@ for you; for another gateway, "loom auth login" (see "loom auth --help").`,
 		a.capacityCommand(),
 		a.jobsCommand(),
 		a.modelsCommand(),
+		a.hptuningCommand(),
+		a.pipelinesCommand(),
 		a.trainCommand(),
 		a.demoCommand(),
 		a.slurmCommand(),

@@ -40,6 +40,7 @@ import (
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/slurmspec"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -70,6 +71,9 @@ type Gateway struct {
 	// Auth, when set, is served as AuthService (see Auth). Without it
 	// AuthService is Unimplemented, as on a gateway that predates it.
 	Auth *Auth
+	// Training, when set, is served as loom.training.v1.TrainingService
+	// (training.go); without it the service is Unimplemented.
+	Training *Training
 	loomv1.UnimplementedAuditServiceServer
 
 	// Clusters are listed by project (the name's prefix) and found by name.
@@ -178,6 +182,10 @@ func (g *Gateway) Serve(t testing.TB) string {
 	s := grpc.NewServer(grpc.ChainUnaryInterceptor(g.unaryBearer), grpc.ChainStreamInterceptor(g.streamBearer))
 	if g.Auth != nil {
 		loomv1.RegisterAuthServiceServer(s, g.Auth)
+	}
+	if g.Training != nil {
+		g.Training.g = g
+		trainingv1.RegisterTrainingServiceServer(s, g.Training)
 	}
 	loomv1.RegisterClusterServiceServer(s, g)
 	loomv1.RegisterOperationServiceServer(s, g)

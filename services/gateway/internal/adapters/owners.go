@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -25,6 +26,10 @@ type Owners struct {
 	// nil until DialHealth, and then calls to it are answered Unavailable
 	// by the gateway.
 	Health loomv1.HealthServiceClient
+	// Training is the training service's TrainingService (its internal
+	// gRPC, the Get and List calls): nil until DialTraining, and then
+	// calls to it are answered Unavailable by the gateway.
+	Training trainingv1.TrainingServiceClient
 
 	conns []*grpc.ClientConn
 }
@@ -80,6 +85,21 @@ func (o *Owners) DialHealth(addr string, opts ...grpc.DialOption) error {
 	}
 	o.conns = append(o.conns, c)
 	o.Health = loomv1.NewHealthServiceClient(c)
+	return nil
+}
+
+// DialTraining adds a client of the training service's internal gRPC at
+// addr (Training), with opts as DialOwners'. Like DialOwners it does not
+// wait for the service.
+func (o *Owners) DialTraining(addr string, opts ...grpc.DialOption) error {
+	c, err := grpc.NewClient(addr, append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler())}, opts...)...)
+	if err != nil {
+		return fmt.Errorf("dial training at %q: %w", addr, err)
+	}
+	o.conns = append(o.conns, c)
+	o.Training = trainingv1.NewTrainingServiceClient(c)
 	return nil
 }
 

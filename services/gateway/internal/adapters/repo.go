@@ -48,6 +48,12 @@ const (
 	RequestCreateReservation = "create-reservation"
 	RequestDeleteReservation = "delete-reservation"
 	RequestSubmitJob         = "submit-job"
+	// The training creates' request records hold the resource as accepted
+	// (proto bytes), not its name: a retry answers it even before the
+	// training service has it (PutTrainingRequest).
+	RequestCreateCustomJob = "create-custom-job"
+	RequestCreateTuningJob = "create-tuning-job"
+	RequestCreatePipeline  = "create-training-pipeline"
 )
 
 // Repo reads and writes the gateway's state in its Store.
@@ -220,6 +226,23 @@ func PutRequest(tx *store.Tx, kind, requestID, name string) {
 	if requestID != "" {
 		tx.Set(RequestInboxID(kind, requestID), []byte(name))
 	}
+}
+
+// PutTrainingRequest records in tx that (kind, requestID) made the training
+// resource m (a CustomJob, HyperparameterTuningJob or TrainingPipeline, as
+// accepted); nothing when requestID is empty. ReplayOrJobIDs then returns
+// its encoding, which the caller decodes. Apply with RequestInboxID(kind,
+// requestID) makes the record expire after RequestTTL.
+func PutTrainingRequest(tx *store.Tx, kind, requestID string, m proto.Message) error {
+	if requestID == "" {
+		return nil
+	}
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode request %s %s: %w", kind, requestID, err)
+	}
+	tx.Set(RequestInboxID(kind, requestID), b)
+	return nil
 }
 
 // Apply writes tx atomically through the store's driver; with a non-empty

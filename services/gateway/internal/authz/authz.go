@@ -146,6 +146,7 @@ const (
 	healthSvc      = "/grpc.health.v1.Health/"
 	nodeHealthSvc  = "/loom.v1.HealthService/"
 	goodputSvc     = "/loom.v1.GoodputService/"
+	trainingSvc    = "/loom.training.v1.TrainingService/"
 )
 
 // Table maps every gRPC full method name the gateway serves to the rule it
@@ -214,6 +215,27 @@ var Table = map[string]Rule{
 	// application applies PrivateData), a cluster's for its viewers.
 	goodputSvc + "GetJobGoodput":     {Access: Viewer, Field: "name", Workload: OwnJob},
 	goodputSvc + "GetClusterGoodput": {Access: Viewer, Field: "name"},
+
+	// Serverless training: users create CustomJobs, tuning jobs and
+	// pipelines that run as themselves, and cancel or delete their own
+	// (the application checks the owner: project and cluster admins act
+	// on any), as with jobs; viewers read. A workload creates as its
+	// owner, as it submits jobs.
+	trainingSvc + "CreateCustomJob":               {Access: User, Field: "parent", Workload: OwnProject},
+	trainingSvc + "GetCustomJob":                  {Access: Viewer, Field: "name"},
+	trainingSvc + "ListCustomJobs":                {Access: Viewer, Field: "parent"},
+	trainingSvc + "CancelCustomJob":               {Access: User, Field: "name"},
+	trainingSvc + "DeleteCustomJob":               {Access: User, Field: "name"},
+	trainingSvc + "CreateHyperparameterTuningJob": {Access: User, Field: "parent", Workload: OwnProject},
+	trainingSvc + "GetHyperparameterTuningJob":    {Access: Viewer, Field: "name"},
+	trainingSvc + "ListHyperparameterTuningJobs":  {Access: Viewer, Field: "parent"},
+	trainingSvc + "CancelHyperparameterTuningJob": {Access: User, Field: "name"},
+	trainingSvc + "DeleteHyperparameterTuningJob": {Access: User, Field: "name"},
+	trainingSvc + "CreateTrainingPipeline":        {Access: User, Field: "parent", Workload: OwnProject},
+	trainingSvc + "GetTrainingPipeline":           {Access: Viewer, Field: "name"},
+	trainingSvc + "ListTrainingPipelines":         {Access: Viewer, Field: "parent"},
+	trainingSvc + "CancelTrainingPipeline":        {Access: User, Field: "name"},
+	trainingSvc + "DeleteTrainingPipeline":        {Access: User, Field: "name"},
 
 	modelSvc + "ListModels":        {Access: Viewer, Field: "parent"},
 	modelSvc + "GetModel":          {Access: Viewer, Field: "name"},

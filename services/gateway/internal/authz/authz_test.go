@@ -20,6 +20,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/errs"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -28,7 +29,7 @@ import (
 // and GoodputService).
 var servedFiles = []protoreflect.FileDescriptor{
 	loomv1.File_loom_v1_service_proto, loomv1.File_loom_v1_auth_proto, healthpb.File_grpc_health_v1_health_proto,
-	loomv1.File_loom_v1_health_proto,
+	loomv1.File_loom_v1_health_proto, trainingv1.File_loom_training_v1_training_proto,
 }
 
 // TestTableMatchesProtos: every method of every service in the gateway's

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -18,17 +19,20 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 // RESTMux returns the REST/JSON API: grpc-gateway handlers that call the
 // gateway's own gRPC endpoint at grpcAddr, so both APIs share one code path
-// (validation, error mapping). JSON uses the proto field names; server streams
-// come out as newline-delimited JSON objects {"result": ...}. A field the
-// request message does not have is refused (InvalidArgument, HTTP 400,
-// naming it), as Google's APIs do, rather than silently dropped. The
-// returned function closes the connection to grpcAddr.
-func RESTMux(ctx context.Context, grpcAddr string) (*runtime.ServeMux, func() error, error) {
+// (validation, error mapping). JSON uses the proto field names, except on
+// the training paths (TrainingPath), which answer in camelCase as Vertex's
+// REST documentation writes them; input takes either spelling everywhere.
+// Server streams come out as newline-delimited JSON objects {"result": ...}.
+// A field the request message does not have is refused (InvalidArgument,
+// HTTP 400, naming it), as Google's APIs do, rather than silently dropped.
+// The returned function closes the connection to grpcAddr.
+func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, error) {
 	conn, err := grpc.NewClient(dialable(grpcAddr),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
@@ -58,7 +62,34 @@ func RESTMux(ctx context.Context, grpcAddr string) (*runtime.ServeMux, func() er
 			return nil, nil, fmt.Errorf("rest: register handlers: %w", err)
 		}
 	}
-	return mux, conn.Close, nil
+	// Vertex's resources answer in Vertex's JSON: camelCase field names.
+	vertex := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: false},
+		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+	}))
+	if err := trainingv1.RegisterTrainingServiceHandler(ctx, vertex, conn); err != nil {
+		_ = conn.Close()
+		return nil, nil, fmt.Errorf("rest: register training handlers: %w", err)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if TrainingPath(r.URL.Path) {
+			vertex.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}), conn.Close, nil
+}
+
+// trainingCollections are the collections TrainingService serves under a
+// location.
+var trainingCollections = map[string]bool{"customJobs": true, "hyperparameterTuningJobs": true, "trainingPipelines": true}
+
+// TrainingPath reports whether a REST path is one of TrainingService's:
+// /v1/projects/*/locations/*/(customJobs|hyperparameterTuningJobs|trainingPipelines)[/ID[:verb]].
+func TrainingPath(p string) bool {
+	parts := strings.SplitN(p, "/", 8)
+	return len(parts) >= 7 && parts[0] == "" && parts[1] == "v1" && parts[2] == "projects" && parts[4] == "locations" &&
+		trainingCollections[parts[6]]
 }
 
 // dialable turns a listen address with an unspecified host (":7070",

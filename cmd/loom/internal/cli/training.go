@@ -1,0 +1,1114 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/loom-ml/loom/libs/config"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
+)
+
+// Serverless training: `loom jobs custom`, `loom hptuning` and `loom
+// pipelines`, the gateway's TrainingService (Vertex's CustomJob,
+// HyperparameterTuningJob and TrainingPipeline). Files are Vertex's JSON,
+// camelCase or snake_case.
+
+// DefaultLocation is the location of training resources when neither
+// --location nor LOOM_LOCATION says (Loom stores it, it does not place
+// anything).
+const DefaultLocation = "us-central1"
+
+// trainingCollection is one of the three resources' names and commands.
+type trainingCollection struct {
+	collection string // customJobs, hyperparameterTuningJobs, trainingPipelines
+	noun       string // "custom job"
+	command    string // "loom jobs custom"
+}
+
+var (
+	customJobs = trainingCollection{"customJobs", "custom job", "loom jobs custom"}
+	tuningJobs = trainingCollection{"hyperparameterTuningJobs", "tuning job", "loom hptuning"}
+	pipelines  = trainingCollection{"trainingPipelines", "pipeline", "loom pipelines"}
+)
+
+// locationFlag adds --location to a command group, defaulting to
+// LOOM_LOCATION, else DefaultLocation.
+func (a *app) locationFlag(cmd *cobra.Command) {
+	cmd.PersistentFlags().StringVar(&a.location, "location", config.Env("LOOM_LOCATION", DefaultLocation),
+		"location of the training resources (LOOM_LOCATION)")
+}
+
+func (a *app) trainingParent() string {
+	return "projects/" + a.project + "/locations/" + a.location
+}
+
+// trainingName is s when it is a full name, else the name of id s in c.
+func (a *app) trainingName(c trainingCollection, s string) string {
+	if strings.HasPrefix(s, "projects/") {
+		return s
+	}
+	return a.trainingParent() + "/" + c.collection + "/" + s
+}
+
+func (a *app) training() (trainingv1.TrainingServiceClient, error) {
+	c, err := a.client()
+	if err != nil {
+		return nil, err
+	}
+	return trainingv1.NewTrainingServiceClient(c), nil
+}
+
+// readTrainingFile reads a Vertex JSON file into m (camelCase or
+// snake_case field names; an unknown field is an error naming it).
+func readTrainingFile(file string, m proto.Message, what string) error {
+	if file == "" {
+		return usagef("give the %s file with -f FILE (Vertex's JSON; see docs/training.md)", what)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("read %s file: %w", what, err)
+	}
+	if err := protojson.Unmarshal(data, m); err != nil {
+		return fmt.Errorf("%s: not a %s in JSON: %v", file, what, err)
+	}
+	return nil
+}
+
+// requestFields rewrites an InvalidArgument about a request's resource so
+// that its fields are named as in the file: "custom_job.job_spec..."
+// becomes "job_spec...". Other errors are returned as they are.
+func requestFields(err error, field string) error {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.InvalidArgument {
+		return err
+	}
+	parts := strings.Split(st.Message(), "; ")
+	for i, p := range parts {
+		parts[i] = strings.TrimPrefix(p, field+".")
+	}
+	return status.Error(codes.InvalidArgument, strings.Join(parts, "; "))
+}
+
+// trainingState is a Vertex state without its prefix: "RUNNING".
+func trainingState(s fmt.Stringer) string {
+	return strings.TrimPrefix(strings.TrimPrefix(s.String(), "JOB_STATE_"), "PIPELINE_STATE_")
+}
+
+// withError is state followed by the error's message, when there is one.
+func withError(state string, e *trainingv1.Status) string {
+	if e.GetMessage() != "" {
+		return state + ": " + e.GetMessage()
+	}
+	return state
+}
+
+// ---- loom jobs custom ----
+
+func (a *app) jobsCustomCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "custom",
+		Short: "Serverless CustomJobs: a program and the machines it needs, on a cluster made for it",
+		Long: `CustomJobs as Vertex AI has them: worker pools of replicas, each running a
+command (containerSpec) or a Python package (pythonPackageSpec), on a cluster
+Loom provisions for the job and deletes when it ends (or on
+persistentResourceId's cluster). The file is Vertex's JSON, camelCase or
+snake_case.
+
+  loom jobs custom create -f job.json --wait
+  loom jobs custom list --filter 'state=JOB_STATE_RUNNING'
+  loom jobs custom get 12
+  loom jobs logs 12            (a CustomJob's id is its scheduler job's)
+  loom jobs custom cancel 12`,
+	}
+	a.locationFlag(cmd)
+	cmd.AddCommand(a.customCreateCommand(), a.customGetCommand(), a.customListCommand(), a.trainingCancelCommand(customJobs))
+	return cmd
+}
+
+func (a *app) customCreateCommand() *cobra.Command {
+	var file string
+	var wait bool
+	cmd := &cobra.Command{
+		Use:   "create -f FILE [--wait]",
+		Short: "Create a CustomJob from a JSON file",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			job := &trainingv1.CustomJob{}
+			if err := readTrainingFile(file, job, "CustomJob"); err != nil {
+				return err
+			}
+			tc, err := a.training()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.call(cmd.Context())
+			j, err := tc.CreateCustomJob(ctx, &trainingv1.CreateCustomJobRequest{Parent: a.trainingParent(), CustomJob: job, RequestId: requestID()})
+			cancel()
+			if err != nil {
+				return a.explain("create custom job", requestFields(err, "custom_job"))
+			}
+			return a.afterCreate(cmd, wait, j, customJobs, func(ctx context.Context, progress io.Writer) (proto.Message, error) {
+				return a.followCustomJob(ctx, j.GetName(), progress)
+			})
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "CustomJob file (Vertex's JSON)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the job to end, showing its state changes")
+	return cmd
+}
+
+// afterCreate prints what a create accepted, or with wait follows it to
+// its end (follow returns the final resource, and an error when it did
+// not succeed).
+func (a *app) afterCreate(cmd *cobra.Command, wait bool, created interface {
+	proto.Message
+	GetName() string
+}, c trainingCollection, follow func(context.Context, io.Writer) (proto.Message, error)) error {
+	out := cmd.OutOrStdout()
+	id := shortName(created.GetName())
+	if !wait {
+		if a.output == "json" {
+			return writeJSON(out, created)
+		}
+		fmt.Fprintf(out, "Created %s %s (%s); follow it with `%s get %s`\n", c.noun, id, created.GetName(), c.command, id)
+		return nil
+	}
+	progress := a.progressOut(cmd)
+	fmt.Fprintf(progress, "Created %s %s\n", c.noun, id)
+	final, err := follow(cmd.Context(), progress)
+	if a.output == "json" && final != nil {
+		if werr := writeJSON(out, final); werr != nil {
+			return werr
+		}
+	}
+	return err
+}
+
+// poll calls get every poll interval until done says the answer is final.
+func poll[T proto.Message](ctx context.Context, a *app, what string, get func(context.Context) (T, error), each func(T) (done bool)) (T, error) {
+	var zero T
+	for {
+		cctx, cancel := a.call(ctx)
+		m, err := get(cctx)
+		cancel()
+		if err != nil {
+			return zero, a.explain(what, err)
+		}
+		if each(m) {
+			return m, nil
+		}
+		select {
+		case <-ctx.Done():
+			return m, fmt.Errorf("stopped waiting (%s): %w", what, ctx.Err())
+		case <-time.After(a.pollInterval):
+		}
+	}
+}
+
+// jobEnded reports whether a CustomJob or tuning job in s has ended.
+func jobEnded(s trainingv1.JobState) bool {
+	switch s {
+	case trainingv1.JobState_JOB_STATE_SUCCEEDED, trainingv1.JobState_JOB_STATE_FAILED, trainingv1.JobState_JOB_STATE_CANCELLED,
+		trainingv1.JobState_JOB_STATE_EXPIRED, trainingv1.JobState_JOB_STATE_PARTIALLY_SUCCEEDED:
+		return true
+	}
+	return false
+}
+
+// describeCustomJob says where a CustomJob is: "RUNNING on cj-12 (2
+// restarts)", "FAILED: replica 1 exited 3".
+func describeCustomJob(j *trainingv1.CustomJob) string {
+	s := trainingState(j.GetState())
+	if j.GetState() == trainingv1.JobState_JOB_STATE_RUNNING || j.GetState() == trainingv1.JobState_JOB_STATE_PENDING {
+		if c := j.GetCluster(); c != "" {
+			s += " on " + shortName(c)
+		}
+	}
+	if n := j.GetRestartCount(); n > 0 {
+		s += fmt.Sprintf(" (%d %s)", n, plural(int(n), "restart", "restarts"))
+	}
+	return withError(s, j.GetError())
+}
+
+// followCustomJob polls a CustomJob until it ends, a line per change.
+func (a *app) followCustomJob(ctx context.Context, name string, progress io.Writer) (*trainingv1.CustomJob, error) {
+	tc, err := a.training()
+	if err != nil {
+		return nil, err
+	}
+	last := ""
+	j, err := poll(ctx, a, "get custom job "+shortName(name), func(ctx context.Context) (*trainingv1.CustomJob, error) {
+		return tc.GetCustomJob(ctx, &trainingv1.GetCustomJobRequest{Name: name})
+	}, func(j *trainingv1.CustomJob) bool {
+		if d := describeCustomJob(j); d != last {
+			fmt.Fprintf(progress, "  %s  %s\n", a.now().Format("15:04:05"), d)
+			last = d
+		}
+		return jobEnded(j.GetState())
+	})
+	if err != nil {
+		return j, err
+	}
+	if j.GetState() != trainingv1.JobState_JOB_STATE_SUCCEEDED {
+		id := shortName(name)
+		return j, fmt.Errorf("custom job %s ended %s; see its output with `loom jobs logs %s`", id, describeCustomJob(j), id)
+	}
+	return j, nil
+}
+
+func (a *app) customGetCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "get ID",
+		Short: "Show a CustomJob",
+		Args:  exactArgs(1, "the custom job's id, e.g. `loom jobs custom get 12`"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			tc, err := a.training()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.call(cmd.Context())
+			defer cancel()
+			j, err := tc.GetCustomJob(ctx, &trainingv1.GetCustomJobRequest{Name: a.trainingName(customJobs, args[0])})
+			if err != nil {
+				return a.notFoundHint(a.explain("get custom job "+args[0], err), err, "loom jobs custom list")
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), j)
+			}
+			return renderCustomJob(cmd.OutOrStdout(), j, a.now())
+		},
+	}
+}
+
+// listFlags are the training lists' options.
+type listFlags struct {
+	filter string
+	limit  int
+}
+
+func (f *listFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.filter, "filter", "", `AIP-160 filter, e.g. 'state=JOB_STATE_RUNNING AND labels.team=vision'`)
+	cmd.Flags().IntVar(&f.limit, "limit", 0, "list at most this many (0: all)")
+}
+
+func (a *app) customListCommand() *cobra.Command {
+	var f listFlags
+	cmd := &cobra.Command{
+		Use:     "list [--filter F] [--limit N]",
+		Aliases: []string{"ls"},
+		Short:   "List CustomJobs",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.limit < 0 {
+				return usagef("--limit must not be negative, got %d; 0 lists all", f.limit)
+			}
+			tc, err := a.training()
+			if err != nil {
+				return err
+			}
+			req := &trainingv1.ListCustomJobsRequest{Parent: a.trainingParent(), Filter: f.filter}
+			resp := &trainingv1.ListCustomJobsResponse{}
+			resp.CustomJobs, err = collect(a, cmd, f.limit, func(ctx context.Context, token string, size int32) ([]*trainingv1.CustomJob, string, error) {
+				req.PageToken, req.PageSize = token, size
+				page, err := tc.ListCustomJobs(ctx, req)
+				return page.GetCustomJobs(), page.GetNextPageToken(), err
+			})
+			if err != nil {
+				return a.explain("list custom jobs", err)
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), resp)
+			}
+			if len(resp.GetCustomJobs()) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "No custom jobs. Create one with `loom jobs custom create -f job.json`.")
+				return nil
+			}
+			return renderCustomJobs(cmd.OutOrStdout(), resp.GetCustomJobs(), a.now())
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+// trainingCancelCommand is `cancel ID` of any of the three.
+func (a *app) trainingCancelCommand(c trainingCollection) *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Cancel a " + c.noun + " (it goes CANCELLING, then CANCELLED)",
+		Args:  exactArgs(1, fmt.Sprintf("the %s's id, e.g. `%s cancel 12`", c.noun, c.command)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			tc, err := a.training()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.call(cmd.Context())
+			defer cancel()
+			name := a.trainingName(c, args[0])
+			switch c.collection {
+			case customJobs.collection:
+				_, err = tc.CancelCustomJob(ctx, &trainingv1.CancelCustomJobRequest{Name: name})
+			case tuningJobs.collection:
+				_, err = tc.CancelHyperparameterTuningJob(ctx, &trainingv1.CancelHyperparameterTuningJobRequest{Name: name})
+			default:
+				_, err = tc.CancelTrainingPipeline(ctx, &trainingv1.CancelTrainingPipelineRequest{Name: name})
+			}
+			if err != nil {
+				return a.notFoundHint(a.explain("cancel "+c.noun+" "+args[0], err), err, c.command+" list")
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Cancel of %s %s requested; follow it with `%s get %s`\n", c.noun, shortName(name), c.command, shortName(name))
+			return nil
+		},
+	}
+}
+
+func renderCustomJobs(w io.Writer, js []*trainingv1.CustomJob, now time.Time) error {
+	tw := newTable(w)
+	row(tw, "ID", "NAME", "STATE", "MACHINE", "REPLICAS", "USER", "AGE")
+	for _, j := range js {
+		machine, replicas := "", int64(0)
+		for i, p := range j.GetJobSpec().GetWorkerPoolSpecs() {
+			if i == 0 {
+				machine = p.GetMachineSpec().GetMachineType()
+			}
+			replicas += p.GetReplicaCount()
+		}
+		row(tw, shortName(j.GetName()), j.GetDisplayName(), describeCustomJob(j), machine, strconv.FormatInt(replicas, 10), j.GetUser(), age(j.GetCreateTime(), now))
+	}
+	return tw.Flush()
+}
+
+func renderCustomJob(w io.Writer, j *trainingv1.CustomJob, now time.Time) error {
+	tw := newTable(w)
+	fmt.Fprintf(tw, "Name:\t%s\n", j.GetName())
+	fmt.Fprintf(tw, "Display name:\t%s\n", j.GetDisplayName())
+	fmt.Fprintf(tw, "State:\t%s\n", describeCustomJob(j))
+	fmt.Fprintf(tw, "User:\t%s\n", j.GetUser())
+	if j.GetJob() != "" {
+		fmt.Fprintf(tw, "Scheduler job:\t%s\n", j.GetJob())
+	}
+	if j.GetCluster() != "" {
+		fmt.Fprintf(tw, "Cluster:\t%s\n", j.GetCluster())
+	}
+	if u := j.GetJobSpec().GetBaseOutputDirectory().GetOutputUriPrefix(); u != "" {
+		fmt.Fprintf(tw, "Output:\t%s\n", u)
+	}
+	if len(j.GetLabels()) > 0 {
+		fmt.Fprintf(tw, "Labels:\t%s\n", labels(j.GetLabels()))
+	}
+	fmt.Fprintf(tw, "Created:\t%s\n", ago(j.GetCreateTime(), now))
+	if j.GetStartTime() != nil {
+		fmt.Fprintf(tw, "Started:\t%s\n", ago(j.GetStartTime(), now))
+	}
+	if j.GetEndTime() != nil {
+		fmt.Fprintf(tw, "Ended:\t%s\n", ago(j.GetEndTime(), now))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return renderPools(w, j.GetJobSpec())
+}
+
+// renderPools lists a spec's worker pools.
+func renderPools(w io.Writer, spec *trainingv1.CustomJobSpec) error {
+	fmt.Fprintln(w, "Worker pools:")
+	tw := newTable(w)
+	row(tw, "  POOL", "MACHINE TYPE", "ACCELERATOR", "REPLICAS", "RUNS")
+	for i, p := range spec.GetWorkerPoolSpecs() {
+		acc := ""
+		if m := p.GetMachineSpec(); m.GetAcceleratorCount() > 0 {
+			acc = fmt.Sprintf("%d x %s", m.GetAcceleratorCount(), m.GetAcceleratorType())
+		}
+		row(tw, "  "+strconv.Itoa(i), p.GetMachineSpec().GetMachineType(), acc, strconv.FormatInt(p.GetReplicaCount(), 10), poolRuns(p))
+	}
+	return tw.Flush()
+}
+
+// poolRuns says what a pool runs: its command and args, its image, or
+// "python -m MODULE".
+func poolRuns(p *trainingv1.WorkerPoolSpec) string {
+	if c := p.GetContainerSpec(); c != nil {
+		if argv := append(append([]string{}, c.GetCommand()...), c.GetArgs()...); len(c.GetCommand()) > 0 {
+			return clipText(shellJoin(argv), 60)
+		}
+		return clipText(c.GetImageUri(), 60)
+	}
+	if pp := p.GetPythonPackageSpec(); pp != nil {
+		return clipText(shellJoin(append([]string{"python3", "-m", pp.GetPythonModule()}, pp.GetArgs()...)), 60)
+	}
+	return ""
+}
+
+func clipText(s string, n int) string {
+	if len(s) > n {
+		return s[:n-1] + "…"
+	}
+	return s
+}
+
+// ---- loom hptuning ----
+
+func (a *app) hptuningCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "hptuning",
+		Aliases: []string{"tuning"},
+		Short:   "Hyperparameter tuning jobs: trials of a CustomJob searched for the best metric",
+		Long: `HyperparameterTuningJobs as Vertex AI has them: a study (metrics, parameters,
+algorithm; Bayesian optimisation by default), max/parallel trial counts and
+the CustomJob spec each trial runs with its parameters as --ID=VALUE flags.
+
+  loom hptuning create -f study.json --wait
+  loom hptuning trials 20
+  loom hptuning get 20
+  loom hptuning cancel 20`,
+	}
+	a.locationFlag(cmd)
+	cmd.AddCommand(a.tuningCreateCommand(), a.tuningGetCommand(), a.tuningListCommand(), a.tuningTrialsCommand(),
+		a.trainingCancelCommand(tuningJobs))
+	return cmd
+}
+
+func (a *app) tuningCreateCommand() *cobra.Command {
+	var file string
+	var wait bool
+	cmd := &cobra.Command{
+		Use:   "create -f FILE [--wait]",
+		Short: "Create a tuning job from a JSON file",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			job := &trainingv1.HyperparameterTuningJob{}
+			if err := readTrainingFile(file, job, "HyperparameterTuningJob"); err != nil {
+				return err
+			}
+			tc, err := a.training()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.call(cmd.Context())
+			j, err := tc.CreateHyperparameterTuningJob(ctx, &trainingv1.CreateHyperparameterTuningJobRequest{Parent: a.trainingParent(), HyperparameterTuningJob: job, RequestId: requestID()})
+			cancel()
+			if err != nil {
+				return a.explain("create tuning job", requestFields(err, "hyperparameter_tuning_job"))
+			}
+			return a.afterCreate(cmd, wait, j, tuningJobs, func(ctx context.Context, progress io.Writer) (proto.Message, error) {
+				return a.followTuningJob(ctx, j.GetName(), progress)
+			})
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "HyperparameterTuningJob file (Vertex's JSON)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the study to end, showing trials as they finish and the best so far")
+	return cmd
+}
+
+// trialEnded reports whether a trial has its final state.
+func trialEnded(t *trainingv1.Trial) bool {
+	return t.GetState() == trainingv1.Trial_SUCCEEDED || t.GetState() == trainingv1.Trial_INFEASIBLE
+}
+
+// metricValue is the trial's final value of metric, if it has one.
+func metricValue(t *trainingv1.Trial, metric string) (float64, bool) {
+	for _, m := range t.GetFinalMeasurement().GetMetrics() {
+		if m.GetMetricId() == metric {
+			return m.GetValue(), true
+		}
+	}
+	return 0, false
+}
+
+// trialParams renders a trial's parameters "learning_rate=0.01 batch_size=64".
+func trialParams(t *trainingv1.Trial) string {
+	parts := make([]string, 0, len(t.GetParameters()))
+	for _, p := range t.GetParameters() {
+		parts = append(parts, p.GetParameterId()+"="+valueText(p.GetValue()))
+	}
+	return strings.Join(parts, " ")
+}
+
+// valueText is a parameter value as a flag would carry it.
+func valueText(v *structpb.Value) string {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_NumberValue:
+		return strconv.FormatFloat(k.NumberValue, 'g', 6, 64)
+	case *structpb.Value_StringValue:
+		return k.StringValue
+	case *structpb.Value_BoolValue:
+		return strconv.FormatBool(k.BoolValue)
+	}
+	return ""
+}
+
+// primaryMetric is a study's first metric, the one "best" is judged by.
+func primaryMetric(j *trainingv1.HyperparameterTuningJob) (string, bool) {
+	ms := j.GetStudySpec().GetMetrics()
+	if len(ms) == 0 {
+		return "", false
+	}
+	return ms[0].GetMetricId(), ms[0].GetGoal() == trainingv1.StudySpec_MetricSpec_MAXIMIZE
+}
+
+// bestTrial is the tuning job's best trial: best_trial when the service
+// names it, else the best final value of the first metric.
+func bestTrial(j *trainingv1.HyperparameterTuningJob) *trainingv1.Trial {
+	metric, maximize := primaryMetric(j)
+	var best *trainingv1.Trial
+	var bestV float64
+	for _, t := range j.GetTrials() {
+		if j.GetBestTrial() != "" {
+			if t.GetId() == j.GetBestTrial() {
+				return t
+			}
+			continue
+		}
+		v, ok := metricValue(t, metric)
+		if !ok || t.GetState() != trainingv1.Trial_SUCCEEDED {
+			continue
+		}
+		if best == nil || (maximize && v > bestV) || (!maximize && v < bestV) {
+			best, bestV = t, v
+		}
+	}
+	return best
+}
+
+// trialLine is one trial as progress and tables show it.
+func trialLine(t *trainingv1.Trial, metric string) string {
+	s := "trial " + t.GetId() + " " + trialStateText(t)
+	if v, ok := metricValue(t, metric); ok {
+		s += fmt.Sprintf("  %s=%s", metric, strconv.FormatFloat(v, 'g', 6, 64))
+	}
+	if p := trialParams(t); p != "" {
+		s += "  " + p
+	}
+	return s
+}
+
+func trialStateText(t *trainingv1.Trial) string {
+	s := t.GetState().String()
+	if t.GetEarlyStopped() {
+		s += " (stopped early)"
+	}
+	if t.GetState() == trainingv1.Trial_INFEASIBLE && t.GetInfeasibleReason() != "" {
+		s += ": " + t.GetInfeasibleReason()
+	}
+	return s
+}
+
+// followTuningJob polls a tuning job until it ends, printing its state
+// changes and each trial as it finishes with the best so far.
+func (a *app) followTuningJob(ctx context.Context, name string, progress io.Writer) (*trainingv1.HyperparameterTuningJob, error) {
+	tc, err := a.training()
+	if err != nil {
+		return nil, err
+	}
+	last := ""
+	reported := map[string]bool{}
+	j, err := poll(ctx, a, "get tuning job "+shortName(name), func(ctx context.Context) (*trainingv1.HyperparameterTuningJob, error) {
+		return tc.GetHyperparameterTuningJob(ctx, &trainingv1.GetHyperparameterTuningJobRequest{Name: name})
+	}, func(j *trainingv1.HyperparameterTuningJob) bool {
+		stamp := a.now().Format("15:04:05")
+		// Trials first: the job's end comes after its last trial's.
+		defer func() {
+			if d := withError(trainingState(j.GetState()), j.GetError()); d != last {
+				fmt.Fprintf(progress, "  %s  %s\n", stamp, d)
+				last = d
+			}
+		}()
+		metric, _ := primaryMetric(j)
+		trials := append([]*trainingv1.Trial(nil), j.GetTrials()...)
+		sort.SliceStable(trials, func(x, y int) bool { return trialOrder(trials[x]) < trialOrder(trials[y]) })
+		for _, t := range trials {
+			if !trialEnded(t) || reported[t.GetId()] {
+				continue
+			}
+			reported[t.GetId()] = true
+			line := trialLine(t, metric)
+			if b := bestTrial(j); b != nil {
+				if v, ok := metricValue(b, metric); ok {
+					line += fmt.Sprintf("  | best: trial %s %s=%s", b.GetId(), metric, strconv.FormatFloat(v, 'g', 6, 64))
+				}
+			}
+			fmt.Fprintf(progress, "  %s  %s (%d of %d)\n", stamp, line, len(reported), j.GetMaxTrialCount())
+		}
+		return jobEnded(j.GetState())
+	})
+	if err != nil {
+		return j, err
+	}
+	metric, _ := primaryMetric(j)
+	if b := bestTrial(j); b != nil {
+		fmt.Fprintf(progress, "Best: %s\n", trialLine(b, metric))
+	}
+	if j.GetState() != trainingv1.JobState_JOB_STATE_SUCCEEDED {
+		id := shortName(name)
+		return j, fmt.Errorf("tuning job %s ended %s; see its trials with `loom hptuning trials %s`", id, withError(trainingState(j.GetState()), j.GetError()), id)
+	}
+	return j, nil
+}
+
+// trialOrder sorts trials by their numeric id.
+func trialOrder(t *trainingv1.Trial) int {
+	n, err := strconv.Atoi(t.GetId())
+	if err != nil {
+		return 1 << 30
+	}
+	return n
+}
+
+func (a *app) getTuningJob(ctx context.Context, arg string) (*trainingv1.HyperparameterTuningJob, error) {
+	tc, err := a.training()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := a.call(ctx)
+	defer cancel()
+	j, err := tc.GetHyperparameterTuningJob(ctx, &trainingv1.GetHyperparameterTuningJobRequest{Name: a.trainingName(tuningJobs, arg)})
+	if err != nil {
+		return nil, a.notFoundHint(a.explain("get tuning job "+arg, err), err, "loom hptuning list")
+	}
+	return j, nil
+}
+
+func (a *app) tuningGetCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "get ID",
+		Short: "Show a tuning job",
+		Args:  exactArgs(1, "the tuning job's id, e.g. `loom hptuning get 20`"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			j, err := a.getTuningJob(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), j)
+			}
+			return renderTuningJob(cmd.OutOrStdout(), j, a.now())
+		},
+	}
+}
+
+func (a *app) tuningTrialsCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "trials ID",
+		Short: "List a tuning job's trials, the best marked with *",
+		Args:  exactArgs(1, "the tuning job's id, e.g. `loom hptuning trials 20`"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			j, err := a.getTuningJob(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), &trainingv1.HyperparameterTuningJob{Name: j.GetName(), Trials: j.GetTrials(), BestTrial: j.GetBestTrial()})
+			}
+			if len(j.GetTrials()) == 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "No trials yet (%s). Follow them with `loom hptuning trials %s` again.\n", trainingState(j.GetState()), args[0])
+				return nil
+			}
+			return renderTrials(cmd.OutOrStdout(), j)
+		},
+	}
+}
+
+func (a *app) tuningListCommand() *cobra.Command {
+	var f listFlags
+	cmd := &cobra.Command{
+		Use:     "list [--filter F] [--limit N]",
+		Aliases: []string{"ls"},
+		Short:   "List tuning jobs",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.limit < 0 {
+				return usagef("--limit must not be negative, got %d; 0 lists all", f.limit)
+			}
+			tc, err := a.training()
+			if err != nil {
+				return err
+			}
+			req := &trainingv1.ListHyperparameterTuningJobsRequest{Parent: a.trainingParent(), Filter: f.filter}
+			resp := &trainingv1.ListHyperparameterTuningJobsResponse{}
+			resp.HyperparameterTuningJobs, err = collect(a, cmd, f.limit, func(ctx context.Context, token string, size int32) ([]*trainingv1.HyperparameterTuningJob, string, error) {
+				req.PageToken, req.PageSize = token, size
+				page, err := tc.ListHyperparameterTuningJobs(ctx, req)
+				return page.GetHyperparameterTuningJobs(), page.GetNextPageToken(), err
+			})
+			if err != nil {
+				return a.explain("list tuning jobs", err)
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), resp)
+			}
+			if len(resp.GetHyperparameterTuningJobs()) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "No tuning jobs. Create one with `loom hptuning create -f study.json`.")
+				return nil
+			}
+			tw := newTable(cmd.OutOrStdout())
+			row(tw, "ID", "NAME", "STATE", "TRIALS", "BEST", "USER", "AGE")
+			for _, j := range resp.GetHyperparameterTuningJobs() {
+				row(tw, shortName(j.GetName()), j.GetDisplayName(), withError(trainingState(j.GetState()), j.GetError()), trialsDone(j), bestText(j), j.GetUser(), age(j.GetCreateTime(), a.now()))
+			}
+			return tw.Flush()
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+// trialsDone is "3/20": trials ended of max_trial_count.
+func trialsDone(j *trainingv1.HyperparameterTuningJob) string {
+	n := 0
+	for _, t := range j.GetTrials() {
+		if trialEnded(t) {
+			n++
+		}
+	}
+	return fmt.Sprintf("%d/%d", n, j.GetMaxTrialCount())
+}
+
+// bestText is "trial 2: val_loss=0.12", or "" when no trial succeeded yet.
+func bestText(j *trainingv1.HyperparameterTuningJob) string {
+	b := bestTrial(j)
+	if b == nil {
+		return ""
+	}
+	metric, _ := primaryMetric(j)
+	if v, ok := metricValue(b, metric); ok {
+		return fmt.Sprintf("trial %s: %s=%s", b.GetId(), metric, strconv.FormatFloat(v, 'g', 6, 64))
+	}
+	return "trial " + b.GetId()
+}
+
+func renderTuningJob(w io.Writer, j *trainingv1.HyperparameterTuningJob, now time.Time) error {
+	tw := newTable(w)
+	metric, maximize := primaryMetric(j)
+	goal := "MINIMIZE"
+	if maximize {
+		goal = "MAXIMIZE"
+	}
+	running := 0
+	for _, t := range j.GetTrials() {
+		if t.GetState() == trainingv1.Trial_ACTIVE || t.GetState() == trainingv1.Trial_REQUESTED || t.GetState() == trainingv1.Trial_STOPPING {
+			running++
+		}
+	}
+	fmt.Fprintf(tw, "Name:\t%s\n", j.GetName())
+	fmt.Fprintf(tw, "Display name:\t%s\n", j.GetDisplayName())
+	fmt.Fprintf(tw, "State:\t%s\n", withError(trainingState(j.GetState()), j.GetError()))
+	fmt.Fprintf(tw, "User:\t%s\n", j.GetUser())
+	fmt.Fprintf(tw, "Metric:\t%s (%s)\n", metric, goal)
+	fmt.Fprintf(tw, "Algorithm:\t%s\n", algorithmText(j.GetStudySpec()))
+	fmt.Fprintf(tw, "Trials:\t%s ended, %d running, %d at once, %d failures allowed\n", trialsDone(j), running, j.GetParallelTrialCount(), j.GetMaxFailedTrialCount())
+	if b := bestTrial(j); b != nil {
+		fmt.Fprintf(tw, "Best:\t%s\n", trialLine(b, metric))
+	}
+	fmt.Fprintf(tw, "Created:\t%s\n", ago(j.GetCreateTime(), now))
+	if j.GetEndTime() != nil {
+		fmt.Fprintf(tw, "Ended:\t%s\n", ago(j.GetEndTime(), now))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "Parameters:")
+	tw = newTable(w)
+	row(tw, "  ID", "TYPE", "RANGE", "SCALE")
+	var walk func(ps []*trainingv1.StudySpec_ParameterSpec, indent string)
+	walk = func(ps []*trainingv1.StudySpec_ParameterSpec, indent string) {
+		for _, p := range ps {
+			typ, rng := paramRange(p)
+			scale := strings.TrimSuffix(strings.TrimPrefix(p.GetScaleType().String(), "UNIT_"), "_SCALE")
+			if p.GetScaleType() == trainingv1.StudySpec_ParameterSpec_SCALE_TYPE_UNSPECIFIED {
+				scale = ""
+			}
+			row(tw, "  "+indent+p.GetParameterId(), typ, rng, scale)
+			for _, c := range p.GetConditionalParameterSpecs() {
+				walk([]*trainingv1.StudySpec_ParameterSpec{c.GetParameterSpec()}, indent+"  ")
+			}
+		}
+	}
+	walk(j.GetStudySpec().GetParameters(), "")
+	return tw.Flush()
+}
+
+func algorithmText(s *trainingv1.StudySpec) string {
+	a := s.GetAlgorithm().String()
+	if s.GetAlgorithm() == trainingv1.StudySpec_ALGORITHM_UNSPECIFIED {
+		a = "Bayesian optimisation (default)"
+	}
+	switch {
+	case s.GetAshaStoppingSpec() != nil:
+		a += ", ASHA early stopping"
+	case s.GetMedianAutomatedStoppingSpec() != nil || s.GetDecayCurveStoppingSpec() != nil:
+		a += ", median early stopping"
+	}
+	return a
+}
+
+// paramRange is a parameter's type and feasible values for people.
+func paramRange(p *trainingv1.StudySpec_ParameterSpec) (string, string) {
+	switch {
+	case p.GetDoubleValueSpec() != nil:
+		d := p.GetDoubleValueSpec()
+		return "DOUBLE", fmt.Sprintf("[%g, %g]", d.GetMinValue(), d.GetMaxValue())
+	case p.GetIntegerValueSpec() != nil:
+		d := p.GetIntegerValueSpec()
+		return "INTEGER", fmt.Sprintf("[%d, %d]", d.GetMinValue(), d.GetMaxValue())
+	case p.GetCategoricalValueSpec() != nil:
+		return "CATEGORICAL", clipText(strings.Join(p.GetCategoricalValueSpec().GetValues(), ", "), 50)
+	case p.GetDiscreteValueSpec() != nil:
+		vs := make([]string, 0, len(p.GetDiscreteValueSpec().GetValues()))
+		for _, v := range p.GetDiscreteValueSpec().GetValues() {
+			vs = append(vs, strconv.FormatFloat(v, 'g', 6, 64))
+		}
+		return "DISCRETE", clipText(strings.Join(vs, ", "), 50)
+	}
+	return "", ""
+}
+
+// renderTrials lists trials by id, the best marked "*".
+func renderTrials(w io.Writer, j *trainingv1.HyperparameterTuningJob) error {
+	metric, _ := primaryMetric(j)
+	best := bestTrial(j)
+	trials := append([]*trainingv1.Trial(nil), j.GetTrials()...)
+	sort.SliceStable(trials, func(x, y int) bool { return trialOrder(trials[x]) < trialOrder(trials[y]) })
+	tw := newTable(w)
+	row(tw, "TRIAL", "STATE", strings.ToUpper(metric), "STEPS", "PARAMETERS", "CUSTOM JOB")
+	for _, t := range trials {
+		id := t.GetId()
+		if best != nil && t.GetId() == best.GetId() {
+			id += " *"
+		}
+		val := ""
+		if v, ok := metricValue(t, metric); ok {
+			val = strconv.FormatFloat(v, 'g', 6, 64)
+		}
+		steps := ""
+		if n := len(t.GetMeasurements()); n > 0 {
+			steps = strconv.FormatInt(t.GetMeasurements()[n-1].GetStepCount(), 10)
+		} else if t.GetFinalMeasurement() != nil {
+			steps = strconv.FormatInt(t.GetFinalMeasurement().GetStepCount(), 10)
+		}
+		row(tw, id, trialStateText(t), val, steps, trialParams(t), shortName(t.GetCustomJob()))
+	}
+	return tw.Flush()
+}
+
+// ---- loom pipelines ----
+
+func (a *app) pipelinesCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "pipelines",
+		Aliases: []string{"pipeline"},
+		Short:   "Training pipelines: a CustomJob or tuning job, then its model registered",
+		Long: `TrainingPipelines as Vertex AI has them: trainingTaskDefinition names a custom
+task (trainingTaskInputs: a CustomJobSpec) or a tuning task (studySpec,
+maxTrialCount, parallelTrialCount, trialJobSpec); when it succeeds, modelToUpload
+is registered (as a new version of parentModel when set), with lineage.
+
+  loom pipelines create -f pipeline.json --wait
+  loom pipelines get 30
+  loom pipelines cancel 30`,
+	}
+	a.locationFlag(cmd)
+	cmd.AddCommand(a.pipelineCreateCommand(), a.pipelineGetCommand(), a.pipelineListCommand(), a.trainingCancelCommand(pipelines))
+	return cmd
+}
+
+func (a *app) pipelineCreateCommand() *cobra.Command {
+	var file string
+	var wait bool
+	cmd := &cobra.Command{
+		Use:   "create -f FILE [--wait]",
+		Short: "Create a training pipeline from a JSON file",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p := &trainingv1.TrainingPipeline{}
+			if err := readTrainingFile(file, p, "TrainingPipeline"); err != nil {
+				return err
+			}
+			tc, err := a.training()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.call(cmd.Context())
+			created, err := tc.CreateTrainingPipeline(ctx, &trainingv1.CreateTrainingPipelineRequest{Parent: a.trainingParent(), TrainingPipeline: p, RequestId: requestID()})
+			cancel()
+			if err != nil {
+				return a.explain("create pipeline", requestFields(err, "training_pipeline"))
+			}
+			return a.afterCreate(cmd, wait, created, pipelines, func(ctx context.Context, progress io.Writer) (proto.Message, error) {
+				return a.followPipeline(ctx, created.GetName(), progress)
+			})
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "", "TrainingPipeline file (Vertex's JSON)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the pipeline to end, showing its state changes")
+	return cmd
+}
+
+func pipelineEnded(s trainingv1.PipelineState) bool {
+	return s == trainingv1.PipelineState_PIPELINE_STATE_SUCCEEDED || s == trainingv1.PipelineState_PIPELINE_STATE_FAILED ||
+		s == trainingv1.PipelineState_PIPELINE_STATE_CANCELLED
+}
+
+// describePipeline says where a pipeline is: its state, its backing job
+// while it runs, the model version once registered.
+func describePipeline(p *trainingv1.TrainingPipeline) string {
+	s := trainingState(p.GetState())
+	meta := p.GetTrainingTaskMetadata().GetStructValue().GetFields()
+	switch {
+	case p.GetModelVersion() != "":
+		s += ", model version " + p.GetModelVersion()
+	case meta["backingHyperparameterTuningJob"].GetStringValue() != "":
+		s += ", tuning job " + shortName(meta["backingHyperparameterTuningJob"].GetStringValue())
+	case meta["backingCustomJob"].GetStringValue() != "":
+		s += ", custom job " + shortName(meta["backingCustomJob"].GetStringValue())
+	}
+	return withError(s, p.GetError())
+}
+
+func (a *app) followPipeline(ctx context.Context, name string, progress io.Writer) (*trainingv1.TrainingPipeline, error) {
+	tc, err := a.training()
+	if err != nil {
+		return nil, err
+	}
+	last := ""
+	p, err := poll(ctx, a, "get pipeline "+shortName(name), func(ctx context.Context) (*trainingv1.TrainingPipeline, error) {
+		return tc.GetTrainingPipeline(ctx, &trainingv1.GetTrainingPipelineRequest{Name: name})
+	}, func(p *trainingv1.TrainingPipeline) bool {
+		if d := describePipeline(p); d != last {
+			fmt.Fprintf(progress, "  %s  %s\n", a.now().Format("15:04:05"), d)
+			last = d
+		}
+		return pipelineEnded(p.GetState())
+	})
+	if err != nil {
+		return p, err
+	}
+	if p.GetState() != trainingv1.PipelineState_PIPELINE_STATE_SUCCEEDED {
+		id := shortName(name)
+		return p, fmt.Errorf("pipeline %s ended %s; see it with `loom pipelines get %s`", id, describePipeline(p), id)
+	}
+	return p, nil
+}
+
+func (a *app) pipelineGetCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "get ID",
+		Short: "Show a training pipeline",
+		Args:  exactArgs(1, "the pipeline's id, e.g. `loom pipelines get 30`"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			tc, err := a.training()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.call(cmd.Context())
+			defer cancel()
+			p, err := tc.GetTrainingPipeline(ctx, &trainingv1.GetTrainingPipelineRequest{Name: a.trainingName(pipelines, args[0])})
+			if err != nil {
+				return a.notFoundHint(a.explain("get pipeline "+args[0], err), err, "loom pipelines list")
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), p)
+			}
+			return renderPipeline(cmd.OutOrStdout(), p, a.now())
+		},
+	}
+}
+
+// taskKind is "custom" or "tuning" by the task definition's file name.
+func taskKind(p *trainingv1.TrainingPipeline) string {
+	switch def := p.GetTrainingTaskDefinition(); {
+	case strings.HasSuffix(def, "hyperparameter_tuning_task_1.0.0.yaml"):
+		return "tuning"
+	case strings.HasSuffix(def, "custom_task_1.0.0.yaml"):
+		return "custom"
+	}
+	return ""
+}
+
+func renderPipeline(w io.Writer, p *trainingv1.TrainingPipeline, now time.Time) error {
+	tw := newTable(w)
+	fmt.Fprintf(tw, "Name:\t%s\n", p.GetName())
+	fmt.Fprintf(tw, "Display name:\t%s\n", p.GetDisplayName())
+	fmt.Fprintf(tw, "State:\t%s\n", withError(trainingState(p.GetState()), p.GetError()))
+	fmt.Fprintf(tw, "User:\t%s\n", p.GetUser())
+	fmt.Fprintf(tw, "Task:\t%s\n", taskKind(p))
+	meta := p.GetTrainingTaskMetadata().GetStructValue().GetFields()
+	if v := meta["backingCustomJob"].GetStringValue(); v != "" {
+		fmt.Fprintf(tw, "Custom job:\t%s\n", v)
+	}
+	if v := meta["backingHyperparameterTuningJob"].GetStringValue(); v != "" {
+		fmt.Fprintf(tw, "Tuning job:\t%s\n", v)
+	}
+	if v := meta["bestTrialId"].GetStringValue(); v != "" {
+		fmt.Fprintf(tw, "Best trial:\t%s\n", v)
+	}
+	if m := p.GetModelToUpload(); m != nil {
+		fmt.Fprintf(tw, "Model:\t%s\n", m.GetDisplayName())
+	}
+	if p.GetParentModel() != "" {
+		fmt.Fprintf(tw, "Parent model:\t%s\n", p.GetParentModel())
+	}
+	if p.GetModelVersion() != "" {
+		fmt.Fprintf(tw, "Model version:\t%s\n", p.GetModelVersion())
+	}
+	fmt.Fprintf(tw, "Created:\t%s\n", ago(p.GetCreateTime(), now))
+	if p.GetEndTime() != nil {
+		fmt.Fprintf(tw, "Ended:\t%s\n", ago(p.GetEndTime(), now))
+	}
+	return tw.Flush()
+}
+
+func (a *app) pipelineListCommand() *cobra.Command {
+	var f listFlags
+	cmd := &cobra.Command{
+		Use:     "list [--filter F] [--limit N]",
+		Aliases: []string{"ls"},
+		Short:   "List training pipelines",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.limit < 0 {
+				return usagef("--limit must not be negative, got %d; 0 lists all", f.limit)
+			}
+			tc, err := a.training()
+			if err != nil {
+				return err
+			}
+			req := &trainingv1.ListTrainingPipelinesRequest{Parent: a.trainingParent(), Filter: f.filter}
+			resp := &trainingv1.ListTrainingPipelinesResponse{}
+			resp.TrainingPipelines, err = collect(a, cmd, f.limit, func(ctx context.Context, token string, size int32) ([]*trainingv1.TrainingPipeline, string, error) {
+				req.PageToken, req.PageSize = token, size
+				page, err := tc.ListTrainingPipelines(ctx, req)
+				return page.GetTrainingPipelines(), page.GetNextPageToken(), err
+			})
+			if err != nil {
+				return a.explain("list pipelines", err)
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), resp)
+			}
+			if len(resp.GetTrainingPipelines()) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "No pipelines. Create one with `loom pipelines create -f pipeline.json`.")
+				return nil
+			}
+			tw := newTable(cmd.OutOrStdout())
+			row(tw, "ID", "NAME", "STATE", "TASK", "MODEL", "USER", "AGE")
+			for _, p := range resp.GetTrainingPipelines() {
+				row(tw, shortName(p.GetName()), p.GetDisplayName(), describePipeline(p), taskKind(p), p.GetModelToUpload().GetDisplayName(), p.GetUser(), age(p.GetCreateTime(), a.now()))
+			}
+			return tw.Flush()
+		},
+	}
+	f.register(cmd)
+	return cmd
+}

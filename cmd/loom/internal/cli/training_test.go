@@ -1,0 +1,373 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
+)
+
+const trainingParent = "projects/default/locations/us-central1"
+
+// vertexJobFile is a CustomJob as Vertex's REST documentation writes one
+// (camelCase), on catalog machine types.
+const vertexJobFile = `{
+  "displayName": "mnist",
+  "labels": {"team": "vision"},
+  "jobSpec": {
+    "workerPoolSpecs": [
+      {"machineSpec": {"machineType": "a3-highgpu-8g", "acceleratorType": "NVIDIA_H100_80GB", "acceleratorCount": 8},
+       "replicaCount": "1",
+       "containerSpec": {"imageUri": "pytorch:2.1", "command": ["loom", "train"], "args": ["--epochs=3"]}},
+      {"machineSpec": {"machineType": "a3-highgpu-8g", "acceleratorType": "NVIDIA_H100_80GB", "acceleratorCount": 8},
+       "replicaCount": "3",
+       "containerSpec": {"imageUri": "pytorch:2.1", "command": ["loom", "train"]}}
+    ],
+    "baseOutputDirectory": {"outputUriPrefix": "file:///data/mnist"}
+  }
+}`
+
+const snakeJobFile = `{"display_name": "snake", "job_spec": {"worker_pool_specs": [
+  {"machine_spec": {"machine_type": "n2-standard-8"}, "replica_count": 1,
+   "python_package_spec": {"package_uris": ["file:///pkgs/trainer.tar.gz"], "python_module": "trainer.task"}}]}}`
+
+const tuningFile = `{
+  "displayName": "tune",
+  "maxTrialCount": 3, "parallelTrialCount": 1,
+  "studySpec": {
+    "metrics": [{"metricId": "val_loss", "goal": "MINIMIZE"}],
+    "parameters": [
+      {"parameterId": "learning_rate", "doubleValueSpec": {"minValue": 0.0001, "maxValue": 0.1}, "scaleType": "UNIT_LOG_SCALE"},
+      {"parameterId": "batch_size", "discreteValueSpec": {"values": [32, 64, 128]}}
+    ]
+  },
+  "trialJobSpec": {"workerPoolSpecs": [{"machineSpec": {"machineType": "n2-standard-8"}, "replicaCount": "1",
+    "containerSpec": {"command": ["loom", "train"]}}]}
+}`
+
+// newTrainingGateway is the fake gateway with a TrainingService.
+func newTrainingGateway(t *testing.T) (*fakegw.Gateway, *fakegw.Training, string) {
+	t.Helper()
+	tr := &fakegw.Training{Resources: map[string]proto.Message{}, Progress: map[string][]proto.Message{}}
+	f := &fakegw.Gateway{Training: tr}
+	return f, tr, f.Serve(t)
+}
+
+func customJob(t *testing.T, name string, state trainingv1.JobState, edit ...func(*trainingv1.CustomJob)) *trainingv1.CustomJob {
+	t.Helper()
+	var j trainingv1.CustomJob
+	if err := protojson.Unmarshal([]byte(vertexJobFile), &j); err != nil {
+		t.Fatal(err)
+	}
+	j.Name, j.State, j.User, j.CreateTime = name, state, "ana", ts(time.Hour)
+	j.Cluster, j.Job = "projects/default/clusters/cj-"+shortName(name), "projects/default/jobs/"+shortName(name)
+	for _, e := range edit {
+		e(&j)
+	}
+	return &j
+}
+
+// TestCustomJobCreateWait: a Vertex camelCase file is sent as it is to the
+// location's parent with a request id, and --wait shows each state until
+// the job ends.
+func TestCustomJobCreateWait(t *testing.T) {
+	t.Parallel()
+	f, tr, gw := newTrainingGateway(t)
+	name := trainingParent + "/customJobs/1"
+	tr.Progress[name] = []proto.Message{
+		customJob(t, name, trainingv1.JobState_JOB_STATE_QUEUED),
+		customJob(t, name, trainingv1.JobState_JOB_STATE_PENDING),
+		customJob(t, name, trainingv1.JobState_JOB_STATE_RUNNING),
+		customJob(t, name, trainingv1.JobState_JOB_STATE_RUNNING),
+		customJob(t, name, trainingv1.JobState_JOB_STATE_SUCCEEDED),
+	}
+	out, errOut, code := run(t, gw, "jobs", "custom", "create", "-f", writeFile(t, "job.json", vertexJobFile), "--wait")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	golden(t, out, `
+Created custom job 1
+  15:04:05  QUEUED
+  15:04:05  PENDING on cj-1
+  15:04:05  RUNNING on cj-1
+  15:04:05  SUCCEEDED
+`)
+	req, _ := fakegw.LastRequest[*trainingv1.CreateCustomJobRequest](f)
+	if req.GetParent() != trainingParent || req.GetRequestId() == "" || req.GetCustomJob().GetDisplayName() != "mnist" ||
+		req.GetCustomJob().GetJobSpec().GetWorkerPoolSpecs()[1].GetReplicaCount() != 3 {
+		t.Errorf("request: %v", req)
+	}
+
+	// snake_case and Python packages; --project and --location name the parent.
+	out, errOut, code = run(t, gw, "--project", "p2", "jobs", "custom", "create", "--location", "europe-west4", "-f", writeFile(t, "job.json", snakeJobFile))
+	if code != 0 {
+		t.Fatalf("snake_case: exit %d: %s", code, errOut)
+	}
+	if !strings.HasPrefix(out, "Created custom job 2 (projects/p2/locations/europe-west4/customJobs/2); follow it with `loom jobs custom get 2`") {
+		t.Errorf("snake_case create printed %q", out)
+	}
+	if req, _ := fakegw.LastRequest[*trainingv1.CreateCustomJobRequest](f); req.GetParent() != "projects/p2/locations/europe-west4" ||
+		req.GetCustomJob().GetJobSpec().GetWorkerPoolSpecs()[0].GetPythonPackageSpec().GetPythonModule() != "trainer.task" {
+		t.Errorf("request: %v", req)
+	}
+}
+
+// TestCustomJobFailures: a failed job exits 1 saying how it ended and
+// where to look; an invalid file is refused naming its fields as the file
+// writes them; a missing job points at the list.
+func TestCustomJobFailures(t *testing.T) {
+	t.Parallel()
+	_, tr, gw := newTrainingGateway(t)
+	name := trainingParent + "/customJobs/1"
+	tr.Progress[name] = []proto.Message{customJob(t, name, trainingv1.JobState_JOB_STATE_FAILED, func(j *trainingv1.CustomJob) {
+		j.Error = &trainingv1.Status{Code: 2, Message: "replica workerpool1-2 exited 3"}
+	})}
+	_, errOut, code := run(t, gw, "jobs", "custom", "create", "-f", writeFile(t, "job.json", vertexJobFile), "--wait")
+	if code != 1 || !strings.Contains(errOut, "custom job 1 ended FAILED: replica workerpool1-2 exited 3; see its output with `loom jobs logs 1`") {
+		t.Errorf("failed job: exit %d: %s", code, errOut)
+	}
+	bad := strings.Replace(vertexJobFile, `"replicaCount": "3"`, `"replicaCount": "300"`, 1)
+	bad = strings.Replace(bad, `"a3-highgpu-8g"`, `"a3-highgpu-8gx"`, 1)
+	_, errOut, code = run(t, gw, "jobs", "custom", "create", "-f", writeFile(t, "job.json", bad))
+	if code != 1 || !strings.Contains(errOut, "invalid request:\n  job_spec.worker_pool_specs[0].machine_spec.machine_type: unknown machine type \"a3-highgpu-8gx\" (did you mean a3-highgpu-8g") ||
+		!strings.Contains(errOut, "\n  job_spec.worker_pool_specs[1].replica_count: at most 64 replicas per pool, got 300") {
+		t.Errorf("invalid file: exit %d: %s", code, errOut)
+	}
+	_, errOut, code = run(t, gw, "jobs", "custom", "create", "-f", writeFile(t, "job.json", `{"displayName":"x","bogus":1}`))
+	if code != 1 || !strings.Contains(errOut, "bogus") {
+		t.Errorf("unknown field: exit %d: %s", code, errOut)
+	}
+	_, errOut, code = run(t, gw, "jobs", "custom", "create")
+	if code != 2 || !strings.Contains(errOut, "-f FILE") {
+		t.Errorf("no file: exit %d: %s", code, errOut)
+	}
+	_, errOut, code = run(t, gw, "jobs", "custom", "get", "99")
+	if code != 1 || !strings.Contains(errOut, "see `loom jobs custom list`") {
+		t.Errorf("missing job: exit %d: %s", code, errOut)
+	}
+	out, errOut, code := run(t, gw, "jobs", "custom", "cancel", "1")
+	if code != 0 || out != "Cancel of custom job 1 requested; follow it with `loom jobs custom get 1`\n" {
+		t.Errorf("cancel: exit %d: %s%s", code, out, errOut)
+	}
+}
+
+func TestCustomJobTables(t *testing.T) {
+	t.Parallel()
+	_, tr, gw := newTrainingGateway(t)
+	for _, j := range []*trainingv1.CustomJob{
+		customJob(t, trainingParent+"/customJobs/7", trainingv1.JobState_JOB_STATE_RUNNING, func(j *trainingv1.CustomJob) { j.RestartCount = 1 }),
+		customJob(t, trainingParent+"/customJobs/12", trainingv1.JobState_JOB_STATE_SUCCEEDED, func(j *trainingv1.CustomJob) {
+			j.DisplayName, j.Labels = "cifar", map[string]string{"team": "nlp"}
+			j.StartTime, j.EndTime = ts(50*time.Minute), ts(10*time.Minute)
+		}),
+	} {
+		tr.Resources[j.GetName()] = j
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"jobs", "custom", "list"}, `
+ID  NAME   STATE                        MACHINE        REPLICAS  USER  AGE
+7   mnist  RUNNING on cj-7 (1 restart)  a3-highgpu-8g  4         ana   1h
+12  cifar  SUCCEEDED                    a3-highgpu-8g  4         ana   1h
+`},
+		{[]string{"jobs", "custom", "list", "--filter", "labels.team=vision"}, `
+ID  NAME   STATE                        MACHINE        REPLICAS  USER  AGE
+7   mnist  RUNNING on cj-7 (1 restart)  a3-highgpu-8g  4         ana   1h
+`},
+		{[]string{"jobs", "custom", "get", "12"}, `
+Name:           projects/default/locations/us-central1/customJobs/12
+Display name:   cifar
+State:          SUCCEEDED
+User:           ana
+Scheduler job:  projects/default/jobs/12
+Cluster:        projects/default/clusters/cj-12
+Output:         file:///data/mnist
+Labels:         team=nlp
+Created:        1h ago
+Started:        50m ago
+Ended:          10m ago
+Worker pools:
+  POOL  MACHINE TYPE   ACCELERATOR           REPLICAS  RUNS
+  0     a3-highgpu-8g  8 x NVIDIA_H100_80GB  1         loom train --epochs=3
+  1     a3-highgpu-8g  8 x NVIDIA_H100_80GB  3         loom train
+`},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			out, errOut, code := run(t, gw, c.args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			golden(t, out, c.want)
+		})
+	}
+	out, errOut, code := run(t, gw, "jobs", "custom", "list", "-o", "json")
+	var resp trainingv1.ListCustomJobsResponse
+	if code != 0 || protojson.Unmarshal([]byte(out), &resp) != nil || len(resp.GetCustomJobs()) != 2 || !strings.Contains(out, `"displayName"`) {
+		t.Errorf("list -o json: exit %d: %s%s", code, out, errOut)
+	}
+	_, errOut, code = run(t, gw, "jobs", "custom", "list", "--filter", "state=((")
+	if code != 1 || !strings.Contains(errOut, "filter") {
+		t.Errorf("bad filter: exit %d: %s", code, errOut)
+	}
+}
+
+// trial is a trial with a final val_loss.
+func trial(id string, state trainingv1.Trial_State, loss float64, lr float64) *trainingv1.Trial {
+	t := &trainingv1.Trial{Id: id, State: state, CustomJob: trainingParent + "/customJobs/" + id,
+		Parameters: []*trainingv1.Trial_Parameter{{ParameterId: "learning_rate", Value: structpb.NewNumberValue(lr)},
+			{ParameterId: "batch_size", Value: structpb.NewNumberValue(64)}}}
+	if state == trainingv1.Trial_SUCCEEDED {
+		t.FinalMeasurement = &trainingv1.Measurement{StepCount: 10, Metrics: []*trainingv1.Measurement_Metric{{MetricId: "val_loss", Value: loss}}}
+	}
+	return t
+}
+
+func tuningJob(t *testing.T, name string, state trainingv1.JobState, trials ...*trainingv1.Trial) *trainingv1.HyperparameterTuningJob {
+	t.Helper()
+	var j trainingv1.HyperparameterTuningJob
+	if err := protojson.Unmarshal([]byte(tuningFile), &j); err != nil {
+		t.Fatal(err)
+	}
+	j.Name, j.State, j.User, j.CreateTime, j.Trials = name, state, "ana", ts(time.Hour), trials
+	return &j
+}
+
+// TestTuningWait: --wait shows the trials as they finish, each with the
+// best so far, and the best at the end; trials lists them, best marked.
+func TestTuningWait(t *testing.T) {
+	t.Parallel()
+	f, tr, gw := newTrainingGateway(t)
+	name := trainingParent + "/hyperparameterTuningJobs/1"
+	t1 := trial("1", trainingv1.Trial_SUCCEEDED, 0.5, 0.01)
+	t2 := trial("2", trainingv1.Trial_SUCCEEDED, 0.25, 0.003)
+	t3 := trial("3", trainingv1.Trial_SUCCEEDED, 0.4, 0.05)
+	t3.EarlyStopped = true
+	tr.Progress[name] = []proto.Message{
+		tuningJob(t, name, trainingv1.JobState_JOB_STATE_QUEUED),
+		tuningJob(t, name, trainingv1.JobState_JOB_STATE_RUNNING, trial("1", trainingv1.Trial_ACTIVE, 0, 0.01)),
+		tuningJob(t, name, trainingv1.JobState_JOB_STATE_RUNNING, t1, trial("2", trainingv1.Trial_ACTIVE, 0, 0.003)),
+		tuningJob(t, name, trainingv1.JobState_JOB_STATE_RUNNING, t1, t2, trial("3", trainingv1.Trial_ACTIVE, 0, 0.05)),
+		tuningJob(t, name, trainingv1.JobState_JOB_STATE_SUCCEEDED, t1, t2, t3),
+	}
+	out, errOut, code := run(t, gw, "hptuning", "create", "-f", writeFile(t, "study.json", tuningFile), "--wait")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	golden(t, out, `
+Created tuning job 1
+  15:04:05  QUEUED
+  15:04:05  RUNNING
+  15:04:05  trial 1 SUCCEEDED  val_loss=0.5  learning_rate=0.01 batch_size=64  | best: trial 1 val_loss=0.5 (1 of 3)
+  15:04:05  trial 2 SUCCEEDED  val_loss=0.25  learning_rate=0.003 batch_size=64  | best: trial 2 val_loss=0.25 (2 of 3)
+  15:04:05  trial 3 SUCCEEDED (stopped early)  val_loss=0.4  learning_rate=0.05 batch_size=64  | best: trial 2 val_loss=0.25 (3 of 3)
+  15:04:05  SUCCEEDED
+Best: trial 2 SUCCEEDED  val_loss=0.25  learning_rate=0.003 batch_size=64
+`)
+	if req, _ := fakegw.LastRequest[*trainingv1.CreateHyperparameterTuningJobRequest](f); req.GetHyperparameterTuningJob().GetMaxTrialCount() != 3 {
+		t.Errorf("request: %v", req)
+	}
+	out, errOut, code = run(t, gw, "hptuning", "trials", "1")
+	if code != 0 {
+		t.Fatalf("trials: exit %d: %s", code, errOut)
+	}
+	golden(t, out, `
+TRIAL  STATE                      VAL_LOSS  STEPS  PARAMETERS                         CUSTOM JOB
+1      SUCCEEDED                  0.5       10     learning_rate=0.01 batch_size=64   1
+2 *    SUCCEEDED                  0.25      10     learning_rate=0.003 batch_size=64  2
+3      SUCCEEDED (stopped early)  0.4       10     learning_rate=0.05 batch_size=64   3
+`)
+	out, _, code = run(t, gw, "hptuning", "trials", "1", "-o", "json")
+	var j trainingv1.HyperparameterTuningJob
+	if code != 0 || protojson.Unmarshal([]byte(out), &j) != nil || len(j.GetTrials()) != 3 {
+		t.Errorf("trials -o json: %d %s", code, out)
+	}
+	out, errOut, code = run(t, gw, "hptuning", "get", "1")
+	if code != 0 || !strings.Contains(out, "Best:          trial 2 SUCCEEDED  val_loss=0.25") || !strings.Contains(out, "Metric:        val_loss (MINIMIZE)") ||
+		!strings.Contains(out, "  learning_rate  DOUBLE    [0.0001, 0.1]  LOG") {
+		t.Errorf("get: exit %d: %s%s", code, out, errOut)
+	}
+	out, errOut, code = run(t, gw, "hptuning", "list")
+	if code != 0 || !strings.Contains(out, "trial 2: val_loss=0.25") || !strings.Contains(out, "3/3") {
+		t.Errorf("list: exit %d: %s%s", code, out, errOut)
+	}
+}
+
+// TestPipelines: create, follow to the registered version, get and list.
+func TestPipelines(t *testing.T) {
+	t.Parallel()
+	_, tr, gw := newTrainingGateway(t)
+	var spec trainingv1.CustomJob
+	if err := protojson.Unmarshal([]byte(vertexJobFile), &spec); err != nil {
+		t.Fatal(err)
+	}
+	inputs, _ := protojson.Marshal(spec.GetJobSpec())
+	file := `{"displayName": "train-and-register",
+  "trainingTaskDefinition": "gs://google-cloud-aiplatform/schema/trainingjob/definition/custom_task_1.0.0.yaml",
+  "trainingTaskInputs": ` + string(inputs) + `,
+  "modelToUpload": {"displayName": "mnist-model"}}`
+	name := trainingParent + "/trainingPipelines/1"
+	at := func(state trainingv1.PipelineState, edit func(*trainingv1.TrainingPipeline)) *trainingv1.TrainingPipeline {
+		var p trainingv1.TrainingPipeline
+		if err := protojson.Unmarshal([]byte(file), &p); err != nil {
+			t.Fatal(err)
+		}
+		p.Name, p.State, p.User, p.CreateTime = name, state, "ana", ts(time.Hour)
+		if edit != nil {
+			edit(&p)
+		}
+		return &p
+	}
+	meta := func(p *trainingv1.TrainingPipeline) {
+		p.TrainingTaskMetadata = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			"backingCustomJob": structpb.NewStringValue(trainingParent + "/customJobs/2")}})
+	}
+	tr.Progress[name] = []proto.Message{
+		at(trainingv1.PipelineState_PIPELINE_STATE_QUEUED, nil),
+		at(trainingv1.PipelineState_PIPELINE_STATE_RUNNING, meta),
+		at(trainingv1.PipelineState_PIPELINE_STATE_SUCCEEDED, func(p *trainingv1.TrainingPipeline) {
+			meta(p)
+			p.ModelVersion = "projects/default/models/mnist-model/versions/1"
+		}),
+	}
+	out, errOut, code := run(t, gw, "pipelines", "create", "-f", writeFile(t, "p.json", file), "--wait")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	golden(t, out, `
+Created pipeline 1
+  15:04:05  QUEUED
+  15:04:05  RUNNING, custom job 2
+  15:04:05  SUCCEEDED, model version projects/default/models/mnist-model/versions/1
+`)
+	out, errOut, code = run(t, gw, "pipelines", "get", "1")
+	if code != 0 || !strings.Contains(out, "Custom job:     "+trainingParent+"/customJobs/2") || !strings.Contains(out, "Task:           custom") ||
+		!strings.Contains(out, "Model version:  projects/default/models/mnist-model/versions/1") {
+		t.Errorf("get: exit %d: %s%s", code, out, errOut)
+	}
+	out, errOut, code = run(t, gw, "pipelines", "list")
+	if code != 0 || !strings.Contains(out, "train-and-register") || !strings.Contains(out, "mnist-model") {
+		t.Errorf("list: exit %d: %s%s", code, out, errOut)
+	}
+	out, errOut, code = run(t, gw, "pipelines", "get", "1", "-o", "json")
+	if code != 0 || !strings.Contains(out, `"modelVersion"`) {
+		t.Errorf("get -o json: exit %d: %s%s", code, out, errOut)
+	}
+}
+
+// TestTrainingUnavailable: a gateway without TrainingService says so.
+func TestTrainingUnavailable(t *testing.T) {
+	t.Parallel()
+	_, gw := newFakeGateway(t)
+	_, errOut, code := run(t, gw, "jobs", "custom", "list")
+	if code != 1 || !strings.Contains(errOut, "list custom jobs: the gateway at") || !strings.Contains(errOut, "does not support this") {
+		t.Errorf("exit %d: %s", code, errOut)
+	}
+}

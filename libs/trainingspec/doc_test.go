@@ -1,0 +1,87 @@
+package trainingspec
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
+)
+
+// TestGuideExamplesAreValid: the first JSON example of each resource's
+// section of docs/training.md decodes and validates, so that the guide
+// never shows a file Loom refuses.
+func TestGuideExamplesAreValid(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../docs/training.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for _, c := range []struct {
+		section  string
+		msg      proto.Message
+		validate func(proto.Message) error
+	}{
+		{"## CustomJob", &trainingv1.CustomJob{}, func(m proto.Message) error { return ValidateCustomJob(m.(*trainingv1.CustomJob)) }},
+		{"## Tuning jobs", &trainingv1.HyperparameterTuningJob{}, func(m proto.Message) error {
+			return ValidateHyperparameterTuningJob(m.(*trainingv1.HyperparameterTuningJob))
+		}},
+		{"## Pipelines", &trainingv1.TrainingPipeline{}, func(m proto.Message) error {
+			return ValidateTrainingPipeline(m.(*trainingv1.TrainingPipeline))
+		}},
+	} {
+		i := strings.Index(doc, "\n"+c.section+"\n")
+		if i < 0 {
+			t.Fatalf("docs/training.md has no %q section", c.section)
+		}
+		rest := doc[i:]
+		j := strings.Index(rest, "```json\n")
+		if j < 0 {
+			t.Fatalf("%s has no JSON example", c.section)
+		}
+		body := rest[j+len("```json\n"):]
+		body = body[:strings.Index(body, "```")]
+		if err := protojson.Unmarshal([]byte(body), c.msg); err != nil {
+			t.Errorf("%s example does not decode: %v", c.section, err)
+			continue
+		}
+		if err := c.validate(c.msg); err != nil {
+			t.Errorf("%s example is refused: %v", c.section, err)
+		}
+	}
+}
+
+// TestExamplesAreValid: the example files of examples/training decode
+// and validate.
+func TestExamplesAreValid(t *testing.T) {
+	t.Parallel()
+	for file, m := range map[string]proto.Message{
+		"custom_job.json": &trainingv1.CustomJob{}, "tuning_job.json": &trainingv1.HyperparameterTuningJob{},
+		"pipeline.json": &trainingv1.TrainingPipeline{},
+	} {
+		b, err := os.ReadFile(filepath.Join("../../examples/training", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := protojson.Unmarshal(b, m); err != nil {
+			t.Errorf("%s does not decode: %v", file, err)
+			continue
+		}
+		switch r := m.(type) {
+		case *trainingv1.CustomJob:
+			err = ValidateCustomJob(r)
+		case *trainingv1.HyperparameterTuningJob:
+			err = ValidateHyperparameterTuningJob(r)
+		case *trainingv1.TrainingPipeline:
+			err = ValidateTrainingPipeline(r)
+		}
+		if err != nil {
+			t.Errorf("%s is refused: %v", file, err)
+		}
+	}
+}
