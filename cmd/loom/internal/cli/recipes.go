@@ -17,10 +17,6 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
-// DefaultLocation is the location of serverless launches (Vertex's
-// `locations/{l}`: stored, not interpreted) when LOOM_LOCATION is unset.
-const DefaultLocation = "us-central1"
-
 // recipesCommand is `loom recipes`: the catalog of training recipes
 // (package libs/recipes), rendered and launched on a cluster or serverless.
 func (a *app) recipesCommand() *cobra.Command {
