@@ -263,8 +263,24 @@ type Input struct {
 // know about (an unknown name, a refused cancel): the app logs it.
 var ErrIgnored = errors.New("ignored")
 
+// ignoredError is a refusal: its message, and ErrIgnored with every error
+// among its arguments (errs.NotFound, errs.PermissionDenied, ...) to match.
+type ignoredError struct {
+	msg    string
+	causes []error
+}
+
+func (e *ignoredError) Error() string   { return "ignored: " + e.msg }
+func (e *ignoredError) Unwrap() []error { return e.causes }
+
 func ignored(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrIgnored, fmt.Sprintf(format, args...))
+	e := &ignoredError{msg: fmt.Sprintf(format, args...), causes: []error{ErrIgnored}}
+	for _, a := range args {
+		if err, ok := a.(error); ok {
+			e.causes = append(e.causes, err)
+		}
+	}
+	return e
 }
 
 // Handle decides what in does at now. It never changes s: the change is
