@@ -34,8 +34,11 @@ func parseFilter(s string) (filter, error) {
 				break
 			}
 		}
-		if t.key == "" || strings.ContainsAny(t.key, " ()") {
-			return f, fmt.Errorf("%q: want key=value terms joined by AND", part)
+		raw := strings.TrimSpace(part[strings.Index(part, t.op)+len(t.op):])
+		unquoted := !strings.HasPrefix(raw, `"`)
+		if t.key == "" || strings.ContainsAny(t.key, " ()\"") || (unquoted && strings.ContainsAny(raw, " ()\"")) ||
+			(!unquoted && (len(raw) < 2 || !strings.HasSuffix(raw, `"`))) {
+			return f, fmt.Errorf("%q: want key=value terms joined by AND (OR, NOT and parentheses are not read here)", part)
 		}
 		f.terms = append(f.terms, t)
 	}
