@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -81,6 +82,10 @@ func submit(now time.Time, cj *CJ, em *emitter) {
 	if err != nil {
 		endCJ(now, cj, trainingv1.JobState_JOB_STATE_FAILED, codeInvalidArgument, err.Error(), em)
 		return
+	}
+	if cj.Ephemeral {
+		// The cluster is made here (RenderCluster): its one partition.
+		job.Partition = clusterspec.DefaultPartition
 	}
 	cj.Submitted = true
 	cj.Job.Job = job.GetName()

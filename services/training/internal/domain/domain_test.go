@@ -133,7 +133,7 @@ func TestCustomJobOnItsOwnCluster(t *testing.T) {
 	var wp []map[string]int
 	_ = json.Unmarshal([]byte(j.GetEnv()["LOOM_WORKER_POOLS"]), &wp)
 	if j.GetName() != "projects/p/jobs/101" || j.GetUser() != "alice" || j.GetNodeCount() != 3 || !j.GetExclusive() ||
-		j.GetGpusPerNode() != 4 || j.GetCluster() != cl.GetName() || len(j.GetScript()) != 0 ||
+		j.GetGpusPerNode() != 4 || j.GetCluster() != cl.GetName() || len(j.GetScript()) != 0 || j.GetPartition() != "all" ||
 		strings.Join(j.GetCommand(), " ") != "loom train --epochs=3" ||
 		len(wp) != 2 || wp[0]["replicaCount"] != 1 || wp[1]["replicaCount"] != 2 {
 		t.Fatalf("job %v", j)
