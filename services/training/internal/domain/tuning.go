@@ -81,6 +81,18 @@ func Seed(job *trainingv1.HyperparameterTuningJob) int64 {
 	return int64(h.Sum64() & math.MaxInt64)
 }
 
+// suggest and shouldStop are the search's Suggest and ShouldStop; tests
+// replace them to drive what the search decides (an exhausted grid, an early
+// stop) whatever libs/hpo's algorithms are.
+var (
+	suggest = func(s *hpo.Searcher, trials []*trainingv1.Trial, n int) ([][]*trainingv1.Trial_Parameter, error) {
+		return s.Suggest(trials, n)
+	}
+	shouldStop = func(s *hpo.Searcher, trials []*trainingv1.Trial, i int) (bool, string) {
+		return s.ShouldStop(trials, i)
+	}
+)
+
 func searcher(job *trainingv1.HyperparameterTuningJob) (*hpo.Searcher, error) {
 	return hpo.New(job.GetStudySpec(), hpo.Options{Seed: Seed(job), MaxTrials: int(job.GetMaxTrialCount())})
 }
@@ -183,7 +195,7 @@ func advanceTuning(now time.Time, r *Root, em *emitter) bool {
 	want := min(parallel-active, int(job.GetMaxTrialCount())-len(job.GetTrials()))
 	exhausted := false
 	if want > 0 {
-		ps, err := srch.Suggest(job.GetTrials(), want)
+		ps, err := suggest(srch, job.GetTrials(), want)
 		if err != nil {
 			t.Ending = trainingv1.JobState_JOB_STATE_FAILED
 			t.EndError = &trainingv1.Status{Code: codeInternal, Message: "the search failed: " + err.Error()}
@@ -351,7 +363,7 @@ func (s *State) metrics(now time.Time, ev *eventsv1.MetricsReported, signer stri
 		if cj == nil || cj.TrialID == "" {
 			return nil
 		}
-		if node, ok := strings.CutPrefix(signer, "nodes/"); ok && len(cj.Nodes) > 0 && !runsOn(cj.Nodes, node, ev.GetNode()) {
+		if node, ok := strings.CutPrefix(signer, "nodes/"); ok && len(cj.Nodes) > 0 && !runsOn(cj.Nodes, node) {
 			return ignored("metrics for %s from %s, which does not run it", ev.GetJob(), signer)
 		}
 		job := r.Tuning.Job
@@ -391,7 +403,7 @@ func (s *State) metrics(now time.Time, ev *eventsv1.MetricsReported, signer stri
 		if err != nil {
 			return nil
 		}
-		if stop, why := srch.ShouldStop(job.GetTrials(), idx); stop {
+		if stop, why := shouldStop(srch, job.GetTrials(), idx); stop {
 			tr.State, tr.EarlyStopped = trainingv1.Trial_STOPPING, true
 			stopCJ(now, cj, "stopped early by the search: "+why, em)
 		}
@@ -399,15 +411,13 @@ func (s *State) metrics(now time.Time, ev *eventsv1.MetricsReported, signer stri
 	})
 }
 
-// runsOn reports whether a node (the signer's name, or the payload's)
-// is one of a run's hostnames.
-func runsOn(hosts []string, names ...string) bool {
-	for _, n := range names {
-		h := n[strings.LastIndexByte(n, '/')+1:]
-		for _, x := range hosts {
-			if x == h {
-				return true
-			}
+// runsOn reports whether node (the signer's node name, or a hostname) is
+// one of a run's hostnames.
+func runsOn(hosts []string, node string) bool {
+	h := node[strings.LastIndexByte(node, '/')+1:]
+	for _, x := range hosts {
+		if x == h {
+			return true
 		}
 	}
 	return false
