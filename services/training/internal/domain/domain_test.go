@@ -180,13 +180,15 @@ func TestCustomJobOnPersistentCluster(t *testing.T) {
 	sp := spec()
 	sp.PersistentResourceId = "shared"
 	sp.Scheduling = &trainingv1.Scheduling{Timeout: durationpb.New(90*time.Minute + 500*time.Millisecond), RestartJobOnWorkerRestart: true}
+	sp.WorkerPoolSpecs[1].MachineSpec.AcceleratorCount = 0 // a3-highgpu-4g's own 4
 	c := feed(t, s, customJob(cjName, "alice", sp))
 	subs, es := emitted[*eventsv1.SubmitJob](c)
 	if creates, _ := emitted[*eventsv1.CreateCluster](c); len(creates) != 0 || len(subs) != 1 || es[0].Principal != "users/alice" {
 		t.Fatalf("emitted %v", c.Emits)
 	}
 	j := subs[0].GetJob()
-	if j.GetCluster() != "projects/p/clusters/shared" || j.GetTimeLimitSeconds() != 5401 || j.GetMaxRetries() != WorkerRestarts || j.Requeue != nil {
+	if j.GetCluster() != "projects/p/clusters/shared" || j.GetTimeLimitSeconds() != 5401 || j.GetMaxRetries() != WorkerRestarts || j.Requeue != nil ||
+		j.GetGpusPerNode() != 4 || j.GetPartition() != "" {
 		t.Fatalf("job %v", j)
 	}
 	c = feed(t, s, jobIs("projects/p/jobs/101", loomv1.JobState_FAILED))

@@ -85,7 +85,11 @@ func RenderJob(n Name, cj *trainingv1.CustomJob, cluster, trialID string) (*loom
 		wp[i] = workerPool{ReplicaCount: p.GetReplicaCount()}
 		nodes += p.GetReplicaCount()
 		if p.GetReplicaCount() > 0 {
-			gpus = min(gpus, p.GetMachineSpec().GetAcceleratorCount())
+			n := p.GetMachineSpec().GetAcceleratorCount()
+			if m, ok := clusterspec.Machine(p.GetMachineSpec().GetMachineType()); ok && n == 0 {
+				n = m.AcceleratorCount // the machine type's own GPUs when the spec leaves the count out
+			}
+			gpus = min(gpus, n)
 		}
 	}
 	if nodes == 0 || pools[0].GetReplicaCount() == 0 {
