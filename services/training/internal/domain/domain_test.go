@@ -817,3 +817,38 @@ func TestPipelineCancel(t *testing.T) {
 }
 
 func jsonOf(m proto.Message) ([]byte, error) { return protojson.Marshal(m) }
+
+// TestEveryEndOfTheSchedulerJob: each final state of the scheduler job (and
+// a cluster in ERROR) ends the CustomJob with the state and an error a
+// person can act on, and deletes its cluster.
+func TestEveryEndOfTheSchedulerJob(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		end  proto.Message
+		want trainingv1.JobState
+		msg  string
+	}{
+		{jobIs("projects/p/jobs/101", loomv1.JobState_COMPLETED), trainingv1.JobState_JOB_STATE_SUCCEEDED, ""},
+		{jobIs("projects/p/jobs/101", loomv1.JobState_FAILED), trainingv1.JobState_JOB_STATE_FAILED, "loom jobs logs 101"},
+		{jobIs("projects/p/jobs/101", loomv1.JobState_OUT_OF_MEMORY), trainingv1.JobState_JOB_STATE_FAILED, "larger machine_type"},
+		{jobIs("projects/p/jobs/101", loomv1.JobState_NODE_FAIL), trainingv1.JobState_JOB_STATE_FAILED, "infrastructure"},
+		{jobIs("projects/p/jobs/101", loomv1.JobState_PREEMPTED), trainingv1.JobState_JOB_STATE_FAILED, "preempted"},
+		{jobIs("projects/p/jobs/101", loomv1.JobState_TIMEOUT), trainingv1.JobState_JOB_STATE_FAILED, "timeout"},
+		{jobIs("projects/p/jobs/101", loomv1.JobState_CANCELLED), trainingv1.JobState_JOB_STATE_CANCELLED, "was cancelled"},
+		{clusterIs("projects/p/clusters/cj-101", loomv1.Cluster_ERROR), trainingv1.JobState_JOB_STATE_FAILED, "its cluster"},
+	} {
+		s := NewState()
+		feed(t, s, customJob(cjName, "alice", spec()))
+		if _, ok := tc.end.(*eventsv1.JobChanged); ok {
+			feed(t, s, clusterIs("projects/p/clusters/cj-101", loomv1.Cluster_RUNNING))
+			feed(t, s, jobIs("projects/p/jobs/101", loomv1.JobState_RUNNING))
+		}
+		c := feed(t, s, tc.end)
+		got := cjOf(t, s, cjName)
+		dels, _ := emitted[*eventsv1.DeleteCluster](c)
+		if got.GetState() != tc.want || !strings.Contains(got.GetError().GetMessage(), tc.msg) || (tc.msg == "") != (got.GetError() == nil) ||
+			got.GetEndTime() == nil || len(dels) != 1 {
+			t.Errorf("%v: %v (emitted %d deletes)", tc.end, got, len(dels))
+		}
+	}
+}
