@@ -36,7 +36,13 @@ func TestEarlyStopStopsTheTrial(t *testing.T) {
 	if c, err := s.Handle(t0, Input{Payload: point(1, 5), Signer: "nodes/projects/p/clusters/x/nodes/other-0001"}); c != nil || !errors.Is(err, ErrIgnored) {
 		t.Fatalf("a stranger node's metrics: %v %v", c, err)
 	}
-	feed(t, s, point(1, 5))
+	c1 := feed(t, s, point(1, 5))
+	if tj, _ := emitted[*eventsv1.HyperparameterTuningJobChanged](c1); len(tj) != 0 {
+		t.Fatalf("a measurement emitted the tuning job: %v", c1.Emits)
+	}
+	if tc, _ := emitted[*eventsv1.TrialChanged](c1); len(tc) != 1 || len(tc[0].GetTrial().GetMeasurements()) != 1 {
+		t.Fatalf("a measurement emitted %v", c1.Emits)
+	}
 	if got := tuningOf(t, s, tunName).GetTrials()[0]; got.GetState() != trainingv1.Trial_ACTIVE || len(got.GetMeasurements()) != 1 {
 		t.Fatalf("after step 1: %v", got)
 	}

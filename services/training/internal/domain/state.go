@@ -411,7 +411,13 @@ func finish(now time.Time, old, r *Root, em *emitter) *Change {
 					Payload: &eventsv1.TrialChanged{TuningJob: t.Job.GetName(), Trial: proto.Clone(tr).(*trainingv1.Trial)}})
 			}
 		}
-		if changed(prev, t.Job, func(m *trainingv1.HyperparameterTuningJob) **timestamppb.Timestamp { return &m.UpdateTime }) {
+		// Its event carries no measurements: a new measurement is a
+		// TrialChanged only.
+		var prevSum *trainingv1.HyperparameterTuningJob
+		if prev != nil {
+			prevSum = Summary(prev)
+		}
+		if changed(prevSum, Summary(t.Job), func(m *trainingv1.HyperparameterTuningJob) **timestamppb.Timestamp { return &m.UpdateTime }) {
 			t.Job.UpdateTime = ts
 			events = append(events, Emit{Key: project(t.Job.GetName()),
 				Payload: &eventsv1.HyperparameterTuningJobChanged{TuningJob: Summary(t.Job)}})
