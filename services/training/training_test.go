@@ -13,9 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
@@ -331,12 +334,15 @@ func TestStudySurvivesAKill(t *testing.T) {
 
 // ---- the service in this process: reads, commands, refusals ----
 
-func startInProcess(t *testing.T, broker, redisAddr string) trainingv1.TrainingServiceClient {
+func startInProcess(t *testing.T, broker, redisAddr string, clock ...clockwork.Clock) trainingv1.TrainingServiceClient {
 	t.Helper()
 	cfg := Config{Common: config.Common{
 		Brokers: []string{broker}, RedisAddr: redisAddr, ServiceKeyFile: testkit.ServiceKeyFile(t),
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", LogLevel: "warn", CreateTopics: true,
 	}}
+	if len(clock) > 0 {
+		cfg.Clock = clock[0]
+	}
 	addrs := make(chan string, 1)
 	svc := testkit.Start(t, "training", func(ctx context.Context) error {
 		return run(ctx, cfg, func(a string) { addrs <- a })
@@ -437,4 +443,35 @@ func TestCustomJobsThroughTheBus(t *testing.T) {
 	if j, _ := client.GetCustomJob(ctx, &trainingv1.GetCustomJobRequest{Name: loc + "/customJobs/1"}); j.GetState() != trainingv1.JobState_JOB_STATE_QUEUED {
 		t.Fatalf("bob cancelled alice's job: %v", j)
 	}
+}
+
+// TestFlexStartExpiresOnTheTick: the service's ticker applies time (a fake
+// clock here): a FLEX_START job that has not started within its
+// max_wait_duration expires, and its cluster is deleted.
+func TestFlexStartExpiresOnTheTick(t *testing.T) {
+	t.Parallel()
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	clock := clockwork.NewFakeClockAt(time.Now().Truncate(time.Second))
+	client := startInProcess(t, broker, redisAddr, clock)
+	ctx := testkit.Context(t, wait)
+	ev := createCustomJob(1, "alice", "flex")
+	c := ev.Payload.(*eventsv1.CreateCustomJob).GetCustomJob()
+	c.CreateTime = timestamppb.New(clock.Now())
+	c.JobSpec.Scheduling = &trainingv1.Scheduling{Strategy: trainingv1.Scheduling_FLEX_START, MaxWaitDuration: durationpb.New(time.Hour)}
+	testkit.Publish(t, broker, ev)
+	name := loc + "/customJobs/1"
+	testkit.WaitFor(t, wait, "the job queued", func() (bool, error) {
+		j, err := client.GetCustomJob(ctx, &trainingv1.GetCustomJobRequest{Name: name})
+		return err == nil && j.GetState() == trainingv1.JobState_JOB_STATE_QUEUED, nil
+	})
+	clock.Advance(time.Hour + DefaultTick)
+	testkit.WaitFor(t, wait, "the job expired", func() (bool, error) {
+		j, err := client.GetCustomJob(ctx, &trainingv1.GetCustomJobRequest{Name: name})
+		return err == nil && j.GetState() == trainingv1.JobState_JOB_STATE_EXPIRED && j.GetError() != nil, nil
+	})
+	testkit.WaitEvent(t, broker, topics.ClusterCommands, wait, func(e envelope.Event) bool {
+		d, ok := e.Payload.(*eventsv1.DeleteCluster)
+		return ok && d.GetCluster() == "projects/p/clusters/cj-1"
+	})
 }
