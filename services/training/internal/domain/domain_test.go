@@ -146,7 +146,8 @@ func TestCustomJobOnItsOwnCluster(t *testing.T) {
 			t.Errorf("env %s = %q, want %q", k, env[k], v)
 		}
 	}
-	if _, trial := env["CLOUD_ML_TRIAL_ID"]; trial || j.GetCheckpointDir() != "/shared/out/checkpoints" {
+	if _, trial := env["CLOUD_ML_TRIAL_ID"]; trial || j.GetCheckpointDir() != "/shared/out/checkpoints" ||
+		j.GetMaxRetries() != WorkerRestarts || j.Requeue != nil {
 		t.Errorf("env %v checkpoint_dir %q", env, j.GetCheckpointDir())
 	}
 	feed(t, s, jobIs("projects/p/jobs/101", loomv1.JobState_RUNNING))

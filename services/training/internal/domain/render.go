@@ -16,12 +16,13 @@ import (
 
 // Rendering settings.
 const (
-	// WorkerRestarts is the job's max_retries when
-	// scheduling.restart_job_on_worker_restart is set: a replica that exits
-	// non-zero restarts the whole job, at most this many times. Without it
-	// a non-zero exit fails the CustomJob, as on Vertex (max_retries 0).
-	// Infrastructure failures (a node lost) are requeued by the scheduler
-	// without counting against it, unless disable_retries.
+	// WorkerRestarts is the job's max_retries: as on Vertex, a replica that
+	// exits non-zero is restarted (here the job's run, every replica with
+	// it, since one scheduler job holds them all) at most this many times;
+	// then the CustomJob fails. restart_job_on_worker_restart is therefore
+	// what Loom always does. Infrastructure failures (a node lost) are
+	// requeued by the scheduler without counting against it.
+	// disable_retries turns both off.
 	WorkerRestarts = 3
 	// PoolPrefix names a CustomJob's node pool k "cj{id}-wp{k}", so that
 	// node hostnames sort pool by pool (cj7-wp0-0001 < cj7-wp1-0001 ...).
@@ -151,12 +152,10 @@ func RenderJob(n Name, cj *trainingv1.CustomJob, cluster, trialID string) (*loom
 	if t := s.GetTimeout(); t != nil && t.AsDuration() > 0 {
 		job.TimeLimitSeconds = int64(math.Ceil(t.AsDuration().Seconds()))
 	}
-	switch {
-	case s.GetDisableRetries():
+	job.MaxRetries = WorkerRestarts
+	if s.GetDisableRetries() {
 		no := false
 		job.Requeue, job.MaxRetries = &no, 0
-	case s.GetRestartJobOnWorkerRestart():
-		job.MaxRetries = WorkerRestarts
 	}
 	return job, nil
 }
