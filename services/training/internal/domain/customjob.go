@@ -21,8 +21,11 @@ func (s *State) createCustomJob(now time.Time, c *eventsv1.CreateCustomJob) (*Ch
 	if err != nil {
 		return nil, ignored("create custom job: name: %v", err)
 	}
-	if s.Lookup(in.GetName()) != nil || s.Lookup("job:"+n.Job()) != nil {
-		return nil, nil // a copy of a create already applied, or an id in use
+	if s.Lookup(in.GetName()) != nil {
+		return nil, nil // a copy of a create already applied
+	}
+	if r := s.Lookup("job:" + n.Job()); r != nil {
+		return nil, ignored("create %s: its job id is %s's: %v", in.GetName(), r.Name, errs.AlreadyExists)
 	}
 	if in.GetUser() == "" {
 		return nil, ignored("create %s: user: %v (required: the job runs as its owner)", in.GetName(), errs.FailedPrecondition)
