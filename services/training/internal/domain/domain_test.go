@@ -389,6 +389,8 @@ func TestHostileCommandsChangeNothing(t *testing.T) {
 		&eventsv1.CreateHyperparameterTuningJob{},
 		&eventsv1.CreateHyperparameterTuningJob{TuningJob: &trainingv1.HyperparameterTuningJob{Name: loc + "hyperparameterTuningJobs/100",
 			User: "a", MaxTrialCount: 3}}, // trial 1 would be customJobs/101, taken
+		&eventsv1.CreateHyperparameterTuningJob{TuningJob: &trainingv1.HyperparameterTuningJob{Name: loc + "hyperparameterTuningJobs/500",
+			User: "a", MaxTrialCount: 1 << 30}}, // would loop over its ids
 		&eventsv1.CreateTrainingPipeline{},
 		&eventsv1.CancelTraining{Name: loc + "customJobs/999", User: "alice"},
 		&eventsv1.CancelTraining{Name: "job:projects/p/jobs/101", User: "alice"},

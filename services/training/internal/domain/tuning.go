@@ -20,8 +20,14 @@ import (
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 )
 
-// DefaultParallelTrials is parallel_trial_count when 0.
-const DefaultParallelTrials = 1
+// Tuning limits (libs/trainingspec's, which the gateway checks; checked here
+// again so that a command that bypassed it cannot make the service loop).
+const (
+	// DefaultParallelTrials is parallel_trial_count when 0.
+	DefaultParallelTrials = 1
+	MaxTrialCount         = 1000
+	MaxParallelTrials     = 64
+)
 
 func (s *State) createTuningJob(now time.Time, c *eventsv1.CreateHyperparameterTuningJob) (*Change, error) {
 	in := c.GetTuningJob()
@@ -31,6 +37,9 @@ func (s *State) createTuningJob(now time.Time, c *eventsv1.CreateHyperparameterT
 	}
 	if s.Lookup(in.GetName()) != nil {
 		return nil, nil // a copy of a create already applied
+	}
+	if in.GetMaxTrialCount() > MaxTrialCount {
+		return nil, ignored("create %s: max_trial_count: at most %d, got %d", in.GetName(), MaxTrialCount, in.GetMaxTrialCount())
 	}
 	for k := int64(1); k <= int64(max(in.GetMaxTrialCount(), 0)); k++ {
 		if s.Lookup(n.With(CustomJobs, n.ID+k).String()) != nil {
@@ -60,8 +69,10 @@ func newTuning(now time.Time, job *trainingv1.HyperparameterTuningJob) *Tuning {
 		job.State, job.EndTime = trainingv1.JobState_JOB_STATE_FAILED, ts
 		job.Error = &trainingv1.Status{Code: codeInvalidArgument, Message: msg}
 	}
-	if job.GetMaxTrialCount() <= 0 {
-		fail("max_trial_count: must be positive")
+	if job.GetMaxTrialCount() <= 0 || job.GetMaxTrialCount() > MaxTrialCount {
+		fail(fmt.Sprintf("max_trial_count: must be 1..%d, got %d", MaxTrialCount, job.GetMaxTrialCount()))
+	} else if job.GetParallelTrialCount() < 0 || job.GetParallelTrialCount() > MaxParallelTrials {
+		fail(fmt.Sprintf("parallel_trial_count: must be 0..%d, got %d", MaxParallelTrials, job.GetParallelTrialCount()))
 	} else if _, err := searcher(job); err != nil {
 		fail(err.Error())
 	} else if job.GetTrialJobSpec() == nil {
