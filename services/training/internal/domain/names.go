@@ -8,11 +8,16 @@ import (
 	"github.com/loom-ml/loom/libs/resname"
 )
 
-// Collections of the training resources' names.
+// Collections of the training resources' names, and the prefix of a
+// CustomJob's ephemeral cluster id.
 const (
-	CustomJobs    = "customJobs"
-	TuningJobs    = "hyperparameterTuningJobs"
-	Pipelines     = "trainingPipelines"
+	// CustomJobs is the collection of CustomJobs.
+	CustomJobs = "customJobs"
+	// TuningJobs is the collection of hyperparameter tuning jobs.
+	TuningJobs = "hyperparameterTuningJobs"
+	// Pipelines is the collection of training pipelines.
+	Pipelines = "trainingPipelines"
+	// ClusterPrefix prefixes an ephemeral cluster's id: "cj-{id}".
 	ClusterPrefix = "cj-"
 )
 

@@ -25,8 +25,10 @@ import (
 const (
 	// DefaultParallelTrials is parallel_trial_count when 0.
 	DefaultParallelTrials = 1
-	MaxTrialCount         = 1000
-	MaxParallelTrials     = 64
+	// MaxTrialCount bounds max_trial_count.
+	MaxTrialCount = 1000
+	// MaxParallelTrials bounds parallel_trial_count.
+	MaxParallelTrials = 64
 )
 
 func (s *State) createTuningJob(now time.Time, c *eventsv1.CreateHyperparameterTuningJob) (*Change, error) {
