@@ -211,9 +211,10 @@ func (d *driver) waitTrial(id, what string, cond func(*trainingv1.Trial, *traini
 }
 
 // runStudy drives the study to its end, one trial at a time (the lowest
-// active id), and calls crash after the crashAt-th trial's end was
-// published, before it was seen handled.
-func (d *driver) runStudy(crashAt int, crash func()) *trainingv1.HyperparameterTuningJob {
+// active id), and calls crash(phase, done) after publishing each trial's
+// metrics ("measured") and its end ("ended"), before they were seen
+// handled; done counts the trials whose end was published.
+func (d *driver) runStudy(crash func(phase string, done int)) *trainingv1.HyperparameterTuningJob {
 	done := 0
 	for {
 		var j *trainingv1.HyperparameterTuningJob
@@ -244,14 +245,13 @@ func (d *driver) runStudy(crashAt int, crash func()) *trainingv1.HyperparameterT
 			pts = append(pts, &eventsv1.MetricsReported_Point{Step: int64(e), Values: map[string]float64{"val_loss": loss(tr, e)}})
 		}
 		d.publish(&eventsv1.MetricsReported{Job: job, Attempt: 1, Node: fmt.Sprintf("cj%d-wp0-0001", id), Cluster: cluster, Points: pts}, cluster)
+		crash("measured", done)
 		d.waitTrial(tr.GetId(), "measured and running", func(x *trainingv1.Trial, cj *trainingv1.CustomJob) bool {
 			return len(x.GetMeasurements()) == 3 && cj.GetState() == trainingv1.JobState_JOB_STATE_RUNNING
 		})
 		d.publish(&eventsv1.JobChanged{Job: &loomv1.Job{Name: job, JobId: strconv.FormatInt(id, 10), Cluster: cluster, State: loomv1.JobState_COMPLETED}, Attempt: 1}, cluster)
 		done++
-		if done == crashAt {
-			crash()
-		}
+		crash("ended", done)
 		d.waitTrial(tr.GetId(), "ended", func(x *trainingv1.Trial, _ *trainingv1.CustomJob) bool {
 			return x.GetState() == trainingv1.Trial_SUCCEEDED
 		})
@@ -260,8 +260,9 @@ func (d *driver) runStudy(crashAt int, crash func()) *trainingv1.HyperparameterT
 
 // TestStudySurvivesAKill runs one study twice, each against its own Kafka
 // and Redis and the training service as its own process: once without a
-// stop, once with the service SIGKILLed in the middle (right after a trial's
-// end was published, before it was seen handled) and started again. The
+// stop, once with the service SIGKILLed twice in the middle (right after
+// the 3rd trial's end was published, and right after the 5th trial's
+// metrics were, each before it was seen handled) and started again. The
 // study ends with the same trials (parameters, final measurements, states)
 // and the same best trial, and each trial's job was submitted, as its
 // owner, exactly under its own name.
@@ -271,7 +272,7 @@ func TestStudySurvivesAKill(t *testing.T) {
 	}
 	t.Parallel()
 	const trials, parallel = 7, 2
-	run := func(crashAt int) (*trainingv1.HyperparameterTuningJob, string) {
+	run := func(t *testing.T, kills bool) *trainingv1.HyperparameterTuningJob {
 		broker := testkit.Broker(t)
 		redisAddr, _ := testkit.Redis(t)
 		keyFile := testkit.ServiceKeyFile(t)
@@ -281,19 +282,37 @@ func TestStudySurvivesAKill(t *testing.T) {
 		client := trainingv1.NewTrainingServiceClient(conn)
 		d := &driver{t: t, broker: broker, client: func() trainingv1.TrainingServiceClient { return client }}
 		testkit.Publish(t, broker, createStudy(trials, parallel))
-		j := d.runStudy(crashAt, func() {
-			p.kill()
-			startProc(t, broker, redisAddr, keyFile, addr)
+		j := d.runStudy(func(phase string, done int) {
+			if kills && (phase == "ended" && done == 3 || phase == "measured" && done == 4) {
+				p.kill()
+				p = startProc(t, broker, redisAddr, keyFile, addr)
+			}
 		})
-		return j, broker
+		// Each trial's job was submitted as its owner, under the trial's id.
+		submitted := map[string]bool{}
+		for _, ev := range testkit.Events(t, broker, topics.JobCommands) {
+			if s, ok := ev.Payload.(*eventsv1.SubmitJob); ok {
+				if ev.Principal != "users/alice" || s.GetJob().GetUser() != "alice" {
+					t.Fatalf("SubmitJob %s as %q (user %q)", s.GetJob().GetName(), ev.Principal, s.GetJob().GetUser())
+				}
+				submitted[s.GetJob().GetName()] = true
+			}
+		}
+		for k := 1; k <= trials; k++ {
+			if !submitted[fmt.Sprintf("projects/p/jobs/%d", 100+k)] {
+				t.Fatalf("trial %d's job not submitted: %v", k, submitted)
+			}
+		}
+		if len(submitted) != trials {
+			t.Fatalf("submitted %v; want one job per trial", submitted)
+		}
+		return j
 	}
 	var a, b *trainingv1.HyperparameterTuningJob
-	var brokerB string
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); a, _ = run(-1) }()
-	go func() { defer wg.Done(); b, brokerB = run(3) }()
-	wg.Wait()
+	t.Run("studies", func(t *testing.T) {
+		t.Run("uninterrupted", func(t *testing.T) { t.Parallel(); a = run(t, false) })
+		t.Run("killed", func(t *testing.T) { t.Parallel(); b = run(t, true) })
+	})
 	if t.Failed() {
 		return
 	}
@@ -301,7 +320,7 @@ func TestStudySurvivesAKill(t *testing.T) {
 		t.Fatalf("uninterrupted study: %v", a)
 	}
 	if b.GetState() != a.GetState() || b.GetBestTrial() != a.GetBestTrial() || len(b.GetTrials()) != len(a.GetTrials()) {
-		t.Fatalf("after the kill: state %v best %q %d trials; uninterrupted: %v %q %d",
+		t.Fatalf("after the kills: state %v best %q %d trials; uninterrupted: %v %q %d",
 			b.GetState(), b.GetBestTrial(), len(b.GetTrials()), a.GetState(), a.GetBestTrial(), len(a.GetTrials()))
 	}
 	for i := range a.GetTrials() {
@@ -310,24 +329,6 @@ func TestStudySurvivesAKill(t *testing.T) {
 			!proto.Equal(&trainingv1.Trial{Parameters: x.GetParameters()}, &trainingv1.Trial{Parameters: y.GetParameters()}) ||
 			!proto.Equal(x.GetFinalMeasurement(), y.GetFinalMeasurement()) {
 			t.Fatalf("trial %d differs:\n%v\n%v", i+1, x, y)
-		}
-	}
-	// Each trial's job was submitted as its owner, under the trial's id.
-	submitted := map[string]bool{}
-	for _, ev := range testkit.Events(t, brokerB, topics.JobCommands) {
-		if s, ok := ev.Payload.(*eventsv1.SubmitJob); ok {
-			if ev.Principal != "users/alice" || s.GetJob().GetUser() != "alice" {
-				t.Fatalf("SubmitJob %s as %q (user %q)", s.GetJob().GetName(), ev.Principal, s.GetJob().GetUser())
-			}
-			submitted[s.GetJob().GetName()] = true
-		}
-	}
-	if len(submitted) != trials {
-		t.Fatalf("submitted %v; want one job per trial", submitted)
-	}
-	for k := 1; k <= trials; k++ {
-		if !submitted[fmt.Sprintf("projects/p/jobs/%d", 100+k)] {
-			t.Fatalf("trial %d's job not submitted: %v", k, submitted)
 		}
 	}
 }
