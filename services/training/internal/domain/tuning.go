@@ -425,11 +425,11 @@ func (s *State) metrics(now time.Time, ev *eventsv1.MetricsReported, signer stri
 }
 
 // runsOn reports whether node (the signer's node name, or a hostname) is
-// one of a run's hostnames.
-func runsOn(hosts []string, node string) bool {
-	h := node[strings.LastIndexByte(node, '/')+1:]
-	for _, x := range hosts {
-		if x == h {
+// one of a run's nodes (full node names or hostnames: hosts are compared).
+func runsOn(nodes []string, node string) bool {
+	host := func(n string) string { return n[strings.LastIndexByte(n, '/')+1:] }
+	for _, x := range nodes {
+		if host(x) == host(node) {
 			return true
 		}
 	}
