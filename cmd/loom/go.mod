@@ -11,6 +11,7 @@ require (
 	github.com/loom-ml/loom/services/provisioner v0.0.0
 	github.com/loom-ml/loom/services/registry v0.0.0
 	github.com/loom-ml/loom/services/scheduler v0.0.0
+	github.com/loom-ml/loom/services/training v0.0.0
 	github.com/spf13/cobra v1.10.2
 	golang.org/x/sys v0.50.0
 	google.golang.org/grpc v1.85.0
@@ -78,4 +79,5 @@ replace (
 	github.com/loom-ml/loom/services/provisioner => ../../services/provisioner
 	github.com/loom-ml/loom/services/registry => ../../services/registry
 	github.com/loom-ml/loom/services/scheduler => ../../services/scheduler
+	github.com/loom-ml/loom/services/training => ../../services/training
 )

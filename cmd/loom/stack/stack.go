@@ -1,6 +1,6 @@
 // Package stack runs Loom's embedded default on one machine: a Kafka-protocol
-// broker and Redis on loopback, and the five central services (gateway,
-// provisioner, scheduler, health, registry) in this process, each in its own
+// broker and Redis on loopback, and the six central services (gateway,
+// provisioner, scheduler, health, registry, training) in this process, each in its own
 // goroutine with its own configuration. Agents are started by the
 // provisioner's local provider as child processes.
 //
@@ -44,6 +44,7 @@ import (
 	"github.com/loom-ml/loom/services/provisioner"
 	"github.com/loom-ml/loom/services/registry"
 	"github.com/loom-ml/loom/services/scheduler"
+	"github.com/loom-ml/loom/services/training"
 )
 
 // Addrs are the loopback addresses the stack listens on. An empty field means
@@ -60,6 +61,9 @@ type Addrs struct {
 	Provisioner, Scheduler, Health, Registry string
 	// The services' HTTP addresses for /metrics, /healthz and /readyz.
 	GatewayHTTP, ProvisionerHTTP, SchedulerHTTP, HealthHTTP, RegistryHTTP string
+	// Training is the training service's internal gRPC address, and
+	// TrainingHTTP its HTTP address.
+	Training, TrainingHTTP string
 }
 
 // DefaultAddrs returns the documented fixed ports of `loom up` (see
@@ -81,6 +85,8 @@ func DefaultAddrs() Addrs {
 		SchedulerHTTP:   "127.0.0.1:9172",
 		HealthHTTP:      "127.0.0.1:9173",
 		RegistryHTTP:    "127.0.0.1:9174",
+		Training:        "127.0.0.1:7075",
+		TrainingHTTP:    "127.0.0.1:9175",
 	}
 }
 
@@ -275,7 +281,7 @@ func retryable(err error, a Addrs) bool {
 	}
 	picks := false
 	for _, addr := range []string{a.Broker, a.Redis, a.Gateway, a.GatewayREST, a.Provisioner, a.Scheduler, a.Health,
-		a.Registry, a.GatewayHTTP, a.ProvisionerHTTP, a.SchedulerHTTP, a.HealthHTTP, a.RegistryHTTP} {
+		a.Registry, a.GatewayHTTP, a.ProvisionerHTTP, a.SchedulerHTTP, a.HealthHTTP, a.RegistryHTTP, a.Training, a.TrainingHTTP} {
 		switch {
 		case addr == "" || strings.HasSuffix(addr, ":0"):
 			picks = true
@@ -476,6 +482,9 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 		{"bootstrap-admin", "LOOM_GATEWAY_BOOTSTRAP_ADMIN", s.Admin},
 		{"bootstrap-key-file", "LOOM_GATEWAY_BOOTSTRAP_KEY_FILE", s.Keys.Admin},
 		{"login-key-file", "LOOM_GATEWAY_LOGIN_KEY_FILE", s.Keys.Login},
+		// The training service's reads (issue 15), given only to a gateway
+		// that has the flag, the same way.
+		{"training-addr", "LOOM_GATEWAY_TRAINING_ADDR", a.Training},
 	}
 
 	s.binDir = opts.BinDir
@@ -485,6 +494,7 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 		{name: "scheduler", addr: a.Scheduler, args: common(a.Scheduler, a.SchedulerHTTP), run: scheduler.RunArgs, flags: flagsOf((*scheduler.Config).RegisterFlags)},
 		{name: "health", addr: a.Health, args: healthArgs, run: health.RunArgs, flags: flagsOf((*health.Config).RegisterFlags)},
 		{name: "registry", addr: a.Registry, args: common(a.Registry, a.RegistryHTTP), run: registry.RunArgs, flags: flagsOf((*registry.Config).RegisterFlags)},
+		{name: "training", addr: a.Training, args: common(a.Training, a.TrainingHTTP), run: training.RunArgs, flags: flagsOf((*training.Config).RegisterFlags)},
 		{name: "gateway", addr: a.Gateway, args: gwArgs, run: gateway.RunArgs, flags: flagsOf((*gateway.Config).RegisterFlags), keys: gwAuth},
 	} {
 		// Every service gets -service-key-file from common (config.Common).
@@ -510,7 +520,7 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 // and Redis pick their own when empty.
 func resolveAddrs(a Addrs) (Addrs, error) {
 	fields := []*string{&a.Gateway, &a.GatewayREST, &a.Provisioner, &a.Scheduler, &a.Health,
-		&a.Registry, &a.GatewayHTTP, &a.ProvisionerHTTP, &a.SchedulerHTTP, &a.HealthHTTP, &a.RegistryHTTP}
+		&a.Registry, &a.GatewayHTTP, &a.ProvisionerHTTP, &a.SchedulerHTTP, &a.HealthHTTP, &a.RegistryHTTP, &a.Training, &a.TrainingHTTP}
 	for _, f := range fields {
 		if *f != "" && !strings.HasSuffix(*f, ":0") {
 			continue
@@ -727,7 +737,7 @@ func (s *Stack) Restart(ctx context.Context, name string) error {
 func (s *Stack) waitReady(ctx context.Context, timeout time.Duration) error {
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	for _, name := range []string{"provisioner", "scheduler", "health", "registry", "gateway"} {
+	for _, name := range []string{"provisioner", "scheduler", "health", "registry", "training", "gateway"} {
 		if err := s.serving(ctx, wctx, s.services[name]); err != nil {
 			return err
 		}

@@ -77,7 +77,7 @@ func TestStackRunsAClusterAndStops(t *testing.T) {
 	if st.GatewayAddr != opts.Addrs.Gateway {
 		t.Fatalf("GatewayAddr = %s, want the chosen %s", st.GatewayAddr, opts.Addrs.Gateway)
 	}
-	for _, a := range []string{st.RESTAddr, st.BrokerAddr, st.RedisAddr, st.Addrs.Provisioner, st.Addrs.Scheduler, st.Addrs.Registry, st.Addrs.Health} {
+	for _, a := range []string{st.RESTAddr, st.BrokerAddr, st.RedisAddr, st.Addrs.Provisioner, st.Addrs.Scheduler, st.Addrs.Registry, st.Addrs.Health, st.Addrs.Training} {
 		if !strings.HasPrefix(a, "127.0.0.1:") || strings.HasSuffix(a, ":0") {
 			t.Fatalf("address %q is not a bound loopback address", a)
 		}

@@ -44,8 +44,8 @@ func (a *app) upCommand() *cobra.Command {
 		Use:   "up",
 		Short: "Run Loom on this machine in the foreground, until Ctrl-C",
 		Long: `Run the embedded Loom: a Kafka-protocol broker (127.0.0.1:7092), Redis
-(127.0.0.1:7379) and the gateway, provisioner, scheduler, health and registry
-services on their default ports (gateway 127.0.0.1:7070, REST 127.0.0.1:7080).
+(127.0.0.1:7379) and the gateway, provisioner, scheduler, health, registry and
+training services on their default ports (gateway 127.0.0.1:7070, REST 127.0.0.1:7080).
 Clusters use the local provider: each node is a "loom agent" process (or,
 with --provider sim, simulated nodes without processes, for scale).
 --capacity sets the on-demand, spot and flex-start capacity per zone and

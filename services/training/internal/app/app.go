@@ -1,0 +1,271 @@
+// Package app runs the training service's domain: it applies consumed
+// events and clock ticks to the state, stores each change with its outbox
+// and inbox in one store.Apply, and answers reads from memory.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/store"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
+	"github.com/loom-ml/loom/services/training/internal/adapters"
+	"github.com/loom-ml/loom/services/training/internal/domain"
+)
+
+// App is the training service's state in memory, kept in step with Redis.
+// Handle and Tick are serialised by the app's own lock; reads are safe
+// concurrently with them.
+type App struct {
+	repo *adapters.Repo
+	log  *slog.Logger
+	now  func() time.Time
+	drv  *store.Driver
+
+	// write serialises decisions (Handle, Tick); mu guards state.
+	write sync.Mutex
+	mu    sync.RWMutex
+	state *domain.State
+}
+
+// New loads the stored state through repo. now is the clock (time.Now when nil).
+func New(ctx context.Context, repo *adapters.Repo, log *slog.Logger, now func() time.Time) (*App, error) {
+	if now == nil {
+		now = time.Now
+	}
+	st, err := repo.Load(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("training: %w", err)
+	}
+	a := &App{repo: repo, log: log, now: now, state: st}
+	a.drv = store.NewDriver(repo.Store(), a.reload)
+	return a, nil
+}
+
+func (a *App) reload(ctx context.Context) error {
+	st, err := a.repo.Load(ctx)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.state = st
+	a.mu.Unlock()
+	a.log.Info("state reloaded", "roots", len(st.Roots))
+	return nil
+}
+
+// Handle applies one consumed event: the change it decides is stored with
+// its emitted commands and events and the event's inbox mark in one Apply,
+// and only then applied to memory. A command the domain refuses (unknown
+// name, another user's cancel, a running job's delete) is logged and
+// dropped: commands are asynchronous, nobody waits on an answer.
+func (a *App) Handle(ctx context.Context, ev envelope.Event) error {
+	a.write.Lock()
+	defer a.write.Unlock()
+	if err := a.drv.Ready(ctx); err != nil {
+		return err
+	}
+	a.mu.RLock()
+	c, err := a.state.Handle(a.now().UTC(), domain.Input{Payload: ev.Payload, Principal: ev.Principal, Signer: ev.Signer})
+	a.mu.RUnlock()
+	if err != nil {
+		if errors.Is(err, domain.ErrIgnored) {
+			a.log.Warn("event refused", "type", ev.Type, "id", ev.ID, "principal", ev.Principal, "reason", err)
+			return nil
+		}
+		return err
+	}
+	if c == nil {
+		return nil
+	}
+	return a.apply(ctx, ev.ID, c)
+}
+
+func (a *App) apply(ctx context.Context, inboxID string, c *domain.Change) error {
+	tx, err := a.repo.Tx(c)
+	if err != nil {
+		return fmt.Errorf("store %s: %w", c.Root, err)
+	}
+	if _, err := a.drv.Apply(ctx, inboxID, tx, func() {
+		a.mu.Lock()
+		a.state.Apply(c)
+		a.mu.Unlock()
+	}); err != nil {
+		return fmt.Errorf("store %s: %w", c.Root, err)
+	}
+	return nil
+}
+
+// Tick applies the passing of time (FLEX_START expiry) at the app's clock.
+func (a *App) Tick(ctx context.Context) error {
+	a.write.Lock()
+	defer a.write.Unlock()
+	if err := a.drv.Ready(ctx); err != nil {
+		return err
+	}
+	a.mu.RLock()
+	cs := a.state.Tick(a.now().UTC())
+	a.mu.RUnlock()
+	for _, c := range cs {
+		if err := a.apply(ctx, "", c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RunTicker calls Tick every interval until ctx ends; a failed tick is
+// logged and retried at the next.
+func (a *App) RunTicker(ctx context.Context, every func() <-chan time.Time) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-every():
+			if err := a.Tick(ctx); err != nil && ctx.Err() == nil {
+				a.log.Warn("tick failed", "err", err)
+			}
+		}
+	}
+}
+
+// ---- reads ----
+
+func (a *App) lookup(name, collection string) (*domain.Root, domain.Name, error) {
+	n, err := domain.ParseName(name, collection)
+	if err != nil {
+		return nil, n, errs.Invalid("name", "%v", err)
+	}
+	a.mu.RLock()
+	r := a.state.Lookup(name)
+	a.mu.RUnlock()
+	if r == nil {
+		return nil, n, fmt.Errorf("%s: %w", name, errs.NotFound)
+	}
+	return r, n, nil
+}
+
+// GetCustomJob returns a CustomJob (a trial's or a pipeline's too).
+func (a *App) GetCustomJob(name string) (*trainingv1.CustomJob, error) {
+	r, _, err := a.lookup(name, domain.CustomJobs)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	for _, cj := range r.CJs {
+		if cj.Job.GetName() == name {
+			return proto.Clone(cj.Job).(*trainingv1.CustomJob), nil
+		}
+	}
+	return nil, fmt.Errorf("%s: %w", name, errs.NotFound)
+}
+
+// GetTuningJob returns a tuning job with its trials and their measurements.
+func (a *App) GetTuningJob(name string) (*trainingv1.HyperparameterTuningJob, error) {
+	r, _, err := a.lookup(name, domain.TuningJobs)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if r.Tuning == nil || r.Tuning.Job.GetName() != name {
+		return nil, fmt.Errorf("%s: %w", name, errs.NotFound)
+	}
+	return proto.Clone(r.Tuning.Job).(*trainingv1.HyperparameterTuningJob), nil
+}
+
+// GetPipeline returns a training pipeline.
+func (a *App) GetPipeline(name string) (*trainingv1.TrainingPipeline, error) {
+	r, _, err := a.lookup(name, domain.Pipelines)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if r.Pipeline == nil || r.Pipeline.P.GetName() != name {
+		return nil, fmt.Errorf("%s: %w", name, errs.NotFound)
+	}
+	return proto.Clone(r.Pipeline.P).(*trainingv1.TrainingPipeline), nil
+}
+
+// inParent reports whether resource name is under parent
+// "projects/{p}/locations/{l}".
+func inParent(name string, project, location string) bool {
+	n, err := domain.ParseName(name, "")
+	return err == nil && n.Project == project && n.Location == location
+}
+
+func parent(p string) (string, string, error) {
+	project, location, err := domain.ParseParent(p)
+	if err != nil {
+		return "", "", errs.Invalid("parent", "%v", err)
+	}
+	return project, location, nil
+}
+
+// ListCustomJobs returns the CustomJobs under parent, by name.
+func (a *App) ListCustomJobs(p string) ([]*trainingv1.CustomJob, error) {
+	project, location, err := parent(p)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	var out []*trainingv1.CustomJob
+	for _, r := range a.state.Roots {
+		for _, cj := range r.CJs {
+			if inParent(cj.Job.GetName(), project, location) {
+				out = append(out, proto.Clone(cj.Job).(*trainingv1.CustomJob))
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
+	return out, nil
+}
+
+// ListTuningJobs returns the tuning jobs under parent, by name, their
+// trials without intermediate measurements.
+func (a *App) ListTuningJobs(p string) ([]*trainingv1.HyperparameterTuningJob, error) {
+	project, location, err := parent(p)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	var out []*trainingv1.HyperparameterTuningJob
+	for _, r := range a.state.Roots {
+		if r.Tuning != nil && inParent(r.Tuning.Job.GetName(), project, location) {
+			out = append(out, domain.Summary(r.Tuning.Job))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
+	return out, nil
+}
+
+// ListPipelines returns the training pipelines under parent, by name.
+func (a *App) ListPipelines(p string) ([]*trainingv1.TrainingPipeline, error) {
+	project, location, err := parent(p)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	var out []*trainingv1.TrainingPipeline
+	for _, r := range a.state.Roots {
+		if r.Pipeline != nil && inParent(r.Pipeline.P.GetName(), project, location) {
+			out = append(out, proto.Clone(r.Pipeline.P).(*trainingv1.TrainingPipeline))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
+	return out, nil
+}

@@ -1,0 +1,284 @@
+package domain
+
+import (
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/clusterspec"
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/resname"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+func (s *State) createCustomJob(now time.Time, c *eventsv1.CreateCustomJob) (*Change, error) {
+	in := c.GetCustomJob()
+	n, err := ParseName(in.GetName(), CustomJobs)
+	if err != nil {
+		return nil, ignored("create custom job: name: %v", err)
+	}
+	if s.Lookup(in.GetName()) != nil {
+		return nil, nil // a copy of a create already applied
+	}
+	if r := s.Lookup("job:" + n.Job()); r != nil {
+		return nil, ignored("create %s: its job id is %s's: %v", in.GetName(), r.Name, errs.AlreadyExists)
+	}
+	if in.GetUser() == "" {
+		return nil, ignored("create %s: user: %v (required: the job runs as its owner)", in.GetName(), errs.FailedPrecondition)
+	}
+	cj := newCJ(now, proto.Clone(in).(*trainingv1.CustomJob), "")
+	r := &Root{Name: in.GetName(), CJs: []*CJ{cj}}
+	em := &emitter{}
+	startCJ(now, cj, em)
+	advance(now, r, em)
+	return finish(now, nil, r, em), nil
+}
+
+// newCJ makes the record of a CustomJob accepted at now.
+func newCJ(now time.Time, job *trainingv1.CustomJob, trialID string) *CJ {
+	job.State = trainingv1.JobState_JOB_STATE_QUEUED
+	if job.CreateTime == nil {
+		job.CreateTime = timestamppb.New(now)
+	}
+	job.StartTime, job.EndTime, job.Error, job.RestartCount = nil, nil, nil, 0
+	return &CJ{Job: job, TrialID: trialID}
+}
+
+// startCJ provisions a new CustomJob's cluster (or, on a persistent one,
+// submits its job), or fails it when it cannot be run.
+func startCJ(now time.Time, cj *CJ, em *emitter) {
+	n, _ := ParseName(cj.Job.GetName(), CustomJobs)
+	if pr := cj.Job.GetJobSpec().GetPersistentResourceId(); pr != "" {
+		if !resname.ValidID(pr) {
+			endCJ(now, cj, trainingv1.JobState_JOB_STATE_FAILED, codeInvalidArgument,
+				fmt.Sprintf("job_spec.persistent_resource_id: %q is not a cluster id", pr), em)
+			return
+		}
+		cj.Job.Cluster = resname.Cluster{Project: n.Project, ID: pr}.String()
+		submit(now, cj, em)
+		return
+	}
+	cj.Ephemeral = true
+	cj.Job.Cluster = n.EphemeralCluster()
+	if _, err := RenderJob(n, cj.Job, cj.Job.GetCluster(), cj.TrialID); err != nil {
+		endCJ(now, cj, trainingv1.JobState_JOB_STATE_FAILED, codeInvalidArgument, err.Error(), em)
+		return
+	}
+	cluster, err := RenderCluster(n, cj.Job)
+	if err != nil {
+		cj.ClusterDeleted = true // never asked for
+		endCJ(now, cj, trainingv1.JobState_JOB_STATE_FAILED, codeInvalidArgument, err.Error(), em)
+		return
+	}
+	op := resname.Operation{Project: n.Project, ID: fmt.Sprintf("cj-%d-create", n.ID)}.String()
+	em.add(cluster.GetName(), &eventsv1.CreateCluster{Operation: op, Cluster: cluster}, "")
+}
+
+// submit emits the CustomJob's SubmitJob, as its owner.
+func submit(now time.Time, cj *CJ, em *emitter) {
+	n, _ := ParseName(cj.Job.GetName(), CustomJobs)
+	job, err := RenderJob(n, cj.Job, cj.Job.GetCluster(), cj.TrialID)
+	if err != nil {
+		endCJ(now, cj, trainingv1.JobState_JOB_STATE_FAILED, codeInvalidArgument, err.Error(), em)
+		return
+	}
+	if cj.Ephemeral {
+		// The cluster is made here (RenderCluster): its one partition.
+		job.Partition = clusterspec.DefaultPartition
+	}
+	cj.Submitted = true
+	cj.Job.Job = job.GetName()
+	em.add(job.GetCluster(), &eventsv1.SubmitJob{Job: job}, "users/"+cj.Job.GetUser())
+}
+
+// clusterChanged follows the ephemeral cluster: once it runs, the job is
+// submitted; a cluster in ERROR fails the CustomJob.
+func clusterChanged(now time.Time, r *Root, cj *CJ, ev *eventsv1.ClusterChanged, em *emitter) {
+	if JobEnded(cj.Job.GetState()) || cj.Submitted {
+		return
+	}
+	switch ev.GetCluster().GetStatus().GetState() {
+	case loomv1.Cluster_CREATING:
+		if cj.Job.GetState() == trainingv1.JobState_JOB_STATE_QUEUED {
+			cj.Job.State = trainingv1.JobState_JOB_STATE_PENDING
+		}
+	case loomv1.Cluster_RUNNING:
+		if cj.Stop != "" {
+			return
+		}
+		cj.Job.State = trainingv1.JobState_JOB_STATE_PENDING
+		submit(now, cj, em)
+	case loomv1.Cluster_ERROR:
+		endCJ(now, cj, trainingv1.JobState_JOB_STATE_FAILED, codeUnavailable,
+			fmt.Sprintf("its cluster %s failed: %s", cj.Job.GetCluster(), ev.GetCluster().GetStatus().GetMessage()), em)
+	}
+}
+
+// jobChanged follows the scheduler job.
+func jobChanged(now time.Time, cj *CJ, ev *eventsv1.JobChanged, em *emitter) {
+	if JobEnded(cj.Job.GetState()) || !cj.Submitted {
+		return
+	}
+	j := ev.GetJob()
+	cj.Nodes = append([]string(nil), j.GetNodes()...)
+	cj.Attempt = ev.GetAttempt()
+	cj.Job.RestartCount = j.GetRestartCount()
+	set := func(s trainingv1.JobState) {
+		if cj.Job.GetState() != trainingv1.JobState_JOB_STATE_CANCELLING {
+			cj.Job.State = s
+		}
+	}
+	switch j.GetState() {
+	case loomv1.JobState_PENDING, loomv1.JobState_REQUEUED:
+		if cj.Job.GetState() == trainingv1.JobState_JOB_STATE_RUNNING {
+			set(trainingv1.JobState_JOB_STATE_PENDING)
+		}
+	case loomv1.JobState_CONFIGURING:
+		set(trainingv1.JobState_JOB_STATE_PENDING)
+	case loomv1.JobState_RUNNING, loomv1.JobState_COMPLETING:
+		set(trainingv1.JobState_JOB_STATE_RUNNING)
+		if cj.Job.StartTime == nil {
+			cj.Job.StartTime = timestamppb.New(now)
+			if st := j.GetStartTime(); st != nil {
+				cj.Job.StartTime = st
+			}
+		}
+	case loomv1.JobState_COMPLETED:
+		endCJ(now, cj, trainingv1.JobState_JOB_STATE_SUCCEEDED, 0, "", em)
+	case loomv1.JobState_CANCELLED:
+		why := cj.Stop
+		if why == "" {
+			why = "its scheduler job " + j.GetName() + " was cancelled"
+			if r := j.GetStateReason(); r != "" {
+				why += " (" + r + ")"
+			}
+		}
+		endCJ(now, cj, trainingv1.JobState_JOB_STATE_CANCELLED, codeCancelled, why, em)
+	case loomv1.JobState_TIMEOUT:
+		endCJ(now, cj, trainingv1.JobState_JOB_STATE_FAILED, codeDeadlineExceeded,
+			fmt.Sprintf("it ran past its time limit (job_spec.scheduling.timeout %v); raise the timeout or make it checkpoint and resume",
+				cj.Job.GetJobSpec().GetScheduling().GetTimeout().AsDuration()), em)
+	case loomv1.JobState_FAILED, loomv1.JobState_OUT_OF_MEMORY, loomv1.JobState_NODE_FAIL, loomv1.JobState_PREEMPTED:
+		endCJ(now, cj, trainingv1.JobState_JOB_STATE_FAILED, codeInternal, failure(j), em)
+	}
+}
+
+// failure says why a scheduler job failed, in words a person can act on.
+func failure(j *loomv1.Job) string {
+	var what string
+	switch j.GetState() {
+	case loomv1.JobState_OUT_OF_MEMORY:
+		what = "a replica ran out of memory; use a larger machine_type or less memory per replica"
+	case loomv1.JobState_NODE_FAIL:
+		what = "its nodes kept failing (infrastructure); it was requeued as often as allowed"
+	case loomv1.JobState_PREEMPTED:
+		what = "it was preempted"
+	default:
+		what = fmt.Sprintf("a replica exited with code %d; see the job's output (loom jobs logs %s)", j.GetExitCode(), j.GetJobId())
+		if j.GetUserFailures() > 0 {
+			what += fmt.Sprintf(" after %d failed run(s)", j.GetUserFailures())
+		}
+	}
+	if r := j.GetStateReason(); r != "" {
+		what += " [" + r + "]"
+	}
+	return what
+}
+
+// endCJ ends a CustomJob in state (with an error when code is not 0) and
+// deletes its ephemeral cluster.
+func endCJ(now time.Time, cj *CJ, state trainingv1.JobState, code int32, msg string, em *emitter) {
+	if JobEnded(cj.Job.GetState()) {
+		return
+	}
+	cj.Job.State = state
+	cj.Job.EndTime = timestamppb.New(now)
+	if state != trainingv1.JobState_JOB_STATE_SUCCEEDED {
+		cj.Job.Error = &trainingv1.Status{Code: code, Message: msg}
+	}
+	if cj.Ephemeral && !cj.ClusterDeleted {
+		cj.ClusterDeleted = true
+		n, _ := ParseName(cj.Job.GetName(), CustomJobs)
+		op := resname.Operation{Project: n.Project, ID: fmt.Sprintf("cj-%d-delete", n.ID)}.String()
+		em.add(cj.Job.GetCluster(), &eventsv1.DeleteCluster{Operation: op, Cluster: cj.Job.GetCluster()}, "")
+	}
+}
+
+// stopCJ stops a CustomJob for reason: one not yet submitted ends
+// CANCELLED at once; a submitted one goes CANCELLING and its job is
+// cancelled as its owner.
+func stopCJ(now time.Time, cj *CJ, reason string, em *emitter) {
+	if JobEnded(cj.Job.GetState()) || cj.Stop != "" {
+		return
+	}
+	cj.Stop = reason
+	if !cj.Submitted {
+		endCJ(now, cj, trainingv1.JobState_JOB_STATE_CANCELLED, codeCancelled, reason, em)
+		return
+	}
+	cj.Job.State = trainingv1.JobState_JOB_STATE_CANCELLING
+	if !cj.CancelSent {
+		cj.CancelSent = true
+		em.add(cj.Job.GetCluster(), &eventsv1.CancelJob{Job: cj.Job.GetJob(), Cluster: cj.Job.GetCluster(),
+			User: cj.Job.GetUser()}, "users/"+cj.Job.GetUser())
+	}
+}
+
+// expire ends a FLEX_START CustomJob that has not started within its
+// max_wait_duration: EXPIRED, its job cancelled, its cluster deleted.
+func expire(now time.Time, cj *CJ, em *emitter) {
+	if !expiryDue(now, cj) {
+		return
+	}
+	wait := cj.Job.GetJobSpec().GetScheduling().GetMaxWaitDuration().AsDuration()
+	if cj.Submitted && !cj.CancelSent {
+		cj.CancelSent = true
+		em.add(cj.Job.GetCluster(), &eventsv1.CancelJob{Job: cj.Job.GetJob(), Cluster: cj.Job.GetCluster(),
+			User: cj.Job.GetUser()}, "users/"+cj.Job.GetUser())
+	}
+	cj.Stop = "expired"
+	endCJ(now, cj, trainingv1.JobState_JOB_STATE_EXPIRED, codeDeadlineExceeded,
+		fmt.Sprintf("it did not start within job_spec.scheduling.max_wait_duration (%v): no FLEX_START capacity came free in time; retry later or use STANDARD", wait), em)
+}
+
+// expiryDue reports whether a FLEX_START CustomJob is past its
+// max_wait_duration without having started.
+func expiryDue(now time.Time, cj *CJ) bool {
+	s := cj.Job.GetJobSpec().GetScheduling()
+	if s.GetStrategy() != trainingv1.Scheduling_FLEX_START || s.GetMaxWaitDuration().AsDuration() <= 0 ||
+		cj.Job.GetStartTime() != nil || JobEnded(cj.Job.GetState()) || cj.Stop != "" {
+		return false
+	}
+	return !now.Before(cj.Job.GetCreateTime().AsTime().Add(s.GetMaxWaitDuration().AsDuration()))
+}
+
+// Tick decides what the passing of time does at now: FLEX_START jobs past
+// their max_wait_duration expire. One change per root that changed, in
+// name order.
+func (s *State) Tick(now time.Time) []*Change {
+	var out []*Change
+	for _, name := range sortedKeys(s.Roots) {
+		r := s.Roots[name]
+		due := false
+		for _, cj := range r.CJs {
+			due = due || expiryDue(now, cj)
+		}
+		if !due {
+			continue
+		}
+		c, _ := s.change(now, name, func(r *Root, em *emitter) error {
+			for _, cj := range r.CJs {
+				expire(now, cj, em)
+			}
+			return nil
+		})
+		if c != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}

@@ -1,0 +1,89 @@
+package domain
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/loom-ml/loom/libs/hpo"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// These tests replace the search's decisions (not parallel: they set the
+// package's hooks, which the parallel tests run after).
+
+// TestEarlyStopStopsTheTrial: when the search stops a trial on a
+// measurement, its job is cancelled as its owner and the trial ends
+// SUCCEEDED, early_stopped, with its last measurement; a node that does not
+// run the trial cannot report for it.
+func TestEarlyStopStopsTheTrial(t *testing.T) {
+	defer func(f func(*hpo.Searcher, []*trainingv1.Trial, int) (bool, string)) { shouldStop = f }(shouldStop)
+	shouldStop = func(_ *hpo.Searcher, trials []*trainingv1.Trial, i int) (bool, string) {
+		ms := trials[i].GetMeasurements()
+		return trials[i].GetId() == "1" && len(ms) >= 2, "below the median at step 2"
+	}
+	s := NewState()
+	feed(t, s, tuningJob(tunName, 2, 1, 0))
+	tr := active(tuningOf(t, s, tunName))[0]
+	n, _ := ParseName(tr.GetCustomJob(), CustomJobs)
+	feed(t, s, clusterIs(n.EphemeralCluster(), loomv1.Cluster_RUNNING))
+	feed(t, s, jobIs(n.Job(), loomv1.JobState_RUNNING))
+	point := func(step int64, v float64) *eventsv1.MetricsReported {
+		return &eventsv1.MetricsReported{Job: n.Job(), Node: "n-0001", Points: []*eventsv1.MetricsReported_Point{{Step: step, Values: map[string]float64{"val_loss": v}}}}
+	}
+	if c, err := s.Handle(t0, Input{Payload: point(1, 5), Signer: "nodes/projects/p/clusters/x/nodes/other-0001"}); c != nil || !errors.Is(err, ErrIgnored) {
+		t.Fatalf("a stranger node's metrics: %v %v", c, err)
+	}
+	c1 := feed(t, s, point(1, 5))
+	if tj, _ := emitted[*eventsv1.HyperparameterTuningJobChanged](c1); len(tj) != 0 {
+		t.Fatalf("a measurement emitted the tuning job: %v", c1.Emits)
+	}
+	if tc, _ := emitted[*eventsv1.TrialChanged](c1); len(tc) != 1 || len(tc[0].GetTrial().GetMeasurements()) != 1 {
+		t.Fatalf("a measurement emitted %v", c1.Emits)
+	}
+	if got := tuningOf(t, s, tunName).GetTrials()[0]; got.GetState() != trainingv1.Trial_ACTIVE || len(got.GetMeasurements()) != 1 {
+		t.Fatalf("after step 1: %v", got)
+	}
+	c := step(t, s, t0, Input{Payload: point(2, 4), Signer: "nodes/projects/p/clusters/cj-201/nodes/n-0001"})
+	cancels, es := emitted[*eventsv1.CancelJob](c)
+	got := tuningOf(t, s, tunName).GetTrials()[0]
+	if got.GetState() != trainingv1.Trial_STOPPING || !got.GetEarlyStopped() || len(cancels) != 1 || es[0].Principal != "users/alice" {
+		t.Fatalf("stopped: %v, emitted %v", got, c.Emits)
+	}
+	feed(t, s, point(3, 1)) // late, still taken
+	feed(t, s, jobIs(n.Job(), loomv1.JobState_CANCELLED))
+	j := tuningOf(t, s, tunName)
+	got = j.GetTrials()[0]
+	if got.GetState() != trainingv1.Trial_SUCCEEDED || got.GetFinalMeasurement().GetStepCount() != 3 || len(j.GetTrials()) != 2 {
+		t.Fatalf("early-stopped trial %v", got)
+	}
+	if cj := cjOf(t, s, n.String()); !strings.Contains(cj.GetError().GetMessage(), "below the median") {
+		t.Fatalf("its job's error %v", cj.GetError())
+	}
+}
+
+// TestExhaustedSearchEndsTheStudy: a search with no more points (a grid
+// smaller than max_trial_count) ends the study once its trials ended.
+func TestExhaustedSearchEndsTheStudy(t *testing.T) {
+	defer func(f func(*hpo.Searcher, []*trainingv1.Trial, int) ([][]*trainingv1.Trial_Parameter, error)) {
+		suggest = f
+	}(suggest)
+	real := suggest
+	suggest = func(s *hpo.Searcher, trials []*trainingv1.Trial, n int) ([][]*trainingv1.Trial_Parameter, error) {
+		n = min(n, 3-len(trials)) // a grid of 3 points
+		if n <= 0 {
+			return nil, nil
+		}
+		return real(s, trials, n)
+	}
+	s := NewState()
+	feed(t, s, tuningJob(tunName, 10, 2, 0))
+	for len(active(tuningOf(t, s, tunName))) > 0 {
+		runTrial(t, s, active(tuningOf(t, s, tunName))[0], true)
+	}
+	if j := tuningOf(t, s, tunName); j.GetState() != trainingv1.JobState_JOB_STATE_SUCCEEDED || len(j.GetTrials()) != 3 {
+		t.Fatalf("%v", j)
+	}
+}

@@ -1,0 +1,598 @@
+// Package domain is the training service's pure core: CustomJobs,
+// hyperparameter tuning jobs (their studies and trials) and training
+// pipelines as state machines. Events come in (training commands, cluster,
+// job, metrics and model events, a clock tick), the next state and the
+// commands and events to emit come out. It does no I/O and reads no clock:
+// the time is passed in, and the search (libs/hpo) is a pure function of
+// the stored trials, so replaying after a restart decides the same.
+package domain
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/errs"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
+)
+
+// CJ is a CustomJob with what the service tracks beyond the resource.
+type CJ struct {
+	Job *trainingv1.CustomJob
+	// TrialID is the trial it runs ("" when not a trial).
+	TrialID string
+	// Ephemeral: it runs on its own cluster, created for it and deleted
+	// when it ends.
+	Ephemeral bool
+	// Submitted: its SubmitJob was emitted.
+	Submitted bool
+	// ClusterDeleted: its DeleteCluster was emitted.
+	ClusterDeleted bool
+	// CancelSent: its CancelJob was emitted.
+	CancelSent bool
+	// Stop is why the service stops it ("" when it does not): a user's
+	// cancel, the search's early stop, the parent ending.
+	Stop string
+	// Nodes are the scheduler's nodes of its run (hostnames), and Attempt
+	// the run's number: a node's metrics are taken only from these.
+	Nodes   []string
+	Attempt int32
+}
+
+// Tuning is a hyperparameter tuning job with its trials (with their
+// intermediate measurements).
+type Tuning struct {
+	Job *trainingv1.HyperparameterTuningJob
+	// Ending is the state the job ends in once its active trials have
+	// stopped (FAILED or CANCELLED), with EndError; 0 while it runs.
+	Ending   trainingv1.JobState
+	EndError *trainingv1.Status
+}
+
+// Pipeline is a training pipeline.
+type Pipeline struct {
+	P *trainingv1.TrainingPipeline
+	// Reserved is the block of job ids the gateway reserved from its id.
+	Reserved int64
+	// Child is its CustomJob's or tuning job's name.
+	Child string
+	// RequestID is its UploadModel's request id, once sent.
+	RequestID string
+	// Cancelling: a cancel was asked.
+	Cancelling bool
+}
+
+// Root is one top-level resource as created by a command, with everything
+// it owns: a CustomJob; a tuning job with its trials' CustomJobs; a
+// pipeline with its CustomJob or its tuning job and trials. It is the unit
+// of storage: every event changes at most one root.
+type Root struct {
+	Name     string
+	CJs      []*CJ
+	Tuning   *Tuning
+	Pipeline *Pipeline
+}
+
+// Clone returns a deep copy of r.
+func (r *Root) Clone() *Root {
+	c := &Root{Name: r.Name}
+	for _, j := range r.CJs {
+		cj := *j
+		cj.Job = proto.Clone(j.Job).(*trainingv1.CustomJob)
+		cj.Nodes = append([]string(nil), j.Nodes...)
+		c.CJs = append(c.CJs, &cj)
+	}
+	if r.Tuning != nil {
+		t := *r.Tuning
+		t.Job = proto.Clone(r.Tuning.Job).(*trainingv1.HyperparameterTuningJob)
+		if t.EndError != nil {
+			t.EndError = proto.Clone(t.EndError).(*trainingv1.Status)
+		}
+		c.Tuning = &t
+	}
+	if r.Pipeline != nil {
+		p := *r.Pipeline
+		p.P = proto.Clone(r.Pipeline.P).(*trainingv1.TrainingPipeline)
+		c.Pipeline = &p
+	}
+	return c
+}
+
+// cj returns r's CustomJob named name.
+func (r *Root) cj(name string) *CJ {
+	for _, j := range r.CJs {
+		if j.Job.GetName() == name {
+			return j
+		}
+	}
+	return nil
+}
+
+// Owner is r's owner.
+func (r *Root) Owner() string {
+	switch {
+	case r.Pipeline != nil:
+		return r.Pipeline.P.GetUser()
+	case r.Tuning != nil:
+		return r.Tuning.Job.GetUser()
+	case len(r.CJs) > 0:
+		return r.CJs[0].Job.GetUser()
+	}
+	return ""
+}
+
+// Ended reports whether r's top-level resource has ended.
+func (r *Root) Ended() bool {
+	switch {
+	case r.Pipeline != nil:
+		return pipelineEnded(r.Pipeline.P.GetState())
+	case r.Tuning != nil:
+		return JobEnded(r.Tuning.Job.GetState())
+	case len(r.CJs) > 0:
+		return JobEnded(r.CJs[0].Job.GetState())
+	}
+	return true
+}
+
+// JobEnded reports whether s is a final JobState.
+func JobEnded(s trainingv1.JobState) bool {
+	switch s {
+	case trainingv1.JobState_JOB_STATE_SUCCEEDED, trainingv1.JobState_JOB_STATE_FAILED,
+		trainingv1.JobState_JOB_STATE_CANCELLED, trainingv1.JobState_JOB_STATE_EXPIRED,
+		trainingv1.JobState_JOB_STATE_PARTIALLY_SUCCEEDED:
+		return true
+	}
+	return false
+}
+
+func pipelineEnded(s trainingv1.PipelineState) bool {
+	switch s {
+	case trainingv1.PipelineState_PIPELINE_STATE_SUCCEEDED, trainingv1.PipelineState_PIPELINE_STATE_FAILED,
+		trainingv1.PipelineState_PIPELINE_STATE_CANCELLED:
+		return true
+	}
+	return false
+}
+
+// State is everything the service knows, with indexes from the names
+// other services' events carry to the root they concern.
+type State struct {
+	Roots map[string]*Root
+	// index maps every CustomJob, tuning job and pipeline name, scheduler
+	// job name, ephemeral cluster name and upload request id to its root.
+	index map[string]string
+}
+
+// NewState returns a state of roots.
+func NewState(roots ...*Root) *State {
+	s := &State{Roots: map[string]*Root{}, index: map[string]string{}}
+	for _, r := range roots {
+		s.put(r)
+	}
+	return s
+}
+
+// keys are the index entries of r.
+func keys(r *Root) []string {
+	k := []string{r.Name}
+	for _, j := range r.CJs {
+		k = append(k, j.Job.GetName())
+		if n, err := ParseName(j.Job.GetName(), CustomJobs); err == nil {
+			k = append(k, "job:"+n.Job(), "cluster:"+j.Job.GetCluster())
+		}
+	}
+	if r.Tuning != nil {
+		k = append(k, r.Tuning.Job.GetName())
+	}
+	if r.Pipeline != nil && r.Pipeline.RequestID != "" {
+		k = append(k, "upload:"+r.Pipeline.RequestID)
+	}
+	return k
+}
+
+func (s *State) put(r *Root) {
+	if old, ok := s.Roots[r.Name]; ok {
+		for _, k := range keys(old) {
+			delete(s.index, k)
+		}
+	}
+	s.Roots[r.Name] = r
+	for _, k := range keys(r) {
+		s.index[k] = r.Name
+	}
+}
+
+func (s *State) del(name string) {
+	if old, ok := s.Roots[name]; ok {
+		for _, k := range keys(old) {
+			delete(s.index, k)
+		}
+		delete(s.Roots, name)
+	}
+}
+
+// Lookup returns the root holding the resource or index key name.
+func (s *State) Lookup(name string) *Root {
+	if rn, ok := s.index[name]; ok {
+		return s.Roots[rn]
+	}
+	return nil
+}
+
+// Emit is a command or event to write: its record key, payload and, for a
+// command the scheduler runs as a user, the principal ("users/<owner>").
+type Emit struct {
+	Key       string
+	Payload   proto.Message
+	Principal string
+}
+
+// Change is what one input does: the root after it (nil: deleted) and what
+// to emit. Apply it to the state only once it is stored.
+type Change struct {
+	Root  string
+	After *Root
+	Emits []Emit
+}
+
+// Apply records c in s.
+func (s *State) Apply(c *Change) {
+	if c.After == nil {
+		s.del(c.Root)
+		return
+	}
+	s.put(c.After)
+}
+
+// Input is one consumed event as the domain sees it.
+type Input struct {
+	Payload proto.Message
+	// Principal is the authenticated principal a command was made for.
+	Principal string
+	// Signer is who signed the record ("nodes/<node>" for an agent).
+	Signer string
+}
+
+// ErrIgnored wraps why an input changed nothing that a person may want to
+// know about (an unknown name, a refused cancel): the app logs it.
+var ErrIgnored = errors.New("ignored")
+
+// ignoredError is a refusal: its message, and ErrIgnored with every error
+// among its arguments (errs.NotFound, errs.PermissionDenied, ...) to match.
+type ignoredError struct {
+	msg    string
+	causes []error
+}
+
+func (e *ignoredError) Error() string   { return "ignored: " + e.msg }
+func (e *ignoredError) Unwrap() []error { return e.causes }
+
+func ignored(format string, args ...any) error {
+	e := &ignoredError{msg: fmt.Sprintf(format, args...), causes: []error{ErrIgnored}}
+	for _, a := range args {
+		if err, ok := a.(error); ok {
+			e.causes = append(e.causes, err)
+		}
+	}
+	return e
+}
+
+// Handle decides what in does at now. It never changes s: the change is
+// applied with Apply once stored. A nil change with a nil error means the
+// input does not concern the service; a nil change with an error says why
+// a command was refused (errs.NotFound, errs.PermissionDenied, ...,
+// wrapped in ErrIgnored).
+func (s *State) Handle(now time.Time, in Input) (*Change, error) {
+	switch p := in.Payload.(type) {
+	case *eventsv1.CreateCustomJob:
+		return s.createCustomJob(now, p)
+	case *eventsv1.CreateHyperparameterTuningJob:
+		return s.createTuningJob(now, p)
+	case *eventsv1.CreateTrainingPipeline:
+		return s.createPipeline(now, p)
+	case *eventsv1.CancelTraining:
+		return s.cancel(now, p.GetName(), actor(in.Principal, p.GetUser()), p.GetAdmin())
+	case *eventsv1.DeleteTraining:
+		return s.delete(p.GetName(), actor(in.Principal, p.GetUser()), p.GetAdmin())
+	case *eventsv1.ClusterChanged:
+		return s.onCluster(now, p.GetCluster().GetName(), func(r *Root, cj *CJ, em *emitter) {
+			clusterChanged(now, r, cj, p, em)
+		})
+	case *eventsv1.ClusterOperationFailed:
+		return s.onCluster(now, p.GetCluster(), func(r *Root, cj *CJ, em *emitter) {
+			if !JobEnded(cj.Job.GetState()) && !cj.Submitted {
+				endCJ(now, cj, trainingv1.JobState_JOB_STATE_FAILED, codeUnavailable,
+					fmt.Sprintf("its cluster %s could not be provisioned: %s", cj.Job.GetCluster(), p.GetMessage()), em)
+			}
+		})
+	case *eventsv1.ClusterDeleted:
+		return s.onCluster(now, p.GetCluster(), func(r *Root, cj *CJ, em *emitter) {
+			cj.ClusterDeleted = true
+		})
+	case *eventsv1.JobChanged:
+		return s.jobChanged(now, p)
+	case *eventsv1.MetricsReported:
+		return s.metrics(now, p, in.Signer)
+	case *eventsv1.ModelVersionRegistered:
+		return s.modelAnswer(now, p.GetRequestId(), p, nil)
+	case *eventsv1.ModelUploadFailed:
+		return s.modelAnswer(now, p.GetRequestId(), nil, p)
+	}
+	return nil, nil
+}
+
+// actor is who a command acts for: the principal the gateway stamped,
+// whatever user the payload names.
+func actor(principal, user string) string {
+	if u, ok := strings.CutPrefix(principal, "users/"); ok && u != "" {
+		return u
+	}
+	return user
+}
+
+// Status codes set in errors (google.rpc.Code values).
+const (
+	codeCancelled          = 1
+	codeInvalidArgument    = 3
+	codeDeadlineExceeded   = 4
+	codeFailedPrecondition = 9
+	codeInternal           = 13
+	codeUnavailable        = 14
+)
+
+// emitter collects what a change emits.
+type emitter struct {
+	out []Emit
+}
+
+func (e *emitter) add(key string, p proto.Message, principal string) {
+	e.out = append(e.out, Emit{Key: key, Payload: p, Principal: principal})
+}
+
+// change runs f on a copy of the root name, advances it, and returns the
+// change with the commands f and the advance emitted and the Changed events
+// of everything that changed; nil when nothing did.
+func (s *State) change(now time.Time, name string, f func(r *Root, em *emitter) error) (*Change, error) {
+	old := s.Roots[name]
+	if old == nil {
+		return nil, nil
+	}
+	r := old.Clone()
+	em := &emitter{}
+	if err := f(r, em); err != nil {
+		return nil, err
+	}
+	advance(now, r, em)
+	return finish(now, old, r, em), nil
+}
+
+// finish stamps update_time on what changed and adds their Changed events
+// after the commands; nil when nothing changed.
+func finish(now time.Time, old, r *Root, em *emitter) *Change {
+	ts := timestamppb.New(now)
+	var events []Emit
+	project := func(name string) string {
+		if n, err := ParseName(name, ""); err == nil {
+			return "projects/" + n.Project
+		}
+		return name
+	}
+	for _, j := range r.CJs {
+		var prev *trainingv1.CustomJob
+		if old != nil {
+			if o := old.cj(j.Job.GetName()); o != nil {
+				prev = o.Job
+			}
+		}
+		if changed(prev, j.Job, func(m *trainingv1.CustomJob) **timestamppb.Timestamp { return &m.UpdateTime }) {
+			j.Job.UpdateTime = ts
+			events = append(events, Emit{Key: project(j.Job.GetName()),
+				Payload: &eventsv1.CustomJobChanged{CustomJob: proto.Clone(j.Job).(*trainingv1.CustomJob)}})
+		}
+	}
+	if t := r.Tuning; t != nil {
+		var prev *trainingv1.HyperparameterTuningJob
+		if old != nil && old.Tuning != nil {
+			prev = old.Tuning.Job
+		}
+		prevTrials := map[string]*trainingv1.Trial{}
+		for _, tr := range prev.GetTrials() {
+			prevTrials[tr.GetId()] = tr
+		}
+		for _, tr := range t.Job.GetTrials() {
+			if !proto.Equal(prevTrials[tr.GetId()], tr) {
+				events = append(events, Emit{Key: project(t.Job.GetName()),
+					Payload: &eventsv1.TrialChanged{TuningJob: t.Job.GetName(), Trial: proto.Clone(tr).(*trainingv1.Trial)}})
+			}
+		}
+		// Its event carries no measurements: a new measurement is a
+		// TrialChanged only.
+		var prevSum *trainingv1.HyperparameterTuningJob
+		if prev != nil {
+			prevSum = Summary(prev)
+		}
+		if changed(prevSum, Summary(t.Job), func(m *trainingv1.HyperparameterTuningJob) **timestamppb.Timestamp { return &m.UpdateTime }) {
+			t.Job.UpdateTime = ts
+			events = append(events, Emit{Key: project(t.Job.GetName()),
+				Payload: &eventsv1.HyperparameterTuningJobChanged{TuningJob: Summary(t.Job)}})
+		}
+	}
+	if p := r.Pipeline; p != nil {
+		var prev *trainingv1.TrainingPipeline
+		if old != nil && old.Pipeline != nil {
+			prev = old.Pipeline.P
+		}
+		if changed(prev, p.P, func(m *trainingv1.TrainingPipeline) **timestamppb.Timestamp { return &m.UpdateTime }) {
+			p.P.UpdateTime = ts
+			events = append(events, Emit{Key: project(p.P.GetName()),
+				Payload: &eventsv1.TrainingPipelineChanged{Pipeline: proto.Clone(p.P).(*trainingv1.TrainingPipeline)}})
+		}
+	}
+	if old != nil && len(em.out) == 0 && len(events) == 0 && rootEqual(old, r) {
+		return nil
+	}
+	return &Change{Root: r.Name, After: r, Emits: append(em.out, events...)}
+}
+
+// changed reports whether cur differs from prev beyond its update time.
+func changed[M proto.Message](prev, cur M, upd func(M) **timestamppb.Timestamp) bool {
+	if any(prev) == nil || !prev.ProtoReflect().IsValid() {
+		return true
+	}
+	p := *upd(prev)
+	c := proto.Clone(cur).(M)
+	*upd(c) = p
+	return !proto.Equal(prev, c)
+}
+
+// rootEqual reports whether a and b hold the same state.
+func rootEqual(a, b *Root) bool {
+	if len(a.CJs) != len(b.CJs) {
+		return false
+	}
+	for i := range a.CJs {
+		x, y := a.CJs[i], b.CJs[i]
+		if !proto.Equal(x.Job, y.Job) || strings.Join(x.Nodes, ",") != strings.Join(y.Nodes, ",") ||
+			x.TrialID != y.TrialID || x.Ephemeral != y.Ephemeral || x.Submitted != y.Submitted ||
+			x.ClusterDeleted != y.ClusterDeleted || x.CancelSent != y.CancelSent || x.Stop != y.Stop || x.Attempt != y.Attempt {
+			return false
+		}
+	}
+	if (a.Tuning == nil) != (b.Tuning == nil) || (a.Pipeline == nil) != (b.Pipeline == nil) {
+		return false
+	}
+	if a.Tuning != nil && (!proto.Equal(a.Tuning.Job, b.Tuning.Job) || a.Tuning.Ending != b.Tuning.Ending ||
+		!proto.Equal(a.Tuning.EndError, b.Tuning.EndError)) {
+		return false
+	}
+	if a.Pipeline != nil {
+		x, y := *a.Pipeline, *b.Pipeline
+		if !proto.Equal(x.P, y.P) {
+			return false
+		}
+		x.P, y.P = nil, nil
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// Summary is a tuning job as HyperparameterTuningJobChanged carries it:
+// its trials without their intermediate measurements.
+func Summary(t *trainingv1.HyperparameterTuningJob) *trainingv1.HyperparameterTuningJob {
+	c := proto.Clone(t).(*trainingv1.HyperparameterTuningJob)
+	for _, tr := range c.GetTrials() {
+		tr.Measurements = nil
+	}
+	return c
+}
+
+// ---- commands ----
+
+func (s *State) cancel(now time.Time, name, user string, admin bool) (*Change, error) {
+	r := s.Lookup(name)
+	if r == nil || strings.HasPrefix(name, "job:") || strings.HasPrefix(name, "cluster:") || strings.HasPrefix(name, "upload:") {
+		return nil, ignored("cancel %s: %v", name, errs.NotFound)
+	}
+	if user == "" || (user != r.Owner() && !admin) {
+		return nil, ignored("cancel %s by %q: %v (only its owner or an administrator may)", name, user, errs.PermissionDenied)
+	}
+	reason := fmt.Sprintf("cancelled by users/%s", user)
+	return s.change(now, r.Name, func(r *Root, em *emitter) error {
+		switch {
+		case r.Pipeline != nil && r.Pipeline.P.GetName() == name:
+			if pipelineEnded(r.Pipeline.P.GetState()) || r.Pipeline.Cancelling {
+				return nil
+			}
+			r.Pipeline.Cancelling = true
+			r.Pipeline.P.State = trainingv1.PipelineState_PIPELINE_STATE_CANCELLING
+			r.Pipeline.P.Error = &trainingv1.Status{Code: codeCancelled, Message: reason}
+			if r.Tuning != nil {
+				cancelTuning(now, r.Tuning, r, reason, em)
+			}
+			for _, cj := range r.CJs {
+				stopCJ(now, cj, reason, em)
+			}
+		case r.Tuning != nil && r.Tuning.Job.GetName() == name:
+			cancelTuning(now, r.Tuning, r, reason, em)
+		default:
+			cj := r.cj(name)
+			if cj == nil {
+				return ignored("cancel %s: %v", name, errs.NotFound)
+			}
+			stopCJ(now, cj, reason, em)
+		}
+		return nil
+	})
+}
+
+func (s *State) delete(name, user string, admin bool) (*Change, error) {
+	r := s.Roots[name]
+	if r == nil {
+		if s.Lookup(name) != nil {
+			return nil, ignored("delete %s: %v: it belongs to %s; delete that", name, errs.FailedPrecondition, s.Lookup(name).Name)
+		}
+		return nil, ignored("delete %s: %v", name, errs.NotFound)
+	}
+	if user == "" || (user != r.Owner() && !admin) {
+		return nil, ignored("delete %s by %q: %v (only its owner or an administrator may)", name, user, errs.PermissionDenied)
+	}
+	if !r.Ended() {
+		return nil, ignored("delete %s: %v: it is still running; cancel it first", name, errs.FailedPrecondition)
+	}
+	for _, cj := range r.CJs {
+		if !JobEnded(cj.Job.GetState()) {
+			return nil, ignored("delete %s: %v: %s is still running", name, errs.FailedPrecondition, cj.Job.GetName())
+		}
+	}
+	return &Change{Root: name}, nil
+}
+
+// ---- cluster and job events ----
+
+func (s *State) onCluster(now time.Time, cluster string, f func(r *Root, cj *CJ, em *emitter)) (*Change, error) {
+	r := s.Lookup("cluster:" + cluster)
+	if r == nil {
+		return nil, nil
+	}
+	return s.change(now, r.Name, func(r *Root, em *emitter) error {
+		for _, cj := range r.CJs {
+			if cj.Ephemeral && cj.Job.GetCluster() == cluster {
+				f(r, cj, em)
+			}
+		}
+		return nil
+	})
+}
+
+func (s *State) jobChanged(now time.Time, ev *eventsv1.JobChanged) (*Change, error) {
+	r := s.Lookup("job:" + ev.GetJob().GetName())
+	if r == nil {
+		return nil, nil
+	}
+	return s.change(now, r.Name, func(r *Root, em *emitter) error {
+		for _, cj := range r.CJs {
+			if n, err := ParseName(cj.Job.GetName(), CustomJobs); err == nil && n.Job() == ev.GetJob().GetName() {
+				jobChanged(now, cj, ev, em)
+			}
+		}
+		return nil
+	})
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	k := make([]string, 0, len(m))
+	for x := range m {
+		k = append(k, x)
+	}
+	sort.Strings(k)
+	return k
+}

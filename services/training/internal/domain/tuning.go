@@ -1,0 +1,437 @@
+package domain
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/hpo"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
+)
+
+// Tuning limits (libs/trainingspec's, which the gateway checks; checked here
+// again so that a command that bypassed it cannot make the service loop).
+const (
+	// DefaultParallelTrials is parallel_trial_count when 0.
+	DefaultParallelTrials = 1
+	// MaxTrialCount bounds max_trial_count.
+	MaxTrialCount = 1000
+	// MaxParallelTrials bounds parallel_trial_count.
+	MaxParallelTrials = 64
+)
+
+func (s *State) createTuningJob(now time.Time, c *eventsv1.CreateHyperparameterTuningJob) (*Change, error) {
+	in := c.GetTuningJob()
+	n, err := ParseName(in.GetName(), TuningJobs)
+	if err != nil {
+		return nil, ignored("create tuning job: name: %v", err)
+	}
+	if s.Lookup(in.GetName()) != nil {
+		return nil, nil // a copy of a create already applied
+	}
+	if in.GetMaxTrialCount() > MaxTrialCount {
+		return nil, ignored("create %s: max_trial_count: at most %d, got %d", in.GetName(), MaxTrialCount, in.GetMaxTrialCount())
+	}
+	for k := int64(1); k <= int64(max(in.GetMaxTrialCount(), 0)); k++ {
+		if s.Lookup(n.With(CustomJobs, n.ID+k).String()) != nil {
+			return nil, ignored("create %s: trial %d's id %d is in use", in.GetName(), k, n.ID+k)
+		}
+	}
+	if in.GetUser() == "" {
+		return nil, ignored("create %s: user: %v (required: its trials run as their owner)", in.GetName(), errs.FailedPrecondition)
+	}
+	r := &Root{Name: in.GetName(), Tuning: newTuning(now, proto.Clone(in).(*trainingv1.HyperparameterTuningJob))}
+	em := &emitter{}
+	advance(now, r, em)
+	return finish(now, nil, r, em), nil
+}
+
+// newTuning makes the record of a tuning job accepted at now: RUNNING, or
+// FAILED when its study cannot be searched.
+func newTuning(now time.Time, job *trainingv1.HyperparameterTuningJob) *Tuning {
+	ts := timestamppb.New(now)
+	if job.CreateTime == nil {
+		job.CreateTime = ts
+	}
+	job.Trials, job.BestTrial, job.Error, job.EndTime = nil, "", nil, nil
+	job.State, job.StartTime = trainingv1.JobState_JOB_STATE_RUNNING, ts
+	t := &Tuning{Job: job}
+	fail := func(msg string) {
+		job.State, job.EndTime = trainingv1.JobState_JOB_STATE_FAILED, ts
+		job.Error = &trainingv1.Status{Code: codeInvalidArgument, Message: msg}
+	}
+	if job.GetMaxTrialCount() <= 0 || job.GetMaxTrialCount() > MaxTrialCount {
+		fail(fmt.Sprintf("max_trial_count: must be 1..%d, got %d", MaxTrialCount, job.GetMaxTrialCount()))
+	} else if job.GetParallelTrialCount() < 0 || job.GetParallelTrialCount() > MaxParallelTrials {
+		fail(fmt.Sprintf("parallel_trial_count: must be 0..%d, got %d", MaxParallelTrials, job.GetParallelTrialCount()))
+	} else if _, err := searcher(job); err != nil {
+		fail(err.Error())
+	} else if job.GetTrialJobSpec() == nil {
+		fail("trial_job_spec: required")
+	}
+	return t
+}
+
+// Seed is the search's seed of a tuning job: study_spec.seed, else the FNV
+// hash of its name, so that a study is reproducible.
+func Seed(job *trainingv1.HyperparameterTuningJob) int64 {
+	if s := job.GetStudySpec().GetSeed(); s != 0 {
+		return s
+	}
+	h := fnv.New64a()
+	h.Write([]byte(job.GetName()))
+	return int64(h.Sum64() & math.MaxInt64)
+}
+
+// suggest and shouldStop are the search's Suggest and ShouldStop; tests
+// replace them to drive what the search decides (an exhausted grid, an early
+// stop) whatever libs/hpo's algorithms are.
+var (
+	suggest = func(s *hpo.Searcher, trials []*trainingv1.Trial, n int) ([][]*trainingv1.Trial_Parameter, error) {
+		return s.Suggest(trials, n)
+	}
+	shouldStop = func(s *hpo.Searcher, trials []*trainingv1.Trial, i int) (bool, string) {
+		return s.ShouldStop(trials, i)
+	}
+)
+
+func searcher(job *trainingv1.HyperparameterTuningJob) (*hpo.Searcher, error) {
+	return hpo.New(job.GetStudySpec(), hpo.Options{Seed: Seed(job), MaxTrials: int(job.GetMaxTrialCount())})
+}
+
+// trialActive reports whether a trial still runs.
+func trialActive(tr *trainingv1.Trial) bool {
+	switch tr.GetState() {
+	case trainingv1.Trial_REQUESTED, trainingv1.Trial_ACTIVE, trainingv1.Trial_STOPPING:
+		return true
+	}
+	return false
+}
+
+// advance moves r on from what its parts' states are now: trials end with
+// their CustomJobs, new trials start, tuning jobs and pipelines end. It is
+// idempotent, so every change runs it.
+func advance(now time.Time, r *Root, em *emitter) {
+	if r.Tuning != nil {
+		// A round can start trials that fail at once (a spec no cluster can
+		// be made from): run rounds until nothing moves, bounded by the budget.
+		for i := 0; i <= int(r.Tuning.Job.GetMaxTrialCount())+1; i++ {
+			if !advanceTuning(now, r, em) {
+				break
+			}
+		}
+	}
+	if r.Pipeline != nil {
+		advancePipeline(now, r, em)
+	}
+}
+
+// advanceTuning runs one round; it reports whether a trial started or ended.
+func advanceTuning(now time.Time, r *Root, em *emitter) bool {
+	t := r.Tuning
+	job := t.Job
+	if JobEnded(job.GetState()) {
+		return false
+	}
+	srch, err := searcher(job)
+	if err != nil {
+		return false // refused at create
+	}
+	moved := false
+	for _, tr := range job.GetTrials() {
+		if !trialActive(tr) {
+			continue
+		}
+		if cj := r.cj(tr.GetCustomJob()); cj != nil && JobEnded(cj.Job.GetState()) {
+			finishTrial(now, srch, job, tr, cj)
+			moved = true
+		}
+	}
+	if b := srch.Best(job.GetTrials()); b >= 0 {
+		job.BestTrial = job.GetTrials()[b].GetId()
+	}
+	failed, last := 0, ""
+	for _, tr := range job.GetTrials() {
+		if tr.GetState() == trainingv1.Trial_INFEASIBLE {
+			failed++
+			last = tr.GetInfeasibleReason()
+		}
+	}
+	if t.Ending == 0 && job.GetMaxFailedTrialCount() > 0 && failed >= int(job.GetMaxFailedTrialCount()) {
+		t.Ending = trainingv1.JobState_JOB_STATE_FAILED
+		t.EndError = &trainingv1.Status{Code: codeFailedPrecondition, Message: fmt.Sprintf(
+			"%d trials failed (max_failed_trial_count %d); the last: %s", failed, job.GetMaxFailedTrialCount(), last)}
+	}
+	active := 0
+	for _, tr := range job.GetTrials() {
+		if trialActive(tr) {
+			active++
+		}
+	}
+	if t.Ending != 0 {
+		for _, tr := range job.GetTrials() {
+			if trialActive(tr) {
+				tr.State = trainingv1.Trial_STOPPING
+				if cj := r.cj(tr.GetCustomJob()); cj != nil {
+					stopCJ(now, cj, "its tuning job "+job.GetName()+" is ending: "+t.EndError.GetMessage(), em)
+					if JobEnded(cj.Job.GetState()) {
+						finishTrial(now, srch, job, tr, cj)
+						active--
+					}
+				}
+			}
+		}
+		if active == 0 {
+			job.State, job.Error, job.EndTime = t.Ending, t.EndError, timestamppb.New(now)
+			return false
+		}
+		if job.GetState() != trainingv1.JobState_JOB_STATE_CANCELLING && t.Ending == trainingv1.JobState_JOB_STATE_CANCELLED {
+			job.State = trainingv1.JobState_JOB_STATE_CANCELLING
+		}
+		return moved
+	}
+	parallel := int(job.GetParallelTrialCount())
+	if parallel <= 0 {
+		parallel = DefaultParallelTrials
+	}
+	want := min(parallel-active, int(job.GetMaxTrialCount())-len(job.GetTrials()))
+	exhausted := false
+	if want > 0 {
+		ps, err := suggest(srch, job.GetTrials(), want)
+		if err != nil {
+			t.Ending = trainingv1.JobState_JOB_STATE_FAILED
+			t.EndError = &trainingv1.Status{Code: codeInternal, Message: "the search failed: " + err.Error()}
+			return true
+		}
+		exhausted = len(ps) < want
+		for _, p := range ps {
+			startTrial(now, r, p, em)
+			active++
+			moved = true
+		}
+	}
+	if active == 0 && (len(job.GetTrials()) >= int(job.GetMaxTrialCount()) || exhausted) {
+		job.EndTime = timestamppb.New(now)
+		if job.GetBestTrial() != "" {
+			job.State = trainingv1.JobState_JOB_STATE_SUCCEEDED
+		} else {
+			job.State = trainingv1.JobState_JOB_STATE_FAILED
+			job.Error = &trainingv1.Status{Code: codeFailedPrecondition,
+				Message: fmt.Sprintf("no trial succeeded with a value of metric %q; the last failure: %s",
+					job.GetStudySpec().GetMetrics()[0].GetMetricId(), last)}
+		}
+	}
+	return moved
+}
+
+// startTrial starts the next trial with parameters ps: its CustomJob is the
+// tuning job's id + k, its spec trial_job_spec with the parameters appended
+// to every pool's args as --<parameter_id>=<value>.
+func startTrial(now time.Time, r *Root, ps []*trainingv1.Trial_Parameter, em *emitter) {
+	job := r.Tuning.Job
+	n, _ := ParseName(job.GetName(), TuningJobs)
+	k := int64(len(job.GetTrials()) + 1)
+	id := strconv.FormatInt(k, 10)
+	cjName := n.With(CustomJobs, n.ID+k).String()
+	spec := proto.Clone(job.GetTrialJobSpec()).(*trainingv1.CustomJobSpec)
+	flags := ParamFlags(ps)
+	for _, p := range spec.GetWorkerPoolSpecs() {
+		switch {
+		case p.GetContainerSpec() != nil:
+			p.GetContainerSpec().Args = append(p.GetContainerSpec().Args, flags...)
+		case p.GetPythonPackageSpec() != nil:
+			p.GetPythonPackageSpec().Args = append(p.GetPythonPackageSpec().Args, flags...)
+		}
+	}
+	tr := &trainingv1.Trial{
+		Name: job.GetName() + "/trials/" + id, Id: id, State: trainingv1.Trial_ACTIVE,
+		Parameters: ps, StartTime: timestamppb.New(now), CustomJob: cjName,
+	}
+	job.Trials = append(job.Trials, tr)
+	cj := newCJ(now, &trainingv1.CustomJob{
+		Name: cjName, DisplayName: fmt.Sprintf("%s-trial-%s", job.GetDisplayName(), id), JobSpec: spec,
+		Labels: job.GetLabels(), User: job.GetUser(),
+	}, id)
+	r.CJs = append(r.CJs, cj)
+	startCJ(now, cj, em)
+}
+
+// ParamFlags renders trial parameters as Vertex passes them: --<id>=<value>.
+func ParamFlags(ps []*trainingv1.Trial_Parameter) []string {
+	out := make([]string, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, "--"+p.GetParameterId()+"="+ParamString(p.GetValue()))
+	}
+	return out
+}
+
+// ParamString is a parameter value as a flag or lineage holds it: a whole
+// number without a fraction, other numbers in the shortest form, strings as
+// they are.
+func ParamString(v *structpb.Value) string {
+	switch x := v.GetKind().(type) {
+	case *structpb.Value_NumberValue:
+		f := x.NumberValue
+		if f == math.Trunc(f) && math.Abs(f) < 1e15 {
+			return strconv.FormatInt(int64(f), 10)
+		}
+		return strconv.FormatFloat(f, 'g', -1, 64)
+	case *structpb.Value_StringValue:
+		return x.StringValue
+	case *structpb.Value_BoolValue:
+		return strconv.FormatBool(x.BoolValue)
+	}
+	return ""
+}
+
+// finishTrial ends trial tr after its CustomJob cj ended: SUCCEEDED with
+// its final measurement (per measurement_selection_type; an early-stopped
+// trial's last), or INFEASIBLE with the reason.
+func finishTrial(now time.Time, srch *hpo.Searcher, job *trainingv1.HyperparameterTuningJob, tr *trainingv1.Trial, cj *CJ) {
+	tr.EndTime = timestamppb.New(now)
+	metric := job.GetStudySpec().GetMetrics()[0].GetMetricId()
+	ok := cj.Job.GetState() == trainingv1.JobState_JOB_STATE_SUCCEEDED ||
+		(tr.GetEarlyStopped() && cj.Job.GetState() == trainingv1.JobState_JOB_STATE_CANCELLED)
+	if !ok {
+		tr.State = trainingv1.Trial_INFEASIBLE
+		tr.InfeasibleReason = fmt.Sprintf("its custom job ended %s: %s", cj.Job.GetState(), cj.Job.GetError().GetMessage())
+		return
+	}
+	sel := job.GetStudySpec().GetMeasurementSelectionType()
+	if tr.GetEarlyStopped() {
+		sel = trainingv1.StudySpec_LAST_MEASUREMENT
+	}
+	final := selectMeasurement(srch, tr.GetMeasurements(), metric, sel)
+	if final == nil {
+		tr.State = trainingv1.Trial_INFEASIBLE
+		tr.InfeasibleReason = fmt.Sprintf("it reported no value of metric %q (append hypertune JSON lines to $CLOUD_ML_HP_METRIC_FILE)", metric)
+		return
+	}
+	tr.State = trainingv1.Trial_SUCCEEDED
+	tr.FinalMeasurement = proto.Clone(final).(*trainingv1.Measurement)
+}
+
+// selectMeasurement picks the final measurement among ms: the last with
+// metric, or (BEST_MEASUREMENT) the best by the first metric's goal.
+func selectMeasurement(srch *hpo.Searcher, ms []*trainingv1.Measurement, metric string, sel trainingv1.StudySpec_MeasurementSelectionType) *trainingv1.Measurement {
+	var pick *trainingv1.Measurement
+	var pv float64
+	for _, m := range ms {
+		v, ok := metricValue(m, metric)
+		if !ok {
+			continue
+		}
+		if pick == nil || sel != trainingv1.StudySpec_BEST_MEASUREMENT || srch.Better(v, pv) {
+			pick, pv = m, v
+		}
+	}
+	return pick
+}
+
+func metricValue(m *trainingv1.Measurement, metric string) (float64, bool) {
+	for _, x := range m.GetMetrics() {
+		if x.GetMetricId() == metric {
+			return x.GetValue(), true
+		}
+	}
+	return 0, false
+}
+
+// cancelTuning makes a tuning job end CANCELLED once its trials stopped.
+func cancelTuning(now time.Time, t *Tuning, r *Root, reason string, em *emitter) {
+	if JobEnded(t.Job.GetState()) || t.Ending == trainingv1.JobState_JOB_STATE_CANCELLED {
+		return
+	}
+	t.Ending = trainingv1.JobState_JOB_STATE_CANCELLED
+	t.EndError = &trainingv1.Status{Code: codeCancelled, Message: reason}
+	t.Job.State = trainingv1.JobState_JOB_STATE_CANCELLING
+}
+
+// metrics turns a trial's reported points into measurements (one per step:
+// a step reported again, by a run resumed from a checkpoint, replaces the
+// earlier one) and asks the search whether to stop the trial early.
+func (s *State) metrics(now time.Time, ev *eventsv1.MetricsReported, signer string) (*Change, error) {
+	r := s.Lookup("job:" + ev.GetJob())
+	if r == nil || r.Tuning == nil {
+		return nil, nil
+	}
+	return s.change(now, r.Name, func(r *Root, em *emitter) error {
+		var cj *CJ
+		for _, j := range r.CJs {
+			if n, err := ParseName(j.Job.GetName(), CustomJobs); err == nil && n.Job() == ev.GetJob() {
+				cj = j
+			}
+		}
+		if cj == nil || cj.TrialID == "" {
+			return nil
+		}
+		if node, ok := strings.CutPrefix(signer, "nodes/"); ok && len(cj.Nodes) > 0 && !runsOn(cj.Nodes, node) {
+			return ignored("metrics for %s from %s, which does not run it", ev.GetJob(), signer)
+		}
+		job := r.Tuning.Job
+		idx := -1
+		for i, tr := range job.GetTrials() {
+			if tr.GetId() == cj.TrialID {
+				idx = i
+			}
+		}
+		if idx < 0 || !trialActive(job.GetTrials()[idx]) {
+			return nil
+		}
+		tr := job.GetTrials()[idx]
+		for _, p := range ev.GetPoints() {
+			m := &trainingv1.Measurement{StepCount: p.GetStep()}
+			for _, k := range sortedKeys(p.GetValues()) {
+				m.Metrics = append(m.Metrics, &trainingv1.Measurement_Metric{MetricId: k, Value: p.GetValues()[k]})
+			}
+			if p.GetTime() != nil && tr.GetStartTime() != nil {
+				if d := p.GetTime().AsTime().Sub(tr.GetStartTime().AsTime()); d > 0 {
+					m.ElapsedDuration = durationpb.New(d)
+				}
+			}
+			i := sort.Search(len(tr.Measurements), func(i int) bool { return tr.Measurements[i].GetStepCount() >= m.GetStepCount() })
+			if i < len(tr.Measurements) && tr.Measurements[i].GetStepCount() == m.GetStepCount() {
+				tr.Measurements[i] = m
+			} else {
+				tr.Measurements = append(tr.Measurements, nil)
+				copy(tr.Measurements[i+1:], tr.Measurements[i:])
+				tr.Measurements[i] = m
+			}
+		}
+		if tr.GetState() != trainingv1.Trial_ACTIVE || r.Tuning.Ending != 0 {
+			return nil
+		}
+		srch, err := searcher(job)
+		if err != nil {
+			return nil
+		}
+		if stop, why := shouldStop(srch, job.GetTrials(), idx); stop {
+			tr.State, tr.EarlyStopped = trainingv1.Trial_STOPPING, true
+			stopCJ(now, cj, "stopped early by the search: "+why, em)
+		}
+		return nil
+	})
+}
+
+// runsOn reports whether node (the signer's node name, or a hostname) is
+// one of a run's nodes (full node names or hostnames: hosts are compared).
+func runsOn(nodes []string, node string) bool {
+	host := func(n string) string { return n[strings.LastIndexByte(n, '/')+1:] }
+	for _, x := range nodes {
+		if host(x) == host(node) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,35 @@
+package ports
+
+import (
+	"testing"
+	"time"
+)
+
+func TestFilter(t *testing.T) {
+	t.Parallel()
+	f := fields{state: "JOB_STATE_RUNNING", displayName: "a b", labels: map[string]string{"team": "x"},
+		created: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	for filter, want := range map[string]bool{
+		`state=JOB_STATE_RUNNING`:                     true,
+		`state="JOB_STATE_RUNNING" AND labels.team=x`: true,
+		`display_name="a b"`:                          true,
+		`labels.team=y`:                               false,
+		`labels.other!=x`:                             true,
+		`create_time>"2026-11-30T00:00:00Z"`:          true,
+		`create_time<"2026-11-30T00:00:00Z"`:          false,
+		`state=JOB_STATE_RUNNING AND create_time>="2026-12-02T00:00:00Z"`: false,
+	} {
+		p, err := parseFilter(filter)
+		if err != nil {
+			t.Fatalf("%s: %v", filter, err)
+		}
+		if got := p.Match(f.lookup); got != want {
+			t.Errorf("%s: %v, want %v", filter, got, want)
+		}
+	}
+	for _, bad := range []string{`state=A OR state=B`, `(state=A)`, `NOT state=A`, `state`, `display_name="a`, `x=1 AND `} {
+		if _, err := parseFilter(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}

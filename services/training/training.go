@@ -1,0 +1,123 @@
+// Package training is Loom's training service: serverless training shaped
+// like Vertex AI's. It owns CustomJobs, hyperparameter tuning jobs (their
+// studies and trials) and training pipelines, and composes the other
+// services only through their commands and events: ephemeral clusters
+// through the provisioner, jobs through the scheduler, model versions
+// through the registry. See README.md beside this file for what it owns,
+// the topics it reads and writes, and how it recovers.
+package training
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/loom-ml/loom/libs/bus"
+	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/service"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
+	"github.com/loom-ml/loom/services/training/internal/adapters"
+	"github.com/loom-ml/loom/services/training/internal/app"
+	"github.com/loom-ml/loom/services/training/internal/ports"
+)
+
+// Defaults of the training service's own settings.
+const (
+	// DefaultGRPCAddr serves the internal read API (LOOM_TRAINING_GRPC_ADDR).
+	DefaultGRPCAddr = "127.0.0.1:7075"
+	// DefaultHTTPAddr serves /metrics, /healthz, /readyz (LOOM_TRAINING_HTTP_ADDR).
+	DefaultHTTPAddr = "127.0.0.1:9175"
+	// DefaultTick is how often time is applied: FLEX_START jobs past their
+	// max_wait_duration expire within one tick (LOOM_TRAINING_TICK).
+	DefaultTick = 5 * time.Second
+)
+
+// Group is the training service's consumer group.
+const Group = "loom-training"
+
+// Topics are the topics the training service reads, in one consumer group.
+var Topics = []string{topics.TrainingCommands, topics.ClusterEvents, topics.JobEvents, topics.StepEvents, topics.ModelEvents}
+
+// Config is the training service's configuration.
+type Config struct {
+	config.Common
+	// Tick is how often the passing of time is applied (LOOM_TRAINING_TICK;
+	// default 5s).
+	Tick time.Duration
+}
+
+// RegisterFlags adds the training service's flags to fs, defaults from
+// LOOM_* variables.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	c.Common.Register(fs, "TRAINING", DefaultGRPCAddr, DefaultHTTPAddr)
+	fs.DurationVar(&c.Tick, "tick", config.EnvDuration("LOOM_TRAINING_TICK", DefaultTick),
+		"how often time is applied: FLEX_START custom jobs past max_wait_duration expire (LOOM_TRAINING_TICK; default 5s)")
+}
+
+// RunArgs runs the training service from a command line (args, without
+// the program name), as the training binary and loom's in-process stack
+// do. A command line that does not parse is a *config.UsageError.
+func RunArgs(ctx context.Context, args []string) error {
+	cfg, err := config.ParseArgs("training", args, (*Config).RegisterFlags)
+	if err != nil {
+		return err
+	}
+	return Run(ctx, cfg)
+}
+
+// Run runs the training service until ctx ends, then shuts down gracefully.
+func Run(ctx context.Context, cfg Config) error {
+	return run(ctx, cfg, nil)
+}
+
+// metricsType is the one step event the service reads; wanted passes over
+// the others (StepChanged, StepProgress, ...) undecoded.
+var metricsType = envelope.TypeOf(&eventsv1.MetricsReported{})
+
+func wanted(r bus.Record) bool {
+	return r.Topic != topics.StepEvents || r.Type == metricsType
+}
+
+// run is Run with a hook told the bound gRPC address once it serves (tests).
+func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
+	if cfg.Tick <= 0 {
+		cfg.Tick = DefaultTick
+	}
+	// Only Loom services (the gateway) call this API: each call carries a
+	// service token.
+	internal, err := service.InternalAuth(cfg.Common)
+	if err != nil {
+		return err
+	}
+	base, err := service.New(ctx, "training", cfg.Common, internal...)
+	if err != nil {
+		return fmt.Errorf("training: %w", err)
+	}
+	a, err := app.New(ctx, adapters.NewRepo(base.Store), base.Log, base.Clock.Now)
+	if err != nil {
+		_ = base.Close()
+		return err
+	}
+	trainingv1.RegisterTrainingServiceServer(base.GRPC, ports.NewServer(a))
+	ticker := base.Clock.NewTicker(cfg.Tick)
+	loops := []func(context.Context) error{func(ctx context.Context) error {
+		defer ticker.Stop()
+		return a.RunTicker(ctx, ticker.Chan)
+	}}
+	if started != nil {
+		loops = append(loops, func(ctx context.Context) error {
+			addr, err := base.GRPCAddr(ctx)
+			if err == nil {
+				started(addr)
+			}
+			<-ctx.Done()
+			return nil
+		})
+	}
+	return base.Run(ctx, []service.Consume{{Topics: Topics, Handler: a.Handle, Group: Group,
+		Config: &bus.ConsumerConfig{Filter: wanted}}}, loops...)
+}
