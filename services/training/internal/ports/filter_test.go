@@ -3,8 +3,12 @@ package ports
 import (
 	"testing"
 	"time"
+
+	"github.com/loom-ml/loom/libs/trainingspec"
 )
 
+// TestFilter checks the read API's fields against the one filter grammar
+// (libs/trainingspec), which also takes OR, NOT and parentheses.
 func TestFilter(t *testing.T) {
 	t.Parallel()
 	f := fields{state: "JOB_STATE_RUNNING", displayName: "a b", labels: map[string]string{"team": "x"},
@@ -14,12 +18,15 @@ func TestFilter(t *testing.T) {
 		`state="JOB_STATE_RUNNING" AND labels.team=x`: true,
 		`display_name="a b"`:                          true,
 		`labels.team=y`:                               false,
-		`labels.other!=x`:                             true,
+		`labels.other!=x`:                             false, // an absent field matches no comparison
+		`NOT labels.other=x`:                          true,
 		`create_time>"2026-11-30T00:00:00Z"`:          true,
 		`create_time<"2026-11-30T00:00:00Z"`:          false,
 		`state=JOB_STATE_RUNNING AND create_time>="2026-12-02T00:00:00Z"`: false,
+		`state=JOB_STATE_QUEUED OR labels.team=x`:                         true,
+		`NOT (state=JOB_STATE_RUNNING)`:                                   false,
 	} {
-		p, err := parseFilter(filter)
+		p, err := trainingspec.ParseFilter(filter)
 		if err != nil {
 			t.Fatalf("%s: %v", filter, err)
 		}
@@ -27,8 +34,8 @@ func TestFilter(t *testing.T) {
 			t.Errorf("%s: %v, want %v", filter, got, want)
 		}
 	}
-	for _, bad := range []string{`state=A OR state=B`, `(state=A)`, `NOT state=A`, `state`, `display_name="a`, `x=1 AND `} {
-		if _, err := parseFilter(bad); err == nil {
+	for _, bad := range []string{`state`, `display_name="a`, `x=1 AND `, `(state=A`} {
+		if _, err := trainingspec.ParseFilter(bad); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
 	}

@@ -4,6 +4,8 @@
 package ports
 
 import (
+	"github.com/loom-ml/loom/libs/trainingspec"
+
 	"context"
 	"strings"
 	"time"
@@ -182,7 +184,7 @@ func keep[T any](filter string, items []T, of func(T) fields) ([]T, error) {
 	if strings.TrimSpace(filter) == "" {
 		return items, nil
 	}
-	f, err := parseFilter(filter)
+	f, err := trainingspec.ParseFilter(filter)
 	if err != nil {
 		return nil, errs.Invalid("filter", "%v", err)
 	}
