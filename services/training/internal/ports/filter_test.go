@@ -1,6 +1,8 @@
 package ports
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,5 +40,17 @@ func TestFilter(t *testing.T) {
 		if _, err := trainingspec.ParseFilter(bad); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
+	}
+}
+
+// TestListsComeInIDOrder checks the list key orders ids as numbers: a
+// list of CustomJobs 2, 10 and 9 comes back 2, 9, 10, as they were made.
+func TestListsComeInIDOrder(t *testing.T) {
+	t.Parallel()
+	names := []string{"p/customJobs/10", "p/customJobs/2", "p/customJobs/9"}
+	key := byID(func(s string) string { return s })
+	slices.SortFunc(names, func(a, b string) int { return strings.Compare(key(a), key(b)) })
+	if got := strings.Join(names, " "); got != "p/customJobs/2 p/customJobs/9 p/customJobs/10" {
+		t.Fatalf("sorted %s", got)
 	}
 }

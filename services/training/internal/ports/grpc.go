@@ -7,6 +7,7 @@ import (
 	"github.com/loom-ml/loom/libs/trainingspec"
 
 	"context"
+	"strconv"
 	"strings"
 	"time"
 
@@ -95,7 +96,7 @@ func (s *Server) GetTrainingPipeline(_ context.Context, req *trainingv1.GetTrain
 }
 
 // ListCustomJobs lists one page (AIP-158) of the parent's CustomJobs that
-// match the filter, by name.
+// match the filter, by id (numerically: 2 before 10).
 func (s *Server) ListCustomJobs(_ context.Context, req *trainingv1.ListCustomJobsRequest) (*trainingv1.ListCustomJobsResponse, error) {
 	all, err := s.app.ListCustomJobs(req.GetParent())
 	if err != nil {
@@ -107,7 +108,7 @@ func (s *Server) ListCustomJobs(_ context.Context, req *trainingv1.ListCustomJob
 	if err != nil {
 		return nil, errs.ToStatus(err)
 	}
-	page, next, err := paging.List(req, items, (*trainingv1.CustomJob).GetName)
+	page, next, err := paging.List(req, items, byID((*trainingv1.CustomJob).GetName))
 	if err != nil {
 		return nil, errs.ToStatus(err)
 	}
@@ -115,7 +116,7 @@ func (s *Server) ListCustomJobs(_ context.Context, req *trainingv1.ListCustomJob
 }
 
 // ListHyperparameterTuningJobs lists one page of the parent's tuning jobs
-// that match the filter, by name.
+// that match the filter, by id (numerically: 2 before 10).
 func (s *Server) ListHyperparameterTuningJobs(_ context.Context, req *trainingv1.ListHyperparameterTuningJobsRequest) (*trainingv1.ListHyperparameterTuningJobsResponse, error) {
 	all, err := s.app.ListTuningJobs(req.GetParent())
 	if err != nil {
@@ -127,7 +128,7 @@ func (s *Server) ListHyperparameterTuningJobs(_ context.Context, req *trainingv1
 	if err != nil {
 		return nil, errs.ToStatus(err)
 	}
-	page, next, err := paging.List(req, items, (*trainingv1.HyperparameterTuningJob).GetName)
+	page, next, err := paging.List(req, items, byID((*trainingv1.HyperparameterTuningJob).GetName))
 	if err != nil {
 		return nil, errs.ToStatus(err)
 	}
@@ -147,7 +148,7 @@ func (s *Server) ListTrainingPipelines(_ context.Context, req *trainingv1.ListTr
 	if err != nil {
 		return nil, errs.ToStatus(err)
 	}
-	page, next, err := paging.List(req, items, (*trainingv1.TrainingPipeline).GetName)
+	page, next, err := paging.List(req, items, byID((*trainingv1.TrainingPipeline).GetName))
 	if err != nil {
 		return nil, errs.ToStatus(err)
 	}
@@ -195,4 +196,18 @@ func keep[T any](filter string, items []T, of func(T) fields) ([]T, error) {
 		}
 	}
 	return out, nil
+}
+
+// byID is the list key of a resource named ".../{id}": its numeric id
+// zero-padded (paging.IndexKey), so that lists come in id order, as
+// creation made them, not as strings sort ("10" before "2").
+func byID[T any](name func(T) string) func(T) string {
+	return func(m T) string {
+		n := name(m)
+		id, err := strconv.ParseInt(n[strings.LastIndexByte(n, '/')+1:], 10, 64)
+		if err != nil || id < 0 {
+			return n // not a number: after every numbered one ("0…" < letters)
+		}
+		return paging.IndexKey(int(id))
+	}
 }
