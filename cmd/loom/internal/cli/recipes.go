@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/slurmcli"
 	"github.com/loom-ml/loom/libs/config"
@@ -203,7 +204,7 @@ Examples:
 	fl.BoolVar(&f.serverless, "serverless", false, "launch as a CustomJob instead of a batch script")
 	fl.BoolVar(&f.small, "small", false, "launch the small variant (the built-in trainer, one node, no GPU)")
 	fl.BoolVar(&f.dryRun, "dry-run", false, "print the batch script (or CustomJob) instead of submitting it")
-	fl.BoolVar(&f.wait, "wait", false, "wait for the batch job to end, showing its state changes")
+	fl.BoolVar(&f.wait, "wait", false, "wait for the job (or CustomJob) to end, showing its state changes")
 	fl.StringVar(&f.location, "location", config.Env("LOOM_LOCATION", DefaultLocation), "location of a serverless launch (LOOM_LOCATION)")
 	fl.StringVar(&f.outputDir, "output-dir", "", "base output directory of a serverless launch (AIP_CHECKPOINT_DIR is its checkpoints/)")
 	return cmd
@@ -217,9 +218,6 @@ func (a *app) launchRecipe(cmd *cobra.Command, name string, f launchFlags) error
 	opts := recipes.Options{FromCheckpoint: f.fromCheckpoint, Small: f.small}
 	out := cmd.OutOrStdout()
 	if f.serverless {
-		if f.wait {
-			return usagef("--wait is for batch launches; follow a CustomJob with `loom jobs custom get`")
-		}
 		job, err := recipes.CustomJob(r, opts, recipes.CustomJobOptions{PersistentResourceID: f.cluster, BaseOutputDirectory: f.outputDir})
 		if err != nil {
 			return usageError{err}
@@ -227,7 +225,7 @@ func (a *app) launchRecipe(cmd *cobra.Command, name string, f launchFlags) error
 		if f.dryRun {
 			return writeJSON(out, job)
 		}
-		return a.createRecipeCustomJob(cmd.Context(), out, f.location, job)
+		return a.createRecipeCustomJob(cmd, f.location, job, f.wait)
 	}
 	if f.outputDir != "" {
 		return usagef("--output-dir is for --serverless; a batch job writes to its checkpoint directory")
@@ -297,23 +295,22 @@ func (a *app) recipeJob(ctx context.Context, r *recipes.Recipe, opts recipes.Opt
 }
 
 // createRecipeCustomJob creates job through the gateway's TrainingService
-// and says what it made.
-func (a *app) createRecipeCustomJob(ctx context.Context, out io.Writer, location string, job *trainingv1.CustomJob) error {
-	conn, err := a.client()
+// and, as `loom jobs custom create` does (afterCreate), says what it made
+// or with wait follows it to its end.
+func (a *app) createRecipeCustomJob(cmd *cobra.Command, location string, job *trainingv1.CustomJob, wait bool) error {
+	tc, err := a.training()
 	if err != nil {
 		return err
 	}
-	cctx, cancel := a.call(ctx)
+	cctx, cancel := a.call(cmd.Context())
 	defer cancel()
 	parent := a.parent() + "/locations/" + location
-	cj, err := trainingv1.NewTrainingServiceClient(conn).CreateCustomJob(cctx, &trainingv1.CreateCustomJobRequest{
+	cj, err := tc.CreateCustomJob(cctx, &trainingv1.CreateCustomJobRequest{
 		Parent: parent, CustomJob: job, RequestId: requestID()})
 	if err != nil {
 		return a.explain("create custom job", err)
 	}
-	if a.output == "json" {
-		return writeJSON(out, cj)
-	}
-	fmt.Fprintf(out, "Created CustomJob %s (%s): %s\n", shortName(cj.GetName()), cj.GetName(), cj.GetState())
-	return nil
+	return a.afterCreate(cmd, wait, cj, customJobs, func(ctx context.Context, progress io.Writer) (proto.Message, error) {
+		return a.followCustomJob(ctx, cj.GetName(), progress)
+	})
 }

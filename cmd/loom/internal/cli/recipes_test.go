@@ -181,7 +181,6 @@ func TestRecipesLaunchRefusals(t *testing.T) {
 		{[]string{"llama3-8b-pretrain", "--cluster", "demo", "--set", "parallelism.tensor=3"}, "must equal nodes × gpus_per_node"},
 		{[]string{"llama3-8b-pretrain", "--cluster", "demo", "--small", "--from-checkpoint", "gs://b/c"}, "--from-checkpoint with --small must be a file:// URI"},
 		{[]string{"llama3-8b-pretrain", "--cluster", "demo", "--from-checkpoint", "$(reboot)"}, "--from-checkpoint must be 1 to 512 characters"},
-		{[]string{"llama3-8b-pretrain", "--serverless", "--wait"}, "--wait is for batch launches"},
 		{[]string{"llama3-8b-pretrain", "--cluster", "demo", "--output-dir", "/o"}, "--output-dir is for --serverless"},
 		{[]string{"nope", "--cluster", "demo"}, `no recipe "nope"`},
 	} {
@@ -232,7 +231,7 @@ func TestRecipesLaunchServerless(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	if out != "Created CustomJob 42 (projects/default/locations/europe-west4/customJobs/42): JOB_STATE_QUEUED\n" {
+	if out != "Created custom job 42 (projects/default/locations/europe-west4/customJobs/42); follow it with `loom jobs custom get 42`\n" {
 		t.Errorf("output %q", out)
 	}
 	base, _ := recipes.Get("llama3-70b-pretrain")
