@@ -168,12 +168,16 @@ func TestCustomJobFromVertexJSONRunsThroughRESTAndCLI(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out, "model", "MANIFEST")); err != nil {
 		t.Errorf("no model in AIP_MODEL_DIR (<base>/model): %v", err)
 	}
-	// Its ephemeral cluster is gone once it ended.
+	// Its ephemeral cluster is gone once it ended; its output is not (it
+	// is kept beside the model).
 	id := name[strings.LastIndexByte(name, '/')+1:]
 	testkit.WaitFor(t, time.Minute, "cluster cj-"+id+" deleted", func() (bool, error) {
 		_, _, code := s.loom("clusters", "get", "cj-"+id)
 		return code != 0, nil
 	})
+	if logs := s.must("jobs", "logs", id); !strings.Contains(logs, "epoch 8 ") || !strings.Contains(logs, "model written to") {
+		t.Errorf("loom jobs logs %s after its cluster was deleted:\n%s", id, logs)
+	}
 
 	// The same through the CLI, from the example file with its output
 	// directory moved under the test's.

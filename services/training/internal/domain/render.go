@@ -41,10 +41,14 @@ type workerPool struct {
 // base_output_directory).
 type Dirs struct {
 	Model, Checkpoint, Logs string
+	// Output holds the replicas' standard output and error (Loom's: Vertex
+	// sends them to Cloud Logging).
+	Output string
 }
 
 // OutputDirs returns the AIP directories of a CustomJob with spec, for trial
-// trialID ("" when not a trial): <prefix>/model, /checkpoints, /logs, a
+// trialID ("" when not a trial): <prefix>/model, /checkpoints, /logs,
+// /output, a
 // trial's under <prefix>/<trial id>/.
 func OutputDirs(spec *trainingv1.CustomJobSpec, trialID string) Dirs {
 	base := strings.TrimRight(spec.GetBaseOutputDirectory().GetOutputUriPrefix(), "/")
@@ -54,7 +58,7 @@ func OutputDirs(spec *trainingv1.CustomJobSpec, trialID string) Dirs {
 	if trialID != "" {
 		base += "/" + trialID
 	}
-	return Dirs{Model: base + "/model", Checkpoint: base + "/checkpoints", Logs: base + "/logs"}
+	return Dirs{Model: base + "/model", Checkpoint: base + "/checkpoints", Logs: base + "/logs", Output: base + "/output"}
 }
 
 // localPath turns a file:// URI into a path; anything else is returned as is.
@@ -147,6 +151,13 @@ func RenderJob(n Name, cj *trainingv1.CustomJob, cluster, trialID string) (*loom
 	}
 	if dirs.Checkpoint != "" {
 		job.CheckpointDir = localPath(dirs.Checkpoint)
+	}
+	// The replicas' output goes beside the model when the base directory is
+	// a local path, not into the cluster's shared directory: an ephemeral
+	// cluster's is deleted with it, and `loom jobs logs` must still show a
+	// finished CustomJob's output.
+	if out := localPath(dirs.Output); strings.HasPrefix(out, "/") {
+		job.OutputPattern = out + "/job-%j.out"
 	}
 	s := spec.GetScheduling()
 	if t := s.GetTimeout(); t != nil && t.AsDuration() > 0 {
