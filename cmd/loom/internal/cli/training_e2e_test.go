@@ -1,15 +1,21 @@
 package cli
 
 import (
+	"archive/zip"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -379,5 +385,101 @@ func TestEveryRecipeSmallVariantRuns(t *testing.T) {
 		"--output-dir", "file://"+t.TempDir(), "--wait")
 	if !strings.Contains(out, "SUCCEEDED") {
 		t.Errorf("serverless small launch:\n%s", out)
+	}
+}
+
+// writeWheel writes a minimal pure-Python wheel, loomtoy 0.1, whose module
+// loomtoy.train prints its arguments and writes a model with its MANIFEST
+// to AIP_MODEL_DIR: what a user's python_package_spec would hand over.
+func writeWheel(t *testing.T, dir string) string {
+	t.Helper()
+	files := map[string]string{
+		"loomtoy/__init__.py": "",
+		"loomtoy/train.py": `import hashlib, os, sys
+print("loomtoy args:", " ".join(sys.argv[1:]))
+d = os.environ["AIP_MODEL_DIR"].removeprefix("file://")
+os.makedirs(d, exist_ok=True)
+body = b'{"weights": [1, 2, 3]}'
+open(os.path.join(d, "model.json"), "wb").write(body)
+open(os.path.join(d, "MANIFEST"), "w").write(hashlib.sha256(body).hexdigest() + "  model.json\n")
+print("model written to", d)
+`,
+		"loomtoy-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: loomtoy\nVersion: 0.1\n",
+		"loomtoy-0.1.dist-info/WHEEL":    "Wheel-Version: 1.0\nGenerator: loom-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+	}
+	var record strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		sum := sha256.Sum256([]byte(files[name]))
+		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", name, base64.RawURLEncoding.EncodeToString(sum[:]), len(files[name]))
+	}
+	record.WriteString("loomtoy-0.1.dist-info/RECORD,,\n")
+	files["loomtoy-0.1.dist-info/RECORD"] = record.String()
+	path := filepath.Join(dir, "loomtoy-0.1-py3-none-any.whl")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw := zip.NewWriter(f)
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		w, err := zw.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(w, files[name]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestPythonPackageCustomJob runs a CustomJob of a python_package_spec for
+// real: its file:// wheel is installed into a per-job virtual environment
+// and `python -m loomtoy.train ARGS` runs in it (python3-venv and
+// python3-pip, which CI installs).
+func TestPythonPackageCustomJob(t *testing.T) {
+	t.Parallel()
+	if err := exec.Command("python3", "-c", "import venv, ensurepip").Run(); err != nil {
+		if os.Getenv("LOOM_TEST_REQUIRE_TOOLS") != "" {
+			t.Fatalf("python3 with venv and ensurepip (Debian python3-venv) is required: %v", err)
+		}
+		t.Skipf("python3 with venv (Debian python3-venv) is not installed: %v", err)
+	}
+	s := startTrainingStack(t, 4*time.Minute)
+	whl := writeWheel(t, t.TempDir())
+	out := t.TempDir()
+	file := writeFile(t, "pkg.json", fmt.Sprintf(`{
+  "displayName": "python-package",
+  "jobSpec": {
+    "workerPoolSpecs": [{
+      "machineSpec": {"machineType": "n2-standard-8"},
+      "replicaCount": "1",
+      "pythonPackageSpec": {
+        "executorImageUri": "us-docker.pkg.dev/vertex-ai/training/pytorch-cpu.2-1:latest",
+        "packageUris": ["file://%s"],
+        "pythonModule": "loomtoy.train",
+        "args": ["--epochs=3", "it's quoted; $(not run)"]
+      }
+    }],
+    "baseOutputDirectory": {"outputUriPrefix": "file://%s"}
+  }
+}`, whl, out))
+	res := s.must("jobs", "custom", "create", "-f", file, "--wait", "-o", "json")
+	var j trainingv1.CustomJob
+	if err := protojson.Unmarshal([]byte(res), &j); err != nil {
+		t.Fatalf("%v\n%s", err, res)
+	}
+	id := j.GetName()[strings.LastIndexByte(j.GetName(), '/')+1:]
+	logs := s.must("jobs", "logs", id)
+	if j.GetState() != trainingv1.JobState_JOB_STATE_SUCCEEDED || !strings.Contains(logs, "loomtoy args: --epochs=3 it's quoted; $(not run)\n") {
+		t.Fatalf("python package job %v; output:\n%s", j.GetState(), logs)
+	}
+	if _, err := os.Stat(filepath.Join(out, "model", "MANIFEST")); err != nil {
+		t.Errorf("the package wrote no model: %v", err)
 	}
 }
