@@ -1033,8 +1033,10 @@ func (t *txn) setReason(j *Job, name, reason string, unedited bool) {
 func (t *txn) putReason(v *reasonVersion, name, cluster string) {
 	t.c.Jobs[name] = &v.job
 	// emitJob without its look-up: a job the change had no version of has
-	// no JobChanged in it (every emitted job is one of the change's).
-	t.c.lastJobEmit[name] = len(t.c.Emits)
+	// no JobChanged in it (every emitted job is one of the change's). The
+	// version itself says where its JobChanged is (Job.reasonEmit), not a
+	// second map entry per job.
+	v.job.reasonEmit = int32(len(t.c.Emits) + 1)
 	t.emit(cluster, name, &v.ev)
 }
 
@@ -1044,7 +1046,7 @@ func (t *txn) fill(v *reasonVersion) {
 	if j == nil {
 		return
 	}
-	v.job = Job{JobRecord: jobstore.JobRecord{Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded, InfraRestarts: j.InfraRestarts, Job: &v.pj}, tmpl: j.tmpl, shared: true}
+	v.job = Job{JobRecord: jobstore.JobRecord{Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded, InfraRestarts: j.InfraRestarts, Job: &v.pj}, tmpl: j.tmpl, shared: true, reasonEmit: v.job.reasonEmit}
 	shallowJobInto(&v.pj, j.Job)
 	v.pj.StateReason = v.reason
 	v.ev = eventsv1.JobChanged{Job: &v.pj, Attempt: j.Attempt, ModelDir: j.ModelDir}

@@ -451,6 +451,7 @@ func (s *State) putJob(name string, j *Job) {
 		delete(s.jobs, name)
 		return
 	}
+	j.reasonEmit = 0 // an index into the change's Emits, not the stored job's
 	if old, ok := s.jobs[name]; ok && j.why == nil && j.Pending() {
 		j.why = old.why
 	}

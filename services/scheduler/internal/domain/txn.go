@@ -327,15 +327,13 @@ func (t *txn) usage(key string) *Usage {
 }
 
 // reserveJobs makes room in the change for n more job records and their
-// JobChanged events at once, instead of growing the maps and the slice by
+// JobChanged events at once (reason-only versions say where their event
+// is themselves: lastJobEmit needs no room), instead of growing the maps and the slice by
 // doubling (a first pass over a burst of submissions adds 100,000).
 func (c *Change) reserveJobs(n int) {
 	jobs := make(map[string]*Job, len(c.Jobs)+n)
 	maps.Copy(jobs, c.Jobs)
 	c.Jobs = jobs
-	last := make(map[string]int, len(c.lastJobEmit)+n)
-	maps.Copy(last, c.lastJobEmit)
-	c.lastJobEmit = last
 	c.Emits = slices.Grow(c.Emits, n)
 }
 
@@ -363,12 +361,27 @@ func (t *txn) emitJob(j *Job) {
 	if j.Terminal() {
 		ev.Job.Runs = jobRuns(j, t.run)
 	}
-	if i, ok := t.c.lastJobEmit[j.Name()]; ok && replaces(t.c.Emits[i].Payload.(*eventsv1.JobChanged), ev) {
+	if i, ok := t.lastJobEmit(j); ok && replaces(t.c.Emits[i].Payload.(*eventsv1.JobChanged), ev) {
 		t.c.Emits[i].Payload = ev
 		return
 	}
 	t.c.lastJobEmit[j.Name()] = len(t.c.Emits)
 	t.emit(j.Job.GetCluster(), j.Name(), ev)
+}
+
+// lastJobEmit returns the index in the change's Emits of j's latest
+// JobChanged, if the change has one: from the change's index, else, for a
+// reason-only version (putReason), from the version itself. The index
+// first: reindexJobEmits rebuilds it for every JobChanged when emits move,
+// and a reason-only version's JobChanged is its job's first in the change.
+func (t *txn) lastJobEmit(j *Job) (int, bool) {
+	if i, ok := t.c.lastJobEmit[j.Name()]; ok {
+		return i, true
+	}
+	if j.reasonEmit > 0 {
+		return int(j.reasonEmit) - 1, true
+	}
+	return 0, false
 }
 
 // replaces reports whether next, a later JobChanged of the same job in the
