@@ -406,7 +406,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// commands' consumer calls its Run) and serves the all-reduce endpoint.
 	// A node busy with steps refuses checks that do not allow it.
 	var a *app.App
-	checker := newChecker(cfg, cfg.Device, func() bool { return a.Running() > 0 }, base.Log)
+	checker := newChecker(cfg, cfg.Device, func() bool { return a.Running() > 0 }, id, base.Log)
 	a, err = app.New(ctx, app.Options{
 		Store: base.Store, Publisher: node.HeartbeatGate(base.Producer), Runtime: rt,
 		NodeEnv: nodeEnv(&cfg), SimulatedGPUs: cfg.Device.Simulated(),
@@ -425,6 +425,9 @@ func Run(ctx context.Context, cfg Config) error {
 		node.SetChecks(checker)
 		if base.Telemetry != nil && base.Telemetry.Registry != nil {
 			err = base.Telemetry.Registry.Register(a.MetricsCollector())
+			if err == nil {
+				err = base.Telemetry.Registry.Register(checker.Collector())
+			}
 		}
 	}
 	if err == nil {
@@ -572,10 +575,15 @@ func closeListener(ln net.Listener) {
 
 // newChecker is the node's check runner: what RunHealthCheck commands run
 // (the node-commands consumer hands them to its Run) and what serves the
-// all-reduce endpoint. dev is the node's GPUs (nil: none).
-func newChecker(cfg Config, dev gpu.Device, busy func() bool, log *slog.Logger) *checks.Runner {
+// all-reduce endpoint. dev is the node's GPUs (nil: none); id is the node's
+// identity (nil on an insecure bus), with which the endpoint authenticates
+// its peers.
+func newChecker(cfg Config, dev gpu.Device, busy func() bool, id *identity, log *slog.Logger) *checks.Runner {
 	c := checks.Config{Node: cfg.Node, Hostname: cfg.Hostname, Cluster: cfg.Cluster, WorkDir: cfg.WorkDir,
 		CheckDir: cfg.CheckDir, Busy: busy, Log: log}
+	if id != nil {
+		c.Identity = id.current
+	}
 	if dev != nil {
 		// The disk check sees what the device says of the disks: an
 		// injected FAULT_DISK_FULL too.
