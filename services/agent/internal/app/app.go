@@ -252,6 +252,9 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	if opts.JobChecks.Timeout <= 0 {
 		opts.JobChecks.Timeout = DefaultPrologTimeout
 	}
+	if opts.JobChecks.EpilogTimeout <= 0 {
+		opts.JobChecks.EpilogTimeout = opts.JobChecks.Timeout
+	}
 	if opts.Container == nil {
 		opts.Container, _ = steprt.New(steprt.Process)
 	}

@@ -201,7 +201,10 @@ func (r *Runner) run(ctx context.Context, cmd *eventsv1.RunHealthCheck) verdict 
 	}()
 	select {
 	case v := <-done:
-		if cctx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
+		// ctx past its deadline (a prolog's or epilog's, all its checks
+		// together) is a timeout too; only a cancelled ctx is the agent
+		// stopping.
+		if cctx.Err() == context.DeadlineExceeded && ctx.Err() != context.Canceled {
 			return killed(name, timeout)
 		}
 		if ctx.Err() != nil && v.outcome != loomv1.CheckOutcome_CHECK_PASS {
@@ -219,7 +222,7 @@ func (r *Runner) run(ctx context.Context, cmd *eventsv1.RunHealthCheck) verdict 
 	case <-t.C:
 		r.log.Warn("health check abandoned: it did not return after its timeout", "check", name, "run", cmd.GetRunId())
 	}
-	if ctx.Err() != nil {
+	if ctx.Err() == context.Canceled {
 		return checkError("check %s stopped: the agent is stopping", name)
 	}
 	return killed(name, timeout)
