@@ -124,9 +124,14 @@ type Config struct {
 	// fails keeps the step from starting on this node (docs/health.md,
 	// "Prolog and epilog checks").
 	PrologChecks, EpilogChecks string
-	// PrologTimeout bounds a step's prolog checks, and its epilog checks,
-	// all together (LOOM_AGENT_PROLOG_TIMEOUT; default 30s).
+	// PrologTimeout bounds a step's prolog checks, all together
+	// (LOOM_AGENT_PROLOG_TIMEOUT; default 30s).
 	PrologTimeout time.Duration
+	// EpilogTimeout bounds a step's epilog checks, all together
+	// (LOOM_AGENT_EPILOG_TIMEOUT; default 0: PrologTimeout's value). The
+	// epilog runs after the step's end is reported, so a site may give it
+	// longer checks than it lets hold back a job's start.
+	EpilogTimeout time.Duration
 	// ContainerRuntime is what a step's command runs in when its env names
 	// an image (LOOM_CONTAINER_IMAGE, a CustomJob's): "process" (default:
 	// the node's own environment, the image ignored) or a site's argv
@@ -174,7 +179,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.EpilogChecks, "epilog-checks", config.Env("LOOM_AGENT_EPILOG_CHECKS", ""),
 		"health checks run after each job's batch step ends, comma-separated (LOOM_AGENT_EPILOG_CHECKS; default: none)")
 	fs.DurationVar(&c.PrologTimeout, "prolog-timeout", config.EnvDuration("LOOM_AGENT_PROLOG_TIMEOUT", app.DefaultPrologTimeout),
-		"how long a step's prolog checks, or its epilog checks, may take together (LOOM_AGENT_PROLOG_TIMEOUT)")
+		"how long a step's prolog checks may take together (LOOM_AGENT_PROLOG_TIMEOUT)")
+	fs.DurationVar(&c.EpilogTimeout, "epilog-timeout", config.EnvDuration("LOOM_AGENT_EPILOG_TIMEOUT", 0),
+		"how long a step's epilog checks may take together; 0: -prolog-timeout's value (LOOM_AGENT_EPILOG_TIMEOUT)")
 	c.registerGPUFlags(fs)
 	fs.StringVar(&c.ContainerRuntime, "container-runtime", config.Env("LOOM_CONTAINER_RUNTIME", steprt.Process),
 		"what a step's command runs in when its env names LOOM_CONTAINER_IMAGE: "+steprt.Process+" (the node itself, the image ignored) or an argv template with {image}, e.g. 'podman run --rm --network=host --env-host -v {workdir}:{workdir} -w {workdir} {image}' (LOOM_CONTAINER_RUNTIME)")
@@ -406,7 +413,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// commands' consumer calls its Run) and serves the all-reduce endpoint.
 	// A node busy with steps refuses checks that do not allow it.
 	var a *app.App
-	checker := newChecker(cfg, cfg.Device, func() bool { return a.Running() > 0 }, base.Log)
+	checker := newChecker(cfg, cfg.Device, func() bool { return a.Running() > 0 }, id, base.Log)
 	a, err = app.New(ctx, app.Options{
 		Store: base.Store, Publisher: node.HeartbeatGate(base.Producer), Runtime: rt,
 		NodeEnv: nodeEnv(&cfg), SimulatedGPUs: cfg.Device.Simulated(),
@@ -425,6 +432,9 @@ func Run(ctx context.Context, cfg Config) error {
 		node.SetChecks(checker)
 		if base.Telemetry != nil && base.Telemetry.Registry != nil {
 			err = base.Telemetry.Registry.Register(a.MetricsCollector())
+			if err == nil {
+				err = base.Telemetry.Registry.Register(checker.Collector())
+			}
 		}
 	}
 	if err == nil {
@@ -572,10 +582,15 @@ func closeListener(ln net.Listener) {
 
 // newChecker is the node's check runner: what RunHealthCheck commands run
 // (the node-commands consumer hands them to its Run) and what serves the
-// all-reduce endpoint. dev is the node's GPUs (nil: none).
-func newChecker(cfg Config, dev gpu.Device, busy func() bool, log *slog.Logger) *checks.Runner {
+// all-reduce endpoint. dev is the node's GPUs (nil: none); id is the node's
+// identity (nil on an insecure bus), with which the endpoint authenticates
+// its peers.
+func newChecker(cfg Config, dev gpu.Device, busy func() bool, id *identity, log *slog.Logger) *checks.Runner {
 	c := checks.Config{Node: cfg.Node, Hostname: cfg.Hostname, Cluster: cfg.Cluster, WorkDir: cfg.WorkDir,
 		CheckDir: cfg.CheckDir, Busy: busy, Log: log}
+	if id != nil {
+		c.Identity = id.current
+	}
 	if dev != nil {
 		// The disk check sees what the device says of the disks: an
 		// injected FAULT_DISK_FULL too.

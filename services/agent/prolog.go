@@ -22,7 +22,8 @@ func checkList(s string) []string {
 
 // validateJobChecks checks the prolog and epilog settings: plain check
 // names, none of them an all-reduce (which needs its peers from health),
-// and a timeout that is not negative.
+// and timeouts that are not negative (the epilog's defaulting to the
+// prolog's).
 func (c *Config) validateJobChecks(v *errs.Validator) {
 	for _, f := range [...]struct{ field, list string }{{"prolog_checks", c.PrologChecks}, {"epilog_checks", c.EpilogChecks}} {
 		field := f.field
@@ -37,9 +38,14 @@ func (c *Config) validateJobChecks(v *errs.Validator) {
 	if c.PrologTimeout == 0 {
 		c.PrologTimeout = app.DefaultPrologTimeout
 	}
+	v.Check(c.EpilogTimeout >= 0, "epilog_timeout", "must not be negative, got %s", c.EpilogTimeout)
+	if c.EpilogTimeout == 0 {
+		c.EpilogTimeout = c.PrologTimeout
+	}
 }
 
 // jobChecks is the app's view of the prolog and epilog settings.
 func (c *Config) jobChecks() app.JobChecks {
-	return app.JobChecks{Prolog: checkList(c.PrologChecks), Epilog: checkList(c.EpilogChecks), Timeout: c.PrologTimeout}
+	return app.JobChecks{Prolog: checkList(c.PrologChecks), Epilog: checkList(c.EpilogChecks), Timeout: c.PrologTimeout,
+		EpilogTimeout: c.EpilogTimeout}
 }

@@ -161,7 +161,7 @@ func TestJobChecksConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if jc := c.jobChecks(); !reflect.DeepEqual(jc.Prolog, []string{"gpu_diag", "disk"}) || !reflect.DeepEqual(jc.Epilog, []string{"site_check"}) ||
-		jc.Timeout != 30*time.Second {
+		jc.Timeout != 30*time.Second || jc.EpilogTimeout != 30*time.Second {
 		t.Errorf("job checks %+v", jc)
 	}
 	if jc := (&Config{}).jobChecks(); jc.Prolog != nil || jc.Epilog != nil {
@@ -172,10 +172,60 @@ func TestJobChecksConfig(t *testing.T) {
 		{Node: node, EpilogChecks: "allreduce_pair"},
 		{Node: node, PrologChecks: "../bin/sh"},
 		{Node: node, PrologChecks: "disk", PrologTimeout: -time.Second},
+		{Node: node, EpilogChecks: "disk", EpilogTimeout: -time.Second},
 	} {
-		if _, err := bad.validate(); err == nil || !strings.Contains(err.Error(), "_check") && !strings.Contains(err.Error(), "prolog_timeout") {
+		if _, err := bad.validate(); err == nil || !strings.Contains(err.Error(), "_check") && !strings.Contains(err.Error(), "prolog_timeout") &&
+			!strings.Contains(err.Error(), "epilog_timeout") {
 			t.Errorf("validate(%q, %q, %s) = %v, want it refused naming the field", bad.PrologChecks, bad.EpilogChecks, bad.PrologTimeout, err)
 		}
+	}
+}
+
+// -epilog-timeout sets the epilog's own timeout; without it the epilog
+// takes the prolog's (-prolog-timeout, or its variable).
+func TestEpilogTimeoutConfig(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args           []string
+		prolog, epilog time.Duration
+	}{
+		{[]string{"-prolog-timeout", "5s"}, 5 * time.Second, 5 * time.Second},
+		{[]string{"-prolog-timeout", "5s", "-epilog-timeout", "2m"}, 5 * time.Second, 2 * time.Minute},
+		{[]string{"-epilog-timeout", "1s"}, 30 * time.Second, time.Second},
+	} {
+		fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+		var c Config
+		c.RegisterFlags(fs)
+		if err := fs.Parse(append([]string{"-node", node}, tc.args...)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.validate(); err != nil {
+			t.Fatal(err)
+		}
+		if jc := c.jobChecks(); jc.Timeout != tc.prolog || jc.EpilogTimeout != tc.epilog {
+			t.Errorf("%q: prolog timeout %s, epilog timeout %s; want %s, %s", tc.args, jc.Timeout, jc.EpilogTimeout, tc.prolog, tc.epilog)
+		}
+	}
+}
+
+// An epilog check that hangs is killed at -epilog-timeout, not at the
+// (much longer) -prolog-timeout: its CHECK_ERROR comes within seconds.
+func TestEpilogHasItsOwnTimeout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "hangs"), []byte("#!/bin/sh\nexec sleep 120\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.startWithJobChecks(t, "", "hangs", func(c *Config) { c.CheckDir, c.PrologTimeout, c.EpilogTimeout = dir, 10*time.Minute, time.Second })
+	publish(t, e.broker, command(startStep("11", "exit 0", nil, filepath.Join(e.shared, "slurm-11.out"))))
+	waitStep(t, e.broker, "11", eventsv1.StepState_STEP_EXITED)
+	r, _ := waitJobCheck(t, e, "epilog", "hangs")
+	if r.GetOutcome() != loomv1.CheckOutcome_CHECK_ERROR || !strings.Contains(r.GetSummary(), "killed at its timeout") {
+		t.Errorf("epilog result %v, want CHECK_ERROR killed at its timeout", r)
+	}
+	if took := r.GetEndTime().AsTime().Sub(r.GetStartTime().AsTime()); took > 20*time.Second {
+		t.Errorf("the epilog ran %s, want about -epilog-timeout (1s)", took)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -153,11 +154,17 @@ func TestStepsOutliveAnAgentKill(t *testing.T) {
 	if got := readFile(t, out("1")); got != "done\n" {
 		t.Fatalf("job 1's output = %q", got)
 	}
-	publish(t, e.broker, command(&eventsv1.StopStep{Job: "projects/p/jobs/3", Attempt: 1, Node: node, Reason: "job cancelled"}))
+	publish(t, e.broker, command(&eventsv1.StopStep{Job: "projects/p/jobs/3", Attempt: 1, Node: node, Reason: "job cancelled",
+		Cause: eventsv1.StopCause_STOP_CAUSE_CANCELLED}))
 	waitStep(t, e.broker, "3", eventsv1.StepState_STEP_KILLED)
 	testkit.WaitFor(t, wait, "adopted job 3's processes to be gone", func() (bool, error) {
 		return !proc.GroupAlive(pids["3"]), nil
 	})
+	// The adopted step's log says why it ended, as a step the agent
+	// started itself does (TestStopWritesSlurmsLineToTheErrorOutput).
+	if got := readFile(t, out("3")); !regexp.MustCompile(`^slurmstepd-gpu-0001: error: \*\*\* JOB 3 ON gpu-0001 CANCELLED AT \S+ \*\*\*\n$`).MatchString(got) {
+		t.Errorf("adopted job 3's output = %q, want Slurm's CANCELLED line", got)
+	}
 	for job, want := range map[string]string{"1": "RUNNING,EXITED", "2": "RUNNING,EXITED", "3": "RUNNING,KILLED"} {
 		if got := states(stepEvents(t, e.broker, job)); got != want {
 			t.Errorf("job %s events = %s, want %s", job, got, want)

@@ -10,6 +10,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/loom-ml/loom/libs/bus"
@@ -20,6 +21,7 @@ import (
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/health/internal/app"
+	"github.com/loom-ml/loom/services/health/internal/classify"
 	"github.com/loom-ml/loom/services/health/internal/domain"
 	"github.com/loom-ml/loom/services/health/internal/ports"
 	"github.com/loom-ml/loom/services/health/internal/remedy"
@@ -52,6 +54,18 @@ type Config struct {
 	// silent together, are unreachable rather than failed
 	// (LOOM_HEALTH_MASS_SILENCE; default 0.5; above 1 turns it off).
 	MassSilence float64
+	// Thresholds are the telemetry limits past which a node needs a repair
+	// (-sbe-per-minute, -nvlink-per-minute, -gpu-temperature-max,
+	// -disk-full, -disk-warn; LOOM_HEALTH_SBE_PER_MINUTE, …; defaults
+	// classify.DefaultThresholds: 10, 10, 90 °C, 0.97, 0.90). A zero field
+	// takes its default.
+	Thresholds classify.Thresholds
+	// DrainTimeout, ConfirmTimeout and RepairTimeout bound remediation's
+	// waits: for a checkpoint-first node's drain, for the check confirming
+	// a repair, for the provisioner's repair (-drain-timeout,
+	// -confirm-timeout, -repair-timeout; LOOM_HEALTH_DRAIN_TIMEOUT, …;
+	// defaults 10m, 10m, 30m; zero: the default).
+	DrainTimeout, ConfirmTimeout, RepairTimeout time.Duration
 	// Results, when set, serves ListHealthResults (the scan orchestration's
 	// store); without it the RPC is Unimplemented.
 	Results ports.ResultLister
@@ -74,6 +88,23 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"window of -lemon-failures (LOOM_HEALTH_LEMON_WINDOW)")
 	fs.Float64Var(&c.MassSilence, "mass-silence", config.EnvFloat("LOOM_HEALTH_MASS_SILENCE", domain.DefaultMassSilence),
 		"share of a cluster's watched nodes (at least 2) silent together that are unreachable, not failed, until confirmed (LOOM_HEALTH_MASS_SILENCE)")
+	th := classify.DefaultThresholds()
+	fs.Float64Var(&c.Thresholds.SBEPerMinute, "sbe-per-minute", config.EnvFloat("LOOM_HEALTH_SBE_PER_MINUTE", th.SBEPerMinute),
+		"single-bit ECC errors a minute on a GPU at or above which it is reset after a checkpoint (LOOM_HEALTH_SBE_PER_MINUTE)")
+	fs.Float64Var(&c.Thresholds.NVLinkPerMinute, "nvlink-per-minute", config.EnvFloat("LOOM_HEALTH_NVLINK_PER_MINUTE", th.NVLinkPerMinute),
+		"NVLink CRC plus replay errors a minute on a GPU at or above which it is reset after a checkpoint (LOOM_HEALTH_NVLINK_PER_MINUTE)")
+	fs.Float64Var(&c.Thresholds.TemperatureC, "gpu-temperature-max", config.EnvFloat("LOOM_HEALTH_GPU_TEMPERATURE_MAX", th.TemperatureC),
+		"GPU temperature in °C at or above which the node is rebooted after a checkpoint (LOOM_HEALTH_GPU_TEMPERATURE_MAX)")
+	fs.Float64Var(&c.Thresholds.DiskFull, "disk-full", config.EnvFloat("LOOM_HEALTH_DISK_FULL", th.DiskFull),
+		"share of a node filesystem used (0 to 1) at or above which the node is reimaged after a checkpoint (LOOM_HEALTH_DISK_FULL)")
+	fs.Float64Var(&c.Thresholds.DiskWarn, "disk-warn", config.EnvFloat("LOOM_HEALTH_DISK_WARN", th.DiskWarn),
+		"share of a node filesystem used (0 to 1) that is recorded as a warning, not acted on; at most -disk-full (LOOM_HEALTH_DISK_WARN)")
+	fs.DurationVar(&c.DrainTimeout, "drain-timeout", config.EnvDuration("LOOM_HEALTH_DRAIN_TIMEOUT", remedy.DefaultDrainTimeout),
+		"how long remediation waits for a checkpoint-first node's jobs to drain before it repairs the node anyway (LOOM_HEALTH_DRAIN_TIMEOUT)")
+	fs.DurationVar(&c.ConfirmTimeout, "confirm-timeout", config.EnvDuration("LOOM_HEALTH_CONFIRM_TIMEOUT", remedy.DefaultConfirmTimeout),
+		"how long remediation waits for the check confirming a repair before the repair counts as failed (LOOM_HEALTH_CONFIRM_TIMEOUT)")
+	fs.DurationVar(&c.RepairTimeout, "repair-timeout", config.EnvDuration("LOOM_HEALTH_REPAIR_TIMEOUT", remedy.DefaultRepairTimeout),
+		"how long remediation waits for the provisioner to finish a repair before it counts as failed (LOOM_HEALTH_REPAIR_TIMEOUT)")
 }
 
 // RunArgs runs the health from a command line (args, without the program
@@ -104,14 +135,37 @@ func (cfg *Config) domainConfig() (domain.Config, error) {
 	v.Check(cfg.LemonFailures >= 0, "lemon_failures", "must not be negative")
 	v.Check(cfg.LemonWindow >= 0, "lemon_window", "must not be negative")
 	v.Check(cfg.MassSilence >= 0, "mass_silence", "must not be negative")
+	th, def := cfg.Thresholds, classify.DefaultThresholds()
+	for _, f := range []struct {
+		field     string
+		v         *float64
+		def, most float64
+	}{
+		{"sbe_per_minute", &th.SBEPerMinute, def.SBEPerMinute, math.Inf(1)},
+		{"nvlink_per_minute", &th.NVLinkPerMinute, def.NVLinkPerMinute, math.Inf(1)},
+		{"gpu_temperature_max", &th.TemperatureC, def.TemperatureC, 200},
+		{"disk_full", &th.DiskFull, def.DiskFull, 1},
+		{"disk_warn", &th.DiskWarn, def.DiskWarn, 1},
+	} {
+		v.Check(*f.v >= 0 && *f.v <= f.most && !math.IsNaN(*f.v), f.field, "must be from 0 to %v, got %v", f.most, *f.v)
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	v.Check(th.DiskWarn <= th.DiskFull, "disk_warn", "must be at most disk_full (%v), got %v", th.DiskFull, th.DiskWarn)
+	v.Check(cfg.DrainTimeout >= 0, "drain_timeout", "must not be negative, got %s", cfg.DrainTimeout)
+	v.Check(cfg.ConfirmTimeout >= 0, "confirm_timeout", "must not be negative, got %s", cfg.ConfirmTimeout)
+	v.Check(cfg.RepairTimeout >= 0, "repair_timeout", "must not be negative, got %s", cfg.RepairTimeout)
 	if err := v.Err(); err != nil {
 		return domain.Config{}, err
 	}
 	return domain.Config{
 		Timeout:     cfg.HeartbeatTimeout,
 		MassSilence: cfg.MassSilence,
+		Thresholds:  th,
 		Remedy: remedy.Config{Mode: mode, MaxRemediating: cfg.MaxRemediating, LemonFailures: cfg.LemonFailures,
-			LemonWindow: cfg.LemonWindow, Seed: uint64(time.Now().UnixNano())},
+			LemonWindow: cfg.LemonWindow, DrainTimeout: cfg.DrainTimeout, ConfirmTimeout: cfg.ConfirmTimeout,
+			RepairTimeout: cfg.RepairTimeout, Seed: uint64(time.Now().UnixNano())},
 	}, nil
 }
 

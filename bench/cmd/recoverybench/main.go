@@ -25,11 +25,13 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -52,6 +54,7 @@ type options struct {
 	timeout  time.Duration
 	report   string
 	logLevel string
+	seed     uint64
 }
 
 func main() {
@@ -61,6 +64,7 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Minute, "give up on a round after this long")
 	flag.StringVar(&o.report, "report", "", "Markdown file to write the results into (the section between the recoverybench markers is replaced)")
 	flag.StringVar(&o.logLevel, "log-level", "warn", "log level of the services")
+	flag.Uint64Var(&o.seed, "seed", 1, "seeds each round's choice of the job's two nodes and the faulted one, across the cluster")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err := run(o); err != nil {
@@ -77,6 +81,7 @@ func logf(format string, args ...any) {
 // round is what one injection measured, each from the injection.
 type round struct {
 	node                                   string
+	pair                                   []string
 	detected, drained, runningAgain, fixed time.Duration
 	detectReason                           string
 	// path is the node's remediation states in order, each with its time.
@@ -146,17 +151,19 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
+	hosts, err := hostnames(ctx, conn, cl)
+	if err != nil {
+		return err
+	}
 	var rounds []round
-	hits := map[string]int{} // injections per node
-	for i := range o.rounds {
-		r, err := measure(ctx, s, conn, cl, loom, i, hits, o)
+	for i, c := range plan(o.seed, hosts, o.rounds) {
+		r, err := measure(ctx, s, conn, cl, loom, i, c, o)
 		if err != nil {
 			return fmt.Errorf("round %d: %w", i+1, err)
 		}
-		logf("round %d on %s: detected %v, drained %v, running again %v, repaired %v; health: %s", i+1, r.node,
-			ms(r.detected), ms(r.drained), ms(r.runningAgain), ms(r.fixed), strings.Join(r.path, ", "))
+		logf("round %d on %s (job on %s): detected %v, drained %v, running again %v, repaired %v; health: %s", i+1, r.node,
+			strings.Join(c.pair, ","), ms(r.detected), ms(r.drained), ms(r.runningAgain), ms(r.fixed), strings.Join(r.path, ", "))
 		rounds = append(rounds, r)
-		hits[r.node]++
 	}
 	section := render(o, rounds, time.Since(began))
 	fmt.Print(section)
@@ -189,6 +196,101 @@ func createCluster(ctx context.Context, conn *grpc.ClientConn, timeout time.Dura
 	return op.GetCluster(), nil
 }
 
+// hostnames lists the cluster's nodes' hostnames, sorted.
+func hostnames(ctx context.Context, conn *grpc.ClientConn, cl *loomv1.Cluster) ([]string, error) {
+	resp, err := loomv1.NewNodeServiceClient(conn).ListNodes(ctx, &loomv1.ListNodesRequest{Parent: cl.Name})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	var out []string
+	for _, n := range resp.GetNodes() {
+		out = append(out, n.GetHostname())
+	}
+	if len(out) < 3 {
+		return nil, fmt.Errorf("the cluster has %d nodes; a round needs 3 (a 2-node job and a spare)", len(out))
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// choice is one round's placement: the job's two nodes, and the one of
+// them the fault is injected on.
+type choice struct {
+	pair   []string
+	target string
+}
+
+// plan draws each round's choice from seed: the faulted node goes through
+// the cluster's nodes in an order the seed shuffles anew every len(hosts)
+// rounds (so every node is faulted, not only the two the scheduler packs a
+// job onto first, and each as often as the others), and the job's other
+// node is drawn from the rest. The same seed and hosts give the same plan.
+func plan(seed uint64, hosts []string, rounds int) []choice {
+	rng := rand.New(rand.NewPCG(seed, 0x7265636f76657279)) // "recovery"
+	out := make([]choice, rounds)
+	var order []int
+	for i := range out {
+		if i%len(hosts) == 0 {
+			order = rng.Perm(len(hosts))
+		}
+		t := order[i%len(hosts)]
+		o := rng.IntN(len(hosts) - 1)
+		if o >= t {
+			o++
+		}
+		pair := []string{hosts[t], hosts[o]}
+		sort.Strings(pair)
+		out[i] = choice{pair: pair, target: hosts[t]}
+	}
+	return out
+}
+
+// hold submits a 1-GPU job pinned to each of hosts, so that the next job
+// can only be placed on the others, and returns once each runs. The
+// holders are cancelled (release) before the fault, so that the requeued
+// run may use their nodes: the job's nodes are steered only at its start.
+func hold(ctx context.Context, jobs loomv1.JobServiceClient, cl *loomv1.Cluster, i int, hosts []string) (release func(context.Context) error, err error) {
+	var names []string
+	release = func(ctx context.Context) error {
+		for _, n := range names {
+			if _, err := jobs.CancelJob(ctx, &loomv1.CancelJobRequest{Name: n}); err != nil {
+				return fmt.Errorf("cancel holder: %w", err)
+			}
+		}
+		for _, n := range names {
+			if err := poll(ctx, "holder "+n+" ended", func(ctx context.Context) (bool, error) {
+				j, err := jobs.GetJob(ctx, &loomv1.GetJobRequest{Name: n})
+				return err == nil && j.State.Terminal(), nil
+			}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, h := range hosts {
+		j, err := jobs.SubmitJob(ctx, &loomv1.SubmitJobRequest{Parent: "projects/default", Job: &loomv1.Job{
+			Cluster: cl.Name, DisplayName: fmt.Sprintf("hold-%d-%s", i+1, h), NodeCount: 1, GpusPerNode: 1,
+			Nodelist: []string{h}, Command: []string{"sleep", "3600"}}})
+		if err != nil {
+			return release, fmt.Errorf("submit holder on %s: %w", h, err)
+		}
+		names = append(names, j.Name)
+		if err := poll(ctx, "holder on "+h+" running", func(ctx context.Context) (bool, error) {
+			j, err := jobs.GetJob(ctx, &loomv1.GetJobRequest{Name: j.Name})
+			if err != nil {
+				return false, nil
+			}
+			if j.State.Terminal() {
+				return false, fmt.Errorf("holder ended %v (%s)", j.State, j.StateReason)
+			}
+			return j.State == loomv1.JobState_RUNNING, nil
+		}); err != nil {
+			return release, err
+		}
+	}
+	return release, nil
+}
+
 // poll calls cond every 20 ms until it is true, it fails, or ctx ends.
 func poll(ctx context.Context, what string, cond func(context.Context) (bool, error)) error {
 	for {
@@ -207,15 +309,30 @@ func poll(ctx context.Context, what string, cond func(context.Context) (bool, er
 	}
 }
 
-// measure runs one round: a fresh job, Xid 79 on one of its nodes (the one
-// hit least so far, by hits), until
-// the job runs again and the node is back; then the round's times from the
-// bus.
-func measure(ctx context.Context, s *stack.Stack, conn *grpc.ClientConn, cl *loomv1.Cluster, loom string, i int, hits map[string]int, o options) (round, error) {
+// measure runs one round: a fresh job on c's pair of nodes (the cluster's
+// other nodes held by jobs of their own until it runs), Xid 79 on c's
+// target, until the job runs again and the node is back; then the round's
+// times from the bus.
+func measure(ctx context.Context, s *stack.Stack, conn *grpc.ClientConn, cl *loomv1.Cluster, loom string, i int, c choice, o options) (round, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	jobs := loomv1.NewJobServiceClient(conn)
 	health := loomv1.NewHealthServiceClient(conn)
+	all, err := hostnames(ctx, conn, cl)
+	if err != nil {
+		return round{}, err
+	}
+	var others []string
+	for _, h := range all {
+		if !slices.Contains(c.pair, h) {
+			others = append(others, h)
+		}
+	}
+	release, err := hold(ctx, jobs, cl, i, others)
+	if err != nil {
+		_ = release(ctx)
+		return round{}, err
+	}
 	// Long enough never to finish within a round; a checkpoint every 10 epochs.
 	job, err := jobs.SubmitJob(ctx, &loomv1.SubmitJobRequest{Parent: "projects/default", Job: &loomv1.Job{
 		Cluster: cl.Name, DisplayName: fmt.Sprintf("recovery-%d", i+1), NodeCount: 2, GpusPerNode: 1,
@@ -238,11 +355,16 @@ func measure(ctx context.Context, s *stack.Stack, conn *grpc.ClientConn, cl *loo
 	}); err != nil {
 		return round{}, err
 	}
-	// The job's node that has failed least so far: the fault goes round.
-	node := running.Nodes[0]
-	if hits[running.Nodes[1]] < hits[node] {
-		node = running.Nodes[1]
+	if got := slices.Sorted(slices.Values(running.Nodes)); !slices.Equal(got, c.pair) {
+		_ = release(ctx)
+		return round{}, fmt.Errorf("the job runs on %v, not on the round's pair %v", got, c.pair)
 	}
+	// The spare nodes are free again before the fault: the requeued run
+	// may take one.
+	if err := release(ctx); err != nil {
+		return round{}, err
+	}
+	node := c.target
 	injected := time.Now()
 	if _, err := health.InjectFault(ctx, &loomv1.InjectFaultRequest{Cluster: cl.Name, Hostname: node,
 		Fault: &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_XID, Gpu: 0, Xid: 79}}); err != nil {
@@ -293,7 +415,7 @@ func measure(ctx context.Context, s *stack.Stack, conn *grpc.ClientConn, cl *loo
 	if err != nil {
 		return round{}, err
 	}
-	r := round{node: node}
+	r := round{node: node, pair: c.pair}
 	full := cl.Name + "/nodes/" + node
 	for _, ev := range evs {
 		if ev.Time.Before(injected) {
@@ -359,8 +481,8 @@ func render(o options, rounds []round, took time.Duration) string {
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	host, _ := os.Hostname()
 	w("<!-- recoverybench:begin -->\n## Recovery from a GPU off the bus (Xid 79): detection, drain, running again, repair\n\n")
-	w("A 3-node local cluster (real agent processes, simulated GPUs) on the embedded stack; each round a fresh 2-node `loom train --step-time %v` job runs, Xid 79 is injected on one of its nodes (`HealthService.InjectFault`), and the times below are from the injection to: health's NodeHealthChanged taking the node out of HEALTHY (detection), the first run's NODE_FAIL end (drained), the scheduler's JobChanged with the next run RUNNING (running again), and health's NodeHealthChanged HEALTHY after the reboot (repaired). Times are the services' own event times, read back from the bus. Health runs with `-lemon-window=1s`, so that each round's fault is a first failure (repaired by a reboot) rather than one recurring soon after a repair, which climbs the ladder to reimage and replace. %d rounds on %s (%d CPUs, %s/%s), whole run %v. Rerun: `go run ./bench/cmd/recoverybench -rounds %d -report bench/REPORT.md`.\n\n",
-		o.stepTime, len(rounds), host, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, took.Round(time.Second), o.rounds)
+	w("A 3-node local cluster (real agent processes, simulated GPUs) on the embedded stack; each round a fresh 2-node `loom train --step-time %v` job runs on two nodes drawn from the cluster by the seed (the third is held by a 1-GPU job of its own until the job runs, then freed for the requeue), Xid 79 is injected on one of them, also drawn (`HealthService.InjectFault`), and the times below are from the injection to: health's NodeHealthChanged taking the node out of HEALTHY (detection), the first run's NODE_FAIL end (drained), the scheduler's JobChanged with the next run RUNNING (running again), and health's NodeHealthChanged HEALTHY after the reboot (repaired). Times are the services' own event times, read back from the bus. Health runs with `-lemon-window=1s`, so that each round's fault is a first failure (repaired by a reboot) rather than one recurring soon after a repair, which climbs the ladder to reimage and replace. %d rounds on %s (%d CPUs, %s/%s), whole run %v. Rerun: `go run ./bench/cmd/recoverybench -rounds %d -seed %d -report bench/REPORT.md`.\n\n",
+		o.stepTime, len(rounds), host, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, took.Round(time.Second), o.rounds, o.seed)
 	w("| from injection to | min | median | max | target |\n|---|---:|---:|---:|---|\n")
 	col := func(name string, get func(round) time.Duration, target time.Duration) {
 		var ds []time.Duration
@@ -382,9 +504,9 @@ func render(o options, rounds []round, took time.Duration) string {
 	col("drained (first run NODE_FAIL)", func(r round) time.Duration { return r.drained }, 0)
 	col("running again (next run RUNNING)", func(r round) time.Duration { return r.runningAgain }, 10*time.Second)
 	col("node repaired (HEALTHY again)", func(r round) time.Duration { return r.fixed }, 0)
-	w("\nPer round (node, detection, drained, running again, repaired; then the node's states as health published them):\n\n")
+	w("\nPer round (the faulted node and the job's pair, detection, drained, running again, repaired; then the node's states as health published them):\n\n")
 	for i, r := range rounds {
-		w("%d. %s: %s, %s, %s, %s; %s\n", i+1, r.node, ms(r.detected), ms(r.drained), ms(r.runningAgain), ms(r.fixed), strings.Join(r.path, " → "))
+		w("%d. %s (job on %s): %s, %s, %s, %s; %s\n", i+1, r.node, strings.Join(r.pair, ","), ms(r.detected), ms(r.drained), ms(r.runningAgain), ms(r.fixed), strings.Join(r.path, " → "))
 	}
 	if len(rounds) > 0 {
 		w("\nHealth's reason for taking the node out: %q.\n", rounds[0].detectReason)

@@ -3,6 +3,8 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,5 +52,55 @@ func TestWriteSection(t *testing.T) {
 	}
 	if strings.Contains(string(b), "one") {
 		t.Error("the old section is still there")
+	}
+}
+
+// TestPlanCoversTheCluster: the plan is the seed's (the same seed, the
+// same plan; another seed, another), each round's job is on two distinct
+// nodes of the cluster with the fault on one of them, and over the rounds
+// every node is faulted and every node carries a job, not only the two
+// the scheduler would pack a job onto first.
+func TestPlanCoversTheCluster(t *testing.T) {
+	hosts := []string{"gpu-0001", "gpu-0002", "gpu-0003"}
+	p := plan(1, hosts, 30)
+	if !reflect.DeepEqual(p, plan(1, hosts, 30)) {
+		t.Fatal("the same seed gave two plans")
+	}
+	if reflect.DeepEqual(p, plan(2, hosts, 30)) {
+		t.Error("seeds 1 and 2 gave the same plan")
+	}
+	faulted, used := map[string]int{}, map[string]int{}
+	for i, c := range p {
+		if len(c.pair) != 2 || c.pair[0] == c.pair[1] || !slices.Contains(c.pair, c.target) {
+			t.Fatalf("round %d: %+v", i+1, c)
+		}
+		for _, h := range c.pair {
+			if !slices.Contains(hosts, h) {
+				t.Fatalf("round %d: %s is not a node of the cluster", i+1, h)
+			}
+			used[h]++
+		}
+		faulted[c.target]++
+	}
+	for _, h := range hosts {
+		if faulted[h] == 0 || used[h] == 0 {
+			t.Errorf("%s: faulted %d times, in %d jobs, over 30 rounds", h, faulted[h], used[h])
+		}
+	}
+	// Each node is faulted as often as the others, and every block of 3
+	// rounds faults all three: the default 5 rounds fault every node.
+	for _, h := range hosts {
+		if faulted[h] != 10 {
+			t.Errorf("%s faulted %d times in 30 rounds, want 10", h, faulted[h])
+		}
+	}
+	for seed := range uint64(20) {
+		five := map[string]bool{}
+		for _, c := range plan(seed, hosts, 5) {
+			five[c.target] = true
+		}
+		if len(five) != 3 {
+			t.Errorf("5 rounds of seed %d fault only %v", seed, five)
+		}
 	}
 }

@@ -252,6 +252,9 @@ func New(ctx context.Context, opts Options) (*App, error) {
 	if opts.JobChecks.Timeout <= 0 {
 		opts.JobChecks.Timeout = DefaultPrologTimeout
 	}
+	if opts.JobChecks.EpilogTimeout <= 0 {
+		opts.JobChecks.EpilogTimeout = opts.JobChecks.Timeout
+	}
 	if opts.Container == nil {
 		opts.Container, _ = steprt.New(steprt.Process)
 	}
@@ -532,7 +535,7 @@ func (a *App) Recover(ctx context.Context) error {
 		s := a.steps[k]
 		switch {
 		case f.adopt != nil:
-			p := &process{g: f.adopt.Group(), done: make(chan struct{})}
+			p := &process{g: f.adopt.Group(), done: make(chan struct{}), errf: a.reopenErr(k, s)}
 			a.procs[k] = p
 			a.running.Add(1)
 			a.watchers.Add(1)
@@ -866,7 +869,8 @@ func (a *App) launch(key string, rec *domain.Step, cmd *eventsv1.StartStep) {
 	go a.watch(key, pr, p) // it records the end once this unlocks the step
 	a.log.Info("step started", "step", key, "pid", p.g.PID, "output", cmd.GetOutputPath())
 	started := domain.Started(rec, p.g.PID, p.g.Start, errPath)
-	started.OutPath = outPath
+	owner := cmd.GetUser()
+	started.OutPath, started.Owner = outPath, &owner
 	a.record(started, true)
 	if closing {
 		// The shutdown began while the process started; nothing may run
@@ -1263,6 +1267,25 @@ func (a *App) stopStep(ctx context.Context, id string, cmd *eventsv1.StopStep) e
 		a.kill(key)
 	}
 	return nil
+}
+
+// reopenErr opens the error file of step k, adopted across a restart, for
+// its stop line (tellStop), as the non-adopted step keeps the file it was
+// started with. It is opened as the step's owner, appended to and never
+// emptied, so that a path the job made a link to a file its owner may not
+// write fails to open instead. nil (no stop line) when it does not open or
+// the record does not say who the owner is.
+func (a *App) reopenErr(k string, s *domain.Step) *os.File {
+	if s == nil || s.ErrPath == "" || s.Owner == nil {
+		a.log.Info("adopted step gets no stop line: its record names no error file or owner", "step", k)
+		return nil
+	}
+	f, err := a.rt.OpenOutput(*s.Owner, s.ErrPath, true)
+	if err != nil {
+		a.log.Warn("adopted step gets no stop line: its error file does not open as its owner", "step", k, "path", s.ErrPath, "err", err)
+		return nil
+	}
+	return f
 }
 
 // tellStop writes Slurm's line for a stop to the step's error output before

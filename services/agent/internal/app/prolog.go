@@ -35,8 +35,8 @@ const (
 // knows a node's failure by it.
 const PrologFailedPrefix = "prolog check failed"
 
-// DefaultPrologTimeout bounds the prolog (and the epilog) checks of a step
-// when JobChecks.Timeout is 0.
+// DefaultPrologTimeout bounds the prolog checks of a step when
+// JobChecks.Timeout is 0 (and the epilog's, when EpilogTimeout is 0 too).
 const DefaultPrologTimeout = 30 * time.Second
 
 // JobChecks are the checks a node runs around its jobs' steps.
@@ -45,9 +45,12 @@ type JobChecks struct {
 	// gpu_diag, disk, speed, a site check) run before a step's process
 	// starts and after it ends. Empty: none (no cost on the start path).
 	Prolog, Epilog []string
-	// Timeout bounds each run of the prolog, or of the epilog, all its
-	// checks together (default DefaultPrologTimeout).
+	// Timeout bounds each run of the prolog, all its checks together
+	// (default DefaultPrologTimeout).
 	Timeout time.Duration
+	// EpilogTimeout bounds each run of the epilog, all its checks
+	// together (default Timeout).
+	EpilogTimeout time.Duration
 }
 
 // JobCheckRunner runs a step's prolog or epilog checks (the agent's Node):
@@ -142,7 +145,7 @@ func (a *App) epilog(key string) {
 		return
 	}
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), a.opts.JobChecks.Timeout)
+		ctx, cancel := context.WithTimeout(context.Background(), a.opts.JobChecks.EpilogTimeout)
 		defer cancel()
 		for _, r := range a.opts.JobCheckRunner.RunJobChecks(ctx, TriggerEpilog, a.opts.JobChecks.Epilog) {
 			if r.GetOutcome() == loomv1.CheckOutcome_CHECK_FAIL {

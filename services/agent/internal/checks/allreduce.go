@@ -39,7 +39,7 @@ import (
 // cannot run at all (bad parameters) is CHECK_ERROR.
 
 // helloMagic starts every connection to a check endpoint.
-const helloMagic = "LOOMAR1\n"
+const helloMagic = "LOOMAR2\n"
 
 // handoffTTL is how long Serve holds a neighbour's connection for a ring
 // whose check has not started here.
@@ -111,17 +111,31 @@ func (r *Runner) Serve(ctx context.Context, ln net.Listener) error {
 func (r *Runner) handoff(ctx context.Context, c net.Conn) {
 	if r.held.Add(1) > maxHeld {
 		r.held.Add(-1)
+		r.refused.WithLabelValues(refusedBusy).Inc()
 		r.log.Warn("check endpoint: refused a connection: too many waiting for their check", "remote", c.RemoteAddr())
 		_ = c.Close()
 		return
 	}
 	defer r.held.Add(-1)
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	// The challenge and the hello have handshakeTimeout together; the
+	// ring's data after it is bounded by the check's own timeout.
+	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
 	br := bufio.NewReaderSize(c, 64<<10)
-	ring, from, n, err := readHello(br)
-	_ = c.SetReadDeadline(time.Time{})
+	nonce, err := challenge(c)
+	var ring string
+	var from, n int
+	if err == nil {
+		ring, from, n, err = readHello(br, nonce, r.identity(), r.cfg.Now())
+	}
+	_ = c.SetDeadline(time.Time{})
 	if err != nil {
-		r.log.Warn("check endpoint: refused a connection", "remote", c.RemoteAddr(), "err", err)
+		reason := refusedMalformed
+		var rf *refusal
+		if errors.As(err, &rf) {
+			reason = rf.reason
+		}
+		r.refused.WithLabelValues(reason).Inc()
+		r.log.Warn("check endpoint: refused a connection", "remote", c.RemoteAddr(), "reason", reason, "err", err)
 		_ = c.Close()
 		return
 	}
@@ -136,36 +150,6 @@ func (r *Runner) handoff(ctx context.Context, c net.Conn) {
 	case <-ctx.Done():
 		_ = c.Close()
 	}
-}
-
-func writeHello(w io.Writer, ring string, from, n int) error {
-	b := make([]byte, 0, len(helloMagic)+2+len(ring)+8)
-	b = append(b, helloMagic...)
-	b = binary.BigEndian.AppendUint16(b, uint16(len(ring)))
-	b = append(b, ring...)
-	b = binary.BigEndian.AppendUint32(b, uint32(from))
-	b = binary.BigEndian.AppendUint32(b, uint32(n))
-	_, err := w.Write(b)
-	return err
-}
-
-func readHello(r io.Reader) (ring string, from, n int, err error) {
-	head := make([]byte, len(helloMagic)+2)
-	if _, err := io.ReadFull(r, head); err != nil {
-		return "", 0, 0, fmt.Errorf("hello: %w", err)
-	}
-	if string(head[:len(helloMagic)]) != helloMagic {
-		return "", 0, 0, errors.New("hello: not an all-reduce peer")
-	}
-	l := int(binary.BigEndian.Uint16(head[len(helloMagic):]))
-	if l == 0 || l > maxRingID {
-		return "", 0, 0, fmt.Errorf("hello: ring id of %d bytes", l)
-	}
-	rest := make([]byte, l+8)
-	if _, err := io.ReadFull(r, rest); err != nil {
-		return "", 0, 0, fmt.Errorf("hello: %w", err)
-	}
-	return string(rest[:l]), int(binary.BigEndian.Uint32(rest[l:])), int(binary.BigEndian.Uint32(rest[l+4:])), nil
 }
 
 // SizeResult is one message size's measurement, as a line of
@@ -321,8 +305,9 @@ func (r *Runner) ring(ctx context.Context, ring string, peers []string, rank int
 	go func() {
 		c, err := r.dialPeer(ctx, peers[right])
 		if err == nil {
-			if err = writeHello(c, ring, rank, n); err != nil {
+			if err = r.answer(ctx, c, ring, rank, n); err != nil {
 				_ = c.Close()
+				c = nil
 			}
 		}
 		out <- dialed{c, err}
@@ -383,6 +368,22 @@ func (r *Runner) ring(ctx context.Context, ring string, peers []string, rank int
 			AlgBWGBs: algbw, BusBWGBs: BusBW(algbw, n), Errors: wrong})
 	}
 	return nil
+}
+
+// answer reads the right neighbour's challenge on c and sends it this
+// rank's hello, signed with the node's identity (see peerauth.go).
+func (r *Runner) answer(ctx context.Context, c net.Conn, ring string, rank, n int) error {
+	dl := time.Now().Add(handshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	_ = c.SetDeadline(dl)
+	defer c.SetDeadline(time.Time{})
+	nonce, err := readChallenge(c)
+	if err != nil {
+		return err
+	}
+	return writeHello(c, nonce, r.identity(), ring, rank, n)
 }
 
 func (r *Runner) dialPeer(ctx context.Context, addr string) (net.Conn, error) {

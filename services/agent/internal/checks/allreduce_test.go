@@ -1,9 +1,13 @@
 package checks
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"strings"
@@ -13,6 +17,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/loom-ml/loom/libs/auth"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -39,14 +44,14 @@ type corruptConn struct {
 	read int
 }
 
-// Read flips a bit of every 1024th byte of the stream past its first 128
-// (the handshake): by stream offset, not per read, since the reader may
+// Read flips a bit of every 1024th byte of the stream past its first 2048
+// (the handshake: hello, certificate and signature): by stream offset, not per read, since the reader may
 // buffer several steps' data in one read, and a corruption only in the
 // last step would reach this rank alone.
 func (c *corruptConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	for i := range b[:n] {
-		if off := c.read + i; off >= 128 && off%1024 == 1023 {
+		if off := c.read + i; off >= 2048 && off%1024 == 1023 {
 			b[i] ^= 0x40
 		}
 	}
@@ -74,10 +79,42 @@ type peer struct {
 	addr string
 }
 
-// startPeers starts n runners with endpoints; wrap[i], when set, wraps
-// node i's incoming connections.
+// testServiceKey is the services' key the test peers' identities come
+// from.
+var testServiceKey = func() ed25519.PrivateKey {
+	_, k, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
+
+// nodeIdentity is node i's identity in cluster cl, issued with key.
+func nodeIdentity(t *testing.T, key ed25519.PrivateKey, cl string, i int) *auth.NodeIdentity {
+	t.Helper()
+	id, err := auth.IssueNodeIdentity(key, fmt.Sprintf("%s/nodes/n%d", cl, i), cl, "gpu", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// startPeers starts n runners with endpoints, each with its node identity
+// of cluster; wrap[i], when set, wraps node i's incoming connections.
 func startPeers(t *testing.T, n int, wrap map[int]func(net.Conn) net.Conn) []peer {
 	t.Helper()
+	ids := make([]*auth.NodeIdentity, n)
+	for i := range n {
+		ids[i] = nodeIdentity(t, testServiceKey, cluster, i)
+	}
+	return startPeersWith(t, ids, wrap)
+}
+
+// startPeersWith starts a runner with an endpoint for each of ids (a nil
+// one: an agent without an identity).
+func startPeersWith(t *testing.T, ids []*auth.NodeIdentity, wrap map[int]func(net.Conn) net.Conn) []peer {
+	t.Helper()
+	n := len(ids)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
@@ -91,7 +128,11 @@ func startPeers(t *testing.T, n int, wrap map[int]func(net.Conn) net.Conn) []pee
 		if w := wrap[i]; w != nil {
 			ln = &wrapListener{Listener: ln, wrap: w}
 		}
-		r := New(Config{Node: fmt.Sprintf("%s/nodes/n%d", cluster, i), Hostname: fmt.Sprintf("n%d", i), Cluster: cluster})
+		cfg := Config{Node: fmt.Sprintf("%s/nodes/n%d", cluster, i), Hostname: fmt.Sprintf("n%d", i), Cluster: cluster}
+		if id := ids[i]; id != nil {
+			cfg.Identity = func() *auth.NodeIdentity { return id }
+		}
+		r := New(cfg)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -296,11 +337,106 @@ func TestEndpointRefusesStrangers(t *testing.T) {
 	if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
 		t.Fatal(err)
 	}
+	// The stranger gets the challenge, then the connection is closed.
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if n, err := c.Read(make([]byte, 1)); err == nil || n != 0 {
-		t.Fatalf("a stranger's connection was kept: %d bytes, %v", n, err)
-	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+	b, err := io.ReadAll(c)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		t.Fatal("a stranger's connection was kept open")
+	}
+	if len(b) != len(challengeMagic)+nonceSize {
+		t.Fatalf("a stranger's connection was kept: %d bytes, %v", len(b), err)
+	}
+	if got := peers[0].r.Refused(refusedMalformed); got != 1 {
+		t.Errorf("refused as malformed: %v, want 1", got)
+	}
+}
+
+// helloAs connects to addr as a node with identity id (nil: none) would for
+// rank 1 of a pair, and reports whether the endpoint closed the connection
+// (it refused it) before wait ended.
+func helloAs(t *testing.T, id *auth.NodeIdentity, addr string, wait time.Duration) (closed bool) {
+	t.Helper()
+	r := New(Config{Identity: func() *auth.NodeIdentity { return id }})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := r.answer(context.Background(), c, "pair-x", 1, 2); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(wait))
+	_, err = c.Read(make([]byte, 1))
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		return false
+	}
+	return err != nil
+}
+
+// The endpoint takes a ring connection only from a node of its cluster
+// that proves its identity over the connection's fresh challenge: a peer
+// without an identity, with one the services' key did not sign, of another
+// cluster, or answering another challenge is refused and counted, while a
+// ring of the cluster's nodes passes.
+func TestEndpointAuthenticatesPeers(t *testing.T) {
+	t.Parallel()
+	peers := startPeers(t, 2, nil)
+	res := ring(t, peers, []int{0, 1}, "pair-ok", map[string]string{"sizes": "4K", "iters": "1"})
+	for rank, r := range res {
+		if r.GetOutcome() != loomv1.CheckOutcome_CHECK_PASS {
+			t.Fatalf("rank %d of the cluster's pair: %v %q", rank, r.GetOutcome(), r.GetSummary())
+		}
+	}
+	_, otherKey, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, reason string
+		id           *auth.NodeIdentity
+	}{
+		{"no identity", refusedNoCertificate, nil},
+		{"another services' key", refusedUnauthentic, nodeIdentity(t, otherKey, cluster, 7)},
+		{"another cluster", refusedOtherCluster, nodeIdentity(t, testServiceKey, "projects/p/clusters/other", 7)},
+	} {
+		if !helloAs(t, tc.id, peers[0].addr, 10*time.Second) {
+			t.Errorf("%s: the connection was kept", tc.name)
+		}
+		if got := peers[0].r.Refused(tc.reason); got != 1 {
+			t.Errorf("%s: refused as %s: %v, want 1", tc.name, tc.reason, got)
+		}
+	}
+	for _, reason := range []string{refusedNoCertificate, refusedUnauthentic, refusedOtherCluster, refusedMalformed, refusedBusy} {
+		if got := peers[1].r.Refused(reason); got != 0 {
+			t.Errorf("node 1 refused %v connections as %s, want none", got, reason)
+		}
+	}
+}
+
+// A hello signed over another challenge (a replayed answer) does not pass,
+// nor one of another node's certificate with this node's key.
+func TestHelloIsBoundToItsChallenge(t *testing.T) {
+	t.Parallel()
+	me, peer := nodeIdentity(t, testServiceKey, cluster, 0), nodeIdentity(t, testServiceKey, cluster, 1)
+	nonce, other := bytes.Repeat([]byte{1}, nonceSize), bytes.Repeat([]byte{2}, nonceSize)
+	read := func(answered []byte, id *auth.NodeIdentity) error {
+		var b bytes.Buffer
+		if err := writeHello(&b, answered, id, "r", 1, 2); err != nil {
+			t.Fatal(err)
+		}
+		_, _, _, err := readHello(bufio.NewReader(&b), nonce, me, time.Now())
+		return err
+	}
+	if err := read(nonce, peer); err != nil {
+		t.Fatalf("a hello answering this challenge: %v", err)
+	}
+	if err := read(other, peer); err == nil || !strings.Contains(err.Error(), "signature") {
+		t.Errorf("a hello answering another challenge: %v, want refused for its signature", err)
+	}
+	forged := *peer
+	forged.Key = me.Key
+	if err := read(nonce, &forged); err == nil || !strings.Contains(err.Error(), "signature") {
+		t.Errorf("a hello of node 1's certificate signed with node 0's key: %v, want refused", err)
 	}
 }
 

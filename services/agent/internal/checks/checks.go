@@ -20,8 +20,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/gpu"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -85,6 +87,13 @@ type Config struct {
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
 	// LookPath finds dcgmi (nil: exec.LookPath); tests hide or fake it.
 	LookPath func(file string) (string, error)
+	// Identity is the node's current identity (it is renewed, so a
+	// function). With one, the all-reduce endpoint takes connections only
+	// from nodes of the same cluster, proven with their identity, and this
+	// node proves its own to its neighbours (peerauth.go). nil, or nil
+	// returned: an agent without an identity (an insecure development bus),
+	// whose endpoint authenticates nobody.
+	Identity func() *auth.NodeIdentity
 }
 
 // Runner runs checks on one node and serves its all-reduce endpoint. It is
@@ -98,6 +107,8 @@ type Runner struct {
 	rings map[string]*mailbox
 	// held counts the connections Serve holds (see maxHeld).
 	held atomic.Int32
+	// refused counts the connections the endpoint refused, by reason.
+	refused *prometheus.CounterVec
 }
 
 // New returns a Runner with cfg's defaults filled in.
@@ -111,7 +122,7 @@ func New(cfg Config) *Runner {
 	if cfg.Busy == nil {
 		cfg.Busy = func() bool { return false }
 	}
-	return &Runner{cfg: cfg, log: cfg.Log, rings: map[string]*mailbox{}}
+	return &Runner{cfg: cfg, log: cfg.Log, rings: map[string]*mailbox{}, refused: newRefusedCounter()}
 }
 
 // verdict is what one check found: the parts of a result the check decides.
@@ -190,7 +201,10 @@ func (r *Runner) run(ctx context.Context, cmd *eventsv1.RunHealthCheck) verdict 
 	}()
 	select {
 	case v := <-done:
-		if cctx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
+		// ctx past its deadline (a prolog's or epilog's, all its checks
+		// together) is a timeout too; only a cancelled ctx is the agent
+		// stopping.
+		if cctx.Err() == context.DeadlineExceeded && ctx.Err() != context.Canceled {
 			return killed(name, timeout)
 		}
 		if ctx.Err() != nil && v.outcome != loomv1.CheckOutcome_CHECK_PASS {
@@ -208,7 +222,7 @@ func (r *Runner) run(ctx context.Context, cmd *eventsv1.RunHealthCheck) verdict 
 	case <-t.C:
 		r.log.Warn("health check abandoned: it did not return after its timeout", "check", name, "run", cmd.GetRunId())
 	}
-	if ctx.Err() != nil {
+	if ctx.Err() == context.Canceled {
 		return checkError("check %s stopped: the agent is stopping", name)
 	}
 	return killed(name, timeout)

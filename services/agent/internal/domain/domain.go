@@ -62,7 +62,13 @@ type Step struct {
 	ErrPath string `json:"err_path,omitempty"`
 	// OutPath is the file the step's stdout goes to, once Running: its
 	// size is part of the step's progress.
-	OutPath string    `json:"out_path,omitempty"`
+	OutPath string `json:"out_path,omitempty"`
+	// Owner is the user the step runs as, once Running ("" the agent's own
+	// account): an agent that adopts the step after a restart opens ErrPath
+	// again as that user, for the stop line. nil in a record from an agent
+	// before owners were kept: such a step gets no stop line when adopted
+	// (opening its path as anyone else could write where the job may not).
+	Owner   *string   `json:"owner,omitempty"`
 	Created time.Time `json:"created"`
 	Ended   time.Time `json:"ended,omitzero"`
 }

@@ -80,6 +80,15 @@ type ScanFlags struct {
 	// Sizes are the all-reduce's message sizes (-allreduce-sizes,
 	// LOOM_HEALTH_ALLREDUCE_SIZES; default the agent's, 256K,1M,4M).
 	Sizes string
+	// Timeouts is each check's run timeout, "check=duration,…"
+	// (-check-timeouts, LOOM_HEALTH_CHECK_TIMEOUTS) over the defaults
+	// gpu_diag=1m (a level), allreduce=2m, allreduce_pair=1m, disk=30s,
+	// speed=1m; other checks (a site's) 5m.
+	Timeouts string
+	// Grace is how long past a run's timeout health waits for its result
+	// before the silent node counts as failing the check (-check-grace,
+	// LOOM_HEALTH_CHECK_GRACE; default 30s).
+	Grace time.Duration
 }
 
 // Register adds the scans' flags to fs, defaults from LOOM_* variables.
@@ -94,6 +103,10 @@ func (f *ScanFlags) Register(fs *flag.FlagSet) {
 		"machine-type=GB/s,… all-reduce bus bandwidth thresholds, * for any other type (LOOM_HEALTH_ALLREDUCE_MIN_BUSBW)")
 	fs.StringVar(&f.Sizes, "allreduce-sizes", config.Env("LOOM_HEALTH_ALLREDUCE_SIZES", ""),
 		"the all-reduce's message sizes, e.g. 256K,1M,4M (LOOM_HEALTH_ALLREDUCE_SIZES; default the agent's)")
+	fs.StringVar(&f.Timeouts, "check-timeouts", config.Env("LOOM_HEALTH_CHECK_TIMEOUTS", ""),
+		"check=duration,… run timeouts over gpu_diag=1m,allreduce=2m,allreduce_pair=1m,disk=30s,speed=1m, other checks 5m (LOOM_HEALTH_CHECK_TIMEOUTS)")
+	fs.DurationVar(&f.Grace, "check-grace", config.EnvDuration("LOOM_HEALTH_CHECK_GRACE", scan.DefaultConfig().Grace),
+		"how long past a check's timeout health waits for its result before the silent node counts as failing it (LOOM_HEALTH_CHECK_GRACE)")
 }
 
 // Config turns the flags into the scan policy; a malformed list is an
@@ -137,6 +150,23 @@ func (f *ScanFlags) Config() (scan.Config, error) {
 	}
 	if f.Sizes != "" {
 		cfg.AllReduceParams = map[string]string{"sizes": f.Sizes}
+	}
+	timeouts := map[string]time.Duration{}
+	for k, d := range cfg.Timeouts {
+		timeouts[k] = d
+	}
+	for k, s := range pairs(&v, "check_timeouts", f.Timeouts) {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			v.Add("check_timeouts", "%s=%q: want a positive duration such as 2m", k, s)
+			continue
+		}
+		timeouts[k] = d
+	}
+	cfg.Timeouts = timeouts
+	v.Check(f.Grace >= 0, "check_grace", "must not be negative, got %s", f.Grace)
+	if f.Grace > 0 {
+		cfg.Grace = f.Grace
 	}
 	return cfg, v.Err()
 }

@@ -84,6 +84,14 @@ func (m Mode) String() string {
 	return "on"
 }
 
+// Remediation's default waits (Config): for a checkpoint-first node's
+// drain, for the check confirming a repair, for the provisioner's repair.
+const (
+	DefaultDrainTimeout   = 10 * time.Minute
+	DefaultConfirmTimeout = 10 * time.Minute
+	DefaultRepairTimeout  = 30 * time.Minute
+)
+
 // Config is the machine's policy.
 type Config struct {
 	Mode Mode
@@ -116,13 +124,13 @@ func (c Config) withDefaults() Config {
 		c.LemonWindow = 24 * time.Hour
 	}
 	if c.DrainTimeout <= 0 {
-		c.DrainTimeout = 10 * time.Minute
+		c.DrainTimeout = DefaultDrainTimeout
 	}
 	if c.ConfirmTimeout <= 0 {
-		c.ConfirmTimeout = 10 * time.Minute
+		c.ConfirmTimeout = DefaultConfirmTimeout
 	}
 	if c.RepairTimeout <= 0 {
-		c.RepairTimeout = 30 * time.Minute
+		c.RepairTimeout = DefaultRepairTimeout
 	}
 	return c
 }
