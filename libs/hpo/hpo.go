@@ -140,7 +140,7 @@ func (s *Searcher) Suggest(trials []*trainingv1.Trial, n int) ([][]*trainingv1.T
 	}
 	var (
 		pending  [][]float64
-		observed []obs
+		observed = make([]obs, 0, len(trials))
 		feasible int
 	)
 	bo := s.spec.GetAlgorithm() == trainingv1.StudySpec_ALGORITHM_UNSPECIFIED

@@ -612,9 +612,11 @@ func render(o options, in renderInput) string {
 	if l.p99 > 5*time.Millisecond {
 		verdict = "missed"
 	}
-	w("`hpo.Suggest(trials, 1)` of Loom's default search on a synthetic history of %d SUCCEEDED trials × %d parameters (5 doubles, 2 on log scales; 2 integers; a categorical of 3), %d calls, each with a fresh searcher (another seed), one at a time on one goroutine.\n\n", l.history, l.params, l.calls)
-	w("| history | parameters | calls | p50 | p99 | max | target p99 ≤ 5 ms |\n|---:|---:|---:|---:|---:|---:|---|\n")
-	w("| %d | %d | %d | %s | %s | %s | %s |\n\n", l.history, l.params, l.calls, dur(l.p50), dur(l.p99), dur(l.max), verdict)
+	w("`hpo.Suggest(trials, 1)` of Loom's default search on a synthetic history of %d SUCCEEDED trials × %d parameters (5 doubles, 2 on log scales; 2 integers; a categorical of 3), %d calls, each with a fresh searcher (another seed), one at a time on one goroutine, with GOMAXPROCS 1 while it is measured. "+
+		"CPU time is the process's (every thread, so the garbage collector counts too): the work of a call, which the target is judged on. Wall time adds the time spent waiting for a CPU, which on a shared machine is mostly other processes' load (1-minute load average %s on %d CPUs during the measurement).\n\n", l.history, l.params, l.calls, l.load, runtime.NumCPU())
+	w("| history | parameters | calls | measure | p50 | p99 | max | target p99 ≤ 5 ms |\n|---:|---:|---:|---|---:|---:|---:|---|\n")
+	w("| %d | %d | %d | CPU time | %s | %s | %s | %s |\n", l.history, l.params, l.calls, dur(l.p50), dur(l.p99), dur(l.max), verdict)
+	w("| %d | %d | %d | wall time | %s | %s | %s | (not judged) |\n\n", l.history, l.params, l.calls, dur(l.wallP50), dur(l.wallP99), dur(l.wallMax))
 
 	w("### ASHA against no early stopping (trainer learning curves)\n\n")
 	renderASHA(&b, o, in.ashas)
