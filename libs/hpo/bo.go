@@ -12,12 +12,12 @@ import (
 // trials (plus the pending ones) and its hyperparameters are fitted on at
 // most fitCap of them.
 const (
-	gpCap        = 48
+	gpCap        = 64
 	fitCap       = 24
 	fitRestarts  = 3
 	fitIters     = 20
 	nRandomCands = 96
-	nLocalCands  = 64
+	nLocalCands  = 96
 	nRefine      = 3
 	refineRounds = 5
 	refineTries  = 5
