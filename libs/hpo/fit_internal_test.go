@@ -82,7 +82,7 @@ func TestCholInverse(t *testing.T) {
 		t.Fatal("not positive definite")
 	}
 	inv := make([]float64, n*n)
-	cholInverse(A, n, inv)
+	cholInverse(A, n, inv, make([]float64, n*n))
 	for i := range n {
 		for j := range n {
 			s := 0.0

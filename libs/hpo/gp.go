@@ -111,11 +111,16 @@ type gp struct {
 	alpha []float64
 	kbuf  []float64
 	vbuf  []float64
-	// Set by prepare: the fast path of predict.
+	// ncat is the number of choices of each categorical parameter (0 for
+	// numeric ones; nil: inferred from the points).
+	ncat []int
+	// Set by prepare: the fast path of predict (points embedded, see embed).
 	simple bool
+	dims   int
 	scale  []float64
 	xs     []float64
 	xbuf   []float64
+	bbuf   []float64 // predictBatch's right-hand sides, reused
 }
 
 func newGP(cat []bool, h hyper) *gp { return &gp{cat: cat, h: h} }
@@ -172,51 +177,97 @@ func (g *gp) solve() {
 
 // clone copies g so that appending to the copy leaves g as is.
 func (g *gp) clone() *gp {
-	c := &gp{cat: g.cat, h: g.h}
+	c := &gp{cat: g.cat, h: g.h, ncat: g.ncat}
 	c.X = append([][]float64(nil), g.X...)
 	c.y = append([]float64(nil), g.y...)
 	c.L = append([][]float64(nil), g.L...) // rows are never modified
 	return c
 }
 
-// prepare readies g for predictions after points were added: alpha and,
-// for a space of numeric always-active parameters, the points pre-scaled by
-// the length scales (the hot loop then has no branches).
+// prepare readies g for predictions after points were added: alpha and
+// every point embedded (see embed), so that the kernel's hot loop is a
+// branch-free squared distance.
 func (g *gp) prepare() {
 	g.solve()
-	g.simple = true
-	for p := range g.cat {
+	P := len(g.cat)
+	g.dims = 0
+	g.scale = make([]float64, P)
+	for p := range P {
 		if g.cat[p] {
+			// One-hot over the choices plus "inactive": two distinct
+			// one-hot vectors are √2 apart, hence the halved weight.
+			g.scale[p] = math.Sqrt(g.h.invL2[p] / 2)
+			g.dims += g.catN(p) + 1
+		} else {
+			g.scale[p] = math.Sqrt(g.h.invL2[p])
+			g.dims++
+		}
+	}
+	g.simple = true
+	g.xs = make([]float64, len(g.X)*g.dims)
+	for i, x := range g.X {
+		if !g.embed(x, g.xs[i*g.dims:(i+1)*g.dims]) {
 			g.simple = false
 		}
 	}
-	P := len(g.cat)
-	g.scale = make([]float64, P)
-	for p := range P {
-		g.scale[p] = math.Sqrt(g.h.invL2[p])
+	g.xbuf = make([]float64, g.dims)
+}
+
+// catN is the number of choices of categorical parameter p: from ncat
+// when set, else one past the largest index among g's points.
+func (g *gp) catN(p int) int {
+	if p < len(g.ncat) && g.ncat[p] > 0 {
+		return g.ncat[p]
 	}
-	g.xs = make([]float64, len(g.X)*P)
-	for i, x := range g.X {
-		for p := range P {
-			if math.IsNaN(x[p]) {
-				g.simple = false
-			}
-			g.xs[i*P+p] = x[p] * g.scale[p]
+	n := 0
+	for _, x := range g.X {
+		if v := x[p]; !math.IsNaN(v) {
+			n = max(n, int(v)+1)
 		}
 	}
-	g.xbuf = make([]float64, P)
+	return n
+}
+
+// embed writes x into out (g.dims long) so that the squared Euclidean
+// distance of two embedded points equals the kernel's scaled distance:
+// numeric parameters scaled by their inverse length scale, categorical
+// ones (active or not) one-hot. It returns false when no such embedding
+// exists: an inactive numeric parameter (at distance 1 from every active
+// value) or a category index out of range.
+func (g *gp) embed(x, out []float64) bool {
+	o := 0
+	for p, v := range x {
+		if !g.cat[p] {
+			if math.IsNaN(v) {
+				return false
+			}
+			out[o] = v * g.scale[p]
+			o++
+			continue
+		}
+		n := g.catN(p)
+		seg := out[o : o+n+1]
+		clear(seg)
+		switch {
+		case math.IsNaN(v):
+			seg[n] = g.scale[p]
+		case v >= 0 && int(v) < n && float64(int(v)) == v:
+			seg[int(v)] = g.scale[p]
+		default:
+			return false
+		}
+		o += n + 1
+	}
+	return true
 }
 
 // kernVec sets k to the kernel between x and every point of g.
 func (g *gp) kernVec(x, k []float64) {
 	n := len(g.X)
-	if P := len(g.cat); g.simple && !hasNaN(x) {
+	if E := g.dims; g.simple && g.embed(x, g.xbuf) {
 		xs := g.xbuf
-		for p := range P {
-			xs[p] = x[p] * g.scale[p]
-		}
 		for i := range n {
-			row := g.xs[i*P : i*P+P]
+			row := g.xs[i*E : i*E+E]
 			s := 0.0
 			for p, a := range row {
 				d := a - xs[p]
@@ -249,7 +300,10 @@ func (g *gp) predict(x []float64) (mu, sd float64) {
 // row-by-row solve is bound by call overhead.
 func (g *gp) predictBatch(xs [][]float64, mu, sd []float64) {
 	n, m := len(g.X), len(xs)
-	B := make([]float64, n*m)
+	if cap(g.bbuf) < n*m {
+		g.bbuf = make([]float64, n*m)
+	}
+	B := g.bbuf[:n*m]
 	for j, x := range xs {
 		k := g.kbuf[:n]
 		g.kernVec(x, k)
@@ -268,7 +322,8 @@ func (g *gp) predictBatch(xs [][]float64, mu, sd []float64) {
 		}
 		floats.Scale(1/Li[i], bi)
 	}
-	vv := make([]float64, m)
+	vv := sd[:m]
+	clear(vv)
 	for i := range n {
 		bi := B[i*m : i*m+m]
 		for j, b := range bi {
@@ -278,15 +333,6 @@ func (g *gp) predictBatch(xs [][]float64, mu, sd []float64) {
 	for j := range m {
 		sd[j] = math.Sqrt(max(g.h.sf2-vv[j], 1e-12))
 	}
-}
-
-func hasNaN(x []float64) bool {
-	for _, v := range x {
-		if math.IsNaN(v) {
-			return true
-		}
-	}
-	return false
 }
 
 // fitHyper maximises the log marginal likelihood (plus weak log-normal
@@ -312,6 +358,7 @@ func fitHyper(cat []bool, X [][]float64, y []float64, restarts int, rng *rand.Ra
 	Kf := make([]float64, np) // kernel value per pair
 	alpha := make([]float64, n)
 	inv := make([]float64, n*n)
+	scratch := make([]float64, n*n)
 	const big = 1e10
 	f := func(theta, grad []float64) float64 {
 		h := hyper{}.fromTheta(theta)
@@ -354,7 +401,7 @@ func fitHyper(cat []bool, X [][]float64, y []float64, restarts int, rng *rand.Ra
 		if grad == nil {
 			return nll
 		}
-		cholInverse(K, n, inv)
+		cholInverse(K, n, inv, scratch)
 		gs, gn := 0.0, 0.0
 		for i := range n {
 			w := alpha[i]*alpha[i] - inv[i*n+i]
@@ -475,9 +522,10 @@ func cholSolve(L []float64, n int, b []float64) {
 
 // cholInverse writes A⁻¹ = L⁻ᵀL⁻¹ into the lower triangle of out, given A's
 // factor L (from cholesky); L is left as is.
-func cholInverse(L []float64, n int, out []float64) {
-	// M = L⁻¹, kept by columns so that both loops below read contiguously.
-	M := make([]float64, n*n) // M[j*n+i] = (L⁻¹)[i][j], column j contiguous
+func cholInverse(L []float64, n int, out, M []float64) {
+	// M = L⁻¹, kept by columns so that both loops below read contiguously;
+	// M is scratch space of n·n (the caller's, reused across calls).
+	clear(M) // M[j*n+i] = (L⁻¹)[i][j], column j contiguous
 	for j := range n {
 		col := M[j*n : j*n+n]
 		col[j] = 1 / L[j*n+j]

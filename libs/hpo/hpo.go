@@ -140,7 +140,7 @@ func (s *Searcher) Suggest(trials []*trainingv1.Trial, n int) ([][]*trainingv1.T
 	}
 	var (
 		pending  [][]float64
-		observed []obs
+		observed = make([]obs, 0, len(trials))
 		feasible int
 	)
 	bo := s.spec.GetAlgorithm() == trainingv1.StudySpec_ALGORITHM_UNSPECIFIED
@@ -162,6 +162,14 @@ func (s *Searcher) Suggest(trials []*trainingv1.Trial, n int) ([][]*trainingv1.T
 			pending = append(pending, x)
 		case trainingv1.Trial_SUCCEEDED:
 			if v, ok := s.Objective(t); ok {
+				if t.GetEarlyStopped() {
+					// Its last value is the objective after fewer steps, not
+					// a result: the model describes complete training only.
+					// Like a pending trial it holds its place (the search
+					// does not return there) without claiming a value.
+					pending = append(pending, x)
+					continue
+				}
 				if s.max {
 					v = -v
 				}

@@ -677,3 +677,58 @@ func TestLargestSpec(t *testing.T) {
 		seen[k] = true
 	}
 }
+
+// TestEarlyStoppedTrialsAreNotResults: an early-stopped trial's last value
+// is the objective after fewer steps, so the model ignores it. Its value
+// does not change the suggestions, and it holds its place exactly as a
+// pending (REQUESTED) trial at the same point would.
+func TestEarlyStoppedTrialsAreNotResults(t *testing.T) {
+	t.Parallel()
+	f := testfuncs.Branin()
+	s := mustNew(t, f.Spec(trainingv1.StudySpec_ALGORITHM_UNSPECIFIED, 9), hpo.Options{Seed: 9})
+	var trials []*trainingv1.Trial
+	for len(trials) < 12 {
+		sug, err := s.Suggest(trials, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, _ := f.Point(sug[0])
+		trials = append(trials, testfuncs.Trial(len(trials)+1, sug[0], f.F(x)))
+	}
+	with := func(mod func(tr *trainingv1.Trial)) []*trainingv1.Trial {
+		out := make([]*trainingv1.Trial, len(trials))
+		for i, tr := range trials {
+			out[i] = proto.Clone(tr).(*trainingv1.Trial)
+		}
+		mod(out[len(out)-1])
+		return out
+	}
+	var got [3][][]*trainingv1.Trial_Parameter
+	for k, mod := range []func(tr *trainingv1.Trial){
+		func(tr *trainingv1.Trial) { tr.EarlyStopped = true; tr.FinalMeasurement.Metrics[0].Value = -1e6 },
+		func(tr *trainingv1.Trial) { tr.EarlyStopped = true; tr.FinalMeasurement.Metrics[0].Value = 1e6 },
+		func(tr *trainingv1.Trial) { tr.State, tr.FinalMeasurement = trainingv1.Trial_REQUESTED, nil },
+	} {
+		sug, err := s.Suggest(with(mod), 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[k] = sug
+	}
+	for k := 1; k < 3; k++ {
+		for j := range got[0] {
+			if !proto.Equal(&trainingv1.Trial{Parameters: got[0][j]}, &trainingv1.Trial{Parameters: got[k][j]}) {
+				t.Errorf("variant %d, suggestion %d: %v, want %v (as with the stopped trial at -1e6)", k, j, got[k][j], got[0][j])
+			}
+		}
+	}
+	// And a completed trial's value does count: the same trial not stopped,
+	// at -1e6, draws the search.
+	sug, err := s.Suggest(with(func(tr *trainingv1.Trial) { tr.FinalMeasurement.Metrics[0].Value = -1e6 }), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if proto.Equal(&trainingv1.Trial{Parameters: sug[0]}, &trainingv1.Trial{Parameters: got[0][0]}) {
+		t.Error("a completed trial's value made no difference: the test cannot tell stopped from completed")
+	}
+}

@@ -46,9 +46,12 @@ type param struct {
 	// lo, hi bound the value (double, integer; the smallest and largest
 	// value of a discrete param).
 	lo, hi float64
-	cats   []string
-	disc   []float64 // sorted, unique
-	discU  []float64 // disc in unit space
+	// logLo and logHi are log(lo) and log(hi) for the log scales, computed
+	// once: toUnit runs for every parameter of every stored trial.
+	logLo, logHi float64
+	cats         []string
+	disc         []float64 // sorted, unique
+	discU        []float64 // disc in unit space
 	// parent is the index of the parent param, -1 for a top-level one;
 	// cond holds the parent values (as the parent's point value: unit
 	// space for numeric parents, index for categorical) that activate it.
@@ -69,6 +72,10 @@ func compileSpace(specs []*trainingv1.StudySpec_ParameterSpec, v *errs.Validator
 	sp := &space{byID: map[string]int{}}
 	for i, ps := range specs {
 		sp.add(ps, fmt.Sprintf("study_spec.parameters[%d]", i), -1, nil, 0, v)
+	}
+	for i := range sp.params {
+		p := &sp.params[i]
+		p.logLo, p.logHi = math.Log(p.lo), math.Log(p.hi)
 	}
 	return sp
 }
@@ -265,6 +272,15 @@ func validID(s string) bool {
 
 // toUnit maps a numeric value into [0,1] by the param's scale.
 func (p *param) toUnit(x float64) float64 {
+	if p.hi > p.lo {
+		// unitOf's arithmetic, with the bounds' logarithms precomputed.
+		switch p.scale {
+		case sLog:
+			return min(1, max(0, (math.Log(x)-p.logLo)/(p.logHi-p.logLo)))
+		case sRevLog:
+			return min(1, max(0, 1-(math.Log(p.hi+p.lo-x)-p.logLo)/(p.logHi-p.logLo)))
+		}
+	}
 	return unitOf(x, p.lo, p.hi, p.scale)
 }
 

@@ -71,8 +71,14 @@ func TestQuickReport(t *testing.T) {
 			t.Errorf("Optuna rows for %s without Optuna", name)
 		}
 	}
-	if !regexp.MustCompile(`(?m)^\| 100 \| 8 \| 10 \| [0-9.]+ ms \| [0-9.]+ ms \| [0-9.]+ ms \| (met|missed) \|$`).MatchString(s) {
+	if !regexp.MustCompile(`(?m)^\| 100 \| 8 \| 10 \| CPU time \| [0-9.]+ ms \| [0-9.]+ ms \| [0-9.]+ ms \| (met|missed) \|$`).MatchString(s) {
 		t.Error("no latency row for 100 trials × 8 parameters, 10 calls")
+	}
+	if !regexp.MustCompile(`(?m)^\| 100 \| 8 \| 10 \| wall time \| [0-9.]+ ms \| [0-9.]+ ms \| [0-9.]+ ms \| \(not judged\) \|$`).MatchString(s) {
+		t.Error("no wall-time latency row")
+	}
+	if !regexp.MustCompile(`load average [0-9.?]+ → [0-9.?]+ on [0-9]+ CPUs`).MatchString(s) {
+		t.Error("no load average with the latency")
 	}
 	if !regexp.MustCompile(`Target (met|missed): ASHA trained [0-9.]+ % of the trial-epochs`).MatchString(s) {
 		t.Error("no ASHA verdict")
