@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -95,6 +96,9 @@ type cjRecord struct {
 	Stop           string          `json:"stop,omitempty"`
 	Nodes          []string        `json:"nodes,omitempty"`
 	Attempt        int32           `json:"attempt,omitempty"`
+	// RetryAt is Unix nanoseconds (0: none); Refused the last refusal.
+	RetryAt int64  `json:"retry_at,omitempty"`
+	Refused string `json:"refused,omitempty"`
 }
 
 type tuningRecord struct {
@@ -128,7 +132,11 @@ func Encode(r *domain.Root) ([]byte, error) {
 			return nil, err
 		}
 		rec.CJs = append(rec.CJs, cjRecord{Job: b, TrialID: j.TrialID, Ephemeral: j.Ephemeral, Submitted: j.Submitted,
-			ClusterDeleted: j.ClusterDeleted, CancelSent: j.CancelSent, Stop: j.Stop, Nodes: j.Nodes, Attempt: j.Attempt})
+			ClusterDeleted: j.ClusterDeleted, CancelSent: j.CancelSent, Stop: j.Stop, Nodes: j.Nodes, Attempt: j.Attempt,
+			Refused: j.Refused})
+		if !j.RetryAt.IsZero() {
+			rec.CJs[len(rec.CJs)-1].RetryAt = j.RetryAt.UnixNano()
+		}
 	}
 	if t := r.Tuning; t != nil {
 		b, err := marshal(t.Job)
@@ -164,8 +172,13 @@ func Decode(b []byte) (*domain.Root, error) {
 		if err := unmarshal(j.Job, job); err != nil {
 			return nil, err
 		}
-		r.CJs = append(r.CJs, &domain.CJ{Job: job, TrialID: j.TrialID, Ephemeral: j.Ephemeral, Submitted: j.Submitted,
-			ClusterDeleted: j.ClusterDeleted, CancelSent: j.CancelSent, Stop: j.Stop, Nodes: j.Nodes, Attempt: j.Attempt})
+		cj := &domain.CJ{Job: job, TrialID: j.TrialID, Ephemeral: j.Ephemeral, Submitted: j.Submitted,
+			ClusterDeleted: j.ClusterDeleted, CancelSent: j.CancelSent, Stop: j.Stop, Nodes: j.Nodes, Attempt: j.Attempt,
+			Refused: j.Refused}
+		if j.RetryAt != 0 {
+			cj.RetryAt = time.Unix(0, j.RetryAt).UTC()
+		}
+		r.CJs = append(r.CJs, cj)
 	}
 	if t := rec.Tuning; t != nil {
 		job := &trainingv1.HyperparameterTuningJob{}

@@ -78,6 +78,87 @@ func startCJ(now time.Time, cj *CJ, em *emitter) {
 	em.add(cluster.GetName(), &eventsv1.CreateCluster{Operation: op, Cluster: cluster}, "")
 }
 
+// CapacityRetry is how often a CustomJob waiting for capacity or quota asks
+// for its cluster again; DefaultCapacityWait how long it waits when
+// scheduling.max_wait_duration does not say (Vertex keeps such a job
+// QUEUED; Loom bounds the wait so that nothing waits forever unseen).
+const (
+	CapacityRetry       = 30 * time.Second
+	DefaultCapacityWait = time.Hour
+)
+
+// clusterRefused decides a refusal of the ephemeral cluster: for capacity
+// or quota (FAILED_PRECONDITION, RESOURCE_EXHAUSTED: what the provisioner
+// answers when a zone has no free machines or a reservation is short) the
+// CustomJob stays QUEUED and asks again every CapacityRetry, until
+// max_wait_duration (else DefaultCapacityWait) from its creation; any other
+// refusal, or the wait's end, fails it (FLEX_START: EXPIRED) with the
+// provisioner's reason.
+func clusterRefused(now time.Time, cj *CJ, ev *eventsv1.ClusterOperationFailed, em *emitter) {
+	if JobEnded(cj.Job.GetState()) || cj.Submitted {
+		return
+	}
+	capacity := ev.GetCode() == codeFailedPrecondition || ev.GetCode() == codeResourceExhausted
+	if !capacity {
+		endCJ(now, cj, trainingv1.JobState_JOB_STATE_FAILED, codeUnavailable,
+			fmt.Sprintf("its cluster %s could not be provisioned: %s", cj.Job.GetCluster(), ev.GetMessage()), em)
+		return
+	}
+	cj.Refused = ev.GetMessage()
+	if cj.Stop != "" {
+		return // being cancelled: the cancel ends it
+	}
+	if now.Before(capacityDeadline(cj)) {
+		cj.Job.State = trainingv1.JobState_JOB_STATE_QUEUED
+		cj.RetryAt = now.Add(CapacityRetry)
+		return
+	}
+	endWaiting(now, cj, em)
+}
+
+// capacityDeadline is when a CustomJob stops waiting for capacity.
+func capacityDeadline(cj *CJ) time.Time {
+	wait := cj.Job.GetJobSpec().GetScheduling().GetMaxWaitDuration().AsDuration()
+	if wait <= 0 {
+		wait = DefaultCapacityWait
+	}
+	return cj.Job.GetCreateTime().AsTime().Add(wait)
+}
+
+// endWaiting ends a CustomJob whose wait for capacity is over.
+func endWaiting(now time.Time, cj *CJ, em *emitter) {
+	cj.RetryAt = time.Time{}
+	state := trainingv1.JobState_JOB_STATE_FAILED
+	if cj.Job.GetJobSpec().GetScheduling().GetStrategy() == trainingv1.Scheduling_FLEX_START {
+		state = trainingv1.JobState_JOB_STATE_EXPIRED
+	}
+	cj.ClusterDeleted = true // never made
+	endCJ(now, cj, state, codeDeadlineExceeded,
+		fmt.Sprintf("no capacity for its cluster %s by %s (job_spec.scheduling.max_wait_duration, default %v): %s; free capacity (loom capacity list), add a reservation, or retry later",
+			cj.Job.GetCluster(), capacityDeadline(cj).UTC().Format(time.RFC3339), DefaultCapacityWait, cj.Refused), em)
+}
+
+// retryDue reports whether a CustomJob waiting for capacity asks again
+// now, or its wait is over.
+func retryDue(now time.Time, cj *CJ) bool {
+	return !cj.RetryAt.IsZero() && (!now.Before(cj.RetryAt) || !now.Before(capacityDeadline(cj))) &&
+		!cj.Submitted && cj.Stop == "" && !JobEnded(cj.Job.GetState())
+}
+
+// retryCluster asks again for the ephemeral cluster of a CustomJob waiting
+// for capacity, or ends its wait when it is over.
+func retryCluster(now time.Time, cj *CJ, em *emitter) {
+	if !retryDue(now, cj) {
+		return
+	}
+	cj.RetryAt = time.Time{}
+	if !now.Before(capacityDeadline(cj)) {
+		endWaiting(now, cj, em)
+		return
+	}
+	startCJ(now, cj, em)
+}
+
 // submit emits the CustomJob's SubmitJob, as its owner.
 func submit(now time.Time, cj *CJ, em *emitter) {
 	n, _ := ParseName(cj.Job.GetName(), CustomJobs)
@@ -257,7 +338,8 @@ func expiryDue(now time.Time, cj *CJ) bool {
 }
 
 // Tick decides what the passing of time does at now: FLEX_START jobs past
-// their max_wait_duration expire. One change per root that changed, in
+// their max_wait_duration expire; jobs waiting for capacity ask for their
+// cluster again. One change per root that changed, in
 // name order.
 func (s *State) Tick(now time.Time) []*Change {
 	var out []*Change
@@ -265,7 +347,7 @@ func (s *State) Tick(now time.Time) []*Change {
 		r := s.Roots[name]
 		due := false
 		for _, cj := range r.CJs {
-			due = due || expiryDue(now, cj)
+			due = due || expiryDue(now, cj) || retryDue(now, cj)
 		}
 		if !due {
 			continue
@@ -273,6 +355,7 @@ func (s *State) Tick(now time.Time) []*Change {
 		c, _ := s.change(now, name, func(r *Root, em *emitter) error {
 			for _, cj := range r.CJs {
 				expire(now, cj, em)
+				retryCluster(now, cj, em)
 			}
 			return nil
 		})

@@ -270,9 +270,9 @@ func TestClusterFailureFailsTheJob(t *testing.T) {
 	t.Parallel()
 	s := NewState()
 	feed(t, s, customJob(cjName, "alice", spec()))
-	c := feed(t, s, &eventsv1.ClusterOperationFailed{Cluster: "projects/p/clusters/cj-101", Code: 8, Message: "no capacity in us-central1-a"})
+	c := feed(t, s, &eventsv1.ClusterOperationFailed{Cluster: "projects/p/clusters/cj-101", Code: 3, Message: "node pool cj101-wp0: bad machine"})
 	got := cjOf(t, s, cjName)
-	if got.GetState() != trainingv1.JobState_JOB_STATE_FAILED || !strings.Contains(got.GetError().GetMessage(), "no capacity") {
+	if got.GetState() != trainingv1.JobState_JOB_STATE_FAILED || !strings.Contains(got.GetError().GetMessage(), "bad machine") {
 		t.Fatalf("%v", got)
 	}
 	if dels, _ := emitted[*eventsv1.DeleteCluster](c); len(dels) != 1 {
@@ -853,5 +853,72 @@ func TestEveryEndOfTheSchedulerJob(t *testing.T) {
 			got.GetEndTime() == nil || len(dels) != 1 {
 			t.Errorf("%v: %v (emitted %d deletes)", tc.end, got, len(dels))
 		}
+	}
+}
+
+// TestCapacityRefusalWaitsQueued: a cluster refused for capacity or quota
+// leaves the CustomJob QUEUED (Vertex's "waiting for capacity"), asks
+// again every CapacityRetry, runs once capacity comes, and fails with the
+// provisioner's reason when its wait (max_wait_duration, else
+// DefaultCapacityWait) is over; FLEX_START expires instead.
+func TestCapacityRefusalWaitsQueued(t *testing.T) {
+	t.Parallel()
+	refused := &eventsv1.ClusterOperationFailed{Cluster: "projects/p/clusters/cj-101", Code: 9,
+		Message: "zone us-central1-a has 0 free a3-highgpu-8g ON_DEMAND, 1 wanted"}
+
+	s := NewState()
+	feed(t, s, customJob(cjName, "alice", spec()))
+	c := step(t, s, t0.Add(time.Second), Input{Payload: refused})
+	if got := cjOf(t, s, cjName); got.GetState() != trainingv1.JobState_JOB_STATE_QUEUED || got.GetError() != nil {
+		t.Fatalf("after a capacity refusal: %v", got)
+	}
+	if dels, _ := emitted[*eventsv1.DeleteCluster](c); len(dels) != 0 {
+		t.Fatalf("a refused cluster is deleted: %v", c.Emits)
+	}
+	if cs := s.Tick(t0.Add(CapacityRetry)); len(cs) != 0 {
+		t.Fatalf("asked again before CapacityRetry: %v", cs)
+	}
+	cs := s.Tick(t0.Add(time.Second + CapacityRetry))
+	if len(cs) != 1 {
+		t.Fatalf("tick at the retry: %d changes", len(cs))
+	}
+	s.Apply(cs[0])
+	if creates, _ := emitted[*eventsv1.CreateCluster](cs[0]); len(creates) != 1 || creates[0].GetCluster().GetName() != "projects/p/clusters/cj-101" {
+		t.Fatalf("the retry asked for %v", cs[0].Emits)
+	}
+	if cs := s.Tick(t0.Add(time.Second + 2*CapacityRetry)); len(cs) != 0 {
+		t.Fatalf("asked again with no refusal in between: %v", cs)
+	}
+	c = step(t, s, t0.Add(time.Minute), Input{Payload: clusterIs("projects/p/clusters/cj-101", loomv1.Cluster_RUNNING)})
+	if subs, _ := emitted[*eventsv1.SubmitJob](c); len(subs) != 1 {
+		t.Fatalf("capacity came but nothing was submitted: %v", c.Emits)
+	}
+
+	// Refused until the default wait is over: FAILED, saying why.
+	s = NewState()
+	feed(t, s, customJob(cjName, "alice", spec()))
+	step(t, s, t0.Add(DefaultCapacityWait-time.Second), Input{Payload: refused})
+	cs = s.Tick(t0.Add(DefaultCapacityWait))
+	if len(cs) != 1 {
+		t.Fatalf("no change at the end of the wait")
+	}
+	s.Apply(cs[0])
+	got := cjOf(t, s, cjName)
+	if got.GetState() != trainingv1.JobState_JOB_STATE_FAILED || !strings.Contains(got.GetError().GetMessage(), "0 free a3-highgpu-8g") ||
+		!strings.Contains(got.GetError().GetMessage(), "max_wait_duration") {
+		t.Fatalf("after the wait: %v", got)
+	}
+	if creates, _ := emitted[*eventsv1.CreateCluster](cs[0]); len(creates) != 0 {
+		t.Fatalf("asked again after the wait: %v", cs[0].Emits)
+	}
+
+	// FLEX_START with its own max_wait_duration: EXPIRED at a refusal past it.
+	s = NewState()
+	sp := spec()
+	sp.Scheduling = &trainingv1.Scheduling{Strategy: trainingv1.Scheduling_FLEX_START, MaxWaitDuration: durationpb.New(10 * time.Minute)}
+	feed(t, s, customJob(cjName, "alice", sp))
+	step(t, s, t0.Add(11*time.Minute), Input{Payload: refused})
+	if got := cjOf(t, s, cjName); got.GetState() != trainingv1.JobState_JOB_STATE_EXPIRED {
+		t.Fatalf("FLEX_START refused past its wait: %v", got)
 	}
 }

@@ -43,6 +43,11 @@ type CJ struct {
 	// the run's number: a node's metrics are taken only from these.
 	Nodes   []string
 	Attempt int32
+	// RetryAt is when its ephemeral cluster is asked for again after the
+	// provisioner refused it for capacity or quota (zero: no retry due);
+	// Refused is that refusal, kept for the error should the wait end.
+	RetryAt time.Time
+	Refused string
 }
 
 // Tuning is a hyperparameter tuning job with its trials (with their
@@ -306,10 +311,7 @@ func (s *State) Handle(now time.Time, in Input) (*Change, error) {
 		})
 	case *eventsv1.ClusterOperationFailed:
 		return s.onCluster(now, p.GetCluster(), func(r *Root, cj *CJ, em *emitter) {
-			if !JobEnded(cj.Job.GetState()) && !cj.Submitted {
-				endCJ(now, cj, trainingv1.JobState_JOB_STATE_FAILED, codeUnavailable,
-					fmt.Sprintf("its cluster %s could not be provisioned: %s", cj.Job.GetCluster(), p.GetMessage()), em)
-			}
+			clusterRefused(now, cj, p, em)
 		})
 	case *eventsv1.ClusterDeleted:
 		return s.onCluster(now, p.GetCluster(), func(r *Root, cj *CJ, em *emitter) {
@@ -341,6 +343,7 @@ const (
 	codeCancelled          = 1
 	codeInvalidArgument    = 3
 	codeDeadlineExceeded   = 4
+	codeResourceExhausted  = 8
 	codeFailedPrecondition = 9
 	codeInternal           = 13
 	codeUnavailable        = 14
@@ -460,7 +463,8 @@ func rootEqual(a, b *Root) bool {
 		x, y := a.CJs[i], b.CJs[i]
 		if !proto.Equal(x.Job, y.Job) || strings.Join(x.Nodes, ",") != strings.Join(y.Nodes, ",") ||
 			x.TrialID != y.TrialID || x.Ephemeral != y.Ephemeral || x.Submitted != y.Submitted ||
-			x.ClusterDeleted != y.ClusterDeleted || x.CancelSent != y.CancelSent || x.Stop != y.Stop || x.Attempt != y.Attempt {
+			x.ClusterDeleted != y.ClusterDeleted || x.CancelSent != y.CancelSent || x.Stop != y.Stop || x.Attempt != y.Attempt ||
+			!x.RetryAt.Equal(y.RetryAt) || x.Refused != y.Refused {
 			return false
 		}
 	}
