@@ -1,16 +1,11 @@
 package cli
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/loom-ml/loom/cmd/loom/internal/slurmcli"
-	"github.com/loom-ml/loom/cmd/loom/stack"
 )
 
 // TestRecipeSmallVariantRunsEndToEnd launches a recipe's small variant
@@ -20,38 +15,8 @@ import (
 // for real; the job must complete and its output show the training.
 func TestRecipeSmallVariantRunsEndToEnd(t *testing.T) {
 	t.Parallel()
-	bin := t.TempDir()
-	if err := slurmcli.LinkCommands(bin, os.Args[0]); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	st, err := stack.Start(ctx, stack.Options{
-		DataDir:      t.TempDir(),
-		AgentCommand: []string{os.Args[0]},
-		// The jobs' PATH starts with bin: `loom` there is this test binary.
-		AgentEnv: []string{"LOOM_TEST_RUN_AGENT=1", "LOOM_SLURM_BIN=" + bin},
-		LogLevel: "error",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
-		defer ccancel()
-		_ = st.Close(cctx)
-	})
-	key, _ := st.AdminKey()
-	loom := func(args ...string) (string, string, int) {
-		t.Helper()
-		a := newApp()
-		a.pollInterval = 100 * time.Millisecond
-		a.configDir = t.TempDir()
-		a.fixedCred = key
-		var out, errb bytes.Buffer
-		code := a.execute(ctx, append([]string{"--gateway", st.GatewayAddr}, args...), &out, &errb)
-		return out.String(), errb.String(), code
-	}
+	s := startTrainingStack(t, 4*time.Minute)
+	loom := s.loom
 	file := writeFile(t, "cluster.json", `{"name": "recipes", "compute": {"nodePools": [{"id": "cpu", "machineType": "n2-standard-8", "nodeCount": 1}]}}`)
 	if out, errOut, code := loom("clusters", "create", "-f", file); code != 0 {
 		t.Fatalf("create cluster: exit %d\n%s%s", code, out, errOut)
