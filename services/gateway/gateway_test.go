@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/envelope"
@@ -553,6 +554,21 @@ func testLogs(t *testing.T, h *harness, ctx context.Context) {
 	rest, err := readAll(follow)
 	if err != nil || rest != "world\n" {
 		t.Fatalf("followed logs: %q %v, want the appended line then the end", rest, err)
+	}
+
+	// The output of a job that ran and ended, gone (its ephemeral cluster
+	// deleted): NotFound saying so, not an empty log.
+	if err := os.Remove(out); err != nil {
+		t.Fatal(err)
+	}
+	job.StartTime = timestamppb.Now()
+	h.w.setJob(job)
+	s, err = h.jobs().ReadJobLogs(ctx, &loomv1.ReadJobLogsRequest{Name: job.GetName()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text, err := readAll(s); status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "no longer exists") || text != "" {
+		t.Fatalf("logs of a removed output: %q %v, want NotFound", text, err)
 	}
 }
 

@@ -40,7 +40,10 @@ func (g *Gateway) ReadJobLogs(ctx context.Context, req *loomv1.ReadJobLogsReques
 	t := &tail{send: send, owner: job.GetUser()}
 	defer t.close()
 	if !req.GetFollow() {
-		return t.drain(job.GetOutputPath())
+		if err := t.drain(job.GetOutputPath()); err != nil {
+			return err
+		}
+		return outputGone(t, job)
 	}
 	tick := time.NewTicker(g.opt.Poll)
 	defer tick.Stop()
@@ -65,6 +68,19 @@ func (g *Gateway) ReadJobLogs(ctx context.Context, req *loomv1.ReadJobLogsReques
 			return err
 		}
 	}
+}
+
+// outputGone refuses, after a drain that found no file, a job that ran and
+// ended: its output existed once and is gone (an ephemeral cluster's
+// shared directory deleted with the cluster, a file removed), which an
+// empty answer would pass off as a job that printed nothing. A job that
+// never started, or is still running, has nothing yet and is not refused.
+func outputGone(t *tail, job *loomv1.Job) error {
+	if t.f != nil || job.GetOutputPath() == "" || job.GetStartTime() == nil || !job.GetState().Terminal() {
+		return nil
+	}
+	return fmt.Errorf("job %s: its output file %s no longer exists (removed, or its cluster's shared directory was deleted with the cluster): %w",
+		job.GetJobId(), job.GetOutputPath(), errs.NotFound)
 }
 
 // tail reads a growing file from where it left off.
