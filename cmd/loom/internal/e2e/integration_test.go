@@ -39,7 +39,13 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	// The binaries built for the process tests are the test binary's, not
+	// any one test's (t.TempDir would go with the first test): removed here.
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
 }
 
 // Where a stack's services run: all in this process (as `loom up`), or
