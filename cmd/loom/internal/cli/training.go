@@ -264,24 +264,35 @@ func (a *app) followCustomJob(ctx context.Context, name string, progress io.Writ
 	if err != nil {
 		return nil, err
 	}
-	last := ""
-	j, err := poll(ctx, a, "get custom job "+shortName(name), func(ctx context.Context) (*trainingv1.CustomJob, error) {
+	return follow(ctx, a, progress, "get custom job "+shortName(name), func(ctx context.Context) (*trainingv1.CustomJob, error) {
 		return tc.GetCustomJob(ctx, &trainingv1.GetCustomJobRequest{Name: name})
-	}, func(j *trainingv1.CustomJob) bool {
-		if d := describeCustomJob(j); d != last {
+	}, describeCustomJob, func(j *trainingv1.CustomJob) bool { return jobEnded(j.GetState()) },
+		func(j *trainingv1.CustomJob) error {
+			if j.GetState() == trainingv1.JobState_JOB_STATE_SUCCEEDED {
+				return nil
+			}
+			id := shortName(name)
+			return fmt.Errorf("custom job %s ended %s; see its output with `loom jobs logs %s`", id, describeCustomJob(j), id)
+		})
+}
+
+// follow polls get until ended says the resource has ended, printing
+// describe's line whenever it changes, and returns the last answer with
+// outcome's verdict on it (nil: it succeeded).
+func follow[T proto.Message](ctx context.Context, a *app, progress io.Writer, what string, get func(context.Context) (T, error),
+	describe func(T) string, ended func(T) bool, outcome func(T) error) (T, error) {
+	last := ""
+	m, err := poll(ctx, a, what, get, func(m T) bool {
+		if d := describe(m); d != last {
 			fmt.Fprintf(progress, "  %s  %s\n", a.now().Format("15:04:05"), d)
 			last = d
 		}
-		return jobEnded(j.GetState())
+		return ended(m)
 	})
 	if err != nil {
-		return j, err
+		return m, err
 	}
-	if j.GetState() != trainingv1.JobState_JOB_STATE_SUCCEEDED {
-		id := shortName(name)
-		return j, fmt.Errorf("custom job %s ended %s; see its output with `loom jobs logs %s`", id, describeCustomJob(j), id)
-	}
-	return j, nil
+	return m, outcome(m)
 }
 
 func (a *app) customGetCommand() *cobra.Command {
@@ -991,29 +1002,22 @@ func describePipeline(p *trainingv1.TrainingPipeline) string {
 	return withError(s, p.GetError())
 }
 
+// followPipeline polls a pipeline until it ends, a line per change.
 func (a *app) followPipeline(ctx context.Context, name string, progress io.Writer) (*trainingv1.TrainingPipeline, error) {
 	tc, err := a.training()
 	if err != nil {
 		return nil, err
 	}
-	last := ""
-	p, err := poll(ctx, a, "get pipeline "+shortName(name), func(ctx context.Context) (*trainingv1.TrainingPipeline, error) {
+	return follow(ctx, a, progress, "get pipeline "+shortName(name), func(ctx context.Context) (*trainingv1.TrainingPipeline, error) {
 		return tc.GetTrainingPipeline(ctx, &trainingv1.GetTrainingPipelineRequest{Name: name})
-	}, func(p *trainingv1.TrainingPipeline) bool {
-		if d := describePipeline(p); d != last {
-			fmt.Fprintf(progress, "  %s  %s\n", a.now().Format("15:04:05"), d)
-			last = d
-		}
-		return pipelineEnded(p.GetState())
-	})
-	if err != nil {
-		return p, err
-	}
-	if p.GetState() != trainingv1.PipelineState_PIPELINE_STATE_SUCCEEDED {
-		id := shortName(name)
-		return p, fmt.Errorf("pipeline %s ended %s; see it with `loom pipelines get %s`", id, describePipeline(p), id)
-	}
-	return p, nil
+	}, describePipeline, func(p *trainingv1.TrainingPipeline) bool { return pipelineEnded(p.GetState()) },
+		func(p *trainingv1.TrainingPipeline) error {
+			if p.GetState() == trainingv1.PipelineState_PIPELINE_STATE_SUCCEEDED {
+				return nil
+			}
+			id := shortName(name)
+			return fmt.Errorf("pipeline %s ended %s; see it with `loom pipelines get %s`", id, describePipeline(p), id)
+		})
 }
 
 func (a *app) pipelineGetCommand() *cobra.Command {
