@@ -37,7 +37,14 @@ func Tools(t testing.TB, hint string, bins ...string) {
 	if len(missing) == 0 {
 		return
 	}
-	msg := "not installed: " + strings.Join(missing, ", ") + " (" + hint + ")"
+	Missing(t, "not installed: "+strings.Join(missing, ", ")+" ("+hint+")")
+}
+
+// Missing skips t (fails it when Required) for a need that is not met and
+// that Tools cannot see, such as a Python module: msg says what is missing
+// and how to install it.
+func Missing(t testing.TB, msg string) {
+	t.Helper()
 	if Required() {
 		t.Fatalf("%s; %s is set, so a missing program fails the test: add its package to .ci/run", msg, RequireEnv)
 	}

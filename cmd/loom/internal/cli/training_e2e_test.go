@@ -26,6 +26,7 @@ import (
 	"github.com/loom-ml/loom/cmd/loom/stack"
 	"github.com/loom-ml/loom/libs/recipes"
 	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/testkit/need"
 	"github.com/loom-ml/loom/libs/toytrain"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -445,10 +446,7 @@ print("model written to", d)
 func TestPythonPackageCustomJob(t *testing.T) {
 	t.Parallel()
 	if err := exec.Command("python3", "-c", "import venv, ensurepip").Run(); err != nil {
-		if os.Getenv("LOOM_TEST_REQUIRE_TOOLS") != "" {
-			t.Fatalf("python3 with venv and ensurepip (Debian python3-venv) is required: %v", err)
-		}
-		t.Skipf("python3 with venv (Debian python3-venv) is not installed: %v", err)
+		need.Missing(t, fmt.Sprintf("python3 with venv and ensurepip (apt-get install python3-venv python3-pip): %v", err))
 	}
 	s := startTrainingStack(t, 4*time.Minute)
 	whl := writeWheel(t, t.TempDir())
