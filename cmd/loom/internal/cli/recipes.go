@@ -9,12 +9,10 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/slurmcli"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/recipes"
-	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -225,7 +223,7 @@ func (a *app) launchRecipe(cmd *cobra.Command, name string, f launchFlags) error
 		if f.dryRun {
 			return writeJSON(out, job)
 		}
-		return a.createRecipeCustomJob(cmd, f.location, job, f.wait)
+		return a.createCustomJob(cmd, a.parent()+"/locations/"+f.location, job, f.wait)
 	}
 	if f.outputDir != "" {
 		return usagef("--output-dir is for --serverless; a batch job writes to its checkpoint directory")
@@ -292,25 +290,4 @@ func (a *app) recipeJob(ctx context.Context, r *recipes.Recipe, opts recipes.Opt
 	}
 	job.User = user
 	return job, nil
-}
-
-// createRecipeCustomJob creates job through the gateway's TrainingService
-// and, as `loom jobs custom create` does (afterCreate), says what it made
-// or with wait follows it to its end.
-func (a *app) createRecipeCustomJob(cmd *cobra.Command, location string, job *trainingv1.CustomJob, wait bool) error {
-	tc, err := a.training()
-	if err != nil {
-		return err
-	}
-	cctx, cancel := a.call(cmd.Context())
-	defer cancel()
-	parent := a.parent() + "/locations/" + location
-	cj, err := tc.CreateCustomJob(cctx, &trainingv1.CreateCustomJobRequest{
-		Parent: parent, CustomJob: job, RequestId: requestID()})
-	if err != nil {
-		return a.explain("create custom job", err)
-	}
-	return a.afterCreate(cmd, wait, cj, customJobs, func(ctx context.Context, progress io.Writer) (proto.Message, error) {
-		return a.followCustomJob(ctx, cj.GetName(), progress)
-	})
 }

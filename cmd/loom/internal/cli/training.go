@@ -150,24 +150,32 @@ func (a *app) customCreateCommand() *cobra.Command {
 			if err := readTrainingFile(file, job, "CustomJob"); err != nil {
 				return err
 			}
-			tc, err := a.training()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := a.call(cmd.Context())
-			j, err := tc.CreateCustomJob(ctx, &trainingv1.CreateCustomJobRequest{Parent: a.trainingParent(), CustomJob: job, RequestId: requestID()})
-			cancel()
-			if err != nil {
-				return a.explain("create custom job", requestFields(err, "custom_job"))
-			}
-			return a.afterCreate(cmd, wait, j, customJobs, func(ctx context.Context, progress io.Writer) (proto.Message, error) {
-				return a.followCustomJob(ctx, j.GetName(), progress)
-			})
+			return a.createCustomJob(cmd, a.trainingParent(), job, wait)
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "", "CustomJob file (Vertex's JSON)")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the job to end, showing its state changes")
 	return cmd
+}
+
+// createCustomJob creates job under parent through the gateway's
+// TrainingService and, with afterCreate, says what it made or with wait
+// follows it to its end: `loom jobs custom create` and a serverless recipe
+// launch alike.
+func (a *app) createCustomJob(cmd *cobra.Command, parent string, job *trainingv1.CustomJob, wait bool) error {
+	tc, err := a.training()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := a.call(cmd.Context())
+	j, err := tc.CreateCustomJob(ctx, &trainingv1.CreateCustomJobRequest{Parent: parent, CustomJob: job, RequestId: requestID()})
+	cancel()
+	if err != nil {
+		return a.explain("create custom job", requestFields(err, "custom_job"))
+	}
+	return a.afterCreate(cmd, wait, j, customJobs, func(ctx context.Context, progress io.Writer) (proto.Message, error) {
+		return a.followCustomJob(ctx, j.GetName(), progress)
+	})
 }
 
 // afterCreate prints what a create accepted, or with wait follows it to
