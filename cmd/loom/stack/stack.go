@@ -473,7 +473,7 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	healthArgs = append(healthArgs, opts.HealthArgs...)
 	gwArgs := append(common(a.Gateway, a.GatewayHTTP), "-rest-addr="+a.GatewayREST,
 		"-provisioner-addr="+a.Provisioner, "-scheduler-addr="+a.Scheduler, "-registry-addr="+a.Registry,
-		"-health-addr="+a.Health)
+		"-health-addr="+a.Health, "-training-addr="+a.Training)
 	// Authentication's keys (docs/security.md): the gateway signs tokens
 	// with one and makes the administrator's and the login daemon's API
 	// keys at its first start.
@@ -482,9 +482,6 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 		{"bootstrap-admin", "LOOM_GATEWAY_BOOTSTRAP_ADMIN", s.Admin},
 		{"bootstrap-key-file", "LOOM_GATEWAY_BOOTSTRAP_KEY_FILE", s.Keys.Admin},
 		{"login-key-file", "LOOM_GATEWAY_LOGIN_KEY_FILE", s.Keys.Login},
-		// The training service's reads (issue 15), given only to a gateway
-		// that has the flag, the same way.
-		{"training-addr", "LOOM_GATEWAY_TRAINING_ADDR", a.Training},
 	}
 
 	s.binDir = opts.BinDir
