@@ -297,6 +297,13 @@ func TestAdoptAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(orphan, syscall.SIGKILL) })
+	// $! is written as soon as the shell forks; until the child has
+	// exec'd sleep its /proc/PID/environ can read empty (the exec swaps
+	// its memory), and CI once caught Adopt in that window.
+	testkit.WaitFor(t, wait, "the orphan runs sleep", func() (bool, error) {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(orphan) + "/cmdline")
+		return err == nil && strings.HasPrefix(string(b), "sleep\x00"), nil
+	})
 
 	// The new agent: a runtime that started nothing.
 	rt2 := New(asAgent)
