@@ -126,6 +126,19 @@ func createTraining[T trainingResource](ctx context.Context, g *Gateway, c train
 	if err != nil {
 		return zero, err
 	}
+	// The quotas (training_quota.go). A retry of an accepted request
+	// answers what it got then, even when the quota is full now.
+	commit, done, err := g.reserveTraining(ctx, parent.Project, owner, c.field, c.resource)
+	if err != nil {
+		if c.rid != "" {
+			if first, rerr := g.repo.Request(ctx, c.kind, c.rid); rerr == nil {
+				return replayTraining(ctx, c, []byte(first))
+			}
+		}
+		return zero, err
+	}
+	ok := false
+	defer func() { done(ok) }()
 	replay, id, err := g.repo.ReplayOrJobIDs(ctx, c.kind, c.rid, n)
 	if err != nil {
 		return zero, err
@@ -133,11 +146,17 @@ func createTraining[T trainingResource](ctx context.Context, g *Gateway, c train
 	if replay != "" {
 		return replayTraining(ctx, c, []byte(replay))
 	}
+	commit(id)
 	accepted := c.accept(c.resource, parent, id, owner, g.now())
 	tx := &store.Tx{}
 	if err := adapters.PutTrainingRequest(tx, c.kind, c.rid, accepted); err != nil {
 		return zero, err
 	}
+	b, err := proto.Marshal(accepted)
+	if err != nil {
+		return zero, fmt.Errorf("encode %s: %w", accepted.GetName(), err)
+	}
+	adapters.PutTrainingAccepted(tx, parent.Project, accepted.GetName(), b)
 	ev, err := route(ctx, resname.Project{ID: parent.Project}.String(), c.command(accepted, n))
 	if err != nil {
 		return zero, err
@@ -156,6 +175,7 @@ func createTraining[T trainingResource](ctx context.Context, g *Gateway, c train
 		}
 		return replayTraining(ctx, c, []byte(first))
 	}
+	ok = true
 	audited()
 	g.opt.Log.InfoContext(ctx, "training resource accepted", "name", accepted.GetName(), "user", owner, "job_ids", n)
 	return accepted, nil
@@ -300,14 +320,17 @@ func checkList(parent, filter string, pageSize int32) error {
 
 // GetCustomJob reads a CustomJob from the training service.
 func (g *Gateway) GetCustomJob(ctx context.Context, req *trainingv1.GetCustomJobRequest) (*trainingv1.CustomJob, error) {
-	if _, _, err := domain.ParseTrainingName("name", domain.CollectionCustomJobs, req.GetName()); err != nil {
+	parent, _, err := domain.ParseTrainingName("name", domain.CollectionCustomJobs, req.GetName())
+	if err != nil {
 		return nil, err
 	}
 	t, err := g.training()
 	if err != nil {
 		return nil, err
 	}
-	j, err := t.GetCustomJob(ctx, req)
+	j, err := readTraining(ctx, g, parent.Project, req.GetName(), func(ctx context.Context) (*trainingv1.CustomJob, error) {
+		return t.GetCustomJob(ctx, req)
+	})
 	if err != nil {
 		return nil, fromTraining("get "+req.GetName(), err)
 	}
@@ -345,14 +368,17 @@ func (g *Gateway) ListCustomJobs(ctx context.Context, req *trainingv1.ListCustom
 // GetHyperparameterTuningJob reads a tuning job (with its trials) from the
 // training service.
 func (g *Gateway) GetHyperparameterTuningJob(ctx context.Context, req *trainingv1.GetHyperparameterTuningJobRequest) (*trainingv1.HyperparameterTuningJob, error) {
-	if _, _, err := domain.ParseTrainingName("name", domain.CollectionTuningJobs, req.GetName()); err != nil {
+	parent, _, err := domain.ParseTrainingName("name", domain.CollectionTuningJobs, req.GetName())
+	if err != nil {
 		return nil, err
 	}
 	t, err := g.training()
 	if err != nil {
 		return nil, err
 	}
-	j, err := t.GetHyperparameterTuningJob(ctx, req)
+	j, err := readTraining(ctx, g, parent.Project, req.GetName(), func(ctx context.Context) (*trainingv1.HyperparameterTuningJob, error) {
+		return t.GetHyperparameterTuningJob(ctx, req)
+	})
 	if err != nil {
 		return nil, fromTraining("get "+req.GetName(), err)
 	}
@@ -388,14 +414,17 @@ func (g *Gateway) ListHyperparameterTuningJobs(ctx context.Context, req *trainin
 
 // GetTrainingPipeline reads a pipeline from the training service.
 func (g *Gateway) GetTrainingPipeline(ctx context.Context, req *trainingv1.GetTrainingPipelineRequest) (*trainingv1.TrainingPipeline, error) {
-	if _, _, err := domain.ParseTrainingName("name", domain.CollectionPipelines, req.GetName()); err != nil {
+	parent, _, err := domain.ParseTrainingName("name", domain.CollectionPipelines, req.GetName())
+	if err != nil {
 		return nil, err
 	}
 	t, err := g.training()
 	if err != nil {
 		return nil, err
 	}
-	p, err := t.GetTrainingPipeline(ctx, req)
+	p, err := readTraining(ctx, g, parent.Project, req.GetName(), func(ctx context.Context) (*trainingv1.TrainingPipeline, error) {
+		return t.GetTrainingPipeline(ctx, req)
+	})
 	if err != nil {
 		return nil, fromTraining("get "+req.GetName(), err)
 	}
@@ -460,6 +489,12 @@ func (g *Gateway) trainingCommand(ctx context.Context, verb string, target train
 	}
 	tx := &store.Tx{}
 	tx.Emit(ev)
+	if verb == "delete" {
+		// A deleted resource is not answered from its accepted record.
+		if n, _, err := domain.ParseTrainingName("name", collectionOf(target.name), target.name); err == nil {
+			adapters.DelTrainingAccepted(tx, n.Project, target.name)
+		}
+	}
 	if _, err := g.repo.Apply(ctx, "", tx); err != nil {
 		return fmt.Errorf("%s %s: %w", verb, target.name, err)
 	}
