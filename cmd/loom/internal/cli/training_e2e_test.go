@@ -152,9 +152,6 @@ func TestCustomJobFromVertexJSONRunsThroughRESTAndCLI(t *testing.T) {
 	var got map[string]any
 	testkit.WaitFor(t, 2*time.Minute, name+" succeeds", func() (bool, error) {
 		code, b := s.rest("GET", "/v1/"+name, "")
-		if code == http.StatusNotFound {
-			return false, nil // not yet read by the training service
-		}
 		if code != http.StatusOK {
 			return false, fmt.Errorf("GET %s: %d %s", name, code, b)
 		}
