@@ -29,7 +29,31 @@ const (
 	MaxTrialCount = 1000
 	// MaxParallelTrials bounds parallel_trial_count.
 	MaxParallelTrials = 64
+	// MaxMeasurements bounds a trial's intermediate measurements, so that a
+	// trial's record (one per trial, updated in place) stays bounded
+	// however long its program reports: past it, thinMeasurements halves
+	// the older ones.
+	MaxMeasurements = 1000
 )
+
+// thinMeasurements keeps ms within MaxMeasurements: while there are too
+// many, every second one of all but the last is dropped (the first is
+// kept), so that the curve still spans every step reported at half the
+// resolution, and the last (LAST selection's) stays. It is a function of
+// ms only, so a replay thins the same.
+func thinMeasurements(ms []*trainingv1.Measurement) []*trainingv1.Measurement {
+	for len(ms) > MaxMeasurements {
+		last := ms[len(ms)-1]
+		kept := ms[:0]
+		for i := 0; i < len(ms)-1; i += 2 {
+			kept = append(kept, ms[i])
+		}
+		kept = append(kept, last)
+		clear(ms[len(kept):])
+		ms = kept
+	}
+	return ms
+}
 
 func (s *State) createTuningJob(now time.Time, c *eventsv1.CreateHyperparameterTuningJob) (*Change, error) {
 	in := c.GetTuningJob()
@@ -409,6 +433,7 @@ func (s *State) metrics(now time.Time, ev *eventsv1.MetricsReported, signer stri
 				tr.Measurements[i] = m
 			}
 		}
+		tr.Measurements = thinMeasurements(tr.Measurements)
 		if tr.GetState() != trainingv1.Trial_ACTIVE || r.Tuning.Ending != 0 {
 			return nil
 		}
