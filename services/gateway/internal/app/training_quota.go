@@ -367,23 +367,23 @@ func (g *Gateway) reserveTraining(ctx context.Context, project, user, what strin
 	unlock := func(bool) { g.trainingQuota.Unlock() }
 	q, src := g.quota.Quotas.For(project)
 	gpus := domain.TrainingGPUs(m)
-	if q.Training > 0 || (q.GPUs > 0 && gpus > 0) {
-		usage, ephemeral, err := g.trainingUsage(ctx, project)
-		if err != nil {
+	// Counted even without a training quota: the count is what drops the
+	// accepted records the training service has taken over.
+	usage, ephemeral, err := g.trainingUsage(ctx, project)
+	if err != nil {
+		unlock(false)
+		return nil, nil, err
+	}
+	var cg int64
+	if q.GPUs > 0 && gpus > 0 {
+		if cg, err = g.clusterGPUs(ctx, project, ephemeral); err != nil {
 			unlock(false)
 			return nil, nil, err
 		}
-		var cg int64
-		if q.GPUs > 0 && gpus > 0 {
-			if cg, err = g.clusterGPUs(ctx, project, ephemeral); err != nil {
-				unlock(false)
-				return nil, nil, err
-			}
-		}
-		if err := domain.CheckTrainingQuota(project, what, q, src, usage, cg, gpus); err != nil {
-			unlock(false)
-			return nil, nil, err
-		}
+	}
+	if err := domain.CheckTrainingQuota(project, what, q, src, usage, cg, gpus); err != nil {
+		unlock(false)
+		return nil, nil, err
 	}
 	n, offset := trainingJobs(m)
 	r, err := g.reserveJobs(ctx, project, user, n)
