@@ -4,16 +4,19 @@ import (
 	"testing"
 
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 // TestMeasurementsBounded: a trial that reports far more steps than
 // MaxMeasurements keeps at most that many, spanning the first step to the
-// last, in step order.
+// last, in step order; with BEST selection the best one stays too.
 func TestMeasurementsBounded(t *testing.T) {
 	t.Parallel()
 	s := NewState()
-	feed(t, s, tuningJob(tunName, 2, 1, 0))
+	create := tuningJob(tunName, 2, 1, 0)
+	create.TuningJob.StudySpec.MeasurementSelectionType = trainingv1.StudySpec_BEST_MEASUREMENT
+	feed(t, s, create)
 	tr := tuningOf(t, s, tunName).GetTrials()[0]
 	n, err := ParseName(tr.GetCustomJob(), CustomJobs)
 	if err != nil {
@@ -25,7 +28,11 @@ func TestMeasurementsBounded(t *testing.T) {
 	for from := int64(1); from <= steps; from += 250 {
 		var pts []*eventsv1.MetricsReported_Point
 		for st := from; st < from+250; st++ {
-			pts = append(pts, &eventsv1.MetricsReported_Point{Step: st, Values: map[string]float64{"val_loss": 10 - float64(st)/1000}})
+			v := 10 - float64(st)/1000
+			if st == 2 {
+				v = -100 // the best, at a step thinning drops
+			}
+			pts = append(pts, &eventsv1.MetricsReported_Point{Step: st, Values: map[string]float64{"val_loss": v}})
 		}
 		feed(t, s, &eventsv1.MetricsReported{Job: n.Job(), Node: "n-0001", Points: pts})
 	}
@@ -35,6 +42,9 @@ func TestMeasurementsBounded(t *testing.T) {
 	}
 	if ms[0].GetStepCount() != 1 || ms[len(ms)-1].GetStepCount() != steps {
 		t.Errorf("kept steps %d..%d, want 1..%d", ms[0].GetStepCount(), ms[len(ms)-1].GetStepCount(), steps)
+	}
+	if ms[1].GetStepCount() != 2 {
+		t.Errorf("the best measurement (step 2) was dropped; kept steps %d, %d, ...", ms[0].GetStepCount(), ms[1].GetStepCount())
 	}
 	for i := 1; i < len(ms); i++ {
 		if ms[i].GetStepCount() <= ms[i-1].GetStepCount() {

@@ -39,14 +39,17 @@ const (
 // thinMeasurements keeps ms within MaxMeasurements: while there are too
 // many, every second one of all but the last is dropped (the first is
 // kept), so that the curve still spans every step reported at half the
-// resolution, and the last (LAST selection's) stays. It is a function of
-// ms only, so a replay thins the same.
-func thinMeasurements(ms []*trainingv1.Measurement) []*trainingv1.Measurement {
+// resolution, and the last (LAST selection's) stays, as does keep (BEST
+// selection's, nil for none). It is a function of its arguments only, so
+// a replay thins the same.
+func thinMeasurements(ms []*trainingv1.Measurement, keep *trainingv1.Measurement) []*trainingv1.Measurement {
 	for len(ms) > MaxMeasurements {
 		last := ms[len(ms)-1]
 		kept := ms[:0]
-		for i := 0; i < len(ms)-1; i += 2 {
-			kept = append(kept, ms[i])
+		for i := 0; i < len(ms)-1; i++ {
+			if i%2 == 0 || ms[i] == keep {
+				kept = append(kept, ms[i])
+			}
 		}
 		kept = append(kept, last)
 		clear(ms[len(kept):])
@@ -433,7 +436,13 @@ func (s *State) metrics(now time.Time, ev *eventsv1.MetricsReported, signer stri
 				tr.Measurements[i] = m
 			}
 		}
-		tr.Measurements = thinMeasurements(tr.Measurements)
+		if len(tr.Measurements) > MaxMeasurements {
+			var keep *trainingv1.Measurement
+			if srch, err := searcher(job); err == nil && job.GetStudySpec().GetMeasurementSelectionType() == trainingv1.StudySpec_BEST_MEASUREMENT {
+				keep = selectMeasurement(srch, tr.Measurements, job.GetStudySpec().GetMetrics()[0].GetMetricId(), trainingv1.StudySpec_BEST_MEASUREMENT)
+			}
+			tr.Measurements = thinMeasurements(tr.Measurements, keep)
+		}
 		if tr.GetState() != trainingv1.Trial_ACTIVE || r.Tuning.Ending != 0 {
 			return nil
 		}
