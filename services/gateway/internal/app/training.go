@@ -26,10 +26,12 @@ import (
 // validated here (libs/trainingspec), get their ids from the job id counter
 // (a block for a tuning job or pipeline, SEAMS15) and become commands on
 // loom.training.commands.v1 with the caller's principal, in one Apply with
-// the request record and the audit record; cancel and delete are checked
-// against the resource as the training service has it (owner or admin, not
-// already ended) and become commands; reads go to the training service's
-// internal gRPC.
+// the request record, the accepted record and the audit record, once
+// counted against the project's quotas (training_quota.go); cancel and
+// delete are checked against the resource as the training service has it
+// (owner or admin, not already ended) and become commands; reads go to the
+// training service's internal gRPC, and a resource accepted that it has not
+// read yet is answered as accepted (readTraining).
 
 // training is the training service's client, or an Unavailable error when
 // the gateway was started without one.
@@ -318,7 +320,8 @@ func checkList(parent, filter string, pageSize int32) error {
 	return v.Err()
 }
 
-// GetCustomJob reads a CustomJob from the training service.
+// GetCustomJob reads a CustomJob from the training service (as accepted
+// while the service has not read its create: readTraining).
 func (g *Gateway) GetCustomJob(ctx context.Context, req *trainingv1.GetCustomJobRequest) (*trainingv1.CustomJob, error) {
 	parent, _, err := domain.ParseTrainingName("name", domain.CollectionCustomJobs, req.GetName())
 	if err != nil {
@@ -366,7 +369,8 @@ func (g *Gateway) ListCustomJobs(ctx context.Context, req *trainingv1.ListCustom
 }
 
 // GetHyperparameterTuningJob reads a tuning job (with its trials) from the
-// training service.
+// training service (as accepted while the service has not read its
+// create).
 func (g *Gateway) GetHyperparameterTuningJob(ctx context.Context, req *trainingv1.GetHyperparameterTuningJobRequest) (*trainingv1.HyperparameterTuningJob, error) {
 	parent, _, err := domain.ParseTrainingName("name", domain.CollectionTuningJobs, req.GetName())
 	if err != nil {
@@ -412,7 +416,8 @@ func (g *Gateway) ListHyperparameterTuningJobs(ctx context.Context, req *trainin
 	return resp, nil
 }
 
-// GetTrainingPipeline reads a pipeline from the training service.
+// GetTrainingPipeline reads a pipeline from the training service (as
+// accepted while the service has not read its create).
 func (g *Gateway) GetTrainingPipeline(ctx context.Context, req *trainingv1.GetTrainingPipelineRequest) (*trainingv1.TrainingPipeline, error) {
 	parent, _, err := domain.ParseTrainingName("name", domain.CollectionPipelines, req.GetName())
 	if err != nil {
