@@ -23,6 +23,9 @@ type Limits struct {
 	// project's quotas (LOOM_GATEWAY_QUOTA_NODES, _GPUS, _CLUSTERS,
 	// _PENDING_JOBS; defaults domain.DefaultQuota*).
 	QuotaNodes, QuotaGPUs, QuotaClusters, QuotaPendingJobs int64
+	// QuotaTraining is every project's training resources in flight
+	// (LOOM_GATEWAY_QUOTA_TRAINING; default domain.DefaultQuotaTraining).
+	QuotaTraining int64
 	// ProjectQuotas overrides them per project
 	// (LOOM_GATEWAY_PROJECT_QUOTAS: "p1=nodes:16,gpus:64;p2=clusters:2").
 	ProjectQuotas string
@@ -56,8 +59,10 @@ func (l *Limits) register(fs *flag.FlagSet) {
 		"clusters a project may have; -1: no limit (LOOM_GATEWAY_QUOTA_CLUSTERS)")
 	fs.Int64Var(&l.QuotaPendingJobs, "quota-pending-jobs", config.EnvInt("LOOM_GATEWAY_QUOTA_PENDING_JOBS", domain.DefaultQuotaPendingJobs),
 		"PENDING jobs a project may have (an array counts its tasks); -1: no limit (LOOM_GATEWAY_QUOTA_PENDING_JOBS)")
+	fs.Int64Var(&l.QuotaTraining, "quota-training", config.EnvInt("LOOM_GATEWAY_QUOTA_TRAINING", domain.DefaultQuotaTraining),
+		"training resources (CustomJobs, tuning jobs, pipelines) a project may have in flight; -1: no limit (LOOM_GATEWAY_QUOTA_TRAINING)")
 	fs.StringVar(&l.ProjectQuotas, "project-quotas", config.Env("LOOM_GATEWAY_PROJECT_QUOTAS", ""),
-		`per-project quotas over the defaults, "p1=nodes:16,gpus:64;p2=clusters:2" (kinds: nodes, gpus, clusters, pending_jobs; -1: no limit) (LOOM_GATEWAY_PROJECT_QUOTAS)`)
+		`per-project quotas over the defaults, "p1=nodes:16,gpus:64;p2=clusters:2" (kinds: nodes, gpus, clusters, pending_jobs, training; -1: no limit) (LOOM_GATEWAY_PROJECT_QUOTAS)`)
 	fs.Int64Var(&l.MaxSubmitJobs, "max-submit-jobs", config.EnvInt("LOOM_GATEWAY_MAX_SUBMIT_JOBS", domain.DefaultMaxSubmitJobs),
 		"Slurm's MaxSubmitJobs: pending or running jobs a user may have in a project, unless their association sets it; -1: no limit (LOOM_GATEWAY_MAX_SUBMIT_JOBS)")
 	fs.Float64Var(&l.Rate, "rate", config.EnvFloat("LOOM_GATEWAY_RATE", guard.DefaultRate),
@@ -80,7 +85,7 @@ func (l Limits) options() (app.QuotaOptions, app.AuditOptions, error) {
 	}
 	q := app.QuotaOptions{
 		Quotas: domain.Quotas{Default: domain.Quota{Nodes: l.QuotaNodes, GPUs: l.QuotaGPUs, Clusters: l.QuotaClusters,
-			PendingJobs: l.QuotaPendingJobs}, Projects: projects},
+			PendingJobs: l.QuotaPendingJobs, Training: l.QuotaTraining}, Projects: projects},
 		MaxSubmitJobs: l.MaxSubmitJobs,
 	}
 	return q, app.AuditOptions{Retention: l.AuditRetention, MaxRecords: l.AuditMaxRecords}, nil

@@ -27,7 +27,7 @@ func TestLimitsFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p1, _ := q.Quotas.For("p1"); p1 != (domain.Quota{Nodes: 16, GPUs: 64, Clusters: 5, PendingJobs: domain.DefaultQuotaPendingJobs}) {
+	if p1, _ := q.Quotas.For("p1"); p1 != (domain.Quota{Nodes: 16, GPUs: 64, Clusters: 5, PendingJobs: domain.DefaultQuotaPendingJobs, Training: domain.DefaultQuotaTraining}) {
 		t.Errorf("p1's quota %+v", p1)
 	}
 	if q.MaxSubmitJobs != -1 || a.Retention != 24*time.Hour || a.MaxRecords != app.DefaultAuditMaxRecords {
@@ -39,7 +39,7 @@ func TestLimitsFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if d := def.Limits; d.Rate != guard.DefaultRate || d.Burst != guard.DefaultBurst || d.MaxWatches != guard.DefaultMaxWatches ||
-		d.QuotaPendingJobs != domain.DefaultQuotaPendingJobs || d.MaxSubmitJobs != domain.DefaultMaxSubmitJobs {
+		d.QuotaPendingJobs != domain.DefaultQuotaPendingJobs || d.QuotaTraining != domain.DefaultQuotaTraining || d.MaxSubmitJobs != domain.DefaultMaxSubmitJobs {
 		t.Errorf("default limits %+v", d)
 	}
 }

@@ -75,7 +75,7 @@ func (f fakeTraining) ListCustomJobs(_ context.Context, r *trainingv1.ListCustom
 	resp := &trainingv1.ListCustomJobsResponse{}
 	for _, m := range f.w.training {
 		j, ok := m.(*trainingv1.CustomJob)
-		if !ok || !strings.HasPrefix(j.GetName(), r.GetParent()+"/customJobs/") {
+		if !ok || !underParent(j.GetName(), r.GetParent(), "customJobs") {
 			continue
 		}
 		if flt.Match(func(k string) (string, bool) {
@@ -94,6 +94,17 @@ func (f fakeTraining) ListCustomJobs(_ context.Context, r *trainingv1.ListCustom
 		}
 	}
 	return resp, nil
+}
+
+// underParent reports whether name is in collection under parent, whose
+// location may be "-" (every location), as the training service lists.
+func underParent(name, parent, collection string) bool {
+	if project, ok := strings.CutSuffix(parent, "/locations/-"); ok {
+		rest, ok := strings.CutPrefix(name, project+"/locations/")
+		_, coll, _ := strings.Cut(rest, "/")
+		return ok && strings.HasPrefix(coll, collection+"/")
+	}
+	return strings.HasPrefix(name, parent+"/"+collection+"/")
 }
 
 func (w *world) setTraining(m interface {
@@ -535,7 +546,7 @@ func (f fakeTraining) ListHyperparameterTuningJobs(_ context.Context, r *trainin
 	defer f.w.mu.Unlock()
 	resp := &trainingv1.ListHyperparameterTuningJobsResponse{}
 	for _, m := range f.w.training {
-		if j, ok := m.(*trainingv1.HyperparameterTuningJob); ok && strings.HasPrefix(j.GetName(), r.GetParent()+"/") {
+		if j, ok := m.(*trainingv1.HyperparameterTuningJob); ok && underParent(j.GetName(), r.GetParent(), "hyperparameterTuningJobs") {
 			resp.HyperparameterTuningJobs = append(resp.HyperparameterTuningJobs, proto.Clone(j).(*trainingv1.HyperparameterTuningJob))
 		}
 	}
@@ -547,7 +558,7 @@ func (f fakeTraining) ListTrainingPipelines(_ context.Context, r *trainingv1.Lis
 	defer f.w.mu.Unlock()
 	resp := &trainingv1.ListTrainingPipelinesResponse{}
 	for _, m := range f.w.training {
-		if p, ok := m.(*trainingv1.TrainingPipeline); ok && strings.HasPrefix(p.GetName(), r.GetParent()+"/") {
+		if p, ok := m.(*trainingv1.TrainingPipeline); ok && underParent(p.GetName(), r.GetParent(), "trainingPipelines") {
 			resp.TrainingPipelines = append(resp.TrainingPipelines, proto.Clone(p).(*trainingv1.TrainingPipeline))
 		}
 	}

@@ -425,6 +425,13 @@ func TestCustomJobsThroughTheBus(t *testing.T) {
 	if resp, err := client.ListCustomJobs(ctx, &trainingv1.ListCustomJobsRequest{Parent: "projects/p/locations/elsewhere"}); err != nil || len(resp.GetCustomJobs()) != 0 {
 		t.Fatalf("another location: %v %v", resp, err)
 	}
+	// Location "-" lists every location of the project, no other project's.
+	if resp, err := client.ListCustomJobs(ctx, &trainingv1.ListCustomJobsRequest{Parent: "projects/p/locations/-", Filter: `labels.team="odd"`}); err != nil || len(resp.GetCustomJobs()) != 3 {
+		t.Fatalf("every location: %v %v", resp, err)
+	}
+	if resp, err := client.ListCustomJobs(ctx, &trainingv1.ListCustomJobsRequest{Parent: "projects/q/locations/-"}); err != nil || len(resp.GetCustomJobs()) != 0 {
+		t.Fatalf("another project, every location: %v %v", resp, err)
+	}
 	if _, err := client.ListCustomJobs(ctx, &trainingv1.ListCustomJobsRequest{Parent: loc, Filter: "state=(("}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("bad filter: %v", err)
 	}

@@ -205,30 +205,17 @@ func (a *app) afterCreate(cmd *cobra.Command, wait bool, created interface {
 	return err
 }
 
-// notYetSeen bounds how long poll takes NotFound for "accepted, but the
-// training service has not read the create yet": the gateway answers a
-// create as soon as its command is written, and the training service
-// reads it from Kafka a moment later.
-const notYetSeen = time.Minute
-
 // poll calls get every poll interval until done says the answer is final.
+// A resource just created is answered by the gateway from the moment it
+// accepted it (it answers the accepted resource until the training service
+// has read the create), so any error, NotFound included, ends the wait.
 func poll[T proto.Message](ctx context.Context, a *app, what string, get func(context.Context) (T, error), each func(T) (done bool)) (T, error) {
-	var zero T
-	start := time.Now()
 	for {
 		cctx, cancel := a.call(ctx)
 		m, err := get(cctx)
 		cancel()
-		if status.Code(err) == codes.NotFound && time.Since(start) < notYetSeen {
-			select {
-			case <-ctx.Done():
-				return zero, fmt.Errorf("stopped waiting (%s): %w", what, ctx.Err())
-			case <-time.After(a.pollInterval):
-			}
-			continue
-		}
 		if err != nil {
-			return zero, a.explain(what, err)
+			return m, a.explain(what, err)
 		}
 		if each(m) {
 			return m, nil

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -151,9 +152,6 @@ func TestCustomJobFromVertexJSONRunsThroughRESTAndCLI(t *testing.T) {
 	var got map[string]any
 	testkit.WaitFor(t, 2*time.Minute, name+" succeeds", func() (bool, error) {
 		code, b := s.rest("GET", "/v1/"+name, "")
-		if code == http.StatusNotFound {
-			return false, nil // not yet read by the training service
-		}
 		if code != http.StatusOK {
 			return false, fmt.Errorf("GET %s: %d %s", name, code, b)
 		}
@@ -398,6 +396,7 @@ func writeWheel(t *testing.T, dir string) string {
 		"loomtoy/__init__.py": "",
 		"loomtoy/train.py": `import hashlib, os, sys
 print("loomtoy args:", " ".join(sys.argv[1:]))
+print("loomtoy venv:", sys.prefix)
 d = os.environ["AIP_MODEL_DIR"].removeprefix("file://")
 os.makedirs(d, exist_ok=True)
 body = b'{"weights": [1, 2, 3]}'
@@ -479,5 +478,14 @@ func TestPythonPackageCustomJob(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(out, "model", "MANIFEST")); err != nil {
 		t.Errorf("the package wrote no model: %v", err)
+	}
+	// The per-job venv the package ran in is removed when the job ends.
+	_, rest, ok := strings.Cut(logs, "loomtoy venv: ")
+	venv, _, _ := strings.Cut(rest, "\n")
+	if !ok || !strings.Contains(venv, "loom-cj-"+id+"-venv-") {
+		t.Fatalf("the package did not run in the job's venv; output:\n%s", logs)
+	}
+	if _, err := os.Stat(venv); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("venv %s is left after the job ended: %v", venv, err)
 	}
 }

@@ -84,6 +84,9 @@ type Gateway struct {
 	// checks read (quota.go).
 	quota     QuotaOptions
 	jobCounts jobCounts
+	// trainingQuota serializes training creates from their quota count to
+	// their Apply (training_quota.go).
+	trainingQuota sync.Mutex
 
 	jobs *hub
 	// feed brings job changes to jobs' watchers while there are any; nil

@@ -17,7 +17,8 @@ import (
 // QuotaOptions are the gateway's quotas (Options.Quota). The zero value
 // takes the domain's defaults.
 type QuotaOptions struct {
-	// Quotas are the per-project quotas: nodes, GPUs, clusters, pending jobs.
+	// Quotas are the per-project quotas: nodes, GPUs, clusters, pending
+	// jobs, training resources in flight.
 	// A zero Default field takes its domain.DefaultQuota* value; negative is
 	// no limit.
 	Quotas domain.Quotas
@@ -41,6 +42,7 @@ func (o QuotaOptions) withDefaults() QuotaOptions {
 	def(&o.Quotas.Default.GPUs, domain.DefaultQuotaGPUs)
 	def(&o.Quotas.Default.Clusters, domain.DefaultQuotaClusters)
 	def(&o.Quotas.Default.PendingJobs, domain.DefaultQuotaPendingJobs)
+	def(&o.Quotas.Default.Training, domain.DefaultQuotaTraining)
 	def(&o.MaxSubmitJobs, domain.DefaultMaxSubmitJobs)
 	return o
 }

@@ -26,10 +26,12 @@ import (
 // validated here (libs/trainingspec), get their ids from the job id counter
 // (a block for a tuning job or pipeline, SEAMS15) and become commands on
 // loom.training.commands.v1 with the caller's principal, in one Apply with
-// the request record and the audit record; cancel and delete are checked
-// against the resource as the training service has it (owner or admin, not
-// already ended) and become commands; reads go to the training service's
-// internal gRPC.
+// the request record, the accepted record and the audit record, once
+// counted against the project's quotas (training_quota.go); cancel and
+// delete are checked against the resource as the training service has it
+// (owner or admin, not already ended) and become commands; reads go to the
+// training service's internal gRPC, and a resource accepted that it has not
+// read yet is answered as accepted (readTraining).
 
 // training is the training service's client, or an Unavailable error when
 // the gateway was started without one.
@@ -126,6 +128,19 @@ func createTraining[T trainingResource](ctx context.Context, g *Gateway, c train
 	if err != nil {
 		return zero, err
 	}
+	// The quotas (training_quota.go). A retry of an accepted request
+	// answers what it got then, even when the quota is full now.
+	commit, done, err := g.reserveTraining(ctx, parent.Project, owner, c.field, c.resource)
+	if err != nil {
+		if c.rid != "" {
+			if first, rerr := g.repo.Request(ctx, c.kind, c.rid); rerr == nil {
+				return replayTraining(ctx, c, []byte(first))
+			}
+		}
+		return zero, err
+	}
+	ok := false
+	defer func() { done(ok) }()
 	replay, id, err := g.repo.ReplayOrJobIDs(ctx, c.kind, c.rid, n)
 	if err != nil {
 		return zero, err
@@ -133,11 +148,17 @@ func createTraining[T trainingResource](ctx context.Context, g *Gateway, c train
 	if replay != "" {
 		return replayTraining(ctx, c, []byte(replay))
 	}
+	commit(id)
 	accepted := c.accept(c.resource, parent, id, owner, g.now())
 	tx := &store.Tx{}
 	if err := adapters.PutTrainingRequest(tx, c.kind, c.rid, accepted); err != nil {
 		return zero, err
 	}
+	b, err := proto.Marshal(accepted)
+	if err != nil {
+		return zero, fmt.Errorf("encode %s: %w", accepted.GetName(), err)
+	}
+	adapters.PutTrainingAccepted(tx, parent.Project, accepted.GetName(), b)
 	ev, err := route(ctx, resname.Project{ID: parent.Project}.String(), c.command(accepted, n))
 	if err != nil {
 		return zero, err
@@ -156,6 +177,7 @@ func createTraining[T trainingResource](ctx context.Context, g *Gateway, c train
 		}
 		return replayTraining(ctx, c, []byte(first))
 	}
+	ok = true
 	audited()
 	g.opt.Log.InfoContext(ctx, "training resource accepted", "name", accepted.GetName(), "user", owner, "job_ids", n)
 	return accepted, nil
@@ -298,16 +320,20 @@ func checkList(parent, filter string, pageSize int32) error {
 	return v.Err()
 }
 
-// GetCustomJob reads a CustomJob from the training service.
+// GetCustomJob reads a CustomJob from the training service (as accepted
+// while the service has not read its create: readTraining).
 func (g *Gateway) GetCustomJob(ctx context.Context, req *trainingv1.GetCustomJobRequest) (*trainingv1.CustomJob, error) {
-	if _, _, err := domain.ParseTrainingName("name", domain.CollectionCustomJobs, req.GetName()); err != nil {
+	parent, _, err := domain.ParseTrainingName("name", domain.CollectionCustomJobs, req.GetName())
+	if err != nil {
 		return nil, err
 	}
 	t, err := g.training()
 	if err != nil {
 		return nil, err
 	}
-	j, err := t.GetCustomJob(ctx, req)
+	j, err := readTraining(ctx, g, parent.Project, req.GetName(), func(ctx context.Context) (*trainingv1.CustomJob, error) {
+		return t.GetCustomJob(ctx, req)
+	})
 	if err != nil {
 		return nil, fromTraining("get "+req.GetName(), err)
 	}
@@ -343,16 +369,20 @@ func (g *Gateway) ListCustomJobs(ctx context.Context, req *trainingv1.ListCustom
 }
 
 // GetHyperparameterTuningJob reads a tuning job (with its trials) from the
-// training service.
+// training service (as accepted while the service has not read its
+// create).
 func (g *Gateway) GetHyperparameterTuningJob(ctx context.Context, req *trainingv1.GetHyperparameterTuningJobRequest) (*trainingv1.HyperparameterTuningJob, error) {
-	if _, _, err := domain.ParseTrainingName("name", domain.CollectionTuningJobs, req.GetName()); err != nil {
+	parent, _, err := domain.ParseTrainingName("name", domain.CollectionTuningJobs, req.GetName())
+	if err != nil {
 		return nil, err
 	}
 	t, err := g.training()
 	if err != nil {
 		return nil, err
 	}
-	j, err := t.GetHyperparameterTuningJob(ctx, req)
+	j, err := readTraining(ctx, g, parent.Project, req.GetName(), func(ctx context.Context) (*trainingv1.HyperparameterTuningJob, error) {
+		return t.GetHyperparameterTuningJob(ctx, req)
+	})
 	if err != nil {
 		return nil, fromTraining("get "+req.GetName(), err)
 	}
@@ -386,16 +416,20 @@ func (g *Gateway) ListHyperparameterTuningJobs(ctx context.Context, req *trainin
 	return resp, nil
 }
 
-// GetTrainingPipeline reads a pipeline from the training service.
+// GetTrainingPipeline reads a pipeline from the training service (as
+// accepted while the service has not read its create).
 func (g *Gateway) GetTrainingPipeline(ctx context.Context, req *trainingv1.GetTrainingPipelineRequest) (*trainingv1.TrainingPipeline, error) {
-	if _, _, err := domain.ParseTrainingName("name", domain.CollectionPipelines, req.GetName()); err != nil {
+	parent, _, err := domain.ParseTrainingName("name", domain.CollectionPipelines, req.GetName())
+	if err != nil {
 		return nil, err
 	}
 	t, err := g.training()
 	if err != nil {
 		return nil, err
 	}
-	p, err := t.GetTrainingPipeline(ctx, req)
+	p, err := readTraining(ctx, g, parent.Project, req.GetName(), func(ctx context.Context) (*trainingv1.TrainingPipeline, error) {
+		return t.GetTrainingPipeline(ctx, req)
+	})
 	if err != nil {
 		return nil, fromTraining("get "+req.GetName(), err)
 	}
@@ -460,6 +494,12 @@ func (g *Gateway) trainingCommand(ctx context.Context, verb string, target train
 	}
 	tx := &store.Tx{}
 	tx.Emit(ev)
+	if verb == "delete" {
+		// A deleted resource is not answered from its accepted record.
+		if n, _, err := domain.ParseTrainingName("name", collectionOf(target.name), target.name); err == nil {
+			adapters.DelTrainingAccepted(tx, n.Project, target.name)
+		}
+	}
 	if _, err := g.repo.Apply(ctx, "", tx); err != nil {
 		return fmt.Errorf("%s %s: %w", verb, target.name, err)
 	}

@@ -27,6 +27,11 @@ const (
 	// DefaultQuotaPendingJobs bounds a project's PENDING jobs (an array
 	// counts one per task): slurm.conf's MaxJobCount.
 	DefaultQuotaPendingJobs = 100000
+	// DefaultQuotaTraining bounds a project's training resources in flight
+	// (CustomJobs, tuning jobs and pipelines created through the gateway
+	// that have not ended; a tuning job's trials and a pipeline's job are
+	// their parent's, not counted apart).
+	DefaultQuotaTraining = 1000
 	// DefaultMaxSubmitJobs is Slurm's MaxSubmitJobs for a user without an
 	// association limit: jobs pending or running at once, per project.
 	DefaultMaxSubmitJobs = 100000
@@ -35,6 +40,8 @@ const (
 // Quota is one project's limits. Zero or negative is no limit.
 type Quota struct {
 	Nodes, GPUs, Clusters, PendingJobs int64
+	// Training is the training resources in flight (DefaultQuotaTraining).
+	Training int64
 }
 
 // Quotas are the defaults and the per-project overrides (-project-quotas).
@@ -59,10 +66,11 @@ var quotaKinds = []struct {
 	{"gpus", "LOOM_GATEWAY_QUOTA_GPUS", func(q *Quota) *int64 { return &q.GPUs }},
 	{"clusters", "LOOM_GATEWAY_QUOTA_CLUSTERS", func(q *Quota) *int64 { return &q.Clusters }},
 	{"pending_jobs", "LOOM_GATEWAY_QUOTA_PENDING_JOBS", func(q *Quota) *int64 { return &q.PendingJobs }},
+	{"training", "LOOM_GATEWAY_QUOTA_TRAINING", func(q *Quota) *int64 { return &q.Training }},
 }
 
 // For returns project's quota and, per kind ("nodes", "gpus", "clusters",
-// "pending_jobs"), where its value came from (the variable to change).
+// "pending_jobs", "training"), where its value came from (the variable to change).
 func (q Quotas) For(project string) (Quota, map[string]string) {
 	out := q.Default
 	src := map[string]string{}
@@ -82,7 +90,7 @@ func (q Quotas) For(project string) (Quota, map[string]string) {
 
 // ParseProjectQuotas reads -project-quotas: "p1=nodes:16,gpus:64;p2=clusters:2",
 // projects separated by ';', each with the kinds it overrides (nodes, gpus,
-// clusters, pending_jobs; the others keep the defaults). A value of -1 is
+// clusters, pending_jobs, training; the others keep the defaults). A value of -1 is
 // no limit for that project. "" is no overrides.
 func ParseProjectQuotas(s string) (map[string]Quota, error) {
 	out := map[string]Quota{}
@@ -114,7 +122,7 @@ func ParseProjectQuotas(s string) (map[string]Quota, error) {
 				}
 			}
 			if !found {
-				return nil, fmt.Errorf("project quotas: %s: unknown kind %q (want nodes, gpus, clusters or pending_jobs)", project, key)
+				return nil, fmt.Errorf("project quotas: %s: unknown kind %q (want nodes, gpus, clusters, pending_jobs or training)", project, key)
 			}
 		}
 		out[project] = q
@@ -219,4 +227,35 @@ func FormatProjectQuotas(m map[string]Quota) string {
 		parts = append(parts, p+"="+strings.Join(kv, ","))
 	}
 	return strings.Join(parts, ";")
+}
+
+// TrainingUsage is what a project's training resources in flight hold, as
+// the quota counts them: how many (top-level: a tuning job's trials and a
+// pipeline's job are their parent's) and the GPUs their own clusters ask
+// for (TrainingGPUs). Accepted counts those the gateway accepted that the
+// training service has not read yet (in InFlight and GPUs already).
+type TrainingUsage struct {
+	InFlight, GPUs, Accepted int64
+}
+
+// CheckTrainingQuota refuses (errs.ResourceExhausted) a training create of
+// name asking for gpus GPUs (TrainingGPUs) in a project whose training
+// resources in flight (usage) and clusters' GPUs (clusterGPUs: every
+// cluster but the training resources' own) are at its quota: the
+// in-flight count past q.Training, or the GPUs past q.GPUs. The message
+// names the project, the quota, its variable and each part of the count.
+func CheckTrainingQuota(project, name string, q Quota, src map[string]string, usage TrainingUsage, clusterGPUs, gpus int64) error {
+	var over []string
+	if q.Training > 0 && usage.InFlight+1 > q.Training {
+		over = append(over, fmt.Sprintf("%d training resources in flight would exceed the quota of %d (%s): %d in flight (%d accepted, not yet started), 1 more asked; wait for one to end or cancel one",
+			usage.InFlight+1, q.Training, src["training"], usage.InFlight, usage.Accepted))
+	}
+	if total := clusterGPUs + usage.GPUs + gpus; q.GPUs > 0 && gpus > 0 && total > q.GPUs {
+		over = append(over, fmt.Sprintf("%d GPUs would exceed the quota of %d GPUs (%s): %d in its clusters, %d in its training resources in flight, %d asked by %s",
+			total, q.GPUs, src["gpus"], clusterGPUs, usage.GPUs, gpus, name))
+	}
+	if len(over) == 0 {
+		return nil
+	}
+	return fmt.Errorf("project %s: %s: %w", project, strings.Join(over, "; "), errs.ResourceExhausted)
 }

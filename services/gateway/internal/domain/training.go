@@ -95,6 +95,42 @@ func PipelineJobIDs(p *trainingv1.TrainingPipeline) (int, error) {
 	return 2, nil
 }
 
+// SpecGPUs is the GPUs a CustomJob spec's own cluster has: each worker
+// pool's accelerator_count × replica_count; 0 with persistent_resource_id
+// (it runs on a cluster the project's quota counts already).
+func SpecGPUs(s *trainingv1.CustomJobSpec) int64 {
+	if s.GetPersistentResourceId() != "" {
+		return 0
+	}
+	var n int64
+	for _, p := range s.GetWorkerPoolSpecs() {
+		n += int64(max(p.GetMachineSpec().GetAcceleratorCount(), 0)) * max(p.GetReplicaCount(), 0)
+	}
+	return n
+}
+
+// TrainingGPUs is the GPUs a training resource holds at most at once, as
+// the GPU quota counts it: a CustomJob's SpecGPUs; a tuning job's
+// parallel_trial_count (at least 1) × its trial's; a pipeline's task's.
+func TrainingGPUs(m proto.Message) int64 {
+	switch r := m.(type) {
+	case *trainingv1.CustomJob:
+		return SpecGPUs(r.GetJobSpec())
+	case *trainingv1.HyperparameterTuningJob:
+		return int64(max(r.GetParallelTrialCount(), 1)) * SpecGPUs(r.GetTrialJobSpec())
+	case *trainingv1.TrainingPipeline:
+		custom, tuning, err := trainingspec.PipelineTask(r)
+		switch {
+		case err != nil:
+			return 0
+		case tuning != nil:
+			return TrainingGPUs(tuning)
+		}
+		return SpecGPUs(custom)
+	}
+	return 0
+}
+
 // AcceptCustomJob is j as accepted with id under parent: named, owned by
 // user, QUEUED, created now, with its scheduler job and cluster named; the
 // other output-only fields cleared.

@@ -2,9 +2,11 @@
 package adapters
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -16,10 +18,16 @@ import (
 	"github.com/loom-ml/loom/services/training/internal/domain"
 )
 
-// KeyRoots is the one hash of the state, relative to the store's prefix
+// KeyRoots is the hash of the roots, relative to the store's prefix
 // ("training:"): root name (a CustomJob, tuning job or pipeline as created)
-// → the root as JSON (see record).
+// → the root as JSON (see record), without its trials.
 const KeyRoots = "roots"
+
+// KeyTrialsPrefix + root name is the hash of a tuning root's trials: trial
+// id → the trial (with its measurements) and its CustomJob as JSON (see
+// trialRecord). A change writes only the trials it changed, so that a
+// study of 1,000 trials rewrites one trial per measurement, not the study.
+const KeyTrialsPrefix = "trials:"
 
 // Source is the CloudEvents source of the training service's records.
 const Source = "loom/training"
@@ -35,7 +43,7 @@ func NewRepo(st *store.Store) *Repo { return &Repo{st: st} }
 // Store returns the repository's store.
 func (r *Repo) Store() *store.Store { return r.st }
 
-// Load reads the whole stored state.
+// Load reads the whole stored state: each root with its trials.
 func (r *Repo) Load(ctx context.Context) (*domain.State, error) {
 	raw, err := r.st.HGetAll(ctx, KeyRoots)
 	if err != nil {
@@ -47,24 +55,50 @@ func (r *Repo) Load(ctx context.Context) (*domain.State, error) {
 		if err != nil {
 			return nil, fmt.Errorf("decode %s: %w", name, err)
 		}
+		if root.Tuning != nil {
+			trials, err := r.st.HGetAll(ctx, KeyTrialsPrefix+name)
+			if err != nil {
+				return nil, fmt.Errorf("load the trials of %s: %w", name, err)
+			}
+			if err := MergeTrials(root, trials); err != nil {
+				return nil, fmt.Errorf("decode the trials of %s: %w", name, err)
+			}
+		}
 		roots = append(roots, root)
 	}
 	return domain.NewState(roots...), nil
 }
 
-// Tx returns the transaction that stores c's root (or deletes it) and
-// emits what c emits, each routed by libs/topics (envelope.Route) with its
-// principal.
+// Tx returns the transaction that stores c's root (or deletes it, with its
+// trials) and emits what c emits, each routed by libs/topics
+// (envelope.Route) with its principal. Of a tuning root's trials only those
+// that differ from c.Before's are written.
 func (r *Repo) Tx(c *domain.Change) (*store.Tx, error) {
 	tx := &store.Tx{}
 	if c.After == nil {
 		tx.HDel(KeyRoots, c.Root)
+		tx.Del(KeyTrialsPrefix + c.Root)
 	} else {
 		b, err := Encode(c.After)
 		if err != nil {
 			return nil, fmt.Errorf("encode %s: %w", c.Root, err)
 		}
 		tx.HSet(KeyRoots, c.Root, b)
+		trials, err := EncodeTrials(c.After)
+		if err != nil {
+			return nil, fmt.Errorf("encode the trials of %s: %w", c.Root, err)
+		}
+		var before map[string][]byte
+		if c.Before != nil {
+			if before, err = EncodeTrials(c.Before); err != nil {
+				return nil, fmt.Errorf("encode the trials of %s: %w", c.Root, err)
+			}
+		}
+		for _, id := range sortedIDs(trials) {
+			if !bytes.Equal(before[id], trials[id]) {
+				tx.HSet(KeyTrialsPrefix+c.Root, id, trials[id])
+			}
+		}
 	}
 	for _, e := range c.Emits {
 		ev, err := envelope.Route(e.Key, Source, e.Payload)
@@ -75,6 +109,24 @@ func (r *Repo) Tx(c *domain.Change) (*store.Tx, error) {
 		tx.Emit(ev)
 	}
 	return tx, nil
+}
+
+// sortedIDs is m's trial ids in numeric order (writes in a fixed order).
+func sortedIDs(m map[string][]byte) []string {
+	ids := make([]string, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return trialLess(ids[i], ids[j]) })
+	return ids
+}
+
+// trialLess orders trial ids numerically ("2" before "10").
+func trialLess(a, b string) bool {
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return a < b
 }
 
 // record is a root as stored: the resources as protojson, the service's own
@@ -101,6 +153,13 @@ type cjRecord struct {
 	Refused string `json:"refused,omitempty"`
 }
 
+// trialRecord is one trial as stored under KeyTrialsPrefix: the trial
+// (protojson, with its measurements) and its CustomJob.
+type trialRecord struct {
+	Trial json.RawMessage `json:"trial"`
+	CJ    *cjRecord       `json:"custom_job,omitempty"`
+}
+
 type tuningRecord struct {
 	Job      json.RawMessage `json:"job"`
 	Ending   int32           `json:"ending,omitempty"`
@@ -123,23 +182,24 @@ func unmarshal(b json.RawMessage, m proto.Message) error {
 	return protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(b, m)
 }
 
-// Encode is a root as stored.
+// Encode is a root's own record: the root without a tuning root's trials
+// and their CustomJobs, which EncodeTrials gives.
 func Encode(r *domain.Root) ([]byte, error) {
 	rec := record{Name: r.Name}
 	for _, j := range r.CJs {
-		b, err := marshal(j.Job)
+		if r.Tuning != nil && j.TrialID != "" {
+			continue
+		}
+		c, err := encodeCJ(j)
 		if err != nil {
 			return nil, err
 		}
-		rec.CJs = append(rec.CJs, cjRecord{Job: b, TrialID: j.TrialID, Ephemeral: j.Ephemeral, Submitted: j.Submitted,
-			ClusterDeleted: j.ClusterDeleted, CancelSent: j.CancelSent, Stop: j.Stop, Nodes: j.Nodes, Attempt: j.Attempt,
-			Refused: j.Refused})
-		if !j.RetryAt.IsZero() {
-			rec.CJs[len(rec.CJs)-1].RetryAt = j.RetryAt.UnixNano()
-		}
+		rec.CJs = append(rec.CJs, c)
 	}
 	if t := r.Tuning; t != nil {
-		b, err := marshal(t.Job)
+		job := proto.Clone(t.Job).(*trainingv1.HyperparameterTuningJob)
+		job.Trials = nil
+		b, err := marshal(job)
 		if err != nil {
 			return nil, err
 		}
@@ -160,7 +220,124 @@ func Encode(r *domain.Root) ([]byte, error) {
 	return json.Marshal(rec)
 }
 
-// Decode reads a root Encode wrote.
+// EncodeTrials is a tuning root's trials as stored, by trial id, each with
+// its CustomJob; none for another root.
+func EncodeTrials(r *domain.Root) (map[string][]byte, error) {
+	if r.Tuning == nil {
+		return nil, nil
+	}
+	cjs := map[string]*domain.CJ{}
+	for _, j := range r.CJs {
+		if j.TrialID != "" {
+			cjs[j.TrialID] = j
+		}
+	}
+	out := make(map[string][]byte, len(r.Tuning.Job.GetTrials()))
+	for _, tr := range r.Tuning.Job.GetTrials() {
+		b, err := marshal(tr)
+		if err != nil {
+			return nil, err
+		}
+		rec := trialRecord{Trial: b}
+		if j := cjs[tr.GetId()]; j != nil {
+			c, err := encodeCJ(j)
+			if err != nil {
+				return nil, err
+			}
+			rec.CJ = &c
+		}
+		if out[tr.GetId()], err = json.Marshal(rec); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// MergeTrials puts a tuning root's stored trials (EncodeTrials' records)
+// into r: its trials in id order, each trial's CustomJob after the root's
+// own. A record written before trials were stored apart holds them inline;
+// a trial's own record wins.
+func MergeTrials(r *domain.Root, trials map[string][]byte) error {
+	if r.Tuning == nil || len(trials) == 0 {
+		return nil
+	}
+	byID := map[string]*trainingv1.Trial{}
+	for _, tr := range r.Tuning.Job.GetTrials() {
+		byID[tr.GetId()] = tr
+	}
+	cjs := map[string]*domain.CJ{}
+	var own []*domain.CJ
+	for _, j := range r.CJs {
+		if j.TrialID != "" {
+			cjs[j.TrialID] = j
+		} else {
+			own = append(own, j)
+		}
+	}
+	for id, b := range trials {
+		var rec trialRecord
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return fmt.Errorf("trial %s: %w", id, err)
+		}
+		tr := &trainingv1.Trial{}
+		if err := unmarshal(rec.Trial, tr); err != nil {
+			return fmt.Errorf("trial %s: %w", id, err)
+		}
+		byID[id] = tr
+		if rec.CJ != nil {
+			j, err := decodeCJ(*rec.CJ)
+			if err != nil {
+				return fmt.Errorf("trial %s: %w", id, err)
+			}
+			cjs[id] = j
+		}
+	}
+	ids := make([]string, 0, len(byID))
+	for id := range byID {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return trialLess(ids[i], ids[j]) })
+	r.Tuning.Job.Trials = r.Tuning.Job.Trials[:0]
+	r.CJs = own
+	for _, id := range ids {
+		r.Tuning.Job.Trials = append(r.Tuning.Job.Trials, byID[id])
+		if j := cjs[id]; j != nil {
+			r.CJs = append(r.CJs, j)
+		}
+	}
+	return nil
+}
+
+func encodeCJ(j *domain.CJ) (cjRecord, error) {
+	b, err := marshal(j.Job)
+	if err != nil {
+		return cjRecord{}, err
+	}
+	c := cjRecord{Job: b, TrialID: j.TrialID, Ephemeral: j.Ephemeral, Submitted: j.Submitted,
+		ClusterDeleted: j.ClusterDeleted, CancelSent: j.CancelSent, Stop: j.Stop, Nodes: j.Nodes, Attempt: j.Attempt,
+		Refused: j.Refused}
+	if !j.RetryAt.IsZero() {
+		c.RetryAt = j.RetryAt.UnixNano()
+	}
+	return c, nil
+}
+
+func decodeCJ(j cjRecord) (*domain.CJ, error) {
+	job := &trainingv1.CustomJob{}
+	if err := unmarshal(j.Job, job); err != nil {
+		return nil, err
+	}
+	cj := &domain.CJ{Job: job, TrialID: j.TrialID, Ephemeral: j.Ephemeral, Submitted: j.Submitted,
+		ClusterDeleted: j.ClusterDeleted, CancelSent: j.CancelSent, Stop: j.Stop, Nodes: j.Nodes, Attempt: j.Attempt,
+		Refused: j.Refused}
+	if j.RetryAt != 0 {
+		cj.RetryAt = time.Unix(0, j.RetryAt).UTC()
+	}
+	return cj, nil
+}
+
+// Decode reads a root Encode wrote (without its trials: MergeTrials adds
+// them).
 func Decode(b []byte) (*domain.Root, error) {
 	var rec record
 	if err := json.Unmarshal(b, &rec); err != nil {
@@ -168,15 +345,9 @@ func Decode(b []byte) (*domain.Root, error) {
 	}
 	r := &domain.Root{Name: rec.Name}
 	for _, j := range rec.CJs {
-		job := &trainingv1.CustomJob{}
-		if err := unmarshal(j.Job, job); err != nil {
+		cj, err := decodeCJ(j)
+		if err != nil {
 			return nil, err
-		}
-		cj := &domain.CJ{Job: job, TrialID: j.TrialID, Ephemeral: j.Ephemeral, Submitted: j.Submitted,
-			ClusterDeleted: j.ClusterDeleted, CancelSent: j.CancelSent, Stop: j.Stop, Nodes: j.Nodes, Attempt: j.Attempt,
-			Refused: j.Refused}
-		if j.RetryAt != 0 {
-			cj.RetryAt = time.Unix(0, j.RetryAt).UTC()
 		}
 		r.CJs = append(r.CJs, cj)
 	}

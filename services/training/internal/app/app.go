@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -202,10 +203,20 @@ func (a *App) GetPipeline(name string) (*trainingv1.TrainingPipeline, error) {
 // "projects/{p}/locations/{l}".
 func inParent(name string, project, location string) bool {
 	n, err := domain.ParseName(name, "")
-	return err == nil && n.Project == project && n.Location == location
+	return err == nil && n.Project == project && (location == AnyLocation || n.Location == location)
 }
 
+// AnyLocation as a List parent's location lists every location of the
+// project (AIP-159's "-"); the gateway counts a project's training
+// resources against its quotas so.
+const AnyLocation = "-"
+
 func parent(p string) (string, string, error) {
+	if project, ok := strings.CutSuffix(p, "/locations/"+AnyLocation); ok {
+		if pr, _, err := domain.ParseParent(project + "/locations/any"); err == nil {
+			return pr, AnyLocation, nil
+		}
+	}
 	project, location, err := domain.ParseParent(p)
 	if err != nil {
 		return "", "", errs.Invalid("parent", "%v", err)

@@ -234,7 +234,7 @@ func TestPythonPackageCommand(t *testing.T) {
 		t.Fatalf("command %q", cmd)
 	}
 	for _, want := range []string{"python3 -m venv --system-site-packages", "pip install --quiet --no-index --no-deps --no-build-isolation '/pk/trainer-0.1.tar.gz' '/pk/it'\\''s.whl'",
-		`exec "$v/bin/python" -m 'trainer.task' "$@"`} {
+		`"$v/bin/python" -m 'trainer.task' "$@" </dev/null &`, `trap 'rm -rf "$v"' EXIT`} {
 		if !strings.Contains(cmd[2], want) {
 			t.Errorf("script lacks %q:\n%s", want, cmd[2])
 		}

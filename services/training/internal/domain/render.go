@@ -201,8 +201,15 @@ func command(n Name, p *trainingv1.WorkerPoolSpec) (argv []string, image string,
 // PythonPackageCommand renders a python_package_spec as a command: a
 // per-job virtual environment on each node (system site packages visible),
 // its file:// packages installed offline without dependencies, then
-// `python -m <module> <args>` exec'd in it. The args travel as the script's
+// `python -m <module> <args>` run in it. The args travel as the script's
 // positional parameters, never through the shell's parsing.
+//
+// The venv is removed when the script exits, however it ends (an EXIT
+// trap): the program runs as the script's child rather than exec'd so that
+// the trap outlives it, and a SIGTERM or SIGINT (a cancel, the agent's
+// stop) is passed on to it and waited for before the venv goes. A venv left
+// by a SIGKILL (past the agent's kill grace) or a dead node is removed by
+// the next run of the same job and rank, which starts from an empty one.
 func PythonPackageCommand(id int64, pp *trainingv1.PythonPackageSpec) []string {
 	var pkgs []string
 	for _, u := range pp.GetPackageUris() {
@@ -211,12 +218,17 @@ func PythonPackageCommand(id int64, pp *trainingv1.PythonPackageSpec) []string {
 	script := strings.Join([]string{
 		"set -e",
 		fmt.Sprintf(`v="${TMPDIR:-/tmp}/loom-cj-%d-venv-${RANK:-0}"`, id),
+		`pid=`,
+		`trap 'rm -rf "$v"' EXIT`,
+		`trap 'if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null; wait "$pid"; fi; exit 143' TERM INT HUP`,
+		`rm -rf "$v"`,
 		`python3 -m venv --system-site-packages "$v"`,
 	}, "\n") + "\n"
 	if len(pkgs) > 0 {
 		script += `"$v/bin/python" -m pip install --quiet --no-index --no-deps --no-build-isolation ` + strings.Join(pkgs, " ") + "\n"
 	}
-	script += `exec "$v/bin/python" -m ` + shellQuote(pp.GetPythonModule()) + ` "$@"` + "\n"
+	script += `"$v/bin/python" -m ` + shellQuote(pp.GetPythonModule()) + ` "$@" </dev/null &` + "\n" +
+		"pid=$!\nset +e\nwait \"$pid\"\nrc=$?\nexit $rc\n"
 	return append([]string{"/bin/sh", "-c", script, "loom-python-package"}, pp.GetArgs()...)
 }
 

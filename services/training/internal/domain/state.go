@@ -241,9 +241,12 @@ type Emit struct {
 // Change is what one input does: the root after it (nil: deleted) and what
 // to emit. Apply it to the state only once it is stored.
 type Change struct {
-	Root  string
-	After *Root
-	Emits []Emit
+	Root string
+	// Before is the root as it was (nil: new), so that storage writes only
+	// what changed (a tuning root's trials); After is it now (nil: deleted).
+	Before *Root
+	After  *Root
+	Emits  []Emit
 }
 
 // Apply records c in s.
@@ -440,7 +443,7 @@ func finish(now time.Time, old, r *Root, em *emitter) *Change {
 	if old != nil && len(em.out) == 0 && len(events) == 0 && rootEqual(old, r) {
 		return nil
 	}
-	return &Change{Root: r.Name, After: r, Emits: append(em.out, events...)}
+	return &Change{Root: r.Name, Before: old, After: r, Emits: append(em.out, events...)}
 }
 
 // changed reports whether cur differs from prev beyond its update time.

@@ -29,7 +29,34 @@ const (
 	MaxTrialCount = 1000
 	// MaxParallelTrials bounds parallel_trial_count.
 	MaxParallelTrials = 64
+	// MaxMeasurements bounds a trial's intermediate measurements, so that a
+	// trial's record (one per trial, updated in place) stays bounded
+	// however long its program reports: past it, thinMeasurements halves
+	// the older ones.
+	MaxMeasurements = 1000
 )
+
+// thinMeasurements keeps ms within MaxMeasurements: while there are too
+// many, every second one of all but the last is dropped (the first is
+// kept), so that the curve still spans every step reported at half the
+// resolution, and the last (LAST selection's) stays, as does keep (BEST
+// selection's, nil for none). It is a function of its arguments only, so
+// a replay thins the same.
+func thinMeasurements(ms []*trainingv1.Measurement, keep *trainingv1.Measurement) []*trainingv1.Measurement {
+	for len(ms) > MaxMeasurements {
+		last := ms[len(ms)-1]
+		kept := ms[:0]
+		for i := 0; i < len(ms)-1; i++ {
+			if i%2 == 0 || ms[i] == keep {
+				kept = append(kept, ms[i])
+			}
+		}
+		kept = append(kept, last)
+		clear(ms[len(kept):])
+		ms = kept
+	}
+	return ms
+}
 
 func (s *State) createTuningJob(now time.Time, c *eventsv1.CreateHyperparameterTuningJob) (*Change, error) {
 	in := c.GetTuningJob()
@@ -408,6 +435,13 @@ func (s *State) metrics(now time.Time, ev *eventsv1.MetricsReported, signer stri
 				copy(tr.Measurements[i+1:], tr.Measurements[i:])
 				tr.Measurements[i] = m
 			}
+		}
+		if len(tr.Measurements) > MaxMeasurements {
+			var keep *trainingv1.Measurement
+			if srch, err := searcher(job); err == nil && job.GetStudySpec().GetMeasurementSelectionType() == trainingv1.StudySpec_BEST_MEASUREMENT {
+				keep = selectMeasurement(srch, tr.Measurements, job.GetStudySpec().GetMetrics()[0].GetMetricId(), trainingv1.StudySpec_BEST_MEASUREMENT)
+			}
+			tr.Measurements = thinMeasurements(tr.Measurements, keep)
 		}
 		if tr.GetState() != trainingv1.Trial_ACTIVE || r.Tuning.Ending != 0 {
 			return nil

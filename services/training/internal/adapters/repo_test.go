@@ -1,0 +1,155 @@
+package adapters
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/testkit"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
+	"github.com/loom-ml/loom/services/training/internal/domain"
+)
+
+const study = "projects/p/locations/l/hyperparameterTuningJobs/100"
+
+// bigStudy is a tuning root of n trials, each with its CustomJob and a few
+// measurements.
+func bigStudy(n int) *domain.Root {
+	job := &trainingv1.HyperparameterTuningJob{Name: study, DisplayName: "big", User: "alice", MaxTrialCount: int32(n),
+		State: trainingv1.JobState_JOB_STATE_RUNNING}
+	r := &domain.Root{Name: study, Tuning: &domain.Tuning{Job: job}}
+	for k := 1; k <= n; k++ {
+		id := strconv.Itoa(k)
+		tr := &trainingv1.Trial{Name: study + "/trials/" + id, Id: id, State: trainingv1.Trial_SUCCEEDED,
+			CustomJob: fmt.Sprintf("projects/p/locations/l/customJobs/%d", 100+k)}
+		for st := int64(1); st <= 3; st++ {
+			tr.Measurements = append(tr.Measurements, &trainingv1.Measurement{StepCount: st,
+				Metrics: []*trainingv1.Measurement_Metric{{MetricId: "loss", Value: float64(k) / float64(st)}}})
+		}
+		job.Trials = append(job.Trials, tr)
+		r.CJs = append(r.CJs, &domain.CJ{TrialID: id, Ephemeral: true, Submitted: true, Attempt: 1,
+			Job: &trainingv1.CustomJob{Name: tr.GetCustomJob(), User: "alice", State: trainingv1.JobState_JOB_STATE_SUCCEEDED}})
+	}
+	return r
+}
+
+func apply(t *testing.T, ctx context.Context, repo *Repo, c *domain.Change) {
+	t.Helper()
+	tx, err := repo.Tx(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repo.Store().Apply(ctx, "", tx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTrialsStoredOnePerTrial: a tuning root's trials are stored one
+// record per trial beside a root record that does not grow with them; a
+// change rewrites only the trials it changed (a trial's record left as it
+// was stays byte for byte); Load rebuilds the root as it was; a delete
+// takes the trials with it.
+func TestTrialsStoredOnePerTrial(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 30*time.Second)
+	_, rdb := testkit.Redis(t)
+	repo := NewRepo(store.New(rdb, "training:"))
+	const n = 1000
+	r := bigStudy(n)
+	apply(t, ctx, repo, &domain.Change{Root: study, After: r})
+
+	if got := rdb.HLen(ctx, "training:"+KeyTrialsPrefix+study).Val(); got != n {
+		t.Fatalf("%d trial records, want %d", got, n)
+	}
+	small, err := Encode(bigStudy(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootLen := len(rdb.HGet(ctx, "training:"+KeyRoots, study).Val())
+	if rootLen > len(small)+64 {
+		t.Errorf("the root record of %d trials is %d bytes, of one trial %d: it grows with its trials", n, rootLen, len(small))
+	}
+
+	// Trial 500 gets a measurement; trial 7's stored record is marked to
+	// show whether the change rewrote it.
+	next := r.Clone()
+	tr := next.Tuning.Job.Trials[499]
+	tr.Measurements = append(tr.Measurements, &trainingv1.Measurement{StepCount: 4})
+	const mark = `{"trial":{"id":"7","name":"marked"}}`
+	rdb.HSet(ctx, "training:"+KeyTrialsPrefix+study, "7", mark)
+	apply(t, ctx, repo, &domain.Change{Root: study, Before: r, After: next})
+	if got := rdb.HGet(ctx, "training:"+KeyTrialsPrefix+study, "7").Val(); got != mark {
+		t.Errorf("an unchanged trial was rewritten: %s", got)
+	}
+	rdb.HDel(ctx, "training:"+KeyTrialsPrefix+study, "7") // Load then takes trial 7 from nowhere: put it back
+	apply(t, ctx, repo, &domain.Change{Root: study, After: next})
+
+	st, err := repo.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := st.Lookup(study)
+	if got == nil || len(got.Tuning.Job.GetTrials()) != n || len(got.CJs) != n {
+		t.Fatalf("loaded %d trials, %d custom jobs", len(got.Tuning.Job.GetTrials()), len(got.CJs))
+	}
+	for i := range n {
+		if !proto.Equal(got.Tuning.Job.Trials[i], next.Tuning.Job.Trials[i]) || !proto.Equal(got.CJs[i].Job, next.CJs[i].Job) ||
+			got.CJs[i].TrialID != next.CJs[i].TrialID {
+			t.Fatalf("trial %d loaded as %v / %v, stored %v / %v", i+1, got.Tuning.Job.Trials[i], got.CJs[i].Job,
+				next.Tuning.Job.Trials[i], next.CJs[i].Job)
+		}
+	}
+	if got := st.Lookup(next.CJs[41].Job.GetName()); got != st.Lookup(study) {
+		t.Errorf("a trial's custom job does not lead to its study after Load")
+	}
+
+	apply(t, ctx, repo, &domain.Change{Root: study, Before: next})
+	if rdb.Exists(ctx, "training:"+KeyTrialsPrefix+study).Val() != 0 || rdb.HExists(ctx, "training:"+KeyRoots, study).Val() {
+		t.Error("a deleted study left records")
+	}
+}
+
+// TestLoadReadsInlineTrials: a root stored before trials were stored apart
+// (its trials inline in the root record) loads with its trials.
+func TestLoadReadsInlineTrials(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 30*time.Second)
+	_, rdb := testkit.Redis(t)
+	repo := NewRepo(store.New(rdb, "training:"))
+	r := bigStudy(3)
+	// The old encoding: every custom job and the job with its trials.
+	rec := record{Name: r.Name}
+	for _, j := range r.CJs {
+		c, err := encodeCJ(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.CJs = append(rec.CJs, c)
+	}
+	b, err := marshal(r.Tuning.Job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Tuning = &tuningRecord{Job: b}
+	raw, err := jsonMarshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.HSet(ctx, "training:"+KeyRoots, study, raw)
+	st, err := repo.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := st.Lookup(study)
+	if got == nil || len(got.Tuning.Job.GetTrials()) != 3 || len(got.CJs) != 3 || !proto.Equal(got.Tuning.Job.Trials[2], r.Tuning.Job.Trials[2]) {
+		t.Fatalf("loaded %+v", got)
+	}
+}
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }

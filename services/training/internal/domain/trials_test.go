@@ -1,0 +1,54 @@
+package domain
+
+import (
+	"testing"
+
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// TestMeasurementsBounded: a trial that reports far more steps than
+// MaxMeasurements keeps at most that many, spanning the first step to the
+// last, in step order; with BEST selection the best one stays too.
+func TestMeasurementsBounded(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	create := tuningJob(tunName, 2, 1, 0)
+	create.TuningJob.StudySpec.MeasurementSelectionType = trainingv1.StudySpec_BEST_MEASUREMENT
+	feed(t, s, create)
+	tr := tuningOf(t, s, tunName).GetTrials()[0]
+	n, err := ParseName(tr.GetCustomJob(), CustomJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed(t, s, clusterIs(n.EphemeralCluster(), loomv1.Cluster_RUNNING))
+	feed(t, s, jobIs(n.Job(), loomv1.JobState_RUNNING))
+	const steps = 2500
+	for from := int64(1); from <= steps; from += 250 {
+		var pts []*eventsv1.MetricsReported_Point
+		for st := from; st < from+250; st++ {
+			v := 10 - float64(st)/1000
+			if st == 2 {
+				v = -100 // the best, at a step thinning drops
+			}
+			pts = append(pts, &eventsv1.MetricsReported_Point{Step: st, Values: map[string]float64{"val_loss": v}})
+		}
+		feed(t, s, &eventsv1.MetricsReported{Job: n.Job(), Node: "n-0001", Points: pts})
+	}
+	ms := tuningOf(t, s, tunName).GetTrials()[0].GetMeasurements()
+	if len(ms) > MaxMeasurements || len(ms) < MaxMeasurements/2 {
+		t.Fatalf("%d measurements kept, want between %d and %d", len(ms), MaxMeasurements/2, MaxMeasurements)
+	}
+	if ms[0].GetStepCount() != 1 || ms[len(ms)-1].GetStepCount() != steps {
+		t.Errorf("kept steps %d..%d, want 1..%d", ms[0].GetStepCount(), ms[len(ms)-1].GetStepCount(), steps)
+	}
+	if ms[1].GetStepCount() != 2 {
+		t.Errorf("the best measurement (step 2) was dropped; kept steps %d, %d, ...", ms[0].GetStepCount(), ms[1].GetStepCount())
+	}
+	for i := 1; i < len(ms); i++ {
+		if ms[i].GetStepCount() <= ms[i-1].GetStepCount() {
+			t.Fatalf("measurements out of order at %d: %d after %d", i, ms[i].GetStepCount(), ms[i-1].GetStepCount())
+		}
+	}
+}
