@@ -311,7 +311,9 @@ func matrixRows(opName string) []matrixRow {
 		{"DeleteModel", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
 			_, err := ms(c).DeleteModel(ctx, &loomv1.DeleteModelRequest{Name: project + "/models/m9"})
 			return err
-		}), func(int) (string, string, string) { return "DELETE", "/v1/projects/default/locations/global/models/m9", "" }, modelActRow},
+		}), func(int) (string, string, string) {
+			return "DELETE", "/v1/projects/default/locations/global/models/m9", ""
+		}, modelActRow},
 		{"ExportModel", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
 			_, err := ms(c).ExportModel(ctx, &loomv1.ExportModelRequest{Name: project + "/models/m1"})
 			return err
