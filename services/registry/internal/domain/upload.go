@@ -164,6 +164,9 @@ func ValidateUpload(s *State, cmd *eventsv1.UploadModel) (Upload, error) {
 		}
 		seen[a] = true
 	}
+	if err := checkLineage(cmd.GetLineage()); err != nil {
+		return u, err
+	}
 	dir, err := ArtifactDir(m.GetArtifactUri())
 	if err != nil {
 		return u, err
@@ -198,6 +201,49 @@ func ArtifactDir(uri string) (string, error) {
 		return "", fmt.Errorf("%s: %q is not an absolute path", field, clip(uri))
 	}
 	return filepath.Clean(p), nil
+}
+
+// Lineage bounds: a lineage is stored with every version, so what a caller
+// may put in it is bounded.
+const (
+	// MaxLineageName bounds each name and URI of a lineage, in bytes.
+	MaxLineageName = 1024
+	// MaxLineageEntries bounds hyperparameters and metrics, each.
+	MaxLineageEntries = 256
+	// MaxLineageKey and MaxLineageValue bound a hyperparameter's or
+	// metric's name and a hyperparameter's value, in bytes.
+	MaxLineageKey   = 128
+	MaxLineageValue = 1024
+)
+
+// checkLineage checks a lineage's sizes.
+func checkLineage(l *loomv1.ModelLineage) error {
+	for _, f := range []struct{ field, v string }{
+		{"job", l.GetJob()}, {"custom_job", l.GetCustomJob()}, {"training_pipeline", l.GetTrainingPipeline()},
+		{"tuning_job", l.GetTuningJob()}, {"trial", l.GetTrial()}, {"checkpoint_uri", l.GetCheckpointUri()},
+		{"job_id", l.GetJobId()}, {"data_uri", l.GetDataUri()},
+	} {
+		if len(f.v) > MaxLineageName {
+			return fmt.Errorf("lineage.%s: %d bytes, more than %d", f.field, len(f.v), MaxLineageName)
+		}
+	}
+	if n := len(l.GetHyperparameters()); n > MaxLineageEntries {
+		return fmt.Errorf("lineage.hyperparameters: %d entries, more than %d", n, MaxLineageEntries)
+	}
+	if n := len(l.GetMetrics()); n > MaxLineageEntries {
+		return fmt.Errorf("lineage.metrics: %d entries, more than %d", n, MaxLineageEntries)
+	}
+	for k, v := range l.GetHyperparameters() {
+		if len(k) > MaxLineageKey || len(v) > MaxLineageValue {
+			return fmt.Errorf("lineage.hyperparameters: %q: names are at most %d bytes, values %d", clip(k), MaxLineageKey, MaxLineageValue)
+		}
+	}
+	for k := range l.GetMetrics() {
+		if len(k) > MaxLineageKey {
+			return fmt.Errorf("lineage.metrics: %q: names are at most %d bytes", clip(k), MaxLineageKey)
+		}
+	}
+	return nil
 }
 
 // checkLabels checks the labels' count and grammar.
