@@ -84,7 +84,7 @@ func (a *app) modelsList() *cobra.Command {
 				fmt.Fprintf(out, "No models in project %s. A job submitted with --model NAME registers one when it succeeds; `loom models upload` registers a directory.\n", a.project)
 				return nil
 			}
-			return renderModels(out, resp.GetModels(), a.now())
+			return renderModelList(out, resp.GetModels(), a.now())
 		},
 	}
 	list.Flags().StringVar(&versions, "versions", "", "list the versions of this model (see also `loom models versions`)")
@@ -306,6 +306,22 @@ func (a *app) modelsDelete() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// renderModelList is the models table: one row per model, at its default
+// version.
+func renderModelList(w io.Writer, ms []*loomv1.Model, now time.Time) error {
+	tw := newTable(w)
+	row(tw, "NAME", "DISPLAY NAME", "DEFAULT", "LATEST", "ALIASES", "UPDATED")
+	for _, m := range ms {
+		id, _, _ := strings.Cut(shortName(m.GetName()), "@")
+		latest := "-"
+		if m.GetLatestVersion() > 0 {
+			latest = fmt.Sprint(m.GetLatestVersion())
+		}
+		row(tw, id, clipCell(m.GetDisplayName(), 32), orDash(m.GetVersionId()), latest, joinOr(m.GetVersionAliases(), "-"), ago(m.GetUpdateTime(), now))
+	}
+	return tw.Flush()
 }
 
 // renderModelVersions is the versions table: one row per version.
