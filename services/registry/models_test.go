@@ -260,6 +260,11 @@ func TestExportModel(t *testing.T) {
 	_, err := c.ExportModel(ctx, &loomv1.ExportModelRequest{Name: vertexModel, OutputConfig: &loomv1.ExportModelOutputConfig{
 		ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: "file://" + root + "/../escape"}}})
 	wantCode(t, "export outside the root", err, codes.InvalidArgument, "outside the export root")
+	// Created first: whether Open creates a missing directory is the
+	// blobstore's business, not this test's.
+	if err := os.MkdirAll(filepath.Join(root, "tiny-1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	dst := "file://" + filepath.Join(root, "tiny-1")
 	req := &loomv1.ExportModelRequest{Name: vertexModel + "@1", OutputConfig: &loomv1.ExportModelOutputConfig{
 		ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: dst}}}
