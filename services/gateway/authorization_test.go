@@ -92,6 +92,8 @@ var (
 	anyoneRow = [9]codes.Code{un, ok, ok, ok, ok, ok, ok, ok, ok}
 	// Users only: nodes and workloads have no keys.
 	usersRow = [9]codes.Code{un, ok, ok, ok, ok, ok, ok, pd, pd}
+	// Changes to a project's models: its users and admins.
+	modelActRow = [9]codes.Code{un, pd, ok, ok, ok, nf, ok, pd, pd}
 )
 
 func matrixRows(opName string) []matrixRow {
@@ -280,6 +282,44 @@ func matrixRows(opName string) []matrixRow {
 			_, err := ms(c).ListModelVersions(ctx, &loomv1.ListModelVersionsRequest{Parent: project + "/models/m1"})
 			return err
 		}), get("/v1/projects/default/models/m1/versions"), viewerRow},
+		// Changes to models: project users (UploadModel also a workload of
+		// the project, as SubmitJob); the fake registry accepts each.
+		{"UploadModel", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := ms(c).UploadModel(ctx, &loomv1.UploadModelRequest{Parent: project, Model: &loomv1.Model{ArtifactUri: "/m"}})
+			return err
+		}), func(int) (string, string, string) {
+			return "POST", "/v1/projects/default/locations/global/models:upload", `{"model":{"artifactUri":"/m"}}`
+		}, [9]codes.Code{un, pd, ok, ok, ok, nf, ok, pd, ok}},
+		{"UpdateModel", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := ms(c).UpdateModel(ctx, &loomv1.UpdateModelRequest{Model: &loomv1.Model{Name: project + "/models/m1"}})
+			return err
+		}), func(int) (string, string, string) {
+			return "PATCH", "/v1/projects/default/locations/global/models/m1?updateMask=labels", `{"labels":{"a":"b"}}`
+		}, modelActRow},
+		{"MergeVersionAliases", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := ms(c).MergeVersionAliases(ctx, &loomv1.MergeVersionAliasesRequest{Name: project + "/models/m1@1", VersionAliases: []string{"prod"}})
+			return err
+		}), func(int) (string, string, string) {
+			return "POST", "/v1/projects/default/locations/global/models/m1@1:mergeVersionAliases", `{"versionAliases":["prod"]}`
+		}, modelActRow},
+		{"DeleteModelVersion", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := ms(c).DeleteModelVersion(ctx, &loomv1.DeleteModelVersionRequest{Name: project + "/models/m1@2"})
+			return err
+		}), func(int) (string, string, string) {
+			return "POST", "/v1/projects/default/locations/global/models/m1@2:deleteVersion", `{}`
+		}, modelActRow},
+		{"DeleteModel", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := ms(c).DeleteModel(ctx, &loomv1.DeleteModelRequest{Name: project + "/models/m9"})
+			return err
+		}), func(int) (string, string, string) {
+			return "DELETE", "/v1/projects/default/locations/global/models/m9", ""
+		}, modelActRow},
+		{"ExportModel", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := ms(c).ExportModel(ctx, &loomv1.ExportModelRequest{Name: project + "/models/m1"})
+			return err
+		}), func(int) (string, string, string) {
+			return "POST", "/v1/projects/default/locations/global/models/m1:export", `{"outputConfig":{"artifactDestination":{"outputUriPrefix":"s3://b/x"}}}`
+		}, modelActRow},
 
 		// A new token for the caller itself: users only (a node renews its
 		// identity, a workload gets its token from its node).

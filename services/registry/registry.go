@@ -23,11 +23,17 @@ import (
 // Config is the registry's configuration.
 type Config struct {
 	config.Common
+	// ExportRoot is the directory ExportModel's local destinations must lie
+	// under ("" refuses local destinations; object stores are always
+	// allowed).
+	ExportRoot string
 }
 
 // RegisterFlags adds the registry's flags to fs, defaults from LOOM_* variables.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Common.Register(fs, "REGISTRY", "127.0.0.1:7074", "127.0.0.1:9174")
+	fs.StringVar(&c.ExportRoot, "export-root", config.Env("LOOM_REGISTRY_EXPORT_ROOT", ""),
+		"directory ExportModel may write local exports under (file:// destinations); empty refuses them (LOOM_REGISTRY_EXPORT_ROOT)")
 }
 
 // RunArgs runs the registry from a command line (args, without the program
@@ -65,6 +71,7 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 		_ = base.Close()
 		return err
 	}
+	reg.SetExportRoot(cfg.ExportRoot)
 	loomv1.RegisterModelServiceServer(base.GRPC, ports.NewModelServer(reg))
 	var loops []func(context.Context) error
 	if started != nil {

@@ -27,10 +27,19 @@ const (
 // its gRPC API and a function that stops it.
 func startRegistry(t *testing.T, broker, redisAddr string) (loomv1.ModelServiceClient, func()) {
 	t.Helper()
+	return startRegistryWith(t, broker, redisAddr, nil)
+}
+
+// startRegistryWith is startRegistry with the configuration changed by edit.
+func startRegistryWith(t *testing.T, broker, redisAddr string, edit func(*Config)) (loomv1.ModelServiceClient, func()) {
+	t.Helper()
 	cfg := Config{Common: config.Common{
 		Brokers: []string{broker}, RedisAddr: redisAddr, ServiceKeyFile: testkit.ServiceKeyFile(t),
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", LogLevel: "warn", CreateTopics: true,
 	}}
+	if edit != nil {
+		edit(&cfg)
+	}
 	addrs := make(chan string, 1)
 	svc := testkit.Start(t, "registry", func(ctx context.Context) error {
 		return run(ctx, cfg, func(a string) { addrs <- a })

@@ -3117,13 +3117,43 @@ func (x *ModelOutput) GetModelId() string {
 	return ""
 }
 
-// Model is a named model in the registry. Name is "projects/{project}/models/{model}".
+// Model is a model of the registry, as Vertex AI's Model Registry shows it.
+//
+// Stored (the registry's record of a model): name
+// ("projects/{project}/models/{model}"), latest_version (the highest
+// version id ever given: ids are never reused, also after a delete),
+// create_time, update_time, display_name and description.
+//
+// Served (GetModel, ListModels, ListModelVersions, UpdateModel, ...): one
+// version of the model, Vertex's way: name is
+// "projects/{p}/locations/{l}/models/{model}@{version_id}" and the version_*
+// fields, labels, artifact_uri and lineage are that version's. The
+// model-level fields above are filled too.
 type Model struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	LatestVersion int64                  `protobuf:"varint,2,opt,name=latest_version,json=latestVersion,proto3" json:"latest_version,omitempty"`
 	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// display_name is the model's (≤ 128 characters).
+	DisplayName string `protobuf:"bytes,5,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	// description is the model's (≤ 2048 characters).
+	Description string `protobuf:"bytes,6,opt,name=description,proto3" json:"description,omitempty"`
+	// version_id is the served version's id, "1", "2", ... per model.
+	VersionId string `protobuf:"bytes,7,opt,name=version_id,json=versionId,proto3" json:"version_id,omitempty"`
+	// version_aliases are the served version's aliases: exactly one version
+	// of a model holds "default"; an alias is held by at most one version.
+	VersionAliases []string `protobuf:"bytes,8,rep,name=version_aliases,json=versionAliases,proto3" json:"version_aliases,omitempty"`
+	// version_description is the served version's (≤ 2048 characters).
+	VersionDescription string `protobuf:"bytes,9,opt,name=version_description,json=versionDescription,proto3" json:"version_description,omitempty"`
+	// labels are the served version's (≤ 64, Vertex's key/value grammar).
+	Labels map[string]string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// artifact_uri is where the served version's files are.
+	ArtifactUri       string                 `protobuf:"bytes,11,opt,name=artifact_uri,json=artifactUri,proto3" json:"artifact_uri,omitempty"`
+	VersionCreateTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=version_create_time,json=versionCreateTime,proto3" json:"version_create_time,omitempty"`
+	VersionUpdateTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=version_update_time,json=versionUpdateTime,proto3" json:"version_update_time,omitempty"`
+	// lineage is what produced the served version.
+	Lineage       *ModelLineage `protobuf:"bytes,14,opt,name=lineage,proto3" json:"lineage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3186,8 +3216,80 @@ func (x *Model) GetUpdateTime() *timestamppb.Timestamp {
 	return nil
 }
 
-// ModelVersion is one immutable version of a model. Name is
-// "projects/{project}/models/{model}/versions/{version}".
+func (x *Model) GetDisplayName() string {
+	if x != nil {
+		return x.DisplayName
+	}
+	return ""
+}
+
+func (x *Model) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *Model) GetVersionId() string {
+	if x != nil {
+		return x.VersionId
+	}
+	return ""
+}
+
+func (x *Model) GetVersionAliases() []string {
+	if x != nil {
+		return x.VersionAliases
+	}
+	return nil
+}
+
+func (x *Model) GetVersionDescription() string {
+	if x != nil {
+		return x.VersionDescription
+	}
+	return ""
+}
+
+func (x *Model) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *Model) GetArtifactUri() string {
+	if x != nil {
+		return x.ArtifactUri
+	}
+	return ""
+}
+
+func (x *Model) GetVersionCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.VersionCreateTime
+	}
+	return nil
+}
+
+func (x *Model) GetVersionUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.VersionUpdateTime
+	}
+	return nil
+}
+
+func (x *Model) GetLineage() *ModelLineage {
+	if x != nil {
+		return x.Lineage
+	}
+	return nil
+}
+
+// ModelVersion is one version of a model, as the registry stores it. Name is
+// "projects/{project}/models/{model}/versions/{version}". Its artifacts and
+// lineage never change; its aliases, labels and description may
+// (UpdateModel, MergeVersionAliases).
 type ModelVersion struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -3199,9 +3301,13 @@ type ModelVersion struct {
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	Labels     map[string]string      `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// lineage is everything that produced it (issue 15).
-	Lineage       *ModelLineage `protobuf:"bytes,7,opt,name=lineage,proto3" json:"lineage,omitempty"`
-	DisplayName   string        `protobuf:"bytes,8,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
-	Description   string        `protobuf:"bytes,9,opt,name=description,proto3" json:"description,omitempty"`
+	Lineage     *ModelLineage `protobuf:"bytes,7,opt,name=lineage,proto3" json:"lineage,omitempty"`
+	DisplayName string        `protobuf:"bytes,8,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	// description is the version's description (Vertex's version_description).
+	Description string `protobuf:"bytes,9,opt,name=description,proto3" json:"description,omitempty"`
+	// aliases are the version's aliases ("default", "prod", ...).
+	Aliases       []string               `protobuf:"bytes,10,rep,name=aliases,proto3" json:"aliases,omitempty"`
+	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3299,23 +3405,42 @@ func (x *ModelVersion) GetDescription() string {
 	return ""
 }
 
+func (x *ModelVersion) GetAliases() []string {
+	if x != nil {
+		return x.Aliases
+	}
+	return nil
+}
+
+func (x *ModelVersion) GetUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdateTime
+	}
+	return nil
+}
+
 // ModelLineage says what produced a model version: the job (and run), or
 // the pipeline, the tuning job, the trial and its hyperparameters, with the
 // final metrics and the checkpoint it came from. Names are full resource
-// names.
+// names. Its JSON names are the console's (SEAMS16.md): tuning_job is
+// "hyperparameterTuningJob", hyperparameters "parameters".
 type ModelLineage struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Job              string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	Attempt          int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	CustomJob        string                 `protobuf:"bytes,3,opt,name=custom_job,json=customJob,proto3" json:"custom_job,omitempty"`
 	TrainingPipeline string                 `protobuf:"bytes,4,opt,name=training_pipeline,json=trainingPipeline,proto3" json:"training_pipeline,omitempty"`
-	TuningJob        string                 `protobuf:"bytes,5,opt,name=tuning_job,json=tuningJob,proto3" json:"tuning_job,omitempty"`
+	TuningJob        string                 `protobuf:"bytes,5,opt,name=tuning_job,json=hyperparameterTuningJob,proto3" json:"tuning_job,omitempty"`
 	Trial            string                 `protobuf:"bytes,6,opt,name=trial,proto3" json:"trial,omitempty"`
 	// hyperparameters are the trial's parameters, as strings.
-	Hyperparameters map[string]string `protobuf:"bytes,7,rep,name=hyperparameters,proto3" json:"hyperparameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Hyperparameters map[string]string `protobuf:"bytes,7,rep,name=hyperparameters,json=parameters,proto3" json:"hyperparameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// metrics are the final measurement's metrics.
 	Metrics       map[string]float64 `protobuf:"bytes,8,rep,name=metrics,proto3" json:"metrics,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
 	CheckpointUri string             `protobuf:"bytes,9,opt,name=checkpoint_uri,json=checkpointUri,proto3" json:"checkpoint_uri,omitempty"`
+	// job_id is job's id (the scheduler's job id), filled when served.
+	JobId string `protobuf:"bytes,10,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// data_uri is where the training data came from, when known.
+	DataUri       string `protobuf:"bytes,11,opt,name=data_uri,json=dataUri,proto3" json:"data_uri,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3409,6 +3534,20 @@ func (x *ModelLineage) GetMetrics() map[string]float64 {
 func (x *ModelLineage) GetCheckpointUri() string {
 	if x != nil {
 		return x.CheckpointUri
+	}
+	return ""
+}
+
+func (x *ModelLineage) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *ModelLineage) GetDataUri() string {
+	if x != nil {
+		return x.DataUri
 	}
 	return ""
 }
@@ -4007,14 +4146,29 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x10REBOOT_REQUESTED\x10\a\x12\x11\n" +
 	"\rREBOOT_ISSUED\x10\b\"(\n" +
 	"\vModelOutput\x12\x19\n" +
-	"\bmodel_id\x18\x01 \x01(\tR\amodelId\"\xbc\x01\n" +
+	"\bmodel_id\x18\x01 \x01(\tR\amodelId\"\xd5\x05\n" +
 	"\x05Model\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
 	"\x0elatest_version\x18\x02 \x01(\x03R\rlatestVersion\x12;\n" +
 	"\vcreate_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\xa7\x03\n" +
+	"updateTime\x12!\n" +
+	"\fdisplay_name\x18\x05 \x01(\tR\vdisplayName\x12 \n" +
+	"\vdescription\x18\x06 \x01(\tR\vdescription\x12\x1d\n" +
+	"\n" +
+	"version_id\x18\a \x01(\tR\tversionId\x12'\n" +
+	"\x0fversion_aliases\x18\b \x03(\tR\x0eversionAliases\x12/\n" +
+	"\x13version_description\x18\t \x01(\tR\x12versionDescription\x122\n" +
+	"\x06labels\x18\n" +
+	" \x03(\v2\x1a.loom.v1.Model.LabelsEntryR\x06labels\x12!\n" +
+	"\fartifact_uri\x18\v \x01(\tR\vartifactUri\x12J\n" +
+	"\x13version_create_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x11versionCreateTime\x12J\n" +
+	"\x13version_update_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\x11versionUpdateTime\x12/\n" +
+	"\alineage\x18\x0e \x01(\v2\x15.loom.v1.ModelLineageR\alineage\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfe\x03\n" +
 	"\fModelVersion\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12!\n" +
@@ -4026,22 +4180,30 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x06labels\x18\x06 \x03(\v2!.loom.v1.ModelVersion.LabelsEntryR\x06labels\x12/\n" +
 	"\alineage\x18\a \x01(\v2\x15.loom.v1.ModelLineageR\alineage\x12!\n" +
 	"\fdisplay_name\x18\b \x01(\tR\vdisplayName\x12 \n" +
-	"\vdescription\x18\t \x01(\tR\vdescription\x1a9\n" +
+	"\vdescription\x18\t \x01(\tR\vdescription\x12\x18\n" +
+	"\aaliases\x18\n" +
+	" \x03(\tR\aaliases\x12;\n" +
+	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"updateTime\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf6\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb1\x04\n" +
 	"\fModelLineage\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x1d\n" +
 	"\n" +
 	"custom_job\x18\x03 \x01(\tR\tcustomJob\x12+\n" +
-	"\x11training_pipeline\x18\x04 \x01(\tR\x10trainingPipeline\x12\x1d\n" +
+	"\x11training_pipeline\x18\x04 \x01(\tR\x10trainingPipeline\x12+\n" +
 	"\n" +
-	"tuning_job\x18\x05 \x01(\tR\ttuningJob\x12\x14\n" +
-	"\x05trial\x18\x06 \x01(\tR\x05trial\x12T\n" +
-	"\x0fhyperparameters\x18\a \x03(\v2*.loom.v1.ModelLineage.HyperparametersEntryR\x0fhyperparameters\x12<\n" +
+	"tuning_job\x18\x05 \x01(\tR\x17hyperparameterTuningJob\x12\x14\n" +
+	"\x05trial\x18\x06 \x01(\tR\x05trial\x12O\n" +
+	"\x0fhyperparameters\x18\a \x03(\v2*.loom.v1.ModelLineage.HyperparametersEntryR\n" +
+	"parameters\x12<\n" +
 	"\ametrics\x18\b \x03(\v2\".loom.v1.ModelLineage.MetricsEntryR\ametrics\x12%\n" +
-	"\x0echeckpoint_uri\x18\t \x01(\tR\rcheckpointUri\x1aB\n" +
+	"\x0echeckpoint_uri\x18\t \x01(\tR\rcheckpointUri\x12\x15\n" +
+	"\x06job_id\x18\n" +
+	" \x01(\tR\x05jobId\x12\x19\n" +
+	"\bdata_uri\x18\v \x01(\tR\adataUri\x1aB\n" +
 	"\x14HyperparametersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
@@ -4097,7 +4259,7 @@ func file_loom_v1_resources_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_loom_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_loom_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_loom_v1_resources_proto_goTypes = []any{
 	(JobState)(0),                 // 0: loom.v1.JobState
 	(Cluster_State)(0),            // 1: loom.v1.Cluster.State
@@ -4140,10 +4302,11 @@ var file_loom_v1_resources_proto_goTypes = []any{
 	nil,                           // 38: loom.v1.Cluster.LabelsEntry
 	nil,                           // 39: loom.v1.NodePool.LabelsEntry
 	nil,                           // 40: loom.v1.Job.EnvEntry
-	nil,                           // 41: loom.v1.ModelVersion.LabelsEntry
-	nil,                           // 42: loom.v1.ModelLineage.HyperparametersEntry
-	nil,                           // 43: loom.v1.ModelLineage.MetricsEntry
-	(*timestamppb.Timestamp)(nil), // 44: google.protobuf.Timestamp
+	nil,                           // 41: loom.v1.Model.LabelsEntry
+	nil,                           // 42: loom.v1.ModelVersion.LabelsEntry
+	nil,                           // 43: loom.v1.ModelLineage.HyperparametersEntry
+	nil,                           // 44: loom.v1.ModelLineage.MetricsEntry
+	(*timestamppb.Timestamp)(nil), // 45: google.protobuf.Timestamp
 }
 var file_loom_v1_resources_proto_depIdxs = []int32{
 	38, // 0: loom.v1.Cluster.labels:type_name -> loom.v1.Cluster.LabelsEntry
@@ -4152,8 +4315,8 @@ var file_loom_v1_resources_proto_depIdxs = []int32{
 	15, // 3: loom.v1.Cluster.storage:type_name -> loom.v1.StorageResources
 	18, // 4: loom.v1.Cluster.network:type_name -> loom.v1.NetworkConfig
 	19, // 5: loom.v1.Cluster.status:type_name -> loom.v1.ClusterStatus
-	44, // 6: loom.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
-	44, // 7: loom.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
+	45, // 6: loom.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
+	45, // 7: loom.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
 	7,  // 8: loom.v1.ComputeResources.node_pools:type_name -> loom.v1.NodePool
 	39, // 9: loom.v1.NodePool.labels:type_name -> loom.v1.NodePool.LabelsEntry
 	8,  // 10: loom.v1.NodePool.capacity:type_name -> loom.v1.CapacitySource
@@ -4168,46 +4331,51 @@ var file_loom_v1_resources_proto_depIdxs = []int32{
 	1,  // 19: loom.v1.ClusterStatus.state:type_name -> loom.v1.Cluster.State
 	20, // 20: loom.v1.ClusterStatus.node_pools:type_name -> loom.v1.NodePoolStatus
 	21, // 21: loom.v1.ClusterStatus.conditions:type_name -> loom.v1.Condition
-	44, // 22: loom.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	44, // 23: loom.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
+	45, // 22: loom.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	45, // 23: loom.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 24: loom.v1.CapacityPool.type:type_name -> loom.v1.CapacitySource.Type
 	3,  // 25: loom.v1.Node.state:type_name -> loom.v1.Node.State
-	44, // 26: loom.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
-	44, // 27: loom.v1.Node.create_time:type_name -> google.protobuf.Timestamp
+	45, // 26: loom.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	45, // 27: loom.v1.Node.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 28: loom.v1.Node.capacity_type:type_name -> loom.v1.CapacitySource.Type
-	44, // 29: loom.v1.Node.drain_deadline:type_name -> google.protobuf.Timestamp
+	45, // 29: loom.v1.Node.drain_deadline:type_name -> google.protobuf.Timestamp
 	40, // 30: loom.v1.Job.env:type_name -> loom.v1.Job.EnvEntry
 	31, // 31: loom.v1.Job.model_output:type_name -> loom.v1.ModelOutput
-	44, // 32: loom.v1.Job.begin_time:type_name -> google.protobuf.Timestamp
+	45, // 32: loom.v1.Job.begin_time:type_name -> google.protobuf.Timestamp
 	0,  // 33: loom.v1.Job.state:type_name -> loom.v1.JobState
-	44, // 34: loom.v1.Job.submit_time:type_name -> google.protobuf.Timestamp
-	44, // 35: loom.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	44, // 36: loom.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	45, // 34: loom.v1.Job.submit_time:type_name -> google.protobuf.Timestamp
+	45, // 35: loom.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	45, // 36: loom.v1.Job.end_time:type_name -> google.protobuf.Timestamp
 	27, // 37: loom.v1.Job.priority_factors:type_name -> loom.v1.PriorityFactors
 	28, // 38: loom.v1.Job.runs:type_name -> loom.v1.JobRun
 	0,  // 39: loom.v1.JobRun.state:type_name -> loom.v1.JobState
-	44, // 40: loom.v1.JobRun.start_time:type_name -> google.protobuf.Timestamp
-	44, // 41: loom.v1.JobRun.end_time:type_name -> google.protobuf.Timestamp
+	45, // 40: loom.v1.JobRun.start_time:type_name -> google.protobuf.Timestamp
+	45, // 41: loom.v1.JobRun.end_time:type_name -> google.protobuf.Timestamp
 	4,  // 42: loom.v1.SlurmNode.state:type_name -> loom.v1.SlurmNode.State
-	44, // 43: loom.v1.SlurmNode.reason_time:type_name -> google.protobuf.Timestamp
-	44, // 44: loom.v1.Model.create_time:type_name -> google.protobuf.Timestamp
-	44, // 45: loom.v1.Model.update_time:type_name -> google.protobuf.Timestamp
-	44, // 46: loom.v1.ModelVersion.create_time:type_name -> google.protobuf.Timestamp
-	41, // 47: loom.v1.ModelVersion.labels:type_name -> loom.v1.ModelVersion.LabelsEntry
-	34, // 48: loom.v1.ModelVersion.lineage:type_name -> loom.v1.ModelLineage
-	42, // 49: loom.v1.ModelLineage.hyperparameters:type_name -> loom.v1.ModelLineage.HyperparametersEntry
-	43, // 50: loom.v1.ModelLineage.metrics:type_name -> loom.v1.ModelLineage.MetricsEntry
-	36, // 51: loom.v1.Operation.metadata:type_name -> loom.v1.OperationMetadata
-	37, // 52: loom.v1.Operation.error:type_name -> loom.v1.OperationError
-	5,  // 53: loom.v1.Operation.cluster:type_name -> loom.v1.Cluster
-	22, // 54: loom.v1.Operation.reservation:type_name -> loom.v1.Reservation
-	44, // 55: loom.v1.OperationMetadata.create_time:type_name -> google.protobuf.Timestamp
-	44, // 56: loom.v1.OperationMetadata.end_time:type_name -> google.protobuf.Timestamp
-	57, // [57:57] is the sub-list for method output_type
-	57, // [57:57] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	45, // 43: loom.v1.SlurmNode.reason_time:type_name -> google.protobuf.Timestamp
+	45, // 44: loom.v1.Model.create_time:type_name -> google.protobuf.Timestamp
+	45, // 45: loom.v1.Model.update_time:type_name -> google.protobuf.Timestamp
+	41, // 46: loom.v1.Model.labels:type_name -> loom.v1.Model.LabelsEntry
+	45, // 47: loom.v1.Model.version_create_time:type_name -> google.protobuf.Timestamp
+	45, // 48: loom.v1.Model.version_update_time:type_name -> google.protobuf.Timestamp
+	34, // 49: loom.v1.Model.lineage:type_name -> loom.v1.ModelLineage
+	45, // 50: loom.v1.ModelVersion.create_time:type_name -> google.protobuf.Timestamp
+	42, // 51: loom.v1.ModelVersion.labels:type_name -> loom.v1.ModelVersion.LabelsEntry
+	34, // 52: loom.v1.ModelVersion.lineage:type_name -> loom.v1.ModelLineage
+	45, // 53: loom.v1.ModelVersion.update_time:type_name -> google.protobuf.Timestamp
+	43, // 54: loom.v1.ModelLineage.hyperparameters:type_name -> loom.v1.ModelLineage.HyperparametersEntry
+	44, // 55: loom.v1.ModelLineage.metrics:type_name -> loom.v1.ModelLineage.MetricsEntry
+	36, // 56: loom.v1.Operation.metadata:type_name -> loom.v1.OperationMetadata
+	37, // 57: loom.v1.Operation.error:type_name -> loom.v1.OperationError
+	5,  // 58: loom.v1.Operation.cluster:type_name -> loom.v1.Cluster
+	22, // 59: loom.v1.Operation.reservation:type_name -> loom.v1.Reservation
+	45, // 60: loom.v1.OperationMetadata.create_time:type_name -> google.protobuf.Timestamp
+	45, // 61: loom.v1.OperationMetadata.end_time:type_name -> google.protobuf.Timestamp
+	62, // [62:62] is the sub-list for method output_type
+	62, // [62:62] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_resources_proto_init() }
@@ -4227,7 +4395,7 @@ func file_loom_v1_resources_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_resources_proto_rawDesc), len(file_loom_v1_resources_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   39,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

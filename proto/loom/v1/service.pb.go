@@ -2475,6 +2475,135 @@ func (x *UpdateSlurmNodeRequest) GetUser() string {
 	return ""
 }
 
+type UploadModelRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// parent is "projects/{p}/locations/{l}" (or "projects/{p}").
+	Parent string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	// parent_model, when set, makes the upload its next version.
+	ParentModel string `protobuf:"bytes,4,opt,name=parent_model,json=parentModel,proto3" json:"parent_model,omitempty"`
+	// model_id names a new model (resname grammar); empty: named after
+	// model.display_name.
+	ModelId string `protobuf:"bytes,5,opt,name=model_id,json=modelId,proto3" json:"model_id,omitempty"`
+	// model: display_name, description, version_description, version_aliases,
+	// labels, artifact_uri ("file:///abs/dir" or "/abs/dir", holding a
+	// MANIFEST) and, optionally, lineage.
+	Model         *Model `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadModelRequest) Reset() {
+	*x = UploadModelRequest{}
+	mi := &file_loom_v1_service_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadModelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadModelRequest) ProtoMessage() {}
+
+func (x *UploadModelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadModelRequest.ProtoReflect.Descriptor instead.
+func (*UploadModelRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *UploadModelRequest) GetParent() string {
+	if x != nil {
+		return x.Parent
+	}
+	return ""
+}
+
+func (x *UploadModelRequest) GetParentModel() string {
+	if x != nil {
+		return x.ParentModel
+	}
+	return ""
+}
+
+func (x *UploadModelRequest) GetModelId() string {
+	if x != nil {
+		return x.ModelId
+	}
+	return ""
+}
+
+func (x *UploadModelRequest) GetModel() *Model {
+	if x != nil {
+		return x.Model
+	}
+	return nil
+}
+
+type UploadModelResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// model is the model's name, Vertex's form without a version.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// model_version_id is the new version's id.
+	ModelVersionId string `protobuf:"bytes,2,opt,name=model_version_id,json=modelVersionId,proto3" json:"model_version_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *UploadModelResponse) Reset() {
+	*x = UploadModelResponse{}
+	mi := &file_loom_v1_service_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadModelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadModelResponse) ProtoMessage() {}
+
+func (x *UploadModelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadModelResponse.ProtoReflect.Descriptor instead.
+func (*UploadModelResponse) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *UploadModelResponse) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *UploadModelResponse) GetModelVersionId() string {
+	if x != nil {
+		return x.ModelVersionId
+	}
+	return ""
+}
+
 type ListModelsRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Parent string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
@@ -2484,14 +2613,21 @@ type ListModelsRequest struct {
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// page_token is a previous response's next_page_token, sent with the same
 	// other fields (a token from a different request is InvalidArgument).
-	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// filter is AIP-160 (libs/trainingspec.ParseFilter) over display_name,
+	// description, version_id, version_description, artifact_uri, labels.KEY,
+	// version_aliases, create_time, update_time, version_create_time.
+	Filter string `protobuf:"bytes,4,opt,name=filter,proto3" json:"filter,omitempty"`
+	// order_by is "FIELD [desc], ..." over display_name, create_time,
+	// update_time, version_id, version_create_time; by name when empty.
+	OrderBy       string `protobuf:"bytes,5,opt,name=order_by,json=orderBy,proto3" json:"order_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[38]
+	mi := &file_loom_v1_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2503,7 +2639,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[38]
+	mi := &file_loom_v1_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2516,7 +2652,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{38}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListModelsRequest) GetParent() string {
@@ -2540,6 +2676,20 @@ func (x *ListModelsRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListModelsRequest) GetFilter() string {
+	if x != nil {
+		return x.Filter
+	}
+	return ""
+}
+
+func (x *ListModelsRequest) GetOrderBy() string {
+	if x != nil {
+		return x.OrderBy
+	}
+	return ""
+}
+
 type ListModelsResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Models []*Model               `protobuf:"bytes,1,rep,name=models,proto3" json:"models,omitempty"`
@@ -2551,7 +2701,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[39]
+	mi := &file_loom_v1_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2563,7 +2713,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[39]
+	mi := &file_loom_v1_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2576,7 +2726,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{39}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListModelsResponse) GetModels() []*Model {
@@ -2602,7 +2752,7 @@ type GetModelRequest struct {
 
 func (x *GetModelRequest) Reset() {
 	*x = GetModelRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[40]
+	mi := &file_loom_v1_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2614,7 +2764,7 @@ func (x *GetModelRequest) String() string {
 func (*GetModelRequest) ProtoMessage() {}
 
 func (x *GetModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[40]
+	mi := &file_loom_v1_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2627,7 +2777,7 @@ func (x *GetModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelRequest.ProtoReflect.Descriptor instead.
 func (*GetModelRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{40}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetModelRequest) GetName() string {
@@ -2646,14 +2796,18 @@ type ListModelVersionsRequest struct {
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// page_token is a previous response's next_page_token, sent with the same
 	// other fields (a token from a different request is InvalidArgument).
-	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// filter and order_by are ListModelsRequest's (versions by id when
+	// order_by is empty).
+	Filter        string `protobuf:"bytes,4,opt,name=filter,proto3" json:"filter,omitempty"`
+	OrderBy       string `protobuf:"bytes,5,opt,name=order_by,json=orderBy,proto3" json:"order_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListModelVersionsRequest) Reset() {
 	*x = ListModelVersionsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[41]
+	mi := &file_loom_v1_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2665,7 +2819,7 @@ func (x *ListModelVersionsRequest) String() string {
 func (*ListModelVersionsRequest) ProtoMessage() {}
 
 func (x *ListModelVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[41]
+	mi := &file_loom_v1_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2678,7 +2832,7 @@ func (x *ListModelVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelVersionsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{41}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListModelVersionsRequest) GetParent() string {
@@ -2702,18 +2856,36 @@ func (x *ListModelVersionsRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListModelVersionsRequest) GetFilter() string {
+	if x != nil {
+		return x.Filter
+	}
+	return ""
+}
+
+func (x *ListModelVersionsRequest) GetOrderBy() string {
+	if x != nil {
+		return x.OrderBy
+	}
+	return ""
+}
+
 type ListModelVersionsResponse struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	Versions []*ModelVersion        `protobuf:"bytes,1,rep,name=versions,proto3" json:"versions,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// versions are the versions as stored, answered to Loom's name form
+	// ("projects/{p}/models/{id}") only.
+	Versions []*ModelVersion `protobuf:"bytes,1,rep,name=versions,proto3" json:"versions,omitempty"`
 	// next_page_token asks for the next page; empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// models are the versions as Vertex serves them.
+	Models        []*Model `protobuf:"bytes,3,rep,name=models,proto3" json:"models,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListModelVersionsResponse) Reset() {
 	*x = ListModelVersionsResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[42]
+	mi := &file_loom_v1_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2725,7 +2897,7 @@ func (x *ListModelVersionsResponse) String() string {
 func (*ListModelVersionsResponse) ProtoMessage() {}
 
 func (x *ListModelVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[42]
+	mi := &file_loom_v1_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2738,7 +2910,7 @@ func (x *ListModelVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelVersionsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{42}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListModelVersionsResponse) GetVersions() []*ModelVersion {
@@ -2753,6 +2925,466 @@ func (x *ListModelVersionsResponse) GetNextPageToken() string {
 		return x.NextPageToken
 	}
 	return ""
+}
+
+func (x *ListModelVersionsResponse) GetModels() []*Model {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
+type UpdateModelRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// model.name names the model (or one version of it, "@…").
+	Model *Model `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// update_mask: display_name, description, version_description, labels,
+	// version_aliases (snake_case or camelCase).
+	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateModelRequest) Reset() {
+	*x = UpdateModelRequest{}
+	mi := &file_loom_v1_service_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateModelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateModelRequest) ProtoMessage() {}
+
+func (x *UpdateModelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateModelRequest.ProtoReflect.Descriptor instead.
+func (*UpdateModelRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *UpdateModelRequest) GetModel() *Model {
+	if x != nil {
+		return x.Model
+	}
+	return nil
+}
+
+func (x *UpdateModelRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
+	if x != nil {
+		return x.UpdateMask
+	}
+	return nil
+}
+
+type MergeVersionAliasesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// version_aliases: "alias" adds (moving it), "-alias" removes.
+	VersionAliases []string `protobuf:"bytes,2,rep,name=version_aliases,json=versionAliases,proto3" json:"version_aliases,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *MergeVersionAliasesRequest) Reset() {
+	*x = MergeVersionAliasesRequest{}
+	mi := &file_loom_v1_service_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MergeVersionAliasesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MergeVersionAliasesRequest) ProtoMessage() {}
+
+func (x *MergeVersionAliasesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MergeVersionAliasesRequest.ProtoReflect.Descriptor instead.
+func (*MergeVersionAliasesRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *MergeVersionAliasesRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *MergeVersionAliasesRequest) GetVersionAliases() []string {
+	if x != nil {
+		return x.VersionAliases
+	}
+	return nil
+}
+
+type DeleteModelRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteModelRequest) Reset() {
+	*x = DeleteModelRequest{}
+	mi := &file_loom_v1_service_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteModelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteModelRequest) ProtoMessage() {}
+
+func (x *DeleteModelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteModelRequest.ProtoReflect.Descriptor instead.
+func (*DeleteModelRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *DeleteModelRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteModelVersionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteModelVersionRequest) Reset() {
+	*x = DeleteModelVersionRequest{}
+	mi := &file_loom_v1_service_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteModelVersionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteModelVersionRequest) ProtoMessage() {}
+
+func (x *DeleteModelVersionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteModelVersionRequest.ProtoReflect.Descriptor instead.
+func (*DeleteModelVersionRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *DeleteModelVersionRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteModelResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteModelResponse) Reset() {
+	*x = DeleteModelResponse{}
+	mi := &file_loom_v1_service_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteModelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteModelResponse) ProtoMessage() {}
+
+func (x *DeleteModelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteModelResponse.ProtoReflect.Descriptor instead.
+func (*DeleteModelResponse) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{49}
+}
+
+type ExportModelRequest struct {
+	state         protoimpl.MessageState   `protogen:"open.v1"`
+	Name          string                   `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	OutputConfig  *ExportModelOutputConfig `protobuf:"bytes,2,opt,name=output_config,json=outputConfig,proto3" json:"output_config,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportModelRequest) Reset() {
+	*x = ExportModelRequest{}
+	mi := &file_loom_v1_service_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportModelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportModelRequest) ProtoMessage() {}
+
+func (x *ExportModelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportModelRequest.ProtoReflect.Descriptor instead.
+func (*ExportModelRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *ExportModelRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ExportModelRequest) GetOutputConfig() *ExportModelOutputConfig {
+	if x != nil {
+		return x.OutputConfig
+	}
+	return nil
+}
+
+// ExportModelOutputConfig is Vertex's ExportModelRequest.OutputConfig
+// (artifact destination only).
+type ExportModelOutputConfig struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	ArtifactDestination *GcsDestination        `protobuf:"bytes,3,opt,name=artifact_destination,json=artifactDestination,proto3" json:"artifact_destination,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *ExportModelOutputConfig) Reset() {
+	*x = ExportModelOutputConfig{}
+	mi := &file_loom_v1_service_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportModelOutputConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportModelOutputConfig) ProtoMessage() {}
+
+func (x *ExportModelOutputConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportModelOutputConfig.ProtoReflect.Descriptor instead.
+func (*ExportModelOutputConfig) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *ExportModelOutputConfig) GetArtifactDestination() *GcsDestination {
+	if x != nil {
+		return x.ArtifactDestination
+	}
+	return nil
+}
+
+// GcsDestination is Vertex's: any blobstore URL prefix (file://, s3://,
+// gs://, azblob://).
+type GcsDestination struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	OutputUriPrefix string                 `protobuf:"bytes,1,opt,name=output_uri_prefix,json=outputUriPrefix,proto3" json:"output_uri_prefix,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *GcsDestination) Reset() {
+	*x = GcsDestination{}
+	mi := &file_loom_v1_service_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GcsDestination) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GcsDestination) ProtoMessage() {}
+
+func (x *GcsDestination) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GcsDestination.ProtoReflect.Descriptor instead.
+func (*GcsDestination) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *GcsDestination) GetOutputUriPrefix() string {
+	if x != nil {
+		return x.OutputUriPrefix
+	}
+	return ""
+}
+
+type ExportModelResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// destination is where the artifacts are.
+	Destination   string `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
+	Copied        int32  `protobuf:"varint,2,opt,name=copied,proto3" json:"copied,omitempty"`
+	Skipped       int32  `protobuf:"varint,3,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	Bytes         int64  `protobuf:"varint,4,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Objects       int32  `protobuf:"varint,5,opt,name=objects,proto3" json:"objects,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportModelResponse) Reset() {
+	*x = ExportModelResponse{}
+	mi := &file_loom_v1_service_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportModelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportModelResponse) ProtoMessage() {}
+
+func (x *ExportModelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportModelResponse.ProtoReflect.Descriptor instead.
+func (*ExportModelResponse) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *ExportModelResponse) GetDestination() string {
+	if x != nil {
+		return x.Destination
+	}
+	return ""
+}
+
+func (x *ExportModelResponse) GetCopied() int32 {
+	if x != nil {
+		return x.Copied
+	}
+	return 0
+}
+
+func (x *ExportModelResponse) GetSkipped() int32 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
+func (x *ExportModelResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *ExportModelResponse) GetObjects() int32 {
+	if x != nil {
+		return x.Objects
+	}
+	return 0
 }
 
 var File_loom_v1_service_proto protoreflect.FileDescriptor
@@ -2951,25 +3583,63 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x14\n" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x12\n" +
-	"\x04user\x18\x05 \x01(\tR\x04user\"g\n" +
+	"\x04user\x18\x05 \x01(\tR\x04user\"\x90\x01\n" +
+	"\x12UploadModelRequest\x12\x16\n" +
+	"\x06parent\x18\x01 \x01(\tR\x06parent\x12!\n" +
+	"\fparent_model\x18\x04 \x01(\tR\vparentModel\x12\x19\n" +
+	"\bmodel_id\x18\x05 \x01(\tR\amodelId\x12$\n" +
+	"\x05model\x18\x02 \x01(\v2\x0e.loom.v1.ModelR\x05model\"U\n" +
+	"\x13UploadModelResponse\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12(\n" +
+	"\x10model_version_id\x18\x02 \x01(\tR\x0emodelVersionId\"\x9a\x01\n" +
 	"\x11ListModelsRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"d\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x16\n" +
+	"\x06filter\x18\x04 \x01(\tR\x06filter\x12\x19\n" +
+	"\border_by\x18\x05 \x01(\tR\aorderBy\"d\n" +
 	"\x12ListModelsResponse\x12&\n" +
 	"\x06models\x18\x01 \x03(\v2\x0e.loom.v1.ModelR\x06models\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"%\n" +
 	"\x0fGetModelRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"n\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xa1\x01\n" +
 	"\x18ListModelVersionsRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"v\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x16\n" +
+	"\x06filter\x18\x04 \x01(\tR\x06filter\x12\x19\n" +
+	"\border_by\x18\x05 \x01(\tR\aorderBy\"\x9e\x01\n" +
 	"\x19ListModelVersionsResponse\x121\n" +
 	"\bversions\x18\x01 \x03(\v2\x15.loom.v1.ModelVersionR\bversions\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xcf\x05\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12&\n" +
+	"\x06models\x18\x03 \x03(\v2\x0e.loom.v1.ModelR\x06models\"w\n" +
+	"\x12UpdateModelRequest\x12$\n" +
+	"\x05model\x18\x01 \x01(\v2\x0e.loom.v1.ModelR\x05model\x12;\n" +
+	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
+	"updateMask\"Y\n" +
+	"\x1aMergeVersionAliasesRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
+	"\x0fversion_aliases\x18\x02 \x03(\tR\x0eversionAliases\"(\n" +
+	"\x12DeleteModelRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"/\n" +
+	"\x19DeleteModelVersionRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x15\n" +
+	"\x13DeleteModelResponse\"o\n" +
+	"\x12ExportModelRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12E\n" +
+	"\routput_config\x18\x02 \x01(\v2 .loom.v1.ExportModelOutputConfigR\foutputConfig\"e\n" +
+	"\x17ExportModelOutputConfig\x12J\n" +
+	"\x14artifact_destination\x18\x03 \x01(\v2\x17.loom.v1.GcsDestinationR\x13artifactDestination\"<\n" +
+	"\x0eGcsDestination\x12*\n" +
+	"\x11output_uri_prefix\x18\x01 \x01(\tR\x0foutputUriPrefix\"\x99\x01\n" +
+	"\x13ExportModelResponse\x12 \n" +
+	"\vdestination\x18\x01 \x01(\tR\vdestination\x12\x16\n" +
+	"\x06copied\x18\x02 \x01(\x05R\x06copied\x12\x18\n" +
+	"\askipped\x18\x03 \x01(\x05R\askipped\x12\x14\n" +
+	"\x05bytes\x18\x04 \x01(\x03R\x05bytes\x12\x18\n" +
+	"\aobjects\x18\x05 \x01(\x05R\aobjects2\xcf\x05\n" +
 	"\x0eClusterService\x12u\n" +
 	"\rCreateCluster\x12\x1d.loom.v1.CreateClusterRequest\x1a\x12.loom.v1.Operation\"1\x82\xd3\xe4\x93\x02+:\acluster\" /v1/{parent=projects/*}/clusters\x12d\n" +
 	"\n" +
@@ -3006,12 +3676,18 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\fSlurmService\x12\x89\x01\n" +
 	"\x0eListPartitions\x12\x1e.loom.v1.ListPartitionsRequest\x1a\x1f.loom.v1.ListPartitionsResponse\"6\x82\xd3\xe4\x93\x020\x12./v1/{cluster=projects/*/clusters/*}/partitions\x12\x89\x01\n" +
 	"\x0eListSlurmNodes\x12\x1e.loom.v1.ListSlurmNodesRequest\x1a\x1f.loom.v1.ListSlurmNodesResponse\"6\x82\xd3\xe4\x93\x020\x12./v1/{cluster=projects/*/clusters/*}/slurmNodes\x12\x93\x01\n" +
-	"\x0fUpdateSlurmNode\x12\x1f.loom.v1.UpdateSlurmNodeRequest\x1a\x12.loom.v1.SlurmNode\"K\x82\xd3\xe4\x93\x02E:\x01*\"@/v1/{cluster=projects/*/clusters/*}/slurmNodes/{hostname}:update2\xeb\x02\n" +
-	"\fModelService\x12m\n" +
+	"\x0fUpdateSlurmNode\x12\x1f.loom.v1.UpdateSlurmNodeRequest\x1a\x12.loom.v1.SlurmNode\"K\x82\xd3\xe4\x93\x02E:\x01*\"@/v1/{cluster=projects/*/clusters/*}/slurmNodes/{hostname}:update2\xb1\v\n" +
+	"\fModelService\x12\xb2\x01\n" +
+	"\vUploadModel\x12\x1b.loom.v1.UploadModelRequest\x1a\x1c.loom.v1.UploadModelResponse\"h\x82\xd3\xe4\x93\x02b:\x01*Z*:\x01*\"%/v1/{parent=projects/*}/models:upload\"1/v1/{parent=projects/*/locations/*}/models:upload\x12\x9b\x01\n" +
 	"\n" +
-	"ListModels\x12\x1a.loom.v1.ListModelsRequest\x1a\x1b.loom.v1.ListModelsResponse\"&\x82\xd3\xe4\x93\x02 \x12\x1e/v1/{parent=projects/*}/models\x12\\\n" +
-	"\bGetModel\x12\x18.loom.v1.GetModelRequest\x1a\x0e.loom.v1.Model\"&\x82\xd3\xe4\x93\x02 \x12\x1e/v1/{name=projects/*/models/*}\x12\x8d\x01\n" +
-	"\x11ListModelVersions\x12!.loom.v1.ListModelVersionsRequest\x1a\".loom.v1.ListModelVersionsResponse\"1\x82\xd3\xe4\x93\x02+\x12)/v1/{parent=projects/*/models/*}/versionsB.Z,github.com/loom-ml/loom/proto/loom/v1;loomv1b\x06proto3"
+	"ListModels\x12\x1a.loom.v1.ListModelsRequest\x1a\x1b.loom.v1.ListModelsResponse\"T\x82\xd3\xe4\x93\x02NZ \x12\x1e/v1/{parent=projects/*}/models\x12*/v1/{parent=projects/*/locations/*}/models\x12\x8a\x01\n" +
+	"\bGetModel\x12\x18.loom.v1.GetModelRequest\x1a\x0e.loom.v1.Model\"T\x82\xd3\xe4\x93\x02NZ \x12\x1e/v1/{name=projects/*/models/*}\x12*/v1/{name=projects/*/locations/*/models/*}\x12\xca\x01\n" +
+	"\x11ListModelVersions\x12!.loom.v1.ListModelVersionsRequest\x1a\".loom.v1.ListModelVersionsResponse\"n\x82\xd3\xe4\x93\x02hZ+\x12)/v1/{parent=projects/*/models/*}/versions\x129/v1/{parent=projects/*/locations/*/models/*}:listVersions\x12{\n" +
+	"\vUpdateModel\x12\x1b.loom.v1.UpdateModelRequest\x1a\x0e.loom.v1.Model\"?\x82\xd3\xe4\x93\x029:\x05model20/v1/{model.name=projects/*/locations/*/models/*}\x12\x95\x01\n" +
+	"\x13MergeVersionAliases\x12#.loom.v1.MergeVersionAliasesRequest\x1a\x0e.loom.v1.Model\"I\x82\xd3\xe4\x93\x02C:\x01*\">/v1/{name=projects/*/locations/*/models/*}:mergeVersionAliases\x12|\n" +
+	"\vDeleteModel\x12\x1b.loom.v1.DeleteModelRequest\x1a\x1c.loom.v1.DeleteModelResponse\"2\x82\xd3\xe4\x93\x02,**/v1/{name=projects/*/locations/*/models/*}\x12\xd7\x01\n" +
+	"\x12DeleteModelVersion\x12\".loom.v1.DeleteModelVersionRequest\x1a\x1c.loom.v1.DeleteModelResponse\"\x7f\x82\xd3\xe4\x93\x02y:\x01*Z:*8/v1/{name=projects/*/locations/*/models/*}:deleteVersion\"8/v1/{name=projects/*/locations/*/models/*}:deleteVersion\x12\x86\x01\n" +
+	"\vExportModel\x12\x1b.loom.v1.ExportModelRequest\x1a\x1c.loom.v1.ExportModelResponse\"<\x82\xd3\xe4\x93\x026:\x01*\"1/v1/{name=projects/*/locations/*/models/*}:exportB.Z,github.com/loom-ml/loom/proto/loom/v1;loomv1b\x06proto3"
 
 var (
 	file_loom_v1_service_proto_rawDescOnce sync.Once
@@ -3025,155 +3701,184 @@ func file_loom_v1_service_proto_rawDescGZIP() []byte {
 	return file_loom_v1_service_proto_rawDescData
 }
 
-var file_loom_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_loom_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_loom_v1_service_proto_goTypes = []any{
-	(*UpdateClusterRequest)(nil),      // 0: loom.v1.UpdateClusterRequest
-	(*GetSlurmConfigRequest)(nil),     // 1: loom.v1.GetSlurmConfigRequest
-	(*CreateReservationRequest)(nil),  // 2: loom.v1.CreateReservationRequest
-	(*GetReservationRequest)(nil),     // 3: loom.v1.GetReservationRequest
-	(*ListReservationsRequest)(nil),   // 4: loom.v1.ListReservationsRequest
-	(*ListReservationsResponse)(nil),  // 5: loom.v1.ListReservationsResponse
-	(*DeleteReservationRequest)(nil),  // 6: loom.v1.DeleteReservationRequest
-	(*ListCapacityRequest)(nil),       // 7: loom.v1.ListCapacityRequest
-	(*ListCapacityResponse)(nil),      // 8: loom.v1.ListCapacityResponse
-	(*CreateClusterRequest)(nil),      // 9: loom.v1.CreateClusterRequest
-	(*GetClusterRequest)(nil),         // 10: loom.v1.GetClusterRequest
-	(*ListClustersRequest)(nil),       // 11: loom.v1.ListClustersRequest
-	(*ListClustersResponse)(nil),      // 12: loom.v1.ListClustersResponse
-	(*DeleteClusterRequest)(nil),      // 13: loom.v1.DeleteClusterRequest
-	(*JobStep)(nil),                   // 14: loom.v1.JobStep
-	(*CreateJobStepRequest)(nil),      // 15: loom.v1.CreateJobStepRequest
-	(*GetJobStepRequest)(nil),         // 16: loom.v1.GetJobStepRequest
-	(*ListJobStepsRequest)(nil),       // 17: loom.v1.ListJobStepsRequest
-	(*ListJobStepsResponse)(nil),      // 18: loom.v1.ListJobStepsResponse
-	(*CancelJobStepRequest)(nil),      // 19: loom.v1.CancelJobStepRequest
-	(*SubmitJobRequest)(nil),          // 20: loom.v1.SubmitJobRequest
-	(*GetJobRequest)(nil),             // 21: loom.v1.GetJobRequest
-	(*ListJobsRequest)(nil),           // 22: loom.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),          // 23: loom.v1.ListJobsResponse
-	(*CancelJobRequest)(nil),          // 24: loom.v1.CancelJobRequest
-	(*UpdateJobRequest)(nil),          // 25: loom.v1.UpdateJobRequest
-	(*WatchJobRequest)(nil),           // 26: loom.v1.WatchJobRequest
-	(*ReadJobLogsRequest)(nil),        // 27: loom.v1.ReadJobLogsRequest
-	(*LogChunk)(nil),                  // 28: loom.v1.LogChunk
-	(*GetOperationRequest)(nil),       // 29: loom.v1.GetOperationRequest
-	(*WaitOperationRequest)(nil),      // 30: loom.v1.WaitOperationRequest
-	(*ListNodesRequest)(nil),          // 31: loom.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),         // 32: loom.v1.ListNodesResponse
-	(*ListPartitionsRequest)(nil),     // 33: loom.v1.ListPartitionsRequest
-	(*ListPartitionsResponse)(nil),    // 34: loom.v1.ListPartitionsResponse
-	(*ListSlurmNodesRequest)(nil),     // 35: loom.v1.ListSlurmNodesRequest
-	(*ListSlurmNodesResponse)(nil),    // 36: loom.v1.ListSlurmNodesResponse
-	(*UpdateSlurmNodeRequest)(nil),    // 37: loom.v1.UpdateSlurmNodeRequest
-	(*ListModelsRequest)(nil),         // 38: loom.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),        // 39: loom.v1.ListModelsResponse
-	(*GetModelRequest)(nil),           // 40: loom.v1.GetModelRequest
-	(*ListModelVersionsRequest)(nil),  // 41: loom.v1.ListModelVersionsRequest
-	(*ListModelVersionsResponse)(nil), // 42: loom.v1.ListModelVersionsResponse
-	nil,                               // 43: loom.v1.CreateJobStepRequest.EnvEntry
-	(*Cluster)(nil),                   // 44: loom.v1.Cluster
-	(*fieldmaskpb.FieldMask)(nil),     // 45: google.protobuf.FieldMask
-	(*Reservation)(nil),               // 46: loom.v1.Reservation
-	(*CapacityPool)(nil),              // 47: loom.v1.CapacityPool
-	(JobState)(0),                     // 48: loom.v1.JobState
-	(*timestamppb.Timestamp)(nil),     // 49: google.protobuf.Timestamp
-	(*Job)(nil),                       // 50: loom.v1.Job
-	(*Node)(nil),                      // 51: loom.v1.Node
-	(*Partition)(nil),                 // 52: loom.v1.Partition
-	(*SlurmNode)(nil),                 // 53: loom.v1.SlurmNode
-	(*Model)(nil),                     // 54: loom.v1.Model
-	(*ModelVersion)(nil),              // 55: loom.v1.ModelVersion
-	(*Operation)(nil),                 // 56: loom.v1.Operation
-	(*SlurmConfig)(nil),               // 57: loom.v1.SlurmConfig
+	(*UpdateClusterRequest)(nil),       // 0: loom.v1.UpdateClusterRequest
+	(*GetSlurmConfigRequest)(nil),      // 1: loom.v1.GetSlurmConfigRequest
+	(*CreateReservationRequest)(nil),   // 2: loom.v1.CreateReservationRequest
+	(*GetReservationRequest)(nil),      // 3: loom.v1.GetReservationRequest
+	(*ListReservationsRequest)(nil),    // 4: loom.v1.ListReservationsRequest
+	(*ListReservationsResponse)(nil),   // 5: loom.v1.ListReservationsResponse
+	(*DeleteReservationRequest)(nil),   // 6: loom.v1.DeleteReservationRequest
+	(*ListCapacityRequest)(nil),        // 7: loom.v1.ListCapacityRequest
+	(*ListCapacityResponse)(nil),       // 8: loom.v1.ListCapacityResponse
+	(*CreateClusterRequest)(nil),       // 9: loom.v1.CreateClusterRequest
+	(*GetClusterRequest)(nil),          // 10: loom.v1.GetClusterRequest
+	(*ListClustersRequest)(nil),        // 11: loom.v1.ListClustersRequest
+	(*ListClustersResponse)(nil),       // 12: loom.v1.ListClustersResponse
+	(*DeleteClusterRequest)(nil),       // 13: loom.v1.DeleteClusterRequest
+	(*JobStep)(nil),                    // 14: loom.v1.JobStep
+	(*CreateJobStepRequest)(nil),       // 15: loom.v1.CreateJobStepRequest
+	(*GetJobStepRequest)(nil),          // 16: loom.v1.GetJobStepRequest
+	(*ListJobStepsRequest)(nil),        // 17: loom.v1.ListJobStepsRequest
+	(*ListJobStepsResponse)(nil),       // 18: loom.v1.ListJobStepsResponse
+	(*CancelJobStepRequest)(nil),       // 19: loom.v1.CancelJobStepRequest
+	(*SubmitJobRequest)(nil),           // 20: loom.v1.SubmitJobRequest
+	(*GetJobRequest)(nil),              // 21: loom.v1.GetJobRequest
+	(*ListJobsRequest)(nil),            // 22: loom.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),           // 23: loom.v1.ListJobsResponse
+	(*CancelJobRequest)(nil),           // 24: loom.v1.CancelJobRequest
+	(*UpdateJobRequest)(nil),           // 25: loom.v1.UpdateJobRequest
+	(*WatchJobRequest)(nil),            // 26: loom.v1.WatchJobRequest
+	(*ReadJobLogsRequest)(nil),         // 27: loom.v1.ReadJobLogsRequest
+	(*LogChunk)(nil),                   // 28: loom.v1.LogChunk
+	(*GetOperationRequest)(nil),        // 29: loom.v1.GetOperationRequest
+	(*WaitOperationRequest)(nil),       // 30: loom.v1.WaitOperationRequest
+	(*ListNodesRequest)(nil),           // 31: loom.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),          // 32: loom.v1.ListNodesResponse
+	(*ListPartitionsRequest)(nil),      // 33: loom.v1.ListPartitionsRequest
+	(*ListPartitionsResponse)(nil),     // 34: loom.v1.ListPartitionsResponse
+	(*ListSlurmNodesRequest)(nil),      // 35: loom.v1.ListSlurmNodesRequest
+	(*ListSlurmNodesResponse)(nil),     // 36: loom.v1.ListSlurmNodesResponse
+	(*UpdateSlurmNodeRequest)(nil),     // 37: loom.v1.UpdateSlurmNodeRequest
+	(*UploadModelRequest)(nil),         // 38: loom.v1.UploadModelRequest
+	(*UploadModelResponse)(nil),        // 39: loom.v1.UploadModelResponse
+	(*ListModelsRequest)(nil),          // 40: loom.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),         // 41: loom.v1.ListModelsResponse
+	(*GetModelRequest)(nil),            // 42: loom.v1.GetModelRequest
+	(*ListModelVersionsRequest)(nil),   // 43: loom.v1.ListModelVersionsRequest
+	(*ListModelVersionsResponse)(nil),  // 44: loom.v1.ListModelVersionsResponse
+	(*UpdateModelRequest)(nil),         // 45: loom.v1.UpdateModelRequest
+	(*MergeVersionAliasesRequest)(nil), // 46: loom.v1.MergeVersionAliasesRequest
+	(*DeleteModelRequest)(nil),         // 47: loom.v1.DeleteModelRequest
+	(*DeleteModelVersionRequest)(nil),  // 48: loom.v1.DeleteModelVersionRequest
+	(*DeleteModelResponse)(nil),        // 49: loom.v1.DeleteModelResponse
+	(*ExportModelRequest)(nil),         // 50: loom.v1.ExportModelRequest
+	(*ExportModelOutputConfig)(nil),    // 51: loom.v1.ExportModelOutputConfig
+	(*GcsDestination)(nil),             // 52: loom.v1.GcsDestination
+	(*ExportModelResponse)(nil),        // 53: loom.v1.ExportModelResponse
+	nil,                                // 54: loom.v1.CreateJobStepRequest.EnvEntry
+	(*Cluster)(nil),                    // 55: loom.v1.Cluster
+	(*fieldmaskpb.FieldMask)(nil),      // 56: google.protobuf.FieldMask
+	(*Reservation)(nil),                // 57: loom.v1.Reservation
+	(*CapacityPool)(nil),               // 58: loom.v1.CapacityPool
+	(JobState)(0),                      // 59: loom.v1.JobState
+	(*timestamppb.Timestamp)(nil),      // 60: google.protobuf.Timestamp
+	(*Job)(nil),                        // 61: loom.v1.Job
+	(*Node)(nil),                       // 62: loom.v1.Node
+	(*Partition)(nil),                  // 63: loom.v1.Partition
+	(*SlurmNode)(nil),                  // 64: loom.v1.SlurmNode
+	(*Model)(nil),                      // 65: loom.v1.Model
+	(*ModelVersion)(nil),               // 66: loom.v1.ModelVersion
+	(*Operation)(nil),                  // 67: loom.v1.Operation
+	(*SlurmConfig)(nil),                // 68: loom.v1.SlurmConfig
 }
 var file_loom_v1_service_proto_depIdxs = []int32{
-	44, // 0: loom.v1.UpdateClusterRequest.cluster:type_name -> loom.v1.Cluster
-	45, // 1: loom.v1.UpdateClusterRequest.update_mask:type_name -> google.protobuf.FieldMask
-	46, // 2: loom.v1.CreateReservationRequest.reservation:type_name -> loom.v1.Reservation
-	46, // 3: loom.v1.ListReservationsResponse.reservations:type_name -> loom.v1.Reservation
-	47, // 4: loom.v1.ListCapacityResponse.pools:type_name -> loom.v1.CapacityPool
-	44, // 5: loom.v1.CreateClusterRequest.cluster:type_name -> loom.v1.Cluster
-	44, // 6: loom.v1.ListClustersResponse.clusters:type_name -> loom.v1.Cluster
-	48, // 7: loom.v1.JobStep.state:type_name -> loom.v1.JobState
-	49, // 8: loom.v1.JobStep.start_time:type_name -> google.protobuf.Timestamp
-	49, // 9: loom.v1.JobStep.end_time:type_name -> google.protobuf.Timestamp
-	43, // 10: loom.v1.CreateJobStepRequest.env:type_name -> loom.v1.CreateJobStepRequest.EnvEntry
+	55, // 0: loom.v1.UpdateClusterRequest.cluster:type_name -> loom.v1.Cluster
+	56, // 1: loom.v1.UpdateClusterRequest.update_mask:type_name -> google.protobuf.FieldMask
+	57, // 2: loom.v1.CreateReservationRequest.reservation:type_name -> loom.v1.Reservation
+	57, // 3: loom.v1.ListReservationsResponse.reservations:type_name -> loom.v1.Reservation
+	58, // 4: loom.v1.ListCapacityResponse.pools:type_name -> loom.v1.CapacityPool
+	55, // 5: loom.v1.CreateClusterRequest.cluster:type_name -> loom.v1.Cluster
+	55, // 6: loom.v1.ListClustersResponse.clusters:type_name -> loom.v1.Cluster
+	59, // 7: loom.v1.JobStep.state:type_name -> loom.v1.JobState
+	60, // 8: loom.v1.JobStep.start_time:type_name -> google.protobuf.Timestamp
+	60, // 9: loom.v1.JobStep.end_time:type_name -> google.protobuf.Timestamp
+	54, // 10: loom.v1.CreateJobStepRequest.env:type_name -> loom.v1.CreateJobStepRequest.EnvEntry
 	14, // 11: loom.v1.ListJobStepsResponse.steps:type_name -> loom.v1.JobStep
-	50, // 12: loom.v1.SubmitJobRequest.job:type_name -> loom.v1.Job
-	48, // 13: loom.v1.ListJobsRequest.states:type_name -> loom.v1.JobState
-	50, // 14: loom.v1.ListJobsResponse.jobs:type_name -> loom.v1.Job
-	51, // 15: loom.v1.ListNodesResponse.nodes:type_name -> loom.v1.Node
-	52, // 16: loom.v1.ListPartitionsResponse.partitions:type_name -> loom.v1.Partition
-	53, // 17: loom.v1.ListSlurmNodesResponse.nodes:type_name -> loom.v1.SlurmNode
-	54, // 18: loom.v1.ListModelsResponse.models:type_name -> loom.v1.Model
-	55, // 19: loom.v1.ListModelVersionsResponse.versions:type_name -> loom.v1.ModelVersion
-	9,  // 20: loom.v1.ClusterService.CreateCluster:input_type -> loom.v1.CreateClusterRequest
-	10, // 21: loom.v1.ClusterService.GetCluster:input_type -> loom.v1.GetClusterRequest
-	11, // 22: loom.v1.ClusterService.ListClusters:input_type -> loom.v1.ListClustersRequest
-	13, // 23: loom.v1.ClusterService.DeleteCluster:input_type -> loom.v1.DeleteClusterRequest
-	0,  // 24: loom.v1.ClusterService.UpdateCluster:input_type -> loom.v1.UpdateClusterRequest
-	1,  // 25: loom.v1.ClusterService.GetSlurmConfig:input_type -> loom.v1.GetSlurmConfigRequest
-	2,  // 26: loom.v1.ReservationService.CreateReservation:input_type -> loom.v1.CreateReservationRequest
-	3,  // 27: loom.v1.ReservationService.GetReservation:input_type -> loom.v1.GetReservationRequest
-	4,  // 28: loom.v1.ReservationService.ListReservations:input_type -> loom.v1.ListReservationsRequest
-	6,  // 29: loom.v1.ReservationService.DeleteReservation:input_type -> loom.v1.DeleteReservationRequest
-	7,  // 30: loom.v1.ReservationService.ListCapacity:input_type -> loom.v1.ListCapacityRequest
-	20, // 31: loom.v1.JobService.SubmitJob:input_type -> loom.v1.SubmitJobRequest
-	21, // 32: loom.v1.JobService.GetJob:input_type -> loom.v1.GetJobRequest
-	22, // 33: loom.v1.JobService.ListJobs:input_type -> loom.v1.ListJobsRequest
-	24, // 34: loom.v1.JobService.CancelJob:input_type -> loom.v1.CancelJobRequest
-	26, // 35: loom.v1.JobService.WatchJob:input_type -> loom.v1.WatchJobRequest
-	25, // 36: loom.v1.JobService.UpdateJob:input_type -> loom.v1.UpdateJobRequest
-	27, // 37: loom.v1.JobService.ReadJobLogs:input_type -> loom.v1.ReadJobLogsRequest
-	15, // 38: loom.v1.JobService.CreateJobStep:input_type -> loom.v1.CreateJobStepRequest
-	16, // 39: loom.v1.JobService.GetJobStep:input_type -> loom.v1.GetJobStepRequest
-	17, // 40: loom.v1.JobService.ListJobSteps:input_type -> loom.v1.ListJobStepsRequest
-	19, // 41: loom.v1.JobService.CancelJobStep:input_type -> loom.v1.CancelJobStepRequest
-	29, // 42: loom.v1.OperationService.GetOperation:input_type -> loom.v1.GetOperationRequest
-	30, // 43: loom.v1.OperationService.WaitOperation:input_type -> loom.v1.WaitOperationRequest
-	31, // 44: loom.v1.NodeService.ListNodes:input_type -> loom.v1.ListNodesRequest
-	33, // 45: loom.v1.SlurmService.ListPartitions:input_type -> loom.v1.ListPartitionsRequest
-	35, // 46: loom.v1.SlurmService.ListSlurmNodes:input_type -> loom.v1.ListSlurmNodesRequest
-	37, // 47: loom.v1.SlurmService.UpdateSlurmNode:input_type -> loom.v1.UpdateSlurmNodeRequest
-	38, // 48: loom.v1.ModelService.ListModels:input_type -> loom.v1.ListModelsRequest
-	40, // 49: loom.v1.ModelService.GetModel:input_type -> loom.v1.GetModelRequest
-	41, // 50: loom.v1.ModelService.ListModelVersions:input_type -> loom.v1.ListModelVersionsRequest
-	56, // 51: loom.v1.ClusterService.CreateCluster:output_type -> loom.v1.Operation
-	44, // 52: loom.v1.ClusterService.GetCluster:output_type -> loom.v1.Cluster
-	12, // 53: loom.v1.ClusterService.ListClusters:output_type -> loom.v1.ListClustersResponse
-	56, // 54: loom.v1.ClusterService.DeleteCluster:output_type -> loom.v1.Operation
-	56, // 55: loom.v1.ClusterService.UpdateCluster:output_type -> loom.v1.Operation
-	57, // 56: loom.v1.ClusterService.GetSlurmConfig:output_type -> loom.v1.SlurmConfig
-	56, // 57: loom.v1.ReservationService.CreateReservation:output_type -> loom.v1.Operation
-	46, // 58: loom.v1.ReservationService.GetReservation:output_type -> loom.v1.Reservation
-	5,  // 59: loom.v1.ReservationService.ListReservations:output_type -> loom.v1.ListReservationsResponse
-	56, // 60: loom.v1.ReservationService.DeleteReservation:output_type -> loom.v1.Operation
-	8,  // 61: loom.v1.ReservationService.ListCapacity:output_type -> loom.v1.ListCapacityResponse
-	50, // 62: loom.v1.JobService.SubmitJob:output_type -> loom.v1.Job
-	50, // 63: loom.v1.JobService.GetJob:output_type -> loom.v1.Job
-	23, // 64: loom.v1.JobService.ListJobs:output_type -> loom.v1.ListJobsResponse
-	50, // 65: loom.v1.JobService.CancelJob:output_type -> loom.v1.Job
-	50, // 66: loom.v1.JobService.WatchJob:output_type -> loom.v1.Job
-	50, // 67: loom.v1.JobService.UpdateJob:output_type -> loom.v1.Job
-	28, // 68: loom.v1.JobService.ReadJobLogs:output_type -> loom.v1.LogChunk
-	14, // 69: loom.v1.JobService.CreateJobStep:output_type -> loom.v1.JobStep
-	14, // 70: loom.v1.JobService.GetJobStep:output_type -> loom.v1.JobStep
-	18, // 71: loom.v1.JobService.ListJobSteps:output_type -> loom.v1.ListJobStepsResponse
-	14, // 72: loom.v1.JobService.CancelJobStep:output_type -> loom.v1.JobStep
-	56, // 73: loom.v1.OperationService.GetOperation:output_type -> loom.v1.Operation
-	56, // 74: loom.v1.OperationService.WaitOperation:output_type -> loom.v1.Operation
-	32, // 75: loom.v1.NodeService.ListNodes:output_type -> loom.v1.ListNodesResponse
-	34, // 76: loom.v1.SlurmService.ListPartitions:output_type -> loom.v1.ListPartitionsResponse
-	36, // 77: loom.v1.SlurmService.ListSlurmNodes:output_type -> loom.v1.ListSlurmNodesResponse
-	53, // 78: loom.v1.SlurmService.UpdateSlurmNode:output_type -> loom.v1.SlurmNode
-	39, // 79: loom.v1.ModelService.ListModels:output_type -> loom.v1.ListModelsResponse
-	54, // 80: loom.v1.ModelService.GetModel:output_type -> loom.v1.Model
-	42, // 81: loom.v1.ModelService.ListModelVersions:output_type -> loom.v1.ListModelVersionsResponse
-	51, // [51:82] is the sub-list for method output_type
-	20, // [20:51] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	61, // 12: loom.v1.SubmitJobRequest.job:type_name -> loom.v1.Job
+	59, // 13: loom.v1.ListJobsRequest.states:type_name -> loom.v1.JobState
+	61, // 14: loom.v1.ListJobsResponse.jobs:type_name -> loom.v1.Job
+	62, // 15: loom.v1.ListNodesResponse.nodes:type_name -> loom.v1.Node
+	63, // 16: loom.v1.ListPartitionsResponse.partitions:type_name -> loom.v1.Partition
+	64, // 17: loom.v1.ListSlurmNodesResponse.nodes:type_name -> loom.v1.SlurmNode
+	65, // 18: loom.v1.UploadModelRequest.model:type_name -> loom.v1.Model
+	65, // 19: loom.v1.ListModelsResponse.models:type_name -> loom.v1.Model
+	66, // 20: loom.v1.ListModelVersionsResponse.versions:type_name -> loom.v1.ModelVersion
+	65, // 21: loom.v1.ListModelVersionsResponse.models:type_name -> loom.v1.Model
+	65, // 22: loom.v1.UpdateModelRequest.model:type_name -> loom.v1.Model
+	56, // 23: loom.v1.UpdateModelRequest.update_mask:type_name -> google.protobuf.FieldMask
+	51, // 24: loom.v1.ExportModelRequest.output_config:type_name -> loom.v1.ExportModelOutputConfig
+	52, // 25: loom.v1.ExportModelOutputConfig.artifact_destination:type_name -> loom.v1.GcsDestination
+	9,  // 26: loom.v1.ClusterService.CreateCluster:input_type -> loom.v1.CreateClusterRequest
+	10, // 27: loom.v1.ClusterService.GetCluster:input_type -> loom.v1.GetClusterRequest
+	11, // 28: loom.v1.ClusterService.ListClusters:input_type -> loom.v1.ListClustersRequest
+	13, // 29: loom.v1.ClusterService.DeleteCluster:input_type -> loom.v1.DeleteClusterRequest
+	0,  // 30: loom.v1.ClusterService.UpdateCluster:input_type -> loom.v1.UpdateClusterRequest
+	1,  // 31: loom.v1.ClusterService.GetSlurmConfig:input_type -> loom.v1.GetSlurmConfigRequest
+	2,  // 32: loom.v1.ReservationService.CreateReservation:input_type -> loom.v1.CreateReservationRequest
+	3,  // 33: loom.v1.ReservationService.GetReservation:input_type -> loom.v1.GetReservationRequest
+	4,  // 34: loom.v1.ReservationService.ListReservations:input_type -> loom.v1.ListReservationsRequest
+	6,  // 35: loom.v1.ReservationService.DeleteReservation:input_type -> loom.v1.DeleteReservationRequest
+	7,  // 36: loom.v1.ReservationService.ListCapacity:input_type -> loom.v1.ListCapacityRequest
+	20, // 37: loom.v1.JobService.SubmitJob:input_type -> loom.v1.SubmitJobRequest
+	21, // 38: loom.v1.JobService.GetJob:input_type -> loom.v1.GetJobRequest
+	22, // 39: loom.v1.JobService.ListJobs:input_type -> loom.v1.ListJobsRequest
+	24, // 40: loom.v1.JobService.CancelJob:input_type -> loom.v1.CancelJobRequest
+	26, // 41: loom.v1.JobService.WatchJob:input_type -> loom.v1.WatchJobRequest
+	25, // 42: loom.v1.JobService.UpdateJob:input_type -> loom.v1.UpdateJobRequest
+	27, // 43: loom.v1.JobService.ReadJobLogs:input_type -> loom.v1.ReadJobLogsRequest
+	15, // 44: loom.v1.JobService.CreateJobStep:input_type -> loom.v1.CreateJobStepRequest
+	16, // 45: loom.v1.JobService.GetJobStep:input_type -> loom.v1.GetJobStepRequest
+	17, // 46: loom.v1.JobService.ListJobSteps:input_type -> loom.v1.ListJobStepsRequest
+	19, // 47: loom.v1.JobService.CancelJobStep:input_type -> loom.v1.CancelJobStepRequest
+	29, // 48: loom.v1.OperationService.GetOperation:input_type -> loom.v1.GetOperationRequest
+	30, // 49: loom.v1.OperationService.WaitOperation:input_type -> loom.v1.WaitOperationRequest
+	31, // 50: loom.v1.NodeService.ListNodes:input_type -> loom.v1.ListNodesRequest
+	33, // 51: loom.v1.SlurmService.ListPartitions:input_type -> loom.v1.ListPartitionsRequest
+	35, // 52: loom.v1.SlurmService.ListSlurmNodes:input_type -> loom.v1.ListSlurmNodesRequest
+	37, // 53: loom.v1.SlurmService.UpdateSlurmNode:input_type -> loom.v1.UpdateSlurmNodeRequest
+	38, // 54: loom.v1.ModelService.UploadModel:input_type -> loom.v1.UploadModelRequest
+	40, // 55: loom.v1.ModelService.ListModels:input_type -> loom.v1.ListModelsRequest
+	42, // 56: loom.v1.ModelService.GetModel:input_type -> loom.v1.GetModelRequest
+	43, // 57: loom.v1.ModelService.ListModelVersions:input_type -> loom.v1.ListModelVersionsRequest
+	45, // 58: loom.v1.ModelService.UpdateModel:input_type -> loom.v1.UpdateModelRequest
+	46, // 59: loom.v1.ModelService.MergeVersionAliases:input_type -> loom.v1.MergeVersionAliasesRequest
+	47, // 60: loom.v1.ModelService.DeleteModel:input_type -> loom.v1.DeleteModelRequest
+	48, // 61: loom.v1.ModelService.DeleteModelVersion:input_type -> loom.v1.DeleteModelVersionRequest
+	50, // 62: loom.v1.ModelService.ExportModel:input_type -> loom.v1.ExportModelRequest
+	67, // 63: loom.v1.ClusterService.CreateCluster:output_type -> loom.v1.Operation
+	55, // 64: loom.v1.ClusterService.GetCluster:output_type -> loom.v1.Cluster
+	12, // 65: loom.v1.ClusterService.ListClusters:output_type -> loom.v1.ListClustersResponse
+	67, // 66: loom.v1.ClusterService.DeleteCluster:output_type -> loom.v1.Operation
+	67, // 67: loom.v1.ClusterService.UpdateCluster:output_type -> loom.v1.Operation
+	68, // 68: loom.v1.ClusterService.GetSlurmConfig:output_type -> loom.v1.SlurmConfig
+	67, // 69: loom.v1.ReservationService.CreateReservation:output_type -> loom.v1.Operation
+	57, // 70: loom.v1.ReservationService.GetReservation:output_type -> loom.v1.Reservation
+	5,  // 71: loom.v1.ReservationService.ListReservations:output_type -> loom.v1.ListReservationsResponse
+	67, // 72: loom.v1.ReservationService.DeleteReservation:output_type -> loom.v1.Operation
+	8,  // 73: loom.v1.ReservationService.ListCapacity:output_type -> loom.v1.ListCapacityResponse
+	61, // 74: loom.v1.JobService.SubmitJob:output_type -> loom.v1.Job
+	61, // 75: loom.v1.JobService.GetJob:output_type -> loom.v1.Job
+	23, // 76: loom.v1.JobService.ListJobs:output_type -> loom.v1.ListJobsResponse
+	61, // 77: loom.v1.JobService.CancelJob:output_type -> loom.v1.Job
+	61, // 78: loom.v1.JobService.WatchJob:output_type -> loom.v1.Job
+	61, // 79: loom.v1.JobService.UpdateJob:output_type -> loom.v1.Job
+	28, // 80: loom.v1.JobService.ReadJobLogs:output_type -> loom.v1.LogChunk
+	14, // 81: loom.v1.JobService.CreateJobStep:output_type -> loom.v1.JobStep
+	14, // 82: loom.v1.JobService.GetJobStep:output_type -> loom.v1.JobStep
+	18, // 83: loom.v1.JobService.ListJobSteps:output_type -> loom.v1.ListJobStepsResponse
+	14, // 84: loom.v1.JobService.CancelJobStep:output_type -> loom.v1.JobStep
+	67, // 85: loom.v1.OperationService.GetOperation:output_type -> loom.v1.Operation
+	67, // 86: loom.v1.OperationService.WaitOperation:output_type -> loom.v1.Operation
+	32, // 87: loom.v1.NodeService.ListNodes:output_type -> loom.v1.ListNodesResponse
+	34, // 88: loom.v1.SlurmService.ListPartitions:output_type -> loom.v1.ListPartitionsResponse
+	36, // 89: loom.v1.SlurmService.ListSlurmNodes:output_type -> loom.v1.ListSlurmNodesResponse
+	64, // 90: loom.v1.SlurmService.UpdateSlurmNode:output_type -> loom.v1.SlurmNode
+	39, // 91: loom.v1.ModelService.UploadModel:output_type -> loom.v1.UploadModelResponse
+	41, // 92: loom.v1.ModelService.ListModels:output_type -> loom.v1.ListModelsResponse
+	65, // 93: loom.v1.ModelService.GetModel:output_type -> loom.v1.Model
+	44, // 94: loom.v1.ModelService.ListModelVersions:output_type -> loom.v1.ListModelVersionsResponse
+	65, // 95: loom.v1.ModelService.UpdateModel:output_type -> loom.v1.Model
+	65, // 96: loom.v1.ModelService.MergeVersionAliases:output_type -> loom.v1.Model
+	49, // 97: loom.v1.ModelService.DeleteModel:output_type -> loom.v1.DeleteModelResponse
+	49, // 98: loom.v1.ModelService.DeleteModelVersion:output_type -> loom.v1.DeleteModelResponse
+	53, // 99: loom.v1.ModelService.ExportModel:output_type -> loom.v1.ExportModelResponse
+	63, // [63:100] is the sub-list for method output_type
+	26, // [26:63] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_service_proto_init() }
@@ -3188,7 +3893,7 @@ func file_loom_v1_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_service_proto_rawDesc), len(file_loom_v1_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   44,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   7,
 		},

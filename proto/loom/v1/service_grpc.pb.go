@@ -1534,20 +1534,54 @@ var SlurmService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	ModelService_ListModels_FullMethodName        = "/loom.v1.ModelService/ListModels"
-	ModelService_GetModel_FullMethodName          = "/loom.v1.ModelService/GetModel"
-	ModelService_ListModelVersions_FullMethodName = "/loom.v1.ModelService/ListModelVersions"
+	ModelService_UploadModel_FullMethodName         = "/loom.v1.ModelService/UploadModel"
+	ModelService_ListModels_FullMethodName          = "/loom.v1.ModelService/ListModels"
+	ModelService_GetModel_FullMethodName            = "/loom.v1.ModelService/GetModel"
+	ModelService_ListModelVersions_FullMethodName   = "/loom.v1.ModelService/ListModelVersions"
+	ModelService_UpdateModel_FullMethodName         = "/loom.v1.ModelService/UpdateModel"
+	ModelService_MergeVersionAliases_FullMethodName = "/loom.v1.ModelService/MergeVersionAliases"
+	ModelService_DeleteModel_FullMethodName         = "/loom.v1.ModelService/DeleteModel"
+	ModelService_DeleteModelVersion_FullMethodName  = "/loom.v1.ModelService/DeleteModelVersion"
+	ModelService_ExportModel_FullMethodName         = "/loom.v1.ModelService/ExportModel"
 )
 
 // ModelServiceClient is the client API for ModelService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// ModelService reads the model registry.
+// ModelService is the model registry, after Vertex AI's Model Registry.
+// Names take Vertex's form, "projects/{p}/locations/{l}/models/{id}", or
+// Loom's, "projects/{p}/models/{id}"; a model name may end in "@{version_id}"
+// or "@{alias}" to name one version, and a bare one names the version
+// holding "default". Answers name versions Vertex's way,
+// "projects/{p}/locations/{l}/models/{id}@{version_id}" (location "global"
+// for a name without one).
 type ModelServiceClient interface {
+	// UploadModel registers a model version from a complete artifact
+	// directory (its MANIFEST checked): a new model, or with parent_model the
+	// model's next version. It answers when the version is stored.
+	UploadModel(ctx context.Context, in *UploadModelRequest, opts ...grpc.CallOption) (*UploadModelResponse, error)
 	ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error)
 	GetModel(ctx context.Context, in *GetModelRequest, opts ...grpc.CallOption) (*Model, error)
 	ListModelVersions(ctx context.Context, in *ListModelVersionsRequest, opts ...grpc.CallOption) (*ListModelVersionsResponse, error)
+	// UpdateModel changes the fields update_mask names: display_name and
+	// description (the model's), version_description, labels and
+	// version_aliases (the named version's, the default one for a bare name).
+	UpdateModel(ctx context.Context, in *UpdateModelRequest, opts ...grpc.CallOption) (*Model, error)
+	// MergeVersionAliases adds aliases to the named version (moving each from
+	// the version that held it) and removes those written "-alias".
+	MergeVersionAliases(ctx context.Context, in *MergeVersionAliasesRequest, opts ...grpc.CallOption) (*Model, error)
+	// DeleteModel deletes a model and all its versions.
+	DeleteModel(ctx context.Context, in *DeleteModelRequest, opts ...grpc.CallOption) (*DeleteModelResponse, error)
+	// DeleteModelVersion deletes one version ("{id}@{version}" or
+	// "{id}@{alias}"); the only version, and the one holding "default", are
+	// refused (FailedPrecondition).
+	DeleteModelVersion(ctx context.Context, in *DeleteModelVersionRequest, opts ...grpc.CallOption) (*DeleteModelResponse, error)
+	// ExportModel copies the version's artifacts to
+	// output_config.artifact_destination.output_uri_prefix, byte for byte
+	// (checksums compared; objects already there are skipped). Synchronous:
+	// it answers when the copy is done.
+	ExportModel(ctx context.Context, in *ExportModelRequest, opts ...grpc.CallOption) (*ExportModelResponse, error)
 }
 
 type modelServiceClient struct {
@@ -1556,6 +1590,16 @@ type modelServiceClient struct {
 
 func NewModelServiceClient(cc grpc.ClientConnInterface) ModelServiceClient {
 	return &modelServiceClient{cc}
+}
+
+func (c *modelServiceClient) UploadModel(ctx context.Context, in *UploadModelRequest, opts ...grpc.CallOption) (*UploadModelResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UploadModelResponse)
+	err := c.cc.Invoke(ctx, ModelService_UploadModel_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func (c *modelServiceClient) ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error) {
@@ -1588,15 +1632,93 @@ func (c *modelServiceClient) ListModelVersions(ctx context.Context, in *ListMode
 	return out, nil
 }
 
+func (c *modelServiceClient) UpdateModel(ctx context.Context, in *UpdateModelRequest, opts ...grpc.CallOption) (*Model, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Model)
+	err := c.cc.Invoke(ctx, ModelService_UpdateModel_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *modelServiceClient) MergeVersionAliases(ctx context.Context, in *MergeVersionAliasesRequest, opts ...grpc.CallOption) (*Model, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Model)
+	err := c.cc.Invoke(ctx, ModelService_MergeVersionAliases_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *modelServiceClient) DeleteModel(ctx context.Context, in *DeleteModelRequest, opts ...grpc.CallOption) (*DeleteModelResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteModelResponse)
+	err := c.cc.Invoke(ctx, ModelService_DeleteModel_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *modelServiceClient) DeleteModelVersion(ctx context.Context, in *DeleteModelVersionRequest, opts ...grpc.CallOption) (*DeleteModelResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteModelResponse)
+	err := c.cc.Invoke(ctx, ModelService_DeleteModelVersion_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *modelServiceClient) ExportModel(ctx context.Context, in *ExportModelRequest, opts ...grpc.CallOption) (*ExportModelResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExportModelResponse)
+	err := c.cc.Invoke(ctx, ModelService_ExportModel_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ModelServiceServer is the server API for ModelService service.
 // All implementations must embed UnimplementedModelServiceServer
 // for forward compatibility.
 //
-// ModelService reads the model registry.
+// ModelService is the model registry, after Vertex AI's Model Registry.
+// Names take Vertex's form, "projects/{p}/locations/{l}/models/{id}", or
+// Loom's, "projects/{p}/models/{id}"; a model name may end in "@{version_id}"
+// or "@{alias}" to name one version, and a bare one names the version
+// holding "default". Answers name versions Vertex's way,
+// "projects/{p}/locations/{l}/models/{id}@{version_id}" (location "global"
+// for a name without one).
 type ModelServiceServer interface {
+	// UploadModel registers a model version from a complete artifact
+	// directory (its MANIFEST checked): a new model, or with parent_model the
+	// model's next version. It answers when the version is stored.
+	UploadModel(context.Context, *UploadModelRequest) (*UploadModelResponse, error)
 	ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error)
 	GetModel(context.Context, *GetModelRequest) (*Model, error)
 	ListModelVersions(context.Context, *ListModelVersionsRequest) (*ListModelVersionsResponse, error)
+	// UpdateModel changes the fields update_mask names: display_name and
+	// description (the model's), version_description, labels and
+	// version_aliases (the named version's, the default one for a bare name).
+	UpdateModel(context.Context, *UpdateModelRequest) (*Model, error)
+	// MergeVersionAliases adds aliases to the named version (moving each from
+	// the version that held it) and removes those written "-alias".
+	MergeVersionAliases(context.Context, *MergeVersionAliasesRequest) (*Model, error)
+	// DeleteModel deletes a model and all its versions.
+	DeleteModel(context.Context, *DeleteModelRequest) (*DeleteModelResponse, error)
+	// DeleteModelVersion deletes one version ("{id}@{version}" or
+	// "{id}@{alias}"); the only version, and the one holding "default", are
+	// refused (FailedPrecondition).
+	DeleteModelVersion(context.Context, *DeleteModelVersionRequest) (*DeleteModelResponse, error)
+	// ExportModel copies the version's artifacts to
+	// output_config.artifact_destination.output_uri_prefix, byte for byte
+	// (checksums compared; objects already there are skipped). Synchronous:
+	// it answers when the copy is done.
+	ExportModel(context.Context, *ExportModelRequest) (*ExportModelResponse, error)
 	mustEmbedUnimplementedModelServiceServer()
 }
 
@@ -1607,6 +1729,9 @@ type ModelServiceServer interface {
 // pointer dereference when methods are called.
 type UnimplementedModelServiceServer struct{}
 
+func (UnimplementedModelServiceServer) UploadModel(context.Context, *UploadModelRequest) (*UploadModelResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UploadModel not implemented")
+}
 func (UnimplementedModelServiceServer) ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListModels not implemented")
 }
@@ -1615,6 +1740,21 @@ func (UnimplementedModelServiceServer) GetModel(context.Context, *GetModelReques
 }
 func (UnimplementedModelServiceServer) ListModelVersions(context.Context, *ListModelVersionsRequest) (*ListModelVersionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListModelVersions not implemented")
+}
+func (UnimplementedModelServiceServer) UpdateModel(context.Context, *UpdateModelRequest) (*Model, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateModel not implemented")
+}
+func (UnimplementedModelServiceServer) MergeVersionAliases(context.Context, *MergeVersionAliasesRequest) (*Model, error) {
+	return nil, status.Error(codes.Unimplemented, "method MergeVersionAliases not implemented")
+}
+func (UnimplementedModelServiceServer) DeleteModel(context.Context, *DeleteModelRequest) (*DeleteModelResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteModel not implemented")
+}
+func (UnimplementedModelServiceServer) DeleteModelVersion(context.Context, *DeleteModelVersionRequest) (*DeleteModelResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteModelVersion not implemented")
+}
+func (UnimplementedModelServiceServer) ExportModel(context.Context, *ExportModelRequest) (*ExportModelResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExportModel not implemented")
 }
 func (UnimplementedModelServiceServer) mustEmbedUnimplementedModelServiceServer() {}
 func (UnimplementedModelServiceServer) testEmbeddedByValue()                      {}
@@ -1635,6 +1775,24 @@ func RegisterModelServiceServer(s grpc.ServiceRegistrar, srv ModelServiceServer)
 		t.testEmbeddedByValue()
 	}
 	s.RegisterService(&ModelService_ServiceDesc, srv)
+}
+
+func _ModelService_UploadModel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UploadModelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ModelServiceServer).UploadModel(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ModelService_UploadModel_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ModelServiceServer).UploadModel(ctx, req.(*UploadModelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
 }
 
 func _ModelService_ListModels_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
@@ -1691,6 +1849,96 @@ func _ModelService_ListModelVersions_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ModelService_UpdateModel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateModelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ModelServiceServer).UpdateModel(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ModelService_UpdateModel_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ModelServiceServer).UpdateModel(ctx, req.(*UpdateModelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ModelService_MergeVersionAliases_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MergeVersionAliasesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ModelServiceServer).MergeVersionAliases(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ModelService_MergeVersionAliases_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ModelServiceServer).MergeVersionAliases(ctx, req.(*MergeVersionAliasesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ModelService_DeleteModel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteModelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ModelServiceServer).DeleteModel(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ModelService_DeleteModel_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ModelServiceServer).DeleteModel(ctx, req.(*DeleteModelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ModelService_DeleteModelVersion_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteModelVersionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ModelServiceServer).DeleteModelVersion(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ModelService_DeleteModelVersion_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ModelServiceServer).DeleteModelVersion(ctx, req.(*DeleteModelVersionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ModelService_ExportModel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExportModelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ModelServiceServer).ExportModel(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ModelService_ExportModel_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ModelServiceServer).ExportModel(ctx, req.(*ExportModelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ModelService_ServiceDesc is the grpc.ServiceDesc for ModelService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1698,6 +1946,10 @@ var ModelService_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "loom.v1.ModelService",
 	HandlerType: (*ModelServiceServer)(nil),
 	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "UploadModel",
+			Handler:    _ModelService_UploadModel_Handler,
+		},
 		{
 			MethodName: "ListModels",
 			Handler:    _ModelService_ListModels_Handler,
@@ -1709,6 +1961,26 @@ var ModelService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListModelVersions",
 			Handler:    _ModelService_ListModelVersions_Handler,
+		},
+		{
+			MethodName: "UpdateModel",
+			Handler:    _ModelService_UpdateModel_Handler,
+		},
+		{
+			MethodName: "MergeVersionAliases",
+			Handler:    _ModelService_MergeVersionAliases_Handler,
+		},
+		{
+			MethodName: "DeleteModel",
+			Handler:    _ModelService_DeleteModel_Handler,
+		},
+		{
+			MethodName: "DeleteModelVersion",
+			Handler:    _ModelService_DeleteModelVersion_Handler,
+		},
+		{
+			MethodName: "ExportModel",
+			Handler:    _ModelService_ExportModel_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -101,8 +101,8 @@ Runtime:        1.5s
 Ended:          2d ago
 `},
 		{[]string{"models", "list"}, `
-NAME            LATEST VERSION  UPDATED
-demo-regressor  2               1m ago
+NAME            DISPLAY NAME  DEFAULT  LATEST  ALIASES  UPDATED
+demo-regressor  -             -        2       -        1m ago
 `},
 		{[]string{"models", "list", "--versions", "demo-regressor"}, `
 VERSION  ARTIFACT              SOURCE JOB  CREATED

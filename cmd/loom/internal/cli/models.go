@@ -2,6 +2,12 @@ package cli
 
 import (
 	"fmt"
+	"io"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -9,17 +15,24 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
+// modelsCommand is `loom models`: the model registry (ModelService).
+// MODEL arguments are a model id, "id@VERSION", "id@ALIAS" or a full name.
 func (a *app) modelsCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "models",
 		Aliases: []string{"model"},
-		Short:   "Inspect the model registry",
+		Short:   "Work with the model registry: versions, aliases, uploads, exports",
 	}
-	var versions string
+	cmd.AddCommand(a.modelsList(), a.modelsGet(), a.modelsVersions(), a.modelsUpload(), a.modelsAlias(), a.modelsExport(), a.modelsDelete())
+	return cmd
+}
+
+func (a *app) modelsList() *cobra.Command {
+	var versions, filter, orderBy string
 	list := &cobra.Command{
-		Use:     "list [--versions MODEL]",
+		Use:     "list [--filter F] [--order-by O]",
 		Aliases: []string{"ls"},
-		Short:   "List models, or the versions of one model",
+		Short:   "List models (each at its default version)",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cl, err := a.models()
@@ -28,6 +41,7 @@ func (a *app) modelsCommand() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if versions != "" {
+				// Kept from before `loom models versions`.
 				resp := &loomv1.ListModelVersionsResponse{}
 				err := paging.Each(func(token string) (string, error) {
 					ctx, cancel := a.call(cmd.Context())
@@ -52,7 +66,7 @@ func (a *app) modelsCommand() *cobra.Command {
 			err = paging.Each(func(token string) (string, error) {
 				ctx, cancel := a.call(cmd.Context())
 				defer cancel()
-				page, err := cl.ListModels(ctx, &loomv1.ListModelsRequest{Parent: a.parent(), PageToken: token})
+				page, err := cl.ListModels(ctx, &loomv1.ListModelsRequest{Parent: a.parent(), PageToken: token, Filter: filter, OrderBy: orderBy})
 				resp.Models = append(resp.Models, page.GetModels()...)
 				return page.GetNextPageToken(), err
 			})
@@ -63,13 +77,340 @@ func (a *app) modelsCommand() *cobra.Command {
 				return writeJSON(out, resp)
 			}
 			if len(resp.GetModels()) == 0 {
-				fmt.Fprintf(out, "No models in project %s. A job submitted with --model NAME registers one when it succeeds.\n", a.project)
+				if filter != "" {
+					fmt.Fprintf(out, "No models in project %s match %s.\n", a.project, filter)
+					return nil
+				}
+				fmt.Fprintf(out, "No models in project %s. A job submitted with --model NAME registers one when it succeeds; `loom models upload` registers a directory.\n", a.project)
 				return nil
 			}
-			return renderModels(out, resp.GetModels(), a.now())
+			return renderModelList(out, resp.GetModels(), a.now())
 		},
 	}
-	list.Flags().StringVar(&versions, "versions", "", "list the versions of this model")
-	cmd.AddCommand(list)
-	return cmd
+	list.Flags().StringVar(&versions, "versions", "", "list the versions of this model (see also `loom models versions`)")
+	list.Flags().StringVar(&filter, "filter", "", `AIP-160 filter, e.g. 'labels.team=vision AND create_time>"2026-01-01T00:00:00Z"'`)
+	list.Flags().StringVar(&orderBy, "order-by", "", `order, e.g. "create_time desc" (display_name, create_time, update_time, version_id)`)
+	return list
+}
+
+func (a *app) modelsVersions() *cobra.Command {
+	var filter, orderBy string
+	c := &cobra.Command{
+		Use:   "versions MODEL [--filter F] [--order-by O]",
+		Short: "List a model's versions with their aliases and lineage",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := a.models()
+			if err != nil {
+				return err
+			}
+			resp := &loomv1.ListModelVersionsResponse{}
+			err = paging.Each(func(token string) (string, error) {
+				ctx, cancel := a.call(cmd.Context())
+				defer cancel()
+				page, err := cl.ListModelVersions(ctx, &loomv1.ListModelVersionsRequest{Parent: a.modelName(args[0]), PageToken: token, Filter: filter, OrderBy: orderBy})
+				resp.Models = append(resp.Models, page.GetModels()...)
+				return page.GetNextPageToken(), err
+			})
+			if err != nil {
+				return a.notFoundHint(a.explain("list versions of model "+args[0], err), err, "loom models list")
+			}
+			out := cmd.OutOrStdout()
+			if a.output == "json" {
+				return writeJSON(out, &loomv1.ListModelVersionsResponse{Models: resp.GetModels()})
+			}
+			if len(resp.GetModels()) == 0 {
+				fmt.Fprintf(out, "No versions of %s match.\n", args[0])
+				return nil
+			}
+			return renderModelVersions(out, resp.GetModels(), a.now())
+		},
+	}
+	c.Flags().StringVar(&filter, "filter", "", "AIP-160 filter, e.g. labels.stage=qa")
+	c.Flags().StringVar(&orderBy, "order-by", "", `order, e.g. "version_id desc"`)
+	return c
+}
+
+func (a *app) modelsGet() *cobra.Command {
+	return &cobra.Command{
+		Use:   "get MODEL[@VERSION|@ALIAS]",
+		Short: "Show one version of a model (the default one for a bare name)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := a.models()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.call(cmd.Context())
+			defer cancel()
+			m, err := cl.GetModel(ctx, &loomv1.GetModelRequest{Name: a.modelName(args[0])})
+			if err != nil {
+				return a.notFoundHint(a.explain("get model "+args[0], err), err, "loom models list")
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), m)
+			}
+			return renderModel(cmd.OutOrStdout(), m, a.now())
+		},
+	}
+}
+
+func (a *app) modelsUpload() *cobra.Command {
+	var f struct {
+		model, parent, display, description, versionDescription string
+		aliases, labels                                         []string
+	}
+	c := &cobra.Command{
+		Use:   "upload DIR (--model ID | --parent-model MODEL | --display-name NAME)",
+		Short: "Register a directory holding a MANIFEST as a model version",
+		Long: "Registers DIR (an absolute path the registry can read, holding a MANIFEST of sha256sum lines) as a new\n" +
+			"model (--model ID, or named after --display-name) or as the next version of --parent-model.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			labels := map[string]string{}
+			for _, kv := range f.labels {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok {
+					return usagef("--label wants KEY=VALUE, got %q", kv)
+				}
+				labels[k] = v
+			}
+			dir := args[0]
+			if !strings.Contains(dir, "://") {
+				abs, err := filepath.Abs(dir)
+				if err != nil {
+					return err
+				}
+				dir = abs
+			}
+			req := &loomv1.UploadModelRequest{Parent: a.parent(), ModelId: f.model, Model: &loomv1.Model{
+				DisplayName: f.display, Description: f.description, VersionDescription: f.versionDescription,
+				VersionAliases: f.aliases, Labels: labels, ArtifactUri: dir,
+			}}
+			if f.parent != "" {
+				req.ParentModel = a.modelName(f.parent)
+			}
+			cl, err := a.models()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.call(cmd.Context())
+			defer cancel()
+			resp, err := cl.UploadModel(ctx, req)
+			if err != nil {
+				return a.explain("upload "+args[0], err)
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), resp)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Registered %s version %s. See it with: loom models get %s@%s\n",
+				resp.GetModel(), resp.GetModelVersionId(), shortName(resp.GetModel()), resp.GetModelVersionId())
+			return nil
+		},
+	}
+	fl := c.Flags()
+	fl.StringVar(&f.model, "model", "", "id of the model (created when new)")
+	fl.StringVar(&f.parent, "parent-model", "", "register the next version of this model")
+	fl.StringVar(&f.display, "display-name", "", "the model's display name (names a new model when --model is not given)")
+	fl.StringVar(&f.description, "description", "", "the model's description")
+	fl.StringVar(&f.versionDescription, "version-description", "", "this version's description")
+	fl.StringArrayVar(&f.aliases, "alias", nil, "give this version an alias, moving it from another version (repeatable; \"default\" makes it the default)")
+	fl.StringArrayVar(&f.labels, "label", nil, "KEY=VALUE label of this version (repeatable)")
+	return c
+}
+
+func (a *app) modelsAlias() *cobra.Command {
+	return &cobra.Command{
+		Use:   "alias MODEL@VERSION ALIAS... ",
+		Short: "Give a version aliases (moving them from other versions); -ALIAS removes one",
+		Long: "Gives MODEL@VERSION each ALIAS, taking it from the version that held it, and removes each -ALIAS.\n" +
+			"\"default\" names the version a bare model name resolves to; it can be moved, not removed.\n" +
+			"Use -- before the first -ALIAS: loom models alias tiny@3 -- -canary",
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := a.models()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.call(cmd.Context())
+			defer cancel()
+			m, err := cl.MergeVersionAliases(ctx, &loomv1.MergeVersionAliasesRequest{Name: a.modelName(args[0]), VersionAliases: args[1:]})
+			if err != nil {
+				return a.notFoundHint(a.explain("set aliases of "+args[0], err), err, "loom models versions MODEL")
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), m)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Version %s of %s now has aliases: %s\n", m.GetVersionId(), modelID(m.GetName()), joinOr(m.GetVersionAliases(), "(none)"))
+			return nil
+		},
+	}
+}
+
+func (a *app) modelsExport() *cobra.Command {
+	return &cobra.Command{
+		Use:   "export MODEL[@VERSION|@ALIAS] DESTINATION",
+		Short: "Copy a version's artifacts to DESTINATION (file:///dir, s3://bucket/prefix, gs://…, azblob://…)",
+		Long: "Copies every artifact of the version, byte for byte (checksums compared). Objects already at the\n" +
+			"destination with the same checksum are skipped, so an export can be rerun after an interruption.",
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := a.models()
+			if err != nil {
+				return err
+			}
+			// An export copies files: it may take longer than a call.
+			ctx, cancel := a.call(cmd.Context())
+			defer cancel()
+			resp, err := cl.ExportModel(ctx, &loomv1.ExportModelRequest{Name: a.modelName(args[0]), OutputConfig: &loomv1.ExportModelOutputConfig{
+				ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: args[1]}}})
+			if err != nil {
+				return a.notFoundHint(a.explain("export "+args[0], err), err, "loom models versions MODEL")
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), resp)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Exported %s to %s: %d copied, %d already there, %d bytes written.\n",
+				args[0], resp.GetDestination(), resp.GetCopied(), resp.GetSkipped(), resp.GetBytes())
+			return nil
+		},
+	}
+}
+
+func (a *app) modelsDelete() *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete MODEL | MODEL@VERSION",
+		Short: "Delete a model with all its versions, or one version",
+		Long: "Deletes one version when the name has \"@VERSION\" (or \"@ALIAS\"): not the only version, and not the\n" +
+			"one holding \"default\" (move it first with `loom models alias`). A bare name deletes the whole model.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := a.models()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.call(cmd.Context())
+			defer cancel()
+			name := a.modelName(args[0])
+			what := "model " + args[0] + " and all its versions"
+			if strings.Contains(shortName(name), "@") {
+				what = "version " + args[0]
+				_, err = cl.DeleteModelVersion(ctx, &loomv1.DeleteModelVersionRequest{Name: name})
+			} else {
+				_, err = cl.DeleteModel(ctx, &loomv1.DeleteModelRequest{Name: name})
+			}
+			if err != nil {
+				return a.notFoundHint(a.explain("delete "+args[0], err), err, "loom models list")
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Deleted %s.\n", what)
+			return nil
+		},
+	}
+}
+
+// renderModelList is the models table: one row per model, at its default
+// version.
+func renderModelList(w io.Writer, ms []*loomv1.Model, now time.Time) error {
+	tw := newTable(w)
+	row(tw, "NAME", "DISPLAY NAME", "DEFAULT", "LATEST", "ALIASES", "UPDATED")
+	for _, m := range ms {
+		id, _, _ := strings.Cut(shortName(m.GetName()), "@")
+		latest := "-"
+		if m.GetLatestVersion() > 0 {
+			latest = fmt.Sprint(m.GetLatestVersion())
+		}
+		row(tw, id, clipCell(m.GetDisplayName(), 32), orDash(m.GetVersionId()), latest, joinOr(m.GetVersionAliases(), "-"), ago(m.GetUpdateTime(), now))
+	}
+	return tw.Flush()
+}
+
+// renderModelVersions is the versions table: one row per version.
+func renderModelVersions(w io.Writer, ms []*loomv1.Model, now time.Time) error {
+	tw := newTable(w)
+	row(tw, "VERSION", "ALIASES", "DESCRIPTION", "PRODUCED BY", "ARTIFACT", "CREATED")
+	for _, m := range ms {
+		row(tw, m.GetVersionId(), joinOr(m.GetVersionAliases(), "-"), clipCell(m.GetVersionDescription(), 40),
+			producedBy(m.GetLineage()), m.GetArtifactUri(), ago(m.GetVersionCreateTime(), now))
+	}
+	return tw.Flush()
+}
+
+// renderModel shows one served version, lineage included.
+func renderModel(w io.Writer, m *loomv1.Model, now time.Time) error {
+	tw := newTable(w)
+	fmt.Fprintf(tw, "Name:\t%s\n", m.GetName())
+	fmt.Fprintf(tw, "Display name:\t%s\n", orDash(m.GetDisplayName()))
+	fmt.Fprintf(tw, "Description:\t%s\n", orDash(m.GetDescription()))
+	fmt.Fprintf(tw, "Version:\t%s of %d\n", m.GetVersionId(), m.GetLatestVersion())
+	fmt.Fprintf(tw, "Aliases:\t%s\n", joinOr(m.GetVersionAliases(), "-"))
+	fmt.Fprintf(tw, "Version description:\t%s\n", orDash(m.GetVersionDescription()))
+	fmt.Fprintf(tw, "Labels:\t%s\n", orDash(kvs(m.GetLabels())))
+	fmt.Fprintf(tw, "Artifact:\t%s\n", m.GetArtifactUri())
+	fmt.Fprintf(tw, "Created:\t%s\n", ago(m.GetVersionCreateTime(), now))
+	fmt.Fprintf(tw, "Updated:\t%s\n", ago(m.GetVersionUpdateTime(), now))
+	l := m.GetLineage()
+	for _, f := range []struct{ k, v string }{
+		{"Job", l.GetJob()}, {"Custom job", l.GetCustomJob()}, {"Pipeline", l.GetTrainingPipeline()},
+		{"Tuning job", l.GetTuningJob()}, {"Trial", l.GetTrial()}, {"Hyperparameters", kvs(l.GetHyperparameters())},
+		{"Final metrics", metricsText(l.GetMetrics())}, {"Checkpoint", l.GetCheckpointUri()}, {"Data", l.GetDataUri()},
+	} {
+		if f.v != "" {
+			fmt.Fprintf(tw, "%s:\t%s\n", f.k, f.v)
+		}
+	}
+	return tw.Flush()
+}
+
+// producedBy is the most specific producer a lineage names.
+func producedBy(l *loomv1.ModelLineage) string {
+	for _, s := range []string{l.GetTrial(), l.GetTuningJob(), l.GetTrainingPipeline(), l.GetCustomJob(), l.GetJob()} {
+		if s != "" {
+			if i := strings.Index(s, "/locations/"); i >= 0 {
+				s = s[i+len("/locations/"):]
+				s = s[strings.IndexByte(s, '/')+1:]
+			} else if j := strings.Index(s, "/jobs/"); j >= 0 {
+				s = s[j+1:]
+			}
+			return s
+		}
+	}
+	return "-"
+}
+
+// modelID is "id@version" of a served name.
+func modelID(name string) string { return shortName(name) }
+
+func joinOr(ss []string, none string) string {
+	if len(ss) == 0 {
+		return none
+	}
+	return strings.Join(ss, ",")
+}
+
+func kvs(m map[string]string) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, k+"="+m[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+func metricsText(m map[string]float64) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s=%g", k, m[k]))
+	}
+	return strings.Join(parts, ",")
+}
+
+// clipCell shortens s to n characters for a table cell.
+func clipCell(s string, n int) string {
+	if s == "" {
+		return "-"
+	}
+	r := []rune(strings.ReplaceAll(s, "\n", " "))
+	if len(r) <= n {
+		return string(r)
+	}
+	return string(r[:n-1]) + "…"
 }

@@ -383,19 +383,6 @@ func shellJoin(argv []string) string {
 	return strings.Join(parts, " ")
 }
 
-func renderModels(w io.Writer, ms []*loomv1.Model, now time.Time) error {
-	tw := newTable(w)
-	row(tw, "NAME", "LATEST VERSION", "UPDATED")
-	for _, m := range ms {
-		latest := "-"
-		if m.GetLatestVersion() > 0 {
-			latest = strconv.FormatInt(m.GetLatestVersion(), 10)
-		}
-		row(tw, shortName(m.GetName()), latest, ago(m.GetUpdateTime(), now))
-	}
-	return tw.Flush()
-}
-
 func renderVersions(w io.Writer, vs []*loomv1.ModelVersion, now time.Time) error {
 	tw := newTable(w)
 	row(tw, "VERSION", "ARTIFACT", "SOURCE JOB", "CREATED")

@@ -291,32 +291,6 @@ func (g *Gateway) ListNodes(ctx context.Context, req *loomv1.ListNodesRequest) (
 	return g.own.Nodes.ListNodes(ctx, req)
 }
 
-// ---- models ----
-
-// ListModels lists a project's models from the registry.
-func (g *Gateway) ListModels(ctx context.Context, req *loomv1.ListModelsRequest) (*loomv1.ListModelsResponse, error) {
-	if _, err := resname.ParseProject(req.GetParent()); err != nil {
-		return nil, errs.Invalid("parent", "%v", err)
-	}
-	return g.own.Models.ListModels(ctx, req)
-}
-
-// GetModel reads a model from the registry.
-func (g *Gateway) GetModel(ctx context.Context, req *loomv1.GetModelRequest) (*loomv1.Model, error) {
-	if _, err := resname.ParseModel(req.GetName()); err != nil {
-		return nil, errs.Invalid("name", "%v", err)
-	}
-	return g.own.Models.GetModel(ctx, req)
-}
-
-// ListModelVersions lists a model's versions from the registry.
-func (g *Gateway) ListModelVersions(ctx context.Context, req *loomv1.ListModelVersionsRequest) (*loomv1.ListModelVersionsResponse, error) {
-	if _, err := resname.ParseModel(req.GetParent()); err != nil {
-		return nil, errs.Invalid("parent", "%v", err)
-	}
-	return g.own.Models.ListModelVersions(ctx, req)
-}
-
 // ---- operations ----
 
 // GetOperation reads an operation from the gateway's store.

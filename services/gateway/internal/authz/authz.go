@@ -240,6 +240,14 @@ var Table = map[string]Rule{
 	modelSvc + "ListModels":        {Access: Viewer, Field: "parent"},
 	modelSvc + "GetModel":          {Access: Viewer, Field: "name"},
 	modelSvc + "ListModelVersions": {Access: Viewer, Field: "parent"},
+	// Registering, relabelling, moving aliases, deleting and exporting
+	// models are a project user's, as submitting the jobs that make them.
+	modelSvc + "UploadModel":         {Access: User, Field: "parent", Workload: OwnProject},
+	modelSvc + "UpdateModel":         {Access: User, Field: "model.name"},
+	modelSvc + "MergeVersionAliases": {Access: User, Field: "name"},
+	modelSvc + "DeleteModel":         {Access: User, Field: "name"},
+	modelSvc + "DeleteModelVersion":  {Access: User, Field: "name"},
+	modelSvc + "ExportModel":         {Access: User, Field: "name"},
 
 	// Authentication: tokens are had with a credential the handler checks
 	// (refresh token, OIDC ID token, the caller's own key; the login

@@ -205,6 +205,30 @@ func (s models) ListModelVersions(ctx context.Context, r *loomv1.ListModelVersio
 	return unary(s.g.ListModelVersions(ctx, r))
 }
 
+func (s models) UploadModel(ctx context.Context, r *loomv1.UploadModelRequest) (*loomv1.UploadModelResponse, error) {
+	return unary(s.g.UploadModel(ctx, r))
+}
+
+func (s models) UpdateModel(ctx context.Context, r *loomv1.UpdateModelRequest) (*loomv1.Model, error) {
+	return unary(s.g.UpdateModel(ctx, r))
+}
+
+func (s models) MergeVersionAliases(ctx context.Context, r *loomv1.MergeVersionAliasesRequest) (*loomv1.Model, error) {
+	return unary(s.g.MergeVersionAliases(ctx, r))
+}
+
+func (s models) DeleteModel(ctx context.Context, r *loomv1.DeleteModelRequest) (*loomv1.DeleteModelResponse, error) {
+	return unary(s.g.DeleteModel(ctx, r))
+}
+
+func (s models) DeleteModelVersion(ctx context.Context, r *loomv1.DeleteModelVersionRequest) (*loomv1.DeleteModelResponse, error) {
+	return unary(s.g.DeleteModelVersion(ctx, r))
+}
+
+func (s models) ExportModel(ctx context.Context, r *loomv1.ExportModelRequest) (*loomv1.ExportModelResponse, error) {
+	return unary(s.g.ExportModel(ctx, r))
+}
+
 type health struct {
 	loomv1.UnimplementedHealthServiceServer
 	g *app.Gateway

@@ -43,6 +43,8 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 	}))
+	// ModelService is on both: its Loom paths (projects/*/models/...) answer
+	// with proto names, its Vertex paths (TrainingPath) in camelCase.
 	for _, reg := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
 		loomv1.RegisterClusterServiceHandler,
 		loomv1.RegisterReservationServiceHandler,
@@ -71,6 +73,10 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 		_ = conn.Close()
 		return nil, nil, fmt.Errorf("rest: register training handlers: %w", err)
 	}
+	if err := loomv1.RegisterModelServiceHandler(ctx, vertex, conn); err != nil {
+		_ = conn.Close()
+		return nil, nil, fmt.Errorf("rest: register model handlers: %w", err)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if TrainingPath(r.URL.Path) {
 			vertex.ServeHTTP(w, r)
@@ -82,14 +88,19 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 
 // trainingCollections are the collections TrainingService serves under a
 // location.
+// and the registry's models (ModelService at Vertex's paths).
 var trainingCollections = map[string]bool{"customJobs": true, "hyperparameterTuningJobs": true, "trainingPipelines": true}
 
-// TrainingPath reports whether a REST path is one of TrainingService's:
-// /v1/projects/*/locations/*/(customJobs|hyperparameterTuningJobs|trainingPipelines)[/ID[:verb]].
+// TrainingPath reports whether a REST path is a Vertex one, answered in
+// camelCase: TrainingService's
+// /v1/projects/*/locations/*/(customJobs|hyperparameterTuningJobs|trainingPipelines)[/ID[:verb]]
+// and ModelService's /v1/projects/*/locations/*/models[:upload|/ID[:verb]].
 func TrainingPath(p string) bool {
 	parts := strings.SplitN(p, "/", 8)
-	return len(parts) >= 7 && parts[0] == "" && parts[1] == "v1" && parts[2] == "projects" && parts[4] == "locations" &&
-		trainingCollections[parts[6]]
+	if len(parts) < 7 || parts[0] != "" || parts[1] != "v1" || parts[2] != "projects" || parts[4] != "locations" {
+		return false
+	}
+	return trainingCollections[parts[6]] || parts[6] == "models" || parts[6] == "models:upload"
 }
 
 // dialable turns a listen address with an unspecified host (":7070",

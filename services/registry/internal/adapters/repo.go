@@ -120,6 +120,11 @@ func (r *Repo) Tx(reg *domain.Registration) (*store.Tx, error) {
 	tx := &store.Tx{}
 	tx.HSet(KeyModels, reg.Model.GetName(), mb)
 	tx.HSet(KeyVersions, reg.Version.GetName(), vb)
+	for _, m := range reg.Moved {
+		if err := hsetVersion(tx, m); err != nil {
+			return nil, err
+		}
+	}
 	if j := reg.Version.GetSourceJob(); j != "" {
 		tx.HSet(KeyJobs, j, []byte(reg.Version.GetName()))
 	}
@@ -133,6 +138,41 @@ func (r *Repo) Tx(reg *domain.Registration) (*store.Tx, error) {
 		return nil, err
 	}
 	return tx, nil
+}
+
+// ChangeTx returns the transaction that stores c (an update, an alias
+// move, a deleted version or model) with no event: these are the registry's
+// own state, which nothing downstream follows.
+func (r *Repo) ChangeTx(c *domain.Change) (*store.Tx, error) {
+	tx := &store.Tx{}
+	if c.DeletedModel != "" {
+		tx.HDel(KeyModels, c.DeletedModel)
+	} else {
+		mb, err := proto.Marshal(c.Model)
+		if err != nil {
+			return nil, fmt.Errorf("encode model %s: %w", c.Model.GetName(), err)
+		}
+		tx.HSet(KeyModels, c.Model.GetName(), mb)
+	}
+	for _, v := range c.Versions {
+		if err := hsetVersion(tx, v); err != nil {
+			return nil, err
+		}
+	}
+	for _, n := range c.Deleted {
+		tx.HDel(KeyVersions, n)
+	}
+	return tx, nil
+}
+
+// hsetVersion adds the write of v to tx.
+func hsetVersion(tx *store.Tx, v *loomv1.ModelVersion) error {
+	b, err := proto.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode version %s: %w", v.GetName(), err)
+	}
+	tx.HSet(KeyVersions, v.GetName(), b)
+	return nil
 }
 
 // AnswerTx returns the transaction that answers an UploadModel sent again

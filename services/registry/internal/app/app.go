@@ -6,18 +6,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sort"
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/loom-ml/loom/libs/envelope"
-	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
-	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/registry/internal/adapters"
 	"github.com/loom-ml/loom/services/registry/internal/artifact"
 	"github.com/loom-ml/loom/services/registry/internal/domain"
@@ -34,8 +29,16 @@ type Registry struct {
 	// outcome is unknown (Handle's caller serialises its calls).
 	drv *store.Driver
 
+	// wmu serialises every change (the consumer's and the RPCs'): each
+	// decides from memory and writes through drv while holding it, so that
+	// version ids are handed out once each, in order, and an alias moves in
+	// one write, however many calls run at once.
+	wmu sync.Mutex
+
 	mu    sync.RWMutex
 	state *domain.State
+
+	exportRoot string
 }
 
 // New loads the stored state through repo. now is the clock (time.Now when nil).
@@ -82,6 +85,8 @@ func (r *Registry) Handle(ctx context.Context, ev envelope.Event) error {
 
 // handleJob registers the version a COMPLETED job's model output makes.
 func (r *Registry) handleJob(ctx context.Context, ev envelope.Event, jc *eventsv1.JobChanged) error {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
 	if err := r.drv.Ready(ctx); err != nil {
 		return err
 	}
@@ -154,16 +159,25 @@ func (r *Registry) handleUpload(ctx context.Context, ev envelope.Event, cmd *eve
 		return nil
 	}
 	if refusal == nil {
-		// Outside the lock: reads go on while the files are hashed. Handle
-		// is sequential, so nothing changes the state meanwhile.
-		if err := artifact.Verify(ctx, u.Dir); err != nil {
-			if ctx.Err() != nil {
-				return fmt.Errorf("upload %s: artifact check cut short: %w", cmd.GetRequestId(), err)
-			}
-			refusal = fmt.Errorf("model.artifact_uri: %w", err)
+		var err error
+		if refusal, err = r.verify(ctx, u); err != nil {
+			return fmt.Errorf("upload %s: %w", cmd.GetRequestId(), err)
 		}
 	}
-	if refusal != nil {
+	if refusal == nil {
+		reg, again, err := r.register(ctx, ev.ID, cmd)
+		if err != nil {
+			return fmt.Errorf("upload %s: %w", cmd.GetRequestId(), err)
+		}
+		if again == nil {
+			if reg != nil {
+				r.log.Info("model version registered", "version", reg.Version.GetName(), "request_id", cmd.GetRequestId(), "user", cmd.GetUser())
+			}
+			return nil
+		}
+		refusal = again
+	}
+	{
 		failed, key := domain.Refusal(cmd, u.Model, refusal)
 		tx, err := r.repo.RefuseTx(key, failed)
 		if err != nil {
@@ -178,74 +192,57 @@ func (r *Registry) handleUpload(ctx context.Context, ev envelope.Event, cmd *eve
 		}
 		return nil
 	}
+}
+
+// verify checks u's artifact directory: a refusal (the directory missing or
+// incomplete) or an error (the check cut short by ctx).
+func (r *Registry) verify(ctx context.Context, u domain.Upload) (refusal, err error) {
+	// Outside every lock: reads and other changes go on while the files are
+	// hashed.
+	if err := artifact.Verify(ctx, u.Dir); err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("artifact check cut short: %w", err)
+		}
+		return fmt.Errorf("model.artifact_uri: %w", err), nil
+	}
+	return nil, nil
+}
+
+// register registers the upload cmd, whose artifact directory was verified,
+// as its model's next version, with the inbox mark inboxID ("" for none):
+// under wmu it validates cmd again (the state may have changed while the
+// files were hashed: the parent model deleted, a name taken), decides and
+// writes. A refusal changes nothing; reg is nil when inboxID was applied
+// before.
+func (r *Registry) register(ctx context.Context, inboxID string, cmd *eventsv1.UploadModel) (reg *domain.Registration, refusal, err error) {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	if err := r.drv.Ready(ctx); err != nil {
+		return nil, nil, err
+	}
 	r.mu.RLock()
-	reg := domain.RegisterUpload(r.state, u, r.now().UTC())
+	u, refusal := domain.ValidateUpload(r.state, cmd)
+	if refusal == nil {
+		reg = domain.RegisterUpload(r.state, u, r.now().UTC())
+	}
 	r.mu.RUnlock()
+	if refusal != nil {
+		return nil, refusal, nil
+	}
 	tx, err := r.repo.Tx(reg)
 	if err != nil {
-		return fmt.Errorf("register %s: %w", reg.Version.GetName(), err)
+		return nil, nil, fmt.Errorf("register %s: %w", reg.Version.GetName(), err)
 	}
-	applied, err := r.drv.Apply(ctx, ev.ID, tx, func() {
+	applied, err := r.drv.Apply(ctx, inboxID, tx, func() {
 		r.mu.Lock()
 		r.state.Apply(reg)
 		r.mu.Unlock()
 	})
 	if err != nil {
-		return fmt.Errorf("register %s: %w", reg.Version.GetName(), err)
+		return nil, nil, fmt.Errorf("register %s: %w", reg.Version.GetName(), err)
 	}
-	if applied {
-		r.log.Info("model version registered", "version", reg.Version.GetName(), "request_id", cmd.GetRequestId(), "user", cmd.GetUser())
+	if !applied {
+		return nil, nil, nil
 	}
-	return nil
-}
-
-// ListModels returns the models of the project parent ("projects/{p}") by name.
-func (r *Registry) ListModels(parent string) ([]*loomv1.Model, error) {
-	project, err := resname.ParseProject(parent)
-	if err != nil {
-		return nil, errs.Invalid("parent", "%v", err)
-	}
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	var out []*loomv1.Model
-	for name, m := range r.state.Models {
-		if n, err := resname.SplitModel(name); err == nil && n.Project == project.ID {
-			out = append(out, proto.Clone(m).(*loomv1.Model))
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
-	return out, nil
-}
-
-// GetModel returns the model name, or NotFound.
-func (r *Registry) GetModel(name string) (*loomv1.Model, error) {
-	if _, err := resname.ParseModel(name); err != nil {
-		return nil, errs.Invalid("name", "%v", err)
-	}
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	m, ok := r.state.Models[name]
-	if !ok {
-		return nil, fmt.Errorf("model %s: %w", name, errs.NotFound)
-	}
-	return proto.Clone(m).(*loomv1.Model), nil
-}
-
-// ListVersions returns the versions of the model parent in version order, or
-// NotFound when the model does not exist.
-func (r *Registry) ListVersions(parent string) ([]*loomv1.ModelVersion, error) {
-	if _, err := resname.ParseModel(parent); err != nil {
-		return nil, errs.Invalid("parent", "%v", err)
-	}
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if _, ok := r.state.Models[parent]; !ok {
-		return nil, fmt.Errorf("model %s: %w", parent, errs.NotFound)
-	}
-	vs := r.state.Versions[parent]
-	out := make([]*loomv1.ModelVersion, len(vs))
-	for i, v := range vs {
-		out[i] = proto.Clone(v).(*loomv1.ModelVersion)
-	}
-	return out, nil
+	return reg, nil, nil
 }

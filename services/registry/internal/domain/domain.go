@@ -63,6 +63,9 @@ type Registration struct {
 	RequestID string
 	Request   Request
 	Evict     []string
+	// Moved are the model's other versions whose aliases the new version
+	// took (rewritten with it).
+	Moved []*loomv1.ModelVersion
 }
 
 // Decide returns the registration a JobChanged causes, or nil when it causes
@@ -102,6 +105,11 @@ func Decide(s *State, ev *eventsv1.JobChanged, now time.Time) *Registration {
 	if dir := ev.GetModelDir(); dir != "" {
 		v.ArtifactUri = "file://" + dir
 	}
+	// The first version of a model holds "default".
+	v.Aliases = nil
+	if holder(s.Versions[modelName], DefaultAlias) == nil {
+		v.Aliases = []string{DefaultAlias}
+	}
 	if c := job.GetCluster(); c != "" {
 		v.Labels["cluster"] = c // a bare id, as an old record may hold
 		if cn, err := resname.SplitCluster(c); err == nil {
@@ -118,6 +126,9 @@ func Decide(s *State, ev *eventsv1.JobChanged, now time.Time) *Registration {
 // Apply records r in s. Call it only after r was stored durably.
 func (s *State) Apply(r *Registration) {
 	s.Models[r.Model.GetName()] = r.Model
+	if len(r.Moved) > 0 {
+		s.ApplyChange(&Change{Model: r.Model, Versions: r.Moved})
+	}
 	s.Versions[r.Model.GetName()] = append(s.Versions[r.Model.GetName()], r.Version)
 	if j := r.Version.GetSourceJob(); j != "" {
 		// As Load does: a job named as a version's source registers no

@@ -49,6 +49,10 @@ func TestVersionsCountUpPerModel(t *testing.T) {
 		if want := "file:///data/shared/models/" + tc.model + "/job-" + tc.job; r.Version.GetArtifactUri() != want {
 			t.Fatalf("step %d: artifact %q, want %q", i, r.Version.GetArtifactUri(), want)
 		}
+		// A model's first version holds "default"; later ones nothing.
+		if first := tc.want == 1; first != (len(r.Version.GetAliases()) == 1 && r.Version.GetAliases()[0] == DefaultAlias) || (!first && len(r.Version.GetAliases()) != 0) {
+			t.Fatalf("step %d: aliases %v", i, r.Version.GetAliases())
+		}
 		if r.Event.GetModel() != "projects/default/models/"+tc.model || r.Event.GetVersion() != r.Version {
 			t.Fatalf("step %d: event %v", i, r.Event)
 		}

@@ -104,10 +104,14 @@ func ValidateUpload(s *State, cmd *eventsv1.UploadModel) (Upload, error) {
 	}
 	switch {
 	case cmd.GetParentModel() != "":
-		pm, err := resname.ParseModel(cmd.GetParentModel())
+		ref, err := ParseRef("parent_model", cmd.GetParentModel())
 		if err != nil {
-			return u, fmt.Errorf("parent_model: %v", err)
+			return u, err
 		}
+		if ref.Selected() {
+			return u, fmt.Errorf("parent_model: %s names a version; name the model, without \"@…\"", clip(cmd.GetParentModel()))
+		}
+		pm := resname.Model{Project: ref.Project, ID: ref.ID}
 		if pm.Project != cmd.GetProject() {
 			return u, fmt.Errorf("parent_model: %s is not in project %s", pm, cmd.GetProject())
 		}
@@ -141,7 +145,26 @@ func ValidateUpload(s *State, cmd *eventsv1.UploadModel) (Upload, error) {
 			return u, fmt.Errorf("%s: %d characters, more than %d", d.field, n, MaxDescription)
 		}
 	}
+	if !printable(m.GetDisplayName()) {
+		return u, fmt.Errorf("model.display_name: must not hold control characters")
+	}
 	if err := checkLabels(m.GetLabels()); err != nil {
+		return u, err
+	}
+	if n := len(m.GetVersionAliases()); n > MaxAliases {
+		return u, fmt.Errorf("model.version_aliases: %d aliases, more than %d", n, MaxAliases)
+	}
+	seen := map[string]bool{}
+	for i, a := range m.GetVersionAliases() {
+		if err := CheckAlias(a); err != nil {
+			return u, fmt.Errorf("model.version_aliases[%d]: %v", i, err)
+		}
+		if seen[a] {
+			return u, fmt.Errorf("model.version_aliases[%d]: alias %q is named twice", i, a)
+		}
+		seen[a] = true
+	}
+	if err := checkLineage(cmd.GetLineage()); err != nil {
 		return u, err
 	}
 	dir, err := ArtifactDir(m.GetArtifactUri())
@@ -180,6 +203,49 @@ func ArtifactDir(uri string) (string, error) {
 	return filepath.Clean(p), nil
 }
 
+// Lineage bounds: a lineage is stored with every version, so what a caller
+// may put in it is bounded.
+const (
+	// MaxLineageName bounds each name and URI of a lineage, in bytes.
+	MaxLineageName = 1024
+	// MaxLineageEntries bounds hyperparameters and metrics, each.
+	MaxLineageEntries = 256
+	// MaxLineageKey and MaxLineageValue bound a hyperparameter's or
+	// metric's name and a hyperparameter's value, in bytes.
+	MaxLineageKey   = 128
+	MaxLineageValue = 1024
+)
+
+// checkLineage checks a lineage's sizes.
+func checkLineage(l *loomv1.ModelLineage) error {
+	for _, f := range []struct{ field, v string }{
+		{"job", l.GetJob()}, {"custom_job", l.GetCustomJob()}, {"training_pipeline", l.GetTrainingPipeline()},
+		{"tuning_job", l.GetTuningJob()}, {"trial", l.GetTrial()}, {"checkpoint_uri", l.GetCheckpointUri()},
+		{"job_id", l.GetJobId()}, {"data_uri", l.GetDataUri()},
+	} {
+		if len(f.v) > MaxLineageName {
+			return fmt.Errorf("lineage.%s: %d bytes, more than %d", f.field, len(f.v), MaxLineageName)
+		}
+	}
+	if n := len(l.GetHyperparameters()); n > MaxLineageEntries {
+		return fmt.Errorf("lineage.hyperparameters: %d entries, more than %d", n, MaxLineageEntries)
+	}
+	if n := len(l.GetMetrics()); n > MaxLineageEntries {
+		return fmt.Errorf("lineage.metrics: %d entries, more than %d", n, MaxLineageEntries)
+	}
+	for k, v := range l.GetHyperparameters() {
+		if len(k) > MaxLineageKey || len(v) > MaxLineageValue {
+			return fmt.Errorf("lineage.hyperparameters: %q: names are at most %d bytes, values %d", clip(k), MaxLineageKey, MaxLineageValue)
+		}
+	}
+	for k := range l.GetMetrics() {
+		if len(k) > MaxLineageKey {
+			return fmt.Errorf("lineage.metrics: %q: names are at most %d bytes", clip(k), MaxLineageKey)
+		}
+	}
+	return nil
+}
+
 // checkLabels checks the labels' count and grammar.
 func checkLabels(labels map[string]string) error {
 	if len(labels) > MaxLabels {
@@ -211,7 +277,7 @@ func RegisterUpload(s *State, u Upload, now time.Time) *Registration {
 	if old, ok := s.Models[u.Model]; ok {
 		model = proto.Clone(old).(*loomv1.Model)
 	} else {
-		model = &loomv1.Model{Name: u.Model, CreateTime: ts}
+		model = &loomv1.Model{Name: u.Model, CreateTime: ts, DisplayName: m.GetDisplayName(), Description: m.GetDescription()}
 	}
 	model.LatestVersion++
 	model.UpdateTime = ts
@@ -237,6 +303,7 @@ func RegisterUpload(s *State, u Upload, now time.Time) *Registration {
 	for k, val := range m.GetLabels() {
 		v.Labels[k] = val
 	}
+	moved := giveAliases(s, u.Model, v, m.GetVersionAliases(), ts)
 	var seq int64 = 1
 	if n := len(s.requestOrder); n > 0 {
 		seq = s.Requests[s.requestOrder[n-1]].Seq + 1
@@ -252,7 +319,34 @@ func RegisterUpload(s *State, u Upload, now time.Time) *Registration {
 		RequestID: cmd.GetRequestId(),
 		Request:   Request{Seq: seq, Version: v.GetName()},
 		Evict:     evict,
+		Moved:     moved,
 	}
+}
+
+// giveAliases gives the new version v of model its aliases: those asked
+// for, each taken from the version that held it (the changed versions are
+// returned), and "default" when the model has no version holding it (its
+// first version).
+func giveAliases(s *State, model string, v *loomv1.ModelVersion, aliases []string, ts *timestamppb.Timestamp) []*loomv1.ModelVersion {
+	vs := s.Versions[model]
+	want := slices.Clone(aliases)
+	if holder(vs, DefaultAlias) == nil && !slices.Contains(want, DefaultAlias) {
+		want = append([]string{DefaultAlias}, want...)
+	}
+	var moved []*loomv1.ModelVersion
+	for _, a := range want {
+		if h := holder(vs, a); h != nil {
+			i := slices.IndexFunc(moved, func(x *loomv1.ModelVersion) bool { return x.GetName() == h.GetName() })
+			if i < 0 {
+				moved = append(moved, proto.Clone(h).(*loomv1.ModelVersion))
+				i = len(moved) - 1
+			}
+			moved[i].Aliases = slices.DeleteFunc(moved[i].Aliases, func(x string) bool { return x == a })
+			moved[i].UpdateTime = ts
+		}
+		v.Aliases = append(v.Aliases, a)
+	}
+	return moved
 }
 
 // Refusal is the answer to an UploadModel the registry refused; Key is the

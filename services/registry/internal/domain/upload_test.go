@@ -114,6 +114,19 @@ func TestUploadRefusals(t *testing.T) {
 		"gs artifact":       {func(c *eventsv1.UploadModel) { c.Model.ArtifactUri = "gs://b/m" }, "only file:// URIs"},
 		"file host":         {func(c *eventsv1.UploadModel) { c.Model.ArtifactUri = "file://host/m" }, "not a host"},
 		"relative artifact": {func(c *eventsv1.UploadModel) { c.Model.ArtifactUri = "data/m" }, "not an absolute path"},
+		"reserved alias":    {func(c *eventsv1.UploadModel) { c.Model.VersionAliases = []string{"v2"} }, "model.version_aliases[0]: alias \"v2\" is reserved"},
+		"alias twice":       {func(c *eventsv1.UploadModel) { c.Model.VersionAliases = []string{"prod", "prod"} }, "named twice"},
+		"control in name":   {func(c *eventsv1.UploadModel) { c.Model.DisplayName = "a\x1bb" }, "control characters"},
+		"huge lineage": {func(c *eventsv1.UploadModel) {
+			c.Lineage = &loomv1.ModelLineage{Hyperparameters: many2(MaxLineageEntries + 1)}
+		}, "lineage.hyperparameters: 257 entries"},
+		"long lineage name": {func(c *eventsv1.UploadModel) {
+			c.Lineage = &loomv1.ModelLineage{Trial: strings.Repeat("t", MaxLineageName+1)}
+		}, "lineage.trial:"},
+		"vertex parent @": {func(c *eventsv1.UploadModel) {
+			c.ParentModel = "projects/default/locations/global/models/tiny@2"
+			c.ModelId = ""
+		}, "names a version"},
 	} {
 		cmd := upload("r-" + name)
 		tc.edit(cmd)
@@ -124,11 +137,24 @@ func TestUploadRefusals(t *testing.T) {
 	if u, err := ValidateUpload(s, upload("plain path")); err != nil || u.Model != "projects/default/models/tiny" || u.New {
 		t.Fatalf("model_id of an existing model: %+v %v", u, err)
 	}
+	vertex := upload("vertex parent")
+	vertex.ParentModel, vertex.ModelId = "projects/default/locations/global/models/tiny", ""
+	if u, err := ValidateUpload(s, vertex); err != nil || u.Model != "projects/default/models/tiny" {
+		t.Fatalf("Vertex parent_model: %+v %v", u, err)
+	}
 	cmd := upload("path")
 	cmd.Model.ArtifactUri = "/data/./m/../m2"
 	if u, err := ValidateUpload(s, cmd); err != nil || u.Dir != "/data/m2" {
 		t.Fatalf("absolute path: %+v %v, want dir /data/m2", u, err)
 	}
+}
+
+func many2(n int) map[string]string {
+	m := map[string]string{}
+	for i := range n {
+		m[fmt.Sprintf("p%d", i)] = "1"
+	}
+	return m
 }
 
 // TestModelFromDisplayName: without parent_model and model_id the upload

@@ -1,16 +1,22 @@
-// Package ports exposes the registry: its gRPC read API (loom.v1.ModelService).
+// Package ports exposes the registry: its gRPC API (loom.v1.ModelService).
 package ports
 
 import (
 	"context"
+	"errors"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/loom-ml/loom/libs/blobstore"
 	"github.com/loom-ml/loom/libs/errs"
-	"github.com/loom-ml/loom/libs/paging"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/registry/internal/app"
 )
 
-// ModelServer serves loom.v1.ModelService from the registry's memory.
+// ModelServer serves loom.v1.ModelService: reads from the registry's memory,
+// changes through its store (app.Registry). Every error goes through
+// errs.ToStatus.
 type ModelServer struct {
 	loomv1.UnimplementedModelServiceServer
 	reg *app.Registry
@@ -19,36 +25,64 @@ type ModelServer struct {
 // NewModelServer returns a ModelService over reg.
 func NewModelServer(reg *app.Registry) *ModelServer { return &ModelServer{reg: reg} }
 
-// ListModels lists one page (AIP-158, libs/paging) of a project's models, by
-// name.
-func (s *ModelServer) ListModels(_ context.Context, req *loomv1.ListModelsRequest) (*loomv1.ListModelsResponse, error) {
-	ms, err := s.reg.ListModels(req.GetParent())
-	if err != nil {
-		return nil, errs.ToStatus(err)
-	}
-	page, next, err := paging.List(req, ms, (*loomv1.Model).GetName)
-	if err != nil {
-		return nil, errs.ToStatus(err)
-	}
-	return &loomv1.ListModelsResponse{Models: page, NextPageToken: next}, nil
+// UploadModel registers a version (app.Registry.UploadModel).
+func (s *ModelServer) UploadModel(ctx context.Context, req *loomv1.UploadModelRequest) (*loomv1.UploadModelResponse, error) {
+	resp, err := s.reg.UploadModel(ctx, req)
+	return resp, errs.ToStatus(err)
 }
 
-// GetModel returns one model; NotFound when unknown.
+// ListModels lists one page (AIP-158, libs/paging) of a project's models.
+func (s *ModelServer) ListModels(_ context.Context, req *loomv1.ListModelsRequest) (*loomv1.ListModelsResponse, error) {
+	resp, err := s.reg.ListModels(req)
+	return resp, errs.ToStatus(err)
+}
+
+// GetModel returns one version of a model; NotFound when unknown.
 func (s *ModelServer) GetModel(_ context.Context, req *loomv1.GetModelRequest) (*loomv1.Model, error) {
 	m, err := s.reg.GetModel(req.GetName())
 	return m, errs.ToStatus(err)
 }
 
-// ListModelVersions lists one page (AIP-158) of a model's versions, in
-// version order; NotFound when the model is unknown.
+// ListModelVersions lists one page of a model's versions.
 func (s *ModelServer) ListModelVersions(_ context.Context, req *loomv1.ListModelVersionsRequest) (*loomv1.ListModelVersionsResponse, error) {
-	vs, err := s.reg.ListVersions(req.GetParent())
-	if err != nil {
+	resp, err := s.reg.ListModelVersions(req)
+	return resp, errs.ToStatus(err)
+}
+
+// UpdateModel changes the masked fields.
+func (s *ModelServer) UpdateModel(ctx context.Context, req *loomv1.UpdateModelRequest) (*loomv1.Model, error) {
+	m, err := s.reg.UpdateModel(ctx, req)
+	return m, errs.ToStatus(err)
+}
+
+// MergeVersionAliases adds and removes aliases of one version.
+func (s *ModelServer) MergeVersionAliases(ctx context.Context, req *loomv1.MergeVersionAliasesRequest) (*loomv1.Model, error) {
+	m, err := s.reg.MergeVersionAliases(ctx, req)
+	return m, errs.ToStatus(err)
+}
+
+// DeleteModel deletes a model and its versions.
+func (s *ModelServer) DeleteModel(ctx context.Context, req *loomv1.DeleteModelRequest) (*loomv1.DeleteModelResponse, error) {
+	if err := s.reg.DeleteModel(ctx, req.GetName()); err != nil {
 		return nil, errs.ToStatus(err)
 	}
-	page, next, err := paging.List(req, vs, func(v *loomv1.ModelVersion) string { return paging.IndexKey(int(v.GetVersion())) })
-	if err != nil {
+	return &loomv1.DeleteModelResponse{}, nil
+}
+
+// DeleteModelVersion deletes one version.
+func (s *ModelServer) DeleteModelVersion(ctx context.Context, req *loomv1.DeleteModelVersionRequest) (*loomv1.DeleteModelResponse, error) {
+	if err := s.reg.DeleteModelVersion(ctx, req.GetName()); err != nil {
 		return nil, errs.ToStatus(err)
 	}
-	return &loomv1.ListModelVersionsResponse{Versions: page, NextPageToken: next}, nil
+	return &loomv1.DeleteModelResponse{}, nil
+}
+
+// ExportModel copies a version's artifacts; Unimplemented until
+// libs/blobstore has its bodies.
+func (s *ModelServer) ExportModel(ctx context.Context, req *loomv1.ExportModelRequest) (*loomv1.ExportModelResponse, error) {
+	resp, err := s.reg.ExportModel(ctx, req)
+	if errors.Is(err, blobstore.ErrUnimplemented) {
+		return nil, status.Error(codes.Unimplemented, err.Error())
+	}
+	return resp, errs.ToStatus(err)
 }

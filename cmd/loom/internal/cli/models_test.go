@@ -1,0 +1,193 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// registryFake serves ModelService from two fixed versions of model "tiny"
+// and records each request, so the test checks what each command sends and
+// how it prints the answers. The registry's behaviour itself is tested on
+// the real service (services/registry).
+type registryFake struct {
+	loomv1.UnimplementedModelServiceServer
+	mu   sync.Mutex
+	reqs []proto.Message
+}
+
+func (f *registryFake) rec(m proto.Message) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reqs = append(f.reqs, proto.Clone(m))
+}
+
+func (f *registryFake) last() proto.Message {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reqs[len(f.reqs)-1]
+}
+
+func tinyVersion(v string, aliases ...string) *loomv1.Model {
+	ts := timestamppb.New(testNow.Add(-2 * time.Hour))
+	return &loomv1.Model{
+		Name: "projects/default/locations/global/models/tiny@" + v, DisplayName: "Tiny", LatestVersion: 2,
+		VersionId: v, VersionAliases: aliases, VersionDescription: "version " + v, Labels: map[string]string{"team": "vision"},
+		ArtifactUri: "file:///data/tiny/" + v, VersionCreateTime: ts, VersionUpdateTime: ts, CreateTime: ts, UpdateTime: ts,
+		Lineage: &loomv1.ModelLineage{Job: "projects/default/jobs/7", Trial: "projects/default/locations/global/hyperparameterTuningJobs/3/trials/" + v,
+			Hyperparameters: map[string]string{"lr": "0.1"}, Metrics: map[string]float64{"loss": 0.25}},
+	}
+}
+
+func (f *registryFake) ListModels(_ context.Context, r *loomv1.ListModelsRequest) (*loomv1.ListModelsResponse, error) {
+	f.rec(r)
+	return &loomv1.ListModelsResponse{Models: []*loomv1.Model{tinyVersion("1", "default")}}, nil
+}
+
+func (f *registryFake) ListModelVersions(_ context.Context, r *loomv1.ListModelVersionsRequest) (*loomv1.ListModelVersionsResponse, error) {
+	f.rec(r)
+	return &loomv1.ListModelVersionsResponse{Models: []*loomv1.Model{tinyVersion("1", "default"), tinyVersion("2", "prod", "canary")}}, nil
+}
+
+func (f *registryFake) GetModel(_ context.Context, r *loomv1.GetModelRequest) (*loomv1.Model, error) {
+	f.rec(r)
+	if strings.HasSuffix(r.GetName(), "@9") {
+		return nil, status.Error(codes.NotFound, "model projects/default/models/tiny has no version 9")
+	}
+	return tinyVersion("2", "prod"), nil
+}
+
+func (f *registryFake) UploadModel(_ context.Context, r *loomv1.UploadModelRequest) (*loomv1.UploadModelResponse, error) {
+	f.rec(r)
+	return &loomv1.UploadModelResponse{Model: "projects/default/locations/global/models/tiny", ModelVersionId: "3"}, nil
+}
+
+func (f *registryFake) MergeVersionAliases(_ context.Context, r *loomv1.MergeVersionAliasesRequest) (*loomv1.Model, error) {
+	f.rec(r)
+	return tinyVersion("2", "default"), nil
+}
+
+func (f *registryFake) DeleteModel(_ context.Context, r *loomv1.DeleteModelRequest) (*loomv1.DeleteModelResponse, error) {
+	f.rec(r)
+	return &loomv1.DeleteModelResponse{}, nil
+}
+
+func (f *registryFake) DeleteModelVersion(_ context.Context, r *loomv1.DeleteModelVersionRequest) (*loomv1.DeleteModelResponse, error) {
+	f.rec(r)
+	return nil, status.Error(codes.FailedPrecondition, `version 1 of projects/default/models/tiny holds the "default" alias: move it to another version first (loom models alias tiny@N default)`)
+}
+
+func (f *registryFake) ExportModel(_ context.Context, r *loomv1.ExportModelRequest) (*loomv1.ExportModelResponse, error) {
+	f.rec(r)
+	return &loomv1.ExportModelResponse{Destination: r.GetOutputConfig().GetArtifactDestination().GetOutputUriPrefix(), Copied: 2, Bytes: 123}, nil
+}
+
+func serveRegistryFake(t *testing.T) (*registryFake, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &registryFake{}
+	s := grpc.NewServer()
+	loomv1.RegisterModelServiceServer(s, f)
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(s.Stop)
+	return f, ln.Addr().String()
+}
+
+// TestModelsCommands: each `loom models` command sends its request and
+// prints an aligned table, a sentence or --output json.
+func TestModelsCommands(t *testing.T) {
+	t.Parallel()
+	f, gw := serveRegistryFake(t)
+
+	out, errOut, code := run(t, gw, "models", "versions", "tiny", "--filter", "labels.team=vision", "--order-by", "version_id desc")
+	want := "" +
+		"VERSION  ALIASES      DESCRIPTION  PRODUCED BY                          ARTIFACT             CREATED\n" +
+		"1        default      version 1    hyperparameterTuningJobs/3/trials/1  file:///data/tiny/1  2h ago\n" +
+		"2        prod,canary  version 2    hyperparameterTuningJobs/3/trials/2  file:///data/tiny/2  2h ago\n"
+	if code != 0 || out != want {
+		t.Errorf("versions: code %d, stderr %s, out:\n%s\nwant:\n%s", code, errOut, out, want)
+	}
+	if r := f.last().(*loomv1.ListModelVersionsRequest); r.GetParent() != "projects/default/models/tiny" || r.GetFilter() != "labels.team=vision" || r.GetOrderBy() != "version_id desc" {
+		t.Errorf("versions sent %v", r)
+	}
+
+	out, _, code = run(t, gw, "models", "get", "tiny@prod")
+	for _, line := range []string{"Name:                 projects/default/locations/global/models/tiny@2", "Aliases:              prod",
+		"Hyperparameters:      lr=0.1", "Final metrics:        loss=0.25", "Trial:                projects/default/locations/global/hyperparameterTuningJobs/3/trials/2"} {
+		if code != 0 || !strings.Contains(out, line+"\n") {
+			t.Errorf("get: missing %q in:\n%s", line, out)
+		}
+	}
+	if r := f.last().(*loomv1.GetModelRequest); r.GetName() != "projects/default/models/tiny@prod" {
+		t.Errorf("get sent %v", r)
+	}
+	out, _, code = run(t, gw, "models", "get", "tiny@2", "-o", "json")
+	var js map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &js) != nil || js["versionId"] != "2" {
+		t.Errorf("get -o json: %d %s", code, out)
+	}
+	_, errOut, code = run(t, gw, "models", "get", "tiny@9")
+	if code == 0 || !strings.Contains(errOut, "no version 9") || !strings.Contains(errOut, "loom models list") {
+		t.Errorf("get of a missing version: %d %s", code, errOut)
+	}
+
+	out, _, code = run(t, gw, "models", "upload", "/data/tiny/3", "--parent-model", "tiny", "--alias", "prod", "--label", "team=vision", "--version-description", "more data")
+	if code != 0 || out != "Registered projects/default/locations/global/models/tiny version 3. See it with: loom models get tiny@3\n" {
+		t.Errorf("upload: %d %q", code, out)
+	}
+	if r := f.last().(*loomv1.UploadModelRequest); r.GetParentModel() != "projects/default/models/tiny" || r.GetModel().GetArtifactUri() != "/data/tiny/3" ||
+		r.GetModel().GetVersionAliases()[0] != "prod" || r.GetModel().GetLabels()["team"] != "vision" || r.GetParent() != "projects/default" {
+		t.Errorf("upload sent %v", r)
+	}
+	if _, errOut, code = run(t, gw, "models", "upload", "/d", "--model", "x", "--label", "novalue"); code == 0 || !strings.Contains(errOut, "KEY=VALUE") {
+		t.Errorf("upload with a bad label: %d %s", code, errOut)
+	}
+
+	out, _, code = run(t, gw, "models", "alias", "tiny@2", "default", "--", "-canary")
+	if code != 0 || out != "Version 2 of tiny@2 now has aliases: default\n" {
+		t.Errorf("alias: %d %q", code, out)
+	}
+	if r := f.last().(*loomv1.MergeVersionAliasesRequest); strings.Join(r.GetVersionAliases(), " ") != "default -canary" {
+		t.Errorf("alias sent %v", r)
+	}
+
+	out, _, code = run(t, gw, "models", "export", "tiny@2", "s3://bucket/tiny")
+	if code != 0 || out != "Exported tiny@2 to s3://bucket/tiny: 2 copied, 0 already there, 123 bytes written.\n" {
+		t.Errorf("export: %d %q", code, out)
+	}
+
+	_, errOut, code = run(t, gw, "models", "delete", "tiny@1")
+	if code == 0 || !strings.Contains(errOut, "move it to another version first") {
+		t.Errorf("delete of the default version: %d %s", code, errOut)
+	}
+	if _, ok := f.last().(*loomv1.DeleteModelVersionRequest); !ok {
+		t.Errorf("delete tiny@1 sent %T", f.last())
+	}
+	out, _, code = run(t, gw, "models", "delete", "tiny")
+	if code != 0 || out != "Deleted model tiny and all its versions.\n" {
+		t.Errorf("delete: %d %q", code, out)
+	}
+
+	out, _, code = run(t, gw, "models", "list", "--filter", "labels.team=vision", "-o", "json")
+	if code != 0 || !strings.Contains(out, `"versionAliases"`) {
+		t.Errorf("list -o json: %d %s", code, out)
+	}
+	if r := f.last().(*loomv1.ListModelsRequest); r.GetFilter() != "labels.team=vision" {
+		t.Errorf("list sent %v", r)
+	}
+}

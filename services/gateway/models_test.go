@@ -1,0 +1,111 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+
+	"github.com/loom-ml/loom/libs/testkit"
+)
+
+// The fake registry's changes echo what the gateway handed on, so that the
+// REST test can see the camelCase request reach the registry intact.
+
+func (fakeRegistry) UploadModel(_ context.Context, r *loomv1.UploadModelRequest) (*loomv1.UploadModelResponse, error) {
+	return &loomv1.UploadModelResponse{Model: r.GetParentModel() + "|" + r.GetModel().GetArtifactUri() + "|" + strings.Join(r.GetModel().GetVersionAliases(), ","), ModelVersionId: "2"}, nil
+}
+
+func (fakeRegistry) UpdateModel(_ context.Context, r *loomv1.UpdateModelRequest) (*loomv1.Model, error) {
+	return &loomv1.Model{Name: r.GetModel().GetName(), VersionDescription: strings.Join(r.GetUpdateMask().GetPaths(), ","), Labels: r.GetModel().GetLabels()}, nil
+}
+
+func (fakeRegistry) MergeVersionAliases(_ context.Context, r *loomv1.MergeVersionAliasesRequest) (*loomv1.Model, error) {
+	return &loomv1.Model{Name: r.GetName(), VersionId: "2", VersionAliases: r.GetVersionAliases(),
+		Lineage: &loomv1.ModelLineage{TuningJob: "tj", Hyperparameters: map[string]string{"lr": "0.1"}, CheckpointUri: "file:///c"}}, nil
+}
+
+func (fakeRegistry) DeleteModel(context.Context, *loomv1.DeleteModelRequest) (*loomv1.DeleteModelResponse, error) {
+	return &loomv1.DeleteModelResponse{}, nil
+}
+
+func (fakeRegistry) DeleteModelVersion(context.Context, *loomv1.DeleteModelVersionRequest) (*loomv1.DeleteModelResponse, error) {
+	return &loomv1.DeleteModelResponse{}, nil
+}
+
+func (fakeRegistry) ExportModel(_ context.Context, r *loomv1.ExportModelRequest) (*loomv1.ExportModelResponse, error) {
+	return &loomv1.ExportModelResponse{Destination: r.GetOutputConfig().GetArtifactDestination().GetOutputUriPrefix(), Copied: 2}, nil
+}
+
+// TestModelsREST: the registry at Vertex's paths takes and answers
+// camelCase JSON (lineage under the console's names), the Loom paths keep
+// proto names, viewers read but do not change, and changes are audited.
+func TestModelsREST(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, wait)
+	ana, vic := h.restAs("ana"), h.restAs("vic")
+	const models = "/v1/projects/default/locations/global/models"
+
+	call := func(c *http.Client, verb, path, body string, want int) map[string]any {
+		t.Helper()
+		code, resp := restCall(ctx, t, c, h.restBase, verb, path, body)
+		if code != want {
+			t.Fatalf("%s %s: %d %s, want %d", verb, path, code, resp, want)
+		}
+		var out map[string]any
+		if err := json.Unmarshal([]byte(resp), &out); err != nil {
+			t.Fatalf("%s %s: not JSON: %s", verb, path, resp)
+		}
+		return out
+	}
+
+	got := call(vic, "GET", models+"?pageSize=5&orderBy=createTime%20desc&filter=labels.team%3Dx", "", http.StatusOK)
+	if ms, ok := got["models"].([]any); !ok || len(ms) != 1 || ms[0].(map[string]any)["latestVersion"] != "3" {
+		t.Errorf("list: %v, want models in camelCase", got)
+	}
+	got = call(vic, "GET", models+"/tiny@prod", "", http.StatusOK)
+	if got["name"] != "projects/default/locations/global/models/tiny@prod" {
+		t.Errorf("get @prod: %v", got)
+	}
+	call(vic, "GET", models+"/tiny:listVersions", "", http.StatusOK)
+
+	got = call(ana, "POST", models+":upload", `{"parentModel":"projects/default/locations/global/models/tiny","model":{"artifactUri":"file:///m","versionAliases":["prod"]}}`, http.StatusOK)
+	if got["model"] != "projects/default/locations/global/models/tiny|file:///m|prod" || got["modelVersionId"] != "2" {
+		t.Errorf("upload: %v", got)
+	}
+	got = call(ana, "PATCH", models+"/tiny@2?updateMask=labels,versionDescription", `{"labels":{"stage":"qa"}}`, http.StatusOK)
+	if got["versionDescription"] != "labels,versionDescription" || got["name"] != "projects/default/locations/global/models/tiny@2" {
+		t.Errorf("patch: %v", got)
+	}
+	got = call(ana, "POST", models+"/tiny@2:mergeVersionAliases", `{"versionAliases":["prod","-canary"]}`, http.StatusOK)
+	lin, _ := got["lineage"].(map[string]any)
+	if got["versionId"] != "2" || lin["hyperparameterTuningJob"] != "tj" || lin["checkpointUri"] != "file:///c" || lin["parameters"] == nil {
+		t.Errorf("merge: %v, want camelCase with the lineage's console names", got)
+	}
+	got = call(ana, "POST", models+"/tiny@2:export", `{"outputConfig":{"artifactDestination":{"outputUriPrefix":"s3://b/x"}}}`, http.StatusOK)
+	if got["destination"] != "s3://b/x" || got["copied"] != float64(2) {
+		t.Errorf("export: %v", got)
+	}
+	call(ana, "POST", models+"/tiny@3:deleteVersion", `{}`, http.StatusOK)
+	call(ana, "DELETE", models+"/tiny@3:deleteVersion", "", http.StatusOK)
+	call(ana, "DELETE", models+"/tiny", "", http.StatusOK)
+
+	// A viewer reads but does not change; another project is NotFound.
+	call(vic, "POST", models+":upload", `{"model":{"artifactUri":"/m"}}`, http.StatusForbidden)
+	call(vic, "DELETE", models+"/tiny", "", http.StatusForbidden)
+	call(ana, "GET", "/v1/projects/other/locations/global/models/tiny", "", http.StatusNotFound)
+
+	// The Loom paths keep the proto names.
+	got = call(ana, "GET", "/v1/projects/default/models/m1", "", http.StatusOK)
+	if got["latest_version"] != "3" {
+		t.Errorf("Loom path: %v, want proto names", got)
+	}
+
+	// Changes are audited as every mutating call.
+	waitAudit(t, ctx, h, "pat", "projects/default", record("users/ana", "/loom.v1.ModelService/DeleteModel", "allowed", "OK"))
+	waitAudit(t, ctx, h, "pat", "projects/default", record("users/vic", "/loom.v1.ModelService/UploadModel", "denied", "PermissionDenied"))
+}

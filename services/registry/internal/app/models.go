@@ -1,0 +1,378 @@
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/blobstore"
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/resname"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/registry/internal/domain"
+)
+
+// SetExportRoot confines ExportModel's local destinations (file:// and
+// absolute paths) to dir; with "" they are refused and only object stores
+// (s3://, gs://, azblob://) are destinations. Call it before serving.
+func (r *Registry) SetExportRoot(dir string) { r.exportRoot = dir }
+
+// UploadModel registers req.model's artifact directory as a version: of
+// parent_model when set, else of the model model_id names (created when new),
+// else of a new model named after model.display_name. It returns once the
+// version is stored. A refused upload (bad field, missing or incomplete
+// artifact directory, unknown parent) is InvalidArgument with the reason;
+// nothing is registered.
+func (r *Registry) UploadModel(ctx context.Context, req *loomv1.UploadModelRequest) (*loomv1.UploadModelResponse, error) {
+	project, location, err := domain.ParseParent("parent", req.GetParent())
+	if err != nil {
+		return nil, err
+	}
+	m := req.GetModel()
+	cmd := &eventsv1.UploadModel{
+		RequestId:   "rpc-" + randomID(),
+		Project:     project,
+		ModelId:     req.GetModelId(),
+		ParentModel: req.GetParentModel(),
+		Model: &trainingv1.Model{
+			DisplayName:        m.GetDisplayName(),
+			Description:        m.GetDescription(),
+			VersionDescription: m.GetVersionDescription(),
+			VersionAliases:     m.GetVersionAliases(),
+			ArtifactUri:        m.GetArtifactUri(),
+			Labels:             m.GetLabels(),
+		},
+		Lineage: m.GetLineage(),
+	}
+	if err := r.drv.Ready(ctx); err != nil {
+		return nil, err
+	}
+	r.mu.RLock()
+	u, refusal := domain.ValidateUpload(r.state, cmd)
+	r.mu.RUnlock()
+	if refusal == nil {
+		if refusal, err = r.verify(ctx, u); err != nil {
+			return nil, err
+		}
+	}
+	var reg *domain.Registration
+	if refusal == nil {
+		if reg, refusal, err = r.register(ctx, "", cmd); err != nil {
+			return nil, err
+		}
+	}
+	if refusal != nil {
+		field, reason, _ := strings.Cut(refusal.Error(), ": ")
+		if strings.Contains(field, " ") {
+			field, reason = "model", refusal.Error()
+		}
+		if field == "parent_model" && strings.HasSuffix(reason, "does not exist") {
+			return nil, fmt.Errorf("%s: %w", refusal.Error(), errs.NotFound)
+		}
+		return nil, errs.Invalid(field, "%s", reason)
+	}
+	r.log.Info("model version uploaded", "version", reg.Version.GetName())
+	mn, _ := resname.SplitModel(reg.Model.GetName())
+	return &loomv1.UploadModelResponse{
+		Model:          "projects/" + mn.Project + "/locations/" + location + "/models/" + mn.ID,
+		ModelVersionId: strconv.FormatInt(reg.Version.GetVersion(), 10),
+	}, nil
+}
+
+// randomID is a request id for an upload that came by RPC (its answer is the
+// RPC's, but the registration is recorded as every upload is).
+func randomID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// GetModel returns the version name resolves to (domain.Ref), as served.
+func (r *Registry) GetModel(name string) (*loomv1.Model, error) {
+	ref, err := domain.ParseRef("name", name)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	m, v, err := r.state.Resolve(ref)
+	if err != nil {
+		return nil, err
+	}
+	return domain.View(m, v, locationOf(ref)), nil
+}
+
+// locationOf is the location an answer to ref names.
+func locationOf(ref domain.Ref) string {
+	if ref.Location == "" {
+		return domain.DefaultLocation
+	}
+	return ref.Location
+}
+
+// ListModels lists one page of the project's models, each at its default
+// version, filtered and ordered as req asks (by name when order_by is empty).
+func (r *Registry) ListModels(req *loomv1.ListModelsRequest) (*loomv1.ListModelsResponse, error) {
+	project, location, err := domain.ParseParent("parent", req.GetParent())
+	if err != nil {
+		return nil, err
+	}
+	order, err := domain.ParseOrderBy(req.GetOrderBy())
+	if err != nil {
+		return nil, err
+	}
+	var all []*loomv1.Model
+	r.mu.RLock()
+	for name, m := range r.state.Models {
+		mn, err := resname.SplitModel(name)
+		if err != nil || mn.Project != project {
+			continue
+		}
+		_, v, err := r.state.Resolve(domain.Ref{Project: mn.Project, ID: mn.ID})
+		if err != nil {
+			continue
+		}
+		all = append(all, domain.View(m, v, location))
+	}
+	r.mu.RUnlock()
+	all, err = domain.Filter(req.GetFilter(), all)
+	if err != nil {
+		return nil, err
+	}
+	page, next, err := paging.List(req, all, order.Key)
+	if err != nil {
+		return nil, err
+	}
+	return &loomv1.ListModelsResponse{Models: page, NextPageToken: next}, nil
+}
+
+// ListModelVersions lists one page of a model's versions (by id when
+// order_by is empty), filtered as req asks. Answers to Loom's name form
+// also carry the stored versions (versions), as before.
+func (r *Registry) ListModelVersions(req *loomv1.ListModelVersionsRequest) (*loomv1.ListModelVersionsResponse, error) {
+	ref, err := domain.ParseRef("parent", req.GetParent())
+	if err != nil {
+		return nil, err
+	}
+	if ref.Selected() {
+		return nil, errs.Invalid("parent", "name the model, without \"@…\"")
+	}
+	order, err := domain.ParseOrderBy(req.GetOrderBy())
+	if err != nil {
+		return nil, err
+	}
+	r.mu.RLock()
+	m, ok := r.state.Models[ref.Model()]
+	var all []*loomv1.Model
+	stored := map[string]*loomv1.ModelVersion{}
+	if ok {
+		for _, v := range r.state.Versions[ref.Model()] {
+			view := domain.View(m, v, locationOf(ref))
+			all = append(all, view)
+			stored[view.GetName()] = v
+		}
+	}
+	r.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("model %s: %w", ref.Model(), errs.NotFound)
+	}
+	all, err = domain.Filter(req.GetFilter(), all)
+	if err != nil {
+		return nil, err
+	}
+	page, next, err := paging.List(req, all, order.Key)
+	if err != nil {
+		return nil, err
+	}
+	resp := &loomv1.ListModelVersionsResponse{Models: page, NextPageToken: next}
+	if !ref.Vertex {
+		for _, p := range page {
+			resp.Versions = append(resp.Versions, proto.Clone(stored[p.GetName()]).(*loomv1.ModelVersion))
+		}
+	}
+	return resp, nil
+}
+
+// ListVersions returns the stored versions of model (a Loom model name) in
+// version order, or NotFound.
+func (r *Registry) ListVersions(model string) ([]*loomv1.ModelVersion, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if _, ok := r.state.Models[model]; !ok {
+		return nil, fmt.Errorf("model %s: %w", model, errs.NotFound)
+	}
+	vs := r.state.Versions[model]
+	out := make([]*loomv1.ModelVersion, len(vs))
+	for i, v := range vs {
+		out[i] = proto.Clone(v).(*loomv1.ModelVersion)
+	}
+	return out, nil
+}
+
+// change decides one change under wmu and writes it; the change is in
+// memory once it returns nil.
+func (r *Registry) change(ctx context.Context, decide func(*domain.State) (*domain.Change, error)) (*domain.Change, error) {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	if err := r.drv.Ready(ctx); err != nil {
+		return nil, err
+	}
+	r.mu.RLock()
+	c, err := decide(r.state)
+	r.mu.RUnlock()
+	if err != nil {
+		return nil, err
+	}
+	tx, err := r.repo.ChangeTx(c)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := r.drv.Apply(ctx, "", tx, func() {
+		r.mu.Lock()
+		r.state.ApplyChange(c)
+		r.mu.Unlock()
+	}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// UpdateModel is domain.Update of the version req.model.name names; it
+// answers that version as served.
+func (r *Registry) UpdateModel(ctx context.Context, req *loomv1.UpdateModelRequest) (*loomv1.Model, error) {
+	ref, err := domain.ParseRef("model.name", req.GetModel().GetName())
+	if err != nil {
+		return nil, err
+	}
+	c, err := r.change(ctx, func(s *domain.State) (*domain.Change, error) {
+		return domain.Update(s, ref, req.GetModel(), req.GetUpdateMask().GetPaths(), r.now().UTC())
+	})
+	if err != nil {
+		return nil, err
+	}
+	return domain.View(c.Model, c.Served, locationOf(ref)), nil
+}
+
+// MergeVersionAliases is domain.MergeAliases; it answers the version as served.
+func (r *Registry) MergeVersionAliases(ctx context.Context, req *loomv1.MergeVersionAliasesRequest) (*loomv1.Model, error) {
+	ref, err := domain.ParseRef("name", req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	c, err := r.change(ctx, func(s *domain.State) (*domain.Change, error) {
+		return domain.MergeAliases(s, ref, req.GetVersionAliases(), r.now().UTC())
+	})
+	if err != nil {
+		return nil, err
+	}
+	return domain.View(c.Model, c.Served, locationOf(ref)), nil
+}
+
+// DeleteModel deletes a model and its versions.
+func (r *Registry) DeleteModel(ctx context.Context, name string) error {
+	ref, err := domain.ParseRef("name", name)
+	if err != nil {
+		return err
+	}
+	c, err := r.change(ctx, func(s *domain.State) (*domain.Change, error) { return domain.DeleteModel(s, ref) })
+	if err == nil {
+		r.log.Info("model deleted", "model", c.DeletedModel, "versions", len(c.Deleted))
+	}
+	return err
+}
+
+// DeleteModelVersion deletes one version; see domain.DeleteVersion for what
+// is refused.
+func (r *Registry) DeleteModelVersion(ctx context.Context, name string) error {
+	ref, err := domain.ParseRef("name", name)
+	if err != nil {
+		return err
+	}
+	c, err := r.change(ctx, func(s *domain.State) (*domain.Change, error) { return domain.DeleteVersion(s, ref, r.now().UTC()) })
+	if err == nil {
+		r.log.Info("model version deleted", "version", c.Deleted)
+	}
+	return err
+}
+
+// MaxExportURI bounds an export destination.
+const MaxExportURI = 4096
+
+// ExportModel copies the artifacts of the version req.name resolves to, to
+// req.output_config.artifact_destination.output_uri_prefix, through
+// libs/blobstore.Export (checksums compared, objects already there skipped).
+// It is synchronous. A local destination must lie under the export root
+// (SetExportRoot).
+func (r *Registry) ExportModel(ctx context.Context, req *loomv1.ExportModelRequest) (*loomv1.ExportModelResponse, error) {
+	const field = "output_config.artifact_destination.output_uri_prefix"
+	ref, err := domain.ParseRef("name", req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	dst := req.GetOutputConfig().GetArtifactDestination().GetOutputUriPrefix()
+	if err := r.checkDestination(field, dst); err != nil {
+		return nil, err
+	}
+	r.mu.RLock()
+	_, v, err := r.state.Resolve(ref)
+	r.mu.RUnlock()
+	if err != nil {
+		return nil, err
+	}
+	src, err := blobstore.Open(ctx, v.GetArtifactUri())
+	if err != nil {
+		return nil, fmt.Errorf("open artifacts %s: %w", v.GetArtifactUri(), err)
+	}
+	defer src.Close()
+	out, err := blobstore.Open(ctx, dst)
+	if err != nil {
+		return nil, fmt.Errorf("open destination %s: %w", dst, err)
+	}
+	defer out.Close()
+	res, err := blobstore.Export(ctx, src, out, blobstore.ExportOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("export %s to %s: %w", v.GetName(), dst, err)
+	}
+	r.log.Info("model version exported", "version", v.GetName(), "destination", dst, "copied", res.Copied, "skipped", res.Skipped)
+	return &loomv1.ExportModelResponse{
+		Destination: out.URL(), Copied: int32(res.Copied), Skipped: int32(res.Skipped),
+		Bytes: res.Bytes, Objects: int32(len(res.Objects)),
+	}, nil
+}
+
+// checkDestination checks an export destination: bounded, and a local one
+// (file:// or an absolute path) under the export root.
+func (r *Registry) checkDestination(field, dst string) error {
+	switch {
+	case dst == "":
+		return errs.Invalid(field, "required: where to copy the artifacts (file:///dir, s3://bucket/prefix, gs://…, azblob://…)")
+	case len(dst) > MaxExportURI:
+		return errs.Invalid(field, "%d bytes, more than the limit of %d", len(dst), MaxExportURI)
+	case strings.ContainsAny(dst, "\x00#?"):
+		return errs.Invalid(field, "must not hold NUL, '#' or '?'")
+	}
+	p, isFile := strings.CutPrefix(dst, "file://")
+	if !isFile && strings.Contains(dst, "://") {
+		return nil // an object store: the bucket's own permissions apply
+	}
+	if !filepath.IsAbs(p) {
+		return errs.Invalid(field, "%q is neither a URL nor an absolute path", dst)
+	}
+	if r.exportRoot == "" {
+		return errs.Invalid(field, "local destinations are turned off on this registry (-export-root / LOOM_REGISTRY_EXPORT_ROOT); export to an object store")
+	}
+	rel, err := filepath.Rel(r.exportRoot, filepath.Clean(p))
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") || strings.Contains(p, "/../") || strings.HasSuffix(p, "/..") {
+		return errs.Invalid(field, "%q is outside the export root %s", dst, r.exportRoot)
+	}
+	return nil
+}
