@@ -76,13 +76,13 @@ type FileWriter struct {
 	f *os.File
 }
 
-// Create makes dir (and its parents) and a new event file in it, named
-// FileName(now, host).
+// Create makes dir (and its parents, 0700) and a new event file in it
+// (0600: a job's files are its owner's), named FileName(now, host).
 func Create(dir, host string, now time.Time) (*FileWriter, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("tensorboard log dir: %w", err)
 	}
-	f, err := os.OpenFile(filepath.Join(dir, FileName(now, host)), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := os.OpenFile(filepath.Join(dir, FileName(now, host)), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("tensorboard event file: %w", err)
 	}
