@@ -129,21 +129,33 @@ func appendPoint(dst []byte, p Point) []byte {
 	return binary.LittleEndian.AppendUint64(dst, math.Float64bits(p.Value))
 }
 
-// decode parses records (a whole number of them; a trailing partial record
-// is ignored) into dst.
-func decode(dst []Point, b []byte) []Point {
-	for len(b) >= recordLen {
-		p := Point{
-			Step:  int64(binary.LittleEndian.Uint64(b)),
-			Value: math.Float64frombits(binary.LittleEndian.Uint64(b[16:])),
-		}
-		if ns := int64(binary.LittleEndian.Uint64(b[8:])); ns != 0 {
-			p.Time = time.Unix(0, ns).UTC()
-		}
-		dst = append(dst, p)
-		b = b[recordLen:]
+// rec is a stored point as it is read: reads sort, filter and downsample
+// these, and make Points (with their time.Time) of the few kept only.
+type rec struct {
+	step, ns int64
+	value    float64
+}
+
+func decodeRec(b []byte) rec {
+	return rec{step: int64(binary.LittleEndian.Uint64(b)), ns: int64(binary.LittleEndian.Uint64(b[8:])),
+		value: math.Float64frombits(binary.LittleEndian.Uint64(b[16:]))}
+}
+
+func (r rec) point() Point {
+	p := Point{Step: r.step, Value: r.value}
+	if r.ns != 0 {
+		p.Time = time.Unix(0, r.ns).UTC()
 	}
-	return dst
+	return p
+}
+
+// decodeRecs parses records into recs.
+func decodeRecs(b []byte) []rec {
+	out := make([]rec, len(b)/recordLen)
+	for i := range out {
+		out[i] = decodeRec(b[i*recordLen:])
+	}
+	return out
 }
 
 // Range bounds steps, both ends inclusive; a nil end is unbounded.
@@ -152,37 +164,45 @@ type Range struct {
 }
 
 // Filter keeps pts' points within r, in place.
-func (r Range) Filter(pts []Point) []Point {
+func (r Range) Filter(pts []Point) []Point { return filter(r, pts, Point.stepOf) }
+
+func filter[T any](r Range, pts []T, step func(T) int64) []T {
 	if r.From == nil && r.To == nil {
 		return pts
 	}
 	out := pts[:0]
 	for _, p := range pts {
-		if (r.From == nil || p.Step >= *r.From) && (r.To == nil || p.Step <= *r.To) {
+		if s := step(p); (r.From == nil || s >= *r.From) && (r.To == nil || s <= *r.To) {
 			out = append(out, p)
 		}
 	}
 	return out
 }
 
+func (p Point) stepOf() int64    { return p.Step }
+func (p Point) valueOf() float64 { return p.Value }
+func (r rec) stepOf() int64      { return r.step }
+func (r rec) valueOf() float64   { return r.value }
+
 // SortByStep orders pts by step, points of one step in the order they came
 // (a value logged twice at a step keeps both, as MLflow does). Already
 // ordered input, the usual case, costs one pass.
-func SortByStep(pts []Point) {
-	if slices.IsSortedFunc(pts, cmpStep) {
+func SortByStep(pts []Point) { sortByStep(pts, Point.stepOf) }
+
+func sortByStep[T any](pts []T, step func(T) int64) {
+	cmp := func(a, b T) int {
+		switch sa, sb := step(a), step(b); {
+		case sa < sb:
+			return -1
+		case sa > sb:
+			return 1
+		}
+		return 0
+	}
+	if slices.IsSortedFunc(pts, cmp) {
 		return
 	}
-	slices.SortStableFunc(pts, cmpStep)
-}
-
-func cmpStep(a, b Point) int {
-	switch {
-	case a.Step < b.Step:
-		return -1
-	case a.Step > b.Step:
-		return 1
-	}
-	return 0
+	slices.SortStableFunc(pts, cmp)
 }
 
 // Downsample returns at most n of pts' points (ordered by step), keeping
@@ -197,14 +217,16 @@ func cmpStep(a, b Point) int {
 // picks by triangle area and may drop a one-step spike. It is also one pass
 // with no floating-point area arithmetic. Keeping the ends makes the curve
 // span the whole step range read.
-func Downsample(pts []Point, n int) []Point {
+func Downsample(pts []Point, n int) []Point { return downsample(pts, n, Point.valueOf) }
+
+func downsample[T any](pts []T, n int, value func(T) float64) []T {
 	if n < 4 {
 		n = 4
 	}
 	if len(pts) <= n {
 		return pts
 	}
-	out := make([]Point, 0, n)
+	out := make([]T, 0, n)
 	out = append(out, pts[0])
 	mid := pts[1 : len(pts)-1]
 	buckets := (n - 2) / 2
@@ -216,11 +238,11 @@ func Downsample(pts []Point, n int) []Point {
 		}
 		mi, ma := lo, lo
 		for i := lo + 1; i < hi; i++ {
-			v := mid[i].Value
-			if v < mid[mi].Value {
+			v := value(mid[i])
+			if v < value(mid[mi]) {
 				mi = i
 			}
-			if v > mid[ma].Value {
+			if v > value(mid[ma]) {
 				ma = i
 			}
 		}

@@ -96,3 +96,20 @@ func TestLimitsCheck(t *testing.T) {
 		t.Errorf("valid names refused: %v", err)
 	}
 }
+
+// BenchmarkReadPath: decoding, ordering and downsampling 100,000 stored
+// points to 1,000 (what Store.Read does after its GET).
+func BenchmarkReadPath(b *testing.B) {
+	var blob []byte
+	for i := 0; i < 100_000; i++ {
+		blob = appendPoint(blob, Point{Step: int64(i), Value: math.Sin(float64(i))})
+	}
+	b.SetBytes(int64(len(blob)))
+	for b.Loop() {
+		recs := decodeRecs(blob)
+		sortByStep(recs, rec.stepOf)
+		if len(downsample(recs, 1000, rec.valueOf)) > 1000 {
+			b.Fatal("too many")
+		}
+	}
+}

@@ -192,10 +192,15 @@ func (s *Store) Read(ctx context.Context, job, metric string, q Query) (pts []Po
 	if err != nil {
 		return nil, 0, fmt.Errorf("metrics of %s: %w", job, err)
 	}
-	pts = decode(make([]Point, 0, len(b)/recordLen), b)
-	SortByStep(pts)
-	pts = q.Range.Filter(pts)
-	return Downsample(pts, q.Points), len(pts), nil
+	recs := decodeRecs(b)
+	sortByStep(recs, rec.stepOf)
+	recs = filter(q.Range, recs, rec.stepOf)
+	kept := downsample(recs, q.Points, rec.valueOf)
+	pts = make([]Point, len(kept))
+	for i, r := range kept {
+		pts[i] = r.point()
+	}
+	return pts, len(recs), nil
 }
 
 // Delete removes every series of job.
