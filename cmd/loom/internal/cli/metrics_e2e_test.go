@@ -116,3 +116,48 @@ func TestCustomJobMetricsThroughREST(t *testing.T) {
 		t.Errorf("loom metrics --metric val_loss -o json:\n%s", out)
 	}
 }
+
+// TestSlurmJobMetrics: a plain batch job's `loom train --model mlp` gets
+// LOOM_TENSORBOARD_LOG_DIR from the agent (a directory of the run's own)
+// and CLOUD_ML_HP_METRIC_FILE; both sources' series are stored under the
+// job and read by `loom metrics JOBID`.
+func TestSlurmJobMetrics(t *testing.T) {
+	t.Parallel()
+	s := startTrainingStack(t, 4*time.Minute)
+	file := writeFile(t, "cluster.json", `{"name": "m", "compute": {"nodePools": [{"id": "cpu", "machineType": "n2-standard-8", "nodeCount": 1}]}}`)
+	s.must("clusters", "create", "-f", file)
+	out, errOut, code := s.loom("jobs", "submit", "--cluster", "m", "--wait", "-o", "json", "--", "loom", "train", "--model=mlp", "--epochs=7", "--hidden_units=16", "--out="+t.TempDir(), "--step-time=100ms")
+	if code != 0 {
+		logs, _, _ := s.loom("jobs", "logs", "1")
+		t.Fatalf("submit: exit %d\n%s\njob output:\n%s", code, errOut, logs)
+	}
+	var job struct {
+		Name  string
+		JobID string
+		State string
+	}
+	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &job); err != nil || job.State != "COMPLETED" {
+		t.Fatalf("submit --wait -o json: %v\n%s", err, out)
+	}
+	var list struct {
+		Series []struct {
+			Metric string
+			Count  json.Number
+		}
+	}
+	testkit.WaitFor(t, time.Minute, job.Name+"'s series", func() (bool, error) {
+		out, errOut, code := s.loom("metrics", job.JobID, "-o", "json")
+		if code != 0 {
+			return false, fmt.Errorf("loom metrics: %s", errOut)
+		}
+		list.Series = nil
+		if err := json.Unmarshal([]byte(out), &list); err != nil {
+			return false, err
+		}
+		got := map[string]string{}
+		for _, x := range list.Series {
+			got[x.Metric] = x.Count.String()
+		}
+		return got["val_loss"] == "7" && got["validation/loss"] == "7" && got["train/loss"] == "7", nil
+	})
+}
