@@ -91,7 +91,23 @@ func (a *App) readTensorBoard(key string, tl *tail, budget int64) {
 	if tl.pos.TB == nil {
 		tl.pos.TB = map[string]int64{}
 	}
-	for _, rel := range tb.files() {
+	files := tb.files()
+	if len(tl.pos.TB) >= tbMaxFiles {
+		// Files gone (or past the bound) are forgotten, so the stored
+		// position stays bounded however many files a program rotates
+		// through.
+		keep := make(map[string]bool, len(files))
+		for _, f := range files {
+			keep[f] = true
+		}
+		for f := range tl.pos.TB {
+			if !keep[f] {
+				delete(tl.pos.TB, f)
+				delete(tb.dec, f)
+			}
+		}
+	}
+	for _, rel := range files {
 		if budget <= 0 {
 			return
 		}
@@ -100,7 +116,7 @@ func (a *App) readTensorBoard(key string, tl *tail, budget int64) {
 }
 
 // files lists the event files of the directory and of its subdirectories
-// one level down, relative to it, by name, at most tbMaxFiles.
+// one level down, relative to it, by name, the last tbMaxFiles.
 func (tb *tbTail) files() []string {
 	var out []string
 	names, dirs := listDir(tb.dir, tb.uid)
@@ -115,9 +131,11 @@ func (tb *tbTail) files() []string {
 			out = append(out, d+"/"+n)
 		}
 	}
+	// The newest by name (event file names begin with their creation
+	// time): those being written.
 	sort.Strings(out)
 	if len(out) > tbMaxFiles {
-		out = out[:tbMaxFiles]
+		out = out[len(out)-tbMaxFiles:]
 	}
 	return out
 }

@@ -131,3 +131,31 @@ func tbRecord(t *testing.T, tag string, step int64, v float64) []byte {
 type writerBuf struct{ data []byte }
 
 func (w *writerBuf) Write(p []byte) (int, error) { w.data = append(w.data, p...); return len(p), nil }
+
+// TestTailTensorBoardRotates: a program that makes more event files than
+// a tail follows has its newest read, and the stored position stays
+// bounded.
+func TestTailTensorBoardRotates(t *testing.T) {
+	t.Parallel()
+	a := tailApp()
+	dir := t.TempDir()
+	tl := newTail("j", 1, filepath.Join(dir, "none.jsonl"), tailPos{TBDir: dir, TBUID: uint32(os.Getuid())})
+	var last map[string][]float64
+	for i := 0; i < tbMaxFiles+20; i++ {
+		w, err := tbevents.Create(dir, "h", time.Unix(1700000000+int64(i), 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = w.AddScalar("loss", int64(i), time.Unix(1700000000, 0), float64(i))
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		last = takeTB(a, tl, tbPollBytes)
+	}
+	if !slices.Equal(last["loss"], []float64{tbMaxFiles + 19}) {
+		t.Errorf("newest file's values %v, want %d", last["loss"], tbMaxFiles+19)
+	}
+	if n := len(tl.pos.TB); n > tbMaxFiles {
+		t.Errorf("%d files in the position, bound %d", n, tbMaxFiles)
+	}
+}
