@@ -14,3 +14,14 @@ protoc -I . -I "$GW1/third_party/googleapis" \
 protoc -I . -I "$GW1/third_party/googleapis" \
   --go_out=. --go_opt=paths=source_relative \
   loom/events/v1/*.proto
+# TensorBoard's event protos, as TensorBoard ships them (tensorboard/compat/proto,
+# Apache-2.0: tensorboard/LICENSE), unchanged: their go_package names
+# TensorFlow's repository, so each is mapped onto one Go package of ours.
+TB=(event summary histogram tensor resource_handle tensor_shape types)
+TBOPTS=()
+for f in "${TB[@]}"; do
+  TBOPTS+=("--go_opt=Mtensorboard/compat/proto/$f.proto=github.com/loom-ml/loom/proto/tensorboard;tbpb")
+done
+protoc -I . \
+  --go_out=. --go_opt=module=github.com/loom-ml/loom/proto "${TBOPTS[@]}" \
+  $(printf 'tensorboard/compat/proto/%s.proto ' "${TB[@]}")

@@ -318,6 +318,7 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 	defer stopCalls()
 	ports.Register(base.GRPC, gw)
 	ports.RegisterTraining(base.GRPC, gw)
+	ports.RegisterMetrics(base.GRPC, gw)
 	authSvc, authenticator, err := newAuth(ctx, cfg.Auth, secrets, base, owners)
 	if err != nil {
 		_ = base.Close()

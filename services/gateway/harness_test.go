@@ -382,6 +382,7 @@ func newHarness(t testing.TB, configure ...func(*Config)) *harness {
 	loomv1.RegisterHealthServiceServer(owners, fakeHealth{w: h.w})
 	loomv1.RegisterGoodputServiceServer(owners, fakeGoodput{w: h.w})
 	trainingv1.RegisterTrainingServiceServer(owners, fakeTraining{w: h.w})
+	trainingv1.RegisterMetricsServiceServer(owners, fakeMetrics{})
 	go func() { _ = owners.Serve(ln) }()
 	t.Cleanup(owners.Stop)
 

@@ -16,6 +16,7 @@ import (
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/series"
 	"github.com/loom-ml/loom/libs/service"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -103,6 +104,8 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 		return err
 	}
 	trainingv1.RegisterTrainingServiceServer(base.GRPC, ports.NewServer(a))
+	metrics := series.NewStore(base.Store.Client(), base.Store.Key(""), series.Limits{})
+	trainingv1.RegisterMetricsServiceServer(base.GRPC, ports.NewMetrics(a, metrics))
 	ticker := base.Clock.NewTicker(cfg.Tick)
 	loops := []func(context.Context) error{func(ctx context.Context) error {
 		defer ticker.Stop()
@@ -119,5 +122,5 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 		})
 	}
 	return base.Run(ctx, []service.Consume{{Topics: Topics, Handler: a.Handle, Group: Group,
-		Config: &bus.ConsumerConfig{Filter: wanted}}}, loops...)
+		Config: &bus.ConsumerConfig{Filter: wanted}}, metricsConsume(metrics, base.Log)}, loops...)
 }

@@ -166,6 +166,9 @@ type Config struct {
 	MetricFile string
 	// TrialID is the "trial" of each metric line ("" is written as "0").
 	TrialID string
+	// TensorBoardDir, when set, receives an event file of the epochs'
+	// scalars (rank 0, MLP only; tensorboard.go).
+	TensorBoardDir string
 	// CheckpointRequests, when not nil, asks for a checkpoint: one is
 	// written at the next epoch boundary after each receive (rank 0), even
 	// when CheckpointEvery is 0. RunProcess feeds it SIGUSR1.
@@ -328,6 +331,7 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 	first(&c.OutDir, EnvModelDir, EnvAIPModelDir)
 	first(&c.ProgressFile, EnvProgressFile)
 	first(&c.MetricFile, EnvMetricFile)
+	first(&c.TensorBoardDir, EnvTensorBoardDir, EnvAIPTensorBoardDir)
 	if c.TrialID == "" {
 		c.TrialID = getenv(EnvTrialID)
 	}
@@ -625,6 +629,7 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}
 	var metrics *metricWriter
+	var tb *tbWriter
 	if cfg.Rank == 0 {
 		// The model is its owner's (the job runs as them): the directories
 		// made for it are 0700 and its files 0600 (writeFile's temporary
@@ -641,6 +646,13 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 				return Result{}, err
 			}
 			defer metrics.close()
+		}
+		if cfg.TensorBoardDir != "" && cfg.mlp() {
+			var err error
+			if tb, err = openTensorBoard(cfg.TensorBoardDir); err != nil {
+				return Result{}, err
+			}
+			defer tb.close()
 		}
 	}
 	progress := progressWriter{path: cfg.ProgressFile, every: cfg.ProgressEvery}
@@ -689,6 +701,11 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 		}
 		if m, ok := l.metrics(); ok && metrics != nil {
 			if err := metrics.report(epoch, m); err != nil {
+				return res, err
+			}
+		}
+		if m, ok := l.metrics(); ok && tb != nil {
+			if err := tb.report(epoch, m); err != nil {
 				return res, err
 			}
 		}

@@ -970,8 +970,10 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, *os.Fil
 	}
 	a.prepareModelDir(user, cmd.GetEnv())
 	a.prepareProgress(user, key)
+	tbDir := ""
 	if cmd.GetEnv()[domain.MetricFileEnv] == "" {
 		replica[domain.MetricFileEnv] = a.metricsFile(key)
+		tbDir = a.tensorboardDir(key, cmd.GetEnv(), replica)
 	}
 	spec.Dir, spec.Env, spec.Stdout, spec.Stderr = dir, a.env(key, cmd, acct, replica), stdout, stderr
 	if a.opts.WorkloadToken != nil && cmd.GetJob() != "" {
@@ -990,7 +992,7 @@ func (a *App) spawn(key string, cmd *eventsv1.StartStep) (ports.Process, *os.Fil
 		}
 	}
 	if replica[domain.MetricFileEnv] != "" {
-		a.prepareMetrics(user, key, cmd.GetJob(), cmd.GetAttempt())
+		a.prepareMetrics(user, key, cmd.GetJob(), cmd.GetAttempt(), tbDir, acct.UID)
 	}
 	p, err := a.rt.Start(spec)
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/tbevents"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	"github.com/loom-ml/loom/services/agent/internal/adapters"
 	"github.com/loom-ml/loom/services/agent/internal/domain"
@@ -111,6 +112,12 @@ type tailPos struct {
 	Off  int64  `json:"off"`
 	Ino  uint64 `json:"ino"`
 	Mark []byte `json:"mark,omitempty"`
+	// TBDir is the step's TensorBoard directory ("" for none), TBUID the
+	// user whose files in it are read, and TB where each event file
+	// (relative to it) was read up to (tensorboard.go).
+	TBDir string           `json:"tbDir,omitempty"`
+	TBUID uint32           `json:"tbUid,omitempty"`
+	TB    map[string]int64 `json:"tb,omitempty"`
 }
 
 // tail follows one step's metrics file.
@@ -128,6 +135,7 @@ type tail struct {
 	seen    map[uint64]struct{}
 	order   []uint64
 	pending []*eventsv1.MetricsReported_Point
+	tb      *tbTail
 	tokens  float64
 	last    time.Time
 	closed  bool
@@ -137,13 +145,18 @@ type tail struct {
 }
 
 func newTail(job string, attempt int32, path string, pos tailPos) *tail {
-	return &tail{job: job, attempt: attempt, path: path, pos: pos, seen: map[uint64]struct{}{}, warned: map[string]bool{}}
+	tl := &tail{job: job, attempt: attempt, path: path, pos: pos, seen: map[uint64]struct{}{}, warned: map[string]bool{}}
+	if pos.TBDir != "" {
+		tl.tb = &tbTail{dir: pos.TBDir, uid: pos.TBUID, dec: map[string]*tbevents.Decoder{}}
+	}
+	return tl
 }
 
 // prepareMetrics makes the step's metrics file, its owner's (0600, empty),
-// and starts tailing it. The caller puts its path in the step's
-// environment. A failure is logged: the program's own open then says why.
-func (a *App) prepareMetrics(user, key, job string, attempt int32) {
+// and starts tailing it, and the event files of tbDir (unless "") that uid
+// owns. The caller puts its path in the step's environment. A failure is
+// logged: the program's own open then says why.
+func (a *App) prepareMetrics(user, key, job string, attempt int32, tbDir string, uid uint32) {
 	path := a.metricsFile(key)
 	f, err := a.rt.OpenOutput(user, path, false)
 	if err != nil {
@@ -152,8 +165,13 @@ func (a *App) prepareMetrics(user, key, job string, attempt int32) {
 		f.Close()
 	}
 	a.mu.Lock()
-	a.tails[key] = newTail(job, attempt, path, tailPos{})
+	a.tails[key] = newTail(job, attempt, path, tailPos{TBDir: tbDir, TBUID: uid})
 	a.mu.Unlock()
+	if tbDir == filepath.Join(a.progressDir(key), "tensorboard") {
+		if err := a.rt.GiveDir(user, tbDir); err != nil {
+			a.log.Warn("could not make a step's TensorBoard directory", "step", key, "err", err)
+		}
+	}
 }
 
 // resumeMetrics goes on tailing an adopted step's metrics file from where
@@ -229,6 +247,7 @@ func (a *App) pumpMetrics(ctx context.Context, key string, tl *tail, final bool)
 	}
 	if limit > 0 {
 		a.readTail(key, tl, limit, final)
+		a.readTensorBoard(key, tl, max(limit, tbPollBytes))
 	}
 	now := a.opts.Now()
 	burst := max(1, o.Rate*o.Interval.Seconds())

@@ -30,6 +30,9 @@ type Owners struct {
 	// gRPC, the Get and List calls): nil until DialTraining, and then
 	// calls to it are answered Unavailable by the gateway.
 	Training trainingv1.TrainingServiceClient
+	// Metrics is the training service's MetricsService, on the same
+	// connection as Training.
+	Metrics trainingv1.MetricsServiceClient
 
 	conns []*grpc.ClientConn
 }
@@ -100,6 +103,7 @@ func (o *Owners) DialTraining(addr string, opts ...grpc.DialOption) error {
 	}
 	o.conns = append(o.conns, c)
 	o.Training = trainingv1.NewTrainingServiceClient(c)
+	o.Metrics = trainingv1.NewMetricsServiceClient(c)
 	return nil
 }
 

@@ -147,6 +147,7 @@ const (
 	nodeHealthSvc  = "/loom.v1.HealthService/"
 	goodputSvc     = "/loom.v1.GoodputService/"
 	trainingSvc    = "/loom.training.v1.TrainingService/"
+	metricsSvc     = "/loom.training.v1.MetricsService/"
 )
 
 // Table maps every gRPC full method name the gateway serves to the rule it
@@ -236,6 +237,10 @@ var Table = map[string]Rule{
 	trainingSvc + "ListTrainingPipelines":         {Access: Viewer, Field: "parent"},
 	trainingSvc + "CancelTrainingPipeline":        {Access: User, Field: "name"},
 	trainingSvc + "DeleteTrainingPipeline":        {Access: User, Field: "name"},
+
+	// Training metrics: the project's viewers read every job's series.
+	metricsSvc + "ListMetrics": {Access: Viewer, Field: "parent"},
+	metricsSvc + "ReadMetrics": {Access: Viewer, Field: "parent"},
 
 	modelSvc + "ListModels":        {Access: Viewer, Field: "parent"},
 	modelSvc + "GetModel":          {Access: Viewer, Field: "name"},

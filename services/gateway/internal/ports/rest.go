@@ -77,6 +77,14 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 		_ = conn.Close()
 		return nil, nil, fmt.Errorf("rest: register model handlers: %w", err)
 	}
+	// Metrics are read under jobs (mux) and under CustomJobs and trials
+	// (vertex, by TrainingPath): registered on both.
+	for _, m := range []*runtime.ServeMux{mux, vertex} {
+		if err := trainingv1.RegisterMetricsServiceHandler(ctx, m, conn); err != nil {
+			_ = conn.Close()
+			return nil, nil, fmt.Errorf("rest: register metrics handlers: %w", err)
+		}
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if TrainingPath(r.URL.Path) {
 			vertex.ServeHTTP(w, r)
@@ -87,8 +95,8 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 }
 
 // trainingCollections are the collections TrainingService serves under a
-// location.
-// and the registry's models (ModelService at Vertex's paths).
+// location; TrainingPath adds the registry's models (ModelService at
+// Vertex's paths).
 var trainingCollections = map[string]bool{"customJobs": true, "hyperparameterTuningJobs": true, "trainingPipelines": true}
 
 // TrainingPath reports whether a REST path is a Vertex one, answered in

@@ -1,0 +1,216 @@
+// Command metricsbench measures the training metrics store (libs/series)
+// against a real redis-server, as the training service uses it:
+//
+//   - ingest: points appended through series.Store.Append (one Lua script
+//     per batch, deduplicated by source and sequence, as the training
+//     service's consumer appends each MetricsReported), with GOMAXPROCS=1,
+//     target ≥ 50,000 points/s;
+//   - read: a 100,000-point series read back downsampled to 1,000 points
+//     (series.Store.Read: GET, decode, order by step, min/max buckets),
+//     target ≤ 50 ms.
+//
+// Rerun: go run ./bench/cmd/metricsbench -report bench/REPORT.md
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/loom-ml/loom/bench/internal/report"
+	"github.com/loom-ml/loom/libs/embedded"
+	"github.com/loom-ml/loom/libs/series"
+)
+
+type options struct {
+	points  int // points ingested in all
+	batch   int // steps per Append
+	metrics int // metrics per step
+	series  int // points of the read series
+	down    int // points read back
+	reads   int
+	report  string
+}
+
+func main() {
+	var o options
+	fs := flag.NewFlagSet("metricsbench", flag.ExitOnError)
+	fs.IntVar(&o.points, "points", 400_000, "points ingested in all")
+	fs.IntVar(&o.batch, "batch", 100, "steps per append (the agent's default batch: 100 points a record)")
+	fs.IntVar(&o.metrics, "metrics", 4, "metrics per step (each step's values: a point each)")
+	fs.IntVar(&o.series, "series", 100_000, "points of the series read back")
+	fs.IntVar(&o.down, "down", 1000, "points it is read back downsampled to")
+	fs.IntVar(&o.reads, "reads", 50, "reads timed")
+	fs.StringVar(&o.report, "report", "", "Markdown file to write the results into (the section between the metricsbench markers is replaced)")
+	_ = fs.Parse(os.Args[1:])
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "metricsbench:", err)
+		os.Exit(1)
+	}
+}
+
+type result struct {
+	ingestPoints   int
+	ingestDur      time.Duration
+	appends        int
+	readMedian     time.Duration
+	readP95        time.Duration
+	readMax        time.Duration
+	readTotal      int
+	readGot        int
+	redisVersion   string
+	spikeKept      bool
+	duplicateFree  bool
+	pointsPerSec   float64
+	appendsPerSec  float64
+	readPerPointNs float64
+}
+
+func run(o options) error {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return errors.New("redis-server is not on PATH (apt-get install redis-server): the benchmark measures the real one")
+	}
+	runtime.GOMAXPROCS(1)
+	ctx := context.Background()
+	r, err := embedded.StartRedis(ctx, "", "")
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer rdb.Close()
+	info, _ := rdb.Info(ctx, "server").Result()
+	res := result{redisVersion: field(info, "redis_version")}
+	st := series.NewStore(rdb, "training:", series.Limits{})
+
+	// Ingest: batches of o.batch steps × o.metrics metrics, as records of
+	// one job from one partition.
+	names := make([]string, o.metrics)
+	for i := range names {
+		names[i] = fmt.Sprintf("metric_%d", i)
+	}
+	t0 := time.Unix(1700000000, 0)
+	steps := o.points / o.metrics
+	start := time.Now()
+	seq := int64(0)
+	for s := 0; s < steps; s += o.batch {
+		b := series.Batch{}
+		for _, n := range names {
+			pts := make([]series.Point, 0, o.batch)
+			for k := s; k < min(s+o.batch, steps); k++ {
+				pts = append(pts, series.Point{Step: int64(k), Time: t0.Add(time.Duration(k) * time.Millisecond), Value: math.Sin(float64(k) / 100)})
+			}
+			b[n] = pts
+		}
+		seq++
+		if _, err := st.Append(ctx, "projects/bench/jobs/1", series.Source{Name: "loom.step.events.v1/0", Seq: seq}, b); err != nil {
+			return err
+		}
+		res.appends++
+	}
+	res.ingestDur = time.Since(start)
+	res.ingestPoints = steps * o.metrics
+	res.pointsPerSec = float64(res.ingestPoints) / res.ingestDur.Seconds()
+	res.appendsPerSec = float64(res.appends) / res.ingestDur.Seconds()
+	// A redelivered batch adds nothing.
+	if r, err := st.Append(ctx, "projects/bench/jobs/1", series.Source{Name: "loom.step.events.v1/0", Seq: 1},
+		series.Batch{names[0]: {{Step: 0, Value: 0}}}); err != nil || !r.Duplicate {
+		return fmt.Errorf("redelivery not recognised: %+v %v", r, err)
+	}
+	list, err := st.List(ctx, "projects/bench/jobs/1")
+	if err != nil {
+		return err
+	}
+	res.duplicateFree = len(list) == o.metrics && list[0].Count == int64(steps)
+
+	// Read: one series of o.series points (with a one-point spike), read
+	// back downsampled.
+	job := "projects/bench/jobs/2"
+	for s := 0; s < o.series; s += 1000 {
+		pts := make([]series.Point, 0, 1000)
+		for k := s; k < min(s+1000, o.series); k++ {
+			v := math.Sin(float64(k) / 1000)
+			if k == o.series/3 {
+				v = 100
+			}
+			pts = append(pts, series.Point{Step: int64(k), Time: t0.Add(time.Duration(k) * time.Second), Value: v})
+		}
+		if _, err := st.Append(ctx, job, series.Source{}, series.Batch{"loss": pts}); err != nil {
+			return err
+		}
+	}
+	var durs []time.Duration
+	for i := 0; i < o.reads; i++ {
+		s := time.Now()
+		pts, total, err := st.Read(ctx, job, "loss", series.Query{Points: o.down})
+		d := time.Since(s)
+		if err != nil {
+			return err
+		}
+		durs = append(durs, d)
+		res.readTotal, res.readGot = total, len(pts)
+		for _, p := range pts {
+			if p.Value == 100 {
+				res.spikeKept = true
+			}
+		}
+	}
+	slices.Sort(durs)
+	res.readMedian = durs[len(durs)/2]
+	res.readP95 = durs[len(durs)*95/100]
+	res.readMax = durs[len(durs)-1]
+
+	text := render(o, res)
+	fmt.Print(text)
+	if o.report != "" {
+		return report.WriteSection(o.report, "metricsbench", "<!-- metricsbench:begin -->\n"+text+"<!-- metricsbench:end -->\n")
+	}
+	return nil
+}
+
+func field(info, name string) string {
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), name+":"); ok {
+			return v
+		}
+	}
+	return "?"
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "missed"
+}
+
+func render(o options, r result) string {
+	host, _ := os.Hostname()
+	var b strings.Builder
+	w := func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }
+	w("## Training metrics: series store ingest and downsampled reads (metricsbench)\n\n")
+	w("The training service's series store (`libs/series`) against a real redis-server %s (started by `libs/embedded`, append-only file on), ", r.redisVersion)
+	w("from a Go process with GOMAXPROCS=1 (Redis is its own process). Ingest appends through `series.Store.Append` as the training service's consumer does for each MetricsReported: ")
+	w("one Lua script per batch that checks the (partition, offset) watermark, appends 24-byte records and updates each series' summary; ")
+	w("%d steps × %d metrics a batch. The read is `series.Store.Read` of a %d-point series downsampled to %d points (GET, decode, order by step, min/max per bucket), %d reads. ", o.batch, o.metrics, o.series, o.down, o.reads)
+	w("Run on %s (%d CPUs, %s/%s). Rerun: `go run ./bench/cmd/metricsbench -report bench/REPORT.md`.\n\n", host, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH)
+	w("| measure | result | target | verdict |\n|---|---:|---:|---|\n")
+	w("| ingest, points per second (one core) | %.0f | ≥ 50,000 | %s |\n", r.pointsPerSec, verdict(r.pointsPerSec >= 50_000))
+	w("| read %d points downsampled to %d, median | %.2f ms | ≤ 50 ms | %s |\n", o.series, o.down, ms(r.readMedian), verdict(r.readMedian <= 50*time.Millisecond))
+	w("| same read, p95 / max | %.2f / %.2f ms | | |\n\n", ms(r.readP95), ms(r.readMax))
+	w("Ingest: %d points in %d appends in %s (%.0f appends/s). A redelivered batch was recognised and added nothing; every series holds exactly its points: %v. ", r.ingestPoints, r.appends, r.ingestDur.Round(time.Millisecond), r.appendsPerSec, r.duplicateFree)
+	w("The read returned %d of %d points, the one-point spike among them: %v.\n", r.readGot, r.readTotal, r.spikeKept)
+	return b.String()
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

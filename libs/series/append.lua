@@ -1,0 +1,75 @@
+-- Appends a batch of points to one job's series (series.Store.Append).
+-- KEYS[1] index hash, KEYS[2] seen hash, KEYS[3..] one string per series.
+-- ARGV: source, seq, max points per series, max series per job, then per
+-- series: name, records (24 bytes each), count, firstStep, first, lastStep,
+-- last, min, max (the batch's own summary).
+-- Returns {duplicate 0/1, appended, dropped}.
+local src, seq = ARGV[1], tonumber(ARGV[2])
+local maxPoints, maxSeries = tonumber(ARGV[3]), tonumber(ARGV[4])
+if src ~= '' then
+  local last = redis.call('HGET', KEYS[2], src)
+  if last and tonumber(last) >= seq then
+    return {1, 0, 0}
+  end
+end
+local nseries = redis.call('HLEN', KEYS[1])
+local appended, dropped = 0, 0
+local fmt = function(x) return string.format('%.17g', x) end
+for i = 3, #KEYS do
+  local a = 5 + (i - 3) * 9
+  local name, blob, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
+  local fs, fv, ls, lv = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
+  local mn, mx = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
+  local cur = redis.call('HGET', KEYS[1], name)
+  local s
+  if cur then
+    s = {}
+    for w in string.gmatch(cur, '%S+') do s[#s + 1] = tonumber(w) end
+  elseif nseries >= maxSeries then
+    s = nil
+  else
+    nseries = nseries + 1
+    s = {0, fs, fv, ls, lv, mn, mx, 0}
+  end
+  if s == nil then
+    dropped = dropped + n
+  else
+    local room = maxPoints - s[1]
+    local take = n
+    if take > room then take = math.max(room, 0) end
+    if take < n then
+      -- Cut at the limit: the kept part's summary is recomputed here.
+      blob = string.sub(blob, 1, take * 24)
+      fs, ls = nil, nil
+      for k = 0, take - 1 do
+        local st = struct.unpack('<l', blob, k * 24 + 1)
+        local v = struct.unpack('<d', blob, k * 24 + 17)
+        if fs == nil or st < fs then fs, fv = st, v end
+        if ls == nil or st >= ls then ls, lv = st, v end
+        if k == 0 or v < mn then mn = v end
+        if k == 0 or v > mx then mx = v end
+      end
+      s[8] = s[8] + (n - take)
+      dropped = dropped + (n - take)
+    end
+    if take > 0 then
+      redis.call('APPEND', KEYS[i], blob)
+      if s[1] == 0 then
+        s[2], s[3], s[4], s[5], s[6], s[7] = fs, fv, ls, lv, mn, mx
+      else
+        if fs < s[2] then s[2], s[3] = fs, fv end
+        if ls >= s[4] then s[4], s[5] = ls, lv end
+        if mn < s[6] then s[6] = mn end
+        if mx > s[7] then s[7] = mx end
+      end
+      s[1] = s[1] + take
+      appended = appended + take
+    end
+    redis.call('HSET', KEYS[1], name, fmt(s[1]) .. ' ' .. fmt(s[2]) .. ' ' .. fmt(s[3]) .. ' ' .. fmt(s[4]) .. ' ' ..
+      fmt(s[5]) .. ' ' .. fmt(s[6]) .. ' ' .. fmt(s[7]) .. ' ' .. fmt(s[8]))
+  end
+end
+if src ~= '' then
+  redis.call('HSET', KEYS[2], src, ARGV[2])
+end
+return {0, appended, dropped}

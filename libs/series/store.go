@@ -1,0 +1,217 @@
+package series
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/loom-ml/loom/libs/errs"
+)
+
+// Store keeps jobs' series in Redis, under a service's key prefix. Per job
+// (the key's {job} part is a Redis Cluster hash tag, so one job's keys
+// share a slot and one script updates them together):
+//
+//	{prefix}metrics:{job}:index   hash: metric -> its summary
+//	{prefix}metrics:{job}:s:NAME  string: the metric's points, 24 bytes each, in arrival order
+//	{prefix}metrics:{job}:seen    hash: source -> the last sequence number appended
+//
+// An Append is one Lua script: all of it or none of it is applied, and a
+// (source, sequence) already applied (a redelivered record: source its
+// topic partition, sequence its offset) is passed over, so redelivery never
+// duplicates points. A Store is safe for concurrent use; appends to one job
+// are expected from one writer at a time (one consumer owns a partition).
+type Store struct {
+	rdb    redis.UniversalClient
+	prefix string
+	lim    Limits
+}
+
+// NewStore returns a store under prefix (a service's store prefix, for
+// example "training:") with limits lim (zero fields: DefaultLimits).
+func NewStore(rdb redis.UniversalClient, prefix string, lim Limits) *Store {
+	return &Store{rdb: rdb, prefix: prefix, lim: lim.fill()}
+}
+
+// Limits are the store's limits.
+func (s *Store) Limits() Limits { return s.lim }
+
+func (s *Store) key(job, part string) string {
+	return s.prefix + "metrics:{" + job + "}:" + part
+}
+
+// Source identifies where a batch came from, for redelivery: a batch whose
+// Seq is not above the last Seq applied from its Name is passed over. An
+// empty Name is never deduplicated.
+type Source struct {
+	Name string
+	Seq  int64
+}
+
+// Result says what an Append kept.
+type Result struct {
+	// Duplicate: the source's sequence was applied before; nothing changed.
+	Duplicate bool
+	// Appended points; Dropped points (series full, or a new series past
+	// the job's limit).
+	Appended, Dropped int64
+}
+
+//go:embed append.lua
+var appendLua string
+
+var appendScript = redis.NewScript(appendLua)
+
+// Append adds b's points to job's series. b is checked first (Limits.Check):
+// bad input is InvalidArgument and nothing is applied.
+func (s *Store) Append(ctx context.Context, job string, src Source, b Batch) (Result, error) {
+	if job == "" || strings.ContainsAny(job, "{}") {
+		return Result{}, errs.Invalid("job", "%q is not a job id", job)
+	}
+	if err := s.lim.Check(b); err != nil {
+		return Result{}, err
+	}
+	names := make([]string, 0, len(b))
+	for name, pts := range b {
+		if len(pts) > 0 {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return Result{}, nil
+	}
+	sort.Strings(names)
+	keys := make([]string, 0, 2+len(names))
+	keys = append(keys, s.key(job, "index"), s.key(job, "seen"))
+	args := make([]any, 0, 4+8*len(names))
+	args = append(args, src.Name, src.Seq, s.lim.Points, s.lim.Series)
+	var blob []byte
+	for _, name := range names {
+		pts := b[name]
+		keys = append(keys, s.key(job, "s:"+name))
+		start := len(blob)
+		for _, p := range pts {
+			blob = appendPoint(blob, p)
+		}
+		sm := summarise(pts)
+		args = append(args, name, blob[start:], len(pts),
+			num(float64(sm.FirstStep)), num(sm.First), num(float64(sm.LastStep)), num(sm.Last), num(sm.Min), num(sm.Max))
+	}
+	res, err := appendScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+	if err != nil {
+		return Result{}, fmt.Errorf("metrics of %s: %w", job, err)
+	}
+	if len(res) != 3 {
+		return Result{}, fmt.Errorf("metrics of %s: the script answered %v", job, res)
+	}
+	return Result{Duplicate: res[0] == 1, Appended: res[1], Dropped: res[2]}, nil
+}
+
+// num formats a float for the script: shortest round-tripping form, with
+// infinities as Lua's tonumber reads them.
+func num(f float64) string {
+	return strconv.FormatFloat(f, 'g', -1, 64)
+}
+
+// List returns job's series' summaries, by name (none: an empty list).
+func (s *Store) List(ctx context.Context, job string) ([]Summary, error) {
+	m, err := s.rdb.HGetAll(ctx, s.key(job, "index")).Result()
+	if err != nil {
+		return nil, fmt.Errorf("metrics of %s: %w", job, err)
+	}
+	out := make([]Summary, 0, len(m))
+	for name, v := range m {
+		sm, err := parseSummary(v)
+		if err != nil {
+			return nil, fmt.Errorf("metrics of %s: %s: %w", job, name, err)
+		}
+		sm.Metric = name
+		out = append(out, sm)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Metric < out[j].Metric })
+	return out, nil
+}
+
+// parseSummary parses the index's "count firstStep first lastStep last min
+// max dropped".
+func parseSummary(v string) (Summary, error) {
+	f := strings.Fields(v)
+	if len(f) != 8 {
+		return Summary{}, fmt.Errorf("summary %q: want 8 fields", v)
+	}
+	var x [8]float64
+	for i, s := range f {
+		n, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return Summary{}, fmt.Errorf("summary %q: %w", v, err)
+		}
+		x[i] = n
+	}
+	return Summary{Count: int64(x[0]), FirstStep: int64(x[1]), First: x[2], LastStep: int64(x[3]), Last: x[4],
+		Min: x[5], Max: x[6], Dropped: int64(x[7])}, nil
+}
+
+// ErrNoSeries is a read of a metric the job has no series of.
+var ErrNoSeries = errors.New("no such metric")
+
+// Query is what a Read asks for.
+type Query struct {
+	// Range bounds the steps.
+	Range Range
+	// Points is the most points returned (DefaultReadPoints when 0; at
+	// most MaxReadPoints).
+	Points int
+}
+
+// Read returns metric's points within q.Range, ordered by step, downsampled
+// to q.Points (Downsample), and how many there are before downsampling. A
+// metric the job has no series of is errs.NotFound.
+func (s *Store) Read(ctx context.Context, job, metric string, q Query) (pts []Point, total int, err error) {
+	if err := ValidName("metric", metric, s.lim.Name); err != nil {
+		return nil, 0, err
+	}
+	if q.Points < 0 || q.Points > MaxReadPoints {
+		return nil, 0, errs.Invalid("points", "%d is out of range: 1..%d (0: %d)", q.Points, MaxReadPoints, DefaultReadPoints)
+	}
+	if q.Points == 0 {
+		q.Points = DefaultReadPoints
+	}
+	if q.Range.From != nil && q.Range.To != nil && *q.Range.From > *q.Range.To {
+		return nil, 0, errs.Invalid("from", "%d is after to (%d)", *q.Range.From, *q.Range.To)
+	}
+	b, err := s.rdb.Get(ctx, s.key(job, "s:"+metric)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, 0, fmt.Errorf("metric %q of job %s: %w: list the job's metrics to see which it has", metric, job, errs.NotFound)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("metrics of %s: %w", job, err)
+	}
+	recs := decodeRecs(b)
+	sortByStep(recs, rec.stepOf)
+	recs = filter(q.Range, recs, rec.stepOf)
+	kept := downsample(recs, q.Points, rec.valueOf)
+	pts = make([]Point, len(kept))
+	for i, r := range kept {
+		pts[i] = r.point()
+	}
+	return pts, len(recs), nil
+}
+
+// Delete removes every series of job.
+func (s *Store) Delete(ctx context.Context, job string) error {
+	names, err := s.rdb.HKeys(ctx, s.key(job, "index")).Result()
+	if err != nil {
+		return fmt.Errorf("metrics of %s: %w", job, err)
+	}
+	keys := []string{s.key(job, "index"), s.key(job, "seen")}
+	for _, n := range names {
+		keys = append(keys, s.key(job, "s:"+n))
+	}
+	return s.rdb.Del(ctx, keys...).Err()
+}

@@ -1,0 +1,111 @@
+package series
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/testkit"
+)
+
+func newStore(t *testing.T, lim Limits) *Store {
+	t.Helper()
+	_, rdb := testkit.Redis(t)
+	return NewStore(rdb, "training:", lim)
+}
+
+// TestStoreAppendRead appends out of order from two sources, reads back
+// sorted and summarised, and a redelivered batch changes nothing.
+func TestStoreAppendRead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t, Limits{})
+	t0 := time.Unix(1700000000, 0).UTC()
+	b1 := Batch{"loss": {{Step: 2, Time: t0, Value: 0.5}, {Step: 3, Value: 0.25}}, "lr": {{Step: 2, Value: 0.1}}}
+	b2 := Batch{"loss": {{Step: 1, Value: 0.9}, {Step: 4, Value: math.Inf(1)}}}
+	for i, b := range []Batch{b1, b2} {
+		r, err := s.Append(ctx, "42", Source{Name: "p0", Seq: int64(10 + i)}, b)
+		if err != nil || r.Duplicate {
+			t.Fatalf("append %d: %+v %v", i, r, err)
+		}
+	}
+	// Redelivery of the first record: nothing added.
+	if r, err := s.Append(ctx, "42", Source{Name: "p0", Seq: 10}, b1); err != nil || !r.Duplicate || r.Appended != 0 {
+		t.Fatalf("redelivered: %+v %v, want a duplicate", r, err)
+	}
+	pts, total, err := s.Read(ctx, "42", "loss", Query{})
+	if err != nil || total != 4 {
+		t.Fatalf("read: %d %v", total, err)
+	}
+	want := []float64{0.9, 0.5, 0.25, math.Inf(1)}
+	for i, p := range pts {
+		if p.Step != int64(i+1) || p.Value != want[i] {
+			t.Errorf("point %d: %+v, want step %d value %v", i, p, i+1, want[i])
+		}
+	}
+	if !pts[1].Time.Equal(t0) {
+		t.Errorf("time %v, want %v", pts[1].Time, t0)
+	}
+	list, err := s.List(ctx, "42")
+	if err != nil || len(list) != 2 {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	l := list[0]
+	if l.Metric != "loss" || l.Count != 4 || l.First != 0.9 || l.FirstStep != 1 || !math.IsInf(l.Last, 1) || l.Min != 0.25 || !math.IsInf(l.Max, 1) {
+		t.Errorf("loss summary %+v", l)
+	}
+	from, to := int64(2), int64(3)
+	if pts, total, _ := s.Read(ctx, "42", "loss", Query{Range: Range{From: &from, To: &to}}); total != 2 || pts[0].Step != 2 {
+		t.Errorf("range 2..3: %d %+v", total, pts)
+	}
+	if _, _, err := s.Read(ctx, "42", "nope", Query{}); !errors.Is(err, errs.NotFound) {
+		t.Errorf("unknown metric: %v, want NotFound", err)
+	}
+	if _, _, err := s.Read(ctx, "42", "loss", Query{Points: MaxReadPoints + 1}); err == nil {
+		t.Error("points over the limit accepted")
+	}
+	if list, err := s.List(ctx, "7"); err != nil || len(list) != 0 {
+		t.Errorf("a job without metrics: %+v %v", list, err)
+	}
+	if err := s.Delete(ctx, "42"); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := s.List(ctx, "42"); len(list) != 0 {
+		t.Errorf("after delete: %+v", list)
+	}
+}
+
+// TestStoreLimits: a series keeps its first Points points, the rest are
+// dropped and counted (summary recomputed over what was kept); a job keeps
+// at most Series series; a bad batch applies nothing.
+func TestStoreLimits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t, Limits{Points: 5, Series: 2})
+	r, err := s.Append(ctx, "1", Source{}, Batch{"a": line(3, func(i int) float64 { return float64(i) })})
+	if err != nil || r.Appended != 3 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	// 4 more: 2 fit, 2 dropped; the dropped ones hold the extremes.
+	r, err = s.Append(ctx, "1", Source{}, Batch{"a": {{Step: 10, Value: -1}, {Step: 11, Value: 7}, {Step: 12, Value: -100}, {Step: 13, Value: 100}}})
+	if err != nil || r.Appended != 2 || r.Dropped != 2 {
+		t.Fatalf("at the limit: %+v %v", r, err)
+	}
+	list, _ := s.List(ctx, "1")
+	if a := list[0]; a.Count != 5 || a.Dropped != 2 || a.Min != -1 || a.Max != 7 || a.LastStep != 11 || a.Last != 7 {
+		t.Errorf("summary at the limit %+v", a)
+	}
+	r, _ = s.Append(ctx, "1", Source{}, Batch{"b": line(1, func(int) float64 { return 0 }), "c": line(2, func(int) float64 { return 0 })})
+	if r.Appended != 1 || r.Dropped != 2 {
+		t.Errorf("third series: %+v, want b kept and c's 2 points dropped", r)
+	}
+	if _, err := s.Append(ctx, "1", Source{}, Batch{"d": line(1, func(int) float64 { return 0 }), "bad name!": line(1, func(int) float64 { return 0 })}); err == nil {
+		t.Fatal("bad name accepted")
+	}
+	if list, _ := s.List(ctx, "1"); len(list) != 2 {
+		t.Errorf("series after a refused batch: %+v", list)
+	}
+}

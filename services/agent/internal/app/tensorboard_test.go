@@ -1,0 +1,161 @@
+package app
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/loom-ml/loom/libs/tbevents"
+)
+
+// tbFile is the event file TensorFlow 2 wrote (tensor-valued scalars).
+const tbFile = "/work/shared/data/tensorboard/events.out.tfevents.1585499054.v2"
+
+// takeTB reads tl's TensorBoard directory and returns the points' values
+// by name, and empties pending.
+func takeTB(a *App, tl *tail, budget int64) map[string][]float64 {
+	a.readTensorBoard("s", tl, budget)
+	out := map[string][]float64{}
+	for _, p := range tl.pending {
+		for k, v := range p.Values {
+			out[k] = append(out[k], v)
+		}
+	}
+	tl.pending = nil
+	return out
+}
+
+// TestTailTensorBoard: TensorFlow's file in a subdirectory (its tag gets
+// the prefix) and a file being written (a record cut short waits for its
+// end) are read once each; an oversized record is skipped by its length; a
+// restarted tail goes on from its stored position; files of another user
+// and links are not read.
+func TestTailTensorBoard(t *testing.T) {
+	t.Parallel()
+	tf, err := os.ReadFile(tbFile)
+	if err != nil {
+		t.Skipf("TensorFlow's event file is not here: %v", err)
+	}
+	a := tailApp()
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "validation"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "validation", filepath.Base(tbFile)), tf, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A link to it is passed over.
+	if err := os.Symlink(filepath.Join(dir, "validation", filepath.Base(tbFile)), filepath.Join(dir, "events.out.tfevents.1.link")); err != nil {
+		t.Fatal(err)
+	}
+	w, err := tbevents.Create(dir, "host", time.Unix(1700000000, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s := 1; s <= 3; s++ {
+		_ = w.AddScalar("loss", int64(s), time.Unix(1700000000+int64(s), 0), float64(s))
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Half of a fourth record: not yet.
+	rec := tbRecord(t, "loss", 4, 4)
+	ours := filepath.Join(dir, tbevents.FileName(time.Unix(1700000000, 0), "host"))
+	appendTo(t, ours, string(rec[:10]))
+
+	uid := uint32(os.Getuid())
+	tl := newTail("j", 1, filepath.Join(dir, "none.jsonl"), tailPos{TBDir: dir, TBUID: uid})
+	got := takeTB(a, tl, tbPollBytes)
+	if !slices.Equal(got["loss"], []float64{1, 2, 3}) || len(got["validation/my_metric"]) != 100 || got["validation/my_metric"][99] != 49.5 {
+		t.Fatalf("first read: loss %v, validation/my_metric %d values", got["loss"], len(got["validation/my_metric"]))
+	}
+	if len(got) != 2 {
+		t.Errorf("names %v: the link must not be read", got)
+	}
+	// The rest of the fourth record, then one larger than a record may be
+	// (skipped), then a fifth.
+	appendTo(t, ours, string(rec[10:]))
+	big := make([]byte, tbMaxRecord+1)
+	appendTo(t, ours, string(tbevents.AppendRecord(nil, big)))
+	appendTo(t, ours, string(tbRecord(t, "loss", 5, 5)))
+	pos, _ := json.Marshal(tl.pos)
+	if got := takeTB(a, tl, tbPollBytes); !slices.Equal(got["loss"], []float64{4, 5}) || len(got) != 1 {
+		t.Fatalf("second read: %v, want loss 4 and 5 only", got)
+	}
+	// A tail restarted from the position stored before the second read
+	// reads the same again, and nothing of the first.
+	var p tailPos
+	if err := json.Unmarshal(pos, &p); err != nil {
+		t.Fatal(err)
+	}
+	if got := takeTB(a, newTail("j", 1, tl.path, p), tbPollBytes); !slices.Equal(got["loss"], []float64{4, 5}) {
+		t.Fatalf("restarted: %v, want loss 4 and 5", got)
+	}
+	// The budget bounds one read: a small one reads part, the rest later.
+	fresh := newTail("j", 1, tl.path, tailPos{TBDir: dir, TBUID: uid})
+	part := takeTB(a, fresh, 200)
+	if n := len(part["validation/my_metric"]) + len(part["loss"]); n == 0 || n >= 105 {
+		t.Errorf("a 200-byte budget read %d values", n)
+	}
+	// Another user's files are not read.
+	other := newTail("j", 1, tl.path, tailPos{TBDir: dir, TBUID: uid + 1})
+	if got := takeTB(a, other, tbPollBytes); len(got) != 0 {
+		t.Errorf("another user's files read: %v", got)
+	}
+}
+
+// tbRecord is one scalar event, framed.
+func tbRecord(t *testing.T, tag string, step int64, v float64) []byte {
+	t.Helper()
+	var b writerBuf
+	w, err := tbevents.NewWriter(&b, time.Unix(1700000000, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	b.data = nil // drop the file_version record
+	if err := w.AddScalar(tag, step, time.Unix(1700000000+step, 0), v); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return b.data
+}
+
+type writerBuf struct{ data []byte }
+
+func (w *writerBuf) Write(p []byte) (int, error) { w.data = append(w.data, p...); return len(p), nil }
+
+// TestTailTensorBoardRotates: a program that makes more event files than
+// a tail follows has its newest read, and the stored position stays
+// bounded.
+func TestTailTensorBoardRotates(t *testing.T) {
+	t.Parallel()
+	a := tailApp()
+	dir := t.TempDir()
+	tl := newTail("j", 1, filepath.Join(dir, "none.jsonl"), tailPos{TBDir: dir, TBUID: uint32(os.Getuid())})
+	var last map[string][]float64
+	for i := 0; i < tbMaxFiles+20; i++ {
+		w, err := tbevents.Create(dir, "h", time.Unix(1700000000+int64(i), 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = w.AddScalar("loss", int64(i), time.Unix(1700000000, 0), float64(i))
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		last = takeTB(a, tl, tbPollBytes)
+	}
+	if !slices.Equal(last["loss"], []float64{tbMaxFiles + 19}) {
+		t.Errorf("newest file's values %v, want %d", last["loss"], tbMaxFiles+19)
+	}
+	if n := len(tl.pos.TB); n > tbMaxFiles {
+		t.Errorf("%d files in the position, bound %d", n, tbMaxFiles)
+	}
+}

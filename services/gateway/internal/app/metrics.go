@@ -1,0 +1,79 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/loom-ml/loom/libs/errs"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// Training metrics (loom.training.v1.MetricsService, docs/metrics.md): the
+// project's viewers read any job's series (the authz table); where jobs
+// are private (-private-jobs) a caller who may not see the job, CustomJob
+// or tuning job gets NotFound, as for the resource itself. Reads go to the
+// training service's internal gRPC, which keeps the series.
+
+// metrics is the training service's MetricsService client, or Unavailable.
+func (g *Gateway) metrics() (trainingv1.MetricsServiceClient, error) {
+	if g.own.Metrics == nil {
+		return nil, fmt.Errorf("the gateway has no training service to ask (-training-addr): %w", errs.Unavailable)
+	}
+	return g.own.Metrics, nil
+}
+
+// metricsVisible checks, where jobs are private, that the caller may see
+// parent's job, CustomJob or tuning job.
+func (g *Gateway) metricsVisible(ctx context.Context, parent string) error {
+	if len(parent) > 512 {
+		return errs.Invalid("parent", "is %d bytes, over the limit of 512", len(parent))
+	}
+	if !g.opt.PrivateJobs || callerOf(ctx, parent).Admin {
+		return nil
+	}
+	p := strings.Split(parent, "/")
+	var err error
+	switch {
+	case len(p) == 4 && p[2] == "jobs":
+		_, err = g.GetJob(ctx, &loomv1.GetJobRequest{Name: parent})
+	case len(p) == 6 && p[4] == "customJobs":
+		_, err = g.GetCustomJob(ctx, &trainingv1.GetCustomJobRequest{Name: parent})
+	case len(p) == 8 && p[4] == "hyperparameterTuningJobs":
+		_, err = g.GetHyperparameterTuningJob(ctx, &trainingv1.GetHyperparameterTuningJobRequest{Name: strings.Join(p[:6], "/")})
+	}
+	return err
+}
+
+// ListMetrics lists a job's, CustomJob's or trial's metric series.
+func (g *Gateway) ListMetrics(ctx context.Context, req *trainingv1.ListMetricsRequest) (*trainingv1.ListMetricsResponse, error) {
+	if err := g.metricsVisible(ctx, req.GetParent()); err != nil {
+		return nil, err
+	}
+	m, err := g.metrics()
+	if err != nil {
+		return nil, err
+	}
+	out, err := m.ListMetrics(ctx, req)
+	if err != nil {
+		return nil, fromTraining("metrics of "+req.GetParent(), err)
+	}
+	return out, nil
+}
+
+// ReadMetrics reads one series, downsampled by the training service.
+func (g *Gateway) ReadMetrics(ctx context.Context, req *trainingv1.ReadMetricsRequest) (*trainingv1.ReadMetricsResponse, error) {
+	if err := g.metricsVisible(ctx, req.GetParent()); err != nil {
+		return nil, err
+	}
+	m, err := g.metrics()
+	if err != nil {
+		return nil, err
+	}
+	out, err := m.ReadMetrics(ctx, req)
+	if err != nil {
+		return nil, fromTraining("metric "+req.GetMetric()+" of "+req.GetParent(), err)
+	}
+	return out, nil
+}

@@ -1,0 +1,99 @@
+package training
+
+import (
+	"context"
+	"log/slog"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+
+	"github.com/loom-ml/loom/libs/bus"
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/resname"
+	"github.com/loom-ml/loom/libs/series"
+	"github.com/loom-ml/loom/libs/service"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+)
+
+// MetricsGroup is the consumer group that stores every job's reported
+// metrics (MetricsReported: hypertune lines and TensorBoard scalars the
+// agents read) as series (docs/metrics.md). It is a group of its own, so
+// that storing series neither waits on nor holds up the training state's
+// consumer, and covers plain Slurm jobs as well as CustomJobs and trials.
+const MetricsGroup = "loom-training-metrics"
+
+// metricsConsume is the consumer that appends MetricsReported points to st.
+func metricsConsume(st *series.Store, log *slog.Logger) service.Consume {
+	return service.Consume{Topics: []string{topics.StepEvents}, Group: MetricsGroup,
+		Handler: func(ctx context.Context, ev envelope.Event) error { return storeMetrics(ctx, st, log, ev) },
+		Config:  &bus.ConsumerConfig{Filter: func(r bus.Record) bool { return r.Type == metricsType }}}
+}
+
+// storeMetrics appends one MetricsReported's points. A record is applied
+// once: its topic partition and offset are the store's source and
+// sequence, so a redelivered record adds nothing. Values the store cannot
+// keep (a name outside the grammar, NaN) are dropped one by one, logged,
+// never failing the record; the rest goes in batches within the store's
+// limits.
+func storeMetrics(ctx context.Context, st *series.Store, log *slog.Logger, ev envelope.Event) error {
+	m, ok := ev.Payload.(*eventsv1.MetricsReported)
+	if !ok {
+		return nil
+	}
+	if _, err := resname.ParseJob(m.GetJob()); err != nil {
+		log.Warn("metrics of an unnamed job dropped", "job", m.GetJob(), "err", err)
+		return nil
+	}
+	lim := st.Limits()
+	src := ev.Topic + "/" + strconv.Itoa(ev.Partition)
+	b := series.Batch{}
+	n, chunk, dropped := 0, 0, 0
+	flush := func() error {
+		if n == 0 {
+			return nil
+		}
+		name := src
+		if chunk > 0 {
+			name += "#" + strconv.Itoa(chunk)
+		}
+		r, err := st.Append(ctx, m.GetJob(), series.Source{Name: name, Seq: ev.Offset}, b)
+		if err != nil {
+			return err
+		}
+		if r.Dropped > 0 {
+			log.Warn("metric points past the store's limits dropped", "job", m.GetJob(), "points", r.Dropped)
+		}
+		b, n = series.Batch{}, 0
+		chunk++
+		return nil
+	}
+	for _, p := range m.GetPoints() {
+		// In name order, so that a redelivered record is cut into the
+		// same batches as the first delivery.
+		vals := p.GetValues()
+		for _, name := range slices.Sorted(maps.Keys(vals)) {
+			v := vals[name]
+			if math.IsNaN(v) || series.ValidName("metric", name, lim.Name) != nil {
+				dropped++
+				continue
+			}
+			if _, ok := b[name]; !ok && len(b) >= lim.BatchMetrics || n >= lim.BatchPoints {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+			pt := series.Point{Step: p.GetStep(), Value: v}
+			if p.GetTime() != nil {
+				pt.Time = p.GetTime().AsTime()
+			}
+			b[name] = append(b[name], pt)
+			n++
+		}
+	}
+	if dropped > 0 {
+		log.Warn("metric values the store cannot keep dropped (name or NaN)", "job", m.GetJob(), "values", dropped)
+	}
+	return flush()
+}

@@ -1,0 +1,59 @@
+package training
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"testing"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/series"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+)
+
+// TestStoreMetricsRedelivered: a record handled twice (a redelivery after a
+// crash before the commit) adds its points once, also when it is cut into
+// several appends (more metrics than one append takes); NaN and bad names
+// are dropped alone.
+func TestStoreMetricsRedelivered(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	st := series.NewStore(rdb, "training:", series.Limits{BatchMetrics: 3})
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	vals := map[string]float64{"bad name!": 1, "nan": math.NaN()}
+	for i := 0; i < 7; i++ {
+		vals[fmt.Sprintf("m%d", i)] = float64(i)
+	}
+	ev := envelope.Event{Topic: topics.StepEvents, Partition: 3, Offset: 41, Payload: &eventsv1.MetricsReported{
+		Job: "projects/p/jobs/9", Points: []*eventsv1.MetricsReported_Point{{Step: 1, Values: vals}, {Step: 2, Values: vals}}}}
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		if err := storeMetrics(ctx, st, log, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := st.List(ctx, "projects/p/jobs/9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 7 {
+		t.Fatalf("%d series, want m0..m6 (the bad name and NaN dropped)", len(list))
+	}
+	for _, s := range list {
+		if s.Count != 2 {
+			t.Errorf("%s has %d points after a redelivery, want 2", s.Metric, s.Count)
+		}
+	}
+	// The next record of the partition is applied.
+	ev.Offset = 42
+	if err := storeMetrics(ctx, st, log, ev); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := st.List(ctx, "projects/p/jobs/9"); list[0].Count != 4 {
+		t.Errorf("after the next record: %d points, want 4", list[0].Count)
+	}
+}
