@@ -21,7 +21,7 @@ func BenchmarkFit48x8(b *testing.B) {
 		X = append(X, x)
 		y = append(y, s+0.1*rng.NormFloat64())
 	}
-	yy, _ := warp(y)
+	yy, _ := warp(y, zOrder(y))
 	for b.Loop() {
 		fitHyper(cat, X, yy, 2, rand.New(rand.NewPCG(3, 4)))
 	}

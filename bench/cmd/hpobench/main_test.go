@@ -47,7 +47,7 @@ func TestQuickReport(t *testing.T) {
 		"### Per function and method (2 seeds each)",
 		"### Suggestion latency",
 		"### ASHA against no early stopping",
-		"| no stopping |", "| ASHA |", "| ASHA replay |",
+		"| no stopping |", "| ASHA |", "kept the best configuration in",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("report lacks %q", want)
