@@ -239,7 +239,7 @@ func (g *gp) clone() *gp {
 	c.X = append([][]float64(nil), g.X...)
 	c.y = append([]float64(nil), g.y...)
 	c.L = append([][]float64(nil), g.L...) // rows are never modified
-	c.xs = g.xs[:len(g.xs):len(g.xs)]     // an append copies
+	c.xs = g.xs[:len(g.xs):len(g.xs)]      // an append copies
 	return c
 }
 
