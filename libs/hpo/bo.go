@@ -13,7 +13,7 @@ import (
 // most fitCap of them.
 const (
 	gpCap        = 64
-	fitCap       = 24
+	fitCap       = 20
 	fitRestarts  = 3
 	fitIters     = 20
 	nRandomCands = 64

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync"
 
 	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/optimize"
@@ -127,7 +128,6 @@ type gp struct {
 	scale  []float64
 	xs     []float64
 	xbuf   []float64
-	bbuf   []float64 // predictBatch's right-hand sides, reused
 }
 
 func newGP(cat []bool, h hyper) *gp { return &gp{cat: cat, h: h} }
@@ -359,10 +359,8 @@ func (g *gp) predict(x []float64) (mu, sd float64) {
 // row-by-row solve is bound by call overhead.
 func (g *gp) predictBatch(xs [][]float64, mu, sd []float64) {
 	n, m := len(g.X), len(xs)
-	if cap(g.bbuf) < n*m {
-		g.bbuf = make([]float64, n*m)
-	}
-	B := g.bbuf[:n*m]
+	B := getFloats(n * m)
+	defer putFloats(B)
 	for j, x := range xs {
 		k := g.kbuf[:n]
 		g.kernVec(x, k)
@@ -392,6 +390,24 @@ func (g *gp) predictBatch(xs [][]float64, mu, sd []float64) {
 	for j := range m {
 		sd[j] = math.Sqrt(max(g.h.sf2-vv[j], 1e-12))
 	}
+}
+
+// floatPool recycles the large scratch slices of a suggestion (the decoded
+// points, predictBatch's right-hand sides), so that a call allocates, and
+// the garbage collector marks and sweeps, less.
+var floatPool sync.Pool
+
+// getFloats returns a slice of n float64s (not zeroed) from the pool.
+func getFloats(n int) []float64 {
+	if p, ok := floatPool.Get().(*[]float64); ok && cap(*p) >= n {
+		return (*p)[:n]
+	}
+	return make([]float64, n)
+}
+
+// putFloats returns s to the pool; the caller no longer uses it.
+func putFloats(s []float64) {
+	floatPool.Put(&s)
 }
 
 // fitHyper maximises the log marginal likelihood (plus weak log-normal

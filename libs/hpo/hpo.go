@@ -151,7 +151,10 @@ func (s *Searcher) Suggest(trials []*trainingv1.Trial, n int) ([][]*trainingv1.T
 	if !bo {
 		readTrials = nil
 	}
-	slab := make([]float64, len(readTrials)*P)
+	// The points live in one pooled slab for the call: nothing that
+	// outlives Suggest refers to them.
+	slab := getFloats(len(readTrials) * P)
+	defer putFloats(slab)
 	for i, t := range readTrials {
 		x, ok := s.sp.decodeInto(t.GetParameters(), slab[i*P:(i+1)*P:(i+1)*P])
 		if !ok {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 
 	"github.com/loom-ml/loom/libs/hpo"
@@ -74,14 +75,14 @@ func ashaSpec(p *problem, seed int64, minEpochs, epochs, eta int) *trainingv1.St
 	s := p.spec(trainingv1.StudySpec_RANDOM_SEARCH, seed)
 	s.AutomatedStoppingSpec = &trainingv1.StudySpec_AshaStoppingSpec_{AshaStoppingSpec: &trainingv1.StudySpec_AshaStoppingSpec{
 		MinStepCount: int64(minEpochs), MaxStepCount: int64(epochs), ReductionFactor: int32(eta)}}
-	s.MeasurementSelectionType = trainingv1.StudySpec_LAST_MEASUREMENT
+	s.MeasurementSelectionType = trainingv1.StudySpec_BEST_MEASUREMENT
 	return s
 }
 
 // simulate runs a sequential study of n trials of up to epochs epochs:
 // suggestions from suggest (nil: replay configs), curves from cs, and,
 // when stop is set, its ShouldStop after each epoch but the last. It
-// returns the trial-epochs trained, the best final value, the number of
+// returns the trial-epochs trained, the best value of any epoch, the number of
 // trials stopped, and the configurations in order.
 func simulate(p *problem, s *hpo.Searcher, replay [][]*trainingv1.Trial_Parameter, n, epochs int, stop bool, cs curves) (used int, best float64, stopped int, configs [][]*trainingv1.Trial_Parameter, err error) {
 	best = math.Inf(1)
@@ -119,8 +120,10 @@ func simulate(p *problem, s *hpo.Searcher, replay [][]*trainingv1.Trial_Paramete
 		}
 		t.State = trainingv1.Trial_SUCCEEDED
 		t.FinalMeasurement = t.Measurements[len(t.Measurements)-1]
-		if v := t.FinalMeasurement.Metrics[0].Value; v < best {
-			best = v
+		// The study selects BEST_MEASUREMENT: a trial's result is its best
+		// epoch (the checkpoint one would keep), on both sides.
+		for _, m := range t.Measurements {
+			best = min(best, m.Metrics[0].Value)
 		}
 	}
 	return used, best, stopped, configs, nil
@@ -155,7 +158,7 @@ func runASHA(p *problem, seed int64, n, minEpochs, epochs, eta int) (ashaResult,
 		if err != nil {
 			return r, err
 		}
-		if c := cs.get(x); c.at(epochs) == r.fullBest {
+		if c := cs.get(x); slices.Min(c.losses[:epochs]) == r.fullBest {
 			r.bestWobble = wobble(c.losses[:epochs], 5)
 			break
 		}

@@ -67,13 +67,13 @@ func defaults() options {
 	// epoch takes milliseconds, tens of them at 256 hidden units and small
 	// batches, where its best configurations are).
 	//
-	// ASHA's trials train up to 81 epochs with rungs at 9 and 27: the
-	// trainer's best configurations (learning rates near 1) sit at the
-	// untrained loss for their first 9 to 15 epochs and then drop below
-	// every slower learner, so rungs before about epoch 9 rank them last,
-	// and at 27 epochs they are still a lottery on when the drop comes.
+	// ASHA's trials train up to 81 epochs with rungs at 9 and 36
+	// (reduction factor 4): the trainer's best configurations (learning
+	// rates 0.1 to 0.3) sit near the untrained loss for their first 5 to
+	// 12 epochs and then drop below every slower learner, so rungs before
+	// about epoch 9 rank them last.
 	return options{seeds: 20, trials: 60, trainerTrials: 30, trainerEpochs: 5,
-		ashaSeeds: 10, ashaTrials: 30, ashaMin: 9, ashaEpochs: 81, ashaEta: 3,
+		ashaSeeds: 10, ashaTrials: 30, ashaMin: 9, ashaEpochs: 81, ashaEta: 4,
 		latencyTrials: 1000, latencyCalls: 200, optuna: true, workers: runtime.GOMAXPROCS(0)}
 }
 
@@ -689,10 +689,10 @@ func renderASHA(b *strings.Builder, o options, rs []ashaResult) {
 		return s
 	}
 	w("Per seed (1..%d), %d configurations of the trainer (training seed %d) drawn by Loom's `RANDOM_SEARCH` with that seed (the ASHA paper, Li et al. 2018, pairs ASHA with random sampling), trained one after the other twice: "+
-		"**no stopping** (every configuration trains all %d epochs) and **ASHA** (the same configurations in the same order under `AshaStoppingSpec{min_step_count: %d, max_step_count: %d, reduction_factor: %d}`: rungs at %s epochs, `ShouldStop` asked after every epoch, a stopped trial's last measurement final). "+
+		"**no stopping** (every configuration trains all %d epochs) and **ASHA** (the same configurations in the same order under `AshaStoppingSpec{min_step_count: %d, max_step_count: %d, reduction_factor: %d}`: rungs at %s epochs, `ShouldStop` asked after every epoch). The study selects `BEST_MEASUREMENT`: a trial's result is its best epoch's loss (the checkpoint one keeps), on both sides, and ASHA ranks a trial at a rung on its best loss up to the rung, so one bad epoch of a noisy curve does not stop it. "+
 		"The validation loss is measured after every epoch; trial-epochs count every epoch trained. Same configurations on both sides, so \"the same best result\" compares the stopping rule alone. "+
 		"Target: the same best result in ≤ 1/3 of the trial-epochs. \"Same\" is taken as: the median over seeds of ASHA's best loss ÷ no stopping's ≤ %.2f (a %.0f %% tolerance: the best configuration's own loss moves by a median %.1f %% between consecutive epochs over its last 5, so a smaller difference is within the curve's own wobble), and ASHA's best not significantly worse (Mann-Whitney, α = %g). "+
-		"The first rung is at %d epochs because the trainer's best configurations (learning rates 0.1 to 0.3) stay near the untrained loss for their first 5 to 15 epochs before they drop below every slower learner: earlier rungs rank them last.\n\n",
+		"The first rung is at %d epochs because the trainer's best configurations (learning rates 0.1 to 0.3) stay near the untrained loss for their first 5 to 12 epochs before they drop below every slower learner: earlier rungs rank them last.\n\n",
 		len(rs), o.ashaTrials, trainSeed, o.ashaEpochs, o.ashaMin, o.ashaEpochs, o.ashaEta, rungList(o), 1+ashaTolerance, 100*ashaTolerance, 100*quantile(wobble, 0.5), alpha, o.ashaMin)
 	w("| study | trial-epochs (total over seeds) | fraction of no stopping | trials stopped (mean of %d) | best val_loss mean ± sd | vs no stopping |\n|---|---:|---:|---:|---:|---|\n", o.ashaTrials)
 	fm, fs := meanSD(fullB)
