@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync"
 )
 
 // Sizes of the Bayesian optimiser. They bound the work of one suggestion
@@ -66,7 +67,8 @@ func warp(z []float64, order []int) ([]float64, bool) {
 	if m < 2 {
 		return nil, false
 	}
-	sorted := make([]float64, m)
+	sorted := getFloats(m)
+	defer putFloats(sorted)
 	for k, i := range order[:m] {
 		sorted[k] = z[i]
 	}
@@ -80,7 +82,7 @@ func warp(z []float64, order []int) ([]float64, bool) {
 		}
 	}
 	sd := math.Sqrt(ss / float64(cnt))
-	out := make([]float64, len(z))
+	out := getFloats(len(z)) // every entry is set below
 	worst := math.Inf(-1)
 	for i, v := range z {
 		if math.IsNaN(v) {
@@ -146,18 +148,20 @@ func normQuantile(p float64) float64 {
 func zOrder(z []float64) []int {
 	// Sorting (value, index) pairs in place is several times faster than
 	// sorting indices through a closure that reads z.
-	type vi struct {
-		v float64
-		i int
+	pp, _ := pairPool.Get().(*[]valIdx)
+	if pp == nil || cap(*pp) < len(z) {
+		pp = &[]valIdx{}
+		*pp = make([]valIdx, len(z))
 	}
-	pairs := make([]vi, len(z))
+	pairs := (*pp)[:len(z)]
+	defer pairPool.Put(pp)
 	for i, v := range z {
 		if math.IsNaN(v) {
 			v = math.Inf(1) // objectives are finite: NaN sorts after all
 		}
-		pairs[i] = vi{v, i}
+		pairs[i] = valIdx{v, i}
 	}
-	slices.SortFunc(pairs, func(a, b vi) int {
+	slices.SortFunc(pairs, func(a, b valIdx) int {
 		if c := cmp.Compare(a.v, b.v); c != 0 {
 			return c
 		}
@@ -169,6 +173,15 @@ func zOrder(z []float64) []int {
 	}
 	return order
 }
+
+// valIdx is a value and its index, sorted by zOrder.
+type valIdx struct {
+	v float64
+	i int
+}
+
+// pairPool recycles zOrder's sort buffers.
+var pairPool sync.Pool
 
 // subset picks at most k of n indices (in increasing order), given their
 // rank order: all when they fit, else the best third, the most recent third
@@ -195,20 +208,22 @@ func subset(order []int, k int) []int {
 			got++
 		}
 	}
-	var rest []int
+	// The rest: the j-th of need evenly spaced ranks among the indices
+	// not taken yet (rank j·rest/need), found in one pass without
+	// listing them.
+	rest, need := n-got, k-got
+	r, j := 0, 0
+	out := make([]int, 0, k)
 	for i := range n {
-		if !take[i] {
-			rest = append(rest, i)
-		}
-	}
-	need := k - got
-	for j := range need {
-		take[rest[j*len(rest)/need]] = true
-	}
-	var out []int
-	for i := range n {
-		if take[i] {
+		switch {
+		case take[i]:
 			out = append(out, i)
+		default:
+			if j < need && r == j*rest/need {
+				out = append(out, i)
+				j++
+			}
+			r++
 		}
 	}
 	return out
@@ -218,7 +233,9 @@ func subset(order []int, k int) []int {
 // model (too few, or all equal), and the search falls back to quasi-random
 // points.
 func newModel(sp *space, observed []obs, rng *rand.Rand) *model {
-	z := make([]float64, len(observed))
+	// z and y are scratch: the model keeps copies of what it needs.
+	z := getFloats(len(observed))
+	defer putFloats(z)
 	for i, o := range observed {
 		z[i] = o.z
 	}
@@ -227,6 +244,7 @@ func newModel(sp *space, observed []obs, rng *rand.Rand) *model {
 	if !ok {
 		return nil
 	}
+	defer putFloats(y)
 	cat := make([]bool, len(sp.params))
 	for i := range sp.params {
 		cat[i] = sp.params[i].kind == kCat

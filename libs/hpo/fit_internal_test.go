@@ -259,3 +259,55 @@ func TestWarpKeepsOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestSubset: the GP's training subset holds the best third, the most
+// recent third and evenly spread others, k in all, in increasing order,
+// without repeats (checked against a direct construction).
+func TestSubset(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(4, 4))
+	for range 300 {
+		n, k := 1+rng.IntN(300), 3+rng.IntN(70)
+		z := make([]float64, n)
+		for i := range z {
+			z[i] = rng.NormFloat64()
+		}
+		order := zOrder(z)
+		got := subset(order, k)
+		var want []int
+		if n <= k {
+			for i := range n {
+				want = append(want, i)
+			}
+		} else {
+			take := make([]bool, n)
+			c := 0
+			for _, i := range order[:k/3] {
+				take[i] = true
+				c++
+			}
+			for i := n - 1; i >= 0 && c < 2*k/3; i-- {
+				if !take[i] {
+					take[i], c = true, c+1
+				}
+			}
+			var rest []int
+			for i := range n {
+				if !take[i] {
+					rest = append(rest, i)
+				}
+			}
+			for j := range k - c {
+				take[rest[j*len(rest)/(k-c)]] = true
+			}
+			for i := range n {
+				if take[i] {
+					want = append(want, i)
+				}
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("subset(n=%d, k=%d) = %v, want %v", n, k, got, want)
+		}
+	}
+}
