@@ -180,6 +180,23 @@ type valIdx struct {
 	i int
 }
 
+// obsPool recycles Suggest's list of observations.
+var obsPool sync.Pool
+
+// getObs returns an empty slice of observations with room for n.
+func getObs(n int) []obs {
+	if p, ok := obsPool.Get().(*[]obs); ok && cap(*p) >= n {
+		return (*p)[:0]
+	}
+	return make([]obs, 0, n)
+}
+
+// putObs returns os to the pool, its points dropped.
+func putObs(os []obs) {
+	clear(os[:cap(os)])
+	obsPool.Put(&os)
+}
+
 // pairPool recycles zOrder's sort buffers.
 var pairPool sync.Pool
 

@@ -418,7 +418,16 @@ func fitHyper(cat []bool, X [][]float64, y []float64, restarts int, rng *rand.Ra
 	n, P := len(X), len(cat)
 	// Per-parameter squared distances of every pair (i > j).
 	np := n * (n - 1) / 2
-	D := make([]float64, np*P)
+	// One pooled slab holds every buffer below: each is fully written
+	// before it is read, and none outlives the fit.
+	slab := getFloats(np*P + 2*np + 3*n*n + n)
+	defer putFloats(slab)
+	carve := func(k int) []float64 {
+		b := slab[:k:k]
+		slab = slab[k:]
+		return b
+	}
+	D := carve(np * P)
 	q := 0
 	for i := 1; i < n; i++ {
 		for j := range i {
@@ -428,12 +437,12 @@ func fitHyper(cat []bool, X [][]float64, y []float64, restarts int, rng *rand.Ra
 			q++
 		}
 	}
-	K := make([]float64, n*n)
-	G := make([]float64, np)  // common factor of dk/dλ per pair
-	Kf := make([]float64, np) // kernel value per pair
-	alpha := make([]float64, n)
-	inv := make([]float64, n*n)
-	scratch := make([]float64, n*n)
+	K := carve(n * n)
+	G := carve(np)  // common factor of dk/dλ per pair
+	Kf := carve(np) // kernel value per pair
+	alpha := carve(n)
+	inv := carve(n * n)
+	scratch := carve(n * n)
 	const big = 1e10
 	f := func(theta, grad []float64) float64 {
 		h := hyper{}.fromTheta(theta)
