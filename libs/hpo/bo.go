@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync"
 )
 
 // Sizes of the Bayesian optimiser. They bound the work of one suggestion
@@ -13,11 +14,11 @@ import (
 // most fitCap of them.
 const (
 	gpCap        = 64
-	fitCap       = 24
+	fitCap       = 20
 	fitRestarts  = 3
 	fitIters     = 20
-	nRandomCands = 96
-	nLocalCands  = 96
+	nRandomCands = 64
+	nLocalCands  = 80
 	nRefine      = 3
 	refineRounds = 5
 	refineTries  = 5
@@ -44,25 +45,35 @@ type model struct {
 }
 
 // warp turns objectives (minimising; NaN for infeasible) into standardised
-// model targets. Values worse than the median are replaced by normal
-// quantiles of their rank scaled like the better half (Vizier's half-rank
-// warping), so that a few terrible trials (Goldstein-Price spans six orders
-// of magnitude) do not flatten the model where it matters; infeasible
-// trials get the worst value. ok is false when the values do not vary.
-func warp(z []float64) ([]float64, bool) {
-	var feas []float64
-	for _, v := range z {
-		if !math.IsNaN(v) {
-			feas = append(feas, v)
+// model targets, given order (zOrder's: feasible values from the lowest
+// up, then the infeasible ones). Values worse than the median are
+// replaced by normal quantiles of their rank scaled like the better half
+// (Vizier's half-rank warping), so that a few terrible trials
+// (Goldstein-Price spans six orders of magnitude) do not flatten the model
+// where it matters. The better half is then log-warped (see logWarp), so
+// that the model resolves the differences near the best value, where the
+// search decides, rather than the spread of mediocre ones. Infeasible
+// trials get the worst value. The warp is strictly increasing in z, so it
+// keeps the order (and the argmin) of the objectives. ok is false when the
+// values do not vary.
+func warp(z []float64, order []int) ([]float64, bool) {
+	m := 0
+	for _, i := range order {
+		if math.IsNaN(z[i]) {
+			break
 		}
+		m++
 	}
-	if len(feas) < 2 {
+	if m < 2 {
 		return nil, false
 	}
-	sorted := slices.Clone(feas)
-	slices.Sort(sorted)
-	m := len(sorted)
+	sorted := getFloats(m)
+	defer putFloats(sorted)
+	for k, i := range order[:m] {
+		sorted[k] = z[i]
+	}
 	med := sorted[(m-1)/2]
+	lo := sorted[0]
 	ss, cnt := 0.0, 0
 	for _, v := range sorted {
 		if v <= med {
@@ -71,7 +82,7 @@ func warp(z []float64) ([]float64, bool) {
 		}
 	}
 	sd := math.Sqrt(ss / float64(cnt))
-	out := make([]float64, len(z))
+	out := getFloats(len(z)) // every entry is set below
 	worst := math.Inf(-1)
 	for i, v := range z {
 		if math.IsNaN(v) {
@@ -83,6 +94,8 @@ func warp(z []float64) ([]float64, bool) {
 			r, _ := slices.BinarySearch(sorted, v)
 			q := (float64(r) + 0.5) / float64(m)
 			w = med + sd*math.Min(normQuantile(q), (v-med)/sd)
+		} else if med > lo && logOffset > 1 {
+			w = logWarp(v, lo, med)
 		}
 		out[i] = w
 		worst = max(worst, w)
@@ -110,35 +123,83 @@ func warp(z []float64) ([]float64, bool) {
 	return out, true
 }
 
+// logOffset is the log warp's strength, Vizier's LogWarperComponent's
+// 1.5: the warped better half is steepest at the best value, (c−1)/ln c ≈
+// 1.23 times the straight line's slope there and c = 1.5 times its own
+// slope at the median. Much stronger warps (8 was tried) let a batch of
+// suggestions collapse onto one point (TestBatchDoesNotLandOnOnePoint).
+const logOffset = 1.5
+
+// logWarp maps v in [lo, med] onto [lo, med], concave and strictly
+// increasing, fixed at both ends (so it joins the half-rank warp
+// continuously at the median): differences near lo, the best values, are
+// stretched and those near the median compressed.
+func logWarp(v, lo, med float64) float64 {
+	s := (v - lo) / (med - lo)
+	return lo + (med-lo)*math.Log1p(s*(logOffset-1))/math.Log(logOffset)
+}
+
 // normQuantile is the standard normal quantile function.
 func normQuantile(p float64) float64 {
 	return -math.Sqrt2 * math.Erfcinv(2*p)
 }
 
-// rankOrder is the indices of ys from the lowest value up (ties by index).
-func rankOrder(ys []float64) []int {
+// zOrder is the indices of z from the lowest value up, NaNs (infeasible
+// trials) last, ties by index.
+func zOrder(z []float64) []int {
 	// Sorting (value, index) pairs in place is several times faster than
-	// sorting indices through a closure that reads ys.
-	type vi struct {
-		v float64
-		i int
+	// sorting indices through a closure that reads z.
+	pp, _ := pairPool.Get().(*[]valIdx)
+	if pp == nil || cap(*pp) < len(z) {
+		pp = &[]valIdx{}
+		*pp = make([]valIdx, len(z))
 	}
-	pairs := make([]vi, len(ys))
-	for i, v := range ys {
-		pairs[i] = vi{v, i}
+	pairs := (*pp)[:len(z)]
+	defer pairPool.Put(pp)
+	for i, v := range z {
+		if math.IsNaN(v) {
+			v = math.Inf(1) // objectives are finite: NaN sorts after all
+		}
+		pairs[i] = valIdx{v, i}
 	}
-	slices.SortFunc(pairs, func(a, b vi) int {
+	slices.SortFunc(pairs, func(a, b valIdx) int {
 		if c := cmp.Compare(a.v, b.v); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.i, b.i)
 	})
-	order := make([]int, len(ys))
+	order := make([]int, len(z))
 	for k, p := range pairs {
 		order[k] = p.i
 	}
 	return order
 }
+
+// valIdx is a value and its index, sorted by zOrder.
+type valIdx struct {
+	v float64
+	i int
+}
+
+// obsPool recycles Suggest's list of observations.
+var obsPool sync.Pool
+
+// getObs returns an empty slice of observations with room for n.
+func getObs(n int) []obs {
+	if p, ok := obsPool.Get().(*[]obs); ok && cap(*p) >= n {
+		return (*p)[:0]
+	}
+	return make([]obs, 0, n)
+}
+
+// putObs returns os to the pool, its points dropped.
+func putObs(os []obs) {
+	clear(os[:cap(os)])
+	obsPool.Put(&os)
+}
+
+// pairPool recycles zOrder's sort buffers.
+var pairPool sync.Pool
 
 // subset picks at most k of n indices (in increasing order), given their
 // rank order: all when they fit, else the best third, the most recent third
@@ -165,20 +226,22 @@ func subset(order []int, k int) []int {
 			got++
 		}
 	}
-	var rest []int
+	// The rest: the j-th of need evenly spaced ranks among the indices
+	// not taken yet (rank j·rest/need), found in one pass without
+	// listing them.
+	rest, need := n-got, k-got
+	r, j := 0, 0
+	out := make([]int, 0, k)
 	for i := range n {
-		if !take[i] {
-			rest = append(rest, i)
-		}
-	}
-	need := k - got
-	for j := range need {
-		take[rest[j*len(rest)/need]] = true
-	}
-	var out []int
-	for i := range n {
-		if take[i] {
+		switch {
+		case take[i]:
 			out = append(out, i)
+		default:
+			if j < need && r == j*rest/need {
+				out = append(out, i)
+				j++
+			}
+			r++
 		}
 	}
 	return out
@@ -188,19 +251,22 @@ func subset(order []int, k int) []int {
 // model (too few, or all equal), and the search falls back to quasi-random
 // points.
 func newModel(sp *space, observed []obs, rng *rand.Rand) *model {
-	z := make([]float64, len(observed))
+	// z and y are scratch: the model keeps copies of what it needs.
+	z := getFloats(len(observed))
+	defer putFloats(z)
 	for i, o := range observed {
 		z[i] = o.z
 	}
-	y, ok := warp(z)
+	order := zOrder(z)
+	y, ok := warp(z, order)
 	if !ok {
 		return nil
 	}
+	defer putFloats(y)
 	cat := make([]bool, len(sp.params))
 	for i := range sp.params {
 		cat[i] = sp.params[i].kind == kCat
 	}
-	order := rankOrder(y)
 	fi := subset(order, fitCap)
 	fx, fy := make([][]float64, len(fi)), make([]float64, len(fi))
 	for j, i := range fi {

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync"
 
 	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/optimize"
@@ -71,33 +72,37 @@ func matern52(r2 float64) float64 {
 }
 
 // expNeg is e^-r for r ≥ 0, to about 1e-15 relative error: the kernel's
-// hot spot, several times faster than math.Exp (range reduction by ln 2
-// and a degree-11 Taylor polynomial, exact power of two by bits).
+// hot spot, several times faster than math.Exp. Range reduction by ln2/32
+// (r = (32m+j)·ln2/32 + f, |f| ≤ ln2/64), a table of 2^(-j/32), a degree-6
+// Taylor polynomial of e^-f (error below 1e-17) and the power 2^-m by bits.
 func expNeg(r float64) float64 {
 	if r > 700 {
 		return 0
 	}
 	const (
-		log2e = 1.4426950408889634
-		ln2hi = 6.93147180369123816490e-01
-		ln2lo = 1.90821492927058770002e-10
+		inv   = 46.16624130844682735 // 32/ln2
+		ln2hi = 6.93147180369123816490e-01 / 32
+		ln2lo = 1.90821492927058770002e-10 / 32
 	)
-	k := math.Floor(r*log2e + 0.5)
-	f := (r - k*ln2hi) - k*ln2lo // r = k·ln2 + f, |f| ≤ ln2/2
-	// e^-f by Horner, dividing by constants the compiler folds.
-	p := 1 - f*(1.0/11)
-	p = 1 - f*(1.0/10)*p
-	p = 1 - f*(1.0/9)*p
-	p = 1 - f*(1.0/8)*p
-	p = 1 - f*(1.0/7)*p
-	p = 1 - f*(1.0/6)*p
+	k := int64(r*inv + 0.5)
+	kf := float64(k)
+	f := (r - kf*ln2hi) - kf*ln2lo
+	p := 1 - f*(1.0/6)
 	p = 1 - f*(1.0/5)*p
 	p = 1 - f*(1.0/4)*p
 	p = 1 - f*(1.0/3)*p
 	p = 1 - f*(1.0/2)*p
 	p = 1 - f*p
-	return p * math.Float64frombits(uint64(1023-int64(k))<<52)
+	return p * exp2NegTab[k&31] * math.Float64frombits(uint64(1023-(k>>5))<<52)
 }
+
+// exp2NegTab[j] is 2^(-j/32).
+var exp2NegTab = func() (t [32]float64) {
+	for j := range t {
+		t[j] = math.Exp2(-float64(j) / 32)
+	}
+	return t
+}()
 
 // gp is a Gaussian process conditioned on points X with standardised values
 // y, kept as the rows of the Cholesky factor of K + sn2·I so that points can
@@ -115,12 +120,14 @@ type gp struct {
 	// numeric ones; nil: inferred from the points).
 	ncat []int
 	// Set by prepare: the fast path of predict (points embedded, see embed).
+	// inc: the points are embedded as they are added (ncat set, every
+	// point embeddable), so prepare need not embed them again.
+	inc    bool
 	simple bool
 	dims   int
 	scale  []float64
 	xs     []float64
 	xbuf   []float64
-	bbuf   []float64 // predictBatch's right-hand sides, reused
 }
 
 func newGP(cat []bool, h hyper) *gp { return &gp{cat: cat, h: h} }
@@ -135,15 +142,23 @@ func (g *gp) kern(a, b []float64) float64 {
 	return g.h.sf2 * matern52(s)
 }
 
-// add appends point x with value y (one row of the factor). ok is false when
-// the point makes the matrix numerically singular, e.g. a duplicate, and
-// it is then left out.
+// add appends point x with value y (one row of the factor, O(n²): the
+// factor of the first n points is reused, never refitted). ok is false
+// when the point makes the matrix numerically singular, e.g. a duplicate,
+// and it is then left out.
 func (g *gp) add(x []float64, y float64) bool {
 	n := len(g.X)
 	row := make([]float64, n+1)
+	emb := g.embedded(x)
+	if emb != nil {
+		g.kernEmb(emb, row[:n])
+	} else {
+		for i := range n {
+			row[i] = g.kern(x, g.X[i])
+		}
+	}
 	for i := range n {
-		k := g.kern(x, g.X[i])
-		row[i] = (k - floats.Dot(g.L[i][:i], row[:i])) / g.L[i][i]
+		row[i] = (row[i] - floats.Dot(g.L[i][:i], row[:i])) / g.L[i][i]
 	}
 	d := g.h.sf2 + g.h.sn2 + jitter - floats.Dot(row[:n], row[:n])
 	if !(d > 1e-12) {
@@ -153,7 +168,50 @@ func (g *gp) add(x []float64, y float64) bool {
 	g.L = append(g.L, row)
 	g.X = append(g.X, x)
 	g.y = append(g.y, y)
+	if g.inc {
+		if emb != nil {
+			g.xs = append(g.xs, emb...)
+		} else {
+			g.inc, g.xs = false, nil
+		}
+	}
 	return true
+}
+
+// embedded is x embedded (see embed) when g keeps its points embedded as
+// they are added (fixed category counts), else nil. The first call sets
+// the embedding up.
+func (g *gp) embedded(x []float64) []float64 {
+	if g.ncat == nil {
+		return nil
+	}
+	if g.scale == nil {
+		g.setScale()
+		g.inc, g.simple = len(g.X) == 0, true
+	}
+	if !g.inc {
+		return nil
+	}
+	out := make([]float64, g.dims)
+	if !g.embed(x, out) {
+		return nil
+	}
+	return out
+}
+
+// kernEmb sets k to the kernel between the embedded point e and every
+// point of g (whose embeddings are g.xs).
+func (g *gp) kernEmb(e, k []float64) {
+	E := g.dims
+	for i := range k {
+		row := g.xs[i*E : i*E+E]
+		s := 0.0
+		for p, a := range row {
+			d := a - e[p]
+			s += d * d
+		}
+		k[i] = g.h.sf2 * matern52(s)
+	}
 }
 
 // solve computes alpha = K⁻¹y after points were added.
@@ -177,18 +235,17 @@ func (g *gp) solve() {
 
 // clone copies g so that appending to the copy leaves g as is.
 func (g *gp) clone() *gp {
-	c := &gp{cat: g.cat, h: g.h, ncat: g.ncat}
+	c := &gp{cat: g.cat, h: g.h, ncat: g.ncat, inc: g.inc, simple: g.simple, dims: g.dims, scale: g.scale}
 	c.X = append([][]float64(nil), g.X...)
 	c.y = append([]float64(nil), g.y...)
 	c.L = append([][]float64(nil), g.L...) // rows are never modified
+	c.xs = g.xs[:len(g.xs):len(g.xs)]      // an append copies
 	return c
 }
 
-// prepare readies g for predictions after points were added: alpha and
-// every point embedded (see embed), so that the kernel's hot loop is a
-// branch-free squared distance.
-func (g *gp) prepare() {
-	g.solve()
+// setScale sets the embedding's per-parameter scales and dimension from
+// the hyperparameters (and category counts).
+func (g *gp) setScale() {
 	P := len(g.cat)
 	g.dims = 0
 	g.scale = make([]float64, P)
@@ -203,11 +260,22 @@ func (g *gp) prepare() {
 			g.dims++
 		}
 	}
-	g.simple = true
-	g.xs = make([]float64, len(g.X)*g.dims)
-	for i, x := range g.X {
-		if !g.embed(x, g.xs[i*g.dims:(i+1)*g.dims]) {
-			g.simple = false
+}
+
+// prepare readies g for predictions after points were added: alpha and
+// every point embedded (see embed), so that the kernel's hot loop is a
+// branch-free squared distance. Points embedded as they were added (inc)
+// are not embedded again.
+func (g *gp) prepare() {
+	g.solve()
+	if !g.inc {
+		g.setScale()
+		g.simple = true
+		g.xs = make([]float64, len(g.X)*g.dims)
+		for i, x := range g.X {
+			if !g.embed(x, g.xs[i*g.dims:(i+1)*g.dims]) {
+				g.simple = false
+			}
 		}
 	}
 	g.xbuf = make([]float64, g.dims)
@@ -264,17 +332,8 @@ func (g *gp) embed(x, out []float64) bool {
 // kernVec sets k to the kernel between x and every point of g.
 func (g *gp) kernVec(x, k []float64) {
 	n := len(g.X)
-	if E := g.dims; g.simple && g.embed(x, g.xbuf) {
-		xs := g.xbuf
-		for i := range n {
-			row := g.xs[i*E : i*E+E]
-			s := 0.0
-			for p, a := range row {
-				d := a - xs[p]
-				s += d * d
-			}
-			k[i] = g.h.sf2 * matern52(s)
-		}
+	if g.simple && g.embed(x, g.xbuf) {
+		g.kernEmb(g.xbuf, k[:n])
 		return
 	}
 	for i := range n {
@@ -300,10 +359,8 @@ func (g *gp) predict(x []float64) (mu, sd float64) {
 // row-by-row solve is bound by call overhead.
 func (g *gp) predictBatch(xs [][]float64, mu, sd []float64) {
 	n, m := len(g.X), len(xs)
-	if cap(g.bbuf) < n*m {
-		g.bbuf = make([]float64, n*m)
-	}
-	B := g.bbuf[:n*m]
+	B := getFloats(n * m)
+	defer putFloats(B)
 	for j, x := range xs {
 		k := g.kbuf[:n]
 		g.kernVec(x, k)
@@ -335,6 +392,24 @@ func (g *gp) predictBatch(xs [][]float64, mu, sd []float64) {
 	}
 }
 
+// floatPool recycles the large scratch slices of a suggestion (the decoded
+// points, predictBatch's right-hand sides), so that a call allocates, and
+// the garbage collector marks and sweeps, less.
+var floatPool sync.Pool
+
+// getFloats returns a slice of n float64s (not zeroed) from the pool.
+func getFloats(n int) []float64 {
+	if p, ok := floatPool.Get().(*[]float64); ok && cap(*p) >= n {
+		return (*p)[:n]
+	}
+	return make([]float64, n)
+}
+
+// putFloats returns s to the pool; the caller no longer uses it.
+func putFloats(s []float64) {
+	floatPool.Put(&s)
+}
+
 // fitHyper maximises the log marginal likelihood (plus weak log-normal
 // priors that keep small data sets sensible) over the hyperparameters, by
 // L-BFGS from the likeliest of a fixed start and restarts more drawn from
@@ -343,7 +418,16 @@ func fitHyper(cat []bool, X [][]float64, y []float64, restarts int, rng *rand.Ra
 	n, P := len(X), len(cat)
 	// Per-parameter squared distances of every pair (i > j).
 	np := n * (n - 1) / 2
-	D := make([]float64, np*P)
+	// One pooled slab holds every buffer below: each is fully written
+	// before it is read, and none outlives the fit.
+	slab := getFloats(np*P + 2*np + 3*n*n + n)
+	defer putFloats(slab)
+	carve := func(k int) []float64 {
+		b := slab[:k:k]
+		slab = slab[k:]
+		return b
+	}
+	D := carve(np * P)
 	q := 0
 	for i := 1; i < n; i++ {
 		for j := range i {
@@ -353,12 +437,12 @@ func fitHyper(cat []bool, X [][]float64, y []float64, restarts int, rng *rand.Ra
 			q++
 		}
 	}
-	K := make([]float64, n*n)
-	G := make([]float64, np)  // common factor of dk/dλ per pair
-	Kf := make([]float64, np) // kernel value per pair
-	alpha := make([]float64, n)
-	inv := make([]float64, n*n)
-	scratch := make([]float64, n*n)
+	K := carve(n * n)
+	G := carve(np)  // common factor of dk/dλ per pair
+	Kf := carve(np) // kernel value per pair
+	alpha := carve(n)
+	inv := carve(n * n)
+	scratch := carve(n * n)
 	const big = 1e10
 	f := func(theta, grad []float64) float64 {
 		h := hyper{}.fromTheta(theta)

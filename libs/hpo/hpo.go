@@ -140,7 +140,7 @@ func (s *Searcher) Suggest(trials []*trainingv1.Trial, n int) ([][]*trainingv1.T
 	}
 	var (
 		pending  [][]float64
-		observed = make([]obs, 0, len(trials))
+		observed = getObs(len(trials))
 		feasible int
 	)
 	bo := s.spec.GetAlgorithm() == trainingv1.StudySpec_ALGORITHM_UNSPECIFIED
@@ -151,7 +151,11 @@ func (s *Searcher) Suggest(trials []*trainingv1.Trial, n int) ([][]*trainingv1.T
 	if !bo {
 		readTrials = nil
 	}
-	slab := make([]float64, len(readTrials)*P)
+	// The points live in one pooled slab for the call: nothing that
+	// outlives Suggest refers to them.
+	slab := getFloats(len(readTrials) * P)
+	defer putFloats(slab)
+	defer putObs(observed)
 	for i, t := range readTrials {
 		x, ok := s.sp.decodeInto(t.GetParameters(), slab[i*P:(i+1)*P:(i+1)*P])
 		if !ok {

@@ -449,26 +449,27 @@ func (sp *space) decode(ps []*trainingv1.Trial_Parameter) ([]float64, bool) {
 // many trials can allocate once.
 func (sp *space) decodeInto(ps []*trainingv1.Trial_Parameter, x []float64) ([]float64, bool) {
 	// Parameters come in encode's order, so the search for each starts
-	// where the last one was found.
+	// where the last one was found (one comparison each, usually).
 	next := 0
-	lookup := func(id string) (*structpb.Value, bool) {
-		for j := range ps {
-			k := (next + j) % len(ps)
-			if ps[k].GetParameterId() == id {
-				next = k + 1
-				return ps[k].GetValue(), true
-			}
-		}
-		return nil, false
-	}
 	for i := range sp.params {
 		x[i] = math.NaN()
 		if !sp.active(x, i) {
 			continue
 		}
 		p := &sp.params[i]
-		v, ok := lookup(p.id)
-		if !ok || v == nil {
+		var v *structpb.Value
+		for j := range ps {
+			k := next + j
+			if k >= len(ps) {
+				k -= len(ps)
+			}
+			if ps[k].GetParameterId() == p.id {
+				next = k + 1
+				v = ps[k].GetValue()
+				break
+			}
+		}
+		if v == nil {
 			return nil, false
 		}
 		if p.kind == kCat {
@@ -501,7 +502,14 @@ func (sp *space) decodeInto(ps []*trainingv1.Trial_Parameter, x []float64) ([]fl
 		if math.IsNaN(f) || f < p.lo-0.5 || f > p.hi+0.5 {
 			return nil, false
 		}
-		x[i] = p.snap(p.toUnit(min(p.hi, max(p.lo, f))))
+		f = min(p.hi, max(p.lo, f))
+		if p.kind == kInt && f == math.Round(f) {
+			// Already a legal value: snap would map it back to itself
+			// through an exp and a log.
+			x[i] = p.toUnit(f)
+			continue
+		}
+		x[i] = p.snap(p.toUnit(f))
 	}
 	return x, true
 }

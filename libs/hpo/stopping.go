@@ -54,7 +54,8 @@ func (s *Searcher) curve(t *trainingv1.Trial, elapsed bool) []point {
 //
 // ASHA (asha_stopping_spec): rungs are at min_step_count·rf^k below
 // max_step_count. At the highest rung the trial has reached, its value
-// (at its first measurement at or past the rung) is ranked among every
+// (at its first measurement at or past the rung; with BEST_MEASUREMENT
+// the best of its measurements up to that one) is ranked among every
 // feasible trial that reached that rung; it continues only when within
 // the top ⌊N/rf⌋ (the best one when N < rf).
 func (s *Searcher) ShouldStop(trials []*trainingv1.Trial, i int) (bool, string) {
@@ -149,12 +150,25 @@ func (s *Searcher) asha(trials []*trainingv1.Trial, i int, a *trainingv1.StudySp
 	if rung < 0 {
 		return false, ""
 	}
+	// A trial's value at the rung is its objective as of its first
+	// measurement at or past the rung, as the study would judge it
+	// then: that measurement's value (LAST_MEASUREMENT), or the best of
+	// the measurements up to it (BEST_MEASUREMENT: on a noisy learning
+	// curve a trial is not ranked on one unlucky epoch).
 	at := func(t *trainingv1.Trial) (float64, bool) {
+		c := s.curve(t, false)
 		first, ok := 0.0, false
 		firstAt := math.Inf(1)
-		for _, p := range s.curve(t, false) {
+		for _, p := range c {
 			if p.at >= float64(rung) && p.at < firstAt {
 				first, firstAt, ok = p.v, p.at, true
+			}
+		}
+		if ok && s.best {
+			for _, p := range c {
+				if p.at <= firstAt && s.Better(p.v, first) {
+					first = p.v
+				}
 			}
 		}
 		return first, ok

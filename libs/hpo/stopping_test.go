@@ -157,6 +157,32 @@ func TestASHA(t *testing.T) {
 	}
 }
 
+// TestASHABestMeasurement: with BEST_MEASUREMENT a trial is ranked at a
+// rung on its best value up to the rung, as the study judges it, so one
+// unlucky epoch on a noisy curve does not stop it; with LAST_MEASUREMENT
+// the same curves stop it.
+func TestASHABestMeasurement(t *testing.T) {
+	t.Parallel()
+	asha := func(sel trainingv1.StudySpec_MeasurementSelectionType) *hpo.Searcher {
+		return stoppingSpec(func(s *spec) {
+			s.MeasurementSelectionType = sel
+			s.AutomatedStoppingSpec = &trainingv1.StudySpec_AshaStoppingSpec_{AshaStoppingSpec: &trainingv1.StudySpec_AshaStoppingSpec{
+				MinStepCount: 3, MaxStepCount: 9, ReductionFactor: 3}}
+		})
+	}
+	trials := []*trainingv1.Trial{
+		curveTrial(trainingv1.Trial_SUCCEEDED, 1, 0.9, 0.5, 0.4),
+		curveTrial(trainingv1.Trial_SUCCEEDED, 1, 0.9, 0.6),
+		curveTrial(trainingv1.Trial_ACTIVE, 1, 0.3, 0.8), // at rung 3: 0.8 last, 0.3 best
+	}
+	if stop, why := asha(trainingv1.StudySpec_BEST_MEASUREMENT).ShouldStop(trials, 2); stop {
+		t.Errorf("BEST_MEASUREMENT: stopped on one bad epoch (best 0.3 ranks first): %q", why)
+	}
+	if stop, why := asha(trainingv1.StudySpec_LAST_MEASUREMENT).ShouldStop(trials, 2); !stop || !strings.Contains(why, "ranks 3 of the 3") {
+		t.Errorf("LAST_MEASUREMENT: %v %q, want stopped ranking 3 of the 3 on 0.8", stop, why)
+	}
+}
+
 func TestNoStoppingSpec(t *testing.T) {
 	t.Parallel()
 	s := stoppingSpec(func(*spec) {})

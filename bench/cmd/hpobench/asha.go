@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 
 	"github.com/loom-ml/loom/libs/hpo"
@@ -11,21 +12,21 @@ import (
 )
 
 // ashaResult is one seed's comparison of ASHA against no early stopping on
-// the trainer's learning curves.
+// the trainer's learning curves, on the same configurations: the
+// stopping rule's effect alone, so that "the same best result" compares
+// like with like.
 type ashaResult struct {
-	// full: a study (Loom's default search) that trains every trial for
-	// every epoch.
+	// full: every configuration trains every epoch.
 	fullEpochs int
 	fullBest   float64
-	// asha: the same search with AshaStoppingSpec, ShouldStop asked after
-	// every epoch.
+	// asha: the same configurations, in the same order, with
+	// AshaStoppingSpec and ShouldStop asked after every epoch.
 	ashaEpochs, ashaStopped int
 	ashaBest                float64
-	// replay: the full study's own configurations, in its order, under
-	// ASHA's stopping: the stopping rule's effect alone, the suggestions
-	// held equal.
-	replayEpochs int
-	replayBest   float64
+	// bestWobble is the mean relative change of the best configuration's
+	// loss from one epoch to the next over its last 5 epochs (of no
+	// stopping): how much its result moves by itself.
+	bestWobble float64
 }
 
 // curve is one configuration's learning curve, trained lazily epoch by
@@ -71,17 +72,17 @@ func (cs curves) get(x []float64) *curve {
 // ashaSpec is the trainer's space with ASHA over epochs: rungs at min,
 // min·η, min·η² ... epochs.
 func ashaSpec(p *problem, seed int64, minEpochs, epochs, eta int) *trainingv1.StudySpec {
-	s := p.spec(trainingv1.StudySpec_ALGORITHM_UNSPECIFIED, seed)
+	s := p.spec(trainingv1.StudySpec_RANDOM_SEARCH, seed)
 	s.AutomatedStoppingSpec = &trainingv1.StudySpec_AshaStoppingSpec_{AshaStoppingSpec: &trainingv1.StudySpec_AshaStoppingSpec{
 		MinStepCount: int64(minEpochs), MaxStepCount: int64(epochs), ReductionFactor: int32(eta)}}
-	s.MeasurementSelectionType = trainingv1.StudySpec_LAST_MEASUREMENT
+	s.MeasurementSelectionType = trainingv1.StudySpec_BEST_MEASUREMENT
 	return s
 }
 
 // simulate runs a sequential study of n trials of up to epochs epochs:
 // suggestions from suggest (nil: replay configs), curves from cs, and,
 // when stop is set, its ShouldStop after each epoch but the last. It
-// returns the trial-epochs trained, the best final value, the number of
+// returns the trial-epochs trained, the best value of any epoch, the number of
 // trials stopped, and the configurations in order.
 func simulate(p *problem, s *hpo.Searcher, replay [][]*trainingv1.Trial_Parameter, n, epochs int, stop bool, cs curves) (used int, best float64, stopped int, configs [][]*trainingv1.Trial_Parameter, err error) {
 	best = math.Inf(1)
@@ -119,34 +120,62 @@ func simulate(p *problem, s *hpo.Searcher, replay [][]*trainingv1.Trial_Paramete
 		}
 		t.State = trainingv1.Trial_SUCCEEDED
 		t.FinalMeasurement = t.Measurements[len(t.Measurements)-1]
-		if v := t.FinalMeasurement.Metrics[0].Value; v < best {
-			best = v
+		// The study selects BEST_MEASUREMENT: a trial's result is its best
+		// epoch (the checkpoint one would keep), on both sides.
+		for _, m := range t.Measurements {
+			best = min(best, m.Metrics[0].Value)
 		}
 	}
 	return used, best, stopped, configs, nil
 }
 
-// runASHA compares the three studies for one seed.
+// runASHA compares the two studies for one seed: n configurations drawn
+// by Loom's RANDOM_SEARCH (seeded), as the ASHA paper's experiments pair
+// ASHA with random sampling, trained with and without ASHA's stopping.
 func runASHA(p *problem, seed int64, n, minEpochs, epochs, eta int) (ashaResult, error) {
 	var r ashaResult
 	cs := curves{}
-	full, err := hpo.New(p.spec(trainingv1.StudySpec_ALGORITHM_UNSPECIFIED, seed), hpo.Options{Seed: seed, MaxTrials: n})
+	random, err := hpo.New(p.spec(trainingv1.StudySpec_RANDOM_SEARCH, seed), hpo.Options{Seed: seed, MaxTrials: n})
 	if err != nil {
 		return r, err
+	}
+	configs, err := random.Suggest(nil, n)
+	if err != nil || len(configs) != n {
+		return r, fmt.Errorf("random search: %d of %d configurations, %v", len(configs), n, err)
 	}
 	asha, err := hpo.New(ashaSpec(p, seed, minEpochs, epochs, eta), hpo.Options{Seed: seed, MaxTrials: n})
 	if err != nil {
 		return r, err
 	}
-	var configs [][]*trainingv1.Trial_Parameter
-	if r.fullEpochs, r.fullBest, _, configs, err = simulate(p, full, nil, n, epochs, false, cs); err != nil {
+	if r.fullEpochs, r.fullBest, _, _, err = simulate(p, asha, configs, n, epochs, false, cs); err != nil {
 		return r, fmt.Errorf("no stopping: %w", err)
 	}
-	if r.ashaEpochs, r.ashaBest, r.ashaStopped, _, err = simulate(p, asha, nil, n, epochs, true, cs); err != nil {
+	if r.ashaEpochs, r.ashaBest, r.ashaStopped, _, err = simulate(p, asha, configs, n, epochs, true, cs); err != nil {
 		return r, fmt.Errorf("asha: %w", err)
 	}
-	if r.replayEpochs, r.replayBest, _, _, err = simulate(p, asha, configs, n, epochs, true, cs); err != nil {
-		return r, fmt.Errorf("asha replay: %w", err)
+	for _, ps := range configs {
+		x, err := p.point(paramValues(ps))
+		if err != nil {
+			return r, err
+		}
+		if c := cs.get(x); slices.Min(c.losses[:epochs]) == r.fullBest {
+			r.bestWobble = wobble(c.losses[:epochs], 5)
+			break
+		}
 	}
 	return r, nil
+}
+
+// wobble is the mean relative change of ls from one value to the next
+// over its last k values.
+func wobble(ls []float64, k int) float64 {
+	sum, n := 0.0, 0
+	for e := max(1, len(ls)-k); e < len(ls); e++ {
+		sum += math.Abs(ls[e]-ls[e-1]) / ls[e-1]
+		n++
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
 }

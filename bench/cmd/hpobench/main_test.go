@@ -47,7 +47,7 @@ func TestQuickReport(t *testing.T) {
 		"### Per function and method (2 seeds each)",
 		"### Suggestion latency",
 		"### ASHA against no early stopping",
-		"| no stopping |", "| ASHA |", "| ASHA replay |",
+		"| no stopping |", "| ASHA |", "kept the best configuration in",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("report lacks %q", want)
@@ -178,5 +178,27 @@ func TestQuickFlags(t *testing.T) {
 	}
 	if _, err := parseFlags(flag.NewFlagSet("x", flag.ContinueOnError), []string{"-seeds", "0"}); err == nil {
 		t.Error("-seeds 0 accepted")
+	}
+}
+
+// TestOnly: -only keeps the functions whose name contains it, and one
+// that matches nothing is an error naming the flag, not an empty report.
+func TestOnly(t *testing.T) {
+	t.Parallel()
+	o, err := parseFlags(flag.NewFlagSet("hpobench", flag.ContinueOnError),
+		[]string{"-quick", "-seeds", "1", "-optuna=false", "-only", "BRANIN"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := run(o, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "| Branin | Loom default") || strings.Contains(out.String(), "| Hartmann-3 |") || strings.Contains(out.String(), "| Trainer val_loss") {
+		t.Errorf("-only BRANIN did not keep Branin alone:\n%s", out.String())
+	}
+	o.only = "no-such-function"
+	if err := run(o, io.Discard); err == nil || !strings.Contains(err.Error(), `-only "no-such-function" matches no function`) {
+		t.Errorf("run with -only matching nothing = %v", err)
 	}
 }
