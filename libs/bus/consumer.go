@@ -14,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
@@ -124,6 +125,13 @@ type ConsumerConfig struct {
 	// Security secures the consumer's connections (SASL, TLS); nil:
 	// plaintext. A dead-letter producer Run opens itself uses it too.
 	Security *Security
+	// Metrics, when set, counts and times the records the consumer
+	// finishes and the records it dead-letters, and reports the group's lag
+	// while Run runs (Metrics.WatchLag).
+	Metrics *Metrics
+	// TracerProvider, when set, gives every handler call a "process
+	// <topic>" span, a child of the record's traceparent.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultCommitInterval is ConsumerConfig.CommitInterval when unset. A
@@ -154,6 +162,7 @@ type Consumer struct {
 	// maxBatch bounds a batch (WithBatch); 0 without one.
 	maxBatch int
 	log      *slog.Logger
+	tracer   tracerRef
 	running  atomic.Bool
 	// crashed makes Run return without committing what it handled, as a
 	// process that died would (tests inject crashes with it).
@@ -187,12 +196,14 @@ func NewConsumer(cfg ConsumerConfig, dlq *Producer, h Handler) *Consumer {
 	if cfg.CommitInterval == 0 {
 		cfg.CommitInterval = DefaultCommitInterval
 	}
-	return &Consumer{
+	c := &Consumer{
 		cfg: cfg,
 		dlq: dlq,
 		h:   h,
 		log: cfg.Logger.With("group", cfg.GroupID),
 	}
+	c.tracer.set(cfg.TracerProvider)
+	return c
 }
 
 // kafkaDebug sends a kafka-go reader's error reports to log at debug.
@@ -286,6 +297,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if !c.waitTopics(ctx) {
 		return nil
 	}
+	defer c.cfg.Metrics.WatchLag(c.cfg)()
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:     c.cfg.Brokers,
 		Dialer:      c.cfg.Security.dialer(),
@@ -459,10 +471,13 @@ func (c *Consumer) handleBatch(ctx context.Context, dlq *Producer, commits *comm
 			evs = append(evs, ev)
 		}
 		if evs != nil {
+			start := time.Now()
 			err := c.callBatch(ctx, evs)
 			if err == nil {
+				share := time.Since(start) / time.Duration(len(ms))
 				for _, m := range ms {
 					commits.mark(m)
+					c.cfg.Metrics.handled(c.cfg.GroupID, m, share)
 				}
 				if c.cfg.CommitInterval < 0 {
 					commits.flush(ctx)
@@ -483,7 +498,9 @@ func (c *Consumer) handleBatch(ctx context.Context, dlq *Producer, commits *comm
 
 // callBatch is call for a BatchHandler.
 func (c *Consumer) callBatch(ctx context.Context, evs []envelope.Event) (err error) {
-	hctx, cancel := context.WithTimeout(WithTraceParent(context.WithoutCancel(ctx), evs[0].TraceParent), c.cfg.HandlerTimeout)
+	sctx, end := c.startProcess(context.WithoutCancel(ctx), evs[0], len(evs))
+	defer func() { end(err) }()
+	hctx, cancel := context.WithTimeout(sctx, c.cfg.HandlerTimeout)
 	defer cancel()
 	defer func() {
 		if p := recover(); p != nil {
@@ -552,6 +569,16 @@ func fatalGroupError(err error) bool {
 // committed: true after success, a skip or a dead-letter, false when the
 // stop cut its handling short.
 func (c *Consumer) handle(ctx context.Context, dlq *Producer, m kafka.Message) bool {
+	start := time.Now()
+	done := c.handleRecord(ctx, dlq, m)
+	if done {
+		c.cfg.Metrics.handled(c.cfg.GroupID, m, time.Since(start))
+	}
+	return done
+}
+
+// handleRecord is handle without the metrics.
+func (c *Consumer) handleRecord(ctx context.Context, dlq *Producer, m kafka.Message) bool {
 	if !c.wants(m) {
 		return true
 	}
@@ -615,7 +642,9 @@ func (c *Consumer) decode(m kafka.Message) (envelope.Event, error) {
 // by the stop. A panic becomes an error, so one bad record cannot take the
 // service down; it is retried and dead-lettered like any failure.
 func (c *Consumer) call(ctx context.Context, ev envelope.Event) (err error) {
-	hctx, cancel := context.WithTimeout(WithTraceParent(context.WithoutCancel(ctx), ev.TraceParent), c.cfg.HandlerTimeout)
+	sctx, end := c.startProcess(context.WithoutCancel(ctx), ev, 1)
+	defer func() { end(err) }()
+	hctx, cancel := context.WithTimeout(sctx, c.cfg.HandlerTimeout)
 	defer cancel()
 	defer func() {
 		if p := recover(); p != nil {
@@ -638,6 +667,7 @@ func (c *Consumer) deadLetter(ctx context.Context, dlq *Producer, m kafka.Messag
 		err := dlq.publishRaw(wctx, out)
 		cancel()
 		if err == nil {
+			c.cfg.Metrics.deadLettered(m.Topic)
 			return true
 		}
 		log.Error("dead-letter write failed; record stays uncommitted", "dlq", out.Topic, "err", err)
