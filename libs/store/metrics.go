@@ -136,4 +136,3 @@ func (r redisHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		return err
 	}
 }
-

@@ -223,6 +223,10 @@ func Run(ctx context.Context, cfg Config) error {
 	// Step commands carry jobs' scripts and secrets on a topic every agent
 	// reads: each is sealed for its node (nil secret, insecure bus: not).
 	a.SealCommands(base.ServiceSecret)
+	if err := a.RegisterMetrics(base.Telemetry.Registry); err != nil {
+		_ = base.Close()
+		return fmt.Errorf("scheduler: metrics: %w", err)
+	}
 	// Every instance starts as a follower and serves reads from what is
 	// stored until it wins the lease.
 	a.StepDown()
