@@ -46,12 +46,12 @@ func TestSchedulerMetricsOnScrape(t *testing.T) {
 		if err != nil {
 			return false, nil // not listening yet
 		}
-		return s.Sum("loom_scheduler_jobs", "state", "CONFIGURING") == 1 && s.Sum("loom_scheduler_jobs", "state", "PENDING") == 1 &&
+		return s.Sum("loom_scheduler_jobs", "state", "configuring") == 1 && s.Sum("loom_scheduler_jobs", "state", "pending") == 1 &&
 			s.Sum("loom_scheduler_queue_depth") == 1 &&
 			s.Sum("loom_scheduler_gpus", "state", "allocated") > 0 &&
 			s.Sum("loom_scheduler_gpus", "state", "allocated")+s.Sum("loom_scheduler_gpus", "state", "idle") == 4, nil
 	})
-	pending := s.Find("loom_scheduler_jobs", "state", "PENDING")
+	pending := s.Find("loom_scheduler_jobs", "state", "pending")
 	var reason string
 	for _, x := range pending {
 		if x.Value == 1 {

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,6 +44,10 @@ func reasonLabel(r string) string {
 	return "other"
 }
 
+// stateLabel is a job state's label value: its name in lower case
+// ("pending", "running").
+func stateLabel(s loomv1.JobState) string { return strings.ToLower(s.String()) }
+
 // metrics are the scheduler's own metrics besides the gauges.
 type metrics struct {
 	pass prometheus.Histogram
@@ -65,7 +70,7 @@ func (a *App) RegisterMetrics(reg prometheus.Registerer) error {
 		Buckets: telemetry.LatencyBuckets,
 	})}
 	gauges := telemetry.NewGaugeSet(MetricsInterval, []telemetry.Gauge{
-		{Name: "loom_scheduler_jobs", Help: "Jobs the scheduler holds, by state and state_reason (reasons outside the scheduler's fixed set are \"other\").", Labels: []string{"state", "reason"}},
+		{Name: "loom_scheduler_jobs", Help: "Jobs the scheduler holds, by state (lower case) and state_reason (reasons outside the scheduler's fixed set are \"other\").", Labels: []string{"state", "reason"}},
 		{Name: "loom_scheduler_queue_depth", Help: "Jobs pending in the queues of all clusters."},
 		{Name: "loom_scheduler_gpus", Help: "GPUs of compute nodes, allocated to runs or idle.", Labels: []string{"state"}},
 	}, a.computeGauges)
@@ -88,7 +93,7 @@ func (a *App) computeGauges(emit telemetry.Emit) {
 	var alloc, total int32
 	a.mu.RLock()
 	a.state.EachJob(func(j *loomv1.Job) {
-		counts[key{j.GetState().String(), reasonLabel(j.GetStateReason())}]++
+		counts[key{stateLabel(j.GetState()), reasonLabel(j.GetStateReason())}]++
 	})
 	for _, c := range a.state.Clusters() {
 		depth += a.state.PendingCount(c)
@@ -105,9 +110,7 @@ func (a *App) computeGauges(emit telemetry.Emit) {
 		if s == loomv1.JobState_JOB_STATE_UNSPECIFIED {
 			continue
 		}
-		if _, ok := counts[key{s.String(), "none"}]; !ok {
-			counts[key{s.String(), "none"}] += 0
-		}
+		counts[key{stateLabel(s), "none"}] += 0
 	}
 	for k, n := range counts {
 		emit("loom_scheduler_jobs", float64(n), k.state, k.reason)
