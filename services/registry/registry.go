@@ -65,6 +65,10 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 		_ = base.Close()
 		return err
 	}
+	if err := reg.RegisterMetrics(base.Telemetry.Registry); err != nil {
+		_ = base.Close()
+		return fmt.Errorf("registry: metrics: %w", err)
+	}
 	loomv1.RegisterModelServiceServer(base.GRPC, ports.NewModelServer(reg))
 	var loops []func(context.Context) error
 	if started != nil {

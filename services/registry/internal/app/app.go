@@ -5,6 +5,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"log/slog"
 	"sort"
 	"sync"
@@ -36,6 +37,8 @@ type Registry struct {
 
 	mu    sync.RWMutex
 	state *domain.State
+	// versions counts registrations (RegisterMetrics; nil: none); under mu.
+	versions prometheus.Counter
 }
 
 // New loads the stored state through repo. now is the clock (time.Now when nil).
@@ -98,6 +101,7 @@ func (r *Registry) handleJob(ctx context.Context, ev envelope.Event, jc *eventsv
 	applied, err := r.drv.Apply(ctx, ev.ID, tx, func() {
 		r.mu.Lock()
 		r.state.Apply(reg)
+		r.registered()
 		r.mu.Unlock()
 	})
 	if err != nil {
@@ -188,6 +192,7 @@ func (r *Registry) handleUpload(ctx context.Context, ev envelope.Event, cmd *eve
 	applied, err := r.drv.Apply(ctx, ev.ID, tx, func() {
 		r.mu.Lock()
 		r.state.Apply(reg)
+		r.registered()
 		r.mu.Unlock()
 	})
 	if err != nil {
