@@ -102,6 +102,10 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 		_ = base.Close()
 		return err
 	}
+	if err := a.RegisterMetrics(base.Telemetry.Registry); err != nil {
+		_ = base.Close()
+		return fmt.Errorf("training: metrics: %w", err)
+	}
 	trainingv1.RegisterTrainingServiceServer(base.GRPC, ports.NewServer(a))
 	ticker := base.Clock.NewTicker(cfg.Tick)
 	loops := []func(context.Context) error{func(ctx context.Context) error {
