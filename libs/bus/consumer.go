@@ -35,7 +35,9 @@ type Handler func(ctx context.Context, ev envelope.Event) error
 // Consumer.WithBatch). It succeeds for all of them or changes nothing: on an
 // error each event goes to the Handler on its own, with its retries and
 // dead-lettering, so that a batch handler needs no error handling per event.
-// ctx carries the first event's trace context.
+// ctx carries the first event's trace context; with a tracer, each event's
+// TraceParent is its own "process" span's, so that what the handler emits
+// for it continues its trace.
 type BatchHandler func(ctx context.Context, evs []envelope.Event) error
 
 // permanent marks errors that retrying cannot fix.
@@ -498,8 +500,25 @@ func (c *Consumer) handleBatch(ctx context.Context, dlq *Producer, commits *comm
 
 // callBatch is call for a BatchHandler.
 func (c *Consumer) callBatch(ctx context.Context, evs []envelope.Event) (err error) {
-	sctx, end := c.startProcess(context.WithoutCancel(ctx), evs[0], len(evs))
-	defer func() { end(err) }()
+	// A process span per record, each its record's child, and each event
+	// then carries its own span's context: what the handler emits for an
+	// event continues that event's trace (ctx carries the first's).
+	base := context.WithoutCancel(ctx)
+	sctx, end := c.startProcess(base, evs[0], len(evs))
+	ends := []func(error){end}
+	if c.tracer.get() != nil {
+		evs[0].TraceParent = TraceParent(sctx)
+		for i := 1; i < len(evs); i++ {
+			ectx, e := c.startProcess(base, evs[i], len(evs))
+			evs[i].TraceParent = TraceParent(ectx)
+			ends = append(ends, e)
+		}
+	}
+	defer func() {
+		for _, e := range ends {
+			e(err)
+		}
+	}()
 	hctx, cancel := context.WithTimeout(sctx, c.cfg.HandlerTimeout)
 	defer cancel()
 	defer func() {

@@ -178,3 +178,80 @@ func wantAttrs(t *testing.T, s tracetest.SpanStub, want map[string]string) {
 		}
 	}
 }
+
+// TestBatchProcessSpansPerRecord: a batch handler's events each carry the
+// context of a process span of their own, the child of their own record's
+// publish span, so that what the handler emits for one event continues
+// that event's trace, not the batch's first.
+func TestBatchProcessSpansPerRecord(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 60*time.Second)
+	broker := startBroker(t)
+	topic := newTopic(t, broker, 1)
+	exp := tracetest.NewInMemoryExporter()
+	tel, err := telemetry.Setup(telemetry.WithSpanExporter(ctx, exp), "batchtrace", "error")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	p := newProducer(t, broker)
+	p.SetTracerProvider(tel.TracerProvider)
+	roots := map[trace.TraceID]bool{}
+	for i := range 3 {
+		rctx, root := tel.Tracer.Start(ctx, fmt.Sprintf("request %d", i))
+		roots[root.SpanContext().TraceID()] = true
+		if err := p.Publish(rctx, event(topic, "node-1", int32(i))); err != nil {
+			t.Fatal(err)
+		}
+		root.End()
+	}
+	batches := make(chan []envelope.Event, 4)
+	c := bus.NewConsumer(bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "batch-trace", Topics: []string{topic},
+		TracerProvider: tel.TracerProvider, Logger: testLogger(t)}, nil, func(context.Context, envelope.Event) error { return nil }).
+		WithBatch(func(_ context.Context, evs []envelope.Event) error {
+			batches <- evs
+			return nil
+		}, 10)
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(cctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	var evs []envelope.Event
+	for len(evs) < 3 {
+		select {
+		case b := <-batches:
+			t.Logf("a batch of %d", len(b))
+			evs = append(evs, b...)
+		case <-ctx.Done():
+			t.Fatalf("got %d events", len(evs))
+		}
+	}
+	var publish = map[trace.TraceID]tracetest.SpanStub{}
+	var process = map[trace.SpanID]tracetest.SpanStub{}
+	testkit.WaitFor(t, 10*time.Second, "spans ended", func() (bool, error) {
+		for _, s := range exp.GetSpans() {
+			switch s.Name {
+			case "publish " + topic:
+				publish[s.SpanContext.TraceID()] = s
+			case "process " + topic:
+				process[s.SpanContext.SpanID()] = s
+			}
+		}
+		return len(publish) == 3 && len(process) >= 3, nil
+	})
+	seen := map[trace.TraceID]bool{}
+	for _, ev := range evs {
+		sc := trace.SpanContextFromContext(bus.WithTraceParent(context.Background(), ev.TraceParent))
+		s, ok := process[sc.SpanID()]
+		if !ok || !roots[sc.TraceID()] {
+			t.Fatalf("event %s carries %q, not a process span of a request's trace", ev.ID, ev.TraceParent)
+		}
+		if s.Parent.SpanID() != publish[sc.TraceID()].SpanContext.SpanID() {
+			t.Errorf("event %s's process span is not its record's publish span's child", ev.ID)
+		}
+		seen[sc.TraceID()] = true
+	}
+	if len(seen) != 3 {
+		t.Errorf("events in %d traces, want each in its own (3)", len(seen))
+	}
+}
