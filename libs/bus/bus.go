@@ -186,6 +186,8 @@ type Producer struct {
 	transport *kafka.Transport
 	// signer signs every record written (SetSigner); none: unsigned.
 	signer envelope.SignerRef
+	// tracer starts the publish spans (SetTracerProvider); none: no spans.
+	tracer tracerRef
 }
 
 // SetSigner makes the producer sign every record it writes from now on
@@ -267,18 +269,31 @@ func (p *Producer) Publish(ctx context.Context, events ...envelope.Event) error 
 // when the broker acknowledged all of them. With a signer (SetSigner) each
 // record is signed as it is written (the caller's messages are not
 // changed), so that records kept in an outbox are signed by whoever
-// relays them, with the key of now.
+// relays them, with the key of now. With a tracer (SetTracerProvider) each
+// record gets a "publish <topic>" span, a child of its traceparent.
 func (p *Producer) PublishMessages(ctx context.Context, msgs ...kafka.Message) error {
-	if s := p.signer.Get(); s != nil && len(msgs) > 0 {
-		signed := make([]kafka.Message, len(msgs))
-		for i, m := range msgs {
-			m.Headers = slices.Clone(m.Headers)
-			s.Sign(&m)
-			signed[i] = m
-		}
-		msgs = signed
+	if len(msgs) == 0 {
+		return nil
 	}
-	return p.publishRaw(ctx, msgs...)
+	s := p.signer.Get()
+	if s == nil && p.tracer.get() == nil {
+		return p.publishRaw(ctx, msgs...)
+	}
+	out := make([]kafka.Message, len(msgs))
+	for i, m := range msgs {
+		m.Headers = slices.Clone(m.Headers)
+		out[i] = m
+	}
+	// The publish span's context goes into the record before it is signed.
+	end := p.startPublish(ctx, out)
+	if s != nil {
+		for i := range out {
+			s.Sign(&out[i])
+		}
+	}
+	err := p.publishRaw(ctx, out...)
+	end(err)
+	return err
 }
 
 // publishRaw writes msgs as they are, unsigned: dead letters keep the

@@ -14,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
@@ -34,7 +35,9 @@ type Handler func(ctx context.Context, ev envelope.Event) error
 // Consumer.WithBatch). It succeeds for all of them or changes nothing: on an
 // error each event goes to the Handler on its own, with its retries and
 // dead-lettering, so that a batch handler needs no error handling per event.
-// ctx carries the first event's trace context.
+// ctx carries the first event's trace context; with a tracer, each event's
+// TraceParent is its own "process" span's, so that what the handler emits
+// for it continues its trace.
 type BatchHandler func(ctx context.Context, evs []envelope.Event) error
 
 // permanent marks errors that retrying cannot fix.
@@ -124,6 +127,13 @@ type ConsumerConfig struct {
 	// Security secures the consumer's connections (SASL, TLS); nil:
 	// plaintext. A dead-letter producer Run opens itself uses it too.
 	Security *Security
+	// Metrics, when set, counts and times the records the consumer
+	// finishes and the records it dead-letters, and reports the group's lag
+	// while Run runs (Metrics.WatchLag).
+	Metrics *Metrics
+	// TracerProvider, when set, gives every handler call a "process
+	// <topic>" span, a child of the record's traceparent.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultCommitInterval is ConsumerConfig.CommitInterval when unset. A
@@ -154,6 +164,7 @@ type Consumer struct {
 	// maxBatch bounds a batch (WithBatch); 0 without one.
 	maxBatch int
 	log      *slog.Logger
+	tracer   tracerRef
 	running  atomic.Bool
 	// crashed makes Run return without committing what it handled, as a
 	// process that died would (tests inject crashes with it).
@@ -187,12 +198,14 @@ func NewConsumer(cfg ConsumerConfig, dlq *Producer, h Handler) *Consumer {
 	if cfg.CommitInterval == 0 {
 		cfg.CommitInterval = DefaultCommitInterval
 	}
-	return &Consumer{
+	c := &Consumer{
 		cfg: cfg,
 		dlq: dlq,
 		h:   h,
 		log: cfg.Logger.With("group", cfg.GroupID),
 	}
+	c.tracer.set(cfg.TracerProvider)
+	return c
 }
 
 // kafkaDebug sends a kafka-go reader's error reports to log at debug.
@@ -286,6 +299,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if !c.waitTopics(ctx) {
 		return nil
 	}
+	defer c.cfg.Metrics.WatchLag(c.cfg)()
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:     c.cfg.Brokers,
 		Dialer:      c.cfg.Security.dialer(),
@@ -459,10 +473,13 @@ func (c *Consumer) handleBatch(ctx context.Context, dlq *Producer, commits *comm
 			evs = append(evs, ev)
 		}
 		if evs != nil {
+			start := time.Now()
 			err := c.callBatch(ctx, evs)
 			if err == nil {
+				share := time.Since(start) / time.Duration(len(ms))
 				for _, m := range ms {
 					commits.mark(m)
+					c.cfg.Metrics.handled(c.cfg.GroupID, m, share)
 				}
 				if c.cfg.CommitInterval < 0 {
 					commits.flush(ctx)
@@ -483,7 +500,26 @@ func (c *Consumer) handleBatch(ctx context.Context, dlq *Producer, commits *comm
 
 // callBatch is call for a BatchHandler.
 func (c *Consumer) callBatch(ctx context.Context, evs []envelope.Event) (err error) {
-	hctx, cancel := context.WithTimeout(WithTraceParent(context.WithoutCancel(ctx), evs[0].TraceParent), c.cfg.HandlerTimeout)
+	// A process span per record, each its record's child, and each event
+	// then carries its own span's context: what the handler emits for an
+	// event continues that event's trace (ctx carries the first's).
+	base := context.WithoutCancel(ctx)
+	sctx, end := c.startProcess(base, evs[0], len(evs))
+	ends := []func(error){end}
+	if c.tracer.get() != nil {
+		evs[0].TraceParent = TraceParent(sctx)
+		for i := 1; i < len(evs); i++ {
+			ectx, e := c.startProcess(base, evs[i], len(evs))
+			evs[i].TraceParent = TraceParent(ectx)
+			ends = append(ends, e)
+		}
+	}
+	defer func() {
+		for _, e := range ends {
+			e(err)
+		}
+	}()
+	hctx, cancel := context.WithTimeout(sctx, c.cfg.HandlerTimeout)
 	defer cancel()
 	defer func() {
 		if p := recover(); p != nil {
@@ -552,6 +588,16 @@ func fatalGroupError(err error) bool {
 // committed: true after success, a skip or a dead-letter, false when the
 // stop cut its handling short.
 func (c *Consumer) handle(ctx context.Context, dlq *Producer, m kafka.Message) bool {
+	start := time.Now()
+	done := c.handleRecord(ctx, dlq, m)
+	if done {
+		c.cfg.Metrics.handled(c.cfg.GroupID, m, time.Since(start))
+	}
+	return done
+}
+
+// handleRecord is handle without the metrics.
+func (c *Consumer) handleRecord(ctx context.Context, dlq *Producer, m kafka.Message) bool {
 	if !c.wants(m) {
 		return true
 	}
@@ -615,7 +661,9 @@ func (c *Consumer) decode(m kafka.Message) (envelope.Event, error) {
 // by the stop. A panic becomes an error, so one bad record cannot take the
 // service down; it is retried and dead-lettered like any failure.
 func (c *Consumer) call(ctx context.Context, ev envelope.Event) (err error) {
-	hctx, cancel := context.WithTimeout(WithTraceParent(context.WithoutCancel(ctx), ev.TraceParent), c.cfg.HandlerTimeout)
+	sctx, end := c.startProcess(context.WithoutCancel(ctx), ev, 1)
+	defer func() { end(err) }()
+	hctx, cancel := context.WithTimeout(sctx, c.cfg.HandlerTimeout)
 	defer cancel()
 	defer func() {
 		if p := recover(); p != nil {
@@ -638,6 +686,7 @@ func (c *Consumer) deadLetter(ctx context.Context, dlq *Producer, m kafka.Messag
 		err := dlq.publishRaw(wctx, out)
 		cancel()
 		if err == nil {
+			c.cfg.Metrics.deadLettered(m.Topic)
 			return true
 		}
 		log.Error("dead-letter write failed; record stays uncommitted", "dlq", out.Topic, "err", err)

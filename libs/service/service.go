@@ -75,6 +75,13 @@ type Base struct {
 	// Rejected counts the records the consumers refused
 	// (loom_bus_rejected_total{topic,reason}).
 	Rejected metric.Int64Counter
+	// Bus is the service's consumer metrics (records, handling time, lag,
+	// dead letters): Run's consumers use it; a service that runs a
+	// bus.Consumer of its own sets it, and Telemetry.TracerProvider, in
+	// that consumer's config.
+	Bus *bus.Metrics
+	// GRPCMetrics counts and times the calls GRPC handles.
+	GRPCMetrics *telemetry.GRPCMetrics
 	// GRPC is the service's gRPC server (with OpenTelemetry interceptors);
 	// register services on it before Run.
 	GRPC *grpc.Server
@@ -160,6 +167,13 @@ func New(ctx context.Context, name string, cfg config.Common, opts ...grpc.Serve
 		return nil, fmt.Errorf("service %s: %w", name, err)
 	}
 	b.Redis = redis.NewClient(ropts)
+	// Every service gets the base set of metrics on its /metrics (see
+	// docs/observability.md), each labelled service=<name>.
+	sreg := tel.ServiceRegisterer()
+	if err := store.InstrumentRedis(b.Redis, sreg); err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("service %s: redis metrics: %w", name, err)
+	}
 	kafkaSec, err := KafkaSecurity(cfg)
 	if err != nil {
 		_ = b.Close()
@@ -191,6 +205,19 @@ func New(ctx context.Context, name string, cfg config.Common, opts ...grpc.Serve
 	// /metrics; a service tells itself of them with Store.OnSetAside.
 	b.Store.SetMeter(tel.Meter)
 	b.Producer = bus.NewSecureProducer(cfg.Brokers, kafkaSec)
+	b.Producer.SetTracerProvider(tel.TracerProvider)
+	if err := b.Store.RegisterOutboxMetrics(sreg); err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("service %s: outbox metrics: %w", name, err)
+	}
+	if b.Bus, err = bus.NewMetrics(sreg); err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("service %s: consumer metrics: %w", name, err)
+	}
+	if b.GRPCMetrics, err = telemetry.NewGRPCMetrics(sreg); err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("service %s: gRPC metrics: %w", name, err)
+	}
 	if err := b.setUpSigning(name, secret); err != nil {
 		_ = b.Close()
 		return nil, fmt.Errorf("service %s: %w", name, err)
@@ -204,8 +231,9 @@ func New(ctx context.Context, name string, cfg config.Common, opts ...grpc.Serve
 			otelgrpc.WithMeterProvider(tel.MeterProvider),
 			otelgrpc.WithPropagators(telemetry.Propagator),
 		)),
-		grpc.ChainUnaryInterceptor(errs.UnaryServerInterceptor),
-		grpc.ChainStreamInterceptor(errs.StreamServerInterceptor),
+		// The metrics see the status the client gets: outside the mapping.
+		grpc.ChainUnaryInterceptor(b.GRPCMetrics.Unary, errs.UnaryServerInterceptor),
+		grpc.ChainStreamInterceptor(b.GRPCMetrics.Stream, errs.StreamServerInterceptor),
 	}, opts...)...)
 	healthpb.RegisterHealthServer(b.GRPC, b.Health)
 	return b, nil
@@ -410,6 +438,7 @@ func (b *Base) Run(ctx context.Context, consumers []Consume, loops ...func(conte
 	close(b.listening)
 	b.Log.Info("service running", "grpc", b.grpcAddr, "http", b.httpAddr)
 
+	b.GRPCMetrics.Init(b.GRPC)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		if err := b.GRPC.Serve(ln); err != nil {
@@ -478,6 +507,12 @@ func (b *Base) consumerConfig(c Consume) bus.ConsumerConfig {
 	}
 	if cfg.Security == nil {
 		cfg.Security = b.Kafka
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = b.Bus
+	}
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = b.Telemetry.TracerProvider
 	}
 	return cfg
 }

@@ -190,6 +190,10 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	a := app.NewWith(base.Store, dcfg, base.Clock.Now, base.Log)
+	if err := a.RegisterMetrics(base.Telemetry.Registry); err != nil {
+		_ = base.Close()
+		return fmt.Errorf("health: metrics: %w", err)
+	}
 	if err := a.Start(ctx); err != nil {
 		_ = base.Close()
 		return fmt.Errorf("health: %w", err)

@@ -376,6 +376,10 @@ func Run(ctx context.Context, cfg Config) error {
 		_ = base.Close()
 		return err
 	}
+	if err := a.RegisterMetrics(base.Telemetry.Registry); err != nil {
+		_ = base.Close()
+		return fmt.Errorf("provisioner: metrics: %w", err)
+	}
 	loomv1.RegisterClusterServiceServer(base.GRPC, &ports.ClusterServer{App: a})
 	loomv1.RegisterNodeServiceServer(base.GRPC, &ports.NodeServer{App: a})
 	loomv1.RegisterReservationServiceServer(base.GRPC, &ports.ReservationServer{App: a})

@@ -72,6 +72,10 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 		return err
 	}
 	reg.SetExportRoot(cfg.ExportRoot)
+	if err := reg.RegisterMetrics(base.Telemetry.Registry); err != nil {
+		_ = base.Close()
+		return fmt.Errorf("registry: metrics: %w", err)
+	}
 	loomv1.RegisterModelServiceServer(base.GRPC, ports.NewModelServer(reg))
 	var loops []func(context.Context) error
 	if started != nil {

@@ -223,6 +223,10 @@ func Run(ctx context.Context, cfg Config) error {
 	// Step commands carry jobs' scripts and secrets on a topic every agent
 	// reads: each is sealed for its node (nil secret, insecure bus: not).
 	a.SealCommands(base.ServiceSecret)
+	if err := a.RegisterMetrics(base.Telemetry.Registry); err != nil {
+		_ = base.Close()
+		return fmt.Errorf("scheduler: metrics: %w", err)
+	}
 	// Every instance starts as a follower and serves reads from what is
 	// stored until it wins the lease.
 	a.StepDown()
@@ -295,7 +299,8 @@ func (l *leader) term(ctx context.Context, token string) {
 		return
 	}
 	cons := bus.NewConsumer(bus.ConsumerConfig{Brokers: l.cfg.Brokers, GroupID: "loom-scheduler", Topics: ports.Topics,
-		Logger: l.base.Log, Verifier: l.base.Verifier, Rejected: l.base.Rejected, Security: l.base.Kafka}, l.base.Producer, l.app.Handle).WithBatch(l.app.HandleBatch, l.cfg.MaxBatch)
+		Logger: l.base.Log, Verifier: l.base.Verifier, Rejected: l.base.Rejected, Security: l.base.Kafka,
+		Metrics: l.base.Bus, TracerProvider: l.base.Telemetry.TracerProvider}, l.base.Producer, l.app.Handle).WithBatch(l.app.HandleBatch, l.cfg.MaxBatch)
 	var wg sync.WaitGroup
 	wg.Add(4)
 	go func() {

@@ -103,6 +103,10 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 		_ = base.Close()
 		return err
 	}
+	if err := a.RegisterMetrics(base.Telemetry.Registry); err != nil {
+		_ = base.Close()
+		return fmt.Errorf("training: metrics: %w", err)
+	}
 	trainingv1.RegisterTrainingServiceServer(base.GRPC, ports.NewServer(a))
 	metrics := series.NewStore(base.Store.Client(), base.Store.Key(""), series.Limits{})
 	trainingv1.RegisterMetricsServiceServer(base.GRPC, ports.NewMetrics(a, metrics))

@@ -45,6 +45,8 @@ type App struct {
 	// hook, when set, sees every consumed event after the app's own part
 	// is applied (the scan orchestration, scan.go).
 	hook func(ctx context.Context, ev envelope.Event) error
+	// metrics counts checks and remediations (RegisterMetrics); under mu.
+	metrics *metrics
 }
 
 // New returns an app over st that declares a node UNHEALTHY after timeout of
@@ -125,6 +127,7 @@ func (a *App) handle(ctx context.Context, ev envelope.Event) error {
 	if err := a.apply(ctx, ev.ID, c); err != nil {
 		return fmt.Errorf("event %s (%s): %w", ev.ID, ev.Type, err)
 	}
+	a.countTaken(ev.Payload)
 	return nil
 }
 
@@ -182,6 +185,7 @@ func (a *App) apply(ctx context.Context, inboxID string, c *domain.Change) error
 			return fmt.Errorf("apply: %w", err)
 		}
 		if applied {
+			a.countEmits(emits)
 			for _, e := range emits {
 				a.log.Info("health emitted", "node", e.Key, "type", fmt.Sprintf("%T", e.Payload), "event", e.Payload)
 			}

@@ -5,6 +5,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"log/slog"
 	"sync"
 	"time"
@@ -39,6 +40,8 @@ type Registry struct {
 	state *domain.State
 
 	exportRoot string
+	// versions counts registrations (RegisterMetrics; nil: none); under mu.
+	versions prometheus.Counter
 }
 
 // New loads the stored state through repo. now is the clock (time.Now when nil).
@@ -103,6 +106,7 @@ func (r *Registry) handleJob(ctx context.Context, ev envelope.Event, jc *eventsv
 	applied, err := r.drv.Apply(ctx, ev.ID, tx, func() {
 		r.mu.Lock()
 		r.state.Apply(reg)
+		r.registered()
 		r.mu.Unlock()
 	})
 	if err != nil {
@@ -236,6 +240,7 @@ func (r *Registry) register(ctx context.Context, inboxID string, cmd *eventsv1.U
 	applied, err := r.drv.Apply(ctx, inboxID, tx, func() {
 		r.mu.Lock()
 		r.state.Apply(reg)
+		r.registered()
 		r.mu.Unlock()
 	})
 	if err != nil {

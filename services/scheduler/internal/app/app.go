@@ -71,6 +71,8 @@ type App struct {
 	// commandSecret is the services' secret the node command keys are
 	// derived from (SealCommands); nil: step commands go out unsealed.
 	commandSecret []byte
+	// metrics times the passes (RegisterMetrics; nil: not timed); under work.
+	metrics *metrics
 }
 
 // New returns an app over st; Start (or Lead) loads it. now is the clock.
@@ -93,7 +95,9 @@ func (a *App) startLocked(ctx context.Context) error {
 	if err := a.reload(ctx); err != nil {
 		return err
 	}
+	start := time.Now()
 	c := a.state.Schedule(a.now())
+	a.observePass(start)
 	if err := a.apply(ctx, "", c); err != nil {
 		return fmt.Errorf("start-up pass: %w", err)
 	}
@@ -191,7 +195,9 @@ func (a *App) Handle(ctx context.Context, ev envelope.Event) error {
 	if err := a.checkSigner(ev); err != nil {
 		return err
 	}
+	start := time.Now()
 	c, err := a.state.Handle(a.now(), asPrincipal(ev))
+	a.observePass(start)
 	if err != nil {
 		var inv *errs.InvalidError
 		if errors.As(err, &inv) {
@@ -231,7 +237,9 @@ func (a *App) HandleBatch(ctx context.Context, evs []envelope.Event) error {
 		}
 		payloads[i], ids[i] = asPrincipal(ev), ev.ID
 	}
+	start := time.Now()
 	c, ends, err := a.state.HandleBatch(a.now(), payloads)
+	a.observePass(start)
 	if err != nil {
 		return fmt.Errorf("batch of %d events: %w", len(evs), err)
 	}
@@ -264,7 +272,10 @@ func (a *App) Tick(ctx context.Context) error {
 	if err := a.drv.Ready(ctx); err != nil {
 		return err
 	}
-	if err := a.apply(ctx, "", a.state.Tick(a.now())); err != nil {
+	start := time.Now()
+	c := a.state.Tick(a.now())
+	a.observePass(start)
+	if err := a.apply(ctx, "", c); err != nil {
 		return fmt.Errorf("tick: %w", err)
 	}
 	return nil

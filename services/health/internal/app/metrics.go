@@ -1,0 +1,128 @@
+package app
+
+import (
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/telemetry"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/health/internal/domain"
+	"github.com/loom-ml/loom/services/health/internal/scan"
+)
+
+// MetricsInterval is how often loom_health_nodes is computed at most,
+// whatever the scrape rate.
+const MetricsInterval = 5 * time.Second
+
+// builtinChecks are the check names loom_health_checks_total labels by
+// name; a site check (any other name, an executable on the node) is "site",
+// so that the label's values stay a fixed set.
+var builtinChecks = map[string]bool{scan.GPUDiag: true, scan.AllReduce: true, scan.AllReducePair: true, scan.Disk: true, scan.Speed: true}
+
+// checkLabel is a check name's label value.
+func checkLabel(name string) string {
+	if builtinChecks[name] {
+		return name
+	}
+	return "site"
+}
+
+// enumLabel is an enum value's name in lower case without prefix
+// ("CHECK_FAIL" → "fail", "ACTION_REBOOT" → "reboot").
+func enumLabel(name, prefix string) string {
+	return strings.ToLower(strings.TrimPrefix(name, prefix))
+}
+
+// metrics are health's counters (nil before RegisterMetrics).
+type metrics struct {
+	checks       *prometheus.CounterVec
+	remediations *prometheus.CounterVec
+}
+
+// RegisterMetrics registers health's domain row on reg:
+//
+//   - loom_health_nodes{state}: member nodes by health state (healthy,
+//     suspect, draining, rebooting, reimaging, replacing, quarantined,
+//     unreachable, down), computed at most every MetricsInterval;
+//   - loom_health_checks_total{check,result}: check results health took in
+//     (check: a built-in name or "site"; result: pass, warn, fail, skipped,
+//     error);
+//   - loom_health_remediations_total{step}: remediation commands health
+//     sent the provisioner, by action (reset_gpu, reboot, reimage, replace,
+//     drain, resume, quarantine, ...).
+func (a *App) RegisterMetrics(reg prometheus.Registerer) error {
+	m := &metrics{
+		checks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loom_health_checks_total",
+			Help: "Health check results taken in, by check (built-in name, or site) and result."}, []string{"check", "result"}),
+		remediations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loom_health_remediations_total",
+			Help: "Remediation commands sent, by step (the action asked of the provisioner)."}, []string{"step"}),
+	}
+	for v, name := range loomv1.CheckOutcome_name {
+		if v != 0 {
+			for c := range builtinChecks {
+				m.checks.WithLabelValues(c, enumLabel(name, "CHECK_"))
+			}
+		}
+	}
+	for v, name := range loomv1.RemediationAction_name {
+		if v > 1 {
+			m.remediations.WithLabelValues(enumLabel(name, "ACTION_"))
+		}
+	}
+	gauges := telemetry.NewGaugeSet(MetricsInterval, []telemetry.Gauge{
+		{Name: "loom_health_nodes", Help: "Member nodes by health state.", Labels: []string{"state"}},
+	}, a.computeGauges)
+	for _, c := range []prometheus.Collector{m.checks, m.remediations, gauges} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	a.mu.Lock()
+	a.metrics = m
+	a.mu.Unlock()
+	return nil
+}
+
+func (a *App) computeGauges(emit telemetry.Emit) {
+	counts := map[string]int{}
+	for v, name := range loomv1.RemediationState_name {
+		if v != 0 {
+			counts[enumLabel(name, "NODE_")] = 0
+		}
+	}
+	a.mu.Lock()
+	for _, n := range a.state.Nodes() {
+		counts[enumLabel(a.state.View(n.Name).GetState().String(), "NODE_")]++
+	}
+	a.mu.Unlock()
+	for s, n := range counts {
+		emit("loom_health_nodes", float64(n), s)
+	}
+}
+
+// countTaken counts a check result health took in. Callers hold mu.
+func (a *App) countTaken(payload proto.Message) {
+	if a.metrics == nil {
+		return
+	}
+	if c, ok := payload.(*eventsv1.HealthCheckCompleted); ok {
+		r := c.GetResult()
+		a.metrics.checks.WithLabelValues(checkLabel(r.GetCheck()), enumLabel(r.GetOutcome().String(), "CHECK_")).Inc()
+	}
+}
+
+// countEmits counts the remediation commands among emits. Callers hold mu.
+func (a *App) countEmits(emits []domain.Emit) {
+	if a.metrics == nil {
+		return
+	}
+	for _, e := range emits {
+		if r, ok := e.Payload.(*eventsv1.RemediateNode); ok {
+			a.metrics.remediations.WithLabelValues(enumLabel(r.GetAction().String(), "ACTION_")).Inc()
+		}
+	}
+}
