@@ -32,13 +32,7 @@ require (
 	google.golang.org/protobuf v1.36.12
 )
 
-require (
-	github.com/NVIDIA/go-nvml v0.13.4-1
-	github.com/xdg-go/pbkdf2 v1.0.0 // indirect
-	github.com/xdg-go/scram v1.1.2 // indirect
-	github.com/xdg-go/stringprep v1.0.4 // indirect
-	golang.org/x/tools v0.52.0 // indirect
-)
+require github.com/NVIDIA/go-nvml v0.13.4-1 // indirect
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -52,7 +46,7 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
-	github.com/prometheus/common v0.72.0
+	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/otlptranslator v1.0.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/twmb/franz-go v1.22.3 // indirect
