@@ -210,31 +210,31 @@ func domainRows(svc string) []Row {
 	switch svc {
 	case "scheduler":
 		return []Row{{Title: "Scheduling", Panels: []Panel{
-			{ID: "jobs", Title: "Jobs by state and reason", Unit: "short", Kind: Timeseries, Metric: "loom_scheduler_jobs", Fn: Value, By: []string{"state", "reason"}},
-			{ID: "queue_depth", Title: "Queue depth", Unit: "short", Kind: Stat, Metric: "loom_scheduler_queue_depth", Fn: Value},
-			{ID: "pass_p99", Title: "Pass duration p99", Unit: "s", Kind: Timeseries, Metric: "loom_scheduler_pass_seconds", Fn: P99},
-			{ID: "gpus", Title: "GPUs allocated and idle", Unit: "short", Kind: Timeseries, Metric: "loom_scheduler_gpus", Fn: Value, By: []string{"state"}},
+			{ID: "jobs", Title: "Jobs by state and reason", Unit: "short", Kind: Timeseries, Metric: "loom_scheduler_jobs", Fn: Value, By: []string{"state", "reason"}, Scope: ByJob},
+			{ID: "queue_depth", Title: "Queue depth", Unit: "short", Kind: Stat, Metric: "loom_scheduler_queue_depth", Fn: Value, Scope: ByJob},
+			{ID: "pass_p99", Title: "Pass duration p99", Unit: "s", Kind: Timeseries, Metric: "loom_scheduler_pass_seconds", Fn: P99, Scope: ByJob},
+			{ID: "gpus", Title: "GPUs allocated and idle", Unit: "short", Kind: Timeseries, Metric: "loom_scheduler_gpus", Fn: Value, By: []string{"state"}, Scope: ByJob},
 		}}}
 	case "provisioner":
 		return []Row{{Title: "Provisioning", Panels: []Panel{
-			{ID: "nodes", Title: "Nodes by state", Unit: "short", Kind: Timeseries, Metric: "loom_provisioner_nodes", Fn: Value, By: []string{"state"}},
-			{ID: "operations", Title: "Operations in flight", Unit: "short", Kind: Timeseries, Metric: "loom_provisioner_operations_in_flight", Fn: Value, By: []string{"kind"}},
+			{ID: "nodes", Title: "Nodes by state", Unit: "short", Kind: Timeseries, Metric: "loom_provisioner_nodes", Fn: Value, By: []string{"state"}, Scope: ByJob},
+			{ID: "operations", Title: "Operations in flight", Unit: "short", Kind: Timeseries, Metric: "loom_provisioner_operations_in_flight", Fn: Value, By: []string{"kind"}, Scope: ByJob},
 		}}}
 	case "health":
 		return []Row{{Title: "Node health", Panels: []Panel{
-			{ID: "nodes", Title: "Nodes by health state", Unit: "short", Kind: Timeseries, Metric: "loom_health_nodes", Fn: Value, By: []string{"state"}},
-			{ID: "checks", Title: "Checks by result", Unit: "ops", Kind: Timeseries, Metric: "loom_health_checks_total", Fn: Rate, By: []string{"check", "result"}, OrZero: true},
-			{ID: "checks_failed", Title: "Checks failed", Unit: "ops", Kind: Timeseries, Metric: "loom_health_checks_total", Fn: Rate, By: []string{"check"}, Match: []Matcher{{"result", "!=", "pass"}}, OrZero: true},
-			{ID: "remediations", Title: "Remediations by step", Unit: "short", Kind: Timeseries, Metric: "loom_health_remediations_total", Fn: Increase, By: []string{"step"}, OrZero: true},
+			{ID: "nodes", Title: "Nodes by health state", Unit: "short", Kind: Timeseries, Metric: "loom_health_nodes", Fn: Value, By: []string{"state"}, Scope: ByJob},
+			{ID: "checks", Title: "Checks by result", Unit: "ops", Kind: Timeseries, Metric: "loom_health_checks_total", Fn: Rate, By: []string{"check", "result"}, OrZero: true, Scope: ByJob},
+			{ID: "checks_failed", Title: "Checks failed", Unit: "ops", Kind: Timeseries, Metric: "loom_health_checks_total", Fn: Rate, By: []string{"check"}, Match: []Matcher{{"result", "=~", "(?i).*(fail|error).*"}}, OrZero: true, Scope: ByJob},
+			{ID: "remediations", Title: "Remediations by step", Unit: "short", Kind: Timeseries, Metric: "loom_health_remediations_total", Fn: Increase, By: []string{"step"}, OrZero: true, Scope: ByJob},
 		}}}
 	case "registry":
 		return []Row{{Title: "Models", Panels: []Panel{
-			{ID: "versions", Title: "Versions registered", Unit: "short", Kind: Timeseries, Metric: "loom_registry_versions_registered_total", Fn: Increase, OrZero: true},
+			{ID: "versions", Title: "Versions registered", Unit: "short", Kind: Timeseries, Metric: "loom_registry_versions_registered_total", Fn: Increase, OrZero: true, Scope: ByJob},
 		}}}
 	case "training":
 		return []Row{{Title: "Training", Panels: []Panel{
-			{ID: "trials", Title: "Trials by state", Unit: "short", Kind: Timeseries, Metric: "loom_training_trials", Fn: Value, By: []string{"state"}},
-			{ID: "jobs", Title: "Training jobs by kind and state", Unit: "short", Kind: Timeseries, Metric: "loom_training_jobs", Fn: Value, By: []string{"kind", "state"}},
+			{ID: "trials", Title: "Trials by state", Unit: "short", Kind: Timeseries, Metric: "loom_training_trials", Fn: Value, By: []string{"state"}, Scope: ByJob},
+			{ID: "jobs", Title: "Training jobs by kind and state", Unit: "short", Kind: Timeseries, Metric: "loom_training_jobs", Fn: Value, By: []string{"kind", "state"}, Scope: ByJob},
 		}}}
 	case "agent":
 		dcgm := func(id, title, unit, metric string) Panel {

@@ -156,10 +156,10 @@ func (s *Scraper) Dropped() int {
 	return s.dropped
 }
 
-// Run scrapes every Interval until ctx ends. Without targets it returns
-// at once: there is nothing to scrape.
+// Run scrapes every Interval until ctx ends. Without targets (or on a nil
+// Scraper) it returns at once: there is nothing to scrape.
 func (s *Scraper) Run(ctx context.Context) error {
-	if len(s.targets) == 0 {
+	if s == nil || len(s.targets) == 0 {
 		return nil
 	}
 	t := time.NewTicker(s.o.Interval)
