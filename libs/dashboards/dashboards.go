@@ -47,17 +47,16 @@ const (
 	Ratio Fn = "ratio"
 )
 
-// Scope says which label ties a panel's series to its service.
+// Scope says which series a panel sums.
 type Scope int
 
 const (
-	// ByService selects on the service label every loom_* metric of the
-	// base set carries.
-	ByService Scope = iota
-	// ByJob selects on Prometheus' job label (the scrape job, named after
-	// the service): the Go runtime's and process' metrics and the agent's
-	// DCGM fields, which carry no service label.
-	ByJob
+	// Own selects the dashboard's own scrape job: job="<service>", the
+	// label Prometheus (and the gateway's Scraper) put on every series of
+	// a target. The job, not the service label, because every series has
+	// it (the Go runtime's, the DCGM fields) and because an agent's service
+	// label names its node ("agent-<cluster>-<host>").
+	Own Scope = iota
 	// Fleet selects nothing: the fleet overview sums across services.
 	Fleet
 )
@@ -94,7 +93,7 @@ type Panel struct {
 	// counters of rare events (dead letters, remediations), which appear
 	// at the first one.
 	OrZero bool
-	// Scope ties the panel to its dashboard's service (ByService default).
+	// Scope ties the panel to its dashboard's service (Own, the default).
 	Scope Scope
 }
 
@@ -180,9 +179,9 @@ func baseRows() []Row {
 	return []Row{
 		{Title: "Build and process", Panels: []Panel{
 			{ID: "build_info", Title: "Build", Unit: "none", Kind: Stat, Metric: "loom_build_info", Fn: Value, By: []string{"version", "revision", "goversion"}},
-			{ID: "goroutines", Title: "Goroutines", Unit: "short", Kind: Timeseries, Metric: "go_goroutines", Fn: Value, By: []string{"instance"}, Scope: ByJob},
-			{ID: "memory", Title: "Resident memory", Unit: "bytes", Kind: Timeseries, Metric: "process_resident_memory_bytes", Fn: Value, By: []string{"instance"}, Scope: ByJob},
-			{ID: "cpu", Title: "CPU", Unit: "percentunit", Kind: Timeseries, Metric: "process_cpu_seconds_total", Fn: Rate, By: []string{"instance"}, Scope: ByJob},
+			{ID: "goroutines", Title: "Goroutines", Unit: "short", Kind: Timeseries, Metric: "go_goroutines", Fn: Value, By: []string{"instance"}},
+			{ID: "memory", Title: "Resident memory", Unit: "bytes", Kind: Timeseries, Metric: "process_resident_memory_bytes", Fn: Value, By: []string{"instance"}},
+			{ID: "cpu", Title: "CPU", Unit: "percentunit", Kind: Timeseries, Metric: "process_cpu_seconds_total", Fn: Rate, By: []string{"instance"}},
 		}},
 		{Title: "gRPC", Panels: []Panel{
 			{ID: "grpc_rate", Title: "Calls by method", Unit: "reqps", Kind: Timeseries, Metric: "loom_grpc_server_handled_total", Fn: Rate, By: []string{"method"}},
@@ -210,35 +209,35 @@ func domainRows(svc string) []Row {
 	switch svc {
 	case "scheduler":
 		return []Row{{Title: "Scheduling", Panels: []Panel{
-			{ID: "jobs", Title: "Jobs by state and reason", Unit: "short", Kind: Timeseries, Metric: "loom_scheduler_jobs", Fn: Value, By: []string{"state", "reason"}, Scope: ByJob},
-			{ID: "queue_depth", Title: "Queue depth", Unit: "short", Kind: Stat, Metric: "loom_scheduler_queue_depth", Fn: Value, Scope: ByJob},
-			{ID: "pass_p99", Title: "Pass duration p99", Unit: "s", Kind: Timeseries, Metric: "loom_scheduler_pass_seconds", Fn: P99, Scope: ByJob},
-			{ID: "gpus", Title: "GPUs allocated and idle", Unit: "short", Kind: Timeseries, Metric: "loom_scheduler_gpus", Fn: Value, By: []string{"state"}, Scope: ByJob},
+			{ID: "jobs", Title: "Jobs by state and reason", Unit: "short", Kind: Timeseries, Metric: "loom_scheduler_jobs", Fn: Value, By: []string{"state", "reason"}},
+			{ID: "queue_depth", Title: "Queue depth", Unit: "short", Kind: Stat, Metric: "loom_scheduler_queue_depth", Fn: Value},
+			{ID: "pass_p99", Title: "Pass duration p99", Unit: "s", Kind: Timeseries, Metric: "loom_scheduler_pass_seconds", Fn: P99},
+			{ID: "gpus", Title: "GPUs allocated and idle", Unit: "short", Kind: Timeseries, Metric: "loom_scheduler_gpus", Fn: Value, By: []string{"state"}},
 		}}}
 	case "provisioner":
 		return []Row{{Title: "Provisioning", Panels: []Panel{
-			{ID: "nodes", Title: "Nodes by state", Unit: "short", Kind: Timeseries, Metric: "loom_provisioner_nodes", Fn: Value, By: []string{"state"}, Scope: ByJob},
-			{ID: "operations", Title: "Operations in flight", Unit: "short", Kind: Timeseries, Metric: "loom_provisioner_operations_in_flight", Fn: Value, By: []string{"kind"}, Scope: ByJob},
+			{ID: "nodes", Title: "Nodes by state", Unit: "short", Kind: Timeseries, Metric: "loom_provisioner_nodes", Fn: Value, By: []string{"state"}},
+			{ID: "operations", Title: "Operations in flight", Unit: "short", Kind: Timeseries, Metric: "loom_provisioner_operations_in_flight", Fn: Value, By: []string{"kind"}},
 		}}}
 	case "health":
 		return []Row{{Title: "Node health", Panels: []Panel{
-			{ID: "nodes", Title: "Nodes by health state", Unit: "short", Kind: Timeseries, Metric: "loom_health_nodes", Fn: Value, By: []string{"state"}, Scope: ByJob},
-			{ID: "checks", Title: "Checks by result", Unit: "ops", Kind: Timeseries, Metric: "loom_health_checks_total", Fn: Rate, By: []string{"check", "result"}, OrZero: true, Scope: ByJob},
-			{ID: "checks_failed", Title: "Checks failed", Unit: "ops", Kind: Timeseries, Metric: "loom_health_checks_total", Fn: Rate, By: []string{"check"}, Match: []Matcher{{"result", "=~", "(?i).*(fail|error).*"}}, OrZero: true, Scope: ByJob},
-			{ID: "remediations", Title: "Remediations by step", Unit: "short", Kind: Timeseries, Metric: "loom_health_remediations_total", Fn: Increase, By: []string{"step"}, OrZero: true, Scope: ByJob},
+			{ID: "nodes", Title: "Nodes by health state", Unit: "short", Kind: Timeseries, Metric: "loom_health_nodes", Fn: Value, By: []string{"state"}},
+			{ID: "checks", Title: "Checks by result", Unit: "ops", Kind: Timeseries, Metric: "loom_health_checks_total", Fn: Rate, By: []string{"check", "result"}, OrZero: true},
+			{ID: "checks_failed", Title: "Checks failed", Unit: "ops", Kind: Timeseries, Metric: "loom_health_checks_total", Fn: Rate, By: []string{"check"}, Match: []Matcher{{"result", "=~", "(?i).*(fail|error).*"}}, OrZero: true},
+			{ID: "remediations", Title: "Remediations by step", Unit: "short", Kind: Timeseries, Metric: "loom_health_remediations_total", Fn: Increase, By: []string{"step"}, OrZero: true},
 		}}}
 	case "registry":
 		return []Row{{Title: "Models", Panels: []Panel{
-			{ID: "versions", Title: "Versions registered", Unit: "short", Kind: Timeseries, Metric: "loom_registry_versions_registered_total", Fn: Increase, OrZero: true, Scope: ByJob},
+			{ID: "versions", Title: "Versions registered", Unit: "short", Kind: Timeseries, Metric: "loom_registry_versions_registered_total", Fn: Increase, OrZero: true},
 		}}}
 	case "training":
 		return []Row{{Title: "Training", Panels: []Panel{
-			{ID: "trials", Title: "Trials by state", Unit: "short", Kind: Timeseries, Metric: "loom_training_trials", Fn: Value, By: []string{"state"}, Scope: ByJob},
-			{ID: "jobs", Title: "Training jobs by kind and state", Unit: "short", Kind: Timeseries, Metric: "loom_training_jobs", Fn: Value, By: []string{"kind", "state"}, Scope: ByJob},
+			{ID: "trials", Title: "Trials by state", Unit: "short", Kind: Timeseries, Metric: "loom_training_trials", Fn: Value, By: []string{"state"}},
+			{ID: "jobs", Title: "Training jobs by kind and state", Unit: "short", Kind: Timeseries, Metric: "loom_training_jobs", Fn: Value, By: []string{"kind", "state"}},
 		}}}
 	case "agent":
 		dcgm := func(id, title, unit, metric string) Panel {
-			return Panel{ID: id, Title: title, Unit: unit, Kind: Timeseries, Metric: metric, Fn: Value, By: []string{"Hostname", "gpu"}, Scope: ByJob}
+			return Panel{ID: id, Title: title, Unit: unit, Kind: Timeseries, Metric: metric, Fn: Value, By: []string{"Hostname", "gpu"}}
 		}
 		return []Row{{Title: "GPUs (DCGM fields)", Panels: []Panel{
 			dcgm("gpu_util", "GPU utilisation", "percent", "DCGM_FI_DEV_GPU_UTIL"),
@@ -259,20 +258,20 @@ func service(svc string) Dashboard {
 
 // fleet returns the overview: every service side by side.
 func fleet() Dashboard {
-	by := []string{"service"}
+	by := []string{"job"}
 	return Dashboard{Service: FleetService, Title: "Loom / fleet overview", Rows: []Row{
 		{Title: "Services", Panels: []Panel{
 			{ID: "up", Title: "Targets up", Unit: "none", Kind: Stat, Metric: "up", Fn: Value, By: []string{"job"}, Scope: Fleet},
-			{ID: "versions", Title: "Versions running", Unit: "none", Kind: Stat, Metric: "loom_build_info", Fn: Value, By: []string{"service", "version"}, Scope: Fleet},
+			{ID: "versions", Title: "Versions running", Unit: "none", Kind: Stat, Metric: "loom_build_info", Fn: Value, By: []string{"job", "version"}, Scope: Fleet},
 			{ID: "grpc_rate", Title: "gRPC calls", Unit: "reqps", Kind: Timeseries, Metric: "loom_grpc_server_handled_total", Fn: Rate, By: by, Scope: Fleet},
 			{ID: "grpc_error_ratio", Title: "gRPC server error ratio", Unit: "percentunit", Kind: Timeseries, Metric: "loom_grpc_server_handled_total", Fn: Ratio, By: by, Num: serverError, Scope: Fleet},
 			{ID: "grpc_p99", Title: "gRPC latency p99", Unit: "s", Kind: Timeseries, Metric: "loom_grpc_server_handling_seconds", Fn: P99, By: by, Scope: Fleet},
 		}},
 		{Title: "Pipelines", Panels: []Panel{
-			{ID: "consumer_lag_records", Title: "Consumer lag (records)", Unit: "short", Kind: Timeseries, Metric: "loom_consumer_lag_records", Fn: Value, By: []string{"service", "group"}, Scope: Fleet},
-			{ID: "consumer_lag_seconds", Title: "Consumer lag (seconds)", Unit: "s", Kind: Timeseries, Metric: "loom_consumer_lag_seconds", Fn: Value, By: []string{"service", "group"}, Scope: Fleet},
+			{ID: "consumer_lag_records", Title: "Consumer lag (records)", Unit: "short", Kind: Timeseries, Metric: "loom_consumer_lag_records", Fn: Value, By: []string{"job", "group"}, Scope: Fleet},
+			{ID: "consumer_lag_seconds", Title: "Consumer lag (seconds)", Unit: "s", Kind: Timeseries, Metric: "loom_consumer_lag_seconds", Fn: Value, By: []string{"job", "group"}, Scope: Fleet},
 			{ID: "outbox_oldest", Title: "Outbox oldest entry", Unit: "s", Kind: Timeseries, Metric: "loom_outbox_oldest_age_seconds", Fn: Value, By: by, Scope: Fleet},
-			{ID: "dead_letters", Title: "Dead letters", Unit: "short", Kind: Timeseries, Metric: "loom_dead_letters_total", Fn: Increase, By: []string{"service", "topic"}, OrZero: true, Scope: Fleet},
+			{ID: "dead_letters", Title: "Dead letters", Unit: "short", Kind: Timeseries, Metric: "loom_dead_letters_total", Fn: Increase, By: []string{"job", "topic"}, OrZero: true, Scope: Fleet},
 			{ID: "redis_p99", Title: "Redis latency p99", Unit: "s", Kind: Timeseries, Metric: "loom_redis_call_seconds", Fn: P99, By: by, Scope: Fleet},
 		}},
 		{Title: "Fleet", Panels: []Panel{

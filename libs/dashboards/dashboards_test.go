@@ -37,7 +37,7 @@ func TestDefinitionsAreValid(t *testing.T) {
 			if !ok {
 				t.Fatalf("%s has no %s panel", svc, id)
 			}
-			if q := p.PromQL(svc, "5m"); !strings.Contains(q, `service="`+svc+`"`) {
+			if q := p.PromQL(svc, "5m"); !strings.Contains(q, `job="`+svc+`"`) {
 				t.Errorf("%s/%s: %s does not select the service", svc, id, q)
 			}
 		}
@@ -57,10 +57,10 @@ func TestPromQLShapes(t *testing.T) {
 		p    Panel
 		want string
 	}{
-		{Panel{Metric: "m", Fn: Value, By: []string{"a"}}, `sum by (a) (m{service="s"})`},
-		{Panel{Metric: "m", Fn: Rate, Scope: ByJob}, `sum(rate(m{job="s"}[5m]))`},
-		{Panel{Metric: "m", Fn: Increase, OrZero: true, Match: []Matcher{{"x", "!=", "y"}}}, `sum(increase(m{service="s",x!="y"}[5m])) or on() vector(0)`},
-		{Panel{Metric: "h", Fn: P99, By: []string{"method"}}, `histogram_quantile(0.99, sum by (le, method) (rate(h_bucket{service="s"}[5m])))`},
+		{Panel{Metric: "m", Fn: Value, By: []string{"a"}}, `sum by (a) (m{job="s"})`},
+		{Panel{Metric: "m", Fn: Rate}, `sum(rate(m{job="s"}[5m]))`},
+		{Panel{Metric: "m", Fn: Increase, OrZero: true, Match: []Matcher{{"x", "!=", "y"}}}, `sum(increase(m{job="s",x!="y"}[5m])) or on() vector(0)`},
+		{Panel{Metric: "h", Fn: P99, By: []string{"method"}}, `histogram_quantile(0.99, sum by (le, method) (rate(h_bucket{job="s"}[5m])))`},
 		{Panel{Metric: "c", Fn: Ratio, Num: []Matcher{{"code", "=~", "A|B"}}, Scope: Fleet},
 			`(sum(rate(c{code=~"A|B"}[5m])) or sum(rate(c[5m])) * 0) / sum(rate(c[5m]))`},
 	} {

@@ -10,15 +10,11 @@ import (
 const GrafanaWindow = "$__rate_interval"
 
 // Selector returns the matchers that tie p to the dashboard of service:
-// service="svc" or job="svc" by p.Scope, then p.Match.
+// job="svc" (none on the fleet's), then p.Match.
 func (p Panel) Selector(service string) []Matcher {
 	var out []Matcher
-	switch {
-	case p.Scope == Fleet || service == FleetService:
-	case p.Scope == ByJob:
+	if p.Scope != Fleet && service != FleetService {
 		out = append(out, Matcher{"job", "=", service})
-	default:
-		out = append(out, Matcher{"service", "=", service})
 	}
 	return append(out, p.Match...)
 }
