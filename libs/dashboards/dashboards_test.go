@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc/codes"
 
 	"github.com/loom-ml/loom/libs/errs"
@@ -156,5 +157,52 @@ func TestParseTargets(t *testing.T) {
 		if errs.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "metrics-targets") {
 			t.Errorf("ParseTargets(%.40q) = %v, want InvalidArgument naming metrics-targets", bad, err)
 		}
+	}
+}
+
+// TestComposeUsesTheGeneratedFiles: docker-compose.yaml runs Prometheus and
+// Grafana on deploy/'s files, and every scrape target of the generated
+// prometheus.yml is a compose service listening there.
+func TestComposeUsesTheGeneratedFiles(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "docker-compose.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Services map[string]struct {
+			Environment map[string]string `yaml:"environment"`
+			Volumes     []string          `yaml:"volumes"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	mounts := func(svc, src, dst string) {
+		for _, v := range doc.Services[svc].Volumes {
+			if strings.HasPrefix(v, src+":"+dst) {
+				return
+			}
+		}
+		t.Errorf("compose service %s does not mount %s at %s: %v", svc, src, dst, doc.Services[svc].Volumes)
+	}
+	mounts("prometheus", "./deploy/prometheus", "/etc/prometheus")
+	mounts("grafana", "./deploy/grafana/provisioning", "/etc/grafana/provisioning")
+	mounts("grafana", "./deploy/grafana/dashboards", "/etc/grafana/dashboards")
+	if !strings.Contains(grafanaProvider, "path: /etc/grafana/dashboards") {
+		t.Error("the dashboard provider does not read where compose mounts the dashboards")
+	}
+	for _, tg := range ComposeTargets {
+		env := doc.Services[tg.Service].Environment
+		_, port, _ := strings.Cut(tg.Addrs[0], ":")
+		if got := env["LOOM_"+strings.ToUpper(tg.Service)+"_HTTP_ADDR"]; got != "0.0.0.0:"+port {
+			t.Errorf("compose %s: LOOM_%s_HTTP_ADDR = %q, want 0.0.0.0:%s (scraped at %s)", tg.Service, strings.ToUpper(tg.Service), got, port, tg.Addrs[0])
+		}
+		if !strings.Contains(doc.Services["gateway"].Environment["LOOM_GATEWAY_METRICS_TARGETS"], tg.Service+"=http://"+tg.Addrs[0]+"/metrics") {
+			t.Errorf("compose gateway's LOOM_GATEWAY_METRICS_TARGETS lacks %s", tg.Addrs[0])
+		}
+	}
+	if _, err := ParseTargets("LOOM_GATEWAY_METRICS_TARGETS", doc.Services["gateway"].Environment["LOOM_GATEWAY_METRICS_TARGETS"]); err != nil {
+		t.Error(err)
 	}
 }

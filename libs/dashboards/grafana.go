@@ -172,7 +172,7 @@ providers:
     allowUiUpdates: false
     updateIntervalSeconds: 60
     options:
-      path: /var/lib/grafana/dashboards
+      path: /etc/grafana/dashboards
 `
 
 // Files returns every generated file under deploy/, by path relative to
