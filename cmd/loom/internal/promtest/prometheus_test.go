@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -139,11 +140,16 @@ func TestDashboardsAgainstPrometheus(t *testing.T) {
 		}
 		return j.State == loomv1.JobState_COMPLETED, nil
 	})
-	// Five scrapes of every target after the job, so that rates over the
+	// Every target scraped 5 s after the job's end, so that rates over the
 	// workload exist everywhere.
-	testkit.WaitFor(t, 30*time.Second, "five scrapes after the job", func() (bool, error) {
-		v, err := query(prom, `min(count_over_time(up[10s]))`)
-		return err == nil && len(v) == 1 && v[0].Value[1] == "10", nil
+	ended := float64(time.Now().Unix())
+	testkit.WaitFor(t, 30*time.Second, "every target scraped 5 s after the job", func() (bool, error) {
+		v, err := query(prom, `min(timestamp(up))`)
+		if err != nil || len(v) != 1 {
+			return false, err
+		}
+		last, err := strconv.ParseFloat(fmt.Sprint(v[0].Value[1]), 64)
+		return err == nil && last >= ended+5, nil
 	})
 
 	// Before docs/observability.md's base set is merged (obs), only the
