@@ -120,6 +120,9 @@ type Scraper struct {
 	ids     map[string]int
 	ticks   []tick // oldest first, at most o.Points
 	dropped int
+
+	cacheMu sync.Mutex
+	cache   map[string]cached // by dashboard service
 }
 
 type seriesInfo struct {
@@ -311,11 +314,24 @@ func (s *Scraper) Evaluate(service string, p Panel) []Series {
 	if p.Fn == P99 {
 		name += "_bucket"
 	}
-	var ids []int
+	var ls []*line
 	for id, si := range s.series {
 		if si.name == name && match(si.labels) {
-			ids = append(ids, id)
+			ls = append(ls, s.line(id, p))
 		}
+	}
+	var numLines []*line
+	if p.Fn == Ratio {
+		for _, l := range ls {
+			if num(s.series[l.id].labels) {
+				numLines = append(numLines, l)
+			}
+		}
+	}
+	var hs []histogram
+	var scratch []bucket
+	if p.Fn == P99 {
+		hs = histograms(ls)
 	}
 	window := int(s.o.Window / s.o.Interval)
 	lines := map[string]*Series{}
@@ -336,28 +352,22 @@ func (s *Scraper) Evaluate(service string, p Panel) []Series {
 		switch p.Fn {
 		case Value:
 			groups = map[string]float64{}
-			for _, id := range ids {
-				if v, ok := tk.v[id]; ok {
-					groups[p.legend(s.series[id].labels)] += v
+			for _, l := range ls {
+				if l.ok[i] {
+					groups[l.legend] += l.v[i]
 				}
 			}
 		case Rate, Increase:
-			groups = s.increases(ids, from, i, p, p.Fn == Rate)
+			groups = s.increases(ls, from, i, p.Fn == Rate)
 		case Ratio:
-			all := s.increases(ids, from, i, p, true)
-			var numIDs []int
-			for _, id := range ids {
-				if num(s.series[id].labels) {
-					numIDs = append(numIDs, id)
-				}
-			}
-			n := s.increases(numIDs, from, i, p, true)
+			all := s.increases(ls, from, i, true)
+			n := s.increases(numLines, from, i, true)
 			groups = map[string]float64{}
 			for g, d := range all {
 				groups[g] = n[g] / d // 0/0 is NaN: left out
 			}
 		case P99:
-			groups = s.quantile(0.99, ids, from, i, p)
+			groups = s.quantile(0.99, hs, from, i, scratch)
 		}
 		if len(groups) == 0 && p.OrZero {
 			groups = map[string]float64{p.Title: 0}
@@ -374,6 +384,73 @@ func (s *Scraper) Evaluate(service string, p Panel) []Series {
 	return out
 }
 
+// line is one series over the ring, laid out so that its increase over
+// any range of scrapes is two lookups.
+type line struct {
+	id     int
+	legend string
+	v      []float64
+	ok     []bool
+	// cum[k] is the series' increase from its first point to scrape k (a
+	// counter reset counts from 0); next[k] is its first point at or after
+	// k and prev[k] its last at or before (-1: none).
+	cum        []float64
+	next, prev []int
+	le         float64 // a bucket's bound (P99)
+	leErr      error
+}
+
+// line lays series id out over the ring (s.mu held).
+func (s *Scraper) line(id int, p Panel) *line {
+	n := len(s.ticks)
+	l := &line{id: id, legend: p.legend(s.series[id].labels), v: make([]float64, n), ok: make([]bool, n),
+		cum: make([]float64, n), next: make([]int, n), prev: make([]int, n)}
+	if p.Fn == P99 {
+		l.le, l.leErr = parseLe(s.series[id].labels["le"])
+	}
+	last := -1
+	for k, tk := range s.ticks {
+		v, ok := tk.v[id]
+		l.v[k], l.ok[k] = v, ok
+		if k > 0 {
+			l.cum[k] = l.cum[k-1]
+		}
+		if ok {
+			if last >= 0 {
+				if v >= l.v[last] {
+					l.cum[k] += v - l.v[last]
+				} else {
+					l.cum[k] += v
+				}
+			}
+			last = k
+		}
+		l.prev[k] = last
+	}
+	next := -1
+	for k := n - 1; k >= 0; k-- {
+		if l.ok[k] {
+			next = k
+		}
+		l.next[k] = next
+	}
+	return l
+}
+
+// increase is l's increase from scrape from to scrape to, per second when
+// rate; ok is false without two points in the range.
+func (s *Scraper) increase(l *line, from, to int, rate bool) (float64, bool) {
+	f, t := l.next[from], l.prev[to]
+	if f < 0 || t < 0 || f >= t {
+		return 0, false
+	}
+	inc := l.cum[t] - l.cum[f]
+	if rate {
+		inc /= s.ticks[t].t.Sub(s.ticks[f].t).Seconds()
+	}
+	return inc, true
+}
+
 // legend is a series' line name on p: its By labels' values.
 func (p Panel) legend(labels map[string]string) string {
 	if len(p.By) == 0 {
@@ -386,103 +463,106 @@ func (p Panel) legend(labels map[string]string) string {
 	return strings.Join(parts, " ")
 }
 
-// increases sums, by p's legend, each series' increase from tick from to
-// tick to (a counter reset counts from 0), per second when rate. A series
-// needs two points in the range.
-func (s *Scraper) increases(ids []int, from, to int, p Panel, rate bool) map[string]float64 {
+// increases sums the lines' increases (rates) from scrape from to scrape
+// to by legend.
+func (s *Scraper) increases(ls []*line, from, to int, rate bool) map[string]float64 {
 	out := map[string]float64{}
-	for _, id := range ids {
-		inc, first, last, seen := 0.0, -1, -1, 0
-		prev := 0.0
-		for k := from; k <= to; k++ {
-			v, ok := s.ticks[k].v[id]
-			if !ok {
-				continue
-			}
-			if seen > 0 {
-				if v >= prev {
-					inc += v - prev
-				} else {
-					inc += v
-				}
-			} else {
-				first = k
-			}
-			prev, last = v, k
-			seen++
+	for _, l := range ls {
+		if inc, ok := s.increase(l, from, to, rate); ok {
+			out[l.legend] += inc
 		}
-		if seen < 2 {
-			continue
-		}
-		if rate {
-			inc /= s.ticks[last].t.Sub(s.ticks[first].t).Seconds()
-		}
-		out[p.legend(s.series[id].labels)] += inc
 	}
 	return out
 }
 
-// quantile is histogram_quantile(q, sum by (le, By) (rate(bucket))) over
-// the range, by Prometheus' rules: linear within the bucket, the highest
-// finite bound when the rank falls in +Inf, NaN without observations.
-func (s *Scraper) quantile(q float64, ids []int, from, to int, p Panel) map[string]float64 {
-	type bucket struct{ le, n float64 }
-	byGroup := map[string]map[float64]float64{}
-	for _, id := range ids {
-		lbl := s.series[id].labels
-		le, err := parseLe(lbl["le"])
-		if err != nil {
+// histogram is one group's bucket lines, in order of their bound.
+type histogram struct {
+	legend string
+	lines  []*line // sorted by le; several lines may share a bound
+}
+
+// histograms groups bucket lines by legend (P99's By labels).
+func histograms(ls []*line) []histogram {
+	by := map[string]*histogram{}
+	var order []string
+	for _, l := range ls {
+		if l.leErr != nil {
 			continue
 		}
-		inc := s.increases([]int{id}, from, to, Panel{}, true)
-		v, ok := inc[""]
-		if !ok {
-			continue
+		h := by[l.legend]
+		if h == nil {
+			h = &histogram{legend: l.legend}
+			by[l.legend] = h
+			order = append(order, l.legend)
 		}
-		g := p.legend(lbl)
-		if byGroup[g] == nil {
-			byGroup[g] = map[float64]float64{}
-		}
-		byGroup[g][le] += v
+		h.lines = append(h.lines, l)
 	}
-	out := map[string]float64{}
-	for g, m := range byGroup {
-		var bs []bucket
-		for le, n := range m {
-			bs = append(bs, bucket{le, n})
-		}
-		sort.Slice(bs, func(a, b int) bool { return bs[a].le < bs[b].le })
-		if len(bs) < 2 || !math.IsInf(bs[len(bs)-1].le, 1) {
-			out[g] = math.NaN()
-			continue
-		}
-		total := bs[len(bs)-1].n
-		if total == 0 {
-			out[g] = math.NaN()
-			continue
-		}
-		rank := q * total
-		i := sort.Search(len(bs), func(i int) bool { return bs[i].n >= rank })
-		switch {
-		case i == len(bs)-1:
-			out[g] = bs[len(bs)-2].le
-			continue
-		case i == 0 && bs[0].le <= 0:
-			out[g] = bs[0].le
-			continue
-		}
-		lower, below := 0.0, 0.0
-		if i > 0 {
-			lower, below = bs[i-1].le, bs[i-1].n
-		}
-		upper, count := bs[i].le, bs[i].n-below
-		if count == 0 {
-			out[g] = upper
-			continue
-		}
-		out[g] = lower + (upper-lower)*((rank-below)/count)
+	out := make([]histogram, 0, len(order))
+	for _, g := range order {
+		h := by[g]
+		sort.SliceStable(h.lines, func(a, b int) bool { return h.lines[a].le < h.lines[b].le })
+		out = append(out, *h)
 	}
 	return out
+}
+
+// bucket is a bound and the rate of observations at or below it.
+type bucket struct{ le, n float64 }
+
+// quantile is histogram_quantile(q, sum by (le, By) (rate(bucket))) over
+// the range, by Prometheus' rules: linear within the bucket, the highest
+// finite bound when the rank falls in +Inf, NaN without observations. bs
+// is scratch space.
+func (s *Scraper) quantile(q float64, hs []histogram, from, to int, bs []bucket) map[string]float64 {
+	out := map[string]float64{}
+	for _, h := range hs {
+		bs = bs[:0]
+		seen := false
+		for _, l := range h.lines {
+			v, ok := s.increase(l, from, to, true)
+			if !ok {
+				continue
+			}
+			seen = true
+			if n := len(bs); n > 0 && bs[n-1].le == l.le {
+				bs[n-1].n += v
+			} else {
+				bs = append(bs, bucket{l.le, v})
+			}
+		}
+		if seen {
+			out[h.legend] = quantileOf(q, bs)
+		}
+	}
+	return out
+}
+
+// quantileOf is the q-quantile of cumulative buckets sorted by bound.
+func quantileOf(q float64, bs []bucket) float64 {
+	if len(bs) < 2 || !math.IsInf(bs[len(bs)-1].le, 1) {
+		return math.NaN()
+	}
+	total := bs[len(bs)-1].n
+	if total == 0 {
+		return math.NaN()
+	}
+	rank := q * total
+	i := sort.Search(len(bs), func(i int) bool { return bs[i].n >= rank })
+	switch {
+	case i == len(bs)-1:
+		return bs[len(bs)-2].le
+	case i == 0 && bs[0].le <= 0:
+		return bs[0].le
+	}
+	lower, below := 0.0, 0.0
+	if i > 0 {
+		lower, below = bs[i-1].le, bs[i-1].n
+	}
+	upper, count := bs[i].le, bs[i].n-below
+	if count == 0 {
+		return upper
+	}
+	return lower + (upper-lower)*((rank-below)/count)
 }
 
 func parseLe(s string) (float64, error) {
@@ -576,8 +656,43 @@ func Summaries() []Summary {
 }
 
 // Dashboard evaluates every panel of d over the ring. A nil Scraper (no
-// targets configured) gives every panel no series.
+// targets configured) gives every panel no series. The result is kept until
+// the next scrape: a console polling every second costs one evaluation per
+// scrape, not one per poll. The Data is shared: read it, do not modify it.
 func (s *Scraper) Dashboard(d Dashboard) Data {
+	if s == nil {
+		return evaluate(nil, d)
+	}
+	s.mu.RLock()
+	var last time.Time
+	if n := len(s.ticks); n > 0 {
+		last = s.ticks[n-1].t
+	}
+	s.mu.RUnlock()
+	s.cacheMu.Lock()
+	c, ok := s.cache[d.Service]
+	s.cacheMu.Unlock()
+	if ok && c.at.Equal(last) && c.data.Title == d.Title {
+		return c.data
+	}
+	data := evaluate(s, d)
+	s.cacheMu.Lock()
+	if s.cache == nil {
+		s.cache = map[string]cached{}
+	}
+	s.cache[d.Service] = cached{at: last, data: data}
+	s.cacheMu.Unlock()
+	return data
+}
+
+// cached is a dashboard evaluated at the scrape of time at.
+type cached struct {
+	at   time.Time
+	data Data
+}
+
+// evaluate evaluates every panel of d over s's ring (none when s is nil).
+func evaluate(s *Scraper, d Dashboard) Data {
 	out := Data{Service: d.Service, Title: d.Title, Panels: []PanelData{}}
 	for _, p := range d.Panels() {
 		pd := PanelData{PanelSummary: PanelSummary{ID: p.ID, Title: p.Title, Unit: p.Unit, Kind: p.Kind}, Series: []Series{}}

@@ -22,7 +22,7 @@ type fakeService struct {
 	url     string
 }
 
-func newFakeService(t *testing.T, service string) *fakeService {
+func newFakeService(t testing.TB, service string) *fakeService {
 	reg := prometheus.NewRegistry()
 	lbl := prometheus.Labels{"service": service}
 	f := &fakeService{
@@ -165,5 +165,29 @@ func TestScraperBoundsSeries(t *testing.T) {
 	var none *Scraper
 	if data := none.Dashboard(d); len(data.Panels) == 0 || len(data.Panels[0].Series) != 0 {
 		t.Errorf("nil scraper: %+v", data.Panels[:1])
+	}
+}
+
+// BenchmarkDashboardEvaluation is one evaluation of the gateway's
+// dashboard over a full ring (120 scrapes) of a service with 50 methods:
+// what a poll of /v1/dashboards/{service} costs at most once per scrape.
+//
+//	go test -run XXX -bench DashboardEvaluation ./libs/dashboards
+func BenchmarkDashboardEvaluation(b *testing.B) {
+	gw := newFakeService(b, "gateway")
+	s := NewScraper([]ScrapeTarget{{"gateway", gw.url}}, ScraperOptions{})
+	t0 := time.Now()
+	for i := range 120 {
+		for m := range 50 {
+			method := "/loom.v1.Svc/M" + string(rune('A'+m%26)) + string(rune('a'+m/26))
+			gw.handled.WithLabelValues(method, "OK").Add(float64(m))
+			gw.seconds.WithLabelValues(method).Observe(float64(m%10) / 100)
+		}
+		s.Scrape(context.Background(), t0.Add(time.Duration(i)*5*time.Second))
+	}
+	d, _ := Get("gateway")
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = evaluate(s, d)
 	}
 }

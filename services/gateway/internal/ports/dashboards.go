@@ -55,6 +55,9 @@ func Dashboards(s *dashboards.Scraper, authenticate Authenticate) http.Handler {
 			svc := rest[1:]
 			d, ok := dashboards.Get(svc)
 			if !ok {
+				if len(svc) > 64 {
+					svc = svc[:64] + "..." // the name is echoed, not all of it
+				}
 				writeError(w, http.StatusNotFound, codes.NotFound,
 					fmt.Sprintf("no dashboard %q: GET %s lists them (%s, %s)", svc, DashboardsPath, dashboards.FleetService, strings.Join(dashboards.Services, ", ")))
 				return
