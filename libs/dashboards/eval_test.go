@@ -2,9 +2,11 @@ package dashboards
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,6 +144,23 @@ func TestScraperEvaluatesPanelsAsPromQLWould(t *testing.T) {
 	data := s.Dashboard(d)
 	if len(data.Panels) != len(d.Panels()) || data.Panels[0].ID != "build_info" || data.Panels[0].Series == nil {
 		t.Errorf("Dashboard = %+v", data.Panels[:1])
+	}
+	// The JSON is the contract's (SEAMS16 "Dashboards"): flat panels.
+	raw, _ := json.Marshal(data)
+	var shape struct {
+		Service, Title string
+		Panels         []map[string]json.RawMessage
+	}
+	if err := json.Unmarshal(raw, &shape); err != nil || shape.Service != "gateway" {
+		t.Fatalf("%s: %v", raw, err)
+	}
+	for _, k := range []string{"id", "title", "unit", "kind", "series"} {
+		if _, ok := shape.Panels[0][k]; !ok || len(shape.Panels[0]) != 5 {
+			t.Errorf("panel JSON %v: want exactly id, title, unit, kind, series", shape.Panels[0])
+		}
+	}
+	if want := `"legend":"g t 0","points":[[`; !strings.Contains(string(raw), want) {
+		t.Errorf("series JSON lacks %s", want)
 	}
 }
 
