@@ -18,6 +18,7 @@ import (
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/dashboards"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/service"
@@ -74,6 +75,14 @@ type Config struct {
 	// Limits are the quotas, rate limits and audit trail bounds
 	// (guard_config.go).
 	Limits Limits
+	// MetricsTargets are the services' /metrics the gateway scrapes for
+	// the console's dashboards (GET /v1/dashboards/{service}), as
+	// "service=url,..." (LOOM_GATEWAY_METRICS_TARGETS; default "": none,
+	// the dashboards then have no data). `loom up` sets it to its services.
+	MetricsTargets string
+	// MetricsInterval is how often they are scraped
+	// (LOOM_GATEWAY_METRICS_INTERVAL; default 5s; 120 scrapes are kept).
+	MetricsInterval time.Duration
 }
 
 // AuthConfig configures the gateway's authentication and AuthService.
@@ -153,6 +162,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"how long a kept-alive REST connection may wait for its next request (LOOM_GATEWAY_REST_IDLE_TIMEOUT)")
 	fs.IntVar(&c.MaxArraySize, "max-array-size", int(config.EnvInt("LOOM_MAX_ARRAY_SIZE", slurmspec.DefaultMaxArraySize)),
 		"Slurm's MaxArraySize: array task ids must be below it (LOOM_MAX_ARRAY_SIZE, shared with the scheduler; default 1001)")
+	fs.StringVar(&c.MetricsTargets, "metrics-targets", config.Env("LOOM_GATEWAY_METRICS_TARGETS", ""),
+		"services' /metrics scraped for the console's dashboards, as service=url,... (LOOM_GATEWAY_METRICS_TARGETS; default none)")
+	fs.DurationVar(&c.MetricsInterval, "metrics-interval", config.EnvDuration("LOOM_GATEWAY_METRICS_INTERVAL", 5*time.Second),
+		"how often -metrics-targets are scraped (LOOM_GATEWAY_METRICS_INTERVAL)")
 	c.Auth.registerFlags(fs)
 	c.Limits.register(fs)
 }
@@ -254,6 +267,17 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 	if err != nil {
 		return err
 	}
+	targets, err := dashboards.ParseTargets("metrics-targets", cfg.MetricsTargets)
+	if err != nil {
+		return err
+	}
+	if iv := cfg.MetricsInterval; iv != 0 && (iv < 100*time.Millisecond || iv > time.Hour) {
+		return errs.Invalid("metrics-interval", "must be between 100ms and 1h, got %s", iv)
+	}
+	var scraper *dashboards.Scraper
+	if len(targets) > 0 {
+		scraper = dashboards.NewScraper(targets, dashboards.ScraperOptions{Interval: cfg.MetricsInterval})
+	}
 	quota, auditOpt, err := cfg.Limits.options()
 	if err != nil {
 		return errs.Invalid("project-quotas", "%v", err)
@@ -335,14 +359,17 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 	}
 	consumers = append(consumers, service.Consume{Topics: []string{topics.JobEvents}, Handler: ports.JobHistory(gw), Group: app.HistoryGroup})
 	consumers = append(consumers, service.Consume{Topics: []string{topics.Audit}, Handler: ports.AuditEvents(gw), Group: app.AuditGroup})
-	rest := func(ctx context.Context) error { return serveREST(ctx, base, cfg.RESTAddr, cfg.REST, started) }
+	dash := ports.Dashboards(scraper, func(ctx context.Context) (context.Context, error) { return an.Context(ctx) })
+	rest := func(ctx context.Context) error { return serveREST(ctx, base, cfg.RESTAddr, cfg.REST, dash, started) }
 	// The history sweep runs beside the requests, in small batches.
 	sweep := func(ctx context.Context) error { return gw.RunHistorySweep(ctx, sweepInterval(cfg.JobHistory)) }
-	return base.Run(ctx, consumers, rest, sweep)
+	scrape := func(ctx context.Context) error { return scraper.Run(ctx) }
+	return base.Run(ctx, consumers, rest, sweep, scrape)
 }
 
 // serveREST serves the REST/JSON API on addr, under limits, until ctx ends.
-func serveREST(ctx context.Context, base *service.Base, addr string, limits ports.RESTLimits, started func(grpcAddr, restAddr string)) error {
+// dash serves the dashboards (ports.DashboardsPath) beside it.
+func serveREST(ctx context.Context, base *service.Base, addr string, limits ports.RESTLimits, dash http.Handler, started func(grpcAddr, restAddr string)) error {
 	grpcAddr, err := base.GRPCAddr(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -359,7 +386,7 @@ func serveREST(ctx context.Context, base *service.Base, addr string, limits port
 	if err != nil {
 		return fmt.Errorf("rest: listen on %s: %w", addr, err)
 	}
-	srv := ports.RESTServer(mux, limits)
+	srv := ports.RESTServer(ports.MountDashboards(mux, dash), limits)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	base.Log.Info("serving REST", "addr", ln.Addr().String())

@@ -473,7 +473,9 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	healthArgs = append(healthArgs, opts.HealthArgs...)
 	gwArgs := append(common(a.Gateway, a.GatewayHTTP), "-rest-addr="+a.GatewayREST,
 		"-provisioner-addr="+a.Provisioner, "-scheduler-addr="+a.Scheduler, "-registry-addr="+a.Registry,
-		"-health-addr="+a.Health, "-training-addr="+a.Training)
+		"-health-addr="+a.Health, "-training-addr="+a.Training,
+		// The console's dashboards scrape every central service's /metrics.
+		"-metrics-targets="+metricsTargets(a))
 	// Authentication's keys (docs/security.md): the gateway signs tokens
 	// with one and makes the administrator's and the login daemon's API
 	// keys at its first start.
@@ -511,6 +513,17 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	}
 	s.log.Info("loom is up", "gateway", a.Gateway, "rest", a.GatewayREST, "data", s.DataDir)
 	return nil
+}
+
+// metricsTargets is the gateway's -metrics-targets for the stack's
+// services (agents listen on ports of their own choosing: not listed).
+func metricsTargets(a Addrs) string {
+	var out []string
+	for _, t := range []struct{ svc, addr string }{{"gateway", a.GatewayHTTP}, {"provisioner", a.ProvisionerHTTP},
+		{"scheduler", a.SchedulerHTTP}, {"health", a.HealthHTTP}, {"registry", a.RegistryHTTP}, {"training", a.TrainingHTTP}} {
+		out = append(out, t.svc+"=http://"+t.addr+"/metrics")
+	}
+	return strings.Join(out, ",")
 }
 
 // resolveAddrs fills empty addresses with free loopback ports. The broker

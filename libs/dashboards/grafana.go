@@ -1,0 +1,222 @@
+package dashboards
+
+import (
+	"encoding/json"
+	"os"
+	"path"
+	"path/filepath"
+)
+
+// DatasourceUID is the uid of the Prometheus datasource the provisioning
+// files create; the dashboards' datasource variable defaults to it.
+const DatasourceUID = "loom-prometheus"
+
+// Grafana's JSON model, only the parts Loom sets.
+type gDashboard struct {
+	UID           string      `json:"uid"`
+	Title         string      `json:"title"`
+	Tags          []string    `json:"tags"`
+	Timezone      string      `json:"timezone"`
+	SchemaVersion int         `json:"schemaVersion"`
+	Version       int         `json:"version"`
+	Editable      bool        `json:"editable"`
+	Refresh       string      `json:"refresh"`
+	Time          gTime       `json:"time"`
+	Templating    gTemplating `json:"templating"`
+	Annotations   gList       `json:"annotations"`
+	Panels        []gPanel    `json:"panels"`
+}
+
+type gTime struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+type gTemplating struct {
+	List []gVariable `json:"list"`
+}
+
+type gList struct {
+	List []any `json:"list"`
+}
+
+type gVariable struct {
+	Name    string   `json:"name"`
+	Label   string   `json:"label"`
+	Type    string   `json:"type"`
+	Query   string   `json:"query"`
+	Current gCurrent `json:"current"`
+	Hide    int      `json:"hide"`
+	Refresh int      `json:"refresh"`
+	Regex   string   `json:"regex"`
+}
+
+type gCurrent struct {
+	Text  string `json:"text"`
+	Value string `json:"value"`
+}
+
+type gDatasource struct {
+	Type string `json:"type"`
+	UID  string `json:"uid"`
+}
+
+type gGrid struct {
+	H int `json:"h"`
+	W int `json:"w"`
+	X int `json:"x"`
+	Y int `json:"y"`
+}
+
+type gPanel struct {
+	ID          int           `json:"id"`
+	Type        string        `json:"type"`
+	Title       string        `json:"title"`
+	GridPos     gGrid         `json:"gridPos"`
+	Datasource  *gDatasource  `json:"datasource,omitempty"`
+	Collapsed   *bool         `json:"collapsed,omitempty"`
+	Panels      []gPanel      `json:"panels,omitempty"`
+	FieldConfig *gFieldConfig `json:"fieldConfig,omitempty"`
+	Options     any           `json:"options,omitempty"`
+	Targets     []gTarget     `json:"targets,omitempty"`
+}
+
+type gFieldConfig struct {
+	Defaults  gDefaults `json:"defaults"`
+	Overrides []any     `json:"overrides"`
+}
+
+type gDefaults struct {
+	Unit string `json:"unit"`
+}
+
+type gTarget struct {
+	RefID        string      `json:"refId"`
+	Datasource   gDatasource `json:"datasource"`
+	Expr         string      `json:"expr"`
+	LegendFormat string      `json:"legendFormat"`
+	Range        bool        `json:"range"`
+	Instant      bool        `json:"instant"`
+}
+
+// Grafana returns d as Grafana dashboard JSON (schema version 39), its
+// queries on the Prometheus datasource picked by the $datasource variable.
+func Grafana(d Dashboard) []byte {
+	ds := gDatasource{Type: "prometheus", UID: "${datasource}"}
+	g := gDashboard{
+		UID: "loom-" + d.Service, Title: d.Title, Tags: []string{"loom"}, Timezone: "browser",
+		SchemaVersion: 39, Version: 1, Editable: false, Refresh: "30s",
+		Time: gTime{From: "now-1h", To: "now"},
+		Templating: gTemplating{List: []gVariable{{Name: "datasource", Label: "Data source", Type: "datasource",
+			Query: "prometheus", Current: gCurrent{Text: "Prometheus", Value: DatasourceUID}}}},
+		Annotations: gList{List: []any{}},
+	}
+	id, y := 1, 0
+	for _, r := range d.Rows {
+		collapsed := false
+		g.Panels = append(g.Panels, gPanel{ID: id, Type: "row", Title: r.Title, Collapsed: &collapsed, GridPos: gGrid{H: 1, W: 24, Y: y}})
+		id++
+		y++
+		// Four panels to a line, six units each.
+		for i, p := range r.Panels {
+			if i > 0 && i%4 == 0 {
+				y += 8
+			}
+			gp := gPanel{ID: id, Type: string(p.Kind), Title: p.Title, Datasource: &ds,
+				GridPos:     gGrid{H: 8, W: 6, X: (i % 4) * 6, Y: y},
+				FieldConfig: &gFieldConfig{Defaults: gDefaults{Unit: p.Unit}, Overrides: []any{}},
+				Targets: []gTarget{{RefID: "A", Datasource: ds, Expr: p.PromQL(d.Service, GrafanaWindow),
+					LegendFormat: p.Legend(), Range: p.Kind == Timeseries, Instant: p.Kind == Stat}},
+			}
+			if p.Kind == Stat {
+				gp.Options = map[string]any{"reduceOptions": map[string]any{"calcs": []string{"lastNotNull"}, "fields": "", "values": false},
+					"textMode": "value_and_name", "colorMode": "value", "graphMode": "none"}
+			} else {
+				gp.Options = map[string]any{"legend": map[string]any{"displayMode": "list", "placement": "bottom", "showLegend": true},
+					"tooltip": map[string]any{"mode": "multi", "sort": "desc"}}
+			}
+			g.Panels = append(g.Panels, gp)
+			id++
+		}
+		y += 8
+	}
+	b, err := json.MarshalIndent(g, "", "  ")
+	if err != nil {
+		panic(err) // our own plain structs
+	}
+	return append(b, '\n')
+}
+
+// Grafana's provisioning files: the datasource and the dashboard provider.
+const grafanaDatasource = `# Loom's Prometheus, for Grafana's provisioning (/etc/grafana/provisioning/datasources).
+# Generated by ` + "`go run ./libs/dashboards/cmd/gendash`" + `; point url at your Prometheus.
+apiVersion: 1
+datasources:
+  - name: Prometheus
+    type: prometheus
+    uid: ` + DatasourceUID + `
+    access: proxy
+    url: http://prometheus:9090
+    isDefault: true
+    editable: false
+`
+
+const grafanaProvider = `# Loom's dashboards, for Grafana's provisioning (/etc/grafana/provisioning/dashboards).
+# Generated by ` + "`go run ./libs/dashboards/cmd/gendash`" + `; the JSON files are mounted at options.path.
+apiVersion: 1
+providers:
+  - name: loom
+    folder: Loom
+    type: file
+    disableDeletion: true
+    allowUiUpdates: false
+    updateIntervalSeconds: 60
+    options:
+      path: /etc/grafana/dashboards
+`
+
+// Files returns every generated file under deploy/, by path relative to
+// deploy/: the Grafana dashboards and provisioning, the Prometheus
+// configuration (for docker-compose.yaml's services) and rules.
+func Files() map[string][]byte {
+	out := map[string][]byte{
+		"grafana/provisioning/datasources/loom.yaml": []byte(grafanaDatasource),
+		"grafana/provisioning/dashboards/loom.yaml":  []byte(grafanaProvider),
+		"prometheus/rules.yml":                       Rules(),
+		"prometheus/prometheus.yml": append([]byte("# Prometheus for docker-compose.yaml. Generated by `go run ./libs/dashboards/cmd/gendash`:\n"+
+			"# edit libs/dashboards, not this file. Elsewhere, list your services' HTTP addresses the same way.\n"),
+			ScrapeConfig(ComposeTargets, ScrapeOptions{Interval: 15e9, RuleFiles: []string{"rules.yml"}})...),
+	}
+	for _, d := range All() {
+		out[path.Join("grafana/dashboards", "loom-"+d.Service+".json")] = Grafana(d)
+	}
+	return out
+}
+
+// WriteFiles writes Files under dir (deploy/), and removes dashboards of
+// Loom's (grafana/dashboards/loom-*.json) that are no longer defined.
+func WriteFiles(dir string) error {
+	files := Files()
+	old, _ := filepath.Glob(filepath.Join(dir, "grafana", "dashboards", "loom-*.json"))
+	for _, o := range old {
+		rel, err := filepath.Rel(dir, o)
+		if err != nil {
+			return err
+		}
+		if _, ok := files[filepath.ToSlash(rel)]; !ok {
+			if err := os.Remove(o); err != nil {
+				return err
+			}
+		}
+	}
+	for name, data := range files {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}

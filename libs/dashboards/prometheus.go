@@ -1,0 +1,219 @@
+package dashboards
+
+import (
+	"bytes"
+	"fmt"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Alert is one Prometheus alert rule, with the query that checks it
+// against a live Prometheus.
+type Alert struct {
+	// Name is the alert's name (LoomHighErrorRatio, ...).
+	Name string
+	// Expr is the rule's expression in its firing form: it returns a
+	// series for each thing that is wrong, nothing when all is well.
+	Expr string
+	// Check is Expr's condition as a 0/1 value (`> bool` for `>`): it
+	// returns a series, 0 or 1, for each thing Expr looks at, so that a
+	// test can tell a healthy system (0) from a query that names metrics or
+	// labels that do not exist (nothing). The rule files carry Expr only.
+	Check string
+	// For is how long Expr must hold before the alert fires (0: at once).
+	For time.Duration
+	// Severity is the severity label: "page" or "ticket".
+	Severity string
+	// Summary and Description are the annotations; Description may use
+	// {{ $labels.x }} and {{ $value }}.
+	Summary, Description string
+	// Action says what to do when it fires (docs/observability.md has more).
+	Action string
+}
+
+// Alerts returns Loom's alert rules.
+func Alerts() []Alert {
+	handled := "loom_grpc_server_handled_total"
+	ratio := fmt.Sprintf(`(sum by (service, method) (rate(%s{code=~"%s"}[5m])) or sum by (service, method) (rate(%s[5m])) * 0) / sum by (service, method) (rate(%s[5m]))`,
+		handled, serverErrorCodes, handled, handled)
+	lagGrew := `delta(loom_consumer_lag_records[5m])`
+	consumed := `sum by (service, group, topic, partition) (increase(loom_consumer_records_total[5m]))`
+	oldest := `max by (service) (loom_outbox_oldest_age_seconds)`
+	dead := `sum by (service, topic) (increase(loom_dead_letters_total[5m]))`
+	return []Alert{
+		{
+			Name:  "LoomHighErrorRatio",
+			Expr:  ratio + " > 0.01",
+			Check: ratio + " > bool 0.01",
+			For:   5 * time.Minute, Severity: "page",
+			Summary:     "{{ $labels.service }}: more than 1% of {{ $labels.method }} calls fail",
+			Description: "{{ $labels.service }} has answered {{ $value | humanizePercentage }} of {{ $labels.method }} calls with a server error (Unknown, Internal, Unavailable, DeadlineExceeded, DataLoss, Unimplemented) for 5 minutes.",
+			Action:      "Read the service's logs at ERROR for that method; check its dependencies (Redis latency, consumer lag) on its dashboard.",
+		},
+		{
+			Name: "LoomConsumerStalled",
+			// Lag grew over 5 minutes and nothing was consumed in them; a
+			// partition never consumed from has no records series, which
+			// unless keeps.
+			Expr:  lagGrew + " > 0 unless on (service, group, topic, partition) " + consumed + " > 0",
+			Check: "(" + lagGrew + " > bool 0) * on (service, group, topic, partition) (" + consumed + " == bool 0)",
+			// The 5 minutes are the expression's window.
+			Severity:    "page",
+			Summary:     "{{ $labels.service }}: consumer group {{ $labels.group }} is stalled on {{ $labels.topic }}/{{ $labels.partition }}",
+			Description: "The lag of {{ $labels.group }} on {{ $labels.topic }} partition {{ $labels.partition }} grew over the last 5 minutes and it consumed no record.",
+			Action:      "Look for a handler stuck on one record (the service's logs, its gRPC and Redis latency); restart the service if it does not move; a poison record is dead-lettered after its retries.",
+		},
+		{
+			Name:        "LoomOutboxStuck",
+			Expr:        oldest + " > 60",
+			Check:       oldest + " > bool 60",
+			Severity:    "page",
+			Summary:     "{{ $labels.service }}: outbox entry waiting for over 60 s",
+			Description: "The oldest entry of {{ $labels.service }}'s outbox is {{ $value | humanizeDuration }} old: commands are not reaching Kafka.",
+			Action:      "Check that Kafka is up and reachable from the service (its logs say why a publish fails); a record the broker refuses for good is set aside.",
+		},
+		{
+			Name: "LoomDeadLetters",
+			Expr: dead + " > 0",
+			// No dead letter yet means no series at all: 0 then.
+			Check:       "(" + dead + " > bool 0) or on() vector(0)",
+			Severity:    "ticket",
+			Summary:     "{{ $labels.service }}: records dead-lettered from {{ $labels.topic }}",
+			Description: "{{ $value }} records of {{ $labels.topic }} were dead-lettered by {{ $labels.service }} in the last 5 minutes: each failed its retries.",
+			Action:      "Read the dead letters (their loom_dlq_error header says why), fix the cause and replay them.",
+		},
+		{
+			Name:        "LoomTargetDown",
+			Expr:        `up{job=~"gateway|provisioner|scheduler|health|registry|training|agent"} == 0`,
+			Check:       `up{job=~"gateway|provisioner|scheduler|health|registry|training|agent"} == bool 0`,
+			For:         2 * time.Minute,
+			Severity:    "page",
+			Summary:     "{{ $labels.job }} at {{ $labels.instance }} does not answer its /metrics",
+			Description: "Prometheus has not scraped {{ $labels.instance }} for 2 minutes.",
+			Action:      "Check that the process runs and its HTTP address (LOOM_<SERVICE>_HTTP_ADDR) is reachable from Prometheus.",
+		},
+	}
+}
+
+// ruleFile is Prometheus' rule file format.
+type ruleFile struct {
+	Groups []ruleGroup `yaml:"groups"`
+}
+
+type ruleGroup struct {
+	Name  string `yaml:"name"`
+	Rules []rule `yaml:"rules"`
+}
+
+type rule struct {
+	Alert       string            `yaml:"alert"`
+	Expr        string            `yaml:"expr"`
+	For         string            `yaml:"for,omitempty"`
+	Labels      map[string]string `yaml:"labels"`
+	Annotations map[string]string `yaml:"annotations"`
+}
+
+// Rules returns the alert rules as a Prometheus rule file.
+func Rules() []byte {
+	g := ruleGroup{Name: "loom"}
+	for _, a := range Alerts() {
+		r := rule{Alert: a.Name, Expr: a.Expr, Labels: map[string]string{"severity": a.Severity},
+			Annotations: map[string]string{"summary": a.Summary, "description": a.Description, "action": a.Action}}
+		if a.For > 0 {
+			r.For = promDuration(a.For)
+		}
+		g.Rules = append(g.Rules, r)
+	}
+	return yamlDoc("# Loom's alert rules. Generated by `go run ./libs/dashboards/cmd/gendash`: edit libs/dashboards, not this file.\n",
+		ruleFile{Groups: []ruleGroup{g}})
+}
+
+// Target is one scrape job: a service and its /metrics addresses.
+type Target struct {
+	// Service is the job name (a dashboard's Service).
+	Service string
+	// Addrs are host:port of its HTTP servers (/metrics).
+	Addrs []string
+}
+
+// ScrapeOptions configure ScrapeConfig.
+type ScrapeOptions struct {
+	// Interval is the scrape and evaluation interval (default 15s).
+	Interval time.Duration
+	// RuleFiles are the rule files to load (paths as Prometheus sees them).
+	RuleFiles []string
+}
+
+type promConfig struct {
+	Global        promGlobal     `yaml:"global"`
+	RuleFiles     []string       `yaml:"rule_files,omitempty"`
+	ScrapeConfigs []scrapeConfig `yaml:"scrape_configs"`
+}
+
+type promGlobal struct {
+	ScrapeInterval     string `yaml:"scrape_interval"`
+	EvaluationInterval string `yaml:"evaluation_interval"`
+}
+
+type scrapeConfig struct {
+	JobName       string         `yaml:"job_name"`
+	MetricsPath   string         `yaml:"metrics_path"`
+	StaticConfigs []staticConfig `yaml:"static_configs"`
+}
+
+type staticConfig struct {
+	Targets []string `yaml:"targets"`
+}
+
+// ScrapeConfig returns a Prometheus configuration that scrapes targets,
+// one job per service (the job label the dashboards select on).
+func ScrapeConfig(targets []Target, o ScrapeOptions) []byte {
+	if o.Interval <= 0 {
+		o.Interval = 15 * time.Second
+	}
+	c := promConfig{Global: promGlobal{ScrapeInterval: promDuration(o.Interval), EvaluationInterval: promDuration(o.Interval)},
+		RuleFiles: o.RuleFiles}
+	for _, t := range targets {
+		c.ScrapeConfigs = append(c.ScrapeConfigs, scrapeConfig{JobName: t.Service, MetricsPath: "/metrics",
+			StaticConfigs: []staticConfig{{Targets: t.Addrs}}})
+	}
+	return yamlDoc("", c)
+}
+
+// ComposeTargets are the services of docker-compose.yaml and their HTTP
+// addresses there (LOOM_<SERVICE>_HTTP_ADDR). Compose runs no training
+// service (there is no image for it yet); add its :9175 where one runs.
+var ComposeTargets = []Target{
+	{Service: "gateway", Addrs: []string{"gateway:9170"}},
+	{Service: "provisioner", Addrs: []string{"provisioner:9171"}},
+	{Service: "scheduler", Addrs: []string{"scheduler:9172"}},
+	{Service: "health", Addrs: []string{"health:9173"}},
+	{Service: "registry", Addrs: []string{"registry:9174"}},
+	{Service: "agent", Addrs: []string{"agent:9176"}},
+}
+
+// promDuration writes d as Prometheus does: 15s, 5m, 1h.
+func promDuration(d time.Duration) string {
+	switch {
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%dh", d/time.Hour)
+	case d%time.Minute == 0:
+		return fmt.Sprintf("%dm", d/time.Minute)
+	case d%time.Second == 0:
+		return fmt.Sprintf("%ds", d/time.Second)
+	}
+	return fmt.Sprintf("%dms", d/time.Millisecond)
+}
+
+func yamlDoc(header string, v any) []byte {
+	var b bytes.Buffer
+	b.WriteString(header)
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(v); err != nil {
+		panic(err) // only our own plain structs are encoded
+	}
+	_ = enc.Close()
+	return b.Bytes()
+}

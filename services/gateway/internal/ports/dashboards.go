@@ -1,0 +1,106 @@
+package ports
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/loom-ml/loom/libs/auth"
+	"github.com/loom-ml/loom/libs/dashboards"
+	"github.com/loom-ml/loom/libs/errs"
+)
+
+// DashboardsPath is where the dashboards are served: GET DashboardsPath
+// lists them, GET DashboardsPath/{service} returns one with its series.
+const DashboardsPath = "/v1/dashboards"
+
+// Authenticate authenticates the credential a context carries as incoming
+// gRPC metadata: the authenticator's Context (authn.Authenticator.Context).
+type Authenticate func(ctx context.Context) (context.Context, error)
+
+// Dashboards serves the dashboards of libs/dashboards as the console reads
+// them (docs/observability.md, "Dashboards and alerts"):
+//
+//	GET /v1/dashboards           {dashboards:[{service, title, panels:[{id, title, unit, kind}]}]}
+//	GET /v1/dashboards/{service} {service, title, panels:[{id, title, unit, kind, series:[{legend, points:[[t, v]]}]}]}
+//
+// Callers authenticate as on the rest of the REST API (Authorization:
+// Bearer <token or API key>); without a valid credential the answer is 401.
+// Any authenticated principal may read them: they hold no job, trial or user
+// names. s evaluates the panels; nil (no targets) gives panels no series.
+func Dashboards(s *dashboards.Scraper, authenticate Authenticate) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, codes.Unimplemented, r.Method+" "+r.URL.Path+": only GET is served")
+			return
+		}
+		if err := authenticated(r, authenticate); err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="loom"`)
+			writeError(w, http.StatusUnauthorized, codes.Unauthenticated, err.Error())
+			return
+		}
+		rest := strings.TrimPrefix(r.URL.Path, DashboardsPath)
+		switch {
+		case rest == "" || rest == "/":
+			writeJSON(w, struct {
+				Dashboards []dashboards.Summary `json:"dashboards"`
+			}{dashboards.Summaries()})
+		case strings.Count(rest, "/") == 1:
+			svc := rest[1:]
+			d, ok := dashboards.Get(svc)
+			if !ok {
+				if len(svc) > 64 {
+					svc = svc[:64] + "..." // the name is echoed, not all of it
+				}
+				writeError(w, http.StatusNotFound, codes.NotFound,
+					fmt.Sprintf("no dashboard %q: GET %s lists them (%s, %s)", svc, DashboardsPath, dashboards.FleetService, strings.Join(dashboards.Services, ", ")))
+				return
+			}
+			writeJSON(w, s.Dashboard(d))
+		default:
+			writeError(w, http.StatusNotFound, codes.NotFound, r.URL.Path+": no such path; GET "+DashboardsPath+"/{service}")
+		}
+	})
+}
+
+// authenticated checks r's credential as the gRPC API would (the REST API
+// passes the Authorization header on as gRPC metadata): a missing, malformed
+// or bad credential is an Unauthenticated error.
+func authenticated(r *http.Request, authenticate Authenticate) error {
+	md := metadata.MD{}
+	for _, v := range r.Header.Values("Authorization") {
+		md.Append(auth.MetadataKey, v)
+	}
+	ctx, err := authenticate(metadata.NewIncomingContext(r.Context(), md))
+	if err != nil {
+		return err
+	}
+	if _, ok := auth.FromContext(ctx); !ok {
+		return fmt.Errorf("%w: send Authorization: Bearer <token or API key> (`loom auth keys create` makes an API key)", errs.Unauthenticated)
+	}
+	return nil
+}
+
+// MountDashboards routes DashboardsPath and below to d, everything else
+// to next.
+func MountDashboards(next, d http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == DashboardsPath || strings.HasPrefix(r.URL.Path, DashboardsPath+"/") {
+			d.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(v)
+}
