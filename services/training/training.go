@@ -16,6 +16,7 @@ import (
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/series"
 	"github.com/loom-ml/loom/libs/service"
 	"github.com/loom-ml/loom/libs/topics"
@@ -23,6 +24,7 @@ import (
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	"github.com/loom-ml/loom/services/training/internal/adapters"
 	"github.com/loom-ml/loom/services/training/internal/app"
+	"github.com/loom-ml/loom/services/training/internal/domain"
 	"github.com/loom-ml/loom/services/training/internal/ports"
 )
 
@@ -35,6 +37,10 @@ const (
 	// DefaultTick is how often time is applied: FLEX_START jobs past their
 	// max_wait_duration expire within one tick (LOOM_TRAINING_TICK).
 	DefaultTick = 5 * time.Second
+	// DefaultMetricGrace is how long a trial whose job succeeded waits for
+	// its metric's measurements, which travel on another topic than the
+	// job's end, before it is INFEASIBLE (LOOM_TRAINING_METRIC_GRACE).
+	DefaultMetricGrace = domain.DefaultMetricGrace
 )
 
 // Group is the training service's consumer group.
@@ -49,6 +55,10 @@ type Config struct {
 	// Tick is how often the passing of time is applied (LOOM_TRAINING_TICK;
 	// default 5s).
 	Tick time.Duration
+	// MetricGrace is how long a trial whose job succeeded waits for a
+	// measurement of its study's metric (LOOM_TRAINING_METRIC_GRACE;
+	// default 60s, at most domain.MaxMetricGrace).
+	MetricGrace time.Duration
 }
 
 // RegisterFlags adds the training service's flags to fs, defaults from
@@ -57,6 +67,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Common.Register(fs, "TRAINING", DefaultGRPCAddr, DefaultHTTPAddr)
 	fs.DurationVar(&c.Tick, "tick", config.EnvDuration("LOOM_TRAINING_TICK", DefaultTick),
 		"how often time is applied: FLEX_START custom jobs past max_wait_duration expire (LOOM_TRAINING_TICK; default 5s)")
+	fs.DurationVar(&c.MetricGrace, "metric-grace", config.EnvDuration("LOOM_TRAINING_METRIC_GRACE", DefaultMetricGrace),
+		"how long a trial whose job succeeded waits for its metric's late measurements before it is INFEASIBLE (LOOM_TRAINING_METRIC_GRACE; default 60s, at most 1h)")
 }
 
 // RunArgs runs the training service from a command line (args, without
@@ -88,6 +100,9 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 	if cfg.Tick <= 0 {
 		cfg.Tick = DefaultTick
 	}
+	if cfg.MetricGrace < 0 || cfg.MetricGrace > domain.MaxMetricGrace {
+		return errs.Invalid("metric-grace", "LOOM_TRAINING_METRIC_GRACE: must be 0s..%v, got %v", domain.MaxMetricGrace, cfg.MetricGrace)
+	}
 	// Only Loom services (the gateway) call this API: each call carries a
 	// service token.
 	internal, err := service.InternalAuth(cfg.Common)
@@ -98,7 +113,7 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 	if err != nil {
 		return fmt.Errorf("training: %w", err)
 	}
-	a, err := app.New(ctx, adapters.NewRepo(base.Store), base.Log, base.Clock.Now)
+	a, err := app.New(ctx, adapters.NewRepo(base.Store), base.Log, base.Clock.Now, cfg.MetricGrace)
 	if err != nil {
 		_ = base.Close()
 		return err

@@ -36,10 +36,14 @@ type App struct {
 	write sync.Mutex
 	mu    sync.RWMutex
 	state *domain.State
+	// grace is the domain's MetricGrace, set on every state loaded.
+	grace time.Duration
 }
 
-// New loads the stored state through repo. now is the clock (time.Now when nil).
-func New(ctx context.Context, repo *adapters.Repo, log *slog.Logger, now func() time.Time) (*App, error) {
+// New loads the stored state through repo. now is the clock (time.Now when
+// nil); grace is how long a trial whose job succeeded waits for its
+// metric (domain.State.MetricGrace; 0: domain.DefaultMetricGrace).
+func New(ctx context.Context, repo *adapters.Repo, log *slog.Logger, now func() time.Time, grace time.Duration) (*App, error) {
 	if now == nil {
 		now = time.Now
 	}
@@ -47,7 +51,8 @@ func New(ctx context.Context, repo *adapters.Repo, log *slog.Logger, now func() 
 	if err != nil {
 		return nil, fmt.Errorf("training: %w", err)
 	}
-	a := &App{repo: repo, log: log, now: now, state: st}
+	st.MetricGrace = grace
+	a := &App{repo: repo, log: log, now: now, state: st, grace: grace}
 	a.drv = store.NewDriver(repo.Store(), a.reload)
 	return a, nil
 }
@@ -57,6 +62,7 @@ func (a *App) reload(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	st.MetricGrace = a.grace
 	a.mu.Lock()
 	a.state = st
 	a.mu.Unlock()

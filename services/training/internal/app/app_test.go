@@ -39,7 +39,7 @@ func TestApplyWithLostAnswerLeavesMemoryAsRedis(t *testing.T) {
 	_, rdb := testkit.Redis(t)
 	lost := storetest.LoseApplyReplies(rdb, "training:")
 	repo := adapters.NewRepo(store.New(rdb, "training:"))
-	a, err := New(ctx, repo, slog.Default(), nil)
+	a, err := New(ctx, repo, slog.Default(), nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 	ctx := testkit.Context(t, 30*time.Second)
 	_, rdb := testkit.Redis(t)
 	repo := adapters.NewRepo(store.New(rdb, "training:"))
-	a, err := New(ctx, repo, slog.Default(), nil)
+	a, err := New(ctx, repo, slog.Default(), nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

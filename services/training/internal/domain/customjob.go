@@ -34,7 +34,7 @@ func (s *State) createCustomJob(now time.Time, c *eventsv1.CreateCustomJob) (*Ch
 	r := &Root{Name: in.GetName(), CJs: []*CJ{cj}}
 	em := &emitter{}
 	startCJ(now, cj, em)
-	advance(now, r, em)
+	advance(now, s.metricGrace(), r, em)
 	return finish(now, nil, r, em), nil
 }
 
@@ -339,13 +339,13 @@ func expiryDue(now time.Time, cj *CJ) bool {
 
 // Tick decides what the passing of time does at now: FLEX_START jobs past
 // their max_wait_duration expire; jobs waiting for capacity ask for their
-// cluster again. One change per root that changed, in
-// name order.
+// cluster again; finalizing trials past their metric grace are judged. One
+// change per root that changed, in name order.
 func (s *State) Tick(now time.Time) []*Change {
 	var out []*Change
 	for _, name := range sortedKeys(s.Roots) {
 		r := s.Roots[name]
-		due := false
+		due := finalizeDue(now, s.metricGrace(), r)
 		for _, cj := range r.CJs {
 			due = due || expiryDue(now, cj) || retryDue(now, cj)
 		}

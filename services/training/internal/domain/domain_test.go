@@ -578,11 +578,15 @@ func TestTuningLastMeasurementAndInfeasibleTrials(t *testing.T) {
 	if tr.GetFinalMeasurement().GetStepCount() != 3 {
 		t.Fatalf("LAST: final %v", tr.GetFinalMeasurement())
 	}
-	// Trial 2 succeeds without a metric: INFEASIBLE with the reason.
+	// Trial 2 succeeds without a metric: INFEASIBLE with the reason, once
+	// its metric grace is over (TestTrialWithoutMetricsIsInfeasibleAfterTheGrace).
 	tr2 := active(tuningOf(t, s, tunName))[0]
 	n, _ := ParseName(tr2.GetCustomJob(), CustomJobs)
 	feed(t, s, clusterIs(n.EphemeralCluster(), loomv1.Cluster_RUNNING))
 	feed(t, s, jobIs(n.Job(), loomv1.JobState_COMPLETED))
+	for _, c := range s.Tick(t0.Add(DefaultMetricGrace)) {
+		s.Apply(c)
+	}
 	j := tuningOf(t, s, tunName)
 	if got := j.GetTrials()[1]; got.GetState() != trainingv1.Trial_INFEASIBLE || !strings.Contains(got.GetInfeasibleReason(), "CLOUD_ML_HP_METRIC_FILE") {
 		t.Fatalf("trial 2 %v", got)

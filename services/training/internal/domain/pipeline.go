@@ -72,7 +72,7 @@ func (s *State) createPipeline(now time.Time, c *eventsv1.CreateTrainingPipeline
 		r.Pipeline.Child = tName
 		setMetadata(p, map[string]any{"backingHyperparameterTuningJob": tName})
 	}
-	advance(now, r, em)
+	advance(now, s.metricGrace(), r, em)
 	return finish(now, nil, r, em), nil
 }
 

@@ -172,6 +172,20 @@ type State struct {
 	// index maps every CustomJob, tuning job and pipeline name, scheduler
 	// job name, ephemeral cluster name and upload request id to its root.
 	index map[string]string
+	// MetricGrace is how long a trial whose CustomJob succeeded waits for
+	// its metric's measurements before it is judged INFEASIBLE (0:
+	// DefaultMetricGrace). Job and metrics events come on different topics,
+	// unordered with each other: a job's end can be seen before the last
+	// metrics its program reported.
+	MetricGrace time.Duration
+}
+
+// metricGrace is s.MetricGrace, DefaultMetricGrace when unset.
+func (s *State) metricGrace() time.Duration {
+	if s.MetricGrace > 0 {
+		return s.MetricGrace
+	}
+	return DefaultMetricGrace
 }
 
 // NewState returns a state of roots.
@@ -374,7 +388,7 @@ func (s *State) change(now time.Time, name string, f func(r *Root, em *emitter) 
 	if err := f(r, em); err != nil {
 		return nil, err
 	}
-	advance(now, r, em)
+	advance(now, s.metricGrace(), r, em)
 	return finish(now, old, r, em), nil
 }
 

@@ -34,6 +34,12 @@ const (
 	// however long its program reports: past it, thinMeasurements halves
 	// the older ones.
 	MaxMeasurements = 1000
+	// DefaultMetricGrace is how long a trial whose CustomJob succeeded
+	// waits for a measurement of its study's metric (State.MetricGrace;
+	// the service's LOOM_TRAINING_METRIC_GRACE).
+	DefaultMetricGrace = 60 * time.Second
+	// MaxMetricGrace bounds that wait.
+	MaxMetricGrace = time.Hour
 )
 
 // thinMeasurements keeps ms within MaxMeasurements: while there are too
@@ -80,7 +86,7 @@ func (s *State) createTuningJob(now time.Time, c *eventsv1.CreateHyperparameterT
 	}
 	r := &Root{Name: in.GetName(), Tuning: newTuning(now, proto.Clone(in).(*trainingv1.HyperparameterTuningJob))}
 	em := &emitter{}
-	advance(now, r, em)
+	advance(now, s.metricGrace(), r, em)
 	return finish(now, nil, r, em), nil
 }
 
@@ -148,13 +154,13 @@ func trialActive(tr *trainingv1.Trial) bool {
 
 // advance moves r on from what its parts' states are now: trials end with
 // their CustomJobs, new trials start, tuning jobs and pipelines end. It is
-// idempotent, so every change runs it.
-func advance(now time.Time, r *Root, em *emitter) {
+// idempotent, so every change runs it. grace is State.MetricGrace.
+func advance(now time.Time, grace time.Duration, r *Root, em *emitter) {
 	if r.Tuning != nil {
 		// A round can start trials that fail at once (a spec no cluster can
 		// be made from): run rounds until nothing moves, bounded by the budget.
 		for i := 0; i <= int(r.Tuning.Job.GetMaxTrialCount())+1; i++ {
-			if !advanceTuning(now, r, em) {
+			if !advanceTuning(now, grace, r, em) {
 				break
 			}
 		}
@@ -165,7 +171,9 @@ func advance(now time.Time, r *Root, em *emitter) {
 }
 
 // advanceTuning runs one round; it reports whether a trial started or ended.
-func advanceTuning(now time.Time, r *Root, em *emitter) bool {
+// A trial whose job succeeded without a measurement of the metric stays
+// active (finalizing) until one comes or grace from the job's end passes.
+func advanceTuning(now time.Time, grace time.Duration, r *Root, em *emitter) bool {
 	t := r.Tuning
 	job := t.Job
 	if JobEnded(job.GetState()) {
@@ -180,7 +188,7 @@ func advanceTuning(now time.Time, r *Root, em *emitter) bool {
 		if !trialActive(tr) {
 			continue
 		}
-		if cj := r.cj(tr.GetCustomJob()); cj != nil && JobEnded(cj.Job.GetState()) {
+		if cj := r.cj(tr.GetCustomJob()); cj != nil && JobEnded(cj.Job.GetState()) && !awaitingMetric(now, grace, job, tr, cj) {
 			finishTrial(now, srch, job, tr, cj)
 			moved = true
 		}
@@ -212,7 +220,7 @@ func advanceTuning(now time.Time, r *Root, em *emitter) bool {
 				tr.State = trainingv1.Trial_STOPPING
 				if cj := r.cj(tr.GetCustomJob()); cj != nil {
 					stopCJ(now, cj, "its tuning job "+job.GetName()+" is ending: "+t.EndError.GetMessage(), em)
-					if JobEnded(cj.Job.GetState()) {
+					if JobEnded(cj.Job.GetState()) && !awaitingMetric(now, grace, job, tr, cj) {
 						finishTrial(now, srch, job, tr, cj)
 						active--
 					}
@@ -322,15 +330,55 @@ func ParamString(v *structpb.Value) string {
 	return ""
 }
 
+// trialJobOK reports whether trial tr's ended CustomJob cj did its work:
+// it succeeded, or the search's early stop cancelled it.
+func trialJobOK(tr *trainingv1.Trial, cj *CJ) bool {
+	return cj.Job.GetState() == trainingv1.JobState_JOB_STATE_SUCCEEDED ||
+		(tr.GetEarlyStopped() && cj.Job.GetState() == trainingv1.JobState_JOB_STATE_CANCELLED)
+}
+
+// awaitingMetric reports whether trial tr, whose CustomJob cj ended, is
+// finalizing at now: its job did its work, no measurement of the study's
+// metric has come yet, and grace has not passed since the job's end. Job
+// and metrics events travel on different topics, unordered with each other,
+// so a job's end can be seen before its program's last metrics. The
+// deadline is the stored end time plus grace, so that a replay decides the
+// same; State.Tick judges the trial once it passes.
+func awaitingMetric(now time.Time, grace time.Duration, job *trainingv1.HyperparameterTuningJob, tr *trainingv1.Trial, cj *CJ) bool {
+	if !JobEnded(cj.Job.GetState()) || !trialJobOK(tr, cj) || cj.Job.GetEndTime() == nil {
+		return false
+	}
+	metric := job.GetStudySpec().GetMetrics()[0].GetMetricId()
+	for _, m := range tr.GetMeasurements() {
+		if _, ok := metricValue(m, metric); ok {
+			return false
+		}
+	}
+	return now.Before(cj.Job.GetEndTime().AsTime().Add(grace))
+}
+
+// finalizeDue reports whether a finalizing trial of r is due to be judged
+// at now (its grace passed), so that State.Tick changes r.
+func finalizeDue(now time.Time, grace time.Duration, r *Root) bool {
+	if r.Tuning == nil || JobEnded(r.Tuning.Job.GetState()) {
+		return false
+	}
+	for _, tr := range r.Tuning.Job.GetTrials() {
+		if cj := r.cj(tr.GetCustomJob()); trialActive(tr) && cj != nil && JobEnded(cj.Job.GetState()) &&
+			!awaitingMetric(now, grace, r.Tuning.Job, tr, cj) {
+			return true
+		}
+	}
+	return false
+}
+
 // finishTrial ends trial tr after its CustomJob cj ended: SUCCEEDED with
 // its final measurement (per measurement_selection_type; an early-stopped
 // trial's last), or INFEASIBLE with the reason.
 func finishTrial(now time.Time, srch *hpo.Searcher, job *trainingv1.HyperparameterTuningJob, tr *trainingv1.Trial, cj *CJ) {
 	tr.EndTime = timestamppb.New(now)
 	metric := job.GetStudySpec().GetMetrics()[0].GetMetricId()
-	ok := cj.Job.GetState() == trainingv1.JobState_JOB_STATE_SUCCEEDED ||
-		(tr.GetEarlyStopped() && cj.Job.GetState() == trainingv1.JobState_JOB_STATE_CANCELLED)
-	if !ok {
+	if !trialJobOK(tr, cj) {
 		tr.State = trainingv1.Trial_INFEASIBLE
 		tr.InfeasibleReason = fmt.Sprintf("its custom job ended %s: %s", cj.Job.GetState(), cj.Job.GetError().GetMessage())
 		return
@@ -413,6 +461,8 @@ func (s *State) metrics(now time.Time, ev *eventsv1.MetricsReported, signer stri
 				idx = i
 			}
 		}
+		// Metrics after the trial was judged change nothing: its final
+		// measurement and state stand (a redelivery, or a late point).
 		if idx < 0 || !trialActive(job.GetTrials()[idx]) {
 			return nil
 		}
@@ -443,7 +493,9 @@ func (s *State) metrics(now time.Time, ev *eventsv1.MetricsReported, signer stri
 			}
 			tr.Measurements = thinMeasurements(tr.Measurements, keep)
 		}
-		if tr.GetState() != trainingv1.Trial_ACTIVE || r.Tuning.Ending != 0 {
+		// A finalizing trial (its job ended) is not stopped early: its
+		// measurements are final.
+		if tr.GetState() != trainingv1.Trial_ACTIVE || r.Tuning.Ending != 0 || JobEnded(cj.Job.GetState()) {
 			return nil
 		}
 		srch, err := searcher(job)

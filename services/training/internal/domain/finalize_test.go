@@ -1,0 +1,100 @@
+package domain
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// endWithoutMetrics runs the study's first trial's job to COMPLETED at t0
+// without any metrics seen, as when the job's end overtakes the metrics
+// on their own topic; it returns the trial's scheduler job name.
+func endWithoutMetrics(t *testing.T, s *State) string {
+	t.Helper()
+	feed(t, s, tuningJob(tunName, 2, 1, 0))
+	tr := tuningOf(t, s, tunName).GetTrials()[0]
+	n, err := ParseName(tr.GetCustomJob(), CustomJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed(t, s, clusterIs(n.EphemeralCluster(), loomv1.Cluster_RUNNING))
+	feed(t, s, jobIs(n.Job(), loomv1.JobState_RUNNING))
+	feed(t, s, jobIs(n.Job(), loomv1.JobState_COMPLETED))
+	j := tuningOf(t, s, tunName)
+	if len(j.GetTrials()) != 1 || j.GetTrials()[0].GetState() != trainingv1.Trial_ACTIVE {
+		t.Fatalf("a trial whose job ended before its metrics came is not finalizing: %v", j)
+	}
+	return n.Job()
+}
+
+// TestTrialWaitsForMetricsAfterItsJobEnds: the job's end seen before the
+// trial's metrics (JobChanged and MetricsReported travel on different
+// topics) keeps the trial ACTIVE; the metrics, arriving within the grace,
+// make it SUCCEEDED with their value, and metrics after that change nothing.
+func TestTrialWaitsForMetricsAfterItsJobEnds(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	job := endWithoutMetrics(t, s)
+	if cs := s.Tick(t0.Add(DefaultMetricGrace - time.Second)); len(cs) != 0 {
+		t.Fatalf("judged before the grace was over: %v", cs)
+	}
+	metrics := func(v float64) *eventsv1.MetricsReported {
+		return &eventsv1.MetricsReported{Job: job, Node: "n-0001", Points: []*eventsv1.MetricsReported_Point{
+			{Step: 7, Values: map[string]float64{"val_loss": v}}}}
+	}
+	step(t, s, t0.Add(10*time.Second), Input{Payload: metrics(0.25)})
+	j := tuningOf(t, s, tunName)
+	tr := j.GetTrials()[0]
+	if tr.GetState() != trainingv1.Trial_SUCCEEDED || tr.GetFinalMeasurement().GetStepCount() != 7 ||
+		tr.GetFinalMeasurement().GetMetrics()[0].GetValue() != 0.25 {
+		t.Fatalf("trial after its late metrics: %v", tr)
+	}
+	if j.GetBestTrial() != "1" || len(j.GetTrials()) != 2 {
+		t.Fatalf("the study did not move on: best %q, %d trials", j.GetBestTrial(), len(j.GetTrials()))
+	}
+	// A redelivery, or a point after the judgement: ignored.
+	if c := step(t, s, t0.Add(20*time.Second), Input{Payload: metrics(0.01)}); c != nil {
+		t.Fatalf("metrics after the trial was judged changed it: %v", c.Emits)
+	}
+	if fm := tuningOf(t, s, tunName).GetTrials()[0].GetFinalMeasurement(); fm.GetMetrics()[0].GetValue() != 0.25 {
+		t.Fatalf("final measurement changed to %v", fm)
+	}
+}
+
+// TestTrialWithoutMetricsIsInfeasibleAfterTheGrace: a trial whose job
+// succeeded and whose metrics never come is judged by the tick once
+// State.MetricGrace from the job's end is over: INFEASIBLE, saying how to
+// report the metric; metrics after that change nothing.
+func TestTrialWithoutMetricsIsInfeasibleAfterTheGrace(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	s.MetricGrace = 90 * time.Second
+	job := endWithoutMetrics(t, s)
+	if cs := s.Tick(t0.Add(89 * time.Second)); len(cs) != 0 {
+		t.Fatalf("judged before the grace was over: %v", cs)
+	}
+	cs := s.Tick(t0.Add(90 * time.Second))
+	if len(cs) != 1 {
+		t.Fatalf("tick at the grace's end: %d changes, want 1", len(cs))
+	}
+	s.Apply(cs[0])
+	tr := tuningOf(t, s, tunName).GetTrials()[0]
+	if tr.GetState() != trainingv1.Trial_INFEASIBLE || !strings.Contains(tr.GetInfeasibleReason(), `no value of metric "val_loss"`) {
+		t.Fatalf("trial after the grace: %v", tr)
+	}
+	if cs := s.Tick(t0.Add(200 * time.Second)); len(cs) != 0 {
+		t.Fatalf("a judged trial is judged again: %v", cs)
+	}
+	late := &eventsv1.MetricsReported{Job: job, Node: "n-0001", Points: []*eventsv1.MetricsReported_Point{
+		{Step: 1, Values: map[string]float64{"val_loss": 0.5}}}}
+	if c := step(t, s, t0.Add(100*time.Second), Input{Payload: late}); c != nil {
+		t.Fatalf("metrics after the trial was judged changed it: %v", c.Emits)
+	}
+	if got := tuningOf(t, s, tunName).GetTrials()[0]; got.GetState() != trainingv1.Trial_INFEASIBLE || got.GetFinalMeasurement() != nil {
+		t.Fatalf("a late metric revived the trial: %v", got)
+	}
+}
