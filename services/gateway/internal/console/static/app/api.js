@@ -24,7 +24,10 @@ export class ApiError extends Error {
 export function token() { return sessionStorage.getItem(TOKEN) || ''; }
 export function project() { return sessionStorage.getItem(PROJECT) || 'default'; }
 export function setProject(p) { sessionStorage.setItem(PROJECT, p); }
-export const location = 'global';
+// Training resources live in a location (the CLI's default: us-central1,
+// LOOM_LOCATION); the model registry's default location is global.
+export const trainingLocation = 'us-central1';
+export const modelLocation = 'global';
 
 export function signOut() {
   sessionStorage.removeItem(TOKEN);
@@ -210,6 +213,8 @@ export function b64text(b) {
   return new TextDecoder().decode(bytes);
 }
 
-// p is the project's resource prefix; loc its training location's.
+// p is the project's resource prefix; loc its training location's, mloc
+// its model registry location's.
 export function p() { return 'projects/' + encodeURIComponent(project()); }
-export function loc() { return p() + '/locations/' + location; }
+export function loc() { return p() + '/locations/' + trainingLocation; }
+export function mloc() { return p() + '/locations/' + modelLocation; }

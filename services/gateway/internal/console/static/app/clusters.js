@@ -23,10 +23,35 @@ export async function clustersPage(ctx) {
     if (ctx.signal.aborted) return;
     fill(body, clusters.length === 0
       ? notice('info', 'No clusters in project ' + api.project() + ' yet. Create one with `loom clusters create -f cluster.json`.')
-      : clusters.map((c, i) => clusterCard(c, extra[i] || {})),
+      : [section('Summary', summaryTable(clusters, extra)), clusters.map((c, i) => clusterCard(c, extra[i] || {}))],
     capacity && capacity.pools && capacity.pools.length ? section('Capacity pools', capacityTable(capacity.pools)) : null);
     ctx.main.dataset.ready = 'clusters';
   }, ctx.signal, 4000, 60000, e => fill(status, e ? notice('error', 'Refresh failed (retrying with backoff): ' + e.message) : null));
+}
+
+function healthCounts(health) {
+  const by = {};
+  for (const n of (health && health.nodes) || []) by[n.state] = (by[n.state] || 0) + 1;
+  return by;
+}
+
+function summaryTable(clusters, extra) {
+  return table([
+    {title: 'Cluster', get: c => short(c.name)},
+    {title: 'State', get: c => badge((c.status || {}).state)},
+    {title: 'Nodes ready', class: 'n', get: c => ((c.status || {}).ready_nodes || 0) + ' / ' + ((c.status || {}).total_nodes || 0)},
+    {title: 'GPUs', class: 'n', get: c => String(((c.compute && c.compute.node_pools) || []).reduce((n, p) => n + (p.node_count || 0) * (p.accelerator_count || 0), 0))},
+    {title: 'Pools', get: c => ((c.compute && c.compute.node_pools) || []).map(p => p.id + ' (' + (p.node_count || 0) + ' × ' + p.machine_type + ')').join(', ')},
+    {title: 'Health', get: c => {
+      const e = extra[clusters.indexOf(c)] || {};
+      return e.health ? Object.entries(healthCounts(e.health)).map(([k, v]) => [badge(k), ' ' + v + ' ']) : 'not available';
+    }},
+    {title: 'Goodput', class: 'n', get: c => {
+      const g = (extra[clusters.indexOf(c)] || {}).goodput;
+      return g && g.jobs ? pct(g.goodput) : null;
+    }},
+    {title: 'Message', class: 'wrap', get: c => (c.status || {}).message},
+  ], clusters);
 }
 
 function clusterCard(c, {health, goodput}) {
@@ -34,8 +59,7 @@ function clusterCard(c, {health, goodput}) {
   const pools = (c.compute && c.compute.node_pools) || [];
   const poolStatus = Object.fromEntries((st.node_pools || []).map(p => [p.id, p]));
   const gpus = pools.reduce((n, p) => n + (p.node_count || 0) * (p.accelerator_count || 0), 0);
-  const byHealth = {};
-  for (const n of (health && health.nodes) || []) byHealth[n.state] = (byHealth[n.state] || 0) + 1;
+  const byHealth = healthCounts(health);
   return h('section', {class: 'card cluster'},
     h('h2', null, short(c.name), ' ', badge(st.state)),
     st.message ? h('p', {class: 'muted'}, st.message) : null,

@@ -86,8 +86,9 @@ function signInBox(why) {
     }
   }},
   h('h2', null, 'Sign in to Loom'),
-  h('p', null, 'Paste an API key or an access token. `loom up` saved an administrator key (its path is in its output); ',
-    '`loom auth keys create` makes one for anyone else. The key is exchanged for a short-lived token kept only in this tab.'),
+  h('p', null, 'Paste an API key or an access token. ', h('code', null, 'loom up'), ' made an administrator key (',
+    h('code', null, '<data dir>/keys/admin.key'), '); ', h('code', null, 'loom auth keys create --user NAME'),
+    ' makes one for anyone else. The key is exchanged for a short-lived token kept only in this tab.'),
   why ? notice('warn', why) : null,
   h('label', null, 'Credential ', input), ' ',
   h('button', {type: 'submit'}, 'Sign in'),

@@ -19,7 +19,7 @@ export async function modelsPage(ctx) {
   const body = h('div');
   fill(ctx.main, h('h1', null, 'Models'), status, body);
   api.poll(async () => {
-    const path = '/v1/' + api.loc() + '/models?pageSize=100';
+    const path = '/v1/' + api.mloc() + '/models?pageSize=100';
     const r = await api.tryGet(path, ctx.signal);
     if (ctx.signal.aborted) return;
     if (r == null) {
@@ -44,7 +44,7 @@ function aliases(m) {
 }
 
 export async function modelPage(ctx, id) {
-  const base = api.loc() + '/models/' + encodeURIComponent(id);
+  const base = api.mloc() + '/models/' + encodeURIComponent(id);
   const status = h('div', {class: 'status'});
   const body = h('div');
   fill(ctx.main, h('p', null, link('← Models', 'models')), h('h1', null, 'Model ' + id), status, body);

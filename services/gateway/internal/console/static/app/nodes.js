@@ -35,7 +35,7 @@ export async function nodesPage(ctx, only) {
       {title: 'GPU health', get: r => gpuHealth(r.hh)},
       {title: 'Remediation', get: r => r.hh ? [badge(r.hh.state), r.hh.next_action && r.hh.next_action !== 'ACTION_UNSPECIFIED' ? ' next ' + r.hh.next_action.replace(/^ACTION_/, '') : '', r.hh.reason ? ' — ' + r.hh.reason : ''] : null},
       {title: 'Slurm', get: r => r.sl ? [badge(r.sl.state), r.sl.reason ? ' ' + r.sl.reason : ''] : null},
-      {title: 'Heartbeat', get: r => ago(r.n.last_heartbeat)},
+      {title: 'Heartbeat', get: r => ago(r.n.last_heartbeat || (r.hh && r.hh.last_heartbeat))},
     ], rows, 'No nodes.', r => /DOWN|FAILED/.test(r.n.state) ? 'row-bad' : null));
     ctx.main.dataset.ready = 'nodes';
   }, ctx.signal, 4000, 60000, e => fill(status, e ? notice('error', 'Refresh failed (retrying with backoff): ' + e.message) : null));
