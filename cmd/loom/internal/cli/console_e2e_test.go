@@ -44,6 +44,10 @@ func TestConsole(t *testing.T) {
 	if code, b := s.rest("POST", "/v1/projects/default/locations/us-central1/hyperparameterTuningJobs", study); code != 200 {
 		t.Fatalf("create tuning job: %d %s", code, b)
 	}
+	// A pipeline registers a model (with its lineage) for the Models page.
+	if code, b := s.rest("POST", "/v1/projects/default/locations/us-central1/trainingPipelines", fmt.Sprintf(consolePipeline, t.TempDir())); code != 200 {
+		t.Fatalf("create pipeline: %d %s", code, b)
+	}
 	s.must("jobs", "submit", "--cluster", "gpu", "--name", "hello", "--wait", "--", "sh", "-c", "echo hello from loom; echo line two")
 	running := submitREST(t, s, map[string]any{"display_name": hostileName, "cluster": "projects/default/clusters/gpu",
 		"command": []string{"sleep", "600"}, "node_count": 2, "gpus_per_node": 8})
@@ -151,13 +155,6 @@ func TestConsole(t *testing.T) {
 	waitText(t, bctx, "#page", "hello", "COMPLETED", "hello from loom", "line two", "Goodput", "Attempt")
 	shot(t, bctx, "job")
 
-	visit(t, bctx, base, "models", "models")
-	waitText(t, bctx, "#page", "Models")
-	if txt := text(t, bctx, "#page"); !strings.Contains(txt, "not available") && !strings.Contains(txt, "Registered models") {
-		t.Errorf("models page shows neither models nor a clear 'not available':\n%s", txt)
-	}
-	shot(t, bctx, "models")
-
 	visit(t, bctx, base, "dashboards", "dashboards")
 	if txt := text(t, bctx, "#page"); !strings.Contains(txt, "not available") && !strings.Contains(txt, "gateway") {
 		t.Errorf("dashboards page shows neither dashboards nor a clear 'not available':\n%s", txt)
@@ -183,8 +180,13 @@ func TestConsole(t *testing.T) {
 	if !strings.HasSuffix(hp.State, "SUCCEEDED") {
 		t.Fatalf("tuning job %s ended %s", hp.Name, hp.State)
 	}
+	testkit.WaitFor(t, 3*time.Minute, "the pipeline to finish", func() (bool, error) {
+		_, b := s.rest("GET", "/v1/projects/default/locations/us-central1/trainingPipelines", "")
+		return strings.Contains(string(b), "PIPELINE_STATE_SUCCEEDED") || strings.Contains(string(b), "PIPELINE_STATE_FAILED"), nil
+	})
 	visit(t, bctx, base, "training", "training")
-	waitText(t, bctx, "#page", "Tuning jobs (studies)", "console-study", "SUCCEEDED", "4 / 4", "accuracy", "Custom jobs")
+	waitText(t, bctx, "#page", "Tuning jobs (studies)", "console-study", "SUCCEEDED", "4 / 4", "accuracy", "Custom jobs",
+		"Pipelines", "console-pipeline")
 	shot(t, bctx, "training")
 
 	visit(t, bctx, base, "training/studies/"+filepath.Base(hp.Name), "study")
@@ -194,6 +196,31 @@ func TestConsole(t *testing.T) {
 		return eval(`document.querySelectorAll('#page .uplot').length`) >= 2 && eval(`document.querySelectorAll('#page svg.parallel polyline').length`) == 4, nil
 	})
 	shot(t, bctx, "study")
+
+	// Models: the registry's REST when this gateway serves it (a version
+	// with its lineage graph), else a clear "not available".
+	visit(t, bctx, base, "models", "models")
+	if txt := text(t, bctx, "#page"); strings.Contains(txt, "not available") {
+		shot(t, bctx, "models")
+	} else {
+		waitText(t, bctx, "#page", "Registered models", "console-model")
+		shot(t, bctx, "models")
+		c, cancel := context.WithTimeout(bctx, 30*time.Second)
+		href, err := chromedp.Run(c, chromedp.Evaluate[string](`(() => { const a = document.querySelector('#page a[href^="#/models/"]'); return a ? a.getAttribute('href') : ''; })()`))
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if href == "" {
+			t.Fatalf("models page has no link to a model:\n%s", text(t, bctx, "#page"))
+		}
+		visit(t, bctx, base, strings.TrimPrefix(href, "#/"), "model")
+		waitText(t, bctx, "#page", "Versions", "Lineage of version 1", "custom job", "job ")
+		if n := eval(`document.querySelectorAll('#page svg.lineage g.node').length`); n < 3 {
+			t.Errorf("the lineage graph has %d nodes, want version → … → data", n)
+		}
+		shot(t, bctx, "model")
+	}
 
 	select {
 	case msg := <-dialogs:
@@ -221,6 +248,19 @@ const consoleStudy = `{
       "containerSpec": {"command": ["loom", "train"], "args": ["--epochs=8", "--hidden_units=16"]}}],
     "baseOutputDirectory": {"outputUriPrefix": "file://%s"}
   }
+}`
+
+// consolePipeline trains the built-in trainer and registers the result as
+// a model. %s is the output directory.
+const consolePipeline = `{
+  "displayName": "console-pipeline",
+  "trainingTaskDefinition": "gs://google-cloud-aiplatform/schema/trainingjob/definition/custom_task_1.0.0.yaml",
+  "trainingTaskInputs": {
+    "workerPoolSpecs": [{"machineSpec": {"machineType": "n2-standard-8"}, "replicaCount": "1",
+      "containerSpec": {"command": ["loom", "train"], "args": ["--epochs=5"]}}],
+    "baseOutputDirectory": {"outputUriPrefix": "file://%s"}
+  },
+  "modelToUpload": {"displayName": "console-model"}
 }`
 
 // submitREST submits job through the REST API and returns its ID.

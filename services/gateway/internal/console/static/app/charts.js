@@ -29,7 +29,9 @@ export function lineChart(series, opts = {}) {
       width,
       height: opts.height || 220,
       scales: {x: {time: !!opts.time}},
-      axes: [{label: opts.xLabel}, {label: opts.yLabel, size: 60}],
+      legend: {live: false},
+      axes: [opts.intX ? {label: opts.xLabel, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000], values: (u, v) => v.map(x => Number.isInteger(x) ? String(x) : '')} : {label: opts.xLabel},
+        {label: opts.yLabel, size: 60}],
       series: [{label: opts.xLabel || 'x'}, ...series.map((sr, i) => ({
         label: sr.label, stroke: sr.color || color(i), width: 2, spanGaps: true,
         points: {show: xs.length < 60},
@@ -53,7 +55,7 @@ export function stat(title, value, unit) {
 // coloured by the last dimension (the objective): best rows darkest.
 // Returns an SVG element.
 export function parallel(dims, rowCount, {goal = 'MAXIMIZE', highlight = -1} = {}) {
-  const W = 760, H = 300, pad = 40, top = 30, bottom = 40;
+  const W = 760, H = 300, pad = 70, top = 30, bottom = 40;
   const svg = s('svg', {viewBox: `0 0 ${W} ${H}`, class: 'parallel', role: 'img', 'aria-label': 'parallel coordinates of hyperparameters against the objective'});
   const step = (W - 2 * pad) / Math.max(1, dims.length - 1);
   const scales = dims.map(d => scaleOf(d));

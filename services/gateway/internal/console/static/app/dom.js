@@ -102,6 +102,17 @@ export function ago(ts) {
   return h('time', {datetime: ts, title: ts}, fut ? 'in ' + txt : txt + ' ago');
 }
 
+// dur formats a protobuf JSON duration ("12.5s") as "12.5 s", "3m 20s", "2h 5m".
+export function dur(d) {
+  if (d == null || d === '') return null;
+  const x = parseFloat(String(d));
+  if (!isFinite(x)) return String(d);
+  if (x < 1) return Math.round(x * 1000) + ' ms';
+  if (x < 60) return (Math.round(x * 10) / 10) + ' s';
+  if (x < 3600) return Math.floor(x / 60) + 'm ' + Math.round(x % 60) + 's';
+  return Math.floor(x / 3600) + 'h ' + Math.round((x % 3600) / 60) + 'm';
+}
+
 // short is the last segment of a resource name.
 export function short(name) {
   if (!name) return '';

@@ -1,7 +1,7 @@
 // Jobs: the queue (polled: there is no watch stream for the list), and one
 // job live from its :watch stream, with its runs, goodput, logs (:logs,
 // followed) and training metrics.
-import {h, fill, table, badge, section, notice, kv, ago, short, link, num} from './dom.js';
+import {h, fill, table, badge, section, notice, kv, ago, short, link, num, dur} from './dom.js';
 import * as api from './api.js';
 import {metricsSection} from './metrics.js';
 import {pct} from './clusters.js';
@@ -49,7 +49,7 @@ export async function jobPage(ctx, id) {
   const head = h('div');
   const runs = h('div');
   const good = h('div');
-  const logs = h('pre', {class: 'logs', id: 'logs'});
+  const logs = h('pre', {class: 'logs', id: 'logs'}, '(no output yet)');
   const metrics = h('div');
   fill(ctx.main, h('p', null, link('← Jobs', 'jobs')), h('h1', null, 'Job ' + id), status, head,
     section('Runs', runs), section('Goodput', good), metrics, section('Logs', logs));
@@ -99,9 +99,9 @@ export async function jobPage(ctx, id) {
     try {
       const g = await api.tryGet('/v1/' + name + ':goodput', ctx.signal);
       fill(good, !g ? notice('info', 'Goodput is not available on this gateway.') : kv([
-        ['Goodput', pct(g.goodput)], ['Wall', g.wall], ['Productive', g.productive],
-        ['Lost to recompute', g.lost_recompute], ['Lost to restarts', g.lost_restart],
-        ['Lost queueing', g.lost_queueing], ['Checkpointing', g.lost_checkpointing],
+        ['Goodput', pct(g.goodput)], ['Wall', dur(g.wall)], ['Productive', dur(g.productive)],
+        ['Lost to recompute', dur(g.lost_recompute)], ['Lost to restarts', dur(g.lost_restart)],
+        ['Lost queueing', dur(g.lost_queueing)], ['Checkpointing', dur(g.lost_checkpointing)],
         ['Failures', num(g.failures || 0)], ['Restarts', num(g.restarts || 0)],
       ]));
     } catch (e) {

@@ -14,15 +14,16 @@ const POINTS = 500;
 // trial's own measurements).
 export async function metricsSection(ctx, parent, title, fallback) {
   const body = h('div', {class: 'charts'});
-  const sec = section(title, body);
+  const note = h('div');
+  const sec = section(title, note, body);
   try {
     const idx = await api.tryGet('/v1/' + parent + '/metrics', ctx.signal);
     if (idx == null) {
       if (fallback && fallback.length) {
-        fill(body, notice('info', 'The metrics API is not available on this gateway; showing the trial\'s reported measurements.'),
-          fallback.map(f => lineChart([{label: f.metric, points: f.points}], {title: f.metric, xLabel: 'step'})));
+        fill(note, notice('info', 'The metrics API is not available on this gateway; showing the trial\'s reported measurements.'));
+        fill(body, fallback.map(f => lineChart([{label: f.metric, points: f.points}], {title: f.metric, xLabel: 'step', intX: true})));
       } else {
-        fill(body, notice('info', 'Training metrics are not available on this gateway (GET /v1/' + parent + '/metrics answered 404).'));
+        fill(note, notice('info', 'Training metrics are not available on this gateway (GET /v1/' + parent + '/metrics answered 404).'));
       }
       return sec;
     }
@@ -33,9 +34,9 @@ export async function metricsSection(ctx, parent, title, fallback) {
     }
     const reads = await Promise.all(series.map(sr => api.get('/v1/' + parent + '/metrics:read?metric=' + encodeURIComponent(sr.metric) + '&points=' + POINTS, ctx.signal)));
     fill(body, reads.map(r => lineChart([{label: r.metric, points: (r.points || []).map(p => [Number(p.step), p.value])}],
-      {title: r.metric + (r.total > (r.points || []).length ? ' (' + r.total + ' points, downsampled)' : ''), xLabel: 'step'})));
+      {title: r.metric + (r.total > (r.points || []).length ? ' (' + r.total + ' points, downsampled)' : ''), xLabel: 'step', intX: true})));
   } catch (e) {
-    fill(body, notice('error', 'Metrics: ' + e.message));
+    fill(note, notice('error', 'Metrics: ' + e.message));
   }
   return sec;
 }

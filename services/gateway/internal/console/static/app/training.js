@@ -163,7 +163,7 @@ function bestSoFar(trials, o) {
     bests.push([i + 1, best]);
   });
   return lineChart([{label: o.id, points: pts, color: '#93c5fd'}, {label: 'best so far', points: bests, color: color(1)}],
-    {xLabel: 'trials finished', steps: true});
+    {xLabel: 'trials finished', steps: true, intX: true});
 }
 
 function parallelView(trials, params, o, best) {
