@@ -80,7 +80,7 @@ export async function jobPage(ctx, id) {
       {title: 'Ended', get: r => ago(r.end_time)},
       {title: 'Exit', class: 'n', get: r => r.end_time ? String(r.exit_code || 0) : null},
       {title: 'Reason', get: r => r.reason},
-    ], j.runs, 'Not started yet.'));
+    ], j.runs, TERMINAL.test(j.state || '') ? 'No runs recorded.' : 'Not started yet.'));
   };
   show(job);
   ctx.main.dataset.ready = 'job';

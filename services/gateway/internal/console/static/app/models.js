@@ -90,7 +90,7 @@ function lineageCard(v) {
   }
   if (l.customJob) nodes.push({kind: 'custom job', label: short(l.customJob), title: l.customJob, href: '#/training/customJobs/' + encodeURIComponent(short(l.customJob))});
   if (l.jobId) nodes.push({kind: 'job', label: 'job ' + l.jobId, href: '#/jobs/' + encodeURIComponent(l.jobId)});
-  nodes.push({kind: 'data', label: l.dataUri || 'not recorded', title: l.dataUri || 'no data URI recorded'});
+  nodes.push({kind: 'data', label: l.dataUri ? short(l.dataUri.replace(/\/+$/, '')) : 'not recorded', title: l.dataUri || 'no data URI recorded'});
   return section('Lineage of version ' + v.versionId,
     h('div', {class: 'scroll'}, graph(nodes)),
     kv([
