@@ -189,6 +189,20 @@ func TestPagesAgainstContracts(t *testing.T) {
 		t.Errorf("the metric chart does not say it is downsampled:\n%s", txt)
 	}
 	shotTo(t, bctx, "jobs-7-metrics")
+
+	// A credential the API refuses (expired, revoked) brings the sign-in
+	// box back, saying why, and forgets the token.
+	do("use a refused token", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := chromedp.Evaluate[int](`sessionStorage.setItem('loom.token', 'expired'), sessionStorage.removeItem('loom.refresh'), 0`)(ctx, tg)
+		return err
+	}),
+		chromedp.Navigate(srv.URL+"/#/models"), chromedp.WaitVisible(chromedp.CSS("#signin")))
+	if txt := textOf(); !strings.Contains(txt, "credential was refused") {
+		t.Errorf("after a 401 the sign-in box does not say why:\n%s", txt)
+	}
+	if n := eval(`sessionStorage.getItem('loom.token') === null ? 0 : 1`); n != 0 {
+		t.Error("the refused token is still stored")
+	}
 }
 
 // shotTo saves a screenshot under $LOOM_CONSOLE_CONTRACT_SHOTS (a
