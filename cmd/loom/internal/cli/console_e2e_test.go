@@ -197,8 +197,34 @@ func TestConsole(t *testing.T) {
 	visit(t, bctx, base, "training/studies/"+filepath.Base(hp.Name), "study")
 	waitText(t, bctx, "#page", "console-study", "Trials", "learning_rate", "batch_size", "accuracy", "★", "Best so far",
 		"Hyperparameters against accuracy", "Trial "+hp.BestTrial+": metrics over steps")
-	testkit.WaitFor(t, 30*time.Second, "the study's charts: best so far, the trial's metrics, 4 lines of parallel coordinates", func() (bool, error) {
-		return eval(`document.querySelectorAll('#page .uplot').length`) >= 2 && eval(`document.querySelectorAll('#page svg.parallel polyline').length`) == 4, nil
+	// One line per trial that reported the objective (under load a trial
+	// can end INFEASIBLE; the page then shows its reason instead).
+	code, b := s.rest("GET", "/v1/"+hp.Name, "")
+	var got struct {
+		Trials []struct{ State string }
+	}
+	if code != 200 || json.Unmarshal(b, &got) != nil {
+		t.Fatalf("get %s: %d %s", hp.Name, code, b)
+	}
+	reported := 0
+	for _, tr := range got.Trials {
+		if tr.State == "SUCCEEDED" {
+			reported++
+		}
+	}
+	if reported == 0 {
+		t.Fatalf("no trial of %s succeeded: %s", hp.Name, b)
+	}
+	var charts, lines int
+	defer func() {
+		if t.Failed() {
+			shot(t, bctx, "study-failed")
+			t.Logf("study page: %d uPlot charts, %d parallel-coordinate lines; text:\n%s", charts, lines, text(t, bctx, "#page"))
+		}
+	}()
+	testkit.WaitFor(t, 30*time.Second, fmt.Sprintf("the study's charts: best so far, the trial's metrics, %d lines of parallel coordinates", reported), func() (bool, error) {
+		charts, lines = eval(`document.querySelectorAll('#page .uplot').length`), eval(`document.querySelectorAll('#page svg.parallel polyline').length`)
+		return charts >= 2 && lines == reported, nil
 	})
 	shot(t, bctx, "study")
 
