@@ -149,6 +149,13 @@ func TestConsole(t *testing.T) {
 	visit(t, bctx, base, "jobs/"+pending, "job")
 	waitText(t, bctx, "#page", "waits-for-gpus", "PENDING", "Reason", "Resources", "Placement", "Not started yet.", "Training metrics")
 	shot(t, bctx, "job-pending")
+	// Live: cancelling the job that holds the GPUs lets the pending one run;
+	// its page follows the job's :watch stream (the job page does not poll),
+	// so the new state and its run appear with no reload.
+	if code, b := s.rest("POST", "/v1/projects/default/jobs/"+running+":cancel", "{}"); code != 200 {
+		t.Fatalf("cancel job %s: %d %s", running, code, b)
+	}
+	waitText(t, bctx, "#page", "waits-for-gpus", "COMPLETED", "Attempt", "h100-000")
 
 	hello := jobIDByName(t, s, "hello")
 	visit(t, bctx, base, "jobs/"+hello, "job")
