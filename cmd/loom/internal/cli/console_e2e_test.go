@@ -135,8 +135,12 @@ func TestConsole(t *testing.T) {
 	waitText(t, bctx, "#page", "gpu", "RUNNING", "h100", "a3-highgpu-8g", "8 × nvidia-h100-80gb", "Nodes ready", "2 of 2", "GPUs", "16")
 	shot(t, bctx, "clusters")
 
+	// An operator drains a node with a reason: the Slurm column shows it.
+	if code, b := s.rest("POST", "/v1/projects/default/clusters/gpu/slurmNodes/h100-0002:update", `{"state": "DRAIN", "reason": "bad DIMM, ticket 42"}`); code != 200 {
+		t.Fatalf("drain h100-0002: %d %s", code, b)
+	}
 	visit(t, bctx, base, "nodes/gpu", "nodes")
-	waitText(t, bctx, "#page", "h100-0001", "h100-0002", "READY", "8 GPUs, max", "NODE_HEALTHY", "ALLOCATED")
+	waitText(t, bctx, "#page", "h100-0001", "h100-0002", "READY", "8 GPUs, max", "NODE_HEALTHY", "ALLOCATED", "DRAIN", "bad DIMM, ticket 42")
 	shot(t, bctx, "nodes")
 
 	visit(t, bctx, base, "jobs", "jobs")

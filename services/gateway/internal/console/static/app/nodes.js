@@ -25,7 +25,7 @@ export async function nodesPage(ctx, only) {
       for (const n of nodes) rows.push({c, n, hh: hb[n.hostname], sl: sb[n.hostname]});
     }
     if (ctx.signal.aborted) return;
-    fill(body, clusters.length === 0 ? notice('info', only ? 'No cluster ' + only + '.' : 'No clusters yet.') : table([
+    fill(body, clusters.length === 0 ? notice('info', only ? 'No cluster ' + only + '.' : 'No clusters yet.') : h('section', {class: 'card'}, table([
       {title: 'Cluster', get: r => link(short(r.c.name), 'nodes', short(r.c.name))},
       {title: 'Node', get: r => r.n.hostname},
       {title: 'Pool', get: r => r.n.node_pool},
@@ -36,7 +36,7 @@ export async function nodesPage(ctx, only) {
       {title: 'Remediation', get: r => r.hh ? [badge(r.hh.state), r.hh.next_action && r.hh.next_action !== 'ACTION_UNSPECIFIED' ? ' next ' + r.hh.next_action.replace(/^ACTION_/, '') : '', r.hh.reason ? ' — ' + r.hh.reason : ''] : null},
       {title: 'Slurm', get: r => r.sl ? [badge(r.sl.state), r.sl.reason ? ' ' + r.sl.reason : ''] : null},
       {title: 'Heartbeat', get: r => ago(r.n.last_heartbeat || (r.hh && r.hh.last_heartbeat))},
-    ], rows, 'No nodes.', r => /DOWN|FAILED/.test(r.n.state) ? 'row-bad' : null));
+    ], rows, 'No nodes.', r => /DOWN|FAILED/.test(r.n.state) ? 'row-bad' : null)));
     ctx.main.dataset.ready = 'nodes';
   }, ctx.signal, 4000, 60000, e => fill(status, e ? notice('error', 'Refresh failed (retrying with backoff): ' + e.message) : null));
 }
