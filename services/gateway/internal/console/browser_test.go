@@ -10,9 +10,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/loom-ml/loom/libs/testkit"
@@ -115,6 +117,7 @@ func TestPagesAgainstContracts(t *testing.T) {
 	if err := chromedp.Do(bctx); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
+	collectJSErrors(t, bctx)
 	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(bctx, 30*time.Second)
@@ -222,4 +225,49 @@ func shotTo(t *testing.T, ctx context.Context, name string) {
 	if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("contract-%s.png", name)), png, 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// collectJSErrors records every uncaught JavaScript exception and
+// console.error of the page (a CSP violation is reported as one by
+// main.js), and fails the test with them at its end: a page that throws
+// is broken even when its text looks right.
+func collectJSErrors(t *testing.T, ctx context.Context) {
+	t.Helper()
+	var mu sync.Mutex
+	var errs []string
+	if err := chromedp.Listen(ctx, func(ev any) {
+		var msg string
+		switch e := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			msg = "exception: " + e.ExceptionDetails.Text
+			if e.ExceptionDetails.Exception != nil {
+				msg += " " + e.ExceptionDetails.Exception.Description
+			}
+		case *runtime.EventConsoleAPICalled:
+			if e.Type != runtime.ConsoleAPICalledTypeError {
+				return
+			}
+			msg = "console.error:"
+			for _, a := range e.Args {
+				msg += " " + string(a.Value) + a.Description
+			}
+		default:
+			return
+		}
+		mu.Lock()
+		errs = append(errs, msg)
+		mu.Unlock()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	get := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), errs...)
+	}
+	t.Cleanup(func() {
+		if e := get(); len(e) > 0 {
+			t.Errorf("the console's JavaScript reported %d errors:\n%s", len(e), strings.Join(e, "\n"))
+		}
+	})
 }

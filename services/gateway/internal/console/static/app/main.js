@@ -125,6 +125,12 @@ proj.addEventListener('change', () => {
   }
 });
 
+// A CSP violation is a console bug (the policy is the console's own): say
+// so where developers and the browser tests look.
+document.addEventListener('securitypolicyviolation', e => {
+  console.error('CSP violation: ' + e.violatedDirective + ' blocked ' + (e.blockedURI || 'inline content') + ' in ' + e.sourceFile + ':' + e.lineNumber);
+});
+
 window.addEventListener('hashchange', render);
 if (api.token()) api.get('/v1/auth:whoami').then(showWho).catch(() => {});
 render();
