@@ -207,6 +207,15 @@ func TestConsole(t *testing.T) {
 	waitText(t, bctx, "#page", "Tuning jobs (studies)", "console-study", "SUCCEEDED", "4 / 4", "accuracy", "Custom jobs",
 		"Pipelines", "console-pipeline")
 	shot(t, bctx, "training")
+	// A trial's CustomJob, from its link.
+	c, cancel := context.WithTimeout(bctx, 30*time.Second)
+	href, err := chromedp.Run(c, chromedp.Evaluate[string](`(() => { const a = document.querySelector('#page a[href^="#/training/customJobs/"]'); return a ? a.getAttribute('href') : ''; })()`))
+	cancel()
+	if err != nil || href == "" {
+		t.Fatalf("training page has no link to a custom job (%v):\n%s", err, text(t, bctx, "#page"))
+	}
+	visit(t, bctx, base, strings.TrimPrefix(href, "#/"), "customJob")
+	waitText(t, bctx, "#page", "console-study-trial-", "SUCCEEDED", "Workers", "1 × n2-standard-8", "loom train --epochs=8", "Metrics over steps")
 
 	visit(t, bctx, base, "training/studies/"+filepath.Base(hp.Name), "study")
 	waitText(t, bctx, "#page", "console-study", "Trials", "learning_rate", "batch_size", "accuracy", "★", "Best so far",
