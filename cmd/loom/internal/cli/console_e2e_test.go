@@ -149,6 +149,10 @@ func TestConsole(t *testing.T) {
 	visit(t, bctx, base, "jobs", "jobs")
 	waitText(t, bctx, "#page", "Queue", "waits-for-gpus", "PENDING", "Resources", hostileName, "hello", "COMPLETED")
 	shot(t, bctx, "jobs")
+	// Live: the list is polled (the API has no list watch); a job submitted
+	// now shows up on the open page.
+	submitREST(t, s, map[string]any{"display_name": "arrives-live", "cluster": "projects/default/clusters/gpu", "command": []string{"true"}})
+	waitText(t, bctx, "#page", "arrives-live")
 	if scripts := eval(`document.querySelectorAll('#page script, #page img').length`); scripts != 0 {
 		t.Errorf("the hostile job name made %d elements: it must be rendered as text", scripts)
 	}

@@ -165,10 +165,23 @@ export const STOP = Symbol('stop');
 // poll runs load now and again every `every` ms while signal lives; after a
 // failure it waits twice as long each time (at most `max`), and back to
 // `every` after a success. onError gets the failure (null after recovery).
+// A hidden tab does not poll: the next refresh waits until it is shown
+// again, so forgotten tabs cost the gateway nothing.
 export function poll(load, signal, every = 3000, max = 60000, onError = () => {}) {
-  let delay = every, timer = null;
+  let delay = every, timer = null, first = true;
   const tick = async () => {
     if (signal.aborted) return;
+    if (!first && document.visibilityState === 'hidden') {
+      const shown = () => {
+        if (document.visibilityState === 'hidden') return;
+        document.removeEventListener('visibilitychange', shown);
+        tick();
+      };
+      document.addEventListener('visibilitychange', shown);
+      signal.addEventListener('abort', () => document.removeEventListener('visibilitychange', shown));
+      return;
+    }
+    first = false;
     try {
       if ((await load()) === STOP) { onError(null); return; }
       delay = every;
