@@ -135,6 +135,19 @@ func TestConsole(t *testing.T) {
 		t.Errorf("sessionStorage holds %q: want a short-lived access token, not the API key", stored)
 	}
 
+	// An expired access token is renewed once with the refresh token, in
+	// the background: the page loads, with a new token stored.
+	if eval(`sessionStorage.getItem('loom.refresh') ? 1 : 0`) != 1 {
+		t.Error("no refresh token stored after signing in with an API key")
+	}
+	if eval(`(sessionStorage.setItem('loom.token', 'expired-token'), 0)`) != 0 {
+		t.Fatal("could not replace the token")
+	}
+	visit(t, bctx, base, "jobs", "jobs")
+	if eval(`['', 'expired-token'].includes(sessionStorage.getItem('loom.token') || '') ? 0 : 1`) != 1 {
+		t.Error("the expired token was not renewed with the refresh token")
+	}
+	visit(t, bctx, base, "clusters", "clusters")
 	waitText(t, bctx, "#page", "gpu", "RUNNING", "h100", "a3-highgpu-8g", "8 × nvidia-h100-80gb", "Nodes ready", "2 of 2", "GPUs", "16")
 	shot(t, bctx, "clusters")
 
