@@ -28,6 +28,7 @@ import (
 	"github.com/loom-ml/loom/services/gateway/internal/app"
 	"github.com/loom-ml/loom/services/gateway/internal/authn"
 	"github.com/loom-ml/loom/services/gateway/internal/authz"
+	"github.com/loom-ml/loom/services/gateway/internal/console"
 	"github.com/loom-ml/loom/services/gateway/internal/guard"
 	"github.com/loom-ml/loom/services/gateway/internal/ports"
 )
@@ -386,7 +387,7 @@ func serveREST(ctx context.Context, base *service.Base, addr string, limits port
 	if err != nil {
 		return fmt.Errorf("rest: listen on %s: %w", addr, err)
 	}
-	srv := ports.RESTServer(ports.MountDashboards(mux, dash), limits)
+	srv := ports.RESTServer(console.Mount(ports.MountDashboards(mux, dash)), limits) // the web console at /, dashboards and the API under /v1
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	base.Log.Info("serving REST", "addr", ln.Addr().String())

@@ -99,7 +99,7 @@ them when Loom stops instead.`,
 			} else if stop != nil {
 				defer stop()
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "Loom is up: gateway %s (gRPC), REST http://%s, data in %s\n"+
+			fmt.Fprintf(cmd.OutOrStdout(), "Loom is up: gateway %s (gRPC), REST and web console http://%s/, data in %s\n"+
 				"Try `loom demo`, or `loom clusters create -f examples/clusters/demo.json`. Press Ctrl-C to stop.\n",
 				st.GatewayAddr, st.RESTAddr, st.DataDir)
 			var failed error

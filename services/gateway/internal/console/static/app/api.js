@@ -1,0 +1,233 @@
+// The REST API as the console calls it: same origin, same credential as
+// every client (Authorization: Bearer), kept in sessionStorage for this tab.
+
+const TOKEN = 'loom.token';
+const REFRESH = 'loom.refresh';
+const PROJECT = 'loom.project';
+
+// ApiError is a failed call: status is the HTTP status, message the
+// gateway's explanation.
+export class ApiError extends Error {
+  constructor(status, message, path) {
+    super(message);
+    this.status = status;
+    this.path = path;
+  }
+  // unavailable: the gateway does not serve this API at all (a route it
+  // does not know, or an RPC it does not implement), as opposed to a
+  // resource that does not exist.
+  get unavailable() {
+    return this.status === 501 || (this.status === 404 && /^not found$/i.test(this.message.trim()));
+  }
+}
+
+export function token() { return sessionStorage.getItem(TOKEN) || ''; }
+export function project() { return sessionStorage.getItem(PROJECT) || 'default'; }
+export function setProject(p) { sessionStorage.setItem(PROJECT, p); }
+// Training resources live in a location (the CLI's default: us-central1,
+// LOOM_LOCATION); the model registry's default location is global.
+export const trainingLocation = 'us-central1';
+export const modelLocation = 'global';
+
+export function signOut() {
+  sessionStorage.removeItem(TOKEN);
+  sessionStorage.removeItem(REFRESH);
+}
+
+// signIn takes an API key ("lk_…") or an access token. An API key is
+// exchanged for a short-lived access token (POST /v1/auth:token), so the
+// key itself is not kept; a gateway that mints no tokens takes the key.
+// It then asks who the credential is (GET /v1/auth:whoami).
+export async function signIn(secret) {
+  secret = secret.trim();
+  if (!secret) throw new ApiError(400, 'Paste an API key or an access token.');
+  let access = secret, refresh = '';
+  if (secret.startsWith('lk_')) {
+    const r = await fetch('/v1/auth:token', {method: 'POST', headers: {'Authorization': 'Bearer ' + secret, 'Content-Type': 'application/json'}, body: '{}'});
+    if (r.ok) {
+      const t = await r.json();
+      access = t.access_token || secret;
+      refresh = t.refresh_token || '';
+    } else if (r.status !== 501) {
+      throw await failure(r, '/v1/auth:token');
+    }
+  }
+  const who = await fetch('/v1/auth:whoami', {headers: {'Authorization': 'Bearer ' + access}});
+  if (!who.ok) throw await failure(who, '/v1/auth:whoami');
+  sessionStorage.setItem(TOKEN, access);
+  if (refresh) sessionStorage.setItem(REFRESH, refresh); else sessionStorage.removeItem(REFRESH);
+  return who.json();
+}
+
+async function failure(r, path) {
+  let msg = r.statusText || ('HTTP ' + r.status);
+  try {
+    const b = await r.json();
+    if (b && b.message) msg = b.message;
+  } catch (_) { /* not JSON */ }
+  return new ApiError(r.status, msg, path);
+}
+
+// refreshToken trades the refresh token for a new access token, once.
+async function refreshToken() {
+  const rt = sessionStorage.getItem(REFRESH);
+  if (!rt) return false;
+  sessionStorage.removeItem(REFRESH);
+  const r = await fetch('/v1/auth:token', {method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify({refresh_token: rt})});
+  if (!r.ok) return false;
+  const t = await r.json();
+  if (!t.access_token) return false;
+  sessionStorage.setItem(TOKEN, t.access_token);
+  if (t.refresh_token) sessionStorage.setItem(REFRESH, t.refresh_token);
+  return true;
+}
+
+// onUnauthenticated is called when the credential is refused (main shows
+// the sign-in box).
+export let onUnauthenticated = () => {};
+export function setOnUnauthenticated(f) { onUnauthenticated = f; }
+
+async function send(path, signal) {
+  return fetch(path, {headers: {'Accept': 'application/json', 'Authorization': 'Bearer ' + token()}, signal});
+}
+
+// get GETs path and returns its JSON, or throws ApiError.
+export async function get(path, signal) {
+  let r = await send(path, signal);
+  if (r.status === 401 && await refreshToken()) r = await send(path, signal);
+  if (r.status === 401) {
+    const e = await failure(r, path);
+    onUnauthenticated(e.message);
+    throw e;
+  }
+  if (!r.ok) throw await failure(r, path);
+  return r.json();
+}
+
+// tryGet is get, but answers null where the API is not available.
+export async function tryGet(path, signal) {
+  try {
+    return await get(path, signal);
+  } catch (e) {
+    if (e instanceof ApiError && e.unavailable) return null;
+    throw e;
+  }
+}
+
+// list GETs every page of a list (at most maxPages), concatenating field.
+export async function list(path, field, signal, maxPages = 10) {
+  const out = [];
+  let tok = '';
+  for (let i = 0; i < maxPages; i++) {
+    const sep = path.includes('?') ? '&' : '?';
+    const b = await get(tok ? path + sep + 'page_token=' + encodeURIComponent(tok) : path, signal);
+    out.push(...(b[field] || []));
+    tok = b.next_page_token || b.nextPageToken || '';
+    if (!tok) break;
+  }
+  return out;
+}
+
+// MAX_LINE bounds one streamed JSON line: a longer one ends the stream.
+const MAX_LINE = 8 << 20;
+
+// stream reads a newline-delimited JSON stream (the REST API's :watch and
+// :logs) and calls each(result) per message until it ends or signal aborts.
+export async function stream(path, each, signal) {
+  let r = await send(path, signal);
+  if (r.status === 401 && await refreshToken()) r = await send(path, signal);
+  if (r.status === 401) { onUnauthenticated('credential refused'); throw await failure(r, path); }
+  if (!r.ok) throw await failure(r, path);
+  const reader = r.body.getReader();
+  const dec = new TextDecoder();
+  let buf = '';
+  for (;;) {
+    const {value, done} = await reader.read();
+    if (done) break;
+    buf += dec.decode(value, {stream: true});
+    if (buf.length > MAX_LINE) throw new ApiError(0, 'stream line longer than ' + MAX_LINE + ' bytes', path);
+    let i;
+    while ((i = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, i).trim();
+      buf = buf.slice(i + 1);
+      if (!line) continue;
+      const m = JSON.parse(line);
+      if (m.error) throw new ApiError(m.error.http_code || 500, m.error.message || 'stream error', path);
+      each(m.result);
+    }
+  }
+}
+
+// STOP, returned by a poll's load, ends the polling (the thing watched
+// has finished).
+export const STOP = Symbol('stop');
+
+// poll runs load now and again every `every` ms while signal lives; after a
+// failure it waits twice as long each time (at most `max`), and back to
+// `every` after a success. onError gets the failure (null after recovery).
+// A hidden tab does not poll: the next refresh waits until it is shown
+// again, so forgotten tabs cost the gateway nothing.
+export function poll(load, signal, every = 3000, max = 60000, onError = () => {}) {
+  let delay = every, timer = null, first = true;
+  const tick = async () => {
+    if (signal.aborted) return;
+    if (!first && document.visibilityState === 'hidden') {
+      const shown = () => {
+        if (document.visibilityState === 'hidden') return;
+        document.removeEventListener('visibilitychange', shown);
+        tick();
+      };
+      document.addEventListener('visibilitychange', shown);
+      signal.addEventListener('abort', () => document.removeEventListener('visibilitychange', shown));
+      return;
+    }
+    first = false;
+    try {
+      if ((await load()) === STOP) { onError(null); return; }
+      delay = every;
+      onError(null);
+    } catch (e) {
+      if (signal.aborted) return;
+      delay = Math.min(delay * 2, max);
+      onError(e);
+    }
+    if (!signal.aborted) timer = setTimeout(tick, delay);
+  };
+  signal.addEventListener('abort', () => clearTimeout(timer));
+  tick();
+}
+
+// watch follows a stream and reopens it when it ends or fails, after
+// `every` ms doubling to `max` while it keeps failing.
+export function watch(path, each, signal, onError = () => {}, every = 1000, max = 30000) {
+  let delay = every;
+  const go = async () => {
+    while (!signal.aborted) {
+      try {
+        await stream(path, m => { delay = every; onError(null); each(m); }, signal);
+      } catch (e) {
+        if (signal.aborted) return;
+        onError(e);
+        if (e instanceof ApiError && (e.status === 401 || e.status === 403 || e.status === 404)) return;
+      }
+      await new Promise(res => { const t = setTimeout(res, delay); signal.addEventListener('abort', () => { clearTimeout(t); res(); }); });
+      delay = Math.min(delay * 2, max);
+    }
+  };
+  go();
+}
+
+// b64text decodes base64 bytes (LogChunk.data) as UTF-8 text.
+export function b64text(b) {
+  if (!b) return '';
+  const bin = atob(b);
+  const bytes = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+  return new TextDecoder().decode(bytes);
+}
+
+// p is the project's resource prefix; loc its training location's, mloc
+// its model registry location's.
+export function p() { return 'projects/' + encodeURIComponent(project()); }
+export function loc() { return p() + '/locations/' + trainingLocation; }
+export function mloc() { return p() + '/locations/' + modelLocation; }

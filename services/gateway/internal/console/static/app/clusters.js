@@ -1,0 +1,109 @@
+// Clusters: state, node pools, capacity and health, polled (the API has no
+// watch stream for clusters).
+import {h, fill, table, badge, section, notice, kv, ago, short, link, num} from './dom.js';
+import * as api from './api.js';
+
+// MAX_CLUSTERS bounds the per-cluster reads (health, goodput) one refresh makes.
+const MAX_CLUSTERS = 20;
+
+export async function clustersPage(ctx) {
+  const status = h('div', {class: 'status'});
+  const body = h('div');
+  fill(ctx.main, h('h1', null, 'Clusters'), status, body);
+  api.poll(async () => {
+    const clusters = await api.list('/v1/' + api.p() + '/clusters', 'clusters', ctx.signal);
+    const extra = await Promise.all(clusters.slice(0, MAX_CLUSTERS).map(async c => {
+      const [health, goodput] = await Promise.all([
+        api.tryGet('/v1/' + c.name + '/nodeHealth?page_size=1000', ctx.signal).catch(() => null),
+        api.tryGet('/v1/' + c.name + ':goodput', ctx.signal).catch(() => null),
+      ]);
+      return {health, goodput};
+    }));
+    const capacity = await api.tryGet('/v1/' + api.p() + '/capacity', ctx.signal).catch(() => null);
+    if (ctx.signal.aborted) return;
+    fill(body, clusters.length === 0
+      ? notice('info', 'No clusters in project ' + api.project() + ' yet. Create one with `loom clusters create -f cluster.json`.')
+      : [section('Summary', summaryTable(clusters, extra)), clusters.map((c, i) => clusterCard(c, extra[i] || {}))],
+    capacity && capacity.pools && capacity.pools.length ? section('Capacity pools', capacityTable(capacity.pools)) : null);
+    ctx.main.dataset.ready = 'clusters';
+  }, ctx.signal, 4000, 60000, e => fill(status, e ? notice('error', 'Refresh failed (retrying with backoff): ' + e.message) : null));
+}
+
+function healthCounts(health) {
+  const by = {};
+  for (const n of (health && health.nodes) || []) by[n.state] = (by[n.state] || 0) + 1;
+  return by;
+}
+
+function summaryTable(clusters, extra) {
+  return table([
+    {title: 'Cluster', get: c => short(c.name)},
+    {title: 'State', get: c => badge((c.status || {}).state)},
+    {title: 'Nodes ready', class: 'n', get: c => ((c.status || {}).ready_nodes || 0) + ' / ' + ((c.status || {}).total_nodes || 0)},
+    {title: 'GPUs', class: 'n', get: c => String(((c.compute && c.compute.node_pools) || []).reduce((n, p) => n + (p.node_count || 0) * (p.accelerator_count || 0), 0))},
+    {title: 'Pools', get: c => ((c.compute && c.compute.node_pools) || []).map(p => p.id + ' (' + (p.node_count || 0) + ' × ' + p.machine_type + ')').join(', ')},
+    {title: 'Health', get: c => {
+      const e = extra[clusters.indexOf(c)] || {};
+      return e.health ? Object.entries(healthCounts(e.health)).map(([k, v]) => [badge(k), ' ' + v + ' ']) : 'not available';
+    }},
+    {title: 'Goodput', class: 'n', get: c => {
+      const g = (extra[clusters.indexOf(c)] || {}).goodput;
+      return g && g.jobs ? pct(g.goodput) : null;
+    }},
+    {title: 'Message', class: 'wrap', get: c => (c.status || {}).message},
+  ], clusters);
+}
+
+function clusterCard(c, {health, goodput}) {
+  const st = c.status || {};
+  const pools = (c.compute && c.compute.node_pools) || [];
+  const poolStatus = Object.fromEntries((st.node_pools || []).map(p => [p.id, p]));
+  const gpus = pools.reduce((n, p) => n + (p.node_count || 0) * (p.accelerator_count || 0), 0);
+  const byHealth = healthCounts(health);
+  return h('section', {class: 'card cluster'},
+    h('h2', null, short(c.name), ' ', badge(st.state)),
+    st.message ? h('p', {class: 'muted'}, st.message) : null,
+    kv([
+      ['Nodes ready', (st.ready_nodes || 0) + ' of ' + (st.total_nodes || 0)],
+      ['GPUs', gpus ? String(gpus) : '0'],
+      ['Health', health ? (Object.keys(byHealth).length ? Object.entries(byHealth).map(([k, v]) => [badge(k), ' ' + v + ' ']) : 'no nodes reported') : 'not available'],
+      ['Goodput', goodput && goodput.jobs ? pct(goodput.goodput) + ' over ' + goodput.jobs + ' jobs (' + (goodput.failures || 0) + ' failures, ' + (goodput.restarts || 0) + ' restarts)' : 'no finished work yet'],
+      ['Login node', st.login_node],
+      ['Shared home', st.home_dir || st.shared_dir],
+      ['Created', ago(c.create_time)],
+    ]),
+    table([
+      {title: 'Pool', get: p => p.id},
+      {title: 'Machine', get: p => p.machine_type},
+      {title: 'Accelerators', get: p => p.accelerator_count ? p.accelerator_count + ' × ' + (p.accelerator_type || 'GPU') : null},
+      {title: 'Nodes', class: 'n', get: p => String(p.node_count || 0)},
+      {title: 'Ready', class: 'n', get: p => poolStatus[p.id] ? String(poolStatus[p.id].ready || 0) : null},
+      {title: 'Failed', class: 'n', get: p => poolStatus[p.id] ? String(poolStatus[p.id].failed || 0) : null},
+      {title: 'Capacity', get: p => p.capacity ? (p.capacity.type || '') + (p.capacity.reservation ? ' ' + p.capacity.reservation : '') : 'ON_DEMAND'},
+      {title: 'Zone', get: p => p.zone},
+    ], pools, 'No node pools.'),
+    (st.conditions || []).length ? table([
+      {title: 'Condition', get: x => x.type},
+      {title: 'Status', get: x => x.status},
+      {title: 'Reason', get: x => x.reason},
+      {title: 'Message', get: x => x.message},
+      {title: 'Since', get: x => ago(x.last_transition_time)},
+    ], st.conditions) : null,
+    h('p', null, link('Nodes of ' + short(c.name) + ' →', 'nodes', short(c.name))));
+}
+
+function capacityTable(pools) {
+  return table([
+    {title: 'Zone', get: p => p.zone},
+    {title: 'Machine', get: p => p.machine_type},
+    {title: 'Source', get: p => p.type},
+    {title: 'Reservation', get: p => short(p.reservation)},
+    {title: 'Total', class: 'n', get: p => num(p.total || 0)},
+    {title: 'In use', class: 'n', get: p => num(p.in_use || 0)},
+    {title: 'Free', class: 'n', get: p => num(p.free || 0)},
+  ], pools);
+}
+
+export function pct(x) {
+  return x == null ? null : (Math.round(Number(x) * 1000) / 10) + '%';
+}
