@@ -2,11 +2,14 @@ package blobstore
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/driver"
 	"gocloud.dev/gcerrors"
+
+	"github.com/loom-ml/loom/libs/errs"
 )
 
 // confined is a driver.Bucket that keeps every key under prefix of base.
@@ -30,9 +33,16 @@ var _ driver.Bucket = (*confined)(nil)
 
 func (c *confined) key(k string) string { return c.prefix + encodeKey(k) }
 
-func (c *confined) ErrorCode(err error) gcerrors.ErrorCode { return gcerrors.Code(err) }
-func (c *confined) As(i any) bool                          { return c.base.As(i) }
-func (c *confined) ErrorAs(err error, i any) bool          { return c.base.ErrorAs(err, i) }
+func (c *confined) ErrorCode(err error) gcerrors.ErrorCode {
+	var inv *errs.InvalidError
+	if errors.As(err, &inv) {
+		return gcerrors.InvalidArgument
+	}
+	return gcerrors.Code(err)
+}
+
+func (c *confined) As(i any) bool                 { return c.base.As(i) }
+func (c *confined) ErrorAs(err error, i any) bool { return c.base.ErrorAs(err, i) }
 
 func (c *confined) Attributes(ctx context.Context, key string) (*driver.Attributes, error) {
 	a, err := c.base.Attributes(ctx, c.key(key))
@@ -106,6 +116,10 @@ func (r confinedReader) Attributes() *driver.ReaderAttributes {
 }
 
 func (c *confined) NewTypedWriter(ctx context.Context, key, contentType string, opts *driver.WriterOptions) (driver.Writer, error) {
+	if key == "" {
+		// It would name the prefix itself: a directory, on fileblob.
+		return nil, errs.Invalid("key", "must not be empty")
+	}
 	return c.base.NewWriter(ctx, c.key(key), &blob.WriterOptions{
 		BufferSize:                  opts.BufferSize,
 		MaxConcurrency:              opts.MaxConcurrency,
