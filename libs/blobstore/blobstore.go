@@ -25,6 +25,7 @@ import (
 	"net/url"
 	"os"
 	"path"
+	"regexp"
 	"sort"
 	"strings"
 	"syscall"
@@ -56,7 +57,15 @@ type Bucket struct {
 	fileRoot string
 	// scheme, host and query rebuild the URL of other stores.
 	scheme, host, query string
+	// hideTemp: fileblob writes its temporary files beside the objects
+	// (no_tmp_dir), so List and Export must not take a leftover one, from
+	// a writer killed midway, for an object.
+	hideTemp bool
 }
+
+// fileblobTemp matches the temporary file fileblob makes for NAME:
+// NAME.<nanoseconds in hex>.tmp.
+var fileblobTemp = regexp.MustCompile(`\.[0-9a-f]{1,16}\.tmp$`)
 
 // Open opens the bucket at url ("file:///abs/dir", "mem://", "s3://b",
 // "gs://b", "azblob://c"; a bare absolute path means file://). The result
@@ -133,11 +142,12 @@ func openFile(ctx context.Context, u *url.URL) (*Bucket, error) {
 		// a rename across file systems fails, so write next to the object.
 		q.Set("no_tmp_dir", "1")
 	}
+	hideTemp := q.Get("no_tmp_dir") != ""
 	base, err := blob.OpenBucket(ctx, (&url.URL{Scheme: "file", Path: dir, RawQuery: q.Encode()}).String())
 	if err != nil {
 		return nil, openError(u.String(), err)
 	}
-	b := &Bucket{base: base, fileRoot: dir, scheme: "file", query: u.RawQuery}
+	b := &Bucket{base: base, fileRoot: dir, scheme: "file", query: u.RawQuery, hideTemp: hideTemp}
 	return b.init(true), nil
 }
 
@@ -245,7 +255,7 @@ func (b *Bucket) list(ctx context.Context, limit int, what string) ([]Object, er
 		if err != nil {
 			return nil, b.wrap("list", "", err)
 		}
-		if o.IsDir {
+		if o.IsDir || b.hideTemp && fileblobTemp.MatchString(o.Key) {
 			continue
 		}
 		if len(objs) == limit {

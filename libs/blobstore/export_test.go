@@ -456,3 +456,27 @@ func TestExportChild(t *testing.T) {
 	_, err := Export(ctx, src, dst, ExportOptions{})
 	t.Fatalf("export returned (%v); it should have been killed mid-object", err)
 }
+
+// With no_tmp_dir (set by Open when the directory is on another file
+// system than $TMPDIR) fileblob's temporary files sit beside the objects;
+// one left by a killed writer is neither listed nor exported.
+func TestNoTmpDirLeftoversAreNotObjects(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "src")
+	src := open(t, "file://"+dir+"?no_tmp_dir=1")
+	if err := src.WriteFile(ctx, "model.bin", []byte("whole")); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, filepath.Join(dir, "model.bin.18ed75725ce7df1b.tmp"), "half")
+	objs, err := src.List(ctx)
+	if err != nil || len(objs) != 1 || objs[0].Key != "model.bin" {
+		t.Fatalf("List = %+v, %v; want model.bin alone", objs, err)
+	}
+	dstDir := filepath.Join(t.TempDir(), "dst")
+	res, err := Export(ctx, src, open(t, dstDir), ExportOptions{})
+	if err != nil || res.Copied != 1 {
+		t.Fatalf("Export = %+v, %v", res, err)
+	}
+	checkHolds(t, dstDir, map[string][]byte{"model.bin": []byte("whole")})
+}
