@@ -50,7 +50,8 @@ var exportHook func(key string, written int64)
 // and resumable (a kill midway leaves only whole objects, and the next
 // export copies the rest).
 //
-// Before writing anything it lists src and refuses, whole: more than
+// Before writing anything it lists src and refuses, whole: an empty src
+// (FailedPrecondition: a wrong or deleted location), more than
 // MaxObjects objects or MaxBytes bytes (ResourceExhausted, naming the
 // option), and any object whose name CleanKey refuses (InvalidArgument, so
 // a foreign file in a job's artifact directory cannot be carried into dst
@@ -75,6 +76,11 @@ func Export(ctx context.Context, src, dst *Bucket, opts ExportOptions) (ExportRe
 	objs, err := src.list(ctx, maxObjects, "ExportOptions.MaxObjects")
 	if err != nil {
 		return ExportResult{}, err
+	}
+	if len(objs) == 0 {
+		// Most likely a wrong or deleted artifact location: an empty
+		// "success" would hide it.
+		return ExportResult{}, fmt.Errorf("%w: export: %s holds no objects; check the artifact location", errs.FailedPrecondition, src.url)
 	}
 	var total int64
 	for _, o := range objs {
