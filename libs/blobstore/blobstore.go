@@ -184,11 +184,16 @@ func (b *Bucket) init(owns bool) *Bucket {
 		u := url.URL{Scheme: "file", Path: path.Join(b.fileRoot, p), RawQuery: b.query}
 		b.url = u.String()
 	default:
-		u := url.URL{Scheme: b.scheme, Host: b.host, RawQuery: b.query}
+		// Built by hand: url.URL writes "mem:" for an empty host and path,
+		// which is not the form the docs show.
+		u := b.scheme + "://" + b.host
 		if p != "" {
-			u.Path = "/" + p
+			u += (&url.URL{Path: "/" + p}).EscapedPath()
 		}
-		b.url = u.String()
+		if b.query != "" {
+			u += "?" + b.query
+		}
+		b.url = u
 	}
 	return b
 }

@@ -338,7 +338,7 @@ func TestOpenURLForms(t *testing.T) {
 		{dir + "/bare", "file://" + dir + "/bare"},
 		{"file://localhost" + dir + "/lh", "file://" + dir + "/lh"},
 		{"file://" + dir + "/slash/", "file://" + dir + "/slash"},
-		{"mem://", "mem:"},
+		{"mem://", "mem://"},
 		{"mem:///models/m1/", "mem:///models/m1"},
 	} {
 		b, err := Open(ctx, tc.in)
@@ -348,6 +348,11 @@ func TestOpenURLForms(t *testing.T) {
 		}
 		if b.URL() != tc.url {
 			t.Errorf("Open(%q).URL() = %q, want %q", tc.in, b.URL(), tc.url)
+		}
+		if again, err := Open(ctx, b.URL()); err != nil || again.URL() != b.URL() {
+			t.Errorf("Open(URL() = %q) = %v; want it to open the same place", b.URL(), err)
+		} else {
+			again.Close()
 		}
 		b.Close()
 	}
