@@ -3,47 +3,225 @@
 // mem:// where a site has them) confined to a prefix, so that no model or
 // artifact name can reach outside its project's part of the bucket.
 //
-// SEAM (issue 16): the signatures below are the contract between the
-// registry service and this package. The bodies are filled in by the
-// blobstore work package; until then every call is Unimplemented.
+// Two layers keep names inside. CleanKey refuses, with an InvalidArgument
+// error, every name that is not a plain relative path (see its doc); every
+// method that takes a name checks it first. Under that, the bucket itself
+// is a confining go-cloud driver (confined) that encodes whatever key it is
+// given so that the base store never sees a "..", an empty segment or a
+// character it could interpret: even a name that got past CleanKey could
+// only ever land under the prefix.
+//
+// The registry service calls only Open, Sub, URL, Close, CleanKey, List,
+// NewReader, WriteFile and Export (the seam of issue 16).
 package blobstore
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
+	"net/url"
+	"os"
+	"path"
+	"regexp"
+	"sort"
+	"strings"
+	"syscall"
+
+	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
+
+	"github.com/loom-ml/loom/libs/errs"
 )
 
-// ErrUnimplemented is returned by the seam's placeholder bodies.
+// ErrUnimplemented was returned by the seam's placeholder bodies; nothing
+// returns it now. It stays so that code written against the seam builds.
 var ErrUnimplemented = errors.New("blobstore: not implemented yet")
+
+// MaxListObjects bounds List: a prefix holding more objects than this is a
+// ResourceExhausted error rather than an unbounded slice.
+const MaxListObjects = 100_000
 
 // Bucket is a bucket confined to a prefix: every key a caller passes is
 // relative to that prefix and is checked by CleanKey first.
 type Bucket struct {
 	url    string
-	prefix string
+	prefix string // "" or a clean key ending in "/"
+
+	bkt  *blob.Bucket // blob.NewBucket(&confined{base, prefix})
+	base *blob.Bucket // the store as opened, shared with every Sub
+	// fileRoot is the directory of a file:// bucket ("" otherwise); URL()
+	// of a Sub is that directory joined with the prefix.
+	fileRoot string
+	// scheme, host and query rebuild the URL of other stores.
+	scheme, host, query string
+	// hideTemp: fileblob writes its temporary files beside the objects
+	// (no_tmp_dir), so List and Export must not take a leftover one, from
+	// a writer killed midway, for an object.
+	hideTemp bool
 }
+
+// fileblobTemp matches the temporary file fileblob makes for NAME:
+// NAME.<nanoseconds in hex>.tmp.
+var fileblobTemp = regexp.MustCompile(`\.[0-9a-f]{1,16}\.tmp$`)
 
 // Open opens the bucket at url ("file:///abs/dir", "mem://", "s3://b",
 // "gs://b", "azblob://c"; a bare absolute path means file://). The result
 // is confined to the URL's path prefix, if any.
-func Open(ctx context.Context, url string) (*Bucket, error) { return nil, ErrUnimplemented }
+//
+// For file:// the path is the directory that confines (it is created when
+// missing); it must be absolute and clean: no ".", ".." or empty segments,
+// after percent-decoding. For the other schemes the host is the bucket
+// (or container), the path is the prefix (checked like a key), and the
+// query is the driver's own (s3's region=, endpoint=, ...; see
+// docs/registry.md). A URL with a fragment ('#'), or with go-cloud's
+// prefix= parameter (say the prefix in the path instead), is refused.
+// Every refusal is an InvalidArgument error on field "url".
+func Open(ctx context.Context, rawURL string) (*Bucket, error) {
+	if strings.HasPrefix(rawURL, "/") {
+		rawURL = (&url.URL{Scheme: "file", Path: rawURL}).String()
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, errs.Invalid("url", "is not a URL: %v", err)
+	}
+	if u.Fragment != "" || strings.Contains(rawURL, "#") {
+		return nil, errs.Invalid("url", "must not contain '#' (got %s)", quote(rawURL))
+	}
+	q := u.Query()
+	if q.Has("prefix") {
+		return nil, errs.Invalid("url", "must not use the prefix= parameter; put the prefix in the path (s3://bucket/some/prefix)")
+	}
+	if u.Scheme == "" || u.Opaque != "" {
+		return nil, errs.Invalid("url", "must be scheme://bucket/prefix or an absolute path (got %s)", quote(rawURL))
+	}
+	if u.Scheme == "file" {
+		return openFile(ctx, u)
+	}
+	b := &Bucket{scheme: u.Scheme, host: u.Host, query: u.RawQuery}
+	if p := strings.Trim(u.Path, "/"); p != "" {
+		if _, err := CleanKey("url", p); err != nil {
+			return nil, err
+		}
+		if u.Path != "/"+p && u.Path != "/"+p+"/" {
+			return nil, errs.Invalid("url", "prefix %s must not contain empty segments", quote(u.Path))
+		}
+		b.prefix = p + "/"
+	}
+	baseURL := (&url.URL{Scheme: u.Scheme, Host: u.Host, RawQuery: u.RawQuery}).String()
+	base, err := blob.OpenBucket(ctx, baseURL)
+	if err != nil {
+		return nil, openError(rawURL, err)
+	}
+	b.base = base
+	return b.init(true), nil
+}
+
+func openFile(ctx context.Context, u *url.URL) (*Bucket, error) {
+	if u.Host != "" && u.Host != "localhost" {
+		return nil, errs.Invalid("url", "file:// URL must name a local absolute directory, not host %q (write file:///abs/dir)", u.Host)
+	}
+	dir := u.Path
+	if dir == "" || !path.IsAbs(dir) {
+		return nil, errs.Invalid("url", "file:// directory must be absolute (got %q)", dir)
+	}
+	if dir != "/" {
+		dir = strings.TrimSuffix(dir, "/")
+	}
+	if path.Clean(dir) != dir {
+		return nil, errs.Invalid("url", "file:// directory must be clean: no '.', '..' or empty segments (got %q)", u.Path)
+	}
+	q := u.Query()
+	if !q.Has("create_dir") {
+		q.Set("create_dir", "1")
+	}
+	if !q.Has("no_tmp_dir") && !sameDevice(dir, os.TempDir()) {
+		// fileblob writes to a temporary file and renames it into place;
+		// a rename across file systems fails, so write next to the object.
+		q.Set("no_tmp_dir", "1")
+	}
+	hideTemp := q.Get("no_tmp_dir") != ""
+	base, err := blob.OpenBucket(ctx, (&url.URL{Scheme: "file", Path: dir, RawQuery: q.Encode()}).String())
+	if err != nil {
+		return nil, openError(u.String(), err)
+	}
+	b := &Bucket{base: base, fileRoot: dir, scheme: "file", query: u.RawQuery, hideTemp: hideTemp}
+	return b.init(true), nil
+}
+
+// sameDevice says whether a and b are on one file system. a may not exist
+// yet: then its nearest existing parent stands for it.
+func sameDevice(a, b string) bool {
+	var sa, sb syscall.Stat_t
+	for syscall.Stat(a, &sa) != nil {
+		if a == "/" {
+			return true
+		}
+		a = path.Dir(a)
+	}
+	if syscall.Stat(b, &sb) != nil {
+		return true
+	}
+	return sa.Dev == sb.Dev
+}
+
+func openError(rawURL string, err error) error {
+	if gcerrors.Code(err) == gcerrors.InvalidArgument || strings.Contains(err.Error(), "no driver registered") ||
+		strings.Contains(err.Error(), "invalid query parameter") {
+		return errs.Invalid("url", "cannot open %s: %v", quote(rawURL), err)
+	}
+	return fmt.Errorf("blobstore: open %s: %w", quote(rawURL), err)
+}
+
+// init builds the confined portable bucket and the URL of b.
+func (b *Bucket) init(owns bool) *Bucket {
+	b.bkt = blob.NewBucket(&confined{base: b.base, prefix: b.prefix, owns: owns})
+	p := strings.TrimSuffix(b.prefix, "/")
+	switch {
+	case b.fileRoot != "":
+		u := url.URL{Scheme: "file", Path: path.Join(b.fileRoot, p), RawQuery: b.query}
+		b.url = u.String()
+	default:
+		// Built by hand: url.URL writes "mem:" for an empty host and path,
+		// which is not the form the docs show.
+		u := b.scheme + "://" + b.host
+		if p != "" {
+			u += (&url.URL{Path: "/" + p}).EscapedPath()
+		}
+		if b.query != "" {
+			u += "?" + b.query
+		}
+		b.url = u
+	}
+	return b
+}
 
 // Sub returns b confined further to prefix (cleaned like a key; "" is b
 // itself). An invalid prefix is an InvalidArgument error naming it.
-func (b *Bucket) Sub(prefix string) (*Bucket, error) { return nil, ErrUnimplemented }
+//
+// The result shares b's store: closing it releases nothing of b's, and it
+// must not be used after b is closed.
+func (b *Bucket) Sub(prefix string) (*Bucket, error) {
+	s := *b
+	if prefix != "" {
+		if _, err := CleanKey("prefix", prefix); err != nil {
+			return nil, err
+		}
+		s.prefix = b.prefix + prefix + "/"
+		if len(s.prefix) > MaxKeyBytes {
+			return nil, errs.Invalid("prefix", "makes the full prefix %d bytes; at most %d are allowed", len(s.prefix), MaxKeyBytes)
+		}
+	}
+	return s.init(false), nil
+}
 
 // URL is the bucket's URL including its prefix, as Open would accept it.
 func (b *Bucket) URL() string { return b.url }
 
 // Close releases the bucket.
-func (b *Bucket) Close() error { return nil }
-
-// CleanKey checks a relative object name: it refuses "", absolute paths,
-// "..", ".", empty segments ("//"), "#", "?", "\\", NUL and control
-// characters, and names over 1,024 bytes, with an InvalidArgument error
-// naming field. It returns the name unchanged when it is valid.
-func CleanKey(field, name string) (string, error) { return "", ErrUnimplemented }
+func (b *Bucket) Close() error { return b.bkt.Close() }
 
 // Object is one object's listing entry.
 type Object struct {
@@ -52,38 +230,122 @@ type Object struct {
 	SHA256 string // hex; computed by reading when the driver has no checksum
 }
 
-// List lists every object under the bucket's prefix, in key order.
-func (b *Bucket) List(ctx context.Context) ([]Object, error) { return nil, ErrUnimplemented }
+// List lists every object under the bucket's prefix, in key order. The
+// checksums are computed by reading every object (no store keeps SHA-256
+// for us, and a checksum kept beside an object can be stale), so List
+// costs one full read of the prefix. More than MaxListObjects objects is a
+// ResourceExhausted error.
+func (b *Bucket) List(ctx context.Context) ([]Object, error) {
+	objs, err := b.list(ctx, MaxListObjects, "List")
+	if err != nil {
+		return nil, err
+	}
+	for i := range objs {
+		if objs[i].SHA256, _, err = b.sum(ctx, objs[i].Key); err != nil {
+			return nil, err
+		}
+	}
+	return objs, nil
+}
 
-// NewReader opens key for reading.
+// list lists keys and sizes, at most limit of them.
+func (b *Bucket) list(ctx context.Context, limit int, what string) ([]Object, error) {
+	var objs []Object
+	it := b.bkt.List(nil)
+	for {
+		o, err := it.Next(ctx)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, b.wrap("list", "", err)
+		}
+		if o.IsDir || b.hideTemp && fileblobTemp.MatchString(o.Key) {
+			continue
+		}
+		if len(objs) == limit {
+			return nil, fmt.Errorf("%w: %s: %s holds more than %d objects (the %s limit)", errs.ResourceExhausted, what, b.url, limit, what)
+		}
+		objs = append(objs, Object{Key: o.Key, Size: o.Size})
+	}
+	sort.Slice(objs, func(i, j int) bool { return objs[i].Key < objs[j].Key })
+	return objs, nil
+}
+
+// sum reads key and returns its SHA-256 (hex) and length.
+func (b *Bucket) sum(ctx context.Context, key string) (string, int64, error) {
+	r, err := b.bkt.NewReader(ctx, key, nil)
+	if err != nil {
+		return "", 0, b.wrap("read", key, err)
+	}
+	defer r.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, r)
+	if err != nil {
+		return "", 0, b.wrap("read", key, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// NewReader opens key for reading. A missing key is a NotFound error.
 func (b *Bucket) NewReader(ctx context.Context, key string) (io.ReadCloser, error) {
-	return nil, ErrUnimplemented
+	if _, err := CleanKey("key", key); err != nil {
+		return nil, err
+	}
+	r, err := b.bkt.NewReader(ctx, key, nil)
+	if err != nil {
+		return nil, b.wrap("read", key, err)
+	}
+	return r, nil
 }
 
-// WriteFile writes data to key atomically (readers see all or nothing).
+// WriteFile writes data to key atomically (readers see all or nothing):
+// go-cloud's writers publish an object only when it is closed whole (a
+// temporary file renamed into place on file://, a single or completed
+// multipart upload on the object stores).
 func (b *Bucket) WriteFile(ctx context.Context, key string, data []byte) error {
-	return ErrUnimplemented
+	if err := b.checkWriteKey("key", key); err != nil {
+		return err
+	}
+	if err := b.bkt.WriteAll(ctx, key, data, writeOpts()); err != nil {
+		return b.wrap("write", key, err)
+	}
+	return nil
 }
 
-// ExportOptions tunes Export.
-type ExportOptions struct {
-	// Progress, when set, is called after each object is copied or skipped.
-	Progress func(done, total int, key string)
+func (b *Bucket) checkWriteKey(field, key string) error {
+	if _, err := CleanKey(field, key); err != nil {
+		return err
+	}
+	if b.fileRoot != "" && strings.HasSuffix(key, ".attrs") {
+		return errs.Invalid(field, "must not end in \".attrs\" on a file:// bucket (go-cloud keeps each object's attributes in NAME.attrs) (got %s)", quote(key))
+	}
+	if n := len(b.prefix) + len(key); n > MaxKeyBytes {
+		return errs.Invalid(field, "with the bucket's prefix %s the object name is %d bytes; at most %d are allowed", quote(b.prefix), n, MaxKeyBytes)
+	}
+	return nil
 }
 
-// ExportResult says what an export did.
-type ExportResult struct {
-	Copied  int   // objects written
-	Skipped int   // objects already present with the same SHA-256
-	Bytes   int64 // bytes written
-	Objects []Object
+func writeOpts() *blob.WriterOptions {
+	return &blob.WriterOptions{ContentType: "application/octet-stream"}
 }
 
-// Export copies every object of src to dst byte for byte, comparing
-// SHA-256 checksums after each copy. It is idempotent (an object already in
-// dst with the same checksum is skipped, so a second export writes nothing)
-// and resumable (a kill midway leaves only whole objects, and the next
-// export copies the rest).
-func Export(ctx context.Context, src, dst *Bucket, opts ExportOptions) (ExportResult, error) {
-	return ExportResult{}, ErrUnimplemented
+// wrap gives a store error Loom's kind (NotFound, PermissionDenied,
+// InvalidArgument) and says which bucket and key it was about.
+func (b *Bucket) wrap(op, key string, err error) error {
+	where := b.url
+	if key != "" {
+		where += " key " + quote(key)
+	}
+	switch gcerrors.Code(err) {
+	case gcerrors.NotFound:
+		return fmt.Errorf("blobstore: %s %s: %w", op, where, errs.NotFound)
+	case gcerrors.PermissionDenied:
+		return fmt.Errorf("blobstore: %s %s: %w: %v", op, where, errs.PermissionDenied, err)
+	case gcerrors.Canceled:
+		return fmt.Errorf("blobstore: %s %s: %w", op, where, context.Canceled)
+	case gcerrors.DeadlineExceeded:
+		return fmt.Errorf("blobstore: %s %s: %w", op, where, context.DeadlineExceeded)
+	}
+	return fmt.Errorf("blobstore: %s %s: %w", op, where, err)
 }

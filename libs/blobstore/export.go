@@ -1,0 +1,212 @@
+package blobstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"io"
+
+	"github.com/loom-ml/loom/libs/errs"
+)
+
+// Default export bounds. An artifact set past them is refused before
+// anything is written, with an error naming the option to raise.
+const (
+	DefaultMaxExportObjects       = 100_000
+	DefaultMaxExportBytes   int64 = 1 << 40 // 1 TiB
+)
+
+// ExportOptions tunes Export.
+type ExportOptions struct {
+	// Progress, when set, is called after each object is copied or skipped.
+	Progress func(done, total int, key string)
+	// MaxObjects bounds how many objects src may hold (0:
+	// DefaultMaxExportObjects).
+	MaxObjects int
+	// MaxBytes bounds src's total size (0: DefaultMaxExportBytes).
+	MaxBytes int64
+}
+
+// ExportResult says what an export did.
+type ExportResult struct {
+	Copied  int   // objects written
+	Skipped int   // objects already present with the same SHA-256
+	Bytes   int64 // bytes written
+	Objects []Object
+}
+
+// copyChunk is how much of an object Export holds in memory at once.
+const copyChunk = 256 << 10
+
+// exportHook, when set (by a test only), is called as each chunk of key
+// has been handed to dst's writer: written bytes so far.
+var exportHook func(key string, written int64)
+
+// Export copies every object of src to dst byte for byte, comparing
+// SHA-256 checksums after each copy. It is idempotent (an object already in
+// dst with the same checksum is skipped, so a second export writes nothing)
+// and resumable (a kill midway leaves only whole objects, and the next
+// export copies the rest).
+//
+// Before writing anything it lists src and refuses, whole: an empty src
+// (FailedPrecondition: a wrong or deleted location), more than
+// MaxObjects objects or MaxBytes bytes (ResourceExhausted, naming the
+// option), and any object whose name CleanKey refuses (InvalidArgument, so
+// a foreign file in a job's artifact directory cannot be carried into dst
+// under a name dst might interpret). Objects are copied in key order; each
+// is read from src once while it is written, then read back from dst and
+// its SHA-256 compared with what was read. Result.Objects lists every
+// object of src with its checksum.
+func Export(ctx context.Context, src, dst *Bucket, opts ExportOptions) (ExportResult, error) {
+	maxObjects, maxBytes := opts.MaxObjects, opts.MaxBytes
+	var v errs.Validator
+	v.Check(maxObjects >= 0, "max_objects", "must not be negative (0 means %d)", DefaultMaxExportObjects)
+	v.Check(maxBytes >= 0, "max_bytes", "must not be negative (0 means %d)", DefaultMaxExportBytes)
+	if err := v.Err(); err != nil {
+		return ExportResult{}, err
+	}
+	if maxObjects == 0 {
+		maxObjects = DefaultMaxExportObjects
+	}
+	if maxBytes == 0 {
+		maxBytes = DefaultMaxExportBytes
+	}
+	objs, err := src.list(ctx, maxObjects, "ExportOptions.MaxObjects")
+	if err != nil {
+		return ExportResult{}, err
+	}
+	if len(objs) == 0 {
+		// Most likely a wrong or deleted artifact location: an empty
+		// "success" would hide it.
+		return ExportResult{}, fmt.Errorf("%w: export: %s holds no objects; check the artifact location", errs.FailedPrecondition, src.url)
+	}
+	var total int64
+	for _, o := range objs {
+		total += o.Size
+	}
+	if total > maxBytes {
+		return ExportResult{}, fmt.Errorf("%w: export: %s holds %d bytes in %d objects, over the limit of %d (ExportOptions.MaxBytes)",
+			errs.ResourceExhausted, src.url, total, len(objs), maxBytes)
+	}
+	bad := 0
+	for _, o := range objs {
+		if err := dst.checkWriteKey("object", o.Key); err != nil {
+			if bad++; bad <= 10 {
+				v.Add(fmt.Sprintf("objects[%s]", quote(o.Key)), "%v", err)
+			}
+		}
+	}
+	if bad > 10 {
+		v.Add("objects", "and %d more objects with names that cannot be exported", bad-10)
+	}
+	if err := v.Err(); err != nil {
+		return ExportResult{}, err
+	}
+
+	res := ExportResult{Objects: make([]Object, 0, len(objs))}
+	for i, o := range objs {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		sum, copied, n, err := exportOne(ctx, src, dst, o)
+		if err != nil {
+			return res, err
+		}
+		o.SHA256 = sum
+		res.Objects = append(res.Objects, o)
+		if copied {
+			res.Copied++
+			res.Bytes += n
+		} else {
+			res.Skipped++
+		}
+		if opts.Progress != nil {
+			opts.Progress(i+1, len(objs), o.Key)
+		}
+	}
+	return res, nil
+}
+
+// exportOne makes dst hold o as src has it: skipped when dst already has
+// the same bytes, else copied and checked.
+func exportOne(ctx context.Context, src, dst *Bucket, o Object) (sum string, copied bool, n int64, err error) {
+	if a, err := dst.bkt.Attributes(ctx, o.Key); err == nil && a.Size == o.Size {
+		srcSum, _, err := src.sum(ctx, o.Key)
+		if err != nil {
+			return "", false, 0, err
+		}
+		dstSum, _, err := dst.sum(ctx, o.Key)
+		if err != nil {
+			return "", false, 0, err
+		}
+		if srcSum == dstSum {
+			return srcSum, false, 0, nil
+		}
+	}
+	sum, n, err = copyObject(ctx, src, dst, o.Key)
+	if err != nil {
+		return "", false, 0, err
+	}
+	dstSum, dstN, err := dst.sum(ctx, o.Key)
+	if err != nil {
+		return "", false, 0, err
+	}
+	if dstSum != sum || dstN != n {
+		return "", false, 0, fmt.Errorf("blobstore: export %s: %s holds %d bytes with SHA-256 %s after the copy, but %d bytes with SHA-256 %s were read from %s; run the export again",
+			quote(o.Key), dst.url, dstN, dstSum, n, sum, src.url)
+	}
+	return sum, true, n, nil
+}
+
+// copyObject streams key from src to dst through go-cloud's writer, which
+// publishes the object only on a successful Close: an interrupted copy
+// leaves dst without the object (or with its previous version), never
+// with part of it.
+func copyObject(ctx context.Context, src, dst *Bucket, key string) (string, int64, error) {
+	r, err := src.bkt.NewReader(ctx, key, nil)
+	if err != nil {
+		return "", 0, src.wrap("read", key, err)
+	}
+	defer r.Close()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := dst.bkt.NewWriter(wctx, key, writeOpts())
+	if err != nil {
+		return "", 0, dst.wrap("write", key, err)
+	}
+	h := sha256.New()
+	// Copy in fixed chunks (go-cloud's ReadFrom would read 1 MiB at a time)
+	// so memory per export is one chunk and the hook sees each chunk.
+	n, err := io.CopyBuffer(struct{ io.Writer }{w}, &hashingReader{r: r, h: h, key: key}, make([]byte, copyChunk))
+	if err != nil {
+		cancel() // abandons the write: Close then discards the object
+		_ = w.Close()
+		return "", 0, fmt.Errorf("blobstore: export %s from %s to %s: %w", quote(key), src.url, dst.url, err)
+	}
+	if err := w.Close(); err != nil {
+		return "", 0, dst.wrap("write", key, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// hashingReader hashes what it reads and calls exportHook.
+type hashingReader struct {
+	r   io.Reader
+	h   hash.Hash
+	key string
+	n   int64
+}
+
+func (hr *hashingReader) Read(p []byte) (int, error) {
+	n, err := hr.r.Read(p)
+	if n > 0 {
+		hr.h.Write(p[:n])
+		hr.n += int64(n)
+		if exportHook != nil {
+			exportHook(hr.key, hr.n)
+		}
+	}
+	return n, err
+}
