@@ -98,3 +98,49 @@ func TestTrialWithoutMetricsIsInfeasibleAfterTheGrace(t *testing.T) {
 		t.Fatalf("a late metric revived the trial: %v", got)
 	}
 }
+
+// TestOneStepFromTwoSources: the hypertune lines and the TensorBoard
+// scalars of one step come in separate MetricsReported events; the
+// measurement of that step holds both, whatever their order, and a step
+// reported again (a resumed run) replaces only the metrics it names.
+func TestOneStepFromTwoSources(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	job := endWithoutMetrics(t, s)
+	// The TensorBoard scalars first: no value of the study's metric yet,
+	// so the trial still waits.
+	step(t, s, t0.Add(time.Second), Input{Payload: &eventsv1.MetricsReported{Job: job, Node: "n-0001",
+		Points: []*eventsv1.MetricsReported_Point{{Step: 7, Values: map[string]float64{"validation/loss": 0.5}}}}})
+	if tr := tuningOf(t, s, tunName).GetTrials()[0]; tr.GetState() != trainingv1.Trial_ACTIVE {
+		t.Fatalf("judged on metrics without the study's: %v", tr)
+	}
+	step(t, s, t0.Add(2*time.Second), Input{Payload: &eventsv1.MetricsReported{Job: job, Node: "n-0001",
+		Points: []*eventsv1.MetricsReported_Point{{Step: 7, Values: map[string]float64{"val_loss": 0.25}}}}})
+	tr := tuningOf(t, s, tunName).GetTrials()[0]
+	fm := tr.GetFinalMeasurement()
+	if tr.GetState() != trainingv1.Trial_SUCCEEDED || len(fm.GetMetrics()) != 2 {
+		t.Fatalf("trial after both sources of step 7: %v", tr)
+	}
+	got := map[string]float64{}
+	for _, m := range fm.GetMetrics() {
+		got[m.GetMetricId()] = m.GetValue()
+	}
+	if got["val_loss"] != 0.25 || got["validation/loss"] != 0.5 {
+		t.Fatalf("step 7 holds %v, want both sources' values", got)
+	}
+}
+
+func TestMergeMeasurementReplacesOnlyNamedMetrics(t *testing.T) {
+	t.Parallel()
+	old := &trainingv1.Measurement{StepCount: 3, Metrics: []*trainingv1.Measurement_Metric{{MetricId: "a", Value: 1}, {MetricId: "b", Value: 2}}}
+	m := mergeMeasurement(old, &trainingv1.Measurement{StepCount: 3, Metrics: []*trainingv1.Measurement_Metric{{MetricId: "b", Value: 5}, {MetricId: "c", Value: 6}}})
+	var ids []string
+	var vals []float64
+	for _, x := range m.GetMetrics() {
+		ids = append(ids, x.GetMetricId())
+		vals = append(vals, x.GetValue())
+	}
+	if strings.Join(ids, ",") != "a,b,c" || vals[0] != 1 || vals[1] != 5 || vals[2] != 6 {
+		t.Fatalf("merged = %v %v, want a=1 b=5 c=6", ids, vals)
+	}
+}

@@ -479,7 +479,7 @@ func (s *State) metrics(now time.Time, ev *eventsv1.MetricsReported, signer stri
 			}
 			i := sort.Search(len(tr.Measurements), func(i int) bool { return tr.Measurements[i].GetStepCount() >= m.GetStepCount() })
 			if i < len(tr.Measurements) && tr.Measurements[i].GetStepCount() == m.GetStepCount() {
-				tr.Measurements[i] = m
+				tr.Measurements[i] = mergeMeasurement(tr.Measurements[i], m)
 			} else {
 				tr.Measurements = append(tr.Measurements, nil)
 				copy(tr.Measurements[i+1:], tr.Measurements[i:])
@@ -508,6 +508,29 @@ func (s *State) metrics(now time.Time, ev *eventsv1.MetricsReported, signer stri
 		}
 		return nil
 	})
+}
+
+// mergeMeasurement merges m into old, both of one step: m's values replace
+// old's of the same metric (a run resumed from a checkpoint reports the step
+// again) and old's other metrics stay, since one step's values come in
+// several events (the hypertune lines and the TensorBoard scalars are
+// tailed apart). The result is in metric id order.
+func mergeMeasurement(old, m *trainingv1.Measurement) *trainingv1.Measurement {
+	vals := make(map[string]float64, len(old.GetMetrics())+len(m.GetMetrics()))
+	for _, x := range old.GetMetrics() {
+		vals[x.GetMetricId()] = x.GetValue()
+	}
+	for _, x := range m.GetMetrics() {
+		vals[x.GetMetricId()] = x.GetValue()
+	}
+	out := &trainingv1.Measurement{StepCount: m.GetStepCount(), ElapsedDuration: m.GetElapsedDuration()}
+	if out.ElapsedDuration == nil {
+		out.ElapsedDuration = old.GetElapsedDuration()
+	}
+	for _, k := range sortedKeys(vals) {
+		out.Metrics = append(out.Metrics, &trainingv1.Measurement_Metric{MetricId: k, Value: vals[k]})
+	}
+	return out
 }
 
 // runsOn reports whether node (the signer's node name, or a hostname) is
