@@ -286,7 +286,9 @@ func TestConsole(t *testing.T) {
 			t.Fatalf("models page has no link to a model:\n%s", text(t, bctx, "#page"))
 		}
 		visit(t, bctx, base, strings.TrimPrefix(href, "#/"), "model")
-		waitText(t, bctx, "#page", "Versions", "Lineage of version 1", "custom job", "job ")
+		// The graph's kind labels are upper-cased by CSS, and innerText
+		// reads them as shown.
+		waitText(t, bctx, "#page", "Versions", "Lineage of version 1", "CUSTOM JOB", "job ")
 		if n := eval(`document.querySelectorAll('#page svg.lineage g.node').length`); n < 3 {
 			t.Errorf("the lineage graph has %d nodes, want version → … → data", n)
 		}
