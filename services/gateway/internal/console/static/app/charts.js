@@ -28,7 +28,9 @@ export function lineChart(series, opts = {}) {
       title: opts.title,
       width,
       height: opts.height || 220,
-      scales: {x: {time: !!opts.time}},
+      // One sample (a dashboard's first scrape) would stretch a time axis
+      // over years: it gets a minute either side instead.
+      scales: {x: xs.length === 1 && opts.time ? {time: true, range: () => [xs[0] - 60, xs[0] + 60]} : {time: !!opts.time}},
       legend: {live: false},
       axes: [opts.intX ? {label: opts.xLabel, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000], values: (u, v) => v.map(x => Number.isInteger(x) ? String(x) : '')} : {label: opts.xLabel},
         {label: opts.yLabel, size: 60}],

@@ -40,13 +40,21 @@ export async function dashboardsPage(ctx, service) {
     const series = panels.filter(p => p.kind !== 'stat');
     fill(body,
       h('h2', null, d.title || service),
-      stats.length ? h('div', {class: 'stats'}, stats.map(p => stat(p.title, lastValue(p), p.unit))) : null,
-      h('div', {class: 'panels'}, series.map(p => section(p.title + (p.unit ? ' (' + p.unit + ')' : ''),
+      stats.length ? h('div', {class: 'stats'}, stats.map(p => stat(p.title, lastValue(p), unitLabel(p.unit)))) : null,
+      h('div', {class: 'panels'}, series.map(p => section(p.title + (unitLabel(p.unit) ? ' (' + unitLabel(p.unit) + ')' : ''),
         (p.series || []).some(s => (s.points || []).length)
           ? lineChart((p.series || []).slice(0, 12).map(s => ({label: s.legend || p.title, points: (s.points || []).map(([t, v]) => [Number(t), Number(v)])})), {time: true, height: 180})
           : h('p', {class: 'muted empty'}, 'No data yet.')))));
     ctx.main.dataset.ready = 'dashboards';
   }, ctx.signal, 15000, 120000, e => fill(status, e ? notice('error', 'Refresh failed (retrying with backoff): ' + e.message) : null));
+}
+
+// UNITS turns Grafana's unit ids (the definitions' Unit) into what a person
+// reads; a unit without a label ("none", "short": plain counts) shows none.
+const UNITS = {none: '', short: '', reqps: 'per s', ops: 'per s', percentunit: 'ratio', s: 's', bytes: 'bytes'};
+
+function unitLabel(u) {
+  return u in UNITS ? UNITS[u] : (u || '');
 }
 
 function lastValue(p) {
