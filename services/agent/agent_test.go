@@ -192,9 +192,10 @@ func TestStepRunsWithEnvAndReportsExit(t *testing.T) {
 	}
 	// A clean base: nothing of the agent's environment but PATH leaks in.
 	// LOOM_GPU_STATE_DIR: the node's simulated GPUs, for its nvidia-smi.
-	// CLOUD_ML_HP_METRIC_FILE: where the step reports its metrics.
+	// CLOUD_ML_HP_METRIC_FILE: where the step reports its metrics;
+	// LOOM_TENSORBOARD_LOG_DIR: where it may write TensorBoard event files.
 	allowed := []string{"PATH", "HOME", "SLURM_PROCID", "FOO", "LOOM_STEP_ID", "LOOM_PROGRESS_FILE", "LOOM_GPU_STATE_DIR",
-		"CLOUD_ML_HP_METRIC_FILE", "PWD", "OLDPWD", "SHLVL", "_"}
+		"CLOUD_ML_HP_METRIC_FILE", "LOOM_TENSORBOARD_LOG_DIR", "PWD", "OLDPWD", "SHLVL", "_"}
 	for _, line := range strings.Split(strings.TrimSpace(string(envb)), "\n") {
 		name, _, _ := strings.Cut(line, "=")
 		if !slices.Contains(allowed, name) {
