@@ -6,18 +6,16 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/page"
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/testkit/browser"
 	"github.com/loom-ml/loom/libs/testkit/need"
 )
 
@@ -35,7 +33,6 @@ const hostileName = `<script>alert("pwned")</script><img src=x onerror=alert(1)>
 func TestConsole(t *testing.T) {
 	t.Parallel()
 	need.Tools(t, "apt-get install chromium", "chromium")
-	chromium, _ := exec.LookPath("chromium")
 	s := startTrainingStack(t, 8*time.Minute)
 	base := "http://" + s.st.RESTAddr
 
@@ -68,18 +65,7 @@ func TestConsole(t *testing.T) {
 		t.Errorf("GET /: Content-Security-Policy %q, want a strict one", csp)
 	}
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
-		chromedp.WindowSize(1440, 1000), chromedp.Flag("disable-gpu", true))
-	actx, acancel := chromedp.NewExecAllocator(s.ctx, opts...)
-	t.Cleanup(acancel)
-	bctx, bcancel := chromedp.NewContext(actx)
-	t.Cleanup(bcancel)
-	// The browser's first run must not have a timeout (it would end the
-	// browser); every later action gets one.
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	collectJSErrors(t, bctx)
+	bctx := browser.Start(t, s.ctx)
 	// A dialog (alert) would mean API data ran as script.
 	dialogs := make(chan string, 16)
 	if err := chromedp.Listen(bctx, func(ev any) {
@@ -446,49 +432,4 @@ func shot(t *testing.T, ctx context.Context, name string) {
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// collectJSErrors records every uncaught JavaScript exception and
-// console.error of the page (a CSP violation is reported as one by
-// main.js), and fails the test with them at its end: a page that throws
-// is broken even when its text looks right.
-func collectJSErrors(t *testing.T, ctx context.Context) {
-	t.Helper()
-	var mu sync.Mutex
-	var errs []string
-	if err := chromedp.Listen(ctx, func(ev any) {
-		var msg string
-		switch e := ev.(type) {
-		case *runtime.EventExceptionThrown:
-			msg = "exception: " + e.ExceptionDetails.Text
-			if e.ExceptionDetails.Exception != nil {
-				msg += " " + e.ExceptionDetails.Exception.Description
-			}
-		case *runtime.EventConsoleAPICalled:
-			if e.Type != runtime.ConsoleAPICalledTypeError {
-				return
-			}
-			msg = "console.error:"
-			for _, a := range e.Args {
-				msg += " " + string(a.Value) + a.Description
-			}
-		default:
-			return
-		}
-		mu.Lock()
-		errs = append(errs, msg)
-		mu.Unlock()
-	}); err != nil {
-		t.Fatal(err)
-	}
-	get := func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), errs...)
-	}
-	t.Cleanup(func() {
-		if e := get(); len(e) > 0 {
-			t.Errorf("the console's JavaScript reported %d errors:\n%s", len(e), strings.Join(e, "\n"))
-		}
-	})
 }

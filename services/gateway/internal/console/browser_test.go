@@ -7,17 +7,15 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/testkit/browser"
 	"github.com/loom-ml/loom/libs/testkit/need"
 )
 
@@ -105,19 +103,9 @@ func contractAPI(t *testing.T) http.Handler {
 func TestPagesAgainstContracts(t *testing.T) {
 	t.Parallel()
 	need.Tools(t, "apt-get install chromium", "chromium")
-	chromium, _ := exec.LookPath("chromium")
 	srv := httptest.NewServer(Mount(contractAPI(t)))
 	t.Cleanup(srv.Close)
-
-	actx, acancel := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.WindowSize(1440, 1000))...)
-	t.Cleanup(acancel)
-	bctx, bcancel := chromedp.NewContext(actx)
-	t.Cleanup(bcancel)
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	collectJSErrors(t, bctx)
+	bctx := browser.Start(t, context.Background())
 	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(bctx, 30*time.Second)
@@ -225,49 +213,4 @@ func shotTo(t *testing.T, ctx context.Context, name string) {
 	if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("contract-%s.png", name)), png, 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// collectJSErrors records every uncaught JavaScript exception and
-// console.error of the page (a CSP violation is reported as one by
-// main.js), and fails the test with them at its end: a page that throws
-// is broken even when its text looks right.
-func collectJSErrors(t *testing.T, ctx context.Context) {
-	t.Helper()
-	var mu sync.Mutex
-	var errs []string
-	if err := chromedp.Listen(ctx, func(ev any) {
-		var msg string
-		switch e := ev.(type) {
-		case *runtime.EventExceptionThrown:
-			msg = "exception: " + e.ExceptionDetails.Text
-			if e.ExceptionDetails.Exception != nil {
-				msg += " " + e.ExceptionDetails.Exception.Description
-			}
-		case *runtime.EventConsoleAPICalled:
-			if e.Type != runtime.ConsoleAPICalledTypeError {
-				return
-			}
-			msg = "console.error:"
-			for _, a := range e.Args {
-				msg += " " + string(a.Value) + a.Description
-			}
-		default:
-			return
-		}
-		mu.Lock()
-		errs = append(errs, msg)
-		mu.Unlock()
-	}); err != nil {
-		t.Fatal(err)
-	}
-	get := func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), errs...)
-	}
-	t.Cleanup(func() {
-		if e := get(); len(e) > 0 {
-			t.Errorf("the console's JavaScript reported %d errors:\n%s", len(e), strings.Join(e, "\n"))
-		}
-	})
 }
