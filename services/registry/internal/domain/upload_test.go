@@ -111,7 +111,7 @@ func TestUploadRefusals(t *testing.T) {
 		"bad label key":     {func(c *eventsv1.UploadModel) { c.Model.Labels = map[string]string{"Team": "ml"} }, `key "Team"`},
 		"bad label value":   {func(c *eventsv1.UploadModel) { c.Model.Labels = map[string]string{"team": "M L"} }, "model.labels[team]"},
 		"no artifact":       {func(c *eventsv1.UploadModel) { c.Model.ArtifactUri = "" }, "model.artifact_uri: required"},
-		"gs artifact":       {func(c *eventsv1.UploadModel) { c.Model.ArtifactUri = "gs://b/m" }, "only file:// URIs"},
+		"ftp artifact":      {func(c *eventsv1.UploadModel) { c.Model.ArtifactUri = "ftp://b/m" }, "only file:// URIs, absolute paths and s3://, gs://, azblob:// bucket URLs"},
 		"file host":         {func(c *eventsv1.UploadModel) { c.Model.ArtifactUri = "file://host/m" }, "not a host"},
 		"relative artifact": {func(c *eventsv1.UploadModel) { c.Model.ArtifactUri = "data/m" }, "not an absolute path"},
 		"reserved alias":    {func(c *eventsv1.UploadModel) { c.Model.VersionAliases = []string{"v2"} }, "model.version_aliases[0]: alias \"v2\" is reserved"},
