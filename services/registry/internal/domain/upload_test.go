@@ -147,6 +147,19 @@ func TestUploadRefusals(t *testing.T) {
 	if u, err := ValidateUpload(s, cmd); err != nil || u.Dir != "/data/m2" {
 		t.Fatalf("absolute path: %+v %v, want dir /data/m2", u, err)
 	}
+	// A bucket URL is kept as given, for the registry to read through
+	// libs/blobstore; the version records it unchanged.
+	for _, uri := range []string{"s3://models/tiny/1?region=eu-west-1", "gs://models/tiny/1", "azblob://models/tiny/1"} {
+		cmd := upload("bucket " + uri)
+		cmd.Model.ArtifactUri = uri
+		u, err := ValidateUpload(s, cmd)
+		if err != nil || u.Dir != "" || u.URI != uri {
+			t.Fatalf("%s: %+v %v, want URI kept and no Dir", uri, u, err)
+		}
+		if got := u.artifactURI(); got != uri {
+			t.Errorf("%s: version artifact_uri %q", uri, got)
+		}
+	}
 }
 
 func many2(n int) map[string]string {
