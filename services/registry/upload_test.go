@@ -135,6 +135,10 @@ func TestUploadModel(t *testing.T) {
 		[]byte("2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881  ../outside.bin\n"), 0o644)
 	unknownParent := uploadOf("r-parent", modelDir(t))
 	unknownParent.ModelId, unknownParent.ParentModel = "", "projects/default/models/nope"
+	// A bucket URL is read through libs/blobstore: an empty one (mem://
+	// is a fresh bucket each time it is opened) is refused as missing.
+	emptyBucket := uploadOf("r-bucket", modelDir(t))
+	emptyBucket.Model.ArtifactUri = "mem://models/tiny"
 	refusals := map[string]struct {
 		cmd    *eventsv1.UploadModel
 		reason string
@@ -144,6 +148,7 @@ func TestUploadModel(t *testing.T) {
 		"r-sum":      {uploadOf("r-sum", badSum), "model.json: sha256"},
 		"r-escape":   {uploadOf("r-escape", escaping), "leaves the artifact directory"},
 		"r-parent":   {unknownParent, "parent_model: projects/default/models/nope does not exist"},
+		"r-bucket":   {emptyBucket, "model.artifact_uri: artifact location mem://models/tiny holds no objects"},
 	}
 	for _, r := range refusals {
 		publish(uploadEvent(r.cmd))

@@ -198,12 +198,17 @@ func (r *Registry) handleUpload(ctx context.Context, ev envelope.Event, cmd *eve
 	}
 }
 
-// verify checks u's artifact directory: a refusal (the directory missing or
+// verify checks u's artifact set (a local directory, or a bucket URL through
+// libs/blobstore): a refusal (the set missing or
 // incomplete) or an error (the check cut short by ctx).
 func (r *Registry) verify(ctx context.Context, u domain.Upload) (refusal, err error) {
 	// Outside every lock: reads and other changes go on while the files are
 	// hashed.
-	if err := artifact.Verify(ctx, u.Dir); err != nil {
+	check := func() error { return artifact.VerifyURL(ctx, u.URI) }
+	if u.Dir != "" {
+		check = func() error { return artifact.Verify(ctx, u.Dir) }
+	}
+	if err := check(); err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("artifact check cut short: %w", err)
 		}

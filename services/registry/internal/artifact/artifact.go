@@ -103,6 +103,12 @@ func readManifest(root *os.Root, dir string) ([]entry, error) {
 	if len(raw) > MaxManifestBytes {
 		return nil, fmt.Errorf("%s: larger than %d bytes", Manifest, MaxManifestBytes)
 	}
+	return parseManifest(raw)
+}
+
+// parseManifest parses a MANIFEST's bytes (at most MaxManifestBytes): the
+// entries in order, or the reason the MANIFEST is refused.
+func parseManifest(raw []byte) ([]entry, error) {
 	var out []entry
 	seen := map[string]int{}
 	sc := bufio.NewScanner(bytes.NewReader(raw))

@@ -52,12 +52,15 @@ var (
 
 // Upload is an UploadModel that passed ValidateUpload: the model it makes a
 // version of (Model, a full name; New when the upload creates it) and the
-// local artifact directory (Dir, absolute and clean) still to be checked.
+// artifact set still to be checked: a local directory (Dir, absolute and
+// clean) or, when Dir is "", a bucket URL (URI: s3://, gs://, azblob://,
+// mem://) read through libs/blobstore.
 type Upload struct {
 	Cmd   *eventsv1.UploadModel
 	Model string
 	New   bool
 	Dir   string
+	URI   string
 }
 
 // Answered returns the version an earlier UploadModel with requestID
@@ -88,7 +91,7 @@ func (s *State) Answered(requestID string) (*loomv1.ModelVersion, bool) {
 // the artifact directory: the request id, the project, parent_model (it must
 // exist, in the project) or model_id (the resname grammar), the display name,
 // descriptions and labels within bounds, and artifact_uri naming a local
-// directory (file:// or an absolute path). It returns the upload resolved,
+// directory (file:// or an absolute path) or a bucket (BucketSchemes). It returns the upload resolved,
 // or an error whose text is the reason to refuse it (the field first).
 func ValidateUpload(s *State, cmd *eventsv1.UploadModel) (Upload, error) {
 	u := Upload{Cmd: cmd}
@@ -167,12 +170,30 @@ func ValidateUpload(s *State, cmd *eventsv1.UploadModel) (Upload, error) {
 	if err := checkLineage(cmd.GetLineage()); err != nil {
 		return u, err
 	}
+	if isBucketURI(m.GetArtifactUri()) {
+		u.URI = m.GetArtifactUri()
+		return u, nil
+	}
 	dir, err := ArtifactDir(m.GetArtifactUri())
 	if err != nil {
 		return u, err
 	}
 	u.Dir = dir
 	return u, nil
+}
+
+// BucketSchemes are the artifact_uri schemes other than file:// that an
+// upload may name: the stores libs/blobstore opens. The registry reads the
+// artifact set through it (mem:// is an empty bucket, for tests).
+var BucketSchemes = []string{"s3", "gs", "azblob", "mem"}
+
+// isBucketURI reports whether uri is "<one of BucketSchemes>://...", within
+// MaxArtifactURI and without NUL: what is wrong with the rest of it is
+// blobstore.Open's to say, when the artifact set is checked.
+func isBucketURI(uri string) bool {
+	scheme, _, ok := strings.Cut(uri, "://")
+	return ok && len(uri) <= MaxArtifactURI && !strings.ContainsRune(uri, 0) &&
+		slices.Contains(BucketSchemes, scheme)
 }
 
 // ArtifactDir returns the local directory an artifact_uri names:
@@ -195,7 +216,7 @@ func ArtifactDir(uri string) (string, error) {
 			return "", fmt.Errorf("%s: %q: a file:// URI names a local absolute path (file:///dir), not a host", field, clip(uri))
 		}
 	} else if i := strings.Index(uri, "://"); i > 0 {
-		return "", fmt.Errorf("%s: %q: only file:// URIs and absolute paths are supported", field, clip(uri))
+		return "", fmt.Errorf("%s: %q: only file:// URIs, absolute paths and %s:// bucket URLs are supported", field, clip(uri), strings.Join(BucketSchemes[:len(BucketSchemes)-1], "://, "))
 	}
 	if !filepath.IsAbs(p) {
 		return "", fmt.Errorf("%s: %q is not an absolute path", field, clip(uri))
@@ -292,7 +313,7 @@ func RegisterUpload(s *State, u Upload, now time.Time) *Registration {
 	v := &loomv1.ModelVersion{
 		Name:        resname.VersionIn(u.Model, model.LatestVersion),
 		Version:     model.LatestVersion,
-		ArtifactUri: "file://" + u.Dir,
+		ArtifactUri: u.artifactURI(),
 		SourceJob:   lineage.GetJob(),
 		CreateTime:  ts,
 		Labels:      map[string]string{},
@@ -410,4 +431,13 @@ func clip(s string) string {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+// artifactURI is the artifact_uri a registered version keeps: file:// and
+// the clean directory, or the bucket URL as given.
+func (u Upload) artifactURI() string {
+	if u.Dir == "" {
+		return u.URI
+	}
+	return "file://" + u.Dir
 }

@@ -111,7 +111,7 @@ func TestUploadRefusals(t *testing.T) {
 		"bad label key":     {func(c *eventsv1.UploadModel) { c.Model.Labels = map[string]string{"Team": "ml"} }, `key "Team"`},
 		"bad label value":   {func(c *eventsv1.UploadModel) { c.Model.Labels = map[string]string{"team": "M L"} }, "model.labels[team]"},
 		"no artifact":       {func(c *eventsv1.UploadModel) { c.Model.ArtifactUri = "" }, "model.artifact_uri: required"},
-		"gs artifact":       {func(c *eventsv1.UploadModel) { c.Model.ArtifactUri = "gs://b/m" }, "only file:// URIs"},
+		"ftp artifact":      {func(c *eventsv1.UploadModel) { c.Model.ArtifactUri = "ftp://b/m" }, "only file:// URIs, absolute paths and s3://, gs://, azblob:// bucket URLs"},
 		"file host":         {func(c *eventsv1.UploadModel) { c.Model.ArtifactUri = "file://host/m" }, "not a host"},
 		"relative artifact": {func(c *eventsv1.UploadModel) { c.Model.ArtifactUri = "data/m" }, "not an absolute path"},
 		"reserved alias":    {func(c *eventsv1.UploadModel) { c.Model.VersionAliases = []string{"v2"} }, "model.version_aliases[0]: alias \"v2\" is reserved"},
@@ -146,6 +146,19 @@ func TestUploadRefusals(t *testing.T) {
 	cmd.Model.ArtifactUri = "/data/./m/../m2"
 	if u, err := ValidateUpload(s, cmd); err != nil || u.Dir != "/data/m2" {
 		t.Fatalf("absolute path: %+v %v, want dir /data/m2", u, err)
+	}
+	// A bucket URL is kept as given, for the registry to read through
+	// libs/blobstore; the version records it unchanged.
+	for _, uri := range []string{"s3://models/tiny/1?region=eu-west-1", "gs://models/tiny/1", "azblob://models/tiny/1"} {
+		cmd := upload("bucket " + uri)
+		cmd.Model.ArtifactUri = uri
+		u, err := ValidateUpload(s, cmd)
+		if err != nil || u.Dir != "" || u.URI != uri {
+			t.Fatalf("%s: %+v %v, want URI kept and no Dir", uri, u, err)
+		}
+		if got := u.artifactURI(); got != uri {
+			t.Errorf("%s: version artifact_uri %q", uri, got)
+		}
 	}
 }
 
