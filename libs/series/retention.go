@@ -31,8 +31,11 @@ func (s *Store) endedKey() string { return s.prefix + "metrics:ended" }
 
 // Ended records that job ended at end: its series are due for deletion
 // once end is older than the retention (Sweep). A later Ended moves the
-// time (a job that ran again). Idempotent.
+// time (a job that ran again). Idempotent. A bad job id is InvalidArgument.
 func (s *Store) Ended(ctx context.Context, job string, end time.Time) error {
+	if err := validJob(job); err != nil {
+		return err
+	}
 	err := s.rdb.ZAdd(ctx, s.endedKey(), redis.Z{Score: float64(end.UnixMilli()), Member: job}).Err()
 	if err != nil {
 		return fmt.Errorf("end of %s: %w", job, err)

@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/loom-ml/loom/libs/errs"
 )
 
 // seed gives job one series of one point.
@@ -120,5 +124,29 @@ func TestSweepOldestFirst(t *testing.T) {
 	}
 	if n, err := s.Sweep(ctx, now, time.Hour, 1); err != nil || n != 1 || kept(t, s, "oldest") || !kept(t, s, "newer") {
 		t.Fatalf("sweep of 1: %d, %v; want the oldest deleted, the newer kept", n, err)
+	}
+}
+
+// TestSweepBounds: a limit below 1 sweeps one job, a bad job id is
+// InvalidArgument and records nothing.
+func TestSweepBounds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t, Limits{})
+	now := time.Unix(1800000000, 0)
+	if err := s.Ended(ctx, "a{b}", now); errs.Code(err) != codes.InvalidArgument {
+		t.Errorf("bad job id: %v, want InvalidArgument", err)
+	}
+	for _, j := range []string{"x", "y"} {
+		seed(t, s, j)
+		if err := s.Ended(ctx, j, now.Add(-2*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := s.Sweep(ctx, now, time.Hour, 0); err != nil || n != 1 {
+		t.Fatalf("limit 0: %d deleted, %v; want 1", n, err)
+	}
+	if z, _ := s.rdb.ZCard(ctx, s.endedKey()).Result(); z != 1 {
+		t.Errorf("ended set holds %d, want 1", z)
 	}
 }
