@@ -71,8 +71,8 @@ var appendScript = redis.NewScript(appendLua)
 // Append adds b's points to job's series. b is checked first (Limits.Check):
 // bad input is InvalidArgument and nothing is applied.
 func (s *Store) Append(ctx context.Context, job string, src Source, b Batch) (Result, error) {
-	if job == "" || strings.ContainsAny(job, "{}") {
-		return Result{}, errs.Invalid("job", "%q is not a job id", job)
+	if err := validJob(job); err != nil {
+		return Result{}, err
 	}
 	if err := s.lim.Check(b); err != nil {
 		return Result{}, err
@@ -111,6 +111,15 @@ func (s *Store) Append(ctx context.Context, job string, src Source, b Batch) (Re
 		return Result{}, fmt.Errorf("metrics of %s: the script answered %v", job, res)
 	}
 	return Result{Duplicate: res[0] == 1, Appended: res[1], Dropped: res[2]}, nil
+}
+
+// validJob checks a job id: not empty, no braces (they would break the
+// keys' hash tag).
+func validJob(job string) error {
+	if job == "" || strings.ContainsAny(job, "{}") {
+		return errs.Invalid("job", "%q is not a job id", job)
+	}
+	return nil
 }
 
 // num formats a float for the script: shortest round-tripping form, with

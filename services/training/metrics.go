@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/envelope"
@@ -15,6 +16,7 @@ import (
 	"github.com/loom-ml/loom/libs/service"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 // MetricsGroup is the consumer group that stores every job's reported
@@ -24,11 +26,82 @@ import (
 // consumer, and covers plain Slurm jobs as well as CustomJobs and trials.
 const MetricsGroup = "loom-training-metrics"
 
-// metricsConsume is the consumer that appends MetricsReported points to st.
+// SweepBatch is the most jobs whose series one tick's sweep deletes, so
+// that a backlog (a retention just shortened) is worked off a batch a
+// tick without holding Redis for long.
+const SweepBatch = 100
+
+// jobChangedType is the job event the metrics consumer reads: a job's end
+// starts its series' retention, a run again stops it.
+var jobChangedType = envelope.TypeOf(&eventsv1.JobChanged{})
+
+// metricsConsume is the consumer that appends MetricsReported points to st
+// and records jobs' ends (JobChanged) for the retention sweep. Both are in
+// one group so that a replay of the group rebuilds both together.
 func metricsConsume(st *series.Store, log *slog.Logger) service.Consume {
-	return service.Consume{Topics: []string{topics.StepEvents}, Group: MetricsGroup,
-		Handler: func(ctx context.Context, ev envelope.Event) error { return storeMetrics(ctx, st, log, ev) },
-		Config:  &bus.ConsumerConfig{Filter: func(r bus.Record) bool { return r.Type == metricsType }}}
+	return service.Consume{Topics: []string{topics.StepEvents, topics.JobEvents}, Group: MetricsGroup,
+		Handler: func(ctx context.Context, ev envelope.Event) error { return handleMetrics(ctx, st, log, ev) },
+		Config: &bus.ConsumerConfig{Filter: func(r bus.Record) bool {
+			return r.Type == metricsType || r.Type == jobChangedType
+		}}}
+}
+
+// handleMetrics applies one record of the metrics consumer.
+func handleMetrics(ctx context.Context, st *series.Store, log *slog.Logger, ev envelope.Event) error {
+	switch p := ev.Payload.(type) {
+	case *eventsv1.MetricsReported:
+		return storeMetrics(ctx, st, log, ev)
+	case *eventsv1.JobChanged:
+		return trackJobEnd(ctx, st, p.GetJob(), ev.Time)
+	}
+	return nil
+}
+
+// jobEnded reports whether a job in state s has ended for good: PREEMPTED
+// and REQUEUED jobs run again.
+func jobEnded(s loomv1.JobState) bool {
+	switch s {
+	case loomv1.JobState_COMPLETED, loomv1.JobState_FAILED, loomv1.JobState_CANCELLED,
+		loomv1.JobState_TIMEOUT, loomv1.JobState_NODE_FAIL, loomv1.JobState_OUT_OF_MEMORY:
+		return true
+	}
+	return false
+}
+
+// trackJobEnd records job's end time (its end_time, else the event's) once
+// it ended, and forgets it while it runs (a requeued job), so its series
+// are deleted only a retention after its last end. Idempotent.
+func trackJobEnd(ctx context.Context, st *series.Store, job *loomv1.Job, at time.Time) error {
+	if _, err := resname.ParseJob(job.GetName()); err != nil {
+		return nil
+	}
+	if !jobEnded(job.GetState()) {
+		return st.Running(ctx, job.GetName())
+	}
+	if t := job.GetEndTime(); t != nil && t.IsValid() && !t.AsTime().IsZero() {
+		at = t.AsTime()
+	}
+	return st.Ended(ctx, job.GetName(), at)
+}
+
+// sweepMetrics deletes, at each tick, the series of at most SweepBatch jobs
+// that ended longer than retention ago (0: never called). A failed sweep
+// is logged and retried at the next tick: the sweep is idempotent.
+func sweepMetrics(ctx context.Context, st *series.Store, log *slog.Logger, now func() time.Time,
+	tick <-chan time.Time, retention time.Duration) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick:
+			n, err := st.Sweep(ctx, now(), retention, SweepBatch)
+			if err != nil && ctx.Err() == nil {
+				log.Warn("metric series retention sweep", "err", err, "deleted", n)
+			} else if n > 0 {
+				log.Info("metric series past their retention deleted", "jobs", n)
+			}
+		}
+	}
 }
 
 // storeMetrics appends one MetricsReported's points. A record is applied

@@ -41,6 +41,9 @@ const (
 	// its metric's measurements, which travel on another topic than the
 	// job's end, before it is INFEASIBLE (LOOM_TRAINING_METRIC_GRACE).
 	DefaultMetricGrace = domain.DefaultMetricGrace
+	// DefaultMetricsRetention is how long a job's metric series outlive
+	// its end (LOOM_TRAINING_METRICS_RETENTION; docs/metrics.md).
+	DefaultMetricsRetention = series.DefaultRetention
 )
 
 // Group is the training service's consumer group.
@@ -59,6 +62,10 @@ type Config struct {
 	// measurement of its study's metric (LOOM_TRAINING_METRIC_GRACE;
 	// default 60s, at most domain.MaxMetricGrace).
 	MetricGrace time.Duration
+	// MetricsRetention is how long after its job's end a job's metric
+	// series are deleted (LOOM_TRAINING_METRICS_RETENTION; default 720h;
+	// 0 keeps them forever, otherwise 1h..87600h).
+	MetricsRetention time.Duration
 }
 
 // RegisterFlags adds the training service's flags to fs, defaults from
@@ -69,6 +76,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"how often time is applied: FLEX_START custom jobs past max_wait_duration expire (LOOM_TRAINING_TICK; default 5s)")
 	fs.DurationVar(&c.MetricGrace, "metric-grace", config.EnvDuration("LOOM_TRAINING_METRIC_GRACE", DefaultMetricGrace),
 		"how long a trial whose job succeeded waits for its metric's late measurements before it is INFEASIBLE (LOOM_TRAINING_METRIC_GRACE; default 60s, at most 1h)")
+	fs.DurationVar(&c.MetricsRetention, "metrics-retention", config.EnvDuration("LOOM_TRAINING_METRICS_RETENTION", DefaultMetricsRetention),
+		"how long after a job ended its metric series are deleted; 0 keeps them forever (LOOM_TRAINING_METRICS_RETENTION; default 720h, otherwise 1h..87600h)")
 }
 
 // RunArgs runs the training service from a command line (args, without
@@ -103,6 +112,9 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 	if cfg.MetricGrace < 0 || cfg.MetricGrace > domain.MaxMetricGrace {
 		return errs.Invalid("metric-grace", "LOOM_TRAINING_METRIC_GRACE: must be 0s..%v, got %v", domain.MaxMetricGrace, cfg.MetricGrace)
 	}
+	if err := checkRetention(cfg.MetricsRetention); err != nil {
+		return err
+	}
 	// Only Loom services (the gateway) call this API: each call carries a
 	// service token.
 	internal, err := service.InternalAuth(cfg.Common)
@@ -130,6 +142,13 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 		defer ticker.Stop()
 		return a.RunTicker(ctx, ticker.Chan)
 	}}
+	if cfg.MetricsRetention > 0 {
+		sweep := base.Clock.NewTicker(cfg.Tick)
+		loops = append(loops, func(ctx context.Context) error {
+			defer sweep.Stop()
+			return sweepMetrics(ctx, metrics, base.Log, base.Clock.Now, sweep.Chan(), cfg.MetricsRetention)
+		})
+	}
 	if started != nil {
 		loops = append(loops, func(ctx context.Context) error {
 			addr, err := base.GRPCAddr(ctx)
@@ -142,4 +161,14 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 	}
 	return base.Run(ctx, []service.Consume{{Topics: Topics, Handler: a.Handle, Group: Group,
 		Config: &bus.ConsumerConfig{Filter: wanted}}, metricsConsume(metrics, base.Log)}, loops...)
+}
+
+// checkRetention checks a metrics retention: 0 (keep forever) or within
+// series.MinRetention..series.MaxRetention.
+func checkRetention(d time.Duration) error {
+	if d != 0 && (d < series.MinRetention || d > series.MaxRetention) {
+		return errs.Invalid("metrics-retention", "LOOM_TRAINING_METRICS_RETENTION: must be 0 (keep forever) or %v..%v, got %v",
+			series.MinRetention, series.MaxRetention, d)
+	}
+	return nil
 }
