@@ -1,6 +1,6 @@
 # Loom — common tasks. Everything runs from the repository root (a Go workspace).
 PKGS      := github.com/loom-ml/loom/...
-SERVICES  := gateway provisioner scheduler health registry training agent
+SERVICES  := gateway provisioner scheduler health registry training bridge agent
 GOTEST    ?= go test
 TESTFLAGS ?= -count=1 -timeout 15m
 

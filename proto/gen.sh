@@ -13,7 +13,7 @@ protoc -I . -I "$GW1/third_party/googleapis" \
   loom/v1/*.proto loom/training/v1/*.proto
 protoc -I . -I "$GW1/third_party/googleapis" \
   --go_out=. --go_opt=paths=source_relative \
-  loom/events/v1/*.proto
+  loom/events/v1/*.proto loom/public/v1/*.proto
 # TensorBoard's event protos, as TensorBoard ships them (tensorboard/compat/proto,
 # Apache-2.0: tensorboard/LICENSE), unchanged: their go_package names
 # TensorFlow's repository, so each is mapped onto one Go package of ours.

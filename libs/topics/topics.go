@@ -22,6 +22,14 @@ const (
 	Audit              = "loom.audit.v1"                // gateway; key project
 	TrainingCommands   = "loom.training.commands.v1"    // gateway → training; key project
 	TrainingEvents     = "loom.training.events.v1"      // training; key project
+	// Ingress is written by other systems (any Kafka client), never by a Loom
+	// service, and read by the bridge: CloudEvents in binary mode with JSON
+	// data and a credential (docs/integration.md). Its "<topic>.dlq" holds
+	// the messages the bridge refused, with the reason. Key: anything.
+	Ingress = "loom.ingress.v1"
+	// Public carries Loom's public events (loom.public.v1, JSON CloudEvents)
+	// for other systems to read; bridge; key project.
+	Public = "loom.public.v1"
 )
 
 // DLQSuffix is appended to a topic's name to get its dead-letter topic.
@@ -59,7 +67,7 @@ func Partitions(topic string) int {
 func All() []Spec {
 	names := []string{ClusterCommands, ClusterEvents, NodeEvents, NodeTelemetry, JobCommands,
 		JobEvents, StepCommands, StepEvents, HealthEvents, RemediationCommand, NodeCommands, HealthCommands, ModelCommands, ModelEvents, Audit,
-		TrainingCommands, TrainingEvents}
+		TrainingCommands, TrainingEvents, Ingress, Public}
 	var out []Spec
 	for _, n := range names {
 		out = append(out, Spec{Name: n, Partitions: Partitions(n), Configs: retention})

@@ -42,6 +42,7 @@ import (
 	"github.com/loom-ml/loom/services/gateway"
 	"github.com/loom-ml/loom/services/health"
 	"github.com/loom-ml/loom/services/provisioner"
+	"github.com/loom-ml/loom/services/bridge"
 	"github.com/loom-ml/loom/services/registry"
 	"github.com/loom-ml/loom/services/scheduler"
 	"github.com/loom-ml/loom/services/training"
@@ -64,6 +65,9 @@ type Addrs struct {
 	// Training is the training service's internal gRPC address, and
 	// TrainingHTTP its HTTP address.
 	Training, TrainingHTTP string
+	// Bridge is the bridge's internal gRPC address (IngressService), and
+	// BridgeHTTP its HTTP address.
+	Bridge, BridgeHTTP string
 }
 
 // DefaultAddrs returns the documented fixed ports of `loom up` (see
@@ -87,6 +91,8 @@ func DefaultAddrs() Addrs {
 		RegistryHTTP:    "127.0.0.1:9174",
 		Training:        "127.0.0.1:7075",
 		TrainingHTTP:    "127.0.0.1:9175",
+		Bridge:          "127.0.0.1:7076",
+		BridgeHTTP:      "127.0.0.1:9176",
 	}
 }
 
@@ -281,7 +287,8 @@ func retryable(err error, a Addrs) bool {
 	}
 	picks := false
 	for _, addr := range []string{a.Broker, a.Redis, a.Gateway, a.GatewayREST, a.Provisioner, a.Scheduler, a.Health,
-		a.Registry, a.GatewayHTTP, a.ProvisionerHTTP, a.SchedulerHTTP, a.HealthHTTP, a.RegistryHTTP, a.Training, a.TrainingHTTP} {
+		a.Registry, a.GatewayHTTP, a.ProvisionerHTTP, a.SchedulerHTTP, a.HealthHTTP, a.RegistryHTTP, a.Training, a.TrainingHTTP,
+		a.Bridge, a.BridgeHTTP} {
 		switch {
 		case addr == "" || strings.HasSuffix(addr, ":0"):
 			picks = true
@@ -486,6 +493,8 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 		{"login-key-file", "LOOM_GATEWAY_LOGIN_KEY_FILE", s.Keys.Login},
 	}
 
+	bridgeArgs := append(common(a.Bridge, a.BridgeHTTP), "-gateway-addr="+a.Gateway)
+
 	s.binDir = opts.BinDir
 	s.services = map[string]*service{}
 	for _, svc := range []*service{
@@ -495,6 +504,9 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 		{name: "registry", addr: a.Registry, args: common(a.Registry, a.RegistryHTTP), run: registry.RunArgs, flags: flagsOf((*registry.Config).RegisterFlags)},
 		{name: "training", addr: a.Training, args: common(a.Training, a.TrainingHTTP), run: training.RunArgs, flags: flagsOf((*training.Config).RegisterFlags)},
 		{name: "gateway", addr: a.Gateway, args: gwArgs, run: gateway.RunArgs, flags: flagsOf((*gateway.Config).RegisterFlags), keys: gwAuth},
+		// The bridge applies other systems' messages as calls to the
+		// gateway (docs/integration.md).
+		{name: "bridge", addr: a.Bridge, args: bridgeArgs, run: bridge.RunArgs, flags: flagsOf((*bridge.Config).RegisterFlags)},
 	} {
 		// Every service gets -service-key-file from common (config.Common).
 		svc.addKeyArgs()
@@ -530,7 +542,8 @@ func metricsTargets(a Addrs) string {
 // and Redis pick their own when empty.
 func resolveAddrs(a Addrs) (Addrs, error) {
 	fields := []*string{&a.Gateway, &a.GatewayREST, &a.Provisioner, &a.Scheduler, &a.Health,
-		&a.Registry, &a.GatewayHTTP, &a.ProvisionerHTTP, &a.SchedulerHTTP, &a.HealthHTTP, &a.RegistryHTTP, &a.Training, &a.TrainingHTTP}
+		&a.Registry, &a.GatewayHTTP, &a.ProvisionerHTTP, &a.SchedulerHTTP, &a.HealthHTTP, &a.RegistryHTTP, &a.Training, &a.TrainingHTTP,
+		&a.Bridge, &a.BridgeHTTP}
 	for _, f := range fields {
 		if *f != "" && !strings.HasSuffix(*f, ":0") {
 			continue
@@ -747,7 +760,7 @@ func (s *Stack) Restart(ctx context.Context, name string) error {
 func (s *Stack) waitReady(ctx context.Context, timeout time.Duration) error {
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	for _, name := range []string{"provisioner", "scheduler", "health", "registry", "training", "gateway"} {
+	for _, name := range []string{"provisioner", "scheduler", "health", "registry", "training", "gateway", "bridge"} {
 		if err := s.serving(ctx, wctx, s.services[name]); err != nil {
 			return err
 		}

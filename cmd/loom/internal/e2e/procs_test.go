@@ -38,7 +38,7 @@ func binaries(t testing.TB) string {
 			return
 		}
 		args := []string{"build", "-o", binDir + "/"}
-		for _, s := range []string{"gateway", "provisioner", "scheduler", "health", "registry", "training", "agent"} {
+		for _, s := range []string{"gateway", "provisioner", "scheduler", "health", "registry", "training", "bridge", "agent"} {
 			args = append(args, "./services/"+s+"/cmd/"+s)
 		}
 		args = append(args, "./cmd/loom")
