@@ -18,8 +18,10 @@ func wire(ctx context.Context, cfg Config, base *service.Base) (*wiring, error) 
 	if err != nil {
 		return nil, err
 	}
-	// pubsubSinks opens Pub/Sub sinks (the pubsub part's NewSink, over its
-	// client); nil: a pubsub: entry is refused at start, naming the entry.
+	// pubsubSinks opens Pub/Sub sinks; nil: a pubsub: entry is refused at
+	// start, naming the entry. INTEGRATION: with the pubsub part, a client
+	// from pubsub.Dial (closed with the bridge) and
+	//   func(ctx context.Context, r egress.Route) (cloudevent.Sink, error) { return pubsub.NewSink(ctx, client, r.Target) }
 	var pubsubSinks egress.SinkOpener
 	openers := map[string]egress.SinkOpener{"kafka": egress.KafkaOpener(cfg.Brokers, base.Kafka)}
 	if pubsubSinks != nil {
@@ -34,7 +36,7 @@ func wire(ctx context.Context, cfg Config, base *service.Base) (*wiring, error) 
 	w.closers = append(w.closers, eg.Close)
 	w.consumers = append(w.consumers, eg.Consume())
 	// eg.PublishPublic sends the ingress's IngressResult events through the
-	// same sinks and filters.
+	// same sinks and filters (it has the ingress's ResultPublisher shape).
 	_ = eg.PublishPublic
 	_ = ctx
 	_ = cfg
