@@ -251,8 +251,10 @@ func (e *Egress) HandleBatch(ctx context.Context, evs []envelope.Event) error {
 }
 
 // PublishPublic publishes ev, a public event of project (an IngressResult),
-// to every sink whose filter takes it, setting loomproject; it returns
-// once each acknowledged. ev must be valid (cloudevent.Event.Validate).
+// to every sink whose filter takes it, with loomproject set to project
+// (none when project is "": then only sinks without a project filter take
+// it) and without a credential; it returns once each acknowledged. ev must
+// be valid (cloudevent.Event.Validate).
 func (e *Egress) PublishPublic(ctx context.Context, project string, ev cloudevent.Event) error {
 	ext := make(map[string]string, len(ev.Extensions)+1)
 	for k, v := range ev.Extensions {
@@ -260,7 +262,10 @@ func (e *Egress) PublishPublic(ctx context.Context, project string, ev cloudeven
 			ext[k] = v
 		}
 	}
-	ext[cloudevent.ExtProject] = project
+	delete(ext, cloudevent.ExtProject)
+	if project != "" {
+		ext[cloudevent.ExtProject] = project
+	}
 	ev.Extensions = ext
 	if err := ev.Validate(e.maxData); err != nil {
 		return fmt.Errorf("egress: %s %s: %w", ev.Type, ev.ID, err)

@@ -342,8 +342,22 @@ func TestPublishPublic(t *testing.T) {
 	if err := h.eg.PublishPublic(ctx, "b", cloudevent.Event{ID: "result-2", Source: "loom/bridge", Type: "loom.public.v1.IngressResult"}); err != nil {
 		t.Fatal(err)
 	}
-	ob := startTap(t, broker, "only-b").wait(t, "project b's result", func(rs []publicRecord) bool { return len(rs) >= 1 })
-	if len(ob) != 1 || ob[0].Event.ID != "result-2" {
+	// A result whose project is unknown goes only where no project filter
+	// is set, without loomproject.
+	if err := h.eg.PublishPublic(ctx, "", cloudevent.Event{ID: "result-3", Source: "loom/bridge", Type: "loom.public.v1.IngressResult"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.eg.PublishPublic(ctx, "b", cloudevent.Event{ID: "result-4", Source: "loom/bridge", Type: "loom.public.v1.IngressResult"}); err != nil {
+		t.Fatal(err)
+	}
+	ob := startTap(t, broker, "only-b").wait(t, "project b's results", func(rs []publicRecord) bool { return len(rs) >= 2 })
+	if len(ob) != 2 || ob[0].Event.ID != "result-2" || ob[1].Event.ID != "result-4" {
 		t.Fatalf("only-b: %+v", ob)
+	}
+	all := startTap(t, broker, topics.Public).wait(t, "every result", func(rs []publicRecord) bool { return len(rs) == 4 })
+	for _, r := range all {
+		if _, has := r.Event.Extensions[cloudevent.ExtProject]; r.Event.ID == "result-3" && (has || r.Key != "") {
+			t.Fatalf("a result without a project: key %q, extensions %v", r.Key, r.Event.Extensions)
+		}
 	}
 }
