@@ -94,10 +94,11 @@ type JobStateChanged struct {
 	// array_task_id is the array task's index (%a); meaningful only with
 	// array_job_id.
 	ArrayTaskId int32 `protobuf:"varint,14,opt,name=array_task_id,json=arrayTaskId,proto3" json:"array_task_id,omitempty"`
-	// submit_time, start_time and end_time are when the job was submitted,
-	// when its current attempt started and when it ended (unset until then).
-	SubmitTime    *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=submit_time,json=submitTime,proto3" json:"submit_time,omitempty"`
-	StartTime     *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// submit_time is when the job was submitted.
+	SubmitTime *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=submit_time,json=submitTime,proto3" json:"submit_time,omitempty"`
+	// start_time is when its current attempt started (unset before).
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// end_time is when it ended (unset before).
 	EndTime       *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -270,17 +271,22 @@ type CustomJobStateChanged struct {
 	// JOB_STATE_CANCELLING, JOB_STATE_CANCELLED, JOB_STATE_EXPIRED, ...
 	State string `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
 	// error_code is the gRPC code of the error it ended with (FAILED,
-	// CANCELLED), 0 otherwise; error_message says what went wrong.
-	ErrorCode    int32  `protobuf:"varint,6,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// CANCELLED), 0 otherwise.
+	ErrorCode int32 `protobuf:"varint,6,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// error_message says what went wrong, empty without an error.
 	ErrorMessage string `protobuf:"bytes,7,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
 	// job is the Slurm-style job that runs it, "projects/{project}/jobs/{id}"
 	// (its JobStateChanged events say more).
 	Job string `protobuf:"bytes,8,opt,name=job,proto3" json:"job,omitempty"`
 	// labels are the labels its owner set on it.
-	Labels        map[string]string      `protobuf:"bytes,9,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	StartTime     *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
-	EndTime       *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	Labels map[string]string `protobuf:"bytes,9,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// create_time is when it was created.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// start_time is when it first ran (unset before).
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// end_time is when it ended (unset before).
+	EndTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// update_time is when it last changed.
 	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -421,8 +427,9 @@ type HyperparameterTuningJobStateChanged struct {
 	User string `protobuf:"bytes,4,opt,name=user,proto3" json:"user,omitempty"`
 	// state is Vertex's JobState name (see CustomJobStateChanged.state).
 	State string `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
-	// error_code and error_message: the error it ended with, as on a CustomJob.
-	ErrorCode    int32  `protobuf:"varint,6,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// error_code is the gRPC code of the error it ended with, 0 otherwise.
+	ErrorCode int32 `protobuf:"varint,6,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// error_message says what went wrong, empty without an error.
 	ErrorMessage string `protobuf:"bytes,7,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
 	// max_trial_count is how many trials it runs at most.
 	MaxTrialCount int32 `protobuf:"varint,8,opt,name=max_trial_count,json=maxTrialCount,proto3" json:"max_trial_count,omitempty"`
@@ -430,10 +437,14 @@ type HyperparameterTuningJobStateChanged struct {
 	// goal), empty before one finished.
 	BestTrial string `protobuf:"bytes,9,opt,name=best_trial,json=bestTrial,proto3" json:"best_trial,omitempty"`
 	// labels are the labels its owner set on it.
-	Labels        map[string]string      `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	StartTime     *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
-	EndTime       *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	Labels map[string]string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// create_time is when it was created.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// start_time is when its first trial started (unset before).
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// end_time is when it ended (unset before).
+	EndTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// update_time is when it last changed.
 	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -591,8 +602,10 @@ type TrialFinished struct {
 	// SUCCEEDED with its last measurement as final.
 	EarlyStopped bool `protobuf:"varint,9,opt,name=early_stopped,json=earlyStopped,proto3" json:"early_stopped,omitempty"`
 	// custom_job is the name of the CustomJob that ran the trial.
-	CustomJob     string                 `protobuf:"bytes,10,opt,name=custom_job,json=customJob,proto3" json:"custom_job,omitempty"`
-	StartTime     *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	CustomJob string `protobuf:"bytes,10,opt,name=custom_job,json=customJob,proto3" json:"custom_job,omitempty"`
+	// start_time is when the trial started.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// end_time is when it ended.
 	EndTime       *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -735,8 +748,9 @@ type ModelVersionRegistered struct {
 	// labels are the version's labels.
 	Labels map[string]string `protobuf:"bytes,8,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// produced_by is what produced the version.
-	ProducedBy    *ModelVersionRegistered_Lineage `protobuf:"bytes,9,opt,name=produced_by,json=producedBy,proto3" json:"produced_by,omitempty"`
-	CreateTime    *timestamppb.Timestamp          `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	ProducedBy *ModelVersionRegistered_Lineage `protobuf:"bytes,9,opt,name=produced_by,json=producedBy,proto3" json:"produced_by,omitempty"`
+	// create_time is when the version was registered.
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1078,8 +1092,9 @@ func (x *NodeChanged) GetReason() string {
 
 // Parameter is one hyperparameter's value in this trial.
 type TrialFinished_Parameter struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	ParameterId string                 `protobuf:"bytes,1,opt,name=parameter_id,json=parameterId,proto3" json:"parameter_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// parameter_id names the hyperparameter, as the study spec does.
+	ParameterId string `protobuf:"bytes,1,opt,name=parameter_id,json=parameterId,proto3" json:"parameter_id,omitempty"`
 	// value is a number or a string (Vertex's Value).
 	Value         *structpb.Value `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1136,7 +1151,8 @@ type TrialFinished_Measurement struct {
 	// elapsed_duration is the trial's running time at the measurement.
 	ElapsedDuration *durationpb.Duration `protobuf:"bytes,1,opt,name=elapsed_duration,json=elapsedDuration,proto3" json:"elapsed_duration,omitempty"`
 	// step_count is the training step it was taken at.
-	StepCount     int64                               `protobuf:"varint,2,opt,name=step_count,json=stepCount,proto3" json:"step_count,omitempty"`
+	StepCount int64 `protobuf:"varint,2,opt,name=step_count,json=stepCount,proto3" json:"step_count,omitempty"`
+	// metrics are the values measured.
 	Metrics       []*TrialFinished_Measurement_Metric `protobuf:"bytes,3,rep,name=metrics,proto3" json:"metrics,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1195,9 +1211,11 @@ func (x *TrialFinished_Measurement) GetMetrics() []*TrialFinished_Measurement_Me
 
 // Metric is one metric's value.
 type TrialFinished_Measurement_Metric struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	MetricId      string                 `protobuf:"bytes,1,opt,name=metric_id,json=metricId,proto3" json:"metric_id,omitempty"`
-	Value         float64                `protobuf:"fixed64,2,opt,name=value,proto3" json:"value,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// metric_id names the metric, as the study spec does.
+	MetricId string `protobuf:"bytes,1,opt,name=metric_id,json=metricId,proto3" json:"metric_id,omitempty"`
+	// value is the metric's value.
+	Value         float64 `protobuf:"fixed64,2,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1251,10 +1269,13 @@ func (x *TrialFinished_Measurement_Metric) GetValue() float64 {
 type ModelVersionRegistered_Lineage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// job is the Slurm-style job that wrote the files.
-	Job              string `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	CustomJob        string `protobuf:"bytes,2,opt,name=custom_job,json=customJob,proto3" json:"custom_job,omitempty"`
+	Job string `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// custom_job is the CustomJob that ran it.
+	CustomJob string `protobuf:"bytes,2,opt,name=custom_job,json=customJob,proto3" json:"custom_job,omitempty"`
+	// training_pipeline is the pipeline that uploaded it.
 	TrainingPipeline string `protobuf:"bytes,3,opt,name=training_pipeline,json=trainingPipeline,proto3" json:"training_pipeline,omitempty"`
-	TuningJob        string `protobuf:"bytes,4,opt,name=tuning_job,json=tuningJob,proto3" json:"tuning_job,omitempty"`
+	// tuning_job is the tuning job whose trial it came from.
+	TuningJob string `protobuf:"bytes,4,opt,name=tuning_job,json=tuningJob,proto3" json:"tuning_job,omitempty"`
 	// trial is the tuning job's trial the version came from.
 	Trial string `protobuf:"bytes,5,opt,name=trial,proto3" json:"trial,omitempty"`
 	// parameters are that trial's hyperparameters, as strings.
