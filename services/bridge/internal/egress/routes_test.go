@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/loom-ml/loom/libs/bus"
+	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 )
 
@@ -77,5 +79,20 @@ func TestParseRoutesRefusals(t *testing.T) {
 		if err != nil && len(c.entries) <= MaxRoutes && !strings.Contains(err.Error(), "-egress[") {
 			t.Errorf("%.60q: %v does not name the entry", c.entries, err)
 		}
+	}
+}
+
+// TestConsumeRetriesWithoutEnd: the egress consumer never dead-letters an
+// event for a sink's failure, reads only services' records, and decodes
+// only the types that have a public form.
+func TestConsumeRetriesWithoutEnd(t *testing.T) {
+	t.Parallel()
+	c := (&Egress{}).Consume()
+	if c.Group != Group || c.Config == nil || c.Config.MaxAttempts < 1<<30 || c.Config.Policy != envelope.ServicesOnly ||
+		c.Batch == nil || c.MaxBatch != MaxBatch || !slices.Equal(c.Topics, Topics) {
+		t.Fatalf("consume: %+v %+v", c, c.Config)
+	}
+	if !c.Config.Filter(bus.Record{Type: "loom.events.v1.JobChanged"}) || c.Config.Filter(bus.Record{Type: "loom.events.v1.NodeDrained"}) {
+		t.Fatal("filter: want JobChanged only of the job events")
 	}
 }
