@@ -4,8 +4,14 @@ import (
 	"context"
 	"errors"
 
+	"github.com/loom-ml/loom/libs/errs"
+
 	"github.com/loom-ml/loom/services/bridge/internal/cloudevent"
 )
+
+// MaxSubscriptions bounds -pubsub-subscriptions: each is a stream and up
+// to ReceiveOptions.MaxOutstandingMessages handlers at once.
+const MaxSubscriptions = 32
 
 // Ingress is what the bridge reads from Pub/Sub: a Source per configured
 // subscription and the dead letters they share.
@@ -30,6 +36,9 @@ func (in *Ingress) Close() error { return in.Client.Close() }
 func OpenIngress(ctx context.Context, cfg Config) (*Ingress, error) {
 	if len(cfg.Subscriptions) == 0 {
 		return nil, nil
+	}
+	if len(cfg.Subscriptions) > MaxSubscriptions {
+		return nil, errs.Invalid("pubsub-subscriptions", "%d subscriptions, over the limit of %d", len(cfg.Subscriptions), MaxSubscriptions)
 	}
 	if cfg.DeadLetterTopic == "" {
 		return nil, errors.New("-pubsub-subscriptions needs -pubsub-dead-letter-topic: refused messages must go somewhere")

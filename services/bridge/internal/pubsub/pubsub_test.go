@@ -400,6 +400,9 @@ func TestNamesAndMissingResources(t *testing.T) {
 	if _, err := OpenIngress(ctx, Config{Endpoint: f.srv.Addr, Project: project, Subscriptions: []string{"ingress"}}); err == nil {
 		t.Fatal("subscriptions without a dead-letter topic were accepted")
 	}
+	if _, err := OpenIngress(ctx, Config{Endpoint: f.srv.Addr, Project: project, Subscriptions: make([]string, MaxSubscriptions+1), DeadLetterTopic: "ingress"}); err == nil || !strings.Contains(err.Error(), "over the limit of 32") {
+		t.Fatalf("too many subscriptions: %v", err)
+	}
 	if in, err := OpenIngress(ctx, Config{Endpoint: f.srv.Addr}); in != nil || err != nil {
 		t.Fatalf("no subscriptions: %v %v", in, err)
 	}
