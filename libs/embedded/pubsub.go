@@ -57,9 +57,11 @@ const pubSubAckDeadline = 30 * time.Second
 //
 // pstest keeps everything in memory only: its topics, subscriptions and
 // messages are gone when it closes, so a restarted `loom up` starts with
-// no messages (and creates the topics again). It also drops a message no
-// reader has taken for 10 minutes, and streams about 95 messages a second
-// per stream: it is for one machine and for tests, not for production.
+// no messages (and creates the topics again). It also drops a message
+// still unacknowledged 10 minutes after it was published, and streams
+// about 95 messages a second per stream: it is for one machine and for
+// tests, not for production. It serves gRPC only (no REST: gcloud cannot
+// reach it; the client libraries can).
 type PubSub struct {
 	// Addr is host:port, on 127.0.0.1.
 	Addr string
