@@ -1,7 +1,8 @@
 // Package stack runs Loom's embedded default on one machine: a Kafka-protocol
-// broker and Redis on loopback, and the six central services (gateway,
-// provisioner, scheduler, health, registry, training) in this process, each in its own
-// goroutine with its own configuration. Agents are started by the
+// broker, Redis and a Google Pub/Sub fake (pstest) on loopback, and the
+// central services (gateway, provisioner, scheduler, health, registry,
+// training, bridge) in this process, each in its own goroutine with its own
+// configuration. Agents are started by the
 // provisioner's local provider as child processes.
 //
 // It is what `loom up` and `loom demo` run, and what integration tests start.
@@ -252,8 +253,8 @@ type serviceExit struct {
 	err  error
 }
 
-// Start starts the broker, Redis and the five central services, and returns
-// once every service reports SERVING (gRPC health) and the gateway answers
+// Start starts the broker, Redis, the Pub/Sub fake and the central
+// services, and returns once every service reports SERVING (gRPC health) and the gateway answers
 // ListClusters. On failure everything it started is stopped again and the
 // error names the step (or the service) that failed.
 //

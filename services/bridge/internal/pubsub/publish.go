@@ -2,7 +2,6 @@ package pubsub
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -195,14 +194,20 @@ func (s *Sink) Publish(ctx context.Context, evs ...cloudevent.Event) error {
 		results[i] = s.pub.Publish(ctx, &ps.Message{Data: e.Data, Attributes: e.PubSubAttributes(),
 			OrderingKey: e.Extensions[cloudevent.ExtProject]})
 	}
-	var errs []error
+	var first error
+	failed := 0
 	for i, r := range results {
 		if _, err := r.Get(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("publish event %q to %s: %w", evs[i].ID, s.name, err))
+			if failed++; first == nil {
+				first = fmt.Errorf("publish event %q to %s: %w", evs[i].ID, s.name, err)
+			}
 			if key := evs[i].Extensions[cloudevent.ExtProject]; key != "" {
 				s.pub.ResumePublish(key)
 			}
 		}
 	}
-	return errors.Join(errs...)
+	if failed > 1 {
+		return fmt.Errorf("%d of %d events not published; the first: %w", failed, len(evs), first)
+	}
+	return first
 }
