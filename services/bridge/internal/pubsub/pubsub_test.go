@@ -410,3 +410,39 @@ func TestNamesAndMissingResources(t *testing.T) {
 		t.Fatalf("missing sink topic: %v", err)
 	}
 }
+
+// A failed publish is an error naming the event, and the project's
+// ordering key is resumed: once the topic is back, the same project's
+// events publish again.
+func TestSinkResumesAProjectAfterAFailedPublish(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	f.topic(t, "events", false)
+	sink, err := NewSink(testCtx(t), f.client(t), "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	if _, err := f.pub.DeleteTopic(ctx, &pubsubpb.DeleteTopicRequest{Topic: topicName("events")}); err != nil {
+		t.Fatal(err)
+	}
+	ev := func(id string) cloudevent.Event {
+		return cloudevent.Event{ID: id, Source: "loom/scheduler", Type: "t", Extensions: map[string]string{cloudevent.ExtProject: "a"}, Data: []byte("{}")}
+	}
+	err = sink.Publish(ctx, ev("e1"), ev("e2"))
+	if err == nil || !strings.Contains(err.Error(), `"e1"`) || !strings.Contains(err.Error(), "2 of 2 events not published") {
+		t.Fatalf("publish to a deleted topic: %v", err)
+	}
+	if _, err := f.pub.CreateTopic(ctx, &pubsubpb.Topic{Name: topicName("events")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.sub.CreateSubscription(ctx, &pubsubpb.Subscription{Name: subName("events-again"), Topic: topicName("events")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Publish(ctx, ev("e3")); err != nil {
+		t.Fatalf("publish after the topic is back: %v", err)
+	}
+	if m := f.pull(t, "events-again", 1)[0]; m.Attributes["ce-id"] != "e3" || m.OrderingKey != "a" {
+		t.Fatalf("got %v", m)
+	}
+}
