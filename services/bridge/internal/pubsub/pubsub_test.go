@@ -29,7 +29,7 @@ type fake struct {
 	sub pubsubpb.SubscriberClient
 }
 
-func newFake(t *testing.T) *fake {
+func newFake(t testing.TB) *fake {
 	t.Helper()
 	srv := pstest.NewServer()
 	t.Cleanup(func() { _ = srv.Close() })
@@ -41,7 +41,7 @@ func newFake(t *testing.T) *fake {
 	return &fake{srv: srv, pub: pubsubpb.NewPublisherClient(conn), sub: pubsubpb.NewSubscriberClient(conn)}
 }
 
-func testCtx(t *testing.T) context.Context {
+func testCtx(t testing.TB) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
@@ -55,7 +55,7 @@ func subName(id string) string   { return "projects/" + project + "/subscription
 // attempts, the subscription has a dead-letter policy, so that Pub/Sub
 // counts delivery attempts (its own dead-lettering is past the test's
 // attempts).
-func (f *fake) topic(t *testing.T, id string, attempts bool) {
+func (f *fake) topic(t testing.TB, id string, attempts bool) {
 	t.Helper()
 	ctx := testCtx(t)
 	if _, err := f.pub.CreateTopic(ctx, &pubsubpb.Topic{Name: topicName(id)}); err != nil {
@@ -73,7 +73,7 @@ func (f *fake) topic(t *testing.T, id string, attempts bool) {
 	}
 }
 
-func (f *fake) publish(t *testing.T, topic string, data []byte, attrs map[string]string) string {
+func (f *fake) publish(t testing.TB, topic string, data []byte, attrs map[string]string) string {
 	t.Helper()
 	resp, err := f.pub.Publish(testCtx(t), &pubsubpb.PublishRequest{Topic: topicName(topic),
 		Messages: []*pubsubpb.PubsubMessage{{Data: data, Attributes: attrs}}})
@@ -84,7 +84,7 @@ func (f *fake) publish(t *testing.T, topic string, data []byte, attrs map[string
 }
 
 // pull takes n messages from subscription id, acknowledging them.
-func (f *fake) pull(t *testing.T, id string, n int) []*pubsubpb.PubsubMessage {
+func (f *fake) pull(t testing.TB, id string, n int) []*pubsubpb.PubsubMessage {
 	t.Helper()
 	ctx := testCtx(t)
 	var out []*pubsubpb.PubsubMessage
@@ -108,7 +108,7 @@ func (f *fake) pull(t *testing.T, id string, n int) []*pubsubpb.PubsubMessage {
 	return out
 }
 
-func (f *fake) client(t *testing.T) *Client {
+func (f *fake) client(t testing.TB) *Client {
 	t.Helper()
 	c, err := Dial(testCtx(t), Config{Endpoint: f.srv.Addr, Project: project})
 	if err != nil {

@@ -29,6 +29,11 @@ type ReceiveOptions struct {
 	// (default 1s; negative: at once), so that a gateway that is down is not
 	// called in a tight loop.
 	RetryDelay time.Duration
+	// Streams is the number of streaming pulls on the subscription (default
+	// 8, at most MaxStreams). Pub/Sub spreads messages over them; pstest
+	// hands out about 95 messages a second per stream (8: about 750), so
+	// that streams are what bounds `loom up`'s Pub/Sub ingress.
+	Streams int
 	// ShutdownTimeout bounds how long stopping waits for the handlers in
 	// flight; what they have not decided by then is delivered again later
 	// (default 10s).
@@ -40,7 +45,10 @@ const (
 	DefaultMaxOutstandingMessages = 100
 	DefaultMaxOutstandingBytes    = 64 << 20
 	DefaultRetryDelay             = time.Second
-	DefaultShutdownTimeout        = 10 * time.Second
+	DefaultStreams                = 8
+	// MaxStreams bounds Streams.
+	MaxStreams             = 16
+	DefaultShutdownTimeout = 10 * time.Second
 )
 
 func (o ReceiveOptions) withDefaults() ReceiveOptions {
@@ -53,6 +61,10 @@ func (o ReceiveOptions) withDefaults() ReceiveOptions {
 	if o.RetryDelay == 0 {
 		o.RetryDelay = DefaultRetryDelay
 	}
+	if o.Streams <= 0 {
+		o.Streams = DefaultStreams
+	}
+	o.Streams = min(o.Streams, MaxStreams)
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = DefaultShutdownTimeout
 	}
@@ -83,7 +95,7 @@ func (c *Client) Source(ctx context.Context, nameOrID string, opts ReceiveOption
 	sub := c.ps.Subscriber(name)
 	sub.ReceiveSettings.MaxOutstandingMessages = opts.MaxOutstandingMessages
 	sub.ReceiveSettings.MaxOutstandingBytes = opts.MaxOutstandingBytes
-	sub.ReceiveSettings.NumGoroutines = 1
+	sub.ReceiveSettings.NumGoroutines = opts.Streams
 	sub.ReceiveSettings.ShutdownOptions = &ps.ShutdownOptions{Behavior: ps.ShutdownBehaviorWaitForProcessing, Timeout: opts.ShutdownTimeout}
 	return &Source{sub: sub, name: "pubsub:" + name, opts: opts}, nil
 }
