@@ -279,6 +279,8 @@ func TestRetryableOnlyForPickedPorts(t *testing.T) {
 		{"picked port taken, others given", inUse, Addrs{Gateway: "127.0.0.1:7070"}, true},
 		{"the given address taken", inUse, Addrs{HealthHTTP: "127.0.0.1:39823"}, false},
 		{"every address given", inUse, fixed, false},
+		{"the given Pub/Sub address taken", errors.New("start stack: start pubsub on 127.0.0.1:7085: listen tcp 127.0.0.1:7085: bind: address already in use"),
+			Addrs{PubSub: "127.0.0.1:7085"}, false},
 		{"as text only", errors.New("listen tcp 127.0.0.1:5: bind: address already in use"), Addrs{}, true},
 		{"another failure", errors.New("start stack: scheduler: boom"), Addrs{}, false},
 	} {
