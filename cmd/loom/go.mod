@@ -3,6 +3,7 @@ module github.com/loom-ml/loom/cmd/loom
 go 1.26.0
 
 require (
+	cloud.google.com/go/pubsub/v2 v2.9.0
 	github.com/chromedp/cdproto v0.160.1
 	github.com/chromedp/chromedp v0.23.1
 	github.com/loom-ml/loom/libs v0.0.0
@@ -20,6 +21,11 @@ require (
 	golang.org/x/sys v0.50.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
+)
+
+require (
+	github.com/google/go-cmp v0.7.0 // indirect
+	go.opencensus.io v0.24.0 // indirect
 )
 
 require (
@@ -87,6 +93,7 @@ require (
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
+	github.com/loom-ml/loom/services/bridge v0.0.0
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/oklog/ulid/v2 v2.1.2 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
@@ -98,7 +105,7 @@ require (
 	github.com/prometheus/otlptranslator v1.0.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/redis/go-redis/v9 v9.23.0 // indirect
-	github.com/segmentio/kafka-go v0.4.51 // indirect
+	github.com/segmentio/kafka-go v0.4.51
 	github.com/spf13/pflag v1.0.9 // indirect
 	github.com/spiffe/go-spiffe/v2 v2.9.0 // indirect
 	github.com/twmb/franz-go v1.22.3 // indirect
@@ -151,3 +158,5 @@ replace (
 	github.com/loom-ml/loom/services/scheduler => ../../services/scheduler
 	github.com/loom-ml/loom/services/training => ../../services/training
 )
+
+replace github.com/loom-ml/loom/services/bridge => ../../services/bridge

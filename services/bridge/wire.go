@@ -2,9 +2,12 @@ package bridge
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/loom-ml/loom/libs/service"
+	"github.com/loom-ml/loom/services/bridge/internal/cloudevent"
 	"github.com/loom-ml/loom/services/bridge/internal/egress"
+	"github.com/loom-ml/loom/services/bridge/internal/pubsub"
 )
 
 // wire builds the bridge's parts from cfg. Each part owns its block below.
@@ -12,20 +15,57 @@ func wire(ctx context.Context, cfg Config, base *service.Base) (*wiring, error) 
 	w := &wiring{}
 	// --- ingress (Kafka source, dedupe, gateway calls, IngressService) ---
 	// --- pubsub (Pub/Sub sources, dead letters and sinks) ---
+	// A Source per -pubsub-subscriptions entry, each run as a loop with the
+	// ingress's handler bound to the Pub/Sub dead letters. The egress makes
+	// its "pubsub:..." sinks itself (pubsub.Dial + pubsub.NewSink).
+	psIn, err := pubsub.OpenIngress(ctx, pubsub.Config{Endpoint: cfg.PubSub.Endpoint, Project: cfg.PubSub.Project,
+		Subscriptions: cfg.PubSub.Subscriptions, DeadLetterTopic: cfg.PubSub.DeadLetterTopic})
+	if err != nil {
+		w.close()
+		return nil, fmt.Errorf("pubsub: %w", err)
+	}
+	if psIn != nil {
+		w.closers = append(w.closers, func() { _ = psIn.Close() })
+		for _, src := range psIn.Sources {
+			w.loops = append(w.loops, func(ctx context.Context) error {
+				// INTEGRATION: the ingress block sets w.ingressHandler.
+				if w.ingressHandler == nil {
+					base.Log.Warn("no ingress handler: the Pub/Sub subscription is not read", "subscription", src.Name())
+					<-ctx.Done()
+					return nil
+				}
+				return src.Run(ctx, w.ingressHandler(psIn.DeadLetters))
+			})
+		}
+		base.Log.Info("pubsub ingress", "subscriptions", len(psIn.Sources), "dead_letters", psIn.DeadLetters.Topic())
+	}
 	// --- egress (public events to sinks) ---
 	// Bad -egress entries stop the start, each named with what is wrong.
 	routes, err := egress.ParseRoutes(cfg.Egress)
 	if err != nil {
+		w.close()
 		return nil, err
 	}
-	// pubsubSinks opens Pub/Sub sinks; nil: a pubsub: entry is refused at
-	// start, naming the entry. INTEGRATION: with the pubsub part, a client
-	// from pubsub.Dial (closed with the bridge) and
-	//   func(ctx context.Context, r egress.Route) (cloudevent.Sink, error) { return pubsub.NewSink(ctx, client, r.Target) }
-	var pubsubSinks egress.SinkOpener
-	openers := map[string]egress.SinkOpener{"kafka": egress.KafkaOpener(cfg.Brokers, base.Kafka)}
-	if pubsubSinks != nil {
-		openers["pubsub"] = pubsubSinks
+	// Pub/Sub sinks share one client, dialled only when a route needs it
+	// and closed with the bridge (closing it stops its publishers).
+	var psOut *pubsub.Client
+	openers := map[string]egress.SinkOpener{
+		"kafka": egress.KafkaOpener(cfg.Brokers, base.Kafka),
+		"pubsub": func(ctx context.Context, r egress.Route) (cloudevent.Sink, error) {
+			if psOut == nil {
+				c, err := pubsub.Dial(ctx, pubsub.Config{Endpoint: cfg.PubSub.Endpoint, Project: cfg.PubSub.Project})
+				if err != nil {
+					return nil, err
+				}
+				psOut = c
+				w.closers = append(w.closers, func() { _ = c.Close() })
+			}
+			sink, err := pubsub.NewSink(ctx, psOut, r.Target)
+			if err != nil {
+				return nil, err
+			}
+			return sink, nil
+		},
 	}
 	eg, err := egress.New(ctx, egress.Options{Routes: routes, Openers: openers, Redis: base.Redis,
 		Log: base.Log, Meter: base.Telemetry.Meter})
@@ -38,8 +78,5 @@ func wire(ctx context.Context, cfg Config, base *service.Base) (*wiring, error) 
 	// eg.PublishPublic sends the ingress's IngressResult events through the
 	// same sinks and filters (it has the ingress's ResultPublisher shape).
 	_ = eg.PublishPublic
-	_ = ctx
-	_ = cfg
-	_ = base
 	return w, nil
 }

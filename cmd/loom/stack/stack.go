@@ -1,7 +1,8 @@
 // Package stack runs Loom's embedded default on one machine: a Kafka-protocol
-// broker and Redis on loopback, and the six central services (gateway,
-// provisioner, scheduler, health, registry, training) in this process, each in its own
-// goroutine with its own configuration. Agents are started by the
+// broker, Redis and a Google Pub/Sub fake (pstest) on loopback, and the
+// central services (gateway, provisioner, scheduler, health, registry,
+// training, bridge) in this process, each in its own goroutine with its own
+// configuration. Agents are started by the
 // provisioner's local provider as child processes.
 //
 // It is what `loom up` and `loom demo` run, and what integration tests start.
@@ -68,6 +69,9 @@ type Addrs struct {
 	// Bridge is the bridge's internal gRPC address (IngressService), and
 	// BridgeHTTP its HTTP address.
 	Bridge, BridgeHTTP string
+	// PubSub is the Google Pub/Sub fake (pstest) other systems publish
+	// ingress messages to (PUBSUB_EMULATOR_HOST); empty picks a free port.
+	PubSub string
 }
 
 // DefaultAddrs returns the documented fixed ports of `loom up` (see
@@ -93,6 +97,7 @@ func DefaultAddrs() Addrs {
 		TrainingHTTP:    "127.0.0.1:9175",
 		Bridge:          "127.0.0.1:7076",
 		BridgeHTTP:      "127.0.0.1:9176",
+		PubSub:          "127.0.0.1:7085",
 	}
 }
 
@@ -170,6 +175,10 @@ type Stack struct {
 	GatewayAddr, RESTAddr string
 	// BrokerAddr and RedisAddr are the embedded infrastructure.
 	BrokerAddr, RedisAddr string
+	// PubSubAddr is the Pub/Sub fake (pstest; in memory only: a restart
+	// starts it empty), with the topics and subscriptions of
+	// embedded.LoomPubSubTopics in project embedded.PubSubProject.
+	PubSubAddr string
 	// RedisPassword is what a client of RedisAddr AUTHs with (the embedded
 	// Redis requires the password it generated in its data dir).
 	RedisPassword string
@@ -192,6 +201,7 @@ type Stack struct {
 	log     *slog.Logger
 	broker  *embedded.Broker
 	redis   *embedded.Redis
+	pubsub  *embedded.PubSub
 	tempDir string
 
 	binDir   string
@@ -243,8 +253,8 @@ type serviceExit struct {
 	err  error
 }
 
-// Start starts the broker, Redis and the five central services, and returns
-// once every service reports SERVING (gRPC health) and the gateway answers
+// Start starts the broker, Redis, the Pub/Sub fake and the central
+// services, and returns once every service reports SERVING (gRPC health) and the gateway answers
 // ListClusters. On failure everything it started is stopped again and the
 // error names the step (or the service) that failed.
 //
@@ -288,7 +298,7 @@ func retryable(err error, a Addrs) bool {
 	picks := false
 	for _, addr := range []string{a.Broker, a.Redis, a.Gateway, a.GatewayREST, a.Provisioner, a.Scheduler, a.Health,
 		a.Registry, a.GatewayHTTP, a.ProvisionerHTTP, a.SchedulerHTTP, a.HealthHTTP, a.RegistryHTTP, a.Training, a.TrainingHTTP,
-		a.Bridge, a.BridgeHTTP} {
+		a.Bridge, a.BridgeHTTP, a.PubSub} {
 		switch {
 		case addr == "" || strings.HasSuffix(addr, ":0"):
 			picks = true
@@ -423,8 +433,20 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 		return fmt.Errorf("start stack: create topics: %w", err)
 	}
 
+	// Pub/Sub for other systems, with no setup: the fake and its topics
+	// and subscriptions, made at every start since it keeps nothing.
+	s.pubsub, err = embedded.StartPubSub(ctx, a.PubSub)
+	if err != nil {
+		return fmt.Errorf("start stack: %w", err)
+	}
+	a.PubSub = s.pubsub.Addr
+	if err := s.pubsub.Ensure(ctx, embedded.PubSubProject, embedded.LoomPubSubTopics()); err != nil {
+		return fmt.Errorf("start stack: %w", err)
+	}
+	s.log.Info("pubsub started", "addr", a.PubSub, "project", embedded.PubSubProject)
+
 	s.Addrs = a
-	s.BrokerAddr, s.RedisAddr = a.Broker, a.Redis
+	s.BrokerAddr, s.RedisAddr, s.PubSubAddr = a.Broker, a.Redis, a.PubSub
 	s.GatewayAddr, s.RESTAddr = a.Gateway, a.GatewayREST
 
 	level := opts.LogLevel
@@ -493,7 +515,13 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 		{"login-key-file", "LOOM_GATEWAY_LOGIN_KEY_FILE", s.Keys.Login},
 	}
 
-	bridgeArgs := append(common(a.Bridge, a.BridgeHTTP), "-gateway-addr="+a.Gateway)
+	bridgeArgs := append(common(a.Bridge, a.BridgeHTTP), "-gateway-addr="+a.Gateway,
+		// Pub/Sub in and out on the fake; public events to Kafka and to
+		// the fake's events topic.
+		"-pubsub-endpoint="+a.PubSub, "-pubsub-project="+embedded.PubSubProject,
+		"-pubsub-subscriptions="+embedded.PubSubIngressSubscription,
+		"-pubsub-dead-letter-topic="+embedded.PubSubDeadLetterTopic,
+		"-egress=kafka:"+topics.Public+" pubsub:projects/"+embedded.PubSubProject+"/topics/"+embedded.PubSubEventsTopic)
 
 	s.binDir = opts.BinDir
 	s.services = map[string]*service{}
@@ -976,6 +1004,11 @@ func (s *Stack) close(ctx context.Context) error {
 	if s.broker != nil {
 		if err := s.broker.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("stop broker: %w", err))
+		}
+	}
+	if s.pubsub != nil {
+		if err := s.pubsub.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("stop pubsub: %w", err))
 		}
 	}
 	if s.tempDir != "" {

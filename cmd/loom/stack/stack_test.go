@@ -77,11 +77,12 @@ func TestStackRunsAClusterAndStops(t *testing.T) {
 	if st.GatewayAddr != opts.Addrs.Gateway {
 		t.Fatalf("GatewayAddr = %s, want the chosen %s", st.GatewayAddr, opts.Addrs.Gateway)
 	}
-	for _, a := range []string{st.RESTAddr, st.BrokerAddr, st.RedisAddr, st.Addrs.Provisioner, st.Addrs.Scheduler, st.Addrs.Registry, st.Addrs.Health, st.Addrs.Training} {
+	for _, a := range []string{st.RESTAddr, st.BrokerAddr, st.RedisAddr, st.PubSubAddr, st.Addrs.Provisioner, st.Addrs.Scheduler, st.Addrs.Registry, st.Addrs.Health, st.Addrs.Training} {
 		if !strings.HasPrefix(a, "127.0.0.1:") || strings.HasSuffix(a, ":0") {
 			t.Fatalf("address %q is not a bound loopback address", a)
 		}
 	}
+	checkPubSub(ctx, t, st)
 
 	// The keys: made once, 0600 in a 0700 directory.
 	tokenKey := checkKeys(t, st)
@@ -167,6 +168,10 @@ func TestStackRunsAClusterAndStops(t *testing.T) {
 	if c, err := net.DialTimeout("tcp", st.RedisAddr, time.Second); err == nil {
 		c.Close()
 		t.Fatal("redis still listening after Close")
+	}
+	if c, err := net.DialTimeout("tcp", st.PubSubAddr, time.Second); err == nil {
+		c.Close()
+		t.Fatal("pubsub still listening after Close")
 	}
 
 	// A second start on the data directory keeps its keys, and the
@@ -274,6 +279,8 @@ func TestRetryableOnlyForPickedPorts(t *testing.T) {
 		{"picked port taken, others given", inUse, Addrs{Gateway: "127.0.0.1:7070"}, true},
 		{"the given address taken", inUse, Addrs{HealthHTTP: "127.0.0.1:39823"}, false},
 		{"every address given", inUse, fixed, false},
+		{"the given Pub/Sub address taken", errors.New("start stack: start pubsub on 127.0.0.1:7085: listen tcp 127.0.0.1:7085: bind: address already in use"),
+			Addrs{PubSub: "127.0.0.1:7085"}, false},
 		{"as text only", errors.New("listen tcp 127.0.0.1:5: bind: address already in use"), Addrs{}, true},
 		{"another failure", errors.New("start stack: scheduler: boom"), Addrs{}, false},
 	} {

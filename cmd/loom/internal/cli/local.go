@@ -44,7 +44,8 @@ func (a *app) upCommand() *cobra.Command {
 		Use:   "up",
 		Short: "Run Loom on this machine in the foreground, until Ctrl-C",
 		Long: `Run the embedded Loom: a Kafka-protocol broker (127.0.0.1:7092), Redis
-(127.0.0.1:7379) and the gateway, provisioner, scheduler, health, registry and
+(127.0.0.1:7379), a Google Pub/Sub fake (127.0.0.1:7085; in memory only, so
+it starts empty) and the gateway, provisioner, scheduler, health, registry and
 training services on their default ports (gateway 127.0.0.1:7070, REST 127.0.0.1:7080).
 Clusters use the local provider: each node is a "loom agent" process (or,
 with --provider sim, simulated nodes without processes, for scale).
@@ -99,9 +100,10 @@ them when Loom stops instead.`,
 			} else if stop != nil {
 				defer stop()
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "Loom is up: gateway %s (gRPC), REST and web console http://%s/, data in %s\n"+
-				"Try `loom demo`, or `loom clusters create -f examples/clusters/demo.json`. Press Ctrl-C to stop.\n",
+			fmt.Fprintf(cmd.OutOrStdout(), "Loom is up: gateway %s (gRPC), REST and web console http://%s/, data in %s\n",
 				st.GatewayAddr, st.RESTAddr, st.DataDir)
+			printIngress(cmd.OutOrStdout(), st)
+			fmt.Fprintln(cmd.OutOrStdout(), "Try `loom demo`, or `loom clusters create -f examples/clusters/demo.json`. Press Ctrl-C to stop.")
 			var failed error
 			select {
 			case <-ctx.Done():
