@@ -1,6 +1,6 @@
 // Package dashboards is the one definition of Loom's dashboards and alerts:
 // a dashboard per service (gateway, provisioner, scheduler, health,
-// registry, training, agent) and a fleet overview, each made of panels
+// registry, training, bridge, agent) and a fleet overview, each made of panels
 // that name a metric of docs/observability.md's contract and a function
 // over it. Everything else is generated from it: the PromQL of each panel,
 // Grafana's dashboard JSON, Prometheus' alert rules and scrape
@@ -138,7 +138,7 @@ func (d Dashboard) Panel(id string) (Panel, bool) {
 const FleetService = "fleet"
 
 // Services are the services with a dashboard, in the order they are listed.
-var Services = []string{"gateway", "provisioner", "scheduler", "health", "registry", "training", "agent"}
+var Services = []string{"gateway", "provisioner", "scheduler", "health", "registry", "training", "bridge", "agent"}
 
 // All returns every dashboard: the fleet overview first, then one per
 // service in Services' order. Each call returns a fresh copy.
@@ -235,6 +235,8 @@ func domainRows(svc string) []Row {
 			{ID: "trials", Title: "Trials by state", Unit: "short", Kind: Timeseries, Metric: "loom_training_trials", Fn: Value, By: []string{"state"}},
 			{ID: "jobs", Title: "Training jobs by kind and state", Unit: "short", Kind: Timeseries, Metric: "loom_training_jobs", Fn: Value, By: []string{"kind", "state"}},
 		}}}
+	case "bridge":
+		return bridgeRows()
 	case "agent":
 		dcgm := func(id, title, unit, metric string) Panel {
 			return Panel{ID: id, Title: title, Unit: unit, Kind: Timeseries, Metric: metric, Fn: Value, By: []string{"Hostname", "gpu"}}
@@ -249,6 +251,50 @@ func domainRows(svc string) []Row {
 		}}}
 	}
 	return nil
+}
+
+// The bridge's metrics (services/bridge: ingress from Pub/Sub and Kafka,
+// public events out to the egress sinks). SEAM: the bridge's ingress and
+// egress export exactly these names and labels; the bridge dashboard, the
+// console and docs/observability.md read them.
+//
+//   - loom_bridge_ingress_messages_total{transport, outcome} (counter): one
+//     per message decided (a redelivery of a decided one counts as outcome
+//     DUPLICATE). transport is "pubsub" or "kafka" (never the subscription
+//     or topic: bounded cardinality); outcome is IngressMessage.outcome's
+//     ACCEPTED, REFUSED, INVALID or FAILED, or DUPLICATE.
+//   - loom_bridge_ingress_seconds{transport} (histogram): a message's
+//     handling, from its receipt to its decision (the gateway call and the
+//     dead letter or result included).
+//   - loom_bridge_egress_events_total{sink, type} (counter): public events
+//     published; sink is the sink's kind ("kafka", "pubsub"), type the
+//     CloudEvent type (loom.public.v1.JobStateChanged, ...).
+//   - loom_bridge_egress_errors_total{sink} (counter): failed publishes to
+//     a sink (each retried: at least once).
+const (
+	BridgeIngressMessages = "loom_bridge_ingress_messages_total"
+	BridgeIngressSeconds  = "loom_bridge_ingress_seconds"
+	BridgeEgressEvents    = "loom_bridge_egress_events_total"
+	BridgeEgressErrors    = "loom_bridge_egress_errors_total"
+)
+
+// bridgeRows is the bridge's domain row. Every panel is OrZero: a bridge
+// that has had no message or no event yet has no series of them, and the
+// dashboard says 0 rather than nothing.
+func bridgeRows() []Row {
+	deadLettered := []Matcher{{"outcome", "=~", "REFUSED|INVALID|FAILED"}}
+	return []Row{{Title: "Ingress and public events", Panels: []Panel{
+		{ID: "ingress_messages", Title: "Ingress messages by transport and outcome", Unit: "ops", Kind: Timeseries,
+			Metric: BridgeIngressMessages, Fn: Rate, By: []string{"transport", "outcome"}, OrZero: true},
+		{ID: "ingress_p99", Title: "Ingress handling latency p99", Unit: "s", Kind: Timeseries,
+			Metric: BridgeIngressSeconds, Fn: P99, By: []string{"transport"}, OrZero: true},
+		{ID: "ingress_dead_letters", Title: "Ingress dead letters (refused, invalid, failed)", Unit: "short", Kind: Timeseries,
+			Metric: BridgeIngressMessages, Fn: Increase, By: []string{"transport", "outcome"}, Match: deadLettered, OrZero: true},
+		{ID: "egress_events", Title: "Public events published by sink and type", Unit: "ops", Kind: Timeseries,
+			Metric: BridgeEgressEvents, Fn: Rate, By: []string{"sink", "type"}, OrZero: true},
+		{ID: "egress_errors", Title: "Public event publish errors by sink", Unit: "short", Kind: Timeseries,
+			Metric: BridgeEgressErrors, Fn: Increase, By: []string{"sink"}, OrZero: true},
+	}}}
 }
 
 // service returns svc's dashboard: the base rows, then its domain row.

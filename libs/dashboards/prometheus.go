@@ -85,8 +85,8 @@ func Alerts() []Alert {
 		},
 		{
 			Name:        "LoomTargetDown",
-			Expr:        `up{job=~"gateway|provisioner|scheduler|health|registry|training|agent"} == 0`,
-			Check:       `up{job=~"gateway|provisioner|scheduler|health|registry|training|agent"} == bool 0`,
+			Expr:        `up{job=~"gateway|provisioner|scheduler|health|registry|training|bridge|agent"} == 0`,
+			Check:       `up{job=~"gateway|provisioner|scheduler|health|registry|training|bridge|agent"} == bool 0`,
 			For:         2 * time.Minute,
 			Severity:    "page",
 			Summary:     "{{ $labels.job }} at {{ $labels.instance }} does not answer its /metrics",

@@ -51,6 +51,10 @@ type Config struct {
 	// TrainingService's reads go (LOOM_GATEWAY_TRAINING_ADDR; default
 	// 127.0.0.1:7075).
 	TrainingAddr string
+	// BridgeAddr is the bridge's internal gRPC address, where
+	// IngressService's reads go (LOOM_GATEWAY_BRIDGE_ADDR; default
+	// 127.0.0.1:7076).
+	BridgeAddr string
 	// PrivateData is Slurm's PrivateData: a comma-separated list of what
 	// callers who do not administer the project see of their own only
 	// (LOOM_GATEWAY_PRIVATE_DATA; "jobs": GetJob, ListJobs (squeue,
@@ -148,6 +152,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"health service's internal gRPC address, for HealthService's reads (LOOM_GATEWAY_HEALTH_ADDR)")
 	fs.StringVar(&c.TrainingAddr, "training-addr", config.Env("LOOM_GATEWAY_TRAINING_ADDR", "127.0.0.1:7075"),
 		"training service's internal gRPC address, for TrainingService's reads (LOOM_GATEWAY_TRAINING_ADDR)")
+	fs.StringVar(&c.BridgeAddr, "bridge-addr", config.Env("LOOM_GATEWAY_BRIDGE_ADDR", "127.0.0.1:7076"),
+		"bridge's internal gRPC address, for IngressService's reads (LOOM_GATEWAY_BRIDGE_ADDR)")
 	fs.StringVar(&c.PrivateData, "private-data", config.Env("LOOM_GATEWAY_PRIVATE_DATA", ""),
 		"what non-admin callers see of their own only, as Slurm's PrivateData: \"jobs\" (LOOM_GATEWAY_PRIVATE_DATA)")
 	fs.DurationVar(&c.JobHistory, "job-history", config.EnvDuration("LOOM_GATEWAY_JOB_HISTORY", app.DefaultJobHistory),
@@ -184,6 +190,7 @@ func (c Config) withDefaults() Config {
 	def(&c.RegistryAddr, "127.0.0.1:7074")
 	def(&c.HealthAddr, "127.0.0.1:7073")
 	def(&c.TrainingAddr, "127.0.0.1:7075")
+	def(&c.BridgeAddr, "127.0.0.1:7076")
 	if c.JobHistory <= 0 {
 		c.JobHistory = app.DefaultJobHistory
 	}
@@ -321,6 +328,10 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	if err := owners.DialTraining(cfg.TrainingAddr, ownerOpts...); err != nil {
+		_ = base.Close()
+		return fmt.Errorf("gateway: %w", err)
+	}
+	if err := owners.DialBridge(cfg.BridgeAddr, ownerOpts...); err != nil {
 		_ = base.Close()
 		return fmt.Errorf("gateway: %w", err)
 	}

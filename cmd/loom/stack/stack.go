@@ -502,7 +502,7 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 	healthArgs = append(healthArgs, opts.HealthArgs...)
 	gwArgs := append(common(a.Gateway, a.GatewayHTTP), "-rest-addr="+a.GatewayREST,
 		"-provisioner-addr="+a.Provisioner, "-scheduler-addr="+a.Scheduler, "-registry-addr="+a.Registry,
-		"-health-addr="+a.Health, "-training-addr="+a.Training,
+		"-health-addr="+a.Health, "-training-addr="+a.Training, "-bridge-addr="+a.Bridge,
 		// The console's dashboards scrape every central service's /metrics.
 		"-metrics-targets="+metricsTargets(a))
 	// Authentication's keys (docs/security.md): the gateway signs tokens
@@ -560,7 +560,8 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 func metricsTargets(a Addrs) string {
 	var out []string
 	for _, t := range []struct{ svc, addr string }{{"gateway", a.GatewayHTTP}, {"provisioner", a.ProvisionerHTTP},
-		{"scheduler", a.SchedulerHTTP}, {"health", a.HealthHTTP}, {"registry", a.RegistryHTTP}, {"training", a.TrainingHTTP}} {
+		{"scheduler", a.SchedulerHTTP}, {"health", a.HealthHTTP}, {"registry", a.RegistryHTTP}, {"training", a.TrainingHTTP},
+		{"bridge", a.BridgeHTTP}} {
 		out = append(out, t.svc+"=http://"+t.addr+"/metrics")
 	}
 	return strings.Join(out, ",")

@@ -2487,7 +2487,13 @@ type UploadModelRequest struct {
 	// model: display_name, description, version_description, version_aliases,
 	// labels, artifact_uri ("file:///abs/dir" or "/abs/dir", holding a
 	// MANIFEST) and, optionally, lineage.
-	Model         *Model `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	Model *Model `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	// request_id makes the upload idempotent: an UploadModel sent again with
+	// the same request_id in the same project answers the version the first
+	// one registered instead of registering another (the registry keeps the
+	// last 10000 uploads' ids). At most 128 bytes, no control characters;
+	// empty: every call registers a version.
+	RequestId     string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2548,6 +2554,13 @@ func (x *UploadModelRequest) GetModel() *Model {
 		return x.Model
 	}
 	return nil
+}
+
+func (x *UploadModelRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 type UploadModelResponse struct {
@@ -3583,12 +3596,14 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x14\n" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x12\n" +
-	"\x04user\x18\x05 \x01(\tR\x04user\"\x90\x01\n" +
+	"\x04user\x18\x05 \x01(\tR\x04user\"\xaf\x01\n" +
 	"\x12UploadModelRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12!\n" +
 	"\fparent_model\x18\x04 \x01(\tR\vparentModel\x12\x19\n" +
 	"\bmodel_id\x18\x05 \x01(\tR\amodelId\x12$\n" +
-	"\x05model\x18\x02 \x01(\v2\x0e.loom.v1.ModelR\x05model\"U\n" +
+	"\x05model\x18\x02 \x01(\v2\x0e.loom.v1.ModelR\x05model\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x06 \x01(\tR\trequestId\"U\n" +
 	"\x13UploadModelResponse\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12(\n" +
 	"\x10model_version_id\x18\x02 \x01(\tR\x0emodelVersionId\"\x9a\x01\n" +

@@ -216,6 +216,7 @@ for you; for another gateway, "loom auth login" (see "loom auth --help").`,
 		a.authCommand(),
 		a.authdCommand(),
 		a.auditCommand(),
+		a.ingressCommand(),
 		a.recipesCommand(),
 	)
 	return root

@@ -3,7 +3,8 @@
 // and the Slurm commands (package slurmcli) call — clusters, operations,
 // jobs, nodes, models, reservations, Slurm's partitions and nodes,
 // accounts and associations (sacctmgr), the audit trail, node health and
-// goodput (HealthService, GoodputService), and (with
+// goodput (HealthService, GoodputService), what came in through the
+// ingress (IngressService, with Gateway.Ingress), and (with
 // Gateway.Auth) authentication: tokens, WhoAmI and API keys, checking the
 // bearer credential of each call. Bearers records what every call carried.
 //
@@ -74,6 +75,10 @@ type Gateway struct {
 	// Training, when set, is served as loom.training.v1.TrainingService
 	// (training.go); without it the service is Unimplemented.
 	Training *Training
+	// Ingress, when set, is served as IngressService (ingress.go);
+	// without it the service is Unimplemented, as on a gateway that
+	// predates it.
+	Ingress *Ingress
 	loomv1.UnimplementedAuditServiceServer
 
 	// Clusters are listed by project (the name's prefix) and found by name.
@@ -186,6 +191,10 @@ func (g *Gateway) Serve(t testing.TB) string {
 	if g.Training != nil {
 		g.Training.g = g
 		trainingv1.RegisterTrainingServiceServer(s, g.Training)
+	}
+	if g.Ingress != nil {
+		g.Ingress.g = g
+		loomv1.RegisterIngressServiceServer(s, g.Ingress)
 	}
 	loomv1.RegisterClusterServiceServer(s, g)
 	loomv1.RegisterOperationServiceServer(s, g)

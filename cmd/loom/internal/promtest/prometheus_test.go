@@ -98,7 +98,7 @@ func TestDashboardsAgainstPrometheus(t *testing.T) {
 		{Service: "gateway", Addrs: []string{a.GatewayHTTP}}, {Service: "provisioner", Addrs: []string{a.ProvisionerHTTP}},
 		{Service: "scheduler", Addrs: []string{a.SchedulerHTTP}}, {Service: "health", Addrs: []string{a.HealthHTTP}},
 		{Service: "registry", Addrs: []string{a.RegistryHTTP}}, {Service: "training", Addrs: []string{a.TrainingHTTP}},
-		{Service: "agent", Addrs: []string{agentHTTP}},
+		{Service: "bridge", Addrs: []string{a.BridgeHTTP}}, {Service: "agent", Addrs: []string{agentHTTP}},
 	}
 	prom := startPrometheus(t, targets)
 	testkit.WaitFor(t, 60*time.Second, "every target up in Prometheus", func() (bool, error) {
@@ -140,6 +140,12 @@ func TestDashboardsAgainstPrometheus(t *testing.T) {
 		}
 		return j.State == loomv1.JobState_COMPLETED, nil
 	})
+	// The bridge's gRPC gets a call: what came in (loom ingress), through
+	// the gateway. TODO(integrator): once the ingress lands, also produce
+	// one message to loom.ingress.v1 here, so that the bridge's consumer
+	// and Redis panels have data whatever else runs.
+	_, ingressErr := loomv1.NewIngressServiceClient(conn).ListIngressProducers(waitCtx(t, 10*time.Second),
+		&loomv1.ListIngressProducersRequest{Parent: "projects/default"})
 	// Every target scraped 5 s after the job's end, so that rates over the
 	// workload exist everywhere.
 	ended := float64(time.Now().Unix())
@@ -162,6 +168,20 @@ func TestDashboardsAgainstPrometheus(t *testing.T) {
 	if !obsLanded {
 		t.Logf("loom_build_info is not exported yet: panels and alerts on the base set's metrics are listed, not failed")
 	}
+	// Before the bridge's parts (ingress, egress) are merged it exports
+	// none of its own metrics and serves no IngressService: its panels
+	// that answer nothing are listed, not failed, as the base set's were.
+	own, err := query(prom, `count({job="bridge",__name__=~"loom_bridge_.*"})`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bridgeLanded := len(own) > 0
+	switch {
+	case bridgeLanded && ingressErr != nil:
+		t.Errorf("ListIngressProducers through the gateway: %v", ingressErr)
+	case !bridgeLanded:
+		t.Logf("the bridge exports no loom_bridge_* metric yet: its panels that answer nothing are listed, not failed (ListIngressProducers: %v)", ingressErr)
+	}
 	var awaiting []string
 	answered := map[string]bool{} // service/panel id
 	for _, d := range dashboards.All() {
@@ -173,7 +193,7 @@ func TestDashboardsAgainstPrometheus(t *testing.T) {
 				t.Errorf("%s/%s: %s: %v", d.Service, p.ID, q, err)
 			case len(v) > 0:
 				answered[d.Service+"/"+p.ID] = true
-			case !obsLanded && !preObs(p.Metric):
+			case !obsLanded && !preObs(p.Metric), d.Service == "bridge" && !bridgeLanded:
 				awaiting = append(awaiting, d.Service+"/"+p.ID)
 			default:
 				t.Errorf("%s/%s returns nothing: %s", d.Service, p.ID, q)
@@ -199,7 +219,7 @@ func TestDashboardsAgainstPrometheus(t *testing.T) {
 		}
 	}
 	if len(awaiting) > 0 {
-		t.Logf("awaiting the base set (obs): %s", strings.Join(awaiting, ", "))
+		t.Logf("awaiting the base set (obs) or the bridge's parts: %s", strings.Join(awaiting, ", "))
 	}
 
 	// The console's dashboards, from the same definitions: `loom up`'s

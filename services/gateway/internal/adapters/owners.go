@@ -33,6 +33,10 @@ type Owners struct {
 	// Metrics is the training service's MetricsService, on the same
 	// connection as Training.
 	Metrics trainingv1.MetricsServiceClient
+	// Ingress is the bridge's IngressService (its internal gRPC): nil
+	// until DialBridge, and then calls to it are answered Unavailable by
+	// the gateway.
+	Ingress loomv1.IngressServiceClient
 
 	conns []*grpc.ClientConn
 }
@@ -104,6 +108,21 @@ func (o *Owners) DialTraining(addr string, opts ...grpc.DialOption) error {
 	o.conns = append(o.conns, c)
 	o.Training = trainingv1.NewTrainingServiceClient(c)
 	o.Metrics = trainingv1.NewMetricsServiceClient(c)
+	return nil
+}
+
+// DialBridge adds a client of the bridge's internal gRPC at addr
+// (Ingress), with opts as DialOwners'. Like DialOwners it does not wait for
+// the service.
+func (o *Owners) DialBridge(addr string, opts ...grpc.DialOption) error {
+	c, err := grpc.NewClient(addr, append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler())}, opts...)...)
+	if err != nil {
+		return fmt.Errorf("dial bridge at %q: %w", addr, err)
+	}
+	o.conns = append(o.conns, c)
+	o.Ingress = loomv1.NewIngressServiceClient(c)
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/gateway/internal/domain"
 )
 
 // ---- models ----
@@ -28,8 +29,14 @@ func (g *Gateway) ListModelVersions(ctx context.Context, req *loomv1.ListModelVe
 	return g.own.Models.ListModelVersions(ctx, req)
 }
 
-// UploadModel registers a version with the registry; it answers once stored.
+// UploadModel registers a version with the registry; it answers once
+// stored. The registry decides a retry: the same request_id in the same
+// project answers the first call's version. The id is bounded here too, as
+// every request_id the gateway takes.
 func (g *Gateway) UploadModel(ctx context.Context, req *loomv1.UploadModelRequest) (*loomv1.UploadModelResponse, error) {
+	if err := domain.CheckRequestID(req.GetRequestId()); err != nil {
+		return nil, err
+	}
 	return g.own.Models.UploadModel(ctx, req)
 }
 

@@ -148,6 +148,7 @@ const (
 	goodputSvc     = "/loom.v1.GoodputService/"
 	trainingSvc    = "/loom.training.v1.TrainingService/"
 	metricsSvc     = "/loom.training.v1.MetricsService/"
+	ingressSvc     = "/loom.v1.IngressService/"
 )
 
 // Table maps every gRPC full method name the gateway serves to the rule it
@@ -241,6 +242,12 @@ var Table = map[string]Rule{
 	// Training metrics: the project's viewers read every job's series.
 	metricsSvc + "ListMetrics": {Access: Viewer, Field: "parent"},
 	metricsSvc + "ReadMetrics": {Access: Viewer, Field: "parent"},
+
+	// Ingress: what came in through Pub/Sub and Kafka, and why a message
+	// was refused, is for the project's viewers; "projects/-" (every
+	// project's) for cluster administrators.
+	ingressSvc + "ListIngressProducers": {Access: Viewer, Field: "parent"},
+	ingressSvc + "ListIngressMessages":  {Access: Viewer, Field: "parent"},
 
 	modelSvc + "ListModels":        {Access: Viewer, Field: "parent"},
 	modelSvc + "GetModel":          {Access: Viewer, Field: "name"},

@@ -30,7 +30,7 @@ import (
 var servedFiles = []protoreflect.FileDescriptor{
 	loomv1.File_loom_v1_service_proto, loomv1.File_loom_v1_auth_proto, healthpb.File_grpc_health_v1_health_proto,
 	loomv1.File_loom_v1_health_proto, trainingv1.File_loom_training_v1_training_proto,
-	trainingv1.File_loom_training_v1_metrics_proto,
+	trainingv1.File_loom_training_v1_metrics_proto, loomv1.File_loom_v1_ingress_proto,
 }
 
 // TestTableMatchesProtos: every method of every service in the gateway's
@@ -126,6 +126,12 @@ func TestAuthorize(t *testing.T) {
 		{root, authSvc + "ListMembers", &loomv1.ListMembersRequest{Parent: "global"}, nil, ""},
 		{admin, auditSvc + "ListAuditRecords", &loomv1.ListAuditRecordsRequest{Parent: "projects/-"}, errs.PermissionDenied, "every project (projects/-) needs a cluster administrator"},
 		{root, auditSvc + "ListAuditRecords", &loomv1.ListAuditRecordsRequest{Parent: "projects/-"}, nil, ""},
+		{viewer, ingressSvc + "ListIngressProducers", &loomv1.ListIngressProducersRequest{Parent: "projects/p"}, nil, ""},
+		{viewer, ingressSvc + "ListIngressMessages", &loomv1.ListIngressMessagesRequest{Parent: "projects/p"}, nil, ""},
+		{viewer, ingressSvc + "ListIngressMessages", &loomv1.ListIngressMessagesRequest{Parent: "projects/q"}, errs.NotFound, "projects/q"},
+		{admin, ingressSvc + "ListIngressProducers", &loomv1.ListIngressProducersRequest{Parent: "projects/-"}, errs.PermissionDenied, "every project (projects/-) needs a cluster administrator"},
+		{root, ingressSvc + "ListIngressProducers", &loomv1.ListIngressProducersRequest{Parent: "projects/-"}, nil, ""},
+		{work, ingressSvc + "ListIngressMessages", &loomv1.ListIngressMessagesRequest{Parent: "projects/p"}, errs.PermissionDenied, "workload principal"},
 		{user, authSvc + "ListApiKeys", &loomv1.ListApiKeysRequest{Parent: "users/ana"}, nil, ""},
 		{user, authSvc + "ListApiKeys", &loomv1.ListApiKeysRequest{Parent: "users/-"}, nil, ""},
 		{user, authSvc + "RevokeApiKey", &loomv1.RevokeApiKeyRequest{Name: "users/bob/keys/k1"}, errs.NotFound, "users/bob/keys/k1"},

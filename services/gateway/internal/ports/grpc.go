@@ -28,6 +28,20 @@ func Register(s grpc.ServiceRegistrar, g *app.Gateway) {
 	loomv1.RegisterAuditServiceServer(s, audit{g: g})
 	loomv1.RegisterHealthServiceServer(s, health{g: g})
 	loomv1.RegisterGoodputServiceServer(s, goodput{g: g})
+	loomv1.RegisterIngressServiceServer(s, ingress{g: g})
+}
+
+type ingress struct {
+	loomv1.UnimplementedIngressServiceServer
+	g *app.Gateway
+}
+
+func (s ingress) ListIngressProducers(ctx context.Context, r *loomv1.ListIngressProducersRequest) (*loomv1.ListIngressProducersResponse, error) {
+	return unary(s.g.ListIngressProducers(ctx, r))
+}
+
+func (s ingress) ListIngressMessages(ctx context.Context, r *loomv1.ListIngressMessagesRequest) (*loomv1.ListIngressMessagesResponse, error) {
+	return unary(s.g.ListIngressMessages(ctx, r))
 }
 
 // unary maps the error of a unary call; the result is dropped with it.

@@ -58,6 +58,7 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 		loomv1.RegisterAuditServiceHandler,
 		loomv1.RegisterHealthServiceHandler,
 		loomv1.RegisterGoodputServiceHandler,
+		loomv1.RegisterIngressServiceHandler,
 	} {
 		if err := reg(ctx, mux, conn); err != nil {
 			_ = conn.Close()

@@ -222,7 +222,9 @@ func (r *Registry) verify(ctx context.Context, u domain.Upload) (refusal, err er
 // under wmu it validates cmd again (the state may have changed while the
 // files were hashed: the parent model deleted, a name taken), decides and
 // writes. A refusal changes nothing; reg is nil when inboxID was applied
-// before.
+// before. An RPC's upload (inboxID "") whose request id registered a
+// version meanwhile (a concurrent retry) registers nothing: reg then holds
+// only that Version, with no Event.
 func (r *Registry) register(ctx context.Context, inboxID string, cmd *eventsv1.UploadModel) (reg *domain.Registration, refusal, err error) {
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
@@ -230,6 +232,10 @@ func (r *Registry) register(ctx context.Context, inboxID string, cmd *eventsv1.U
 		return nil, nil, err
 	}
 	r.mu.RLock()
+	if prev, ok := r.state.Answered(cmd.GetRequestId()); ok && inboxID == "" {
+		r.mu.RUnlock()
+		return &domain.Registration{Version: prev, RequestID: cmd.GetRequestId()}, nil, nil
+	}
 	u, refusal := domain.ValidateUpload(r.state, cmd)
 	if refusal == nil {
 		reg = domain.RegisterUpload(r.state, u, r.now().UTC())

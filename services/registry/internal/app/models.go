@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 
@@ -37,9 +39,13 @@ func (r *Registry) UploadModel(ctx context.Context, req *loomv1.UploadModelReque
 	if err != nil {
 		return nil, err
 	}
+	rid, err := rpcRequestID(project, req.GetRequestId())
+	if err != nil {
+		return nil, err
+	}
 	m := req.GetModel()
 	cmd := &eventsv1.UploadModel{
-		RequestId:   "rpc-" + randomID(),
+		RequestId:   rid,
 		Project:     project,
 		ModelId:     req.GetModelId(),
 		ParentModel: req.GetParentModel(),
@@ -57,8 +63,18 @@ func (r *Registry) UploadModel(ctx context.Context, req *loomv1.UploadModelReque
 		return nil, err
 	}
 	r.mu.RLock()
-	u, refusal := domain.ValidateUpload(r.state, cmd)
+	prev, answered := r.state.Answered(rid)
+	var u domain.Upload
+	var refusal error
+	if !answered {
+		u, refusal = domain.ValidateUpload(r.state, cmd)
+	}
 	r.mu.RUnlock()
+	if answered {
+		// A retry: the first call's version, whatever this one's fields.
+		r.log.Info("model upload sent again; answered its version", "request_id", req.GetRequestId(), "version", prev.GetName())
+		return uploadAnswer(prev, location)
+	}
 	if refusal == nil {
 		if refusal, err = r.verify(ctx, u); err != nil {
 			return nil, err
@@ -80,11 +96,46 @@ func (r *Registry) UploadModel(ctx context.Context, req *loomv1.UploadModelReque
 		}
 		return nil, errs.Invalid(field, "%s", reason)
 	}
-	r.log.Info("model version uploaded", "version", reg.Version.GetName())
-	mn, _ := resname.SplitModel(reg.Model.GetName())
+	if reg.Event == nil { // a concurrent call with the same request_id registered it
+		r.log.Info("model upload sent again; answered its version", "request_id", req.GetRequestId(), "version", reg.Version.GetName())
+	} else {
+		r.log.Info("model version uploaded", "version", reg.Version.GetName())
+	}
+	return uploadAnswer(reg.Version, location)
+}
+
+// MaxUploadRequestID bounds UploadModelRequest.request_id, in bytes (as the
+// gateway bounds every request_id).
+const MaxUploadRequestID = 128
+
+// rpcRequestID is the registry's request id of an UploadModel RPC: with the
+// caller's request_id, "rpc:{project}:{request_id}", so that a retry in the
+// same project finds the first call's version (State.Answered) and the same
+// id in another project does not; without one, a random id (every call
+// registers, and is recorded as every upload is). A request_id over
+// MaxUploadRequestID bytes or with control characters is InvalidArgument.
+func rpcRequestID(project, id string) (string, error) {
+	if id == "" {
+		return "rpc-" + randomID(), nil
+	}
+	var v errs.Validator
+	v.Check(len(id) <= MaxUploadRequestID, "request_id", "%d bytes, longer than the limit of %d", len(id), MaxUploadRequestID)
+	v.Check(utf8.ValidString(id) && !strings.ContainsFunc(id, unicode.IsControl), "request_id", "holds a control character or invalid UTF-8")
+	if err := v.Err(); err != nil {
+		return "", err
+	}
+	return "rpc:" + project + ":" + id, nil
+}
+
+// uploadAnswer is UploadModel's answer naming version v in location.
+func uploadAnswer(v *loomv1.ModelVersion, location string) (*loomv1.UploadModelResponse, error) {
+	mv, err := resname.SplitModelVersion(v.GetName())
+	if err != nil {
+		return nil, fmt.Errorf("answer upload: %w", err)
+	}
 	return &loomv1.UploadModelResponse{
-		Model:          "projects/" + mn.Project + "/locations/" + location + "/models/" + mn.ID,
-		ModelVersionId: strconv.FormatInt(reg.Version.GetVersion(), 10),
+		Model:          "projects/" + mv.Model.Project + "/locations/" + location + "/models/" + mv.Model.ID,
+		ModelVersionId: strconv.FormatInt(mv.Version, 10),
 	}, nil
 }
 
