@@ -267,7 +267,8 @@ func domainRows(svc string) []Row {
 //     handling, from its receipt to its decision (the gateway call and the
 //     dead letter or result included).
 //   - loom_bridge_egress_events_total{sink, type} (counter): public events
-//     published; sink is the sink's kind ("kafka", "pubsub"), type the
+//     published; sink is the sink's name ("kafka:loom.public.v1",
+//     "pubsub:projects/p/topics/t": at most the 16 -egress entries), type the
 //     CloudEvent type (loom.public.v1.JobStateChanged, ...).
 //   - loom_bridge_egress_errors_total{sink} (counter): failed publishes to
 //     a sink (each retried: at least once).

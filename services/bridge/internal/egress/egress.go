@@ -98,8 +98,8 @@ type Options struct {
 	// Log receives what goes wrong (default slog.Default()).
 	Log *slog.Logger
 	// Meter, when set, counts what is published and what failed
-	// (loom_bridge_egress_published_total{sink,type},
-	// loom_bridge_egress_failures_total{sink}).
+	// (loom_bridge_egress_events_total{sink,type},
+	// loom_bridge_egress_errors_total{sink}).
 	Meter metric.Meter
 }
 
@@ -141,9 +141,9 @@ func New(ctx context.Context, o Options) (*Egress, error) {
 		e.log = slog.Default()
 	}
 	if o.Meter != nil {
-		e.published, _ = o.Meter.Int64Counter("loom_bridge_egress_published_total",
+		e.published, _ = o.Meter.Int64Counter("loom_bridge_egress_events_total",
 			metric.WithDescription("Public events the egress published, by sink and CloudEvent type."))
-		e.failures, _ = o.Meter.Int64Counter("loom_bridge_egress_failures_total",
+		e.failures, _ = o.Meter.Int64Counter("loom_bridge_egress_errors_total",
 			metric.WithDescription("Failed publishes to a sink (each is retried until the sink takes it), by sink."))
 	}
 	for _, r := range o.Routes {
