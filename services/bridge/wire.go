@@ -2,14 +2,53 @@ package bridge
 
 import (
 	"context"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/loom-ml/loom/libs/service"
+	"github.com/loom-ml/loom/libs/topics"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/bridge/internal/ingress"
 )
 
 // wire builds the bridge's parts from cfg. Each part owns its block below.
 func wire(ctx context.Context, cfg Config, base *service.Base) (*wiring, error) {
 	w := &wiring{}
 	// --- ingress (Kafka source, dedupe, gateway calls, IngressService) ---
+	// One connection to the gateway for every message; each call carries
+	// the message's own credential (ingress.App), none of the bridge's.
+	gw, err := grpc.NewClient(cfg.GatewayAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("gateway %s: %w", cfg.GatewayAddr, err)
+	}
+	w.closers = append(w.closers, func() { _ = gw.Close() })
+	// The dead letters' and the results' writer (not base.Producer, which
+	// signs: a dead letter keeps the headers it came with).
+	ingressWriter := ingress.NewKafkaWriter(cfg.Brokers, base.Kafka)
+	w.closers = append(w.closers, func() { _ = ingressWriter.Close() })
+	ingressApp, err := ingress.New(ingress.Config{
+		Gateway: gw, Store: base.Store, MaxData: cfg.MaxMessageBytes, DedupeTTL: cfg.DedupeTTL,
+		// IngressResult events go to the public topic as every public
+		// event does (key = project).
+		Results: ingress.KafkaResults(ingressWriter, topics.Public),
+		Now:     base.Clock.Now, Log: base.Log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := ingressApp.RegisterMetrics(base.Telemetry.Registry); err != nil {
+		return nil, err
+	}
+	loomv1.RegisterIngressServiceServer(base.GRPC, ingressApp.Server())
+	if cfg.IngressTopic != "" {
+		src := &ingress.KafkaSource{Brokers: cfg.Brokers, Topic: cfg.IngressTopic, Security: base.Kafka, Log: base.Log}
+		dlq := &ingress.KafkaDeadLetters{W: ingressWriter, Topic: cfg.IngressTopic + topics.DLQSuffix, Transport: src.Name(), Now: base.Clock.Now}
+		w.loops = append(w.loops, func(ctx context.Context) error { return src.Run(ctx, ingressApp.Handler(dlq)) })
+	}
+	// The pubsub part runs its sources with ingressApp.Handler(its dead letters).
+	_ = ingressApp
 	// --- pubsub (Pub/Sub sources, dead letters and sinks) ---
 	// --- egress (public events to sinks) ---
 	_ = ctx
