@@ -258,4 +258,3 @@ func TestParseFilter(t *testing.T) {
 		}
 	}
 }
-
