@@ -32,7 +32,10 @@ import (
 //     loom.ingress.v1.dlq with the reason, while a later good message still
 //     makes its job;
 //   - a key of project "other" asking for project "default" is refused:
-//     PERMISSION_DENIED in the dead letter and in the IngressResult;
+//     REFUSED with the code the API gives it, NOT_FOUND (the gateway does
+//     not tell a non-member whether a project exists), in the dead letter
+//     and in the IngressResult; a viewer of "default" asking to submit is
+//     REFUSED with PERMISSION_DENIED;
 //   - every message is answered by one IngressResult on loom.public.v1,
 //     and the bridge's records count the producer's duplicates.
 func TestKafkaIngressAppliesOnceAndDeadLettersRefusals(t *testing.T) {
@@ -71,9 +74,9 @@ func TestKafkaIngressAppliesOnceAndDeadLettersRefusals(t *testing.T) {
 		t.Fatalf("create operation ended %v", op)
 	}
 	authc := loomv1.NewAuthServiceClient(gw)
-	keyOf := func(project, user string) string {
+	keyOf := func(project, user, role string) string {
 		t.Helper()
-		if _, err := authc.SetMember(ctx, &loomv1.SetMemberRequest{Parent: "projects/" + project, User: user, Role: "user"}); err != nil {
+		if _, err := authc.SetMember(ctx, &loomv1.SetMemberRequest{Parent: "projects/" + project, User: user, Role: role}); err != nil {
 			t.Fatalf("SetMember %s in %s: %v", user, project, err)
 		}
 		k, err := authc.CreateApiKey(ctx, &loomv1.CreateApiKeyRequest{Parent: "users/" + user, Key: &loomv1.ApiKey{DisplayName: "ingress"}})
@@ -82,7 +85,7 @@ func TestKafkaIngressAppliesOnceAndDeadLettersRefusals(t *testing.T) {
 		}
 		return k.GetSecret()
 	}
-	botKey, otherKey := keyOf("default", "ingbot"), keyOf("other", "mallory")
+	botKey, otherKey, viewerKey := keyOf("default", "ingbot", "user"), keyOf("other", "mallory", "user"), keyOf("default", "peek", "viewer")
 
 	submit, err := protojson.Marshal(&loomv1.SubmitJobRequest{Parent: "projects/default",
 		Job: &loomv1.Job{Cluster: "projects/default/clusters/ing", Script: "#!/bin/sh\ntrue\n", NodeCount: 1}})
@@ -115,7 +118,8 @@ func TestKafkaIngressAppliesOnceAndDeadLettersRefusals(t *testing.T) {
 	produce(msg("bad-cred", "SubmitJob", "loomk_not-a-key", submit),
 		msg("bad-json", "SubmitJob", botKey, []byte(`{"parent": "projects/default", "job": {`)),
 		msg("bad-type", "DeleteEverything", botKey, submit),
-		msg("cross", "SubmitJob", otherKey, submit))
+		msg("cross", "SubmitJob", otherKey, submit),
+		msg("viewer", "SubmitJob", viewerKey, submit))
 	produce(msg("after", "SubmitJob", botKey, submit))
 
 	// Every message's IngressResult, from the public topic.
@@ -143,7 +147,7 @@ func TestKafkaIngressAppliesOnceAndDeadLettersRefusals(t *testing.T) {
 		dead[header(m, "ce_id")] = m
 		mu.Unlock()
 	})
-	ids := []string{"dup-1", "bad-cred", "bad-json", "bad-type", "cross", "after"}
+	ids := []string{"dup-1", "bad-cred", "bad-json", "bad-type", "cross", "viewer", "after"}
 	testkit.WaitFor(t, 90*time.Second, "every message's IngressResult and the dead letters", func() (bool, error) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -152,7 +156,7 @@ func TestKafkaIngressAppliesOnceAndDeadLettersRefusals(t *testing.T) {
 				return false, nil
 			}
 		}
-		return len(dead) >= 4, nil
+		return len(dead) >= 5, nil
 	})
 
 	mu.Lock()
@@ -163,7 +167,8 @@ func TestKafkaIngressAppliesOnceAndDeadLettersRefusals(t *testing.T) {
 		"bad-cred": {"REFUSED", "UNAUTHENTICATED", ""},
 		"bad-json": {"INVALID", "INVALID_ARGUMENT", "loom.v1.SubmitJobRequest"},
 		"bad-type": {"INVALID", "INVALID_ARGUMENT", "loom.ingress.v1.DeleteEverything"},
-		"cross":    {"REFUSED", "PERMISSION_DENIED", ""},
+		"cross":    {"REFUSED", "NOT_FOUND", "no role in project default"},
+		"viewer":   {"REFUSED", "PERMISSION_DENIED", ""},
 	}
 	jobsc := loomv1.NewJobServiceClient(gw)
 	for _, id := range ids {

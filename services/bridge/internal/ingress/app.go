@@ -276,6 +276,7 @@ func (a *App) decide(ctx context.Context, d cloudevent.Delivery, key string) (de
 		dec.outcome, dec.code, dec.resource = OutcomeAccepted, codes.OK, ResourceOf(call.Request, resp)
 		return dec, nil
 	case class == Decided || errors.As(err, &gaveUp):
+		r = ForProject(r, call.Project)
 		dec.outcome, dec.code, dec.reason, dec.resource = r.Outcome, r.Code, r.Reason, ResourceOf(call.Request, nil)
 		return dec, nil
 	}

@@ -354,6 +354,25 @@ func Classify(err error) (Class, *Refusal) {
 	return RetryThenFail, ref(OutcomeFailed)
 }
 
+// ForProject refines a refusal of a call acting in project: the gateway
+// answers a caller with no role in the project NotFound naming the project
+// ("projects/p: not found"), whether or not the project exists, so that
+// ids cannot be probed. For a message that is a key acting outside its
+// projects: REFUSED, with the code kept as the API gives it (NOT_FOUND, not
+// PERMISSION_DENIED, which would say that the project exists) and a reason
+// that says what to check.
+func ForProject(ref *Refusal, project string) *Refusal {
+	if ref == nil || ref.Code != codes.NotFound || project == "" ||
+		!strings.HasPrefix(ref.Reason, resname.Project{ID: project}.String()+": not found") {
+		return ref
+	}
+	out := *ref
+	out.Outcome = OutcomeRefused
+	out.Reason = clip(ref.Reason + ": the credential's principal has no role in project " + project +
+		" (or the project does not exist); a message acts with its key's rights, so use a key of a member of " + project)
+	return &out
+}
+
 // RateLimited says whether a ResourceExhausted status is the rate limit
 // (retry later) rather than a quota (a decision).
 func RateLimited(st *status.Status) bool {

@@ -258,3 +258,19 @@ func TestParseFilter(t *testing.T) {
 		}
 	}
 }
+
+func TestForProject(t *testing.T) {
+	t.Parallel()
+	_, nf := Classify(status.Error(codes.NotFound, "projects/default: not found"))
+	r := ForProject(nf, "default")
+	if r.Outcome != OutcomeRefused || r.Code != codes.NotFound || !strings.Contains(r.Reason, "no role in project default") {
+		t.Errorf("a key outside its projects: %+v", r)
+	}
+	_, job := Classify(status.Error(codes.NotFound, "job projects/default/jobs/9: not found"))
+	if r := ForProject(job, "default"); r.Outcome != OutcomeInvalid {
+		t.Errorf("a missing job: %+v, want INVALID", r)
+	}
+	if r := ForProject(nf, "other"); r.Outcome != OutcomeInvalid {
+		t.Errorf("another project's not found: %+v, want INVALID", r)
+	}
+}
