@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/segmentio/kafka-go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -129,6 +131,7 @@ func (s *sink) publish(_ context.Context, project string, ev cloudevent.Event) e
 }
 
 type fixture struct {
+	reg  *prometheus.Registry
 	app  *App
 	gw   *gateway
 	sink *sink
@@ -159,7 +162,11 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{app: app, gw: gw, sink: s, h: app.Handler(s)}
+	reg := prometheus.NewRegistry()
+	if err := app.RegisterMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{reg: reg, app: app, gw: gw, sink: s, h: app.Handler(s)}
 }
 
 func submit(id, cred string) cloudevent.Delivery {
@@ -193,6 +200,17 @@ func TestHandleAppliesOnce(t *testing.T) {
 	if ev.ID != "result-"+Key(d) || ev.Source != "loom/bridge" || ev.Type != "loom.public.v1.IngressResult" || ev.Subject != "m-1" ||
 		ev.Extensions[cloudevent.ExtProject] != "default" || ev.Validate(0) != nil {
 		t.Fatalf("result event %+v", ev)
+	}
+	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(`
+# HELP loom_bridge_ingress_messages_total Ingress messages handled, by transport and outcome (ACCEPTED, REFUSED, INVALID, FAILED, DUPLICATE).
+# TYPE loom_bridge_ingress_messages_total counter
+loom_bridge_ingress_messages_total{outcome="ACCEPTED",transport="kafka:loom.ingress.v1"} 1
+loom_bridge_ingress_messages_total{outcome="DUPLICATE",transport="kafka:loom.ingress.v1"} 4
+`), "loom_bridge_ingress_messages_total"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(f.reg, "loom_bridge_ingress_handle_seconds"); n != 1 {
+		t.Errorf("%d latency series, want 1", n)
 	}
 	srv := f.app.Server()
 	msgs, err := srv.ListIngressMessages(ctx, &loomv1.ListIngressMessagesRequest{Parent: "projects/default"})

@@ -318,7 +318,8 @@ const (
 //     or a count limit → REFUSED: the caller may not, or not now without
 //     freeing something;
 //   - InvalidArgument, NotFound, AlreadyExists, FailedPrecondition,
-//     OutOfRange, Unimplemented → INVALID: the request itself is wrong for
+//     OutOfRange, Unimplemented → INVALID (but see ForProject: NotFound
+//     naming the request's project is REFUSED): the request is wrong for
 //     the state it met. AlreadyExists is a decision too: with the bridge's
 //     own request ids a retried create is answered with the first result
 //     (OK), so AlreadyExists means a producer-chosen id or request_id that
