@@ -391,6 +391,22 @@ func TestServerPagesAndBounds(t *testing.T) {
 	if strings.Join(got, "") != "hgfed" {
 		t.Fatalf("messages %v, want the 5 newest, newest first", got)
 	}
+	// A message no list holds keeps only what dedupes it, and still does.
+	rdb := f.app.rec.st
+	old := Key(submit("a", "loomk_good"))
+	if h, err := rdb.Client().HGetAll(ctx, rdb.Key(keyMsg+old)).Result(); err != nil || h["rec"] != "" || h["producer"] == "" {
+		t.Fatalf("the oldest message's hash %v (%v): want its record dropped, its dedupe kept", h, err)
+	}
+	if h, _ := rdb.Client().HGetAll(ctx, rdb.Key(keyMsg+Key(submit("d", "loomk_good")))).Result(); h["rec"] == "" {
+		t.Fatal("a listed message's record was dropped")
+	}
+	callsBefore, _, _ := f.gw.state()
+	if err := f.h(ctx, submit("a", "loomk_good")); err != nil {
+		t.Fatal(err)
+	}
+	if calls, _, _ := f.gw.state(); calls != callsBefore {
+		t.Fatal("a redelivery of a message no longer listed was applied again")
+	}
 	for _, req := range []*loomv1.ListIngressMessagesRequest{
 		{Parent: "projects/default", Filter: `color = "red"`},
 		{Parent: "projects/Bad_Project"},

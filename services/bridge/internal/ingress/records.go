@@ -35,9 +35,11 @@ const (
 
 // Redis keys, under the bridge's store prefix ("bridge:"):
 //
-//	ingress:msg:{key}         hash: rec (IngressMessage, protojson), deliveries;
-//	                          expires after the dedupe TTL: its presence means
-//	                          "decided", which is what dedupes a redelivery
+//	ingress:msg:{key}         hash: producer, deliveries and, while a recent
+//	                          list holds the key, rec (IngressMessage,
+//	                          protojson); expires after the dedupe TTL: its
+//	                          presence means "decided", which is what dedupes
+//	                          a redelivery
 //	ingress:recent:{project}  list of keys, newest first, trimmed to Kept;
 //	                          "-" is every project's (and those of messages
 //	                          that named none); expires a dedupe TTL after its
@@ -94,7 +96,8 @@ func (r *records) duplicate(ctx context.Context, key string, now time.Time) (boo
 
 // recordScript records one decision, once: KEYS = message hash, producers
 // set, project's producers set, overflow producer's hash, project's recent
-// list, all projects' recent list, producer hash prefix; ARGV = rec,
+// list, all projects' recent list, producer hash prefix, message hash
+// prefix; ARGV = rec,
 // ttl ms, producer id, overflow id, max producers, outcome field, time ns,
 // reason, kept, project, source, principal. A message already recorded (a
 // concurrent delivery won) is counted as a duplicate instead. Returns 1
@@ -126,11 +129,23 @@ redis.call('HINCRBY', pk, ARGV[6], 1)
 redis.call('HSET', pk, 'last_time', ARGV[7])
 if ARGV[8] ~= '' then redis.call('HSET', pk, 'last_reason', ARGV[8]) end
 local kept = tonumber(ARGV[9])
-for i = 5, 6 do
-  if i == 6 or ARGV[10] ~= '' then
-    redis.call('LPUSH', KEYS[i], ARGV[14])
-    redis.call('LTRIM', KEYS[i], 0, kept - 1)
-    redis.call('PEXPIRE', KEYS[i], ttl)
+local listed = {}
+if ARGV[10] ~= '' then listed[#listed + 1] = KEYS[5] end
+listed[#listed + 1] = KEYS[6]
+for i, list in ipairs(listed) do
+  redis.call('LPUSH', list, ARGV[14])
+  -- A message no list holds any more keeps only what dedupes it: its
+  -- record is dropped, so that Redis holds ~200 bytes per message for the
+  -- dedupe TTL, not the whole record.
+  local dropped = redis.call('LRANGE', list, kept, -1)
+  redis.call('LTRIM', list, 0, kept - 1)
+  redis.call('PEXPIRE', list, ttl)
+  for _, k in ipairs(dropped) do
+    local still = false
+    for j, other in ipairs(listed) do
+      if j ~= i and redis.call('LPOS', other, k) then still = true end
+    end
+    if not still then redis.call('HDEL', KEYS[8] .. k, 'rec') end
   end
 end
 return 1
@@ -152,7 +167,7 @@ func (r *records) record(ctx context.Context, key string, m *loomv1.IngressMessa
 	keys := []string{
 		r.st.Key(keyMsg + key), r.st.Key(keyProducers), r.st.Key(keyProducers + ":" + project),
 		r.st.Key(keyProducer + "overflow"), r.st.Key(keyRecent + project), r.st.Key(keyRecent + allProjects),
-		r.st.Key(keyProducer),
+		r.st.Key(keyProducer), r.st.Key(keyMsg),
 	}
 	now := m.GetDecidedTime().AsTime().UnixNano()
 	n, err := recordScript.Run(ctx, r.st.Client(), keys,
