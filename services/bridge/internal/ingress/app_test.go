@@ -2,7 +2,9 @@ package ingress
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -138,7 +140,7 @@ type fixture struct {
 	h    cloudevent.Handler
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -497,5 +499,62 @@ func TestKafkaSourceAndDeadLetters(t *testing.T) {
 	defer mu.Unlock()
 	if len(attempts) != 2 || attempts[0] != 1 || attempts[1] != 2 {
 		t.Fatalf("attempts %v, want [1 2]", attempts)
+	}
+}
+
+// Records of one partition are handled in order, whatever the workers;
+// every record of every partition is handled once.
+func TestKafkaSourceKeepsPartitionOrder(t *testing.T) {
+	t.Parallel()
+	broker := testkit.Broker(t)
+	ctx := testkit.Context(t, 60*time.Second)
+	const topic = "loom.ingress.v1"
+	w := NewKafkaWriter([]string{broker}, nil)
+	defer w.Close()
+	var msgs []kafka.Message
+	for i := range 40 {
+		m := record(TypePrefix+"SubmitJob", `{}`, map[string]string{"ce_id": fmt.Sprintf("%02d", i)})
+		m.Topic, m.Key = topic, []byte(fmt.Sprintf("producer-%d", i%3))
+		msgs = append(msgs, m)
+	}
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	src := &KafkaSource{Brokers: []string{broker}, Topic: topic, Group: "test-order", Workers: 4}
+	var mu sync.Mutex
+	seen := map[string][]string{} // key → ids in handling order
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- src.Run(runCtx, func(_ context.Context, d cloudevent.Delivery) error {
+			mu.Lock()
+			defer mu.Unlock()
+			seen[string(d.Raw.Key)] = append(seen[string(d.Raw.Key)], d.Event.ID)
+			return nil
+		})
+	}()
+	testkit.WaitFor(t, 30*time.Second, "every record handled", func() (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, ids := range seen {
+			n += len(ids)
+		}
+		return n >= 40, nil
+	})
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for k, ids := range seen {
+		want := 13
+		if k == "producer-0" {
+			want = 14
+		}
+		if !slices.IsSorted(ids) || len(ids) != want {
+			t.Errorf("%s handled %v: want its records once each, in order", k, ids)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -104,7 +105,18 @@ type KafkaSource struct {
 	// Backoff and MaxBackoff pace the retries of one record (100 ms and
 	// 5 s when 0).
 	Backoff, MaxBackoff time.Duration
+	// Workers is how many records are handled at once (DefaultWorkers
+	// when 0): a partition's records all go to one worker, in order, so
+	// that one producer's messages (keyed alike) keep their order.
+	Workers int
 }
+
+// DefaultWorkers is KafkaSource.Workers' default: one message waits on the
+// gateway at a time per worker, so a few hide the call's latency.
+const DefaultWorkers = 8
+
+// workerQueue bounds the records fetched ahead per worker.
+const workerQueue = 16
 
 // Name implements cloudevent.Source: "kafka:{topic}".
 func (s *KafkaSource) Name() string { return "kafka:" + s.Topic }
@@ -153,6 +165,34 @@ func (s *KafkaSource) Run(ctx context.Context, h cloudevent.Handler) error {
 			return true
 		}
 	}
+	n := s.Workers
+	if n <= 0 {
+		n = DefaultWorkers
+	}
+	queues := make([]chan kafka.Message, n)
+	var wg sync.WaitGroup
+	for i := range queues {
+		queues[i] = make(chan kafka.Message, workerQueue)
+		wg.Add(1)
+		go func(q <-chan kafka.Message) {
+			defer wg.Done()
+			for m := range q {
+				if !s.handle(ctx, r, h, m, first, most, sleep, log) {
+					// Stopping: what is queued stays uncommitted and is
+					// delivered again after the restart.
+					for range q {
+					}
+					return
+				}
+			}
+		}(queues[i])
+	}
+	defer func() {
+		for _, q := range queues {
+			close(q)
+		}
+		wg.Wait()
+	}()
 	fetchDelay := first
 	for {
 		m, err := r.FetchMessage(ctx)
@@ -168,31 +208,46 @@ func (s *KafkaSource) Run(ctx context.Context, h cloudevent.Handler) error {
 			continue
 		}
 		fetchDelay = first
-		dl := Delivery(s.Name(), m)
-		delay := first
-		for attempt := 1; ; attempt++ {
-			dl.Attempt = attempt
-			err := h(ctx, dl)
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				return nil // not committed: delivered again after the restart
-			}
-			log.Warn("ingress: message not decided yet; retrying", "topic", s.Topic, "partition", m.Partition, "offset", m.Offset, "attempt", attempt, "err", err)
-			if !sleep(delay) {
-				return nil
-			}
-			delay = min(delay*2, most)
-		}
-		if err := r.CommitMessages(ctx, m); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			// Delivered again after a rebalance; the dedupe acks it then.
-			log.Warn("ingress: commit failed", "topic", s.Topic, "partition", m.Partition, "offset", m.Offset, "err", err)
+		select {
+		case queues[m.Partition%n] <- m:
+		case <-ctx.Done():
+			return nil
 		}
 	}
+}
+
+// handle hands m to h until h returns nil (retrying in place with backoff,
+// counting Delivery.Attempt), then commits it. It returns false when ctx
+// ended first (m is not committed).
+func (s *KafkaSource) handle(ctx context.Context, r *kafka.Reader, h cloudevent.Handler, m kafka.Message,
+	first, most time.Duration, sleep func(time.Duration) bool, log *slog.Logger) bool {
+	dl := Delivery(s.Name(), m)
+	delay := first
+	for attempt := 1; ; attempt++ {
+		dl.Attempt = attempt
+		err := h(ctx, dl)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		log.Warn("ingress: message not decided yet; retrying", "topic", s.Topic, "partition", m.Partition, "offset", m.Offset, "attempt", attempt, "err", err)
+		if !sleep(delay) {
+			return false
+		}
+		delay = min(delay*2, most)
+	}
+	// CommitMessages is safe from several workers; each partition's
+	// commits come from one worker, in order.
+	if err := r.CommitMessages(ctx, m); err != nil {
+		if ctx.Err() != nil {
+			return false
+		}
+		// Delivered again after a rebalance; the dedupe acks it then.
+		log.Warn("ingress: commit failed", "topic", s.Topic, "partition", m.Partition, "offset", m.Offset, "err", err)
+	}
+	return true
 }
 
 // Delivery is a Kafka record as a cloudevent.Delivery from transport.
