@@ -558,3 +558,36 @@ func TestKafkaSourceKeepsPartitionOrder(t *testing.T) {
 		}
 	}
 }
+
+// A message at the record limit on the way in is over it with the reason
+// headers: its dead letter goes without the data rather than never.
+func TestKafkaDeadLetterOverTheRecordLimit(t *testing.T) {
+	t.Parallel()
+	broker := testkit.Broker(t)
+	ctx := testkit.Context(t, 60*time.Second)
+	const topic = "loom.ingress.v1.dlq"
+	w := NewKafkaWriter([]string{broker}, nil)
+	w.BatchBytes = 4096 // the record limit, small for the test
+	defer w.Close()
+	dl := &KafkaDeadLetters{W: w, Topic: topic, Transport: "kafka:loom.ingress.v1"}
+	raw := cloudevent.Raw{Attributes: map[string]string{"ce_id": "big", "ce_credential": "loomk_secret"}, Data: []byte(strings.Repeat("x", 4000))}
+	if err := dl.DeadLetter(ctx, raw, "INVALID_ARGUMENT", strings.Repeat("r", 500)); err != nil {
+		t.Fatalf("DeadLetter: %v", err)
+	}
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{broker}, Topic: topic, StartOffset: kafka.FirstOffset, MaxWait: 100 * time.Millisecond})
+	defer r.Close()
+	m, err := r.ReadMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := map[string]string{}
+	for _, x := range m.Headers {
+		h[x.Key] = string(x.Value)
+	}
+	if len(m.Value) != 0 || !strings.HasPrefix(h[HeaderDLQDataDropped], "4000 bytes") || h["ce_id"] != "big" || h[HeaderDLQCode] != "INVALID_ARGUMENT" {
+		t.Fatalf("dead letter %d bytes, headers %v", len(m.Value), h)
+	}
+	if _, ok := h["ce_credential"]; ok {
+		t.Fatal("the dead letter carries the credential")
+	}
+}

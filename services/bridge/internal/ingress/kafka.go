@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -23,6 +24,9 @@ const (
 	HeaderDLQCode      = "loom_dlq_code"
 	HeaderDLQTransport = "loom_dlq_transport"
 	HeaderDLQTime      = "loom_dlq_time"
+	// HeaderDLQDataDropped is set when the data had to be left out: the
+	// message with the reason headers was over the record limit.
+	HeaderDLQDataDropped = "loom_dlq_data_dropped"
 )
 
 // NewKafkaWriter is the writer of the dead letters and the results: every
@@ -74,7 +78,7 @@ func (k *KafkaDeadLetters) DeadLetter(ctx context.Context, raw cloudevent.Raw, c
 	hs := make([]kafka.Header, 0, len(names)+4)
 	for _, n := range names {
 		switch n {
-		case HeaderDLQReason, HeaderDLQCode, HeaderDLQTransport, HeaderDLQTime:
+		case HeaderDLQReason, HeaderDLQCode, HeaderDLQTransport, HeaderDLQTime, HeaderDLQDataDropped:
 			continue // a producer's own copy would be ambiguous
 		}
 		hs = append(hs, kafka.Header{Key: n, Value: []byte(raw.Attributes[n])})
@@ -84,10 +88,36 @@ func (k *KafkaDeadLetters) DeadLetter(ctx context.Context, raw cloudevent.Raw, c
 		kafka.Header{Key: HeaderDLQCode, Value: []byte(code)},
 		kafka.Header{Key: HeaderDLQTransport, Value: []byte(k.Transport)},
 		kafka.Header{Key: HeaderDLQTime, Value: []byte(now().UTC().Format(time.RFC3339Nano))})
-	if err := k.W.WriteMessages(ctx, kafka.Message{Topic: k.Topic, Key: raw.Key, Value: raw.Data, Headers: hs}); err != nil {
+	err := k.W.WriteMessages(ctx, kafka.Message{Topic: k.Topic, Key: raw.Key, Value: raw.Data, Headers: hs})
+	if tooLarge(err) {
+		// The message with the reason headers is over the record limit (it
+		// was at it on the way in): the reason goes without the data, so
+		// that one message cannot hold the ingress forever.
+		hs = append(hs, kafka.Header{Key: HeaderDLQDataDropped,
+			Value: fmt.Appendf(nil, "%d bytes: the data with the reason is over the record limit", len(raw.Data))})
+		err = k.W.WriteMessages(ctx, kafka.Message{Topic: k.Topic, Key: raw.Key, Headers: hs})
+	}
+	if err != nil {
 		return fmt.Errorf("dead letter to %s: %w", k.Topic, err)
 	}
 	return nil
+}
+
+// tooLarge says whether a write failed for the record's size (the writer's
+// own limit or the broker's).
+func tooLarge(err error) bool {
+	if err == nil {
+		return false
+	}
+	var we kafka.WriteErrors
+	if errors.As(err, &we) {
+		for _, e := range we {
+			if e != nil && errors.Is(e, kafka.MessageSizeTooLarge) {
+				return true
+			}
+		}
+	}
+	return errors.Is(err, kafka.MessageSizeTooLarge)
 }
 
 // KafkaSource reads CloudEvents (binary mode) from one topic in a
