@@ -10,6 +10,7 @@ import (
 	"github.com/loom-ml/loom/libs/service"
 	"github.com/loom-ml/loom/libs/topics"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/bridge/internal/cloudevent"
 	"github.com/loom-ml/loom/services/bridge/internal/ingress"
 )
 
@@ -28,17 +29,23 @@ func wire(ctx context.Context, cfg Config, base *service.Base) (*wiring, error) 
 	// signs: a dead letter keeps the headers it came with).
 	ingressWriter := ingress.NewKafkaWriter(cfg.Brokers, base.Kafka)
 	w.closers = append(w.closers, func() { _ = ingressWriter.Close() })
+	// publishResult sends each IngressResult event: to the public topic
+	// (key = project) until a later block (egress) points it at the
+	// public events' sinks; it is read at each call, so it may be set
+	// before Run.
+	publishResult := ingress.KafkaResults(ingressWriter, topics.Public)
 	ingressApp, err := ingress.New(ingress.Config{
 		Gateway: gw, Store: base.Store, MaxData: cfg.MaxMessageBytes, DedupeTTL: cfg.DedupeTTL,
-		// IngressResult events go to the public topic as every public
-		// event does (key = project).
-		Results: ingress.KafkaResults(ingressWriter, topics.Public),
-		Now:     base.Clock.Now, Log: base.Log,
+		Results: func(ctx context.Context, project string, ev cloudevent.Event) error {
+			return publishResult(ctx, project, ev)
+		},
+		Now: base.Clock.Now, Log: base.Log,
 	})
-	if err != nil {
-		return nil, err
+	if err == nil {
+		err = ingressApp.RegisterMetrics(base.Telemetry.Registry)
 	}
-	if err := ingressApp.RegisterMetrics(base.Telemetry.Registry); err != nil {
+	if err != nil {
+		w.close()
 		return nil, err
 	}
 	loomv1.RegisterIngressServiceServer(base.GRPC, ingressApp.Server())
@@ -47,8 +54,9 @@ func wire(ctx context.Context, cfg Config, base *service.Base) (*wiring, error) 
 		dlq := &ingress.KafkaDeadLetters{W: ingressWriter, Topic: cfg.IngressTopic + topics.DLQSuffix, Transport: src.Name(), Now: base.Clock.Now}
 		w.loops = append(w.loops, func(ctx context.Context) error { return src.Run(ctx, ingressApp.Handler(dlq)) })
 	}
-	// The pubsub part runs its sources with ingressApp.Handler(its dead letters).
-	_ = ingressApp
+	// The pubsub part runs its sources with ingressApp.Handler(its dead
+	// letters); the egress part may set publishResult.
+	_, _ = ingressApp, publishResult
 	// --- pubsub (Pub/Sub sources, dead letters and sinks) ---
 	// --- egress (public events to sinks) ---
 	_ = ctx
