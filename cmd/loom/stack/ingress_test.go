@@ -21,6 +21,125 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
+// ingressStack is the stack with what the ingress tests share: a cluster
+// in project default, API keys of a user of default ("ingbot"), of a user
+// of project other only ("mallory") and of a viewer of default ("peek"),
+// a gateway client as the administrator, a SubmitJob request as JSON and a
+// writer to loom.ingress.v1.
+type ingressStack struct {
+	st                          *Stack
+	gw                          *grpc.ClientConn
+	botKey, otherKey, viewerKey string
+	submit                      []byte
+	w                           *kafka.Writer
+}
+
+const ingressSource = "//pipeline.example/ingest"
+
+func startIngressStack(ctx context.Context, t *testing.T) *ingressStack {
+	t.Helper()
+	st, err := Start(ctx, testOptions(t))
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { _ = st.Close(context.Background()) })
+	adminKey, err := st.AdminKey()
+	if err != nil {
+		t.Fatalf("AdminKey: %v", err)
+	}
+	gw, err := grpc.NewClient(st.GatewayAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(auth.Bearer(adminKey)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw.Close() })
+	op, err := loomv1.NewClusterServiceClient(gw).CreateCluster(ctx, &loomv1.CreateClusterRequest{
+		Parent: "projects/default", ClusterId: "ing",
+		Cluster: &loomv1.Cluster{Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{{Id: "cpu", MachineType: "n2-standard-8", NodeCount: 1}}}},
+	})
+	if err != nil {
+		t.Fatalf("CreateCluster: %v", err)
+	}
+	if op = waitOp(ctx, t, loomv1.NewOperationServiceClient(gw), op); op.GetError() != nil {
+		t.Fatalf("create operation ended %v", op)
+	}
+	authc := loomv1.NewAuthServiceClient(gw)
+	keyOf := func(project, user, role string) string {
+		t.Helper()
+		if _, err := authc.SetMember(ctx, &loomv1.SetMemberRequest{Parent: "projects/" + project, User: user, Role: role}); err != nil {
+			t.Fatalf("SetMember %s in %s: %v", user, project, err)
+		}
+		k, err := authc.CreateApiKey(ctx, &loomv1.CreateApiKeyRequest{Parent: "users/" + user, Key: &loomv1.ApiKey{DisplayName: "ingress"}})
+		if err != nil || k.GetSecret() == "" {
+			t.Fatalf("CreateApiKey for %s: %v", user, err)
+		}
+		return k.GetSecret()
+	}
+	submit, err := protojson.Marshal(&loomv1.SubmitJobRequest{Parent: "projects/default",
+		Job: &loomv1.Job{Cluster: "projects/default/clusters/ing", Script: "#!/bin/sh\ntrue\n", NodeCount: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(st.BrokerAddr), Balancer: kafka.Murmur2Balancer{}, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	t.Cleanup(func() { _ = w.Close() })
+	return &ingressStack{st: st, gw: gw, submit: submit, w: w,
+		botKey: keyOf("default", "ingbot", "user"), otherKey: keyOf("other", "mallory", "user"), viewerKey: keyOf("default", "peek", "viewer")}
+}
+
+// msg is a binary-mode CloudEvent record for loom.ingress.v1 ("" cred:
+// none).
+func (s *ingressStack) msg(id, typ, cred string, data []byte) kafka.Message {
+	m := kafka.Message{Topic: topics.Ingress, Key: []byte(id), Value: data, Headers: []kafka.Header{
+		{Key: "ce_specversion", Value: []byte("1.0")}, {Key: "ce_id", Value: []byte(id)},
+		{Key: "ce_source", Value: []byte(ingressSource)}, {Key: "ce_type", Value: []byte("loom.ingress.v1." + typ)},
+		{Key: "content-type", Value: []byte("application/json")}}}
+	if cred != "" {
+		m.Headers = append(m.Headers, kafka.Header{Key: "ce_credential", Value: []byte(cred)})
+	}
+	return m
+}
+
+func (s *ingressStack) produce(ctx context.Context, t *testing.T, ms ...kafka.Message) {
+	t.Helper()
+	if err := s.w.WriteMessages(ctx, ms...); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+}
+
+// results collects the IngressResult events on loom.public.v1 by message id.
+type results struct {
+	mu sync.Mutex
+	m  map[string][]*publicv1.IngressResult
+}
+
+func (s *ingressStack) readResults(ctx context.Context, t *testing.T) *results {
+	rs := &results{m: map[string][]*publicv1.IngressResult{}}
+	readTopic(ctx, t, s.st.BrokerAddr, topics.Public, func(m kafka.Message) {
+		if header(m, "ce_type") != "loom.public.v1.IngressResult" || header(m, "ce_source") != "loom/bridge" {
+			return
+		}
+		r := &publicv1.IngressResult{}
+		if err := protojson.Unmarshal(m.Value, r); err != nil {
+			t.Errorf("result %s: %v", m.Value, err)
+			return
+		}
+		if header(m, "ce_subject") != r.GetMessageId() || !strings.HasPrefix(header(m, "ce_id"), "result-") {
+			t.Errorf("result event headers %v for %v", m.Headers, r)
+		}
+		rs.mu.Lock()
+		rs.m[r.GetMessageId()] = append(rs.m[r.GetMessageId()], r)
+		rs.mu.Unlock()
+	})
+	return rs
+}
+
+// get returns id's results so far.
+func (rs *results) get(id string) []*publicv1.IngressResult {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return append([]*publicv1.IngressResult(nil), rs.m[id]...)
+}
+
 // TestKafkaIngressAppliesOnceAndDeadLettersRefusals is issue 17's Kafka
 // ingress end to end on `loom up`'s stack (embedded broker, real gateway,
 // scheduler and bridge): CloudEvents produced to loom.ingress.v1 with a
@@ -45,72 +164,11 @@ func TestKafkaIngressAppliesOnceAndDeadLettersRefusals(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	st, err := Start(ctx, testOptions(t))
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() { _ = st.Close(context.Background()) })
-	adminKey, err := st.AdminKey()
-	if err != nil {
-		t.Fatalf("AdminKey: %v", err)
-	}
-	gw, err := grpc.NewClient(st.GatewayAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(auth.Bearer(adminKey)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gw.Close()
-
-	// A cluster in project default, a member of it (the producer's key)
-	// and a member of project other only.
-	op, err := loomv1.NewClusterServiceClient(gw).CreateCluster(ctx, &loomv1.CreateClusterRequest{
-		Parent: "projects/default", ClusterId: "ing",
-		Cluster: &loomv1.Cluster{Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{{Id: "cpu", MachineType: "n2-standard-8", NodeCount: 1}}}},
-	})
-	if err != nil {
-		t.Fatalf("CreateCluster: %v", err)
-	}
-	if op = waitOp(ctx, t, loomv1.NewOperationServiceClient(gw), op); op.GetError() != nil {
-		t.Fatalf("create operation ended %v", op)
-	}
-	authc := loomv1.NewAuthServiceClient(gw)
-	keyOf := func(project, user, role string) string {
-		t.Helper()
-		if _, err := authc.SetMember(ctx, &loomv1.SetMemberRequest{Parent: "projects/" + project, User: user, Role: role}); err != nil {
-			t.Fatalf("SetMember %s in %s: %v", user, project, err)
-		}
-		k, err := authc.CreateApiKey(ctx, &loomv1.CreateApiKeyRequest{Parent: "users/" + user, Key: &loomv1.ApiKey{DisplayName: "ingress"}})
-		if err != nil || k.GetSecret() == "" {
-			t.Fatalf("CreateApiKey for %s: %v", user, err)
-		}
-		return k.GetSecret()
-	}
-	botKey, otherKey, viewerKey := keyOf("default", "ingbot", "user"), keyOf("other", "mallory", "user"), keyOf("default", "peek", "viewer")
-
-	submit, err := protojson.Marshal(&loomv1.SubmitJobRequest{Parent: "projects/default",
-		Job: &loomv1.Job{Cluster: "projects/default/clusters/ing", Script: "#!/bin/sh\ntrue\n", NodeCount: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	const source = "//pipeline.example/ingest"
-	msg := func(id, typ, cred string, data []byte) kafka.Message {
-		m := kafka.Message{Topic: topics.Ingress, Key: []byte(id), Value: data, Headers: []kafka.Header{
-			{Key: "ce_specversion", Value: []byte("1.0")}, {Key: "ce_id", Value: []byte(id)},
-			{Key: "ce_source", Value: []byte(source)}, {Key: "ce_type", Value: []byte("loom.ingress.v1." + typ)},
-			{Key: "content-type", Value: []byte("application/json")}}}
-		if cred != "" {
-			m.Headers = append(m.Headers, kafka.Header{Key: "ce_credential", Value: []byte(cred)})
-		}
-		return m
-	}
-	w := &kafka.Writer{Addr: kafka.TCP(st.BrokerAddr), Balancer: kafka.Murmur2Balancer{}, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
-	defer w.Close()
-	produce := func(ms ...kafka.Message) {
-		t.Helper()
-		if err := w.WriteMessages(ctx, ms...); err != nil {
-			t.Fatalf("produce: %v", err)
-		}
-	}
+	s := startIngressStack(ctx, t)
+	st, gw, botKey, otherKey, viewerKey, submit := s.st, s.gw, s.botKey, s.otherKey, s.viewerKey, s.submit
+	const source = ingressSource
+	msg := s.msg
+	produce := func(ms ...kafka.Message) { t.Helper(); s.produce(ctx, t, ms...) }
 	dup := msg("dup-1", "SubmitJob", botKey, submit)
 	for range 5 {
 		produce(dup)
@@ -123,24 +181,8 @@ func TestKafkaIngressAppliesOnceAndDeadLettersRefusals(t *testing.T) {
 	produce(msg("after", "SubmitJob", botKey, submit))
 
 	// Every message's IngressResult, from the public topic.
-	results := map[string][]*publicv1.IngressResult{}
+	rs := s.readResults(ctx, t)
 	var mu sync.Mutex
-	readTopic(ctx, t, st.BrokerAddr, topics.Public, func(m kafka.Message) {
-		if header(m, "ce_type") != "loom.public.v1.IngressResult" || header(m, "ce_source") != "loom/bridge" {
-			return
-		}
-		r := &publicv1.IngressResult{}
-		if err := protojson.Unmarshal(m.Value, r); err != nil {
-			t.Errorf("result %s: %v", m.Value, err)
-			return
-		}
-		if header(m, "ce_subject") != r.GetMessageId() || !strings.HasPrefix(header(m, "ce_id"), "result-") {
-			t.Errorf("result event headers %v for %v", m.Headers, r)
-		}
-		mu.Lock()
-		results[r.GetMessageId()] = append(results[r.GetMessageId()], r)
-		mu.Unlock()
-	})
 	dead := map[string]kafka.Message{}
 	readTopic(ctx, t, st.BrokerAddr, topics.Ingress+topics.DLQSuffix, func(m kafka.Message) {
 		mu.Lock()
@@ -152,7 +194,7 @@ func TestKafkaIngressAppliesOnceAndDeadLettersRefusals(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, id := range ids {
-			if len(results[id]) == 0 {
+			if len(rs.get(id)) == 0 {
 				return false, nil
 			}
 		}
@@ -161,6 +203,10 @@ func TestKafkaIngressAppliesOnceAndDeadLettersRefusals(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
+	results := map[string][]*publicv1.IngressResult{}
+	for _, id := range ids {
+		results[id] = rs.get(id)
+	}
 	want := map[string]struct{ outcome, code, reason string }{
 		"dup-1":    {"ACCEPTED", "OK", ""},
 		"after":    {"ACCEPTED", "OK", ""},
@@ -285,4 +331,76 @@ func bridgeClient(ctx context.Context, t *testing.T, st *Stack) loomv1.IngressSe
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	return loomv1.NewIngressServiceClient(conn)
+}
+
+// TestKafkaIngressSurvivesOutages: a message produced while the gateway is
+// down waits (neither dead-lettered nor FAILED) and is applied once the
+// gateway is back; messages produced while the bridge is down are applied
+// once it is back, each once, and a message sent again after it was
+// applied is a duplicate, not a second job.
+func TestKafkaIngressSurvivesOutages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole stack with a cluster")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s := startIngressStack(ctx, t)
+	rs := s.readResults(ctx, t)
+	accepted := func(ids ...string) {
+		t.Helper()
+		testkit.WaitFor(t, 90*time.Second, fmt.Sprintf("the results of %v", ids), func() (bool, error) {
+			for _, id := range ids {
+				if len(rs.get(id)) == 0 {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+		for _, id := range ids {
+			if r := rs.get(id); len(r) != 1 || r[0].GetOutcome() != publicv1.IngressResult_ACCEPTED {
+				t.Fatalf("%s: results %v, want one ACCEPTED", id, r)
+			}
+		}
+	}
+
+	if err := s.st.Kill(ctx, "gateway"); err != nil {
+		t.Fatal(err)
+	}
+	s.produce(ctx, t, s.msg("while-gateway-down", "SubmitJob", s.botKey, s.submit))
+	if err := s.st.Restart(ctx, "gateway"); err != nil {
+		t.Fatal(err)
+	}
+	accepted("while-gateway-down")
+
+	if err := s.st.Kill(ctx, "bridge"); err != nil {
+		t.Fatal(err)
+	}
+	s.produce(ctx, t, s.msg("while-bridge-down-1", "SubmitJob", s.botKey, s.submit),
+		s.msg("while-bridge-down-2", "SubmitJob", s.botKey, s.submit),
+		s.msg("while-gateway-down", "SubmitJob", s.botKey, s.submit))
+	if err := s.st.Restart(ctx, "bridge"); err != nil {
+		t.Fatal(err)
+	}
+	accepted("while-bridge-down-1", "while-bridge-down-2")
+	bridge := bridgeClient(ctx, t, s.st)
+	testkit.WaitFor(t, 30*time.Second, "the re-sent message counted as a duplicate", func() (bool, error) {
+		ms, err := bridge.ListIngressMessages(ctx, &loomv1.ListIngressMessagesRequest{Parent: "projects/default"})
+		if err != nil {
+			return false, err
+		}
+		for _, m := range ms.GetMessages() {
+			if m.GetId() == "while-gateway-down" {
+				return m.GetDeliveries() == 2, nil
+			}
+		}
+		return false, nil
+	})
+	if r := rs.get("while-gateway-down"); len(r) != 1 {
+		t.Fatalf("the re-sent message was answered %d times", len(r))
+	}
+	list, err := loomv1.NewJobServiceClient(s.gw).ListJobs(ctx, &loomv1.ListJobsRequest{Parent: "projects/default", Users: []string{"ingbot"}})
+	if err != nil || len(list.GetJobs()) != 3 {
+		t.Fatalf("ingbot's jobs: %v, %v; want 3", list.GetJobs(), err)
+	}
 }
