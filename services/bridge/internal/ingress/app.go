@@ -167,12 +167,19 @@ type decision struct {
 
 func (a *App) handle(ctx context.Context, dl cloudevent.DeadLetters, d cloudevent.Delivery) error {
 	start := a.cfg.Now()
-	key := Key(d)
-	dup, err := a.rec.duplicate(ctx, key, start)
+	key, tag := Key(d), CredentialTag(d)
+	dup, err := a.rec.duplicate(ctx, key, tag, start)
+	if err == nil && dup == otherCredential {
+		// Another credential had this source and id first: this is
+		// another producer's message (or the real one, after an impostor),
+		// deduped under its own key.
+		key = ScopedKey(key, tag)
+		dup, err = a.rec.duplicate(ctx, key, tag, start)
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrTransient, err)
 	}
-	if dup {
+	if dup == duplicate {
 		a.metrics.count(d.Transport, "DUPLICATE", a.cfg.Now().Sub(start))
 		return nil
 	}
@@ -209,7 +216,7 @@ func (a *App) handle(ctx context.Context, dl cloudevent.DeadLetters, d cloudeven
 		Transport: d.Transport, Outcome: dec.outcome, Code: CodeName(dec.code), Reason: dec.reason, Resource: dec.resource,
 		ReceivedTime: res.ReceivedTime, DecidedTime: res.DecidedTime, Deliveries: 1,
 	}
-	recorded, err := a.rec.record(ctx, key, m)
+	recorded, err := a.rec.record(ctx, key, tag, m)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrTransient, err)
 	}
@@ -250,7 +257,7 @@ func clipAttr(s string) string {
 // decide reads the delivery and, for a call, makes it. An error means
 // "not decided yet" (ErrTransient).
 func (a *App) decide(ctx context.Context, d cloudevent.Delivery, key string) (decision, error) {
-	call, ref := Decide(d, a.cfg.MaxData)
+	call, ref := decideKeyed(d, a.cfg.MaxData, key)
 	if ref != nil {
 		return decision{outcome: ref.Outcome, code: ref.Code, reason: ref.Reason}, nil
 	}

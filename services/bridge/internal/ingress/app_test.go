@@ -591,3 +591,28 @@ func TestKafkaDeadLetterOverTheRecordLimit(t *testing.T) {
 		t.Fatal("the dead letter carries the credential")
 	}
 }
+
+// A producer that sends another's source and id first (even with no
+// credential) does not get the real message taken for its redelivery.
+func TestHandleImpostorCannotPreemptAMessage(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	impostor := submit("m-1", "")
+	real := submit("m-1", "loomk_good")
+	for _, d := range []cloudevent.Delivery{impostor, real, real, impostor} {
+		if err := f.h(ctx, d); err != nil {
+			t.Fatalf("Handle: %v", err)
+		}
+	}
+	calls, jobs, ids := f.gw.state()
+	if calls != 1 || jobs != 1 || ids[0] != RequestID(ScopedKey(Key(real), CredentialTag(real))) {
+		t.Fatalf("%d calls, %d jobs, ids %v: want the real message applied once", calls, jobs, ids)
+	}
+	if len(f.sink.results) != 2 || f.sink.results[0].GetCode() != "UNAUTHENTICATED" || f.sink.results[1].GetOutcome() != publicv1.IngressResult_ACCEPTED {
+		t.Fatalf("results %v", f.sink.results)
+	}
+	if CredentialTag(real) == "" || CredentialTag(impostor) != "" || strings.Contains(CredentialTag(real), "good") {
+		t.Fatal("CredentialTag")
+	}
+}

@@ -138,6 +138,30 @@ func Key(d cloudevent.Delivery) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// CredentialTag is a short hash of the message's credential ("" without
+// one): what tells two producers' messages with the same key apart
+// without keeping the credential.
+func CredentialTag(d cloudevent.Delivery) string {
+	c := d.Event.Extensions[cloudevent.ExtCredential]
+	if c == "" {
+		c = d.Raw.Attributes["ce_"+cloudevent.ExtCredential] + d.Raw.Attributes["ce-"+cloudevent.ExtCredential]
+	}
+	if c == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(c))
+	return hex.EncodeToString(sum[:8])
+}
+
+// ScopedKey is the key of a message whose key another credential used
+// first: hex(sha256(key "\n" tag)). Without it a producer (even one with
+// no valid credential) could send another's source and id first and have
+// the real message taken for its redelivery and dropped.
+func ScopedKey(key, tag string) string {
+	sum := sha256.Sum256([]byte(key + "\n" + tag))
+	return hex.EncodeToString(sum[:])
+}
+
 // RequestID is the request id the bridge sends for a message's key: stable
 // across redeliveries, so that the gateway's request_id idempotency applies
 // the message once even when the bridge crashed between the call and its
@@ -194,6 +218,12 @@ func invalid(format string, args ...any) *Refusal {
 // credential, data that is not JSON or not the request's shape. Nothing is
 // called here; the gateway decides the rest (who may, and what is valid).
 func Decide(d cloudevent.Delivery, maxData int) (*Call, *Refusal) {
+	return decideKeyed(d, maxData, Key(d))
+}
+
+// decideKeyed is Decide with the message's key given (ScopedKey's when
+// another credential had the message's key first).
+func decideKeyed(d cloudevent.Delivery, maxData int, key string) (*Call, *Refusal) {
 	if d.ParseErr != nil {
 		return nil, invalid("%v", d.ParseErr)
 	}
@@ -226,7 +256,7 @@ func Decide(d cloudevent.Delivery, maxData int) (*Call, *Refusal) {
 		return nil, invalid("data is not a %s as JSON (protojson, camelCase or snake_case field names, at most %d levels deep): %v",
 			req.ProtoReflect().Descriptor().FullName(), JSONRecursionLimit, clip(err.Error()))
 	}
-	setRequestID(req, RequestID(Key(d)))
+	setRequestID(req, RequestID(key))
 	return &Call{Method: m, Request: req, Credential: cred, Project: ProjectOf(req)}, nil
 }
 

@@ -35,7 +35,8 @@ const (
 
 // Redis keys, under the bridge's store prefix ("bridge:"):
 //
-//	ingress:msg:{key}         hash: producer, deliveries and, while a recent
+//	ingress:msg:{key}         hash: producer, cred (CredentialTag), deliveries
+//	                          and, while a recent
 //	                          list holds the key, rec (IngressMessage,
 //	                          protojson); expires after the dedupe TTL: its
 //	                          presence means "decided", which is what dedupes
@@ -68,10 +69,13 @@ func producerID(project, source, principal string) string {
 }
 
 // duplicateScript counts a redelivery of a decided message: KEYS[1] the
-// message's hash, KEYS[2] its producer's. Returns 1 when the message was
-// decided (and counted), 0 when not.
+// message's hash; ARGV the producer hash prefix, the time, the
+// credential's tag. Returns 1 when the message was decided (and counted),
+// 0 when not, 2 when a message with its key was decided for another
+// credential (not counted: it is another producer's message).
 var duplicateScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if (redis.call('HGET', KEYS[1], 'cred') or '') ~= ARGV[3] then return 2 end
 redis.call('HINCRBY', KEYS[1], 'deliveries', 1)
 local pid = redis.call('HGET', KEYS[1], 'producer')
 if pid then
@@ -84,14 +88,22 @@ end
 return 1
 `)
 
-// duplicate counts a redelivery when the message keyed key was decided.
-func (r *records) duplicate(ctx context.Context, key string, now time.Time) (bool, error) {
+// Dedupe answers.
+const (
+	notDecided = iota
+	duplicate
+	otherCredential
+)
+
+// duplicate counts a redelivery when the message keyed key was decided for
+// the credential tagged tag; see duplicateScript.
+func (r *records) duplicate(ctx context.Context, key, tag string, now time.Time) (int, error) {
 	n, err := duplicateScript.Run(ctx, r.st.Client(), []string{r.st.Key(keyMsg + key)},
-		r.st.Key(keyProducer), now.UnixNano()).Int()
+		r.st.Key(keyProducer), now.UnixNano(), tag).Int()
 	if err != nil {
-		return false, fmt.Errorf("ingress: dedupe %s: %w", key, err)
+		return 0, fmt.Errorf("ingress: dedupe %s: %w", key, err)
 	}
-	return n == 1, nil
+	return n, nil
 }
 
 // recordScript records one decision, once: KEYS = message hash, producers
@@ -117,7 +129,7 @@ if redis.call('SISMEMBER', KEYS[2], pid) == 0 and redis.call('SCARD', KEYS[2]) >
   project = ''
 end
 local pk = KEYS[7] .. pid
-redis.call('HSET', KEYS[1], 'rec', ARGV[1], 'deliveries', 1, 'producer', pid)
+redis.call('HSET', KEYS[1], 'rec', ARGV[1], 'deliveries', 1, 'producer', pid, 'cred', ARGV[15])
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('SADD', KEYS[2], pid)
 if project ~= '' then redis.call('SADD', KEYS[3], pid) end
@@ -153,7 +165,7 @@ return 1
 
 // record stores the decision m (keyed key) and counts it for its producer,
 // once: a second record of the same key counts a delivery instead.
-func (r *records) record(ctx context.Context, key string, m *loomv1.IngressMessage) (bool, error) {
+func (r *records) record(ctx context.Context, key, tag string, m *loomv1.IngressMessage) (bool, error) {
 	rec, err := protojson.Marshal(m)
 	if err != nil {
 		return false, err
@@ -172,7 +184,7 @@ func (r *records) record(ctx context.Context, key string, m *loomv1.IngressMessa
 	now := m.GetDecidedTime().AsTime().UnixNano()
 	n, err := recordScript.Run(ctx, r.st.Client(), keys,
 		rec, r.ttl.Milliseconds(), pid, "overflow", MaxProducers, outcomeField(m.GetOutcome()), now,
-		reason, r.kept, project, m.GetSource(), m.GetPrincipal(), OverflowSource, key).Int()
+		reason, r.kept, project, m.GetSource(), m.GetPrincipal(), OverflowSource, key, tag).Int()
 	if err != nil {
 		return false, fmt.Errorf("ingress: record %s: %w", key, err)
 	}
