@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -197,9 +198,13 @@ func (a *App) handle(ctx context.Context, dl cloudevent.DeadLetters, d cloudeven
 			"id", clip(d.Event.ID), "type", clip(d.Event.Type), "outcome", dec.outcome, "code", CodeName(dec.code), "reason", dec.reason)
 	}
 	decided := a.cfg.Now()
+	// What came from the message is made valid UTF-8 before it goes into
+	// JSON (protojson refuses invalid strings: the message would never be
+	// decided).
+	id, source, typ, reason := text(d.Event.ID), text(d.Event.Source), text(d.Event.Type), text(dec.reason)
 	res := &publicv1.IngressResult{
-		MessageId: d.Event.ID, MessageSource: d.Event.Source, MessageType: d.Event.Type,
-		Outcome: OutcomeOf(dec.outcome), Code: CodeName(dec.code), Reason: dec.reason, Resource: dec.resource,
+		MessageId: id, MessageSource: source, MessageType: typ,
+		Outcome: OutcomeOf(dec.outcome), Code: CodeName(dec.code), Reason: reason, Resource: dec.resource,
 		Project: dec.project, Principal: dec.principal,
 		ReceivedTime: timestamppb.New(start), DecidedTime: timestamppb.New(decided),
 	}
@@ -212,8 +217,8 @@ func (a *App) handle(ctx context.Context, dl cloudevent.DeadLetters, d cloudeven
 		return fmt.Errorf("%w: publish result: %v", ErrTransient, err)
 	}
 	m := &loomv1.IngressMessage{
-		Id: d.Event.ID, Source: d.Event.Source, Type: d.Event.Type, Project: dec.project, Principal: dec.principal,
-		Transport: d.Transport, Outcome: dec.outcome, Code: CodeName(dec.code), Reason: dec.reason, Resource: dec.resource,
+		Id: id, Source: source, Type: typ, Project: dec.project, Principal: dec.principal,
+		Transport: text(d.Transport), Outcome: dec.outcome, Code: CodeName(dec.code), Reason: reason, Resource: dec.resource,
 		ReceivedTime: res.ReceivedTime, DecidedTime: res.DecidedTime, Deliveries: 1,
 	}
 	recorded, err := a.rec.record(ctx, key, tag, m)
@@ -244,6 +249,9 @@ func ResultEvent(key string, res *publicv1.IngressResult) (cloudevent.Event, err
 	}
 	return ev, nil
 }
+
+// text is s as valid UTF-8 (invalid bytes become U+FFFD).
+func text(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 
 // clipAttr bounds a value copied into a CloudEvents attribute (a message
 // that was refused for an over-long id still gets an answer).

@@ -616,3 +616,25 @@ func TestHandleImpostorCannotPreemptAMessage(t *testing.T) {
 		t.Fatal("CredentialTag")
 	}
 }
+
+// Bytes that are not UTF-8 in a message's attributes do not keep it from
+// being decided (protojson refuses invalid strings).
+func TestHandleInvalidUTF8(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	d := submit("bad-\xff\xfe", "loomk_good")
+	d.Event.Source = "//s\xc3"
+	if err := f.h(ctx, d); err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	if len(f.sink.results) != 1 || f.sink.results[0].GetMessageId() != "bad-\uFFFD" {
+		t.Fatalf("results %v", f.sink.results)
+	}
+	if err := f.h(ctx, d); err != nil {
+		t.Fatalf("redelivery: %v", err)
+	}
+	if calls, _, _ := f.gw.state(); calls != 1 {
+		t.Fatalf("%d calls, want 1", calls)
+	}
+}
