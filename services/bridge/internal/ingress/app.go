@@ -153,6 +153,9 @@ var ErrTransient = errors.New("ingress: not decided yet; deliver again")
 // after either and before the record publishes them again (readers dedupe
 // on the result's CloudEvent id, "result-" + key).
 func (a *App) Handler(dl cloudevent.DeadLetters) cloudevent.Handler {
+	if dl == nil {
+		panic("ingress: Handler needs its transport's dead letters") // a wiring mistake, found at start
+	}
 	return func(ctx context.Context, d cloudevent.Delivery) error { return a.handle(ctx, dl, d) }
 }
 
