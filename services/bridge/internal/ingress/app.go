@@ -262,7 +262,11 @@ func clipAttr(s string) string {
 	if len(s) <= cloudevent.MaxAttrLen {
 		return s
 	}
-	return s[:cloudevent.MaxAttrLen]
+	cut := cloudevent.MaxAttrLen
+	for cut > 0 && s[cut]&0xC0 == 0x80 { // not inside a UTF-8 sequence (Pub/Sub attributes are UTF-8)
+		cut--
+	}
+	return s[:cut]
 }
 
 // decide reads the delivery and, for a call, makes it. An error means

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/segmentio/kafka-go"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -11,8 +12,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	publicv1 "github.com/loom-ml/loom/proto/loom/public/v1"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/bridge/internal/cloudevent"
 )
 
 // record is a Kafka record in binary mode with the given overrides; a
@@ -272,5 +275,17 @@ func TestForProject(t *testing.T) {
 	}
 	if r := ForProject(nf, "other"); r.Outcome != OutcomeInvalid {
 		t.Errorf("another project's not found: %+v, want INVALID", r)
+	}
+}
+
+func TestResultEventBoundsItsSubject(t *testing.T) {
+	t.Parallel()
+	id := strings.Repeat("é", 600) // 1200 bytes
+	ev, err := ResultEvent("k", &publicv1.IngressResult{MessageId: id, Project: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ev.Subject) > cloudevent.MaxAttrLen || !utf8.ValidString(ev.Subject) || ev.Validate(0) != nil || ev.Extensions[cloudevent.ExtProject] != "p" {
+		t.Fatalf("subject of %d bytes (valid UTF-8: %v), %v", len(ev.Subject), utf8.ValidString(ev.Subject), ev.Validate(0))
 	}
 }
