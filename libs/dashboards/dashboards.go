@@ -260,8 +260,9 @@ func domainRows(svc string) []Row {
 //
 //   - loom_bridge_ingress_messages_total{transport, outcome} (counter): one
 //     per message decided (a redelivery of a decided one counts as outcome
-//     DUPLICATE). transport is "pubsub" or "kafka" (never the subscription
-//     or topic: bounded cardinality); outcome is IngressMessage.outcome's
+//     DUPLICATE). transport is the configured transport's name
+//     ("kafka:loom.ingress.v1", "pubsub:projects/p/subscriptions/s": at
+//     most the 32 subscriptions and the topic, so bounded); outcome is IngressMessage.outcome's
 //     ACCEPTED, REFUSED, INVALID or FAILED, or DUPLICATE.
 //   - loom_bridge_ingress_seconds{transport} (histogram): a message's
 //     handling, from its receipt to its decision (the gateway call and the

@@ -1,0 +1,282 @@
+package ingress
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loom-ml/loom/libs/store"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// Bounds on what the records keep.
+const (
+	// DefaultKept is how many recent messages are kept per project (and in
+	// the list of every project's): IngressMessagesKept.
+	DefaultKept = 1000
+	// MaxProducers bounds the producers counted: past it, a new producer's
+	// messages are counted under the producer OverflowSource, so that a
+	// flood of sources cannot grow Redis without bound.
+	MaxProducers = 10000
+	// OverflowSource is the source of the producer that counts the messages
+	// of producers past MaxProducers.
+	OverflowSource = "(other producers: more than 10000)"
+	// allProjects is the list key of every project's recent messages.
+	allProjects = "-"
+)
+
+// Redis keys, under the bridge's store prefix ("bridge:"):
+//
+//	ingress:msg:{key}         hash: producer, cred (CredentialTag), deliveries
+//	                          and, while a recent
+//	                          list holds the key, rec (IngressMessage,
+//	                          protojson); expires after the dedupe TTL: its
+//	                          presence means "decided", which is what dedupes
+//	                          a redelivery
+//	ingress:recent:{project}  list of keys, newest first, trimmed to Kept;
+//	                          "-" is every project's (and those of messages
+//	                          that named none); expires a dedupe TTL after its
+//	                          last message
+//	ingress:producers[:{p}]   set of producer ids (all, and a project's)
+//	ingress:producer:{id}     hash: project, source, principal, the counts,
+//	                          first_time, last_time (unix ns), last_reason
+const (
+	keyMsg       = "ingress:msg:"
+	keyRecent    = "ingress:recent:"
+	keyProducers = "ingress:producers"
+	keyProducer  = "ingress:producer:"
+)
+
+// records is the Redis side of the App and the server.
+type records struct {
+	st   *store.Store
+	ttl  time.Duration
+	kept int
+}
+
+// producerID names a (project, source, principal) producer.
+func producerID(project, source, principal string) string {
+	sum := sha256.Sum256([]byte(project + "\n" + source + "\n" + principal))
+	return hex.EncodeToString(sum[:16])
+}
+
+// duplicateScript counts a redelivery of a decided message: KEYS[1] the
+// message's hash; ARGV the producer hash prefix, the time, the
+// credential's tag. Returns 1 when the message was decided (and counted),
+// 0 when not, 2 when a message with its key was decided for another
+// credential (not counted: it is another producer's message).
+var duplicateScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if (redis.call('HGET', KEYS[1], 'cred') or '') ~= ARGV[3] then return 2 end
+redis.call('HINCRBY', KEYS[1], 'deliveries', 1)
+local pid = redis.call('HGET', KEYS[1], 'producer')
+if pid then
+  local pk = ARGV[1] .. pid
+  if redis.call('EXISTS', pk) == 1 then
+    redis.call('HINCRBY', pk, 'duplicates', 1)
+    redis.call('HSET', pk, 'last_time', ARGV[2])
+  end
+end
+return 1
+`)
+
+// Dedupe answers.
+const (
+	notDecided = iota
+	duplicate
+	otherCredential
+)
+
+// duplicate counts a redelivery when the message keyed key was decided for
+// the credential tagged tag; see duplicateScript.
+func (r *records) duplicate(ctx context.Context, key, tag string, now time.Time) (int, error) {
+	n, err := duplicateScript.Run(ctx, r.st.Client(), []string{r.st.Key(keyMsg + key)},
+		r.st.Key(keyProducer), now.UnixNano(), tag).Int()
+	if err != nil {
+		return 0, fmt.Errorf("ingress: dedupe %s: %w", key, err)
+	}
+	return n, nil
+}
+
+// recordScript records one decision, once: KEYS = message hash, producers
+// set, project's producers set, overflow producer's hash, project's recent
+// list, all projects' recent list, producer hash prefix, message hash
+// prefix; ARGV = rec,
+// ttl ms, producer id, overflow id, max producers, outcome field, time ns,
+// reason, kept, project, source, principal. A message already recorded (a
+// concurrent delivery won) is counted as a duplicate instead. Returns 1
+// when recorded, 0 when it was a duplicate.
+var recordScript = redis.NewScript(`
+local ttl = tonumber(ARGV[2])
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('HINCRBY', KEYS[1], 'deliveries', 1)
+  return 0
+end
+local pid = ARGV[3]
+local project, source, principal = ARGV[10], ARGV[11], ARGV[12]
+if redis.call('SISMEMBER', KEYS[2], pid) == 0 and redis.call('SCARD', KEYS[2]) >= tonumber(ARGV[5]) then
+  pid = ARGV[4]
+  source = ARGV[13]
+  principal = ''
+  project = ''
+end
+local pk = KEYS[7] .. pid
+redis.call('HSET', KEYS[1], 'rec', ARGV[1], 'deliveries', 1, 'producer', pid, 'cred', ARGV[15])
+redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('SADD', KEYS[2], pid)
+if project ~= '' then redis.call('SADD', KEYS[3], pid) end
+if redis.call('EXISTS', pk) == 0 then
+  redis.call('HSET', pk, 'project', project, 'source', source, 'principal', principal, 'first_time', ARGV[7])
+end
+redis.call('HINCRBY', pk, 'received', 1)
+redis.call('HINCRBY', pk, ARGV[6], 1)
+redis.call('HSET', pk, 'last_time', ARGV[7])
+if ARGV[8] ~= '' then redis.call('HSET', pk, 'last_reason', ARGV[8]) end
+local kept = tonumber(ARGV[9])
+local listed = {}
+if ARGV[10] ~= '' then listed[#listed + 1] = KEYS[5] end
+listed[#listed + 1] = KEYS[6]
+for i, list in ipairs(listed) do
+  redis.call('LPUSH', list, ARGV[14])
+  -- A message no list holds any more keeps only what dedupes it: its
+  -- record is dropped, so that Redis holds ~200 bytes per message for the
+  -- dedupe TTL, not the whole record.
+  local dropped = redis.call('LRANGE', list, kept, -1)
+  redis.call('LTRIM', list, 0, kept - 1)
+  redis.call('PEXPIRE', list, ttl)
+  for _, k in ipairs(dropped) do
+    local still = false
+    for j, other in ipairs(listed) do
+      if j ~= i and redis.call('LPOS', other, k) then still = true end
+    end
+    if not still then redis.call('HDEL', KEYS[8] .. k, 'rec') end
+  end
+end
+return 1
+`)
+
+// record stores the decision m (keyed key) and counts it for its producer,
+// once: a second record of the same key counts a delivery instead.
+func (r *records) record(ctx context.Context, key, tag string, m *loomv1.IngressMessage) (bool, error) {
+	rec, err := protojson.Marshal(m)
+	if err != nil {
+		return false, err
+	}
+	project := m.GetProject()
+	pid := producerID(project, m.GetSource(), m.GetPrincipal())
+	reason := ""
+	if m.GetOutcome() != OutcomeAccepted {
+		reason = m.GetReason()
+	}
+	keys := []string{
+		r.st.Key(keyMsg + key), r.st.Key(keyProducers), r.st.Key(keyProducers + ":" + project),
+		r.st.Key(keyProducer + "overflow"), r.st.Key(keyRecent + project), r.st.Key(keyRecent + allProjects),
+		r.st.Key(keyProducer), r.st.Key(keyMsg),
+	}
+	now := m.GetDecidedTime().AsTime().UnixNano()
+	n, err := recordScript.Run(ctx, r.st.Client(), keys,
+		rec, r.ttl.Milliseconds(), pid, "overflow", MaxProducers, outcomeField(m.GetOutcome()), now,
+		reason, r.kept, project, m.GetSource(), m.GetPrincipal(), OverflowSource, key, tag).Int()
+	if err != nil {
+		return false, fmt.Errorf("ingress: record %s: %w", key, err)
+	}
+	return n == 1, nil
+}
+
+func outcomeField(outcome string) string {
+	switch outcome {
+	case OutcomeAccepted:
+		return "accepted"
+	case OutcomeRefused:
+		return "refused"
+	case OutcomeInvalid:
+		return "invalid"
+	}
+	return "failed"
+}
+
+// recent reads the recent messages of project ("-": all), newest first;
+// records expired since are skipped.
+func (r *records) recent(ctx context.Context, project string) ([]*loomv1.IngressMessage, error) {
+	keys, err := r.st.Client().LRange(ctx, r.st.Key(keyRecent+project), 0, int64(r.kept)-1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("ingress: read recent messages: %w", err)
+	}
+	pipe := r.st.Client().Pipeline()
+	cmds := make([]*redis.SliceCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.HMGet(ctx, r.st.Key(keyMsg+k), "rec", "deliveries")
+	}
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return nil, fmt.Errorf("ingress: read recent messages: %w", err)
+	}
+	out := make([]*loomv1.IngressMessage, 0, len(keys))
+	seen := make(map[string]bool, len(keys))
+	for i, c := range cmds {
+		vals, err := c.Result()
+		if err != nil || len(vals) != 2 || vals[0] == nil || seen[keys[i]] {
+			continue
+		}
+		seen[keys[i]] = true
+		s, _ := vals[0].(string)
+		m := &loomv1.IngressMessage{}
+		if protojson.Unmarshal([]byte(s), m) != nil {
+			continue
+		}
+		if d, _ := vals[1].(string); d != "" {
+			m.Deliveries, _ = strconv.ParseInt(d, 10, 64)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// producers reads the producers of project ("-": all).
+func (r *records) producers(ctx context.Context, project string) ([]*loomv1.IngressProducer, error) {
+	set := keyProducers
+	if project != allProjects {
+		set += ":" + project
+	}
+	ids, err := r.st.Client().SMembers(ctx, r.st.Key(set)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("ingress: read producers: %w", err)
+	}
+	pipe := r.st.Client().Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.HGetAll(ctx, r.st.Key(keyProducer+id))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return nil, fmt.Errorf("ingress: read producers: %w", err)
+	}
+	out := make([]*loomv1.IngressProducer, 0, len(ids))
+	for _, c := range cmds {
+		h, err := c.Result()
+		if err != nil || len(h) == 0 {
+			continue
+		}
+		n := func(k string) int64 { v, _ := strconv.ParseInt(h[k], 10, 64); return v }
+		ts := func(k string) *timestamppb.Timestamp {
+			v := n(k)
+			if v == 0 || v == math.MinInt64 {
+				return nil
+			}
+			return timestamppb.New(time.Unix(0, v))
+		}
+		out = append(out, &loomv1.IngressProducer{
+			Project: h["project"], Source: h["source"], Principal: h["principal"],
+			Received: n("received"), Accepted: n("accepted"), Refused: n("refused"), Invalid: n("invalid"),
+			Failed: n("failed"), Duplicates: n("duplicates"), FirstTime: ts("first_time"), LastTime: ts("last_time"),
+			LastReason: h["last_reason"],
+		})
+	}
+	return out, nil
+}
