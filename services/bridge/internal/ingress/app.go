@@ -187,6 +187,18 @@ func (a *App) handle(ctx context.Context, dl cloudevent.DeadLetters, d cloudeven
 		a.metrics.count(d.Transport, "DUPLICATE", a.cfg.Now().Sub(start))
 		return nil
 	}
+	release, err := a.rec.claim(ctx, key)
+	if err != nil {
+		// Held: a copy being decided now; this one comes again and is
+		// then a duplicate.
+		return fmt.Errorf("%w: %v", ErrTransient, err)
+	}
+	decided := false
+	defer func() {
+		if !decided {
+			release()
+		}
+	}()
 	dec, err := a.decide(ctx, d, key)
 	if err != nil {
 		return err
@@ -200,7 +212,7 @@ func (a *App) handle(ctx context.Context, dl cloudevent.DeadLetters, d cloudeven
 		a.cfg.Log.Info("ingress message refused", "transport", d.Transport, "source", clip(d.Event.Source),
 			"id", clip(d.Event.ID), "type", clip(d.Event.Type), "outcome", dec.outcome, "code", CodeName(dec.code), "reason", dec.reason)
 	}
-	decided := a.cfg.Now()
+	decidedAt := a.cfg.Now()
 	// What came from the message is made valid UTF-8 before it goes into
 	// JSON (protojson refuses invalid strings: the message would never be
 	// decided).
@@ -209,7 +221,7 @@ func (a *App) handle(ctx context.Context, dl cloudevent.DeadLetters, d cloudeven
 		MessageId: id, MessageSource: source, MessageType: typ,
 		Outcome: OutcomeOf(dec.outcome), Code: CodeName(dec.code), Reason: reason, Resource: dec.resource,
 		Project: dec.project, Principal: dec.principal,
-		ReceivedTime: timestamppb.New(start), DecidedTime: timestamppb.New(decided),
+		ReceivedTime: timestamppb.New(start), DecidedTime: timestamppb.New(decidedAt),
 	}
 	ev, err := ResultEvent(key, res)
 	if err != nil {
@@ -228,6 +240,7 @@ func (a *App) handle(ctx context.Context, dl cloudevent.DeadLetters, d cloudeven
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrTransient, err)
 	}
+	decided = true
 	if !recorded {
 		// A concurrent delivery of the same message (Pub/Sub may deliver
 		// twice at once) recorded first; this one counted as a delivery.

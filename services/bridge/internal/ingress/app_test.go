@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -636,5 +637,47 @@ func TestHandleInvalidUTF8(t *testing.T) {
 	}
 	if calls, _, _ := f.gw.state(); calls != 1 {
 		t.Fatalf("%d calls, want 1", calls)
+	}
+}
+
+// TestHandleConcurrentCopiesDecideOnce: Pub/Sub hands out copies of one
+// message at once (and a producer may publish it twice); only one copy
+// decides it, the others are redelivered (an error) and then count as
+// duplicates: one gateway call, one result.
+func TestHandleConcurrentCopiesDecideOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	d := submit("m-conc", "loomk_good")
+	const copies = 8
+	errsc := make(chan error, copies)
+	var wg sync.WaitGroup
+	for range copies {
+		wg.Add(1)
+		go func() { defer wg.Done(); errsc <- f.h(ctx, d) }()
+	}
+	wg.Wait()
+	close(errsc)
+	redeliver := 0
+	for err := range errsc {
+		if err != nil {
+			if !errors.Is(err, ErrTransient) {
+				t.Fatalf("a copy failed with %v, want nil or a transient error", err)
+			}
+			redeliver++
+		}
+	}
+	// The transport redelivers the copies that were told to come again.
+	for range redeliver {
+		if err := f.h(ctx, d); err != nil {
+			t.Fatalf("redelivery: %v", err)
+		}
+	}
+	calls, jobs, _ := f.gw.state()
+	f.sink.mu.Lock()
+	results := len(f.sink.results)
+	f.sink.mu.Unlock()
+	if calls != 1 || jobs != 1 || results != 1 {
+		t.Fatalf("%d copies at once: %d gateway calls, %d jobs, %d results; want 1 each", copies, calls, jobs, results)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -279,4 +280,37 @@ func (r *records) producers(ctx context.Context, project string) ([]*loomv1.Ingr
 		})
 	}
 	return out, nil
+}
+
+// keyClaim prefixes the claim a delivery holds while it decides its
+// message (see claim).
+const keyClaim = "ingress:claim:"
+
+// ClaimTTL bounds how long a claim outlives a bridge that died holding it:
+// a redelivery after it decides the message (the gateway's request id keeps
+// that from applying it twice). It is longer than deciding one message
+// takes, retries included.
+const ClaimTTL = 2 * time.Minute
+
+// errClaimed says another delivery of the same message is being decided.
+var errClaimed = errors.New("another delivery of this message is being decided")
+
+// claim makes this delivery the one that decides the message keyed key:
+// Pub/Sub may hand out several copies of one message at once (and a
+// producer may publish it several times), and without a claim each copy
+// would call the gateway and answer with its own result. A copy that finds
+// the claim held returns errClaimed, is redelivered later, and is then a
+// duplicate. release gives the claim up when deciding failed, so that the
+// redelivery need not wait for ClaimTTL; a decided message keeps its claim
+// until it expires (its record answers every later copy).
+func (r *records) claim(ctx context.Context, key string) (release func(), err error) {
+	k := r.st.Key(keyClaim + key)
+	ok, err := r.st.Client().SetNX(ctx, k, "1", ClaimTTL).Result()
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errClaimed
+	}
+	return func() { _ = r.st.Client().Del(context.WithoutCancel(ctx), k).Err() }, nil
 }
