@@ -39,6 +39,12 @@ func publishSettings(p *ps.Publisher) {
 		MaxOutstandingBytes:    64 << 20,
 		LimitExceededBehavior:  ps.FlowControlBlock,
 	}
+	// The library waits up to 10 ms for a batch to fill; every public
+	// event and dead letter is published by a caller that waits for it (an
+	// ingress message's result, an egress batch), and with ordering keys
+	// one batch per key is in flight at a time, so that wait was most of an
+	// ingress message's time (ingressbench). Callers batch themselves.
+	p.PublishSettings.DelayThreshold = time.Millisecond
 }
 
 // DeadLetters publishes refused messages to a dead-letter topic: a
