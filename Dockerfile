@@ -2,7 +2,7 @@
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY . .
-RUN for s in gateway provisioner scheduler health registry agent; do \
+RUN for s in gateway provisioner scheduler health registry training bridge agent; do \
       CGO_ENABLED=0 go build -o /out/$s ./services/$s/cmd/$s || exit 1; done && \
     CGO_ENABLED=0 go build -o /out/loom ./cmd/loom
 
@@ -24,6 +24,12 @@ ENTRYPOINT ["health"]
 FROM base AS registry
 COPY --from=build /out/registry /usr/local/bin/
 ENTRYPOINT ["registry"]
+FROM base AS training
+COPY --from=build /out/training /usr/local/bin/
+ENTRYPOINT ["training"]
+FROM base AS bridge
+COPY --from=build /out/bridge /usr/local/bin/
+ENTRYPOINT ["bridge"]
 FROM debian:12-slim AS agent
 COPY --from=build /out/agent /out/loom /usr/local/bin/
 ENTRYPOINT ["agent"]

@@ -182,14 +182,15 @@ func ScrapeConfig(targets []Target, o ScrapeOptions) []byte {
 }
 
 // ComposeTargets are the services of docker-compose.yaml and their HTTP
-// addresses there (LOOM_<SERVICE>_HTTP_ADDR). Compose runs no training
-// service (there is no image for it yet); add its :9175 where one runs.
+// addresses there (LOOM_<SERVICE>_HTTP_ADDR).
 var ComposeTargets = []Target{
 	{Service: "gateway", Addrs: []string{"gateway:9170"}},
 	{Service: "provisioner", Addrs: []string{"provisioner:9171"}},
 	{Service: "scheduler", Addrs: []string{"scheduler:9172"}},
 	{Service: "health", Addrs: []string{"health:9173"}},
 	{Service: "registry", Addrs: []string{"registry:9174"}},
+	{Service: "training", Addrs: []string{"training:9175"}},
+	{Service: "bridge", Addrs: []string{"bridge:9176"}},
 	{Service: "agent", Addrs: []string{"agent:9176"}},
 }
 
