@@ -491,7 +491,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 	h := newHarness(t)
 	opName := matrixWorld(t, h)
 	trainingMatrixWorld(t, h)
-	rows := append(append(matrixRows(opName), trainingMatrixRows(t)...), metricsMatrixRows()...)
+	rows := append(append(append(matrixRows(opName), trainingMatrixRows(t)...), metricsMatrixRows()...), ingressMatrixRows()...)
 	covered := map[string]bool{}
 	for _, r := range rows {
 		covered[r.method] = true

@@ -383,6 +383,7 @@ func newHarness(t testing.TB, configure ...func(*Config)) *harness {
 	loomv1.RegisterGoodputServiceServer(owners, fakeGoodput{w: h.w})
 	trainingv1.RegisterTrainingServiceServer(owners, fakeTraining{w: h.w})
 	trainingv1.RegisterMetricsServiceServer(owners, fakeMetrics{})
+	loomv1.RegisterIngressServiceServer(owners, &fakeBridge{})
 	go func() { _ = owners.Serve(ln) }()
 	t.Cleanup(owners.Stop)
 
@@ -394,7 +395,7 @@ func newHarness(t testing.TB, configure ...func(*Config)) *harness {
 		},
 		RESTAddr:        "127.0.0.1:0",
 		ProvisionerAddr: ownersAddr, SchedulerAddr: ownersAddr, RegistryAddr: ownersAddr, HealthAddr: ownersAddr,
-		TrainingAddr: ownersAddr,
+		TrainingAddr: ownersAddr, BridgeAddr: ownersAddr,
 	}
 	keys := t.TempDir()
 	cfg.Auth = AuthConfig{Mode: "on", TokenKeyFile: filepath.Join(keys, "token.key"),
