@@ -114,6 +114,11 @@ func (s *Security) transport(t *kafka.Transport) *kafka.Transport {
 // ping).
 func (s *Security) Transport() *kafka.Transport { return s.transport(&kafka.Transport{}) }
 
+// Dialer returns a kafka-go reader's Dialer with s (nil: plaintext), for
+// readers of Loom's brokers outside this package (the bridge's ingress
+// reads raw CloudEvents, not envelopes).
+func (s *Security) Dialer() *kafka.Dialer { return s.dialer() }
+
 // dialer is the reader's dialer with s.
 func (s *Security) dialer() *kafka.Dialer {
 	d := &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true}

@@ -168,12 +168,8 @@ func (s *KafkaSource) Run(ctx context.Context, h cloudevent.Handler) error {
 	if most <= 0 {
 		most = 5 * time.Second
 	}
-	d := &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true}
-	if s.Security != nil {
-		d.SASLMechanism, d.TLS = s.Security.SASL, s.Security.TLS
-	}
 	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers: s.Brokers, GroupID: group, Topic: s.Topic, Dialer: d,
+		Brokers: s.Brokers, GroupID: group, Topic: s.Topic, Dialer: s.Security.Dialer(),
 		StartOffset: kafka.FirstOffset, MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 250 * time.Millisecond,
 		// Commits are sent every CommitInterval, not one round trip per
 		// record: a record handled but not yet committed when the bridge
