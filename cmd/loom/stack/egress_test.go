@@ -10,10 +10,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/embedded"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
@@ -45,15 +42,7 @@ func TestJobStateChangesGoOut(t *testing.T) {
 		t.Fatalf("Start: %v", err)
 	}
 	t.Cleanup(func() { _ = st.Close(context.Background()) })
-	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	if key, err := st.AdminKey(); err == nil {
-		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(auth.Bearer(key)))
-	}
-	conn, err := grpc.NewClient(st.GatewayAddr, dialOpts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := adminConn(t, st)
 
 	// Read the public topic as any Kafka client would, every partition.
 	var mu sync.Mutex
@@ -85,16 +74,7 @@ func TestJobStateChangesGoOut(t *testing.T) {
 		}()
 	}
 
-	op, err := loomv1.NewClusterServiceClient(conn).CreateCluster(ctx, &loomv1.CreateClusterRequest{
-		Parent: "projects/default", ClusterId: "eg",
-		Cluster: &loomv1.Cluster{Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{{Id: "cpu", MachineType: "n2-standard-8", NodeCount: 1}}}},
-	})
-	if err != nil {
-		t.Fatalf("CreateCluster: %v", err)
-	}
-	if op = waitOp(ctx, t, loomv1.NewOperationServiceClient(conn), op); op.GetError() != nil {
-		t.Fatalf("create operation ended %v", op)
-	}
+	createCPUCluster(ctx, t, conn, "eg")
 	job, err := loomv1.NewJobServiceClient(conn).SubmitJob(ctx, &loomv1.SubmitJobRequest{Parent: "projects/default",
 		Job: &loomv1.Job{Cluster: "projects/default/clusters/eg", Script: "#!/bin/sh\necho egress-secret\n", NodeCount: 1}})
 	if err != nil {

@@ -43,26 +43,8 @@ func startIngressStack(ctx context.Context, t *testing.T) *ingressStack {
 		t.Fatalf("Start: %v", err)
 	}
 	t.Cleanup(func() { _ = st.Close(context.Background()) })
-	adminKey, err := st.AdminKey()
-	if err != nil {
-		t.Fatalf("AdminKey: %v", err)
-	}
-	gw, err := grpc.NewClient(st.GatewayAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(auth.Bearer(adminKey)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = gw.Close() })
-	op, err := loomv1.NewClusterServiceClient(gw).CreateCluster(ctx, &loomv1.CreateClusterRequest{
-		Parent: "projects/default", ClusterId: "ing",
-		Cluster: &loomv1.Cluster{Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{{Id: "cpu", MachineType: "n2-standard-8", NodeCount: 1}}}},
-	})
-	if err != nil {
-		t.Fatalf("CreateCluster: %v", err)
-	}
-	if op = waitOp(ctx, t, loomv1.NewOperationServiceClient(gw), op); op.GetError() != nil {
-		t.Fatalf("create operation ended %v", op)
-	}
+	gw := adminConn(t, st)
+	createCPUCluster(ctx, t, gw, "ing")
 	authc := loomv1.NewAuthServiceClient(gw)
 	keyOf := func(project, user, role string) string {
 		t.Helper()

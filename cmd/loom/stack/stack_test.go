@@ -381,3 +381,37 @@ func TestGatewayReachesHealth(t *testing.T) {
 		}
 	}
 }
+
+// adminConn is a gateway client of st as its administrator (closed when
+// the test ends).
+func adminConn(t *testing.T, st *Stack) *grpc.ClientConn {
+	t.Helper()
+	key, err := st.AdminKey()
+	if err != nil {
+		t.Fatalf("AdminKey: %v", err)
+	}
+	conn, err := grpc.NewClient(st.GatewayAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(auth.Bearer(key)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// createCPUCluster creates cluster id of one CPU node in project default
+// and waits for it; it returns the cluster's name.
+func createCPUCluster(ctx context.Context, t *testing.T, conn *grpc.ClientConn, id string) string {
+	t.Helper()
+	op, err := loomv1.NewClusterServiceClient(conn).CreateCluster(ctx, &loomv1.CreateClusterRequest{
+		Parent: "projects/default", ClusterId: id,
+		Cluster: &loomv1.Cluster{Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{{Id: "cpu", MachineType: "n2-standard-8", NodeCount: 1}}}},
+	})
+	if err != nil {
+		t.Fatalf("CreateCluster: %v", err)
+	}
+	if op = waitOp(ctx, t, loomv1.NewOperationServiceClient(conn), op); op.GetError() != nil {
+		t.Fatalf("create operation ended %v", op)
+	}
+	return "projects/default/clusters/" + id
+}

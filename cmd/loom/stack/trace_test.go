@@ -14,9 +14,7 @@ import (
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/embedded"
 	"github.com/loom-ml/loom/libs/telemetry"
 	"github.com/loom-ml/loom/libs/testkit"
@@ -124,25 +122,8 @@ func TestJobSubmissionIsOneTrace(t *testing.T) {
 		t.Fatalf("Start: %v", err)
 	}
 	t.Cleanup(func() { _ = st.Close(context.Background()) })
-	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	if key, err := st.AdminKey(); err == nil {
-		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(auth.Bearer(key)))
-	}
-	conn, err := grpc.NewClient(st.GatewayAddr, dialOpts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	op, err := loomv1.NewClusterServiceClient(conn).CreateCluster(ctx, &loomv1.CreateClusterRequest{
-		Parent: "projects/default", ClusterId: "tr",
-		Cluster: &loomv1.Cluster{Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{{Id: "cpu", MachineType: "n2-standard-8", NodeCount: 1}}}},
-	})
-	if err != nil {
-		t.Fatalf("CreateCluster: %v", err)
-	}
-	if op = waitOp(ctx, t, loomv1.NewOperationServiceClient(conn), op); op.GetError() != nil {
-		t.Fatalf("create operation ended %v", op)
-	}
+	conn := adminConn(t, st)
+	createCPUCluster(ctx, t, conn, "tr")
 	job, err := loomv1.NewJobServiceClient(conn).SubmitJob(ctx, &loomv1.SubmitJobRequest{Parent: "projects/default",
 		Job: &loomv1.Job{Cluster: "projects/default/clusters/tr", Script: "#!/bin/sh\ntrue\n", NodeCount: 1}})
 	if err != nil {
