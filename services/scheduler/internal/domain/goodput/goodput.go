@@ -1,9 +1,10 @@
 // Package goodput computes how much of a job's (or a cluster's jobs') wall
 // time was productive training, and where the rest went: queueing before
 // the first run, recomputation of what failed runs did after their last
-// checkpoint, and restarts (from a failure to the next run's start). It is
-// a pure function of the job and its runs (their starts, ends, outcomes and
-// the checkpoint times their steps reported in StepProgress); it imports
+// checkpoint, restarts (from a failure to the next run's start), and the
+// time spent writing checkpoints. It is a pure function of the job and its
+// runs (their starts, ends, outcomes, and the checkpoint times and
+// checkpointing durations their steps reported in StepProgress); it imports
 // nothing of the domain.
 package goodput
 
@@ -38,12 +39,18 @@ func Failed(r *jobstore.RunRecord) bool {
 //     while it never ran);
 //   - a failed run's time after its last checkpoint (its start when it
 //     wrote none) is lost to recomputation; the rest of it, and the whole
-//     of every other run, is productive;
+//     of every other run, is kept;
+//   - checkpointing: of each run's kept time, what its program reported
+//     spending on writing checkpoints (bounded by the kept time; a failed
+//     run's saves all end by its last checkpoint, so they lie in the kept
+//     part);
+//   - productive: the kept time less checkpointing;
 //   - restart: from a failed run's end to the next run's start (to now, or
 //     to the job's end, when none followed);
 //   - failures count the failed runs, restarts the runs after the first.
 //
-// goodput is productive / wall (0 for no wall time).
+// productive and every lost part add up to wall, and goodput is
+// productive / wall (0 for no wall time).
 func Job(job *loomv1.Job, runs []*jobstore.RunRecord, now time.Time) *loomv1.Goodput {
 	submit := job.GetSubmitTime().AsTime()
 	end := now
@@ -53,7 +60,7 @@ func Job(job *loomv1.Job, runs []*jobstore.RunRecord, now time.Time) *loomv1.Goo
 	if job.GetSubmitTime() == nil || end.Before(submit) {
 		submit = end
 	}
-	var productive, recompute, restart, queueing time.Duration
+	var productive, recompute, restart, queueing, checkpointing time.Duration
 	var failures, restarts int32
 	var rs []*jobstore.RunRecord
 	for _, r := range runs {
@@ -73,17 +80,23 @@ func Job(job *loomv1.Job, runs []*jobstore.RunRecord, now time.Time) *loomv1.Goo
 			rEnd = r.End
 		}
 		d := clip(rEnd.Sub(r.Start))
-		if !Failed(r) {
-			productive += d
+		kept := d
+		failed := Failed(r)
+		if failed {
+			if ck := r.Progress.CheckpointTime; !ck.IsZero() && !ck.Before(r.Start) && !ck.After(rEnd) {
+				kept = ck.Sub(r.Start)
+			} else {
+				kept = 0
+			}
+			recompute += d - kept
+		}
+		ckpt := min(clip(r.Progress.Checkpointing), kept)
+		checkpointing += ckpt
+		productive += kept - ckpt
+		if !failed {
 			continue
 		}
 		failures++
-		lost := d
-		if ck := r.Progress.CheckpointTime; !ck.IsZero() && !ck.Before(r.Start) && !ck.After(rEnd) {
-			lost = rEnd.Sub(ck)
-		}
-		productive += d - lost
-		recompute += lost
 		next := end
 		if i+1 < len(rs) {
 			next = rs[i+1].Start
@@ -93,7 +106,7 @@ func Job(job *loomv1.Job, runs []*jobstore.RunRecord, now time.Time) *loomv1.Goo
 	wall := clip(end.Sub(submit))
 	g := &loomv1.Goodput{Name: job.GetName(), Wall: durationpb.New(wall), Productive: durationpb.New(productive),
 		LostRecompute: durationpb.New(recompute), LostRestart: durationpb.New(restart), LostQueueing: durationpb.New(queueing),
-		LostCheckpointing: durationpb.New(0), Failures: failures, Restarts: restarts, Jobs: 1}
+		LostCheckpointing: durationpb.New(checkpointing), Failures: failures, Restarts: restarts, Jobs: 1}
 	if wall > 0 {
 		g.Goodput = float64(productive) / float64(wall)
 	}
@@ -126,3 +139,25 @@ func Sum(name string, parts []*loomv1.Goodput) *loomv1.Goodput {
 }
 
 func clip(d time.Duration) time.Duration { return max(d, 0) }
+
+// Compact returns g (one job's) as a pruned job's compact record keeps it.
+func Compact(g *loomv1.Goodput) *jobstore.EndedGoodput {
+	return &jobstore.EndedGoodput{Wall: g.GetWall().AsDuration(), Productive: g.GetProductive().AsDuration(),
+		Recompute: g.GetLostRecompute().AsDuration(), Restart: g.GetLostRestart().AsDuration(),
+		Queueing: g.GetLostQueueing().AsDuration(), Checkpointing: g.GetLostCheckpointing().AsDuration(),
+		Failures: g.GetFailures(), Restarts: g.GetRestarts()}
+}
+
+// FromCompact returns the goodput of the job named name from its compact
+// record e (Compact's inverse): the figures it had when it was pruned,
+// which are final since the job had ended.
+func FromCompact(name string, e *jobstore.EndedGoodput) *loomv1.Goodput {
+	g := &loomv1.Goodput{Name: name, Wall: durationpb.New(e.Wall), Productive: durationpb.New(e.Productive),
+		LostRecompute: durationpb.New(e.Recompute), LostRestart: durationpb.New(e.Restart),
+		LostQueueing: durationpb.New(e.Queueing), LostCheckpointing: durationpb.New(e.Checkpointing),
+		Failures: e.Failures, Restarts: e.Restarts, Jobs: 1}
+	if e.Wall > 0 {
+		g.Goodput = float64(e.Productive) / float64(e.Wall)
+	}
+	return g
+}
