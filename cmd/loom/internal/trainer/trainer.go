@@ -838,7 +838,10 @@ func (w *metricWriter) report(epoch int, m Metrics) error {
 
 func (w *metricWriter) close() { _ = w.f.Close() }
 
-func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+// rfc3339 formats t with its fraction of a second: goodput measures the work
+// lost since a checkpoint from it, and whole seconds would make a checkpoint
+// written in a run's first second look older than the run.
+func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // progressWriter writes the progress file, at most every `every` unless
 // forced; it writes nothing without a path.
