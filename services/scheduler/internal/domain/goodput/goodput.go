@@ -53,7 +53,11 @@ func Failed(r *jobstore.RunRecord) bool {
 // productive / wall (0 for no wall time).
 func Job(job *loomv1.Job, runs []*jobstore.RunRecord, now time.Time) *loomv1.Goodput {
 	submit := job.GetSubmitTime().AsTime()
-	end := now
+	// Wall clock readings only: a time.Time of this process still carries
+	// its monotonic reading, and a difference of two such differs (by a few
+	// ns) from the same difference read from the job's stored timestamps,
+	// so the parts would not add up to wall exactly.
+	end := now.Round(0)
 	if job.GetState().Terminal() && job.GetEndTime() != nil {
 		end = job.GetEndTime().AsTime()
 	}
@@ -71,20 +75,20 @@ func Job(job *loomv1.Job, runs []*jobstore.RunRecord, now time.Time) *loomv1.Goo
 	if len(rs) == 0 {
 		queueing = end.Sub(submit)
 	} else {
-		queueing = clip(rs[0].Start.Sub(submit))
+		queueing = clip(rs[0].Start.Round(0).Sub(submit))
 		restarts = int32(len(rs) - 1)
 	}
 	for i, r := range rs {
-		rEnd := end
+		start, rEnd := r.Start.Round(0), end
 		if r.Ended() {
-			rEnd = r.End
+			rEnd = r.End.Round(0)
 		}
-		d := clip(rEnd.Sub(r.Start))
+		d := clip(rEnd.Sub(start))
 		kept := d
 		failed := Failed(r)
 		if failed {
-			if ck := r.Progress.CheckpointTime; !ck.IsZero() && !ck.Before(r.Start) && !ck.After(rEnd) {
-				kept = ck.Sub(r.Start)
+			if ck := r.Progress.CheckpointTime.Round(0); !ck.IsZero() && !ck.Before(start) && !ck.After(rEnd) {
+				kept = ck.Sub(start)
 			} else {
 				kept = 0
 			}
@@ -99,7 +103,7 @@ func Job(job *loomv1.Job, runs []*jobstore.RunRecord, now time.Time) *loomv1.Goo
 		failures++
 		next := end
 		if i+1 < len(rs) {
-			next = rs[i+1].Start
+			next = rs[i+1].Start.Round(0)
 		}
 		restart += clip(next.Sub(rEnd))
 	}
