@@ -123,7 +123,7 @@ func (s *State) Prune(now time.Time, ret Retention, max int) *Pruned {
 		// The job has ended: its goodput is final, and kept for `loom jobs
 		// goodput` and the cluster's figure.
 		e := &Ended{Name: name, State: j.Job.GetState(), End: j.Job.GetEndTime().AsTime(), Cluster: j.Job.GetCluster(),
-			Goodput: goodput.Compact(goodput.Job(j.Job, s.runsOf(j), now))}
+			Goodput: new(goodput.Figures(j.Job, s.runsOf(j), now))}
 		if j.Job.GetStartTime() != nil {
 			e.Start = j.Job.GetStartTime().AsTime()
 		}

@@ -187,7 +187,7 @@ func (s *State) ClusterGoodput(cluster string, since, now time.Time) *loomv1.Goo
 	if s.clusters[cluster] == nil {
 		return nil
 	}
-	var parts []*loomv1.Goodput
+	var total goodput.Total
 	for _, j := range s.jobs {
 		if j.Job.GetCluster() != cluster {
 			continue
@@ -195,16 +195,16 @@ func (s *State) ClusterGoodput(cluster string, since, now time.Time) *loomv1.Goo
 		if j.Terminal() && j.Job.GetEndTime() != nil && j.Job.GetEndTime().AsTime().Before(since) {
 			continue
 		}
-		parts = append(parts, goodput.Job(j.Job, s.runsOf(j), now))
+		f := goodput.Figures(j.Job, s.runsOf(j), now)
+		total.Add(&f)
 	}
-	for name, e := range s.ended {
+	for _, e := range s.ended {
 		if e.Cluster != cluster || e.Goodput == nil || e.End.Before(since) {
 			continue
 		}
-		parts = append(parts, goodput.FromCompact(name, e.Goodput))
+		total.Add(e.Goodput)
 	}
-	// Sum adds integer durations: the order of parts does not matter.
-	return goodput.Sum(cluster, parts)
+	return total.Goodput(cluster)
 }
 
 // runsOf returns j's runs in attempt order (nil for attempts not kept).

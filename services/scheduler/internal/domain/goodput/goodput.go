@@ -52,6 +52,13 @@ func Failed(r *jobstore.RunRecord) bool {
 // productive and every lost part add up to wall, and goodput is
 // productive / wall (0 for no wall time).
 func Job(job *loomv1.Job, runs []*jobstore.RunRecord, now time.Time) *loomv1.Goodput {
+	return message(job.GetName(), Figures(job, runs, now), 1)
+}
+
+// Figures is Job's computation as plain durations and counts (what a
+// pruned job's compact record keeps, and what Total adds up without a
+// message per job).
+func Figures(job *loomv1.Job, runs []*jobstore.RunRecord, now time.Time) jobstore.EndedGoodput {
 	submit := job.GetSubmitTime().AsTime()
 	// Wall clock readings only: a time.Time of this process still carries
 	// its monotonic reading, and a difference of two such differs (by a few
@@ -107,61 +114,49 @@ func Job(job *loomv1.Job, runs []*jobstore.RunRecord, now time.Time) *loomv1.Goo
 		}
 		restart += clip(next.Sub(rEnd))
 	}
-	wall := clip(end.Sub(submit))
-	g := &loomv1.Goodput{Name: job.GetName(), Wall: durationpb.New(wall), Productive: durationpb.New(productive),
-		LostRecompute: durationpb.New(recompute), LostRestart: durationpb.New(restart), LostQueueing: durationpb.New(queueing),
-		LostCheckpointing: durationpb.New(checkpointing), Failures: failures, Restarts: restarts, Jobs: 1}
-	if wall > 0 {
-		g.Goodput = float64(productive) / float64(wall)
-	}
-	return g
+	return jobstore.EndedGoodput{Wall: clip(end.Sub(submit)), Productive: productive, Recompute: recompute, Restart: restart,
+		Queueing: queueing, Checkpointing: checkpointing, Failures: failures, Restarts: restarts}
 }
 
-// Sum adds goodputs (of a cluster's jobs) into one named name: every
-// duration and count summed, goodput the sum's productive over its wall.
-func Sum(name string, parts []*loomv1.Goodput) *loomv1.Goodput {
-	var wall, productive, recompute, restart, queueing, ckpt time.Duration
-	out := &loomv1.Goodput{Name: name}
-	for _, g := range parts {
-		wall += g.GetWall().AsDuration()
-		productive += g.GetProductive().AsDuration()
-		recompute += g.GetLostRecompute().AsDuration()
-		restart += g.GetLostRestart().AsDuration()
-		queueing += g.GetLostQueueing().AsDuration()
-		ckpt += g.GetLostCheckpointing().AsDuration()
-		out.Failures += g.GetFailures()
-		out.Restarts += g.GetRestarts()
-		out.Jobs += g.GetJobs()
-	}
-	out.Wall, out.Productive = durationpb.New(wall), durationpb.New(productive)
-	out.LostRecompute, out.LostRestart = durationpb.New(recompute), durationpb.New(restart)
-	out.LostQueueing, out.LostCheckpointing = durationpb.New(queueing), durationpb.New(ckpt)
-	if wall > 0 {
-		out.Goodput = float64(productive) / float64(wall)
-	}
-	return out
+// Total adds up jobs' figures (a cluster's goodput) without a message per
+// job. The zero Total is empty.
+type Total struct {
+	f    jobstore.EndedGoodput
+	jobs int32
 }
+
+// Add counts one job's figures.
+func (t *Total) Add(f *jobstore.EndedGoodput) {
+	t.f.Wall += f.Wall
+	t.f.Productive += f.Productive
+	t.f.Recompute += f.Recompute
+	t.f.Restart += f.Restart
+	t.f.Queueing += f.Queueing
+	t.f.Checkpointing += f.Checkpointing
+	t.f.Failures += f.Failures
+	t.f.Restarts += f.Restarts
+	t.jobs++
+}
+
+// Goodput returns the total named name: every duration and count summed,
+// goodput the sum's productive over its wall (jobs weigh by their wall
+// time).
+func (t *Total) Goodput(name string) *loomv1.Goodput { return message(name, t.f, t.jobs) }
 
 func clip(d time.Duration) time.Duration { return max(d, 0) }
 
-// Compact returns g (one job's) as a pruned job's compact record keeps it.
-func Compact(g *loomv1.Goodput) *jobstore.EndedGoodput {
-	return &jobstore.EndedGoodput{Wall: g.GetWall().AsDuration(), Productive: g.GetProductive().AsDuration(),
-		Recompute: g.GetLostRecompute().AsDuration(), Restart: g.GetLostRestart().AsDuration(),
-		Queueing: g.GetLostQueueing().AsDuration(), Checkpointing: g.GetLostCheckpointing().AsDuration(),
-		Failures: g.GetFailures(), Restarts: g.GetRestarts()}
-}
-
 // FromCompact returns the goodput of the job named name from its compact
-// record e (Compact's inverse): the figures it had when it was pruned,
-// which are final since the job had ended.
-func FromCompact(name string, e *jobstore.EndedGoodput) *loomv1.Goodput {
-	g := &loomv1.Goodput{Name: name, Wall: durationpb.New(e.Wall), Productive: durationpb.New(e.Productive),
-		LostRecompute: durationpb.New(e.Recompute), LostRestart: durationpb.New(e.Restart),
-		LostQueueing: durationpb.New(e.Queueing), LostCheckpointing: durationpb.New(e.Checkpointing),
-		Failures: e.Failures, Restarts: e.Restarts, Jobs: 1}
-	if e.Wall > 0 {
-		g.Goodput = float64(e.Productive) / float64(e.Wall)
+// record e: the figures it had when it was pruned, which are final since
+// the job had ended.
+func FromCompact(name string, e *jobstore.EndedGoodput) *loomv1.Goodput { return message(name, *e, 1) }
+
+func message(name string, f jobstore.EndedGoodput, jobs int32) *loomv1.Goodput {
+	g := &loomv1.Goodput{Name: name, Wall: durationpb.New(f.Wall), Productive: durationpb.New(f.Productive),
+		LostRecompute: durationpb.New(f.Recompute), LostRestart: durationpb.New(f.Restart),
+		LostQueueing: durationpb.New(f.Queueing), LostCheckpointing: durationpb.New(f.Checkpointing),
+		Failures: f.Failures, Restarts: f.Restarts, Jobs: jobs}
+	if f.Wall > 0 {
+		g.Goodput = float64(f.Productive) / float64(f.Wall)
 	}
 	return g
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -109,11 +110,22 @@ func TestJobGoodput(t *testing.T) {
 			}
 		})
 	}
-	s := Sum("projects/p/clusters/c", []*loomv1.Goodput{
-		Job(job(loomv1.JobState_COMPLETED, 100), []*jobstore.RunRecord{run(10, 100, loomv1.JobState_COMPLETED, -1)}, at(100)),
-		Job(job(loomv1.JobState_PENDING, -1), nil, at(100)),
-		Job(job(loomv1.JobState_COMPLETED, 100), []*jobstore.RunRecord{saving(run(0, 100, loomv1.JobState_COMPLETED, 90), 10)}, at(100)),
-	})
+	var total Total
+	for _, f := range []jobstore.EndedGoodput{
+		Figures(job(loomv1.JobState_COMPLETED, 100), []*jobstore.RunRecord{run(10, 100, loomv1.JobState_COMPLETED, -1)}, at(100)),
+		Figures(job(loomv1.JobState_PENDING, -1), nil, at(100)),
+		Figures(job(loomv1.JobState_COMPLETED, 100), []*jobstore.RunRecord{saving(run(0, 100, loomv1.JobState_COMPLETED, 90), 10)}, at(100)),
+	} {
+		total.Add(&f)
+	}
+	s := total.Goodput("projects/p/clusters/c")
+	// A pruned job's record reads back as the job's own goodput.
+	f := Figures(job(loomv1.JobState_COMPLETED, 100), []*jobstore.RunRecord{run(0, 60, loomv1.JobState_NODE_FAIL, 50),
+		saving(run(64, 100, loomv1.JobState_COMPLETED, 90), 3)}, at(200))
+	if g, want := FromCompact("projects/p/jobs/1", &f), Job(job(loomv1.JobState_COMPLETED, 100),
+		[]*jobstore.RunRecord{run(0, 60, loomv1.JobState_NODE_FAIL, 50), saving(run(64, 100, loomv1.JobState_COMPLETED, 90), 3)}, at(200)); !proto.Equal(g, want) {
+		t.Fatalf("from the compact record %v, want %v", g, want)
+	}
 	if s.GetJobs() != 3 || s.GetWall().AsDuration() != 300*time.Minute || s.GetLostCheckpointing().AsDuration() != 10*time.Minute ||
 		math.Abs(s.GetGoodput()-(90.0+90)/300) > 1e-9 {
 		t.Fatalf("cluster sum %v", s)
