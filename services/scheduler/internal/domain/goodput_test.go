@@ -28,8 +28,7 @@ func TestGoodputOfPrunedJobs(t *testing.T) {
 	host := h.job(1).GetNodes()[0]
 	h.tick(10 * time.Minute)
 	// A checkpoint now, after 30 s spent writing checkpoints; then a
-	// report with an absurd duration from another node, and a negative one:
-	// the highest sane one counts, bounded by the run's time.
+	// negative duration (broken or hostile), which is ignored.
 	h.do(&eventsv1.StepProgress{Job: jobName(1), Attempt: 1, Node: nodeName(host), Step: 500, CheckpointStep: 500,
 		CheckpointDuration: durationpb.New(30 * time.Second), LastProgress: timestamppb.New(h.now)})
 	h.do(&eventsv1.StepProgress{Job: jobName(1), Attempt: 1, Node: nodeName(host), Step: 501,
