@@ -308,7 +308,7 @@ func TestStepProgress(t *testing.T) {
 	e.progressInterval = 100 * time.Millisecond
 	e.start(t)
 	report := func(step, ckpt int) string {
-		return fmt.Sprintf(`printf '{"step": %d, "checkpoint_step": %d, "checkpoint_time": "2026-12-01T10:00:00Z"}' > "$LOOM_PROGRESS_FILE.tmp" && mv "$LOOM_PROGRESS_FILE.tmp" "$LOOM_PROGRESS_FILE"; `, step, ckpt)
+		return fmt.Sprintf(`printf '{"step": %d, "checkpoint_step": %d, "checkpoint_time": "2026-12-01T10:00:00Z", "checkpoint_seconds": %d.5}' > "$LOOM_PROGRESS_FILE.tmp" && mv "$LOOM_PROGRESS_FILE.tmp" "$LOOM_PROGRESS_FILE"; `, step, ckpt, ckpt)
 	}
 	hold := func(name string) string { return `while [ ! -e "$HOME/` + name + `" ]; do sleep 0.05; done; ` }
 	script := report(5, 4) + hold("a") + "echo hello; " + hold("b") + report(9, 8) + hold("c")
@@ -322,7 +322,7 @@ func TestStepProgress(t *testing.T) {
 	}
 	p := progress(func(p *eventsv1.StepProgress) bool { return p.Step == 5 })
 	if p.CheckpointStep != 4 || p.CheckpointTime.AsTime() != time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC) ||
-		p.Attempt != 1 || p.Node != node || p.LastProgress == nil || p.OutputBytes != 0 {
+		p.Attempt != 1 || p.Node != node || p.LastProgress == nil || p.OutputBytes != 0 || p.CheckpointDuration.AsDuration() != 4500*time.Millisecond {
 		t.Fatalf("first progress = %v", p)
 	}
 	e.touch(t, "a")
@@ -331,7 +331,8 @@ func TestStepProgress(t *testing.T) {
 	}
 	e.touch(t, "b")
 	last := progress(func(p *eventsv1.StepProgress) bool { return p.Step == 9 })
-	if last.CheckpointStep != 8 || !last.LastProgress.AsTime().After(p.LastProgress.AsTime()) {
+	if last.CheckpointStep != 8 || !last.LastProgress.AsTime().After(p.LastProgress.AsTime()) ||
+		last.CheckpointDuration.AsDuration() != 8500*time.Millisecond {
 		t.Fatalf("progress at step 9 = %v", last)
 	}
 	// Nothing moves now: ten intervals' worth of heartbeats bring no report.

@@ -1747,7 +1747,9 @@ func (x *GetJobGoodputRequest) GetName() string {
 type GetClusterGoodputRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// since bounds the window (default: the last 7 days).
+	// since bounds the window (default: the last 7 days): the jobs of the
+	// cluster not ended before since, each counted whole. Ended jobs count
+	// while the scheduler keeps their final record (30 days after their end).
 	Since         *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1804,11 +1806,14 @@ type Goodput struct {
 	Name       string               `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Wall       *durationpb.Duration `protobuf:"bytes,2,opt,name=wall,proto3" json:"wall,omitempty"`
 	Productive *durationpb.Duration `protobuf:"bytes,3,opt,name=productive,proto3" json:"productive,omitempty"`
-	// lost_failures: run time lost to failed attempts beyond their last checkpoint (recomputation).
+	// lost_recompute: run time lost to failed attempts beyond their last checkpoint (recomputation).
 	LostRecompute *durationpb.Duration `protobuf:"bytes,4,opt,name=lost_recompute,json=lostRecompute,proto3" json:"lost_recompute,omitempty"`
 	// lost_restart: time from a failure to the next attempt running (detection, drain, requeue, start).
-	LostRestart       *durationpb.Duration `protobuf:"bytes,5,opt,name=lost_restart,json=lostRestart,proto3" json:"lost_restart,omitempty"`
-	LostQueueing      *durationpb.Duration `protobuf:"bytes,6,opt,name=lost_queueing,json=lostQueueing,proto3" json:"lost_queueing,omitempty"`
+	LostRestart  *durationpb.Duration `protobuf:"bytes,5,opt,name=lost_restart,json=lostRestart,proto3" json:"lost_restart,omitempty"`
+	LostQueueing *durationpb.Duration `protobuf:"bytes,6,opt,name=lost_queueing,json=lostQueueing,proto3" json:"lost_queueing,omitempty"`
+	// lost_checkpointing: time the runs spent writing checkpoints (before
+	// their last checkpoint, for a failed run), as the program reports it
+	// (StepProgress.checkpoint_duration); 0 for programs that do not.
 	LostCheckpointing *durationpb.Duration `protobuf:"bytes,7,opt,name=lost_checkpointing,json=lostCheckpointing,proto3" json:"lost_checkpointing,omitempty"`
 	// goodput is productive / wall, 0..1.
 	Goodput       float64 `protobuf:"fixed64,8,opt,name=goodput,proto3" json:"goodput,omitempty"`

@@ -818,7 +818,8 @@ func (a *app) jobsGoodputCommand() *cobra.Command {
 		Long: `Show a job's goodput: its wall time from submission, the productive part,
 and where the rest went: recomputation (work lost since the last checkpoint
 of a failed attempt), restarts (from a failure to running again), queueing,
-checkpointing.`,
+checkpointing (the time saves took, as the program reports it; loom train
+does). A finished job's figures stay available for 30 days after its end.`,
 		Args: exactArgs(1, "the job id, e.g. `loom jobs goodput 7`"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			gc, err := a.goodputClient()
@@ -846,7 +847,11 @@ func (a *app) clustersGoodputCommand() *cobra.Command {
 		Short: "Show how much of a cluster's job time was productive training",
 		Long: `Show a cluster's goodput over its jobs in a window (default: the last 7
 days): wall time, productive time, time lost to recomputation, restarts,
-queueing and checkpointing, and goodput (productive / wall).`,
+queueing and checkpointing, and goodput (productive / wall).
+
+The window takes every job not ended before its start, each counted whole
+(all of its wall time, even the part before the window). Finished jobs count
+for 30 days after their end, so a --since longer than 720h misses some.`,
 		Args: exactArgs(1, "the cluster, e.g. `loom clusters goodput demo`"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			gc, err := a.goodputClient()

@@ -198,6 +198,21 @@ func TestXid79DrainsRepairsAndResumesFromCheckpoint(t *testing.T) {
 	if !strings.Contains(string(out), "resuming from checkpoint") {
 		t.Errorf("the second run did not resume from a checkpoint:\n%s", out)
 	}
+	// What the failure cost, through the gateway: a failure, the restart,
+	// the trainer's timed saves (forwarded by the agent), and parts that
+	// add up to the wall time.
+	gp, err := loomv1.NewGoodputServiceClient(gw).GetJobGoodput(waitCtx(t, 5*time.Second),
+		&loomv1.GetJobGoodputRequest{Name: job.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := gp.Productive.AsDuration() + gp.LostRecompute.AsDuration() + gp.LostRestart.AsDuration() +
+		gp.LostQueueing.AsDuration() + gp.LostCheckpointing.AsDuration()
+	if gp.Failures < 1 || gp.Restarts < 1 || gp.LostRestart.AsDuration() <= 0 || gp.LostCheckpointing.AsDuration() <= 0 ||
+		parts != gp.Wall.AsDuration() || gp.Goodput <= 0 || gp.Goodput >= 1 {
+		t.Errorf("goodput of the interrupted job: %v", gp)
+	}
+	t.Logf("goodput: %v", gp)
 }
 
 // TestXid13RestartsTheJobWithoutDrainingTheNode: an application Xid (13,

@@ -224,6 +224,11 @@ type Progress struct {
 	// CheckpointTime is when that checkpoint was written (RFC 3339, UTC);
 	// absent when there is none.
 	CheckpointTime string `json:"checkpoint_time,omitempty"`
+	// CheckpointSeconds is how long this run (not the ones it resumed from)
+	// has spent saving checkpoints: building the state, writing and syncing
+	// the file, pruning old ones. Goodput counts it as lost to
+	// checkpointing. Absent before the run's first save.
+	CheckpointSeconds float64 `json:"checkpoint_seconds,omitempty"`
 }
 
 // Model is the file written at the end of training by the linear model;
@@ -598,6 +603,7 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 	}
 	var res Result
 	var prog Progress
+	var checkpointing time.Duration // this run's saves, for goodput
 	if ckDir != "" {
 		ck, err := latestCheckpoint(ckDir)
 		if err != nil {
@@ -711,6 +717,7 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 		}
 		scheduled := cfg.CheckpointEvery > 0 && epoch%cfg.CheckpointEvery == 0
 		if scheduled || requested {
+			saveStart := time.Now()
 			st, err := l.state()
 			if err == nil {
 				err = writeCheckpoint(filepath.Join(ckDir, checkpointName(epoch)), st)
@@ -725,6 +732,8 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 			if err := pruneCheckpoints(ckDir, cfg.KeepCheckpoints, epoch); err != nil {
 				fmt.Fprintf(out, "could not remove old checkpoints: %v\n", err)
 			}
+			checkpointing += time.Since(saveStart)
+			prog.CheckpointSeconds = checkpointing.Seconds()
 		}
 		if err := progress.write(prog, scheduled || requested); err != nil {
 			return res, err
@@ -829,7 +838,10 @@ func (w *metricWriter) report(epoch int, m Metrics) error {
 
 func (w *metricWriter) close() { _ = w.f.Close() }
 
-func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+// rfc3339 formats t with its fraction of a second: goodput measures the work
+// lost since a checkpoint from it, and whole seconds would make a checkpoint
+// written in a run's first second look older than the run.
+func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // progressWriter writes the progress file, at most every `every` unless
 // forced; it writes nothing without a path.

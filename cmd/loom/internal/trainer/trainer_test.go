@@ -316,8 +316,12 @@ func TestProgressFile(t *testing.T) {
 	if err := json.Unmarshal(b, &raw); err != nil {
 		t.Fatalf("progress file %q: %v", b, err)
 	}
-	if raw["step"] != float64(35) || raw["checkpoint_step"] != float64(30) || len(raw) != 3 {
-		t.Fatalf("progress = %s, want step 35, checkpoint_step 30, checkpoint_time", b)
+	if raw["step"] != float64(35) || raw["checkpoint_step"] != float64(30) || len(raw) != 4 {
+		t.Fatalf("progress = %s, want step 35, checkpoint_step 30, checkpoint_time, checkpoint_seconds", b)
+	}
+	// The saves were timed: more than nothing, less than the whole run.
+	if sec, ok := raw["checkpoint_seconds"].(float64); !ok || sec <= 0 || sec > time.Since(start).Seconds() {
+		t.Fatalf("checkpoint_seconds %v, want the time the saves took, within the run", raw["checkpoint_seconds"])
 	}
 	at, err := time.Parse(time.RFC3339, raw["checkpoint_time"].(string))
 	if err != nil || at.Before(start.Truncate(time.Second)) || at.After(time.Now()) {
@@ -333,8 +337,9 @@ func TestProgressFile(t *testing.T) {
 	}
 	b, _ = os.ReadFile(cfg.ProgressFile)
 	var p Progress
-	if err := json.Unmarshal(b, &p); err != nil || p.Step != 30 || p.CheckpointStep != 30 || p.CheckpointTime == "" {
-		t.Fatalf("progress at resume = %s (%v), want step 30 at checkpoint 30", b, err)
+	if err := json.Unmarshal(b, &p); err != nil || p.Step != 30 || p.CheckpointStep != 30 || p.CheckpointTime == "" ||
+		p.CheckpointSeconds != 0 {
+		t.Fatalf("progress at resume = %s (%v), want step 30 at checkpoint 30, no checkpointing time of its own yet", b, err)
 	}
 }
 

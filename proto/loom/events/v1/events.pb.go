@@ -2942,10 +2942,16 @@ type StepProgress struct {
 	// output_bytes is the size of the step's output file.
 	OutputBytes int64 `protobuf:"varint,7,opt,name=output_bytes,json=outputBytes,proto3" json:"output_bytes,omitempty"`
 	// last_progress is when the step last moved (step or output grew).
-	LastProgress  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_progress,json=lastProgress,proto3" json:"last_progress,omitempty"`
-	Time          *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=time,proto3" json:"time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LastProgress *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_progress,json=lastProgress,proto3" json:"last_progress,omitempty"`
+	Time         *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=time,proto3" json:"time,omitempty"`
+	// checkpoint_duration is how long this run (attempt) has spent writing
+	// checkpoints so far, summed over its saves, as the program reports it
+	// ("checkpoint_seconds" in its progress file; the built-in trainer times
+	// each save). Unset when the program does not report it. Goodput counts
+	// it as lost_checkpointing.
+	CheckpointDuration *durationpb.Duration `protobuf:"bytes,10,opt,name=checkpoint_duration,json=checkpointDuration,proto3" json:"checkpoint_duration,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *StepProgress) Reset() {
@@ -3037,6 +3043,13 @@ func (x *StepProgress) GetLastProgress() *timestamppb.Timestamp {
 func (x *StepProgress) GetTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.Time
+	}
+	return nil
+}
+
+func (x *StepProgress) GetCheckpointDuration() *durationpb.Duration {
+	if x != nil {
+		return x.CheckpointDuration
 	}
 	return nil
 }
@@ -4974,7 +4987,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"first_rank\x18\a \x01(\x05R\tfirstRank\x12\x1d\n" +
 	"\n" +
 	"exit_codes\x18\b \x03(\x05R\texitCodes\x12\x18\n" +
-	"\amessage\x18\t \x01(\tR\amessage\"\xe4\x02\n" +
+	"\amessage\x18\t \x01(\tR\amessage\"\xb0\x03\n" +
 	"\fStepProgress\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
@@ -4984,7 +4997,9 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x0fcheckpoint_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0echeckpointTime\x12!\n" +
 	"\foutput_bytes\x18\a \x01(\x03R\voutputBytes\x12?\n" +
 	"\rlast_progress\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\flastProgress\x12.\n" +
-	"\x04time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xfe\x02\n" +
+	"\x04time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12J\n" +
+	"\x13checkpoint_duration\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x12checkpointDuration\"\xfe\x02\n" +
 	"\x0fMetricsReported\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
@@ -5232,8 +5247,8 @@ var file_loom_events_v1_events_proto_goTypes = []any{
 	(*v1.DiskSample)(nil),                  // 73: loom.v1.DiskSample
 	(*v1.HealthCheckResult)(nil),           // 74: loom.v1.HealthCheckResult
 	(*v1.Job)(nil),                         // 75: loom.v1.Job
-	(v1.RemediationState)(0),               // 76: loom.v1.RemediationState
-	(*durationpb.Duration)(nil),            // 77: google.protobuf.Duration
+	(*durationpb.Duration)(nil),            // 76: google.protobuf.Duration
+	(v1.RemediationState)(0),               // 77: loom.v1.RemediationState
 	(*v1.Fault)(nil),                       // 78: loom.v1.Fault
 	(*v1.ModelVersion)(nil),                // 79: loom.v1.ModelVersion
 	(*v11.Model)(nil),                      // 80: loom.training.v1.Model
@@ -5271,38 +5286,39 @@ var file_loom_events_v1_events_proto_depIdxs = []int32{
 	71, // 22: loom.events.v1.StepProgress.checkpoint_time:type_name -> google.protobuf.Timestamp
 	71, // 23: loom.events.v1.StepProgress.last_progress:type_name -> google.protobuf.Timestamp
 	71, // 24: loom.events.v1.StepProgress.time:type_name -> google.protobuf.Timestamp
-	64, // 25: loom.events.v1.MetricsReported.points:type_name -> loom.events.v1.MetricsReported.Point
-	2,  // 26: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
-	71, // 27: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
-	76, // 28: loom.events.v1.NodeHealthChanged.state:type_name -> loom.v1.RemediationState
-	70, // 29: loom.events.v1.NodeHealthChanged.action:type_name -> loom.v1.RemediationAction
-	71, // 30: loom.events.v1.NodeHealthChanged.time:type_name -> google.protobuf.Timestamp
-	77, // 31: loom.events.v1.RunHealthCheck.timeout:type_name -> google.protobuf.Duration
-	66, // 32: loom.events.v1.RunHealthCheck.params:type_name -> loom.events.v1.RunHealthCheck.ParamsEntry
-	78, // 33: loom.events.v1.InjectNodeFault.fault:type_name -> loom.v1.Fault
-	77, // 34: loom.events.v1.ScanNodes.timeout:type_name -> google.protobuf.Duration
-	70, // 35: loom.events.v1.UpdateNodeRemediation.action:type_name -> loom.v1.RemediationAction
-	78, // 36: loom.events.v1.InjectFault.fault:type_name -> loom.v1.Fault
-	70, // 37: loom.events.v1.RemediateNode.action:type_name -> loom.v1.RemediationAction
-	79, // 38: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
-	80, // 39: loom.events.v1.UploadModel.model:type_name -> loom.training.v1.Model
-	81, // 40: loom.events.v1.UploadModel.lineage:type_name -> loom.v1.ModelLineage
-	82, // 41: loom.events.v1.CreateCustomJob.custom_job:type_name -> loom.training.v1.CustomJob
-	83, // 42: loom.events.v1.CreateHyperparameterTuningJob.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
-	84, // 43: loom.events.v1.CreateTrainingPipeline.pipeline:type_name -> loom.training.v1.TrainingPipeline
-	82, // 44: loom.events.v1.CustomJobChanged.custom_job:type_name -> loom.training.v1.CustomJob
-	83, // 45: loom.events.v1.HyperparameterTuningJobChanged.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
-	85, // 46: loom.events.v1.TrialChanged.trial:type_name -> loom.training.v1.Trial
-	84, // 47: loom.events.v1.TrainingPipelineChanged.pipeline:type_name -> loom.training.v1.TrainingPipeline
-	86, // 48: loom.events.v1.AuditRecorded.record:type_name -> loom.v1.AuditRecord
-	87, // 49: loom.events.v1.AssociationChanged.association:type_name -> loom.v1.Association
-	71, // 50: loom.events.v1.MetricsReported.Point.time:type_name -> google.protobuf.Timestamp
-	65, // 51: loom.events.v1.MetricsReported.Point.values:type_name -> loom.events.v1.MetricsReported.Point.ValuesEntry
-	52, // [52:52] is the sub-list for method output_type
-	52, // [52:52] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	76, // 25: loom.events.v1.StepProgress.checkpoint_duration:type_name -> google.protobuf.Duration
+	64, // 26: loom.events.v1.MetricsReported.points:type_name -> loom.events.v1.MetricsReported.Point
+	2,  // 27: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
+	71, // 28: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
+	77, // 29: loom.events.v1.NodeHealthChanged.state:type_name -> loom.v1.RemediationState
+	70, // 30: loom.events.v1.NodeHealthChanged.action:type_name -> loom.v1.RemediationAction
+	71, // 31: loom.events.v1.NodeHealthChanged.time:type_name -> google.protobuf.Timestamp
+	76, // 32: loom.events.v1.RunHealthCheck.timeout:type_name -> google.protobuf.Duration
+	66, // 33: loom.events.v1.RunHealthCheck.params:type_name -> loom.events.v1.RunHealthCheck.ParamsEntry
+	78, // 34: loom.events.v1.InjectNodeFault.fault:type_name -> loom.v1.Fault
+	76, // 35: loom.events.v1.ScanNodes.timeout:type_name -> google.protobuf.Duration
+	70, // 36: loom.events.v1.UpdateNodeRemediation.action:type_name -> loom.v1.RemediationAction
+	78, // 37: loom.events.v1.InjectFault.fault:type_name -> loom.v1.Fault
+	70, // 38: loom.events.v1.RemediateNode.action:type_name -> loom.v1.RemediationAction
+	79, // 39: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
+	80, // 40: loom.events.v1.UploadModel.model:type_name -> loom.training.v1.Model
+	81, // 41: loom.events.v1.UploadModel.lineage:type_name -> loom.v1.ModelLineage
+	82, // 42: loom.events.v1.CreateCustomJob.custom_job:type_name -> loom.training.v1.CustomJob
+	83, // 43: loom.events.v1.CreateHyperparameterTuningJob.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
+	84, // 44: loom.events.v1.CreateTrainingPipeline.pipeline:type_name -> loom.training.v1.TrainingPipeline
+	82, // 45: loom.events.v1.CustomJobChanged.custom_job:type_name -> loom.training.v1.CustomJob
+	83, // 46: loom.events.v1.HyperparameterTuningJobChanged.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
+	85, // 47: loom.events.v1.TrialChanged.trial:type_name -> loom.training.v1.Trial
+	84, // 48: loom.events.v1.TrainingPipelineChanged.pipeline:type_name -> loom.training.v1.TrainingPipeline
+	86, // 49: loom.events.v1.AuditRecorded.record:type_name -> loom.v1.AuditRecord
+	87, // 50: loom.events.v1.AssociationChanged.association:type_name -> loom.v1.Association
+	71, // 51: loom.events.v1.MetricsReported.Point.time:type_name -> google.protobuf.Timestamp
+	65, // 52: loom.events.v1.MetricsReported.Point.values:type_name -> loom.events.v1.MetricsReported.Point.ValuesEntry
+	53, // [53:53] is the sub-list for method output_type
+	53, // [53:53] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_loom_events_v1_events_proto_init() }

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -27,5 +28,21 @@ func TestObserve(t *testing.T) {
 	}
 	if _, ev := Observe(self, "projects/p/jobs/7", 1, p, ProgressReport{Step: 10, CheckpointStep: 10}, 100, t3); ev == nil || ev.CheckpointStep != 10 {
 		t.Fatalf("a new checkpoint: %v, want a report", ev)
+	}
+	// The time spent checkpointing is forwarded; nonsense is not.
+	ck := ProgressReport{Step: 10, CheckpointStep: 8, CheckpointTime: t0, CheckpointSeconds: 2.5}
+	if _, ev := Observe(self, "projects/p/jobs/7", 1, p, ck, 100, t3); ev == nil || ev.CheckpointDuration.AsDuration() != 2500*time.Millisecond {
+		t.Fatalf("checkpointing time: %v, want a report of 2.5s", ev)
+	}
+	for _, bad := range []float64{-1, math.NaN()} {
+		bad := ProgressReport{Step: 11, CheckpointSeconds: bad}
+		if _, ev := Observe(self, "projects/p/jobs/7", 1, p, bad, 100, t3); ev == nil || ev.CheckpointDuration != nil {
+			t.Fatalf("checkpoint_seconds %v: %v, want no duration", bad.CheckpointSeconds, ev)
+		}
+	}
+	huge := ProgressReport{Step: 11, CheckpointSeconds: math.Inf(1)}
+	if _, ev := Observe(self, "projects/p/jobs/7", 1, p, huge, 100, t3); ev == nil ||
+		ev.CheckpointDuration.AsDuration() != MaxCheckpointSeconds*time.Second {
+		t.Fatalf("checkpoint_seconds +Inf: %v, want it clipped to a year", ev)
 	}
 }

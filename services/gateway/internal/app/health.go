@@ -347,7 +347,9 @@ func (g *Gateway) GetJobGoodput(ctx context.Context, req *loomv1.GetJobGoodputRe
 	gp, err := g.own.Goodput.GetJobGoodput(ctx, &loomv1.GetJobGoodputRequest{Name: ref.name})
 	if err != nil {
 		if isNotFound(err) {
-			return nil, jobNotFound(ref.name)
+			// The caller may see the job (visibleJob): pass on the
+			// scheduler's reason (a record too old to hold goodput).
+			return nil, err
 		}
 		return nil, fmt.Errorf("ask the scheduler for the goodput of %s: %w", ref.name, err)
 	}

@@ -8,7 +8,7 @@
 //	scheduler:runs      job#attempt  → JSON Run
 //	scheduler:arrays    array name   → JSON {name, cluster, job_id, limit, index_spec, template: protobuf Job}
 //	scheduler:usage     cluster|account[|user] → JSON Usage (decayed fair-share usage)
-//	scheduler:ended     job name     → JSON Ended (final state of a job retention pruned)
+//	scheduler:ended     job name     → JSON Ended (final state and goodput of a job retention pruned)
 //	scheduler:assocs    project|account|user → JSON AssocLimit (an association's MaxJobs, from AssociationChanged)
 //
 // The leader lease (lease.go) lives beside them: scheduler:leader and its

@@ -428,13 +428,18 @@ func (a *App) ListPartitions(cluster string) []*loomv1.Partition {
 	return views.Partitions(a.state, cluster)
 }
 
-// JobGoodput returns the goodput of the job name as of now, or an error
-// wrapping errs.NotFound for a job the scheduler does not know.
+// JobGoodput returns the goodput of the job name as of now (final figures
+// for a job pruned since its end), or an error wrapping errs.NotFound for a
+// job the scheduler does not know, or whose record predates goodput.
 func (a *App) JobGoodput(name string) (*loomv1.Goodput, error) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	g := a.state.JobGoodput(name, a.now())
 	if g == nil {
+		if a.state.EndedRecord(a.state.ResolveJobName(name)) != nil {
+			return nil, fmt.Errorf("job %s ended, and was pruned, before the scheduler kept goodput with its final record: %w",
+				name, errs.NotFound)
+		}
 		return nil, fmt.Errorf("job %s: %w", name, errs.NotFound)
 	}
 	return g, nil

@@ -1,8 +1,10 @@
 package app
 
 import (
+	"errors"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
@@ -58,6 +61,10 @@ func TestPruneIsStoredAndSurvivesRestart(t *testing.T) {
 	if j, _ := a.GetJob(name(1)); j.GetState() != loomv1.JobState_COMPLETED {
 		t.Fatalf("job 1: %v", j.GetState())
 	}
+	live, err := a.JobGoodput(name(1))
+	if err != nil || live.GetJobs() != 1 || live.GetWall().AsDuration() <= 0 {
+		t.Fatalf("goodput of job 1: %v %v", live, err)
+	}
 	ret := domain.Retention{MinJobAge: 5 * time.Minute}
 	if n, err := a.Prune(ctx, ret); err != nil || n != 0 {
 		t.Fatalf("prune before MinJobAge: %d %v", n, err)
@@ -78,6 +85,12 @@ func TestPruneIsStoredAndSurvivesRestart(t *testing.T) {
 		t.Fatal("no compact record of job 1 stored")
 	}
 
+	if g, err := a.JobGoodput(name(1)); err != nil || !proto.Equal(g, live) {
+		t.Fatalf("goodput of pruned job 1: %v %v, want %v", g, err, live)
+	}
+	// A record stored before goodput was kept with it.
+	rdb.HSet(ctx, "scheduler:ended", name(9), `{"name":"`+name(9)+`","state":5,"end":"2025-12-31T00:00:00Z"}`)
+
 	// A restart: a new instance loads what Redis holds.
 	b := New(st, domain.Config{}, clock, log)
 	if err := b.Start(ctx); err != nil {
@@ -85,6 +98,16 @@ func TestPruneIsStoredAndSurvivesRestart(t *testing.T) {
 	}
 	if _, err := b.GetJob(name(1)); err == nil {
 		t.Fatal("the restart brought a pruned job back")
+	}
+	if g, err := b.JobGoodput(name(1)); err != nil || !proto.Equal(g, live) {
+		t.Fatalf("goodput of pruned job 1 after a restart: %v %v, want %v", g, err, live)
+	}
+	if g, err := b.ClusterGoodput(cl, clock().Add(-time.Hour)); err != nil || g.GetJobs() != 1 ||
+		g.GetWall().AsDuration() != live.GetWall().AsDuration() {
+		t.Fatalf("cluster goodput after a restart: %v %v, want job 1's", g, err)
+	}
+	if _, err := b.JobGoodput(name(9)); !errors.Is(err, errs.NotFound) || !strings.Contains(err.Error(), "before the scheduler kept goodput") {
+		t.Fatalf("goodput of a record without it: %v, want NotFound saying why", err)
 	}
 	submit(b, 2, "afterok:1")
 	submit(b, 3, "afternotok:1")

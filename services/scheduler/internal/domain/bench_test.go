@@ -240,3 +240,25 @@ func ranksOf(out []queued) []rankID {
 	}
 	return keys
 }
+
+// BenchmarkClusterGoodput measures GetClusterGoodput over a cluster of
+// 1,000 nodes with 10,000 pending jobs, its running ones, and 100,000
+// pruned jobs' compact records (a month of ended jobs): it reads every job
+// and record kept, with no index.
+func BenchmarkClusterGoodput(b *testing.B) {
+	s, now := benchCluster(1000, 10000, 0.9, 1)
+	ended := make([]*Ended, 100_000)
+	for i := range ended {
+		end := now.Add(-time.Duration(i) * 25 * time.Second) // 100,000 over ~29 days
+		ended[i] = &Ended{Name: jobName(1_000_000 + i), State: loomv1.JobState_COMPLETED, Start: end.Add(-time.Hour), End: end,
+			Cluster: cl, Goodput: &jobstore.EndedGoodput{Wall: 2 * time.Hour, Productive: time.Hour, Queueing: time.Hour}}
+	}
+	s.LoadEnded(ended)
+	since := now.Add(-7 * 24 * time.Hour)
+	b.ReportAllocs()
+	for b.Loop() {
+		if g := s.ClusterGoodput(cl, since, now); g.GetJobs() == 0 {
+			b.Fatal("no jobs counted")
+		}
+	}
+}

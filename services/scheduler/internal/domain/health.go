@@ -191,9 +191,9 @@ func (s *State) hangDue(now time.Time, j *Job, r *Run) (time.Duration, bool) {
 	return d, !now.Before(last.Add(d))
 }
 
-// stepProgress records a step's progress on its run: the highest step and
-// checkpoint over the run's nodes, and when it last moved. A run being
-// drained is requeued at its first newer checkpoint.
+// stepProgress records a step's progress on its run: the highest step,
+// checkpoint and checkpointing time over the run's nodes, and when it last
+// moved. A run being drained is requeued at its first newer checkpoint.
 func (t *txn) stepProgress(ev *eventsv1.StepProgress) error {
 	var v errs.Validator
 	v.Check(ev.GetJob() != "", "job", "required")
@@ -218,6 +218,12 @@ func (t *txn) stepProgress(ev *eventsv1.StepProgress) error {
 		if ev.GetCheckpointTime() != nil {
 			p.CheckpointTime = ev.GetCheckpointTime().AsTime()
 		}
+	}
+	// Cumulative over the run's saves, so a report lost or overtaken costs
+	// nothing; a negative one (hostile or broken) is ignored, and goodput
+	// bounds it by the run's own time.
+	if d := ev.GetCheckpointDuration(); d != nil && d.CheckValid() == nil {
+		p.Checkpointing = max(p.Checkpointing, d.AsDuration())
 	}
 	last := t.now
 	if ev.GetLastProgress() != nil {

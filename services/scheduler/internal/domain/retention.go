@@ -8,6 +8,7 @@ import (
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/goodput"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 )
 
@@ -16,7 +17,8 @@ import (
 // run of it has ended (a COMPLETING job, or one whose old requeued run still
 // stops, stays). Then Prune drops the job, its runs and, once none of its
 // tasks is left, its array, and keeps a compact Ended record (state, start,
-// end) for EndedAge, so that dependencies on it resolve as before: afterok
+// end, cluster and final goodput) for EndedAge, so that dependencies on it
+// resolve as before, and its goodput is still served: afterok
 // on a pruned COMPLETED job is satisfied, afternotok on it never is. Arrays'
 // % limits and fair-share usage do not read ended jobs (running tasks are
 // counted from live runs; usage is charged when an attempt ends and kept in
@@ -118,7 +120,10 @@ func (s *State) Prune(now time.Time, ret Retention, max int) *Pruned {
 				p.Runs = append(p.Runs, RunKey(name, a))
 			}
 		}
-		e := &Ended{Name: name, State: j.Job.GetState(), End: j.Job.GetEndTime().AsTime()}
+		// The job has ended: its goodput is final, and kept for `loom jobs
+		// goodput` and the cluster's figure.
+		e := &Ended{Name: name, State: j.Job.GetState(), End: j.Job.GetEndTime().AsTime(), Cluster: j.Job.GetCluster(),
+			Goodput: new(goodput.Figures(j.Job, s.runsOf(j), now))}
 		if j.Job.GetStartTime() != nil {
 			e.Start = j.Job.GetStartTime().AsTime()
 		}

@@ -1,7 +1,6 @@
 package domain
 
 import (
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -163,40 +162,49 @@ func (s *State) NodeTable(cluster string) (views.ClusterTable, bool) {
 }
 
 // JobGoodput returns the goodput of the job name ("…/jobs/A_i": task i of
-// array A) as of now (package goodput), or nil when the scheduler does not
-// know it (a job pruned since its end).
+// array A) as of now (package goodput): from its runs while the scheduler
+// keeps it, then from its compact record (final figures) once retention
+// pruned it; nil when it knows neither, or the record predates goodput.
 func (s *State) JobGoodput(name string, now time.Time) *loomv1.Goodput {
-	j := s.jobs[s.ResolveJobName(name)]
-	if j == nil {
-		return nil
+	name = s.ResolveJobName(name)
+	if j := s.jobs[name]; j != nil {
+		return goodput.Job(j.Job, s.runsOf(j), now)
 	}
-	return goodput.Job(j.Job, s.runsOf(j), now)
+	if e := s.ended[name]; e != nil && e.Goodput != nil {
+		return goodput.FromCompact(name, e.Goodput)
+	}
+	return nil
 }
 
-// ClusterGoodput sums the goodput of the cluster's jobs the scheduler keeps
-// (live, and ended within the retention's MinJobAge) that were live at or
-// after since, as of now; nil when the cluster is unknown.
+// ClusterGoodput sums, as of now, the goodput of the cluster's jobs that
+// were live at or after since: every job the scheduler keeps that has not
+// ended before since, and every pruned one (its compact record, kept for
+// the retention's EndedAge) that ended at or after since. Each job counts
+// whole (its whole wall time, not the part inside the window), so a job
+// counts the same before and after it is pruned. nil when the cluster is
+// unknown. It reads every job and record kept: O(jobs), no index.
 func (s *State) ClusterGoodput(cluster string, since, now time.Time) *loomv1.Goodput {
 	if s.clusters[cluster] == nil {
 		return nil
 	}
-	var names []string
-	for name, j := range s.jobs {
+	var total goodput.Total
+	for _, j := range s.jobs {
 		if j.Job.GetCluster() != cluster {
 			continue
 		}
 		if j.Terminal() && j.Job.GetEndTime() != nil && j.Job.GetEndTime().AsTime().Before(since) {
 			continue
 		}
-		names = append(names, name)
+		f := goodput.Figures(j.Job, s.runsOf(j), now)
+		total.Add(&f)
 	}
-	sort.Strings(names)
-	parts := make([]*loomv1.Goodput, 0, len(names))
-	for _, name := range names {
-		j := s.jobs[name]
-		parts = append(parts, goodput.Job(j.Job, s.runsOf(j), now))
+	for _, e := range s.ended {
+		if e.Cluster != cluster || e.Goodput == nil || e.End.Before(since) {
+			continue
+		}
+		total.Add(e.Goodput)
 	}
-	return goodput.Sum(cluster, parts)
+	return total.Goodput(cluster)
 }
 
 // runsOf returns j's runs in attempt order (nil for attempts not kept).

@@ -33,8 +33,10 @@ func NewGoodputServer(src Goodputs, now func() time.Time) *GoodputServer {
 }
 
 // GetJobGoodput returns a job's goodput ("projects/{p}/jobs/{id}", or
-// "…/jobs/{A}_{i}"): InvalidArgument for a malformed name, NotFound for a
-// job the scheduler does not keep (pruned after its end).
+// "…/jobs/{A}_{i}"): its final figures once it was pruned after its end,
+// from its compact record (kept 30 days); InvalidArgument for a malformed
+// name, NotFound for a job the scheduler does not know (or whose record
+// expired, or predates goodput).
 func (s *GoodputServer) GetJobGoodput(_ context.Context, req *loomv1.GetJobGoodputRequest) (*loomv1.Goodput, error) {
 	if err := checkJobName("name", req.GetName()); err != nil {
 		return nil, err
@@ -42,8 +44,9 @@ func (s *GoodputServer) GetJobGoodput(_ context.Context, req *loomv1.GetJobGoodp
 	return s.src.JobGoodput(req.GetName())
 }
 
-// GetClusterGoodput sums the goodput of a cluster's jobs live since
-// req.since (default: the last 7 days) that the scheduler keeps.
+// GetClusterGoodput sums the goodput of a cluster's jobs not ended before
+// req.since (default: the last 7 days), live or pruned (while their compact
+// record is kept), each counted whole (domain.State.ClusterGoodput).
 func (s *GoodputServer) GetClusterGoodput(_ context.Context, req *loomv1.GetClusterGoodputRequest) (*loomv1.Goodput, error) {
 	if _, err := resname.SplitCluster(req.GetName()); err != nil {
 		return nil, errs.Invalid("name", "%v", err)

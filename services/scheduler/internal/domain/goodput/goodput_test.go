@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -26,6 +27,10 @@ func TestJobGoodput(t *testing.T) {
 		}
 		return r
 	}
+	saving := func(r *jobstore.RunRecord, min int) *jobstore.RunRecord {
+		r.Progress.Checkpointing = time.Duration(min) * time.Minute
+		return r
+	}
 	job := func(state loomv1.JobState, end int) *loomv1.Job {
 		j := &loomv1.Job{Name: "projects/p/jobs/1", State: state, SubmitTime: timestamppb.New(t0)}
 		if end >= 0 {
@@ -34,8 +39,8 @@ func TestJobGoodput(t *testing.T) {
 		return j
 	}
 	type want struct {
-		wall, productive, recompute, restart, queueing int // minutes
-		failures, restarts                             int32
+		wall, productive, recompute, restart, queueing, checkpointing int // minutes
+		failures, restarts                                            int32
 	}
 	for _, c := range []struct {
 		name string
@@ -68,6 +73,21 @@ func TestJobGoodput(t *testing.T) {
 		{"restart under way", job(loomv1.JobState_PENDING, -1),
 			[]*jobstore.RunRecord{run(0, 30, loomv1.JobState_NODE_FAIL, 30)}, 40,
 			want{wall: 40, productive: 30, restart: 10, failures: 1}},
+		// Checkpointing: 3 saves of 2 min each in a clean run.
+		{"checkpointing", job(loomv1.JobState_COMPLETED, 100),
+			[]*jobstore.RunRecord{saving(run(10, 100, loomv1.JobState_COMPLETED, 90), 6)}, 100,
+			want{wall: 100, productive: 84, queueing: 10, checkpointing: 6}},
+		// A failed run's saves (4 min) all lie before its last checkpoint
+		// (at 50): they are checkpointing, the 10 min after it recompute.
+		{"checkpointing in a failed run", job(loomv1.JobState_COMPLETED, 120),
+			[]*jobstore.RunRecord{saving(run(0, 60, loomv1.JobState_NODE_FAIL, 50), 4),
+				saving(run(64, 120, loomv1.JobState_COMPLETED, 110), 2)}, 130,
+			want{wall: 120, productive: 46 + 54, recompute: 10, restart: 4, checkpointing: 4 + 2, failures: 1, restarts: 1}},
+		// A report beyond what the run kept (hostile, or a clock gone
+		// wrong) is bounded by it: the parts still add up to the wall time.
+		{"checkpointing beyond the run", job(loomv1.JobState_RUNNING, -1),
+			[]*jobstore.RunRecord{saving(run(0, 30, loomv1.JobState_NODE_FAIL, 20), 1000), saving(run(35, -1, 0, -1), -5)}, 40,
+			want{wall: 40, productive: 5, recompute: 10, restart: 5, checkpointing: 20, failures: 1, restarts: 1}},
 		// Cancelled by its user: not a failure.
 		{"cancelled", job(loomv1.JobState_CANCELLED, 30),
 			[]*jobstore.RunRecord{run(10, 30, loomv1.JobState_CANCELLED, -1)}, 40,
@@ -77,7 +97,7 @@ func TestJobGoodput(t *testing.T) {
 			g := Job(c.job, c.runs, at(c.now))
 			min := func(d interface{ AsDuration() time.Duration }) int { return int(d.AsDuration() / time.Minute) }
 			got := want{min(g.GetWall()), min(g.GetProductive()), min(g.GetLostRecompute()), min(g.GetLostRestart()),
-				min(g.GetLostQueueing()), g.GetFailures(), g.GetRestarts()}
+				min(g.GetLostQueueing()), min(g.GetLostCheckpointing()), g.GetFailures(), g.GetRestarts()}
 			if got != c.want {
 				t.Fatalf("got %+v\nwant %+v", got, c.want)
 			}
@@ -85,16 +105,29 @@ func TestJobGoodput(t *testing.T) {
 				t.Fatalf("goodput %v, want %v", g.GetGoodput(), float64(c.want.productive)/float64(w))
 			}
 			// Where the time went adds up to the wall time.
-			if sum := got.productive + got.recompute + got.restart + got.queueing; sum != got.wall {
+			if sum := got.productive + got.recompute + got.restart + got.queueing + got.checkpointing; sum != got.wall {
 				t.Fatalf("productive+lost = %d min, wall %d min", sum, got.wall)
 			}
 		})
 	}
-	s := Sum("projects/p/clusters/c", []*loomv1.Goodput{
-		Job(job(loomv1.JobState_COMPLETED, 100), []*jobstore.RunRecord{run(10, 100, loomv1.JobState_COMPLETED, -1)}, at(100)),
-		Job(job(loomv1.JobState_PENDING, -1), nil, at(100)),
-	})
-	if s.GetJobs() != 2 || s.GetWall().AsDuration() != 200*time.Minute || math.Abs(s.GetGoodput()-0.45) > 1e-9 {
+	var total Total
+	for _, f := range []jobstore.EndedGoodput{
+		Figures(job(loomv1.JobState_COMPLETED, 100), []*jobstore.RunRecord{run(10, 100, loomv1.JobState_COMPLETED, -1)}, at(100)),
+		Figures(job(loomv1.JobState_PENDING, -1), nil, at(100)),
+		Figures(job(loomv1.JobState_COMPLETED, 100), []*jobstore.RunRecord{saving(run(0, 100, loomv1.JobState_COMPLETED, 90), 10)}, at(100)),
+	} {
+		total.Add(&f)
+	}
+	s := total.Goodput("projects/p/clusters/c")
+	// A pruned job's record reads back as the job's own goodput.
+	f := Figures(job(loomv1.JobState_COMPLETED, 100), []*jobstore.RunRecord{run(0, 60, loomv1.JobState_NODE_FAIL, 50),
+		saving(run(64, 100, loomv1.JobState_COMPLETED, 90), 3)}, at(200))
+	if g, want := FromCompact("projects/p/jobs/1", &f), Job(job(loomv1.JobState_COMPLETED, 100),
+		[]*jobstore.RunRecord{run(0, 60, loomv1.JobState_NODE_FAIL, 50), saving(run(64, 100, loomv1.JobState_COMPLETED, 90), 3)}, at(200)); !proto.Equal(g, want) {
+		t.Fatalf("from the compact record %v, want %v", g, want)
+	}
+	if s.GetJobs() != 3 || s.GetWall().AsDuration() != 300*time.Minute || s.GetLostCheckpointing().AsDuration() != 10*time.Minute ||
+		math.Abs(s.GetGoodput()-(90.0+90)/300) > 1e-9 {
 		t.Fatalf("cluster sum %v", s)
 	}
 }

@@ -203,10 +203,30 @@ func UsageKey(cluster, account, user string) string {
 }
 
 // Ended is the compact record of a job pruned from the live state: what a
-// dependency on it reads.
+// dependency on it reads, and its final goodput. It has a fixed set of
+// fields (no lists), so every record is bounded (about 300 bytes of JSON).
 type Ended struct {
 	Name  string          `json:"name"`
 	State loomv1.JobState `json:"state"`
 	Start time.Time       `json:"start,omitzero"`
 	End   time.Time       `json:"end"`
+	// Cluster is the job's cluster, for the cluster's goodput; empty in
+	// records written before it was kept.
+	Cluster string `json:"cluster,omitempty"`
+	// Goodput is the job's final goodput; nil in records written before it
+	// was kept.
+	Goodput *EndedGoodput `json:"goodput,omitempty"`
+}
+
+// EndedGoodput is a pruned job's final goodput (loom.v1.Goodput less its
+// name and ratio, which follow from the record): durations in nanoseconds.
+type EndedGoodput struct {
+	Wall          time.Duration `json:"wall"`
+	Productive    time.Duration `json:"productive,omitempty"`
+	Recompute     time.Duration `json:"recompute,omitempty"`
+	Restart       time.Duration `json:"restart,omitempty"`
+	Queueing      time.Duration `json:"queueing,omitempty"`
+	Checkpointing time.Duration `json:"checkpointing,omitempty"`
+	Failures      int32         `json:"failures,omitempty"`
+	Restarts      int32         `json:"restarts,omitempty"`
 }

@@ -75,13 +75,17 @@ type RunRecord struct {
 }
 
 // Progress is a run's progress as its steps reported it (the highest over
-// its nodes): the training step, the latest checkpoint's step and time, and
-// when it last moved.
+// its nodes): the training step, the latest checkpoint's step and time, the
+// time spent writing checkpoints, and when it last moved.
 type Progress struct {
 	Step           int64     `json:"step,omitempty"`
 	CheckpointStep int64     `json:"checkpoint_step,omitempty"`
 	CheckpointTime time.Time `json:"checkpoint_time,omitzero"`
 	OutputBytes    int64     `json:"output_bytes,omitempty"`
+	// Checkpointing is how long the run has spent writing checkpoints, as
+	// its program reported it (StepProgress.checkpoint_duration, the highest
+	// over its nodes: only one rank writes them), for goodput.
+	Checkpointing time.Duration `json:"checkpointing,omitempty"`
 	// Last is when the run last moved (zero: never reported).
 	Last time.Time `json:"last,omitzero"`
 }
