@@ -74,14 +74,17 @@ func (r *Registry) reload(ctx context.Context) error {
 // Handle applies one event of loom.job.events.v1 or loom.model.commands.v1:
 // a COMPLETED job with a model output registers the model's next version,
 // and so does an UploadModel whose artifact directory is complete (see
-// handleUpload); each is stored and answered in one Apply. Other events are
-// ignored.
+// handleUpload); each is stored and answered in one Apply. An ExportModel
+// copies a version's artifacts and answers ModelExported or
+// ModelExportFailed (handleExport). Other events are ignored.
 func (r *Registry) Handle(ctx context.Context, ev envelope.Event) error {
 	switch p := ev.Payload.(type) {
 	case *eventsv1.JobChanged:
 		return r.handleJob(ctx, ev, p)
 	case *eventsv1.UploadModel:
 		return r.handleUpload(ctx, ev, p)
+	case *eventsv1.ExportModel:
+		return r.handleExport(ctx, ev, p)
 	}
 	return nil
 }

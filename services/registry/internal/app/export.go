@@ -1,0 +1,81 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/blobstore"
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// handleExport runs an ExportModel command (the gateway's ExportModel
+// operation) and answers it, with the command's inbox mark, in one Apply:
+// ModelExported when the copy is whole, ModelExportFailed with the status
+// code and reason when it cannot succeed as sent. An error that may pass
+// (the copy cut short by ctx or by the handler's timeout, Redis, a store
+// that is Unavailable) is returned, so that the command is delivered again:
+// the copy then resumes, skipping the objects already there, and the
+// operation is answered once. A registry killed mid-copy resumes the same
+// way from the uncommitted command.
+func (r *Registry) handleExport(ctx context.Context, ev envelope.Event, cmd *eventsv1.ExportModel) error {
+	if err := r.drv.Ready(ctx); err != nil {
+		return err
+	}
+	// The copy is the costly part: a redelivery of an answered command skips it.
+	if seen, err := r.repo.Store().Seen(ctx, ev.ID); err != nil || seen {
+		return err
+	}
+	req := &loomv1.ExportModelRequest{Name: cmd.GetName(), OutputConfig: &loomv1.ExportModelOutputConfig{
+		ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: cmd.GetDestination()}}}
+	resp, version, err := r.export(ctx, req)
+	var answer proto.Message
+	switch {
+	case err == nil:
+		answer = &eventsv1.ModelExported{Operation: cmd.GetOperation(), Response: resp, Version: version}
+	case retryable(ctx, err):
+		return fmt.Errorf("export %s (operation %s), to be resumed: %w", cmd.GetName(), cmd.GetOperation(), err)
+	default:
+		answer = &eventsv1.ModelExportFailed{Operation: cmd.GetOperation(), Code: int32(exportCode(err)), Message: err.Error()}
+	}
+	tx, err := r.repo.AnswerExportTx(cmd.GetName(), answer)
+	if err != nil {
+		return err
+	}
+	applied, err := r.drv.Apply(ctx, ev.ID, tx, nil)
+	if err != nil {
+		return fmt.Errorf("answer export %s: %w", cmd.GetOperation(), err)
+	}
+	if applied {
+		if f, ok := answer.(*eventsv1.ModelExportFailed); ok {
+			r.log.Info("model export refused", "operation", cmd.GetOperation(), "name", cmd.GetName(), "user", cmd.GetUser(), "reason", f.GetMessage())
+		} else {
+			r.log.Info("model export done", "operation", cmd.GetOperation(), "version", version, "user", cmd.GetUser())
+		}
+	}
+	return nil
+}
+
+// retryable reports whether an export's error may pass by itself: ctx ended
+// (a shutdown, the handler's timeout), or the store or Redis Unavailable.
+func retryable(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	return errs.Code(err) == codes.Unavailable
+}
+
+// exportCode is the status code a failed export's operation carries
+// (Unknown for an error no code was given to).
+func exportCode(err error) codes.Code {
+	if errors.Is(err, blobstore.ErrUnimplemented) {
+		return codes.Unimplemented
+	}
+	return errs.Code(err)
+}
