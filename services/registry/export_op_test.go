@@ -112,3 +112,26 @@ func TestExportModelCommand(t *testing.T) {
 		t.Fatalf("the registry after the refusals: %v", err)
 	}
 }
+
+// TestExportModelAttemptsEnd: an export that cannot finish within the
+// registry's -export-timeout is tried ExportAttempts times (each resuming)
+// and then its operation is answered DeadlineExceeded, saying to export
+// again, rather than left unanswered.
+func TestExportModelAttemptsEnd(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, time.Minute)
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	root := t.TempDir()
+	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) { cfg.ExportRoot = root; cfg.ExportTimeout = time.Nanosecond })
+	if _, err := c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ModelId: "tiny", Model: &loomv1.Model{ArtifactUri: modelDir(t)}}); err != nil {
+		t.Fatal(err)
+	}
+	const op = "projects/default/operations/slow"
+	testkit.Publish(t, broker, envelope.New(topics.ModelCommands, testModel, "loom/gateway",
+		&eventsv1.ExportModel{Operation: op, Name: vertexModel, Destination: "file://" + filepath.Join(root, "slow")}))
+	got, ok := exportAnswer(t, broker, op).(*eventsv1.ModelExportFailed)
+	if !ok || codes.Code(got.GetCode()) != codes.DeadlineExceeded || !strings.Contains(got.GetMessage(), "export again") {
+		t.Fatalf("answered %v; want ModelExportFailed DeadlineExceeded saying to export again", got)
+	}
+}
