@@ -315,7 +315,7 @@ func matrixRows(opName string) []matrixRow {
 			return "DELETE", "/v1/projects/default/locations/global/models/m9", ""
 		}, modelActRow},
 		{"ExportModel", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
-			_, err := ms(c).ExportModel(ctx, &loomv1.ExportModelRequest{Name: project + "/models/m1"})
+			_, err := ms(c).ExportModel(ctx, &loomv1.ExportModelRequest{Name: project + "/models/m1", OutputConfig: &loomv1.ExportModelOutputConfig{ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: "s3://b/x"}}})
 			return err
 		}), func(int) (string, string, string) {
 			return "POST", "/v1/projects/default/locations/global/models/m1:export", `{"outputConfig":{"artifactDestination":{"outputUriPrefix":"s3://b/x"}}}`

@@ -214,7 +214,7 @@ func (c Config) withDefaults() Config {
 }
 
 // ConsumerGroup is the group the gateway's instances share on
-// loom.cluster.events.v1 to finish operations.
+// loom.cluster.events.v1 and loom.model.events.v1 to finish operations.
 const ConsumerGroup = "loom-gateway"
 
 // RunArgs runs the gateway from a command line (args, without the program
@@ -367,7 +367,7 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 	}
 
 	consumers := []service.Consume{
-		{Topics: []string{topics.ClusterEvents}, Handler: ports.ClusterEvents(gw), Group: ConsumerGroup},
+		{Topics: []string{topics.ClusterEvents, topics.ModelEvents}, Handler: ports.OperationEvents(gw), Group: ConsumerGroup},
 	}
 	consumers = append(consumers, service.Consume{Topics: []string{topics.JobEvents}, Handler: ports.JobHistory(gw), Group: app.HistoryGroup})
 	consumers = append(consumers, service.Consume{Topics: []string{topics.Audit}, Handler: ports.AuditEvents(gw), Group: app.AuditGroup})

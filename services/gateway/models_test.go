@@ -3,9 +3,13 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
@@ -36,8 +40,10 @@ func (fakeRegistry) DeleteModelVersion(context.Context, *loomv1.DeleteModelVersi
 	return &loomv1.DeleteModelResponse{}, nil
 }
 
-func (fakeRegistry) ExportModel(_ context.Context, r *loomv1.ExportModelRequest) (*loomv1.ExportModelResponse, error) {
-	return &loomv1.ExportModelResponse{Destination: r.GetOutputConfig().GetArtifactDestination().GetOutputUriPrefix(), Copied: 2}, nil
+// ExportModel is never called: the gateway's ExportModel is an operation
+// that the registry's ExportModel command runs.
+func (fakeRegistry) ExportModel(context.Context, *loomv1.ExportModelRequest) (*loomv1.Operation, error) {
+	return nil, status.Error(codes.Unimplemented, "the gateway must send ExportModel as a command")
 }
 
 // TestModelsREST: the registry at Vertex's paths takes and answers
@@ -87,8 +93,9 @@ func TestModelsREST(t *testing.T) {
 		t.Errorf("merge: %v, want camelCase with the lineage's console names", got)
 	}
 	got = call(ana, "POST", models+"/tiny@2:export", `{"outputConfig":{"artifactDestination":{"outputUriPrefix":"s3://b/x"}}}`, http.StatusOK)
-	if got["destination"] != "s3://b/x" || got["copied"] != float64(2) {
-		t.Errorf("export: %v", got)
+	if md, _ := got["metadata"].(map[string]any); !strings.HasPrefix(fmt.Sprint(got["name"]), "projects/default/operations/") ||
+		md["verb"] != "export" || md["target"] != models[len("/v1/"):]+"/tiny@2" || got["done"] != nil {
+		t.Errorf("export: %v, want a running operation", got)
 	}
 	call(ana, "POST", models+"/tiny@3:deleteVersion", `{}`, http.StatusOK)
 	call(ana, "DELETE", models+"/tiny@3:deleteVersion", "", http.StatusOK)

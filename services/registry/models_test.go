@@ -272,7 +272,7 @@ func TestExportModel(t *testing.T) {
 	if status.Code(err) == codes.Unimplemented {
 		t.Skipf("libs/blobstore has no bodies yet: %v", err)
 	}
-	if err != nil || res.GetCopied() != 2 {
+	if err != nil || res.GetExportModel().GetCopied() != 2 {
 		t.Fatalf("ExportModel = %v, %v; want 2 objects copied", res, err)
 	}
 	for _, f := range []string{"model.json", "MANIFEST"} {
@@ -283,7 +283,7 @@ func TestExportModel(t *testing.T) {
 		}
 	}
 	again, err := c.ExportModel(ctx, req)
-	if err != nil || again.GetCopied() != 0 || again.GetSkipped() != 2 {
+	if err != nil || again.GetExportModel().GetCopied() != 0 || again.GetExportModel().GetSkipped() != 2 || !again.GetDone() {
 		t.Fatalf("second ExportModel = %v, %v; want nothing copied", again, err)
 	}
 }

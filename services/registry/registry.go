@@ -14,6 +14,7 @@ import (
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/service"
 	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/registry/internal/adapters"
 	"github.com/loom-ml/loom/services/registry/internal/app"
@@ -27,6 +28,10 @@ type Config struct {
 	// under ("" refuses local destinations; object stores are always
 	// allowed).
 	ExportRoot string
+	// ExportTimeout bounds one attempt at an export (default
+	// DefaultExportTimeout); an attempt cut short is tried again, resuming,
+	// up to ExportAttempts times, then its operation fails.
+	ExportTimeout time.Duration
 }
 
 // RegisterFlags adds the registry's flags to fs, defaults from LOOM_* variables.
@@ -34,6 +39,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Common.Register(fs, "REGISTRY", "127.0.0.1:7074", "127.0.0.1:9174")
 	fs.StringVar(&c.ExportRoot, "export-root", config.Env("LOOM_REGISTRY_EXPORT_ROOT", ""),
 		"directory ExportModel may write local exports under (file:// destinations); empty refuses them (LOOM_REGISTRY_EXPORT_ROOT)")
+	fs.DurationVar(&c.ExportTimeout, "export-timeout", config.EnvDuration("LOOM_REGISTRY_EXPORT_TIMEOUT", DefaultExportTimeout),
+		"bound on one attempt at an export; a cut attempt resumes, up to 5 attempts (LOOM_REGISTRY_EXPORT_TIMEOUT)")
 }
 
 // RunArgs runs the registry from a command line (args, without the program
@@ -89,7 +96,19 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 			return nil
 		})
 	}
+	exportTimeout := cfg.ExportTimeout
+	if exportTimeout <= 0 {
+		exportTimeout = DefaultExportTimeout
+	}
 	return base.Run(ctx, []service.Consume{{
+		// Exports have their own group: a long copy holds up neither
+		// uploads nor job events, and gets its own bound.
+		Topics:  []string{topics.ModelCommands},
+		Group:   ExportGroup,
+		Handler: reg.HandleExport,
+		Config: &bus.ConsumerConfig{Policy: envelope.ServicesOnly, HandlerTimeout: exportTimeout,
+			MaxAttempts: app.ExportAttempts, Filter: exportsOnly},
+	}, {
 		Topics:  Topics,
 		Handler: reg.Handle,
 		// One consumer for both topics keeps Handle sequential, which
@@ -104,6 +123,15 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 // Topics are the topics the registry consumes (group loom-registry): job
 // events (a COMPLETED job's model output) and model commands (UploadModel).
 var Topics = []string{topics.JobEvents, topics.ModelCommands}
+
+// exportsOnly passes the ExportModel commands only (the export group's Filter).
+func exportsOnly(r bus.Record) bool { return r.Type == envelope.TypeOf(&eventsv1.ExportModel{}) }
+
+// ExportGroup is the consumer group that runs ExportModel commands.
+const ExportGroup = "loom-registry-export"
+
+// DefaultExportTimeout is ExportTimeout's default.
+const DefaultExportTimeout = time.Hour
 
 // HandlerTimeout bounds the handling of one event, mostly the SHA-256 check
 // of an upload's artifact files; an upload whose check does not finish in

@@ -3564,6 +3564,7 @@ type Operation struct {
 	//	*Operation_Error
 	//	*Operation_Cluster
 	//	*Operation_Reservation
+	//	*Operation_ExportModel
 	Result        isOperation_Result `protobuf_oneof:"result"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3654,6 +3655,15 @@ func (x *Operation) GetReservation() *Reservation {
 	return nil
 }
 
+func (x *Operation) GetExportModel() *ExportModelResponse {
+	if x != nil {
+		if x, ok := x.Result.(*Operation_ExportModel); ok {
+			return x.ExportModel
+		}
+	}
+	return nil
+}
+
 type isOperation_Result interface {
 	isOperation_Result()
 }
@@ -3670,11 +3680,100 @@ type Operation_Reservation struct {
 	Reservation *Reservation `protobuf:"bytes,6,opt,name=reservation,proto3,oneof"`
 }
 
+type Operation_ExportModel struct {
+	// export_model is a done ExportModel's answer.
+	ExportModel *ExportModelResponse `protobuf:"bytes,7,opt,name=export_model,json=exportModel,proto3,oneof"`
+}
+
 func (*Operation_Error) isOperation_Result() {}
 
 func (*Operation_Cluster) isOperation_Result() {}
 
 func (*Operation_Reservation) isOperation_Result() {}
+
+func (*Operation_ExportModel) isOperation_Result() {}
+
+// ExportModelResponse says what an ExportModel copied (Vertex answers an
+// empty one; Loom's counts say what a resumed export still had to do).
+type ExportModelResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// destination is where the artifacts are.
+	Destination string `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
+	// copied counts the objects written, skipped those already there (same
+	// size and SHA-256).
+	Copied  int32 `protobuf:"varint,2,opt,name=copied,proto3" json:"copied,omitempty"`
+	Skipped int32 `protobuf:"varint,3,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// bytes is the size of every object of the version, objects their count.
+	Bytes         int64 `protobuf:"varint,4,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Objects       int32 `protobuf:"varint,5,opt,name=objects,proto3" json:"objects,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportModelResponse) Reset() {
+	*x = ExportModelResponse{}
+	mi := &file_loom_v1_resources_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportModelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportModelResponse) ProtoMessage() {}
+
+func (x *ExportModelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportModelResponse.ProtoReflect.Descriptor instead.
+func (*ExportModelResponse) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ExportModelResponse) GetDestination() string {
+	if x != nil {
+		return x.Destination
+	}
+	return ""
+}
+
+func (x *ExportModelResponse) GetCopied() int32 {
+	if x != nil {
+		return x.Copied
+	}
+	return 0
+}
+
+func (x *ExportModelResponse) GetSkipped() int32 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
+func (x *ExportModelResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *ExportModelResponse) GetObjects() int32 {
+	if x != nil {
+		return x.Objects
+	}
+	return 0
+}
 
 // OperationMetadata says what an operation acts on and how far it got.
 type OperationMetadata struct {
@@ -3690,7 +3789,7 @@ type OperationMetadata struct {
 
 func (x *OperationMetadata) Reset() {
 	*x = OperationMetadata{}
-	mi := &file_loom_v1_resources_proto_msgTypes[31]
+	mi := &file_loom_v1_resources_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3702,7 +3801,7 @@ func (x *OperationMetadata) String() string {
 func (*OperationMetadata) ProtoMessage() {}
 
 func (x *OperationMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[31]
+	mi := &file_loom_v1_resources_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3715,7 +3814,7 @@ func (x *OperationMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationMetadata.ProtoReflect.Descriptor instead.
 func (*OperationMetadata) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{31}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *OperationMetadata) GetTarget() string {
@@ -3764,7 +3863,7 @@ type OperationError struct {
 
 func (x *OperationError) Reset() {
 	*x = OperationError{}
-	mi := &file_loom_v1_resources_proto_msgTypes[32]
+	mi := &file_loom_v1_resources_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3776,7 +3875,7 @@ func (x *OperationError) String() string {
 func (*OperationError) ProtoMessage() {}
 
 func (x *OperationError) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[32]
+	mi := &file_loom_v1_resources_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3789,7 +3888,7 @@ func (x *OperationError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationError.ProtoReflect.Descriptor instead.
 func (*OperationError) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{32}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *OperationError) GetCode() int32 {
@@ -4209,15 +4308,22 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
 	"\fMetricsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\x8e\x02\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xd1\x02\n" +
 	"\tOperation\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x126\n" +
 	"\bmetadata\x18\x02 \x01(\v2\x1a.loom.v1.OperationMetadataR\bmetadata\x12\x12\n" +
 	"\x04done\x18\x03 \x01(\bR\x04done\x12/\n" +
 	"\x05error\x18\x04 \x01(\v2\x17.loom.v1.OperationErrorH\x00R\x05error\x12,\n" +
 	"\acluster\x18\x05 \x01(\v2\x10.loom.v1.ClusterH\x00R\acluster\x128\n" +
-	"\vreservation\x18\x06 \x01(\v2\x14.loom.v1.ReservationH\x00R\vreservationB\b\n" +
-	"\x06result\"\xcf\x01\n" +
+	"\vreservation\x18\x06 \x01(\v2\x14.loom.v1.ReservationH\x00R\vreservation\x12A\n" +
+	"\fexport_model\x18\a \x01(\v2\x1c.loom.v1.ExportModelResponseH\x00R\vexportModelB\b\n" +
+	"\x06result\"\x99\x01\n" +
+	"\x13ExportModelResponse\x12 \n" +
+	"\vdestination\x18\x01 \x01(\tR\vdestination\x12\x16\n" +
+	"\x06copied\x18\x02 \x01(\x05R\x06copied\x12\x18\n" +
+	"\askipped\x18\x03 \x01(\x05R\askipped\x12\x14\n" +
+	"\x05bytes\x18\x04 \x01(\x03R\x05bytes\x12\x18\n" +
+	"\aobjects\x18\x05 \x01(\x05R\aobjects\"\xcf\x01\n" +
 	"\x11OperationMetadata\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x12\n" +
 	"\x04verb\x18\x02 \x01(\tR\x04verb\x12\x1a\n" +
@@ -4259,7 +4365,7 @@ func file_loom_v1_resources_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_loom_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_loom_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_loom_v1_resources_proto_goTypes = []any{
 	(JobState)(0),                 // 0: loom.v1.JobState
 	(Cluster_State)(0),            // 1: loom.v1.Cluster.State
@@ -4297,28 +4403,29 @@ var file_loom_v1_resources_proto_goTypes = []any{
 	(*ModelVersion)(nil),          // 33: loom.v1.ModelVersion
 	(*ModelLineage)(nil),          // 34: loom.v1.ModelLineage
 	(*Operation)(nil),             // 35: loom.v1.Operation
-	(*OperationMetadata)(nil),     // 36: loom.v1.OperationMetadata
-	(*OperationError)(nil),        // 37: loom.v1.OperationError
-	nil,                           // 38: loom.v1.Cluster.LabelsEntry
-	nil,                           // 39: loom.v1.NodePool.LabelsEntry
-	nil,                           // 40: loom.v1.Job.EnvEntry
-	nil,                           // 41: loom.v1.Model.LabelsEntry
-	nil,                           // 42: loom.v1.ModelVersion.LabelsEntry
-	nil,                           // 43: loom.v1.ModelLineage.HyperparametersEntry
-	nil,                           // 44: loom.v1.ModelLineage.MetricsEntry
-	(*timestamppb.Timestamp)(nil), // 45: google.protobuf.Timestamp
+	(*ExportModelResponse)(nil),   // 36: loom.v1.ExportModelResponse
+	(*OperationMetadata)(nil),     // 37: loom.v1.OperationMetadata
+	(*OperationError)(nil),        // 38: loom.v1.OperationError
+	nil,                           // 39: loom.v1.Cluster.LabelsEntry
+	nil,                           // 40: loom.v1.NodePool.LabelsEntry
+	nil,                           // 41: loom.v1.Job.EnvEntry
+	nil,                           // 42: loom.v1.Model.LabelsEntry
+	nil,                           // 43: loom.v1.ModelVersion.LabelsEntry
+	nil,                           // 44: loom.v1.ModelLineage.HyperparametersEntry
+	nil,                           // 45: loom.v1.ModelLineage.MetricsEntry
+	(*timestamppb.Timestamp)(nil), // 46: google.protobuf.Timestamp
 }
 var file_loom_v1_resources_proto_depIdxs = []int32{
-	38, // 0: loom.v1.Cluster.labels:type_name -> loom.v1.Cluster.LabelsEntry
+	39, // 0: loom.v1.Cluster.labels:type_name -> loom.v1.Cluster.LabelsEntry
 	6,  // 1: loom.v1.Cluster.compute:type_name -> loom.v1.ComputeResources
 	10, // 2: loom.v1.Cluster.orchestrator:type_name -> loom.v1.Orchestrator
 	15, // 3: loom.v1.Cluster.storage:type_name -> loom.v1.StorageResources
 	18, // 4: loom.v1.Cluster.network:type_name -> loom.v1.NetworkConfig
 	19, // 5: loom.v1.Cluster.status:type_name -> loom.v1.ClusterStatus
-	45, // 6: loom.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
-	45, // 7: loom.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
+	46, // 6: loom.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
+	46, // 7: loom.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
 	7,  // 8: loom.v1.ComputeResources.node_pools:type_name -> loom.v1.NodePool
-	39, // 9: loom.v1.NodePool.labels:type_name -> loom.v1.NodePool.LabelsEntry
+	40, // 9: loom.v1.NodePool.labels:type_name -> loom.v1.NodePool.LabelsEntry
 	8,  // 10: loom.v1.NodePool.capacity:type_name -> loom.v1.CapacitySource
 	9,  // 11: loom.v1.NodePool.boot_disk:type_name -> loom.v1.BootDisk
 	2,  // 12: loom.v1.CapacitySource.type:type_name -> loom.v1.CapacitySource.Type
@@ -4331,51 +4438,52 @@ var file_loom_v1_resources_proto_depIdxs = []int32{
 	1,  // 19: loom.v1.ClusterStatus.state:type_name -> loom.v1.Cluster.State
 	20, // 20: loom.v1.ClusterStatus.node_pools:type_name -> loom.v1.NodePoolStatus
 	21, // 21: loom.v1.ClusterStatus.conditions:type_name -> loom.v1.Condition
-	45, // 22: loom.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	45, // 23: loom.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
+	46, // 22: loom.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	46, // 23: loom.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 24: loom.v1.CapacityPool.type:type_name -> loom.v1.CapacitySource.Type
 	3,  // 25: loom.v1.Node.state:type_name -> loom.v1.Node.State
-	45, // 26: loom.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
-	45, // 27: loom.v1.Node.create_time:type_name -> google.protobuf.Timestamp
+	46, // 26: loom.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	46, // 27: loom.v1.Node.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 28: loom.v1.Node.capacity_type:type_name -> loom.v1.CapacitySource.Type
-	45, // 29: loom.v1.Node.drain_deadline:type_name -> google.protobuf.Timestamp
-	40, // 30: loom.v1.Job.env:type_name -> loom.v1.Job.EnvEntry
+	46, // 29: loom.v1.Node.drain_deadline:type_name -> google.protobuf.Timestamp
+	41, // 30: loom.v1.Job.env:type_name -> loom.v1.Job.EnvEntry
 	31, // 31: loom.v1.Job.model_output:type_name -> loom.v1.ModelOutput
-	45, // 32: loom.v1.Job.begin_time:type_name -> google.protobuf.Timestamp
+	46, // 32: loom.v1.Job.begin_time:type_name -> google.protobuf.Timestamp
 	0,  // 33: loom.v1.Job.state:type_name -> loom.v1.JobState
-	45, // 34: loom.v1.Job.submit_time:type_name -> google.protobuf.Timestamp
-	45, // 35: loom.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	45, // 36: loom.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	46, // 34: loom.v1.Job.submit_time:type_name -> google.protobuf.Timestamp
+	46, // 35: loom.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	46, // 36: loom.v1.Job.end_time:type_name -> google.protobuf.Timestamp
 	27, // 37: loom.v1.Job.priority_factors:type_name -> loom.v1.PriorityFactors
 	28, // 38: loom.v1.Job.runs:type_name -> loom.v1.JobRun
 	0,  // 39: loom.v1.JobRun.state:type_name -> loom.v1.JobState
-	45, // 40: loom.v1.JobRun.start_time:type_name -> google.protobuf.Timestamp
-	45, // 41: loom.v1.JobRun.end_time:type_name -> google.protobuf.Timestamp
+	46, // 40: loom.v1.JobRun.start_time:type_name -> google.protobuf.Timestamp
+	46, // 41: loom.v1.JobRun.end_time:type_name -> google.protobuf.Timestamp
 	4,  // 42: loom.v1.SlurmNode.state:type_name -> loom.v1.SlurmNode.State
-	45, // 43: loom.v1.SlurmNode.reason_time:type_name -> google.protobuf.Timestamp
-	45, // 44: loom.v1.Model.create_time:type_name -> google.protobuf.Timestamp
-	45, // 45: loom.v1.Model.update_time:type_name -> google.protobuf.Timestamp
-	41, // 46: loom.v1.Model.labels:type_name -> loom.v1.Model.LabelsEntry
-	45, // 47: loom.v1.Model.version_create_time:type_name -> google.protobuf.Timestamp
-	45, // 48: loom.v1.Model.version_update_time:type_name -> google.protobuf.Timestamp
+	46, // 43: loom.v1.SlurmNode.reason_time:type_name -> google.protobuf.Timestamp
+	46, // 44: loom.v1.Model.create_time:type_name -> google.protobuf.Timestamp
+	46, // 45: loom.v1.Model.update_time:type_name -> google.protobuf.Timestamp
+	42, // 46: loom.v1.Model.labels:type_name -> loom.v1.Model.LabelsEntry
+	46, // 47: loom.v1.Model.version_create_time:type_name -> google.protobuf.Timestamp
+	46, // 48: loom.v1.Model.version_update_time:type_name -> google.protobuf.Timestamp
 	34, // 49: loom.v1.Model.lineage:type_name -> loom.v1.ModelLineage
-	45, // 50: loom.v1.ModelVersion.create_time:type_name -> google.protobuf.Timestamp
-	42, // 51: loom.v1.ModelVersion.labels:type_name -> loom.v1.ModelVersion.LabelsEntry
+	46, // 50: loom.v1.ModelVersion.create_time:type_name -> google.protobuf.Timestamp
+	43, // 51: loom.v1.ModelVersion.labels:type_name -> loom.v1.ModelVersion.LabelsEntry
 	34, // 52: loom.v1.ModelVersion.lineage:type_name -> loom.v1.ModelLineage
-	45, // 53: loom.v1.ModelVersion.update_time:type_name -> google.protobuf.Timestamp
-	43, // 54: loom.v1.ModelLineage.hyperparameters:type_name -> loom.v1.ModelLineage.HyperparametersEntry
-	44, // 55: loom.v1.ModelLineage.metrics:type_name -> loom.v1.ModelLineage.MetricsEntry
-	36, // 56: loom.v1.Operation.metadata:type_name -> loom.v1.OperationMetadata
-	37, // 57: loom.v1.Operation.error:type_name -> loom.v1.OperationError
+	46, // 53: loom.v1.ModelVersion.update_time:type_name -> google.protobuf.Timestamp
+	44, // 54: loom.v1.ModelLineage.hyperparameters:type_name -> loom.v1.ModelLineage.HyperparametersEntry
+	45, // 55: loom.v1.ModelLineage.metrics:type_name -> loom.v1.ModelLineage.MetricsEntry
+	37, // 56: loom.v1.Operation.metadata:type_name -> loom.v1.OperationMetadata
+	38, // 57: loom.v1.Operation.error:type_name -> loom.v1.OperationError
 	5,  // 58: loom.v1.Operation.cluster:type_name -> loom.v1.Cluster
 	22, // 59: loom.v1.Operation.reservation:type_name -> loom.v1.Reservation
-	45, // 60: loom.v1.OperationMetadata.create_time:type_name -> google.protobuf.Timestamp
-	45, // 61: loom.v1.OperationMetadata.end_time:type_name -> google.protobuf.Timestamp
-	62, // [62:62] is the sub-list for method output_type
-	62, // [62:62] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	36, // 60: loom.v1.Operation.export_model:type_name -> loom.v1.ExportModelResponse
+	46, // 61: loom.v1.OperationMetadata.create_time:type_name -> google.protobuf.Timestamp
+	46, // 62: loom.v1.OperationMetadata.end_time:type_name -> google.protobuf.Timestamp
+	63, // [63:63] is the sub-list for method output_type
+	63, // [63:63] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_resources_proto_init() }
@@ -4388,6 +4496,7 @@ func file_loom_v1_resources_proto_init() {
 		(*Operation_Error)(nil),
 		(*Operation_Cluster)(nil),
 		(*Operation_Reservation)(nil),
+		(*Operation_ExportModel)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4395,7 +4504,7 @@ func file_loom_v1_resources_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_resources_proto_rawDesc), len(file_loom_v1_resources_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   40,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

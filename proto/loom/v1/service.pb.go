@@ -3180,9 +3180,15 @@ func (*DeleteModelResponse) Descriptor() ([]byte, []int) {
 }
 
 type ExportModelRequest struct {
-	state         protoimpl.MessageState   `protogen:"open.v1"`
-	Name          string                   `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	OutputConfig  *ExportModelOutputConfig `protobuf:"bytes,2,opt,name=output_config,json=outputConfig,proto3" json:"output_config,omitempty"`
+	state        protoimpl.MessageState   `protogen:"open.v1"`
+	Name         string                   `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	OutputConfig *ExportModelOutputConfig `protobuf:"bytes,2,opt,name=output_config,json=outputConfig,proto3" json:"output_config,omitempty"`
+	// request_id makes the export safe to retry: an ExportModel sent again
+	// with the same request_id by a caller answers the first call's
+	// operation. At most 128 bytes, no control characters; empty: every call
+	// starts an operation (a second export of the same version copies
+	// nothing: objects already there are skipped).
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3229,6 +3235,13 @@ func (x *ExportModelRequest) GetOutputConfig() *ExportModelOutputConfig {
 		return x.OutputConfig
 	}
 	return nil
+}
+
+func (x *ExportModelRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // ExportModelOutputConfig is Vertex's ExportModelRequest.OutputConfig
@@ -3321,83 +3334,6 @@ func (x *GcsDestination) GetOutputUriPrefix() string {
 		return x.OutputUriPrefix
 	}
 	return ""
-}
-
-type ExportModelResponse struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// destination is where the artifacts are.
-	Destination   string `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
-	Copied        int32  `protobuf:"varint,2,opt,name=copied,proto3" json:"copied,omitempty"`
-	Skipped       int32  `protobuf:"varint,3,opt,name=skipped,proto3" json:"skipped,omitempty"`
-	Bytes         int64  `protobuf:"varint,4,opt,name=bytes,proto3" json:"bytes,omitempty"`
-	Objects       int32  `protobuf:"varint,5,opt,name=objects,proto3" json:"objects,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ExportModelResponse) Reset() {
-	*x = ExportModelResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[53]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ExportModelResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ExportModelResponse) ProtoMessage() {}
-
-func (x *ExportModelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[53]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ExportModelResponse.ProtoReflect.Descriptor instead.
-func (*ExportModelResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{53}
-}
-
-func (x *ExportModelResponse) GetDestination() string {
-	if x != nil {
-		return x.Destination
-	}
-	return ""
-}
-
-func (x *ExportModelResponse) GetCopied() int32 {
-	if x != nil {
-		return x.Copied
-	}
-	return 0
-}
-
-func (x *ExportModelResponse) GetSkipped() int32 {
-	if x != nil {
-		return x.Skipped
-	}
-	return 0
-}
-
-func (x *ExportModelResponse) GetBytes() int64 {
-	if x != nil {
-		return x.Bytes
-	}
-	return 0
-}
-
-func (x *ExportModelResponse) GetObjects() int32 {
-	if x != nil {
-		return x.Objects
-	}
-	return 0
 }
 
 var File_loom_v1_service_proto protoreflect.FileDescriptor
@@ -3641,20 +3577,16 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"/\n" +
 	"\x19DeleteModelVersionRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x15\n" +
-	"\x13DeleteModelResponse\"o\n" +
+	"\x13DeleteModelResponse\"\x8e\x01\n" +
 	"\x12ExportModelRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12E\n" +
-	"\routput_config\x18\x02 \x01(\v2 .loom.v1.ExportModelOutputConfigR\foutputConfig\"e\n" +
+	"\routput_config\x18\x02 \x01(\v2 .loom.v1.ExportModelOutputConfigR\foutputConfig\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"e\n" +
 	"\x17ExportModelOutputConfig\x12J\n" +
 	"\x14artifact_destination\x18\x03 \x01(\v2\x17.loom.v1.GcsDestinationR\x13artifactDestination\"<\n" +
 	"\x0eGcsDestination\x12*\n" +
-	"\x11output_uri_prefix\x18\x01 \x01(\tR\x0foutputUriPrefix\"\x99\x01\n" +
-	"\x13ExportModelResponse\x12 \n" +
-	"\vdestination\x18\x01 \x01(\tR\vdestination\x12\x16\n" +
-	"\x06copied\x18\x02 \x01(\x05R\x06copied\x12\x18\n" +
-	"\askipped\x18\x03 \x01(\x05R\askipped\x12\x14\n" +
-	"\x05bytes\x18\x04 \x01(\x03R\x05bytes\x12\x18\n" +
-	"\aobjects\x18\x05 \x01(\x05R\aobjects2\xcf\x05\n" +
+	"\x11output_uri_prefix\x18\x01 \x01(\tR\x0foutputUriPrefix2\xcf\x05\n" +
 	"\x0eClusterService\x12u\n" +
 	"\rCreateCluster\x12\x1d.loom.v1.CreateClusterRequest\x1a\x12.loom.v1.Operation\"1\x82\xd3\xe4\x93\x02+:\acluster\" /v1/{parent=projects/*}/clusters\x12d\n" +
 	"\n" +
@@ -3691,7 +3623,7 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\fSlurmService\x12\x89\x01\n" +
 	"\x0eListPartitions\x12\x1e.loom.v1.ListPartitionsRequest\x1a\x1f.loom.v1.ListPartitionsResponse\"6\x82\xd3\xe4\x93\x020\x12./v1/{cluster=projects/*/clusters/*}/partitions\x12\x89\x01\n" +
 	"\x0eListSlurmNodes\x12\x1e.loom.v1.ListSlurmNodesRequest\x1a\x1f.loom.v1.ListSlurmNodesResponse\"6\x82\xd3\xe4\x93\x020\x12./v1/{cluster=projects/*/clusters/*}/slurmNodes\x12\x93\x01\n" +
-	"\x0fUpdateSlurmNode\x12\x1f.loom.v1.UpdateSlurmNodeRequest\x1a\x12.loom.v1.SlurmNode\"K\x82\xd3\xe4\x93\x02E:\x01*\"@/v1/{cluster=projects/*/clusters/*}/slurmNodes/{hostname}:update2\xb1\v\n" +
+	"\x0fUpdateSlurmNode\x12\x1f.loom.v1.UpdateSlurmNodeRequest\x1a\x12.loom.v1.SlurmNode\"K\x82\xd3\xe4\x93\x02E:\x01*\"@/v1/{cluster=projects/*/clusters/*}/slurmNodes/{hostname}:update2\xa6\v\n" +
 	"\fModelService\x12\xb2\x01\n" +
 	"\vUploadModel\x12\x1b.loom.v1.UploadModelRequest\x1a\x1c.loom.v1.UploadModelResponse\"h\x82\xd3\xe4\x93\x02b:\x01*Z*:\x01*\"%/v1/{parent=projects/*}/models:upload\"1/v1/{parent=projects/*/locations/*}/models:upload\x12\x9b\x01\n" +
 	"\n" +
@@ -3701,8 +3633,8 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\vUpdateModel\x12\x1b.loom.v1.UpdateModelRequest\x1a\x0e.loom.v1.Model\"?\x82\xd3\xe4\x93\x029:\x05model20/v1/{model.name=projects/*/locations/*/models/*}\x12\x95\x01\n" +
 	"\x13MergeVersionAliases\x12#.loom.v1.MergeVersionAliasesRequest\x1a\x0e.loom.v1.Model\"I\x82\xd3\xe4\x93\x02C:\x01*\">/v1/{name=projects/*/locations/*/models/*}:mergeVersionAliases\x12|\n" +
 	"\vDeleteModel\x12\x1b.loom.v1.DeleteModelRequest\x1a\x1c.loom.v1.DeleteModelResponse\"2\x82\xd3\xe4\x93\x02,**/v1/{name=projects/*/locations/*/models/*}\x12\xd7\x01\n" +
-	"\x12DeleteModelVersion\x12\".loom.v1.DeleteModelVersionRequest\x1a\x1c.loom.v1.DeleteModelResponse\"\x7f\x82\xd3\xe4\x93\x02y:\x01*Z:*8/v1/{name=projects/*/locations/*/models/*}:deleteVersion\"8/v1/{name=projects/*/locations/*/models/*}:deleteVersion\x12\x86\x01\n" +
-	"\vExportModel\x12\x1b.loom.v1.ExportModelRequest\x1a\x1c.loom.v1.ExportModelResponse\"<\x82\xd3\xe4\x93\x026:\x01*\"1/v1/{name=projects/*/locations/*/models/*}:exportB.Z,github.com/loom-ml/loom/proto/loom/v1;loomv1b\x06proto3"
+	"\x12DeleteModelVersion\x12\".loom.v1.DeleteModelVersionRequest\x1a\x1c.loom.v1.DeleteModelResponse\"\x7f\x82\xd3\xe4\x93\x02y:\x01*Z:*8/v1/{name=projects/*/locations/*/models/*}:deleteVersion\"8/v1/{name=projects/*/locations/*/models/*}:deleteVersion\x12|\n" +
+	"\vExportModel\x12\x1b.loom.v1.ExportModelRequest\x1a\x12.loom.v1.Operation\"<\x82\xd3\xe4\x93\x026:\x01*\"1/v1/{name=projects/*/locations/*/models/*}:exportB.Z,github.com/loom-ml/loom/proto/loom/v1;loomv1b\x06proto3"
 
 var (
 	file_loom_v1_service_proto_rawDescOnce sync.Once
@@ -3716,7 +3648,7 @@ func file_loom_v1_service_proto_rawDescGZIP() []byte {
 	return file_loom_v1_service_proto_rawDescData
 }
 
-var file_loom_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_loom_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_loom_v1_service_proto_goTypes = []any{
 	(*UpdateClusterRequest)(nil),       // 0: loom.v1.UpdateClusterRequest
 	(*GetSlurmConfigRequest)(nil),      // 1: loom.v1.GetSlurmConfigRequest
@@ -3771,48 +3703,47 @@ var file_loom_v1_service_proto_goTypes = []any{
 	(*ExportModelRequest)(nil),         // 50: loom.v1.ExportModelRequest
 	(*ExportModelOutputConfig)(nil),    // 51: loom.v1.ExportModelOutputConfig
 	(*GcsDestination)(nil),             // 52: loom.v1.GcsDestination
-	(*ExportModelResponse)(nil),        // 53: loom.v1.ExportModelResponse
-	nil,                                // 54: loom.v1.CreateJobStepRequest.EnvEntry
-	(*Cluster)(nil),                    // 55: loom.v1.Cluster
-	(*fieldmaskpb.FieldMask)(nil),      // 56: google.protobuf.FieldMask
-	(*Reservation)(nil),                // 57: loom.v1.Reservation
-	(*CapacityPool)(nil),               // 58: loom.v1.CapacityPool
-	(JobState)(0),                      // 59: loom.v1.JobState
-	(*timestamppb.Timestamp)(nil),      // 60: google.protobuf.Timestamp
-	(*Job)(nil),                        // 61: loom.v1.Job
-	(*Node)(nil),                       // 62: loom.v1.Node
-	(*Partition)(nil),                  // 63: loom.v1.Partition
-	(*SlurmNode)(nil),                  // 64: loom.v1.SlurmNode
-	(*Model)(nil),                      // 65: loom.v1.Model
-	(*ModelVersion)(nil),               // 66: loom.v1.ModelVersion
-	(*Operation)(nil),                  // 67: loom.v1.Operation
-	(*SlurmConfig)(nil),                // 68: loom.v1.SlurmConfig
+	nil,                                // 53: loom.v1.CreateJobStepRequest.EnvEntry
+	(*Cluster)(nil),                    // 54: loom.v1.Cluster
+	(*fieldmaskpb.FieldMask)(nil),      // 55: google.protobuf.FieldMask
+	(*Reservation)(nil),                // 56: loom.v1.Reservation
+	(*CapacityPool)(nil),               // 57: loom.v1.CapacityPool
+	(JobState)(0),                      // 58: loom.v1.JobState
+	(*timestamppb.Timestamp)(nil),      // 59: google.protobuf.Timestamp
+	(*Job)(nil),                        // 60: loom.v1.Job
+	(*Node)(nil),                       // 61: loom.v1.Node
+	(*Partition)(nil),                  // 62: loom.v1.Partition
+	(*SlurmNode)(nil),                  // 63: loom.v1.SlurmNode
+	(*Model)(nil),                      // 64: loom.v1.Model
+	(*ModelVersion)(nil),               // 65: loom.v1.ModelVersion
+	(*Operation)(nil),                  // 66: loom.v1.Operation
+	(*SlurmConfig)(nil),                // 67: loom.v1.SlurmConfig
 }
 var file_loom_v1_service_proto_depIdxs = []int32{
-	55, // 0: loom.v1.UpdateClusterRequest.cluster:type_name -> loom.v1.Cluster
-	56, // 1: loom.v1.UpdateClusterRequest.update_mask:type_name -> google.protobuf.FieldMask
-	57, // 2: loom.v1.CreateReservationRequest.reservation:type_name -> loom.v1.Reservation
-	57, // 3: loom.v1.ListReservationsResponse.reservations:type_name -> loom.v1.Reservation
-	58, // 4: loom.v1.ListCapacityResponse.pools:type_name -> loom.v1.CapacityPool
-	55, // 5: loom.v1.CreateClusterRequest.cluster:type_name -> loom.v1.Cluster
-	55, // 6: loom.v1.ListClustersResponse.clusters:type_name -> loom.v1.Cluster
-	59, // 7: loom.v1.JobStep.state:type_name -> loom.v1.JobState
-	60, // 8: loom.v1.JobStep.start_time:type_name -> google.protobuf.Timestamp
-	60, // 9: loom.v1.JobStep.end_time:type_name -> google.protobuf.Timestamp
-	54, // 10: loom.v1.CreateJobStepRequest.env:type_name -> loom.v1.CreateJobStepRequest.EnvEntry
+	54, // 0: loom.v1.UpdateClusterRequest.cluster:type_name -> loom.v1.Cluster
+	55, // 1: loom.v1.UpdateClusterRequest.update_mask:type_name -> google.protobuf.FieldMask
+	56, // 2: loom.v1.CreateReservationRequest.reservation:type_name -> loom.v1.Reservation
+	56, // 3: loom.v1.ListReservationsResponse.reservations:type_name -> loom.v1.Reservation
+	57, // 4: loom.v1.ListCapacityResponse.pools:type_name -> loom.v1.CapacityPool
+	54, // 5: loom.v1.CreateClusterRequest.cluster:type_name -> loom.v1.Cluster
+	54, // 6: loom.v1.ListClustersResponse.clusters:type_name -> loom.v1.Cluster
+	58, // 7: loom.v1.JobStep.state:type_name -> loom.v1.JobState
+	59, // 8: loom.v1.JobStep.start_time:type_name -> google.protobuf.Timestamp
+	59, // 9: loom.v1.JobStep.end_time:type_name -> google.protobuf.Timestamp
+	53, // 10: loom.v1.CreateJobStepRequest.env:type_name -> loom.v1.CreateJobStepRequest.EnvEntry
 	14, // 11: loom.v1.ListJobStepsResponse.steps:type_name -> loom.v1.JobStep
-	61, // 12: loom.v1.SubmitJobRequest.job:type_name -> loom.v1.Job
-	59, // 13: loom.v1.ListJobsRequest.states:type_name -> loom.v1.JobState
-	61, // 14: loom.v1.ListJobsResponse.jobs:type_name -> loom.v1.Job
-	62, // 15: loom.v1.ListNodesResponse.nodes:type_name -> loom.v1.Node
-	63, // 16: loom.v1.ListPartitionsResponse.partitions:type_name -> loom.v1.Partition
-	64, // 17: loom.v1.ListSlurmNodesResponse.nodes:type_name -> loom.v1.SlurmNode
-	65, // 18: loom.v1.UploadModelRequest.model:type_name -> loom.v1.Model
-	65, // 19: loom.v1.ListModelsResponse.models:type_name -> loom.v1.Model
-	66, // 20: loom.v1.ListModelVersionsResponse.versions:type_name -> loom.v1.ModelVersion
-	65, // 21: loom.v1.ListModelVersionsResponse.models:type_name -> loom.v1.Model
-	65, // 22: loom.v1.UpdateModelRequest.model:type_name -> loom.v1.Model
-	56, // 23: loom.v1.UpdateModelRequest.update_mask:type_name -> google.protobuf.FieldMask
+	60, // 12: loom.v1.SubmitJobRequest.job:type_name -> loom.v1.Job
+	58, // 13: loom.v1.ListJobsRequest.states:type_name -> loom.v1.JobState
+	60, // 14: loom.v1.ListJobsResponse.jobs:type_name -> loom.v1.Job
+	61, // 15: loom.v1.ListNodesResponse.nodes:type_name -> loom.v1.Node
+	62, // 16: loom.v1.ListPartitionsResponse.partitions:type_name -> loom.v1.Partition
+	63, // 17: loom.v1.ListSlurmNodesResponse.nodes:type_name -> loom.v1.SlurmNode
+	64, // 18: loom.v1.UploadModelRequest.model:type_name -> loom.v1.Model
+	64, // 19: loom.v1.ListModelsResponse.models:type_name -> loom.v1.Model
+	65, // 20: loom.v1.ListModelVersionsResponse.versions:type_name -> loom.v1.ModelVersion
+	64, // 21: loom.v1.ListModelVersionsResponse.models:type_name -> loom.v1.Model
+	64, // 22: loom.v1.UpdateModelRequest.model:type_name -> loom.v1.Model
+	55, // 23: loom.v1.UpdateModelRequest.update_mask:type_name -> google.protobuf.FieldMask
 	51, // 24: loom.v1.ExportModelRequest.output_config:type_name -> loom.v1.ExportModelOutputConfig
 	52, // 25: loom.v1.ExportModelOutputConfig.artifact_destination:type_name -> loom.v1.GcsDestination
 	9,  // 26: loom.v1.ClusterService.CreateCluster:input_type -> loom.v1.CreateClusterRequest
@@ -3852,43 +3783,43 @@ var file_loom_v1_service_proto_depIdxs = []int32{
 	47, // 60: loom.v1.ModelService.DeleteModel:input_type -> loom.v1.DeleteModelRequest
 	48, // 61: loom.v1.ModelService.DeleteModelVersion:input_type -> loom.v1.DeleteModelVersionRequest
 	50, // 62: loom.v1.ModelService.ExportModel:input_type -> loom.v1.ExportModelRequest
-	67, // 63: loom.v1.ClusterService.CreateCluster:output_type -> loom.v1.Operation
-	55, // 64: loom.v1.ClusterService.GetCluster:output_type -> loom.v1.Cluster
+	66, // 63: loom.v1.ClusterService.CreateCluster:output_type -> loom.v1.Operation
+	54, // 64: loom.v1.ClusterService.GetCluster:output_type -> loom.v1.Cluster
 	12, // 65: loom.v1.ClusterService.ListClusters:output_type -> loom.v1.ListClustersResponse
-	67, // 66: loom.v1.ClusterService.DeleteCluster:output_type -> loom.v1.Operation
-	67, // 67: loom.v1.ClusterService.UpdateCluster:output_type -> loom.v1.Operation
-	68, // 68: loom.v1.ClusterService.GetSlurmConfig:output_type -> loom.v1.SlurmConfig
-	67, // 69: loom.v1.ReservationService.CreateReservation:output_type -> loom.v1.Operation
-	57, // 70: loom.v1.ReservationService.GetReservation:output_type -> loom.v1.Reservation
+	66, // 66: loom.v1.ClusterService.DeleteCluster:output_type -> loom.v1.Operation
+	66, // 67: loom.v1.ClusterService.UpdateCluster:output_type -> loom.v1.Operation
+	67, // 68: loom.v1.ClusterService.GetSlurmConfig:output_type -> loom.v1.SlurmConfig
+	66, // 69: loom.v1.ReservationService.CreateReservation:output_type -> loom.v1.Operation
+	56, // 70: loom.v1.ReservationService.GetReservation:output_type -> loom.v1.Reservation
 	5,  // 71: loom.v1.ReservationService.ListReservations:output_type -> loom.v1.ListReservationsResponse
-	67, // 72: loom.v1.ReservationService.DeleteReservation:output_type -> loom.v1.Operation
+	66, // 72: loom.v1.ReservationService.DeleteReservation:output_type -> loom.v1.Operation
 	8,  // 73: loom.v1.ReservationService.ListCapacity:output_type -> loom.v1.ListCapacityResponse
-	61, // 74: loom.v1.JobService.SubmitJob:output_type -> loom.v1.Job
-	61, // 75: loom.v1.JobService.GetJob:output_type -> loom.v1.Job
+	60, // 74: loom.v1.JobService.SubmitJob:output_type -> loom.v1.Job
+	60, // 75: loom.v1.JobService.GetJob:output_type -> loom.v1.Job
 	23, // 76: loom.v1.JobService.ListJobs:output_type -> loom.v1.ListJobsResponse
-	61, // 77: loom.v1.JobService.CancelJob:output_type -> loom.v1.Job
-	61, // 78: loom.v1.JobService.WatchJob:output_type -> loom.v1.Job
-	61, // 79: loom.v1.JobService.UpdateJob:output_type -> loom.v1.Job
+	60, // 77: loom.v1.JobService.CancelJob:output_type -> loom.v1.Job
+	60, // 78: loom.v1.JobService.WatchJob:output_type -> loom.v1.Job
+	60, // 79: loom.v1.JobService.UpdateJob:output_type -> loom.v1.Job
 	28, // 80: loom.v1.JobService.ReadJobLogs:output_type -> loom.v1.LogChunk
 	14, // 81: loom.v1.JobService.CreateJobStep:output_type -> loom.v1.JobStep
 	14, // 82: loom.v1.JobService.GetJobStep:output_type -> loom.v1.JobStep
 	18, // 83: loom.v1.JobService.ListJobSteps:output_type -> loom.v1.ListJobStepsResponse
 	14, // 84: loom.v1.JobService.CancelJobStep:output_type -> loom.v1.JobStep
-	67, // 85: loom.v1.OperationService.GetOperation:output_type -> loom.v1.Operation
-	67, // 86: loom.v1.OperationService.WaitOperation:output_type -> loom.v1.Operation
+	66, // 85: loom.v1.OperationService.GetOperation:output_type -> loom.v1.Operation
+	66, // 86: loom.v1.OperationService.WaitOperation:output_type -> loom.v1.Operation
 	32, // 87: loom.v1.NodeService.ListNodes:output_type -> loom.v1.ListNodesResponse
 	34, // 88: loom.v1.SlurmService.ListPartitions:output_type -> loom.v1.ListPartitionsResponse
 	36, // 89: loom.v1.SlurmService.ListSlurmNodes:output_type -> loom.v1.ListSlurmNodesResponse
-	64, // 90: loom.v1.SlurmService.UpdateSlurmNode:output_type -> loom.v1.SlurmNode
+	63, // 90: loom.v1.SlurmService.UpdateSlurmNode:output_type -> loom.v1.SlurmNode
 	39, // 91: loom.v1.ModelService.UploadModel:output_type -> loom.v1.UploadModelResponse
 	41, // 92: loom.v1.ModelService.ListModels:output_type -> loom.v1.ListModelsResponse
-	65, // 93: loom.v1.ModelService.GetModel:output_type -> loom.v1.Model
+	64, // 93: loom.v1.ModelService.GetModel:output_type -> loom.v1.Model
 	44, // 94: loom.v1.ModelService.ListModelVersions:output_type -> loom.v1.ListModelVersionsResponse
-	65, // 95: loom.v1.ModelService.UpdateModel:output_type -> loom.v1.Model
-	65, // 96: loom.v1.ModelService.MergeVersionAliases:output_type -> loom.v1.Model
+	64, // 95: loom.v1.ModelService.UpdateModel:output_type -> loom.v1.Model
+	64, // 96: loom.v1.ModelService.MergeVersionAliases:output_type -> loom.v1.Model
 	49, // 97: loom.v1.ModelService.DeleteModel:output_type -> loom.v1.DeleteModelResponse
 	49, // 98: loom.v1.ModelService.DeleteModelVersion:output_type -> loom.v1.DeleteModelResponse
-	53, // 99: loom.v1.ModelService.ExportModel:output_type -> loom.v1.ExportModelResponse
+	66, // 99: loom.v1.ModelService.ExportModel:output_type -> loom.v1.Operation
 	63, // [63:100] is the sub-list for method output_type
 	26, // [26:63] is the sub-list for method input_type
 	26, // [26:26] is the sub-list for extension type_name
@@ -3908,7 +3839,7 @@ func file_loom_v1_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_service_proto_rawDesc), len(file_loom_v1_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   55,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   7,
 		},

@@ -1579,9 +1579,12 @@ type ModelServiceClient interface {
 	DeleteModelVersion(ctx context.Context, in *DeleteModelVersionRequest, opts ...grpc.CallOption) (*DeleteModelResponse, error)
 	// ExportModel copies the version's artifacts to
 	// output_config.artifact_destination.output_uri_prefix, byte for byte
-	// (checksums compared; objects already there are skipped). Synchronous:
-	// it answers when the copy is done.
-	ExportModel(ctx context.Context, in *ExportModelRequest, opts ...grpc.CallOption) (*ExportModelResponse, error)
+	// (checksums compared; objects already there are skipped). Long-running,
+	// as Vertex's: it answers an Operation at once (verb "export", target the
+	// version); OperationService.WaitOperation returns it done, with
+	// export_model (an ExportModelResponse) or error. The registry's own
+	// ModelService (internal) answers the operation already done.
+	ExportModel(ctx context.Context, in *ExportModelRequest, opts ...grpc.CallOption) (*Operation, error)
 }
 
 type modelServiceClient struct {
@@ -1672,9 +1675,9 @@ func (c *modelServiceClient) DeleteModelVersion(ctx context.Context, in *DeleteM
 	return out, nil
 }
 
-func (c *modelServiceClient) ExportModel(ctx context.Context, in *ExportModelRequest, opts ...grpc.CallOption) (*ExportModelResponse, error) {
+func (c *modelServiceClient) ExportModel(ctx context.Context, in *ExportModelRequest, opts ...grpc.CallOption) (*Operation, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ExportModelResponse)
+	out := new(Operation)
 	err := c.cc.Invoke(ctx, ModelService_ExportModel_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -1716,9 +1719,12 @@ type ModelServiceServer interface {
 	DeleteModelVersion(context.Context, *DeleteModelVersionRequest) (*DeleteModelResponse, error)
 	// ExportModel copies the version's artifacts to
 	// output_config.artifact_destination.output_uri_prefix, byte for byte
-	// (checksums compared; objects already there are skipped). Synchronous:
-	// it answers when the copy is done.
-	ExportModel(context.Context, *ExportModelRequest) (*ExportModelResponse, error)
+	// (checksums compared; objects already there are skipped). Long-running,
+	// as Vertex's: it answers an Operation at once (verb "export", target the
+	// version); OperationService.WaitOperation returns it done, with
+	// export_model (an ExportModelResponse) or error. The registry's own
+	// ModelService (internal) answers the operation already done.
+	ExportModel(context.Context, *ExportModelRequest) (*Operation, error)
 	mustEmbedUnimplementedModelServiceServer()
 }
 
@@ -1753,7 +1759,7 @@ func (UnimplementedModelServiceServer) DeleteModel(context.Context, *DeleteModel
 func (UnimplementedModelServiceServer) DeleteModelVersion(context.Context, *DeleteModelVersionRequest) (*DeleteModelResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteModelVersion not implemented")
 }
-func (UnimplementedModelServiceServer) ExportModel(context.Context, *ExportModelRequest) (*ExportModelResponse, error) {
+func (UnimplementedModelServiceServer) ExportModel(context.Context, *ExportModelRequest) (*Operation, error) {
 	return nil, status.Error(codes.Unimplemented, "method ExportModel not implemented")
 }
 func (UnimplementedModelServiceServer) mustEmbedUnimplementedModelServiceServer() {}

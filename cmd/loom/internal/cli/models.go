@@ -248,33 +248,43 @@ func (a *app) modelsAlias() *cobra.Command {
 }
 
 func (a *app) modelsExport() *cobra.Command {
-	return &cobra.Command{
+	var async bool
+	c := &cobra.Command{
 		Use:   "export MODEL[@VERSION|@ALIAS] DESTINATION",
 		Short: "Copy a version's artifacts to DESTINATION (file:///dir, s3://bucket/prefix, gs://…, azblob://…)",
 		Long: "Copies every artifact of the version, byte for byte (checksums compared). Objects already at the\n" +
-			"destination with the same checksum are skipped, so an export can be rerun after an interruption.",
+			"destination with the same checksum are skipped, so an export can be rerun after an interruption.\n" +
+			"The export is an operation: the command shows its progress and returns when it ends, or at once\n" +
+			"with --async, printing the operation's name (GET /v1/NAME shows it; the copy goes on in the registry).",
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := a.models()
 			if err != nil {
 				return err
 			}
-			// An export copies files: it may take longer than a call.
 			ctx, cancel := a.call(cmd.Context())
 			defer cancel()
-			resp, err := cl.ExportModel(ctx, &loomv1.ExportModelRequest{Name: a.modelName(args[0]), OutputConfig: &loomv1.ExportModelOutputConfig{
-				ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: args[1]}}})
+			// A request id makes the call safe to retry: a lost answer
+			// does not start a second copy.
+			op, err := cl.ExportModel(ctx, &loomv1.ExportModelRequest{Name: a.modelName(args[0]), RequestId: requestID(),
+				OutputConfig: &loomv1.ExportModelOutputConfig{ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: args[1]}}})
 			if err != nil {
 				return a.notFoundHint(a.explain("export "+args[0], err), err, "loom models versions MODEL")
 			}
-			if a.output == "json" {
-				return writeJSON(cmd.OutOrStdout(), resp)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "Exported %s to %s: %d copied, %d already there, %d bytes written.\n",
-				args[0], resp.GetDestination(), resp.GetCopied(), resp.GetSkipped(), resp.GetBytes())
-			return nil
+			return a.followOperation(cmd, op, opView{
+				title: "Exporting " + args[0] + " to " + args[1],
+				what:  "export " + args[0],
+				async: async,
+				final: func(op *loomv1.Operation, took time.Duration) string {
+					r := op.GetExportModel()
+					return fmt.Sprintf("Exported %s to %s: %d copied, %d already there, %d bytes (%s).",
+						args[0], r.GetDestination(), r.GetCopied(), r.GetSkipped(), r.GetBytes(), elapsed(took))
+				},
+			})
 		},
 	}
+	c.Flags().BoolVar(&async, "async", false, "print the operation's name and return without waiting")
+	return c
 }
 
 func (a *app) modelsDelete() *cobra.Command {

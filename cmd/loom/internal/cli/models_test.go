@@ -89,9 +89,39 @@ func (f *registryFake) DeleteModelVersion(_ context.Context, r *loomv1.DeleteMod
 	return nil, status.Error(codes.FailedPrecondition, `version 1 of projects/default/models/tiny holds the "default" alias: move it to another version first (loom models alias tiny@N default)`)
 }
 
-func (f *registryFake) ExportModel(_ context.Context, r *loomv1.ExportModelRequest) (*loomv1.ExportModelResponse, error) {
+// ExportModel answers a running operation, named after the destination's
+// last segment ("denied" fails); GetOperation (opsFake) shows it copying
+// once, then done.
+func (f *registryFake) ExportModel(_ context.Context, r *loomv1.ExportModelRequest) (*loomv1.Operation, error) {
 	f.rec(r)
-	return &loomv1.ExportModelResponse{Destination: r.GetOutputConfig().GetArtifactDestination().GetOutputUriPrefix(), Copied: 2, Bytes: 123}, nil
+	dst := r.GetOutputConfig().GetArtifactDestination().GetOutputUriPrefix()
+	return &loomv1.Operation{Name: "projects/default/operations/" + dst[strings.LastIndex(dst, "/")+1:],
+		Metadata: &loomv1.OperationMetadata{Verb: "export", Target: r.GetName(), Progress: "requested"}}, nil
+}
+
+// opsFake serves OperationService for registryFake's exports.
+type opsFake struct {
+	loomv1.UnimplementedOperationServiceServer
+	mu    sync.Mutex
+	polls map[string]int
+}
+
+func (o *opsFake) GetOperation(_ context.Context, r *loomv1.GetOperationRequest) (*loomv1.Operation, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.polls[r.GetName()]++
+	op := &loomv1.Operation{Name: r.GetName(), Metadata: &loomv1.OperationMetadata{Verb: "export", Progress: "copying"}}
+	if o.polls[r.GetName()] < 2 {
+		return op, nil
+	}
+	op.Done, op.Metadata.Progress = true, "done"
+	if strings.HasSuffix(r.GetName(), "/denied") {
+		op.Result = &loomv1.Operation_Error{Error: &loomv1.OperationError{Code: int32(codes.PermissionDenied),
+			Message: "s3://bucket/denied: the registry's credentials may not write there; grant it s3:PutObject"}}
+		return op, nil
+	}
+	op.Result = &loomv1.Operation_ExportModel{ExportModel: &loomv1.ExportModelResponse{Destination: "s3://bucket/tiny", Copied: 2, Bytes: 123, Objects: 2}}
+	return op, nil
 }
 
 func serveRegistryFake(t *testing.T) (*registryFake, string) {
@@ -103,6 +133,7 @@ func serveRegistryFake(t *testing.T) (*registryFake, string) {
 	f := &registryFake{}
 	s := grpc.NewServer()
 	loomv1.RegisterModelServiceServer(s, f)
+	loomv1.RegisterOperationServiceServer(s, &opsFake{polls: map[string]int{}})
 	go func() { _ = s.Serve(ln) }()
 	t.Cleanup(s.Stop)
 	return f, ln.Addr().String()
@@ -166,9 +197,28 @@ func TestModelsCommands(t *testing.T) {
 		t.Errorf("alias sent %v", r)
 	}
 
-	out, _, code = run(t, gw, "models", "export", "tiny@2", "s3://bucket/tiny")
-	if code != 0 || out != "Exported tiny@2 to s3://bucket/tiny: 2 copied, 0 already there, 123 bytes written.\n" {
-		t.Errorf("export: %d %q", code, out)
+	// export waits on its operation, showing its progress.
+	out, errOut, code = run(t, gw, "models", "export", "tiny@2", "s3://bucket/tiny")
+	if code != 0 || !strings.HasPrefix(out, "Exporting tiny@2 to s3://bucket/tiny (operation tiny)\n  requested\n  copying\n  done\n") ||
+		!strings.Contains(out, "\nExported tiny@2 to s3://bucket/tiny: 2 copied, 0 already there, 123 bytes (") {
+		t.Errorf("export: %d %q, stderr %q", code, out, errOut)
+	}
+	if r := f.last().(*loomv1.ExportModelRequest); r.GetName() != "projects/default/models/tiny@2" || r.GetRequestId() == "" {
+		t.Errorf("export sent %v, want tiny@2 with a request_id", r)
+	}
+	// --async prints the operation and does not wait.
+	out, _, code = run(t, gw, "models", "export", "tiny@2", "s3://bucket/later", "--async")
+	if code != 0 || !strings.Contains(out, "operation projects/default/operations/later\n") {
+		t.Errorf("export --async: %d %q", code, out)
+	}
+	out, _, code = run(t, gw, "models", "export", "tiny@2", "s3://bucket/later-json", "--async", "-o", "json")
+	if code != 0 || json.Unmarshal([]byte(out), &js) != nil || js["name"] != "projects/default/operations/later-json" || js["done"] != nil {
+		t.Errorf("export --async -o json: %d %s", code, out)
+	}
+	// A failed export says why, with the operation's code.
+	_, errOut, code = run(t, gw, "models", "export", "tiny@2", "s3://bucket/denied")
+	if code == 0 || !strings.Contains(errOut, "PermissionDenied") || !strings.Contains(errOut, "grant it s3:PutObject") {
+		t.Errorf("failed export: %d %s", code, errOut)
 	}
 
 	_, errOut, code = run(t, gw, "models", "delete", "tiny@1")

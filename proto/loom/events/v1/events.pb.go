@@ -4018,6 +4018,207 @@ func (x *ModelUploadFailed) GetReason() string {
 	return ""
 }
 
+// ModelExported finishes an ExportModel: the copy is whole at the
+// destination.
+type ModelExported struct {
+	state     protoimpl.MessageState  `protogen:"open.v1"`
+	Operation string                  `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	Response  *v1.ExportModelResponse `protobuf:"bytes,2,opt,name=response,proto3" json:"response,omitempty"`
+	// version is the stored name of the version exported
+	// ("projects/{p}/models/{id}/versions/{n}").
+	Version       string `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelExported) Reset() {
+	*x = ModelExported{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelExported) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelExported) ProtoMessage() {}
+
+func (x *ModelExported) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelExported.ProtoReflect.Descriptor instead.
+func (*ModelExported) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ModelExported) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
+func (x *ModelExported) GetResponse() *v1.ExportModelResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+func (x *ModelExported) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+// ModelExportFailed finishes an ExportModel that cannot succeed as sent
+// (no such version, a destination refused, a source over a limit): code is
+// the gRPC status code, message says what to change.
+type ModelExportFailed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Operation     string                 `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	Code          int32                  `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelExportFailed) Reset() {
+	*x = ModelExportFailed{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelExportFailed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelExportFailed) ProtoMessage() {}
+
+func (x *ModelExportFailed) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelExportFailed.ProtoReflect.Descriptor instead.
+func (*ModelExportFailed) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ModelExportFailed) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
+func (x *ModelExportFailed) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *ModelExportFailed) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// ExportModel asks the registry to copy a version's artifacts to
+// destination (the gateway's ExportModel operation). A redelivered command
+// resumes the copy (objects already there are skipped); the answer is
+// ModelExported or ModelExportFailed naming the operation.
+type ExportModel struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Operation string                 `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	// name is the version ("{model}@{n}", "@{alias}" or a bare model).
+	Name        string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Destination string `protobuf:"bytes,3,opt,name=destination,proto3" json:"destination,omitempty"`
+	// user is who asked (for the registry's log).
+	User          string `protobuf:"bytes,4,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportModel) Reset() {
+	*x = ExportModel{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportModel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportModel) ProtoMessage() {}
+
+func (x *ExportModel) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportModel.ProtoReflect.Descriptor instead.
+func (*ExportModel) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ExportModel) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
+func (x *ExportModel) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ExportModel) GetDestination() string {
+	if x != nil {
+		return x.Destination
+	}
+	return ""
+}
+
+func (x *ExportModel) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
 // UploadModel asks the registry to register a model version: a new model
 // (model_id, or one the registry names) or, with parent_model
 // ("projects/{p}/models/{id}"), that model's next version. request_id is
@@ -4040,7 +4241,7 @@ type UploadModel struct {
 
 func (x *UploadModel) Reset() {
 	*x = UploadModel{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[46]
+	mi := &file_loom_events_v1_events_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4052,7 +4253,7 @@ func (x *UploadModel) String() string {
 func (*UploadModel) ProtoMessage() {}
 
 func (x *UploadModel) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[46]
+	mi := &file_loom_events_v1_events_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4065,7 +4266,7 @@ func (x *UploadModel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadModel.ProtoReflect.Descriptor instead.
 func (*UploadModel) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{46}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *UploadModel) GetRequestId() string {
@@ -4129,7 +4330,7 @@ type CreateCustomJob struct {
 
 func (x *CreateCustomJob) Reset() {
 	*x = CreateCustomJob{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[47]
+	mi := &file_loom_events_v1_events_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4141,7 +4342,7 @@ func (x *CreateCustomJob) String() string {
 func (*CreateCustomJob) ProtoMessage() {}
 
 func (x *CreateCustomJob) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[47]
+	mi := &file_loom_events_v1_events_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4154,7 +4355,7 @@ func (x *CreateCustomJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateCustomJob.ProtoReflect.Descriptor instead.
 func (*CreateCustomJob) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{47}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CreateCustomJob) GetCustomJob() *v11.CustomJob {
@@ -4176,7 +4377,7 @@ type CreateHyperparameterTuningJob struct {
 
 func (x *CreateHyperparameterTuningJob) Reset() {
 	*x = CreateHyperparameterTuningJob{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[48]
+	mi := &file_loom_events_v1_events_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4188,7 +4389,7 @@ func (x *CreateHyperparameterTuningJob) String() string {
 func (*CreateHyperparameterTuningJob) ProtoMessage() {}
 
 func (x *CreateHyperparameterTuningJob) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[48]
+	mi := &file_loom_events_v1_events_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4201,7 +4402,7 @@ func (x *CreateHyperparameterTuningJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateHyperparameterTuningJob.ProtoReflect.Descriptor instead.
 func (*CreateHyperparameterTuningJob) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{48}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CreateHyperparameterTuningJob) GetTuningJob() *v11.HyperparameterTuningJob {
@@ -4224,7 +4425,7 @@ type CreateTrainingPipeline struct {
 
 func (x *CreateTrainingPipeline) Reset() {
 	*x = CreateTrainingPipeline{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[49]
+	mi := &file_loom_events_v1_events_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4236,7 +4437,7 @@ func (x *CreateTrainingPipeline) String() string {
 func (*CreateTrainingPipeline) ProtoMessage() {}
 
 func (x *CreateTrainingPipeline) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[49]
+	mi := &file_loom_events_v1_events_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4249,7 +4450,7 @@ func (x *CreateTrainingPipeline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTrainingPipeline.ProtoReflect.Descriptor instead.
 func (*CreateTrainingPipeline) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{49}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CreateTrainingPipeline) GetPipeline() *v11.TrainingPipeline {
@@ -4280,7 +4481,7 @@ type CancelTraining struct {
 
 func (x *CancelTraining) Reset() {
 	*x = CancelTraining{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[50]
+	mi := &file_loom_events_v1_events_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4292,7 +4493,7 @@ func (x *CancelTraining) String() string {
 func (*CancelTraining) ProtoMessage() {}
 
 func (x *CancelTraining) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[50]
+	mi := &file_loom_events_v1_events_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4305,7 +4506,7 @@ func (x *CancelTraining) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTraining.ProtoReflect.Descriptor instead.
 func (*CancelTraining) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{50}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CancelTraining) GetName() string {
@@ -4342,7 +4543,7 @@ type DeleteTraining struct {
 
 func (x *DeleteTraining) Reset() {
 	*x = DeleteTraining{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[51]
+	mi := &file_loom_events_v1_events_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4354,7 +4555,7 @@ func (x *DeleteTraining) String() string {
 func (*DeleteTraining) ProtoMessage() {}
 
 func (x *DeleteTraining) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[51]
+	mi := &file_loom_events_v1_events_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4367,7 +4568,7 @@ func (x *DeleteTraining) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTraining.ProtoReflect.Descriptor instead.
 func (*DeleteTraining) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{51}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DeleteTraining) GetName() string {
@@ -4401,7 +4602,7 @@ type CustomJobChanged struct {
 
 func (x *CustomJobChanged) Reset() {
 	*x = CustomJobChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[52]
+	mi := &file_loom_events_v1_events_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4413,7 +4614,7 @@ func (x *CustomJobChanged) String() string {
 func (*CustomJobChanged) ProtoMessage() {}
 
 func (x *CustomJobChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[52]
+	mi := &file_loom_events_v1_events_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4426,7 +4627,7 @@ func (x *CustomJobChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CustomJobChanged.ProtoReflect.Descriptor instead.
 func (*CustomJobChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{52}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CustomJobChanged) GetCustomJob() *v11.CustomJob {
@@ -4447,7 +4648,7 @@ type HyperparameterTuningJobChanged struct {
 
 func (x *HyperparameterTuningJobChanged) Reset() {
 	*x = HyperparameterTuningJobChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[53]
+	mi := &file_loom_events_v1_events_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4459,7 +4660,7 @@ func (x *HyperparameterTuningJobChanged) String() string {
 func (*HyperparameterTuningJobChanged) ProtoMessage() {}
 
 func (x *HyperparameterTuningJobChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[53]
+	mi := &file_loom_events_v1_events_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4472,7 +4673,7 @@ func (x *HyperparameterTuningJobChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HyperparameterTuningJobChanged.ProtoReflect.Descriptor instead.
 func (*HyperparameterTuningJobChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{53}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *HyperparameterTuningJobChanged) GetTuningJob() *v11.HyperparameterTuningJob {
@@ -4493,7 +4694,7 @@ type TrialChanged struct {
 
 func (x *TrialChanged) Reset() {
 	*x = TrialChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[54]
+	mi := &file_loom_events_v1_events_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4505,7 +4706,7 @@ func (x *TrialChanged) String() string {
 func (*TrialChanged) ProtoMessage() {}
 
 func (x *TrialChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[54]
+	mi := &file_loom_events_v1_events_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4518,7 +4719,7 @@ func (x *TrialChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrialChanged.ProtoReflect.Descriptor instead.
 func (*TrialChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{54}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *TrialChanged) GetTuningJob() string {
@@ -4545,7 +4746,7 @@ type TrainingPipelineChanged struct {
 
 func (x *TrainingPipelineChanged) Reset() {
 	*x = TrainingPipelineChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[55]
+	mi := &file_loom_events_v1_events_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4557,7 +4758,7 @@ func (x *TrainingPipelineChanged) String() string {
 func (*TrainingPipelineChanged) ProtoMessage() {}
 
 func (x *TrainingPipelineChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[55]
+	mi := &file_loom_events_v1_events_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4570,7 +4771,7 @@ func (x *TrainingPipelineChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrainingPipelineChanged.ProtoReflect.Descriptor instead.
 func (*TrainingPipelineChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{55}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TrainingPipelineChanged) GetPipeline() *v11.TrainingPipeline {
@@ -4591,7 +4792,7 @@ type AuditRecorded struct {
 
 func (x *AuditRecorded) Reset() {
 	*x = AuditRecorded{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[56]
+	mi := &file_loom_events_v1_events_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4603,7 +4804,7 @@ func (x *AuditRecorded) String() string {
 func (*AuditRecorded) ProtoMessage() {}
 
 func (x *AuditRecorded) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[56]
+	mi := &file_loom_events_v1_events_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4616,7 +4817,7 @@ func (x *AuditRecorded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecorded.ProtoReflect.Descriptor instead.
 func (*AuditRecorded) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{56}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AuditRecorded) GetRecord() *v1.AuditRecord {
@@ -4639,7 +4840,7 @@ type AssociationChanged struct {
 
 func (x *AssociationChanged) Reset() {
 	*x = AssociationChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[57]
+	mi := &file_loom_events_v1_events_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4651,7 +4852,7 @@ func (x *AssociationChanged) String() string {
 func (*AssociationChanged) ProtoMessage() {}
 
 func (x *AssociationChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[57]
+	mi := &file_loom_events_v1_events_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4664,7 +4865,7 @@ func (x *AssociationChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssociationChanged.ProtoReflect.Descriptor instead.
 func (*AssociationChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{57}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *AssociationChanged) GetProject() string {
@@ -4695,7 +4896,7 @@ type MetricsReported_Point struct {
 
 func (x *MetricsReported_Point) Reset() {
 	*x = MetricsReported_Point{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[61]
+	mi := &file_loom_events_v1_events_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4707,7 +4908,7 @@ func (x *MetricsReported_Point) String() string {
 func (*MetricsReported_Point) ProtoMessage() {}
 
 func (x *MetricsReported_Point) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[61]
+	mi := &file_loom_events_v1_events_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5092,7 +5293,20 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xf8\x01\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x81\x01\n" +
+	"\rModelExported\x12\x1c\n" +
+	"\toperation\x18\x01 \x01(\tR\toperation\x128\n" +
+	"\bresponse\x18\x02 \x01(\v2\x1c.loom.v1.ExportModelResponseR\bresponse\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\"_\n" +
+	"\x11ModelExportFailed\x12\x1c\n" +
+	"\toperation\x18\x01 \x01(\tR\toperation\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"u\n" +
+	"\vExportModel\x12\x1c\n" +
+	"\toperation\x18\x01 \x01(\tR\toperation\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
+	"\vdestination\x18\x03 \x01(\tR\vdestination\x12\x12\n" +
+	"\x04user\x18\x04 \x01(\tR\x04user\"\xf8\x01\n" +
 	"\vUploadModel\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x18\n" +
@@ -5169,7 +5383,7 @@ func file_loom_events_v1_events_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_events_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_loom_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_loom_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_loom_events_v1_events_proto_goTypes = []any{
 	(StopCause)(0),                         // 0: loom.events.v1.StopCause
 	(StepState)(0),                         // 1: loom.events.v1.StepState
@@ -5220,105 +5434,110 @@ var file_loom_events_v1_events_proto_goTypes = []any{
 	(*RemediateNode)(nil),                  // 46: loom.events.v1.RemediateNode
 	(*ModelVersionRegistered)(nil),         // 47: loom.events.v1.ModelVersionRegistered
 	(*ModelUploadFailed)(nil),              // 48: loom.events.v1.ModelUploadFailed
-	(*UploadModel)(nil),                    // 49: loom.events.v1.UploadModel
-	(*CreateCustomJob)(nil),                // 50: loom.events.v1.CreateCustomJob
-	(*CreateHyperparameterTuningJob)(nil),  // 51: loom.events.v1.CreateHyperparameterTuningJob
-	(*CreateTrainingPipeline)(nil),         // 52: loom.events.v1.CreateTrainingPipeline
-	(*CancelTraining)(nil),                 // 53: loom.events.v1.CancelTraining
-	(*DeleteTraining)(nil),                 // 54: loom.events.v1.DeleteTraining
-	(*CustomJobChanged)(nil),               // 55: loom.events.v1.CustomJobChanged
-	(*HyperparameterTuningJobChanged)(nil), // 56: loom.events.v1.HyperparameterTuningJobChanged
-	(*TrialChanged)(nil),                   // 57: loom.events.v1.TrialChanged
-	(*TrainingPipelineChanged)(nil),        // 58: loom.events.v1.TrainingPipelineChanged
-	(*AuditRecorded)(nil),                  // 59: loom.events.v1.AuditRecorded
-	(*AssociationChanged)(nil),             // 60: loom.events.v1.AssociationChanged
-	nil,                                    // 61: loom.events.v1.CreateJobStep.EnvEntry
-	nil,                                    // 62: loom.events.v1.StartStep.EnvEntry
-	nil,                                    // 63: loom.events.v1.LaunchTasks.EnvEntry
-	(*MetricsReported_Point)(nil),          // 64: loom.events.v1.MetricsReported.Point
-	nil,                                    // 65: loom.events.v1.MetricsReported.Point.ValuesEntry
-	nil,                                    // 66: loom.events.v1.RunHealthCheck.ParamsEntry
-	(*v1.Cluster)(nil),                     // 67: loom.v1.Cluster
-	(*v1.Reservation)(nil),                 // 68: loom.v1.Reservation
-	(*v1.Node)(nil),                        // 69: loom.v1.Node
-	(v1.RemediationAction)(0),              // 70: loom.v1.RemediationAction
-	(*timestamppb.Timestamp)(nil),          // 71: google.protobuf.Timestamp
-	(*v1.GpuSample)(nil),                   // 72: loom.v1.GpuSample
-	(*v1.DiskSample)(nil),                  // 73: loom.v1.DiskSample
-	(*v1.HealthCheckResult)(nil),           // 74: loom.v1.HealthCheckResult
-	(*v1.Job)(nil),                         // 75: loom.v1.Job
-	(*durationpb.Duration)(nil),            // 76: google.protobuf.Duration
-	(v1.RemediationState)(0),               // 77: loom.v1.RemediationState
-	(*v1.Fault)(nil),                       // 78: loom.v1.Fault
-	(*v1.ModelVersion)(nil),                // 79: loom.v1.ModelVersion
-	(*v11.Model)(nil),                      // 80: loom.training.v1.Model
-	(*v1.ModelLineage)(nil),                // 81: loom.v1.ModelLineage
-	(*v11.CustomJob)(nil),                  // 82: loom.training.v1.CustomJob
-	(*v11.HyperparameterTuningJob)(nil),    // 83: loom.training.v1.HyperparameterTuningJob
-	(*v11.TrainingPipeline)(nil),           // 84: loom.training.v1.TrainingPipeline
-	(*v11.Trial)(nil),                      // 85: loom.training.v1.Trial
-	(*v1.AuditRecord)(nil),                 // 86: loom.v1.AuditRecord
-	(*v1.Association)(nil),                 // 87: loom.v1.Association
+	(*ModelExported)(nil),                  // 49: loom.events.v1.ModelExported
+	(*ModelExportFailed)(nil),              // 50: loom.events.v1.ModelExportFailed
+	(*ExportModel)(nil),                    // 51: loom.events.v1.ExportModel
+	(*UploadModel)(nil),                    // 52: loom.events.v1.UploadModel
+	(*CreateCustomJob)(nil),                // 53: loom.events.v1.CreateCustomJob
+	(*CreateHyperparameterTuningJob)(nil),  // 54: loom.events.v1.CreateHyperparameterTuningJob
+	(*CreateTrainingPipeline)(nil),         // 55: loom.events.v1.CreateTrainingPipeline
+	(*CancelTraining)(nil),                 // 56: loom.events.v1.CancelTraining
+	(*DeleteTraining)(nil),                 // 57: loom.events.v1.DeleteTraining
+	(*CustomJobChanged)(nil),               // 58: loom.events.v1.CustomJobChanged
+	(*HyperparameterTuningJobChanged)(nil), // 59: loom.events.v1.HyperparameterTuningJobChanged
+	(*TrialChanged)(nil),                   // 60: loom.events.v1.TrialChanged
+	(*TrainingPipelineChanged)(nil),        // 61: loom.events.v1.TrainingPipelineChanged
+	(*AuditRecorded)(nil),                  // 62: loom.events.v1.AuditRecorded
+	(*AssociationChanged)(nil),             // 63: loom.events.v1.AssociationChanged
+	nil,                                    // 64: loom.events.v1.CreateJobStep.EnvEntry
+	nil,                                    // 65: loom.events.v1.StartStep.EnvEntry
+	nil,                                    // 66: loom.events.v1.LaunchTasks.EnvEntry
+	(*MetricsReported_Point)(nil),          // 67: loom.events.v1.MetricsReported.Point
+	nil,                                    // 68: loom.events.v1.MetricsReported.Point.ValuesEntry
+	nil,                                    // 69: loom.events.v1.RunHealthCheck.ParamsEntry
+	(*v1.Cluster)(nil),                     // 70: loom.v1.Cluster
+	(*v1.Reservation)(nil),                 // 71: loom.v1.Reservation
+	(*v1.Node)(nil),                        // 72: loom.v1.Node
+	(v1.RemediationAction)(0),              // 73: loom.v1.RemediationAction
+	(*timestamppb.Timestamp)(nil),          // 74: google.protobuf.Timestamp
+	(*v1.GpuSample)(nil),                   // 75: loom.v1.GpuSample
+	(*v1.DiskSample)(nil),                  // 76: loom.v1.DiskSample
+	(*v1.HealthCheckResult)(nil),           // 77: loom.v1.HealthCheckResult
+	(*v1.Job)(nil),                         // 78: loom.v1.Job
+	(*durationpb.Duration)(nil),            // 79: google.protobuf.Duration
+	(v1.RemediationState)(0),               // 80: loom.v1.RemediationState
+	(*v1.Fault)(nil),                       // 81: loom.v1.Fault
+	(*v1.ModelVersion)(nil),                // 82: loom.v1.ModelVersion
+	(*v1.ExportModelResponse)(nil),         // 83: loom.v1.ExportModelResponse
+	(*v11.Model)(nil),                      // 84: loom.training.v1.Model
+	(*v1.ModelLineage)(nil),                // 85: loom.v1.ModelLineage
+	(*v11.CustomJob)(nil),                  // 86: loom.training.v1.CustomJob
+	(*v11.HyperparameterTuningJob)(nil),    // 87: loom.training.v1.HyperparameterTuningJob
+	(*v11.TrainingPipeline)(nil),           // 88: loom.training.v1.TrainingPipeline
+	(*v11.Trial)(nil),                      // 89: loom.training.v1.Trial
+	(*v1.AuditRecord)(nil),                 // 90: loom.v1.AuditRecord
+	(*v1.Association)(nil),                 // 91: loom.v1.Association
 }
 var file_loom_events_v1_events_proto_depIdxs = []int32{
-	67, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
-	67, // 1: loom.events.v1.UpdateCluster.cluster:type_name -> loom.v1.Cluster
-	68, // 2: loom.events.v1.CreateReservation.reservation:type_name -> loom.v1.Reservation
-	67, // 3: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
-	68, // 4: loom.events.v1.ReservationChanged.reservation:type_name -> loom.v1.Reservation
-	69, // 5: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
-	70, // 6: loom.events.v1.RemediationFinished.action:type_name -> loom.v1.RemediationAction
-	71, // 7: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
-	71, // 8: loom.events.v1.GpuTelemetry.time:type_name -> google.protobuf.Timestamp
-	72, // 9: loom.events.v1.GpuTelemetry.gpus:type_name -> loom.v1.GpuSample
-	73, // 10: loom.events.v1.GpuTelemetry.disks:type_name -> loom.v1.DiskSample
-	71, // 11: loom.events.v1.XidObserved.time:type_name -> google.protobuf.Timestamp
-	74, // 12: loom.events.v1.HealthCheckCompleted.result:type_name -> loom.v1.HealthCheckResult
-	75, // 13: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
-	61, // 14: loom.events.v1.CreateJobStep.env:type_name -> loom.events.v1.CreateJobStep.EnvEntry
-	71, // 15: loom.events.v1.UpdateSlurmNode.time:type_name -> google.protobuf.Timestamp
-	75, // 16: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
-	62, // 17: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
+	70, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
+	70, // 1: loom.events.v1.UpdateCluster.cluster:type_name -> loom.v1.Cluster
+	71, // 2: loom.events.v1.CreateReservation.reservation:type_name -> loom.v1.Reservation
+	70, // 3: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
+	71, // 4: loom.events.v1.ReservationChanged.reservation:type_name -> loom.v1.Reservation
+	72, // 5: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
+	73, // 6: loom.events.v1.RemediationFinished.action:type_name -> loom.v1.RemediationAction
+	74, // 7: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
+	74, // 8: loom.events.v1.GpuTelemetry.time:type_name -> google.protobuf.Timestamp
+	75, // 9: loom.events.v1.GpuTelemetry.gpus:type_name -> loom.v1.GpuSample
+	76, // 10: loom.events.v1.GpuTelemetry.disks:type_name -> loom.v1.DiskSample
+	74, // 11: loom.events.v1.XidObserved.time:type_name -> google.protobuf.Timestamp
+	77, // 12: loom.events.v1.HealthCheckCompleted.result:type_name -> loom.v1.HealthCheckResult
+	78, // 13: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
+	64, // 14: loom.events.v1.CreateJobStep.env:type_name -> loom.events.v1.CreateJobStep.EnvEntry
+	74, // 15: loom.events.v1.UpdateSlurmNode.time:type_name -> google.protobuf.Timestamp
+	78, // 16: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
+	65, // 17: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
 	0,  // 18: loom.events.v1.StopStep.cause:type_name -> loom.events.v1.StopCause
-	63, // 19: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
+	66, // 19: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
 	1,  // 20: loom.events.v1.StepChanged.state:type_name -> loom.events.v1.StepState
 	1,  // 21: loom.events.v1.TasksChanged.state:type_name -> loom.events.v1.StepState
-	71, // 22: loom.events.v1.StepProgress.checkpoint_time:type_name -> google.protobuf.Timestamp
-	71, // 23: loom.events.v1.StepProgress.last_progress:type_name -> google.protobuf.Timestamp
-	71, // 24: loom.events.v1.StepProgress.time:type_name -> google.protobuf.Timestamp
-	76, // 25: loom.events.v1.StepProgress.checkpoint_duration:type_name -> google.protobuf.Duration
-	64, // 26: loom.events.v1.MetricsReported.points:type_name -> loom.events.v1.MetricsReported.Point
+	74, // 22: loom.events.v1.StepProgress.checkpoint_time:type_name -> google.protobuf.Timestamp
+	74, // 23: loom.events.v1.StepProgress.last_progress:type_name -> google.protobuf.Timestamp
+	74, // 24: loom.events.v1.StepProgress.time:type_name -> google.protobuf.Timestamp
+	79, // 25: loom.events.v1.StepProgress.checkpoint_duration:type_name -> google.protobuf.Duration
+	67, // 26: loom.events.v1.MetricsReported.points:type_name -> loom.events.v1.MetricsReported.Point
 	2,  // 27: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
-	71, // 28: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
-	77, // 29: loom.events.v1.NodeHealthChanged.state:type_name -> loom.v1.RemediationState
-	70, // 30: loom.events.v1.NodeHealthChanged.action:type_name -> loom.v1.RemediationAction
-	71, // 31: loom.events.v1.NodeHealthChanged.time:type_name -> google.protobuf.Timestamp
-	76, // 32: loom.events.v1.RunHealthCheck.timeout:type_name -> google.protobuf.Duration
-	66, // 33: loom.events.v1.RunHealthCheck.params:type_name -> loom.events.v1.RunHealthCheck.ParamsEntry
-	78, // 34: loom.events.v1.InjectNodeFault.fault:type_name -> loom.v1.Fault
-	76, // 35: loom.events.v1.ScanNodes.timeout:type_name -> google.protobuf.Duration
-	70, // 36: loom.events.v1.UpdateNodeRemediation.action:type_name -> loom.v1.RemediationAction
-	78, // 37: loom.events.v1.InjectFault.fault:type_name -> loom.v1.Fault
-	70, // 38: loom.events.v1.RemediateNode.action:type_name -> loom.v1.RemediationAction
-	79, // 39: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
-	80, // 40: loom.events.v1.UploadModel.model:type_name -> loom.training.v1.Model
-	81, // 41: loom.events.v1.UploadModel.lineage:type_name -> loom.v1.ModelLineage
-	82, // 42: loom.events.v1.CreateCustomJob.custom_job:type_name -> loom.training.v1.CustomJob
-	83, // 43: loom.events.v1.CreateHyperparameterTuningJob.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
-	84, // 44: loom.events.v1.CreateTrainingPipeline.pipeline:type_name -> loom.training.v1.TrainingPipeline
-	82, // 45: loom.events.v1.CustomJobChanged.custom_job:type_name -> loom.training.v1.CustomJob
-	83, // 46: loom.events.v1.HyperparameterTuningJobChanged.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
-	85, // 47: loom.events.v1.TrialChanged.trial:type_name -> loom.training.v1.Trial
-	84, // 48: loom.events.v1.TrainingPipelineChanged.pipeline:type_name -> loom.training.v1.TrainingPipeline
-	86, // 49: loom.events.v1.AuditRecorded.record:type_name -> loom.v1.AuditRecord
-	87, // 50: loom.events.v1.AssociationChanged.association:type_name -> loom.v1.Association
-	71, // 51: loom.events.v1.MetricsReported.Point.time:type_name -> google.protobuf.Timestamp
-	65, // 52: loom.events.v1.MetricsReported.Point.values:type_name -> loom.events.v1.MetricsReported.Point.ValuesEntry
-	53, // [53:53] is the sub-list for method output_type
-	53, // [53:53] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	74, // 28: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
+	80, // 29: loom.events.v1.NodeHealthChanged.state:type_name -> loom.v1.RemediationState
+	73, // 30: loom.events.v1.NodeHealthChanged.action:type_name -> loom.v1.RemediationAction
+	74, // 31: loom.events.v1.NodeHealthChanged.time:type_name -> google.protobuf.Timestamp
+	79, // 32: loom.events.v1.RunHealthCheck.timeout:type_name -> google.protobuf.Duration
+	69, // 33: loom.events.v1.RunHealthCheck.params:type_name -> loom.events.v1.RunHealthCheck.ParamsEntry
+	81, // 34: loom.events.v1.InjectNodeFault.fault:type_name -> loom.v1.Fault
+	79, // 35: loom.events.v1.ScanNodes.timeout:type_name -> google.protobuf.Duration
+	73, // 36: loom.events.v1.UpdateNodeRemediation.action:type_name -> loom.v1.RemediationAction
+	81, // 37: loom.events.v1.InjectFault.fault:type_name -> loom.v1.Fault
+	73, // 38: loom.events.v1.RemediateNode.action:type_name -> loom.v1.RemediationAction
+	82, // 39: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
+	83, // 40: loom.events.v1.ModelExported.response:type_name -> loom.v1.ExportModelResponse
+	84, // 41: loom.events.v1.UploadModel.model:type_name -> loom.training.v1.Model
+	85, // 42: loom.events.v1.UploadModel.lineage:type_name -> loom.v1.ModelLineage
+	86, // 43: loom.events.v1.CreateCustomJob.custom_job:type_name -> loom.training.v1.CustomJob
+	87, // 44: loom.events.v1.CreateHyperparameterTuningJob.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
+	88, // 45: loom.events.v1.CreateTrainingPipeline.pipeline:type_name -> loom.training.v1.TrainingPipeline
+	86, // 46: loom.events.v1.CustomJobChanged.custom_job:type_name -> loom.training.v1.CustomJob
+	87, // 47: loom.events.v1.HyperparameterTuningJobChanged.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
+	89, // 48: loom.events.v1.TrialChanged.trial:type_name -> loom.training.v1.Trial
+	88, // 49: loom.events.v1.TrainingPipelineChanged.pipeline:type_name -> loom.training.v1.TrainingPipeline
+	90, // 50: loom.events.v1.AuditRecorded.record:type_name -> loom.v1.AuditRecord
+	91, // 51: loom.events.v1.AssociationChanged.association:type_name -> loom.v1.Association
+	74, // 52: loom.events.v1.MetricsReported.Point.time:type_name -> google.protobuf.Timestamp
+	68, // 53: loom.events.v1.MetricsReported.Point.values:type_name -> loom.events.v1.MetricsReported.Point.ValuesEntry
+	54, // [54:54] is the sub-list for method output_type
+	54, // [54:54] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_loom_events_v1_events_proto_init() }
@@ -5332,7 +5551,7 @@ func file_loom_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_events_v1_events_proto_rawDesc), len(file_loom_events_v1_events_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   64,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

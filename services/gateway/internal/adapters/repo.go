@@ -48,6 +48,8 @@ const (
 	RequestCreateReservation = "create-reservation"
 	RequestDeleteReservation = "delete-reservation"
 	RequestSubmitJob         = "submit-job"
+	// RequestExportModel's ids are scoped to the caller ("{principal}\x00{id}").
+	RequestExportModel = "export-model"
 	// The training creates' request records hold the resource as accepted
 	// (proto bytes), not its name: a retry answers it even before the
 	// training service has it (PutTrainingRequest).

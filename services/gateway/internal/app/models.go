@@ -2,8 +2,18 @@ package app
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 
+	"github.com/loom-ml/loom/libs/auth"
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/resname"
+	"github.com/loom-ml/loom/libs/store"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 	"github.com/loom-ml/loom/services/gateway/internal/domain"
 )
 
@@ -60,7 +70,121 @@ func (g *Gateway) DeleteModelVersion(ctx context.Context, req *loomv1.DeleteMode
 	return g.own.Models.DeleteModelVersion(ctx, req)
 }
 
-// ExportModel copies a version's artifacts to a destination prefix.
-func (g *Gateway) ExportModel(ctx context.Context, req *loomv1.ExportModelRequest) (*loomv1.ExportModelResponse, error) {
-	return g.own.Models.ExportModel(ctx, req)
+// MaxExportURI bounds ExportModel's destination here (the registry checks
+// the same bound and the rest: scheme, export root).
+const MaxExportURI = 4096
+
+// ExportModel starts an operation that copies a version's artifacts to a
+// destination prefix, as Vertex's ExportModel: the version is resolved now
+// (an unknown one is NotFound at once, and an alias moved later does not
+// change what is copied), the operation (verb "export", target the version)
+// is stored together with the registry's ExportModel command in one Apply,
+// and the registry's answer finishes it (HandleModelEvent). A retry with the
+// same request_id by the same caller answers the first call's operation.
+func (g *Gateway) ExportModel(ctx context.Context, req *loomv1.ExportModelRequest) (*loomv1.Operation, error) {
+	const field = "output_config.artifact_destination.output_uri_prefix"
+	p, _ := auth.FromContext(ctx)
+	kind, rid := adapters.RequestExportModel, req.GetRequestId()
+	if err := domain.CheckRequestID(rid); err != nil {
+		return nil, err
+	}
+	if rid != "" {
+		// Scoped to the caller: another caller's id is another export.
+		rid = p.Name + "\x00" + rid
+	}
+	if op, ok, err := g.replayExport(ctx, kind, rid); err != nil || ok {
+		return op, err
+	}
+	dst := req.GetOutputConfig().GetArtifactDestination().GetOutputUriPrefix()
+	switch {
+	case dst == "":
+		return nil, errs.Invalid(field, "required: where to copy the artifacts (file:///dir, s3://bucket/prefix, gs://…, azblob://…)")
+	case len(dst) > MaxExportURI:
+		return nil, errs.Invalid(field, "%d bytes, more than the limit of %d", len(dst), MaxExportURI)
+	}
+	m, err := g.own.Models.GetModel(ctx, &loomv1.GetModelRequest{Name: req.GetName()})
+	if err != nil {
+		return nil, err
+	}
+	project, err := modelProject(req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	target := m.GetName()
+	if base, _, _ := strings.Cut(target, "@"); m.GetVersionId() != "" {
+		target = base + "@" + m.GetVersionId()
+	}
+	key, _, _ := strings.Cut(target, "@")
+	op := domain.NewOperation(resname.Operation{Project: project, ID: envelope.NewID()}.String(), domain.VerbExport, target, g.now())
+	cmd, err := route(ctx, key, &eventsv1.ExportModel{Operation: op.GetName(), Name: target, Destination: dst, User: p.Name})
+	if err != nil {
+		return nil, err
+	}
+	return g.startOperation(ctx, kind, rid, op, cmd)
+}
+
+// replayExport returns the operation of an earlier ExportModel with the
+// (caller-scoped) request id rid; ok=false when there was none.
+func (g *Gateway) replayExport(ctx context.Context, kind, rid string) (*loomv1.Operation, bool, error) {
+	if rid == "" {
+		return nil, false, nil
+	}
+	name, err := g.repo.Request(ctx, kind, rid)
+	if errors.Is(err, errs.NotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	op, err := g.repo.Operation(ctx, name)
+	return op, err == nil, err
+}
+
+// modelProject is the project id of a model name ("projects/{p}/…").
+func modelProject(name string) (string, error) {
+	rest, ok := strings.CutPrefix(name, "projects/")
+	id, _, _ := strings.Cut(rest, "/")
+	if _, err := resname.ParseProject("projects/" + id); !ok || err != nil {
+		return "", errs.Invalid("name", "%q does not name a project's model (projects/{p}/locations/{l}/models/{id})", name)
+	}
+	return id, nil
+}
+
+// HandleModelEvent finishes the export operation a ModelExported or
+// ModelExportFailed of loom.model.events.v1 names (other events, and those
+// for uploads, are not the gateway's): the operation is written with the
+// event's inbox mark, then its waiters are woken.
+func (g *Gateway) HandleModelEvent(ctx context.Context, ev envelope.Event) error {
+	var opName string
+	switch p := ev.Payload.(type) {
+	case *eventsv1.ModelExported:
+		opName = p.GetOperation()
+	case *eventsv1.ModelExportFailed:
+		opName = p.GetOperation()
+	}
+	if opName == "" {
+		return nil
+	}
+	op, err := g.repo.Operation(ctx, opName)
+	if errors.Is(err, errs.NotFound) {
+		g.opt.Log.WarnContext(ctx, "model event for an unknown operation", "operation", opName, "event", ev.ID, "type", ev.Type)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	next, changed := domain.OnModelEvent(op, ev.Payload, g.now())
+	if !changed {
+		return nil
+	}
+	tx := &store.Tx{}
+	if err := adapters.PutOperation(tx, next); err != nil {
+		return err
+	}
+	if _, err := g.repo.Apply(ctx, ev.ID, tx); err != nil {
+		return fmt.Errorf("update operation %s: %w", opName, err)
+	}
+	g.opt.Log.InfoContext(ctx, "operation done", "operation", opName, "error", next.GetError().GetMessage())
+	g.ops.notify(opName)
+	return nil
 }

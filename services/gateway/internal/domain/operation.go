@@ -17,6 +17,8 @@ const (
 	VerbCreate = "create"
 	VerbDelete = "delete"
 	VerbUpdate = "update"
+	// VerbExport is ExportModel's: its target is the model version.
+	VerbExport = "export"
 )
 
 // NewOperation returns a new, not yet done operation named name that acts
@@ -94,6 +96,40 @@ func OnClusterEvent(op *loomv1.Operation, payload proto.Message, now time.Time) 
 		return op, false
 	}
 	return next, !proto.Equal(op, next)
+}
+
+// OnModelEvent returns op after an event of loom.model.events.v1 that
+// names it, and whether it changed: ModelExported finishes it with the
+// ExportModelResponse, ModelExportFailed with the error (its code and
+// reason). A done operation never changes; op itself is not modified.
+func OnModelEvent(op *loomv1.Operation, payload proto.Message, now time.Time) (*loomv1.Operation, bool) {
+	if op.GetDone() {
+		return op, false
+	}
+	next := proto.Clone(op).(*loomv1.Operation)
+	if next.Metadata == nil {
+		next.Metadata = &loomv1.OperationMetadata{}
+	}
+	switch ev := payload.(type) {
+	case *eventsv1.ModelExported:
+		if ev.GetOperation() != op.GetName() {
+			return op, false
+		}
+		r := ev.GetResponse()
+		next.Metadata.Progress = fmt.Sprintf("done: %d copied, %d already there, %d bytes", r.GetCopied(), r.GetSkipped(), r.GetBytes())
+		next.Result = &loomv1.Operation_ExportModel{ExportModel: r}
+	case *eventsv1.ModelExportFailed:
+		if ev.GetOperation() != op.GetName() {
+			return op, false
+		}
+		next.Metadata.Progress = "failed"
+		next.Result = &loomv1.Operation_Error{Error: &loomv1.OperationError{Code: ev.GetCode(), Message: ev.GetMessage()}}
+	default:
+		return op, false
+	}
+	next.Done = true
+	next.Metadata.EndTime = timestamppb.New(now)
+	return next, true
 }
 
 // Progress describes how far a cluster got, for an operation's metadata.

@@ -239,7 +239,7 @@ func (s models) DeleteModelVersion(ctx context.Context, r *loomv1.DeleteModelVer
 	return unary(s.g.DeleteModelVersion(ctx, r))
 }
 
-func (s models) ExportModel(ctx context.Context, r *loomv1.ExportModelRequest) (*loomv1.ExportModelResponse, error) {
+func (s models) ExportModel(ctx context.Context, r *loomv1.ExportModelRequest) (*loomv1.Operation, error) {
 	return unary(s.g.ExportModel(ctx, r))
 }
 
@@ -283,6 +283,18 @@ func (s goodput) GetJobGoodput(ctx context.Context, r *loomv1.GetJobGoodputReque
 
 func (s goodput) GetClusterGoodput(ctx context.Context, r *loomv1.GetClusterGoodputRequest) (*loomv1.Goodput, error) {
 	return unary(s.g.GetClusterGoodput(ctx, r))
+}
+
+// OperationEvents handles loom.cluster.events.v1 and loom.model.events.v1:
+// it advances and finishes operations on clusters and reservations, and
+// model exports.
+func OperationEvents(g *app.Gateway) bus.Handler {
+	return func(ctx context.Context, ev envelope.Event) error {
+		if err := g.HandleClusterEvent(ctx, ev); err != nil {
+			return err
+		}
+		return g.HandleModelEvent(ctx, ev)
+	}
 }
 
 // ClusterEvents handles loom.cluster.events.v1: it advances and finishes

@@ -192,6 +192,15 @@ func (r *Repo) RefuseTx(key string, ev *eventsv1.ModelUploadFailed) (*store.Tx, 
 	return tx, err
 }
 
+// AnswerExportTx returns the transaction that answers an ExportModel
+// command with ev (ModelExported or ModelExportFailed), keyed key, and
+// changes no state.
+func (r *Repo) AnswerExportTx(key string, ev proto.Message) (*store.Tx, error) {
+	tx := &store.Tx{}
+	err := emit(tx, key, ev)
+	return tx, err
+}
+
 // emit adds msg, keyed key, to tx's outbox (libs/topics routes it to
 // loom.model.events.v1).
 func emit(tx *store.Tx, key string, msg proto.Message) error {

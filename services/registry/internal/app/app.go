@@ -40,6 +40,10 @@ type Registry struct {
 	state *domain.State
 
 	exportRoot string
+	// attempts counts the tries at each ExportModel command in hand, by
+	// event id (HandleExport); under amu.
+	amu      sync.Mutex
+	attempts map[string]int
 	// versions counts registrations (RegisterMetrics; nil: none); under mu.
 	versions prometheus.Counter
 }
@@ -74,7 +78,8 @@ func (r *Registry) reload(ctx context.Context) error {
 // Handle applies one event of loom.job.events.v1 or loom.model.commands.v1:
 // a COMPLETED job with a model output registers the model's next version,
 // and so does an UploadModel whose artifact directory is complete (see
-// handleUpload); each is stored and answered in one Apply. Other events are
+// handleUpload); each is stored and answered in one Apply. Other events
+// (ExportModel commands among them: HandleExport's own group runs them) are
 // ignored.
 func (r *Registry) Handle(ctx context.Context, ev envelope.Event) error {
 	switch p := ev.Payload.(type) {

@@ -361,43 +361,50 @@ const MaxExportURI = 4096
 // ExportModel copies the artifacts of the version req.name resolves to, to
 // req.output_config.artifact_destination.output_uri_prefix, through
 // libs/blobstore.Export (checksums compared, objects already there skipped).
-// It is synchronous. A local destination must lie under the export root
-// (SetExportRoot).
+// It answers when the copy is done (the registry's own RPC; the gateway's
+// ExportModel is an operation that the ExportModel command runs). A local
+// destination must lie under the export root (SetExportRoot).
 func (r *Registry) ExportModel(ctx context.Context, req *loomv1.ExportModelRequest) (*loomv1.ExportModelResponse, error) {
+	resp, _, err := r.export(ctx, req)
+	return resp, err
+}
+
+// export is ExportModel, also answering the name of the version exported.
+func (r *Registry) export(ctx context.Context, req *loomv1.ExportModelRequest) (*loomv1.ExportModelResponse, string, error) {
 	const field = "output_config.artifact_destination.output_uri_prefix"
 	ref, err := domain.ParseRef("name", req.GetName())
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	dst := req.GetOutputConfig().GetArtifactDestination().GetOutputUriPrefix()
 	if err := r.checkDestination(field, dst); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	r.mu.RLock()
 	_, v, err := r.state.Resolve(ref)
 	r.mu.RUnlock()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	src, err := blobstore.Open(ctx, v.GetArtifactUri())
 	if err != nil {
-		return nil, fmt.Errorf("open artifacts %s: %w", v.GetArtifactUri(), err)
+		return nil, "", fmt.Errorf("open artifacts %s: %w", v.GetArtifactUri(), err)
 	}
 	defer src.Close()
 	out, err := blobstore.Open(ctx, dst)
 	if err != nil {
-		return nil, fmt.Errorf("open destination %s: %w", dst, err)
+		return nil, "", fmt.Errorf("open destination %s: %w", dst, err)
 	}
 	defer out.Close()
 	res, err := blobstore.Export(ctx, src, out, blobstore.ExportOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("export %s to %s: %w", v.GetName(), dst, err)
+		return nil, "", fmt.Errorf("export %s to %s: %w", v.GetName(), dst, err)
 	}
 	r.log.Info("model version exported", "version", v.GetName(), "destination", dst, "copied", res.Copied, "skipped", res.Skipped)
 	return &loomv1.ExportModelResponse{
 		Destination: out.URL(), Copied: int32(res.Copied), Skipped: int32(res.Skipped),
 		Bytes: res.Bytes, Objects: int32(len(res.Objects)),
-	}, nil
+	}, v.GetName(), nil
 }
 
 // checkDestination checks an export destination: bounded, and a local one

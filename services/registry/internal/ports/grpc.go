@@ -77,12 +77,18 @@ func (s *ModelServer) DeleteModelVersion(ctx context.Context, req *loomv1.Delete
 	return &loomv1.DeleteModelResponse{}, nil
 }
 
-// ExportModel copies a version's artifacts; Unimplemented until
-// libs/blobstore has its bodies.
-func (s *ModelServer) ExportModel(ctx context.Context, req *loomv1.ExportModelRequest) (*loomv1.ExportModelResponse, error) {
+// ExportModel copies a version's artifacts and answers the operation done
+// (the registry's RPC is synchronous; the gateway's ExportModel is the
+// long-running one, run by the ExportModel command). An error is answered
+// as the RPC's status, not inside the operation.
+func (s *ModelServer) ExportModel(ctx context.Context, req *loomv1.ExportModelRequest) (*loomv1.Operation, error) {
 	resp, err := s.reg.ExportModel(ctx, req)
 	if errors.Is(err, blobstore.ErrUnimplemented) {
 		return nil, status.Error(codes.Unimplemented, err.Error())
 	}
-	return resp, errs.ToStatus(err)
+	if err != nil {
+		return nil, errs.ToStatus(err)
+	}
+	return &loomv1.Operation{Done: true, Metadata: &loomv1.OperationMetadata{Target: req.GetName(), Verb: "export", Progress: "done"},
+		Result: &loomv1.Operation_ExportModel{ExportModel: resp}}, nil
 }

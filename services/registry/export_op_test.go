@@ -1,0 +1,137 @@
+package registry
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/bus"
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// exportAnswer waits for the registry's answer to the export operation op.
+func exportAnswer(t *testing.T, broker, op string) proto.Message {
+	t.Helper()
+	ev := testkit.WaitEvent(t, broker, topics.ModelEvents, 30*time.Second, func(e envelope.Event) bool {
+		switch p := e.Payload.(type) {
+		case *eventsv1.ModelExported:
+			return p.GetOperation() == op
+		case *eventsv1.ModelExportFailed:
+			return p.GetOperation() == op
+		}
+		return false
+	})
+	return ev.Payload
+}
+
+// TestExportModelCommand: the ExportModel command (what the gateway's
+// ExportModel operation sends) copies the version and answers
+// ModelExported naming the operation; a command accepted while the registry
+// is down is run when it comes back (nothing lost); an export cut short
+// resumes (only the missing object copied); a command that cannot succeed
+// is answered ModelExportFailed with the code and the reason.
+func TestExportModelCommand(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 2*time.Minute)
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	root := t.TempDir()
+	withRoot := func(cfg *Config) { cfg.ExportRoot = root }
+	c, stop := startRegistryWith(t, broker, redisAddr, withRoot)
+	dir := modelDir(t)
+	if _, err := c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ModelId: "tiny", Model: &loomv1.Model{ArtifactUri: dir}}); err != nil {
+		t.Fatal(err)
+	}
+	prod := bus.NewProducer([]string{broker})
+	prod.SetSigner(testkit.Signer())
+	t.Cleanup(func() { _ = prod.Close() })
+	send := func(op, name, dst string) {
+		t.Helper()
+		ev := envelope.New(topics.ModelCommands, testModel, "loom/gateway",
+			&eventsv1.ExportModel{Operation: op, Name: name, Destination: dst, User: "alice"})
+		if err := prod.Publish(ctx, ev); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+	}
+	exported := func(op string, copied, skipped int32) {
+		t.Helper()
+		got, ok := exportAnswer(t, broker, op).(*eventsv1.ModelExported)
+		if !ok || got.GetResponse().GetCopied() != copied || got.GetResponse().GetSkipped() != skipped ||
+			got.GetResponse().GetObjects() != 2 || !strings.HasSuffix(got.GetVersion(), "models/tiny/versions/1") {
+			t.Fatalf("operation %s answered %v; want ModelExported of tiny@1, %d copied, %d skipped", op, got, copied, skipped)
+		}
+	}
+
+	// Sent while the registry is down: the command waits on the topic.
+	stop()
+	dst := filepath.Join(root, "tiny-1")
+	send("projects/default/operations/op1", vertexModel+"@1", "file://"+dst)
+	c, _ = startRegistryWith(t, broker, redisAddr, withRoot)
+	exported("projects/default/operations/op1", 2, 0)
+	for _, f := range []string{"model.json", "MANIFEST"} {
+		want, _ := os.ReadFile(filepath.Join(dir, f))
+		got, err := os.ReadFile(filepath.Join(dst, f))
+		if err != nil || string(got) != string(want) {
+			t.Fatalf("exported %s = %q, %v; want %q", f, got, err, want)
+		}
+	}
+
+	// An export cut short left one object: the next copies only the other.
+	if err := os.Remove(filepath.Join(dst, "model.json")); err != nil {
+		t.Fatal(err)
+	}
+	send("projects/default/operations/op2", vertexModel, "file://"+dst)
+	exported("projects/default/operations/op2", 1, 1)
+
+	// Refusals: each operation answered with its code and what to change.
+	for _, tc := range []struct {
+		op, name, dst string
+		code          codes.Code
+		reason        string
+	}{
+		{"projects/default/operations/op3", vertexModel + "@9", "file://" + dst, codes.NotFound, "no version 9"},
+		{"projects/default/operations/op4", vertexModel, "file://" + root + "/../escape", codes.InvalidArgument, "outside the export root"},
+		{"projects/default/operations/op5", vertexModel, "", codes.InvalidArgument, "required"},
+	} {
+		send(tc.op, tc.name, tc.dst)
+		got, ok := exportAnswer(t, broker, tc.op).(*eventsv1.ModelExportFailed)
+		if !ok || codes.Code(got.GetCode()) != tc.code || !strings.Contains(got.GetMessage(), tc.reason) {
+			t.Errorf("%s (%s → %q) answered %v; want ModelExportFailed %v naming %q", tc.op, tc.name, tc.dst, got, tc.code, tc.reason)
+		}
+	}
+	if _, err := c.GetModel(ctx, &loomv1.GetModelRequest{Name: vertexModel}); err != nil {
+		t.Fatalf("the registry after the refusals: %v", err)
+	}
+}
+
+// TestExportModelAttemptsEnd: an export that cannot finish within the
+// registry's -export-timeout is tried ExportAttempts times (each resuming)
+// and then its operation is answered DeadlineExceeded, saying to export
+// again, rather than left unanswered.
+func TestExportModelAttemptsEnd(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, time.Minute)
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	root := t.TempDir()
+	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) { cfg.ExportRoot = root; cfg.ExportTimeout = time.Nanosecond })
+	if _, err := c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ModelId: "tiny", Model: &loomv1.Model{ArtifactUri: modelDir(t)}}); err != nil {
+		t.Fatal(err)
+	}
+	const op = "projects/default/operations/slow"
+	testkit.Publish(t, broker, envelope.New(topics.ModelCommands, testModel, "loom/gateway",
+		&eventsv1.ExportModel{Operation: op, Name: vertexModel, Destination: "file://" + filepath.Join(root, "slow")}))
+	got, ok := exportAnswer(t, broker, op).(*eventsv1.ModelExportFailed)
+	if !ok || codes.Code(got.GetCode()) != codes.DeadlineExceeded || !strings.Contains(got.GetMessage(), "export again") {
+		t.Fatalf("answered %v; want ModelExportFailed DeadlineExceeded saying to export again", got)
+	}
+}
