@@ -44,6 +44,9 @@ type scratch struct {
 	perm []int32
 	// prios: per entry of queued, its priority (as ranks holds its rank).
 	prios []int64
+	// prioIns: per entry of queued, what its priority is computed from,
+	// when the queue may be reordered (see pass.reorder); else empty.
+	prioIns []prioIn
 	// queue says which queue queued, sorted and perm hold: when a pass
 	// finds the same one, it reuses them (see pass.reorder); reorders
 	// counts the passes that did (tests read it).
