@@ -59,6 +59,9 @@ type pass struct {
 	// fifoBlocked: without backfill, the first such job blocks every later one.
 	fifoBlocked bool
 	resv        *Reservation
+	// resvGap is resv.Start less now, when resvGapOK (see avoidsReserved).
+	resvGap     time.Duration
+	resvGapOK   bool
 	prio        *prioCtx
 	schedulable bool
 	// Lazy per-pass indexes.
@@ -769,8 +772,7 @@ func (p *pass) consider(q *queued) {
 	}
 	req := &p.req
 	if p.resv != nil {
-		lim := p.limitIn(q.limit, pi)
-		req.AvoidReserved = p.resv.Unbounded || lim <= 0 || p.t.now.Add(lim).After(p.resv.Start)
+		req.AvoidReserved = p.avoidsReserved(p.limitIn(q.limit, pi))
 	}
 	res := p.place(req, q.shape)
 	if res.ok {
@@ -825,8 +827,7 @@ func (p *pass) decideSettled(q *queued, pi int) bool {
 	req := &p.t.s.shapeReqs[q.shape]
 	avoid := req.AvoidReserved
 	if p.resv != nil {
-		lim := p.limitIn(q.limit, pi)
-		avoid = p.resv.Unbounded || lim <= 0 || p.t.now.Add(lim).After(p.resv.Start)
+		avoid = p.avoidsReserved(p.limitIn(q.limit, pi))
 	}
 	i := (int(q.shape)*len(p.parts)+pi)*2 + b2i(avoid)
 	if i >= len(p.slots) || req.Nodes <= 0 {
@@ -982,6 +983,25 @@ func (p *pass) limitIn(limit int64, pi int) time.Duration {
 		return time.Duration(p.parts[pi].MaxSeconds) * time.Second
 	}
 	return 0
+}
+
+// avoidsReserved reports whether a job with time limit lim (limitIn) must
+// keep off the backfill reservation's nodes (p.resv must be set): the
+// reservation is unbounded, the job has no limit, or it would not end by
+// the time the reservation starts (now+lim after its start). The last is
+// compared as lim against the reservation's distance from now, computed
+// once (reserve): the same answer as the times' sum and comparison,
+// which cost more than the rest of a settled job's decision, wherever the
+// distance and lim are far from overflowing a Duration.
+func (p *pass) avoidsReserved(lim time.Duration) bool {
+	r := p.resv
+	if r.Unbounded || lim <= 0 {
+		return true
+	}
+	if p.resvGapOK && lim < 1<<61 {
+		return lim > p.resvGap
+	}
+	return p.t.now.Add(lim).After(r.Start)
 }
 
 // partitionNodes counts the compute nodes of partition pi.
