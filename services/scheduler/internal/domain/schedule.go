@@ -58,7 +58,9 @@ type pass struct {
 	blocked uint64
 	// fifoBlocked: without backfill, the first such job blocks every later one.
 	fifoBlocked bool
-	resv        *Reservation
+	// gates are the gates this pass calls (passGates).
+	gates []*gate
+	resv  *Reservation
 	// resvGap is resv.Start less now, when resvGapOK (see avoidsReserved).
 	resvGap     time.Duration
 	resvGapOK   bool
@@ -239,6 +241,7 @@ func (t *txn) newPass(name string, c *Cluster) *pass {
 	p := &pass{t: t, name: name, cluster: c, parts: c.EffectivePartitions(), views: views, held: held,
 		shapes: map[place.ShapeKey]*place.Shape{}, schedulable: c.Schedulable()}
 	p.static = t.staticCacheFor(name, c, nodes)
+	p.gates = passGates(p)
 	byPool, bySet := partitionMasks(c)
 	over := t.allocOverlay()
 	var allocs []*nodeAlloc
@@ -744,8 +747,7 @@ func (p *pass) consider(q *queued) {
 	// Not even its address is taken before: &q.e.jobAttrs reads q.e (a nil
 	// check), a cache miss per job in a queue read all over memory.
 	t, j := p.t, q.j
-	for gi := range gates {
-		g := &gates[gi]
+	for _, g := range p.gates {
 		if g.only != 0 && q.flags&g.only == 0 {
 			continue
 		}
@@ -874,7 +876,14 @@ func (p *pass) decideSettled(q *queued, pi int) bool {
 // naming what it waits for, or "" when the job may go on.
 func (p *pass) previousRunStopping(j *Job) (reason, note string) {
 	t := p.t
-	r := t.run(RunKey(j.Name(), j.Attempt))
+	// RunKey's key, built on the stack: the look-ups do not keep it, and
+	// this gate looks at every requeued job of the queue each pass.
+	var buf [96]byte
+	key := strconv.AppendInt(append(append(buf[:0], j.Name()...), '#'), int64(j.Attempt), 10)
+	r, ok := t.c.Runs[string(key)]
+	if !ok {
+		r = t.s.runs[string(key)]
+	}
 	if r == nil || r.Released {
 		return "", ""
 	}
