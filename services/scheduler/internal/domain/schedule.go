@@ -100,6 +100,9 @@ type pass struct {
 	lazy []*reasonVersion
 	at   []int32
 	pos  int32
+	// lazyN counts the versions put in lazy: a pass that gives no job a
+	// new reason (a steady pass) has none to build, and no walk of lazy.
+	lazyN int
 	// fresh counts the queued jobs without a reason yet: each will get
 	// one, and a record and an event in the change.
 	fresh int
@@ -1173,6 +1176,7 @@ func (p *pass) wait(q *queued, reason string) {
 		v.job.lazy = v
 		t.putReason(v, q.name, p.name)
 		p.lazy[p.pos] = v
+		p.lazyN++
 		return
 	}
 	p.t.setReason(q.j, q.name, reason, p.unedited)
@@ -1181,6 +1185,10 @@ func (p *pass) wait(q *queued, reason string) {
 // buildLazy builds the reason-only versions the walk of the queue left to
 // build, in the order of the queue's entries (as they lie in memory).
 func (p *pass) buildLazy() {
+	if p.lazyN == 0 {
+		p.lazy = nil // every entry is nil: each pass clears those it set
+		return
+	}
 	for i, v := range p.lazy {
 		if v != nil {
 			p.t.fill(v)
@@ -1193,5 +1201,8 @@ func (p *pass) buildLazy() {
 // waitDecided keeps q's job pending for d.Reason and records the decision.
 func (p *pass) waitDecided(q *queued, d Decision) {
 	p.t.c.Decisions = append(p.t.c.Decisions, d)
+	if d.Reason == ReasonBadConstraints {
+		p.t.badConstraints = true
+	}
 	p.wait(q, d.Reason)
 }

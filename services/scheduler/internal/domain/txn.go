@@ -26,6 +26,10 @@ type txn struct {
 	// scratch: buffers a pass may reuse (writers only: Handle, Tick and
 	// Schedule run one at a time; reads may run beside them).
 	scratch *scratch
+	// badConstraints: a pass of this txn decided a job BadConstraints
+	// (only those can be hopeless: endHopeless looks at the decisions
+	// only then, not at 100,000 of them every pass).
+	badConstraints bool
 }
 
 // scratch holds buffers reused from one pass to the next, so that a pass
