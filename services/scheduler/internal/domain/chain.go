@@ -35,24 +35,72 @@ type gate struct {
 	// these flags (its check says so first), so the pass does not call it
 	// for them: most jobs have none, and a call per gate and job adds up.
 	only qflags
+	// idle, when not nil, reports that the gate lets every job of the pass
+	// through, whatever the pass does (looked at once, as the pass
+	// begins): the pass then leaves it out of its gates (pass.gates).
+	idle func(p *pass) bool
 }
 
 // gates are the pass's job-level gates, in order: the first that fails gives
 // the job's reason, so the order is Slurm's (a held job reads JobHeldUser
 // even when its dependency is unmet too).
 var gates = []gate{
-	{"held", []string{ReasonHeldUser, ReasonHeldAdmin}, gateHeld, qHold},
-	{"begin-time", []string{ReasonBeginTime}, gateBeginTime, qBegin},
-	{"dependency", []string{ReasonDependency, ReasonDependencyNeverSatisfied}, gateDependency, qDeps},
-	{"previous-run-stopping", []string{ReasonRequeued}, gatePreviousRun, qRan},
-	{"cluster-schedulable", []string{ReasonReqNodeNotAvail}, gateSchedulable, 0},
-	{"partition", []string{ReasonPartitionConfig}, gatePartition, 0},
-	{"partition-time-limit", []string{ReasonPartitionTimeLimit}, gateTimeLimit, 0},
-	{"array-task-limit", []string{ReasonJobArrayTaskLimit}, gateArrayLimit, qArray},
-	{"assoc-max-jobs", []string{ReasonAssocMaxJobsLimit}, gateAssocMaxJobs, 0}, // assoclimits.go
-	{"qos-gres-per-user", []string{ReasonQOSMaxGRESPerUser}, gateQOSLimit, 0},
-	{"fifo", []string{ReasonPriority}, gateFIFO, 0},
+	{"held", []string{ReasonHeldUser, ReasonHeldAdmin}, gateHeld, qHold, nil},
+	{"begin-time", []string{ReasonBeginTime}, gateBeginTime, qBegin, nil},
+	{"dependency", []string{ReasonDependency, ReasonDependencyNeverSatisfied}, gateDependency, qDeps, nil},
+	{"previous-run-stopping", []string{ReasonRequeued}, gatePreviousRun, qRan, nil},
+	{"cluster-schedulable", []string{ReasonReqNodeNotAvail}, gateSchedulable, 0, idleSchedulable},
+	{"partition", []string{ReasonPartitionConfig}, gatePartition, 0, nil},
+	{"partition-time-limit", []string{ReasonPartitionTimeLimit}, gateTimeLimit, 0, idleTimeLimit},
+	{"array-task-limit", []string{ReasonJobArrayTaskLimit}, gateArrayLimit, qArray, nil},
+	{"assoc-max-jobs", []string{ReasonAssocMaxJobsLimit}, gateAssocMaxJobs, 0, idleAssocMaxJobs}, // assoclimits.go
+	{"qos-gres-per-user", []string{ReasonQOSMaxGRESPerUser}, gateQOSLimit, 0, idleQOSLimit},
+	{"fifo", []string{ReasonPriority}, gateFIFO, 0, idleFIFO},
 }
+
+// passGates returns the gates p calls: gates less those idle for p, in
+// order. A gate costs a call per job and pass; most passes have no use
+// for half of them.
+func passGates(p *pass) []*gate {
+	out := make([]*gate, 0, len(gates))
+	for i := range gates {
+		if g := &gates[i]; g.idle == nil || !g.idle(p) {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// idleSchedulable: the cluster is schedulable for the whole pass.
+func idleSchedulable(p *pass) bool { return p.schedulable }
+
+// idleTimeLimit: no partition has a MaxTime, so no job's limit is past it.
+func idleTimeLimit(p *pass) bool {
+	for i := range p.parts {
+		if p.parts[i].MaxSeconds > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// idleAssocMaxJobs: no association has limits, stored or in the change
+// (a pass adds none).
+func idleAssocMaxJobs(p *pass) bool { return len(p.t.s.limits) == 0 && len(p.t.c.Assocs) == 0 }
+
+// idleQOSLimit: no QOS caps a user's GPUs.
+func idleQOSLimit(p *pass) bool {
+	for i := range p.t.s.cfg.QOS {
+		if p.t.s.cfg.QOS[i].MaxGPUsPerUser > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// idleFIFO: with backfill, no job blocks the later ones (fifoBlocked is
+// only set without it).
+func idleFIFO(p *pass) bool { return p.t.s.cfg.Policy.Backfill }
 
 func gateHeld(_ *pass, q *queued) (string, string) {
 	if q.flags&qHold == 0 {

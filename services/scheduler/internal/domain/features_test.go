@@ -959,3 +959,59 @@ func TestGateOnlyFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestGateIdle: a gate a pass leaves out as idle (gate.idle) must let every
+// job of that pass through itself (leaving it out changes no decision),
+// and a gate with work to do is not idle.
+func TestGateIdle(t *testing.T) {
+	t.Parallel()
+	s, now := benchCluster(40, 400, 0.9, 5)
+	tx := writerTxn(s, now)
+	p := tx.newPass(cl, tx.cluster(cl))
+	idle := map[string]bool{}
+	for i := range gates {
+		if g := &gates[i]; g.idle != nil && g.idle(p) {
+			idle[g.name] = true
+		}
+	}
+	// benchCluster: schedulable, no association limits, no QOS cap,
+	// backfill (the default policy); its partition has a MaxTime.
+	for _, name := range []string{"cluster-schedulable", "assoc-max-jobs", "qos-gres-per-user", "fifo"} {
+		if !idle[name] {
+			t.Errorf("gate %s is not idle on a cluster that gives it nothing to do", name)
+		}
+	}
+	if idle["partition-time-limit"] {
+		t.Error("gate partition-time-limit is idle on a partition with a MaxTime")
+	}
+	if len(p.gates) != len(gates)-len(idle) {
+		t.Errorf("the pass calls %d gates, want %d", len(p.gates), len(gates)-len(idle))
+	}
+	pend := tx.pendingEntries(cl)
+	if len(pend) == 0 {
+		t.Fatal("no pending job to look at")
+	}
+	for _, e := range pend {
+		q := p.queued(e)
+		for i := range gates {
+			if g := &gates[i]; idle[g.name] {
+				if reason, note := g.check(p, &q); reason != "" || note != "" {
+					t.Fatalf("idle gate %s stops %s: %q %q", g.name, e.name, reason, note)
+				}
+			}
+		}
+	}
+	// With a QOS cap and without backfill, those gates have work to do.
+	cfg := s.Config()
+	cfg.Policy.Backfill = false
+	cfg.QOS = append([]QOS(nil), cfg.QOS...)
+	cfg.QOS[0].MaxGPUsPerUser = 8
+	s2 := NewState(cfg)
+	s2.Restore(s.Snapshot())
+	tx2 := writerTxn(s2, now)
+	p2 := tx2.newPass(cl, tx2.cluster(cl))
+	if idleQOSLimit(p2) || idleFIFO(p2) {
+		t.Errorf("with a QOS cap and no backfill: QOS gate idle %v, FIFO gate idle %v; want both false",
+			idleQOSLimit(p2), idleFIFO(p2))
+	}
+}

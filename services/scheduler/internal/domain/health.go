@@ -355,6 +355,9 @@ func (t *txn) afterPass() {
 // unreachable, DOWN, rebooting, reimaged, replaced), so no exclusion will
 // expire. They end NODE_FAIL saying why.
 func (t *txn) endHopeless() {
+	if !t.badConstraints {
+		return
+	}
 	for i := range t.c.Decisions {
 		d := &t.c.Decisions[i]
 		if d.Reason != ReasonBadConstraints || d.Filtered["Excluded"] == 0 {

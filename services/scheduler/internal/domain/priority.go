@@ -428,3 +428,73 @@ func (t *txn) charge(r *Run) {
 		t.c.Usage[key] = u
 	}
 }
+
+// prioIn is what sum reads of one pending job, copied apart from its entry
+// (see pass.reorder): a pass that reorders the last pass's queue walks
+// these, 32 bytes a job, instead of the entries.
+type prioIn struct {
+	eligible int64
+	gpus     int32
+	assoc    int32 // the interned association's id
+	qos      int32
+	part     int32 // the partition's index in the pass (-1: none)
+	hold     bool
+	// slow: sumIn cannot tell (an association not interned, a GPU count
+	// past int32): sum must read the entry.
+	slow bool
+}
+
+// prioInOf copies what sum reads of a, in partition part.
+func prioInOf(a *jobAttrs, part int32) prioIn {
+	in := prioIn{eligible: a.eligible, qos: a.qos, part: part, hold: a.hold}
+	switch {
+	case a.hold:
+	case a.assoc == nil || a.assoc.id < 0 || a.gpus < 0 || a.gpus > math.MaxInt32:
+		in.slow = true
+	default:
+		in.assoc, in.gpus = a.assoc.id, int32(a.gpus)
+	}
+	return in
+}
+
+// sumIn is sum from a job's copied inputs, to the bit; false when only sum
+// can tell (the job's size factor not in the tables, or in.slow).
+func (p *prioCtx) sumIn(in *prioIn) (int64, bool) {
+	if in.slow {
+		return 0, false
+	}
+	if in.hold {
+		return 0, true
+	}
+	var v int64
+	if d := p.now - in.eligible; d > 0 && in.eligible > 0 {
+		v = int64(math.Round(p.wAge * min(float64(d)/p.maxAgeNs, 1)))
+	}
+	if id := int(in.assoc); id < len(p.fsW) {
+		v += p.fsW[id]
+	} else {
+		v += p.fsDefault
+	}
+	if part := int(in.part); part >= 0 && part < len(p.partGPUs) {
+		if sz := p.sizeW[part]; in.gpus > 0 && in.gpus <= sizeGPUs && sz != nil {
+			v += sz[in.gpus]
+		} else if in.gpus > 0 || p.partNodes[part] > 0 {
+			return 0, false
+		}
+		v += p.partW[part]
+	}
+	if in.qos >= 0 {
+		v += p.qosW[in.qos]
+	}
+	return v, true
+}
+
+// tierRanks is, per partition, its PriorityTier as a queue rank's high
+// bits (see pass.queued).
+func (p *prioCtx) tierRanks(parts []Partition) []int64 {
+	out := make([]int64, len(parts))
+	for i := range parts {
+		out[i] = int64(parts[i].Tier) << 40
+	}
+	return out
+}

@@ -251,6 +251,9 @@ func (p *pass) reserve(j *Job, r *place.Request, sc *place.Shape) {
 	}
 	slices.Sort(res.Nodes)
 	p.resv = &res
+	if gap := res.Start.Sub(p.t.now); gap > -1<<61 && gap < 1<<61 {
+		p.resvGap, p.resvGapOK = gap, true
+	}
 	p.t.c.Reservations = append(p.t.c.Reservations, res)
 }
 

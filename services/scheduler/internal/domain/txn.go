@@ -26,6 +26,10 @@ type txn struct {
 	// scratch: buffers a pass may reuse (writers only: Handle, Tick and
 	// Schedule run one at a time; reads may run beside them).
 	scratch *scratch
+	// badConstraints: a pass of this txn decided a job BadConstraints
+	// (only those can be hopeless: endHopeless looks at the decisions
+	// only then, not at 100,000 of them every pass).
+	badConstraints bool
 }
 
 // scratch holds buffers reused from one pass to the next, so that a pass
@@ -44,6 +48,9 @@ type scratch struct {
 	perm []int32
 	// prios: per entry of queued, its priority (as ranks holds its rank).
 	prios []int64
+	// prioIns: per entry of queued, what its priority is computed from,
+	// when the queue may be reordered (see pass.reorder); else empty.
+	prioIns []prioIn
 	// queue says which queue queued, sorted and perm hold: when a pass
 	// finds the same one, it reuses them (see pass.reorder); reorders
 	// counts the passes that did (tests read it).
