@@ -134,9 +134,6 @@ type wiring struct {
 	consumers []service.Consume
 	loops     []func(context.Context) error
 	closers   []func()
-	// ingressHandler makes the ingress's handler for a transport's dead
-	// letters; the ingress block sets it, the Pub/Sub sources use it.
-	ingressHandler func(cloudevent.DeadLetters) cloudevent.Handler
 }
 
 func (w *wiring) close() {

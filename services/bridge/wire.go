@@ -56,9 +56,8 @@ func wire(ctx context.Context, cfg Config, base *service.Base) (*wiring, error) 
 		dlq := &ingress.KafkaDeadLetters{W: ingressWriter, Topic: cfg.IngressTopic + topics.DLQSuffix, Transport: src.Name(), Now: base.Clock.Now}
 		w.loops = append(w.loops, func(ctx context.Context) error { return src.Run(ctx, ingressApp.Handler(dlq)) })
 	}
-	// The Pub/Sub sources run with the same handler, bound to their own
-	// dead letters; the egress below points publishResult at its sinks.
-	w.ingressHandler = ingressApp.Handler
+	// The Pub/Sub sources below run with the same handler, bound to their
+	// own dead letters; the egress points publishResult at its sinks.
 	// --- pubsub (Pub/Sub sources, dead letters and sinks) ---
 	// A Source per -pubsub-subscriptions entry, each run as a loop with the
 	// ingress's handler bound to the Pub/Sub dead letters. The egress makes
@@ -72,15 +71,9 @@ func wire(ctx context.Context, cfg Config, base *service.Base) (*wiring, error) 
 	if psIn != nil {
 		w.closers = append(w.closers, func() { _ = psIn.Close() })
 		for _, src := range psIn.Sources {
-			w.loops = append(w.loops, func(ctx context.Context) error {
-				// INTEGRATION: the ingress block sets w.ingressHandler.
-				if w.ingressHandler == nil {
-					base.Log.Warn("no ingress handler: the Pub/Sub subscription is not read", "subscription", src.Name())
-					<-ctx.Done()
-					return nil
-				}
-				return src.Run(ctx, w.ingressHandler(psIn.DeadLetters))
-			})
+			// The ingress's handler, bound to the Pub/Sub dead letters.
+			h := ingressApp.Handler(psIn.DeadLetters)
+			w.loops = append(w.loops, func(ctx context.Context) error { return src.Run(ctx, h) })
 		}
 		base.Log.Info("pubsub ingress", "subscriptions", len(psIn.Sources), "dead_letters", psIn.DeadLetters.Topic())
 	}
