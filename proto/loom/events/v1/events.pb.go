@@ -4236,7 +4236,8 @@ func (x *ExportModel) GetUser() string {
 // ("projects/{p}/models/{id}"), that model's next version. request_id is
 // unique per upload and makes a redelivered command register once; the
 // answer is ModelVersionRegistered (or ModelUploadFailed) with the same
-// request_id.
+// request_id. The gateway's UploadModel operation sends it with request_id
+// the operation's name ("projects/{p}/operations/{id}").
 type UploadModel struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	RequestId   string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
