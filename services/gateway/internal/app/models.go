@@ -62,7 +62,7 @@ func (g *Gateway) UploadModel(ctx context.Context, req *loomv1.UploadModelReques
 		// Scoped to the project, as the registry scopes an upload's id.
 		rid = project + "\x00" + rid
 	}
-	if op, ok, err := g.replayExport(ctx, kind, rid); err != nil || ok {
+	if op, ok, err := g.replayModelOperation(ctx, kind, rid); err != nil || ok {
 		return op, err
 	}
 	p, _ := auth.FromContext(ctx)
@@ -158,7 +158,7 @@ func (g *Gateway) ExportModel(ctx context.Context, req *loomv1.ExportModelReques
 		// Scoped to the caller: another caller's id is another export.
 		rid = p.Name + "\x00" + rid
 	}
-	if op, ok, err := g.replayExport(ctx, kind, rid); err != nil || ok {
+	if op, ok, err := g.replayModelOperation(ctx, kind, rid); err != nil || ok {
 		return op, err
 	}
 	dst := req.GetOutputConfig().GetArtifactDestination().GetOutputUriPrefix()
@@ -189,9 +189,11 @@ func (g *Gateway) ExportModel(ctx context.Context, req *loomv1.ExportModelReques
 	return g.startOperation(ctx, kind, rid, op, cmd)
 }
 
-// replayExport returns the operation of an earlier ExportModel with the
-// (caller-scoped) request id rid; ok=false when there was none.
-func (g *Gateway) replayExport(ctx context.Context, kind, rid string) (*loomv1.Operation, bool, error) {
+// replayModelOperation returns the operation of an earlier ExportModel
+// (request id scoped to the caller) or UploadModel (scoped to the project)
+// with request id rid; ok=false when there was none. Unlike
+// replayOperation it asks for no admin role: the user role starts these.
+func (g *Gateway) replayModelOperation(ctx context.Context, kind, rid string) (*loomv1.Operation, bool, error) {
 	if rid == "" {
 		return nil, false, nil
 	}
