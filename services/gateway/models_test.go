@@ -11,6 +11,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
 	"github.com/loom-ml/loom/libs/testkit"
@@ -19,8 +22,10 @@ import (
 // The fake registry's changes echo what the gateway handed on, so that the
 // REST test can see the camelCase request reach the registry intact.
 
-func (fakeRegistry) UploadModel(_ context.Context, r *loomv1.UploadModelRequest) (*loomv1.UploadModelResponse, error) {
-	return &loomv1.UploadModelResponse{Model: r.GetParentModel() + "|" + r.GetModel().GetArtifactUri() + "|" + strings.Join(r.GetModel().GetVersionAliases(), ","), ModelVersionId: "2"}, nil
+// UploadModel is never called: the gateway's UploadModel is an operation
+// that the registry's UploadModel command runs.
+func (fakeRegistry) UploadModel(context.Context, *loomv1.UploadModelRequest) (*loomv1.Operation, error) {
+	return nil, status.Error(codes.Unimplemented, "the gateway must send UploadModel as a command")
 }
 
 func (fakeRegistry) UpdateModel(_ context.Context, r *loomv1.UpdateModelRequest) (*loomv1.Model, error) {
@@ -80,8 +85,20 @@ func TestModelsREST(t *testing.T) {
 	call(vic, "GET", models+"/tiny:listVersions", "", http.StatusOK)
 
 	got = call(ana, "POST", models+":upload", `{"parentModel":"projects/default/locations/global/models/tiny","model":{"artifactUri":"file:///m","versionAliases":["prod"]}}`, http.StatusOK)
-	if got["model"] != "projects/default/locations/global/models/tiny|file:///m|prod" || got["modelVersionId"] != "2" {
-		t.Errorf("upload: %v", got)
+	if md, _ := got["metadata"].(map[string]any); !strings.HasPrefix(fmt.Sprint(got["name"]), "projects/default/operations/") ||
+		md["verb"] != "upload" || md["target"] != "projects/default/locations/global" || got["done"] != nil {
+		t.Errorf("upload: %v, want a running operation", got)
+	} else {
+		// The camelCase request reaches the registry's command intact.
+		ev := testkit.WaitEvent(t, h.broker, topics.ModelCommands, wait, func(e envelope.Event) bool {
+			c, ok := e.Payload.(*eventsv1.UploadModel)
+			return ok && c.GetRequestId() == got["name"]
+		})
+		if c := ev.Payload.(*eventsv1.UploadModel); c.GetParentModel() != "projects/default/locations/global/models/tiny" ||
+			c.GetModel().GetArtifactUri() != "file:///m" || strings.Join(c.GetModel().GetVersionAliases(), ",") != "prod" ||
+			c.GetProject() != "default" || c.GetUser() != "users/ana" {
+			t.Errorf("upload command %v, want the request's fields for users/ana", c)
+		}
 	}
 	got = call(ana, "PATCH", models+"/tiny@2?updateMask=labels,versionDescription", `{"labels":{"stage":"qa"}}`, http.StatusOK)
 	if got["versionDescription"] != "labels,versionDescription" || got["name"] != "projects/default/locations/global/models/tiny@2" {

@@ -13,7 +13,7 @@ import (
 // TestUploadModelRequestIDBound: UploadModel's request_id is bounded as
 // every request_id the gateway takes (128 bytes, no control characters):
 // past it the call is InvalidArgument naming request_id and never reaches
-// the registry; within it the call goes on (the registry decides retries).
+// the registry; within it the call goes on (an operation).
 func TestUploadModelRequestIDBound(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)

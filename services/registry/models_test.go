@@ -81,8 +81,10 @@ func TestModelRegistryRPCs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first.GetModel() != vertexModel || first.GetModelVersionId() != "1" {
-		t.Fatalf("first upload = %v", first)
+	// The registry's own RPC answers the operation already done.
+	if r := first.GetUploadModel(); !first.GetDone() || first.GetMetadata().GetVerb() != "upload" ||
+		r.GetModel() != vertexModel || r.GetModelVersionId() != "1" {
+		t.Fatalf("first upload = %v, want a done operation answering version 1", first)
 	}
 
 	// 100 uploads at once, every other one asking for "prod".
@@ -163,7 +165,7 @@ func TestModelRegistryRPCs(t *testing.T) {
 	wantCode(t, "GetModel of a deleted version", err, codes.NotFound, "no version 101")
 	// Ids are never reused: the next upload is 102.
 	next, err := c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ParentModel: vertexModel, Model: &loomv1.Model{ArtifactUri: dir}})
-	if err != nil || next.GetModelVersionId() != "102" {
+	if err != nil || next.GetUploadModel().GetModelVersionId() != "102" {
 		t.Fatalf("upload after a delete = %v, %v; want version 102", next, err)
 	}
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/bus"
@@ -142,21 +143,22 @@ func TestUploadModel(t *testing.T) {
 	refusals := map[string]struct {
 		cmd    *eventsv1.UploadModel
 		reason string
+		code   codes.Code
 	}{
-		"r-missing":  {uploadOf("r-missing", filepath.Join(t.TempDir(), "gone")), "does not exist"},
-		"r-manifest": {uploadOf("r-manifest", missingManifest), "has no MANIFEST"},
-		"r-sum":      {uploadOf("r-sum", badSum), "model.json: sha256"},
-		"r-escape":   {uploadOf("r-escape", escaping), "leaves the artifact directory"},
-		"r-parent":   {unknownParent, "parent_model: projects/default/models/nope does not exist"},
-		"r-bucket":   {emptyBucket, "model.artifact_uri: artifact location mem://models/tiny holds no objects"},
+		"r-missing":  {uploadOf("r-missing", filepath.Join(t.TempDir(), "gone")), "does not exist", codes.InvalidArgument},
+		"r-manifest": {uploadOf("r-manifest", missingManifest), "has no MANIFEST", codes.InvalidArgument},
+		"r-sum":      {uploadOf("r-sum", badSum), "model.json: sha256", codes.InvalidArgument},
+		"r-escape":   {uploadOf("r-escape", escaping), "leaves the artifact directory", codes.InvalidArgument},
+		"r-parent":   {unknownParent, "parent_model: projects/default/models/nope does not exist", codes.NotFound},
+		"r-bucket":   {emptyBucket, "model.artifact_uri: artifact location mem://models/tiny holds no objects", codes.InvalidArgument},
 	}
 	for _, r := range refusals {
 		publish(uploadEvent(r.cmd))
 	}
 	for rid, r := range refusals {
 		failed, ok := answer(t, broker, rid).(*eventsv1.ModelUploadFailed)
-		if !ok || !strings.Contains(failed.GetReason(), r.reason) {
-			t.Errorf("%s answered %v, want ModelUploadFailed with %q", rid, failed, r.reason)
+		if !ok || !strings.Contains(failed.GetReason(), r.reason) || codes.Code(failed.GetCode()) != r.code {
+			t.Errorf("%s answered %v, want ModelUploadFailed %v with %q", rid, failed, r.code, r.reason)
 		}
 	}
 

@@ -3565,6 +3565,7 @@ type Operation struct {
 	//	*Operation_Cluster
 	//	*Operation_Reservation
 	//	*Operation_ExportModel
+	//	*Operation_UploadModel
 	Result        isOperation_Result `protobuf_oneof:"result"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3664,6 +3665,15 @@ func (x *Operation) GetExportModel() *ExportModelResponse {
 	return nil
 }
 
+func (x *Operation) GetUploadModel() *UploadModelResponse {
+	if x != nil {
+		if x, ok := x.Result.(*Operation_UploadModel); ok {
+			return x.UploadModel
+		}
+	}
+	return nil
+}
+
 type isOperation_Result interface {
 	isOperation_Result()
 }
@@ -3685,6 +3695,11 @@ type Operation_ExportModel struct {
 	ExportModel *ExportModelResponse `protobuf:"bytes,7,opt,name=export_model,json=exportModel,proto3,oneof"`
 }
 
+type Operation_UploadModel struct {
+	// upload_model is a done UploadModel's answer.
+	UploadModel *UploadModelResponse `protobuf:"bytes,8,opt,name=upload_model,json=uploadModel,proto3,oneof"`
+}
+
 func (*Operation_Error) isOperation_Result() {}
 
 func (*Operation_Cluster) isOperation_Result() {}
@@ -3692,6 +3707,63 @@ func (*Operation_Cluster) isOperation_Result() {}
 func (*Operation_Reservation) isOperation_Result() {}
 
 func (*Operation_ExportModel) isOperation_Result() {}
+
+func (*Operation_UploadModel) isOperation_Result() {}
+
+// UploadModelResponse names the version an UploadModel registered.
+type UploadModelResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// model is the model's name, Vertex's form without a version.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// model_version_id is the new version's id.
+	ModelVersionId string `protobuf:"bytes,2,opt,name=model_version_id,json=modelVersionId,proto3" json:"model_version_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *UploadModelResponse) Reset() {
+	*x = UploadModelResponse{}
+	mi := &file_loom_v1_resources_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadModelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadModelResponse) ProtoMessage() {}
+
+func (x *UploadModelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_resources_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadModelResponse.ProtoReflect.Descriptor instead.
+func (*UploadModelResponse) Descriptor() ([]byte, []int) {
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *UploadModelResponse) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *UploadModelResponse) GetModelVersionId() string {
+	if x != nil {
+		return x.ModelVersionId
+	}
+	return ""
+}
 
 // ExportModelResponse says what an ExportModel copied (Vertex answers an
 // empty one; Loom's counts say what a resumed export still had to do).
@@ -3712,7 +3784,7 @@ type ExportModelResponse struct {
 
 func (x *ExportModelResponse) Reset() {
 	*x = ExportModelResponse{}
-	mi := &file_loom_v1_resources_proto_msgTypes[31]
+	mi := &file_loom_v1_resources_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3724,7 +3796,7 @@ func (x *ExportModelResponse) String() string {
 func (*ExportModelResponse) ProtoMessage() {}
 
 func (x *ExportModelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[31]
+	mi := &file_loom_v1_resources_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3737,7 +3809,7 @@ func (x *ExportModelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportModelResponse.ProtoReflect.Descriptor instead.
 func (*ExportModelResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{31}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ExportModelResponse) GetDestination() string {
@@ -3789,7 +3861,7 @@ type OperationMetadata struct {
 
 func (x *OperationMetadata) Reset() {
 	*x = OperationMetadata{}
-	mi := &file_loom_v1_resources_proto_msgTypes[32]
+	mi := &file_loom_v1_resources_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3801,7 +3873,7 @@ func (x *OperationMetadata) String() string {
 func (*OperationMetadata) ProtoMessage() {}
 
 func (x *OperationMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[32]
+	mi := &file_loom_v1_resources_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3814,7 +3886,7 @@ func (x *OperationMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationMetadata.ProtoReflect.Descriptor instead.
 func (*OperationMetadata) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{32}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *OperationMetadata) GetTarget() string {
@@ -3863,7 +3935,7 @@ type OperationError struct {
 
 func (x *OperationError) Reset() {
 	*x = OperationError{}
-	mi := &file_loom_v1_resources_proto_msgTypes[33]
+	mi := &file_loom_v1_resources_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3875,7 +3947,7 @@ func (x *OperationError) String() string {
 func (*OperationError) ProtoMessage() {}
 
 func (x *OperationError) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_resources_proto_msgTypes[33]
+	mi := &file_loom_v1_resources_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3888,7 +3960,7 @@ func (x *OperationError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationError.ProtoReflect.Descriptor instead.
 func (*OperationError) Descriptor() ([]byte, []int) {
-	return file_loom_v1_resources_proto_rawDescGZIP(), []int{33}
+	return file_loom_v1_resources_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *OperationError) GetCode() int32 {
@@ -4308,7 +4380,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
 	"\fMetricsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xd1\x02\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\x94\x03\n" +
 	"\tOperation\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x126\n" +
 	"\bmetadata\x18\x02 \x01(\v2\x1a.loom.v1.OperationMetadataR\bmetadata\x12\x12\n" +
@@ -4316,8 +4388,12 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\v2\x17.loom.v1.OperationErrorH\x00R\x05error\x12,\n" +
 	"\acluster\x18\x05 \x01(\v2\x10.loom.v1.ClusterH\x00R\acluster\x128\n" +
 	"\vreservation\x18\x06 \x01(\v2\x14.loom.v1.ReservationH\x00R\vreservation\x12A\n" +
-	"\fexport_model\x18\a \x01(\v2\x1c.loom.v1.ExportModelResponseH\x00R\vexportModelB\b\n" +
-	"\x06result\"\x99\x01\n" +
+	"\fexport_model\x18\a \x01(\v2\x1c.loom.v1.ExportModelResponseH\x00R\vexportModel\x12A\n" +
+	"\fupload_model\x18\b \x01(\v2\x1c.loom.v1.UploadModelResponseH\x00R\vuploadModelB\b\n" +
+	"\x06result\"U\n" +
+	"\x13UploadModelResponse\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12(\n" +
+	"\x10model_version_id\x18\x02 \x01(\tR\x0emodelVersionId\"\x99\x01\n" +
 	"\x13ExportModelResponse\x12 \n" +
 	"\vdestination\x18\x01 \x01(\tR\vdestination\x12\x16\n" +
 	"\x06copied\x18\x02 \x01(\x05R\x06copied\x12\x18\n" +
@@ -4365,7 +4441,7 @@ func file_loom_v1_resources_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_v1_resources_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_loom_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_loom_v1_resources_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_loom_v1_resources_proto_goTypes = []any{
 	(JobState)(0),                 // 0: loom.v1.JobState
 	(Cluster_State)(0),            // 1: loom.v1.Cluster.State
@@ -4403,29 +4479,30 @@ var file_loom_v1_resources_proto_goTypes = []any{
 	(*ModelVersion)(nil),          // 33: loom.v1.ModelVersion
 	(*ModelLineage)(nil),          // 34: loom.v1.ModelLineage
 	(*Operation)(nil),             // 35: loom.v1.Operation
-	(*ExportModelResponse)(nil),   // 36: loom.v1.ExportModelResponse
-	(*OperationMetadata)(nil),     // 37: loom.v1.OperationMetadata
-	(*OperationError)(nil),        // 38: loom.v1.OperationError
-	nil,                           // 39: loom.v1.Cluster.LabelsEntry
-	nil,                           // 40: loom.v1.NodePool.LabelsEntry
-	nil,                           // 41: loom.v1.Job.EnvEntry
-	nil,                           // 42: loom.v1.Model.LabelsEntry
-	nil,                           // 43: loom.v1.ModelVersion.LabelsEntry
-	nil,                           // 44: loom.v1.ModelLineage.HyperparametersEntry
-	nil,                           // 45: loom.v1.ModelLineage.MetricsEntry
-	(*timestamppb.Timestamp)(nil), // 46: google.protobuf.Timestamp
+	(*UploadModelResponse)(nil),   // 36: loom.v1.UploadModelResponse
+	(*ExportModelResponse)(nil),   // 37: loom.v1.ExportModelResponse
+	(*OperationMetadata)(nil),     // 38: loom.v1.OperationMetadata
+	(*OperationError)(nil),        // 39: loom.v1.OperationError
+	nil,                           // 40: loom.v1.Cluster.LabelsEntry
+	nil,                           // 41: loom.v1.NodePool.LabelsEntry
+	nil,                           // 42: loom.v1.Job.EnvEntry
+	nil,                           // 43: loom.v1.Model.LabelsEntry
+	nil,                           // 44: loom.v1.ModelVersion.LabelsEntry
+	nil,                           // 45: loom.v1.ModelLineage.HyperparametersEntry
+	nil,                           // 46: loom.v1.ModelLineage.MetricsEntry
+	(*timestamppb.Timestamp)(nil), // 47: google.protobuf.Timestamp
 }
 var file_loom_v1_resources_proto_depIdxs = []int32{
-	39, // 0: loom.v1.Cluster.labels:type_name -> loom.v1.Cluster.LabelsEntry
+	40, // 0: loom.v1.Cluster.labels:type_name -> loom.v1.Cluster.LabelsEntry
 	6,  // 1: loom.v1.Cluster.compute:type_name -> loom.v1.ComputeResources
 	10, // 2: loom.v1.Cluster.orchestrator:type_name -> loom.v1.Orchestrator
 	15, // 3: loom.v1.Cluster.storage:type_name -> loom.v1.StorageResources
 	18, // 4: loom.v1.Cluster.network:type_name -> loom.v1.NetworkConfig
 	19, // 5: loom.v1.Cluster.status:type_name -> loom.v1.ClusterStatus
-	46, // 6: loom.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
-	46, // 7: loom.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
+	47, // 6: loom.v1.Cluster.create_time:type_name -> google.protobuf.Timestamp
+	47, // 7: loom.v1.Cluster.update_time:type_name -> google.protobuf.Timestamp
 	7,  // 8: loom.v1.ComputeResources.node_pools:type_name -> loom.v1.NodePool
-	40, // 9: loom.v1.NodePool.labels:type_name -> loom.v1.NodePool.LabelsEntry
+	41, // 9: loom.v1.NodePool.labels:type_name -> loom.v1.NodePool.LabelsEntry
 	8,  // 10: loom.v1.NodePool.capacity:type_name -> loom.v1.CapacitySource
 	9,  // 11: loom.v1.NodePool.boot_disk:type_name -> loom.v1.BootDisk
 	2,  // 12: loom.v1.CapacitySource.type:type_name -> loom.v1.CapacitySource.Type
@@ -4438,52 +4515,53 @@ var file_loom_v1_resources_proto_depIdxs = []int32{
 	1,  // 19: loom.v1.ClusterStatus.state:type_name -> loom.v1.Cluster.State
 	20, // 20: loom.v1.ClusterStatus.node_pools:type_name -> loom.v1.NodePoolStatus
 	21, // 21: loom.v1.ClusterStatus.conditions:type_name -> loom.v1.Condition
-	46, // 22: loom.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	46, // 23: loom.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
+	47, // 22: loom.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	47, // 23: loom.v1.Reservation.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 24: loom.v1.CapacityPool.type:type_name -> loom.v1.CapacitySource.Type
 	3,  // 25: loom.v1.Node.state:type_name -> loom.v1.Node.State
-	46, // 26: loom.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
-	46, // 27: loom.v1.Node.create_time:type_name -> google.protobuf.Timestamp
+	47, // 26: loom.v1.Node.last_heartbeat:type_name -> google.protobuf.Timestamp
+	47, // 27: loom.v1.Node.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 28: loom.v1.Node.capacity_type:type_name -> loom.v1.CapacitySource.Type
-	46, // 29: loom.v1.Node.drain_deadline:type_name -> google.protobuf.Timestamp
-	41, // 30: loom.v1.Job.env:type_name -> loom.v1.Job.EnvEntry
+	47, // 29: loom.v1.Node.drain_deadline:type_name -> google.protobuf.Timestamp
+	42, // 30: loom.v1.Job.env:type_name -> loom.v1.Job.EnvEntry
 	31, // 31: loom.v1.Job.model_output:type_name -> loom.v1.ModelOutput
-	46, // 32: loom.v1.Job.begin_time:type_name -> google.protobuf.Timestamp
+	47, // 32: loom.v1.Job.begin_time:type_name -> google.protobuf.Timestamp
 	0,  // 33: loom.v1.Job.state:type_name -> loom.v1.JobState
-	46, // 34: loom.v1.Job.submit_time:type_name -> google.protobuf.Timestamp
-	46, // 35: loom.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	46, // 36: loom.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	47, // 34: loom.v1.Job.submit_time:type_name -> google.protobuf.Timestamp
+	47, // 35: loom.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	47, // 36: loom.v1.Job.end_time:type_name -> google.protobuf.Timestamp
 	27, // 37: loom.v1.Job.priority_factors:type_name -> loom.v1.PriorityFactors
 	28, // 38: loom.v1.Job.runs:type_name -> loom.v1.JobRun
 	0,  // 39: loom.v1.JobRun.state:type_name -> loom.v1.JobState
-	46, // 40: loom.v1.JobRun.start_time:type_name -> google.protobuf.Timestamp
-	46, // 41: loom.v1.JobRun.end_time:type_name -> google.protobuf.Timestamp
+	47, // 40: loom.v1.JobRun.start_time:type_name -> google.protobuf.Timestamp
+	47, // 41: loom.v1.JobRun.end_time:type_name -> google.protobuf.Timestamp
 	4,  // 42: loom.v1.SlurmNode.state:type_name -> loom.v1.SlurmNode.State
-	46, // 43: loom.v1.SlurmNode.reason_time:type_name -> google.protobuf.Timestamp
-	46, // 44: loom.v1.Model.create_time:type_name -> google.protobuf.Timestamp
-	46, // 45: loom.v1.Model.update_time:type_name -> google.protobuf.Timestamp
-	42, // 46: loom.v1.Model.labels:type_name -> loom.v1.Model.LabelsEntry
-	46, // 47: loom.v1.Model.version_create_time:type_name -> google.protobuf.Timestamp
-	46, // 48: loom.v1.Model.version_update_time:type_name -> google.protobuf.Timestamp
+	47, // 43: loom.v1.SlurmNode.reason_time:type_name -> google.protobuf.Timestamp
+	47, // 44: loom.v1.Model.create_time:type_name -> google.protobuf.Timestamp
+	47, // 45: loom.v1.Model.update_time:type_name -> google.protobuf.Timestamp
+	43, // 46: loom.v1.Model.labels:type_name -> loom.v1.Model.LabelsEntry
+	47, // 47: loom.v1.Model.version_create_time:type_name -> google.protobuf.Timestamp
+	47, // 48: loom.v1.Model.version_update_time:type_name -> google.protobuf.Timestamp
 	34, // 49: loom.v1.Model.lineage:type_name -> loom.v1.ModelLineage
-	46, // 50: loom.v1.ModelVersion.create_time:type_name -> google.protobuf.Timestamp
-	43, // 51: loom.v1.ModelVersion.labels:type_name -> loom.v1.ModelVersion.LabelsEntry
+	47, // 50: loom.v1.ModelVersion.create_time:type_name -> google.protobuf.Timestamp
+	44, // 51: loom.v1.ModelVersion.labels:type_name -> loom.v1.ModelVersion.LabelsEntry
 	34, // 52: loom.v1.ModelVersion.lineage:type_name -> loom.v1.ModelLineage
-	46, // 53: loom.v1.ModelVersion.update_time:type_name -> google.protobuf.Timestamp
-	44, // 54: loom.v1.ModelLineage.hyperparameters:type_name -> loom.v1.ModelLineage.HyperparametersEntry
-	45, // 55: loom.v1.ModelLineage.metrics:type_name -> loom.v1.ModelLineage.MetricsEntry
-	37, // 56: loom.v1.Operation.metadata:type_name -> loom.v1.OperationMetadata
-	38, // 57: loom.v1.Operation.error:type_name -> loom.v1.OperationError
+	47, // 53: loom.v1.ModelVersion.update_time:type_name -> google.protobuf.Timestamp
+	45, // 54: loom.v1.ModelLineage.hyperparameters:type_name -> loom.v1.ModelLineage.HyperparametersEntry
+	46, // 55: loom.v1.ModelLineage.metrics:type_name -> loom.v1.ModelLineage.MetricsEntry
+	38, // 56: loom.v1.Operation.metadata:type_name -> loom.v1.OperationMetadata
+	39, // 57: loom.v1.Operation.error:type_name -> loom.v1.OperationError
 	5,  // 58: loom.v1.Operation.cluster:type_name -> loom.v1.Cluster
 	22, // 59: loom.v1.Operation.reservation:type_name -> loom.v1.Reservation
-	36, // 60: loom.v1.Operation.export_model:type_name -> loom.v1.ExportModelResponse
-	46, // 61: loom.v1.OperationMetadata.create_time:type_name -> google.protobuf.Timestamp
-	46, // 62: loom.v1.OperationMetadata.end_time:type_name -> google.protobuf.Timestamp
-	63, // [63:63] is the sub-list for method output_type
-	63, // [63:63] is the sub-list for method input_type
-	63, // [63:63] is the sub-list for extension type_name
-	63, // [63:63] is the sub-list for extension extendee
-	0,  // [0:63] is the sub-list for field type_name
+	37, // 60: loom.v1.Operation.export_model:type_name -> loom.v1.ExportModelResponse
+	36, // 61: loom.v1.Operation.upload_model:type_name -> loom.v1.UploadModelResponse
+	47, // 62: loom.v1.OperationMetadata.create_time:type_name -> google.protobuf.Timestamp
+	47, // 63: loom.v1.OperationMetadata.end_time:type_name -> google.protobuf.Timestamp
+	64, // [64:64] is the sub-list for method output_type
+	64, // [64:64] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_resources_proto_init() }
@@ -4497,6 +4575,7 @@ func file_loom_v1_resources_proto_init() {
 		(*Operation_Cluster)(nil),
 		(*Operation_Reservation)(nil),
 		(*Operation_ExportModel)(nil),
+		(*Operation_UploadModel)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4504,7 +4583,7 @@ func file_loom_v1_resources_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_resources_proto_rawDesc), len(file_loom_v1_resources_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   41,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -2489,10 +2489,10 @@ type UploadModelRequest struct {
 	// MANIFEST) and, optionally, lineage.
 	Model *Model `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
 	// request_id makes the upload idempotent: an UploadModel sent again with
-	// the same request_id in the same project answers the version the first
-	// one registered instead of registering another (the registry keeps the
-	// last 10000 uploads' ids). At most 128 bytes, no control characters;
-	// empty: every call registers a version.
+	// the same request_id in the same project answers the first one's
+	// operation (the gateway) or version (the registry) instead of
+	// registering another. At most 128 bytes, no control characters; empty:
+	// every call registers a version.
 	RequestId     string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2563,60 +2563,6 @@ func (x *UploadModelRequest) GetRequestId() string {
 	return ""
 }
 
-type UploadModelResponse struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// model is the model's name, Vertex's form without a version.
-	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
-	// model_version_id is the new version's id.
-	ModelVersionId string `protobuf:"bytes,2,opt,name=model_version_id,json=modelVersionId,proto3" json:"model_version_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
-}
-
-func (x *UploadModelResponse) Reset() {
-	*x = UploadModelResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[39]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *UploadModelResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*UploadModelResponse) ProtoMessage() {}
-
-func (x *UploadModelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[39]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use UploadModelResponse.ProtoReflect.Descriptor instead.
-func (*UploadModelResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{39}
-}
-
-func (x *UploadModelResponse) GetModel() string {
-	if x != nil {
-		return x.Model
-	}
-	return ""
-}
-
-func (x *UploadModelResponse) GetModelVersionId() string {
-	if x != nil {
-		return x.ModelVersionId
-	}
-	return ""
-}
-
 type ListModelsRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Parent string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
@@ -2640,7 +2586,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[40]
+	mi := &file_loom_v1_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2652,7 +2598,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[40]
+	mi := &file_loom_v1_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2665,7 +2611,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{40}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListModelsRequest) GetParent() string {
@@ -2714,7 +2660,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[41]
+	mi := &file_loom_v1_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2726,7 +2672,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[41]
+	mi := &file_loom_v1_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2739,7 +2685,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{41}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListModelsResponse) GetModels() []*Model {
@@ -2765,7 +2711,7 @@ type GetModelRequest struct {
 
 func (x *GetModelRequest) Reset() {
 	*x = GetModelRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[42]
+	mi := &file_loom_v1_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2777,7 +2723,7 @@ func (x *GetModelRequest) String() string {
 func (*GetModelRequest) ProtoMessage() {}
 
 func (x *GetModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[42]
+	mi := &file_loom_v1_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2790,7 +2736,7 @@ func (x *GetModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelRequest.ProtoReflect.Descriptor instead.
 func (*GetModelRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{42}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetModelRequest) GetName() string {
@@ -2820,7 +2766,7 @@ type ListModelVersionsRequest struct {
 
 func (x *ListModelVersionsRequest) Reset() {
 	*x = ListModelVersionsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[43]
+	mi := &file_loom_v1_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2832,7 +2778,7 @@ func (x *ListModelVersionsRequest) String() string {
 func (*ListModelVersionsRequest) ProtoMessage() {}
 
 func (x *ListModelVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[43]
+	mi := &file_loom_v1_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2845,7 +2791,7 @@ func (x *ListModelVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelVersionsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{43}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListModelVersionsRequest) GetParent() string {
@@ -2898,7 +2844,7 @@ type ListModelVersionsResponse struct {
 
 func (x *ListModelVersionsResponse) Reset() {
 	*x = ListModelVersionsResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[44]
+	mi := &file_loom_v1_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2910,7 +2856,7 @@ func (x *ListModelVersionsResponse) String() string {
 func (*ListModelVersionsResponse) ProtoMessage() {}
 
 func (x *ListModelVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[44]
+	mi := &file_loom_v1_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2923,7 +2869,7 @@ func (x *ListModelVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelVersionsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{44}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListModelVersionsResponse) GetVersions() []*ModelVersion {
@@ -2960,7 +2906,7 @@ type UpdateModelRequest struct {
 
 func (x *UpdateModelRequest) Reset() {
 	*x = UpdateModelRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[45]
+	mi := &file_loom_v1_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2972,7 +2918,7 @@ func (x *UpdateModelRequest) String() string {
 func (*UpdateModelRequest) ProtoMessage() {}
 
 func (x *UpdateModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[45]
+	mi := &file_loom_v1_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2985,7 +2931,7 @@ func (x *UpdateModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateModelRequest.ProtoReflect.Descriptor instead.
 func (*UpdateModelRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{45}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *UpdateModelRequest) GetModel() *Model {
@@ -3013,7 +2959,7 @@ type MergeVersionAliasesRequest struct {
 
 func (x *MergeVersionAliasesRequest) Reset() {
 	*x = MergeVersionAliasesRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[46]
+	mi := &file_loom_v1_service_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3025,7 +2971,7 @@ func (x *MergeVersionAliasesRequest) String() string {
 func (*MergeVersionAliasesRequest) ProtoMessage() {}
 
 func (x *MergeVersionAliasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[46]
+	mi := &file_loom_v1_service_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3038,7 +2984,7 @@ func (x *MergeVersionAliasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MergeVersionAliasesRequest.ProtoReflect.Descriptor instead.
 func (*MergeVersionAliasesRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{46}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *MergeVersionAliasesRequest) GetName() string {
@@ -3064,7 +3010,7 @@ type DeleteModelRequest struct {
 
 func (x *DeleteModelRequest) Reset() {
 	*x = DeleteModelRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[47]
+	mi := &file_loom_v1_service_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3076,7 +3022,7 @@ func (x *DeleteModelRequest) String() string {
 func (*DeleteModelRequest) ProtoMessage() {}
 
 func (x *DeleteModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[47]
+	mi := &file_loom_v1_service_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3089,7 +3035,7 @@ func (x *DeleteModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteModelRequest.ProtoReflect.Descriptor instead.
 func (*DeleteModelRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{47}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DeleteModelRequest) GetName() string {
@@ -3108,7 +3054,7 @@ type DeleteModelVersionRequest struct {
 
 func (x *DeleteModelVersionRequest) Reset() {
 	*x = DeleteModelVersionRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[48]
+	mi := &file_loom_v1_service_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3120,7 +3066,7 @@ func (x *DeleteModelVersionRequest) String() string {
 func (*DeleteModelVersionRequest) ProtoMessage() {}
 
 func (x *DeleteModelVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[48]
+	mi := &file_loom_v1_service_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3133,7 +3079,7 @@ func (x *DeleteModelVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteModelVersionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteModelVersionRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{48}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DeleteModelVersionRequest) GetName() string {
@@ -3151,7 +3097,7 @@ type DeleteModelResponse struct {
 
 func (x *DeleteModelResponse) Reset() {
 	*x = DeleteModelResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[49]
+	mi := &file_loom_v1_service_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3163,7 +3109,7 @@ func (x *DeleteModelResponse) String() string {
 func (*DeleteModelResponse) ProtoMessage() {}
 
 func (x *DeleteModelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[49]
+	mi := &file_loom_v1_service_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3176,7 +3122,7 @@ func (x *DeleteModelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteModelResponse.ProtoReflect.Descriptor instead.
 func (*DeleteModelResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{49}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{48}
 }
 
 type ExportModelRequest struct {
@@ -3195,7 +3141,7 @@ type ExportModelRequest struct {
 
 func (x *ExportModelRequest) Reset() {
 	*x = ExportModelRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[50]
+	mi := &file_loom_v1_service_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3207,7 +3153,7 @@ func (x *ExportModelRequest) String() string {
 func (*ExportModelRequest) ProtoMessage() {}
 
 func (x *ExportModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[50]
+	mi := &file_loom_v1_service_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3220,7 +3166,7 @@ func (x *ExportModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportModelRequest.ProtoReflect.Descriptor instead.
 func (*ExportModelRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{50}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ExportModelRequest) GetName() string {
@@ -3255,7 +3201,7 @@ type ExportModelOutputConfig struct {
 
 func (x *ExportModelOutputConfig) Reset() {
 	*x = ExportModelOutputConfig{}
-	mi := &file_loom_v1_service_proto_msgTypes[51]
+	mi := &file_loom_v1_service_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3267,7 +3213,7 @@ func (x *ExportModelOutputConfig) String() string {
 func (*ExportModelOutputConfig) ProtoMessage() {}
 
 func (x *ExportModelOutputConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[51]
+	mi := &file_loom_v1_service_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3280,7 +3226,7 @@ func (x *ExportModelOutputConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportModelOutputConfig.ProtoReflect.Descriptor instead.
 func (*ExportModelOutputConfig) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{51}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ExportModelOutputConfig) GetArtifactDestination() *GcsDestination {
@@ -3301,7 +3247,7 @@ type GcsDestination struct {
 
 func (x *GcsDestination) Reset() {
 	*x = GcsDestination{}
-	mi := &file_loom_v1_service_proto_msgTypes[52]
+	mi := &file_loom_v1_service_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3313,7 +3259,7 @@ func (x *GcsDestination) String() string {
 func (*GcsDestination) ProtoMessage() {}
 
 func (x *GcsDestination) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[52]
+	mi := &file_loom_v1_service_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3326,7 +3272,7 @@ func (x *GcsDestination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GcsDestination.ProtoReflect.Descriptor instead.
 func (*GcsDestination) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{52}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GcsDestination) GetOutputUriPrefix() string {
@@ -3539,10 +3485,7 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\bmodel_id\x18\x05 \x01(\tR\amodelId\x12$\n" +
 	"\x05model\x18\x02 \x01(\v2\x0e.loom.v1.ModelR\x05model\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x06 \x01(\tR\trequestId\"U\n" +
-	"\x13UploadModelResponse\x12\x14\n" +
-	"\x05model\x18\x01 \x01(\tR\x05model\x12(\n" +
-	"\x10model_version_id\x18\x02 \x01(\tR\x0emodelVersionId\"\x9a\x01\n" +
+	"request_id\x18\x06 \x01(\tR\trequestId\"\x9a\x01\n" +
 	"\x11ListModelsRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -3623,9 +3566,9 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\fSlurmService\x12\x89\x01\n" +
 	"\x0eListPartitions\x12\x1e.loom.v1.ListPartitionsRequest\x1a\x1f.loom.v1.ListPartitionsResponse\"6\x82\xd3\xe4\x93\x020\x12./v1/{cluster=projects/*/clusters/*}/partitions\x12\x89\x01\n" +
 	"\x0eListSlurmNodes\x12\x1e.loom.v1.ListSlurmNodesRequest\x1a\x1f.loom.v1.ListSlurmNodesResponse\"6\x82\xd3\xe4\x93\x020\x12./v1/{cluster=projects/*/clusters/*}/slurmNodes\x12\x93\x01\n" +
-	"\x0fUpdateSlurmNode\x12\x1f.loom.v1.UpdateSlurmNodeRequest\x1a\x12.loom.v1.SlurmNode\"K\x82\xd3\xe4\x93\x02E:\x01*\"@/v1/{cluster=projects/*/clusters/*}/slurmNodes/{hostname}:update2\xa6\v\n" +
-	"\fModelService\x12\xb2\x01\n" +
-	"\vUploadModel\x12\x1b.loom.v1.UploadModelRequest\x1a\x1c.loom.v1.UploadModelResponse\"h\x82\xd3\xe4\x93\x02b:\x01*Z*:\x01*\"%/v1/{parent=projects/*}/models:upload\"1/v1/{parent=projects/*/locations/*}/models:upload\x12\x9b\x01\n" +
+	"\x0fUpdateSlurmNode\x12\x1f.loom.v1.UpdateSlurmNodeRequest\x1a\x12.loom.v1.SlurmNode\"K\x82\xd3\xe4\x93\x02E:\x01*\"@/v1/{cluster=projects/*/clusters/*}/slurmNodes/{hostname}:update2\x9c\v\n" +
+	"\fModelService\x12\xa8\x01\n" +
+	"\vUploadModel\x12\x1b.loom.v1.UploadModelRequest\x1a\x12.loom.v1.Operation\"h\x82\xd3\xe4\x93\x02b:\x01*Z*:\x01*\"%/v1/{parent=projects/*}/models:upload\"1/v1/{parent=projects/*/locations/*}/models:upload\x12\x9b\x01\n" +
 	"\n" +
 	"ListModels\x12\x1a.loom.v1.ListModelsRequest\x1a\x1b.loom.v1.ListModelsResponse\"T\x82\xd3\xe4\x93\x02NZ \x12\x1e/v1/{parent=projects/*}/models\x12*/v1/{parent=projects/*/locations/*}/models\x12\x8a\x01\n" +
 	"\bGetModel\x12\x18.loom.v1.GetModelRequest\x1a\x0e.loom.v1.Model\"T\x82\xd3\xe4\x93\x02NZ \x12\x1e/v1/{name=projects/*/models/*}\x12*/v1/{name=projects/*/locations/*/models/*}\x12\xca\x01\n" +
@@ -3648,7 +3591,7 @@ func file_loom_v1_service_proto_rawDescGZIP() []byte {
 	return file_loom_v1_service_proto_rawDescData
 }
 
-var file_loom_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_loom_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_loom_v1_service_proto_goTypes = []any{
 	(*UpdateClusterRequest)(nil),       // 0: loom.v1.UpdateClusterRequest
 	(*GetSlurmConfigRequest)(nil),      // 1: loom.v1.GetSlurmConfigRequest
@@ -3689,63 +3632,62 @@ var file_loom_v1_service_proto_goTypes = []any{
 	(*ListSlurmNodesResponse)(nil),     // 36: loom.v1.ListSlurmNodesResponse
 	(*UpdateSlurmNodeRequest)(nil),     // 37: loom.v1.UpdateSlurmNodeRequest
 	(*UploadModelRequest)(nil),         // 38: loom.v1.UploadModelRequest
-	(*UploadModelResponse)(nil),        // 39: loom.v1.UploadModelResponse
-	(*ListModelsRequest)(nil),          // 40: loom.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),         // 41: loom.v1.ListModelsResponse
-	(*GetModelRequest)(nil),            // 42: loom.v1.GetModelRequest
-	(*ListModelVersionsRequest)(nil),   // 43: loom.v1.ListModelVersionsRequest
-	(*ListModelVersionsResponse)(nil),  // 44: loom.v1.ListModelVersionsResponse
-	(*UpdateModelRequest)(nil),         // 45: loom.v1.UpdateModelRequest
-	(*MergeVersionAliasesRequest)(nil), // 46: loom.v1.MergeVersionAliasesRequest
-	(*DeleteModelRequest)(nil),         // 47: loom.v1.DeleteModelRequest
-	(*DeleteModelVersionRequest)(nil),  // 48: loom.v1.DeleteModelVersionRequest
-	(*DeleteModelResponse)(nil),        // 49: loom.v1.DeleteModelResponse
-	(*ExportModelRequest)(nil),         // 50: loom.v1.ExportModelRequest
-	(*ExportModelOutputConfig)(nil),    // 51: loom.v1.ExportModelOutputConfig
-	(*GcsDestination)(nil),             // 52: loom.v1.GcsDestination
-	nil,                                // 53: loom.v1.CreateJobStepRequest.EnvEntry
-	(*Cluster)(nil),                    // 54: loom.v1.Cluster
-	(*fieldmaskpb.FieldMask)(nil),      // 55: google.protobuf.FieldMask
-	(*Reservation)(nil),                // 56: loom.v1.Reservation
-	(*CapacityPool)(nil),               // 57: loom.v1.CapacityPool
-	(JobState)(0),                      // 58: loom.v1.JobState
-	(*timestamppb.Timestamp)(nil),      // 59: google.protobuf.Timestamp
-	(*Job)(nil),                        // 60: loom.v1.Job
-	(*Node)(nil),                       // 61: loom.v1.Node
-	(*Partition)(nil),                  // 62: loom.v1.Partition
-	(*SlurmNode)(nil),                  // 63: loom.v1.SlurmNode
-	(*Model)(nil),                      // 64: loom.v1.Model
-	(*ModelVersion)(nil),               // 65: loom.v1.ModelVersion
-	(*Operation)(nil),                  // 66: loom.v1.Operation
-	(*SlurmConfig)(nil),                // 67: loom.v1.SlurmConfig
+	(*ListModelsRequest)(nil),          // 39: loom.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),         // 40: loom.v1.ListModelsResponse
+	(*GetModelRequest)(nil),            // 41: loom.v1.GetModelRequest
+	(*ListModelVersionsRequest)(nil),   // 42: loom.v1.ListModelVersionsRequest
+	(*ListModelVersionsResponse)(nil),  // 43: loom.v1.ListModelVersionsResponse
+	(*UpdateModelRequest)(nil),         // 44: loom.v1.UpdateModelRequest
+	(*MergeVersionAliasesRequest)(nil), // 45: loom.v1.MergeVersionAliasesRequest
+	(*DeleteModelRequest)(nil),         // 46: loom.v1.DeleteModelRequest
+	(*DeleteModelVersionRequest)(nil),  // 47: loom.v1.DeleteModelVersionRequest
+	(*DeleteModelResponse)(nil),        // 48: loom.v1.DeleteModelResponse
+	(*ExportModelRequest)(nil),         // 49: loom.v1.ExportModelRequest
+	(*ExportModelOutputConfig)(nil),    // 50: loom.v1.ExportModelOutputConfig
+	(*GcsDestination)(nil),             // 51: loom.v1.GcsDestination
+	nil,                                // 52: loom.v1.CreateJobStepRequest.EnvEntry
+	(*Cluster)(nil),                    // 53: loom.v1.Cluster
+	(*fieldmaskpb.FieldMask)(nil),      // 54: google.protobuf.FieldMask
+	(*Reservation)(nil),                // 55: loom.v1.Reservation
+	(*CapacityPool)(nil),               // 56: loom.v1.CapacityPool
+	(JobState)(0),                      // 57: loom.v1.JobState
+	(*timestamppb.Timestamp)(nil),      // 58: google.protobuf.Timestamp
+	(*Job)(nil),                        // 59: loom.v1.Job
+	(*Node)(nil),                       // 60: loom.v1.Node
+	(*Partition)(nil),                  // 61: loom.v1.Partition
+	(*SlurmNode)(nil),                  // 62: loom.v1.SlurmNode
+	(*Model)(nil),                      // 63: loom.v1.Model
+	(*ModelVersion)(nil),               // 64: loom.v1.ModelVersion
+	(*Operation)(nil),                  // 65: loom.v1.Operation
+	(*SlurmConfig)(nil),                // 66: loom.v1.SlurmConfig
 }
 var file_loom_v1_service_proto_depIdxs = []int32{
-	54, // 0: loom.v1.UpdateClusterRequest.cluster:type_name -> loom.v1.Cluster
-	55, // 1: loom.v1.UpdateClusterRequest.update_mask:type_name -> google.protobuf.FieldMask
-	56, // 2: loom.v1.CreateReservationRequest.reservation:type_name -> loom.v1.Reservation
-	56, // 3: loom.v1.ListReservationsResponse.reservations:type_name -> loom.v1.Reservation
-	57, // 4: loom.v1.ListCapacityResponse.pools:type_name -> loom.v1.CapacityPool
-	54, // 5: loom.v1.CreateClusterRequest.cluster:type_name -> loom.v1.Cluster
-	54, // 6: loom.v1.ListClustersResponse.clusters:type_name -> loom.v1.Cluster
-	58, // 7: loom.v1.JobStep.state:type_name -> loom.v1.JobState
-	59, // 8: loom.v1.JobStep.start_time:type_name -> google.protobuf.Timestamp
-	59, // 9: loom.v1.JobStep.end_time:type_name -> google.protobuf.Timestamp
-	53, // 10: loom.v1.CreateJobStepRequest.env:type_name -> loom.v1.CreateJobStepRequest.EnvEntry
+	53, // 0: loom.v1.UpdateClusterRequest.cluster:type_name -> loom.v1.Cluster
+	54, // 1: loom.v1.UpdateClusterRequest.update_mask:type_name -> google.protobuf.FieldMask
+	55, // 2: loom.v1.CreateReservationRequest.reservation:type_name -> loom.v1.Reservation
+	55, // 3: loom.v1.ListReservationsResponse.reservations:type_name -> loom.v1.Reservation
+	56, // 4: loom.v1.ListCapacityResponse.pools:type_name -> loom.v1.CapacityPool
+	53, // 5: loom.v1.CreateClusterRequest.cluster:type_name -> loom.v1.Cluster
+	53, // 6: loom.v1.ListClustersResponse.clusters:type_name -> loom.v1.Cluster
+	57, // 7: loom.v1.JobStep.state:type_name -> loom.v1.JobState
+	58, // 8: loom.v1.JobStep.start_time:type_name -> google.protobuf.Timestamp
+	58, // 9: loom.v1.JobStep.end_time:type_name -> google.protobuf.Timestamp
+	52, // 10: loom.v1.CreateJobStepRequest.env:type_name -> loom.v1.CreateJobStepRequest.EnvEntry
 	14, // 11: loom.v1.ListJobStepsResponse.steps:type_name -> loom.v1.JobStep
-	60, // 12: loom.v1.SubmitJobRequest.job:type_name -> loom.v1.Job
-	58, // 13: loom.v1.ListJobsRequest.states:type_name -> loom.v1.JobState
-	60, // 14: loom.v1.ListJobsResponse.jobs:type_name -> loom.v1.Job
-	61, // 15: loom.v1.ListNodesResponse.nodes:type_name -> loom.v1.Node
-	62, // 16: loom.v1.ListPartitionsResponse.partitions:type_name -> loom.v1.Partition
-	63, // 17: loom.v1.ListSlurmNodesResponse.nodes:type_name -> loom.v1.SlurmNode
-	64, // 18: loom.v1.UploadModelRequest.model:type_name -> loom.v1.Model
-	64, // 19: loom.v1.ListModelsResponse.models:type_name -> loom.v1.Model
-	65, // 20: loom.v1.ListModelVersionsResponse.versions:type_name -> loom.v1.ModelVersion
-	64, // 21: loom.v1.ListModelVersionsResponse.models:type_name -> loom.v1.Model
-	64, // 22: loom.v1.UpdateModelRequest.model:type_name -> loom.v1.Model
-	55, // 23: loom.v1.UpdateModelRequest.update_mask:type_name -> google.protobuf.FieldMask
-	51, // 24: loom.v1.ExportModelRequest.output_config:type_name -> loom.v1.ExportModelOutputConfig
-	52, // 25: loom.v1.ExportModelOutputConfig.artifact_destination:type_name -> loom.v1.GcsDestination
+	59, // 12: loom.v1.SubmitJobRequest.job:type_name -> loom.v1.Job
+	57, // 13: loom.v1.ListJobsRequest.states:type_name -> loom.v1.JobState
+	59, // 14: loom.v1.ListJobsResponse.jobs:type_name -> loom.v1.Job
+	60, // 15: loom.v1.ListNodesResponse.nodes:type_name -> loom.v1.Node
+	61, // 16: loom.v1.ListPartitionsResponse.partitions:type_name -> loom.v1.Partition
+	62, // 17: loom.v1.ListSlurmNodesResponse.nodes:type_name -> loom.v1.SlurmNode
+	63, // 18: loom.v1.UploadModelRequest.model:type_name -> loom.v1.Model
+	63, // 19: loom.v1.ListModelsResponse.models:type_name -> loom.v1.Model
+	64, // 20: loom.v1.ListModelVersionsResponse.versions:type_name -> loom.v1.ModelVersion
+	63, // 21: loom.v1.ListModelVersionsResponse.models:type_name -> loom.v1.Model
+	63, // 22: loom.v1.UpdateModelRequest.model:type_name -> loom.v1.Model
+	54, // 23: loom.v1.UpdateModelRequest.update_mask:type_name -> google.protobuf.FieldMask
+	50, // 24: loom.v1.ExportModelRequest.output_config:type_name -> loom.v1.ExportModelOutputConfig
+	51, // 25: loom.v1.ExportModelOutputConfig.artifact_destination:type_name -> loom.v1.GcsDestination
 	9,  // 26: loom.v1.ClusterService.CreateCluster:input_type -> loom.v1.CreateClusterRequest
 	10, // 27: loom.v1.ClusterService.GetCluster:input_type -> loom.v1.GetClusterRequest
 	11, // 28: loom.v1.ClusterService.ListClusters:input_type -> loom.v1.ListClustersRequest
@@ -3775,51 +3717,51 @@ var file_loom_v1_service_proto_depIdxs = []int32{
 	35, // 52: loom.v1.SlurmService.ListSlurmNodes:input_type -> loom.v1.ListSlurmNodesRequest
 	37, // 53: loom.v1.SlurmService.UpdateSlurmNode:input_type -> loom.v1.UpdateSlurmNodeRequest
 	38, // 54: loom.v1.ModelService.UploadModel:input_type -> loom.v1.UploadModelRequest
-	40, // 55: loom.v1.ModelService.ListModels:input_type -> loom.v1.ListModelsRequest
-	42, // 56: loom.v1.ModelService.GetModel:input_type -> loom.v1.GetModelRequest
-	43, // 57: loom.v1.ModelService.ListModelVersions:input_type -> loom.v1.ListModelVersionsRequest
-	45, // 58: loom.v1.ModelService.UpdateModel:input_type -> loom.v1.UpdateModelRequest
-	46, // 59: loom.v1.ModelService.MergeVersionAliases:input_type -> loom.v1.MergeVersionAliasesRequest
-	47, // 60: loom.v1.ModelService.DeleteModel:input_type -> loom.v1.DeleteModelRequest
-	48, // 61: loom.v1.ModelService.DeleteModelVersion:input_type -> loom.v1.DeleteModelVersionRequest
-	50, // 62: loom.v1.ModelService.ExportModel:input_type -> loom.v1.ExportModelRequest
-	66, // 63: loom.v1.ClusterService.CreateCluster:output_type -> loom.v1.Operation
-	54, // 64: loom.v1.ClusterService.GetCluster:output_type -> loom.v1.Cluster
+	39, // 55: loom.v1.ModelService.ListModels:input_type -> loom.v1.ListModelsRequest
+	41, // 56: loom.v1.ModelService.GetModel:input_type -> loom.v1.GetModelRequest
+	42, // 57: loom.v1.ModelService.ListModelVersions:input_type -> loom.v1.ListModelVersionsRequest
+	44, // 58: loom.v1.ModelService.UpdateModel:input_type -> loom.v1.UpdateModelRequest
+	45, // 59: loom.v1.ModelService.MergeVersionAliases:input_type -> loom.v1.MergeVersionAliasesRequest
+	46, // 60: loom.v1.ModelService.DeleteModel:input_type -> loom.v1.DeleteModelRequest
+	47, // 61: loom.v1.ModelService.DeleteModelVersion:input_type -> loom.v1.DeleteModelVersionRequest
+	49, // 62: loom.v1.ModelService.ExportModel:input_type -> loom.v1.ExportModelRequest
+	65, // 63: loom.v1.ClusterService.CreateCluster:output_type -> loom.v1.Operation
+	53, // 64: loom.v1.ClusterService.GetCluster:output_type -> loom.v1.Cluster
 	12, // 65: loom.v1.ClusterService.ListClusters:output_type -> loom.v1.ListClustersResponse
-	66, // 66: loom.v1.ClusterService.DeleteCluster:output_type -> loom.v1.Operation
-	66, // 67: loom.v1.ClusterService.UpdateCluster:output_type -> loom.v1.Operation
-	67, // 68: loom.v1.ClusterService.GetSlurmConfig:output_type -> loom.v1.SlurmConfig
-	66, // 69: loom.v1.ReservationService.CreateReservation:output_type -> loom.v1.Operation
-	56, // 70: loom.v1.ReservationService.GetReservation:output_type -> loom.v1.Reservation
+	65, // 66: loom.v1.ClusterService.DeleteCluster:output_type -> loom.v1.Operation
+	65, // 67: loom.v1.ClusterService.UpdateCluster:output_type -> loom.v1.Operation
+	66, // 68: loom.v1.ClusterService.GetSlurmConfig:output_type -> loom.v1.SlurmConfig
+	65, // 69: loom.v1.ReservationService.CreateReservation:output_type -> loom.v1.Operation
+	55, // 70: loom.v1.ReservationService.GetReservation:output_type -> loom.v1.Reservation
 	5,  // 71: loom.v1.ReservationService.ListReservations:output_type -> loom.v1.ListReservationsResponse
-	66, // 72: loom.v1.ReservationService.DeleteReservation:output_type -> loom.v1.Operation
+	65, // 72: loom.v1.ReservationService.DeleteReservation:output_type -> loom.v1.Operation
 	8,  // 73: loom.v1.ReservationService.ListCapacity:output_type -> loom.v1.ListCapacityResponse
-	60, // 74: loom.v1.JobService.SubmitJob:output_type -> loom.v1.Job
-	60, // 75: loom.v1.JobService.GetJob:output_type -> loom.v1.Job
+	59, // 74: loom.v1.JobService.SubmitJob:output_type -> loom.v1.Job
+	59, // 75: loom.v1.JobService.GetJob:output_type -> loom.v1.Job
 	23, // 76: loom.v1.JobService.ListJobs:output_type -> loom.v1.ListJobsResponse
-	60, // 77: loom.v1.JobService.CancelJob:output_type -> loom.v1.Job
-	60, // 78: loom.v1.JobService.WatchJob:output_type -> loom.v1.Job
-	60, // 79: loom.v1.JobService.UpdateJob:output_type -> loom.v1.Job
+	59, // 77: loom.v1.JobService.CancelJob:output_type -> loom.v1.Job
+	59, // 78: loom.v1.JobService.WatchJob:output_type -> loom.v1.Job
+	59, // 79: loom.v1.JobService.UpdateJob:output_type -> loom.v1.Job
 	28, // 80: loom.v1.JobService.ReadJobLogs:output_type -> loom.v1.LogChunk
 	14, // 81: loom.v1.JobService.CreateJobStep:output_type -> loom.v1.JobStep
 	14, // 82: loom.v1.JobService.GetJobStep:output_type -> loom.v1.JobStep
 	18, // 83: loom.v1.JobService.ListJobSteps:output_type -> loom.v1.ListJobStepsResponse
 	14, // 84: loom.v1.JobService.CancelJobStep:output_type -> loom.v1.JobStep
-	66, // 85: loom.v1.OperationService.GetOperation:output_type -> loom.v1.Operation
-	66, // 86: loom.v1.OperationService.WaitOperation:output_type -> loom.v1.Operation
+	65, // 85: loom.v1.OperationService.GetOperation:output_type -> loom.v1.Operation
+	65, // 86: loom.v1.OperationService.WaitOperation:output_type -> loom.v1.Operation
 	32, // 87: loom.v1.NodeService.ListNodes:output_type -> loom.v1.ListNodesResponse
 	34, // 88: loom.v1.SlurmService.ListPartitions:output_type -> loom.v1.ListPartitionsResponse
 	36, // 89: loom.v1.SlurmService.ListSlurmNodes:output_type -> loom.v1.ListSlurmNodesResponse
-	63, // 90: loom.v1.SlurmService.UpdateSlurmNode:output_type -> loom.v1.SlurmNode
-	39, // 91: loom.v1.ModelService.UploadModel:output_type -> loom.v1.UploadModelResponse
-	41, // 92: loom.v1.ModelService.ListModels:output_type -> loom.v1.ListModelsResponse
-	64, // 93: loom.v1.ModelService.GetModel:output_type -> loom.v1.Model
-	44, // 94: loom.v1.ModelService.ListModelVersions:output_type -> loom.v1.ListModelVersionsResponse
-	64, // 95: loom.v1.ModelService.UpdateModel:output_type -> loom.v1.Model
-	64, // 96: loom.v1.ModelService.MergeVersionAliases:output_type -> loom.v1.Model
-	49, // 97: loom.v1.ModelService.DeleteModel:output_type -> loom.v1.DeleteModelResponse
-	49, // 98: loom.v1.ModelService.DeleteModelVersion:output_type -> loom.v1.DeleteModelResponse
-	66, // 99: loom.v1.ModelService.ExportModel:output_type -> loom.v1.Operation
+	62, // 90: loom.v1.SlurmService.UpdateSlurmNode:output_type -> loom.v1.SlurmNode
+	65, // 91: loom.v1.ModelService.UploadModel:output_type -> loom.v1.Operation
+	40, // 92: loom.v1.ModelService.ListModels:output_type -> loom.v1.ListModelsResponse
+	63, // 93: loom.v1.ModelService.GetModel:output_type -> loom.v1.Model
+	43, // 94: loom.v1.ModelService.ListModelVersions:output_type -> loom.v1.ListModelVersionsResponse
+	63, // 95: loom.v1.ModelService.UpdateModel:output_type -> loom.v1.Model
+	63, // 96: loom.v1.ModelService.MergeVersionAliases:output_type -> loom.v1.Model
+	48, // 97: loom.v1.ModelService.DeleteModel:output_type -> loom.v1.DeleteModelResponse
+	48, // 98: loom.v1.ModelService.DeleteModelVersion:output_type -> loom.v1.DeleteModelResponse
+	65, // 99: loom.v1.ModelService.ExportModel:output_type -> loom.v1.Operation
 	63, // [63:100] is the sub-list for method output_type
 	26, // [26:63] is the sub-list for method input_type
 	26, // [26:26] is the sub-list for extension type_name
@@ -3839,7 +3781,7 @@ func file_loom_v1_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_service_proto_rawDesc), len(file_loom_v1_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   54,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   7,
 		},

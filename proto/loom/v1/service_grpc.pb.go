@@ -1559,8 +1559,12 @@ const (
 type ModelServiceClient interface {
 	// UploadModel registers a model version from a complete artifact
 	// directory (its MANIFEST checked): a new model, or with parent_model the
-	// model's next version. It answers when the version is stored.
-	UploadModel(ctx context.Context, in *UploadModelRequest, opts ...grpc.CallOption) (*UploadModelResponse, error)
+	// model's next version. Long-running, as Vertex's: it answers an
+	// Operation at once (verb "upload", target the parent); WaitOperation
+	// returns it done, with upload_model (an UploadModelResponse) or error
+	// (its code and reason). The registry's own ModelService (internal)
+	// answers the operation already done.
+	UploadModel(ctx context.Context, in *UploadModelRequest, opts ...grpc.CallOption) (*Operation, error)
 	ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error)
 	GetModel(ctx context.Context, in *GetModelRequest, opts ...grpc.CallOption) (*Model, error)
 	ListModelVersions(ctx context.Context, in *ListModelVersionsRequest, opts ...grpc.CallOption) (*ListModelVersionsResponse, error)
@@ -1595,9 +1599,9 @@ func NewModelServiceClient(cc grpc.ClientConnInterface) ModelServiceClient {
 	return &modelServiceClient{cc}
 }
 
-func (c *modelServiceClient) UploadModel(ctx context.Context, in *UploadModelRequest, opts ...grpc.CallOption) (*UploadModelResponse, error) {
+func (c *modelServiceClient) UploadModel(ctx context.Context, in *UploadModelRequest, opts ...grpc.CallOption) (*Operation, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(UploadModelResponse)
+	out := new(Operation)
 	err := c.cc.Invoke(ctx, ModelService_UploadModel_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -1699,8 +1703,12 @@ func (c *modelServiceClient) ExportModel(ctx context.Context, in *ExportModelReq
 type ModelServiceServer interface {
 	// UploadModel registers a model version from a complete artifact
 	// directory (its MANIFEST checked): a new model, or with parent_model the
-	// model's next version. It answers when the version is stored.
-	UploadModel(context.Context, *UploadModelRequest) (*UploadModelResponse, error)
+	// model's next version. Long-running, as Vertex's: it answers an
+	// Operation at once (verb "upload", target the parent); WaitOperation
+	// returns it done, with upload_model (an UploadModelResponse) or error
+	// (its code and reason). The registry's own ModelService (internal)
+	// answers the operation already done.
+	UploadModel(context.Context, *UploadModelRequest) (*Operation, error)
 	ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error)
 	GetModel(context.Context, *GetModelRequest) (*Model, error)
 	ListModelVersions(context.Context, *ListModelVersionsRequest) (*ListModelVersionsResponse, error)
@@ -1735,7 +1743,7 @@ type ModelServiceServer interface {
 // pointer dereference when methods are called.
 type UnimplementedModelServiceServer struct{}
 
-func (UnimplementedModelServiceServer) UploadModel(context.Context, *UploadModelRequest) (*UploadModelResponse, error) {
+func (UnimplementedModelServiceServer) UploadModel(context.Context, *UploadModelRequest) (*Operation, error) {
 	return nil, status.Error(codes.Unimplemented, "method UploadModel not implemented")
 }
 func (UnimplementedModelServiceServer) ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error) {

@@ -156,6 +156,7 @@ func (a *app) modelsGet() *cobra.Command {
 }
 
 func (a *app) modelsUpload() *cobra.Command {
+	var async bool
 	var f struct {
 		model, parent, display, description, versionDescription string
 		aliases, labels                                         []string
@@ -164,7 +165,9 @@ func (a *app) modelsUpload() *cobra.Command {
 		Use:   "upload DIR (--model ID | --parent-model MODEL | --display-name NAME)",
 		Short: "Register a directory holding a MANIFEST as a model version",
 		Long: "Registers DIR (an absolute path the registry can read, holding a MANIFEST of sha256sum lines) as a new\n" +
-			"model (--model ID, or named after --display-name) or as the next version of --parent-model.",
+			"model (--model ID, or named after --display-name) or as the next version of --parent-model.\n" +
+			"The upload is an operation: the command shows its progress and returns when the version is stored\n" +
+			"(its files hashed), or at once with --async, printing the operation's name (GET /v1/NAME shows it).",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			labels := map[string]string{}
@@ -183,7 +186,9 @@ func (a *app) modelsUpload() *cobra.Command {
 				}
 				dir = abs
 			}
-			req := &loomv1.UploadModelRequest{Parent: a.parent(), ModelId: f.model, Model: &loomv1.Model{
+			// A request id makes the call safe to retry: a lost answer does
+			// not register a second version.
+			req := &loomv1.UploadModelRequest{Parent: a.parent(), ModelId: f.model, RequestId: requestID(), Model: &loomv1.Model{
 				DisplayName: f.display, Description: f.description, VersionDescription: f.versionDescription,
 				VersionAliases: f.aliases, Labels: labels, ArtifactUri: dir,
 			}}
@@ -196,19 +201,24 @@ func (a *app) modelsUpload() *cobra.Command {
 			}
 			ctx, cancel := a.call(cmd.Context())
 			defer cancel()
-			resp, err := cl.UploadModel(ctx, req)
+			op, err := cl.UploadModel(ctx, req)
 			if err != nil {
 				return a.explain("upload "+args[0], err)
 			}
-			if a.output == "json" {
-				return writeJSON(cmd.OutOrStdout(), resp)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "Registered %s version %s. See it with: loom models get %s@%s\n",
-				resp.GetModel(), resp.GetModelVersionId(), shortName(resp.GetModel()), resp.GetModelVersionId())
-			return nil
+			return a.followOperation(cmd, op, opView{
+				title: "Registering " + args[0],
+				what:  "upload " + args[0],
+				async: async,
+				final: func(op *loomv1.Operation, took time.Duration) string {
+					r := op.GetUploadModel()
+					return fmt.Sprintf("Registered %s version %s (%s). See it with: loom models get %s@%s",
+						r.GetModel(), r.GetModelVersionId(), elapsed(took), shortName(r.GetModel()), r.GetModelVersionId())
+				},
+			})
 		},
 	}
 	fl := c.Flags()
+	fl.BoolVar(&async, "async", false, "print the operation's name and return without waiting")
 	fl.StringVar(&f.model, "model", "", "id of the model (created when new)")
 	fl.StringVar(&f.parent, "parent-model", "", "register the next version of this model")
 	fl.StringVar(&f.display, "display-name", "", "the model's display name (names a new model when --model is not given)")

@@ -69,9 +69,14 @@ func (f *registryFake) GetModel(_ context.Context, r *loomv1.GetModelRequest) (*
 	return tinyVersion("2", "prod"), nil
 }
 
-func (f *registryFake) UploadModel(_ context.Context, r *loomv1.UploadModelRequest) (*loomv1.UploadModelResponse, error) {
+// UploadModel answers a running operation named "upload-" and the
+// directory's last segment ("upload-bad" fails); GetOperation (opsFake)
+// finishes it with version 3 of tiny.
+func (f *registryFake) UploadModel(_ context.Context, r *loomv1.UploadModelRequest) (*loomv1.Operation, error) {
 	f.rec(r)
-	return &loomv1.UploadModelResponse{Model: "projects/default/locations/global/models/tiny", ModelVersionId: "3"}, nil
+	dir := r.GetModel().GetArtifactUri()
+	return &loomv1.Operation{Name: "projects/default/operations/upload-" + dir[strings.LastIndex(dir, "/")+1:],
+		Metadata: &loomv1.OperationMetadata{Verb: "upload", Target: r.GetParent(), Progress: "requested"}}, nil
 }
 
 func (f *registryFake) MergeVersionAliases(_ context.Context, r *loomv1.MergeVersionAliasesRequest) (*loomv1.Model, error) {
@@ -99,7 +104,7 @@ func (f *registryFake) ExportModel(_ context.Context, r *loomv1.ExportModelReque
 		Metadata: &loomv1.OperationMetadata{Verb: "export", Target: r.GetName(), Progress: "requested"}}, nil
 }
 
-// opsFake serves OperationService for registryFake's exports.
+// opsFake serves OperationService for registryFake's exports and uploads.
 type opsFake struct {
 	loomv1.UnimplementedOperationServiceServer
 	mu    sync.Mutex
@@ -118,6 +123,15 @@ func (o *opsFake) GetOperation(_ context.Context, r *loomv1.GetOperationRequest)
 	if strings.HasSuffix(r.GetName(), "/denied") {
 		op.Result = &loomv1.Operation_Error{Error: &loomv1.OperationError{Code: int32(codes.PermissionDenied),
 			Message: "s3://bucket/denied: the registry's credentials may not write there; grant it s3:PutObject"}}
+		return op, nil
+	}
+	if strings.HasSuffix(r.GetName(), "/upload-bad") {
+		op.Result = &loomv1.Operation_Error{Error: &loomv1.OperationError{Code: int32(codes.InvalidArgument),
+			Message: "model.artifact_uri: /data/bad has no MANIFEST; write it last, then upload again"}}
+		return op, nil
+	}
+	if strings.Contains(r.GetName(), "/upload-") {
+		op.Result = &loomv1.Operation_UploadModel{UploadModel: &loomv1.UploadModelResponse{Model: "projects/default/locations/global/models/tiny", ModelVersionId: "3"}}
 		return op, nil
 	}
 	op.Result = &loomv1.Operation_ExportModel{ExportModel: &loomv1.ExportModelResponse{Destination: "s3://bucket/tiny", Copied: 2, Bytes: 123, Objects: 2}}
@@ -178,12 +192,25 @@ func TestModelsCommands(t *testing.T) {
 	}
 
 	out, _, code = run(t, gw, "models", "upload", "/data/tiny/3", "--parent-model", "tiny", "--alias", "prod", "--label", "team=vision", "--version-description", "more data")
-	if code != 0 || out != "Registered projects/default/locations/global/models/tiny version 3. See it with: loom models get tiny@3\n" {
+	if code != 0 || !strings.HasPrefix(out, "Registering /data/tiny/3 (operation upload-3)\n  requested\n  copying\n  done\n") ||
+		!strings.Contains(out, "\nRegistered projects/default/locations/global/models/tiny version 3 (") ||
+		!strings.HasSuffix(out, "). See it with: loom models get tiny@3\n") {
 		t.Errorf("upload: %d %q", code, out)
 	}
 	if r := f.last().(*loomv1.UploadModelRequest); r.GetParentModel() != "projects/default/models/tiny" || r.GetModel().GetArtifactUri() != "/data/tiny/3" ||
-		r.GetModel().GetVersionAliases()[0] != "prod" || r.GetModel().GetLabels()["team"] != "vision" || r.GetParent() != "projects/default" {
-		t.Errorf("upload sent %v", r)
+		r.GetModel().GetVersionAliases()[0] != "prod" || r.GetModel().GetLabels()["team"] != "vision" || r.GetParent() != "projects/default" ||
+		r.GetRequestId() == "" {
+		t.Errorf("upload sent %v, want a request_id", r)
+	}
+	// --async prints the operation and does not wait.
+	out, _, code = run(t, gw, "models", "upload", "/data/tiny/4", "--model", "tiny", "--async")
+	if code != 0 || !strings.Contains(out, "operation projects/default/operations/upload-4\n") {
+		t.Errorf("upload --async: %d %q", code, out)
+	}
+	// A refused upload says why, with the operation's code.
+	_, errOut, code = run(t, gw, "models", "upload", "/data/bad", "--model", "tiny")
+	if code == 0 || !strings.Contains(errOut, "InvalidArgument") || !strings.Contains(errOut, "has no MANIFEST") {
+		t.Errorf("refused upload: %d %s", code, errOut)
 	}
 	if _, errOut, code = run(t, gw, "models", "upload", "/d", "--model", "x", "--label", "novalue"); code == 0 || !strings.Contains(errOut, "KEY=VALUE") {
 		t.Errorf("upload with a bad label: %d %s", code, errOut)

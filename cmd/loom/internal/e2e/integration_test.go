@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -227,6 +228,32 @@ if [ "$SLURM_PROCID" = 0 ]; then mkdir -p "$LOOM_MODEL_DIR" && echo weights > "$
 		t.Fatalf("the artifact the registry points at is missing: %v", err)
 	}
 
+	// UploadModel through the gateway is an operation the registry's answer
+	// finishes: a complete artifact directory (a MANIFEST of its files'
+	// SHA-256) as the model's next version.
+	ops := loomv1.NewOperationServiceClient(conn)
+	art, weights := t.TempDir(), []byte("itest upload weights")
+	sum := sha256.Sum256(weights)
+	if err := os.WriteFile(filepath.Join(art, "model.bin"), weights, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(art, "MANIFEST"), fmt.Appendf(nil, "%x  model.bin\n", sum), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	up, err := reg.UploadModel(waitCtx(t, 5*time.Second), &loomv1.UploadModelRequest{Parent: "projects/default/locations/global",
+		ParentModel: "projects/default/models/itest-model", RequestId: "itest-upload", Model: &loomv1.Model{ArtifactUri: art}})
+	if err != nil || up.GetDone() || up.GetMetadata().GetVerb() != "upload" {
+		t.Fatalf("UploadModel = %v, %v; want a running upload operation", up, err)
+	}
+	var uploaded *loomv1.Operation
+	testkit.WaitFor(t, 30*time.Second, "upload operation done", func() (bool, error) {
+		uploaded, err = ops.WaitOperation(waitCtx(t, 10*time.Second), &loomv1.WaitOperationRequest{Name: up.GetName(), TimeoutSeconds: 5})
+		return err == nil && uploaded.GetDone(), nil
+	})
+	if r := uploaded.GetUploadModel(); r.GetModel() != "projects/default/locations/global/models/itest-model" || r.GetModelVersionId() != "2" {
+		t.Fatalf("upload operation done as %v, want version 2 of itest-model", uploaded)
+	}
+
 	// The same resources over REST.
 	req, err := http.NewRequest(http.MethodGet, "http://"+s.RESTAddr+"/v1/"+job.Name, nil)
 	if err != nil {
@@ -248,7 +275,6 @@ if [ "$SLURM_PROCID" = 0 ]; then mkdir -p "$LOOM_MODEL_DIR" && echo weights > "$
 	}
 
 	// Delete removes the cluster and stops its agents.
-	ops := loomv1.NewOperationServiceClient(conn)
 	op, err := loomv1.NewClusterServiceClient(conn).DeleteCluster(waitCtx(t, 5*time.Second),
 		&loomv1.DeleteClusterRequest{Name: cl.Name})
 	if err != nil {

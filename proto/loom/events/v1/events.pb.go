@@ -3959,10 +3959,15 @@ func (x *ModelVersionRegistered) GetRequestId() string {
 // artifact directory missing or incomplete, a bad name, an unknown
 // parent_model): nothing was registered.
 type ModelUploadFailed struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Model         string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
-	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Model     string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	Reason    string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// code is the gRPC status code of the refusal, as the registry's
+	// UploadModel RPC answers it: NotFound for an unknown parent_model,
+	// InvalidArgument otherwise (0 from a registry older than the field:
+	// read it as InvalidArgument).
+	Code          int32 `protobuf:"varint,4,opt,name=code,proto3" json:"code,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4016,6 +4021,13 @@ func (x *ModelUploadFailed) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *ModelUploadFailed) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
 }
 
 // ModelExported finishes an ExportModel: the copy is whole at the
@@ -4224,7 +4236,8 @@ func (x *ExportModel) GetUser() string {
 // ("projects/{p}/models/{id}"), that model's next version. request_id is
 // unique per upload and makes a redelivered command register once; the
 // answer is ModelVersionRegistered (or ModelUploadFailed) with the same
-// request_id.
+// request_id. The gateway's UploadModel operation sends it with request_id
+// the operation's name ("projects/{p}/operations/{id}").
 type UploadModel struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	RequestId   string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -5288,12 +5301,13 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\aversion\x18\x01 \x01(\v2\x15.loom.v1.ModelVersionR\aversion\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\"`\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"t\n" +
 	"\x11ModelUploadFailed\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x81\x01\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x12\n" +
+	"\x04code\x18\x04 \x01(\x05R\x04code\"\x81\x01\n" +
 	"\rModelExported\x12\x1c\n" +
 	"\toperation\x18\x01 \x01(\tR\toperation\x128\n" +
 	"\bresponse\x18\x02 \x01(\v2\x1c.loom.v1.ExportModelResponseR\bresponse\x12\x18\n" +

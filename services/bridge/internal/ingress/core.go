@@ -97,7 +97,7 @@ func init() {
 		method[trainingv1.CancelHyperparameterTuningJobRequest, trainingv1.Empty]("CancelHyperparameterTuningJob", trainingv1.TrainingService_CancelHyperparameterTuningJob_FullMethodName),
 		method[trainingv1.CreateTrainingPipelineRequest, trainingv1.TrainingPipeline]("CreateTrainingPipeline", trainingv1.TrainingService_CreateTrainingPipeline_FullMethodName),
 		method[loomv1.ReportFaultyNodesRequest, loomv1.ReportFaultyNodesResponse]("ReportFaultyNodes", loomv1.HealthService_ReportFaultyNodes_FullMethodName),
-		method[loomv1.UploadModelRequest, loomv1.UploadModelResponse]("UploadModel", loomv1.ModelService_UploadModel_FullMethodName),
+		method[loomv1.UploadModelRequest, loomv1.Operation]("UploadModel", loomv1.ModelService_UploadModel_FullMethodName),
 	} {
 		Methods[m.Type] = m
 	}
@@ -301,19 +301,15 @@ func projectOfName(name string) string {
 }
 
 // ResourceOf is the name of what a call created or touched: the response's
-// name, an uploaded model version, or else the request's name.
+// name (for UploadModel, its operation's: the gateway answers the upload
+// accepted, and the version is the operation's once done), or else the
+// request's name.
 func ResourceOf(req, resp proto.Message) string {
 	if resp != nil {
 		r := resp.ProtoReflect()
 		fs := r.Descriptor().Fields()
 		if f := fs.ByName("name"); f != nil && f.Kind() == protoreflect.StringKind && r.Get(f).String() != "" {
 			return r.Get(f).String()
-		}
-		if up, ok := resp.(*loomv1.UploadModelResponse); ok && up.GetModel() != "" {
-			if up.GetModelVersionId() == "" {
-				return up.GetModel()
-			}
-			return up.GetModel() + "/versions/" + up.GetModelVersionId()
 		}
 	}
 	if req != nil {

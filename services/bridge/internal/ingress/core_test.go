@@ -174,7 +174,7 @@ func TestResourceOf(t *testing.T) {
 	if got := ResourceOf(&loomv1.SubmitJobRequest{}, &loomv1.Job{Name: "projects/p/jobs/3"}); got != "projects/p/jobs/3" {
 		t.Errorf("job: %q", got)
 	}
-	if got := ResourceOf(&loomv1.UploadModelRequest{}, &loomv1.UploadModelResponse{Model: "projects/p/models/m", ModelVersionId: "2"}); got != "projects/p/models/m/versions/2" {
+	if got := ResourceOf(&loomv1.UploadModelRequest{}, &loomv1.Operation{Name: "projects/p/operations/o1"}); got != "projects/p/operations/o1" {
 		t.Errorf("upload: %q", got)
 	}
 	if got := ResourceOf(&trainingv1.CancelCustomJobRequest{Name: "projects/p/locations/l/customJobs/1"}, &trainingv1.Empty{}); got != "projects/p/locations/l/customJobs/1" {

@@ -50,6 +50,8 @@ const (
 	RequestSubmitJob         = "submit-job"
 	// RequestExportModel's ids are scoped to the caller ("{principal}\x00{id}").
 	RequestExportModel = "export-model"
+	// RequestUploadModel's ids are scoped to the project ("{project}\x00{id}").
+	RequestUploadModel = "upload-model"
 	// The training creates' request records hold the resource as accepted
 	// (proto bytes), not its name: a retry answers it even before the
 	// training service has it (PutTrainingRequest).

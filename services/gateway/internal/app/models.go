@@ -12,6 +12,7 @@ import (
 	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 	"github.com/loom-ml/loom/services/gateway/internal/domain"
@@ -39,15 +40,80 @@ func (g *Gateway) ListModelVersions(ctx context.Context, req *loomv1.ListModelVe
 	return g.own.Models.ListModelVersions(ctx, req)
 }
 
-// UploadModel registers a version with the registry; it answers once
-// stored. The registry decides a retry: the same request_id in the same
-// project answers the first call's version. The id is bounded here too, as
-// every request_id the gateway takes.
-func (g *Gateway) UploadModel(ctx context.Context, req *loomv1.UploadModelRequest) (*loomv1.UploadModelResponse, error) {
+// UploadModel starts an operation that registers a model version, as
+// Vertex's UploadModel: the operation (verb "upload", target the parent) is
+// stored together with the registry's UploadModel command in one Apply, the
+// command's request_id being the operation's name (so the registry's
+// request-id dedupe makes a redelivered command register once), and the
+// registry's answer finishes it (HandleModelEvent). A retry with the same
+// request_id in the same project answers the first call's operation.
+// What the registry checks (the artifact directory, names, parent_model)
+// comes back as the operation's error, with its code and reason.
+func (g *Gateway) UploadModel(ctx context.Context, req *loomv1.UploadModelRequest) (*loomv1.Operation, error) {
 	if err := domain.CheckRequestID(req.GetRequestId()); err != nil {
 		return nil, err
 	}
-	return g.own.Models.UploadModel(ctx, req)
+	project, location, err := uploadParent(req.GetParent())
+	if err != nil {
+		return nil, err
+	}
+	kind, rid := adapters.RequestUploadModel, req.GetRequestId()
+	if rid != "" {
+		// Scoped to the project, as the registry scopes an upload's id.
+		rid = project + "\x00" + rid
+	}
+	if op, ok, err := g.replayModelOperation(ctx, kind, rid); err != nil || ok {
+		return op, err
+	}
+	p, _ := auth.FromContext(ctx)
+	target := "projects/" + project + "/locations/" + location
+	op := domain.NewOperation(resname.Operation{Project: project, ID: envelope.NewID()}.String(), domain.VerbUpload, target, g.now())
+	m := req.GetModel()
+	key := "projects/" + project
+	switch {
+	case req.GetParentModel() != "":
+		key = req.GetParentModel()
+	case req.GetModelId() != "":
+		key = resname.Model{Project: project, ID: req.GetModelId()}.String()
+	}
+	cmd, err := route(ctx, key, &eventsv1.UploadModel{
+		RequestId:   op.GetName(),
+		Project:     project,
+		ModelId:     req.GetModelId(),
+		ParentModel: req.GetParentModel(),
+		Model: &trainingv1.Model{
+			DisplayName:        m.GetDisplayName(),
+			Description:        m.GetDescription(),
+			VersionDescription: m.GetVersionDescription(),
+			VersionAliases:     m.GetVersionAliases(),
+			ArtifactUri:        m.GetArtifactUri(),
+			Labels:             m.GetLabels(),
+		},
+		Lineage: m.GetLineage(),
+		User:    p.Name,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return g.startOperation(ctx, kind, rid, op, cmd)
+}
+
+// uploadParent is the project and location of UploadModel's parent
+// ("projects/{p}/locations/{l}" or "projects/{p}", location "global").
+func uploadParent(parent string) (project, location string, err error) {
+	rest, _ := strings.CutPrefix(parent, "projects/")
+	project, loc, hasLoc := strings.Cut(rest, "/")
+	location = "global"
+	if hasLoc {
+		var ok bool
+		if location, ok = strings.CutPrefix(loc, "locations/"); !ok || !resname.ValidID(location) {
+			project = ""
+		}
+	}
+	if _, perr := resname.ParseProject("projects/" + project); !strings.HasPrefix(parent, "projects/") || perr != nil || project == "" {
+		return "", "", errs.Invalid("parent", "%q is not projects/{p}/locations/{l} or projects/{p}", parent)
+	}
+	return project, location, nil
 }
 
 // UpdateModel changes a model's or a version's masked fields.
@@ -92,7 +158,7 @@ func (g *Gateway) ExportModel(ctx context.Context, req *loomv1.ExportModelReques
 		// Scoped to the caller: another caller's id is another export.
 		rid = p.Name + "\x00" + rid
 	}
-	if op, ok, err := g.replayExport(ctx, kind, rid); err != nil || ok {
+	if op, ok, err := g.replayModelOperation(ctx, kind, rid); err != nil || ok {
 		return op, err
 	}
 	dst := req.GetOutputConfig().GetArtifactDestination().GetOutputUriPrefix()
@@ -123,9 +189,11 @@ func (g *Gateway) ExportModel(ctx context.Context, req *loomv1.ExportModelReques
 	return g.startOperation(ctx, kind, rid, op, cmd)
 }
 
-// replayExport returns the operation of an earlier ExportModel with the
-// (caller-scoped) request id rid; ok=false when there was none.
-func (g *Gateway) replayExport(ctx context.Context, kind, rid string) (*loomv1.Operation, bool, error) {
+// replayModelOperation returns the operation of an earlier ExportModel
+// (request id scoped to the caller) or UploadModel (scoped to the project)
+// with request id rid; ok=false when there was none. Unlike
+// replayOperation it asks for no admin role: the user role starts these.
+func (g *Gateway) replayModelOperation(ctx context.Context, kind, rid string) (*loomv1.Operation, bool, error) {
 	if rid == "" {
 		return nil, false, nil
 	}
@@ -150,10 +218,11 @@ func modelProject(name string) (string, error) {
 	return id, nil
 }
 
-// HandleModelEvent finishes the export operation a ModelExported or
-// ModelExportFailed of loom.model.events.v1 names (other events, and those
-// for uploads, are not the gateway's): the operation is written with the
-// event's inbox mark, then its waiters are woken.
+// HandleModelEvent finishes the operation a model event names: an export's
+// (ModelExported, ModelExportFailed) or an upload's (ModelVersionRegistered,
+// ModelUploadFailed whose request_id is an operation's name; other uploads'
+// and jobs' versions are not the gateway's). The operation is written with
+// the event's inbox mark, then its waiters are woken.
 func (g *Gateway) HandleModelEvent(ctx context.Context, ev envelope.Event) error {
 	var opName string
 	switch p := ev.Payload.(type) {
@@ -161,8 +230,14 @@ func (g *Gateway) HandleModelEvent(ctx context.Context, ev envelope.Event) error
 		opName = p.GetOperation()
 	case *eventsv1.ModelExportFailed:
 		opName = p.GetOperation()
+	case *eventsv1.ModelVersionRegistered:
+		opName = p.GetRequestId()
+	case *eventsv1.ModelUploadFailed:
+		opName = p.GetRequestId()
 	}
-	if opName == "" {
+	if _, err := resname.ParseOperation(opName); err != nil {
+		// Not an operation's: a job's version, or the training service's
+		// upload (its request ids name pipelines).
 		return nil
 	}
 	op, err := g.repo.Operation(ctx, opName)

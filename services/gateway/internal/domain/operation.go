@@ -2,12 +2,15 @@ package domain
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -19,6 +22,9 @@ const (
 	VerbUpdate = "update"
 	// VerbExport is ExportModel's: its target is the model version.
 	VerbExport = "export"
+	// VerbUpload is UploadModel's: its target is the parent
+	// ("projects/{p}/locations/{l}").
+	VerbUpload = "upload"
 )
 
 // NewOperation returns a new, not yet done operation named name that acts
@@ -101,7 +107,9 @@ func OnClusterEvent(op *loomv1.Operation, payload proto.Message, now time.Time) 
 // OnModelEvent returns op after an event of loom.model.events.v1 that
 // names it, and whether it changed: ModelExported finishes it with the
 // ExportModelResponse, ModelExportFailed with the error (its code and
-// reason). A done operation never changes; op itself is not modified.
+// reason); ModelVersionRegistered whose request_id is op's name finishes it
+// with the UploadModelResponse, ModelUploadFailed with its code and reason.
+// A done operation never changes; op itself is not modified.
 func OnModelEvent(op *loomv1.Operation, payload proto.Message, now time.Time) (*loomv1.Operation, bool) {
 	if op.GetDone() {
 		return op, false
@@ -124,6 +132,37 @@ func OnModelEvent(op *loomv1.Operation, payload proto.Message, now time.Time) (*
 		}
 		next.Metadata.Progress = "failed"
 		next.Result = &loomv1.Operation_Error{Error: &loomv1.OperationError{Code: ev.GetCode(), Message: ev.GetMessage()}}
+	case *eventsv1.ModelVersionRegistered:
+		if ev.GetRequestId() != op.GetName() {
+			return op, false
+		}
+		mv, err := resname.SplitModelVersion(ev.GetVersion().GetName())
+		if err != nil {
+			next.Metadata.Progress = "failed"
+			next.Result = &loomv1.Operation_Error{Error: &loomv1.OperationError{Code: int32(codes.Internal),
+				Message: fmt.Sprintf("the registry answered version %q, not a version name; list the model's versions (loom models versions)", ev.GetVersion().GetName())}}
+			break
+		}
+		location := "global"
+		if _, loc, ok := strings.Cut(op.GetMetadata().GetTarget(), "/locations/"); ok {
+			location = loc
+		}
+		r := &loomv1.UploadModelResponse{
+			Model:          "projects/" + mv.Model.Project + "/locations/" + location + "/models/" + mv.Model.ID,
+			ModelVersionId: strconv.FormatInt(mv.Version, 10),
+		}
+		next.Metadata.Progress = fmt.Sprintf("done: %s@%s", r.GetModel(), r.GetModelVersionId())
+		next.Result = &loomv1.Operation_UploadModel{UploadModel: r}
+	case *eventsv1.ModelUploadFailed:
+		if ev.GetRequestId() != op.GetName() {
+			return op, false
+		}
+		code := ev.GetCode()
+		if code == 0 { // a registry older than the field: every refusal was InvalidArgument
+			code = int32(codes.InvalidArgument)
+		}
+		next.Metadata.Progress = "failed"
+		next.Result = &loomv1.Operation_Error{Error: &loomv1.OperationError{Code: code, Message: ev.GetReason()}}
 	default:
 		return op, false
 	}

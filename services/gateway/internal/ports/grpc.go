@@ -219,7 +219,7 @@ func (s models) ListModelVersions(ctx context.Context, r *loomv1.ListModelVersio
 	return unary(s.g.ListModelVersions(ctx, r))
 }
 
-func (s models) UploadModel(ctx context.Context, r *loomv1.UploadModelRequest) (*loomv1.UploadModelResponse, error) {
+func (s models) UploadModel(ctx context.Context, r *loomv1.UploadModelRequest) (*loomv1.Operation, error) {
 	return unary(s.g.UploadModel(ctx, r))
 }
 

@@ -11,6 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/blobstore"
@@ -91,7 +92,7 @@ func (r *Registry) UploadModel(ctx context.Context, req *loomv1.UploadModelReque
 		if strings.Contains(field, " ") {
 			field, reason = "model", refusal.Error()
 		}
-		if field == "parent_model" && strings.HasSuffix(reason, "does not exist") {
+		if domain.RefusalCode(refusal) == codes.NotFound {
 			return nil, fmt.Errorf("%s: %w", refusal.Error(), errs.NotFound)
 		}
 		return nil, errs.Invalid(field, "%s", reason)

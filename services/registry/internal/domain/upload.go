@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -377,7 +378,20 @@ func Refusal(cmd *eventsv1.UploadModel, model string, reason error) (ev *eventsv
 	if key == "" {
 		key = "projects/" + cmd.GetProject()
 	}
-	return &eventsv1.ModelUploadFailed{RequestId: cmd.GetRequestId(), Model: model, Reason: reason.Error()}, key
+	return &eventsv1.ModelUploadFailed{RequestId: cmd.GetRequestId(), Model: model, Reason: reason.Error(),
+		Code: int32(RefusalCode(reason))}, key
+}
+
+// RefusalCode is the gRPC status code of a refused upload (its reason as
+// ValidateUpload, verify or register says it): NotFound for a parent_model
+// that does not exist, InvalidArgument for every other refusal. The RPC
+// answers it and ModelUploadFailed carries it, so that both say the same.
+func RefusalCode(reason error) codes.Code {
+	field, why, _ := strings.Cut(reason.Error(), ": ")
+	if field == "parent_model" && strings.HasSuffix(why, "does not exist") {
+		return codes.NotFound
+	}
+	return codes.InvalidArgument
 }
 
 // newModelFor names a new model of project after displayName: the display

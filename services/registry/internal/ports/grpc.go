@@ -25,10 +25,17 @@ type ModelServer struct {
 // NewModelServer returns a ModelService over reg.
 func NewModelServer(reg *app.Registry) *ModelServer { return &ModelServer{reg: reg} }
 
-// UploadModel registers a version (app.Registry.UploadModel).
-func (s *ModelServer) UploadModel(ctx context.Context, req *loomv1.UploadModelRequest) (*loomv1.UploadModelResponse, error) {
+// UploadModel registers a version (app.Registry.UploadModel) and answers
+// the operation done (the registry's RPC is synchronous; the gateway's
+// UploadModel is the long-running one, run by the UploadModel command). An
+// error is answered as the RPC's status, not inside the operation.
+func (s *ModelServer) UploadModel(ctx context.Context, req *loomv1.UploadModelRequest) (*loomv1.Operation, error) {
 	resp, err := s.reg.UploadModel(ctx, req)
-	return resp, errs.ToStatus(err)
+	if err != nil {
+		return nil, errs.ToStatus(err)
+	}
+	return &loomv1.Operation{Done: true, Metadata: &loomv1.OperationMetadata{Target: req.GetParent(), Verb: "upload", Progress: "done"},
+		Result: &loomv1.Operation_UploadModel{UploadModel: resp}}, nil
 }
 
 // ListModels lists one page (AIP-158, libs/paging) of a project's models.
