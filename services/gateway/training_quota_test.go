@@ -85,9 +85,15 @@ func TestTrainingQuotas(t *testing.T) {
 	if _, err := create(customJobSpec(t), ""); err != nil {
 		t.Fatalf("after a ended: %v", err)
 	}
-	// Accepted creates and commands: a, the no-GPU job, the last one.
-	if evs := testkit.Events(t, h.broker, topics.TrainingCommands); len(evs) != 3 {
-		t.Errorf("%d training commands, want 3 (refused creates write none)", len(evs))
+	// Accepted creates and commands: a, the no-GPU job, the last one. The
+	// relay publishes the last one after its create answered: wait for it.
+	var n int
+	testkit.WaitFor(t, 10*time.Second, "the accepted creates' commands published", func() (bool, error) {
+		n = len(testkit.Events(t, h.broker, topics.TrainingCommands))
+		return n >= 3, nil
+	})
+	if n != 3 {
+		t.Errorf("%d training commands, want 3 (refused creates write none)", n)
 	}
 }
 
