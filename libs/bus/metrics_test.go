@@ -130,17 +130,20 @@ func TestPublishAndProcessSpans(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("event not handled")
 	}
-	spans := exp.GetSpans()
-	byName := map[string]tracetest.SpanStub{}
-	for _, s := range spans {
-		byName[s.Name] = s
-	}
-	pub, ok1 := byName["publish "+topic]
-	proc, ok2 := byName["process "+topic]
-	req := byName["request"]
-	if !ok1 || !ok2 {
-		t.Fatalf("spans = %v, want publish and process of %s", names(spans), topic)
-	}
+	// The process span ends when the handler has returned, after it
+	// signalled: wait for it to be exported.
+	var pub, proc, req tracetest.SpanStub
+	testkit.WaitFor(t, 30*time.Second, "publish and process spans of "+topic+" exported", func() (bool, error) {
+		byName := map[string]tracetest.SpanStub{}
+		for _, s := range exp.GetSpans() {
+			byName[s.Name] = s
+		}
+		var ok1, ok2 bool
+		pub, ok1 = byName["publish "+topic]
+		proc, ok2 = byName["process "+topic]
+		req = byName["request"]
+		return ok1 && ok2, nil
+	})
 	if pub.Parent.SpanID() != req.SpanContext.SpanID() || pub.SpanKind != trace.SpanKindProducer {
 		t.Errorf("publish span: parent %v kind %v, want the request's child, a producer", pub.Parent.SpanID(), pub.SpanKind)
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/loom-ml/loom/libs/embedded"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -32,15 +31,7 @@ func TestJobStateChangesGoOut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	opts := testOptions(t)
-	port, err := embedded.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.Addrs.Gateway = fmt.Sprintf("127.0.0.1:%d", port)
-	st, err := Start(ctx, opts)
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
+	st := startOnChosenGateway(ctx, t, &opts)
 	t.Cleanup(func() { _ = st.Close(context.Background()) })
 	conn := adminConn(t, st)
 

@@ -59,15 +59,7 @@ func TestStackRunsAClusterAndStops(t *testing.T) {
 	defer cancel()
 
 	opts := testOptions(t)
-	port, err := embedded.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.Addrs.Gateway = fmt.Sprintf("127.0.0.1:%d", port)
-	st, err := Start(ctx, opts)
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
+	st := startOnChosenGateway(ctx, t, &opts)
 	closed := false
 	t.Cleanup(func() {
 		if !closed {
@@ -414,4 +406,29 @@ func createCPUCluster(ctx context.Context, t *testing.T, conn *grpc.ClientConn, 
 		t.Fatalf("create operation ended %v", op)
 	}
 	return "projects/default/clusters/" + id
+}
+
+// startOnChosenGateway starts the stack with its gateway on a port the
+// test chose, as a user who names -gateway-addr does. A chosen port can be
+// taken by a parallel test between choosing and binding, and Start rightly
+// does not move a chosen address, so only then it chooses again.
+func startOnChosenGateway(ctx context.Context, t *testing.T, opts *Options) *Stack {
+	t.Helper()
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, perr := embedded.FreePort()
+		if perr != nil {
+			t.Fatal(perr)
+		}
+		opts.Addrs.Gateway = fmt.Sprintf("127.0.0.1:%d", port)
+		var st *Stack
+		if st, err = Start(ctx, *opts); err == nil {
+			return st
+		}
+		if !strings.Contains(err.Error(), opts.Addrs.Gateway) || !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+	}
+	t.Fatalf("Start: %v", err)
+	return nil
 }

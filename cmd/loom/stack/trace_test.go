@@ -15,7 +15,6 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 
-	"github.com/loom-ml/loom/libs/embedded"
 	"github.com/loom-ml/loom/libs/telemetry"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
@@ -110,17 +109,9 @@ func TestJobSubmissionIsOneTrace(t *testing.T) {
 	defer cancel()
 	opts := testOptions(t)
 	opts.AgentEnv = append(opts.AgentEnv, telemetry.EnvOTLPEndpoint+"="+ln.Addr().String())
-	port, err := embedded.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.Addrs.Gateway = fmt.Sprintf("127.0.0.1:%d", port)
 	// The services of this process export to mem (the context's values
 	// reach each service's telemetry).
-	st, err := Start(telemetry.WithSpanExporter(ctx, mem), opts)
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
+	st := startOnChosenGateway(telemetry.WithSpanExporter(ctx, mem), t, &opts)
 	t.Cleanup(func() { _ = st.Close(context.Background()) })
 	conn := adminConn(t, st)
 	createCPUCluster(ctx, t, conn, "tr")
