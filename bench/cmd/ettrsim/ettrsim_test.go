@@ -109,6 +109,15 @@ func TestHandComputed(t *testing.T) {
 			times: map[int]float64{phStall: 45, phRestart: 40},
 		},
 		{
+			// A checkpoint on failure (what-if): the failure at 250
+			// (progress 240) is detected at 260; the survivors save 240 in
+			// 5 s (260–265), so the rollback to 195 that stop() counted is
+			// undone; restart 265–305; from 305: 6 stalls, 685 − 30 = 655
+			// more: 895.
+			name: "checkpoint on failure", adjust: func(p *Policy) { p.FailureCkpt = true }, f: failure{at: 250}, prog: 895,
+			times: map[int]float64{phRollback: 0, phStall: 45, phDetect: 10, phRestart: 40},
+		},
+		{
 			// Maintenance while the job restarts after a failure at 250
 			// costs nothing and does not stop the restart: as "restart".
 			name: "planned while down", also: []failure{{at: 270, planned: true}}, f: failure{at: 250}, prog: 855,
@@ -246,5 +255,111 @@ func TestWriteSection(t *testing.T) {
 	want := before + "\n<!-- ettrsim:begin -->\ntwo\n<!-- ettrsim:end -->\n"
 	if string(got) != want {
 		t.Fatalf("report:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestHandComputedETTR: one-hour runs under Loom's policy as the report
+// runs it (detect 1 s + 27 ms, requeue 1 s, hangs found after 2m6s, restart
+// 2 min, a checkpoint every 2 min with a 0.5 s stall, safe 20 s later),
+// one failure each at 1000 s, their ETTR worked out by hand.
+//
+// Before the failure, checkpoint k starts at 120k s with progress
+// 120k − 0.5(k−1) and is safe 20.5 s later: at 1000 s the latest safe one
+// is k = 8 (960 s, progress 956.5; safe at 980.5), progress is
+// 1000 − 8 × 0.5 = 996, and 8 stalls took 4 s.
+func TestHandComputedETTR(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		whatIf bool
+		f      failure
+		prog   float64
+		times  map[int]float64
+	}{
+		{
+			// A crash that needs a reboot, a spare free: back to 956.5
+			// (39.5 lost); detect 1000–1001.027, requeue to 1002.027,
+			// restart to 1122.027; then checkpoints at 1122.027 + 120k up to
+			// k = 20 (3522.027), 10 s of stalls: 3600 − 1122.027 − 10 =
+			// 2467.973 more. Productive 3424.473: ETTR 95.124%.
+			name: "crash, repair onto a spare", f: failure{at: 1000, repair: true, action: reboot, escU: 1}, prog: 3424.473,
+			times: map[int]float64{phRollback: 39.5, phStall: 14, phDetect: 1.027, phRequeue: 1, phRestart: 120},
+		},
+		{
+			// A hang: back to 956.5; no progress 1000–1126 (the hang
+			// timeout, the progress interval, a tick); restart to 1246;
+			// 19 checkpoints after (the last at 3526), 9.5 s of stalls:
+			// 3600 − 1246 − 9.5 = 2344.5 more. Productive 3301: ETTR 91.694%.
+			name: "hang", f: failure{at: 1000, hang: true, escU: 1}, prog: 3301,
+			times: map[int]float64{phRollback: 39.5, phStall: 13.5, phDetect: 126, phRestart: 120},
+		},
+		{
+			// A crash with a checkpoint on failure (what-if): detected at
+			// 1001.027, progress 996 saved by 1021.527 (0.5 + 20 s), nothing
+			// lost; restart to 1141.527; 20 checkpoints after (the last at
+			// 3541.527), 10 s: 3600 − 1141.527 − 10 = 2448.473 more.
+			// Productive 3444.473: ETTR 95.680%.
+			name: "crash, checkpoint on failure", whatIf: true, f: failure{at: 1000, escU: 1}, prog: 3444.473,
+			times: map[int]float64{phRollback: 0, phStall: 34.5, phDetect: 1.027, phRestart: 120},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			p := defaultLoom()
+			p.FailureCkpt = c.whatIf
+			r := simulate(Scenario{Days: 3600 / day, RepairShare: -1}, p, []failure{c.f})
+			if math.Abs(r.Productive-c.prog) > 1e-6 || math.Abs(r.ETTR()-c.prog/3600) > 1e-9 {
+				t.Fatalf("productive %v, ETTR %.6f; want %v, %.6f", r.Productive, r.ETTR(), c.prog, c.prog/3600)
+			}
+			for ph, want := range c.times {
+				if math.Abs(r.Time[ph]-want) > 1e-6 {
+					t.Errorf("%s: %v s, want %v", phaseNames[ph], r.Time[ph], want)
+				}
+			}
+			checkAccounting(t, r)
+		})
+	}
+}
+
+// TestWhatIfRowsAreMarked: every policy with a mechanism Loom does not
+// implement is a what-if, Loom's own row is not, and the report marks each
+// what-if row in both tables and says why, and no other row.
+func TestWhatIfRowsAreMarked(t *testing.T) {
+	t.Parallel()
+	loom := defaultLoom()
+	if loom.WhatIf != "" || loom.FailureCkpt {
+		t.Fatalf("Loom's own policy is a what-if: %+v", loom)
+	}
+	ps := allPolicies(loom)
+	whatIfs := 0
+	for _, p := range ps {
+		if p.FailureCkpt && p.WhatIf == "" {
+			t.Errorf("%s checkpoints on failure, which Loom does not do, and is not marked a what-if", p.Name)
+		}
+		if p.WhatIf != "" {
+			whatIfs++
+		}
+	}
+	if whatIfs == 0 {
+		t.Fatal("no what-if rows")
+	}
+	sc := scenario(t, 1)
+	text := render(sc, loom, runAll(sc, ps, 1, 1), 1, 1, 0, nil)
+	for _, p := range ps {
+		marked, plain := "| "+p.Name+" *(what-if)* |", "| "+p.Name+" |"
+		switch {
+		case p.WhatIf != "":
+			if n := strings.Count(text, marked); n != 2 {
+				t.Errorf("what-if %q marked in %d table rows, want 2 (results, policies)", p.Name, n)
+			}
+			if !strings.Contains(text, "*(what-if)* "+p.Name+": ") || !strings.Contains(text, p.WhatIf) {
+				t.Errorf("what-if %q: the report does not say its figure and why (%q)", p.Name, p.WhatIf)
+			}
+		default:
+			if strings.Contains(text, marked) || strings.Count(text, plain) != 2 {
+				t.Errorf("%q: want it unmarked in both tables", p.Name)
+			}
+		}
 	}
 }

@@ -112,6 +112,10 @@ func parseMix(text string) ([]Component, error) {
 // the Llama 3 paper describes it, or by Loom. Durations are in seconds.
 type Policy struct {
 	Name, About string
+	// WhatIf, when set, says why the row is a what-if: a mechanism Loom
+	// does not implement (FailureCkpt), or timings nothing here measured.
+	// The report marks such rows, so that no one reads them as Loom's.
+	WhatIf string
 	// Manual: a person handles every interruption (paged, finds the bad
 	// node, restarts by hand); nothing is automatic.
 	Manual bool
@@ -148,6 +152,13 @@ type Policy struct {
 	Drain bool
 	// SDCDetect is how long silent data corruption goes unnoticed.
 	SDCDetect float64
+	// FailureCkpt: when a failure stops the job (not a drain, not
+	// corruption), the surviving ranks save the state training had reached
+	// before the restart (redundant in-memory copies, as ByteRobust and
+	// Gemini keep), taking CkptStall + CkptDurable after detection: no
+	// training is lost. Loom does not do this; a policy with it is a
+	// what-if.
+	FailureCkpt bool
 }
 
 // Scenario is the run being simulated: the job, the failure mix and rate.

@@ -243,17 +243,22 @@ func (j *job) interrupt(f failure, onset float64) {
 	j.waiting = nil
 	if f.planned {
 		j.res.Planned++
-		j.checkpoint(g, true, func() { j.stop(-1); j.recover(f, g, true) })
+		j.checkpoint(g, true, func() { j.stop(-1); j.recover(f, g, true, -1) })
 		return
 	}
 	j.res.Interruptions++
 	if f.warn && j.p.Drain && j.up {
 		j.res.Drained++
-		j.checkpoint(g, true, func() { j.stop(-1); j.recover(f, g, true) })
+		j.checkpoint(g, true, func() { j.stop(-1); j.recover(f, g, true, -1) })
 		return
 	}
+	saved := -1.0
+	if j.p.FailureCkpt && onset < 0 && j.up {
+		j.setPhase(j.phase) // bring prog up to date
+		saved = j.prog
+	}
 	j.stop(onset)
-	j.recover(f, g, false)
+	j.recover(f, g, false, saved)
 }
 
 // stop ends the job's processes: its progress goes back to the latest safe
@@ -280,12 +285,14 @@ func (j *job) stop(onset float64) {
 
 // recover takes the job from an interruption back to running: detection,
 // an escalation now and then, a node swapped for the bad one, a restart.
-func (j *job) recover(f failure, g int, warned bool) {
+// saved >= 0 is the progress a checkpoint on failure (Policy.FailureCkpt)
+// saves once the failure is detected; training resumes from there.
+func (j *job) recover(f failure, g int, warned bool, saved float64) {
 	p := j.p
 	var steps []step
 	add := func(phase int, d float64) {
 		if d > 0 {
-			steps = append(steps, step{phase, d})
+			steps = append(steps, step{phase: phase, d: d})
 		}
 	}
 	switch {
@@ -299,6 +306,20 @@ func (j *job) recover(f failure, g int, warned bool) {
 		add(phDetect, p.HangDetect)
 	default:
 		add(phDetect, p.Detect)
+	}
+	if saved >= 0 {
+		// The survivors write what training had reached: a stall, then
+		// it is safe, and the rollback stop() counted is undone.
+		steps = append(steps, step{phase: phStall, d: p.CkptStall + p.CkptDurable})
+		steps[len(steps)-1].then = func() {
+			if saved > j.prog {
+				j.res.Time[phRollback] -= saved - j.prog
+				j.prog = saved
+			}
+			if len(j.durable) == 0 || j.durable[len(j.durable)-1] < saved {
+				j.durable = append(j.durable, saved)
+			}
+		}
 	}
 	if !p.Manual && !f.planned && f.escU < p.Escalation {
 		j.res.Escalated++
@@ -343,10 +364,12 @@ func (j *job) recover(f failure, g int, warned bool) {
 	j.chain(g, steps, after)
 }
 
-// step is a phase of a recovery and how long it lasts.
+// step is a phase of a recovery and how long it lasts; then, when set,
+// runs at its end.
 type step struct {
 	phase int
 	d     float64
+	then  func()
 }
 
 // chain runs timed phases one after another, then fn, unless the job is
@@ -360,7 +383,12 @@ func (j *job) chain(g int, steps []step, fn func()) {
 		return
 	}
 	j.setPhase(steps[0].phase)
-	j.eng.After(steps[0].d, func() { j.chain(g, steps[1:], fn) })
+	j.eng.After(steps[0].d, func() {
+		if g == j.gen && steps[0].then != nil {
+			steps[0].then()
+		}
+		j.chain(g, steps[1:], fn)
+	})
 }
 
 // assign gives spare nodes to the job while it lacks some; when it has
@@ -382,7 +410,7 @@ func (j *job) restart(g int, moved bool) {
 	var steps []step
 	add := func(phase int, d float64) {
 		if d > 0 {
-			steps = append(steps, step{phase, d})
+			steps = append(steps, step{phase: phase, d: d})
 		}
 	}
 	if moved && !p.Manual {

@@ -251,6 +251,27 @@ func TestWorstAndChecks(t *testing.T) {
 	if CheckFailed(&loomv1.HealthCheckResult{Check: "disk"}).Action != reimage {
 		t.Fatal("disk check")
 	}
+	// Around a job, the reason reads as Slurm drains a node for a failed
+	// prolog or epilog, naming the check; the repair is the check's own.
+	for _, tc := range []struct {
+		r      *loomv1.HealthCheckResult
+		reason string
+		action loomv1.RemediationAction
+	}{
+		{&loomv1.HealthCheckResult{Check: "gpu_diag", Trigger: TriggerProlog, Summary: "level 1 on 1 GPUs: Xid 79", Gpu: 0},
+			"Prolog error: check gpu_diag failed: level 1 on 1 GPUs: Xid 79", reboot},
+		{&loomv1.HealthCheckResult{Check: "disk", Trigger: TriggerProlog, Summary: "/ 100.0% used"},
+			"Prolog error: check disk failed: / 100.0% used", reimage},
+		{&loomv1.HealthCheckResult{Check: "gpu_diag", Trigger: TriggerEpilog, Summary: "memory test failed"},
+			"Epilog error: check gpu_diag failed: memory test failed", reboot},
+		{&loomv1.HealthCheckResult{Check: "ib_ports", Trigger: TriggerEpilog}, "Epilog error: check ib_ports failed", reboot},
+		{&loomv1.HealthCheckResult{Check: "disk", Trigger: "scan", Summary: "full"}, "check disk failed: full", reimage},
+	} {
+		v := CheckFailed(tc.r)
+		if v.Reason != tc.reason || v.Action != tc.action || !v.CheckpointFirst {
+			t.Errorf("CheckFailed(%v) = %+v, want reason %q, action %v", tc.r, v, tc.reason, tc.action)
+		}
+	}
 	if Rank(replace) <= Rank(reimage) || Rank(reimage) <= Rank(reboot) || Rank(reboot) <= Rank(reset) || Rank(reset) <= Rank(restart) || Rank(restart) <= Rank(none) {
 		t.Fatal("rank order")
 	}

@@ -163,11 +163,29 @@ func Rank(a loomv1.RemediationAction) int {
 	return 0
 }
 
+// Check triggers whose failures Slurm names in a node's drain reason
+// (HealthCheckResult.trigger, as the agent's prolog.go sets them).
+const (
+	TriggerProlog = "prolog"
+	TriggerEpilog = "epilog"
+)
+
+// Drain-reason prefixes of a node that failed a prolog or epilog check, as
+// slurmctld writes them ("Prolog error", "Epilog error"), so that `sinfo -R`
+// reads as a Slurm admin expects.
+const (
+	PrologErrorPrefix = "Prolog error: "
+	EpilogErrorPrefix = "Epilog error: "
+)
+
 // CheckFailed classifies a check that failed (CHECK_FAIL) on a node. Checks
 // run on idle nodes, or ask for a checkpoint first when a job holds it: a
 // failed check is not urgent. A failed disk check calls for a reimage (it
 // empties the node's directory); any other for a reboot first, escalated if
-// the failure comes back.
+// the failure comes back. The reason names the check and its summary
+// ("check gpu_diag failed: ..."); a prolog's or epilog's failure is
+// prefixed as Slurm drains a node for one ("Prolog error: check gpu_diag
+// failed: ...").
 func CheckFailed(r *loomv1.HealthCheckResult) Verdict {
 	action := loomv1.RemediationAction_ACTION_REBOOT
 	if r.GetCheck() == "disk" {
@@ -176,6 +194,12 @@ func CheckFailed(r *loomv1.HealthCheckResult) Verdict {
 	reason := "check " + r.GetCheck() + " failed"
 	if s := r.GetSummary(); s != "" {
 		reason += ": " + s
+	}
+	switch r.GetTrigger() {
+	case TriggerProlog:
+		reason = PrologErrorPrefix + reason
+	case TriggerEpilog:
+		reason = EpilogErrorPrefix + reason
 	}
 	gpu := r.GetGpu()
 	return Verdict{Severity: SeverityCritical, Action: action, CheckpointFirst: true, Reason: reason, GPU: gpu}

@@ -603,3 +603,27 @@ func TestStaleFaultAfterRepairIgnored(t *testing.T) {
 		t.Fatalf("a fault of the new boot: %v", r.Emits)
 	}
 }
+
+// TestPrologFailureDrainsWithSlurmReason: a check that failed in a job's
+// prolog (or epilog) drains the node with the reason Slurm gives such a
+// node ("Prolog error: ...", "Epilog error: ..."), naming the check.
+func TestPrologFailureDrainsWithSlurmReason(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Config{Seed: 1}, 3)
+	for i, tc := range []struct{ trigger, check, want string }{
+		{classify.TriggerProlog, "gpu_diag", "Prolog error: check gpu_diag failed: memory pattern mismatch"},
+		{classify.TriggerEpilog, "disk", "Epilog error: check disk failed: memory pattern mismatch"},
+	} {
+		n := nodeName(cluster, i)
+		c := fail(n, fmt.Sprintf("%s-%d", tc.trigger, i))
+		c.Result.Trigger, c.Result.Check = tc.trigger, tc.check
+		hs := health(h.do(c))
+		if len(hs) == 0 || hs[0].GetHealth() != eventsv1.NodeHealth_UNHEALTHY || hs[0].GetState() != loomv1.RemediationState_NODE_DRAINING ||
+			hs[0].GetReason() != tc.want {
+			t.Fatalf("%s failure: %v, want DRAINING with reason %q", tc.trigger, hs, tc.want)
+		}
+		if got := h.m.Node(n).Reason; got != tc.want {
+			t.Errorf("node %s reason %q, want %q", n, got, tc.want)
+		}
+	}
+}
