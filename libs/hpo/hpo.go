@@ -210,7 +210,7 @@ func (s *Searcher) Suggest(trials []*trainingv1.Trial, n int) ([][]*trainingv1.T
 			if m == nil {
 				x = s.quasiRandom(id)
 			} else {
-				x = m.next(s.rng("suggest", id))
+				x = m.next(s.rng("suggest", id), eiMargin(id))
 			}
 		}
 		ps := s.sp.encode(x)
