@@ -281,3 +281,58 @@ func TestOpenObjectStoreRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestExportResumesAfterKill runs an export in a child process (this test
+// binary again), which pauses halfway through writing one object; the
+// parent kills it with SIGKILL there. The destination then holds only
+// whole objects, and a second export copies the rest and skips what was
+// done. On S3 the object is large enough for a multipart upload and the
+// kill comes after the store has taken a part of it but before the upload
+// was completed: the object must not appear.
+func TestExportResumesAfterKill(t *testing.T) {
+	t.Parallel()
+	t.Run("file", func(t *testing.T) {
+		t.Parallel()
+		exportResumesOnFiles(t)
+	})
+	t.Run("file-to-s3-multipart", func(t *testing.T) {
+		t.Parallel()
+		src := open(t, "file://"+filepath.Join(t.TempDir(), "src"))
+		s3 := blobtest.S3(t)
+		dst := sub(t, open(t, s3.URL), "exports/m1")
+		// s3blob uploads in 8 MiB parts (its transfer manager's default)
+		// and goes multipart past 16 MiB.
+		const pauseKey, part = "shard-3.bin", 8 << 20
+		sizes := map[string]int{"shard-0.bin": 100, "shard-1.bin": 3*copyChunk + 1, "shard-2.bin": 0, pauseKey: 2*part + 4<<20 + 3, "shard-4.bin": 77, "shard-5.bin": copyChunk}
+		want := artifacts(t, src, sizes)
+		stats := s3.Stats()
+		killedExport{src: src.URL(), dst: dst.URL(), pauseKey: pauseKey, pauseAt: 2*part + copyChunk,
+			ready: func() bool { return stats.Parts.Load() >= 1 }}.run(t)
+		if n := stats.CompletedUploads.Load(); n != 0 {
+			t.Fatalf("%d multipart uploads were completed before the kill; want none", n)
+		}
+		done := before(want, pauseKey)
+		checkBucketHolds(t, dst, done)
+		checkResumed(t, src, dst, want, done)
+		checkBucketHolds(t, dst, want)
+		if n := stats.CompletedUploads.Load(); n != 1 {
+			t.Errorf("the resumed export completed %d multipart uploads; want 1 (%s)", n, pauseKey)
+		}
+	})
+	t.Run("s3-to-gs", func(t *testing.T) {
+		t.Parallel()
+		src := sub(t, open(t, blobtest.S3(t).URL), "projects/p1/models/m1/versions/3")
+		dst := sub(t, open(t, blobtest.GCS(t).URL), "exports/m1-v3")
+		sizes := map[string]int{}
+		for i := range 5 {
+			sizes[fmt.Sprintf("shard-%d.bin", i)] = 3*copyChunk + i
+		}
+		want := artifacts(t, src, sizes)
+		const pauseKey = "shard-2.bin"
+		killedExport{src: src.URL(), dst: dst.URL(), pauseKey: pauseKey, pauseAt: copyChunk}.run(t)
+		done := before(want, pauseKey)
+		checkBucketHolds(t, dst, done)
+		checkResumed(t, src, dst, want, done)
+		checkBucketHolds(t, dst, want)
+	})
+}
