@@ -76,7 +76,7 @@ const S3Region = "us-east-1"
 
 var bucketSeq atomic.Int64
 
-func bucketName(t testing.TB) string {
+func bucketName() string {
 	return fmt.Sprintf("loom-test-%d-%d", os.Getpid(), bucketSeq.Add(1))
 }
 
@@ -92,7 +92,7 @@ func bucketName(t testing.TB) string {
 func S3(t testing.TB) *Store {
 	t.Helper()
 	backend := s3mem.New()
-	name := bucketName(t)
+	name := bucketName()
 	if err := backend.CreateBucket(name); err != nil {
 		t.Fatalf("blobtest: create S3 bucket %s: %v", name, err)
 	}
@@ -193,7 +193,7 @@ func GCS(t testing.TB) *Store {
 	if gcs.err != nil {
 		t.Fatalf("blobtest: start the GCS fake: %v", gcs.err)
 	}
-	name := bucketName(t)
+	name := bucketName()
 	gcs.srv.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: name})
 	st := &Store{Scheme: "gs", Bucket: name, URL: "gs://" + name, stats: &Stats{}}
 	gcs.mu.Lock()
