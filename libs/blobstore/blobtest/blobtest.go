@@ -137,8 +137,9 @@ var gcs struct {
 	stats map[string]*Stats // by bucket
 }
 
-// gcsBucketPath finds the bucket a JSON-API request is about:
-// /storage/v1/b/BUCKET/o... and /upload/storage/v1/b/BUCKET/o...
+// gcsBucketPath finds the bucket a JSON-API request writes to:
+// /storage/v1/b/BUCKET/o..., /upload/storage/v1/b/BUCKET/o..., and the
+// last of the two in a copy (/b/SRC/o/KEY/rewriteTo/b/DST/o/KEY).
 var gcsBucketPath = regexp.MustCompile(`/b/([^/]+)/o`)
 
 // GCSEmulatorEnv is the variable gcsblob (and Google's storage client)
@@ -164,9 +165,9 @@ func startGCS() error {
 	gcs.stats = map[string]*Stats{}
 	hs.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isWrite(r.Method) {
-			if m := gcsBucketPath.FindStringSubmatch(r.URL.Path); m != nil {
+			if ms := gcsBucketPath.FindAllStringSubmatch(r.URL.Path, -1); ms != nil {
 				gcs.mu.Lock()
-				s := gcs.stats[m[1]]
+				s := gcs.stats[ms[len(ms)-1][1]]
 				gcs.mu.Unlock()
 				if s != nil {
 					s.Writes.Add(1)
