@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -360,29 +361,26 @@ func TestOpenURLForms(t *testing.T) {
 
 const childEnv = "LOOM_BLOBSTORE_EXPORT_CHILD"
 
-// TestExportResumesAfterKill runs an export in a child process (this test
-// binary again), which pauses halfway through writing one object; the
-// parent kills it with SIGKILL there. dst then holds only whole objects,
-// and a second export copies the rest and skips what was done.
-func TestExportResumesAfterKill(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	root := t.TempDir()
-	srcDir, dstDir, tmpDir := filepath.Join(root, "src"), filepath.Join(root, "dst"), filepath.Join(root, "tmp")
-	if err := os.Mkdir(tmpDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	src := open(t, srcDir)
-	sizes := map[string]int{}
-	for i := range 6 {
-		sizes[fmt.Sprintf("shard-%d.bin", i)] = 3*copyChunk + i
-	}
-	want := artifacts(t, src, sizes)
-	const pauseKey = "shard-3.bin"
-	marker := filepath.Join(root, "paused")
+// killedExport says how to run an export in a child process (this test
+// binary again, as TestExportChild) and kill it midway.
+type killedExport struct {
+	src, dst string   // bucket URLs
+	pauseKey string   // the object the child pauses in
+	pauseAt  int64    // once more than this much of pauseKey is read
+	env      []string // added to the child's environment
+	// ready, when set, must also hold before the kill (say, the store has
+	// received part of the object).
+	ready func() bool
+}
 
+// run starts the child, waits until it has paused mid-object (and ready
+// holds), and kills it with SIGKILL there.
+func (k killedExport) run(t *testing.T) {
+	t.Helper()
+	marker := filepath.Join(t.TempDir(), "paused")
+	spec := strings.Join([]string{k.src, k.dst, k.pauseKey, marker, strconv.FormatInt(k.pauseAt, 10)}, "|")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestExportChild$", "-test.count=1", "-test.timeout=5m")
-	cmd.Env = append(os.Environ(), childEnv+"="+strings.Join([]string{srcDir, dstDir, pauseKey, marker}, "|"), "TMPDIR="+tmpDir)
+	cmd.Env = append(append(os.Environ(), childEnv+"="+spec), k.env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -397,7 +395,7 @@ func TestExportResumesAfterKill(t *testing.T) {
 		default:
 		}
 		_, err := os.Stat(marker)
-		return err == nil, nil
+		return err == nil && (k.ready == nil || k.ready()), nil
 	})
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -405,6 +403,55 @@ func TestExportResumesAfterKill(t *testing.T) {
 	if err := <-exited; err == nil || !strings.Contains(err.Error(), "killed") {
 		t.Fatalf("child: %v, want killed\n%s", err, out.String())
 	}
+}
+
+// checkResumed runs the export again after the kill: it skips the objects
+// done before it and copies the rest, with the checksums of want.
+func checkResumed(t *testing.T, src, dst *Bucket, want, done map[string][]byte) {
+	t.Helper()
+	res, err := Export(context.Background(), src, dst, ExportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Skipped != len(done) || res.Copied != len(want)-len(done) {
+		t.Errorf("resumed export: copied %d skipped %d; want %d, %d", res.Copied, res.Skipped, len(want)-len(done), len(done))
+	}
+	for _, o := range res.Objects {
+		if o.SHA256 != sha(want[o.Key]) {
+			t.Errorf("%s: sha %s, want %s", o.Key, o.SHA256, sha(want[o.Key]))
+		}
+	}
+}
+
+// before returns the objects of want whose keys sort before key: those an
+// export in key order finished before it paused in key.
+func before(want map[string][]byte, key string) map[string][]byte {
+	done := map[string][]byte{}
+	for k, v := range want {
+		if k < key {
+			done[k] = v
+		}
+	}
+	return done
+}
+
+// exportResumesOnFiles is the file:// case of TestExportResumesAfterKill:
+// the kill leaves part of the object in fileblob's temporary file, and dst
+// shows only the whole objects before it.
+func exportResumesOnFiles(t *testing.T) {
+	root := t.TempDir()
+	srcDir, dstDir, tmpDir := filepath.Join(root, "src"), filepath.Join(root, "dst"), filepath.Join(root, "tmp")
+	if err := os.Mkdir(tmpDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := open(t, srcDir)
+	sizes := map[string]int{}
+	for i := range 6 {
+		sizes[fmt.Sprintf("shard-%d.bin", i)] = 3*copyChunk + i
+	}
+	want := artifacts(t, src, sizes)
+	const pauseKey = "shard-3.bin"
+	killedExport{src: src.URL(), dst: "file://" + dstDir, pauseKey: pauseKey, pauseAt: copyChunk, env: []string{"TMPDIR=" + tmpDir}}.run(t)
 
 	// The kill came mid-object: its temporary file holds part of it...
 	partial := false
@@ -418,27 +465,9 @@ func TestExportResumesAfterKill(t *testing.T) {
 		t.Errorf("no partial temporary file of %s in %s: %v", pauseKey, tmpDir, tmps)
 	}
 	// ...and dst shows only the whole objects before it.
-	done := map[string][]byte{}
-	for k, v := range want {
-		if k < pauseKey {
-			done[k] = v
-		}
-	}
+	done := before(want, pauseKey)
 	checkHolds(t, dstDir, done)
-
-	dst := open(t, dstDir)
-	res, err := Export(ctx, src, dst, ExportOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Skipped != len(done) || res.Copied != len(want)-len(done) {
-		t.Errorf("resumed export: copied %d skipped %d; want %d, %d", res.Copied, res.Skipped, len(want)-len(done), len(done))
-	}
-	for _, o := range res.Objects {
-		if o.SHA256 != sha(want[o.Key]) {
-			t.Errorf("%s: sha %s, want %s", o.Key, o.SHA256, sha(want[o.Key]))
-		}
-	}
+	checkResumed(t, src, open(t, dstDir), want, done)
 	checkHolds(t, dstDir, want)
 }
 
@@ -449,9 +478,13 @@ func TestExportChild(t *testing.T) {
 		t.Skip("the child process of TestExportResumesAfterKill")
 	}
 	p := strings.Split(spec, "|")
-	srcDir, dstDir, pauseKey, marker := p[0], p[1], p[2], p[3]
+	srcURL, dstURL, pauseKey, marker := p[0], p[1], p[2], p[3]
+	pauseAt, err := strconv.ParseInt(p[4], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
 	exportHook = func(key string, written int64) {
-		if key == pauseKey && written > copyChunk { // one chunk is written
+		if key == pauseKey && written > pauseAt {
 			if err := os.WriteFile(marker, nil, 0o644); err != nil {
 				panic(err)
 			}
@@ -459,8 +492,8 @@ func TestExportChild(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	src, dst := open(t, srcDir), open(t, dstDir)
-	_, err := Export(ctx, src, dst, ExportOptions{})
+	src, dst := open(t, srcURL), open(t, dstURL)
+	_, err = Export(ctx, src, dst, ExportOptions{})
 	t.Fatalf("export returned (%v); it should have been killed mid-object", err)
 }
 

@@ -1,0 +1,189 @@
+package registry
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loom-ml/loom/libs/blobstore"
+	"github.com/loom-ml/loom/libs/blobstore/blobtest"
+	"github.com/loom-ml/loom/libs/testkit"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/registry/internal/artifact"
+)
+
+// putArtifacts writes files (name to bytes) under prefix of the bucket at
+// storeURL, with a MANIFEST listing manifest's names and sums (nil: every
+// file, as artifact.WriteManifest would), and returns the prefix's URL.
+func putArtifacts(t *testing.T, storeURL, prefix string, files map[string][]byte, manifest []string) string {
+	t.Helper()
+	ctx := context.Background()
+	b, err := blobstore.Open(ctx, storeURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	s, err := b.Sub(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if manifest == nil {
+		for name, data := range files {
+			manifest = append(manifest, fmt.Sprintf("%x  %s", sha256.Sum256(data), name))
+		}
+	}
+	for name, data := range files {
+		if err := s.WriteFile(ctx, name, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.WriteFile(ctx, artifact.Manifest, []byte(strings.Join(manifest, "\n")+"\n")); err != nil {
+		t.Fatal(err)
+	}
+	return s.URL()
+}
+
+// objectStores are the stores an artifact_uri may name in these tests,
+// each making a fresh, empty bucket.
+var objectStores = []struct {
+	name string
+	url  func(t *testing.T) string
+}{
+	{"file", func(t *testing.T) string { return "file://" + filepath.Join(t.TempDir(), "store") }},
+	{"s3", func(t *testing.T) string { return blobtest.S3(t).URL }},
+	{"gs", func(t *testing.T) string { return blobtest.GCS(t).URL }},
+}
+
+// TestVerifyURLSchemes: the registration check (artifact.VerifyURL) takes a
+// complete artifact set on every store and refuses, naming the object at
+// fault, a missing object, a changed one, a MANIFEST that climbs out of
+// the set, and an empty location.
+func TestVerifyURLSchemes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	files := map[string][]byte{"model.json": []byte(`{"w":[1,2]}`), "weights/part-0.bin": bytes.Repeat([]byte{7}, 70_000)}
+	sum := func(b []byte) string { return fmt.Sprintf("%x", sha256.Sum256(b)) }
+	for _, st := range objectStores {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			store := st.url(t)
+			complete := putArtifacts(t, store, "projects/p1/models/m1/versions/1", files, nil)
+			if err := artifact.VerifyURL(ctx, complete); err != nil {
+				t.Errorf("VerifyURL(complete set %s) = %v", complete, err)
+			}
+			for _, tc := range []struct {
+				name     string
+				manifest []string
+				says     string
+			}{
+				{"missing", []string{sum(files["model.json"]) + "  model.json", sum(files["model.json"]) + "  weights/part-1.bin"}, "weights/part-1.bin is missing"},
+				{"changed", []string{sum([]byte("other")) + "  model.json"}, "model.json: sha256 " + sum(files["model.json"])},
+				{"escapes", []string{sum(files["model.json"]) + "  ../m2/model.json"}, "leaves the artifact directory"},
+			} {
+				u := putArtifacts(t, store, "projects/p1/models/"+tc.name, files, tc.manifest)
+				if err := artifact.VerifyURL(ctx, u); err == nil || !strings.Contains(err.Error(), tc.says) {
+					t.Errorf("VerifyURL(%s set) = %v; want an error saying %q", tc.name, err, tc.says)
+				}
+			}
+			empty := strings.Replace(complete, "/models/m1/versions/1", "/models/none", 1)
+			if st.name == "file" {
+				if err := os.MkdirAll(strings.TrimPrefix(empty, "file://"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := artifact.VerifyURL(ctx, empty); err == nil {
+				t.Errorf("VerifyURL(empty location %s) = nil; want a refusal", empty)
+			}
+		})
+	}
+}
+
+// TestObjectStoreArtifacts registers a model version whose artifacts are
+// in an S3 bucket (the URL with the site's endpoint parameters), then
+// exports it to a GCS bucket and to a local directory: the copies are
+// byte for byte the artifacts, and a second export copies nothing. A
+// version whose S3 artifacts lack an object listed in the MANIFEST is
+// refused.
+func TestObjectStoreArtifacts(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 2*time.Minute)
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	root := t.TempDir()
+	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) { cfg.ExportRoot = root })
+
+	s3 := blobtest.S3(t)
+	files := map[string][]byte{"model.json": []byte(`{"weights":[0.25,0.5]}`), "ckpt/step-10.bin": bytes.Repeat([]byte("w"), 300_000)}
+	src := putArtifacts(t, s3.URL, "projects/default/models/s3m/v1", files, nil)
+	op, err := c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ModelId: "s3m", Model: &loomv1.Model{ArtifactUri: src}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !op.GetDone() || op.GetUploadModel().GetModelVersionId() != "1" {
+		t.Fatalf("UploadModel = %v; want version 1 registered", op)
+	}
+	const name = "projects/default/locations/global/models/s3m"
+	m, err := c.GetModel(ctx, &loomv1.GetModelRequest{Name: name})
+	if err != nil || m.GetArtifactUri() != src {
+		t.Fatalf("GetModel = %v, %v; want artifact_uri %s", m, err, src)
+	}
+
+	// A version with an object missing is refused, naming it.
+	broken := putArtifacts(t, s3.URL, "projects/default/models/s3m/v2", map[string][]byte{"model.json": files["model.json"]},
+		[]string{fmt.Sprintf("%x  model.json", sha256.Sum256(files["model.json"])), fmt.Sprintf("%x  ckpt/step-10.bin", sha256.Sum256(files["ckpt/step-10.bin"]))})
+	if _, err := c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ParentModel: name, Model: &loomv1.Model{ArtifactUri: broken}}); err == nil || !strings.Contains(err.Error(), "ckpt/step-10.bin is missing") {
+		t.Errorf("UploadModel(incomplete S3 set) = %v; want a refusal naming ckpt/step-10.bin", err)
+	}
+
+	gs := blobtest.GCS(t)
+	want := map[string][]byte{artifact.Manifest: nil}
+	for k, v := range files {
+		want[k] = v
+	}
+	for _, dst := range []string{gs.URL + "/exports/s3m-1", "file://" + filepath.Join(root, "s3m-1")} {
+		req := &loomv1.ExportModelRequest{Name: name + "@1", OutputConfig: &loomv1.ExportModelOutputConfig{
+			ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: dst}}}
+		res, err := c.ExportModel(ctx, req)
+		if err != nil || res.GetExportModel().GetCopied() != 3 {
+			t.Fatalf("ExportModel to %s = %v, %v; want 3 objects copied", dst, res, err)
+		}
+		b, err := blobstore.Open(ctx, dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := b.List(ctx)
+		if err != nil || len(objs) != 3 {
+			t.Fatalf("%s lists %v, %v; want 3 objects", dst, objs, err)
+		}
+		for _, o := range objs {
+			r, err := b.NewReader(ctx, o.Key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(r)
+			r.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w, ok := want[o.Key]; !ok || (w != nil && !bytes.Equal(got, w)) {
+				t.Errorf("%s %s: %d bytes, not the artifact's", dst, o.Key, len(got))
+			}
+		}
+		b.Close()
+		writes := gs.Stats().Writes.Load()
+		again, err := c.ExportModel(ctx, req)
+		if err != nil || again.GetExportModel().GetCopied() != 0 || again.GetExportModel().GetSkipped() != 3 {
+			t.Fatalf("second ExportModel to %s = %v, %v; want nothing copied", dst, again, err)
+		}
+		if n := gs.Stats().Writes.Load() - writes; n != 0 {
+			t.Errorf("second export sent GCS %d writes; want none", n)
+		}
+	}
+}
