@@ -142,13 +142,18 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 		defer ticker.Stop()
 		return a.RunTicker(ctx, ticker.Chan)
 	}}
-	if cfg.MetricsRetention > 0 {
-		sweep := base.Clock.NewTicker(cfg.Tick)
-		loops = append(loops, func(ctx context.Context) error {
-			defer sweep.Stop()
-			return sweepMetrics(ctx, metrics, base.Log, base.Clock.Now, sweep.Chan(), cfg.MetricsRetention)
-		})
+	// The sweep also expires held metric writes, so it runs whatever the
+	// retention (0: series kept forever).
+	in := newIngest(metrics, base.Log, base.Clock.Now)
+	if err := base.Telemetry.Registry.Register(in.refused); err != nil {
+		_ = base.Close()
+		return fmt.Errorf("training: metrics: %w", err)
 	}
+	sweep := base.Clock.NewTicker(cfg.Tick)
+	loops = append(loops, func(ctx context.Context) error {
+		defer sweep.Stop()
+		return in.sweepMetrics(ctx, sweep.Chan(), cfg.MetricsRetention)
+	})
 	if started != nil {
 		loops = append(loops, func(ctx context.Context) error {
 			addr, err := base.GRPCAddr(ctx)
@@ -160,7 +165,7 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 		})
 	}
 	return base.Run(ctx, []service.Consume{{Topics: Topics, Handler: a.Handle, Group: Group,
-		Config: &bus.ConsumerConfig{Filter: wanted}}, metricsConsume(metrics, base.Log)}, loops...)
+		Config: &bus.ConsumerConfig{Filter: wanted}}, in.consume()}, loops...)
 }
 
 // checkRetention checks a metrics retention: 0 (keep forever) or within
