@@ -129,7 +129,7 @@ func (s *Store) Place(ctx context.Context, job string, runs []Run) error {
 
 // admitScript: KEYS runs, held, heldsize, swept; ARGV attempt, entry,
 // max held, max held bytes, trusted (1/0). Returns {status, run}: status
-// 'swept', 'placed' (run: the attempt's placement, ” when unknown to a
+// 'swept', 'placed' (run: the attempt's placement, empty when unknown to a
 // trusted writer), 'held' or 'full'. A write is held when its run's
 // placement is unknown, or when earlier writes of the job are held (so
 // that a job's batches are applied in their order: a later one must not
