@@ -55,7 +55,10 @@ type Limits struct {
 	HeldBytes int
 	HoldFor   time.Duration
 	// NodeRate is the most batches one node may write an hour
-	// (CountNodeWrite).
+	// (CountNodeWrite). The default, 65,536 (about 18 a second), takes
+	// nine steps at the agent's own default rate (2 records a second a
+	// step, -metrics-rate) for the whole hour, and stops a node that
+	// floods.
 	NodeRate int64
 	// Late is how long after its run's end a batch is still taken.
 	Late time.Duration
@@ -63,7 +66,7 @@ type Limits struct {
 
 // DefaultLimits are the limits a Limits' zero fields take.
 var DefaultLimits = Limits{Points: 1_000_000, Series: 1000, BatchMetrics: 1000, BatchPoints: 10_000, Name: 250,
-	Held: 256, HeldBytes: 1 << 20, HoldFor: time.Hour, NodeRate: 1024, Late: 8 * 24 * time.Hour}
+	Held: 256, HeldBytes: 1 << 20, HoldFor: time.Hour, NodeRate: 65536, Late: 8 * 24 * time.Hour}
 
 // Read bounds: how many points one read returns by default and at most.
 const (

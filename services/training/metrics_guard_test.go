@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/series"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
@@ -300,5 +302,17 @@ func TestLateMetricsAfterRetentionSweep(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Error(err)
+	}
+}
+
+// TestMetricsNodeRateSetting: a node rate outside 1..maxNodeRate stops the
+// service at start-up with InvalidArgument naming the setting.
+func TestMetricsNodeRateSetting(t *testing.T) {
+	t.Parallel()
+	for _, arg := range []string{"-metrics-node-rate=-1", "-metrics-node-rate=10000001"} {
+		err := RunArgs(context.Background(), []string{arg})
+		if errs.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "metrics-node-rate") {
+			t.Errorf("%s: %v, want InvalidArgument naming metrics-node-rate", arg, err)
+		}
 	}
 }
