@@ -171,7 +171,7 @@ func (in *ingest) place(ctx context.Context, c *eventsv1.JobChanged) error {
 
 // release applies or refuses job's held writes (series.Store.Release).
 func (in *ingest) release(ctx context.Context, job string) error {
-	refused, err := in.st.Release(ctx, job, in.now(), in.applyHeld)
+	refused, err := in.st.Release(ctx, job, in.now(), func(w series.Write) error { return in.applyHeld(ctx, w) })
 	in.count(refused)
 	return err
 }
@@ -201,7 +201,7 @@ func heldRecord(ev envelope.Event, m *eventsv1.MetricsReported) ([]byte, error) 
 }
 
 // applyHeld stores a released write (heldRecord).
-func (in *ingest) applyHeld(w series.Write) error {
+func (in *ingest) applyHeld(ctx context.Context, w series.Write) error {
 	f := bytes.SplitN(w.Data, []byte{'\n'}, 4)
 	if len(f) != 4 {
 		return fmt.Errorf("held metrics of %s: want 4 parts", w.Job)
@@ -213,7 +213,7 @@ func (in *ingest) applyHeld(w series.Write) error {
 		return fmt.Errorf("held metrics of %s: %w", w.Job, err)
 	}
 	ev := envelope.Event{Topic: string(f[0]), Partition: part, Offset: off, Payload: m, Signer: "nodes/" + w.Node}
-	return in.store(context.Background(), ev)
+	return in.store(ctx, ev)
 }
 
 // admit applies the write rules to one MetricsReported (docs/metrics.md):
@@ -270,7 +270,7 @@ func (in *ingest) sweepMetrics(ctx context.Context, tick <-chan time.Time, reten
 			return nil
 		case <-tick:
 			now := in.now()
-			refused, err := in.st.SweepHeld(ctx, now, SweepBatch, in.applyHeld)
+			refused, err := in.st.SweepHeld(ctx, now, SweepBatch, func(w series.Write) error { return in.applyHeld(ctx, w) })
 			in.count(refused)
 			if err != nil && ctx.Err() == nil {
 				in.log.Warn("held metrics sweep", "err", err)
