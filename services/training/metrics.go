@@ -179,7 +179,7 @@ func (in *ingest) release(ctx context.Context, job string) error {
 // count counts and logs held writes refused.
 func (in *ingest) count(refused []series.Refused) {
 	for _, r := range refused {
-		in.refuse(r.Reason, r.Write.Job, "nodes/"+r.Write.Node, r.Write.Attempt, "held since", r.Write.HeldAt)
+		in.refuse(r.Reason, r.Write.Job, "nodes/"+r.Write.Node, r.Write.Attempt, "held_since", r.Write.HeldAt)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/series"
@@ -314,5 +315,70 @@ func TestMetricsNodeRateSetting(t *testing.T) {
 		if errs.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "metrics-node-rate") {
 			t.Errorf("%s: %v, want InvalidArgument naming metrics-node-rate", arg, err)
 		}
+	}
+}
+
+// TestNodeMetricsThroughTheBus: on the embedded broker, with records signed
+// by two registered agents' identities, the records of the run's node sent
+// before the scheduler's JobChanged are held and stored once it arrives;
+// the other node's are refused, counted on /metrics.
+func TestNodeMetricsThroughTheBus(t *testing.T) {
+	t.Parallel()
+	broker := testkit.Broker(t)
+	redisAddr, rdb := testkit.Redis(t)
+	httpAddr := testkit.FreeAddr()
+	cfg := Config{Common: config.Common{
+		Brokers: []string{broker}, RedisAddr: redisAddr, ServiceKeyFile: testkit.ServiceKeyFile(t),
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: httpAddr, LogLevel: "warn", CreateTopics: true,
+	}}
+	testkit.Start(t, "training", func(ctx context.Context) error { return run(ctx, cfg, nil) })
+	ctx := testkit.Context(t, wait)
+	job := "projects/p/jobs/31"
+	send := func(host, metric string) {
+		t.Helper()
+		node := gCluster + "/nodes/" + host
+		ev, err := envelope.Route(job, "loom/agent", &eventsv1.MetricsReported{Job: job, Attempt: 1, Node: node, Cluster: gCluster,
+			Points: []*eventsv1.MetricsReported_Point{{Step: 1, Values: map[string]float64{metric: 1}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := testkit.NodeProducer(t, broker, node, gCluster, "gpu").Publish(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("gpu-1", "loss")
+	send("gpu-9", "intruder")
+	st := series.NewStore(rdb, "training:", series.Limits{})
+	testkit.WaitFor(t, wait, "both records held", func() (bool, error) {
+		n, err := rdb.LLen(ctx, "training:metrics:{"+job+"}:held").Result()
+		return n == 2, err
+	})
+	ev, err := envelope.Route(job, "loom/scheduler", &eventsv1.JobChanged{Attempt: 1, Job: &loomv1.Job{Name: job, Cluster: gCluster,
+		State: loomv1.JobState_RUNNING, Nodes: []string{"gpu-1"}, Runs: []*loomv1.JobRun{{Attempt: 1, State: loomv1.JobState_RUNNING, Nodes: []string{"gpu-1"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Publish(t, broker, ev)
+	testkit.WaitFor(t, wait, "the run's node's held record stored, the other refused", func() (bool, error) {
+		s, err := testkit.ScrapeErr(httpAddr)
+		if err != nil {
+			return false, nil
+		}
+		l, err := st.List(ctx, job)
+		return err == nil && len(l) == 1 && l[0].Metric == "loss" &&
+			s.Sum("loom_training_metrics_refused_total", "reason", series.ReasonNotPlaced) == 1, err
+	})
+	send("gpu-9", "intruder_after")
+	send("gpu-1", "accuracy")
+	testkit.WaitFor(t, wait, "the run's node's later record stored", func() (bool, error) {
+		l, err := st.List(ctx, job)
+		return err == nil && len(l) == 2, err
+	})
+	testkit.WaitFor(t, wait, "the other node's later record refused", func() (bool, error) {
+		s, err := testkit.ScrapeErr(httpAddr)
+		return err == nil && s.Sum("loom_training_metrics_refused_total", "reason", series.ReasonNotPlaced) == 2, nil
+	})
+	if l, _ := st.List(ctx, job); len(l) != 2 || l[0].Metric != "accuracy" || l[1].Metric != "loss" {
+		t.Errorf("series %v, want accuracy and loss only", l)
 	}
 }
