@@ -64,7 +64,7 @@ func newIngest(st *series.Store, log *slog.Logger, now func() time.Time) *ingest
 	return &ingest{st: st, log: log, refused: c, now: now}
 }
 
-// metricsConsume is the consumer that appends MetricsReported points to the
+// consume is the consumer that appends MetricsReported points to the
 // store and records jobs' placements and ends (JobChanged) for the write
 // rules and the retention sweep. Both are in one group so that a replay of
 // the group rebuilds both together.
