@@ -1,9 +1,14 @@
 -- Appends a batch of points to one job's series (series.Store.Append).
--- KEYS[1] index hash, KEYS[2] seen hash, KEYS[3..] one string per series.
+-- KEYS[1] index hash, KEYS[2] seen hash, KEYS[3] the job's swept marker,
+-- KEYS[4..] one string per series.
 -- ARGV: source, seq, max points per series, max series per job, then per
 -- series: name, records (24 bytes each), count, firstStep, first, lastStep,
 -- last, min, max (the batch's own summary).
--- Returns {duplicate 0/1, appended, dropped}.
+-- Returns {duplicate 0/1 (2: the job's series were swept), appended, dropped}.
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  -- Swept by retention: a late batch must not start a partial series.
+  return {2, 0, 0}
+end
 local src, seq = ARGV[1], tonumber(ARGV[2])
 local maxPoints, maxSeries = tonumber(ARGV[3]), tonumber(ARGV[4])
 if src ~= '' then
@@ -15,8 +20,8 @@ end
 local nseries = redis.call('HLEN', KEYS[1])
 local appended, dropped = 0, 0
 local fmt = function(x) return string.format('%.17g', x) end
-for i = 3, #KEYS do
-  local a = 5 + (i - 3) * 9
+for i = 4, #KEYS do
+  local a = 5 + (i - 4) * 9
   local name, blob, n = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
   local fs, fv, ls, lv = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
   local mn, mx = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])

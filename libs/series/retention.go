@@ -64,7 +64,11 @@ return 0`)
 // clamped) that ended at or before now-retention, oldest first, and returns
 // how many it deleted. retention 0 keeps everything (returns 0). It is
 // idempotent and safe to interrupt: a job leaves the ended set only after
-// its series are gone, so a sweep cut short redoes it the next time.
+// its series are gone, so a sweep cut short redoes it the next time. Each
+// swept job keeps an expiry marker for Limits.Late: a late write is then
+// refused (Result.Swept, ReasonSwept) rather than starting a partial
+// series; after it, the job's placement is gone too, so a write is held
+// and expires (ReasonHeldExpired).
 func (s *Store) Sweep(ctx context.Context, now time.Time, retention time.Duration, limit int) (int, error) {
 	if retention <= 0 {
 		return 0, nil
@@ -77,6 +81,12 @@ func (s *Store) Sweep(ctx context.Context, now time.Time, retention time.Duratio
 		return 0, fmt.Errorf("ended jobs: %w", err)
 	}
 	for i, job := range jobs {
+		// The expiry marker first: from then on no append (it checks the
+		// marker in its script) recreates a partial series, whatever
+		// arrives between here and the delete or later (Limits.Late).
+		if err := s.rdb.Set(ctx, s.key(job, "swept"), now.UnixMilli(), s.lim.Late).Err(); err != nil {
+			return i, fmt.Errorf("metrics of %s: swept marker: %w", job, err)
+		}
 		if err := s.Delete(ctx, job); err != nil {
 			return i, err
 		}

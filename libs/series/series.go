@@ -48,10 +48,25 @@ type Limits struct {
 	BatchPoints  int
 	// Name is the longest metric name.
 	Name int
+	// Held and HeldBytes bound the batches one job holds while its run's
+	// placement is unknown (Admit); HoldFor is how long one is held before
+	// it is refused (ReasonHeldExpired).
+	Held      int
+	HeldBytes int
+	HoldFor   time.Duration
+	// NodeRate is the most batches one node may write an hour
+	// (CountNodeWrite). The default, 65,536 (about 18 a second), takes
+	// nine steps at the agent's own default rate (2 records a second a
+	// step, -metrics-rate) for the whole hour, and stops a node that
+	// floods.
+	NodeRate int64
+	// Late is how long after its run's end a batch is still taken.
+	Late time.Duration
 }
 
 // DefaultLimits are the limits a Limits' zero fields take.
-var DefaultLimits = Limits{Points: 1_000_000, Series: 1000, BatchMetrics: 1000, BatchPoints: 10_000, Name: 250}
+var DefaultLimits = Limits{Points: 1_000_000, Series: 1000, BatchMetrics: 1000, BatchPoints: 10_000, Name: 250,
+	Held: 256, HeldBytes: 1 << 20, HoldFor: time.Hour, NodeRate: 65536, Late: 8 * 24 * time.Hour}
 
 // Read bounds: how many points one read returns by default and at most.
 const (
@@ -75,6 +90,21 @@ func (l Limits) fill() Limits {
 	}
 	if l.Name <= 0 {
 		l.Name = d.Name
+	}
+	if l.Held <= 0 {
+		l.Held = d.Held
+	}
+	if l.HeldBytes <= 0 {
+		l.HeldBytes = d.HeldBytes
+	}
+	if l.HoldFor <= 0 {
+		l.HoldFor = d.HoldFor
+	}
+	if l.NodeRate <= 0 {
+		l.NodeRate = d.NodeRate
+	}
+	if l.Late <= 0 {
+		l.Late = d.Late
 	}
 	return l
 }

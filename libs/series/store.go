@@ -21,6 +21,10 @@ import (
 //	{prefix}metrics:{job}:index   hash: metric -> its summary
 //	{prefix}metrics:{job}:s:NAME  string: the metric's points, 24 bytes each, in arrival order
 //	{prefix}metrics:{job}:seen    hash: source -> the last sequence number appended
+//	{prefix}metrics:{job}:runs    hash: attempt -> "endMs node..." (who may write; guard.go)
+//	{prefix}metrics:{job}:held    list: batches held until their run's placement is known
+//	{prefix}metrics:{job}:heldsize string: the held batches' bytes
+//	{prefix}metrics:{job}:swept   string, expiring: the series were swept (no late write recreates them)
 //
 // An Append is one Lua script: all of it or none of it is applied, and a
 // (source, sequence) already applied (a redelivered record: source its
@@ -58,6 +62,10 @@ type Source struct {
 type Result struct {
 	// Duplicate: the source's sequence was applied before; nothing changed.
 	Duplicate bool
+	// Swept: the job's series were deleted by retention (Sweep) and its
+	// expiry marker stands; nothing changed (a late batch never starts a
+	// partial series).
+	Swept bool
 	// Appended points; Dropped points (series full, or a new series past
 	// the job's limit).
 	Appended, Dropped int64
@@ -87,8 +95,8 @@ func (s *Store) Append(ctx context.Context, job string, src Source, b Batch) (Re
 		return Result{}, nil
 	}
 	sort.Strings(names)
-	keys := make([]string, 0, 2+len(names))
-	keys = append(keys, s.key(job, "index"), s.key(job, "seen"))
+	keys := make([]string, 0, 3+len(names))
+	keys = append(keys, s.key(job, "index"), s.key(job, "seen"), s.key(job, "swept"))
 	args := make([]any, 0, 4+8*len(names))
 	args = append(args, src.Name, src.Seq, s.lim.Points, s.lim.Series)
 	var blob []byte
@@ -110,7 +118,7 @@ func (s *Store) Append(ctx context.Context, job string, src Source, b Batch) (Re
 	if len(res) != 3 {
 		return Result{}, fmt.Errorf("metrics of %s: the script answered %v", job, res)
 	}
-	return Result{Duplicate: res[0] == 1, Appended: res[1], Dropped: res[2]}, nil
+	return Result{Duplicate: res[0] == 1, Swept: res[0] == 2, Appended: res[1], Dropped: res[2]}, nil
 }
 
 // validJob checks a job id: not empty, no braces (they would break the
@@ -212,13 +220,14 @@ func (s *Store) Read(ctx context.Context, job, metric string, q Query) (pts []Po
 	return pts, len(recs), nil
 }
 
-// Delete removes every series of job.
+// Delete removes every series of job, with its placement and held
+// batches (guard.go); not its swept marker.
 func (s *Store) Delete(ctx context.Context, job string) error {
 	names, err := s.rdb.HKeys(ctx, s.key(job, "index")).Result()
 	if err != nil {
 		return fmt.Errorf("metrics of %s: %w", job, err)
 	}
-	keys := []string{s.key(job, "index"), s.key(job, "seen")}
+	keys := []string{s.key(job, "index"), s.key(job, "seen"), s.key(job, "runs"), s.key(job, "held"), s.key(job, "heldsize")}
 	for _, n := range names {
 		keys = append(keys, s.key(job, "s:"+n))
 	}

@@ -7,13 +7,15 @@ import (
 
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/series"
 	"github.com/loom-ml/loom/libs/testkit"
 )
 
 // TestTrainingMetricsOnScrape runs training on real Redis and the embedded
 // broker, has alice submit three CustomJobs, and reads training's domain row
 // from /metrics: three custom jobs queued, every kind, state and trial state
-// present, no label naming a job or a user.
+// present, every metric-write refusal reason exported from 0, no label naming
+// a job or a user.
 func TestTrainingMetricsOnScrape(t *testing.T) {
 	t.Parallel()
 	broker := testkit.Broker(t)
@@ -47,6 +49,11 @@ func TestTrainingMetricsOnScrape(t *testing.T) {
 	for _, st := range []string{"requested", "active", "stopping", "succeeded", "infeasible"} {
 		if len(s.Find("loom_training_trials", "state", st)) != 1 {
 			t.Errorf("no loom_training_trials{state=%q}", st)
+		}
+	}
+	for _, r := range series.Reasons {
+		if len(s.Find("loom_training_metrics_refused_total", "reason", r)) != 1 {
+			t.Errorf("no loom_training_metrics_refused_total{reason=%q}", r)
 		}
 	}
 	for _, x := range s {

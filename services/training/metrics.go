@@ -1,13 +1,21 @@
 package training
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/envelope"
@@ -35,24 +43,49 @@ const SweepBatch = 100
 // starts its series' retention, a run again stops it.
 var jobChangedType = envelope.TypeOf(&eventsv1.JobChanged{})
 
-// metricsConsume is the consumer that appends MetricsReported points to st
-// and records jobs' ends (JobChanged) for the retention sweep. Both are in
-// one group so that a replay of the group rebuilds both together.
-func metricsConsume(st *series.Store, log *slog.Logger) service.Consume {
+// ingest is the metrics consumer's state: the store, the log, the
+// refusal counter and the clock.
+type ingest struct {
+	st      *series.Store
+	log     *slog.Logger
+	refused *prometheus.CounterVec
+	now     func() time.Time
+}
+
+// newIngest returns the metrics consumer's state; its refusal counter
+// (loom_training_metrics_refused_total{reason}) has every reason at 0.
+func newIngest(st *series.Store, log *slog.Logger, now func() time.Time) *ingest {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "loom_training_metrics_refused_total",
+		Help: "Metric batches (MetricsReported) refused, by reason: not-placed, too-late, swept, held-full, held-expired, rate (docs/metrics.md)."},
+		[]string{"reason"})
+	for _, r := range series.Reasons {
+		c.WithLabelValues(r)
+	}
+	return &ingest{st: st, log: log, refused: c, now: now}
+}
+
+// consume is the consumer that appends MetricsReported points to the
+// store and records jobs' placements and ends (JobChanged) for the write
+// rules and the retention sweep. Both are in one group so that a replay of
+// the group rebuilds both together.
+func (in *ingest) consume() service.Consume {
 	return service.Consume{Topics: []string{topics.StepEvents, topics.JobEvents}, Group: MetricsGroup,
-		Handler: func(ctx context.Context, ev envelope.Event) error { return handleMetrics(ctx, st, log, ev) },
+		Handler: in.handle,
 		Config: &bus.ConsumerConfig{Filter: func(r bus.Record) bool {
 			return r.Type == metricsType || r.Type == jobChangedType
 		}}}
 }
 
-// handleMetrics applies one record of the metrics consumer.
-func handleMetrics(ctx context.Context, st *series.Store, log *slog.Logger, ev envelope.Event) error {
+// handle applies one record of the metrics consumer.
+func (in *ingest) handle(ctx context.Context, ev envelope.Event) error {
 	switch p := ev.Payload.(type) {
 	case *eventsv1.MetricsReported:
-		return storeMetrics(ctx, st, log, ev)
+		return in.admit(ctx, ev, p)
 	case *eventsv1.JobChanged:
-		return trackJobEnd(ctx, st, p.GetJob(), ev.Time)
+		if err := trackJobEnd(ctx, in.st, p.GetJob(), ev.Time); err != nil {
+			return err
+		}
+		return in.place(ctx, p)
 	}
 	return nil
 }
@@ -84,41 +117,189 @@ func trackJobEnd(ctx context.Context, st *series.Store, job *loomv1.Job, at time
 	return st.Ended(ctx, job.GetName(), at)
 }
 
+// runsOf is where a job's attempts run, from its JobChanged: each of its
+// runs (attempt, hostnames, end), or, when it lists none, the event's
+// attempt on the job's nodes. Hostnames become node names in the job's
+// cluster (the names agents sign with).
+func runsOf(c *eventsv1.JobChanged) []series.Run {
+	j := c.GetJob()
+	names := func(hosts []string) []string {
+		out := make([]string, 0, len(hosts))
+		for _, h := range hosts {
+			out = append(out, resname.NodeIn(j.GetCluster(), h))
+		}
+		return out
+	}
+	var runs []series.Run
+	for _, r := range j.GetRuns() {
+		if r.GetAttempt() > 0 && len(r.GetNodes()) > 0 {
+			runs = append(runs, series.Run{Attempt: r.GetAttempt(), Nodes: names(r.GetNodes()),
+				End: endOf(r.GetEndTime(), jobEnded(r.GetState()))})
+		}
+	}
+	if len(runs) == 0 && c.GetAttempt() > 0 && len(j.GetNodes()) > 0 {
+		runs = append(runs, series.Run{Attempt: c.GetAttempt(), Nodes: names(j.GetNodes()),
+			End: endOf(j.GetEndTime(), jobEnded(j.GetState()))})
+	}
+	return runs
+}
+
+// endOf is an ended run's end time; zero while it runs or when unknown.
+func endOf(t *timestamppb.Timestamp, ended bool) time.Time {
+	if !ended || t == nil || !t.IsValid() {
+		return time.Time{}
+	}
+	return t.AsTime()
+}
+
+// place records the job's placement and releases the writes held until it
+// came.
+func (in *ingest) place(ctx context.Context, c *eventsv1.JobChanged) error {
+	job := c.GetJob().GetName()
+	if _, err := resname.ParseJob(job); err != nil {
+		return nil
+	}
+	runs := runsOf(c)
+	if len(runs) == 0 {
+		return nil
+	}
+	if err := in.st.Place(ctx, job, runs); err != nil {
+		return err
+	}
+	return in.release(ctx, job)
+}
+
+// release applies or refuses job's held writes (series.Store.Release).
+func (in *ingest) release(ctx context.Context, job string) error {
+	refused, err := in.st.Release(ctx, job, in.now(), func(w series.Write) error { return in.applyHeld(ctx, w) })
+	in.count(refused)
+	return err
+}
+
+// count counts and logs held writes refused.
+func (in *ingest) count(refused []series.Refused) {
+	for _, r := range refused {
+		in.refuse(r.Reason, r.Write.Job, "nodes/"+r.Write.Node, r.Write.Attempt, "held_since", r.Write.HeldAt)
+	}
+}
+
+// refuse counts and logs one refused batch: never a silent drop.
+func (in *ingest) refuse(reason, job, signer string, attempt int32, args ...any) {
+	in.refused.WithLabelValues(reason).Inc()
+	in.log.Warn("metrics refused", append([]any{"reason", reason, "job", job, "attempt", attempt, "signer", signer}, args...)...)
+}
+
+// heldRecord is how a held MetricsReported is kept: its topic, partition
+// and offset (its source and sequence for redelivery) and its payload.
+func heldRecord(ev envelope.Event, m *eventsv1.MetricsReported) ([]byte, error) {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	h := ev.Topic + "\n" + strconv.Itoa(ev.Partition) + "\n" + strconv.FormatInt(ev.Offset, 10) + "\n"
+	return append([]byte(h), b...), nil
+}
+
+// applyHeld stores a released write (heldRecord).
+func (in *ingest) applyHeld(ctx context.Context, w series.Write) error {
+	f := bytes.SplitN(w.Data, []byte{'\n'}, 4)
+	if len(f) != 4 {
+		return fmt.Errorf("held metrics of %s: want 4 parts", w.Job)
+	}
+	part, err1 := strconv.Atoi(string(f[1]))
+	off, err2 := strconv.ParseInt(string(f[2]), 10, 64)
+	m := &eventsv1.MetricsReported{}
+	if err := errors.Join(err1, err2, proto.Unmarshal(f[3], m)); err != nil {
+		return fmt.Errorf("held metrics of %s: %w", w.Job, err)
+	}
+	ev := envelope.Event{Topic: string(f[0]), Partition: part, Offset: off, Payload: m, Signer: "nodes/" + w.Node}
+	return in.store(ctx, ev)
+}
+
+// admit applies the write rules to one MetricsReported (docs/metrics.md):
+// a node may write only for a run the scheduler placed on it, at most
+// Limits.NodeRate batches an hour and Limits.Late after the run's end; a
+// write whose run's placement is not known yet is held; a swept job's
+// series are never recreated. A service's record (no node signer) is bound
+// by the sweep and the age only. Every refusal is counted and logged.
+func (in *ingest) admit(ctx context.Context, ev envelope.Event, m *eventsv1.MetricsReported) error {
+	if _, err := resname.ParseJob(m.GetJob()); err != nil {
+		in.log.Warn("metrics of an unnamed job dropped", "job", m.GetJob(), "err", err)
+		return nil
+	}
+	now := in.now()
+	node, isNode := strings.CutPrefix(ev.Signer, "nodes/")
+	w := series.Write{Job: m.GetJob(), Attempt: m.GetAttempt()}
+	if isNode {
+		over, err := in.st.CountNodeWrite(ctx, node, now)
+		if err != nil {
+			return err
+		}
+		if over {
+			in.refuse(series.ReasonRate, m.GetJob(), ev.Signer, m.GetAttempt(), "limit", in.st.Limits().NodeRate)
+			return nil
+		}
+		if w.Data, err = heldRecord(ev, m); err != nil {
+			return err
+		}
+		w.Node = node
+	}
+	v, err := in.st.Admit(ctx, w, now)
+	if err != nil {
+		return err
+	}
+	switch {
+	case v.Reason != "":
+		in.refuse(v.Reason, m.GetJob(), ev.Signer, m.GetAttempt())
+		return nil
+	case v.Held:
+		// The placement may have come between the check and the hold.
+		return in.release(ctx, m.GetJob())
+	}
+	return in.store(ctx, ev)
+}
+
 // sweepMetrics deletes, at each tick, the series of at most SweepBatch jobs
-// that ended longer than retention ago (0: never called). A failed sweep
-// is logged and retried at the next tick: the sweep is idempotent.
-func sweepMetrics(ctx context.Context, st *series.Store, log *slog.Logger, now func() time.Time,
-	tick <-chan time.Time, retention time.Duration) error {
+// that ended longer than retention ago (0: none), and refuses the held
+// writes whose placement did not come within Limits.HoldFor. A failed
+// sweep is logged and retried at the next tick: the sweep is idempotent.
+func (in *ingest) sweepMetrics(ctx context.Context, tick <-chan time.Time, retention time.Duration) error {
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick:
-			n, err := st.Sweep(ctx, now(), retention, SweepBatch)
+			now := in.now()
+			refused, err := in.st.SweepHeld(ctx, now, SweepBatch, func(w series.Write) error { return in.applyHeld(ctx, w) })
+			in.count(refused)
 			if err != nil && ctx.Err() == nil {
-				log.Warn("metric series retention sweep", "err", err, "deleted", n)
+				in.log.Warn("held metrics sweep", "err", err)
+			}
+			if retention <= 0 {
+				continue
+			}
+			n, err := in.st.Sweep(ctx, now, retention, SweepBatch)
+			if err != nil && ctx.Err() == nil {
+				in.log.Warn("metric series retention sweep", "err", err, "deleted", n)
 			} else if n > 0 {
-				log.Info("metric series past their retention deleted", "jobs", n)
+				in.log.Info("metric series past their retention deleted", "jobs", n)
 			}
 		}
 	}
 }
 
-// storeMetrics appends one MetricsReported's points. A record is applied
+// store appends one admitted MetricsReported's points. A record is applied
 // once: its topic partition and offset are the store's source and
 // sequence, so a redelivered record adds nothing. Values the store cannot
 // keep (a name outside the grammar, NaN) are dropped one by one, logged,
 // never failing the record; the rest goes in batches within the store's
 // limits.
-func storeMetrics(ctx context.Context, st *series.Store, log *slog.Logger, ev envelope.Event) error {
+func (in *ingest) store(ctx context.Context, ev envelope.Event) error {
 	m, ok := ev.Payload.(*eventsv1.MetricsReported)
 	if !ok {
 		return nil
 	}
-	if _, err := resname.ParseJob(m.GetJob()); err != nil {
-		log.Warn("metrics of an unnamed job dropped", "job", m.GetJob(), "err", err)
-		return nil
-	}
+	st, log := in.st, in.log
 	lim := st.Limits()
 	src := ev.Topic + "/" + strconv.Itoa(ev.Partition)
 	b := series.Batch{}
@@ -134,6 +315,16 @@ func storeMetrics(ctx context.Context, st *series.Store, log *slog.Logger, ev en
 		r, err := st.Append(ctx, m.GetJob(), series.Source{Name: name, Seq: ev.Offset}, b)
 		if err != nil {
 			return err
+		}
+		if r.Swept {
+			// Swept between the admission and this append (the sweep's
+			// marker stands): refused, once per record.
+			if chunk == 0 {
+				in.refuse(series.ReasonSwept, m.GetJob(), ev.Signer, m.GetAttempt())
+			}
+			b, n = series.Batch{}, 0
+			chunk++
+			return nil
 		}
 		if r.Dropped > 0 {
 			log.Warn("metric points past the store's limits dropped", "job", m.GetJob(), "points", r.Dropped)

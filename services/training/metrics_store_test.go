@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/series"
@@ -23,7 +24,7 @@ func TestStoreMetricsRedelivered(t *testing.T) {
 	t.Parallel()
 	_, rdb := testkit.Redis(t)
 	st := series.NewStore(rdb, "training:", series.Limits{BatchMetrics: 3})
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	in := newIngest(st, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now)
 	vals := map[string]float64{"bad name!": 1, "nan": math.NaN()}
 	for i := 0; i < 7; i++ {
 		vals[fmt.Sprintf("m%d", i)] = float64(i)
@@ -32,7 +33,7 @@ func TestStoreMetricsRedelivered(t *testing.T) {
 		Job: "projects/p/jobs/9", Points: []*eventsv1.MetricsReported_Point{{Step: 1, Values: vals}, {Step: 2, Values: vals}}}}
 	ctx := context.Background()
 	for i := 0; i < 2; i++ {
-		if err := storeMetrics(ctx, st, log, ev); err != nil {
+		if err := in.handle(ctx, ev); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -50,7 +51,7 @@ func TestStoreMetricsRedelivered(t *testing.T) {
 	}
 	// The next record of the partition is applied.
 	ev.Offset = 42
-	if err := storeMetrics(ctx, st, log, ev); err != nil {
+	if err := in.handle(ctx, ev); err != nil {
 		t.Fatal(err)
 	}
 	if list, _ := st.List(ctx, "projects/p/jobs/9"); list[0].Count != 4 {

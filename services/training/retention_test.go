@@ -28,17 +28,17 @@ func TestMetricsRetention(t *testing.T) {
 	t.Parallel()
 	_, rdb := testkit.Redis(t)
 	st := series.NewStore(rdb, "training:", series.Limits{})
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	now := time.Unix(1800000000, 0)
+	in := newIngest(st, slog.New(slog.NewTextHandler(io.Discard, nil)), func() time.Time { return now })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	now := time.Unix(1800000000, 0)
 	ret := 24 * time.Hour
 	jobs := map[string]string{"old": "projects/p/jobs/1", "recent": "projects/p/jobs/2",
 		"running": "projects/p/jobs/3", "requeued": "projects/p/jobs/4"}
 	for _, j := range jobs {
 		ev := envelope.Event{Topic: topics.StepEvents, Offset: 1, Payload: &eventsv1.MetricsReported{Job: j,
 			Points: []*eventsv1.MetricsReported_Point{{Step: 1, Values: map[string]float64{"loss": 1}}}}}
-		if err := handleMetrics(ctx, st, log, ev); err != nil {
+		if err := in.handle(ctx, ev); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -49,7 +49,7 @@ func TestMetricsRetention(t *testing.T) {
 			j.EndTime = timestamppb.New(end)
 		}
 		ev := envelope.Event{Topic: topics.JobEvents, Time: now, Payload: &eventsv1.JobChanged{Job: j}}
-		if err := handleMetrics(ctx, st, log, ev); err != nil {
+		if err := in.handle(ctx, ev); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -62,7 +62,7 @@ func TestMetricsRetention(t *testing.T) {
 
 	tick := make(chan time.Time)
 	done := make(chan error, 1)
-	go func() { done <- sweepMetrics(ctx, st, log, func() time.Time { return now }, tick, ret) }()
+	go func() { done <- in.sweepMetrics(ctx, tick, ret) }()
 	tick <- now
 	has := func(job string) bool {
 		l, err := st.List(context.Background(), job)

@@ -66,6 +66,10 @@ type Config struct {
 	// series are deleted (LOOM_TRAINING_METRICS_RETENTION; default 720h;
 	// 0 keeps them forever, otherwise 1h..87600h).
 	MetricsRetention time.Duration
+	// MetricsNodeRate is the most MetricsReported records one node may
+	// write an hour (LOOM_TRAINING_METRICS_NODE_RATE; default
+	// series.DefaultLimits.NodeRate; docs/metrics.md).
+	MetricsNodeRate int64
 }
 
 // RegisterFlags adds the training service's flags to fs, defaults from
@@ -78,6 +82,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"how long a trial whose job succeeded waits for its metric's late measurements before it is INFEASIBLE (LOOM_TRAINING_METRIC_GRACE; default 60s, at most 1h)")
 	fs.DurationVar(&c.MetricsRetention, "metrics-retention", config.EnvDuration("LOOM_TRAINING_METRICS_RETENTION", DefaultMetricsRetention),
 		"how long after a job ended its metric series are deleted; 0 keeps them forever (LOOM_TRAINING_METRICS_RETENTION; default 720h, otherwise 1h..87600h)")
+	fs.Int64Var(&c.MetricsNodeRate, "metrics-node-rate", config.EnvInt("LOOM_TRAINING_METRICS_NODE_RATE", series.DefaultLimits.NodeRate),
+		"the most metric records (MetricsReported) one node may write an hour; more are refused and counted (LOOM_TRAINING_METRICS_NODE_RATE; 1..10000000)")
 }
 
 // RunArgs runs the training service from a command line (args, without
@@ -115,6 +121,12 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 	if err := checkRetention(cfg.MetricsRetention); err != nil {
 		return err
 	}
+	if cfg.MetricsNodeRate == 0 {
+		cfg.MetricsNodeRate = series.DefaultLimits.NodeRate
+	}
+	if cfg.MetricsNodeRate < 1 || cfg.MetricsNodeRate > maxNodeRate {
+		return errs.Invalid("metrics-node-rate", "LOOM_TRAINING_METRICS_NODE_RATE: must be 1..%d records an hour, got %d", maxNodeRate, cfg.MetricsNodeRate)
+	}
 	// Only Loom services (the gateway) call this API: each call carries a
 	// service token.
 	internal, err := service.InternalAuth(cfg.Common)
@@ -135,20 +147,25 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 		return fmt.Errorf("training: metrics: %w", err)
 	}
 	trainingv1.RegisterTrainingServiceServer(base.GRPC, ports.NewServer(a))
-	metrics := series.NewStore(base.Store.Client(), base.Store.Key(""), series.Limits{})
+	metrics := series.NewStore(base.Store.Client(), base.Store.Key(""), series.Limits{NodeRate: cfg.MetricsNodeRate})
 	trainingv1.RegisterMetricsServiceServer(base.GRPC, ports.NewMetrics(a, metrics))
 	ticker := base.Clock.NewTicker(cfg.Tick)
 	loops := []func(context.Context) error{func(ctx context.Context) error {
 		defer ticker.Stop()
 		return a.RunTicker(ctx, ticker.Chan)
 	}}
-	if cfg.MetricsRetention > 0 {
-		sweep := base.Clock.NewTicker(cfg.Tick)
-		loops = append(loops, func(ctx context.Context) error {
-			defer sweep.Stop()
-			return sweepMetrics(ctx, metrics, base.Log, base.Clock.Now, sweep.Chan(), cfg.MetricsRetention)
-		})
+	// The sweep also expires held metric writes, so it runs whatever the
+	// retention (0: series kept forever).
+	in := newIngest(metrics, base.Log, base.Clock.Now)
+	if err := base.Telemetry.Registry.Register(in.refused); err != nil {
+		_ = base.Close()
+		return fmt.Errorf("training: metrics: %w", err)
 	}
+	sweep := base.Clock.NewTicker(cfg.Tick)
+	loops = append(loops, func(ctx context.Context) error {
+		defer sweep.Stop()
+		return in.sweepMetrics(ctx, sweep.Chan(), cfg.MetricsRetention)
+	})
 	if started != nil {
 		loops = append(loops, func(ctx context.Context) error {
 			addr, err := base.GRPCAddr(ctx)
@@ -160,8 +177,12 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 		})
 	}
 	return base.Run(ctx, []service.Consume{{Topics: Topics, Handler: a.Handle, Group: Group,
-		Config: &bus.ConsumerConfig{Filter: wanted}}, metricsConsume(metrics, base.Log)}, loops...)
+		Config: &bus.ConsumerConfig{Filter: wanted}}, in.consume()}, loops...)
 }
+
+// maxNodeRate bounds -metrics-node-rate: beyond it the bound bounds
+// nothing (ten million records an hour is far past any agent's rate).
+const maxNodeRate = 10_000_000
 
 // checkRetention checks a metrics retention: 0 (keep forever) or within
 // series.MinRetention..series.MaxRetention.

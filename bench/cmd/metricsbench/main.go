@@ -1,10 +1,12 @@
 // Command metricsbench measures the training metrics store (libs/series)
 // against a real redis-server, as the training service uses it:
 //
-//   - ingest: points appended through series.Store.Append (one Lua script
-//     per batch, deduplicated by source and sequence, as the training
-//     service's consumer appends each MetricsReported), with GOMAXPROCS=1,
-//     target ≥ 50,000 points/s;
+//   - ingest: points appended as the training service's consumer stores a
+//     node's MetricsReported: the node's hourly count
+//     (series.Store.CountNodeWrite), the write rules (series.Store.Admit:
+//     the run's placement, its age, the swept marker) and
+//     series.Store.Append (one Lua script per batch, deduplicated by
+//     source and sequence), with GOMAXPROCS=1, target ≥ 50,000 points/s;
 //   - read: a 100,000-point series read back downsampled to 1,000 points
 //     (series.Store.Read: GET, decode, order by step, min/max buckets),
 //     target ≤ 50 ms.
@@ -101,6 +103,13 @@ func run(o options) error {
 	}
 	t0 := time.Unix(1700000000, 0)
 	steps := o.points / o.metrics
+	const node = "projects/bench/clusters/c/nodes/gpu-1"
+	if err := st.Place(ctx, "projects/bench/jobs/1", []series.Run{{Attempt: 1, Nodes: []string{node}}}); err != nil {
+		return err
+	}
+	// The held copy Admit sends with every node's record: the record's
+	// size (about 24 bytes a point on the wire).
+	record := make([]byte, 24*o.batch*o.metrics)
 	start := time.Now()
 	seq := int64(0)
 	for s := 0; s < steps; s += o.batch {
@@ -113,6 +122,15 @@ func run(o options) error {
 			b[n] = pts
 		}
 		seq++
+		now := time.Now()
+		over, err := st.CountNodeWrite(ctx, node, now)
+		if err != nil || over {
+			return fmt.Errorf("node rate: over %v, %v", over, err)
+		}
+		v, err := st.Admit(ctx, series.Write{Job: "projects/bench/jobs/1", Node: node, Attempt: 1, Data: record}, now)
+		if err != nil || v.Held || v.Reason != "" {
+			return fmt.Errorf("admit: %+v %v", v, err)
+		}
 		if _, err := st.Append(ctx, "projects/bench/jobs/1", series.Source{Name: "loom.step.events.v1/0", Seq: seq}, b); err != nil {
 			return err
 		}
@@ -200,17 +218,27 @@ func render(o options, r result) string {
 	w := func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }
 	w("## Training metrics: series store ingest and downsampled reads (metricsbench)\n\n")
 	w("The training service's series store (`libs/series`) against a real redis-server %s (started by `libs/embedded`, append-only file on), ", r.redisVersion)
-	w("from a Go process with GOMAXPROCS=1 (Redis is its own process). Ingest appends through `series.Store.Append` as the training service's consumer does for each MetricsReported: ")
-	w("one Lua script per batch that checks the (partition, offset) watermark, appends 24-byte records and updates each series' summary; ")
+	w("from a Go process with GOMAXPROCS=1 (Redis is its own process). Ingest stores each batch as the training service's consumer does a node's MetricsReported: ")
+	w("the node's hourly count (`CountNodeWrite`: INCR and EXPIRE in one pipeline), the write rules (`Admit`: one Lua script that checks the swept marker and reads the run's placement, then the node and the run's age), ")
+	w("and `Append`: one Lua script per batch that checks the swept marker and the (partition, offset) watermark, appends 24-byte records and updates each series' summary; ")
 	w("%d steps × %d metrics a batch. The read is `series.Store.Read` of a %d-point series downsampled to %d points (GET, decode, order by step, min/max per bucket), %d reads. ", o.batch, o.metrics, o.series, o.down, o.reads)
-	w("Run on %s (%d CPUs, %s/%s). Rerun: `go run ./bench/cmd/metricsbench -report bench/REPORT.md`.\n\n", host, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH)
+	w("Run on %s (%d CPUs, %s/%s, load average %s at the end: ingest, which waits on Redis' process, varies with the machine's load). Rerun: `go run ./bench/cmd/metricsbench -report bench/REPORT.md`.\n\n", host, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, loadavg())
 	w("| measure | result | target | verdict |\n|---|---:|---:|---|\n")
 	w("| ingest, points per second (one core) | %.0f | ≥ 50,000 | %s |\n", r.pointsPerSec, verdict(r.pointsPerSec >= 50_000))
 	w("| read %d points downsampled to %d, median | %.2f ms | ≤ 50 ms | %s |\n", o.series, o.down, ms(r.readMedian), verdict(r.readMedian <= 50*time.Millisecond))
 	w("| same read, p95 / max | %.2f / %.2f ms | | |\n\n", ms(r.readP95), ms(r.readMax))
-	w("Ingest: %d points in %d appends in %s (%.0f appends/s). A redelivered batch was recognised and added nothing; every series holds exactly its points: %v. ", r.ingestPoints, r.appends, r.ingestDur.Round(time.Millisecond), r.appendsPerSec, r.duplicateFree)
+	w("Ingest: %d points in %d batches in %s (%.0f batches/s, three Redis round trips each). A redelivered batch was recognised and added nothing; every series holds exactly its points: %v. ", r.ingestPoints, r.appends, r.ingestDur.Round(time.Millisecond), r.appendsPerSec, r.duplicateFree)
 	w("The read returned %d of %d points, the one-point spike among them: %v.\n", r.readGot, r.readTotal, r.spikeKept)
 	return b.String()
+}
+
+// loadavg is the 1-minute load average (Linux), "?" elsewhere.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "?"
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
