@@ -36,8 +36,11 @@ const (
 	ChangeEvent_CHANGED ChangeEvent_Type = 2
 	// DELETED: the resource is gone from its list (name only).
 	ChangeEvent_DELETED ChangeEvent_Type = 3
-	// RESYNC: the server lost track of some changes; the client must list
-	// the collections again.
+	// RESYNC: the server lost track of some changes (the client read too
+	// slowly); the client must drop what it holds and list again. The
+	// stream itself goes on with the whole state again (a CHANGED per
+	// resource) and a SYNCED, so a client of the stream alone re-lists by
+	// reading on.
 	ChangeEvent_RESYNC ChangeEvent_Type = 4
 )
 

@@ -32,9 +32,8 @@ type ChangeServiceClient interface {
 	// WatchChanges sends the current state of each collection named (one
 	// CHANGED per resource, then SYNCED), then a CHANGED or DELETED for each
 	// later change, until the caller ends it. A RESYNC says the server lost
-	// track (the client read too slowly, or the change feed restarted): the
-	// client must list again; the changes after it are relative to that new
-	// state. Every resource is as the collection's list RPC shows it to the
+	// track (the client read too slowly): the client must list again; the
+	// stream then sends the whole state again and a SYNCED. Every resource is as the collection's list RPC shows it to the
 	// caller (PrivateData included), and the caller needs the role those
 	// list RPCs need: viewer in the project. REST streams newline-delimited
 	// JSON objects {"result": ChangeEvent}.
@@ -78,9 +77,8 @@ type ChangeServiceServer interface {
 	// WatchChanges sends the current state of each collection named (one
 	// CHANGED per resource, then SYNCED), then a CHANGED or DELETED for each
 	// later change, until the caller ends it. A RESYNC says the server lost
-	// track (the client read too slowly, or the change feed restarted): the
-	// client must list again; the changes after it are relative to that new
-	// state. Every resource is as the collection's list RPC shows it to the
+	// track (the client read too slowly): the client must list again; the
+	// stream then sends the whole state again and a SYNCED. Every resource is as the collection's list RPC shows it to the
 	// caller (PrivateData included), and the caller needs the role those
 	// list RPCs need: viewer in the project. REST streams newline-delimited
 	// JSON objects {"result": ChangeEvent}.

@@ -119,8 +119,9 @@ func truncate(s string, n int) string {
 // (the same feed and hub as WatchJob) make the jobs list be read again
 // within Options.Poll, and every collection is read again each
 // Options.ChangeRefresh. A change feed that dropped this watch because
-// send was too slow gives a RESYNC: the client lists again, and the watch
-// goes on from the state it reads then. At most Options.MaxChangeWatches
+// send was too slow gives a RESYNC: the client drops what it holds and
+// lists again, and the watch goes on: the whole state again (a CHANGED per resource) and a SYNCED,
+// then the changes after it. At most Options.MaxChangeWatches
 // watches are open at once in this gateway (ResourceExhausted past it).
 func (g *Gateway) WatchChanges(ctx context.Context, req *loomv1.WatchChangesRequest, send func(*loomv1.ChangeEvent) error) error {
 	project, cols, loc, err := checkWatch(req)
@@ -197,7 +198,10 @@ func (g *Gateway) WatchChanges(ctx context.Context, req *loomv1.WatchChangesRequ
 			for _, c := range cols {
 				known[c] = map[string]uint64{}
 			}
-			if err := g.syncChanges(ctx, project, loc, cols, known, send, false); err != nil {
+			if err := g.syncChanges(ctx, project, loc, cols, known, send, true); err != nil {
+				return err
+			}
+			if err := send(&loomv1.ChangeEvent{Type: loomv1.ChangeEvent_SYNCED}); err != nil {
 				return err
 			}
 			continue
