@@ -273,13 +273,15 @@ func (g *Gateway) syncChanges(ctx context.Context, project resname.Project, loc 
 }
 
 // passing reports whether err is an owner's passing failure (unavailable,
-// timed out), worth another try rather than the end of a watch.
+// timed out), worth another try rather than the end of a watch, or an
+// owner this deployment does not run (unimplemented): its collection then
+// stays empty, as its list fails, while the others are watched.
 func passing(err error) bool {
 	if errors.Is(err, errs.Unavailable) {
 		return true
 	}
 	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded:
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Unimplemented:
 		return true
 	}
 	return false
