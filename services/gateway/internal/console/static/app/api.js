@@ -68,6 +68,20 @@ async function failure(r, path) {
   return new ApiError(r.status, msg, path);
 }
 
+// renewing is the refresh in flight: a page's list and its watch stream
+// that are refused at once share one refresh (a refresh token is spent by
+// its first use).
+let renewing = null;
+
+// renew is what to do after a 401 on a request sent with `used`: when
+// another request renewed the token meanwhile, retry with it; else trade
+// the refresh token, once for all the requests refused together.
+async function renew(used) {
+  if (token() && token() !== used) return true;
+  if (!renewing) renewing = refreshToken().finally(() => { renewing = null; });
+  return renewing;
+}
+
 // refreshToken trades the refresh token for a new access token, once.
 async function refreshToken() {
   const rt = sessionStorage.getItem(REFRESH);
@@ -88,13 +102,16 @@ export let onUnauthenticated = () => {};
 export function setOnUnauthenticated(f) { onUnauthenticated = f; }
 
 async function send(path, signal) {
-  return fetch(path, {headers: {'Accept': 'application/json', 'Authorization': 'Bearer ' + token()}, signal});
+  const used = token();
+  const r = await fetch(path, {headers: {'Accept': 'application/json', 'Authorization': 'Bearer ' + used}, signal});
+  r.used = used;
+  return r;
 }
 
 // get GETs path and returns its JSON, or throws ApiError.
 export async function get(path, signal) {
   let r = await send(path, signal);
-  if (r.status === 401 && await refreshToken()) r = await send(path, signal);
+  if (r.status === 401 && await renew(r.used)) r = await send(path, signal);
   if (r.status === 401) {
     const e = await failure(r, path);
     onUnauthenticated(e.message);
@@ -135,7 +152,7 @@ const MAX_LINE = 8 << 20;
 // :logs) and calls each(result) per message until it ends or signal aborts.
 export async function stream(path, each, signal) {
   let r = await send(path, signal);
-  if (r.status === 401 && await refreshToken()) r = await send(path, signal);
+  if (r.status === 401 && await renew(r.used)) r = await send(path, signal);
   if (r.status === 401) { onUnauthenticated('credential refused'); throw await failure(r, path); }
   if (!r.ok) throw await failure(r, path);
   const reader = r.body.getReader();
