@@ -952,7 +952,8 @@ func (g *Gateway) emitJobCommand(ctx context.Context, cluster string, cmd proto.
 // Watched reports whether a record on loom.job.events.v1 with this
 // CloudEvents type and subject would reach one of this process's watchers,
 // so that the feed passes over the others without decoding them: the
-// changes of jobs nobody watches, and what is not a JobChanged. A
+// changes of jobs nobody watches (neither the job through WatchJob nor its
+// project through WatchChanges), and what is not a JobChanged. A
 // JobChanged without a subject (the job's name) is decoded to be sure.
 func (g *Gateway) Watched(typ, subject string) bool {
 	return typ == jobChangedType && (subject == "" || g.jobs.watched(subject) || g.jobs.watched(jobProject(subject)))
