@@ -378,9 +378,11 @@ func TestConsoleListsLive(t *testing.T) {
 	if strings.Contains(text(t, bctx, "#page"), name) {
 		t.Fatalf("the page shows %s before it was submitted", name)
 	}
+	start := time.Now()
 	id := submitREST(t, s, map[string]any{"display_name": name, "cluster": "projects/default/clusters/live",
 		"command": []string{"true"}, "node_count": 1})
 	waitText(t, bctx, "#page", name, id)
+	t.Logf("the submitted job showed on the open page after %s", time.Since(start).Round(time.Millisecond))
 	if eval(`window.loomLiveMark || 0`) != 7 {
 		t.Error("the page was reloaded: the job was to appear without one")
 	}
