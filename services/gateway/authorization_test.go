@@ -201,6 +201,15 @@ func matrixRows(opName string) []matrixRow {
 			}
 			return err
 		}), get("/v1/" + matrixJob + ":watch"), jobReadRow},
+		{"WatchChanges", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			st, err := loomv1.NewChangeServiceClient(c).WatchChanges(ctx, &loomv1.WatchChangesRequest{Project: project, Collections: []string{"clusters"}})
+			if err == nil {
+				_, err = st.Recv()
+			}
+			return err
+		}), get("/v1/projects/default:watchChanges?collections=clusters"), viewerRow},
 		{"CancelJob", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
 			_, err := js(c).CancelJob(ctx, &loomv1.CancelJobRequest{Name: matrixJob, Signal: "USR1"})
 			return err

@@ -344,7 +344,8 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 			Verifier: base.Verifier, Security: base.Kafka, Filter: func(r bus.Record) bool { return gw.Watched(r.Type, r.Subject) }}, handle)
 	}
 	gw = app.New(adapters.NewRepo(base.Store), owners, app.Options{Clock: base.Clock, Log: base.Log, PrivateJobs: private,
-		JobHistory: cfg.JobHistory, Feed: feed, MaxArraySize: cfg.MaxArraySize, Quota: quota, Audit: auditOpt})
+		JobHistory: cfg.JobHistory, Feed: feed, MaxArraySize: cfg.MaxArraySize, Quota: quota, Audit: auditOpt,
+		MaxChangeWatches: cfg.Limits.MaxChangeWatches})
 	rec.g = gw
 	// A command the broker refuses for good fails its operation or job
 	// instead of blocking the outbox.

@@ -38,10 +38,14 @@ type Limits struct {
 	// default guard.DefaultBurst).
 	Rate  float64
 	Burst int
-	// MaxWatches caps each principal's open WatchJob, ReadJobLogs and
-	// WaitOperation calls (LOOM_GATEWAY_MAX_WATCHES; default
+	// MaxWatches caps each principal's open WatchJob, ReadJobLogs,
+	// WaitOperation and WatchChanges calls (LOOM_GATEWAY_MAX_WATCHES; default
 	// guard.DefaultMaxWatches).
 	MaxWatches int
+	// MaxChangeWatches caps the WatchChanges streams open at once in one
+	// gateway, all principals together (LOOM_GATEWAY_MAX_CHANGE_WATCHES;
+	// default app.DefaultMaxChangeWatches; -1: no cap).
+	MaxChangeWatches int
 	// AuditRetention and AuditMaxRecords bound the audit trail kept in
 	// Redis (LOOM_GATEWAY_AUDIT_RETENTION, default 90 days;
 	// LOOM_GATEWAY_AUDIT_MAX_RECORDS per project, default 100000).
@@ -70,7 +74,9 @@ func (l *Limits) register(fs *flag.FlagSet) {
 	fs.IntVar(&l.Burst, "burst", int(config.EnvInt("LOOM_GATEWAY_BURST", guard.DefaultBurst)),
 		"requests a principal may make at once after a quiet spell (LOOM_GATEWAY_BURST)")
 	fs.IntVar(&l.MaxWatches, "max-watches", int(config.EnvInt("LOOM_GATEWAY_MAX_WATCHES", guard.DefaultMaxWatches)),
-		"WatchJob, ReadJobLogs and WaitOperation calls a principal may hold open at once; -1: no cap (LOOM_GATEWAY_MAX_WATCHES)")
+		"WatchJob, ReadJobLogs, WaitOperation and WatchChanges calls a principal may hold open at once; -1: no cap (LOOM_GATEWAY_MAX_WATCHES)")
+	fs.IntVar(&l.MaxChangeWatches, "max-change-watches", int(config.EnvInt("LOOM_GATEWAY_MAX_CHANGE_WATCHES", app.DefaultMaxChangeWatches)),
+		"WatchChanges streams this gateway holds open at once, all principals together; -1: no cap (LOOM_GATEWAY_MAX_CHANGE_WATCHES)")
 	fs.DurationVar(&l.AuditRetention, "audit-retention", config.EnvDuration("LOOM_GATEWAY_AUDIT_RETENTION", app.DefaultAuditRetention),
 		"how long audit records are kept (LOOM_GATEWAY_AUDIT_RETENTION)")
 	fs.IntVar(&l.AuditMaxRecords, "audit-max-records", int(config.EnvInt("LOOM_GATEWAY_AUDIT_MAX_RECORDS", app.DefaultAuditMaxRecords)),

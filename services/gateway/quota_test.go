@@ -233,7 +233,7 @@ func TestRateLimitAndWatchCap(t *testing.T) {
 		_, err = w2.Recv()
 	}
 	wantCode(t, "bob's second watch", err, codes.ResourceExhausted,
-		"users/bob: 1 watch streams open (WatchJob, ReadJobLogs, WaitOperation), the limit of 1 (LOOM_GATEWAY_MAX_WATCHES)")
+		"users/bob: 1 watch streams open (WatchJob, ReadJobLogs, WaitOperation, WatchChanges), the limit of 1 (LOOM_GATEWAY_MAX_WATCHES)")
 	w3, err := h.jobs().WatchJob(ctx, &loomv1.WatchJobRequest{Name: project + "/jobs/7"}, h.call("root"))
 	if err == nil {
 		_, err = w3.Recv()

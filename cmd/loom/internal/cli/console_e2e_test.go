@@ -8,9 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
@@ -323,6 +325,73 @@ const consolePipeline = `{
 }`
 
 // submitREST submits job through the REST API and returns its ID.
+// TestConsoleListsLive: the jobs page, opened before a job is submitted,
+// shows the job without a reload, from the watch stream (GET
+// /v1/projects/default:watchChanges), not from polling.
+func TestConsoleListsLive(t *testing.T) {
+	t.Parallel()
+	need.Tools(t, "apt-get install chromium", "chromium")
+	s := startTrainingStack(t, 6*time.Minute)
+	base := "http://" + s.st.RESTAddr
+	s.must("clusters", "create", "-f", writeFile(t, "live.json", `{"name": "live", "compute": {"nodePools": [
+  {"id": "cpu", "machineType": "n2-standard-8", "nodeCount": 1}]}}`))
+
+	bctx := browser.Start(t, s.ctx)
+	// watches counts the page's requests of the watch stream.
+	var watches atomic.Int32
+	if err := chromedp.Listen(bctx, func(ev any) {
+		if e, ok := ev.(*network.EventRequestWillBeSent); ok && strings.Contains(e.Request.URL, ":watchChanges?collections=jobs") {
+			watches.Add(1)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(bctx, time.Minute)
+		defer cancel()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	eval := func(expr string) int {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(bctx, 30*time.Second)
+		defer cancel()
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](expr))
+		if err != nil {
+			t.Fatalf("evaluate %s: %v", expr, err)
+		}
+		return n
+	}
+	run("open the jobs page", chromedp.Navigate(base+"/#/jobs"), chromedp.WaitVisible(chromedp.CSS(`#signin`)))
+	run("sign in", chromedp.SetValue(chromedp.CSS(`#secret`), s.key), chromedp.Click(chromedp.CSS(`#signin button`)),
+		chromedp.WaitVisible(chromedp.CSS(`main[data-ready="jobs"]`)))
+	// A mark on the window: a reload would lose it.
+	if eval(`(window.loomLiveMark = 7, 0)`) != 0 {
+		t.Fatal("could not mark the window")
+	}
+	testkit.WaitFor(t, time.Minute, "the jobs page watches :watchChanges", func() (bool, error) {
+		return watches.Load() > 0, nil
+	})
+	const name = "appears-live"
+	if strings.Contains(text(t, bctx, "#page"), name) {
+		t.Fatalf("the page shows %s before it was submitted", name)
+	}
+	start := time.Now()
+	id := submitREST(t, s, map[string]any{"display_name": name, "cluster": "projects/default/clusters/live",
+		"command": []string{"true"}, "node_count": 1})
+	waitText(t, bctx, "#page", name, id)
+	t.Logf("the submitted job showed on the open page after %s", time.Since(start).Round(time.Millisecond))
+	if eval(`window.loomLiveMark || 0`) != 7 {
+		t.Error("the page was reloaded: the job was to appear without one")
+	}
+	// One watch all along: a healthy gateway's stream is not reopened.
+	if n := watches.Load(); n != 1 {
+		t.Errorf("the page opened %d watch streams, want 1", n)
+	}
+}
+
 func submitREST(t *testing.T, s *trainingStack, job map[string]any) string {
 	t.Helper()
 	b, _ := json.Marshal(job)

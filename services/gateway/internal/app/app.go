@@ -60,6 +60,13 @@ type Options struct {
 	// the project sees only their own jobs (GetJob, ListJobs, WatchJob,
 	// steps and logs); others' are NotFound, or absent from lists.
 	PrivateJobs bool
+	// ChangeRefresh is how often WatchChanges lists its collections again,
+	// for the changes no feed brings (default DefaultChangeRefresh).
+	ChangeRefresh time.Duration
+	// MaxChangeWatches caps the WatchChanges streams open at once in this
+	// gateway, all principals together (default DefaultMaxChangeWatches;
+	// negative: no cap).
+	MaxChangeWatches int
 	// JobHistory is how long ended jobs (and accepted job records) are
 	// kept for sacct after they end (default DefaultJobHistory).
 	JobHistory time.Duration
@@ -89,6 +96,8 @@ type Gateway struct {
 	trainingQuota sync.Mutex
 
 	jobs *hub
+	// changes counts the open WatchChanges streams (watch.go).
+	changes changeWatches
 	// feed brings job changes to jobs' watchers while there are any; nil
 	// without Options.Feed.
 	feed *watchFeed
@@ -117,6 +126,12 @@ func New(repo *adapters.Repo, owners *adapters.Owners, opt Options) *Gateway {
 	}
 	if opt.WatchRefresh <= 0 {
 		opt.WatchRefresh = 2 * time.Second
+	}
+	if opt.ChangeRefresh <= 0 {
+		opt.ChangeRefresh = DefaultChangeRefresh
+	}
+	if opt.MaxChangeWatches == 0 {
+		opt.MaxChangeWatches = DefaultMaxChangeWatches
 	}
 	if opt.JobHistory <= 0 {
 		opt.JobHistory = DefaultJobHistory
@@ -937,10 +952,11 @@ func (g *Gateway) emitJobCommand(ctx context.Context, cluster string, cmd proto.
 // Watched reports whether a record on loom.job.events.v1 with this
 // CloudEvents type and subject would reach one of this process's watchers,
 // so that the feed passes over the others without decoding them: the
-// changes of jobs nobody watches, and what is not a JobChanged. A
+// changes of jobs nobody watches (neither the job through WatchJob nor its
+// project through WatchChanges), and what is not a JobChanged. A
 // JobChanged without a subject (the job's name) is decoded to be sure.
 func (g *Gateway) Watched(typ, subject string) bool {
-	return typ == jobChangedType && (subject == "" || g.jobs.watched(subject))
+	return typ == jobChangedType && (subject == "" || g.jobs.watched(subject) || g.jobs.watched(jobProject(subject)))
 }
 
 // jobChangedType is JobChanged's CloudEvents type.

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"strings"
 	"sync"
 
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -9,7 +10,9 @@ import (
 // watchBuffer is how many changes a watcher may lag behind before it is cut off.
 const watchBuffer = 64
 
-// hub fans job changes out to the watchers of each job in this process.
+// hub fans job changes out to the watchers of each job in this process,
+// and to the watchers of each job's project (WatchChanges), keyed
+// "projects/{project}".
 type hub struct {
 	mu   sync.Mutex
 	subs map[string]map[*sub]struct{}
@@ -23,7 +26,8 @@ type sub struct {
 
 func newHub() *hub { return &hub{subs: map[string]map[*sub]struct{}{}} }
 
-// subscribe starts delivering changes of job to the returned sub.
+// subscribe starts delivering changes of job (a job's name, or a
+// project's: every job of it) to the returned sub.
 func (h *hub) subscribe(job string) *sub {
 	s := &sub{job: job, C: make(chan *loomv1.Job, watchBuffer)}
 	h.mu.Lock()
@@ -58,17 +62,31 @@ func (h *hub) watched(job string) bool {
 func (h *hub) publish(j *loomv1.Job) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for s := range h.subs[j.GetName()] {
-		select {
-		case s.C <- j:
-		default:
-			delete(h.subs[j.GetName()], s)
-			close(s.C)
+	for _, key := range []string{j.GetName(), jobProject(j.GetName())} {
+		if key == "" {
+			continue
+		}
+		for s := range h.subs[key] {
+			select {
+			case s.C <- j:
+			default:
+				delete(h.subs[key], s)
+				close(s.C)
+			}
+		}
+		if len(h.subs[key]) == 0 {
+			delete(h.subs, key)
 		}
 	}
-	if len(h.subs[j.GetName()]) == 0 {
-		delete(h.subs, j.GetName())
+}
+
+// jobProject is the project part ("projects/{project}") of a job's name,
+// or "" when it has none.
+func jobProject(job string) string {
+	if p, _, ok := strings.Cut(job, "/jobs/"); ok && strings.HasPrefix(p, "projects/") {
+		return p
 	}
+	return ""
 }
 
 // signals wakes the waiters of a name (operations) in this process.

@@ -149,6 +149,7 @@ const (
 	trainingSvc    = "/loom.training.v1.TrainingService/"
 	metricsSvc     = "/loom.training.v1.MetricsService/"
 	ingressSvc     = "/loom.v1.IngressService/"
+	changeSvc      = "/loom.v1.ChangeService/"
 )
 
 // Table maps every gRPC full method name the gateway serves to the rule it
@@ -178,17 +179,20 @@ var Table = map[string]Rule{
 	// owner: project and cluster admins act on any); viewers read. A
 	// workload reads its own job, submits as its owner, and runs steps in
 	// its own allocation.
-	jobSvc + "SubmitJob":     {Access: User, Field: "parent", Workload: OwnProject},
-	jobSvc + "GetJob":        {Access: Viewer, Field: "name", Workload: OwnJob},
-	jobSvc + "ListJobs":      {Access: Viewer, Field: "parent"},
-	jobSvc + "WatchJob":      {Access: Viewer, Field: "name", Workload: OwnJob},
-	jobSvc + "CancelJob":     {Access: User, Field: "name"},
-	jobSvc + "UpdateJob":     {Access: User, Field: "name"},
-	jobSvc + "ReadJobLogs":   {Access: Viewer, Field: "name"},
-	jobSvc + "CreateJobStep": {Access: User, Field: "parent", Workload: OwnJob},
-	jobSvc + "GetJobStep":    {Access: Viewer, Field: "name", Workload: OwnJob},
-	jobSvc + "ListJobSteps":  {Access: Viewer, Field: "parent", Workload: OwnJob},
-	jobSvc + "CancelJobStep": {Access: User, Field: "name", Workload: OwnJob},
+	jobSvc + "SubmitJob": {Access: User, Field: "parent", Workload: OwnProject},
+	jobSvc + "GetJob":    {Access: Viewer, Field: "name", Workload: OwnJob},
+	jobSvc + "ListJobs":  {Access: Viewer, Field: "parent"},
+	jobSvc + "WatchJob":  {Access: Viewer, Field: "name", Workload: OwnJob},
+	// WatchChanges shows what the lists show: the lists' role, in the
+	// project watched (the lists hide what PrivateData hides).
+	changeSvc + "WatchChanges": {Access: Viewer, Field: "project"},
+	jobSvc + "CancelJob":       {Access: User, Field: "name"},
+	jobSvc + "UpdateJob":       {Access: User, Field: "name"},
+	jobSvc + "ReadJobLogs":     {Access: Viewer, Field: "name"},
+	jobSvc + "CreateJobStep":   {Access: User, Field: "parent", Workload: OwnJob},
+	jobSvc + "GetJobStep":      {Access: Viewer, Field: "name", Workload: OwnJob},
+	jobSvc + "ListJobSteps":    {Access: Viewer, Field: "parent", Workload: OwnJob},
+	jobSvc + "CancelJobStep":   {Access: User, Field: "name", Workload: OwnJob},
 
 	// Slurm: sinfo reads for viewers; draining and resuming nodes is the
 	// cluster administrator's (scontrol update NodeName=).

@@ -30,7 +30,7 @@ import (
 var servedFiles = []protoreflect.FileDescriptor{
 	loomv1.File_loom_v1_service_proto, loomv1.File_loom_v1_auth_proto, healthpb.File_grpc_health_v1_health_proto,
 	loomv1.File_loom_v1_health_proto, trainingv1.File_loom_training_v1_training_proto,
-	trainingv1.File_loom_training_v1_metrics_proto, loomv1.File_loom_v1_ingress_proto,
+	trainingv1.File_loom_training_v1_metrics_proto, loomv1.File_loom_v1_ingress_proto, loomv1.File_loom_v1_watch_proto,
 }
 
 // TestTableMatchesProtos: every method of every service in the gateway's

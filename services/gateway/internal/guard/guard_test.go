@@ -84,7 +84,7 @@ func TestWatchCap(t *testing.T) {
 	<-entered
 	err := l.StreamServerInterceptor()(nil, fakeStream{ctx: as("users/ana")}, &grpc.StreamServerInfo{FullMethod: "/loom.v1.JobService/ReadJobLogs"},
 		func(any, grpc.ServerStream) error { return nil })
-	if !errors.Is(err, errs.ResourceExhausted) || !strings.Contains(err.Error(), "users/ana: 2 watch streams open (WatchJob, ReadJobLogs, WaitOperation), the limit of 2 (LOOM_GATEWAY_MAX_WATCHES)") {
+	if !errors.Is(err, errs.ResourceExhausted) || !strings.Contains(err.Error(), "users/ana: 2 watch streams open (WatchJob, ReadJobLogs, WaitOperation, WatchChanges), the limit of 2 (LOOM_GATEWAY_MAX_WATCHES)") {
 		t.Errorf("third watch: %v", err)
 	}
 	if err := call(l, as("users/ana"), "/loom.v1.OperationService/WaitOperation"); !errors.Is(err, errs.ResourceExhausted) {

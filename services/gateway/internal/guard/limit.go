@@ -31,7 +31,7 @@ const (
 	// once after a quiet spell.
 	DefaultBurst = 2000
 	// DefaultMaxWatches is the watch streams (WatchJob, ReadJobLogs,
-	// WaitOperation) a principal may hold open at once.
+	// WaitOperation, WatchChanges) a principal may hold open at once.
 	DefaultMaxWatches = 256
 	// DefaultIdle is how long a principal's bucket is kept after its last
 	// call; a principal back after that starts with a full bucket.
@@ -46,6 +46,7 @@ var WatchMethods = map[string]bool{
 	"/loom.v1.JobService/WatchJob":            true,
 	"/loom.v1.JobService/ReadJobLogs":         true,
 	"/loom.v1.OperationService/WaitOperation": true,
+	"/loom.v1.ChangeService/WatchChanges":     true,
 }
 
 // LimitOptions tune a Limiter. Zero fields take the defaults.
@@ -194,7 +195,7 @@ func (l *Limiter) admit(ctx context.Context, method string) (done func(), err er
 		return func() {}, nil
 	}
 	if s.watches >= l.opt.MaxWatches {
-		return nil, fmt.Errorf("%s: %d watch streams open (WatchJob, ReadJobLogs, WaitOperation), the limit of %d (LOOM_GATEWAY_MAX_WATCHES); close one first: %w",
+		return nil, fmt.Errorf("%s: %d watch streams open (WatchJob, ReadJobLogs, WaitOperation, WatchChanges), the limit of %d (LOOM_GATEWAY_MAX_WATCHES); close one first: %w",
 			key, s.watches, l.opt.MaxWatches, errs.ResourceExhausted)
 	}
 	s.watches++

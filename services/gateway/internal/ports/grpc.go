@@ -29,6 +29,7 @@ func Register(s grpc.ServiceRegistrar, g *app.Gateway) {
 	loomv1.RegisterHealthServiceServer(s, health{g: g})
 	loomv1.RegisterGoodputServiceServer(s, goodput{g: g})
 	loomv1.RegisterIngressServiceServer(s, ingress{g: g})
+	loomv1.RegisterChangeServiceServer(s, changes{g: g})
 }
 
 type ingress struct {
@@ -301,4 +302,13 @@ func OperationEvents(g *app.Gateway) bus.Handler {
 // operations on clusters and reservations.
 func ClusterEvents(g *app.Gateway) bus.Handler {
 	return func(ctx context.Context, ev envelope.Event) error { return g.HandleClusterEvent(ctx, ev) }
+}
+
+type changes struct {
+	loomv1.UnimplementedChangeServiceServer
+	g *app.Gateway
+}
+
+func (s changes) WatchChanges(r *loomv1.WatchChangesRequest, stream grpc.ServerStreamingServer[loomv1.ChangeEvent]) error {
+	return errs.ToStatus(s.g.WatchChanges(stream.Context(), r, stream.Send))
 }

@@ -59,6 +59,7 @@ func RESTMux(ctx context.Context, grpcAddr string) (http.Handler, func() error, 
 		loomv1.RegisterHealthServiceHandler,
 		loomv1.RegisterGoodputServiceHandler,
 		loomv1.RegisterIngressServiceHandler,
+		loomv1.RegisterChangeServiceHandler,
 	} {
 		if err := reg(ctx, mux, conn); err != nil {
 			_ = conn.Close()

@@ -68,6 +68,20 @@ async function failure(r, path) {
   return new ApiError(r.status, msg, path);
 }
 
+// renewing is the refresh in flight: a page's list and its watch stream
+// that are refused at once share one refresh (a refresh token is spent by
+// its first use).
+let renewing = null;
+
+// renew is what to do after a 401 on a request sent with `used`: when
+// another request renewed the token meanwhile, retry with it; else trade
+// the refresh token, once for all the requests refused together.
+async function renew(used) {
+  if (token() && token() !== used) return true;
+  if (!renewing) renewing = refreshToken().finally(() => { renewing = null; });
+  return renewing;
+}
+
 // refreshToken trades the refresh token for a new access token, once.
 async function refreshToken() {
   const rt = sessionStorage.getItem(REFRESH);
@@ -88,13 +102,16 @@ export let onUnauthenticated = () => {};
 export function setOnUnauthenticated(f) { onUnauthenticated = f; }
 
 async function send(path, signal) {
-  return fetch(path, {headers: {'Accept': 'application/json', 'Authorization': 'Bearer ' + token()}, signal});
+  const used = token();
+  const r = await fetch(path, {headers: {'Accept': 'application/json', 'Authorization': 'Bearer ' + used}, signal});
+  r.used = used;
+  return r;
 }
 
 // get GETs path and returns its JSON, or throws ApiError.
 export async function get(path, signal) {
   let r = await send(path, signal);
-  if (r.status === 401 && await refreshToken()) r = await send(path, signal);
+  if (r.status === 401 && await renew(r.used)) r = await send(path, signal);
   if (r.status === 401) {
     const e = await failure(r, path);
     onUnauthenticated(e.message);
@@ -135,7 +152,7 @@ const MAX_LINE = 8 << 20;
 // :logs) and calls each(result) per message until it ends or signal aborts.
 export async function stream(path, each, signal) {
   let r = await send(path, signal);
-  if (r.status === 401 && await refreshToken()) r = await send(path, signal);
+  if (r.status === 401 && await renew(r.used)) r = await send(path, signal);
   if (r.status === 401) { onUnauthenticated('credential refused'); throw await failure(r, path); }
   if (!r.ok) throw await failure(r, path);
   const reader = r.body.getReader();
@@ -215,6 +232,87 @@ export function watch(path, each, signal, onError = () => {}, every = 1000, max 
     }
   };
   go();
+}
+
+// LIVE_SETTLE is how long live waits after a change before it loads, so
+// that a burst of changes costs one load.
+const LIVE_SETTLE = 250;
+
+// live keeps a page current from the watch stream (GET
+// /v1/projects/{p}:watchChanges?collections=...), instead of polling.
+// load is the page's own read of its lists (the same REST calls as
+// always); live runs it at once, again when the watch has sent its
+// initial state (SYNCED: nothing changed between the first load and the
+// watch goes unseen), after every change (CHANGED, DELETED; a burst is one
+// load, and never two loads at once), and at once on RESYNC (the gateway
+// lost track: the page lists again). A load that returns STOP ends it. A
+// dropped stream is reopened with backoff (its SYNCED loads again); a
+// gateway without the watch (501, or a route it does not know) is polled
+// every `every` ms instead. A hidden tab loads nothing until it is shown.
+// onError gets a failure (null after recovery).
+export function live(collections, load, signal, onError = () => {}, every = 5000) {
+  const own = new AbortController();
+  signal.addEventListener('abort', () => own.abort());
+  const sig = own.signal;
+  let running = false, again = false, timer = null;
+  const run = async () => {
+    if (sig.aborted) return;
+    if (document.visibilityState === 'hidden') {
+      const shown = () => {
+        if (document.visibilityState === 'hidden') return;
+        document.removeEventListener('visibilitychange', shown);
+        run();
+      };
+      document.addEventListener('visibilitychange', shown);
+      sig.addEventListener('abort', () => document.removeEventListener('visibilitychange', shown));
+      return;
+    }
+    if (running) { again = true; return; }
+    running = true;
+    try {
+      do {
+        again = false;
+        if ((await load()) === STOP) { onError(null); own.abort(); return; }
+        onError(null);
+      } while (again && !sig.aborted);
+    } catch (e) {
+      if (!sig.aborted) onError(e);
+    } finally {
+      running = false;
+    }
+  };
+  const soon = () => {
+    if (timer !== null) return;
+    timer = setTimeout(() => { timer = null; run(); }, LIVE_SETTLE);
+  };
+  sig.addEventListener('abort', () => clearTimeout(timer));
+  const path = '/v1/' + p() + ':watchChanges?collections=' + encodeURIComponent([].concat(collections).join(',')) +
+    '&location=' + encodeURIComponent(trainingLocation);
+  const follow = async () => {
+    let delay = 1000, synced = false;
+    while (!sig.aborted) {
+      try {
+        await stream(path, ev => {
+          delay = 1000;
+          switch (ev && ev.type) {
+            case 'SYNCED': synced = true; run(); break;
+            case 'RESYNC': synced = false; run(); break;
+            case 'CHANGED': case 'DELETED': if (synced) soon(); break;
+          }
+        }, sig);
+      } catch (e) {
+        if (sig.aborted) return;
+        if (e instanceof ApiError && e.unavailable) { poll(load, sig, every, 60000, onError); return; }
+        onError(e);
+        if (e instanceof ApiError && (e.status === 401 || e.status === 403 || e.status === 404)) return;
+      }
+      synced = false;
+      await new Promise(res => { const t = setTimeout(res, delay); sig.addEventListener('abort', () => { clearTimeout(t); res(); }); });
+      delay = Math.min(delay * 2, 30000);
+    }
+  };
+  run();
+  follow();
 }
 
 // b64text decodes base64 bytes (LogChunk.data) as UTF-8 text.

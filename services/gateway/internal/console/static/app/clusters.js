@@ -1,5 +1,5 @@
-// Clusters: state, node pools, capacity and health, polled (the API has no
-// watch stream for clusters).
+// Clusters: state, node pools, capacity and health, live from the watch
+// stream of clusters and node health.
 import {h, fill, table, badge, section, notice, kv, ago, short, link, num} from './dom.js';
 import * as api from './api.js';
 
@@ -10,7 +10,7 @@ export async function clustersPage(ctx) {
   const status = h('div', {class: 'status'});
   const body = h('div');
   fill(ctx.main, h('h1', null, 'Clusters'), status, body);
-  api.poll(async () => {
+  api.live(['clusters', 'nodeHealth'], async () => {
     const clusters = await api.list('/v1/' + api.p() + '/clusters', 'clusters', ctx.signal);
     const extra = await Promise.all(clusters.slice(0, MAX_CLUSTERS).map(async c => {
       const [health, goodput] = await Promise.all([
@@ -26,7 +26,7 @@ export async function clustersPage(ctx) {
       : [section('Summary', summaryTable(clusters, extra)), clusters.map((c, i) => clusterCard(c, extra[i] || {}))],
     capacity && capacity.pools && capacity.pools.length ? section('Capacity pools', capacityTable(capacity.pools)) : null);
     ctx.main.dataset.ready = 'clusters';
-  }, ctx.signal, 4000, 60000, e => fill(status, e ? notice('error', 'Refresh failed (retrying with backoff): ' + e.message) : null));
+  }, ctx.signal, e => fill(status, e ? notice('error', 'Update failed (retrying with backoff): ' + e.message) : null));
 }
 
 function healthCounts(health) {

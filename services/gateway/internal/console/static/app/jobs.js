@@ -1,4 +1,4 @@
-// Jobs: the queue (polled: there is no watch stream for the list), and one
+// Jobs: the queue (live from the watch stream of jobs), and one
 // job live from its :watch stream, with its runs, goodput, logs (:logs,
 // followed) and training metrics.
 import {h, fill, table, badge, section, notice, kv, ago, short, link, num, dur} from './dom.js';
@@ -14,18 +14,18 @@ export async function jobsPage(ctx) {
   const status = h('div', {class: 'status'});
   const body = h('div');
   fill(ctx.main, h('h1', null, 'Jobs'), status, body);
-  api.poll(async () => {
+  api.live('jobs', async () => {
     const jobs = await api.list('/v1/' + api.p() + '/jobs?page_size=500', 'jobs', ctx.signal, 2);
     if (ctx.signal.aborted) return;
     const pending = jobs.filter(j => j.state === 'PENDING');
     const active = jobs.filter(j => !TERMINAL.test(j.state || ''));
     const done = jobs.filter(j => TERMINAL.test(j.state || ''));
     fill(body,
-      h('p', {class: 'muted'}, jobs.length + ' jobs: ' + active.length + ' active (' + pending.length + ' pending), ' + done.length + ' finished. Refreshed ', ago(new Date().toISOString()), '.'),
+      h('p', {class: 'muted'}, jobs.length + ' jobs: ' + active.length + ' active (' + pending.length + ' pending), ' + done.length + ' finished. Live: updated as they change.'),
       section('Queue', queueTable(active, 'No pending or running jobs.')),
       section('Finished', queueTable(done, 'No finished jobs.')));
     ctx.main.dataset.ready = 'jobs';
-  }, ctx.signal, 3000, 60000, e => fill(status, e ? notice('error', 'Refresh failed (retrying with backoff): ' + e.message) : null));
+  }, ctx.signal, e => fill(status, e ? notice('error', 'Update failed (retrying with backoff): ' + e.message) : null));
 }
 
 function queueTable(jobs, empty) {

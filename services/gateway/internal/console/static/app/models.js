@@ -1,6 +1,6 @@
 // Models: the registry's models, each one's versions and aliases, and a
 // version's lineage drawn as a graph version → trial → job → data.
-// Polled (the registry has no watch stream).
+// Live from the watch stream of models.
 import {h, fill, table, section, notice, kv, ago, short, link, num} from './dom.js';
 import {graph} from './charts.js';
 import * as api from './api.js';
@@ -18,7 +18,7 @@ export async function modelsPage(ctx) {
   const status = h('div', {class: 'status'});
   const body = h('div');
   fill(ctx.main, h('h1', null, 'Models'), status, body);
-  api.poll(async () => {
+  api.live('models', async () => {
     const path = '/v1/' + api.mloc() + '/models?pageSize=100';
     const r = await api.tryGet(path, ctx.signal);
     if (ctx.signal.aborted) return;
@@ -36,7 +36,7 @@ export async function modelsPage(ctx) {
       {title: 'Updated', get: m => ago(m.versionUpdateTime || m.updateTime)},
     ], r.models || [], 'No models registered yet. A pipeline with modelToUpload, or `loom models upload`, registers one.')));
     ctx.main.dataset.ready = 'models';
-  }, ctx.signal, 10000, 120000, e => fill(status, e ? notice('error', 'Refresh failed (retrying with backoff): ' + e.message) : null));
+  }, ctx.signal, e => fill(status, e ? notice('error', 'Update failed (retrying with backoff): ' + e.message) : null));
 }
 
 function aliases(m) {
@@ -49,7 +49,7 @@ export async function modelPage(ctx, id) {
   const body = h('div');
   fill(ctx.main, h('p', null, link('← Models', 'models')), h('h1', null, 'Model ' + id), status, body);
   let sig = '';
-  api.poll(async () => {
+  api.live('models', async () => {
     const path = '/v1/' + base + ':listVersions?pageSize=100';
     const r = await api.tryGet(path, ctx.signal);
     if (ctx.signal.aborted) return;
@@ -73,7 +73,7 @@ export async function modelPage(ctx, id) {
       ], versions, 'No versions.')),
       versions.map(v => lineageCard(v)));
     ctx.main.dataset.ready = 'model';
-  }, ctx.signal, 10000, 120000, e => fill(status, e ? notice('error', 'Refresh failed (retrying with backoff): ' + e.message) : null));
+  }, ctx.signal, e => fill(status, e ? notice('error', 'Update failed (retrying with backoff): ' + e.message) : null));
 }
 
 // lineageCard draws where a version came from: version → trial (and its

@@ -1,6 +1,6 @@
 // Nodes: each node's state, GPU health and remediation step (health
-// service) and its Slurm state and reason, for one cluster or all, polled
-// (no watch stream for nodes).
+// service) and its Slurm state and reason, for one cluster or all, live
+// from the watch stream of clusters, nodes and node health.
 import {h, fill, table, badge, notice, ago, short, link} from './dom.js';
 import * as api from './api.js';
 
@@ -10,7 +10,7 @@ export async function nodesPage(ctx, only) {
   const status = h('div', {class: 'status'});
   const body = h('div');
   fill(ctx.main, h('h1', null, only ? 'Nodes of ' + only : 'Nodes'), status, body);
-  api.poll(async () => {
+  api.live(['clusters', 'nodes', 'nodeHealth'], async () => {
     let clusters = await api.list('/v1/' + api.p() + '/clusters', 'clusters', ctx.signal);
     if (only) clusters = clusters.filter(c => short(c.name) === only);
     const rows = [];
@@ -38,7 +38,7 @@ export async function nodesPage(ctx, only) {
       {title: 'Heartbeat', get: r => ago(r.n.last_heartbeat || (r.hh && r.hh.last_heartbeat))},
     ], rows, 'No nodes.', r => /DOWN|FAILED/.test(r.n.state) ? 'row-bad' : null)));
     ctx.main.dataset.ready = 'nodes';
-  }, ctx.signal, 4000, 60000, e => fill(status, e ? notice('error', 'Refresh failed (retrying with backoff): ' + e.message) : null));
+  }, ctx.signal, e => fill(status, e ? notice('error', 'Update failed (retrying with backoff): ' + e.message) : null));
 }
 
 // gpuHealth sums a node's GPU samples: lost GPUs, double-bit ECC errors,

@@ -1,5 +1,5 @@
 // Training: CustomJobs, hyperparameter tuning jobs (studies) and pipelines,
-// polled (TrainingService has no watch stream); a study's trials, its
+// live from the watch stream of the training collections; a study's trials, its
 // best-so-far curve, parallel coordinates of hyperparameters against the
 // objective, and each trial's metrics over steps.
 import {h, fill, table, badge, section, notice, kv, ago, short, link, num} from './dom.js';
@@ -13,7 +13,7 @@ export async function trainingPage(ctx) {
   const status = h('div', {class: 'status'});
   const body = h('div');
   fill(ctx.main, h('h1', null, 'Training'), status, body);
-  api.poll(async () => {
+  api.live(['customJobs', 'hyperparameterTuningJobs', 'trainingPipelines'], async () => {
     const base = '/v1/' + api.loc();
     const [cj, hp, tp] = await Promise.all([
       api.list(base + '/customJobs?pageSize=100', 'customJobs', ctx.signal, 1),
@@ -49,7 +49,7 @@ export async function trainingPage(ctx) {
         {title: 'Created', get: j => ago(j.createTime)},
       ], tp, 'No pipelines.')));
     ctx.main.dataset.ready = 'training';
-  }, ctx.signal, 4000, 60000, e => fill(status, e ? notice('error', 'Refresh failed (retrying with backoff): ' + e.message) : null));
+  }, ctx.signal, e => fill(status, e ? notice('error', 'Update failed (retrying with backoff): ' + e.message) : null));
 }
 
 function modelId(v) {
@@ -143,10 +143,10 @@ export async function studyPage(ctx, id) {
     ctx.main.dataset.ready = 'study';
     return j;
   };
-  api.poll(async () => {
+  api.live('hyperparameterTuningJobs', async () => {
     const j = await load();
     if (j && TERMINAL.test(j.state || '')) return api.STOP;
-  }, ctx.signal, 3000, 60000, e => fill(status, e ? notice('error', 'Refresh failed (retrying with backoff): ' + e.message) : null));
+  }, ctx.signal, e => fill(status, e ? notice('error', 'Update failed (retrying with backoff): ' + e.message) : null));
 }
 
 // bestSoFar charts each finished trial's objective in finishing order and
@@ -188,7 +188,7 @@ export async function customJobPage(ctx, id) {
   const metrics = h('div');
   fill(ctx.main, h('p', null, link('← Training', 'training')), h('h1', null, 'Custom job ' + id), status, head, metrics);
   let first = true;
-  api.poll(async () => {
+  api.live('customJobs', async () => {
     const j = await api.get('/v1/' + name, ctx.signal);
     if (ctx.signal.aborted) return;
     const pools = (j.jobSpec && j.jobSpec.workerPoolSpecs) || [];
@@ -208,5 +208,5 @@ export async function customJobPage(ctx, id) {
       metrics.append(await metricsSection(ctx, name, 'Metrics over steps'));
     }
     ctx.main.dataset.ready = 'customJob';
-  }, ctx.signal, 4000, 60000, e => fill(status, e ? notice('error', 'Refresh failed (retrying with backoff): ' + e.message) : null));
+  }, ctx.signal, e => fill(status, e ? notice('error', 'Update failed (retrying with backoff): ' + e.message) : null));
 }
