@@ -11,7 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
+
+	"github.com/loom-ml/loom/libs/proc"
 )
 
 // File-based service discovery (Prometheus' file_sd_configs): a process
@@ -77,7 +78,7 @@ func RegisterFileSD(dir, name, addr string, labels map[string]string) (unregiste
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("file_sd: %w", err)
 	}
-	sweepFileSD(dir, hostname)
+	SweepFileSD(dir)
 	pid := strconv.Itoa(os.Getpid())
 	l := map[string]string{FileSDPIDLabel: pid, FileSDHostLabel: hostname}
 	for k, v := range labels {
@@ -154,11 +155,14 @@ func readFileSD(path string) ([]FileSDGroup, error) {
 	return g, nil
 }
 
-// sweepFileSD removes the files in dir written by processes of host that
-// no longer run (killed before they could remove their own). Files of
-// other hosts (a directory shared over the network) and files without the
-// labels are left alone.
-func sweepFileSD(dir, host string) {
+// SweepFileSD removes the files in dir written by processes of this host
+// that no longer run (killed before they could remove their own: an agent
+// SIGKILLed after its stop grace). Files of other hosts (a directory shared
+// over the network) and files without the labels are left alone; at most
+// MaxFileSDFiles files are looked at. RegisterFileSD sweeps before it
+// writes; `loom down` sweeps after it stopped the agents.
+func SweepFileSD(dir string) {
+	host, _ := os.Hostname()
 	entries, err := os.ReadDir(dir)
 	if err != nil || host == "" {
 		return
@@ -180,7 +184,7 @@ func sweepFileSD(dir, host string) {
 		if err != nil || pid <= 0 || pid == os.Getpid() {
 			continue
 		}
-		if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+		if !proc.Alive(pid, 0) { // a zombie is dead too
 			_ = os.Remove(path)
 		}
 	}
