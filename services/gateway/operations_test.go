@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,10 +15,13 @@ import (
 
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/paging"
+	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/gateway/internal/adapters"
 )
 
 // TestListAndCancelOperations lists a project's operations page by page and
@@ -194,5 +199,60 @@ func TestListAndCancelOperations(t *testing.T) {
 	code, _ = rest(http.MethodPost, "/v1/"+del.GetName()+":cancel")
 	if code != http.StatusBadRequest {
 		t.Errorf("POST :cancel of a delete: %d, want 400 (FailedPrecondition)", code)
+	}
+}
+
+// TestListOperationsPagesALargeHash lists a project's operations from a
+// hash holding more than one HSCAN step of them (adapters.OperationScanChunk)
+// and another project's: every one of the project's once, in name order,
+// none of the other project's, pages of at most page_size.
+func TestListOperationsPagesALargeHash(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, 2*wait)
+	const mine, theirs = 1234, 300
+	tx := &store.Tx{}
+	want := map[string]bool{}
+	for i := range mine + theirs {
+		p := "default"
+		if i >= mine {
+			p = "other"
+		}
+		op := &loomv1.Operation{Name: fmt.Sprintf("projects/%s/operations/%s", p, envelope.NewID()),
+			Metadata: &loomv1.OperationMetadata{Verb: "create", Target: "projects/" + p + "/clusters/x"}}
+		if p == "default" {
+			want[op.GetName()] = true
+		}
+		if err := adapters.PutOperation(tx, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := store.New(h.redis, "gateway:").Apply(ctx, "", tx); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	pages := 0
+	err := paging.Each(func(tok string) (string, error) {
+		resp, err := h.ops().ListOperations(ctx, &loomv1.ListOperationsRequest{Parent: project, PageSize: 500, PageToken: tok})
+		if len(resp.GetOperations()) > 500 {
+			t.Fatalf("page of %d, want at most 500", len(resp.GetOperations()))
+		}
+		pages++
+		for _, op := range resp.GetOperations() {
+			names = append(names, op.GetName())
+		}
+		return resp.GetNextPageToken(), err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pages != 3 || len(names) != mine || !slices.IsSorted(names) {
+		t.Fatalf("%d pages, %d operations (sorted: %v), want 3 pages of the %d in name order", pages, len(names), slices.IsSorted(names), mine)
+	}
+	for _, n := range names {
+		if !want[n] {
+			t.Fatalf("listed %s, not one of project default's, or twice", n)
+		}
+		delete(want, n)
 	}
 }
