@@ -32,6 +32,13 @@ type Common struct {
 	HTTPAddr string
 	// LogLevel is debug, info, warn or error (LOOM_LOG_LEVEL; default info).
 	LogLevel string
+	// MetricsSDDir, when set, is a directory where the service registers
+	// its /metrics address for Prometheus' file-based service discovery
+	// (LOOM_METRICS_SD_DIR, -metrics-sd; default none): a file_sd JSON file
+	// named after the service, written atomically once HTTPAddr is bound and
+	// removed when the service stops (libs/service.RegisterFileSD). Node
+	// agents listen on ports nobody chose; this is how Prometheus finds them.
+	MetricsSDDir string
 	// CreateTopics makes the service create the topics it uses at start
 	// (LOOM_CREATE_TOPICS; default true).
 	CreateTopics bool
@@ -88,6 +95,8 @@ func (c *Common) Register(fs *flag.FlagSet, svc, defGRPC, defHTTP string) {
 	fs.StringVar(&c.HTTPAddr, "http-addr", Env("LOOM_"+svc+"_HTTP_ADDR", defHTTP), "HTTP address for /metrics, /healthz, /readyz (LOOM_"+svc+"_HTTP_ADDR)")
 	fs.StringVar(&c.LogLevel, "log-level", Env("LOOM_LOG_LEVEL", "info"), "log level: debug, info, warn, error (LOOM_LOG_LEVEL)")
 	fs.BoolVar(&c.CreateTopics, "create-topics", EnvBool("LOOM_CREATE_TOPICS", true), "create Loom's topics at start (LOOM_CREATE_TOPICS)")
+	fs.StringVar(&c.MetricsSDDir, "metrics-sd", Env("LOOM_METRICS_SD_DIR", ""),
+		"directory where the service registers its /metrics address as a Prometheus file_sd JSON file (LOOM_METRICS_SD_DIR; default none)")
 	fs.StringVar(&c.ServiceKeyFile, "service-key-file", Env("LOOM_SERVICE_KEY_FILE", ""),
 		"the services' secret (mode 0600): signs and verifies the bus's records and service tokens (LOOM_SERVICE_KEY_FILE)")
 	fs.StringVar(&c.Kafka.SASLMechanism, "kafka-sasl-mechanism", Env("LOOM_KAFKA_SASL_MECHANISM", ""), "Kafka SASL: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (LOOM_KAFKA_SASL_MECHANISM; default none)")

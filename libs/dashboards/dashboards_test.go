@@ -192,7 +192,17 @@ func TestComposeUsesTheGeneratedFiles(t *testing.T) {
 	if !strings.Contains(grafanaProvider, "path: /etc/grafana/dashboards") {
 		t.Error("the dashboard provider does not read where compose mounts the dashboards")
 	}
+	// The agent registers itself in the SD directory on the volume that
+	// Prometheus mounts too.
+	if got := doc.Services["agent"].Environment["LOOM_METRICS_SD_DIR"]; got != ComposeMetricsSDDir {
+		t.Errorf("compose agent: LOOM_METRICS_SD_DIR = %q, want %s (prometheus.yml's file_sd)", got, ComposeMetricsSDDir)
+	}
+	mounts("agent", "loom-data", "/var/lib/loom")
+	mounts("prometheus", "loom-data", "/var/lib/loom")
 	for _, tg := range ComposeTargets {
+		if len(tg.Addrs) == 0 {
+			continue // found through file_sd (above)
+		}
 		env := doc.Services[tg.Service].Environment
 		_, port, _ := strings.Cut(tg.Addrs[0], ":")
 		if got := env["LOOM_"+strings.ToUpper(tg.Service)+"_HTTP_ADDR"]; got != "0.0.0.0:"+port {

@@ -3,6 +3,7 @@ package dashboards
 import (
 	"bytes"
 	"fmt"
+	"path"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -129,13 +130,27 @@ func Rules() []byte {
 		ruleFile{Groups: []ruleGroup{g}})
 }
 
-// Target is one scrape job: a service and its /metrics addresses.
+// Target is one scrape job: a service and its /metrics addresses, fixed or
+// discovered through files.
 type Target struct {
 	// Service is the job name (a dashboard's Service).
 	Service string
 	// Addrs are host:port of its HTTP servers (/metrics).
 	Addrs []string
+	// FileSD are file patterns (as Prometheus sees them) of file_sd JSON
+	// files that name more of its servers: how node agents, which listen
+	// on ports nobody chose, are found (each registers itself,
+	// libs/service.RegisterFileSD, under LOOM_METRICS_SD_DIR).
+	FileSD []string
 }
+
+// AgentFileSD is the pattern of the agents' file_sd files in dir: agents
+// register as "agent-<cluster>-<host>" (libs/service.FileSDName).
+func AgentFileSD(dir string) string { return path.Join(dir, "agent-*.json") }
+
+// ComposeMetricsSDDir is LOOM_METRICS_SD_DIR in docker-compose.yaml: on the
+// loom-data volume, which the agent writes and Prometheus reads.
+const ComposeMetricsSDDir = "/var/lib/loom/metrics-sd"
 
 // ScrapeOptions configure ScrapeConfig.
 type ScrapeOptions struct {
@@ -159,7 +174,15 @@ type promGlobal struct {
 type scrapeConfig struct {
 	JobName       string         `yaml:"job_name"`
 	MetricsPath   string         `yaml:"metrics_path"`
-	StaticConfigs []staticConfig `yaml:"static_configs"`
+	StaticConfigs []staticConfig `yaml:"static_configs,omitempty"`
+	FileSDConfigs []fileSDConfig `yaml:"file_sd_configs,omitempty"`
+}
+
+type fileSDConfig struct {
+	Files []string `yaml:"files"`
+	// RefreshInterval is a backstop: Prometheus watches the files with
+	// inotify and re-reads them at once when they change.
+	RefreshInterval string `yaml:"refresh_interval,omitempty"`
 }
 
 type staticConfig struct {
@@ -167,7 +190,8 @@ type staticConfig struct {
 }
 
 // ScrapeConfig returns a Prometheus configuration that scrapes targets,
-// one job per service (the job label the dashboards select on).
+// one job per service (the job label the dashboards select on): its fixed
+// addresses (static_configs) and its file_sd files (file_sd_configs).
 func ScrapeConfig(targets []Target, o ScrapeOptions) []byte {
 	if o.Interval <= 0 {
 		o.Interval = 15 * time.Second
@@ -175,8 +199,14 @@ func ScrapeConfig(targets []Target, o ScrapeOptions) []byte {
 	c := promConfig{Global: promGlobal{ScrapeInterval: promDuration(o.Interval), EvaluationInterval: promDuration(o.Interval)},
 		RuleFiles: o.RuleFiles}
 	for _, t := range targets {
-		c.ScrapeConfigs = append(c.ScrapeConfigs, scrapeConfig{JobName: t.Service, MetricsPath: "/metrics",
-			StaticConfigs: []staticConfig{{Targets: t.Addrs}}})
+		sc := scrapeConfig{JobName: t.Service, MetricsPath: "/metrics"}
+		if len(t.Addrs) > 0 {
+			sc.StaticConfigs = []staticConfig{{Targets: t.Addrs}}
+		}
+		if len(t.FileSD) > 0 {
+			sc.FileSDConfigs = []fileSDConfig{{Files: t.FileSD, RefreshInterval: promDuration(max(o.Interval, time.Minute))}}
+		}
+		c.ScrapeConfigs = append(c.ScrapeConfigs, sc)
 	}
 	return yamlDoc("", c)
 }
@@ -191,7 +221,8 @@ var ComposeTargets = []Target{
 	{Service: "registry", Addrs: []string{"registry:9174"}},
 	{Service: "training", Addrs: []string{"training:9175"}},
 	{Service: "bridge", Addrs: []string{"bridge:9176"}},
-	{Service: "agent", Addrs: []string{"agent:9176"}},
+	// Agents are found through the files they write (LOOM_METRICS_SD_DIR).
+	{Service: "agent", FileSD: []string{AgentFileSD(ComposeMetricsSDDir)}},
 }
 
 // promDuration writes d as Prometheus does: 15s, 5m, 1h.

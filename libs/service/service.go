@@ -437,6 +437,20 @@ func (b *Base) Run(ctx context.Context, consumers []Consume, loops ...func(conte
 	b.mu.Unlock()
 	close(b.listening)
 	b.Log.Info("service running", "grpc", b.grpcAddr, "http", b.httpAddr)
+	if dir := b.Config.MetricsSDDir; dir != "" {
+		// Prometheus finds this /metrics through the file while the
+		// service runs; a failure costs the scrapes only, not the service.
+		unregister, err := RegisterFileSD(dir, b.Name, b.httpAddr, nil)
+		if err != nil {
+			b.Log.Error("not registered for Prometheus' file-based discovery", "dir", dir, "err", err)
+		} else {
+			defer func() {
+				if err := unregister(); err != nil {
+					b.Log.Warn("file-based discovery: removing the registration", "dir", dir, "err", err)
+				}
+			}()
+		}
+	}
 
 	b.GRPCMetrics.Init(b.GRPC)
 	g, gctx := errgroup.WithContext(ctx)

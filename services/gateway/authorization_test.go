@@ -273,6 +273,15 @@ func matrixRows(opName string) []matrixRow {
 			_, err := ops(c).WaitOperation(ctx, &loomv1.WaitOperationRequest{Name: opName, TimeoutSeconds: 1})
 			return err
 		}), func(int) (string, string, string) { return "POST", "/v1/" + opName + ":wait", `{"timeout_seconds":1}` }, viewerRow},
+		{"ListOperations", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := ops(c).ListOperations(ctx, &loomv1.ListOperationsRequest{Parent: project})
+			return err
+		}), get("/v1/" + project + "/operations"), viewerRow},
+		// The first admin's cancel ends the create; later ones answer it again.
+		{"CancelOperation", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := ops(c).CancelOperation(ctx, &loomv1.CancelOperationRequest{Name: opName})
+			return err
+		}), func(int) (string, string, string) { return "POST", "/v1/" + opName + ":cancel", `{}` }, adminRow},
 
 		{"ListNodes", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
 			_, err := loomv1.NewNodeServiceClient(c).ListNodes(ctx, &loomv1.ListNodesRequest{Parent: cluster1})

@@ -2042,6 +2042,180 @@ func (x *WaitOperationRequest) GetTimeoutSeconds() int32 {
 	return 0
 }
 
+type ListOperationsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// parent is "projects/{project}".
+	Parent string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	// page_size is the most items one page holds (AIP-158): 0 is the default
+	// (100), larger than the maximum (1000) is taken as the maximum, negative is
+	// InvalidArgument. A page is also cut before it reaches 1 MiB encoded.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is a previous response's next_page_token, sent with the same
+	// other fields (a token from a different request is InvalidArgument).
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// filter is AIP-160 over the keys done (true or false), verb (create,
+	// delete, update, export, upload) and target (the resource's name):
+	// "done=false AND verb=create". Empty lists every operation.
+	Filter        string `protobuf:"bytes,4,opt,name=filter,proto3" json:"filter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOperationsRequest) Reset() {
+	*x = ListOperationsRequest{}
+	mi := &file_loom_v1_service_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOperationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOperationsRequest) ProtoMessage() {}
+
+func (x *ListOperationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOperationsRequest.ProtoReflect.Descriptor instead.
+func (*ListOperationsRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListOperationsRequest) GetParent() string {
+	if x != nil {
+		return x.Parent
+	}
+	return ""
+}
+
+func (x *ListOperationsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListOperationsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListOperationsRequest) GetFilter() string {
+	if x != nil {
+		return x.Filter
+	}
+	return ""
+}
+
+type ListOperationsResponse struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Operations []*Operation           `protobuf:"bytes,1,rep,name=operations,proto3" json:"operations,omitempty"`
+	// next_page_token asks for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOperationsResponse) Reset() {
+	*x = ListOperationsResponse{}
+	mi := &file_loom_v1_service_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOperationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOperationsResponse) ProtoMessage() {}
+
+func (x *ListOperationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOperationsResponse.ProtoReflect.Descriptor instead.
+func (*ListOperationsResponse) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ListOperationsResponse) GetOperations() []*Operation {
+	if x != nil {
+		return x.Operations
+	}
+	return nil
+}
+
+func (x *ListOperationsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type CancelOperationRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelOperationRequest) Reset() {
+	*x = CancelOperationRequest{}
+	mi := &file_loom_v1_service_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelOperationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelOperationRequest) ProtoMessage() {}
+
+func (x *CancelOperationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelOperationRequest.ProtoReflect.Descriptor instead.
+func (*CancelOperationRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *CancelOperationRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 type ListNodesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// parent is "projects/{project}/clusters/{cluster}"; cluster "-" means all.
@@ -2059,7 +2233,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[31]
+	mi := &file_loom_v1_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2071,7 +2245,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[31]
+	mi := &file_loom_v1_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2084,7 +2258,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{31}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListNodesRequest) GetParent() string {
@@ -2119,7 +2293,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[32]
+	mi := &file_loom_v1_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2131,7 +2305,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[32]
+	mi := &file_loom_v1_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2144,7 +2318,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{32}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -2177,7 +2351,7 @@ type ListPartitionsRequest struct {
 
 func (x *ListPartitionsRequest) Reset() {
 	*x = ListPartitionsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[33]
+	mi := &file_loom_v1_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2189,7 +2363,7 @@ func (x *ListPartitionsRequest) String() string {
 func (*ListPartitionsRequest) ProtoMessage() {}
 
 func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[33]
+	mi := &file_loom_v1_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2202,7 +2376,7 @@ func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{33}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListPartitionsRequest) GetCluster() string {
@@ -2237,7 +2411,7 @@ type ListPartitionsResponse struct {
 
 func (x *ListPartitionsResponse) Reset() {
 	*x = ListPartitionsResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[34]
+	mi := &file_loom_v1_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2249,7 +2423,7 @@ func (x *ListPartitionsResponse) String() string {
 func (*ListPartitionsResponse) ProtoMessage() {}
 
 func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[34]
+	mi := &file_loom_v1_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2262,7 +2436,7 @@ func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{34}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListPartitionsResponse) GetPartitions() []*Partition {
@@ -2295,7 +2469,7 @@ type ListSlurmNodesRequest struct {
 
 func (x *ListSlurmNodesRequest) Reset() {
 	*x = ListSlurmNodesRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[35]
+	mi := &file_loom_v1_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2307,7 +2481,7 @@ func (x *ListSlurmNodesRequest) String() string {
 func (*ListSlurmNodesRequest) ProtoMessage() {}
 
 func (x *ListSlurmNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[35]
+	mi := &file_loom_v1_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2320,7 +2494,7 @@ func (x *ListSlurmNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSlurmNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListSlurmNodesRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{35}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListSlurmNodesRequest) GetCluster() string {
@@ -2355,7 +2529,7 @@ type ListSlurmNodesResponse struct {
 
 func (x *ListSlurmNodesResponse) Reset() {
 	*x = ListSlurmNodesResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[36]
+	mi := &file_loom_v1_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2367,7 +2541,7 @@ func (x *ListSlurmNodesResponse) String() string {
 func (*ListSlurmNodesResponse) ProtoMessage() {}
 
 func (x *ListSlurmNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[36]
+	mi := &file_loom_v1_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2380,7 +2554,7 @@ func (x *ListSlurmNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSlurmNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListSlurmNodesResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{36}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListSlurmNodesResponse) GetNodes() []*SlurmNode {
@@ -2412,7 +2586,7 @@ type UpdateSlurmNodeRequest struct {
 
 func (x *UpdateSlurmNodeRequest) Reset() {
 	*x = UpdateSlurmNodeRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[37]
+	mi := &file_loom_v1_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2424,7 +2598,7 @@ func (x *UpdateSlurmNodeRequest) String() string {
 func (*UpdateSlurmNodeRequest) ProtoMessage() {}
 
 func (x *UpdateSlurmNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[37]
+	mi := &file_loom_v1_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2437,7 +2611,7 @@ func (x *UpdateSlurmNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSlurmNodeRequest.ProtoReflect.Descriptor instead.
 func (*UpdateSlurmNodeRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{37}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *UpdateSlurmNodeRequest) GetCluster() string {
@@ -2500,7 +2674,7 @@ type UploadModelRequest struct {
 
 func (x *UploadModelRequest) Reset() {
 	*x = UploadModelRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[38]
+	mi := &file_loom_v1_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2512,7 +2686,7 @@ func (x *UploadModelRequest) String() string {
 func (*UploadModelRequest) ProtoMessage() {}
 
 func (x *UploadModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[38]
+	mi := &file_loom_v1_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2525,7 +2699,7 @@ func (x *UploadModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadModelRequest.ProtoReflect.Descriptor instead.
 func (*UploadModelRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{38}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *UploadModelRequest) GetParent() string {
@@ -2586,7 +2760,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[39]
+	mi := &file_loom_v1_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2598,7 +2772,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[39]
+	mi := &file_loom_v1_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2611,7 +2785,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{39}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListModelsRequest) GetParent() string {
@@ -2660,7 +2834,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[40]
+	mi := &file_loom_v1_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2672,7 +2846,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[40]
+	mi := &file_loom_v1_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2685,7 +2859,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{40}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListModelsResponse) GetModels() []*Model {
@@ -2711,7 +2885,7 @@ type GetModelRequest struct {
 
 func (x *GetModelRequest) Reset() {
 	*x = GetModelRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[41]
+	mi := &file_loom_v1_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2723,7 +2897,7 @@ func (x *GetModelRequest) String() string {
 func (*GetModelRequest) ProtoMessage() {}
 
 func (x *GetModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[41]
+	mi := &file_loom_v1_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2736,7 +2910,7 @@ func (x *GetModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelRequest.ProtoReflect.Descriptor instead.
 func (*GetModelRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{41}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetModelRequest) GetName() string {
@@ -2766,7 +2940,7 @@ type ListModelVersionsRequest struct {
 
 func (x *ListModelVersionsRequest) Reset() {
 	*x = ListModelVersionsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[42]
+	mi := &file_loom_v1_service_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2778,7 +2952,7 @@ func (x *ListModelVersionsRequest) String() string {
 func (*ListModelVersionsRequest) ProtoMessage() {}
 
 func (x *ListModelVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[42]
+	mi := &file_loom_v1_service_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2791,7 +2965,7 @@ func (x *ListModelVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelVersionsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{42}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListModelVersionsRequest) GetParent() string {
@@ -2844,7 +3018,7 @@ type ListModelVersionsResponse struct {
 
 func (x *ListModelVersionsResponse) Reset() {
 	*x = ListModelVersionsResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[43]
+	mi := &file_loom_v1_service_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2856,7 +3030,7 @@ func (x *ListModelVersionsResponse) String() string {
 func (*ListModelVersionsResponse) ProtoMessage() {}
 
 func (x *ListModelVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[43]
+	mi := &file_loom_v1_service_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2869,7 +3043,7 @@ func (x *ListModelVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelVersionsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{43}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListModelVersionsResponse) GetVersions() []*ModelVersion {
@@ -2906,7 +3080,7 @@ type UpdateModelRequest struct {
 
 func (x *UpdateModelRequest) Reset() {
 	*x = UpdateModelRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[44]
+	mi := &file_loom_v1_service_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2918,7 +3092,7 @@ func (x *UpdateModelRequest) String() string {
 func (*UpdateModelRequest) ProtoMessage() {}
 
 func (x *UpdateModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[44]
+	mi := &file_loom_v1_service_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2931,7 +3105,7 @@ func (x *UpdateModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateModelRequest.ProtoReflect.Descriptor instead.
 func (*UpdateModelRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{44}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *UpdateModelRequest) GetModel() *Model {
@@ -2959,7 +3133,7 @@ type MergeVersionAliasesRequest struct {
 
 func (x *MergeVersionAliasesRequest) Reset() {
 	*x = MergeVersionAliasesRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[45]
+	mi := &file_loom_v1_service_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2971,7 +3145,7 @@ func (x *MergeVersionAliasesRequest) String() string {
 func (*MergeVersionAliasesRequest) ProtoMessage() {}
 
 func (x *MergeVersionAliasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[45]
+	mi := &file_loom_v1_service_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2984,7 +3158,7 @@ func (x *MergeVersionAliasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MergeVersionAliasesRequest.ProtoReflect.Descriptor instead.
 func (*MergeVersionAliasesRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{45}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *MergeVersionAliasesRequest) GetName() string {
@@ -3010,7 +3184,7 @@ type DeleteModelRequest struct {
 
 func (x *DeleteModelRequest) Reset() {
 	*x = DeleteModelRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[46]
+	mi := &file_loom_v1_service_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3022,7 +3196,7 @@ func (x *DeleteModelRequest) String() string {
 func (*DeleteModelRequest) ProtoMessage() {}
 
 func (x *DeleteModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[46]
+	mi := &file_loom_v1_service_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3035,7 +3209,7 @@ func (x *DeleteModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteModelRequest.ProtoReflect.Descriptor instead.
 func (*DeleteModelRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{46}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DeleteModelRequest) GetName() string {
@@ -3054,7 +3228,7 @@ type DeleteModelVersionRequest struct {
 
 func (x *DeleteModelVersionRequest) Reset() {
 	*x = DeleteModelVersionRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[47]
+	mi := &file_loom_v1_service_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3066,7 +3240,7 @@ func (x *DeleteModelVersionRequest) String() string {
 func (*DeleteModelVersionRequest) ProtoMessage() {}
 
 func (x *DeleteModelVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[47]
+	mi := &file_loom_v1_service_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3079,7 +3253,7 @@ func (x *DeleteModelVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteModelVersionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteModelVersionRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{47}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DeleteModelVersionRequest) GetName() string {
@@ -3097,7 +3271,7 @@ type DeleteModelResponse struct {
 
 func (x *DeleteModelResponse) Reset() {
 	*x = DeleteModelResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[48]
+	mi := &file_loom_v1_service_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3109,7 +3283,7 @@ func (x *DeleteModelResponse) String() string {
 func (*DeleteModelResponse) ProtoMessage() {}
 
 func (x *DeleteModelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[48]
+	mi := &file_loom_v1_service_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3122,7 +3296,7 @@ func (x *DeleteModelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteModelResponse.ProtoReflect.Descriptor instead.
 func (*DeleteModelResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{48}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{51}
 }
 
 type ExportModelRequest struct {
@@ -3141,7 +3315,7 @@ type ExportModelRequest struct {
 
 func (x *ExportModelRequest) Reset() {
 	*x = ExportModelRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[49]
+	mi := &file_loom_v1_service_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3153,7 +3327,7 @@ func (x *ExportModelRequest) String() string {
 func (*ExportModelRequest) ProtoMessage() {}
 
 func (x *ExportModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[49]
+	mi := &file_loom_v1_service_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3166,7 +3340,7 @@ func (x *ExportModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportModelRequest.ProtoReflect.Descriptor instead.
 func (*ExportModelRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{49}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ExportModelRequest) GetName() string {
@@ -3201,7 +3375,7 @@ type ExportModelOutputConfig struct {
 
 func (x *ExportModelOutputConfig) Reset() {
 	*x = ExportModelOutputConfig{}
-	mi := &file_loom_v1_service_proto_msgTypes[50]
+	mi := &file_loom_v1_service_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3213,7 +3387,7 @@ func (x *ExportModelOutputConfig) String() string {
 func (*ExportModelOutputConfig) ProtoMessage() {}
 
 func (x *ExportModelOutputConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[50]
+	mi := &file_loom_v1_service_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3226,7 +3400,7 @@ func (x *ExportModelOutputConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportModelOutputConfig.ProtoReflect.Descriptor instead.
 func (*ExportModelOutputConfig) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{50}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ExportModelOutputConfig) GetArtifactDestination() *GcsDestination {
@@ -3247,7 +3421,7 @@ type GcsDestination struct {
 
 func (x *GcsDestination) Reset() {
 	*x = GcsDestination{}
-	mi := &file_loom_v1_service_proto_msgTypes[51]
+	mi := &file_loom_v1_service_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3259,7 +3433,7 @@ func (x *GcsDestination) String() string {
 func (*GcsDestination) ProtoMessage() {}
 
 func (x *GcsDestination) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[51]
+	mi := &file_loom_v1_service_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3272,7 +3446,7 @@ func (x *GcsDestination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GcsDestination.ProtoReflect.Descriptor instead.
 func (*GcsDestination) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{51}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GcsDestination) GetOutputUriPrefix() string {
@@ -3446,7 +3620,20 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"S\n" +
 	"\x14WaitOperationRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
-	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\"f\n" +
+	"\x0ftimeout_seconds\x18\x02 \x01(\x05R\x0etimeoutSeconds\"\x83\x01\n" +
+	"\x15ListOperationsRequest\x12\x16\n" +
+	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x16\n" +
+	"\x06filter\x18\x04 \x01(\tR\x06filter\"t\n" +
+	"\x16ListOperationsResponse\x122\n" +
+	"\n" +
+	"operations\x18\x01 \x03(\v2\x12.loom.v1.OperationR\n" +
+	"operations\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\",\n" +
+	"\x16CancelOperationRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"f\n" +
 	"\x10ListNodesRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -3557,10 +3744,12 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\n" +
 	"GetJobStep\x12\x1a.loom.v1.GetJobStepRequest\x1a\x10.loom.v1.JobStep\",\x82\xd3\xe4\x93\x02&\x12$/v1/{name=projects/*/jobs/*/steps/*}\x12y\n" +
 	"\fListJobSteps\x12\x1c.loom.v1.ListJobStepsRequest\x1a\x1d.loom.v1.ListJobStepsResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/{parent=projects/*/jobs/*}/steps\x12x\n" +
-	"\rCancelJobStep\x12\x1d.loom.v1.CancelJobStepRequest\x1a\x10.loom.v1.JobStep\"6\x82\xd3\xe4\x93\x020:\x01*\"+/v1/{name=projects/*/jobs/*/steps/*}:cancel2\xf8\x01\n" +
+	"\rCancelJobStep\x12\x1d.loom.v1.CancelJobStepRequest\x1a\x10.loom.v1.JobStep\"6\x82\xd3\xe4\x93\x020:\x01*\"+/v1/{name=projects/*/jobs/*/steps/*}:cancel2\xf5\x03\n" +
 	"\x10OperationService\x12l\n" +
 	"\fGetOperation\x12\x1c.loom.v1.GetOperationRequest\x1a\x12.loom.v1.Operation\"*\x82\xd3\xe4\x93\x02$\x12\"/v1/{name=projects/*/operations/*}\x12v\n" +
-	"\rWaitOperation\x12\x1d.loom.v1.WaitOperationRequest\x1a\x12.loom.v1.Operation\"2\x82\xd3\xe4\x93\x02,:\x01*\"'/v1/{name=projects/*/operations/*}:wait2\x83\x01\n" +
+	"\rWaitOperation\x12\x1d.loom.v1.WaitOperationRequest\x1a\x12.loom.v1.Operation\"2\x82\xd3\xe4\x93\x02,:\x01*\"'/v1/{name=projects/*/operations/*}:wait\x12}\n" +
+	"\x0eListOperations\x12\x1e.loom.v1.ListOperationsRequest\x1a\x1f.loom.v1.ListOperationsResponse\"*\x82\xd3\xe4\x93\x02$\x12\"/v1/{parent=projects/*}/operations\x12|\n" +
+	"\x0fCancelOperation\x12\x1f.loom.v1.CancelOperationRequest\x1a\x12.loom.v1.Operation\"4\x82\xd3\xe4\x93\x02.:\x01*\")/v1/{name=projects/*/operations/*}:cancel2\x83\x01\n" +
 	"\vNodeService\x12t\n" +
 	"\tListNodes\x12\x19.loom.v1.ListNodesRequest\x1a\x1a.loom.v1.ListNodesResponse\"0\x82\xd3\xe4\x93\x02*\x12(/v1/{parent=projects/*/clusters/*}/nodes2\xbc\x03\n" +
 	"\fSlurmService\x12\x89\x01\n" +
@@ -3591,7 +3780,7 @@ func file_loom_v1_service_proto_rawDescGZIP() []byte {
 	return file_loom_v1_service_proto_rawDescData
 }
 
-var file_loom_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_loom_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_loom_v1_service_proto_goTypes = []any{
 	(*UpdateClusterRequest)(nil),       // 0: loom.v1.UpdateClusterRequest
 	(*GetSlurmConfigRequest)(nil),      // 1: loom.v1.GetSlurmConfigRequest
@@ -3624,149 +3813,157 @@ var file_loom_v1_service_proto_goTypes = []any{
 	(*LogChunk)(nil),                   // 28: loom.v1.LogChunk
 	(*GetOperationRequest)(nil),        // 29: loom.v1.GetOperationRequest
 	(*WaitOperationRequest)(nil),       // 30: loom.v1.WaitOperationRequest
-	(*ListNodesRequest)(nil),           // 31: loom.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),          // 32: loom.v1.ListNodesResponse
-	(*ListPartitionsRequest)(nil),      // 33: loom.v1.ListPartitionsRequest
-	(*ListPartitionsResponse)(nil),     // 34: loom.v1.ListPartitionsResponse
-	(*ListSlurmNodesRequest)(nil),      // 35: loom.v1.ListSlurmNodesRequest
-	(*ListSlurmNodesResponse)(nil),     // 36: loom.v1.ListSlurmNodesResponse
-	(*UpdateSlurmNodeRequest)(nil),     // 37: loom.v1.UpdateSlurmNodeRequest
-	(*UploadModelRequest)(nil),         // 38: loom.v1.UploadModelRequest
-	(*ListModelsRequest)(nil),          // 39: loom.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),         // 40: loom.v1.ListModelsResponse
-	(*GetModelRequest)(nil),            // 41: loom.v1.GetModelRequest
-	(*ListModelVersionsRequest)(nil),   // 42: loom.v1.ListModelVersionsRequest
-	(*ListModelVersionsResponse)(nil),  // 43: loom.v1.ListModelVersionsResponse
-	(*UpdateModelRequest)(nil),         // 44: loom.v1.UpdateModelRequest
-	(*MergeVersionAliasesRequest)(nil), // 45: loom.v1.MergeVersionAliasesRequest
-	(*DeleteModelRequest)(nil),         // 46: loom.v1.DeleteModelRequest
-	(*DeleteModelVersionRequest)(nil),  // 47: loom.v1.DeleteModelVersionRequest
-	(*DeleteModelResponse)(nil),        // 48: loom.v1.DeleteModelResponse
-	(*ExportModelRequest)(nil),         // 49: loom.v1.ExportModelRequest
-	(*ExportModelOutputConfig)(nil),    // 50: loom.v1.ExportModelOutputConfig
-	(*GcsDestination)(nil),             // 51: loom.v1.GcsDestination
-	nil,                                // 52: loom.v1.CreateJobStepRequest.EnvEntry
-	(*Cluster)(nil),                    // 53: loom.v1.Cluster
-	(*fieldmaskpb.FieldMask)(nil),      // 54: google.protobuf.FieldMask
-	(*Reservation)(nil),                // 55: loom.v1.Reservation
-	(*CapacityPool)(nil),               // 56: loom.v1.CapacityPool
-	(JobState)(0),                      // 57: loom.v1.JobState
-	(*timestamppb.Timestamp)(nil),      // 58: google.protobuf.Timestamp
-	(*Job)(nil),                        // 59: loom.v1.Job
-	(*Node)(nil),                       // 60: loom.v1.Node
-	(*Partition)(nil),                  // 61: loom.v1.Partition
-	(*SlurmNode)(nil),                  // 62: loom.v1.SlurmNode
-	(*Model)(nil),                      // 63: loom.v1.Model
-	(*ModelVersion)(nil),               // 64: loom.v1.ModelVersion
-	(*Operation)(nil),                  // 65: loom.v1.Operation
-	(*SlurmConfig)(nil),                // 66: loom.v1.SlurmConfig
+	(*ListOperationsRequest)(nil),      // 31: loom.v1.ListOperationsRequest
+	(*ListOperationsResponse)(nil),     // 32: loom.v1.ListOperationsResponse
+	(*CancelOperationRequest)(nil),     // 33: loom.v1.CancelOperationRequest
+	(*ListNodesRequest)(nil),           // 34: loom.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),          // 35: loom.v1.ListNodesResponse
+	(*ListPartitionsRequest)(nil),      // 36: loom.v1.ListPartitionsRequest
+	(*ListPartitionsResponse)(nil),     // 37: loom.v1.ListPartitionsResponse
+	(*ListSlurmNodesRequest)(nil),      // 38: loom.v1.ListSlurmNodesRequest
+	(*ListSlurmNodesResponse)(nil),     // 39: loom.v1.ListSlurmNodesResponse
+	(*UpdateSlurmNodeRequest)(nil),     // 40: loom.v1.UpdateSlurmNodeRequest
+	(*UploadModelRequest)(nil),         // 41: loom.v1.UploadModelRequest
+	(*ListModelsRequest)(nil),          // 42: loom.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),         // 43: loom.v1.ListModelsResponse
+	(*GetModelRequest)(nil),            // 44: loom.v1.GetModelRequest
+	(*ListModelVersionsRequest)(nil),   // 45: loom.v1.ListModelVersionsRequest
+	(*ListModelVersionsResponse)(nil),  // 46: loom.v1.ListModelVersionsResponse
+	(*UpdateModelRequest)(nil),         // 47: loom.v1.UpdateModelRequest
+	(*MergeVersionAliasesRequest)(nil), // 48: loom.v1.MergeVersionAliasesRequest
+	(*DeleteModelRequest)(nil),         // 49: loom.v1.DeleteModelRequest
+	(*DeleteModelVersionRequest)(nil),  // 50: loom.v1.DeleteModelVersionRequest
+	(*DeleteModelResponse)(nil),        // 51: loom.v1.DeleteModelResponse
+	(*ExportModelRequest)(nil),         // 52: loom.v1.ExportModelRequest
+	(*ExportModelOutputConfig)(nil),    // 53: loom.v1.ExportModelOutputConfig
+	(*GcsDestination)(nil),             // 54: loom.v1.GcsDestination
+	nil,                                // 55: loom.v1.CreateJobStepRequest.EnvEntry
+	(*Cluster)(nil),                    // 56: loom.v1.Cluster
+	(*fieldmaskpb.FieldMask)(nil),      // 57: google.protobuf.FieldMask
+	(*Reservation)(nil),                // 58: loom.v1.Reservation
+	(*CapacityPool)(nil),               // 59: loom.v1.CapacityPool
+	(JobState)(0),                      // 60: loom.v1.JobState
+	(*timestamppb.Timestamp)(nil),      // 61: google.protobuf.Timestamp
+	(*Job)(nil),                        // 62: loom.v1.Job
+	(*Operation)(nil),                  // 63: loom.v1.Operation
+	(*Node)(nil),                       // 64: loom.v1.Node
+	(*Partition)(nil),                  // 65: loom.v1.Partition
+	(*SlurmNode)(nil),                  // 66: loom.v1.SlurmNode
+	(*Model)(nil),                      // 67: loom.v1.Model
+	(*ModelVersion)(nil),               // 68: loom.v1.ModelVersion
+	(*SlurmConfig)(nil),                // 69: loom.v1.SlurmConfig
 }
 var file_loom_v1_service_proto_depIdxs = []int32{
-	53, // 0: loom.v1.UpdateClusterRequest.cluster:type_name -> loom.v1.Cluster
-	54, // 1: loom.v1.UpdateClusterRequest.update_mask:type_name -> google.protobuf.FieldMask
-	55, // 2: loom.v1.CreateReservationRequest.reservation:type_name -> loom.v1.Reservation
-	55, // 3: loom.v1.ListReservationsResponse.reservations:type_name -> loom.v1.Reservation
-	56, // 4: loom.v1.ListCapacityResponse.pools:type_name -> loom.v1.CapacityPool
-	53, // 5: loom.v1.CreateClusterRequest.cluster:type_name -> loom.v1.Cluster
-	53, // 6: loom.v1.ListClustersResponse.clusters:type_name -> loom.v1.Cluster
-	57, // 7: loom.v1.JobStep.state:type_name -> loom.v1.JobState
-	58, // 8: loom.v1.JobStep.start_time:type_name -> google.protobuf.Timestamp
-	58, // 9: loom.v1.JobStep.end_time:type_name -> google.protobuf.Timestamp
-	52, // 10: loom.v1.CreateJobStepRequest.env:type_name -> loom.v1.CreateJobStepRequest.EnvEntry
+	56, // 0: loom.v1.UpdateClusterRequest.cluster:type_name -> loom.v1.Cluster
+	57, // 1: loom.v1.UpdateClusterRequest.update_mask:type_name -> google.protobuf.FieldMask
+	58, // 2: loom.v1.CreateReservationRequest.reservation:type_name -> loom.v1.Reservation
+	58, // 3: loom.v1.ListReservationsResponse.reservations:type_name -> loom.v1.Reservation
+	59, // 4: loom.v1.ListCapacityResponse.pools:type_name -> loom.v1.CapacityPool
+	56, // 5: loom.v1.CreateClusterRequest.cluster:type_name -> loom.v1.Cluster
+	56, // 6: loom.v1.ListClustersResponse.clusters:type_name -> loom.v1.Cluster
+	60, // 7: loom.v1.JobStep.state:type_name -> loom.v1.JobState
+	61, // 8: loom.v1.JobStep.start_time:type_name -> google.protobuf.Timestamp
+	61, // 9: loom.v1.JobStep.end_time:type_name -> google.protobuf.Timestamp
+	55, // 10: loom.v1.CreateJobStepRequest.env:type_name -> loom.v1.CreateJobStepRequest.EnvEntry
 	14, // 11: loom.v1.ListJobStepsResponse.steps:type_name -> loom.v1.JobStep
-	59, // 12: loom.v1.SubmitJobRequest.job:type_name -> loom.v1.Job
-	57, // 13: loom.v1.ListJobsRequest.states:type_name -> loom.v1.JobState
-	59, // 14: loom.v1.ListJobsResponse.jobs:type_name -> loom.v1.Job
-	60, // 15: loom.v1.ListNodesResponse.nodes:type_name -> loom.v1.Node
-	61, // 16: loom.v1.ListPartitionsResponse.partitions:type_name -> loom.v1.Partition
-	62, // 17: loom.v1.ListSlurmNodesResponse.nodes:type_name -> loom.v1.SlurmNode
-	63, // 18: loom.v1.UploadModelRequest.model:type_name -> loom.v1.Model
-	63, // 19: loom.v1.ListModelsResponse.models:type_name -> loom.v1.Model
-	64, // 20: loom.v1.ListModelVersionsResponse.versions:type_name -> loom.v1.ModelVersion
-	63, // 21: loom.v1.ListModelVersionsResponse.models:type_name -> loom.v1.Model
-	63, // 22: loom.v1.UpdateModelRequest.model:type_name -> loom.v1.Model
-	54, // 23: loom.v1.UpdateModelRequest.update_mask:type_name -> google.protobuf.FieldMask
-	50, // 24: loom.v1.ExportModelRequest.output_config:type_name -> loom.v1.ExportModelOutputConfig
-	51, // 25: loom.v1.ExportModelOutputConfig.artifact_destination:type_name -> loom.v1.GcsDestination
-	9,  // 26: loom.v1.ClusterService.CreateCluster:input_type -> loom.v1.CreateClusterRequest
-	10, // 27: loom.v1.ClusterService.GetCluster:input_type -> loom.v1.GetClusterRequest
-	11, // 28: loom.v1.ClusterService.ListClusters:input_type -> loom.v1.ListClustersRequest
-	13, // 29: loom.v1.ClusterService.DeleteCluster:input_type -> loom.v1.DeleteClusterRequest
-	0,  // 30: loom.v1.ClusterService.UpdateCluster:input_type -> loom.v1.UpdateClusterRequest
-	1,  // 31: loom.v1.ClusterService.GetSlurmConfig:input_type -> loom.v1.GetSlurmConfigRequest
-	2,  // 32: loom.v1.ReservationService.CreateReservation:input_type -> loom.v1.CreateReservationRequest
-	3,  // 33: loom.v1.ReservationService.GetReservation:input_type -> loom.v1.GetReservationRequest
-	4,  // 34: loom.v1.ReservationService.ListReservations:input_type -> loom.v1.ListReservationsRequest
-	6,  // 35: loom.v1.ReservationService.DeleteReservation:input_type -> loom.v1.DeleteReservationRequest
-	7,  // 36: loom.v1.ReservationService.ListCapacity:input_type -> loom.v1.ListCapacityRequest
-	20, // 37: loom.v1.JobService.SubmitJob:input_type -> loom.v1.SubmitJobRequest
-	21, // 38: loom.v1.JobService.GetJob:input_type -> loom.v1.GetJobRequest
-	22, // 39: loom.v1.JobService.ListJobs:input_type -> loom.v1.ListJobsRequest
-	24, // 40: loom.v1.JobService.CancelJob:input_type -> loom.v1.CancelJobRequest
-	26, // 41: loom.v1.JobService.WatchJob:input_type -> loom.v1.WatchJobRequest
-	25, // 42: loom.v1.JobService.UpdateJob:input_type -> loom.v1.UpdateJobRequest
-	27, // 43: loom.v1.JobService.ReadJobLogs:input_type -> loom.v1.ReadJobLogsRequest
-	15, // 44: loom.v1.JobService.CreateJobStep:input_type -> loom.v1.CreateJobStepRequest
-	16, // 45: loom.v1.JobService.GetJobStep:input_type -> loom.v1.GetJobStepRequest
-	17, // 46: loom.v1.JobService.ListJobSteps:input_type -> loom.v1.ListJobStepsRequest
-	19, // 47: loom.v1.JobService.CancelJobStep:input_type -> loom.v1.CancelJobStepRequest
-	29, // 48: loom.v1.OperationService.GetOperation:input_type -> loom.v1.GetOperationRequest
-	30, // 49: loom.v1.OperationService.WaitOperation:input_type -> loom.v1.WaitOperationRequest
-	31, // 50: loom.v1.NodeService.ListNodes:input_type -> loom.v1.ListNodesRequest
-	33, // 51: loom.v1.SlurmService.ListPartitions:input_type -> loom.v1.ListPartitionsRequest
-	35, // 52: loom.v1.SlurmService.ListSlurmNodes:input_type -> loom.v1.ListSlurmNodesRequest
-	37, // 53: loom.v1.SlurmService.UpdateSlurmNode:input_type -> loom.v1.UpdateSlurmNodeRequest
-	38, // 54: loom.v1.ModelService.UploadModel:input_type -> loom.v1.UploadModelRequest
-	39, // 55: loom.v1.ModelService.ListModels:input_type -> loom.v1.ListModelsRequest
-	41, // 56: loom.v1.ModelService.GetModel:input_type -> loom.v1.GetModelRequest
-	42, // 57: loom.v1.ModelService.ListModelVersions:input_type -> loom.v1.ListModelVersionsRequest
-	44, // 58: loom.v1.ModelService.UpdateModel:input_type -> loom.v1.UpdateModelRequest
-	45, // 59: loom.v1.ModelService.MergeVersionAliases:input_type -> loom.v1.MergeVersionAliasesRequest
-	46, // 60: loom.v1.ModelService.DeleteModel:input_type -> loom.v1.DeleteModelRequest
-	47, // 61: loom.v1.ModelService.DeleteModelVersion:input_type -> loom.v1.DeleteModelVersionRequest
-	49, // 62: loom.v1.ModelService.ExportModel:input_type -> loom.v1.ExportModelRequest
-	65, // 63: loom.v1.ClusterService.CreateCluster:output_type -> loom.v1.Operation
-	53, // 64: loom.v1.ClusterService.GetCluster:output_type -> loom.v1.Cluster
-	12, // 65: loom.v1.ClusterService.ListClusters:output_type -> loom.v1.ListClustersResponse
-	65, // 66: loom.v1.ClusterService.DeleteCluster:output_type -> loom.v1.Operation
-	65, // 67: loom.v1.ClusterService.UpdateCluster:output_type -> loom.v1.Operation
-	66, // 68: loom.v1.ClusterService.GetSlurmConfig:output_type -> loom.v1.SlurmConfig
-	65, // 69: loom.v1.ReservationService.CreateReservation:output_type -> loom.v1.Operation
-	55, // 70: loom.v1.ReservationService.GetReservation:output_type -> loom.v1.Reservation
-	5,  // 71: loom.v1.ReservationService.ListReservations:output_type -> loom.v1.ListReservationsResponse
-	65, // 72: loom.v1.ReservationService.DeleteReservation:output_type -> loom.v1.Operation
-	8,  // 73: loom.v1.ReservationService.ListCapacity:output_type -> loom.v1.ListCapacityResponse
-	59, // 74: loom.v1.JobService.SubmitJob:output_type -> loom.v1.Job
-	59, // 75: loom.v1.JobService.GetJob:output_type -> loom.v1.Job
-	23, // 76: loom.v1.JobService.ListJobs:output_type -> loom.v1.ListJobsResponse
-	59, // 77: loom.v1.JobService.CancelJob:output_type -> loom.v1.Job
-	59, // 78: loom.v1.JobService.WatchJob:output_type -> loom.v1.Job
-	59, // 79: loom.v1.JobService.UpdateJob:output_type -> loom.v1.Job
-	28, // 80: loom.v1.JobService.ReadJobLogs:output_type -> loom.v1.LogChunk
-	14, // 81: loom.v1.JobService.CreateJobStep:output_type -> loom.v1.JobStep
-	14, // 82: loom.v1.JobService.GetJobStep:output_type -> loom.v1.JobStep
-	18, // 83: loom.v1.JobService.ListJobSteps:output_type -> loom.v1.ListJobStepsResponse
-	14, // 84: loom.v1.JobService.CancelJobStep:output_type -> loom.v1.JobStep
-	65, // 85: loom.v1.OperationService.GetOperation:output_type -> loom.v1.Operation
-	65, // 86: loom.v1.OperationService.WaitOperation:output_type -> loom.v1.Operation
-	32, // 87: loom.v1.NodeService.ListNodes:output_type -> loom.v1.ListNodesResponse
-	34, // 88: loom.v1.SlurmService.ListPartitions:output_type -> loom.v1.ListPartitionsResponse
-	36, // 89: loom.v1.SlurmService.ListSlurmNodes:output_type -> loom.v1.ListSlurmNodesResponse
-	62, // 90: loom.v1.SlurmService.UpdateSlurmNode:output_type -> loom.v1.SlurmNode
-	65, // 91: loom.v1.ModelService.UploadModel:output_type -> loom.v1.Operation
-	40, // 92: loom.v1.ModelService.ListModels:output_type -> loom.v1.ListModelsResponse
-	63, // 93: loom.v1.ModelService.GetModel:output_type -> loom.v1.Model
-	43, // 94: loom.v1.ModelService.ListModelVersions:output_type -> loom.v1.ListModelVersionsResponse
-	63, // 95: loom.v1.ModelService.UpdateModel:output_type -> loom.v1.Model
-	63, // 96: loom.v1.ModelService.MergeVersionAliases:output_type -> loom.v1.Model
-	48, // 97: loom.v1.ModelService.DeleteModel:output_type -> loom.v1.DeleteModelResponse
-	48, // 98: loom.v1.ModelService.DeleteModelVersion:output_type -> loom.v1.DeleteModelResponse
-	65, // 99: loom.v1.ModelService.ExportModel:output_type -> loom.v1.Operation
-	63, // [63:100] is the sub-list for method output_type
-	26, // [26:63] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	62, // 12: loom.v1.SubmitJobRequest.job:type_name -> loom.v1.Job
+	60, // 13: loom.v1.ListJobsRequest.states:type_name -> loom.v1.JobState
+	62, // 14: loom.v1.ListJobsResponse.jobs:type_name -> loom.v1.Job
+	63, // 15: loom.v1.ListOperationsResponse.operations:type_name -> loom.v1.Operation
+	64, // 16: loom.v1.ListNodesResponse.nodes:type_name -> loom.v1.Node
+	65, // 17: loom.v1.ListPartitionsResponse.partitions:type_name -> loom.v1.Partition
+	66, // 18: loom.v1.ListSlurmNodesResponse.nodes:type_name -> loom.v1.SlurmNode
+	67, // 19: loom.v1.UploadModelRequest.model:type_name -> loom.v1.Model
+	67, // 20: loom.v1.ListModelsResponse.models:type_name -> loom.v1.Model
+	68, // 21: loom.v1.ListModelVersionsResponse.versions:type_name -> loom.v1.ModelVersion
+	67, // 22: loom.v1.ListModelVersionsResponse.models:type_name -> loom.v1.Model
+	67, // 23: loom.v1.UpdateModelRequest.model:type_name -> loom.v1.Model
+	57, // 24: loom.v1.UpdateModelRequest.update_mask:type_name -> google.protobuf.FieldMask
+	53, // 25: loom.v1.ExportModelRequest.output_config:type_name -> loom.v1.ExportModelOutputConfig
+	54, // 26: loom.v1.ExportModelOutputConfig.artifact_destination:type_name -> loom.v1.GcsDestination
+	9,  // 27: loom.v1.ClusterService.CreateCluster:input_type -> loom.v1.CreateClusterRequest
+	10, // 28: loom.v1.ClusterService.GetCluster:input_type -> loom.v1.GetClusterRequest
+	11, // 29: loom.v1.ClusterService.ListClusters:input_type -> loom.v1.ListClustersRequest
+	13, // 30: loom.v1.ClusterService.DeleteCluster:input_type -> loom.v1.DeleteClusterRequest
+	0,  // 31: loom.v1.ClusterService.UpdateCluster:input_type -> loom.v1.UpdateClusterRequest
+	1,  // 32: loom.v1.ClusterService.GetSlurmConfig:input_type -> loom.v1.GetSlurmConfigRequest
+	2,  // 33: loom.v1.ReservationService.CreateReservation:input_type -> loom.v1.CreateReservationRequest
+	3,  // 34: loom.v1.ReservationService.GetReservation:input_type -> loom.v1.GetReservationRequest
+	4,  // 35: loom.v1.ReservationService.ListReservations:input_type -> loom.v1.ListReservationsRequest
+	6,  // 36: loom.v1.ReservationService.DeleteReservation:input_type -> loom.v1.DeleteReservationRequest
+	7,  // 37: loom.v1.ReservationService.ListCapacity:input_type -> loom.v1.ListCapacityRequest
+	20, // 38: loom.v1.JobService.SubmitJob:input_type -> loom.v1.SubmitJobRequest
+	21, // 39: loom.v1.JobService.GetJob:input_type -> loom.v1.GetJobRequest
+	22, // 40: loom.v1.JobService.ListJobs:input_type -> loom.v1.ListJobsRequest
+	24, // 41: loom.v1.JobService.CancelJob:input_type -> loom.v1.CancelJobRequest
+	26, // 42: loom.v1.JobService.WatchJob:input_type -> loom.v1.WatchJobRequest
+	25, // 43: loom.v1.JobService.UpdateJob:input_type -> loom.v1.UpdateJobRequest
+	27, // 44: loom.v1.JobService.ReadJobLogs:input_type -> loom.v1.ReadJobLogsRequest
+	15, // 45: loom.v1.JobService.CreateJobStep:input_type -> loom.v1.CreateJobStepRequest
+	16, // 46: loom.v1.JobService.GetJobStep:input_type -> loom.v1.GetJobStepRequest
+	17, // 47: loom.v1.JobService.ListJobSteps:input_type -> loom.v1.ListJobStepsRequest
+	19, // 48: loom.v1.JobService.CancelJobStep:input_type -> loom.v1.CancelJobStepRequest
+	29, // 49: loom.v1.OperationService.GetOperation:input_type -> loom.v1.GetOperationRequest
+	30, // 50: loom.v1.OperationService.WaitOperation:input_type -> loom.v1.WaitOperationRequest
+	31, // 51: loom.v1.OperationService.ListOperations:input_type -> loom.v1.ListOperationsRequest
+	33, // 52: loom.v1.OperationService.CancelOperation:input_type -> loom.v1.CancelOperationRequest
+	34, // 53: loom.v1.NodeService.ListNodes:input_type -> loom.v1.ListNodesRequest
+	36, // 54: loom.v1.SlurmService.ListPartitions:input_type -> loom.v1.ListPartitionsRequest
+	38, // 55: loom.v1.SlurmService.ListSlurmNodes:input_type -> loom.v1.ListSlurmNodesRequest
+	40, // 56: loom.v1.SlurmService.UpdateSlurmNode:input_type -> loom.v1.UpdateSlurmNodeRequest
+	41, // 57: loom.v1.ModelService.UploadModel:input_type -> loom.v1.UploadModelRequest
+	42, // 58: loom.v1.ModelService.ListModels:input_type -> loom.v1.ListModelsRequest
+	44, // 59: loom.v1.ModelService.GetModel:input_type -> loom.v1.GetModelRequest
+	45, // 60: loom.v1.ModelService.ListModelVersions:input_type -> loom.v1.ListModelVersionsRequest
+	47, // 61: loom.v1.ModelService.UpdateModel:input_type -> loom.v1.UpdateModelRequest
+	48, // 62: loom.v1.ModelService.MergeVersionAliases:input_type -> loom.v1.MergeVersionAliasesRequest
+	49, // 63: loom.v1.ModelService.DeleteModel:input_type -> loom.v1.DeleteModelRequest
+	50, // 64: loom.v1.ModelService.DeleteModelVersion:input_type -> loom.v1.DeleteModelVersionRequest
+	52, // 65: loom.v1.ModelService.ExportModel:input_type -> loom.v1.ExportModelRequest
+	63, // 66: loom.v1.ClusterService.CreateCluster:output_type -> loom.v1.Operation
+	56, // 67: loom.v1.ClusterService.GetCluster:output_type -> loom.v1.Cluster
+	12, // 68: loom.v1.ClusterService.ListClusters:output_type -> loom.v1.ListClustersResponse
+	63, // 69: loom.v1.ClusterService.DeleteCluster:output_type -> loom.v1.Operation
+	63, // 70: loom.v1.ClusterService.UpdateCluster:output_type -> loom.v1.Operation
+	69, // 71: loom.v1.ClusterService.GetSlurmConfig:output_type -> loom.v1.SlurmConfig
+	63, // 72: loom.v1.ReservationService.CreateReservation:output_type -> loom.v1.Operation
+	58, // 73: loom.v1.ReservationService.GetReservation:output_type -> loom.v1.Reservation
+	5,  // 74: loom.v1.ReservationService.ListReservations:output_type -> loom.v1.ListReservationsResponse
+	63, // 75: loom.v1.ReservationService.DeleteReservation:output_type -> loom.v1.Operation
+	8,  // 76: loom.v1.ReservationService.ListCapacity:output_type -> loom.v1.ListCapacityResponse
+	62, // 77: loom.v1.JobService.SubmitJob:output_type -> loom.v1.Job
+	62, // 78: loom.v1.JobService.GetJob:output_type -> loom.v1.Job
+	23, // 79: loom.v1.JobService.ListJobs:output_type -> loom.v1.ListJobsResponse
+	62, // 80: loom.v1.JobService.CancelJob:output_type -> loom.v1.Job
+	62, // 81: loom.v1.JobService.WatchJob:output_type -> loom.v1.Job
+	62, // 82: loom.v1.JobService.UpdateJob:output_type -> loom.v1.Job
+	28, // 83: loom.v1.JobService.ReadJobLogs:output_type -> loom.v1.LogChunk
+	14, // 84: loom.v1.JobService.CreateJobStep:output_type -> loom.v1.JobStep
+	14, // 85: loom.v1.JobService.GetJobStep:output_type -> loom.v1.JobStep
+	18, // 86: loom.v1.JobService.ListJobSteps:output_type -> loom.v1.ListJobStepsResponse
+	14, // 87: loom.v1.JobService.CancelJobStep:output_type -> loom.v1.JobStep
+	63, // 88: loom.v1.OperationService.GetOperation:output_type -> loom.v1.Operation
+	63, // 89: loom.v1.OperationService.WaitOperation:output_type -> loom.v1.Operation
+	32, // 90: loom.v1.OperationService.ListOperations:output_type -> loom.v1.ListOperationsResponse
+	63, // 91: loom.v1.OperationService.CancelOperation:output_type -> loom.v1.Operation
+	35, // 92: loom.v1.NodeService.ListNodes:output_type -> loom.v1.ListNodesResponse
+	37, // 93: loom.v1.SlurmService.ListPartitions:output_type -> loom.v1.ListPartitionsResponse
+	39, // 94: loom.v1.SlurmService.ListSlurmNodes:output_type -> loom.v1.ListSlurmNodesResponse
+	66, // 95: loom.v1.SlurmService.UpdateSlurmNode:output_type -> loom.v1.SlurmNode
+	63, // 96: loom.v1.ModelService.UploadModel:output_type -> loom.v1.Operation
+	43, // 97: loom.v1.ModelService.ListModels:output_type -> loom.v1.ListModelsResponse
+	67, // 98: loom.v1.ModelService.GetModel:output_type -> loom.v1.Model
+	46, // 99: loom.v1.ModelService.ListModelVersions:output_type -> loom.v1.ListModelVersionsResponse
+	67, // 100: loom.v1.ModelService.UpdateModel:output_type -> loom.v1.Model
+	67, // 101: loom.v1.ModelService.MergeVersionAliases:output_type -> loom.v1.Model
+	51, // 102: loom.v1.ModelService.DeleteModel:output_type -> loom.v1.DeleteModelResponse
+	51, // 103: loom.v1.ModelService.DeleteModelVersion:output_type -> loom.v1.DeleteModelResponse
+	63, // 104: loom.v1.ModelService.ExportModel:output_type -> loom.v1.Operation
+	66, // [66:105] is the sub-list for method output_type
+	27, // [27:66] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_service_proto_init() }
@@ -3781,7 +3978,7 @@ func file_loom_v1_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_service_proto_rawDesc), len(file_loom_v1_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   53,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   7,
 		},

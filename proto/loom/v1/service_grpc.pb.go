@@ -1096,8 +1096,10 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	OperationService_GetOperation_FullMethodName  = "/loom.v1.OperationService/GetOperation"
-	OperationService_WaitOperation_FullMethodName = "/loom.v1.OperationService/WaitOperation"
+	OperationService_GetOperation_FullMethodName    = "/loom.v1.OperationService/GetOperation"
+	OperationService_WaitOperation_FullMethodName   = "/loom.v1.OperationService/WaitOperation"
+	OperationService_ListOperations_FullMethodName  = "/loom.v1.OperationService/ListOperations"
+	OperationService_CancelOperation_FullMethodName = "/loom.v1.OperationService/CancelOperation"
 )
 
 // OperationServiceClient is the client API for OperationService service.
@@ -1109,6 +1111,17 @@ type OperationServiceClient interface {
 	GetOperation(ctx context.Context, in *GetOperationRequest, opts ...grpc.CallOption) (*Operation, error)
 	// WaitOperation returns when the operation is done or the timeout passes.
 	WaitOperation(ctx context.Context, in *WaitOperationRequest, opts ...grpc.CallOption) (*Operation, error)
+	// ListOperations lists a project's operations in the order they were
+	// started (google.longrunning's ListOperations, paged as every List).
+	ListOperations(ctx context.Context, in *ListOperationsRequest, opts ...grpc.CallOption) (*ListOperationsResponse, error)
+	// CancelOperation cancels an operation that is not done, as
+	// google.longrunning's: the operation ends with error code CANCELLED (1).
+	// Cancelling a cluster create deletes the cluster, even in the middle of
+	// the create (through a new delete operation the error message names).
+	// Operations of other kinds cannot be cancelled: FailedPrecondition says
+	// why and what to do instead. Cancelling an operation already cancelled
+	// answers it again; one done otherwise is FailedPrecondition.
+	CancelOperation(ctx context.Context, in *CancelOperationRequest, opts ...grpc.CallOption) (*Operation, error)
 }
 
 type operationServiceClient struct {
@@ -1139,6 +1152,26 @@ func (c *operationServiceClient) WaitOperation(ctx context.Context, in *WaitOper
 	return out, nil
 }
 
+func (c *operationServiceClient) ListOperations(ctx context.Context, in *ListOperationsRequest, opts ...grpc.CallOption) (*ListOperationsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListOperationsResponse)
+	err := c.cc.Invoke(ctx, OperationService_ListOperations_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operationServiceClient) CancelOperation(ctx context.Context, in *CancelOperationRequest, opts ...grpc.CallOption) (*Operation, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Operation)
+	err := c.cc.Invoke(ctx, OperationService_CancelOperation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperationServiceServer is the server API for OperationService service.
 // All implementations must embed UnimplementedOperationServiceServer
 // for forward compatibility.
@@ -1148,6 +1181,17 @@ type OperationServiceServer interface {
 	GetOperation(context.Context, *GetOperationRequest) (*Operation, error)
 	// WaitOperation returns when the operation is done or the timeout passes.
 	WaitOperation(context.Context, *WaitOperationRequest) (*Operation, error)
+	// ListOperations lists a project's operations in the order they were
+	// started (google.longrunning's ListOperations, paged as every List).
+	ListOperations(context.Context, *ListOperationsRequest) (*ListOperationsResponse, error)
+	// CancelOperation cancels an operation that is not done, as
+	// google.longrunning's: the operation ends with error code CANCELLED (1).
+	// Cancelling a cluster create deletes the cluster, even in the middle of
+	// the create (through a new delete operation the error message names).
+	// Operations of other kinds cannot be cancelled: FailedPrecondition says
+	// why and what to do instead. Cancelling an operation already cancelled
+	// answers it again; one done otherwise is FailedPrecondition.
+	CancelOperation(context.Context, *CancelOperationRequest) (*Operation, error)
 	mustEmbedUnimplementedOperationServiceServer()
 }
 
@@ -1163,6 +1207,12 @@ func (UnimplementedOperationServiceServer) GetOperation(context.Context, *GetOpe
 }
 func (UnimplementedOperationServiceServer) WaitOperation(context.Context, *WaitOperationRequest) (*Operation, error) {
 	return nil, status.Error(codes.Unimplemented, "method WaitOperation not implemented")
+}
+func (UnimplementedOperationServiceServer) ListOperations(context.Context, *ListOperationsRequest) (*ListOperationsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListOperations not implemented")
+}
+func (UnimplementedOperationServiceServer) CancelOperation(context.Context, *CancelOperationRequest) (*Operation, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelOperation not implemented")
 }
 func (UnimplementedOperationServiceServer) mustEmbedUnimplementedOperationServiceServer() {}
 func (UnimplementedOperationServiceServer) testEmbeddedByValue()                          {}
@@ -1221,6 +1271,42 @@ func _OperationService_WaitOperation_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperationService_ListOperations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListOperationsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationServiceServer).ListOperations(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperationService_ListOperations_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationServiceServer).ListOperations(ctx, req.(*ListOperationsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OperationService_CancelOperation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelOperationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationServiceServer).CancelOperation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperationService_CancelOperation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationServiceServer).CancelOperation(ctx, req.(*CancelOperationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperationService_ServiceDesc is the grpc.ServiceDesc for OperationService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1235,6 +1321,14 @@ var OperationService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "WaitOperation",
 			Handler:    _OperationService_WaitOperation_Handler,
+		},
+		{
+			MethodName: "ListOperations",
+			Handler:    _OperationService_ListOperations_Handler,
+		},
+		{
+			MethodName: "CancelOperation",
+			Handler:    _OperationService_CancelOperation_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

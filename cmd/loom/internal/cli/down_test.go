@@ -163,6 +163,12 @@ func TestUpLeavesAgentsAndDownEndsThem(t *testing.T) {
 	if want := "1 node agent keeps running (its jobs go on); `loom down --data-dir " + dir + "` ends it"; !strings.Contains(out, want) {
 		t.Errorf("loom up's farewell does not say what it leaves behind:\n%s\nwant %q", out, want)
 	}
+	// The running agent is registered for Prometheus' file_sd (-metrics-sd
+	// defaults to <data dir>/metrics-sd), and says where.
+	sdFiles := filepath.Join(dir, "metrics-sd", "agent-*.json")
+	if files, _ := filepath.Glob(sdFiles); len(files) != 1 || !strings.Contains(out, "file_sd_configs files: ["+sdFiles+"]") {
+		t.Errorf("file_sd registrations of the running agent: %v, want 1 (and loom up naming %s)\n%s", files, sdFiles, out)
+	}
 
 	// A pidfile naming a live process that is not this node's agent (a
 	// recycled pid) is not an agent, and down never signals it.
@@ -182,6 +188,9 @@ func TestUpLeavesAgentsAndDownEndsThem(t *testing.T) {
 	}
 	if proc.Alive(agent.PID, agent.Start) {
 		t.Fatal("the agent still runs after loom down")
+	}
+	if files, _ := filepath.Glob(sdFiles); len(files) != 0 {
+		t.Errorf("file_sd registrations left after loom down: %v", files)
 	}
 	if stdout, _, code := run(t, "127.0.0.1:1", "down", "--data-dir", dir); code != 0 || stdout != "No node agents of "+dir+" are running.\n" {
 		t.Fatalf("loom down again: exit %d, %q", code, stdout)

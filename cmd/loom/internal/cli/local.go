@@ -24,6 +24,7 @@ import (
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/proc"
+	"github.com/loom-ml/loom/libs/service"
 )
 
 // defaultDataDir is LOOM_DATA_DIR, else ~/.loom.
@@ -38,7 +39,7 @@ func defaultDataDir() string {
 }
 
 func (a *app) upCommand() *cobra.Command {
-	var dataDir, logLevel, provider, capacity, authdSocket string
+	var dataDir, logLevel, provider, capacity, authdSocket, metricsSD string
 	var stopAgents bool
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -75,7 +76,21 @@ them when Loom stops instead.`,
 				return err
 			}
 			defer release()
+			// The node agents register their /metrics ports here for
+			// Prometheus' file-based discovery (docs/observability.md).
+			var agentEnv []string
+			sdDir := metricsSD
+			switch sdDir {
+			case "off":
+				sdDir = ""
+			case "":
+				sdDir = filepath.Join(abs, "metrics-sd")
+			}
+			if sdDir != "" {
+				agentEnv = append(agentEnv, "LOOM_METRICS_SD_DIR="+sdDir)
+			}
 			st, err := stack.Start(ctx, stack.Options{
+				AgentEnv: agentEnv,
 				DataDir:  abs,
 				Addrs:    a.upAddrs(),
 				LogLevel: logLevel,
@@ -103,6 +118,9 @@ them when Loom stops instead.`,
 			fmt.Fprintf(cmd.OutOrStdout(), "Loom is up: gateway %s (gRPC), REST and web console http://%s/, data in %s\n",
 				st.GatewayAddr, st.RESTAddr, st.DataDir)
 			printIngress(cmd.OutOrStdout(), st)
+			if sdDir != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "Prometheus finds the node agents' /metrics through file_sd_configs files: [%s]\n", filepath.Join(sdDir, "agent-*.json"))
+			}
 			fmt.Fprintln(cmd.OutOrStdout(), "Try `loom demo`, or `loom clusters create -f examples/clusters/demo.json`. Press Ctrl-C to stop.")
 			var failed error
 			select {
@@ -143,6 +161,8 @@ them when Loom stops instead.`,
 	cmd.Flags().StringVar(&provider, "provider", config.Env("LOOM_PROVIDER", "local"), "compute provider: local (an agent process per node) or sim (simulated nodes) (LOOM_PROVIDER)")
 	cmd.Flags().StringVar(&capacity, "capacity", "", "capacity ZONE/MACHINE_TYPE/TYPE=COUNT,... with * wildcards, TYPE ON_DEMAND, SPOT or FLEX_START (default LOOM_CAPACITY, else generous)")
 	cmd.Flags().StringVar(&authdSocket, "authd-socket", config.Env("LOOM_AUTHD_SOCKET", ""), "the login daemon's Unix socket (LOOM_AUTHD_SOCKET; default <data dir>/authd.sock; \"off\": none)")
+	cmd.Flags().StringVar(&metricsSD, "metrics-sd", config.Env("LOOM_METRICS_SD_DIR", ""),
+		"directory where node agents register their /metrics addresses for Prometheus' file_sd_configs (LOOM_METRICS_SD_DIR; default <data dir>/metrics-sd; \"off\": none)")
 	cmd.Flags().StringVar(&logLevel, "log-level", config.Env("LOOM_LOG_LEVEL", "info"), "services' log level: debug, info, warn, error (LOOM_LOG_LEVEL)")
 	return cmd
 }
@@ -236,6 +256,13 @@ in the data directory names a live process) "loom down" refuses, since
 				return fmt.Errorf("`loom up` (pid %d) is still running with data dir %s: stop it first with Ctrl-C in its terminal, then run `loom down%s` again", pid, abs, dataDirFlag(abs))
 			}
 			stopped, err := stack.StopAgents(cmd.Context(), abs, grace, nil)
+			// An agent killed after --grace could not remove its file_sd
+			// registration; Prometheus must not keep scraping it.
+			for _, dir := range []string{filepath.Join(abs, "metrics-sd"), config.Env("LOOM_METRICS_SD_DIR", "")} {
+				if dir != "" && dir != "off" {
+					service.SweepFileSD(dir)
+				}
+			}
 			for _, ag := range stopped {
 				fmt.Fprintf(cmd.OutOrStdout(), "stopped node agent %s (pid %d)\n", ag.Node, ag.PID)
 			}

@@ -163,7 +163,8 @@ Start everything on this machine with "loom up" (or try "loom demo"), then:
   loom clusters delete one-node-8gpu
 
 Capacity: "loom reservations create" reserves machines for clusters to
-claim; "loom capacity" shows what is free where. Every get and list takes
+claim; "loom capacity" shows what is free where. "loom operations" lists,
+waits for and cancels long-running operations. Every get and list takes
 --output json.
 
 Every call carries your credential: "loom up" saves an administrator key
@@ -206,6 +207,7 @@ for you; for another gateway, "loom auth login" (see "loom auth --help").`,
 		a.capacityCommand(),
 		a.jobsCommand(),
 		a.modelsCommand(),
+		a.operationsCommand(),
 		a.metricsCommand(),
 		a.hptuningCommand(),
 		a.pipelinesCommand(),

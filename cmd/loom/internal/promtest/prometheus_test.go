@@ -61,7 +61,8 @@ func preObs(metric string) bool {
 
 // TestDashboardsAgainstPrometheus starts Debian's prometheus on a generated
 // configuration (1 s scrapes) pointing at every service of an embedded
-// stack and one agent, waits until every target is up, runs a cluster and a
+// stack and, through file-based discovery (LOOM_METRICS_SD_DIR), at the
+// agents of a two-node cluster, waits until every target is up, runs a cluster and a
 // job, then evaluates every panel's query and every alert's check through
 // Prometheus' HTTP API: any that returns nothing fails (a dead panel names
 // a metric or a label no service exports).
@@ -76,9 +77,11 @@ func TestDashboardsAgainstPrometheus(t *testing.T) {
 	}
 	need.Tools(t, "apt-get install prometheus", "prometheus", "promtool")
 
-	agentHTTP := testkit.FreeAddr()
+	// Agents listen on ports they choose and register them in sdDir, as
+	// `loom up -metrics-sd` has them do.
+	sdDir := t.TempDir()
 	opts := stack.Options{DataDir: t.TempDir(), LogLevel: "warn", AgentCommand: []string{os.Args[0]},
-		AgentEnv: []string{"LOOM_AGENT_GPU_MODE=simulated", "LOOM_TEST_RUN_AGENT=1", "LOOM_AGENT_HTTP_ADDR=" + agentHTTP}}
+		AgentEnv: []string{"LOOM_AGENT_GPU_MODE=simulated", "LOOM_TEST_RUN_AGENT=1", "LOOM_METRICS_SD_DIR=" + sdDir}}
 	s, err := stack.Start(testkit.Context(t, 90*time.Second), opts)
 	if err != nil {
 		t.Fatalf("start stack: %v", err)
@@ -91,8 +94,9 @@ func TestDashboardsAgainstPrometheus(t *testing.T) {
 		}
 	})
 	conn := dial(t, s)
-	// One node: one agent, on agentHTTP.
-	cl := createCluster(t, conn, "prom", &loomv1.NodePool{Id: "gpu", MachineType: "a3-highgpu-1g", NodeCount: 1,
+	// Two nodes: two agents, found by Prometheus through their files.
+	const agents = 2
+	cl := createCluster(t, conn, "prom", &loomv1.NodePool{Id: "gpu", MachineType: "a3-highgpu-1g", NodeCount: agents,
 		AcceleratorType: "nvidia-h100-80gb", AcceleratorCount: 1})
 
 	a := s.Addrs
@@ -100,30 +104,33 @@ func TestDashboardsAgainstPrometheus(t *testing.T) {
 		{Service: "gateway", Addrs: []string{a.GatewayHTTP}}, {Service: "provisioner", Addrs: []string{a.ProvisionerHTTP}},
 		{Service: "scheduler", Addrs: []string{a.SchedulerHTTP}}, {Service: "health", Addrs: []string{a.HealthHTTP}},
 		{Service: "registry", Addrs: []string{a.RegistryHTTP}}, {Service: "training", Addrs: []string{a.TrainingHTTP}},
-		{Service: "bridge", Addrs: []string{a.BridgeHTTP}}, {Service: "agent", Addrs: []string{agentHTTP}},
+		{Service: "bridge", Addrs: []string{a.BridgeHTTP}}, {Service: "agent", FileSD: []string{dashboards.AgentFileSD(sdDir)}},
 	}
 	prom := startPrometheus(t, targets)
-	testkit.WaitFor(t, 60*time.Second, "every target up in Prometheus", func() (bool, error) {
-		var r struct {
-			Data struct {
-				ActiveTargets []struct {
-					Labels    map[string]string `json:"labels"`
-					Health    string            `json:"health"`
-					LastError string            `json:"lastError"`
-				} `json:"activeTargets"`
-			} `json:"data"`
-		}
-		if err := getJSON(prom+"/api/v1/targets", &r); err != nil {
+	wantUp := len(targets) - 1 + agents
+	var agentAddrs []string
+	testkit.WaitFor(t, 60*time.Second, "every target up in Prometheus, the agents' found through file_sd", func() (bool, error) {
+		active, err := activeTargets(prom)
+		if err != nil {
 			return false, nil
 		}
 		up := 0
-		for _, tg := range r.Data.ActiveTargets {
+		agentAddrs = agentAddrs[:0]
+		for _, tg := range active {
 			if tg.Health == "up" {
 				up++
 			}
+			if tg.Labels["job"] == "agent" {
+				agentAddrs = append(agentAddrs, tg.Labels["instance"])
+			}
 		}
-		return up == len(targets) && len(r.Data.ActiveTargets) == len(targets), nil
+		return up == wantUp && len(active) == wantUp && len(agentAddrs) == agents, nil
 	})
+	for i, tg := range targets {
+		if tg.Service == "agent" {
+			targets[i].Addrs = agentAddrs // for promtool's lint below
+		}
+	}
 
 	// The workload: a job on the cluster, to its end.
 	jobs := loomv1.NewJobServiceClient(conn)
@@ -272,16 +279,60 @@ func TestDashboardsAgainstPrometheus(t *testing.T) {
 	// promtool's lint of every target's exposition, but for the families
 	// that keep dcgm-exporter's names and labels (dcgmCompatible).
 	for _, tg := range targets {
-		body, err := get("http://" + tg.Addrs[0] + "/metrics")
-		if err != nil {
-			t.Fatalf("%s /metrics: %v", tg.Service, err)
-		}
-		cmd := exec.Command("promtool", "check", "metrics")
-		cmd.Stdin = bytes.NewReader(withoutDCGM(body))
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Errorf("promtool check metrics on %s's /metrics: %v\n%s", tg.Service, err, out)
+		for _, addr := range tg.Addrs {
+			body, err := get("http://" + addr + "/metrics")
+			if err != nil {
+				t.Fatalf("%s /metrics: %v", tg.Service, err)
+			}
+			cmd := exec.Command("promtool", "check", "metrics")
+			cmd.Stdin = bytes.NewReader(withoutDCGM(body))
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("promtool check metrics on %s's /metrics (%s): %v\n%s", tg.Service, addr, err, out)
+			}
 		}
 	}
+
+	// The files follow the agents: once the cluster is deleted (its
+	// agents stopped), they are gone, and so are the agent targets.
+	op, err := loomv1.NewClusterServiceClient(conn).DeleteCluster(waitCtx(t, 10*time.Second), &loomv1.DeleteClusterRequest{Name: cl.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 90*time.Second, "the agents' files removed and their targets dropped", func() (bool, error) {
+		o, err := loomv1.NewOperationServiceClient(conn).GetOperation(waitCtx(t, 5*time.Second), &loomv1.GetOperationRequest{Name: op.Name})
+		if err != nil || !o.GetDone() {
+			return false, nil
+		}
+		files, _ := filepath.Glob(dashboards.AgentFileSD(sdDir))
+		active, err := activeTargets(prom)
+		if err != nil || len(files) > 0 {
+			return false, nil
+		}
+		for _, tg := range active {
+			if tg.Labels["job"] == "agent" {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// promTarget is one of Prometheus' active targets.
+type promTarget struct {
+	Labels    map[string]string `json:"labels"`
+	Health    string            `json:"health"`
+	LastError string            `json:"lastError"`
+}
+
+// activeTargets asks Prometheus for its active targets.
+func activeTargets(prom string) ([]promTarget, error) {
+	var r struct {
+		Data struct {
+			ActiveTargets []promTarget `json:"activeTargets"`
+		} `json:"data"`
+	}
+	err := getJSON(prom+"/api/v1/targets", &r)
+	return r.Data.ActiveTargets, err
 }
 
 // dcgmCompatible reports whether a metric family is one the agent serves

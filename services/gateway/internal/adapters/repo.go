@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -144,6 +145,74 @@ func (r *Repo) Operation(ctx context.Context, name string) (*loomv1.Operation, e
 		return nil, fmt.Errorf("operation %s: %w", name, err)
 	}
 	return op, nil
+}
+
+// OperationScanChunk is how many fields one HSCAN of the operations hash
+// asks Redis for: ScanOperations reads the hash in steps of about this many,
+// never in one HGETALL.
+const OperationScanChunk = 500
+
+// ScanOperations returns, in ascending name order, the first limit
+// operations whose name starts with prefix, sorts after after, and passes
+// keep (nil keeps all). It reads the operations hash in HSCAN steps of
+// OperationScanChunk and holds at most limit operations at a time, so its
+// memory is bounded by the page however many operations there are.
+func (r *Repo) ScanOperations(ctx context.Context, prefix, after string, limit int, keep func(*loomv1.Operation) bool) ([]*loomv1.Operation, error) {
+	if limit < 1 {
+		return nil, nil
+	}
+	var (
+		best   []*loomv1.Operation // ascending by name, at most limit
+		cursor uint64
+	)
+	match := globEscape(prefix) + "*"
+	for {
+		kv, next, err := r.st.Client().HScan(ctx, r.st.Key(KeyOperations), cursor, match, OperationScanChunk).Result()
+		if err != nil {
+			return nil, fmt.Errorf("list operations: %w: %v", errs.Unavailable, err)
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			name := kv[i]
+			if name <= after || !strings.HasPrefix(name, prefix) {
+				continue
+			}
+			if len(best) == limit && name >= best[limit-1].GetName() {
+				continue
+			}
+			op := &loomv1.Operation{}
+			if err := proto.Unmarshal([]byte(kv[i+1]), op); err != nil {
+				return nil, fmt.Errorf("decode operation %s: %w", name, err)
+			}
+			if keep != nil && !keep(op) {
+				continue
+			}
+			// HSCAN may return a field twice: keep names unique.
+			at, found := slices.BinarySearchFunc(best, name, func(o *loomv1.Operation, n string) int { return strings.Compare(o.GetName(), n) })
+			if found {
+				continue
+			}
+			best = slices.Insert(best, at, op)
+			if len(best) > limit {
+				best = best[:limit]
+			}
+		}
+		if next == 0 {
+			return best, nil
+		}
+		cursor = next
+	}
+}
+
+// globEscape quotes Redis glob's special characters in s.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		if strings.ContainsRune(`*?[]\^`, c) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }
 
 // AcceptedJob returns the job name as the gateway accepted it; errs.NotFound when unknown.

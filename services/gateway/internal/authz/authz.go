@@ -201,8 +201,12 @@ var Table = map[string]Rule{
 	slurmSvc + "UpdateSlurmNode": {Access: ClusterAdmin, Field: "cluster"},
 
 	// Operations are scoped by the project in their name.
-	operationSvc + "GetOperation":  {Access: Viewer, Field: "name"},
-	operationSvc + "WaitOperation": {Access: Viewer, Field: "name"},
+	operationSvc + "GetOperation":   {Access: Viewer, Field: "name"},
+	operationSvc + "WaitOperation":  {Access: Viewer, Field: "name"},
+	operationSvc + "ListOperations": {Access: Viewer, Field: "parent"},
+	// Cancelling a cluster create deletes the cluster: the project's
+	// admins, who may delete it (DeleteCluster).
+	operationSvc + "CancelOperation": {Access: Admin, Field: "name"},
 
 	nodeSvc + "ListNodes": {Access: Viewer, Field: "parent"},
 

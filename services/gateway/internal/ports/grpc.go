@@ -194,6 +194,14 @@ func (s operations) WaitOperation(ctx context.Context, r *loomv1.WaitOperationRe
 	return unary(s.g.WaitOperation(ctx, r))
 }
 
+func (s operations) ListOperations(ctx context.Context, r *loomv1.ListOperationsRequest) (*loomv1.ListOperationsResponse, error) {
+	return unary(s.g.ListOperations(ctx, r))
+}
+
+func (s operations) CancelOperation(ctx context.Context, r *loomv1.CancelOperationRequest) (*loomv1.Operation, error) {
+	return unary(s.g.CancelOperation(ctx, r))
+}
+
 type nodes struct {
 	loomv1.UnimplementedNodeServiceServer
 	g *app.Gateway
