@@ -195,8 +195,8 @@ type Emit struct {
 }
 
 // Decision records why a pending job did not start in a pass, and how many
-// nodes each feasibility check filtered out (shared between jobs of one
-// shape: do not modify).
+// nodes each feasibility check filtered out (Filtered is shared between the
+// jobs of one shape, and interned across passes: do not modify).
 type Decision struct {
 	Job      string
 	Reason   string
