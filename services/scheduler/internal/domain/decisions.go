@@ -118,7 +118,11 @@ func (s *State) keepDecisions(c *Change) {
 			continue
 		}
 		if len(slab) == cap(slab) {
-			slab = make([]Decision, 0, min(len(c.Decisions)-i, 4096))
+			// Chunks grow with the copies made (16, 32, ... 4,096): a
+			// commit that changes a few decisions allocates little, and a
+			// chunk, kept while any job points into it, is never much
+			// larger than what was copied into it.
+			slab = make([]Decision, 0, min(max(2*cap(slab), 16), 4096))
 		}
 		slab = append(slab, *d)
 		j.why = &slab[len(slab)-1]
