@@ -62,6 +62,15 @@ type prioCtx struct {
 // sizeGPUs bounds the GPU counts whose size factor sum takes from a table.
 const sizeGPUs = 64
 
+// roundHalfAway is a weighted factor as the integer a priority adds: the
+// nearest one, halves away from zero (math.Round's rule; not the even one,
+// not a truncation). Every factor is rounded here, so the
+// per-pass tables (weigh, sumIn) and the per-job sums (sum, priority) give
+// the same integers from the same expressions.
+func roundHalfAway(x float64) int64 {
+	return int64(math.Round(x))
+}
+
 // decay returns the factor usage decays by over d.
 func decay(d, halfLife time.Duration) float64 {
 	if d <= 0 {
@@ -289,7 +298,7 @@ func (t *txn) newPrioCtx(cluster string, c *Cluster, views []place.NodeView, pen
 // per job: the same expressions on the same values, so the same integers.
 func (p *prioCtx) weigh() {
 	w := p.cfg.Weights
-	round := func(weight int64, f float64) int64 { return int64(math.Round(float64(weight) * f)) }
+	round := func(weight int64, f float64) int64 { return roundHalfAway(float64(weight) * f) }
 	p.wAge, p.maxAgeNs = float64(w.Age), float64(p.cfg.MaxAge)
 	p.fsDefault = round(w.FairShare, 1.0)
 	p.fsW = make([]int64, len(p.fsByID))
@@ -324,7 +333,7 @@ func (p *prioCtx) sum(a *jobAttrs, part int) int64 {
 	}
 	var v int64
 	if d := p.now - a.eligible; d > 0 && a.eligible > 0 {
-		v = int64(math.Round(p.wAge * min(float64(d)/p.maxAgeNs, 1)))
+		v = roundHalfAway(p.wAge * min(float64(d)/p.maxAgeNs, 1))
 	}
 	switch id := a.assoc.id; {
 	case id >= 0 && int(id) < len(p.fsW):
@@ -336,7 +345,7 @@ func (p *prioCtx) sum(a *jobAttrs, part int) int64 {
 		if f, ok := p.fsOther[assocKey{a.assoc.account, a.assoc.user}]; ok {
 			fs = f
 		}
-		v += int64(math.Round(float64(p.cfg.Weights.FairShare) * fs))
+		v += roundHalfAway(float64(p.cfg.Weights.FairShare) * fs)
 	}
 	if part >= 0 && part < len(p.partGPUs) {
 		if sz := p.sizeW[part]; a.gpus > 0 && a.gpus <= sizeGPUs && sz != nil {
@@ -398,11 +407,11 @@ func (p *prioCtx) priority(a *jobAttrs, part int) (int64, factors) {
 		qf = p.qosFactor[a.qos]
 	}
 	f := factors{
-		age:       int64(math.Round(float64(w.Age) * age)),
-		fairShare: int64(math.Round(float64(w.FairShare) * fs)),
-		jobSize:   int64(math.Round(float64(w.JobSize) * size)),
-		partition: int64(math.Round(float64(w.Partition) * tier)),
-		qos:       int64(math.Round(float64(w.QOS) * qf)),
+		age:       roundHalfAway(float64(w.Age) * age),
+		fairShare: roundHalfAway(float64(w.FairShare) * fs),
+		jobSize:   roundHalfAway(float64(w.JobSize) * size),
+		partition: roundHalfAway(float64(w.Partition) * tier),
+		qos:       roundHalfAway(float64(w.QOS) * qf),
 	}
 	return f.age + f.fairShare + f.jobSize + f.partition + f.qos, f
 }
@@ -468,7 +477,7 @@ func (p *prioCtx) sumIn(in *prioIn) (int64, bool) {
 	}
 	var v int64
 	if d := p.now - in.eligible; d > 0 && in.eligible > 0 {
-		v = int64(math.Round(p.wAge * min(float64(d)/p.maxAgeNs, 1)))
+		v = roundHalfAway(p.wAge * min(float64(d)/p.maxAgeNs, 1))
 	}
 	if id := int(in.assoc); id < len(p.fsW) {
 		v += p.fsW[id]

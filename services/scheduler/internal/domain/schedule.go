@@ -160,7 +160,7 @@ func (t *txn) schedule(cluster string) {
 	p := t.newPass(cluster, c)
 	p.unedited = len(t.c.Jobs) == 0
 	if cap(t.c.Decisions) == 0 {
-		t.c.Decisions = make([]Decision, 0, len(pend))
+		t.c.Decisions = t.decisionsBuffer(len(pend))
 	}
 	queue := p.order(pend)
 	if p.fresh > 1024 {
@@ -787,9 +787,8 @@ func (p *pass) consider(q *queued) {
 	// The blocked job lives in the pass, as the request: the stages get a
 	// pointer to it, which would otherwise cost an allocation per job.
 	p.blk = blocked{j: j, e: q.e, qos: q.qos, pi: pi, req: req, sc: res.shape,
-		d: Decision{Job: q.name, Filtered: res.shape.Filtered, Nodes: len(p.views)}}
+		d: Decision{Job: q.name, Filtered: p.shareFiltered(res.shape), Nodes: len(p.views)}}
 	d := &p.blk.d
-	res.shape.Shared = true
 	switch res.kind {
 	case place.Static:
 		reason := ReasonBadConstraints
@@ -842,7 +841,7 @@ func (p *pass) decideSettled(q *queued, pi int) bool {
 	if sc == nil || len(sc.Cand) != 0 {
 		return false
 	}
-	d := Decision{Job: q.name, Filtered: sc.Filtered, Nodes: len(p.views)}
+	d := Decision{Job: q.name, Nodes: len(p.views)}
 	switch _, kind := sc.Outcome(req); kind {
 	case place.Static:
 		d.Reason = ReasonBadConstraints
@@ -868,7 +867,7 @@ func (p *pass) decideSettled(q *queued, pi int) bool {
 		}
 		d.Reason = ReasonPriority
 	}
-	sc.Shared = true
+	d.Filtered = p.shareFiltered(sc)
 	p.waitDecided(q, d)
 	return true
 }

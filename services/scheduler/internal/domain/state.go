@@ -158,7 +158,9 @@ type Change struct {
 	Assocs map[string]*AssocLimit
 	Emits  []Emit
 	// Decisions say, for every pending job a pass looked at, why it did not
-	// start (memory only: they become Job.placement when read).
+	// start (memory only: they become Job.placement when read). A writer's
+	// pass reuses their array: they are valid until the state's next Handle,
+	// Tick or Schedule (see decisions.go).
 	Decisions []Decision
 	// Reservations are the start times the pass promised blocked jobs
 	// (EASY backfill: one per cluster, for its highest-priority job that
@@ -193,8 +195,8 @@ type Emit struct {
 }
 
 // Decision records why a pending job did not start in a pass, and how many
-// nodes each feasibility check filtered out (shared between jobs of one
-// shape: do not modify).
+// nodes each feasibility check filtered out (Filtered is shared between the
+// jobs of one shape, and interned across passes: do not modify).
 type Decision struct {
 	Job      string
 	Reason   string
@@ -271,12 +273,7 @@ func (s *State) Commit(c *Change) {
 			s.wake[cluster] = at
 		}
 	}
-	for i := range c.Decisions {
-		d := &c.Decisions[i]
-		if j := s.jobs[d.Job]; j != nil && j.Pending() {
-			j.why = d
-		}
-	}
+	s.keepDecisions(c)
 	for _, pl := range c.Placed {
 		if j := s.jobs[pl.Job]; j != nil && !j.Pending() {
 			j.placed = pl

@@ -62,6 +62,10 @@ type scratch struct {
 	lazy []*reasonVersion
 	// viewAt: per cluster, the last pass's node name → view index.
 	viewAt map[string]*viewIndexCache
+	// decisions: the array the passes' Change.Decisions reuse; filtered:
+	// the interned filtered counts (see decisions.go).
+	decisions []Decision
+	filtered  map[string]map[string]int
 }
 
 // writerTxn is a txn of Handle, Tick or Schedule.
