@@ -234,6 +234,9 @@ func domainRows(svc string) []Row {
 		return []Row{{Title: "Training", Panels: []Panel{
 			{ID: "trials", Title: "Trials by state", Unit: "short", Kind: Timeseries, Metric: "loom_training_trials", Fn: Value, By: []string{"state"}},
 			{ID: "jobs", Title: "Training jobs by kind and state", Unit: "short", Kind: Timeseries, Metric: "loom_training_jobs", Fn: Value, By: []string{"kind", "state"}},
+			// A node writing metrics for runs it does not hold is either
+			// misconfigured or hostile: the operator should see it.
+			{ID: "metrics_refused", Title: "Metric writes refused by reason", Unit: "short", Kind: Timeseries, Metric: "loom_training_metrics_refused_total", Fn: Increase, By: []string{"reason"}, OrZero: true},
 		}}}
 	case "bridge":
 		return bridgeRows()
