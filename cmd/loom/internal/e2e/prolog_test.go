@@ -29,6 +29,13 @@ import (
 // scheduler: a blocker job holds the cluster's other node, so the only free
 // node is the faulty one; once the job was refused there, the blocker is
 // let go and the job runs on the node it held.
+//
+// An Xid raised while the node's agent was down is caught earlier than
+// that: the restarted agent's first telemetry sample carries it (last_xid),
+// and health drains the node for the Xid before any job is placed there.
+// That case waits for the drain first, so that which of the two catches
+// the fault is certain, and then checks that the job is never placed on
+// the node.
 func TestPrologFailureDrainsTheNodeAndRequeuesTheJob(t *testing.T) {
 	t.Parallel()
 	s := startStackWith(t, inProcess, func(o *stack.Options) {
@@ -50,11 +57,14 @@ func TestPrologFailureDrainsTheNodeAndRequeuesTheJob(t *testing.T) {
 
 	t.Run("gpu_xid_while_the_agent_was_down", func(t *testing.T) {
 		t.Parallel()
-		prologCase(t, s, gw, "prolog-xid", "Prolog error: check gpu_diag failed", func(t *testing.T, a agentProc, dev *gpu.Simulated) {
+		// Health drains the node from the restarted agent's first sample,
+		// as it would for the Xid's event, before the job is submitted.
+		prologCase(t, s, gw, "prolog-xid", "Xid 79: GPU has fallen off the bus", func(t *testing.T, a agentProc, dev *gpu.Simulated) {
 			// The Xid is recorded while the agent is stopped, and the agent
 			// is then killed: its restart opens the device afresh, and an
 			// NVML event set (like the simulated device's Xids) reports only
-			// what happens after it is opened. No XidObserved reaches health.
+			// what happens after it is opened. No XidObserved reaches health:
+			// only the GPU's last_xid in the next telemetry sample.
 			log := filepath.Join(a.workDir, "agent.log")
 			registered := count(log, "agent registered")
 			sendSignal(t, a.pid, syscall.SIGSTOP)
@@ -104,9 +114,13 @@ func sampleOf(t *testing.T, dev *gpu.Simulated) *loomv1.GpuSample {
 
 // prologCase runs one case of TestPrologFailureDrainsTheNodeAndRequeuesTheJob
 // on a cluster of its own (id): fault breaks the node that the job is
-// about to be placed on, behind health's back; the failed check must be
-// the one reason starts with.
+// about to be placed on, behind health's back; the node's drain reason must
+// start with reason. A prolog's reason ("Prolog error: ...") means the job
+// is placed there and refused by the prolog; any other means health drains
+// the node from what it hears after fault, and the case waits for that
+// before it submits the job, which is then never placed on the node.
 func prologCase(t *testing.T, s *stack.Stack, gw *grpc.ClientConn, id, reason string, fault func(*testing.T, agentProc, *gpu.Simulated)) {
+	byProlog := strings.HasPrefix(reason, "Prolog error: ")
 	cl := createCluster(t, gw, id, &loomv1.NodePool{Id: "gpu", MachineType: "a3-highgpu-1g",
 		NodeCount: 2, AcceleratorType: "nvidia-h100-80gb", AcceleratorCount: 1})
 	shared := cl.GetStatus().GetSharedDir()
@@ -159,8 +173,15 @@ func prologCase(t *testing.T, s *stack.Stack, gw *grpc.ClientConn, id, reason st
 		t.Fatal(err)
 	}
 	fault(t, agentProc{pid: la.PID, workDir: la.WorkDir}, dev)
+	var seen string // each view of the node, logged as it changes
+	if !byProlog {
+		// Once the scheduler's Slurm view shows the node drained, the
+		// scheduler places nothing there.
+		waitDrained(t, slurm, cl.Name, bad, reason, &seen)
+	}
 
-	// The job can only go to the faulty node: its prolog refuses it there.
+	// The job can only go to the faulty node: its prolog refuses it there
+	// (or, drained already, the job waits for the blocker's node).
 	job, err := jobs.SubmitJob(waitCtx(t, 10*time.Second), &loomv1.SubmitJobRequest{Parent: "projects/default",
 		Job: &loomv1.Job{Cluster: cl.Name, DisplayName: "work", NodeCount: 1, GpusPerNode: 1,
 			Script: `echo "$SLURMD_NODENAME" >> ran-$SLURM_JOB_ID`}})
@@ -168,14 +189,23 @@ func prologCase(t *testing.T, s *stack.Stack, gw *grpc.ClientConn, id, reason st
 		release()
 		t.Fatal(err)
 	}
-	testkit.WaitFor(t, 120*time.Second, "the job's first run refused by "+bad+"'s prolog", func() (bool, error) {
+	waitFor := "the job's first run refused by " + bad + "'s prolog"
+	if !byProlog {
+		waitFor = "the job pending for want of a node"
+	}
+	testkit.WaitFor(t, 120*time.Second, waitFor, func() (bool, error) {
 		j, err := jobs.GetJob(waitCtx(t, 5*time.Second), &loomv1.GetJobRequest{Name: job.Name})
 		if err != nil {
 			return false, nil
 		}
-		if j.State.Terminal() {
+		if j.State.Terminal() || !byProlog && len(j.Runs) > 0 {
 			release()
-			t.Fatalf("job ended %v (%s) with runs %v, want it requeued", j.State, j.StateReason, j.Runs)
+			t.Fatalf("job is %v (%s) with runs %v, want it requeued or, its node drained, pending", j.State, j.StateReason, j.Runs)
+		}
+		if !byProlog {
+			// A scheduling pass has seen it and found no node it may use.
+			return j.State == loomv1.JobState_PENDING &&
+				(strings.HasPrefix(j.StateReason, "Resources") || strings.HasPrefix(j.StateReason, "ReqNodeNotAvail")), nil
 		}
 		return len(j.Runs) > 0 && j.Runs[0].State.Terminal(), nil
 	})
@@ -184,9 +214,13 @@ func prologCase(t *testing.T, s *stack.Stack, gw *grpc.ClientConn, id, reason st
 	if end.State != loomv1.JobState_COMPLETED {
 		t.Fatalf("job ended %v (%s), runs %v, want COMPLETED", end.State, end.StateReason, end.Runs)
 	}
-	first := end.Runs[0]
-	if !slices.Equal(first.Nodes, []string{bad}) || first.State != loomv1.JobState_NODE_FAIL ||
-		!strings.Contains(first.Reason, "prolog check failed on "+bad) {
+	switch first := end.Runs[0]; {
+	case !byProlog:
+		if len(end.Runs) != 1 {
+			t.Errorf("runs %v, want one, on %s: %s was drained before the job was submitted", end.Runs, good, bad)
+		}
+	case !slices.Equal(first.Nodes, []string{bad}) || first.State != loomv1.JobState_NODE_FAIL ||
+		!strings.Contains(first.Reason, "prolog check failed on "+bad):
 		t.Errorf("first run %v, want NODE_FAIL on %s naming its prolog check", first, bad)
 	}
 	if last := end.Runs[len(end.Runs)-1]; !slices.Equal(last.Nodes, []string{good}) || last.State != loomv1.JobState_COMPLETED {
@@ -198,10 +232,10 @@ func prologCase(t *testing.T, s *stack.Stack, gw *grpc.ClientConn, id, reason st
 		t.Errorf("the job's program ran on %q (%v), want once on %s", out, err, good)
 	}
 
-	// Health drained the node for its prolog, as Slurm words it; the
-	// Slurm view shows the node out of service with that reason.
-	var seen string // each view of the node, logged as it changes
-	testkit.WaitFor(t, 60*time.Second, bad+" drained with a prolog error", func() (bool, error) {
+	// Health drained the node for its prolog (or the fault it heard of),
+	// as Slurm words it; the Slurm view shows the node out of service with
+	// that reason.
+	testkit.WaitFor(t, 60*time.Second, bad+" drained with reason "+reason, func() (bool, error) {
 		n, err := nodeHealth(t, gw, cl.Name, bad)
 		if err != nil || n == nil {
 			return false, nil
@@ -212,8 +246,16 @@ func prologCase(t *testing.T, s *stack.Stack, gw *grpc.ClientConn, id, reason st
 		}
 		return n.State == loomv1.RemediationState_NODE_DRAINING && strings.HasPrefix(n.Reason, reason), nil
 	})
+	waitDrained(t, slurm, cl.Name, bad, reason, &seen)
+}
+
+// waitDrained waits until the Slurm view shows host of cluster DRAINING or
+// DRAINED with a reason that starts with reason; seen is the last view
+// logged.
+func waitDrained(t *testing.T, slurm loomv1.SlurmServiceClient, cluster, bad, reason string, seen *string) {
+	t.Helper()
 	testkit.WaitFor(t, 60*time.Second, bad+" out of service in the Slurm view", func() (bool, error) {
-		nodes, err := slurm.ListSlurmNodes(waitCtx(t, 5*time.Second), &loomv1.ListSlurmNodesRequest{Cluster: cl.Name})
+		nodes, err := slurm.ListSlurmNodes(waitCtx(t, 5*time.Second), &loomv1.ListSlurmNodesRequest{Cluster: cluster})
 		if err != nil {
 			return false, nil
 		}
@@ -221,8 +263,8 @@ func prologCase(t *testing.T, s *stack.Stack, gw *grpc.ClientConn, id, reason st
 			if n.Hostname != bad {
 				continue
 			}
-			if v := n.State.String() + " " + n.Reason; v != seen {
-				seen = v
+			if v := n.State.String() + " " + n.Reason; v != *seen {
+				*seen = v
 				t.Logf("sinfo -R: %s is %s", bad, v)
 			}
 			return (n.State == loomv1.SlurmNode_DRAINING || n.State == loomv1.SlurmNode_DRAINED) && strings.HasPrefix(n.Reason, reason), nil

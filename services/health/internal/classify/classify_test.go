@@ -276,3 +276,51 @@ func TestWorstAndChecks(t *testing.T) {
 		t.Fatal("rank order")
 	}
 }
+
+// TestTelemetryLastXid: a GPU's last_xid acts when it changes to an Xid
+// that takes the node out, with the verdict the Xid event gives; never for
+// a value that stays, an application Xid, zero, or without a previous
+// sample.
+func TestTelemetryLastXid(t *testing.T) {
+	t.Parallel()
+	th := DefaultThresholds()
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	t1 := t0.Add(time.Minute)
+	xid := func(gpu, code int32) *loomv1.GpuSample {
+		return &loomv1.GpuSample{Index: gpu, TemperatureC: 50, LastXid: code}
+	}
+	for _, tc := range []struct {
+		name      string
+		prev      *eventsv1.GpuTelemetry
+		cur       *eventsv1.GpuTelemetry
+		want      bool
+		code, gpu int32
+	}{
+		{"0 to 79", sample(t0, xid(0, 0), xid(1, 0)), sample(t1, xid(0, 0), xid(1, 79)), true, 79, 1},
+		{"48 to 79", sample(t0, xid(2, 48)), sample(t1, xid(2, 79)), true, 79, 2},
+		{"0 to 48", sample(t0, xid(0, 0)), sample(t1, xid(0, 48)), true, 48, 0},
+		{"0 to unknown", sample(t0, xid(0, 0)), sample(t1, xid(0, 9999)), true, 9999, 0},
+		// prev's time is not needed to see a change.
+		{"same time", sample(t1, xid(0, 0)), sample(t1, xid(0, 79)), true, 79, 0},
+		{"79 stays", sample(t0, xid(0, 79)), sample(t1, xid(0, 79)), false, 0, 0},
+		{"79 to 0", sample(t0, xid(0, 79)), sample(t1, xid(0, 0)), false, 0, 0},
+		{"0 stays", sample(t0, xid(0, 0)), sample(t1, xid(0, 0)), false, 0, 0},
+		{"app Xid 13", sample(t0, xid(0, 0)), sample(t1, xid(0, 13)), false, 0, 0},
+		{"app Xid 31 after 79", sample(t0, xid(0, 79)), sample(t1, xid(0, 31)), false, 0, 0},
+		{"ignored Xid 63", sample(t0, xid(0, 0)), sample(t1, xid(0, 63)), false, 0, 0},
+		{"no previous sample", nil, sample(t1, xid(0, 79)), false, 0, 0},
+		{"GPU not in the previous sample", sample(t0, xid(0, 0)), sample(t1, xid(0, 0), xid(1, 79)), false, 0, 0},
+	} {
+		vs := th.Telemetry(tc.prev, tc.cur)
+		v, found := Worst(vs)
+		if !tc.want {
+			if found {
+				t.Errorf("%s: %+v, want none", tc.name, v)
+			}
+			continue
+		}
+		if want := Xid(tc.gpu, tc.code); !found || v != want || !v.Drains() {
+			t.Errorf("%s: %+v (found %v), want %+v", tc.name, v, found, want)
+		}
+	}
+}

@@ -43,12 +43,26 @@ func DefaultThresholds() Thresholds {
 }
 
 // Telemetry classifies a node's sample cur against its previous sample prev
-// (nil when there is none: rates are then not judged). It returns the
-// verdicts that act, worst first within each GPU; an empty slice means the
-// node looks fine. Counters that went down (a reset, a new boot) are read as
-// starting again from zero.
+// (nil when there is none: rates and Xid changes are then not judged). It
+// returns the verdicts that act, worst first within each GPU; an empty slice
+// means the node looks fine. Counters that went down (a reset, a new boot)
+// are read as starting again from zero.
+//
+// A GPU's last_xid (DCGM_FI_DEV_XID_ERRORS) that is non-zero and differs
+// from prev's gives the verdict Xid gives for it, the one the XidObserved
+// event path gives: an Xid raised while the agent was down, or missed by
+// its event set, is seen in the next sample. Only a change is judged, never
+// the value alone, so that a node is not failed again for an Xid it was
+// repaired for; an Xid that does not take the node out (RESTART_APP, IGNORE)
+// is left to the event path, so that a late sample does not restart a job a
+// second time.
 func (t Thresholds) Telemetry(prev, cur *eventsv1.GpuTelemetry) []Verdict {
 	var out []Verdict
+	// lastXid is prev's last_xid per GPU, whatever the samples' times.
+	lastXid := map[int32]int32{}
+	for _, g := range prev.GetGpus() {
+		lastXid[g.GetIndex()] = g.GetLastXid()
+	}
 	before := map[int32]*loomv1.GpuSample{}
 	minutes := 0.0
 	if prev != nil && prev.GetTime() != nil && cur.GetTime() != nil {
@@ -66,6 +80,11 @@ func (t Thresholds) Telemetry(prev, cur *eventsv1.GpuTelemetry) []Verdict {
 			v.Reason = fmt.Sprintf("Xid 79: GPU has fallen off the bus (GPU %d lost)", gpu)
 			out = append(out, v)
 			continue
+		}
+		if x, ok := lastXid[gpu]; ok && g.GetLastXid() != 0 && g.GetLastXid() != x {
+			if v := Xid(gpu, g.GetLastXid()); v.Drains() {
+				out = append(out, v)
+			}
 		}
 		p := before[gpu]
 		if n := g.GetEccDbeVolatile(); n > 0 && (p == nil || n > p.GetEccDbeVolatile()) {

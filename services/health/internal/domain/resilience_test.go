@@ -350,3 +350,64 @@ func TestSilentNodeIsRebootedAfterASecondTimeout(t *testing.T) {
 		t.Fatalf("the node that spoke again is under remediation: %+v", r)
 	}
 }
+
+// TestTelemetryLastXid: an Xid seen only in telemetry's last_xid (raised
+// while the node's agent was down) takes the node out as the Xid event
+// would; the previous sample outlives the agent's restart. An Xid already
+// reported as an event and then seen in the next sample, or a last_xid
+// that stays, starts no second remediation; an application Xid in a sample
+// restarts nothing (its event does that).
+func TestTelemetryLastXid(t *testing.T) {
+	t.Parallel()
+	f := cluster3(t)
+	sample := func(node string, xid int32) *eventsv1.GpuTelemetry {
+		return &eventsv1.GpuTelemetry{Node: node, Cluster: cluster, Time: timestamppb.New(f.now), Simulated: true,
+			Gpus: []*loomv1.GpuSample{{Index: 0, TemperatureC: 50}, {Index: 1, TemperatureC: 50, LastXid: xid}}}
+	}
+	for i := range 3 {
+		f.handle(&eventsv1.AgentRegistered{Node: nodeN(i), Cluster: cluster, SimulatedGpus: true, HostBootId: "boot-1"})
+		if c := f.handle(sample(nodeN(i), 0)); len(c.AllEmits()) != 0 {
+			t.Fatalf("healthy telemetry of %s: %v", nodeN(i), allEmits(c))
+		}
+	}
+	f.advance(time.Minute)
+
+	// Node 0: its agent crashed and came back (same boot); the Xid it
+	// missed is in its first sample.
+	f.handle(&eventsv1.AgentRegistered{Node: nodeN(0), Cluster: cluster, SimulatedGpus: true, HostBootId: "boot-1"})
+	v := healthOf(f.handle(sample(nodeN(0), 79)))
+	want := "Xid 79: GPU has fallen off the bus"
+	// Drained and its repair started at once (an urgent Xid): two changes.
+	if len(v) < 1 || v[0].GetHealth() != eventsv1.NodeHealth_UNHEALTHY || v[0].GetReason() != want || v[0].GetXid() != 79 {
+		t.Fatalf("last_xid 79 after the agent's restart: %v", v)
+	}
+	if view := f.s.View(nodeN(0)); view.GetState() == loomv1.RemediationState_NODE_HEALTHY || view.GetFailures() != 1 || view.GetReason() != want {
+		t.Fatalf("view after last_xid 79: %v", view)
+	}
+	f.advance(time.Minute)
+	if c := f.handle(sample(nodeN(0), 79)); len(c.AllEmits()) != 0 {
+		t.Fatalf("a last_xid that stays acted again: %v", allEmits(c))
+	}
+
+	// Node 1: the Xid arrives as an event first; the next sample carries
+	// it too, and must not start a second remediation.
+	v = healthOf(f.handle(&eventsv1.XidObserved{Node: nodeN(1), Cluster: cluster, Gpu: 1, Xid: 79}))
+	if len(v) < 1 || v[0].GetHealth() != eventsv1.NodeHealth_UNHEALTHY || v[0].GetReason() != want {
+		t.Fatalf("Xid 79 event: %v", v)
+	}
+	before := f.s.View(nodeN(1))
+	if c := f.handle(sample(nodeN(1), 79)); len(c.AllEmits()) != 0 {
+		t.Fatalf("the sample after the Xid event acted again: %v", allEmits(c))
+	}
+	if after := f.s.View(nodeN(1)); after.GetFailures() != 1 || after.GetState() != before.GetState() || after.GetNextAction() != before.GetNextAction() {
+		t.Fatalf("the sample after the Xid event changed the remediation: %v, was %v", after, before)
+	}
+
+	// Node 2: an application Xid in a sample is the event path's to act on.
+	if c := f.handle(sample(nodeN(2), 13)); len(c.AllEmits()) != 0 {
+		t.Fatalf("last_xid 13 acted: %v", allEmits(c))
+	}
+	if view := f.s.View(nodeN(2)); view.GetState() != loomv1.RemediationState_NODE_HEALTHY || view.GetFailures() != 0 {
+		t.Fatalf("view after last_xid 13: %v", view)
+	}
+}
