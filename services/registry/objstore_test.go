@@ -6,11 +6,14 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
 
 	"github.com/loom-ml/loom/libs/blobstore"
 	"github.com/loom-ml/loom/libs/blobstore/blobtest"
@@ -185,5 +188,120 @@ func TestObjectStoreArtifacts(t *testing.T) {
 		if n := gs.Stats().Writes.Load() - writes; n != 0 {
 			t.Errorf("second export sent GCS %d writes; want none", n)
 		}
+	}
+}
+
+// endpointOf is the endpoint= parameter of a blobtest store's URL.
+func endpointOf(t *testing.T, st *blobtest.Store) string {
+	t.Helper()
+	u, err := url.Parse(st.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Query().Get("endpoint")
+}
+
+// TestExportToAllowedEndpoint exports a version whose artifacts are on one
+// S3 fake to another that the operator allowed (-export-endpoints), through
+// a destination carrying endpoint=, region=, use_path_style= and
+// anonymous=: the copy is byte for byte and a second export writes
+// nothing. A destination naming the first fake (running, not allowed), an
+// unknown parameter, a credential parameter, a gs:// destination with a
+// query and one without use_path_style are refused with InvalidArgument
+// naming the field and what to do, and nothing reaches either store.
+func TestExportToAllowedEndpoint(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 2*time.Minute)
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	srcStore, dstStore := blobtest.S3(t), blobtest.S3(t)
+	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) {
+		cfg.ExportEndpoints = []string{"https://minio.example:9000", endpointOf(t, dstStore)}
+	})
+
+	files := map[string][]byte{"model.json": []byte(`{"weights":[1,2,3]}`), "ckpt/step-20.bin": bytes.Repeat([]byte{0, 1, 2, 254}, 100_000)}
+	src := putArtifacts(t, srcStore.URL, "projects/default/models/ep/v1", files, nil)
+	if _, err := c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ModelId: "ep", Model: &loomv1.Model{ArtifactUri: src}}); err != nil {
+		t.Fatal(err)
+	}
+	const name = "projects/default/locations/global/models/ep@1"
+	export := func(dst string) (*loomv1.Operation, error) {
+		return c.ExportModel(ctx, &loomv1.ExportModelRequest{Name: name, OutputConfig: &loomv1.ExportModelOutputConfig{
+			ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: dst}}})
+	}
+
+	const field = "output_config.artifact_destination.output_uri_prefix"
+	dst := dstStore.Prefixed("exports/ep-1")
+	srcWrites, dstWrites := srcStore.Stats().Writes.Load(), dstStore.Stats().Writes.Load()
+	for _, tc := range []struct{ what, dst, says string }{
+		{"an endpoint not allowed", srcStore.Prefixed("exports/ep-1"), "is not one this registry may export to; ask the registry's operator to allow the endpoint (-export-endpoints"},
+		{"an unknown parameter", dst + "&sse=1", `parameter "sse" is not allowed; an export destination takes only endpoint, region, use_path_style, anonymous`},
+		{"a credential profile", dst + "&profile=admin", `parameter "profile" is refused: it selects one of the registry's credential profiles`},
+		{"a credential file", dst + "&web_identity_token_file=/var/run/secrets/token", `parameter "web_identity_token_file" is refused`},
+		{"an endpoint given twice", dst + "&endpoint=" + url.QueryEscape(endpointOf(t, srcStore)), `parameter "endpoint" is given 2 times`},
+		{"virtual-hosted addressing", strings.Replace(dst, "use_path_style=true", "use_path_style=false", 1), "parameter use_path_style must be true"},
+		{"a gs:// query", "gs://bucket/exports?endpoint=" + url.QueryEscape(endpointOf(t, dstStore)), "only an s3:// destination may carry a query"},
+		{"a local query", "file:///tmp/exports?no_tmp_dir=1", "a local destination must not hold '?'"},
+		{"no endpoint", "s3://" + dstStore.Bucket + "/exports?region=us-east-1", "a query needs endpoint="},
+	} {
+		_, err := export(tc.dst)
+		wantCode(t, tc.what, err, codes.InvalidArgument, field+": ")
+		wantCode(t, tc.what, err, codes.InvalidArgument, tc.says)
+	}
+	if n := srcStore.Stats().Writes.Load() - srcWrites; n != 0 {
+		t.Errorf("refused exports sent the source's store %d writes; want none", n)
+	}
+	if n := dstStore.Stats().Writes.Load() - dstWrites; n != 0 {
+		t.Errorf("refused exports sent the allowed store %d writes; want none", n)
+	}
+
+	res, err := export(dst)
+	if err != nil || res.GetExportModel().GetCopied() != 3 {
+		t.Fatalf("ExportModel to %s = %v, %v; want 3 objects copied", dst, res, err)
+	}
+	// Every object, the MANIFEST included, is the source's, byte for byte.
+	read := func(b *blobstore.Bucket, key string) []byte {
+		t.Helper()
+		r, err := b.NewReader(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		data, err := io.ReadAll(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	sb, err := blobstore.Open(ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	b, err := blobstore.Open(ctx, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	objs, err := b.List(ctx)
+	if err != nil || len(objs) != 3 {
+		t.Fatalf("%s lists %v, %v; want 3 objects", dst, objs, err)
+	}
+	for _, o := range objs {
+		if _, ok := files[o.Key]; !ok && o.Key != artifact.Manifest {
+			t.Errorf("%s holds %s, not an artifact", dst, o.Key)
+			continue
+		}
+		if got, want := read(b, o.Key), read(sb, o.Key); !bytes.Equal(got, want) {
+			t.Errorf("%s %s: %d bytes, not the artifact's %d", dst, o.Key, len(got), len(want))
+		}
+	}
+	writes := dstStore.Stats().Writes.Load()
+	again, err := export(dst)
+	if err != nil || again.GetExportModel().GetCopied() != 0 || again.GetExportModel().GetSkipped() != 3 {
+		t.Fatalf("second ExportModel to %s = %v, %v; want nothing copied", dst, again, err)
+	}
+	if n := dstStore.Stats().Writes.Load() - writes; n != 0 {
+		t.Errorf("second export sent the store %d writes; want none", n)
 	}
 }

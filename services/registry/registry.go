@@ -12,6 +12,7 @@ import (
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/service"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -28,6 +29,12 @@ type Config struct {
 	// under ("" refuses local destinations; object stores are always
 	// allowed).
 	ExportRoot string
+	// ExportEndpoints are the S3-compatible endpoints (scheme://host:port,
+	// app.ParseExportEndpoint) an s3:// export destination may name with
+	// endpoint=; empty, the default, refuses every destination with a
+	// query, since a caller's endpoint would aim the registry's requests at
+	// any host. At most app.MaxExportEndpoints.
+	ExportEndpoints []string
 	// ExportTimeout bounds one attempt at an export (default
 	// DefaultExportTimeout); an attempt cut short is tried again, resuming,
 	// up to ExportAttempts times, then its operation fails.
@@ -39,8 +46,23 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Common.Register(fs, "REGISTRY", "127.0.0.1:7074", "127.0.0.1:9174")
 	fs.StringVar(&c.ExportRoot, "export-root", config.Env("LOOM_REGISTRY_EXPORT_ROOT", ""),
 		"directory ExportModel may write local exports under (file:// destinations); empty refuses them (LOOM_REGISTRY_EXPORT_ROOT)")
+	c.ExportEndpoints = config.SplitList(config.Env("LOOM_REGISTRY_EXPORT_ENDPOINTS", ""))
+	fs.Func("export-endpoints", "S3-compatible endpoints, comma-separated scheme://host:port, that an s3:// export destination may name with ?endpoint= (with use_path_style=true; region and anonymous also allowed); empty refuses destinations with a query (LOOM_REGISTRY_EXPORT_ENDPOINTS)",
+		func(s string) error {
+			c.ExportEndpoints = config.SplitList(s)
+			return nil
+		})
 	fs.DurationVar(&c.ExportTimeout, "export-timeout", config.EnvDuration("LOOM_REGISTRY_EXPORT_TIMEOUT", DefaultExportTimeout),
 		"bound on one attempt at an export; a cut attempt resumes, up to 5 attempts (LOOM_REGISTRY_EXPORT_TIMEOUT)")
+}
+
+// validate checks the settings that need parsing; a bad one stops the
+// registry at start, the error naming the flag and its variable.
+func (c *Config) validate() error {
+	if _, err := app.ParseExportEndpoints(c.ExportEndpoints); err != nil {
+		return errs.Invalid("-export-endpoints (LOOM_REGISTRY_EXPORT_ENDPOINTS)", "%v", err)
+	}
+	return nil
 }
 
 // RunArgs runs the registry from a command line (args, without the program
@@ -63,6 +85,9 @@ func Run(ctx context.Context, cfg Config) error {
 
 // run is Run with a hook told the bound gRPC address once it serves (tests).
 func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
+	if err := cfg.validate(); err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
 	// Only Loom services (the gateway) call this API: each call carries a
 	// service token.
 	internal, err := service.InternalAuth(cfg.Common)
@@ -79,6 +104,10 @@ func run(ctx context.Context, cfg Config, started func(grpcAddr string)) error {
 		return err
 	}
 	reg.SetExportRoot(cfg.ExportRoot)
+	if err := reg.SetExportEndpoints(cfg.ExportEndpoints); err != nil {
+		_ = base.Close()
+		return fmt.Errorf("registry: %w", err) // validate refused it already
+	}
 	if err := reg.RegisterMetrics(base.Telemetry.Registry); err != nil {
 		_ = base.Close()
 		return fmt.Errorf("registry: metrics: %w", err)

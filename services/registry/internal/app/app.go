@@ -40,6 +40,9 @@ type Registry struct {
 	state *domain.State
 
 	exportRoot string
+	// exportEndpoints are the endpoints an s3:// destination may name
+	// (SetExportEndpoints), canonical; none by default.
+	exportEndpoints []string
 	// attempts counts the tries at each ExportModel command in hand, by
 	// event id (HandleExport); under amu.
 	amu      sync.Mutex

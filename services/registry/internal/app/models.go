@@ -364,7 +364,8 @@ const MaxExportURI = 4096
 // libs/blobstore.Export (checksums compared, objects already there skipped).
 // It answers when the copy is done (the registry's own RPC; the gateway's
 // ExportModel is an operation that the ExportModel command runs). A local
-// destination must lie under the export root (SetExportRoot).
+// destination must lie under the export root (SetExportRoot); a destination
+// with a query must name an allowed endpoint (SetExportEndpoints).
 func (r *Registry) ExportModel(ctx context.Context, req *loomv1.ExportModelRequest) (*loomv1.ExportModelResponse, error) {
 	resp, _, err := r.export(ctx, req)
 	return resp, err
@@ -408,16 +409,19 @@ func (r *Registry) export(ctx context.Context, req *loomv1.ExportModelRequest) (
 	}, v.GetName(), nil
 }
 
-// checkDestination checks an export destination: bounded, and a local one
-// (file:// or an absolute path) under the export root.
+// checkDestination checks an export destination: bounded, a local one
+// (file:// or an absolute path) under the export root, and one with a query
+// only as checkDestinationQuery allows.
 func (r *Registry) checkDestination(field, dst string) error {
 	switch {
 	case dst == "":
 		return errs.Invalid(field, "required: where to copy the artifacts (file:///dir, s3://bucket/prefix, gs://…, azblob://…)")
 	case len(dst) > MaxExportURI:
 		return errs.Invalid(field, "%d bytes, more than the limit of %d", len(dst), MaxExportURI)
-	case strings.ContainsAny(dst, "\x00#?"):
-		return errs.Invalid(field, "must not hold NUL, '#' or '?'")
+	case strings.ContainsAny(dst, "\x00#"):
+		return errs.Invalid(field, "must not hold NUL or '#'")
+	case strings.Contains(dst, "?"):
+		return r.checkDestinationQuery(field, dst)
 	}
 	p, isFile := strings.CutPrefix(dst, "file://")
 	if !isFile && strings.Contains(dst, "://") {

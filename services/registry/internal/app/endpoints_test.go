@@ -1,0 +1,117 @@
+package app
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/loom-ml/loom/libs/errs"
+)
+
+// TestParseExportEndpoint: the allow-list takes http and https endpoints
+// with a host and an explicit port, in canonical (lower-case) form, and
+// refuses anything else, saying what the form is.
+func TestParseExportEndpoint(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"http://127.0.0.1:9000":         "http://127.0.0.1:9000",
+		"HTTPS://MinIO.Example:443":     "https://minio.example:443",
+		"http://[::1]:9000":             "http://[::1]:9000",
+		"https://s3.ceph.internal:7480": "https://s3.ceph.internal:7480",
+	} {
+		got, err := ParseExportEndpoint(in)
+		if err != nil || got != want {
+			t.Errorf("ParseExportEndpoint(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{
+		"", "minio:9000", "127.0.0.1:9000", "http://minio", "http://minio:", "http://minio:0", "http://minio:65536",
+		"http://minio:09000", "http://minio:9000/", "http://minio:9000/bucket", "http://u:p@minio:9000",
+		"http://minio:9000?x=1", "http://minio:9000#f", "ftp://minio:21", "file:///etc", "http://:9000",
+		"http://" + strings.Repeat("a", 300) + ":9000",
+	} {
+		if got, err := ParseExportEndpoint(in); err == nil {
+			t.Errorf("ParseExportEndpoint(%q) = %q; want a refusal", in, got)
+		} else if !strings.Contains(err.Error(), "scheme://host:port") && !strings.Contains(err.Error(), "limit") {
+			t.Errorf("ParseExportEndpoint(%q) = %v; want the error to say the form", in, err)
+		}
+	}
+	many := make([]string, MaxExportEndpoints+1)
+	for i := range many {
+		many[i] = "http://127.0.0.1:9000"
+	}
+	if _, err := ParseExportEndpoints(many); err == nil || !strings.Contains(err.Error(), "limit of 64") {
+		t.Errorf("ParseExportEndpoints(%d endpoints) = %v; want the limit", len(many), err)
+	}
+	if _, err := ParseExportEndpoints([]string{"http://a:1", "b:2"}); err == nil || !strings.Contains(err.Error(), "item 2") {
+		t.Errorf("ParseExportEndpoints with a bad second item = %v; want it named", err)
+	}
+}
+
+// TestCheckDestinationQuery: with no endpoint allowed every destination
+// with a query is refused, pointing at the flag; with one allowed, only an
+// s3:// destination naming it exactly (any case), with use_path_style=true
+// and nothing outside endpoint, region, use_path_style and anonymous,
+// passes. Every refusal is InvalidArgument on the field.
+func TestCheckDestinationQuery(t *testing.T) {
+	t.Parallel()
+	const field = "output_config.artifact_destination.output_uri_prefix"
+	const ok = "s3://models/exp?endpoint=http%3A%2F%2F127.0.0.1%3A9000&use_path_style=true"
+	off := &Registry{}
+	r := &Registry{}
+	if err := r.SetExportEndpoints([]string{"http://127.0.0.1:9000", "https://minio.example:9443"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetExportEndpoints([]string{"minio.example:9443"}); err == nil {
+		t.Error("SetExportEndpoints(no scheme) = nil; want a refusal")
+	}
+	refused := func(reg *Registry, dst, says string) {
+		t.Helper()
+		err := reg.checkDestination(field, dst)
+		var inv *errs.InvalidError
+		if !errors.As(err, &inv) || inv.Violations[0].Field != field || !strings.Contains(err.Error(), says) {
+			t.Errorf("checkDestination(%q) = %v; want InvalidArgument on %s saying %q", dst, err, field, says)
+		}
+	}
+	refused(off, ok, "destinations with a query are turned off on this registry")
+	refused(off, ok, "-export-endpoints / LOOM_REGISTRY_EXPORT_ENDPOINTS")
+	for _, dst := range []string{
+		ok,
+		ok + "&region=us-east-1&anonymous=true",
+		ok + "&anonymous=false",
+		"s3://models/exp?endpoint=HTTPS://MINIO.EXAMPLE:9443&use_path_style=true&region=eu-west-1",
+		"s3://models/exp/deep/prefix?use_path_style=true&endpoint=https://minio.example:9443",
+	} {
+		if err := r.checkDestination(field, dst); err != nil {
+			t.Errorf("checkDestination(%q) = %v; want it allowed", dst, err)
+		}
+	}
+	for _, tc := range []struct{ dst, says string }{
+		{"s3://models/exp?endpoint=http://127.0.0.1:9001&use_path_style=true", "endpoint http://127.0.0.1:9001 is not one this registry may export to; ask the registry's operator"},
+		{"s3://models/exp?endpoint=http://169.254.169.254:80&use_path_style=true", "is not one this registry may export to"},
+		{"s3://models/exp?endpoint=https://127.0.0.1:9000&use_path_style=true", "is not one this registry may export to"},
+		{"s3://models/exp?endpoint=http://127.0.0.1:9000/x&use_path_style=true", "endpoint must be scheme://host:port"},
+		{"s3://models/exp?endpoint=http://evil@127.0.0.1:9000&use_path_style=true", "endpoint must be scheme://host:port"},
+		{"s3://models/exp?endpoint=http://127.0.0.1:9000%3Fa%3Db&use_path_style=true", "endpoint must be scheme://host:port"},
+		{"s3://models/exp?endpoint=http://127.0.0.1:9000", "needs use_path_style=true"},
+		{ok + "&endpoint=http://127.0.0.1:9000", `parameter "endpoint" is given 2 times`},
+		{ok + "&hostname_immutable=true", `parameter "hostname_immutable" is refused: it changes the host`},
+		{ok + "&role=arn:aws:iam::1:role/admin", `parameter "role" is refused`},
+		{ok + "&profile=prod", `parameter "profile" is refused`},
+		{ok + "&awssdk=v1", `parameter "awssdk" is refused`},
+		{ok + "&disable_https=true", `parameter "disable_https" is refused`},
+		{ok + "&s3ForcePathStyle=true", "write use_path_style=true"},
+		{ok + "&kmskeyid=k", `parameter "kmskeyid" is not allowed`},
+		{ok + "&prefix=other/", `parameter "prefix" is not allowed`},
+		{ok + "&region=us-east-1.evil.com", "parameter region must be a region name"},
+		{ok + "&anonymous=1", "parameter anonymous must be true or false"},
+		{ok + ";x=1", "query does not parse"},
+		{"s3://models/exp?region=us-east-1", "a query needs endpoint="},
+		{"gs://models/exp?endpoint=http://127.0.0.1:9000", "only an s3:// destination may carry a query"},
+		{"azblob://models/exp?localemu=true", "only an s3:// destination may carry a query"},
+		{"/exports/m?x=1", "a local destination must not hold '?'"},
+		{"s3://models/exp#frag", "must not hold NUL or '#'"},
+	} {
+		refused(r, tc.dst, tc.says)
+	}
+}
