@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	osuser "os/user"
@@ -614,6 +615,9 @@ type service struct {
 	kill   func()        // ends it at once (SIGKILL; in-process, the same as stop)
 	done   chan struct{} // closed when the running instance has returned
 	killed bool          // the exit was asked for by Kill: not a failure
+	// parked holds the gRPC port of a service that Kill ended until
+	// Restart launches it again (nil otherwise).
+	parked net.Listener
 }
 
 // addKeyArgs adds svc's keys to its args as flags where it has them, and
@@ -756,10 +760,38 @@ func (s *Stack) Kill(ctx context.Context, name string) error {
 	kill()
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("stack: %s did not end: %w", name, ctx.Err())
 	}
+	svc.mu.Lock()
+	svc.parked = park(svc.addr)
+	svc.mu.Unlock()
+	return nil
+}
+
+// park listens on addr and closes every connection at once, so that
+// callers of a killed service see it down (a connection ended: gRPC's
+// Unavailable), as they would with the port closed, while no other
+// process can take the port. Without it, a parallel test that picked a
+// free port could bind the killed service's, and the service's callers
+// would reach a stranger (a CI run saw a bridge's retry answered by a
+// gateway whose scheduler had no JobService). It returns nil when addr
+// cannot be held: the port is then merely closed.
+func park(addr string) net.Listener {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return ln
 }
 
 // Restart starts a service that Kill ended again, with the same settings,
@@ -777,6 +809,12 @@ func (s *Stack) Restart(ctx context.Context, name string) error {
 	default:
 		return fmt.Errorf("stack: %s is running; Kill it first", name)
 	}
+	svc.mu.Lock()
+	if svc.parked != nil {
+		svc.parked.Close()
+		svc.parked = nil
+	}
+	svc.mu.Unlock()
 	if err := s.launch(ctx, svc); err != nil {
 		return fmt.Errorf("stack: restart %s: %w", name, err)
 	}
@@ -966,6 +1004,10 @@ func (s *Stack) close(ctx context.Context) error {
 		for _, svc := range s.services {
 			svc.mu.Lock()
 			stop := svc.stop
+			if svc.parked != nil {
+				svc.parked.Close()
+				svc.parked = nil
+			}
 			svc.mu.Unlock()
 			if stop != nil {
 				stop()
