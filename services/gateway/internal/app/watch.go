@@ -86,7 +86,7 @@ func checkWatch(req *loomv1.WatchChangesRequest) (resname.Project, []string, str
 				switch {
 				case c == "":
 				case !slices.Contains(WatchCollections, c):
-					v.Add("collections", "%q is not a collection the gateway watches (want some of %s)", truncate(c, 64), strings.Join(WatchCollections, ", "))
+					v.Add("collections", "%q is not a collection the gateway watches (want some of %s)", clipText(c), strings.Join(WatchCollections, ", "))
 				case !slices.Contains(cols, c):
 					cols = append(cols, c)
 				}
@@ -99,16 +99,8 @@ func checkWatch(req *loomv1.WatchChangesRequest) (resname.Project, []string, str
 	if loc == "" {
 		loc = DefaultWatchLocation
 	}
-	v.Check(resname.ValidID(loc), "location", "%q is not a location id", truncate(loc, 64))
+	v.Check(resname.ValidID(loc), "location", "%q is not a location id", clipText(loc))
 	return project, cols, loc, v.Err()
-}
-
-// truncate cuts s to n bytes for an error message.
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
 }
 
 // WatchChanges sends the current state of each collection the request
