@@ -39,6 +39,13 @@ type Common struct {
 	// removed when the service stops (libs/service.RegisterFileSD). Node
 	// agents listen on ports nobody chose; this is how Prometheus finds them.
 	MetricsSDDir string
+	// LaunchID, when set, names this launch of the service to whoever
+	// started it (LOOM_LAUNCH_ID, -launch-id; default none): the service's
+	// gRPC health service also reports its status under the name
+	// "loom.launch/<LaunchID>", SERVING only once all its listeners are
+	// bound. A supervisor that picked the service's port tells its own
+	// process from another that took the port first by asking for that name.
+	LaunchID string
 	// CreateTopics makes the service create the topics it uses at start
 	// (LOOM_CREATE_TOPICS; default true).
 	CreateTopics bool
@@ -94,6 +101,8 @@ func (c *Common) Register(fs *flag.FlagSet, svc, defGRPC, defHTTP string) {
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", Env("LOOM_"+svc+"_GRPC_ADDR", defGRPC), "gRPC listen address (LOOM_"+svc+"_GRPC_ADDR)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", Env("LOOM_"+svc+"_HTTP_ADDR", defHTTP), "HTTP address for /metrics, /healthz, /readyz (LOOM_"+svc+"_HTTP_ADDR)")
 	fs.StringVar(&c.LogLevel, "log-level", Env("LOOM_LOG_LEVEL", "info"), "log level: debug, info, warn, error (LOOM_LOG_LEVEL)")
+	fs.StringVar(&c.LaunchID, "launch-id", Env("LOOM_LAUNCH_ID", ""),
+		"name of this process for its supervisor: gRPC health also reports under \"loom.launch/<id>\" (LOOM_LAUNCH_ID; default none)")
 	fs.BoolVar(&c.CreateTopics, "create-topics", EnvBool("LOOM_CREATE_TOPICS", true), "create Loom's topics at start (LOOM_CREATE_TOPICS)")
 	fs.StringVar(&c.MetricsSDDir, "metrics-sd", Env("LOOM_METRICS_SD_DIR", ""),
 		"directory where the service registers its /metrics address as a Prometheus file_sd JSON file (LOOM_METRICS_SD_DIR; default none)")

@@ -225,6 +225,9 @@ func New(ctx context.Context, name string, cfg config.Common, opts ...grpc.Serve
 
 	b.Health = health.NewServer()
 	b.Health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	if cfg.LaunchID != "" {
+		b.Health.SetServingStatus(LaunchHealthName(cfg.LaunchID), healthpb.HealthCheckResponse_NOT_SERVING)
+	}
 	b.GRPC = grpc.NewServer(append([]grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(tel.TracerProvider),
@@ -238,6 +241,11 @@ func New(ctx context.Context, name string, cfg config.Common, opts ...grpc.Serve
 	healthpb.RegisterHealthServer(b.GRPC, b.Health)
 	return b, nil
 }
+
+// LaunchHealthName is the gRPC health service name under which a service
+// started with config.Common.LaunchID id reports its status: only that
+// process answers SERVING for it, whoever else listens on the same port.
+func LaunchHealthName(id string) string { return "loom.launch/" + id }
 
 // RedisOptions are the go-redis options of cfg: address, ACL user,
 // password (LOOM_REDIS_PASSWORD, or the 0600 file LOOM_REDIS_PASSWORD_FILE)
@@ -482,6 +490,9 @@ func (b *Base) Run(ctx context.Context, consumers []Consume, loops ...func(conte
 		g.Go(func() error { return loop(gctx) })
 	}
 	b.Health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	if b.Config.LaunchID != "" {
+		b.Health.SetServingStatus(LaunchHealthName(b.Config.LaunchID), healthpb.HealthCheckResponse_SERVING)
+	}
 
 	err = g.Wait()
 	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {

@@ -10,6 +10,8 @@ package stack
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -39,6 +41,7 @@ import (
 	"github.com/loom-ml/loom/libs/bus"
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/embedded"
+	svcbase "github.com/loom-ml/loom/libs/service"
 	"github.com/loom-ml/loom/libs/topics"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/bridge"
@@ -538,6 +541,9 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 		{name: "bridge", addr: a.Bridge, args: bridgeArgs, run: bridge.RunArgs, flags: flagsOf((*bridge.Config).RegisterFlags)},
 	} {
 		// Every service gets -service-key-file from common (config.Common).
+		// Its launch id is how readiness knows the process that answers
+		// on svc.addr is this one, not another that took the picked port.
+		svc.keys = append(svc.keys, keyArg{"launch-id", "LOOM_LAUNCH_ID", newLaunchID()})
 		svc.addKeyArgs()
 		s.services[svc.name] = svc
 		if err := s.launch(ctx, svc); err != nil {
@@ -587,6 +593,13 @@ func resolveAddrs(a Addrs) (Addrs, error) {
 	return a, nil
 }
 
+// newLaunchID returns a random id for a service's -launch-id.
+func newLaunchID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
 // flagsOf is a service's flag registration without its config.
 func flagsOf[C any](register func(*C, *flag.FlagSet)) func(*flag.FlagSet) {
 	return func(fs *flag.FlagSet) { register(new(C), fs) }
@@ -609,6 +622,10 @@ type service struct {
 	// variables (BinDir only).
 	keys []keyArg
 	env  []string
+	// launchID is its -launch-id: readiness asks gRPC health for
+	// svcbase.LaunchHealthName(launchID), which only this process
+	// answers ("" when the service has no such flag: any answer counts).
+	launchID string
 
 	mu     sync.Mutex
 	stop   func()        // asks the running instance to stop (cancel, or SIGTERM)
@@ -632,6 +649,9 @@ func (svc *service) addKeyArgs() {
 		fs.VisitAll(func(f *flag.Flag) { defined[f.Name] = true })
 	}
 	for _, k := range svc.keys {
+		if k.flag == "launch-id" && defined[k.flag] {
+			svc.launchID = k.value
+		}
 		if defined[k.flag] {
 			svc.args = append(svc.args, "-"+k.flag+"="+k.value)
 		} else {
@@ -861,7 +881,13 @@ func (s *Stack) waitReady(ctx context.Context, timeout time.Duration) error {
 // serving waits until svc reports SERVING on the gRPC health service.
 func (s *Stack) serving(ctx, wctx context.Context, svc *service) error {
 	err := s.poll(ctx, wctx, svc.addr, func(ctx context.Context, conn *grpc.ClientConn) error {
-		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+		req := &healthpb.HealthCheckRequest{}
+		if svc.launchID != "" {
+			// Another process on the picked port answers NotFound here;
+			// the wait goes on until this service binds or exits.
+			req.Service = svcbase.LaunchHealthName(svc.launchID)
+		}
+		resp, err := healthpb.NewHealthClient(conn).Check(ctx, req, grpc.WaitForReady(true))
 		if err == nil && resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 			err = fmt.Errorf("health %s", resp.GetStatus())
 		}

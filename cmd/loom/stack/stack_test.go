@@ -20,6 +20,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	grpchealth "google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/agentcmd"
@@ -251,6 +253,33 @@ func TestStartFailsCleanlyWhenAPortIsTaken(t *testing.T) {
 	// parallel test meanwhile): the error names each.
 	if !strings.HasPrefix(err.Error(), "start stack: ") || !strings.Contains(err.Error(), "scheduler: service scheduler: listen gRPC on "+ln.Addr().String()) {
 		t.Fatalf("error %q does not name the scheduler and its address", err)
+	}
+}
+
+// Another gRPC server that answers health SERVING on a service's port is
+// not that service: Start waits for the service's own instance, sees it
+// fail to bind, and says so (it used to report the stack up).
+func TestStartIsNotFooledByAnotherServerOnItsPort(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := grpc.NewServer()
+	healthpb.RegisterHealthServer(other, grpchealth.NewServer()) // "" is SERVING
+	go func() { _ = other.Serve(ln) }()
+	defer other.Stop()
+	opts := testOptions(t)
+	opts.Addrs.Registry = ln.Addr().String()
+	st, err := Start(ctx, opts)
+	if err == nil {
+		_ = st.Close(ctx)
+		t.Fatal("Start reported the stack up while another server held the registry's port")
+	}
+	if !strings.Contains(err.Error(), "registry: service registry: listen gRPC on "+ln.Addr().String()) {
+		t.Fatalf("error %q does not name the registry and its address", err)
 	}
 }
 
