@@ -90,7 +90,7 @@ type Config struct {
 	// ChangeRefresh is how often a WatchChanges stream lists its
 	// collections again, a safety net: the change feeds bring each change
 	// within about a second (LOOM_GATEWAY_CHANGE_REFRESH; default
-	// app.DefaultChangeRefresh, 30s; between 1s and 1h).
+	// DefaultChangeRefresh, 30s; between 1s and 1h).
 	ChangeRefresh time.Duration
 	// MetricsInterval is how often they are scraped
 	// (LOOM_GATEWAY_METRICS_INTERVAL; default 5s; 120 scrapes are kept).
@@ -180,7 +180,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"services' /metrics scraped for the console's dashboards, as service=url,... (LOOM_GATEWAY_METRICS_TARGETS; default none)")
 	fs.DurationVar(&c.MetricsInterval, "metrics-interval", config.EnvDuration("LOOM_GATEWAY_METRICS_INTERVAL", 5*time.Second),
 		"how often -metrics-targets are scraped (LOOM_GATEWAY_METRICS_INTERVAL)")
-	fs.DurationVar(&c.ChangeRefresh, "change-refresh", config.EnvDuration("LOOM_GATEWAY_CHANGE_REFRESH", app.DefaultChangeRefresh),
+	fs.DurationVar(&c.ChangeRefresh, "change-refresh", config.EnvDuration("LOOM_GATEWAY_CHANGE_REFRESH", DefaultChangeRefresh),
 		"how often a WatchChanges stream lists its collections again, a safety net beside the change feeds (LOOM_GATEWAY_CHANGE_REFRESH)")
 	c.Auth.registerFlags(fs)
 	c.Limits.register(fs)
@@ -221,6 +221,10 @@ func (c Config) withDefaults() Config {
 	def(&c.Auth.OIDCUserClaim, app.DefaultOIDCUserClaim)
 	return c
 }
+
+// DefaultChangeRefresh is -change-refresh's default: how often a
+// WatchChanges stream lists its collections again beside the change feeds.
+const DefaultChangeRefresh = app.DefaultChangeRefresh
 
 // ConsumerGroup is the group the gateway's instances share on
 // loom.cluster.events.v1 and loom.model.events.v1 to finish operations.
