@@ -130,14 +130,7 @@ func TestWatchChangesLiveOnStack(t *testing.T) {
 	})
 	t.Logf("a created cluster showed on the open watch %s after the create", time.Since(start).Round(time.Millisecond))
 
-	art := t.TempDir()
-	weights := []byte("fed weights")
-	if err := os.WriteFile(filepath.Join(art, "model.bin"), weights, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(art, "MANIFEST"), fmt.Appendf(nil, "%x  model.bin\n", sha256.Sum256(weights)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	art := modelArtifact(t)
 	isFed := func(l watchLine) bool {
 		return l.Result.Type == "CHANGED" && l.Result.Collection == "models" && strings.Contains(l.Result.Name, "/models/fed")
 	}
@@ -154,4 +147,19 @@ func TestWatchChangesLiveOnStack(t *testing.T) {
 		return isFed(l) && l.Result.Model != nil && l.Result.Model.LatestVersion == "2"
 	})
 	t.Logf("a new version showed on the open watch %s after the upload", time.Since(start).Round(time.Millisecond))
+}
+
+// modelArtifact writes a complete artifact directory (a file and the
+// MANIFEST of its SHA-256) for `loom models upload`.
+func modelArtifact(t *testing.T) string {
+	t.Helper()
+	art := t.TempDir()
+	weights := []byte("fed weights")
+	if err := os.WriteFile(filepath.Join(art, "model.bin"), weights, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(art, "MANIFEST"), fmt.Appendf(nil, "%x  model.bin\n", sha256.Sum256(weights)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return art
 }
