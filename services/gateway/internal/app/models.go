@@ -116,7 +116,9 @@ func uploadParent(parent string) (project, location string, err error) {
 	return project, location, nil
 }
 
-// UpdateModel changes a model's or a version's masked fields.
+// UpdateModel changes a model's or a version's masked fields; this
+// gateway's watchers of the project's models are told (the registry emits no
+// event for it).
 func (g *Gateway) UpdateModel(ctx context.Context, req *loomv1.UpdateModelRequest) (*loomv1.Model, error) {
 	out, err := g.own.Models.UpdateModel(ctx, req)
 	if err == nil {
@@ -125,7 +127,8 @@ func (g *Gateway) UpdateModel(ctx context.Context, req *loomv1.UpdateModelReques
 	return out, err
 }
 
-// MergeVersionAliases adds and removes a version's aliases.
+// MergeVersionAliases adds and removes a version's aliases; this gateway's
+// watchers of the project's models are told.
 func (g *Gateway) MergeVersionAliases(ctx context.Context, req *loomv1.MergeVersionAliasesRequest) (*loomv1.Model, error) {
 	out, err := g.own.Models.MergeVersionAliases(ctx, req)
 	if err == nil {
@@ -134,7 +137,8 @@ func (g *Gateway) MergeVersionAliases(ctx context.Context, req *loomv1.MergeVers
 	return out, err
 }
 
-// DeleteModel deletes a model and its versions.
+// DeleteModel deletes a model and its versions; this gateway's watchers of
+// the project's models are told.
 func (g *Gateway) DeleteModel(ctx context.Context, req *loomv1.DeleteModelRequest) (*loomv1.DeleteModelResponse, error) {
 	out, err := g.own.Models.DeleteModel(ctx, req)
 	if err == nil {
@@ -143,7 +147,8 @@ func (g *Gateway) DeleteModel(ctx context.Context, req *loomv1.DeleteModelReques
 	return out, err
 }
 
-// DeleteModelVersion deletes one version (not the only one, not the default).
+// DeleteModelVersion deletes one version (not the only one, not the
+// default); this gateway's watchers of the project's models are told.
 func (g *Gateway) DeleteModelVersion(ctx context.Context, req *loomv1.DeleteModelVersionRequest) (*loomv1.DeleteModelResponse, error) {
 	out, err := g.own.Models.DeleteModelVersion(ctx, req)
 	if err == nil {
