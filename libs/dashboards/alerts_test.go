@@ -15,7 +15,8 @@ import (
 // beside near misses for which it must not: /B's NotFound (a client
 // error), partition 1 (lag grows but records are consumed), the registry's
 // young outbox, the error ratio before its 5 minutes, dead letters after
-// their 5-minute window.
+// their 5-minute window, metric refusals before the first and of a reason
+// that stays at 0.
 const alertCases = `rule_files: [rules.yml]
 evaluation_interval: 1m
 tests:
@@ -47,6 +48,10 @@ tests:
         values: '1x8 0x12'
       - series: 'up{job="gateway",instance="g:9170"}'
         values: '1x20'
+      - series: 'loom_training_metrics_refused_total{job="training",instance="t:9175",reason="held-full"}'
+        values: '0x8 3x12'
+      - series: 'loom_training_metrics_refused_total{job="training",instance="t:9175",reason="rate"}'
+        values: '0x20'
     alert_rule_test:
       - eval_time: 3m
         alertname: LoomHighErrorRatio
@@ -84,6 +89,16 @@ tests:
               action: "Read the dead letters (their loom_dlq_error header says why), fix the cause and replay them."
       - eval_time: 19m
         alertname: LoomDeadLetters
+      - eval_time: 8m
+        alertname: LoomTrainingMetricsRefused
+      - eval_time: 12m
+        alertname: LoomTrainingMetricsRefused
+        exp_alerts:
+          - exp_labels: {severity: ticket, job: training, reason: held-full}
+            exp_annotations:
+              summary: "training: training metric records refused (held-full)"
+              description: "3 records of training metrics (MetricsReported) were refused as held-full in the last 15 minutes: their points are missing from the jobs' curves."
+              action: "Read the training service's WARN lines \"metrics refused\" (job, attempt, signer); docs/metrics.md says what each reason means: rate and held-full are bounds a job ran into, not-placed a writer that is not one of the run's nodes."
       - eval_time: 12m
         alertname: LoomTargetDown
         exp_alerts:

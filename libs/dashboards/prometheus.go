@@ -42,6 +42,9 @@ func Alerts() []Alert {
 	consumed := `sum by (service, group, topic, partition) (increase(loom_consumer_records_total[5m]))`
 	oldest := `max by (service) (loom_outbox_oldest_age_seconds)`
 	dead := `sum by (service, topic) (increase(loom_dead_letters_total[5m]))`
+	// Every reason is exported from 0, so the series exist before the
+	// first refusal.
+	refused := `sum by (job, reason) (increase(loom_training_metrics_refused_total[15m]))`
 	return []Alert{
 		{
 			Name:  "LoomHighErrorRatio",
@@ -83,6 +86,15 @@ func Alerts() []Alert {
 			Summary:     "{{ $labels.service }}: records dead-lettered from {{ $labels.topic }}",
 			Description: "{{ $value }} records of {{ $labels.topic }} were dead-lettered by {{ $labels.service }} in the last 5 minutes: each failed its retries.",
 			Action:      "Read the dead letters (their loom_dlq_error header says why), fix the cause and replay them.",
+		},
+		{
+			Name:        "LoomTrainingMetricsRefused",
+			Expr:        refused + " > 0",
+			Check:       refused + " > bool 0",
+			Severity:    "ticket",
+			Summary:     "{{ $labels.job }}: training metric records refused ({{ $labels.reason }})",
+			Description: "{{ $value }} records of training metrics (MetricsReported) were refused as {{ $labels.reason }} in the last 15 minutes: their points are missing from the jobs' curves.",
+			Action:      "Read the training service's WARN lines \"metrics refused\" (job, attempt, signer); docs/metrics.md says what each reason means: rate and held-full are bounds a job ran into, not-placed a writer that is not one of the run's nodes.",
 		},
 		{
 			Name:        "LoomTargetDown",

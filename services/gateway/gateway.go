@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -85,6 +87,11 @@ type Config struct {
 	// "service=url,..." (LOOM_GATEWAY_METRICS_TARGETS; default "": none,
 	// the dashboards then have no data). `loom up` sets it to its services.
 	MetricsTargets string
+	// ChangeRefresh is how often a WatchChanges stream lists its
+	// collections again, a safety net: the change feeds bring each change
+	// within about a second (LOOM_GATEWAY_CHANGE_REFRESH; default
+	// DefaultChangeRefresh, 30s; between 1s and 1h).
+	ChangeRefresh time.Duration
 	// MetricsInterval is how often they are scraped
 	// (LOOM_GATEWAY_METRICS_INTERVAL; default 5s; 120 scrapes are kept).
 	MetricsInterval time.Duration
@@ -173,6 +180,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"services' /metrics scraped for the console's dashboards, as service=url,... (LOOM_GATEWAY_METRICS_TARGETS; default none)")
 	fs.DurationVar(&c.MetricsInterval, "metrics-interval", config.EnvDuration("LOOM_GATEWAY_METRICS_INTERVAL", 5*time.Second),
 		"how often -metrics-targets are scraped (LOOM_GATEWAY_METRICS_INTERVAL)")
+	fs.DurationVar(&c.ChangeRefresh, "change-refresh", config.EnvDuration("LOOM_GATEWAY_CHANGE_REFRESH", DefaultChangeRefresh),
+		"how often a WatchChanges stream lists its collections again, a safety net beside the change feeds (LOOM_GATEWAY_CHANGE_REFRESH)")
 	c.Auth.registerFlags(fs)
 	c.Limits.register(fs)
 }
@@ -212,6 +221,10 @@ func (c Config) withDefaults() Config {
 	def(&c.Auth.OIDCUserClaim, app.DefaultOIDCUserClaim)
 	return c
 }
+
+// DefaultChangeRefresh is -change-refresh's default: how often a
+// WatchChanges stream lists its collections again beside the change feeds.
+const DefaultChangeRefresh = app.DefaultChangeRefresh
 
 // ConsumerGroup is the group the gateway's instances share on
 // loom.cluster.events.v1 and loom.model.events.v1 to finish operations.
@@ -282,6 +295,9 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 	if iv := cfg.MetricsInterval; iv != 0 && (iv < 100*time.Millisecond || iv > time.Hour) {
 		return errs.Invalid("metrics-interval", "must be between 100ms and 1h, got %s", iv)
 	}
+	if r := cfg.ChangeRefresh; r != 0 && (r < time.Second || r > time.Hour) {
+		return errs.Invalid("change-refresh", "must be between 1s and 1h, got %s", r)
+	}
 	var scraper *dashboards.Scraper
 	if len(targets) > 0 {
 		scraper = dashboards.NewScraper(targets, dashboards.ScraperOptions{Interval: cfg.MetricsInterval})
@@ -343,8 +359,18 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 		return bus.Tail(ctx, bus.TailConfig{Brokers: cfg.Brokers, Topic: topics.JobEvents, Logger: base.Log, Ready: ready,
 			Verifier: base.Verifier, Security: base.Kafka, Filter: func(r bus.Record) bool { return gw.Watched(r.Type, r.Subject) }}, handle)
 	}
+	// WatchChanges' other collections get their changes from a groupless
+	// tail of each of app.ChangeTopics, run likewise only while someone
+	// watches one of them, decoding only the watched projects' records.
+	changeFeed := func(ctx context.Context, ready func(), handle func(context.Context, envelope.Event)) error {
+		return tailAll(ctx, app.ChangeTopics, ready, func(ctx context.Context, topic string, ready func()) error {
+			return bus.Tail(ctx, bus.TailConfig{Brokers: cfg.Brokers, Topic: topic, Logger: base.Log, Ready: ready,
+				Verifier: base.Verifier, Security: base.Kafka, Filter: func(r bus.Record) bool { return gw.ChangeWatched(r.Type, r.Subject) }}, handle)
+		})
+	}
 	gw = app.New(adapters.NewRepo(base.Store), owners, app.Options{Clock: base.Clock, Log: base.Log, PrivateJobs: private,
-		JobHistory: cfg.JobHistory, Feed: feed, MaxArraySize: cfg.MaxArraySize, Quota: quota, Audit: auditOpt,
+		JobHistory: cfg.JobHistory, Feed: feed, ChangeFeed: changeFeed, ChangeRefresh: cfg.ChangeRefresh,
+		MaxArraySize: cfg.MaxArraySize, Quota: quota, Audit: auditOpt,
 		MaxChangeWatches: cfg.Limits.MaxChangeWatches})
 	rec.g = gw
 	// A command the broker refuses for good fails its operation or job
@@ -421,6 +447,37 @@ func serveREST(ctx context.Context, base *service.Base, addr string, limits port
 		return fmt.Errorf("rest: %w", err)
 	}
 	return nil
+}
+
+// tailAll runs tail for each topic at once until ctx ends or one fails
+// (then it stops the others and returns that error); it calls ready once
+// every tail is ready.
+func tailAll(ctx context.Context, topics []string, ready func(), tail func(ctx context.Context, topic string, ready func()) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var left atomic.Int32
+	left.Store(int32(len(topics)))
+	errc := make(chan error, len(topics))
+	for _, topic := range topics {
+		go func() {
+			var once sync.Once
+			errc <- tail(ctx, topic, func() {
+				once.Do(func() {
+					if left.Add(-1) == 0 {
+						ready()
+					}
+				})
+			})
+		}()
+	}
+	var first error
+	for range topics {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+			cancel()
+		}
+	}
+	return first
 }
 
 // sweepInterval is how often the job history is swept: a hundredth of its

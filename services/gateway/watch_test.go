@@ -20,6 +20,7 @@ import (
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -115,11 +116,12 @@ func watchJob(id, user string, st loomv1.JobState) *loomv1.Job {
 
 // TestWatchChangesShowsWhatListsShow: what a watch holds (its initial state
 // and every change after it applied) is what the list RPCs return to the
-// same caller, PrivateData included, after job changes (from the feed),
-// a job gone, and a cluster change (from the refresh).
+// same caller, PrivateData included, after job changes (from the job
+// feed), a job gone, and a cluster change (from the change feed: the
+// refresh is an hour here).
 func TestWatchChangesShowsWhatListsShow(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *Config) { c.PrivateData = "jobs" })
+	h := newHarness(t, func(c *Config) { c.PrivateData = "jobs"; c.ChangeRefresh = time.Hour })
 	ctx := testkit.Context(t, 3*wait)
 	h.w.setJob(watchJob("1", "ana", loomv1.JobState_PENDING))
 	h.w.setJob(watchJob("2", "bob", loomv1.JobState_RUNNING))
@@ -201,6 +203,9 @@ func TestWatchChangesShowsWhatListsShow(t *testing.T) {
 	c := c1()
 	c.Status.ReadyNodes = 2
 	h.w.setCluster(c)
+	if err := prod.Publish(ctx, envelope.New(topics.ClusterEvents, cluster1, "loom/provisioner", &eventsv1.ClusterChanged{Cluster: c})); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
 	same("after the changes, the watch holds what the lists show")
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -411,4 +416,92 @@ func TestWatchChangesRefusesAndStreamsOverREST(t *testing.T) {
 	if l.Result.Type != "CHANGED" || l.Result.Name != j.GetName() || got.JobId != "5" || got.User != "bob" {
 		t.Errorf("after the submit: %+v (job %s of %s), want job 5 CHANGED in proto field names", l.Result, got.JobId, got.User)
 	}
+}
+
+// TestWatchChangesFeedsEveryCollection: with the refresh an hour away, a
+// cluster created, a CustomJob's change and a node's change reach an open
+// watch from the events their owners publish (ClusterChanged,
+// CustomJobChanged, NodeChanged), each listed again with the watcher's
+// credentials; an event of another project changes nothing in the watch.
+func TestWatchChangesFeedsEveryCollection(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *Config) { c.ChangeRefresh = time.Hour })
+	ctx := testkit.Context(t, 3*wait)
+	ana := h.as(t, "ana")
+	stream, err := loomv1.NewChangeServiceClient(ana).WatchChanges(ctx, &loomv1.WatchChangesRequest{Project: project,
+		Collections: []string{"clusters", "customJobs"}})
+	if err != nil {
+		t.Fatalf("WatchChanges: %v", err)
+	}
+	events := make(chan *loomv1.ChangeEvent, 64)
+	go func() {
+		defer close(events)
+		for {
+			ev, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			events <- ev
+		}
+	}()
+	// next waits for the event match accepts, passing over others; the
+	// deadline is far below the hour-long refresh.
+	next := func(what string, match func(*loomv1.ChangeEvent) bool) time.Duration {
+		t.Helper()
+		start := time.Now()
+		deadline := time.After(wait)
+		for {
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					t.Fatalf("%s: the watch ended", what)
+				}
+				if match(ev) {
+					return time.Since(start)
+				}
+			case <-deadline:
+				t.Fatalf("%s: not on the watch within %s (the refresh is an hour away)", what, wait)
+			}
+		}
+	}
+	next("SYNCED", func(ev *loomv1.ChangeEvent) bool { return ev.GetType() == loomv1.ChangeEvent_SYNCED })
+	prod := bus.NewProducer([]string{h.broker})
+	prod.SetSigner(testkit.Signer())
+	defer prod.Close()
+	publish := func(key string, m proto.Message) {
+		t.Helper()
+		ev, err := envelope.Route(key, "loom/test", m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := prod.Publish(ctx, ev); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+	}
+
+	const c2 = project + "/clusters/c2"
+	h.w.setCluster(&loomv1.Cluster{Name: c2, DisplayName: "fed"})
+	publish(c2, &eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: c2}})
+	took := next("the new cluster", func(ev *loomv1.ChangeEvent) bool {
+		return ev.GetType() == loomv1.ChangeEvent_CHANGED && ev.GetName() == c2
+	})
+	t.Logf("a created cluster reached the watch %s after its event", took.Round(time.Millisecond))
+
+	// Another project's cluster event lists nothing new for this one; the
+	// CustomJob that follows comes next, with nothing before it.
+	publish("projects/other/clusters/x", &eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: "projects/other/clusters/x"}})
+	cj := &trainingv1.CustomJob{Name: location + "/customJobs/7", DisplayName: "fed", User: "ana", State: trainingv1.JobState_JOB_STATE_RUNNING}
+	h.w.setTraining(cj)
+	publish(project, &eventsv1.CustomJobChanged{CustomJob: cj})
+	var first *loomv1.ChangeEvent
+	next("the CustomJob", func(ev *loomv1.ChangeEvent) bool {
+		if first == nil {
+			first = ev
+		}
+		return ev.GetType() == loomv1.ChangeEvent_CHANGED && ev.GetName() == cj.GetName()
+	})
+	if first.GetName() != cj.GetName() {
+		t.Errorf("first event after the other project's change: %v, want the CustomJob's", first)
+	}
+
 }

@@ -131,6 +131,10 @@ type Options struct {
 	// HealthArgs are more health flags, given after the stack's own (e.g.
 	// -remediation=dry-run, -max-remediating=0.5, -mass-silence=0.5).
 	HealthArgs []string
+	// RegistryArgs are more registry flags, given after the stack's own
+	// (e.g. -export-endpoints=https://minio.internal:9000, `loom up
+	// --export-endpoints`).
+	RegistryArgs []string
 	// OnSimLaunch, when set, is told of every boot the sim provider starts:
 	// the node's full name and the real time until its simulated agent
 	// registers (sim.Config.OnLaunch) — how a benchmark learns the
@@ -533,7 +537,7 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 		{name: "provisioner", addr: a.Provisioner, args: provArgs, run: runProvisioner, flags: flagsOf((*provisioner.Config).RegisterFlags)},
 		{name: "scheduler", addr: a.Scheduler, args: common(a.Scheduler, a.SchedulerHTTP), run: scheduler.RunArgs, flags: flagsOf((*scheduler.Config).RegisterFlags)},
 		{name: "health", addr: a.Health, args: healthArgs, run: health.RunArgs, flags: flagsOf((*health.Config).RegisterFlags)},
-		{name: "registry", addr: a.Registry, args: common(a.Registry, a.RegistryHTTP), run: registry.RunArgs, flags: flagsOf((*registry.Config).RegisterFlags)},
+		{name: "registry", addr: a.Registry, args: append(common(a.Registry, a.RegistryHTTP), opts.RegistryArgs...), run: registry.RunArgs, flags: flagsOf((*registry.Config).RegisterFlags)},
 		{name: "training", addr: a.Training, args: common(a.Training, a.TrainingHTTP), run: training.RunArgs, flags: flagsOf((*training.Config).RegisterFlags)},
 		{name: "gateway", addr: a.Gateway, args: gwArgs, run: gateway.RunArgs, flags: flagsOf((*gateway.Config).RegisterFlags), keys: gwAuth},
 		// The bridge applies other systems' messages as calls to the

@@ -39,7 +39,7 @@ func defaultDataDir() string {
 }
 
 func (a *app) upCommand() *cobra.Command {
-	var dataDir, logLevel, provider, capacity, authdSocket, metricsSD string
+	var dataDir, logLevel, provider, capacity, authdSocket, metricsSD, exportEndpoints string
 	var stopAgents bool
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -89,14 +89,19 @@ them when Loom stops instead.`,
 			if sdDir != "" {
 				agentEnv = append(agentEnv, "LOOM_METRICS_SD_DIR="+sdDir)
 			}
+			var registryArgs []string
+			if exportEndpoints != "" {
+				registryArgs = append(registryArgs, "-export-endpoints="+exportEndpoints)
+			}
 			st, err := stack.Start(ctx, stack.Options{
-				AgentEnv: agentEnv,
-				DataDir:  abs,
-				Addrs:    a.upAddrs(),
-				LogLevel: logLevel,
-				Log:      log,
-				Provider: provider,
-				Capacity: capacity,
+				RegistryArgs: registryArgs,
+				AgentEnv:     agentEnv,
+				DataDir:      abs,
+				Addrs:        a.upAddrs(),
+				LogLevel:     logLevel,
+				Log:          log,
+				Provider:     provider,
+				Capacity:     capacity,
 				// What runs the jobs outlives the control plane unless
 				// asked otherwise; what is left is said on the way out.
 				KeepAgents: !stopAgents,
@@ -163,6 +168,8 @@ them when Loom stops instead.`,
 	cmd.Flags().StringVar(&authdSocket, "authd-socket", config.Env("LOOM_AUTHD_SOCKET", ""), "the login daemon's Unix socket (LOOM_AUTHD_SOCKET; default <data dir>/authd.sock; \"off\": none)")
 	cmd.Flags().StringVar(&metricsSD, "metrics-sd", config.Env("LOOM_METRICS_SD_DIR", ""),
 		"directory where node agents register their /metrics addresses for Prometheus' file_sd_configs (LOOM_METRICS_SD_DIR; default <data dir>/metrics-sd; \"off\": none)")
+	cmd.Flags().StringVar(&exportEndpoints, "export-endpoints", config.Env("LOOM_REGISTRY_EXPORT_ENDPOINTS", ""),
+		"S3-compatible endpoints, comma-separated scheme://host:port, that `loom models export` may name in an s3:// destination's ?endpoint= (the registry's -export-endpoints; LOOM_REGISTRY_EXPORT_ENDPOINTS; default none)")
 	cmd.Flags().StringVar(&logLevel, "log-level", config.Env("LOOM_LOG_LEVEL", "info"), "services' log level: debug, info, warn, error (LOOM_LOG_LEVEL)")
 	return cmd
 }

@@ -53,6 +53,12 @@ type Options struct {
 	// only while someone watches; without it watchers see changes at their
 	// refresh only.
 	Feed Feed
+	// ChangeFeed, when set, brings the changes of WatchChanges' other
+	// collections (clusters, nodes, training resources, models: the
+	// events of ChangeTopics, see HandleChangeEvent), run only while
+	// someone watches one of them; without it they are seen at the
+	// ChangeRefresh only.
+	ChangeFeed Feed
 	// WatchRefresh is how often WatchJob re-reads the job from its owner, in
 	// case a change was missed on the bus (default 2 s).
 	WatchRefresh time.Duration
@@ -61,7 +67,9 @@ type Options struct {
 	// steps and logs); others' are NotFound, or absent from lists.
 	PrivateJobs bool
 	// ChangeRefresh is how often WatchChanges lists its collections again,
-	// for the changes no feed brings (default DefaultChangeRefresh).
+	// a safety net for the changes no feed brought (another gateway
+	// instance's model edit, a feed not ready in time; default
+	// DefaultChangeRefresh).
 	ChangeRefresh time.Duration
 	// MaxChangeWatches caps the WatchChanges streams open at once in this
 	// gateway, all principals together (default DefaultMaxChangeWatches;
@@ -101,7 +109,12 @@ type Gateway struct {
 	// feed brings job changes to jobs' watchers while there are any; nil
 	// without Options.Feed.
 	feed *watchFeed
-	ops  *signals
+	// pokes and changeFeed bring the other collections' changes to
+	// WatchChanges (changes.go); changeFeed is nil without
+	// Options.ChangeFeed.
+	pokes      *pokes
+	changeFeed *watchFeed
+	ops        *signals
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -139,12 +152,16 @@ func New(repo *adapters.Repo, owners *adapters.Owners, opt Options) *Gateway {
 	if opt.MaxArraySize <= 0 {
 		opt.MaxArraySize = slurmspec.DefaultMaxArraySize
 	}
-	g := &Gateway{repo: repo, own: owners, opt: opt, jobs: newHub(), ops: newSignals(), stop: make(chan struct{}),
+	g := &Gateway{repo: repo, own: owners, opt: opt, jobs: newHub(), pokes: newPokes(), ops: newSignals(), stop: make(chan struct{}),
 		quota: opt.Quota.withDefaults()}
 	repo.OnReload(g.reload)
 	if opt.Feed != nil {
 		g.feed = &watchFeed{run: opt.Feed, log: opt.Log, stop: g.stop, linger: feedLinger,
 			handle: func(ctx context.Context, ev envelope.Event) { _ = g.HandleJobEvent(ctx, ev) }}
+	}
+	if opt.ChangeFeed != nil {
+		g.changeFeed = &watchFeed{run: opt.ChangeFeed, log: opt.Log, stop: g.stop, linger: feedLinger,
+			handle: func(ctx context.Context, ev envelope.Event) { _ = g.HandleChangeEvent(ctx, ev) }}
 	}
 	return g
 }

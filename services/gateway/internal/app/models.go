@@ -116,24 +116,45 @@ func uploadParent(parent string) (project, location string, err error) {
 	return project, location, nil
 }
 
-// UpdateModel changes a model's or a version's masked fields.
+// UpdateModel changes a model's or a version's masked fields; this
+// gateway's watchers of the project's models are told (the registry emits no
+// event for it).
 func (g *Gateway) UpdateModel(ctx context.Context, req *loomv1.UpdateModelRequest) (*loomv1.Model, error) {
-	return g.own.Models.UpdateModel(ctx, req)
+	out, err := g.own.Models.UpdateModel(ctx, req)
+	if err == nil {
+		g.changedModels(req.GetModel().GetName())
+	}
+	return out, err
 }
 
-// MergeVersionAliases adds and removes a version's aliases.
+// MergeVersionAliases adds and removes a version's aliases; this gateway's
+// watchers of the project's models are told.
 func (g *Gateway) MergeVersionAliases(ctx context.Context, req *loomv1.MergeVersionAliasesRequest) (*loomv1.Model, error) {
-	return g.own.Models.MergeVersionAliases(ctx, req)
+	out, err := g.own.Models.MergeVersionAliases(ctx, req)
+	if err == nil {
+		g.changedModels(req.GetName())
+	}
+	return out, err
 }
 
-// DeleteModel deletes a model and its versions.
+// DeleteModel deletes a model and its versions; this gateway's watchers of
+// the project's models are told.
 func (g *Gateway) DeleteModel(ctx context.Context, req *loomv1.DeleteModelRequest) (*loomv1.DeleteModelResponse, error) {
-	return g.own.Models.DeleteModel(ctx, req)
+	out, err := g.own.Models.DeleteModel(ctx, req)
+	if err == nil {
+		g.changedModels(req.GetName())
+	}
+	return out, err
 }
 
-// DeleteModelVersion deletes one version (not the only one, not the default).
+// DeleteModelVersion deletes one version (not the only one, not the
+// default); this gateway's watchers of the project's models are told.
 func (g *Gateway) DeleteModelVersion(ctx context.Context, req *loomv1.DeleteModelVersionRequest) (*loomv1.DeleteModelResponse, error) {
-	return g.own.Models.DeleteModelVersion(ctx, req)
+	out, err := g.own.Models.DeleteModelVersion(ctx, req)
+	if err == nil {
+		g.changedModels(req.GetName())
+	}
+	return out, err
 }
 
 // MaxExportURI bounds ExportModel's destination here (the registry checks

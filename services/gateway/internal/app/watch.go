@@ -32,8 +32,9 @@ const (
 	// DefaultMaxChangeWatches is Options.MaxChangeWatches' default: the
 	// WatchChanges streams one gateway holds open at once, whoever calls.
 	DefaultMaxChangeWatches = 1024
-	// DefaultChangeRefresh is Options.ChangeRefresh's default.
-	DefaultChangeRefresh = 5 * time.Second
+	// DefaultChangeRefresh is Options.ChangeRefresh's default: a safety
+	// net, as the change feeds bring each change within about a second.
+	DefaultChangeRefresh = 30 * time.Second
 	// DefaultWatchLocation is the training location watched when the
 	// request names none: the CLI's default (LOOM_LOCATION).
 	DefaultWatchLocation = "us-central1"
@@ -107,14 +108,19 @@ func checkWatch(req *loomv1.WatchChangesRequest) (resname.Project, []string, str
 // names (a CHANGED per resource, then SYNCED), then each change, until ctx
 // ends or the gateway stops. Every state sent is what the collection's
 // list RPC returns to the caller, read with the caller's context (so
-// PrivateData hides others' jobs alike): job changes from the change feed
-// (the same feed and hub as WatchJob) make the jobs list be read again
-// within Options.Poll, and every collection is read again each
-// Options.ChangeRefresh. A change feed that dropped this watch because
-// send was too slow gives a RESYNC: the client drops what it holds and
-// lists again, and the watch goes on: the whole state again (a CHANGED per resource) and a SYNCED,
-// then the changes after it. At most Options.MaxChangeWatches
-// watches are open at once in this gateway (ResourceExhausted past it).
+// PrivateData hides others' jobs alike): a change feed only says which
+// collections of the project to list again, and they are listed again
+// Options.Poll after the first such word (a burst costs one list each).
+// Job changes come from the job feed (the same feed and hub as WatchJob);
+// the other collections' from the change feed (Options.ChangeFeed: the
+// events of ChangeTopics) and from this gateway's own model edits. Every
+// collection is also listed again each Options.ChangeRefresh, a safety
+// net for what no feed brought. A job feed that dropped this watch
+// because send was too slow gives a RESYNC: the client drops what it
+// holds and lists again, and the watch goes on: the whole state again (a
+// CHANGED per resource) and a SYNCED, then the changes after it. At most
+// Options.MaxChangeWatches watches are open at once in this gateway
+// (ResourceExhausted past it).
 func (g *Gateway) WatchChanges(ctx context.Context, req *loomv1.WatchChangesRequest, send func(*loomv1.ChangeEvent) error) error {
 	project, cols, loc, err := checkWatch(req)
 	if err != nil {
@@ -128,19 +134,37 @@ func (g *Gateway) WatchChanges(ctx context.Context, req *loomv1.WatchChangesRequ
 		}
 		defer g.changes.open.Add(-1)
 	}
-	jobs := slices.Contains(cols, "jobs")
+	// Subscribe, and have the feeds reading, before the first list: a
+	// change in between would otherwise wait for the refresh.
+	var readies []<-chan struct{}
 	var s *sub
-	if jobs {
-		// Subscribe before the first list: a change in between would
-		// otherwise wait for the refresh.
+	if slices.Contains(cols, "jobs") {
 		s = g.jobs.subscribe(project.String())
 		defer func() { g.jobs.unsubscribe(s) }()
 		if g.feed != nil {
-			ready := g.feed.acquire()
+			readies = append(readies, g.feed.acquire())
 			defer g.feed.release()
+		}
+	}
+	var pk *poke
+	if want := colsOf(cols...) & fedCols; want != 0 {
+		pk = g.pokes.subscribe(project.String(), want)
+		defer g.pokes.unsubscribe(pk)
+		if g.changeFeed != nil {
+			readies = append(readies, g.changeFeed.acquire())
+			defer g.changeFeed.release()
+		}
+	}
+	if len(readies) > 0 {
+		// Past feedReadyWait, the refresh covers what a late feed misses.
+		late := time.NewTimer(feedReadyWait)
+		defer late.Stop()
+	wait:
+		for _, ready := range readies {
 			select {
 			case <-ready:
-			case <-time.After(feedReadyWait):
+			case <-late.C:
+				break wait
 			case <-ctx.Done():
 				return ctx.Err()
 			case <-g.stop:
@@ -160,24 +184,31 @@ func (g *Gateway) WatchChanges(ctx context.Context, req *loomv1.WatchChangesRequ
 	}
 	refresh := time.NewTicker(g.opt.ChangeRefresh)
 	defer refresh.Stop()
-	// soon re-reads the jobs shortly after a change, so that a burst of
-	// changes costs one list.
+	// soon lists the changed collections again shortly after the first
+	// word of a change, so that a burst of changes costs one list.
 	soon := time.NewTimer(time.Hour)
 	soon.Stop()
 	defer soon.Stop()
-	pending := false
+	var pending colSet
+	mark := func(c colSet) {
+		if c != 0 && pending == 0 {
+			soon.Reset(g.opt.Poll)
+		}
+		pending |= c
+	}
 	var jobC <-chan *loomv1.Job
 	if s != nil {
 		jobC = s.C
+	}
+	var pokeC <-chan struct{}
+	if pk != nil {
+		pokeC = pk.C
 	}
 	for {
 		select {
 		case _, ok := <-jobC:
 			if ok {
-				if !pending {
-					pending = true
-					soon.Reset(g.opt.Poll)
-				}
+				mark(colBit("jobs"))
 				continue
 			}
 			// The hub dropped this watch: it fell behind. Whatever it
@@ -197,9 +228,17 @@ func (g *Gateway) WatchChanges(ctx context.Context, req *loomv1.WatchChangesRequ
 				return err
 			}
 			continue
+		case <-pokeC:
+			mark(pk.take())
 		case <-soon.C:
-			pending = false
-			if err := g.syncChanges(ctx, project, loc, []string{"jobs"}, known, send, true); err != nil {
+			var again []string
+			for _, c := range cols {
+				if pending&colBit(c) != 0 {
+					again = append(again, c)
+				}
+			}
+			pending = 0
+			if err := g.syncChanges(ctx, project, loc, again, known, send, true); err != nil {
 				return err
 			}
 		case <-refresh.C:

@@ -43,6 +43,10 @@ function aliases(m) {
   return (m.versionAliases || []).map(a => h('span', {class: 'alias'}, a));
 }
 
+// modelPage follows the models watch for the model's versions: every
+// version change (an upload, an alias moved, a version edited or deleted)
+// changes the model as ListModels shows it (latest_version, update_time),
+// so the watch's CHANGED makes the page read its versions again.
 export async function modelPage(ctx, id) {
   const base = api.mloc() + '/models/' + encodeURIComponent(id);
   const status = h('div', {class: 'status'});
