@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -264,11 +265,17 @@ func TestKafkaIngressAppliesOnceAndDeadLettersRefusals(t *testing.T) {
 	})
 }
 
+// readers numbers readTopic's consumer groups.
+var readers atomic.Int64
+
 // readTopic reads every partition of topic from its start in the
-// background until the test ends, calling f for each record.
+// background until the test ends, calling f for each record. Each call is
+// a consumer group of its own, so that two readers of one topic in a test
+// both see every record.
 func readTopic(ctx context.Context, t *testing.T, broker, topic string, f func(kafka.Message)) {
 	t.Helper()
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{broker}, GroupID: "test-" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + topic,
+	group := fmt.Sprintf("test-%s-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), topic, readers.Add(1))
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{broker}, GroupID: group,
 		Topic: topic, StartOffset: kafka.FirstOffset, MaxWait: 100 * time.Millisecond})
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
