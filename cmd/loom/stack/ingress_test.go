@@ -130,7 +130,7 @@ func (rs *results) get(id string) []*publicv1.IngressResult {
 //
 //   - a SubmitJob message makes a job, and the same message delivered 5
 //     times makes one job;
-//   - a bad credential, bad JSON and an unknown type each land in
+//   - a bad credential, no credential, bad JSON and an unknown type each land in
 //     loom.ingress.v1.dlq with the reason, while a later good message still
 //     makes its job;
 //   - a key of project "other" asking for project "default" is refused:
@@ -157,6 +157,7 @@ func TestKafkaIngressAppliesOnceAndDeadLettersRefusals(t *testing.T) {
 		produce(dup)
 	}
 	produce(msg("bad-cred", "SubmitJob", "loomk_not-a-key", submit),
+		msg("no-cred", "SubmitJob", "", submit),
 		msg("bad-json", "SubmitJob", botKey, []byte(`{"parent": "projects/default", "job": {`)),
 		msg("bad-type", "DeleteEverything", botKey, submit),
 		msg("cross", "SubmitJob", otherKey, submit),
@@ -172,7 +173,7 @@ func TestKafkaIngressAppliesOnceAndDeadLettersRefusals(t *testing.T) {
 		dead[header(m, "ce_id")] = m
 		mu.Unlock()
 	})
-	ids := []string{"dup-1", "bad-cred", "bad-json", "bad-type", "cross", "viewer", "after"}
+	ids := []string{"dup-1", "bad-cred", "no-cred", "bad-json", "bad-type", "cross", "viewer", "after"}
 	testkit.WaitFor(t, 90*time.Second, "every message's IngressResult and the dead letters", func() (bool, error) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -181,7 +182,7 @@ func TestKafkaIngressAppliesOnceAndDeadLettersRefusals(t *testing.T) {
 				return false, nil
 			}
 		}
-		return len(dead) >= 5, nil
+		return len(dead) >= 6, nil
 	})
 
 	mu.Lock()
@@ -194,6 +195,7 @@ func TestKafkaIngressAppliesOnceAndDeadLettersRefusals(t *testing.T) {
 		"dup-1":    {"ACCEPTED", "OK", ""},
 		"after":    {"ACCEPTED", "OK", ""},
 		"bad-cred": {"REFUSED", "UNAUTHENTICATED", ""},
+		"no-cred":  {"REFUSED", "UNAUTHENTICATED", "ce_credential"},
 		"bad-json": {"INVALID", "INVALID_ARGUMENT", "loom.v1.SubmitJobRequest"},
 		"bad-type": {"INVALID", "INVALID_ARGUMENT", "loom.ingress.v1.DeleteEverything"},
 		"cross":    {"REFUSED", "NOT_FOUND", "no role in project default"},
