@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -129,7 +130,7 @@ func (rs *results) get(id string) []*publicv1.IngressResult {
 //
 //   - a SubmitJob message makes a job, and the same message delivered 5
 //     times makes one job;
-//   - a bad credential, bad JSON and an unknown type each land in
+//   - a bad credential, no credential, bad JSON and an unknown type each land in
 //     loom.ingress.v1.dlq with the reason, while a later good message still
 //     makes its job;
 //   - a key of project "other" asking for project "default" is refused:
@@ -156,6 +157,7 @@ func TestKafkaIngressAppliesOnceAndDeadLettersRefusals(t *testing.T) {
 		produce(dup)
 	}
 	produce(msg("bad-cred", "SubmitJob", "loomk_not-a-key", submit),
+		msg("no-cred", "SubmitJob", "", submit),
 		msg("bad-json", "SubmitJob", botKey, []byte(`{"parent": "projects/default", "job": {`)),
 		msg("bad-type", "DeleteEverything", botKey, submit),
 		msg("cross", "SubmitJob", otherKey, submit),
@@ -171,7 +173,7 @@ func TestKafkaIngressAppliesOnceAndDeadLettersRefusals(t *testing.T) {
 		dead[header(m, "ce_id")] = m
 		mu.Unlock()
 	})
-	ids := []string{"dup-1", "bad-cred", "bad-json", "bad-type", "cross", "viewer", "after"}
+	ids := []string{"dup-1", "bad-cred", "no-cred", "bad-json", "bad-type", "cross", "viewer", "after"}
 	testkit.WaitFor(t, 90*time.Second, "every message's IngressResult and the dead letters", func() (bool, error) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -180,7 +182,7 @@ func TestKafkaIngressAppliesOnceAndDeadLettersRefusals(t *testing.T) {
 				return false, nil
 			}
 		}
-		return len(dead) >= 5, nil
+		return len(dead) >= 6, nil
 	})
 
 	mu.Lock()
@@ -193,6 +195,7 @@ func TestKafkaIngressAppliesOnceAndDeadLettersRefusals(t *testing.T) {
 		"dup-1":    {"ACCEPTED", "OK", ""},
 		"after":    {"ACCEPTED", "OK", ""},
 		"bad-cred": {"REFUSED", "UNAUTHENTICATED", ""},
+		"no-cred":  {"REFUSED", "UNAUTHENTICATED", "ce_credential"},
 		"bad-json": {"INVALID", "INVALID_ARGUMENT", "loom.v1.SubmitJobRequest"},
 		"bad-type": {"INVALID", "INVALID_ARGUMENT", "loom.ingress.v1.DeleteEverything"},
 		"cross":    {"REFUSED", "NOT_FOUND", "no role in project default"},
@@ -264,11 +267,17 @@ func TestKafkaIngressAppliesOnceAndDeadLettersRefusals(t *testing.T) {
 	})
 }
 
+// readers numbers readTopic's consumer groups.
+var readers atomic.Int64
+
 // readTopic reads every partition of topic from its start in the
-// background until the test ends, calling f for each record.
+// background until the test ends, calling f for each record. Each call is
+// a consumer group of its own, so that two readers of one topic in a test
+// both see every record.
 func readTopic(ctx context.Context, t *testing.T, broker, topic string, f func(kafka.Message)) {
 	t.Helper()
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{broker}, GroupID: "test-" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + topic,
+	group := fmt.Sprintf("test-%s-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), topic, readers.Add(1))
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{broker}, GroupID: group,
 		Topic: topic, StartOffset: kafka.FirstOffset, MaxWait: 100 * time.Millisecond})
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})

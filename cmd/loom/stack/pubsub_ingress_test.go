@@ -70,7 +70,8 @@ func pullAll(ctx context.Context, t *testing.T, sub pubsubpb.SubscriberClient, n
 // topic; the same message published 5 times makes one job; a bad
 // credential, bad JSON and an unknown type land in the Pub/Sub dead
 // letters with their reasons while a later message still flows; another
-// project's key cannot touch project default.
+// project's key cannot touch project default; a subscription with the
+// documented filter receives only its project's results.
 func TestPubSubIngressEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole stack with a cluster")
@@ -88,6 +89,14 @@ func TestPubSubIngressEndToEnd(t *testing.T) {
 	full := func(kind, id string) string { return "projects/" + embedded.PubSubProject + "/" + kind + "/" + id }
 	events := pullAll(ctx, t, sub, full("subscriptions", embedded.PubSubEventsSubscription))
 	dead := pullAll(ctx, t, sub, full("subscriptions", embedded.PubSubDeadLetterSubscription))
+	// A subscriber choosing by project and type, with the filter
+	// docs/integration.md shows.
+	if _, err := sub.CreateSubscription(ctx, &pubsubpb.Subscription{Name: full("subscriptions", "default-results"),
+		Topic:  full("topics", embedded.PubSubEventsTopic),
+		Filter: `attributes.ce-loomproject = "default" AND attributes.ce-type = "loom.public.v1.IngressResult"`}); err != nil {
+		t.Fatalf("CreateSubscription with a filter: %v", err)
+	}
+	chosen := pullAll(ctx, t, sub, full("subscriptions", "default-results"))
 
 	const source = "//orchestrator.example/studies"
 	msg := func(id, typ, cred string, data []byte) *pubsubpb.PubsubMessage {
@@ -201,6 +210,23 @@ func TestPubSubIngressEndToEnd(t *testing.T) {
 		if _, ok := l.Attributes["ce-credential"]; ok {
 			t.Errorf("%s: the dead letter carries the credential", id)
 		}
+	}
+	// The filtered subscription got the results, and only them.
+	testkit.WaitFor(t, 30*time.Second, "ps-after's result on the filtered subscription", func() (bool, error) {
+		for _, m := range chosen.all() {
+			if m.Attributes["ce-subject"] == "ps-after" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	for _, m := range chosen.all() {
+		if m.Attributes["ce-loomproject"] != "default" || m.Attributes["ce-type"] != "loom.public.v1.IngressResult" {
+			t.Errorf("the filtered subscription got %v", m.Attributes)
+		}
+	}
+	if len(chosen.all()) >= len(events.all()) {
+		t.Errorf("the filtered subscription got %d messages, the unfiltered one %d: nothing was filtered out", len(chosen.all()), len(events.all()))
 	}
 	if n := len(rs["ps-dup"]); n != 1 {
 		t.Errorf("ps-dup published 5 times was answered %d times", n)
