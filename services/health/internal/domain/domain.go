@@ -183,7 +183,7 @@ type Change struct {
 	// differs from the stored one (a routine sample writes nothing); a node
 	// removed from Nodes is removed here by the store as well.
 	Xids map[string]map[int32]int32
-	seen   map[string]time.Time
+	seen map[string]time.Time
 	// unreach sets (or with a zero time clears) unreachable-since times.
 	unreach   map[string]time.Time
 	telemetry map[string]*eventsv1.GpuTelemetry
