@@ -134,10 +134,13 @@ func (t *txn) checkpointDone(j *Job, r *Run, why string) {
 // run's first newer checkpoint or at the wait's end (survivorsDone). The
 // failed node is never signalled: what it would write may be corrupt. It
 // reports false, and does nothing, when it is off, the job was not
-// requeued, or no other step lives: the caller stops the steps.
+// requeued, the run never reported a training step nor a checkpoint (its
+// program does not speak LOOM_PROGRESS_FILE, so no checkpoint of its could
+// end the wait; or it has not begun: nothing to save), or no other step
+// lives: the caller stops the steps.
 func (t *txn) checkpointSurvivors(j *Job, r *Run, failed, reason string) bool {
 	wait := t.s.cfg.FailureCheckpointWait
-	if wait <= 0 || !r.SurvivorsBy.IsZero() {
+	if wait <= 0 || !r.SurvivorsBy.IsZero() || (r.Progress.Step == 0 && r.Progress.CheckpointStep == 0) {
 		return false
 	}
 	if cur := t.job(j.Name()); cur == nil || !cur.Pending() {

@@ -865,8 +865,8 @@ func TestPrologFailureHoldsTheNodeUntilHealthSpeaks(t *testing.T) {
 // is stopped at its first newer checkpoint; the failed node is never
 // signalled. The next attempt waits for the old one's steps to end. With no
 // checkpoint it is stopped at FailureCheckpointWait (a job without
-// --signal) or CheckpointGrace (a job with one); with the feature off it is
-// stopped at once.
+// --signal) or CheckpointGrace (a job with one); a run that never reported
+// a step, or with the feature off, is stopped at once.
 func TestCheckpointOnFailure(t *testing.T) {
 	t.Parallel()
 	const wait = 30 * time.Second
@@ -955,6 +955,22 @@ func TestCheckpointOnFailure(t *testing.T) {
 	}
 	if st := stops(h.tick(time.Minute)); len(st) != 1 || st[0].GetNode() != nodeName(surv) {
 		t.Fatalf("grace over: stops %v", st)
+	}
+
+	// A run that never reported a step (its program writes no progress, or
+	// had not begun): nothing could end the wait, so it is not waited for.
+	h = newHealthHarness(t, Config{FailureCheckpointWait: wait})
+	for _, host := range []string{"gpu-0001", "gpu-0002"} {
+		h.node(host, 8)
+	}
+	h.submit(2, 2, 8)
+	hosts := h.job(2).GetNodes()
+	for _, host := range hosts {
+		h.step(2, 1, host, eventsv1.StepState_STEP_RUNNING, 0)
+	}
+	c = h.health(hosts[1], proto.Clone(xid).(*eventsv1.NodeHealthChanged))
+	if len(signals(c)) != 0 || len(stops(c)) != 2 {
+		t.Fatalf("no progress reported: signals %v, stops %v, want both steps stopped at once", signals(c), stops(c))
 	}
 
 	// Off: the survivor is stopped at once, not signalled.
