@@ -132,6 +132,14 @@ func TestXid79DrainsRepairsAndResumesFromCheckpoint(t *testing.T) {
 	if len(running.Nodes) != 2 {
 		t.Fatalf("job runs on %v, want 2 nodes", running.Nodes)
 	}
+	// Checkpoint on failure waits only for a run whose progress (its
+	// checkpoints) the scheduler has heard of: the agents report it every
+	// progress interval (5 s). Goodput's checkpointing time comes from it.
+	goodput := loomv1.NewGoodputServiceClient(gw)
+	testkit.WaitFor(t, 60*time.Second, "the scheduler hears of the run's checkpoints", func() (bool, error) {
+		gp, err := goodput.GetJobGoodput(waitCtx(t, 5*time.Second), &loomv1.GetJobGoodputRequest{Name: job.Name})
+		return err == nil && gp.LostCheckpointing.AsDuration() > 0, nil
+	})
 	bad := running.Nodes[1]
 	health := loomv1.NewHealthServiceClient(gw)
 	if _, err := health.InjectFault(waitCtx(t, 5*time.Second), &loomv1.InjectFaultRequest{Cluster: cl.Name, Hostname: bad,
@@ -216,7 +224,7 @@ func TestXid79DrainsRepairsAndResumesFromCheckpoint(t *testing.T) {
 	// What the failure cost, through the gateway: a failure, the restart,
 	// the trainer's timed saves (forwarded by the agent), and parts that
 	// add up to the wall time.
-	gp, err := loomv1.NewGoodputServiceClient(gw).GetJobGoodput(waitCtx(t, 5*time.Second),
+	gp, err := goodput.GetJobGoodput(waitCtx(t, 5*time.Second),
 		&loomv1.GetJobGoodputRequest{Name: job.Name})
 	if err != nil {
 		t.Fatal(err)
