@@ -235,6 +235,11 @@ func TestXid79DrainsRepairsAndResumesFromCheckpoint(t *testing.T) {
 		parts != gp.Wall.AsDuration() || gp.Goodput <= 0 || gp.Goodput >= 1 {
 		t.Errorf("goodput of the interrupted job: %v", gp)
 	}
+	// The survivor's checkpoint came after the failed run's end, before it
+	// was stopped: none of that run is lost to recompute.
+	if gp.LostRecompute.AsDuration() != 0 {
+		t.Errorf("lost to recompute %v after a checkpoint on failure, want 0", gp.LostRecompute.AsDuration())
+	}
 	t.Logf("goodput: %v", gp)
 }
 
