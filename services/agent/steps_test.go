@@ -8,11 +8,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/proc"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/testkit/need"
+	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 )
 
@@ -258,4 +260,34 @@ func TestStopWritesSlurmsLineToTheErrorOutput(t *testing.T) {
 			t.Errorf("cause %s: output file %q: the line belongs in the error file only", tc.cause, out)
 		}
 	}
+}
+
+// TestSignalledStepReportsItsCheckpointAtOnce: with a progress interval of
+// an hour, a checkpoint a step writes on its USR1 (as the trainer does for
+// a checkpoint-aware drain or checkpoint on failure) is still reported
+// promptly: after a SignalStep the agent looks at progress every
+// SignalledProgressInterval. Only that path can report within the test.
+func TestSignalledStepReportsItsCheckpointAtOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.progressInterval = time.Hour
+	e.start(t)
+	script := `trap 'printf "{\"step\": 7, \"checkpoint_step\": 7}" > "$LOOM_PROGRESS_FILE.tmp" && mv "$LOOM_PROGRESS_FILE.tmp" "$LOOM_PROGRESS_FILE"' USR1
+echo ready > ckpt.ready
+while :; do sleep 0.05; done`
+	publish(t, e.broker, command(startStep("1", script, nil, filepath.Join(e.shared, "slurm-1.out"))))
+	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_RUNNING)
+	testkit.WaitFor(t, wait, "the step to set its trap", func() (bool, error) {
+		return readFile(t, filepath.Join(e.shared, "ckpt.ready")) != "", nil
+	})
+	publish(t, e.broker, command(&eventsv1.SignalStep{Job: "projects/p/jobs/1", Attempt: 1, Node: node, Signal: "USR1"}))
+	p := testkit.WaitEvent(t, e.broker, topics.StepEvents, wait, func(ev envelope.Event) bool {
+		p, ok := ev.Payload.(*eventsv1.StepProgress)
+		return ok && p.Job == "projects/p/jobs/1" && p.CheckpointStep == 7
+	}).Payload.(*eventsv1.StepProgress)
+	if p.Step != 7 || p.Attempt != 1 || p.Node != node {
+		t.Fatalf("progress after the signal = %v", p)
+	}
+	publish(t, e.broker, command(&eventsv1.StopStep{Job: "projects/p/jobs/1", Attempt: 1, Node: node, Reason: "done"}))
+	waitStep(t, e.broker, "1", eventsv1.StepState_STEP_KILLED)
 }

@@ -44,7 +44,7 @@ func TestHealthPolicyFlags(t *testing.T) {
 		d.Remedy.ConfirmTimeout != remedy.DefaultConfirmTimeout || d.Remedy.RepairTimeout != remedy.DefaultRepairTimeout {
 		t.Fatalf("default policy %+v", d)
 	}
-	if v := d.Thresholds.Telemetry(nil, hot(75)); len(v) != 0 {
+	if v := d.Thresholds.Telemetry(nil, hot(75), nil); len(v) != 0 {
 		t.Fatalf("75 °C under the default threshold: %+v", v)
 	}
 
@@ -61,7 +61,7 @@ func TestHealthPolicyFlags(t *testing.T) {
 	if d.Remedy.DrainTimeout != 2*time.Minute || d.Remedy.ConfirmTimeout != 3*time.Minute || d.Remedy.RepairTimeout != 4*time.Minute {
 		t.Errorf("remediation timeouts %+v", d.Remedy)
 	}
-	if v := d.Thresholds.Telemetry(nil, hot(75)); len(v) != 1 || !strings.Contains(v[0].Reason, "thermal") {
+	if v := d.Thresholds.Telemetry(nil, hot(75), nil); len(v) != 1 || !strings.Contains(v[0].Reason, "thermal") {
 		t.Errorf("75 °C under -gpu-temperature-max=70: %+v, want a thermal verdict", v)
 	}
 	sc, err := cfg.Scan.Config()

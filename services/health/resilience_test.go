@@ -264,3 +264,88 @@ func TestHealthStallDeclaresNoNode(t *testing.T) {
 		t.Fatal("health exited")
 	}
 }
+
+// TestLastXidJudgedAcrossHealthRestart: health's record of each GPU's
+// last_xid is in Redis, so a health that restarts judges a sample against
+// what it judged before it stopped. Two nodes report; health stops; while it
+// is down node A's GPU raises Xid 79 (seen only in its next sample) and node
+// B's sample still carries the Xid 79 health had seen before. The restarted
+// health drains A and leaves B alone.
+func TestLastXidJudgedAcrossHealthRestart(t *testing.T) {
+	t.Parallel()
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	nodeA, nodeB := cluster+"/nodes/gpu-000a", cluster+"/nodes/gpu-000b"
+	start := func() (*testkit.Service, loomv1.HealthServiceClient) {
+		addr := freeAddr(t)
+		cfg := health.Config{Common: config.Common{Brokers: []string{broker}, RedisAddr: redisAddr, ServiceKeyFile: testkit.ServiceKeyFile(t),
+			GRPCAddr: addr, HTTPAddr: "127.0.0.1:0", LogLevel: "warn"}, HeartbeatTimeout: time.Minute}
+		svc := testkit.Start(t, "health", func(ctx context.Context) error { return health.Run(ctx, cfg) })
+		return svc, loomv1.NewHealthServiceClient(testkit.Dial(t, addr))
+	}
+	sample := func(n string, xid int32) envelope.Event {
+		return envelope.New(topics.NodeTelemetry, n, "loom/test", &eventsv1.GpuTelemetry{Node: n, Cluster: cluster, Time: timestamppb.Now(), Simulated: true,
+			Gpus: []*loomv1.GpuSample{{Index: 0, TemperatureC: 50}, {Index: 1, TemperatureC: 50, LastXid: xid}}})
+	}
+	// sampled waits until health holds a sample of every node with GPU 1's
+	// last_xid as given (memory takes a sample only once Redis has it).
+	sampled := func(client loomv1.HealthServiceClient, want map[string]int32) {
+		t.Helper()
+		testkit.WaitFor(t, wait, fmt.Sprintf("health holds the samples %v", want), func() (bool, error) {
+			resp, err := client.ListNodeHealth(testkit.Context(t, 5*time.Second), &loomv1.ListNodeHealthRequest{Cluster: cluster})
+			if err != nil {
+				return false, nil
+			}
+			got := 0
+			for _, n := range resp.GetNodes() {
+				if x, ok := want[n.GetNode()]; ok && len(n.GetGpus()) == 2 && n.GetGpus()[1].GetLastXid() == x {
+					got++
+				}
+			}
+			return got == len(want), nil
+		})
+	}
+
+	svc, client := start()
+	testkit.Publish(t, broker,
+		envelope.New(topics.NodeEvents, nodeA, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeA, Cluster: cluster, Hostname: "gpu-000a", State: loomv1.Node_READY}}),
+		envelope.New(topics.NodeEvents, nodeB, "loom/test", &eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeB, Cluster: cluster, Hostname: "gpu-000b", State: loomv1.Node_READY}}))
+	testkit.WaitFor(t, wait, "health knows the nodes", func() (bool, error) {
+		resp, err := client.ListNodeHealth(testkit.Context(t, 5*time.Second), &loomv1.ListNodeHealthRequest{Cluster: cluster})
+		return err == nil && len(resp.GetNodes()) == 2, nil
+	})
+	// B's first sample already carries an Xid: nothing to compare with,
+	// not judged (the prolog is the net there); it is the value health saw.
+	testkit.Publish(t, broker, sample(nodeA, 0), sample(nodeB, 79))
+	sampled(client, map[string]int32{nodeA: 0, nodeB: 79})
+	if err := svc.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	testkit.Publish(t, broker, sample(nodeA, 79), sample(nodeB, 79))
+	_, client = start()
+	ev := testkit.WaitEvent(t, broker, topics.HealthEvents, wait, func(e envelope.Event) bool {
+		v, ok := e.Payload.(*eventsv1.NodeHealthChanged)
+		return ok && v.GetNode() == nodeA && v.GetHealth() == eventsv1.NodeHealth_UNHEALTHY
+	})
+	if v := ev.Payload.(*eventsv1.NodeHealthChanged); v.GetReason() != "Xid 79: GPU has fallen off the bus" || v.GetXid() != 79 {
+		t.Fatalf("A's verdict after health's restart: %v", v)
+	}
+	// Both samples were taken (one partition per key: B's may come after
+	// A's verdict); B was not judged again.
+	sampled(client, map[string]int32{nodeA: 79, nodeB: 79})
+	for _, e := range testkit.Events(t, broker, topics.HealthEvents) {
+		if v, ok := e.Payload.(*eventsv1.NodeHealthChanged); ok && v.GetNode() == nodeB {
+			t.Fatalf("B was judged for the Xid health had already seen: %v", v)
+		}
+	}
+	resp, err := client.ListNodeHealth(testkit.Context(t, 5*time.Second), &loomv1.ListNodeHealthRequest{Cluster: cluster})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range resp.GetNodes() {
+		if n.GetNode() == nodeB && (n.GetState() != loomv1.RemediationState_NODE_HEALTHY || n.GetFailures() != 0) {
+			t.Fatalf("B after health's restart: %v", n)
+		}
+	}
+}

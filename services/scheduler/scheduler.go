@@ -112,6 +112,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"longest a run holds a failed node whose processes may still run there (and its job's next attempt waits) unless the step ends or the node is repaired or removed (LOOM_SCHEDULER_FENCE_TIMEOUT)")
 	fs.DurationVar(&c.Domain.CheckpointGrace, "checkpoint-grace", config.EnvDuration("LOOM_SCHEDULER_CHECKPOINT_GRACE", domain.DefaultCheckpointGrace),
 		"how long a checkpoint-aware drain waits for a new checkpoint after the job's --signal before requeueing it (LOOM_SCHEDULER_CHECKPOINT_GRACE)")
+	fs.DurationVar(&c.Domain.FailureCheckpointWait, "failure-checkpoint-wait", config.EnvDuration("LOOM_SCHEDULER_FAILURE_CHECKPOINT_WAIT", domain.DefaultFailureCheckpointWait),
+		"checkpoint on failure: when a node of a multi-node job fails, its steps on the other nodes get the job's --signal (default USR1) and are stopped at their first new checkpoint, or after this long for a job without --signal (with one: -checkpoint-grace) (LOOM_SCHEDULER_FAILURE_CHECKPOINT_WAIT; 0 = off: stopped at once)")
 	fs.DurationVar(&c.Domain.HangTimeout, "hang-timeout", config.EnvDuration("LOOM_SCHEDULER_HANG_TIMEOUT", 0),
 		"a run with no progress for that long is ended as hung and requeued (a job's hang_timeout_seconds overrides it; LOOM_SCHEDULER_HANG_TIMEOUT; 0 = off)")
 	fs.IntVar(&c.maxInfra, "max-infra-restarts", int(envInt("MAX_INFRA_RESTARTS", domain.DefaultMaxInfraRestarts)),
@@ -159,6 +161,7 @@ func (c *Config) resolve() error {
 	v.Check(c.MaxBatch >= 1, "max-batch", "want at least 1, got %d", c.MaxBatch)
 	v.Check(c.maxInfra >= 0, "max-infra-restarts", "must not be negative, got %d", c.maxInfra)
 	v.Check(c.Domain.HangTimeout >= 0, "hang-timeout", "must not be negative, got %v", c.Domain.HangTimeout)
+	v.Check(c.Domain.FailureCheckpointWait >= 0, "failure-checkpoint-wait", "must not be negative, got %v", c.Domain.FailureCheckpointWait)
 	c.Domain.MaxInfraRestarts = int32(min(c.maxInfra, 1<<30))
 	if c.Domain.MaxArraySize == 0 {
 		c.Domain.MaxArraySize = slurmspec.DefaultMaxArraySize

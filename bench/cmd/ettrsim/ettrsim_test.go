@@ -109,13 +109,20 @@ func TestHandComputed(t *testing.T) {
 			times: map[int]float64{phStall: 45, phRestart: 40},
 		},
 		{
-			// A checkpoint on failure (what-if): the failure at 250
+			// A checkpoint on every failure (what-if): the failure at 250
 			// (progress 240) is detected at 260; the survivors save 240 in
 			// 5 s (260–265), so the rollback to 195 that stop() counted is
 			// undone; restart 265–305; from 305: 6 stalls, 685 − 30 = 655
 			// more: 895.
-			name: "checkpoint on failure", adjust: func(p *Policy) { p.FailureCkpt = true }, f: failure{at: 250}, prog: 895,
+			name: "checkpoint on every failure", adjust: func(p *Policy) { p.FailureCkptAll = true }, f: failure{at: 250}, prog: 895,
 			times: map[int]float64{phRollback: 0, phStall: 45, phDetect: 10, phRestart: 40},
+		},
+		{
+			// Loom's checkpoint on failure is for a node's failure: a crash
+			// of the program that needs no repair is as "restart" (back to
+			// 195, 45 lost).
+			name: "checkpoint on failure, program crash", adjust: func(p *Policy) { p.FailureCkpt = true }, f: failure{at: 250}, prog: 855,
+			times: map[int]float64{phRollback: 45, phStall: 40, phDetect: 10, phRestart: 40},
 		},
 		{
 			// Maintenance while the job restarts after a failure at 250
@@ -260,8 +267,9 @@ func TestWriteSection(t *testing.T) {
 
 // TestHandComputedETTR: one-hour runs under Loom's policy as the report
 // runs it (detect 1 s + 27 ms, requeue 1 s, hangs found after 2m6s, restart
-// 2 min, a checkpoint every 2 min with a 0.5 s stall, safe 20 s later),
-// one failure each at 1000 s, their ETTR worked out by hand.
+// 2 min, a checkpoint every 2 min with a 0.5 s stall, safe 20 s later,
+// checkpoint on a node's failure), one failure each at 1000 s, their ETTR
+// worked out by hand.
 //
 // Before the failure, checkpoint k starts at 120k s with progress
 // 120k − 0.5(k−1) and is safe 20.5 s later: at 1000 s the latest safe one
@@ -271,22 +279,35 @@ func TestHandComputedETTR(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name   string
-		whatIf bool
+		adjust func(*Policy)
 		f      failure
 		prog   float64
 		times  map[int]float64
 	}{
 		{
-			// A crash that needs a reboot, a spare free: back to 956.5
+			// A node's crash that needs a reboot, a spare free, checkpoint
+			// on failure (Loom's default): detected at 1001.027; the
+			// survivors save progress 996 by 1021.527 (0.5 + 20 s), nothing
+			// lost; requeue to 1022.527, restart to 1142.527; checkpoints at
+			// 1142.527 + 120k up to k = 20 (3542.527), 10 s of stalls: 3600
+			// − 1142.527 − 10 = 2447.473 more. Productive 3443.473: ETTR
+			// 95.652%.
+			name: "node crash, repair onto a spare, checkpoint on failure", f: failure{at: 1000, repair: true, action: reboot, escU: 1}, prog: 3443.473,
+			times: map[int]float64{phRollback: 0, phStall: 34.5, phDetect: 1.027, phRequeue: 1, phRestart: 120},
+		},
+		{
+			// The same without checkpoint on failure: back to 956.5
 			// (39.5 lost); detect 1000–1001.027, requeue to 1002.027,
 			// restart to 1122.027; then checkpoints at 1122.027 + 120k up to
 			// k = 20 (3522.027), 10 s of stalls: 3600 − 1122.027 − 10 =
 			// 2467.973 more. Productive 3424.473: ETTR 95.124%.
-			name: "crash, repair onto a spare", f: failure{at: 1000, repair: true, action: reboot, escU: 1}, prog: 3424.473,
+			name: "node crash, repair onto a spare, no checkpoint on failure", adjust: func(p *Policy) { p.FailureCkpt = false },
+			f: failure{at: 1000, repair: true, action: reboot, escU: 1}, prog: 3424.473,
 			times: map[int]float64{phRollback: 39.5, phStall: 14, phDetect: 1.027, phRequeue: 1, phRestart: 120},
 		},
 		{
-			// A hang: back to 956.5; no progress 1000–1126 (the hang
+			// A hang (no checkpoint on failure: Loom stops a hung run
+			// without a signal): back to 956.5; no progress 1000–1126 (the hang
 			// timeout, the progress interval, a tick); restart to 1246;
 			// 19 checkpoints after (the last at 3526), 9.5 s of stalls:
 			// 3600 − 1246 − 9.5 = 2344.5 more. Productive 3301: ETTR 91.694%.
@@ -294,12 +315,13 @@ func TestHandComputedETTR(t *testing.T) {
 			times: map[int]float64{phRollback: 39.5, phStall: 13.5, phDetect: 126, phRestart: 120},
 		},
 		{
-			// A crash with a checkpoint on failure (what-if): detected at
-			// 1001.027, progress 996 saved by 1021.527 (0.5 + 20 s), nothing
-			// lost; restart to 1141.527; 20 checkpoints after (the last at
-			// 3541.527), 10 s: 3600 − 1141.527 − 10 = 2448.473 more.
-			// Productive 3444.473: ETTR 95.680%.
-			name: "crash, checkpoint on failure", whatIf: true, f: failure{at: 1000, escU: 1}, prog: 3444.473,
+			// A crash of the program (no repair) with a checkpoint on every
+			// failure (what-if): detected at 1001.027, progress 996 saved
+			// by 1021.527 (0.5 + 20 s), nothing lost; restart to 1141.527;
+			// 20 checkpoints after (the last at 3541.527), 10 s: 3600 −
+			// 1141.527 − 10 = 2448.473 more. Productive 3444.473: ETTR
+			// 95.680%.
+			name: "program crash, checkpoint on every failure", adjust: func(p *Policy) { p.FailureCkptAll = true }, f: failure{at: 1000, escU: 1}, prog: 3444.473,
 			times: map[int]float64{phRollback: 0, phStall: 34.5, phDetect: 1.027, phRestart: 120},
 		},
 	}
@@ -307,7 +329,9 @@ func TestHandComputedETTR(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			p := defaultLoom()
-			p.FailureCkpt = c.whatIf
+			if c.adjust != nil {
+				c.adjust(&p)
+			}
 			r := simulate(Scenario{Days: 3600 / day, RepairShare: -1}, p, []failure{c.f})
 			if math.Abs(r.Productive-c.prog) > 1e-6 || math.Abs(r.ETTR()-c.prog/3600) > 1e-9 {
 				t.Fatalf("productive %v, ETTR %.6f; want %v, %.6f", r.Productive, r.ETTR(), c.prog, c.prog/3600)
@@ -328,14 +352,14 @@ func TestHandComputedETTR(t *testing.T) {
 func TestWhatIfRowsAreMarked(t *testing.T) {
 	t.Parallel()
 	loom := defaultLoom()
-	if loom.WhatIf != "" || loom.FailureCkpt {
-		t.Fatalf("Loom's own policy is a what-if: %+v", loom)
+	if loom.WhatIf != "" || loom.FailureCkptAll || !loom.FailureCkpt {
+		t.Fatalf("Loom's own policy is a what-if, or does not checkpoint on a node's failure: %+v", loom)
 	}
 	ps := allPolicies(loom)
 	whatIfs := 0
 	for _, p := range ps {
-		if p.FailureCkpt && p.WhatIf == "" {
-			t.Errorf("%s checkpoints on failure, which Loom does not do, and is not marked a what-if", p.Name)
+		if p.FailureCkptAll && p.WhatIf == "" {
+			t.Errorf("%s checkpoints on every failure, which Loom does not do, and is not marked a what-if", p.Name)
 		}
 		if p.WhatIf != "" {
 			whatIfs++

@@ -113,7 +113,7 @@ func parseMix(text string) ([]Component, error) {
 type Policy struct {
 	Name, About string
 	// WhatIf, when set, says why the row is a what-if: a mechanism Loom
-	// does not implement (FailureCkpt), or timings nothing here measured.
+	// does not implement (FailureCkptAll), or timings nothing here measured.
 	// The report marks such rows, so that no one reads them as Loom's.
 	WhatIf string
 	// Manual: a person handles every interruption (paged, finds the bad
@@ -152,13 +152,20 @@ type Policy struct {
 	Drain bool
 	// SDCDetect is how long silent data corruption goes unnoticed.
 	SDCDetect float64
-	// FailureCkpt: when a failure stops the job (not a drain, not
-	// corruption), the surviving ranks save the state training had reached
-	// before the restart (redundant in-memory copies, as ByteRobust and
-	// Gemini keep), taking CkptStall + CkptDurable after detection: no
-	// training is lost. Loom does not do this; a policy with it is a
-	// what-if.
+	// FailureCkpt: when a node fails under the job (a failure that needs a
+	// repair, not a hang), the surviving ranks save the state training had
+	// reached before they are stopped, taking CkptStall + CkptDurable after
+	// detection: no training is lost. Loom does this (the scheduler's
+	// checkpoint on failure: the survivors get the job's --signal and are
+	// stopped at their new checkpoint); that the program can save then
+	// (the built-in trainer does; a sharded model needs redundant copies,
+	// as ByteRobust and Gemini keep) is the program's side, assumed as its
+	// restart and checkpoints are.
 	FailureCkpt bool
+	// FailureCkptAll: FailureCkpt for every failure that stops the job,
+	// hangs and the program's own crashes too. Loom stops those without a
+	// signal; a policy with it is a what-if.
+	FailureCkptAll bool
 }
 
 // Scenario is the run being simulated: the job, the failure mix and rate.

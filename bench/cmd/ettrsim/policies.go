@@ -93,18 +93,26 @@ const (
 	hangTimeout      = 2 * minute
 	progressInterval = 5.0
 	schedulerTick    = 1.0
+	// failureCkptWait is the scheduler's -failure-checkpoint-wait default
+	// (domain.DefaultFailureCheckpointWait): how long the survivors of a
+	// failed node get to write their checkpoint (a job without --signal;
+	// one with it gets -checkpoint-grace, 2 min). Loom's assumed save
+	// (CkptStall + CkptDurable, 20.5 s) fits in it; the agent reports the
+	// checkpoint within 100 ms of it (SignalledProgressInterval).
+	failureCkptWait = 30.0
 )
 
 // defaultLoom is Loom's policy (overridable by flags): detection and
 // requeue as Loom measured them, hang detection as it is configured,
 // automatic drain and requeue onto health-checked spare nodes, automatic
-// repair, checkpoint-aware drain of faults that warn. The training
+// repair, checkpoint-aware drain of faults that warn, checkpoint on a
+// node's failure (the survivors save before they are stopped). The training
 // program's restart and checkpoints are assumed (frequent asynchronous
 // checkpoints), as are the repairs' durations.
 func defaultLoom() Policy {
 	return Policy{
 		Name:  "Loom",
-		About: "measured detection and requeue, drain + requeue onto spares, auto repair, checkpoint-aware drain, async checkpoints",
+		About: "measured detection and requeue, drain + requeue onto spares, auto repair, checkpoint-aware drain, checkpoint on a node's failure, async checkpoints",
 		// An Xid reaches health and the scheduler within a poll and the
 		// measured bus path; a process exit sooner.
 		Detect:     xidPoll + measuredDetect,
@@ -128,7 +136,10 @@ func defaultLoom() Policy {
 		// Assumed (the hardware's): a real reboot, reimage, replacement.
 		RepairTime: [nActions]float64{10 * minute, 45 * minute, 4 * hour},
 		Drain:      true,
-		SDCDetect:  30 * minute, // assumed, the same for every policy
+		// The scheduler's checkpoint on failure (on by default,
+		// failureCkptWait): the survivors of a failed node save.
+		FailureCkpt: true,
+		SDCDetect:   30 * minute, // assumed, the same for every policy
 	}
 }
 
@@ -140,7 +151,7 @@ const whatItTakes = "what 98% takes: restart 45 s, checkpoint every 1 min (stall
 // Why rows are what-ifs (Policy.WhatIf).
 const (
 	whatIfNoPerson  = "assumes every failure is handled without a person; no system has shown that"
-	whatIfFailCkpt  = "Loom does not checkpoint on failure"
+	whatIfFailCkpt  = "Loom checkpoints on a node's failure only: a hung or crashed program is stopped without a signal"
 	whatIfFastTrain = "assumes a training program that restarts in 45 s and checkpoints every minute; none was measured here"
 )
 
@@ -162,17 +173,18 @@ func variations(loom Policy) []Policy {
 		v("slow detection (5 min, hangs 30 min)", "", func(p *Policy) { p.Detect, p.HangDetect = 5*minute, 30*minute }),
 		v("checkpoint every 30 min", "", func(p *Policy) { p.CkptInterval = 30 * minute }),
 		v("no checkpoint-aware drain", "", func(p *Policy) { p.Drain = false }),
+		v("no checkpoint on failure", "", func(p *Policy) { p.FailureCkpt = false }),
 		v("restart 5 min (as Llama 3 assumed)", "", func(p *Policy) { p.Restart = 5 * minute }),
 		v("with the Llama 3 program's timings (restart 5 min, synchronous checkpoint every 10 min, 5 s stall)", "", func(p *Policy) {
 			p.Restart, p.CkptInterval, p.CkptStall, p.CkptDurable = 5*minute, 10*minute, 5, 0
 		}),
 		v("manual repairs (8 h ticket queue), 8 spares", "", func(p *Policy) { p.RepairQueue, p.Spares = 8*hour, 8 }),
 		v("no escalations to a person", whatIfNoPerson, func(p *Policy) { p.Escalation = 0 }),
-		v("checkpoint on failure", whatIfFailCkpt, func(p *Policy) { p.FailureCkpt = true }),
+		v("checkpoint on every failure (hangs, program crashes)", whatIfFailCkpt, func(p *Policy) { p.FailureCkptAll = true }),
 		v(whatItTakes, whatIfFastTrain, fast),
-		v(whatItTakes+", and checkpoint on failure", whatIfFastTrain+"; "+whatIfFailCkpt, func(p *Policy) {
+		v(whatItTakes+", and checkpoint on every failure", whatIfFastTrain+"; "+whatIfFailCkpt, func(p *Policy) {
 			fast(p)
-			p.FailureCkpt = true
+			p.FailureCkptAll = true
 		}),
 	}
 }

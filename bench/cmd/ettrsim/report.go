@@ -79,10 +79,12 @@ func render(sc Scenario, loom Policy, rows []row, seed uint64, runs int, elapsed
 	pf("everything included (detection, restart, rollback, and the checkpoint stalls and escalations spread over them).\n")
 	pf("Loom's policy spends %.1f (the Llama 3 conditions %.1f, no automation %.1f). Loom's part is detection in seconds,\n",
 		lost(lm), lost(paper), lost(manual))
-	pf("moving the job onto a spare at once, repairing nodes without a person, and draining with a checkpoint first;\n")
-	pf("what is left is mostly the training program's: its restart (process start, NCCL init, checkpoint load) and how often\n")
-	pf("it can checkpoint and at what stall. The \"what 98%% takes\" what-if shows what the program must reach for 98%%; the\n")
-	pf("checkpoint-on-failure what-if what saving the state at the failure (which Loom does not do) would add; the row with\n")
+	pf("moving the job onto a spare at once, repairing nodes without a person, draining with a checkpoint first, and having\n")
+	pf("the survivors of a failed node checkpoint before they are stopped (checkpoint on failure; \"no checkpoint on failure\"\n")
+	pf("shows what it adds); what is left is mostly the training program's: its restart (process start, NCCL init, checkpoint\n")
+	pf("load) and how often it can checkpoint and at what stall. The \"what 98%% takes\" what-if shows what the program must\n")
+	pf("reach for 98%%; the checkpoint-on-every-failure what-if what saving the state on hangs and the program's own crashes\n")
+	pf("too (which Loom does not do: it stops those without a signal) would add; the row with\n")
 	pf("the Llama 3 program's timings what Loom's control plane alone adds to a program like that one. Escalations to a\n")
 	pf("person (the paper's 3 in 466) and silent data corruption cost every automated policy the same.\n\n")
 	pf("**Where Loom's timings come from.** Loom's own part is measured on this repository's stack or follows from its\n")
@@ -96,13 +98,15 @@ func render(sc Scenario, loom Policy, rows []row, seed uint64, runs int, elapsed
 		secs(loom.HangDetect), secs(hangTimeout), secs(progressInterval), secs(schedulerTick))
 	pf("| restart, checkpoints | %s; every %s, %s stall, safe %s later | assumed: the training program's start-up and asynchronous checkpoints, not Loom's. |\n",
 		secs(loom.Restart), secs(loom.CkptInterval), secs(loom.CkptStall), secs(loom.CkptDurable))
+	pf("| checkpoint on failure | on a node's failure (not hangs, not the program's crashes); save %s + %s | Loom's scheduler (`-failure-checkpoint-wait`, default %s; docs/health.md \"Checkpoint on failure\"): the survivors of a failed node get the job's --signal (default USR1) and are stopped at their first new checkpoint, reported by the agent within 100 ms; tested in `TestCheckpointOnFailure` (services/scheduler) and end to end in `TestXid79DrainsRepairsAndResumesFromCheckpoint` (the survivor checkpoints on USR1, the next run resumes from it). The save's time and that the program can save then (the built-in trainer does; a sharded model needs redundant copies, as ByteRobust and Gemini keep) are the program's: assumed, as its checkpoints are. |\n",
+		secs(loom.CkptStall), secs(loom.CkptDurable), secs(failureCkptWait))
 	pf("| repairs | %s / %s / %s | assumed: a real machine's reboot, reimage, replacement (the local provider's reboot takes ~10 s, recoverybench). |\n",
 		secs(loom.RepairTime[reboot]), secs(loom.RepairTime[reimage]), secs(loom.RepairTime[replace]))
 	pf("| escalations | %.2f%% (+%s) | the Llama 3 run's 3 manual interventions in 466. |\n\n", 100*loom.Escalation, secs(loom.EscalationWork))
 	pf("**The policies.** The paper gives no detection, restart or checkpoint timings: for the other policies every duration\n")
 	pf("below is this simulator's assumption, chosen as the comments in bench/cmd/ettrsim/policies.go explain; the flags change Loom's.\n\n")
-	pf("| policy | detect | hang detect | person (page / work / diagnose) | escalations | requeue | restart | checkpoint every / stall / safe after | spares | repairs | drain first |\n")
-	pf("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	pf("| policy | detect | hang detect | person (page / work / diagnose) | escalations | requeue | restart | checkpoint every / stall / safe after | spares | repairs | drain first | checkpoint on failure |\n")
+	pf("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		p := r.p
 		person := "—"
@@ -123,8 +127,15 @@ func render(sc Scenario, loom Policy, rows []row, seed uint64, runs int, elapsed
 		if p.RepairQueue > 0 {
 			repairs += " + " + secs(p.RepairQueue) + " queue"
 		}
-		pf("| %s | %s | %s | %s | %s | %s | %s | %s / %s / %s | %d | %s | %s |\n", label(p), detect, secs(p.HangDetect), person, esc,
-			secs(p.Requeue), secs(p.Restart), secs(p.CkptInterval), secs(p.CkptStall), safeAfter(p.CkptDurable), p.Spares, repairs, yesNo(p.Drain))
+		failCkpt := "no"
+		switch {
+		case p.FailureCkptAll:
+			failCkpt = "every failure"
+		case p.FailureCkpt:
+			failCkpt = "node failures"
+		}
+		pf("| %s | %s | %s | %s | %s | %s | %s | %s / %s / %s | %d | %s | %s | %s |\n", label(p), detect, secs(p.HangDetect), person, esc,
+			secs(p.Requeue), secs(p.Restart), secs(p.CkptInterval), secs(p.CkptStall), safeAfter(p.CkptDurable), p.Spares, repairs, yesNo(p.Drain), failCkpt)
 	}
 	pf("\nRepairs are reboot / reimage / replace. Silent data corruption goes unnoticed for %s under every policy\n", secs(loom.SDCDetect))
 	pf("(training then rolls back to a checkpoint from before it). A failed node goes to repair and comes back as a\n")
@@ -164,7 +175,8 @@ func render(sc Scenario, loom Policy, rows []row, seed uint64, runs int, elapsed
 	pf("\nEngine and model: bench/cmd/ettrsim (engine.go, sim.go); its tests check the engine's order, timelines\n")
 	pf("computed by hand (restart, repair with and without a spare, an asynchronous checkpoint not yet safe, a drain,\n")
 	pf("silent data corruption, planned maintenance, a checkpoint on failure) and the ETTR of small runs under Loom's\n")
-	pf("timings worked out by hand (a crash, a hang, a crash with a checkpoint on failure).\n")
+	pf("timings worked out by hand (a node's crash with and without checkpoint on failure, a hang, a program's crash with a\n")
+	pf("checkpoint on every failure).\n")
 	pf("<!-- ettrsim:end -->\n")
 	return b.String()
 }

@@ -253,7 +253,7 @@ func (j *job) interrupt(f failure, onset float64) {
 		return
 	}
 	saved := -1.0
-	if j.p.FailureCkpt && onset < 0 && j.up {
+	if onset < 0 && j.up && (j.p.FailureCkptAll || j.p.FailureCkpt && f.repair && !f.hang) {
 		j.setPhase(j.phase) // bring prog up to date
 		saved = j.prog
 	}
@@ -285,8 +285,9 @@ func (j *job) stop(onset float64) {
 
 // recover takes the job from an interruption back to running: detection,
 // an escalation now and then, a node swapped for the bad one, a restart.
-// saved >= 0 is the progress a checkpoint on failure (Policy.FailureCkpt)
-// saves once the failure is detected; training resumes from there.
+// saved >= 0 is the progress a checkpoint on failure (Policy.FailureCkpt,
+// FailureCkptAll) saves once the failure is detected; training resumes
+// from there.
 func (j *job) recover(f failure, g int, warned bool, saved float64) {
 	p := j.p
 	var steps []step

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -82,7 +83,9 @@ func waitJob(t *testing.T, jobs loomv1.JobServiceClient, name string, within tim
 // case: a 2-node training job runs, Xid 79 (GPU fallen off the bus) is
 // injected on one of its nodes, the node is drained and repaired, and the job
 // resumes from its checkpoint on healthy nodes and finishes with the very
-// model an uninterrupted run writes.
+// model an uninterrupted run writes. The checkpoint it resumes from is the
+// one the surviving node wrote on the failure's USR1 (checkpoint on
+// failure, the scheduler's default).
 func TestXid79DrainsRepairsAndResumesFromCheckpoint(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -129,6 +132,14 @@ func TestXid79DrainsRepairsAndResumesFromCheckpoint(t *testing.T) {
 	if len(running.Nodes) != 2 {
 		t.Fatalf("job runs on %v, want 2 nodes", running.Nodes)
 	}
+	// Checkpoint on failure waits only for a run whose progress (its
+	// checkpoints) the scheduler has heard of: the agents report it every
+	// progress interval (5 s). Goodput's checkpointing time comes from it.
+	goodput := loomv1.NewGoodputServiceClient(gw)
+	testkit.WaitFor(t, 60*time.Second, "the scheduler hears of the run's checkpoints", func() (bool, error) {
+		gp, err := goodput.GetJobGoodput(waitCtx(t, 5*time.Second), &loomv1.GetJobGoodputRequest{Name: job.Name})
+		return err == nil && gp.LostCheckpointing.AsDuration() > 0, nil
+	})
 	bad := running.Nodes[1]
 	health := loomv1.NewHealthServiceClient(gw)
 	if _, err := health.InjectFault(waitCtx(t, 5*time.Second), &loomv1.InjectFaultRequest{Cluster: cl.Name, Hostname: bad,
@@ -198,10 +209,22 @@ func TestXid79DrainsRepairsAndResumesFromCheckpoint(t *testing.T) {
 	if !strings.Contains(string(out), "resuming from checkpoint") {
 		t.Errorf("the second run did not resume from a checkpoint:\n%s", out)
 	}
+	// Checkpoint on failure: the surviving rank (0, which writes the
+	// checkpoints) was sent USR1 before it was stopped, wrote a checkpoint
+	// for it, and the next run resumed from that one, not from the last
+	// periodic checkpoint before the failure.
+	m := regexp.MustCompile(`checkpoint at epoch (\d+) written \(requested by signal\)`).FindAllStringSubmatch(string(out), -1)
+	if len(m) == 0 {
+		t.Errorf("the survivor wrote no checkpoint on the failure's signal:\n%s", out)
+	} else if saved := m[len(m)-1][1]; !strings.Contains(string(out), "resuming from checkpoint at epoch "+saved+" ") {
+		t.Errorf("the next run did not resume from the survivor's checkpoint at epoch %s:\n%s", saved, out)
+	} else {
+		t.Logf("the survivor checkpointed at epoch %s on the failure's signal; the next run resumed from it", saved)
+	}
 	// What the failure cost, through the gateway: a failure, the restart,
 	// the trainer's timed saves (forwarded by the agent), and parts that
 	// add up to the wall time.
-	gp, err := loomv1.NewGoodputServiceClient(gw).GetJobGoodput(waitCtx(t, 5*time.Second),
+	gp, err := goodput.GetJobGoodput(waitCtx(t, 5*time.Second),
 		&loomv1.GetJobGoodputRequest{Name: job.Name})
 	if err != nil {
 		t.Fatal(err)
@@ -211,6 +234,11 @@ func TestXid79DrainsRepairsAndResumesFromCheckpoint(t *testing.T) {
 	if gp.Failures < 1 || gp.Restarts < 1 || gp.LostRestart.AsDuration() <= 0 || gp.LostCheckpointing.AsDuration() <= 0 ||
 		parts != gp.Wall.AsDuration() || gp.Goodput <= 0 || gp.Goodput >= 1 {
 		t.Errorf("goodput of the interrupted job: %v", gp)
+	}
+	// The survivor's checkpoint came after the failed run's end, before it
+	// was stopped: none of that run is lost to recompute.
+	if gp.LostRecompute.AsDuration() != 0 {
+		t.Errorf("lost to recompute %v after a checkpoint on failure, want 0", gp.LostRecompute.AsDuration())
 	}
 	t.Logf("goodput: %v", gp)
 }

@@ -694,10 +694,25 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 		}
 		prog.Step = epoch
 		if cfg.Rank != 0 {
-			if requested {
-				fmt.Fprintf(out, "rank %d: checkpoint requested at epoch %d; only rank 0 writes checkpoints\n", cfg.Rank, epoch)
+			// Only rank 0 writes the periodic checkpoints; on a signal every
+			// rank does (each holds the same state, a data-parallel
+			// replica), so that a checkpoint on failure is written whichever
+			// node survives. Pruning stays rank 0's.
+			if requested && ckDir != "" {
+				saveStart := time.Now()
+				st, err := l.state()
+				if err == nil {
+					err = writeCheckpoint(filepath.Join(ckDir, checkpointName(epoch)), st)
+				}
+				if err != nil {
+					return res, fmt.Errorf("checkpoint at epoch %d: %w", epoch, err)
+				}
+				fmt.Fprintf(out, "rank %d: checkpoint at epoch %d written (requested by signal)\n", cfg.Rank, epoch)
+				prog.CheckpointStep, prog.CheckpointTime = epoch, rfc3339(time.Now())
+				checkpointing += time.Since(saveStart)
+				prog.CheckpointSeconds = checkpointing.Seconds()
 			}
-			if err := progress.write(prog, false); err != nil {
+			if err := progress.write(prog, requested); err != nil {
 				return res, err
 			}
 			continue

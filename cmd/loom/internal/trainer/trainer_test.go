@@ -366,3 +366,41 @@ func TestRequestedCheckpoint(t *testing.T) {
 		t.Fatalf("files %v, want the one requested checkpoint, the model and its manifest %v", names, want)
 	}
 }
+
+// TestRequestedCheckpointOnAnotherRank: a rank other than 0 writes no
+// periodic checkpoint, but on a signal it writes one (it holds the same
+// state), identical to rank 0's at that epoch, and reports it in its
+// progress: a checkpoint on a node's failure comes from whichever rank
+// survives.
+func TestRequestedCheckpointOnAnotherRank(t *testing.T) {
+	t.Parallel()
+	ref := testConfig(t, 5)
+	ref.CheckpointEvery = 1
+	if _, err := Train(context.Background(), ref); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t, 5)
+	cfg.Rank, cfg.OutDir, cfg.CheckpointEvery = 1, "", 2
+	cfg.CheckpointDir = t.TempDir()
+	cfg.ProgressFile = filepath.Join(t.TempDir(), "progress.json")
+	req := make(chan os.Signal, 1)
+	req <- syscall.SIGUSR1
+	cfg.CheckpointRequests = req
+	if _, err := Train(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(cfg.CheckpointDir)
+	if len(entries) != 1 || entries[0].Name() != "checkpoint-000001.json" {
+		t.Fatalf("rank 1 wrote %v, want only the requested checkpoint at epoch 1", entries)
+	}
+	got, _ := os.ReadFile(filepath.Join(cfg.CheckpointDir, entries[0].Name()))
+	want, _ := os.ReadFile(filepath.Join(ref.OutDir, entries[0].Name()))
+	if len(want) == 0 || string(got) != string(want) {
+		t.Fatalf("rank 1's checkpoint differs from rank 0's:\n%s\n%s", got, want)
+	}
+	b, _ := os.ReadFile(cfg.ProgressFile)
+	var p Progress
+	if err := json.Unmarshal(b, &p); err != nil || p.CheckpointStep != 1 {
+		t.Fatalf("rank 1's progress = %s (%v), want checkpoint 1", b, err)
+	}
+}

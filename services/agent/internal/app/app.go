@@ -175,6 +175,9 @@ type App struct {
 	// progress is, by run key (job#attempt), what was last reported of
 	// its progress (progress.go).
 	progress map[string]domain.Progress
+	// signalled wakes ProgressLoop after a step was signalled, so that a
+	// checkpoint the signal asked for is reported at once (progress.go).
+	signalled chan struct{}
 	// attempts is, by job, the highest attempt this node has a step or
 	// task record of (setStep, setTasks): a start of an older one is stale.
 	attempts map[string]int32
@@ -279,6 +282,7 @@ func New(ctx context.Context, opts Options) (*App, error) {
 		persisting: map[string]int{},
 		attempts:   map[string]int32{},
 		progress:   map[string]domain.Progress{},
+		signalled:  make(chan struct{}, 1),
 		tails:      map[string]*tail{},
 		dropped:    newDroppedLines(),
 		caughtUp:   make(chan struct{}),
@@ -1352,6 +1356,7 @@ func (a *App) SignalStep(ctx context.Context, id string, cmd *eventsv1.SignalSte
 		return nil
 	}
 	a.log.Info("step signalled", "step", key, "pid", p.g.PID, "signal", cmd.GetSignal(), "batch_only", cmd.GetBatchOnly())
+	a.progressSoon()
 	return nil
 }
 

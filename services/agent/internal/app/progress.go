@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/services/agent/internal/adapters"
 	"github.com/loom-ml/loom/services/agent/internal/domain"
@@ -80,16 +82,54 @@ func readProgress(path string, prev domain.ProgressReport) domain.ProgressReport
 	return r
 }
 
+// SignalledProgressInterval is how often the agent looks at progress for
+// one progress interval after it signalled a step: the signal (a job's
+// --signal, sent for a checkpoint-aware drain or for checkpoint on a node's
+// failure) asks for a checkpoint that the scheduler waits on before it
+// stops or requeues the run, so it is reported within this, not within a
+// whole progress interval.
+const SignalledProgressInterval = 100 * time.Millisecond
+
+// progressSoon makes ProgressLoop look often for a while (a step was
+// signalled). It never blocks.
+func (a *App) progressSoon() {
+	select {
+	case a.signalled <- struct{}{}:
+	default:
+	}
+}
+
 // ProgressLoop looks at the progress of every run here each progress
-// interval and reports what moved, until ctx ends.
+// interval, and every SignalledProgressInterval for one progress interval
+// after a step was signalled, and reports what moved, until ctx ends.
 func (a *App) ProgressLoop(ctx context.Context) error {
 	t := a.opts.Clock.NewTicker(a.opts.ProgressInterval)
 	defer t.Stop()
+	var fast clockwork.Ticker
+	var fastC <-chan time.Time
+	var fastUntil time.Time
+	defer func() {
+		if fast != nil {
+			fast.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.Chan():
+		case <-a.signalled:
+			fastUntil = a.opts.Clock.Now().Add(a.opts.ProgressInterval)
+			if fast == nil && SignalledProgressInterval < a.opts.ProgressInterval {
+				fast = a.opts.Clock.NewTicker(SignalledProgressInterval)
+				fastC = fast.Chan()
+			}
+			continue
+		case now := <-fastC:
+			if !now.Before(fastUntil) {
+				fast.Stop()
+				fast, fastC = nil, nil
+			}
 		}
 		a.observeProgress(ctx)
 	}

@@ -71,8 +71,9 @@ func NewWith(st *store.Store, cfg domain.Config, now func() time.Time, log *slog
 // applied, is not repeated (inbox). Call before the consumer starts.
 func (a *App) SetHook(h func(ctx context.Context, ev envelope.Event) error) { a.hook = h }
 
-// Start loads the members and their verdicts; every member gets a full
-// timeout of grace from now, since when it last spoke was not kept.
+// Start loads the members, their verdicts, remediation records and each
+// GPU's last judged last_xid; every member gets a full timeout of grace
+// from now, since when it last spoke was not kept.
 func (a *App) Start(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -88,8 +89,13 @@ func (a *App) reload(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	xids, err := adapters.LoadXids(ctx, a.st)
+	if err != nil {
+		return err
+	}
 	s := domain.NewStateWith(a.cfg)
 	s.Load(a.now(), nodes)
+	s.LoadXids(xids)
 	if err := s.LoadRemedy(snap); err != nil {
 		return err
 	}

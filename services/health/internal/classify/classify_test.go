@@ -182,7 +182,7 @@ func TestTelemetryThresholds(t *testing.T) {
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	t1 := t0.Add(time.Minute)
 	ok := &loomv1.GpuSample{Index: 0, TemperatureC: 60}
-	if v := th.Telemetry(nil, sample(t0, ok)); len(v) != 0 {
+	if v := th.Telemetry(nil, sample(t0, ok), nil); len(v) != 0 {
 		t.Fatalf("healthy GPU: %v", v)
 	}
 	for _, tc := range []struct {
@@ -204,33 +204,33 @@ func TestTelemetryThresholds(t *testing.T) {
 		if tc.prev != nil {
 			prev = sample(t0, tc.prev)
 		}
-		vs := th.Telemetry(prev, sample(t1, tc.cur))
+		vs := th.Telemetry(prev, sample(t1, tc.cur), LastXids(prev))
 		v, found := Worst(vs)
 		if !found || v.Action != tc.action || v.Urgent != tc.urgent || v.CheckpointFirst != tc.ckptFst || v.Reason != tc.reason {
 			t.Errorf("%s: %+v (of %v)", tc.name, v, vs)
 		}
 	}
 	// Below the rates: nothing. A counter reset is not a burst.
-	if v := th.Telemetry(sample(t0, &loomv1.GpuSample{EccSbeVolatile: 100}), sample(t1, &loomv1.GpuSample{EccSbeVolatile: 105})); len(v) != 0 {
+	if v := th.Telemetry(sample(t0, &loomv1.GpuSample{EccSbeVolatile: 100}), sample(t1, &loomv1.GpuSample{EccSbeVolatile: 105}), nil); len(v) != 0 {
 		t.Errorf("5 SBE/min flagged: %v", v)
 	}
-	if v := th.Telemetry(sample(t0, &loomv1.GpuSample{EccSbeVolatile: 1000}), sample(t1, &loomv1.GpuSample{EccSbeVolatile: 2})); len(v) != 0 {
+	if v := th.Telemetry(sample(t0, &loomv1.GpuSample{EccSbeVolatile: 1000}), sample(t1, &loomv1.GpuSample{EccSbeVolatile: 2}), nil); len(v) != 0 {
 		t.Errorf("counter reset flagged: %v", v)
 	}
 	// A DBE count that does not grow is not a new error.
-	if v := th.Telemetry(sample(t0, &loomv1.GpuSample{EccDbeVolatile: 1}), sample(t1, &loomv1.GpuSample{EccDbeVolatile: 1})); len(v) != 0 {
+	if v := th.Telemetry(sample(t0, &loomv1.GpuSample{EccDbeVolatile: 1}), sample(t1, &loomv1.GpuSample{EccDbeVolatile: 1}), nil); len(v) != 0 {
 		t.Errorf("old DBE flagged again: %v", v)
 	}
 	disk := func(used uint64) *eventsv1.GpuTelemetry {
 		return &eventsv1.GpuTelemetry{Time: timestamppb.New(t1), Disks: []*loomv1.DiskSample{{Mount: "/", TotalBytes: 100, UsedBytes: used}}}
 	}
-	if v, ok := Worst(th.Telemetry(nil, disk(98))); !ok || v.Action != reimage || !v.CheckpointFirst || v.Reason != "disk full: / 98% used" {
+	if v, ok := Worst(th.Telemetry(nil, disk(98), nil)); !ok || v.Action != reimage || !v.CheckpointFirst || v.Reason != "disk full: / 98% used" {
 		t.Errorf("disk full: %+v", v)
 	}
-	if vs := th.Telemetry(nil, disk(92)); len(vs) != 1 || vs[0].Acts() {
+	if vs := th.Telemetry(nil, disk(92), nil); len(vs) != 1 || vs[0].Acts() {
 		t.Errorf("disk warn: %+v", vs)
 	}
-	if vs := th.Telemetry(nil, disk(50)); len(vs) != 0 {
+	if vs := th.Telemetry(nil, disk(50), nil); len(vs) != 0 {
 		t.Errorf("disk fine: %+v", vs)
 	}
 }
@@ -311,7 +311,7 @@ func TestTelemetryLastXid(t *testing.T) {
 		{"no previous sample", nil, sample(t1, xid(0, 79)), false, 0, 0},
 		{"GPU not in the previous sample", sample(t0, xid(0, 0)), sample(t1, xid(0, 0), xid(1, 79)), false, 0, 0},
 	} {
-		vs := th.Telemetry(tc.prev, tc.cur)
+		vs := th.Telemetry(tc.prev, tc.cur, LastXids(tc.prev))
 		v, found := Worst(vs)
 		if !tc.want {
 			if found {

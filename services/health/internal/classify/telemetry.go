@@ -42,27 +42,46 @@ func DefaultThresholds() Thresholds {
 	return Thresholds{SBEPerMinute: 10, NVLinkPerMinute: 10, TemperatureC: 90, DiskFull: 0.97, DiskWarn: 0.90}
 }
 
+// MaxXidGPUs bounds the GPUs whose last_xid is judged and kept per node
+// (indexes 0 to MaxXidGPUs-1; the scheduler's most GPUs on a node): a
+// sample naming more cannot grow health's stored state.
+const MaxXidGPUs = 64
+
+// LastXids returns the sample's last_xid per GPU (zeros included, so that a
+// GPU is known), for the GPUs with an index below MaxXidGPUs; nil for a nil
+// sample. It is what Telemetry's judged compares with.
+func LastXids(s *eventsv1.GpuTelemetry) map[int32]int32 {
+	if s == nil {
+		return nil
+	}
+	out := map[int32]int32{}
+	for _, g := range s.GetGpus() {
+		if i := g.GetIndex(); i >= 0 && i < MaxXidGPUs {
+			out[i] = g.GetLastXid()
+		}
+	}
+	return out
+}
+
 // Telemetry classifies a node's sample cur against its previous sample prev
-// (nil when there is none: rates and Xid changes are then not judged). It
+// (nil when there is none: rates are then not judged) and against judged,
+// each GPU's last_xid as last judged (LastXids of an earlier sample, kept
+// durably by the domain so that it outlives health's restarts; nil when
+// there is none: Xid changes are then not judged). It
 // returns the verdicts that act, worst first within each GPU; an empty slice
 // means the node looks fine. Counters that went down (a reset, a new boot)
 // are read as starting again from zero.
 //
 // A GPU's last_xid (DCGM_FI_DEV_XID_ERRORS) that is non-zero and differs
-// from prev's gives the verdict Xid gives for it, the one the XidObserved
+// from judged's gives the verdict Xid gives for it, the one the XidObserved
 // event path gives: an Xid raised while the agent was down, or missed by
 // its event set, is seen in the next sample. Only a change is judged, never
 // the value alone, so that a node is not failed again for an Xid it was
 // repaired for; an Xid that does not take the node out (RESTART_APP, IGNORE)
 // is left to the event path, so that a late sample does not restart a job a
 // second time.
-func (t Thresholds) Telemetry(prev, cur *eventsv1.GpuTelemetry) []Verdict {
+func (t Thresholds) Telemetry(prev, cur *eventsv1.GpuTelemetry, judged map[int32]int32) []Verdict {
 	var out []Verdict
-	// lastXid is prev's last_xid per GPU, whatever the samples' times.
-	lastXid := map[int32]int32{}
-	for _, g := range prev.GetGpus() {
-		lastXid[g.GetIndex()] = g.GetLastXid()
-	}
 	before := map[int32]*loomv1.GpuSample{}
 	minutes := 0.0
 	if prev != nil && prev.GetTime() != nil && cur.GetTime() != nil {
@@ -81,7 +100,7 @@ func (t Thresholds) Telemetry(prev, cur *eventsv1.GpuTelemetry) []Verdict {
 			out = append(out, v)
 			continue
 		}
-		if x, ok := lastXid[gpu]; ok && g.GetLastXid() != 0 && g.GetLastXid() != x {
+		if x, ok := judged[gpu]; ok && g.GetLastXid() != 0 && g.GetLastXid() != x {
 			if v := Xid(gpu, g.GetLastXid()); v.Drains() {
 				out = append(out, v)
 			}

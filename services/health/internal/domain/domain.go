@@ -9,6 +9,7 @@ package domain
 
 import (
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"time"
@@ -77,7 +78,8 @@ type Config struct {
 
 // State is the member nodes, their verdicts, when each was last heard
 // from, and their remediation. Last-seen times, unreachable-since times and
-// the latest telemetry live only in memory. State changes only through
+// the latest telemetry live only in memory; each GPU's last judged last_xid
+// is durable (Change.Xids). State changes only through
 // Commit; it is not safe for concurrent use.
 type State struct {
 	cfg      Config
@@ -90,6 +92,11 @@ type State struct {
 	evidence     map[string]time.Time
 	// telemetry is each node's latest GpuTelemetry (rates, ListNodeHealth).
 	telemetry map[string]*eventsv1.GpuTelemetry
+	// xids is each node's last_xid per GPU as last judged
+	// (classify.LastXids of its latest sample): durable, so that a
+	// restarted health judges a change that happened while it was down,
+	// and not a value it judged before.
+	xids map[string]map[int32]int32
 	// lastCheck is when the check loop last ran.
 	lastCheck time.Time
 	machine   *remedy.Machine
@@ -108,7 +115,8 @@ func NewStateWith(cfg Config) *State {
 		cfg.Thresholds = classify.DefaultThresholds()
 	}
 	return &State{cfg: cfg, timeout: cfg.Timeout, nodes: map[string]*Node{}, lastSeen: map[string]time.Time{},
-		unreachSince: map[string]time.Time{}, evidence: map[string]time.Time{}, telemetry: map[string]*eventsv1.GpuTelemetry{}, machine: remedy.New(cfg.Remedy)}
+		unreachSince: map[string]time.Time{}, evidence: map[string]time.Time{}, telemetry: map[string]*eventsv1.GpuTelemetry{}, xids: map[string]map[int32]int32{},
+		machine: remedy.New(cfg.Remedy)}
 }
 
 // Load adds the nodes read from storage at start-up. Nobody knows when they
@@ -123,6 +131,16 @@ func (s *State) Load(now time.Time, nodes []*Node) {
 		}
 	}
 	s.lastCheck = now
+}
+
+// LoadXids restores each node's last judged last_xid per GPU, as stored
+// from Change.Xids; records of nodes that are not members are dropped.
+func (s *State) LoadXids(xids map[string]map[int32]int32) {
+	for name, m := range xids {
+		if s.nodes[name] != nil && m != nil {
+			s.xids[name] = m
+		}
+	}
 }
 
 // LoadRemedy restores the remediation machine from its stored snapshot.
@@ -161,7 +179,11 @@ type Change struct {
 	Nodes  map[string]*Node
 	Emits  []Emit
 	Remedy *remedy.Result
-	seen   map[string]time.Time
+	// Xids are nodes' last_xid per GPU to store, set only when a node's
+	// differs from the stored one (a routine sample writes nothing); a node
+	// removed from Nodes is removed here by the store as well.
+	Xids map[string]map[int32]int32
+	seen map[string]time.Time
 	// unreach sets (or with a zero time clears) unreachable-since times.
 	unreach   map[string]time.Time
 	telemetry map[string]*eventsv1.GpuTelemetry
@@ -172,7 +194,7 @@ type Change struct {
 // Durable reports whether the change has anything to persist or emit; a
 // change that is not durable only refreshes what is kept in memory.
 func (c *Change) Durable() bool {
-	return len(c.Nodes) > 0 || len(c.Emits) > 0 || (c.Remedy != nil && c.Remedy.Durable())
+	return len(c.Nodes) > 0 || len(c.Emits) > 0 || len(c.Xids) > 0 || (c.Remedy != nil && c.Remedy.Durable())
 }
 
 // AllEmits are the change's events: the domain's, then the machine's.
@@ -202,6 +224,7 @@ func (s *State) Commit(c *Change) {
 			delete(s.unreachSince, name)
 			delete(s.evidence, name)
 			delete(s.telemetry, name)
+			delete(s.xids, name)
 		} else {
 			s.nodes[name] = n
 		}
@@ -231,6 +254,11 @@ func (s *State) Commit(c *Change) {
 			s.telemetry[name] = t
 		}
 	}
+	for name, m := range c.Xids {
+		if s.nodes[name] != nil {
+			s.xids[name] = m
+		}
+	}
 	if !c.checked.IsZero() {
 		s.lastCheck = c.checked
 	}
@@ -240,7 +268,7 @@ func (s *State) Commit(c *Change) {
 }
 
 func newChange() *Change {
-	return &Change{Nodes: map[string]*Node{}, seen: map[string]time.Time{}, unreach: map[string]time.Time{},
+	return &Change{Nodes: map[string]*Node{}, Xids: map[string]map[int32]int32{}, seen: map[string]time.Time{}, unreach: map[string]time.Time{},
 		telemetry: map[string]*eventsv1.GpuTelemetry{}}
 }
 
@@ -298,10 +326,17 @@ func (s *State) Handle(now time.Time, payload proto.Message) (*Change, error) {
 			break
 		}
 		s.heard(c, now, ev.GetNode())
-		if v, ok := classify.Worst(s.cfg.Thresholds.Telemetry(s.telemetry[ev.GetNode()], ev)); ok {
+		// last_xid is judged against the stored value, not the sample in
+		// memory, so that a restarted health still sees a change (and
+		// does not judge again a value it judged before).
+		judged, known := s.xids[ev.GetNode()]
+		if v, ok := classify.Worst(s.cfg.Thresholds.Telemetry(s.telemetry[ev.GetNode()], ev, judged)); ok {
 			evs = append(evs, remedy.Fault{Node: ev.GetNode(), Verdict: v})
 		}
 		c.telemetry[ev.GetNode()] = ev
+		if cur := classify.LastXids(ev); !known || !maps.Equal(cur, judged) {
+			c.Xids[ev.GetNode()] = cur
+		}
 	case *eventsv1.XidObserved:
 		if ev.GetNode() == "" {
 			return nil, fmt.Errorf("xid observed: %w", errs.Invalid("node", "required"))

@@ -411,3 +411,79 @@ func TestTelemetryLastXid(t *testing.T) {
 		t.Fatalf("view after last_xid 13: %v", view)
 	}
 }
+
+// TestLastXidOutlivesHealthRestart: each GPU's last judged last_xid is part
+// of the durable change (written once for a node's first sample, then only
+// when it changes: a routine sample writes nothing), and a health restored
+// from it with no sample in memory judges a last_xid that changed while it
+// was down, and not one that stayed (an Xid a node was already failed or
+// repaired for).
+func TestLastXidOutlivesHealthRestart(t *testing.T) {
+	t.Parallel()
+	f := cluster3(t)
+	sample := func(node string, xid int32) *eventsv1.GpuTelemetry {
+		return &eventsv1.GpuTelemetry{Node: node, Cluster: cluster, Time: timestamppb.New(f.now), Simulated: true,
+			Gpus: []*loomv1.GpuSample{{Index: 0, TemperatureC: 50}, {Index: 1, TemperatureC: 50, LastXid: xid}}}
+	}
+	// stored is what the store holds: every Change.Xids written.
+	stored := map[string]map[int32]int32{}
+	write := func(c *Change) {
+		for n, m := range c.Xids {
+			stored[n] = m
+		}
+	}
+	// Node 1 already carries an Xid in its first sample (not judged:
+	// nothing to compare with); the others are clean.
+	first := []int32{0, 79, 0}
+	for i, x := range first {
+		c := f.handle(sample(nodeN(i), x))
+		if len(c.AllEmits()) != 0 || !c.Durable() || c.Xids[nodeN(i)][1] != x {
+			t.Fatalf("first sample of %s: emits %v, durable %v, xids %v", nodeN(i), allEmits(c), c.Durable(), c.Xids)
+		}
+		write(c)
+	}
+	f.advance(time.Minute)
+	for i, x := range first {
+		if c := f.handle(sample(nodeN(i), x)); c.Durable() || len(c.Xids) != 0 {
+			t.Fatalf("an unchanged sample of %s is written: %v", nodeN(i), c.Xids)
+		}
+	}
+
+	// Health restarts: members and the stored last_xid, no sample in memory.
+	r := &fake{t: t, s: NewState(timeout), now: f.now.Add(time.Minute)}
+	var nodes []*Node
+	for _, n := range f.s.Nodes() {
+		cp := *n
+		nodes = append(nodes, &cp)
+	}
+	r.s.Load(r.now, nodes)
+	if err := r.s.LoadRemedy(f.s.Machine().Snapshot()); err != nil {
+		t.Fatal(err)
+	}
+	r.s.LoadXids(stored)
+
+	// Node 0's GPU 1 raised Xid 79 while health was down.
+	v := healthOf(r.handle(sample(nodeN(0), 79)))
+	if len(v) < 1 || v[0].GetHealth() != eventsv1.NodeHealth_UNHEALTHY || v[0].GetReason() != "Xid 79: GPU has fallen off the bus" {
+		t.Fatalf("a last_xid that changed while health was down: %v", v)
+	}
+	// Node 1's Xid is the one health saw before: nothing.
+	if c := r.handle(sample(nodeN(1), 79)); len(c.AllEmits()) != 0 || len(c.Xids) != 0 {
+		t.Fatalf("an unchanged last_xid after health's restart acted: %v, xids %v", allEmits(c), c.Xids)
+	}
+	if view := r.s.View(nodeN(1)); view.GetState() != loomv1.RemediationState_NODE_HEALTHY || view.GetFailures() != 0 {
+		t.Fatalf("node 1 after health's restart: %v", view)
+	}
+	if c := r.handle(sample(nodeN(2), 0)); len(c.AllEmits()) != 0 {
+		t.Fatalf("a clean node after health's restart: %v", allEmits(c))
+	}
+	// A removed node's record goes with it.
+	c := r.handle(&eventsv1.NodeRemoved{Node: nodeN(2)})
+	if n, ok := c.Nodes[nodeN(2)]; !ok || n != nil {
+		t.Fatalf("removal: %v", c.Nodes)
+	}
+	r.s.LoadXids(map[string]map[int32]int32{nodeN(2): {0: 0}})
+	if r.s.xids[nodeN(2)] != nil {
+		t.Fatal("last_xid of a node that is not a member was loaded")
+	}
+}

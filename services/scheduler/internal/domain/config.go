@@ -65,6 +65,17 @@ type Config struct {
 	// CheckpointGrace is how long a checkpoint-aware drain waits, after the
 	// job's --signal, for a new checkpoint before requeueing (default 2 m).
 	CheckpointGrace time.Duration
+	// FailureCheckpointWait turns on checkpoint on failure: when a node
+	// of a multi-node run fails, the run's steps on the other nodes (which
+	// still hold the training state) are sent the job's --signal (default
+	// USR1) before they are stopped, and stopped at their first new
+	// checkpoint, or after this long for a job without --signal (one that
+	// may not handle the signal: a short wait), after CheckpointGrace for a
+	// job with one. The job is requeued at once either way; its next
+	// attempt waits for the old one's steps to end. 0 (the zero Config) is
+	// off; the scheduler's -failure-checkpoint-wait defaults to
+	// DefaultFailureCheckpointWait.
+	FailureCheckpointWait time.Duration
 	// HangTimeout ends a run that reports no progress for that long as hung
 	// (a job's hang_timeout_seconds overrides it); 0 (the default) is off.
 	HangTimeout time.Duration
@@ -97,6 +108,9 @@ const (
 	DefaultFenceTimeout      = 5 * time.Minute
 	DefaultMaxInfraRestarts  = 20
 	DefaultCheckpointGrace   = 2 * time.Minute
+	// DefaultFailureCheckpointWait is the scheduler's default
+	// FailureCheckpointWait.
+	DefaultFailureCheckpointWait = 30 * time.Second
 	// MaxRetriesCeiling bounds Job.max_retries (the gateway refuses more;
 	// the scheduler bounds what it is given).
 	MaxRetriesCeiling = 100
@@ -179,6 +193,9 @@ func (cfg Config) Defaults() Config {
 	}
 	if cfg.HangTimeout < 0 {
 		cfg.HangTimeout = 0
+	}
+	if cfg.FailureCheckpointWait < 0 {
+		cfg.FailureCheckpointWait = 0
 	}
 	return cfg
 }

@@ -522,6 +522,9 @@ func (t *txn) nodeHealth(ev *eventsv1.NodeHealthChanged) error {
 		n.HealthTime = ev.GetTime().AsTime()
 	}
 	n.Unhealthy, n.HealthDrain, n.Unreachable = u, c, r
+	// Health has spoken since a prolog failure: its verdict (taken out, in
+	// this same change, or put back) replaces the scheduler's hold.
+	n.PrologHold, n.PrologReason = false, ""
 	if !u && !c {
 		n.HealthDrained = false // a later verdict is a new drain, with its own NodeDrained
 	}
@@ -626,7 +629,9 @@ func (t *txn) failNode(n *Node) {
 			default:
 				t.infraRequeue(j, r, loomv1.JobState_NODE_FAIL, reason)
 			}
-			t.stopSteps(r, n.Name, reason, eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE)
+			if gone || !t.checkpointSurvivors(j, r, n.Name, reason) { // health.go
+				t.stopSteps(r, n.Name, reason, eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE)
+			}
 		}
 		if fence {
 			// The fence: whatever still runs there is told to stop, and its

@@ -126,6 +126,77 @@ func (t *txn) checkpointDone(j *Job, r *Run, why string) {
 	t.dirty[r.Cluster] = true
 }
 
+// checkpointSurvivors starts checkpoint on failure for run r of j (edited;
+// its attempt just ended NODE_FAIL and the job was requeued) whose node
+// failed failed (Config.FailureCheckpointWait): the steps on its other
+// nodes, which still hold the training state, are sent the job's --signal
+// (default USR1, as a checkpoint-aware drain sends) and are stopped at the
+// run's first newer checkpoint or at the wait's end (survivorsDone). The
+// failed node is never signalled: what it would write may be corrupt. It
+// reports false, and does nothing, when it is off, the job was not
+// requeued, the run never reported a training step nor a checkpoint (its
+// program does not speak LOOM_PROGRESS_FILE, so no checkpoint of its could
+// end the wait; or it has not begun: nothing to save), or no other step
+// lives: the caller stops the steps.
+func (t *txn) checkpointSurvivors(j *Job, r *Run, failed, reason string) bool {
+	wait := t.s.cfg.FailureCheckpointWait
+	if wait <= 0 || !r.SurvivorsBy.IsZero() || (r.Progress.Step == 0 && r.Progress.CheckpointStep == 0) {
+		return false
+	}
+	if cur := t.job(j.Name()); cur == nil || !cur.Pending() {
+		return false
+	}
+	sig := JobSignal{Name: DefaultCheckpointSignal}
+	if s, err := ParseJobSignal(j.Job.GetSignal()); err == nil && s.Name != "" {
+		// The job says it handles its signal: it gets the drain's grace.
+		sig, wait = s, t.s.cfg.CheckpointGrace
+	}
+	wait = min(wait, t.s.cfg.CheckpointGrace)
+	live := false
+	for _, node := range r.Nodes {
+		if st := r.Steps[node]; node != failed && !st.Terminal() && !st.Abandoned {
+			live = true
+		}
+	}
+	if !live {
+		return false
+	}
+	r = t.editRun(r.Key())
+	r.SurvivorsBy, r.SurvivorsFrom, r.SurvivorsReason, r.FailedNode = t.now.Add(wait), r.Progress.CheckpointStep, reason, failed
+	for _, node := range r.Nodes {
+		if st := r.Steps[node]; node == failed || st.Terminal() || st.Abandoned {
+			continue
+		}
+		t.emit(node, r.Job, &eventsv1.SignalStep{Job: r.Job, Attempt: r.Attempt, Node: node, Signal: sig.Name, BatchOnly: sig.BatchOnly})
+	}
+	if !sig.BatchOnly {
+		// A batch job's srun tasks hold the state too (scancel -f's reach).
+		for i := range r.JobSteps {
+			s := r.JobSteps[i]
+			if s.Ended() {
+				continue
+			}
+			for k, node := range s.Nodes {
+				if node == failed || s.Parts[k].Terminal() {
+					continue
+				}
+				t.emit(node, r.Job, &eventsv1.KillTasks{Job: r.Job, Attempt: r.Attempt, StepId: s.ID, Node: node,
+					Reason: "signal " + sig.Name, Signal: sig.Name})
+			}
+		}
+	}
+	return true
+}
+
+// survivorsDone stops the surviving steps of run r (checkpointSurvivors)
+// once they checkpointed or their wait ended (why says which).
+func (t *txn) survivorsDone(r *Run, why string) {
+	r = t.editRun(r.Key())
+	t.stopSteps(r, r.FailedNode, r.SurvivorsReason+" ("+why+")", eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE)
+	r.SurvivorsBy, r.StopsSent = time.Time{}, t.now
+	t.dirty[r.Cluster] = true
+}
+
 // PrologVerdictWait is how long after a node failed a prolog check it
 // counts as being repaired for the jobs excluded from it (endHopeless):
 // health judges the node from the check's result, and its verdict (the node
@@ -145,9 +216,15 @@ const PrologFailedPrefix = "prolog check failed"
 // with the node excluded, as a failed node is — the exclusion expires when
 // health reports the node repaired — and the run's other steps stopped.
 // Health judges the node from the check's own result.
+//
+// The node is held out (Node.PrologHold) from now until health's verdict
+// arrives: health hears of the failure only through the check's result, so
+// without the hold the node would show IDLE, and take work, between this
+// requeue and health's drain.
 func (t *txn) prologFailed(j *Job, r *Run, node, host, msg string) {
 	if t.node(node) != nil {
-		t.editNode(node).PrologFailed = t.now
+		n := t.editNode(node)
+		n.PrologFailed, n.PrologHold, n.PrologReason = t.now, true, msg
 	}
 	if host != "" && !containsString(j.Excluded, host) {
 		j.Excluded = append(append([]string(nil), j.Excluded...), host)
@@ -155,6 +232,24 @@ func (t *txn) prologFailed(j *Job, r *Run, node, host, msg string) {
 	t.infraRequeue(j, r, loomv1.JobState_NODE_FAIL, msg)
 	t.stopSteps(r, node, msg, eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE)
 	t.dirty[r.Cluster] = true
+}
+
+// releasePrologHolds lets go of the prolog holds (Node.PrologHold) whose
+// PrologVerdictWait has passed with no verdict from health (remediation
+// off, or health judged the check's result no failure of the node).
+func (t *txn) releasePrologHolds() {
+	var names []string
+	for name := range t.s.prologHeld {
+		if n := t.s.nodes[name]; n != nil && !t.now.Before(n.PrologFailed.Add(PrologVerdictWait)) {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		n := t.editNode(name)
+		n.PrologHold, n.PrologReason = false, ""
+		t.dirty[n.Cluster] = true
+	}
 }
 
 // hung ends run r of j, which made no progress for d: requeued (an
@@ -242,6 +337,9 @@ func (t *txn) stepProgress(ev *eventsv1.StepProgress) error {
 	if j := t.job(r.Job); j != nil && j.Running() && j.Attempt == r.Attempt && !r.Ended() &&
 		!r.CheckpointBy.IsZero() && p.CheckpointStep > r.CheckpointFrom {
 		t.checkpointDone(j, r, fmt.Sprintf("checkpointed at step %d", p.CheckpointStep))
+	}
+	if r.Ended() && !r.SurvivorsBy.IsZero() && p.CheckpointStep > r.SurvivorsFrom {
+		t.survivorsDone(r, fmt.Sprintf("checkpointed at step %d", p.CheckpointStep))
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -514,14 +515,16 @@ func TestSlurmViewOfHealth(t *testing.T) {
 // of health verdict, repairs and clock ticks, checking after every event
 // (harness.commit) that no GPU is held twice, that no attempt starts while
 // an earlier one is fenced, and that drained nodes are announced once; and
-// at the end, with every node repaired, that every job ran to an end.
+// at the end, with every node repaired, that every job ran to an end. Odd
+// seeds run with checkpoint on failure.
 func TestRandomHealthKeepsInvariants(t *testing.T) {
 	t.Parallel()
 	seen := map[string]int{}
 	for seed := uint64(1); seed <= 20; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 14))
 		h := newHealthHarness(t, Config{FenceTimeout: 90 * time.Second, CheckpointGrace: 30 * time.Second,
-			HangTimeout: 3 * time.Minute, MaxInfraRestarts: 5})
+			HangTimeout: 3 * time.Minute, MaxInfraRestarts: 5,
+			FailureCheckpointWait: time.Duration(seed%2) * 20 * time.Second}) // odd seeds: checkpoint on failure
 		hosts := []string{"gpu-0001", "gpu-0002", "gpu-0003", "gpu-0004"}
 		for _, host := range hosts {
 			h.node(host, 4)
@@ -781,5 +784,206 @@ func TestPrologFailureAwaitsHealth(t *testing.T) {
 		if st := starts(c); len(st) != 1 || st[0].GetAttempt() != 2 {
 			t.Fatalf("want attempt 2 once the node was repaired, got %v", st)
 		}
+	}
+}
+
+// TestPrologFailureHoldsTheNodeUntilHealthSpeaks: health hears of a prolog
+// failure only through the check's result, so its verdict comes after the
+// scheduler requeued the job. In between the node must not show IDLE nor
+// take work: it is held out (DRAINED, "Prolog error: …", set by the
+// scheduler) until health's verdict replaces the hold in the same change,
+// or, when no verdict comes, until PrologVerdictWait has passed.
+func TestPrologFailureHoldsTheNodeUntilHealthSpeaks(t *testing.T) {
+	t.Parallel()
+	for _, verdict := range []bool{true, false} {
+		h := newHealthHarness(t, Config{})
+		h.node("gpu-0001", 8)
+		h.node("gpu-0002", 8)
+		h.submit(1, 1, 8)
+		bad := h.job(1).GetNodes()[0]
+		msg := "prolog check failed on " + bad + ": disk full (check disk)"
+		slurm := func() *loomv1.SlurmNode {
+			for _, n := range views.SlurmNodes(h.s, cl) {
+				if n.GetHostname() == bad {
+					return n
+				}
+			}
+			t.Fatalf("%s not shown", bad)
+			return nil
+		}
+		c := h.do(&eventsv1.StepChanged{Job: jobName(1), Attempt: 1, Node: nodeName(bad), Cluster: cl,
+			State: eventsv1.StepState_STEP_FAILED_TO_START, ExitCode: 1, Message: msg})
+		// The requeued job went to the other node; the bad one, empty now, is
+		// held out, not IDLE.
+		if ss := starts(c); len(ss) != 1 || ss[0].GetNode() == nodeName(bad) {
+			t.Fatalf("starts after the prolog failure: %v", ss)
+		}
+		if n := slurm(); n.GetState() != loomv1.SlurmNode_DRAINED || n.GetReason() != "Prolog error: "+msg || n.GetReasonUser() != "loom-scheduler" {
+			t.Fatalf("%s after its prolog failed: %v %q by %q, want DRAINED", bad, n.GetState(), n.GetReason(), n.GetReasonUser())
+		}
+		if h.s.Node(nodeName(bad)).Usable() {
+			t.Fatalf("%s usable after its prolog failed", bad)
+		}
+		// Another job that fits only there waits.
+		h.submit(2, 1, 8)
+		if got := h.job(2).GetNodes(); len(got) != 0 {
+			t.Fatalf("job 2 placed on %v while %s is held", got, bad)
+		}
+		if verdict {
+			// Health's drain takes over in one change: never usable between.
+			h.health(bad, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "Prolog error: check disk failed: disk full",
+				State: loomv1.RemediationState_NODE_DRAINING, CheckpointFirst: true, SetBy: "loom-health", Time: timestamppb.New(h.now)})
+			n := h.s.Node(nodeName(bad))
+			if n.PrologHold || n.Usable() || !n.HealthOut() {
+				t.Fatalf("after health's verdict: hold %v usable %v out %v", n.PrologHold, n.Usable(), n.HealthOut())
+			}
+			if s := slurm(); s.GetState() != loomv1.SlurmNode_DRAINED || s.GetReasonUser() != "loom-health" {
+				t.Fatalf("%s after health's verdict: %v by %q", bad, s.GetState(), s.GetReasonUser())
+			}
+			h.tick(PrologVerdictWait)
+			if h.s.Node(nodeName(bad)).Usable() || len(h.job(2).GetNodes()) != 0 {
+				t.Fatalf("health's drain let go at the prolog wait")
+			}
+			continue
+		}
+		// No verdict: the hold ends at PrologVerdictWait, and job 2 runs there.
+		h.tick(h.s.Node(nodeName(bad)).PrologFailed.Add(PrologVerdictWait).Sub(h.now) - time.Second)
+		if h.s.Node(nodeName(bad)).Usable() {
+			t.Fatal("hold ended before PrologVerdictWait")
+		}
+		h.tick(time.Second)
+		if !h.s.Node(nodeName(bad)).Usable() || len(h.job(2).GetNodes()) != 1 || h.job(2).GetNodes()[0] != bad {
+			t.Fatalf("after PrologVerdictWait with no verdict: usable %v, job 2 on %v", h.s.Node(nodeName(bad)).Usable(), h.job(2).GetNodes())
+		}
+	}
+}
+
+// TestCheckpointOnFailure: when a node of a 2-node run fails (health's
+// urgent verdict), the attempt ends NODE_FAIL and the job is requeued at
+// once, but the step on the surviving node, which still holds the training
+// state, is sent the job's --signal (default USR1) instead of a stop, and
+// is stopped at its first newer checkpoint; the failed node is never
+// signalled. The next attempt waits for the old one's steps to end. With no
+// checkpoint it is stopped at FailureCheckpointWait (a job without
+// --signal) or CheckpointGrace (a job with one); a run that never reported
+// a step, or with the feature off, is stopped at once.
+func TestCheckpointOnFailure(t *testing.T) {
+	t.Parallel()
+	const wait = 30 * time.Second
+	setup := func(cfg Config, signal string) (*harness, string, string) {
+		h := newHealthHarness(t, cfg)
+		for _, host := range []string{"gpu-0001", "gpu-0002", "gpu-0003"} {
+			h.node(host, 8)
+		}
+		h.submitJob(&loomv1.Job{Name: jobName(1), JobId: "1", Cluster: cl, NodeCount: 2, GpusPerNode: 8,
+			Command: []string{"/bin/train"}, Signal: signal})
+		hosts := h.job(1).GetNodes()
+		if len(hosts) != 2 {
+			t.Fatalf("job 1 on %v", hosts)
+		}
+		for _, host := range hosts {
+			h.step(1, 1, host, eventsv1.StepState_STEP_RUNNING, 0)
+		}
+		h.progress(1, 1, hosts[0], 100, 50)
+		return h, hosts[0], hosts[1]
+	}
+	xid := &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "Xid 79: GPU has fallen off the bus", Xid: 79}
+
+	// Checkpointed: stopped at the checkpoint, then attempt 2 starts.
+	h, surv, bad := setup(Config{FailureCheckpointWait: wait, CheckpointGrace: 2 * time.Minute}, "")
+	c := h.health(bad, proto.Clone(xid).(*eventsv1.NodeHealthChanged))
+	if got := statesOf(c, 1); len(got) < 2 || got[0] != loomv1.JobState_NODE_FAIL || got[1] != loomv1.JobState_REQUEUED {
+		t.Fatalf("job 1 after the failure: %v, want NODE_FAIL then REQUEUED", got)
+	}
+	if sg := signals(c); len(sg) != 1 || sg[0].GetNode() != nodeName(surv) || sg[0].GetSignal() != "USR1" || sg[0].GetAttempt() != 1 {
+		t.Fatalf("signals %v, want USR1 to the survivor %s only", sg, surv)
+	}
+	for _, s := range stops(c) {
+		if s.GetNode() == nodeName(surv) {
+			t.Fatalf("the survivor was stopped before it checkpointed: %v", s)
+		}
+	}
+	if len(starts(c)) != 0 {
+		t.Fatal("attempt 2 started while attempt 1's survivor runs")
+	}
+	if c := h.progress(1, 1, surv, 110, 50); len(stops(c)) != 0 {
+		t.Fatalf("stopped on the old checkpoint: %v", stops(c))
+	}
+	c = h.progress(1, 1, surv, 112, 111)
+	if st := stops(c); len(st) != 1 || st[0].GetNode() != nodeName(surv) || !strings.Contains(st[0].GetReason(), "checkpointed at step 111") ||
+		st[0].GetCause() != eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE {
+		t.Fatalf("after the survivor's checkpoint: stops %v", st)
+	}
+	h.step(1, 1, surv, eventsv1.StepState_STEP_KILLED, 143)
+	c = h.step(1, 1, bad, eventsv1.StepState_STEP_KILLED, 143) // the failed node's fence ends
+	if ss := starts(c); len(ss) != 2 || ss[0].GetAttempt() != 2 {
+		t.Fatalf("starts %v, want attempt 2 on 2 nodes", ss)
+	}
+	if r := h.s.Run(jobName(1), 1); r.Outcome != loomv1.JobState_NODE_FAIL || r.Progress.CheckpointStep != 111 {
+		t.Fatalf("run 1: %v, checkpoint %d", r.Outcome, r.Progress.CheckpointStep)
+	}
+	if u := h.job(1).GetUserFailures(); u != 0 {
+		t.Fatalf("the failure counted against the user: %d", u)
+	}
+
+	// No checkpoint, no --signal: stopped at FailureCheckpointWait.
+	h, surv, bad = setup(Config{FailureCheckpointWait: wait, CheckpointGrace: 2 * time.Minute}, "")
+	h.health(bad, proto.Clone(xid).(*eventsv1.NodeHealthChanged))
+	h.step(1, 1, bad, eventsv1.StepState_STEP_KILLED, 143) // only the survivor holds the job back
+	if c := h.tick(wait - 2*time.Second); len(stops(c)) != 0 {
+		t.Fatal("stopped before the wait ended")
+	}
+	if st := stops(h.tick(2 * time.Second)); len(st) != 1 || st[0].GetNode() != nodeName(surv) || !strings.Contains(st[0].GetReason(), "no new checkpoint within 30s") {
+		t.Fatalf("wait over: stops %v", st)
+	}
+	// The requeued job's wait for the stopped steps counts from the stop.
+	if c := h.tick(DefaultRequeueStopWait - time.Second); len(starts(c)) != 0 {
+		t.Fatal("the survivor was given up before RequeueStopWait after its stop")
+	}
+	if ss := starts(h.tick(time.Second)); len(ss) != 2 || ss[0].GetAttempt() != 2 {
+		t.Fatalf("RequeueStopWait after the stop: starts %v, want attempt 2", ss)
+	}
+
+	// A job with --signal: its signal, and the drain's grace.
+	h, surv, bad = setup(Config{FailureCheckpointWait: wait, CheckpointGrace: 2 * time.Minute}, "B:USR2@60")
+	c = h.health(bad, proto.Clone(xid).(*eventsv1.NodeHealthChanged))
+	if sg := signals(c); len(sg) != 1 || sg[0].GetSignal() != "USR2" || !sg[0].GetBatchOnly() {
+		t.Fatalf("job's own signal: %v", sg)
+	}
+	if c := h.tick(time.Minute); len(stops(c)) != 0 {
+		t.Fatal("a job with --signal was stopped at the short wait")
+	}
+	if st := stops(h.tick(time.Minute)); len(st) != 1 || st[0].GetNode() != nodeName(surv) {
+		t.Fatalf("grace over: stops %v", st)
+	}
+
+	// A run that never reported a step (its program writes no progress, or
+	// had not begun): nothing could end the wait, so it is not waited for.
+	h = newHealthHarness(t, Config{FailureCheckpointWait: wait})
+	for _, host := range []string{"gpu-0001", "gpu-0002"} {
+		h.node(host, 8)
+	}
+	h.submit(2, 2, 8)
+	hosts := h.job(2).GetNodes()
+	for _, host := range hosts {
+		h.step(2, 1, host, eventsv1.StepState_STEP_RUNNING, 0)
+	}
+	c = h.health(hosts[1], proto.Clone(xid).(*eventsv1.NodeHealthChanged))
+	if len(signals(c)) != 0 || len(stops(c)) != 2 {
+		t.Fatalf("no progress reported: signals %v, stops %v, want both steps stopped at once", signals(c), stops(c))
+	}
+
+	// Off: the survivor is stopped at once, not signalled.
+	h, surv, bad = setup(Config{}, "")
+	c = h.health(bad, proto.Clone(xid).(*eventsv1.NodeHealthChanged))
+	if len(signals(c)) != 0 {
+		t.Fatalf("signalled with checkpoint on failure off: %v", signals(c))
+	}
+	stopped := false
+	for _, s := range stops(c) {
+		stopped = stopped || s.GetNode() == nodeName(surv)
+	}
+	if !stopped {
+		t.Fatalf("off: the survivor was not stopped: %v", stops(c))
 	}
 }

@@ -292,13 +292,25 @@ type dueRun struct {
 func (s *State) Tick(now time.Time) *Change {
 	t := writerTxn(s, now)
 	var due []dueRun
-	var fenced, unanswered []*Run
+	var fenced, unanswered, survivors []*Run
 	for _, r := range s.active {
 		if !r.FenceUntil.IsZero() && !now.Before(r.FenceUntil) {
 			fenced = append(fenced, r)
 		}
 		if r.Ended() {
-			if !now.Before(r.End.Add(s.cfg.RequeueStopWait)) {
+			if !r.SurvivorsBy.IsZero() {
+				// Checkpoint on failure: stopped at the wait's end; the
+				// requeued job's wait for them starts then.
+				if !now.Before(r.SurvivorsBy) {
+					survivors = append(survivors, r)
+				}
+				continue
+			}
+			stopped := r.End
+			if r.StopsSent.After(stopped) {
+				stopped = r.StopsSent
+			}
+			if !now.Before(stopped.Add(s.cfg.RequeueStopWait)) {
 				if j := s.jobs[r.Job]; j != nil && j.Pending() && j.Attempt == r.Attempt {
 					unanswered = append(unanswered, r)
 				}
@@ -335,6 +347,10 @@ func (s *State) Tick(now time.Time) *Change {
 	for _, r := range fenced {
 		t.liftFences(r)
 	}
+	sort.Slice(survivors, func(a, b int) bool { return survivors[a].Key() < survivors[b].Key() })
+	for _, r := range survivors {
+		t.survivorsDone(t.run(r.Key()), "no new checkpoint within "+r.SurvivorsBy.Sub(r.End).String())
+	}
 	sort.Slice(unanswered, func(a, b int) bool { return unanswered[a].Key() < unanswered[b].Key() })
 	for _, r := range unanswered {
 		t.giveUpStopping(t.run(r.Key()))
@@ -360,6 +376,9 @@ func (s *State) Tick(now time.Time) *Change {
 		if !now.Before(at) {
 			t.dirty[cluster] = true
 		}
+	}
+	if len(s.prologHeld) > 0 {
+		t.releasePrologHolds() // health.go
 	}
 	if len(s.draining) > 0 {
 		holders := t.holders()

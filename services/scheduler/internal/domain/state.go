@@ -42,6 +42,9 @@ type State struct {
 	// healthOut: names of the nodes health took out (HealthOut) not yet
 	// announced drained (NodeDrained), for healthDrained.
 	healthOut map[string]bool
+	// prologHeld: names of the nodes held out after a prolog failure
+	// (Node.PrologHold), for Tick to let go of at PrologVerdictWait.
+	prologHeld map[string]bool
 	// wake: per cluster, the earliest time at which the clock alone makes a
 	// pass worth running (a begin time or a dependency's delay).
 	wake map[string]time.Time
@@ -123,20 +126,21 @@ type nodeAlloc struct {
 // fields take their defaults).
 func NewState(cfg Config) *State {
 	return &State{
-		cfg:       cfg.Defaults(),
-		clusters:  map[string]*Cluster{},
-		nodes:     map[string]*Node{},
-		jobs:      map[string]*Job{},
-		runs:      map[string]*Run{},
-		arrays:    map[string]*Array{},
-		usage:     map[string]*Usage{},
-		byCluster: map[string]*clusterIndex{},
-		active:    map[string]*Run{},
-		alloc:     map[string]*nodeAlloc{},
-		draining:  map[string]bool{},
-		healthOut: map[string]bool{},
-		wake:      map[string]time.Time{},
-		assocs:    map[assocKey]*assoc{},
+		cfg:        cfg.Defaults(),
+		clusters:   map[string]*Cluster{},
+		nodes:      map[string]*Node{},
+		jobs:       map[string]*Job{},
+		runs:       map[string]*Run{},
+		arrays:     map[string]*Array{},
+		usage:      map[string]*Usage{},
+		byCluster:  map[string]*clusterIndex{},
+		active:     map[string]*Run{},
+		alloc:      map[string]*nodeAlloc{},
+		draining:   map[string]bool{},
+		healthOut:  map[string]bool{},
+		prologHeld: map[string]bool{},
+		wake:       map[string]time.Time{},
+		assocs:     map[assocKey]*assoc{},
 	}
 }
 
@@ -395,6 +399,7 @@ func (s *State) putNode(name string, n *Node) {
 	old, ok := s.nodes[name]
 	delete(s.draining, name)
 	delete(s.healthOut, name)
+	delete(s.prologHeld, name)
 	if ok && n != nil && old.Cluster == n.Cluster && old.Hostname == n.Hostname {
 		// Same place in the order: replace in place.
 		ci := s.index(n.Cluster)
@@ -423,6 +428,9 @@ func (s *State) putNode(name string, n *Node) {
 	}
 	if n.HealthOut() && !n.HealthDrained {
 		s.healthOut[name] = true
+	}
+	if n.PrologHold {
+		s.prologHeld[name] = true
 	}
 }
 

@@ -235,6 +235,10 @@ func nodeHealthView(n *Node) views.NodeHealth {
 	case n.HealthDrain, h.Out && (n.HealthState == loomv1.RemediationState_NODE_DRAINING ||
 		n.HealthState == loomv1.RemediationState_NODE_QUARANTINED):
 		h.Drain = true
+	case n.PrologHold:
+		// Held after a failed prolog until health's verdict: drained, as
+		// slurmctld drains a node whose prolog failed.
+		h.Out, h.Drain, h.Reason, h.SetBy, h.Time = true, true, "Prolog error: "+n.PrologReason, "loom-scheduler", n.PrologFailed
 	}
 	return h
 }

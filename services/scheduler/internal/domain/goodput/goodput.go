@@ -94,9 +94,15 @@ func Figures(job *loomv1.Job, runs []*jobstore.RunRecord, now time.Time) jobstor
 		kept := d
 		failed := Failed(r)
 		if failed {
-			if ck := r.Progress.CheckpointTime.Round(0); !ck.IsZero() && !ck.Before(start) && !ck.After(rEnd) {
+			switch ck := r.Progress.CheckpointTime.Round(0); {
+			case !ck.IsZero() && !ck.Before(start) && !ck.After(rEnd):
 				kept = ck.Sub(start)
-			} else {
+			case !ck.IsZero() && ck.After(rEnd) && r.FailedNode != "" && !r.StopsSent.IsZero() && !ck.After(r.StopsSent.Round(0)):
+				// Checkpoint on failure: the survivors of the failed node
+				// saved after the attempt ended, before they were stopped:
+				// the whole run is kept (their training past its end is
+				// counted as no part of it).
+			default:
 				kept = 0
 			}
 			recompute += d - kept

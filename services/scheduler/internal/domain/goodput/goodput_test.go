@@ -31,6 +31,10 @@ func TestJobGoodput(t *testing.T) {
 		r.Progress.Checkpointing = time.Duration(min) * time.Minute
 		return r
 	}
+	survivors := func(r *jobstore.RunRecord, stopped int) *jobstore.RunRecord {
+		r.FailedNode, r.StopsSent = "projects/p/clusters/c/nodes/gpu-0002", at(stopped)
+		return r
+	}
 	job := func(state loomv1.JobState, end int) *loomv1.Job {
 		j := &loomv1.Job{Name: "projects/p/jobs/1", State: state, SubmitTime: timestamppb.New(t0)}
 		if end >= 0 {
@@ -69,6 +73,15 @@ func TestJobGoodput(t *testing.T) {
 		{"stale checkpoint time", job(loomv1.JobState_RUNNING, -1),
 			[]*jobstore.RunRecord{run(0, 30, loomv1.JobState_NODE_FAIL, 20), run(32, 40, loomv1.JobState_REQUEUED, 10), run(45, -1, 0, -1)}, 50,
 			want{wall: 50, productive: 20 + 5, recompute: 10 + 8, restart: 2 + 5, failures: 2, restarts: 2}},
+		// Checkpoint on failure: the survivors saved at 33, after the
+		// attempt ended at 30 and before they were stopped at 34: nothing
+		// of the run is lost. A checkpoint time past the stop is not theirs.
+		{"checkpoint on failure", job(loomv1.JobState_RUNNING, -1),
+			[]*jobstore.RunRecord{survivors(run(0, 30, loomv1.JobState_NODE_FAIL, 33), 34), run(40, -1, 0, -1)}, 50,
+			want{wall: 50, productive: 30 + 10, restart: 10, failures: 1, restarts: 1}},
+		{"checkpoint on failure, time past the stop", job(loomv1.JobState_PENDING, -1),
+			[]*jobstore.RunRecord{survivors(run(0, 30, loomv1.JobState_NODE_FAIL, 36), 34)}, 40,
+			want{wall: 40, recompute: 30, restart: 10, failures: 1}},
 		// Failed, waiting to run again: the restart runs to now.
 		{"restart under way", job(loomv1.JobState_PENDING, -1),
 			[]*jobstore.RunRecord{run(0, 30, loomv1.JobState_NODE_FAIL, 30)}, 40,

@@ -121,6 +121,12 @@ type Node struct {
 	// a prolog health check failed there: health's verdict on the node is
 	// on its way (see the domain's PrologVerdictWait).
 	PrologFailed time.Time `json:"prolog_failed,omitzero"`
+	// PrologHold keeps the node out of service from its prolog failure
+	// until health's verdict on it arrives (or PrologVerdictWait passes):
+	// between the job's requeue and health's drain it must not look idle,
+	// nor take the next job. PrologReason is the refused step's message.
+	PrologHold   bool   `json:"prolog_hold,omitempty"`
+	PrologReason string `json:"prolog_reason,omitempty"`
 	// Role is the provisioner's "compute" or "login" ("" counts as compute).
 	Role string `json:"role,omitempty"`
 	// DrainDeadline is when the jobs still running on a DRAINING node are
@@ -154,7 +160,7 @@ type Node struct {
 
 // Usable reports whether the node may take new work.
 func (n *Node) Usable() bool {
-	return n.State == loomv1.Node_READY && !n.HealthOut() && !n.Unreachable && n.Role != RoleLogin && !n.AdminDrain
+	return n.State == loomv1.Node_READY && !n.HealthOut() && !n.Unreachable && !n.PrologHold && n.Role != RoleLogin && !n.AdminDrain
 }
 
 // HealthOut reports whether health took the node out: unhealthy, or being

@@ -72,6 +72,18 @@ type RunRecord struct {
 	CheckpointFrom   int64     `json:"checkpoint_from,omitempty"`
 	CheckpointNode   string    `json:"checkpoint_node,omitempty"`
 	CheckpointReason string    `json:"checkpoint_reason,omitempty"`
+	// SurvivorsBy (non-zero) is the end of the wait for a checkpoint from
+	// the run's surviving steps after FailedNode failed under it (the
+	// attempt ended NODE_FAIL then): they were sent the job's --signal and
+	// are stopped at the first checkpoint newer than SurvivorsFrom, or at
+	// SurvivorsBy, with SurvivorsReason. StopsSent is when they were told
+	// to stop, from which a requeued job's wait for them (RequeueStopWait)
+	// counts.
+	SurvivorsBy     time.Time `json:"survivors_by,omitzero"`
+	SurvivorsFrom   int64     `json:"survivors_from,omitempty"`
+	SurvivorsReason string    `json:"survivors_reason,omitempty"`
+	FailedNode      string    `json:"failed_node,omitempty"`
+	StopsSent       time.Time `json:"stops_sent,omitzero"`
 }
 
 // Progress is a run's progress as its steps reported it (the highest over
