@@ -97,8 +97,10 @@ func TestReplicaEnvironment(t *testing.T) {
 // directory, then runs the command after the image as `podman run` would,
 // in the same environment (no engine runs here).
 const fakePod = `#!/bin/sh
-printf '%s\n' "$0" "$@" > "$PWD/fakepod.argv"
-env > "$PWD/fakepod.env"
+# The env first, each file renamed into place whole: the test reads both
+# once the argv file appears.
+env > "$PWD/fakepod.env.tmp" && mv "$PWD/fakepod.env.tmp" "$PWD/fakepod.env"
+printf '%s\n' "$0" "$@" > "$PWD/fakepod.argv.tmp" && mv "$PWD/fakepod.argv.tmp" "$PWD/fakepod.argv"
 [ "$1" = run ] || exit 90
 shift
 while [ $# -gt 0 ]; do
