@@ -145,10 +145,13 @@ type Run struct {
 	// Memory only, set when the run is committed: its interned
 	// account/user, GPU count and usage rate; live and limit mirror its job
 	// (its attempt is running; its time limit in seconds), kept current by
-	// Commit.
+	// Commit. gpu0 is how many GPUs it holds on its first node (Nodes[0]):
+	// the reservation reads it for each run of each node a pass looks at,
+	// where the GPUs map is a string look-up.
 	assoc *assoc
 	key   string
 	gpuN  int32
+	gpu0  int32
 	rate  float64
 	live  bool
 	limit int64
@@ -205,7 +208,7 @@ func (r *Run) rank(node string) int {
 
 func (r *Run) clone() *Run {
 	c := *r
-	c.assoc, c.key, c.gpuN, c.rate, c.live, c.limit = nil, "", 0, 0, false, 0
+	c.assoc, c.key, c.gpuN, c.gpu0, c.rate, c.live, c.limit = nil, "", 0, 0, 0, false, 0
 	c.Nodes = append([]string(nil), r.Nodes...)
 	c.Hostnames = append([]string(nil), r.Hostnames...)
 	c.CPUs = append([]int32(nil), r.CPUs...)

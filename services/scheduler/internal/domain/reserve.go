@@ -165,6 +165,12 @@ type room struct {
 func (p *pass) roomOf(i int32) room {
 	v := &p.views[i]
 	rm := room{gpus: v.FreeGPUs, cpus: v.FreeCPUs, mem: v.FreeMemMB, runs: v.Runs}
+	if !v.Exclusive {
+		// No run of the node is exclusive (newPass sets the flag from the
+		// node's count of them, Take when the pass starts one): no walk
+		// of its runs, for each of the 10,000 nodes the reservation looks at.
+		return rm
+	}
 	for _, r := range p.held[i] {
 		if r.Exclusive {
 			rm.excl++
@@ -411,7 +417,17 @@ func (p *pass) preempting() map[string][]*Run {
 
 // held returns what run r holds on node.
 func held(r *Run, node string) holding {
-	h := holding{run: r, gpus: int32(len(r.GPUs[node])), mem: r.MemMB, excl: r.Exclusive}
+	h := holding{run: r, mem: r.MemMB, excl: r.Exclusive}
+	if r.key != "" && len(r.Nodes) > 0 && r.Nodes[0] == node {
+		// A committed run on its first node (every single-node run): its
+		// GPUs there were counted by putRun, and its rank is 0.
+		h.gpus = r.gpu0
+		if len(r.CPUs) > 0 {
+			h.cpus = r.CPUs[0]
+		}
+		return h
+	}
+	h.gpus = int32(len(r.GPUs[node]))
 	if k := r.rank(node); k >= 0 && k < len(r.CPUs) {
 		h.cpus = r.CPUs[k]
 	}

@@ -194,8 +194,19 @@ func (t *txn) schedule(cluster string) {
 				back[name] = nil
 			}
 		}
-		for _, q := range queue {
-			delete(back, q.e.name) // a job started by this pass, then preempted: seen
+		// A job started by this pass, then preempted, was seen: the queue
+		// entries are matched by job id first (fixed at submission, parsed
+		// as newAttrs does), and only an entry of a victim's id by name:
+		// not a hash of each of the 100,000 queued names.
+		ids := make(map[int64]bool, len(back))
+		for name := range back {
+			id, _ := strconv.ParseInt(t.job(name).Job.GetJobId(), 10, 64)
+			ids[id] = true
+		}
+		for i := range queue {
+			if q := &queue[i]; ids[q.id] {
+				delete(back, q.e.name)
+			}
 		}
 		// In name order: the decisions (and emits) must not depend on
 		// the order victims were picked in.

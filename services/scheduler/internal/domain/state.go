@@ -513,6 +513,10 @@ func (s *State) putRun(key string, r *Run) {
 	s.runs[key] = r
 	r.assoc = s.internAssoc(r.Account, r.User)
 	r.key, r.gpuN, r.rate = key, r.gpuCount(), runRate(r)
+	r.gpu0 = 0
+	if len(r.Nodes) > 0 {
+		r.gpu0 = int32(len(r.GPUs[r.Nodes[0]]))
+	}
 	s.mirrorJob(r)
 	if !r.Released {
 		s.active[key] = r
