@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -60,13 +61,16 @@ const pubSubAckDeadline = 30 * time.Second
 // no messages (and creates the topics again). It also drops a message
 // still unacknowledged 10 minutes after it was published, and streams
 // about 95 messages a second per stream: it is for one machine and for
-// tests, not for production. It serves gRPC only (no REST: gcloud cannot
-// reach it; the client libraries can).
+// tests, not for production. It serves gRPC; of the REST API only publish
+// (StartREST), which is what gcloud needs to send it a message.
 type PubSub struct {
 	// Addr is host:port, on 127.0.0.1.
 	Addr string
+	// RESTAddr is where StartREST serves publish over REST ("" until then).
+	RESTAddr string
 
 	srv  *pstest.Server
+	rest *http.Server
 	once sync.Once
 }
 
@@ -103,7 +107,12 @@ func newPstest(address string) (srv *pstest.Server, err error) {
 // nothing.
 func (p *PubSub) Close() error {
 	var err error
-	p.once.Do(func() { err = p.srv.Close() })
+	p.once.Do(func() {
+		if p.rest != nil {
+			_ = p.rest.Close()
+		}
+		err = p.srv.Close()
+	})
 	return err
 }
 

@@ -75,7 +75,9 @@ type Addrs struct {
 	Bridge, BridgeHTTP string
 	// PubSub is the Google Pub/Sub fake (pstest) other systems publish
 	// ingress messages to (PUBSUB_EMULATOR_HOST); empty picks a free port.
-	PubSub string
+	// PubSubREST serves its publish call over REST, for gcloud; empty
+	// picks a free port.
+	PubSub, PubSubREST string
 }
 
 // DefaultAddrs returns the documented fixed ports of `loom up` (see
@@ -102,6 +104,7 @@ func DefaultAddrs() Addrs {
 		Bridge:          "127.0.0.1:7076",
 		BridgeHTTP:      "127.0.0.1:9176",
 		PubSub:          "127.0.0.1:7085",
+		PubSubREST:      "127.0.0.1:7086",
 	}
 }
 
@@ -187,6 +190,9 @@ type Stack struct {
 	// starts it empty), with the topics and subscriptions of
 	// embedded.LoomPubSubTopics in project embedded.PubSubProject.
 	PubSubAddr string
+	// PubSubRESTAddr serves the fake's publish over REST
+	// (`POST /v1/projects/{p}/topics/{t}:publish`), what gcloud speaks.
+	PubSubRESTAddr string
 	// RedisPassword is what a client of RedisAddr AUTHs with (the embedded
 	// Redis requires the password it generated in its data dir).
 	RedisPassword string
@@ -306,7 +312,7 @@ func retryable(err error, a Addrs) bool {
 	picks := false
 	for _, addr := range []string{a.Broker, a.Redis, a.Gateway, a.GatewayREST, a.Provisioner, a.Scheduler, a.Health,
 		a.Registry, a.GatewayHTTP, a.ProvisionerHTTP, a.SchedulerHTTP, a.HealthHTTP, a.RegistryHTTP, a.Training, a.TrainingHTTP,
-		a.Bridge, a.BridgeHTTP, a.PubSub} {
+		a.Bridge, a.BridgeHTTP, a.PubSub, a.PubSubREST} {
 		switch {
 		case addr == "" || strings.HasSuffix(addr, ":0"):
 			picks = true
@@ -448,13 +454,17 @@ func (s *Stack) start(ctx context.Context, opts Options) error {
 		return fmt.Errorf("start stack: %w", err)
 	}
 	a.PubSub = s.pubsub.Addr
+	if err := s.pubsub.StartREST(a.PubSubREST); err != nil {
+		return fmt.Errorf("start stack: %w", err)
+	}
+	a.PubSubREST = s.pubsub.RESTAddr
 	if err := s.pubsub.Ensure(ctx, embedded.PubSubProject, embedded.LoomPubSubTopics()); err != nil {
 		return fmt.Errorf("start stack: %w", err)
 	}
-	s.log.Info("pubsub started", "addr", a.PubSub, "project", embedded.PubSubProject)
+	s.log.Info("pubsub started", "addr", a.PubSub, "rest", a.PubSubREST, "project", embedded.PubSubProject)
 
 	s.Addrs = a
-	s.BrokerAddr, s.RedisAddr, s.PubSubAddr = a.Broker, a.Redis, a.PubSub
+	s.BrokerAddr, s.RedisAddr, s.PubSubAddr, s.PubSubRESTAddr = a.Broker, a.Redis, a.PubSub, a.PubSubREST
 	s.GatewayAddr, s.RESTAddr = a.Gateway, a.GatewayREST
 
 	level := opts.LogLevel

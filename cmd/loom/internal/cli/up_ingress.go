@@ -21,5 +21,6 @@ func printIngress(w io.Writer, st *stack.Stack) {
 		st.PubSubAddr, embedded.PubSubProject, embedded.PubSubIngressTopic)
 	fmt.Fprintf(tw, "  \tdead letters %s, public events %s (subscriptions of the same names; kept in memory only)\n",
 		embedded.PubSubDeadLetterTopic, embedded.PubSubEventsTopic)
+	fmt.Fprintf(tw, "  \tgcloud: CLOUDSDK_API_ENDPOINT_OVERRIDES_PUBSUB=http://%s/ (publish only)\n", st.PubSubRESTAddr)
 	_ = tw.Flush()
 }

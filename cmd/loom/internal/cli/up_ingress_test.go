@@ -16,9 +16,9 @@ import (
 func TestPrintIngressAligned(t *testing.T) {
 	t.Parallel()
 	var b bytes.Buffer
-	printIngress(&b, &stack.Stack{BrokerAddr: "127.0.0.1:7092", PubSubAddr: "127.0.0.1:7085"})
+	printIngress(&b, &stack.Stack{BrokerAddr: "127.0.0.1:7092", PubSubAddr: "127.0.0.1:7085", PubSubRESTAddr: "127.0.0.1:7086"})
 	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
-	if len(lines) != 5 {
+	if len(lines) != 6 {
 		t.Fatalf("output:\n%s", b.String())
 	}
 	for i, want := range [][]string{
@@ -26,6 +26,7 @@ func TestPrintIngressAligned(t *testing.T) {
 		{"dead letters loom.ingress.v1.dlq", "public events loom.public.v1"},
 		{"Pub/Sub", "PUBSUB_EMULATOR_HOST=127.0.0.1:7085", "project loom-local", "topic loom-ingress"},
 		{"dead letters loom-ingress-dlq", "public events loom-events"},
+		{"gcloud: CLOUDSDK_API_ENDPOINT_OVERRIDES_PUBSUB=http://127.0.0.1:7086/"},
 	} {
 		for _, w := range want {
 			if !strings.Contains(lines[i+1], w) {
@@ -50,10 +51,15 @@ func TestUpSaysWhereToSendMessages(t *testing.T) {
 	if m == nil || !strings.Contains(out, "  Kafka    broker 127.0.0.1:") {
 		t.Fatalf("loom up did not say where to send messages:\n%s", out)
 	}
-	host := m[1]
+	rest := regexp.MustCompile(`CLOUDSDK_API_ENDPOINT_OVERRIDES_PUBSUB=http://(127\.0\.0\.1:\d+)/`).FindStringSubmatch(out)
+	if rest == nil {
+		t.Fatalf("loom up did not say where gcloud publishes:\n%s", out)
+	}
 	// Stopped with loom up: nothing listens there any more.
-	if c, err := net.DialTimeout("tcp", host, time.Second); err == nil {
-		c.Close()
-		t.Fatalf("the Pub/Sub fake on %s outlived loom up", host)
+	for _, host := range []string{m[1], rest[1]} {
+		if c, err := net.DialTimeout("tcp", host, time.Second); err == nil {
+			c.Close()
+			t.Fatalf("the Pub/Sub fake on %s outlived loom up", host)
+		}
 	}
 }
