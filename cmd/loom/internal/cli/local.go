@@ -45,8 +45,9 @@ func (a *app) upCommand() *cobra.Command {
 		Use:   "up",
 		Short: "Run Loom on this machine in the foreground, until Ctrl-C",
 		Long: `Run the embedded Loom: a Kafka-protocol broker (127.0.0.1:7092), Redis
-(127.0.0.1:7379), a Google Pub/Sub fake (127.0.0.1:7085; in memory only, so
-it starts empty) and the gateway, provisioner, scheduler, health, registry and
+(127.0.0.1:7379), a Google Pub/Sub fake (127.0.0.1:7085, and its publish call
+over REST for gcloud on 127.0.0.1:7086; in memory only, so it starts empty) and
+the bridge, gateway, provisioner, scheduler, health, registry and
 training services on their default ports (gateway 127.0.0.1:7070, REST 127.0.0.1:7080).
 Clusters use the local provider: each node is a "loom agent" process (or,
 with --provider sim, simulated nodes without processes, for scale).
