@@ -12,6 +12,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	rpccode "google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -103,24 +104,12 @@ func (p *PubSub) servePublish(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(map[string][]string{"messageIds": resp.GetMessageIds()})
 }
 
-// restError is Google's JSON error body, for HTTP status httpCode.
+// restError is Google's JSON error body, for HTTP status httpCode; its
+// status is google.rpc.Code's name ("INVALID_ARGUMENT").
 func restError(httpCode int, code codes.Code, msg string) any {
 	return map[string]any{"error": map[string]any{
-		"code": httpCode, "message": msg, "status": strings.ToUpper(toSnake(code.String())),
+		"code": httpCode, "message": msg, "status": rpccode.Code(code).String(),
 	}}
-}
-
-// toSnake turns a gRPC code's name (InvalidArgument) into Google's status
-// spelling once upper-cased (INVALID_ARGUMENT).
-func toSnake(s string) string {
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && c >= 'A' && c <= 'Z' {
-			b.WriteByte('_')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
 }
 
 // writeRESTError writes err as Google's REST APIs do, with the HTTP status

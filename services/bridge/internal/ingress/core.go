@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	rpccode "google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -189,25 +190,9 @@ type Refusal struct {
 	Reason  string
 }
 
-// CodeName is the gRPC code's name as the API spells it ("PERMISSION_DENIED").
-func CodeName(c codes.Code) string {
-	if c == codes.OK {
-		return "OK"
-	}
-	return strings.ToUpper(toSnake(c.String()))
-}
-
-// toSnake turns codes.Code's "PermissionDenied" into "Permission_Denied".
-func toSnake(s string) string {
-	var b strings.Builder
-	for i, r := range s {
-		if i > 0 && r >= 'A' && r <= 'Z' {
-			b.WriteByte('_')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
+// CodeName is the gRPC code's name as the API spells it
+// ("PERMISSION_DENIED"): google.rpc.Code's.
+func CodeName(c codes.Code) string { return rpccode.Code(c).String() }
 
 func invalid(format string, args ...any) *Refusal {
 	return &Refusal{Outcome: OutcomeInvalid, Code: codes.InvalidArgument, Reason: fmt.Sprintf(format, args...)}
