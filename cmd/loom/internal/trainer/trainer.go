@@ -666,6 +666,30 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 		return res, err
 	}
 	res.InitialLoss = l.lossNow()
+	// save writes the checkpoint of epoch and records it in the progress;
+	// who says so in the log is the caller's prefix ("" or "rank N: ").
+	save := func(epoch int, requested bool, who string) error {
+		saveStart := time.Now()
+		st, err := l.state()
+		if err == nil {
+			err = writeCheckpoint(filepath.Join(ckDir, checkpointName(epoch)), st)
+		}
+		if err != nil {
+			return fmt.Errorf("checkpoint at epoch %d: %w", epoch, err)
+		}
+		if requested {
+			fmt.Fprintf(out, "%scheckpoint at epoch %d written (requested by signal)\n", who, epoch)
+		}
+		prog.CheckpointStep, prog.CheckpointTime = epoch, rfc3339(time.Now())
+		if cfg.Rank == 0 {
+			if err := pruneCheckpoints(ckDir, cfg.KeepCheckpoints, epoch); err != nil {
+				fmt.Fprintf(out, "could not remove old checkpoints: %v\n", err)
+			}
+		}
+		checkpointing += time.Since(saveStart)
+		prog.CheckpointSeconds = checkpointing.Seconds()
+		return nil
+	}
 	var pace *time.Timer
 	for l.epochs() < cfg.Epochs {
 		if err := ctx.Err(); err != nil {
@@ -699,18 +723,9 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 			// replica), so that a checkpoint on failure is written whichever
 			// node survives. Pruning stays rank 0's.
 			if requested && ckDir != "" {
-				saveStart := time.Now()
-				st, err := l.state()
-				if err == nil {
-					err = writeCheckpoint(filepath.Join(ckDir, checkpointName(epoch)), st)
+				if err := save(epoch, true, fmt.Sprintf("rank %d: ", cfg.Rank)); err != nil {
+					return res, err
 				}
-				if err != nil {
-					return res, fmt.Errorf("checkpoint at epoch %d: %w", epoch, err)
-				}
-				fmt.Fprintf(out, "rank %d: checkpoint at epoch %d written (requested by signal)\n", cfg.Rank, epoch)
-				prog.CheckpointStep, prog.CheckpointTime = epoch, rfc3339(time.Now())
-				checkpointing += time.Since(saveStart)
-				prog.CheckpointSeconds = checkpointing.Seconds()
 			}
 			if err := progress.write(prog, requested); err != nil {
 				return res, err
@@ -732,23 +747,9 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 		}
 		scheduled := cfg.CheckpointEvery > 0 && epoch%cfg.CheckpointEvery == 0
 		if scheduled || requested {
-			saveStart := time.Now()
-			st, err := l.state()
-			if err == nil {
-				err = writeCheckpoint(filepath.Join(ckDir, checkpointName(epoch)), st)
+			if err := save(epoch, requested, ""); err != nil {
+				return res, err
 			}
-			if err != nil {
-				return res, fmt.Errorf("checkpoint at epoch %d: %w", epoch, err)
-			}
-			if requested {
-				fmt.Fprintf(out, "checkpoint at epoch %d written (requested by signal)\n", epoch)
-			}
-			prog.CheckpointStep, prog.CheckpointTime = epoch, rfc3339(time.Now())
-			if err := pruneCheckpoints(ckDir, cfg.KeepCheckpoints, epoch); err != nil {
-				fmt.Fprintf(out, "could not remove old checkpoints: %v\n", err)
-			}
-			checkpointing += time.Since(saveStart)
-			prog.CheckpointSeconds = checkpointing.Seconds()
 		}
 		if err := progress.write(prog, scheduled || requested); err != nil {
 			return res, err
