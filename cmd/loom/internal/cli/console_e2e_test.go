@@ -95,13 +95,7 @@ func TestConsole(t *testing.T) {
 	}
 	eval := func(expr string) int {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(bctx, 30*time.Second)
-		defer cancel()
-		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](expr))
-		if err != nil {
-			t.Fatalf("evaluate %s: %v", expr, err)
-		}
-		return n
+		return browserInt(t, bctx, expr)
 	}
 
 	// Unauthenticated: the sign-in box, nothing else.
@@ -348,21 +342,11 @@ func TestConsoleListsLive(t *testing.T) {
 	}
 	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(bctx, time.Minute)
-		defer cancel()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
+		browserDo(t, bctx, what, actions...)
 	}
 	eval := func(expr string) int {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(bctx, 30*time.Second)
-		defer cancel()
-		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](expr))
-		if err != nil {
-			t.Fatalf("evaluate %s: %v", expr, err)
-		}
-		return n
+		return browserInt(t, bctx, expr)
 	}
 	run("open the jobs page", chromedp.Navigate(base+"/#/jobs"), chromedp.WaitVisible(chromedp.CSS(`#signin`)))
 	run("sign in", chromedp.SetValue(chromedp.CSS(`#secret`), s.key), chromedp.Click(chromedp.CSS(`#signin button`)),
@@ -501,4 +485,28 @@ func shot(t *testing.T, ctx context.Context, name string) {
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// browserDo runs actions in the browser of bctx, within a minute, and
+// fails t saying what was being done when they fail.
+func browserDo(t *testing.T, bctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(bctx, time.Minute)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// browserInt evaluates the JavaScript expr in the page of bctx, within
+// 30 s, as an integer.
+func browserInt(t *testing.T, bctx context.Context, expr string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(bctx, 30*time.Second)
+	defer cancel()
+	n, err := chromedp.Run(ctx, chromedp.Evaluate[int](expr))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return n
 }

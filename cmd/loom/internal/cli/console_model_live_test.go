@@ -31,11 +31,7 @@ func TestConsoleModelPageShowsNewVersionsLive(t *testing.T) {
 	bctx := browser.Start(t, s.ctx)
 	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(bctx, time.Minute)
-		defer cancel()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
+		browserDo(t, bctx, what, actions...)
 	}
 	run("open the model's page", chromedp.Navigate(base+"/#/models/livemodel"), chromedp.WaitVisible(chromedp.CSS(`#signin`)))
 	run("sign in", chromedp.SetValue(chromedp.CSS(`#secret`), s.key), chromedp.Click(chromedp.CSS(`#signin button`)),
