@@ -116,8 +116,15 @@ func (t *txn) newPrioCtx(cluster string, c *Cluster, views []place.NodeView, pen
 	for i, pt := range parts {
 		p.partTier[i] = pt.Tier
 		p.maxTier = max(p.maxTier, pt.Tier)
-		for v := range views {
-			if views[v].Node.Role != RoleLogin && views[v].InPartition(i) {
+	}
+	// One walk of the views for every partition (integer sums: the same
+	// in any order).
+	for v := range views {
+		if views[v].Node.Role == RoleLogin {
+			continue
+		}
+		for i := range parts {
+			if views[v].InPartition(i) {
 				p.partGPUs[i] += int64(views[v].Node.GPUs)
 				p.partNodes[i]++
 			}
