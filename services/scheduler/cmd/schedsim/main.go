@@ -279,8 +279,10 @@ spread over the partitions, time limits 10 min to about 24 h;
 QOS normal for 80%% of the jobs, low for 15%% and high (which may preempt low) for 5%%, running
 and pending alike. "First pass" is the pass over a queue of jobs never looked at (every job gets
 its priority, placement and reason for the first time, and emits a JobChanged: a burst of
-100,000 submissions at once); "steady pass" the next one, as after any event that changed nothing
-for the queue — the scheduling cycle the target is about; "after a restart" the first pass of a
+100,000 submissions at once; each timed on a fresh copy of the state); "steady pass" the next
+one, a second later, as after any event that changed nothing for the queue — the scheduling
+cycle the target is about (each repeat a second after the last: a real scheduler never runs two
+passes at one instant, which could reuse a pass's work); "after a restart" the first pass of a
 fresh state loaded from the records the first pass left (as a restarted scheduler loads its
 store; loading them is the "load" column, not part of the pass). Each figure is wall time, then
 the process's CPU time in parentheses (garbage collection included): on a shared machine wall time
