@@ -79,7 +79,7 @@ const (
 	// job on a large, busy cluster costs at most about that.
 	schedPassAtScale = 0.395
 	// loomRequeue is the simulator's requeue: the measured path plus a
-	// pass at scale is 0.45 s; it is rounded up to 1 s for the fan-out of
+	// pass at scale is 0.47 s; it is rounded up to 1 s for the fan-out of
 	// 2,048 StartSteps, which no benchmark measures.
 	loomRequeue = 1.0
 	// hangTimeout is the job's no-progress timeout (hang_timeout_seconds;
