@@ -83,7 +83,6 @@ export async function jobPage(ctx, id) {
     ], j.runs, TERMINAL.test(j.state || '') ? 'No runs recorded.' : 'Not started yet.'));
   };
   show(job);
-  ctx.main.dataset.ready = 'job';
 
   // Live: the job's :watch stream, until the job ends.
   if (!TERMINAL.test(job.state || '')) {
@@ -108,7 +107,9 @@ export async function jobPage(ctx, id) {
       fill(good, notice('info', 'No goodput yet: ' + e.message));
     }
   };
-  loadGoodput();
+  // Ready once the job and its goodput show (logs and metrics follow).
+  await loadGoodput();
+  ctx.main.dataset.ready = 'job';
 
   // Logs: followed while the job runs (the stream ends with the job).
   let text = '';
