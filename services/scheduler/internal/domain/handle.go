@@ -224,7 +224,7 @@ func (t *txn) cancel(ev *eventsv1.CancelJob) error {
 		case sig != "":
 			// scancel --signal: the job's processes get the signal, its state is unchanged.
 			if r := t.currentRun(j); r != nil && j.Running() {
-				t.signalJob(j, r, sig, ev.GetBatch(), ev.GetFull())
+				t.signalJob(j, r, sig, ev.GetBatch(), ev.GetFull(), "")
 			}
 		case j.Pending():
 			j = t.editJob(j.Name())

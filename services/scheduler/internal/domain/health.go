@@ -106,7 +106,7 @@ func (t *txn) checkpointDrain(n *Node) {
 		r.CheckpointBy = t.now.Add(t.s.cfg.CheckpointGrace)
 		r.CheckpointFrom, r.CheckpointNode = r.Progress.CheckpointStep, n.Name
 		r.CheckpointReason = "node " + n.Hostname + " drained by health: " + n.HealthReason
-		t.signalJob(j, r, sig.Name, sig.BatchOnly, !sig.BatchOnly)
+		t.signalJob(j, r, sig.Name, sig.BatchOnly, !sig.BatchOnly, "")
 	}
 }
 
@@ -154,7 +154,7 @@ func (t *txn) checkpointSurvivors(j *Job, r *Run, failed, reason string) bool {
 	wait = min(wait, t.s.cfg.CheckpointGrace)
 	live := false
 	for _, node := range r.Nodes {
-		if st := r.Steps[node]; node != failed && !st.Terminal() && !st.Abandoned {
+		if node != failed && !r.Steps[node].Terminal() {
 			live = true
 		}
 	}
@@ -163,28 +163,9 @@ func (t *txn) checkpointSurvivors(j *Job, r *Run, failed, reason string) bool {
 	}
 	r = t.editRun(r.Key())
 	r.SurvivorsBy, r.SurvivorsFrom, r.SurvivorsReason, r.FailedNode = t.now.Add(wait), r.Progress.CheckpointStep, reason, failed
-	for _, node := range r.Nodes {
-		if st := r.Steps[node]; node == failed || st.Terminal() || st.Abandoned {
-			continue
-		}
-		t.emit(node, r.Job, &eventsv1.SignalStep{Job: r.Job, Attempt: r.Attempt, Node: node, Signal: sig.Name, BatchOnly: sig.BatchOnly})
-	}
-	if !sig.BatchOnly {
-		// A batch job's srun tasks hold the state too (scancel -f's reach).
-		for i := range r.JobSteps {
-			s := r.JobSteps[i]
-			if s.Ended() {
-				continue
-			}
-			for k, node := range s.Nodes {
-				if node == failed || s.Parts[k].Terminal() {
-					continue
-				}
-				t.emit(node, r.Job, &eventsv1.KillTasks{Job: r.Job, Attempt: r.Attempt, StepId: s.ID, Node: node,
-					Reason: "signal " + sig.Name, Signal: sig.Name})
-			}
-		}
-	}
+	// As the checkpoint-aware drain signals (a batch job's srun tasks hold
+	// the state too: scancel -f's reach), all but the failed node.
+	t.signalJob(j, r, sig.Name, sig.BatchOnly, !sig.BatchOnly, failed)
 	return true
 }
 

@@ -92,26 +92,27 @@ func (t *txn) stopSteps(r *Run, except, reason string, cause eventsv1.StopCause)
 // -b; batch wins over full); with full, the batch shell, its children and
 // every job step (scancel -f). A job without a batch script runs its
 // command on every node as an implicit srun: those are its steps, and they
-// are signalled whole.
-func (t *txn) signalJob(j *Job, r *Run, sig string, batch, full bool) {
+// are signalled whole. Nothing is sent to the node except ("": none).
+func (t *txn) signalJob(j *Job, r *Run, sig string, batch, full bool, except string) {
 	switch {
 	case batch:
-		t.signalSteps(r, sig, true)
+		t.signalSteps(r, sig, true, except)
 		return
 	case full || j.Job.GetScript() == "":
-		t.signalSteps(r, sig, false)
+		t.signalSteps(r, sig, false, except)
 	}
 	for i := range r.JobSteps {
 		if s := r.JobSteps[i]; !s.Ended() {
-			t.killStepTasks(r, &s, sig, "signal "+sig)
+			t.killStepTasks(r, &s, sig, "signal "+sig, except)
 		}
 	}
 }
 
-// signalSteps sends sig to every live step of r.
-func (t *txn) signalSteps(r *Run, sig string, batchOnly bool) {
+// signalSteps sends sig to every live step of r but the one on the node
+// except ("": none).
+func (t *txn) signalSteps(r *Run, sig string, batchOnly bool, except string) {
 	for _, node := range r.Nodes {
-		if r.Steps[node].Terminal() {
+		if node == except || r.Steps[node].Terminal() {
 			continue
 		}
 		t.emit(node, r.Job, &eventsv1.SignalStep{Job: r.Job, Attempt: r.Attempt, Node: node,
@@ -129,7 +130,7 @@ func (t *txn) beginPreempt(r *Run, by *Job) bool {
 	sig, err := ParseJobSignal(vj.Job.GetSignal())
 	if err == nil && sig.Name != "" {
 		r.PreemptAt = t.now.Add(t.s.cfg.PreemptGrace)
-		t.signalJob(vj, r, sig.Name, sig.BatchOnly, false)
+		t.signalJob(vj, r, sig.Name, sig.BatchOnly, false, "")
 		return false
 	}
 	r.PreemptAt = t.now
@@ -369,7 +370,7 @@ func (s *State) Tick(now time.Time) *Change {
 		case d.signal:
 			r := t.editRun(d.r.Key())
 			r.Signaled = true
-			t.signalJob(d.j, r, d.sig.Name, d.sig.BatchOnly, false)
+			t.signalJob(d.j, r, d.sig.Name, d.sig.BatchOnly, false, "")
 		}
 	}
 	for cluster, at := range s.wake {

@@ -290,7 +290,7 @@ func (t *txn) cancelJobStep(ev *eventsv1.CancelJobStep) error {
 	}
 	if sig != "" {
 		s := r.JobSteps[i]
-		t.killStepTasks(r, &s, sig, "signal "+sig)
+		t.killStepTasks(r, &s, sig, "signal "+sig, "")
 		return nil
 	}
 	if r.JobSteps[i].Stopping {
@@ -299,16 +299,16 @@ func (t *txn) cancelJobStep(ev *eventsv1.CancelJobStep) error {
 	r = t.editRun(r.Key())
 	s := r.JobSteps[i].Clone()
 	s.Stopping, s.Cancelled, s.Reason = true, true, "cancelled"
-	t.killStepTasks(r, &s, "", "step cancelled")
+	t.killStepTasks(r, &s, "", "step cancelled", "")
 	putJobStep(r, i, s)
 	return nil
 }
 
 // killStepTasks tells every node of step s whose tasks have not ended to
 // kill them (or, with sig, only to signal them).
-func (t *txn) killStepTasks(r *Run, s *JobStep, sig, reason string) {
+func (t *txn) killStepTasks(r *Run, s *JobStep, sig, reason, except string) {
 	for k, node := range s.Nodes {
-		if s.Parts[k].Terminal() {
+		if node == except || s.Parts[k].Terminal() {
 			continue
 		}
 		t.emit(node, r.Job, &eventsv1.KillTasks{Job: r.Job, Attempt: r.Attempt, StepId: s.ID,
@@ -368,7 +368,7 @@ func (t *txn) tasksChanged(ev *eventsv1.TasksChanged) error {
 			(s.KillOnBadExit || st == eventsv1.StepState_STEP_FAILED_TO_START || st == eventsv1.StepState_STEP_LOST) {
 			s.Stopping = true
 			s.Reason = detail(fmt.Sprintf("tasks on %s %s", s.Hostnames[k], strings.ToLower(strings.TrimPrefix(st.String(), "STEP_"))), ev.GetMessage())
-			t.killStepTasks(r, &s, "", "a task of the step failed")
+			t.killStepTasks(r, &s, "", "a task of the step failed", "")
 		}
 		t.maybeEndStep(&s)
 	}
@@ -448,7 +448,7 @@ func (t *txn) settleJobSteps() {
 				if s.Reason == "" {
 					s.Reason = why
 				}
-				t.killStepTasks(r, &s, "", why)
+				t.killStepTasks(r, &s, "", why, "")
 			}
 			for k, node := range s.Nodes {
 				if !s.Parts[k].Terminal() && r.Steps[node].Abandoned {
