@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -84,10 +85,23 @@ type Event struct {
 	Offset    int64
 }
 
-// NewID returns a new ULID string: unique, and sortable by creation time.
+// NewID returns a new ULID string: unique, and sortable by creation time,
+// also between ids made in one millisecond by this process (its entropy is
+// monotonic within a millisecond, drawn from crypto/rand).
 func NewID() string {
-	return ulid.MustNew(ulid.Now(), rand.Reader).String()
+	idMu.Lock()
+	defer idMu.Unlock()
+	return ulid.MustNew(ulid.Now(), idEntropy).String()
 }
+
+// idEntropy is NewID's: a fresh random value in each millisecond, then
+// random increments, so that ids of one millisecond sort in the order they
+// were made (list pages by id rely on it). Not safe for concurrent use:
+// idMu guards it.
+var (
+	idMu      sync.Mutex
+	idEntropy = ulid.Monotonic(rand.Reader, 0)
+)
 
 // New returns an event for payload with a fresh ID, the current time, and the
 // payload's full name as its type. Subject defaults to key.

@@ -83,3 +83,32 @@ func TestRoutePicksTheTopic(t *testing.T) {
 		t.Fatalf("Route(unrouted) = %+v, %v; want no event and ErrUnrouted", e, err)
 	}
 }
+
+// Ids made one after another sort in the order they were made, also the
+// many made within one millisecond, from several goroutines alike.
+func TestNewIDSortsInCreationOrder(t *testing.T) {
+	t.Parallel()
+	prev := NewID()
+	for i := 0; i < 10000; i++ {
+		id := NewID()
+		if id <= prev {
+			t.Fatalf("id %d %s does not sort after %s", i, id, prev)
+		}
+		prev = id
+	}
+	seen := make(chan string, 4000)
+	for g := 0; g < 4; g++ {
+		go func() {
+			for i := 0; i < 1000; i++ {
+				seen <- NewID()
+			}
+		}()
+	}
+	ids := map[string]bool{}
+	for i := 0; i < 4000; i++ {
+		ids[<-seen] = true
+	}
+	if len(ids) != 4000 {
+		t.Fatalf("%d distinct ids of 4000", len(ids))
+	}
+}
