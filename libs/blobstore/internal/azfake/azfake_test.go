@@ -400,3 +400,51 @@ func TestErrorShape(t *testing.T) {
 		t.Errorf("copy of a missing blob: %v; want 404 CannotVerifyCopySource", err)
 	}
 }
+
+// TestMetadataAndCopy: Set Blob Metadata replaces the metadata and the
+// ETag; a copy takes the source's content, properties and metadata, and
+// a later write to the source leaves the copy as it was.
+func TestMetadataAndCopy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, _ := start(t, azfake.Key)
+	src := c.NewBlockBlobClient("src")
+	if _, err := src.UploadBuffer(ctx, []byte("one"), &blockblob.UploadBufferOptions{
+		Metadata:    map[string]*string{"a": to.Ptr("1")},
+		HTTPHeaders: &blob.HTTPHeaders{BlobContentType: to.Ptr("text/plain")},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := src.GetProperties(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.SetMetadata(ctx, map[string]*string{"b": to.Ptr("2")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	after, err := src.GetProperties(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "b" comes back as "B": Go's HTTP client canonicalizes header names
+	// (go-cloud lower-cases metadata keys on read for that reason).
+	if *after.ETag == *before.ETag || len(after.Metadata) != 1 || after.Metadata["B"] == nil || *after.Metadata["B"] != "2" {
+		t.Errorf("after SetMetadata: ETag %v (was %v), metadata %v", *after.ETag, *before.ETag, after.Metadata)
+	}
+	dst := c.NewBlobClient("dst")
+	resp, err := dst.StartCopyFromURL(ctx, src.URL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *resp.CopyStatus != blob.CopyStatusTypeSuccess {
+		t.Errorf("copy status %v; want success", *resp.CopyStatus)
+	}
+	upload(t, c, "src", []byte("two"))
+	props, err := dst.GetProperties(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := download(t, c, "dst", blob.HTTPRange{}); string(got) != "one" || *props.ContentType != "text/plain" || props.Metadata["B"] == nil {
+		t.Errorf("copy holds %q, type %q, metadata %v; want the source as it was", got, *props.ContentType, props.Metadata)
+	}
+}
