@@ -108,18 +108,24 @@ type container struct {
 	created     time.Time
 }
 
+// blobObject is a committed blob. It is never changed once stored: every
+// write stores a new one, so a reader may use it without the lock.
 type blobObject struct {
 	data []byte
 	// md5 is the blob's Content-MD5 property: what Put Blob computed or
 	// a client set (nil: none, as after a block list without one).
-	md5                                                        []byte
+	md5 []byte
+	// The standard properties a write sets ("" when not set).
 	contentType, encoding, language, disposition, cacheControl string
-	meta                                                       map[string]string
-	created, modified                                          time.Time
-	etag                                                       string
-	copyID                                                     string
-	committedBlocks                                            map[string][]byte
-	committedOrder                                             []string
+	// meta is the metadata, by lower-case name.
+	meta              map[string]string
+	created, modified time.Time
+	etag              string
+	// copyID is set on a blob made by Copy Blob.
+	copyID string
+	// committedBlocks are the blocks of its block list, by id, which a
+	// later block list may name as Committed.
+	committedBlocks map[string][]byte
 }
 
 // New returns a fake with no containers.
@@ -293,7 +299,7 @@ func (s *Server) serveContainer(w http.ResponseWriter, r *http.Request, q url.Va
 	}
 	switch {
 	case r.Method == http.MethodGet && q.Get("comp") == "list":
-		return s.listBlobs(w, q, name)
+		return s.listBlobs(w, r.Host, q, name)
 	case r.Method == http.MethodPut && q.Get("comp") == "":
 		s.mu.Lock()
 		_, exists := s.containers[name]
@@ -614,9 +620,6 @@ func (s *Server) putBlockList(w http.ResponseWriter, r *http.Request, containerN
 			return errorf(http.StatusRequestEntityTooLarge, "RequestBodyTooLarge", "the blob would be over %d bytes, the fake's limit", MaxBlobBytes)
 		}
 		data = append(data, block...)
-		if _, dup := b.committedBlocks[id]; !dup {
-			b.committedOrder = append(b.committedOrder, id)
-		}
 		b.committedBlocks[id] = block
 	}
 	// The service keeps the x-ms-blob-content-md5 it is given and does
@@ -694,7 +697,7 @@ func (s *Server) copyBlob(w http.ResponseWriter, r *http.Request, containerName,
 	nb := *sb
 	nb.data = bytes.Clone(sb.data)
 	nb.md5 = bytes.Clone(sb.md5)
-	nb.committedBlocks, nb.committedOrder = nil, nil
+	nb.committedBlocks = nil
 	nb.meta = map[string]string{}
 	from := sb.meta
 	if len(md) > 0 {
@@ -949,7 +952,7 @@ type listEntry struct {
 	prefix bool
 }
 
-func (s *Server) listBlobs(w http.ResponseWriter, q url.Values, containerName string) *apiError {
+func (s *Server) listBlobs(w http.ResponseWriter, host string, q url.Values, containerName string) *apiError {
 	prefix, delim := q.Get("prefix"), q.Get("delimiter")
 	maxResults := MaxResults
 	if v := q.Get("maxresults"); v != "" {
@@ -1010,7 +1013,7 @@ func (s *Server) listBlobs(w http.ResponseWriter, q url.Values, containerName st
 	first := sort.Search(len(entries), func(i int) bool { return entries[i].name > after })
 	entries = entries[first:]
 	res := enumerationResults{
-		ServiceEndpoint: "http://127.0.0.1/" + Account + "/", ContainerName: containerName,
+		ServiceEndpoint: "http://" + host + "/" + Account + "/", ContainerName: containerName,
 		Prefix: prefix, Marker: q.Get("marker"), MaxResults: maxResults, Delimiter: delim,
 	}
 	if len(entries) > maxResults {
