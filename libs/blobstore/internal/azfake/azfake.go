@@ -4,9 +4,10 @@
 // sends, with the status codes, headers, XML bodies and error codes the
 // real service uses, so that a test drives the real driver over HTTP.
 //
-// No Azure Blob Storage emulator is written in Go (Azurite is Node.js), and
-// none of the Go fakes on the module proxy is kept up; this one covers
-// what Loom needs and no more:
+// Azure's own emulator, Azurite, is Node.js, and the few Go emulators
+// published are standalone servers, unmaintained, or both; none is a
+// library a test can start in process. This one covers what Loom needs
+// and no more:
 //
 //   - Put Blob (block blobs only), Put Block and Put Block List;
 //   - Get Blob, whole or a byte range (x-ms-range or Range);
@@ -28,9 +29,11 @@
 // well-known devstoreaccount1 (Account, Key).
 //
 // Not covered: page and append blobs, leases, snapshots, versions, tags,
-// access tiers, container ACLs and SAS other than a blob service SAS.
-// Such a request is answered 400 with Azure's code for it where one
-// exists, never silently accepted.
+// access tiers, container ACLs and SAS other than a blob service SAS. A
+// request that depends on one of them (another blob type, a lease id, a
+// snapshot or version query, an unknown comp=, an account SAS) is refused
+// with a 4xx and Azure's code for it; headers that only set a property
+// the fake does not keep (a tier, tags, an encryption scope) are ignored.
 package azfake
 
 import (
@@ -145,24 +148,6 @@ func (s *Server) CreateContainer(name string) {
 	if _, ok := s.containers[name]; !ok {
 		s.containers[name] = &container{blobs: map[string]*blobObject{}, uncommitted: map[string]map[string][]byte{}, created: s.now()}
 	}
-}
-
-// BlobNames returns the names of the blobs committed in container, sorted
-// (nil when there is no such container): what a test checks the store
-// holds, below any client.
-func (s *Server) BlobNames(containerName string) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := s.containers[containerName]
-	if c == nil {
-		return nil
-	}
-	names := make([]string, 0, len(c.blobs))
-	for n := range c.blobs {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
 }
 
 // now returns the time for a new modification: second-grained, as the
