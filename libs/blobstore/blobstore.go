@@ -26,6 +26,7 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -167,9 +168,18 @@ func sameDevice(a, b string) bool {
 	return sa.Dev == sb.Dev
 }
 
+// urlMistakes are the messages with which a driver's URL opener refuses
+// the URL itself (go-cloud gives them no error code): s3blob and gcsblob
+// say "invalid query parameter"; azureblob "unknown query parameter" and,
+// for a domain or protocol it does not allow, `domain "…"`, `protocol "…"`
+// or "local emulator domain".
+var urlMistakes = []string{"no driver registered", "invalid query parameter", "unknown query parameter",
+	`domain "`, `protocol "`, "local emulator domain"}
+
 func openError(rawURL string, err error) error {
-	if gcerrors.Code(err) == gcerrors.InvalidArgument || strings.Contains(err.Error(), "no driver registered") ||
-		strings.Contains(err.Error(), "invalid query parameter") {
+	if gcerrors.Code(err) == gcerrors.InvalidArgument || slices.ContainsFunc(urlMistakes, func(m string) bool {
+		return strings.Contains(err.Error(), m)
+	}) {
 		return errs.Invalid("url", "cannot open %s: %v", quote(rawURL), err)
 	}
 	return fmt.Errorf("blobstore: open %s: %w", quote(rawURL), err)

@@ -1,16 +1,16 @@
 // Package blobtest starts object stores for tests, in process and on
-// loopback: an S3 fake (gofakes3 over its in-memory backend) and a Google
-// Cloud Storage fake (fake-gcs-server's fakestorage). Each returns a bucket
-// URL that blobstore.Open takes through its normal path, so a test drives
-// the real s3blob and gcsblob drivers over HTTP, exactly as a site's
+// loopback: an S3 fake (gofakes3 over its in-memory backend), a Google
+// Cloud Storage fake (fake-gcs-server's fakestorage) and an Azure Blob
+// Storage fake (Loom's own, libs/blobstore/internal/azfake: no Go fake of
+// Azure is kept up elsewhere). Each returns a bucket URL that
+// blobstore.Open takes through its normal path, so a test drives the real
+// s3blob, gcsblob and azureblob drivers over HTTP, exactly as a site's
 // registry does against the real services.
 //
 // It does not import blobstore (blobstore's own tests use it), so it does
 // not register drivers either: the caller's binary must link them
-// (blobstore does, unless built with loom_no_s3 or loom_no_gcs).
-//
-// No Azure Blob Storage fake exists in Go; azblob:// is not covered here
-// (see docs/registry.md).
+// (blobstore does, unless built with loom_no_s3, loom_no_gcs or
+// loom_no_azure).
 package blobtest
 
 import (
@@ -28,6 +28,8 @@ import (
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
+	"github.com/loom-ml/loom/libs/blobstore/internal/azfake"
 )
 
 // Store is one bucket on a fake object store.
@@ -35,9 +37,9 @@ type Store struct {
 	// URL opens the bucket with blobstore.Open (append a path for a
 	// prefix: Store.Prefixed).
 	URL string
-	// Scheme is "s3" or "gs".
+	// Scheme is "s3", "gs" or "azblob".
 	Scheme string
-	// Bucket is the bucket's name.
+	// Bucket is the bucket's (Azure: the container's) name.
 	Bucket string
 
 	stats *Stats
@@ -47,12 +49,14 @@ type Store struct {
 // read with Load.
 type Stats struct {
 	// Writes counts requests that can change the bucket: PUT, POST,
-	// PATCH and DELETE (a multipart upload's parts included).
+	// PATCH and DELETE (a multipart upload's parts, or Azure's blocks,
+	// included).
 	Writes atomic.Int64
-	// Parts counts S3 UploadPart requests that were answered 2xx.
+	// Parts counts S3 UploadPart and Azure Put Block requests that were
+	// answered 2xx.
 	Parts atomic.Int64
-	// CompletedUploads counts S3 CompleteMultipartUpload requests that
-	// were answered 2xx.
+	// CompletedUploads counts S3 CompleteMultipartUpload and Azure Put
+	// Block List requests that were answered 2xx.
 	CompletedUploads atomic.Int64
 }
 
@@ -208,6 +212,106 @@ func GCS(t testing.TB) *Store {
 			}
 		}
 	})
+	return st
+}
+
+// The variables go-cloud's azureblob driver reads its credentials and
+// service address from. It reads them once, when the first azblob:// URL
+// of the process is opened, and offers no way to pass a key in the URL.
+const (
+	AzureAccountEnv = "AZURE_STORAGE_ACCOUNT"
+	AzureKeyEnv     = "AZURE_STORAGE_KEY"
+)
+
+// azureEnvOthers are the other variables the driver reads; set, they
+// would change how it authenticates or which service it reaches.
+var azureEnvOthers = []string{
+	"AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGEBLOB_CONNECTIONSTRING",
+	"AZURE_STORAGE_DOMAIN", "AZURE_STORAGE_PROTOCOL", "AZURE_STORAGE_IS_CDN", "AZURE_STORAGE_IS_LOCAL_EMULATOR",
+}
+
+var azureEnv struct {
+	once sync.Once
+	err  error
+}
+
+func setAzureEnv() error {
+	for name, want := range map[string]string{AzureAccountEnv: azfake.Account, AzureKeyEnv: azfake.Key} {
+		if cur, ok := os.LookupEnv(name); ok && cur != want {
+			return fmt.Errorf("%s is already set to another value; blobtest.Azure sets it to the fake's account and cannot share the process with another Azure store", name)
+		}
+	}
+	for _, name := range azureEnvOthers {
+		if _, ok := os.LookupEnv(name); ok {
+			return fmt.Errorf("%s is set; unset it: it would change how the azureblob driver reaches blobtest's Azure fake", name)
+		}
+	}
+	if err := os.Setenv(AzureAccountEnv, azfake.Account); err != nil {
+		return err
+	}
+	return os.Setenv(AzureKeyEnv, azfake.Key)
+}
+
+// AzureEnv sets, once per process and before it returns, the credentials
+// every Azure fake accepts (Azurite's well-known devstoreaccount1 and its
+// key) in AZURE_STORAGE_ACCOUNT and AZURE_STORAGE_KEY, the only way to
+// hand azureblob's URL opener a key. The values never change afterwards,
+// so tests that use them may run in parallel; but the driver latches the
+// environment on the process's first azblob:// open, so a test binary
+// must call AzureEnv (Azure does) before it opens any azblob:// URL, and
+// must not also point azblob:// at a real account. It fails t when one of
+// the driver's variables is already set otherwise.
+func AzureEnv(t testing.TB) {
+	t.Helper()
+	azureEnv.once.Do(func() { azureEnv.err = setAzureEnv() })
+	if azureEnv.err != nil {
+		t.Fatalf("blobtest: Azure credentials: %v", azureEnv.err)
+	}
+}
+
+// AzureAccount and AzureKey are the account and shared key every Azure
+// fake accepts, for a test that makes its own client.
+const (
+	AzureAccount = azfake.Account
+	AzureKey     = azfake.Key
+)
+
+// Azure starts an Azure Blob Storage fake for t alone (stopped by t's
+// cleanup) and returns one empty container on it. The URL is
+//
+//	azblob://CONTAINER?domain=127.0.0.1:PORT&localemu=true&protocol=http
+//
+// which is how a site points azblob:// at Azurite; the credentials come
+// from AzureEnv. The fake checks every request's shared-key signature or
+// SAS, as the service does.
+func Azure(t testing.TB) *Store {
+	t.Helper()
+	AzureEnv(t)
+	fake := azfake.New()
+	name := bucketName()
+	fake.CreateContainer(name)
+	st := &Store{Scheme: "azblob", Bucket: name, stats: &Stats{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isWrite(r.Method) {
+			st.stats.Writes.Add(1)
+		}
+		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		fake.ServeHTTP(rec, r)
+		if rec.code/100 == 2 && r.Method == http.MethodPut {
+			switch r.URL.Query().Get("comp") {
+			case "block":
+				st.stats.Parts.Add(1)
+			case "blocklist":
+				st.stats.CompletedUploads.Add(1)
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	q := url.Values{}
+	q.Set("domain", strings.TrimPrefix(srv.URL, "http://"))
+	q.Set("localemu", "true")
+	q.Set("protocol", "http")
+	st.URL = "azblob://" + name + "?" + q.Encode()
 	return st
 }
 
