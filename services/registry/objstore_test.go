@@ -62,6 +62,7 @@ var objectStores = []struct {
 	{"file", func(t *testing.T) string { return "file://" + filepath.Join(t.TempDir(), "store") }},
 	{"s3", func(t *testing.T) string { return blobtest.S3(t).URL }},
 	{"gs", func(t *testing.T) string { return blobtest.GCS(t).URL }},
+	{"azblob", func(t *testing.T) string { return blobtest.Azure(t).URL }},
 }
 
 // TestVerifyURLSchemes: the registration check (artifact.VerifyURL) takes a
