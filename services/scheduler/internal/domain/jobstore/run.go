@@ -74,11 +74,12 @@ type RunRecord struct {
 	CheckpointReason string    `json:"checkpoint_reason,omitempty"`
 	// SurvivorsBy (non-zero) is the end of the wait for a checkpoint from
 	// the run's surviving steps after FailedNode failed under it (the
-	// attempt ended NODE_FAIL then): they were sent the job's --signal and
-	// are stopped at the first checkpoint newer than SurvivorsFrom, or at
-	// SurvivorsBy, with SurvivorsReason. StopsSent is when they were told
-	// to stop, from which a requeued job's wait for them (RequeueStopWait)
-	// counts.
+	// attempt ended NODE_FAIL then, at End): they were sent the job's
+	// --signal and are stopped at the first checkpoint newer than
+	// SurvivorsFrom and written since End, once none of them runs, or at
+	// SurvivorsBy, with SurvivorsReason. StopsSent is when the wait ended
+	// and they were told to stop, from which a requeued job's wait for them
+	// (RequeueStopWait) counts.
 	SurvivorsBy     time.Time `json:"survivors_by,omitzero"`
 	SurvivorsFrom   int64     `json:"survivors_from,omitempty"`
 	SurvivorsReason string    `json:"survivors_reason,omitempty"`
