@@ -10,6 +10,7 @@ import (
 	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 )
 
 // The job's side of hardware resilience (docs/health.md): what health's
@@ -90,8 +91,8 @@ func (t *txn) restartJobsOn(n *Node, why string) {
 // checkpointDrain starts the checkpoint-aware drain of n (health UNHEALTHY
 // with checkpoint_first): each run on it gets its job's --signal (default
 // USR1; B: to the batch shell only) and CheckpointGrace to write a new
-// checkpoint; it is requeued at the first StepProgress showing one, or when
-// the grace ends (checkpointDue).
+// checkpoint; it is requeued at the first StepProgress showing one written
+// since the signal (newCheckpoint), or when the grace ends (checkpointDue).
 func (t *txn) checkpointDrain(n *Node) {
 	for _, r := range t.runsOn(n.Name) {
 		if !r.CheckpointBy.IsZero() {
@@ -104,7 +105,7 @@ func (t *txn) checkpointDrain(n *Node) {
 		}
 		r = t.editRun(r.Key())
 		r.CheckpointBy = t.now.Add(t.s.cfg.CheckpointGrace)
-		r.CheckpointFrom, r.CheckpointNode = r.Progress.CheckpointStep, n.Name
+		r.CheckpointFrom, r.CheckpointAsked, r.CheckpointNode = r.Progress.CheckpointStep, t.now, n.Name
 		r.CheckpointReason = "node " + n.Hostname + " drained by health: " + n.HealthReason
 		t.signalJob(j, r, sig.Name, sig.BatchOnly, !sig.BatchOnly, "")
 	}
@@ -122,7 +123,7 @@ func (t *txn) checkpointDone(j *Job, r *Run, why string) {
 	t.stopSteps(r, "", reason, eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE)
 	t.infraRequeue(j, r, loomv1.JobState_REQUEUED, reason) // planned, as a drain's deadline
 	r = t.editRun(r.Key())
-	r.CheckpointBy = time.Time{}
+	r.CheckpointBy, r.CheckpointAsked = time.Time{}, time.Time{}
 	t.dirty[r.Cluster] = true
 }
 
@@ -183,18 +184,24 @@ func survivorsRun(r *Run, failed string) bool {
 
 // survivorCheckpointed reports whether run r, whose survivors are being
 // waited for (Run.SurvivorsBy), has reported a checkpoint written since
-// they were signalled, when its attempt ended: newer than the last one
-// heard of before (SurvivorsFrom) and, when the program said when it wrote
-// it, not written before the signal. The time matters for a run that had
-// not reported its latest checkpoint when its node failed (one written in
-// the last progress interval, or, early in a resumed attempt, the
-// checkpoint it resumed from): the agent's first look after the signal
-// reports it, before the checkpoint the signal asked for, and stopping
-// there would lose the training since. A checkpoint without a time (the
-// program wrote none) is dated on arrival, so its step alone decides.
+// they were signalled, when its attempt ended (newCheckpoint).
 func survivorCheckpointed(r *Run) bool {
-	p := r.Progress
-	return p.CheckpointStep > r.SurvivorsFrom && !p.CheckpointTime.Before(r.End)
+	return newCheckpoint(r.Progress, r.SurvivorsFrom, r.End)
+}
+
+// newCheckpoint reports whether progress p shows a checkpoint written since
+// the run was asked for one at asked (its job's --signal), when the latest
+// checkpoint heard of was at step from: a newer step and, when the program
+// said when it wrote it, not written before asked. The time matters for a
+// run that had not reported its latest checkpoint when it was signalled
+// (one written in the last progress interval, or, early in a resumed
+// attempt, the checkpoint it resumed from): the agent's first look after
+// the signal reports it, before the checkpoint the signal asked for, and
+// ending the wait there would lose the training since. A checkpoint
+// without a time (the program wrote none) is dated on arrival, so its step
+// alone decides; so does a zero asked (a run recorded before asked was).
+func newCheckpoint(p jobstore.Progress, from int64, asked time.Time) bool {
+	return p.CheckpointStep > from && !p.CheckpointTime.Before(asked)
 }
 
 // survivorsEnded ends the wait for run r's survivors (checkpointSurvivors)
@@ -355,7 +362,7 @@ func (t *txn) stepProgress(ev *eventsv1.StepProgress) error {
 	r = t.editRun(key)
 	r.Progress = p
 	if j := t.job(r.Job); j != nil && j.Running() && j.Attempt == r.Attempt && !r.Ended() &&
-		!r.CheckpointBy.IsZero() && p.CheckpointStep > r.CheckpointFrom {
+		!r.CheckpointBy.IsZero() && newCheckpoint(p, r.CheckpointFrom, r.CheckpointAsked) {
 		t.checkpointDone(j, r, fmt.Sprintf("checkpointed at step %d", p.CheckpointStep))
 	}
 	if r.Ended() && !r.SurvivorsBy.IsZero() && survivorCheckpointed(r) {

@@ -330,6 +330,36 @@ func TestCheckpointAwareDrain(t *testing.T) {
 	}
 }
 
+// TestCheckpointAwareDrainWaitsForACheckpointAfterTheSignal: a run that
+// had not reported its latest checkpoint when it was signalled (here the
+// one a resumed attempt started from, an hour old) is not requeued on it
+// when the agent's first look after the signal reports it; the checkpoint
+// written since the signal requeues it.
+func TestCheckpointAwareDrainWaitsForACheckpointAfterTheSignal(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{CheckpointGrace: 2 * time.Minute})
+	h.node("gpu-0001", 8)
+	h.submit(1, 1, 8)
+	n1 := h.job(1).GetNodes()[0]
+	h.step(1, 1, n1, eventsv1.StepState_STEP_RUNNING, 0)
+	ckpt := func(step int64, written time.Time) *Change {
+		return h.do(&eventsv1.StepProgress{Job: jobName(1), Attempt: 1, Node: nodeName(n1), Step: step,
+			CheckpointStep: step, CheckpointTime: timestamppb.New(written), LastProgress: timestamppb.New(h.now)})
+	}
+	resumed := h.now.Add(-time.Hour)
+	if sg := signals(h.health(n1, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, CheckpointFirst: true,
+		Reason: "ECC single-bit errors rising"})); len(sg) != 1 {
+		t.Fatalf("checkpoint-first: signals %v, want the job's", sg)
+	}
+	if c := ckpt(100, resumed); len(stops(c)) != 0 || h.job(1).GetState() != loomv1.JobState_RUNNING {
+		t.Fatalf("requeued on the checkpoint written before the signal: stops %v, job %v", stops(c), h.job(1).GetState())
+	}
+	c := ckpt(101, h.now)
+	if len(stops(c)) != 1 || !strings.Contains(strings.Join(stateLines(jobChanges(c)), ";"), "checkpointed at step 101") {
+		t.Fatalf("the checkpoint written on the signal: stops %v, events %v", stops(c), stateLines(jobChanges(c)))
+	}
+}
+
 // stateLines returns the states and reasons of JobChanged events, for messages.
 func stateLines(jcs []*eventsv1.JobChanged) []string {
 	var out []string

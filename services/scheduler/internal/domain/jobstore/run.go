@@ -65,11 +65,14 @@ type RunRecord struct {
 	// (StepProgress), for hang detection, checkpoint-aware drains and goodput.
 	Progress Progress `json:"progress,omitzero"`
 	// CheckpointBy (non-zero) is the end of a checkpoint-aware drain's grace:
-	// the run was signalled to checkpoint because CheckpointNode is to be
-	// drained, and is requeued at the first checkpoint newer than
-	// CheckpointFrom, or at CheckpointBy. CheckpointReason is health's reason.
+	// the run was signalled to checkpoint at CheckpointAsked because
+	// CheckpointNode is to be drained, and is requeued at the first
+	// checkpoint newer than CheckpointFrom and not written before
+	// CheckpointAsked (zero in a record from before it was kept: the step
+	// alone), or at CheckpointBy. CheckpointReason is health's reason.
 	CheckpointBy     time.Time `json:"checkpoint_by,omitzero"`
 	CheckpointFrom   int64     `json:"checkpoint_from,omitempty"`
+	CheckpointAsked  time.Time `json:"checkpoint_asked,omitzero"`
 	CheckpointNode   string    `json:"checkpoint_node,omitempty"`
 	CheckpointReason string    `json:"checkpoint_reason,omitempty"`
 	// SurvivorsBy (non-zero) is the end of the wait for a checkpoint from
