@@ -6,12 +6,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 
+	"github.com/loom-ml/loom/cmd/loom/stack"
 	"github.com/loom-ml/loom/libs/testkit"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -85,7 +87,8 @@ func waitJob(t *testing.T, jobs loomv1.JobServiceClient, name string, within tim
 // resumes from its checkpoint on healthy nodes and finishes with the very
 // model an uninterrupted run writes. The checkpoint it resumes from is the
 // one the surviving node wrote on the failure's USR1 (checkpoint on
-// failure, the scheduler's default).
+// failure, the scheduler's default), or a later one the survivor wrote
+// before its stop landed.
 func TestXid79DrainsRepairsAndResumesFromCheckpoint(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -94,7 +97,14 @@ func TestXid79DrainsRepairsAndResumesFromCheckpoint(t *testing.T) {
 	loom := filepath.Join(binaries(t), "loom")
 	want := referenceModel(t, loom)
 
-	s := startStack(t, inProcess)
+	// The agents report progress only after they signalled a step (every
+	// 100 ms then): when the node fails, the scheduler has heard nothing of
+	// the run's progress, and checkpoint on failure must wait for the
+	// survivor anyway (as for a run in its first progress interval, or a
+	// program that does not report progress).
+	s := startStackWith(t, inProcess, func(o *stack.Options) {
+		o.AgentEnv = append(o.AgentEnv, "LOOM_PROGRESS_INTERVAL=1h")
+	})
 	gw := dialGateway(t, s)
 	cl := createCluster(t, gw, "xid79", &loomv1.NodePool{Id: "gpu", MachineType: "a3-highgpu-1g",
 		NodeCount: 3, AcceleratorType: "nvidia-h100-80gb", AcceleratorCount: 1})
@@ -132,14 +142,6 @@ func TestXid79DrainsRepairsAndResumesFromCheckpoint(t *testing.T) {
 	if len(running.Nodes) != 2 {
 		t.Fatalf("job runs on %v, want 2 nodes", running.Nodes)
 	}
-	// Checkpoint on failure waits only for a run whose progress (its
-	// checkpoints) the scheduler has heard of: the agents report it every
-	// progress interval (5 s). Goodput's checkpointing time comes from it.
-	goodput := loomv1.NewGoodputServiceClient(gw)
-	testkit.WaitFor(t, 60*time.Second, "the scheduler hears of the run's checkpoints", func() (bool, error) {
-		gp, err := goodput.GetJobGoodput(waitCtx(t, 5*time.Second), &loomv1.GetJobGoodputRequest{Name: job.Name})
-		return err == nil && gp.LostCheckpointing.AsDuration() > 0, nil
-	})
 	bad := running.Nodes[1]
 	health := loomv1.NewHealthServiceClient(gw)
 	if _, err := health.InjectFault(waitCtx(t, 5*time.Second), &loomv1.InjectFaultRequest{Cluster: cl.Name, Hostname: bad,
@@ -211,19 +213,33 @@ func TestXid79DrainsRepairsAndResumesFromCheckpoint(t *testing.T) {
 	}
 	// Checkpoint on failure: the surviving rank (0, which writes the
 	// checkpoints) was sent USR1 before it was stopped, wrote a checkpoint
-	// for it, and the next run resumed from that one, not from the last
-	// periodic checkpoint before the failure.
-	m := regexp.MustCompile(`checkpoint at epoch (\d+) written \(requested by signal\)`).FindAllStringSubmatch(string(out), -1)
-	if len(m) == 0 {
-		t.Errorf("the survivor wrote no checkpoint on the failure's signal:\n%s", out)
-	} else if saved := m[len(m)-1][1]; !strings.Contains(string(out), "resuming from checkpoint at epoch "+saved+" ") {
-		t.Errorf("the next run did not resume from the survivor's checkpoint at epoch %s:\n%s", saved, out)
+	// for it, and the next run resumed from that one or a newer one, not
+	// from the last periodic checkpoint before the failure. A newer one: the
+	// survivor trains on until its stop lands, and when that takes it past
+	// a periodic checkpoint (every 10 epochs; a loaded machine is slow to
+	// deliver the stop) that one is the latest.
+	o := string(out)
+	sig := regexp.MustCompile(`checkpoint at epoch (\d+) written \(requested by signal\)`).FindAllStringSubmatchIndex(o, -1)
+	if len(sig) == 0 {
+		t.Errorf("the survivor wrote no checkpoint on the failure's signal:\n%s", o)
 	} else {
-		t.Logf("the survivor checkpointed at epoch %s on the failure's signal; the next run resumed from it", saved)
+		last := sig[len(sig)-1]
+		saved, _ := strconv.Atoi(o[last[2]:last[3]])
+		res := regexp.MustCompile(`resuming from checkpoint at epoch (\d+) `).FindStringSubmatch(o[last[1]:])
+		from := -1
+		if res != nil {
+			from, _ = strconv.Atoi(res[1])
+		}
+		if from < saved {
+			t.Errorf("the next run resumed from epoch %d, before the survivor's checkpoint at epoch %d:\n%s", from, saved, o)
+		} else {
+			t.Logf("the survivor checkpointed at epoch %d on the failure's signal; the next run resumed from epoch %d", saved, from)
+		}
 	}
 	// What the failure cost, through the gateway: a failure, the restart,
 	// the trainer's timed saves (forwarded by the agent), and parts that
 	// add up to the wall time.
+	goodput := loomv1.NewGoodputServiceClient(gw)
 	gp, err := goodput.GetJobGoodput(waitCtx(t, 5*time.Second),
 		&loomv1.GetJobGoodputRequest{Name: job.Name})
 	if err != nil {

@@ -68,8 +68,9 @@ type Config struct {
 	// FailureCheckpointWait turns on checkpoint on failure: when a node
 	// of a multi-node run fails, the run's steps on the other nodes (which
 	// still hold the training state) are sent the job's --signal (default
-	// USR1) before they are stopped, and stopped at their first new
-	// checkpoint, or after this long for a job without --signal (one that
+	// USR1) before they are stopped, and stopped at their first checkpoint
+	// written since, once none of them runs, or after this long for a job
+	// without --signal (one that
 	// may not handle the signal: a short wait), after CheckpointGrace for a
 	// job with one. The job is requeued at once either way; its next
 	// attempt waits for the old one's steps to end. 0 (the zero Config) is

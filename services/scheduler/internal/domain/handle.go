@@ -750,6 +750,7 @@ func (t *txn) stepChanged(ev *eventsv1.StepChanged) error {
 			fail(loomv1.JobState_FAILED, ev.GetExitCode(), detail("step killed on "+host, ev.GetMessage()))
 		}
 	}
+	t.survivorsEnded(r) // health.go: checkpoint on failure
 	if r.allTerminal() {
 		r.Released = true
 		t.dirty[r.Cluster] = true

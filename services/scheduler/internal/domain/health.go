@@ -10,6 +10,7 @@ import (
 	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 )
 
 // The job's side of hardware resilience (docs/health.md): what health's
@@ -90,8 +91,8 @@ func (t *txn) restartJobsOn(n *Node, why string) {
 // checkpointDrain starts the checkpoint-aware drain of n (health UNHEALTHY
 // with checkpoint_first): each run on it gets its job's --signal (default
 // USR1; B: to the batch shell only) and CheckpointGrace to write a new
-// checkpoint; it is requeued at the first StepProgress showing one, or when
-// the grace ends (checkpointDue).
+// checkpoint; it is requeued at the first StepProgress showing one written
+// since the signal (newCheckpoint), or when the grace ends (checkpointDue).
 func (t *txn) checkpointDrain(n *Node) {
 	for _, r := range t.runsOn(n.Name) {
 		if !r.CheckpointBy.IsZero() {
@@ -104,7 +105,7 @@ func (t *txn) checkpointDrain(n *Node) {
 		}
 		r = t.editRun(r.Key())
 		r.CheckpointBy = t.now.Add(t.s.cfg.CheckpointGrace)
-		r.CheckpointFrom, r.CheckpointNode = r.Progress.CheckpointStep, n.Name
+		r.CheckpointFrom, r.CheckpointAsked, r.CheckpointNode = r.Progress.CheckpointStep, t.now, n.Name
 		r.CheckpointReason = "node " + n.Hostname + " drained by health: " + n.HealthReason
 		t.signalJob(j, r, sig.Name, sig.BatchOnly, !sig.BatchOnly, "")
 	}
@@ -122,7 +123,7 @@ func (t *txn) checkpointDone(j *Job, r *Run, why string) {
 	t.stopSteps(r, "", reason, eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE)
 	t.infraRequeue(j, r, loomv1.JobState_REQUEUED, reason) // planned, as a drain's deadline
 	r = t.editRun(r.Key())
-	r.CheckpointBy = time.Time{}
+	r.CheckpointBy, r.CheckpointAsked = time.Time{}, time.Time{}
 	t.dirty[r.Cluster] = true
 }
 
@@ -131,16 +132,22 @@ func (t *txn) checkpointDone(j *Job, r *Run, why string) {
 // failed failed (Config.FailureCheckpointWait): the steps on its other
 // nodes, which still hold the training state, are sent the job's --signal
 // (default USR1, as a checkpoint-aware drain sends) and are stopped at the
-// run's first newer checkpoint or at the wait's end (survivorsDone). The
-// failed node is never signalled: what it would write may be corrupt. It
-// reports false, and does nothing, when it is off, the job was not
-// requeued, the run never reported a training step nor a checkpoint (its
-// program does not speak LOOM_PROGRESS_FILE, so no checkpoint of its could
-// end the wait; or it has not begun: nothing to save), or no other step
-// lives: the caller stops the steps.
+// run's first checkpoint written since the signal (survivorCheckpointed),
+// once none of them runs any more (survivorsEnded), or at the wait's end
+// (survivorsDone). The failed node is never signalled: what it would write
+// may be corrupt. It reports false, and does nothing, when it is off, the
+// job was not requeued, or no other step runs: the caller stops the steps.
+//
+// A run is waited for whether or not it has reported progress: one that
+// has not yet (its first progress interval, or a program that does not
+// write LOOM_PROGRESS_FILE but saves on the signal, as a Slurm requeue
+// handler does) may still save on the signal, and that checkpoint is what
+// the next attempt resumes from. What waiting for nothing costs is bounded:
+// a program that does not handle the signal ends on it, which ends the
+// wait, and one that ignores it holds its nodes for the wait at most.
 func (t *txn) checkpointSurvivors(j *Job, r *Run, failed, reason string) bool {
 	wait := t.s.cfg.FailureCheckpointWait
-	if wait <= 0 || !r.SurvivorsBy.IsZero() || (r.Progress.Step == 0 && r.Progress.CheckpointStep == 0) {
+	if wait <= 0 || !r.SurvivorsBy.IsZero() {
 		return false
 	}
 	if cur := t.job(j.Name()); cur == nil || !cur.Pending() {
@@ -152,13 +159,7 @@ func (t *txn) checkpointSurvivors(j *Job, r *Run, failed, reason string) bool {
 		sig, wait = s, t.s.cfg.CheckpointGrace
 	}
 	wait = min(wait, t.s.cfg.CheckpointGrace)
-	live := false
-	for _, node := range r.Nodes {
-		if node != failed && !r.Steps[node].Terminal() {
-			live = true
-		}
-	}
-	if !live {
+	if !survivorsRun(r, failed) {
 		return false
 	}
 	r = t.editRun(r.Key())
@@ -169,8 +170,53 @@ func (t *txn) checkpointSurvivors(j *Job, r *Run, failed, reason string) bool {
 	return true
 }
 
+// survivorsRun reports whether a step of r on a node other than failed is
+// running (its agent reported it started, and not its end): one that has
+// not started yet has nothing to save, and a fenced one's node failed too.
+func survivorsRun(r *Run, failed string) bool {
+	for _, node := range r.Nodes {
+		if st := r.Steps[node]; node != failed && !st.Terminal() && !st.Fenced() && st.State == eventsv1.StepState_STEP_RUNNING {
+			return true
+		}
+	}
+	return false
+}
+
+// survivorCheckpointed reports whether run r, whose survivors are being
+// waited for (Run.SurvivorsBy), has reported a checkpoint written since
+// they were signalled, when its attempt ended (newCheckpoint).
+func survivorCheckpointed(r *Run) bool {
+	return newCheckpoint(r.Progress, r.SurvivorsFrom, r.End)
+}
+
+// newCheckpoint reports whether progress p shows a checkpoint written since
+// the run was asked for one at asked (its job's --signal), when the latest
+// checkpoint heard of was at step from: a newer step and, when the program
+// said when it wrote it, not written before asked. The time matters for a
+// run that had not reported its latest checkpoint when it was signalled
+// (one written in the last progress interval, or, early in a resumed
+// attempt, the checkpoint it resumed from): the agent's first look after
+// the signal reports it, before the checkpoint the signal asked for, and
+// ending the wait there would lose the training since. A checkpoint
+// without a time (the program wrote none) is dated on arrival, so its step
+// alone decides; so does a zero asked (a run recorded before asked was).
+func newCheckpoint(p jobstore.Progress, from int64, asked time.Time) bool {
+	return p.CheckpointStep > from && !p.CheckpointTime.Before(asked)
+}
+
+// survivorsEnded ends the wait for run r's survivors (checkpointSurvivors)
+// once none of them runs any more: each exited (a program that does not
+// handle the signal ends on it; one that saves and exits) or was lost, so
+// no checkpoint can come and the requeued job's wait for them need not
+// last to SurvivorsBy. It does nothing when r is not waited for.
+func (t *txn) survivorsEnded(r *Run) {
+	if r.Ended() && !r.SurvivorsBy.IsZero() && !survivorsRun(r, r.FailedNode) {
+		t.survivorsDone(r, "no survivor runs")
+	}
+}
+
 // survivorsDone stops the surviving steps of run r (checkpointSurvivors)
-// once they checkpointed or their wait ended (why says which).
+// once they checkpointed, ended or their wait ended (why says which).
 func (t *txn) survivorsDone(r *Run, why string) {
 	r = t.editRun(r.Key())
 	t.stopSteps(r, r.FailedNode, r.SurvivorsReason+" ("+why+")", eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE)
@@ -316,10 +362,10 @@ func (t *txn) stepProgress(ev *eventsv1.StepProgress) error {
 	r = t.editRun(key)
 	r.Progress = p
 	if j := t.job(r.Job); j != nil && j.Running() && j.Attempt == r.Attempt && !r.Ended() &&
-		!r.CheckpointBy.IsZero() && p.CheckpointStep > r.CheckpointFrom {
+		!r.CheckpointBy.IsZero() && newCheckpoint(p, r.CheckpointFrom, r.CheckpointAsked) {
 		t.checkpointDone(j, r, fmt.Sprintf("checkpointed at step %d", p.CheckpointStep))
 	}
-	if r.Ended() && !r.SurvivorsBy.IsZero() && p.CheckpointStep > r.SurvivorsFrom {
+	if r.Ended() && !r.SurvivorsBy.IsZero() && survivorCheckpointed(r) {
 		t.survivorsDone(r, fmt.Sprintf("checkpointed at step %d", p.CheckpointStep))
 	}
 	return nil

@@ -330,6 +330,36 @@ func TestCheckpointAwareDrain(t *testing.T) {
 	}
 }
 
+// TestCheckpointAwareDrainWaitsForACheckpointAfterTheSignal: a run that
+// had not reported its latest checkpoint when it was signalled (here the
+// one a resumed attempt started from, an hour old) is not requeued on it
+// when the agent's first look after the signal reports it; the checkpoint
+// written since the signal requeues it.
+func TestCheckpointAwareDrainWaitsForACheckpointAfterTheSignal(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{CheckpointGrace: 2 * time.Minute})
+	h.node("gpu-0001", 8)
+	h.submit(1, 1, 8)
+	n1 := h.job(1).GetNodes()[0]
+	h.step(1, 1, n1, eventsv1.StepState_STEP_RUNNING, 0)
+	ckpt := func(step int64, written time.Time) *Change {
+		return h.do(&eventsv1.StepProgress{Job: jobName(1), Attempt: 1, Node: nodeName(n1), Step: step,
+			CheckpointStep: step, CheckpointTime: timestamppb.New(written), LastProgress: timestamppb.New(h.now)})
+	}
+	resumed := h.now.Add(-time.Hour)
+	if sg := signals(h.health(n1, &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, CheckpointFirst: true,
+		Reason: "ECC single-bit errors rising"})); len(sg) != 1 {
+		t.Fatalf("checkpoint-first: signals %v, want the job's", sg)
+	}
+	if c := ckpt(100, resumed); len(stops(c)) != 0 || h.job(1).GetState() != loomv1.JobState_RUNNING {
+		t.Fatalf("requeued on the checkpoint written before the signal: stops %v, job %v", stops(c), h.job(1).GetState())
+	}
+	c := ckpt(101, h.now)
+	if len(stops(c)) != 1 || !strings.Contains(strings.Join(stateLines(jobChanges(c)), ";"), "checkpointed at step 101") {
+		t.Fatalf("the checkpoint written on the signal: stops %v, events %v", stops(c), stateLines(jobChanges(c)))
+	}
+}
+
 // stateLines returns the states and reasons of JobChanged events, for messages.
 func stateLines(jcs []*eventsv1.JobChanged) []string {
 	var out []string
@@ -957,8 +987,9 @@ func TestCheckpointOnFailure(t *testing.T) {
 		t.Fatalf("grace over: stops %v", st)
 	}
 
-	// A run that never reported a step (its program writes no progress, or
-	// had not begun): nothing could end the wait, so it is not waited for.
+	// A run that never reported a step (early in its first progress
+	// interval, or its program writes no progress): waited for too, as it
+	// may save on the signal (TestCheckpointOnFailureWithoutProgress).
 	h = newHealthHarness(t, Config{FailureCheckpointWait: wait})
 	for _, host := range []string{"gpu-0001", "gpu-0002"} {
 		h.node(host, 8)
@@ -969,8 +1000,13 @@ func TestCheckpointOnFailure(t *testing.T) {
 		h.step(2, 1, host, eventsv1.StepState_STEP_RUNNING, 0)
 	}
 	c = h.health(hosts[1], proto.Clone(xid).(*eventsv1.NodeHealthChanged))
-	if len(signals(c)) != 0 || len(stops(c)) != 2 {
-		t.Fatalf("no progress reported: signals %v, stops %v, want both steps stopped at once", signals(c), stops(c))
+	if sg := signals(c); len(sg) != 1 || sg[0].GetNode() != nodeName(hosts[0]) {
+		t.Fatalf("no progress reported: signals %v, want USR1 to the survivor %s", sg, hosts[0])
+	}
+	for _, s := range stops(c) {
+		if s.GetNode() == nodeName(hosts[0]) {
+			t.Fatalf("no progress reported: the survivor was stopped at once: %v", s)
+		}
 	}
 
 	// Off: the survivor is stopped at once, not signalled.
@@ -985,5 +1021,115 @@ func TestCheckpointOnFailure(t *testing.T) {
 	}
 	if !stopped {
 		t.Fatalf("off: the survivor was not stopped: %v", stops(c))
+	}
+}
+
+// TestCheckpointOnFailureWithoutProgress: checkpoint on failure waits for a
+// survivor that is running but has not reported progress yet, ends the
+// wait at a checkpoint written after the signal (not at one from before it
+// that the agent's first look reports, such as the one a resumed attempt
+// started from), and ends it as soon as no survivor runs any more; a
+// survivor that has not started is not waited for.
+func TestCheckpointOnFailureWithoutProgress(t *testing.T) {
+	t.Parallel()
+	const wait = 30 * time.Second
+	xid := &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "Xid 79: GPU has fallen off the bus", Xid: 79}
+	// setup runs job 1 on 2 of 3 nodes; started says which of its steps
+	// the agents reported running. No progress is reported.
+	setup := func(started ...bool) (*harness, string, string) {
+		h := newHealthHarness(t, Config{FailureCheckpointWait: wait, CheckpointGrace: 2 * time.Minute})
+		for _, host := range []string{"gpu-0001", "gpu-0002", "gpu-0003"} {
+			h.node(host, 8)
+		}
+		h.submit(1, 2, 8)
+		hosts := h.job(1).GetNodes()
+		if len(hosts) != 2 {
+			t.Fatalf("job 1 on %v", hosts)
+		}
+		for i, host := range hosts {
+			if started[i] {
+				h.step(1, 1, host, eventsv1.StepState_STEP_RUNNING, 0)
+			}
+		}
+		return h, hosts[0], hosts[1]
+	}
+	// ckpt reports a checkpoint at step written at written.
+	ckpt := func(h *harness, host string, step int64, written time.Time) *Change {
+		return h.do(&eventsv1.StepProgress{Job: jobName(1), Attempt: 1, Node: nodeName(host), Step: step,
+			CheckpointStep: step, CheckpointTime: timestamppb.New(written), LastProgress: timestamppb.New(h.now)})
+	}
+	survivorStopped := func(c *Change, surv string) *eventsv1.StopStep {
+		for _, s := range stops(c) {
+			if s.GetNode() == nodeName(surv) {
+				return s
+			}
+		}
+		return nil
+	}
+
+	// The checkpoint it resumed from (written before the signal) does not
+	// end the wait; the one written on the signal does.
+	h, surv, bad := setup(true, true)
+	resumed := h.now.Add(-time.Hour)
+	c := h.health(bad, proto.Clone(xid).(*eventsv1.NodeHealthChanged))
+	signalled := h.now
+	if sg := signals(c); len(sg) != 1 || sg[0].GetNode() != nodeName(surv) || sg[0].GetSignal() != "USR1" {
+		t.Fatalf("signals %v, want USR1 to the survivor %s only", sg, surv)
+	}
+	if s := survivorStopped(c, surv); s != nil {
+		t.Fatalf("a running survivor without reported progress was stopped at once: %v", s)
+	}
+	if s := survivorStopped(ckpt(h, surv, 100, resumed), surv); s != nil {
+		t.Fatalf("stopped at the checkpoint written before the signal: %v", s)
+	}
+	if s := survivorStopped(ckpt(h, surv, 101, signalled.Add(-time.Millisecond)), surv); s != nil {
+		t.Fatalf("stopped at a newer checkpoint still written before the signal: %v", s)
+	}
+	c = ckpt(h, surv, 102, h.now)
+	if s := survivorStopped(c, surv); s == nil || !strings.Contains(s.GetReason(), "checkpointed at step 102") {
+		t.Fatalf("after the checkpoint written on the signal: stops %v", stops(c))
+	}
+	h.step(1, 1, surv, eventsv1.StepState_STEP_KILLED, 143)
+	if ss := starts(h.step(1, 1, bad, eventsv1.StepState_STEP_KILLED, 143)); len(ss) != 2 || ss[0].GetAttempt() != 2 {
+		t.Fatalf("starts %v, want attempt 2 once attempt 1's steps ended", ss)
+	}
+
+	// A program that does not handle the signal ends on it: the wait ends
+	// then, and attempt 2 starts without waiting for the wait's end.
+	h, surv, bad = setup(true, true)
+	h.health(bad, proto.Clone(xid).(*eventsv1.NodeHealthChanged))
+	h.step(1, 1, bad, eventsv1.StepState_STEP_KILLED, 143) // the failed node's fence ends
+	c = h.step(1, 1, surv, eventsv1.StepState_STEP_EXITED, 138)
+	if ss := starts(c); len(ss) != 2 || ss[0].GetAttempt() != 2 {
+		t.Fatalf("starts %v, want attempt 2 once the survivor ended on the signal", ss)
+	}
+	if r := h.s.Run(jobName(1), 1); !r.SurvivorsBy.IsZero() || r.StopsSent.IsZero() {
+		t.Fatalf("run 1 after its survivor ended: survivors by %v, stops sent %v, want the wait over", r.SurvivorsBy, r.StopsSent)
+	}
+	if u := h.job(1).GetUserFailures(); u != 0 {
+		t.Fatalf("the survivor's end on the signal counted against the user: %d", u)
+	}
+
+	// The survivor ends while the failed node is still fenced: the wait is
+	// over (nothing to stop), and the fence alone holds attempt 2 back.
+	h, surv, bad = setup(true, true)
+	h.health(bad, proto.Clone(xid).(*eventsv1.NodeHealthChanged))
+	c = h.step(1, 1, surv, eventsv1.StepState_STEP_EXITED, 0)
+	if len(stops(c)) != 0 || len(starts(c)) != 0 {
+		t.Fatalf("survivor ended, failed node fenced: stops %v, starts %v, want none", stops(c), starts(c))
+	}
+	if r := h.s.Run(jobName(1), 1); !r.SurvivorsBy.IsZero() {
+		t.Fatalf("run 1 still waits for survivors until %v after they ended", r.SurvivorsBy)
+	}
+	if ss := starts(h.step(1, 1, bad, eventsv1.StepState_STEP_KILLED, 143)); len(ss) != 2 || ss[0].GetAttempt() != 2 {
+		t.Fatalf("starts %v, want attempt 2 once the fence ended", ss)
+	}
+
+	// A survivor its agent has not reported started has nothing to save:
+	// not waited for, stopped at once.
+	h, surv, bad = setup(false, true)
+	c = h.health(bad, proto.Clone(xid).(*eventsv1.NodeHealthChanged))
+	if len(signals(c)) != 0 || survivorStopped(c, surv) == nil {
+		t.Fatalf("survivor not started: signals %v, stops %v, want it stopped at once", signals(c), stops(c))
 	}
 }

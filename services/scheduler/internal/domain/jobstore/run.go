@@ -65,20 +65,24 @@ type RunRecord struct {
 	// (StepProgress), for hang detection, checkpoint-aware drains and goodput.
 	Progress Progress `json:"progress,omitzero"`
 	// CheckpointBy (non-zero) is the end of a checkpoint-aware drain's grace:
-	// the run was signalled to checkpoint because CheckpointNode is to be
-	// drained, and is requeued at the first checkpoint newer than
-	// CheckpointFrom, or at CheckpointBy. CheckpointReason is health's reason.
+	// the run was signalled to checkpoint at CheckpointAsked because
+	// CheckpointNode is to be drained, and is requeued at the first
+	// checkpoint newer than CheckpointFrom and not written before
+	// CheckpointAsked (zero in a record from before it was kept: the step
+	// alone), or at CheckpointBy. CheckpointReason is health's reason.
 	CheckpointBy     time.Time `json:"checkpoint_by,omitzero"`
 	CheckpointFrom   int64     `json:"checkpoint_from,omitempty"`
+	CheckpointAsked  time.Time `json:"checkpoint_asked,omitzero"`
 	CheckpointNode   string    `json:"checkpoint_node,omitempty"`
 	CheckpointReason string    `json:"checkpoint_reason,omitempty"`
 	// SurvivorsBy (non-zero) is the end of the wait for a checkpoint from
 	// the run's surviving steps after FailedNode failed under it (the
-	// attempt ended NODE_FAIL then): they were sent the job's --signal and
-	// are stopped at the first checkpoint newer than SurvivorsFrom, or at
-	// SurvivorsBy, with SurvivorsReason. StopsSent is when they were told
-	// to stop, from which a requeued job's wait for them (RequeueStopWait)
-	// counts.
+	// attempt ended NODE_FAIL then, at End): they were sent the job's
+	// --signal and are stopped at the first checkpoint newer than
+	// SurvivorsFrom and written since End, once none of them runs, or at
+	// SurvivorsBy, with SurvivorsReason. StopsSent is when the wait ended
+	// and they were told to stop, from which a requeued job's wait for them
+	// (RequeueStopWait) counts.
 	SurvivorsBy     time.Time `json:"survivors_by,omitzero"`
 	SurvivorsFrom   int64     `json:"survivors_from,omitempty"`
 	SurvivorsReason string    `json:"survivors_reason,omitempty"`
