@@ -16,17 +16,21 @@ import (
 
 // applyScript writes a transaction, its outbox events and its inbox marks.
 //
-// KEYS: [1] outbox stream, [2..1+ninbox] inbox keys, then one per op.
+// KEYS: [1] outbox stream, [2..1+ninbox] inbox keys, then one per op, then
+// one per condition.
 // ARGV: inbox TTL seconds, ninbox,
 //
 //	nchecks, then (KEYS index, wanted TYPE) per check,
+//	nconds, then (KEYS index, field, "=" or "0", wanted value) per condition,
 //	nops, then (opcode, field or member, value) per op,
 //	nevents, then (topic, key, value, packed headers) per event.
 //
 // Everything that can fail is checked before the first write: Redis does not
 // undo a script's writes when a later command fails, so after the first write
 // there must be nothing left that can. The checks are the inbox (any mark
-// already there: the script writes nothing), the types of the keys the ops
+// already there: the script writes nothing), the conditions (Tx.IfHField: a
+// hash field that no longer holds what the transaction was decided on is a
+// CONFLICT error reply, nothing written), the types of the keys the ops
 // need to be hashes or sets (Go derived them; WRONGTYPE is the only way these
 // commands fail on valid arguments) and the outbox's type. SET, DEL, HSET,
 // HDEL, SADD, SREM and XADD with a generated id cannot fail past these checks.
@@ -51,6 +55,21 @@ for i = 1, nchecks do
   local t = typeof(k)
   if t ~= 'none' and t ~= want then
     return redis.error_reply('WRONGTYPE store key ' .. k .. ' holds a ' .. t .. ', want a ' .. want)
+  end
+end
+local nconds = tonumber(ARGV[a]); a = a + 1
+for i = 1, nconds do
+  local k, f, mode, want = KEYS[tonumber(ARGV[a])], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  a = a + 4
+  local t = typeof(k)
+  local cur = false
+  if t == 'hash' then
+    cur = redis.call('HGET', k, f)
+  elseif t ~= 'none' then
+    return redis.error_reply('WRONGTYPE store key ' .. k .. ' holds a ' .. t .. ', want a hash')
+  end
+  if (mode == '0' and cur) or (mode == '=' and cur ~= want) then
+    return redis.error_reply('CONFLICT store key ' .. k .. ' field ' .. f .. ' changed since the transaction was decided')
   end
 end
 local nops = tonumber(ARGV[a]); a = a + 1
@@ -84,6 +103,12 @@ end
 return 1
 `)
 
+// ErrConflict marks an Apply refused by one of its transaction's conditions
+// (Tx.IfHField): the state it was decided on changed in between, so it wrote
+// nothing. It wraps errs.Aborted, gRPC's code for a read-modify-write that
+// lost a race; the caller reads again and decides again.
+var ErrConflict = fmt.Errorf("%w: the state the write was decided on has changed", errs.Aborted)
+
 // inboxTTLSeconds is InboxTTL as the script's EX argument.
 var inboxTTLSeconds = strconv.FormatInt(int64(InboxTTL.Seconds()), 10)
 
@@ -96,7 +121,8 @@ var inboxTTLSeconds = strconv.FormatInt(int64(InboxTTL.Seconds()), 10)
 // an event without topic, key, id or payload) gives an errs.InvalidError naming
 // the field and writes nothing. A key whose type in Redis does not fit its op
 // (HSET on a string, say) gives an error wrapping errs.FailedPrecondition and
-// writes nothing either. An error wrapping ErrOutcomeUnknown (no answer from
+// writes nothing either; so does a condition of tx (Tx.IfHField) that does
+// not hold, with an error wrapping ErrConflict. An error wrapping ErrOutcomeUnknown (no answer from
 // Redis: a timeout, a lost connection, ctx ending while the script was sent)
 // may or may not have written tx and its marks, all or nothing: callers that
 // keep memory in step with Redis go through a Driver, which reloads then. A
@@ -138,20 +164,32 @@ func (s *Store) apply(ctx context.Context, inboxIDs []string, tx *Tx) (applied b
 		return false, fmt.Errorf("store %s: apply %s: %w", s.prefix, label, err)
 	}
 
-	keys := make([]string, 0, 1+len(inboxIDs)+len(tx.ops))
+	keys := make([]string, 0, 1+len(inboxIDs)+len(tx.ops)+len(tx.conds))
 	keys = append(keys, s.outboxKey)
 	for _, id := range inboxIDs {
 		keys = append(keys, s.inboxPfx+id)
 	}
-	args := make([]any, 0, 5+2*len(checks)+3*len(tx.ops)+4*len(tx.events))
+	args := make([]any, 0, 6+2*len(checks)+4*len(tx.conds)+3*len(tx.ops)+4*len(tx.events))
 	args = append(args, inboxTTLSeconds, len(inboxIDs), len(checks))
 	for _, c := range checks {
 		args = append(args, c.keyIndex, c.want)
+	}
+	args = append(args, len(tx.conds))
+	firstCondKey := firstOpKey + len(tx.ops)
+	for i, c := range tx.conds {
+		mode := "="
+		if c.want == nil {
+			mode = "0"
+		}
+		args = append(args, firstCondKey+i, c.field, mode, c.want)
 	}
 	args = append(args, len(tx.ops))
 	for _, o := range tx.ops {
 		keys = append(keys, s.Key(o.key))
 		args = append(args, string(o.kind), o.field, o.val)
+	}
+	for _, c := range tx.conds {
+		keys = append(keys, s.Key(c.key))
 	}
 	args = append(args, len(tx.events))
 	var traceParent string
@@ -180,6 +218,8 @@ func (s *Store) apply(ctx context.Context, inboxIDs []string, tx *Tx) (applied b
 		switch {
 		case strings.Contains(err.Error(), "WRONGTYPE store "):
 			err = fmt.Errorf("%w: %v", errs.FailedPrecondition, err)
+		case strings.Contains(err.Error(), "CONFLICT store "):
+			err = fmt.Errorf("%w: %v", ErrConflict, err)
 		case errors.As(err, &reply):
 			// An error reply: the script's checks, which run before its
 			// first write, refused; nothing was written.

@@ -263,6 +263,82 @@ func TestApplyWrongTypeWritesNothing(t *testing.T) {
 	})
 }
 
+// IfHField is compare-and-set: a transaction whose condition no longer
+// holds writes nothing (state, events, inbox mark) and fails with
+// ErrConflict; one whose conditions hold writes as usual.
+func TestApplyIfHFieldIsCompareAndSet(t *testing.T) {
+	t.Parallel()
+	backends(t, func(t *testing.T, rdb *redis.Client) {
+		ctx := context.Background()
+		s := New(rdb, "svc:")
+		var setup Tx
+		setup.HSet("ops", "a", []byte("v1"))
+		setup.Set("str", []byte("s"))
+		if _, err := s.Apply(ctx, "", &setup); err != nil {
+			t.Fatal(err)
+		}
+		write := func(inbox string, cond func(*Tx)) (bool, error) {
+			var tx Tx
+			cond(&tx)
+			tx.HSet("ops", "a", []byte("v2"))
+			tx.Set("other", []byte(inbox))
+			tx.Emit(testEvent("k", inbox))
+			return s.Apply(ctx, inbox, &tx)
+		}
+		for i, stale := range []func(*Tx){
+			func(tx *Tx) { tx.IfHField("ops", "a", []byte("v0")) },     // changed since
+			func(tx *Tx) { tx.IfHField("ops", "a", nil) },              // wanted absent
+			func(tx *Tx) { tx.IfHField("ops", "a", []byte{}) },         // wanted empty
+			func(tx *Tx) { tx.IfHField("ops", "b", []byte("v1")) },     // absent field
+			func(tx *Tx) { tx.IfHField("missing", "a", []byte("v1")) }, // absent key
+		} {
+			inbox := fmt.Sprintf("in-%d", i)
+			applied, err := write(inbox, stale)
+			if applied || !errors.Is(err, ErrConflict) || !errors.Is(err, errs.Aborted) {
+				t.Fatalf("case %d: Apply = %v, %v; want ErrConflict (Aborted)", i, applied, err)
+			}
+			if b, _ := s.HGet(ctx, "ops", "a"); string(b) != "v1" {
+				t.Fatalf("case %d: field overwritten (%q) despite the conflict", i, b)
+			}
+			if _, err := s.Get(ctx, "other"); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("case %d: state written despite the conflict (%v)", i, err)
+			}
+			if n, _ := s.OutboxLen(ctx); n != 0 {
+				t.Fatalf("case %d: outbox has %d entries despite the conflict", i, n)
+			}
+			if seen, _ := s.Seen(ctx, inbox); seen {
+				t.Fatalf("case %d: inbox marked despite the conflict", i)
+			}
+		}
+		// A condition on a key that is not a hash is a FailedPrecondition.
+		if _, err := write("in-str", func(tx *Tx) { tx.IfHField("str", "a", nil) }); !errors.Is(err, errs.FailedPrecondition) {
+			t.Fatalf("condition on a string key = %v, want FailedPrecondition", err)
+		}
+		// Conditions that hold: the write goes through, and a second writer
+		// that decided on the same bytes then loses.
+		applied, err := write("in-ok", func(tx *Tx) {
+			tx.IfHField("ops", "a", []byte("v1"))
+			tx.IfHField("ops", "none", nil)
+		})
+		if !applied || err != nil {
+			t.Fatalf("Apply with holding conditions = %v, %v", applied, err)
+		}
+		if b, _ := s.HGet(ctx, "ops", "a"); string(b) != "v2" {
+			t.Fatalf("field = %q, want v2", b)
+		}
+		if _, err := write("in-late", func(tx *Tx) { tx.IfHField("ops", "a", []byte("v1")) }); !errors.Is(err, ErrConflict) {
+			t.Fatalf("the second writer on the same read = %v, want ErrConflict", err)
+		}
+		// An invalid condition is refused before Redis.
+		var bad Tx
+		bad.IfHField("inbox:x", "f", nil)
+		var inv *errs.InvalidError
+		if _, err := s.Apply(ctx, "", &bad); !errors.As(err, &inv) || !strings.Contains(err.Error(), "tx.conds[0].key") {
+			t.Fatalf("condition on a reserved key = %v, want InvalidArgument", err)
+		}
+	})
+}
+
 func TestApplyStampsTraceContext(t *testing.T) {
 	t.Parallel()
 	s := New(miniRedis(t), "svc:")

@@ -50,7 +50,28 @@ type op struct {
 // relative to the store's prefix. The zero value is ready to use.
 type Tx struct {
 	ops    []op
+	conds  []cond
 	events []envelope.Event
+}
+
+// cond is a condition of a transaction: field of the hash at key holds
+// want, or (want nil) is absent.
+type cond struct {
+	key   string
+	field string
+	want  []byte
+}
+
+// IfHField makes the transaction conditional on what field of the hash at
+// key holds when it is applied: exactly want, or nothing when want is nil
+// (an empty non-nil want is the empty value). This is compare-and-set for a
+// read-modify-write: pass the bytes the decision was made from. Apply checks
+// every condition before its first write and, when one does not hold,
+// writes nothing (no state, no events, no inbox mark) and fails with an
+// error wrapping ErrConflict. A condition reads the key as it is before the
+// transaction, whatever tx writes to it.
+func (t *Tx) IfHField(key, field string, want []byte) {
+	t.conds = append(t.conds, cond{key: key, field: field, want: want})
 }
 
 // Set sets key to val.
@@ -80,8 +101,11 @@ func (t *Tx) SRem(key, member string) {
 // Emit adds an event to the outbox. Its Topic, Key, ID and Payload must be set.
 func (t *Tx) Emit(ev envelope.Event) { t.events = append(t.events, ev) }
 
-// Empty reports whether the transaction holds no change and no event.
-func (t *Tx) Empty() bool { return t == nil || (len(t.ops) == 0 && len(t.events) == 0) }
+// Empty reports whether the transaction holds no change, no event and no
+// condition.
+func (t *Tx) Empty() bool {
+	return t == nil || (len(t.ops) == 0 && len(t.events) == 0 && len(t.conds) == 0)
+}
 
 // reservedKey reports whether a relative key belongs to the store itself.
 func reservedKey(k string) bool {
@@ -159,6 +183,15 @@ func (t *Tx) validate(firstKey int) ([]typeCheck, error) {
 			}
 		default:
 			v.Add(field, "unknown operation %q", o.kind)
+		}
+	}
+	for i, c := range t.conds {
+		field := fmt.Sprintf("tx.conds[%d].key", i)
+		switch {
+		case c.key == "":
+			v.Add(field, "must not be empty (IfHField)")
+		case reservedKey(c.key):
+			v.Add(field, "%q is reserved for the store's outbox and inbox", c.key)
 		}
 	}
 	for i, e := range t.events {

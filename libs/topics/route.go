@@ -31,7 +31,7 @@ var routes = table(map[string][]proto.Message{
 		&eventsv1.HealthCheckCompleted{}},
 	JobCommands: {&eventsv1.SubmitJob{}, &eventsv1.CancelJob{}, &eventsv1.UpdateJob{}, &eventsv1.UpdateSlurmNode{},
 		&eventsv1.CreateJobStep{}, &eventsv1.CancelJobStep{}, &eventsv1.AssociationChanged{}},
-	JobEvents: {&eventsv1.JobChanged{}, &eventsv1.NodeDrained{}, &eventsv1.NodesNeedCheck{}},
+	JobEvents: {&eventsv1.JobChanged{}, &eventsv1.NodeDrained{}, &eventsv1.NodesNeedCheck{}, &eventsv1.SlurmNodeChanged{}},
 	StepCommands: {&eventsv1.StartStep{}, &eventsv1.StopStep{}, &eventsv1.SignalStep{}, &eventsv1.LaunchTasks{},
 		&eventsv1.KillTasks{}},
 	StepEvents:   {&eventsv1.StepChanged{}, &eventsv1.TasksChanged{}, &eventsv1.StepProgress{}, &eventsv1.MetricsReported{}},

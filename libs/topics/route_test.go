@@ -55,6 +55,7 @@ var wantRoutes = map[string]string{
 	"XidObserved":                    NodeTelemetry,
 	"HealthCheckCompleted":           NodeTelemetry,
 	"NodesNeedCheck":                 JobEvents,
+	"SlurmNodeChanged":               JobEvents,
 	"StepProgress":                   StepEvents,
 	"RunHealthCheck":                 NodeCommands,
 	"InjectNodeFault":                NodeCommands,

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -361,9 +362,10 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 	}
 	// WatchChanges' other collections get their changes from a groupless
 	// tail of each of app.ChangeTopics, run likewise only while someone
-	// watches one of them, decoding only the watched projects' records.
+	// watches one of them, decoding only the watched projects' records; a
+	// topic that cannot be read backs off alone (tailAll).
 	changeFeed := func(ctx context.Context, ready func(), handle func(context.Context, envelope.Event)) error {
-		return tailAll(ctx, app.ChangeTopics, ready, func(ctx context.Context, topic string, ready func()) error {
+		return tailAll(ctx, base.Log, app.ChangeTopics, ready, func(ctx context.Context, topic string, ready func()) error {
 			return bus.Tail(ctx, bus.TailConfig{Brokers: cfg.Brokers, Topic: topic, Logger: base.Log, Ready: ready,
 				Verifier: base.Verifier, Security: base.Kafka, Filter: func(r bus.Record) bool { return gw.ChangeWatched(r.Type, r.Subject) }}, handle)
 		})
@@ -449,35 +451,59 @@ func serveREST(ctx context.Context, base *service.Base, addr string, limits port
 	return nil
 }
 
-// tailAll runs tail for each topic at once until ctx ends or one fails
-// (then it stops the others and returns that error); it calls ready once
-// every tail is ready.
-func tailAll(ctx context.Context, topics []string, ready func(), tail func(ctx context.Context, topic string, ready func()) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+// Backoff of one topic's tail in tailAll: it starts again after
+// tailRetryMin, doubling up to tailRetryMax while it keeps failing before it
+// was ever ready again.
+const (
+	tailRetryMin = 100 * time.Millisecond
+	tailRetryMax = 5 * time.Second
+)
+
+// tailAll runs tail for each topic at once until ctx ends, and calls ready
+// once every tail has been ready. A tail that fails (its topic cannot be
+// read: missing, unauthorized, a broker down for it) is started again on
+// its own, with backoff (tailRetryMin doubling to tailRetryMax, from
+// tailRetryMin again once it was ready), while the others go on: one
+// unreadable topic holds back only its own collections, which the watches'
+// refresh then covers. It returns when ctx ends.
+func tailAll(ctx context.Context, log *slog.Logger, topics []string, ready func(), tail func(ctx context.Context, topic string, ready func()) error) error {
 	var left atomic.Int32
 	left.Store(int32(len(topics)))
-	errc := make(chan error, len(topics))
+	var wg sync.WaitGroup
 	for _, topic := range topics {
+		wg.Add(1)
 		go func() {
+			defer wg.Done()
 			var once sync.Once
-			errc <- tail(ctx, topic, func() {
-				once.Do(func() {
-					if left.Add(-1) == 0 {
-						ready()
-					}
+			delay := tailRetryMin
+			for {
+				var wasReady atomic.Bool
+				err := tail(ctx, topic, func() {
+					wasReady.Store(true)
+					once.Do(func() {
+						if left.Add(-1) == 0 {
+							ready()
+						}
+					})
 				})
-			})
+				if ctx.Err() != nil {
+					return
+				}
+				if wasReady.Load() {
+					delay = tailRetryMin
+				}
+				log.Warn("change feed: a topic's tail stopped; restarting it alone", "topic", topic, "err", err, "in", delay)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(delay):
+				}
+				delay = min(2*delay, tailRetryMax)
+			}
 		}()
 	}
-	var first error
-	for range topics {
-		if err := <-errc; err != nil && first == nil {
-			first = err
-			cancel()
-		}
-	}
-	return first
+	wg.Wait()
+	return ctx.Err()
 }
 
 // sweepInterval is how often the job history is swept: a hundredth of its

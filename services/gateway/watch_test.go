@@ -252,13 +252,13 @@ func TestWatchChangesRefusesAndStreamsOverREST(t *testing.T) {
 	_, cancel, err := firstEvent(ctx, vic, req("jobs", "bogus"))
 	cancel()
 	wantCode(t, "an unknown collection", err, codes.InvalidArgument, "collections", `"bogus"`, "nodes")
-	_, cancel, err = firstEvent(ctx, vic, req("jobs", "nodes", "clusters", "models", "customJobs", "nodeHealth", "trainingPipelines", "hyperparameterTuningJobs", "jobs"))
+	_, cancel, err = firstEvent(ctx, vic, req("jobs", "nodes", "clusters", "models", "customJobs", "nodeHealth", "slurmNodes", "trainingPipelines", "hyperparameterTuningJobs", "jobs"))
 	cancel()
-	wantCode(t, "nine collections", err, codes.InvalidArgument, "collections", "at most 8")
-	_, cancel, err = firstEvent(ctx, vic, req("jobs,nodes,clusters,models,customJobs,nodeHealth,trainingPipelines,hyperparameterTuningJobs"))
+	wantCode(t, "ten collections", err, codes.InvalidArgument, "collections", "at most 9")
+	_, cancel, err = firstEvent(ctx, vic, req("jobs,nodes,clusters,models,customJobs,nodeHealth,slurmNodes,trainingPipelines,hyperparameterTuningJobs"))
 	cancel()
 	if err != nil {
-		t.Errorf("all eight collections, comma-separated: %v", err)
+		t.Errorf("all nine collections, comma-separated: %v", err)
 	}
 	_, cancel, err = firstEvent(ctx, vic, req())
 	cancel()
@@ -504,4 +504,95 @@ func TestWatchChangesFeedsEveryCollection(t *testing.T) {
 		t.Errorf("first event after the other project's change: %v, want the CustomJob's", first)
 	}
 
+}
+
+// TestWatchChangesFeedsSlurmNodes: with the refresh an hour away, an
+// administrator's drain reaches an open watch of slurmNodes from the
+// scheduler's SlurmNodeChanged on the job events (here published as the
+// scheduler would, once the fake scheduler shows the drain), as the Slurm
+// node the list shows; a job's change lists them again too.
+func TestWatchChangesFeedsSlurmNodes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *Config) { c.ChangeRefresh = time.Hour })
+	ctx := testkit.Context(t, 3*wait)
+	setNode := func(n *loomv1.SlurmNode) {
+		h.w.mu.Lock()
+		defer h.w.mu.Unlock()
+		h.w.slurmNodes = []*loomv1.SlurmNode{n}
+	}
+	setNode(&loomv1.SlurmNode{Hostname: "gpu-0001", Cluster: cluster1, State: loomv1.SlurmNode_IDLE, Gpus: 8})
+	stream, err := loomv1.NewChangeServiceClient(h.as(t, "ana")).WatchChanges(ctx, &loomv1.WatchChangesRequest{Project: project,
+		Collections: []string{"slurmNodes"}})
+	if err != nil {
+		t.Fatalf("WatchChanges: %v", err)
+	}
+	events := make(chan *loomv1.ChangeEvent, 64)
+	go func() {
+		defer close(events)
+		for {
+			ev, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			events <- ev
+		}
+	}()
+	next := func(what string, match func(*loomv1.ChangeEvent) bool) {
+		t.Helper()
+		deadline := time.After(wait)
+		for {
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					t.Fatalf("%s: the watch ended", what)
+				}
+				if match(ev) {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("%s: not on the watch within %s (the refresh is an hour away)", what, wait)
+			}
+		}
+	}
+	const name = cluster1 + "/nodes/gpu-0001"
+	next("the node listed", func(ev *loomv1.ChangeEvent) bool {
+		return ev.GetType() == loomv1.ChangeEvent_CHANGED && ev.GetCollection() == "slurmNodes" && ev.GetName() == name &&
+			ev.GetSlurmNode().GetState() == loomv1.SlurmNode_IDLE
+	})
+	next("SYNCED", func(ev *loomv1.ChangeEvent) bool { return ev.GetType() == loomv1.ChangeEvent_SYNCED })
+
+	if _, err := h.slurm().UpdateSlurmNode(ctx, &loomv1.UpdateSlurmNodeRequest{Cluster: cluster1, Hostname: "gpu-0001",
+		State: "DRAIN", Reason: "bad fan"}); err != nil {
+		t.Fatalf("UpdateSlurmNode: %v", err)
+	}
+	prod := bus.NewProducer([]string{h.broker})
+	prod.SetSigner(testkit.Signer())
+	defer prod.Close()
+	publish := func(subject string, m proto.Message) {
+		t.Helper()
+		ev, err := envelope.Route(cluster1, "loom/test", m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev.Subject = subject
+		if err := prod.Publish(ctx, ev); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+	}
+	// The scheduler applied it: its list shows the drain, and it says so.
+	setNode(&loomv1.SlurmNode{Hostname: "gpu-0001", Cluster: cluster1, State: loomv1.SlurmNode_DRAINED, Gpus: 8, Reason: "bad fan", ReasonUser: "ana"})
+	publish(cluster1+"/nodes/gpu-0001", &eventsv1.SlurmNodeChanged{Cluster: cluster1, Hostname: "gpu-0001", State: "DRAIN"})
+	next("the drain", func(ev *loomv1.ChangeEvent) bool {
+		return ev.GetType() == loomv1.ChangeEvent_CHANGED && ev.GetName() == name &&
+			ev.GetSlurmNode().GetState() == loomv1.SlurmNode_DRAINED && ev.GetSlurmNode().GetReason() == "bad fan"
+	})
+
+	// A job placed there changes the node's allocation: JobChanged lists
+	// the Slurm nodes again.
+	setNode(&loomv1.SlurmNode{Hostname: "gpu-0001", Cluster: cluster1, State: loomv1.SlurmNode_ALLOCATED, Gpus: 8, AllocGpus: 8})
+	j := watchJob("9", "ana", loomv1.JobState_RUNNING)
+	publish(j.GetName(), &eventsv1.JobChanged{Job: j, Attempt: 1})
+	next("the allocation", func(ev *loomv1.ChangeEvent) bool {
+		return ev.GetType() == loomv1.ChangeEvent_CHANGED && ev.GetName() == name && ev.GetSlurmNode().GetAllocGpus() == 8
+	})
 }

@@ -21,8 +21,8 @@ func TestExportEndpointsConfig(t *testing.T) {
 	if err != nil || len(cfg.ExportEndpoints) != 0 {
 		t.Fatalf("default ExportEndpoints = %q, %v; want none", cfg.ExportEndpoints, err)
 	}
-	cfg, err = config.ParseArgs("registry", []string{"-export-endpoints", "http://127.0.0.1:9000, https://minio.example:9443,"}, (*Config).RegisterFlags)
-	if want := []string{"http://127.0.0.1:9000", "https://minio.example:9443"}; err != nil || !slices.Equal(cfg.ExportEndpoints, want) {
+	cfg, err = config.ParseArgs("registry", []string{"-export-endpoints", "http://127.0.0.1:9000, https://minio.example:9443;profile=minio-export,"}, (*Config).RegisterFlags)
+	if want := []string{"http://127.0.0.1:9000", "https://minio.example:9443;profile=minio-export"}; err != nil || !slices.Equal(cfg.ExportEndpoints, want) {
 		t.Fatalf("-export-endpoints parsed as %q, %v; want %q", cfg.ExportEndpoints, err, want)
 	}
 	if err := cfg.validate(); err != nil {
@@ -32,9 +32,15 @@ func TestExportEndpointsConfig(t *testing.T) {
 	const named = "-export-endpoints (LOOM_REGISTRY_EXPORT_ENDPOINTS): "
 	// The brokers and Redis point nowhere: the check must come first.
 	nowhere := []string{"-brokers", "127.0.0.1:1", "-redis", "127.0.0.1:1"}
-	for _, bad := range []string{"minio:9000", "http://minio", "http://minio:9000/bucket", "ftp://minio:21", "http://u:p@minio:9000"} {
+	for bad, says := range map[string]string{
+		"minio:9000": "must be scheme://host:port", "http://minio": "must be scheme://host:port",
+		"http://minio:9000/bucket": "must be scheme://host:port", "ftp://minio:21": "must be scheme://host:port",
+		"http://u:p@minio:9000":            "must be scheme://host:port",
+		"http://minio:9000;credentials=/x": "only ;profile=NAME may follow",
+		"http://minio:9000;profile=a b":    "must be 1 to 64 letters",
+	} {
 		err := RunArgs(ctx, append([]string{"-export-endpoints", "http://127.0.0.1:9000," + bad}, nowhere...))
-		if err == nil || !strings.Contains(err.Error(), named+"item 2: must be scheme://host:port") || !strings.Contains(err.Error(), bad) {
+		if err == nil || !strings.Contains(err.Error(), named+"item 2: ") || !strings.Contains(err.Error(), says) || !strings.Contains(err.Error(), strings.SplitN(bad, ";", 2)[0]) {
 			t.Errorf("registry with -export-endpoints ...,%s: %v; want it refused naming the flag, the item and the value", bad, err)
 		}
 	}

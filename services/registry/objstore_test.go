@@ -6,10 +6,14 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -304,5 +308,125 @@ func TestExportToAllowedEndpoint(t *testing.T) {
 	}
 	if n := dstStore.Stats().Writes.Load() - writes; n != 0 {
 		t.Errorf("second export sent the store %d writes; want none", n)
+	}
+}
+
+// authRecorder is a reverse proxy in front of an S3 fake that keeps the
+// Authorization header of every request it passes on (empty: unsigned).
+type authRecorder struct {
+	URL string
+	mu  sync.Mutex
+	got []string
+}
+
+func newAuthRecorder(t *testing.T, st *blobtest.Store) *authRecorder {
+	t.Helper()
+	target, err := url.Parse(endpointOf(t, st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &authRecorder{}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec.mu.Lock()
+		rec.got = append(rec.got, r.Header.Get("Authorization"))
+		rec.mu.Unlock()
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	rec.URL = srv.URL
+	return rec
+}
+
+// seen returns the Authorization headers recorded so far and forgets them.
+func (a *authRecorder) seen() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	got := a.got
+	a.got = nil
+	return got
+}
+
+// TestExportEndpointCredentials: the registry's own credentials (here
+// AWS_ACCESS_KEY_ID in its environment) never reach an allowed export
+// endpoint. One listed without credentials gets unsigned requests only (no
+// Authorization header), even though the destination does not say
+// anonymous=true, and a destination asking for signed requests there
+// (anonymous=false) is refused naming the setting; one listed with
+// ;profile=NAME gets requests signed with that profile's key from the
+// registry's shared credentials file. Not parallel: it sets the AWS
+// variables, which are process-wide.
+func TestExportEndpointCredentials(t *testing.T) {
+	const ambientKey, profileKey = "AKIAREGISTRYAMBIENT0", "AKIAOPERATORPROFILE0"
+	t.Setenv("AWS_ACCESS_KEY_ID", ambientKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "ambient-secret")
+	credFile := filepath.Join(t.TempDir(), "credentials")
+	if err := os.WriteFile(credFile, []byte("[default]\naws_access_key_id = AKIADEFAULTPROFILE00\naws_secret_access_key = d\n\n"+
+		"[loom-export]\naws_access_key_id = "+profileKey+"\naws_secret_access_key = operator-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", credFile)
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "no-config"))
+
+	ctx := testkit.Context(t, 2*time.Minute)
+	broker := testkit.Broker(t)
+	redisAddr, _ := testkit.Redis(t)
+	srcStore, bare, signed := blobtest.S3(t), blobtest.S3(t), blobtest.S3(t)
+	bareRec, signedRec := newAuthRecorder(t, bare), newAuthRecorder(t, signed)
+	c, _ := startRegistryWith(t, broker, redisAddr, func(cfg *Config) {
+		cfg.ExportEndpoints = []string{bareRec.URL, signedRec.URL + ";profile=loom-export"}
+	})
+	files := map[string][]byte{"model.json": []byte(`{"w":[1]}`)}
+	src := putArtifacts(t, srcStore.URL, "projects/default/models/cred/v1", files, nil)
+	if _, err := c.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: vertexParent, ModelId: "cred", Model: &loomv1.Model{ArtifactUri: src}}); err != nil {
+		t.Fatal(err)
+	}
+	export := func(dst string) (*loomv1.ExportModelResponse, error) {
+		op, err := c.ExportModel(ctx, &loomv1.ExportModelRequest{Name: "projects/default/locations/global/models/cred@1",
+			OutputConfig: &loomv1.ExportModelOutputConfig{ArtifactDestination: &loomv1.GcsDestination{OutputUriPrefix: dst}}})
+		return op.GetExportModel(), err
+	}
+	dest := func(st *blobtest.Store, endpoint, extra string) string {
+		return "s3://" + st.Bucket + "/exports/cred?endpoint=" + url.QueryEscape(endpoint) + "&use_path_style=true&region=" + blobtest.S3Region + extra
+	}
+
+	// No credentials listed: unsigned, and the answer is the caller's URL.
+	dst := dest(bare, bareRec.URL, "")
+	res, err := export(dst)
+	if err != nil || res.GetCopied() != 2 || res.GetDestination() != dst {
+		t.Fatalf("export to the endpoint without credentials = %v, %v; want 2 objects copied, answered as %s", res, err, dst)
+	}
+	got := bareRec.seen()
+	if len(got) == 0 {
+		t.Fatal("the endpoint without credentials saw no request")
+	}
+	for _, h := range got {
+		if h != "" {
+			t.Fatalf("a request to the endpoint without credentials carried Authorization %q; want every one unsigned", h)
+		}
+	}
+	_, err = export(dest(bare, bareRec.URL, "&anonymous=false"))
+	wantCode(t, "anonymous=false at an endpoint without credentials", err, codes.InvalidArgument,
+		"has no credentials on this registry, so exports to it are unsigned: drop anonymous=false, or ask the registry's operator to give it credentials (-export-endpoints / LOOM_REGISTRY_EXPORT_ENDPOINTS: "+bareRec.URL+";profile=NAME)")
+	if n := len(bareRec.seen()); n != 0 {
+		t.Errorf("the refused export sent %d requests", n)
+	}
+
+	// ;profile=loom-export: signed with that profile's key, never the
+	// registry's own.
+	if res, err := export(dest(signed, signedRec.URL, "")); err != nil || res.GetCopied() != 2 {
+		t.Fatalf("export to the endpoint with a profile = %v, %v; want 2 objects copied", res, err)
+	}
+	got = signedRec.seen()
+	if len(got) == 0 {
+		t.Fatal("the endpoint with a profile saw no request")
+	}
+	for _, h := range got {
+		if !strings.Contains(h, "Credential="+profileKey+"/") {
+			t.Fatalf("a request to the endpoint with a profile carried Authorization %q; want it signed with %s", h, profileKey)
+		}
+	}
+	if seenAll := strings.Join(append(bareRec.seen(), signedRec.seen()...), " "); strings.Contains(seenAll, ambientKey) {
+		t.Fatalf("the registry's own key reached an export endpoint: %s", seenAll)
 	}
 }

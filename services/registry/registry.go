@@ -30,10 +30,13 @@ type Config struct {
 	// allowed).
 	ExportRoot string
 	// ExportEndpoints are the S3-compatible endpoints (scheme://host:port,
-	// app.ParseExportEndpoint) an s3:// export destination may name with
-	// endpoint=; empty, the default, refuses every destination with a
-	// query, since a caller's endpoint would aim the registry's requests at
-	// any host. At most app.MaxExportEndpoints.
+	// app.ParseExportEndpointEntry) an s3:// export destination may name
+	// with endpoint=, each optionally followed by ";profile=NAME", the AWS
+	// shared-config profile its requests are signed with; one without a
+	// profile gets unsigned requests, never the registry's own credentials.
+	// Empty, the default, refuses every destination with a query, since a
+	// caller's endpoint would aim the registry's requests at any host. At
+	// most app.MaxExportEndpoints.
 	ExportEndpoints []string
 	// ExportTimeout bounds one attempt at an export (default
 	// DefaultExportTimeout); an attempt cut short is tried again, resuming,
@@ -47,7 +50,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ExportRoot, "export-root", config.Env("LOOM_REGISTRY_EXPORT_ROOT", ""),
 		"directory ExportModel may write local exports under (file:// destinations); empty refuses them (LOOM_REGISTRY_EXPORT_ROOT)")
 	c.ExportEndpoints = config.SplitList(config.Env("LOOM_REGISTRY_EXPORT_ENDPOINTS", ""))
-	fs.Func("export-endpoints", "S3-compatible endpoints, comma-separated scheme://host:port, that an s3:// export destination may name with ?endpoint= (with use_path_style=true; region and anonymous also allowed); empty refuses destinations with a query (LOOM_REGISTRY_EXPORT_ENDPOINTS)",
+	fs.Func("export-endpoints", "S3-compatible endpoints, comma-separated scheme://host:port[;profile=NAME], that an s3:// export destination may name with ?endpoint= (with use_path_style=true; region and anonymous also allowed); requests to one are signed with its AWS shared-config profile, unsigned without one (never the registry's own credentials); empty refuses destinations with a query (LOOM_REGISTRY_EXPORT_ENDPOINTS)",
 		func(s string) error {
 			c.ExportEndpoints = config.SplitList(s)
 			return nil

@@ -94,8 +94,8 @@ type WatchChangesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// project is "projects/{project}".
 	Project string `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
-	// collections are at most 8 of: clusters, nodes, nodeHealth, jobs,
-	// customJobs, hyperparameterTuningJobs, trainingPipelines, models. Over
+	// collections are at most 9 of: clusters, nodes, nodeHealth, slurmNodes,
+	// jobs, customJobs, hyperparameterTuningJobs, trainingPipelines, models. Over
 	// REST an element may also be a comma-separated list
 	// (?collections=jobs,nodes).
 	Collections []string `protobuf:"bytes,2,rep,name=collections,proto3" json:"collections,omitempty"`
@@ -165,8 +165,8 @@ type ChangeEvent struct {
 	Type  ChangeEvent_Type       `protobuf:"varint,1,opt,name=type,proto3,enum=loom.v1.ChangeEvent_Type" json:"type,omitempty"`
 	// collection is the collection of the resource (CHANGED, DELETED).
 	Collection string `protobuf:"bytes,2,opt,name=collection,proto3" json:"collection,omitempty"`
-	// name is the resource's name (CHANGED, DELETED); for nodes and node
-	// health "{cluster}/nodes/{hostname}".
+	// name is the resource's name (CHANGED, DELETED); for nodes, node
+	// health and Slurm nodes "{cluster}/nodes/{hostname}".
 	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
 	// resource is the resource itself (CHANGED).
 	//
@@ -180,6 +180,7 @@ type ChangeEvent struct {
 	//	*ChangeEvent_HyperparameterTuningJob
 	//	*ChangeEvent_TrainingPipeline
 	//	*ChangeEvent_Model
+	//	*ChangeEvent_SlurmNode
 	Resource      isChangeEvent_Resource `protobuf_oneof:"resource"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -315,6 +316,15 @@ func (x *ChangeEvent) GetModel() *Model {
 	return nil
 }
 
+func (x *ChangeEvent) GetSlurmNode() *SlurmNode {
+	if x != nil {
+		if x, ok := x.Resource.(*ChangeEvent_SlurmNode); ok {
+			return x.SlurmNode
+		}
+	}
+	return nil
+}
+
 type isChangeEvent_Resource interface {
 	isChangeEvent_Resource()
 }
@@ -351,6 +361,10 @@ type ChangeEvent_Model struct {
 	Model *Model `protobuf:"bytes,17,opt,name=model,proto3,oneof"`
 }
 
+type ChangeEvent_SlurmNode struct {
+	SlurmNode *SlurmNode `protobuf:"bytes,18,opt,name=slurm_node,json=slurmNode,proto3,oneof"`
+}
+
 func (*ChangeEvent_Cluster) isChangeEvent_Resource() {}
 
 func (*ChangeEvent_Node) isChangeEvent_Resource() {}
@@ -367,6 +381,8 @@ func (*ChangeEvent_TrainingPipeline) isChangeEvent_Resource() {}
 
 func (*ChangeEvent_Model) isChangeEvent_Resource() {}
 
+func (*ChangeEvent_SlurmNode) isChangeEvent_Resource() {}
+
 var File_loom_v1_watch_proto protoreflect.FileDescriptor
 
 const file_loom_v1_watch_proto_rawDesc = "" +
@@ -375,7 +391,7 @@ const file_loom_v1_watch_proto_rawDesc = "" +
 	"\x13WatchChangesRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12 \n" +
 	"\vcollections\x18\x02 \x03(\tR\vcollections\x12\x1a\n" +
-	"\blocation\x18\x03 \x01(\tR\blocation\"\x9b\x05\n" +
+	"\blocation\x18\x03 \x01(\tR\blocation\"\xd0\x05\n" +
 	"\vChangeEvent\x12-\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x19.loom.v1.ChangeEvent.TypeR\x04type\x12\x1e\n" +
 	"\n" +
@@ -392,7 +408,9 @@ const file_loom_v1_watch_proto_rawDesc = "" +
 	"custom_job\x18\x0e \x01(\v2\x1b.loom.training.v1.CustomJobH\x00R\tcustomJob\x12g\n" +
 	"\x19hyperparameter_tuning_job\x18\x0f \x01(\v2).loom.training.v1.HyperparameterTuningJobH\x00R\x17hyperparameterTuningJob\x12Q\n" +
 	"\x11training_pipeline\x18\x10 \x01(\v2\".loom.training.v1.TrainingPipelineH\x00R\x10trainingPipeline\x12&\n" +
-	"\x05model\x18\x11 \x01(\v2\x0e.loom.v1.ModelH\x00R\x05model\"N\n" +
+	"\x05model\x18\x11 \x01(\v2\x0e.loom.v1.ModelH\x00R\x05model\x123\n" +
+	"\n" +
+	"slurm_node\x18\x12 \x01(\v2\x12.loom.v1.SlurmNodeH\x00R\tslurmNode\"N\n" +
 	"\x04Type\x12\x14\n" +
 	"\x10TYPE_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
@@ -432,6 +450,7 @@ var file_loom_v1_watch_proto_goTypes = []any{
 	(*v1.HyperparameterTuningJob)(nil), // 8: loom.training.v1.HyperparameterTuningJob
 	(*v1.TrainingPipeline)(nil),        // 9: loom.training.v1.TrainingPipeline
 	(*Model)(nil),                      // 10: loom.v1.Model
+	(*SlurmNode)(nil),                  // 11: loom.v1.SlurmNode
 }
 var file_loom_v1_watch_proto_depIdxs = []int32{
 	0,  // 0: loom.v1.ChangeEvent.type:type_name -> loom.v1.ChangeEvent.Type
@@ -443,13 +462,14 @@ var file_loom_v1_watch_proto_depIdxs = []int32{
 	8,  // 6: loom.v1.ChangeEvent.hyperparameter_tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
 	9,  // 7: loom.v1.ChangeEvent.training_pipeline:type_name -> loom.training.v1.TrainingPipeline
 	10, // 8: loom.v1.ChangeEvent.model:type_name -> loom.v1.Model
-	1,  // 9: loom.v1.ChangeService.WatchChanges:input_type -> loom.v1.WatchChangesRequest
-	2,  // 10: loom.v1.ChangeService.WatchChanges:output_type -> loom.v1.ChangeEvent
-	10, // [10:11] is the sub-list for method output_type
-	9,  // [9:10] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	11, // 9: loom.v1.ChangeEvent.slurm_node:type_name -> loom.v1.SlurmNode
+	1,  // 10: loom.v1.ChangeService.WatchChanges:input_type -> loom.v1.WatchChangesRequest
+	2,  // 11: loom.v1.ChangeService.WatchChanges:output_type -> loom.v1.ChangeEvent
+	11, // [11:12] is the sub-list for method output_type
+	10, // [10:11] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_watch_proto_init() }
@@ -468,6 +488,7 @@ func file_loom_v1_watch_proto_init() {
 		(*ChangeEvent_HyperparameterTuningJob)(nil),
 		(*ChangeEvent_TrainingPipeline)(nil),
 		(*ChangeEvent_Model)(nil),
+		(*ChangeEvent_SlurmNode)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -170,7 +170,7 @@ them when Loom stops instead.`,
 	cmd.Flags().StringVar(&metricsSD, "metrics-sd", config.Env("LOOM_METRICS_SD_DIR", ""),
 		"directory where node agents register their /metrics addresses for Prometheus' file_sd_configs (LOOM_METRICS_SD_DIR; default <data dir>/metrics-sd; \"off\": none)")
 	cmd.Flags().StringVar(&exportEndpoints, "export-endpoints", config.Env("LOOM_REGISTRY_EXPORT_ENDPOINTS", ""),
-		"S3-compatible endpoints, comma-separated scheme://host:port, that `loom models export` may name in an s3:// destination's ?endpoint= (the registry's -export-endpoints; LOOM_REGISTRY_EXPORT_ENDPOINTS; default none)")
+		"S3-compatible endpoints, comma-separated scheme://host:port[;profile=NAME], that `loom models export` may name in an s3:// destination's ?endpoint= (signed with that AWS profile, else unsigned; the registry's -export-endpoints; LOOM_REGISTRY_EXPORT_ENDPOINTS; default none)")
 	cmd.Flags().StringVar(&logLevel, "log-level", config.Env("LOOM_LOG_LEVEL", "info"), "services' log level: debug, info, warn, error (LOOM_LOG_LEVEL)")
 	return cmd
 }

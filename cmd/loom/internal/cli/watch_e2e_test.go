@@ -25,6 +25,10 @@ type watchLine struct {
 		Model      *struct {
 			LatestVersion string `json:"latest_version"`
 		} `json:"model"`
+		SlurmNode *struct {
+			State  string `json:"state"`
+			Reason string `json:"reason"`
+		} `json:"slurm_node"`
 	} `json:"result"`
 	Error *struct {
 		Message string `json:"message"`

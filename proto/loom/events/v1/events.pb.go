@@ -2114,6 +2114,71 @@ func (x *NodesNeedCheck) GetTrigger() string {
 	return ""
 }
 
+// SlurmNodeChanged says an administrator's drain or resume of a node
+// (UpdateSlurmNode: scontrol update State=DRAIN|RESUME) was applied, so the
+// node's Slurm state and reason (ListSlurmNodes) changed; nothing acts on
+// it but the gateway's change feed. Subject: the node's name.
+type SlurmNodeChanged struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Cluster  string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Hostname string                 `protobuf:"bytes,2,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	// state is the update applied: "DRAIN" or "RESUME".
+	State         string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlurmNodeChanged) Reset() {
+	*x = SlurmNodeChanged{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlurmNodeChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlurmNodeChanged) ProtoMessage() {}
+
+func (x *SlurmNodeChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlurmNodeChanged.ProtoReflect.Descriptor instead.
+func (*SlurmNodeChanged) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *SlurmNodeChanged) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *SlurmNodeChanged) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *SlurmNodeChanged) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
 // StartStep tells one node's agent to start its part of a job.
 type StartStep struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -2152,7 +2217,7 @@ type StartStep struct {
 
 func (x *StartStep) Reset() {
 	*x = StartStep{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[27]
+	mi := &file_loom_events_v1_events_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2229,7 @@ func (x *StartStep) String() string {
 func (*StartStep) ProtoMessage() {}
 
 func (x *StartStep) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[27]
+	mi := &file_loom_events_v1_events_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2177,7 +2242,7 @@ func (x *StartStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartStep.ProtoReflect.Descriptor instead.
 func (*StartStep) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{27}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StartStep) GetJob() string {
@@ -2315,7 +2380,7 @@ type StopStep struct {
 
 func (x *StopStep) Reset() {
 	*x = StopStep{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[28]
+	mi := &file_loom_events_v1_events_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2327,7 +2392,7 @@ func (x *StopStep) String() string {
 func (*StopStep) ProtoMessage() {}
 
 func (x *StopStep) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[28]
+	mi := &file_loom_events_v1_events_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2340,7 +2405,7 @@ func (x *StopStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopStep.ProtoReflect.Descriptor instead.
 func (*StopStep) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{28}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StopStep) GetJob() string {
@@ -2395,7 +2460,7 @@ type SignalStep struct {
 
 func (x *SignalStep) Reset() {
 	*x = SignalStep{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[29]
+	mi := &file_loom_events_v1_events_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2472,7 @@ func (x *SignalStep) String() string {
 func (*SignalStep) ProtoMessage() {}
 
 func (x *SignalStep) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[29]
+	mi := &file_loom_events_v1_events_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2485,7 @@ func (x *SignalStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalStep.ProtoReflect.Descriptor instead.
 func (*SignalStep) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{29}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SignalStep) GetJob() string {
@@ -2493,7 +2558,7 @@ type LaunchTasks struct {
 
 func (x *LaunchTasks) Reset() {
 	*x = LaunchTasks{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[30]
+	mi := &file_loom_events_v1_events_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2505,7 +2570,7 @@ func (x *LaunchTasks) String() string {
 func (*LaunchTasks) ProtoMessage() {}
 
 func (x *LaunchTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[30]
+	mi := &file_loom_events_v1_events_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2518,7 +2583,7 @@ func (x *LaunchTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaunchTasks.ProtoReflect.Descriptor instead.
 func (*LaunchTasks) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{30}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LaunchTasks) GetJob() string {
@@ -2642,7 +2707,7 @@ type KillTasks struct {
 
 func (x *KillTasks) Reset() {
 	*x = KillTasks{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[31]
+	mi := &file_loom_events_v1_events_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2654,7 +2719,7 @@ func (x *KillTasks) String() string {
 func (*KillTasks) ProtoMessage() {}
 
 func (x *KillTasks) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[31]
+	mi := &file_loom_events_v1_events_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2667,7 +2732,7 @@ func (x *KillTasks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTasks.ProtoReflect.Descriptor instead.
 func (*KillTasks) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{31}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *KillTasks) GetJob() string {
@@ -2729,7 +2794,7 @@ type StepChanged struct {
 
 func (x *StepChanged) Reset() {
 	*x = StepChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[32]
+	mi := &file_loom_events_v1_events_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2741,7 +2806,7 @@ func (x *StepChanged) String() string {
 func (*StepChanged) ProtoMessage() {}
 
 func (x *StepChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[32]
+	mi := &file_loom_events_v1_events_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2754,7 +2819,7 @@ func (x *StepChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepChanged.ProtoReflect.Descriptor instead.
 func (*StepChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{32}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StepChanged) GetJob() string {
@@ -2834,7 +2899,7 @@ type TasksChanged struct {
 
 func (x *TasksChanged) Reset() {
 	*x = TasksChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[33]
+	mi := &file_loom_events_v1_events_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2846,7 +2911,7 @@ func (x *TasksChanged) String() string {
 func (*TasksChanged) ProtoMessage() {}
 
 func (x *TasksChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[33]
+	mi := &file_loom_events_v1_events_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2859,7 +2924,7 @@ func (x *TasksChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TasksChanged.ProtoReflect.Descriptor instead.
 func (*TasksChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{33}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TasksChanged) GetJob() string {
@@ -2956,7 +3021,7 @@ type StepProgress struct {
 
 func (x *StepProgress) Reset() {
 	*x = StepProgress{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[34]
+	mi := &file_loom_events_v1_events_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2968,7 +3033,7 @@ func (x *StepProgress) String() string {
 func (*StepProgress) ProtoMessage() {}
 
 func (x *StepProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[34]
+	mi := &file_loom_events_v1_events_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2981,7 +3046,7 @@ func (x *StepProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepProgress.ProtoReflect.Descriptor instead.
 func (*StepProgress) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{34}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StepProgress) GetJob() string {
@@ -3074,7 +3139,7 @@ type MetricsReported struct {
 
 func (x *MetricsReported) Reset() {
 	*x = MetricsReported{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[35]
+	mi := &file_loom_events_v1_events_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3086,7 +3151,7 @@ func (x *MetricsReported) String() string {
 func (*MetricsReported) ProtoMessage() {}
 
 func (x *MetricsReported) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[35]
+	mi := &file_loom_events_v1_events_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3099,7 +3164,7 @@ func (x *MetricsReported) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsReported.ProtoReflect.Descriptor instead.
 func (*MetricsReported) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{35}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *MetricsReported) GetJob() string {
@@ -3171,7 +3236,7 @@ type NodeHealthChanged struct {
 
 func (x *NodeHealthChanged) Reset() {
 	*x = NodeHealthChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[36]
+	mi := &file_loom_events_v1_events_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3183,7 +3248,7 @@ func (x *NodeHealthChanged) String() string {
 func (*NodeHealthChanged) ProtoMessage() {}
 
 func (x *NodeHealthChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[36]
+	mi := &file_loom_events_v1_events_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3196,7 +3261,7 @@ func (x *NodeHealthChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHealthChanged.ProtoReflect.Descriptor instead.
 func (*NodeHealthChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{36}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *NodeHealthChanged) GetNode() string {
@@ -3316,7 +3381,7 @@ type RunHealthCheck struct {
 
 func (x *RunHealthCheck) Reset() {
 	*x = RunHealthCheck{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[37]
+	mi := &file_loom_events_v1_events_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3328,7 +3393,7 @@ func (x *RunHealthCheck) String() string {
 func (*RunHealthCheck) ProtoMessage() {}
 
 func (x *RunHealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[37]
+	mi := &file_loom_events_v1_events_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3341,7 +3406,7 @@ func (x *RunHealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunHealthCheck.ProtoReflect.Descriptor instead.
 func (*RunHealthCheck) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{37}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RunHealthCheck) GetNode() string {
@@ -3441,7 +3506,7 @@ type InjectNodeFault struct {
 
 func (x *InjectNodeFault) Reset() {
 	*x = InjectNodeFault{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[38]
+	mi := &file_loom_events_v1_events_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3453,7 +3518,7 @@ func (x *InjectNodeFault) String() string {
 func (*InjectNodeFault) ProtoMessage() {}
 
 func (x *InjectNodeFault) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[38]
+	mi := &file_loom_events_v1_events_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3466,7 +3531,7 @@ func (x *InjectNodeFault) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InjectNodeFault.ProtoReflect.Descriptor instead.
 func (*InjectNodeFault) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{38}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *InjectNodeFault) GetNode() string {
@@ -3514,7 +3579,7 @@ type ScanNodes struct {
 
 func (x *ScanNodes) Reset() {
 	*x = ScanNodes{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[39]
+	mi := &file_loom_events_v1_events_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3526,7 +3591,7 @@ func (x *ScanNodes) String() string {
 func (*ScanNodes) ProtoMessage() {}
 
 func (x *ScanNodes) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[39]
+	mi := &file_loom_events_v1_events_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3539,7 +3604,7 @@ func (x *ScanNodes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanNodes.ProtoReflect.Descriptor instead.
 func (*ScanNodes) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{39}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ScanNodes) GetCluster() string {
@@ -3611,7 +3676,7 @@ type ReportFaultyNodes struct {
 
 func (x *ReportFaultyNodes) Reset() {
 	*x = ReportFaultyNodes{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[40]
+	mi := &file_loom_events_v1_events_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3623,7 +3688,7 @@ func (x *ReportFaultyNodes) String() string {
 func (*ReportFaultyNodes) ProtoMessage() {}
 
 func (x *ReportFaultyNodes) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[40]
+	mi := &file_loom_events_v1_events_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3636,7 +3701,7 @@ func (x *ReportFaultyNodes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFaultyNodes.ProtoReflect.Descriptor instead.
 func (*ReportFaultyNodes) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{40}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReportFaultyNodes) GetCluster() string {
@@ -3681,7 +3746,7 @@ type UpdateNodeRemediation struct {
 
 func (x *UpdateNodeRemediation) Reset() {
 	*x = UpdateNodeRemediation{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[41]
+	mi := &file_loom_events_v1_events_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3693,7 +3758,7 @@ func (x *UpdateNodeRemediation) String() string {
 func (*UpdateNodeRemediation) ProtoMessage() {}
 
 func (x *UpdateNodeRemediation) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[41]
+	mi := &file_loom_events_v1_events_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3706,7 +3771,7 @@ func (x *UpdateNodeRemediation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRemediation.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRemediation) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{41}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *UpdateNodeRemediation) GetCluster() string {
@@ -3757,7 +3822,7 @@ type InjectFault struct {
 
 func (x *InjectFault) Reset() {
 	*x = InjectFault{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[42]
+	mi := &file_loom_events_v1_events_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3769,7 +3834,7 @@ func (x *InjectFault) String() string {
 func (*InjectFault) ProtoMessage() {}
 
 func (x *InjectFault) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[42]
+	mi := &file_loom_events_v1_events_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3782,7 +3847,7 @@ func (x *InjectFault) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InjectFault.ProtoReflect.Descriptor instead.
 func (*InjectFault) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{42}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *InjectFault) GetCluster() string {
@@ -3829,7 +3894,7 @@ type RemediateNode struct {
 
 func (x *RemediateNode) Reset() {
 	*x = RemediateNode{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[43]
+	mi := &file_loom_events_v1_events_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3841,7 +3906,7 @@ func (x *RemediateNode) String() string {
 func (*RemediateNode) ProtoMessage() {}
 
 func (x *RemediateNode) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[43]
+	mi := &file_loom_events_v1_events_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3854,7 +3919,7 @@ func (x *RemediateNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemediateNode.ProtoReflect.Descriptor instead.
 func (*RemediateNode) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{43}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RemediateNode) GetNode() string {
@@ -3906,7 +3971,7 @@ type ModelVersionRegistered struct {
 
 func (x *ModelVersionRegistered) Reset() {
 	*x = ModelVersionRegistered{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[44]
+	mi := &file_loom_events_v1_events_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3918,7 +3983,7 @@ func (x *ModelVersionRegistered) String() string {
 func (*ModelVersionRegistered) ProtoMessage() {}
 
 func (x *ModelVersionRegistered) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[44]
+	mi := &file_loom_events_v1_events_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3931,7 +3996,7 @@ func (x *ModelVersionRegistered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelVersionRegistered.ProtoReflect.Descriptor instead.
 func (*ModelVersionRegistered) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{44}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ModelVersionRegistered) GetVersion() *v1.ModelVersion {
@@ -3974,7 +4039,7 @@ type ModelUploadFailed struct {
 
 func (x *ModelUploadFailed) Reset() {
 	*x = ModelUploadFailed{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[45]
+	mi := &file_loom_events_v1_events_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3986,7 +4051,7 @@ func (x *ModelUploadFailed) String() string {
 func (*ModelUploadFailed) ProtoMessage() {}
 
 func (x *ModelUploadFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[45]
+	mi := &file_loom_events_v1_events_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3999,7 +4064,7 @@ func (x *ModelUploadFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelUploadFailed.ProtoReflect.Descriptor instead.
 func (*ModelUploadFailed) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{45}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ModelUploadFailed) GetRequestId() string {
@@ -4045,7 +4110,7 @@ type ModelExported struct {
 
 func (x *ModelExported) Reset() {
 	*x = ModelExported{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[46]
+	mi := &file_loom_events_v1_events_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4057,7 +4122,7 @@ func (x *ModelExported) String() string {
 func (*ModelExported) ProtoMessage() {}
 
 func (x *ModelExported) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[46]
+	mi := &file_loom_events_v1_events_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4070,7 +4135,7 @@ func (x *ModelExported) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelExported.ProtoReflect.Descriptor instead.
 func (*ModelExported) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{46}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ModelExported) GetOperation() string {
@@ -4108,7 +4173,7 @@ type ModelExportFailed struct {
 
 func (x *ModelExportFailed) Reset() {
 	*x = ModelExportFailed{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[47]
+	mi := &file_loom_events_v1_events_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4120,7 +4185,7 @@ func (x *ModelExportFailed) String() string {
 func (*ModelExportFailed) ProtoMessage() {}
 
 func (x *ModelExportFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[47]
+	mi := &file_loom_events_v1_events_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4133,7 +4198,7 @@ func (x *ModelExportFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelExportFailed.ProtoReflect.Descriptor instead.
 func (*ModelExportFailed) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{47}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ModelExportFailed) GetOperation() string {
@@ -4175,7 +4240,7 @@ type ExportModel struct {
 
 func (x *ExportModel) Reset() {
 	*x = ExportModel{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[48]
+	mi := &file_loom_events_v1_events_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4187,7 +4252,7 @@ func (x *ExportModel) String() string {
 func (*ExportModel) ProtoMessage() {}
 
 func (x *ExportModel) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[48]
+	mi := &file_loom_events_v1_events_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4200,7 +4265,7 @@ func (x *ExportModel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportModel.ProtoReflect.Descriptor instead.
 func (*ExportModel) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{48}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ExportModel) GetOperation() string {
@@ -4254,7 +4319,7 @@ type UploadModel struct {
 
 func (x *UploadModel) Reset() {
 	*x = UploadModel{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[49]
+	mi := &file_loom_events_v1_events_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4266,7 +4331,7 @@ func (x *UploadModel) String() string {
 func (*UploadModel) ProtoMessage() {}
 
 func (x *UploadModel) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[49]
+	mi := &file_loom_events_v1_events_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4279,7 +4344,7 @@ func (x *UploadModel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadModel.ProtoReflect.Descriptor instead.
 func (*UploadModel) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{49}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *UploadModel) GetRequestId() string {
@@ -4343,7 +4408,7 @@ type CreateCustomJob struct {
 
 func (x *CreateCustomJob) Reset() {
 	*x = CreateCustomJob{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[50]
+	mi := &file_loom_events_v1_events_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4355,7 +4420,7 @@ func (x *CreateCustomJob) String() string {
 func (*CreateCustomJob) ProtoMessage() {}
 
 func (x *CreateCustomJob) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[50]
+	mi := &file_loom_events_v1_events_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4368,7 +4433,7 @@ func (x *CreateCustomJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateCustomJob.ProtoReflect.Descriptor instead.
 func (*CreateCustomJob) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{50}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CreateCustomJob) GetCustomJob() *v11.CustomJob {
@@ -4390,7 +4455,7 @@ type CreateHyperparameterTuningJob struct {
 
 func (x *CreateHyperparameterTuningJob) Reset() {
 	*x = CreateHyperparameterTuningJob{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[51]
+	mi := &file_loom_events_v1_events_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4402,7 +4467,7 @@ func (x *CreateHyperparameterTuningJob) String() string {
 func (*CreateHyperparameterTuningJob) ProtoMessage() {}
 
 func (x *CreateHyperparameterTuningJob) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[51]
+	mi := &file_loom_events_v1_events_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4415,7 +4480,7 @@ func (x *CreateHyperparameterTuningJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateHyperparameterTuningJob.ProtoReflect.Descriptor instead.
 func (*CreateHyperparameterTuningJob) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{51}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CreateHyperparameterTuningJob) GetTuningJob() *v11.HyperparameterTuningJob {
@@ -4438,7 +4503,7 @@ type CreateTrainingPipeline struct {
 
 func (x *CreateTrainingPipeline) Reset() {
 	*x = CreateTrainingPipeline{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[52]
+	mi := &file_loom_events_v1_events_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4450,7 +4515,7 @@ func (x *CreateTrainingPipeline) String() string {
 func (*CreateTrainingPipeline) ProtoMessage() {}
 
 func (x *CreateTrainingPipeline) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[52]
+	mi := &file_loom_events_v1_events_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4463,7 +4528,7 @@ func (x *CreateTrainingPipeline) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTrainingPipeline.ProtoReflect.Descriptor instead.
 func (*CreateTrainingPipeline) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{52}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CreateTrainingPipeline) GetPipeline() *v11.TrainingPipeline {
@@ -4494,7 +4559,7 @@ type CancelTraining struct {
 
 func (x *CancelTraining) Reset() {
 	*x = CancelTraining{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[53]
+	mi := &file_loom_events_v1_events_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4506,7 +4571,7 @@ func (x *CancelTraining) String() string {
 func (*CancelTraining) ProtoMessage() {}
 
 func (x *CancelTraining) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[53]
+	mi := &file_loom_events_v1_events_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4519,7 +4584,7 @@ func (x *CancelTraining) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTraining.ProtoReflect.Descriptor instead.
 func (*CancelTraining) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{53}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CancelTraining) GetName() string {
@@ -4556,7 +4621,7 @@ type DeleteTraining struct {
 
 func (x *DeleteTraining) Reset() {
 	*x = DeleteTraining{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[54]
+	mi := &file_loom_events_v1_events_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4568,7 +4633,7 @@ func (x *DeleteTraining) String() string {
 func (*DeleteTraining) ProtoMessage() {}
 
 func (x *DeleteTraining) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[54]
+	mi := &file_loom_events_v1_events_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4581,7 +4646,7 @@ func (x *DeleteTraining) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTraining.ProtoReflect.Descriptor instead.
 func (*DeleteTraining) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{54}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *DeleteTraining) GetName() string {
@@ -4615,7 +4680,7 @@ type CustomJobChanged struct {
 
 func (x *CustomJobChanged) Reset() {
 	*x = CustomJobChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[55]
+	mi := &file_loom_events_v1_events_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4627,7 +4692,7 @@ func (x *CustomJobChanged) String() string {
 func (*CustomJobChanged) ProtoMessage() {}
 
 func (x *CustomJobChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[55]
+	mi := &file_loom_events_v1_events_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4640,7 +4705,7 @@ func (x *CustomJobChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CustomJobChanged.ProtoReflect.Descriptor instead.
 func (*CustomJobChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{55}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CustomJobChanged) GetCustomJob() *v11.CustomJob {
@@ -4661,7 +4726,7 @@ type HyperparameterTuningJobChanged struct {
 
 func (x *HyperparameterTuningJobChanged) Reset() {
 	*x = HyperparameterTuningJobChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[56]
+	mi := &file_loom_events_v1_events_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4673,7 +4738,7 @@ func (x *HyperparameterTuningJobChanged) String() string {
 func (*HyperparameterTuningJobChanged) ProtoMessage() {}
 
 func (x *HyperparameterTuningJobChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[56]
+	mi := &file_loom_events_v1_events_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4686,7 +4751,7 @@ func (x *HyperparameterTuningJobChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HyperparameterTuningJobChanged.ProtoReflect.Descriptor instead.
 func (*HyperparameterTuningJobChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{56}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *HyperparameterTuningJobChanged) GetTuningJob() *v11.HyperparameterTuningJob {
@@ -4707,7 +4772,7 @@ type TrialChanged struct {
 
 func (x *TrialChanged) Reset() {
 	*x = TrialChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[57]
+	mi := &file_loom_events_v1_events_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4719,7 +4784,7 @@ func (x *TrialChanged) String() string {
 func (*TrialChanged) ProtoMessage() {}
 
 func (x *TrialChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[57]
+	mi := &file_loom_events_v1_events_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4732,7 +4797,7 @@ func (x *TrialChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrialChanged.ProtoReflect.Descriptor instead.
 func (*TrialChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{57}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TrialChanged) GetTuningJob() string {
@@ -4759,7 +4824,7 @@ type TrainingPipelineChanged struct {
 
 func (x *TrainingPipelineChanged) Reset() {
 	*x = TrainingPipelineChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[58]
+	mi := &file_loom_events_v1_events_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4771,7 +4836,7 @@ func (x *TrainingPipelineChanged) String() string {
 func (*TrainingPipelineChanged) ProtoMessage() {}
 
 func (x *TrainingPipelineChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[58]
+	mi := &file_loom_events_v1_events_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4784,7 +4849,7 @@ func (x *TrainingPipelineChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrainingPipelineChanged.ProtoReflect.Descriptor instead.
 func (*TrainingPipelineChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{58}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *TrainingPipelineChanged) GetPipeline() *v11.TrainingPipeline {
@@ -4805,7 +4870,7 @@ type AuditRecorded struct {
 
 func (x *AuditRecorded) Reset() {
 	*x = AuditRecorded{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[59]
+	mi := &file_loom_events_v1_events_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4817,7 +4882,7 @@ func (x *AuditRecorded) String() string {
 func (*AuditRecorded) ProtoMessage() {}
 
 func (x *AuditRecorded) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[59]
+	mi := &file_loom_events_v1_events_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4830,7 +4895,7 @@ func (x *AuditRecorded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecorded.ProtoReflect.Descriptor instead.
 func (*AuditRecorded) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{59}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *AuditRecorded) GetRecord() *v1.AuditRecord {
@@ -4853,7 +4918,7 @@ type AssociationChanged struct {
 
 func (x *AssociationChanged) Reset() {
 	*x = AssociationChanged{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[60]
+	mi := &file_loom_events_v1_events_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4865,7 +4930,7 @@ func (x *AssociationChanged) String() string {
 func (*AssociationChanged) ProtoMessage() {}
 
 func (x *AssociationChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[60]
+	mi := &file_loom_events_v1_events_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4878,7 +4943,7 @@ func (x *AssociationChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssociationChanged.ProtoReflect.Descriptor instead.
 func (*AssociationChanged) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{60}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *AssociationChanged) GetProject() string {
@@ -4909,7 +4974,7 @@ type MetricsReported_Point struct {
 
 func (x *MetricsReported_Point) Reset() {
 	*x = MetricsReported_Point{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[64]
+	mi := &file_loom_events_v1_events_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4921,7 +4986,7 @@ func (x *MetricsReported_Point) String() string {
 func (*MetricsReported_Point) ProtoMessage() {}
 
 func (x *MetricsReported_Point) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[64]
+	mi := &file_loom_events_v1_events_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4934,7 +4999,7 @@ func (x *MetricsReported_Point) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsReported_Point.ProtoReflect.Descriptor instead.
 func (*MetricsReported_Point) Descriptor() ([]byte, []int) {
-	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{35, 0}
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{36, 0}
 }
 
 func (x *MetricsReported_Point) GetStep() int64 {
@@ -5110,7 +5175,11 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x05nodes\x18\x02 \x03(\tR\x05nodes\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x10\n" +
 	"\x03job\x18\x04 \x01(\tR\x03job\x12\x18\n" +
-	"\atrigger\x18\x05 \x01(\tR\atrigger\"\xa3\x04\n" +
+	"\atrigger\x18\x05 \x01(\tR\atrigger\"^\n" +
+	"\x10SlurmNodeChanged\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1a\n" +
+	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\"\xa3\x04\n" +
 	"\tStartStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -5397,7 +5466,7 @@ func file_loom_events_v1_events_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_events_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_loom_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
+var file_loom_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_loom_events_v1_events_proto_goTypes = []any{
 	(StopCause)(0),                         // 0: loom.events.v1.StopCause
 	(StepState)(0),                         // 1: loom.events.v1.StepState
@@ -5429,124 +5498,125 @@ var file_loom_events_v1_events_proto_goTypes = []any{
 	(*JobChanged)(nil),                     // 27: loom.events.v1.JobChanged
 	(*NodeDrained)(nil),                    // 28: loom.events.v1.NodeDrained
 	(*NodesNeedCheck)(nil),                 // 29: loom.events.v1.NodesNeedCheck
-	(*StartStep)(nil),                      // 30: loom.events.v1.StartStep
-	(*StopStep)(nil),                       // 31: loom.events.v1.StopStep
-	(*SignalStep)(nil),                     // 32: loom.events.v1.SignalStep
-	(*LaunchTasks)(nil),                    // 33: loom.events.v1.LaunchTasks
-	(*KillTasks)(nil),                      // 34: loom.events.v1.KillTasks
-	(*StepChanged)(nil),                    // 35: loom.events.v1.StepChanged
-	(*TasksChanged)(nil),                   // 36: loom.events.v1.TasksChanged
-	(*StepProgress)(nil),                   // 37: loom.events.v1.StepProgress
-	(*MetricsReported)(nil),                // 38: loom.events.v1.MetricsReported
-	(*NodeHealthChanged)(nil),              // 39: loom.events.v1.NodeHealthChanged
-	(*RunHealthCheck)(nil),                 // 40: loom.events.v1.RunHealthCheck
-	(*InjectNodeFault)(nil),                // 41: loom.events.v1.InjectNodeFault
-	(*ScanNodes)(nil),                      // 42: loom.events.v1.ScanNodes
-	(*ReportFaultyNodes)(nil),              // 43: loom.events.v1.ReportFaultyNodes
-	(*UpdateNodeRemediation)(nil),          // 44: loom.events.v1.UpdateNodeRemediation
-	(*InjectFault)(nil),                    // 45: loom.events.v1.InjectFault
-	(*RemediateNode)(nil),                  // 46: loom.events.v1.RemediateNode
-	(*ModelVersionRegistered)(nil),         // 47: loom.events.v1.ModelVersionRegistered
-	(*ModelUploadFailed)(nil),              // 48: loom.events.v1.ModelUploadFailed
-	(*ModelExported)(nil),                  // 49: loom.events.v1.ModelExported
-	(*ModelExportFailed)(nil),              // 50: loom.events.v1.ModelExportFailed
-	(*ExportModel)(nil),                    // 51: loom.events.v1.ExportModel
-	(*UploadModel)(nil),                    // 52: loom.events.v1.UploadModel
-	(*CreateCustomJob)(nil),                // 53: loom.events.v1.CreateCustomJob
-	(*CreateHyperparameterTuningJob)(nil),  // 54: loom.events.v1.CreateHyperparameterTuningJob
-	(*CreateTrainingPipeline)(nil),         // 55: loom.events.v1.CreateTrainingPipeline
-	(*CancelTraining)(nil),                 // 56: loom.events.v1.CancelTraining
-	(*DeleteTraining)(nil),                 // 57: loom.events.v1.DeleteTraining
-	(*CustomJobChanged)(nil),               // 58: loom.events.v1.CustomJobChanged
-	(*HyperparameterTuningJobChanged)(nil), // 59: loom.events.v1.HyperparameterTuningJobChanged
-	(*TrialChanged)(nil),                   // 60: loom.events.v1.TrialChanged
-	(*TrainingPipelineChanged)(nil),        // 61: loom.events.v1.TrainingPipelineChanged
-	(*AuditRecorded)(nil),                  // 62: loom.events.v1.AuditRecorded
-	(*AssociationChanged)(nil),             // 63: loom.events.v1.AssociationChanged
-	nil,                                    // 64: loom.events.v1.CreateJobStep.EnvEntry
-	nil,                                    // 65: loom.events.v1.StartStep.EnvEntry
-	nil,                                    // 66: loom.events.v1.LaunchTasks.EnvEntry
-	(*MetricsReported_Point)(nil),          // 67: loom.events.v1.MetricsReported.Point
-	nil,                                    // 68: loom.events.v1.MetricsReported.Point.ValuesEntry
-	nil,                                    // 69: loom.events.v1.RunHealthCheck.ParamsEntry
-	(*v1.Cluster)(nil),                     // 70: loom.v1.Cluster
-	(*v1.Reservation)(nil),                 // 71: loom.v1.Reservation
-	(*v1.Node)(nil),                        // 72: loom.v1.Node
-	(v1.RemediationAction)(0),              // 73: loom.v1.RemediationAction
-	(*timestamppb.Timestamp)(nil),          // 74: google.protobuf.Timestamp
-	(*v1.GpuSample)(nil),                   // 75: loom.v1.GpuSample
-	(*v1.DiskSample)(nil),                  // 76: loom.v1.DiskSample
-	(*v1.HealthCheckResult)(nil),           // 77: loom.v1.HealthCheckResult
-	(*v1.Job)(nil),                         // 78: loom.v1.Job
-	(*durationpb.Duration)(nil),            // 79: google.protobuf.Duration
-	(v1.RemediationState)(0),               // 80: loom.v1.RemediationState
-	(*v1.Fault)(nil),                       // 81: loom.v1.Fault
-	(*v1.ModelVersion)(nil),                // 82: loom.v1.ModelVersion
-	(*v1.ExportModelResponse)(nil),         // 83: loom.v1.ExportModelResponse
-	(*v11.Model)(nil),                      // 84: loom.training.v1.Model
-	(*v1.ModelLineage)(nil),                // 85: loom.v1.ModelLineage
-	(*v11.CustomJob)(nil),                  // 86: loom.training.v1.CustomJob
-	(*v11.HyperparameterTuningJob)(nil),    // 87: loom.training.v1.HyperparameterTuningJob
-	(*v11.TrainingPipeline)(nil),           // 88: loom.training.v1.TrainingPipeline
-	(*v11.Trial)(nil),                      // 89: loom.training.v1.Trial
-	(*v1.AuditRecord)(nil),                 // 90: loom.v1.AuditRecord
-	(*v1.Association)(nil),                 // 91: loom.v1.Association
+	(*SlurmNodeChanged)(nil),               // 30: loom.events.v1.SlurmNodeChanged
+	(*StartStep)(nil),                      // 31: loom.events.v1.StartStep
+	(*StopStep)(nil),                       // 32: loom.events.v1.StopStep
+	(*SignalStep)(nil),                     // 33: loom.events.v1.SignalStep
+	(*LaunchTasks)(nil),                    // 34: loom.events.v1.LaunchTasks
+	(*KillTasks)(nil),                      // 35: loom.events.v1.KillTasks
+	(*StepChanged)(nil),                    // 36: loom.events.v1.StepChanged
+	(*TasksChanged)(nil),                   // 37: loom.events.v1.TasksChanged
+	(*StepProgress)(nil),                   // 38: loom.events.v1.StepProgress
+	(*MetricsReported)(nil),                // 39: loom.events.v1.MetricsReported
+	(*NodeHealthChanged)(nil),              // 40: loom.events.v1.NodeHealthChanged
+	(*RunHealthCheck)(nil),                 // 41: loom.events.v1.RunHealthCheck
+	(*InjectNodeFault)(nil),                // 42: loom.events.v1.InjectNodeFault
+	(*ScanNodes)(nil),                      // 43: loom.events.v1.ScanNodes
+	(*ReportFaultyNodes)(nil),              // 44: loom.events.v1.ReportFaultyNodes
+	(*UpdateNodeRemediation)(nil),          // 45: loom.events.v1.UpdateNodeRemediation
+	(*InjectFault)(nil),                    // 46: loom.events.v1.InjectFault
+	(*RemediateNode)(nil),                  // 47: loom.events.v1.RemediateNode
+	(*ModelVersionRegistered)(nil),         // 48: loom.events.v1.ModelVersionRegistered
+	(*ModelUploadFailed)(nil),              // 49: loom.events.v1.ModelUploadFailed
+	(*ModelExported)(nil),                  // 50: loom.events.v1.ModelExported
+	(*ModelExportFailed)(nil),              // 51: loom.events.v1.ModelExportFailed
+	(*ExportModel)(nil),                    // 52: loom.events.v1.ExportModel
+	(*UploadModel)(nil),                    // 53: loom.events.v1.UploadModel
+	(*CreateCustomJob)(nil),                // 54: loom.events.v1.CreateCustomJob
+	(*CreateHyperparameterTuningJob)(nil),  // 55: loom.events.v1.CreateHyperparameterTuningJob
+	(*CreateTrainingPipeline)(nil),         // 56: loom.events.v1.CreateTrainingPipeline
+	(*CancelTraining)(nil),                 // 57: loom.events.v1.CancelTraining
+	(*DeleteTraining)(nil),                 // 58: loom.events.v1.DeleteTraining
+	(*CustomJobChanged)(nil),               // 59: loom.events.v1.CustomJobChanged
+	(*HyperparameterTuningJobChanged)(nil), // 60: loom.events.v1.HyperparameterTuningJobChanged
+	(*TrialChanged)(nil),                   // 61: loom.events.v1.TrialChanged
+	(*TrainingPipelineChanged)(nil),        // 62: loom.events.v1.TrainingPipelineChanged
+	(*AuditRecorded)(nil),                  // 63: loom.events.v1.AuditRecorded
+	(*AssociationChanged)(nil),             // 64: loom.events.v1.AssociationChanged
+	nil,                                    // 65: loom.events.v1.CreateJobStep.EnvEntry
+	nil,                                    // 66: loom.events.v1.StartStep.EnvEntry
+	nil,                                    // 67: loom.events.v1.LaunchTasks.EnvEntry
+	(*MetricsReported_Point)(nil),          // 68: loom.events.v1.MetricsReported.Point
+	nil,                                    // 69: loom.events.v1.MetricsReported.Point.ValuesEntry
+	nil,                                    // 70: loom.events.v1.RunHealthCheck.ParamsEntry
+	(*v1.Cluster)(nil),                     // 71: loom.v1.Cluster
+	(*v1.Reservation)(nil),                 // 72: loom.v1.Reservation
+	(*v1.Node)(nil),                        // 73: loom.v1.Node
+	(v1.RemediationAction)(0),              // 74: loom.v1.RemediationAction
+	(*timestamppb.Timestamp)(nil),          // 75: google.protobuf.Timestamp
+	(*v1.GpuSample)(nil),                   // 76: loom.v1.GpuSample
+	(*v1.DiskSample)(nil),                  // 77: loom.v1.DiskSample
+	(*v1.HealthCheckResult)(nil),           // 78: loom.v1.HealthCheckResult
+	(*v1.Job)(nil),                         // 79: loom.v1.Job
+	(*durationpb.Duration)(nil),            // 80: google.protobuf.Duration
+	(v1.RemediationState)(0),               // 81: loom.v1.RemediationState
+	(*v1.Fault)(nil),                       // 82: loom.v1.Fault
+	(*v1.ModelVersion)(nil),                // 83: loom.v1.ModelVersion
+	(*v1.ExportModelResponse)(nil),         // 84: loom.v1.ExportModelResponse
+	(*v11.Model)(nil),                      // 85: loom.training.v1.Model
+	(*v1.ModelLineage)(nil),                // 86: loom.v1.ModelLineage
+	(*v11.CustomJob)(nil),                  // 87: loom.training.v1.CustomJob
+	(*v11.HyperparameterTuningJob)(nil),    // 88: loom.training.v1.HyperparameterTuningJob
+	(*v11.TrainingPipeline)(nil),           // 89: loom.training.v1.TrainingPipeline
+	(*v11.Trial)(nil),                      // 90: loom.training.v1.Trial
+	(*v1.AuditRecord)(nil),                 // 91: loom.v1.AuditRecord
+	(*v1.Association)(nil),                 // 92: loom.v1.Association
 }
 var file_loom_events_v1_events_proto_depIdxs = []int32{
-	70, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
-	70, // 1: loom.events.v1.UpdateCluster.cluster:type_name -> loom.v1.Cluster
-	71, // 2: loom.events.v1.CreateReservation.reservation:type_name -> loom.v1.Reservation
-	70, // 3: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
-	71, // 4: loom.events.v1.ReservationChanged.reservation:type_name -> loom.v1.Reservation
-	72, // 5: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
-	73, // 6: loom.events.v1.RemediationFinished.action:type_name -> loom.v1.RemediationAction
-	74, // 7: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
-	74, // 8: loom.events.v1.GpuTelemetry.time:type_name -> google.protobuf.Timestamp
-	75, // 9: loom.events.v1.GpuTelemetry.gpus:type_name -> loom.v1.GpuSample
-	76, // 10: loom.events.v1.GpuTelemetry.disks:type_name -> loom.v1.DiskSample
-	74, // 11: loom.events.v1.XidObserved.time:type_name -> google.protobuf.Timestamp
-	77, // 12: loom.events.v1.HealthCheckCompleted.result:type_name -> loom.v1.HealthCheckResult
-	78, // 13: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
-	64, // 14: loom.events.v1.CreateJobStep.env:type_name -> loom.events.v1.CreateJobStep.EnvEntry
-	74, // 15: loom.events.v1.UpdateSlurmNode.time:type_name -> google.protobuf.Timestamp
-	78, // 16: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
-	65, // 17: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
+	71, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
+	71, // 1: loom.events.v1.UpdateCluster.cluster:type_name -> loom.v1.Cluster
+	72, // 2: loom.events.v1.CreateReservation.reservation:type_name -> loom.v1.Reservation
+	71, // 3: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
+	72, // 4: loom.events.v1.ReservationChanged.reservation:type_name -> loom.v1.Reservation
+	73, // 5: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
+	74, // 6: loom.events.v1.RemediationFinished.action:type_name -> loom.v1.RemediationAction
+	75, // 7: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
+	75, // 8: loom.events.v1.GpuTelemetry.time:type_name -> google.protobuf.Timestamp
+	76, // 9: loom.events.v1.GpuTelemetry.gpus:type_name -> loom.v1.GpuSample
+	77, // 10: loom.events.v1.GpuTelemetry.disks:type_name -> loom.v1.DiskSample
+	75, // 11: loom.events.v1.XidObserved.time:type_name -> google.protobuf.Timestamp
+	78, // 12: loom.events.v1.HealthCheckCompleted.result:type_name -> loom.v1.HealthCheckResult
+	79, // 13: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
+	65, // 14: loom.events.v1.CreateJobStep.env:type_name -> loom.events.v1.CreateJobStep.EnvEntry
+	75, // 15: loom.events.v1.UpdateSlurmNode.time:type_name -> google.protobuf.Timestamp
+	79, // 16: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
+	66, // 17: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
 	0,  // 18: loom.events.v1.StopStep.cause:type_name -> loom.events.v1.StopCause
-	66, // 19: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
+	67, // 19: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
 	1,  // 20: loom.events.v1.StepChanged.state:type_name -> loom.events.v1.StepState
 	1,  // 21: loom.events.v1.TasksChanged.state:type_name -> loom.events.v1.StepState
-	74, // 22: loom.events.v1.StepProgress.checkpoint_time:type_name -> google.protobuf.Timestamp
-	74, // 23: loom.events.v1.StepProgress.last_progress:type_name -> google.protobuf.Timestamp
-	74, // 24: loom.events.v1.StepProgress.time:type_name -> google.protobuf.Timestamp
-	79, // 25: loom.events.v1.StepProgress.checkpoint_duration:type_name -> google.protobuf.Duration
-	67, // 26: loom.events.v1.MetricsReported.points:type_name -> loom.events.v1.MetricsReported.Point
+	75, // 22: loom.events.v1.StepProgress.checkpoint_time:type_name -> google.protobuf.Timestamp
+	75, // 23: loom.events.v1.StepProgress.last_progress:type_name -> google.protobuf.Timestamp
+	75, // 24: loom.events.v1.StepProgress.time:type_name -> google.protobuf.Timestamp
+	80, // 25: loom.events.v1.StepProgress.checkpoint_duration:type_name -> google.protobuf.Duration
+	68, // 26: loom.events.v1.MetricsReported.points:type_name -> loom.events.v1.MetricsReported.Point
 	2,  // 27: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
-	74, // 28: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
-	80, // 29: loom.events.v1.NodeHealthChanged.state:type_name -> loom.v1.RemediationState
-	73, // 30: loom.events.v1.NodeHealthChanged.action:type_name -> loom.v1.RemediationAction
-	74, // 31: loom.events.v1.NodeHealthChanged.time:type_name -> google.protobuf.Timestamp
-	79, // 32: loom.events.v1.RunHealthCheck.timeout:type_name -> google.protobuf.Duration
-	69, // 33: loom.events.v1.RunHealthCheck.params:type_name -> loom.events.v1.RunHealthCheck.ParamsEntry
-	81, // 34: loom.events.v1.InjectNodeFault.fault:type_name -> loom.v1.Fault
-	79, // 35: loom.events.v1.ScanNodes.timeout:type_name -> google.protobuf.Duration
-	73, // 36: loom.events.v1.UpdateNodeRemediation.action:type_name -> loom.v1.RemediationAction
-	81, // 37: loom.events.v1.InjectFault.fault:type_name -> loom.v1.Fault
-	73, // 38: loom.events.v1.RemediateNode.action:type_name -> loom.v1.RemediationAction
-	82, // 39: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
-	83, // 40: loom.events.v1.ModelExported.response:type_name -> loom.v1.ExportModelResponse
-	84, // 41: loom.events.v1.UploadModel.model:type_name -> loom.training.v1.Model
-	85, // 42: loom.events.v1.UploadModel.lineage:type_name -> loom.v1.ModelLineage
-	86, // 43: loom.events.v1.CreateCustomJob.custom_job:type_name -> loom.training.v1.CustomJob
-	87, // 44: loom.events.v1.CreateHyperparameterTuningJob.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
-	88, // 45: loom.events.v1.CreateTrainingPipeline.pipeline:type_name -> loom.training.v1.TrainingPipeline
-	86, // 46: loom.events.v1.CustomJobChanged.custom_job:type_name -> loom.training.v1.CustomJob
-	87, // 47: loom.events.v1.HyperparameterTuningJobChanged.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
-	89, // 48: loom.events.v1.TrialChanged.trial:type_name -> loom.training.v1.Trial
-	88, // 49: loom.events.v1.TrainingPipelineChanged.pipeline:type_name -> loom.training.v1.TrainingPipeline
-	90, // 50: loom.events.v1.AuditRecorded.record:type_name -> loom.v1.AuditRecord
-	91, // 51: loom.events.v1.AssociationChanged.association:type_name -> loom.v1.Association
-	74, // 52: loom.events.v1.MetricsReported.Point.time:type_name -> google.protobuf.Timestamp
-	68, // 53: loom.events.v1.MetricsReported.Point.values:type_name -> loom.events.v1.MetricsReported.Point.ValuesEntry
+	75, // 28: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
+	81, // 29: loom.events.v1.NodeHealthChanged.state:type_name -> loom.v1.RemediationState
+	74, // 30: loom.events.v1.NodeHealthChanged.action:type_name -> loom.v1.RemediationAction
+	75, // 31: loom.events.v1.NodeHealthChanged.time:type_name -> google.protobuf.Timestamp
+	80, // 32: loom.events.v1.RunHealthCheck.timeout:type_name -> google.protobuf.Duration
+	70, // 33: loom.events.v1.RunHealthCheck.params:type_name -> loom.events.v1.RunHealthCheck.ParamsEntry
+	82, // 34: loom.events.v1.InjectNodeFault.fault:type_name -> loom.v1.Fault
+	80, // 35: loom.events.v1.ScanNodes.timeout:type_name -> google.protobuf.Duration
+	74, // 36: loom.events.v1.UpdateNodeRemediation.action:type_name -> loom.v1.RemediationAction
+	82, // 37: loom.events.v1.InjectFault.fault:type_name -> loom.v1.Fault
+	74, // 38: loom.events.v1.RemediateNode.action:type_name -> loom.v1.RemediationAction
+	83, // 39: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
+	84, // 40: loom.events.v1.ModelExported.response:type_name -> loom.v1.ExportModelResponse
+	85, // 41: loom.events.v1.UploadModel.model:type_name -> loom.training.v1.Model
+	86, // 42: loom.events.v1.UploadModel.lineage:type_name -> loom.v1.ModelLineage
+	87, // 43: loom.events.v1.CreateCustomJob.custom_job:type_name -> loom.training.v1.CustomJob
+	88, // 44: loom.events.v1.CreateHyperparameterTuningJob.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
+	89, // 45: loom.events.v1.CreateTrainingPipeline.pipeline:type_name -> loom.training.v1.TrainingPipeline
+	87, // 46: loom.events.v1.CustomJobChanged.custom_job:type_name -> loom.training.v1.CustomJob
+	88, // 47: loom.events.v1.HyperparameterTuningJobChanged.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
+	90, // 48: loom.events.v1.TrialChanged.trial:type_name -> loom.training.v1.Trial
+	89, // 49: loom.events.v1.TrainingPipelineChanged.pipeline:type_name -> loom.training.v1.TrainingPipeline
+	91, // 50: loom.events.v1.AuditRecorded.record:type_name -> loom.v1.AuditRecord
+	92, // 51: loom.events.v1.AssociationChanged.association:type_name -> loom.v1.Association
+	75, // 52: loom.events.v1.MetricsReported.Point.time:type_name -> google.protobuf.Timestamp
+	69, // 53: loom.events.v1.MetricsReported.Point.values:type_name -> loom.events.v1.MetricsReported.Point.ValuesEntry
 	54, // [54:54] is the sub-list for method output_type
 	54, // [54:54] is the sub-list for method input_type
 	54, // [54:54] is the sub-list for extension type_name
@@ -5565,7 +5635,7 @@ func file_loom_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_events_v1_events_proto_rawDesc), len(file_loom_events_v1_events_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   67,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -147,6 +147,32 @@ func (r *Repo) Operation(ctx context.Context, name string) (*loomv1.Operation, e
 	return op, nil
 }
 
+// OperationAsStored is Operation with the bytes Redis holds for it, which
+// ExpectOperation takes to make a write conditional on the operation being
+// still the one read.
+func (r *Repo) OperationAsStored(ctx context.Context, name string) (*loomv1.Operation, []byte, error) {
+	b, err := r.st.HGet(ctx, KeyOperations, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil, fmt.Errorf("operation %s: %w", name, errs.NotFound)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("operation %s: %w: %v", name, errs.Unavailable, err)
+	}
+	op := &loomv1.Operation{}
+	if err := proto.Unmarshal(b, op); err != nil {
+		return nil, nil, fmt.Errorf("operation %s: decode: %w", name, err)
+	}
+	return op, b, nil
+}
+
+// ExpectOperation makes tx apply only while the operation name is stored
+// as stored (the bytes OperationAsStored returned): Apply then fails with
+// an error wrapping store.ErrConflict, writing nothing, when another write
+// changed it in between.
+func ExpectOperation(tx *store.Tx, name string, stored []byte) {
+	tx.IfHField(KeyOperations, name, stored)
+}
+
 // OperationScanChunk is how many fields one HSCAN of the operations hash
 // asks Redis for: ScanOperations reads the hash in steps of about this many,
 // never in one HGETALL.
@@ -322,13 +348,19 @@ func PutTrainingRequest(tx *store.Tx, kind, requestID string, m proto.Message) e
 // inboxID only once. When the inbox id is a request's (RequestInboxID), the
 // request record it wrote is then set to expire after RequestTTL; should the
 // process die in between, the history sweep (ExpireRequests) gives it its TTL
-// later. An error is Unavailable; one whose outcome is unknown also wraps
-// store.ErrOutcomeUnknown (the request may have been accepted: a retry with
-// its request id says).
+// later. An error is Unavailable, except a condition of tx that no longer
+// held (store.ErrConflict, Aborted; nothing written); one whose outcome is
+// unknown also wraps store.ErrOutcomeUnknown (the request may have been
+// accepted: a retry with its request id says).
 func (r *Repo) Apply(ctx context.Context, inboxID string, tx *store.Tx) (bool, error) {
 	applied, err := r.drv.Apply(ctx, inboxID, tx, nil)
 	if store.OutcomeUnknown(err) {
 		return false, fmt.Errorf("store: %w: %w", errs.Unavailable, err)
+	}
+	if errors.Is(err, store.ErrConflict) {
+		// A condition of tx (ExpectOperation) no longer held: the caller
+		// reads again and decides again.
+		return false, fmt.Errorf("store: %w", err)
 	}
 	if err != nil {
 		return false, fmt.Errorf("store: %w: %v", errs.Unavailable, err)

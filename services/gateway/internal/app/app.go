@@ -115,6 +115,10 @@ type Gateway struct {
 	pokes      *pokes
 	changeFeed *watchFeed
 	ops        *signals
+	// beforeOperationWrite, when set (tests), runs in updateOperation
+	// between reading an operation and writing its next state, so that a
+	// test can put another writer in between deterministically.
+	beforeOperationWrite func(name string)
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -376,7 +380,9 @@ func (g *Gateway) WaitOperation(ctx context.Context, req *loomv1.WaitOperationRe
 // HandleClusterEvent finishes or advances the operation an event of
 // loom.cluster.events.v1 names (ClusterChanged, ClusterOperationFailed,
 // ClusterDeleted, ReservationChanged, ReservationDeleted): the new operation
-// is written with the event's inbox mark, then its waiters are woken.
+// is written with the event's inbox mark, only while the operation is still
+// the one the event was applied to (updateOperation: an operation done in
+// between, cancelled say, stays as it is), then its waiters are woken.
 func (g *Gateway) HandleClusterEvent(ctx context.Context, ev envelope.Event) error {
 	var opName string
 	switch p := ev.Payload.(type) {
@@ -394,24 +400,25 @@ func (g *Gateway) HandleClusterEvent(ctx context.Context, ev envelope.Event) err
 	if opName == "" {
 		return nil
 	}
-	op, err := g.repo.Operation(ctx, opName)
+	var next *loomv1.Operation
+	_, err := g.updateOperation(ctx, opName, ev.ID, func(op *loomv1.Operation) (*store.Tx, error) {
+		n, changed := domain.OnClusterEvent(op, ev.Payload, g.now())
+		if !changed {
+			// Done already (a cancel came first, or a redelivery), or not
+			// this operation's event: nothing to write.
+			next = nil
+			return nil, nil
+		}
+		next = n
+		tx := &store.Tx{}
+		return tx, adapters.PutOperation(tx, n)
+	})
 	if errors.Is(err, errs.NotFound) {
 		g.opt.Log.WarnContext(ctx, "cluster event for an unknown operation", "operation", opName, "event", ev.ID, "type", ev.Type)
 		return nil
 	}
-	if err != nil {
+	if err != nil || next == nil {
 		return err
-	}
-	next, changed := domain.OnClusterEvent(op, ev.Payload, g.now())
-	if !changed {
-		return nil
-	}
-	tx := &store.Tx{}
-	if err := adapters.PutOperation(tx, next); err != nil {
-		return err
-	}
-	if _, err := g.repo.Apply(ctx, ev.ID, tx); err != nil {
-		return fmt.Errorf("update operation %s: %w", opName, err)
 	}
 	if next.GetDone() {
 		g.opt.Log.InfoContext(ctx, "operation done", "operation", opName, "error", next.GetError().GetMessage())

@@ -36,24 +36,32 @@ func colsOf(cols ...string) colSet {
 // ChangeTopics are the topics whose events bring WatchChanges' collections
 // other than jobs (which come from loom.job.events.v1, as WatchJob's) to
 // this process's watchers: the gateway's change feed tails each of them.
-var ChangeTopics = []string{topics.ClusterEvents, topics.NodeEvents, topics.HealthEvents, topics.TrainingEvents, topics.ModelEvents}
+// The job events are among them for the Slurm nodes, whose state follows
+// the jobs placed on them and an administrator's drain.
+var ChangeTopics = []string{topics.ClusterEvents, topics.NodeEvents, topics.HealthEvents, topics.JobEvents, topics.TrainingEvents, topics.ModelEvents}
 
 // changeCols maps each event type of ChangeTopics that changes what a
 // collection's list shows to those collections. An event only makes the
 // collections be listed again (with the watcher's own credentials), so a
 // type named here that changed nothing costs a list, and one missing
-// waits for the watch's refresh. Nodes and node health are listed per
-// cluster, so a cluster's change lists them again too.
+// waits for the watch's refresh. Nodes, node health and Slurm nodes are
+// listed per cluster, so a cluster's change lists them again too. The
+// Slurm nodes (the scheduler's view: ListSlurmNodes) change with the
+// provisioner's node (DOWN, DRAINING, gone), health's verdict (a health
+// drain, a reboot), the jobs placed there (IDLE, MIXED, ALLOCATED) and an
+// administrator's drain or resume (SlurmNodeChanged).
 var changeCols = map[string]colSet{
-	envelope.TypeOf(&eventsv1.ClusterChanged{}):         colsOf("clusters", "nodes", "nodeHealth"),
-	envelope.TypeOf(&eventsv1.ClusterDeleted{}):         colsOf("clusters", "nodes", "nodeHealth"),
+	envelope.TypeOf(&eventsv1.ClusterChanged{}):         colsOf("clusters", "nodes", "nodeHealth", "slurmNodes"),
+	envelope.TypeOf(&eventsv1.ClusterDeleted{}):         colsOf("clusters", "nodes", "nodeHealth", "slurmNodes"),
 	envelope.TypeOf(&eventsv1.ClusterOperationFailed{}): colsOf("clusters"),
 	envelope.TypeOf(&eventsv1.ReservationChanged{}):     colsOf("clusters"),
 	envelope.TypeOf(&eventsv1.ReservationDeleted{}):     colsOf("clusters"),
-	envelope.TypeOf(&eventsv1.NodeChanged{}):            colsOf("nodes", "nodeHealth"),
-	envelope.TypeOf(&eventsv1.NodeRemoved{}):            colsOf("nodes", "nodeHealth"),
-	envelope.TypeOf(&eventsv1.RemediationFinished{}):    colsOf("nodes", "nodeHealth"),
-	envelope.TypeOf(&eventsv1.NodeHealthChanged{}):      colsOf("nodes", "nodeHealth"),
+	envelope.TypeOf(&eventsv1.NodeChanged{}):            colsOf("nodes", "nodeHealth", "slurmNodes"),
+	envelope.TypeOf(&eventsv1.NodeRemoved{}):            colsOf("nodes", "nodeHealth", "slurmNodes"),
+	envelope.TypeOf(&eventsv1.RemediationFinished{}):    colsOf("nodes", "nodeHealth", "slurmNodes"),
+	envelope.TypeOf(&eventsv1.NodeHealthChanged{}):      colsOf("nodes", "nodeHealth", "slurmNodes"),
+	envelope.TypeOf(&eventsv1.JobChanged{}):             colsOf("slurmNodes"),
+	envelope.TypeOf(&eventsv1.SlurmNodeChanged{}):       colsOf("slurmNodes"),
 	envelope.TypeOf(&eventsv1.CustomJobChanged{}):       colsOf("customJobs"),
 	// A trial's state and measurements show in its tuning job.
 	envelope.TypeOf(&eventsv1.HyperparameterTuningJobChanged{}): colsOf("hyperparameterTuningJobs"),

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/loom-ml/loom/libs/auth"
@@ -261,24 +260,23 @@ func (g *Gateway) HandleModelEvent(ctx context.Context, ev envelope.Event) error
 		// upload (its request ids name pipelines).
 		return nil
 	}
-	op, err := g.repo.Operation(ctx, opName)
+	var next *loomv1.Operation
+	_, err := g.updateOperation(ctx, opName, ev.ID, func(op *loomv1.Operation) (*store.Tx, error) {
+		n, changed := domain.OnModelEvent(op, ev.Payload, g.now())
+		if !changed {
+			next = nil
+			return nil, nil
+		}
+		next = n
+		tx := &store.Tx{}
+		return tx, adapters.PutOperation(tx, n)
+	})
 	if errors.Is(err, errs.NotFound) {
 		g.opt.Log.WarnContext(ctx, "model event for an unknown operation", "operation", opName, "event", ev.ID, "type", ev.Type)
 		return nil
 	}
-	if err != nil {
+	if err != nil || next == nil {
 		return err
-	}
-	next, changed := domain.OnModelEvent(op, ev.Payload, g.now())
-	if !changed {
-		return nil
-	}
-	tx := &store.Tx{}
-	if err := adapters.PutOperation(tx, next); err != nil {
-		return err
-	}
-	if _, err := g.repo.Apply(ctx, ev.ID, tx); err != nil {
-		return fmt.Errorf("update operation %s: %w", opName, err)
 	}
 	g.opt.Log.InfoContext(ctx, "operation done", "operation", opName, "error", next.GetError().GetMessage())
 	g.ops.notify(opName)

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -75,8 +76,11 @@ func operationField(op *loomv1.Operation, key string) (string, bool) {
 // delete operation are stored, and the DeleteCluster command emitted, in one
 // Apply; the provisioner applies a delete at once even in the middle of a
 // create (its DeleteCluster stops pending launches and tears the cluster
-// down), and the create's own later failure event leaves the done operation
-// as it is. Updates, deletes, reservations and model operations are
+// down), and the create's own later events, success or failure, leave the
+// done operation as it is. The Apply is conditional on the operation being
+// still the one read (updateOperation): a completion applied in between
+// wins, and the cancel is then FailedPrecondition like any cancel of a done
+// operation. Updates, deletes, reservations and model operations are
 // FailedPrecondition, with what to do instead. An operation already
 // cancelled is answered again; one done otherwise is FailedPrecondition.
 func (g *Gateway) CancelOperation(ctx context.Context, req *loomv1.CancelOperationRequest) (*loomv1.Operation, error) {
@@ -84,57 +88,110 @@ func (g *Gateway) CancelOperation(ctx context.Context, req *loomv1.CancelOperati
 	if err != nil {
 		return nil, errs.Invalid("name", "%v", err)
 	}
-	op, err := g.repo.Operation(ctx, req.GetName())
-	if err != nil {
-		return nil, err
-	}
-	if op.GetDone() {
-		if op.GetError().GetCode() == int32(codes.Canceled) {
-			return op, nil
-		}
-		return nil, fmt.Errorf("operation %s is already done; only a running operation can be cancelled: %w", op.GetName(), errs.FailedPrecondition)
-	}
-	md := op.GetMetadata()
-	target := md.GetTarget()
-	if _, cerr := resname.ParseCluster(target); md.GetVerb() != domain.VerbCreate || cerr != nil {
-		return nil, fmt.Errorf("operation %s (%s %s) cannot be cancelled: %s: %w",
-			op.GetName(), md.GetVerb(), target, notCancellable(md.GetVerb()), errs.FailedPrecondition)
-	}
-	now := g.now()
-	del := domain.NewOperation(resname.Operation{Project: name.Project, ID: envelope.NewID()}.String(), domain.VerbDelete, target, now)
-	cmd, err := route(ctx, target, &eventsv1.DeleteCluster{Operation: del.GetName(), Cluster: target})
-	if err != nil {
-		return nil, err
-	}
-	cancelled := proto.Clone(op).(*loomv1.Operation)
-	cancelled.Done = true
-	cancelled.Metadata.Progress = "cancelled"
-	cancelled.Metadata.EndTime = timestamppb.New(now)
-	cancelled.Result = &loomv1.Operation_Error{Error: &loomv1.OperationError{
-		Code:    int32(codes.Canceled),
-		Message: fmt.Sprintf("cancelled; cluster %s is being deleted by operation %s", target, del.GetName()),
-	}}
-	tx := &store.Tx{}
-	if err := adapters.PutOperation(tx, cancelled); err != nil {
-		return nil, err
-	}
-	if err := adapters.PutOperation(tx, del); err != nil {
-		return nil, err
-	}
-	tx.Emit(cmd)
-	audited := auditInline(ctx, tx)
+	var (
+		answer    *loomv1.Operation // what the call returns
+		cancelled *loomv1.Operation // the write, when it is one
+		del       *loomv1.Operation
+		audited   func()
+	)
 	// The inbox id makes two racing cancels of one operation apply once.
-	applied, err := g.repo.Apply(ctx, "cancel:"+op.GetName(), tx)
+	applied, err := g.updateOperation(ctx, req.GetName(), "cancel:"+req.GetName(), func(op *loomv1.Operation) (*store.Tx, error) {
+		cancelled, answer = nil, op
+		if op.GetDone() {
+			if op.GetError().GetCode() == int32(codes.Canceled) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("operation %s is already done; only a running operation can be cancelled: %w", op.GetName(), errs.FailedPrecondition)
+		}
+		md := op.GetMetadata()
+		target := md.GetTarget()
+		if _, cerr := resname.ParseCluster(target); md.GetVerb() != domain.VerbCreate || cerr != nil {
+			return nil, fmt.Errorf("operation %s (%s %s) cannot be cancelled: %s: %w",
+				op.GetName(), md.GetVerb(), target, notCancellable(md.GetVerb()), errs.FailedPrecondition)
+		}
+		now := g.now()
+		del = domain.NewOperation(resname.Operation{Project: name.Project, ID: envelope.NewID()}.String(), domain.VerbDelete, target, now)
+		cmd, err := route(ctx, target, &eventsv1.DeleteCluster{Operation: del.GetName(), Cluster: target})
+		if err != nil {
+			return nil, err
+		}
+		cancelled = proto.Clone(op).(*loomv1.Operation)
+		cancelled.Done = true
+		cancelled.Metadata.Progress = "cancelled"
+		cancelled.Metadata.EndTime = timestamppb.New(now)
+		cancelled.Result = &loomv1.Operation_Error{Error: &loomv1.OperationError{
+			Code:    int32(codes.Canceled),
+			Message: fmt.Sprintf("cancelled; cluster %s is being deleted by operation %s", target, del.GetName()),
+		}}
+		tx := &store.Tx{}
+		if err := adapters.PutOperation(tx, cancelled); err != nil {
+			return nil, err
+		}
+		if err := adapters.PutOperation(tx, del); err != nil {
+			return nil, err
+		}
+		tx.Emit(cmd)
+		audited = auditInline(ctx, tx)
+		return tx, nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("cancel %s: %w", op.GetName(), err)
+		return nil, fmt.Errorf("cancel %s: %w", req.GetName(), err)
+	}
+	if cancelled == nil {
+		return answer, nil // cancelled before
 	}
 	if !applied {
-		return g.repo.Operation(ctx, op.GetName())
+		return g.repo.Operation(ctx, req.GetName())
 	}
 	audited()
-	g.opt.Log.InfoContext(ctx, "operation cancelled", "operation", op.GetName(), "target", target, "delete", del.GetName())
-	g.ops.notify(op.GetName())
+	g.opt.Log.InfoContext(ctx, "operation cancelled", "operation", cancelled.GetName(),
+		"target", cancelled.GetMetadata().GetTarget(), "delete", del.GetName())
+	g.ops.notify(cancelled.GetName())
 	return cancelled, nil
+}
+
+// maxOperationRaces bounds how often updateOperation decides again after
+// losing a race; each loss means another write to the same operation
+// landed, and an operation has only a handful of writers (its service's
+// events, a cancel), so hitting it means something keeps rewriting it.
+const maxOperationRaces = 16
+
+// updateOperation is the one read-modify-write of a stored operation: it
+// reads the operation name, asks decide for the write (a nil tx: nothing to
+// write) and applies it, with inboxID's mark, only while the operation is
+// still stored as read (adapters.ExpectOperation). When another writer, in
+// this gateway or another, changed the operation in between, nothing is
+// written and it reads again and decides again, so no decision is written
+// over a state it did not see: a cancel never overwrites a completion, nor
+// a late event a cancel. It returns decide's error, the read's
+// (errs.NotFound for an unknown operation) or the Apply's, and whether the
+// write was applied (false also when decide wrote nothing or the inbox id
+// was applied before).
+func (g *Gateway) updateOperation(ctx context.Context, name, inboxID string, decide func(op *loomv1.Operation) (*store.Tx, error)) (bool, error) {
+	for range maxOperationRaces {
+		op, stored, err := g.repo.OperationAsStored(ctx, name)
+		if err != nil {
+			return false, err
+		}
+		tx, err := decide(op)
+		if err != nil || tx == nil {
+			return false, err
+		}
+		adapters.ExpectOperation(tx, name, stored)
+		if h := g.beforeOperationWrite; h != nil {
+			h(name)
+		}
+		applied, err := g.repo.Apply(ctx, inboxID, tx)
+		if errors.Is(err, store.ErrConflict) {
+			g.opt.Log.DebugContext(ctx, "operation changed while a write was decided; deciding again", "operation", name)
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("update operation %s: %w", name, err)
+		}
+		return applied, nil
+	}
+	return false, fmt.Errorf("update operation %s: it changed under %d writes in a row; try again: %w", name, maxOperationRaces, errs.Aborted)
 }
 
 // notCancellable says why an operation of verb cannot be cancelled, and

@@ -24,7 +24,7 @@ import (
 // Bounds of WatchChanges.
 const (
 	// MaxWatchCollections is the most collections one WatchChanges names.
-	MaxWatchCollections = 8
+	MaxWatchCollections = 9
 	// MaxWatchItems is the most resources one collection of a watch may
 	// hold: a larger one is refused (ResourceExhausted), since the watch
 	// keeps a fingerprint of each to tell what changed.
@@ -42,7 +42,7 @@ const (
 
 // WatchCollections are the collections WatchChanges serves, in the order
 // the documentation lists them.
-var WatchCollections = []string{"clusters", "nodes", "nodeHealth", "jobs", "customJobs", "hyperparameterTuningJobs", "trainingPipelines", "models"}
+var WatchCollections = []string{"clusters", "nodes", "nodeHealth", "slurmNodes", "jobs", "customJobs", "hyperparameterTuningJobs", "trainingPipelines", "models"}
 
 // changeWatches counts this gateway's open WatchChanges streams.
 type changeWatches struct{ open atomic.Int64 }
@@ -398,7 +398,7 @@ func (g *Gateway) listCollection(ctx context.Context, project resname.Project, l
 		}, func(m *trainingv1.TrainingPipeline) watchItem {
 			return watchItem{m.GetName(), m, func(e *loomv1.ChangeEvent) { e.Resource = &loomv1.ChangeEvent_TrainingPipeline{TrainingPipeline: m} }}
 		})
-	case "nodes", "nodeHealth":
+	case "nodes", "nodeHealth", "slurmNodes":
 		clusters, err := g.listCollection(ctx, project, loc, "clusters")
 		if err != nil {
 			return nil, err
@@ -412,6 +412,13 @@ func (g *Gateway) listCollection(ctx context.Context, project resname.Project, l
 					return r.GetNodes(), r.GetNextPageToken(), err
 				}, func(m *loomv1.Node) watchItem {
 					return watchItem{c.name + "/nodes/" + m.GetHostname(), m, func(e *loomv1.ChangeEvent) { e.Resource = &loomv1.ChangeEvent_Node{Node: m} }}
+				})
+			} else if col == "slurmNodes" {
+				items, err = listPages(col, func(tok string) ([]*loomv1.SlurmNode, string, error) {
+					r, err := g.ListSlurmNodes(ctx, &loomv1.ListSlurmNodesRequest{Cluster: c.name, PageSize: size, PageToken: tok})
+					return r.GetNodes(), r.GetNextPageToken(), err
+				}, func(m *loomv1.SlurmNode) watchItem {
+					return watchItem{c.name + "/nodes/" + m.GetHostname(), m, func(e *loomv1.ChangeEvent) { e.Resource = &loomv1.ChangeEvent_SlurmNode{SlurmNode: m} }}
 				})
 			} else {
 				items, err = listPages(col, func(tok string) ([]*loomv1.NodeHealth, string, error) {

@@ -40,9 +40,10 @@ type Registry struct {
 	state *domain.State
 
 	exportRoot string
-	// exportEndpoints are the endpoints an s3:// destination may name
-	// (SetExportEndpoints), canonical; none by default.
-	exportEndpoints []string
+	// exportEndpoints are the endpoints an s3:// destination may name,
+	// with their credentials (SetExportEndpoints), canonical; none by
+	// default.
+	exportEndpoints []ExportEndpoint
 	// attempts counts the tries at each ExportModel command in hand, by
 	// event id (HandleExport); under amu.
 	amu      sync.Mutex

@@ -19,6 +19,12 @@ import (
 // carry a query only to reach an S3-compatible store the operator named
 // (SetExportEndpoints), and only with the parameters below, none of which
 // can name another host, a credential or a file.
+//
+// Nor may such an endpoint, a third party's store the operator allowed,
+// see the registry's own (ambient) credentials, which are for its artifact
+// store: each allowed endpoint names the credentials its requests are
+// signed with (a profile of the registry's AWS shared config, chosen by the
+// operator), or has none, and then every request to it is unsigned.
 
 // MaxExportEndpoints bounds the operator's allow-list of export endpoints.
 const MaxExportEndpoints = 64
@@ -40,8 +46,9 @@ var exportParams = map[string]struct {
 	// requests to BUCKET.HOST, a host the caller names, not the one the
 	// operator allowed.
 	"use_path_style": {func(v string) bool { return v == "true" }, "true (requests go to the allowed host itself, never BUCKET.HOST)"},
-	// Drops the registry's credentials (unsigned requests): it can only
-	// lower what a request may do.
+	// true drops the endpoint's credentials (unsigned requests): it can
+	// only lower what a request may do. false asks for them, refused at an
+	// endpoint the operator gave none.
 	"anonymous": {func(v string) bool { return v == "true" || v == "false" }, "true or false"},
 }
 
@@ -92,27 +99,77 @@ func ParseExportEndpoint(s string) (string, error) {
 	return scheme + "://" + strings.ToLower(u.Host), nil
 }
 
-// ParseExportEndpoints parses the operator's allow-list (ParseExportEndpoint
-// each, at most MaxExportEndpoints) and returns it in canonical form; the
-// error names the item at fault.
-func ParseExportEndpoints(list []string) ([]string, error) {
+// ExportEndpoint is one entry of the operator's allow-list: an endpoint an
+// s3:// export destination may name, and the credentials the registry's
+// requests to it are signed with.
+type ExportEndpoint struct {
+	// URL is the endpoint in canonical form (ParseExportEndpoint).
+	URL string
+	// Profile is the profile of the registry's AWS shared config and
+	// credentials files (AWS_CONFIG_FILE, AWS_SHARED_CREDENTIALS_FILE,
+	// default ~/.aws) whose credentials sign the requests to URL. Empty:
+	// the endpoint has no credentials and every request to it is unsigned;
+	// the registry's ambient credentials (AWS_ACCESS_KEY_ID, its default
+	// profile, an instance role) are never used for it.
+	Profile string
+}
+
+// validProfile is what a profile name may be: no spaces, brackets or
+// anything a shared config file would read differently.
+var validProfile = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.+@-]{0,63}$`)
+
+// ParseExportEndpointEntry parses one item of the operator's allow-list:
+// an endpoint (ParseExportEndpoint) with, optionally, ";profile=NAME", the
+// shared-config profile its requests are signed with. Without it the
+// endpoint's exports are unsigned (see ExportEndpoint).
+func ParseExportEndpointEntry(s string) (ExportEndpoint, error) {
+	raw, params, hasParams := strings.Cut(s, ";")
+	u, err := ParseExportEndpoint(raw)
+	if err != nil {
+		return ExportEndpoint{}, err
+	}
+	ep := ExportEndpoint{URL: u}
+	if !hasParams {
+		return ep, nil
+	}
+	const want = "after the endpoint only ;profile=NAME may follow (the AWS shared-config profile its requests are signed with; without it they are unsigned)"
+	k, v, _ := strings.Cut(params, "=")
+	switch {
+	case k != "profile" || strings.Contains(v, ";"):
+		return ExportEndpoint{}, fmt.Errorf("%s, got %q", want, s)
+	case !validProfile.MatchString(v):
+		return ExportEndpoint{}, fmt.Errorf("profile %q of %s must be 1 to 64 letters, digits and _.+@- (starting with a letter or digit)", v, u)
+	}
+	ep.Profile = v
+	return ep, nil
+}
+
+// ParseExportEndpoints parses the operator's allow-list
+// (ParseExportEndpointEntry each, at most MaxExportEndpoints, an endpoint
+// once) and returns it in canonical form; the error names the item at
+// fault.
+func ParseExportEndpoints(list []string) ([]ExportEndpoint, error) {
 	if len(list) > MaxExportEndpoints {
 		return nil, fmt.Errorf("%d endpoints, more than the limit of %d", len(list), MaxExportEndpoints)
 	}
-	out := make([]string, 0, len(list))
+	out := make([]ExportEndpoint, 0, len(list))
 	for i, s := range list {
-		c, err := ParseExportEndpoint(s)
+		ep, err := ParseExportEndpointEntry(s)
 		if err != nil {
 			return nil, fmt.Errorf("item %d: %w", i+1, err)
 		}
-		out = append(out, c)
+		if j := slices.IndexFunc(out, func(o ExportEndpoint) bool { return o.URL == ep.URL }); j >= 0 && out[j] != ep {
+			return nil, fmt.Errorf("item %d: %s is also item %d, with other credentials; list an endpoint once", i+1, ep.URL, j+1)
+		}
+		out = append(out, ep)
 	}
 	return out, nil
 }
 
 // SetExportEndpoints sets the S3-compatible endpoints an export destination
-// may name with endpoint= (ParseExportEndpoints' forms); nil, the default,
-// refuses every destination with a query. Call it before serving.
+// may name with endpoint=, each with its credentials
+// (ParseExportEndpoints' forms); nil, the default, refuses every
+// destination with a query. Call it before serving.
 func (r *Registry) SetExportEndpoints(list []string) error {
 	eps, err := ParseExportEndpoints(list)
 	if err != nil {
@@ -124,51 +181,69 @@ func (r *Registry) SetExportEndpoints(list []string) error {
 
 // checkDestinationQuery checks the query of export destination dst (which
 // has one): s3:// only, each parameter once and from exportParams, the
-// endpoint one the operator allowed.
-func (r *Registry) checkDestinationQuery(field, dst string) error {
+// endpoint one the operator allowed. It returns the URL to open: dst with
+// the endpoint's credentials, the operator's profile= or, for an endpoint
+// without credentials (or the caller's anonymous=true), anonymous=true, so
+// that the registry's ambient credentials never reach the endpoint.
+func (r *Registry) checkDestinationQuery(field, dst string) (string, error) {
 	const ask = "ask the registry's operator to allow the endpoint (-export-endpoints / LOOM_REGISTRY_EXPORT_ENDPOINTS)"
 	u, err := url.Parse(dst)
 	if err != nil {
-		return errs.Invalid(field, "not a URL: %v", err)
+		return "", errs.Invalid(field, "not a URL: %v", err)
 	}
 	if u.Scheme == "" || u.Scheme == "file" {
-		return errs.Invalid(field, "a local destination must not hold '?'")
+		return "", errs.Invalid(field, "a local destination must not hold '?'")
 	}
 	if u.Scheme != "s3" {
-		return errs.Invalid(field, "only an s3:// destination may carry a query (an S3-compatible store's endpoint=); %s:// takes none: remove the '?…'", u.Scheme)
+		return "", errs.Invalid(field, "only an s3:// destination may carry a query (an S3-compatible store's endpoint=); %s:// takes none: remove the '?…'", u.Scheme)
 	}
 	if len(r.exportEndpoints) == 0 {
-		return errs.Invalid(field, "destinations with a query are turned off on this registry: to export to an S3-compatible store, %s", ask)
+		return "", errs.Invalid(field, "destinations with a query are turned off on this registry: to export to an S3-compatible store, %s", ask)
 	}
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
-		return errs.Invalid(field, "query does not parse: %v", err)
+		return "", errs.Invalid(field, "query does not parse: %v", err)
 	}
 	for _, k := range slices.Sorted(maps.Keys(q)) {
 		p, ok := exportParams[k]
 		switch {
 		case !ok && refusedParams[k] != "":
-			return errs.Invalid(field, "parameter %q is refused: it %s; an export destination takes only %s", k, refusedParams[k], exportParamNames)
+			return "", errs.Invalid(field, "parameter %q is refused: it %s; an export destination takes only %s", k, refusedParams[k], exportParamNames)
 		case !ok:
-			return errs.Invalid(field, "parameter %q is not allowed; an export destination takes only %s", k, exportParamNames)
+			return "", errs.Invalid(field, "parameter %q is not allowed; an export destination takes only %s", k, exportParamNames)
 		case len(q[k]) != 1:
-			return errs.Invalid(field, "parameter %q is given %d times; give it once", k, len(q[k]))
+			return "", errs.Invalid(field, "parameter %q is given %d times; give it once", k, len(q[k]))
 		case !p.ok(q[k][0]):
-			return errs.Invalid(field, "parameter %s must be %s, got %q", k, p.want, q[k][0])
+			return "", errs.Invalid(field, "parameter %s must be %s, got %q", k, p.want, q[k][0])
 		}
 	}
 	if !q.Has("endpoint") {
-		return errs.Invalid(field, "a query needs endpoint= (an allowed S3-compatible endpoint); for Amazon S3 itself leave the query out (the region comes from AWS_REGION)")
+		return "", errs.Invalid(field, "a query needs endpoint= (an allowed S3-compatible endpoint); for Amazon S3 itself leave the query out (the region comes from AWS_REGION)")
 	}
 	if !q.Has("use_path_style") {
-		return errs.Invalid(field, "endpoint= needs use_path_style=true, so that requests go to the allowed host itself")
+		return "", errs.Invalid(field, "endpoint= needs use_path_style=true, so that requests go to the allowed host itself")
 	}
 	ep, err := ParseExportEndpoint(q.Get("endpoint"))
 	if err != nil {
-		return errs.Invalid(field, "endpoint %v", err)
+		return "", errs.Invalid(field, "endpoint %v", err)
 	}
-	if !slices.Contains(r.exportEndpoints, ep) {
-		return errs.Invalid(field, "endpoint %s is not one this registry may export to; %s", ep, ask)
+	at := slices.IndexFunc(r.exportEndpoints, func(e ExportEndpoint) bool { return e.URL == ep })
+	if at < 0 {
+		return "", errs.Invalid(field, "endpoint %s is not one this registry may export to; %s", ep, ask)
 	}
-	return nil
+	allowed := r.exportEndpoints[at]
+	switch {
+	case q.Get("anonymous") == "true":
+		// Unsigned, as asked.
+	case allowed.Profile == "" && q.Has("anonymous"):
+		return "", errs.Invalid(field, "endpoint %s has no credentials on this registry, so exports to it are unsigned: drop anonymous=false, "+
+			"or ask the registry's operator to give it credentials (-export-endpoints / LOOM_REGISTRY_EXPORT_ENDPOINTS: %s;profile=NAME)", ep, ep)
+	case allowed.Profile == "":
+		q.Set("anonymous", "true")
+	default:
+		q.Del("anonymous")
+		q.Set("profile", allowed.Profile)
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), nil
 }

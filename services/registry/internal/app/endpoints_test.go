@@ -67,7 +67,7 @@ func TestCheckDestinationQuery(t *testing.T) {
 	}
 	refused := func(reg *Registry, dst, says string) {
 		t.Helper()
-		err := reg.checkDestination(field, dst)
+		_, err := reg.checkDestination(field, dst)
 		var inv *errs.InvalidError
 		if !errors.As(err, &inv) || inv.Violations[0].Field != field || !strings.Contains(err.Error(), says) {
 			t.Errorf("checkDestination(%q) = %v; want InvalidArgument on %s saying %q", dst, err, field, says)
@@ -78,11 +78,10 @@ func TestCheckDestinationQuery(t *testing.T) {
 	for _, dst := range []string{
 		ok,
 		ok + "&region=us-east-1&anonymous=true",
-		ok + "&anonymous=false",
 		"s3://models/exp?endpoint=HTTPS://MINIO.EXAMPLE:9443&use_path_style=true&region=eu-west-1",
 		"s3://models/exp/deep/prefix?use_path_style=true&endpoint=https://minio.example:9443",
 	} {
-		if err := r.checkDestination(field, dst); err != nil {
+		if _, err := r.checkDestination(field, dst); err != nil {
 			t.Errorf("checkDestination(%q) = %v; want it allowed", dst, err)
 		}
 	}
@@ -105,6 +104,7 @@ func TestCheckDestinationQuery(t *testing.T) {
 		{ok + "&prefix=other/", `parameter "prefix" is not allowed`},
 		{ok + "&region=us-east-1.evil.com", "parameter region must be a region name"},
 		{ok + "&anonymous=1", "parameter anonymous must be true or false"},
+		{ok + "&anonymous=false", "endpoint http://127.0.0.1:9000 has no credentials on this registry, so exports to it are unsigned: drop anonymous=false, or ask the registry's operator to give it credentials (-export-endpoints / LOOM_REGISTRY_EXPORT_ENDPOINTS: http://127.0.0.1:9000;profile=NAME)"},
 		{ok + ";x=1", "query does not parse"},
 		{"s3://models/exp?region=us-east-1", "a query needs endpoint="},
 		{"gs://models/exp?endpoint=http://127.0.0.1:9000", "only an s3:// destination may carry a query"},
@@ -113,5 +113,73 @@ func TestCheckDestinationQuery(t *testing.T) {
 		{"s3://models/exp#frag", "must not hold NUL or '#'"},
 	} {
 		refused(r, tc.dst, tc.says)
+	}
+}
+
+// TestParseExportEndpointEntry: an allow-list item is an endpoint, alone
+// (no credentials: its exports are unsigned) or with ;profile=NAME (the
+// shared-config profile that signs them); anything else after the
+// endpoint, a bad profile name or one endpoint listed twice with other
+// credentials is refused, saying the form.
+func TestParseExportEndpointEntry(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]ExportEndpoint{
+		"http://127.0.0.1:9000":                      {URL: "http://127.0.0.1:9000"},
+		"HTTPS://MinIO.Example:443;profile=minio-rw": {URL: "https://minio.example:443", Profile: "minio-rw"},
+		"https://ceph:7480;profile=team_a.export":    {URL: "https://ceph:7480", Profile: "team_a.export"},
+	} {
+		got, err := ParseExportEndpointEntry(in)
+		if err != nil || got != want {
+			t.Errorf("ParseExportEndpointEntry(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+	for in, says := range map[string]string{
+		"http://a:1;":                                   "only ;profile=NAME may follow",
+		"http://a:1;anonymous":                          "only ;profile=NAME may follow",
+		"http://a:1;credentials=/etc/x":                 "only ;profile=NAME may follow",
+		"http://a:1;profile=a;profile=b":                "only ;profile=NAME may follow",
+		"http://a:1;profile=":                           `profile "" of http://a:1 must be`,
+		"http://a:1;profile=a b":                        `profile "a b" of http://a:1 must be`,
+		"http://a:1;profile=[default]":                  "must be 1 to 64 letters",
+		"a:1;profile=x":                                 "scheme://host:port",
+		"http://a:1/p;profile=x":                        "scheme://host:port",
+		"http://a:1;profile=" + strings.Repeat("p", 65): "must be 1 to 64 letters",
+	} {
+		if got, err := ParseExportEndpointEntry(in); err == nil || !strings.Contains(err.Error(), says) {
+			t.Errorf("ParseExportEndpointEntry(%q) = %+v, %v; want a refusal saying %q", in, got, err, says)
+		}
+	}
+	if _, err := ParseExportEndpoints([]string{"http://a:1;profile=x", "HTTP://A:1"}); err == nil || !strings.Contains(err.Error(), "item 2: http://a:1 is also item 1, with other credentials") {
+		t.Errorf("one endpoint twice with other credentials = %v; want it refused", err)
+	}
+	if eps, err := ParseExportEndpoints([]string{"http://a:1", "http://a:1"}); err != nil || len(eps) != 2 {
+		t.Errorf("one endpoint twice alike = %v, %v; want it taken", eps, err)
+	}
+}
+
+// TestDestinationCredentials: the URL the registry opens for a destination
+// at an allowed endpoint carries that endpoint's credentials and nothing
+// of its own: anonymous=true where the operator gave none, the operator's
+// profile= where it gave one (the caller's anonymous=true still wins), and
+// a destination without a query is opened as it is.
+func TestDestinationCredentials(t *testing.T) {
+	t.Parallel()
+	const field = "output_config.artifact_destination.output_uri_prefix"
+	r := &Registry{}
+	if err := r.SetExportEndpoints([]string{"http://127.0.0.1:9000", "https://minio.example:9443;profile=minio-export"}); err != nil {
+		t.Fatal(err)
+	}
+	for dst, want := range map[string]string{
+		"s3://m/exp?endpoint=http://127.0.0.1:9000&use_path_style=true":                       "s3://m/exp?anonymous=true&endpoint=http%3A%2F%2F127.0.0.1%3A9000&use_path_style=true",
+		"s3://m/exp?endpoint=http://127.0.0.1:9000&use_path_style=true&anonymous=true":        "s3://m/exp?anonymous=true&endpoint=http%3A%2F%2F127.0.0.1%3A9000&use_path_style=true",
+		"s3://m/exp?endpoint=https://minio.example:9443&use_path_style=true&region=eu-west-1": "s3://m/exp?endpoint=https%3A%2F%2Fminio.example%3A9443&profile=minio-export&region=eu-west-1&use_path_style=true",
+		"s3://m/exp?endpoint=https://minio.example:9443&use_path_style=true&anonymous=false":  "s3://m/exp?endpoint=https%3A%2F%2Fminio.example%3A9443&profile=minio-export&use_path_style=true",
+		"s3://m/exp?endpoint=https://minio.example:9443&use_path_style=true&anonymous=true":   "s3://m/exp?anonymous=true&endpoint=https%3A%2F%2Fminio.example%3A9443&use_path_style=true",
+		"s3://m/exp": "s3://m/exp",
+	} {
+		got, err := r.checkDestination(field, dst)
+		if err != nil || got != want {
+			t.Errorf("checkDestination(%q) = %q, %v; want %q", dst, got, err, want)
+		}
 	}
 }

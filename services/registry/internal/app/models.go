@@ -379,7 +379,8 @@ func (r *Registry) export(ctx context.Context, req *loomv1.ExportModelRequest) (
 		return nil, "", err
 	}
 	dst := req.GetOutputConfig().GetArtifactDestination().GetOutputUriPrefix()
-	if err := r.checkDestination(field, dst); err != nil {
+	openURL, err := r.checkDestination(field, dst)
+	if err != nil {
 		return nil, "", err
 	}
 	r.mu.RLock()
@@ -393,7 +394,7 @@ func (r *Registry) export(ctx context.Context, req *loomv1.ExportModelRequest) (
 		return nil, "", fmt.Errorf("open artifacts %s: %w", v.GetArtifactUri(), err)
 	}
 	defer src.Close()
-	out, err := blobstore.Open(ctx, dst)
+	out, err := blobstore.Open(ctx, openURL)
 	if err != nil {
 		return nil, "", fmt.Errorf("open destination %s: %w", dst, err)
 	}
@@ -403,39 +404,47 @@ func (r *Registry) export(ctx context.Context, req *loomv1.ExportModelRequest) (
 		return nil, "", fmt.Errorf("export %s to %s: %w", v.GetName(), dst, err)
 	}
 	r.log.Info("model version exported", "version", v.GetName(), "destination", dst, "copied", res.Copied, "skipped", res.Skipped)
+	answered := out.URL()
+	if openURL != dst {
+		// The caller's own form: the credentials added are the
+		// operator's business.
+		answered = dst
+	}
 	return &loomv1.ExportModelResponse{
-		Destination: out.URL(), Copied: int32(res.Copied), Skipped: int32(res.Skipped),
+		Destination: answered, Copied: int32(res.Copied), Skipped: int32(res.Skipped),
 		Bytes: res.Bytes, Objects: int32(len(res.Objects)),
 	}, v.GetName(), nil
 }
 
 // checkDestination checks an export destination: bounded, a local one
 // (file:// or an absolute path) under the export root, and one with a query
-// only as checkDestinationQuery allows.
-func (r *Registry) checkDestination(field, dst string) error {
+// only as checkDestinationQuery allows. It returns the URL to open, which
+// for a destination with a query carries the endpoint's credentials
+// (checkDestinationQuery); otherwise dst itself.
+func (r *Registry) checkDestination(field, dst string) (string, error) {
 	switch {
 	case dst == "":
-		return errs.Invalid(field, "required: where to copy the artifacts (file:///dir, s3://bucket/prefix, gs://…, azblob://…)")
+		return "", errs.Invalid(field, "required: where to copy the artifacts (file:///dir, s3://bucket/prefix, gs://…, azblob://…)")
 	case len(dst) > MaxExportURI:
-		return errs.Invalid(field, "%d bytes, more than the limit of %d", len(dst), MaxExportURI)
+		return "", errs.Invalid(field, "%d bytes, more than the limit of %d", len(dst), MaxExportURI)
 	case strings.ContainsAny(dst, "\x00#"):
-		return errs.Invalid(field, "must not hold NUL or '#'")
+		return "", errs.Invalid(field, "must not hold NUL or '#'")
 	case strings.Contains(dst, "?"):
 		return r.checkDestinationQuery(field, dst)
 	}
 	p, isFile := strings.CutPrefix(dst, "file://")
 	if !isFile && strings.Contains(dst, "://") {
-		return nil // an object store: the bucket's own permissions apply
+		return dst, nil // an object store: the bucket's own permissions apply
 	}
 	if !filepath.IsAbs(p) {
-		return errs.Invalid(field, "%q is neither a URL nor an absolute path", dst)
+		return "", errs.Invalid(field, "%q is neither a URL nor an absolute path", dst)
 	}
 	if r.exportRoot == "" {
-		return errs.Invalid(field, "local destinations are turned off on this registry (-export-root / LOOM_REGISTRY_EXPORT_ROOT); export to an object store")
+		return "", errs.Invalid(field, "local destinations are turned off on this registry (-export-root / LOOM_REGISTRY_EXPORT_ROOT); export to an object store")
 	}
 	rel, err := filepath.Rel(r.exportRoot, filepath.Clean(p))
 	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") || strings.Contains(p, "/../") || strings.HasSuffix(p, "/..") {
-		return errs.Invalid(field, "%q is outside the export root %s", dst, r.exportRoot)
+		return "", errs.Invalid(field, "%q is outside the export root %s", dst, r.exportRoot)
 	}
-	return nil
+	return dst, nil
 }

@@ -767,7 +767,16 @@ func TestAdminDrainAndNodeViews(t *testing.T) {
 	idle := map[string]string{"a3-0001": "a3-0002", "a3-0002": "a3-0001"}[busy]
 	asked := h.now.Add(-time.Minute) // the gateway's clock when it took the request
 	h.do(&eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: busy, State: "DRAIN", Reason: "bad fan", User: "ops", Time: timestamppb.New(asked)})
-	h.do(&eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: idle, State: "DRAIN", Reason: "maintenance"})
+	c := h.do(&eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: idle, State: "DRAIN", Reason: "maintenance"})
+	// The drain is said on the job events (the gateway's change feed lists
+	// the Slurm nodes again on it); the same drain again changes nothing
+	// and says nothing.
+	if n := slurmNodeChanges(c); len(n) != 1 || n[0].GetHostname() != idle || n[0].GetCluster() != cl || n[0].GetState() != "DRAIN" {
+		t.Fatalf("a drain emitted SlurmNodeChanged %v, want one for %s", n, idle)
+	}
+	if again, err := h.s.Handle(h.now, &eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: idle, State: "DRAIN", Reason: "maintenance"}); err != nil || len(slurmNodeChanges(again)) != 0 {
+		t.Fatalf("the same drain again: %v, emitting %v", err, slurmNodeChanges(again))
+	}
 	states := map[string]*loomv1.SlurmNode{}
 	for _, n := range views.SlurmNodes(h.s, cl) {
 		states[n.GetHostname()] = n
@@ -787,7 +796,9 @@ func TestAdminDrainAndNodeViews(t *testing.T) {
 	h.wantState(1, loomv1.JobState_RUNNING, "") // drained, not killed
 	h.submitJob(job(2, 1, 1))
 	h.wantState(2, loomv1.JobState_PENDING, ReasonReqNodeNotAvail)
-	h.do(&eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: idle, State: "RESUME"})
+	if n := slurmNodeChanges(h.do(&eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: idle, State: "RESUME"})); len(n) != 1 || n[0].GetState() != "RESUME" {
+		t.Fatalf("a resume emitted SlurmNodeChanged %v, want one", n)
+	}
 	h.wantState(2, loomv1.JobState_RUNNING, "")
 	for _, n := range views.SlurmNodes(h.s, cl) {
 		if n.GetHostname() == idle && (n.GetReason() != "" || n.GetReasonUser() != "" || n.GetReasonTime() != nil) {
@@ -1014,4 +1025,15 @@ func TestGateIdle(t *testing.T) {
 		t.Errorf("with a QOS cap and no backfill: QOS gate idle %v, FIFO gate idle %v; want both false",
 			idleQOSLimit(p2), idleFIFO(p2))
 	}
+}
+
+// slurmNodeChanges are the SlurmNodeChanged events c emits.
+func slurmNodeChanges(c *Change) []*eventsv1.SlurmNodeChanged {
+	var out []*eventsv1.SlurmNodeChanged
+	for _, e := range c.Emits {
+		if p, ok := e.Payload.(*eventsv1.SlurmNodeChanged); ok {
+			out = append(out, p)
+		}
+	}
+	return out
 }

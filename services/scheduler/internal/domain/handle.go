@@ -584,6 +584,9 @@ func (t *txn) updateSlurmNode(ev *eventsv1.UpdateSlurmNode) error {
 		}
 	}
 	t.dirty[n.Cluster] = true
+	// No other event says so: the gateway's change feed lists the Slurm
+	// nodes again on it (WatchChanges' slurmNodes).
+	t.emit(n.Cluster, name, &eventsv1.SlurmNodeChanged{Cluster: n.Cluster, Hostname: ev.GetHostname(), State: state})
 	return nil
 }
 

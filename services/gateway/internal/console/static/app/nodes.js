@@ -1,6 +1,6 @@
 // Nodes: each node's state, GPU health and remediation step (health
 // service) and its Slurm state and reason, for one cluster or all, live
-// from the watch stream of clusters, nodes and node health.
+// from the watch stream of clusters, nodes, node health and Slurm nodes.
 import {h, fill, table, badge, notice, ago, short, link} from './dom.js';
 import * as api from './api.js';
 
@@ -10,7 +10,7 @@ export async function nodesPage(ctx, only) {
   const status = h('div', {class: 'status'});
   const body = h('div');
   fill(ctx.main, h('h1', null, only ? 'Nodes of ' + only : 'Nodes'), status, body);
-  api.live(['clusters', 'nodes', 'nodeHealth'], async () => {
+  api.live(['clusters', 'nodes', 'nodeHealth', 'slurmNodes'], async () => {
     let clusters = await api.list('/v1/' + api.p() + '/clusters', 'clusters', ctx.signal);
     if (only) clusters = clusters.filter(c => short(c.name) === only);
     const rows = [];
