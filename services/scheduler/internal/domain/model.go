@@ -155,8 +155,8 @@ type Run struct {
 	rate  float64
 	live  bool
 	limit int64
-	// victim mirrors, with live, what the preemption stage reads of the
-	// job (mirrorVictim).
+	// victim is what the preemption stage reads of the job (victimIn):
+	// its version set with live, the rest by writers' passes.
 	victim victimIn
 }
 

@@ -9,37 +9,59 @@ import (
 // lowest priority first. A pass lists them once per kind of preemptor (QOS
 // and partition) from every run of the cluster (25,735 in the cycle
 // benchmark), and a preemptor usually takes the first thousand or so. So the
-// list costs little per run: what it reads of each run's job is mirrored on
-// the run when the job is committed (victimIn), not looked up and computed
-// again each pass; and it is put in order only as far as the preemptors read
-// it (victimList), not sorted whole.
+// list costs little per run: what it reads of each run's job is kept on the
+// run (victimIn), not looked up by name and computed again each pass; and it
+// is put in order only as far as the preemptors read it (victimList), not
+// sorted whole.
 
-// victimIn is what the preemption stage reads of a live run's job: its
-// version in the state, its number, its partition and the inputs of its
-// priority. mirrorJob sets it with live, from the same version of the job;
-// only a run of the state whose job the change does not edit reads it (the
-// fresh runs of eachClusterRun, as live).
+// victimIn is what the preemption stage reads of a live run's job. mirrorJob
+// sets job, the job's version in the state, with live (nil when not live); a
+// writer's pass fills in the rest from that version the first time it lists
+// the run (fillVictim), and again only once the version or the state changed
+// (of and s say what they came from). Only a run of the state whose job the
+// change does not edit reads it (the fresh runs of eachClusterRun, as live).
+// Commit writes job, writers' passes the rest: readers never look at it.
 type victimIn struct {
-	job  *Job
-	num  int64  // jobNumber(job)
-	part string // the job's partition ("" the default)
+	job *Job
+	// What fillVictim took from job, of, in the state s (a snapshot's
+	// records may be loaded into more than one).
+	of   *Job
+	s    *State
+	num  int64  // jobNumber(of)
+	part string // its partition ("" the default)
 	// in is what sum reads of the job (its partition index left to the
-	// pass). It is exact across passes: the job's protobuf is never
-	// mutated, the QOS table is the state's, and an interned association
-	// keeps its id; one not interned marks it slow (sum must look again).
+	// pass). It holds across passes: the job's protobuf is never mutated,
+	// the QOS table is the state's, and an interned association keeps its
+	// id; one not interned marks it slow (sum must look again).
 	in prioIn
 }
 
-// mirrorVictim sets r.victim from j, r's job in the state (r.live says
-// whether r runs j's current attempt; nothing is kept otherwise).
+// mirrorVictim sets what r.victim says of r's job in the state, j (r.live
+// says whether r runs j's current attempt).
 func (s *State) mirrorVictim(r *Run, j *Job) {
 	if !r.live {
-		r.victim = victimIn{}
-		return
+		j = nil
 	}
+	r.victim.job = j
+}
+
+// fillVictim returns what r.victim says of r's job, filled in from
+// r.victim.job in the state s when it was not yet; in place when keep (a
+// writer's pass), else in a copy.
+func (s *State) fillVictim(r *Run, keep bool) *victimIn {
+	m := &r.victim
+	if m.of == m.job && m.s == s {
+		return m
+	}
+	if !keep {
+		c := *m
+		m = &c
+	}
+	j := m.job
 	var a jobAttrs
 	s.prioAttrs(j, &a)
-	r.victim = victimIn{job: j, num: jobNumber(j), part: j.Job.GetPartition(), in: prioInOf(&a, -1)}
+	m.of, m.s, m.num, m.part, m.in = j, s, jobNumber(j), j.Job.GetPartition(), prioInOf(&a, -1)
+	return m
 }
 
 // victim is a running job's run that a preemptor may requeue.
@@ -186,11 +208,11 @@ func (p *pass) victims(qos string, qi int32, pi int) *victimList {
 		if fresh && r.key != "" {
 			// A run of the state whose job the change did not edit:
 			// what liveRuns would pass says the run itself (live), and
-			// its job's fields are mirrored on it (victimIn).
+			// its job's fields are kept on it (victimIn).
 			if !r.live {
 				return
 			}
-			m := &r.victim
+			m := t.s.fillVictim(r, t.scratch != nil)
 			v.id = -m.num
 			if p.prio != nil {
 				in := m.in

@@ -5,6 +5,12 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 )
@@ -59,11 +65,11 @@ func TestVictimListOrderAsSort(t *testing.T) {
 	}
 }
 
-// TestVictimsAsComputedFromJobs: the victims a pass lists from the runs'
-// mirrored job fields (victimIn) have the priority and number their jobs
+// TestVictimsAsComputedFromJobs: the victims a pass lists from the job
+// fields kept on the runs (victimIn) have the priority and number their jobs
 // give when computed from the jobs themselves, and are every live run the
-// preemptor may take; after a Commit that ends some runs and starts others,
-// the mirrors follow.
+// preemptor may take; after a Commit that edits a running job, and one
+// that ends some runs and starts others, they follow.
 func TestVictimsAsComputedFromJobs(t *testing.T) {
 	t.Parallel()
 	base, now := benchCluster(60, 300, 0.9, 7)
@@ -105,6 +111,29 @@ func TestVictimsAsComputedFromJobs(t *testing.T) {
 		}
 	}
 	check("loaded")
+	// A new version of a running job (the state's records are never
+	// edited in place): its victim fields come from the new version.
+	var edited *Job
+	for _, r := range s.byCluster[cl].active {
+		if r.live {
+			edited = s.jobs[r.Job]
+			break
+		}
+	}
+	nv := *edited
+	nv.Job = proto.Clone(edited.Job).(*loomv1.Job)
+	nv.Job.JobId, nv.Job.SubmitTime = "99999", timestamppb.New(now.Add(-40*24*time.Hour))
+	s.Commit(&Change{Jobs: map[string]*Job{edited.Name(): &nv}})
+	if r := s.runs[RunKey(edited.Name(), edited.Attempt)]; r.victim.job != &nv {
+		t.Fatalf("the run of the edited job mirrors %p, want the new version %p", r.victim.job, &nv)
+	}
+	check("a job edited")
+	// A reader's look fills in a copy and leaves the run as it was.
+	r := s.runs[RunKey(edited.Name(), edited.Attempt)]
+	r.victim.of = nil
+	if m := s.fillVictim(r, false); m == &r.victim || m.num != 99999 || r.victim.of != nil {
+		t.Fatalf("a reader's fill: %+v, the run's %+v", m, r.victim)
+	}
 	// A later clock (ages move) and a pass committed: runs end, jobs start.
 	now = now.Add(90 * 60e9)
 	s.Commit(s.Tick(now))
