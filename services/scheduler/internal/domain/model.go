@@ -155,6 +155,9 @@ type Run struct {
 	rate  float64
 	live  bool
 	limit int64
+	// victim is what the preemption stage reads of the job (victimIn):
+	// its version set with live, the rest by writers' passes.
+	victim victimIn
 }
 
 // RunKey returns the record key of a job's attempt (jobstore.RunKey).
@@ -208,7 +211,7 @@ func (r *Run) rank(node string) int {
 
 func (r *Run) clone() *Run {
 	c := *r
-	c.assoc, c.key, c.gpuN, c.gpu0, c.rate, c.live, c.limit = nil, "", 0, 0, 0, false, 0
+	c.assoc, c.key, c.gpuN, c.gpu0, c.rate, c.live, c.limit, c.victim = nil, "", 0, 0, 0, false, 0, victimIn{}
 	c.Nodes = append([]string(nil), r.Nodes...)
 	c.Hostnames = append([]string(nil), r.Hostnames...)
 	c.CPUs = append([]int32(nil), r.CPUs...)

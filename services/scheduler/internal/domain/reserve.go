@@ -277,117 +277,6 @@ func (p *pass) mayPreempt(qos int32, pi int) bool {
 	return false
 }
 
-// victim is a running job's run that a preemptor may requeue.
-type victim struct {
-	run  *Run
-	prio int64
-	id   int64 // −job number: among equals, the newest job goes first
-}
-
-// victimKey identifies the preemptors that may requeue the same runs: a QOS
-// (its table index, -1 unknown) and a partition.
-type victimKey struct{ qos, part int32 }
-
-// victims returns the runs a job of QOS qos in partition pi may preempt,
-// lowest priority first (fewest nodes, then newest, among equals), built
-// once per pass: preemptors of one kind share one sort of the running jobs.
-// Whether a run is still free to take (not already being preempted) is for
-// the caller to check against the pass's current version of it.
-func (p *pass) victims(qos string, qi int32, pi int) []victim {
-	key := victimKey{qi, int32(pi)}
-	if vs, ok := p.victimCache[key]; ok {
-		return vs
-	}
-	var vs []victim
-	t := p.t
-	t.eachClusterRun(p.name, func(r *Run, fresh bool) {
-		if r.PreemptBy != "" || !p.canPreemptRun(qos, pi, r) {
-			return
-		}
-		// What liveRuns would pass: a run whose job runs this attempt. A
-		// run of the state whose job the change did not edit says so
-		// itself (mirrorJob), and its job is the state's version.
-		var vj *Job
-		if fresh && r.key != "" {
-			if !r.live {
-				return
-			}
-			vj = t.s.jobs[r.Job]
-		} else if vj = t.job(r.Job); r.Ended() || vj == nil || !vj.Running() || vj.Attempt != r.Attempt {
-			return
-		}
-		v := victim{run: r, id: -jobNumber(vj)}
-		if p.prio != nil {
-			v.prio = p.victimPriority(r, vj, fresh && r.key != "")
-		}
-		vs = append(vs, v)
-	})
-	// The comparison ends on the run's key, unique among runs: a total
-	// order, so any sort gives the one result a stable sort gave.
-	slices.SortFunc(vs, func(a, b victim) int {
-		switch {
-		case a.prio != b.prio:
-			return cmpInt(a.prio, b.prio)
-		case len(a.run.Nodes) != len(b.run.Nodes):
-			return len(a.run.Nodes) - len(b.run.Nodes)
-		case a.id != b.id:
-			return cmpInt(a.id, b.id)
-		}
-		return strings.Compare(a.run.Key(), b.run.Key())
-	})
-	if p.victimCache == nil {
-		p.victimCache = map[victimKey][]victim{}
-	}
-	p.victimCache[key] = vs
-	return vs
-}
-
-// victimPriority is the priority of vj, the job of running run r, in its
-// partition. Preemptors of several kinds each list the victims; the
-// priority of a state's run whose job the change did not edit (stored:
-// both are the state's, unchanged in the pass) is computed once a pass.
-func (p *pass) victimPriority(r *Run, vj *Job, stored bool) int64 {
-	if stored {
-		if v, ok := p.victimPrio[r]; ok {
-			return v
-		}
-	}
-	_, vpi := p.cluster.Partition(vj.Job.GetPartition())
-	var a jobAttrs
-	p.t.s.prioAttrs(vj, &a)
-	v := p.prio.sum(&a, vpi)
-	if stored {
-		if p.victimPrio == nil {
-			p.victimPrio = map[*Run]int64{}
-		}
-		p.victimPrio[r] = v
-	}
-	return v
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-// canPreemptRun reports whether a job of QOS qos in partition pi may preempt run r.
-func (p *pass) canPreemptRun(qos string, pi int, r *Run) bool {
-	if p.t.s.cfg.canPreemptQOS(qos, r.QOS) {
-		return true
-	}
-	for _, pt := range p.parts {
-		if pt.Name == r.Partition {
-			return p.parts[pi].Tier > pt.Tier
-		}
-	}
-	return false
-}
-
 // preempting returns, per preemptor, the runs already being preempted for
 // it (built once per pass, kept current by preempt).
 func (p *pass) preempting() map[string][]*Run {
@@ -482,7 +371,12 @@ func (p *pass) preempt(j *Job, a *jobAttrs, r *place.Request, sc *place.Shape) (
 		return 0, true
 	}
 	var chosen []*Run
-	for _, v := range p.victims(j.Job.GetQos(), a.qos, pi) {
+	vl := p.victims(j.Job.GetQos(), a.qos, pi)
+	for k := 0; ; k++ {
+		v, ok := vl.at(k)
+		if !ok {
+			break
+		}
 		rn := p.current(v.run)
 		if rn.PreemptBy != "" || rn.Ended() {
 			continue

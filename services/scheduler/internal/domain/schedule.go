@@ -74,7 +74,7 @@ type pass struct {
 	viewAt       map[string]int32
 	hbuf         []holding
 	// victimCache and preemptFor: lazy preemption indexes (see victims, preempting).
-	victimCache map[victimKey][]victim
+	victimCache map[victimKey]*victimList
 	victimPrio  map[*Run]int64
 	preemptFor  map[string][]*Run
 	preempts    int

@@ -540,6 +540,7 @@ func (s *State) mirrorJob(r *Run) {
 	if j != nil {
 		r.limit = j.Job.GetTimeLimitSeconds()
 	}
+	s.mirrorVictim(r, j)
 }
 
 // account adds (sign 1) or removes (sign -1) what r holds to the per-node
