@@ -550,9 +550,10 @@ func (p *pass) reorder(out []queued, pend []*pendEntry, keys []rankID) ([]queued
 		// entries (out) or the pending entries (pend): a walk of 2.4 MB
 		// where the two are tens.
 		tiers := p.prio.tierRanks(p.parts)
+		steps := sc.ageStepsOf(p.prio.cfg)
 		for i := range sc.prioIns {
 			in := &sc.prioIns[i]
-			prio, ok := p.prio.sumIn(in)
+			prio, ok := p.prio.sumIn(in, steps)
 			if !ok {
 				prio = p.prio.sum(&pend[i].jobAttrs, int(in.part))
 			}

@@ -56,6 +56,10 @@ type scratch struct {
 	changed []uint64
 	moved   []movedJob
 	src     []int32
+	// ageSteps: the steps of the weighted age factor (see ageSteps), for
+	// the weight and MaxAge in ageStepsKey (zero: none made yet).
+	ageSteps    []int64
+	ageStepsKey ageStepsKey
 	// prios: per entry of queued, its priority (as ranks holds its rank).
 	prios []int64
 	// prioIns: per entry of queued, what its priority is computed from,
