@@ -508,10 +508,17 @@ func (p *prioCtx) sumIn(in *prioIn, steps []int64) (int64, bool) {
 		v += p.fsDefault
 	}
 	if part := int(in.part); part >= 0 && part < len(p.partGPUs) {
-		if sz := p.sizeW[part]; in.gpus > 0 && in.gpus <= sizeGPUs && sz != nil {
+		switch sz := p.sizeW[part]; {
+		case in.gpus > 0 && in.gpus <= sizeGPUs && sz != nil:
 			v += sz[in.gpus]
-		} else if in.gpus > 0 || p.partNodes[part] > 0 {
-			return 0, false
+		case in.gpus > 0 && p.partGPUs[part] > 0:
+			// Past the table (a job of more than sizeGPUs GPUs): priority's
+			// expression, from the same numbers.
+			v += roundHalfAway(float64(p.cfg.Weights.JobSize) * min(float64(in.gpus)/float64(p.partGPUs[part]), 1))
+		case in.gpus > 0:
+			// A partition without GPUs: priority's size factor is 0.
+		case p.partNodes[part] > 0:
+			return 0, false // by nodes: sum reads the entry
 		}
 		v += p.partW[part]
 	}
