@@ -43,8 +43,9 @@ type scratch struct {
 	radix  []keyed
 	views  []place.NodeView
 	held   [][]*Run
-	// perm is the last radix-sorted queue's order (indexes into its
-	// unsorted keys), which the next pass reuses while it still holds.
+	// perm is the last ordered queue's order (indexes into its unsorted
+	// keys), which the next pass reuses while it still holds (sorted is
+	// that queue in that order).
 	perm []int32
 	// sortedAlt and permAlt: the buffers a mended order is written to, so
 	// the last one is whole as it is read (see pass.mend); swapped with
