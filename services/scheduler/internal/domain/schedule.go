@@ -383,8 +383,11 @@ func (p *pass) order(pend []*pendEntry) []queued {
 		p.prio = p.t.newPrioCtx(p.name, p.cluster, p.views, pend)
 	}
 	// The order keys are also copied apart, as the entries are built: the
-	// mend of the previous order (reuseOrder) compares them all over.
+	// mend of the previous order (reuseOrder) compares them all over, and
+	// a reorder of this queue compares its new keys and priorities with
+	// these (see reorder).
 	var keys []rankID
+	var prios []int64
 	if sc != nil {
 		if cap(sc.ranks) < len(pend) {
 			sc.ranks = make([]rankID, len(pend))
@@ -399,6 +402,10 @@ func (p *pass) order(pend []*pendEntry) []queued {
 	}
 	if sc != nil {
 		sc.queue = queueKey{}
+		if cap(sc.prios) < len(pend) {
+			sc.prios = make([]int64, len(pend))
+		}
+		prios = sc.prios[:len(pend)]
 	}
 	// The priority inputs are copied apart too when a later pass may
 	// reorder this queue (see reorder): 24 bytes a job to read again
@@ -415,7 +422,7 @@ func (p *pass) order(pend []*pendEntry) []queued {
 	for i, e := range pend {
 		out[i] = p.queued(e)
 		if keys != nil {
-			keys[i] = rankID{out[i].rank, out[i].id}
+			keys[i], prios[i] = rankID{out[i].rank, out[i].id}, out[i].prio
 		}
 		if ins != nil {
 			ins[i] = prioInOf(&e.jobAttrs, out[i].part)
@@ -527,8 +534,9 @@ func (p *pass) reorder(out []queued, pend []*pendEntry, keys []rankID) ([]queued
 		sc.prios = make([]int64, n)
 	}
 	prios := sc.prios[:n]
-	// changed marks the jobs whose rank is not the last pass's (keys still
-	// holds the last pass's as each is replaced).
+	// changed marks the jobs whose rank or priority is not the last
+	// pass's (keys and prios still hold the last pass's as each is
+	// replaced): every job left unmarked keeps its entry as it is.
 	words := (n + 63) / 64
 	if cap(sc.changed) < words {
 		sc.changed = make([]uint64, words)
@@ -536,8 +544,8 @@ func (p *pass) reorder(out []queued, pend []*pendEntry, keys []rankID) ([]queued
 	changed := sc.changed[:words]
 	clear(changed)
 	m := 0
-	mark := func(i int, rank int64) {
-		if rank != keys[i].rank {
+	mark := func(i int, rank, prio int64) {
+		if rank != keys[i].rank || prio != prios[i] {
 			changed[i>>6] |= 1 << (i & 63)
 			m++
 		}
@@ -561,7 +569,7 @@ func (p *pass) reorder(out []queued, pend []*pendEntry, keys []rankID) ([]queued
 			if in.part >= 0 {
 				rank = -(tiers[in.part] | prio)
 			}
-			mark(i, rank)
+			mark(i, rank, prio)
 			keys[i] = rankID{rank, keys[i].id}
 			prios[i] = prio
 		}
@@ -575,13 +583,13 @@ func (p *pass) reorder(out []queued, pend []*pendEntry, keys []rankID) ([]queued
 			}
 			q.prio = p.prio.sum(&e.jobAttrs, int(q.part))
 			q.rank = -(int64(tier)<<40 | q.prio)
-			mark(i, q.rank)
+			mark(i, q.rank, q.prio)
 			keys[i] = rankID{q.rank, q.id}
 			prios[i] = q.prio
 		}
 	} else {
 		for i := range out {
-			mark(i, out[i].rank)
+			mark(i, out[i].rank, out[i].prio)
 			keys[i] = rankID{out[i].rank, out[i].id}
 			prios[i] = out[i].prio
 		}
@@ -589,8 +597,8 @@ func (p *pass) reorder(out []queued, pend []*pendEntry, keys []rankID) ([]queued
 	var sorted []queued
 	switch {
 	case len(sc.perm) == n && m == 0:
-		// No rank changed: the last order and its queue stand, ranks and
-		// priorities included (a rank is its tier and priority).
+		// No job marked: the last order and its queue stand, ranks and
+		// priorities included.
 		sorted, p.at = sc.sorted[:n], sc.perm
 	case len(sc.perm) == n && m <= n/2 && p.mend(keys, prios, changed):
 		sorted = sc.sorted[:n]
