@@ -242,6 +242,87 @@ func TestReuseOrder(t *testing.T) {
 	}
 }
 
+// TestMendOrder: the last order mended for the jobs whose keys changed
+// (single jobs a step or two, whole users' jobs alike as fair share moves
+// them, many at once) is exactly what a sort gives, and ties are refused.
+func TestMendOrder(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(7, 8))
+	const n, users = 3000, 40
+	out := make([]queued, n)
+	for i := range out { // distinct ids, not in the order of out
+		out[i] = queued{rank: -rng.Int64N(400), id: int64(i+1)*3 + int64(rng.IntN(3))}
+	}
+	rng.Shuffle(n, func(a, b int) { out[a], out[b] = out[b], out[a] })
+	sc := &scratch{}
+	if _, ok := radixOrder(slices.Clone(out), sc); !ok {
+		t.Fatal("radix order failed")
+	}
+	changed := make([]uint64, (n+63)/64)
+	for round := range 300 {
+		clear(changed)
+		mark := func(i int, d int64) {
+			if d != 0 {
+				out[i].rank += d
+				changed[i>>6] |= 1 << (i & 63)
+			}
+		}
+		switch round % 3 {
+		case 0: // a few jobs a step
+			for range 1 + rng.IntN(20) {
+				mark(rng.IntN(n), int64(rng.IntN(5)-2))
+			}
+		case 1: // a few users' jobs alike, and some jobs a step
+			for range 1 + rng.IntN(6) {
+				u, d := rng.IntN(users), int64(rng.IntN(7)-3)
+				for i := range out {
+					if int(out[i].id)%users == u {
+						mark(i, d)
+					}
+				}
+			}
+			for range rng.IntN(50) {
+				mark(rng.IntN(n), -1)
+			}
+		default: // many jobs anywhere
+			for range n / 3 {
+				mark(rng.IntN(n), int64(rng.IntN(41)-20))
+			}
+		}
+		want, ok := radixOrder(slices.Clone(out), &scratch{})
+		if !ok {
+			t.Fatal("radix order failed")
+		}
+		src, ok := mendOrder(ranksOf(out), sc.perm, changed, sc, make([]int32, n))
+		if !ok {
+			t.Fatalf("round %d: distinct keys refused", round)
+		}
+		got := make([]int32, len(src))
+		for w, s := range src {
+			if s < 0 {
+				s = ^s
+			}
+			got[w] = sc.perm[s]
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("round %d: the mended order is not the sorted one", round)
+		}
+		sc.perm = got
+	}
+	// Equal keys: the sort's tie-break decides, not the mend.
+	clear(changed)
+	a, b := sc.perm[10], sc.perm[20]
+	out[a].rank, out[a].id = out[b].rank, out[b].id
+	changed[a>>6] |= 1 << (a & 63)
+	if _, ok := mendOrder(ranksOf(out), sc.perm, changed, sc, make([]int32, n)); ok {
+		t.Error("an order with tied keys (a moved job and one that stayed) was mended")
+	}
+	changed[b>>6] |= 1 << (b & 63)
+	if _, ok := mendOrder(ranksOf(out), sc.perm, changed, sc, make([]int32, n)); ok {
+		t.Error("an order with tied keys (two moved jobs) was mended")
+	}
+}
+
 // ranksOf is the queue's order keys, as order copies them for reuseOrder.
 func ranksOf(out []queued) []rankID {
 	keys := make([]rankID, len(out))

@@ -458,11 +458,14 @@ type prioIn struct {
 	// slow: sumIn cannot tell (an association not interned, a GPU count
 	// past int32): sum must read the entry.
 	slow bool
+	// age is the weighted age factor the last pass found (-1: none yet),
+	// which sumIn checks against the age steps before it reuses it.
+	age int32
 }
 
 // prioInOf copies what sum reads of a, in partition part.
 func prioInOf(a *jobAttrs, part int32) prioIn {
-	in := prioIn{eligible: a.eligible, qos: a.qos, part: part, hold: a.hold}
+	in := prioIn{eligible: a.eligible, qos: a.qos, part: part, hold: a.hold, age: -1}
 	switch {
 	case a.hold:
 	case a.assoc == nil || a.assoc.id < 0 || a.gpus < 0 || a.gpus > math.MaxInt32:
@@ -474,8 +477,12 @@ func prioInOf(a *jobAttrs, part int32) prioIn {
 }
 
 // sumIn is sum from a job's copied inputs, to the bit; false when only sum
-// can tell (the job's size factor not in the tables, or in.slow).
-func (p *prioCtx) sumIn(in *prioIn) (int64, bool) {
+// can tell (the job's size factor not in the tables, or in.slow). With
+// steps (ageSteps of the pass's weight and MaxAge), the weighted age factor
+// is in.age when the job's age is still between that value's steps (one
+// comparison where the factor is a division and a rounding), else it is
+// found from the steps and kept in in.age.
+func (p *prioCtx) sumIn(in *prioIn, steps []int64) (int64, bool) {
 	if in.slow {
 		return 0, false
 	}
@@ -484,7 +491,16 @@ func (p *prioCtx) sumIn(in *prioIn) (int64, bool) {
 	}
 	var v int64
 	if d := p.now - in.eligible; d > 0 && in.eligible > 0 {
-		v = roundHalfAway(p.wAge * min(float64(d)/p.maxAgeNs, 1))
+		if steps == nil {
+			v = roundHalfAway(p.wAge * min(float64(d)/p.maxAgeNs, 1))
+		} else {
+			a := in.age
+			if a < 0 || int(a) >= len(steps)-1 || d < steps[a] || d >= steps[a+1] {
+				a = ageLevel(steps, d)
+				in.age = a
+			}
+			v = int64(a)
+		}
 	}
 	if id := int(in.assoc); id < len(p.fsW) {
 		v += p.fsW[id]
@@ -492,10 +508,17 @@ func (p *prioCtx) sumIn(in *prioIn) (int64, bool) {
 		v += p.fsDefault
 	}
 	if part := int(in.part); part >= 0 && part < len(p.partGPUs) {
-		if sz := p.sizeW[part]; in.gpus > 0 && in.gpus <= sizeGPUs && sz != nil {
+		switch sz := p.sizeW[part]; {
+		case in.gpus > 0 && in.gpus <= sizeGPUs && sz != nil:
 			v += sz[in.gpus]
-		} else if in.gpus > 0 || p.partNodes[part] > 0 {
-			return 0, false
+		case in.gpus > 0 && p.partGPUs[part] > 0:
+			// Past the table (a job of more than sizeGPUs GPUs): priority's
+			// expression, from the same numbers.
+			v += roundHalfAway(float64(p.cfg.Weights.JobSize) * min(float64(in.gpus)/float64(p.partGPUs[part]), 1))
+		case in.gpus > 0:
+			// A partition without GPUs: priority's size factor is 0.
+		case p.partNodes[part] > 0:
+			return 0, false // by nodes: sum reads the entry
 		}
 		v += p.partW[part]
 	}
@@ -503,6 +526,75 @@ func (p *prioCtx) sumIn(in *prioIn) (int64, bool) {
 		v += p.qosW[in.qos]
 	}
 	return v, true
+}
+
+// maxAgeSteps bounds the age weight ageSteps makes steps for (a table
+// of weight+2 numbers, each found by a search of about 50 evaluations).
+const maxAgeSteps = 1 << 14
+
+// ageSteps returns, for an age weight w and MaxAge maxAge, the ages at
+// which the weighted age factor roundHalfAway(w·min(d/maxAge, 1)) (d in
+// nanoseconds, d > 0) steps: steps[v] is the least d at which it is at
+// least v (steps[0] the least int64, steps[w+1] the greatest), so it is v
+// exactly where steps[v] ≤ d < steps[v+1]. Each step is found by evaluating
+// that very expression, which never decreases as d grows (each operation
+// rounds monotonically): the factor read from the steps is the expression's,
+// to the bit. nil when w is not in 1..maxAgeSteps or maxAge is not positive.
+func ageSteps(w int64, maxAge time.Duration) []int64 {
+	if w < 1 || w > maxAgeSteps || maxAge <= 0 {
+		return nil
+	}
+	wf, mf := float64(w), float64(maxAge)
+	f := func(d int64) int64 { return roundHalfAway(wf * min(float64(d)/mf, 1)) }
+	steps := make([]int64, w+2)
+	steps[0], steps[w+1] = math.MinInt64, math.MaxInt64
+	lo := int64(1)
+	for v := int64(1); v <= w; v++ {
+		// The least d in [lo, maxAge] with f(d) ≥ v: f(maxAge) is w.
+		hi := int64(maxAge)
+		for lo < hi {
+			mid := lo + (hi-lo)/2
+			if f(mid) >= v {
+				hi = mid
+			} else {
+				lo = mid + 1
+			}
+		}
+		steps[v] = lo
+	}
+	return steps
+}
+
+// ageStepsOf is ageSteps for cfg's age weight and MaxAge, made once and
+// kept in sc.
+func (sc *scratch) ageStepsOf(cfg *Config) []int64 {
+	key := ageStepsKey{cfg.Weights.Age, cfg.MaxAge}
+	if sc.ageStepsKey != key {
+		sc.ageSteps, sc.ageStepsKey = ageSteps(key.w, key.maxAge), key
+	}
+	return sc.ageSteps
+}
+
+// ageStepsKey is what ageSteps were made for.
+type ageStepsKey struct {
+	w      int64
+	maxAge time.Duration
+}
+
+// ageLevel is the weighted age factor at age d > 0 from ageSteps' steps:
+// the v with steps[v] ≤ d < steps[v+1].
+func ageLevel(steps []int64, d int64) int32 {
+	// The greatest v with steps[v] ≤ d (steps[0] ≤ every d).
+	lo, hi := 0, len(steps)-2
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if steps[mid] <= d {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return int32(lo)
 }
 
 // tierRanks is, per partition, its PriorityTier as a queue rank's high

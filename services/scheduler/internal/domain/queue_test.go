@@ -31,6 +31,19 @@ func TestQueueReusedAcrossPasses(t *testing.T) {
 		}
 		sameChange(t, fmt.Sprint(at), got, want)
 	}
+	// Pass after pass a second apart, as a live scheduler's come: aging
+	// and fair share move jobs each second, and the last order is mended.
+	mends := s.scratch.mends
+	for step := range 20 {
+		at := now.Add(5*time.Hour + time.Duration(2+step)*time.Second)
+		got := s.Schedule(at)
+		fresh := NewState(s.Config())
+		fresh.Restore(s.Snapshot())
+		sameChange(t, fmt.Sprint(at), got, fresh.Schedule(at))
+	}
+	if s.scratch.mends == mends {
+		t.Error("twenty passes a second apart never mended the last order")
+	}
 	// A commit that changes the queue makes the next pass build it anew.
 	c := s.Schedule(now.Add(6 * time.Hour))
 	ver := s.byCluster[cl].pendVer

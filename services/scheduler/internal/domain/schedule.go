@@ -383,8 +383,11 @@ func (p *pass) order(pend []*pendEntry) []queued {
 		p.prio = p.t.newPrioCtx(p.name, p.cluster, p.views, pend)
 	}
 	// The order keys are also copied apart, as the entries are built: the
-	// mend of the previous order (reuseOrder) compares them all over.
+	// mend of the previous order (reuseOrder) compares them all over, and
+	// a reorder of this queue compares its new keys and priorities with
+	// these (see reorder).
 	var keys []rankID
+	var prios []int64
 	if sc != nil {
 		if cap(sc.ranks) < len(pend) {
 			sc.ranks = make([]rankID, len(pend))
@@ -399,6 +402,10 @@ func (p *pass) order(pend []*pendEntry) []queued {
 	}
 	if sc != nil {
 		sc.queue = queueKey{}
+		if cap(sc.prios) < len(pend) {
+			sc.prios = make([]int64, len(pend))
+		}
+		prios = sc.prios[:len(pend)]
 	}
 	// The priority inputs are copied apart too when a later pass may
 	// reorder this queue (see reorder): 24 bytes a job to read again
@@ -415,7 +422,7 @@ func (p *pass) order(pend []*pendEntry) []queued {
 	for i, e := range pend {
 		out[i] = p.queued(e)
 		if keys != nil {
-			keys[i] = rankID{out[i].rank, out[i].id}
+			keys[i], prios[i] = rankID{out[i].rank, out[i].id}, out[i].prio
 		}
 		if ins != nil {
 			ins[i] = prioInOf(&e.jobAttrs, out[i].part)
@@ -517,26 +524,44 @@ func (p *pass) queueKey(pend []*pendEntry) queueKey {
 // unchanged, in the same memory order: scratch's queue key says so). Only
 // the priorities can differ (the clock ages jobs, fair share decays): out
 // keeps its entries, each gets its new priority, and the last order is
-// mended (reuseOrder), else sorted again; when no job moved, the queue in
-// that order needs only its priorities, not a new copy of every entry. It
-// reports false when the comparison sort must order the queue.
+// mended (mendOrder), else sorted again; when no job's rank changed, the
+// last pass's queue stands as it is. It reports false when the comparison
+// sort must order the queue.
 func (p *pass) reorder(out []queued, pend []*pendEntry, keys []rankID) ([]queued, bool) {
 	sc := p.t.scratch
-	if cap(sc.prios) < len(pend) {
-		sc.prios = make([]int64, len(pend))
+	n := len(pend)
+	if cap(sc.prios) < n {
+		sc.prios = make([]int64, n)
 	}
-	prios := sc.prios[:len(pend)]
+	prios := sc.prios[:n]
+	// changed marks the jobs whose rank or priority is not the last
+	// pass's (keys and prios still hold the last pass's as each is
+	// replaced): every job left unmarked keeps its entry as it is.
+	words := (n + 63) / 64
+	if cap(sc.changed) < words {
+		sc.changed = make([]uint64, words)
+	}
+	changed := sc.changed[:words]
+	clear(changed)
+	m := 0
+	mark := func(i int, rank, prio int64) {
+		if rank != keys[i].rank || prio != prios[i] {
+			changed[i>>6] |= 1 << (i & 63)
+			m++
+		}
+	}
 	// fresh: out's entries do not hold the new priorities (only keys and
 	// prios do) until written back below.
 	fresh := false
-	if p.prio != nil && len(sc.prioIns) == len(pend) {
+	if p.prio != nil && len(sc.prioIns) == n {
 		// From the compact copy of the inputs, without a look at the
 		// entries (out) or the pending entries (pend): a walk of 2.4 MB
 		// where the two are tens.
 		tiers := p.prio.tierRanks(p.parts)
+		steps := sc.ageStepsOf(p.prio.cfg)
 		for i := range sc.prioIns {
 			in := &sc.prioIns[i]
-			prio, ok := p.prio.sumIn(in)
+			prio, ok := p.prio.sumIn(in, steps)
 			if !ok {
 				prio = p.prio.sum(&pend[i].jobAttrs, int(in.part))
 			}
@@ -544,6 +569,7 @@ func (p *pass) reorder(out []queued, pend []*pendEntry, keys []rankID) ([]queued
 			if in.part >= 0 {
 				rank = -(tiers[in.part] | prio)
 			}
+			mark(i, rank, prio)
 			keys[i] = rankID{rank, keys[i].id}
 			prios[i] = prio
 		}
@@ -557,47 +583,183 @@ func (p *pass) reorder(out []queued, pend []*pendEntry, keys []rankID) ([]queued
 			}
 			q.prio = p.prio.sum(&e.jobAttrs, int(q.part))
 			q.rank = -(int64(tier)<<40 | q.prio)
+			mark(i, q.rank, q.prio)
 			keys[i] = rankID{q.rank, q.id}
 			prios[i] = q.prio
 		}
 	} else {
 		for i := range out {
+			mark(i, out[i].rank, out[i].prio)
 			keys[i] = rankID{out[i].rank, out[i].id}
 			prios[i] = out[i].prio
 		}
 	}
-	at, moved, ok := reuseOrder(keys, sc)
-	if !ok {
-		// Too many moves (fair share moved whole users' jobs): sort the
-		// entries anew, still without building them anew.
+	var sorted []queued
+	switch {
+	case len(sc.perm) == n && m == 0:
+		// No job marked: the last order and its queue stand, ranks and
+		// priorities included.
+		sorted, p.at = sc.sorted[:n], sc.perm
+	case len(sc.perm) == n && m <= n/2 && p.mend(keys, prios, changed):
+		sorted = sc.sorted[:n]
+	default:
+		// Too many moved (or their keys tie): sort the entries anew,
+		// still without building them anew.
 		if fresh {
 			for i := range out {
 				out[i].rank, out[i].prio = keys[i].rank, prios[i]
 			}
-			fresh = false
 		}
-		if at, ok = radixOrder(out, sc); !ok {
+		at, ok := radixOrder(out, sc)
+		if !ok {
 			return nil, false
 		}
-		moved = true
-	}
-	sorted := sc.sorted[:len(out)]
-	if moved {
+		sorted = sc.sorted[:n]
 		for k, i := range at {
 			sorted[k] = out[i]
-			if fresh {
-				sorted[k].rank, sorted[k].prio = keys[i].rank, prios[i]
-			}
 		}
-	} else {
-		for k, i := range at {
-			sorted[k].rank, sorted[k].prio = keys[i].rank, prios[i]
-		}
+		p.at = at
 	}
 	p.fresh = sc.queue.fresh
-	p.at = at
 	sc.reorders++
 	return sorted, true
+}
+
+// mend makes scratch's sorted and perm (the last pass's queue and order)
+// this pass's when the jobs marked in changed have new ranks (keys,
+// prios): the order from mendOrder, and the queue in it copied from the
+// last one, a run of unmoved jobs at a time, the moved jobs' entries from
+// their last positions (nearly in order: not a read all over out per job)
+// with their new rank and priority. The new queue and order are written to
+// the other of scratch's two buffers of each, so the last ones stay whole
+// as they are read, and then swapped in. It reports false, changing
+// nothing, when keys tie.
+func (p *pass) mend(keys []rankID, prios []int64, changed []uint64) bool {
+	sc := p.t.scratch
+	n := len(keys)
+	if cap(sc.src) < n {
+		sc.src = make([]int32, n)
+	}
+	src, ok := mendOrder(keys, sc.perm, changed, sc, sc.src[:n])
+	if !ok {
+		return false
+	}
+	if len(sc.sortedAlt) < n {
+		sc.sortedAlt = make([]queued, len(sc.sorted))
+	}
+	if cap(sc.permAlt) < n {
+		sc.permAlt = make([]int32, n)
+	}
+	oldSorted, oldPerm := sc.sorted, sc.perm
+	sorted, at := sc.sortedAlt[:n], sc.permAlt[:n]
+	for w := 0; w < n; {
+		s := src[w]
+		if s < 0 {
+			k := ^s
+			i := oldPerm[k]
+			sorted[w] = oldSorted[k]
+			sorted[w].rank, sorted[w].prio = keys[i].rank, prios[i]
+			at[w] = i
+			w++
+			continue
+		}
+		e := w + 1
+		for e < n && src[e] == s+int32(e-w) {
+			e++
+		}
+		copy(sorted[w:e], oldSorted[s:int(s)+e-w])
+		copy(at[w:e], oldPerm[s:int(s)+e-w])
+		w = e
+	}
+	sc.sorted, sc.sortedAlt = sc.sortedAlt, sc.sorted
+	sc.perm, sc.permAlt = at, oldPerm[:0]
+	sc.mends++
+	p.at = at
+	return true
+}
+
+// movedJob is a job mendOrder moves: its new key and its position in the
+// last order.
+type movedJob struct {
+	key rankID
+	pos int32
+}
+
+// mendOrder returns the order of keys from perm, their order when the
+// keys of the jobs marked in changed were others: the unmarked jobs keep
+// their order among themselves (their keys are the same), so the new
+// order is theirs merged with the marked jobs' sorted. It costs a walk of
+// perm and a sort of the marked jobs (found in perm's order, which is
+// nearly theirs: a user's fair share moves all of its jobs alike, age
+// moves jobs a step at a time), where a sort of every key costs several
+// walks. The result is exact, as reuseOrder's: keys strictly increasing
+// along a permutation are their one sorted order. It is given as src,
+// per position of the new order: the position in perm of the job there,
+// for an unmarked job, else ^that position. It reports false when keys
+// tie (the sort's tie-break decides). sc lends the buffer for the marked
+// jobs.
+func mendOrder(keys []rankID, perm []int32, changed []uint64, sc *scratch, src []int32) ([]int32, bool) {
+	less := func(a, b rankID) bool { return a.rank < b.rank || (a.rank == b.rank && a.id < b.id) }
+	moved := sc.moved[:0]
+	for k, i := range perm {
+		if changed[i>>6]&(1<<(i&63)) != 0 {
+			moved = append(moved, movedJob{keys[i], int32(k)})
+		}
+	}
+	sc.moved = moved
+	// An insertion sort while the moves stay few, else a sort.
+	budget := 4*len(moved) + 64
+	for k := 1; k < len(moved) && budget >= 0; k++ {
+		x := moved[k]
+		m := k
+		for ; m > 0 && less(x.key, moved[m-1].key); m-- {
+			moved[m] = moved[m-1]
+			budget--
+		}
+		moved[m] = x
+	}
+	if budget < 0 {
+		slices.SortFunc(moved, func(a, b movedJob) int {
+			switch {
+			case less(a.key, b.key):
+				return -1
+			case less(b.key, a.key):
+				return 1
+			}
+			return 0
+		})
+	}
+	for k := 1; k < len(moved); k++ {
+		if moved[k].key == moved[k-1].key {
+			return nil, false
+		}
+	}
+	w, k := 0, 0
+	for _, c := range moved {
+		for ; k < len(perm); k++ {
+			i := perm[k]
+			if changed[i>>6]&(1<<(i&63)) != 0 {
+				continue
+			}
+			if ki := keys[i]; !less(ki, c.key) {
+				if ki == c.key {
+					return nil, false
+				}
+				break
+			}
+			src[w] = int32(k)
+			w++
+		}
+		src[w] = ^c.pos
+		w++
+	}
+	for ; k < len(perm); k++ {
+		if i := perm[k]; changed[i>>6]&(1<<(i&63)) == 0 {
+			src[w] = int32(k)
+			w++
+		}
+	}
+	return src[:w], true
 }
 
 // queued is e with its order keys.

@@ -43,9 +43,24 @@ type scratch struct {
 	radix  []keyed
 	views  []place.NodeView
 	held   [][]*Run
-	// perm is the last radix-sorted queue's order (indexes into its
-	// unsorted keys), which the next pass reuses while it still holds.
+	// perm is the last ordered queue's order (indexes into its unsorted
+	// keys), which the next pass reuses while it still holds (sorted is
+	// that queue in that order).
 	perm []int32
+	// sortedAlt and permAlt: the buffers a mended order is written to, so
+	// the last one is whole as it is read (see pass.mend); swapped with
+	// sorted and perm.
+	sortedAlt []queued
+	permAlt   []int32
+	// changed, moved and src: pass.reorder's marks of the jobs whose rank
+	// changed, those jobs, and mendOrder's result.
+	changed []uint64
+	moved   []movedJob
+	src     []int32
+	// ageSteps: the steps of the weighted age factor (see ageSteps), for
+	// the weight and MaxAge in ageStepsKey (zero: none made yet).
+	ageSteps    []int64
+	ageStepsKey ageStepsKey
 	// prios: per entry of queued, its priority (as ranks holds its rank).
 	prios []int64
 	// prioIns: per entry of queued, what its priority is computed from,
@@ -56,6 +71,8 @@ type scratch struct {
 	// counts the passes that did (tests read it).
 	queue    queueKey
 	reorders int
+	// mends counts the reorders that mended the last order (tests read it).
+	mends int
 	// static: per cluster, the static checks' results (see staticCache).
 	static map[string]*staticCache
 	// lazy: the pass's reason-only versions by queue position (see pass.lazy).

@@ -217,7 +217,7 @@ func (p *pass) victims(qos string, qi int32, pi int) *victimList {
 			if p.prio != nil {
 				in := m.in
 				in.part = int32(partIndex(m.part))
-				prio, ok := p.prio.sumIn(&in)
+				prio, ok := p.prio.sumIn(&in, nil)
 				if !ok {
 					prio = p.victimPriority(r, m.job, true)
 				}
