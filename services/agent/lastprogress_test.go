@@ -98,17 +98,21 @@ func TestLastProgressOfAStepEndedWhileTheAgentWasDown(t *testing.T) {
 	e := newEnv(t)
 	e.progressInterval = time.Hour
 	first := e.agentProcess(t)
-	publish(t, e.broker, command(startStep("1", `while [ ! -e "$HOME/go" ]; do sleep 0.05; done; `+saveCheckpoint(40)+`; exit 5`,
-		nil, filepath.Join(e.shared, "slurm-1.out"))))
-	pid := int(waitStep(t, e.broker, "1", eventsv1.StepState_STEP_RUNNING).Pid)
+	// Job 140, used by no other test here: a restarted agent kills
+	// whatever a step that ended while it was down left behind, found by
+	// its LOOM_STEP_ID (node, job, attempt), and the tests of this package
+	// share the node name — with job 1 it killed a parallel test's job 1.
+	publish(t, e.broker, command(startStep("140", `while [ ! -e "$HOME/go" ]; do sleep 0.05; done; `+saveCheckpoint(40)+`; exit 5`,
+		nil, filepath.Join(e.shared, "slurm-140.out"))))
+	pid := int(waitStep(t, e.broker, "140", eventsv1.StepState_STEP_RUNNING).Pid)
 	killAgent(t, first)
 	e.touch(t, "go")
 	testkit.WaitFor(t, wait, "the step's shim to end while no agent runs", func() (bool, error) { return !proc.Alive(pid, 0), nil })
 	e.start(t)
-	if ev := waitStep(t, e.broker, "1", eventsv1.StepState_STEP_EXITED); ev.ExitCode != 5 {
+	if ev := waitStep(t, e.broker, "140", eventsv1.StepState_STEP_EXITED); ev.ExitCode != 5 {
 		t.Fatalf("step ended while the agent was down: %v, want EXITED 5", ev)
 	}
-	if got, want := runEvents(t, e.broker, "1"), "RUNNING,progress@40,EXITED"; got != want {
+	if got, want := runEvents(t, e.broker, "140"), "RUNNING,progress@40,EXITED"; got != want {
 		t.Fatalf("events = %s, want %s: the checkpoint it wrote ahead of its end", got, want)
 	}
 }
