@@ -54,6 +54,9 @@ func (e *env) agentProcess(t *testing.T) *exec.Cmd {
 	if c.ContainerRuntime != "" {
 		args = append(args, "-container-runtime", c.ContainerRuntime)
 	}
+	if c.ProgressInterval > 0 {
+		args = append(args, "-progress-interval", c.ProgressInterval.String())
+	}
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), agentProcessEnv+"=1")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr

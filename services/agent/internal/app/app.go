@@ -480,7 +480,19 @@ func (a *App) Recover(ctx context.Context) error {
 	sort.Strings(keys)
 	adopted := 0
 	for _, k := range keys {
-		for _, r := range found[k].recs {
+		recs := found[k].recs
+		for i, r := range recs {
+			if i == len(recs)-1 && r.Phase.Terminal() {
+				// A step that ended while no agent watched it: what its
+				// program wrote last (a checkpoint saved as it was told
+				// to stop) goes out ahead of its end, as a watched
+				// step's does (lastProgress). Nothing of the run was
+				// reported by this agent yet: all of it counts as new,
+				// and the scheduler keeps the highest.
+				for _, e := range a.lastProgress(r, domain.Progress{}) {
+					tx.Emit(e)
+				}
+			}
 			if err := adapters.PutStep(&tx, r, a.opts.Self, true); err != nil {
 				return err
 			}
@@ -692,15 +704,19 @@ func (a *App) terminate(g ports.Group) {
 }
 
 // record sets a step's record in memory and writes it (with its event when
-// emit), retrying for a while (persist). The caller holds the step's lock
-// (lockStep), not a.mu.
-func (a *App) record(s *domain.Step, emit bool) {
+// emit), retrying for a while (persist); first (a run's last progress:
+// lastProgress) goes out in the same write, ahead of the step's event. The
+// caller holds the step's lock (lockStep), not a.mu.
+func (a *App) record(s *domain.Step, emit bool, first ...envelope.Event) {
 	a.mu.Lock()
 	a.setStep(s.Key(), s)
 	a.persisting[s.Key()]++
 	a.mu.Unlock()
 	defer a.persisted(s.Key())
 	var tx store.Tx
+	for _, e := range first {
+		tx.Emit(e)
+	}
 	if err := adapters.PutStep(&tx, s, a.opts.Self, emit); err != nil {
 		a.log.Error("encode step", "step", s.Key(), "err", err)
 		return
@@ -1214,7 +1230,12 @@ func (a *App) watch(key string, pr ports.Process, p *process) {
 	}
 	end := domain.Ended(rec, domainExit(exit), a.opts.Now())
 	a.log.Info("step ended", "step", key, "phase", end.Phase, "exit_code", exit.Code, "signal", exit.Signal, "oom", exit.OOM)
-	a.record(end, true)
+	// What its program wrote last (a checkpoint saved on a signal just
+	// before it exited) goes out with its end, ahead of it.
+	a.mu.Lock()
+	prev := a.progress[key]
+	a.mu.Unlock()
+	a.record(end, true, a.lastProgress(rec, prev)...)
 	// Recorded (or, failing that, reported LOST by the next start, which
 	// then no longer finds its exit).
 	a.rt.Forget(key)

@@ -9,15 +9,18 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/services/agent/internal/adapters"
 	"github.com/loom-ml/loom/services/agent/internal/domain"
@@ -67,12 +70,28 @@ func (a *App) dropProgress(run string) {
 	_ = os.RemoveAll(a.progressDir(run))
 }
 
-// readProgress reads a progress report; a missing or malformed one (a
-// program that writes it in place, not by rename, may be caught half way)
+// maxProgressBytes bounds the progress file the agent reads: a report is a
+// few hundred bytes; a bigger file reads as nothing new.
+const maxProgressBytes = 64 << 10
+
+// readProgress reads a progress report; a missing, malformed (a program
+// that writes it in place, not by rename, may be caught half way) or
+// oversized one (over maxProgressBytes), or one that is no regular file,
 // reads as nothing new: prev.
 func readProgress(path string, prev domain.ProgressReport) domain.ProgressReport {
-	b, err := os.ReadFile(path)
+	// Not through a link, and never blocking on a FIFO: the directory is
+	// the job's owner's, the agent reads as root — and a step's last read
+	// is made while its end waits to be recorded.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
+		return prev
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() > maxProgressBytes {
+		return prev
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxProgressBytes+1))
+	if err != nil || len(b) > maxProgressBytes {
 		return prev
 	}
 	var r domain.ProgressReport
@@ -80,6 +99,50 @@ func readProgress(path string, prev domain.ProgressReport) domain.ProgressReport
 		return prev
 	}
 	return r
+}
+
+// outputSize is the size of a step's output file (0: none, or unknown).
+func outputSize(path string) int64 {
+	if path == "" {
+		return 0
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// lastProgress reads the progress of step s's run one last time, as the
+// step ends (its process exited or was stopped, or a restarted agent found
+// it ended), and returns the StepProgress of what moved since prev (what
+// was last reported of the run here): none when nothing did.
+//
+// The caller writes it in the same write as the step's end, ahead of it.
+// A program that saves a checkpoint on a signal (its --signal, SIGTERM)
+// and exits at once would otherwise have that checkpoint reported by the
+// next progress look — up to a whole progress interval later, after its
+// end, or never (the run's progress is dropped with it). The scheduler
+// takes progress only for a run it has not released, and it releases a
+// run when its last step ends; so the report must come first. Both are
+// keyed by job on loom.step.events.v1 (one partition), and one outbox
+// write keeps its events' order to the bus (libs/store's relay), so the
+// scheduler always handles the checkpoint before the end: goodput counts
+// the work up to it as kept, not as lost to recomputation. A separate
+// write before the end would do the same unless it failed; in one write
+// the progress is retried with the end and cannot be lost without it.
+func (a *App) lastProgress(s *domain.Step, prev domain.Progress) []envelope.Event {
+	r := readProgress(a.progressFile(s.Key()), prev.ProgressReport)
+	_, ev := domain.Observe(a.opts.Self, s.Job, s.Attempt, prev, r, outputSize(s.OutPath), a.opts.Now())
+	if ev == nil {
+		return nil
+	}
+	e, err := adapters.Event(ev)
+	if err != nil {
+		a.log.Error("encode step progress", "run", s.Key(), "err", err)
+		return nil
+	}
+	return []envelope.Event{e}
 }
 
 // SignalledProgressInterval is how often the agent looks at progress for
@@ -173,13 +236,7 @@ func (a *App) observeProgress(ctx context.Context) {
 	next := map[string]domain.Progress{}
 	for _, k := range keys {
 		l := runs[k]
-		var size int64
-		if l.out != "" {
-			if fi, err := os.Stat(l.out); err == nil {
-				size = fi.Size()
-			}
-		}
-		p, ev := domain.Observe(a.opts.Self, l.job, l.attempt, l.prev, readProgress(a.progressFile(k), l.prev.ProgressReport), size, now)
+		p, ev := domain.Observe(a.opts.Self, l.job, l.attempt, l.prev, readProgress(a.progressFile(k), l.prev.ProgressReport), outputSize(l.out), now)
 		if ev == nil {
 			continue
 		}
@@ -196,7 +253,8 @@ func (a *App) observeProgress(ctx context.Context) {
 	}
 	// Through the outbox, keyed by job as the steps' own events: in order
 	// with them (a report that raced with its run's end may follow it;
-	// readers pass over progress of ended runs). A write that fails is not
+	// readers pass over progress of ended runs, and the end carried the
+	// run's last progress ahead of it: lastProgress). A write that fails is not
 	// retried: the next look reports what moved since.
 	wctx, cancel := context.WithTimeout(ctx, a.opts.ProgressInterval)
 	defer cancel()
