@@ -365,7 +365,10 @@ func (t *txn) stepProgress(ev *eventsv1.StepProgress) error {
 		!r.CheckpointBy.IsZero() && newCheckpoint(p, r.CheckpointFrom, r.CheckpointAsked) {
 		t.checkpointDone(j, r, fmt.Sprintf("checkpointed at step %d", p.CheckpointStep))
 	}
-	if r.Ended() && !r.SurvivorsBy.IsZero() && survivorCheckpointed(r) {
+	// The failed node's own report (its agent's last read as its step is
+	// stopped, say) does not end the wait: it was not signalled, and what
+	// the wait is for is the survivors' checkpoint on the signal.
+	if r.Ended() && !r.SurvivorsBy.IsZero() && ev.GetNode() != r.FailedNode && survivorCheckpointed(r) {
 		t.survivorsDone(r, fmt.Sprintf("checkpointed at step %d", p.CheckpointStep))
 	}
 	return nil

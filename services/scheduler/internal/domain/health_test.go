@@ -1132,4 +1132,16 @@ func TestCheckpointOnFailureWithoutProgress(t *testing.T) {
 	if len(signals(c)) != 0 || survivorStopped(c, surv) == nil {
 		t.Fatalf("survivor not started: signals %v, stops %v, want it stopped at once", signals(c), stops(c))
 	}
+
+	// A checkpoint reported from the failed node (not signalled: its
+	// agent's last read as its step ends) does not end the survivors' wait;
+	// the survivor's own one does.
+	h, surv, bad = setup(true, true)
+	h.health(bad, proto.Clone(xid).(*eventsv1.NodeHealthChanged))
+	if s := survivorStopped(ckpt(h, bad, 105, h.now), surv); s != nil {
+		t.Fatalf("the survivor was stopped at the failed node's checkpoint: %v", s)
+	}
+	if s := survivorStopped(ckpt(h, surv, 106, h.now), surv); s == nil || !strings.Contains(s.GetReason(), "checkpointed at step 106") {
+		t.Fatalf("the survivor's checkpoint on the signal did not end the wait")
+	}
 }
