@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -66,15 +68,30 @@ func TestJobStateChangesGoOut(t *testing.T) {
 	}
 
 	createCPUCluster(ctx, t, conn, "eg")
+	// The job runs until the test has seen RUNNING go out and releases it:
+	// a job that ended at once could have its RUNNING and its end handled
+	// by the scheduler in one batch, where a job's later state replaces the
+	// earlier one's event (one JobChanged per job and change).
+	gate := t.TempDir()
+	// The job may run as another user (its owner): it must reach the file.
+	for _, d := range []string{filepath.Dir(gate), gate} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := filepath.Join(gate, "release")
+	script := fmt.Sprintf("#!/bin/sh\necho egress-secret\ni=0\nwhile [ ! -e %s ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done\n", release)
 	job, err := loomv1.NewJobServiceClient(conn).SubmitJob(ctx, &loomv1.SubmitJobRequest{Parent: "projects/default",
-		Job: &loomv1.Job{Cluster: "projects/default/clusters/eg", Script: "#!/bin/sh\necho egress-secret\n", NodeCount: 1}})
+		Job: &loomv1.Job{Cluster: "projects/default/clusters/eg", Script: script, NodeCount: 1}})
 	if err != nil {
 		t.Fatalf("SubmitJob: %v", err)
 	}
 
 	var states []string
 	var nodeReady bool
-	testkit.WaitFor(t, 2*time.Minute, "the job's COMPLETED on "+topics.Public, func() (bool, error) {
+	// published reads what the public topic carried so far into states and
+	// nodeReady.
+	published := func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		states, nodeReady = nil, false
@@ -91,10 +108,10 @@ func TestJobStateChangesGoOut(t *testing.T) {
 				}
 				if ev.key != "default" || ev.headers["ce_loomproject"] != "default" || ev.headers["ce_source"] != "loom/scheduler" ||
 					ev.headers["ce_specversion"] != "1.0" || ev.headers["content-type"] != "application/json" || ev.headers["ce_time"] == "" {
-					return false, fmt.Errorf("job event's attributes: key %q %v", ev.key, ev.headers)
+					return fmt.Errorf("job event's attributes: key %q %v", ev.key, ev.headers)
 				}
 				if _, ok := ev.data["script"]; ok {
-					return false, fmt.Errorf("a script on a public event: %v", ev.data)
+					return fmt.Errorf("a script on a public event: %v", ev.data)
 				}
 				states = append(states, fmt.Sprint(ev.data["state"]))
 			case "loom.public.v1.NodeChanged":
@@ -103,7 +120,18 @@ func TestJobStateChangesGoOut(t *testing.T) {
 				}
 			}
 		}
-		return slices.Contains(states, "COMPLETED") && nodeReady, nil
+		return nil
+	}
+	testkit.WaitFor(t, 2*time.Minute, "the job's RUNNING on "+topics.Public, func() (bool, error) {
+		err := published()
+		return slices.Contains(states, "RUNNING"), err
+	})
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 2*time.Minute, "the job's COMPLETED on "+topics.Public, func() (bool, error) {
+		err := published()
+		return slices.Contains(states, "COMPLETED") && nodeReady, err
 	})
 	t.Logf("job states published: %v", states)
 	if states[len(states)-1] != "COMPLETED" || !slices.Contains(states, "RUNNING") {

@@ -112,12 +112,16 @@ func TestDependencies(t *testing.T) {
 	single1 := s.sbatch("-J", "single", "-d", "singleton", "-o", "single-%j.out", "--wrap", "sleep 2")
 	single2 := s.sbatch("-J", "single", "-d", "singleton", "-o", "single-%j.out", "--wrap", "sleep 2")
 
-	// A sleeps 3 s: the jobs waiting for its end are pending on Dependency.
+	// A runs until released: the jobs waiting for its end are pending on
+	// Dependency.
 	for _, id := range []string{okA, anyAB} {
 		r := s.queue("-j", id)
 		if len(r) != 1 || r[0]["ST"] != "PD" || r[0]["REASON"] != "Dependency" {
 			t.Errorf("squeue -j %s (afterok/afterany on a running job) = %v; want PD (Dependency)", id, r)
 		}
+	}
+	if err := os.WriteFile(filepath.Join(s.dir, "dep-ok.release"), nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 
 	rowA, rowB := s.waitDone(a, 60*time.Second), s.waitDone(b, 60*time.Second)
