@@ -1,6 +1,7 @@
 package slurmcli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sort"
@@ -571,18 +572,6 @@ func lessID(a, b string) bool {
 	return a < b
 }
 
-func cmpStr(a, b string) int { return strings.Compare(a, b) }
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 func tsSecs(t interface{ GetSeconds() int64 }) int64 {
 	if t == nil {
 		return 0
@@ -593,29 +582,33 @@ func tsSecs(t interface{ GetSeconds() int64 }) int64 {
 // jobSortKeys are squeue's -S keys.
 func jobSortKeys(v *squeueView) map[string]func(a, b *loomv1.Job) int {
 	return map[string]func(a, b *loomv1.Job) int{
-		"i": func(a, b *loomv1.Job) int { return cmpInt(numericID(a.GetJobId()), numericID(b.GetJobId())) },
-		"A": func(a, b *loomv1.Job) int { return cmpInt(numericID(a.GetJobId()), numericID(b.GetJobId())) },
-		"j": func(a, b *loomv1.Job) int { return cmpStr(a.GetDisplayName(), b.GetDisplayName()) },
-		"u": func(a, b *loomv1.Job) int { return cmpStr(a.GetUser(), b.GetUser()) },
-		"a": func(a, b *loomv1.Job) int { return cmpStr(a.GetAccount(), b.GetAccount()) },
-		"q": func(a, b *loomv1.Job) int { return cmpStr(a.GetQos(), b.GetQos()) },
-		"P": func(a, b *loomv1.Job) int { return cmpStr(a.GetPartition(), b.GetPartition()) },
-		"t": func(a, b *loomv1.Job) int { return cmpStr(stateCode(effectiveState(a)), stateCode(effectiveState(b))) },
-		"T": func(a, b *loomv1.Job) int { return cmpStr(stateLong(effectiveState(a)), stateLong(effectiveState(b))) },
-		"p": func(a, b *loomv1.Job) int { return cmpInt(a.GetPriority(), b.GetPriority()) },
-		"Q": func(a, b *loomv1.Job) int { return cmpInt(a.GetPriority(), b.GetPriority()) },
-		"M": func(a, b *loomv1.Job) int { return cmpInt(jobElapsed(a, v.now), jobElapsed(b, v.now)) },
-		"l": func(a, b *loomv1.Job) int { return cmpInt(v.timeLimit(a), v.timeLimit(b)) },
-		"D": func(a, b *loomv1.Job) int { return cmpInt(int64(jobNodeCount(a)), int64(jobNodeCount(b))) },
-		"C": func(a, b *loomv1.Job) int { return cmpInt(int64(jobCPUs(a)), int64(jobCPUs(b))) },
-		"V": func(a, b *loomv1.Job) int { return cmpInt(tsSecs(a.GetSubmitTime()), tsSecs(b.GetSubmitTime())) },
-		"S": func(a, b *loomv1.Job) int { return cmpInt(tsSecs(a.GetStartTime()), tsSecs(b.GetStartTime())) },
-		"e": func(a, b *loomv1.Job) int { return cmpInt(tsSecs(a.GetEndTime()), tsSecs(b.GetEndTime())) },
-		"N": func(a, b *loomv1.Job) int {
-			return cmpStr(compressHosts(a.GetNodes()), compressHosts(b.GetNodes()))
+		"i": func(a, b *loomv1.Job) int { return cmp.Compare(numericID(a.GetJobId()), numericID(b.GetJobId())) },
+		"A": func(a, b *loomv1.Job) int { return cmp.Compare(numericID(a.GetJobId()), numericID(b.GetJobId())) },
+		"j": func(a, b *loomv1.Job) int { return cmp.Compare(a.GetDisplayName(), b.GetDisplayName()) },
+		"u": func(a, b *loomv1.Job) int { return cmp.Compare(a.GetUser(), b.GetUser()) },
+		"a": func(a, b *loomv1.Job) int { return cmp.Compare(a.GetAccount(), b.GetAccount()) },
+		"q": func(a, b *loomv1.Job) int { return cmp.Compare(a.GetQos(), b.GetQos()) },
+		"P": func(a, b *loomv1.Job) int { return cmp.Compare(a.GetPartition(), b.GetPartition()) },
+		"t": func(a, b *loomv1.Job) int {
+			return cmp.Compare(stateCode(effectiveState(a)), stateCode(effectiveState(b)))
 		},
-		"r": func(a, b *loomv1.Job) int { return cmpStr(jobReason(a), jobReason(b)) },
-		"R": func(a, b *loomv1.Job) int { return cmpStr(jobReason(a), jobReason(b)) },
+		"T": func(a, b *loomv1.Job) int {
+			return cmp.Compare(stateLong(effectiveState(a)), stateLong(effectiveState(b)))
+		},
+		"p": func(a, b *loomv1.Job) int { return cmp.Compare(a.GetPriority(), b.GetPriority()) },
+		"Q": func(a, b *loomv1.Job) int { return cmp.Compare(a.GetPriority(), b.GetPriority()) },
+		"M": func(a, b *loomv1.Job) int { return cmp.Compare(jobElapsed(a, v.now), jobElapsed(b, v.now)) },
+		"l": func(a, b *loomv1.Job) int { return cmp.Compare(v.timeLimit(a), v.timeLimit(b)) },
+		"D": func(a, b *loomv1.Job) int { return cmp.Compare(int64(jobNodeCount(a)), int64(jobNodeCount(b))) },
+		"C": func(a, b *loomv1.Job) int { return cmp.Compare(int64(jobCPUs(a)), int64(jobCPUs(b))) },
+		"V": func(a, b *loomv1.Job) int { return cmp.Compare(tsSecs(a.GetSubmitTime()), tsSecs(b.GetSubmitTime())) },
+		"S": func(a, b *loomv1.Job) int { return cmp.Compare(tsSecs(a.GetStartTime()), tsSecs(b.GetStartTime())) },
+		"e": func(a, b *loomv1.Job) int { return cmp.Compare(tsSecs(a.GetEndTime()), tsSecs(b.GetEndTime())) },
+		"N": func(a, b *loomv1.Job) int {
+			return cmp.Compare(compressHosts(a.GetNodes()), compressHosts(b.GetNodes()))
+		},
+		"r": func(a, b *loomv1.Job) int { return cmp.Compare(jobReason(a), jobReason(b)) },
+		"R": func(a, b *loomv1.Job) int { return cmp.Compare(jobReason(a), jobReason(b)) },
 	}
 }
 

@@ -400,9 +400,20 @@ func (g *Gateway) HandleClusterEvent(ctx context.Context, ev envelope.Event) err
 	if opName == "" {
 		return nil
 	}
+	return g.applyOperationEvent(ctx, opName, "cluster", ev, domain.OnClusterEvent)
+}
+
+// applyOperationEvent writes what on makes of event ev for operation
+// opName, as a compare-and-set (updateOperation: a cancel and a completion
+// never overwrite each other), and wakes the operation's waiters. An event
+// on decides nothing for (the operation done already, a redelivery) writes
+// nothing; one for an operation that is not stored is logged, naming what
+// kind of event it was, and dropped.
+func (g *Gateway) applyOperationEvent(ctx context.Context, opName, what string, ev envelope.Event,
+	on func(op *loomv1.Operation, payload proto.Message, now time.Time) (*loomv1.Operation, bool)) error {
 	var next *loomv1.Operation
 	_, err := g.updateOperation(ctx, opName, ev.ID, func(op *loomv1.Operation) (*store.Tx, error) {
-		n, changed := domain.OnClusterEvent(op, ev.Payload, g.now())
+		n, changed := on(op, ev.Payload, g.now())
 		if !changed {
 			// Done already (a cancel came first, or a redelivery), or not
 			// this operation's event: nothing to write.
@@ -414,7 +425,7 @@ func (g *Gateway) HandleClusterEvent(ctx context.Context, ev envelope.Event) err
 		return tx, adapters.PutOperation(tx, n)
 	})
 	if errors.Is(err, errs.NotFound) {
-		g.opt.Log.WarnContext(ctx, "cluster event for an unknown operation", "operation", opName, "event", ev.ID, "type", ev.Type)
+		g.opt.Log.WarnContext(ctx, what+" event for an unknown operation", "operation", opName, "event", ev.ID, "type", ev.Type)
 		return nil
 	}
 	if err != nil || next == nil {

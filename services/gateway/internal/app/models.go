@@ -9,7 +9,6 @@ import (
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/resname"
-	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -260,25 +259,5 @@ func (g *Gateway) HandleModelEvent(ctx context.Context, ev envelope.Event) error
 		// upload (its request ids name pipelines).
 		return nil
 	}
-	var next *loomv1.Operation
-	_, err := g.updateOperation(ctx, opName, ev.ID, func(op *loomv1.Operation) (*store.Tx, error) {
-		n, changed := domain.OnModelEvent(op, ev.Payload, g.now())
-		if !changed {
-			next = nil
-			return nil, nil
-		}
-		next = n
-		tx := &store.Tx{}
-		return tx, adapters.PutOperation(tx, n)
-	})
-	if errors.Is(err, errs.NotFound) {
-		g.opt.Log.WarnContext(ctx, "model event for an unknown operation", "operation", opName, "event", ev.ID, "type", ev.Type)
-		return nil
-	}
-	if err != nil || next == nil {
-		return err
-	}
-	g.opt.Log.InfoContext(ctx, "operation done", "operation", opName, "error", next.GetError().GetMessage())
-	g.ops.notify(opName)
-	return nil
+	return g.applyOperationEvent(ctx, opName, "model", ev, domain.OnModelEvent)
 }

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 )
@@ -78,11 +79,11 @@ type victim struct {
 func victimCmp(a, b *victim) int {
 	switch {
 	case a.prio != b.prio:
-		return cmpInt(a.prio, b.prio)
+		return cmp.Compare(a.prio, b.prio)
 	case a.nodes != b.nodes:
 		return int(a.nodes - b.nodes)
 	case a.id != b.id:
-		return cmpInt(a.id, b.id)
+		return cmp.Compare(a.id, b.id)
 	}
 	return strings.Compare(a.run.Key(), b.run.Key())
 }
@@ -301,14 +302,4 @@ func (p *pass) preemptableBy(qos string, pi int) func(r *Run) bool {
 		}
 		return partOK
 	}
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
