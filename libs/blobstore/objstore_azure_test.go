@@ -4,7 +4,6 @@ package blobstore
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -47,27 +46,9 @@ func TestExportAzblob(t *testing.T) {
 // the rest and commits it once.
 func TestExportResumesAfterKillAzblob(t *testing.T) {
 	t.Parallel()
-	src := open(t, "file://"+filepath.Join(t.TempDir(), "src"))
-	az := blobtest.Azure(t)
-	dst := sub(t, open(t, az.URL), "exports/m1")
 	// azureblob uploads in 8 MiB blocks (its default buffer size) once
 	// an object is larger than one block.
-	const pauseKey, block = "shard-3.bin", 8 << 20
-	sizes := map[string]int{"shard-0.bin": 100, "shard-1.bin": 3*copyChunk + 1, "shard-2.bin": 0, pauseKey: 2*block + 4<<20 + 3, "shard-4.bin": 77, "shard-5.bin": copyChunk}
-	want := artifacts(t, src, sizes)
-	stats := az.Stats()
-	killedExport{src: src.URL(), dst: dst.URL(), pauseKey: pauseKey, pauseAt: 2*block + copyChunk,
-		ready: func() bool { return stats.Parts.Load() >= 1 }}.run(t)
-	if n := stats.CompletedUploads.Load(); n != 0 {
-		t.Fatalf("%d block lists were committed before the kill; want none", n)
-	}
-	done := before(want, pauseKey)
-	checkBucketHolds(t, dst, done)
-	checkResumed(t, src, dst, want, done)
-	checkBucketHolds(t, dst, want)
-	if n := stats.CompletedUploads.Load(); n != 1 {
-		t.Errorf("the resumed export committed %d block lists; want 1 (%s)", n, pauseKey)
-	}
+	exportResumesInParts(t, blobtest.Azure(t), "block lists committed")
 }
 
 // TestOpenAzblobRefusals: the URL checks Open makes hold on azblob:// too,
