@@ -445,7 +445,7 @@ func (t *txn) expireExclusions(cluster, host string) {
 		}
 	}
 	for name, j := range t.c.Jobs {
-		if j != nil && j.lazy == nil && len(j.Excluded) > 0 && t.s.jobs[name] == nil && j.Job.GetCluster() == cluster &&
+		if j != nil && len(j.Excluded) > 0 && t.s.jobs[name] == nil && j.Job.GetCluster() == cluster &&
 			containsString(j.Excluded, host) {
 			names = append(names, name)
 		}
@@ -620,6 +620,7 @@ func (t *txn) dropStaleStarts() {
 // reindexJobEmits rebuilds lastJobEmit after emits were removed.
 func (t *txn) reindexJobEmits() {
 	clear(t.c.lastJobEmit)
+	t.c.reasonAt = nil // indexes into Emits too, made anew when needed
 	for i, e := range t.c.Emits {
 		if jc, ok := e.Payload.(*eventsv1.JobChanged); ok {
 			t.c.lastJobEmit[jc.GetJob().GetName()] = i

@@ -1,11 +1,13 @@
 package domain
 
 import (
+	"iter"
 	"sort"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
@@ -59,6 +61,9 @@ type State struct {
 	shapeReqs []place.Request
 	// scratch is reused by the passes of writers (see writerTxn).
 	scratch *scratch
+	// reasonVersions: passes give reasons as versions, never as reason
+	// records (see Emit): what the tests compare the records with.
+	reasonVersions bool
 	// versions numbers the changes of the indexes' version counters
 	// (clusterIndex.pendVer): each change takes the next number, so a
 	// version is never reused, even by an index made anew.
@@ -181,6 +186,11 @@ type Change struct {
 	lastJobEmit map[string]int
 	// reasonSlab: the rest of the batch setReason carves versions from.
 	reasonSlab []reasonVersion
+	// reasons counts the reason records among Emits (see Emit.job), and
+	// reasonAt finds them by job name once a look-up needs it (nil until
+	// then: a first pass over 100,000 jobs never needs it).
+	reasons  int
+	reasonAt map[string]int
 }
 
 // Empty reports whether the change touches nothing and emits nothing.
@@ -192,11 +202,91 @@ func (c *Change) Empty() bool {
 // Emit is an event to publish: the payload, its record key and the entity it
 // is about (the job's name for job and step events). Its topic is not the
 // domain's to choose: the app routes it by type (topics.For).
+//
+// A pass that only gives a stored pending job a new reason (the first pass
+// over a burst of submissions gives 100,000 jobs theirs) adds no version of
+// the job to Change.Jobs and builds no payload: its Emit is a reason record
+// (job, reason), which Message turns into the JobChanged, Change.AllJobs into
+// the job's new version, and Commit applies to the stored job.
 type Emit struct {
 	Key     string
 	Subject string
+	// Payload is the event; nil for a reason record not built yet: read it
+	// with Message.
 	Payload proto.Message
+	// job and reason: a reason record, the stored version of the job named
+	// Subject and its new reason (job nil otherwise); pos is the job's
+	// position in its cluster's pending entries when the pass read it, so
+	// that Commit applies the records in memory order.
+	job    *Job
+	reason string
+	pos    int32
 }
+
+// Message returns the event: Payload, built first for a reason record (the
+// JobChanged of the stored job with its new reason), and kept in e so that
+// the event, the job's stored record (AllJobs) and the committed version
+// share one copy, as they would for a version of Change.Jobs. A reason
+// record's event is valid until the job's next change is committed.
+func (e *Emit) Message() proto.Message {
+	if e.Payload == nil && e.job != nil {
+		pj := shallowJob(e.job.Job)
+		pj.StateReason = e.reason
+		e.Payload = &eventsv1.JobChanged{Job: pj, Attempt: e.job.Attempt, ModelDir: e.job.ModelDir}
+	}
+	return e.Payload
+}
+
+// reasonJob returns the version of the job a reason record gives it (see
+// Message), into v.
+func (e *Emit) reasonJob(v *Job) *Job {
+	*v = Job{JobRecord: e.job.JobRecord, tmpl: e.job.tmpl, shared: true}
+	v.Job = e.Message().(*eventsv1.JobChanged).Job
+	return v
+}
+
+// AllJobs yields every job version of the change: those of Jobs (nil: the
+// job is deleted) and those its reason records give their jobs (see Emit),
+// which go to the job's stored record like any other. A reason record's
+// version is built in one Job reused for each: valid until the next is
+// yielded.
+func (c *Change) AllJobs() iter.Seq2[string, *Job] {
+	return func(yield func(string, *Job) bool) {
+		for name, j := range c.Jobs {
+			if !yield(name, j) {
+				return
+			}
+		}
+		if c.reasons == 0 {
+			return
+		}
+		var v Job
+		for i := range c.Emits {
+			if e := &c.Emits[i]; e.job != nil && !yield(e.Subject, e.reasonJob(&v)) {
+				return
+			}
+		}
+	}
+}
+
+// Job returns the change's version of the job named name, whether in Jobs
+// or given by a reason record, and whether it has one.
+func (c *Change) Job(name string) (*Job, bool) {
+	if j, ok := c.Jobs[name]; ok {
+		return j, true
+	}
+	if c.reasons > 0 {
+		for i := range c.Emits {
+			if e := &c.Emits[i]; e.job != nil && e.Subject == name {
+				return e.reasonJob(new(Job)), true
+			}
+		}
+	}
+	return nil, false
+}
+
+// JobCount is how many job versions the change holds (those of AllJobs).
+func (c *Change) JobCount() int { return len(c.Jobs) + c.reasons }
 
 // Decision records why a pending job did not start in a pass, and how many
 // nodes each feasibility check filtered out (Filtered is shared between the
@@ -236,6 +326,9 @@ func (s *State) Commit(c *Change) {
 	for name, n := range c.Nodes {
 		s.putNode(name, n)
 	}
+	// The reason records first: they give their positions in the pending
+	// entries as the pass read them, which putJob moves.
+	s.putReasons(c)
 	for name, j := range c.Jobs {
 		s.putJob(name, j)
 	}
@@ -283,6 +376,106 @@ func (s *State) Commit(c *Change) {
 			j.placed = pl
 		}
 	}
+}
+
+// putReasons applies the change's reason records (see Emit) to the stored
+// jobs, cluster by cluster (a pass's records are together), each in the
+// order of its pending entries, as they lie in memory: the job's new
+// protobuf (the record's event's, if built: see Emit.Message) replaces its
+// stored one, and its reason its attributes'. Only the reason changes: the
+// stored Job and its pending entry stay where they are.
+func (s *State) putReasons(c *Change) {
+	if c.reasons == 0 {
+		return
+	}
+	var marks []int32
+	if s.scratch != nil {
+		marks = s.scratch.reasonMarks
+	}
+	var slab []loomv1.Job
+	left := c.reasons
+	cluster, from := "", -1
+	flush := func(upTo int) {
+		ci := s.index(cluster)
+		if len(marks) < len(ci.pending) {
+			marks = make([]int32, len(ci.pending))
+		}
+		for i := from; i < upTo; i++ {
+			e := &c.Emits[i]
+			if e.job == nil {
+				continue
+			}
+			if p := int(e.pos); p >= 0 && p < len(ci.pending) && marks[p] == 0 {
+				marks[p] = int32(i + 1)
+			} else {
+				slab = s.putReason(ci, e, -1, slab, &left)
+			}
+		}
+		for p, m := range marks[:len(ci.pending)] {
+			if m != 0 {
+				marks[p] = 0
+				slab = s.putReason(ci, &c.Emits[m-1], p, slab, &left)
+			}
+		}
+		s.versions++
+		ci.pendVer = s.versions
+	}
+	for i := range c.Emits {
+		e := &c.Emits[i]
+		if e.job == nil {
+			continue
+		}
+		if from < 0 || e.Key != cluster {
+			if from >= 0 {
+				flush(i)
+			}
+			cluster, from = e.Key, i
+		}
+	}
+	flush(len(c.Emits))
+	if s.scratch != nil {
+		s.scratch.reasonMarks = marks
+	}
+}
+
+// putReason applies reason record e, of the job at position p of ci's
+// pending entries (-1: unknown), carving its protobuf from slab when its
+// event was not built (left: the records not applied yet).
+func (s *State) putReason(ci *clusterIndex, e *Emit, p int, slab []loomv1.Job, left *int) []loomv1.Job {
+	*left--
+	j := e.job
+	if p < 0 || ci.pending[p].j != j {
+		// Not where the pass read it: find it by name.
+		i, ok := ci.pendPos[e.Subject]
+		if !ok || s.jobs[e.Subject] != j {
+			// Not the stored pending version: a whole new version.
+			var v Job
+			nj := e.reasonJob(&v)
+			cp := *nj
+			cp.attrs, cp.why, cp.placed = nil, j.why, nil
+			s.putJob(e.Subject, &cp)
+			return slab
+		}
+		p = i
+	}
+	var pj *loomv1.Job
+	if ev, ok := e.Payload.(*eventsv1.JobChanged); ok {
+		pj = ev.Job
+	} else {
+		if len(slab) == cap(slab) {
+			slab = make([]loomv1.Job, 0, min(*left+1, reasonBatch))
+		}
+		slab = slab[:len(slab)+1]
+		pj = &slab[len(slab)-1]
+		shallowJobInto(pj, j.Job)
+		pj.StateReason = e.reason
+	}
+	j.Job = pj
+	if j.attrs != nil {
+		j.attrs.reason = e.reason
+	}
+	ci.pending[p].reason = e.reason
+	return slab
 }
 
 // Load adds records read from storage, as at start-up.
@@ -456,7 +649,6 @@ func (s *State) putJob(name string, j *Job) {
 		delete(s.jobs, name)
 		return
 	}
-	j.reasonEmit = 0 // an index into the change's Emits, not the stored job's
 	if old, ok := s.jobs[name]; ok && j.why == nil && j.Pending() {
 		j.why = old.why
 	}
