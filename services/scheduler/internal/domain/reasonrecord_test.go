@@ -16,7 +16,8 @@ import (
 // byte (what the outbox carries), the same job records to store (what
 // Redis holds), and after Commit the same stored jobs and the same next
 // pass. Half the records' events are built before Commit (as the app builds
-// them), so that Commit applies both kinds.
+// them), so that Commit applies both kinds; the snapshot the states were
+// restored from is left as it was.
 func TestReasonRecordsMatchVersions(t *testing.T) {
 	t.Parallel()
 	built, now := benchCluster(200, 3000, 0.9, 3)
@@ -32,21 +33,25 @@ func TestReasonRecordsMatchVersions(t *testing.T) {
 	if want.JobCount() != got.JobCount() || len(got.Jobs) >= got.JobCount() {
 		t.Fatalf("%d versions with versions, %d (%d in Jobs) with records", want.JobCount(), got.JobCount(), len(got.Jobs))
 	}
-	marshal := proto.MarshalOptions{Deterministic: true}
-	if len(got.Emits) != len(want.Emits) {
-		t.Fatalf("%d emits, want %d", len(got.Emits), len(want.Emits))
-	}
-	for i := range got.Emits {
-		g, w := &got.Emits[i], &want.Emits[i]
-		gb, err := marshal.Marshal(g.Message())
-		if err != nil {
-			t.Fatal(err)
+	sameEmits := func(label string, got, want *Change) {
+		t.Helper()
+		marshal := proto.MarshalOptions{Deterministic: true}
+		if len(got.Emits) != len(want.Emits) {
+			t.Fatalf("%s: %d emits, want %d", label, len(got.Emits), len(want.Emits))
 		}
-		wb, _ := marshal.Marshal(w.Message())
-		if g.Key != w.Key || g.Subject != w.Subject || !bytes.Equal(gb, wb) {
-			t.Fatalf("emit %d: %s %s %v; want %s %s %v", i, g.Key, g.Subject, g.Message(), w.Key, w.Subject, w.Message())
+		for i := range got.Emits {
+			g, w := &got.Emits[i], &want.Emits[i]
+			gb, err := marshal.Marshal(g.Message())
+			if err != nil {
+				t.Fatal(err)
+			}
+			wb, _ := marshal.Marshal(w.Message())
+			if g.Key != w.Key || g.Subject != w.Subject || !bytes.Equal(gb, wb) {
+				t.Fatalf("%s: emit %d: %s %s %v; want %s %s %v", label, i, g.Key, g.Subject, g.Message(), w.Key, w.Subject, w.Message())
+			}
 		}
 	}
+	sameEmits("first pass", got, want)
 	stored := func(c *Change) map[string][]byte {
 		out := map[string][]byte{}
 		for name, j := range c.AllJobs() {
@@ -99,6 +104,11 @@ func TestReasonRecordsMatchVersions(t *testing.T) {
 	}
 	at := now.Add(time.Second)
 	sameChange(t, "the pass after Commit", recs.Schedule(at), old.Schedule(at))
+	// The snapshot the states were restored from is as it was (Load keeps
+	// its records: Commit must not change them).
+	again := NewState(built.Config())
+	again.Restore(snap)
+	sameEmits("a first pass on the snapshot again", again.Schedule(now), want)
 }
 
 func encode(t *testing.T, j *Job) []byte {

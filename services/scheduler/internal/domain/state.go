@@ -381,9 +381,11 @@ func (s *State) Commit(c *Change) {
 // putReasons applies the change's reason records (see Emit) to the stored
 // jobs, cluster by cluster (a pass's records are together), each in the
 // order of its pending entries, as they lie in memory: the job's new
-// protobuf (the record's event's, if built: see Emit.Message) replaces its
-// stored one, and its reason its attributes'. Only the reason changes: the
-// stored Job and its pending entry stay where they are.
+// version (with the record's event's protobuf, if built: see Emit.Message)
+// takes the stored one's place, in its pending entry too. Only the reason
+// changes: the entry stays where it is, and the attributes are the stored
+// version's. The stored version itself is left as it is (a snapshot's
+// records may be loaded into more than one state).
 func (s *State) putReasons(c *Change) {
 	if c.reasons == 0 {
 		return
@@ -392,8 +394,7 @@ func (s *State) putReasons(c *Change) {
 	if s.scratch != nil {
 		marks = s.scratch.reasonMarks
 	}
-	var slab []loomv1.Job
-	left := c.reasons
+	slabs := reasonSlabs{left: c.reasons}
 	cluster, from := "", -1
 	flush := func(upTo int) {
 		ci := s.index(cluster)
@@ -408,13 +409,13 @@ func (s *State) putReasons(c *Change) {
 			if p := int(e.pos); p >= 0 && p < len(ci.pending) && marks[p] == 0 {
 				marks[p] = int32(i + 1)
 			} else {
-				slab = s.putReason(ci, e, -1, slab, &left)
+				s.putReason(ci, e, -1, &slabs)
 			}
 		}
 		for p, m := range marks[:len(ci.pending)] {
 			if m != 0 {
 				marks[p] = 0
-				slab = s.putReason(ci, &c.Emits[m-1], p, slab, &left)
+				s.putReason(ci, &c.Emits[m-1], p, &slabs)
 			}
 		}
 		s.versions++
@@ -438,44 +439,71 @@ func (s *State) putReasons(c *Change) {
 	}
 }
 
+// reasonSlabs are the batches putReasons carves the new versions from, a
+// few allocations per 1024 records instead of three each; left counts the
+// records not applied yet (the last batches are no larger than needed).
+type reasonSlabs struct {
+	left int
+	jobs []reasonCommit
+	pjs  []loomv1.Job
+}
+
+// reasonCommit is a reason record's committed version and its attributes.
+type reasonCommit struct {
+	j Job
+	a jobAttrs
+}
+
 // putReason applies reason record e, of the job at position p of ci's
-// pending entries (-1: unknown), carving its protobuf from slab when its
-// event was not built (left: the records not applied yet).
-func (s *State) putReason(ci *clusterIndex, e *Emit, p int, slab []loomv1.Job, left *int) []loomv1.Job {
-	*left--
-	j := e.job
-	if p < 0 || ci.pending[p].j != j {
+// pending entries (-1: unknown).
+func (s *State) putReason(ci *clusterIndex, e *Emit, p int, sl *reasonSlabs) {
+	sl.left--
+	old := e.job
+	if p < 0 || ci.pending[p].j != old {
 		// Not where the pass read it: find it by name.
 		i, ok := ci.pendPos[e.Subject]
-		if !ok || s.jobs[e.Subject] != j {
-			// Not the stored pending version: a whole new version.
+		if !ok || s.jobs[e.Subject] != old || old.attrs == nil {
+			// Not the stored pending version: put a whole new version.
 			var v Job
-			nj := e.reasonJob(&v)
-			cp := *nj
-			cp.attrs, cp.why, cp.placed = nil, j.why, nil
-			s.putJob(e.Subject, &cp)
-			return slab
+			nj := *e.reasonJob(&v)
+			nj.why = old.why
+			s.putJob(e.Subject, &nj)
+			return
 		}
 		p = i
 	}
-	var pj *loomv1.Job
+	if len(sl.jobs) == 0 {
+		sl.jobs = make([]reasonCommit, min(sl.left+1, reasonBatch))
+	}
+	rc := &sl.jobs[0]
+	sl.jobs = sl.jobs[1:]
 	if ev, ok := e.Payload.(*eventsv1.JobChanged); ok {
-		pj = ev.Job
+		rc.j = Job{JobRecord: old.JobRecord, tmpl: old.tmpl, shared: true}
+		rc.j.Job = ev.Job
 	} else {
-		if len(slab) == cap(slab) {
-			slab = make([]loomv1.Job, 0, min(*left+1, reasonBatch))
+		if len(sl.pjs) == 0 {
+			sl.pjs = make([]loomv1.Job, min(sl.left+1, reasonBatch))
 		}
-		slab = slab[:len(slab)+1]
-		pj = &slab[len(slab)-1]
-		shallowJobInto(pj, j.Job)
+		pj := &sl.pjs[0]
+		sl.pjs = sl.pjs[1:]
+		shallowJobInto(pj, old.Job)
 		pj.StateReason = e.reason
+		rc.j = Job{JobRecord: old.JobRecord, tmpl: old.tmpl}
+		rc.j.Job = pj
 	}
-	j.Job = pj
-	if j.attrs != nil {
-		j.attrs.reason = e.reason
-	}
+	rc.j.why = old.why
+	rc.a = *old.attrs
+	rc.a.reason = e.reason
+	rc.j.attrs = &rc.a
+	s.jobs[e.Subject] = &rc.j
+	ci.pending[p].j = &rc.j
 	ci.pending[p].reason = e.reason
-	return slab
+	if rc.j.Attempt > 0 {
+		// An attempt's run mirrors its job (see mirrorJob).
+		if r := s.runs[RunKey(e.Subject, rc.j.Attempt)]; r != nil {
+			s.mirrorJob(r)
+		}
+	}
 }
 
 // Load adds records read from storage, as at start-up.
