@@ -617,11 +617,17 @@ func (t *txn) dropStaleStarts() {
 	t.reindexJobEmits()
 }
 
-// reindexJobEmits rebuilds lastJobEmit after emits were removed.
+// reindexJobEmits rebuilds lastJobEmit, and where the reason records are,
+// after emits were removed.
 func (t *txn) reindexJobEmits() {
 	clear(t.c.lastJobEmit)
-	t.c.reasonAt = nil // indexes into Emits too, made anew when needed
+	for _, cr := range t.c.recs {
+		clear(cr.at) // indexes into Emits too
+	}
 	for i, e := range t.c.Emits {
+		if e.job != nil {
+			t.c.records(e.Key).at[e.pos] = int32(i + 1)
+		}
 		if jc, ok := e.Payload.(*eventsv1.JobChanged); ok {
 			t.c.lastJobEmit[jc.GetJob().GetName()] = i
 		}

@@ -81,7 +81,8 @@ func TestPrioAttrsAsNewAttrs(t *testing.T) {
 // pass gave a stored job, with no version of it) becomes a version on the
 // first look at the job: a read (txn.job), an edit (editJob) and the pending
 // list see the job with its new reason, and its JobChanged carries that
-// version; a job without a record is read as stored.
+// version; a job without a record is read as stored. The records are found
+// where they are after an emit before them is withdrawn.
 func TestReasonRecordReadAsVersion(t *testing.T) {
 	t.Parallel()
 	s := NewState(Config{})
@@ -94,9 +95,13 @@ func TestReasonRecordReadAsVersion(t *testing.T) {
 	}
 	s.Load(nil, nil, jobs, nil, nil, nil)
 	tx := writerTxn(s, now)
+	tx.emit("c", "x", &eventsv1.StartStep{Job: "x"})
 	for i, j := range jobs[:3] {
 		tx.record("c", j.Name(), j, ReasonPriority, int32(i))
 	}
+	// A withdrawn start moves the records (see dropStaleStarts).
+	tx.c.Emits = append(tx.c.Emits[:0], tx.c.Emits[1:]...)
+	tx.reindexJobEmits()
 	if tx.c.reasons != 3 || len(tx.c.Jobs) != 0 {
 		t.Fatalf("%d records, %d versions; want 3, 0", tx.c.reasons, len(tx.c.Jobs))
 	}

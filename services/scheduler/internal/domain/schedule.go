@@ -1280,11 +1280,17 @@ func (t *txn) setReason(j *Job, name, reason string, unedited bool) {
 // pos of its pending entries, reason as a reason record in the change's
 // events: no version of the job, no protobuf, no entry in Jobs (see Emit).
 func (t *txn) record(cluster, name string, j *Job, reason string, pos int32) {
-	t.c.Emits = append(t.c.Emits, Emit{Key: cluster, Subject: name, job: j, reason: reason, pos: pos})
-	t.c.reasons++
-	if t.c.reasonAt != nil {
-		t.c.reasonAt[name] = len(t.c.Emits) - 1
+	c := t.c
+	var cr *clusterRecords
+	if n := len(c.recs); n > 0 && c.recs[n-1].cluster == cluster {
+		cr = &c.recs[n-1]
+	} else if cr = c.records(cluster); cr == nil {
+		c.recs = append(c.recs, clusterRecords{cluster: cluster, at: make([]int32, len(t.s.byCluster[cluster].pending))})
+		cr = &c.recs[len(c.recs)-1]
 	}
+	c.Emits = append(c.Emits, Emit{Key: cluster, Subject: name, job: j, reason: reason, pos: pos})
+	cr.at[pos] = int32(len(c.Emits))
+	c.reasons++
 }
 
 // fill builds reason-only version v from its source (once).

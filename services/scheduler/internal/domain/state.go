@@ -187,10 +187,29 @@ type Change struct {
 	// reasonSlab: the rest of the batch setReason carves versions from.
 	reasonSlab []reasonVersion
 	// reasons counts the reason records among Emits (see Emit.job), and
-	// reasonAt finds them by job name once a look-up needs it (nil until
-	// then: a first pass over 100,000 jobs never needs it).
-	reasons  int
-	reasonAt map[string]int
+	// recs finds them by their jobs' pending positions, per cluster.
+	reasons int
+	recs    []clusterRecords
+}
+
+// clusterRecords are the reason records of one cluster's jobs: at[i] is
+// 1 + the index in Emits of the record of the job at position i of the
+// cluster's pending entries (0: none), as the pass read them. A store per
+// record, not a map insertion; a look-up by name is the pending index's;
+// and Commit reads them in the entries' memory order.
+type clusterRecords struct {
+	cluster string
+	at      []int32
+}
+
+// records returns the reason records of cluster, nil when it has none.
+func (c *Change) records(cluster string) *clusterRecords {
+	for i := range c.recs {
+		if c.recs[i].cluster == cluster {
+			return &c.recs[i]
+		}
+	}
+	return nil
 }
 
 // Empty reports whether the change touches nothing and emits nothing.
@@ -379,8 +398,8 @@ func (s *State) Commit(c *Change) {
 }
 
 // putReasons applies the change's reason records (see Emit) to the stored
-// jobs, cluster by cluster (a pass's records are together), each in the
-// order of its pending entries, as they lie in memory: the job's new
+// jobs, cluster by cluster, each in the order of its pending entries, as
+// they lie in memory: the job's new
 // version (with the record's event's protobuf, if built: see Emit.Message)
 // takes the stored one's place, in its pending entry too. Only the reason
 // changes: the entry stays where it is, and the attributes are the stored
@@ -390,52 +409,16 @@ func (s *State) putReasons(c *Change) {
 	if c.reasons == 0 {
 		return
 	}
-	var marks []int32
-	if s.scratch != nil {
-		marks = s.scratch.reasonMarks
-	}
 	slabs := reasonSlabs{left: c.reasons}
-	cluster, from := "", -1
-	flush := func(upTo int) {
-		ci := s.index(cluster)
-		if len(marks) < len(ci.pending) {
-			marks = make([]int32, len(ci.pending))
-		}
-		for i := from; i < upTo; i++ {
-			e := &c.Emits[i]
-			if e.job == nil {
-				continue
-			}
-			if p := int(e.pos); p >= 0 && p < len(ci.pending) && marks[p] == 0 {
-				marks[p] = int32(i + 1)
-			} else {
-				s.putReason(ci, e, -1, &slabs)
-			}
-		}
-		for p, m := range marks[:len(ci.pending)] {
+	for _, cr := range c.recs {
+		ci := s.index(cr.cluster)
+		for p, m := range cr.at {
 			if m != 0 {
-				marks[p] = 0
 				s.putReason(ci, &c.Emits[m-1], p, &slabs)
 			}
 		}
 		s.versions++
 		ci.pendVer = s.versions
-	}
-	for i := range c.Emits {
-		e := &c.Emits[i]
-		if e.job == nil {
-			continue
-		}
-		if from < 0 || e.Key != cluster {
-			if from >= 0 {
-				flush(i)
-			}
-			cluster, from = e.Key, i
-		}
-	}
-	flush(len(c.Emits))
-	if s.scratch != nil {
-		s.scratch.reasonMarks = marks
 	}
 }
 
@@ -455,11 +438,11 @@ type reasonCommit struct {
 }
 
 // putReason applies reason record e, of the job at position p of ci's
-// pending entries (-1: unknown).
+// pending entries as the pass read them.
 func (s *State) putReason(ci *clusterIndex, e *Emit, p int, sl *reasonSlabs) {
 	sl.left--
 	old := e.job
-	if p < 0 || ci.pending[p].j != old {
+	if p >= len(ci.pending) || ci.pending[p].j != old {
 		// Not where the pass read it: find it by name.
 		i, ok := ci.pendPos[e.Subject]
 		if !ok || s.jobs[e.Subject] != old || old.attrs == nil {

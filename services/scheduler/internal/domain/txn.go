@@ -75,9 +75,6 @@ type scratch struct {
 	mends int
 	// static: per cluster, the static checks' results (see staticCache).
 	static map[string]*staticCache
-	// reasonMarks: Commit's marks of the pending entries a change's reason
-	// records are for (see State.putReasons); all zero between uses.
-	reasonMarks []int32
 	// viewAt: per cluster, the last pass's node name → view index.
 	viewAt map[string]*viewIndexCache
 	// decisions: the array the passes' Change.Decisions reuse; filtered:
@@ -196,22 +193,21 @@ func (t *txn) job(name string) *Job {
 // reasonVersion turns the change's reason record of the job named name, if
 // it has one, into a version in Jobs (setReason's) and returns it: what
 // reads or edits the job after the pass that gave it its reason sees it
-// as every other version. Only a pending job can have one.
+// as every other version. Only a stored pending job can have one.
 func (t *txn) reasonVersion(name string) *Job {
-	c := t.c
-	if c.reasonAt == nil {
-		c.reasonAt = make(map[string]int, c.reasons)
-		for i := range c.Emits {
-			if c.Emits[i].job != nil {
-				c.reasonAt[c.Emits[i].Subject] = i
-			}
-		}
-	}
-	i, ok := c.reasonAt[name]
-	if !ok {
+	j := t.s.jobs[name]
+	if j == nil {
 		return nil
 	}
-	return t.unrecord(i)
+	cr := t.c.records(j.Job.GetCluster())
+	if cr == nil {
+		return nil
+	}
+	p, ok := t.s.byCluster[cr.cluster].pendPos[name]
+	if !ok || p >= len(cr.at) || cr.at[p] == 0 {
+		return nil
+	}
+	return t.unrecord(int(cr.at[p] - 1))
 }
 
 // unrecord turns reason record i of the change's Emits into a version in
@@ -224,7 +220,7 @@ func (t *txn) unrecord(i int) *Job {
 	t.fill(v)
 	e.Payload, e.job, e.reason = &v.ev, nil, ""
 	c.reasons--
-	delete(c.reasonAt, e.Subject)
+	c.records(e.Key).at[e.pos] = 0
 	c.Jobs[e.Subject] = &v.job
 	c.lastJobEmit[e.Subject] = i
 	return &v.job
