@@ -159,10 +159,12 @@ func (s *State) Config() Config { return s.cfg }
 type Change struct {
 	Clusters map[string]*Cluster
 	Nodes    map[string]*Node
-	Jobs     map[string]*Job
-	Runs     map[string]*Run
-	Arrays   map[string]*Array
-	Usage    map[string]*Usage
+	// Jobs are the job versions, except those the reason records of Emits
+	// stand for (see Emit): AllJobs yields both, Job finds either.
+	Jobs   map[string]*Job
+	Runs   map[string]*Run
+	Arrays map[string]*Array
+	Usage  map[string]*Usage
 	// Assocs are associations' new limits, by AssocLimitKey (nil: none).
 	Assocs map[string]*AssocLimit
 	Emits  []Emit
@@ -235,8 +237,8 @@ type Emit struct {
 	Payload proto.Message
 	// job and reason: a reason record, the stored version of the job named
 	// Subject and its new reason (job nil otherwise); pos is the job's
-	// position in its cluster's pending entries when the pass read it, so
-	// that Commit applies the records in memory order.
+	// position in its cluster's pending entries when the pass read it (see
+	// clusterRecords).
 	job    *Job
 	reason string
 	pos    int32
@@ -289,7 +291,8 @@ func (c *Change) AllJobs() iter.Seq2[string, *Job] {
 }
 
 // Job returns the change's version of the job named name, whether in Jobs
-// or given by a reason record, and whether it has one.
+// or given by a reason record, and whether it has one. A reason record is
+// found by a scan of Emits: for tests and the odd look, not for every job.
 func (c *Change) Job(name string) (*Job, bool) {
 	if j, ok := c.Jobs[name]; ok {
 		return j, true
