@@ -251,11 +251,23 @@ type Emit struct {
 // record's event is valid until the job's next change is committed.
 func (e *Emit) Message() proto.Message {
 	if e.Payload == nil && e.job != nil {
-		pj := shallowJob(e.job.Job)
-		pj.StateReason = e.reason
-		e.Payload = &eventsv1.JobChanged{Job: pj, Attempt: e.job.Attempt, ModelDir: e.job.ModelDir}
+		e.build(new(reasonEvent))
 	}
 	return e.Payload
+}
+
+// reasonEvent is a reason record's event and its protobuf, built together.
+type reasonEvent struct {
+	pj loomv1.Job
+	ev eventsv1.JobChanged
+}
+
+// build builds reason record e's event (see Message) in re.
+func (e *Emit) build(re *reasonEvent) {
+	shallowJobInto(&re.pj, e.job.Job)
+	re.pj.StateReason = e.reason
+	re.ev = eventsv1.JobChanged{Job: &re.pj, Attempt: e.job.Attempt, ModelDir: e.job.ModelDir}
+	e.Payload = &re.ev
 }
 
 // reasonJob returns the version of the job a reason record gives it (see
@@ -270,7 +282,8 @@ func (e *Emit) reasonJob(v *Job) *Job {
 // job is deleted) and those its reason records give their jobs (see Emit),
 // which go to the job's stored record like any other. A reason record's
 // version is built in one Job reused for each: valid until the next is
-// yielded.
+// yielded. Its event is built on the way (see Message), 1,024 to an
+// allocation, as the pass built them before it made records.
 func (c *Change) AllJobs() iter.Seq2[string, *Job] {
 	return func(yield func(string, *Job) bool) {
 		for name, j := range c.Jobs {
@@ -282,8 +295,22 @@ func (c *Change) AllJobs() iter.Seq2[string, *Job] {
 			return
 		}
 		var v Job
+		var batch []reasonEvent
+		left := c.reasons
 		for i := range c.Emits {
-			if e := &c.Emits[i]; e.job != nil && !yield(e.Subject, e.reasonJob(&v)) {
+			e := &c.Emits[i]
+			if e.job == nil {
+				continue
+			}
+			left--
+			if e.Payload == nil {
+				if len(batch) == 0 {
+					batch = make([]reasonEvent, min(left+1, reasonBatch))
+				}
+				e.build(&batch[0])
+				batch = batch[1:]
+			}
+			if !yield(e.Subject, e.reasonJob(&v)) {
 				return
 			}
 		}
