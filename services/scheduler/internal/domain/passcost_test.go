@@ -97,11 +97,18 @@ func TestReasonRecordReadAsVersion(t *testing.T) {
 	tx := writerTxn(s, now)
 	tx.emit("c", "x", &eventsv1.StartStep{Job: "x"})
 	for i, j := range jobs[:3] {
-		tx.record("c", j.Name(), j, ReasonPriority, int32(i))
+		pos := int32(i)
+		if i == 2 {
+			pos = -1 // found by name
+		}
+		tx.record("c", j.Name(), j, ReasonPriority, pos)
 	}
 	// A withdrawn start moves the records (see dropStaleStarts).
 	tx.c.Emits = append(tx.c.Emits[:0], tx.c.Emits[1:]...)
 	tx.reindexJobEmits()
+	if at := tx.c.records("c").at; at[0] != 1 || at[1] != 2 || at[2] != 3 || at[3] != 0 {
+		t.Fatalf("records by position %v, want [1 2 3 0]", at)
+	}
 	if tx.c.reasons != 3 || len(tx.c.Jobs) != 0 {
 		t.Fatalf("%d records, %d versions; want 3, 0", tx.c.reasons, len(tx.c.Jobs))
 	}

@@ -161,13 +161,15 @@ func (t *txn) schedule(cluster string) {
 	}
 	queue := p.order(pend)
 	// Every job of the queue is a stored one (unedited), read from its
-	// pending entry (at): the reasons the walk gives are records.
-	p.records = p.unedited && p.at != nil && !t.s.reasonVersions
+	// pending entry: the reasons the walk gives are records. at says where
+	// each entry is (else a record finds it by name).
+	p.records = p.unedited && !t.s.reasonVersions
 	if p.fresh > 1024 {
 		t.c.reserveJobs(p.fresh, p.records)
 	}
+	p.pos = -1
 	for i := range queue {
-		if p.records {
+		if p.records && p.at != nil {
 			p.pos = p.at[i]
 		}
 		p.consider(&queue[i])
@@ -1277,15 +1279,25 @@ func (t *txn) setReason(j *Job, name, reason string, unedited bool) {
 }
 
 // record gives stored pending job j, named name, of cluster, at position
-// pos of its pending entries, reason as a reason record in the change's
-// events: no version of the job, no protobuf, no entry in Jobs (see Emit).
+// pos of its pending entries (-1: unknown, found by name), reason as a
+// reason record in the change's events: no version of the job, no
+// protobuf, no entry in Jobs (see Emit).
 func (t *txn) record(cluster, name string, j *Job, reason string, pos int32) {
 	c := t.c
+	ci := t.s.byCluster[cluster]
+	if pos < 0 {
+		i, ok := ci.pendPos[name]
+		if !ok {
+			t.setReason(j, name, reason, false) // not a stored pending job
+			return
+		}
+		pos = int32(i)
+	}
 	var cr *clusterRecords
 	if n := len(c.recs); n > 0 && c.recs[n-1].cluster == cluster {
 		cr = &c.recs[n-1]
 	} else if cr = c.records(cluster); cr == nil {
-		c.recs = append(c.recs, clusterRecords{cluster: cluster, at: make([]int32, len(t.s.byCluster[cluster].pending))})
+		c.recs = append(c.recs, clusterRecords{cluster: cluster, at: make([]int32, len(ci.pending))})
 		cr = &c.recs[len(c.recs)-1]
 	}
 	c.Emits = append(c.Emits, Emit{Key: cluster, Subject: name, job: j, reason: reason, pos: pos})
