@@ -219,7 +219,7 @@ func Write(tx *store.Tx, c *domain.Change) error {
 			return err
 		}
 	}
-	for name, j := range c.Jobs {
+	for name, j := range c.AllJobs() {
 		if j == nil {
 			tx.HDel(KeyJobs, name)
 			continue

@@ -260,7 +260,7 @@ func TestArrayStoredOnce(t *testing.T) {
 	}
 	sameEnv(loaded, "loaded state")
 	if c := loaded.Schedule(now); !c.Empty() {
-		t.Fatalf("pass on the loaded state changed %d jobs, emitted %d events", len(c.Jobs), len(c.Emits))
+		t.Fatalf("pass on the loaded state changed %d jobs, emitted %d events", c.JobCount(), len(c.Emits))
 	}
 }
 

@@ -337,8 +337,9 @@ func (a *App) applyMany(ctx context.Context, inboxIDs []string, c *domain.Change
 	if err := adapters.Write(tx, c); err != nil {
 		return false, err
 	}
-	for i, e := range c.Emits {
-		payload, err := a.seal(e.Payload)
+	for i := range c.Emits {
+		e := &c.Emits[i]
+		payload, err := a.seal(e.Message())
 		if err != nil {
 			return false, err
 		}

@@ -76,7 +76,7 @@ func TestHandleBatchDecidesAsOneByOne(t *testing.T) {
 			t.Fatalf("ends = %v: not increasing within the %d emits", ends, len(c.Emits))
 		}
 		for _, e := range c.Emits[prev:end] {
-			if jc, ok := e.Payload.(*eventsv1.JobChanged); ok && jc.GetJob().GetName() != jobName(i+1) {
+			if jc, ok := e.Message().(*eventsv1.JobChanged); ok && jc.GetJob().GetName() != jobName(i+1) {
 				t.Fatalf("event %d's emits include a change of %s", i, jc.GetJob().GetName())
 			}
 		}

@@ -294,7 +294,7 @@ func stops(c *Change) []*eventsv1.StopStep {
 func jobChanges(c *Change) []*eventsv1.JobChanged {
 	var out []*eventsv1.JobChanged
 	for _, e := range c.Emits {
-		if s, ok := e.Payload.(*eventsv1.JobChanged); ok {
+		if s, ok := e.Message().(*eventsv1.JobChanged); ok {
 			out = append(out, s)
 		}
 	}
@@ -925,7 +925,7 @@ func checkAllocIndex(t *testing.T, s *State) {
 // routes its payload's type to, or a description of the routing error (which
 // no topic a test expects equals).
 func topicOf(e Emit) string {
-	topic, err := topics.For(e.Payload)
+	topic, err := topics.For(e.Message())
 	if err != nil {
 		return "(unrouted: " + err.Error() + ")"
 	}

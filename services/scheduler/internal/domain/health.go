@@ -445,7 +445,7 @@ func (t *txn) expireExclusions(cluster, host string) {
 		}
 	}
 	for name, j := range t.c.Jobs {
-		if j != nil && j.lazy == nil && len(j.Excluded) > 0 && t.s.jobs[name] == nil && j.Job.GetCluster() == cluster &&
+		if j != nil && len(j.Excluded) > 0 && t.s.jobs[name] == nil && j.Job.GetCluster() == cluster &&
 			containsString(j.Excluded, host) {
 			names = append(names, name)
 		}
@@ -617,10 +617,17 @@ func (t *txn) dropStaleStarts() {
 	t.reindexJobEmits()
 }
 
-// reindexJobEmits rebuilds lastJobEmit after emits were removed.
+// reindexJobEmits rebuilds lastJobEmit, and where the reason records are,
+// after emits were removed.
 func (t *txn) reindexJobEmits() {
 	clear(t.c.lastJobEmit)
+	for _, cr := range t.c.recs {
+		clear(cr.at) // indexes into Emits too
+	}
 	for i, e := range t.c.Emits {
+		if e.job != nil {
+			t.c.records(e.Key).at[e.pos] = int32(i + 1)
+		}
 		if jc, ok := e.Payload.(*eventsv1.JobChanged); ok {
 			t.c.lastJobEmit[jc.GetJob().GetName()] = i
 		}

@@ -103,7 +103,7 @@ func (t *txn) settle() {
 		// A reason-only version (shared) is of a pending job: skipping it
 		// spares a look at its protobuf, 100,000 of them after a burst's
 		// first pass.
-		if j != nil && !j.shared && j.lazy == nil && j.Terminal() && j.Attempt > 0 {
+		if j != nil && !j.shared && j.Terminal() && j.Attempt > 0 {
 			names = append(names, name)
 		}
 	}

@@ -112,16 +112,6 @@ type Job struct {
 	// with only its reason changed, and is also the payload of the change's
 	// JobChanged: editJob deep-copies it before any edit.
 	shared bool
-	// reasonEmit: for a reason-only version (setReason), 1 + the index in
-	// its change's Emits of its JobChanged, so that a pass giving 100,000
-	// jobs a reason fills one map per job (Change.Jobs), not two (see
-	// txn.lastJobEmit); 0 otherwise. Valid only while the version is the
-	// change's (State.putJob clears it at Commit).
-	reasonEmit int32
-	// lazy: a reason-only version not built yet (Job is nil): the pass
-	// builds them after its walk of the queue, in the queue's memory order,
-	// or on the first look at it (see txn.fill).
-	lazy *reasonVersion
 }
 
 // Template returns the template of the array the job is a task of (see

@@ -1,7 +1,9 @@
 package domain
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
@@ -75,37 +77,57 @@ func TestPrioAttrsAsNewAttrs(t *testing.T) {
 	}
 }
 
-// TestLazyReasonVersionBuiltOnLook checks that a reason-only version the
-// pass left to build after its walk is built by the first look at it: a
-// read (txn.job), an edit (editJob) and the pending list see the job with
-// its new reason, and its JobChanged carries that version.
-func TestLazyReasonVersionBuiltOnLook(t *testing.T) {
+// TestReasonRecordReadAsVersion checks that a reason record (a reason the
+// pass gave a stored job, with no version of it) becomes a version on the
+// first look at the job: a read (txn.job), an edit (editJob) and the pending
+// list see the job with its new reason, and its JobChanged carries that
+// version; a job without a record is read as stored. The records are found
+// where they are after an emit before them is withdrawn.
+func TestReasonRecordReadAsVersion(t *testing.T) {
 	t.Parallel()
 	s := NewState(Config{})
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	tx := writerTxn(s, now)
-	lazy := func(name string) *reasonVersion {
-		src := &Job{JobRecord: jobstore.JobRecord{Attempt: 2, Job: &loomv1.Job{Name: name, Cluster: "c", State: loomv1.JobState_PENDING, StateReason: "None"}}}
-		v := tx.reasonVersion()
-		v.src, v.reason = src, ReasonPriority
-		v.job.lazy = v
-		tx.putReason(v, name, "c")
-		if v.job.Job != nil {
-			t.Fatalf("%s: built before any look", name)
-		}
-		return v
+	var jobs []*Job
+	for i := range 4 {
+		jobs = append(jobs, &Job{JobRecord: jobstore.JobRecord{Attempt: 2, Job: &loomv1.Job{
+			Name: fmt.Sprintf("projects/p/jobs/%d", i+1), JobId: strconv.Itoa(i + 1), Cluster: "c",
+			State: loomv1.JobState_PENDING, StateReason: "None"}}})
 	}
-	a, b, c := lazy("projects/p/jobs/1"), lazy("projects/p/jobs/2"), lazy("projects/p/jobs/3")
+	s.Load(nil, nil, jobs, nil, nil, nil)
+	tx := writerTxn(s, now)
+	tx.emit("c", "x", &eventsv1.StartStep{Job: "x"})
+	for i, j := range jobs[:3] {
+		pos := int32(i)
+		if i == 2 {
+			pos = -1 // found by name
+		}
+		tx.record("c", j.Name(), j, ReasonPriority, pos)
+	}
+	// A withdrawn start moves the records (see dropStaleStarts).
+	tx.c.Emits = append(tx.c.Emits[:0], tx.c.Emits[1:]...)
+	tx.reindexJobEmits()
+	if at := tx.c.records("c").at; at[0] != 1 || at[1] != 2 || at[2] != 3 || at[3] != 0 {
+		t.Fatalf("records by position %v, want [1 2 3 0]", at)
+	}
+	if tx.c.reasons != 3 || len(tx.c.Jobs) != 0 {
+		t.Fatalf("%d records, %d versions; want 3, 0", tx.c.reasons, len(tx.c.Jobs))
+	}
+	if got := tx.job("projects/p/jobs/4"); got != jobs[3] {
+		t.Fatalf("job() without a record: %p, want the stored %p", got, jobs[3])
+	}
 	got := tx.job("projects/p/jobs/1")
-	if got != &a.job || got.Job.GetStateReason() != ReasonPriority || got.Attempt != 2 || got.Job.GetName() != "projects/p/jobs/1" {
+	if got == jobs[0] || got.Job.GetStateReason() != ReasonPriority || got.Attempt != 2 || got.Job.GetName() != "projects/p/jobs/1" {
 		t.Fatalf("job(): %+v", got)
 	}
 	if ev := tx.c.Emits[0].Payload.(*eventsv1.JobChanged); ev.GetJob() != got.Job || ev.GetAttempt() != 2 {
 		t.Fatalf("JobChanged %v does not carry the version", ev)
 	}
+	if i, ok := tx.lastJobEmit(got); !ok || i != 0 {
+		t.Fatalf("lastJobEmit = %d, %v; want 0, true", i, ok)
+	}
 	ed := tx.editJob("projects/p/jobs/2")
-	if ed.Job.GetStateReason() != ReasonPriority || ed.shared || ed.Job == &b.pj {
-		t.Fatalf("editJob: reason %q, shared %v, a copy %v", ed.Job.GetStateReason(), ed.shared, ed.Job != &b.pj)
+	if ed.Job.GetStateReason() != ReasonPriority || ed.shared || ed.Job == tx.c.Emits[1].Payload.(*eventsv1.JobChanged).GetJob() {
+		t.Fatalf("editJob: reason %q, shared %v", ed.Job.GetStateReason(), ed.shared)
 	}
 	n := 0
 	for _, e := range tx.pendingEntries("c") {
@@ -113,7 +135,10 @@ func TestLazyReasonVersionBuiltOnLook(t *testing.T) {
 			n++
 		}
 	}
-	if n != 1 || c.job.Job == nil || c.job.lazy != nil {
-		t.Fatalf("pendingEntries: found %d, built %v", n, c.job.Job != nil)
+	if n != 1 || tx.c.reasons != 0 || len(tx.c.Jobs) != 3 {
+		t.Fatalf("pendingEntries: found %d, %d records left, %d versions", n, tx.c.reasons, len(tx.c.Jobs))
+	}
+	if jobs[0].Job.GetStateReason() != "None" {
+		t.Fatal("the stored job changed before Commit")
 	}
 }

@@ -49,7 +49,7 @@ func TestQueueReusedAcrossPasses(t *testing.T) {
 	ver := s.byCluster[cl].pendVer
 	s.Commit(c)
 	if s.byCluster[cl].pendVer == ver {
-		t.Fatalf("six hours on, the pass changed no pending job (%d jobs edited)", len(c.Jobs))
+		t.Fatalf("six hours on, the pass changed no pending job (%d jobs edited)", c.JobCount())
 	}
 	before := s.scratch.reorders
 	s.Schedule(now.Add(6*time.Hour + time.Second))
@@ -69,7 +69,7 @@ func sameChange(t *testing.T, label string, got, want *Change) {
 	}
 	for i := range got.Emits {
 		g, w := got.Emits[i], want.Emits[i]
-		if g.Key != w.Key || g.Subject != w.Subject || !proto.Equal(g.Payload, w.Payload) {
+		if g.Key != w.Key || g.Subject != w.Subject || !proto.Equal(g.Message(), w.Message()) {
 			t.Fatalf("%s: emit %d is %v, want %v", label, i, g, w)
 		}
 	}

@@ -93,16 +93,13 @@ type pass struct {
 	// only the job it considers, and the running jobs it preempts, which
 	// are not in its queue). Cleared before the requeued jobs are looked at.
 	unedited bool
-	// lazy: per queue position, the reason-only version the walk gave the
-	// job there, built after the walk (nil: built at once). at is the
-	// queue's order (indexes of the entries as read, in memory order) when
-	// it was gathered, and pos the position of the job being considered.
-	lazy []*reasonVersion
-	at   []int32
-	pos  int32
-	// lazyN counts the versions put in lazy: a pass that gives no job a
-	// new reason (a steady pass) has none to build, and no walk of lazy.
-	lazyN int
+	// records: the walk gives jobs their reasons as reason records (see
+	// Emit), not versions. at is the queue's order (indexes of the entries
+	// as read, in memory order) when it was gathered, and pos the position
+	// of the job being considered.
+	records bool
+	at      []int32
+	pos     int32
 	// fresh counts the queued jobs without a reason yet: each will get
 	// one, and a record and an event in the change.
 	fresh int
@@ -163,23 +160,19 @@ func (t *txn) schedule(cluster string) {
 		t.c.Decisions = t.decisionsBuffer(len(pend))
 	}
 	queue := p.order(pend)
+	// Every job of the queue is a stored one (unedited), read from its
+	// pending entry: the reasons the walk gives are records. at says where
+	// each entry is (else a record finds it by name).
+	p.records = p.unedited && !t.s.reasonVersions
 	if p.fresh > 1024 {
-		t.c.reserveJobs(p.fresh)
+		t.c.reserveJobs(p.fresh, p.records)
 	}
-	if p.unedited && p.at != nil && t.scratch != nil {
-		if cap(t.scratch.lazy) < len(queue) {
-			t.scratch.lazy = make([]*reasonVersion, len(queue))
-		}
-		p.lazy = t.scratch.lazy[:len(queue)]
-	}
+	p.pos = -1
 	for i := range queue {
-		if p.lazy != nil {
+		if p.records && p.at != nil {
 			p.pos = p.at[i]
 		}
 		p.consider(&queue[i])
-	}
-	if p.lazy != nil {
-		p.buildLazy()
 	}
 	if p.requeued {
 		// Jobs preempted by this pass are pending again: give them their
@@ -1275,22 +1268,41 @@ func (t *txn) setReason(j *Job, name, reason string, unedited bool) {
 	// gives 100,000 jobs theirs): the new version is a shallow copy, and
 	// the event carries that copy itself instead of two deep copies.
 	// editJob copies it deeply before any edit.
-	v := t.reasonVersion()
+	v := t.newReasonVersion()
 	v.src, v.reason = j, reason
 	t.fill(v)
-	t.putReason(v, name, v.pj.Cluster)
-}
-
-// putReason puts reason-only version v of the job named name, of cluster,
-// in the change, and its JobChanged.
-func (t *txn) putReason(v *reasonVersion, name, cluster string) {
 	t.c.Jobs[name] = &v.job
 	// emitJob without its look-up: a job the change had no version of has
-	// no JobChanged in it (every emitted job is one of the change's). The
-	// version itself says where its JobChanged is (Job.reasonEmit), not a
-	// second map entry per job.
-	v.job.reasonEmit = int32(len(t.c.Emits) + 1)
-	t.emit(cluster, name, &v.ev)
+	// no JobChanged in it (every emitted job is one of the change's).
+	t.c.lastJobEmit[name] = len(t.c.Emits)
+	t.emit(v.pj.Cluster, name, &v.ev)
+}
+
+// record gives stored pending job j, named name, of cluster, at position
+// pos of its pending entries (-1: unknown, found by name), reason as a
+// reason record in the change's events: no version of the job, no
+// protobuf, no entry in Jobs (see Emit).
+func (t *txn) record(cluster, name string, j *Job, reason string, pos int32) {
+	c := t.c
+	ci := t.s.byCluster[cluster]
+	if pos < 0 {
+		i, ok := ci.pendPos[name]
+		if !ok {
+			t.setReason(j, name, reason, false) // not a stored pending job
+			return
+		}
+		pos = int32(i)
+	}
+	var cr *clusterRecords
+	if n := len(c.recs); n > 0 && c.recs[n-1].cluster == cluster {
+		cr = &c.recs[n-1]
+	} else if cr = c.records(cluster); cr == nil {
+		c.recs = append(c.recs, clusterRecords{cluster: cluster, at: make([]int32, len(ci.pending))})
+		cr = &c.recs[len(c.recs)-1]
+	}
+	c.Emits = append(c.Emits, Emit{Key: cluster, Subject: name, job: j, reason: reason, pos: pos})
+	cr.at[pos] = int32(len(c.Emits))
+	c.reasons++
 }
 
 // fill builds reason-only version v from its source (once).
@@ -1299,7 +1311,7 @@ func (t *txn) fill(v *reasonVersion) {
 	if j == nil {
 		return
 	}
-	v.job = Job{JobRecord: jobstore.JobRecord{Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded, InfraRestarts: j.InfraRestarts, Job: &v.pj}, tmpl: j.tmpl, shared: true, reasonEmit: v.job.reasonEmit}
+	v.job = Job{JobRecord: jobstore.JobRecord{Attempt: j.Attempt, ModelDir: j.ModelDir, Excluded: j.Excluded, InfraRestarts: j.InfraRestarts, Job: &v.pj}, tmpl: j.tmpl, shared: true}
 	shallowJobInto(&v.pj, j.Job)
 	v.pj.StateReason = v.reason
 	v.ev = eventsv1.JobChanged{Job: &v.pj, Attempt: j.Attempt, ModelDir: j.ModelDir}
@@ -1316,11 +1328,11 @@ type reasonVersion struct {
 	reason string
 }
 
-// reasonVersion returns a zero reasonVersion from the change's batch: a pass
+// newReasonVersion returns a zero reasonVersion from the change's batch: a pass
 // that gives 100,000 jobs a reason allocates a batch per 1024 of them, not
 // three objects each. A batch lives while any of its versions or events is
 // referenced, at most as long as the burst's versions together.
-func (t *txn) reasonVersion() *reasonVersion {
+func (t *txn) newReasonVersion() *reasonVersion {
 	if len(t.c.reasonSlab) == 0 {
 		t.c.reasonSlab = make([]reasonVersion, reasonBatch)
 	}
@@ -1338,36 +1350,11 @@ func (p *pass) wait(q *queued, reason string) {
 	if q.reason == reason {
 		return
 	}
-	if p.lazy != nil {
-		// Built after the walk, in the queue's memory order (see
-		// buildLazy): reading 100,000 stored jobs in priority order would
-		// wait on memory for each.
-		t := p.t
-		v := t.reasonVersion()
-		v.src, v.reason = q.j, reason
-		v.job.lazy = v
-		t.putReason(v, q.name, p.name)
-		p.lazy[p.pos] = v
-		p.lazyN++
+	if p.records {
+		p.t.record(p.name, q.name, q.j, reason, p.pos)
 		return
 	}
 	p.t.setReason(q.j, q.name, reason, p.unedited)
-}
-
-// buildLazy builds the reason-only versions the walk of the queue left to
-// build, in the order of the queue's entries (as they lie in memory).
-func (p *pass) buildLazy() {
-	if p.lazyN == 0 {
-		p.lazy = nil // every entry is nil: each pass clears those it set
-		return
-	}
-	for i, v := range p.lazy {
-		if v != nil {
-			p.t.fill(v)
-			p.lazy[i] = nil
-		}
-	}
-	p.lazy = nil
 }
 
 // waitDecided keeps q's job pending for d.Reason and records the decision.

@@ -1,11 +1,13 @@
 package domain
 
 import (
+	"iter"
 	"sort"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
@@ -59,6 +61,9 @@ type State struct {
 	shapeReqs []place.Request
 	// scratch is reused by the passes of writers (see writerTxn).
 	scratch *scratch
+	// reasonVersions: passes give reasons as versions, never as reason
+	// records (see Emit): what the tests compare the records with.
+	reasonVersions bool
 	// versions numbers the changes of the indexes' version counters
 	// (clusterIndex.pendVer): each change takes the next number, so a
 	// version is never reused, even by an index made anew.
@@ -154,10 +159,12 @@ func (s *State) Config() Config { return s.cfg }
 type Change struct {
 	Clusters map[string]*Cluster
 	Nodes    map[string]*Node
-	Jobs     map[string]*Job
-	Runs     map[string]*Run
-	Arrays   map[string]*Array
-	Usage    map[string]*Usage
+	// Jobs are the job versions, except those the reason records of Emits
+	// stand for (see Emit): AllJobs yields both, Job finds either.
+	Jobs   map[string]*Job
+	Runs   map[string]*Run
+	Arrays map[string]*Array
+	Usage  map[string]*Usage
 	// Assocs are associations' new limits, by AssocLimitKey (nil: none).
 	Assocs map[string]*AssocLimit
 	Emits  []Emit
@@ -181,6 +188,30 @@ type Change struct {
 	lastJobEmit map[string]int
 	// reasonSlab: the rest of the batch setReason carves versions from.
 	reasonSlab []reasonVersion
+	// reasons counts the reason records among Emits (see Emit.job), and
+	// recs finds them by their jobs' pending positions, per cluster.
+	reasons int
+	recs    []clusterRecords
+}
+
+// clusterRecords are the reason records of one cluster's jobs: at[i] is
+// 1 + the index in Emits of the record of the job at position i of the
+// cluster's pending entries (0: none), as the pass read them. A store per
+// record, not a map insertion; a look-up by name is the pending index's;
+// and Commit reads them in the entries' memory order.
+type clusterRecords struct {
+	cluster string
+	at      []int32
+}
+
+// records returns the reason records of cluster, nil when it has none.
+func (c *Change) records(cluster string) *clusterRecords {
+	for i := range c.recs {
+		if c.recs[i].cluster == cluster {
+			return &c.recs[i]
+		}
+	}
+	return nil
 }
 
 // Empty reports whether the change touches nothing and emits nothing.
@@ -192,11 +223,119 @@ func (c *Change) Empty() bool {
 // Emit is an event to publish: the payload, its record key and the entity it
 // is about (the job's name for job and step events). Its topic is not the
 // domain's to choose: the app routes it by type (topics.For).
+//
+// A pass that only gives a stored pending job a new reason (the first pass
+// over a burst of submissions gives 100,000 jobs theirs) adds no version of
+// the job to Change.Jobs and builds no payload: its Emit is a reason record
+// (job, reason), which Message turns into the JobChanged, Change.AllJobs into
+// the job's new version, and Commit applies to the stored job.
 type Emit struct {
 	Key     string
 	Subject string
+	// Payload is the event; nil for a reason record not built yet: read it
+	// with Message.
 	Payload proto.Message
+	// job and reason: a reason record, the stored version of the job named
+	// Subject and its new reason (job nil otherwise); pos is the job's
+	// position in its cluster's pending entries when the pass read it (see
+	// clusterRecords).
+	job    *Job
+	reason string
+	pos    int32
 }
+
+// Message returns the event: Payload, built first for a reason record (the
+// JobChanged of the stored job with its new reason), and kept in e so that
+// the event, the job's stored record (AllJobs) and the committed version
+// share one copy, as they would for a version of Change.Jobs. A reason
+// record's event is valid until the job's next change is committed.
+func (e *Emit) Message() proto.Message {
+	if e.Payload == nil && e.job != nil {
+		e.build(new(reasonEvent))
+	}
+	return e.Payload
+}
+
+// reasonEvent is a reason record's event and its protobuf, built together.
+type reasonEvent struct {
+	pj loomv1.Job
+	ev eventsv1.JobChanged
+}
+
+// build builds reason record e's event (see Message) in re.
+func (e *Emit) build(re *reasonEvent) {
+	shallowJobInto(&re.pj, e.job.Job)
+	re.pj.StateReason = e.reason
+	re.ev = eventsv1.JobChanged{Job: &re.pj, Attempt: e.job.Attempt, ModelDir: e.job.ModelDir}
+	e.Payload = &re.ev
+}
+
+// reasonJob returns the version of the job a reason record gives it (see
+// Message), into v.
+func (e *Emit) reasonJob(v *Job) *Job {
+	*v = Job{JobRecord: e.job.JobRecord, tmpl: e.job.tmpl, shared: true}
+	v.Job = e.Message().(*eventsv1.JobChanged).Job
+	return v
+}
+
+// AllJobs yields every job version of the change: those of Jobs (nil: the
+// job is deleted) and those its reason records give their jobs (see Emit),
+// which go to the job's stored record like any other. A reason record's
+// version is built in one Job reused for each: valid until the next is
+// yielded. Its event is built on the way (see Message), 1,024 to an
+// allocation, as the pass built them before it made records.
+func (c *Change) AllJobs() iter.Seq2[string, *Job] {
+	return func(yield func(string, *Job) bool) {
+		for name, j := range c.Jobs {
+			if !yield(name, j) {
+				return
+			}
+		}
+		if c.reasons == 0 {
+			return
+		}
+		var v Job
+		var batch []reasonEvent
+		left := c.reasons
+		for i := range c.Emits {
+			e := &c.Emits[i]
+			if e.job == nil {
+				continue
+			}
+			left--
+			if e.Payload == nil {
+				if len(batch) == 0 {
+					batch = make([]reasonEvent, min(left+1, reasonBatch))
+				}
+				e.build(&batch[0])
+				batch = batch[1:]
+			}
+			if !yield(e.Subject, e.reasonJob(&v)) {
+				return
+			}
+		}
+	}
+}
+
+// Job returns the change's version of the job named name, whether in Jobs
+// or given by a reason record, and whether it has one. A reason record is
+// found by a scan of Emits: for tests and the odd look, not for every job.
+func (c *Change) Job(name string) (*Job, bool) {
+	if j, ok := c.Jobs[name]; ok {
+		return j, true
+	}
+	if c.reasons > 0 {
+		for i := range c.Emits {
+			if e := &c.Emits[i]; e.job != nil && e.Subject == name {
+				return e.reasonJob(new(Job)), true
+			}
+		}
+	}
+	return nil, false
+}
+
+// JobCount is how many job versions the change holds (those of AllJobs).
+func (c *Change) JobCount() int { return len(c.Jobs) + c.reasons }
 
 // Decision records why a pending job did not start in a pass, and how many
 // nodes each feasibility check filtered out (Filtered is shared between the
@@ -236,6 +375,9 @@ func (s *State) Commit(c *Change) {
 	for name, n := range c.Nodes {
 		s.putNode(name, n)
 	}
+	// The reason records first: they give their positions in the pending
+	// entries as the pass read them, which putJob moves.
+	s.putReasons(c)
 	for name, j := range c.Jobs {
 		s.putJob(name, j)
 	}
@@ -281,6 +423,98 @@ func (s *State) Commit(c *Change) {
 	for _, pl := range c.Placed {
 		if j := s.jobs[pl.Job]; j != nil && !j.Pending() {
 			j.placed = pl
+		}
+	}
+}
+
+// putReasons applies the change's reason records (see Emit) to the stored
+// jobs, cluster by cluster, each in the order of its pending entries, as
+// they lie in memory: the job's new
+// version (with the record's event's protobuf, if built: see Emit.Message)
+// takes the stored one's place, in its pending entry too. Only the reason
+// changes: the entry stays where it is, and the attributes are the stored
+// version's. The stored version itself is left as it is (a snapshot's
+// records may be loaded into more than one state).
+func (s *State) putReasons(c *Change) {
+	if c.reasons == 0 {
+		return
+	}
+	slabs := reasonSlabs{left: c.reasons}
+	for _, cr := range c.recs {
+		ci := s.index(cr.cluster)
+		for p, m := range cr.at {
+			if m != 0 {
+				s.putReason(ci, &c.Emits[m-1], p, &slabs)
+			}
+		}
+		s.versions++
+		ci.pendVer = s.versions
+	}
+}
+
+// reasonSlabs are the batches putReasons carves the new versions from, a
+// few allocations per 1024 records instead of three each; left counts the
+// records not applied yet (the last batches are no larger than needed).
+type reasonSlabs struct {
+	left int
+	jobs []reasonCommit
+	pjs  []loomv1.Job
+}
+
+// reasonCommit is a reason record's committed version and its attributes.
+type reasonCommit struct {
+	j Job
+	a jobAttrs
+}
+
+// putReason applies reason record e, of the job at position p of ci's
+// pending entries as the pass read them.
+func (s *State) putReason(ci *clusterIndex, e *Emit, p int, sl *reasonSlabs) {
+	sl.left--
+	old := e.job
+	if p >= len(ci.pending) || ci.pending[p].j != old {
+		// Not where the pass read it: find it by name.
+		i, ok := ci.pendPos[e.Subject]
+		if !ok || s.jobs[e.Subject] != old || old.attrs == nil {
+			// Not the stored pending version: put a whole new version.
+			var v Job
+			nj := *e.reasonJob(&v)
+			nj.why = old.why
+			s.putJob(e.Subject, &nj)
+			return
+		}
+		p = i
+	}
+	if len(sl.jobs) == 0 {
+		sl.jobs = make([]reasonCommit, min(sl.left+1, reasonBatch))
+	}
+	rc := &sl.jobs[0]
+	sl.jobs = sl.jobs[1:]
+	if ev, ok := e.Payload.(*eventsv1.JobChanged); ok {
+		rc.j = Job{JobRecord: old.JobRecord, tmpl: old.tmpl, shared: true}
+		rc.j.Job = ev.Job
+	} else {
+		if len(sl.pjs) == 0 {
+			sl.pjs = make([]loomv1.Job, min(sl.left+1, reasonBatch))
+		}
+		pj := &sl.pjs[0]
+		sl.pjs = sl.pjs[1:]
+		shallowJobInto(pj, old.Job)
+		pj.StateReason = e.reason
+		rc.j = Job{JobRecord: old.JobRecord, tmpl: old.tmpl}
+		rc.j.Job = pj
+	}
+	rc.j.why = old.why
+	rc.a = *old.attrs
+	rc.a.reason = e.reason
+	rc.j.attrs = &rc.a
+	s.jobs[e.Subject] = &rc.j
+	ci.pending[p].j = &rc.j
+	ci.pending[p].reason = e.reason
+	if rc.j.Attempt > 0 {
+		// An attempt's run mirrors its job (see mirrorJob).
+		if r := s.runs[RunKey(e.Subject, rc.j.Attempt)]; r != nil {
+			s.mirrorJob(r)
 		}
 	}
 }
@@ -456,7 +690,6 @@ func (s *State) putJob(name string, j *Job) {
 		delete(s.jobs, name)
 		return
 	}
-	j.reasonEmit = 0 // an index into the change's Emits, not the stored job's
 	if old, ok := s.jobs[name]; ok && j.why == nil && j.Pending() {
 		j.why = old.why
 	}

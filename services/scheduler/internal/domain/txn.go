@@ -75,8 +75,6 @@ type scratch struct {
 	mends int
 	// static: per cluster, the static checks' results (see staticCache).
 	static map[string]*staticCache
-	// lazy: the pass's reason-only versions by queue position (see pass.lazy).
-	lazy []*reasonVersion
 	// viewAt: per cluster, the last pass's node name → view index.
 	viewAt map[string]*viewIndexCache
 	// decisions: the array the passes' Change.Decisions reuse; filtered:
@@ -181,19 +179,72 @@ func (t *txn) clusterNodes(cluster string) []*Node {
 
 func (t *txn) job(name string) *Job {
 	if j, ok := t.c.Jobs[name]; ok {
-		if j != nil && j.lazy != nil {
-			t.fill(j.lazy)
-		}
 		return j
 	}
-	return t.s.jobs[name]
+	j := t.s.jobs[name]
+	if t.c.reasons > 0 && j != nil && j.Pending() {
+		if v := t.reasonVersion(name); v != nil {
+			return v
+		}
+	}
+	return j
+}
+
+// reasonVersion turns the change's reason record of the job named name, if
+// it has one, into a version in Jobs (setReason's) and returns it: what
+// reads or edits the job after the pass that gave it its reason sees it
+// as every other version. Only a stored pending job can have one.
+func (t *txn) reasonVersion(name string) *Job {
+	j := t.s.jobs[name]
+	if j == nil {
+		return nil
+	}
+	cr := t.c.records(j.Job.GetCluster())
+	if cr == nil {
+		return nil
+	}
+	p, ok := t.s.byCluster[cr.cluster].pendPos[name]
+	if !ok || p >= len(cr.at) || cr.at[p] == 0 {
+		return nil
+	}
+	return t.unrecord(int(cr.at[p] - 1))
+}
+
+// unrecord turns reason record i of the change's Emits into a version in
+// Jobs and its event, as setReason makes them.
+func (t *txn) unrecord(i int) *Job {
+	c := t.c
+	e := &c.Emits[i]
+	v := t.newReasonVersion()
+	v.src, v.reason = e.job, e.reason
+	t.fill(v)
+	e.Payload, e.job, e.reason = &v.ev, nil, ""
+	c.reasons--
+	c.records(e.Key).at[e.pos] = 0
+	c.Jobs[e.Subject] = &v.job
+	c.lastJobEmit[e.Subject] = i
+	return &v.job
+}
+
+// unrecordCluster turns every reason record of cluster into a version
+// (see unrecord).
+func (t *txn) unrecordCluster(cluster string) {
+	for i := range t.c.Emits {
+		if e := &t.c.Emits[i]; e.job != nil && e.Key == cluster {
+			t.unrecord(i)
+		}
+	}
 }
 
 func (t *txn) editJob(name string) *Job {
-	if j, ok := t.c.Jobs[name]; ok && j != nil {
-		if j.lazy != nil {
-			t.fill(j.lazy)
+	if t.c.reasons > 0 {
+		if _, ok := t.c.Jobs[name]; !ok {
+			if j := t.s.jobs[name]; j != nil && j.Pending() {
+				t.reasonVersion(name)
+			}
 		}
+	}
+	if j, ok := t.c.Jobs[name]; ok && j != nil {
 		if j.shared {
 			// Its protobuf is the one emitted and shares the stored
 			// version's parts: edit a deep copy.
@@ -239,6 +290,11 @@ func (t *txn) pendingEntries(cluster string) []*pendEntry {
 	if ci := t.s.byCluster[cluster]; ci != nil {
 		base = ci.pending
 	}
+	if t.c.reasons > 0 {
+		// A second look at a queue a pass gave reasons to (not one pass
+		// does): its jobs are read as versions.
+		t.unrecordCluster(cluster)
+	}
 	var out []*pendEntry
 	if t.scratch != nil {
 		out = t.scratch.pend[:0]
@@ -256,9 +312,6 @@ func (t *txn) pendingEntries(cluster string) []*pendEntry {
 		out = append(out, &base[i])
 	}
 	for _, j := range t.c.Jobs {
-		if j != nil && j.lazy != nil {
-			t.fill(j.lazy)
-		}
 		if j != nil && j.Pending() && j.Job.GetCluster() == cluster {
 			out = append(out, &pendEntry{j: j, jobAttrs: *t.s.newAttrs(j, false)})
 		}
@@ -355,13 +408,15 @@ func (t *txn) usage(key string) *Usage {
 }
 
 // reserveJobs makes room in the change for n more job records and their
-// JobChanged events at once (reason-only versions say where their event
-// is themselves: lastJobEmit needs no room), instead of growing the maps and the slice by
-// doubling (a first pass over a burst of submissions adds 100,000).
-func (c *Change) reserveJobs(n int) {
-	jobs := make(map[string]*Job, len(c.Jobs)+n)
-	maps.Copy(jobs, c.Jobs)
-	c.Jobs = jobs
+// JobChanged events at once, instead of growing the map and the slice by
+// doubling (a first pass over a burst of submissions adds 100,000); only
+// for the events when they are reason records (records: see Emit).
+func (c *Change) reserveJobs(n int, records bool) {
+	if !records {
+		jobs := make(map[string]*Job, len(c.Jobs)+n)
+		maps.Copy(jobs, c.Jobs)
+		c.Jobs = jobs
+	}
 	c.Emits = slices.Grow(c.Emits, n)
 }
 
@@ -398,18 +453,11 @@ func (t *txn) emitJob(j *Job) {
 }
 
 // lastJobEmit returns the index in the change's Emits of j's latest
-// JobChanged, if the change has one: from the change's index, else, for a
-// reason-only version (putReason), from the version itself. The index
-// first: reindexJobEmits rebuilds it for every JobChanged when emits move,
-// and a reason-only version's JobChanged is its job's first in the change.
+// JobChanged, if the change has one. (A reason record is turned into a
+// version before its job is edited, with its index: see unrecord.)
 func (t *txn) lastJobEmit(j *Job) (int, bool) {
-	if i, ok := t.c.lastJobEmit[j.Name()]; ok {
-		return i, true
-	}
-	if j.reasonEmit > 0 {
-		return int(j.reasonEmit) - 1, true
-	}
-	return 0, false
+	i, ok := t.c.lastJobEmit[j.Name()]
+	return i, ok
 }
 
 // replaces reports whether next, a later JobChanged of the same job in the

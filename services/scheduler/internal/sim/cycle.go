@@ -155,8 +155,8 @@ func Cycle(ctx context.Context, cfg CycleConfig) (*CycleResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	for _, e := range first.Emits {
-		if jc, ok := e.Payload.(*eventsv1.JobChanged); ok && jc.GetJob().GetState() == loomv1.JobState_CONFIGURING { // a start
+	for i := range first.Emits {
+		if jc, ok := first.Emits[i].Message().(*eventsv1.JobChanged); ok && jc.GetJob().GetState() == loomv1.JobState_CONFIGURING { // a start
 			res.Started++
 		}
 	}

@@ -177,13 +177,13 @@ func writeChange(w io.Writer, label string, c *domain.Change) {
 	fmt.Fprintf(w, "== %s: %d emits, %d decisions, %d reservations\n", label, len(c.Emits), len(c.Decisions), len(c.Reservations))
 	opts := prototext.MarshalOptions{}
 	for _, e := range c.Emits {
-		b, _ := opts.Marshal(e.Payload)
+		b, _ := opts.Marshal(e.Message())
 		// The topic the app routes the event to: the golden files pin it.
-		topic, err := topics.For(e.Payload)
+		topic, err := topics.For(e.Message())
 		if err != nil {
 			topic = "(" + err.Error() + ")"
 		}
-		fmt.Fprintf(w, "emit %s %s %s %s {%s}\n", topic, e.Key, e.Subject, proto.MessageName(e.Payload), oneLine(string(b)))
+		fmt.Fprintf(w, "emit %s %s %s %s {%s}\n", topic, e.Key, e.Subject, proto.MessageName(e.Message()), oneLine(string(b)))
 	}
 	for _, d := range c.Decisions {
 		fmt.Fprintf(w, "decision %s %q %d %q", d.Job, d.Reason, d.Nodes, d.Note)

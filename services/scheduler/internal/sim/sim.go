@@ -384,8 +384,8 @@ func (e *engine) apply(c *domain.Change) error {
 	for _, r := range c.Reservations {
 		e.reserve(r)
 	}
-	for _, em := range c.Emits {
-		switch ev := em.Payload.(type) {
+	for i := range c.Emits {
+		switch ev := c.Emits[i].Message().(type) {
 		case *eventsv1.JobChanged:
 			i, ok := e.index(ev.GetJob().GetName())
 			if !ok {
