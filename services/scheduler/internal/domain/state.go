@@ -527,7 +527,10 @@ func (s *State) putRun(key string, r *Run) {
 		if r.PreemptBy != "" {
 			ci.preempting++
 		}
-		ci.usage = append(ci.usage, runUsage{key: key, account: r.Account, assoc: r.assoc, start: r.Start, rate: r.rate, ended: r.Ended(),
+		// The account as the association holds it (equal to r.Account, the
+		// interning's key): newPrioCtx compares the two per run each pass,
+		// which one string then answers by its pointer.
+		ci.usage = append(ci.usage, runUsage{key: key, account: r.assoc.account, assoc: r.assoc, start: r.Start, rate: r.rate, ended: r.Ended(),
 			preempting: r.PreemptBy != ""})
 	}
 }
