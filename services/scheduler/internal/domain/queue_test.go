@@ -58,6 +58,48 @@ func TestQueueReusedAcrossPasses(t *testing.T) {
 	}
 }
 
+// TestPrioOfMendedQueue checks the priority a pass reads for each job of
+// its queue (prioOf: the one a start records) against the job's priority
+// computed afresh, over passes a second apart that mend the last order:
+// mend leaves the moved jobs' entries with their last priority.
+func TestPrioOfMendedQueue(t *testing.T) {
+	t.Parallel()
+	s, now := benchCluster(200, 3000, 0.9, 3)
+	s.Commit(s.Schedule(now))
+	mends, stale := s.scratch.mends, 0
+	for step := range 20 {
+		at := now.Add(5*time.Hour + time.Duration(step)*time.Second)
+		// Schedule's pass up to its order of the queue.
+		tx := writerTxn(s, at)
+		tx.settle()
+		tx.drain(cl)
+		pend := tx.pendingEntries(cl)
+		p := tx.newPass(cl, tx.cluster(cl))
+		p.unedited = len(tx.c.Jobs) == 0
+		queue := p.order(pend)
+		if p.at == nil {
+			t.Fatalf("pass at %v: no order by index", at)
+		}
+		for k := range queue {
+			q := &queue[k]
+			p.pos = p.at[k]
+			want := p.prio.sum(&q.e.jobAttrs, int(q.part))
+			if got := p.prioOf(q); got != want {
+				t.Fatalf("pass at %v: job %s has priority %d, want %d", at, q.name, got, want)
+			}
+			if q.prio != want {
+				stale++
+			}
+		}
+	}
+	if s.scratch.mends == mends {
+		t.Fatal("twenty passes a second apart never mended the last order")
+	}
+	if stale == 0 {
+		t.Error("no mended entry held an earlier pass's priority: prioOf was not put to the test")
+	}
+}
+
 // sameChange fails unless got and want emit the same events and record the
 // same decisions and reservations.
 func sameChange(t *testing.T, label string, got, want *Change) {

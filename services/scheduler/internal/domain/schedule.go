@@ -100,6 +100,10 @@ type pass struct {
 	lazy []*reasonVersion
 	at   []int32
 	pos  int32
+	// prios are this pass's priorities by entry as read (at's indexes),
+	// when the order came from them (nil: each queued entry's own prio;
+	// see prioOf).
+	prios []int64
 	// lazyN counts the versions put in lazy: a pass that gives no job a
 	// new reason (a steady pass) has none to build, and no walk of lazy.
 	lazyN int
@@ -118,8 +122,12 @@ type pass struct {
 // order, where the jobs' own entries would be read all over memory (the
 // other attributes are read only for the few jobs whose flags say so).
 type queued struct {
-	rank int64 // −(tier<<40 | priority): lower first
-	prio int64 // the priority in rank (0 when the policy orders otherwise)
+	// rank and prio: −(tier<<40 | priority), lower first, and the
+	// priority in it (0 when the policy orders otherwise), as of the pass
+	// that last wrote the entry: a mended queue's entry may hold an earlier
+	// pass's (read the priority with pass.prioOf).
+	rank int64
+	prio int64
 	id   int64
 	e    *pendEntry
 	j    *Job
@@ -173,11 +181,12 @@ func (t *txn) schedule(cluster string) {
 		p.lazy = t.scratch.lazy[:len(queue)]
 	}
 	for i := range queue {
-		if p.lazy != nil {
+		if p.at != nil {
 			p.pos = p.at[i]
 		}
 		p.consider(&queue[i])
 	}
+	p.prios = nil // the requeued jobs' entries below carry their own
 	if p.lazy != nil {
 		p.buildLazy()
 	}
@@ -473,7 +482,7 @@ func (p *pass) order(pend []*pendEntry) []queued {
 		for k, i := range at {
 			sorted[k] = out[i]
 		}
-		p.at = at
+		p.at, p.prios = at, prios
 		return sorted
 	}
 	// Else a comparison sort (the name breaks ties between ids that are not numbers).
@@ -620,6 +629,10 @@ func (p *pass) reorder(out []queued, pend []*pendEntry, keys []rankID) ([]queued
 		}
 		p.at = at
 	}
+	// The queue's entries may hold older priorities than prios (mend
+	// does not write the moved jobs' into their entries): the pass reads
+	// them from prios (prioOf).
+	p.prios = prios
 	p.fresh = sc.queue.fresh
 	sc.reorders++
 	return sorted, true
@@ -629,8 +642,11 @@ func (p *pass) reorder(out []queued, pend []*pendEntry, keys []rankID) ([]queued
 // this pass's when the jobs marked in changed have new ranks (keys,
 // prios): the order from mendOrder, and the queue in it copied from the
 // last one, a run of unmoved jobs at a time, the moved jobs' entries from
-// their last positions (nearly in order: not a read all over out per job)
-// with their new rank and priority. The new queue and order are written to
+// their last positions (nearly in order: not a read all over out per job).
+// The moved jobs' entries keep their last rank and priority: only prios
+// (by entry as read, in the order's own indexes) holds the new ones, which
+// the pass reads (prioOf) where a read of keys and prios per moved job
+// here would be one all over them. The new queue and order are written to
 // the other of scratch's two buffers of each, so the last ones stay whole
 // as they are read, and then swapped in. It reports false, changing
 // nothing, when keys tie.
@@ -656,10 +672,8 @@ func (p *pass) mend(keys []rankID, prios []int64, changed []uint64) bool {
 		s := src[w]
 		if s < 0 {
 			k := ^s
-			i := oldPerm[k]
 			sorted[w] = oldSorted[k]
-			sorted[w].rank, sorted[w].prio = keys[i].rank, prios[i]
-			at[w] = i
+			at[w] = oldPerm[k]
 			w++
 			continue
 		}
@@ -893,6 +907,16 @@ func radixOrder(out []queued, sc *scratch) ([]int32, bool) {
 	return perm, true
 }
 
+// prioOf is the priority of q's job in this pass: from prios when the
+// pass has them (the entry's own may be an earlier pass's, see mend),
+// else the entry's.
+func (p *pass) prioOf(q *queued) int64 {
+	if p.prios != nil {
+		return p.prios[p.pos]
+	}
+	return q.prio
+}
+
 // partIndex is the index of the partition named name ("" the default), or -1.
 func (p *pass) partIndex(name string) int {
 	for i := range p.parts {
@@ -954,7 +978,7 @@ func (p *pass) consider(q *queued) {
 	}
 	res := p.place(req, q.shape)
 	if res.ok {
-		p.start(j, part, req, res.nodes, q.prio, len(res.shape.Cand))
+		p.start(j, part, req, res.nodes, p.prioOf(q), len(res.shape.Cand))
 		return
 	}
 	// The blocked job lives in the pass, as the request: the stages get a
