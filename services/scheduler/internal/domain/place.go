@@ -92,8 +92,10 @@ type staticCache struct {
 	cluster *Cluster
 	nodes   []*Node
 	scans   place.StaticScans
-	// placed[i] is nodes[i] as placement reads it.
+	// placed[i] is nodes[i] as placement reads it, parts[i] its
+	// partitions (NodeView.Parts; nil until a pass fills it in).
 	placed []place.Node
+	parts  []uint64
 	// allocs[i] is the state's allocation entry of nodes[i] (nil: none)
 	// as of the state's allocVer allocAt (see allocsOf).
 	allocs  []*nodeAlloc

@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
 // TestQueueReusedAcrossPasses checks that a pass over a queue the last pass
@@ -98,6 +101,31 @@ func TestPrioOfMendedQueue(t *testing.T) {
 	if stale == 0 {
 		t.Error("no mended entry held an earlier pass's priority: prioOf was not put to the test")
 	}
+}
+
+// TestNodePartitionsFollowTheCluster checks that the nodes' partitions a
+// writer keeps across passes (with its static cache) are found anew once
+// the cluster's layout changes: a job of the cpu partition that asks for a
+// GPU starts once the GPU node set joins that partition.
+func TestNodePartitionsFollowTheCluster(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.cpuNode("cpu-0001")
+	h.submitJob(job(1, 1, 1, func(j *loomv1.Job) { j.Partition = "cpu" }))
+	h.wantState(1, loomv1.JobState_PENDING, ReasonBadConstraints)
+	h.tick(time.Second) // a pass over the same layout: the kept partitions
+	h.wantState(1, loomv1.JobState_PENDING, ReasonBadConstraints)
+	h.do(&eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cl,
+		Compute: &loomv1.ComputeResources{NodePools: []*loomv1.NodePool{{Id: "a3", MachineType: "a3-highgpu-8g"}, {Id: "cpu", MachineType: "n2-standard-8"}}},
+		Orchestrator: &loomv1.Orchestrator{Slurm: &loomv1.SlurmOrchestrator{
+			NodeSets: []*loomv1.SlurmNodeSet{{Id: "a3", NodePoolId: "a3", Features: []string{"h100"}}, {Id: "cpu", NodePoolId: "cpu"}},
+			Partitions: []*loomv1.SlurmPartition{
+				{Id: "gpu", NodeSetIds: []string{"a3"}, MaxTime: "1-00:00:00", Default: true},
+				{Id: "cpu", NodeSetIds: []string{"cpu", "a3"}, MaxTime: "UNLIMITED"},
+			}}},
+		Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, SharedDir: "/shared/c1"}}})
+	h.wantState(1, loomv1.JobState_RUNNING, "")
 }
 
 // sameChange fails unless got and want emit the same events and record the

@@ -265,27 +265,45 @@ func (t *txn) newPass(name string, c *Cluster) *pass {
 		shapes: map[place.ShapeKey]*place.Shape{}, schedulable: c.Schedulable()}
 	p.static = t.staticCacheFor(name, c, nodes)
 	p.gates = passGates(p)
-	byPool, bySet := partitionMasks(c)
+	// Each node's partitions are kept with the static cache (the same
+	// cluster record and node records): the pass reads the node records
+	// only through the cache's contiguous copy (placeNode), not each of
+	// 10,000 records all over memory and a map look-up for each.
+	var parts []uint64
+	if p.static != nil {
+		parts = p.static.parts
+	}
+	if parts == nil {
+		parts = make([]uint64, len(nodes))
+		byPool, bySet := partitionMasks(c)
+		for i, n := range nodes {
+			switch {
+			case len(c.Partitions) == 0:
+				parts[i] = 1
+			case n.Pool != "":
+				parts[i] = byPool[n.Pool]
+			default:
+				prefix := n.Hostname
+				if k := strings.LastIndexByte(prefix, '-'); k > 0 {
+					prefix = prefix[:k]
+				}
+				parts[i] = bySet[prefix] | byPool[prefix]
+			}
+		}
+		if p.static != nil {
+			p.static.parts = parts
+		}
+	}
 	over := t.allocOverlay()
 	var allocs []*nodeAlloc
 	if p.static != nil {
 		allocs = p.static.allocsOf(t.s)
 	}
-	for i, n := range nodes {
+	for i := range nodes {
 		v := &p.views[i]
-		v.Node = p.placeNode(i, n)
-		switch {
-		case len(c.Partitions) == 0:
-			v.Parts = 1
-		case n.Pool != "":
-			v.Parts = byPool[n.Pool]
-		default:
-			prefix := n.Hostname
-			if k := strings.LastIndexByte(prefix, '-'); k > 0 {
-				prefix = prefix[:k]
-			}
-			v.Parts = bySet[prefix] | byPool[prefix]
-		}
+		v.Node = p.placeNode(i, nodes[i])
+		n := v.Node
+		v.Parts = parts[i]
 		var a nodeAlloc
 		if oa, ok := over[n.Name]; ok {
 			a = oa
