@@ -438,11 +438,13 @@ func (p *pass) order(pend []*pendEntry) []queued {
 	// reorder this queue (see reorder): 24 bytes a job to read again
 	// where the entries are hundreds.
 	var ins []prioIn
+	var steps []int64
 	if key.ci != nil && p.prio != nil {
 		if cap(sc.prioIns) < len(pend) {
 			sc.prioIns = make([]prioIn, len(pend))
 		}
 		ins = sc.prioIns[:len(pend)]
+		steps = sc.ageStepsOf(p.prio.cfg)
 	} else if sc != nil {
 		sc.prioIns = sc.prioIns[:0]
 	}
@@ -453,6 +455,12 @@ func (p *pass) order(pend []*pendEntry) []queued {
 		}
 		if ins != nil {
 			ins[i] = prioInOf(&e.jobAttrs, out[i].part)
+			// The job's age step now, which the next pass's sumIn
+			// checks and most likely reuses: else that pass, the first
+			// to reorder, searches the steps for every job.
+			if in := &ins[i]; steps != nil && !in.slow && !in.hold && in.eligible > 0 && p.prio.now > in.eligible {
+				in.age = ageLevel(steps, p.prio.now-in.eligible)
+			}
 		}
 		if e.reason == "" {
 			p.fresh++
@@ -499,6 +507,9 @@ func (p *pass) order(pend []*pendEntry) []queued {
 		}
 		for k, i := range at {
 			sorted[k] = out[i]
+		}
+		if keys != nil {
+			sc.permKeys = gatherKeys(sc.permKeys, keys, at)
 		}
 		p.at, p.prios = at, prios
 		return sorted
@@ -645,6 +656,7 @@ func (p *pass) reorder(out []queued, pend []*pendEntry, keys []rankID) ([]queued
 		for k, i := range at {
 			sorted[k] = out[i]
 		}
+		sc.permKeys = gatherKeys(sc.permKeys, keys, at)
 		p.at = at
 	}
 	// The queue's entries may hold older priorities than prios (mend
@@ -674,10 +686,18 @@ func (p *pass) mend(keys []rankID, prios []int64, changed []uint64) bool {
 	if cap(sc.src) < n {
 		sc.src = make([]int32, n)
 	}
-	src, ok := mendOrder(keys, sc.perm, changed, sc, sc.src[:n])
+	var pk []rankID
+	if len(sc.permKeys) == n {
+		pk = sc.permKeys
+	}
+	src, ok := mendOrder(keys, sc.perm, pk, changed, sc, sc.src[:n])
 	if !ok {
 		return false
 	}
+	if cap(sc.permKeysAlt) < n {
+		sc.permKeysAlt = make([]rankID, n)
+	}
+	npk := sc.permKeysAlt[:n]
 	if len(sc.sortedAlt) < n {
 		sc.sortedAlt = make([]queued, len(sc.sorted))
 	}
@@ -686,12 +706,17 @@ func (p *pass) mend(keys []rankID, prios []int64, changed []uint64) bool {
 	}
 	oldSorted, oldPerm := sc.sorted, sc.perm
 	sorted, at := sc.sortedAlt[:n], sc.permAlt[:n]
+	// The moved jobs come in src in mendOrder's order of sc.moved, whose
+	// keys are theirs.
+	mi := 0
 	for w := 0; w < n; {
 		s := src[w]
 		if s < 0 {
 			k := ^s
 			sorted[w] = oldSorted[k]
 			at[w] = oldPerm[k]
+			npk[w] = sc.moved[mi].key
+			mi++
 			w++
 			continue
 		}
@@ -701,13 +726,34 @@ func (p *pass) mend(keys []rankID, prios []int64, changed []uint64) bool {
 		}
 		copy(sorted[w:e], oldSorted[s:int(s)+e-w])
 		copy(at[w:e], oldPerm[s:int(s)+e-w])
+		if pk != nil {
+			copy(npk[w:e], pk[s:int(s)+e-w])
+		} else {
+			for x := w; x < e; x++ {
+				npk[x] = keys[at[x]]
+			}
+		}
 		w = e
 	}
 	sc.sorted, sc.sortedAlt = sc.sortedAlt, sc.sorted
 	sc.perm, sc.permAlt = at, oldPerm[:0]
+	sc.permKeys, sc.permKeysAlt = npk, sc.permKeys[:0]
 	sc.mends++
 	p.at = at
 	return true
+}
+
+// gatherKeys returns keys along the order at, in buf's array when it is
+// large enough (scratch.permKeys).
+func gatherKeys(buf, keys []rankID, at []int32) []rankID {
+	if cap(buf) < len(at) {
+		buf = make([]rankID, len(at))
+	}
+	buf = buf[:len(at)]
+	for k, i := range at {
+		buf[k] = keys[i]
+	}
+	return buf
 }
 
 // movedJob is a job mendOrder moves: its new key and its position in the
@@ -729,8 +775,10 @@ type movedJob struct {
 // per position of the new order: the position in perm of the job there,
 // for an unmarked job, else ^that position. It reports false when keys
 // tie (the sort's tie-break decides). sc lends the buffer for the marked
-// jobs.
-func mendOrder(keys []rankID, perm []int32, changed []uint64, sc *scratch, src []int32) ([]int32, bool) {
+// jobs (sc.moved: in the order they are in src). permKeys, when not nil,
+// are the keys along perm as the last order had them (an unmarked job's
+// is its key): the walk then reads them in order, not keys all over.
+func mendOrder(keys []rankID, perm []int32, permKeys []rankID, changed []uint64, sc *scratch, src []int32) ([]int32, bool) {
 	less := func(a, b rankID) bool { return a.rank < b.rank || (a.rank == b.rank && a.id < b.id) }
 	moved := sc.moved[:0]
 	for k, i := range perm {
@@ -773,7 +821,13 @@ func mendOrder(keys []rankID, perm []int32, changed []uint64, sc *scratch, src [
 			if changed[i>>6]&(1<<(i&63)) != 0 {
 				continue
 			}
-			if ki := keys[i]; !less(ki, c.key) {
+			var ki rankID
+			if permKeys != nil {
+				ki = permKeys[k]
+			} else {
+				ki = keys[i]
+			}
+			if !less(ki, c.key) {
 				if ki == c.key {
 					return nil, false
 				}
@@ -839,6 +893,7 @@ func reuseOrder(keys []rankID, sc *scratch) (perm []int32, moved, ok bool) {
 		return nil, false, false
 	}
 	perm = sc.perm
+	sc.permKeys = sc.permKeys[:0] // the keys change, and perm may
 	less := func(a, b int32) bool {
 		ka, kb := &keys[a], &keys[b]
 		return ka.rank < kb.rank || (ka.rank == kb.rank && ka.id < kb.id)
@@ -908,6 +963,7 @@ func radixOrder(out []queued, sc *scratch) ([]int32, bool) {
 	var perm []int32
 	if sc != nil {
 		perm = sc.perm[:0]
+		sc.permKeys = sc.permKeys[:0]
 	}
 	perm = slices.Grow(perm, len(keys))
 	for k, key := range keys {

@@ -52,6 +52,12 @@ type scratch struct {
 	// sorted and perm.
 	sortedAlt []queued
 	permAlt   []int32
+	// permKeys[k] is the key perm[k] had when perm was made (valid while
+	// as long as perm: a mend writes it, any other order empties it), so
+	// the next mend reads the keys of the jobs that stay in order, not
+	// all over ranks; permKeysAlt is its other buffer.
+	permKeys    []rankID
+	permKeysAlt []rankID
 	// changed, moved and src: pass.reorder's marks of the jobs whose rank
 	// changed, those jobs, and mendOrder's result.
 	changed []uint64
