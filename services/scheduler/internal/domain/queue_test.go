@@ -84,7 +84,7 @@ func TestPrioOfMendedQueue(t *testing.T) {
 			t.Fatalf("pass at %v: no order by index", at)
 		}
 		for k := range queue {
-			q := &queue[k]
+			q := p.entry(queue, k)
 			p.pos = p.at[k]
 			want := p.prio.sum(&q.e.jobAttrs, int(q.part))
 			if got := p.prioOf(q); got != want {

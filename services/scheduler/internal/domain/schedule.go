@@ -100,6 +100,9 @@ type pass struct {
 	lazy []*reasonVersion
 	at   []int32
 	pos  int32
+	// loc, when not nil, maps a position of the order to its entry in
+	// the queue order returned (see scratch.loc and pass.entry).
+	loc []int32
 	// prios are this pass's priorities by entry as read (at's indexes),
 	// when the order came from them (nil: each queued entry's own prio;
 	// see prioOf).
@@ -184,7 +187,7 @@ func (t *txn) schedule(cluster string) {
 		if p.at != nil {
 			p.pos = p.at[i]
 		}
-		p.consider(&queue[i])
+		p.consider(p.entry(queue, i))
 	}
 	p.prios = nil // the requeued jobs' entries below carry their own
 	if p.lazy != nil {
@@ -510,6 +513,7 @@ func (p *pass) order(pend []*pendEntry) []queued {
 		}
 		if keys != nil {
 			sc.permKeys = gatherKeys(sc.permKeys, keys, at)
+			sc.loc, sc.locMends = sc.loc[:0], 0
 		}
 		p.at, p.prios = at, prios
 		return sorted
@@ -638,6 +642,9 @@ func (p *pass) reorder(out []queued, pend []*pendEntry, keys []rankID) ([]queued
 		// No job marked: the last order and its queue stand, ranks and
 		// priorities included.
 		sorted, p.at = sc.sorted[:n], sc.perm
+		if len(sc.loc) == n {
+			p.loc = sc.loc
+		}
 	case len(sc.perm) == n && m <= n/2 && p.mend(keys, prios, changed):
 		sorted = sc.sorted[:n]
 	default:
@@ -657,6 +664,7 @@ func (p *pass) reorder(out []queued, pend []*pendEntry, keys []rankID) ([]queued
 			sorted[k] = out[i]
 		}
 		sc.permKeys = gatherKeys(sc.permKeys, keys, at)
+		sc.loc, sc.locMends = sc.loc[:0], 0
 		p.at = at
 	}
 	// The queue's entries may hold older priorities than prios (mend
@@ -668,18 +676,19 @@ func (p *pass) reorder(out []queued, pend []*pendEntry, keys []rankID) ([]queued
 	return sorted, true
 }
 
-// mend makes scratch's sorted and perm (the last pass's queue and order)
-// this pass's when the jobs marked in changed have new ranks (keys,
-// prios): the order from mendOrder, and the queue in it copied from the
-// last one, a run of unmoved jobs at a time, the moved jobs' entries from
-// their last positions (nearly in order: not a read all over out per job).
-// The moved jobs' entries keep their last rank and priority: only prios
-// (by entry as read, in the order's own indexes) holds the new ones, which
-// the pass reads (prioOf) where a read of keys and prios per moved job
-// here would be one all over them. The new queue and order are written to
-// the other of scratch's two buffers of each, so the last ones stay whole
-// as they are read, and then swapped in. It reports false, changing
-// nothing, when keys tie.
+// mend makes scratch's perm (the last pass's order) this pass's when the
+// jobs marked in changed have new ranks (keys, prios): the order from
+// mendOrder, and the positions of the queue's entries (scratch.loc) moved
+// with it, a run of unmoved jobs at a time: the entries themselves stay
+// where they are (sorted), read through loc (pass.entry) nearly in memory
+// order, where copying 100 bytes a job into the new order cost more than
+// the pass reading them a little out of it; every mendsPerGather mends
+// they are gathered in the order again. The moved jobs' entries keep
+// their last rank and priority: only prios (by entry as read, in the
+// order's own indexes) holds the new ones, which the pass reads (prioOf).
+// The new order is written to the other of scratch's two buffers of each,
+// so the last one stays whole as it is read, and then swapped in. It
+// reports false, changing nothing, when keys tie.
 func (p *pass) mend(keys []rankID, prios []int64, changed []uint64) bool {
 	sc := p.t.scratch
 	n := len(keys)
@@ -697,15 +706,17 @@ func (p *pass) mend(keys []rankID, prios []int64, changed []uint64) bool {
 	if cap(sc.permKeysAlt) < n {
 		sc.permKeysAlt = make([]rankID, n)
 	}
-	npk := sc.permKeysAlt[:n]
-	if len(sc.sortedAlt) < n {
-		sc.sortedAlt = make([]queued, len(sc.sorted))
-	}
 	if cap(sc.permAlt) < n {
 		sc.permAlt = make([]int32, n)
 	}
-	oldSorted, oldPerm := sc.sorted, sc.perm
-	sorted, at := sc.sortedAlt[:n], sc.permAlt[:n]
+	if cap(sc.locAlt) < n {
+		sc.locAlt = make([]int32, n)
+	}
+	oldPerm, oldLoc := sc.perm, sc.loc
+	if len(oldLoc) != n {
+		oldLoc = nil // sorted is in the last order
+	}
+	at, loc, npk := sc.permAlt[:n], sc.locAlt[:n], sc.permKeysAlt[:n]
 	// The moved jobs come in src in mendOrder's order of sc.moved, whose
 	// keys are theirs.
 	mi := 0
@@ -713,8 +724,12 @@ func (p *pass) mend(keys []rankID, prios []int64, changed []uint64) bool {
 		s := src[w]
 		if s < 0 {
 			k := ^s
-			sorted[w] = oldSorted[k]
 			at[w] = oldPerm[k]
+			if oldLoc != nil {
+				loc[w] = oldLoc[k]
+			} else {
+				loc[w] = k
+			}
 			npk[w] = sc.moved[mi].key
 			mi++
 			w++
@@ -724,8 +739,14 @@ func (p *pass) mend(keys []rankID, prios []int64, changed []uint64) bool {
 		for e < n && src[e] == s+int32(e-w) {
 			e++
 		}
-		copy(sorted[w:e], oldSorted[s:int(s)+e-w])
 		copy(at[w:e], oldPerm[s:int(s)+e-w])
+		if oldLoc != nil {
+			copy(loc[w:e], oldLoc[s:int(s)+e-w])
+		} else {
+			for x := w; x < e; x++ {
+				loc[x] = s + int32(x-w)
+			}
+		}
 		if pk != nil {
 			copy(npk[w:e], pk[s:int(s)+e-w])
 		} else {
@@ -735,12 +756,41 @@ func (p *pass) mend(keys []rankID, prios []int64, changed []uint64) bool {
 		}
 		w = e
 	}
-	sc.sorted, sc.sortedAlt = sc.sortedAlt, sc.sorted
 	sc.perm, sc.permAlt = at, oldPerm[:0]
+	sc.loc, sc.locAlt = loc, sc.loc[:0]
 	sc.permKeys, sc.permKeysAlt = npk, sc.permKeys[:0]
 	sc.mends++
-	p.at = at
+	p.at, p.loc = at, loc
+	if sc.locMends++; sc.locMends >= mendsPerGather {
+		// The order has strayed from the entries' memory order for a
+		// while: gather them in it again.
+		if len(sc.sortedAlt) < n {
+			sc.sortedAlt = make([]queued, len(sc.sorted))
+		}
+		sorted := sc.sortedAlt[:n]
+		for k, i := range loc {
+			sorted[k] = sc.sorted[i]
+		}
+		sc.sorted, sc.sortedAlt = sc.sortedAlt, sc.sorted
+		sc.loc, sc.locMends = sc.loc[:0], 0
+		p.loc = nil
+	}
 	return true
+}
+
+// mendsPerGather is how many mends in a row move the order's positions
+// (scratch.loc) before the entries are gathered in the order again: a mend
+// moves ~15% of the jobs a short way each, so the entries stay read nearly
+// in memory order for a while, and a gather (the copy of every entry)
+// costs what each mend's copy did.
+const mendsPerGather = 16
+
+// entry is the entry at position k of the pass's order of queue (see loc).
+func (p *pass) entry(queue []queued, k int) *queued {
+	if p.loc != nil {
+		return &queue[p.loc[k]]
+	}
+	return &queue[k]
 }
 
 // gatherKeys returns keys along the order at, in buf's array when it is
