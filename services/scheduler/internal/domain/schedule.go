@@ -447,7 +447,7 @@ func (p *pass) order(pend []*pendEntry) []queued {
 			sc.prioIns = make([]prioIn, len(pend))
 		}
 		ins = sc.prioIns[:len(pend)]
-		steps = sc.ageStepsOf(p.prio.cfg)
+		steps = sc.ageStepsMade(p.prio.cfg)
 	} else if sc != nil {
 		sc.prioIns = sc.prioIns[:0]
 	}
@@ -460,7 +460,7 @@ func (p *pass) order(pend []*pendEntry) []queued {
 			ins[i] = prioInOf(&e.jobAttrs, out[i].part)
 			// The job's age step now, which the next pass's sumIn
 			// checks and most likely reuses: else that pass, the first
-			// to reorder, searches the steps for every job.
+			// to reorder, finds it for every job.
 			if in := &ins[i]; steps != nil && !in.slow && !in.hold && in.eligible > 0 && p.prio.now > in.eligible {
 				in.age = ageLevel(steps, p.prio.now-in.eligible)
 			}
