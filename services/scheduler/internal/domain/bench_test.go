@@ -261,7 +261,7 @@ func TestMendOrder(t *testing.T) {
 	changed := make([]uint64, (n+63)/64)
 	// The keys along the last order, as mend keeps them: every other
 	// round reads them, the others keys.
-	pk := gatherKeys(nil, ranksOf(out), sc.perm)
+	pk := keysAlong(ranksOf(out), sc.perm)
 	for round := range 300 {
 		clear(changed)
 		mark := func(i int, d int64) {
@@ -315,7 +315,7 @@ func TestMendOrder(t *testing.T) {
 			t.Fatalf("round %d: the mended order is not the sorted one", round)
 		}
 		sc.perm = got
-		pk = gatherKeys(nil, ranksOf(out), got)
+		pk = keysAlong(ranksOf(out), got)
 	}
 	// Equal keys: the sort's tie-break decides, not the mend.
 	clear(changed)
@@ -332,6 +332,15 @@ func TestMendOrder(t *testing.T) {
 	if _, ok := mendOrder(ranksOf(out), sc.perm, nil, changed, sc, make([]int32, n)); ok {
 		t.Error("an order with tied keys (two moved jobs) was mended")
 	}
+}
+
+// keysAlong is keys in the order at.
+func keysAlong(keys []rankID, at []int32) []rankID {
+	out := make([]rankID, len(at))
+	for k, i := range at {
+		out[k] = keys[i]
+	}
+	return out
 }
 
 // ranksOf is the queue's order keys, as order copies them for reuseOrder.

@@ -508,12 +508,13 @@ func (p *pass) order(pend []*pendEntry) []queued {
 		} else {
 			sorted = make([]queued, len(out))
 		}
-		for k, i := range at {
-			sorted[k] = out[i]
-		}
 		if keys != nil {
-			sc.permKeys = gatherKeys(sc.permKeys, keys, at)
+			sc.permKeys = gatherQueue(sorted, sc.permKeys, out, at)
 			sc.loc, sc.locMends = sc.loc[:0], 0
+		} else {
+			for k, i := range at {
+				sorted[k] = out[i]
+			}
 		}
 		p.at, p.prios = at, prios
 		return sorted
@@ -660,10 +661,7 @@ func (p *pass) reorder(out []queued, pend []*pendEntry, keys []rankID) ([]queued
 			return nil, false
 		}
 		sorted = sc.sorted[:n]
-		for k, i := range at {
-			sorted[k] = out[i]
-		}
-		sc.permKeys = gatherKeys(sc.permKeys, keys, at)
+		sc.permKeys = gatherQueue(sorted, sc.permKeys, out, at)
 		sc.loc, sc.locMends = sc.loc[:0], 0
 		p.at = at
 	}
@@ -793,15 +791,18 @@ func (p *pass) entry(queue []queued, k int) *queued {
 	return &queue[k]
 }
 
-// gatherKeys returns keys along the order at, in buf's array when it is
-// large enough (scratch.permKeys).
-func gatherKeys(buf, keys []rankID, at []int32) []rankID {
+// gatherQueue writes out's entries in the order at into sorted, and
+// returns their keys along it (scratch.permKeys), in buf's array when it
+// is large enough: read from the entries just written, not all over the
+// keys by entry (the entries hold their keys as the order was made).
+func gatherQueue(sorted []queued, buf []rankID, out []queued, at []int32) []rankID {
 	if cap(buf) < len(at) {
 		buf = make([]rankID, len(at))
 	}
 	buf = buf[:len(at)]
 	for k, i := range at {
-		buf[k] = keys[i]
+		sorted[k] = out[i]
+		buf[k] = rankID{sorted[k].rank, sorted[k].id}
 	}
 	return buf
 }
