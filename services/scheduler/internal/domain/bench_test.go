@@ -259,6 +259,9 @@ func TestMendOrder(t *testing.T) {
 		t.Fatal("radix order failed")
 	}
 	changed := make([]uint64, (n+63)/64)
+	// The keys along the last order, as mend keeps them: every other
+	// round reads them, the others keys.
+	pk := keysAlong(ranksOf(out), sc.perm)
 	for round := range 300 {
 		clear(changed)
 		mark := func(i int, d int64) {
@@ -293,7 +296,11 @@ func TestMendOrder(t *testing.T) {
 		if !ok {
 			t.Fatal("radix order failed")
 		}
-		src, ok := mendOrder(ranksOf(out), sc.perm, changed, sc, make([]int32, n))
+		var along []rankID
+		if round%2 == 0 {
+			along = pk
+		}
+		src, ok := mendOrder(ranksOf(out), sc.perm, along, changed, sc, make([]int32, n))
 		if !ok {
 			t.Fatalf("round %d: distinct keys refused", round)
 		}
@@ -308,19 +315,32 @@ func TestMendOrder(t *testing.T) {
 			t.Fatalf("round %d: the mended order is not the sorted one", round)
 		}
 		sc.perm = got
+		pk = keysAlong(ranksOf(out), got)
 	}
 	// Equal keys: the sort's tie-break decides, not the mend.
 	clear(changed)
 	a, b := sc.perm[10], sc.perm[20]
 	out[a].rank, out[a].id = out[b].rank, out[b].id
 	changed[a>>6] |= 1 << (a & 63)
-	if _, ok := mendOrder(ranksOf(out), sc.perm, changed, sc, make([]int32, n)); ok {
+	if _, ok := mendOrder(ranksOf(out), sc.perm, nil, changed, sc, make([]int32, n)); ok {
 		t.Error("an order with tied keys (a moved job and one that stayed) was mended")
 	}
+	if _, ok := mendOrder(ranksOf(out), sc.perm, pk, changed, sc, make([]int32, n)); ok {
+		t.Error("an order with tied keys (a moved job and one that stayed) was mended (keys along the order)")
+	}
 	changed[b>>6] |= 1 << (b & 63)
-	if _, ok := mendOrder(ranksOf(out), sc.perm, changed, sc, make([]int32, n)); ok {
+	if _, ok := mendOrder(ranksOf(out), sc.perm, nil, changed, sc, make([]int32, n)); ok {
 		t.Error("an order with tied keys (two moved jobs) was mended")
 	}
+}
+
+// keysAlong is keys in the order at.
+func keysAlong(keys []rankID, at []int32) []rankID {
+	out := make([]rankID, len(at))
+	for k, i := range at {
+		out[k] = keys[i]
+	}
+	return out
 }
 
 // ranksOf is the queue's order keys, as order copies them for reuseOrder.

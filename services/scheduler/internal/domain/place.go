@@ -92,8 +92,15 @@ type staticCache struct {
 	cluster *Cluster
 	nodes   []*Node
 	scans   place.StaticScans
-	// placed[i] is nodes[i] as placement reads it.
+	// placed[i] is nodes[i] as placement reads it, parts[i] its
+	// partitions (NodeView.Parts; nil until a pass fills it in).
 	placed []place.Node
+	parts  []uint64
+	// held[i] is what the runs on nodes[i] hold there, as of the state's
+	// mirrored heldAt (see pass.keptHoldings); heldSlab lends them room.
+	held     []heldEntry
+	heldAt   uint64
+	heldSlab []holding
 	// allocs[i] is the state's allocation entry of nodes[i] (nil: none)
 	// as of the state's allocVer allocAt (see allocsOf).
 	allocs  []*nodeAlloc

@@ -575,6 +575,16 @@ func (sc *scratch) ageStepsOf(cfg *Config) []int64 {
 	return sc.ageSteps
 }
 
+// ageStepsMade is ageStepsOf when sc already made them, else nil: a
+// queue's build finds its jobs' steps (see pass.order) only where a
+// reorder already needed the table, not on a first pass.
+func (sc *scratch) ageStepsMade(cfg *Config) []int64 {
+	if sc.ageStepsKey != (ageStepsKey{cfg.Weights.Age, cfg.MaxAge}) {
+		return nil
+	}
+	return sc.ageSteps
+}
+
 // ageStepsKey is what ageSteps were made for.
 type ageStepsKey struct {
 	w      int64
@@ -584,7 +594,31 @@ type ageStepsKey struct {
 // ageLevel is the weighted age factor at age d > 0 from ageSteps' steps:
 // the v with steps[v] ≤ d < steps[v+1].
 func ageLevel(steps []int64, d int64) int32 {
-	// The greatest v with steps[v] ≤ d (steps[0] ≤ every d).
+	// The greatest v with steps[v] ≤ d (steps[0] ≤ every d). The steps
+	// are nearly evenly spread (the factor is linear in the age up to
+	// MaxAge): a guess from their spread, walked to the level, is a few
+	// comparisons where the search is a dozen mispredicted branches; the
+	// search when the guess is further off.
+	if w := len(steps) - 2; w >= 2 && steps[w] > steps[1] {
+		switch {
+		case d < steps[1]:
+			return 0
+		case d >= steps[w]:
+			return int32(w)
+		}
+		a := 1 + int(float64(d-steps[1])/float64(steps[w]-steps[1])*float64(w-1))
+		a = min(max(a, 1), w)
+		for range 4 {
+			switch {
+			case steps[a] > d:
+				a--
+			case steps[a+1] <= d:
+				a++
+			default:
+				return int32(a)
+			}
+		}
+	}
 	lo, hi := 0, len(steps)-2
 	for lo < hi {
 		mid := lo + (hi-lo+1)/2

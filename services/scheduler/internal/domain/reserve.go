@@ -14,11 +14,14 @@ import (
 type holding struct {
 	run  *Run
 	end  time.Time
-	inf  bool // no time limit: no end can be promised
+	mem  int64
 	gpus int32
 	cpus int32
-	mem  int64
+	inf  bool // no time limit: no end can be promised
 	excl bool
+	// down: the run's attempt is over (its job no longer runs it), so it
+	// lets go now (see runEnd; set only in keptHoldings' entries).
+	down bool
 }
 
 // expectedEnd is when run r is expected to free its nodes: its start plus
@@ -27,6 +30,26 @@ type holding struct {
 // ended and whose steps are stopping. fresh says whether r's mirrored job
 // fields are current (else the job is looked up).
 func (p *pass) expectedEnd(r *Run, fresh bool) (time.Time, bool) {
+	end, inf, live := p.runEnd(r, fresh)
+	return p.atNow(end, inf, !live)
+}
+
+// atNow is expectedEnd from runEnd's results: now for a run whose attempt
+// is over (down) or whose end is past.
+func (p *pass) atNow(end time.Time, inf, down bool) (time.Time, bool) {
+	if down {
+		return p.t.now, false
+	}
+	if !inf && end.Before(p.t.now) {
+		end = p.t.now
+	}
+	return end, inf
+}
+
+// runEnd is expectedEnd before the clock is looked at: the end r's time
+// limit or preemption gives, and whether r's attempt is still its job's
+// running one (live false: end and inf mean nothing).
+func (p *pass) runEnd(r *Run, fresh bool) (end time.Time, inf, live bool) {
 	t := p.t
 	live, limitSec := r.live, r.limit
 	if !fresh {
@@ -37,7 +60,7 @@ func (p *pass) expectedEnd(r *Run, fresh bool) (time.Time, bool) {
 		}
 	}
 	if !live {
-		return t.now, false
+		return time.Time{}, false, false
 	}
 	limit := time.Duration(limitSec) * time.Second
 	if limit <= 0 {
@@ -47,14 +70,11 @@ func (p *pass) expectedEnd(r *Run, fresh bool) (time.Time, bool) {
 			}
 		}
 	}
-	end, inf := r.Start.Add(limit), limit <= 0
+	end, inf = r.Start.Add(limit), limit <= 0
 	if r.PreemptBy != "" && !r.PreemptAt.IsZero() && (inf || r.PreemptAt.Before(end)) {
 		end, inf = r.PreemptAt, false
 	}
-	if !inf && end.Before(t.now) {
-		end = t.now
-	}
-	return end, inf
+	return end, inf, true
 }
 
 // current returns the version of run r the change holds, when it edited r
@@ -71,6 +91,23 @@ func (p *pass) current(r *Run) *Run {
 // holdings returns what the runs on view i hold there, soonest end first
 // (in a buffer reused by the next call).
 func (p *pass) holdings(i int32) []holding {
+	if e := p.keptHoldings(i); e != nil {
+		// The kept entries with the clock applied: in their order unless
+		// it moved an end (then sorted as below).
+		hs := append(p.hbuf[:0], e.hs...)
+		moved := false
+		for k := range hs {
+			h := &hs[k]
+			moved = moved || h.down || (!h.inf && h.end.Before(p.t.now))
+			h.end, h.inf = p.atNow(h.end, h.inf, h.down)
+			h.down = false
+		}
+		if moved {
+			sortHoldings(hs)
+		}
+		p.hbuf = hs
+		return hs
+	}
 	v := &p.views[i]
 	hs := p.hbuf[:0]
 	node := v.Node.Name
@@ -88,24 +125,85 @@ func (p *pass) holdings(i int32) []holding {
 		h.end, h.inf = end, inf
 		hs = append(hs, h)
 	}
-	if len(hs) > 1 {
-		slices.SortFunc(hs, func(a, b holding) int {
-			switch {
-			case a.inf != b.inf:
-				if a.inf {
-					return 1
-				}
-				return -1
-			case !a.end.Equal(b.end):
-				return a.end.Compare(b.end)
-			case a.run.Job != b.run.Job:
-				return strings.Compare(a.run.Job, b.run.Job)
-			}
-			return int(a.run.Attempt - b.run.Attempt)
-		})
-	}
+	sortHoldings(hs)
 	p.hbuf = hs
 	return hs
+}
+
+// sortHoldings orders hs soonest end first (unbounded last), then by job
+// and attempt: an order of its own for the runs of one node.
+func sortHoldings(hs []holding) {
+	if len(hs) < 2 {
+		return
+	}
+	slices.SortFunc(hs, func(a, b holding) int {
+		switch {
+		case a.inf != b.inf:
+			if a.inf {
+				return 1
+			}
+			return -1
+		case !a.end.Equal(b.end):
+			return a.end.Compare(b.end)
+		case a.run.Job != b.run.Job:
+			return strings.Compare(a.run.Job, b.run.Job)
+		}
+		return int(a.run.Attempt - b.run.Attempt)
+	})
+}
+
+// heldEntry is what the runs of one node hold there, kept across a
+// writer's passes (staticCache.held): the runs, as the node's allocation
+// entry lists them (a list never modified in place: another list is
+// another set of runs), and their holdings before the clock is looked at
+// (runEnd), in sortHoldings' order of those.
+type heldEntry struct {
+	runs []*Run
+	hs   []holding
+	made bool
+}
+
+// keptHoldings returns the kept holdings of view i's runs, made anew when
+// its runs are others, or nil when the pass cannot use them: without a
+// static cache (reads), or once the change edits a run or a job (the
+// pass's versions then differ from the state's). The runs' mirrored job
+// fields change in place (Commit's mirrorJob): the state's mirrored
+// counter says when, and every entry is then made anew. The rest of what
+// runEnd and held read of a committed run never changes (an edit is a
+// copy). The reservation reads the 25,000 runs of 10,000 nodes each pass:
+// a few cache misses each, where the kept entries are read in a walk.
+func (p *pass) keptHoldings(i int32) *heldEntry {
+	st := p.static
+	if st == nil || len(p.t.c.Runs) > 0 || len(p.t.c.Jobs) > 0 {
+		return nil
+	}
+	if len(st.held) != len(p.views) || st.heldAt != p.t.s.mirrored {
+		st.held, st.heldAt, st.heldSlab = make([]heldEntry, len(p.views)), p.t.s.mirrored, nil
+	}
+	e := &st.held[i]
+	runs := p.held[i]
+	if e.made && len(e.runs) == len(runs) && (len(runs) == 0 || &e.runs[0] == &runs[0]) {
+		return e
+	}
+	if cap(e.hs) < len(runs) {
+		if cap(st.heldSlab)-len(st.heldSlab) < len(runs) {
+			st.heldSlab = make([]holding, 0, max(len(runs), 4096))
+		}
+		n := len(st.heldSlab)
+		st.heldSlab = st.heldSlab[:n+len(runs)]
+		e.hs = st.heldSlab[n : n : n+len(runs)]
+	}
+	hs := e.hs[:0]
+	node := p.views[i].Node.Name
+	for _, r := range runs {
+		end, inf, live := p.runEnd(r, r.key != "")
+		h := held(r, node)
+		h.end, h.inf, h.down = end, inf, !live
+		hs = append(hs, h)
+	}
+	sortHoldings(hs)
+	e.runs, e.hs, e.made = runs, hs, true
+	return e
 }
 
 // viewIndex maps node names to views (built on first use). The writer keeps

@@ -100,6 +100,13 @@ type pass struct {
 	records bool
 	at      []int32
 	pos     int32
+	// loc, when not nil, maps a position of the order to its entry in
+	// the queue order returned (see scratch.loc and pass.entry).
+	loc []int32
+	// prios are this pass's priorities by entry as read (at's indexes),
+	// when the order came from them (nil: each queued entry's own prio;
+	// see prioOf).
+	prios []int64
 	// fresh counts the queued jobs without a reason yet: each will get
 	// one, and a record and an event in the change.
 	fresh int
@@ -115,8 +122,12 @@ type pass struct {
 // order, where the jobs' own entries would be read all over memory (the
 // other attributes are read only for the few jobs whose flags say so).
 type queued struct {
-	rank int64 // −(tier<<40 | priority): lower first
-	prio int64 // the priority in rank (0 when the policy orders otherwise)
+	// rank and prio: −(tier<<40 | priority), lower first, and the
+	// priority in it (0 when the policy orders otherwise), as of the pass
+	// that last wrote the entry: a mended queue's entry may hold an earlier
+	// pass's (read the priority with pass.prioOf).
+	rank int64
+	prio int64
 	id   int64
 	e    *pendEntry
 	j    *Job
@@ -169,11 +180,12 @@ func (t *txn) schedule(cluster string) {
 	}
 	p.pos = -1
 	for i := range queue {
-		if p.records && p.at != nil {
+		if p.at != nil {
 			p.pos = p.at[i]
 		}
-		p.consider(&queue[i])
+		p.consider(p.entry(queue, i))
 	}
+	p.prios = nil // the requeued jobs' entries below carry their own
 	if p.requeued {
 		// Jobs preempted by this pass are pending again: give them their
 		// reason now, after every job that was already waiting. Only the
@@ -249,27 +261,45 @@ func (t *txn) newPass(name string, c *Cluster) *pass {
 		shapes: map[place.ShapeKey]*place.Shape{}, schedulable: c.Schedulable()}
 	p.static = t.staticCacheFor(name, c, nodes)
 	p.gates = passGates(p)
-	byPool, bySet := partitionMasks(c)
+	// Each node's partitions are kept with the static cache (the same
+	// cluster record and node records): the pass reads the node records
+	// only through the cache's contiguous copy (placeNode), not each of
+	// 10,000 records all over memory and a map look-up for each.
+	var parts []uint64
+	if p.static != nil {
+		parts = p.static.parts
+	}
+	if parts == nil {
+		parts = make([]uint64, len(nodes))
+		byPool, bySet := partitionMasks(c)
+		for i, n := range nodes {
+			switch {
+			case len(c.Partitions) == 0:
+				parts[i] = 1
+			case n.Pool != "":
+				parts[i] = byPool[n.Pool]
+			default:
+				prefix := n.Hostname
+				if k := strings.LastIndexByte(prefix, '-'); k > 0 {
+					prefix = prefix[:k]
+				}
+				parts[i] = bySet[prefix] | byPool[prefix]
+			}
+		}
+		if p.static != nil {
+			p.static.parts = parts
+		}
+	}
 	over := t.allocOverlay()
 	var allocs []*nodeAlloc
 	if p.static != nil {
 		allocs = p.static.allocsOf(t.s)
 	}
-	for i, n := range nodes {
+	for i := range nodes {
 		v := &p.views[i]
-		v.Node = p.placeNode(i, n)
-		switch {
-		case len(c.Partitions) == 0:
-			v.Parts = 1
-		case n.Pool != "":
-			v.Parts = byPool[n.Pool]
-		default:
-			prefix := n.Hostname
-			if k := strings.LastIndexByte(prefix, '-'); k > 0 {
-				prefix = prefix[:k]
-			}
-			v.Parts = bySet[prefix] | byPool[prefix]
-		}
+		v.Node = p.placeNode(i, nodes[i])
+		n := v.Node
+		v.Parts = parts[i]
 		var a nodeAlloc
 		if oa, ok := over[n.Name]; ok {
 			a = oa
@@ -404,11 +434,13 @@ func (p *pass) order(pend []*pendEntry) []queued {
 	// reorder this queue (see reorder): 24 bytes a job to read again
 	// where the entries are hundreds.
 	var ins []prioIn
+	var steps []int64
 	if key.ci != nil && p.prio != nil {
 		if cap(sc.prioIns) < len(pend) {
 			sc.prioIns = make([]prioIn, len(pend))
 		}
 		ins = sc.prioIns[:len(pend)]
+		steps = sc.ageStepsMade(p.prio.cfg)
 	} else if sc != nil {
 		sc.prioIns = sc.prioIns[:0]
 	}
@@ -419,6 +451,12 @@ func (p *pass) order(pend []*pendEntry) []queued {
 		}
 		if ins != nil {
 			ins[i] = prioInOf(&e.jobAttrs, out[i].part)
+			// The job's age step now, which the next pass's sumIn
+			// checks and most likely reuses: else that pass, the first
+			// to reorder, finds it for every job.
+			if in := &ins[i]; steps != nil && !in.slow && !in.hold && in.eligible > 0 && p.prio.now > in.eligible {
+				in.age = ageLevel(steps, p.prio.now-in.eligible)
+			}
 		}
 		if e.reason == "" {
 			p.fresh++
@@ -463,10 +501,15 @@ func (p *pass) order(pend []*pendEntry) []queued {
 		} else {
 			sorted = make([]queued, len(out))
 		}
-		for k, i := range at {
-			sorted[k] = out[i]
+		if keys != nil {
+			sc.permKeys = gatherQueue(sorted, sc.permKeys, out, at)
+			sc.loc, sc.locMends = sc.loc[:0], 0
+		} else {
+			for k, i := range at {
+				sorted[k] = out[i]
+			}
 		}
-		p.at = at
+		p.at, p.prios = at, prios
 		return sorted
 	}
 	// Else a comparison sort (the name breaks ties between ids that are not numbers).
@@ -593,6 +636,9 @@ func (p *pass) reorder(out []queued, pend []*pendEntry, keys []rankID) ([]queued
 		// No job marked: the last order and its queue stand, ranks and
 		// priorities included.
 		sorted, p.at = sc.sorted[:n], sc.perm
+		if len(sc.loc) == n {
+			p.loc = sc.loc
+		}
 	case len(sc.perm) == n && m <= n/2 && p.mend(keys, prios, changed):
 		sorted = sc.sorted[:n]
 	default:
@@ -608,51 +654,75 @@ func (p *pass) reorder(out []queued, pend []*pendEntry, keys []rankID) ([]queued
 			return nil, false
 		}
 		sorted = sc.sorted[:n]
-		for k, i := range at {
-			sorted[k] = out[i]
-		}
+		sc.permKeys = gatherQueue(sorted, sc.permKeys, out, at)
+		sc.loc, sc.locMends = sc.loc[:0], 0
 		p.at = at
 	}
+	// The queue's entries may hold older priorities than prios (mend
+	// does not write the moved jobs' into their entries): the pass reads
+	// them from prios (prioOf).
+	p.prios = prios
 	p.fresh = sc.queue.fresh
 	sc.reorders++
 	return sorted, true
 }
 
-// mend makes scratch's sorted and perm (the last pass's queue and order)
-// this pass's when the jobs marked in changed have new ranks (keys,
-// prios): the order from mendOrder, and the queue in it copied from the
-// last one, a run of unmoved jobs at a time, the moved jobs' entries from
-// their last positions (nearly in order: not a read all over out per job)
-// with their new rank and priority. The new queue and order are written to
-// the other of scratch's two buffers of each, so the last ones stay whole
-// as they are read, and then swapped in. It reports false, changing
-// nothing, when keys tie.
+// mend makes scratch's perm (the last pass's order) this pass's when the
+// jobs marked in changed have new ranks (keys, prios): the order from
+// mendOrder, and the positions of the queue's entries (scratch.loc) moved
+// with it, a run of unmoved jobs at a time: the entries themselves stay
+// where they are (sorted), read through loc (pass.entry) nearly in memory
+// order, where copying 100 bytes a job into the new order cost more than
+// the pass reading them a little out of it; every mendsPerGather mends
+// they are gathered in the order again. The moved jobs' entries keep
+// their last rank and priority: only prios (by entry as read, in the
+// order's own indexes) holds the new ones, which the pass reads (prioOf).
+// The new order is written to the other of scratch's two buffers of each,
+// so the last one stays whole as it is read, and then swapped in. It
+// reports false, changing nothing, when keys tie.
 func (p *pass) mend(keys []rankID, prios []int64, changed []uint64) bool {
 	sc := p.t.scratch
 	n := len(keys)
 	if cap(sc.src) < n {
 		sc.src = make([]int32, n)
 	}
-	src, ok := mendOrder(keys, sc.perm, changed, sc, sc.src[:n])
+	var pk []rankID
+	if len(sc.permKeys) == n {
+		pk = sc.permKeys
+	}
+	src, ok := mendOrder(keys, sc.perm, pk, changed, sc, sc.src[:n])
 	if !ok {
 		return false
 	}
-	if len(sc.sortedAlt) < n {
-		sc.sortedAlt = make([]queued, len(sc.sorted))
+	if cap(sc.permKeysAlt) < n {
+		sc.permKeysAlt = make([]rankID, n)
 	}
 	if cap(sc.permAlt) < n {
 		sc.permAlt = make([]int32, n)
 	}
-	oldSorted, oldPerm := sc.sorted, sc.perm
-	sorted, at := sc.sortedAlt[:n], sc.permAlt[:n]
+	if cap(sc.locAlt) < n {
+		sc.locAlt = make([]int32, n)
+	}
+	oldPerm, oldLoc := sc.perm, sc.loc
+	if len(oldLoc) != n {
+		oldLoc = nil // sorted is in the last order
+	}
+	at, loc, npk := sc.permAlt[:n], sc.locAlt[:n], sc.permKeysAlt[:n]
+	// The moved jobs come in src in mendOrder's order of sc.moved, whose
+	// keys are theirs.
+	mi := 0
 	for w := 0; w < n; {
 		s := src[w]
 		if s < 0 {
 			k := ^s
-			i := oldPerm[k]
-			sorted[w] = oldSorted[k]
-			sorted[w].rank, sorted[w].prio = keys[i].rank, prios[i]
-			at[w] = i
+			at[w] = oldPerm[k]
+			if oldLoc != nil {
+				loc[w] = oldLoc[k]
+			} else {
+				loc[w] = k
+			}
+			npk[w] = sc.moved[mi].key
+			mi++
 			w++
 			continue
 		}
@@ -660,15 +730,74 @@ func (p *pass) mend(keys []rankID, prios []int64, changed []uint64) bool {
 		for e < n && src[e] == s+int32(e-w) {
 			e++
 		}
-		copy(sorted[w:e], oldSorted[s:int(s)+e-w])
 		copy(at[w:e], oldPerm[s:int(s)+e-w])
+		if oldLoc != nil {
+			copy(loc[w:e], oldLoc[s:int(s)+e-w])
+		} else {
+			for x := w; x < e; x++ {
+				loc[x] = s + int32(x-w)
+			}
+		}
+		if pk != nil {
+			copy(npk[w:e], pk[s:int(s)+e-w])
+		} else {
+			for x := w; x < e; x++ {
+				npk[x] = keys[at[x]]
+			}
+		}
 		w = e
 	}
-	sc.sorted, sc.sortedAlt = sc.sortedAlt, sc.sorted
 	sc.perm, sc.permAlt = at, oldPerm[:0]
+	sc.loc, sc.locAlt = loc, sc.loc[:0]
+	sc.permKeys, sc.permKeysAlt = npk, sc.permKeys[:0]
 	sc.mends++
-	p.at = at
+	p.at, p.loc = at, loc
+	if sc.locMends++; sc.locMends >= mendsPerGather {
+		// The order has strayed from the entries' memory order for a
+		// while: gather them in it again.
+		if len(sc.sortedAlt) < n {
+			sc.sortedAlt = make([]queued, len(sc.sorted))
+		}
+		sorted := sc.sortedAlt[:n]
+		for k, i := range loc {
+			sorted[k] = sc.sorted[i]
+		}
+		sc.sorted, sc.sortedAlt = sc.sortedAlt, sc.sorted
+		sc.loc, sc.locMends = sc.loc[:0], 0
+		p.loc = nil
+	}
 	return true
+}
+
+// mendsPerGather is how many mends in a row move the order's positions
+// (scratch.loc) before the entries are gathered in the order again: a mend
+// moves ~15% of the jobs a short way each, so the entries stay read nearly
+// in memory order for a while, and a gather (the copy of every entry)
+// costs what each mend's copy did.
+const mendsPerGather = 16
+
+// entry is the entry at position k of the pass's order of queue (see loc).
+func (p *pass) entry(queue []queued, k int) *queued {
+	if p.loc != nil {
+		return &queue[p.loc[k]]
+	}
+	return &queue[k]
+}
+
+// gatherQueue writes out's entries in the order at into sorted, and
+// returns their keys along it (scratch.permKeys), in buf's array when it
+// is large enough: read from the entries just written, not all over the
+// keys by entry (the entries hold their keys as the order was made).
+func gatherQueue(sorted []queued, buf []rankID, out []queued, at []int32) []rankID {
+	if cap(buf) < len(at) {
+		buf = make([]rankID, len(at))
+	}
+	buf = buf[:len(at)]
+	for k, i := range at {
+		sorted[k] = out[i]
+		buf[k] = rankID{sorted[k].rank, sorted[k].id}
+	}
+	return buf
 }
 
 // movedJob is a job mendOrder moves: its new key and its position in the
@@ -690,8 +819,10 @@ type movedJob struct {
 // per position of the new order: the position in perm of the job there,
 // for an unmarked job, else ^that position. It reports false when keys
 // tie (the sort's tie-break decides). sc lends the buffer for the marked
-// jobs.
-func mendOrder(keys []rankID, perm []int32, changed []uint64, sc *scratch, src []int32) ([]int32, bool) {
+// jobs (sc.moved: in the order they are in src). permKeys, when not nil,
+// are the keys along perm as the last order had them (an unmarked job's
+// is its key): the walk then reads them in order, not keys all over.
+func mendOrder(keys []rankID, perm []int32, permKeys []rankID, changed []uint64, sc *scratch, src []int32) ([]int32, bool) {
 	less := func(a, b rankID) bool { return a.rank < b.rank || (a.rank == b.rank && a.id < b.id) }
 	moved := sc.moved[:0]
 	for k, i := range perm {
@@ -734,7 +865,13 @@ func mendOrder(keys []rankID, perm []int32, changed []uint64, sc *scratch, src [
 			if changed[i>>6]&(1<<(i&63)) != 0 {
 				continue
 			}
-			if ki := keys[i]; !less(ki, c.key) {
+			var ki rankID
+			if permKeys != nil {
+				ki = permKeys[k]
+			} else {
+				ki = keys[i]
+			}
+			if !less(ki, c.key) {
 				if ki == c.key {
 					return nil, false
 				}
@@ -800,6 +937,7 @@ func reuseOrder(keys []rankID, sc *scratch) (perm []int32, moved, ok bool) {
 		return nil, false, false
 	}
 	perm = sc.perm
+	sc.permKeys = sc.permKeys[:0] // the keys change, and perm may
 	less := func(a, b int32) bool {
 		ka, kb := &keys[a], &keys[b]
 		return ka.rank < kb.rank || (ka.rank == kb.rank && ka.id < kb.id)
@@ -869,6 +1007,7 @@ func radixOrder(out []queued, sc *scratch) ([]int32, bool) {
 	var perm []int32
 	if sc != nil {
 		perm = sc.perm[:0]
+		sc.permKeys = sc.permKeys[:0]
 	}
 	perm = slices.Grow(perm, len(keys))
 	for k, key := range keys {
@@ -884,6 +1023,16 @@ func radixOrder(out []queued, sc *scratch) ([]int32, bool) {
 		sc.perm = perm
 	}
 	return perm, true
+}
+
+// prioOf is the priority of q's job in this pass: from prios when the
+// pass has them (the entry's own may be an earlier pass's, see mend),
+// else the entry's.
+func (p *pass) prioOf(q *queued) int64 {
+	if p.prios != nil {
+		return p.prios[p.pos]
+	}
+	return q.prio
 }
 
 // partIndex is the index of the partition named name ("" the default), or -1.
@@ -947,7 +1096,7 @@ func (p *pass) consider(q *queued) {
 	}
 	res := p.place(req, q.shape)
 	if res.ok {
-		p.start(j, part, req, res.nodes, q.prio, len(res.shape.Cand))
+		p.start(j, part, req, res.nodes, p.prioOf(q), len(res.shape.Cand))
 		return
 	}
 	// The blocked job lives in the pass, as the request: the stages get a

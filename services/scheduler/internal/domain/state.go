@@ -72,6 +72,10 @@ type State struct {
 	// themselves change in place): a pass's cache of the entries by node
 	// holds while it is the same (see staticCache.allocsOf).
 	allocVer uint64
+	// mirrored changes whenever a committed run's mirrored job fields
+	// (live, limit) change in place: a writer's kept holdings of the
+	// nodes' runs hold while it is the same (see pass.keptHoldings).
+	mirrored uint64
 }
 
 // clusterIndex is the per-cluster part of the indexes.
@@ -393,7 +397,11 @@ func (s *State) Commit(c *Change) {
 	for name, j := range c.Jobs {
 		if _, put := c.Runs[RunKey(name, j.Attempt)]; j != nil && j.Attempt > 0 && !put {
 			if r := s.runs[RunKey(name, j.Attempt)]; r != nil {
+				live, limit := r.live, r.limit
 				s.mirrorJob(r)
+				if r.live != live || r.limit != limit {
+					s.mirrored++
+				}
 			}
 		}
 	}
@@ -760,7 +768,10 @@ func (s *State) putRun(key string, r *Run) {
 		if r.PreemptBy != "" {
 			ci.preempting++
 		}
-		ci.usage = append(ci.usage, runUsage{key: key, account: r.Account, assoc: r.assoc, start: r.Start, rate: r.rate, ended: r.Ended(),
+		// The account as the association holds it (equal to r.Account, the
+		// interning's key): newPrioCtx compares the two per run each pass,
+		// which one string then answers by its pointer.
+		ci.usage = append(ci.usage, runUsage{key: key, account: r.assoc.account, assoc: r.assoc, start: r.Start, rate: r.rate, ended: r.Ended(),
 			preempting: r.PreemptBy != ""})
 	}
 }

@@ -47,11 +47,24 @@ type scratch struct {
 	// keys), which the next pass reuses while it still holds (sorted is
 	// that queue in that order).
 	perm []int32
-	// sortedAlt and permAlt: the buffers a mended order is written to, so
-	// the last one is whole as it is read (see pass.mend); swapped with
-	// sorted and perm.
+	// loc: when as long as perm, loc[k] is the index in sorted of the
+	// entry at position k of the order (a mend moves these, not the
+	// entries); else sorted is in the order. locMends counts the mends
+	// since sorted was last gathered in order (see pass.mend).
+	loc      []int32
+	locMends int
+	// sortedAlt, permAlt and locAlt: the buffers a new order is written
+	// to, so the last one is whole as it is read (see pass.mend); swapped
+	// with sorted, perm and loc.
 	sortedAlt []queued
 	permAlt   []int32
+	locAlt    []int32
+	// permKeys[k] is the key perm[k] had when perm was made (valid while
+	// as long as perm: a mend writes it, any other order empties it), so
+	// the next mend reads the keys of the jobs that stay in order, not
+	// all over ranks; permKeysAlt is its other buffer.
+	permKeys    []rankID
+	permKeysAlt []rankID
 	// changed, moved and src: pass.reorder's marks of the jobs whose rank
 	// changed, those jobs, and mendOrder's result.
 	changed []uint64
