@@ -121,8 +121,15 @@ func (s *State) attrsOf(j *Job) *jobAttrs {
 }
 
 func (s *State) newAttrs(j *Job, intern bool) *jobAttrs {
+	a := new(jobAttrs)
+	s.fillAttrs(a, j, intern)
+	return a
+}
+
+// fillAttrs sets *a (zero) to j's attributes (see newAttrs).
+func (s *State) fillAttrs(a *jobAttrs, j *Job, intern bool) {
 	spec := j.Job
-	a := &jobAttrs{name: spec.GetName(), limit: spec.GetTimeLimitSeconds(), gpus: int64(jobGPUs(j)),
+	*a = jobAttrs{name: spec.GetName(), limit: spec.GetTimeLimitSeconds(), gpus: int64(jobGPUs(j)),
 		part: spec.GetPartition(), reason: spec.GetStateReason(), hold: spec.GetHold(),
 		deps: spec.GetDependency() != "", array: spec.GetArrayJobId() != "",
 		lists:  len(spec.GetNodelist()) > 0 || len(spec.GetExclude()) > 0 || len(j.Excluded) > 0,
@@ -156,7 +163,6 @@ func (s *State) newAttrs(j *Job, intern bool) *jobAttrs {
 	if !a.lists && !a.spread {
 		a.shape = s.shapeID(&a.req, intern)
 	}
-	return a
 }
 
 // prioAttrs sets in a what a priority reads of j (hold, eligible, GPUs,
