@@ -112,12 +112,30 @@ func (s *State) lookupAssoc(account, user string) *assoc {
 }
 
 // attrsOf returns j's attributes: those computed when it entered the state,
-// else (a record of the change) computed now.
+// else (a record of the change) computed now. Valid until the next Commit.
 func (s *State) attrsOf(j *Job) *jobAttrs {
-	if j.attrs != nil {
-		return j.attrs
+	if a := s.storedAttrs(j); a != nil {
+		return a
 	}
 	return s.newAttrs(j, false)
+}
+
+// storedAttrs returns the attributes computed when j entered the state, in
+// its queue entry (valid until the next Commit), or nil when j is not a
+// pending job of the state (a record of a change, or not pending). They are
+// kept only there: one copy per job, built in place by Load.
+func (s *State) storedAttrs(j *Job) *jobAttrs {
+	if !j.Pending() {
+		return nil
+	}
+	ci := s.byCluster[j.Job.GetCluster()]
+	if ci == nil {
+		return nil
+	}
+	if i, ok := ci.pendPos[j.Name()]; ok && ci.pending[i].j == j {
+		return &ci.pending[i].jobAttrs
+	}
+	return nil
 }
 
 func (s *State) newAttrs(j *Job, intern bool) *jobAttrs {
@@ -170,8 +188,8 @@ func (s *State) fillAttrs(a *jobAttrs, j *Job, intern bool) {
 // running jobs the preemption stage ranks, whose attributes are not kept:
 // the rest (request, shape) is not built.
 func (s *State) prioAttrs(j *Job, a *jobAttrs) {
-	if j.attrs != nil {
-		*a = *j.attrs
+	if stored := s.storedAttrs(j); stored != nil {
+		*a = *stored
 		return
 	}
 	spec := j.Job

@@ -383,31 +383,22 @@ func (s *State) loadNodes(nodes []*Node) bool {
 	return true
 }
 
-// attrsChunk is how many pending jobs' attributes loadJobs allocates at a
-// time: one object instead of a thousand (fewer for the collector to
-// mark), small enough that the jobs' later versions, which get attributes
-// of their own, soon let a chunk go.
-const attrsChunk = 1024
-
 // loadJobs is Load's bulk path for jobs: into a state without jobs, one
-// walk of the records (no look-up of an old version, the attributes of the
-// pending jobs computed into chunks), then each cluster's pending entries
-// appended to a queue sized once. It reports false when the state has jobs
-// or two records share a name: then the jobs go one at a time (what it did
-// to them, the same as putJob does, is done again).
+// walk of the records (no look-up of an old version) that builds each
+// pending job's queue entry in place, in one array sized for the jobs left
+// to walk; that array becomes the cluster's queue when all pending jobs are
+// of one cluster and it is not much too big (else each cluster's queue is
+// copied from it, sized once). It reports false when the state has jobs or
+// two records share a name: then the jobs go one at a time (what it did to
+// them, the same as putJob does, is done again).
 func (s *State) loadJobs(jobs []*Job) bool {
 	if len(s.jobs) > 0 || len(jobs) == 0 {
 		return len(jobs) == 0
 	}
-	type loaded struct {
-		j  *Job
-		ci *clusterIndex
-	}
 	s.jobs = make(map[string]*Job, len(jobs))
-	var pend []loaded
-	var chunk []jobAttrs
+	var pend []pendEntry
 	var ci *clusterIndex
-	counts := map[*clusterIndex]int{}
+	mixed := false
 	for i, j := range jobs {
 		s.withTemplate(j)
 		j.reasonEmit = 0 // as putJob
@@ -415,39 +406,56 @@ func (s *State) loadJobs(jobs []*Job) bool {
 		if !j.Pending() {
 			continue
 		}
-		if len(chunk) == 0 {
-			chunk = make([]jobAttrs, min(attrsChunk, len(jobs)-i))
+		if pend == nil {
+			pend = make([]pendEntry, 0, len(jobs)-i)
 		}
-		a := &chunk[0]
-		chunk = chunk[1:]
-		s.fillAttrs(a, j, true)
-		j.attrs = a
+		pend = pend[:len(pend)+1]
+		e := &pend[len(pend)-1]
+		e.j = j
+		s.fillAttrs(&e.jobAttrs, j, true)
 		if cluster := j.Job.GetCluster(); ci == nil || ci.name != cluster {
+			mixed = ci != nil
 			ci = s.index(cluster)
 		}
-		counts[ci]++
-		if pend == nil {
-			pend = make([]loaded, 0, len(jobs)-i)
-		}
-		pend = append(pend, loaded{j, ci})
 	}
 	if len(s.jobs) != len(jobs) {
 		s.jobs = map[string]*Job{}
 		return false
 	}
-	for ci, n := range counts {
-		ci.pending = slices.Grow(ci.pending, n)
-		if len(ci.pendPos) == 0 {
-			ci.pendPos = make(map[string]int, n)
-		}
+	if len(pend) == 0 {
+		return true
 	}
-	for _, p := range pend {
-		ci := p.ci
-		ci.pendPos[p.j.attrs.name] = len(ci.pending)
-		ci.pending = append(ci.pending, pendEntry{j: p.j, jobAttrs: *p.j.attrs})
+	if !mixed && cap(pend)-len(pend) <= len(pend)/2 {
+		ci.pending = pend
+		ci.pendPos = make(map[string]int, len(pend))
+		for i := range pend {
+			ci.pendPos[pend[i].name] = i
+			ci.countAssoc(pend[i].assoc.id, 1)
+		}
+		s.versions += uint64(len(pend))
+		ci.pendVer = s.versions
+		return true
+	}
+	counts := map[string]int{}
+	for i := range pend {
+		counts[pend[i].j.Job.GetCluster()]++
+	}
+	for cluster, n := range counts {
+		ci := s.index(cluster)
+		ci.pending = make([]pendEntry, 0, n)
+		ci.pendPos = make(map[string]int, n)
+	}
+	ci = nil
+	for i := range pend {
+		e := &pend[i]
+		if cluster := e.j.Job.GetCluster(); ci == nil || ci.name != cluster {
+			ci = s.index(cluster)
+		}
+		ci.pendPos[e.name] = len(ci.pending)
+		ci.pending = append(ci.pending, *e)
 		s.versions++
 		ci.pendVer = s.versions
-		ci.countAssoc(p.j.attrs.assoc.id, 1)
+		ci.countAssoc(e.assoc.id, 1)
 	}
 	return true
 }
@@ -575,6 +583,7 @@ func (s *State) putJob(name string, j *Job) {
 	if had && old.Pending() {
 		ci := s.index(old.Job.GetCluster())
 		if i, ok := ci.pendPos[name]; ok {
+			ci.countAssoc(ci.pending[i].assoc.id, -1)
 			last := len(ci.pending) - 1
 			moved := ci.pending[last]
 			ci.pending[i] = moved
@@ -584,7 +593,6 @@ func (s *State) putJob(name string, j *Job) {
 			delete(ci.pendPos, name)
 			s.versions++
 			ci.pendVer = s.versions
-			ci.countAssoc(old.attrs.assoc.id, -1)
 		}
 	}
 	if j == nil {
@@ -601,13 +609,14 @@ func (s *State) putJob(name string, j *Job) {
 	}
 	s.jobs[name] = j
 	if pending {
-		j.attrs = s.newAttrs(j, true)
 		ci := s.index(j.Job.GetCluster())
 		ci.pendPos[name] = len(ci.pending)
-		ci.pending = append(ci.pending, pendEntry{j: j, jobAttrs: *j.attrs})
+		ci.pending = append(ci.pending, pendEntry{j: j})
+		e := &ci.pending[len(ci.pending)-1]
+		s.fillAttrs(&e.jobAttrs, j, true)
 		s.versions++
 		ci.pendVer = s.versions
-		ci.countAssoc(j.attrs.assoc.id, 1)
+		ci.countAssoc(e.assoc.id, 1)
 	}
 }
 
