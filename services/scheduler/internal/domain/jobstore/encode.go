@@ -68,11 +68,13 @@ func DecodeJob(b []byte) (*JobRecord, error) {
 // last: it cannot be missing).
 func DecodeTask(name string, b []byte, template func(array string) *loomv1.Job) (*JobRecord, error) {
 	var rec jobRecord
-	if err := json.Unmarshal(b, &rec); err != nil {
+	if err := decodeJobRecord(b, &rec); err != nil {
 		return nil, err
 	}
 	job := &loomv1.Job{}
-	if err := proto.Unmarshal(rec.Job, job); err != nil {
+	// Merge into the new, empty message: the same message as Unmarshal,
+	// without its Reset of every field first.
+	if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(rec.Job, job); err != nil {
 		return nil, err
 	}
 	if rec.Delta {
