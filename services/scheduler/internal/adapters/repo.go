@@ -287,11 +287,11 @@ func DecodeJob(b []byte) (*domain.Job, error) {
 // DecodeTask parses what EncodeJob wrote under the key name
 // (jobstore.DecodeTask).
 func DecodeTask(name string, b []byte, template func(array string) *loomv1.Job) (*domain.Job, error) {
-	rec, err := jobstore.DecodeTask(name, b, template)
-	if err != nil {
+	j := new(domain.Job)
+	if err := jobstore.DecodeTaskInto(&j.JobRecord, name, b, template); err != nil {
 		return nil, err
 	}
-	return &domain.Job{JobRecord: *rec}, nil
+	return j, nil
 }
 
 // EncodeArray serialises an array record (jobstore.EncodeArray).

@@ -112,17 +112,42 @@ func (s *State) lookupAssoc(account, user string) *assoc {
 }
 
 // attrsOf returns j's attributes: those computed when it entered the state,
-// else (a record of the change) computed now.
+// else (a record of the change) computed now. Valid until the next Commit.
 func (s *State) attrsOf(j *Job) *jobAttrs {
-	if j.attrs != nil {
-		return j.attrs
+	if a := s.storedAttrs(j); a != nil {
+		return a
 	}
 	return s.newAttrs(j, false)
 }
 
+// storedAttrs returns the attributes computed when j entered the state, in
+// its queue entry (valid until the next Commit), or nil when j is not a
+// pending job of the state (a record of a change, or not pending). They are
+// kept only there: one copy per job, built in place by Load.
+func (s *State) storedAttrs(j *Job) *jobAttrs {
+	if !j.Pending() {
+		return nil
+	}
+	ci := s.byCluster[j.Job.GetCluster()]
+	if ci == nil {
+		return nil
+	}
+	if i, ok := ci.pendPos[j.Name()]; ok && ci.pending[i].j == j {
+		return &ci.pending[i].jobAttrs
+	}
+	return nil
+}
+
 func (s *State) newAttrs(j *Job, intern bool) *jobAttrs {
+	a := new(jobAttrs)
+	s.fillAttrs(a, j, intern)
+	return a
+}
+
+// fillAttrs sets *a (zero) to j's attributes (see newAttrs).
+func (s *State) fillAttrs(a *jobAttrs, j *Job, intern bool) {
 	spec := j.Job
-	a := &jobAttrs{name: spec.GetName(), limit: spec.GetTimeLimitSeconds(), gpus: int64(jobGPUs(j)),
+	*a = jobAttrs{name: spec.GetName(), limit: spec.GetTimeLimitSeconds(), gpus: int64(jobGPUs(j)),
 		part: spec.GetPartition(), reason: spec.GetStateReason(), hold: spec.GetHold(),
 		deps: spec.GetDependency() != "", array: spec.GetArrayJobId() != "",
 		lists:  len(spec.GetNodelist()) > 0 || len(spec.GetExclude()) > 0 || len(j.Excluded) > 0,
@@ -156,7 +181,6 @@ func (s *State) newAttrs(j *Job, intern bool) *jobAttrs {
 	if !a.lists && !a.spread {
 		a.shape = s.shapeID(&a.req, intern)
 	}
-	return a
 }
 
 // prioAttrs sets in a what a priority reads of j (hold, eligible, GPUs,
@@ -164,10 +188,9 @@ func (s *State) newAttrs(j *Job, intern bool) *jobAttrs {
 // running jobs the preemption stage ranks, whose attributes are not kept:
 // the rest (request, shape) is not built.
 func (s *State) prioAttrs(j *Job, a *jobAttrs) {
-	if j.attrs != nil {
-		*a = *j.attrs
-		return
-	}
+	// No look for stored attributes first: only pending jobs have them,
+	// and a look costs the rank of 25,000 running jobs a read of each
+	// one's state.
 	spec := j.Job
 	a.hold, a.gpus, a.qos = spec.GetHold(), int64(jobGPUs(j)), -1
 	a.eligible = 0

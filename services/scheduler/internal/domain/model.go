@@ -97,10 +97,9 @@ const ImplicitPartition = jobstore.ImplicitPartition
 type Job struct {
 	jobstore.JobRecord
 
-	// why is the last pass's placement explanation, attrs what a pass
-	// reads of a pending job (memory only).
-	why   *Decision
-	attrs *jobAttrs
+	// why is the last pass's placement explanation (memory only). What a
+	// pass reads of a pending job is its queue entry (State.storedAttrs).
+	why *Decision
 	// tmpl is the Template of the array the job is a task of (nil for other
 	// jobs, and for tasks of arrays recorded without one): the task's
 	// environment is tmpl's map itself, so an array's environment is held

@@ -96,7 +96,7 @@ func TestReasonRecordsMatchVersions(t *testing.T) {
 	for name, ci := range old.byCluster {
 		gi := recs.byCluster[name]
 		for _, e := range ci.pending {
-			if p, ok := gi.pendPos[e.name]; !ok || gi.pending[p].reason != e.reason || gi.pending[p].j.attrs.reason != e.reason ||
+			if p, ok := gi.pendPos[e.name]; !ok || gi.pending[p].reason != e.reason ||
 				gi.pending[p].j.Job.GetStateReason() != e.reason {
 				t.Fatalf("pending entry of %s: reason %q, want %q", e.name, gi.pending[p].reason, e.reason)
 			}

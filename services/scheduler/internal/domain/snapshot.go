@@ -28,7 +28,7 @@ func (s *State) Snapshot() Snapshot {
 	}
 	for _, j := range s.jobs {
 		jj := *j
-		jj.why, jj.attrs, jj.placed = nil, nil, nil
+		jj.why, jj.placed = nil, nil
 		out.Jobs = append(out.Jobs, &jj)
 	}
 	for _, r := range s.runs {

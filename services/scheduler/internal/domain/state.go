@@ -1,8 +1,11 @@
 package domain
 
 import (
+	"cmp"
 	"iter"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -80,6 +83,8 @@ type State struct {
 
 // clusterIndex is the per-cluster part of the indexes.
 type clusterIndex struct {
+	// name is the cluster's.
+	name string
 	// nodes sorted by hostname, then name.
 	nodes []*Node
 	// pending jobs with what a pass reads of them, unordered and contiguous
@@ -461,18 +466,12 @@ func (s *State) putReasons(c *Change) {
 }
 
 // reasonSlabs are the batches putReasons carves the new versions from, a
-// few allocations per 1024 records instead of three each; left counts the
+// few allocations per 1024 records instead of two each; left counts the
 // records not applied yet (the last batches are no larger than needed).
 type reasonSlabs struct {
 	left int
-	jobs []reasonCommit
+	jobs []Job
 	pjs  []loomv1.Job
-}
-
-// reasonCommit is a reason record's committed version and its attributes.
-type reasonCommit struct {
-	j Job
-	a jobAttrs
 }
 
 // putReason applies reason record e, of the job at position p of ci's
@@ -483,7 +482,7 @@ func (s *State) putReason(ci *clusterIndex, e *Emit, p int, sl *reasonSlabs) {
 	if p >= len(ci.pending) || ci.pending[p].j != old {
 		// Not where the pass read it: find it by name.
 		i, ok := ci.pendPos[e.Subject]
-		if !ok || s.jobs[e.Subject] != old || old.attrs == nil {
+		if !ok || s.jobs[e.Subject] != old || ci.pending[i].j != old {
 			// Not the stored pending version: put a whole new version.
 			var v Job
 			nj := *e.reasonJob(&v)
@@ -494,13 +493,13 @@ func (s *State) putReason(ci *clusterIndex, e *Emit, p int, sl *reasonSlabs) {
 		p = i
 	}
 	if len(sl.jobs) == 0 {
-		sl.jobs = make([]reasonCommit, min(sl.left+1, reasonBatch))
+		sl.jobs = make([]Job, min(sl.left+1, reasonBatch))
 	}
-	rc := &sl.jobs[0]
+	nj := &sl.jobs[0]
 	sl.jobs = sl.jobs[1:]
 	if ev, ok := e.Payload.(*eventsv1.JobChanged); ok {
-		rc.j = Job{JobRecord: old.JobRecord, tmpl: old.tmpl, shared: true}
-		rc.j.Job = ev.Job
+		*nj = Job{JobRecord: old.JobRecord, tmpl: old.tmpl, shared: true}
+		nj.Job = ev.Job
 	} else {
 		if len(sl.pjs) == 0 {
 			sl.pjs = make([]loomv1.Job, min(sl.left+1, reasonBatch))
@@ -509,94 +508,231 @@ func (s *State) putReason(ci *clusterIndex, e *Emit, p int, sl *reasonSlabs) {
 		sl.pjs = sl.pjs[1:]
 		shallowJobInto(pj, old.Job)
 		pj.StateReason = e.reason
-		rc.j = Job{JobRecord: old.JobRecord, tmpl: old.tmpl}
-		rc.j.Job = pj
+		*nj = Job{JobRecord: old.JobRecord, tmpl: old.tmpl}
+		nj.Job = pj
 	}
-	rc.j.why = old.why
-	rc.a = *old.attrs
-	rc.a.reason = e.reason
-	rc.j.attrs = &rc.a
-	s.jobs[e.Subject] = &rc.j
-	ci.pending[p].j = &rc.j
+	nj.why = old.why
+	s.jobs[e.Subject] = nj
+	// The entry holds the job's attributes (the stored version's): only
+	// the reason changes.
+	ci.pending[p].j = nj
 	ci.pending[p].reason = e.reason
-	if rc.j.Attempt > 0 {
+	if nj.Attempt > 0 {
 		// An attempt's run mirrors its job (see mirrorJob).
-		if r := s.runs[RunKey(e.Subject, rc.j.Attempt)]; r != nil {
+		if r := s.runs[RunKey(e.Subject, nj.Attempt)]; r != nil {
 			s.mirrorJob(r)
 		}
 	}
 }
 
-// Load adds records read from storage, as at start-up.
+// Load adds records read from storage, as at start-up. Each kind of
+// record loaded into a state that has none of that kind yet (a restart)
+// takes a bulk path: maps and indexes sized once, no look-up of an old
+// version, the pending jobs' attributes carved from shared arrays and each
+// cluster's nodes sorted once. The state it leaves is the one adding the
+// records one at a time, as before, leaves (TestBulkLoadMatchesEach).
 func (s *State) Load(clusters []*Cluster, nodes []*Node, jobs []*Job, runs []*Run, arrays []*Array, usage []*Usage) {
-	s.reserve(nodes, jobs, runs)
 	for _, c := range clusters {
 		s.clusters[c.Name] = c
 	}
-	for _, n := range nodes {
-		s.putNode(n.Name, n)
+	if !s.loadNodes(nodes) {
+		for _, n := range nodes {
+			s.putNode(n.Name, n)
+		}
 	}
 	for _, a := range arrays {
 		s.arrays[a.Name] = a
 	}
-	for _, j := range jobs {
-		// A task shares its array's template, environment included (Array.Template).
-		if id := j.Job.GetArrayJobId(); id != "" && j.tmpl == nil {
-			if a := s.arrays[jobsPrefix(j.Name())+id]; a != nil && a.Template != nil {
-				j.tmpl, j.Job.Env = a.Template, a.Template.Env
-			}
+	if !s.loadJobs(jobs) {
+		for _, j := range jobs {
+			s.withTemplate(j)
+			s.putJob(j.Name(), j)
 		}
-		s.putJob(j.Name(), j)
 	}
-	for _, r := range runs {
-		s.putRun(r.Key(), r)
-	}
-	for _, r := range runs {
-		s.mirrorJob(r) // jobs loaded after their runs
+	if !s.loadRuns(runs) {
+		for _, r := range runs {
+			s.putRun(r.Key(), r)
+		}
 	}
 	for _, u := range usage {
 		s.usage[u.Key] = u
 	}
 }
 
-// reserve sizes the maps and indexes of an empty state for the records
-// Load is about to add, so that loading 100,000 jobs does not grow each map
-// and slice by doubling (rehashing and copying every entry each time).
-func (s *State) reserve(nodes []*Node, jobs []*Job, runs []*Run) {
-	if len(s.jobs) == 0 && len(jobs) > 0 {
-		s.jobs = make(map[string]*Job, len(jobs))
-		pending := map[string]int{}
-		for _, j := range jobs {
-			if j.Pending() {
-				pending[j.Job.GetCluster()]++
-			}
-		}
-		for cluster, n := range pending {
-			ci := s.index(cluster)
-			if len(ci.pending) == 0 {
-				ci.pending = make([]pendEntry, 0, n)
-				ci.pendPos = make(map[string]int, n)
-			}
+// withTemplate makes a loaded task share its array's template, environment
+// included (Array.Template). The arrays must be loaded first.
+func (s *State) withTemplate(j *Job) {
+	if id := j.Job.GetArrayJobId(); id != "" && j.tmpl == nil {
+		if a := s.arrays[jobsPrefix(j.Name())+id]; a != nil && a.Template != nil {
+			j.tmpl, j.Job.Env = a.Template, a.Template.Env
 		}
 	}
-	if len(s.runs) == 0 && len(runs) > 0 {
-		s.runs = make(map[string]*Run, len(runs))
-		if len(s.active) == 0 {
-			s.active = make(map[string]*Run, len(runs))
+}
+
+// loadNodes is Load's bulk path for nodes: into a state without nodes, each
+// cluster's nodes sorted once (inserting 10,000 nodes one at a time into a
+// sorted slice moves ~25 million pointers). It reports false, having
+// changed nothing, when the state has nodes or two records share a name:
+// then the nodes go one at a time.
+func (s *State) loadNodes(nodes []*Node) bool {
+	if len(s.nodes) > 0 || len(nodes) == 0 {
+		return len(nodes) == 0
+	}
+	s.nodes = make(map[string]*Node, len(nodes))
+	for _, n := range nodes {
+		s.nodes[n.Name] = n
+	}
+	if len(s.nodes) != len(nodes) {
+		s.nodes = map[string]*Node{}
+		return false
+	}
+	if len(s.alloc) == 0 {
+		s.alloc = make(map[string]*nodeAlloc, len(nodes))
+	}
+	var ci *clusterIndex
+	touched := map[*clusterIndex]bool{}
+	for _, n := range nodes {
+		if ci == nil || ci.name != n.Cluster {
+			ci = s.index(n.Cluster)
+			touched[ci] = true
+		}
+		ci.nodes = append(ci.nodes, n)
+		// As putNode marks them (a state without nodes has none marked).
+		if n.Draining() {
+			s.draining[n.Name] = true
+		}
+		if n.HealthOut() && !n.HealthDrained {
+			s.healthOut[n.Name] = true
+		}
+		if n.PrologHold {
+			s.prologHeld[n.Name] = true
 		}
 	}
-	if len(s.nodes) == 0 && len(nodes) > 0 {
-		s.nodes = make(map[string]*Node, len(nodes))
-		if len(s.alloc) == 0 {
-			s.alloc = make(map[string]*nodeAlloc, len(nodes))
+	for ci := range touched {
+		// Hostname then name, as insertNode keeps them: names are unique,
+		// so the order is the one inserting them one at a time gives.
+		slices.SortFunc(ci.nodes, func(a, b *Node) int {
+			return cmp.Or(strings.Compare(a.Hostname, b.Hostname), strings.Compare(a.Name, b.Name))
+		})
+	}
+	return true
+}
+
+// loadJobs is Load's bulk path for jobs: into a state without jobs, one
+// walk of the records (no look-up of an old version) that builds each
+// pending job's queue entry in place, in one array sized for the jobs left
+// to walk; that array becomes the cluster's queue when all pending jobs are
+// of one cluster and it is not much too big (else each cluster's queue is
+// copied from it, sized once). It reports false when the state has jobs or
+// two records share a name: then the jobs go one at a time (what it did to
+// them, the same as putJob does, is done again).
+func (s *State) loadJobs(jobs []*Job) bool {
+	if len(s.jobs) > 0 || len(jobs) == 0 {
+		return len(jobs) == 0
+	}
+	s.jobs = make(map[string]*Job, len(jobs))
+	var pend []pendEntry
+	var ci *clusterIndex
+	mixed := false
+	for i, j := range jobs {
+		s.withTemplate(j)
+		s.jobs[j.Name()] = j
+		if !j.Pending() {
+			continue
+		}
+		if pend == nil {
+			pend = make([]pendEntry, 0, len(jobs)-i)
+		}
+		pend = pend[:len(pend)+1]
+		e := &pend[len(pend)-1]
+		e.j = j
+		s.fillAttrs(&e.jobAttrs, j, true)
+		if cluster := j.Job.GetCluster(); ci == nil || ci.name != cluster {
+			mixed = ci != nil
+			ci = s.index(cluster)
 		}
 	}
+	if len(s.jobs) != len(jobs) {
+		s.jobs = map[string]*Job{}
+		return false
+	}
+	if len(pend) == 0 {
+		return true
+	}
+	if !mixed && cap(pend)-len(pend) <= len(pend)/2 {
+		ci.pending = pend
+		ci.pendPos = make(map[string]int, len(pend))
+		for i := range pend {
+			ci.pendPos[pend[i].name] = i
+			ci.countAssoc(pend[i].assoc.id, 1)
+		}
+		s.versions += uint64(len(pend))
+		ci.pendVer = s.versions
+		return true
+	}
+	counts := map[string]int{}
+	for i := range pend {
+		counts[pend[i].j.Job.GetCluster()]++
+	}
+	for cluster, n := range counts {
+		ci := s.index(cluster)
+		ci.pending = make([]pendEntry, 0, n)
+		ci.pendPos = make(map[string]int, n)
+	}
+	ci = nil
+	for i := range pend {
+		e := &pend[i]
+		if cluster := e.j.Job.GetCluster(); ci == nil || ci.name != cluster {
+			ci = s.index(cluster)
+		}
+		ci.pendPos[e.name] = len(ci.pending)
+		ci.pending = append(ci.pending, *e)
+		s.versions++
+		ci.pendVer = s.versions
+		ci.countAssoc(e.assoc.id, 1)
+	}
+	return true
+}
+
+// loadRuns is Load's bulk path for runs: into a state without runs, maps
+// and each cluster's active runs sized once, no old version taken out of
+// the allocations. It reports false, having changed nothing, when the
+// state has runs or two records share a key: then they go one at a time.
+func (s *State) loadRuns(runs []*Run) bool {
+	if len(s.runs) > 0 || len(s.active) > 0 || len(runs) == 0 {
+		return len(runs) == 0
+	}
+	s.runs = make(map[string]*Run, len(runs))
+	keys := make([]string, len(runs))
+	counts := map[string]int{}
+	for i, r := range runs {
+		keys[i] = r.Key()
+		s.runs[keys[i]] = r
+		if !r.Released {
+			counts[r.Cluster]++
+		}
+	}
+	if len(s.runs) != len(runs) {
+		s.runs = map[string]*Run{}
+		return false
+	}
+	s.active = make(map[string]*Run, len(runs))
+	for cluster, n := range counts {
+		if ci := s.index(cluster); len(ci.active) == 0 {
+			ci.active, ci.usage = make([]*Run, 0, n), make([]runUsage, 0, n)
+			ci.activePos = make(map[string]int, n)
+		}
+	}
+	for i, r := range runs {
+		s.addRun(keys[i], r)
+	}
+	return true
 }
 
 func (s *State) index(cluster string) *clusterIndex {
 	ci := s.byCluster[cluster]
 	if ci == nil {
-		ci = &clusterIndex{pendPos: map[string]int{}, activePos: map[string]int{}}
+		ci = &clusterIndex{name: cluster, pendPos: map[string]int{}, activePos: map[string]int{}}
 		s.byCluster[cluster] = ci
 	}
 	return ci
@@ -677,9 +813,11 @@ func (s *State) putNode(name string, n *Node) {
 }
 
 func (s *State) putJob(name string, j *Job) {
-	if old, ok := s.jobs[name]; ok && old.Pending() {
+	old, had := s.jobs[name]
+	if had && old.Pending() {
 		ci := s.index(old.Job.GetCluster())
 		if i, ok := ci.pendPos[name]; ok {
+			ci.countAssoc(ci.pending[i].assoc.id, -1)
 			last := len(ci.pending) - 1
 			moved := ci.pending[last]
 			ci.pending[i] = moved
@@ -689,36 +827,42 @@ func (s *State) putJob(name string, j *Job) {
 			delete(ci.pendPos, name)
 			s.versions++
 			ci.pendVer = s.versions
-			if id := old.attrs.assoc.id; id >= 0 {
-				ci.pendAssoc[id]--
-			}
 		}
 	}
 	if j == nil {
 		delete(s.jobs, name)
 		return
 	}
-	if old, ok := s.jobs[name]; ok && j.why == nil && j.Pending() {
+	pending := j.Pending()
+	if had && j.why == nil && pending {
 		j.why = old.why
 	}
-	if old, ok := s.jobs[name]; ok && j.placed == nil && !j.Pending() && old.Attempt == j.Attempt {
+	if had && j.placed == nil && !pending && old.Attempt == j.Attempt {
 		j.placed = old.placed // the start of the same attempt
 	}
 	s.jobs[name] = j
-	if j.Pending() {
-		j.attrs = s.newAttrs(j, true)
+	if pending {
 		ci := s.index(j.Job.GetCluster())
 		ci.pendPos[name] = len(ci.pending)
-		ci.pending = append(ci.pending, pendEntry{j: j, jobAttrs: *j.attrs})
+		ci.pending = append(ci.pending, pendEntry{j: j})
+		e := &ci.pending[len(ci.pending)-1]
+		s.fillAttrs(&e.jobAttrs, j, true)
 		s.versions++
 		ci.pendVer = s.versions
-		if id := j.attrs.assoc.id; id >= 0 {
-			for int(id) >= len(ci.pendAssoc) {
-				ci.pendAssoc = append(ci.pendAssoc, 0)
-			}
-			ci.pendAssoc[id]++
-		}
+		ci.countAssoc(e.assoc.id, 1)
 	}
+}
+
+// countAssoc adds d to the count of pending jobs of association id (none
+// for an uninterned one, id -1).
+func (ci *clusterIndex) countAssoc(id int32, d int32) {
+	if id < 0 {
+		return
+	}
+	for int(id) >= len(ci.pendAssoc) {
+		ci.pendAssoc = append(ci.pendAssoc, 0)
+	}
+	ci.pendAssoc[id] += d
 }
 
 // unaccount takes the run stored under key out of the allocation counters.
@@ -752,6 +896,13 @@ func (s *State) putRun(key string, r *Run) {
 		return
 	}
 	s.runs[key] = r
+	s.addRun(key, r)
+}
+
+// addRun fills in r's memory-only fields and adds it to the indexes (to the
+// allocations unless released); r is stored under key and no other version
+// is in the indexes.
+func (s *State) addRun(key string, r *Run) {
 	r.assoc = s.internAssoc(r.Account, r.User)
 	r.key, r.gpuN, r.rate = key, r.gpuCount(), runRate(r)
 	r.gpu0 = 0

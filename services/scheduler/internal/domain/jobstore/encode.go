@@ -67,23 +67,35 @@ func DecodeJob(b []byte) (*JobRecord, error) {
 // (the array's record is written with its first tasks and deleted after the
 // last: it cannot be missing).
 func DecodeTask(name string, b []byte, template func(array string) *loomv1.Job) (*JobRecord, error) {
-	var rec jobRecord
-	if err := json.Unmarshal(b, &rec); err != nil {
+	out := new(JobRecord)
+	if err := DecodeTaskInto(out, name, b, template); err != nil {
 		return nil, err
 	}
+	return out, nil
+}
+
+// DecodeTaskInto is DecodeTask into *out (overwritten), for a caller whose record
+// embeds a JobRecord: one allocation per record, not two.
+func DecodeTaskInto(out *JobRecord, name string, b []byte, template func(array string) *loomv1.Job) error {
+	var rec jobRecord
+	if err := decodeJobRecord(b, &rec); err != nil {
+		return err
+	}
 	job := &loomv1.Job{}
-	if err := proto.Unmarshal(rec.Job, job); err != nil {
-		return nil, err
+	// Merge into the new, empty message: the same message as Unmarshal,
+	// without its Reset of every field first.
+	if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(rec.Job, job); err != nil {
+		return err
 	}
 	if rec.Delta {
 		task, err := resname.SplitJob(name)
 		if err != nil {
-			return nil, fmt.Errorf("array task %s: %w", name, err)
+			return fmt.Errorf("array task %s: %w", name, err)
 		}
 		array := resname.Job{Project: task.Project, ID: job.GetArrayJobId()}.String()
 		t := template(array)
 		if t == nil || job.GetArrayJobId() == "" {
-			return nil, fmt.Errorf("array task %s: no template for array %q", name, array)
+			return fmt.Errorf("array task %s: no template for array %q", name, array)
 		}
 		job = patchJob(t, job, rec.Cleared)
 		job.Name = name
@@ -91,7 +103,8 @@ func DecodeTask(name string, b []byte, template func(array string) *loomv1.Job) 
 			job.JobId = task.ID
 		}
 	}
-	return &JobRecord{Job: job, Attempt: rec.Attempt, ModelDir: rec.ModelDir, Excluded: rec.Excluded, InfraRestarts: rec.Infra}, nil
+	*out = JobRecord{Job: job, Attempt: rec.Attempt, ModelDir: rec.ModelDir, Excluded: rec.Excluded, InfraRestarts: rec.Infra}
+	return nil
 }
 
 // diffJob returns the fields of j that differ from t's (a new message

@@ -1,0 +1,365 @@
+package domain
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// loadEach is Load as it was before its bulk paths: every record through
+// putNode, putJob and putRun, one at a time, as Commit adds them, then each
+// run's job mirrored again. The bulk paths must leave exactly its state.
+func (s *State) loadEach(snap Snapshot) {
+	for _, c := range snap.Clusters {
+		s.clusters[c.Name] = c
+	}
+	for _, n := range snap.Nodes {
+		s.putNode(n.Name, n)
+	}
+	for _, a := range snap.Arrays {
+		s.arrays[a.Name] = a
+	}
+	for _, j := range snap.Jobs {
+		s.withTemplate(j)
+		s.putJob(j.Name(), j)
+	}
+	for _, r := range snap.Runs {
+		s.putRun(r.Key(), r)
+	}
+	for _, r := range snap.Runs {
+		s.mirrorJob(r)
+	}
+	for _, u := range snap.Usage {
+		s.usage[u.Key] = u
+	}
+	s.LoadAssocLimits(snap.Assocs)
+}
+
+// copyRecords returns a copy of snap's records in the same order (job
+// protobufs shared, as Snapshot shares them), so that two states can load
+// the same records.
+func copyRecords(snap Snapshot) Snapshot {
+	var out Snapshot
+	for _, c := range snap.Clusters {
+		cc := *c
+		out.Clusters = append(out.Clusters, &cc)
+	}
+	for _, n := range snap.Nodes {
+		nn := *n
+		out.Nodes = append(out.Nodes, &nn)
+	}
+	for _, j := range snap.Jobs {
+		jj := *j
+		out.Jobs = append(out.Jobs, &jj)
+	}
+	for _, r := range snap.Runs {
+		out.Runs = append(out.Runs, r.clone())
+	}
+	for _, a := range snap.Arrays {
+		aa := *a
+		out.Arrays = append(out.Arrays, &aa)
+	}
+	for _, u := range snap.Usage {
+		uu := *u
+		out.Usage = append(out.Usage, &uu)
+	}
+	for _, l := range snap.Assocs {
+		ll := *l
+		out.Assocs = append(out.Assocs, &ll)
+	}
+	return out
+}
+
+// secondCluster returns snap's records moved to cluster c2 in project p2
+// (every name and reference renamed), for a snapshot of two clusters.
+func secondCluster(snap Snapshot) Snapshot {
+	const c2 = "projects/p2/clusters/c2"
+	job := func(name string) string {
+		if name == "" {
+			return ""
+		}
+		return strings.Replace(name, "projects/default/", "projects/p2/", 1)
+	}
+	node := func(name string) string { return strings.Replace(name, cl, c2, 1) }
+	var out Snapshot
+	for _, c := range snap.Clusters {
+		cc := *c
+		cc.Name = c2
+		out.Clusters = append(out.Clusters, &cc)
+	}
+	for _, n := range snap.Nodes {
+		nn := *n
+		nn.Name, nn.Cluster = node(n.Name), c2
+		out.Nodes = append(out.Nodes, &nn)
+	}
+	for _, j := range snap.Jobs {
+		jj := *j
+		jj.Job = proto.Clone(j.Job).(*loomv1.Job)
+		jj.Job.Name, jj.Job.Cluster = job(j.Job.Name), c2
+		out.Jobs = append(out.Jobs, &jj)
+	}
+	for _, r := range snap.Runs {
+		rr := r.clone()
+		rr.Job, rr.Cluster, rr.PreemptBy = job(r.Job), c2, job(r.PreemptBy)
+		for i, n := range rr.Nodes {
+			rr.Nodes[i] = node(n)
+		}
+		rr.GPUs, rr.Steps = map[string][]int32{}, map[string]Step{}
+		for n, g := range r.GPUs {
+			rr.GPUs[node(n)] = g
+		}
+		for n, st := range r.Steps {
+			rr.Steps[node(n)] = st
+		}
+		out.Runs = append(out.Runs, rr)
+	}
+	for _, a := range snap.Arrays {
+		aa := *a
+		aa.Name, aa.Cluster = job(a.Name), c2
+		aa.Tasks = make([]string, len(a.Tasks))
+		for i, t := range a.Tasks {
+			aa.Tasks[i] = job(t)
+		}
+		if a.Template != nil {
+			aa.Template = proto.Clone(a.Template).(*loomv1.Job)
+			aa.Template.Name, aa.Template.Cluster = job(a.Template.Name), c2
+		}
+		out.Arrays = append(out.Arrays, &aa)
+	}
+	return out
+}
+
+// interleave returns a's and b's records of each kind alternately.
+func interleave(a, b Snapshot) Snapshot {
+	mix := func(x, y any) any {
+		xv, yv := reflect.ValueOf(x), reflect.ValueOf(y)
+		out := reflect.MakeSlice(xv.Type(), 0, xv.Len()+yv.Len())
+		for i := range max(xv.Len(), yv.Len()) {
+			if i < xv.Len() {
+				out = reflect.Append(out, xv.Index(i))
+			}
+			if i < yv.Len() {
+				out = reflect.Append(out, yv.Index(i))
+			}
+		}
+		return out.Interface()
+	}
+	return Snapshot{
+		Clusters: mix(a.Clusters, b.Clusters).([]*Cluster), Nodes: mix(a.Nodes, b.Nodes).([]*Node),
+		Jobs: mix(a.Jobs, b.Jobs).([]*Job), Runs: mix(a.Runs, b.Runs).([]*Run),
+		Arrays: mix(a.Arrays, b.Arrays).([]*Array), Usage: append(slices.Clone(a.Usage), b.Usage...),
+		Assocs: append(slices.Clone(a.Assocs), b.Assocs...),
+	}
+}
+
+// sameState fails t unless a and b hold the same records and indexes (their
+// configurations and scratch aside), naming the fields that differ.
+func sameState(t *testing.T, label string, a, b *State) {
+	t.Helper()
+	av, bv := reflect.ValueOf(a).Elem(), reflect.ValueOf(b).Elem()
+	for i := range av.NumField() {
+		name := av.Type().Field(i).Name
+		if name == "cfg" || name == "scratch" {
+			continue
+		}
+		// Unexported: compare through DeepEqual of copies holding only
+		// this field.
+		ac, bc := reflect.New(av.Type()).Elem(), reflect.New(av.Type()).Elem()
+		reflect.NewAt(av.Field(i).Type(), ac.Field(i).Addr().UnsafePointer()).Elem().Set(
+			reflect.NewAt(av.Field(i).Type(), av.Field(i).Addr().UnsafePointer()).Elem())
+		reflect.NewAt(bv.Field(i).Type(), bc.Field(i).Addr().UnsafePointer()).Elem().Set(
+			reflect.NewAt(bv.Field(i).Type(), bv.Field(i).Addr().UnsafePointer()).Elem())
+		if !reflect.DeepEqual(ac.Interface(), bc.Interface()) {
+			t.Errorf("%s: State.%s differs between the bulk load and the load one record at a time", label, name)
+		}
+	}
+}
+
+// changeText renders what a pass decided: its events, decisions and
+// reservations.
+func changeText(c *Change) string {
+	var b strings.Builder
+	for _, e := range c.Emits {
+		p, _ := prototext.MarshalOptions{}.Marshal(e.Payload)
+		fmt.Fprintf(&b, "emit %s %s %s %s\n", e.Key, e.Subject, proto.MessageName(e.Payload), strings.Join(strings.Fields(string(p)), " "))
+	}
+	for _, d := range c.Decisions {
+		fmt.Fprintf(&b, "decision %s %q %d %q", d.Job, d.Reason, d.Nodes, d.Note)
+		for _, k := range slices.Sorted(maps.Keys(d.Filtered)) {
+			fmt.Fprintf(&b, " %s=%d", k, d.Filtered[k])
+		}
+		b.WriteByte('\n')
+	}
+	for _, r := range c.Reservations {
+		fmt.Fprintf(&b, "reservation %s %s %s %v %v\n", r.Cluster, r.Job, r.Start.Format(time.RFC3339Nano), r.Unbounded, r.Nodes)
+	}
+	return b.String()
+}
+
+// randomFeatureState is a state after a random mix of events (as
+// TestRandomFeaturesKeepInvariants plays): arrays with templates, held and
+// exclusive jobs, preemption, draining and unhealthy nodes, ended runs.
+func randomFeatureState(t *testing.T, seed uint64) (*State, time.Time) {
+	rng := rand.New(rand.NewPCG(seed, 11))
+	h := newSpecHarness(t, Config{PreemptGrace: 5 * time.Second})
+	hosts := []string{"a3-0001", "a3-0002", "a3-0003", "a3-0004"}
+	for i, host := range hosts {
+		h.gpuNode(host, "b"+strconv.Itoa(i/2))
+	}
+	h.cpuNode("cpu-0001")
+	next := 1
+	for range 200 {
+		switch op := rng.IntN(16); {
+		case op < 7:
+			j := job(next, int32(1+rng.IntN(3)), int32(rng.IntN(9)), limit(time.Duration(1+rng.IntN(30))*time.Minute))
+			switch rng.IntN(7) {
+			case 0:
+				j.Qos = "high"
+			case 1:
+				j.Qos = "low"
+			case 2:
+				j.Exclusive = true
+			case 3:
+				j.Hold = true
+			case 4:
+				j.Array, j.GpusPerNode, j.NodeCount = "0-3%2", 1, 1
+			case 5:
+				j.BeginTime = timestamppb.New(h.now.Add(time.Duration(rng.IntN(3600)) * time.Second))
+			}
+			h.do(&eventsv1.SubmitJob{Job: j})
+			next += 4
+		case op < 11:
+			runs := h.s.ActiveRuns()
+			if len(runs) == 0 {
+				continue
+			}
+			r := runs[rng.IntN(len(runs))]
+			i := rng.IntN(len(r.Nodes))
+			if r.Steps[r.Nodes[i]].Terminal() {
+				continue
+			}
+			h.do(&eventsv1.StepChanged{Job: r.Job, Attempt: r.Attempt, Node: r.Nodes[i], State: eventsv1.StepState_STEP_EXITED,
+				ExitCode: int32(rng.IntN(2)), Cluster: cl})
+		case op < 12:
+			if next > 1 {
+				h.do(&eventsv1.UpdateJob{Job: jobName(1 + rng.IntN(next-1)), Cluster: cl,
+					Action: []string{ActionHold, ActionRelease, ActionRequeue}[rng.IntN(3)]})
+			}
+		case op < 13:
+			host := hosts[rng.IntN(len(hosts))]
+			health := eventsv1.NodeHealth_UNHEALTHY
+			if h.s.Node(nodeName(host)).Unhealthy {
+				health = eventsv1.NodeHealth_HEALTHY
+			}
+			h.do(&eventsv1.NodeHealthChanged{Node: nodeName(host), Cluster: cl, Health: health, Reason: "test"})
+		case op < 14:
+			state := "DRAIN"
+			host := hosts[rng.IntN(len(hosts))]
+			if h.s.Node(nodeName(host)).AdminDrain {
+				state = "RESUME"
+			}
+			h.do(&eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: host, State: state, Reason: "test"})
+		default:
+			h.tick(time.Duration(rng.IntN(120)) * time.Second)
+		}
+	}
+	return h.s, h.now
+}
+
+// TestBulkLoadMatchesEach loads snapshots through Load (its bulk paths) and
+// one record at a time (loadEach, Load as it was), and checks both states
+// are the same (every record, index, counter and version) and decide the
+// same in passes at several instants: big and random states, one cluster
+// and two interleaved (the per-cluster queues), into an empty state and
+// into one with nodes already (jobs and runs in bulk, nodes one at a time).
+func TestBulkLoadMatchesEach(t *testing.T) {
+	t.Parallel()
+	type source struct {
+		name string
+		s    *State
+		now  time.Time
+	}
+	var sources []source
+	big, now := benchCluster(200, 3000, 0.9, 7)
+	big.Commit(big.Schedule(now))
+	sources = append(sources, source{"bench", big, now})
+	for seed := uint64(1); seed <= 6; seed++ {
+		s, now := randomFeatureState(t, seed)
+		sources = append(sources, source{"random" + strconv.Itoa(int(seed)), s, now})
+	}
+	for _, src := range sources {
+		snap := src.s.Snapshot()
+		for _, c := range []struct {
+			name string
+			snap Snapshot
+		}{{"one cluster", snap}, {"two clusters", interleave(snap, secondCluster(snap))}} {
+			label := src.name + ", " + c.name
+			bulk, each := NewState(src.s.Config()), NewState(src.s.Config())
+			bulk.Restore(copyRecords(c.snap))
+			each.loadEach(copyRecords(c.snap))
+			if len(bulk.jobs) != len(c.snap.Jobs) || len(bulk.runs) != len(c.snap.Runs) || len(bulk.nodes) != len(c.snap.Nodes) {
+				t.Fatalf("%s: loaded %d jobs, %d runs, %d nodes of %d, %d, %d", label, len(bulk.jobs), len(bulk.runs), len(bulk.nodes),
+					len(c.snap.Jobs), len(c.snap.Runs), len(c.snap.Nodes))
+			}
+			sameState(t, label, bulk, each)
+			// Nodes first, as CycleState loads: jobs and runs in bulk into
+			// a state with nodes.
+			withNodes := NewState(src.s.Config())
+			withNodes.Load(copyRecords(c.snap).Clusters, copyRecords(c.snap).Nodes, nil, nil, nil, nil)
+			rest := copyRecords(c.snap)
+			withNodes.Load(nil, nil, rest.Jobs, rest.Runs, rest.Arrays, rest.Usage)
+			withNodes.LoadAssocLimits(rest.Assocs)
+			sameState(t, label+", nodes first", withNodes, each)
+			for step, d := range []time.Duration{time.Second, time.Minute, time.Hour, 5 * time.Hour} {
+				at := src.now.Add(d)
+				got, want := bulk.Schedule(at), each.Schedule(at)
+				if g, w := changeText(got), changeText(want); g != w {
+					t.Fatalf("%s, pass %d: the bulk-loaded state decides otherwise\n got  %.2000s\n want %.2000s", label, step, g, w)
+				}
+				bulk.Commit(got)
+				each.Commit(want)
+			}
+		}
+	}
+}
+
+// TestLoadDuplicateRecords checks Load of records that name one job, run or
+// node twice keeps the later one, as one at a time does (the bulk paths
+// step aside).
+func TestLoadDuplicateRecords(t *testing.T) {
+	t.Parallel()
+	s, now := benchCluster(20, 200, 0.9, 3)
+	snap := s.Snapshot()
+	dup := copyRecords(snap)
+	extra := copyRecords(snap)
+	dup.Nodes = append(dup.Nodes, extra.Nodes[0])
+	dup.Jobs = append(dup.Jobs, extra.Jobs[:5]...)
+	dup.Runs = append(dup.Runs, extra.Runs[0])
+	bulk, each := NewState(s.Config()), NewState(s.Config())
+	bulk.Restore(dup)
+	each.loadEach(copyRecords(dup))
+	if len(bulk.jobs) != len(snap.Jobs) || len(bulk.runs) != len(snap.Runs) || len(bulk.nodes) != len(snap.Nodes) {
+		t.Fatalf("loaded %d jobs, %d runs, %d nodes, want %d, %d, %d", len(bulk.jobs), len(bulk.runs), len(bulk.nodes),
+			len(snap.Jobs), len(snap.Runs), len(snap.Nodes))
+	}
+	if bulk.jobs[extra.Jobs[0].Name()] != extra.Jobs[0] || bulk.nodes[extra.Nodes[0].Name] != extra.Nodes[0] {
+		t.Errorf("a record given twice: the first one kept")
+	}
+	sameState(t, "duplicates", bulk, each)
+	if g, w := changeText(bulk.Schedule(now.Add(time.Minute))), changeText(each.Schedule(now.Add(time.Minute))); g != w {
+		t.Fatalf("duplicates: the passes differ\n got  %.2000s\n want %.2000s", g, w)
+	}
+}
