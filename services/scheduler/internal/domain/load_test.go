@@ -242,17 +242,9 @@ func randomFeatureState(t *testing.T, seed uint64) (*State, time.Time) {
 			h.do(&eventsv1.SubmitJob{Job: j})
 			next += 4
 		case op < 11:
-			runs := h.s.ActiveRuns()
-			if len(runs) == 0 {
-				continue
+			if ev := randomStepEnd(h.s, rng); ev != nil {
+				h.do(ev)
 			}
-			r := runs[rng.IntN(len(runs))]
-			i := rng.IntN(len(r.Nodes))
-			if r.Steps[r.Nodes[i]].Terminal() {
-				continue
-			}
-			h.do(&eventsv1.StepChanged{Job: r.Job, Attempt: r.Attempt, Node: r.Nodes[i], State: eventsv1.StepState_STEP_EXITED,
-				ExitCode: int32(rng.IntN(2)), Cluster: cl})
 		case op < 12:
 			if next > 1 {
 				h.do(&eventsv1.UpdateJob{Job: jobName(1 + rng.IntN(next-1)), Cluster: cl,

@@ -55,6 +55,23 @@ func checkGangs(t *testing.T, s *State, c *Change) {
 	}
 }
 
+// randomStepEnd is the end (exit code 0 or 1) of a random run's step on a
+// random one of its nodes, or nil when there is no run or that step has
+// ended already: the random workloads' "a live step reports an end".
+func randomStepEnd(s *State, rng *rand.Rand) *eventsv1.StepChanged {
+	runs := s.ActiveRuns()
+	if len(runs) == 0 {
+		return nil
+	}
+	r := runs[rng.IntN(len(runs))]
+	i := rng.IntN(len(r.Nodes))
+	if r.Steps[r.Nodes[i]].Terminal() {
+		return nil
+	}
+	return &eventsv1.StepChanged{Job: r.Job, Attempt: r.Attempt, Node: r.Nodes[i], State: eventsv1.StepState_STEP_EXITED,
+		ExitCode: int32(rng.IntN(2)), Cluster: cl}
+}
+
 // TestRandomFeaturesKeepInvariants drives random mixes of everything the
 // scheduler does (QOS preemption with and without --signal, time limits,
 // holds, requeues, arrays, exclusive and multi-node jobs, node failures,
@@ -103,17 +120,9 @@ func TestRandomFeaturesKeepInvariants(t *testing.T) {
 				do(&eventsv1.SubmitJob{Job: j})
 				next += 4
 			case op < 11:
-				runs := h.s.ActiveRuns()
-				if len(runs) == 0 {
-					continue
+				if ev := randomStepEnd(h.s, rng); ev != nil {
+					do(ev)
 				}
-				r := runs[rng.IntN(len(runs))]
-				i := rng.IntN(len(r.Nodes))
-				if r.Steps[r.Nodes[i]].Terminal() {
-					continue
-				}
-				do(&eventsv1.StepChanged{Job: r.Job, Attempt: r.Attempt, Node: r.Nodes[i], State: eventsv1.StepState_STEP_EXITED,
-					ExitCode: int32(rng.IntN(2)), Cluster: cl})
 			case op < 12:
 				if next > 1 {
 					do(&eventsv1.UpdateJob{Job: jobName(1 + rng.IntN(next-1)), Cluster: cl,
