@@ -89,6 +89,47 @@ func follow(t *testing.T, ctx context.Context, conn *grpc.ClientConn, req *loomv
 	return v
 }
 
+// watchEvents opens a watch and returns next, which waits for the event
+// match accepts, passing over others, and returns how long it waited. Its
+// deadline (wait) is far below the tests' hour-long refresh, so what it
+// sees came from a feed.
+func watchEvents(t *testing.T, ctx context.Context, conn *grpc.ClientConn, req *loomv1.WatchChangesRequest) func(what string, match func(*loomv1.ChangeEvent) bool) time.Duration {
+	t.Helper()
+	stream, err := loomv1.NewChangeServiceClient(conn).WatchChanges(ctx, req)
+	if err != nil {
+		t.Fatalf("WatchChanges: %v", err)
+	}
+	events := make(chan *loomv1.ChangeEvent, 64)
+	go func() {
+		defer close(events)
+		for {
+			ev, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			events <- ev
+		}
+	}()
+	return func(what string, match func(*loomv1.ChangeEvent) bool) time.Duration {
+		t.Helper()
+		start := time.Now()
+		deadline := time.After(wait)
+		for {
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					t.Fatalf("%s: the watch ended", what)
+				}
+				if match(ev) {
+					return time.Since(start)
+				}
+			case <-deadline:
+				t.Fatalf("%s: not on the watch within %s (the refresh is an hour away)", what, wait)
+			}
+		}
+	}
+}
+
 // sameAs reports how the view's collection differs from a list's items
 // ("" when it holds exactly them, each equal).
 func (v *watchView) sameAs(col string, list []proto.Message, name func(proto.Message) string) string {
@@ -459,42 +500,7 @@ func TestWatchChangesFeedsEveryCollection(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.ChangeRefresh = time.Hour })
 	ctx := testkit.Context(t, 3*wait)
 	ana := h.as(t, "ana")
-	stream, err := loomv1.NewChangeServiceClient(ana).WatchChanges(ctx, &loomv1.WatchChangesRequest{Project: project,
-		Collections: []string{"clusters", "customJobs"}})
-	if err != nil {
-		t.Fatalf("WatchChanges: %v", err)
-	}
-	events := make(chan *loomv1.ChangeEvent, 64)
-	go func() {
-		defer close(events)
-		for {
-			ev, err := stream.Recv()
-			if err != nil {
-				return
-			}
-			events <- ev
-		}
-	}()
-	// next waits for the event match accepts, passing over others; the
-	// deadline is far below the hour-long refresh.
-	next := func(what string, match func(*loomv1.ChangeEvent) bool) time.Duration {
-		t.Helper()
-		start := time.Now()
-		deadline := time.After(wait)
-		for {
-			select {
-			case ev, ok := <-events:
-				if !ok {
-					t.Fatalf("%s: the watch ended", what)
-				}
-				if match(ev) {
-					return time.Since(start)
-				}
-			case <-deadline:
-				t.Fatalf("%s: not on the watch within %s (the refresh is an hour away)", what, wait)
-			}
-		}
-	}
+	next := watchEvents(t, ctx, ana, &loomv1.WatchChangesRequest{Project: project, Collections: []string{"clusters", "customJobs"}})
 	next("SYNCED", func(ev *loomv1.ChangeEvent) bool { return ev.GetType() == loomv1.ChangeEvent_SYNCED })
 	prod := bus.NewProducer([]string{h.broker})
 	prod.SetSigner(testkit.Signer())
@@ -552,39 +558,7 @@ func TestWatchChangesFeedsSlurmNodes(t *testing.T) {
 		h.w.slurmNodes = []*loomv1.SlurmNode{n}
 	}
 	setNode(&loomv1.SlurmNode{Hostname: "gpu-0001", Cluster: cluster1, State: loomv1.SlurmNode_IDLE, Gpus: 8})
-	stream, err := loomv1.NewChangeServiceClient(h.as(t, "ana")).WatchChanges(ctx, &loomv1.WatchChangesRequest{Project: project,
-		Collections: []string{"slurmNodes"}})
-	if err != nil {
-		t.Fatalf("WatchChanges: %v", err)
-	}
-	events := make(chan *loomv1.ChangeEvent, 64)
-	go func() {
-		defer close(events)
-		for {
-			ev, err := stream.Recv()
-			if err != nil {
-				return
-			}
-			events <- ev
-		}
-	}()
-	next := func(what string, match func(*loomv1.ChangeEvent) bool) {
-		t.Helper()
-		deadline := time.After(wait)
-		for {
-			select {
-			case ev, ok := <-events:
-				if !ok {
-					t.Fatalf("%s: the watch ended", what)
-				}
-				if match(ev) {
-					return
-				}
-			case <-deadline:
-				t.Fatalf("%s: not on the watch within %s (the refresh is an hour away)", what, wait)
-			}
-		}
-	}
+	next := watchEvents(t, ctx, h.as(t, "ana"), &loomv1.WatchChangesRequest{Project: project, Collections: []string{"slurmNodes"}})
 	const name = cluster1 + "/nodes/gpu-0001"
 	next("the node listed", func(ev *loomv1.ChangeEvent) bool {
 		return ev.GetType() == loomv1.ChangeEvent_CHANGED && ev.GetCollection() == "slurmNodes" && ev.GetName() == name &&
