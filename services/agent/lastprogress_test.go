@@ -2,7 +2,9 @@ package agent
 
 import (
 	"fmt"
+	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +23,8 @@ func saveCheckpoint(n int) string {
 
 // runEvents is the sequence of job's step events on the bus, in the order
 // the scheduler reads them (one partition: keyed by job): its step's
-// states, and "progress@N" for a StepProgress at checkpoint step N.
+// states, its tasks' as "tasks-STATE", and "progress@N" for a StepProgress
+// at checkpoint step N.
 func runEvents(t *testing.T, broker, job string) string {
 	t.Helper()
 	var s []string
@@ -30,6 +33,10 @@ func runEvents(t *testing.T, broker, job string) string {
 		case *eventsv1.StepChanged:
 			if p.Job == "projects/p/jobs/"+job {
 				s = append(s, strings.TrimPrefix(p.State.String(), "STEP_"))
+			}
+		case *eventsv1.TasksChanged:
+			if p.Job == "projects/p/jobs/"+job {
+				s = append(s, "tasks-"+strings.TrimPrefix(p.State.String(), "STEP_"))
 			}
 		case *eventsv1.StepProgress:
 			if p.Job == "projects/p/jobs/"+job {
@@ -114,5 +121,55 @@ func TestLastProgressOfAStepEndedWhileTheAgentWasDown(t *testing.T) {
 	}
 	if got, want := runEvents(t, e.broker, "140"), "RUNNING,progress@40,EXITED"; got != want {
 		t.Fatalf("events = %s, want %s: the checkpoint it wrote ahead of its end", got, want)
+	}
+}
+
+// TestLastProgressOfTasksGoesOutBeforeTheirEnd: srun tasks on a node where
+// their run has no step (the batch step runs on another node) have the
+// checkpoint they wrote just before they ended reported ahead of their
+// end, with a progress interval of an hour (no periodic look reports it),
+// and once: a later job step of the run that wrote nothing new reports no
+// progress.
+func TestLastProgressOfTasksGoesOutBeforeTheirEnd(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.progressInterval = time.Hour
+	e.start(t)
+	dir := filepath.Join(e.shared, ".loom", "steps")
+	publish(t, e.broker, command(launch("141", 0, 0, 1, filepath.Join(dir, "141.0"), "sh", "-c", saveCheckpoint(41)+"; exit 0")))
+	waitTasks(t, e.broker, "141", 0, eventsv1.StepState_STEP_EXITED)
+	publish(t, e.broker, command(launch("141", 1, 0, 1, filepath.Join(dir, "141.1"), "true")))
+	waitTasks(t, e.broker, "141", 1, eventsv1.StepState_STEP_EXITED)
+	if got, want := runEvents(t, e.broker, "141"), "tasks-RUNNING,progress@41,tasks-EXITED,tasks-RUNNING,tasks-EXITED"; got != want {
+		t.Fatalf("events = %s, want %s: the tasks' checkpoint, once, ahead of their end", got, want)
+	}
+}
+
+// TestLastProgressOfTasksEndedWhileTheAgentWasDown: srun tasks (on a node
+// where their run has no step) that write a checkpoint and end while
+// their agent is dead (kill -9) have that checkpoint reported by the
+// restarted agent, ahead of their end.
+func TestLastProgressOfTasksEndedWhileTheAgentWasDown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.progressInterval = time.Hour
+	first := e.agentProcess(t)
+	// Job 142, used by no other test here (see job 140 above).
+	publish(t, e.broker, command(launch("142", 0, 0, 1, filepath.Join(e.shared, ".loom", "steps", "142.0"), "sh", "-c",
+		`while [ ! -e "`+e.shared+`/go" ]; do sleep 0.05; done; `+saveCheckpoint(42)+`; exit 5`)))
+	waitTasks(t, e.broker, "142", 0, eventsv1.StepState_STEP_RUNNING)
+	shim, _, err := proc.ReadPIDFile(filepath.Join(e.work, StepsDir, url.PathEscape("projects/p/jobs/142#1.0/0")+".pid"))
+	if err != nil {
+		t.Fatalf("the task has no pidfile: %v", err)
+	}
+	killAgent(t, first)
+	e.touch(t, "go")
+	testkit.WaitFor(t, wait, "the task's shim to end while no agent runs", func() (bool, error) { return !proc.Alive(shim, 0), nil })
+	e.start(t)
+	if ev := waitTasks(t, e.broker, "142", 0, eventsv1.StepState_STEP_EXITED); !slices.Equal(ev.ExitCodes, []int32{5}) {
+		t.Fatalf("tasks ended while the agent was down: %v, want EXITED [5]", ev)
+	}
+	if got, want := runEvents(t, e.broker, "142"), "tasks-RUNNING,progress@42,tasks-EXITED"; got != want {
+		t.Fatalf("events = %s, want %s: the checkpoint they wrote ahead of their end", got, want)
 	}
 }

@@ -489,7 +489,8 @@ func (a *App) Recover(ctx context.Context) error {
 				// step's does (lastProgress). Nothing of the run was
 				// reported by this agent yet: all of it counts as new,
 				// and the scheduler keeps the highest.
-				for _, e := range a.lastProgress(r, domain.Progress{}) {
+				_, last := a.lastProgress(r.Key(), r.Job, r.Attempt, r.OutPath, domain.Progress{})
+				for _, e := range last {
 					tx.Emit(e)
 				}
 			}
@@ -1235,7 +1236,8 @@ func (a *App) watch(key string, pr ports.Process, p *process) {
 	a.mu.Lock()
 	prev := a.progress[key]
 	a.mu.Unlock()
-	a.record(end, true, a.lastProgress(rec, prev)...)
+	_, last := a.lastProgress(key, rec.Job, rec.Attempt, rec.OutPath, prev)
+	a.record(end, true, last...)
 	// Recorded (or, failing that, reported LOST by the next start, which
 	// then no longer finds its exit).
 	a.rt.Forget(key)

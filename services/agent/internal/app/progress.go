@@ -113,12 +113,15 @@ func outputSize(path string) int64 {
 	return fi.Size()
 }
 
-// lastProgress reads the progress of step s's run one last time, as the
-// step ends (its process exited or was stopped, or a restarted agent found
-// it ended), and returns the StepProgress of what moved since prev (what
-// was last reported of the run here): none when nothing did.
+// lastProgress reads the progress of a run one last time as what ran of it
+// here ends (a step whose process exited or was stopped, srun tasks of a
+// run whose step is elsewhere, or either found ended by a restarted
+// agent), and returns the StepProgress of what moved since prev (what was
+// last reported of the run here; none when nothing did) and the progress
+// as it now stands. out is the step's output file ("" for tasks: their
+// output is theirs, not the run's).
 //
-// The caller writes it in the same write as the step's end, ahead of it.
+// The caller writes it in the same write as the end, ahead of it.
 // A program that saves a checkpoint on a signal (its --signal, SIGTERM)
 // and exits at once would otherwise have that checkpoint reported by the
 // next progress look — up to a whole progress interval later, after its
@@ -131,18 +134,42 @@ func outputSize(path string) int64 {
 // the work up to it as kept, not as lost to recomputation. A separate
 // write before the end would do the same unless it failed; in one write
 // the progress is retried with the end and cannot be lost without it.
-func (a *App) lastProgress(s *domain.Step, prev domain.Progress) []envelope.Event {
-	r := readProgress(a.progressFile(s.Key()), prev.ProgressReport)
-	_, ev := domain.Observe(a.opts.Self, s.Job, s.Attempt, prev, r, outputSize(s.OutPath), a.opts.Now())
+func (a *App) lastProgress(run, job string, attempt int32, out string, prev domain.Progress) (domain.Progress, []envelope.Event) {
+	r := readProgress(a.progressFile(run), prev.ProgressReport)
+	p, ev := domain.Observe(a.opts.Self, job, attempt, prev, r, outputSize(out), a.opts.Now())
 	if ev == nil {
-		return nil
+		return prev, nil
 	}
 	e, err := adapters.Event(ev)
 	if err != nil {
-		a.log.Error("encode step progress", "run", s.Key(), "err", err)
+		a.log.Error("encode step progress", "run", run, "err", err)
+		return prev, nil
+	}
+	return p, []envelope.Event{e}
+}
+
+// lastTasksProgress is lastProgress for tasks t as they end, on a node
+// where the run has no step (srun tasks on the run's other nodes). Where
+// it has one, the step reads the run's progress last as it ends, and the
+// run's tasks end with it. The progress it returns is kept as reported,
+// for the run's other tasks here: a later look then finds nothing new. A
+// periodic look racing with it may report the same progress again; the
+// scheduler keeps the highest.
+func (a *App) lastTasksProgress(t *domain.Tasks) []envelope.Event {
+	run := t.RunKey()
+	a.mu.Lock()
+	s, prev := a.steps[run], a.progress[run]
+	a.mu.Unlock()
+	if s != nil {
 		return nil
 	}
-	return []envelope.Event{e}
+	p, evs := a.lastProgress(run, t.Job, t.Attempt, "", prev)
+	if evs != nil {
+		a.mu.Lock()
+		a.progress[run] = p
+		a.mu.Unlock()
+	}
+	return evs
 }
 
 // SignalledProgressInterval is how often the agent looks at progress for

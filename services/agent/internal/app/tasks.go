@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/libs/bus"
+	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	"github.com/loom-ml/loom/services/agent/internal/adapters"
@@ -57,15 +58,18 @@ func (a *App) Tasks(job string, attempt, step int32) *domain.Tasks {
 }
 
 // recordTasks sets a task record in memory and writes it (with its event
-// when emit), retrying for a while like record. The caller holds the
-// record's step lock.
-func (a *App) recordTasks(t *domain.Tasks, emit bool) {
+// when emit, after the events first), retrying for a while like record.
+// The caller holds the record's step lock.
+func (a *App) recordTasks(t *domain.Tasks, emit bool, first ...envelope.Event) {
 	a.mu.Lock()
 	a.setTasks(t.Key(), t)
 	a.persisting[t.Key()]++
 	a.mu.Unlock()
 	defer a.persisted(t.Key())
 	var tx store.Tx
+	for _, e := range first {
+		tx.Emit(e)
+	}
 	if err := adapters.PutTasks(&tx, t, a.opts.Self, emit); err != nil {
 		a.log.Error("encode tasks", "tasks", t.Key(), "err", err)
 		return
@@ -298,7 +302,9 @@ func (a *App) watchTasks(key string, ps []ports.Process, g *taskGroup) {
 	}
 	end := domain.TasksEnded(rec, exits, a.opts.Now())
 	a.log.Info("tasks ended", "tasks", key, "phase", end.Phase, "exit_codes", end.ExitCodes)
-	a.recordTasks(end, true)
+	// What the run's program wrote last here goes out with the tasks'
+	// end, ahead of it, when no step of the run here will read it later.
+	a.recordTasks(end, true, a.lastTasksProgress(rec)...)
 	for l := range ps {
 		a.rt.Forget(taskName(key, int32(l)))
 	}
@@ -473,8 +479,24 @@ func (a *App) recoverTasks(tx *store.Tx, now time.Time) (found map[string]settle
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	read := map[string]bool{}
 	for _, k := range keys {
-		for _, r := range found[k].recs {
+		recs := found[k].recs
+		for i, r := range recs {
+			if run := r.RunKey(); i == len(recs)-1 && r.Phase.Terminal() && !read[run] {
+				// Tasks that ended while no agent watched them: what the
+				// run's program wrote last here goes out ahead of their
+				// end, as a watched group's does (lastTasksProgress),
+				// once per run, where the run has no step here (a step
+				// found ended reports the run's last progress itself).
+				read[run] = true
+				if a.steps[run] == nil {
+					_, last := a.lastProgress(run, r.Job, r.Attempt, "", domain.Progress{})
+					for _, e := range last {
+						tx.Emit(e)
+					}
+				}
+			}
 			if err := adapters.PutTasks(tx, r, a.opts.Self, true); err != nil {
 				return nil, nil, err
 			}
