@@ -97,30 +97,61 @@ while :; do sleep 0.05; done`, nil, out("3"))))
 	}
 }
 
-// TestLastProgressOfAStepEndedWhileTheAgentWasDown: a step that writes a
-// checkpoint and ends while its agent is dead (kill -9) has that checkpoint
-// reported by the restarted agent, ahead of the step's end.
-func TestLastProgressOfAStepEndedWhileTheAgentWasDown(t *testing.T) {
+// TestLastProgressOfWhatEndedWhileTheAgentWasDown: a step, and srun tasks
+// on a node where their run has no step, that write a checkpoint and end
+// while their agent is dead (kill -9) have that checkpoint reported by the
+// restarted agent, ahead of their end.
+func TestLastProgressOfWhatEndedWhileTheAgentWasDown(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.progressInterval = time.Hour
-	first := e.agentProcess(t)
-	// Job 140, used by no other test here: a restarted agent kills
-	// whatever a step that ended while it was down left behind, found by
-	// its LOOM_STEP_ID (node, job, attempt), and the tests of this package
-	// share the node name — with job 1 it killed a parallel test's job 1.
-	publish(t, e.broker, command(startStep("140", `while [ ! -e "$HOME/go" ]; do sleep 0.05; done; `+saveCheckpoint(40)+`; exit 5`,
-		nil, filepath.Join(e.shared, "slurm-140.out"))))
-	pid := int(waitStep(t, e.broker, "140", eventsv1.StepState_STEP_RUNNING).Pid)
-	killAgent(t, first)
-	e.touch(t, "go")
-	testkit.WaitFor(t, wait, "the step's shim to end while no agent runs", func() (bool, error) { return !proc.Alive(pid, 0), nil })
-	e.start(t)
-	if ev := waitStep(t, e.broker, "140", eventsv1.StepState_STEP_EXITED); ev.ExitCode != 5 {
-		t.Fatalf("step ended while the agent was down: %v, want EXITED 5", ev)
-	}
-	if got, want := runEvents(t, e.broker, "140"), "RUNNING,progress@40,EXITED"; got != want {
-		t.Fatalf("events = %s, want %s: the checkpoint it wrote ahead of its end", got, want)
+	// Jobs 140 and 142, used by no other test here: a restarted agent
+	// kills whatever a step that ended while it was down left behind, found
+	// by its LOOM_STEP_ID (node, job, attempt), and the tests of this
+	// package share the node name — with job 1 it killed a parallel test's
+	// job 1.
+	for _, c := range []struct {
+		what, job  string
+		checkpoint int
+		launch     func(e *env, script string) *eventsv1.LaunchTasks // nil: a step
+		want       string
+	}{
+		{what: "a step", job: "140", checkpoint: 40, want: "RUNNING,progress@40,EXITED"},
+		{what: "tasks", job: "142", checkpoint: 42, want: "tasks-RUNNING,progress@42,tasks-EXITED", launch: func(e *env, script string) *eventsv1.LaunchTasks {
+			return launch("142", 0, 0, 1, filepath.Join(e.shared, ".loom", "steps", "142.0"), "sh", "-c", script)
+		}},
+	} {
+		t.Run(c.what, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.progressInterval = time.Hour
+			first := e.agentProcess(t)
+			script := `while [ ! -e "` + e.shared + `/go" ]; do sleep 0.05; done; ` + saveCheckpoint(c.checkpoint) + `; exit 5`
+			var pid int
+			if c.launch == nil {
+				publish(t, e.broker, command(startStep(c.job, script, nil, filepath.Join(e.shared, "slurm-"+c.job+".out"))))
+				pid = int(waitStep(t, e.broker, c.job, eventsv1.StepState_STEP_RUNNING).Pid)
+			} else {
+				publish(t, e.broker, command(c.launch(e, script)))
+				waitTasks(t, e.broker, c.job, 0, eventsv1.StepState_STEP_RUNNING)
+				var err error
+				if pid, _, err = proc.ReadPIDFile(filepath.Join(e.work, StepsDir, url.PathEscape("projects/p/jobs/"+c.job+"#1.0/0")+".pid")); err != nil {
+					t.Fatalf("the task has no pidfile: %v", err)
+				}
+			}
+			killAgent(t, first)
+			e.touch(t, "go")
+			testkit.WaitFor(t, wait, "the shim to end while no agent runs", func() (bool, error) { return !proc.Alive(pid, 0), nil })
+			e.start(t)
+			if c.launch == nil {
+				if ev := waitStep(t, e.broker, c.job, eventsv1.StepState_STEP_EXITED); ev.ExitCode != 5 {
+					t.Fatalf("step ended while the agent was down: %v, want EXITED 5", ev)
+				}
+			} else if ev := waitTasks(t, e.broker, c.job, 0, eventsv1.StepState_STEP_EXITED); !slices.Equal(ev.ExitCodes, []int32{5}) {
+				t.Fatalf("tasks ended while the agent was down: %v, want EXITED [5]", ev)
+			}
+			if got := runEvents(t, e.broker, c.job); got != c.want {
+				t.Fatalf("events = %s, want %s: the checkpoint written ahead of the end", got, c.want)
+			}
+		})
 	}
 }
 
@@ -142,34 +173,5 @@ func TestLastProgressOfTasksGoesOutBeforeTheirEnd(t *testing.T) {
 	waitTasks(t, e.broker, "141", 1, eventsv1.StepState_STEP_EXITED)
 	if got, want := runEvents(t, e.broker, "141"), "tasks-RUNNING,progress@41,tasks-EXITED,tasks-RUNNING,tasks-EXITED"; got != want {
 		t.Fatalf("events = %s, want %s: the tasks' checkpoint, once, ahead of their end", got, want)
-	}
-}
-
-// TestLastProgressOfTasksEndedWhileTheAgentWasDown: srun tasks (on a node
-// where their run has no step) that write a checkpoint and end while
-// their agent is dead (kill -9) have that checkpoint reported by the
-// restarted agent, ahead of their end.
-func TestLastProgressOfTasksEndedWhileTheAgentWasDown(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	e.progressInterval = time.Hour
-	first := e.agentProcess(t)
-	// Job 142, used by no other test here (see job 140 above).
-	publish(t, e.broker, command(launch("142", 0, 0, 1, filepath.Join(e.shared, ".loom", "steps", "142.0"), "sh", "-c",
-		`while [ ! -e "`+e.shared+`/go" ]; do sleep 0.05; done; `+saveCheckpoint(42)+`; exit 5`)))
-	waitTasks(t, e.broker, "142", 0, eventsv1.StepState_STEP_RUNNING)
-	shim, _, err := proc.ReadPIDFile(filepath.Join(e.work, StepsDir, url.PathEscape("projects/p/jobs/142#1.0/0")+".pid"))
-	if err != nil {
-		t.Fatalf("the task has no pidfile: %v", err)
-	}
-	killAgent(t, first)
-	e.touch(t, "go")
-	testkit.WaitFor(t, wait, "the task's shim to end while no agent runs", func() (bool, error) { return !proc.Alive(shim, 0), nil })
-	e.start(t)
-	if ev := waitTasks(t, e.broker, "142", 0, eventsv1.StepState_STEP_EXITED); !slices.Equal(ev.ExitCodes, []int32{5}) {
-		t.Fatalf("tasks ended while the agent was down: %v, want EXITED [5]", ev)
-	}
-	if got, want := runEvents(t, e.broker, "142"), "tasks-RUNNING,progress@42,tasks-EXITED"; got != want {
-		t.Fatalf("events = %s, want %s: the checkpoint they wrote ahead of their end", got, want)
 	}
 }
