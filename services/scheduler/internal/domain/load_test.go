@@ -48,41 +48,6 @@ func (s *State) loadEach(snap Snapshot) {
 	s.LoadAssocLimits(snap.Assocs)
 }
 
-// copyRecords returns a copy of snap's records in the same order (job
-// protobufs shared, as Snapshot shares them), so that two states can load
-// the same records.
-func copyRecords(snap Snapshot) Snapshot {
-	var out Snapshot
-	for _, c := range snap.Clusters {
-		cc := *c
-		out.Clusters = append(out.Clusters, &cc)
-	}
-	for _, n := range snap.Nodes {
-		nn := *n
-		out.Nodes = append(out.Nodes, &nn)
-	}
-	for _, j := range snap.Jobs {
-		jj := *j
-		out.Jobs = append(out.Jobs, &jj)
-	}
-	for _, r := range snap.Runs {
-		out.Runs = append(out.Runs, r.clone())
-	}
-	for _, a := range snap.Arrays {
-		aa := *a
-		out.Arrays = append(out.Arrays, &aa)
-	}
-	for _, u := range snap.Usage {
-		uu := *u
-		out.Usage = append(out.Usage, &uu)
-	}
-	for _, l := range snap.Assocs {
-		ll := *l
-		out.Assocs = append(out.Assocs, &ll)
-	}
-	return out
-}
-
 // secondCluster returns snap's records moved to cluster c2 in project p2
 // (every name and reference renamed), for a snapshot of two clusters.
 func secondCluster(snap Snapshot) Snapshot {
@@ -300,8 +265,8 @@ func TestBulkLoadMatchesEach(t *testing.T) {
 		}{{"one cluster", snap}, {"two clusters", interleave(snap, secondCluster(snap))}} {
 			label := src.name + ", " + c.name
 			bulk, each := NewState(src.s.Config()), NewState(src.s.Config())
-			bulk.Restore(copyRecords(c.snap))
-			each.loadEach(copyRecords(c.snap))
+			bulk.Restore(c.snap.Copy())
+			each.loadEach(c.snap.Copy())
 			if len(bulk.jobs) != len(c.snap.Jobs) || len(bulk.runs) != len(c.snap.Runs) || len(bulk.nodes) != len(c.snap.Nodes) {
 				t.Fatalf("%s: loaded %d jobs, %d runs, %d nodes of %d, %d, %d", label, len(bulk.jobs), len(bulk.runs), len(bulk.nodes),
 					len(c.snap.Jobs), len(c.snap.Runs), len(c.snap.Nodes))
@@ -310,8 +275,8 @@ func TestBulkLoadMatchesEach(t *testing.T) {
 			// Nodes first, as CycleState loads: jobs and runs in bulk into
 			// a state with nodes.
 			withNodes := NewState(src.s.Config())
-			withNodes.Load(copyRecords(c.snap).Clusters, copyRecords(c.snap).Nodes, nil, nil, nil, nil)
-			rest := copyRecords(c.snap)
+			withNodes.Load(c.snap.Copy().Clusters, c.snap.Copy().Nodes, nil, nil, nil, nil)
+			rest := c.snap.Copy()
 			withNodes.Load(nil, nil, rest.Jobs, rest.Runs, rest.Arrays, rest.Usage)
 			withNodes.LoadAssocLimits(rest.Assocs)
 			sameState(t, label+", nodes first", withNodes, each)
@@ -335,14 +300,14 @@ func TestLoadDuplicateRecords(t *testing.T) {
 	t.Parallel()
 	s, now := benchCluster(20, 200, 0.9, 3)
 	snap := s.Snapshot()
-	dup := copyRecords(snap)
-	extra := copyRecords(snap)
+	dup := snap.Copy()
+	extra := snap.Copy()
 	dup.Nodes = append(dup.Nodes, extra.Nodes[0])
 	dup.Jobs = append(dup.Jobs, extra.Jobs[:5]...)
 	dup.Runs = append(dup.Runs, extra.Runs[0])
 	bulk, each := NewState(s.Config()), NewState(s.Config())
 	bulk.Restore(dup)
-	each.loadEach(copyRecords(dup))
+	each.loadEach(dup.Copy())
 	if len(bulk.jobs) != len(snap.Jobs) || len(bulk.runs) != len(snap.Runs) || len(bulk.nodes) != len(snap.Nodes) {
 		t.Fatalf("loaded %d jobs, %d runs, %d nodes, want %d, %d, %d", len(bulk.jobs), len(bulk.runs), len(bulk.nodes),
 			len(snap.Jobs), len(snap.Runs), len(snap.Nodes))

@@ -1,5 +1,10 @@
 package domain
 
+import (
+	"maps"
+	"slices"
+)
+
 // Snapshot is every record of a state, as its store holds them: what Load
 // takes back after a restart.
 type Snapshot struct {
@@ -17,32 +22,43 @@ type Snapshot struct {
 // stored) while this one goes on. Job protobufs are shared: the state never
 // mutates them.
 func (s *State) Snapshot() Snapshot {
-	var out Snapshot
-	for _, c := range s.clusters {
-		cc := *c
-		out.Clusters = append(out.Clusters, &cc)
-	}
-	for _, n := range s.nodes {
-		nn := *n
-		out.Nodes = append(out.Nodes, &nn)
-	}
-	for _, j := range s.jobs {
+	return Snapshot{
+		Clusters: slices.Collect(maps.Values(s.clusters)),
+		Nodes:    slices.Collect(maps.Values(s.nodes)),
+		Jobs:     slices.Collect(maps.Values(s.jobs)),
+		Runs:     slices.Collect(maps.Values(s.runs)),
+		Arrays:   slices.Collect(maps.Values(s.arrays)),
+		Usage:    slices.Collect(maps.Values(s.usage)),
+		Assocs:   slices.Collect(maps.Values(s.limits)),
+	}.Copy()
+}
+
+// Copy returns a snapshot of copies of snap's records, in the same order,
+// fit to Load into another state while snap's records go on being used (a
+// record's working fields, a job's why and placed, are not copied). Job
+// protobufs are shared, as Snapshot shares them.
+func (snap Snapshot) Copy() Snapshot {
+	jobs := make([]*Job, len(snap.Jobs))
+	for i, j := range snap.Jobs {
 		jj := *j
 		jj.why, jj.placed = nil, nil
-		out.Jobs = append(out.Jobs, &jj)
+		jobs[i] = &jj
 	}
-	for _, r := range s.runs {
-		out.Runs = append(out.Runs, r.clone())
+	runs := make([]*Run, len(snap.Runs))
+	for i, r := range snap.Runs {
+		runs[i] = r.clone()
 	}
-	for _, a := range s.arrays {
-		aa := *a
-		out.Arrays = append(out.Arrays, &aa)
+	return Snapshot{Clusters: copies(snap.Clusters), Nodes: copies(snap.Nodes), Jobs: jobs, Runs: runs,
+		Arrays: copies(snap.Arrays), Usage: copies(snap.Usage), Assocs: copies(snap.Assocs)}
+}
+
+// copies returns a shallow copy of each record of rs.
+func copies[T any](rs []*T) []*T {
+	out := make([]*T, len(rs))
+	for i, r := range rs {
+		c := *r
+		out[i] = &c
 	}
-	for _, u := range s.usage {
-		uu := *u
-		out.Usage = append(out.Usage, &uu)
-	}
-	out.Assocs = s.AssocLimits()
 	return out
 }
 
