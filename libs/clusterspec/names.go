@@ -8,6 +8,14 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
+// Role values of loomv1.Node.role: a compute node runs an agent and jobs; a
+// login node is a record only (users log in on the cluster's shared storage),
+// with nothing on it that heartbeats, runs jobs or can be repaired.
+const (
+	RoleCompute = "compute"
+	RoleLogin   = "login"
+)
+
 // ClusterID returns the cluster id of c: the last segment of its name
 // ("projects/p/clusters/c" → "c"; a bare "c" stays "c").
 func ClusterID(c *loomv1.Cluster) string {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/hostlist"
 	"github.com/loom-ml/loom/libs/resname"
@@ -28,6 +29,10 @@ import (
 
 // ReasonResumed is the reason of a HEALTHY verdict after heartbeats resume.
 const ReasonResumed = "heartbeats resumed"
+
+// ReasonLoginNode is the reason of the HEALTHY verdict that gives back a
+// login node an earlier health took down (see Handle's NodeChanged).
+const ReasonLoginNode = "a login node: a record only, not watched"
 
 // Node is one member node and health's verdict on it: the durable part of
 // the state.
@@ -391,6 +396,23 @@ func (s *State) Handle(now time.Time, payload proto.Message) (*Change, error) {
 		in := ev.GetNode()
 		if in.GetName() == "" {
 			return nil, fmt.Errorf("node changed: %w", errs.Invalid("node.name", "required"))
+		}
+		if in.GetRole() == clusterspec.RoleLogin {
+			// A login node is a record only: nothing there heartbeats or
+			// can be checked or repaired, so it is not a member. (A health
+			// from before this rule watched them, found them silent and
+			// took them down: one it had is let go, and one the
+			// provisioner still has down for that is declared healthy.)
+			if old := s.nodes[in.GetName()]; old != nil {
+				c.Nodes[in.GetName()] = nil
+				evs = append(evs, remedy.Leave{Node: in.GetName()})
+				if in.GetState() == loomv1.Node_DOWN {
+					c.Emits = append(c.Emits, Emit{Key: old.Name, Payload: &eventsv1.NodeHealthChanged{
+						Node: old.Name, Cluster: old.Cluster, Health: eventsv1.NodeHealth_HEALTHY, Reason: ReasonLoginNode,
+						State: loomv1.RemediationState_NODE_HEALTHY, SetBy: remedy.SetBy, Time: timestamppb.New(now)}})
+				}
+			}
+			break
 		}
 		cluster := in.GetCluster()
 		if cluster == "" {

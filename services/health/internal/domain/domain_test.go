@@ -146,6 +146,50 @@ func TestRemovedNodeNeverFlagged(t *testing.T) {
 	}
 }
 
+// TestLoginNodeIsNotAMember: a login node is a record only (nothing there
+// heartbeats), so it is never found silent, taken down or repaired; one an
+// earlier health took down is let go and declared healthy, so that the
+// provisioner gives it back.
+func TestLoginNodeIsNotAMember(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	login := cluster + "/nodes/c1-login-001"
+	loginNode := func(state loomv1.Node_State, role string) *eventsv1.NodeChanged {
+		return &eventsv1.NodeChanged{Node: &loomv1.Node{Name: login, Cluster: cluster, Hostname: "c1-login-001", State: state, Role: role}}
+	}
+	if c := f.handle(loginNode(loomv1.Node_READY, "login")); len(c.Emits) != 0 || c.Durable() {
+		t.Fatalf("a login node's record changed health's state: %+v", c)
+	}
+	for range 5 {
+		f.advance(timeout)
+		if v := f.check(); len(v) != 0 {
+			t.Fatalf("a login node was judged: %v", v)
+		}
+	}
+	if f.s.Node(login) != nil || f.s.machine.Node(login) != nil {
+		t.Fatal("a login node is a member")
+	}
+
+	// As an earlier health had it: watched, silent, down.
+	f.handle(loginNode(loomv1.Node_READY, ""))
+	f.advance(timeout)
+	if v := f.check(); len(v) != 1 || v[0].GetHealth() != eventsv1.NodeHealth_UNHEALTHY {
+		t.Fatalf("want the old rule's UNHEALTHY, got %v", v)
+	}
+	v := verdicts(f.handle(loginNode(loomv1.Node_DOWN, "login")))
+	if len(v) != 1 || v[0].GetHealth() != eventsv1.NodeHealth_HEALTHY || v[0].GetReason() != ReasonLoginNode ||
+		v[0].GetState() != loomv1.RemediationState_NODE_HEALTHY || v[0].GetNode() != login {
+		t.Fatalf("want one HEALTHY %q for the login node taken down, got %v", ReasonLoginNode, v)
+	}
+	if f.s.Node(login) != nil || f.s.machine.Node(login) != nil {
+		t.Fatal("the login node is still a member")
+	}
+	f.advance(10 * timeout)
+	if v := f.check(); len(v) != 0 {
+		t.Fatalf("the login node was judged again: %v", v)
+	}
+}
+
 func TestUnwatchedStates(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)

@@ -9,10 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/provisioner/internal/domain"
 	"github.com/loom-ml/loom/services/provisioner/internal/provider"
-	"github.com/loom-ml/loom/services/provisioner/internal/spec"
 )
 
 // SlurmFiles are where the local provider writes a cluster's Slurm files,
@@ -175,7 +175,7 @@ func (a *App) snapshot() plan {
 			pl.prepare = append(pl.prepare, a.setup(c.Cluster))
 		}
 		for _, n := range a.st.ClusterNodes(name) {
-			if n.GetRole() == spec.RoleLogin {
+			if n.GetRole() == clusterspec.RoleLogin {
 				continue // records only: nothing runs for them
 			}
 			pn := providerNode(c.Cluster, id, n)

@@ -10,7 +10,6 @@ import (
 	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/provisioner/internal/capacity"
-	"github.com/loom-ml/loom/services/provisioner/internal/spec"
 )
 
 // ReservationRef resolves a pool's capacity.reservation ("r1" or a full
@@ -68,7 +67,7 @@ func Claims(c *Cluster, nodes []*loomv1.Node) map[capacity.Key]int32 {
 	for _, n := range nodes {
 		switch {
 		case n.GetState() == loomv1.Node_FAILED:
-		case n.GetRole() == spec.RoleLogin:
+		case n.GetRole() == clusterspec.RoleLogin:
 			login++
 		default:
 			held[n.GetNodePool()]++

@@ -224,7 +224,7 @@ func isLive(n *loomv1.Node) bool {
 func (e *edit) poolNodes(cluster, pool string) []*loomv1.Node {
 	var out []*loomv1.Node
 	for _, n := range e.clusterNodes(cluster) {
-		if n.GetRole() != spec.RoleLogin && n.GetNodePool() == pool {
+		if n.GetRole() != clusterspec.RoleLogin && n.GetNodePool() == pool {
 			out = append(out, n)
 		}
 	}
@@ -264,7 +264,7 @@ func (e *edit) resize(rec *Cluster, np *loomv1.NodePool, target int32, grace tim
 func (e *edit) resizeLogin(rec *Cluster, count int) {
 	var login []*loomv1.Node
 	for _, n := range e.clusterNodes(rec.Name()) {
-		if n.GetRole() == spec.RoleLogin {
+		if n.GetRole() == clusterspec.RoleLogin {
 			login = append(login, n)
 		}
 	}
@@ -328,7 +328,7 @@ func (e *edit) addComputeNodes(rec *Cluster, np *loomv1.NodePool, count int) []*
 			Name: resname.NodeIn(name, host), Cluster: name, NodePool: np.GetId(), Hostname: host,
 			State: loomv1.Node_PROVISIONING, Gpus: np.GetAcceleratorCount(), AcceleratorType: np.GetAcceleratorType(),
 			CreateTime: ts, WorkDir: e.p.WorkDir(id, host), MachineType: np.GetMachineType(), Zone: np.GetZone(),
-			CapacityType: capType, Block: block, Role: spec.RoleCompute,
+			CapacityType: capType, Block: block, Role: clusterspec.RoleCompute,
 			NextAction: fmt.Sprintf("launch, then wait for its agent to register (boot timeout %s)", e.p.BootTimeout),
 		}
 		e.putNode(n)
@@ -350,7 +350,7 @@ func (e *edit) addLoginNodes(rec *Cluster, count int) {
 		host := e.nextHostname(rec, id+"-login", func(i int) string { return clusterspec.LoginHostname(id, i) })
 		e.putNode(&loomv1.Node{
 			Name: resname.NodeIn(name, host), Cluster: name, Hostname: host, State: loomv1.Node_READY, CreateTime: ts,
-			MachineType: mt, Zone: loginZone(rec.Cluster), CapacityType: loomv1.CapacitySource_ON_DEMAND, Role: spec.RoleLogin,
+			MachineType: mt, Zone: loginZone(rec.Cluster), CapacityType: loomv1.CapacitySource_ON_DEMAND, Role: clusterspec.RoleLogin,
 		})
 	}
 	e.putCluster(rec)

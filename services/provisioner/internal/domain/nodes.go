@@ -8,10 +8,10 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/provisioner/internal/provider"
-	"github.com/loom-ml/loom/services/provisioner/internal/spec"
 )
 
 // LaunchReasonPrefix starts every node reason set by LaunchFailed, so that
@@ -145,7 +145,7 @@ func (s *State) Batch(p Params, payloads []proto.Message, now time.Time) (Change
 func (s *State) LaunchFailed(p Params, node, reason string, now time.Time) Change {
 	e := s.edit(p, now)
 	n, _ := e.live(node)
-	if n == nil || n.GetRole() == spec.RoleLogin {
+	if n == nil || n.GetRole() == clusterspec.RoleLogin {
 		return Change{}
 	}
 	switch n.GetState() {
@@ -193,7 +193,7 @@ func (s *State) Launched(p Params, node string, now time.Time) Change {
 func (s *State) ProviderEvent(p Params, ev provider.Event, now time.Time) Change {
 	e := s.edit(p, now)
 	n, _ := e.live(ev.Node)
-	if n == nil || n.GetRole() == spec.RoleLogin {
+	if n == nil || n.GetRole() == clusterspec.RoleLogin {
 		return Change{}
 	}
 	switch n.GetState() {
@@ -343,7 +343,7 @@ func (s *State) Tick(p Params, now time.Time) Change {
 			n = e.node(n.GetName()) // as a failed repair left it
 			switch n.GetState() {
 			case loomv1.Node_PROVISIONING:
-				if n.GetRole() != spec.RoleLogin && n.GetCreateTime() != nil && !now.Before(n.GetCreateTime().AsTime().Add(e.p.BootTimeout)) &&
+				if n.GetRole() != clusterspec.RoleLogin && n.GetCreateTime() != nil && !now.Before(n.GetCreateTime().AsTime().Add(e.p.BootTimeout)) &&
 					e.repairFor(n.GetName()) == nil { // a replacement being booted: its repair's deadline rules
 					e.failNode(n.GetName(), fmt.Sprintf("did not register within %s of its creation (boot timeout)", e.p.BootTimeout))
 				}

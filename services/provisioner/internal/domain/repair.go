@@ -5,10 +5,10 @@ import (
 	"sort"
 	"time"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/provisioner/internal/provider"
-	"github.com/loom-ml/loom/services/provisioner/internal/spec"
 )
 
 // RepairPhase is how far a repair got. Each phase is written before the
@@ -115,7 +115,7 @@ func (s *State) RemediateNode(p Params, cmd *eventsv1.RemediateNode, bootID stri
 	if c == nil || c.State() == loomv1.Cluster_DELETING {
 		return refuse("cluster %s is being deleted", n.GetCluster())
 	}
-	if n.GetRole() == spec.RoleLogin {
+	if n.GetRole() == clusterspec.RoleLogin {
 		return refuse("node %s is a login node: a record only, nothing runs to repair", n.GetHostname())
 	}
 	switch n.GetState() {

@@ -4,8 +4,8 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
-	"github.com/loom-ml/loom/services/provisioner/internal/spec"
 )
 
 // tally is what a cluster's status needs of its nodes: per pool, how many
@@ -40,7 +40,7 @@ func (t *tally) clone() *tally {
 
 // count adds node n to the tally (d = 1) or takes it out (d = -1).
 func (t *tally) count(n *loomv1.Node, d int32) {
-	if n.GetRole() == spec.RoleLogin {
+	if n.GetRole() == clusterspec.RoleLogin {
 		if d > 0 {
 			t.login[n.GetName()] = n.GetHostname()
 		} else {

@@ -11,12 +11,6 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
-// Role values of loomv1.Node.role.
-const (
-	RoleCompute = "compute"
-	RoleLogin   = "login"
-)
-
 // Normalize returns a copy of c with every default filled in; c itself is
 // not modified.
 func Normalize(c *loomv1.Cluster) *loomv1.Cluster {
