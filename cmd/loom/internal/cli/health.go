@@ -883,7 +883,9 @@ for 30 days after their end, so a --since longer than 720h misses some.`,
 
 // share is d as a duration and a percentage of wall: "1h30m (12.5%)".
 func share(d, wall *durationpb.Duration) string {
-	s := d.AsDuration().Round(time.Second).String()
+	// elapsed, not whole seconds: a short job's 120 ms lost to a restart
+	// would read "0s (0.4%)".
+	s := elapsed(d.AsDuration())
 	if w := wall.AsDuration(); w > 0 {
 		s += fmt.Sprintf(" (%.1f%%)", 100*float64(d.AsDuration())/float64(w))
 	}
@@ -896,7 +898,7 @@ func renderGoodput(w io.Writer, g *loomv1.Goodput, cluster bool) error {
 	if cluster {
 		fmt.Fprintf(tw, "Jobs:\t%d\n", g.GetJobs())
 	}
-	fmt.Fprintf(tw, "Wall:\t%s\n", g.GetWall().AsDuration().Round(time.Second))
+	fmt.Fprintf(tw, "Wall:\t%s\n", elapsed(g.GetWall().AsDuration()))
 	fmt.Fprintf(tw, "Productive:\t%s\n", share(g.GetProductive(), g.GetWall()))
 	fmt.Fprintf(tw, "Lost to recompute:\t%s\n", share(g.GetLostRecompute(), g.GetWall()))
 	fmt.Fprintf(tw, "Lost to restarts:\t%s\n", share(g.GetLostRestart(), g.GetWall()))

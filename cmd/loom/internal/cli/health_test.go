@@ -48,6 +48,9 @@ func newHealthGateway(t *testing.T) (*fakegw.Gateway, string) {
 		"projects/default/jobs/7": {Name: "projects/default/jobs/7", Wall: durationpb.New(10 * time.Hour), Productive: durationpb.New(9 * time.Hour),
 			LostRecompute: durationpb.New(20 * time.Minute), LostRestart: durationpb.New(10 * time.Minute), LostQueueing: durationpb.New(25 * time.Minute),
 			LostCheckpointing: durationpb.New(5 * time.Minute), Goodput: 0.9, Failures: 2, Restarts: 2, Jobs: 1},
+		// A short job: what it lost is under a second, and shown so.
+		"projects/default/jobs/8": {Name: "projects/default/jobs/8", Wall: durationpb.New(31200 * time.Millisecond), Productive: durationpb.New(30920 * time.Millisecond),
+			LostRestart: durationpb.New(123 * time.Millisecond), LostCheckpointing: durationpb.New(157 * time.Millisecond), Goodput: 0.991, Failures: 1, Restarts: 1, Jobs: 1},
 		demoName: {Name: demoName, Wall: durationpb.New(100 * time.Hour), Productive: durationpb.New(98 * time.Hour),
 			LostRestart: durationpb.New(2 * time.Hour), Goodput: 0.98, Failures: 3, Restarts: 3, Jobs: 12},
 	}
@@ -86,6 +89,18 @@ Lost to checkpointing:  5m0s (0.8%)
 Failures:               2
 Restarts:               2
 Goodput:                90.0%
+`},
+		{[]string{"jobs", "goodput", "8"}, `
+Name:                   projects/default/jobs/8
+Wall:                   31.2s
+Productive:             30.9s (99.1%)
+Lost to recompute:      0s (0.0%)
+Lost to restarts:       123ms (0.4%)
+Lost to queueing:       0s (0.0%)
+Lost to checkpointing:  157ms (0.5%)
+Failures:               1
+Restarts:               1
+Goodput:                99.1%
 `},
 		{[]string{"clusters", "goodput", "demo"}, `
 Name:                   projects/default/clusters/demo
