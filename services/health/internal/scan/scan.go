@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/hostlist"
 	"github.com/loom-ml/loom/libs/paging"
@@ -389,6 +390,16 @@ func (s *State) Handle(now time.Time, id string, payload proto.Message) (*Change
 		if in.GetName() == "" {
 			return nil, fmt.Errorf("node changed: %w", errs.Invalid("node.name", "required"))
 		}
+		if in.GetRole() == clusterspec.RoleLogin {
+			// A login node is a record only: no agent answers a check
+			// there, and a run sent to it would hold its scan (and the
+			// speed check's fleet comparison) until the run's timeout.
+			if s.nodes[in.GetName()] != nil {
+				c.Nodes[in.GetName()] = nil
+				c.gone[in.GetName()] = true
+			}
+			break
+		}
 		n := &Node{Name: in.GetName(), Cluster: in.GetCluster(), Hostname: in.GetHostname(), MachineType: in.GetMachineType(),
 			Block: in.GetBlock(), State: in.GetState()}
 		if n.Cluster == "" || n.Hostname == "" {
@@ -673,18 +684,26 @@ func (s *State) send(c *Change, now time.Time, sc *Scan, n *Node, check, runID s
 		timeout = s.cfg.timeout(check, sc.Level)
 	}
 	sc.Runs[runID] = &Run{ID: runID, Node: n.Name, Hostname: n.Hostname, Check: check, Ring: ring, Deadline: now.Add(timeout + s.cfg.Grace)}
-	cmd := &eventsv1.RunHealthCheck{Node: n.Name, Cluster: sc.Cluster, RunId: runID, ScanId: sc.ID, Check: check, Level: sc.Level,
+	cmd := &eventsv1.RunHealthCheck{Node: n.Name, Cluster: sc.Cluster, RunId: runID, ScanId: sc.ID, Check: check, Level: checkLevel(check, sc.Level),
 		Peers: peers, Rank: rank, Timeout: durationpb.New(timeout), AllowBusy: sc.AllowBusy, Params: params, Trigger: sc.Trigger}
-	if check != GPUDiag {
-		cmd.Level = 0
-	}
 	c.Emits = append(c.Emits, Emit{Key: n.Name, Payload: cmd})
 }
 
 func skippedResult(sc *Scan, n *Node, check string, level int32, why string) *loomv1.HealthCheckResult {
 	return &loomv1.HealthCheckResult{Name: sc.Cluster + "/healthResults/" + sc.ID + "-" + idPart(n.Hostname) + "-" + idPart(check),
-		Node: n.Name, Hostname: n.Hostname, Check: check, Level: level, Outcome: loomv1.CheckOutcome_CHECK_SKIPPED,
+		Node: n.Name, Hostname: n.Hostname, Check: check, Level: checkLevel(check, level), Outcome: loomv1.CheckOutcome_CHECK_SKIPPED,
 		Summary: why, Trigger: sc.Trigger, ScanId: sc.ID, Gpu: -1}
+}
+
+// checkLevel is a scan's level as a run of check, its command and its
+// result, have it: gpu_diag's depth; none (0) for the other checks, which
+// have no levels, so that their results are not labelled with one
+// ("disk/3").
+func checkLevel(check string, level int32) int32 {
+	if check != GPUDiag {
+		return 0
+	}
+	return level
 }
 
 // store records a result: its times default to now, and valid_until is
@@ -812,7 +831,7 @@ func (s *State) Tick(now time.Time) *Change {
 			}
 			r.Done, r.Outcome = true, loomv1.CheckOutcome_CHECK_ERROR
 			s.store(c, now, &loomv1.HealthCheckResult{Name: sc.Cluster + "/healthResults/" + r.ID, Node: r.Node, Hostname: r.Hostname,
-				Check: r.Check, Level: sc.Level, Outcome: loomv1.CheckOutcome_CHECK_ERROR, Gpu: -1, Trigger: sc.Trigger, ScanId: sc.ID,
+				Check: r.Check, Level: checkLevel(r.Check, sc.Level), Outcome: loomv1.CheckOutcome_CHECK_ERROR, Gpu: -1, Trigger: sc.Trigger, ScanId: sc.ID,
 				Summary: "no result from the node by " + r.Deadline.UTC().Format(time.RFC3339) + " (its timeout and grace)"})
 			s.runDone(c, now, sc, r)
 		}

@@ -98,6 +98,54 @@ func result(cmd *eventsv1.RunHealthCheck, outcome loomv1.CheckOutcome, end time.
 
 func hostOf(node string) string { return strings.TrimPrefix(node, cluster+"/nodes/") }
 
+// TestLoginNodeIsNeverScanned: a login node (a record only: no agent) gets
+// no check, so a scan's speed comparison does not wait for a run there to
+// time out; a login node an earlier health tracked is let go. Checks
+// without levels carry none.
+func TestLoginNodeIsNeverScanned(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, DefaultConfig(), "n1", "n2", "n3")
+	login := &eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName("c1-login-001"), Cluster: cluster, Hostname: "c1-login-001",
+		State: loomv1.Node_READY}}
+	f.handle(login) // as an earlier health had it: a member
+	if f.s.Node(login.Node.Name) == nil {
+		t.Fatal("the role-less node is not a member")
+	}
+	login.Node.Role = "login"
+	f.handle(login)
+	if f.s.Node(login.Node.Name) != nil {
+		t.Fatal("a login node is a member")
+	}
+	f.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: "s1", Checks: []string{GPUDiag, Disk, Speed, AllReduce}, Level: 2})
+	tp := map[string]float64{"n1": 100, "n2": 100, "n3": 30}
+	var speeds []*eventsv1.RunHealthCheck
+	for _, c := range f.take() {
+		if hostOf(c.GetNode()) == "c1-login-001" {
+			t.Fatalf("a check was sent to the login node: %v", c)
+		}
+		if want := map[string]int32{GPUDiag: 2}[c.GetCheck()]; c.GetLevel() != want {
+			t.Errorf("%s sent with level %d, want %d", c.GetCheck(), c.GetLevel(), want)
+		}
+		if c.GetCheck() == Speed {
+			speeds = append(speeds, c)
+		}
+	}
+	if len(speeds) != 3 {
+		t.Fatalf("speed runs %v, want one on each of n1-n3", speeds)
+	}
+	for _, c := range speeds {
+		f.handle(result(c, loomv1.CheckOutcome_CHECK_PASS, f.now, map[string]float64{"throughput": tp[hostOf(c.GetNode())]}))
+	}
+	if got := f.verdictsBy(loomv1.CheckOutcome_CHECK_FAIL); strings.Join(got, ",") != "n3" {
+		t.Fatalf("stragglers %v, want n3 as soon as the three speed runs ended", got)
+	}
+	for name := range f.s.results {
+		if strings.Contains(name, "login") {
+			t.Fatalf("a result for the login node: %s", name)
+		}
+	}
+}
+
 func TestScanSkipsBusyNodes(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, DefaultConfig(), "n1", "n2", "n3")
@@ -120,7 +168,8 @@ func TestScanSkipsBusyNodes(t *testing.T) {
 	}
 	for _, ch := range []string{GPUDiag, Disk} {
 		r := f.s.Result(cluster + "/healthResults/s1-n2-" + strings.ReplaceAll(ch, "_", "-"))
-		if r.GetOutcome() != loomv1.CheckOutcome_CHECK_SKIPPED || !strings.Contains(r.GetSummary(), "busy") {
+		if r.GetOutcome() != loomv1.CheckOutcome_CHECK_SKIPPED || !strings.Contains(r.GetSummary(), "busy") ||
+			r.GetLevel() != map[string]int32{GPUDiag: 2}[ch] { // only gpu_diag has levels
 			t.Errorf("busy n2 %s: %v", ch, r)
 		}
 	}
