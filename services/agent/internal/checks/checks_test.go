@@ -427,7 +427,7 @@ func TestDisk(t *testing.T) {
 	// The real filesystem of a temporary directory, by statfs.
 	real := newRunner(t, nil, nil)
 	got := real.Run(context.Background(), &eventsv1.RunHealthCheck{Check: Disk, RunId: "d2", Params: map[string]string{"min_free_gb": "0", "max_used_percent": "100", "warn_used_percent": "100"}})
-	if got.GetOutcome() != loomv1.CheckOutcome_CHECK_PASS || got.GetMetrics()["min_free_gb"] <= 0 {
+	if got.GetOutcome() != loomv1.CheckOutcome_CHECK_PASS || got.GetMetrics()["min_free_gb"] <= 0 || !strings.HasPrefix(got.GetSummary(), "1 filesystem: ") {
 		t.Errorf("statfs: %v %q %v", got.GetOutcome(), got.GetSummary(), got.GetMetrics())
 	}
 }

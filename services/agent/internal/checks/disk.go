@@ -91,7 +91,11 @@ func (r *Runner) disk(ctx context.Context, cmd *eventsv1.RunHealthCheck) verdict
 		v.outcome = loomv1.CheckOutcome_CHECK_WARN
 		v.summary = "disk filling: " + strings.Join(warns, "; ")
 	default:
-		v.summary = fmt.Sprintf("%d filesystems: at least %.1f GB free, at most %.1f%% used", len(disks), v.metrics["min_free_gb"], v.metrics["max_used_percent"])
+		fs := "filesystems"
+		if len(disks) == 1 {
+			fs = "filesystem"
+		}
+		v.summary = fmt.Sprintf("%d %s: at least %.1f GB free, at most %.1f%% used", len(disks), fs, v.metrics["min_free_gb"], v.metrics["max_used_percent"])
 	}
 	return v
 }
