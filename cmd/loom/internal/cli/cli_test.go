@@ -99,6 +99,12 @@ Submitted:      2d ago
 Started:        2d ago
 Runtime:        1.5s
 Ended:          2d ago
+Restarts:       1
+
+Runs:
+  ATTEMPT  STATE     NODES            STARTED  RUNTIME  REASON
+  1        REQUEUED  gpu-[0001-0002]  2d ago   3m30s    node gpu-0002 failed: Xid 79: GPU has fallen off the bus
+  2        FAILED    gpu-0001         2d ago   1.5s     -
 `},
 		{[]string{"models", "list"}, `
 NAME            DISPLAY NAME  DEFAULT  LATEST  ALIASES  UPDATED

@@ -45,6 +45,12 @@ func newFakeGatewayData() *fakegw.Gateway {
 			Name: "projects/default/jobs/8", JobId: "8", Cluster: "projects/default/clusters/demo",
 			Script: "echo hi\n", NodeCount: 1, State: loomv1.JobState_FAILED, ExitCode: 3,
 			SubmitTime: ts(50 * time.Hour), StartTime: ts(50 * time.Hour), EndTime: ts(50*time.Hour - 1500*time.Millisecond),
+			RestartCount: 1, Runs: []*loomv1.JobRun{
+				{Attempt: 1, State: loomv1.JobState_REQUEUED, Nodes: []string{"gpu-0001", "gpu-0002"}, StartTime: ts(50*time.Hour + 5*time.Minute),
+					EndTime: ts(50*time.Hour + 90*time.Second), Reason: "node gpu-0002 failed: Xid 79: GPU has fallen off the bus"},
+				{Attempt: 2, State: loomv1.JobState_FAILED, Nodes: []string{"gpu-0001"}, StartTime: ts(50 * time.Hour),
+					EndTime: ts(50*time.Hour - 1500*time.Millisecond), ExitCode: 3},
+			},
 		}, {
 			Name: "projects/default/jobs/9", JobId: "9", Cluster: "projects/default/clusters/demo",
 			Command: []string{"sleep", "1"}, NodeCount: 4, State: loomv1.JobState_PENDING, StateReason: "Resources",

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/hostlist"
 	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -366,6 +367,32 @@ func renderJob(w io.Writer, j *loomv1.Job, now time.Time) error {
 	}
 	if j.GetEndTime() != nil {
 		fmt.Fprintf(tw, "Ended:\t%s\n", ago(j.GetEndTime(), now))
+	}
+	if j.GetRestartCount() > 0 {
+		fmt.Fprintf(tw, "Restarts:\t%d\n", j.GetRestartCount())
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// A job that ran more than once says why each run ended (a failed node,
+	// an Xid, a preemption): what a user asks after a restart.
+	if len(j.GetRuns()) < 2 {
+		return nil
+	}
+	fmt.Fprintln(w, "\nRuns:")
+	tw = newTable(w)
+	row(tw, "  ATTEMPT", "STATE", "NODES", "STARTED", "RUNTIME", "REASON")
+	for _, r := range j.GetRuns() {
+		runtime := "-"
+		if r.GetStartTime() != nil {
+			end := now
+			if r.GetEndTime() != nil {
+				end = r.GetEndTime().AsTime()
+			}
+			runtime = elapsed(end.Sub(r.GetStartTime().AsTime()))
+		}
+		row(tw, "  "+strconv.Itoa(int(r.GetAttempt())), r.GetState().String(), hostlist.Compress(r.GetNodes()),
+			ago(r.GetStartTime(), now), runtime, r.GetReason())
 	}
 	return tw.Flush()
 }
