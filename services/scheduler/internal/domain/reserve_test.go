@@ -54,3 +54,40 @@ func TestKeptHoldingsFollowTheRuns(t *testing.T) {
 	h.finish(1, 0)
 	pass("job 1 ended", time.Second, start.Add(90*time.Minute))
 }
+
+// TestKeptAllocationsFollowTheRuns: a pass reads the nodes' allocations
+// from a copy kept across passes (staticCache.allocValsOf); it follows the
+// state when a run starts or ends on a node that already had an entry (the
+// entry changes in place) as when one is added or removed, each pass as a
+// pass on the state restored afresh decides.
+func TestKeptAllocationsFollowTheRuns(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{Policy: EASYPolicy()})
+	h.gpuNode("a3-0001", "b1")
+	pass := func(label string) {
+		t.Helper()
+		for _, d := range []time.Duration{time.Second, 2 * time.Second} { // the second on the kept copy
+			at := h.now.Add(d)
+			got := h.s.Schedule(at)
+			fresh := NewState(h.s.Config())
+			fresh.Restore(h.s.Snapshot())
+			sameChange(t, label, got, fresh.Schedule(at))
+		}
+	}
+	h.submitJob(job(1, 1, 4, limit(time.Hour))) // the node's entry added
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.submitJob(job(9, 1, 8, limit(time.Hour))) // keeps the queue from emptying
+	pass("one run")
+	h.submitJob(job(2, 1, 4, limit(time.Hour))) // the entry changed in place
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	pass("two runs")
+	h.submitJob(job(3, 1, 4, limit(time.Hour))) // no room left
+	h.wantState(3, loomv1.JobState_PENDING, ReasonResources)
+	pass("full")
+	h.finish(1, 0) // the entry changed in place: room for job 3
+	h.wantState(3, loomv1.JobState_RUNNING, "")
+	pass("job 1 ended")
+	h.finish(2, 0)
+	h.finish(3, 0) // the entry removed: room for job 9
+	h.wantState(9, loomv1.JobState_RUNNING, "")
+}

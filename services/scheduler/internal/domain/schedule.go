@@ -58,9 +58,13 @@ type pass struct {
 	blocked uint64
 	// fifoBlocked: without backfill, the first such job blocks every later one.
 	fifoBlocked bool
-	// gates are the gates this pass calls (passGates).
-	gates []*gate
-	resv  *Reservation
+	// gates are the gates this pass calls (passGates); plainGates those of
+	// them a job without any of the flags in gateFlags goes through (the
+	// gates that look only at flagged jobs left out: see consider).
+	gates      []*gate
+	plainGates []*gate
+	gateFlags  qflags
+	resv       *Reservation
 	// resvGap is resv.Start less now, when resvGapOK (see avoidsReserved).
 	resvGap     time.Duration
 	resvGapOK   bool
@@ -261,6 +265,13 @@ func (t *txn) newPass(name string, c *Cluster) *pass {
 		shapes: map[place.ShapeKey]*place.Shape{}, schedulable: c.Schedulable()}
 	p.static = t.staticCacheFor(name, c, nodes)
 	p.gates = passGates(p)
+	for _, g := range p.gates {
+		if g.only != 0 {
+			p.gateFlags |= g.only
+		} else {
+			p.plainGates = append(p.plainGates, g)
+		}
+	}
 	// Each node's partitions are kept with the static cache (the same
 	// cluster record and node records): the pass reads the node records
 	// only through the cache's contiguous copy (placeNode), not each of
@@ -291,9 +302,9 @@ func (t *txn) newPass(name string, c *Cluster) *pass {
 		}
 	}
 	over := t.allocOverlay()
-	var allocs []*nodeAlloc
+	var allocs []nodeAlloc
 	if p.static != nil {
-		allocs = p.static.allocsOf(t.s)
+		allocs = p.static.allocValsOf(t.s)
 	}
 	for i := range nodes {
 		v := &p.views[i]
@@ -304,9 +315,7 @@ func (t *txn) newPass(name string, c *Cluster) *pass {
 		if oa, ok := over[n.Name]; ok {
 			a = oa
 		} else if allocs != nil {
-			if sa := allocs[i]; sa != nil {
-				a = *sa
-			}
+			a = allocs[i]
 		} else if sa := t.s.alloc[n.Name]; sa != nil {
 			a = *sa
 		}
@@ -1065,7 +1074,13 @@ func (p *pass) consider(q *queued) {
 	// Not even its address is taken before: &q.e.jobAttrs reads q.e (a nil
 	// check), a cache miss per job in a queue read all over memory.
 	t, j := p.t, q.j
-	for _, g := range p.gates {
+	// Most jobs have no flag: they skip the gates that only look at
+	// flagged jobs without a test per gate.
+	gs := p.gates
+	if q.flags&p.gateFlags == 0 {
+		gs = p.plainGates
+	}
+	for _, g := range gs {
 		if g.only != 0 && q.flags&g.only == 0 {
 			continue
 		}

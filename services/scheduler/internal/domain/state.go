@@ -75,6 +75,10 @@ type State struct {
 	// themselves change in place): a pass's cache of the entries by node
 	// holds while it is the same (see staticCache.allocsOf).
 	allocVer uint64
+	// allocVals changes whenever alloc or one of its entries changes: a
+	// pass's copy of the entries by node holds while it is the same (see
+	// staticCache.allocValsOf).
+	allocVals uint64
 	// mirrored changes whenever a committed run's mirrored job fields
 	// (live, limit) change in place: a writer's kept holdings of the
 	// nodes' runs hold while it is the same (see pass.keptHoldings).
@@ -941,6 +945,8 @@ func (s *State) mirrorJob(r *Run) {
 // account adds (sign 1) or removes (sign -1) what r holds to the per-node
 // allocation counters.
 func (s *State) account(r *Run, sign int32) {
+	s.versions++
+	s.allocVals = s.versions
 	for i, node := range r.Nodes {
 		if !r.Holds(node) {
 			continue

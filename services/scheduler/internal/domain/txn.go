@@ -94,6 +94,8 @@ type scratch struct {
 	// the interned filtered counts (see decisions.go).
 	decisions []Decision
 	filtered  map[string]map[string]int
+	// accruals: fair share's table of decayed fractions (see accruals).
+	accruals *accruals
 }
 
 // writerTxn is a txn of Handle, Tick or Schedule.
