@@ -1208,16 +1208,56 @@ func (p *pass) decideSettled(q *queued, pi int) bool {
 // naming what it waits for, or "" when the job may go on.
 func (p *pass) previousRunStopping(j *Job) (reason, note string) {
 	t := p.t
+	var st prevRunStop
+	if len(t.c.Runs) == 0 && t.scratch != nil {
+		// The change edits no run: the state's run and what it says are
+		// kept across passes (see prevRunStops).
+		st = t.scratch.prevRunStopOf(t.s, j)
+	} else {
+		st = prevRunStopAt(t.s, t.c.Runs, j)
+	}
+	r := st.run
+	if r == nil || r.Released {
+		return "", ""
+	}
+	if st.fenced {
+		p.wakeAt(r.FenceUntil)
+		return st.reason, st.note
+	}
+	if !r.End.IsZero() {
+		// At the stop wait's end the clock gives up on the nodes that did
+		// not answer (Tick: giveUpStopping), and the job may start: never
+		// while the old run still holds a node.
+		if until := r.End.Add(t.s.cfg.RequeueStopWait); t.now.Before(until) {
+			p.wakeAt(until)
+		}
+	}
+	return st.reason, st.note
+}
+
+// prevRunStop is what previousRunStopping reads of job's previous run, run
+// (nil: none), whatever the clock says: the reason and note it gives while
+// run is not released, and whether that is for a fenced step (the wake
+// then at run.FenceUntil).
+type prevRunStop struct {
+	run          *Run
+	reason, note string
+	fenced       bool
+}
+
+// prevRunStopAt is j's prevRunStop in the state s with the change's
+// versions of runs over it.
+func prevRunStopAt(s *State, over map[string]*Run, j *Job) prevRunStop {
 	// RunKey's key, built on the stack: the look-ups do not keep it, and
 	// this gate looks at every requeued job of the queue each pass.
 	var buf [96]byte
 	key := strconv.AppendInt(append(append(buf[:0], j.Name()...), '#'), int64(j.Attempt), 10)
-	r, ok := t.c.Runs[string(key)]
+	r, ok := over[string(key)]
 	if !ok {
-		r = t.s.runs[string(key)]
+		r = s.runs[string(key)]
 	}
 	if r == nil || r.Released {
-		return "", ""
+		return prevRunStop{run: r}
 	}
 	if !r.FenceUntil.IsZero() {
 		// A failed node's step may still run: no stop wait shortens its
@@ -1230,17 +1270,9 @@ func (p *pass) previousRunStopping(j *Job) (reason, note string) {
 			}
 		}
 		if len(fenced) > 0 {
-			p.wakeAt(r.FenceUntil)
-			return ReasonRequeued, "waiting for its previous run to stop on failed node(s) " + strings.Join(fenced, ",") +
-				" (fenced until " + r.FenceUntil.UTC().Format(time.RFC3339) + ")"
-		}
-	}
-	if !r.End.IsZero() {
-		// At the stop wait's end the clock gives up on the nodes that did
-		// not answer (Tick: giveUpStopping), and the job may start: never
-		// while the old run still holds a node.
-		if until := r.End.Add(t.s.cfg.RequeueStopWait); t.now.Before(until) {
-			p.wakeAt(until)
+			return prevRunStop{run: r, fenced: true, reason: ReasonRequeued,
+				note: "waiting for its previous run to stop on failed node(s) " + strings.Join(fenced, ",") +
+					" (fenced until " + r.FenceUntil.UTC().Format(time.RFC3339) + ")"}
 		}
 	}
 	var stopping []string
@@ -1250,10 +1282,33 @@ func (p *pass) previousRunStopping(j *Job) (reason, note string) {
 		}
 	}
 	if len(stopping) == 0 {
-		return ReasonRequeued, "waiting for its previous run's job steps (srun) to end"
+		return prevRunStop{run: r, reason: ReasonRequeued, note: "waiting for its previous run's job steps (srun) to end"}
 	}
-	return ReasonRequeued, "waiting for its previous run to stop on " + strings.Join(stopping, ",")
+	return prevRunStop{run: r, reason: ReasonRequeued, note: "waiting for its previous run to stop on " + strings.Join(stopping, ",")}
 }
+
+// prevRunStopOf is prevRunStopAt(s, nil, j), kept across a writer's passes
+// by job version while the state's runs are the same (State.runsVer): a
+// requeued job's look-up of its previous run (its name and attempt read
+// from its records, a key built and hashed, the run's steps looked up by
+// node) is made once, not each pass for each of the thousands a
+// preemption requeues. A job version's name and attempt never change, nor
+// does a run of the state (an edit is another version, put by putRun).
+func (sc *scratch) prevRunStopOf(s *State, j *Job) prevRunStop {
+	if sc.prevRunStops == nil || sc.prevRunStopsAt != s.runsVer || len(sc.prevRunStops) >= maxPrevRunStops {
+		sc.prevRunStops, sc.prevRunStopsAt = map[*Job]prevRunStop{}, s.runsVer
+	}
+	if st, ok := sc.prevRunStops[j]; ok {
+		return st
+	}
+	st := prevRunStopAt(s, nil, j)
+	sc.prevRunStops[j] = st
+	return st
+}
+
+// maxPrevRunStops bounds scratch.prevRunStops: past it (the versions of
+// jobs that left the queue add up while no run changes) it starts over.
+const maxPrevRunStops = 1 << 16
 
 // liveRuns calls f for every run of the cluster that is its job's running attempt.
 func (p *pass) liveRuns(f func(r *Run, j *Job)) {

@@ -96,6 +96,10 @@ type scratch struct {
 	filtered  map[string]map[string]int
 	// accruals: fair share's table of decayed fractions (see accruals).
 	accruals *accruals
+	// prevRunStops: the previous-run gate's look-ups by job version, as of
+	// the state's runsVer prevRunStopsAt (see prevRunStopOf).
+	prevRunStops   map[*Job]prevRunStop
+	prevRunStopsAt uint64
 }
 
 // writerTxn is a txn of Handle, Tick or Schedule.
