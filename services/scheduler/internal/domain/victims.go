@@ -60,7 +60,7 @@ func (s *State) fillVictim(r *Run, keep bool) *victimIn {
 	}
 	j := m.job
 	var a jobAttrs
-	s.prioAttrs(j, &a)
+	s.prioAttrs(j, &a, r.assoc)
 	m.of, m.s, m.num, m.part, m.in = j, s, jobNumber(j), j.Job.GetPartition(), prioInOf(&a, -1)
 	return m
 }
@@ -258,7 +258,7 @@ func (p *pass) victimPriority(r *Run, vj *Job, stored bool) int64 {
 	}
 	_, vpi := p.cluster.Partition(vj.Job.GetPartition())
 	var a jobAttrs
-	p.t.s.prioAttrs(vj, &a)
+	p.t.s.prioAttrs(vj, &a, nil)
 	v := p.prio.sum(&a, vpi)
 	if stored {
 		if p.victimPrio == nil {
