@@ -126,10 +126,11 @@ const (
 )
 
 // accruals returns the table for a pass's fair share: the scratch's for a
-// writer (kept, not allocated again each pass), else a new one.
+// writer (kept, not allocated again each pass), else nil (a read's pass
+// computes each run's accrued usage: no 128 KB table per read).
 func (t *txn) accruals() *accruals {
 	if t.scratch == nil {
-		return new(accruals)
+		return nil
 	}
 	if t.scratch.accruals == nil {
 		t.scratch.accruals = new(accruals)
@@ -254,12 +255,19 @@ func (t *txn) newPrioCtx(cluster string, c *Cluster, views []place.NodeView, pen
 		acctSlot[id] = slotOf(a.account)
 	}
 	acc := t.accruals()
-	acc.reset(t.now, cfg.HalfLife)
+	if acc != nil {
+		acc.reset(t.now, cfg.HalfLife)
+	}
 	run := func(ended bool, start time.Time, rate float64, account string, a *assoc) {
 		if ended || start.IsZero() {
 			return
 		}
-		v := acc.of(rate, start)
+		var v float64
+		if acc != nil {
+			v = acc.of(rate, start)
+		} else {
+			v = accrued(rate, start, t.now, cfg.HalfLife)
+		}
 		var k int32
 		if a != nil && a.id >= 0 && int(a.id) < nIDs && a.account == account {
 			k = acctSlot[a.id]
