@@ -511,31 +511,34 @@ func (t *txn) charge(r *Run) {
 
 // prioIn is what sum reads of one pending job, copied apart from its entry
 // (see pass.reorder): a pass that reorders the last pass's queue walks
-// these, 32 bytes a job, instead of the entries.
+// these, 24 bytes a job, instead of the entries.
 type prioIn struct {
 	eligible int64
 	gpus     int32
 	assoc    int32 // the interned association's id
-	qos      int32
-	part     int32 // the partition's index in the pass (-1: none)
-	hold     bool
-	// slow: sumIn cannot tell (an association not interned, a GPU count
-	// past int32): sum must read the entry.
-	slow bool
+	qos      int16 // the QOS's index (read only when not slow nor hold)
+	// part is the partition's index in the pass (-1: none): made only by
+	// passes of at most MaxInt16 partitions (see pass.order, victims).
+	part int16
 	// age is the weighted age factor the last pass found (-1: none yet),
-	// which sumIn checks against the age steps before it reuses it.
-	age int32
+	// which sumIn checks against the age steps before it reuses it (at
+	// most maxAgeSteps+1: ageSteps makes no steps past it).
+	age  int16
+	hold bool
+	// slow: sumIn cannot tell (an association not interned, a GPU count
+	// past int32, a QOS index past int16): sum must read the entry.
+	slow bool
 }
 
-// prioInOf copies what sum reads of a, in partition part.
+// prioInOf copies what sum reads of a, in partition part (-1..MaxInt16).
 func prioInOf(a *jobAttrs, part int32) prioIn {
-	in := prioIn{eligible: a.eligible, qos: a.qos, part: part, hold: a.hold, age: -1}
+	in := prioIn{eligible: a.eligible, part: int16(part), hold: a.hold, age: -1}
 	switch {
 	case a.hold:
-	case a.assoc == nil || a.assoc.id < 0 || a.gpus < 0 || a.gpus > math.MaxInt32:
+	case a.assoc == nil || a.assoc.id < 0 || a.gpus < 0 || a.gpus > math.MaxInt32 || a.qos > math.MaxInt16:
 		in.slow = true
 	default:
-		in.assoc, in.gpus = a.assoc.id, int32(a.gpus)
+		in.assoc, in.gpus, in.qos = a.assoc.id, int32(a.gpus), int16(a.qos)
 	}
 	return in
 }
@@ -558,10 +561,10 @@ func (p *prioCtx) sumIn(in *prioIn, steps []int64) (int64, bool) {
 		if steps == nil {
 			v = roundHalfAway(p.wAge * min(float64(d)/p.maxAgeNs, 1))
 		} else {
-			a := in.age
+			a := int32(in.age)
 			if a < 0 || int(a) >= len(steps)-1 || d < steps[a] || d >= steps[a+1] {
 				a = ageLevel(steps, d)
-				in.age = a
+				in.age = int16(a) // at most maxAgeSteps+1
 			}
 			v = int64(a)
 		}

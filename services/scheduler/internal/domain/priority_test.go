@@ -116,3 +116,29 @@ func TestAccrualsAreAccrued(t *testing.T) {
 		}
 	}
 }
+
+// TestPrioInOfOutOfRange: inputs the compact copy cannot hold (a QOS index
+// past int16, a GPU count past int32, an association not interned) make it
+// slow (sum reads the entry), and a held job's needs nothing else.
+func TestPrioInOfOutOfRange(t *testing.T) {
+	t.Parallel()
+	in := &assoc{"a", "u", 3}
+	for _, c := range []struct {
+		a    jobAttrs
+		slow bool
+	}{
+		{jobAttrs{assoc: in, gpus: 8, qos: math.MaxInt16}, false},
+		{jobAttrs{assoc: in, gpus: 8, qos: math.MaxInt16 + 1}, true},
+		{jobAttrs{assoc: in, gpus: math.MaxInt32 + 1, qos: 1}, true},
+		{jobAttrs{assoc: &assoc{"a", "v", -1}, gpus: 8, qos: 1}, true},
+		{jobAttrs{assoc: in, gpus: 8, qos: math.MaxInt16 + 1, hold: true}, false},
+	} {
+		got := prioInOf(&c.a, 2)
+		if got.slow != c.slow || got.part != 2 || got.age != -1 {
+			t.Errorf("prioInOf(%+v): %+v, want slow %v", c.a, got, c.slow)
+		}
+		if !got.slow && !got.hold && (int32(got.qos) != c.a.qos || int64(got.gpus) != c.a.gpus || got.assoc != c.a.assoc.id) {
+			t.Errorf("prioInOf(%+v): %+v", c.a, got)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"maps"
+	"math"
 	"math/bits"
 	"slices"
 	"sort"
@@ -444,7 +445,7 @@ func (p *pass) order(pend []*pendEntry) []queued {
 	// where the entries are hundreds.
 	var ins []prioIn
 	var steps []int64
-	if key.ci != nil && p.prio != nil {
+	if key.ci != nil && p.prio != nil && len(p.parts) <= math.MaxInt16 {
 		if cap(sc.prioIns) < len(pend) {
 			sc.prioIns = make([]prioIn, len(pend))
 		}
@@ -464,7 +465,7 @@ func (p *pass) order(pend []*pendEntry) []queued {
 			// checks and most likely reuses: else that pass, the first
 			// to reorder, finds it for every job.
 			if in := &ins[i]; steps != nil && !in.slow && !in.hold && in.eligible > 0 && p.prio.now > in.eligible {
-				in.age = ageLevel(steps, p.prio.now-in.eligible)
+				in.age = int16(ageLevel(steps, p.prio.now-in.eligible)) // at most maxAgeSteps+1
 			}
 		}
 		if e.reason == "" {

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"strings"
 )
@@ -217,9 +218,10 @@ func (p *pass) victims(qos string, qi int32, pi int) *victimList {
 			v.id = -m.num
 			if p.prio != nil {
 				in := m.in
-				in.part = int32(partIndex(m.part))
+				pi := partIndex(m.part)
+				in.part = int16(pi)
 				prio, ok := p.prio.sumIn(&in, nil)
-				if !ok {
+				if !ok || pi > math.MaxInt16 {
 					prio = p.victimPriority(r, m.job, true)
 				}
 				v.prio = prio
