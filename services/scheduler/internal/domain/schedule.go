@@ -1215,7 +1215,7 @@ func (p *pass) previousRunStopping(j *Job) (reason, note string) {
 	var st prevRunStop
 	if len(t.c.Runs) == 0 && t.scratch != nil {
 		// The change edits no run: the state's run and what it says are
-		// kept across passes (see prevRunStops).
+		// kept across passes (see scratch.prevRunStopOf).
 		st = t.scratch.prevRunStopOf(t.s, j)
 	} else {
 		st = prevRunStopAt(t.s, t.c.Runs, j)
