@@ -111,6 +111,19 @@ func (s *State) lookupAssoc(account, user string) *assoc {
 	return &assoc{account: account, user: user, id: -1}
 }
 
+// assocOf is lookupAssoc(account, user), answered without the look-up by
+// hint when hint is the interned association of those names in s (a run's,
+// interned by addRun: a running job's is most often its run's). Interned
+// associations are never dropped, but a run's records may be loaded into
+// more than one state: hint is checked to be s's own.
+func (s *State) assocOf(account, user string, hint *assoc) *assoc {
+	if hint != nil && hint.id >= 0 && int(hint.id) < len(s.assocList) && s.assocList[hint.id] == hint &&
+		hint.account == account && hint.user == user {
+		return hint
+	}
+	return s.lookupAssoc(account, user)
+}
+
 // attrsOf returns j's attributes: those computed when it entered the state,
 // else (a record of the change) computed now. Valid until the next Commit.
 func (s *State) attrsOf(j *Job) *jobAttrs {
@@ -186,8 +199,9 @@ func (s *State) fillAttrs(a *jobAttrs, j *Job, intern bool) {
 // prioAttrs sets in a what a priority reads of j (hold, eligible, GPUs,
 // association, QOS, node count) as newAttrs(j, false) sets them, for the
 // running jobs the preemption stage ranks, whose attributes are not kept:
-// the rest (request, shape) is not built.
-func (s *State) prioAttrs(j *Job, a *jobAttrs) {
+// the rest (request, shape) is not built. hint, when not nil, is the
+// association j's run holds (see assocOf).
+func (s *State) prioAttrs(j *Job, a *jobAttrs, hint *assoc) {
 	// No look for stored attributes first: only pending jobs have them,
 	// and a look costs the rank of 25,000 running jobs a read of each
 	// one's state.
@@ -200,7 +214,7 @@ func (s *State) prioAttrs(j *Job, a *jobAttrs) {
 	if b := spec.GetBeginTime(); b != nil {
 		a.eligible = max(a.eligible, b.AsTime().UnixNano())
 	}
-	a.assoc = s.lookupAssoc(spec.GetAccount(), spec.GetUser())
+	a.assoc = s.assocOf(spec.GetAccount(), spec.GetUser(), hint)
 	name := spec.GetQos()
 	if name == "" {
 		name = s.cfg.DefaultQOS

@@ -141,7 +141,7 @@ func gatePreviousRun(p *pass, q *queued) (string, string) {
 	if q.flags&qRan == 0 {
 		return "", ""
 	}
-	return p.previousRunStopping(q.e.j)
+	return p.previousRunStopping(q.j) // q.e.j, without a read of q.e
 }
 
 func gateSchedulable(p *pass, _ *queued) (string, string) {

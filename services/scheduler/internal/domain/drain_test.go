@@ -354,3 +354,43 @@ func TestNoWorkOnLoginNodes(t *testing.T) {
 		t.Fatalf("want the login node filtered as LoginNode, got %+v", d)
 	}
 }
+
+// TestPreviousRunGateFollowsTheRuns: the previous-run gate's look-ups kept
+// across passes (scratch.prevRunStopOf) follow the old run as its steps
+// stop, and a pass that edits runs reads them afresh: each pass as a pass
+// on the state restored afresh decides, notes and wake included.
+func TestPreviousRunGateFollowsTheRuns(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	for _, host := range []string{"gpu-0001", "gpu-0002", "gpu-0003", "gpu-0004"} {
+		h.node(host, 8)
+	}
+	h.submit(1, 2, 8) // gpu-0001, gpu-0002
+	h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_RUNNING, 0)
+	h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionRequeue})
+	pass := func(label, note string) {
+		t.Helper()
+		for _, d := range []time.Duration{time.Second, 2 * time.Second} { // the second on the kept look-ups
+			at := h.now.Add(d)
+			got := h.s.Schedule(at)
+			fresh := NewState(h.s.Config())
+			fresh.Restore(h.s.Snapshot())
+			want := fresh.Schedule(at)
+			sameChange(t, label, got, want)
+			if d := decision(got, 1); d == nil || d.Note != note {
+				t.Fatalf("%s: decision %+v, want note %q", label, d, note)
+			}
+			if !got.wake[cl].Equal(want.wake[cl]) {
+				t.Fatalf("%s: wake %v, restored %v", label, got.wake[cl], want.wake[cl])
+			}
+		}
+	}
+	pass("both stopping", "waiting for its previous run to stop on gpu-0001,gpu-0002")
+	h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_KILLED, 143)
+	pass("one stopped", "waiting for its previous run to stop on gpu-0002")
+	// A pass over a change that edits a run reads the runs afresh.
+	c := h.step(1, 1, "gpu-0002", eventsv1.StepState_STEP_EXITED, 0)
+	if st := starts(c); len(st) != 2 || st[0].GetAttempt() != 2 {
+		t.Fatalf("want attempt 2 started once the old run stopped, got %v", st)
+	}
+}

@@ -53,11 +53,17 @@ func TestPrioritySumMatchesFactors(t *testing.T) {
 }
 
 // TestPrioAttrsAsNewAttrs checks that the attributes the preemption stage
-// ranks running jobs by are newAttrs' own.
+// ranks running jobs by are newAttrs' own, whatever association its run
+// hints at: its own, another's, one of another state of the same names,
+// one not interned, or none.
 func TestPrioAttrsAsNewAttrs(t *testing.T) {
 	t.Parallel()
 	s := NewState(Config{QOS: []QOS{{Name: "low", Priority: 1}, {Name: "normal", Priority: 5}}})
-	s.internAssoc("acct", "alice")
+	alice := s.internAssoc("acct", "alice")
+	other := NewState(s.Config())
+	other.internAssoc("x", "y")
+	foreign := other.internAssoc("acct", "alice") // id 1: s's bob, below
+	s.internAssoc("acct", "bob")
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	for i, spec := range []*loomv1.Job{
 		{Name: "a", Account: "acct", User: "alice", Gpus: 3, SubmitTime: timestamppb.New(now)},
@@ -67,12 +73,14 @@ func TestPrioAttrsAsNewAttrs(t *testing.T) {
 	} {
 		j := &Job{JobRecord: jobstore.JobRecord{Job: spec}}
 		want := s.newAttrs(j, false)
-		got := jobAttrs{eligible: 99, qos: 7}
-		s.prioAttrs(j, &got)
-		if got.hold != want.hold || got.eligible != want.eligible || got.gpus != want.gpus || got.qos != want.qos ||
-			got.req.Nodes != want.req.Nodes || got.assoc.id != want.assoc.id || got.assoc.account != want.assoc.account ||
-			got.assoc.user != want.assoc.user {
-			t.Errorf("job %d: prioAttrs %+v, newAttrs %+v", i, got, *want)
+		for _, hint := range []*assoc{nil, alice, foreign, {account: "acct", user: "alice", id: -1}} {
+			got := jobAttrs{eligible: 99, qos: 7}
+			s.prioAttrs(j, &got, hint)
+			if got.hold != want.hold || got.eligible != want.eligible || got.gpus != want.gpus || got.qos != want.qos ||
+				got.req.Nodes != want.req.Nodes || got.assoc.id != want.assoc.id || got.assoc.account != want.assoc.account ||
+				got.assoc.user != want.assoc.user || (want.assoc.id >= 0 && got.assoc != want.assoc) {
+				t.Errorf("job %d, hint %+v: prioAttrs %+v, newAttrs %+v", i, hint, got, *want)
+			}
 		}
 	}
 }

@@ -102,9 +102,12 @@ type staticCache struct {
 	heldAt   uint64
 	heldSlab []holding
 	// allocs[i] is the state's allocation entry of nodes[i] (nil: none)
-	// as of the state's allocVer allocAt (see allocsOf).
+	// as of the state's allocVer allocAt (see allocsOf); vals[i] a copy of
+	// what it held as of the state's allocVals valsAt (see allocValsOf).
 	allocs  []*nodeAlloc
 	allocAt uint64
+	vals    []nodeAlloc
+	valsAt  uint64
 }
 
 // allocsOf returns the state's allocation entry of each node of the cache,
@@ -122,6 +125,28 @@ func (sc *staticCache) allocsOf(s *State) []*nodeAlloc {
 	}
 	sc.allocAt = s.allocVer
 	return sc.allocs
+}
+
+// allocValsOf returns what the state's allocation entry of each node of the
+// cache holds (zero: no entry), contiguous: copied again only when an entry
+// changed since the last time. A pass reads all 10,000 nodes' entries, and
+// the entries, all over memory, cost a cache miss each.
+func (sc *staticCache) allocValsOf(s *State) []nodeAlloc {
+	if sc.vals != nil && sc.valsAt == s.allocVals {
+		return sc.vals
+	}
+	if sc.vals == nil {
+		sc.vals = make([]nodeAlloc, len(sc.nodes))
+	}
+	for i, a := range sc.allocsOf(s) {
+		if a != nil {
+			sc.vals[i] = *a
+		} else {
+			sc.vals[i] = nodeAlloc{}
+		}
+	}
+	sc.valsAt = s.allocVals
+	return sc.vals
 }
 
 // maxStaticScans bounds a cluster's cached scans (jobs with node lists

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -62,5 +63,82 @@ func TestSumInIsPriority(t *testing.T) {
 	}
 	if fast <= len(jobs)*40 {
 		t.Errorf("sumIn told %d of %d priorities: too few", fast, len(jobs)*80)
+	}
+}
+
+// TestAccrualsAreAccrued: the table's value is accrued's to the bit, for
+// runs sharing start times (whole seconds and nanoseconds apart), times
+// whose running times collide in the table, starts at and after now, rates
+// of every kind, several passes (now moving, the table reset), and two
+// half-lives.
+func TestAccrualsAreAccrued(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(11, 12))
+	var a accruals
+	base := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	for pass := range 6 {
+		now := base.Add(time.Duration(pass) * 1500 * time.Millisecond)
+		halfLife := 7 * 24 * time.Hour
+		if pass%2 == 1 {
+			halfLife = 90 * time.Minute
+		}
+		a.reset(now, halfLife)
+		starts := make([]time.Time, 3*accrualSlots)
+		for i := range starts {
+			switch rng.IntN(4) {
+			case 0:
+				starts[i] = now.Add(-time.Duration(rng.IntN(3600)) * time.Second)
+			case 1:
+				starts[i] = now.Add(-time.Duration(rng.Int64N(int64(30 * 24 * time.Hour))))
+			case 2:
+				starts[i] = now.Add(time.Duration(rng.IntN(3)-1) * time.Second) // at, before or after now
+			default:
+				starts[i] = starts[rng.IntN(i+1)] // one seen already
+			}
+		}
+		hits, misses := 0, 0
+		for i, start := range starts {
+			rate := []float64{1, 8, 64, 0.5, float64(rng.IntN(1000))}[rng.IntN(5)]
+			d := now.Sub(start)
+			k := uint64(d) * 0x9E3779B97F4A7C15 >> (64 - accrualBits)
+			if d > 0 && a.ds[k] == d {
+				hits++
+			} else {
+				misses++
+			}
+			got, want := a.of(rate, start), accrued(rate, start, now, halfLife)
+			if math.Float64bits(got) != math.Float64bits(want) {
+				t.Fatalf("pass %d, run %d (running %v at %v): %v, accrued %v", pass, i, d, rate, got, want)
+			}
+		}
+		if hits == 0 || misses == 0 {
+			t.Fatalf("pass %d: %d hits, %d misses: the table was not exercised both ways", pass, hits, misses)
+		}
+	}
+}
+
+// TestPrioInOfOutOfRange: inputs the compact copy cannot hold (a QOS index
+// past int16, a GPU count past int32, an association not interned) make it
+// slow (sum reads the entry), and a held job's needs nothing else.
+func TestPrioInOfOutOfRange(t *testing.T) {
+	t.Parallel()
+	in := &assoc{"a", "u", 3}
+	for _, c := range []struct {
+		a    jobAttrs
+		slow bool
+	}{
+		{jobAttrs{assoc: in, gpus: 8, qos: math.MaxInt16}, false},
+		{jobAttrs{assoc: in, gpus: 8, qos: math.MaxInt16 + 1}, true},
+		{jobAttrs{assoc: in, gpus: math.MaxInt32 + 1, qos: 1}, true},
+		{jobAttrs{assoc: &assoc{"a", "v", -1}, gpus: 8, qos: 1}, true},
+		{jobAttrs{assoc: in, gpus: 8, qos: math.MaxInt16 + 1, hold: true}, false},
+	} {
+		got := prioInOf(&c.a, 2)
+		if got.slow != c.slow || got.part != 2 || got.age != -1 {
+			t.Errorf("prioInOf(%+v): %+v, want slow %v", c.a, got, c.slow)
+		}
+		if !got.slow && !got.hold && (int32(got.qos) != c.a.qos || int64(got.gpus) != c.a.gpus || got.assoc != c.a.assoc.id) {
+			t.Errorf("prioInOf(%+v): %+v", c.a, got)
+		}
 	}
 }

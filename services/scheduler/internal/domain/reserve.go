@@ -81,9 +81,7 @@ func (p *pass) runEnd(r *Run, fresh bool) (end time.Time, inf, live bool) {
 // during the pass (a preemption began, say), else r.
 func (p *pass) current(r *Run) *Run {
 	if r.key != "" && len(p.t.c.Runs) > 0 {
-		if nr, ok := p.t.c.Runs[r.key]; ok && nr != nil {
-			return nr
-		}
+		return p.t.overRun(r)
 	}
 	return r
 }

@@ -56,10 +56,10 @@ func TestAgeSteps(t *testing.T) {
 				t.Fatalf("w %d, max age %v, age %d: level %d, want %d", c.w, c.maxAge, d, got, want(d))
 			}
 			// As sumIn keeps it: from the last age's value.
-			a := in.age
+			a := int32(in.age)
 			if a < 0 || int(a) >= len(steps)-1 || d < steps[a] || d >= steps[a+1] {
 				a = ageLevel(steps, d)
-				in.age = a
+				in.age = int16(a)
 			}
 			if int64(a) != want(d) {
 				t.Fatalf("w %d, max age %v, age %d: kept level %d, want %d", c.w, c.maxAge, d, a, want(d))

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"maps"
+	"math"
 	"math/bits"
 	"slices"
 	"sort"
@@ -58,9 +59,13 @@ type pass struct {
 	blocked uint64
 	// fifoBlocked: without backfill, the first such job blocks every later one.
 	fifoBlocked bool
-	// gates are the gates this pass calls (passGates).
-	gates []*gate
-	resv  *Reservation
+	// gates are the gates this pass calls (passGates); plainGates those of
+	// them a job without any of the flags in gateFlags goes through (the
+	// gates that look only at flagged jobs left out: see consider).
+	gates      []*gate
+	plainGates []*gate
+	gateFlags  qflags
+	resv       *Reservation
 	// resvGap is resv.Start less now, when resvGapOK (see avoidsReserved).
 	resvGap     time.Duration
 	resvGapOK   bool
@@ -261,6 +266,13 @@ func (t *txn) newPass(name string, c *Cluster) *pass {
 		shapes: map[place.ShapeKey]*place.Shape{}, schedulable: c.Schedulable()}
 	p.static = t.staticCacheFor(name, c, nodes)
 	p.gates = passGates(p)
+	for _, g := range p.gates {
+		if g.only != 0 {
+			p.gateFlags |= g.only
+		} else {
+			p.plainGates = append(p.plainGates, g)
+		}
+	}
 	// Each node's partitions are kept with the static cache (the same
 	// cluster record and node records): the pass reads the node records
 	// only through the cache's contiguous copy (placeNode), not each of
@@ -291,9 +303,9 @@ func (t *txn) newPass(name string, c *Cluster) *pass {
 		}
 	}
 	over := t.allocOverlay()
-	var allocs []*nodeAlloc
+	var allocs []nodeAlloc
 	if p.static != nil {
-		allocs = p.static.allocsOf(t.s)
+		allocs = p.static.allocValsOf(t.s)
 	}
 	for i := range nodes {
 		v := &p.views[i]
@@ -304,9 +316,7 @@ func (t *txn) newPass(name string, c *Cluster) *pass {
 		if oa, ok := over[n.Name]; ok {
 			a = oa
 		} else if allocs != nil {
-			if sa := allocs[i]; sa != nil {
-				a = *sa
-			}
+			a = allocs[i]
 		} else if sa := t.s.alloc[n.Name]; sa != nil {
 			a = *sa
 		}
@@ -435,7 +445,7 @@ func (p *pass) order(pend []*pendEntry) []queued {
 	// where the entries are hundreds.
 	var ins []prioIn
 	var steps []int64
-	if key.ci != nil && p.prio != nil {
+	if key.ci != nil && p.prio != nil && len(p.parts) <= math.MaxInt16 {
 		if cap(sc.prioIns) < len(pend) {
 			sc.prioIns = make([]prioIn, len(pend))
 		}
@@ -455,7 +465,7 @@ func (p *pass) order(pend []*pendEntry) []queued {
 			// checks and most likely reuses: else that pass, the first
 			// to reorder, finds it for every job.
 			if in := &ins[i]; steps != nil && !in.slow && !in.hold && in.eligible > 0 && p.prio.now > in.eligible {
-				in.age = ageLevel(steps, p.prio.now-in.eligible)
+				in.age = int16(ageLevel(steps, p.prio.now-in.eligible)) // at most maxAgeSteps+1
 			}
 		}
 		if e.reason == "" {
@@ -605,9 +615,12 @@ func (p *pass) reorder(out []queued, pend []*pendEntry, keys []rankID) ([]queued
 			if in.part >= 0 {
 				rank = -(tiers[in.part] | prio)
 			}
-			mark(i, rank, prio)
-			keys[i] = rankID{rank, keys[i].id}
-			prios[i] = prio
+			// Written only when changed: most jobs keep theirs, and a
+			// store of the same value still dirties 2.4 MB of lines.
+			if rank != keys[i].rank || prio != prios[i] {
+				mark(i, rank, prio)
+				keys[i].rank, prios[i] = rank, prio
+			}
 		}
 		fresh = true
 	} else if p.prio != nil {
@@ -1065,7 +1078,13 @@ func (p *pass) consider(q *queued) {
 	// Not even its address is taken before: &q.e.jobAttrs reads q.e (a nil
 	// check), a cache miss per job in a queue read all over memory.
 	t, j := p.t, q.j
-	for _, g := range p.gates {
+	// Most jobs have no flag: they skip the gates that only look at
+	// flagged jobs without a test per gate.
+	gs := p.gates
+	if q.flags&p.gateFlags == 0 {
+		gs = p.plainGates
+	}
+	for _, g := range gs {
 		if g.only != 0 && q.flags&g.only == 0 {
 			continue
 		}
@@ -1193,16 +1212,56 @@ func (p *pass) decideSettled(q *queued, pi int) bool {
 // naming what it waits for, or "" when the job may go on.
 func (p *pass) previousRunStopping(j *Job) (reason, note string) {
 	t := p.t
+	var st prevRunStop
+	if len(t.c.Runs) == 0 && t.scratch != nil {
+		// The change edits no run: the state's run and what it says are
+		// kept across passes (see scratch.prevRunStopOf).
+		st = t.scratch.prevRunStopOf(t.s, j)
+	} else {
+		st = prevRunStopAt(t.s, t.c.Runs, j)
+	}
+	r := st.run
+	if r == nil || r.Released {
+		return "", ""
+	}
+	if st.fenced {
+		p.wakeAt(r.FenceUntil)
+		return st.reason, st.note
+	}
+	if !r.End.IsZero() {
+		// At the stop wait's end the clock gives up on the nodes that did
+		// not answer (Tick: giveUpStopping), and the job may start: never
+		// while the old run still holds a node.
+		if until := r.End.Add(t.s.cfg.RequeueStopWait); t.now.Before(until) {
+			p.wakeAt(until)
+		}
+	}
+	return st.reason, st.note
+}
+
+// prevRunStop is what previousRunStopping reads of job's previous run, run
+// (nil: none), whatever the clock says: the reason and note it gives while
+// run is not released, and whether that is for a fenced step (the wake
+// then at run.FenceUntil).
+type prevRunStop struct {
+	run          *Run
+	reason, note string
+	fenced       bool
+}
+
+// prevRunStopAt is j's prevRunStop in the state s with the change's
+// versions of runs over it.
+func prevRunStopAt(s *State, over map[string]*Run, j *Job) prevRunStop {
 	// RunKey's key, built on the stack: the look-ups do not keep it, and
 	// this gate looks at every requeued job of the queue each pass.
 	var buf [96]byte
 	key := strconv.AppendInt(append(append(buf[:0], j.Name()...), '#'), int64(j.Attempt), 10)
-	r, ok := t.c.Runs[string(key)]
+	r, ok := over[string(key)]
 	if !ok {
-		r = t.s.runs[string(key)]
+		r = s.runs[string(key)]
 	}
 	if r == nil || r.Released {
-		return "", ""
+		return prevRunStop{run: r}
 	}
 	if !r.FenceUntil.IsZero() {
 		// A failed node's step may still run: no stop wait shortens its
@@ -1215,17 +1274,9 @@ func (p *pass) previousRunStopping(j *Job) (reason, note string) {
 			}
 		}
 		if len(fenced) > 0 {
-			p.wakeAt(r.FenceUntil)
-			return ReasonRequeued, "waiting for its previous run to stop on failed node(s) " + strings.Join(fenced, ",") +
-				" (fenced until " + r.FenceUntil.UTC().Format(time.RFC3339) + ")"
-		}
-	}
-	if !r.End.IsZero() {
-		// At the stop wait's end the clock gives up on the nodes that did
-		// not answer (Tick: giveUpStopping), and the job may start: never
-		// while the old run still holds a node.
-		if until := r.End.Add(t.s.cfg.RequeueStopWait); t.now.Before(until) {
-			p.wakeAt(until)
+			return prevRunStop{run: r, fenced: true, reason: ReasonRequeued,
+				note: "waiting for its previous run to stop on failed node(s) " + strings.Join(fenced, ",") +
+					" (fenced until " + r.FenceUntil.UTC().Format(time.RFC3339) + ")"}
 		}
 	}
 	var stopping []string
@@ -1235,10 +1286,33 @@ func (p *pass) previousRunStopping(j *Job) (reason, note string) {
 		}
 	}
 	if len(stopping) == 0 {
-		return ReasonRequeued, "waiting for its previous run's job steps (srun) to end"
+		return prevRunStop{run: r, reason: ReasonRequeued, note: "waiting for its previous run's job steps (srun) to end"}
 	}
-	return ReasonRequeued, "waiting for its previous run to stop on " + strings.Join(stopping, ",")
+	return prevRunStop{run: r, reason: ReasonRequeued, note: "waiting for its previous run to stop on " + strings.Join(stopping, ",")}
 }
+
+// prevRunStopOf is prevRunStopAt(s, nil, j), kept across a writer's passes
+// by job version while the state's runs are the same (State.runsVer): a
+// requeued job's look-up of its previous run (its name and attempt read
+// from its records, a key built and hashed, the run's steps looked up by
+// node) is made once, not each pass for each of the thousands a
+// preemption requeues. A job version's name and attempt never change, nor
+// does a run of the state (an edit is another version, put by putRun).
+func (sc *scratch) prevRunStopOf(s *State, j *Job) prevRunStop {
+	if sc.prevRunStops == nil || sc.prevRunStopsAt != s.runsVer || len(sc.prevRunStops) >= maxPrevRunStops {
+		sc.prevRunStops, sc.prevRunStopsAt = map[*Job]prevRunStop{}, s.runsVer
+	}
+	if st, ok := sc.prevRunStops[j]; ok {
+		return st
+	}
+	st := prevRunStopAt(s, nil, j)
+	sc.prevRunStops[j] = st
+	return st
+}
+
+// maxPrevRunStops bounds scratch.prevRunStops: past it (the versions of
+// jobs that left the queue add up while no run changes) it starts over.
+const maxPrevRunStops = 1 << 16
 
 // liveRuns calls f for every run of the cluster that is its job's running attempt.
 func (p *pass) liveRuns(f func(r *Run, j *Job)) {

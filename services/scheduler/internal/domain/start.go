@@ -82,7 +82,7 @@ func (p *pass) start(j *Job, part Partition, req *place.Request, chosen []int32,
 		}
 		r.Steps[v.Node.Name] = Step{Idle: batch && rank > 0}
 	}
-	t.c.Runs[r.Key()] = r
+	t.putRunVersion(r.Key(), r)
 	for _, i := range chosen {
 		p.held[i] = append(p.held[i][:len(p.held[i]):len(p.held[i])], r)
 	}

@@ -75,6 +75,15 @@ type State struct {
 	// themselves change in place): a pass's cache of the entries by node
 	// holds while it is the same (see staticCache.allocsOf).
 	allocVer uint64
+	// allocVals changes whenever alloc or one of its entries changes: a
+	// pass's copy of the entries by node holds while it is the same (see
+	// staticCache.allocValsOf).
+	allocVals uint64
+	// runsVer counts the runs put (added, replaced or removed): what a
+	// writer kept of the runs by key holds while it is the same (see
+	// scratch.prevRunStopOf). The state's own count: it never goes back,
+	// and the scratch is the state's.
+	runsVer uint64
 	// mirrored changes whenever a committed run's mirrored job fields
 	// (live, limit) change in place: a writer's kept holdings of the
 	// nodes' runs hold while it is the same (see pass.keptHoldings).
@@ -716,6 +725,7 @@ func (s *State) loadRuns(runs []*Run) bool {
 		s.runs = map[string]*Run{}
 		return false
 	}
+	s.runsVer += uint64(len(runs)) // as putRun's, one a run
 	s.active = make(map[string]*Run, len(runs))
 	for cluster, n := range counts {
 		if ci := s.index(cluster); len(ci.active) == 0 {
@@ -890,6 +900,7 @@ func (s *State) unaccount(key string) {
 }
 
 func (s *State) putRun(key string, r *Run) {
+	s.runsVer++
 	s.unaccount(key)
 	if r == nil {
 		delete(s.runs, key)
@@ -941,6 +952,8 @@ func (s *State) mirrorJob(r *Run) {
 // account adds (sign 1) or removes (sign -1) what r holds to the per-node
 // allocation counters.
 func (s *State) account(r *Run, sign int32) {
+	s.versions++
+	s.allocVals = s.versions
 	for i, node := range r.Nodes {
 		if !r.Holds(node) {
 			continue

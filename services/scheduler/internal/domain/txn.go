@@ -30,6 +30,11 @@ type txn struct {
 	// (only those can be hopeless: endHopeless looks at the decisions
 	// only then, not at 100,000 of them every pass).
 	badConstraints bool
+	// over maps each run of the state whose key the change holds a
+	// version of to that version, as of overN versions in the change
+	// (see overRun); nil until first used.
+	over  map[*Run]*Run
+	overN int
 }
 
 // scratch holds buffers reused from one pass to the next, so that a pass
@@ -94,6 +99,12 @@ type scratch struct {
 	// the interned filtered counts (see decisions.go).
 	decisions []Decision
 	filtered  map[string]map[string]int
+	// accruals: fair share's table of decayed fractions (see accruals).
+	accruals *accruals
+	// prevRunStops: the previous-run gate's look-ups by job version, as of
+	// the state's runsVer prevRunStopsAt (see prevRunStopOf).
+	prevRunStops   map[*Job]prevRunStop
+	prevRunStopsAt uint64
 }
 
 // writerTxn is a txn of Handle, Tick or Schedule.
@@ -344,7 +355,43 @@ func (t *txn) editRun(key string) *Run {
 		return r
 	}
 	r := t.s.runs[key].clone()
+	t.putRunVersion(key, r)
+	return r
+}
+
+// putRunVersion makes r the change's version of the run stored as key,
+// keeping overRun's map in step.
+func (t *txn) putRunVersion(key string, r *Run) {
 	t.c.Runs[key] = r
+	if t.over != nil {
+		if sr := t.s.runs[key]; sr != nil {
+			t.over[sr] = r
+		}
+		t.overN = len(t.c.Runs)
+	}
+}
+
+// overRun returns the change's version of the key of r, a run of the state
+// (only those have a key: addRun sets it, clone drops it), when the change
+// holds one (not nil), else r: what c.Runs[r.key] says, from a map by run
+// instead of a hash of the key, which the preemption stage asked for every
+// victim it read (a thousand per preemptor). The map follows the change
+// through putRunVersion, and is made again from c.Runs when the change
+// holds versions it was not told of (a version in the change is edited in
+// place, never replaced by another: editRun, start).
+func (t *txn) overRun(r *Run) *Run {
+	if t.over == nil || t.overN != len(t.c.Runs) {
+		t.over = make(map[*Run]*Run, len(t.c.Runs))
+		for key, nr := range t.c.Runs {
+			if sr := t.s.runs[key]; sr != nil {
+				t.over[sr] = nr
+			}
+		}
+		t.overN = len(t.c.Runs)
+	}
+	if nr := t.over[r]; nr != nil {
+		return nr
+	}
 	return r
 }
 

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"strings"
 )
@@ -60,7 +61,7 @@ func (s *State) fillVictim(r *Run, keep bool) *victimIn {
 	}
 	j := m.job
 	var a jobAttrs
-	s.prioAttrs(j, &a)
+	s.prioAttrs(j, &a, r.assoc)
 	m.of, m.s, m.num, m.part, m.in = j, s, jobNumber(j), j.Job.GetPartition(), prioInOf(&a, -1)
 	return m
 }
@@ -217,9 +218,10 @@ func (p *pass) victims(qos string, qi int32, pi int) *victimList {
 			v.id = -m.num
 			if p.prio != nil {
 				in := m.in
-				in.part = int32(partIndex(m.part))
+				pi := partIndex(m.part)
+				in.part = int16(pi)
 				prio, ok := p.prio.sumIn(&in, nil)
-				if !ok {
+				if !ok || pi > math.MaxInt16 {
 					prio = p.victimPriority(r, m.job, true)
 				}
 				v.prio = prio
@@ -258,7 +260,7 @@ func (p *pass) victimPriority(r *Run, vj *Job, stored bool) int64 {
 	}
 	_, vpi := p.cluster.Partition(vj.Job.GetPartition())
 	var a jobAttrs
-	p.t.s.prioAttrs(vj, &a)
+	p.t.s.prioAttrs(vj, &a, nil)
 	v := p.prio.sum(&a, vpi)
 	if stored {
 		if p.victimPrio == nil {

@@ -94,7 +94,7 @@ func TestVictimsAsComputedFromJobs(t *testing.T) {
 			vj := s.jobs[v.run.Job]
 			_, vpi := p.cluster.Partition(vj.Job.GetPartition())
 			var a jobAttrs
-			s.prioAttrs(vj, &a)
+			s.prioAttrs(vj, &a, nil)
 			if want := p.prio.sum(&a, vpi); v.prio != want || v.id != -jobNumber(vj) || v.nodes != int32(len(v.run.Nodes)) {
 				t.Fatalf("%s: victim %s: prio %d id %d nodes %d; from its job %d, %d, %d",
 					step, v.run.Key(), v.prio, v.id, v.nodes, want, -jobNumber(vj), len(v.run.Nodes))
