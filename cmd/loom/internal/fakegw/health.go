@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/hostlist"
 	"github.com/loom-ml/loom/libs/paging"
@@ -70,7 +71,7 @@ func (g *Gateway) ScanNodes(_ context.Context, r *loomv1.ScanNodesRequest) (*loo
 	}
 	if len(hosts) == 0 {
 		for _, n := range g.Nodes {
-			if n.GetCluster() == r.GetCluster() && n.GetRole() != "login" {
+			if n.GetCluster() == r.GetCluster() && n.GetRole() != clusterspec.RoleLogin {
 				hosts = append(hosts, n.GetHostname())
 			}
 		}

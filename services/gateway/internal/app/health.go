@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
@@ -196,7 +197,7 @@ func (g *Gateway) ScanNodes(ctx context.Context, req *loomv1.ScanNodesRequest) (
 	scanned := hosts
 	if len(scanned) == 0 {
 		for h, n := range nodes {
-			if n.GetRole() != "login" {
+			if n.GetRole() != clusterspec.RoleLogin {
 				scanned = append(scanned, h)
 			}
 		}

@@ -235,7 +235,7 @@ func RenderWith(c *loomv1.Cluster, nodes []*loomv1.Node, opts RenderOptions) (*l
 			return nil, fmt.Errorf("slurmconf: node hostname %q appears twice", host)
 		}
 		seen[host] = true
-		if n.GetRole() == "login" {
+		if n.GetRole() == clusterspec.RoleLogin {
 			login = append(login, host)
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -341,7 +342,7 @@ func TestNoWorkOnLoginNodes(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName("c1-login-001"), Cluster: cl, Hostname: "c1-login-001",
-		State: loomv1.Node_READY, Role: RoleLogin}})
+		State: loomv1.Node_READY, Role: clusterspec.RoleLogin}})
 	c := h.submit(1, 1, 0)
 	h.wantState(1, loomv1.JobState_PENDING, ReasonReqNodeNotAvail)
 	h.node("cpu-0001", 0)

@@ -21,7 +21,6 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
-	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
 )
 
 // Slurm reasons a pending job carries in state_reason, and the reasons the
@@ -72,10 +71,6 @@ const (
 	// ReasonNonZeroExitCode ends a job whose step exited non-zero (FAILED).
 	ReasonNonZeroExitCode = "NonZeroExitCode"
 )
-
-// RoleLogin is the role of login nodes: records without an agent, never
-// given work.
-const RoleLogin = place.RoleLogin
 
 // Cluster, Partition, NodeSet and Node are the records of clusters and
 // their nodes (package jobstore: they have no memory-only fields).

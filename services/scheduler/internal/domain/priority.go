@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
@@ -175,7 +176,7 @@ func (t *txn) newPrioCtx(cluster string, c *Cluster, views []place.NodeView, pen
 	// One walk of the views for every partition (integer sums: the same
 	// in any order).
 	for v := range views {
-		if views[v].Node.Role == RoleLogin {
+		if views[v].Node.Role == clusterspec.RoleLogin {
 			continue
 		}
 		for i := range parts {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
@@ -1418,7 +1419,7 @@ func (p *pass) partitionStats() {
 	p.partMaxGPUs = make([]int32, len(p.parts))
 	for i := range p.views {
 		v := &p.views[i]
-		if v.Node.Role == RoleLogin {
+		if v.Node.Role == clusterspec.RoleLogin {
 			continue
 		}
 		for pi := range p.parts {

@@ -21,6 +21,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -280,7 +281,7 @@ func ClusterSpec(tr *trace.Trace) *loomv1.Cluster {
 func NodeEvent(n trace.Node) *eventsv1.NodeChanged {
 	return &eventsv1.NodeChanged{Node: &loomv1.Node{
 		Name: NodeName(n.Hostname), Cluster: Cluster, NodePool: n.Pool, Hostname: n.Hostname,
-		State: loomv1.Node_READY, Gpus: n.Slots, AcceleratorType: n.Model, Role: "compute",
+		State: loomv1.Node_READY, Gpus: n.Slots, AcceleratorType: n.Model, Role: clusterspec.RoleCompute,
 	}}
 }
 

@@ -3,6 +3,7 @@ package jobstore
 import (
 	"time"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -45,11 +46,6 @@ type NodeSet struct {
 // ImplicitPartition is the name of the one partition of a cluster described
 // without Slurm partitions (clusterspec's default partition name).
 const ImplicitPartition = "all"
-
-// RoleLogin is the role of login nodes: records without an agent, never
-// given work (the same string as place.RoleLogin; a domain test holds them
-// equal).
-const RoleLogin = "login"
 
 // Schedulable reports whether the cluster may be given new work.
 func (c *Cluster) Schedulable() bool {
@@ -160,7 +156,7 @@ type Node struct {
 
 // Usable reports whether the node may take new work.
 func (n *Node) Usable() bool {
-	return n.State == loomv1.Node_READY && !n.HealthOut() && !n.Unreachable && !n.PrologHold && n.Role != RoleLogin && !n.AdminDrain
+	return n.State == loomv1.Node_READY && !n.HealthOut() && !n.Unreachable && !n.PrologHold && n.Role != clusterspec.RoleLogin && !n.AdminDrain
 }
 
 // HealthOut reports whether health took the node out: unhealthy, or being

@@ -3,6 +3,7 @@ package jobstore
 import (
 	"testing"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -44,7 +45,7 @@ func TestNodeStates(t *testing.T) {
 	if !n.Usable() || n.Lost() || n.Draining() {
 		t.Fatal("a ready node is usable, not lost")
 	}
-	n.Role = RoleLogin
+	n.Role = clusterspec.RoleLogin
 	if n.Usable() {
 		t.Fatal("a login node takes no work")
 	}

@@ -3,6 +3,7 @@ package place
 import (
 	"strings"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -45,7 +46,7 @@ func DefaultChecks() []Check {
 var (
 	// CheckCompute keeps work off login nodes, which have no agent.
 	CheckCompute = Check{Reason: "LoginNode", Kind: Static, Fits: func(_ *Request, n *NodeView) bool {
-		return n.Node.Role != RoleLogin
+		return n.Node.Role != clusterspec.RoleLogin
 	}}
 	// CheckPartition keeps a job in its partition's nodes.
 	CheckPartition = Check{Reason: "NotInPartition", Kind: Static, Fits: func(r *Request, n *NodeView) bool {

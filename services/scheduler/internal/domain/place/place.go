@@ -13,10 +13,6 @@ package place
 
 import loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
-// RoleLogin is the role of login nodes: records without an agent, never
-// given work.
-const RoleLogin = "login"
-
 // MaxGPUsPerNode is the most GPUs a node may have: a NodeView keeps its free
 // GPUs in a 64-bit mask.
 const MaxGPUsPerNode = 64
@@ -30,7 +26,8 @@ type Node struct {
 	Hostname string
 	// Block is the provisioner's topology block ("" none).
 	Block string
-	// Role is "compute" or RoleLogin ("" counts as compute).
+	// Role is "compute" or "login" (clusterspec.RoleCompute, RoleLogin; ""
+	// counts as compute).
 	Role string
 	// State is the provisioner's view of the node.
 	State loomv1.Node_State

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
 )
@@ -88,7 +89,7 @@ func Partitions(src NodeSource, cluster string) []*loomv1.Partition {
 		}
 		for k := range t.Nodes {
 			v := &t.Nodes[k].View
-			if v.Node.Role == place.RoleLogin || !v.InPartition(i) {
+			if v.Node.Role == clusterspec.RoleLogin || !v.InPartition(i) {
 				continue
 			}
 			lp.Nodes = append(lp.Nodes, v.Node.Hostname)
@@ -117,7 +118,7 @@ func SlurmNodes(src NodeSource, cluster string) []*loomv1.SlurmNode {
 		row := &t.Nodes[k]
 		v := &row.View
 		n := v.Node
-		if n.Role == place.RoleLogin {
+		if n.Role == clusterspec.RoleLogin {
 			continue
 		}
 		sn := &loomv1.SlurmNode{Hostname: n.Hostname, Node: n.Name, Cluster: cluster, Gpus: n.GPUs,

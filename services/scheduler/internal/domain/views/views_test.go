@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/place"
 )
@@ -108,7 +109,7 @@ func TestSlurmNodesStates(t *testing.T) {
 		{View: place.NodeView{Node: node("b", 8), Parts: 1, FreeGPUs: 0, Runs: 1}},
 		{View: place.NodeView{Node: node("c", 8), Parts: 1, FreeGPUs: 4, Runs: 1}},
 		{View: place.NodeView{Node: node("d", 8), Parts: 1}, Down: true, DownReason: "node d down: unhealthy"},
-		{View: place.NodeView{Node: &place.Node{Hostname: "login", Role: place.RoleLogin}, Parts: 1}},
+		{View: place.NodeView{Node: &place.Node{Hostname: "login", Role: clusterspec.RoleLogin}, Parts: 1}},
 	}}
 	var states []loomv1.SlurmNode_State
 	for _, n := range SlurmNodes(tab, "c") {
