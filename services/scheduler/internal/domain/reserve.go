@@ -224,7 +224,7 @@ func (p *pass) viewIndex() map[string]int32 {
 				}
 			}
 			if same {
-				p.viewAt = vi.at
+				p.viewAt, p.viewCache = vi.at, vi
 				return p.viewAt
 			}
 		}
@@ -239,7 +239,8 @@ func (p *pass) viewIndex() map[string]int32 {
 		if sc.viewAt == nil {
 			sc.viewAt = map[string]*viewIndexCache{}
 		}
-		sc.viewAt[p.name] = &viewIndexCache{nodes: nodes, at: p.viewAt}
+		p.viewCache = &viewIndexCache{nodes: nodes, at: p.viewAt}
+		sc.viewAt[p.name] = p.viewCache
 	}
 	return p.viewAt
 }
@@ -249,6 +250,42 @@ func (p *pass) viewIndex() map[string]int32 {
 type viewIndexCache struct {
 	nodes []*place.Node
 	at    map[string]int32
+	// heldRun and held are, by index in the cluster's active runs, the
+	// run last seen there and the nodes of it the preemption walk looks
+	// at (heldViews): a preemptor that cannot fit walks every run, and a
+	// look-up of each node in at and in the run's steps was most of its
+	// cost. A state's run never changes, nor does at: an entry stays true
+	// while the run at its index is the same.
+	heldRun []*Run
+	held    [][]heldView
+}
+
+// heldView is a node a run holds and its view's index.
+type heldView struct {
+	node string
+	i    int32
+}
+
+// heldViews returns the nodes of r, the state's run at index pos of its
+// cluster's active runs, that it holds and that have a view in at, in
+// r.Nodes' order: the nodes for which at[node] is found and r.Holds(node).
+func (vi *viewIndexCache) heldViews(r *Run, pos int32) []heldView {
+	if int(pos) >= len(vi.heldRun) {
+		n := max(int(pos)+1, 2*len(vi.heldRun))
+		vi.heldRun = append(vi.heldRun, make([]*Run, n-len(vi.heldRun))...)
+		vi.held = append(vi.held, make([][]heldView, n-len(vi.held))...)
+	}
+	if vi.heldRun[pos] == r {
+		return vi.held[pos]
+	}
+	hs := vi.held[pos][:0]
+	for _, node := range r.Nodes {
+		if i, ok := vi.at[node]; ok && r.Holds(node) {
+			hs = append(hs, heldView{node, i})
+		}
+	}
+	vi.heldRun[pos], vi.held[pos] = r, hs
+	return hs
 }
 
 // room is what is free on a node, as a reservation or a preemption counts it.
@@ -391,7 +428,7 @@ func (p *pass) preempting() map[string][]*Run {
 			}
 			return p.preemptFor
 		}
-		p.t.eachClusterRun(p.name, func(r *Run, _ bool) {
+		p.t.eachClusterRun(p.name, func(r *Run, _ int32, _ bool) {
 			if r = p.current(r); r.PreemptBy != "" {
 				p.preemptFor[r.PreemptBy] = append(p.preemptFor[r.PreemptBy], r)
 			}
@@ -478,10 +515,21 @@ func (p *pass) preempt(j *Job, a *jobAttrs, r *place.Request, sc *place.Shape) (
 			continue
 		}
 		touches := false
-		for _, node := range rn.Nodes {
-			if i, ok := at[node]; ok && sc.InAvail[i] && rn.Holds(node) {
-				touches = true
-				release(i, node, rn)
+		if rn == v.run && v.pos >= 0 && p.viewCache != nil {
+			// The state's run, unedited: its nodes as the walk below
+			// finds them, kept from the last pass.
+			for _, h := range p.viewCache.heldViews(rn, v.pos) {
+				if sc.InAvail[h.i] {
+					touches = true
+					release(h.i, h.node, rn)
+				}
+			}
+		} else {
+			for _, node := range rn.Nodes {
+				if i, ok := at[node]; ok && sc.InAvail[i] && rn.Holds(node) {
+					touches = true
+					release(i, node, rn)
+				}
 			}
 		}
 		if !touches {

@@ -69,7 +69,9 @@ func TestVictimListOrderAsSort(t *testing.T) {
 // fields kept on the runs (victimIn) have the priority and number their jobs
 // give when computed from the jobs themselves, and are every live run the
 // preemptor may take; after a Commit that edits a running job, and one
-// that ends some runs and starts others, they follow.
+// that ends some runs and starts others, they follow; so do the victim rows
+// kept beside the active runs (checkVictimRows) and the nodes the walk
+// reads of each run from the kept views (checkHeldViews).
 func TestVictimsAsComputedFromJobs(t *testing.T) {
 	t.Parallel()
 	base, now := benchCluster(60, 300, 0.9, 7)
@@ -109,6 +111,8 @@ func TestVictimsAsComputedFromJobs(t *testing.T) {
 		if n == 0 || n != live {
 			t.Fatalf("%s: %d victims, want the %d live runs", step, n, live)
 		}
+		checkVictimRows(t, step, s)
+		checkHeldViews(t, step, p)
 	}
 	check("loaded")
 	// A new version of a running job (the state's records are never
@@ -139,4 +143,50 @@ func TestVictimsAsComputedFromJobs(t *testing.T) {
 	s.Commit(s.Tick(now))
 	s.Commit(s.Schedule(now))
 	check("after a pass")
+}
+
+// checkVictimRows checks that each cluster's victim rows say of the active
+// run beside them (same index) what the run says: its own fields, its
+// mirrored live and job, and, once filled, what fillVictim finds of its job.
+func checkVictimRows(t *testing.T, step string, s *State) {
+	t.Helper()
+	for name, ci := range s.byCluster {
+		if len(ci.victims) != len(ci.active) {
+			t.Fatalf("%s: cluster %s: %d victim rows for %d active runs", step, name, len(ci.victims), len(ci.active))
+		}
+		for i, r := range ci.active {
+			row, want := ci.victims[i], victimRowOf(r)
+			if row.qos != want.qos || row.part != want.part || row.nodes != want.nodes || row.preempting != want.preempting ||
+				row.keyed != want.keyed || row.live != want.live || row.v.job != want.v.job {
+				t.Fatalf("%s: run %s: row %+v, the run's %+v", step, r.Key(), row, want)
+			}
+			if m := row.v; m.of == m.job && m.s == s {
+				if f := s.fillVictim(r, false); f.num != m.num || f.part != m.part || f.in != m.in {
+					t.Fatalf("%s: run %s: row's job fields %+v, fillVictim's %+v", step, r.Key(), m, *f)
+				}
+			}
+		}
+	}
+}
+
+// checkHeldViews checks that the nodes the preemption walk reads of each
+// active run from the kept views (heldViews) are those the run holds that
+// have a view, in its order, as at and Holds say.
+func checkHeldViews(t *testing.T, step string, p *pass) {
+	t.Helper()
+	at := p.viewIndex()
+	if p.viewCache == nil {
+		t.Fatalf("%s: a writer's pass without its kept views", step)
+	}
+	for pos, r := range p.t.s.byCluster[p.name].active {
+		var want []heldView
+		for _, node := range r.Nodes {
+			if i, ok := at[node]; ok && r.Holds(node) {
+				want = append(want, heldView{node, i})
+			}
+		}
+		if got := p.viewCache.heldViews(r, int32(pos)); !slices.Equal(got, want) {
+			t.Fatalf("%s: run %s at %d: held views %v, want %v", step, r.Key(), pos, got, want)
+		}
+	}
 }
