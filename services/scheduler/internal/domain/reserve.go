@@ -410,27 +410,36 @@ func (p *pass) mayPreempt(qos int32, pi int) bool {
 	return false
 }
 
+// preemptedRun is a run being preempted and its index in its cluster's
+// active runs, -1 for the change's version of a run.
+type preemptedRun struct {
+	run *Run
+	pos int32
+}
+
 // preempting returns, per preemptor, the runs already being preempted for
 // it (built once per pass, kept current by preempt).
-func (p *pass) preempting() map[string][]*Run {
+func (p *pass) preempting() map[string][]preemptedRun {
 	if p.preemptFor == nil {
-		p.preemptFor = map[string][]*Run{}
+		p.preemptFor = map[string][]preemptedRun{}
 		if ci := p.t.s.byCluster[p.name]; ci != nil && len(p.t.c.Runs) == 0 {
 			// The change edits no run: the stored runs being preempted
-			// are those their contiguous usage entries mark, in the order
-			// of the scan below, without a look at each of 25,000 runs.
-			for i, n := 0, 0; i < len(ci.usage) && n < ci.preempting; i++ {
-				if ci.usage[i].preempting {
-					r := ci.active[i]
-					p.preemptFor[r.PreemptBy] = append(p.preemptFor[r.PreemptBy], r)
-					n++
-				}
+			// are those whose indexes preemptPos keeps, taken in the
+			// order of the runs, without a look at each of 25,000 runs.
+			pos := slices.Clone(ci.preemptPos)
+			slices.Sort(pos)
+			for _, i := range pos {
+				r := ci.active[i]
+				p.preemptFor[r.PreemptBy] = append(p.preemptFor[r.PreemptBy], preemptedRun{r, i})
 			}
 			return p.preemptFor
 		}
-		p.t.eachClusterRun(p.name, func(r *Run, _ int32, _ bool) {
-			if r = p.current(r); r.PreemptBy != "" {
-				p.preemptFor[r.PreemptBy] = append(p.preemptFor[r.PreemptBy], r)
+		p.t.eachClusterRun(p.name, func(r *Run, pos int32, _ bool) {
+			if c := p.current(r); c.PreemptBy != "" {
+				if c != r {
+					pos = -1
+				}
+				p.preemptFor[c.PreemptBy] = append(p.preemptFor[c.PreemptBy], preemptedRun{c, pos})
 			}
 		})
 	}
@@ -493,7 +502,16 @@ func (p *pass) preempt(j *Job, a *jobAttrs, r *place.Request, sc *place.Shape) (
 			fitting++
 		}
 	}
-	for _, rn := range p.preempting()[j.Name()] { // its own victims, already on their way out
+	for _, pr := range p.preempting()[j.Name()] { // its own victims, already on their way out
+		rn := pr.run
+		if pr.pos >= 0 && p.viewCache != nil {
+			for _, h := range p.viewCache.heldViews(rn, pr.pos) {
+				if sc.InAvail[h.i] {
+					release(h.i, h.node, rn)
+				}
+			}
+			continue
+		}
 		for _, node := range rn.Nodes {
 			if i, ok := at[node]; ok && sc.InAvail[i] && rn.Holds(node) {
 				release(i, node, rn)
@@ -549,7 +567,7 @@ func (p *pass) preempt(j *Job, a *jobAttrs, r *place.Request, sc *place.Shape) (
 			p.requeuedJobs = append(p.requeuedJobs, rn.Job)
 		}
 		if p.preemptFor != nil {
-			p.preemptFor[j.Name()] = append(p.preemptFor[j.Name()], p.current(rn))
+			p.preemptFor[j.Name()] = append(p.preemptFor[j.Name()], preemptedRun{p.current(rn), -1})
 		}
 	}
 	return len(chosen), false

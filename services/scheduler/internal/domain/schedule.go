@@ -83,7 +83,7 @@ type pass struct {
 	// victimCache and preemptFor: lazy preemption indexes (see victims, preempting).
 	victimCache map[victimKey]*victimList
 	victimPrio  map[*Run]int64
-	preemptFor  map[string][]*Run
+	preemptFor  map[string][]preemptedRun
 	preempts    int
 	// reservedViews are the views of the backfill reservation's nodes;
 	// capacityKnown caches defaultCapacity (0 not yet, 1 yes, 2 no).

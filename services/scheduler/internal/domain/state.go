@@ -118,6 +118,9 @@ type clusterIndex struct {
 	// usage[i].preempting): a pass finds them from usage, not from each
 	// run (see pass.preempting).
 	preempting int
+	// preemptPos holds the indexes in active of those runs, unordered:
+	// a pass finds them without a scan of usage.
+	preemptPos []int32
 	// victims holds, beside active (same index), what the preemption
 	// stage reads of each active run to list the victims (victimRowOf),
 	// contiguous: a list of 25,000 runs read from each run cost several
@@ -868,6 +871,22 @@ func (s *State) putJob(name string, j *Job) {
 	}
 }
 
+// movePreemptPos changes the index from in preemptPos to to, or removes it
+// when to is negative.
+func (ci *clusterIndex) movePreemptPos(from, to int32) {
+	k := slices.Index(ci.preemptPos, from)
+	if k < 0 {
+		return
+	}
+	if to >= 0 {
+		ci.preemptPos[k] = to
+		return
+	}
+	last := len(ci.preemptPos) - 1
+	ci.preemptPos[k] = ci.preemptPos[last]
+	ci.preemptPos = ci.preemptPos[:last]
+}
+
 // countAssoc adds d to the count of pending jobs of association id (none
 // for an uninterned one, id -1).
 func (ci *clusterIndex) countAssoc(id int32, d int32) {
@@ -902,6 +921,10 @@ func (s *State) unaccount(key string) {
 			delete(ci.activePos, key)
 			if old.PreemptBy != "" {
 				ci.preempting--
+				ci.movePreemptPos(int32(i), -1)
+			}
+			if moved.PreemptBy != "" && i != last {
+				ci.movePreemptPos(int32(last), int32(i))
 			}
 		}
 	}
@@ -937,6 +960,7 @@ func (s *State) addRun(key string, r *Run) {
 		ci.active = append(ci.active, r)
 		if r.PreemptBy != "" {
 			ci.preempting++
+			ci.preemptPos = append(ci.preemptPos, int32(len(ci.active)-1))
 		}
 		// The account as the association holds it (equal to r.Account, the
 		// interning's key): newPrioCtx compares the two per run each pass,

@@ -113,6 +113,7 @@ func TestVictimsAsComputedFromJobs(t *testing.T) {
 		}
 		checkVictimRows(t, step, s)
 		checkHeldViews(t, step, p)
+		checkPreemptPos(t, step, s)
 	}
 	check("loaded")
 	// A new version of a running job (the state's records are never
@@ -189,4 +190,62 @@ func checkHeldViews(t *testing.T, step string, p *pass) {
 			t.Fatalf("%s: run %s at %d: held views %v, want %v", step, r.Key(), pos, got, want)
 		}
 	}
+}
+
+// checkPreemptPos checks that each cluster's preemptPos holds the indexes
+// of its active runs being preempted, each once, and no other.
+func checkPreemptPos(t *testing.T, step string, s *State) int {
+	t.Helper()
+	n := 0
+	for name, ci := range s.byCluster {
+		var want []int32
+		for i, r := range ci.active {
+			if r.PreemptBy != "" {
+				want = append(want, int32(i))
+			}
+		}
+		got := slices.Sorted(slices.Values(ci.preemptPos))
+		if !slices.Equal(got, want) || len(want) != ci.preempting {
+			t.Fatalf("%s: cluster %s: preemptPos %v, want %v (count %d)", step, name, got, want, ci.preempting)
+		}
+		n += len(want)
+	}
+	return n
+}
+
+// TestPreemptPosFollowsTheRuns: the indexes of the runs being preempted
+// kept beside the active runs (clusterIndex.preemptPos) follow them as
+// victims enter their grace period, as other runs end (the last active
+// run moves into the freed index) and as the victims end; each pass, which
+// reads them, decides as a pass on the state restored afresh.
+func TestPreemptPosFollowsTheRuns(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{PreemptGrace: time.Minute})
+	for _, host := range []string{"a3-0001", "a3-0002", "a3-0003", "a3-0004"} {
+		h.gpuNode(host, "b1")
+	}
+	check := func(step string, want int) {
+		t.Helper()
+		if n := checkPreemptPos(t, step, h.s); n != want {
+			t.Fatalf("%s: %d runs being preempted, want %d", step, n, want)
+		}
+		at := h.now.Add(time.Second)
+		got := h.s.Schedule(at)
+		fresh := NewState(h.s.Config())
+		fresh.Restore(h.s.Snapshot())
+		sameChange(t, step, got, fresh.Schedule(at))
+	}
+	for id := 1; id <= 4; id++ {
+		h.submitJob(job(id, 1, 8, qos("low"), signalOpt("B:USR1@60")))
+		h.wantState(id, loomv1.JobState_RUNNING, "")
+	}
+	check("no victims", 0)
+	h.submitJob(job(5, 2, 8, qos("high")))
+	h.wantState(5, loomv1.JobState_PENDING, ReasonResources)
+	check("two in their grace", 2)
+	h.finish(1, 0) // the last active run moves into its index
+	h.finish(2, 0)
+	check("two others ended", checkPreemptPos(t, "count", h.s))
+	h.tick(2 * time.Minute)
+	check("past the grace", checkPreemptPos(t, "count", h.s))
 }
