@@ -114,12 +114,9 @@ type clusterIndex struct {
 	usage []runUsage
 	// pendAssoc counts the pending jobs per association id.
 	pendAssoc []int32
-	// preempting counts the active runs being preempted (PreemptBy set,
-	// usage[i].preempting): a pass finds them from usage, not from each
+	// preemptPos holds the indexes in active of the runs being preempted
+	// (PreemptBy set), unordered: a pass finds them without a look at each
 	// run (see pass.preempting).
-	preempting int
-	// preemptPos holds the indexes in active of those runs, unordered:
-	// a pass finds them without a scan of usage.
 	preemptPos []int32
 	// victims holds, beside active (same index), what the preemption
 	// stage reads of each active run to list the victims (victimRowOf),
@@ -137,8 +134,6 @@ type runUsage struct {
 	start   time.Time
 	rate    float64
 	ended   bool
-	// preempting: the run is being preempted (PreemptBy set).
-	preempting bool
 }
 
 // nodeAlloc is what the active runs hold on one node, and which runs they
@@ -920,7 +915,6 @@ func (s *State) unaccount(key string) {
 			ci.active = ci.active[:last]
 			delete(ci.activePos, key)
 			if old.PreemptBy != "" {
-				ci.preempting--
 				ci.movePreemptPos(int32(i), -1)
 			}
 			if moved.PreemptBy != "" && i != last {
@@ -959,14 +953,12 @@ func (s *State) addRun(key string, r *Run) {
 		ci.activePos[key] = len(ci.active)
 		ci.active = append(ci.active, r)
 		if r.PreemptBy != "" {
-			ci.preempting++
 			ci.preemptPos = append(ci.preemptPos, int32(len(ci.active)-1))
 		}
 		// The account as the association holds it (equal to r.Account, the
 		// interning's key): newPrioCtx compares the two per run each pass,
 		// which one string then answers by its pointer.
-		ci.usage = append(ci.usage, runUsage{key: key, account: r.assoc.account, assoc: r.assoc, start: r.Start, rate: r.rate, ended: r.Ended(),
-			preempting: r.PreemptBy != ""})
+		ci.usage = append(ci.usage, runUsage{key: key, account: r.assoc.account, assoc: r.assoc, start: r.Start, rate: r.rate, ended: r.Ended()})
 		ci.victims = append(ci.victims, victimRowOf(r))
 	}
 }
