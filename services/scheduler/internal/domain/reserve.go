@@ -224,7 +224,7 @@ func (p *pass) viewIndex() map[string]int32 {
 				}
 			}
 			if same {
-				p.viewAt = vi.at
+				p.viewAt, p.viewCache = vi.at, vi
 				return p.viewAt
 			}
 		}
@@ -239,7 +239,8 @@ func (p *pass) viewIndex() map[string]int32 {
 		if sc.viewAt == nil {
 			sc.viewAt = map[string]*viewIndexCache{}
 		}
-		sc.viewAt[p.name] = &viewIndexCache{nodes: nodes, at: p.viewAt}
+		p.viewCache = &viewIndexCache{nodes: nodes, at: p.viewAt}
+		sc.viewAt[p.name] = p.viewCache
 	}
 	return p.viewAt
 }
@@ -249,6 +250,42 @@ func (p *pass) viewIndex() map[string]int32 {
 type viewIndexCache struct {
 	nodes []*place.Node
 	at    map[string]int32
+	// heldRun and held are, by index in the cluster's active runs, the
+	// run last seen there and the nodes of it the preemption walk looks
+	// at (heldViews): a preemptor that cannot fit walks every run, and a
+	// look-up of each node in at and in the run's steps was most of its
+	// cost. A state's run never changes, nor does at: an entry stays true
+	// while the run at its index is the same.
+	heldRun []*Run
+	held    [][]heldView
+}
+
+// heldView is a node a run holds and its view's index.
+type heldView struct {
+	node string
+	i    int32
+}
+
+// heldViews returns the nodes of r, the state's run at index pos of its
+// cluster's active runs, that it holds and that have a view in at, in
+// r.Nodes' order: the nodes for which at[node] is found and r.Holds(node).
+func (vi *viewIndexCache) heldViews(r *Run, pos int32) []heldView {
+	if int(pos) >= len(vi.heldRun) {
+		n := max(int(pos)+1, 2*len(vi.heldRun))
+		vi.heldRun = append(vi.heldRun, make([]*Run, n-len(vi.heldRun))...)
+		vi.held = append(vi.held, make([][]heldView, n-len(vi.held))...)
+	}
+	if vi.heldRun[pos] == r {
+		return vi.held[pos]
+	}
+	hs := vi.held[pos][:0]
+	for _, node := range r.Nodes {
+		if i, ok := vi.at[node]; ok && r.Holds(node) {
+			hs = append(hs, heldView{node, i})
+		}
+	}
+	vi.heldRun[pos], vi.held[pos] = r, hs
+	return hs
 }
 
 // room is what is free on a node, as a reservation or a preemption counts it.
@@ -373,27 +410,36 @@ func (p *pass) mayPreempt(qos int32, pi int) bool {
 	return false
 }
 
+// preemptedRun is a run being preempted and its index in its cluster's
+// active runs, -1 for the change's version of a run.
+type preemptedRun struct {
+	run *Run
+	pos int32
+}
+
 // preempting returns, per preemptor, the runs already being preempted for
 // it (built once per pass, kept current by preempt).
-func (p *pass) preempting() map[string][]*Run {
+func (p *pass) preempting() map[string][]preemptedRun {
 	if p.preemptFor == nil {
-		p.preemptFor = map[string][]*Run{}
+		p.preemptFor = map[string][]preemptedRun{}
 		if ci := p.t.s.byCluster[p.name]; ci != nil && len(p.t.c.Runs) == 0 {
 			// The change edits no run: the stored runs being preempted
-			// are those their contiguous usage entries mark, in the order
-			// of the scan below, without a look at each of 25,000 runs.
-			for i, n := 0, 0; i < len(ci.usage) && n < ci.preempting; i++ {
-				if ci.usage[i].preempting {
-					r := ci.active[i]
-					p.preemptFor[r.PreemptBy] = append(p.preemptFor[r.PreemptBy], r)
-					n++
-				}
+			// are those whose indexes preemptPos keeps, taken in the
+			// order of the runs, without a look at each of 25,000 runs.
+			pos := slices.Clone(ci.preemptPos)
+			slices.Sort(pos)
+			for _, i := range pos {
+				r := ci.active[i]
+				p.preemptFor[r.PreemptBy] = append(p.preemptFor[r.PreemptBy], preemptedRun{r, i})
 			}
 			return p.preemptFor
 		}
-		p.t.eachClusterRun(p.name, func(r *Run, _ bool) {
-			if r = p.current(r); r.PreemptBy != "" {
-				p.preemptFor[r.PreemptBy] = append(p.preemptFor[r.PreemptBy], r)
+		p.t.eachClusterRun(p.name, func(r *Run, pos int32, _ bool) {
+			if c := p.current(r); c.PreemptBy != "" {
+				if c != r {
+					pos = -1
+				}
+				p.preemptFor[c.PreemptBy] = append(p.preemptFor[c.PreemptBy], preemptedRun{c, pos})
 			}
 		})
 	}
@@ -456,7 +502,16 @@ func (p *pass) preempt(j *Job, a *jobAttrs, r *place.Request, sc *place.Shape) (
 			fitting++
 		}
 	}
-	for _, rn := range p.preempting()[j.Name()] { // its own victims, already on their way out
+	for _, pr := range p.preempting()[j.Name()] { // its own victims, already on their way out
+		rn := pr.run
+		if pr.pos >= 0 && p.viewCache != nil {
+			for _, h := range p.viewCache.heldViews(rn, pr.pos) {
+				if sc.InAvail[h.i] {
+					release(h.i, h.node, rn)
+				}
+			}
+			continue
+		}
 		for _, node := range rn.Nodes {
 			if i, ok := at[node]; ok && sc.InAvail[i] && rn.Holds(node) {
 				release(i, node, rn)
@@ -478,10 +533,21 @@ func (p *pass) preempt(j *Job, a *jobAttrs, r *place.Request, sc *place.Shape) (
 			continue
 		}
 		touches := false
-		for _, node := range rn.Nodes {
-			if i, ok := at[node]; ok && sc.InAvail[i] && rn.Holds(node) {
-				touches = true
-				release(i, node, rn)
+		if rn == v.run && v.pos >= 0 && p.viewCache != nil {
+			// The state's run, unedited: its nodes as the walk below
+			// finds them, kept from the last pass.
+			for _, h := range p.viewCache.heldViews(rn, v.pos) {
+				if sc.InAvail[h.i] {
+					touches = true
+					release(h.i, h.node, rn)
+				}
+			}
+		} else {
+			for _, node := range rn.Nodes {
+				if i, ok := at[node]; ok && sc.InAvail[i] && rn.Holds(node) {
+					touches = true
+					release(i, node, rn)
+				}
 			}
 		}
 		if !touches {
@@ -501,7 +567,7 @@ func (p *pass) preempt(j *Job, a *jobAttrs, r *place.Request, sc *place.Shape) (
 			p.requeuedJobs = append(p.requeuedJobs, rn.Job)
 		}
 		if p.preemptFor != nil {
-			p.preemptFor[j.Name()] = append(p.preemptFor[j.Name()], p.current(rn))
+			p.preemptFor[j.Name()] = append(p.preemptFor[j.Name()], preemptedRun{p.current(rn), -1})
 		}
 	}
 	return len(chosen), false

@@ -78,11 +78,13 @@ type pass struct {
 	assocRunning map[assocKey]int32 // assoclimits.go
 	singleton    map[assocKey]int64
 	viewAt       map[string]int32
-	hbuf         []holding
+	// viewCache is viewAt's entry in scratch, nil without scratch.
+	viewCache *viewIndexCache
+	hbuf      []holding
 	// victimCache and preemptFor: lazy preemption indexes (see victims, preempting).
 	victimCache map[victimKey]*victimList
 	victimPrio  map[*Run]int64
-	preemptFor  map[string][]*Run
+	preemptFor  map[string][]preemptedRun
 	preempts    int
 	// reservedViews are the views of the backfill reservation's nodes;
 	// capacityKnown caches defaultCapacity (0 not yet, 1 yes, 2 no).
@@ -1317,7 +1319,7 @@ const maxPrevRunStops = 1 << 16
 
 // liveRuns calls f for every run of the cluster that is its job's running attempt.
 func (p *pass) liveRuns(f func(r *Run, j *Job)) {
-	p.t.eachClusterRun(p.name, func(r *Run, _ bool) {
+	p.t.eachClusterRun(p.name, func(r *Run, _ int32, _ bool) {
 		if r.Ended() {
 			return
 		}

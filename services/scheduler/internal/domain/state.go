@@ -114,10 +114,15 @@ type clusterIndex struct {
 	usage []runUsage
 	// pendAssoc counts the pending jobs per association id.
 	pendAssoc []int32
-	// preempting counts the active runs being preempted (PreemptBy set,
-	// usage[i].preempting): a pass finds them from usage, not from each
+	// preemptPos holds the indexes in active of the runs being preempted
+	// (PreemptBy set), unordered: a pass finds them without a look at each
 	// run (see pass.preempting).
-	preempting int
+	preemptPos []int32
+	// victims holds, beside active (same index), what the preemption
+	// stage reads of each active run to list the victims (victimRowOf),
+	// contiguous: a list of 25,000 runs read from each run cost several
+	// misses a run.
+	victims []victimRow
 }
 
 // runUsage is what fair share reads of an active run (runs in the state
@@ -129,8 +134,6 @@ type runUsage struct {
 	start   time.Time
 	rate    float64
 	ended   bool
-	// preempting: the run is being preempted (PreemptBy set).
-	preempting bool
 }
 
 // nodeAlloc is what the active runs hold on one node, and which runs they
@@ -729,7 +732,7 @@ func (s *State) loadRuns(runs []*Run) bool {
 	s.active = make(map[string]*Run, len(runs))
 	for cluster, n := range counts {
 		if ci := s.index(cluster); len(ci.active) == 0 {
-			ci.active, ci.usage = make([]*Run, 0, n), make([]runUsage, 0, n)
+			ci.active, ci.usage, ci.victims = make([]*Run, 0, n), make([]runUsage, 0, n), make([]victimRow, 0, n)
 			ci.activePos = make(map[string]int, n)
 		}
 	}
@@ -863,6 +866,22 @@ func (s *State) putJob(name string, j *Job) {
 	}
 }
 
+// movePreemptPos changes the index from in preemptPos to to, or removes it
+// when to is negative.
+func (ci *clusterIndex) movePreemptPos(from, to int32) {
+	k := slices.Index(ci.preemptPos, from)
+	if k < 0 {
+		return
+	}
+	if to >= 0 {
+		ci.preemptPos[k] = to
+		return
+	}
+	last := len(ci.preemptPos) - 1
+	ci.preemptPos[k] = ci.preemptPos[last]
+	ci.preemptPos = ci.preemptPos[:last]
+}
+
 // countAssoc adds d to the count of pending jobs of association id (none
 // for an uninterned one, id -1).
 func (ci *clusterIndex) countAssoc(id int32, d int32) {
@@ -887,13 +906,19 @@ func (s *State) unaccount(key string) {
 			ci.usage[i] = ci.usage[last]
 			ci.usage[last] = runUsage{}
 			ci.usage = ci.usage[:last]
+			ci.victims[i] = ci.victims[last]
+			ci.victims[last] = victimRow{}
+			ci.victims = ci.victims[:last]
 			ci.active[i] = moved
 			ci.activePos[moved.key] = i
 			ci.active[last] = nil
 			ci.active = ci.active[:last]
 			delete(ci.activePos, key)
 			if old.PreemptBy != "" {
-				ci.preempting--
+				ci.movePreemptPos(int32(i), -1)
+			}
+			if moved.PreemptBy != "" && i != last {
+				ci.movePreemptPos(int32(last), int32(i))
 			}
 		}
 	}
@@ -928,13 +953,13 @@ func (s *State) addRun(key string, r *Run) {
 		ci.activePos[key] = len(ci.active)
 		ci.active = append(ci.active, r)
 		if r.PreemptBy != "" {
-			ci.preempting++
+			ci.preemptPos = append(ci.preemptPos, int32(len(ci.active)-1))
 		}
 		// The account as the association holds it (equal to r.Account, the
 		// interning's key): newPrioCtx compares the two per run each pass,
 		// which one string then answers by its pointer.
-		ci.usage = append(ci.usage, runUsage{key: key, account: r.assoc.account, assoc: r.assoc, start: r.Start, rate: r.rate, ended: r.Ended(),
-			preempting: r.PreemptBy != ""})
+		ci.usage = append(ci.usage, runUsage{key: key, account: r.assoc.account, assoc: r.assoc, start: r.Start, rate: r.rate, ended: r.Ended()})
+		ci.victims = append(ci.victims, victimRowOf(r))
 	}
 }
 
@@ -947,6 +972,13 @@ func (s *State) mirrorJob(r *Run) {
 		r.limit = j.Job.GetTimeLimitSeconds()
 	}
 	s.mirrorVictim(r, j)
+	// An active run's victim row mirrors live and victim in turn (addRun
+	// makes the row of a run it adds, after this).
+	if ci := s.byCluster[r.Cluster]; ci != nil && r.key != "" {
+		if i, ok := ci.activePos[r.key]; ok && ci.active[i] == r {
+			ci.victims[i] = victimRowOf(r)
+		}
+	}
 }
 
 // account adds (sign 1) or removes (sign -1) what r holds to the per-node

@@ -405,11 +405,13 @@ func (t *txn) currentRun(j *Job) *Run {
 
 // eachClusterRun calls f for every run of cluster that holds an allocation,
 // in no particular order. fresh says whether the run's mirrored job fields
-// (live, limit) are current: false for runs and jobs the change edits.
-func (t *txn) eachClusterRun(cluster string, f func(r *Run, fresh bool)) {
+// (live, limit) are current: false for runs and jobs the change edits. pos
+// is a state's run's index in its cluster's active runs (clusterIndex.active),
+// -1 for a run of the change.
+func (t *txn) eachClusterRun(cluster string, f func(r *Run, pos int32, fresh bool)) {
 	if ci := t.s.byCluster[cluster]; ci != nil {
 		overRuns, overJobs := len(t.c.Runs) > 0, len(t.c.Jobs) > 0
-		for _, r := range ci.active {
+		for pos, r := range ci.active {
 			fresh := true
 			if overRuns {
 				if _, over := t.c.Runs[r.key]; over {
@@ -421,12 +423,12 @@ func (t *txn) eachClusterRun(cluster string, f func(r *Run, fresh bool)) {
 					fresh = false
 				}
 			}
-			f(r, fresh)
+			f(r, int32(pos), fresh)
 		}
 	}
 	for _, r := range t.c.Runs {
 		if r != nil && !r.Released && r.Cluster == cluster {
-			f(r, false)
+			f(r, -1, false)
 		}
 	}
 }

@@ -66,12 +66,33 @@ func (s *State) fillVictim(r *Run, keep bool) *victimIn {
 	return m
 }
 
+// victimRow is what the preemption stage reads of an active run of the
+// state when it lists the victims (clusterIndex.victims): the run's own
+// fields (a state's run is never modified) and its mirrored ones, live and
+// victim, refreshed by mirrorJob and by a writer's pass that fills victim.
+type victimRow struct {
+	qos, part string // the run's QOS and Partition
+	v         victimIn
+	nodes     int32
+	// preempting: PreemptBy set; keyed: the run's key is set.
+	preempting, keyed, live bool
+}
+
+// victimRowOf is r's victim row.
+func victimRowOf(r *Run) victimRow {
+	return victimRow{qos: r.QOS, part: r.Partition, v: r.victim, nodes: int32(len(r.Nodes)),
+		preempting: r.PreemptBy != "", keyed: r.key != "", live: r.live}
+}
+
 // victim is a running job's run that a preemptor may requeue.
 type victim struct {
 	run   *Run
 	prio  int64
 	id    int64 // −job number: among equals, the newest job goes first
 	nodes int32 // len(run.Nodes), compared without a load of the run
+	// pos is run's index in its cluster's active runs, -1 for a run of
+	// the change (see viewIndexCache.heldViews).
+	pos int32
 }
 
 // victimCmp orders victims: lowest priority first, then fewest nodes, then
@@ -199,45 +220,42 @@ func (p *pass) victims(qos string, qi int32, pi int) *victimList {
 	// Room for every run: appends that grew the list by doubling were a
 	// third of its cost.
 	var vs []victim
+	var rows []victimRow
 	if ci := t.s.byCluster[p.name]; ci != nil {
 		vs = make([]victim, 0, len(ci.active)+len(t.c.Runs))
+		rows = ci.victims
 	}
-	t.eachClusterRun(p.name, func(r *Run, fresh bool) {
-		if r.PreemptBy != "" || !may(r) {
-			return
-		}
-		v := victim{run: r, nodes: int32(len(r.Nodes))}
-		if fresh && r.key != "" {
-			// A run of the state whose job the change did not edit:
-			// what liveRuns would pass says the run itself (live), and
-			// its job's fields are kept on it (victimIn).
-			if !r.live {
+	keep := t.scratch != nil
+	t.eachClusterRun(p.name, func(r *Run, pos int32, fresh bool) {
+		if fresh {
+			// A run of the state whose job the change did not edit: what
+			// is read of it is in its row, without a load of the run.
+			row := &rows[pos]
+			if row.preempting || !may(row.qos, row.part) {
 				return
 			}
-			m := t.s.fillVictim(r, t.scratch != nil)
-			v.id = -m.num
-			if p.prio != nil {
-				in := m.in
-				pi := partIndex(m.part)
-				in.part = int16(pi)
-				prio, ok := p.prio.sumIn(&in, nil)
-				if !ok || pi > math.MaxInt16 {
-					prio = p.victimPriority(r, m.job, true)
-				}
-				v.prio = prio
+			if !row.keyed {
+				p.changedVictim(r, pos, &vs)
+				return
 			}
-			vs = append(vs, v)
+			// What liveRuns would pass says the run itself (live), and
+			// its job's fields are kept on it and its row (victimIn).
+			if !row.live {
+				return
+			}
+			m := &row.v
+			if m.of != m.job || m.s != t.s {
+				m = t.s.fillVictim(r, keep)
+				if keep {
+					row.v = *m
+				}
+			}
+			p.keptVictim(r, pos, row.nodes, m, partIndex, &vs)
 			return
 		}
-		vj := t.job(r.Job)
-		if r.Ended() || vj == nil || !vj.Running() || vj.Attempt != r.Attempt {
-			return
+		if r.PreemptBy == "" && may(r.QOS, r.Partition) {
+			p.changedVictim(r, pos, &vs)
 		}
-		v.id = -jobNumber(vj)
-		if p.prio != nil {
-			v.prio = p.victimPriority(r, vj, false)
-		}
-		vs = append(vs, v)
 	})
 	l := newVictimList(vs)
 	if p.victimCache == nil {
@@ -245,6 +263,38 @@ func (p *pass) victims(qos string, qi int32, pi int) *victimList {
 	}
 	p.victimCache[key] = l
 	return l
+}
+
+// keptVictim appends to vs the victim of r, a live run of the state whose
+// job the change did not edit, from m, what is kept of its job (victimIn).
+func (p *pass) keptVictim(r *Run, pos, nodes int32, m *victimIn, partIndex func(string) int, vs *[]victim) {
+	v := victim{run: r, nodes: nodes, pos: pos, id: -m.num}
+	if p.prio != nil {
+		in := m.in
+		pi := partIndex(m.part)
+		in.part = int16(pi)
+		prio, ok := p.prio.sumIn(&in, nil)
+		if !ok || pi > math.MaxInt16 {
+			prio = p.victimPriority(r, m.job, true)
+		}
+		v.prio = prio
+	}
+	*vs = append(*vs, v)
+}
+
+// changedVictim appends to vs the victim of r, a run the change holds or
+// whose job it edits, when its job still runs it.
+func (p *pass) changedVictim(r *Run, pos int32, vs *[]victim) {
+	vj := p.t.job(r.Job)
+	if r.Ended() || vj == nil || !vj.Running() || vj.Attempt != r.Attempt {
+		return
+	}
+	v := victim{run: r, nodes: int32(len(r.Nodes)), pos: pos}
+	v.id = -jobNumber(vj)
+	if p.prio != nil {
+		v.prio = p.victimPriority(r, vj, false)
+	}
+	*vs = append(*vs, v)
 }
 
 // victimPriority is the priority of vj, the job of running run r, in its
@@ -276,27 +326,27 @@ func (p *pass) victimPriority(r *Run, vj *Job, stored bool) int64 {
 // (Config.canPreemptQOS), or the run's partition is of a lower tier. What
 // depends on the preemptor alone is looked up once, and the answer for
 // the last QOS and partition names seen is kept (runs come in runs of one).
-func (p *pass) preemptableBy(qos string, pi int) func(r *Run) bool {
+func (p *pass) preemptableBy(qos string, pi int) func(rQOS, rPart string) bool {
 	cfg := &p.t.s.cfg
 	qa, _ := cfg.qos(qos)
 	tier := p.parts[pi].Tier
 	var lastQOS, lastPart string
 	var qosOK, partOK, qosSeen, partSeen bool
-	return func(r *Run) bool {
-		if !qosSeen || r.QOS != lastQOS {
-			b := r.QOS
+	return func(rQOS, rPart string) bool {
+		if !qosSeen || rQOS != lastQOS {
+			b := rQOS
 			if b == "" {
 				b = cfg.DefaultQOS
 			}
-			lastQOS, qosOK, qosSeen = r.QOS, slices.Contains(qa.Preempt, b), true
+			lastQOS, qosOK, qosSeen = rQOS, slices.Contains(qa.Preempt, b), true
 		}
 		if qosOK {
 			return true
 		}
-		if !partSeen || r.Partition != lastPart {
-			lastPart, partOK, partSeen = r.Partition, false, true
+		if !partSeen || rPart != lastPart {
+			lastPart, partOK, partSeen = rPart, false, true
 			for _, pt := range p.parts {
-				if pt.Name == r.Partition {
+				if pt.Name == rPart {
 					partOK = tier > pt.Tier
 					break
 				}

@@ -69,7 +69,9 @@ func TestVictimListOrderAsSort(t *testing.T) {
 // fields kept on the runs (victimIn) have the priority and number their jobs
 // give when computed from the jobs themselves, and are every live run the
 // preemptor may take; after a Commit that edits a running job, and one
-// that ends some runs and starts others, they follow.
+// that ends some runs and starts others, they follow; so do the victim rows
+// kept beside the active runs (checkVictimRows) and the nodes the walk
+// reads of each run from the kept views (checkHeldViews).
 func TestVictimsAsComputedFromJobs(t *testing.T) {
 	t.Parallel()
 	base, now := benchCluster(60, 300, 0.9, 7)
@@ -109,6 +111,9 @@ func TestVictimsAsComputedFromJobs(t *testing.T) {
 		if n == 0 || n != live {
 			t.Fatalf("%s: %d victims, want the %d live runs", step, n, live)
 		}
+		checkVictimRows(t, step, s)
+		checkHeldViews(t, step, p)
+		checkPreemptPos(t, step, s)
 	}
 	check("loaded")
 	// A new version of a running job (the state's records are never
@@ -139,4 +144,108 @@ func TestVictimsAsComputedFromJobs(t *testing.T) {
 	s.Commit(s.Tick(now))
 	s.Commit(s.Schedule(now))
 	check("after a pass")
+}
+
+// checkVictimRows checks that each cluster's victim rows say of the active
+// run beside them (same index) what the run says: its own fields, its
+// mirrored live and job, and, once filled, what fillVictim finds of its job.
+func checkVictimRows(t *testing.T, step string, s *State) {
+	t.Helper()
+	for name, ci := range s.byCluster {
+		if len(ci.victims) != len(ci.active) {
+			t.Fatalf("%s: cluster %s: %d victim rows for %d active runs", step, name, len(ci.victims), len(ci.active))
+		}
+		for i, r := range ci.active {
+			row, want := ci.victims[i], victimRowOf(r)
+			if row.qos != want.qos || row.part != want.part || row.nodes != want.nodes || row.preempting != want.preempting ||
+				row.keyed != want.keyed || row.live != want.live || row.v.job != want.v.job {
+				t.Fatalf("%s: run %s: row %+v, the run's %+v", step, r.Key(), row, want)
+			}
+			if m := row.v; m.of == m.job && m.s == s {
+				if f := s.fillVictim(r, false); f.num != m.num || f.part != m.part || f.in != m.in {
+					t.Fatalf("%s: run %s: row's job fields %+v, fillVictim's %+v", step, r.Key(), m, *f)
+				}
+			}
+		}
+	}
+}
+
+// checkHeldViews checks that the nodes the preemption walk reads of each
+// active run from the kept views (heldViews) are those the run holds that
+// have a view, in its order, as at and Holds say.
+func checkHeldViews(t *testing.T, step string, p *pass) {
+	t.Helper()
+	at := p.viewIndex()
+	if p.viewCache == nil {
+		t.Fatalf("%s: a writer's pass without its kept views", step)
+	}
+	for pos, r := range p.t.s.byCluster[p.name].active {
+		var want []heldView
+		for _, node := range r.Nodes {
+			if i, ok := at[node]; ok && r.Holds(node) {
+				want = append(want, heldView{node, i})
+			}
+		}
+		if got := p.viewCache.heldViews(r, int32(pos)); !slices.Equal(got, want) {
+			t.Fatalf("%s: run %s at %d: held views %v, want %v", step, r.Key(), pos, got, want)
+		}
+	}
+}
+
+// checkPreemptPos checks that each cluster's preemptPos holds the indexes
+// of its active runs being preempted, each once, and no other.
+func checkPreemptPos(t *testing.T, step string, s *State) int {
+	t.Helper()
+	n := 0
+	for name, ci := range s.byCluster {
+		var want []int32
+		for i, r := range ci.active {
+			if r.PreemptBy != "" {
+				want = append(want, int32(i))
+			}
+		}
+		got := slices.Sorted(slices.Values(ci.preemptPos))
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s: cluster %s: preemptPos %v, want %v", step, name, got, want)
+		}
+		n += len(want)
+	}
+	return n
+}
+
+// TestPreemptPosFollowsTheRuns: the indexes of the runs being preempted
+// kept beside the active runs (clusterIndex.preemptPos) follow them as
+// victims enter their grace period, as other runs end (the last active
+// run moves into the freed index) and as the victims end; each pass, which
+// reads them, decides as a pass on the state restored afresh.
+func TestPreemptPosFollowsTheRuns(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{PreemptGrace: time.Minute})
+	for _, host := range []string{"a3-0001", "a3-0002", "a3-0003", "a3-0004"} {
+		h.gpuNode(host, "b1")
+	}
+	check := func(step string, want int) {
+		t.Helper()
+		if n := checkPreemptPos(t, step, h.s); n != want {
+			t.Fatalf("%s: %d runs being preempted, want %d", step, n, want)
+		}
+		at := h.now.Add(time.Second)
+		got := h.s.Schedule(at)
+		fresh := NewState(h.s.Config())
+		fresh.Restore(h.s.Snapshot())
+		sameChange(t, step, got, fresh.Schedule(at))
+	}
+	for id := 1; id <= 4; id++ {
+		h.submitJob(job(id, 1, 8, qos("low"), signalOpt("B:USR1@60")))
+		h.wantState(id, loomv1.JobState_RUNNING, "")
+	}
+	check("no victims", 0)
+	h.submitJob(job(5, 2, 8, qos("high")))
+	h.wantState(5, loomv1.JobState_PENDING, ReasonResources)
+	check("two in their grace", 2)
+	h.finish(1, 0) // the last active run moves into its index
+	h.finish(2, 0)
+	check("two others ended", checkPreemptPos(t, "count", h.s))
+	h.tick(2 * time.Minute)
+	check("past the grace", checkPreemptPos(t, "count", h.s))
 }
