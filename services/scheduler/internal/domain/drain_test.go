@@ -230,6 +230,20 @@ func TestDrainDeadlineAlreadyPassed(t *testing.T) {
 	}
 }
 
+// requeuedWhileRunning returns a harness of four 8-GPU nodes whose job 1
+// (2 nodes: gpu-0001, gpu-0002) ran and was requeued by scontrol while its
+// step on gpu-0001 runs, with the requeue's change.
+func requeuedWhileRunning(t *testing.T) (*harness, *Change) {
+	t.Helper()
+	h := newHarness(t)
+	for _, host := range []string{"gpu-0001", "gpu-0002", "gpu-0003", "gpu-0004"} {
+		h.node(host, 8)
+	}
+	h.submit(1, 2, 8) // gpu-0001, gpu-0002
+	h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_RUNNING, 0)
+	return h, h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionRequeue})
+}
+
 // TestRequeuedJobWaitsForItsOldRun: a requeued job's next run never
 // overlaps its previous one (which may still be writing a checkpoint): it
 // starts once every node of the old run has reported its processes gone,
@@ -238,15 +252,8 @@ func TestDrainDeadlineAlreadyPassed(t *testing.T) {
 // TestFencedAttemptsNeverOverlap.
 func TestRequeuedJobWaitsForItsOldRun(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
-	for _, host := range []string{"gpu-0001", "gpu-0002", "gpu-0003", "gpu-0004"} {
-		h.node(host, 8)
-	}
-	h.submit(1, 2, 8) // gpu-0001, gpu-0002
-	h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_RUNNING, 0)
-
 	// scontrol requeue: free nodes, but nothing starts while attempt 1 stops.
-	c := h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionRequeue})
+	h, c := requeuedWhileRunning(t)
 	if len(starts(c)) != 0 {
 		t.Fatalf("requeued job started again before its old run stopped: %v", starts(c))
 	}
@@ -362,13 +369,7 @@ func TestNoWorkOnLoginNodes(t *testing.T) {
 // on the state restored afresh decides, notes and wake included.
 func TestPreviousRunGateFollowsTheRuns(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
-	for _, host := range []string{"gpu-0001", "gpu-0002", "gpu-0003", "gpu-0004"} {
-		h.node(host, 8)
-	}
-	h.submit(1, 2, 8) // gpu-0001, gpu-0002
-	h.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_RUNNING, 0)
-	h.do(&eventsv1.UpdateJob{Job: jobName(1), Cluster: cl, Action: ActionRequeue})
+	h, _ := requeuedWhileRunning(t)
 	pass := func(label, note string) {
 		t.Helper()
 		for _, d := range []time.Duration{time.Second, 2 * time.Second} { // the second on the kept look-ups
