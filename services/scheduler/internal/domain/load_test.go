@@ -3,7 +3,6 @@ package domain
 import (
 	"fmt"
 	"maps"
-	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strconv"
@@ -13,9 +12,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
-	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -174,68 +171,6 @@ func changeText(c *Change) string {
 	return b.String()
 }
 
-// randomFeatureState is a state after a random mix of events (as
-// TestRandomFeaturesKeepInvariants plays): arrays with templates, held and
-// exclusive jobs, preemption, draining and unhealthy nodes, ended runs.
-func randomFeatureState(t *testing.T, seed uint64) (*State, time.Time) {
-	rng := rand.New(rand.NewPCG(seed, 11))
-	h := newSpecHarness(t, Config{PreemptGrace: 5 * time.Second})
-	hosts := []string{"a3-0001", "a3-0002", "a3-0003", "a3-0004"}
-	for i, host := range hosts {
-		h.gpuNode(host, "b"+strconv.Itoa(i/2))
-	}
-	h.cpuNode("cpu-0001")
-	next := 1
-	for range 200 {
-		switch op := rng.IntN(16); {
-		case op < 7:
-			j := job(next, int32(1+rng.IntN(3)), int32(rng.IntN(9)), limit(time.Duration(1+rng.IntN(30))*time.Minute))
-			switch rng.IntN(7) {
-			case 0:
-				j.Qos = "high"
-			case 1:
-				j.Qos = "low"
-			case 2:
-				j.Exclusive = true
-			case 3:
-				j.Hold = true
-			case 4:
-				j.Array, j.GpusPerNode, j.NodeCount = "0-3%2", 1, 1
-			case 5:
-				j.BeginTime = timestamppb.New(h.now.Add(time.Duration(rng.IntN(3600)) * time.Second))
-			}
-			h.do(&eventsv1.SubmitJob{Job: j})
-			next += 4
-		case op < 11:
-			if ev := randomStepEnd(h.s, rng); ev != nil {
-				h.do(ev)
-			}
-		case op < 12:
-			if next > 1 {
-				h.do(&eventsv1.UpdateJob{Job: jobName(1 + rng.IntN(next-1)), Cluster: cl,
-					Action: []string{ActionHold, ActionRelease, ActionRequeue}[rng.IntN(3)]})
-			}
-		case op < 13:
-			host := hosts[rng.IntN(len(hosts))]
-			health := eventsv1.NodeHealth_UNHEALTHY
-			if h.s.Node(nodeName(host)).Unhealthy {
-				health = eventsv1.NodeHealth_HEALTHY
-			}
-			h.do(&eventsv1.NodeHealthChanged{Node: nodeName(host), Cluster: cl, Health: health, Reason: "test"})
-		case op < 14:
-			state := "DRAIN"
-			host := hosts[rng.IntN(len(hosts))]
-			if h.s.Node(nodeName(host)).AdminDrain {
-				state = "RESUME"
-			}
-			h.do(&eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: host, State: state, Reason: "test"})
-		default:
-			h.tick(time.Duration(rng.IntN(120)) * time.Second)
-		}
-	}
-	return h.s, h.now
-}
-
 // TestBulkLoadMatchesEach loads snapshots through Load (its bulk paths) and
 // one record at a time (loadEach, Load as it was), and checks both states
 // are the same (every record, index, counter and version) and decide the
@@ -254,8 +189,8 @@ func TestBulkLoadMatchesEach(t *testing.T) {
 	big.Commit(big.Schedule(now))
 	sources = append(sources, source{"bench", big, now})
 	for seed := uint64(1); seed <= 6; seed++ {
-		s, now := randomFeatureState(t, seed)
-		sources = append(sources, source{"random" + strconv.Itoa(int(seed)), s, now})
+		h := randomFeatures(t, seed, 200, nil)
+		sources = append(sources, source{"random" + strconv.Itoa(int(seed)), h.s, h.now})
 	}
 	for _, src := range sources {
 		snap := src.s.Snapshot()

@@ -72,96 +72,108 @@ func randomStepEnd(s *State, rng *rand.Rand) *eventsv1.StepChanged {
 		ExitCode: int32(rng.IntN(2)), Cluster: cl}
 }
 
+// randomFeatures plays steps random events of everything the scheduler
+// does (QOS preemption with and without --signal, time limits, begin times,
+// holds, requeues, cancels, arrays, exclusive and multi-node jobs, node
+// failures, admin drains, provisioner drains, ticks) on four GPU nodes and a
+// CPU node, seeded, calling seen (when not nil) with the state after every
+// change.
+func randomFeatures(t *testing.T, seed uint64, steps int, seen func(*State, *Change)) *harness {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 11))
+	h := newSpecHarness(t, Config{PreemptGrace: 5 * time.Second})
+	hosts := []string{"a3-0001", "a3-0002", "a3-0003", "a3-0004"}
+	for i, host := range hosts {
+		h.gpuNode(host, "b"+strconv.Itoa(i/2))
+	}
+	h.cpuNode("cpu-0001")
+	next := 1
+	note := func(c *Change) {
+		if seen != nil {
+			seen(h.s, c)
+		}
+	}
+	do := func(ev proto.Message) { note(h.do(ev)) }
+	for range steps {
+		switch op := rng.IntN(20); {
+		case op < 6:
+			j := job(next, int32(1+rng.IntN(3)), int32(rng.IntN(9)), limit(time.Duration(1+rng.IntN(30))*time.Minute))
+			switch rng.IntN(9) {
+			case 0:
+				j.Qos = "high"
+			case 1:
+				j.Qos, j.Signal = "low", "USR1@10"
+			case 2:
+				j.Qos = "low"
+			case 3:
+				j.Exclusive = true
+			case 4:
+				j.Command, j.Script = nil, "train"
+			case 5:
+				j.Hold = true
+			case 6:
+				j.Array, j.GpusPerNode, j.NodeCount = "0-3%2", 1, 1
+			case 7:
+				j.BeginTime = timestamppb.New(h.now.Add(time.Duration(rng.IntN(3600)) * time.Second))
+			}
+			do(&eventsv1.SubmitJob{Job: j})
+			next += 4
+		case op < 11:
+			if ev := randomStepEnd(h.s, rng); ev != nil {
+				do(ev)
+			}
+		case op < 12:
+			if next > 1 {
+				do(&eventsv1.UpdateJob{Job: jobName(1 + rng.IntN(next-1)), Cluster: cl,
+					Action: []string{ActionHold, ActionRelease, ActionRequeue}[rng.IntN(3)]})
+			}
+		case op < 13:
+			if next > 1 {
+				do(&eventsv1.CancelJob{Job: jobName(1 + rng.IntN(next-1)), Cluster: cl})
+			}
+		case op < 14:
+			host := hosts[rng.IntN(len(hosts))]
+			health := eventsv1.NodeHealth_UNHEALTHY
+			if h.s.Node(nodeName(host)).Unhealthy {
+				health = eventsv1.NodeHealth_HEALTHY
+			}
+			do(&eventsv1.NodeHealthChanged{Node: nodeName(host), Cluster: cl, Health: health, Reason: "test"})
+		case op < 15:
+			state := "DRAIN"
+			host := hosts[rng.IntN(len(hosts))]
+			if h.s.Node(nodeName(host)).AdminDrain {
+				state = "RESUME"
+			}
+			do(&eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: host, State: state, Reason: "test"})
+		case op < 16:
+			host := hosts[rng.IntN(len(hosts))]
+			do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName(host), Cluster: cl, Hostname: host, Gpus: 8,
+				State: loomv1.Node_DRAINING, NodePool: "a3", MachineType: "a3-highgpu-8g",
+				DrainDeadline: timestamppb.New(h.now.Add(time.Duration(rng.IntN(60)) * time.Second))}})
+			if rng.IntN(2) == 0 {
+				h.gpuNode(host, "b0")
+			}
+		default:
+			note(h.tick(time.Duration(rng.IntN(120)) * time.Second))
+		}
+	}
+	return h
+}
+
 // TestRandomFeaturesKeepInvariants drives random mixes of everything the
-// scheduler does (QOS preemption with and without --signal, time limits,
-// holds, requeues, arrays, exclusive and multi-node jobs, node failures,
-// admin drains, provisioner drains, ticks) and checks after every event
-// that no GPU is held twice (checkInvariants) and that every gang got all
-// of its nodes (checkGangs).
+// scheduler does (randomFeatures) and checks after every event that no GPU
+// is held twice (checkInvariants) and that every gang got all of its nodes
+// (checkGangs).
 func TestRandomFeaturesKeepInvariants(t *testing.T) {
 	t.Parallel()
 	seen := map[loomv1.JobState]bool{}
 	for seed := uint64(1); seed <= 20; seed++ {
-		rng := rand.New(rand.NewPCG(seed, 11))
-		h := newSpecHarness(t, Config{PreemptGrace: 5 * time.Second})
-		hosts := []string{"a3-0001", "a3-0002", "a3-0003", "a3-0004"}
-		for i, host := range hosts {
-			h.gpuNode(host, "b"+strconv.Itoa(i/2))
-		}
-		h.cpuNode("cpu-0001")
-		next := 1
-		do := func(ev proto.Message) {
-			c := h.do(ev)
-			checkGangs(t, h.s, c)
+		randomFeatures(t, seed, 250, func(s *State, c *Change) {
+			checkGangs(t, s, c)
 			for _, jc := range jobChanges(c) {
 				seen[jc.GetJob().GetState()] = true
 			}
-		}
-		for range 250 {
-			switch op := rng.IntN(20); {
-			case op < 6:
-				j := job(next, int32(1+rng.IntN(3)), int32(rng.IntN(9)), limit(time.Duration(1+rng.IntN(30))*time.Minute))
-				switch rng.IntN(8) {
-				case 0:
-					j.Qos = "high"
-				case 1:
-					j.Qos, j.Signal = "low", "USR1@10"
-				case 2:
-					j.Qos = "low"
-				case 3:
-					j.Exclusive = true
-				case 4:
-					j.Command, j.Script = nil, "train"
-				case 5:
-					j.Hold = true
-				case 6:
-					j.Array, j.GpusPerNode, j.NodeCount = "0-3%2", 1, 1
-				}
-				do(&eventsv1.SubmitJob{Job: j})
-				next += 4
-			case op < 11:
-				if ev := randomStepEnd(h.s, rng); ev != nil {
-					do(ev)
-				}
-			case op < 12:
-				if next > 1 {
-					do(&eventsv1.UpdateJob{Job: jobName(1 + rng.IntN(next-1)), Cluster: cl,
-						Action: []string{ActionHold, ActionRelease, ActionRequeue}[rng.IntN(3)]})
-				}
-			case op < 13:
-				if next > 1 {
-					do(&eventsv1.CancelJob{Job: jobName(1 + rng.IntN(next-1)), Cluster: cl})
-				}
-			case op < 14:
-				host := hosts[rng.IntN(len(hosts))]
-				health := eventsv1.NodeHealth_UNHEALTHY
-				if h.s.Node(nodeName(host)).Unhealthy {
-					health = eventsv1.NodeHealth_HEALTHY
-				}
-				do(&eventsv1.NodeHealthChanged{Node: nodeName(host), Cluster: cl, Health: health, Reason: "test"})
-			case op < 15:
-				state := "DRAIN"
-				host := hosts[rng.IntN(len(hosts))]
-				if h.s.Node(nodeName(host)).AdminDrain {
-					state = "RESUME"
-				}
-				do(&eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: host, State: state, Reason: "test"})
-			case op < 16:
-				host := hosts[rng.IntN(len(hosts))]
-				do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName(host), Cluster: cl, Hostname: host, Gpus: 8,
-					State: loomv1.Node_DRAINING, NodePool: "a3", MachineType: "a3-highgpu-8g",
-					DrainDeadline: timestamppb.New(h.now.Add(time.Duration(rng.IntN(60)) * time.Second))}})
-				if rng.IntN(2) == 0 {
-					h.gpuNode(host, "b0")
-				}
-			default:
-				c := h.tick(time.Duration(rng.IntN(120)) * time.Second)
-				checkGangs(t, h.s, c)
-				for _, jc := range jobChanges(c) {
-					seen[jc.GetJob().GetState()] = true
-				}
-			}
-		}
+		})
 	}
 	for _, st := range []loomv1.JobState{loomv1.JobState_PREEMPTED, loomv1.JobState_TIMEOUT, loomv1.JobState_REQUEUED,
 		loomv1.JobState_NODE_FAIL, loomv1.JobState_COMPLETED, loomv1.JobState_FAILED, loomv1.JobState_CANCELLED} {
