@@ -170,7 +170,9 @@ administrator. The reason is shown in "loom health nodes" and "sinfo -R"` + map[
 				}
 				resp.Nodes = append(resp.Nodes, nh)
 				if a.output != "json" {
-					fmt.Fprintf(cmd.OutOrStdout(), "%s: %s requested (now %s).\n", h, verb, remediationState(nh.GetState()))
+					// The health service applies it asynchronously: the state
+					// answered is the one the request found, not its outcome.
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: %s requested (it was %s).\n", h, verb, remediationState(nh.GetState()))
 				}
 			}
 			if a.output == "json" {

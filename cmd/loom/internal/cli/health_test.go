@@ -303,8 +303,8 @@ func TestNodeRemediation(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	golden(t, out, `
-gpu-0001: drain requested (now HEALTHY).
-gpu-0002: drain requested (now DRAINING).
+gpu-0001: drain requested (it was HEALTHY).
+gpu-0002: drain requested (it was DRAINING).
 Follow it with `+"`loom health nodes demo`"+`.
 `)
 	for verb, action := range map[string]loomv1.RemediationAction{"resume": loomv1.RemediationAction_ACTION_RESUME,
