@@ -47,6 +47,9 @@ func (f fakeScheduler) ListJobSteps(_ context.Context, r *loomv1.ListJobStepsReq
 	t := stepsOf(f.w)
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if r.GetAttempt() > 1 { // the steps here are all of attempt 1
+		return nil, status.Errorf(codes.NotFound, "job %s has had no attempt %d", r.GetParent(), r.GetAttempt())
+	}
 	return &loomv1.ListJobStepsResponse{Steps: t.steps[r.GetParent()]}, nil
 }
 
@@ -147,6 +150,18 @@ func TestJobSteps(t *testing.T) {
 	}
 	if l, err := h.jobs().ListJobSteps(ctx, &loomv1.ListJobStepsRequest{Parent: job}); err != nil || len(l.GetSteps()) != 1 {
 		t.Fatalf("ListJobSteps: %v %v", l, err)
+	}
+	// An earlier run's steps are asked for by attempt (sacct -D); one the
+	// job has not had is NotFound, not an empty list.
+	if l, err := h.jobs().ListJobSteps(ctx, &loomv1.ListJobStepsRequest{Parent: job, Attempt: 1}); err != nil || len(l.GetSteps()) != 1 {
+		t.Fatalf("ListJobSteps of attempt 1: %v %v", l, err)
+	}
+	if _, err := h.jobs().ListJobSteps(ctx, &loomv1.ListJobStepsRequest{Parent: job, Attempt: 5}); status.Code(err) != codes.NotFound {
+		t.Fatalf("ListJobSteps of an attempt the job has not had: %v", err)
+	}
+	if _, err := h.jobs().ListJobSteps(ctx, &loomv1.ListJobStepsRequest{Parent: job, Attempt: -1}); status.Code(err) != codes.InvalidArgument ||
+		!strings.Contains(status.Convert(err).Message(), "attempt") {
+		t.Fatalf("ListJobSteps with a negative attempt: %v", err)
 	}
 	if _, err := h.jobs().CancelJobStep(ctx, &loomv1.CancelJobStepRequest{Name: step.GetName(), Signal: "NOPE"}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("bad signal: %v", err)

@@ -1194,7 +1194,12 @@ type ListJobStepsRequest struct {
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// page_token is a previous response's next_page_token, sent with the same
 	// other fields (a token from a different request is InvalidArgument).
-	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// attempt picks the run (JobRun.attempt; sacct -D's earlier runs of a
+	// requeued job): 0, the default, is the job's current run; 1 up to the
+	// current run's attempt that run, kept as long as the job is. Negative is
+	// InvalidArgument; past the current run's attempt, NotFound.
+	Attempt       int32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1248,6 +1253,13 @@ func (x *ListJobStepsRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListJobStepsRequest) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
 }
 
 type ListJobStepsResponse struct {
@@ -3559,12 +3571,13 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"'\n" +
 	"\x11GetJobStepRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"i\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x83\x01\n" +
 	"\x13ListJobStepsRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"f\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x18\n" +
+	"\aattempt\x18\x04 \x01(\x05R\aattempt\"f\n" +
 	"\x14ListJobStepsResponse\x12&\n" +
 	"\x05steps\x18\x01 \x03(\v2\x10.loom.v1.JobStepR\x05steps\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"B\n" +

@@ -617,7 +617,8 @@ type JobServiceClient interface {
 	CreateJobStep(ctx context.Context, in *CreateJobStepRequest, opts ...grpc.CallOption) (*JobStep, error)
 	// GetJobStep reads one step of the job's current run.
 	GetJobStep(ctx context.Context, in *GetJobStepRequest, opts ...grpc.CallOption) (*JobStep, error)
-	// ListJobSteps lists the steps of the job's current run, by step id.
+	// ListJobSteps lists the steps of one of the job's runs (by default its
+	// current one), by step id.
 	ListJobSteps(ctx context.Context, in *ListJobStepsRequest, opts ...grpc.CallOption) (*ListJobStepsResponse, error)
 	// CancelJobStep kills a step's tasks on every node (scancel JOB.STEP),
 	// or with signal only sends them that signal.
@@ -783,7 +784,8 @@ type JobServiceServer interface {
 	CreateJobStep(context.Context, *CreateJobStepRequest) (*JobStep, error)
 	// GetJobStep reads one step of the job's current run.
 	GetJobStep(context.Context, *GetJobStepRequest) (*JobStep, error)
-	// ListJobSteps lists the steps of the job's current run, by step id.
+	// ListJobSteps lists the steps of one of the job's runs (by default its
+	// current one), by step id.
 	ListJobSteps(context.Context, *ListJobStepsRequest) (*ListJobStepsResponse, error)
 	// CancelJobStep kills a step's tasks on every node (scancel JOB.STEP),
 	// or with signal only sends them that signal.

@@ -259,7 +259,8 @@ func TestMultiNodeGPU(t *testing.T) {
 }
 
 // TestRequeue: requeue.sh, requeued by scontrol requeue while it runs: it
-// runs again (SLURM_RESTART_COUNT=1) and completes; sacct -D shows both runs.
+// runs again (SLURM_RESTART_COUNT=1) and completes; sacct -D shows both runs,
+// each with its own batch step and srun step.
 func TestRequeue(t *testing.T) {
 	t.Parallel()
 	s := setup(t).session(t, "main")
@@ -287,6 +288,14 @@ func TestRequeue(t *testing.T) {
 	}
 	if !slices.Equal(states, []string{"REQUEUED", "COMPLETED"}) {
 		t.Errorf("sacct -D -X -j %s states %q, want [REQUEUED COMPLETED]", id, states)
+	}
+	var rows []string
+	for _, r := range s.acct("-D", "-j", id) {
+		rows = append(rows, r["JobID"]+" "+state(r))
+	}
+	want := []string{id + " REQUEUED", id + ".batch REQUEUED", id + ".0 COMPLETED", id + " COMPLETED", id + ".batch COMPLETED", id + ".0 COMPLETED"}
+	if !slices.Equal(rows, want) {
+		t.Errorf("sacct -D -j %s rows %q, want %q", id, rows, want)
 	}
 }
 

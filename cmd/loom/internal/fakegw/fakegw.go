@@ -791,17 +791,31 @@ func (g *Gateway) GetJobStep(_ context.Context, r *loomv1.GetJobStepRequest) (*l
 	return proto.Clone(s).(*loomv1.JobStep), nil
 }
 
-// ListJobSteps answers the parent job's steps, in Steps' order, paged as
-// the gateway pages; NotFound for an unknown job.
+// ListJobSteps answers the parent job's steps of the attempt asked for, in
+// Steps' order, paged as the gateway pages: attempt 0 is the job's current
+// one, its last run's (a step without an attempt counts as of the current
+// one). NotFound for an unknown job or an attempt past the job's.
 func (g *Gateway) ListJobSteps(_ context.Context, r *loomv1.ListJobStepsRequest) (*loomv1.ListJobStepsResponse, error) {
 	defer g.lock(r)()
 	j := g.job(r.GetParent())
 	if j == nil {
 		return nil, jobNotFound(r.GetParent())
 	}
+	want, current := r.GetAttempt(), int32(0)
+	if runs := j.GetRuns(); len(runs) > 0 {
+		current = runs[len(runs)-1].GetAttempt()
+	}
+	switch {
+	case want < 0:
+		return nil, status.Errorf(codes.InvalidArgument, "attempt: must not be negative, got %d", want)
+	case want > current:
+		return nil, status.Errorf(codes.NotFound, "job %s has had no attempt %d", j.GetName(), want)
+	case want == 0:
+		want = current
+	}
 	var out []*loomv1.JobStep
 	for _, s := range g.Steps {
-		if s.GetJob() == j.GetName() {
+		if a := s.GetAttempt(); s.GetJob() == j.GetName() && (a == want || a == 0 && want == current) {
 			out = append(out, s)
 		}
 	}

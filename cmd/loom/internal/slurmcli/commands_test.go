@@ -173,6 +173,39 @@ func TestSacctOptions(t *testing.T) {
 	}
 }
 
+// TestSacctDuplicatesShowEachRunsSteps: sacct -D lists a requeued job's
+// earlier runs each with its own srun steps (asked for by attempt), and
+// plain sacct only the current run's, as Slurm's sacct does.
+func TestSacctDuplicatesShowEachRunsSteps(t *testing.T) {
+	t.Parallel()
+	f := fixture()
+	oops := f.Jobs[2]
+	if oops.GetJobId() != "11" {
+		t.Fatalf("fixture: job %s where 11 was", oops.GetJobId())
+	}
+	step := func(attempt int32, state loomv1.JobState, exit int32, cmd string) *loomv1.JobStep {
+		return &loomv1.JobStep{Name: oops.GetName() + "/steps/0", Job: oops.GetName(), Attempt: attempt, StepId: 0,
+			State: state, ExitCode: exit, Command: []string{"/usr/bin/" + cmd}, NumTasks: 2, Nodes: oops.GetRuns()[attempt-1].GetNodes(),
+			StartTime: oops.GetRuns()[attempt-1].GetStartTime(), EndTime: oops.GetRuns()[attempt-1].GetEndTime()}
+	}
+	f.Steps = []*loomv1.JobStep{step(1, loomv1.JobState_CANCELLED, 0, "python"), step(2, loomv1.JobState_FAILED, 2, "torchrun")}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-P", "-n", "-o", "JobID,JobName,State,ExitCode,NodeList", "-j", "11", "-D"},
+			"11|oops|NODE_FAIL|0:0|gpu-0002\n11.batch|batch|CANCELLED|0:0|gpu-0002\n11.0|python|CANCELLED|0:0|gpu-0002\n" +
+				"11|oops|FAILED|2:0|gpu-0004\n11.batch|batch|FAILED|2:0|gpu-0004\n11.0|torchrun|FAILED|2:0|gpu-0004\n"},
+		{[]string{"-P", "-n", "-o", "JobID,JobName,State", "-j", "11"},
+			"11|oops|FAILED\n11.batch|batch|FAILED\n11.0|torchrun|FAILED\n"},
+	} {
+		code, out, errOut := run(t, f, "sacct", Env{}, tc.args...)
+		if code != 0 || out != tc.want {
+			t.Errorf("sacct %v: %d %q %q\nwant %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+}
+
 func TestScancel(t *testing.T) {
 	t.Parallel()
 	cancelled := func(f *fakegw.Gateway) []string {

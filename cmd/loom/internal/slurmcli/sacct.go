@@ -566,6 +566,7 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 				out = append(out, sacctRow{job: r.job, id: r.id, run: run})
 				if !allocOnly && run.GetStartTime() != nil {
 					out = append(out, sacctRow{job: r.job, id: r.id + ".batch", step: "batch", run: run})
+					out = append(out, c.stepRows(ctx, r.job, run, r.id, &stepLookups)...)
 				}
 			}
 		}
@@ -573,7 +574,7 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 		out = append(out, row)
 		if !allocOnly && row.started() {
 			out = append(out, sacctRow{job: r.job, id: r.id + ".batch", step: "batch"})
-			out = append(out, c.stepRows(ctx, r.job, r.id, &stepLookups)...)
+			out = append(out, c.stepRows(ctx, r.job, nil, r.id, &stepLookups)...)
 		}
 	}
 

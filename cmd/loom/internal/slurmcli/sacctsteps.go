@@ -15,9 +15,10 @@ import (
 const maxStepLookups = 200
 
 // stepRows are sacct's rows of a job's numbered steps ("12.0", "12.1":
-// srun inside the allocation) in its current run, by step id. A gateway
-// that does not serve steps, or a job it no longer has, gives none.
-func (c *cmd) stepRows(ctx context.Context, j *loomv1.Job, id string, lookups *int) []sacctRow {
+// srun inside the allocation) in its run run (nil: its current run), by
+// step id. A gateway that does not serve steps, or a job or run it no
+// longer has, gives none.
+func (c *cmd) stepRows(ctx context.Context, j *loomv1.Job, run *loomv1.JobRun, id string, lookups *int) []sacctRow {
 	if *lookups >= maxStepLookups {
 		return nil
 	}
@@ -26,7 +27,7 @@ func (c *cmd) stepRows(ctx context.Context, j *loomv1.Job, id string, lookups *i
 	err := paging.Each(func(token string) (string, error) {
 		cctx, cancel := c.call(ctx)
 		defer cancel()
-		resp, err := c.jobsClient().ListJobSteps(cctx, &loomv1.ListJobStepsRequest{Parent: j.GetName(), PageToken: token})
+		resp, err := c.jobsClient().ListJobSteps(cctx, &loomv1.ListJobStepsRequest{Parent: j.GetName(), PageToken: token, Attempt: run.GetAttempt()})
 		steps = append(steps, resp.GetSteps()...)
 		return resp.GetNextPageToken(), err
 	})
@@ -36,7 +37,7 @@ func (c *cmd) stepRows(ctx context.Context, j *loomv1.Job, id string, lookups *i
 	var out []sacctRow
 	for _, s := range steps {
 		step := strconv.Itoa(int(s.GetStepId()))
-		out = append(out, sacctRow{job: j, id: id + "." + step, step: step, jstep: s})
+		out = append(out, sacctRow{job: j, id: id + "." + step, step: step, jstep: s, run: run})
 	}
 	return out
 }

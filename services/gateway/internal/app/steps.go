@@ -141,9 +141,12 @@ func (g *Gateway) GetJobStep(ctx context.Context, req *loomv1.GetJobStepRequest)
 }
 
 // ListJobSteps lists one page (AIP-158; the scheduler pages) of the steps of
-// a job's current run, by step id (none for a job the scheduler has not seen
-// yet).
+// one of a job's runs (attempt; 0, its current run), by step id (none for a
+// job the scheduler has not seen yet; NotFound for an attempt it has not had).
 func (g *Gateway) ListJobSteps(ctx context.Context, req *loomv1.ListJobStepsRequest) (*loomv1.ListJobStepsResponse, error) {
+	if req.GetAttempt() < 0 {
+		return nil, errs.Invalid("attempt", "must not be negative, got %d (0 is the job's current run)", req.GetAttempt())
+	}
 	ref, err := g.resolveJob(ctx, req.GetParent(), false)
 	if err != nil {
 		if _, perr := resname.ParseJob(req.GetParent()); perr != nil {
@@ -155,11 +158,11 @@ func (g *Gateway) ListJobSteps(ctx context.Context, req *loomv1.ListJobStepsRequ
 		return nil, err
 	}
 	resp, err := g.own.Jobs.ListJobSteps(ctx, &loomv1.ListJobStepsRequest{Parent: ref.name,
-		PageSize: req.GetPageSize(), PageToken: req.GetPageToken()})
+		PageSize: req.GetPageSize(), PageToken: req.GetPageToken(), Attempt: req.GetAttempt()})
 	if err == nil {
 		return resp, nil
 	}
-	if !isNotFound(err) {
+	if !isNotFound(err) || req.GetAttempt() > 0 {
 		return nil, fmt.Errorf("ask the scheduler for the steps of %s: %w", ref.name, err)
 	}
 	if _, err := g.repo.AcceptedJob(ctx, ref.name); err != nil {

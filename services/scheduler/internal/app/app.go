@@ -465,13 +465,17 @@ func (a *App) ListSlurmNodes(cluster string) []*loomv1.SlurmNode {
 	return views.SlurmNodes(a.state, cluster)
 }
 
-// ListJobSteps returns the steps of the job's current run (srun), by step
-// id, or an error wrapping errs.NotFound for a job the scheduler does not know.
-func (a *App) ListJobSteps(job string) ([]*loomv1.JobStep, error) {
+// ListJobSteps returns the steps (srun) of the job's run attempt (0: its
+// current run), by step id, or an error wrapping errs.NotFound for a job
+// the scheduler does not know or an attempt the job has not had.
+func (a *App) ListJobSteps(job string, attempt int32) ([]*loomv1.JobStep, error) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	steps, ok := a.state.JobSteps(job)
+	steps, ok := a.state.JobSteps(job, attempt)
 	if !ok {
+		if attempt > 0 {
+			return nil, fmt.Errorf("job %s has had no attempt %d: %w", job, attempt, errs.NotFound)
+		}
 		return nil, fmt.Errorf("job %s: %w", job, errs.NotFound)
 	}
 	return steps, nil

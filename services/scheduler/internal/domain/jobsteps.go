@@ -464,16 +464,21 @@ func (t *txn) settleJobSteps() {
 	}
 }
 
-// JobSteps returns the steps of the current run of the job named name (an
-// array task may be named "jobs/A_i"), by step id; ok is false when the
-// scheduler does not know the job.
-func (s *State) JobSteps(name string) (steps []*loomv1.JobStep, ok bool) {
+// JobSteps returns the steps of one run of the job named name (an array
+// task may be named "jobs/A_i"), by step id: of its current run when
+// attempt is 0, else of that attempt (earlier runs are kept as long as the
+// job: sacct -D shows them). ok is false when the scheduler does not know
+// the job or the job has had no such attempt.
+func (s *State) JobSteps(name string, attempt int32) (steps []*loomv1.JobStep, ok bool) {
 	j := s.jobs[s.ResolveJobName(name)]
-	if j == nil {
+	if j == nil || attempt < 0 || attempt > j.Attempt {
 		return nil, false
 	}
-	r := s.runs[RunKey(j.Name(), j.Attempt)]
-	if r == nil || j.Attempt == 0 {
+	if attempt == 0 {
+		attempt = j.Attempt
+	}
+	r := s.runs[RunKey(j.Name(), attempt)]
+	if r == nil || attempt == 0 {
 		return nil, true
 	}
 	for i := range r.JobSteps {

@@ -287,6 +287,21 @@ func TestRequeuedJobWaitsForItsJobSteps(t *testing.T) {
 	if st := starts(h.tasks(0, "b", eventsv1.StepState_STEP_KILLED, 143, 143)); len(st) != 1 || st[0].GetAttempt() != 2 {
 		t.Fatalf("want attempt 2 started once the tasks ended, got %v", st)
 	}
+	// The old run's step stays listed under its attempt (sacct -D); the
+	// current run has none yet.
+	if cur, ok := h.s.JobSteps(jobName(1), 0); !ok || len(cur) != 0 {
+		t.Fatalf("steps of the current run: %v %v, want none", cur, ok)
+	}
+	old, ok := h.s.JobSteps(jobName(1), 1)
+	if !ok || len(old) != 1 || old[0].GetAttempt() != 1 || old[0].GetState() != loomv1.JobState_CANCELLED ||
+		!reflect.DeepEqual(old[0].GetTaskExitCodes(), []int32{143, 143, 143, 143}) {
+		t.Fatalf("steps of attempt 1: %v %v", old, ok)
+	}
+	for _, attempt := range []int32{-1, 3} {
+		if steps, ok := h.s.JobSteps(jobName(1), attempt); ok {
+			t.Errorf("attempt %d the job has not had: %v, ok", attempt, steps)
+		}
+	}
 }
 
 func TestJobStepRefusals(t *testing.T) {

@@ -31,7 +31,7 @@ type Jobs interface {
 	ListJobs(f views.JobFilter, after string, size int) ([]*loomv1.Job, string)
 	ListPartitions(cluster string) []*loomv1.Partition
 	ListSlurmNodes(cluster string) []*loomv1.SlurmNode
-	ListJobSteps(job string) ([]*loomv1.JobStep, error)
+	ListJobSteps(job string, attempt int32) ([]*loomv1.JobStep, error)
 	GetJobStep(job string, id int32) (*loomv1.JobStep, error)
 }
 
@@ -102,14 +102,18 @@ func digits(s string) bool {
 	return true
 }
 
-// ListJobSteps returns one page (AIP-158) of the steps of a job's current
-// run (parent "projects/{p}/jobs/{id}"), by step id; InvalidArgument for a malformed name, NotFound
-// for a job the scheduler does not know.
+// ListJobSteps returns one page (AIP-158) of the steps of one of a job's
+// runs (parent "projects/{p}/jobs/{id}"; attempt, 0 for the current run), by
+// step id; InvalidArgument for a malformed name or a negative attempt,
+// NotFound for a job the scheduler does not know or an attempt it has not had.
 func (s *JobServer) ListJobSteps(_ context.Context, req *loomv1.ListJobStepsRequest) (*loomv1.ListJobStepsResponse, error) {
 	if err := checkJobName("parent", req.GetParent()); err != nil {
 		return nil, err
 	}
-	steps, err := s.jobs.ListJobSteps(req.GetParent())
+	if req.GetAttempt() < 0 {
+		return nil, errs.Invalid("attempt", "must not be negative, got %d (0 is the job's current run)", req.GetAttempt())
+	}
+	steps, err := s.jobs.ListJobSteps(req.GetParent(), req.GetAttempt())
 	if err != nil {
 		return nil, err
 	}
