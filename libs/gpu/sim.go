@@ -44,13 +44,15 @@ const (
 	DefaultSBEPerMinute    = 60
 	DefaultNVLinkPerMinute = 60
 	DefaultSlowFactor      = 2
+	// DefaultThermalRise is how fast a GPU in thermal runaway heats, °C
+	// per second: from an idle 30 °C it throttles after about 4 minutes.
+	DefaultThermalRise = 0.25
 )
 
-// thermalRise is how fast a GPU in thermal runaway heats, °C per second,
-// and the temperatures at which it throttles and at which it stops rising
-// (the driver's slowdown and shutdown temperatures of an H100/H200 board).
+// The temperatures at which a GPU in thermal runaway throttles and at which
+// it stops rising (the driver's slowdown and shutdown temperatures of an
+// H100/H200 board).
 const (
-	thermalRise     = 0.25
 	slowdownTempC   = 87
 	shutdownTempC   = 95
 	maxRunawayTempC = 102
@@ -177,12 +179,15 @@ type simGPU struct {
 	Lost    bool     `json:"lost,omitempty"`
 	// SBERate and NVLinkRate are errors per minute since SBESince and
 	// NVLinkSince (rising counters); Thermal is when thermal runaway
-	// began (zero: none); Slow is the throughput divisor (0 or 1: none).
+	// began (zero: none), heating by ThermalRate °C per second (0, in a
+	// state written before there was a rate: DefaultThermalRise); Slow is
+	// the throughput divisor (0 or 1: none).
 	SBERate     float64   `json:"sbe_rate,omitempty"`
 	SBESince    time.Time `json:"sbe_since,omitzero"`
 	NVLinkRate  float64   `json:"nvlink_rate,omitempty"`
 	NVLinkSince time.Time `json:"nvlink_since,omitzero"`
 	Thermal     time.Time `json:"thermal,omitzero"`
+	ThermalRate float64   `json:"thermal_rate,omitempty"`
 	Slow        float64   `json:"slow,omitempty"`
 }
 
@@ -572,7 +577,11 @@ func (st *simState) sample(i int, now time.Time, busy bool) *loomv1.GpuSample {
 		reasons = ReasonGpuIdle
 	}
 	if !g.Thermal.IsZero() {
-		temp = min(temp+thermalRise*max(0, now.Sub(g.Thermal).Seconds()), maxRunawayTempC)
+		rise := g.ThermalRate
+		if rise <= 0 {
+			rise = DefaultThermalRise
+		}
+		temp = min(temp+rise*max(0, now.Sub(g.Thermal).Seconds()), maxRunawayTempC)
 		if temp >= slowdownTempC {
 			reasons &^= ReasonGpuIdle
 			reasons |= ReasonSwThermalSlowdown | ReasonHwThermalSlowdown
@@ -745,8 +754,13 @@ func (st *simState) inject(f *loomv1.Fault, now time.Time) error {
 			g.C.RemapPending = true
 			st.xid(i, 64, now)
 		case loomv1.FaultKind_FAULT_THERMAL:
+			// A second injection does not cool the GPU down: the runaway
+			// goes on from where it is, at the rate it began with.
 			if g.Thermal.IsZero() {
-				g.Thermal = now
+				if value <= 0 {
+					value = DefaultThermalRise
+				}
+				g.Thermal, g.ThermalRate = now, value
 			}
 		case loomv1.FaultKind_FAULT_SLOW_GPU:
 			if value <= 1 {

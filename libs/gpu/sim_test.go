@@ -184,6 +184,18 @@ func TestSimulatedFaults(t *testing.T) {
 				t.Errorf("throughput %v while throttling", f)
 			}
 		}},
+		// A faster runaway (value °C/s) throttles within seconds; the
+		// default one has not yet.
+		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_THERMAL, Gpu: 3, Value: 5}, 20 * time.Second, func(t *testing.T, b, a *loomv1.GpuSample, s *Simulated, _ []Xid) {
+			if a.TemperatureC < slowdownTempC || a.ThrottleReasons&(ReasonHwThermalSlowdown|ReasonSwThermalSlowdown) == 0 {
+				t.Errorf("20 s into thermal runaway at 5 °C/s: %v", a)
+			}
+		}},
+		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_THERMAL, Gpu: 3}, 20 * time.Second, func(t *testing.T, b, a *loomv1.GpuSample, s *Simulated, _ []Xid) {
+			if a.TemperatureC >= slowdownTempC || a.TemperatureC <= b.TemperatureC || a.ThrottleReasons&(ReasonHwThermalSlowdown|ReasonSwThermalSlowdown) != 0 {
+				t.Errorf("20 s into thermal runaway at the default 0.25 °C/s: %v (before %v)", a, b)
+			}
+		}},
 		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_SLOW_GPU, Gpu: 3, Value: 4}, 0, func(t *testing.T, b, a *loomv1.GpuSample, s *Simulated, _ []Xid) {
 			if f := s.ThroughputFactor(3); f != 0.25 {
 				t.Errorf("throughput %v, want 0.25", f)

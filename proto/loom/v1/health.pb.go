@@ -33,7 +33,7 @@ const (
 	FaultKind_FAULT_ECC_SBE           FaultKind = 2 // value: single-bit errors per minute (a rising rate)
 	FaultKind_FAULT_ECC_DBE           FaultKind = 3 // value: double-bit errors (default 1)
 	FaultKind_FAULT_ROW_REMAP_FAILURE FaultKind = 4
-	FaultKind_FAULT_THERMAL           FaultKind = 5 // thermal runaway: temperature climbs, clocks throttle
+	FaultKind_FAULT_THERMAL           FaultKind = 5 // thermal runaway: temperature climbs (value: °C per second, default 0.25), clocks throttle
 	FaultKind_FAULT_SLOW_GPU          FaultKind = 6 // value: throughput divided by this factor (default 2)
 	FaultKind_FAULT_FALLEN_OFF_BUS    FaultKind = 7 // Xid 79 and the GPU is lost
 	FaultKind_FAULT_NVLINK            FaultKind = 8 // value: CRC errors per minute

@@ -247,7 +247,7 @@ var faultKinds = []struct {
 	{"ecc-sbe", loomv1.FaultKind_FAULT_ECC_SBE, "single-bit ECC errors at a rising rate (--rate per minute)"},
 	{"dbe", loomv1.FaultKind_FAULT_ECC_DBE, "a double-bit ECC error (--count, default 1)"},
 	{"remap-failure", loomv1.FaultKind_FAULT_ROW_REMAP_FAILURE, "a row-remapping failure"},
-	{"thermal", loomv1.FaultKind_FAULT_THERMAL, "thermal runaway: temperature climbs, clocks throttle"},
+	{"thermal", loomv1.FaultKind_FAULT_THERMAL, "thermal runaway: temperature climbs (--rate °C/s, default 0.25), clocks throttle"},
 	{"slow", loomv1.FaultKind_FAULT_SLOW_GPU, "a slow GPU (--factor, default 2)"},
 	{"off-bus", loomv1.FaultKind_FAULT_FALLEN_OFF_BUS, "the GPU falls off the bus (Xid 79)"},
 	{"nvlink", loomv1.FaultKind_FAULT_NVLINK, "NVLink CRC errors (--rate per minute)"},
@@ -283,6 +283,7 @@ real GPUs are refused. Needs a cluster administrator.
 
   loom nodes inject-fault gpu-0001 --gpu 3 --xid 79
   loom nodes inject-fault gpu-0001 --kind ecc-sbe --rate 50
+  loom nodes inject-fault gpu-0001 --gpu 0 --kind thermal --rate 2
   loom nodes inject-fault gpu-0001 --kind no-heartbeat --seconds 30
   loom nodes inject-fault gpu-0001 --kind clear
 
@@ -323,7 +324,7 @@ kinds take no --gpu). Kinds:
 	f.StringVar(&kind, "kind", "", "what to inject: "+faultKindNames())
 	f.Int32Var(&gpu, "gpu", -1, "the GPU's index (default: every GPU)")
 	f.Int32Var(&xid, "xid", 0, "the Xid code, 1 to 999 (kind xid)")
-	f.Float64Var(&rate, "rate", 0, "errors per minute (kinds ecc-sbe, nvlink)")
+	f.Float64Var(&rate, "rate", 0, "errors per minute (kinds ecc-sbe, nvlink); °C per second (kind thermal)")
 	f.Float64Var(&factor, "factor", 0, "how many times slower (kind slow; default 2)")
 	f.Float64Var(&seconds, "seconds", 0, "how long the agent stays silent (kind no-heartbeat; 0: until cleared)")
 	f.Int32Var(&count, "count", 0, "how many double-bit errors (kind dbe; default 1)")
@@ -353,7 +354,7 @@ func faultFromFlags(cmd *cobra.Command, kind string, gpu, xid, count int32, rate
 	// Each value flag belongs to its kinds; another kind's is a mistake.
 	takes := map[string][]loomv1.FaultKind{
 		"xid":     {loomv1.FaultKind_FAULT_XID},
-		"rate":    {loomv1.FaultKind_FAULT_ECC_SBE, loomv1.FaultKind_FAULT_NVLINK},
+		"rate":    {loomv1.FaultKind_FAULT_ECC_SBE, loomv1.FaultKind_FAULT_NVLINK, loomv1.FaultKind_FAULT_THERMAL},
 		"factor":  {loomv1.FaultKind_FAULT_SLOW_GPU},
 		"seconds": {loomv1.FaultKind_FAULT_NO_HEARTBEAT},
 		"count":   {loomv1.FaultKind_FAULT_ECC_DBE},
@@ -374,7 +375,7 @@ func faultFromFlags(cmd *cobra.Command, kind string, gpu, xid, count int32, rate
 			return nil, usagef("--kind ecc-sbe needs --rate: single-bit errors per minute, e.g. --rate 50")
 		}
 		f.Value = rate
-	case loomv1.FaultKind_FAULT_NVLINK:
+	case loomv1.FaultKind_FAULT_NVLINK, loomv1.FaultKind_FAULT_THERMAL:
 		f.Value = rate
 	case loomv1.FaultKind_FAULT_SLOW_GPU:
 		f.Value = factor
@@ -403,7 +404,10 @@ func describeFault(f *loomv1.Fault) string {
 	case loomv1.FaultKind_FAULT_ROW_REMAP_FAILURE:
 		return "a row-remapping failure"
 	case loomv1.FaultKind_FAULT_THERMAL:
-		return "thermal runaway"
+		if f.GetValue() == 0 {
+			v = "0.25"
+		}
+		return "thermal runaway (+" + v + " °C/s)"
 	case loomv1.FaultKind_FAULT_SLOW_GPU:
 		if f.GetValue() == 0 {
 			v = "2"

@@ -240,7 +240,8 @@ func TestInjectFault(t *testing.T) {
 		{[]string{"--kind", "ecc-sbe", "--rate", "50"}, &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_ECC_SBE, Gpu: -1, Value: 50}, "single-bit ECC errors at 50/min into every GPU"},
 		{[]string{"--kind", "dbe", "--gpu", "1"}, &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_ECC_DBE, Gpu: 1}, "a double-bit ECC error into GPU 1"},
 		{[]string{"--kind", "remap-failure", "--gpu", "0"}, &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_ROW_REMAP_FAILURE}, "row-remapping failure"},
-		{[]string{"--kind", "thermal"}, &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_THERMAL, Gpu: -1}, "thermal runaway"},
+		{[]string{"--kind", "thermal"}, &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_THERMAL, Gpu: -1}, "thermal runaway (+0.25 °C/s)"},
+		{[]string{"--kind", "thermal", "--rate", "2", "--gpu", "0"}, &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_THERMAL, Value: 2}, "thermal runaway (+2 °C/s) into GPU 0"},
 		{[]string{"--kind", "slow", "--factor", "3", "--gpu", "2"}, &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_SLOW_GPU, Gpu: 2, Value: 3}, "a slowdown by 3x into GPU 2"},
 		{[]string{"--kind", "off-bus", "--gpu", "5"}, &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_FALLEN_OFF_BUS, Gpu: 5}, "a fall off the bus into GPU 5"},
 		{[]string{"--kind", "nvlink", "--rate", "10"}, &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_NVLINK, Gpu: -1, Value: 10}, "NVLink errors"},
@@ -261,15 +262,16 @@ func TestInjectFault(t *testing.T) {
 	}
 	// Requests, in order (the subtests ran one after the other).
 	reqs := fakegw.Requests[*loomv1.InjectFaultRequest](f)
-	if len(reqs) != 12 {
-		t.Fatalf("%d InjectFault requests, want 12", len(reqs))
+	if len(reqs) != 13 {
+		t.Fatalf("%d InjectFault requests, want 13", len(reqs))
 	}
 	if r := reqs[0]; r.GetCluster() != demoName || r.GetHostname() != "gpu-0001" || !proto.Equal(r.GetFault(), &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_XID, Gpu: 3, Xid: 79}) {
 		t.Errorf("first request %v", r)
 	}
-	if !proto.Equal(reqs[5].GetFault(), &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_SLOW_GPU, Gpu: 2, Value: 3}) ||
-		!proto.Equal(reqs[10].GetFault(), &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_NO_HEARTBEAT, Gpu: -1, Value: 30}) {
-		t.Errorf("slow and no-heartbeat requests: %v, %v", reqs[5], reqs[10])
+	if !proto.Equal(reqs[5].GetFault(), &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_THERMAL, Value: 2}) ||
+		!proto.Equal(reqs[6].GetFault(), &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_SLOW_GPU, Gpu: 2, Value: 3}) ||
+		!proto.Equal(reqs[11].GetFault(), &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_NO_HEARTBEAT, Gpu: -1, Value: 30}) {
+		t.Errorf("thermal, slow and no-heartbeat requests: %v, %v, %v", reqs[5], reqs[6], reqs[11])
 	}
 	for _, c := range []struct {
 		args []string

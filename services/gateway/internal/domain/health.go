@@ -32,6 +32,9 @@ const (
 	MaxFaultValue = 1e6
 	// MaxSlowFactor bounds FAULT_SLOW_GPU's factor.
 	MaxSlowFactor = 1000
+	// MaxThermalRise bounds FAULT_THERMAL's °C per second (from idle to
+	// throttling in about 6 s).
+	MaxThermalRise = 10
 	// MaxNoHeartbeatSeconds bounds FAULT_NO_HEARTBEAT's seconds (a day; 0
 	// means until cleared).
 	MaxNoHeartbeatSeconds = 86400
@@ -234,6 +237,8 @@ func ValidateInjectFault(req *loomv1.InjectFaultRequest, gpus int32) error {
 		v.Add("fault.value", "required for FAULT_ECC_SBE: single-bit errors per minute, above 0")
 	case kind == loomv1.FaultKind_FAULT_SLOW_GPU && val != 0 && (val <= 1 || val > MaxSlowFactor):
 		v.Add("fault.value", "%v: FAULT_SLOW_GPU's factor is above 1 and at most %d (0: the default, 2)", val, MaxSlowFactor)
+	case kind == loomv1.FaultKind_FAULT_THERMAL && val > MaxThermalRise:
+		v.Add("fault.value", "%v: FAULT_THERMAL's rise is at most %d °C per second (0: the default, 0.25)", val, MaxThermalRise)
 	case kind == loomv1.FaultKind_FAULT_NO_HEARTBEAT && val > MaxNoHeartbeatSeconds:
 		v.Add("fault.value", "%v seconds, more than the limit of %d (0: until cleared)", val, MaxNoHeartbeatSeconds)
 	case kind == loomv1.FaultKind_FAULT_ECC_DBE && val != 0 && val != math.Trunc(val):

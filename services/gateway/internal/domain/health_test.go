@@ -49,6 +49,8 @@ func TestValidateInjectFaultBounds(t *testing.T) {
 		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_SLOW_GPU, Gpu: 0, Value: 1000}, ""},
 		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_SLOW_GPU, Gpu: 0, Value: 1001}, "fault.value"},
 		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_ECC_DBE, Gpu: 0, Value: 1.5}, "a count of errors"},
+		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_THERMAL, Gpu: 0, Value: 10}, ""},
+		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_THERMAL, Gpu: 0, Value: 10.5}, "fault.value: 10.5: FAULT_THERMAL's rise is at most 10 °C per second"},
 		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_NO_HEARTBEAT, Gpu: -1, Value: 86400}, ""},
 		{&loomv1.Fault{Kind: loomv1.FaultKind(99), Gpu: 0}, "fault.kind: 99 is not a fault kind"},
 	} {
