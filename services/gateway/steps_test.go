@@ -145,7 +145,9 @@ func TestJobSteps(t *testing.T) {
 	if _, err := h.jobs().GetJobStep(ctx, &loomv1.GetJobStepRequest{Name: job + "/steps/x"}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("bad step name: %v", err)
 	}
-	if _, err := h.jobs().GetJobStep(ctx, &loomv1.GetJobStepRequest{Name: job + "/steps/9"}); status.Code(err) != codes.NotFound {
+	// The scheduler's NotFound comes back as the gateway's own, in its words.
+	if _, err := h.jobs().GetJobStep(ctx, &loomv1.GetJobStepRequest{Name: job + "/steps/9"}); status.Code(err) != codes.NotFound ||
+		status.Convert(err).Message() != "step "+job+"/steps/9 not found" {
 		t.Fatalf("unknown step: %v", err)
 	}
 	if l, err := h.jobs().ListJobSteps(ctx, &loomv1.ListJobStepsRequest{Parent: job}); err != nil || len(l.GetSteps()) != 1 {
@@ -156,7 +158,8 @@ func TestJobSteps(t *testing.T) {
 	if l, err := h.jobs().ListJobSteps(ctx, &loomv1.ListJobStepsRequest{Parent: job, Attempt: 1}); err != nil || len(l.GetSteps()) != 1 {
 		t.Fatalf("ListJobSteps of attempt 1: %v %v", l, err)
 	}
-	if _, err := h.jobs().ListJobSteps(ctx, &loomv1.ListJobStepsRequest{Parent: job, Attempt: 5}); status.Code(err) != codes.NotFound {
+	if _, err := h.jobs().ListJobSteps(ctx, &loomv1.ListJobStepsRequest{Parent: job, Attempt: 5}); status.Code(err) != codes.NotFound ||
+		status.Convert(err).Message() != "job "+job+" has had no attempt 5" {
 		t.Fatalf("ListJobSteps of an attempt the job has not had: %v", err)
 	}
 	if _, err := h.jobs().ListJobSteps(ctx, &loomv1.ListJobStepsRequest{Parent: job, Attempt: -1}); status.Code(err) != codes.InvalidArgument ||

@@ -12,6 +12,8 @@ import (
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/gateway/internal/domain"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // stepCreateTimeout bounds how long CreateJobStep waits for the scheduler to
@@ -134,10 +136,20 @@ func (g *Gateway) GetJobStep(ctx context.Context, req *loomv1.GetJobStepRequest)
 		return nil, err
 	}
 	s, err := g.own.Jobs.GetJobStep(ctx, &loomv1.GetJobStepRequest{Name: resname.StepIn(ref.name, step)})
+	if isNotFound(err) {
+		return nil, asOwnNotFound(err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("ask the scheduler for step %d of %s: %w", step, ref.name, err)
 	}
 	return s, nil
+}
+
+// asOwnNotFound is the scheduler's NotFound answered as the gateway's own:
+// its message ("step 5 of job …: not found") is what the caller needs, not
+// the call that carried it.
+func asOwnNotFound(err error) error {
+	return status.Error(codes.NotFound, status.Convert(err).Message())
 }
 
 // ListJobSteps lists one page (AIP-158; the scheduler pages) of the steps of
@@ -162,8 +174,11 @@ func (g *Gateway) ListJobSteps(ctx context.Context, req *loomv1.ListJobStepsRequ
 	if err == nil {
 		return resp, nil
 	}
-	if !isNotFound(err) || req.GetAttempt() > 0 {
+	if !isNotFound(err) {
 		return nil, fmt.Errorf("ask the scheduler for the steps of %s: %w", ref.name, err)
+	}
+	if req.GetAttempt() > 0 {
+		return nil, asOwnNotFound(err)
 	}
 	if _, err := g.repo.AcceptedJob(ctx, ref.name); err != nil {
 		return nil, err
@@ -200,6 +215,9 @@ func (g *Gateway) CancelJobStep(ctx context.Context, req *loomv1.CancelJobStepRe
 		return nil, err
 	}
 	s, err := g.own.Jobs.GetJobStep(ctx, &loomv1.GetJobStepRequest{Name: resname.StepIn(ref.name, step)})
+	if isNotFound(err) {
+		return nil, asOwnNotFound(err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("ask the scheduler for step %d of %s: %w", step, ref.name, err)
 	}
