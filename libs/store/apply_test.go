@@ -171,6 +171,41 @@ func TestApplyEmptyTxStillMarksInbox(t *testing.T) {
 	}
 }
 
+// TestHScanAllReadsEveryField: a hash read in chunks is the hash HGetAll
+// reads, whatever the chunk; a missing hash is empty.
+func TestHScanAllReadsEveryField(t *testing.T) {
+	t.Parallel()
+	backends(t, func(t *testing.T, rdb *redis.Client) {
+		ctx := context.Background()
+		s := New(rdb, "svc:")
+		var tx Tx
+		for i := range 2500 {
+			tx.HSet("big", "f"+strconv.Itoa(i), []byte(strings.Repeat("v", i%7)+strconv.Itoa(i)))
+		}
+		if _, err := s.Apply(ctx, "", &tx); err != nil {
+			t.Fatal(err)
+		}
+		want, err := s.HGetAll(ctx, "big")
+		if err != nil || len(want) != 2500 {
+			t.Fatalf("HGetAll: %d fields, %v", len(want), err)
+		}
+		for _, count := range []int64{1, 100, 10000} {
+			got, err := s.HScanAll(ctx, "big", count)
+			if err != nil || len(got) != len(want) {
+				t.Fatalf("HScanAll by %d: %d fields, %v", count, len(got), err)
+			}
+			for f, v := range want {
+				if string(got[f]) != string(v) {
+					t.Fatalf("HScanAll by %d: %s = %q, want %q", count, f, got[f], v)
+				}
+			}
+		}
+		if got, err := s.HScanAll(ctx, "missing", 100); err != nil || len(got) != 0 {
+			t.Fatalf("HScanAll of a missing key = %v, %v", got, err)
+		}
+	})
+}
+
 func TestApplyRejectsInvalidTx(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

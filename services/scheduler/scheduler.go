@@ -39,8 +39,13 @@ const (
 	// a crashed leader's successor takes over within it.
 	DefaultLeaseTTL = 5 * time.Second
 	// DefaultRefreshInterval is how often a follower reloads its memory
-	// when the leader wrote.
+	// when the leader wrote (see refreshWait for large states).
 	DefaultRefreshInterval = 2 * time.Second
+	// refreshCostFactor bounds a follower's reloads to 1/refreshCostFactor
+	// of its time, and of Redis's: a reload reads every record (at 100,000
+	// jobs about 1 s of the follower's time and 115 ms in which Redis,
+	// single-threaded, serves nobody else, the leader's writes included).
+	refreshCostFactor = 10
 	// DefaultMaxBatch bounds how many waiting events one change takes (one
 	// scheduling pass, one store write): enough to amortise both under a
 	// burst, small enough that a change stays well under a millisecond's
@@ -128,7 +133,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxBatch, "max-batch", int(envInt("MAX_BATCH", DefaultMaxBatch)),
 		"most waiting events handled as one change: one scheduling pass, one store write (LOOM_SCHEDULER_MAX_BATCH; 1 = one at a time)")
 	fs.DurationVar(&c.RefreshInterval, "follower-refresh", config.EnvDuration("LOOM_SCHEDULER_FOLLOWER_REFRESH", DefaultRefreshInterval),
-		"how often a follower reloads the leader's writes (LOOM_SCHEDULER_FOLLOWER_REFRESH)")
+		"how often a follower reloads the leader's writes, and no sooner than 10 times the last reload took (LOOM_SCHEDULER_FOLLOWER_REFRESH)")
 }
 
 // resolve checks the flags that need parsing and fills the defaults.
@@ -259,7 +264,7 @@ type leader struct {
 func (l *leader) run(ctx context.Context) error {
 	log := l.base.Log
 	retry := l.cfg.LeaseTTL / 3
-	lastRefresh := time.Time{}
+	lastRefresh, refreshEvery := time.Time{}, l.cfg.RefreshInterval
 	for {
 		token, err := l.lease.TryAcquire(ctx)
 		if err != nil && ctx.Err() == nil {
@@ -267,12 +272,14 @@ func (l *leader) run(ctx context.Context) error {
 		}
 		if token != "" {
 			l.term(ctx, token)
-			lastRefresh = time.Time{}
-		} else if time.Since(lastRefresh) >= l.cfg.RefreshInterval {
+			lastRefresh, refreshEvery = time.Time{}, l.cfg.RefreshInterval
+		} else if time.Since(lastRefresh) >= refreshEvery {
+			began := time.Now()
 			if err := l.app.Refresh(ctx); err != nil && ctx.Err() == nil {
 				log.Warn("follower refresh failed", "err", err)
 			}
 			lastRefresh = time.Now()
+			refreshEvery = refreshWait(l.cfg.RefreshInterval, lastRefresh.Sub(began))
 		}
 		select {
 		case <-ctx.Done():
@@ -280,6 +287,14 @@ func (l *leader) run(ctx context.Context) error {
 		case <-time.After(retry):
 		}
 	}
+}
+
+// refreshWait is how long a follower waits after a refresh that took took
+// before the next: every interval, but no sooner than refreshCostFactor
+// times took, so that reloading a large state cannot take most of the
+// follower's time and hold Redis for a tenth of it or more.
+func refreshWait(interval, took time.Duration) time.Duration {
+	return max(interval, refreshCostFactor*took)
 }
 
 // term leads for one term: reload and start-up pass, then the consumer, the

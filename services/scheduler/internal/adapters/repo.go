@@ -61,6 +61,14 @@ type Records struct {
 	Assocs   []*domain.AssocLimit
 }
 
+// loadChunk is how many fields one read of a hash takes (store.HScanAll):
+// reading 100,000 jobs in one HGETALL would hold Redis, and every write of
+// every service that shares it, for about 90 ms; by 1,000 the longest hold
+// is about 1 ms. The reads are not atomic, which Load can afford: a leader
+// loads after taking the lease, when no one else writes, and a follower's
+// reads may lag anyway.
+const loadChunk = 1000
+
 // Load reads every record.
 func (r *Repo) Load(ctx context.Context) (*Records, error) {
 	var recs Records
@@ -73,7 +81,7 @@ func (r *Repo) Load(ctx context.Context) (*Records, error) {
 	if err := loadJSON(ctx, r.st, KeyRuns, &recs.Runs); err != nil {
 		return nil, err
 	}
-	rawArrays, err := r.st.HGetAll(ctx, KeyArrays)
+	rawArrays, err := r.st.HScanAll(ctx, KeyArrays, loadChunk)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", KeyArrays, err)
 	}
@@ -97,7 +105,7 @@ func (r *Repo) Load(ctx context.Context) (*Records, error) {
 	if err := loadJSON(ctx, r.st, KeyAssocs, &recs.Assocs); err != nil {
 		return nil, err
 	}
-	raw, err := r.st.HGetAll(ctx, KeyJobs)
+	raw, err := r.st.HScanAll(ctx, KeyJobs, loadChunk)
 	if err != nil {
 		return nil, fmt.Errorf("load jobs: %w", err)
 	}
@@ -116,7 +124,7 @@ func (r *Repo) Load(ctx context.Context) (*Records, error) {
 }
 
 func loadJSON[T any](ctx context.Context, st *store.Store, key string, out *[]*T) error {
-	raw, err := st.HGetAll(ctx, key)
+	raw, err := st.HScanAll(ctx, key, loadChunk)
 	if err != nil {
 		return fmt.Errorf("load %s: %w", key, err)
 	}

@@ -126,7 +126,7 @@ func (a *App) Lead(ctx context.Context, token string, onFenced func()) error {
 func (a *App) StepDown() {
 	a.work.Lock()
 	defer a.work.Unlock()
-	if a.leading {
+	if a.leading && a.token != "" { // not the start of an instance that has not led yet
 		a.log.Info("stepped down", "term", a.token)
 	}
 	a.fenced, a.leading, a.onFenced = true, false, nil
@@ -163,6 +163,7 @@ func (a *App) Refresh(ctx context.Context) error {
 }
 
 func (a *App) reload(ctx context.Context) error {
+	began := time.Now()
 	recs, err := a.repo.Load(ctx)
 	if err != nil {
 		return fmt.Errorf("load state: %w", err)
@@ -174,8 +175,14 @@ func (a *App) reload(ctx context.Context) error {
 	a.mu.Lock()
 	a.state = s
 	a.mu.Unlock()
-	a.log.Info("state loaded", "clusters", len(recs.Clusters), "nodes", len(recs.Nodes), "jobs", len(recs.Jobs),
-		"runs", len(recs.Runs), "arrays", len(recs.Arrays))
+	// A follower reloads every few seconds while the leader writes: its
+	// reloads are debug lines, a leader's start an info line.
+	level := slog.LevelDebug
+	if a.leading {
+		level = slog.LevelInfo
+	}
+	a.log.Log(ctx, level, "state loaded", "clusters", len(recs.Clusters), "nodes", len(recs.Nodes), "jobs", len(recs.Jobs),
+		"runs", len(recs.Runs), "arrays", len(recs.Arrays), "took", time.Since(began).Round(time.Millisecond).String())
 	return nil
 }
 

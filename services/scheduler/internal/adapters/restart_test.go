@@ -1,0 +1,158 @@
+package adapters
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain"
+	"github.com/loom-ml/loom/services/scheduler/internal/sim"
+)
+
+// storeSnapshot writes every record of snap to st as the scheduler's
+// Applies would have left them (Write's encodings), in Applies of at most
+// chunk records.
+func storeSnapshot(tb testing.TB, ctx context.Context, st *store.Store, snap domain.Snapshot, chunk int) {
+	tb.Helper()
+	var tx store.Tx
+	n := 0
+	flush := func(force bool) {
+		if n == 0 || (!force && n < chunk) {
+			return
+		}
+		if _, err := st.Apply(ctx, "", &tx); err != nil {
+			tb.Fatal(err)
+		}
+		tx, n = store.Tx{}, 0
+	}
+	put := func(err error) {
+		if err != nil {
+			tb.Fatal(err)
+		}
+		n++
+		flush(false)
+	}
+	for _, c := range snap.Clusters {
+		put(putJSON(&tx, KeyClusters, c.Name, c))
+	}
+	for _, nd := range snap.Nodes {
+		put(putJSON(&tx, KeyNodes, nd.Name, nd))
+	}
+	for _, r := range snap.Runs {
+		put(putJSON(&tx, KeyRuns, r.Key(), r))
+	}
+	for _, u := range snap.Usage {
+		put(putJSON(&tx, KeyUsage, u.Key, u))
+	}
+	for _, a := range snap.Arrays {
+		b, err := EncodeArray(a)
+		if err == nil {
+			tx.HSet(KeyArrays, a.Name, b)
+		}
+		put(err)
+	}
+	for _, j := range snap.Jobs {
+		b, err := EncodeJob(j)
+		if err == nil {
+			tx.HSet(KeyJobs, j.Name(), b)
+		}
+		put(err)
+	}
+	flush(true)
+}
+
+// BenchmarkRestartFromRedis times what a restarted scheduler waits for
+// before its first decision, at the scale of issue 12's targets (10,000
+// nodes, 100,000 pending jobs, the schedcycle benchmark's state after its
+// first pass) stored in a real Redis: reading and decoding every record
+// (read-ms/op), building the state (load-ms/op), and the first pass
+// (pass-ms/op), in wall time, one after the other as a restarted scheduler
+// runs them: after one untimed collection before the read, so the pass pays
+// for the garbage the read and the load leave, as after a real restart.
+// ns/op is the three together; the schedcycle benchmark's "load" is
+// load-ms alone. redis-busy-ms/op is Redis's own time in those reads (its
+// slow log), in which it serves no other client: what each follower
+// refresh (the read and the load) costs the leader's writes too;
+// redis-longest-ms its longest single command, the longest any other
+// client waits behind the read.
+//
+//	go test -run '^$' -bench RestartFromRedis -benchtime 5x ./internal/adapters/
+func BenchmarkRestartFromRedis(b *testing.B) {
+	built, _, err := sim.CycleState(sim.CycleConfig{Nodes: 10000, Pending: 100000, Policy: "loom"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := sim.Epoch.Add(24 * time.Hour)
+	built.Commit(built.Schedule(now))
+	_, rdb := testkit.Redis(b)
+	st := store.New(rdb, "scheduler:")
+	ctx := testkit.Context(b, 10*time.Minute)
+	storeSnapshot(b, ctx, st, built.Snapshot(), 5000)
+	cfg := built.Config()
+	built = nil
+	repo := NewRepo(st)
+	// Every command in the slow log, to sum Redis's own time (while it runs
+	// one command, single-threaded, it serves no other client).
+	if err := rdb.ConfigSet(ctx, "slowlog-log-slower-than", "0").Err(); err != nil {
+		b.Fatal(err)
+	}
+	if err := rdb.ConfigSet(ctx, "slowlog-max-len", "100000").Err(); err != nil {
+		b.Fatal(err)
+	}
+	slowlog(b, ctx, rdb)
+	var busy, longest, read, load, pass time.Duration
+	b.ResetTimer()
+	for b.Loop() {
+		b.StopTimer()
+		runtime.GC()
+		b.StartTimer()
+		t := time.Now()
+		recs, err := repo.Load(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		s := domain.NewState(cfg)
+		s.Load(recs.Clusters, recs.Nodes, recs.Jobs, recs.Runs, recs.Arrays, recs.Usage)
+		s.LoadEnded(recs.Ended)
+		s.LoadAssocLimits(recs.Assocs)
+		t2 := time.Now()
+		if c := s.Schedule(now.Add(time.Second)); len(c.Emits) != 0 {
+			b.Fatalf("the pass after a restart emitted %d events: the stored state is not the one left", len(c.Emits))
+		}
+		t3 := time.Now()
+		read, load, pass = read+t1.Sub(t), load+t2.Sub(t1), pass+t3.Sub(t2)
+		b.StopTimer()
+		sum, most := slowlog(b, ctx, rdb)
+		busy, longest = busy+sum, max(longest, most)
+		b.StartTimer()
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 / float64(b.N) }
+	b.ReportMetric(ms(read), "read-ms/op")
+	b.ReportMetric(ms(load), "load-ms/op")
+	b.ReportMetric(ms(pass), "pass-ms/op")
+	b.ReportMetric(ms(busy), "redis-busy-ms/op")
+	b.ReportMetric(float64(longest.Microseconds())/1e3, "redis-longest-ms")
+}
+
+// slowlog sums the durations in Redis's slow log, finds the longest, and
+// empties the log.
+func slowlog(tb testing.TB, ctx context.Context, rdb *redis.Client) (sum, longest time.Duration) {
+	tb.Helper()
+	entries, err := rdb.SlowLogGet(ctx, -1).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, e := range entries {
+		sum, longest = sum+e.Duration, max(longest, e.Duration)
+	}
+	if err := rdb.SlowLogReset(ctx).Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return sum, longest
+}
