@@ -43,8 +43,9 @@ const (
 	DefaultRefreshInterval = 2 * time.Second
 	// refreshCostFactor bounds a follower's reloads to 1/refreshCostFactor
 	// of its time, and of Redis's: a reload reads every record (at 100,000
-	// jobs about 1 s of the follower's time and 115 ms in which Redis,
-	// single-threaded, serves nobody else, the leader's writes included).
+	// jobs about 1 s of the follower's time and 200 ms of Redis's, time in
+	// which Redis, single-threaded, serves nobody else: the leader's writes
+	// wait).
 	refreshCostFactor = 10
 	// DefaultMaxBatch bounds how many waiting events one change takes (one
 	// scheduling pass, one store write): enough to amortise both under a
