@@ -15,55 +15,57 @@ import (
 )
 
 // storeSnapshot writes every record of snap to st as the scheduler's
-// Applies would have left them (Write's encodings), in Applies of at most
-// chunk records.
+// Applies leave them (through Write, in changes of at most chunk records).
 func storeSnapshot(tb testing.TB, ctx context.Context, st *store.Store, snap domain.Snapshot, chunk int) {
 	tb.Helper()
-	var tx store.Tx
+	var c *domain.Change
 	n := 0
-	flush := func(force bool) {
-		if n == 0 || (!force && n < chunk) {
+	flush := func() {
+		if n == 0 {
 			return
+		}
+		var tx store.Tx
+		if err := Write(&tx, c); err != nil {
+			tb.Fatal(err)
 		}
 		if _, err := st.Apply(ctx, "", &tx); err != nil {
 			tb.Fatal(err)
 		}
-		tx, n = store.Tx{}, 0
+		n = 0
 	}
-	put := func(err error) {
-		if err != nil {
-			tb.Fatal(err)
+	add := func(put func(*domain.Change)) {
+		if n == 0 {
+			c = &domain.Change{Clusters: map[string]*domain.Cluster{}, Nodes: map[string]*domain.Node{},
+				Jobs: map[string]*domain.Job{}, Runs: map[string]*domain.Run{}, Arrays: map[string]*domain.Array{},
+				Usage: map[string]*domain.Usage{}, Assocs: map[string]*domain.AssocLimit{}}
 		}
-		n++
-		flush(false)
+		put(c)
+		if n++; n == chunk {
+			flush()
+		}
 	}
-	for _, c := range snap.Clusters {
-		put(putJSON(&tx, KeyClusters, c.Name, c))
+	for _, r := range snap.Clusters {
+		add(func(c *domain.Change) { c.Clusters[r.Name] = r })
 	}
-	for _, nd := range snap.Nodes {
-		put(putJSON(&tx, KeyNodes, nd.Name, nd))
+	for _, r := range snap.Nodes {
+		add(func(c *domain.Change) { c.Nodes[r.Name] = r })
 	}
 	for _, r := range snap.Runs {
-		put(putJSON(&tx, KeyRuns, r.Key(), r))
+		add(func(c *domain.Change) { c.Runs[r.Key()] = r })
 	}
-	for _, u := range snap.Usage {
-		put(putJSON(&tx, KeyUsage, u.Key, u))
+	for _, r := range snap.Usage {
+		add(func(c *domain.Change) { c.Usage[r.Key] = r })
 	}
-	for _, a := range snap.Arrays {
-		b, err := EncodeArray(a)
-		if err == nil {
-			tx.HSet(KeyArrays, a.Name, b)
-		}
-		put(err)
+	for _, r := range snap.Assocs {
+		add(func(c *domain.Change) { c.Assocs[domain.AssocLimitKey(r.Project, r.Account, r.User)] = r })
 	}
-	for _, j := range snap.Jobs {
-		b, err := EncodeJob(j)
-		if err == nil {
-			tx.HSet(KeyJobs, j.Name(), b)
-		}
-		put(err)
+	for _, r := range snap.Arrays {
+		add(func(c *domain.Change) { c.Arrays[r.Name] = r })
 	}
-	flush(true)
+	for _, r := range snap.Jobs {
+		add(func(c *domain.Change) { c.Jobs[r.Name()] = r })
+	}
+	flush()
 }
 
 // BenchmarkRestartFromRedis times what a restarted scheduler waits for
