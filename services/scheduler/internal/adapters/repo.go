@@ -64,7 +64,8 @@ type Records struct {
 // loadChunk is how many fields one read of a hash takes (store.HScanAll):
 // reading 100,000 jobs in one HGETALL would hold Redis, and every write of
 // every service that shares it, for about 90 ms; by 1,000 the longest hold
-// is about 1 ms. The reads are not atomic, which Load can afford: a leader
+// is about 5 ms (BenchmarkRestartFromRedis's redis-longest-ms). The reads
+// are not atomic, which Load can afford: a leader
 // loads after taking the lease, when no one else writes, and a follower's
 // reads may lag anyway.
 const loadChunk = 1000
