@@ -213,6 +213,7 @@ func domainRows(svc string) []Row {
 			{ID: "queue_depth", Title: "Queue depth", Unit: "short", Kind: Stat, Metric: "loom_scheduler_queue_depth", Fn: Value},
 			{ID: "pass_p99", Title: "Pass duration p99", Unit: "s", Kind: Timeseries, Metric: "loom_scheduler_pass_seconds", Fn: P99},
 			{ID: "gpus", Title: "GPUs allocated and idle", Unit: "short", Kind: Timeseries, Metric: "loom_scheduler_gpus", Fn: Value, By: []string{"state"}},
+			{ID: "memory_updates", Title: "Memory brought up to date (change log, reload)", Unit: "ops", Kind: Timeseries, Metric: "loom_scheduler_memory_updates_total", Fn: Rate, By: []string{"how"}, OrZero: true},
 		}}}
 	case "provisioner":
 		return []Row{{Title: "Provisioning", Panels: []Panel{

@@ -33,7 +33,9 @@ import (
 // CONFLICT error reply, nothing written), the types of the keys the ops
 // need to be hashes or sets (Go derived them; WRONGTYPE is the only way these
 // commands fail on valid arguments) and the outbox's type. SET, DEL, HSET,
-// HDEL, SADD, SREM and XADD with a generated id cannot fail past these checks.
+// HDEL, SADD, SREM and XADD with a generated id cannot fail past these checks
+// (nor can the change log's XADD, 'X': its key's type is checked as a
+// stream's, and its MAXLEN is a positive number Go wrote).
 var applyScript = redis.NewScript(`
 local ninbox = tonumber(ARGV[2])
 for i = 1, ninbox do
@@ -90,6 +92,7 @@ for i = 1, nops do
   elseif o == 'h' then redis.call('HDEL', k, f)
   elseif o == 'A' then redis.call('SADD', k, f)
   elseif o == 'R' then redis.call('SREM', k, f)
+  elseif o == 'X' then redis.call('XADD', k, 'MAXLEN', '~', f, '*', 'e', v)
   end
 end
 a = na + 1
@@ -159,6 +162,10 @@ func (s *Store) apply(ctx context.Context, inboxIDs []string, tx *Tx) (applied b
 	}
 	label := strings.Join(inboxIDs, ",")
 	firstOpKey := 2 + len(inboxIDs)
+	tx, err = tx.withLog()
+	if err != nil {
+		return false, fmt.Errorf("store %s: apply %s: %w", s.prefix, label, err)
+	}
 	checks, err := tx.validate(firstOpKey)
 	if err != nil {
 		return false, fmt.Errorf("store %s: apply %s: %w", s.prefix, label, err)

@@ -18,6 +18,9 @@ const (
 	opHDel opKind = "h"
 	opSAdd opKind = "A"
 	opSRem opKind = "R"
+	// opXAdd appends the transaction's change-log entry (Tx.Log): field
+	// holds the log's MAXLEN, val the entry.
+	opXAdd opKind = "X"
 )
 
 func (k opKind) String() string {
@@ -34,6 +37,8 @@ func (k opKind) String() string {
 		return "SADD"
 	case opSRem:
 		return "SREM"
+	case opXAdd:
+		return "XADD"
 	}
 	return string(k)
 }
@@ -52,6 +57,7 @@ type Tx struct {
 	ops    []op
 	conds  []cond
 	events []envelope.Event
+	log    *logSpec
 }
 
 // cond is a condition of a transaction: field of the hash at key holds
@@ -122,10 +128,11 @@ const (
 	typeString
 	typeHash
 	typeSet
+	typeStream
 )
 
 func (k keyType) String() string {
-	return [...]string{"unknown", "none", "string", "hash", "set"}[k]
+	return [...]string{"unknown", "none", "string", "hash", "set", "stream"}[k]
 }
 
 // typeCheck asks the script to verify, before its first write, that a key
@@ -161,10 +168,13 @@ func (t *Tx) validate(firstKey int) ([]typeCheck, error) {
 			types[o.key] = typeString // SET replaces a value of any type
 		case opDel:
 			types[o.key] = typeNone
-		case opHSet, opHDel, opSAdd, opSRem:
+		case opHSet, opHDel, opSAdd, opSRem, opXAdd:
 			want, redisName := typeHash, "hash"
-			if o.kind == opSAdd || o.kind == opSRem {
+			switch o.kind {
+			case opSAdd, opSRem:
 				want, redisName = typeSet, "set"
+			case opXAdd:
+				want, redisName = typeStream, "stream"
 			}
 			switch cur {
 			case typeUnknown:
@@ -174,7 +184,7 @@ func (t *Tx) validate(firstKey int) ([]typeCheck, error) {
 				v.Add(field, "%s on %q, which this transaction made a %s", o.kind, o.key, cur)
 				continue
 			}
-			if o.kind == opHSet || o.kind == opSAdd {
+			if o.kind == opHSet || o.kind == opSAdd || o.kind == opXAdd {
 				types[o.key] = want
 			} else if cur == typeUnknown {
 				// HDEL/SREM may empty the key; either way it is hash/set-or-none,

@@ -38,14 +38,15 @@ const (
 	// DefaultLeaseTTL is how long the leader lease lasts without renewal:
 	// a crashed leader's successor takes over within it.
 	DefaultLeaseTTL = 5 * time.Second
-	// DefaultRefreshInterval is how often a follower reloads its memory
-	// when the leader wrote (see refreshWait for large states).
+	// DefaultRefreshInterval is how often a follower brings its memory up
+	// to what the leader wrote: from the change log, a few records (see
+	// refreshWait for the reloads it sometimes needs instead).
 	DefaultRefreshInterval = 2 * time.Second
-	// refreshCostFactor bounds a follower's reloads to 1/refreshCostFactor
-	// of its time, and of Redis's: a reload reads every record (at 100,000
-	// jobs about 1 s of the follower's time and 200 ms of Redis's, time in
-	// which Redis, single-threaded, serves nobody else: the leader's writes
-	// wait).
+	// refreshCostFactor bounds a follower's refreshes to 1/refreshCostFactor
+	// of its time, and of Redis's: one from the change log takes a few
+	// milliseconds, but a reload reads every record (at 100,000 jobs about
+	// 1 s of the follower's time and 200 ms of Redis's, time in which
+	// Redis, single-threaded, serves nobody else: the leader's writes wait).
 	refreshCostFactor = 10
 	// DefaultMaxBatch bounds how many waiting events one change takes (one
 	// scheduling pass, one store write): enough to amortise both under a
@@ -134,7 +135,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxBatch, "max-batch", int(envInt("MAX_BATCH", DefaultMaxBatch)),
 		"most waiting events handled as one change: one scheduling pass, one store write (LOOM_SCHEDULER_MAX_BATCH; 1 = one at a time)")
 	fs.DurationVar(&c.RefreshInterval, "follower-refresh", config.EnvDuration("LOOM_SCHEDULER_FOLLOWER_REFRESH", DefaultRefreshInterval),
-		"how often a follower reloads the leader's writes, and no sooner than 10 times the last reload took (LOOM_SCHEDULER_FOLLOWER_REFRESH)")
+		"how often a follower applies the leader's writes from the change log, and no sooner than 10 times the last refresh took (LOOM_SCHEDULER_FOLLOWER_REFRESH)")
 }
 
 // resolve checks the flags that need parsing and fills the defaults.

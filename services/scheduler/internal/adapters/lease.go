@@ -128,28 +128,9 @@ func (l *Lease) Holder(ctx context.Context) (string, error) {
 }
 
 // Fence adds to tx the write that makes it fail, writing nothing, once a
-// later term than token's has taken the lease. seq is recorded with it (and
-// as the store's version, which followers watch to know when to reload).
+// later term than token's has taken the lease. seq is recorded with it.
 func Fence(tx *store.Tx, token string, seq uint64) {
-	v := []byte(strconv.FormatUint(seq, 10))
-	tx.HSet(fencePrefix+token, "seq", v)
-	tx.Set(KeyVersion, []byte(token+"/"+string(v)))
-}
-
-// KeyVersion changes with every write of a leader: followers reload their
-// memory when it does.
-const KeyVersion = "version"
-
-// Version returns the store's version ("" before any write).
-func Version(ctx context.Context, st *store.Store) (string, error) {
-	v, err := st.Get(ctx, KeyVersion)
-	if errors.Is(err, store.ErrNotFound) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("read version: %w", err)
-	}
-	return string(v), nil
+	tx.HSet(fencePrefix+token, "seq", []byte(strconv.FormatUint(seq, 10)))
 }
 
 // IsFenced reports whether an Apply failed because its term's fence was

@@ -36,14 +36,20 @@ func TestLeaseFencesEarlierTerms(t *testing.T) {
 		var tx store.Tx
 		Fence(&tx, token, seq)
 		tx.HSet(KeyJobs, "j", []byte(value))
+		LogChanges(&tx)
 		_, err := st.Apply(ctx, "", &tx)
 		return err
 	}
 	if err := write(ta, 1, "from a"); err != nil {
 		t.Fatalf("a writes while leading: %v", err)
 	}
-	if v, _ := Version(ctx, st); v != ta+"/1" {
-		t.Fatalf("version %q", v)
+	if v, _ := st.HGet(ctx, fencePrefix+ta, "seq"); string(v) != "1" {
+		t.Fatalf("the fence records seq %q, want 1", v)
+	}
+	repo := NewRepo(st)
+	logged, err := repo.LogTail(ctx)
+	if err != nil || logged == store.LogStart {
+		t.Fatalf("the write is not in the change log: %q, %v", logged, err)
 	}
 
 	// a stalls past its TTL; b takes over.
@@ -59,6 +65,9 @@ func TestLeaseFencesEarlierTerms(t *testing.T) {
 	}
 	if v, _ := st.HGet(ctx, KeyJobs, "j"); string(v) != "from a" {
 		t.Fatalf("a fenced write changed the state: %q", v)
+	}
+	if es, err := repo.ReadChanges(ctx, logged); err != nil || len(es) != 0 {
+		t.Fatalf("a fenced write is in the change log: %v, %v", es, err)
 	}
 	if err := write(tb, 1, "from b"); err != nil {
 		t.Fatalf("b writes: %v", err)

@@ -72,22 +72,74 @@ const loadChunk = 1000
 
 // Load reads every record.
 func (r *Repo) Load(ctx context.Context) (*Records, error) {
-	var recs Records
-	if err := loadJSON(ctx, r.st, KeyClusters, &recs.Clusters); err != nil {
-		return nil, err
-	}
-	if err := loadJSON(ctx, r.st, KeyNodes, &recs.Nodes); err != nil {
-		return nil, err
-	}
-	if err := loadJSON(ctx, r.st, KeyRuns, &recs.Runs); err != nil {
-		return nil, err
-	}
-	rawArrays, err := r.st.HScanAll(ctx, KeyArrays, loadChunk)
+	raw, err := r.LoadRaw(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("load %s: %w", KeyArrays, err)
+		return nil, err
+	}
+	return raw.Decode()
+}
+
+// recordKeys are the hashes that hold the scheduler's records.
+var recordKeys = []string{KeyClusters, KeyNodes, KeyRuns, KeyArrays, KeyUsage, KeyEnded, KeyAssocs, KeyJobs}
+
+// Raw is every stored record as stored: by hash key (KeyJobs, ...), then
+// field, the encoded record.
+type Raw map[string]map[string][]byte
+
+// LoadRaw reads every record without decoding it.
+func (r *Repo) LoadRaw(ctx context.Context) (Raw, error) {
+	raw := make(Raw, len(recordKeys))
+	for _, key := range recordKeys {
+		m, err := r.st.HScanAll(ctx, key, loadChunk)
+		if err != nil {
+			return nil, fmt.Errorf("load %s: %w", key, err)
+		}
+		raw[key] = m
+	}
+	return raw, nil
+}
+
+// Apply makes the writes of the logged transactions es part of raw, in
+// order: raw becomes what the store held after the last of them. It
+// returns ErrReload, changing nothing, when one of them overflowed (its
+// writes are not in the log).
+func (raw Raw) Apply(es []store.LogEntry) error {
+	for _, e := range es {
+		if e.Overflowed {
+			return fmt.Errorf("change %s: %w", e.ID, ErrReload)
+		}
+	}
+	for _, e := range es {
+		for _, o := range e.Ops {
+			m, ok := raw[o.Key]
+			if !ok {
+				continue // not a record: the fence, the version
+			}
+			switch o.Op {
+			case "HSET":
+				m[o.Field] = o.Value
+			case "HDEL":
+				delete(m, o.Field)
+			}
+		}
+	}
+	return nil
+}
+
+// Decode decodes every record of raw.
+func (raw Raw) Decode() (*Records, error) {
+	var recs Records
+	if err := decodeJSON(raw, KeyClusters, &recs.Clusters); err != nil {
+		return nil, err
+	}
+	if err := decodeJSON(raw, KeyNodes, &recs.Nodes); err != nil {
+		return nil, err
+	}
+	if err := decodeJSON(raw, KeyRuns, &recs.Runs); err != nil {
+		return nil, err
 	}
 	templates := map[string]*loomv1.Job{}
-	for name, b := range rawArrays {
+	for name, b := range raw[KeyArrays] {
 		a, err := DecodeArray(b)
 		if err != nil {
 			return nil, fmt.Errorf("load array %s: %w", name, err)
@@ -97,21 +149,18 @@ func (r *Repo) Load(ctx context.Context) (*Records, error) {
 			templates[a.Name] = a.Template
 		}
 	}
-	if err := loadJSON(ctx, r.st, KeyUsage, &recs.Usage); err != nil {
+	if err := decodeJSON(raw, KeyUsage, &recs.Usage); err != nil {
 		return nil, err
 	}
-	if err := loadJSON(ctx, r.st, KeyEnded, &recs.Ended); err != nil {
+	if err := decodeJSON(raw, KeyEnded, &recs.Ended); err != nil {
 		return nil, err
 	}
-	if err := loadJSON(ctx, r.st, KeyAssocs, &recs.Assocs); err != nil {
+	if err := decodeJSON(raw, KeyAssocs, &recs.Assocs); err != nil {
 		return nil, err
-	}
-	raw, err := r.st.HScanAll(ctx, KeyJobs, loadChunk)
-	if err != nil {
-		return nil, fmt.Errorf("load jobs: %w", err)
 	}
 	template := func(array string) *loomv1.Job { return templates[array] } // read only while decoding
-	recs.Jobs, err = decodeAll(raw, func(name string, b []byte) (*domain.Job, error) {
+	var err error
+	recs.Jobs, err = decodeAll(raw[KeyJobs], func(name string, b []byte) (*domain.Job, error) {
 		j, err := DecodeTask(name, b, template)
 		if err != nil {
 			return nil, fmt.Errorf("load job %s: %w", name, err)
@@ -124,12 +173,8 @@ func (r *Repo) Load(ctx context.Context) (*Records, error) {
 	return &recs, nil
 }
 
-func loadJSON[T any](ctx context.Context, st *store.Store, key string, out *[]*T) error {
-	raw, err := st.HScanAll(ctx, key, loadChunk)
-	if err != nil {
-		return fmt.Errorf("load %s: %w", key, err)
-	}
-	vs, err := decodeAll(raw, func(field string, b []byte) (*T, error) {
+func decodeJSON[T any](raw Raw, key string, out *[]*T) error {
+	vs, err := decodeAll(raw[key], func(field string, b []byte) (*T, error) {
 		v := new(T)
 		if err := json.Unmarshal(b, v); err != nil {
 			return nil, fmt.Errorf("load %s %s: %w", key, field, err)

@@ -66,8 +66,12 @@ type App struct {
 	leading  bool
 	seq      uint64
 	onFenced func()
-	// version is the store version the memory was loaded at (followers).
-	version string
+	// logPos is the change log's position the memory is current at
+	// (adapters.ReadChanges), "" when unknown: the next refresh reloads.
+	logPos string
+	// reloads and follows count how memory was brought up to date with the
+	// store: every record read afresh, or the change log's writes applied.
+	reloads, follows uint64
 	// commandSecret is the services' secret the node command keys are
 	// derived from (SealCommands); nil: step commands go out unsealed.
 	commandSecret []byte
@@ -92,7 +96,7 @@ func (a *App) Start(ctx context.Context) error {
 }
 
 func (a *App) startLocked(ctx context.Context) error {
-	if err := a.reload(ctx); err != nil {
+	if err := a.catchUp(ctx); err != nil {
 		return err
 	}
 	start := time.Now()
@@ -105,15 +109,24 @@ func (a *App) startLocked(ctx context.Context) error {
 }
 
 // Lead makes this instance the leader for the term of token (from
-// adapters.Lease.TryAcquire): it reloads memory from Redis (what the
-// previous leader wrote), runs the start-up pass, and from then on fences
-// every write with token. onFenced is called (once) when a write is refused
+// adapters.Lease.TryAcquire): it brings memory up to what the previous
+// leader wrote (the change log's writes since the last refresh, or every
+// record afresh), runs the start-up pass, and from then on fences every
+// write with token, logging each to the change log for the followers. onFenced is called (once) when a write is refused
 // because a later term took over.
 func (a *App) Lead(ctx context.Context, token string, onFenced func()) error {
 	a.work.Lock()
 	defer a.work.Unlock()
 	a.fenced, a.token, a.leading, a.onFenced = true, token, true, onFenced
 	if err := a.startLocked(ctx); err != nil {
+		a.leading = false
+		return err
+	}
+	// The term's first write, even when the start-up pass changed nothing:
+	// it checks the fence at once, and puts an entry in the change log, so
+	// that a follower that loads from here on has a position in it (from
+	// an empty log's, it would have to reload at the first write).
+	if _, err := a.write(ctx, "start the term", nil, a.fencedTx(), func() {}); err != nil {
 		a.leading = false
 		return err
 	}
@@ -130,7 +143,9 @@ func (a *App) StepDown() {
 		a.log.Info("stepped down", "term", a.token)
 	}
 	a.fenced, a.leading, a.onFenced = true, false, nil
-	a.version = "" // the next Refresh reloads
+	// The next Refresh reloads: the term's own writes are in memory, with
+	// its passes' explanations, which a follower's memory does not keep.
+	a.logPos = ""
 }
 
 // Leading reports whether this instance may write.
@@ -140,31 +155,98 @@ func (a *App) Leading() bool {
 	return a.leading
 }
 
-// Refresh reloads memory from Redis when the leader wrote since the last
-// load: followers keep serving reads close to the leader's state.
+// Refresh brings a follower's memory up to what the leader wrote: the
+// change log's writes since the last refresh, or, when the log no longer
+// holds them all, every record afresh. Followers keep serving reads close
+// to the leader's state, and one that takes over needs no reload.
 func (a *App) Refresh(ctx context.Context) error {
 	a.work.Lock()
 	defer a.work.Unlock()
 	if a.leading {
 		return nil
 	}
-	v, err := adapters.Version(ctx, a.st)
+	return a.catchUp(ctx)
+}
+
+// catchUp applies the change log's writes since the memory's position, or
+// reloads when there is none or the log cannot bring memory up to date.
+// Callers hold work.
+func (a *App) catchUp(ctx context.Context) error {
+	if a.logPos == "" {
+		return a.reload(ctx)
+	}
+	began := time.Now()
+	es, err := a.repo.ReadChanges(ctx, a.logPos)
+	if errors.Is(err, adapters.ErrReload) {
+		a.log.Debug("the change log cannot bring memory up to date; reloading", "err", err)
+		return a.reload(ctx)
+	}
 	if err != nil {
 		return err
 	}
-	if v == a.version && a.version != "" {
+	if len(es) == 0 {
 		return nil
 	}
-	if err := a.reload(ctx); err != nil {
-		return err
+	u, err := adapters.DecodeUpdate(es, a.state.ArrayTemplate) // the state changes only under work
+	if err != nil {
+		a.log.Warn("the change log's writes do not decode; reloading", "err", err)
+		return a.reload(ctx)
 	}
-	a.version = v
+	a.mu.Lock()
+	a.state.Follow(u)
+	a.mu.Unlock()
+	a.logPos = es[len(es)-1].ID
+	a.follows++
+	a.observeUpdate("log")
+	level := slog.LevelDebug
+	if a.leading {
+		level = slog.LevelInfo
+	}
+	a.log.Log(ctx, level, "state brought up to date from the change log", "writes", len(es),
+		"took", time.Since(began).Round(time.Microsecond).String())
 	return nil
 }
 
+// reloadAttempts bounds how many times reload reads every record when
+// the log cannot say what changed while it read (a write overflowed the
+// log, or the reads took so long the log was trimmed past them).
+const reloadAttempts = 3
+
+// reload reads every record afresh. The reads are not atomic: writes may
+// land between them. So it takes the change log's position before reading
+// and applies the writes logged since to what it read, which leaves exactly
+// what the store held at the last of them (a record read before a write
+// is replaced by it; one read after is rewritten with the same bytes).
+// When the log cannot (reloadAttempts times), it keeps what it read and
+// no position: the next refresh reloads again.
 func (a *App) reload(ctx context.Context) error {
 	began := time.Now()
-	recs, err := a.repo.Load(ctx)
+	var raw adapters.Raw
+	pos := ""
+	for attempt := 1; attempt <= reloadAttempts && pos == ""; attempt++ {
+		from, err := a.repo.LogTail(ctx)
+		if err != nil {
+			return fmt.Errorf("load state: %w", err)
+		}
+		if raw, err = a.repo.LoadRaw(ctx); err != nil {
+			return fmt.Errorf("load state: %w", err)
+		}
+		es, err := a.repo.ReadChanges(ctx, from)
+		if errors.Is(err, adapters.ErrReload) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("load state: %w", err)
+		}
+		if err := raw.Apply(es); err != nil {
+			continue
+		}
+		pos = from
+		if len(es) > 0 {
+			pos = es[len(es)-1].ID
+		}
+	}
+	recs, err := raw.Decode()
 	if err != nil {
 		return fmt.Errorf("load state: %w", err)
 	}
@@ -175,8 +257,11 @@ func (a *App) reload(ctx context.Context) error {
 	a.mu.Lock()
 	a.state = s
 	a.mu.Unlock()
-	// A follower reloads every few seconds while the leader writes: its
-	// reloads are debug lines, a leader's start an info line.
+	a.logPos = pos
+	a.reloads++
+	a.observeUpdate("reload")
+	// A follower reloads only when the change log cannot bring it up to
+	// date: its reloads are debug lines, a leader's start an info line.
 	level := slog.LevelDebug
 	if a.leading {
 		level = slog.LevelInfo
@@ -382,6 +467,7 @@ func (a *App) fencedTx() *store.Tx {
 	if a.fenced {
 		a.seq++
 		adapters.Fence(tx, a.token, a.seq)
+		adapters.LogChanges(tx)
 	}
 	return tx
 }

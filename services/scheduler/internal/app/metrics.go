@@ -50,7 +50,8 @@ func stateLabel(s loomv1.JobState) string { return strings.ToLower(s.String()) }
 
 // metrics are the scheduler's own metrics besides the gauges.
 type metrics struct {
-	pass prometheus.Histogram
+	pass    prometheus.Histogram
+	updates *prometheus.CounterVec
 }
 
 // RegisterMetrics registers the scheduler's domain row on reg:
@@ -60,7 +61,10 @@ type metrics struct {
 //   - loom_scheduler_queue_depth: pending jobs, all clusters;
 //   - loom_scheduler_gpus{state="allocated|idle"}: GPUs of compute nodes;
 //   - loom_scheduler_pass_seconds: time to compute one change (the event's
-//     or the tick's effect with its scheduling pass), without the store write.
+//     or the tick's effect with its scheduling pass), without the store write;
+//   - loom_scheduler_memory_updates_total{how="log|reload"}: how memory was
+//     brought up to date with the store (a follower's refresh, a leader's
+//     start): the change log's writes applied, or every record read afresh.
 //
 // The gauges are computed from memory at most every MetricsInterval.
 func (a *App) RegisterMetrics(reg prometheus.Registerer) error {
@@ -68,13 +72,16 @@ func (a *App) RegisterMetrics(reg prometheus.Registerer) error {
 		Name:    "loom_scheduler_pass_seconds",
 		Help:    "Time to compute one change of the scheduler's state: an event's or a tick's effect with its scheduling pass.",
 		Buckets: telemetry.LatencyBuckets,
-	})}
+	}), updates: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "loom_scheduler_memory_updates_total",
+		Help: "How the scheduler's memory was brought up to date with the store: the change log's writes applied (log), or every record read afresh (reload).",
+	}, []string{"how"})}
 	gauges := telemetry.NewGaugeSet(MetricsInterval, []telemetry.Gauge{
 		{Name: "loom_scheduler_jobs", Help: "Jobs the scheduler holds, by state (lower case) and state_reason (reasons outside the scheduler's fixed set are \"other\").", Labels: []string{"state", "reason"}},
 		{Name: "loom_scheduler_queue_depth", Help: "Jobs pending in the queues of all clusters."},
 		{Name: "loom_scheduler_gpus", Help: "GPUs of compute nodes, allocated to runs or idle.", Labels: []string{"state"}},
 	}, a.computeGauges)
-	for _, c := range []prometheus.Collector{m.pass, gauges} {
+	for _, c := range []prometheus.Collector{m.pass, m.updates, gauges} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
@@ -125,5 +132,13 @@ func (a *App) computeGauges(emit telemetry.Emit) {
 func (a *App) observePass(start time.Time) {
 	if a.metrics != nil {
 		a.metrics.pass.Observe(time.Since(start).Seconds())
+	}
+}
+
+// observeUpdate counts one update of memory (a no-op before
+// RegisterMetrics). Callers hold work.
+func (a *App) observeUpdate(how string) {
+	if a.metrics != nil {
+		a.metrics.updates.WithLabelValues(how).Inc()
 	}
 }

@@ -151,7 +151,7 @@ func randomFeatures(t *testing.T, seed uint64, steps int, seen func(*State, *Cha
 				State: loomv1.Node_DRAINING, NodePool: "a3", MachineType: "a3-highgpu-8g",
 				DrainDeadline: timestamppb.New(h.now.Add(time.Duration(rng.IntN(60)) * time.Second))}})
 			if rng.IntN(2) == 0 {
-				h.gpuNode(host, "b0")
+				note(h.gpuNode(host, "b0"))
 			}
 		default:
 			note(h.tick(time.Duration(rng.IntN(120)) * time.Second))

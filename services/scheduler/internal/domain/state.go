@@ -384,7 +384,8 @@ type Reservation struct {
 }
 
 // Commit makes c part of the state. c must come from this state's Handle,
-// Tick or Schedule with no Commit in between.
+// Tick or Schedule with no Commit in between, or hold only records (Follow:
+// what the store holds after the leader's writes).
 func (s *State) Commit(c *Change) {
 	for name, cl := range c.Clusters {
 		if cl == nil {
@@ -412,7 +413,10 @@ func (s *State) Commit(c *Change) {
 		s.putRun(key, r)
 	}
 	for name, j := range c.Jobs {
-		if _, put := c.Runs[RunKey(name, j.Attempt)]; j != nil && j.Attempt > 0 && !put {
+		if j == nil {
+			continue // deleted (a follower's prune, Follow)
+		}
+		if _, put := c.Runs[RunKey(name, j.Attempt)]; j.Attempt > 0 && !put {
 			if r := s.runs[RunKey(name, j.Attempt)]; r != nil {
 				live, limit := r.live, r.limit
 				s.mirrorJob(r)

@@ -1,0 +1,168 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/loom-ml/loom/libs/errs"
+)
+
+// TestChangeLogRecordsEachTransaction checks that a logged transaction
+// appends one entry holding its writes in order, atomically with them: a
+// refused one appends nothing, one without Log is not logged, one larger
+// than the entry's bound logs that it overflowed, and a reader that fell
+// behind the trimming is told so, on redis-server and miniredis.
+func TestChangeLogRecordsEachTransaction(t *testing.T) {
+	t.Parallel()
+	backends(t, func(t *testing.T, rdb *redis.Client) {
+		ctx := context.Background()
+		s := New(rdb, "svc:")
+		tail, err := s.LogTail(ctx, "changes")
+		if err != nil || tail != LogStart {
+			t.Fatalf("LogTail of no log = %q, %v; want %q", tail, err, LogStart)
+		}
+		if es, err := s.ReadLog(ctx, "changes", LogStart, 10); err != nil || len(es) != 0 {
+			t.Fatalf("ReadLog of no log = %v, %v", es, err)
+		}
+
+		var tx Tx
+		tx.HSet("jobs", "j1", []byte("v1"))
+		tx.HDel("jobs", "j0")
+		tx.Set("version", []byte("7"))
+		tx.SAdd("set", "m")
+		tx.Log("changes", 100, 1<<20)
+		if _, err := s.Apply(ctx, "", &tx); err != nil {
+			t.Fatal(err)
+		}
+		var unlogged Tx
+		unlogged.HSet("jobs", "j9", []byte("x"))
+		if _, err := s.Apply(ctx, "", &unlogged); err != nil {
+			t.Fatal(err)
+		}
+		refused := Tx{}
+		refused.IfHField("jobs", "j1", []byte("not v1"))
+		refused.HSet("jobs", "j2", []byte("v2"))
+		refused.Log("changes", 100, 1<<20)
+		if _, err := s.Apply(ctx, "", &refused); !errors.Is(err, ErrConflict) {
+			t.Fatalf("a refused transaction: %v, want ErrConflict", err)
+		}
+		// From an empty log's position the reader cannot tell what was trimmed.
+		if _, err := s.ReadLog(ctx, "changes", LogStart, 10); !errors.Is(err, ErrLogTrimmed) {
+			t.Fatalf("ReadLog from an empty log's position once it has entries: %v, want ErrLogTrimmed", err)
+		}
+		first, err := s.LogTail(ctx, "changes")
+		if err != nil || first == LogStart {
+			t.Fatalf("LogTail = %q, %v", first, err)
+		}
+		es, err := s.rdb.XRange(ctx, "svc:changes", "-", "+").Result()
+		if err != nil || len(es) != 1 {
+			t.Fatalf("the log holds %d entries, %v; want the one logged transaction's", len(es), err)
+		}
+		e, err := decodeLogEntry(es[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []LogOp{{"HSET", "jobs", "j1", []byte("v1")}, {"HDEL", "jobs", "j0", nil}, {"SET", "version", "", []byte("7")}, {"SADD", "set", "m", nil}}
+		if len(e.Ops) != len(want) || e.Overflowed {
+			t.Fatalf("entry = %+v, want %+v", e, want)
+		}
+		for i, o := range e.Ops {
+			if o.Op != want[i].Op || o.Key != want[i].Key || o.Field != want[i].Field || string(o.Value) != string(want[i].Value) {
+				t.Fatalf("entry op %d = %+v, want %+v", i, o, want[i])
+			}
+		}
+
+		big := Tx{}
+		big.HSet("jobs", "j3", make([]byte, 600))
+		big.Log("changes", 100, 512)
+		if _, err := s.Apply(ctx, "", &big); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ := s.HGet(ctx, "jobs", "j3"); len(v) != 600 {
+			t.Fatalf("an overflowing transaction still writes: got %d bytes", len(v))
+		}
+		got, err := s.ReadLog(ctx, "changes", first, 10)
+		if err != nil || len(got) != 1 || !got[0].Overflowed || len(got[0].Ops) != 0 {
+			t.Fatalf("ReadLog after the first entry = %+v, %v; want one overflowed entry", got, err)
+		}
+		if tail, _ := s.LogTail(ctx, "changes"); tail != got[0].ID {
+			t.Fatalf("LogTail = %s, want the last entry %s", tail, got[0].ID)
+		}
+		if got, err := s.ReadLog(ctx, "changes", got[0].ID, 10); err != nil || len(got) != 0 {
+			t.Fatalf("ReadLog at the tail = %+v, %v; want nothing", got, err)
+		}
+
+		// Many small transactions: a page at a time, and a reader left
+		// behind by the trimming is told so.
+		for i := range 300 {
+			var tx Tx
+			tx.HSet("n", strconv.Itoa(i), []byte("x"))
+			tx.Log("changes", 50, 1<<10)
+			if _, err := s.Apply(ctx, "", &tx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.ReadLog(ctx, "changes", first, 10); !errors.Is(err, ErrLogTrimmed) {
+			t.Fatalf("ReadLog after a trimmed entry: %v, want ErrLogTrimmed", err)
+		}
+		n, _ := s.rdb.XLen(ctx, "svc:changes").Result()
+		if n < 50 || n > 250 {
+			t.Fatalf("the log holds %d entries, want about 50 (MAXLEN ~ 50)", n)
+		}
+		pos, err := s.LogTail(ctx, "changes")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var next Tx
+		next.HSet("n", "last", []byte("y"))
+		next.Log("changes", 50, 1<<10)
+		if _, err := s.Apply(ctx, "", &next); err != nil {
+			t.Fatal(err)
+		}
+		got, err = s.ReadLog(ctx, "changes", pos, 10)
+		if err != nil || len(got) != 1 || got[0].Ops[0].Field != "last" {
+			t.Fatalf("ReadLog from the tail = %+v, %v; want the one entry after it", got, err)
+		}
+	})
+}
+
+// TestChangeLogRefusesBadBounds checks Apply refuses a log without positive
+// bounds, naming the field, and writes nothing.
+func TestChangeLogRefusesBadBounds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := New(miniRedis(t), "svc:")
+	for _, c := range []struct {
+		maxLen   int64
+		maxBytes int
+		field    string
+	}{{0, 10, "tx.log.max_len"}, {10, -1, "tx.log.max_bytes"}} {
+		var tx Tx
+		tx.HSet("h", "f", []byte("v"))
+		tx.Log("changes", c.maxLen, c.maxBytes)
+		_, err := s.Apply(ctx, "", &tx)
+		var inv *errs.InvalidError
+		if !errors.As(err, &inv) || !strings.Contains(err.Error(), c.field) {
+			t.Fatalf("Log(%d, %d): %v, want InvalidArgument naming %s", c.maxLen, c.maxBytes, err, c.field)
+		}
+		if v, err := s.HGet(ctx, "h", "f"); v != nil || !errors.Is(err, ErrNotFound) {
+			t.Fatalf("a refused transaction wrote h.f = %q (%v)", v, err)
+		}
+	}
+	// The log's key must be a stream.
+	var tx Tx
+	tx.HSet("h", "f", []byte("v"))
+	tx.Log("h", 10, 100)
+	if _, err := s.Apply(ctx, "", &tx); err == nil {
+		t.Fatal("a log on the hash the transaction writes was accepted")
+	}
+	var inv *errs.InvalidError
+	if _, err := s.ReadLog(ctx, "changes", LogStart, 0); !errors.As(err, &inv) {
+		t.Fatalf("ReadLog of 0 entries: %v, want InvalidArgument", err)
+	}
+}

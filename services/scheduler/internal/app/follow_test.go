@@ -1,0 +1,221 @@
+package app
+
+import (
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/envelope"
+	"github.com/loom-ml/loom/libs/store"
+	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"github.com/loom-ml/loom/services/scheduler/internal/adapters"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain"
+	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
+)
+
+// TestFollowerKeepsUpFromTheChangeLog runs a leader and a follower on one
+// real Redis: the follower's refreshes apply the leader's logged writes
+// (no reload after its first), and its memory then answers as one loaded
+// afresh does; a write too large for the log makes it reload once; and when
+// it takes over it catches up with the writes since its last refresh,
+// without a reload, and decides from there.
+func TestFollowerKeepsUpFromTheChangeLog(t *testing.T) {
+	t.Parallel()
+	ctx := testkit.Context(t, 60*time.Second)
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "scheduler:")
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	log := slog.New(slog.DiscardHandler)
+	lease := adapters.NewLease(st, "a", time.Minute)
+
+	lead := func(a *App) {
+		t.Helper()
+		token, err := lease.TryAcquire(ctx)
+		if err != nil || token == "" {
+			t.Fatalf("take the lease: %q, %v", token, err)
+		}
+		if err := a.Lead(ctx, token, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	follower := func() *App {
+		t.Helper()
+		f := New(st, domain.Config{}, clock, log)
+		f.StepDown()
+		if err := f.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	handle := func(a *App, p proto.Message) {
+		t.Helper()
+		now = now.Add(time.Second)
+		if err := a.Handle(ctx, envelope.New(topics.JobCommands, cl, "test", p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// sameAsFresh checks f answers every job and node as a follower that
+	// loads everything afresh does (but for a leader's explanations of its
+	// pending jobs).
+	sameAsFresh := func(f *App) {
+		t.Helper()
+		fresh := follower()
+		got, _ := f.ListJobs(views.JobFilter{}, "", 1000)
+		want, _ := fresh.ListJobs(views.JobFilter{}, "", 1000)
+		if len(got) != len(want) {
+			t.Fatalf("the follower lists %d jobs, a fresh load %d", len(got), len(want))
+		}
+		for i := range got {
+			// A leader's pending jobs carry its last pass's explanation,
+			// which is memory only.
+			if !proto.Equal(withoutPlacement(got[i]), withoutPlacement(want[i])) {
+				t.Fatalf("job %s: the follower has\n%v\na fresh load\n%v", want[i].GetName(), got[i], want[i])
+			}
+		}
+		gn, wn := f.ListSlurmNodes(cl), fresh.ListSlurmNodes(cl)
+		if len(gn) != len(wn) {
+			t.Fatalf("the follower has %d nodes, a fresh load %d", len(gn), len(wn))
+		}
+		for i := range gn {
+			if !proto.Equal(gn[i], wn[i]) {
+				t.Fatalf("node %d: the follower has %v, a fresh load %v", i, gn[i], wn[i])
+			}
+		}
+	}
+
+	a := New(st, domain.Config{}, clock, log)
+	lead(a)
+	f := follower()
+	handle(a, &eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cl, Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, SharedDir: "/shared"}}})
+	for _, host := range []string{"n1", "n2"} {
+		handle(a, &eventsv1.NodeChanged{Node: &loomv1.Node{Name: cl + "/nodes/" + host, Cluster: cl, Hostname: host, State: loomv1.Node_READY,
+			Gpus: 8, MachineType: "a3-highgpu-8g"}})
+	}
+	job := func(id int, gpus int32) *loomv1.Job {
+		return &loomv1.Job{Name: "projects/p/jobs/" + strconv.Itoa(id), JobId: strconv.Itoa(id), Cluster: cl,
+			Command: []string{"/bin/train"}, NodeCount: 1, GpusPerNode: gpus, Env: map[string]string{"RUN": strconv.Itoa(id)}}
+	}
+	for id := 1; id <= 4; id++ {
+		handle(a, &eventsv1.SubmitJob{Job: job(id, 4)})
+	}
+	arr := job(10, 2)
+	arr.Array = "0-5%2"
+	handle(a, &eventsv1.SubmitJob{Job: arr})
+	handle(a, &eventsv1.CancelJob{Job: "projects/p/jobs/2", Cluster: cl})
+
+	if err := f.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if f.reloads != 1 || f.follows != 1 {
+		t.Fatalf("the follower reloaded %d times and followed the log %d; want its first load, then the log", f.reloads, f.follows)
+	}
+	sameAsFresh(f)
+
+	// A write larger than the log holds: the follower reloads, once.
+	big := job(20, 1)
+	big.Hold = true // no later pass changes it: each change of it overflows the log
+	big.Env["BIG"] = strings.Repeat("x", adapters.ChangesMaxBytes)
+	handle(a, &eventsv1.SubmitJob{Job: big})
+	if err := f.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if f.reloads != 2 {
+		t.Fatalf("after an overflowed write the follower reloaded %d times in all, want 2", f.reloads)
+	}
+	handle(a, &eventsv1.CancelJob{Job: "projects/p/jobs/4", Cluster: cl})
+	if err := f.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if f.reloads != 2 || f.follows != 2 {
+		t.Fatalf("the follower reloaded %d times and followed %d, want 2 and 2", f.reloads, f.follows)
+	}
+	sameAsFresh(f)
+
+	// Retention prunes the jobs that ended: the follower drops them and
+	// keeps their compact records, as the leader does.
+	for _, id := range []int{2, 3, 4} { // their steps end (2 and 4 were cancelled)
+		name := "projects/p/jobs/" + strconv.Itoa(id)
+		j, err := a.GetJob(name)
+		if err != nil || len(j.GetNodes()) != 1 {
+			t.Fatalf("job %d on %v (%v), want one node", id, j.GetNodes(), err)
+		}
+		handle(a, &eventsv1.StepChanged{Job: name, Attempt: 1, Node: cl + "/nodes/" + j.GetNodes()[0], State: eventsv1.StepState_STEP_EXITED, Cluster: cl})
+	}
+	now = now.Add(10 * time.Minute)
+	pruned, err := a.Prune(ctx, domain.Retention{MinJobAge: 5 * time.Minute})
+	if err != nil || pruned == 0 {
+		t.Fatalf("prune: %d, %v; want the cancelled jobs", pruned, err)
+	}
+	if err := f.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.GetJob("projects/p/jobs/3"); err == nil {
+		t.Fatal("the follower still serves pruned job 3")
+	}
+	if f.reloads != 2 || f.follows != 3 {
+		t.Fatalf("after the prune the follower reloaded %d times and followed %d, want 2 and 3", f.reloads, f.follows)
+	}
+	for _, id := range []int{2, 3, 4} {
+		name := "projects/p/jobs/" + strconv.Itoa(id)
+		_, errA := a.GetJob(name)
+		_, errF := f.GetJob(name)
+		gA, _ := a.JobGoodput(name)
+		gF, _ := f.JobGoodput(name)
+		if (errA == nil) != (errF == nil) || !proto.Equal(gA, gF) {
+			t.Fatalf("job %s: the leader answers %v (goodput %v), the follower %v (goodput %v)", name, errA, gA, errF, gF)
+		}
+	}
+	sameAsFresh(f)
+
+	// Writes after the follower's last refresh, then the leader goes away:
+	// the follower takes over from the log, and decides from there.
+	handle(a, &eventsv1.SubmitJob{Job: job(30, 8)})
+	j30, err := a.GetJob("projects/p/jobs/30")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j30 = proto.Clone(j30).(*loomv1.Job)
+	j30.Placement = "" // the leader's explanation, memory only
+	j1, err := a.GetJob("projects/p/jobs/1")
+	if err != nil || len(j1.GetNodes()) != 1 {
+		t.Fatalf("job 1 on %v (%v), want one node", j1.GetNodes(), err)
+	}
+	if err := lease.Release(ctx, a.token); err != nil {
+		t.Fatal(err)
+	}
+	lead(f)
+	if f.reloads != 2 || f.follows != 4 {
+		t.Fatalf("taking over: %d reloads and %d follows in all, want 2 and 4 (the log's last writes, no reload)", f.reloads, f.follows)
+	}
+	if j, err := f.GetJob("projects/p/jobs/30"); err != nil || !proto.Equal(withoutPlacement(j), j30) {
+		t.Fatalf("job 30 after the takeover: %v (%v), want it as the old leader left it: %v", j, err, j30)
+	}
+	// Job 1 ends: the new leader decides from the memory it followed, and
+	// what it writes is what it holds.
+	for _, state := range []eventsv1.StepState{eventsv1.StepState_STEP_RUNNING, eventsv1.StepState_STEP_EXITED} {
+		handle(f, &eventsv1.StepChanged{Job: "projects/p/jobs/1", Attempt: 1, Node: cl + "/nodes/" + j1.GetNodes()[0], State: state, Cluster: cl})
+	}
+	if j, err := f.GetJob("projects/p/jobs/1"); err != nil || j.GetState() != loomv1.JobState_COMPLETED {
+		t.Fatalf("job 1 after its step exited: %v (%v), want COMPLETED", j.GetState(), err)
+	}
+	sameAsFresh(f)
+}
+
+// withoutPlacement returns a copy of j without its placement explanation
+// (a leader's, memory only).
+func withoutPlacement(j *loomv1.Job) *loomv1.Job {
+	if j == nil {
+		return nil
+	}
+	c := proto.Clone(j).(*loomv1.Job)
+	c.Placement = ""
+	return c
+}
