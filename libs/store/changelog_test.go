@@ -22,11 +22,11 @@ func TestChangeLogRecordsEachTransaction(t *testing.T) {
 	backends(t, func(t *testing.T, rdb *redis.Client) {
 		ctx := context.Background()
 		s := New(rdb, "svc:")
-		tail, err := s.LogTail(ctx, "changes")
-		if err != nil || tail != LogStart {
-			t.Fatalf("LogTail of no log = %q, %v; want %q", tail, err, LogStart)
+		tail, _, err := s.LogTail(ctx, "changes", "")
+		if err != nil || tail.ID != LogStart {
+			t.Fatalf("LogTail of no log = %+v, %v; want %q", tail, err, LogStart)
 		}
-		if es, err := s.ReadLog(ctx, "changes", LogStart, 10); err != nil || len(es) != 0 {
+		if es, _, err := s.ReadLog(ctx, "changes", LogStart, 10, ""); err != nil || len(es) != 0 {
 			t.Fatalf("ReadLog of no log = %v, %v", es, err)
 		}
 
@@ -35,7 +35,7 @@ func TestChangeLogRecordsEachTransaction(t *testing.T) {
 		tx.HDel("jobs", "j0")
 		tx.Set("version", []byte("7"))
 		tx.SAdd("set", "m")
-		tx.Log("changes", 100, 1<<20)
+		tx.Log("changes", 100, 1<<20, "v7")
 		if _, err := s.Apply(ctx, "", &tx); err != nil {
 			t.Fatal(err)
 		}
@@ -47,18 +47,19 @@ func TestChangeLogRecordsEachTransaction(t *testing.T) {
 		refused := Tx{}
 		refused.IfHField("jobs", "j1", []byte("not v1"))
 		refused.HSet("jobs", "j2", []byte("v2"))
-		refused.Log("changes", 100, 1<<20)
+		refused.Log("changes", 100, 1<<20, "t")
 		if _, err := s.Apply(ctx, "", &refused); !errors.Is(err, ErrConflict) {
 			t.Fatalf("a refused transaction: %v, want ErrConflict", err)
 		}
 		// From an empty log's position the reader cannot tell what was trimmed.
-		if _, err := s.ReadLog(ctx, "changes", LogStart, 10); !errors.Is(err, ErrLogTrimmed) {
+		if _, _, err := s.ReadLog(ctx, "changes", LogStart, 10, ""); !errors.Is(err, ErrLogTrimmed) {
 			t.Fatalf("ReadLog from an empty log's position once it has entries: %v, want ErrLogTrimmed", err)
 		}
-		first, err := s.LogTail(ctx, "changes")
-		if err != nil || first == LogStart {
-			t.Fatalf("LogTail = %q, %v", first, err)
+		tailEntry, version, err := s.LogTail(ctx, "changes", "version")
+		if err != nil || tailEntry.ID == LogStart || string(version) != "7" || len(tailEntry.Ops) != 4 || tailEntry.Tag != "v7" {
+			t.Fatalf("LogTail = %+v, %q, %v; want the logged transaction and version 7", tailEntry, version, err)
 		}
+		first := tailEntry.ID
 		es, err := s.rdb.XRange(ctx, "svc:changes", "-", "+").Result()
 		if err != nil || len(es) != 1 {
 			t.Fatalf("the log holds %d entries, %v; want the one logged transaction's", len(es), err)
@@ -79,22 +80,22 @@ func TestChangeLogRecordsEachTransaction(t *testing.T) {
 
 		big := Tx{}
 		big.HSet("jobs", "j3", make([]byte, 600))
-		big.Log("changes", 100, 512)
+		big.Log("changes", 100, 512, "v8")
 		if _, err := s.Apply(ctx, "", &big); err != nil {
 			t.Fatal(err)
 		}
 		if v, _ := s.HGet(ctx, "jobs", "j3"); len(v) != 600 {
 			t.Fatalf("an overflowing transaction still writes: got %d bytes", len(v))
 		}
-		got, err := s.ReadLog(ctx, "changes", first, 10)
-		if err != nil || len(got) != 1 || !got[0].Overflowed || len(got[0].Ops) != 0 {
+		got, _, err := s.ReadLog(ctx, "changes", first, 10, "")
+		if err != nil || len(got) != 1 || !got[0].Overflowed || len(got[0].Ops) != 0 || got[0].Tag != "v8" {
 			t.Fatalf("ReadLog after the first entry = %+v, %v; want one overflowed entry", got, err)
 		}
-		if tail, _ := s.LogTail(ctx, "changes"); tail != got[0].ID {
-			t.Fatalf("LogTail = %s, want the last entry %s", tail, got[0].ID)
+		if tail, _, _ := s.LogTail(ctx, "changes", ""); tail.ID != got[0].ID || !tail.Overflowed {
+			t.Fatalf("LogTail = %+v, want the last entry %s", tail, got[0].ID)
 		}
-		if got, err := s.ReadLog(ctx, "changes", got[0].ID, 10); err != nil || len(got) != 0 {
-			t.Fatalf("ReadLog at the tail = %+v, %v; want nothing", got, err)
+		if got, v, err := s.ReadLog(ctx, "changes", got[0].ID, 10, "version"); err != nil || len(got) != 0 || string(v) != "7" {
+			t.Fatalf("ReadLog at the tail = %+v, %q, %v; want nothing, and version 7", got, v, err)
 		}
 
 		// Many small transactions: a page at a time, and a reader left
@@ -102,29 +103,30 @@ func TestChangeLogRecordsEachTransaction(t *testing.T) {
 		for i := range 300 {
 			var tx Tx
 			tx.HSet("n", strconv.Itoa(i), []byte("x"))
-			tx.Log("changes", 50, 1<<10)
+			tx.Log("changes", 50, 1<<10, "t")
 			if _, err := s.Apply(ctx, "", &tx); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if _, err := s.ReadLog(ctx, "changes", first, 10); !errors.Is(err, ErrLogTrimmed) {
+		if _, _, err := s.ReadLog(ctx, "changes", first, 10, ""); !errors.Is(err, ErrLogTrimmed) {
 			t.Fatalf("ReadLog after a trimmed entry: %v, want ErrLogTrimmed", err)
 		}
 		n, _ := s.rdb.XLen(ctx, "svc:changes").Result()
 		if n < 50 || n > 250 {
 			t.Fatalf("the log holds %d entries, want about 50 (MAXLEN ~ 50)", n)
 		}
-		pos, err := s.LogTail(ctx, "changes")
+		tail, _, err = s.LogTail(ctx, "changes", "")
 		if err != nil {
 			t.Fatal(err)
 		}
+		pos := tail.ID
 		var next Tx
 		next.HSet("n", "last", []byte("y"))
-		next.Log("changes", 50, 1<<10)
+		next.Log("changes", 50, 1<<10, "t")
 		if _, err := s.Apply(ctx, "", &next); err != nil {
 			t.Fatal(err)
 		}
-		got, err = s.ReadLog(ctx, "changes", pos, 10)
+		got, _, err = s.ReadLog(ctx, "changes", pos, 10, "")
 		if err != nil || len(got) != 1 || got[0].Ops[0].Field != "last" {
 			t.Fatalf("ReadLog from the tail = %+v, %v; want the one entry after it", got, err)
 		}
@@ -141,10 +143,11 @@ func TestChangeLogRefusesBadBounds(t *testing.T) {
 		maxLen   int64
 		maxBytes int
 		field    string
-	}{{0, 10, "tx.log.max_len"}, {10, -1, "tx.log.max_bytes"}} {
+		tag      string
+	}{{0, 10, "tx.log.max_len", ""}, {10, -1, "tx.log.max_bytes", ""}, {10, 10, "tx.log.tag", strings.Repeat("t", 1025)}} {
 		var tx Tx
 		tx.HSet("h", "f", []byte("v"))
-		tx.Log("changes", c.maxLen, c.maxBytes)
+		tx.Log("changes", c.maxLen, c.maxBytes, c.tag)
 		_, err := s.Apply(ctx, "", &tx)
 		var inv *errs.InvalidError
 		if !errors.As(err, &inv) || !strings.Contains(err.Error(), c.field) {
@@ -154,15 +157,25 @@ func TestChangeLogRefusesBadBounds(t *testing.T) {
 			t.Fatalf("a refused transaction wrote h.f = %q (%v)", v, err)
 		}
 	}
+	// An entry no Tx.Log wrote is unreadable, not a crash.
+	if err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: "svc:junk", Values: []string{"e", "o\x05\xff"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.ReadLog(ctx, "junk", LogStart, 10, ""); !errors.Is(err, ErrLogTrimmed) {
+		t.Fatalf("ReadLog from an empty log's position: %v", err)
+	}
+	if _, _, err := s.LogTail(ctx, "junk", ""); !errors.Is(err, ErrLogUnreadable) {
+		t.Fatalf("LogTail of a corrupt entry: %v, want ErrLogUnreadable", err)
+	}
 	// The log's key must be a stream.
 	var tx Tx
 	tx.HSet("h", "f", []byte("v"))
-	tx.Log("h", 10, 100)
+	tx.Log("h", 10, 100, "")
 	if _, err := s.Apply(ctx, "", &tx); err == nil {
 		t.Fatal("a log on the hash the transaction writes was accepted")
 	}
 	var inv *errs.InvalidError
-	if _, err := s.ReadLog(ctx, "changes", LogStart, 0); !errors.As(err, &inv) {
+	if _, _, err := s.ReadLog(ctx, "changes", LogStart, 0, ""); !errors.As(err, &inv) {
 		t.Fatalf("ReadLog of 0 entries: %v, want InvalidArgument", err)
 	}
 }

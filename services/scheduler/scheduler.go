@@ -39,15 +39,10 @@ const (
 	// a crashed leader's successor takes over within it.
 	DefaultLeaseTTL = 5 * time.Second
 	// DefaultRefreshInterval is how often a follower brings its memory up
-	// to what the leader wrote: from the change log, a few records (see
-	// refreshWait for the reloads it sometimes needs instead).
+	// to what the leader wrote: from the change log, a few records (a
+	// reload of every record, when the log cannot, is bounded by the app:
+	// no sooner than ten times the last one took).
 	DefaultRefreshInterval = 2 * time.Second
-	// refreshCostFactor bounds a follower's refreshes to 1/refreshCostFactor
-	// of its time, and of Redis's: one from the change log takes a few
-	// milliseconds, but a reload reads every record (at 100,000 jobs about
-	// 1 s of the follower's time and 200 ms of Redis's, time in which
-	// Redis, single-threaded, serves nobody else: the leader's writes wait).
-	refreshCostFactor = 10
 	// DefaultMaxBatch bounds how many waiting events one change takes (one
 	// scheduling pass, one store write): enough to amortise both under a
 	// burst, small enough that a change stays well under a millisecond's
@@ -135,7 +130,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxBatch, "max-batch", int(envInt("MAX_BATCH", DefaultMaxBatch)),
 		"most waiting events handled as one change: one scheduling pass, one store write (LOOM_SCHEDULER_MAX_BATCH; 1 = one at a time)")
 	fs.DurationVar(&c.RefreshInterval, "follower-refresh", config.EnvDuration("LOOM_SCHEDULER_FOLLOWER_REFRESH", DefaultRefreshInterval),
-		"how often a follower applies the leader's writes from the change log, and no sooner than 10 times the last refresh took (LOOM_SCHEDULER_FOLLOWER_REFRESH)")
+		"how often a follower applies the leader's writes from the change log; a reload of every record, when the log cannot, comes no sooner than 10 times the last took (LOOM_SCHEDULER_FOLLOWER_REFRESH)")
 }
 
 // resolve checks the flags that need parsing and fills the defaults.
@@ -266,7 +261,7 @@ type leader struct {
 func (l *leader) run(ctx context.Context) error {
 	log := l.base.Log
 	retry := l.cfg.LeaseTTL / 3
-	lastRefresh, refreshEvery := time.Time{}, l.cfg.RefreshInterval
+	lastRefresh := time.Time{}
 	for {
 		token, err := l.lease.TryAcquire(ctx)
 		if err != nil && ctx.Err() == nil {
@@ -274,29 +269,19 @@ func (l *leader) run(ctx context.Context) error {
 		}
 		if token != "" {
 			l.term(ctx, token)
-			lastRefresh, refreshEvery = time.Time{}, l.cfg.RefreshInterval
-		} else if time.Since(lastRefresh) >= refreshEvery {
-			began := time.Now()
+			lastRefresh = time.Time{}
+		} else if time.Since(lastRefresh) >= l.cfg.RefreshInterval {
 			if err := l.app.Refresh(ctx); err != nil && ctx.Err() == nil {
 				log.Warn("follower refresh failed", "err", err)
 			}
 			lastRefresh = time.Now()
-			refreshEvery = refreshWait(l.cfg.RefreshInterval, lastRefresh.Sub(began))
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(retry):
+		case <-time.After(min(retry, l.cfg.RefreshInterval)):
 		}
 	}
-}
-
-// refreshWait is how long a follower waits after a refresh that took took
-// before the next: every interval, but no sooner than refreshCostFactor
-// times took, so that reloading a large state cannot take most of the
-// follower's time and hold Redis for a tenth of it or more.
-func refreshWait(interval, took time.Duration) time.Duration {
-	return max(interval, refreshCostFactor*took)
 }
 
 // term leads for one term: reload and start-up pass, then the consumer, the

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/loom-ml/loom/libs/store"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -28,54 +29,83 @@ const (
 	// handful of job and run records); a larger one (a burst's first pass
 	// over thousands of jobs) is logged as overflowed, and followers reload
 	// when they meet it. With ChangesMaxLen it bounds the log's memory in
-	// Redis to 128 MiB, and keeps it far smaller in practice.
+	// Redis to about 128 MiB (MAXLEN ~ keeps up to a stream node more), and
+	// keeps it far smaller in practice.
 	ChangesMaxBytes = 128 << 10
 	// changesPage is how many entries one read of the log takes.
 	changesPage = 256
 )
 
 // ErrReload says the change log cannot bring memory up to date (the
-// follower fell behind the log's trimming, or a write overflowed the log):
-// read every record afresh.
+// follower fell behind the log's trimming, a write overflowed the log or
+// cannot be read, or the store was written without the log: by a
+// scheduler of an earlier release): read every record afresh.
 var ErrReload = errors.New("the change log does not hold every write since the last read; reload")
 
-// LogChanges makes tx append its writes to the change log.
-func LogChanges(tx *store.Tx) { tx.Log(KeyChanges, ChangesMaxLen, ChangesMaxBytes) }
+// LogChanges makes tx, a write that leaves the store at version (Fence),
+// append its writes to the change log, tagged with version.
+func LogChanges(tx *store.Tx, version string) {
+	tx.Log(KeyChanges, ChangesMaxLen, ChangesMaxBytes, version)
+}
+
+// ForceReload makes tx, a write that leaves the store at version, append
+// an entry that holds none of its writes to the change log: a follower
+// that meets it reloads. A new leader writes it when the log did not hold
+// every write before its term (a leader of an earlier release wrote).
+func ForceReload(tx *store.Tx, version string) { tx.Log(KeyChanges, ChangesMaxLen, 1, version) }
 
 // LogTail returns the change log's position now (store.LogStart when it is
-// empty): read it before loading every record, then ReadChanges from it.
-func (r *Repo) LogTail(ctx context.Context) (string, error) {
-	pos, err := r.st.LogTail(ctx, KeyChanges)
-	if err != nil {
-		return "", fmt.Errorf("change log: %w", err)
+// empty) and the store's version, read together: read them before loading
+// every record, then ReadChanges from the position. complete reports
+// whether the log holds the store's last write: its last entry is tagged
+// with the store's version (or both are empty).
+func (r *Repo) LogTail(ctx context.Context) (pos, version string, complete bool, err error) {
+	e, v, err := r.st.LogTail(ctx, KeyChanges, KeyVersion)
+	if errors.Is(err, store.ErrLogUnreadable) {
+		return "", "", false, nil
 	}
-	return pos, nil
+	if err != nil {
+		return "", "", false, fmt.Errorf("change log: %w", err)
+	}
+	return e.ID, string(v), e.Tag == string(v), nil
 }
 
 // ReadChanges returns every logged write after the position after, oldest
-// first, or an error wrapping ErrReload when the log no longer holds them
-// all.
-func (r *Repo) ReadChanges(ctx context.Context, after string) ([]store.LogEntry, error) {
+// first, and the store's version, read with the last of them; or an error
+// wrapping ErrReload when the log no longer holds them all or one of them
+// cannot be applied (overflowed, unreadable). The caller checks the
+// version against the last entry's tag (LoggedVersion): a write that was
+// not logged (a leader of an earlier release) leaves them apart.
+func (r *Repo) ReadChanges(ctx context.Context, after string) ([]store.LogEntry, string, error) {
 	var out []store.LogEntry
 	for {
-		es, err := r.st.ReadLog(ctx, KeyChanges, after, changesPage)
-		if errors.Is(err, store.ErrLogTrimmed) {
-			return nil, fmt.Errorf("change log after %s: %w: %w", after, ErrReload, err)
+		es, v, err := r.st.ReadLog(ctx, KeyChanges, after, changesPage, KeyVersion)
+		if errors.Is(err, store.ErrLogTrimmed) || errors.Is(err, store.ErrLogUnreadable) {
+			return nil, "", fmt.Errorf("change log after %s: %w: %w", after, ErrReload, err)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("change log: %w", err)
+			return nil, "", fmt.Errorf("change log: %w", err)
 		}
 		for _, e := range es {
 			if e.Overflowed {
-				return nil, fmt.Errorf("change log entry %s: %w", e.ID, ErrReload)
+				return nil, "", fmt.Errorf("change log entry %s: %w", e.ID, ErrReload)
 			}
 		}
 		out = append(out, es...)
 		if len(es) < changesPage {
-			return out, nil
+			return out, string(v), nil
 		}
 		after = es[len(es)-1].ID
 	}
+}
+
+// LoggedVersion returns the store's version after the last of es (its
+// tag), or since when es is empty.
+func LoggedVersion(es []store.LogEntry, since string) string {
+	if len(es) == 0 {
+		return since
+	}
+	return es[len(es)-1].Tag
 }
 
 // DecodeUpdate decodes the records the logged writes es left, the last
@@ -89,8 +119,11 @@ func DecodeUpdate(es []store.LogEntry, template func(array string) *loomv1.Job) 
 			return nil, fmt.Errorf("change log entry %s: %w", e.ID, ErrReload)
 		}
 		for _, o := range e.Ops {
+			if !isRecordKey(o.Key) {
+				continue // the fence, the version
+			}
 			if o.Op != "HSET" && o.Op != "HDEL" {
-				continue
+				return nil, fmt.Errorf("change log entry %s: %s of %s, which holds records field by field: %w", e.ID, o.Op, o.Key, ErrReload)
 			}
 			m := last[o.Key]
 			if m == nil {
@@ -178,3 +211,6 @@ func decodeFields[T any](fs map[string][]byte, key string, out *map[string]*T) e
 	}
 	return nil
 }
+
+// isRecordKey reports whether key is one of the hashes of records.
+func isRecordKey(key string) bool { return slices.Contains(recordKeys, key) }

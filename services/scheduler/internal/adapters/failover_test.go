@@ -37,13 +37,15 @@ func BenchmarkFailoverFromTheChangeLog(b *testing.B) {
 	ctx := testkit.Context(b, 10*time.Minute)
 	storeSnapshot(b, ctx, st, leader.Snapshot(), 5000)
 	repo := NewRepo(st)
+	seq := uint64(0)
 	write := func(c *domain.Change) {
 		var tx store.Tx
 		if err := Write(&tx, c); err != nil {
 			b.Fatal(err)
 		}
-		LogChanges(&tx)
-		tx.Set("term", []byte("bench")) // never empty: the log gets an entry
+		seq++ // as a leader writes: fenced, versioned, logged
+		Fence(&tx, "bench", seq)
+		LogChanges(&tx, Version("bench", seq))
 		if _, err := st.Apply(ctx, "", &tx); err != nil {
 			b.Fatal(err)
 		}
@@ -53,7 +55,7 @@ func BenchmarkFailoverFromTheChangeLog(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		b.StopTimer()
-		pos, err := repo.LogTail(ctx)
+		pos, _, _, err := repo.LogTail(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -94,7 +96,7 @@ func BenchmarkFailoverFromTheChangeLog(b *testing.B) {
 		b.StartTimer()
 
 		t := time.Now()
-		es, err := repo.ReadChanges(ctx, pos)
+		es, _, err := repo.ReadChanges(ctx, pos)
 		if err != nil {
 			b.Fatal(err)
 		}

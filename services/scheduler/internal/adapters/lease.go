@@ -128,10 +128,21 @@ func (l *Lease) Holder(ctx context.Context) (string, error) {
 }
 
 // Fence adds to tx the write that makes it fail, writing nothing, once a
-// later term than token's has taken the lease. seq is recorded with it.
+// later term than token's has taken the lease, and sets the store's version
+// to token/seq (Version): followers of an earlier release reload when it
+// changes, and the change log's readers check that the log holds the last
+// write (LogChanges tags each entry with it).
 func Fence(tx *store.Tx, token string, seq uint64) {
-	tx.HSet(fencePrefix+token, "seq", []byte(strconv.FormatUint(seq, 10)))
+	v := []byte(strconv.FormatUint(seq, 10))
+	tx.HSet(fencePrefix+token, "seq", v)
+	tx.Set(KeyVersion, []byte(Version(token, seq)))
 }
+
+// KeyVersion is the store's version: every write of a leader sets it.
+const KeyVersion = "version"
+
+// Version is the store's version after the write seq of the term token.
+func Version(token string, seq uint64) string { return token + "/" + strconv.FormatUint(seq, 10) }
 
 // IsFenced reports whether an Apply failed because its term's fence was
 // revoked: another instance leads now.

@@ -36,7 +36,7 @@ func TestLeaseFencesEarlierTerms(t *testing.T) {
 		var tx store.Tx
 		Fence(&tx, token, seq)
 		tx.HSet(KeyJobs, "j", []byte(value))
-		LogChanges(&tx)
+		LogChanges(&tx, Version(token, seq))
 		_, err := st.Apply(ctx, "", &tx)
 		return err
 	}
@@ -47,9 +47,9 @@ func TestLeaseFencesEarlierTerms(t *testing.T) {
 		t.Fatalf("the fence records seq %q, want 1", v)
 	}
 	repo := NewRepo(st)
-	logged, err := repo.LogTail(ctx)
-	if err != nil || logged == store.LogStart {
-		t.Fatalf("the write is not in the change log: %q, %v", logged, err)
+	logged, version, complete, err := repo.LogTail(ctx)
+	if err != nil || logged == store.LogStart || !complete || version != Version(ta, 1) {
+		t.Fatalf("the write is not in the change log: %q, version %q, complete %v, %v", logged, version, complete, err)
 	}
 
 	// a stalls past its TTL; b takes over.
@@ -66,8 +66,8 @@ func TestLeaseFencesEarlierTerms(t *testing.T) {
 	if v, _ := st.HGet(ctx, KeyJobs, "j"); string(v) != "from a" {
 		t.Fatalf("a fenced write changed the state: %q", v)
 	}
-	if es, err := repo.ReadChanges(ctx, logged); err != nil || len(es) != 0 {
-		t.Fatalf("a fenced write is in the change log: %v, %v", es, err)
+	if es, v, err := repo.ReadChanges(ctx, logged); err != nil || len(es) != 0 || v != Version(ta, 1) {
+		t.Fatalf("a fenced write is in the change log: %v, version %q, %v", es, v, err)
 	}
 	if err := write(tb, 1, "from b"); err != nil {
 		t.Fatalf("b writes: %v", err)

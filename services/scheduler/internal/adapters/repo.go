@@ -102,7 +102,8 @@ func (r *Repo) LoadRaw(ctx context.Context) (Raw, error) {
 // Apply makes the writes of the logged transactions es part of raw, in
 // order: raw becomes what the store held after the last of them. It
 // returns ErrReload, changing nothing, when one of them overflowed (its
-// writes are not in the log).
+// writes are not in the log) or wrote a record hash other than field by
+// field.
 func (raw Raw) Apply(es []store.LogEntry) error {
 	for _, e := range es {
 		if e.Overflowed {
@@ -111,14 +112,20 @@ func (raw Raw) Apply(es []store.LogEntry) error {
 	}
 	for _, e := range es {
 		for _, o := range e.Ops {
+			if isRecordKey(o.Key) && o.Op != "HSET" && o.Op != "HDEL" {
+				return fmt.Errorf("change %s: %s of %s, which holds records field by field: %w", e.ID, o.Op, o.Key, ErrReload)
+			}
+		}
+	}
+	for _, e := range es {
+		for _, o := range e.Ops {
 			m, ok := raw[o.Key]
 			if !ok {
 				continue // not a record: the fence, the version
 			}
-			switch o.Op {
-			case "HSET":
+			if o.Op == "HSET" {
 				m[o.Field] = o.Value
-			case "HDEL":
+			} else {
 				delete(m, o.Field)
 			}
 		}

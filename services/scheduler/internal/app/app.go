@@ -66,12 +66,19 @@ type App struct {
 	leading  bool
 	seq      uint64
 	onFenced func()
-	// logPos is the change log's position the memory is current at
-	// (adapters.ReadChanges), "" when unknown: the next refresh reloads.
-	logPos string
+	// logPos and version are the change log's position and the store's
+	// version the memory is current at (a follower's: adapters.ReadChanges),
+	// "" when unknown: the next refresh reloads. A leader's own writes do
+	// not advance them; it reloads after its term.
+	logPos, version string
 	// reloads and follows count how memory was brought up to date with the
 	// store: every record read afresh, or the change log's writes applied.
 	reloads, follows uint64
+	// lastReload is when the last reload ended, and reloadTook how long it
+	// took: a follower reloads no sooner than reloadCostFactor times that
+	// after the last.
+	lastReload time.Time
+	reloadTook time.Duration
 	// commandSecret is the services' secret the node command keys are
 	// derived from (SealCommands); nil: step commands go out unsealed.
 	commandSecret []byte
@@ -112,8 +119,9 @@ func (a *App) startLocked(ctx context.Context) error {
 // adapters.Lease.TryAcquire): it brings memory up to what the previous
 // leader wrote (the change log's writes since the last refresh, or every
 // record afresh), runs the start-up pass, and from then on fences every
-// write with token, logging each to the change log for the followers. onFenced is called (once) when a write is refused
-// because a later term took over.
+// write with token, logging each to the change log for the followers.
+// onFenced is called (once) when a write is refused because a later term
+// took over.
 func (a *App) Lead(ctx context.Context, token string, onFenced func()) error {
 	a.work.Lock()
 	defer a.work.Unlock()
@@ -125,8 +133,16 @@ func (a *App) Lead(ctx context.Context, token string, onFenced func()) error {
 	// The term's first write, even when the start-up pass changed nothing:
 	// it checks the fence at once, and puts an entry in the change log, so
 	// that a follower that loads from here on has a position in it (from
-	// an empty log's, it would have to reload at the first write).
-	if _, err := a.write(ctx, "start the term", nil, a.fencedTx(), func() {}); err != nil {
+	// an empty log's, it would have to reload at the first write). When
+	// the log did not hold every write before the term (a leader of an
+	// earlier release wrote without it), the entry holds none of this one's
+	// either: the followers that meet it reload, since what they applied
+	// from the log lacks those writes.
+	tx := a.fencedTx()
+	if a.logPos == "" {
+		adapters.ForceReload(tx, adapters.Version(a.token, a.seq))
+	}
+	if _, err := a.write(ctx, "start the term", nil, tx, func() {}); err != nil {
 		a.leading = false
 		return err
 	}
@@ -145,7 +161,7 @@ func (a *App) StepDown() {
 	a.fenced, a.leading, a.onFenced = true, false, nil
 	// The next Refresh reloads: the term's own writes are in memory, with
 	// its passes' explanations, which a follower's memory does not keep.
-	a.logPos = ""
+	a.logPos, a.version = "", ""
 }
 
 // Leading reports whether this instance may write.
@@ -173,29 +189,30 @@ func (a *App) Refresh(ctx context.Context) error {
 // Callers hold work.
 func (a *App) catchUp(ctx context.Context) error {
 	if a.logPos == "" {
-		return a.reload(ctx)
+		return a.reloadDue(ctx, "no position in the change log")
 	}
 	began := time.Now()
-	es, err := a.repo.ReadChanges(ctx, a.logPos)
+	es, v, err := a.repo.ReadChanges(ctx, a.logPos)
 	if errors.Is(err, adapters.ErrReload) {
-		a.log.Debug("the change log cannot bring memory up to date; reloading", "err", err)
-		return a.reload(ctx)
+		return a.reloadDue(ctx, err.Error())
 	}
 	if err != nil {
 		return err
+	}
+	if want := adapters.LoggedVersion(es, a.version); v != want {
+		return a.reloadDue(ctx, fmt.Sprintf("the store is at version %q, the change log at %q: a write was not logged (a scheduler of an earlier release?)", v, want))
 	}
 	if len(es) == 0 {
 		return nil
 	}
 	u, err := adapters.DecodeUpdate(es, a.state.ArrayTemplate) // the state changes only under work
 	if err != nil {
-		a.log.Warn("the change log's writes do not decode; reloading", "err", err)
-		return a.reload(ctx)
+		return a.reloadDue(ctx, err.Error())
 	}
 	a.mu.Lock()
 	a.state.Follow(u)
 	a.mu.Unlock()
-	a.logPos = es[len(es)-1].ID
+	a.logPos, a.version = es[len(es)-1].ID, v
 	a.follows++
 	a.observeUpdate("log")
 	level := slog.LevelDebug
@@ -205,6 +222,25 @@ func (a *App) catchUp(ctx context.Context) error {
 	a.log.Log(ctx, level, "state brought up to date from the change log", "writes", len(es),
 		"took", time.Since(began).Round(time.Microsecond).String())
 	return nil
+}
+
+// reloadCostFactor bounds a follower's reloads to 1/reloadCostFactor of its
+// time, and of Redis's: a reload reads every record (at 100,000 jobs about
+// 1.3 s of the follower's time and 200 ms of Redis's, time in which Redis,
+// single-threaded, serves nobody else: the leader's writes wait).
+const reloadCostFactor = 10
+
+// reloadDue reloads, unless this instance is a follower whose last reload
+// ended less than reloadCostFactor times its duration ago: then it keeps
+// its memory (reads lag) until a later refresh. why says what made the
+// reload necessary.
+func (a *App) reloadDue(ctx context.Context, why string) error {
+	if !a.leading && !a.lastReload.IsZero() && time.Since(a.lastReload) < reloadCostFactor*a.reloadTook {
+		a.log.Debug("reload deferred: the last one was too recent", "why", why, "last", a.lastReload, "took", a.reloadTook)
+		return nil
+	}
+	a.log.Debug("reloading", "why", why)
+	return a.reload(ctx)
 }
 
 // reloadAttempts bounds how many times reload reads every record when
@@ -217,31 +253,35 @@ const reloadAttempts = 3
 // and applies the writes logged since to what it read, which leaves exactly
 // what the store held at the last of them (a record read before a write
 // is replaced by it; one read after is rewritten with the same bytes).
-// When the log cannot (reloadAttempts times), it keeps what it read and
-// no position: the next refresh reloads again.
+// When the log cannot (reloadAttempts times: it does not hold every write,
+// one overflowed, or the store was written without it), it keeps what it
+// read and no position: the next refresh reloads again.
 func (a *App) reload(ctx context.Context) error {
 	began := time.Now()
 	var raw adapters.Raw
-	pos := ""
+	pos, version := "", ""
 	for attempt := 1; attempt <= reloadAttempts && pos == ""; attempt++ {
-		from, err := a.repo.LogTail(ctx)
+		from, at, complete, err := a.repo.LogTail(ctx)
 		if err != nil {
 			return fmt.Errorf("load state: %w", err)
 		}
 		if raw, err = a.repo.LoadRaw(ctx); err != nil {
 			return fmt.Errorf("load state: %w", err)
 		}
-		es, err := a.repo.ReadChanges(ctx, from)
+		es, v, err := a.repo.ReadChanges(ctx, from)
 		if errors.Is(err, adapters.ErrReload) {
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("load state: %w", err)
 		}
+		if !complete || v != adapters.LoggedVersion(es, at) {
+			continue // written without the log: what it says is not all
+		}
 		if err := raw.Apply(es); err != nil {
 			continue
 		}
-		pos = from
+		pos, version = from, v
 		if len(es) > 0 {
 			pos = es[len(es)-1].ID
 		}
@@ -257,7 +297,8 @@ func (a *App) reload(ctx context.Context) error {
 	a.mu.Lock()
 	a.state = s
 	a.mu.Unlock()
-	a.logPos = pos
+	a.logPos, a.version = pos, version
+	a.lastReload, a.reloadTook = time.Now(), time.Since(began)
 	a.reloads++
 	a.observeUpdate("reload")
 	// A follower reloads only when the change log cannot bring it up to
@@ -467,7 +508,7 @@ func (a *App) fencedTx() *store.Tx {
 	if a.fenced {
 		a.seq++
 		adapters.Fence(tx, a.token, a.seq)
-		adapters.LogChanges(tx)
+		adapters.LogChanges(tx, adapters.Version(a.token, a.seq))
 	}
 	return tx
 }

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"encoding/json"
 	"maps"
 	"slices"
 	"testing"
@@ -27,8 +28,8 @@ func followUpdate(s *State, c *Change) *Update {
 		if j := s.jobs[name]; j != nil {
 			jj := *j
 			jj.why, jj.placed, jj.tmpl = nil, nil, nil
+			jj.Job = proto.Clone(j.Job).(*loomv1.Job) // as decoding gives: not the leader's
 			if jj.Job.GetArrayJobId() != "" {
-				jj.Job = proto.Clone(j.Job).(*loomv1.Job)
 				jj.Job.Env = nil // as stored: the task's environment is its array's
 			}
 			u.Jobs[name] = &jj
@@ -88,6 +89,13 @@ func TestFollowMatchesRestored(t *testing.T) {
 			}
 			if g, w := slices.Sorted(maps.Keys(f.runs)), slices.Sorted(maps.Keys(s.runs)); !slices.Equal(g, w) {
 				t.Fatalf("seed %d, event %d: the follower holds runs %v, the leader %v", seed, events, g, w)
+			}
+			for key, r := range s.runs {
+				g, _ := json.Marshal(f.runs[key])
+				w, _ := json.Marshal(r)
+				if string(g) != string(w) {
+					t.Fatalf("seed %d, event %d: run %s differs:\n follower %s\n leader   %s", seed, events, key, g, w)
+				}
 			}
 			checkAllocIndex(t, f)
 			checkInvariants(t, f)
