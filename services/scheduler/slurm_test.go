@@ -228,14 +228,18 @@ func TestNodeFailRequeueThroughTheBus(t *testing.T) {
 
 // TestTwoInstancesOneLeader: two schedulers on one Redis and consumer
 // group: one leads (holds the lease, consumes, decides), the other serves
-// reads of what the leader decided; when the leader stops, the other takes
-// over from Redis and carries on, and no job is ever started twice.
+// reads of what the leader decided (from its change log); when the leader
+// stops, the other takes over from Redis and carries on, and no job is
+// ever started twice.
 func TestTwoInstancesOneLeader(t *testing.T) {
 	t.Parallel()
 	broker := testkit.Broker(t)
 	redisAddr, rdb := testkit.Redis(t)
+	httpAddr := map[string]string{"a": freeAddr(t), "b": freeAddr(t)}
 	edit := func(id string) func(*scheduler.Config) {
-		return func(c *scheduler.Config) { c.InstanceID, c.RefreshInterval = id, 100*time.Millisecond }
+		return func(c *scheduler.Config) {
+			c.InstanceID, c.RefreshInterval, c.HTTPAddr = id, 100*time.Millisecond, httpAddr[id]
+		}
 	}
 	a, _ := startWith(t, broker, redisAddr, edit("a"))
 	b, _ := startWith(t, broker, redisAddr, edit("b"))
@@ -244,9 +248,9 @@ func TestTwoInstancesOneLeader(t *testing.T) {
 		return v
 	}
 	testkit.WaitFor(t, wait, "a leader", func() (bool, error) { return holder() != "", nil })
-	leader, follower := a, b
+	leader, follower, followerHTTP := a, b, httpAddr["b"]
 	if strings.HasPrefix(holder(), "b.") {
-		leader, follower = b, a
+		leader, follower, followerHTTP = b, a, httpAddr["a"]
 	}
 	f := newFeeder(t, broker)
 	f.specCluster()
@@ -259,6 +263,15 @@ func TestTwoInstancesOneLeader(t *testing.T) {
 	// The follower reads what the leader decided.
 	follower.job(t, 1, loomv1.JobState_CONFIGURING)
 	follower.job(t, 3, loomv1.JobState_PENDING)
+	// What the leader decides from now on, the follower reads from its
+	// change log, not by reloading (it may have loaded the first decisions
+	// at its start).
+	f.submitJob(&loomv1.Job{Name: jobName(4), JobId: "4", NodeCount: 1, GpusPerNode: 1})
+	follower.job(t, 4, loomv1.JobState_PENDING)
+	testkit.WaitFor(t, wait, "the follower's updates from the change log", func() (bool, error) {
+		s, err := testkit.ScrapeErr(followerHTTP)
+		return err == nil && s.Sum("loom_scheduler_memory_updates_total", "how", "log") > 0, nil
+	})
 
 	first := holder()
 	leader.stop(t)
@@ -269,7 +282,7 @@ func TestTwoInstancesOneLeader(t *testing.T) {
 	f.exit(1, 1, follower.jobNodes(t, 1)[0], 0)
 	follower.job(t, 1, loomv1.JobState_COMPLETED)
 	follower.job(t, 3, loomv1.JobState_CONFIGURING)
-	for id := 1; id <= 3; id++ {
+	for id := 1; id <= 3; id++ { // 4 is still waiting
 		steps := startSteps(t, broker, id)
 		for _, e := range steps[1:] {
 			if e.ID != steps[0].ID {
