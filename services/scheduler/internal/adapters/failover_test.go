@@ -6,10 +6,8 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/libs/store"
-	"github.com/loom-ml/loom/libs/testkit"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain"
-	"github.com/loom-ml/loom/services/scheduler/internal/sim"
 )
 
 // BenchmarkFailoverFromTheChangeLog times what a follower that takes over
@@ -26,16 +24,7 @@ import (
 //
 //	go test -run '^$' -bench FailoverFromTheChangeLog -benchtime 5x ./internal/adapters/
 func BenchmarkFailoverFromTheChangeLog(b *testing.B) {
-	leader, _, err := sim.CycleState(sim.CycleConfig{Nodes: 10000, Pending: 100000, Policy: "loom"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	now := sim.Epoch.Add(24 * time.Hour)
-	leader.Commit(leader.Schedule(now))
-	_, rdb := testkit.Redis(b)
-	st := store.New(rdb, "scheduler:")
-	ctx := testkit.Context(b, 10*time.Minute)
-	storeSnapshot(b, ctx, st, leader.Snapshot(), 5000)
+	leader, now, ctx, _, st := storedCycle(b)
 	repo := NewRepo(st)
 	seq := uint64(0)
 	write := func(c *domain.Change) {

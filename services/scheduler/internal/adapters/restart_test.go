@@ -68,6 +68,25 @@ func storeSnapshot(tb testing.TB, ctx context.Context, st *store.Store, snap dom
 	flush()
 }
 
+// storedCycle builds the schedcycle benchmark's state at issue 12's scale
+// (10,000 nodes, 100,000 pending jobs), runs its first pass, and stores it
+// in a real Redis as the scheduler's Applies leave it: the state, the
+// instant of the pass, and the store.
+func storedCycle(b *testing.B) (*domain.State, time.Time, context.Context, *redis.Client, *store.Store) {
+	b.Helper()
+	built, _, err := sim.CycleState(sim.CycleConfig{Nodes: 10000, Pending: 100000, Policy: "loom"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := sim.Epoch.Add(24 * time.Hour)
+	built.Commit(built.Schedule(now))
+	_, rdb := testkit.Redis(b)
+	st := store.New(rdb, "scheduler:")
+	ctx := testkit.Context(b, 10*time.Minute)
+	storeSnapshot(b, ctx, st, built.Snapshot(), 5000)
+	return built, now, ctx, rdb, st
+}
+
 // BenchmarkRestartFromRedis times what a restarted scheduler waits for
 // before its first decision, at the scale of issue 12's targets (10,000
 // nodes, 100,000 pending jobs, the schedcycle benchmark's state after its
@@ -85,16 +104,7 @@ func storeSnapshot(tb testing.TB, ctx context.Context, st *store.Store, snap dom
 //
 //	go test -run '^$' -bench RestartFromRedis -benchtime 5x ./internal/adapters/
 func BenchmarkRestartFromRedis(b *testing.B) {
-	built, _, err := sim.CycleState(sim.CycleConfig{Nodes: 10000, Pending: 100000, Policy: "loom"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	now := sim.Epoch.Add(24 * time.Hour)
-	built.Commit(built.Schedule(now))
-	_, rdb := testkit.Redis(b)
-	st := store.New(rdb, "scheduler:")
-	ctx := testkit.Context(b, 10*time.Minute)
-	storeSnapshot(b, ctx, st, built.Snapshot(), 5000)
+	built, now, ctx, rdb, st := storedCycle(b)
 	cfg := built.Config()
 	built = nil
 	repo := NewRepo(st)

@@ -22,6 +22,64 @@ import (
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
 )
 
+// followFixture is a real Redis with the scheduler's store and lease, and a
+// clock the test moves, for a leader and its followers.
+type followFixture struct {
+	t     *testing.T
+	ctx   context.Context
+	st    *store.Store
+	lease *adapters.Lease
+	now   time.Time
+}
+
+func newFollowFixture(t *testing.T) *followFixture {
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "scheduler:")
+	return &followFixture{t: t, ctx: testkit.Context(t, 60*time.Second), st: st, lease: adapters.NewLease(st, "a", time.Minute),
+		now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+}
+
+// app returns a new instance, not yet started.
+func (x *followFixture) app() *App {
+	return New(x.st, domain.Config{}, func() time.Time { return x.now }, slog.New(slog.DiscardHandler))
+}
+
+// lead takes the lease and, with a not nil, makes a lead its term; it
+// returns the term's token.
+func (x *followFixture) lead(a *App) string {
+	x.t.Helper()
+	token, err := x.lease.TryAcquire(x.ctx)
+	if err != nil || token == "" {
+		x.t.Fatalf("take the lease: %q, %v", token, err)
+	}
+	if a != nil {
+		if err := a.Lead(x.ctx, token, nil); err != nil {
+			x.t.Fatal(err)
+		}
+	}
+	return token
+}
+
+// follower starts an instance that follows (its first refresh loads).
+func (x *followFixture) follower() *App {
+	x.t.Helper()
+	f := x.app()
+	f.StepDown()
+	if err := f.Refresh(x.ctx); err != nil {
+		x.t.Fatal(err)
+	}
+	return f
+}
+
+// handle has a apply p, a second after the last.
+func (x *followFixture) handle(a *App, p proto.Message) {
+	x.t.Helper()
+	x.now = x.now.Add(time.Second)
+	if err := a.Handle(x.ctx, envelope.New(topics.JobCommands, cl, "test", p)); err != nil {
+		x.t.Fatal(err)
+	}
+}
+
 // TestFollowerKeepsUpFromTheChangeLog runs a leader and a follower on one
 // real Redis: the follower's refreshes apply the leader's logged writes
 // (no reload after its first), and its memory then answers as one loaded
@@ -30,40 +88,8 @@ import (
 // without a reload, and decides from there.
 func TestFollowerKeepsUpFromTheChangeLog(t *testing.T) {
 	t.Parallel()
-	ctx := testkit.Context(t, 60*time.Second)
-	_, rdb := testkit.Redis(t)
-	st := store.New(rdb, "scheduler:")
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	clock := func() time.Time { return now }
-	log := slog.New(slog.DiscardHandler)
-	lease := adapters.NewLease(st, "a", time.Minute)
-
-	lead := func(a *App) {
-		t.Helper()
-		token, err := lease.TryAcquire(ctx)
-		if err != nil || token == "" {
-			t.Fatalf("take the lease: %q, %v", token, err)
-		}
-		if err := a.Lead(ctx, token, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	follower := func() *App {
-		t.Helper()
-		f := New(st, domain.Config{}, clock, log)
-		f.StepDown()
-		if err := f.Refresh(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return f
-	}
-	handle := func(a *App, p proto.Message) {
-		t.Helper()
-		now = now.Add(time.Second)
-		if err := a.Handle(ctx, envelope.New(topics.JobCommands, cl, "test", p)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	x := newFollowFixture(t)
+	ctx, lead, follower, handle := x.ctx, x.lead, x.follower, x.handle
 	// sameAsFresh checks f answers every job and node as a follower that
 	// loads everything afresh does (but for a leader's explanations of its
 	// pending jobs, which a follower does not have).
@@ -96,7 +122,7 @@ func TestFollowerKeepsUpFromTheChangeLog(t *testing.T) {
 		}
 	}
 
-	a := New(st, domain.Config{}, clock, log)
+	a := x.app()
 	lead(a)
 	f := follower()
 	handle(a, &eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cl, Status: &loomv1.ClusterStatus{State: loomv1.Cluster_RUNNING, SharedDir: "/shared"}}})
@@ -149,7 +175,7 @@ func TestFollowerKeepsUpFromTheChangeLog(t *testing.T) {
 		}
 		handle(a, &eventsv1.StepChanged{Job: name, Attempt: 1, Node: cl + "/nodes/" + j.GetNodes()[0], State: eventsv1.StepState_STEP_EXITED, Cluster: cl})
 	}
-	now = now.Add(10 * time.Minute)
+	x.now = x.now.Add(10 * time.Minute)
 	pruned, err := a.Prune(ctx, domain.Retention{MinJobAge: 5 * time.Minute})
 	if err != nil || pruned == 0 {
 		t.Fatalf("prune: %d, %v; want the cancelled jobs", pruned, err)
@@ -188,7 +214,7 @@ func TestFollowerKeepsUpFromTheChangeLog(t *testing.T) {
 	if err != nil || len(j1.GetNodes()) != 1 {
 		t.Fatalf("job 1 on %v (%v), want one node", j1.GetNodes(), err)
 	}
-	if err := lease.Release(ctx, a.token); err != nil {
+	if err := x.lease.Release(ctx, a.token); err != nil {
 		t.Fatal(err)
 	}
 	lead(f)
@@ -240,36 +266,9 @@ func reloadsBy(t *testing.T, f *App, want uint64) {
 // every later write is logged again: what they applied lacks that write.
 func TestFollowersReloadAfterWritesNotLogged(t *testing.T) {
 	t.Parallel()
-	ctx := testkit.Context(t, 60*time.Second)
-	_, rdb := testkit.Redis(t)
-	st := store.New(rdb, "scheduler:")
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	clock := func() time.Time { return now }
-	log := slog.New(slog.DiscardHandler)
-	lease := adapters.NewLease(st, "a", time.Minute)
-	lead := func(a *App) string {
-		t.Helper()
-		token, err := lease.TryAcquire(ctx)
-		if err != nil || token == "" {
-			t.Fatalf("take the lease: %q, %v", token, err)
-		}
-		if a != nil {
-			if err := a.Lead(ctx, token, nil); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return token
-	}
-	follower := func() *App {
-		t.Helper()
-		f := New(st, domain.Config{}, clock, log)
-		f.StepDown()
-		if err := f.Refresh(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return f
-	}
-	a := New(st, domain.Config{}, clock, log)
+	x := newFollowFixture(t)
+	ctx, st, lease, lead, follower := x.ctx, x.st, x.lease, x.lead, x.follower
+	a := x.app()
 	lead(a)
 	f, g := follower(), follower()
 	if err := a.Handle(ctx, envelope.New(topics.JobCommands, cl, "test", &eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cl,
@@ -335,10 +334,9 @@ func TestFollowersReloadAfterWritesNotLogged(t *testing.T) {
 // time and of Redis's; a leader's start never waits.
 func TestFollowerDefersReloads(t *testing.T) {
 	t.Parallel()
-	ctx := testkit.Context(t, 30*time.Second)
-	_, rdb := testkit.Redis(t)
-	st := store.New(rdb, "scheduler:")
-	f := New(st, domain.Config{}, time.Now, slog.New(slog.DiscardHandler))
+	x := newFollowFixture(t)
+	ctx, st := x.ctx, x.st
+	f := x.app()
 	f.StepDown()
 	if err := f.Refresh(ctx); err != nil || f.reloads != 1 {
 		t.Fatalf("the first refresh: %d reloads, %v; want 1", f.reloads, err)
