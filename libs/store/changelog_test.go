@@ -179,3 +179,31 @@ func TestChangeLogRefusesBadBounds(t *testing.T) {
 		t.Fatalf("ReadLog of 0 entries: %v, want InvalidArgument", err)
 	}
 }
+
+// FuzzLogEntry: whatever a log entry holds (anyone with access to Redis can
+// write one), decoding it never panics; and the ops and tag Tx.Log encodes
+// decode to what was written.
+func FuzzLogEntry(f *testing.F) {
+	f.Add([]byte("o"), "jobs", "j1", []byte("v1"), "t/1")
+	f.Add([]byte{0x05, 'a'}, "", "", []byte(nil), "")
+	f.Add([]byte{0x01, 't', 'n', '3'}, "k", "f", []byte{0}, "x")
+	f.Fuzz(func(t *testing.T, raw []byte, key, field string, val []byte, tag string) {
+		_, _ = decodeLogEntry(redis.XMessage{ID: "1-0", Values: map[string]any{"e": string(raw)}})
+		if len(tag) > maxLogTag {
+			return
+		}
+		ops := []op{{kind: opHSet, key: key, field: field, val: val}, {kind: opHDel, key: key, field: field}, {kind: opSet, key: key, val: val}}
+		e, err := decodeLogEntry(redis.XMessage{ID: "1-0", Values: map[string]any{"e": string(encodeLogOps(ops, 1<<20, tag))}})
+		if err != nil {
+			t.Fatalf("decode what was encoded: %v", err)
+		}
+		if e.Tag != tag || e.Overflowed || len(e.Ops) != 3 || e.Ops[0].Op != "HSET" || e.Ops[0].Key != key || e.Ops[0].Field != field ||
+			string(e.Ops[0].Value) != string(val) || e.Ops[1].Op != "HDEL" || e.Ops[1].Value != nil || e.Ops[2].Op != "SET" {
+			t.Fatalf("decoded %+v, want the three writes and tag %q", e, tag)
+		}
+		over, err := decodeLogEntry(redis.XMessage{ID: "1-0", Values: map[string]any{"e": string(encodeLogOps(ops, 1, tag))}})
+		if err != nil || !over.Overflowed || over.Tag != tag || len(over.Ops) != 0 {
+			t.Fatalf("an overflowed entry decodes to %+v, %v; want overflowed with tag %q", over, err, tag)
+		}
+	})
+}
