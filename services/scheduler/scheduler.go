@@ -117,7 +117,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Domain.FailureCheckpointWait, "failure-checkpoint-wait", config.EnvDuration("LOOM_SCHEDULER_FAILURE_CHECKPOINT_WAIT", domain.DefaultFailureCheckpointWait),
 		"checkpoint on failure: when a node of a multi-node job fails, its steps on the other nodes get the job's --signal (default USR1) and are stopped at their first new checkpoint, or after this long for a job without --signal (with one: -checkpoint-grace) (LOOM_SCHEDULER_FAILURE_CHECKPOINT_WAIT; 0 = off: stopped at once)")
 	fs.DurationVar(&c.Domain.HangTimeout, "hang-timeout", config.EnvDuration("LOOM_SCHEDULER_HANG_TIMEOUT", 0),
-		"a run with no progress for that long is ended as hung and requeued (a job's hang_timeout_seconds overrides it; LOOM_SCHEDULER_HANG_TIMEOUT; 0 = off)")
+		"a run with no progress for that long is ended as hung and requeued (a job's hang_timeout_seconds overrides it, -1 turning it off; LOOM_SCHEDULER_HANG_TIMEOUT; 0 = off)")
 	fs.IntVar(&c.maxInfra, "max-infra-restarts", int(envInt("MAX_INFRA_RESTARTS", domain.DefaultMaxInfraRestarts)),
 		"most requeues of a job for node failures, hangs and health actions, which do not use its max_retries; past it the job ends NODE_FAIL (LOOM_SCHEDULER_MAX_INFRA_RESTARTS)")
 	fs.StringVar(&c.InstanceID, "instance-id", env("INSTANCE_ID", ""), "this instance's name in the leader lease (LOOM_SCHEDULER_INSTANCE_ID; default host-pid)")

@@ -2120,13 +2120,16 @@ type Job struct {
 	Requeue *bool `protobuf:"varint,44,opt,name=requeue,proto3,oneof" json:"requeue,omitempty"`
 	// max_retries is how many times a failure of the job's own program (a
 	// non-zero exit) is retried; infrastructure failures (NODE_FAIL, hangs,
-	// health actions) do not count against it. 0: not retried.
+	// health actions) do not count against it. 0: not retried; at most 100.
 	MaxRetries int32 `protobuf:"varint,69,opt,name=max_retries,json=maxRetries,proto3" json:"max_retries,omitempty"`
 	// hang_timeout_seconds ends a run that reports no progress for that long
-	// (trainer steps or output growth) as hung, and requeues it; 0: the cluster default.
+	// (trainer steps or output growth) as hung, and requeues it; 0: the
+	// cluster default; -1: never (off for this job, whatever the default);
+	// at most 604800 (a week).
 	HangTimeoutSeconds int64 `protobuf:"varint,70,opt,name=hang_timeout_seconds,json=hangTimeoutSeconds,proto3" json:"hang_timeout_seconds,omitempty"`
 	// checkpoint_dir is where the job writes checkpoints (LOOM_CHECKPOINT_DIR,
-	// AIP_CHECKPOINT_DIR); empty: <shared dir>/checkpoints/<job id>.
+	// AIP_CHECKPOINT_DIR): an absolute path, or a relative one under the
+	// cluster's shared dir (without ".."); empty: <shared dir>/checkpoints/<job id>.
 	CheckpointDir string `protobuf:"bytes,71,opt,name=checkpoint_dir,json=checkpointDir,proto3" json:"checkpoint_dir,omitempty"`
 	// user_failures counts the runs that failed by the program's own fault. Output only.
 	UserFailures int32  `protobuf:"varint,72,opt,name=user_failures,json=userFailures,proto3" json:"user_failures,omitempty"`

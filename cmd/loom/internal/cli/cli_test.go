@@ -17,6 +17,7 @@ import (
 	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
 	"github.com/loom-ml/loom/cmd/loom/internal/slurmcli"
 	"github.com/loom-ml/loom/libs/embedded"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -85,6 +86,7 @@ Output:         /data/demo/shared/slurm-7.out
 Submitted:      1m ago
 Started:        1m ago
 Runtime:        1m
+Retries:        1 of 3 used (its program's failures)
 `},
 		{[]string{"jobs", "get", "projects/default/jobs/8"}, `
 Name:           projects/default/jobs/8
@@ -100,6 +102,8 @@ Started:        2d ago
 Runtime:        1.5s
 Ended:          2d ago
 Restarts:       1
+Hang timeout:   10m0s
+Checkpoints:    /data/demo/shared/ckpt/8
 
 Runs:
   ATTEMPT  STATE     NODES            STARTED  RUNTIME  REASON
@@ -320,6 +324,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"jobs", "submit", "--cluster", "demo", "--nodes", "0", "--", "true"}, "--nodes must be at least 1"},
 		{[]string{"jobs", "submit", "--cluster", "demo", "--env", "NOEQUALS", "--", "true"}, "--env wants KEY=VALUE"},
 		{[]string{"jobs", "submit", "--cluster", "demo", "--nodes", "two", "--", "true"}, "invalid argument \"two\""},
+		{[]string{"jobs", "submit", "--cluster", "demo", "--retries", "101", "--", "true"}, "--retries must be 0 to 100, got 101"},
+		{[]string{"jobs", "submit", "--cluster", "demo", "--hang-timeout", "10", "--", "true"}, `--hang-timeout wants a duration such as 10m, or off; got "10"`},
+		{[]string{"jobs", "submit", "--cluster", "demo", "--hang-timeout", "169h", "--", "true"}, "--hang-timeout 169h: 608400 is not -1 (off), 0 (the cluster's default) or 1 to 604800 seconds (a week)"},
+		{[]string{"jobs", "submit", "--cluster", "demo", "--checkpoint-dir", "../other", "--", "true"}, `--checkpoint-dir "../other" leaves the cluster's shared directory`},
 		{[]string{"clusters", "get"}, "give the cluster name"},
 		{[]string{"clusters", "create"}, "-f FILE"},
 		{[]string{"jobs", "logs"}, "give the job id"},
@@ -365,6 +373,20 @@ func TestJobsSubmitBuildsRequest(t *testing.T) {
 	if req.GetJob().GetScript() != "#!/bin/sh\necho $SLURM_PROCID\n" || len(req.GetJob().GetCommand()) != 0 ||
 		req.GetJob().GetCluster() != "projects/x/clusters/c" || req.GetJob().GetNodeCount() != 1 {
 		t.Fatalf("script request = %v", req)
+	}
+
+	// The resilience flags: a retry budget, a hang timeout (a duration,
+	// rounded up to seconds, or off) and a checkpoint directory.
+	for hang, secs := range map[string]int64{"90s": 90, "1m0.5s": 61, "off": slurmspec.HangTimeoutOff} {
+		if _, errOut, code := run(t, gw, "jobs", "submit", "--cluster", "demo", "--retries", "2", "--hang-timeout", hang,
+			"--checkpoint-dir", "ckpt/llama", "--", "loom", "train"); code != 0 {
+			t.Fatalf("--hang-timeout %s: exit %d: %s", hang, code, errOut)
+		}
+		req, _ = fakegw.LastRequest[*loomv1.SubmitJobRequest](f)
+		if j := req.GetJob(); j.GetMaxRetries() != 2 || j.GetHangTimeoutSeconds() != secs || j.GetCheckpointDir() != "ckpt/llama" {
+			t.Fatalf("--hang-timeout %s: max_retries %d, hang_timeout_seconds %d (want %d), checkpoint_dir %q",
+				hang, j.GetMaxRetries(), j.GetHangTimeoutSeconds(), secs, j.GetCheckpointDir())
+		}
 	}
 }
 

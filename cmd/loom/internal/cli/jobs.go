@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -37,6 +38,9 @@ type submitFlags struct {
 	script      string
 	env         []string
 	wait        bool
+	retries     int32
+	hangTimeout string
+	checkpoint  string
 }
 
 // jobFromFlags builds the job to submit, owned by the caller (userName);
@@ -76,6 +80,21 @@ func (a *app) jobFromFlags(ctx context.Context, f submitFlags, command []string)
 	if f.model != "" {
 		j.ModelOutput = &loomv1.ModelOutput{ModelId: f.model}
 	}
+	if f.retries < 0 || f.retries > slurmspec.MaxRetries {
+		return nil, usagef("--retries must be 0 to %d, got %d", slurmspec.MaxRetries, f.retries)
+	}
+	j.MaxRetries = f.retries
+	if f.hangTimeout != "" {
+		secs, err := hangTimeoutSeconds(f.hangTimeout)
+		if err != nil {
+			return nil, err
+		}
+		j.HangTimeoutSeconds = secs
+	}
+	if err := slurmspec.CheckCheckpointDir(f.checkpoint); err != nil {
+		return nil, usagef("--checkpoint-dir %q %v", f.checkpoint, err)
+	}
+	j.CheckpointDir = f.checkpoint
 	for _, kv := range f.env {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
@@ -145,7 +164,27 @@ Examples:
 	fl.StringVar(&f.script, "script", "", "shell script to run on each node, instead of a command")
 	fl.StringArrayVar(&f.env, "env", nil, "KEY=VALUE added to the job's environment (repeatable)")
 	fl.BoolVar(&f.wait, "wait", false, "wait for the job to end, showing its state changes")
+	fl.Int32Var(&f.retries, "retries", 0, fmt.Sprintf("rerun the job up to this many times when its program fails (0 to %d; node failures and hangs do not count)", slurmspec.MaxRetries))
+	fl.StringVar(&f.hangTimeout, "hang-timeout", "", "end and requeue a run that makes no progress for this long (e.g. 10m; up to a week; off: never; default: the cluster's)")
+	fl.StringVar(&f.checkpoint, "checkpoint-dir", "", "where the job's checkpoints go ($LOOM_CHECKPOINT_DIR; relative: under the cluster's shared dir; default <shared dir>/checkpoints/<job id>)")
 	return cmd
+}
+
+// hangTimeoutSeconds reads --hang-timeout: a duration ("10m", "1h30m"),
+// rounded up to whole seconds, or "off" (slurmspec.HangTimeoutOff).
+func hangTimeoutSeconds(s string) (int64, error) {
+	if strings.EqualFold(s, "off") {
+		return slurmspec.HangTimeoutOff, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, usagef("--hang-timeout wants a duration such as 10m, or off; got %q", s)
+	}
+	secs := int64((d + time.Second - 1) / time.Second)
+	if err := slurmspec.CheckHangTimeout(secs); err != nil {
+		return 0, usagef("--hang-timeout %s: %v", s, err)
+	}
+	return secs, nil
 }
 
 func (a *app) submitJob(ctx context.Context, job *loomv1.Job) (*loomv1.Job, error) {

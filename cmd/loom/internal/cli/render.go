@@ -20,6 +20,7 @@ import (
 	"github.com/loom-ml/loom/libs/hostlist"
 	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/resname"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -370,6 +371,20 @@ func renderJob(w io.Writer, j *loomv1.Job, now time.Time) error {
 	}
 	if j.GetRestartCount() > 0 {
 		fmt.Fprintf(tw, "Restarts:\t%d\n", j.GetRestartCount())
+	}
+	// The job's own resilience settings, when it has any: what decides
+	// whether the next failure ends it.
+	if n := j.GetMaxRetries(); n > 0 {
+		fmt.Fprintf(tw, "Retries:\t%d of %d used (its program's failures)\n", j.GetUserFailures(), n)
+	}
+	switch sec := j.GetHangTimeoutSeconds(); {
+	case sec == slurmspec.HangTimeoutOff:
+		fmt.Fprintf(tw, "Hang timeout:\toff\n")
+	case sec > 0:
+		fmt.Fprintf(tw, "Hang timeout:\t%s\n", time.Duration(sec)*time.Second)
+	}
+	if d := j.GetCheckpointDir(); d != "" {
+		fmt.Fprintf(tw, "Checkpoints:\t%s\n", d)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

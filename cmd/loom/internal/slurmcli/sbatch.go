@@ -60,8 +60,11 @@ var sbatchOptions = []optDef{
 	{long: []string{"qos"}, short: 'q', arg: requiredArg},
 	{long: []string{"quiet"}, short: 'Q', arg: noArg},
 	{long: []string{"requeue"}, arg: noArg},
-	// --retries is Loom's (Slurm has none): Job.max_retries.
+	// --retries, --hang-timeout and --checkpoint-dir are Loom's (Slurm has
+	// none): Job.max_retries, hang_timeout_seconds and checkpoint_dir.
 	{long: []string{"retries"}, arg: requiredArg},
+	{long: []string{"hang-timeout"}, arg: requiredArg},
+	{long: []string{"checkpoint-dir"}, arg: requiredArg},
 	{long: []string{"signal"}, arg: requiredArg},
 	{long: []string{"test-only"}, arg: noArg},
 	{long: []string{"time"}, short: 't', arg: requiredArg},
@@ -565,10 +568,21 @@ func (st *sbatchState) apply(o parsedOpt, from string) error {
 		j.Requeue = &t
 	case "retries":
 		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 32)
-		if err != nil || n < 0 || n > maxRetries {
-			return errorf(st.prog, "Invalid --retries specification %q: expected 0 to %d", o.value, maxRetries)
+		if err != nil || n < 0 || n > slurmspec.MaxRetries {
+			return errorf(st.prog, "Invalid --retries specification %q: expected 0 to %d", o.value, slurmspec.MaxRetries)
 		}
 		j.MaxRetries = int32(n)
+	case "hang-timeout":
+		secs, err := slurmspec.ParseHangTimeout(v)
+		if err != nil {
+			return bad(fmt.Errorf("%v; expected a time as --time takes it (minutes, MM:SS, HH:MM:SS, D-HH...) up to 7-0, 0 for the cluster's default, or off", err))
+		}
+		j.HangTimeoutSeconds = secs
+	case "checkpoint-dir":
+		if v == "" {
+			return bad(errors.New("empty directory"))
+		}
+		j.CheckpointDir = v
 	case "ntasks":
 		n, err := positiveInt(st.prog, name, o.value)
 		if err != nil {
@@ -796,6 +810,12 @@ func (st *sbatchState) build(body, scriptPath string, scriptArgs []string, env m
 		j.WorkDir = st.cwd
 	case !filepath.IsAbs(j.WorkDir):
 		j.WorkDir = filepath.Join(st.cwd, j.WorkDir)
+	}
+	// Relative to the working directory, as --output is: what a user on a
+	// login node means by "ckpt" (the API's own relative checkpoint_dir is
+	// under the cluster's shared directory).
+	if d := j.CheckpointDir; d != "" && !filepath.IsAbs(d) {
+		j.CheckpointDir = filepath.Join(j.WorkDir, d)
 	}
 	if st.gpusPerT > 0 {
 		switch {
@@ -1146,16 +1166,13 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// maxRetries is the most --retries takes (Job.max_retries; the gateway and
-// the scheduler bound it the same).
-const maxRetries = 100
-
 const sbatchUsage = `Usage: sbatch [-N nnodes] [-n ntasks] [-c ncpus] [--mem=MB] [--gres=gpu[:type]:N]
               [-G [type:]N] [--gpus-per-node=[type:]N] [-t time] [-p partition]
               [-a array] [-d dependency] [-J jobname] [-o out] [-e err]
               [--requeue|--no-requeue] [--exclusive] [-q qos] [-A account]
               [-w hosts] [-x hosts] [-D dir] [--export=...] [--signal=...]
               [--begin=time] [-H] [--parsable] [-W] [-M cluster]
+              [--retries=n] [--hang-timeout=time] [--checkpoint-dir=dir]
               [--wrap=command | script [args...]]
 `
 
@@ -1185,6 +1202,11 @@ Parallel run options (as Loom runs them):
       --no-requeue            if set, do not permit the job to be requeued
       --retries=n             rerun the job up to n times when its program fails
                               (Loom; node failures do not count)
+      --hang-timeout=time     end and requeue a run that makes no progress for
+                              that long (Loom; 0: the cluster's default, off: never)
+      --checkpoint-dir=dir    where the job's checkpoints go, as
+                              $LOOM_CHECKPOINT_DIR (Loom; default
+                              <shared dir>/checkpoints/<job id>)
       --signal=[B:]num[@time] send signal when time limit within time seconds
   -t, --time=minutes          time limit
   -W, --wait                  wait for completion of submitted job

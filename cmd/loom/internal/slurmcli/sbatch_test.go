@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -78,6 +79,14 @@ func TestParseSbatchOptions(t *testing.T) {
 		{[]string{"--requeue"}, &loomv1.Job{Requeue: &yes}},
 		{[]string{"--no-requeue"}, &loomv1.Job{Requeue: &no}},
 		{[]string{"--retries=3"}, &loomv1.Job{MaxRetries: 3}},
+		{[]string{"--hang-timeout=10"}, &loomv1.Job{HangTimeoutSeconds: 600}},
+		{[]string{"--hang-timeout=1:30:00"}, &loomv1.Job{HangTimeoutSeconds: 5400}},
+		{[]string{"--hang-timeout=off"}, &loomv1.Job{HangTimeoutSeconds: slurmspec.HangTimeoutOff}},
+		{[]string{"--hang-timeout=UNLIMITED"}, &loomv1.Job{HangTimeoutSeconds: slurmspec.HangTimeoutOff}},
+		{[]string{"--checkpoint-dir=/shared/ckpt/llama"}, &loomv1.Job{CheckpointDir: "/shared/ckpt/llama"}},
+		// Relative to the working directory, as --output is.
+		{[]string{"--checkpoint-dir=ckpt"}, &loomv1.Job{CheckpointDir: "/home/alice/proj/ckpt"}},
+		{[]string{"-D", "/scratch/run", "--checkpoint-dir=../ckpt"}, &loomv1.Job{WorkDir: "/scratch/run", CheckpointDir: "/scratch/ckpt"}},
 		{[]string{"--exclusive"}, &loomv1.Job{Exclusive: true}},
 		{[]string{"--exclusive=user"}, &loomv1.Job{Exclusive: true}},
 		{[]string{"-q", "high"}, &loomv1.Job{Qos: "high"}},
@@ -194,6 +203,9 @@ func TestParseSbatchErrors(t *testing.T) {
 		{[]string{"--begin=someday", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --begin specification "someday"`},
 		{[]string{"--signal=NOPE", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --signal specification "NOPE"`},
 		{[]string{"--retries=101", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --retries specification "101": expected 0 to 100`},
+		{[]string{"--hang-timeout=8-0", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --hang-timeout specification "8-0": 691200 is not -1 (off), 0 (the cluster's default) or 1 to 604800 seconds (a week)`},
+		{[]string{"--hang-timeout=10m", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --hang-timeout specification "10m"`},
+		{[]string{"--checkpoint-dir=", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --checkpoint-dir specification "": empty directory`},
 		{[]string{"--mem=16GB", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --mem specification "16GB"`},
 		{[]string{"--gres=nvme:1", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --gres specification "nvme:1": unknown generic resource "nvme"`},
 		{[]string{"--gres=gpu:-1", "job.sh"}, plainScript, nil, `sbatch: error: Invalid --gres specification "gpu:-1": count "-1" must not be negative`},

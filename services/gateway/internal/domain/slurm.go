@@ -177,6 +177,18 @@ func validateSlurm(v *errs.Validator, j *loomv1.Job, cluster *loomv1.Cluster, ma
 			v.Add("job.signal", "%s: %v (want [B:]SIG[@seconds])", clip(s), err)
 		}
 	}
+	// Loom's resilience options (sbatch --retries, --hang-timeout,
+	// --checkpoint-dir): a hang timeout past the bound would overflow the
+	// scheduler's clock arithmetic, and a relative checkpoint directory is
+	// one under the cluster's shared directory, which ".." would leave.
+	v.Check(j.GetMaxRetries() >= 0 && j.GetMaxRetries() <= slurmspec.MaxRetries, "job.max_retries",
+		"%d is not 0 to %d", j.GetMaxRetries(), slurmspec.MaxRetries)
+	if err := slurmspec.CheckHangTimeout(j.GetHangTimeoutSeconds()); err != nil {
+		v.Add("job.hang_timeout_seconds", "%v", err)
+	}
+	if err := slurmspec.CheckCheckpointDir(j.GetCheckpointDir()); err != nil {
+		v.Add("job.checkpoint_dir", "%s %v", clip(j.GetCheckpointDir()), err)
+	}
 	for _, d := range []struct{ name, val string }{{"job.work_dir", j.GetWorkDir()}, {"job.submit_dir", j.GetSubmitDir()}} {
 		v.Check(d.val == "" || filepath.IsAbs(d.val), d.name, "%s must be an absolute path", clip(d.val))
 	}

@@ -45,6 +45,10 @@ func TestValidateSubmitJobSlurmOptions(t *testing.T) {
 			j.WorkDir, j.SubmitDir, j.Nodelist, j.Exclude = "/home/u/run", "/home/u", []string{"gpu-0001"}, []string{"gpu-0002"}
 		}),
 		ok(func(j *loomv1.Job) { j.Partition = "train" }),
+		ok(func(j *loomv1.Job) {
+			j.MaxRetries, j.HangTimeoutSeconds, j.CheckpointDir = slurmspec.MaxRetries, slurmspec.MaxHangTimeoutSeconds, "ckpt/run-1"
+		}),
+		ok(func(j *loomv1.Job) { j.HangTimeoutSeconds, j.CheckpointDir = slurmspec.HangTimeoutOff, "/shared/ckpt" }),
 		ok(func(j *loomv1.Job) { j.Partition, j.NodeCount, j.GpusPerNode = "debug", 4, 0 }),
 	} {
 		if err := ValidateSubmitJob(req, partitioned(), slurmspec.DefaultMaxArraySize); err != nil {
@@ -68,6 +72,14 @@ func TestValidateSubmitJobSlurmOptions(t *testing.T) {
 		{"relative work dir", func(j *loomv1.Job) { j.WorkDir = "run" }, `job.work_dir: "run" must be an absolute path`},
 		{"bad nodelist", func(j *loomv1.Job) { j.Nodelist = []string{"GPU_1"} }, "job.nodelist[0]"},
 		{"negative mem", func(j *loomv1.Job) { j.MemMb = -5 }, "job.mem_mb"},
+		{"negative retries", func(j *loomv1.Job) { j.MaxRetries = -1 }, "job.max_retries: -1 is not 0 to 100"},
+		{"too many retries", func(j *loomv1.Job) { j.MaxRetries = 101 }, "job.max_retries: 101 is not 0 to 100"},
+		// 1<<62 seconds would wrap, as a duration, to a hang timeout of seconds.
+		{"hang timeout past a week", func(j *loomv1.Job) { j.HangTimeoutSeconds = 1 << 62 }, "job.hang_timeout_seconds: 4611686018427387904 is not -1 (off), 0 (the cluster's default) or 1 to 604800 seconds (a week)"},
+		{"hang timeout below off", func(j *loomv1.Job) { j.HangTimeoutSeconds = -2 }, "job.hang_timeout_seconds: -2 is not -1 (off)"},
+		{"checkpoint dir leaving the shared dir", func(j *loomv1.Job) { j.CheckpointDir = "../../home/other" }, `job.checkpoint_dir: "../../home/other" leaves the cluster's shared directory`},
+		{"checkpoint dir with an escape", func(j *loomv1.Job) { j.CheckpointDir = "/ckpt/\x1b[2J" }, "job.checkpoint_dir"},
+		{"checkpoint dir too long", func(j *loomv1.Job) { j.CheckpointDir = "/" + strings.Repeat("d", MaxPathBytes) }, "job.checkpoint_dir"},
 		{"unknown partition", func(j *loomv1.Job) { j.Partition = "gpu" }, `job.partition: no partition "gpu" in cluster c1 (partitions: train, debug)`},
 		{"gpus beyond the partition", func(j *loomv1.Job) { j.Partition = "debug" }, "job.gpus_per_node: 8 exceeds the 0 GPUs of the largest node in partition debug"},
 		{"nodes beyond the partition", func(j *loomv1.Job) { j.Partition, j.NodeCount, j.GpusPerNode = "debug", 5, 0 }, "job.node_count: 5 exceeds the 4 nodes in partition debug"},

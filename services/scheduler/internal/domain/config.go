@@ -112,9 +112,6 @@ const (
 	// DefaultFailureCheckpointWait is the scheduler's default
 	// FailureCheckpointWait.
 	DefaultFailureCheckpointWait = 30 * time.Second
-	// MaxRetriesCeiling bounds Job.max_retries (the gateway refuses more;
-	// the scheduler bounds what it is given).
-	MaxRetriesCeiling = 100
 )
 
 // QOS is one quality of service: a priority, whom it may preempt and a

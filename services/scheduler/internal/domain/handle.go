@@ -12,6 +12,7 @@ import (
 	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/resname"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
@@ -129,10 +130,12 @@ func (t *txn) submit(ev *eventsv1.SubmitJob) error {
 	base.StartTime, base.EndTime = nil, nil
 	base.Priority, base.PriorityFactors, base.Placement = 0, nil, ""
 	base.RestartCount, base.Runs, base.BatchHost, base.AllocGpus = 0, nil, "", 0
-	// max_retries is bounded here too (the gateway refuses what is out of
-	// 0..MaxRetriesCeiling); user_failures is the scheduler's to count.
-	base.MaxRetries, base.UserFailures = min(max(base.GetMaxRetries(), 0), MaxRetriesCeiling), 0
-	base.HangTimeoutSeconds = max(base.GetHangTimeoutSeconds(), 0)
+	// max_retries and hang_timeout_seconds are bounded here too (the
+	// gateway refuses what is out of slurmspec's bounds; a hang timeout
+	// past them would overflow as a duration); user_failures is the
+	// scheduler's to count.
+	base.MaxRetries, base.UserFailures = min(max(base.GetMaxRetries(), 0), slurmspec.MaxRetries), 0
+	base.HangTimeoutSeconds = min(max(base.GetHangTimeoutSeconds(), slurmspec.HangTimeoutOff), slurmspec.MaxHangTimeoutSeconds)
 	base.NodeCount = max(base.NodeCount, 1)
 	if base.SubmitTime == nil {
 		base.SubmitTime = timestamppb.New(t.now)
@@ -719,7 +722,7 @@ func (t *txn) stepChanged(ev *eventsv1.StepChanged) error {
 		userFail := func(state loomv1.JobState, code int32, reason string) {
 			j = t.editJob(j.Name())
 			j.Job.UserFailures++
-			if retries := min(max(j.Job.GetMaxRetries(), 0), MaxRetriesCeiling); j.Job.GetUserFailures() <= retries {
+			if retries := min(max(j.Job.GetMaxRetries(), 0), slurmspec.MaxRetries); j.Job.GetUserFailures() <= retries {
 				t.endAttempt(r, state, code, reason)
 				t.end(j, state, code, reason)
 				t.emitJob(j)

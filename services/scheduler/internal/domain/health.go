@@ -8,6 +8,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/resname"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
@@ -291,10 +292,14 @@ func (t *txn) hung(j *Job, r *Run, d time.Duration) {
 	t.dirty[r.Cluster] = true
 }
 
-// hangTimeout is j's hang timeout: its own, else the cluster default (0: off).
+// hangTimeout is j's hang timeout: its own (HangTimeoutOff: none), else the
+// cluster default (0: off).
 func (s *State) hangTimeout(j *Job) time.Duration {
-	if sec := j.Job.GetHangTimeoutSeconds(); sec > 0 {
-		return time.Duration(sec) * time.Second
+	switch sec := j.Job.GetHangTimeoutSeconds(); {
+	case sec == slurmspec.HangTimeoutOff:
+		return 0
+	case sec > 0:
+		return time.Duration(min(sec, slurmspec.MaxHangTimeoutSeconds)) * time.Second
 	}
 	return s.cfg.HangTimeout
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/slurmspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
@@ -266,8 +267,8 @@ func TestRetryBudgets(t *testing.T) {
 	// max_retries is bounded.
 	h.submitJob(&loomv1.Job{Name: jobName(3), JobId: "3", Cluster: cl, Command: []string{"x"}, MaxRetries: 1000, Hold: true})
 	h.submitJob(&loomv1.Job{Name: jobName(4), JobId: "4", Cluster: cl, Command: []string{"x"}, MaxRetries: -4, Hold: true})
-	if a, b := h.job(3).GetMaxRetries(), h.job(4).GetMaxRetries(); a != MaxRetriesCeiling || b != 0 {
-		t.Fatalf("max_retries bounded to %d and %d, want %d and 0", a, b, MaxRetriesCeiling)
+	if a, b := h.job(3).GetMaxRetries(), h.job(4).GetMaxRetries(); a != slurmspec.MaxRetries || b != 0 {
+		t.Fatalf("max_retries bounded to %d and %d, want %d and 0", a, b, slurmspec.MaxRetries)
 	}
 }
 
@@ -412,6 +413,43 @@ func TestHangDetection(t *testing.T) {
 	}
 	if h.s.JobRecord(jobName(1)).InfraRestarts != 1 || h.job(1).GetUserFailures() != 0 {
 		t.Fatal("a hang is an infrastructure restart, not a user failure")
+	}
+}
+
+// TestHangTimeoutOfTheJob: a job's hang timeout of -1 turns detection off
+// under a cluster default, and one past the bound (from a producer other
+// than the gateway, which refuses it) is a week, not a duration that
+// overflowed.
+func TestHangTimeoutOfTheJob(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{HangTimeout: time.Minute})
+	h.node("gpu-0001", 8)
+	h.node("gpu-0002", 8)
+	h.submitJob(&loomv1.Job{Name: jobName(1), JobId: "1", Cluster: cl, NodeCount: 1, GpusPerNode: 8,
+		Command: []string{"/bin/prep"}, HangTimeoutSeconds: slurmspec.HangTimeoutOff})
+	// 1<<62 seconds times a second wraps to -1.5 s as a time.Duration.
+	h.submitJob(&loomv1.Job{Name: jobName(2), JobId: "2", Cluster: cl, NodeCount: 1, GpusPerNode: 8,
+		Command: []string{"/bin/train"}, HangTimeoutSeconds: 1 << 62})
+	if got := h.job(2).GetHangTimeoutSeconds(); got != slurmspec.MaxHangTimeoutSeconds {
+		t.Fatalf("hang_timeout_seconds 1<<62 kept as %d, want the bound %d", got, slurmspec.MaxHangTimeoutSeconds)
+	}
+	// Neither moves for six days: neither is hung (the default would have
+	// ended job 1 after a minute).
+	for range 6 {
+		if c := h.tick(24 * time.Hour); len(needChecks(c)) != 0 {
+			t.Fatalf("a job ended as hung: %v", needChecks(c))
+		}
+	}
+	if !h.s.JobRecord(jobName(1)).Running() || !h.s.JobRecord(jobName(2)).Running() {
+		t.Fatal("a job stopped running")
+	}
+	// On the seventh day job 2's week is up; job 1 runs on.
+	c := h.tick(24 * time.Hour)
+	if nc := needChecks(c); len(nc) != 1 || nc[0].GetJob() != jobName(2) || nc[0].GetReason() != "hung: no progress for 168h0m0s" {
+		t.Fatalf("after a week: %v", nc)
+	}
+	if !h.s.JobRecord(jobName(1)).Running() {
+		t.Fatal("job 1, with hang detection off, was stopped")
 	}
 }
 
