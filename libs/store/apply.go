@@ -112,6 +112,36 @@ return 1
 // lost a race; the caller reads again and decides again.
 var ErrConflict = fmt.Errorf("%w: the state the write was decided on has changed", errs.Aborted)
 
+// WrongTypeError is an Apply refused because one of its keys holds another
+// type than its op needs (an HSET on a string, say, or an outbox that is not
+// a stream): nothing was written. It wraps errs.FailedPrecondition. Key names
+// the key as the transaction did, without the store's prefix, so that a
+// caller can tell a key it broke on purpose (a revoked fence) from one that
+// was damaged.
+type WrongTypeError struct {
+	Key string
+	msg string
+}
+
+func (e *WrongTypeError) Error() string { return e.msg }
+
+// Unwrap makes a WrongTypeError an errs.FailedPrecondition.
+func (e *WrongTypeError) Unwrap() error { return errs.FailedPrecondition }
+
+// wrongType reads the key out of the script's WRONGTYPE reply ("WRONGTYPE
+// store key K holds a T, want a W", "WRONGTYPE store outbox K holds a T").
+func (s *Store) wrongType(err error) *WrongTypeError {
+	msg := err.Error()
+	key := ""
+	for _, lead := range []string{"WRONGTYPE store key ", "WRONGTYPE store outbox "} {
+		if _, rest, ok := strings.Cut(msg, lead); ok {
+			key, _, _ = strings.Cut(rest, " holds a ")
+			break
+		}
+	}
+	return &WrongTypeError{Key: strings.TrimPrefix(key, s.prefix), msg: fmt.Sprintf("%v: %s", errs.FailedPrecondition, msg)}
+}
+
 // inboxTTLSeconds is InboxTTL as the script's EX argument.
 var inboxTTLSeconds = strconv.FormatInt(int64(InboxTTL.Seconds()), 10)
 
@@ -224,7 +254,7 @@ func (s *Store) apply(ctx context.Context, inboxIDs []string, tx *Tx) (applied b
 		var reply redis.Error
 		switch {
 		case strings.Contains(err.Error(), "WRONGTYPE store "):
-			err = fmt.Errorf("%w: %v", errs.FailedPrecondition, err)
+			err = s.wrongType(err)
 		case strings.Contains(err.Error(), "CONFLICT store "):
 			err = fmt.Errorf("%w: %v", ErrConflict, err)
 		case errors.As(err, &reply):

@@ -258,6 +258,7 @@ func TestApplyWrongTypeWritesNothing(t *testing.T) {
 			func(tx *Tx) { tx.SAdd("hash", "m") },
 			func(tx *Tx) { tx.SRem("str", "m") },
 		} {
+			wantKey := []string{"str", "str", "hash", "str"}[i]
 			var tx Tx
 			tx.Set("other", []byte("x")) // a write the script would do first
 			tx.SAdd("members", "m")
@@ -267,6 +268,11 @@ func TestApplyWrongTypeWritesNothing(t *testing.T) {
 			applied, err := s.Apply(ctx, inbox, &tx)
 			if applied || !errors.Is(err, errs.FailedPrecondition) {
 				t.Fatalf("case %d: Apply = %v, %v; want a FailedPrecondition error", i, applied, err)
+			}
+			// The error names the key as the transaction did.
+			var wt *WrongTypeError
+			if !errors.As(err, &wt) || wt.Key != wantKey {
+				t.Fatalf("case %d: Apply = %v; want a WrongTypeError naming %q", i, err, wantKey)
 			}
 			if _, err := s.Get(ctx, "other"); !errors.Is(err, ErrNotFound) {
 				t.Fatalf("case %d: state written despite the error (%v)", i, err)
@@ -289,8 +295,9 @@ func TestApplyWrongTypeWritesNothing(t *testing.T) {
 		var tx Tx
 		tx.Set("k", []byte("v"))
 		tx.Emit(testEvent("k", "e"))
-		if _, err := bs.Apply(ctx, "in", &tx); !errors.Is(err, errs.FailedPrecondition) {
-			t.Fatalf("Apply with a broken outbox = %v", err)
+		var wt *WrongTypeError
+		if _, err := bs.Apply(ctx, "in", &tx); !errors.Is(err, errs.FailedPrecondition) || !errors.As(err, &wt) || wt.Key != "outbox" {
+			t.Fatalf("Apply with a broken outbox = %v, want a WrongTypeError naming outbox", err)
 		}
 		if _, err := bs.Get(ctx, "k"); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("state written despite a broken outbox (%v)", err)

@@ -7,11 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/store"
 )
 
@@ -145,7 +145,11 @@ const KeyVersion = "version"
 func Version(token string, seq uint64) string { return token + "/" + strconv.FormatUint(seq, 10) }
 
 // IsFenced reports whether an Apply failed because its term's fence was
-// revoked: another instance leads now.
+// revoked: another instance leads now. Revoking turns the fence hash into a
+// string, so the Apply fails as a store.WrongTypeError naming the fence; one
+// naming another key (a scheduler key damaged by hand, say) is no sign of
+// another leader, and stepping down would only hand the damage on.
 func IsFenced(err error) bool {
-	return errors.Is(err, errs.FailedPrecondition)
+	var wt *store.WrongTypeError
+	return errors.As(err, &wt) && strings.HasPrefix(wt.Key, fencePrefix)
 }

@@ -43,12 +43,26 @@ func TestLeaseFencesEarlierTerms(t *testing.T) {
 	if err := write(ta, 1, "from a"); err != nil {
 		t.Fatalf("a writes while leading: %v", err)
 	}
-	if v, _ := st.HGet(ctx, fencePrefix+ta, "seq"); string(v) != "1" {
-		t.Fatalf("the fence records seq %q, want 1", v)
+	// A record hash damaged by hand (a string where the jobs are) fails the
+	// write, and says so: it is no sign of another leader.
+	if err := st.Client().Set(ctx, st.Key(KeyJobs), "damaged", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(ta, 2, "on damage"); err == nil || IsFenced(err) || !errors.Is(err, errs.FailedPrecondition) {
+		t.Fatalf("a's write over a damaged jobs key: %v, want a FailedPrecondition that is not a fence", err)
+	}
+	if err := st.Client().Del(ctx, st.Key(KeyJobs)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(ta, 2, "from a"); err != nil {
+		t.Fatalf("a writes once the key is mended: %v", err)
+	}
+	if v, _ := st.HGet(ctx, fencePrefix+ta, "seq"); string(v) != "2" {
+		t.Fatalf("the fence records seq %q, want 2", v)
 	}
 	repo := NewRepo(st)
 	logged, version, complete, err := repo.LogTail(ctx)
-	if err != nil || logged == store.LogStart || !complete || version != Version(ta, 1) {
+	if err != nil || logged == store.LogStart || !complete || version != Version(ta, 2) {
 		t.Fatalf("the write is not in the change log: %q, version %q, complete %v, %v", logged, version, complete, err)
 	}
 
@@ -59,14 +73,14 @@ func TestLeaseFencesEarlierTerms(t *testing.T) {
 		tb, err = b.TryAcquire(ctx)
 		return tb != "", err
 	})
-	err = write(ta, 2, "late a")
+	err = write(ta, 3, "late a")
 	if !IsFenced(err) || !errors.Is(err, errs.FailedPrecondition) {
 		t.Fatalf("a's write after the takeover: %v, want fenced", err)
 	}
 	if v, _ := st.HGet(ctx, KeyJobs, "j"); string(v) != "from a" {
 		t.Fatalf("a fenced write changed the state: %q", v)
 	}
-	if es, v, err := repo.ReadChanges(ctx, logged); err != nil || len(es) != 0 || v != Version(ta, 1) {
+	if es, v, err := repo.ReadChanges(ctx, logged); err != nil || len(es) != 0 || v != Version(ta, 2) {
 		t.Fatalf("a fenced write is in the change log: %v, version %q, %v", es, v, err)
 	}
 	if err := write(tb, 1, "from b"); err != nil {
