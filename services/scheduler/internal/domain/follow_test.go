@@ -123,3 +123,30 @@ func TestFollowMatchesRestored(t *testing.T) {
 		compare(h.s)
 	}
 }
+
+// TestFollowDeletesAssocLimits: an association limit deleted in the store
+// (nil in the update, under its AssocLimitKey) leaves the follower, which
+// then holds what a state loaded afresh would; a key that is not one
+// deletes nothing. The leader writes no such delete today; a follower must
+// still read one as a delete, not keep enforcing a limit that is gone.
+func TestFollowDeletesAssocLimits(t *testing.T) {
+	t.Parallel()
+	s := NewState(Config{})
+	s.LoadAssocLimits([]*AssocLimit{
+		{Project: "p", Account: "ml", User: "alice", MaxJobs: 1},
+		{Project: "p", Account: "ml", User: "bob", MaxJobs: 2},
+	})
+	s.Follow(&Update{Assocs: map[string]*AssocLimit{
+		AssocLimitKey("p", "ml", "alice"): nil,
+		"not-a-key":                       nil,
+		AssocLimitKey("p", "ml", "carol"): {Project: "p", Account: "ml", User: "carol", MaxJobs: 3},
+	}})
+	got := map[string]int32{}
+	for _, l := range s.AssocLimits() {
+		got[AssocLimitKey(l.Project, l.Account, l.User)] = l.MaxJobs
+	}
+	want := map[string]int32{AssocLimitKey("p", "ml", "bob"): 2, AssocLimitKey("p", "ml", "carol"): 3}
+	if !maps.Equal(got, want) {
+		t.Fatalf("limits after the follow: %v, want %v", got, want)
+	}
+}
