@@ -48,12 +48,11 @@ func ParseHangTimeout(s string) (int64, error) {
 	secs, unlimited, err := ParseTimeLimit(s)
 	switch {
 	case err != nil:
-		return 0, err
+		return 0, fmt.Errorf("%v: expected a time like --time's (minutes, MM:SS, HH:MM:SS, D-HH, ...), 0 for the cluster's default, or off", err)
 	case unlimited:
 		return HangTimeoutOff, nil
-	}
-	if err := CheckHangTimeout(secs); err != nil {
-		return 0, err
+	case secs > MaxHangTimeoutSeconds:
+		return 0, fmt.Errorf("%d seconds is more than a week (7-0), the longest hang timeout", secs)
 	}
 	return secs, nil
 }

@@ -16,9 +16,9 @@ func TestParseHangTimeout(t *testing.T) {
 		}
 	}
 	for in, reason := range map[string]string{
-		"7-0:0:1": "1 to 604800 seconds (a week)", // a second past the bound
-		"":        "empty time",
-		"10m":     "",
+		"7-0:0:1": "604801 seconds is more than a week (7-0), the longest hang timeout", // a second past the bound
+		"":        "empty time: expected a time like --time's",
+		"10m":     "expected a time like --time's",
 		"-2":      "",
 		"on":      "",
 	} {

@@ -87,6 +87,7 @@ Submitted:      1m ago
 Started:        1m ago
 Runtime:        1m
 Retries:        1 of 3 used (its program's failures)
+Checkpoints:    ckpt/train (under the cluster's shared dir)
 `},
 		{[]string{"jobs", "get", "projects/default/jobs/8"}, `
 Name:           projects/default/jobs/8

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -383,8 +384,12 @@ func renderJob(w io.Writer, j *loomv1.Job, now time.Time) error {
 	case sec > 0:
 		fmt.Fprintf(tw, "Hang timeout:\t%s\n", time.Duration(sec)*time.Second)
 	}
-	if d := j.GetCheckpointDir(); d != "" {
+	switch d := j.GetCheckpointDir(); {
+	case d == "":
+	case filepath.IsAbs(d):
 		fmt.Fprintf(tw, "Checkpoints:\t%s\n", d)
+	default:
+		fmt.Fprintf(tw, "Checkpoints:\t%s (under the cluster's shared dir)\n", d)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

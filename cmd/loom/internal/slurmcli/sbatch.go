@@ -575,7 +575,7 @@ func (st *sbatchState) apply(o parsedOpt, from string) error {
 	case "hang-timeout":
 		secs, err := slurmspec.ParseHangTimeout(v)
 		if err != nil {
-			return bad(fmt.Errorf("%v; expected a time as --time takes it (minutes, MM:SS, HH:MM:SS, D-HH...) up to 7-0, 0 for the cluster's default, or off", err))
+			return bad(err)
 		}
 		j.HangTimeoutSeconds = secs
 	case "checkpoint-dir":
