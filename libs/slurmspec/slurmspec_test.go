@@ -1,6 +1,7 @@
 package slurmspec
 
 import (
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -227,6 +228,13 @@ func FuzzSpecs(f *testing.F) {
 			t.Fatalf("negative time limit for %q", s)
 		}
 		_, _ = ParseSignal(s)
+		// What --hang-timeout accepts is what the gateway accepts.
+		if secs, err := ParseHangTimeout(s); err == nil && CheckHangTimeout(secs) != nil {
+			t.Fatalf("ParseHangTimeout(%q) = %d, which CheckHangTimeout refuses", s, secs)
+		}
+		if CheckCheckpointDir(s) == nil && !filepath.IsAbs(s) && s != "" && !filepath.IsLocal(s) {
+			t.Fatalf("CheckCheckpointDir(%q) accepted a path that leaves the shared dir", s)
+		}
 		if r, err := ParseJobRef(s); err == nil && r.String() != s {
 			t.Fatalf("ParseJobRef(%q) round-trips to %q", s, r.String())
 		}
