@@ -162,7 +162,8 @@ func (c *Config) resolve() error {
 	}
 	v.Check(c.MaxBatch >= 1, "max-batch", "want at least 1, got %d", c.MaxBatch)
 	v.Check(c.maxInfra >= 0, "max-infra-restarts", "must not be negative, got %d", c.maxInfra)
-	v.Check(c.Domain.HangTimeout >= 0, "hang-timeout", "must not be negative, got %v", c.Domain.HangTimeout)
+	v.Check(c.Domain.HangTimeout >= 0 && c.Domain.HangTimeout <= slurmspec.MaxHangTimeoutSeconds*time.Second, "hang-timeout",
+		"must be 0 (off) to a week (%v), as a job's own, got %v", slurmspec.MaxHangTimeoutSeconds*time.Second, c.Domain.HangTimeout)
 	v.Check(c.Domain.FailureCheckpointWait >= 0, "failure-checkpoint-wait", "must not be negative, got %v", c.Domain.FailureCheckpointWait)
 	c.Domain.MaxInfraRestarts = int32(min(c.maxInfra, 1<<30))
 	if c.Domain.MaxArraySize == 0 {

@@ -459,4 +459,13 @@ func TestResilienceFlags(t *testing.T) {
 	if err := scheduler.Run(testkit.Context(t, 10*time.Second), neg); err == nil || !strings.Contains(err.Error(), "failure-checkpoint-wait") {
 		t.Fatalf("Run with -failure-checkpoint-wait -1s: %v", err)
 	}
+	var long scheduler.Config
+	fs = flag.NewFlagSet("scheduler", flag.ContinueOnError)
+	long.RegisterFlags(fs)
+	if err := fs.Parse([]string{"-hang-timeout", "169h"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := scheduler.Run(testkit.Context(t, 10*time.Second), long); err == nil || !strings.Contains(err.Error(), "hang-timeout: must be 0 (off) to a week (168h0m0s)") {
+		t.Fatalf("Run with -hang-timeout 169h: %v", err)
+	}
 }
