@@ -116,7 +116,7 @@ func (a *app) nodeHealthCommands() []*cobra.Command {
 		action loomv1.RemediationAction
 		short  string
 	}{
-		{"drain", loomv1.RemediationAction_ACTION_DRAIN, "Take nodes out: no new jobs; health requeues the running ones"},
+		{"drain", loomv1.RemediationAction_ACTION_DRAIN, "Take nodes out as Slurm's drain does: no new jobs; the running ones go on to their end"},
 		{"resume", loomv1.RemediationAction_ACTION_RESUME, "Put drained or quarantined nodes back into service"},
 		{"quarantine", loomv1.RemediationAction_ACTION_QUARANTINE, "Take nodes out until an operator resumes them (no automatic repair)"},
 		{"reboot", loomv1.RemediationAction_ACTION_REBOOT, "Drain nodes and reboot them"},
@@ -715,7 +715,7 @@ func (a *app) healthNodesCommand() *cobra.Command {
 		Use:   "nodes CLUSTER",
 		Short: "Show each node's health: state, reason, who set it, what happens next",
 		Long: `Show each node's health as the health service sees it: STATE (HEALTHY,
-SUSPECT, DRAINING, REBOOTING, REIMAGING, REPLACING, QUARANTINED, UNREACHABLE),
+SUSPECT, DRAINING, REBOOTING, REIMAGING, REPLACING, QUARANTINED, UNREACHABLE, DOWN),
 REASON, SET BY (loom-health or the operator), SINCE, NEXT (the action health
 takes next), GPUS (count, and how many fell off the bus), TEMP (the hottest
 GPU), ECC (volatile single-/double-bit errors over all GPUs) and HEARTBEAT.
