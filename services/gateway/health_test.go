@@ -70,14 +70,24 @@ func TestHealthCommands(t *testing.T) {
 	if err != nil || inj.GetFault().GetXid() != 79 {
 		t.Fatalf("InjectFault: %v %v", inj, err)
 	}
+	// loom nodes resume ends a drain made with scontrol too: the
+	// scheduler's RESUME goes with health's, in one Apply.
+	if _, err := ops.UpdateNodeRemediation(ctx, &loomv1.UpdateNodeRemediationRequest{Cluster: cluster1, Hostname: "gpu-0001",
+		Action: loomv1.RemediationAction_ACTION_RESUME}); err != nil {
+		t.Fatal(err)
+	}
+	jobCommand(t, h, func(u *eventsv1.UpdateSlurmNode) bool {
+		return u.GetHostname() == "gpu-0001" && u.GetState() == "RESUME" && u.GetUser() == "ops"
+	})
 	wantCmds := []proto.Message{
 		&eventsv1.ReportFaultyNodes{Cluster: cluster1, Hostnames: []string{"gpu-0001"}, Reason: "ECC storm", User: "ops"},
 		&eventsv1.UpdateNodeRemediation{Cluster: cluster1, Hostname: "gpu-0001", Action: loomv1.RemediationAction_ACTION_REBOOT, Reason: "stuck clocks", User: "ops"},
 		&eventsv1.InjectFault{Cluster: cluster1, Hostname: "gpu-0001", Fault: &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_XID, Gpu: 3, Xid: 79}, User: "ops"},
+		&eventsv1.UpdateNodeRemediation{Cluster: cluster1, Hostname: "gpu-0001", Action: loomv1.RemediationAction_ACTION_RESUME, User: "ops"},
 	}
 	testkit.WaitEvent(t, h.broker, topics.HealthCommands, wait, func(e envelope.Event) bool {
-		_, ok := e.Payload.(*eventsv1.InjectFault)
-		return ok
+		c, ok := e.Payload.(*eventsv1.UpdateNodeRemediation)
+		return ok && c.GetAction() == loomv1.RemediationAction_ACTION_RESUME
 	})
 	var got []envelope.Event
 	for _, e := range testkit.Events(t, h.broker, topics.HealthCommands) {

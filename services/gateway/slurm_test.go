@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/testkit"
@@ -281,6 +282,32 @@ func TestSlurmService(t *testing.T) {
 		t.Errorf("POST node update: HTTP %d %s", code, body)
 	}
 	jobCommand(t, h, func(u *eventsv1.UpdateSlurmNode) bool { return u.GetState() == "RESUME" })
+	// Health holds gpu-0001 no more than the scheduler knows: that RESUME
+	// asked health for nothing.
+	for _, e := range testkit.Events(t, h.broker, topics.HealthCommands) {
+		if _, ok := e.Payload.(*eventsv1.UpdateNodeRemediation); ok {
+			t.Fatalf("RESUME of a node health does not hold sent health %v", e.Payload)
+		}
+	}
+	// A RESUME of a node health drained resumes it at health too (in the
+	// same Apply), as loom nodes resume does: scontrol's resume puts a node
+	// back in service whoever took it out.
+	h.w.mu.Lock()
+	h.w.nodeHealth = []*loomv1.NodeHealth{{Node: cluster1 + "/nodes/gpu-0001", Hostname: "gpu-0001", Cluster: cluster1,
+		State: loomv1.RemediationState_NODE_QUARANTINED}}
+	h.w.mu.Unlock()
+	if _, err := loomv1.NewSlurmServiceClient(h.as(t, "ops")).UpdateSlurmNode(ctx,
+		&loomv1.UpdateSlurmNodeRequest{Cluster: cluster1, Hostname: "gpu-0001", State: "resume"}); err != nil {
+		t.Fatal(err)
+	}
+	ev := testkit.WaitEvent(t, h.broker, topics.HealthCommands, wait, func(e envelope.Event) bool {
+		_, ok := e.Payload.(*eventsv1.UpdateNodeRemediation)
+		return ok
+	})
+	if want := (&eventsv1.UpdateNodeRemediation{Cluster: cluster1, Hostname: "gpu-0001", Action: loomv1.RemediationAction_ACTION_RESUME,
+		Reason: "resumed with scontrol", User: "ops"}); !proto.Equal(ev.Payload, want) || ev.Principal != "users/ops" {
+		t.Fatalf("health's resume: %v by %q, want %v by users/ops", ev.Payload, ev.Principal, want)
+	}
 	if code, body = h.rest(t, ctx, "POST", "/v1/projects/default/clusters/c1/slurmNodes/gpu-0001:update", `{"state":"DOWN"}`); code != http.StatusBadRequest || !strings.Contains(body, "state") {
 		t.Errorf("POST bad node state: HTTP %d %s, want 400 naming state", code, body)
 	}

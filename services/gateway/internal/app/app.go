@@ -908,7 +908,7 @@ func (g *Gateway) CancelJob(ctx context.Context, req *loomv1.CancelJobRequest) (
 	}
 	cmd := &eventsv1.CancelJob{Job: ref.command, Cluster: j.GetCluster(), Signal: signal,
 		User: caller.User, Admin: caller.Admin, Batch: req.GetBatch(), Full: req.GetFull()}
-	if err := g.emitJobCommand(ctx, j.GetCluster(), cmd); err != nil {
+	if err := g.emitCommands(ctx, j.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("cancel %s: %w", ref.name, err)
 	}
 	g.opt.Log.InfoContext(ctx, "job cancel requested", "job", ref.name, "signal", signal, "by", caller.Name)
@@ -963,24 +963,27 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 	cmd := &eventsv1.UpdateJob{Job: ref.command, Cluster: j.GetCluster(), Action: action,
 		TimeLimitSeconds: req.GetTimeLimitSeconds(), Partition: req.GetPartition(),
 		User: caller.User, Admin: caller.Admin}
-	if err := g.emitJobCommand(ctx, j.GetCluster(), cmd); err != nil {
+	if err := g.emitCommands(ctx, j.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", action, ref.name, err)
 	}
 	g.opt.Log.InfoContext(ctx, "job update requested", "job", ref.name, "action", action, "by", caller.Name)
 	return caller.Present(j), nil
 }
 
-// emitJobCommand writes a command for the scheduler (key: the cluster;
-// libs/topics routes it to loom.job.commands.v1) through the outbox, with
-// the caller's principal stamped on it.
-func (g *Gateway) emitJobCommand(ctx context.Context, cluster string, cmd proto.Message) error {
-	ev, err := route(ctx, cluster, cmd)
-	if err != nil {
-		return err
-	}
+// emitCommands writes commands about a cluster (keyed by it; libs/topics
+// routes each to its service's topic: the scheduler's, health's) through the
+// outbox in one Apply, so that all of them are published or none, each
+// stamped with the caller's principal.
+func (g *Gateway) emitCommands(ctx context.Context, cluster string, cmds ...proto.Message) error {
 	tx := &store.Tx{}
-	tx.Emit(ev)
-	_, err = g.repo.Apply(ctx, "", tx)
+	for _, cmd := range cmds {
+		ev, err := route(ctx, cluster, cmd)
+		if err != nil {
+			return err
+		}
+		tx.Emit(ev)
+	}
+	_, err := g.repo.Apply(ctx, "", tx)
 	return err
 }
 

@@ -16,7 +16,6 @@ import (
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/resname"
-	"github.com/loom-ml/loom/libs/store"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/gateway/internal/domain"
@@ -164,19 +163,6 @@ func actor(ctx context.Context, cluster string) (user, principal string) {
 	return user, by.Name
 }
 
-// emitHealthCommand writes cmd (a loom.health.commands.v1 command, keyed by
-// its cluster) through the outbox, stamped with the caller's principal.
-func (g *Gateway) emitHealthCommand(ctx context.Context, cluster string, cmd proto.Message) error {
-	ev, err := route(ctx, cluster, cmd)
-	if err != nil {
-		return err
-	}
-	tx := &store.Tx{}
-	tx.Emit(ev)
-	_, err = g.repo.Apply(ctx, "", tx)
-	return err
-}
-
 // ScanNodes validates a scan (its nodes must be the cluster's), mints its
 // scan id and writes the ScanNodes command. The answer names the nodes
 // asked for (every node of the cluster when none were named); which were
@@ -207,7 +193,7 @@ func (g *Gateway) ScanNodes(ctx context.Context, req *loomv1.ScanNodesRequest) (
 	id := envelope.NewID()
 	cmd := &eventsv1.ScanNodes{Cluster: req.GetCluster(), ScanId: id, Hostnames: hosts, Checks: checks, Level: req.GetLevel(),
 		AllowBusy: req.GetAllowBusy(), Timeout: req.GetTimeout(), User: user}
-	if err := g.emitHealthCommand(ctx, req.GetCluster(), cmd); err != nil {
+	if err := g.emitCommands(ctx, req.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("scan nodes of %s: %w", req.GetCluster(), err)
 	}
 	g.opt.Log.InfoContext(ctx, "health scan requested", "cluster", req.GetCluster(), "scan", id, "nodes", len(scanned), "checks", checks, "by", by)
@@ -230,7 +216,7 @@ func (g *Gateway) ReportFaultyNodes(ctx context.Context, req *loomv1.ReportFault
 	}
 	user, by := actor(ctx, req.GetCluster())
 	cmd := &eventsv1.ReportFaultyNodes{Cluster: req.GetCluster(), Hostnames: hosts, Reason: req.GetReason(), User: user}
-	if err := g.emitHealthCommand(ctx, req.GetCluster(), cmd); err != nil {
+	if err := g.emitCommands(ctx, req.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("report faulty nodes of %s: %w", req.GetCluster(), err)
 	}
 	g.opt.Log.InfoContext(ctx, "nodes reported faulty", "cluster", req.GetCluster(), "nodes", hosts, "reason", req.GetReason(), "by", by)
@@ -251,9 +237,16 @@ func (g *Gateway) UpdateNodeRemediation(ctx context.Context, req *loomv1.UpdateN
 		return nil, err
 	}
 	user, by := actor(ctx, req.GetCluster())
-	cmd := &eventsv1.UpdateNodeRemediation{Cluster: req.GetCluster(), Hostname: req.GetHostname(), Action: req.GetAction(),
-		Reason: req.GetReason(), User: user}
-	if err := g.emitHealthCommand(ctx, req.GetCluster(), cmd); err != nil {
+	cmds := []proto.Message{&eventsv1.UpdateNodeRemediation{Cluster: req.GetCluster(), Hostname: req.GetHostname(), Action: req.GetAction(),
+		Reason: req.GetReason(), User: user}}
+	if req.GetAction() == loomv1.RemediationAction_ACTION_RESUME {
+		// Resume means back in service: also the end of a drain made with
+		// scontrol (the scheduler's own; it ignores a RESUME of a node it
+		// has not drained), in the same Apply.
+		cmds = append(cmds, &eventsv1.UpdateSlurmNode{Cluster: req.GetCluster(), Hostname: req.GetHostname(), State: "RESUME",
+			User: user, Time: timestamppb.New(g.now())})
+	}
+	if err := g.emitCommands(ctx, req.GetCluster(), cmds...); err != nil {
 		return nil, fmt.Errorf("update node %s: %w", req.GetHostname(), err)
 	}
 	g.opt.Log.InfoContext(ctx, "node remediation requested", "cluster", req.GetCluster(), "node", req.GetHostname(),
@@ -327,7 +320,7 @@ func (g *Gateway) InjectFault(ctx context.Context, req *loomv1.InjectFaultReques
 	user, by := actor(ctx, req.GetCluster())
 	fault := proto.Clone(req.GetFault()).(*loomv1.Fault)
 	cmd := &eventsv1.InjectFault{Cluster: req.GetCluster(), Hostname: req.GetHostname(), Fault: fault, User: user}
-	if err := g.emitHealthCommand(ctx, req.GetCluster(), cmd); err != nil {
+	if err := g.emitCommands(ctx, req.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("inject a fault into %s: %w", req.GetHostname(), err)
 	}
 	g.opt.Log.InfoContext(ctx, "fault injection requested", "cluster", req.GetCluster(), "node", req.GetHostname(),

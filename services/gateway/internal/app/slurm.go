@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/errs"
@@ -51,7 +52,11 @@ func (g *Gateway) ListSlurmNodes(ctx context.Context, req *loomv1.ListSlurmNodes
 // State=DRAIN Reason=... | State=RESUME): it checks the request (a DRAIN
 // needs a reason, as in Slurm), that the scheduler knows the node
 // (NotFound otherwise), emits UpdateSlurmNode on loom.job.commands.v1 and
-// returns the node as the scheduler has it.
+// returns the node as the scheduler has it. A RESUME puts the node back
+// in service whoever took it out: when health holds it (drained by an
+// operator or a fault, quarantined, down), health's ACTION_RESUME goes in
+// the same Apply, as `loom nodes resume` does; without it the node would
+// stay drained and scontrol would say nothing.
 func (g *Gateway) UpdateSlurmNode(ctx context.Context, req *loomv1.UpdateSlurmNodeRequest) (*loomv1.SlurmNode, error) {
 	state, err := domain.ValidateUpdateSlurmNode(req)
 	if err != nil {
@@ -84,11 +89,26 @@ func (g *Gateway) UpdateSlurmNode(ctx context.Context, req *loomv1.UpdateSlurmNo
 	if user == "" {
 		user = by.Name
 	}
-	cmd := &eventsv1.UpdateSlurmNode{Cluster: req.GetCluster(), Hostname: req.GetHostname(), State: state, Reason: req.GetReason(),
-		User: user, Time: timestamppb.New(g.now())}
-	if err := g.emitJobCommand(ctx, req.GetCluster(), cmd); err != nil {
+	cmds := []proto.Message{&eventsv1.UpdateSlurmNode{Cluster: req.GetCluster(), Hostname: req.GetHostname(), State: state, Reason: req.GetReason(),
+		User: user, Time: timestamppb.New(g.now())}}
+	if state == "RESUME" && healthHolds(g.nodeHealth(ctx, req.GetCluster(), req.GetHostname())) {
+		cmds = append(cmds, &eventsv1.UpdateNodeRemediation{Cluster: req.GetCluster(), Hostname: req.GetHostname(),
+			Action: loomv1.RemediationAction_ACTION_RESUME, Reason: "resumed with scontrol", User: user})
+	}
+	if err := g.emitCommands(ctx, req.GetCluster(), cmds...); err != nil {
 		return nil, fmt.Errorf("update node %s: %w", req.GetHostname(), err)
 	}
 	g.opt.Log.InfoContext(ctx, "node update requested", "cluster", req.GetCluster(), "node", req.GetHostname(), "state", state, "reason", req.GetReason(), "by", by.Name)
 	return node, nil
+}
+
+// healthHolds reports whether health keeps the node out of service (or is
+// about to: a suspect node awaits its confirming check), as far as its
+// view nh says; nil (health did not answer) is no.
+func healthHolds(nh *loomv1.NodeHealth) bool {
+	switch nh.GetState() {
+	case loomv1.RemediationState_REMEDIATION_STATE_UNSPECIFIED, loomv1.RemediationState_NODE_HEALTHY:
+		return false
+	}
+	return true
 }

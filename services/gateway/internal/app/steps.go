@@ -59,7 +59,7 @@ func (g *Gateway) CreateJobStep(ctx context.Context, req *loomv1.CreateJobStepRe
 		Command: req.GetCommand(), Env: req.GetEnv(), WorkDir: req.GetWorkDir(), NodeCount: req.GetNodeCount(),
 		Ntasks: req.GetNtasks(), NtasksPerNode: req.GetNtasksPerNode(), CpusPerTask: req.GetCpusPerTask(),
 		KillOnBadExit: req.GetKillOnBadExit()}
-	if err := g.emitJobCommand(ctx, j.GetCluster(), cmd); err != nil {
+	if err := g.emitCommands(ctx, j.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("create a step of %s: %w", ref.name, err)
 	}
 	return g.awaitStep(ctx, ref.name, rid)
@@ -225,7 +225,7 @@ func (g *Gateway) CancelJobStep(ctx context.Context, req *loomv1.CancelJobStepRe
 		return nil, &domain.Precondition{Msg: domain.MsgAlreadyDone}
 	}
 	cmd := &eventsv1.CancelJobStep{Job: ref.name, Cluster: j.GetCluster(), StepId: step, Signal: signal}
-	if err := g.emitJobCommand(ctx, j.GetCluster(), cmd); err != nil {
+	if err := g.emitCommands(ctx, j.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("cancel step %d of %s: %w", step, ref.name, err)
 	}
 	g.opt.Log.InfoContext(ctx, "job step cancel requested", "job", ref.name, "step", step, "signal", signal)
