@@ -15,6 +15,7 @@ import (
 	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/resname"
+	"github.com/loom-ml/loom/libs/termtext"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 )
 
@@ -230,13 +231,9 @@ func checkText(v *errs.Validator, field, s string, limit int) {
 		v.Add(field, "not valid UTF-8")
 	case utf8.RuneCountInString(s) > limit:
 		v.Add(field, "%d characters, more than the limit of %d", utf8.RuneCountInString(s), limit)
-	case strings.IndexFunc(s, isControl) >= 0:
+	case strings.IndexFunc(s, termtext.Spoofing) >= 0:
 		v.Add(field, "holds a control character")
 	}
-}
-
-func isControl(r rune) bool {
-	return r < 0x20 || (r >= 0x7f && r < 0xa0) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069)
 }
 
 func checkLabels(v *errs.Validator, field string, labels map[string]string) {
@@ -482,7 +479,7 @@ func checkURIText(v *errs.Validator, f, u string) bool {
 	switch {
 	case len(u) > MaxURILen:
 		v.Add(f, "%d bytes, more than the limit of %d", len(u), MaxURILen)
-	case !utf8.ValidString(u) || strings.IndexFunc(u, isControl) >= 0:
+	case !utf8.ValidString(u) || strings.IndexFunc(u, termtext.Spoofing) >= 0:
 		v.Add(f, "%s holds a control character or invalid UTF-8", clip(u))
 	default:
 		return true

@@ -3,12 +3,12 @@ package domain
 import (
 	"fmt"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/termtext"
 )
 
 // Size limits. Every command the gateway accepts is one Kafka record, and a
@@ -72,23 +72,6 @@ func clip(s string) string {
 	return fmt.Sprintf("%q… (%d bytes)", s[:cut], len(s))
 }
 
-// spoofing reports the first character of s that would let it pass for
-// something else on a terminal: a control character (C0, DEL, C1: an ANSI
-// escape can rewrite other squeue or sinfo rows) or a bidirectional
-// override. allow lists control characters that s may hold (a
-// description's newlines).
-func spoofing(s, allow string) (rune, bool) {
-	for _, r := range s {
-		if strings.ContainsRune(allow, r) {
-			continue
-		}
-		if unicode.IsControl(r) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) {
-			return r, true
-		}
-	}
-	return 0, false
-}
-
 // checkText adds to v a violation of field when s is longer than max bytes
 // or holds a control character: the rule for text Slurm's commands print
 // in rows (names, users, reasons, partitions, accounts, paths).
@@ -102,7 +85,7 @@ func checkTextAllowing(v *errs.Validator, field, s string, max int, allow string
 		v.Add(field, "%d bytes, longer than the limit of %d", len(s), max)
 		return
 	}
-	if r, bad := spoofing(s, allow); bad {
+	if r, bad := termtext.FirstSpoofing(s, allow); bad {
 		v.Add(field, "%s holds the control character %U; names and text shown in squeue and sinfo rows may not", clip(s), r)
 	}
 }
@@ -157,7 +140,7 @@ func checkEnv(v *errs.Validator, field string, env map[string]string) {
 // clipKey is a map key as a field path shows it, cut like clip.
 func clipKey(k string) string {
 	if len(k) <= 64 && !strings.ContainsAny(k, "\x00[]") {
-		if _, bad := spoofing(k, ""); !bad {
+		if _, bad := termtext.FirstSpoofing(k, ""); !bad {
 			return k
 		}
 	}

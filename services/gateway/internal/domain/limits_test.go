@@ -172,6 +172,13 @@ func TestOtherRequestLimits(t *testing.T) {
 		req = step()
 		req.Command = []string{"x", strings.Repeat("a", MaxArgvBytes)}
 		wantRefused(t, ValidateCreateJobStep(req), fmt.Sprintf("command: %d bytes of arguments", MaxArgvBytes+1))
+		// Counts whose products the scheduler takes in int32.
+		req = step()
+		req.NtasksPerNode = 1 << 30
+		wantRefused(t, ValidateCreateJobStep(req), "ntasks_per_node: must be 0..4096, got 1073741824")
+		req = step()
+		req.CpusPerTask = 1 << 30
+		wantRefused(t, ValidateCreateJobStep(req), "cpus_per_task: must be 0..4096, got 1073741824")
 	})
 	t.Run("list filters", func(t *testing.T) {
 		t.Parallel()

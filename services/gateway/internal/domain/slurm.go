@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -26,7 +27,7 @@ const (
 	MsgDrainNeedsReason = "You must specify a reason when DOWNING or DRAINING a node. Request denied"
 	updateActionsList   = "hold, uhold, release, requeue, update"
 	slurmNodeStatesList = "DRAIN, RESUME"
-	maxTimeLimitSeconds = int64(365 * 24 * 3600 * 100) // a century: anything above is a typo
+	maxTimeLimitSeconds = slurmspec.MaxTimeLimitSeconds // a century: anything above is a typo
 )
 
 // Precondition is a refusal for the state a job or node is in: it maps to
@@ -148,13 +149,17 @@ func validateSlurm(v *errs.Validator, j *loomv1.Job, cluster *loomv1.Cluster, ma
 	v.Check(j.GetTimeLimitSeconds() >= 0, "job.time_limit_seconds", "%d must not be negative (0: the partition's MaxTime)", j.GetTimeLimitSeconds())
 	v.Check(j.GetTimeLimitSeconds() <= maxTimeLimitSeconds, "job.time_limit_seconds", "%d is more than a century", j.GetTimeLimitSeconds())
 	for _, f := range []struct {
-		name string
-		val  int64
+		name     string
+		val, max int64
 	}{
-		{"job.ntasks", int64(j.GetNtasks())}, {"job.ntasks_per_node", int64(j.GetNtasksPerNode())},
-		{"job.cpus_per_task", int64(j.GetCpusPerTask())}, {"job.mem_mb", j.GetMemMb()}, {"job.gpus", int64(j.GetGpus())},
+		{"job.ntasks", int64(j.GetNtasks()), slurmspec.MaxJobTasks},
+		{"job.ntasks_per_node", int64(j.GetNtasksPerNode()), slurmspec.MaxTasksPerNode},
+		{"job.cpus_per_task", int64(j.GetCpusPerTask()), slurmspec.MaxCPUsPerTask},
+		{"job.mem_mb", j.GetMemMb(), math.MaxInt64},
+		{"job.gpus", int64(j.GetGpus()), slurmspec.MaxJobGPUs},
 	} {
 		v.Check(f.val >= 0, f.name, "%d must not be negative", f.val)
+		v.Check(f.val <= f.max, f.name, "%d is more than %d, the most Loom takes", f.val, f.max)
 	}
 	if s := j.GetArray(); s != "" {
 		if _, err := slurmspec.ParseArray(s, maxArraySize); err != nil {

@@ -72,6 +72,11 @@ func TestValidateSubmitJobSlurmOptions(t *testing.T) {
 		{"relative work dir", func(j *loomv1.Job) { j.WorkDir = "run" }, `job.work_dir: "run" must be an absolute path`},
 		{"bad nodelist", func(j *loomv1.Job) { j.Nodelist = []string{"GPU_1"} }, "job.nodelist[0]"},
 		{"negative mem", func(j *loomv1.Job) { j.MemMb = -5 }, "job.mem_mb"},
+		// Counts whose products the scheduler takes in int32: each has a bound.
+		{"huge ntasks", func(j *loomv1.Job) { j.Ntasks = 1<<31 - 1 }, "job.ntasks: 2147483647 is more than 1048576, the most Loom takes"},
+		{"huge tasks per node", func(j *loomv1.Job) { j.NtasksPerNode = 1<<31 - 1 }, "job.ntasks_per_node: 2147483647 is more than 4096"},
+		{"huge cpus per task", func(j *loomv1.Job) { j.CpusPerTask = 1 << 30 }, "job.cpus_per_task: 1073741824 is more than 4096"},
+		{"huge gpus", func(j *loomv1.Job) { j.Gpus = 1<<31 - 1 }, "job.gpus: 2147483647 is more than 1048576"},
 		{"negative retries", func(j *loomv1.Job) { j.MaxRetries = -1 }, "job.max_retries: -1 is not 0 to 100"},
 		{"too many retries", func(j *loomv1.Job) { j.MaxRetries = 101 }, "job.max_retries: 101 is not 0 to 100"},
 		// 1<<62 seconds would wrap, as a duration, to a hang timeout of seconds.

@@ -5,19 +5,14 @@ import (
 
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/resname"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
-// Job step limits the gateway enforces before a step reaches the scheduler.
-const (
-	// MaxStepTasks is the most tasks one job step may have (the scheduler's bound).
-	MaxStepTasks = 4096
-)
-
 // ValidateCreateJobStep checks a CreateJobStepRequest's own fields, every
 // problem at once: parent a job name, a command, counts not negative and
-// ntasks at most MaxStepTasks, an environment of sane names, command and
+// ntasks at most slurmspec.MaxStepTasks (and the other counts within slurmspec's bounds), an environment of sane names, command and
 // environment within MaxArgs/MaxArgvBytes and MaxEnvVars/MaxEnvBytes (they
 // travel in every LaunchTasks command) and without NUL bytes.
 func ValidateCreateJobStep(req *loomv1.CreateJobStepRequest) error {
@@ -27,9 +22,11 @@ func ValidateCreateJobStep(req *loomv1.CreateJobStepRequest) error {
 	}
 	v.Check(len(req.GetCommand()) > 0 && req.GetCommand()[0] != "", "command", "required: the program every task runs")
 	v.Check(req.GetNodeCount() >= 0, "node_count", "must not be negative, got %d", req.GetNodeCount())
-	v.Check(req.GetNtasks() >= 0 && req.GetNtasks() <= MaxStepTasks, "ntasks", "must be 0..%d, got %d", MaxStepTasks, req.GetNtasks())
-	v.Check(req.GetNtasksPerNode() >= 0, "ntasks_per_node", "must not be negative, got %d", req.GetNtasksPerNode())
-	v.Check(req.GetCpusPerTask() >= 0, "cpus_per_task", "must not be negative, got %d", req.GetCpusPerTask())
+	v.Check(req.GetNtasks() >= 0 && req.GetNtasks() <= slurmspec.MaxStepTasks, "ntasks", "must be 0..%d, got %d", slurmspec.MaxStepTasks, req.GetNtasks())
+	v.Check(req.GetNtasksPerNode() >= 0 && req.GetNtasksPerNode() <= slurmspec.MaxTasksPerNode, "ntasks_per_node",
+		"must be 0..%d, got %d", slurmspec.MaxTasksPerNode, req.GetNtasksPerNode())
+	v.Check(req.GetCpusPerTask() >= 0 && req.GetCpusPerTask() <= slurmspec.MaxCPUsPerTask, "cpus_per_task",
+		"must be 0..%d, got %d", slurmspec.MaxCPUsPerTask, req.GetCpusPerTask())
 	checkArgv(&v, "command", req.GetCommand())
 	for k := range req.GetEnv() {
 		if k == "" || strings.ContainsAny(k, "=\x00") {

@@ -13,6 +13,7 @@ import (
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/slurmspec"
+	"github.com/loom-ml/loom/libs/termtext"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
@@ -136,6 +137,15 @@ func (t *txn) submit(ev *eventsv1.SubmitJob) error {
 	// scheduler's to count.
 	base.MaxRetries, base.UserFailures = min(max(base.GetMaxRetries(), 0), slurmspec.MaxRetries), 0
 	base.HangTimeoutSeconds = min(max(base.GetHangTimeoutSeconds(), slurmspec.HangTimeoutOff), slurmspec.MaxHangTimeoutSeconds)
+	// So are the counts, whose products the placement takes in int32
+	// (tasks per node times CPUs per task, GPUs over nodes): past these a
+	// hostile job wraps them, to a negative node count that panics the
+	// pass or a run charged for no CPUs.
+	base.Ntasks = min(base.GetNtasks(), slurmspec.MaxJobTasks)
+	base.NtasksPerNode = min(base.GetNtasksPerNode(), slurmspec.MaxTasksPerNode)
+	base.CpusPerTask = min(base.GetCpusPerTask(), slurmspec.MaxCPUsPerTask)
+	base.Gpus = min(base.GetGpus(), slurmspec.MaxJobGPUs)
+	base.TimeLimitSeconds = min(base.GetTimeLimitSeconds(), slurmspec.MaxTimeLimitSeconds)
 	base.NodeCount = max(base.NodeCount, 1)
 	if base.SubmitTime == nil {
 		base.SubmitTime = timestamppb.New(t.now)
@@ -684,6 +694,16 @@ func containsString(list []string, s string) bool {
 	return false
 }
 
+// MaxNodeMessageBytes bounds what the scheduler keeps of a message a node
+// reports with a step's or its tasks' end (StepChanged, TasksChanged):
+// squeue, sacct and scontrol print it, in a job's reason, to everyone.
+const MaxNodeMessageBytes = 1024
+
+// nodeMessage is a node's message as kept and shown: a node is not a
+// caller the scheduler can refuse, so its text is made safe to print and
+// bounded instead (termtext.Clean).
+func nodeMessage(s string) string { return termtext.Clean(s, MaxNodeMessageBytes) }
+
 func (t *txn) stepChanged(ev *eventsv1.StepChanged) error {
 	var v errs.Validator
 	v.Check(ev.GetJob() != "", "job", "required")
@@ -702,7 +722,8 @@ func (t *txn) stepChanged(ev *eventsv1.StepChanged) error {
 		return nil
 	}
 	r = t.editRun(key)
-	r.Steps[ev.GetNode()] = Step{State: ev.GetState(), ExitCode: ev.GetExitCode(), Message: ev.GetMessage()}
+	msg := nodeMessage(ev.GetMessage())
+	r.Steps[ev.GetNode()] = Step{State: ev.GetState(), ExitCode: ev.GetExitCode(), Message: msg}
 	if !r.FenceUntil.IsZero() {
 		r.FenceUntil = fenceOf(r) // a fenced step that reports its end lifts its fence
 	}
@@ -735,7 +756,7 @@ func (t *txn) stepChanged(ev *eventsv1.StepChanged) error {
 		switch ev.GetState() {
 		case eventsv1.StepState_STEP_EXITED:
 			switch {
-			case ev.GetExitCode() != 0 && strings.Contains(strings.ToLower(ev.GetMessage()), "out of memory"):
+			case ev.GetExitCode() != 0 && strings.Contains(strings.ToLower(msg), "out of memory"):
 				userFail(loomv1.JobState_OUT_OF_MEMORY, ev.GetExitCode(), "OutOfMemory")
 			case ev.GetExitCode() != 0:
 				userFail(loomv1.JobState_FAILED, ev.GetExitCode(), ReasonNonZeroExitCode)
@@ -744,16 +765,16 @@ func (t *txn) stepChanged(ev *eventsv1.StepChanged) error {
 				t.finish(j, loomv1.JobState_COMPLETED, 0, "")
 			}
 		case eventsv1.StepState_STEP_FAILED_TO_START:
-			if strings.HasPrefix(ev.GetMessage(), PrologFailedPrefix) {
+			if strings.HasPrefix(msg, PrologFailedPrefix) {
 				// The node failed its prolog health check: not the job's fault.
-				t.prologFailed(t.editJob(j.Name()), r, ev.GetNode(), host, ev.GetMessage())
+				t.prologFailed(t.editJob(j.Name()), r, ev.GetNode(), host, msg)
 				break
 			}
-			fail(loomv1.JobState_FAILED, ev.GetExitCode(), detail("JobLaunchFailure on "+host, ev.GetMessage()))
+			fail(loomv1.JobState_FAILED, ev.GetExitCode(), detail("JobLaunchFailure on "+host, msg))
 		case eventsv1.StepState_STEP_LOST:
-			fail(loomv1.JobState_FAILED, ev.GetExitCode(), detail("step lost on "+host, ev.GetMessage()))
+			fail(loomv1.JobState_FAILED, ev.GetExitCode(), detail("step lost on "+host, msg))
 		case eventsv1.StepState_STEP_KILLED:
-			fail(loomv1.JobState_FAILED, ev.GetExitCode(), detail("step killed on "+host, ev.GetMessage()))
+			fail(loomv1.JobState_FAILED, ev.GetExitCode(), detail("step killed on "+host, msg))
 		}
 	}
 	t.survivorsEnded(r) // health.go: checkpoint on failure

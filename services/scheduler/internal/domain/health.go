@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/slurmspec"
@@ -341,10 +343,7 @@ func (t *txn) stepProgress(ev *eventsv1.StepProgress) error {
 	p.OutputBytes = max(p.OutputBytes, ev.GetOutputBytes())
 	if ev.GetCheckpointStep() > p.CheckpointStep {
 		p.CheckpointStep = ev.GetCheckpointStep()
-		p.CheckpointTime = t.now
-		if ev.GetCheckpointTime() != nil {
-			p.CheckpointTime = ev.GetCheckpointTime().AsTime()
-		}
+		p.CheckpointTime = t.reported(ev.GetCheckpointTime())
 	}
 	// Cumulative over the run's saves, so a report lost or overtaken costs
 	// nothing; a negative one (hostile or broken) is ignored, and goodput
@@ -352,11 +351,9 @@ func (t *txn) stepProgress(ev *eventsv1.StepProgress) error {
 	if d := ev.GetCheckpointDuration(); d != nil && d.CheckValid() == nil {
 		p.Checkpointing = max(p.Checkpointing, d.AsDuration())
 	}
-	last := t.now
+	last := t.reported(ev.GetTime())
 	if ev.GetLastProgress() != nil {
-		last = ev.GetLastProgress().AsTime()
-	} else if ev.GetTime() != nil {
-		last = ev.GetTime().AsTime()
+		last = t.reported(ev.GetLastProgress())
 	}
 	if last.After(p.Last) {
 		p.Last = last
@@ -377,6 +374,21 @@ func (t *txn) stepProgress(ev *eventsv1.StepProgress) error {
 		t.survivorsDone(r, fmt.Sprintf("checkpointed at step %d", p.CheckpointStep))
 	}
 	return nil
+}
+
+// reported is a time a node reported, as the scheduler keeps it: no later
+// than now, and now for none or one that is not a valid time. A node's
+// clock may run ahead, and a hostile one could report the year 9999 as its
+// last progress, which would switch hang detection off for the whole run
+// (the last progress only ever rises) or fail the run's record to encode.
+func (t *txn) reported(ts *timestamppb.Timestamp) time.Time {
+	if ts == nil || ts.CheckValid() != nil {
+		return t.now
+	}
+	if at := ts.AsTime(); at.Before(t.now) {
+		return at
+	}
+	return t.now
 }
 
 // liftFences abandons r's fenced steps whose FenceTimeout has passed

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/slurmspec"
+	"github.com/loom-ml/loom/libs/termtext"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
@@ -450,6 +451,77 @@ func TestHangTimeoutOfTheJob(t *testing.T) {
 	}
 	if !h.s.JobRecord(jobName(1)).Running() {
 		t.Fatal("job 1, with hang detection off, was stopped")
+	}
+}
+
+// TestHostileCountsAreClamped: a job whose counts would wrap the
+// placement's int32 arithmetic (GPUs over nodes, tasks per node times CPUs
+// per task), from a producer other than the gateway, which refuses them,
+// is clamped to slurmspec's bounds: the passes that follow neither panic
+// nor place it on a wrapped request, and it waits as too big.
+func TestHostileCountsAreClamped(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{})
+	h.node("gpu-0001", 8)
+	const most = 1<<31 - 1
+	h.submitJob(&loomv1.Job{Name: jobName(1), JobId: "1", Cluster: cl, Command: []string{"x"}, Gpus: most, Hold: true})
+	h.submitJob(&loomv1.Job{Name: jobName(2), JobId: "2", Cluster: cl, Command: []string{"x"}, NodeCount: 2,
+		NtasksPerNode: most, CpusPerTask: most, Ntasks: most, TimeLimitSeconds: 1 << 62, Hold: true})
+	j1, j2 := h.job(1), h.job(2)
+	if j1.GetGpus() != slurmspec.MaxJobGPUs || j2.GetNtasksPerNode() != slurmspec.MaxTasksPerNode ||
+		j2.GetCpusPerTask() != slurmspec.MaxCPUsPerTask || j2.GetNtasks() != slurmspec.MaxJobTasks ||
+		j2.GetTimeLimitSeconds() != slurmspec.MaxTimeLimitSeconds {
+		t.Fatalf("kept gpus %d, ntasks %d, ntasks_per_node %d, cpus_per_task %d, time limit %d", j1.GetGpus(),
+			j2.GetNtasks(), j2.GetNtasksPerNode(), j2.GetCpusPerTask(), j2.GetTimeLimitSeconds())
+	}
+	// Released, both go through passes (the clock's too) without a panic,
+	// and neither runs on the one 8-GPU node.
+	for _, id := range []int{1, 2} {
+		h.do(&eventsv1.UpdateJob{Job: jobName(id), Cluster: cl, Action: ActionRelease, User: "root", Admin: true})
+	}
+	h.tick(time.Minute)
+	for _, id := range []int{1, 2} {
+		if st := h.job(id).GetState(); st != loomv1.JobState_PENDING {
+			t.Fatalf("job %d is %v, want PENDING", id, st)
+		}
+	}
+}
+
+// TestNodeReportsAreBounded: what a node reports is kept as the scheduler
+// can trust it. A last progress in the year 9999 (a clock far ahead, or a
+// hostile node) counts as now, so hang detection still ends the run once it
+// stops; an invalid time is now; and a message with terminal escapes and a
+// megabyte of text reaches the job's reason cleaned and cut.
+func TestNodeReportsAreBounded(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{HangTimeout: time.Minute})
+	h.node("gpu-0001", 8)
+	h.node("gpu-0002", 8)
+	h.submit(1, 1, 8)
+	h.submit(2, 1, 8)
+	host := h.job(2).GetNodes()[0]
+	h.do(&eventsv1.StepChanged{Job: jobName(2), Attempt: 1, Node: nodeName(host), State: eventsv1.StepState_STEP_FAILED_TO_START,
+		ExitCode: 3, Cluster: cl, Message: "\x1b[2J\x1b[Hforged row\n" + strings.Repeat("x", 1<<20)})
+	msg := h.s.Run(jobName(2), 1).Steps[nodeName(host)].Message
+	reason := h.job(2).GetStateReason()
+	for what, text := range map[string]string{"the step's message": msg, "the job's reason": reason} {
+		if _, bad := termtext.FirstSpoofing(text, ""); bad || len(text) > MaxNodeMessageBytes+256 {
+			t.Fatalf("%s: %d bytes, %q…", what, len(text), text[:min(len(text), 80)])
+		}
+	}
+	if !strings.HasPrefix(msg, "\uFFFD[2J\uFFFD[Hforged row\uFFFD") || !strings.HasSuffix(msg, "…") {
+		t.Fatalf("the step's message: %q…", msg[:min(len(msg), 80)])
+	}
+
+	h.do(&eventsv1.StepProgress{Job: jobName(1), Attempt: 1, Node: nodeName(h.job(1).GetNodes()[0]), Step: 5,
+		LastProgress: timestamppb.New(time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)),
+		CheckpointStep: 5, CheckpointTime: &timestamppb.Timestamp{Seconds: 1 << 62}})
+	r := h.s.Run(jobName(1), 1)
+	if !r.Progress.Last.Equal(h.now) || !r.Progress.CheckpointTime.Equal(h.now) {
+		t.Fatalf("progress kept last %v, checkpoint time %v; want now, %v", r.Progress.Last, r.Progress.CheckpointTime, h.now)
+	}
+	if c := h.tick(time.Minute + time.Second); len(needChecks(c)) != 1 {
+		t.Fatalf("a run whose node reported the year 9999 was not ended as hung a minute later: %v", needChecks(c))
 	}
 }
 

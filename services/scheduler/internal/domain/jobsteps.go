@@ -26,14 +26,16 @@ import (
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/hostlist"
 	"github.com/loom-ml/loom/libs/resname"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/jobstore"
 )
 
-// MaxStepTasks bounds the tasks of one job step.
-const MaxStepTasks = 4096
+// MaxStepTasks bounds the tasks of one job step (slurmspec's, which the
+// gateway enforces too).
+const MaxStepTasks = slurmspec.MaxStepTasks
 
 // JobStep is one job step of a run (jobstore.JobStep); StepPart one node's
 // tasks of it.
@@ -116,6 +118,16 @@ func StepLayout(alloc []int32, nodeCount, ntasks, perNode int32) ([]int32, error
 			ntasks = perNode * nodes
 		default:
 			if nodeCount == 0 {
+				// The job's own layout, within the same bound as any
+				// other: summed wide, as a hostile job's counts could
+				// wrap an int32.
+				var total int64
+				for _, c := range alloc {
+					total += int64(max(c, 1))
+				}
+				if total > MaxStepTasks {
+					return nil, fmt.Errorf("Requested node configuration is not available: %d tasks, at most %d", total, MaxStepTasks)
+				}
 				return append([]int32(nil), alloc...), nil
 			}
 			for _, c := range alloc[:nodes] {
@@ -149,8 +161,10 @@ func (t *txn) createJobStep(ev *eventsv1.CreateJobStep) error {
 	v.Check(len(ev.GetCommand()) > 0 && ev.GetCommand()[0] != "", "command", "required")
 	v.Check(ev.GetNodeCount() >= 0, "node_count", "must not be negative, got %d", ev.GetNodeCount())
 	v.Check(ev.GetNtasks() >= 0 && ev.GetNtasks() <= MaxStepTasks, "ntasks", "must be 0..%d, got %d", MaxStepTasks, ev.GetNtasks())
-	v.Check(ev.GetNtasksPerNode() >= 0, "ntasks_per_node", "must not be negative, got %d", ev.GetNtasksPerNode())
-	v.Check(ev.GetCpusPerTask() >= 0, "cpus_per_task", "must not be negative, got %d", ev.GetCpusPerTask())
+	v.Check(ev.GetNtasksPerNode() >= 0 && ev.GetNtasksPerNode() <= slurmspec.MaxTasksPerNode, "ntasks_per_node",
+		"must be 0..%d, got %d", slurmspec.MaxTasksPerNode, ev.GetNtasksPerNode())
+	v.Check(ev.GetCpusPerTask() >= 0 && ev.GetCpusPerTask() <= slurmspec.MaxCPUsPerTask, "cpus_per_task",
+		"must be 0..%d, got %d", slurmspec.MaxCPUsPerTask, ev.GetCpusPerTask())
 	if err := v.Err(); err != nil {
 		return fmt.Errorf("create job step: %w", err)
 	}
@@ -345,7 +359,8 @@ func (t *txn) tasksChanged(ev *eventsv1.TasksChanged) error {
 	}
 	r = t.editRun(r.Key())
 	s := r.JobSteps[i].Clone()
-	s.Parts[k] = StepPart{State: st, Message: ev.GetMessage()}
+	msg := nodeMessage(ev.GetMessage())
+	s.Parts[k] = StepPart{State: st, Message: msg}
 	if s.Parts[k].Terminal() {
 		first, n := s.FirstRank(k), s.Tasks[k]
 		for l := int32(0); l < n; l++ {
@@ -367,7 +382,7 @@ func (t *txn) tasksChanged(ev *eventsv1.TasksChanged) error {
 		if bad && !s.Stopping && st != eventsv1.StepState_STEP_KILLED &&
 			(s.KillOnBadExit || st == eventsv1.StepState_STEP_FAILED_TO_START || st == eventsv1.StepState_STEP_LOST) {
 			s.Stopping = true
-			s.Reason = detail(fmt.Sprintf("tasks on %s %s", s.Hostnames[k], strings.ToLower(strings.TrimPrefix(st.String(), "STEP_"))), ev.GetMessage())
+			s.Reason = detail(fmt.Sprintf("tasks on %s %s", s.Hostnames[k], strings.ToLower(strings.TrimPrefix(st.String(), "STEP_"))), msg)
 			t.killStepTasks(r, &s, "", "a task of the step failed", "")
 		}
 		t.maybeEndStep(&s)

@@ -328,6 +328,10 @@ func TestJobStepRefusals(t *testing.T) {
 		{Job: jobName(1), Cluster: cl, Command: []string{"x"}},
 		{Job: jobName(1), Cluster: cl, RequestId: "r"},
 		{Job: jobName(1), Cluster: cl, RequestId: "r", Command: []string{"x"}, NodeCount: -1, Ntasks: 1 << 20},
+		// 2^30 per node on two nodes wraps an int32 to a negative count:
+		// refused, not a panic in the layout.
+		{Job: jobName(1), Cluster: cl, RequestId: "r", Command: []string{"x"}, NtasksPerNode: 1 << 30},
+		{Job: jobName(1), Cluster: cl, RequestId: "r", Command: []string{"x"}, CpusPerTask: 1 << 30},
 	} {
 		_, err := h.s.Handle(h.now, bad)
 		var inv *errs.InvalidError
@@ -417,6 +421,11 @@ func TestStepLayout(t *testing.T) {
 		{alloc: []int32{1, 1}, nodes: 3, bad: true},
 		{alloc: []int32{1, 1}, nodes: 2, ntasks: 9, perNode: 4, bad: true},
 		{alloc: []int32{1, 1}, ntasks: MaxStepTasks + 1, bad: true},
+		// The job's own layout is bounded as any other: a step that takes
+		// it whole from a job of 2^31-1 tasks on a node is refused, not
+		// sized by it.
+		{alloc: []int32{1<<31 - 1, 1}, bad: true},
+		{alloc: []int32{MaxStepTasks / 2, MaxStepTasks / 2}, want: []int32{MaxStepTasks / 2, MaxStepTasks / 2}},
 	} {
 		got, err := StepLayout(tc.alloc, tc.nodes, tc.ntasks, tc.perNode)
 		if (err != nil) != tc.bad || (!tc.bad && !reflect.DeepEqual(got, tc.want)) {

@@ -1,0 +1,24 @@
+package slurmspec
+
+// Bounds of the counts a job or a job step asks for (sbatch's and srun's
+// -n, --ntasks-per-node, -c, -G). The gateway refuses more, naming the
+// field, and the scheduler clamps what reaches it another way. They keep
+// every product of them within the scheduler's 32-bit counters (tasks per
+// node times CPUs per task is at most 2^24) and whatever is sized by them
+// (a step's task list, its SLURM_GTIDS) within a few megabytes.
+const (
+	// MaxTasksPerNode bounds --ntasks-per-node, a job's or a step's.
+	MaxTasksPerNode = 4096
+	// MaxCPUsPerTask bounds --cpus-per-task.
+	MaxCPUsPerTask = 4096
+	// MaxJobTasks bounds a job's --ntasks (over all its nodes).
+	MaxJobTasks = 1 << 20
+	// MaxJobGPUs bounds a job's --gpus (over all its nodes).
+	MaxJobGPUs = 1 << 20
+	// MaxStepTasks bounds the tasks of one job step (srun -n).
+	MaxStepTasks = 4096
+	// MaxTimeLimitSeconds bounds a time limit (--time, a partition's
+	// MaxTime): a century; anything above is a typo, and seconds past 292
+	// years overflow a time.Duration.
+	MaxTimeLimitSeconds = 100 * 365 * 24 * 3600
+)

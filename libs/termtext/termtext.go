@@ -1,0 +1,58 @@
+// Package termtext is the one rule for text that Loom's commands print in
+// rows (squeue, sacct, sinfo -R, loom ... get): which characters would let
+// a caller's text pass for something else on a terminal, and how text from
+// a source that cannot be refused (a node's report) is made safe to print.
+// It is pure: no I/O.
+package termtext
+
+import (
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Spoofing reports whether r would let text pass for something else on a
+// terminal: a control character (C0, DEL, C1: an ANSI escape can rewrite
+// other rows) or a bidirectional override or isolate.
+func Spoofing(r rune) bool {
+	return unicode.IsControl(r) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069)
+}
+
+// FirstSpoofing returns the first character of s that Spoofing refuses,
+// other than those in allow (a description's newlines, say).
+func FirstSpoofing(s, allow string) (rune, bool) {
+	for _, r := range s {
+		if Spoofing(r) && !strings.ContainsRune(allow, r) {
+			return r, true
+		}
+	}
+	return 0, false
+}
+
+// Clean returns s safe to print, for text that is stored and shown but
+// cannot be refused (what a node reports of a process's end): invalid
+// UTF-8 and every spoofing character become U+FFFD, and what is past limit
+// bytes is cut at a character boundary and marked with "…".
+func Clean(s string, limit int) string {
+	clean := func(s string) string {
+		if utf8.ValidString(s) && strings.IndexFunc(s, Spoofing) < 0 {
+			return s
+		}
+		var b strings.Builder
+		for _, r := range s { // invalid UTF-8 ranges as RuneError
+			if Spoofing(r) {
+				r = utf8.RuneError
+			}
+			b.WriteRune(r)
+		}
+		return b.String()
+	}
+	if len(s) <= limit {
+		return clean(s)
+	}
+	cut := limit - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return clean(s[:max(cut, 0)]) + "…"
+}

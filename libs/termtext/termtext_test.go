@@ -1,0 +1,46 @@
+package termtext
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestFirstSpoofing(t *testing.T) {
+	t.Parallel()
+	for s, want := range map[string]rune{"ok text": 0, "a\x1b[2Jb": 0x1b, "x\u202eevil": 0x202e, "del\x7f": 0x7f, "c1\u0085": 0x85, "iso\u2066": 0x2066} {
+		r, bad := FirstSpoofing(s, "")
+		if bad != (want != 0) || r != want {
+			t.Errorf("FirstSpoofing(%q) = %U %v, want %U", s, r, bad, want)
+		}
+	}
+	if _, bad := FirstSpoofing("line one\nline two\tx", "\n\t"); bad {
+		t.Error("allowed newline and tab refused")
+	}
+}
+
+func TestClean(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in    string
+		limit int
+		want  string
+	}{
+		{"exit 1", 64, "exit 1"},
+		{"\x1b[2Joverwrite", 64, "\uFFFD[2Joverwrite"},
+		{"bad \xff utf8", 64, "bad \uFFFD utf8"},
+		{"rtl \u202e trick", 64, "rtl \uFFFD trick"},
+		{"two\nlines", 64, "two\uFFFDlines"},
+		// 20 bytes cut to 10: the mark takes 3, and an é is not split.
+		{strings.Repeat("é", 10), 10, "ééé…"},
+	} {
+		if got := Clean(tc.in, tc.limit); got != tc.want {
+			t.Errorf("Clean(%q, %d) = %q, want %q", tc.in, tc.limit, got, tc.want)
+		}
+	}
+	long := strings.Repeat("a", 5000) + "\x1b"
+	got := Clean(long, 1024)
+	if len(got) > 1024 || !utf8.ValidString(got) || !strings.HasSuffix(got, "…") {
+		t.Errorf("Clean of 5001 bytes to 1024: %d bytes, valid %v", len(got), utf8.ValidString(got))
+	}
+}
