@@ -148,6 +148,7 @@ func TestParseMaxTime(t *testing.T) {
 		"2-12":       60 * time.Hour,
 		"1-00:30":    24*time.Hour + 30*time.Minute,
 		"1-00:00:01": 24*time.Hour + time.Second,
+		"36500-0":    36500 * 24 * time.Hour, // a century, the most
 	}
 	for s, want := range ok {
 		d, unlimited, err := ParseMaxTime(s)
@@ -160,7 +161,10 @@ func TestParseMaxTime(t *testing.T) {
 			t.Errorf("ParseMaxTime(%q) = %v %v", s, unlimited, err)
 		}
 	}
-	for _, s := range []string{"", "0", "0:00:00", "1:2:3:4", "1-2:3:4:5", "1-24", "1:60", "1:00:60", "abc", "-5", "1h", "12345678", "1-"} {
+	for _, s := range []string{"", "0", "0:00:00", "1:2:3:4", "1-2:3:4:5", "1-24", "1:60", "1:00:60", "abc", "-5", "1h", "12345678", "1-",
+		// Past a century: 213503 days and a bit is 2^64 ns, which wrapped to
+		// a limit of about one second; more wrapped to none at all.
+		"213503-23:34:35", "9999999-0", "36501-0"} {
 		if d, _, err := ParseMaxTime(s); err == nil {
 			t.Errorf("ParseMaxTime(%q) = %v, want an error", s, d)
 		}

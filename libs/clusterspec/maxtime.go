@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/loom-ml/loom/libs/slurmspec"
 )
 
 // Unlimited is the max_time Normalize fills in: no time limit.
@@ -74,11 +76,16 @@ func ParseMaxTime(s string) (d time.Duration, unlimited bool, err error) {
 	if total <= 0 {
 		return 0, false, errors.New("time limit must be positive")
 	}
+	// Seven-digit fields reach 10^7 days: past 292 years the seconds
+	// overflow a time.Duration, to a limit of seconds or none at all.
+	if total > slurmspec.MaxTimeLimitSeconds {
+		return 0, false, fmt.Errorf("%q is more than a century", s)
+	}
 	return time.Duration(total) * time.Second, false, nil
 }
 
 // field parses one decimal field of a time limit; limit < 0 means unbounded
-// (up to 7 digits, far beyond any useful limit and far from overflow).
+// (up to 7 digits; ParseMaxTime bounds the total).
 func field(s, what string, limit int64) (int64, error) {
 	if s == "" || len(s) > 7 {
 		return 0, fmt.Errorf("%s %q is not a number of up to 7 digits", what, s)

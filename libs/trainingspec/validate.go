@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
@@ -15,6 +16,7 @@ import (
 	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/resname"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	"github.com/loom-ml/loom/libs/termtext"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 )
@@ -491,14 +493,18 @@ func validateScheduling(v *errs.Validator, f string, s *trainingv1.Scheduling) {
 	if s == nil {
 		return
 	}
+	// At most a century, as a job's time limit (slurmspec): the timeout
+	// becomes one, and the scheduler's arithmetic in time.Duration
+	// overflows past 292 years.
+	const most = slurmspec.MaxTimeLimitSeconds * time.Second
 	if d := s.GetTimeout(); d != nil {
-		if err := d.CheckValid(); err != nil || d.AsDuration() < 0 {
-			v.Add(f+".timeout", "must be a duration of at least 0 (e.g. \"3600s\")")
+		if err := d.CheckValid(); err != nil || d.AsDuration() < 0 || d.GetSeconds() > slurmspec.MaxTimeLimitSeconds {
+			v.Add(f+".timeout", "must be a duration of 0 to a century (e.g. \"3600s\"; at most %v)", most)
 		}
 	}
 	if d := s.GetMaxWaitDuration(); d != nil {
-		if err := d.CheckValid(); err != nil || d.AsDuration() < 0 {
-			v.Add(f+".max_wait_duration", "must be a duration of at least 0 (e.g. \"1800s\")")
+		if err := d.CheckValid(); err != nil || d.AsDuration() < 0 || d.GetSeconds() > slurmspec.MaxTimeLimitSeconds {
+			v.Add(f+".max_wait_duration", "must be a duration of 0 to a century (e.g. \"1800s\"; at most %v)", most)
 		}
 	}
 	if _, ok := trainingv1.Scheduling_Strategy_name[int32(s.GetStrategy())]; !ok {

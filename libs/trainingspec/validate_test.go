@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/loom-ml/loom/libs/errs"
@@ -170,6 +171,11 @@ func TestRefusalsNameFieldAndLimit(t *testing.T) {
 		{"http output", func(j *trainingv1.CustomJob) { j.JobSpec.BaseOutputDirectory.OutputUriPrefix = "http://x/y" }, "custom_job.job_spec.base_output_directory.output_uri_prefix", "file:///PATH"},
 		{"dotdot output", func(j *trainingv1.CustomJob) { j.JobSpec.BaseOutputDirectory.OutputUriPrefix = "file:///a/../etc" }, "custom_job.job_spec.base_output_directory.output_uri_prefix", "'..'"},
 		{"bad persistent resource", func(j *trainingv1.CustomJob) { j.JobSpec.PersistentResourceId = "Big_Cluster" }, "custom_job.job_spec.persistent_resource_id", "not a cluster id"},
+		// Seconds past 292 years wrap a time.Duration: the job's time limit
+		// would have been none, or seconds.
+		{"timeout past a century", func(j *trainingv1.CustomJob) {
+			j.JobSpec.Scheduling.Timeout = &durationpb.Duration{Seconds: 1 << 40}
+		}, "custom_job.job_spec.scheduling.timeout", "0 to a century"},
 		{"bad disk", func(j *trainingv1.CustomJob) { pool(j, 0).DiskSpec.BootDiskSizeGb = 5 }, "custom_job.job_spec.worker_pool_specs[0].disk_spec.boot_disk_size_gb", "10 to 65536"},
 		{"oversize", func(j *trainingv1.CustomJob) {
 			pool(j, 0).GetContainerSpec().Args = []string{strings.Repeat("x", 60<<10), strings.Repeat("x", 60<<10), strings.Repeat("x", 60<<10), strings.Repeat("x", 60<<10), strings.Repeat("x", 60<<10)}

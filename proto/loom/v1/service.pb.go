@@ -2004,7 +2004,8 @@ func (x *GetOperationRequest) GetName() string {
 type WaitOperationRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// timeout_seconds caps the wait; 0 means 60 seconds.
+	// timeout_seconds caps the wait; 0 means 60 seconds; at most an hour
+	// (a longer one waits an hour: ask again).
 	TimeoutSeconds int32 `protobuf:"varint,2,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache

@@ -36,6 +36,10 @@ const Source = "loom/gateway"
 // DefaultWaitTimeout is WaitOperation's wait when the request sets none.
 const DefaultWaitTimeout = 60 * time.Second
 
+// MaxWaitTimeout is the longest one WaitOperation waits, whatever its
+// timeout_seconds: a call holds a waiter, a timer and a ticker meanwhile.
+const MaxWaitTimeout = time.Hour
+
 // Options tune a Gateway. Zero values take the documented defaults.
 type Options struct {
 	// Clock is what the loops wait on (default the real clock); tests give a
@@ -284,6 +288,13 @@ func (g *Gateway) replayOperation(ctx context.Context, kind, rid string) (*loomv
 	if rid == "" {
 		return nil, false, nil
 	}
+	// Checked before it names a key to look up: a request id of megabytes
+	// is not looked for. No request was ever accepted with one that fails
+	// the check, so there is nothing to replay; the caller's validation
+	// refuses it, with the request's other problems.
+	if domain.CheckRequestID(rid) != nil {
+		return nil, false, nil
+	}
 	name, err := g.repo.Request(ctx, kind, rid)
 	if errors.Is(err, errs.NotFound) {
 		return nil, false, nil
@@ -338,7 +349,7 @@ func (g *Gateway) GetOperation(ctx context.Context, req *loomv1.GetOperationRequ
 }
 
 // WaitOperation returns the operation once it is done, or as it is when
-// timeout_seconds (default 60) pass first. Completions applied by this
+// timeout_seconds (default 60, at most MaxWaitTimeout) pass first. Completions applied by this
 // process wake it at once; those applied by other gateway instances are seen
 // by re-reading the store every Poll.
 func (g *Gateway) WaitOperation(ctx context.Context, req *loomv1.WaitOperationRequest) (*loomv1.Operation, error) {
@@ -350,7 +361,9 @@ func (g *Gateway) WaitOperation(ctx context.Context, req *loomv1.WaitOperationRe
 	}
 	timeout := DefaultWaitTimeout
 	if req.GetTimeoutSeconds() > 0 {
-		timeout = time.Duration(req.GetTimeoutSeconds()) * time.Second
+		// At most MaxWaitTimeout, as Google's WaitOperation uses its own
+		// maximum for a longer timeout: the caller asks again.
+		timeout = time.Duration(min(int64(req.GetTimeoutSeconds()), int64(MaxWaitTimeout/time.Second))) * time.Second
 	}
 	// Listen before reading, so a completion between the two is not missed.
 	woken, done := g.ops.wait(req.GetName())
@@ -552,6 +565,9 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 // replayJob returns the job of an earlier SubmitJob with request id rid.
 func (g *Gateway) replayJob(ctx context.Context, rid string) (*loomv1.Job, bool, error) {
 	if rid == "" {
+		return nil, false, nil
+	}
+	if domain.CheckRequestID(rid) != nil { // as replayOperation
 		return nil, false, nil
 	}
 	name, err := g.repo.Request(ctx, adapters.RequestSubmitJob, rid)

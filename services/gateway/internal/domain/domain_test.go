@@ -163,6 +163,7 @@ func TestAcceptJob(t *testing.T) {
 	req.Job.NodeCount = 0
 	req.Job.State = loomv1.JobState_COMPLETED
 	req.Job.Nodes = []string{"x"}
+	req.Job.UserFailures = 7 // output only: the scheduler counts them
 	if err := ValidateSubmitJob(req, existing(), slurmspec.DefaultMaxArraySize); err != nil {
 		t.Fatalf("bare cluster id rejected: %v", err)
 	}
@@ -173,7 +174,8 @@ func TestAcceptJob(t *testing.T) {
 	if j.GetPartition() != "all" {
 		t.Fatalf("accepted job partition %q, want the cluster's default partition \"all\"", j.GetPartition())
 	}
-	if j.GetNodeCount() != 1 || j.GetState() != loomv1.JobState_PENDING || len(j.GetNodes()) != 0 || !j.GetSubmitTime().AsTime().Equal(now) {
+	if j.GetNodeCount() != 1 || j.GetState() != loomv1.JobState_PENDING || len(j.GetNodes()) != 0 || !j.GetSubmitTime().AsTime().Equal(now) ||
+		j.GetUserFailures() != 0 {
 		t.Fatalf("accepted job fields: %v", j)
 	}
 	if req.Job.GetName() != "" {

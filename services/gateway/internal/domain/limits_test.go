@@ -179,6 +179,9 @@ func TestOtherRequestLimits(t *testing.T) {
 		req = step()
 		req.CpusPerTask = 1 << 30
 		wantRefused(t, ValidateCreateJobStep(req), "cpus_per_task: must be 0..4096, got 1073741824")
+		req = step()
+		req.WorkDir = "run/here"
+		wantRefused(t, ValidateCreateJobStep(req), `work_dir: "run/here" must be an absolute path`)
 	})
 	t.Run("list filters", func(t *testing.T) {
 		t.Parallel()

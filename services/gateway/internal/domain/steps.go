@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"path/filepath"
 	"strings"
 
 	"github.com/loom-ml/loom/libs/errs"
@@ -35,6 +36,9 @@ func ValidateCreateJobStep(req *loomv1.CreateJobStepRequest) error {
 	}
 	checkEnv(&v, "env", req.GetEnv())
 	checkText(&v, "work_dir", req.GetWorkDir(), MaxPathBytes)
+	// As a job's: an agent would resolve a relative one against its own
+	// directory, not the caller's.
+	v.Check(req.GetWorkDir() == "" || filepath.IsAbs(req.GetWorkDir()), "work_dir", "%s must be an absolute path", clip(req.GetWorkDir()))
 	checkRequestID(&v, req.GetRequestId())
 	if err := v.Err(); err != nil {
 		return err

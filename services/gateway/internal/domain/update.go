@@ -27,6 +27,11 @@ var UpdatablePaths = []string{
 // nodes when the request sets no drain_grace_seconds.
 const DefaultDrainGraceSeconds = 300
 
+// MaxDrainGraceSeconds is the longest drain_grace_seconds: a week. A shrink
+// holds its operation open that long at most; longer ones never finish in
+// any useful time.
+const MaxDrainGraceSeconds = 7 * 24 * 3600
+
 // outputOnly are the top-level cluster fields a mask may name (a REST PATCH
 // body read back from GET does) but an update never takes from the request.
 var outputOnly = map[string]bool{"name": true, "status": true, "create_time": true, "update_time": true}
@@ -78,8 +83,8 @@ func CheckUpdateRequest(req *loomv1.UpdateClusterRequest) error {
 	// answered as done: the caller surely meant something else.
 	v.Check(!onlyOutput, "update_mask", "names only output-only fields (%s), which an update never changes; name what to change (updatable: %s)",
 		strings.Join(paths, ", "), strings.Join(UpdatablePaths, ", "))
-	v.Check(req.GetDrainGraceSeconds() >= 0, "drain_grace_seconds", "%d must not be negative (0 means %d)",
-		req.GetDrainGraceSeconds(), DefaultDrainGraceSeconds)
+	v.Check(req.GetDrainGraceSeconds() >= 0 && req.GetDrainGraceSeconds() <= MaxDrainGraceSeconds, "drain_grace_seconds",
+		"%d is not 0 (%d) to %d (a week)", req.GetDrainGraceSeconds(), DefaultDrainGraceSeconds, MaxDrainGraceSeconds)
 	return v.Err()
 }
 

@@ -185,6 +185,12 @@ func TestCheckUpdateRequest(t *testing.T) {
 			r.DrainGraceSeconds = -1
 			return r
 		}(), []string{"drain_grace_seconds"}},
+		// A grace of 68 years would hold the shrink's operation open as long.
+		{"grace past a week", func() *loomv1.UpdateClusterRequest {
+			r := updateReq(&loomv1.Cluster{})
+			r.DrainGraceSeconds = MaxDrainGraceSeconds + 1
+			return r
+		}(), []string{"drain_grace_seconds"}},
 	} {
 		got := fields(t, CheckUpdateRequest(tc.req))
 		if !slices.Equal(got, tc.want) {
