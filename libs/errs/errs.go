@@ -61,14 +61,25 @@ func Invalid(field, reason string, args ...any) error {
 	return &InvalidError{Violations: []FieldViolation{{Field: field, Reason: fmt.Sprintf(reason, args...)}}}
 }
 
+// MaxViolations is the most violations one InvalidError lists: a request of
+// a million bad items (a 4 MiB list of hostnames, say) is answered with the
+// first MaxViolations and a count of the rest, not with an answer larger
+// than the request.
+const MaxViolations = 100
+
 // Validator collects field violations so that a request's problems are all
-// reported at once.
+// reported at once (the first MaxViolations of them).
 type Validator struct {
 	violations []FieldViolation
+	more       int
 }
 
-// Add records a violation of field.
+// Add records a violation of field; past MaxViolations it only counts it.
 func (v *Validator) Add(field, reason string, args ...any) {
+	if len(v.violations) >= MaxViolations {
+		v.more++
+		return
+	}
 	v.violations = append(v.violations, FieldViolation{Field: field, Reason: fmt.Sprintf(reason, args...)})
 }
 
@@ -79,12 +90,17 @@ func (v *Validator) Check(ok bool, field, reason string, args ...any) {
 	}
 }
 
-// Err returns an *InvalidError holding every violation, or nil when none.
+// Err returns an *InvalidError holding every violation (past MaxViolations,
+// a last one, field "…", counting the rest), or nil when none.
 func (v *Validator) Err() error {
 	if len(v.violations) == 0 {
 		return nil
 	}
-	return &InvalidError{Violations: v.violations}
+	out := v.violations
+	if v.more > 0 {
+		out = append(out[:len(out):len(out)], FieldViolation{Field: "…", Reason: fmt.Sprintf("%d more problems not listed", v.more)})
+	}
+	return &InvalidError{Violations: out}
 }
 
 // ToStatus maps err to a gRPC status error. Errors that already carry a gRPC

@@ -1,6 +1,7 @@
 package errs
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
@@ -32,5 +33,31 @@ func TestToStatus(t *testing.T) {
 	}
 	if ToStatus(nil) != nil || (&Validator{}).Err() != nil {
 		t.Fatal("nil error mapped to non-nil")
+	}
+}
+
+// TestValidatorBoundsItsAnswer: a request with a million bad items is
+// answered with MaxViolations of them and a count of the rest, not with an
+// error larger than the request.
+func TestValidatorBoundsItsAnswer(t *testing.T) {
+	t.Parallel()
+	var v Validator
+	for i := range 1_000_000 {
+		v.Add(fmt.Sprintf("hostnames[%d]", i), "not a hostname")
+	}
+	var inv *InvalidError
+	if err := v.Err(); !errors.As(err, &inv) || len(inv.Violations) != MaxViolations+1 {
+		t.Fatalf("Err() = %d violations, want %d and a count", len(inv.Violations), MaxViolations+1)
+	}
+	if last := inv.Violations[MaxViolations]; last.Field != "…" || last.Reason != "999900 more problems not listed" {
+		t.Fatalf("last violation %+v", last)
+	}
+	if first := inv.Violations[0]; first.Field != "hostnames[0]" {
+		t.Fatalf("first violation %+v", first)
+	}
+	var few Validator
+	few.Add("a", "bad")
+	if err := few.Err(); !errors.As(err, &inv) || len(inv.Violations) != 1 {
+		t.Fatalf("one violation: %v", err)
 	}
 }
