@@ -33,14 +33,19 @@ func FirstSpoofing(s, allow string) (rune, bool) {
 // cannot be refused (what a node reports of a process's end): invalid
 // UTF-8 and every spoofing character become U+FFFD, and what is past limit
 // bytes is cut at a character boundary and marked with "…".
-func Clean(s string, limit int) string {
+func Clean(s string, limit int) string { return CleanAllowing(s, limit, "") }
+
+// CleanAllowing is Clean keeping the control characters in allow (a
+// multi-line report's newlines and tabs).
+func CleanAllowing(s string, limit int, allow string) string {
+	bad := func(r rune) bool { return Spoofing(r) && !strings.ContainsRune(allow, r) }
 	clean := func(s string) string {
-		if utf8.ValidString(s) && strings.IndexFunc(s, Spoofing) < 0 {
+		if utf8.ValidString(s) && strings.IndexFunc(s, bad) < 0 {
 			return s
 		}
 		var b strings.Builder
 		for _, r := range s { // invalid UTF-8 ranges as RuneError
-			if Spoofing(r) {
+			if bad(r) {
 				r = utf8.RuneError
 			}
 			b.WriteRune(r)

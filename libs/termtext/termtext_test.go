@@ -38,6 +38,9 @@ func TestClean(t *testing.T) {
 			t.Errorf("Clean(%q, %d) = %q, want %q", tc.in, tc.limit, got, tc.want)
 		}
 	}
+	if got := CleanAllowing("line\n\tindented\x1b[2J", 64, "\n\t"); got != "line\n\tindented\uFFFD[2J" {
+		t.Errorf("CleanAllowing kept %q", got)
+	}
 	long := strings.Repeat("a", 5000) + "\x1b"
 	got := Clean(long, 1024)
 	if len(got) > 1024 || !utf8.ValidString(got) || !strings.HasSuffix(got, "…") {

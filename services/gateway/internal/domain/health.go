@@ -3,12 +3,12 @@ package domain
 import (
 	"fmt"
 	"math"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/healthcheck"
 	"github.com/loom-ml/loom/libs/hostlist"
 	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -20,7 +20,7 @@ const (
 	// MaxScanChecks bounds how many checks one scan names.
 	MaxScanChecks = 16
 	// MaxCheckNameBytes bounds a check's name (a site check's file name).
-	MaxCheckNameBytes = 64
+	MaxCheckNameBytes = healthcheck.MaxNameBytes
 	// MaxScanLevel is gpu_diag's deepest level.
 	MaxScanLevel = 3
 	// MaxScanTimeout bounds a scan's per-check timeout.
@@ -41,10 +41,6 @@ const (
 	// MaxScanIDBytes bounds a scan id filter.
 	MaxScanIDBytes = 128
 )
-
-// checkName is a check's name: a built-in one or a site check program's
-// file name under the agent's -check-dir (no path separators).
-var checkName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 
 // CheckCluster adds to v a violation of field when name is not a cluster
 // name "projects/{p}/clusters/{c}".
@@ -121,7 +117,7 @@ func ValidateScanNodes(req *loomv1.ScanNodesRequest) (hosts, checks []string, er
 			switch {
 			case len(c) > MaxCheckNameBytes:
 				v.Add(f, "%d bytes, longer than the limit of %d", len(c), MaxCheckNameBytes)
-			case !checkName.MatchString(c):
+			case !healthcheck.ValidName(c):
 				v.Add(f, "%s is not a check name: gpu_diag, allreduce, allreduce_pair, disk, speed, or a site check's file name", clip(c))
 			case !slices.Contains(checks, c):
 				checks = append(checks, c)
@@ -255,7 +251,7 @@ func ValidateListHealthResults(req *loomv1.ListHealthResultsRequest) error {
 		v.Check(resname.ValidID(h), "hostname", "%s is not a node hostname", clip(h))
 	}
 	if c := req.GetCheck(); c != "" {
-		v.Check(len(c) <= MaxCheckNameBytes && checkName.MatchString(c), "check", "%s is not a check name", clip(c))
+		v.Check(healthcheck.ValidName(c), "check", "%s is not a check name", clip(c))
 	}
 	checkText(&v, "scan_id", req.GetScanId(), MaxScanIDBytes)
 	v.Check(req.GetPageSize() >= 0, "page_size", "%d is negative", req.GetPageSize())

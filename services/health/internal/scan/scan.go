@@ -12,6 +12,7 @@ package scan
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -25,9 +26,11 @@ import (
 
 	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/healthcheck"
 	"github.com/loom-ml/loom/libs/hostlist"
 	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/resname"
+	"github.com/loom-ml/loom/libs/termtext"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -727,6 +730,42 @@ func (s *State) store(c *Change, now time.Time, r *loomv1.HealthCheckResult) {
 	c.Results[r.GetName()] = r
 }
 
+// Bounds of what a node reports in a result (HealthCheckCompleted).
+const (
+	// MaxSummaryBytes bounds a result's summary, which becomes a node's
+	// reason on a failure.
+	MaxSummaryBytes = 1024
+	// MaxDetailBytes bounds a result's detail (a check's report, dcgmi's
+	// JSON say).
+	MaxDetailBytes = 64 << 10
+	// MaxMetrics bounds a result's metrics.
+	MaxMetrics = 64
+)
+
+// nodeResult is a copy of r, as a node reported it, made fit to store and
+// show: its summary and detail cleaned and cut (termtext), its metrics
+// finite and at most MaxMetrics of them (by name), its times valid and no
+// later than now. A time in the future kept a forged result valid, and
+// out of retention, for as long as it said; a metric of Inf or NaN made
+// every honest node a straggler against the fleet's median.
+func nodeResult(r *loomv1.HealthCheckResult, now time.Time) *loomv1.HealthCheckResult {
+	r = proto.Clone(r).(*loomv1.HealthCheckResult)
+	r.Summary = termtext.Clean(r.GetSummary(), MaxSummaryBytes)
+	r.Detail = termtext.CleanAllowing(r.GetDetail(), MaxDetailBytes, "\n\t")
+	names := slices.Sorted(maps.Keys(r.GetMetrics()))
+	for i, k := range names {
+		if v := r.Metrics[k]; i >= MaxMetrics || math.IsNaN(v) || math.IsInf(v, 0) || len(k) > healthcheck.MaxNameBytes {
+			delete(r.Metrics, k)
+		}
+	}
+	for _, ts := range []**timestamppb.Timestamp{&r.StartTime, &r.EndTime} {
+		if *ts != nil && ((*ts).CheckValid() != nil || (*ts).AsTime().After(now)) {
+			*ts = timestamppb.New(now)
+		}
+	}
+	return r
+}
+
 // result is the change's view of a stored result.
 func (s *State) result(c *Change, name string) *loomv1.HealthCheckResult {
 	if r, ok := c.Results[name]; ok {
@@ -742,9 +781,19 @@ func (s *State) completed(c *Change, now time.Time, r *loomv1.HealthCheckResult)
 	}
 	cluster, runID, ok := strings.Cut(r.GetName(), "/healthResults/")
 	if !ok || runID == "" {
-		return fmt.Errorf("health check completed: %w", errs.Invalid("result.name", "want <cluster>/healthResults/<id>, got %q", r.GetName()))
+		return fmt.Errorf("health check completed: %w", errs.Invalid("result.name", "want <cluster>/healthResults/<id>, got %q", termtext.Clean(r.GetName(), 256)))
 	}
-	s.store(c, now, r)
+	// The envelope's signature proved the node; the rest is the node's
+	// word. Its result is about its own cluster, under a check's name; its
+	// text is what sinfo -R and loom health show, and its metrics feed the
+	// fleet's median (speedIfDone).
+	if !strings.HasPrefix(r.GetNode(), cluster+"/nodes/") {
+		return fmt.Errorf("health check completed: %w", errs.Invalid("result.name", "node %s reported a result of another cluster, %s", r.GetNode(), termtext.Clean(cluster, 256)))
+	}
+	if !healthcheck.ValidName(r.GetCheck()) {
+		return fmt.Errorf("health check completed: %w", errs.Invalid("result.check", "%q is not a check name", termtext.Clean(r.GetCheck(), 256)))
+	}
+	s.store(c, now, nodeResult(r, now))
 	sc := s.scan(c, scanKey(cluster, r.GetScanId()))
 	if sc == nil {
 		return nil

@@ -1,7 +1,9 @@
 package scan
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/errs"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -602,5 +605,49 @@ func TestListHealthResults(t *testing.T) {
 	}
 	if _, err := f.s.List(&loomv1.ListHealthResultsRequest{Cluster: cluster, Check: Disk, PageToken: req.GetPageToken()}); err == nil {
 		t.Error("a token sent with other filters: listed")
+	}
+}
+
+// TestNodeResultsAreBounded: what a node reports is kept only as far as
+// health can trust it. A result of another cluster's, or under a name that
+// is no check's, is refused; a summary with terminal escapes is cleaned; a
+// metric of Inf, which would make every honest node a straggler against
+// the fleet's median, is dropped; an end time in the year 9999, which
+// would keep a forged result valid and out of retention, is now.
+func TestNodeResultsAreBounded(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, DefaultConfig(), "n1", "n2") // two: the median is a mean
+	for name, r := range map[string]*loomv1.HealthCheckResult{
+		"another cluster": {Name: "projects/p/clusters/other/healthResults/x", Node: nodeName("n1"), Check: Disk},
+		"a bad check":     {Name: cluster + "/healthResults/x", Node: nodeName("n1"), Check: "../../etc"},
+	} {
+		var inv *errs.InvalidError
+		if _, err := f.s.Handle(f.now, "bad-"+name, &eventsv1.HealthCheckCompleted{Result: r}); !errors.As(err, &inv) {
+			t.Errorf("%s: %v, want InvalidArgument", name, err)
+		}
+	}
+
+	f.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: "s1", Checks: []string{Speed}})
+	for _, c := range f.take() {
+		tp := map[string]float64{"throughput": 100}
+		if hostOf(c.GetNode()) == "n2" {
+			tp = map[string]float64{"throughput": math.Inf(1), "bogus": math.NaN()}
+		}
+		ev := result(c, loomv1.CheckOutcome_CHECK_PASS, time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), tp)
+		ev.Result.Summary = "\x1b[2Jall good"
+		f.handle(ev)
+	}
+	if got := f.verdictsBy(loomv1.CheckOutcome_CHECK_FAIL); len(got) != 0 {
+		t.Fatalf("honest nodes failed as stragglers against an Inf: %v", got)
+	}
+	r := f.s.Result(cluster + "/healthResults/s1-n2-speed")
+	if _, ok := r.GetMetrics()["throughput"]; ok || len(r.GetMetrics()) > 1 {
+		t.Fatalf("n2's metrics kept: %v", r.GetMetrics())
+	}
+	if !r.GetEndTime().AsTime().Equal(f.now) || r.GetValidUntil().AsTime().After(f.now.Add(time.Hour)) {
+		t.Fatalf("n2's result ends %v, valid until %v; want now and an hour on", r.GetEndTime().AsTime(), r.GetValidUntil().AsTime())
+	}
+	if !strings.HasPrefix(r.GetSummary(), "\uFFFD[2J") {
+		t.Fatalf("summary kept as %q", r.GetSummary())
 	}
 }
