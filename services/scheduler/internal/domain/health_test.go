@@ -514,7 +514,7 @@ func TestNodeReportsAreBounded(t *testing.T) {
 	}
 
 	h.do(&eventsv1.StepProgress{Job: jobName(1), Attempt: 1, Node: nodeName(h.job(1).GetNodes()[0]), Step: 5,
-		LastProgress: timestamppb.New(time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)),
+		LastProgress:   timestamppb.New(time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)),
 		CheckpointStep: 5, CheckpointTime: &timestamppb.Timestamp{Seconds: 1 << 62}})
 	r := h.s.Run(jobName(1), 1)
 	if !r.Progress.Last.Equal(h.now) || !r.Progress.CheckpointTime.Equal(h.now) {
