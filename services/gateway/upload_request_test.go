@@ -30,3 +30,23 @@ func TestUploadModelRequestIDBound(t *testing.T) {
 		t.Errorf("a 128-byte request_id: %v", err)
 	}
 }
+
+// TestUploadModelTooLargeForARecord: an upload whose command would not fit
+// a Kafka record (a 2 MiB description within gRPC's 4 MiB) is refused,
+// naming the limit, instead of an operation that never finishes; names that
+// key the record are checked before they do.
+func TestUploadModelTooLargeForARecord(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, wait)
+	models := loomv1.NewModelServiceClient(h.as(t, "ana"))
+	_, err := models.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: project + "/locations/global", ModelId: "m",
+		Model: &loomv1.Model{ArtifactUri: "file:///models/m", Description: strings.Repeat("d", 2<<20)}})
+	wantCode(t, "a 2 MiB description", err, codes.InvalidArgument, "model", "bytes encoded, more than the limit")
+	_, err = models.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: project + "/locations/global",
+		ParentModel: strings.Repeat("p", 1<<20), Model: &loomv1.Model{ArtifactUri: "file:///models/m"}})
+	wantCode(t, "a parent_model of a megabyte", err, codes.InvalidArgument, "parent_model")
+	_, err = models.UploadModel(ctx, &loomv1.UploadModelRequest{Parent: project + "/locations/global", ModelId: "Bad Id",
+		Model: &loomv1.Model{ArtifactUri: "file:///models/m"}})
+	wantCode(t, "a bad model_id", err, codes.InvalidArgument, "model_id")
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/resname"
+	"github.com/loom-ml/loom/libs/termtext"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	trainingv1 "github.com/loom-ml/loom/proto/loom/training/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -38,6 +39,11 @@ func (g *Gateway) ListModelVersions(ctx context.Context, req *loomv1.ListModelVe
 	return g.own.Models.ListModelVersions(ctx, req)
 }
 
+// maxParentModelBytes bounds UploadModel's parent_model
+// ("projects/{p}/locations/{l}/models/{m}" or without the location), which
+// keys the command's record; the registry parses it.
+const maxParentModelBytes = 512
+
 // UploadModel starts an operation that registers a model version, as
 // Vertex's UploadModel: the operation (verb "upload", target the parent) is
 // stored together with the registry's UploadModel command in one Apply, the
@@ -46,7 +52,9 @@ func (g *Gateway) ListModelVersions(ctx context.Context, req *loomv1.ListModelVe
 // registry's answer finishes it (HandleModelEvent). A retry with the same
 // request_id in the same project answers the first call's operation.
 // What the registry checks (the artifact directory, names, parent_model)
-// comes back as the operation's error, with its code and reason.
+// comes back as the operation's error, with its code and reason; a command
+// too large for a record, and names that would key it badly, are refused
+// at once.
 func (g *Gateway) UploadModel(ctx context.Context, req *loomv1.UploadModelRequest) (*loomv1.Operation, error) {
 	if err := domain.CheckRequestID(req.GetRequestId()); err != nil {
 		return nil, err
@@ -63,6 +71,16 @@ func (g *Gateway) UploadModel(ctx context.Context, req *loomv1.UploadModelReques
 	if op, ok, err := g.replayModelOperation(ctx, kind, rid); err != nil || ok {
 		return op, err
 	}
+	// The names key the command's record: checked here, before they do
+	// (the registry checks the rest, and answers through the operation).
+	if pm := req.GetParentModel(); len(pm) > maxParentModelBytes {
+		return nil, errs.Invalid("parent_model", "%d bytes, longer than the limit of %d", len(pm), maxParentModelBytes)
+	} else if r, bad := termtext.FirstSpoofing(pm, ""); bad {
+		return nil, errs.Invalid("parent_model", "holds the control character %U", r)
+	}
+	if id := req.GetModelId(); id != "" && !resname.ValidID(id) {
+		return nil, errs.Invalid("model_id", "%q must match %s", termtext.Clean(id, 256), resname.IDPattern)
+	}
 	p, _ := auth.FromContext(ctx)
 	target := "projects/" + project + "/locations/" + location
 	op := domain.NewOperation(resname.Operation{Project: project, ID: envelope.NewID()}.String(), domain.VerbUpload, target, g.now())
@@ -74,7 +92,7 @@ func (g *Gateway) UploadModel(ctx context.Context, req *loomv1.UploadModelReques
 	case req.GetModelId() != "":
 		key = resname.Model{Project: project, ID: req.GetModelId()}.String()
 	}
-	cmd, err := route(ctx, key, &eventsv1.UploadModel{
+	upload := &eventsv1.UploadModel{
 		RequestId:   op.GetName(),
 		Project:     project,
 		ModelId:     req.GetModelId(),
@@ -89,7 +107,14 @@ func (g *Gateway) UploadModel(ctx context.Context, req *loomv1.UploadModelReques
 		},
 		Lineage: m.GetLineage(),
 		User:    p.Name,
-	})
+	}
+	// A command the broker cannot take would never reach the registry: the
+	// operation would wait for good. Refused here, as every other
+	// command too large for a record is.
+	if err := domain.CheckCommandSize("model", upload); err != nil {
+		return nil, err
+	}
+	cmd, err := route(ctx, key, upload)
 	if err != nil {
 		return nil, err
 	}

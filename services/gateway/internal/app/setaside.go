@@ -58,6 +58,10 @@ func (g *Gateway) HandleSetAside(ctx context.Context, e store.SetAside) error {
 		return g.failOperation(ctx, ev.ID, p.GetOperation(), msg)
 	case *eventsv1.SubmitJob:
 		return g.failJob(ctx, ev.ID, p.GetJob(), msg)
+	case *eventsv1.UploadModel:
+		return g.failOperation(ctx, ev.ID, p.GetRequestId(), msg) // its request id is its operation's name
+	case *eventsv1.ExportModel:
+		return g.failOperation(ctx, ev.ID, p.GetOperation(), msg)
 	}
 	return nil
 }

@@ -142,6 +142,32 @@ func TestHandleSetAsideFailsTheOperationOrJob(t *testing.T) {
 		h.GetEndTime() == nil {
 		t.Fatalf("job history %v (%v); want FAILED with the reason", h, err)
 	}
+
+	// A model's operations fail likewise, instead of never finishing: an
+	// upload names its operation by its request id, an export by its
+	// operation.
+	for _, tc := range []struct {
+		op  string
+		cmd proto.Message
+	}{
+		{"projects/p/operations/up1", &eventsv1.UploadModel{RequestId: "projects/p/operations/up1", Project: "p"}},
+		{"projects/p/operations/ex1", &eventsv1.ExportModel{Operation: "projects/p/operations/ex1", Name: "projects/p/models/m"}},
+	} {
+		tx := &store.Tx{}
+		if err := adapters.PutOperation(tx, domain.NewOperation(tc.op, domain.VerbUpload, "projects/p/locations/global", time.Now())); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := repo.Apply(ctx, "", tx); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.HandleSetAside(ctx, refused(envelope.New(topics.ModelCommands, "projects/p", Source, tc.cmd))); err != nil {
+			t.Fatal(err)
+		}
+		got, err := repo.Operation(ctx, tc.op)
+		if err != nil || !got.GetDone() || got.GetError().GetCode() != 3 || !containsAll(got.GetError().GetMessage(), "max.message.bytes") {
+			t.Fatalf("%T's operation %v (%v); want done with InvalidArgument", tc.cmd, got, err)
+		}
+	}
 }
 
 // containsAll reports whether s contains every one of parts.

@@ -154,6 +154,14 @@ func checkRequestID(v *errs.Validator, id string) {
 
 // checkCommandSize adds to v a violation of field when cmd, the payload of
 // the command a request becomes, encodes to more than MaxCommandBytes.
+// CheckCommandSize is checkCommandSize for a command built outside this
+// package: an InvalidError naming field, or nil.
+func CheckCommandSize(field string, cmd proto.Message) error {
+	var v errs.Validator
+	checkCommandSize(&v, field, cmd)
+	return v.Err()
+}
+
 func checkCommandSize(v *errs.Validator, field string, cmd proto.Message) {
 	if n := proto.Size(cmd); n > MaxCommandBytes {
 		v.Add(field, "is %d bytes encoded, more than the limit of %d for one request (half of a %d-byte Kafka record)",
