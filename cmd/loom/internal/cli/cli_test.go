@@ -326,6 +326,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"jobs", "submit", "--cluster", "demo", "--env", "NOEQUALS", "--", "true"}, "--env wants KEY=VALUE"},
 		{[]string{"jobs", "submit", "--cluster", "demo", "--nodes", "two", "--", "true"}, "invalid argument \"two\""},
 		{[]string{"jobs", "submit", "--cluster", "demo", "--retries", "101", "--", "true"}, "--retries must be 0 to 100, got 101"},
+		{[]string{"jobs", "submit", "--cluster", "demo", "--signal", "NOPE", "--", "true"}, `--signal "NOPE"`},
 		{[]string{"jobs", "submit", "--cluster", "demo", "--hang-timeout", "10", "--", "true"}, `--hang-timeout wants a duration such as 10m, or off; got "10"`},
 		{[]string{"jobs", "submit", "--cluster", "demo", "--hang-timeout", "169h", "--", "true"}, "--hang-timeout 169h: 608400 is not -1 (off), 0 (the cluster's default) or 1 to 604800 seconds (a week)"},
 		{[]string{"jobs", "submit", "--cluster", "demo", "--checkpoint-dir", "../other", "--", "true"}, `--checkpoint-dir "../other" leaves the cluster's shared directory`},
@@ -388,6 +389,14 @@ func TestJobsSubmitBuildsRequest(t *testing.T) {
 			t.Fatalf("--hang-timeout %s: max_retries %d, hang_timeout_seconds %d (want %d), checkpoint_dir %q",
 				hang, j.GetMaxRetries(), j.GetHangTimeoutSeconds(), secs, j.GetCheckpointDir())
 		}
+	}
+	// --signal (the checkpoint-aware drain's) and --no-requeue, as sbatch's.
+	if _, errOut, code := run(t, gw, "jobs", "submit", "--cluster", "demo", "--signal", "SIGUSR2@120", "--no-requeue", "--", "loom", "train"); code != 0 {
+		t.Fatalf("--signal: exit %d: %s", code, errOut)
+	}
+	req, _ = fakegw.LastRequest[*loomv1.SubmitJobRequest](f)
+	if j := req.GetJob(); j.GetSignal() != "USR2@120" || j.Requeue == nil || j.GetRequeue() {
+		t.Fatalf("--signal SIGUSR2@120 --no-requeue: signal %q, requeue %v", j.GetSignal(), j.Requeue)
 	}
 }
 

@@ -41,6 +41,8 @@ type submitFlags struct {
 	retries     int32
 	hangTimeout string
 	checkpoint  string
+	signal      string
+	noRequeue   bool
 }
 
 // jobFromFlags builds the job to submit, owned by the caller (userName);
@@ -95,6 +97,17 @@ func (a *app) jobFromFlags(ctx context.Context, f submitFlags, command []string)
 		return nil, usagef("--checkpoint-dir %q %v", f.checkpoint, err)
 	}
 	j.CheckpointDir = f.checkpoint
+	if f.signal != "" {
+		sig, err := slurmspec.ParseSignal(f.signal)
+		if err != nil {
+			return nil, usagef("--signal %q: %v (want [B:]SIG[@seconds], e.g. USR1@90)", f.signal, err)
+		}
+		j.Signal = sig.String()
+	}
+	if f.noRequeue {
+		no := false
+		j.Requeue = &no
+	}
 	for _, kv := range f.env {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
@@ -166,6 +179,8 @@ Examples:
 	fl.BoolVar(&f.wait, "wait", false, "wait for the job to end, showing its state changes")
 	fl.Int32Var(&f.retries, "retries", 0, fmt.Sprintf("rerun the job up to this many times when its program fails (0 to %d; node failures and hangs do not count)", slurmspec.MaxRetries))
 	fl.StringVar(&f.hangTimeout, "hang-timeout", "", "end and requeue a run that makes no progress for this long (e.g. 10m; up to a week; off: never; default: the cluster's)")
+	fl.StringVar(&f.signal, "signal", "", "signal sent before the time limit, and to ask for a checkpoint before a drain or after a node's failure ([B:]SIG[@seconds]; default USR1)")
+	fl.BoolVar(&f.noRequeue, "no-requeue", false, "end the job when a node fails under it instead of requeuing it")
 	fl.StringVar(&f.checkpoint, "checkpoint-dir", "", "where the job's checkpoints go ($LOOM_CHECKPOINT_DIR; relative: under the cluster's shared dir; default <shared dir>/checkpoints/<job id>)")
 	return cmd
 }
