@@ -2132,10 +2132,15 @@ type Job struct {
 	// cluster's shared dir (without ".."); empty: <shared dir>/checkpoints/<job id>.
 	CheckpointDir string `protobuf:"bytes,71,opt,name=checkpoint_dir,json=checkpointDir,proto3" json:"checkpoint_dir,omitempty"`
 	// user_failures counts the runs that failed by the program's own fault. Output only.
-	UserFailures int32  `protobuf:"varint,72,opt,name=user_failures,json=userFailures,proto3" json:"user_failures,omitempty"`
-	Exclusive    bool   `protobuf:"varint,45,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
-	Qos          string `protobuf:"bytes,46,opt,name=qos,proto3" json:"qos,omitempty"`
-	Account      string `protobuf:"bytes,47,opt,name=account,proto3" json:"account,omitempty"`
+	UserFailures int32 `protobuf:"varint,72,opt,name=user_failures,json=userFailures,proto3" json:"user_failures,omitempty"`
+	// excluded_nodes are the hostnames the job is kept off because a run of
+	// it failed there (NODE_FAIL, a health action); each is dropped when
+	// health reports the node repaired. The user's own --exclude is
+	// `exclude`. Output only.
+	ExcludedNodes []string `protobuf:"bytes,73,rep,name=excluded_nodes,json=excludedNodes,proto3" json:"excluded_nodes,omitempty"`
+	Exclusive     bool     `protobuf:"varint,45,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
+	Qos           string   `protobuf:"bytes,46,opt,name=qos,proto3" json:"qos,omitempty"`
+	Account       string   `protobuf:"bytes,47,opt,name=account,proto3" json:"account,omitempty"`
 	// nodelist and exclude are hostnames the job must use / must not use.
 	Nodelist []string `protobuf:"bytes,48,rep,name=nodelist,proto3" json:"nodelist,omitempty"`
 	Exclude  []string `protobuf:"bytes,49,rep,name=exclude,proto3" json:"exclude,omitempty"`
@@ -2427,6 +2432,13 @@ func (x *Job) GetUserFailures() int32 {
 		return x.UserFailures
 	}
 	return 0
+}
+
+func (x *Job) GetExcludedNodes() []string {
+	if x != nil {
+		return x.ExcludedNodes
+	}
+	return nil
 }
 
 func (x *Job) GetExclusive() bool {
@@ -4177,7 +4189,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x06FAILED\x10\x06\x12\r\n" +
 	"\tREBOOTING\x10\a\x12\r\n" +
 	"\tREIMAGING\x10\b\x12\r\n" +
-	"\tREPLACING\x10\t\"\x84\x10\n" +
+	"\tREPLACING\x10\t\"\xab\x10\n" +
 	"\x03Job\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -4215,7 +4227,8 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"maxRetries\x120\n" +
 	"\x14hang_timeout_seconds\x18F \x01(\x03R\x12hangTimeoutSeconds\x12%\n" +
 	"\x0echeckpoint_dir\x18G \x01(\tR\rcheckpointDir\x12#\n" +
-	"\ruser_failures\x18H \x01(\x05R\fuserFailures\x12\x1c\n" +
+	"\ruser_failures\x18H \x01(\x05R\fuserFailures\x12%\n" +
+	"\x0eexcluded_nodes\x18I \x03(\tR\rexcludedNodes\x12\x1c\n" +
 	"\texclusive\x18- \x01(\bR\texclusive\x12\x10\n" +
 	"\x03qos\x18. \x01(\tR\x03qos\x12\x18\n" +
 	"\aaccount\x18/ \x01(\tR\aaccount\x12\x1a\n" +

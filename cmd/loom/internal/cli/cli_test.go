@@ -103,6 +103,7 @@ Started:        2d ago
 Runtime:        1.5s
 Ended:          2d ago
 Restarts:       1
+Kept off:       gpu-0002 (a run failed there; until repaired)
 Hang timeout:   10m0s
 Checkpoints:    /data/demo/shared/ckpt/8
 

@@ -46,7 +46,8 @@ func newFakeGatewayData() *fakegw.Gateway {
 			Name: "projects/default/jobs/8", JobId: "8", Cluster: "projects/default/clusters/demo",
 			Script: "echo hi\n", NodeCount: 1, State: loomv1.JobState_FAILED, ExitCode: 3,
 			SubmitTime: ts(50 * time.Hour), StartTime: ts(50 * time.Hour), EndTime: ts(50*time.Hour - 1500*time.Millisecond),
-			RestartCount: 1, HangTimeoutSeconds: 600, CheckpointDir: "/data/demo/shared/ckpt/8", Runs: []*loomv1.JobRun{
+			RestartCount: 1, HangTimeoutSeconds: 600, CheckpointDir: "/data/demo/shared/ckpt/8", ExcludedNodes: []string{"gpu-0002"},
+			Runs: []*loomv1.JobRun{
 				{Attempt: 1, State: loomv1.JobState_REQUEUED, Nodes: []string{"gpu-0001", "gpu-0002"}, StartTime: ts(50*time.Hour + 5*time.Minute),
 					EndTime: ts(50*time.Hour + 90*time.Second), Reason: "node gpu-0002 failed: Xid 79: GPU has fallen off the bus"},
 				{Attempt: 2, State: loomv1.JobState_FAILED, Nodes: []string{"gpu-0001"}, StartTime: ts(50 * time.Hour),

@@ -373,6 +373,9 @@ func renderJob(w io.Writer, j *loomv1.Job, now time.Time) error {
 	if j.GetRestartCount() > 0 {
 		fmt.Fprintf(tw, "Restarts:\t%d\n", j.GetRestartCount())
 	}
+	if ex := j.GetExcludedNodes(); len(ex) > 0 {
+		fmt.Fprintf(tw, "Kept off:\t%s (a run failed there; until repaired)\n", hostlist.Compress(ex))
+	}
 	// The job's own resilience settings, when it has any: what decides
 	// whether the next failure ends it.
 	if n := j.GetMaxRetries(); n > 0 {

@@ -262,6 +262,6 @@ func AcceptJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, id int64, 
 	j.StateReason, j.ExitCode, j.Nodes, j.OutputPath, j.ErrorPath = "", 0, nil, "", ""
 	j.SubmitTime, j.StartTime, j.EndTime = timestamppb.New(now), nil, nil
 	j.Priority, j.PriorityFactors, j.Placement, j.RestartCount, j.Runs = 0, nil, "", 0, nil
-	j.BatchHost, j.AllocGpus, j.ArrayJobId, j.ArrayTaskId, j.UserFailures = "", 0, "", 0, 0
+	j.BatchHost, j.AllocGpus, j.ArrayJobId, j.ArrayTaskId, j.UserFailures, j.ExcludedNodes = "", 0, "", 0, 0, nil
 	return j
 }

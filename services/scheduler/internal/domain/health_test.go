@@ -181,6 +181,10 @@ func TestExclusionExpiryUnsticksJob(t *testing.T) {
 	if got := h.s.JobRecord(jobName(1)).Excluded; !reflect.DeepEqual(got, []string{"gpu-0001"}) {
 		t.Fatalf("excluded %v", got)
 	}
+	// GetJob shows it, apart from the user's own --exclude.
+	if v := h.s.JobViewer(h.now)(jobName(1)); !reflect.DeepEqual(v.GetExcludedNodes(), []string{"gpu-0001"}) || len(v.GetExclude()) != 0 {
+		t.Fatalf("GetJob's excluded_nodes %v, exclude %v", v.GetExcludedNodes(), v.GetExclude())
+	}
 	// Still pending while the node is under repair.
 	h.tick(time.Hour)
 	h.wantExact(1, loomv1.JobState_PENDING, ReasonBadConstraints)
@@ -191,6 +195,9 @@ func TestExclusionExpiryUnsticksJob(t *testing.T) {
 	}
 	if got := h.s.JobRecord(jobName(1)).Excluded; len(got) != 0 {
 		t.Fatalf("exclusion kept after the repair: %v", got)
+	}
+	if v := h.s.JobViewer(h.now)(jobName(1)); len(v.GetExcludedNodes()) != 0 {
+		t.Fatalf("GetJob's excluded_nodes after the repair: %v", v.GetExcludedNodes())
 	}
 
 	// It fails again; health finds nothing to repair (HEALTHY without

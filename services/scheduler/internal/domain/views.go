@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -100,6 +101,7 @@ func (v *viewer) job(rec *Job) *loomv1.Job {
 		out.Placement = pl.explain()
 	}
 	out.Runs = jobRuns(rec, func(key string) *Run { return v.s.runs[key] })
+	out.ExcludedNodes = slices.Clone(rec.Excluded)
 	return out
 }
 
