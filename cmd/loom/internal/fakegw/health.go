@@ -22,12 +22,19 @@ import (
 // and answered as the gateway answers them; they change nothing but the
 // scans' results.
 
-// clusterNode is the node hostname of cluster among g.Nodes; the caller
-// holds g.mu.
+// clusterNode is the node hostname of cluster among g.Nodes (else its
+// Slurm nodes); the caller holds g.mu.
 func (g *Gateway) clusterNode(cluster, hostname string) *loomv1.Node {
 	for _, n := range g.Nodes {
 		if n.GetCluster() == cluster && n.GetHostname() == hostname {
 			return n
+		}
+	}
+	// A fixture of Slurm nodes only (the Slurm commands' tests): those are
+	// the cluster's nodes too.
+	for _, n := range g.slurmNodes(cluster) {
+		if n.GetHostname() == hostname {
+			return &loomv1.Node{Name: cluster + "/nodes/" + hostname, Cluster: cluster, Hostname: hostname, Gpus: n.GetGpus()}
 		}
 	}
 	return nil

@@ -340,12 +340,23 @@ func TestScontrolActions(t *testing.T) {
 		t.Errorf("resume: %d %v", code, nu)
 	}
 
+	// scontrol reboot is health's reboot of each node, with its reason.
+	code, _, errOut = run(t, f, "scontrol", Env{}, "reboot", "ASAP", "nextstate=RESUME", "reason=bad clocks", "gpu-[0001-0002]")
+	rb := fakegw.Requests[*loomv1.UpdateNodeRemediationRequest](f)
+	if code != 0 || len(rb) != 2 || rb[1].GetHostname() != "gpu-0002" || rb[0].GetAction() != loomv1.RemediationAction_ACTION_REBOOT ||
+		rb[0].GetReason() != "bad clocks" || rb[0].GetCluster() != demoCluster {
+		t.Errorf("reboot: %d %q %v", code, errOut, rb)
+	}
+
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"update", "NodeName=gpu-0001", "State=DRAIN"}, "You must specify a reason when DOWNING or DRAINING a node. Request denied\n"},
 		{[]string{"update", "NodeName=gpu-0001", "State=FLY"}, "Invalid node state specified: FLY"},
+		{[]string{"reboot"}, "Missing node list. Specify ALL|<NodeList>\n"},
+		{[]string{"reboot", "nextstate=DOWN", "gpu-0001"}, "Invalid nextstate \"DOWN\""},
+		{[]string{"reboot", "gpu-0009"}, "slurm_reboot_nodes error: Invalid node name specified (gpu-0009)\n"},
 		{[]string{"update", "NodeName=gpu-0009", "State=DRAIN", "Reason=x"}, "slurm_update error: Invalid node name specified (gpu-0009)\n"},
 		{[]string{"update", "JobId=12", "NumNodes=4"}, "Update of this parameter is not supported: numnodes=4\nRequest aborted\n"},
 		{[]string{"update", "JobId=12", "TimeLimit=soon"}, "Invalid TimeLimit value: soon\n"},

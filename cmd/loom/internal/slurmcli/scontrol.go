@@ -87,12 +87,14 @@ func (c *cmd) scontrol(ctx context.Context, args []string) error {
 		return c.scontrolJobAction(ctx, verb, params, quiet)
 	case "update":
 		return c.scontrolUpdate(ctx, params)
+	case "reboot", "reboot_nodes":
+		return c.scontrolReboot(ctx, params)
 	case "version":
 		return c.printVersion()
 	case "help":
 		fmt.Fprint(c.stdout, scontrolUsage)
 		return nil
-	case "suspend", "resume", "top", "notify", "reboot", "reconfigure", "shutdown", "create", "delete", "listpids", "ping", "takeover":
+	case "suspend", "resume", "top", "notify", "reconfigure", "shutdown", "create", "delete", "listpids", "ping", "takeover":
 		return c.errorf("%q is not supported by Loom", verb)
 	}
 	return &Error{Code: 1, Text: fmt.Sprintf("invalid keyword: %s", rest[0])}
@@ -798,6 +800,69 @@ func (c *cmd) updateNodeParams(ctx context.Context, kv map[string]string, order 
 	return nil
 }
 
+// scontrolReboot is "scontrol reboot [ASAP] [nextstate=RESUME]
+// [reason=TEXT] {ALL|NODELIST}": health's reboot of each node (loom nodes
+// reboot), which drains it first (its jobs asked to checkpoint, as a
+// fault that is not urgent), reboots it through the provisioner, checks
+// it and puts it back in service: what ASAP and nextstate=RESUME ask of
+// Slurm, so both are accepted and change nothing.
+func (c *cmd) scontrolReboot(ctx context.Context, params []string) error {
+	reason, expr := "", ""
+	for _, p := range params {
+		k, v, hasV := strings.Cut(p, "=")
+		switch strings.ToLower(k) {
+		case "asap":
+		case "nextstate":
+			if !strings.EqualFold(v, "RESUME") {
+				return &Error{Code: 1, Text: fmt.Sprintf("Invalid nextstate %q: Loom returns a rebooted node to service once its check passes (nextstate=RESUME)", v)}
+			}
+		case "reason":
+			reason = v
+		default:
+			if hasV || expr != "" {
+				return &Error{Code: 1, Text: "Invalid input: " + p + "\nRequest aborted"}
+			}
+			expr = p
+		}
+	}
+	if expr == "" {
+		return &Error{Code: 1, Text: "Missing node list. Specify ALL|<NodeList>"}
+	}
+	cluster, err := c.clusterName(ctx)
+	if err != nil {
+		return err
+	}
+	var hosts []string
+	if strings.EqualFold(expr, "ALL") {
+		_, nodes, err := c.slurmView(ctx, cluster)
+		if err != nil {
+			return err
+		}
+		for _, n := range nodes {
+			hosts = append(hosts, n.GetHostname())
+		}
+	} else if hosts, err = hostlist.Expand(expr); err != nil || len(hosts) == 0 {
+		return &Error{Code: 1, Text: "Invalid node name specified: " + expr}
+	}
+	if reason == "" {
+		reason = "reboot requested with scontrol"
+	}
+	health := loomv1.NewHealthServiceClient(c.env.Conn)
+	for _, h := range hosts {
+		cctx, cancel := c.call(ctx)
+		_, err := health.UpdateNodeRemediation(cctx, &loomv1.UpdateNodeRemediationRequest{Cluster: cluster, Hostname: h,
+			Action: loomv1.RemediationAction_ACTION_REBOOT, Reason: reason})
+		cancel()
+		if err != nil {
+			if status.Code(err) == codes.NotFound {
+				return &Error{Code: 1, Text: fmt.Sprintf("slurm_reboot_nodes error: Invalid node name specified (%s)", h)}
+			}
+			return c.rpcError("slurm_reboot_nodes error", err)
+		}
+	}
+	return nil
+}
+
 const scontrolUsage = `scontrol [<OPTION>] [<COMMAND>]
     Valid <OPTION> values are:
      -d or --details: print details
@@ -809,6 +874,9 @@ const scontrolUsage = `scontrol [<OPTION>] [<COMMAND>]
   <keyword> may be omitted from the execute line and scontrol will execute
   in interactive mode (not in Loom). Valid <COMMAND> values are:
      hold <job_list>          place hold on job(s)
+     reboot [ASAP] [nextstate=RESUME] [reason=...] <ALL|NodeList>
+                              drain nodes, reboot them and put them back once
+                              their check passes (health's reboot)
      release <job_list>       permit specified job(s) to start
      requeue <job_id>         re-queue a batch job
      requeuehold <job_id>     re-queue and hold a batch job
