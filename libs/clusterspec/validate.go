@@ -10,6 +10,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/resname"
+	"github.com/loom-ml/loom/libs/termtext"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -191,6 +192,10 @@ func validateLabels(v *errs.Validator, field string, labels map[string]string) {
 	for k, val := range labels {
 		v.Check(labelKeyRE.MatchString(k), field, "label key %q must be 1 to 63 letters, digits, '_', '.', '/' or '-', starting and ending with a letter or digit", k)
 		v.Check(len(val) <= 63, field, "label %q: value longer than 63 characters", k)
+		if r, bad := termtext.FirstSpoofing(val, ""); bad {
+			// loom clusters describe prints it in a row.
+			v.Add(field, "label %q: value holds the control character %U", k, r)
+		}
 	}
 }
 

@@ -100,6 +100,8 @@ func TestValidateRules(t *testing.T) {
 			`labels: label key "bad key" must be 1 to 63 letters, digits, '_', '.', '/' or '-', starting and ending with a letter or digit`},
 		{"label value", func(c C) { c.Labels["team"] = strings.Repeat("x", 64) },
 			`labels: label "team": value longer than 63 characters`},
+		{"label value escape", func(c C) { c.Labels["team"] = "ml\x1b[2J" },
+			`labels: label "team": value holds the control character U+001B`},
 		{"no pools", func(c C) { c.Compute.NodePools = nil; slurm(c).NodeSets = nil; slurm(c).Partitions = nil },
 			`compute.node_pools: at least one node pool is required`},
 		{"pool id required", func(c C) { pool(c, 2).Id = ""; dropCPU(c) },

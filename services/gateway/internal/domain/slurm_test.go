@@ -4,9 +4,11 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/slurmspec"
@@ -73,6 +75,7 @@ func TestValidateSubmitJobSlurmOptions(t *testing.T) {
 		{"bad nodelist", func(j *loomv1.Job) { j.Nodelist = []string{"GPU_1"} }, "job.nodelist[0]"},
 		{"negative mem", func(j *loomv1.Job) { j.MemMb = -5 }, "job.mem_mb"},
 		// Counts whose products the scheduler takes in int32: each has a bound.
+		{"begin time before 1970", func(j *loomv1.Job) { j.BeginTime = timestamppb.New(time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)) }, "job.begin_time: 1000-01-01T00:00:00Z is before 1970-01-01T00:00:00Z"},
 		{"huge ntasks", func(j *loomv1.Job) { j.Ntasks = 1<<31 - 1 }, "job.ntasks: 2147483647 is more than 1048576, the most Loom takes"},
 		{"huge tasks per node", func(j *loomv1.Job) { j.NtasksPerNode = 1<<31 - 1 }, "job.ntasks_per_node: 2147483647 is more than 4096"},
 		{"huge cpus per task", func(j *loomv1.Job) { j.CpusPerTask = 1 << 30 }, "job.cpus_per_task: 1073741824 is more than 4096"},

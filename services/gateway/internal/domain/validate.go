@@ -190,6 +190,9 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 // time past them would read as long past (the job would start at once).
 var MaxBeginTime = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
 
+// minBeginTime is the earliest begin_time taken: 1970.
+var minBeginTime = time.Unix(0, 0).UTC()
+
 // checkJobText checks the job's names, identities, paths and Slurm option
 // strings: lengths, and no control characters in what squeue, sacct and
 // scontrol print.
@@ -226,6 +229,10 @@ func checkJobText(v *errs.Validator, j *loomv1.Job) {
 			v.Add("job.begin_time", "%v", err)
 		case b.AsTime().After(MaxBeginTime):
 			v.Add("job.begin_time", "%s is after %s, the latest begin time", b.AsTime().UTC().Format(time.RFC3339), MaxBeginTime.Format(time.RFC3339))
+		case b.AsTime().Before(minBeginTime):
+			// Before 1678 the nanoseconds wrap (to about 2160: the job
+			// would wait for a century); any past time means now.
+			v.Add("job.begin_time", "%s is before %s: for at once, leave it out", b.AsTime().UTC().Format(time.RFC3339), minBeginTime.Format(time.RFC3339))
 		}
 	}
 }

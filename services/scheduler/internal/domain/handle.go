@@ -146,6 +146,11 @@ func (t *txn) submit(ev *eventsv1.SubmitJob) error {
 	base.CpusPerTask = min(base.GetCpusPerTask(), slurmspec.MaxCPUsPerTask)
 	base.Gpus = min(base.GetGpus(), slurmspec.MaxJobGPUs)
 	base.TimeLimitSeconds = min(base.GetTimeLimitSeconds(), slurmspec.MaxTimeLimitSeconds)
+	// A begin time before 1970 (the gateway refuses it) is past: now.
+	// Compared as nanoseconds, one before 1678 wraps to about 2160.
+	if b := base.GetBeginTime(); b != nil && (b.CheckValid() != nil || b.AsTime().Before(time.Unix(0, 0))) {
+		base.BeginTime = nil
+	}
 	base.NodeCount = max(base.NodeCount, 1)
 	if base.SubmitTime == nil {
 		base.SubmitTime = timestamppb.New(t.now)

@@ -492,6 +492,13 @@ func TestHostileCountsAreClamped(t *testing.T) {
 			t.Fatalf("job %d is %v, want PENDING", id, st)
 		}
 	}
+	// A begin time in the year 1000 is past, not (its nanoseconds wrapped)
+	// the year 2160: the job starts now.
+	h.submitJob(&loomv1.Job{Name: jobName(3), JobId: "3", Cluster: cl, Command: []string{"x"}, GpusPerNode: 8,
+		BeginTime: timestamppb.New(time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC))})
+	if j := h.job(3); j.GetState() == loomv1.JobState_PENDING || j.GetBeginTime() != nil {
+		t.Fatalf("job 3 begun in the year 1000: %v (%s), begin %v", j.GetState(), j.GetStateReason(), j.GetBeginTime())
+	}
 }
 
 // TestNodeReportsAreBounded: what a node reports is kept as the scheduler
