@@ -762,7 +762,7 @@ func remediationAction(act loomv1.RemediationAction) string {
 	return strings.TrimPrefix(act.String(), "ACTION_")
 }
 
-// nodeState is a NodeHealth's state with its markers: "(dry-run)" when
+// nodeHealthState is a NodeHealth's state with its markers: "(dry-run)" when
 // health only says what it would do.
 func nodeHealthState(n *loomv1.NodeHealth) string {
 	s := remediationState(n.GetState())

@@ -124,6 +124,14 @@ Goodput:                98.0%
 			golden(t, out, c.want)
 		})
 	}
+	// --since is the window sent.
+	f, gw2 := newHealthGateway(t)
+	if _, errOut, code := run(t, gw2, "clusters", "goodput", "demo", "--since", "48h"); code != 0 {
+		t.Fatalf("--since: exit %d: %s", code, errOut)
+	}
+	if req, _ := fakegw.LastRequest[*loomv1.GetClusterGoodputRequest](f); !req.GetSince().AsTime().Equal(testNow.Add(-48 * time.Hour)) {
+		t.Errorf("--since 48h sent %v, want %v", req.GetSince().AsTime(), testNow.Add(-48*time.Hour))
+	}
 }
 
 // TestHealthJSON: every get and list of health and goodput takes -o json
@@ -201,10 +209,17 @@ gpu-0002  gpu_diag/2  FAIL     gpu_diag failed on gpu-0002  0s
 		t.Errorf("stderr %q", errOut)
 	}
 
+	// --timeout goes with the request (each check's own deadline).
+	if _, errOut, code := run(t, gw, "health", "scan", "demo", "--checks", "disk", "--timeout", "90s"); code != 0 {
+		t.Fatalf("--timeout: exit %d: %s", code, errOut)
+	}
+	if req, _ := fakegw.LastRequest[*loomv1.ScanNodesRequest](f); req.GetTimeout().AsDuration() != 90*time.Second {
+		t.Errorf("--timeout 90s sent %v", req.GetTimeout())
+	}
 	// Without --wait: the scan id, and where its results will be.
 	out, errOut, code = run(t, gw, "health", "scan", "demo")
-	if code != 0 || !strings.Contains(out, "Scan scan-2: gpu_diag,disk on 2 nodes (gpu-[0001-0002]).") ||
-		!strings.Contains(out, "loom health results demo --scan scan-2") {
+	if code != 0 || !strings.Contains(out, "Scan scan-3: gpu_diag,disk on 2 nodes (gpu-[0001-0002]).") ||
+		!strings.Contains(out, "loom health results demo --scan scan-3") {
 		t.Errorf("scan without --wait: exit %d\n%s%s", code, out, errOut)
 	}
 	// Mistakes say what is right.
@@ -355,6 +370,20 @@ Follow it with `+"`loom health nodes demo`"+`.
 		_, errOut, code := run(t, gw, c.args...)
 		if code != c.code || !strings.Contains(errOut, c.want) {
 			t.Errorf("%v: exit %d %q, want %d and %q", c.args, code, errOut, c.code, c.want)
+		}
+	}
+}
+
+// TestNodeHealthStateMarksDryRun: under -remediation=dry-run a node's
+// state says health only tells what it would do.
+func TestNodeHealthStateMarksDryRun(t *testing.T) {
+	t.Parallel()
+	for n, want := range map[*loomv1.NodeHealth]string{
+		{State: loomv1.RemediationState_NODE_DRAINING, DryRun: true}: "DRAINING (dry-run)",
+		{State: loomv1.RemediationState_NODE_DRAINING}:               "DRAINING",
+	} {
+		if got := nodeHealthState(n); got != want {
+			t.Errorf("nodeHealthState(%v) = %q, want %q", n, got, want)
 		}
 	}
 }
