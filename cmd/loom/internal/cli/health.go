@@ -718,7 +718,8 @@ func (a *app) healthNodesCommand() *cobra.Command {
 SUSPECT, DRAINING, REBOOTING, REIMAGING, REPLACING, QUARANTINED, UNREACHABLE, DOWN),
 REASON, SET BY (loom-health or the operator), SINCE, NEXT (the action health
 takes next), GPUS (count, and how many fell off the bus), TEMP (the hottest
-GPU), ECC (volatile single-/double-bit errors over all GPUs) and HEARTBEAT.
+GPU), ECC (volatile single-/double-bit errors over all GPUs), XID (each GPU's
+last Xid) and HEARTBEAT.
 Override with loom nodes drain|resume|quarantine|reboot|reimage|replace.`,
 		Args: exactArgs(1, "the cluster, e.g. `loom health nodes demo`"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -806,13 +807,29 @@ func gpuSummary(n *loomv1.NodeHealth) (gpus, temp, ecc string) {
 
 func renderNodeHealth(w io.Writer, ns []*loomv1.NodeHealth, now time.Time) error {
 	tw := newTable(w)
-	row(tw, "NODE", "STATE", "REASON", "SET BY", "SINCE", "NEXT", "GPUS", "TEMP", "ECC SBE/DBE", "HEARTBEAT")
+	row(tw, "NODE", "STATE", "REASON", "SET BY", "SINCE", "NEXT", "GPUS", "TEMP", "ECC SBE/DBE", "XID", "HEARTBEAT")
 	for _, n := range ns {
 		gpus, temp, ecc := gpuSummary(n)
 		row(tw, n.GetHostname(), nodeHealthState(n), cellText(n.GetReason(), 50), n.GetSetBy(), age(n.GetStateTime(), now),
-			remediationAction(n.GetNextAction()), gpus, temp, ecc, ago(n.GetLastHeartbeat(), now))
+			remediationAction(n.GetNextAction()), gpus, temp, ecc, lastXids(n), ago(n.GetLastHeartbeat(), now))
 	}
 	return tw.Flush()
+}
+
+// lastXids is each GPU's last Xid, "79@GPU0,13@GPU3", "-" when none saw
+// one: the Xid health classified (its reason) may have been followed by
+// others on other GPUs.
+func lastXids(n *loomv1.NodeHealth) string {
+	var parts []string
+	for _, g := range n.GetGpus() {
+		if x := g.GetLastXid(); x != 0 {
+			parts = append(parts, fmt.Sprintf("%d@GPU%d", x, g.GetIndex()))
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ",")
 }
 
 // ---- goodput ----

@@ -27,7 +27,7 @@ func newHealthGateway(t *testing.T) (*fakegw.Gateway, string) {
 			out = append(out, &loomv1.GpuSample{Index: int32(i), TemperatureC: c, EccSbeVolatile: uint64(i)})
 		}
 		if lost {
-			out[0] = &loomv1.GpuSample{Index: 0, Lost: true}
+			out[0] = &loomv1.GpuSample{Index: 0, Lost: true, LastXid: 79}
 		}
 		return out
 	}
@@ -66,9 +66,9 @@ func TestHealthTables(t *testing.T) {
 		want string
 	}{
 		{[]string{"health", "nodes", "demo"}, `
-NODE      STATE     REASON                              SET BY       SINCE  NEXT    GPUS        TEMP  ECC SBE/DBE  HEARTBEAT
-gpu-0001  HEALTHY   -                                   loom-health  3h     -       3 sim       44C   3/0          2s ago
-gpu-0002  DRAINING  Xid 79: GPU has fallen off the bus  loom-health  2m     REBOOT  3 (1 lost)  71C   3/0          20s ago
+NODE      STATE     REASON                              SET BY       SINCE  NEXT    GPUS        TEMP  ECC SBE/DBE  XID      HEARTBEAT
+gpu-0001  HEALTHY   -                                   loom-health  3h     -       3 sim       44C   3/0          -        2s ago
+gpu-0002  DRAINING  Xid 79: GPU has fallen off the bus  loom-health  2m     REBOOT  3 (1 lost)  71C   3/0          79@GPU0  20s ago
 `},
 		{[]string{"health", "results", "demo"}, `
 NODE      CHECK       OUTCOME  SUMMARY                       TRIGGER  SCAN  AGE  VALID
