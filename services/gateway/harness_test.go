@@ -45,9 +45,11 @@ type world struct {
 	listRequests []*loomv1.ListJobsRequest
 	// nodeHealth and healthResults are the health service's answers;
 	// healthRequests the ListHealthResults requests it was asked.
-	nodeHealth     []*loomv1.NodeHealth
-	healthResults  []*loomv1.HealthCheckResult
-	healthRequests []*loomv1.ListHealthResultsRequest
+	nodeHealth []*loomv1.NodeHealth
+	// nodeHealthHosts are the hostnames of each ListNodeHealth asked.
+	nodeHealthHosts [][]string
+	healthResults   []*loomv1.HealthCheckResult
+	healthRequests  []*loomv1.ListHealthResultsRequest
 	// training is the training service's resources by name (CustomJobs,
 	// tuning jobs, pipelines: training_test.go).
 	training map[string]proto.Message
@@ -170,6 +172,7 @@ func (f fakeHealth) ListNodeHealth(_ context.Context, r *loomv1.ListNodeHealthRe
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
 	resp := &loomv1.ListNodeHealthResponse{}
+	f.w.nodeHealthHosts = append(f.w.nodeHealthHosts, r.GetHostnames())
 	for _, n := range f.w.nodeHealth {
 		if n.GetCluster() == r.GetCluster() {
 			resp.Nodes = append(resp.Nodes, proto.Clone(n).(*loomv1.NodeHealth))

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -220,6 +221,18 @@ func TestHealthReads(t *testing.T) {
 	if err != nil || len(nodes.GetNodes()) != 1 || nodes.GetNodes()[0].GetState() != loomv1.RemediationState_NODE_DRAINING {
 		t.Fatalf("ListNodeHealth: %v %v", nodes, err)
 	}
+	// Hostlists reach health expanded; a bad one is refused naming it.
+	if _, err := hs.ListNodeHealth(ctx, &loomv1.ListNodeHealthRequest{Cluster: cluster1, Hostnames: []string{"gpu-[0001-0002]"}}); err != nil {
+		t.Fatal(err)
+	}
+	h.w.mu.Lock()
+	asked := h.w.nodeHealthHosts[len(h.w.nodeHealthHosts)-1]
+	h.w.mu.Unlock()
+	if !slices.Equal(asked, []string{"gpu-0001", "gpu-0002"}) {
+		t.Fatalf("health was asked for hostnames %v", asked)
+	}
+	_, err = hs.ListNodeHealth(ctx, &loomv1.ListNodeHealthRequest{Cluster: cluster1, Hostnames: []string{"gpu-[1-"}})
+	wantCode(t, "a bad hostlist", err, codes.InvalidArgument, "hostnames[0]")
 	res, err := hs.ListHealthResults(ctx, &loomv1.ListHealthResultsRequest{Cluster: cluster1, Check: "gpu_diag", ScanId: "s1"})
 	if err != nil || len(res.GetResults()) != 1 || res.GetResults()[0].GetOutcome() != loomv1.CheckOutcome_CHECK_FAIL {
 		t.Fatalf("ListHealthResults: %v %v", res, err)

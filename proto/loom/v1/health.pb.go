@@ -1303,10 +1303,13 @@ func (x *ListHealthResultsResponse) GetNextPageToken() string {
 }
 
 type ListNodeHealthRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	PageSize      int32                  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string                 `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Cluster   string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	PageSize  int32                  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken string                 `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// hostnames keeps only these nodes (hostlist expressions such as
+	// gpu-[0001-0004]; at most 4096 hosts); empty: every node.
+	Hostnames     []string `protobuf:"bytes,4,rep,name=hostnames,proto3" json:"hostnames,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1360,6 +1363,13 @@ func (x *ListNodeHealthRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListNodeHealthRequest) GetHostnames() []string {
+	if x != nil {
+		return x.Hostnames
+	}
+	return nil
 }
 
 type ListNodeHealthResponse struct {
@@ -2042,12 +2052,13 @@ const file_loom_v1_health_proto_rawDesc = "" +
 	"page_token\x18\x06 \x01(\tR\tpageToken\"y\n" +
 	"\x19ListHealthResultsResponse\x124\n" +
 	"\aresults\x18\x01 \x03(\v2\x1a.loom.v1.HealthCheckResultR\aresults\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"m\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x8b\x01\n" +
 	"\x15ListNodeHealthRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"k\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x1c\n" +
+	"\thostnames\x18\x04 \x03(\tR\thostnames\"k\n" +
 	"\x16ListNodeHealthResponse\x12)\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x13.loom.v1.NodeHealthR\x05nodes\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"j\n" +

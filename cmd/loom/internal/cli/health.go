@@ -712,16 +712,24 @@ func renderHealthResults(w io.Writer, rs []*loomv1.HealthCheckResult, now time.T
 
 func (a *app) healthNodesCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "nodes CLUSTER",
+		Use:   "nodes CLUSTER [NODE...]",
 		Short: "Show each node's health: state, reason, who set it, what happens next",
 		Long: `Show each node's health as the health service sees it: STATE (HEALTHY,
 SUSPECT, DRAINING, REBOOTING, REIMAGING, REPLACING, QUARANTINED, UNREACHABLE, DOWN),
 REASON, SET BY (loom-health or the operator), SINCE, NEXT (the action health
 takes next), GPUS (count, and how many fell off the bus), TEMP (the hottest
 GPU), ECC (volatile single-/double-bit errors over all GPUs), XID (each GPU's
-last Xid) and HEARTBEAT.
+last Xid) and HEARTBEAT. NODE (hostnames or hostlists, gpu-[0001-0004]) keeps
+only those; for one node, each GPU's readings follow: temperature, power,
+utilisation, memory, SM clock, ECC, remapped rows, retired pages, NVLink and
+PCIe errors, its last Xid and whether it fell off the bus.
 Override with loom nodes drain|resume|quarantine|reboot|reimage|replace.`,
-		Args: exactArgs(1, "the cluster, e.g. `loom health nodes demo`"),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usagef("give the cluster, e.g. `loom health nodes demo` (and nodes to show only those)")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			hs, err := a.healthClient()
 			if err != nil {
@@ -729,7 +737,8 @@ Override with loom nodes drain|resume|quarantine|reboot|reimage|replace.`,
 			}
 			cluster := a.clusterName(args[0])
 			nodes, err := collect(a, cmd, 0, func(ctx context.Context, token string, size int32) ([]*loomv1.NodeHealth, string, error) {
-				page, err := hs.ListNodeHealth(ctx, &loomv1.ListNodeHealthRequest{Cluster: cluster, PageToken: token, PageSize: size})
+				page, err := hs.ListNodeHealth(ctx, &loomv1.ListNodeHealthRequest{Cluster: cluster, Hostnames: args[1:],
+					PageToken: token, PageSize: size})
 				return page.GetNodes(), page.GetNextPageToken(), err
 			})
 			if err != nil {
@@ -739,10 +748,21 @@ Override with loom nodes drain|resume|quarantine|reboot|reimage|replace.`,
 				return writeJSON(cmd.OutOrStdout(), &loomv1.ListNodeHealthResponse{Nodes: nodes})
 			}
 			if len(nodes) == 0 {
+				if len(args) > 1 {
+					fmt.Fprintf(cmd.OutOrStdout(), "No node of %s in %s has reported to health; `loom health nodes %s` lists those that have.\n",
+						strings.Join(args[1:], " "), args[0], args[0])
+					return nil
+				}
 				fmt.Fprintf(cmd.OutOrStdout(), "No nodes reported to health in %s yet.\n", args[0])
 				return nil
 			}
-			return renderNodeHealth(cmd.OutOrStdout(), nodes, a.now())
+			if err := renderNodeHealth(cmd.OutOrStdout(), nodes, a.now()); err != nil {
+				return err
+			}
+			if len(nodes) == 1 && len(args) > 1 {
+				return renderGPUs(cmd.OutOrStdout(), nodes[0])
+			}
+			return nil
 		},
 	}
 }
@@ -814,6 +834,51 @@ func renderNodeHealth(w io.Writer, ns []*loomv1.NodeHealth, now time.Time) error
 			remediationAction(n.GetNextAction()), gpus, temp, ecc, lastXids(n), ago(n.GetLastHeartbeat(), now))
 	}
 	return tw.Flush()
+}
+
+// renderGPUs prints one node's GPUs, a row each, as its last telemetry had
+// them (dcgm-exporter's fields; docs/health.md, "Telemetry").
+func renderGPUs(w io.Writer, n *loomv1.NodeHealth) error {
+	if len(n.GetGpus()) == 0 {
+		_, err := fmt.Fprintln(w, "\nNo GPU telemetry from this node yet.")
+		return err
+	}
+	fmt.Fprintln(w, "\nGPUs:")
+	tw := newTable(w)
+	row(tw, "  GPU", "TEMP", "POWER", "UTIL", "MEMORY", "SM CLOCK", "ECC SBE/DBE (AGG)", "REMAPPED C/U", "RETIRED", "NVLINK CRC/REPLAY", "PCIE REPLAY", "XID", "STATE")
+	for _, g := range n.GetGpus() {
+		if g.GetLost() {
+			row(tw, fmt.Sprintf("  %d", g.GetIndex()), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", xidCell(g.GetLastXid()), "fell off the bus")
+			continue
+		}
+		state := "ok"
+		switch {
+		case g.GetRemapFailure():
+			state = "row remap failed"
+		case g.GetRemapPending():
+			state = "remap pending (reset)"
+		case g.GetThrottleReasons() != 0:
+			state = fmt.Sprintf("throttled (0x%x)", g.GetThrottleReasons())
+		}
+		row(tw, fmt.Sprintf("  %d", g.GetIndex()), fmt.Sprintf("%.0fC", g.GetTemperatureC()), fmt.Sprintf("%.0fW", g.GetPowerW()),
+			fmt.Sprintf("%.0f%%", g.GetGpuUtilPercent()),
+			fmt.Sprintf("%d/%d MiB", g.GetMemoryUsedBytes()>>20, g.GetMemoryTotalBytes()>>20),
+			fmt.Sprintf("%d MHz", g.GetSmClockMhz()),
+			fmt.Sprintf("%d/%d (%d/%d)", g.GetEccSbeVolatile(), g.GetEccDbeVolatile(), g.GetEccSbeAggregate(), g.GetEccDbeAggregate()),
+			fmt.Sprintf("%d/%d", g.GetRemappedCorrectable(), g.GetRemappedUncorrectable()),
+			strconv.Itoa(int(g.GetRetiredPagesSbe()+g.GetRetiredPagesDbe())),
+			fmt.Sprintf("%d/%d", g.GetNvlinkCrcErrors(), g.GetNvlinkReplayErrors()),
+			strconv.FormatUint(g.GetPcieReplay(), 10), xidCell(g.GetLastXid()), state)
+	}
+	return tw.Flush()
+}
+
+// xidCell is an Xid, "-" for none.
+func xidCell(x int32) string {
+	if x == 0 {
+		return "-"
+	}
+	return strconv.Itoa(int(x))
 }
 
 // lastXids is each GPU's last Xid, "79@GPU0,13@GPU3", "-" when none saw

@@ -70,6 +70,20 @@ NODE      STATE     REASON                              SET BY       SINCE  NEXT
 gpu-0001  HEALTHY   -                                   loom-health  3h     -       3 sim       44C   3/0          -        2s ago
 gpu-0002  DRAINING  Xid 79: GPU has fallen off the bus  loom-health  2m     REBOOT  3 (1 lost)  71C   3/0          79@GPU0  20s ago
 `},
+		// One node: its row, then each GPU's readings.
+		{[]string{"health", "nodes", "demo", "gpu-0002"}, `
+NODE      STATE     REASON                              SET BY       SINCE  NEXT    GPUS        TEMP  ECC SBE/DBE  XID      HEARTBEAT
+gpu-0002  DRAINING  Xid 79: GPU has fallen off the bus  loom-health  2m     REBOOT  3 (1 lost)  71C   3/0          79@GPU0  20s ago
+
+GPUs:
+  GPU  TEMP  POWER  UTIL  MEMORY   SM CLOCK  ECC SBE/DBE (AGG)  REMAPPED C/U  RETIRED  NVLINK CRC/REPLAY  PCIE REPLAY  XID  STATE
+  0    -     -      -     -        -         -                  -             -        -                  -            79   fell off the bus
+  1    71C   0W     0%    0/0 MiB  0 MHz     1/0 (0/0)          0/0           0        0/0                0            -    ok
+  2    52C   0W     0%    0/0 MiB  0 MHz     2/0 (0/0)          0/0           0        0/0                0            -    ok
+`},
+		{[]string{"health", "nodes", "demo", "gpu-[0003-0004]"}, `
+No node of gpu-[0003-0004] in demo has reported to health; ` + "`loom health nodes demo`" + ` lists those that have.
+`},
 		{[]string{"health", "results", "demo"}, `
 NODE      CHECK       OUTCOME  SUMMARY                       TRIGGER  SCAN  AGE  VALID
 gpu-0002  gpu_diag/2  FAIL     memory test: GPU 0 not found  confirm  s1    1m   23h

@@ -72,9 +72,15 @@ func (g *Gateway) ScanNodes(_ context.Context, r *loomv1.ScanNodesRequest) (*loo
 	if g.cluster(r.GetCluster()) == nil {
 		return nil, clusterNotFound(r.GetCluster())
 	}
-	hosts, err := g.checkHosts(r.GetCluster(), r.GetHostnames())
-	if err != nil {
-		return nil, err
+	// As the gateway: expanded, not checked against the cluster's nodes
+	// (one that is none has no health).
+	var hosts []string
+	for i, e := range r.GetHostnames() {
+		names, err := hostlist.Expand(e)
+		if err != nil {
+			return nil, errs.ToStatus(errs.Invalid(fmt.Sprintf("hostnames[%d]", i), "%v", err))
+		}
+		hosts = append(hosts, names...)
 	}
 	if len(hosts) == 0 {
 		for _, n := range g.Nodes {
@@ -152,9 +158,19 @@ func (g *Gateway) ListNodeHealth(_ context.Context, r *loomv1.ListNodeHealthRequ
 	if g.cluster(r.GetCluster()) == nil {
 		return nil, clusterNotFound(r.GetCluster())
 	}
+	// As the gateway: expanded, not checked against the cluster's nodes
+	// (one that is none has no health).
+	var hosts []string
+	for i, e := range r.GetHostnames() {
+		names, err := hostlist.Expand(e)
+		if err != nil {
+			return nil, errs.ToStatus(errs.Invalid(fmt.Sprintf("hostnames[%d]", i), "%v", err))
+		}
+		hosts = append(hosts, names...)
+	}
 	var out []*loomv1.NodeHealth
 	for _, n := range g.NodeHealth {
-		if n.GetCluster() == r.GetCluster() {
+		if n.GetCluster() == r.GetCluster() && (len(hosts) == 0 || slices.Contains(hosts, n.GetHostname())) {
 			out = append(out, n)
 		}
 	}

@@ -56,12 +56,18 @@ func (g *Gateway) ListNodeHealth(ctx context.Context, req *loomv1.ListNodeHealth
 	var v errs.Validator
 	domain.CheckCluster(&v, "cluster", req.GetCluster())
 	v.Check(req.GetPageSize() >= 0, "page_size", "%d is negative", req.GetPageSize())
+	hosts := domain.ExpandHostnames(&v, "hostnames", req.GetHostnames())
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
 	h, err := g.health()
 	if err != nil {
 		return nil, err
+	}
+	// Health filters on hostnames; it gets them expanded.
+	if len(hosts) > 0 {
+		req = proto.CloneOf(req)
+		req.Hostnames = hosts
 	}
 	resp, err := h.ListNodeHealth(ctx, req)
 	if err != nil {

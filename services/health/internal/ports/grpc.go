@@ -2,6 +2,7 @@ package ports
 
 import (
 	"context"
+	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -36,13 +37,17 @@ func NewHealthServer(nodes NodeHealthLister, results ResultLister) *HealthServer
 	return &HealthServer{nodes: nodes, results: results}
 }
 
-// ListNodeHealth lists each node of the cluster with its health and
-// remediation state, by node name, one page at a time.
+// ListNodeHealth lists each node of the cluster (those of hostnames, when
+// given: the gateway expands them) with its health and remediation
+// state, by node name, one page at a time.
 func (s *HealthServer) ListNodeHealth(_ context.Context, req *loomv1.ListNodeHealthRequest) (*loomv1.ListNodeHealthResponse, error) {
 	if req.GetCluster() == "" {
 		return nil, errs.Invalid("cluster", "required")
 	}
 	nodes := s.nodes.ListNodeHealth(req.GetCluster())
+	if hosts := req.GetHostnames(); len(hosts) > 0 {
+		nodes = slices.DeleteFunc(nodes, func(n *loomv1.NodeHealth) bool { return !slices.Contains(hosts, n.GetHostname()) })
+	}
 	page, next, err := paging.List(req, nodes, func(n *loomv1.NodeHealth) string { return n.GetNode() })
 	if err != nil {
 		return nil, err

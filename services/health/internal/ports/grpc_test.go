@@ -57,6 +57,14 @@ func TestListNodeHealthPages(t *testing.T) {
 	if len(got) != 3 || got[0] != c+"/nodes/a" || got[2] != c+"/nodes/c" {
 		t.Fatalf("pages: %v", got)
 	}
+	// hostnames keeps those nodes only (the gateway expanded them).
+	for i := range nodes {
+		nodes[i].Hostname = nodes[i].GetNode()[len(nodes[i].GetNode())-1:]
+	}
+	byHost, err := s.ListNodeHealth(ctx, &loomv1.ListNodeHealthRequest{Cluster: c, Hostnames: []string{"c", "a", "x"}})
+	if err != nil || len(byHost.GetNodes()) != 2 || byHost.GetNodes()[0].GetHostname() != "a" || byHost.GetNodes()[1].GetHostname() != "c" {
+		t.Fatalf("hostnames a, c (and x, of another cluster): %v %v", byHost.GetNodes(), err)
+	}
 	var inv *errs.InvalidError
 	if _, err := s.ListNodeHealth(ctx, &loomv1.ListNodeHealthRequest{}); !errors.As(err, &inv) {
 		t.Fatalf("no cluster: %v", err)
