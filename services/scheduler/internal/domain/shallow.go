@@ -51,6 +51,7 @@ func shallowJobInto(cp, job *loomv1.Job) {
 		HangTimeoutSeconds: job.HangTimeoutSeconds,
 		CheckpointDir:      job.CheckpointDir,
 		UserFailures:       job.UserFailures,
+		ExcludedNodes:      job.ExcludedNodes,
 		Exclusive:          job.Exclusive,
 		Qos:                job.Qos,
 		Account:            job.Account,
