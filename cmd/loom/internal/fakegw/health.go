@@ -44,19 +44,31 @@ func (g *Gateway) clusterNode(cluster, hostname string) *loomv1.Node {
 // cluster (InvalidArgument naming the entry, as the gateway does); the
 // caller holds g.mu.
 func (g *Gateway) checkHosts(cluster string, exprs []string) ([]string, error) {
+	return expandHosts(exprs, func(host string) error {
+		if g.clusterNode(cluster, host) == nil {
+			return fmt.Errorf("%s is not a node of %s", host, cluster)
+		}
+		return nil
+	})
+}
+
+// expandHosts expands hostlists, each host once, in order, refusing one
+// that check (when not nil) refuses: InvalidArgument naming its entry, as
+// the gateway's.
+func expandHosts(exprs []string, check func(host string) error) ([]string, error) {
 	var out []string
 	for i, e := range exprs {
 		names, err := hostlist.Expand(e)
-		if err != nil {
-			return nil, errs.ToStatus(errs.Invalid(fmt.Sprintf("hostnames[%d]", i), "%v", err))
-		}
 		for _, n := range names {
-			if g.clusterNode(cluster, n) == nil {
-				return nil, errs.ToStatus(errs.Invalid(fmt.Sprintf("hostnames[%d]", i), "%s is not a node of %s", n, cluster))
+			if err == nil && check != nil {
+				err = check(n)
 			}
-			if !slices.Contains(out, n) {
+			if err == nil && !slices.Contains(out, n) {
 				out = append(out, n)
 			}
+		}
+		if err != nil {
+			return nil, errs.ToStatus(errs.Invalid(fmt.Sprintf("hostnames[%d]", i), "%v", err))
 		}
 	}
 	return out, nil
@@ -72,15 +84,9 @@ func (g *Gateway) ScanNodes(_ context.Context, r *loomv1.ScanNodesRequest) (*loo
 	if g.cluster(r.GetCluster()) == nil {
 		return nil, clusterNotFound(r.GetCluster())
 	}
-	// As the gateway: expanded, not checked against the cluster's nodes
-	// (one that is none has no health).
-	var hosts []string
-	for i, e := range r.GetHostnames() {
-		names, err := hostlist.Expand(e)
-		if err != nil {
-			return nil, errs.ToStatus(errs.Invalid(fmt.Sprintf("hostnames[%d]", i), "%v", err))
-		}
-		hosts = append(hosts, names...)
+	hosts, err := g.checkHosts(r.GetCluster(), r.GetHostnames())
+	if err != nil {
+		return nil, err
 	}
 	if len(hosts) == 0 {
 		for _, n := range g.Nodes {
@@ -160,13 +166,9 @@ func (g *Gateway) ListNodeHealth(_ context.Context, r *loomv1.ListNodeHealthRequ
 	}
 	// As the gateway: expanded, not checked against the cluster's nodes
 	// (one that is none has no health).
-	var hosts []string
-	for i, e := range r.GetHostnames() {
-		names, err := hostlist.Expand(e)
-		if err != nil {
-			return nil, errs.ToStatus(errs.Invalid(fmt.Sprintf("hostnames[%d]", i), "%v", err))
-		}
-		hosts = append(hosts, names...)
+	hosts, err := expandHosts(r.GetHostnames(), nil)
+	if err != nil {
+		return nil, err
 	}
 	var out []*loomv1.NodeHealth
 	for _, n := range g.NodeHealth {
