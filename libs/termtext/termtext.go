@@ -32,7 +32,8 @@ func FirstSpoofing(s, allow string) (rune, bool) {
 // Clean returns s safe to print, for text that is stored and shown but
 // cannot be refused (what a node reports of a process's end): invalid
 // UTF-8 and every spoofing character become U+FFFD, and what is past limit
-// bytes is cut at a character boundary and marked with "…".
+// bytes (at least a few) is cut at a character boundary and marked with
+// "…", so that the result is at most limit bytes.
 func Clean(s string, limit int) string { return CleanAllowing(s, limit, "") }
 
 // CleanAllowing is Clean keeping the control characters in allow (a
@@ -52,12 +53,16 @@ func CleanAllowing(s string, limit int, allow string) string {
 		}
 		return b.String()
 	}
-	if len(s) <= limit {
-		return clean(s)
+	// Cleaned first, then cut: a replacement (3 bytes) is longer than the
+	// byte it replaces. Only what can be kept is cleaned: at most limit
+	// bytes of it.
+	c := clean(s[:min(len(s), limit+1)])
+	if len(c) <= limit && len(s) <= limit {
+		return c
 	}
-	cut := limit - len("…")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
+	cut := max(limit-len("…"), 0)
+	for cut > 0 && !utf8.RuneStart(c[cut]) {
 		cut--
 	}
-	return clean(s[:max(cut, 0)]) + "…"
+	return c[:cut] + "…"
 }

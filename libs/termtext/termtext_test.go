@@ -41,6 +41,12 @@ func TestClean(t *testing.T) {
 	if got := CleanAllowing("line\n\tindented\x1b[2J", 64, "\n\t"); got != "line\n\tindented\uFFFD[2J" {
 		t.Errorf("CleanAllowing kept %q", got)
 	}
+	// Replacements are longer than what they replace: still at most the limit.
+	for _, in := range []string{strings.Repeat("\xff", 5000), strings.Repeat("\x1b", 5000), strings.Repeat("é", 5000)} {
+		if got := Clean(in, 1024); len(got) > 1024 || !utf8.ValidString(got) || !strings.HasSuffix(got, "…") {
+			t.Errorf("Clean of %d bytes to 1024: %d bytes, valid %v", len(in), len(got), utf8.ValidString(got))
+		}
+	}
 	long := strings.Repeat("a", 5000) + "\x1b"
 	got := Clean(long, 1024)
 	if len(got) > 1024 || !utf8.ValidString(got) || !strings.HasSuffix(got, "…") {

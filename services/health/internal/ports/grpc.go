@@ -2,7 +2,6 @@ package ports
 
 import (
 	"context"
-	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -45,8 +44,19 @@ func (s *HealthServer) ListNodeHealth(_ context.Context, req *loomv1.ListNodeHea
 		return nil, errs.Invalid("cluster", "required")
 	}
 	nodes := s.nodes.ListNodeHealth(req.GetCluster())
-	if hosts := req.GetHostnames(); len(hosts) > 0 {
-		nodes = slices.DeleteFunc(nodes, func(n *loomv1.NodeHealth) bool { return !slices.Contains(hosts, n.GetHostname()) })
+	if len(req.GetHostnames()) > 0 {
+		// Into a new slice: the lister's is not this call's to change.
+		want := make(map[string]bool, len(req.GetHostnames()))
+		for _, h := range req.GetHostnames() {
+			want[h] = true
+		}
+		var kept []*loomv1.NodeHealth
+		for _, n := range nodes {
+			if want[n.GetHostname()] {
+				kept = append(kept, n)
+			}
+		}
+		nodes = kept
 	}
 	page, next, err := paging.List(req, nodes, func(n *loomv1.NodeHealth) string { return n.GetNode() })
 	if err != nil {
