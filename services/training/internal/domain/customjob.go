@@ -213,6 +213,12 @@ func jobChanged(now time.Time, cj *CJ, ev *eventsv1.JobChanged, em *emitter) {
 			cj.Job.State = s
 		}
 	}
+	// The scheduler's start time wins: a job that ran and ended between
+	// two of its events (one pass can take it from PENDING to COMPLETED)
+	// still ran, and its CustomJob says when.
+	if st := j.GetStartTime(); cj.Job.StartTime == nil && st != nil && st.IsValid() {
+		cj.Job.StartTime = st
+	}
 	switch j.GetState() {
 	case loomv1.JobState_PENDING, loomv1.JobState_REQUEUED:
 		if cj.Job.GetState() == trainingv1.JobState_JOB_STATE_RUNNING {
@@ -224,9 +230,6 @@ func jobChanged(now time.Time, cj *CJ, ev *eventsv1.JobChanged, em *emitter) {
 		set(trainingv1.JobState_JOB_STATE_RUNNING)
 		if cj.Job.StartTime == nil {
 			cj.Job.StartTime = timestamppb.New(now)
-			if st := j.GetStartTime(); st != nil {
-				cj.Job.StartTime = st
-			}
 		}
 	case loomv1.JobState_COMPLETED:
 		endCJ(now, cj, trainingv1.JobState_JOB_STATE_SUCCEEDED, 0, "", em)

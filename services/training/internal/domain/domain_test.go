@@ -175,6 +175,32 @@ func TestCustomJobOnItsOwnCluster(t *testing.T) {
 	}
 }
 
+// A job that ran and ended between two scheduler events (PENDING, then
+// COMPLETED) still has a start time: the scheduler's.
+func TestCustomJobEndedUnseenRunKeepsStart(t *testing.T) {
+	t.Parallel()
+	s := NewState()
+	feed(t, s, customJob(cjName, "alice", spec()))
+	feed(t, s, clusterIs("projects/p/clusters/cj-101", loomv1.Cluster_RUNNING))
+	feed(t, s, jobIs("projects/p/jobs/101", loomv1.JobState_PENDING))
+	done := jobIs("projects/p/jobs/101", loomv1.JobState_COMPLETED)
+	started := t0.Add(3 * time.Second)
+	done.Job.StartTime = timestamppb.New(started)
+	feed(t, s, done)
+	got := cjOf(t, s, cjName)
+	if got.GetState() != trainingv1.JobState_JOB_STATE_SUCCEEDED || !got.GetStartTime().AsTime().Equal(started) {
+		t.Fatalf("ended unseen: state %v start %v, want SUCCEEDED from %v", got.GetState(), got.GetStartTime(), started)
+	}
+	// A job cancelled before it ran has none.
+	s = NewState()
+	feed(t, s, customJob(cjName, "alice", spec()))
+	feed(t, s, clusterIs("projects/p/clusters/cj-101", loomv1.Cluster_RUNNING))
+	feed(t, s, jobIs("projects/p/jobs/101", loomv1.JobState_CANCELLED))
+	if got := cjOf(t, s, cjName); got.GetStartTime() != nil {
+		t.Fatalf("cancelled before it ran: start %v", got.GetStartTime())
+	}
+}
+
 func TestCustomJobOnPersistentCluster(t *testing.T) {
 	t.Parallel()
 	s := NewState()
