@@ -181,6 +181,22 @@ func TestAccountsRefuseBadInputNamingTheField(t *testing.T) {
 			_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: "physics", User: "Root;rm"}}, h.call("pat"))
 			return err
 		}, []string{"association.user"}},
+		{"QOS name", func() error {
+			_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: "physics", User: "alice", Qos: []string{"high", "x\x1b[2J"}}}, h.call("pat"))
+			return err
+		}, []string{"association.qos[1]", "not a QOS name"}},
+		{"too many QOS", func() error {
+			many := make([]string, domain.MaxAssocQOS+1)
+			for i := range many {
+				many[i] = fmt.Sprintf("q%d", i)
+			}
+			_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: "physics", User: "alice", Qos: many}}, h.call("pat"))
+			return err
+		}, []string{"association.qos", "the limit is 32"}},
+		{"default QOS not granted", func() error {
+			_, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: "physics", User: "alice", Qos: []string{"high"}, DefaultQos: "urgent"}}, h.call("pat"))
+			return err
+		}, []string{"association.default_qos", "urgent", "high", "low,normal"}},
 		{"list filter", func() error {
 			_, err := acc.ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project, Account: "A B"}, h.call("vic"))
 			return err
@@ -272,6 +288,68 @@ func TestSubmitJobMaxSubmitJobs(t *testing.T) {
 		t.Fatalf("zed's submit: %v, account %q; want accepted without an account", err, z.GetAccount())
 	}
 	_ = j
+}
+
+// TestSubmitJobQOS: a QOS outside the open ones (low, normal by default)
+// needs an association granting it, so that no member can preempt others
+// or jump the queue by asking for high; the association's default QOS
+// fills a job that names none.
+func TestSubmitJobQOS(t *testing.T) {
+	t.Parallel()
+	h := newAccountsHarness(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	acc := h.accounts()
+	for _, id := range []string{"physics", "chem"} {
+		if _, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: id}}, h.call("pat")); err != nil {
+			t.Fatalf("create %s: %v", id, err)
+		}
+	}
+	a, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{
+		Account: "physics", User: "alice", Qos: []string{"High", "high", "debug"}, DefaultQos: "HIGH"}}, h.call("pat"))
+	if err != nil || strings.Join(a.GetQos(), ",") != "debug,high" || a.GetDefaultQos() != "high" {
+		t.Fatalf("grant: %v, %v; want qos debug,high (lower-case, sorted, once) and default high", a, err)
+	}
+	if _, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{
+		Account: "chem", User: "bob"}}, h.call("pat")); err != nil {
+		t.Fatalf("bob: %v", err)
+	}
+	submit := func(user, qos string) (*loomv1.Job, error) {
+		req := validJob()
+		req.Job.User, req.Job.Qos = user, qos
+		return h.jobs().SubmitJob(ctx, req)
+	}
+	for _, tc := range []struct {
+		user, qos, want string
+	}{
+		{"alice", "", "high"},         // the association's default
+		{"alice", "normal", "normal"}, // open to everyone
+		{"alice", "Debug", "debug"},   // granted, in any case
+		{"bob", "", ""},               // the scheduler's default
+		{"bob", "low", "low"},
+		{"zed", "LOW", "low"}, // no association: the open ones
+	} {
+		j, err := submit(tc.user, tc.qos)
+		if err != nil || j.GetQos() != tc.want {
+			t.Errorf("%s --qos=%q: %v, qos %q; want accepted with %q", tc.user, tc.qos, err, j.GetQos(), tc.want)
+		}
+	}
+	_, err = submit("bob", "high")
+	wantAcctCode(t, err, codes.InvalidArgument, "job.qos", domain.MsgInvalidQOS, "user bob may not use QOS high",
+		"open to every member: low,normal", "granted to user=bob account=chem: none", "sacctmgr modify user bob set QOS+=high")
+	_, err = submit("zed", "high")
+	wantAcctCode(t, err, codes.InvalidArgument, "job.qos", "granted to user=zed: none")
+	_, err = submit("alice", "urgent")
+	wantAcctCode(t, err, codes.InvalidArgument, "job.qos", "granted to user=alice account=physics: debug,high")
+	_, err = submit("zed", "x\x1b]0;pwned\x07")
+	wantAcctCode(t, err, codes.InvalidArgument, "job.qos")
+	if msg := status.Convert(err).Message(); strings.ContainsAny(msg, "\x1b\x07") {
+		t.Errorf("the refusal echoes control characters: %q", msg)
+	}
+	list, err := acc.ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project, User: "alice"}, h.call("vic"))
+	if err != nil || strings.Join(list.GetOpenQos(), ",") != "low,normal" || len(list.GetAssociations()) != 1 ||
+		strings.Join(list.GetAssociations()[0].GetQos(), ",") != "debug,high" {
+		t.Fatalf("list: %v, %v; want open low,normal and alice's grant", list, err)
+	}
 }
 
 // TestAccountsOverREST: REST reaches AccountService through the same

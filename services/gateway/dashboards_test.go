@@ -98,16 +98,22 @@ func TestDashboardsREST(t *testing.T) {
 	}
 }
 
-func TestMetricsTargetsSettingIsChecked(t *testing.T) {
+// TestSettingsAreChecked: a bad -metrics-targets, -metrics-interval or
+// -open-qos stops the gateway at start, naming the setting.
+func TestSettingsAreChecked(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ targets, interval, field string }{
 		{"scheduler", "", "metrics-targets"},
 		{"nosuch=http://x/metrics", "", "metrics-targets"},
 		{"", "1ns", "metrics-interval"},
+		{"", "", "open-qos"},
 	} {
 		args := []string{"-metrics-targets=" + tc.targets}
 		if tc.interval != "" {
 			args = append(args, "-metrics-interval="+tc.interval)
+		}
+		if tc.field == "open-qos" {
+			args = append(args, "-open-qos=low,Hi gh")
 		}
 		err := RunArgs(testkit.Context(t, 10*time.Second), args)
 		if err == nil || !strings.Contains(err.Error(), tc.field) {

@@ -32,6 +32,7 @@ import (
 	"github.com/loom-ml/loom/services/gateway/internal/authn"
 	"github.com/loom-ml/loom/services/gateway/internal/authz"
 	"github.com/loom-ml/loom/services/gateway/internal/console"
+	"github.com/loom-ml/loom/services/gateway/internal/domain"
 	"github.com/loom-ml/loom/services/gateway/internal/guard"
 	"github.com/loom-ml/loom/services/gateway/internal/ports"
 )
@@ -78,6 +79,13 @@ type Config struct {
 	// checks it again; default slurmspec.DefaultMaxArraySize, 1001; at most
 	// slurmspec.MaxArraySizeCeiling).
 	MaxArraySize int
+	// OpenQOS are the QOS every member of a project may ask for (sbatch
+	// --qos) without an association granting them, comma-separated
+	// (LOOM_GATEWAY_OPEN_QOS; default "low,normal", domain.DefaultOpenQOS;
+	// "none": every QOS but the scheduler's default needs a grant). Keep
+	// out of it any QOS of the scheduler's -qos table that may preempt
+	// others or outranks the default: asking for it is then a privilege.
+	OpenQOS string
 	// Auth configures authentication (AuthConfig's flags).
 	Auth AuthConfig
 	// Limits are the quotas, rate limits and audit trail bounds
@@ -177,6 +185,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"how long a kept-alive REST connection may wait for its next request (LOOM_GATEWAY_REST_IDLE_TIMEOUT)")
 	fs.IntVar(&c.MaxArraySize, "max-array-size", int(config.EnvInt("LOOM_MAX_ARRAY_SIZE", slurmspec.DefaultMaxArraySize)),
 		"Slurm's MaxArraySize: array task ids must be below it (LOOM_MAX_ARRAY_SIZE, shared with the scheduler; default 1001)")
+	fs.StringVar(&c.OpenQOS, "open-qos", config.Env("LOOM_GATEWAY_OPEN_QOS", domain.DefaultOpenQOS),
+		"QOS every project member may ask for without an association granting them, comma-separated; \"none\": only the scheduler's default (LOOM_GATEWAY_OPEN_QOS)")
 	fs.StringVar(&c.MetricsTargets, "metrics-targets", config.Env("LOOM_GATEWAY_METRICS_TARGETS", ""),
 		"services' /metrics scraped for the console's dashboards, as service=url,... (LOOM_GATEWAY_METRICS_TARGETS; default none)")
 	fs.DurationVar(&c.MetricsInterval, "metrics-interval", config.EnvDuration("LOOM_GATEWAY_METRICS_INTERVAL", 5*time.Second),
@@ -218,6 +228,7 @@ func (c Config) withDefaults() Config {
 	if c.MaxArraySize == 0 {
 		c.MaxArraySize = slurmspec.DefaultMaxArraySize
 	}
+	def(&c.OpenQOS, domain.DefaultOpenQOS)
 	def(&c.Auth.Mode, "on")
 	def(&c.Auth.OIDCUserClaim, app.DefaultOIDCUserClaim)
 	return c
@@ -286,6 +297,10 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	private, err := privateJobs(cfg.PrivateData)
+	if err != nil {
+		return err
+	}
+	openQOS, err := domain.ParseQOSList("open-qos", cfg.OpenQOS)
 	if err != nil {
 		return err
 	}
@@ -372,7 +387,7 @@ func run(ctx context.Context, cfg Config, hk hooks) error {
 	}
 	gw = app.New(adapters.NewRepo(base.Store), owners, app.Options{Clock: base.Clock, Log: base.Log, PrivateJobs: private,
 		JobHistory: cfg.JobHistory, Feed: feed, ChangeFeed: changeFeed, ChangeRefresh: cfg.ChangeRefresh,
-		MaxArraySize: cfg.MaxArraySize, Quota: quota, Audit: auditOpt,
+		MaxArraySize: cfg.MaxArraySize, OpenQOS: openQOS, Quota: quota, Audit: auditOpt,
 		MaxChangeWatches: cfg.Limits.MaxChangeWatches})
 	rec.g = gw
 	// A command the broker refuses for good fails its operation or job

@@ -1452,8 +1452,16 @@ type Association struct {
 	MaxSubmitJobs  int32 `protobuf:"varint,4,opt,name=max_submit_jobs,json=maxSubmitJobs,proto3" json:"max_submit_jobs,omitempty"`
 	Fairshare      int32 `protobuf:"varint,5,opt,name=fairshare,proto3" json:"fairshare,omitempty"`
 	DefaultAccount bool  `protobuf:"varint,6,opt,name=default_account,json=defaultAccount,proto3" json:"default_account,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// qos are the QOS this association grants beyond those open to every
+	// member of the project (ListAssociationsResponse.open_qos), as Slurm's
+	// association QOS list (sacctmgr modify user ... set QOS+=high): a job
+	// charged to it may ask for any of them. Lower-case, sorted, at most 32.
+	Qos []string `protobuf:"bytes,7,rep,name=qos,proto3" json:"qos,omitempty"`
+	// default_qos is the QOS a job charged to this association gets when it
+	// names none ("": the scheduler's default); one of qos or open_qos.
+	DefaultQos    string `protobuf:"bytes,8,opt,name=default_qos,json=defaultQos,proto3" json:"default_qos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Association) Reset() {
@@ -1526,6 +1534,20 @@ func (x *Association) GetDefaultAccount() bool {
 		return x.DefaultAccount
 	}
 	return false
+}
+
+func (x *Association) GetQos() []string {
+	if x != nil {
+		return x.Qos
+	}
+	return nil
+}
+
+func (x *Association) GetDefaultQos() string {
+	if x != nil {
+		return x.DefaultQos
+	}
+	return ""
 }
 
 type CreateAccountRequest struct {
@@ -1824,6 +1846,9 @@ type ListAssociationsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Associations  []*Association         `protobuf:"bytes,1,rep,name=associations,proto3" json:"associations,omitempty"`
 	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// open_qos are the QOS every member of the project may ask for without
+	// a grant (the gateway's -open-qos).
+	OpenQos       []string `protobuf:"bytes,3,rep,name=open_qos,json=openQos,proto3" json:"open_qos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1870,6 +1895,13 @@ func (x *ListAssociationsResponse) GetNextPageToken() string {
 		return x.NextPageToken
 	}
 	return ""
+}
+
+func (x *ListAssociationsResponse) GetOpenQos() []string {
+	if x != nil {
+		return x.OpenQos
+	}
+	return nil
 }
 
 var File_loom_v1_auth_proto protoreflect.FileDescriptor
@@ -1987,14 +2019,17 @@ const file_loom_v1_auth_proto_rawDesc = "" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\"\n" +
 	"\forganization\x18\x03 \x01(\tR\forganization\x12%\n" +
 	"\x0eparent_account\x18\x04 \x01(\tR\rparentAccount\x12\x1c\n" +
-	"\tfairshare\x18\x05 \x01(\x05R\tfairshare\"\xc5\x01\n" +
+	"\tfairshare\x18\x05 \x01(\x05R\tfairshare\"\xf8\x01\n" +
 	"\vAssociation\x12\x18\n" +
 	"\aaccount\x18\x01 \x01(\tR\aaccount\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x19\n" +
 	"\bmax_jobs\x18\x03 \x01(\x05R\amaxJobs\x12&\n" +
 	"\x0fmax_submit_jobs\x18\x04 \x01(\x05R\rmaxSubmitJobs\x12\x1c\n" +
 	"\tfairshare\x18\x05 \x01(\x05R\tfairshare\x12'\n" +
-	"\x0fdefault_account\x18\x06 \x01(\bR\x0edefaultAccount\"Z\n" +
+	"\x0fdefault_account\x18\x06 \x01(\bR\x0edefaultAccount\x12\x10\n" +
+	"\x03qos\x18\a \x03(\tR\x03qos\x12\x1f\n" +
+	"\vdefault_qos\x18\b \x01(\tR\n" +
+	"defaultQos\"Z\n" +
 	"\x14CreateAccountRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12*\n" +
 	"\aaccount\x18\x02 \x01(\v2\x10.loom.v1.AccountR\aaccount\"i\n" +
@@ -2015,10 +2050,11 @@ const file_loom_v1_auth_proto_rawDesc = "" +
 	"\aaccount\x18\x03 \x01(\tR\aaccount\x12\x1b\n" +
 	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x05 \x01(\tR\tpageToken\"|\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"\x97\x01\n" +
 	"\x18ListAssociationsResponse\x128\n" +
 	"\fassociations\x18\x01 \x03(\v2\x14.loom.v1.AssociationR\fassociations\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*\x9a\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x19\n" +
+	"\bopen_qos\x18\x03 \x03(\tR\aopenQos*\x9a\x01\n" +
 	"\rPrincipalKind\x12\x1e\n" +
 	"\x1aPRINCIPAL_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13PRINCIPAL_KIND_USER\x10\x01\x12\x17\n" +

@@ -500,6 +500,17 @@ func TestPreemption(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := f.session(t, "pre")
+			if c.name == "QOS" {
+				// QOS high outranks and may preempt: it is not open to
+				// every member (low and normal are) and needs a grant,
+				// as under Slurm's AccountingStorageEnforce=qos.
+				r := s.run("sbatch", append(c.high, s.script("preempt_high.sh"))...)
+				if r.code != 1 || !strings.Contains(r.stderr, "Batch job submission failed: Invalid qos specification\n") ||
+					!strings.Contains(r.stderr, "set QOS+=high") {
+					t.Fatalf("sbatch --qos=high without a grant: %s; want Slurm's Invalid qos specification and how to get one", r)
+				}
+				f.grantQOS(t, s.user, "high")
+			}
 			low := s.sbatch(append(c.low, s.script("preempt_low.sh"))...)
 			s.waitFile("low-running", 60*time.Second)
 			high := s.sbatch(append(c.high, s.script("preempt_high.sh"))...)

@@ -342,6 +342,19 @@ func (f *fixture) userToken(t *testing.T, user string) []string {
 	return []string{"LOOM_TOKEN=" + tok}
 }
 
+// grantQOS lets user ask for qos, as a site's administrator does with
+// sacctmgr modify user USER set QOS+=...: an association of user with
+// account root granting them.
+func (f *fixture) grantQOS(t *testing.T, user string, qos ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := loomv1.NewAccountServiceClient(f.conn).SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: "projects/default",
+		Association: &loomv1.Association{Account: "root", User: user, Qos: qos}}); err != nil {
+		t.Fatalf("grant %s QOS %v: %v", user, qos, err)
+	}
+}
+
 // result is one command's outcome.
 type result struct {
 	stdout, stderr string

@@ -2,6 +2,7 @@ package fakegw
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -86,6 +87,9 @@ func (g *Gateway) SetAssociation(_ context.Context, r *loomv1.SetAssociationRequ
 	if a.Fairshare == 0 {
 		a.Fairshare = 1
 	}
+	// As the gateway keeps them: sorted, once each.
+	slices.Sort(a.Qos)
+	a.Qos = slices.Compact(a.Qos)
 	hasDefault, at := false, -1
 	for i, o := range g.Associations {
 		if o.GetUser() == a.GetUser() {
@@ -125,5 +129,5 @@ func (g *Gateway) ListAssociations(_ context.Context, r *loomv1.ListAssociations
 		}
 	}
 	page, next, err := paging.List(r, out, func(a *loomv1.Association) string { return a.GetUser() + "/" + a.GetAccount() })
-	return &loomv1.ListAssociationsResponse{Associations: page, NextPageToken: next}, errs.ToStatus(err)
+	return &loomv1.ListAssociationsResponse{Associations: page, NextPageToken: next, OpenQos: []string{"low", "normal"}}, errs.ToStatus(err)
 }

@@ -3,12 +3,14 @@ package slurmcli
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/loom-ml/loom/libs/paging"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -51,8 +53,9 @@ const sacctmgrUsage = `sacctmgr [<OPTION>] [<COMMAND>]
   <ENTITY> may be "account", "association" or "user".
 
   add account NAME[,NAME] [Description=] [Organization=] [Parent=] [Fairshare=]
-  add user NAME[,NAME] Account=A[,A] [DefaultAccount=] [MaxJobs=] [MaxSubmitJobs=] [Fairshare=]
+  add user NAME[,NAME] Account=A[,A] [DefaultAccount=] [MaxJobs=] [MaxSubmitJobs=] [Fairshare=] [QOS=] [DefaultQOS=]
   modify user where name=NAME [account=A] set [MaxJobs=] [MaxSubmitJobs=] [Fairshare=] [DefaultAccount=]
+                                             [QOS=a,b | QOS+=a | QOS-=a] [DefaultQOS=]
   show account [NAME] | show user [NAME] | show assoc [user=] [account=]
 `
 
@@ -60,12 +63,22 @@ const sacctmgrUsage = `sacctmgr [<OPTION>] [<COMMAND>]
 // association's MaxSubmitJobs: Slurm's reason (ESLURM_ACCOUNTING_POLICY).
 const msgPolicyViolation = "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)"
 
+// msgInvalidQOS starts the gateway's refusal of a submission asking for a
+// QOS the user may not use (job.qos): Slurm's reason (ESLURM_INVALID_QOS).
+const msgInvalidQOS = "Invalid qos specification"
+
 // policyViolation prints Slurm's refusal line as Slurm does, then the
 // limit the gateway names (which limit, its value, what was counted) on a
 // second line, so scripts matching Slurm's line still match.
 func policyViolation(c *cmd, what, msg string) *Error {
-	detail := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(msg, msgPolicyViolation), ": "), ": resource exhausted")
-	text := c.errorf("%s: %s", what, msgPolicyViolation).Text
+	return slurmRefusal(c, what, msgPolicyViolation, strings.TrimSuffix(msg, ": resource exhausted"))
+}
+
+// slurmRefusal prints "what: reason", Slurm's line, then the rest of the
+// gateway's message msg (which starts with reason) on a second line.
+func slurmRefusal(c *cmd, what, reason, msg string) *Error {
+	detail := strings.TrimPrefix(strings.TrimPrefix(msg, reason), ": ")
+	text := c.errorf("%s: %s", what, reason).Text
 	if detail != "" {
 		text += "\n" + c.errorf("%s", detail).Text
 	}
@@ -317,19 +330,28 @@ func (c *cmd) listAccounts(ctx context.Context) ([]*loomv1.Account, error) {
 // listAssociations reads the project's associations, one user's or one
 // account's when set.
 func (c *cmd) listAssociations(ctx context.Context, user, account string) ([]*loomv1.Association, error) {
+	out, _, err := c.listAssociationsOpen(ctx, user, account)
+	return out, err
+}
+
+// listAssociationsOpen is listAssociations, with the QOS open to every
+// member of the project.
+func (c *cmd) listAssociationsOpen(ctx context.Context, user, account string) ([]*loomv1.Association, []string, error) {
 	var out []*loomv1.Association
+	var open []string
 	err := paging.Each(func(token string) (string, error) {
 		cctx, cancel := c.call(ctx)
 		defer cancel()
 		resp, err := c.accountsClient().ListAssociations(cctx, &loomv1.ListAssociationsRequest{Parent: c.projectName(),
 			User: user, Account: account, PageToken: token, PageSize: paging.MaxSize})
 		out = append(out, resp.GetAssociations()...)
+		open = resp.GetOpenQos()
 		return resp.GetNextPageToken(), err
 	})
 	if err != nil {
-		return nil, c.rpcError("listing associations", err)
+		return nil, nil, c.rpcError("listing associations", err)
 	}
-	return out, nil
+	return out, open, nil
 }
 
 func (c *cmd) sacctmgrShow(ctx context.Context, args []string, out sacctmgrOut, withAssoc bool) error {
@@ -448,7 +470,7 @@ func (c *cmd) sacctmgrShowAssoc(ctx context.Context, users, accounts []string, o
 	if err != nil {
 		return err
 	}
-	assocs, err := c.listAssociations(ctx, "", "")
+	assocs, open, err := c.listAssociationsOpen(ctx, "", "")
 	if err != nil {
 		return err
 	}
@@ -475,9 +497,14 @@ func (c *cmd) sacctmgrShowAssoc(ctx context.Context, users, accounts []string, o
 		}
 		return strconv.Itoa(int(n))
 	}
-	row := func(account, user string, share int32, maxJobs, maxSubmit int32) []string {
+	// QOS is what a job charged there may ask for: the QOS open to every
+	// member, and for a user's row those the association grants.
+	row := func(account, user string, share int32, maxJobs, maxSubmit int32, a *loomv1.Association) []string {
+		qos := slices.Clone(open)
+		qos = append(qos, a.GetQos()...)
+		slices.Sort(qos)
 		return []string{c.env.Project, account, user, "", strconv.Itoa(int(max(share, 1))), "", "", "", "", "", "", num(maxJobs),
-			"", "", num(maxSubmit), "", "", "normal", "", ""}
+			"", "", num(maxSubmit), "", "", strings.Join(slices.Compact(qos), ","), a.GetDefaultQos(), ""}
 	}
 	var rows [][]string
 	var walk func(id string, share int32)
@@ -489,13 +516,13 @@ func (c *cmd) sacctmgrShowAssoc(ctx context.Context, users, accounts []string, o
 		seen[id] = true
 		if inList(accounts, id) {
 			if len(users) == 0 {
-				rows = append(rows, row(id, "", share, 0, 0))
+				rows = append(rows, row(id, "", share, 0, 0, nil))
 			}
 			us := byAccount[id]
 			sort.Slice(us, func(i, j int) bool { return us[i].GetUser() < us[j].GetUser() })
 			for _, a := range us {
 				if inList(users, a.GetUser()) {
-					rows = append(rows, row(id, a.GetUser(), a.GetFairshare(), a.GetMaxJobs(), a.GetMaxSubmitJobs()))
+					rows = append(rows, row(id, a.GetUser(), a.GetFairshare(), a.GetMaxJobs(), a.GetMaxSubmitJobs(), a))
 				}
 			}
 		}
@@ -524,6 +551,18 @@ func sacctmgrInt(title, v string) (int32, error) {
 type assocSettings struct {
 	maxJobs, maxSubmit, fairshare *int32
 	defaultAccount                string
+	// qos is QOS=a,b (replaces the grants, qosSet), qosAdd QOS+=a and
+	// qosDel QOS-=a; defaultQOS DefaultQOS=a (qosDefSet; "" or -1 unsets it).
+	qos, qosAdd, qosDel []string
+	qosSet, qosDefSet   bool
+	defaultQOS          string
+}
+
+// changes reports whether s changes an association's values (beyond which
+// account is the user's default).
+func (s *assocSettings) changes() bool {
+	return s.maxJobs != nil || s.maxSubmit != nil || s.fairshare != nil || s.qosSet || len(s.qosAdd) > 0 ||
+		len(s.qosDel) > 0 || s.qosDefSet
 }
 
 // parse reads one association setting; ok is false for a key it does not know.
@@ -546,6 +585,24 @@ func (s *assocSettings) parse(sp sacctmgrSpec) (bool, error) {
 	case sp.key == "defaultaccount" || sp.key == "defaccount" || sp.key == "defacct":
 		s.defaultAccount = strings.ToLower(sp.value)
 		return true, nil
+	case sp.key == "qos" || sp.key == "qoslevel":
+		s.qos, s.qosSet = splitList(strings.ToLower(sp.value)), true
+		if sp.value == "" || sp.value == "''" || sp.value == "-1" {
+			s.qos = nil
+		}
+		return true, nil
+	case sp.key == "qos+" || sp.key == "qoslevel+":
+		s.qosAdd = append(s.qosAdd, splitList(strings.ToLower(sp.value))...)
+		return true, nil
+	case sp.key == "qos-" || sp.key == "qoslevel-":
+		s.qosDel = append(s.qosDel, splitList(strings.ToLower(sp.value))...)
+		return true, nil
+	case sp.key == "defaultqos" || sp.key == "defqos":
+		s.defaultQOS, s.qosDefSet = strings.ToLower(sp.value), true
+		if sp.value == "-1" || sp.value == "''" {
+			s.defaultQOS = ""
+		}
+		return true, nil
 	}
 	return false, nil
 }
@@ -561,6 +618,14 @@ func (s *assocSettings) apply(a *loomv1.Association) {
 	if s.fairshare != nil {
 		a.Fairshare = *s.fairshare
 	}
+	if s.qosSet {
+		a.Qos = slices.Clone(s.qos)
+	}
+	a.Qos = append(a.Qos, s.qosAdd...)
+	a.Qos = slices.DeleteFunc(a.Qos, func(q string) bool { return slices.Contains(s.qosDel, q) })
+	if s.qosDefSet {
+		a.DefaultQos = s.defaultQOS
+	}
 }
 
 // lines lists the settings as sacctmgr's summaries do.
@@ -574,6 +639,18 @@ func (s *assocSettings) lines() []string {
 	}
 	if s.fairshare != nil {
 		out = append(out, fmt.Sprintf("  Fairshare     = %d", *s.fairshare))
+	}
+	switch {
+	case s.qosSet:
+		out = append(out, "  QOS           = "+strings.Join(s.qos, ","))
+	case len(s.qosAdd) > 0:
+		out = append(out, "  QOS          += "+strings.Join(s.qosAdd, ","))
+	}
+	if len(s.qosDel) > 0 {
+		out = append(out, "  QOS          -= "+strings.Join(s.qosDel, ","))
+	}
+	if s.qosDefSet {
+		out = append(out, "  Default QOS   = "+s.defaultQOS)
 	}
 	return out
 }
@@ -782,7 +859,7 @@ func (c *cmd) sacctmgrModify(ctx context.Context, args []string, out sacctmgrOut
 	if len(names) == 0 {
 		return sacctmgrFail(" You didn't give me anything to modify (say which user: where name=NAME)")
 	}
-	if set.maxJobs == nil && set.maxSubmit == nil && set.fairshare == nil && set.defaultAccount == "" {
+	if !set.changes() && set.defaultAccount == "" {
 		return sacctmgrFail(" You didn't give me anything to set")
 	}
 	var modified []*loomv1.Association
@@ -811,15 +888,16 @@ func (c *cmd) sacctmgrModify(ctx context.Context, args []string, out sacctmgrOut
 				defaulted = append(defaulted, u)
 			}
 		}
-		if set.maxJobs == nil && set.maxSubmit == nil && set.fairshare == nil {
+		if !set.changes() {
 			continue
 		}
 		for _, a := range assocs {
 			if !inList(accounts, a.GetAccount()) {
 				continue
 			}
-			next := &loomv1.Association{Account: a.GetAccount(), User: a.GetUser(), MaxJobs: a.GetMaxJobs(),
-				MaxSubmitJobs: a.GetMaxSubmitJobs(), Fairshare: a.GetFairshare()}
+			// SetAssociation replaces the association: every value it
+			// holds is sent again, changed or not.
+			next := proto.Clone(a).(*loomv1.Association)
 			set.apply(next)
 			if err := c.setAssociation(ctx, next); err != nil {
 				return err

@@ -1,6 +1,7 @@
 package slurmcli
 
 import (
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -40,19 +41,19 @@ func TestSacctmgrGolden(t *testing.T) {
 		{[]string{"add", "user", "dan", "account=nope"}, 1, "",
 			"sacctmgr: error: adding user dan to account nope: association.account: no account \"nope\" in project default\n"},
 		{[]string{"show", "assoc"}, 0, assocHeader +
-			"   default       root                               1                                                                                                                                                             normal                         \n" +
-			"   default    physics                               1                                                                                                                                                             normal                         \n" +
-			"   default    physics      alice                    1                                                                            2                                                                                normal                         \n" +
-			"   default        qcd                               1                                                                                                                                                             normal                         \n" +
-			"   default        qcd        bob                    1                                                                                                                  10                                         normal                         \n" +
-			"   default        qcd       carl                    1                                                                                                                  10                                         normal                         \n", ""},
+			"   default       root                               1                                                                                                                                                         low,normal                         \n" +
+			"   default    physics                               1                                                                                                                                                         low,normal                         \n" +
+			"   default    physics      alice                    1                                                                            2                                                                            low,normal                         \n" +
+			"   default        qcd                               1                                                                                                                                                         low,normal                         \n" +
+			"   default        qcd        bob                    1                                                                                                                  10                                     low,normal                         \n" +
+			"   default        qcd       carl                    1                                                                                                                  10                                     low,normal                         \n", ""},
 		{[]string{"show", "associations", "-P", "user=alice"}, 0,
 			"Cluster|Account|User|Partition|Share|Priority|GrpJobs|GrpTRES|GrpSubmit|GrpWall|GrpTRESMins|MaxJobs|MaxTRES|MaxTRESPerNode|MaxSubmit|MaxWall|MaxTRESMins|QOS|Def QOS|GrpTRESRunMins\n" +
-				"default|physics|alice||1|||||||2||||||normal||\n", ""},
+				"default|physics|alice||1|||||||2||||||low,normal||\n", ""},
 		{[]string{"--parsable", "--noheader", "show", "assoc", "account=qcd"}, 0,
-			"default|qcd|||1|||||||||||||normal|||\n" +
-				"default|qcd|bob||1||||||||||10|||normal|||\n" +
-				"default|qcd|carl||1||||||||||10|||normal|||\n", ""},
+			"default|qcd|||1|||||||||||||low,normal|||\n" +
+				"default|qcd|bob||1||||||||||10|||low,normal|||\n" +
+				"default|qcd|carl||1||||||||||10|||low,normal|||\n", ""},
 		{[]string{"show", "user"}, 0,
 			"      User   Def Acct     Admin \n---------- ---------- --------- \n" +
 				"     alice    physics      None \n       bob        qcd      None \n      carl        qcd      None \n", ""},
@@ -66,7 +67,7 @@ func TestSacctmgrGolden(t *testing.T) {
 		{[]string{"modify", "user", "where", "name=alice", "set", "MaxJobs=4", "MaxSubmitJobs=10"}, 0,
 			" Modified user associations...\n  C = default    A = physics    U = alice    \n", ""},
 		{[]string{"-n", "-P", "show", "assoc", "user=alice", "account=physics"}, 0,
-			"default|physics|alice||1|||||||4|||10|||normal||\n", ""},
+			"default|physics|alice||1|||||||4|||10|||low,normal||\n", ""},
 		{[]string{"modify", "user", "alice", "set", "MaxJobs=-1"}, 0,
 			" Modified user associations...\n  C = default    A = physics    U = alice    \n", ""},
 		{[]string{"modify", "user", "alice", "set", "MaxJobs=x"}, 1, "", " Bad MaxJobs value: x\n"},
@@ -88,21 +89,49 @@ func TestSacctmgrGolden(t *testing.T) {
 		{[]string{"show", "user", "format=User%-12,DefaultAccount%4"}, 0,
 			"User         Def  \n------------ ---- \nalice         qcd \nbob           qcd \ncarl          qcd \n", ""},
 		{[]string{"show", "assoc", "format=bogus"}, 1, "", "Unknown field 'bogus'\n"},
+		// QOS grants: QOS+= adds to the association's, beside the open
+		// ones (low, normal) the QOS column also shows; modify keeps them.
+		{[]string{"modify", "user", "where", "name=alice", "account=physics", "set", "QOS+=High,debug", "DefaultQOS=high"}, 0,
+			" Modified user associations...\n  C = default    A = physics    U = alice    \n", ""},
+		{[]string{"-Q", "modify", "user", "alice", "account=physics", "set", "MaxJobs=3"}, 0, "", ""},
+		{[]string{"-n", "-P", "show", "assoc", "user=alice", "account=physics"}, 0,
+			"default|physics|alice||1|||||||3|||10|||debug,high,low,normal|high|\n", ""},
+		{[]string{"-Q", "modify", "user", "alice", "account=physics", "set", "qoslevel-=debug"}, 0, "", ""},
+		{[]string{"-i", "add", "user", "erin", "account=qcd", "QOS=high", "DefaultQOS=high"}, 0,
+			" Adding User(s)\n  erin\n Settings =\n  Default Account = qcd\n Associations =\n  U = erin      A = qcd        C = default   \n" +
+				" Non Default Settings\n  QOS           = high\n  Default QOS   = high\n", ""},
 	} {
 		code, out, errOut := run(t, g, "sacctmgr", Env{}, tc.args...)
 		if code != tc.code || out != tc.stdout || errOut != tc.other {
 			t.Errorf("sacctmgr %q: exit %d, stdout\n%s\nstderr\n%s\nwant exit %d, stdout\n%s\nstderr\n%s", tc.args, code, out, errOut, tc.code, tc.stdout, tc.other)
 		}
 	}
-	// What the commands sent: -1 clears a limit (0), modify keeps the rest.
+	// What the commands sent: modify keeps what it does not set (the QOS
+	// grant through MaxJobs=3), QOS-= takes one grant away.
 	last, _ := fakegw.LastRequest[*loomv1.SetAssociationRequest](g)
-	if a := last.GetAssociation(); a.GetUser() != "alice" || a.GetAccount() != "qcd" || !a.GetDefaultAccount() {
+	if a := last.GetAssociation(); a.GetUser() != "erin" || a.GetAccount() != "qcd" || strings.Join(a.GetQos(), ",") != "high" || a.GetDefaultQos() != "high" {
 		t.Errorf("last SetAssociation: %v", a)
 	}
 	for _, a := range g.Associations {
-		if a.GetUser() == "alice" && a.GetAccount() == "physics" && (a.GetMaxJobs() != 0 || a.GetMaxSubmitJobs() != 10) {
-			t.Errorf("alice/physics after MaxJobs=-1: %v", a)
+		if a.GetUser() == "alice" && a.GetAccount() == "physics" && (a.GetMaxJobs() != 3 || a.GetMaxSubmitJobs() != 10 ||
+			strings.Join(a.GetQos(), ",") != "high" || a.GetDefaultQos() != "high") {
+			t.Errorf("alice/physics after MaxJobs=3 and QOS-=debug: %v", a)
 		}
+	}
+}
+
+// TestSbatchInvalidQOS: the gateway's refusal of a QOS the user was not
+// granted prints as Slurm's, then what they may use and how to get more.
+func TestSbatchInvalidQOS(t *testing.T) {
+	t.Parallel()
+	detail := "user alice may not use QOS high (open to every member: low,normal; granted to user=alice: none); " +
+		"a project admin grants it with: sacctmgr modify user alice set QOS+=high"
+	g := &fakegw.Gateway{Clusters: []*loomv1.Cluster{{Name: "projects/default/clusters/demo"}},
+		SubmitErr: status.Error(codes.InvalidArgument, "job.qos: "+msgInvalidQOS+": "+detail)}
+	code, out, errOut := run(t, g, "sbatch", Env{}, "--qos=high", "--wrap", "true")
+	want := "sbatch: error: Batch job submission failed: Invalid qos specification\nsbatch: error: " + detail + "\n"
+	if code != 1 || out != "" || errOut != want {
+		t.Errorf("sbatch --qos=high: exit %d, %q, stderr\n%s\nwant\n%s", code, out, errOut, want)
 	}
 }
 

@@ -1084,6 +1084,9 @@ func (c *cmd) submitJob(ctx context.Context, j *loomv1.Job, what string) (*loomv
 	if st, _ := status.FromError(err); st.Code() == codes.ResourceExhausted && strings.HasPrefix(st.Message(), msgPolicyViolation) {
 		return nil, policyViolation(c, what, st.Message()) // sacctmgr.go
 	}
+	if st, _ := status.FromError(err); st.Code() == codes.InvalidArgument && strings.HasPrefix(st.Message(), "job.qos: "+msgInvalidQOS) {
+		return nil, slurmRefusal(c, what, msgInvalidQOS, strings.TrimPrefix(st.Message(), "job.qos: "))
+	}
 	if st, _ := status.FromError(err); st.Code() == codes.ResourceExhausted && isJobQuota(st.Message()) {
 		// A job quota: Slurm's words for an association or QOS limit,
 		// then which limit and its value.

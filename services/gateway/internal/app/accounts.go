@@ -114,7 +114,7 @@ func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociation
 	if _, err := projectOf(req.GetParent()); err != nil {
 		return nil, err
 	}
-	project, a, err := domain.AcceptAssociation(req)
+	project, a, err := domain.AcceptAssociation(req, g.opt.OpenQOS)
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +160,7 @@ func (g *Gateway) SetAssociation(ctx context.Context, req *loomv1.SetAssociation
 		return nil, fmt.Errorf("set association user=%s account=%s: %w", a.GetUser(), a.GetAccount(), err)
 	}
 	g.opt.Log.InfoContext(ctx, "association set", "project", project, "user", a.GetUser(), "account", a.GetAccount(),
-		"max_jobs", a.GetMaxJobs(), "max_submit_jobs", a.GetMaxSubmitJobs())
+		"max_jobs", a.GetMaxJobs(), "max_submit_jobs", a.GetMaxSubmitJobs(), "qos", a.GetQos(), "default_qos", a.GetDefaultQos())
 	return a, nil
 }
 
@@ -191,38 +191,54 @@ func (g *Gateway) ListAssociations(ctx context.Context, req *loomv1.ListAssociat
 	if err != nil {
 		return nil, err
 	}
-	return &loomv1.ListAssociationsResponse{Associations: page, NextPageToken: next}, nil
+	return &loomv1.ListAssociationsResponse{Associations: page, NextPageToken: next, OpenQos: g.opt.OpenQOS}, nil
 }
 
-// submitAssociation finds the association a submission is charged to and
-// enforces its MaxSubmitJobs; it returns the account to charge ("" when
-// the user has no association in the project: no account is filled in and
-// no limit applies).
+// charge is what a submission is charged to: the account ("" when the
+// user has no association in the project) and the QOS, lower-cased ("":
+// the scheduler's default).
+type charge struct{ account, qos string }
+
+// submitAssociation finds the association a submission is charged to,
+// checks the QOS it asks for and enforces the association's MaxSubmitJobs.
+// A user with no association in the project is charged to no account,
+// has no limits and may use the QOS open to every member (Options.OpenQOS).
 //
 // The account is job.account, else the user's default account. A user who
 // has associations in the project may charge only their accounts
-// (InvalidArgument naming job.account, Slurm's "Invalid account"). With a
-// MaxSubmitJobs, the user's pending and running jobs charged to that
-// account are counted as the gateway's ListJobs sees them with
-// active_only (the scheduler's active jobs, plus the jobs accepted here
-// that it does not know yet; an array not yet split into tasks counts its
-// task count), and the submission (its task count for an array) may not
-// take them past the limit: ResourceExhausted with Slurm's reason and the
-// limit. Two submissions racing through different gateways may both pass
-// the count; the scheduler's MaxJobs still holds what runs.
-func (g *Gateway) submitAssociation(ctx context.Context, req *loomv1.SubmitJobRequest) (string, error) {
+// (InvalidArgument naming job.account, Slurm's "Invalid account"). The QOS
+// is job.qos, else the association's default_qos; it must be open to every
+// member or granted by the association (InvalidArgument naming job.qos,
+// Slurm's "Invalid qos specification"): a QOS that may preempt others or
+// outranks them is a privilege an admin grants. With a MaxSubmitJobs, the
+// user's pending and running jobs charged to that account are counted as
+// the gateway's ListJobs sees them with active_only (the scheduler's
+// active jobs, plus the jobs accepted here that it does not know yet; an
+// array not yet split into tasks counts its task count), and the
+// submission (its task count for an array) may not take them past the
+// limit: ResourceExhausted with Slurm's reason and the limit. Two
+// submissions racing through different gateways may both pass the count;
+// the scheduler's MaxJobs still holds what runs.
+func (g *Gateway) submitAssociation(ctx context.Context, req *loomv1.SubmitJobRequest) (charge, error) {
 	job := req.GetJob()
 	user := job.GetUser()
+	qos := strings.ToLower(job.GetQos())
+	open := g.opt.OpenQOS
 	p, err := resname.ParseProject(req.GetParent())
 	if user == "" || err != nil {
-		return "", nil
+		return charge{qos: qos}, nil
 	}
 	def, err := g.repo.DefaultAccount(ctx, p.ID, user)
 	if errors.Is(err, errs.NotFound) {
-		return "", nil // not in the accounting database: no account and no limits
+		// Not in the accounting database: no account and no limits, and
+		// only the open QOS.
+		if !domain.QOSAllowed(qos, open, nil) {
+			return charge{}, domain.QOSError(user, "", qos, open, nil)
+		}
+		return charge{qos: qos}, nil
 	}
 	if err != nil {
-		return "", err
+		return charge{}, err
 	}
 	// Slurm keeps accounts in lower case: sbatch -A Physics charges physics.
 	account := strings.ToLower(job.GetAccount())
@@ -231,15 +247,22 @@ func (g *Gateway) submitAssociation(ctx context.Context, req *loomv1.SubmitJobRe
 	}
 	a, err := g.repo.Association(ctx, p.ID, user, account)
 	if errors.Is(err, errs.NotFound) {
-		return "", errs.Invalid("job.account", "Invalid account or account/partition combination specified: user %s has no association with account %q in project %s",
+		return charge{}, errs.Invalid("job.account", "Invalid account or account/partition combination specified: user %s has no association with account %q in project %s",
 			user, account, p.ID)
 	}
 	if err != nil {
-		return "", err
+		return charge{}, err
 	}
+	if qos == "" {
+		qos = a.GetDefaultQos()
+	}
+	if !domain.QOSAllowed(qos, open, a.GetQos()) {
+		return charge{}, domain.QOSError(user, account, qos, open, a.GetQos())
+	}
+	ch := charge{account: account, qos: qos}
 	limit := int(a.GetMaxSubmitJobs())
 	if limit == 0 {
-		return account, nil
+		return ch, nil
 	}
 	adding := max(1, domain.ArrayTaskCount(job.GetArray()))
 	active := 0
@@ -262,10 +285,10 @@ func (g *Gateway) submitAssociation(ctx context.Context, req *loomv1.SubmitJobRe
 		return resp.GetNextPageToken(), err
 	})
 	if err != nil {
-		return "", fmt.Errorf("count the active jobs of user %s in account %s: %w", user, account, err)
+		return charge{}, fmt.Errorf("count the active jobs of user %s in account %s: %w", user, account, err)
 	}
 	if active+adding > limit {
-		return "", domain.SubmitLimitError(user, account, limit, active, adding)
+		return charge{}, domain.SubmitLimitError(user, account, limit, active, adding)
 	}
-	return account, nil
+	return ch, nil
 }

@@ -85,6 +85,10 @@ type Options struct {
 	// MaxArraySize is Slurm's MaxArraySize that submissions are checked
 	// against (default slurmspec.DefaultMaxArraySize).
 	MaxArraySize int
+	// OpenQOS are the QOS every member of a project may ask for without an
+	// association granting them (sorted, lower-case; nil: those of
+	// domain.DefaultOpenQOS). Use []string{} for none.
+	OpenQOS []string
 	// Quota holds the per-project quotas and the per-user MaxSubmitJobs
 	// (quota.go).
 	Quota QuotaOptions
@@ -159,6 +163,9 @@ func New(repo *adapters.Repo, owners *adapters.Owners, opt Options) *Gateway {
 	}
 	if opt.MaxArraySize <= 0 {
 		opt.MaxArraySize = slurmspec.DefaultMaxArraySize
+	}
+	if opt.OpenQOS == nil {
+		opt.OpenQOS, _ = domain.ParseQOSList("open-qos", domain.DefaultOpenQOS)
 	}
 	g := &Gateway{repo: repo, own: owners, opt: opt, jobs: newHub(), pokes: newPokes(), ops: newSignals(), stop: make(chan struct{}),
 		quota: opt.Quota.withDefaults()}
@@ -494,7 +501,7 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 	// quotas: the project's pending jobs and the user's default
 	// MaxSubmitJobs (quota.go). A retry of an accepted request answers what
 	// it got then.
-	account, err := g.submitAssociation(ctx, req)
+	charged, err := g.submitAssociation(ctx, req)
 	var counted *jobReservation
 	tasks := max(1, domain.ArrayTaskCount(req.GetJob().GetArray()))
 	if err == nil {
@@ -529,9 +536,10 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 	}
 	counted.commit(id)
 	job := domain.AcceptJob(req, cluster, id, g.now())
-	if account != "" {
-		job.Account = account
+	if charged.account != "" {
+		job.Account = charged.account
 	}
+	job.Qos = charged.qos
 	tx := &store.Tx{}
 	if err := adapters.PutJob(tx, job); err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package domain
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/loom-ml/loom/libs/errs"
@@ -35,7 +36,24 @@ const (
 	MaxFairshare = 1_000_000
 	// MaxAccountTextBytes bounds an account's description and organization.
 	MaxAccountTextBytes = 256
+	// MaxAssocQOS bounds the QOS one association grants (and -open-qos).
+	MaxAssocQOS = 32
 )
+
+// DefaultOpenQOS is -open-qos's default: the QOS every member of a project
+// may ask for without a grant. They are the scheduler's default table's
+// low and normal; its high, which may preempt low, has to be granted
+// (sacctmgr modify user NAME set QOS+=high), as under Slurm's
+// AccountingStorageEnforce=qos.
+const DefaultOpenQOS = "low,normal"
+
+// MsgInvalidQOS is Slurm's reason for refusing a submission whose QOS the
+// user may not use (sbatch prints it after "Batch job submission failed: ").
+const MsgInvalidQOS = "Invalid qos specification"
+
+// qosName is a QOS name as Slurm keeps it, lower-cased (its lookups ignore
+// case): letters, digits, '_', '-' and '.', at most 64.
+var qosName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
 
 // MsgSubmitLimit is Slurm's reason for refusing a submission past the
 // association's MaxSubmitJobs (sbatch prints it after "Batch job submission
@@ -132,8 +150,10 @@ func AcceptAccount(req *loomv1.CreateAccountRequest) (string, *loomv1.Account, e
 
 // AcceptAssociation checks a SetAssociation request (every problem at
 // once, InvalidArgument naming the field and the limit) and returns the
-// project id and the association to store, its account an id.
-func AcceptAssociation(req *loomv1.SetAssociationRequest) (string, *loomv1.Association, error) {
+// project id and the association to store, its account an id and its QOS
+// lower-cased and sorted. open are the QOS open to every member: a
+// default_qos must be one of them or granted by the association.
+func AcceptAssociation(req *loomv1.SetAssociationRequest, open []string) (string, *loomv1.Association, error) {
 	var v errs.Validator
 	p, err := resname.ParseProject(req.GetParent())
 	if err != nil {
@@ -163,15 +183,95 @@ func AcceptAssociation(req *loomv1.SetAssociationRequest) (string, *loomv1.Assoc
 		"%d is outside 0..%d (0: no limit; %d is the limit)", in.GetMaxSubmitJobs(), MaxAssocJobs, MaxAssocJobs)
 	v.Check(in.GetFairshare() >= 0 && in.GetFairshare() <= MaxFairshare, "association.fairshare",
 		"%d is outside 0..%d (the limit)", in.GetFairshare(), MaxFairshare)
+	qos := checkQOSList(&v, "association.qos", in.GetQos())
+	defQOS := strings.ToLower(in.GetDefaultQos())
+	if defQOS != "" && !QOSAllowed(defQOS, open, qos) {
+		v.Add("association.default_qos", "%s is neither granted by the association (qos: %s) nor open to every member (%s)",
+			clip(defQOS), listOrNone(qos), listOrNone(open))
+	}
 	if err := v.Err(); err != nil {
 		return "", nil, err
 	}
 	out := &loomv1.Association{Account: id, User: in.GetUser(), MaxJobs: in.GetMaxJobs(),
-		MaxSubmitJobs: in.GetMaxSubmitJobs(), Fairshare: in.GetFairshare(), DefaultAccount: in.GetDefaultAccount()}
+		MaxSubmitJobs: in.GetMaxSubmitJobs(), Fairshare: in.GetFairshare(), DefaultAccount: in.GetDefaultAccount(),
+		Qos: qos, DefaultQos: defQOS}
 	if out.Fairshare == 0 {
 		out.Fairshare = 1
 	}
 	return p.ID, out, nil
+}
+
+// ParseQOSList reads a comma-separated QOS list (-open-qos): lower-cased,
+// sorted, without repeats, never nil; "none" is the empty list. InvalidArgument names
+// option and the bad name or the limit.
+func ParseQOSList(option, list string) ([]string, error) {
+	if strings.TrimSpace(list) == "none" {
+		return []string{}, nil
+	}
+	var v errs.Validator
+	var names []string
+	for _, n := range strings.Split(list, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			names = append(names, n)
+		}
+	}
+	out := checkQOSList(&v, option, names)
+	if out == nil {
+		out = []string{}
+	}
+	return out, v.Err()
+}
+
+// checkQOSList checks a list of QOS names (at most MaxAssocQOS, each a
+// QOS name) and returns it lower-cased, sorted and without repeats.
+func checkQOSList(v *errs.Validator, field string, names []string) []string {
+	if len(names) > MaxAssocQOS {
+		v.Add(field, "%d QOS named, the limit is %d", len(names), MaxAssocQOS)
+		return nil
+	}
+	var out []string
+	for i, n := range names {
+		n = strings.ToLower(n)
+		if !qosName.MatchString(n) {
+			v.Add(fmt.Sprintf("%s[%d]", field, i), "%s is not a QOS name: letters, digits, '_', '-' and '.', starting with a letter or digit, at most 64", clip(n))
+			continue
+		}
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// QOSAllowed reports whether a job may ask for QOS q when open are the QOS
+// open to every member and granted those its association grants ("" is
+// always allowed: the scheduler's default QOS).
+func QOSAllowed(q string, open, granted []string) bool {
+	return q == "" || slices.Contains(open, q) || slices.Contains(granted, q)
+}
+
+// QOSError is the refusal of a submission asking for a QOS the user may not
+// use: InvalidArgument naming job.qos, Slurm's reason first, then what the
+// user may ask for and how an admin grants more.
+func QOSError(user, account, q string, open, granted []string) error {
+	if !qosName.MatchString(q) {
+		return errs.Invalid("job.qos", "%s: %s is not a QOS name: letters, digits, '_', '-' and '.', starting with a letter or digit, at most 64",
+			MsgInvalidQOS, clip(q))
+	}
+	where := ""
+	if account != "" {
+		where = " account=" + account
+	}
+	return errs.Invalid("job.qos", "%s: user %s may not use QOS %s (open to every member: %s; granted to user=%s%s: %s); "+
+		"a project admin grants it with: sacctmgr modify user %s set QOS+=%s",
+		MsgInvalidQOS, user, q, listOrNone(open), user, where, listOrNone(granted), user, q)
+}
+
+// listOrNone writes a list as "a,b", or "none".
+func listOrNone(l []string) string {
+	if len(l) == 0 {
+		return "none"
+	}
+	return strings.Join(l, ",")
 }
 
 // CheckListAssociations checks ListAssociations' filters.
