@@ -232,7 +232,9 @@ type State struct {
 	cfg     Config
 	nodes   map[string]*Node
 	results map[string]*loomv1.HealthCheckResult
-	scans   map[string]*Scan
+	// byNode indexes results by node, for MaxCheckGroups' bound.
+	byNode map[string]map[string]bool
+	scans  map[string]*Scan
 	// running is each node's running steps, from its heartbeats (memory
 	// only: a node not heard from since start counts as idle; its agent
 	// refuses a check while busy anyway).
@@ -262,7 +264,7 @@ func NewState(cfg Config) *State {
 		cfg.KeepPerCheck = 10
 	}
 	return &State{cfg: cfg, nodes: map[string]*Node{}, results: map[string]*loomv1.HealthCheckResult{},
-		scans: map[string]*Scan{}, running: map[string]int32{}}
+		scans: map[string]*Scan{}, running: map[string]int32{}, byNode: map[string]map[string]bool{}}
 }
 
 // Load adds what was read from storage at start-up.
@@ -271,7 +273,7 @@ func (s *State) Load(nodes []*Node, results []*loomv1.HealthCheckResult, scans [
 		s.nodes[n.Name] = n
 	}
 	for _, r := range results {
-		s.results[r.GetName()] = r
+		s.putResult(r.GetName(), r)
 	}
 	for _, sc := range scans {
 		s.scans[sc.Key] = sc
@@ -288,11 +290,7 @@ func (s *State) Commit(c *Change) {
 		}
 	}
 	for k, r := range c.Results {
-		if r == nil {
-			delete(s.results, k)
-		} else {
-			s.results[k] = r
-		}
+		s.putResult(k, r)
 	}
 	for k, sc := range c.Scans {
 		if sc == nil {
@@ -312,6 +310,66 @@ func (s *State) Commit(c *Change) {
 	}
 	if !c.pruned.IsZero() {
 		s.lastPrune = c.pruned
+	}
+}
+
+// putResult stores r under name (nil: deletes it), and indexes it by node.
+func (s *State) putResult(name string, r *loomv1.HealthCheckResult) {
+	if old := s.results[name]; old != nil {
+		if names := s.byNode[old.GetNode()]; names != nil {
+			delete(names, name)
+			if len(names) == 0 {
+				delete(s.byNode, old.GetNode())
+			}
+		}
+		delete(s.results, name)
+	}
+	if r == nil {
+		return
+	}
+	s.results[name] = r
+	names := s.byNode[r.GetNode()]
+	if names == nil {
+		names = map[string]bool{}
+		s.byNode[r.GetNode()] = names
+	}
+	names[name] = true
+}
+
+// MaxCheckGroups bounds how many checks' results one node holds: a node
+// holds at most MaxCheckGroups × KeepPerCheck results. Pruning keeps
+// KeepPerCheck per check, but the check's name is the node's word, and a
+// node (or whoever holds its key) reporting result after result under
+// new names and run ids would otherwise fill memory until retention.
+const MaxCheckGroups = 64
+
+// makeRoom drops node's oldest stored results while it holds its bound
+// (MaxCheckGroups × KeepPerCheck) with the changes in c counted, so that
+// one more fits. Only the node's own results go: a flooding node loses
+// its own history, no one else's.
+func (s *State) makeRoom(c *Change, node string) {
+	limit := MaxCheckGroups * s.cfg.KeepPerCheck
+	held := map[string]*loomv1.HealthCheckResult{}
+	for name := range s.byNode[node] {
+		held[name] = s.results[name]
+	}
+	for name, r := range c.Results {
+		switch {
+		case r == nil:
+			delete(held, name)
+		case r.GetNode() == node:
+			held[name] = r
+		}
+	}
+	for len(held) >= limit {
+		var oldest *loomv1.HealthCheckResult
+		for _, r := range held {
+			if oldest == nil || resultKey(r) > resultKey(oldest) {
+				oldest = r
+			}
+		}
+		delete(held, oldest.GetName())
+		c.Results[oldest.GetName()] = nil
 	}
 }
 
@@ -792,6 +850,15 @@ func (s *State) completed(c *Change, now time.Time, r *loomv1.HealthCheckResult)
 	}
 	if !healthcheck.ValidName(r.GetCheck()) {
 		return fmt.Errorf("health check completed: %w", errs.Invalid("result.check", "%q is not a check name", termtext.Clean(r.GetCheck(), 256)))
+	}
+	// A result's name is the node's word too: one naming another node's
+	// result would replace it (a FAIL hidden under a PASS).
+	switch old := s.result(c, r.GetName()); {
+	case old == nil:
+		s.makeRoom(c, r.GetNode())
+	case old.GetNode() != r.GetNode():
+		return fmt.Errorf("health check completed: %w", errs.Invalid("result.name", "%s is a result of node %s, not of %s",
+			termtext.Clean(r.GetName(), 256), old.GetNode(), r.GetNode()))
 	}
 	s.store(c, now, nodeResult(r, now))
 	sc := s.scan(c, scanKey(cluster, r.GetScanId()))

@@ -608,6 +608,49 @@ func TestListHealthResults(t *testing.T) {
 	}
 }
 
+// TestNodeResultsAreCapped: a node reporting result after result under new
+// check names and run ids keeps at most MaxCheckGroups × KeepPerCheck of
+// them, its newest, and costs no other node a result; a result under
+// another node's result's name is refused instead of replacing it.
+func TestNodeResultsAreCapped(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.KeepPerCheck = 1
+	f := newFixture(t, cfg, "n1", "n2")
+	other := cluster + "/healthResults/n2-disk"
+	f.handle(&eventsv1.HealthCheckCompleted{Result: &loomv1.HealthCheckResult{Name: other, Node: nodeName("n2"), Hostname: "n2",
+		Check: Disk, Outcome: loomv1.CheckOutcome_CHECK_FAIL, EndTime: timestamppb.New(f.now)}})
+	const sent = MaxCheckGroups + 40
+	for i := range sent {
+		f.now = f.now.Add(time.Second)
+		f.handle(&eventsv1.HealthCheckCompleted{Result: &loomv1.HealthCheckResult{Name: fmt.Sprintf("%s/healthResults/flood-%d", cluster, i),
+			Node: nodeName("n1"), Hostname: "n1", Check: fmt.Sprintf("site_%d", i), Outcome: loomv1.CheckOutcome_CHECK_PASS,
+			EndTime: timestamppb.New(f.now)}})
+	}
+	resp, err := f.s.List(&loomv1.ListHealthResultsRequest{Cluster: cluster, Hostname: "n1", PageSize: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(resp.GetResults()); got != MaxCheckGroups {
+		t.Fatalf("n1 holds %d results after sending %d; want the bound, %d", got, sent, MaxCheckGroups)
+	}
+	if newest := resp.GetResults()[0].GetName(); newest != fmt.Sprintf("%s/healthResults/flood-%d", cluster, sent-1) {
+		t.Errorf("newest kept %s; want the last sent", newest)
+	}
+	if f.s.Result(cluster+"/healthResults/flood-0") != nil {
+		t.Error("the oldest flood result kept past the bound")
+	}
+	var inv *errs.InvalidError
+	_, err = f.s.Handle(f.now, "steal", &eventsv1.HealthCheckCompleted{Result: &loomv1.HealthCheckResult{Name: other, Node: nodeName("n1"),
+		Hostname: "n1", Check: Disk, Outcome: loomv1.CheckOutcome_CHECK_PASS, EndTime: timestamppb.New(f.now)}})
+	if !errors.As(err, &inv) || !strings.Contains(err.Error(), "result.name") {
+		t.Errorf("n1 reporting n2's result: %v, want InvalidArgument naming result.name", err)
+	}
+	if r := f.s.Result(other); r.GetNode() != nodeName("n2") || r.GetOutcome() != loomv1.CheckOutcome_CHECK_FAIL {
+		t.Errorf("n2's result after the flood and the forgery: %v; want its FAIL, kept", r)
+	}
+}
+
 // TestNodeResultsAreBounded: what a node reports is kept only as far as
 // health can trust it. A result of another cluster's, or under a name that
 // is no check's, is refused; a summary with terminal escapes is cleaned; a
