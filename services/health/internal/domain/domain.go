@@ -331,6 +331,7 @@ func (s *State) Handle(now time.Time, payload proto.Message) (*Change, error) {
 			break
 		}
 		s.heard(c, now, ev.GetNode())
+		ev = boundTelemetry(ev)
 		// last_xid is judged against the stored value, not the sample in
 		// memory, so that a restarted health still sees a change (and
 		// does not judge again a value it judged before).

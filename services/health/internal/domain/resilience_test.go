@@ -3,6 +3,8 @@ package domain
 import (
 	"errors"
 	"fmt"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -233,6 +235,34 @@ func TestTelemetryFault(t *testing.T) {
 	if view.GetState() != loomv1.RemediationState_NODE_REBOOTING || len(view.GetGpus()) != 1 || view.GetNextAction() != loomv1.RemediationAction_ACTION_RESET_GPU ||
 		view.GetHostname() != "gpu-0002" || view.GetFailures() != 1 {
 		t.Fatalf("view: %v", view)
+	}
+}
+
+// TestTelemetryIsBounded: a node's telemetry is its word, kept as its last
+// sample and shown to operators: text with terminal escapes is cleaned and
+// cut, GPUs and disks past the bounds are dropped, an infinite temperature
+// reads 0.
+func TestTelemetryIsBounded(t *testing.T) {
+	t.Parallel()
+	f := cluster3(t)
+	gpus := make([]*loomv1.GpuSample, MaxGPUSamples+10)
+	for i := range gpus {
+		gpus[i] = &loomv1.GpuSample{Index: int32(i), Name: "NVIDIA H100\x1b]0;pwned\x07", Uuid: strings.Repeat("u", 4096),
+			TemperatureC: math.Inf(1)}
+	}
+	disks := make([]*loomv1.DiskSample, MaxDiskSamples+1)
+	for i := range disks {
+		disks[i] = &loomv1.DiskSample{Mount: "/\x1b[2J" + strings.Repeat("m", 1000)}
+	}
+	f.handle(&eventsv1.GpuTelemetry{Node: nodeN(2), Cluster: cluster, Time: timestamppb.New(f.now), Gpus: gpus, Disks: disks, Simulated: true})
+	view := f.s.View(nodeN(2))
+	if len(view.GetGpus()) != MaxGPUSamples || len(view.GetDisks()) != MaxDiskSamples {
+		t.Fatalf("kept %d GPUs and %d disks; want %d and %d", len(view.GetGpus()), len(view.GetDisks()), MaxGPUSamples, MaxDiskSamples)
+	}
+	g, d := view.GetGpus()[0], view.GetDisks()[0]
+	if strings.ContainsAny(g.GetName()+d.GetMount(), "\x1b\x07") || len(g.GetUuid()) > MaxGPUTextBytes ||
+		len(d.GetMount()) > MaxMountBytes || g.GetTemperatureC() != 0 {
+		t.Fatalf("GPU %q %q %v, disk %q: want cleaned, cut and finite", g.GetName(), g.GetUuid(), g.GetTemperatureC(), d.GetMount())
 	}
 }
 
