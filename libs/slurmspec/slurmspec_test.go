@@ -254,3 +254,21 @@ func TestParseOpenMode(t *testing.T) {
 		}
 	}
 }
+
+// TestValidEnvName: identifiers and exported bash functions name a job's
+// variables; nothing with '=', NUL, spaces or a leading digit does.
+func TestValidEnvName(t *testing.T) {
+	t.Parallel()
+	for _, k := range []string{"PATH", "_x", "a1", "BASH_FUNC_module%%", "BASH_FUNC_ml%%", "BASH_FUNC__module_raw%%",
+		"BASH_FUNC_my-func.v2:x%%", "BASH_FUNC_x", "BASH_FUNC_"} {
+		if !ValidEnvName(k) {
+			t.Errorf("ValidEnvName(%q) = false, want true", k)
+		}
+	}
+	for _, k := range []string{"", "1A", "A=B", "A\x00", "A B", "a-b", "BASH_FUNC_%%", "BASH_FUNC_a=b%%", "BASH_FUNC_1a%%",
+		"BASH_FUNC_a%%%", "BASH_FUNC_a b%%", "X%%", "é"} {
+		if ValidEnvName(k) {
+			t.Errorf("ValidEnvName(%q) = true, want false", k)
+		}
+	}
+}

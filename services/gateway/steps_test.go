@@ -75,17 +75,17 @@ func TestJobSteps(t *testing.T) {
 	h.w.setJob(&loomv1.Job{Name: job, JobId: "7", Cluster: cluster1, State: loomv1.JobState_PENDING, Nodes: []string{"a", "b"}})
 
 	// Bad input names every field.
-	_, err := h.jobs().CreateJobStep(ctx, &loomv1.CreateJobStepRequest{Parent: "jobs/7", Ntasks: -1, Env: map[string]string{"A=B": "x"}})
+	_, err := h.jobs().CreateJobStep(ctx, &loomv1.CreateJobStepRequest{Parent: "jobs/7", Ntasks: -1, Env: map[string]string{"A-B": "x"}})
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("bad create: %v", err)
 	}
-	for _, field := range []string{"parent", "command", "ntasks", "env"} {
+	for _, field := range []string{"parent", "command", "ntasks", "env[A-B]"} {
 		if !strings.Contains(status.Convert(err).Message(), field) {
 			t.Errorf("bad create: %q does not name %s", status.Convert(err).Message(), field)
 		}
 	}
 	create := &loomv1.CreateJobStepRequest{Parent: job, RequestId: "rid-1", Command: []string{"hostname"}, NodeCount: 2,
-		Env: map[string]string{"X": "1"}, WorkDir: "/w", KillOnBadExit: true}
+		Env: map[string]string{"X": "1", "BASH_FUNC_module%%": "() { :; }"}, WorkDir: "/w", KillOnBadExit: true}
 	// A job that does not run: Slurm's words.
 	if _, err := h.jobs().CreateJobStep(ctx, create); status.Code(err) != codes.FailedPrecondition ||
 		status.Convert(err).Message() != "Job is pending execution" {

@@ -636,6 +636,15 @@ func TestWrapParsableExport(t *testing.T) {
 	row = s.waitDone(bash, 60*time.Second)
 	wantEqual(t, "bash script", row["JobName"]+" "+state(row), "bashisms COMPLETED")
 	wantEqual(t, "its output", s.read("slurm-"+bash+".out"), "two of 3\n")
+
+	// An exported bash function (export -f; Lmod's module is one) reaches
+	// the job, as Slurm carries it; a variable whose name no environment
+	// takes (env(1) can make one) stays behind instead of failing sbatch.
+	s.env = append(s.env, "BASH_FUNC_greet%%=() {  echo \"hello $1\"\n}", "odd-name.x=1")
+	fn := s.sbatch(s.script("bashfunc.sh"))
+	row = s.waitDone(fn, 60*time.Second)
+	wantEqual(t, "bash function job", state(row), "COMPLETED")
+	wantEqual(t, "its output", s.read("slurm-"+fn+".out"), "hello loom\n")
 }
 
 // TestInvalidOptions: bad options and scripts are refused with Slurm's

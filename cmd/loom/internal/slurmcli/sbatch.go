@@ -890,7 +890,11 @@ func exportEnv(spec string, env map[string]string) (map[string]string, string, e
 		}
 	}
 	for k, v := range env {
-		if all || strings.HasPrefix(k, "SLURM_") {
+		// A variable no process environment can be sent with (a name
+		// with '-' or '.', say, which env(1) can make) stays behind
+		// rather than failing the whole submission; exported bash
+		// functions (BASH_FUNC_module%%) go, as Slurm's do.
+		if (all || strings.HasPrefix(k, "SLURM_")) && slurmspec.ValidEnvName(k) {
 			out[k] = v
 		}
 	}
@@ -899,7 +903,7 @@ func exportEnv(spec string, env map[string]string) (map[string]string, string, e
 			continue
 		}
 		k, v, hasValue := strings.Cut(it, "=")
-		if !validEnvName(k) {
+		if !slurmspec.ValidEnvName(k) {
 			return nil, "", fmt.Errorf("%q is not a variable name", k)
 		}
 		if hasValue {
@@ -909,18 +913,6 @@ func exportEnv(spec string, env map[string]string) (map[string]string, string, e
 		}
 	}
 	return out, strings.Join(items, ","), nil
-}
-
-func validEnvName(k string) bool {
-	if k == "" {
-		return false
-	}
-	for i, c := range k {
-		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
-			return false
-		}
-	}
-	return true
 }
 
 // shellInterpreters are the interpreters whose scripts Loom can hand

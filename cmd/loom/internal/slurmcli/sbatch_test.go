@@ -348,7 +348,10 @@ func TestSbatchCommand(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "train.sh"), []byte("#!/bin/bash\n#SBATCH -N 2\n#SBATCH --gres=gpu:8\nsrun python train.py\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	env := Env{Cwd: dir, Environ: map[string]string{"PATH": "/usr/bin", "USER": "ignored"}}
+	// An exported bash function (Lmod's module) goes to the job, as
+	// Slurm's does; a name no process environment can carry stays behind.
+	env := Env{Cwd: dir, Environ: map[string]string{"PATH": "/usr/bin", "USER": "ignored",
+		"BASH_FUNC_module%%": "() {  eval $($LMOD_CMD bash \"$@\")\n}", "odd-name.x": "1"}}
 
 	f := &fakegw.Gateway{}
 	code, out, errOut := run(t, f, "sbatch", env, "train.sh")
@@ -361,6 +364,9 @@ func TestSbatchCommand(t *testing.T) {
 		j.GetNodeCount() != 2 || j.GetGpusPerNode() != 8 || j.GetUser() != "alice" || j.GetSubmitDir() != dir ||
 		j.GetWorkDir() != dir || j.GetEnv()["PATH"] != "/usr/bin" || !strings.Contains(j.GetScript(), "srun python train.py") {
 		t.Errorf("submitted %v", req)
+	}
+	if _, odd := j.GetEnv()["odd-name.x"]; odd || !strings.HasPrefix(j.GetEnv()["BASH_FUNC_module%%"], "() {") {
+		t.Errorf("exported env %v: want the bash function and not odd-name.x", j.GetEnv())
 	}
 	if host, err := os.Hostname(); err == nil && j.GetSubmitHost() != host {
 		t.Errorf("submit host %q, want this host %q (SLURM_SUBMIT_HOST)", j.GetSubmitHost(), host)

@@ -138,6 +138,9 @@ func TestValidateSubmitJob(t *testing.T) {
 		{"more gpus than a node", func(r *loomv1.SubmitJobRequest) { r.Job.GpusPerNode = 9 }, existing(), []string{"job.gpus_per_node"}},
 		{"bad model id", func(r *loomv1.SubmitJobRequest) { r.Job.ModelOutput.ModelId = "" }, existing(), []string{"job.model_output.model_id"}},
 		{"bad env key", func(r *loomv1.SubmitJobRequest) { r.Job.Env = map[string]string{"A=B": "x"} }, existing(), []string{"job.env[A=B]"}},
+		{"bad bash function", func(r *loomv1.SubmitJobRequest) {
+			r.Job.Env = map[string]string{"BASH_FUNC_module%%": "() { :; }", "BASH_FUNC_a=b%%": "x"}
+		}, existing(), []string{"job.env[BASH_FUNC_a=b%%]"}},
 		{"all at once", func(r *loomv1.SubmitJobRequest) {
 			r.Job.Command = nil
 			r.Job.GpusPerNode = 99

@@ -2,7 +2,6 @@ package domain
 
 import (
 	"path/filepath"
-	"strings"
 
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/resname"
@@ -29,10 +28,10 @@ func ValidateCreateJobStep(req *loomv1.CreateJobStepRequest) error {
 	v.Check(req.GetCpusPerTask() >= 0 && req.GetCpusPerTask() <= slurmspec.MaxCPUsPerTask, "cpus_per_task",
 		"must be 0..%d, got %d", slurmspec.MaxCPUsPerTask, req.GetCpusPerTask())
 	checkArgv(&v, "command", req.GetCommand())
+	// A step's variables are named as a job's are.
 	for k := range req.GetEnv() {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			v.Add("env", "invalid variable name %s", clip(k))
-		}
+		v.Check(slurmspec.ValidEnvName(k), "env["+clipKey(k)+"]",
+			"not a valid environment variable name (an identifier, or an exported bash function BASH_FUNC_name%%%%)")
 	}
 	checkEnv(&v, "env", req.GetEnv())
 	checkText(&v, "work_dir", req.GetWorkDir(), MaxPathBytes)

@@ -3,7 +3,6 @@ package domain
 import (
 	"fmt"
 	"math"
-	"regexp"
 	"strings"
 	"time"
 
@@ -13,11 +12,10 @@ import (
 	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/resname"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
-
-var envKeyPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // AcceptCluster checks a create request and returns the cluster to create:
 // req.cluster normalized (NormalizeSpec), named from parent and cluster_id,
@@ -173,7 +171,8 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 		v.Add("job.model_output.model_id", "%q must match %s", mo.GetModelId(), resname.IDPattern)
 	}
 	for k := range j.GetEnv() {
-		v.Check(envKeyPattern.MatchString(k), "job.env["+clipKey(k)+"]", "not a valid environment variable name")
+		v.Check(slurmspec.ValidEnvName(k), "job.env["+clipKey(k)+"]",
+			"not a valid environment variable name (an identifier, or an exported bash function BASH_FUNC_name%%%%)")
 	}
 	if err := v.Err(); err != nil {
 		return err
