@@ -335,9 +335,9 @@ func TestSubmitJobQOS(t *testing.T) {
 	}
 	_, err = submit("bob", "high")
 	wantAcctCode(t, err, codes.InvalidArgument, "job.qos", domain.MsgInvalidQOS, "user bob may not use QOS high",
-		"open to every member: low,normal", "granted to user=bob account=chem: none", "sacctmgr modify user bob set QOS+=high")
+		"open to every member: low,normal", "granted to user=bob account=chem: none", "sacctmgr modify user bob account=chem set QOS+=high")
 	_, err = submit("zed", "high")
-	wantAcctCode(t, err, codes.InvalidArgument, "job.qos", "granted to user=zed: none")
+	wantAcctCode(t, err, codes.InvalidArgument, "job.qos", "granted to user=zed: none", "sacctmgr add user zed account=root QOS=high")
 	_, err = submit("alice", "urgent")
 	wantAcctCode(t, err, codes.InvalidArgument, "job.qos", "granted to user=alice account=physics: debug,high")
 	_, err = submit("zed", "x\x1b]0;pwned\x07")

@@ -2588,7 +2588,10 @@ type UpdateSlurmNodeRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Cluster  string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	Hostname string                 `protobuf:"bytes,2,opt,name=hostname,proto3" json:"hostname,omitempty"`
-	// state is "DRAIN" or "RESUME".
+	// state is "DRAIN" (no new jobs; running ones go on), "DOWN" (no new
+	// jobs, and the running ones end NODE_FAIL, requeued where they may be)
+	// or "RESUME" (back in service; also "UNDRAIN", "IDLE"). DRAIN and DOWN
+	// need a reason.
 	State  string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
 	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	// user is who asks (Slurm's sinfo -R USER); optional.

@@ -506,7 +506,7 @@ func TestPreemption(t *testing.T) {
 				// as under Slurm's AccountingStorageEnforce=qos.
 				r := s.run("sbatch", append(c.high, s.script("preempt_high.sh"))...)
 				if r.code != 1 || !strings.Contains(r.stderr, "Batch job submission failed: Invalid qos specification\n") ||
-					!strings.Contains(r.stderr, "set QOS+=high") {
+					!strings.Contains(r.stderr, "sacctmgr add user "+s.user+" account=root QOS=high") {
 					t.Fatalf("sbatch --qos=high without a grant: %s; want Slurm's Invalid qos specification and how to get one", r)
 				}
 				f.grantQOS(t, s.user, "high")

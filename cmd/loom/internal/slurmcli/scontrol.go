@@ -751,7 +751,8 @@ func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order [
 	return nil
 }
 
-// updateNodeParams drains or resumes nodes.
+// updateNodeParams drains nodes, sets them down (their jobs end NODE_FAIL)
+// or resumes them.
 func (c *cmd) updateNodeParams(ctx context.Context, kv map[string]string, order []string) error {
 	expr := first(kv, "nodename", "node")
 	hosts, err := hostlist.Expand(expr)
@@ -766,10 +767,12 @@ func (c *cmd) updateNodeParams(ctx context.Context, kv map[string]string, order 
 			switch strings.ToUpper(kv[k]) {
 			case "DRAIN":
 				state = "DRAIN"
+			case "DOWN":
+				state = "DOWN"
 			case "RESUME", "UNDRAIN", "IDLE":
 				state = "RESUME"
 			default:
-				return &Error{Code: 1, Text: fmt.Sprintf("Invalid node state specified: %s (Loom supports DRAIN and RESUME)", kv[k])}
+				return &Error{Code: 1, Text: fmt.Sprintf("Invalid node state specified: %s (Loom supports DRAIN, DOWN and RESUME)", kv[k])}
 			}
 		default:
 			return &Error{Code: 1, Text: "Update of this parameter is not supported: " + k + "=" + kv[k] + "\nRequest aborted"}
@@ -778,7 +781,7 @@ func (c *cmd) updateNodeParams(ctx context.Context, kv map[string]string, order 
 	if state == "" {
 		return &Error{Code: 1, Text: "No changes specified"}
 	}
-	if state == "DRAIN" && strings.TrimSpace(reason) == "" {
+	if (state == "DRAIN" || state == "DOWN") && strings.TrimSpace(reason) == "" {
 		return &Error{Code: 1, Text: "You must specify a reason when DOWNING or DRAINING a node. Request denied"}
 	}
 	cluster, err := c.clusterName(ctx)
@@ -884,6 +887,6 @@ const scontrolUsage = `scontrol [<OPTION>] [<COMMAND>]
                               partition, hostnames, hostlist
      uhold <job_list>         place user hold on job(s)
      update <SPECIFICATIONS>  update job (JobId=ID TimeLimit=... Partition=...)
-                              or node (NodeName=NAMES State=DRAIN|RESUME Reason=...)
+                              or node (NodeName=NAMES State=DRAIN|DOWN|RESUME Reason=...)
      version                  display tool version number
 `

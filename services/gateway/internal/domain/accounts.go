@@ -257,13 +257,16 @@ func QOSError(user, account, q string, open, granted []string) error {
 		return errs.Invalid("job.qos", "%s: %s is not a QOS name: letters, digits, '_', '-' and '.', starting with a letter or digit, at most 64",
 			MsgInvalidQOS, clip(q))
 	}
-	where := ""
+	// The way to a grant: a user with an association gets one more QOS
+	// on it; one without needs an association first (root's will do).
+	where, grant := "", fmt.Sprintf("sacctmgr add user %s account=root QOS=%s", user, q)
 	if account != "" {
 		where = " account=" + account
+		grant = fmt.Sprintf("sacctmgr modify user %s account=%s set QOS+=%s", user, account, q)
 	}
 	return errs.Invalid("job.qos", "%s: user %s may not use QOS %s (open to every member: %s; granted to user=%s%s: %s); "+
-		"a project admin grants it with: sacctmgr modify user %s set QOS+=%s",
-		MsgInvalidQOS, user, q, listOrNone(open), user, where, listOrNone(granted), user, q)
+		"a project admin grants it with: %s",
+		MsgInvalidQOS, user, q, listOrNone(open), user, where, listOrNone(granted), grant)
 }
 
 // listOrNone writes a list as "a,b", or "none".

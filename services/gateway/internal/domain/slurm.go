@@ -26,7 +26,7 @@ const (
 	MsgNoLongerPending  = "Job is no longer pending execution"
 	MsgDrainNeedsReason = "You must specify a reason when DOWNING or DRAINING a node. Request denied"
 	updateActionsList   = "hold, uhold, release, requeue, update"
-	slurmNodeStatesList = "DRAIN, RESUME"
+	slurmNodeStatesList = "DRAIN, DOWN, RESUME"
 	maxTimeLimitSeconds = slurmspec.MaxTimeLimitSeconds // a century: anything above is a typo
 )
 
@@ -323,9 +323,9 @@ func ValidateUpdateSlurmNode(req *loomv1.UpdateSlurmNodeRequest) (string, error)
 	checkText(&v, "user", req.GetUser(), MaxNameBytes)
 	state := strings.ToUpper(strings.TrimSpace(req.GetState()))
 	switch state {
-	case "DRAIN":
+	case "DRAIN", "DOWN":
 		v.Check(strings.TrimSpace(req.GetReason()) != "", "reason", "%s", MsgDrainNeedsReason)
-	case "RESUME", "UNDRAIN":
+	case "RESUME", "UNDRAIN", "IDLE":
 		state = "RESUME"
 	case "":
 		v.Add("state", "required: one of %s", slurmNodeStatesList)

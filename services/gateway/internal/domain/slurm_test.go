@@ -232,7 +232,9 @@ func TestValidateUpdateSlurmNode(t *testing.T) {
 		{&loomv1.UpdateSlurmNodeRequest{Cluster: c, Hostname: "gpu-0001", State: "RESUME"}, "RESUME", nil},
 		{&loomv1.UpdateSlurmNodeRequest{Cluster: c, Hostname: "gpu-0001", State: "undrain"}, "RESUME", nil},
 		{&loomv1.UpdateSlurmNodeRequest{Cluster: c, Hostname: "gpu-0001", State: "DRAIN", Reason: " "}, "", []string{"reason"}},
-		{&loomv1.UpdateSlurmNodeRequest{Cluster: c, Hostname: "gpu-0001", State: "DOWN"}, "", []string{"state"}},
+		{&loomv1.UpdateSlurmNodeRequest{Cluster: c, Hostname: "gpu-0001", State: "down", Reason: "bad DIMM"}, "DOWN", nil},
+		{&loomv1.UpdateSlurmNodeRequest{Cluster: c, Hostname: "gpu-0001", State: "DOWN"}, "", []string{"reason"}},
+		{&loomv1.UpdateSlurmNodeRequest{Cluster: c, Hostname: "gpu-0001", State: "FAIL", Reason: "x"}, "", []string{"state"}},
 		{&loomv1.UpdateSlurmNodeRequest{Cluster: "c1", Hostname: "GPU_1"}, "", []string{"cluster", "hostname", "state"}},
 	} {
 		state, err := ValidateUpdateSlurmNode(tc.req)

@@ -3,6 +3,7 @@ package domain
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -755,6 +756,62 @@ func TestQOSMaxGPUsPerUser(t *testing.T) {
 	h.wantState(3, loomv1.JobState_RUNNING, "")
 	h.finish(1, 0)
 	h.wantState(2, loomv1.JobState_RUNNING, "")
+}
+
+// TestAdminDown: scontrol update State=DOWN ends the jobs the node runs
+// (NODE_FAIL, requeued, the node excluded from their next run), keeps new
+// work off it, shows it DOWN with its reason, who set it and when, and
+// RESUME puts it back.
+func TestAdminDown(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.gpuNode("a3-0002", "b1")
+	h.submitJob(job(1, 1, 8))
+	busy := h.job(1).GetNodes()[0]
+	other := map[string]string{"a3-0001": "a3-0002", "a3-0002": "a3-0001"}[busy]
+	asked := h.now.Add(-time.Minute)
+	if _, err := h.s.Handle(h.now, &eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: busy, State: "DOWN"}); err == nil {
+		t.Fatal("DOWN without a reason accepted")
+	}
+	c := h.do(&eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: busy, State: "DOWN", Reason: "bad DIMM", User: "ops", Time: timestamppb.New(asked)})
+	if n := slurmNodeChanges(c); len(n) != 1 || n[0].GetState() != "DOWN" {
+		t.Fatalf("DOWN emitted SlurmNodeChanged %v", n)
+	}
+	j := h.s.JobViewer(h.now)(jobName(1))
+	if len(j.GetRuns()) == 0 || j.GetRuns()[0].GetState() != loomv1.JobState_NODE_FAIL || !strings.Contains(j.GetRuns()[0].GetReason(), "bad DIMM") ||
+		!slices.Contains(j.GetExcludedNodes(), busy) || j.GetUserFailures() != 0 {
+		t.Fatalf("job on the downed node: %v; want its run NODE_FAIL (bad DIMM), %s excluded, no user failure", j, busy)
+	}
+	// Its stopped step frees the node; the requeued job runs on the other.
+	h.step(1, 1, busy, eventsv1.StepState_STEP_KILLED, 143)
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	if nodes := h.job(1).GetNodes(); len(nodes) != 1 || nodes[0] != other {
+		t.Fatalf("requeued onto %v, want %s", nodes, other)
+	}
+	h.submitJob(job(2, 1, 8))
+	h.wantState(2, loomv1.JobState_PENDING, ReasonResources)
+	if p := h.s.JobViewer(h.now)(jobName(2)).GetPlacement(); !strings.Contains(p, "NodeDown 1") {
+		t.Errorf("job 2's placement %q does not count the down node", p)
+	}
+	for _, n := range views.SlurmNodes(h.s, cl) {
+		if n.GetHostname() == busy && (n.GetState() != loomv1.SlurmNode_DOWN || n.GetReason() != "bad DIMM" || n.GetReasonUser() != "ops" ||
+			!n.GetReasonTime().AsTime().Equal(asked)) {
+			t.Fatalf("downed node's view: %v", n)
+		}
+	}
+	// DRAIN after DOWN: the last wins, the node is drained, not down.
+	h.do(&eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: busy, State: "DRAIN", Reason: "checking"})
+	for _, n := range views.SlurmNodes(h.s, cl) {
+		if n.GetHostname() == busy && (n.GetState() != loomv1.SlurmNode_DRAINED || n.GetReason() != "checking") {
+			t.Fatalf("drained after down: %v", n)
+		}
+	}
+	h.do(&eventsv1.UpdateSlurmNode{Cluster: cl, Hostname: busy, State: "RESUME"})
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	if nodes := h.job(2).GetNodes(); len(nodes) != 1 || nodes[0] != busy {
+		t.Fatalf("job 2 on %v after the resume, want %s", nodes, busy)
+	}
 }
 
 func TestAdminDrainAndNodeViews(t *testing.T) {

@@ -566,16 +566,19 @@ func (t *txn) nodeHealth(ev *eventsv1.NodeHealthChanged) error {
 	return nil
 }
 
-// updateSlurmNode is scontrol update node State=DRAIN|RESUME: the
+// updateSlurmNode is scontrol update node State=DRAIN|DOWN|RESUME: the
 // scheduler's own drain, which keeps new work off the node and lets its jobs
-// run on (unlike the provisioner's DRAINING, which removes the node).
+// run on (unlike the provisioner's DRAINING, which removes the node); DOWN,
+// which also ends the jobs it runs now (NODE_FAIL, requeued where they may
+// be, the node excluded from their next runs, as on a node's failure); and
+// RESUME, which puts it back. The last of DRAIN and DOWN wins.
 func (t *txn) updateSlurmNode(ev *eventsv1.UpdateSlurmNode) error {
 	var v errs.Validator
 	v.Check(ev.GetCluster() != "", "cluster", "required")
 	v.Check(ev.GetHostname() != "", "hostname", "required")
 	state := strings.ToUpper(ev.GetState())
-	v.Check(state == "DRAIN" || state == "RESUME", "state", "want DRAIN or RESUME, got %q", ev.GetState())
-	v.Check(state != "DRAIN" || ev.GetReason() != "", "reason", "required to drain a node")
+	v.Check(state == "DRAIN" || state == "DOWN" || state == "RESUME", "state", "want DRAIN, DOWN or RESUME, got %q", ev.GetState())
+	v.Check(state == "RESUME" || ev.GetReason() != "", "reason", "required to drain a node or set it down")
 	if err := v.Err(); err != nil {
 		return fmt.Errorf("update slurm node: %w", err)
 	}
@@ -584,22 +587,25 @@ func (t *txn) updateSlurmNode(ev *eventsv1.UpdateSlurmNode) error {
 	if old == nil {
 		return nil
 	}
-	drain := state == "DRAIN"
+	drain, down := state == "DRAIN", state == "DOWN"
 	reason := ev.GetReason()
-	if !drain {
+	if state == "RESUME" {
 		reason = ""
 	}
-	if old.AdminDrain == drain && old.AdminReason == reason {
+	if old.AdminDrain == drain && old.AdminDown == down && old.AdminReason == reason {
 		return nil
 	}
 	n := t.editNode(name)
-	n.AdminDrain, n.AdminReason = drain, reason
+	n.AdminDrain, n.AdminDown, n.AdminReason = drain, down, reason
 	n.AdminReasonUser, n.AdminReasonTime = "", time.Time{}
-	if drain {
+	if drain || down {
 		n.AdminReasonUser, n.AdminReasonTime = ev.GetUser(), t.now
 		if ev.GetTime() != nil {
 			n.AdminReasonTime = ev.GetTime().AsTime()
 		}
+	}
+	if down {
+		t.failNode(n)
 	}
 	t.dirty[n.Cluster] = true
 	// No other event says so: the gateway's change feed lists the Slurm

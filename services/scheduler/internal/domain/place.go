@@ -177,7 +177,7 @@ func placeNodes(nodes []*Node) []place.Node {
 	out := make([]place.Node, len(nodes))
 	for i, n := range nodes {
 		out[i] = place.Node{Name: n.Name, Hostname: n.Hostname, Block: n.Block, Role: n.Role, State: n.State,
-			Unhealthy: n.Unhealthy || n.HealthDrain || n.Unreachable || n.PrologHold, AdminDrain: n.AdminDrain, GPUs: n.GPUs, GresType: n.GresType, CPUs: n.CPUs,
+			Unhealthy: n.Unhealthy || n.HealthDrain || n.Unreachable || n.PrologHold, AdminDrain: n.AdminDrain, AdminDown: n.AdminDown, GPUs: n.GPUs, GresType: n.GresType, CPUs: n.CPUs,
 			MemoryMB: n.MemoryMB}
 	}
 	return out

@@ -152,7 +152,7 @@ func (s *State) NodeTable(cluster string) (views.ClusterTable, bool) {
 			MaxTime: pt.MaxTime, Tier: pt.Tier})
 	}
 	for k, n := range nodes {
-		row := views.NodeRow{View: p.views[k], Features: features[n.Pool], Down: n.Lost(), Reason: n.Reason,
+		row := views.NodeRow{View: p.views[k], Features: features[n.Pool], Down: n.Lost(), AdminDown: n.AdminDown, Reason: n.Reason,
 			AdminReason: n.AdminReason, AdminReasonUser: n.AdminReasonUser, AdminReasonTime: n.AdminReasonTime}
 		if row.Down {
 			row.DownReason = n.DownReason()

@@ -146,9 +146,12 @@ type Node struct {
 	MemoryMB int64  `json:"memory_mb,omitempty"`
 
 	// AdminDrain is the scheduler's Slurm drain: no new work, running jobs
-	// go on. AdminReason is its Reason=, set by AdminReasonUser at
+	// go on. AdminDown is scontrol's State=DOWN: no new work, and the jobs
+	// it ran ended NODE_FAIL (requeued where they may be). At most one of
+	// the two is set. AdminReason is its Reason=, set by AdminReasonUser at
 	// AdminReasonTime (sinfo -R's USER and TIMESTAMP).
 	AdminDrain      bool      `json:"admin_drain,omitempty"`
+	AdminDown       bool      `json:"admin_down,omitempty"`
 	AdminReason     string    `json:"admin_reason,omitempty"`
 	AdminReasonUser string    `json:"admin_reason_user,omitempty"`
 	AdminReasonTime time.Time `json:"admin_reason_time,omitzero"`
@@ -156,7 +159,8 @@ type Node struct {
 
 // Usable reports whether the node may take new work.
 func (n *Node) Usable() bool {
-	return n.State == loomv1.Node_READY && !n.HealthOut() && !n.Unreachable && !n.PrologHold && n.Role != clusterspec.RoleLogin && !n.AdminDrain
+	return n.State == loomv1.Node_READY && !n.HealthOut() && !n.Unreachable && !n.PrologHold && n.Role != clusterspec.RoleLogin &&
+		!n.AdminDrain && !n.AdminDown
 }
 
 // HealthOut reports whether health took the node out: unhealthy, or being
@@ -169,13 +173,16 @@ func (n *Node) Draining() bool { return n.State == loomv1.Node_DRAINING }
 
 // Lost reports whether the node can no longer run the work it holds, so that
 // its jobs end NODE_FAIL: anything but READY or DRAINING (DOWN, FAILED,
-// PROVISIONING, DELETING), or unhealthy.
+// PROVISIONING, DELETING), unhealthy, or set DOWN with scontrol.
 func (n *Node) Lost() bool {
-	return n.Unhealthy || (n.State != loomv1.Node_READY && n.State != loomv1.Node_DRAINING)
+	return n.Unhealthy || n.AdminDown || (n.State != loomv1.Node_READY && n.State != loomv1.Node_DRAINING)
 }
 
 // DownReason says why a node can no longer run work, for a failed job's reason.
 func (n *Node) DownReason() string {
+	if n.AdminDown && !n.Unhealthy {
+		return "node " + n.Hostname + " down: " + n.AdminReason
+	}
 	why := n.HealthReason
 	if !n.Unhealthy || why == "" {
 		why = n.Reason

@@ -37,7 +37,7 @@ type Check struct {
 func DefaultChecks() []Check {
 	return []Check{
 		CheckCompute, CheckPartition, CheckNodelist, CheckExclude, CheckGresType, CheckNodeSize,
-		CheckNotDraining, CheckReady, CheckHealthy, CheckNotDrained,
+		CheckNotDraining, CheckReady, CheckHealthy, CheckNotDrained, CheckNotDown,
 		CheckIdle, CheckGPUs, CheckCPUs, CheckMemory, CheckNotReserved,
 	}
 }
@@ -87,6 +87,10 @@ var (
 	// CheckNotDrained keeps work off nodes drained by scontrol.
 	CheckNotDrained = Check{Reason: "NodeDrained", Kind: Availability, Fits: func(_ *Request, n *NodeView) bool {
 		return !n.Node.AdminDrain
+	}}
+	// CheckNotDown keeps work off nodes set DOWN by scontrol.
+	CheckNotDown = Check{Reason: "NodeDown", Kind: Availability, Fits: func(_ *Request, n *NodeView) bool {
+		return !n.Node.AdminDown
 	}}
 	// CheckIdle keeps every job off a node held whole by an --exclusive
 	// job, and an --exclusive job off any node in use.

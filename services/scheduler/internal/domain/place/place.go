@@ -31,9 +31,11 @@ type Node struct {
 	Role string
 	// State is the provisioner's view of the node.
 	State loomv1.Node_State
-	// Unhealthy is health's verdict; AdminDrain the scheduler's Slurm drain.
+	// Unhealthy is health's verdict; AdminDrain the scheduler's Slurm drain,
+	// AdminDown scontrol's State=DOWN.
 	Unhealthy  bool
 	AdminDrain bool
+	AdminDown  bool
 	// GPUs, GresType (the GPUs' Slurm GRES type), CPUs and MemoryMB are the
 	// node's size; CPUs and MemoryMB 0 mean unknown (not checked).
 	GPUs     int32

@@ -43,12 +43,14 @@ type NodeRow struct {
 	// Features are its node set's.
 	Features []string
 	// Down: the node can no longer run work; DownReason says why.
+	// AdminDown: scontrol set it DOWN (its reason is AdminReason).
 	Down       bool
 	DownReason string
+	AdminDown  bool
 	// Reason is the provisioner's reason for the node's state.
 	Reason string
 	// AdminReason, AdminReasonUser and AdminReasonTime are scontrol's drain
-	// Reason= (sinfo -R).
+	// or down Reason= (sinfo -R).
 	AdminReason     string
 	AdminReasonUser string
 	AdminReasonTime time.Time
@@ -155,6 +157,11 @@ func SlurmNodes(src NodeSource, cluster string) []*loomv1.SlurmNode {
 			healthReason(loomv1.SlurmNode_DRAINED)
 		case row.Down && hr.Out:
 			healthReason(loomv1.SlurmNode_DOWN)
+		case row.Down && row.AdminDown && !hr.Out:
+			sn.State, sn.Reason, sn.ReasonUser = loomv1.SlurmNode_DOWN, row.AdminReason, row.AdminReasonUser
+			if !row.AdminReasonTime.IsZero() {
+				sn.ReasonTime = timestamppb.New(row.AdminReasonTime)
+			}
 		case row.Down:
 			sn.State, sn.Reason = loomv1.SlurmNode_DOWN, strings.TrimPrefix(row.DownReason, "node "+n.Hostname+" down: ")
 		case n.AdminDrain || n.Draining():
