@@ -308,8 +308,11 @@ func TestSlurmService(t *testing.T) {
 		Reason: "resumed with scontrol", User: "ops"}); !proto.Equal(ev.Payload, want) || ev.Principal != "users/ops" {
 		t.Fatalf("health's resume: %v by %q, want %v by users/ops", ev.Payload, ev.Principal, want)
 	}
-	if code, body = h.rest(t, ctx, "POST", "/v1/projects/default/clusters/c1/slurmNodes/gpu-0001:update", `{"state":"DOWN"}`); code != http.StatusBadRequest || !strings.Contains(body, "state") {
+	if code, body = h.rest(t, ctx, "POST", "/v1/projects/default/clusters/c1/slurmNodes/gpu-0001:update", `{"state":"FUTURE"}`); code != http.StatusBadRequest || !strings.Contains(body, "state") {
 		t.Errorf("POST bad node state: HTTP %d %s, want 400 naming state", code, body)
+	}
+	if code, body = h.rest(t, ctx, "POST", "/v1/projects/default/clusters/c1/slurmNodes/gpu-0001:update", `{"state":"DOWN"}`); code != http.StatusBadRequest || !strings.Contains(body, "reason") {
+		t.Errorf("POST DOWN without a reason: HTTP %d %s, want 400 naming reason", code, body)
 	}
 
 	// UpdateJob over REST, by task name.
