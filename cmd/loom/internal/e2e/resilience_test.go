@@ -14,7 +14,10 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/loom-ml/loom/cmd/loom/stack"
+	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/testkit"
+	"github.com/loom-ml/loom/libs/topics"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -324,5 +327,91 @@ func TestXid13RestartsTheJobWithoutDrainingTheNode(t *testing.T) {
 	}
 	if h, err := nodeHealth(t, gw, cl.Name, host); err != nil || h == nil || h.State != loomv1.RemediationState_NODE_HEALTHY {
 		t.Errorf("node health after Xid 13: %v (%v), want NODE_HEALTHY", h, err)
+	}
+}
+
+// TestTelemetryFaultsTakeNodesOut: each fault the GPU telemetry shows — a
+// double-bit ECC error, single-bit errors at a rising rate, a row remapping
+// failure, thermal runaway, NVLink errors, a full disk — goes the whole way
+// on real processes: the simulated device behind the agent's NVML-shaped
+// sampling, the agent's GpuTelemetry (and XidObserved, for the faults the
+// driver also reports as an Xid), health's classification, its verdict on
+// loom.health.events.v1 taking the node out with the reason an operator
+// reads in sinfo -R, and the repair: the node back HEALTHY once the repair
+// is confirmed, or replaced. (Xid 79 and Xid 13 have their own tests above.)
+func TestTelemetryFaultsTakeNodesOut(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("runs a cluster of agent processes; skipped with -short")
+	}
+	s := startStackWith(t, inProcess, func(o *stack.Options) {
+		// A sample every second (the least), not every ten: rates need two.
+		o.AgentEnv = append(o.AgentEnv, "LOOM_TELEMETRY_INTERVAL=1s")
+		// Every node in repair at once: by default one of six would be,
+		// and the others would wait their turn, drained.
+		o.HealthArgs = append(o.HealthArgs, "-max-remediating=1")
+	})
+	gw := dialGateway(t, s)
+	const replaced = "replaced"
+	faults := []struct {
+		fault *loomv1.Fault
+		// reasons are what the verdict's reason may start with: the
+		// telemetry's, or the Xid the driver raises with the fault, which
+		// the event path may judge first.
+		reasons []string
+		// then is the repair's end: "repaired (" (HEALTHY), or replaced.
+		then string
+	}{
+		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_ECC_DBE, Gpu: 0, Value: 1}, []string{"ECC: 1 double-bit errors on GPU 0", "Xid 48: "}, "repaired ("},
+		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_ECC_SBE, Gpu: 0, Value: 6000}, []string{"ECC: single-bit errors at"}, "repaired ("},
+		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_ROW_REMAP_FAILURE, Gpu: 0}, []string{"row remapping failure on GPU 0", "Xid 64: "}, replaced},
+		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_THERMAL, Gpu: 0, Value: 10}, []string{"thermal: GPU 0 throttling at"}, "repaired ("},
+		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_NVLINK, Gpu: 0, Value: 6000}, []string{"NVLink: ", "Xid 74: "}, "repaired ("},
+		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_DISK_FULL, Gpu: -1}, []string{"disk full: "}, "repaired ("},
+	}
+	cl := createCluster(t, gw, "telemetry", &loomv1.NodePool{Id: "gpu", MachineType: "a3-highgpu-1g",
+		NodeCount: int32(len(faults)), AcceleratorType: "nvidia-h100-80gb", AcceleratorCount: 1})
+	nodes, err := loomv1.NewSlurmServiceClient(gw).ListSlurmNodes(waitCtx(t, 10*time.Second), &loomv1.ListSlurmNodesRequest{Cluster: cl.Name})
+	if err != nil || len(nodes.GetNodes()) != len(faults) {
+		t.Fatalf("nodes of %s: %v (%v), want %d", cl.Name, nodes, err, len(faults))
+	}
+	health := loomv1.NewHealthServiceClient(gw)
+	for i, f := range faults {
+		host := nodes.GetNodes()[i].GetHostname()
+		if _, err := health.InjectFault(waitCtx(t, 5*time.Second), &loomv1.InjectFaultRequest{Cluster: cl.Name, Hostname: host, Fault: f.fault}); err != nil {
+			t.Fatalf("inject %v on %s: %v", f.fault.GetKind(), host, err)
+		}
+	}
+	verdict := func(node string, match func(*eventsv1.NodeHealthChanged) bool) *eventsv1.NodeHealthChanged {
+		t.Helper()
+		ev := testkit.WaitEvent(t, s.BrokerAddr, topics.HealthEvents, 90*time.Second, func(e envelope.Event) bool {
+			h, ok := e.Payload.(*eventsv1.NodeHealthChanged)
+			return ok && h.GetNode() == node && match(h)
+		})
+		return ev.Payload.(*eventsv1.NodeHealthChanged)
+	}
+	for i, f := range faults {
+		node := nodes.GetNodes()[i].GetNode()
+		out := verdict(node, func(h *eventsv1.NodeHealthChanged) bool {
+			if h.GetState() == loomv1.RemediationState_NODE_HEALTHY {
+				return false
+			}
+			for _, r := range f.reasons {
+				if strings.HasPrefix(h.GetReason(), r) {
+					return true
+				}
+			}
+			return false
+		})
+		if out.GetSetBy() != "loom-health" {
+			t.Errorf("%v: verdict set by %q, want loom-health", f.fault.GetKind(), out.GetSetBy())
+		}
+		back := verdict(node, func(h *eventsv1.NodeHealthChanged) bool {
+			if f.then == replaced {
+				return h.GetState() == loomv1.RemediationState_NODE_REPLACING
+			}
+			return h.GetState() == loomv1.RemediationState_NODE_HEALTHY && h.GetRepaired() && strings.HasPrefix(h.GetReason(), f.then)
+		})
+		t.Logf("%v on %s: %v %q, then %v %q", f.fault.GetKind(), node, out.GetState(), out.GetReason(), back.GetState(), back.GetReason())
 	}
 }

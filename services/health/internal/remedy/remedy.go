@@ -613,7 +613,7 @@ func (s *step) worse(n *Node, v classify.Verdict) {
 			// old boot's news (a node's telemetry is one ordered stream).
 			return
 		}
-		s.escalate(n, "failed again after "+actionName(n.LastRepair)+": "+v.Reason)
+		s.escalate(n, "failed again after "+actionName(n.LastRepair)+": "+v.Reason, v.Action)
 	case n.State == loomv1.RemediationState_NODE_DRAINING && !n.Hold:
 		changed := false
 		if classify.Rank(v.Action) > classify.Rank(n.Next) {
@@ -758,7 +758,7 @@ func (s *step) repaired(n *Node, e Repaired) {
 		return // a stale or repeated answer
 	}
 	if !e.OK {
-		s.escalate(n, fmt.Sprintf("%s failed: %s", actionName(n.LastRepair), e.Message))
+		s.escalate(n, fmt.Sprintf("%s failed: %s", actionName(n.LastRepair), e.Message), 0)
 		return
 	}
 	if n.LastRepair == loomv1.RemediationAction_ACTION_REPLACE && e.Replacement != "" && e.Replacement != n.Name {
@@ -781,9 +781,17 @@ func (s *step) confirm(n *Node) {
 		Trigger: "confirm", AllowBusy: true})
 }
 
-// escalate climbs the ladder after a repair that did not fix the node.
-func (s *step) escalate(n *Node, reason string) {
+// escalate climbs the ladder after a repair that did not fix the node: to
+// its next rung, or to atLeast, the action the failure itself asks for,
+// when that is heavier (0: none).
+func (s *step) escalate(n *Node, reason string, atLeast loomv1.RemediationAction) {
 	a := next(n.LastRepair)
+	// The ladder's next rung, unless the failure itself asks for more: a
+	// row remapping failure seen after a GPU reset needs the replacement
+	// it asks for, not a reimage first.
+	if a != loomv1.RemediationAction_REMEDIATION_ACTION_UNSPECIFIED && classify.Rank(atLeast) > classify.Rank(a) {
+		a = atLeast
+	}
 	n.Repairing, n.Confirming, n.AwaitBoot, n.ConfirmErrors = false, false, false, 0
 	if a == loomv1.RemediationAction_REMEDIATION_ACTION_UNSPECIFIED {
 		s.quarantine(n, SetBy, reason)
@@ -852,7 +860,7 @@ func (s *step) check(n *Node, r *loomv1.HealthCheckResult) {
 	case n.Confirming:
 		if r.GetTrigger() != "confirm" && runID != n.ConfirmID {
 			if out == loomv1.CheckOutcome_CHECK_FAIL && n.Registered {
-				s.escalate(n, classify.CheckFailed(r).Reason)
+				s.escalate(n, classify.CheckFailed(r).Reason, classify.CheckFailed(r).Action)
 			}
 			return
 		}
@@ -860,7 +868,7 @@ func (s *step) check(n *Node, r *loomv1.HealthCheckResult) {
 		case loomv1.CheckOutcome_CHECK_PASS, loomv1.CheckOutcome_CHECK_WARN:
 			s.healthy(n, true, SetBy, "repaired ("+actionName(n.LastRepair)+") and confirmed by "+orDefault(r.GetCheck(), "a check"))
 		case loomv1.CheckOutcome_CHECK_FAIL:
-			s.escalate(n, "confirm after "+actionName(n.LastRepair)+": "+classify.CheckFailed(r).Reason)
+			s.escalate(n, "confirm after "+actionName(n.LastRepair)+": "+classify.CheckFailed(r).Reason, classify.CheckFailed(r).Action)
 		default: // ERROR, SKIPPED
 			if out == loomv1.CheckOutcome_CHECK_SKIPPED || strings.Contains(r.GetSummary(), NotAvailable) {
 				if s.rebooted(n) {
@@ -872,7 +880,7 @@ func (s *step) check(n *Node, r *loomv1.HealthCheckResult) {
 			}
 			n.ConfirmErrors++
 			if n.ConfirmErrors >= 2 {
-				s.escalate(n, "confirm after "+actionName(n.LastRepair)+": check errored twice: "+r.GetSummary())
+				s.escalate(n, "confirm after "+actionName(n.LastRepair)+": check errored twice: "+r.GetSummary(), 0)
 				return
 			}
 			s.confirm(n)
@@ -987,9 +995,9 @@ func (s *step) tick() {
 			s.now.Sub(n.Since) >= s.m.cfg.DrainTimeout && !n.DryRun:
 			s.tryStart(s.get(name))
 		case n.Confirming && s.now.Sub(n.Since) >= s.m.cfg.ConfirmTimeout:
-			s.escalate(s.get(name), fmt.Sprintf("no confirmation within %s after %s", s.m.cfg.ConfirmTimeout, actionName(n.LastRepair)))
+			s.escalate(s.get(name), fmt.Sprintf("no confirmation within %s after %s", s.m.cfg.ConfirmTimeout, actionName(n.LastRepair)), 0)
 		case n.Repairing && !n.Confirming && n.State != loomv1.RemediationState_NODE_DRAINING && s.now.Sub(n.Since) >= s.m.cfg.RepairTimeout:
-			s.escalate(s.get(name), fmt.Sprintf("%s not finished within %s", actionName(n.LastRepair), s.m.cfg.RepairTimeout))
+			s.escalate(s.get(name), fmt.Sprintf("%s not finished within %s", actionName(n.LastRepair), s.m.cfg.RepairTimeout), 0)
 		case n.State == loomv1.RemediationState_NODE_SUSPECT && s.now.Sub(n.Since) >= s.m.cfg.ConfirmTimeout:
 			// The confirming check never came back: give the node the benefit.
 			s.healthy(s.get(name), false, SetBy, "no confirming check came back")

@@ -201,6 +201,41 @@ func TestLadder(t *testing.T) {
 	}
 }
 
+// TestEscalationTakesTheFailuresOwnAction: a node repaired for one fault
+// that fails its confirmation with a fault asking for more (a GPU reset for
+// Xid 64, then the telemetry's row remapping failure, which asks for a
+// replacement) goes straight to what that fault asks for, not to the
+// ladder's next rung (a reimage, which would not help and costs an hour).
+func TestEscalationTakesTheFailuresOwnAction(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Config{Seed: 3}, 10)
+	n := nodeName(cluster, 5)
+	r := h.do(Fault{Node: n, Verdict: classify.Xid(0, 64)})
+	rs := remediations(r)
+	if len(rs) != 1 || rs[0].GetAction() != loomv1.RemediationAction_ACTION_REBOOT {
+		t.Fatalf("Xid 64: %v", r.Emits)
+	}
+	h.now = h.now.Add(time.Minute)
+	h.do(Repaired{Node: n, ID: rs[0].GetRemediationId(), OK: true})
+	h.do(Registered{Node: n, HostBootID: "boot-2"})
+	remap := classify.Verdict{Severity: classify.SeverityCritical, Action: loomv1.RemediationAction_ACTION_REPLACE, CheckpointFirst: true,
+		Reason: "row remapping failure on GPU 0", GPU: 0}
+	r = h.do(Fault{Node: n, Verdict: remap})
+	if rs := remediations(r); len(rs) != 1 || rs[0].GetAction() != loomv1.RemediationAction_ACTION_REPLACE || h.state(5) != loomv1.RemediationState_NODE_REPLACING {
+		t.Fatalf("remap failure after the reset: %v, state %v; want a replacement", r.Emits, h.state(5))
+	}
+	// A lighter failure still climbs one rung: reset → reimage.
+	h = newHarness(t, Config{Seed: 3}, 10)
+	m := nodeName(cluster, 6)
+	r = h.do(Fault{Node: m, Verdict: classify.Xid(0, 48)})
+	h.do(Repaired{Node: m, ID: remediations(r)[0].GetRemediationId(), OK: true})
+	h.do(Registered{Node: m, HostBootID: "boot-2"})
+	r = h.do(Fault{Node: m, Verdict: classify.Xid(0, 48)})
+	if rs := remediations(r); len(rs) != 1 || rs[0].GetAction() != loomv1.RemediationAction_ACTION_REIMAGE {
+		t.Fatalf("Xid 48 again after the reset: %v; want a reimage", r.Emits)
+	}
+}
+
 // TestRecurrenceEscalatesAndLemon: a failure soon after a confirmed repair
 // skips that repair; the third failure in the window quarantines.
 func TestRecurrenceEscalatesAndLemon(t *testing.T) {
