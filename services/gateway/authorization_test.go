@@ -429,6 +429,10 @@ func matrixRows(opName string) []matrixRow {
 			_, err := hs(c).ListHealthResults(ctx, &loomv1.ListHealthResultsRequest{Cluster: cluster1, Check: "disk"})
 			return err
 		}), get("/v1/" + cluster1 + "/healthResults?check=disk"), viewerRow},
+		{"GetHealthPolicy", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := hs(c).GetHealthPolicy(ctx, &loomv1.GetHealthPolicyRequest{Cluster: cluster1})
+			return err
+		}), get("/v1/" + cluster1 + "/healthPolicy"), viewerRow},
 		{"ScanNodes", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
 			_, err := hs(c).ScanNodes(ctx, &loomv1.ScanNodesRequest{Cluster: cluster1, Hostnames: []string{"gpu-0001"}})
 			return err

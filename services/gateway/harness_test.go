@@ -181,6 +181,10 @@ func (f fakeHealth) ListNodeHealth(_ context.Context, r *loomv1.ListNodeHealthRe
 	return resp, nil
 }
 
+func (f fakeHealth) GetHealthPolicy(_ context.Context, r *loomv1.GetHealthPolicyRequest) (*loomv1.HealthPolicy, error) {
+	return &loomv1.HealthPolicy{Cluster: r.GetCluster(), Remediation: "dry-run", MaxRemediatingNodes: 1}, nil
+}
+
 func (f fakeHealth) ListHealthResults(_ context.Context, r *loomv1.ListHealthResultsRequest) (*loomv1.ListHealthResultsResponse, error) {
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"math"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -239,6 +240,18 @@ func TestHealthReads(t *testing.T) {
 	}
 	_, err = hs.ListHealthResults(ctx, &loomv1.ListHealthResultsRequest{Cluster: cluster1, Check: "a/b"})
 	wantCode(t, "a check name with a slash", err, codes.InvalidArgument, "check")
+	// The policy: a viewer reads it; a cluster that does not exist is
+	// NotFound (health answers for any name); a bad name is refused.
+	if p, err := hs.GetHealthPolicy(ctx, &loomv1.GetHealthPolicyRequest{Cluster: cluster1}); err != nil || p.GetRemediation() != "dry-run" {
+		t.Fatalf("GetHealthPolicy: %v %v", p, err)
+	}
+	_, err = hs.GetHealthPolicy(ctx, &loomv1.GetHealthPolicyRequest{Cluster: project + "/clusters/nope"})
+	wantCode(t, "the policy of no cluster", err, codes.NotFound, "nope")
+	_, err = hs.GetHealthPolicy(ctx, &loomv1.GetHealthPolicyRequest{Cluster: "clusters/x"})
+	wantCode(t, "a bad cluster name", err, codes.InvalidArgument, "cluster")
+	if code, body := h.rest(t, ctx, "GET", "/v1/"+cluster1+"/healthPolicy", ""); code != http.StatusOK || !strings.Contains(body, `"remediation":"dry-run"`) {
+		t.Errorf("GET healthPolicy: HTTP %d %s", code, body)
+	}
 
 	_, err = loomv1.NewHealthServiceClient(h.conn).InjectFault(ctx, &loomv1.InjectFaultRequest{Cluster: cluster1, Hostname: "gpu-0001",
 		Fault: &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_XID, Gpu: 0, Xid: 79}})

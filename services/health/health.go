@@ -216,9 +216,21 @@ func Run(ctx context.Context, cfg Config) error {
 	if results == nil {
 		results = scanner
 	}
-	loomv1.RegisterHealthServiceServer(base.GRPC, ports.NewHealthServer(a, results))
+	// The policy is remediation's (the app's) and the scans' together.
+	policy := policyOf(func(cluster string) *loomv1.HealthPolicy {
+		p := a.HealthPolicy(cluster)
+		scanner.FillPolicy(p)
+		return p
+	})
+	loomv1.RegisterHealthServiceServer(base.GRPC, ports.NewHealthServer(a, results, policy))
 	interval := max(cfg.HeartbeatTimeout/4, time.Millisecond)
 	return base.Run(ctx, []service.Consume{{Topics: ports.Topics, Handler: a.Handle},
 		{Topics: app.ScanTopics, Handler: scanner.Handle, Group: app.ScanGroup, Config: &bus.ConsumerConfig{Filter: app.ScanFilter}}},
 		a.CheckLoop(interval, base.Clock), scanner.Loop(time.Second, base.Clock))
 }
+
+// policyOf makes a function a ports.PolicyReader.
+type policyOf func(cluster string) *loomv1.HealthPolicy
+
+// HealthPolicy calls f.
+func (f policyOf) HealthPolicy(cluster string) *loomv1.HealthPolicy { return f(cluster) }

@@ -1424,6 +1424,397 @@ func (x *ListNodeHealthResponse) GetNextPageToken() string {
 	return ""
 }
 
+type GetHealthPolicyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetHealthPolicyRequest) Reset() {
+	*x = GetHealthPolicyRequest{}
+	mi := &file_loom_v1_health_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetHealthPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetHealthPolicyRequest) ProtoMessage() {}
+
+func (x *GetHealthPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_health_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetHealthPolicyRequest.ProtoReflect.Descriptor instead.
+func (*GetHealthPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *GetHealthPolicyRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+// HealthPolicy is health's configuration as it applies to one cluster
+// (health's flags; docs/health.md), with the cluster's repairs now.
+type HealthPolicy struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// remediation is "on" (failed nodes are repaired), "dry-run" (decided,
+	// recorded and taken out, never repaired) or "off" (heartbeats only).
+	Remediation string `protobuf:"bytes,2,opt,name=remediation,proto3" json:"remediation,omitempty"`
+	// max_remediating is the share of a cluster's nodes in repair at once
+	// (-max-remediating); max_remediating_nodes is that share of this
+	// cluster's nodes (at least 1); remediating_nodes are in repair now, of
+	// nodes.
+	MaxRemediating      float64 `protobuf:"fixed64,3,opt,name=max_remediating,json=maxRemediating,proto3" json:"max_remediating,omitempty"`
+	MaxRemediatingNodes int32   `protobuf:"varint,4,opt,name=max_remediating_nodes,json=maxRemediatingNodes,proto3" json:"max_remediating_nodes,omitempty"`
+	RemediatingNodes    int32   `protobuf:"varint,5,opt,name=remediating_nodes,json=remediatingNodes,proto3" json:"remediating_nodes,omitempty"`
+	Nodes               int32   `protobuf:"varint,6,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	// lemon_failures failures within lemon_window quarantine a node.
+	LemonFailures int32                `protobuf:"varint,7,opt,name=lemon_failures,json=lemonFailures,proto3" json:"lemon_failures,omitempty"`
+	LemonWindow   *durationpb.Duration `protobuf:"bytes,8,opt,name=lemon_window,json=lemonWindow,proto3" json:"lemon_window,omitempty"`
+	// heartbeat_timeout: a node silent this long is DOWN; mass_silence: the
+	// share of a cluster's nodes silent together that are unreachable
+	// rather than failed (above 1: off).
+	HeartbeatTimeout *durationpb.Duration `protobuf:"bytes,9,opt,name=heartbeat_timeout,json=heartbeatTimeout,proto3" json:"heartbeat_timeout,omitempty"`
+	MassSilence      float64              `protobuf:"fixed64,10,opt,name=mass_silence,json=massSilence,proto3" json:"mass_silence,omitempty"`
+	Thresholds       *TelemetryThresholds `protobuf:"bytes,11,opt,name=thresholds,proto3" json:"thresholds,omitempty"`
+	// drain_timeout, confirm_timeout, repair_timeout bound remediation's
+	// waits: for a checkpoint-first drain, for the confirming check, for the
+	// provisioner's repair.
+	DrainTimeout   *durationpb.Duration `protobuf:"bytes,12,opt,name=drain_timeout,json=drainTimeout,proto3" json:"drain_timeout,omitempty"`
+	ConfirmTimeout *durationpb.Duration `protobuf:"bytes,13,opt,name=confirm_timeout,json=confirmTimeout,proto3" json:"confirm_timeout,omitempty"`
+	RepairTimeout  *durationpb.Duration `protobuf:"bytes,14,opt,name=repair_timeout,json=repairTimeout,proto3" json:"repair_timeout,omitempty"`
+	// scan_interval: how often every cluster's idle nodes are scanned (0:
+	// never); straggler_ratio: the share of the fleet's median speed under
+	// which a node fails the speed check.
+	ScanInterval   *durationpb.Duration `protobuf:"bytes,15,opt,name=scan_interval,json=scanInterval,proto3" json:"scan_interval,omitempty"`
+	StragglerRatio float64              `protobuf:"fixed64,16,opt,name=straggler_ratio,json=stragglerRatio,proto3" json:"straggler_ratio,omitempty"`
+	// checks are the built-in checks' validity windows and run timeouts
+	// (a site's check gets default_check_validity and default_check_timeout).
+	Checks               []*CheckPolicy       `protobuf:"bytes,17,rep,name=checks,proto3" json:"checks,omitempty"`
+	DefaultCheckValidity *durationpb.Duration `protobuf:"bytes,18,opt,name=default_check_validity,json=defaultCheckValidity,proto3" json:"default_check_validity,omitempty"`
+	DefaultCheckTimeout  *durationpb.Duration `protobuf:"bytes,19,opt,name=default_check_timeout,json=defaultCheckTimeout,proto3" json:"default_check_timeout,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *HealthPolicy) Reset() {
+	*x = HealthPolicy{}
+	mi := &file_loom_v1_health_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthPolicy) ProtoMessage() {}
+
+func (x *HealthPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_health_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthPolicy.ProtoReflect.Descriptor instead.
+func (*HealthPolicy) Descriptor() ([]byte, []int) {
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *HealthPolicy) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *HealthPolicy) GetRemediation() string {
+	if x != nil {
+		return x.Remediation
+	}
+	return ""
+}
+
+func (x *HealthPolicy) GetMaxRemediating() float64 {
+	if x != nil {
+		return x.MaxRemediating
+	}
+	return 0
+}
+
+func (x *HealthPolicy) GetMaxRemediatingNodes() int32 {
+	if x != nil {
+		return x.MaxRemediatingNodes
+	}
+	return 0
+}
+
+func (x *HealthPolicy) GetRemediatingNodes() int32 {
+	if x != nil {
+		return x.RemediatingNodes
+	}
+	return 0
+}
+
+func (x *HealthPolicy) GetNodes() int32 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *HealthPolicy) GetLemonFailures() int32 {
+	if x != nil {
+		return x.LemonFailures
+	}
+	return 0
+}
+
+func (x *HealthPolicy) GetLemonWindow() *durationpb.Duration {
+	if x != nil {
+		return x.LemonWindow
+	}
+	return nil
+}
+
+func (x *HealthPolicy) GetHeartbeatTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.HeartbeatTimeout
+	}
+	return nil
+}
+
+func (x *HealthPolicy) GetMassSilence() float64 {
+	if x != nil {
+		return x.MassSilence
+	}
+	return 0
+}
+
+func (x *HealthPolicy) GetThresholds() *TelemetryThresholds {
+	if x != nil {
+		return x.Thresholds
+	}
+	return nil
+}
+
+func (x *HealthPolicy) GetDrainTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.DrainTimeout
+	}
+	return nil
+}
+
+func (x *HealthPolicy) GetConfirmTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.ConfirmTimeout
+	}
+	return nil
+}
+
+func (x *HealthPolicy) GetRepairTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.RepairTimeout
+	}
+	return nil
+}
+
+func (x *HealthPolicy) GetScanInterval() *durationpb.Duration {
+	if x != nil {
+		return x.ScanInterval
+	}
+	return nil
+}
+
+func (x *HealthPolicy) GetStragglerRatio() float64 {
+	if x != nil {
+		return x.StragglerRatio
+	}
+	return 0
+}
+
+func (x *HealthPolicy) GetChecks() []*CheckPolicy {
+	if x != nil {
+		return x.Checks
+	}
+	return nil
+}
+
+func (x *HealthPolicy) GetDefaultCheckValidity() *durationpb.Duration {
+	if x != nil {
+		return x.DefaultCheckValidity
+	}
+	return nil
+}
+
+func (x *HealthPolicy) GetDefaultCheckTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.DefaultCheckTimeout
+	}
+	return nil
+}
+
+// TelemetryThresholds are the readings past which a node needs a repair.
+type TelemetryThresholds struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	SbePerMinute       float64                `protobuf:"fixed64,1,opt,name=sbe_per_minute,json=sbePerMinute,proto3" json:"sbe_per_minute,omitempty"`
+	NvlinkPerMinute    float64                `protobuf:"fixed64,2,opt,name=nvlink_per_minute,json=nvlinkPerMinute,proto3" json:"nvlink_per_minute,omitempty"`
+	GpuTemperatureMaxC float64                `protobuf:"fixed64,3,opt,name=gpu_temperature_max_c,json=gpuTemperatureMaxC,proto3" json:"gpu_temperature_max_c,omitempty"`
+	// disk_full and disk_warn are shares of a filesystem used (0 to 1).
+	DiskFull      float64 `protobuf:"fixed64,4,opt,name=disk_full,json=diskFull,proto3" json:"disk_full,omitempty"`
+	DiskWarn      float64 `protobuf:"fixed64,5,opt,name=disk_warn,json=diskWarn,proto3" json:"disk_warn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TelemetryThresholds) Reset() {
+	*x = TelemetryThresholds{}
+	mi := &file_loom_v1_health_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TelemetryThresholds) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TelemetryThresholds) ProtoMessage() {}
+
+func (x *TelemetryThresholds) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_health_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TelemetryThresholds.ProtoReflect.Descriptor instead.
+func (*TelemetryThresholds) Descriptor() ([]byte, []int) {
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *TelemetryThresholds) GetSbePerMinute() float64 {
+	if x != nil {
+		return x.SbePerMinute
+	}
+	return 0
+}
+
+func (x *TelemetryThresholds) GetNvlinkPerMinute() float64 {
+	if x != nil {
+		return x.NvlinkPerMinute
+	}
+	return 0
+}
+
+func (x *TelemetryThresholds) GetGpuTemperatureMaxC() float64 {
+	if x != nil {
+		return x.GpuTemperatureMaxC
+	}
+	return 0
+}
+
+func (x *TelemetryThresholds) GetDiskFull() float64 {
+	if x != nil {
+		return x.DiskFull
+	}
+	return 0
+}
+
+func (x *TelemetryThresholds) GetDiskWarn() float64 {
+	if x != nil {
+		return x.DiskWarn
+	}
+	return 0
+}
+
+// CheckPolicy is one check's validity window and run timeout.
+type CheckPolicy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Check         string                 `protobuf:"bytes,1,opt,name=check,proto3" json:"check,omitempty"`
+	Validity      *durationpb.Duration   `protobuf:"bytes,2,opt,name=validity,proto3" json:"validity,omitempty"`
+	Timeout       *durationpb.Duration   `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckPolicy) Reset() {
+	*x = CheckPolicy{}
+	mi := &file_loom_v1_health_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckPolicy) ProtoMessage() {}
+
+func (x *CheckPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_health_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckPolicy.ProtoReflect.Descriptor instead.
+func (*CheckPolicy) Descriptor() ([]byte, []int) {
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *CheckPolicy) GetCheck() string {
+	if x != nil {
+		return x.Check
+	}
+	return ""
+}
+
+func (x *CheckPolicy) GetValidity() *durationpb.Duration {
+	if x != nil {
+		return x.Validity
+	}
+	return nil
+}
+
+func (x *CheckPolicy) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
 type ReportFaultyNodesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
@@ -1435,7 +1826,7 @@ type ReportFaultyNodesRequest struct {
 
 func (x *ReportFaultyNodesRequest) Reset() {
 	*x = ReportFaultyNodesRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[11]
+	mi := &file_loom_v1_health_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1447,7 +1838,7 @@ func (x *ReportFaultyNodesRequest) String() string {
 func (*ReportFaultyNodesRequest) ProtoMessage() {}
 
 func (x *ReportFaultyNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[11]
+	mi := &file_loom_v1_health_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1460,7 +1851,7 @@ func (x *ReportFaultyNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFaultyNodesRequest.ProtoReflect.Descriptor instead.
 func (*ReportFaultyNodesRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{11}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReportFaultyNodesRequest) GetCluster() string {
@@ -1493,7 +1884,7 @@ type ReportFaultyNodesResponse struct {
 
 func (x *ReportFaultyNodesResponse) Reset() {
 	*x = ReportFaultyNodesResponse{}
-	mi := &file_loom_v1_health_proto_msgTypes[12]
+	mi := &file_loom_v1_health_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1505,7 +1896,7 @@ func (x *ReportFaultyNodesResponse) String() string {
 func (*ReportFaultyNodesResponse) ProtoMessage() {}
 
 func (x *ReportFaultyNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[12]
+	mi := &file_loom_v1_health_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1518,7 +1909,7 @@ func (x *ReportFaultyNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFaultyNodesResponse.ProtoReflect.Descriptor instead.
 func (*ReportFaultyNodesResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{12}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReportFaultyNodesResponse) GetHostnames() []string {
@@ -1542,7 +1933,7 @@ type UpdateNodeRemediationRequest struct {
 
 func (x *UpdateNodeRemediationRequest) Reset() {
 	*x = UpdateNodeRemediationRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[13]
+	mi := &file_loom_v1_health_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +1945,7 @@ func (x *UpdateNodeRemediationRequest) String() string {
 func (*UpdateNodeRemediationRequest) ProtoMessage() {}
 
 func (x *UpdateNodeRemediationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[13]
+	mi := &file_loom_v1_health_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +1958,7 @@ func (x *UpdateNodeRemediationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRemediationRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRemediationRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{13}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *UpdateNodeRemediationRequest) GetCluster() string {
@@ -1609,7 +2000,7 @@ type InjectFaultRequest struct {
 
 func (x *InjectFaultRequest) Reset() {
 	*x = InjectFaultRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[14]
+	mi := &file_loom_v1_health_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +2012,7 @@ func (x *InjectFaultRequest) String() string {
 func (*InjectFaultRequest) ProtoMessage() {}
 
 func (x *InjectFaultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[14]
+	mi := &file_loom_v1_health_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +2025,7 @@ func (x *InjectFaultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InjectFaultRequest.ProtoReflect.Descriptor instead.
 func (*InjectFaultRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{14}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *InjectFaultRequest) GetCluster() string {
@@ -1668,7 +2059,7 @@ type InjectFaultResponse struct {
 
 func (x *InjectFaultResponse) Reset() {
 	*x = InjectFaultResponse{}
-	mi := &file_loom_v1_health_proto_msgTypes[15]
+	mi := &file_loom_v1_health_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1680,7 +2071,7 @@ func (x *InjectFaultResponse) String() string {
 func (*InjectFaultResponse) ProtoMessage() {}
 
 func (x *InjectFaultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[15]
+	mi := &file_loom_v1_health_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1693,7 +2084,7 @@ func (x *InjectFaultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InjectFaultResponse.ProtoReflect.Descriptor instead.
 func (*InjectFaultResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{15}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *InjectFaultResponse) GetHostname() string {
@@ -1719,7 +2110,7 @@ type GetJobGoodputRequest struct {
 
 func (x *GetJobGoodputRequest) Reset() {
 	*x = GetJobGoodputRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[16]
+	mi := &file_loom_v1_health_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1731,7 +2122,7 @@ func (x *GetJobGoodputRequest) String() string {
 func (*GetJobGoodputRequest) ProtoMessage() {}
 
 func (x *GetJobGoodputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[16]
+	mi := &file_loom_v1_health_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1744,7 +2135,7 @@ func (x *GetJobGoodputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobGoodputRequest.ProtoReflect.Descriptor instead.
 func (*GetJobGoodputRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{16}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetJobGoodputRequest) GetName() string {
@@ -1767,7 +2158,7 @@ type GetClusterGoodputRequest struct {
 
 func (x *GetClusterGoodputRequest) Reset() {
 	*x = GetClusterGoodputRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[17]
+	mi := &file_loom_v1_health_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +2170,7 @@ func (x *GetClusterGoodputRequest) String() string {
 func (*GetClusterGoodputRequest) ProtoMessage() {}
 
 func (x *GetClusterGoodputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[17]
+	mi := &file_loom_v1_health_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +2183,7 @@ func (x *GetClusterGoodputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterGoodputRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterGoodputRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{17}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetClusterGoodputRequest) GetName() string {
@@ -1836,7 +2227,7 @@ type Goodput struct {
 
 func (x *Goodput) Reset() {
 	*x = Goodput{}
-	mi := &file_loom_v1_health_proto_msgTypes[18]
+	mi := &file_loom_v1_health_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1848,7 +2239,7 @@ func (x *Goodput) String() string {
 func (*Goodput) ProtoMessage() {}
 
 func (x *Goodput) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[18]
+	mi := &file_loom_v1_health_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1861,7 +2252,7 @@ func (x *Goodput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Goodput.ProtoReflect.Descriptor instead.
 func (*Goodput) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{18}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Goodput) GetName() string {
@@ -2061,7 +2452,42 @@ const file_loom_v1_health_proto_rawDesc = "" +
 	"\thostnames\x18\x04 \x03(\tR\thostnames\"k\n" +
 	"\x16ListNodeHealthResponse\x12)\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x13.loom.v1.NodeHealthR\x05nodes\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"j\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"2\n" +
+	"\x16GetHealthPolicyRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\"\xf5\a\n" +
+	"\fHealthPolicy\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12 \n" +
+	"\vremediation\x18\x02 \x01(\tR\vremediation\x12'\n" +
+	"\x0fmax_remediating\x18\x03 \x01(\x01R\x0emaxRemediating\x122\n" +
+	"\x15max_remediating_nodes\x18\x04 \x01(\x05R\x13maxRemediatingNodes\x12+\n" +
+	"\x11remediating_nodes\x18\x05 \x01(\x05R\x10remediatingNodes\x12\x14\n" +
+	"\x05nodes\x18\x06 \x01(\x05R\x05nodes\x12%\n" +
+	"\x0elemon_failures\x18\a \x01(\x05R\rlemonFailures\x12<\n" +
+	"\flemon_window\x18\b \x01(\v2\x19.google.protobuf.DurationR\vlemonWindow\x12F\n" +
+	"\x11heartbeat_timeout\x18\t \x01(\v2\x19.google.protobuf.DurationR\x10heartbeatTimeout\x12!\n" +
+	"\fmass_silence\x18\n" +
+	" \x01(\x01R\vmassSilence\x12<\n" +
+	"\n" +
+	"thresholds\x18\v \x01(\v2\x1c.loom.v1.TelemetryThresholdsR\n" +
+	"thresholds\x12>\n" +
+	"\rdrain_timeout\x18\f \x01(\v2\x19.google.protobuf.DurationR\fdrainTimeout\x12B\n" +
+	"\x0fconfirm_timeout\x18\r \x01(\v2\x19.google.protobuf.DurationR\x0econfirmTimeout\x12@\n" +
+	"\x0erepair_timeout\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\rrepairTimeout\x12>\n" +
+	"\rscan_interval\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\fscanInterval\x12'\n" +
+	"\x0fstraggler_ratio\x18\x10 \x01(\x01R\x0estragglerRatio\x12,\n" +
+	"\x06checks\x18\x11 \x03(\v2\x14.loom.v1.CheckPolicyR\x06checks\x12O\n" +
+	"\x16default_check_validity\x18\x12 \x01(\v2\x19.google.protobuf.DurationR\x14defaultCheckValidity\x12M\n" +
+	"\x15default_check_timeout\x18\x13 \x01(\v2\x19.google.protobuf.DurationR\x13defaultCheckTimeout\"\xd4\x01\n" +
+	"\x13TelemetryThresholds\x12$\n" +
+	"\x0esbe_per_minute\x18\x01 \x01(\x01R\fsbePerMinute\x12*\n" +
+	"\x11nvlink_per_minute\x18\x02 \x01(\x01R\x0fnvlinkPerMinute\x121\n" +
+	"\x15gpu_temperature_max_c\x18\x03 \x01(\x01R\x12gpuTemperatureMaxC\x12\x1b\n" +
+	"\tdisk_full\x18\x04 \x01(\x01R\bdiskFull\x12\x1b\n" +
+	"\tdisk_warn\x18\x05 \x01(\x01R\bdiskWarn\"\x8f\x01\n" +
+	"\vCheckPolicy\x12\x14\n" +
+	"\x05check\x18\x01 \x01(\tR\x05check\x125\n" +
+	"\bvalidity\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bvalidity\x123\n" +
+	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"j\n" +
 	"\x18ReportFaultyNodesRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1c\n" +
 	"\thostnames\x18\x02 \x03(\tR\thostnames\x12\x16\n" +
@@ -2146,13 +2572,14 @@ const file_loom_v1_health_proto_rawDesc = "" +
 	"\x0eACTION_REPLACE\x10\x06\x12\x10\n" +
 	"\fACTION_DRAIN\x10\a\x12\x11\n" +
 	"\rACTION_RESUME\x10\b\x12\x15\n" +
-	"\x11ACTION_QUARANTINE\x10\t2\x8d\a\n" +
+	"\x11ACTION_QUARANTINE\x10\t2\x93\b\n" +
 	"\rHealthService\x12~\n" +
 	"\tScanNodes\x12\x19.loom.v1.ScanNodesRequest\x1a\x1a.loom.v1.ScanNodesResponse\":\x82\xd3\xe4\x93\x024:\x01*\"//v1/{cluster=projects/*/clusters/*}/health:scan\x12\x95\x01\n" +
 	"\x11ListHealthResults\x12!.loom.v1.ListHealthResultsRequest\x1a\".loom.v1.ListHealthResultsResponse\"9\x82\xd3\xe4\x93\x023\x121/v1/{cluster=projects/*/clusters/*}/healthResults\x12\x89\x01\n" +
 	"\x0eListNodeHealth\x12\x1e.loom.v1.ListNodeHealthRequest\x1a\x1f.loom.v1.ListNodeHealthResponse\"6\x82\xd3\xe4\x93\x020\x12./v1/{cluster=projects/*/clusters/*}/nodeHealth\x12\x9c\x01\n" +
 	"\x11ReportFaultyNodes\x12!.loom.v1.ReportFaultyNodesRequest\x1a\".loom.v1.ReportFaultyNodesResponse\"@\x82\xd3\xe4\x93\x02::\x01*\"5/v1/{cluster=projects/*/clusters/*}:reportFaultyNodes\x12\xa0\x01\n" +
-	"\x15UpdateNodeRemediation\x12%.loom.v1.UpdateNodeRemediationRequest\x1a\x13.loom.v1.NodeHealth\"K\x82\xd3\xe4\x93\x02E:\x01*\"@/v1/{cluster=projects/*/clusters/*}/nodeHealth/{hostname}:update\x12\x95\x01\n" +
+	"\x15UpdateNodeRemediation\x12%.loom.v1.UpdateNodeRemediationRequest\x1a\x13.loom.v1.NodeHealth\"K\x82\xd3\xe4\x93\x02E:\x01*\"@/v1/{cluster=projects/*/clusters/*}/nodeHealth/{hostname}:update\x12\x83\x01\n" +
+	"\x0fGetHealthPolicy\x12\x1f.loom.v1.GetHealthPolicyRequest\x1a\x15.loom.v1.HealthPolicy\"8\x82\xd3\xe4\x93\x022\x120/v1/{cluster=projects/*/clusters/*}/healthPolicy\x12\x95\x01\n" +
 	"\vInjectFault\x12\x1b.loom.v1.InjectFaultRequest\x1a\x1c.loom.v1.InjectFaultResponse\"K\x82\xd3\xe4\x93\x02E:\x01*\"@/v1/{cluster=projects/*/clusters/*}/nodes/{hostname}:injectFault2\xfc\x01\n" +
 	"\x0eGoodputService\x12n\n" +
 	"\rGetJobGoodput\x12\x1d.loom.v1.GetJobGoodputRequest\x1a\x10.loom.v1.Goodput\",\x82\xd3\xe4\x93\x02&\x12$/v1/{name=projects/*/jobs/*}:goodput\x12z\n" +
@@ -2171,7 +2598,7 @@ func file_loom_v1_health_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_v1_health_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_loom_v1_health_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_loom_v1_health_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_loom_v1_health_proto_goTypes = []any{
 	(FaultKind)(0),                       // 0: loom.v1.FaultKind
 	(CheckOutcome)(0),                    // 1: loom.v1.CheckOutcome
@@ -2188,65 +2615,83 @@ var file_loom_v1_health_proto_goTypes = []any{
 	(*ListHealthResultsResponse)(nil),    // 12: loom.v1.ListHealthResultsResponse
 	(*ListNodeHealthRequest)(nil),        // 13: loom.v1.ListNodeHealthRequest
 	(*ListNodeHealthResponse)(nil),       // 14: loom.v1.ListNodeHealthResponse
-	(*ReportFaultyNodesRequest)(nil),     // 15: loom.v1.ReportFaultyNodesRequest
-	(*ReportFaultyNodesResponse)(nil),    // 16: loom.v1.ReportFaultyNodesResponse
-	(*UpdateNodeRemediationRequest)(nil), // 17: loom.v1.UpdateNodeRemediationRequest
-	(*InjectFaultRequest)(nil),           // 18: loom.v1.InjectFaultRequest
-	(*InjectFaultResponse)(nil),          // 19: loom.v1.InjectFaultResponse
-	(*GetJobGoodputRequest)(nil),         // 20: loom.v1.GetJobGoodputRequest
-	(*GetClusterGoodputRequest)(nil),     // 21: loom.v1.GetClusterGoodputRequest
-	(*Goodput)(nil),                      // 22: loom.v1.Goodput
-	nil,                                  // 23: loom.v1.HealthCheckResult.MetricsEntry
-	(*timestamppb.Timestamp)(nil),        // 24: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),          // 25: google.protobuf.Duration
+	(*GetHealthPolicyRequest)(nil),       // 15: loom.v1.GetHealthPolicyRequest
+	(*HealthPolicy)(nil),                 // 16: loom.v1.HealthPolicy
+	(*TelemetryThresholds)(nil),          // 17: loom.v1.TelemetryThresholds
+	(*CheckPolicy)(nil),                  // 18: loom.v1.CheckPolicy
+	(*ReportFaultyNodesRequest)(nil),     // 19: loom.v1.ReportFaultyNodesRequest
+	(*ReportFaultyNodesResponse)(nil),    // 20: loom.v1.ReportFaultyNodesResponse
+	(*UpdateNodeRemediationRequest)(nil), // 21: loom.v1.UpdateNodeRemediationRequest
+	(*InjectFaultRequest)(nil),           // 22: loom.v1.InjectFaultRequest
+	(*InjectFaultResponse)(nil),          // 23: loom.v1.InjectFaultResponse
+	(*GetJobGoodputRequest)(nil),         // 24: loom.v1.GetJobGoodputRequest
+	(*GetClusterGoodputRequest)(nil),     // 25: loom.v1.GetClusterGoodputRequest
+	(*Goodput)(nil),                      // 26: loom.v1.Goodput
+	nil,                                  // 27: loom.v1.HealthCheckResult.MetricsEntry
+	(*timestamppb.Timestamp)(nil),        // 28: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),          // 29: google.protobuf.Duration
 }
 var file_loom_v1_health_proto_depIdxs = []int32{
 	0,  // 0: loom.v1.Fault.kind:type_name -> loom.v1.FaultKind
 	1,  // 1: loom.v1.HealthCheckResult.outcome:type_name -> loom.v1.CheckOutcome
-	23, // 2: loom.v1.HealthCheckResult.metrics:type_name -> loom.v1.HealthCheckResult.MetricsEntry
-	24, // 3: loom.v1.HealthCheckResult.start_time:type_name -> google.protobuf.Timestamp
-	24, // 4: loom.v1.HealthCheckResult.end_time:type_name -> google.protobuf.Timestamp
-	24, // 5: loom.v1.HealthCheckResult.valid_until:type_name -> google.protobuf.Timestamp
+	27, // 2: loom.v1.HealthCheckResult.metrics:type_name -> loom.v1.HealthCheckResult.MetricsEntry
+	28, // 3: loom.v1.HealthCheckResult.start_time:type_name -> google.protobuf.Timestamp
+	28, // 4: loom.v1.HealthCheckResult.end_time:type_name -> google.protobuf.Timestamp
+	28, // 5: loom.v1.HealthCheckResult.valid_until:type_name -> google.protobuf.Timestamp
 	2,  // 6: loom.v1.NodeHealth.state:type_name -> loom.v1.RemediationState
-	24, // 7: loom.v1.NodeHealth.state_time:type_name -> google.protobuf.Timestamp
+	28, // 7: loom.v1.NodeHealth.state_time:type_name -> google.protobuf.Timestamp
 	3,  // 8: loom.v1.NodeHealth.next_action:type_name -> loom.v1.RemediationAction
 	4,  // 9: loom.v1.NodeHealth.gpus:type_name -> loom.v1.GpuSample
 	5,  // 10: loom.v1.NodeHealth.disks:type_name -> loom.v1.DiskSample
-	24, // 11: loom.v1.NodeHealth.last_heartbeat:type_name -> google.protobuf.Timestamp
-	25, // 12: loom.v1.ScanNodesRequest.timeout:type_name -> google.protobuf.Duration
+	28, // 11: loom.v1.NodeHealth.last_heartbeat:type_name -> google.protobuf.Timestamp
+	29, // 12: loom.v1.ScanNodesRequest.timeout:type_name -> google.protobuf.Duration
 	7,  // 13: loom.v1.ListHealthResultsResponse.results:type_name -> loom.v1.HealthCheckResult
 	8,  // 14: loom.v1.ListNodeHealthResponse.nodes:type_name -> loom.v1.NodeHealth
-	3,  // 15: loom.v1.UpdateNodeRemediationRequest.action:type_name -> loom.v1.RemediationAction
-	6,  // 16: loom.v1.InjectFaultRequest.fault:type_name -> loom.v1.Fault
-	6,  // 17: loom.v1.InjectFaultResponse.fault:type_name -> loom.v1.Fault
-	24, // 18: loom.v1.GetClusterGoodputRequest.since:type_name -> google.protobuf.Timestamp
-	25, // 19: loom.v1.Goodput.wall:type_name -> google.protobuf.Duration
-	25, // 20: loom.v1.Goodput.productive:type_name -> google.protobuf.Duration
-	25, // 21: loom.v1.Goodput.lost_recompute:type_name -> google.protobuf.Duration
-	25, // 22: loom.v1.Goodput.lost_restart:type_name -> google.protobuf.Duration
-	25, // 23: loom.v1.Goodput.lost_queueing:type_name -> google.protobuf.Duration
-	25, // 24: loom.v1.Goodput.lost_checkpointing:type_name -> google.protobuf.Duration
-	9,  // 25: loom.v1.HealthService.ScanNodes:input_type -> loom.v1.ScanNodesRequest
-	11, // 26: loom.v1.HealthService.ListHealthResults:input_type -> loom.v1.ListHealthResultsRequest
-	13, // 27: loom.v1.HealthService.ListNodeHealth:input_type -> loom.v1.ListNodeHealthRequest
-	15, // 28: loom.v1.HealthService.ReportFaultyNodes:input_type -> loom.v1.ReportFaultyNodesRequest
-	17, // 29: loom.v1.HealthService.UpdateNodeRemediation:input_type -> loom.v1.UpdateNodeRemediationRequest
-	18, // 30: loom.v1.HealthService.InjectFault:input_type -> loom.v1.InjectFaultRequest
-	20, // 31: loom.v1.GoodputService.GetJobGoodput:input_type -> loom.v1.GetJobGoodputRequest
-	21, // 32: loom.v1.GoodputService.GetClusterGoodput:input_type -> loom.v1.GetClusterGoodputRequest
-	10, // 33: loom.v1.HealthService.ScanNodes:output_type -> loom.v1.ScanNodesResponse
-	12, // 34: loom.v1.HealthService.ListHealthResults:output_type -> loom.v1.ListHealthResultsResponse
-	14, // 35: loom.v1.HealthService.ListNodeHealth:output_type -> loom.v1.ListNodeHealthResponse
-	16, // 36: loom.v1.HealthService.ReportFaultyNodes:output_type -> loom.v1.ReportFaultyNodesResponse
-	8,  // 37: loom.v1.HealthService.UpdateNodeRemediation:output_type -> loom.v1.NodeHealth
-	19, // 38: loom.v1.HealthService.InjectFault:output_type -> loom.v1.InjectFaultResponse
-	22, // 39: loom.v1.GoodputService.GetJobGoodput:output_type -> loom.v1.Goodput
-	22, // 40: loom.v1.GoodputService.GetClusterGoodput:output_type -> loom.v1.Goodput
-	33, // [33:41] is the sub-list for method output_type
-	25, // [25:33] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	29, // 15: loom.v1.HealthPolicy.lemon_window:type_name -> google.protobuf.Duration
+	29, // 16: loom.v1.HealthPolicy.heartbeat_timeout:type_name -> google.protobuf.Duration
+	17, // 17: loom.v1.HealthPolicy.thresholds:type_name -> loom.v1.TelemetryThresholds
+	29, // 18: loom.v1.HealthPolicy.drain_timeout:type_name -> google.protobuf.Duration
+	29, // 19: loom.v1.HealthPolicy.confirm_timeout:type_name -> google.protobuf.Duration
+	29, // 20: loom.v1.HealthPolicy.repair_timeout:type_name -> google.protobuf.Duration
+	29, // 21: loom.v1.HealthPolicy.scan_interval:type_name -> google.protobuf.Duration
+	18, // 22: loom.v1.HealthPolicy.checks:type_name -> loom.v1.CheckPolicy
+	29, // 23: loom.v1.HealthPolicy.default_check_validity:type_name -> google.protobuf.Duration
+	29, // 24: loom.v1.HealthPolicy.default_check_timeout:type_name -> google.protobuf.Duration
+	29, // 25: loom.v1.CheckPolicy.validity:type_name -> google.protobuf.Duration
+	29, // 26: loom.v1.CheckPolicy.timeout:type_name -> google.protobuf.Duration
+	3,  // 27: loom.v1.UpdateNodeRemediationRequest.action:type_name -> loom.v1.RemediationAction
+	6,  // 28: loom.v1.InjectFaultRequest.fault:type_name -> loom.v1.Fault
+	6,  // 29: loom.v1.InjectFaultResponse.fault:type_name -> loom.v1.Fault
+	28, // 30: loom.v1.GetClusterGoodputRequest.since:type_name -> google.protobuf.Timestamp
+	29, // 31: loom.v1.Goodput.wall:type_name -> google.protobuf.Duration
+	29, // 32: loom.v1.Goodput.productive:type_name -> google.protobuf.Duration
+	29, // 33: loom.v1.Goodput.lost_recompute:type_name -> google.protobuf.Duration
+	29, // 34: loom.v1.Goodput.lost_restart:type_name -> google.protobuf.Duration
+	29, // 35: loom.v1.Goodput.lost_queueing:type_name -> google.protobuf.Duration
+	29, // 36: loom.v1.Goodput.lost_checkpointing:type_name -> google.protobuf.Duration
+	9,  // 37: loom.v1.HealthService.ScanNodes:input_type -> loom.v1.ScanNodesRequest
+	11, // 38: loom.v1.HealthService.ListHealthResults:input_type -> loom.v1.ListHealthResultsRequest
+	13, // 39: loom.v1.HealthService.ListNodeHealth:input_type -> loom.v1.ListNodeHealthRequest
+	19, // 40: loom.v1.HealthService.ReportFaultyNodes:input_type -> loom.v1.ReportFaultyNodesRequest
+	21, // 41: loom.v1.HealthService.UpdateNodeRemediation:input_type -> loom.v1.UpdateNodeRemediationRequest
+	15, // 42: loom.v1.HealthService.GetHealthPolicy:input_type -> loom.v1.GetHealthPolicyRequest
+	22, // 43: loom.v1.HealthService.InjectFault:input_type -> loom.v1.InjectFaultRequest
+	24, // 44: loom.v1.GoodputService.GetJobGoodput:input_type -> loom.v1.GetJobGoodputRequest
+	25, // 45: loom.v1.GoodputService.GetClusterGoodput:input_type -> loom.v1.GetClusterGoodputRequest
+	10, // 46: loom.v1.HealthService.ScanNodes:output_type -> loom.v1.ScanNodesResponse
+	12, // 47: loom.v1.HealthService.ListHealthResults:output_type -> loom.v1.ListHealthResultsResponse
+	14, // 48: loom.v1.HealthService.ListNodeHealth:output_type -> loom.v1.ListNodeHealthResponse
+	20, // 49: loom.v1.HealthService.ReportFaultyNodes:output_type -> loom.v1.ReportFaultyNodesResponse
+	8,  // 50: loom.v1.HealthService.UpdateNodeRemediation:output_type -> loom.v1.NodeHealth
+	16, // 51: loom.v1.HealthService.GetHealthPolicy:output_type -> loom.v1.HealthPolicy
+	23, // 52: loom.v1.HealthService.InjectFault:output_type -> loom.v1.InjectFaultResponse
+	26, // 53: loom.v1.GoodputService.GetJobGoodput:output_type -> loom.v1.Goodput
+	26, // 54: loom.v1.GoodputService.GetClusterGoodput:output_type -> loom.v1.Goodput
+	46, // [46:55] is the sub-list for method output_type
+	37, // [37:46] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_health_proto_init() }
@@ -2260,7 +2705,7 @@ func file_loom_v1_health_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_health_proto_rawDesc), len(file_loom_v1_health_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   20,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -24,6 +24,7 @@ const (
 	HealthService_ListNodeHealth_FullMethodName        = "/loom.v1.HealthService/ListNodeHealth"
 	HealthService_ReportFaultyNodes_FullMethodName     = "/loom.v1.HealthService/ReportFaultyNodes"
 	HealthService_UpdateNodeRemediation_FullMethodName = "/loom.v1.HealthService/UpdateNodeRemediation"
+	HealthService_GetHealthPolicy_FullMethodName       = "/loom.v1.HealthService/GetHealthPolicy"
 	HealthService_InjectFault_FullMethodName           = "/loom.v1.HealthService/InjectFault"
 )
 
@@ -49,6 +50,11 @@ type HealthServiceClient interface {
 	// UpdateNodeRemediation is the operator's override of a node's remediation:
 	// drain, resume, quarantine, release from quarantine, or a repair action now.
 	UpdateNodeRemediation(ctx context.Context, in *UpdateNodeRemediationRequest, opts ...grpc.CallOption) (*NodeHealth, error)
+	// GetHealthPolicy is the policy health applies to a cluster's nodes
+	// (loom health policy): whether it repairs, how many nodes it repairs at
+	// once (and how many it is repairing now), the lemon rule, the
+	// telemetry thresholds, its timeouts and its checks.
+	GetHealthPolicy(ctx context.Context, in *GetHealthPolicyRequest, opts ...grpc.CallOption) (*HealthPolicy, error)
 	// InjectFault injects a fault into a node's simulated GPUs, disk or agent
 	// (loom nodes inject-fault). Refused for nodes with real GPUs.
 	InjectFault(ctx context.Context, in *InjectFaultRequest, opts ...grpc.CallOption) (*InjectFaultResponse, error)
@@ -112,6 +118,16 @@ func (c *healthServiceClient) UpdateNodeRemediation(ctx context.Context, in *Upd
 	return out, nil
 }
 
+func (c *healthServiceClient) GetHealthPolicy(ctx context.Context, in *GetHealthPolicyRequest, opts ...grpc.CallOption) (*HealthPolicy, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HealthPolicy)
+	err := c.cc.Invoke(ctx, HealthService_GetHealthPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *healthServiceClient) InjectFault(ctx context.Context, in *InjectFaultRequest, opts ...grpc.CallOption) (*InjectFaultResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(InjectFaultResponse)
@@ -144,6 +160,11 @@ type HealthServiceServer interface {
 	// UpdateNodeRemediation is the operator's override of a node's remediation:
 	// drain, resume, quarantine, release from quarantine, or a repair action now.
 	UpdateNodeRemediation(context.Context, *UpdateNodeRemediationRequest) (*NodeHealth, error)
+	// GetHealthPolicy is the policy health applies to a cluster's nodes
+	// (loom health policy): whether it repairs, how many nodes it repairs at
+	// once (and how many it is repairing now), the lemon rule, the
+	// telemetry thresholds, its timeouts and its checks.
+	GetHealthPolicy(context.Context, *GetHealthPolicyRequest) (*HealthPolicy, error)
 	// InjectFault injects a fault into a node's simulated GPUs, disk or agent
 	// (loom nodes inject-fault). Refused for nodes with real GPUs.
 	InjectFault(context.Context, *InjectFaultRequest) (*InjectFaultResponse, error)
@@ -171,6 +192,9 @@ func (UnimplementedHealthServiceServer) ReportFaultyNodes(context.Context, *Repo
 }
 func (UnimplementedHealthServiceServer) UpdateNodeRemediation(context.Context, *UpdateNodeRemediationRequest) (*NodeHealth, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateNodeRemediation not implemented")
+}
+func (UnimplementedHealthServiceServer) GetHealthPolicy(context.Context, *GetHealthPolicyRequest) (*HealthPolicy, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetHealthPolicy not implemented")
 }
 func (UnimplementedHealthServiceServer) InjectFault(context.Context, *InjectFaultRequest) (*InjectFaultResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method InjectFault not implemented")
@@ -286,6 +310,24 @@ func _HealthService_UpdateNodeRemediation_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
+func _HealthService_GetHealthPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetHealthPolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HealthServiceServer).GetHealthPolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HealthService_GetHealthPolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HealthServiceServer).GetHealthPolicy(ctx, req.(*GetHealthPolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _HealthService_InjectFault_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(InjectFaultRequest)
 	if err := dec(in); err != nil {
@@ -330,6 +372,10 @@ var HealthService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UpdateNodeRemediation",
 			Handler:    _HealthService_UpdateNodeRemediation_Handler,
+		},
+		{
+			MethodName: "GetHealthPolicy",
+			Handler:    _HealthService_GetHealthPolicy_Handler,
 		},
 		{
 			MethodName: "InjectFault",

@@ -451,13 +451,15 @@ func (a *app) healthCommand() *cobra.Command {
 		Use:   "health",
 		Short: "Run health checks and see each node's health and repairs",
 		Long: `Hardware health: checks run on demand (scan), their stored results (results),
-and each node's state in health's remediation (nodes). See docs/health.md.
+each node's state in health's remediation (nodes), and the policy health
+applies (policy). See docs/health.md.
 
   loom health scan demo --checks gpu_diag,disk --level 2 --wait
   loom health results demo --node gpu-0001
-  loom health nodes demo`,
+  loom health nodes demo
+  loom health policy demo`,
 	}
-	cmd.AddCommand(a.healthScanCommand(), a.healthResultsCommand(), a.healthNodesCommand())
+	cmd.AddCommand(a.healthScanCommand(), a.healthResultsCommand(), a.healthNodesCommand(), a.healthPolicyCommand())
 	return cmd
 }
 
@@ -765,6 +767,97 @@ Override with loom nodes drain|resume|quarantine|reboot|reimage|replace.`,
 			return nil
 		},
 	}
+}
+
+func (a *app) healthPolicyCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "policy CLUSTER",
+		Short: "Show the policy health applies to a cluster's nodes",
+		Long: `Show the policy health applies to a cluster's nodes, as the health service
+runs it (its flags, defaults filled in): whether it repairs (on, dry-run, off),
+how many nodes it repairs at once and how many it is repairing now, the lemon
+rule, the heartbeat rules, the telemetry thresholds, its timeouts, the
+scheduled scans and each check's validity and timeout. Change it with the
+health service's flags (docs/health.md); override single nodes with
+loom nodes drain|resume|quarantine|reboot|reimage|replace.`,
+		Args: exactArgs(1, "the cluster, e.g. `loom health policy demo`"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			hs, err := a.healthClient()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.call(cmd.Context())
+			defer cancel()
+			p, err := hs.GetHealthPolicy(ctx, &loomv1.GetHealthPolicyRequest{Cluster: a.clusterName(args[0])})
+			if err != nil {
+				return a.notFoundHint(a.explain("health policy of "+args[0], err), err, "loom clusters list")
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), p)
+			}
+			return renderHealthPolicy(cmd.OutOrStdout(), p)
+		},
+	}
+}
+
+// renderHealthPolicy writes a policy as an aligned list, then its checks as
+// a table.
+func renderHealthPolicy(w io.Writer, p *loomv1.HealthPolicy) error {
+	d := func(x *durationpb.Duration) string { return wholeDuration(x.AsDuration()) }
+	tw := newTable(w)
+	fmt.Fprintf(tw, "Cluster:\t%s\n", p.GetCluster())
+	fmt.Fprintf(tw, "Remediation:\t%s\n", p.GetRemediation())
+	fmt.Fprintf(tw, "In repair:\t%d of at most %d (%g of %d nodes, at least 1)\n", p.GetRemediatingNodes(), p.GetMaxRemediatingNodes(),
+		p.GetMaxRemediating(), p.GetNodes())
+	fmt.Fprintf(tw, "Quarantine (lemon):\t%d failures within %s\n", p.GetLemonFailures(), d(p.GetLemonWindow()))
+	fmt.Fprintf(tw, "Heartbeat timeout:\t%s\n", d(p.GetHeartbeatTimeout()))
+	if ms := p.GetMassSilence(); ms > 1 {
+		fmt.Fprintf(tw, "Mass silence:\toff\n")
+	} else {
+		fmt.Fprintf(tw, "Mass silence:\t%g of the nodes silent together are unreachable, not failed\n", ms)
+	}
+	th := p.GetThresholds()
+	fmt.Fprintf(tw, "Single-bit ECC:\t%g a minute\n", th.GetSbePerMinute())
+	fmt.Fprintf(tw, "NVLink errors:\t%g a minute\n", th.GetNvlinkPerMinute())
+	fmt.Fprintf(tw, "GPU temperature:\t%g °C\n", th.GetGpuTemperatureMaxC())
+	fmt.Fprintf(tw, "Disk:\t%g%% full: reimage; %g%%: warning\n", 100*th.GetDiskFull(), 100*th.GetDiskWarn())
+	fmt.Fprintf(tw, "Drain timeout:\t%s\n", d(p.GetDrainTimeout()))
+	fmt.Fprintf(tw, "Confirm timeout:\t%s\n", d(p.GetConfirmTimeout()))
+	fmt.Fprintf(tw, "Repair timeout:\t%s\n", d(p.GetRepairTimeout()))
+	if iv := p.GetScanInterval().AsDuration(); iv > 0 {
+		fmt.Fprintf(tw, "Scheduled scans:\tevery %s\n", wholeDuration(iv))
+	} else {
+		fmt.Fprintf(tw, "Scheduled scans:\tnone\n")
+	}
+	fmt.Fprintf(tw, "Straggler ratio:\t%g of the median speed\n", p.GetStragglerRatio())
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = newTable(w)
+	fmt.Fprintln(tw, "CHECK\tVALID FOR\tTIMEOUT")
+	for _, c := range p.GetChecks() {
+		timeout := d(c.GetTimeout())
+		if c.GetCheck() == "gpu_diag" {
+			timeout += " a level"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.GetCheck(), d(c.GetValidity()), timeout)
+	}
+	fmt.Fprintf(tw, "(a site's)\t%s\t%s\n", d(p.GetDefaultCheckValidity()), d(p.GetDefaultCheckTimeout()))
+	return tw.Flush()
+}
+
+// wholeDuration is d as Go writes it without its trailing zero units:
+// "24h", "10m", "1m30s", "15s".
+func wholeDuration(d time.Duration) string {
+	s := d.String()
+	if t, ok := strings.CutSuffix(s, "m0s"); ok {
+		s = t + "m"
+	}
+	if t, ok := strings.CutSuffix(s, "h0m"); ok {
+		s = t + "h"
+	}
+	return s
 }
 
 // remediationState is a state's short name: HEALTHY, DRAINING, ...

@@ -54,6 +54,15 @@ func newHealthGateway(t *testing.T) (*fakegw.Gateway, string) {
 		demoName: {Name: demoName, Wall: durationpb.New(100 * time.Hour), Productive: durationpb.New(98 * time.Hour),
 			LostRestart: durationpb.New(2 * time.Hour), Goodput: 0.98, Failures: 3, Restarts: 3, Jobs: 12},
 	}
+	f.HealthPolicies = map[string]*loomv1.HealthPolicy{demoName: {Cluster: demoName, Remediation: "dry-run", MaxRemediating: 0.25,
+		MaxRemediatingNodes: 2, RemediatingNodes: 1, Nodes: 8, LemonFailures: 3, LemonWindow: durationpb.New(24 * time.Hour),
+		HeartbeatTimeout: durationpb.New(15 * time.Second), MassSilence: 0.5,
+		Thresholds:   &loomv1.TelemetryThresholds{SbePerMinute: 10, NvlinkPerMinute: 10, GpuTemperatureMaxC: 90, DiskFull: 0.97, DiskWarn: 0.9},
+		DrainTimeout: durationpb.New(10 * time.Minute), ConfirmTimeout: durationpb.New(10 * time.Minute), RepairTimeout: durationpb.New(90 * time.Minute),
+		ScanInterval: durationpb.New(6 * time.Hour), StragglerRatio: 0.8,
+		Checks: []*loomv1.CheckPolicy{{Check: "gpu_diag", Validity: durationpb.New(24 * time.Hour), Timeout: durationpb.New(time.Minute)},
+			{Check: "disk", Validity: durationpb.New(time.Hour), Timeout: durationpb.New(30 * time.Second)}},
+		DefaultCheckValidity: durationpb.New(time.Hour), DefaultCheckTimeout: durationpb.New(5 * time.Minute)}}
 	// gpu-0001 is in demo only; a3u's nodes are a3u-*.
 	return f, f.Serve(t)
 }
@@ -167,6 +176,10 @@ func TestHealthJSON(t *testing.T) {
 			return len(r) == 1 && strings.Contains(r[0].GetSummary(), "(detail follows)")
 		}},
 		{[]string{"jobs", "goodput", "7"}, &loomv1.Goodput{}, func(m proto.Message) bool { return m.(*loomv1.Goodput).GetFailures() == 2 }},
+		{[]string{"health", "policy", "demo"}, &loomv1.HealthPolicy{}, func(m proto.Message) bool {
+			p := m.(*loomv1.HealthPolicy)
+			return p.GetRemediation() == "dry-run" && p.GetMaxRemediatingNodes() == 2 && len(p.GetChecks()) == 2
+		}},
 		{[]string{"clusters", "goodput", "demo"}, &loomv1.Goodput{}, func(m proto.Message) bool { return m.(*loomv1.Goodput).GetJobs() == 12 }},
 		{[]string{"health", "scan", "demo"}, &loomv1.ScanNodesResponse{}, func(m proto.Message) bool {
 			return m.(*loomv1.ScanNodesResponse).GetScanId() != ""
@@ -188,6 +201,43 @@ func TestHealthJSON(t *testing.T) {
 				t.Fatalf("JSON %v: %s", err, out)
 			}
 		})
+	}
+}
+
+// TestHealthPolicy: the policy as an aligned list, its durations without
+// trailing zero units, then the checks' table; an unknown cluster says
+// where to look.
+func TestHealthPolicy(t *testing.T) {
+	t.Parallel()
+	_, gw := newHealthGateway(t)
+	out, errOut, code := run(t, gw, "health", "policy", "demo")
+	want := `Cluster:             projects/default/clusters/demo
+Remediation:         dry-run
+In repair:           1 of at most 2 (0.25 of 8 nodes, at least 1)
+Quarantine (lemon):  3 failures within 24h
+Heartbeat timeout:   15s
+Mass silence:        0.5 of the nodes silent together are unreachable, not failed
+Single-bit ECC:      10 a minute
+NVLink errors:       10 a minute
+GPU temperature:     90 °C
+Disk:                97% full: reimage; 90%: warning
+Drain timeout:       10m
+Confirm timeout:     10m
+Repair timeout:      1h30m
+Scheduled scans:     every 6h
+Straggler ratio:     0.8 of the median speed
+
+CHECK       VALID FOR  TIMEOUT
+gpu_diag    24h        1m a level
+disk        1h         30s
+(a site's)  1h         5m
+`
+	if code != 0 || out != want {
+		t.Fatalf("health policy demo: exit %d, stderr %q, stdout\n%s\nwant\n%s", code, errOut, out, want)
+	}
+	_, errOut, code = run(t, gw, "health", "policy", "nope")
+	if code == 0 || !strings.Contains(errOut, "loom clusters list") {
+		t.Errorf("unknown cluster: exit %d, %q; want a failure naming loom clusters list", code, errOut)
 	}
 }
 

@@ -116,6 +116,8 @@ type Gateway struct {
 	NodeHealth    []*loomv1.NodeHealth
 	HealthResults []*loomv1.HealthCheckResult
 	ScanOutcomes  map[string]loomv1.CheckOutcome
+	// HealthPolicies are GetHealthPolicy's answers by cluster name.
+	HealthPolicies map[string]*loomv1.HealthPolicy
 	// Goodputs are GoodputService's answers by job or cluster name.
 	Goodputs map[string]*loomv1.Goodput
 	// Logs are ReadJobLogs' chunks by job name.

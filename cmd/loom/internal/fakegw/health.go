@@ -238,6 +238,15 @@ func (g *Gateway) InjectFault(_ context.Context, r *loomv1.InjectFaultRequest) (
 	return &loomv1.InjectFaultResponse{Hostname: r.GetHostname(), Fault: r.GetFault()}, nil
 }
 
+// GetHealthPolicy answers HealthPolicies[cluster], NotFound when absent.
+func (g *Gateway) GetHealthPolicy(_ context.Context, r *loomv1.GetHealthPolicyRequest) (*loomv1.HealthPolicy, error) {
+	defer g.lock(r)()
+	if p, ok := g.HealthPolicies[r.GetCluster()]; ok {
+		return p, nil
+	}
+	return nil, clusterNotFound(r.GetCluster())
+}
+
 // GetJobGoodput answers Goodputs[name], NotFound when absent.
 func (g *Gateway) GetJobGoodput(_ context.Context, r *loomv1.GetJobGoodputRequest) (*loomv1.Goodput, error) {
 	defer g.lock(r)()

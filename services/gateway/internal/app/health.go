@@ -76,6 +76,33 @@ func (g *Gateway) ListNodeHealth(ctx context.Context, req *loomv1.ListNodeHealth
 	return resp, nil
 }
 
+// GetHealthPolicy returns the policy health applies to the cluster's nodes,
+// from the health service.
+func (g *Gateway) GetHealthPolicy(ctx context.Context, req *loomv1.GetHealthPolicyRequest) (*loomv1.HealthPolicy, error) {
+	var v errs.Validator
+	domain.CheckCluster(&v, "cluster", req.GetCluster())
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	// Health answers for any name: the provisioner says whether it is a
+	// cluster.
+	if _, err := g.own.Clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: req.GetCluster()}); err != nil {
+		if isNotFound(err) {
+			return nil, fmt.Errorf("cluster %s: %w", req.GetCluster(), errs.NotFound)
+		}
+		return nil, fmt.Errorf("ask the provisioner for %s: %w", req.GetCluster(), err)
+	}
+	h, err := g.health()
+	if err != nil {
+		return nil, err
+	}
+	p, err := h.GetHealthPolicy(ctx, req)
+	if err != nil {
+		return nil, fromHealth("get the health policy of "+req.GetCluster(), err)
+	}
+	return p, nil
+}
+
 // ListHealthResults lists stored check results, newest first, from the
 // health service.
 func (g *Gateway) ListHealthResults(ctx context.Context, req *loomv1.ListHealthResultsRequest) (*loomv1.ListHealthResultsResponse, error) {

@@ -216,6 +216,7 @@ var Table = map[string]Rule{
 	// as draining a node is (UpdateSlurmNode).
 	nodeHealthSvc + "ListNodeHealth":        {Access: Viewer, Field: "cluster"},
 	nodeHealthSvc + "ListHealthResults":     {Access: Viewer, Field: "cluster"},
+	nodeHealthSvc + "GetHealthPolicy":       {Access: Viewer, Field: "cluster"},
 	nodeHealthSvc + "ScanNodes":             {Access: ClusterAdmin, Field: "cluster"},
 	nodeHealthSvc + "ReportFaultyNodes":     {Access: ClusterAdmin, Field: "cluster"},
 	nodeHealthSvc + "UpdateNodeRemediation": {Access: ClusterAdmin, Field: "cluster"},

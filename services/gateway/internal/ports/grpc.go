@@ -277,6 +277,10 @@ func (s health) UpdateNodeRemediation(ctx context.Context, r *loomv1.UpdateNodeR
 	return unary(s.g.UpdateNodeRemediation(ctx, r))
 }
 
+func (s health) GetHealthPolicy(ctx context.Context, r *loomv1.GetHealthPolicyRequest) (*loomv1.HealthPolicy, error) {
+	return unary(s.g.GetHealthPolicy(ctx, r))
+}
+
 func (s health) InjectFault(ctx context.Context, r *loomv1.InjectFaultRequest) (*loomv1.InjectFaultResponse, error) {
 	return unary(s.g.InjectFault(ctx, r))
 }

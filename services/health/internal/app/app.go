@@ -219,6 +219,14 @@ func (a *App) Remedy(name string) *remedy.Node {
 	return a.state.Remedy(name)
 }
 
+// HealthPolicy is the remediation policy as it applies to cluster now
+// (domain.State.Policy).
+func (a *App) HealthPolicy(cluster string) *loomv1.HealthPolicy {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.state.Policy(cluster)
+}
+
 // ListNodeHealth returns health's view of every node of cluster (every node
 // when cluster is empty), by name.
 func (a *App) ListNodeHealth(cluster string) []*loomv1.NodeHealth {

@@ -393,6 +393,13 @@ func (s *Scanner) ListHealthResults(_ context.Context, req *loomv1.ListHealthRes
 	return s.state.List(req)
 }
 
+// FillPolicy adds the scans' part of the health policy to p.
+func (s *Scanner) FillPolicy(p *loomv1.HealthPolicy) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.state.FillPolicy(p)
+}
+
 // Busy reports whether jobs hold the node, as its last heartbeat said.
 func (s *Scanner) Busy(node string) bool {
 	s.mu.Lock()

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/clusterspec"
@@ -722,4 +723,22 @@ func (s *State) View(name string) *loomv1.NodeHealth {
 		out.Simulated = out.Simulated || t.GetSimulated()
 	}
 	return out
+}
+
+// Policy is the policy health applies to cluster's nodes, as far as the
+// state knows it (GetHealthPolicy without the scans' part, which is the
+// scan package's): remediation's, with the cluster's repairs now, the
+// heartbeat rules and the telemetry thresholds. Defaults are filled in.
+func (s *State) Policy(cluster string) *loomv1.HealthPolicy {
+	rc := s.machine.Config()
+	used, limit, members := s.machine.Slots(cluster)
+	th := s.cfg.Thresholds
+	return &loomv1.HealthPolicy{Cluster: cluster, Remediation: rc.Mode.String(),
+		MaxRemediating: rc.MaxRemediating, MaxRemediatingNodes: int32(limit), RemediatingNodes: int32(used), Nodes: int32(members),
+		LemonFailures: int32(rc.LemonFailures), LemonWindow: durationpb.New(rc.LemonWindow),
+		HeartbeatTimeout: durationpb.New(s.timeout), MassSilence: s.cfg.MassSilence,
+		Thresholds: &loomv1.TelemetryThresholds{SbePerMinute: th.SBEPerMinute, NvlinkPerMinute: th.NVLinkPerMinute,
+			GpuTemperatureMaxC: th.TemperatureC, DiskFull: th.DiskFull, DiskWarn: th.DiskWarn},
+		DrainTimeout: durationpb.New(rc.DrainTimeout), ConfirmTimeout: durationpb.New(rc.ConfirmTimeout),
+		RepairTimeout: durationpb.New(rc.RepairTimeout)}
 }

@@ -238,6 +238,24 @@ func TestTelemetryFault(t *testing.T) {
 	}
 }
 
+// TestPolicy: the policy health applies to a cluster, defaults filled in,
+// with its repairs now: one node of three in repair, one at most.
+func TestPolicy(t *testing.T) {
+	t.Parallel()
+	f := cluster3(t)
+	f.handle(&eventsv1.XidObserved{Node: nodeN(1), Cluster: cluster, Gpu: 0, Xid: 79})
+	p := f.s.Policy(cluster)
+	if p.GetCluster() != cluster || p.GetRemediation() != "on" || p.GetNodes() != 3 || p.GetRemediatingNodes() != 1 ||
+		p.GetMaxRemediatingNodes() != 1 || p.GetMaxRemediating() != 0.1 || p.GetLemonFailures() != 3 ||
+		p.GetLemonWindow().AsDuration() != 24*time.Hour || p.GetThresholds().GetGpuTemperatureMaxC() != 90 ||
+		p.GetThresholds().GetDiskFull() != 0.97 || p.GetRepairTimeout().AsDuration() != 30*time.Minute || p.GetMassSilence() != DefaultMassSilence {
+		t.Fatalf("policy: %v", p)
+	}
+	if other := f.s.Policy("projects/p/clusters/none"); other.GetNodes() != 0 || other.GetRemediatingNodes() != 0 || other.GetMaxRemediatingNodes() != 1 {
+		t.Fatalf("another cluster's policy: %v", other)
+	}
+}
+
 // TestTelemetryIsBounded: a node's telemetry is its word, kept as its last
 // sample and shown to operators: text with terminal escapes is cleaned and
 // cut, GPUs and disks past the bounds are dropped, an infinite temperature

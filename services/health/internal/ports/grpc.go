@@ -16,6 +16,11 @@ type NodeHealthLister interface {
 	ListNodeHealth(cluster string) []*loomv1.NodeHealth
 }
 
+// PolicyReader reads the policy health applies to a cluster's nodes.
+type PolicyReader interface {
+	HealthPolicy(cluster string) *loomv1.HealthPolicy
+}
+
 // ResultLister lists stored check results (the scan orchestration's store).
 type ResultLister interface {
 	ListHealthResults(ctx context.Context, req *loomv1.ListHealthResultsRequest) (*loomv1.ListHealthResultsResponse, error)
@@ -29,11 +34,24 @@ type HealthServer struct {
 	loomv1.UnimplementedHealthServiceServer
 	nodes   NodeHealthLister
 	results ResultLister
+	policy  PolicyReader
 }
 
-// NewHealthServer returns the server over nodes and results (results may be nil).
-func NewHealthServer(nodes NodeHealthLister, results ResultLister) *HealthServer {
-	return &HealthServer{nodes: nodes, results: results}
+// NewHealthServer returns the server over nodes, results and policy
+// (results and policy may be nil: their RPCs are then Unimplemented).
+func NewHealthServer(nodes NodeHealthLister, results ResultLister, policy PolicyReader) *HealthServer {
+	return &HealthServer{nodes: nodes, results: results, policy: policy}
+}
+
+// GetHealthPolicy returns the policy health applies to the cluster's nodes.
+func (s *HealthServer) GetHealthPolicy(_ context.Context, req *loomv1.GetHealthPolicyRequest) (*loomv1.HealthPolicy, error) {
+	if req.GetCluster() == "" {
+		return nil, errs.Invalid("cluster", "required")
+	}
+	if s.policy == nil {
+		return nil, status.Error(codes.Unimplemented, "this health service does not say its policy")
+	}
+	return s.policy.HealthPolicy(req.GetCluster()), nil
 }
 
 // ListNodeHealth lists each node of the cluster (those of hostnames, when

@@ -38,7 +38,7 @@ func TestListNodeHealthPages(t *testing.T) {
 	const c = "projects/p/clusters/c"
 	nodes := lister{{Node: c + "/nodes/b", Cluster: c}, {Node: c + "/nodes/a", Cluster: c}, {Node: c + "/nodes/c", Cluster: c},
 		{Node: "projects/p/clusters/d/nodes/x", Cluster: "projects/p/clusters/d"}}
-	s := NewHealthServer(nodes, nil)
+	s := NewHealthServer(nodes, nil, nil)
 	ctx := context.Background()
 	var got []string
 	token := ""
@@ -73,8 +73,35 @@ func TestListNodeHealthPages(t *testing.T) {
 		t.Fatalf("no result store: %v", err)
 	}
 	r := &results{}
-	resp, err := NewHealthServer(nodes, r).ListHealthResults(ctx, &loomv1.ListHealthResultsRequest{Cluster: c, Check: "disk"})
+	resp, err := NewHealthServer(nodes, r, nil).ListHealthResults(ctx, &loomv1.ListHealthResultsRequest{Cluster: c, Check: "disk"})
 	if err != nil || len(resp.GetResults()) != 1 || r.got.GetCheck() != "disk" {
 		t.Fatalf("delegated: %v %v %v", resp, err, r.got)
+	}
+}
+
+type policy struct{ asked string }
+
+func (p *policy) HealthPolicy(cluster string) *loomv1.HealthPolicy {
+	p.asked = cluster
+	return &loomv1.HealthPolicy{Cluster: cluster, Remediation: "on"}
+}
+
+// TestGetHealthPolicy: the reader's policy for the cluster asked; no
+// cluster is InvalidArgument, no reader Unimplemented.
+func TestGetHealthPolicy(t *testing.T) {
+	t.Parallel()
+	const c = "projects/p/clusters/c"
+	ctx := context.Background()
+	p := &policy{}
+	got, err := NewHealthServer(lister{}, nil, p).GetHealthPolicy(ctx, &loomv1.GetHealthPolicyRequest{Cluster: c})
+	if err != nil || got.GetCluster() != c || got.GetRemediation() != "on" || p.asked != c {
+		t.Fatalf("GetHealthPolicy: %v %v (asked %q)", got, err, p.asked)
+	}
+	var inv *errs.InvalidError
+	if _, err := NewHealthServer(lister{}, nil, p).GetHealthPolicy(ctx, &loomv1.GetHealthPolicyRequest{}); !errors.As(err, &inv) {
+		t.Errorf("no cluster: %v", err)
+	}
+	if _, err := NewHealthServer(lister{}, nil, nil).GetHealthPolicy(ctx, &loomv1.GetHealthPolicyRequest{Cluster: c}); status.Code(err) != codes.Unimplemented {
+		t.Errorf("no policy reader: %v", err)
 	}
 }

@@ -303,6 +303,22 @@ func New(cfg Config) *Machine {
 // Config returns the machine's policy, defaults filled in.
 func (m *Machine) Config() Config { return m.cfg }
 
+// Slots reports cluster's nodes in repair now (used), how many may be at
+// once (limit: MaxRemediating of them, at least one) and its nodes
+// (members), as committed.
+func (m *Machine) Slots(cluster string) (used, limit, members int) {
+	for _, n := range m.nodes {
+		if n.Cluster != cluster {
+			continue
+		}
+		members++
+		if n.Repairing {
+			used++
+		}
+	}
+	return used, Limit(m.cfg.MaxRemediating, members), members
+}
+
 // Snapshot is a machine's whole state.
 type Snapshot struct {
 	Nodes []*Node `json:"nodes"`

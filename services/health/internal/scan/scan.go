@@ -1053,3 +1053,18 @@ func (s *State) List(req *loomv1.ListHealthResultsRequest) (*loomv1.ListHealthRe
 	}
 	return out, nil
 }
+
+// FillPolicy adds the scans' part of GetHealthPolicy to p: how often every
+// cluster is scanned, the straggler ratio, and each built-in check's
+// validity window and run timeout (gpu_diag's at level 1; each level adds
+// as much), with the defaults a site's check gets.
+func (s *State) FillPolicy(p *loomv1.HealthPolicy) {
+	p.ScanInterval = durationpb.New(s.cfg.Interval)
+	p.StragglerRatio = s.cfg.StragglerRatio
+	for _, c := range []string{GPUDiag, AllReduce, AllReducePair, Disk, Speed} {
+		p.Checks = append(p.Checks, &loomv1.CheckPolicy{Check: c, Validity: durationpb.New(s.cfg.validity(c)),
+			Timeout: durationpb.New(s.cfg.timeout(c, 1))})
+	}
+	p.DefaultCheckValidity = durationpb.New(s.cfg.DefaultValidity)
+	p.DefaultCheckTimeout = durationpb.New(s.cfg.DefaultTimeout)
+}

@@ -694,3 +694,25 @@ func TestNodeResultsAreBounded(t *testing.T) {
 		t.Fatalf("summary kept as %q", r.GetSummary())
 	}
 }
+
+// TestFillPolicy: the scans' part of the policy: the schedule, the
+// straggler ratio, each built-in check's validity and timeout as configured
+// (gpu_diag's at level 1), and what a site's check gets.
+func TestFillPolicy(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.Interval = 6 * time.Hour
+	cfg.Validity = map[string]time.Duration{GPUDiag: 12 * time.Hour}
+	p := &loomv1.HealthPolicy{}
+	NewState(cfg).FillPolicy(p)
+	checks := map[string]*loomv1.CheckPolicy{}
+	for _, c := range p.GetChecks() {
+		checks[c.GetCheck()] = c
+	}
+	if p.GetScanInterval().AsDuration() != 6*time.Hour || p.GetStragglerRatio() != 0.8 || len(checks) != 5 ||
+		checks[GPUDiag].GetValidity().AsDuration() != 12*time.Hour || checks[GPUDiag].GetTimeout().AsDuration() != time.Minute ||
+		checks[Disk].GetValidity().AsDuration() != time.Hour || checks[Disk].GetTimeout().AsDuration() != 30*time.Second ||
+		p.GetDefaultCheckValidity().AsDuration() != time.Hour || p.GetDefaultCheckTimeout().AsDuration() != 5*time.Minute {
+		t.Fatalf("policy: %v", p)
+	}
+}
