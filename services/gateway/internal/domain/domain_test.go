@@ -111,6 +111,12 @@ func TestValidateSubmitJob(t *testing.T) {
 	if err := ValidateSubmitJob(goodJob(), existing(), slurmspec.DefaultMaxArraySize); err != nil {
 		t.Fatalf("valid request rejected: %v", err)
 	}
+	// All of the largest node's memory (an a3-highgpu-8g's 1872 GiB) fits.
+	whole := goodJob()
+	whole.Job.MemMb = 1872 * 1024
+	if err := ValidateSubmitJob(whole, existing(), slurmspec.DefaultMaxArraySize); err != nil {
+		t.Fatalf("--mem of a whole node rejected: %v", err)
+	}
 	for _, tc := range []struct {
 		name    string
 		mutate  func(*loomv1.SubmitJobRequest)
@@ -137,6 +143,7 @@ func TestValidateSubmitJob(t *testing.T) {
 		{"negative gpus", func(r *loomv1.SubmitJobRequest) { r.Job.GpusPerNode = -2 }, existing(), []string{"job.gpus_per_node"}},
 		{"more gpus than a node", func(r *loomv1.SubmitJobRequest) { r.Job.GpusPerNode = 9 }, existing(), []string{"job.gpus_per_node"}},
 		{"bad model id", func(r *loomv1.SubmitJobRequest) { r.Job.ModelOutput.ModelId = "" }, existing(), []string{"job.model_output.model_id"}},
+		{"more memory than a node", func(r *loomv1.SubmitJobRequest) { r.Job.MemMb = 1872*1024 + 1 }, existing(), []string{"job.mem_mb"}},
 		{"bad env key", func(r *loomv1.SubmitJobRequest) { r.Job.Env = map[string]string{"A=B": "x"} }, existing(), []string{"job.env[A=B]"}},
 		{"bad bash function", func(r *loomv1.SubmitJobRequest) {
 			r.Job.Env = map[string]string{"BASH_FUNC_module%%": "() { :; }", "BASH_FUNC_a=b%%": "x"}

@@ -166,6 +166,13 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 		case int(nodes) > fitting:
 			v.Add("job.node_count", "%d exceeds the %d nodes in %s with %d or more GPUs", nodes, fitting, where, gpus)
 		}
+		// --mem past every node's memory would wait forever (NodeTooSmall
+		// on every node): Slurm refuses it at submission, as here. Pools of
+		// a machine type the catalog does not know are not judged.
+		if maxMB, known := maxMemoryMB(pools); known && j.GetMemMb() > maxMB {
+			v.Add("job.mem_mb", "%d MiB exceeds the %d MiB of the largest node in %s (Slurm: Memory specification can not be satisfied)",
+				j.GetMemMb(), maxMB, where)
+		}
 	}
 	if mo := j.GetModelOutput(); mo != nil && !resname.ValidID(mo.GetModelId()) {
 		v.Add("job.model_output.model_id", "%q must match %s", mo.GetModelId(), resname.IDPattern)
@@ -245,6 +252,19 @@ func fit(pools []*loomv1.NodePool, gpus int32) (maxGPUs int32, nodes int) {
 		}
 	}
 	return maxGPUs, nodes
+}
+
+// maxMemoryMB is the memory of the largest node of pools, from the machine
+// catalog; known is false when a pool's machine type is not in it.
+func maxMemoryMB(pools []*loomv1.NodePool) (maxMB int64, known bool) {
+	for _, p := range pools {
+		m, ok := clusterspec.Machine(p.GetMachineType())
+		if !ok || m.MemoryGiB <= 0 {
+			return 0, false
+		}
+		maxMB = max(maxMB, int64(m.MemoryGiB)*1024)
+	}
+	return maxMB, len(pools) > 0
 }
 
 // AcceptJob returns the job as the gateway accepts it from a valid req for
