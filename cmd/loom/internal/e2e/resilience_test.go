@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -338,7 +339,8 @@ func TestXid13RestartsTheJobWithoutDrainingTheNode(t *testing.T) {
 // driver also reports as an Xid), health's classification, its verdict on
 // loom.health.events.v1 taking the node out with the reason an operator
 // reads in sinfo -R, and the repair: the node back HEALTHY once the repair
-// is confirmed, or replaced. (Xid 79 and Xid 13 have their own tests above.)
+// is confirmed, or replaced, or (the single-bit rate) the ladder climbing
+// past a GPU reset. (Xid 79 and Xid 13 have their own tests above.)
 func TestTelemetryFaultsTakeNodesOut(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -352,7 +354,10 @@ func TestTelemetryFaultsTakeNodesOut(t *testing.T) {
 		o.HealthArgs = append(o.HealthArgs, "-max-remediating=1")
 	})
 	gw := dialGateway(t, s)
-	const replaced = "replaced"
+	// then values that are not a reason: replaced (the node is being
+	// replaced), reimaged (a GPU reset did not stop the fault and the
+	// ladder climbed to a reimage).
+	const replaced, reimaged = "replaced", "reimaged"
 	faults := []struct {
 		fault *loomv1.Fault
 		// reasons are what the verdict's reason may start with: the
@@ -363,7 +368,11 @@ func TestTelemetryFaultsTakeNodesOut(t *testing.T) {
 		then string
 	}{
 		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_ECC_DBE, Gpu: 0, Value: 1}, []string{"ECC: 1 double-bit errors on GPU 0", "Xid 48: "}, "repaired ("},
-		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_ECC_SBE, Gpu: 0, Value: 6000}, []string{"ECC: single-bit errors at"}, "repaired ("},
+		// The simulated single-bit rate outlives a GPU reset (the card is
+		// degrading): the ladder climbs to a reimage. Its confirmation is
+		// not waited for here: see the note on issue 14 (a confirm lost
+		// after a reimage cut a check short, twice under load).
+		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_ECC_SBE, Gpu: 0, Value: 6000}, []string{"ECC: single-bit errors at"}, reimaged},
 		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_ROW_REMAP_FAILURE, Gpu: 0}, []string{"row remapping failure on GPU 0", "Xid 64: "}, replaced},
 		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_THERMAL, Gpu: 0, Value: 10}, []string{"thermal: GPU 0 throttling at"}, "repaired ("},
 		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_NVLINK, Gpu: 0, Value: 6000}, []string{"NVLink: ", "Xid 74: "}, "repaired ("},
@@ -382,17 +391,43 @@ func TestTelemetryFaultsTakeNodesOut(t *testing.T) {
 			t.Fatalf("inject %v on %s: %v", f.fault.GetKind(), host, err)
 		}
 	}
-	verdict := func(node string, match func(*eventsv1.NodeHealthChanged) bool) *eventsv1.NodeHealthChanged {
+	// verdict waits for the node's first health event that matches, and
+	// says what the node went through when none comes (repairs on a loaded
+	// machine take a while: the deadline is generous, the wait a poll).
+	verdict := func(node, what string, match func(*eventsv1.NodeHealthChanged) bool) *eventsv1.NodeHealthChanged {
 		t.Helper()
-		ev := testkit.WaitEvent(t, s.BrokerAddr, topics.HealthEvents, 90*time.Second, func(e envelope.Event) bool {
-			h, ok := e.Payload.(*eventsv1.NodeHealthChanged)
-			return ok && h.GetNode() == node && match(h)
+		var found *eventsv1.NodeHealthChanged
+		var seen []string
+		defer func() {
+			if found == nil {
+				t.Logf("%s's health events: %s", node, strings.Join(seen, "; "))
+				host := node[strings.LastIndexByte(node, '/')+1:]
+				if b, err := os.ReadFile(filepath.Join(s.DataDir, "provisioner", "clusters", "telemetry", "nodes", host, "agent.log")); err == nil {
+					lines := strings.Split(string(b), "\n")
+					t.Logf("the end of its agent's log:\n%s", strings.Join(lines[max(0, len(lines)-80):], "\n"))
+				}
+			}
+		}()
+		testkit.WaitFor(t, 3*time.Minute, node+": "+what, func() (bool, error) {
+			seen = seen[:0]
+			for _, e := range testkit.Events(t, s.BrokerAddr, topics.HealthEvents) {
+				h, ok := e.Payload.(*eventsv1.NodeHealthChanged)
+				if !ok || h.GetNode() != node {
+					continue
+				}
+				seen = append(seen, fmt.Sprintf("%v %q", h.GetState(), h.GetReason()))
+				if match(h) {
+					found = h
+					return true, nil
+				}
+			}
+			return false, nil
 		})
-		return ev.Payload.(*eventsv1.NodeHealthChanged)
+		return found
 	}
 	for i, f := range faults {
 		node := nodes.GetNodes()[i].GetNode()
-		out := verdict(node, func(h *eventsv1.NodeHealthChanged) bool {
+		out := verdict(node, "out of service for "+f.fault.GetKind().String(), func(h *eventsv1.NodeHealthChanged) bool {
 			if h.GetState() == loomv1.RemediationState_NODE_HEALTHY {
 				return false
 			}
@@ -406,12 +441,82 @@ func TestTelemetryFaultsTakeNodesOut(t *testing.T) {
 		if out.GetSetBy() != "loom-health" {
 			t.Errorf("%v: verdict set by %q, want loom-health", f.fault.GetKind(), out.GetSetBy())
 		}
-		back := verdict(node, func(h *eventsv1.NodeHealthChanged) bool {
-			if f.then == replaced {
+		back := verdict(node, "repaired or replaced", func(h *eventsv1.NodeHealthChanged) bool {
+			switch f.then {
+			case replaced:
 				return h.GetState() == loomv1.RemediationState_NODE_REPLACING
+			case reimaged:
+				return h.GetState() == loomv1.RemediationState_NODE_REIMAGING
 			}
 			return h.GetState() == loomv1.RemediationState_NODE_HEALTHY && h.GetRepaired() && strings.HasPrefix(h.GetReason(), f.then)
 		})
 		t.Logf("%v on %s: %v %q, then %v %q", f.fault.GetKind(), node, out.GetState(), out.GetReason(), back.GetState(), back.GetReason())
+	}
+}
+
+// TestSiteCheckThroughAScan: a site's own check program (a file in the
+// agents' -check-dir) runs through a scan as the built-in checks do: the
+// scan asks each node, the agent runs the program, its JSON answer (a
+// summary and metrics) or its exit status and last stderr line become the
+// stored result, and a failure takes the node out with that line as the
+// reason, on loom.health.events.v1; the node that passed stays in.
+func TestSiteCheckThroughAScan(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("runs a cluster of agent processes; skipped with -short")
+	}
+	dir := t.TempDir()
+	prog := `#!/bin/sh
+# ib_ports: every InfiniBand port up (one node's port 3 is down here).
+if [ "$LOOM_CHECK_HOSTNAME" = gpu-0002 ]; then
+  echo "checking 4 ports"
+  echo "ib port 3 down" >&2
+  exit 1
+fi
+echo '{"summary":"4/4 ports up","metrics":{"ports":4}}'
+`
+	if err := os.WriteFile(filepath.Join(dir, "ib_ports"), []byte(prog), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := startStackWith(t, inProcess, func(o *stack.Options) {
+		o.AgentEnv = append(o.AgentEnv, "LOOM_AGENT_CHECK_DIR="+dir)
+	})
+	gw := dialGateway(t, s)
+	cl := createCluster(t, gw, "site", &loomv1.NodePool{Id: "gpu", MachineType: "a3-highgpu-1g",
+		NodeCount: 2, AcceleratorType: "nvidia-h100-80gb", AcceleratorCount: 1})
+	hs := loomv1.NewHealthServiceClient(gw)
+	var scan *loomv1.ScanNodesResponse
+	testkit.WaitFor(t, 30*time.Second, "a scan of both nodes accepted", func() (bool, error) {
+		var err error
+		scan, err = hs.ScanNodes(waitCtx(t, 5*time.Second), &loomv1.ScanNodesRequest{Cluster: cl.Name, Checks: []string{"ib_ports"},
+			Hostnames: []string{"gpu-[0001-0002]"}})
+		return err == nil, nil // health may not know both nodes yet
+	})
+	results := map[string]*loomv1.HealthCheckResult{}
+	testkit.WaitFor(t, 60*time.Second, "both nodes' ib_ports results", func() (bool, error) {
+		resp, err := hs.ListHealthResults(waitCtx(t, 5*time.Second), &loomv1.ListHealthResultsRequest{Cluster: cl.Name, ScanId: scan.GetScanId()})
+		if err != nil {
+			return false, nil
+		}
+		for _, r := range resp.GetResults() {
+			results[r.GetHostname()] = r
+		}
+		return len(results) == 2, nil
+	})
+	if r := results["gpu-0001"]; r.GetOutcome() != loomv1.CheckOutcome_CHECK_PASS || r.GetSummary() != "4/4 ports up" || r.GetMetrics()["ports"] != 4 || r.GetCheck() != "ib_ports" {
+		t.Errorf("gpu-0001's result: %v; want PASS with the program's summary and metric", r)
+	}
+	if r := results["gpu-0002"]; r.GetOutcome() != loomv1.CheckOutcome_CHECK_FAIL || !strings.Contains(r.GetSummary(), "ib port 3 down") ||
+		!strings.Contains(r.GetDetail(), "checking 4 ports") {
+		t.Errorf("gpu-0002's result: %v; want FAIL with its stderr in the summary and its stdout in the detail", r)
+	}
+	node := cl.Name + "/nodes/gpu-0002"
+	ev := testkit.WaitEvent(t, s.BrokerAddr, topics.HealthEvents, 60*time.Second, func(e envelope.Event) bool {
+		h, ok := e.Payload.(*eventsv1.NodeHealthChanged)
+		return ok && h.GetNode() == node && h.GetState() != loomv1.RemediationState_NODE_HEALTHY && strings.Contains(h.GetReason(), "ib port 3 down")
+	})
+	t.Logf("gpu-0002: %v %q", ev.Payload.(*eventsv1.NodeHealthChanged).GetState(), ev.Payload.(*eventsv1.NodeHealthChanged).GetReason())
+	if h, err := nodeHealth(t, gw, cl.Name, "gpu-0001"); err != nil || h.GetState() != loomv1.RemediationState_NODE_HEALTHY {
+		t.Errorf("gpu-0001 after its pass: %v (%v), want HEALTHY", h, err)
 	}
 }

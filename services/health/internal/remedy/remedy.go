@@ -874,8 +874,12 @@ func (s *step) check(n *Node, r *loomv1.HealthCheckResult) {
 	}
 	switch {
 	case n.Confirming:
-		if r.GetTrigger() != "confirm" && runID != n.ConfirmID {
-			if out == loomv1.CheckOutcome_CHECK_FAIL && n.Registered {
+		// Only the confirming check asked for last answers it: an earlier
+		// confirm's result (one a repair cut short, re-run by the new
+		// agent from its uncommitted command; one asked again after an
+		// error) says nothing of this repair.
+		if runID != n.ConfirmID {
+			if r.GetTrigger() != "confirm" && out == loomv1.CheckOutcome_CHECK_FAIL && n.Registered {
 				s.escalate(n, classify.CheckFailed(r).Reason, classify.CheckFailed(r).Action)
 			}
 			return

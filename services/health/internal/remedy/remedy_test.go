@@ -236,6 +236,24 @@ func TestEscalationTakesTheFailuresOwnAction(t *testing.T) {
 	}
 }
 
+// TestStaleConfirmIsIgnored: a confirming check's result answers only the
+// confirm asked for last; an earlier one's (a repair cut short, its command
+// run again by the new agent) passes nothing.
+func TestStaleConfirmIsIgnored(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Config{Seed: 5}, 10)
+	n := nodeName(cluster, 1)
+	r := h.do(Fault{Node: n, Verdict: classify.Xid(0, 79)})
+	r = h.do(Repaired{Node: n, ID: remediations(r)[0].GetRemediationId(), OK: true})
+	current := checks(r)[0].GetRunId()
+	if r := h.do(pass(n, "an-earlier-confirm")); len(health(r)) != 0 || h.state(1) == loomv1.RemediationState_NODE_HEALTHY {
+		t.Fatalf("a stale confirm passed the node: %v, state %v", r.Emits, h.state(1))
+	}
+	if hs := health(h.do(pass(n, current))); len(hs) != 1 || hs[0].GetState() != loomv1.RemediationState_NODE_HEALTHY || !hs[0].GetRepaired() {
+		t.Fatalf("the current confirm: %v", hs)
+	}
+}
+
 // TestRecurrenceEscalatesAndLemon: a failure soon after a confirmed repair
 // skips that repair; the third failure in the window quarantines.
 func TestRecurrenceEscalatesAndLemon(t *testing.T) {
