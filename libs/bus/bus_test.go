@@ -1069,6 +1069,126 @@ func TestPartitionKeyReadsOnlyTheKeysPartition(t *testing.T) {
 	}
 }
 
+// TestKeyBalancerGivesTheNewestMember: a PartitionKey group's one
+// partition of each topic goes to the newest member subscribed to it (the
+// latest born, then the greatest id), whatever order the ids sort in, and
+// no other partition goes to anyone.
+func TestKeyBalancerGivesTheNewestMember(t *testing.T) {
+	t.Parallel()
+	born := func(at int64) []byte {
+		b, err := bus.KeyBalancer("k", at).UserData()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	const parts = 8
+	var partitions []kafka.Partition
+	for i := 0; i < parts; i++ {
+		partitions = append(partitions, kafka.Partition{Topic: "a", ID: i}, kafka.Partition{Topic: "b", ID: i})
+	}
+	both := []string{"a", "b"}
+	for _, tc := range []struct {
+		name    string
+		members []kafka.GroupMember
+		a, b    string // the member each topic's partition must go to
+	}{
+		{"the newest though its id sorts last", []kafka.GroupMember{
+			{ID: "a-old", Topics: both, UserData: born(1)}, {ID: "z-new", Topics: both, UserData: born(2)}}, "z-new", "z-new"},
+		{"the newest though its id sorts first", []kafka.GroupMember{
+			{ID: "a-new", Topics: both, UserData: born(9)}, {ID: "z-old", Topics: both, UserData: born(2)}}, "a-new", "a-new"},
+		{"no user data is older than any", []kafka.GroupMember{
+			{ID: "z-unknown", Topics: both}, {ID: "a", Topics: both, UserData: born(5)}}, "a", "a"},
+		{"malformed user data is older than any", []kafka.GroupMember{
+			{ID: "z-bad", Topics: both, UserData: []byte("late")}, {ID: "a", Topics: both, UserData: born(5)}}, "a", "a"},
+		{"born together: the greatest id", []kafka.GroupMember{
+			{ID: "m1", Topics: both, UserData: born(3)}, {ID: "m2", Topics: both, UserData: born(3)}}, "m2", "m2"},
+		{"only a subscriber of the topic", []kafka.GroupMember{
+			{ID: "old", Topics: both, UserData: born(1)}, {ID: "new", Topics: []string{"a"}, UserData: born(2)}}, "new", "old"},
+	} {
+		got := bus.KeyBalancer("k", 0).AssignGroups(tc.members, partitions)
+		for topic, to := range map[string]string{"a": tc.a, "b": tc.b} {
+			for _, m := range tc.members {
+				ps := got[m.ID][topic]
+				switch {
+				case m.ID == to && !slices.Equal(ps, []int{bus.PartitionOf("k", parts)}):
+					t.Errorf("%s: %s gets %v of %s, want only the key's partition %d", tc.name, m.ID, ps, topic, bus.PartitionOf("k", parts))
+				case m.ID != to && len(ps) > 0:
+					t.Errorf("%s: %s gets %v of %s, want none (it goes to %s)", tc.name, m.ID, ps, topic, to)
+				}
+			}
+		}
+	}
+}
+
+// TestPartitionKeyNewestMemberReads: a restarted agent joins a group its
+// killed predecessor is still a member of (the broker has not timed it
+// out) and reads its key's records at once, though the old member's id
+// sorts first. The predecessor here stays in the group (it heartbeats and
+// rejoins) and never fetches, as a member the broker keeps does not.
+func TestPartitionKeyNewestMemberReads(t *testing.T) {
+	t.Parallel()
+	_, broker := kfakeBroker(t)
+	const parts = 8
+	topic := newTopic(t, broker, parts)
+	mine := bus.PartitionOf("mine", parts)
+	ctx := testkit.Context(t, 2*time.Minute)
+	old, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{ID: "g", Brokers: []string{broker}, Topics: []string{topic},
+		GroupBalancers: []kafka.GroupBalancer{bus.KeyBalancer("mine", 1)},
+		// Its member id begins "0-": it sorts before the new member's.
+		Dialer:            &kafka.Dialer{ClientID: "0-predecessor", Timeout: 10 * time.Second},
+		HeartbeatInterval: 200 * time.Millisecond, SessionTimeout: time.Minute, RebalanceTimeout: 10 * time.Second,
+		JoinGroupBackoff: 100 * time.Millisecond, StartOffset: kafka.FirstOffset})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = old.Close() })
+	gens := make(chan *kafka.Generation, 16)
+	go func() {
+		for {
+			g, err := old.Next(ctx)
+			if err != nil {
+				return
+			}
+			gens <- g
+		}
+	}()
+	var last *kafka.Generation
+	select {
+	case last = <-gens:
+	case <-ctx.Done():
+		t.Fatal("the old member never joined")
+	}
+	if a := last.Assignments[topic]; len(a) != 1 || a[0].ID != mine {
+		t.Fatalf("the old member alone holds %v, want partition %d", a, mine)
+	}
+	p := newProducer(t, broker)
+	var want []string
+	for i := 0; i < 5; i++ {
+		ev := event(topic, "mine", int32(i))
+		publish(t, p, ev)
+		want = append(want, ev.ID)
+	}
+	var got seen
+	startConsumer(t, bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic},
+		PartitionKey: "mine", Logger: testLogger(t)}, p, func(ctx context.Context, ev envelope.Event) error {
+		got.add(ev)
+		return nil
+	})
+	testkit.WaitFor(t, wait, "the new member handles the key's records", func() (bool, error) {
+		return len(got.ids()) >= len(want), nil
+	})
+	if ids := got.ids(); !slices.Equal(ids, want) {
+		t.Fatalf("handled %v, want %v", ids, want)
+	}
+	for len(gens) > 0 {
+		last = <-gens
+	}
+	if a := last.Assignments[topic]; len(a) != 0 {
+		t.Fatalf("the old member still holds %v after the new one joined", a)
+	}
+}
+
 func TestPartitionOf(t *testing.T) {
 	t.Parallel()
 	if got := bus.PartitionOf("anything", 1); got != 0 {

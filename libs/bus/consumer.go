@@ -106,9 +106,11 @@ type ConsumerConfig struct {
 	// each topic that records keyed PartitionKey go to (PartitionOf), not
 	// every partition: a node's agent fetches its own node's partition of
 	// the step commands instead of every node's. Other keys' records in
-	// that partition still come (Filter passes over them). Every member of
-	// the group must set the same key; a topic's partition count must not
-	// change while the group reads it.
+	// that partition still come (Filter passes over them). Only the
+	// group's newest member reads: a restarted process takes the partition
+	// at once from the member its killed predecessor left in the group.
+	// Every member of the group must set the same key; a topic's partition
+	// count must not change while the group reads it.
 	PartitionKey string
 	// Verifier, when set, makes the consumer accept only signed records
 	// (envelope.Registry.DecodeVerified): a record that is unsigned, badly
@@ -221,7 +223,7 @@ func (c *Consumer) balancers() []kafka.GroupBalancer {
 	if c.cfg.PartitionKey == "" {
 		return nil
 	}
-	return []kafka.GroupBalancer{keyBalancer{key: c.cfg.PartitionKey}}
+	return []kafka.GroupBalancer{keyBalancer{key: c.cfg.PartitionKey, born: time.Now().UnixNano()}}
 }
 
 // Record is what a ConsumerConfig.Filter learns of a record before it is

@@ -1,6 +1,14 @@
 package bus
 
+import "github.com/segmentio/kafka-go"
+
 // CrashOnStop makes c's Run return, once its context ends, without
 // committing what it handled since its last commit, as a process that died
 // would.
 func CrashOnStop(c *Consumer) { c.crashed.Store(true) }
+
+// KeyBalancer is the group balancer of a consumer with PartitionKey key
+// whose consumer started at born (unix nanoseconds).
+func KeyBalancer(key string, born int64) kafka.GroupBalancer {
+	return keyBalancer{key: key, born: born}
+}

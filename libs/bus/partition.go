@@ -1,7 +1,8 @@
 package bus
 
 import (
-	"sort"
+	"encoding/binary"
+	"slices"
 
 	"github.com/segmentio/kafka-go"
 )
@@ -23,47 +24,61 @@ func PartitionOf(key string, n int) int {
 
 // keyBalancer is the group balancer of a consumer with a PartitionKey: of
 // each topic it assigns only the partition that records keyed key go to,
-// to the group's members in turn (by member id), and no other partition to
-// anyone. Every member of such a group must use the same key.
-type keyBalancer struct{ key string }
+// and that to the newest member subscribed to the topic (the latest born,
+// then the greatest member id), and no other partition to anyone. Every
+// member of such a group must use the same key.
+//
+// Why the newest: such a group is one process's (a node's agent), and when
+// it restarts, the member its killed predecessor left behind stays in the
+// group until the broker times it out. Handed the partition, that member
+// would hold the node's commands until then: the embedded broker was seen
+// keeping one that died in the middle of a join for minutes, and the
+// reimaged node's confirming check waited with it. The process that
+// started last is the live one.
+type keyBalancer struct {
+	key string
+	// born is when the member's consumer started (unix nanoseconds),
+	// offered to the leader as the member's user data.
+	born int64
+}
 
-func (b keyBalancer) ProtocolName() string      { return "loom-key" }
-func (b keyBalancer) UserData() ([]byte, error) { return nil, nil }
+func (b keyBalancer) ProtocolName() string { return "loom-key" }
+
+func (b keyBalancer) UserData() ([]byte, error) {
+	return binary.BigEndian.AppendUint64(nil, uint64(b.born)), nil
+}
+
+// bornOf reads a member's user data; a member that offered none (or
+// something else) counts as born at 0, older than any.
+func bornOf(m kafka.GroupMember) int64 {
+	if len(m.UserData) != 8 {
+		return 0
+	}
+	return int64(binary.BigEndian.Uint64(m.UserData))
+}
 
 func (b keyBalancer) AssignGroups(members []kafka.GroupMember, partitions []kafka.Partition) kafka.GroupMemberAssignments {
 	out := kafka.GroupMemberAssignments{}
-	if len(members) == 0 {
-		return out
-	}
-	ids := make([]string, len(members))
-	subscribed := map[string]map[string]bool{}
-	for i, m := range members {
-		ids[i] = m.ID
+	for _, m := range members {
 		out[m.ID] = map[string][]int{}
-		subscribed[m.ID] = map[string]bool{}
-		for _, t := range m.Topics {
-			subscribed[m.ID][t] = true
-		}
 	}
-	sort.Strings(ids)
 	count := map[string]int{}
 	for _, p := range partitions {
 		count[p.Topic]++
 	}
-	topics := make([]string, 0, len(count))
-	for t := range count {
-		topics = append(topics, t)
-	}
-	sort.Strings(topics)
-	next := 0
-	for _, t := range topics {
-		for range ids {
-			id := ids[next%len(ids)]
-			next++
-			if subscribed[id][t] {
-				out[id][t] = []int{PartitionOf(b.key, count[t])}
-				break
+	for t, n := range count {
+		var newest *kafka.GroupMember
+		for i := range members {
+			m := &members[i]
+			if !slices.Contains(m.Topics, t) {
+				continue
 			}
+			if newest == nil || bornOf(*m) > bornOf(*newest) || (bornOf(*m) == bornOf(*newest) && m.ID > newest.ID) {
+				newest = m
+			}
+		}
+		if newest != nil {
+			out[newest.ID][t] = []int{PartitionOf(b.key, n)}
 		}
 	}
 	return out
