@@ -2937,8 +2937,13 @@ type SlurmNode struct {
 	Block      string                 `protobuf:"bytes,14,opt,name=block,proto3" json:"block,omitempty"`
 	// reason_user set reason, at reason_time (an administrator's drain; empty
 	// when Loom set it).
-	ReasonUser    string                 `protobuf:"bytes,15,opt,name=reason_user,json=reasonUser,proto3" json:"reason_user,omitempty"`
-	ReasonTime    *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=reason_time,json=reasonTime,proto3" json:"reason_time,omitempty"`
+	ReasonUser string                 `protobuf:"bytes,15,opt,name=reason_user,json=reasonUser,proto3" json:"reason_user,omitempty"`
+	ReasonTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=reason_time,json=reasonTime,proto3" json:"reason_time,omitempty"`
+	// not_responding: health has lost touch with the node's agent (it is
+	// unreachable, not judged failed): it takes no new work and its jobs go
+	// on. Slurm's NOT_RESPONDING flag: sinfo appends "*" to the state
+	// ("idle*", "mix*"), scontrol shows "IDLE+NOT_RESPONDING".
+	NotResponding bool `protobuf:"varint,17,opt,name=not_responding,json=notResponding,proto3" json:"not_responding,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3083,6 +3088,13 @@ func (x *SlurmNode) GetReasonTime() *timestamppb.Timestamp {
 		return x.ReasonTime
 	}
 	return nil
+}
+
+func (x *SlurmNode) GetNotResponding() bool {
+	if x != nil {
+		return x.NotResponding
+	}
+	return false
 }
 
 // ModelOutput declares the model that a job trains. The job writes its files
@@ -4297,7 +4309,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\n" +
 	"total_gpus\x18\b \x01(\x05R\ttotalGpus\x12\x1d\n" +
 	"\n" +
-	"alloc_gpus\x18\t \x01(\x05R\tallocGpus\"\xfe\x04\n" +
+	"alloc_gpus\x18\t \x01(\x05R\tallocGpus\"\xa5\x05\n" +
 	"\tSlurmNode\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x18\n" +
@@ -4321,7 +4333,8 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\vreason_user\x18\x0f \x01(\tR\n" +
 	"reasonUser\x12;\n" +
 	"\vreason_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"reasonTime\"\x90\x01\n" +
+	"reasonTime\x12%\n" +
+	"\x0enot_responding\x18\x11 \x01(\bR\rnotResponding\"\x90\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04IDLE\x10\x01\x12\t\n" +

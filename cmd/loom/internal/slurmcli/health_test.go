@@ -72,3 +72,49 @@ func TestHealthNodeStates(t *testing.T) {
 		t.Errorf("sinfo -t boot: %d %q", code, out)
 	}
 }
+
+// TestNotRespondingNodes: a node health has lost touch with (unreachable,
+// not judged failed) keeps the state its jobs give it, with Slurm's
+// NOT_RESPONDING flag: "idle*" and "mix*" in sinfo (a row of their own),
+// IDLE+NOT_RESPONDING and health's reason in scontrol show node, and no
+// line in sinfo -R, which lists the nodes taken out.
+func TestNotRespondingNodes(t *testing.T) {
+	t.Parallel()
+	f := fixture()
+	at := timestamppb.New(time.Date(2026, 1, 2, 14, 4, 5, 0, time.UTC))
+	silent := "unreachable: no heartbeat for 45s"
+	for _, n := range f.SlurmNodes {
+		n.State, n.AllocGpus, n.AllocCpus = loomv1.SlurmNode_IDLE, 0, 0
+		n.Reason, n.ReasonUser, n.ReasonTime = "", "", nil
+		switch n.GetHostname() {
+		case "gpu-0001":
+			n.State, n.AllocGpus, n.AllocCpus = loomv1.SlurmNode_MIXED, 4, 4
+			fallthrough
+		case "gpu-0002":
+			n.NotResponding, n.Reason, n.ReasonUser, n.ReasonTime = true, silent, "loom-health", at
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sinfo", "-h", "-N", "-p", "gpu", "-o", "%N %t %T"},
+			"gpu-0001 mix* mixed*\ngpu-0002 idle* idle*\ngpu-0003 idle idle\ngpu-0004 idle idle\n"},
+		{[]string{"sinfo", "-h", "-p", "gpu", "-o", "%t %D %N"},
+			"mix* 1 gpu-0001\nidle* 1 gpu-0002\nidle 2 gpu-[0003-0004]\n"},
+		{[]string{"sinfo", "-h", "-R"}, ""},
+	} {
+		code, out, errOut := run(t, f, tc.args[0], Env{}, tc.args[1:]...)
+		if code != 0 || out != tc.want {
+			t.Errorf("%v: %d\n%s%s\nwant\n%s", tc.args, code, out, errOut, tc.want)
+		}
+	}
+	code, out, errOut := run(t, f, "scontrol", Env{}, "show", "node", "gpu-0002", "-o")
+	if code != 0 || !strings.Contains(out, "State=IDLE+NOT_RESPONDING ") || !strings.Contains(out, "Reason="+silent+" [loom-health@2026-01-02T14:04:05]") {
+		t.Errorf("scontrol show node gpu-0002: %d %q %q", code, out, errOut)
+	}
+	code, out, _ = run(t, f, "scontrol", Env{}, "show", "node", "gpu-0003", "-o")
+	if code != 0 || !strings.Contains(out, "State=IDLE ") || strings.Contains(out, "Reason=") {
+		t.Errorf("scontrol show node gpu-0003 (responding): %d %q", code, out)
+	}
+}

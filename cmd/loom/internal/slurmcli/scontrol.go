@@ -344,15 +344,21 @@ func jobRecord(r jobRow, v *squeueView) record {
 }
 
 // nodeStateFull is n's state as scontrol prints it (slurmNodeState), a
-// reboot asked for on a node with jobs on its base state (MIXED+REBOOT_REQUESTED).
+// reboot asked for on a node with jobs on its base state
+// (MIXED+REBOOT_REQUESTED), a node not responding with Slurm's flag
+// (IDLE+NOT_RESPONDING).
 func nodeStateFull(n *loomv1.SlurmNode) string {
+	s := slurmNodeState(n.GetState())
 	if n.GetState() == loomv1.SlurmNode_REBOOT_REQUESTED && (n.GetAllocGpus() > 0 || n.GetAllocCpus() > 0) {
-		if c, _ := nodeStateNames(n); c == "alloc@" {
-			return "ALLOCATED+REBOOT_REQUESTED"
+		s = "MIXED+REBOOT_REQUESTED"
+		if c, _ := nodeStateNames(n); strings.HasPrefix(c, "alloc@") {
+			s = "ALLOCATED+REBOOT_REQUESTED"
 		}
-		return "MIXED+REBOOT_REQUESTED"
 	}
-	return slurmNodeState(n.GetState())
+	if n.GetNotResponding() {
+		s += "+NOT_RESPONDING"
+	}
+	return s
 }
 
 // slurmNodeState is a node's state as scontrol prints it.

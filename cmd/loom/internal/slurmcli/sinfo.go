@@ -100,16 +100,21 @@ func nodeStateInfo(s loomv1.SlurmNode_State) (compact, long string, rank int) {
 // nodeStateNames are n's state as sinfo prints it, compact (%t) and long
 // (%T): as nodeStateInfo, except that a reboot asked for on a node that
 // still runs jobs shows as Slurm shows it, "mix@" / "mixed@" (or
-// "alloc@" / "allocated@" when it is full).
+// "alloc@" / "allocated@" when it is full), and a node not responding
+// ends in "*" as in Slurm ("idle*", "mixed*").
 func nodeStateNames(n *loomv1.SlurmNode) (compact, long string) {
 	if n.GetState() == loomv1.SlurmNode_REBOOT_REQUESTED && (n.GetAllocGpus() > 0 || n.GetAllocCpus() > 0) {
+		compact, long = "mix@", "mixed@"
 		if (n.GetGpus() > 0 && n.GetAllocGpus() >= n.GetGpus()) || (n.GetGpus() == 0 && n.GetAllocCpus() >= n.GetCpus()) {
-			return "alloc@", "allocated@"
+			compact, long = "alloc@", "allocated@"
 		}
-		return "mix@", "mixed@"
+	} else {
+		compact, long, _ = nodeStateInfo(n.GetState())
 	}
-	c, l, _ := nodeStateInfo(n.GetState())
-	return c, l
+	if n.GetNotResponding() {
+		compact, long = compact+"*", long+"*"
+	}
+	return compact, long
 }
 
 // parseNodeStates parses sinfo -t: compact or long names, prefixes, "drain"

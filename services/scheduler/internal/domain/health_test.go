@@ -563,23 +563,33 @@ func TestRestartJobAction(t *testing.T) {
 }
 
 // TestUnreachableKeepsRuns: a node health cannot reach, but did not find
-// failed, takes no new work and its runs go on.
+// failed, takes no new work and its runs go on; Slurm's view shows it as
+// its jobs make it, NOT_RESPONDING ("mix*"), with health's reason.
 func TestUnreachableKeepsRuns(t *testing.T) {
 	t.Parallel()
 	h := newHealthHarness(t, Config{})
 	h.node("gpu-0001", 8)
 	h.submit(1, 1, 4)
+	view := func(st loomv1.SlurmNode_State, silent bool) {
+		t.Helper()
+		ns := views.SlurmNodes(h.s, cl)
+		if len(ns) != 1 || ns[0].GetState() != st || ns[0].GetNotResponding() != silent || (silent && ns[0].GetReason() != "silent") {
+			t.Fatalf("Slurm's view %v, want %v with not_responding %v", ns, st, silent)
+		}
+	}
 	c := h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Unreachable: true, Reason: "silent"})
 	if len(stops(c)) != 0 || len(drainedEvents(c)) != 0 {
 		t.Fatalf("unreachable ended runs: %v", c.Emits)
 	}
 	h.wantState(1, loomv1.JobState_RUNNING, "")
+	view(loomv1.SlurmNode_MIXED, true)
 	// The provisioner shows it DOWN after health's verdict: the runs still go on.
 	if c := h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName("gpu-0001"), Cluster: cl, Hostname: "gpu-0001",
 		Gpus: 8, State: loomv1.Node_DOWN, Reason: "silent"}}); len(stops(c)) != 0 {
 		t.Fatalf("DOWN after unreachable ended runs: %v", stops(c))
 	}
 	h.wantState(1, loomv1.JobState_RUNNING, "")
+	view(loomv1.SlurmNode_DOWN, true)
 	h.node("gpu-0001", 8)
 	c = h.submit(2, 1, 4)
 	if d := decision(c, 2); d == nil || d.Filtered["NodeUnhealthy"] != 1 {
@@ -587,6 +597,7 @@ func TestUnreachableKeepsRuns(t *testing.T) {
 	}
 	h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_HEALTHY})
 	h.wantState(2, loomv1.JobState_RUNNING, "")
+	view(loomv1.SlurmNode_ALLOCATED, false)
 }
 
 // TestGoodputFromRuns: the state's goodput reads the job's runs and the
@@ -662,6 +673,34 @@ func TestSlurmViewOfHealth(t *testing.T) {
 	if n := state(); n.GetState() != loomv1.SlurmNode_MIXED || n.GetReason() != "" || h.job(1).GetNodes()[0] != "gpu-0001" {
 		t.Fatalf("repaired: %v %q, job 1 on %v", n.GetState(), n.GetReason(), h.job(1).GetNodes())
 	}
+}
+
+// TestSlurmViewOfReimageAndQuarantine: a reimage shows as a reboot does
+// (REBOOT_REQUESTED, then REBOOT_ISSUED while the provisioner reimages),
+// and a quarantined node as DRAINED with health's reason.
+func TestSlurmViewOfReimageAndQuarantine(t *testing.T) {
+	t.Parallel()
+	h := newHealthHarness(t, Config{})
+	h.node("gpu-0001", 8)
+	want := func(st loomv1.SlurmNode_State, reason string) {
+		t.Helper()
+		ns := views.SlurmNodes(h.s, cl)
+		if len(ns) != 1 || ns[0].GetState() != st || ns[0].GetReason() != reason || ns[0].GetReasonUser() != "loom-health" {
+			t.Fatalf("Slurm's view %v, want %v %q by loom-health", ns, st, reason)
+		}
+	}
+	again := "failed again after reset_gpu: ECC: single-bit errors at 6000/min on GPU 0"
+	h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: again,
+		State: loomv1.RemediationState_NODE_REIMAGING, SetBy: "loom-health"})
+	want(loomv1.SlurmNode_REBOOT_REQUESTED, again)
+	h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName("gpu-0001"), Cluster: cl, Hostname: "gpu-0001", Gpus: 8,
+		State: loomv1.Node_REIMAGING}})
+	want(loomv1.SlurmNode_REBOOT_ISSUED, again)
+	h.node("gpu-0001", 8)
+	lemon := "lemon: 3 failures within 24h0m0s: Xid 79: GPU has fallen off the bus"
+	h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: lemon,
+		State: loomv1.RemediationState_NODE_QUARANTINED, Action: loomv1.RemediationAction_ACTION_QUARANTINE, SetBy: "loom-health"})
+	want(loomv1.SlurmNode_DRAINED, lemon)
 }
 
 // TestRandomHealthKeepsInvariants replays random mixes of submissions (some

@@ -222,8 +222,8 @@ func (s *State) runsOf(j *Job) []*jobstore.RunRecord {
 
 // nodeHealthView is health's part in n's Slurm state (views.NodeHealth).
 func nodeHealthView(n *Node) views.NodeHealth {
-	h := views.NodeHealth{Out: n.HealthOut(), Reason: n.HealthReason, SetBy: n.HealthSetBy, Time: n.HealthTime}
-	if h.Out && h.SetBy == "" {
+	h := views.NodeHealth{Out: n.HealthOut(), NotResponding: n.Unreachable, Reason: n.HealthReason, SetBy: n.HealthSetBy, Time: n.HealthTime}
+	if (h.Out || h.NotResponding) && h.SetBy == "" {
 		h.SetBy = "loom-health"
 	}
 	switch {

@@ -67,8 +67,12 @@ type NodeRow struct {
 // reimaging it); Reason, SetBy and Time are health's (sinfo -R).
 type NodeHealth struct {
 	Out, Drain, RebootRequested, RebootIssued bool
-	Reason, SetBy                             string
-	Time                                      time.Time
+	// NotResponding: health lost touch with the node (unreachable), which
+	// is not a verdict on it: the state stays what runs there says, with
+	// Slurm's NOT_RESPONDING flag.
+	NotResponding bool
+	Reason, SetBy string
+	Time          time.Time
 }
 
 // Partitions returns the cluster's partitions as sinfo shows them: nodes,
@@ -108,8 +112,9 @@ func Partitions(src NodeSource, cluster string) []*loomv1.Partition {
 // drained (by scontrol, by the provisioner for removal, or by health) with
 // or without jobs; REBOOT_REQUESTED and REBOOT_ISSUED while health has a
 // reboot (or reimage) asked or under way; DOWN when it cannot run work.
-// Health's states carry its reason, who set it (set_by) and when. nil for
-// an unknown cluster.
+// Health's states carry its reason, who set it (set_by) and when; a node
+// health cannot reach keeps its state with not_responding set. nil for an
+// unknown cluster.
 func SlurmNodes(src NodeSource, cluster string) []*loomv1.SlurmNode {
 	t, ok := src.NodeTable(cluster)
 	if !ok {
@@ -137,6 +142,7 @@ func SlurmNodes(src NodeSource, cluster string) []*loomv1.SlurmNode {
 		busy := v.Runs > 0
 		full := v.Exclusive || (n.GPUs > 0 && v.FreeGPUs == 0) || (n.CPUs > 0 && v.FreeCPUs <= 0)
 		hr := row.Health
+		sn.NotResponding = hr.NotResponding
 		healthReason := func(state loomv1.SlurmNode_State) {
 			sn.State, sn.Reason, sn.ReasonUser = state, hr.Reason, hr.SetBy
 			if sn.Reason == "" {
@@ -187,6 +193,14 @@ func SlurmNodes(src NodeSource, cluster string) []*loomv1.SlurmNode {
 			sn.State = loomv1.SlurmNode_ALLOCATED
 		default:
 			sn.State = loomv1.SlurmNode_MIXED
+		}
+		if hr.NotResponding && sn.Reason == "" {
+			// Why health lost touch, for scontrol show node (sinfo -R lists
+			// only nodes taken out).
+			sn.Reason, sn.ReasonUser = hr.Reason, hr.SetBy
+			if !hr.Time.IsZero() {
+				sn.ReasonTime = timestamppb.New(hr.Time)
+			}
 		}
 		out = append(out, sn)
 	}
