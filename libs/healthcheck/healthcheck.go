@@ -1,6 +1,8 @@
 // Package healthcheck is the vocabulary of health checks that more than one
-// service reads: what a check's name may be. The gateway refuses a scan that
-// names another, and health refuses a node's result that does.
+// service reads: what a check's name may be (the gateway refuses a scan that
+// names another, and health refuses a node's result that does), and what
+// the built-in checks' parameters may be (the agent reads them, the gateway
+// refuses a scan whose values the agent would not take).
 package healthcheck
 
 import "regexp"

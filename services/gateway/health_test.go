@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"math"
 	"net/http"
 	"slices"
@@ -32,7 +33,8 @@ func TestHealthCommands(t *testing.T) {
 	hs := loomv1.NewHealthServiceClient(h.conn)
 
 	scan, err := hs.ScanNodes(ctx, &loomv1.ScanNodesRequest{Cluster: cluster1, Hostnames: []string{"gpu-[0001]", "gpu-0001"},
-		Checks: []string{"gpu_diag", "disk", "gpu_diag"}, Level: 2, AllowBusy: true, Timeout: durationpb.New(time.Minute)})
+		Checks: []string{"gpu_diag", "disk", "gpu_diag"}, Level: 2, AllowBusy: true, Timeout: durationpb.New(time.Minute),
+		Params: map[string]string{"stress": "10s", "paths": "/,/scratch", "site_knob": "x y"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +46,8 @@ func TestHealthCommands(t *testing.T) {
 		return ok && c.GetScanId() == scan.GetScanId()
 	})
 	want := &eventsv1.ScanNodes{Cluster: cluster1, ScanId: scan.GetScanId(), Hostnames: []string{"gpu-0001"}, Checks: []string{"gpu_diag", "disk"},
-		Level: 2, AllowBusy: true, Timeout: durationpb.New(time.Minute), User: "root"}
+		Level: 2, AllowBusy: true, Timeout: durationpb.New(time.Minute), Params: map[string]string{"stress": "10s", "paths": "/,/scratch", "site_knob": "x y"},
+		User: "root"}
 	if !proto.Equal(ev.Payload, want) || ev.Principal != "users/root" || ev.Key != cluster1 {
 		t.Errorf("ScanNodes command %v by %q key %q, want %v by users/root key %s", ev.Payload, ev.Principal, ev.Key, want, cluster1)
 	}
@@ -143,6 +146,13 @@ func TestHealthValidation(t *testing.T) {
 	for i := range checks {
 		checks[i] = "disk"
 	}
+	params := map[string]string{}
+	for i := range 17 {
+		params[fmt.Sprintf("p%d", i)] = "1"
+	}
+	param := func(k, v string) *loomv1.ScanNodesRequest {
+		return &loomv1.ScanNodesRequest{Params: map[string]string{k: v}}
+	}
 	for _, c := range []struct {
 		what string
 		err  error
@@ -170,6 +180,17 @@ func TestHealthValidation(t *testing.T) {
 		{"bad hostlist", scan(&loomv1.ScanNodesRequest{Hostnames: []string{"gpu-[0001-"}}), codes.InvalidArgument, []string{"hostnames[0]"}},
 		{"unknown hosts", scan(&loomv1.ScanNodesRequest{Hostnames: []string{"gpu-[0001-0003]"}}), codes.InvalidArgument, []string{"hostnames[1]", "gpu-0002 is not a node of", "hostnames[2]"}},
 		{"timeout 2h", scan(&loomv1.ScanNodesRequest{Timeout: durationpb.New(2 * time.Hour)}), codes.InvalidArgument, []string{"timeout", "1h0m0s"}},
+		{"17 params", scan(&loomv1.ScanNodesRequest{Params: params}), codes.InvalidArgument, []string{"params", "17 parameters, more than the limit of 16"}},
+		{"an upper-case param", scan(param("Iters", "5")), codes.InvalidArgument, []string{"params[Iters]", "not a parameter name", "a-z, 0-9 and _", "LOOM_CHECK_PARAM_"}},
+		{"a dashed param", scan(param("min-free", "5")), codes.InvalidArgument, []string{"params[min-free]", "not a parameter name"}},
+		{"an empty param name", scan(param("", "5")), codes.InvalidArgument, []string{"params[]", "1 to 64"}},
+		{"a 65-byte param name", scan(param(strings.Repeat("k", 65), "5")), codes.InvalidArgument, []string{"not a parameter name: 1 to 64"}},
+		{"a long param value", scan(param("site_knob", strings.Repeat("v", 257))), codes.InvalidArgument, []string{"params[site_knob]", "257 bytes, longer than the limit of 256"}},
+		{"a control character", scan(param("site_knob", "a\x1b[2Jb")), codes.InvalidArgument, []string{"params[site_knob]", "control character U+001B"}},
+		{"iters not a number", scan(param("iters", "many")), codes.InvalidArgument, []string{"params[iters]", `"many"`, "1 to 1000"}},
+		{"bad sizes", scan(param("sizes", "1M,2T")), codes.InvalidArgument, []string{"params[sizes]", `size "2T"`, "1 to 1G"}},
+		{"ring is health's", scan(param("ring", "mine")), codes.InvalidArgument, []string{"params[ring]", "set by health"}},
+		{"dcgmi false", scan(param("dcgmi", "false")), codes.InvalidArgument, []string{"params[dcgmi]", "auto", "off"}},
 		{"report without reason", report([]string{"gpu-0001"}, " "), codes.InvalidArgument, []string{"reason", "required"}},
 		{"report a long reason", report([]string{"gpu-0001"}, long), codes.InvalidArgument, []string{"reason", "1025 bytes, longer than the limit of 1024"}},
 		{"report nobody", report(nil, "why"), codes.InvalidArgument, []string{"hostnames", "required"}},
@@ -182,6 +203,10 @@ func TestHealthValidation(t *testing.T) {
 	code, body := restCall(ctx, t, h.http, h.restBase, "POST", "/v1/"+cluster1+"/nodes/gpu-0001:injectFault", `{"fault":{"kind":"FAULT_XID","gpu":3,"xid":1000}}`)
 	if code != 400 || !strings.Contains(body, "fault.xid") || !strings.Contains(body, "1 to 999") {
 		t.Errorf("REST xid 1000: HTTP %d %s", code, body)
+	}
+	code, body = restCall(ctx, t, h.http, h.restBase, "POST", "/v1/"+cluster1+"/health:scan", `{"params":{"min_free_gb":"-1"}}`)
+	if code != 400 || !strings.Contains(body, "params[min_free_gb]") || !strings.Contains(body, "from 0 up") {
+		t.Errorf("REST min_free_gb -1: HTTP %d %s", code, body)
 	}
 	// Another cluster of the project does not exist.
 	_, err := hs.ReportFaultyNodes(ctx, &loomv1.ReportFaultyNodesRequest{Cluster: project + "/clusters/nope", Hostnames: []string{"gpu-0001"}, Reason: "x"})

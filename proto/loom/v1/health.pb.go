@@ -1027,8 +1027,21 @@ type ScanNodesRequest struct {
 	// level of gpu_diag: 1 to 3.
 	Level int32 `protobuf:"varint,4,opt,name=level,proto3" json:"level,omitempty"`
 	// allow_busy runs the checks on nodes busy with jobs too.
-	AllowBusy     bool                 `protobuf:"varint,5,opt,name=allow_busy,json=allowBusy,proto3" json:"allow_busy,omitempty"`
-	Timeout       *durationpb.Duration `protobuf:"bytes,6,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	AllowBusy bool                 `protobuf:"varint,5,opt,name=allow_busy,json=allowBusy,proto3" json:"allow_busy,omitempty"`
+	Timeout   *durationpb.Duration `protobuf:"bytes,6,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// params are passed to every check of the scan (loom health scan
+	// --param KEY=VALUE). Each built-in check reads the keys it knows and
+	// ignores the rest; a site check gets every one as
+	// LOOM_CHECK_PARAM_<KEY upper-cased>. At most 16; a key is 1 to 64 of
+	// [a-z0-9_]; a value at most 256 bytes of UTF-8 without control
+	// characters, empty meaning the check's default. The built-in names
+	// (stress, memory_mib, dcgmi, paths, min_free_gb, max_used_percent,
+	// warn_used_percent, products, min_throughput, sizes, iters,
+	// min_busbw_gbps) are checked as those checks read them, whatever checks
+	// the scan names; "ring" is refused (health names each all-reduce ring).
+	// For the all-reduce checks they take precedence over health's
+	// -allreduce-sizes and -allreduce-min-busbw. See docs/health.md.
+	Params        map[string]string `protobuf:"bytes,7,rep,name=params,proto3" json:"params,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1101,6 +1114,13 @@ func (x *ScanNodesRequest) GetAllowBusy() bool {
 func (x *ScanNodesRequest) GetTimeout() *durationpb.Duration {
 	if x != nil {
 		return x.Timeout
+	}
+	return nil
+}
+
+func (x *ScanNodesRequest) GetParams() map[string]string {
+	if x != nil {
+		return x.Params
 	}
 	return nil
 }
@@ -2420,7 +2440,7 @@ const file_loom_v1_health_proto_rawDesc = "" +
 	"\x04gpus\x18\v \x03(\v2\x12.loom.v1.GpuSampleR\x04gpus\x12)\n" +
 	"\x05disks\x18\f \x03(\v2\x13.loom.v1.DiskSampleR\x05disks\x12A\n" +
 	"\x0elast_heartbeat\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\rlastHeartbeat\x12\x1c\n" +
-	"\tsimulated\x18\x0e \x01(\bR\tsimulated\"\xcc\x01\n" +
+	"\tsimulated\x18\x0e \x01(\bR\tsimulated\"\xc6\x02\n" +
 	"\x10ScanNodesRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1c\n" +
 	"\thostnames\x18\x02 \x03(\tR\thostnames\x12\x16\n" +
@@ -2428,7 +2448,11 @@ const file_loom_v1_health_proto_rawDesc = "" +
 	"\x05level\x18\x04 \x01(\x05R\x05level\x12\x1d\n" +
 	"\n" +
 	"allow_busy\x18\x05 \x01(\bR\tallowBusy\x123\n" +
-	"\atimeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"m\n" +
+	"\atimeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12=\n" +
+	"\x06params\x18\a \x03(\v2%.loom.v1.ScanNodesRequest.ParamsEntryR\x06params\x1a9\n" +
+	"\vParamsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"m\n" +
 	"\x11ScanNodesResponse\x12\x17\n" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x1c\n" +
 	"\thostnames\x18\x02 \x03(\tR\thostnames\x12!\n" +
@@ -2598,7 +2622,7 @@ func file_loom_v1_health_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_v1_health_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_loom_v1_health_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_loom_v1_health_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_loom_v1_health_proto_goTypes = []any{
 	(FaultKind)(0),                       // 0: loom.v1.FaultKind
 	(CheckOutcome)(0),                    // 1: loom.v1.CheckOutcome
@@ -2628,70 +2652,72 @@ var file_loom_v1_health_proto_goTypes = []any{
 	(*GetClusterGoodputRequest)(nil),     // 25: loom.v1.GetClusterGoodputRequest
 	(*Goodput)(nil),                      // 26: loom.v1.Goodput
 	nil,                                  // 27: loom.v1.HealthCheckResult.MetricsEntry
-	(*timestamppb.Timestamp)(nil),        // 28: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),          // 29: google.protobuf.Duration
+	nil,                                  // 28: loom.v1.ScanNodesRequest.ParamsEntry
+	(*timestamppb.Timestamp)(nil),        // 29: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),          // 30: google.protobuf.Duration
 }
 var file_loom_v1_health_proto_depIdxs = []int32{
 	0,  // 0: loom.v1.Fault.kind:type_name -> loom.v1.FaultKind
 	1,  // 1: loom.v1.HealthCheckResult.outcome:type_name -> loom.v1.CheckOutcome
 	27, // 2: loom.v1.HealthCheckResult.metrics:type_name -> loom.v1.HealthCheckResult.MetricsEntry
-	28, // 3: loom.v1.HealthCheckResult.start_time:type_name -> google.protobuf.Timestamp
-	28, // 4: loom.v1.HealthCheckResult.end_time:type_name -> google.protobuf.Timestamp
-	28, // 5: loom.v1.HealthCheckResult.valid_until:type_name -> google.protobuf.Timestamp
+	29, // 3: loom.v1.HealthCheckResult.start_time:type_name -> google.protobuf.Timestamp
+	29, // 4: loom.v1.HealthCheckResult.end_time:type_name -> google.protobuf.Timestamp
+	29, // 5: loom.v1.HealthCheckResult.valid_until:type_name -> google.protobuf.Timestamp
 	2,  // 6: loom.v1.NodeHealth.state:type_name -> loom.v1.RemediationState
-	28, // 7: loom.v1.NodeHealth.state_time:type_name -> google.protobuf.Timestamp
+	29, // 7: loom.v1.NodeHealth.state_time:type_name -> google.protobuf.Timestamp
 	3,  // 8: loom.v1.NodeHealth.next_action:type_name -> loom.v1.RemediationAction
 	4,  // 9: loom.v1.NodeHealth.gpus:type_name -> loom.v1.GpuSample
 	5,  // 10: loom.v1.NodeHealth.disks:type_name -> loom.v1.DiskSample
-	28, // 11: loom.v1.NodeHealth.last_heartbeat:type_name -> google.protobuf.Timestamp
-	29, // 12: loom.v1.ScanNodesRequest.timeout:type_name -> google.protobuf.Duration
-	7,  // 13: loom.v1.ListHealthResultsResponse.results:type_name -> loom.v1.HealthCheckResult
-	8,  // 14: loom.v1.ListNodeHealthResponse.nodes:type_name -> loom.v1.NodeHealth
-	29, // 15: loom.v1.HealthPolicy.lemon_window:type_name -> google.protobuf.Duration
-	29, // 16: loom.v1.HealthPolicy.heartbeat_timeout:type_name -> google.protobuf.Duration
-	17, // 17: loom.v1.HealthPolicy.thresholds:type_name -> loom.v1.TelemetryThresholds
-	29, // 18: loom.v1.HealthPolicy.drain_timeout:type_name -> google.protobuf.Duration
-	29, // 19: loom.v1.HealthPolicy.confirm_timeout:type_name -> google.protobuf.Duration
-	29, // 20: loom.v1.HealthPolicy.repair_timeout:type_name -> google.protobuf.Duration
-	29, // 21: loom.v1.HealthPolicy.scan_interval:type_name -> google.protobuf.Duration
-	18, // 22: loom.v1.HealthPolicy.checks:type_name -> loom.v1.CheckPolicy
-	29, // 23: loom.v1.HealthPolicy.default_check_validity:type_name -> google.protobuf.Duration
-	29, // 24: loom.v1.HealthPolicy.default_check_timeout:type_name -> google.protobuf.Duration
-	29, // 25: loom.v1.CheckPolicy.validity:type_name -> google.protobuf.Duration
-	29, // 26: loom.v1.CheckPolicy.timeout:type_name -> google.protobuf.Duration
-	3,  // 27: loom.v1.UpdateNodeRemediationRequest.action:type_name -> loom.v1.RemediationAction
-	6,  // 28: loom.v1.InjectFaultRequest.fault:type_name -> loom.v1.Fault
-	6,  // 29: loom.v1.InjectFaultResponse.fault:type_name -> loom.v1.Fault
-	28, // 30: loom.v1.GetClusterGoodputRequest.since:type_name -> google.protobuf.Timestamp
-	29, // 31: loom.v1.Goodput.wall:type_name -> google.protobuf.Duration
-	29, // 32: loom.v1.Goodput.productive:type_name -> google.protobuf.Duration
-	29, // 33: loom.v1.Goodput.lost_recompute:type_name -> google.protobuf.Duration
-	29, // 34: loom.v1.Goodput.lost_restart:type_name -> google.protobuf.Duration
-	29, // 35: loom.v1.Goodput.lost_queueing:type_name -> google.protobuf.Duration
-	29, // 36: loom.v1.Goodput.lost_checkpointing:type_name -> google.protobuf.Duration
-	9,  // 37: loom.v1.HealthService.ScanNodes:input_type -> loom.v1.ScanNodesRequest
-	11, // 38: loom.v1.HealthService.ListHealthResults:input_type -> loom.v1.ListHealthResultsRequest
-	13, // 39: loom.v1.HealthService.ListNodeHealth:input_type -> loom.v1.ListNodeHealthRequest
-	19, // 40: loom.v1.HealthService.ReportFaultyNodes:input_type -> loom.v1.ReportFaultyNodesRequest
-	21, // 41: loom.v1.HealthService.UpdateNodeRemediation:input_type -> loom.v1.UpdateNodeRemediationRequest
-	15, // 42: loom.v1.HealthService.GetHealthPolicy:input_type -> loom.v1.GetHealthPolicyRequest
-	22, // 43: loom.v1.HealthService.InjectFault:input_type -> loom.v1.InjectFaultRequest
-	24, // 44: loom.v1.GoodputService.GetJobGoodput:input_type -> loom.v1.GetJobGoodputRequest
-	25, // 45: loom.v1.GoodputService.GetClusterGoodput:input_type -> loom.v1.GetClusterGoodputRequest
-	10, // 46: loom.v1.HealthService.ScanNodes:output_type -> loom.v1.ScanNodesResponse
-	12, // 47: loom.v1.HealthService.ListHealthResults:output_type -> loom.v1.ListHealthResultsResponse
-	14, // 48: loom.v1.HealthService.ListNodeHealth:output_type -> loom.v1.ListNodeHealthResponse
-	20, // 49: loom.v1.HealthService.ReportFaultyNodes:output_type -> loom.v1.ReportFaultyNodesResponse
-	8,  // 50: loom.v1.HealthService.UpdateNodeRemediation:output_type -> loom.v1.NodeHealth
-	16, // 51: loom.v1.HealthService.GetHealthPolicy:output_type -> loom.v1.HealthPolicy
-	23, // 52: loom.v1.HealthService.InjectFault:output_type -> loom.v1.InjectFaultResponse
-	26, // 53: loom.v1.GoodputService.GetJobGoodput:output_type -> loom.v1.Goodput
-	26, // 54: loom.v1.GoodputService.GetClusterGoodput:output_type -> loom.v1.Goodput
-	46, // [46:55] is the sub-list for method output_type
-	37, // [37:46] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	29, // 11: loom.v1.NodeHealth.last_heartbeat:type_name -> google.protobuf.Timestamp
+	30, // 12: loom.v1.ScanNodesRequest.timeout:type_name -> google.protobuf.Duration
+	28, // 13: loom.v1.ScanNodesRequest.params:type_name -> loom.v1.ScanNodesRequest.ParamsEntry
+	7,  // 14: loom.v1.ListHealthResultsResponse.results:type_name -> loom.v1.HealthCheckResult
+	8,  // 15: loom.v1.ListNodeHealthResponse.nodes:type_name -> loom.v1.NodeHealth
+	30, // 16: loom.v1.HealthPolicy.lemon_window:type_name -> google.protobuf.Duration
+	30, // 17: loom.v1.HealthPolicy.heartbeat_timeout:type_name -> google.protobuf.Duration
+	17, // 18: loom.v1.HealthPolicy.thresholds:type_name -> loom.v1.TelemetryThresholds
+	30, // 19: loom.v1.HealthPolicy.drain_timeout:type_name -> google.protobuf.Duration
+	30, // 20: loom.v1.HealthPolicy.confirm_timeout:type_name -> google.protobuf.Duration
+	30, // 21: loom.v1.HealthPolicy.repair_timeout:type_name -> google.protobuf.Duration
+	30, // 22: loom.v1.HealthPolicy.scan_interval:type_name -> google.protobuf.Duration
+	18, // 23: loom.v1.HealthPolicy.checks:type_name -> loom.v1.CheckPolicy
+	30, // 24: loom.v1.HealthPolicy.default_check_validity:type_name -> google.protobuf.Duration
+	30, // 25: loom.v1.HealthPolicy.default_check_timeout:type_name -> google.protobuf.Duration
+	30, // 26: loom.v1.CheckPolicy.validity:type_name -> google.protobuf.Duration
+	30, // 27: loom.v1.CheckPolicy.timeout:type_name -> google.protobuf.Duration
+	3,  // 28: loom.v1.UpdateNodeRemediationRequest.action:type_name -> loom.v1.RemediationAction
+	6,  // 29: loom.v1.InjectFaultRequest.fault:type_name -> loom.v1.Fault
+	6,  // 30: loom.v1.InjectFaultResponse.fault:type_name -> loom.v1.Fault
+	29, // 31: loom.v1.GetClusterGoodputRequest.since:type_name -> google.protobuf.Timestamp
+	30, // 32: loom.v1.Goodput.wall:type_name -> google.protobuf.Duration
+	30, // 33: loom.v1.Goodput.productive:type_name -> google.protobuf.Duration
+	30, // 34: loom.v1.Goodput.lost_recompute:type_name -> google.protobuf.Duration
+	30, // 35: loom.v1.Goodput.lost_restart:type_name -> google.protobuf.Duration
+	30, // 36: loom.v1.Goodput.lost_queueing:type_name -> google.protobuf.Duration
+	30, // 37: loom.v1.Goodput.lost_checkpointing:type_name -> google.protobuf.Duration
+	9,  // 38: loom.v1.HealthService.ScanNodes:input_type -> loom.v1.ScanNodesRequest
+	11, // 39: loom.v1.HealthService.ListHealthResults:input_type -> loom.v1.ListHealthResultsRequest
+	13, // 40: loom.v1.HealthService.ListNodeHealth:input_type -> loom.v1.ListNodeHealthRequest
+	19, // 41: loom.v1.HealthService.ReportFaultyNodes:input_type -> loom.v1.ReportFaultyNodesRequest
+	21, // 42: loom.v1.HealthService.UpdateNodeRemediation:input_type -> loom.v1.UpdateNodeRemediationRequest
+	15, // 43: loom.v1.HealthService.GetHealthPolicy:input_type -> loom.v1.GetHealthPolicyRequest
+	22, // 44: loom.v1.HealthService.InjectFault:input_type -> loom.v1.InjectFaultRequest
+	24, // 45: loom.v1.GoodputService.GetJobGoodput:input_type -> loom.v1.GetJobGoodputRequest
+	25, // 46: loom.v1.GoodputService.GetClusterGoodput:input_type -> loom.v1.GetClusterGoodputRequest
+	10, // 47: loom.v1.HealthService.ScanNodes:output_type -> loom.v1.ScanNodesResponse
+	12, // 48: loom.v1.HealthService.ListHealthResults:output_type -> loom.v1.ListHealthResultsResponse
+	14, // 49: loom.v1.HealthService.ListNodeHealth:output_type -> loom.v1.ListNodeHealthResponse
+	20, // 50: loom.v1.HealthService.ReportFaultyNodes:output_type -> loom.v1.ReportFaultyNodesResponse
+	8,  // 51: loom.v1.HealthService.UpdateNodeRemediation:output_type -> loom.v1.NodeHealth
+	16, // 52: loom.v1.HealthService.GetHealthPolicy:output_type -> loom.v1.HealthPolicy
+	23, // 53: loom.v1.HealthService.InjectFault:output_type -> loom.v1.InjectFaultResponse
+	26, // 54: loom.v1.GoodputService.GetJobGoodput:output_type -> loom.v1.Goodput
+	26, // 55: loom.v1.GoodputService.GetClusterGoodput:output_type -> loom.v1.Goodput
+	47, // [47:56] is the sub-list for method output_type
+	38, // [38:47] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_health_proto_init() }
@@ -2705,7 +2731,7 @@ func file_loom_v1_health_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_health_proto_rawDesc), len(file_loom_v1_health_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

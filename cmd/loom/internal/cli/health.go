@@ -465,18 +465,28 @@ applies (policy). See docs/health.md.
 
 func (a *app) healthScanCommand() *cobra.Command {
 	var nodes, checks string
+	var params []string
 	var level int32
 	var allowBusy, wait bool
 	var timeout, waitTimeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "scan CLUSTER [--nodes HOSTLIST] [--checks a,b] [--level N] [--allow-busy] [--wait]",
+		Use:   "scan CLUSTER [--nodes HOSTLIST] [--checks a,b] [--level N] [--param KEY=VALUE]... [--allow-busy] [--wait]",
 		Short: "Run health checks on a cluster's nodes now",
 		Long: `Run health checks now on a cluster's nodes (all, or --nodes gpu-[0001-0004]).
 Checks: gpu_diag (--level 1 to 3), allreduce, allreduce_pair, disk, speed, or
 a site check's name; default gpu_diag level 1 and disk. Nodes busy with jobs
 are skipped (their result says CHECK_SKIPPED) unless --allow-busy. With
 --wait, shows the results as they come, then a table. Needs a cluster
-administrator.`,
+administrator.
+
+--param KEY=VALUE (repeatable) goes to every check of the scan; each reads
+the keys it knows (a site check gets LOOM_CHECK_PARAM_<KEY>). Built-in:
+gpu_diag stress (level 3, e.g. 10s), memory_mib, dcgmi=off; disk paths,
+min_free_gb, max_used_percent, warn_used_percent; speed products,
+min_throughput; allreduce sizes (e.g. 1M,8M), iters, min_busbw_gbps.
+
+  loom health scan demo --checks gpu_diag --level 3 --param stress=30s --timeout 5m
+  loom health scan demo --checks disk --param paths=/,/scratch --param min_free_gb=50`,
 		Args: exactArgs(1, "the cluster, e.g. `loom health scan demo`"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := &loomv1.ScanNodesRequest{Cluster: a.clusterName(args[0]), Level: level, AllowBusy: allowBusy}
@@ -490,6 +500,19 @@ administrator.`,
 			}
 			if level < 0 || level > 3 {
 				return usagef("--level must be 1, 2 or 3 (gpu_diag's depth), got %d", level)
+			}
+			for _, kv := range params {
+				k, v, ok := strings.Cut(kv, "=")
+				if k = strings.TrimSpace(k); !ok || k == "" {
+					return usagef("--param wants KEY=VALUE, e.g. --param stress=10s, got %q", kv)
+				}
+				if _, dup := req.Params[k]; dup {
+					return usagef("--param %s given twice", k)
+				}
+				if req.Params == nil {
+					req.Params = map[string]string{}
+				}
+				req.Params[k] = v
 			}
 			if timeout > 0 {
 				req.Timeout = durationpb.New(timeout)
@@ -535,6 +558,7 @@ administrator.`,
 	f.StringVar(&nodes, "nodes", "", "only these nodes: a hostlist, e.g. gpu-[0001-0004] (default: every node)")
 	f.StringVar(&checks, "checks", "", "checks to run, comma-separated (default: gpu_diag,disk)")
 	f.Int32Var(&level, "level", 0, "gpu_diag's level: 1 (quick) to 3 (long) (default 1)")
+	f.StringArrayVar(&params, "param", nil, "KEY=VALUE passed to every check of the scan (repeatable), e.g. stress=10s, min_free_gb=50")
 	f.BoolVar(&allowBusy, "allow-busy", false, "check nodes that are running jobs too")
 	f.DurationVar(&timeout, "timeout", 0, "kill a check that runs longer (default: the health service's)")
 	f.BoolVar(&wait, "wait", false, "wait for the results and show them")
@@ -1058,7 +1082,7 @@ for 30 days after their end, so a --since longer than 720h misses some.`,
 			return renderGoodput(cmd.OutOrStdout(), g, true)
 		},
 	}
-	cmd.Flags().DurationVar(&since, "since", 0, "the window: jobs of the last DURATION (default: the gateway's, 7 days)")
+	cmd.Flags().DurationVar(&since, "since", 0, "the window: jobs of the last DURATION (default: the scheduler's, 7 days)")
 	return cmd
 }
 

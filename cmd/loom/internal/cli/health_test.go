@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -277,14 +278,24 @@ gpu-0002  gpu_diag/2  FAIL     gpu_diag failed on gpu-0002  0s
 	if _, errOut, code := run(t, gw, "health", "scan", "demo", "--checks", "disk", "--timeout", "90s"); code != 0 {
 		t.Fatalf("--timeout: exit %d: %s", code, errOut)
 	}
-	if req, _ := fakegw.LastRequest[*loomv1.ScanNodesRequest](f); req.GetTimeout().AsDuration() != 90*time.Second {
-		t.Errorf("--timeout 90s sent %v", req.GetTimeout())
+	if req, _ := fakegw.LastRequest[*loomv1.ScanNodesRequest](f); req.GetTimeout().AsDuration() != 90*time.Second || req.GetParams() != nil {
+		t.Errorf("--timeout 90s sent %v, params %v", req.GetTimeout(), req.GetParams())
 	}
 	// Without --wait: the scan id, and where its results will be.
 	out, errOut, code = run(t, gw, "health", "scan", "demo")
 	if code != 0 || !strings.Contains(out, "Scan scan-3: gpu_diag,disk on 2 nodes (gpu-[0001-0002]).") ||
 		!strings.Contains(out, "loom health results demo --scan scan-3") {
 		t.Errorf("scan without --wait: exit %d\n%s%s", code, out, errOut)
+	}
+	// Each --param goes with the request as given: a value may hold '='
+	// and commas, and may be empty (the check's default).
+	if _, errOut, code := run(t, gw, "health", "scan", "demo", "--checks", "disk,allreduce", "--param", "paths=/,/scratch",
+		"--param", "min_free_gb=50", "--param", "site_opt=a=b", "--param", "iters="); code != 0 {
+		t.Fatalf("--param: exit %d: %s", code, errOut)
+	}
+	wantParams := map[string]string{"paths": "/,/scratch", "min_free_gb": "50", "site_opt": "a=b", "iters": ""}
+	if req, _ := fakegw.LastRequest[*loomv1.ScanNodesRequest](f); !maps.Equal(req.GetParams(), wantParams) {
+		t.Errorf("--param sent %v, want %v", req.GetParams(), wantParams)
 	}
 	// Mistakes say what is right.
 	for _, c := range []struct {
@@ -293,6 +304,9 @@ gpu-0002  gpu_diag/2  FAIL     gpu_diag failed on gpu-0002  0s
 		want string
 	}{
 		{[]string{"health", "scan", "demo", "--level", "7"}, 2, "--level must be 1, 2 or 3"},
+		{[]string{"health", "scan", "demo", "--param", "stress"}, 2, `--param wants KEY=VALUE, e.g. --param stress=10s, got "stress"`},
+		{[]string{"health", "scan", "demo", "--param", "=10s"}, 2, "--param wants KEY=VALUE"},
+		{[]string{"health", "scan", "demo", "--param", "iters=5", "--param", "iters=6"}, 2, "--param iters given twice"},
 		{[]string{"health", "scan"}, 2, "give the cluster"},
 		{[]string{"health", "scan", "nope"}, 1, "loom clusters list"},
 		{[]string{"health", "scan", "demo", "--nodes", "gpu-0009"}, 1, "gpu-0009 is not a node of"},

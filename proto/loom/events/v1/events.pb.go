@@ -3564,15 +3564,20 @@ func (x *InjectNodeFault) GetUser() string {
 
 // ScanNodes asks health to run checks (loom health scan).
 type ScanNodes struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	ScanId        string                 `protobuf:"bytes,2,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
-	Hostnames     []string               `protobuf:"bytes,3,rep,name=hostnames,proto3" json:"hostnames,omitempty"`
-	Checks        []string               `protobuf:"bytes,4,rep,name=checks,proto3" json:"checks,omitempty"`
-	Level         int32                  `protobuf:"varint,5,opt,name=level,proto3" json:"level,omitempty"`
-	AllowBusy     bool                   `protobuf:"varint,6,opt,name=allow_busy,json=allowBusy,proto3" json:"allow_busy,omitempty"`
-	Timeout       *durationpb.Duration   `protobuf:"bytes,7,opt,name=timeout,proto3" json:"timeout,omitempty"`
-	User          string                 `protobuf:"bytes,8,opt,name=user,proto3" json:"user,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Cluster   string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	ScanId    string                 `protobuf:"bytes,2,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	Hostnames []string               `protobuf:"bytes,3,rep,name=hostnames,proto3" json:"hostnames,omitempty"`
+	Checks    []string               `protobuf:"bytes,4,rep,name=checks,proto3" json:"checks,omitempty"`
+	Level     int32                  `protobuf:"varint,5,opt,name=level,proto3" json:"level,omitempty"`
+	AllowBusy bool                   `protobuf:"varint,6,opt,name=allow_busy,json=allowBusy,proto3" json:"allow_busy,omitempty"`
+	Timeout   *durationpb.Duration   `protobuf:"bytes,7,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	User      string                 `protobuf:"bytes,8,opt,name=user,proto3" json:"user,omitempty"`
+	// params go to every check of the scan (ScanNodesRequest.params, as the
+	// gateway validated them); for the all-reduce checks they take
+	// precedence over health's configured ones, except "ring", which health
+	// sets.
+	Params        map[string]string `protobuf:"bytes,9,rep,name=params,proto3" json:"params,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3661,6 +3666,13 @@ func (x *ScanNodes) GetUser() string {
 		return x.User
 	}
 	return ""
+}
+
+func (x *ScanNodes) GetParams() map[string]string {
+	if x != nil {
+		return x.Params
+	}
+	return nil
 }
 
 // ReportFaultyNodes reports nodes faulty by hand.
@@ -5333,7 +5345,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12$\n" +
 	"\x05fault\x18\x03 \x01(\v2\x0e.loom.v1.FaultR\x05fault\x12\x12\n" +
-	"\x04user\x18\x04 \x01(\tR\x04user\"\xf2\x01\n" +
+	"\x04user\x18\x04 \x01(\tR\x04user\"\xec\x02\n" +
 	"\tScanNodes\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x17\n" +
 	"\ascan_id\x18\x02 \x01(\tR\x06scanId\x12\x1c\n" +
@@ -5343,7 +5355,11 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"allow_busy\x18\x06 \x01(\bR\tallowBusy\x123\n" +
 	"\atimeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x12\n" +
-	"\x04user\x18\b \x01(\tR\x04user\"w\n" +
+	"\x04user\x18\b \x01(\tR\x04user\x12=\n" +
+	"\x06params\x18\t \x03(\v2%.loom.events.v1.ScanNodes.ParamsEntryR\x06params\x1a9\n" +
+	"\vParamsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"w\n" +
 	"\x11ReportFaultyNodes\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1c\n" +
 	"\thostnames\x18\x02 \x03(\tR\thostnames\x12\x16\n" +
@@ -5466,7 +5482,7 @@ func file_loom_events_v1_events_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_events_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_loom_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_loom_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
 var file_loom_events_v1_events_proto_goTypes = []any{
 	(StopCause)(0),                         // 0: loom.events.v1.StopCause
 	(StepState)(0),                         // 1: loom.events.v1.StepState
@@ -5539,89 +5555,91 @@ var file_loom_events_v1_events_proto_goTypes = []any{
 	(*MetricsReported_Point)(nil),          // 68: loom.events.v1.MetricsReported.Point
 	nil,                                    // 69: loom.events.v1.MetricsReported.Point.ValuesEntry
 	nil,                                    // 70: loom.events.v1.RunHealthCheck.ParamsEntry
-	(*v1.Cluster)(nil),                     // 71: loom.v1.Cluster
-	(*v1.Reservation)(nil),                 // 72: loom.v1.Reservation
-	(*v1.Node)(nil),                        // 73: loom.v1.Node
-	(v1.RemediationAction)(0),              // 74: loom.v1.RemediationAction
-	(*timestamppb.Timestamp)(nil),          // 75: google.protobuf.Timestamp
-	(*v1.GpuSample)(nil),                   // 76: loom.v1.GpuSample
-	(*v1.DiskSample)(nil),                  // 77: loom.v1.DiskSample
-	(*v1.HealthCheckResult)(nil),           // 78: loom.v1.HealthCheckResult
-	(*v1.Job)(nil),                         // 79: loom.v1.Job
-	(*durationpb.Duration)(nil),            // 80: google.protobuf.Duration
-	(v1.RemediationState)(0),               // 81: loom.v1.RemediationState
-	(*v1.Fault)(nil),                       // 82: loom.v1.Fault
-	(*v1.ModelVersion)(nil),                // 83: loom.v1.ModelVersion
-	(*v1.ExportModelResponse)(nil),         // 84: loom.v1.ExportModelResponse
-	(*v11.Model)(nil),                      // 85: loom.training.v1.Model
-	(*v1.ModelLineage)(nil),                // 86: loom.v1.ModelLineage
-	(*v11.CustomJob)(nil),                  // 87: loom.training.v1.CustomJob
-	(*v11.HyperparameterTuningJob)(nil),    // 88: loom.training.v1.HyperparameterTuningJob
-	(*v11.TrainingPipeline)(nil),           // 89: loom.training.v1.TrainingPipeline
-	(*v11.Trial)(nil),                      // 90: loom.training.v1.Trial
-	(*v1.AuditRecord)(nil),                 // 91: loom.v1.AuditRecord
-	(*v1.Association)(nil),                 // 92: loom.v1.Association
+	nil,                                    // 71: loom.events.v1.ScanNodes.ParamsEntry
+	(*v1.Cluster)(nil),                     // 72: loom.v1.Cluster
+	(*v1.Reservation)(nil),                 // 73: loom.v1.Reservation
+	(*v1.Node)(nil),                        // 74: loom.v1.Node
+	(v1.RemediationAction)(0),              // 75: loom.v1.RemediationAction
+	(*timestamppb.Timestamp)(nil),          // 76: google.protobuf.Timestamp
+	(*v1.GpuSample)(nil),                   // 77: loom.v1.GpuSample
+	(*v1.DiskSample)(nil),                  // 78: loom.v1.DiskSample
+	(*v1.HealthCheckResult)(nil),           // 79: loom.v1.HealthCheckResult
+	(*v1.Job)(nil),                         // 80: loom.v1.Job
+	(*durationpb.Duration)(nil),            // 81: google.protobuf.Duration
+	(v1.RemediationState)(0),               // 82: loom.v1.RemediationState
+	(*v1.Fault)(nil),                       // 83: loom.v1.Fault
+	(*v1.ModelVersion)(nil),                // 84: loom.v1.ModelVersion
+	(*v1.ExportModelResponse)(nil),         // 85: loom.v1.ExportModelResponse
+	(*v11.Model)(nil),                      // 86: loom.training.v1.Model
+	(*v1.ModelLineage)(nil),                // 87: loom.v1.ModelLineage
+	(*v11.CustomJob)(nil),                  // 88: loom.training.v1.CustomJob
+	(*v11.HyperparameterTuningJob)(nil),    // 89: loom.training.v1.HyperparameterTuningJob
+	(*v11.TrainingPipeline)(nil),           // 90: loom.training.v1.TrainingPipeline
+	(*v11.Trial)(nil),                      // 91: loom.training.v1.Trial
+	(*v1.AuditRecord)(nil),                 // 92: loom.v1.AuditRecord
+	(*v1.Association)(nil),                 // 93: loom.v1.Association
 }
 var file_loom_events_v1_events_proto_depIdxs = []int32{
-	71, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
-	71, // 1: loom.events.v1.UpdateCluster.cluster:type_name -> loom.v1.Cluster
-	72, // 2: loom.events.v1.CreateReservation.reservation:type_name -> loom.v1.Reservation
-	71, // 3: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
-	72, // 4: loom.events.v1.ReservationChanged.reservation:type_name -> loom.v1.Reservation
-	73, // 5: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
-	74, // 6: loom.events.v1.RemediationFinished.action:type_name -> loom.v1.RemediationAction
-	75, // 7: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
-	75, // 8: loom.events.v1.GpuTelemetry.time:type_name -> google.protobuf.Timestamp
-	76, // 9: loom.events.v1.GpuTelemetry.gpus:type_name -> loom.v1.GpuSample
-	77, // 10: loom.events.v1.GpuTelemetry.disks:type_name -> loom.v1.DiskSample
-	75, // 11: loom.events.v1.XidObserved.time:type_name -> google.protobuf.Timestamp
-	78, // 12: loom.events.v1.HealthCheckCompleted.result:type_name -> loom.v1.HealthCheckResult
-	79, // 13: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
+	72, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
+	72, // 1: loom.events.v1.UpdateCluster.cluster:type_name -> loom.v1.Cluster
+	73, // 2: loom.events.v1.CreateReservation.reservation:type_name -> loom.v1.Reservation
+	72, // 3: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
+	73, // 4: loom.events.v1.ReservationChanged.reservation:type_name -> loom.v1.Reservation
+	74, // 5: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
+	75, // 6: loom.events.v1.RemediationFinished.action:type_name -> loom.v1.RemediationAction
+	76, // 7: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
+	76, // 8: loom.events.v1.GpuTelemetry.time:type_name -> google.protobuf.Timestamp
+	77, // 9: loom.events.v1.GpuTelemetry.gpus:type_name -> loom.v1.GpuSample
+	78, // 10: loom.events.v1.GpuTelemetry.disks:type_name -> loom.v1.DiskSample
+	76, // 11: loom.events.v1.XidObserved.time:type_name -> google.protobuf.Timestamp
+	79, // 12: loom.events.v1.HealthCheckCompleted.result:type_name -> loom.v1.HealthCheckResult
+	80, // 13: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
 	65, // 14: loom.events.v1.CreateJobStep.env:type_name -> loom.events.v1.CreateJobStep.EnvEntry
-	75, // 15: loom.events.v1.UpdateSlurmNode.time:type_name -> google.protobuf.Timestamp
-	79, // 16: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
+	76, // 15: loom.events.v1.UpdateSlurmNode.time:type_name -> google.protobuf.Timestamp
+	80, // 16: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
 	66, // 17: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
 	0,  // 18: loom.events.v1.StopStep.cause:type_name -> loom.events.v1.StopCause
 	67, // 19: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
 	1,  // 20: loom.events.v1.StepChanged.state:type_name -> loom.events.v1.StepState
 	1,  // 21: loom.events.v1.TasksChanged.state:type_name -> loom.events.v1.StepState
-	75, // 22: loom.events.v1.StepProgress.checkpoint_time:type_name -> google.protobuf.Timestamp
-	75, // 23: loom.events.v1.StepProgress.last_progress:type_name -> google.protobuf.Timestamp
-	75, // 24: loom.events.v1.StepProgress.time:type_name -> google.protobuf.Timestamp
-	80, // 25: loom.events.v1.StepProgress.checkpoint_duration:type_name -> google.protobuf.Duration
+	76, // 22: loom.events.v1.StepProgress.checkpoint_time:type_name -> google.protobuf.Timestamp
+	76, // 23: loom.events.v1.StepProgress.last_progress:type_name -> google.protobuf.Timestamp
+	76, // 24: loom.events.v1.StepProgress.time:type_name -> google.protobuf.Timestamp
+	81, // 25: loom.events.v1.StepProgress.checkpoint_duration:type_name -> google.protobuf.Duration
 	68, // 26: loom.events.v1.MetricsReported.points:type_name -> loom.events.v1.MetricsReported.Point
 	2,  // 27: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
-	75, // 28: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
-	81, // 29: loom.events.v1.NodeHealthChanged.state:type_name -> loom.v1.RemediationState
-	74, // 30: loom.events.v1.NodeHealthChanged.action:type_name -> loom.v1.RemediationAction
-	75, // 31: loom.events.v1.NodeHealthChanged.time:type_name -> google.protobuf.Timestamp
-	80, // 32: loom.events.v1.RunHealthCheck.timeout:type_name -> google.protobuf.Duration
+	76, // 28: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
+	82, // 29: loom.events.v1.NodeHealthChanged.state:type_name -> loom.v1.RemediationState
+	75, // 30: loom.events.v1.NodeHealthChanged.action:type_name -> loom.v1.RemediationAction
+	76, // 31: loom.events.v1.NodeHealthChanged.time:type_name -> google.protobuf.Timestamp
+	81, // 32: loom.events.v1.RunHealthCheck.timeout:type_name -> google.protobuf.Duration
 	70, // 33: loom.events.v1.RunHealthCheck.params:type_name -> loom.events.v1.RunHealthCheck.ParamsEntry
-	82, // 34: loom.events.v1.InjectNodeFault.fault:type_name -> loom.v1.Fault
-	80, // 35: loom.events.v1.ScanNodes.timeout:type_name -> google.protobuf.Duration
-	74, // 36: loom.events.v1.UpdateNodeRemediation.action:type_name -> loom.v1.RemediationAction
-	82, // 37: loom.events.v1.InjectFault.fault:type_name -> loom.v1.Fault
-	74, // 38: loom.events.v1.RemediateNode.action:type_name -> loom.v1.RemediationAction
-	83, // 39: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
-	84, // 40: loom.events.v1.ModelExported.response:type_name -> loom.v1.ExportModelResponse
-	85, // 41: loom.events.v1.UploadModel.model:type_name -> loom.training.v1.Model
-	86, // 42: loom.events.v1.UploadModel.lineage:type_name -> loom.v1.ModelLineage
-	87, // 43: loom.events.v1.CreateCustomJob.custom_job:type_name -> loom.training.v1.CustomJob
-	88, // 44: loom.events.v1.CreateHyperparameterTuningJob.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
-	89, // 45: loom.events.v1.CreateTrainingPipeline.pipeline:type_name -> loom.training.v1.TrainingPipeline
-	87, // 46: loom.events.v1.CustomJobChanged.custom_job:type_name -> loom.training.v1.CustomJob
-	88, // 47: loom.events.v1.HyperparameterTuningJobChanged.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
-	90, // 48: loom.events.v1.TrialChanged.trial:type_name -> loom.training.v1.Trial
-	89, // 49: loom.events.v1.TrainingPipelineChanged.pipeline:type_name -> loom.training.v1.TrainingPipeline
-	91, // 50: loom.events.v1.AuditRecorded.record:type_name -> loom.v1.AuditRecord
-	92, // 51: loom.events.v1.AssociationChanged.association:type_name -> loom.v1.Association
-	75, // 52: loom.events.v1.MetricsReported.Point.time:type_name -> google.protobuf.Timestamp
-	69, // 53: loom.events.v1.MetricsReported.Point.values:type_name -> loom.events.v1.MetricsReported.Point.ValuesEntry
-	54, // [54:54] is the sub-list for method output_type
-	54, // [54:54] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	83, // 34: loom.events.v1.InjectNodeFault.fault:type_name -> loom.v1.Fault
+	81, // 35: loom.events.v1.ScanNodes.timeout:type_name -> google.protobuf.Duration
+	71, // 36: loom.events.v1.ScanNodes.params:type_name -> loom.events.v1.ScanNodes.ParamsEntry
+	75, // 37: loom.events.v1.UpdateNodeRemediation.action:type_name -> loom.v1.RemediationAction
+	83, // 38: loom.events.v1.InjectFault.fault:type_name -> loom.v1.Fault
+	75, // 39: loom.events.v1.RemediateNode.action:type_name -> loom.v1.RemediationAction
+	84, // 40: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
+	85, // 41: loom.events.v1.ModelExported.response:type_name -> loom.v1.ExportModelResponse
+	86, // 42: loom.events.v1.UploadModel.model:type_name -> loom.training.v1.Model
+	87, // 43: loom.events.v1.UploadModel.lineage:type_name -> loom.v1.ModelLineage
+	88, // 44: loom.events.v1.CreateCustomJob.custom_job:type_name -> loom.training.v1.CustomJob
+	89, // 45: loom.events.v1.CreateHyperparameterTuningJob.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
+	90, // 46: loom.events.v1.CreateTrainingPipeline.pipeline:type_name -> loom.training.v1.TrainingPipeline
+	88, // 47: loom.events.v1.CustomJobChanged.custom_job:type_name -> loom.training.v1.CustomJob
+	89, // 48: loom.events.v1.HyperparameterTuningJobChanged.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
+	91, // 49: loom.events.v1.TrialChanged.trial:type_name -> loom.training.v1.Trial
+	90, // 50: loom.events.v1.TrainingPipelineChanged.pipeline:type_name -> loom.training.v1.TrainingPipeline
+	92, // 51: loom.events.v1.AuditRecorded.record:type_name -> loom.v1.AuditRecord
+	93, // 52: loom.events.v1.AssociationChanged.association:type_name -> loom.v1.Association
+	76, // 53: loom.events.v1.MetricsReported.Point.time:type_name -> google.protobuf.Timestamp
+	69, // 54: loom.events.v1.MetricsReported.Point.values:type_name -> loom.events.v1.MetricsReported.Point.ValuesEntry
+	55, // [55:55] is the sub-list for method output_type
+	55, // [55:55] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_loom_events_v1_events_proto_init() }
@@ -5635,7 +5653,7 @@ func file_loom_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_events_v1_events_proto_rawDesc), len(file_loom_events_v1_events_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   68,
+			NumMessages:   69,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -10,11 +10,11 @@ import (
 	"io"
 	"math"
 	"net"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/loom-ml/loom/libs/healthcheck"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -182,37 +182,6 @@ func BusBW(algbw float64, n int) float64 {
 	return algbw * 2 * float64(n-1) / float64(n)
 }
 
-// ParseSizes reads a list of byte sizes such as "64K,1M,8M" (K, M, G are
-// binary multiples), sorted ascending.
-func ParseSizes(s string) ([]int64, error) {
-	var out []int64
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(strings.ToUpper(f))
-		if f == "" {
-			continue
-		}
-		mult := int64(1)
-		switch {
-		case strings.HasSuffix(f, "K"):
-			mult, f = 1<<10, strings.TrimSuffix(f, "K")
-		case strings.HasSuffix(f, "M"):
-			mult, f = 1<<20, strings.TrimSuffix(f, "M")
-		case strings.HasSuffix(f, "G"):
-			mult, f = 1<<30, strings.TrimSuffix(f, "G")
-		}
-		n, err := strconv.ParseInt(f, 10, 64)
-		if err != nil || n <= 0 || n*mult > 1<<30 {
-			return nil, fmt.Errorf("size %q: want a number of bytes from 1 to 1G, with K, M or G", f)
-		}
-		out = append(out, n*mult)
-	}
-	if len(out) == 0 {
-		return nil, errors.New("no sizes")
-	}
-	sort.Slice(out, func(a, b int) bool { return out[a] < out[b] })
-	return out, nil
-}
-
 func warnRing(format string, args ...any) verdict {
 	return verdict{outcome: loomv1.CheckOutcome_CHECK_WARN, gpu: -1,
 		summary: fmt.Sprintf(format, args...) + " (health's bisection finds the node or link at fault)"}
@@ -230,7 +199,7 @@ func (r *Runner) allReduce(ctx context.Context, cmd *eventsv1.RunHealthCheck) ve
 	case rank < 0 || rank >= n:
 		return checkError("rank %d is not in the ring of %d", rank, n)
 	}
-	sizes, err := ParseSizes(param(cmd, "sizes", "256K,1M,4M"))
+	sizes, err := healthcheck.ParseSizes(param(cmd, "sizes", "256K,1M,4M"))
 	if err != nil {
 		return checkError("params.sizes: %v", err)
 	}

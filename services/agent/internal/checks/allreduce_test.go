@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/loom-ml/loom/libs/auth"
+	"github.com/loom-ml/loom/libs/healthcheck"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -442,12 +443,12 @@ func TestHelloIsBoundToItsChallenge(t *testing.T) {
 
 func TestParseSizesAndBusBW(t *testing.T) {
 	t.Parallel()
-	got, err := ParseSizes("8M, 64K,1024")
+	got, err := healthcheck.ParseSizes("8M, 64K,1024")
 	if err != nil || fmt.Sprint(got) != "[1024 65536 8388608]" {
 		t.Fatalf("ParseSizes: %v %v", got, err)
 	}
 	for _, bad := range []string{"", "0", "-1K", "2G", "lots"} {
-		if _, err := ParseSizes(bad); err == nil {
+		if _, err := healthcheck.ParseSizes(bad); err == nil {
 			t.Errorf("ParseSizes(%q) accepted", bad)
 		}
 	}

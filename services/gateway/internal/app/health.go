@@ -225,7 +225,7 @@ func (g *Gateway) ScanNodes(ctx context.Context, req *loomv1.ScanNodesRequest) (
 	user, by := actor(ctx, req.GetCluster())
 	id := envelope.NewID()
 	cmd := &eventsv1.ScanNodes{Cluster: req.GetCluster(), ScanId: id, Hostnames: hosts, Checks: checks, Level: req.GetLevel(),
-		AllowBusy: req.GetAllowBusy(), Timeout: req.GetTimeout(), User: user}
+		AllowBusy: req.GetAllowBusy(), Timeout: req.GetTimeout(), Params: req.GetParams(), User: user}
 	if err := g.emitCommands(ctx, req.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("scan nodes of %s: %w", req.GetCluster(), err)
 	}

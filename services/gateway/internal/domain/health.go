@@ -2,15 +2,18 @@ package domain
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/healthcheck"
 	"github.com/loom-ml/loom/libs/hostlist"
 	"github.com/loom-ml/loom/libs/resname"
+	"github.com/loom-ml/loom/libs/termtext"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -40,6 +43,13 @@ const (
 	MaxNoHeartbeatSeconds = 86400
 	// MaxScanIDBytes bounds a scan id filter.
 	MaxScanIDBytes = 128
+	// MaxScanParams bounds how many parameters one scan passes its checks.
+	MaxScanParams = 16
+	// MaxScanParamKeyBytes bounds a parameter's name (a site check gets it
+	// as the variable LOOM_CHECK_PARAM_<NAME>).
+	MaxScanParamKeyBytes = 64
+	// MaxScanParamValueBytes bounds a parameter's value.
+	MaxScanParamValueBytes = 256
 )
 
 // CheckCluster adds to v a violation of field when name is not a cluster
@@ -134,7 +144,40 @@ func ValidateScanNodes(req *loomv1.ScanNodesRequest) (hosts, checks []string, er
 			v.Add("timeout", "%s is outside 1s to %s", d, MaxScanTimeout)
 		}
 	}
+	checkScanParams(&v, req.GetParams())
 	return hosts, checks, v.Err()
+}
+
+// checkScanParams checks a scan's params: at most MaxScanParams; each name
+// 1 to MaxScanParamKeyBytes of [a-z0-9_]; each value at most
+// MaxScanParamValueBytes of UTF-8 without control characters, and for a
+// built-in check's parameter, a value that check takes (empty, or only
+// spaces, is the check's default, as the agent reads it).
+func checkScanParams(v *errs.Validator, params map[string]string) {
+	if len(params) > MaxScanParams {
+		v.Add("params", "%d parameters, more than the limit of %d", len(params), MaxScanParams)
+		return
+	}
+	for _, k := range slices.Sorted(maps.Keys(params)) {
+		val := params[k]
+		f := "params[" + clipKey(k) + "]"
+		if !healthcheck.ValidParamKey(k, MaxScanParamKeyBytes) {
+			v.Add(f, "%s is not a parameter name: 1 to %d of a-z, 0-9 and _ (a site check gets it as LOOM_CHECK_PARAM_<NAME>)",
+				clip(k), MaxScanParamKeyBytes)
+			continue
+		}
+		if !utf8.ValidString(val) {
+			v.Add(f, "%s is not valid UTF-8", clip(val))
+			continue
+		}
+		if _, bad := termtext.FirstSpoofing(val, ""); bad || len(val) > MaxScanParamValueBytes {
+			checkText(v, f, val, MaxScanParamValueBytes)
+			continue
+		}
+		if why := healthcheck.CheckParam(k, val); why != "" {
+			v.Add(f, "%s: %s", clip(val), why)
+		}
+	}
 }
 
 // ValidateReportFaultyNodes checks a ReportFaultyNodesRequest and returns

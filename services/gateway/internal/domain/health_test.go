@@ -63,3 +63,58 @@ func TestValidateInjectFaultBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateScanParams: the parameters' bounds at their edges, and each
+// built-in check's parameter refused as the agent would refuse it (a
+// CHECK_ERROR on every node scanned), accepted as the agent takes it.
+func TestValidateScanParams(t *testing.T) {
+	t.Parallel()
+	sixteen := map[string]string{}
+	for i := range 16 {
+		sixteen[strings.Repeat("k", i+1)] = strings.Repeat("v", 256)
+	}
+	for _, c := range []struct {
+		params map[string]string
+		want   string // "" for accepted
+	}{
+		{sixteen, ""},
+		{map[string]string{strings.Repeat("k", 64): "1", "a_0": "x"}, ""},
+		{map[string]string{"site": "bad\xffutf8"}, `params[site]: "bad\xffutf8" is not valid UTF-8`},
+		{map[string]string{"site": "tab\there"}, "params[site]: \"tab\\there\" holds the control character U+0009"},
+		{map[string]string{"site": "rtl\u202eoverride"}, "U+202E"},
+		{map[string]string{"a.b": "1"}, "params[a.b]: \"a.b\" is not a parameter name"},
+		{map[string]string{"iters": " "}, ""}, // spaces: the check's default, as the agent reads it
+		{map[string]string{"stress": "90s", "memory_mib": "1024", "dcgmi": "off"}, ""},
+		{map[string]string{"stress": "0s"}, "params[stress]: \"0s\": want a duration above 0"},
+		{map[string]string{"stress": "2h"}, "longer than the limit of 1h0m0s"},
+		{map[string]string{"memory_mib": "1025"}, "params[memory_mib]: \"1025\": want a whole number from 1 to 1024"},
+		{map[string]string{"dcgmi": "auto"}, ""},
+		{map[string]string{"paths": "/, /scratch ,"}, ""},
+		{map[string]string{"paths": "/,scratch"}, `params[paths]: "/,scratch": "scratch" is not an absolute path`},
+		{map[string]string{"min_free_gb": "0.5", "max_used_percent": "100", "warn_used_percent": "0"}, ""},
+		{map[string]string{"max_used_percent": "101"}, "params[max_used_percent]: \"101\": want a number from 0 to 100"},
+		{map[string]string{"min_free_gb": "NaN"}, "params[min_free_gb]: \"NaN\": want a finite number"},
+		{map[string]string{"products": "1000000", "min_throughput": "12.5"}, ""},
+		{map[string]string{"products": "0"}, "want a whole number from 1 to 1000000"},
+		{map[string]string{"min_throughput": "-1"}, "want a number from 0 up"},
+		{map[string]string{"sizes": "256k, 1M,1G", "iters": "1000", "min_busbw_gbps": "40"}, ""},
+		{map[string]string{"sizes": "2G"}, `size "2G"`},
+		{map[string]string{"sizes": "k"}, `size "k"`},
+		{map[string]string{"sizes": ","}, "no sizes"},
+		{map[string]string{"iters": "1001"}, "want a whole number from 1 to 1000"},
+		{map[string]string{"ring": ""}, "params[ring]: \"\": set by health"},
+	} {
+		_, _, err := ValidateScanNodes(&loomv1.ScanNodesRequest{Cluster: "projects/p/clusters/c", Params: c.params})
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%q: refused: %v", c.params, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%q: %v, want %q", c.params, err, c.want)
+		}
+	}
+	sixteen["one_more"] = "x"
+	if _, _, err := ValidateScanNodes(&loomv1.ScanNodesRequest{Cluster: "projects/p/clusters/c", Params: sixteen}); err == nil ||
+		!strings.Contains(err.Error(), "params: 17 parameters, more than the limit of 16") {
+		t.Errorf("17 params: %v", err)
+	}
+}

@@ -150,6 +150,9 @@ type Scan struct {
 	Seq       int               `json:"seq,omitempty"` // names the bisection's pairs
 	Done      bool              `json:"done,omitempty"`
 	Extra     map[string]string `json:"extra,omitempty"`
+	// Params are the request's parameters, sent with every check of the
+	// scan (the bisection's pairs too, after a restart).
+	Params map[string]string `json:"params,omitempty"`
 }
 
 // Run is one check sent to one node.
@@ -510,7 +513,8 @@ func (s *State) Handle(now time.Time, id string, payload proto.Message) (*Change
 		}
 		trigger := "scan"
 		s.plan(c, now, Request{Cluster: ev.GetCluster(), ID: ev.GetScanId(), Hostnames: hosts, Checks: ev.GetChecks(),
-			Level: ev.GetLevel(), AllowBusy: ev.GetAllowBusy(), Timeout: ev.GetTimeout().AsDuration(), Trigger: trigger})
+			Level: ev.GetLevel(), AllowBusy: ev.GetAllowBusy(), Timeout: ev.GetTimeout().AsDuration(), Trigger: trigger,
+			Params: ev.GetParams()})
 	case *eventsv1.NodesNeedCheck:
 		if ev.GetCluster() == "" {
 			return nil, fmt.Errorf("nodes need check: %w", errs.Invalid("cluster", "required"))
@@ -576,6 +580,9 @@ type Request struct {
 	AllowBusy bool
 	Timeout   time.Duration
 	Trigger   string
+	// Params go to every check (the gateway bounded and checked them);
+	// each check reads the names it knows.
+	Params map[string]string
 }
 
 // Busy reports whether jobs hold the node, as its last heartbeat said.
@@ -595,7 +602,7 @@ func (s *State) plan(c *Change, now time.Time, req Request) {
 	}
 	level := min(max(req.Level, 1), 3)
 	sc := &Scan{Key: key, ID: req.ID, Cluster: req.Cluster, Trigger: req.Trigger, Level: level, AllowBusy: req.AllowBusy,
-		Timeout: req.Timeout, Start: now, Runs: map[string]*Run{}, Rings: map[string]*Ring{}}
+		Timeout: req.Timeout, Start: now, Runs: map[string]*Run{}, Rings: map[string]*Ring{}, Params: maps.Clone(req.Params)}
 	c.Scans[key] = sc
 
 	var targets []*Node
@@ -640,7 +647,7 @@ func (s *State) plan(c *Change, now time.Time, req Request) {
 			continue
 		}
 		for _, n := range idle {
-			s.send(c, now, sc, n, ch, sc.ID+"-"+idPart(n.Hostname)+"-"+idPart(ch), nil, 0, "", nil)
+			s.send(c, now, sc, n, ch, sc.ID+"-"+idPart(n.Hostname)+"-"+idPart(ch), nil, 0, "", maps.Clone(sc.Params))
 		}
 	}
 	s.finishIfDone(c, now, sc)
@@ -693,13 +700,17 @@ func (s *State) planRing(c *Change, now time.Time, sc *Scan, idle []*Node, level
 }
 
 // ringParams are the all-reduce parameters for members: the configured
-// ones plus the lowest threshold of their machine types.
-func (s *State) ringParams(c *Change, members []string, id string) map[string]string {
+// ones (-allreduce-sizes) and the lowest threshold of their machine types
+// (-allreduce-min-busbw), under the scan's own parameters: what the
+// request gives for this scan (sizes, iters, min_busbw_gbps; a blank one
+// counts as not given) wins over the service's standing policy. The
+// ring's id is health's alone: it keeps each ring and bisection pair of
+// the scan apart on the agents' endpoints.
+func (s *State) ringParams(c *Change, sc *Scan, members []string, id string) map[string]string {
 	p := map[string]string{}
 	for k, v := range s.cfg.AllReduceParams {
 		p[k] = v
 	}
-	p["ring"] = id
 	th := math.Inf(1)
 	for _, m := range members {
 		n := s.node(c, m)
@@ -715,11 +726,17 @@ func (s *State) ringParams(c *Change, members []string, id string) map[string]st
 	if th > 0 && !math.IsInf(th, 1) {
 		p["min_busbw_gbps"] = strconv.FormatFloat(th, 'g', -1, 64)
 	}
+	for k, v := range sc.Params {
+		if strings.TrimSpace(v) != "" {
+			p[k] = v
+		}
+	}
+	p["ring"] = id
 	return p
 }
 
 func (s *State) startRing(c *Change, now time.Time, sc *Scan, id string, members []string, pair bool, root string) *Ring {
-	r := &Ring{ID: id, Members: members, Params: s.ringParams(c, members, id), Pair: pair, Root: root}
+	r := &Ring{ID: id, Members: members, Params: s.ringParams(c, sc, members, id), Pair: pair, Root: root}
 	var addrs []string
 	for _, m := range members {
 		addrs = append(addrs, s.node(c, m).CheckAddr)

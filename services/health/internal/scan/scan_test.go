@@ -3,6 +3,7 @@ package scan
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"sort"
 	"strings"
@@ -214,6 +215,66 @@ func TestRingOrderAndThreshold(t *testing.T) {
 		if c.GetParams()["ring"] != "s1-ring" || c.GetParams()["sizes"] != "1M" || c.GetParams()["min_busbw_gbps"] != "5" {
 			t.Errorf("params %v (the lowest threshold of the ring's machine types)", c.GetParams())
 		}
+	}
+}
+
+// TestScanParams: the request's params reach every node's command for
+// every check, a site check's included; for the all-reduce they go over
+// health's configured sizes and threshold (a blank one does not), never
+// over the ring's id, and the bisection's pairs, planned after the scan
+// went through storage, get them too.
+func TestScanParams(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.MinBusBW = map[string]float64{"": 5}
+	cfg.AllReduceParams = map[string]string{"sizes": "1M", "iters": "3"}
+	f := newFixture(t, cfg, "n1", "n2", "n3", "n4")
+	params := map[string]string{"stress": "10s", "min_free_gb": "20", "ib_ports": "4", "sizes": "64K,8M", "min_busbw_gbps": "40",
+		"iters": " ", "ring": "mine"}
+	f.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: "s1", Checks: []string{GPUDiag, Disk, Speed, "ib_ports", AllReduce},
+		Level: 3, Params: params})
+	got := map[string]int{}
+	var ring []*eventsv1.RunHealthCheck
+	for _, c := range f.take() {
+		got[c.GetCheck()]++
+		if c.GetCheck() == AllReduce {
+			ring = append(ring, c)
+			continue
+		}
+		if !maps.Equal(c.GetParams(), params) {
+			t.Errorf("%s on %s: params %v, want %v", c.GetCheck(), hostOf(c.GetNode()), c.GetParams(), params)
+		}
+	}
+	if want := map[string]int{GPUDiag: 4, Disk: 4, Speed: 4, "ib_ports": 4, AllReduce: 4}; !maps.Equal(got, want) {
+		t.Fatalf("commands by check %v, want %v", got, want)
+	}
+	wantRing := map[string]string{"stress": "10s", "min_free_gb": "20", "ib_ports": "4", "sizes": "64K,8M", "min_busbw_gbps": "40",
+		"iters": "3", "ring": "s1-ring"}
+	for _, c := range ring {
+		if !maps.Equal(c.GetParams(), wantRing) {
+			t.Errorf("allreduce on %s: params %v, want %v", hostOf(c.GetNode()), c.GetParams(), wantRing)
+		}
+	}
+	// The ring warns: the pairs of its bisection carry the scan's
+	// params under their own ids.
+	for _, c := range ring {
+		f.handle(result(c, loomv1.CheckOutcome_CHECK_WARN, f.now, nil))
+	}
+	pairs := f.take()
+	if len(pairs) == 0 {
+		t.Fatal("no bisection pairs")
+	}
+	for _, c := range pairs {
+		p := c.GetParams()
+		if c.GetCheck() != AllReducePair || p["sizes"] != "64K,8M" || p["min_busbw_gbps"] != "40" || p["iters"] != "3" ||
+			p["ib_ports"] != "4" || p["ring"] == "mine" || p["ring"] == "s1-ring" || !strings.HasPrefix(p["ring"], "s1-") {
+			t.Errorf("pair run %s: check %s params %v", c.GetRunId(), c.GetCheck(), p)
+		}
+	}
+	// A scan without params sends none to the per-node checks.
+	f.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: "s2", Hostnames: []string{"n1"}, Checks: []string{Disk}})
+	if cmds := f.take(); len(cmds) != 1 || len(cmds[0].GetParams()) != 0 {
+		t.Errorf("a scan without params: %v", cmds)
 	}
 }
 
