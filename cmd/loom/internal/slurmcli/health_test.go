@@ -76,8 +76,8 @@ func TestHealthNodeStates(t *testing.T) {
 // TestNotRespondingNodes: a node health has lost touch with (unreachable,
 // not judged failed) keeps the state its jobs give it, with Slurm's
 // NOT_RESPONDING flag: "idle*" and "mix*" in sinfo (a row of their own),
-// IDLE+NOT_RESPONDING and health's reason in scontrol show node, and no
-// line in sinfo -R, which lists the nodes taken out.
+// IDLE+NOT_RESPONDING and health's reason in scontrol show node, no line
+// in sinfo -R, which lists the nodes taken out, and dead to sinfo -d/-r.
 func TestNotRespondingNodes(t *testing.T) {
 	t.Parallel()
 	f := fixture()
@@ -103,6 +103,9 @@ func TestNotRespondingNodes(t *testing.T) {
 		{[]string{"sinfo", "-h", "-p", "gpu", "-o", "%t %D %N"},
 			"mix* 1 gpu-0001\nidle* 1 gpu-0002\nidle 2 gpu-[0003-0004]\n"},
 		{[]string{"sinfo", "-h", "-R"}, ""},
+		// Not responding is dead to -d and -r, as in Slurm.
+		{[]string{"sinfo", "-h", "-N", "-d", "-o", "%N"}, "gpu-0001\ngpu-0002\n"},
+		{[]string{"sinfo", "-h", "-N", "-r", "-o", "%N"}, "gpu-0003\ngpu-0003\ngpu-0004\n"}, // gpu-0003 is in two partitions
 	} {
 		code, out, errOut := run(t, f, tc.args[0], Env{}, tc.args[1:]...)
 		if code != 0 || out != tc.want {

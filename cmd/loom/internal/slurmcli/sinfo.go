@@ -430,16 +430,10 @@ func (c *cmd) sinfo(ctx context.Context, args []string) error {
 		stateFilter = map[loomv1.SlurmNode_State]bool{loomv1.SlurmNode_DOWN: true, loomv1.SlurmNode_DRAINED: true, loomv1.SlurmNode_DRAINING: true,
 			loomv1.SlurmNode_REBOOT_REQUESTED: true, loomv1.SlurmNode_REBOOT_ISSUED: true}
 	}
-	if dead {
-		stateFilter = map[loomv1.SlurmNode_State]bool{loomv1.SlurmNode_DOWN: true}
-	}
-	if responding {
-		stateFilter = map[loomv1.SlurmNode_State]bool{}
-		for _, n := range nodeStates {
-			if n.state != loomv1.SlurmNode_DOWN {
-				stateFilter[n.state] = true
-			}
-		}
+	// -d keeps only the dead nodes (DOWN, or not responding: "idle*"),
+	// -r only the others, as Slurm's sinfo.
+	isDead := func(n *loomv1.SlurmNode) bool {
+		return n.GetState() == loomv1.SlurmNode_DOWN || n.GetNotResponding()
 	}
 	cluster, err := c.clusterName(ctx)
 	if err != nil {
@@ -461,7 +455,8 @@ func (c *cmd) sinfo(ctx context.Context, args []string) error {
 			return err
 		}
 		filter := func(n *loomv1.SlurmNode) bool {
-			return (stateFilter == nil || stateFilter[n.GetState()]) && (hostFilter == nil || hostFilter[n.GetHostname()])
+			return (stateFilter == nil || stateFilter[n.GetState()]) && (hostFilter == nil || hostFilter[n.GetHostname()]) &&
+				(!dead || isDead(n)) && (!responding || !isDead(n))
 		}
 		var rows []sinfoRow
 		if reasons {
