@@ -1529,8 +1529,21 @@ type HealthPolicy struct {
 	Checks               []*CheckPolicy       `protobuf:"bytes,17,rep,name=checks,proto3" json:"checks,omitempty"`
 	DefaultCheckValidity *durationpb.Duration `protobuf:"bytes,18,opt,name=default_check_validity,json=defaultCheckValidity,proto3" json:"default_check_validity,omitempty"`
 	DefaultCheckTimeout  *durationpb.Duration `protobuf:"bytes,19,opt,name=default_check_timeout,json=defaultCheckTimeout,proto3" json:"default_check_timeout,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// scan_checks are the checks a scheduled scan runs (gpu_diag at
+	// scan_level); check_grace is how long past a check's timeout health
+	// waits for its result before it counts the run unanswered (CHECK_ERROR).
+	ScanChecks []string             `protobuf:"bytes,20,rep,name=scan_checks,json=scanChecks,proto3" json:"scan_checks,omitempty"`
+	ScanLevel  int32                `protobuf:"varint,21,opt,name=scan_level,json=scanLevel,proto3" json:"scan_level,omitempty"`
+	CheckGrace *durationpb.Duration `protobuf:"bytes,22,opt,name=check_grace,json=checkGrace,proto3" json:"check_grace,omitempty"`
+	// allreduce_min_busbw_gbps is the all-reduce's bus bandwidth threshold
+	// at its largest message size, GB/s, by machine type ("*": any other
+	// type; empty: none): a ring of mixed types takes the lowest. a scan's
+	// min_busbw_gbps parameter overrides it. allreduce_sizes are the message
+	// sizes (empty: the agent's, 256K,1M,4M); a scan's sizes overrides them.
+	AllreduceMinBusbwGbps map[string]float64 `protobuf:"bytes,23,rep,name=allreduce_min_busbw_gbps,json=allreduceMinBusbwGbps,proto3" json:"allreduce_min_busbw_gbps,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	AllreduceSizes        string             `protobuf:"bytes,24,opt,name=allreduce_sizes,json=allreduceSizes,proto3" json:"allreduce_sizes,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *HealthPolicy) Reset() {
@@ -1694,6 +1707,41 @@ func (x *HealthPolicy) GetDefaultCheckTimeout() *durationpb.Duration {
 		return x.DefaultCheckTimeout
 	}
 	return nil
+}
+
+func (x *HealthPolicy) GetScanChecks() []string {
+	if x != nil {
+		return x.ScanChecks
+	}
+	return nil
+}
+
+func (x *HealthPolicy) GetScanLevel() int32 {
+	if x != nil {
+		return x.ScanLevel
+	}
+	return 0
+}
+
+func (x *HealthPolicy) GetCheckGrace() *durationpb.Duration {
+	if x != nil {
+		return x.CheckGrace
+	}
+	return nil
+}
+
+func (x *HealthPolicy) GetAllreduceMinBusbwGbps() map[string]float64 {
+	if x != nil {
+		return x.AllreduceMinBusbwGbps
+	}
+	return nil
+}
+
+func (x *HealthPolicy) GetAllreduceSizes() string {
+	if x != nil {
+		return x.AllreduceSizes
+	}
+	return ""
 }
 
 // TelemetryThresholds are the readings past which a node needs a repair.
@@ -2478,7 +2526,8 @@ const file_loom_v1_health_proto_rawDesc = "" +
 	"\x05nodes\x18\x01 \x03(\v2\x13.loom.v1.NodeHealthR\x05nodes\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"2\n" +
 	"\x16GetHealthPolicyRequest\x12\x18\n" +
-	"\acluster\x18\x01 \x01(\tR\acluster\"\xf5\a\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\"\xcf\n" +
+	"\n" +
 	"\fHealthPolicy\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12 \n" +
 	"\vremediation\x18\x02 \x01(\tR\vremediation\x12'\n" +
@@ -2501,7 +2550,18 @@ const file_loom_v1_health_proto_rawDesc = "" +
 	"\x0fstraggler_ratio\x18\x10 \x01(\x01R\x0estragglerRatio\x12,\n" +
 	"\x06checks\x18\x11 \x03(\v2\x14.loom.v1.CheckPolicyR\x06checks\x12O\n" +
 	"\x16default_check_validity\x18\x12 \x01(\v2\x19.google.protobuf.DurationR\x14defaultCheckValidity\x12M\n" +
-	"\x15default_check_timeout\x18\x13 \x01(\v2\x19.google.protobuf.DurationR\x13defaultCheckTimeout\"\xd4\x01\n" +
+	"\x15default_check_timeout\x18\x13 \x01(\v2\x19.google.protobuf.DurationR\x13defaultCheckTimeout\x12\x1f\n" +
+	"\vscan_checks\x18\x14 \x03(\tR\n" +
+	"scanChecks\x12\x1d\n" +
+	"\n" +
+	"scan_level\x18\x15 \x01(\x05R\tscanLevel\x12:\n" +
+	"\vcheck_grace\x18\x16 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"checkGrace\x12i\n" +
+	"\x18allreduce_min_busbw_gbps\x18\x17 \x03(\v20.loom.v1.HealthPolicy.AllreduceMinBusbwGbpsEntryR\x15allreduceMinBusbwGbps\x12'\n" +
+	"\x0fallreduce_sizes\x18\x18 \x01(\tR\x0eallreduceSizes\x1aH\n" +
+	"\x1aAllreduceMinBusbwGbpsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xd4\x01\n" +
 	"\x13TelemetryThresholds\x12$\n" +
 	"\x0esbe_per_minute\x18\x01 \x01(\x01R\fsbePerMinute\x12*\n" +
 	"\x11nvlink_per_minute\x18\x02 \x01(\x01R\x0fnvlinkPerMinute\x121\n" +
@@ -2622,7 +2682,7 @@ func file_loom_v1_health_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_v1_health_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_loom_v1_health_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_loom_v1_health_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_loom_v1_health_proto_goTypes = []any{
 	(FaultKind)(0),                       // 0: loom.v1.FaultKind
 	(CheckOutcome)(0),                    // 1: loom.v1.CheckOutcome
@@ -2653,71 +2713,74 @@ var file_loom_v1_health_proto_goTypes = []any{
 	(*Goodput)(nil),                      // 26: loom.v1.Goodput
 	nil,                                  // 27: loom.v1.HealthCheckResult.MetricsEntry
 	nil,                                  // 28: loom.v1.ScanNodesRequest.ParamsEntry
-	(*timestamppb.Timestamp)(nil),        // 29: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),          // 30: google.protobuf.Duration
+	nil,                                  // 29: loom.v1.HealthPolicy.AllreduceMinBusbwGbpsEntry
+	(*timestamppb.Timestamp)(nil),        // 30: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),          // 31: google.protobuf.Duration
 }
 var file_loom_v1_health_proto_depIdxs = []int32{
 	0,  // 0: loom.v1.Fault.kind:type_name -> loom.v1.FaultKind
 	1,  // 1: loom.v1.HealthCheckResult.outcome:type_name -> loom.v1.CheckOutcome
 	27, // 2: loom.v1.HealthCheckResult.metrics:type_name -> loom.v1.HealthCheckResult.MetricsEntry
-	29, // 3: loom.v1.HealthCheckResult.start_time:type_name -> google.protobuf.Timestamp
-	29, // 4: loom.v1.HealthCheckResult.end_time:type_name -> google.protobuf.Timestamp
-	29, // 5: loom.v1.HealthCheckResult.valid_until:type_name -> google.protobuf.Timestamp
+	30, // 3: loom.v1.HealthCheckResult.start_time:type_name -> google.protobuf.Timestamp
+	30, // 4: loom.v1.HealthCheckResult.end_time:type_name -> google.protobuf.Timestamp
+	30, // 5: loom.v1.HealthCheckResult.valid_until:type_name -> google.protobuf.Timestamp
 	2,  // 6: loom.v1.NodeHealth.state:type_name -> loom.v1.RemediationState
-	29, // 7: loom.v1.NodeHealth.state_time:type_name -> google.protobuf.Timestamp
+	30, // 7: loom.v1.NodeHealth.state_time:type_name -> google.protobuf.Timestamp
 	3,  // 8: loom.v1.NodeHealth.next_action:type_name -> loom.v1.RemediationAction
 	4,  // 9: loom.v1.NodeHealth.gpus:type_name -> loom.v1.GpuSample
 	5,  // 10: loom.v1.NodeHealth.disks:type_name -> loom.v1.DiskSample
-	29, // 11: loom.v1.NodeHealth.last_heartbeat:type_name -> google.protobuf.Timestamp
-	30, // 12: loom.v1.ScanNodesRequest.timeout:type_name -> google.protobuf.Duration
+	30, // 11: loom.v1.NodeHealth.last_heartbeat:type_name -> google.protobuf.Timestamp
+	31, // 12: loom.v1.ScanNodesRequest.timeout:type_name -> google.protobuf.Duration
 	28, // 13: loom.v1.ScanNodesRequest.params:type_name -> loom.v1.ScanNodesRequest.ParamsEntry
 	7,  // 14: loom.v1.ListHealthResultsResponse.results:type_name -> loom.v1.HealthCheckResult
 	8,  // 15: loom.v1.ListNodeHealthResponse.nodes:type_name -> loom.v1.NodeHealth
-	30, // 16: loom.v1.HealthPolicy.lemon_window:type_name -> google.protobuf.Duration
-	30, // 17: loom.v1.HealthPolicy.heartbeat_timeout:type_name -> google.protobuf.Duration
+	31, // 16: loom.v1.HealthPolicy.lemon_window:type_name -> google.protobuf.Duration
+	31, // 17: loom.v1.HealthPolicy.heartbeat_timeout:type_name -> google.protobuf.Duration
 	17, // 18: loom.v1.HealthPolicy.thresholds:type_name -> loom.v1.TelemetryThresholds
-	30, // 19: loom.v1.HealthPolicy.drain_timeout:type_name -> google.protobuf.Duration
-	30, // 20: loom.v1.HealthPolicy.confirm_timeout:type_name -> google.protobuf.Duration
-	30, // 21: loom.v1.HealthPolicy.repair_timeout:type_name -> google.protobuf.Duration
-	30, // 22: loom.v1.HealthPolicy.scan_interval:type_name -> google.protobuf.Duration
+	31, // 19: loom.v1.HealthPolicy.drain_timeout:type_name -> google.protobuf.Duration
+	31, // 20: loom.v1.HealthPolicy.confirm_timeout:type_name -> google.protobuf.Duration
+	31, // 21: loom.v1.HealthPolicy.repair_timeout:type_name -> google.protobuf.Duration
+	31, // 22: loom.v1.HealthPolicy.scan_interval:type_name -> google.protobuf.Duration
 	18, // 23: loom.v1.HealthPolicy.checks:type_name -> loom.v1.CheckPolicy
-	30, // 24: loom.v1.HealthPolicy.default_check_validity:type_name -> google.protobuf.Duration
-	30, // 25: loom.v1.HealthPolicy.default_check_timeout:type_name -> google.protobuf.Duration
-	30, // 26: loom.v1.CheckPolicy.validity:type_name -> google.protobuf.Duration
-	30, // 27: loom.v1.CheckPolicy.timeout:type_name -> google.protobuf.Duration
-	3,  // 28: loom.v1.UpdateNodeRemediationRequest.action:type_name -> loom.v1.RemediationAction
-	6,  // 29: loom.v1.InjectFaultRequest.fault:type_name -> loom.v1.Fault
-	6,  // 30: loom.v1.InjectFaultResponse.fault:type_name -> loom.v1.Fault
-	29, // 31: loom.v1.GetClusterGoodputRequest.since:type_name -> google.protobuf.Timestamp
-	30, // 32: loom.v1.Goodput.wall:type_name -> google.protobuf.Duration
-	30, // 33: loom.v1.Goodput.productive:type_name -> google.protobuf.Duration
-	30, // 34: loom.v1.Goodput.lost_recompute:type_name -> google.protobuf.Duration
-	30, // 35: loom.v1.Goodput.lost_restart:type_name -> google.protobuf.Duration
-	30, // 36: loom.v1.Goodput.lost_queueing:type_name -> google.protobuf.Duration
-	30, // 37: loom.v1.Goodput.lost_checkpointing:type_name -> google.protobuf.Duration
-	9,  // 38: loom.v1.HealthService.ScanNodes:input_type -> loom.v1.ScanNodesRequest
-	11, // 39: loom.v1.HealthService.ListHealthResults:input_type -> loom.v1.ListHealthResultsRequest
-	13, // 40: loom.v1.HealthService.ListNodeHealth:input_type -> loom.v1.ListNodeHealthRequest
-	19, // 41: loom.v1.HealthService.ReportFaultyNodes:input_type -> loom.v1.ReportFaultyNodesRequest
-	21, // 42: loom.v1.HealthService.UpdateNodeRemediation:input_type -> loom.v1.UpdateNodeRemediationRequest
-	15, // 43: loom.v1.HealthService.GetHealthPolicy:input_type -> loom.v1.GetHealthPolicyRequest
-	22, // 44: loom.v1.HealthService.InjectFault:input_type -> loom.v1.InjectFaultRequest
-	24, // 45: loom.v1.GoodputService.GetJobGoodput:input_type -> loom.v1.GetJobGoodputRequest
-	25, // 46: loom.v1.GoodputService.GetClusterGoodput:input_type -> loom.v1.GetClusterGoodputRequest
-	10, // 47: loom.v1.HealthService.ScanNodes:output_type -> loom.v1.ScanNodesResponse
-	12, // 48: loom.v1.HealthService.ListHealthResults:output_type -> loom.v1.ListHealthResultsResponse
-	14, // 49: loom.v1.HealthService.ListNodeHealth:output_type -> loom.v1.ListNodeHealthResponse
-	20, // 50: loom.v1.HealthService.ReportFaultyNodes:output_type -> loom.v1.ReportFaultyNodesResponse
-	8,  // 51: loom.v1.HealthService.UpdateNodeRemediation:output_type -> loom.v1.NodeHealth
-	16, // 52: loom.v1.HealthService.GetHealthPolicy:output_type -> loom.v1.HealthPolicy
-	23, // 53: loom.v1.HealthService.InjectFault:output_type -> loom.v1.InjectFaultResponse
-	26, // 54: loom.v1.GoodputService.GetJobGoodput:output_type -> loom.v1.Goodput
-	26, // 55: loom.v1.GoodputService.GetClusterGoodput:output_type -> loom.v1.Goodput
-	47, // [47:56] is the sub-list for method output_type
-	38, // [38:47] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	31, // 24: loom.v1.HealthPolicy.default_check_validity:type_name -> google.protobuf.Duration
+	31, // 25: loom.v1.HealthPolicy.default_check_timeout:type_name -> google.protobuf.Duration
+	31, // 26: loom.v1.HealthPolicy.check_grace:type_name -> google.protobuf.Duration
+	29, // 27: loom.v1.HealthPolicy.allreduce_min_busbw_gbps:type_name -> loom.v1.HealthPolicy.AllreduceMinBusbwGbpsEntry
+	31, // 28: loom.v1.CheckPolicy.validity:type_name -> google.protobuf.Duration
+	31, // 29: loom.v1.CheckPolicy.timeout:type_name -> google.protobuf.Duration
+	3,  // 30: loom.v1.UpdateNodeRemediationRequest.action:type_name -> loom.v1.RemediationAction
+	6,  // 31: loom.v1.InjectFaultRequest.fault:type_name -> loom.v1.Fault
+	6,  // 32: loom.v1.InjectFaultResponse.fault:type_name -> loom.v1.Fault
+	30, // 33: loom.v1.GetClusterGoodputRequest.since:type_name -> google.protobuf.Timestamp
+	31, // 34: loom.v1.Goodput.wall:type_name -> google.protobuf.Duration
+	31, // 35: loom.v1.Goodput.productive:type_name -> google.protobuf.Duration
+	31, // 36: loom.v1.Goodput.lost_recompute:type_name -> google.protobuf.Duration
+	31, // 37: loom.v1.Goodput.lost_restart:type_name -> google.protobuf.Duration
+	31, // 38: loom.v1.Goodput.lost_queueing:type_name -> google.protobuf.Duration
+	31, // 39: loom.v1.Goodput.lost_checkpointing:type_name -> google.protobuf.Duration
+	9,  // 40: loom.v1.HealthService.ScanNodes:input_type -> loom.v1.ScanNodesRequest
+	11, // 41: loom.v1.HealthService.ListHealthResults:input_type -> loom.v1.ListHealthResultsRequest
+	13, // 42: loom.v1.HealthService.ListNodeHealth:input_type -> loom.v1.ListNodeHealthRequest
+	19, // 43: loom.v1.HealthService.ReportFaultyNodes:input_type -> loom.v1.ReportFaultyNodesRequest
+	21, // 44: loom.v1.HealthService.UpdateNodeRemediation:input_type -> loom.v1.UpdateNodeRemediationRequest
+	15, // 45: loom.v1.HealthService.GetHealthPolicy:input_type -> loom.v1.GetHealthPolicyRequest
+	22, // 46: loom.v1.HealthService.InjectFault:input_type -> loom.v1.InjectFaultRequest
+	24, // 47: loom.v1.GoodputService.GetJobGoodput:input_type -> loom.v1.GetJobGoodputRequest
+	25, // 48: loom.v1.GoodputService.GetClusterGoodput:input_type -> loom.v1.GetClusterGoodputRequest
+	10, // 49: loom.v1.HealthService.ScanNodes:output_type -> loom.v1.ScanNodesResponse
+	12, // 50: loom.v1.HealthService.ListHealthResults:output_type -> loom.v1.ListHealthResultsResponse
+	14, // 51: loom.v1.HealthService.ListNodeHealth:output_type -> loom.v1.ListNodeHealthResponse
+	20, // 52: loom.v1.HealthService.ReportFaultyNodes:output_type -> loom.v1.ReportFaultyNodesResponse
+	8,  // 53: loom.v1.HealthService.UpdateNodeRemediation:output_type -> loom.v1.NodeHealth
+	16, // 54: loom.v1.HealthService.GetHealthPolicy:output_type -> loom.v1.HealthPolicy
+	23, // 55: loom.v1.HealthService.InjectFault:output_type -> loom.v1.InjectFaultResponse
+	26, // 56: loom.v1.GoodputService.GetJobGoodput:output_type -> loom.v1.Goodput
+	26, // 57: loom.v1.GoodputService.GetClusterGoodput:output_type -> loom.v1.Goodput
+	49, // [49:58] is the sub-list for method output_type
+	40, // [40:49] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_health_proto_init() }
@@ -2731,7 +2794,7 @@ func file_loom_v1_health_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_health_proto_rawDesc), len(file_loom_v1_health_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

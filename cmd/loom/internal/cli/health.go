@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -849,11 +850,37 @@ func renderHealthPolicy(w io.Writer, p *loomv1.HealthPolicy) error {
 	fmt.Fprintf(tw, "Confirm timeout:\t%s\n", d(p.GetConfirmTimeout()))
 	fmt.Fprintf(tw, "Repair timeout:\t%s\n", d(p.GetRepairTimeout()))
 	if iv := p.GetScanInterval().AsDuration(); iv > 0 {
-		fmt.Fprintf(tw, "Scheduled scans:\tevery %s\n", wholeDuration(iv))
+		checks := slices.Clone(p.GetScanChecks())
+		for i, c := range checks {
+			if c == "gpu_diag" {
+				checks[i] = fmt.Sprintf("gpu_diag (level %d)", p.GetScanLevel())
+			}
+		}
+		fmt.Fprintf(tw, "Scheduled scans:\tevery %s: %s\n", wholeDuration(iv), strings.Join(checks, ", "))
 	} else {
 		fmt.Fprintf(tw, "Scheduled scans:\tnone\n")
 	}
+	fmt.Fprintf(tw, "Check grace:\t%s past a check's timeout, then unanswered\n", d(p.GetCheckGrace()))
 	fmt.Fprintf(tw, "Straggler ratio:\t%g of the median speed\n", p.GetStragglerRatio())
+	sizes := p.GetAllreduceSizes()
+	if sizes == "" {
+		sizes = "256K,1M,4M (the agent's)"
+	}
+	fmt.Fprintf(tw, "All-reduce sizes:\t%s\n", sizes)
+	if bw := p.GetAllreduceMinBusbwGbps(); len(bw) > 0 {
+		var by []string
+		for _, k := range slices.Sorted(maps.Keys(bw)) {
+			if k != "*" {
+				by = append(by, fmt.Sprintf("%s %g", k, bw[k]))
+			}
+		}
+		if v, ok := bw["*"]; ok {
+			by = append(by, fmt.Sprintf("other types %g", v))
+		}
+		fmt.Fprintf(tw, "All-reduce minimum:\t%s GB/s bus bandwidth\n", strings.Join(by, "; "))
+	} else {
+		fmt.Fprintf(tw, "All-reduce minimum:\tnone (a ring fails only when it breaks or sums wrong)\n")
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

@@ -60,7 +60,8 @@ func newHealthGateway(t *testing.T) (*fakegw.Gateway, string) {
 		HeartbeatTimeout: durationpb.New(15 * time.Second), MassSilence: 0.5,
 		Thresholds:   &loomv1.TelemetryThresholds{SbePerMinute: 10, NvlinkPerMinute: 10, GpuTemperatureMaxC: 90, DiskFull: 0.97, DiskWarn: 0.9},
 		DrainTimeout: durationpb.New(10 * time.Minute), ConfirmTimeout: durationpb.New(10 * time.Minute), RepairTimeout: durationpb.New(90 * time.Minute),
-		ScanInterval: durationpb.New(6 * time.Hour), StragglerRatio: 0.8,
+		ScanInterval: durationpb.New(6 * time.Hour), StragglerRatio: 0.8, ScanChecks: []string{"gpu_diag", "disk", "speed"}, ScanLevel: 1,
+		CheckGrace: durationpb.New(30 * time.Second), AllreduceMinBusbwGbps: map[string]float64{"a3-highgpu-8g": 40, "*": 5},
 		Checks: []*loomv1.CheckPolicy{{Check: "gpu_diag", Validity: durationpb.New(24 * time.Hour), Timeout: durationpb.New(time.Minute)},
 			{Check: "disk", Validity: durationpb.New(time.Hour), Timeout: durationpb.New(30 * time.Second)}},
 		DefaultCheckValidity: durationpb.New(time.Hour), DefaultCheckTimeout: durationpb.New(5 * time.Minute)}}
@@ -225,8 +226,11 @@ Disk:                97% full: reimage; 90%: warning
 Drain timeout:       10m
 Confirm timeout:     10m
 Repair timeout:      1h30m
-Scheduled scans:     every 6h
+Scheduled scans:     every 6h: gpu_diag (level 1), disk, speed
+Check grace:         30s past a check's timeout, then unanswered
 Straggler ratio:     0.8 of the median speed
+All-reduce sizes:    256K,1M,4M (the agent's)
+All-reduce minimum:  a3-highgpu-8g 40; other types 5 GB/s bus bandwidth
 
 CHECK       VALID FOR  TIMEOUT
 gpu_diag    24h        1m a level

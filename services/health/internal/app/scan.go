@@ -19,6 +19,7 @@ import (
 	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/healthcheck"
 	"github.com/loom-ml/loom/libs/store"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -138,9 +139,11 @@ func (f *ScanFlags) Config() (scan.Config, error) {
 	}
 	cfg.MinBusBW = map[string]float64{}
 	for k, s := range pairs(&v, "allreduce_min_busbw", f.MinBusBW) {
+		// The rule the agent applies to the same threshold given a scan
+		// (a finite number >= 0): a value it refuses errs every all-reduce.
 		g, err := strconv.ParseFloat(s, 64)
-		if err != nil || g < 0 {
-			v.Add("allreduce_min_busbw", "%s=%q: want GB/s, a number >= 0", k, s)
+		if why := healthcheck.CheckParam("min_busbw_gbps", s); err != nil || why != "" {
+			v.Add("allreduce_min_busbw", "%s=%q: want GB/s, a finite number >= 0", k, s)
 			continue
 		}
 		if k == "*" {
@@ -149,6 +152,9 @@ func (f *ScanFlags) Config() (scan.Config, error) {
 		cfg.MinBusBW[k] = g
 	}
 	if f.Sizes != "" {
+		if why := healthcheck.CheckParam("sizes", f.Sizes); why != "" {
+			v.Add("allreduce_sizes", "%s", why)
+		}
 		cfg.AllReduceParams = map[string]string{"sizes": f.Sizes}
 	}
 	timeouts := map[string]time.Duration{}

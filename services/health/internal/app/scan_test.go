@@ -159,7 +159,8 @@ func TestScanFlags(t *testing.T) {
 		cfg.StragglerRatio != 0.8 {
 		t.Fatalf("config %+v", cfg)
 	}
-	for _, bad := range []ScanFlags{{Validity: "gpu_diag"}, {Validity: "disk=-1h"}, {MinBusBW: "x=fast"}, {StragglerRatio: 1.5}, {Interval: -time.Second}} {
+	for _, bad := range []ScanFlags{{Validity: "gpu_diag"}, {Validity: "disk=-1h"}, {MinBusBW: "x=fast"}, {MinBusBW: "*=NaN"}, {MinBusBW: "*=-1"},
+		{Sizes: "2G"}, {Sizes: "lots"}, {StragglerRatio: 1.5}, {Interval: -time.Second}} {
 		if _, err := bad.Config(); err == nil {
 			t.Errorf("%+v accepted", bad)
 		}

@@ -1084,4 +1084,18 @@ func (s *State) FillPolicy(p *loomv1.HealthPolicy) {
 	}
 	p.DefaultCheckValidity = durationpb.New(s.cfg.DefaultValidity)
 	p.DefaultCheckTimeout = durationpb.New(s.cfg.DefaultTimeout)
+	if s.cfg.Interval > 0 {
+		p.ScanChecks, p.ScanLevel = slices.Clone(s.cfg.ScheduleChecks), min(max(s.cfg.ScheduleLevel, 1), 3)
+	}
+	p.CheckGrace = durationpb.New(s.cfg.Grace)
+	for k, v := range s.cfg.MinBusBW {
+		if k == "" {
+			k = "*"
+		}
+		if p.AllreduceMinBusbwGbps == nil {
+			p.AllreduceMinBusbwGbps = map[string]float64{}
+		}
+		p.AllreduceMinBusbwGbps[k] = v
+	}
+	p.AllreduceSizes = s.cfg.AllReduceParams["sizes"]
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -756,16 +757,30 @@ func TestNodeResultsAreBounded(t *testing.T) {
 	}
 }
 
-// TestFillPolicy: the scans' part of the policy: the schedule, the
-// straggler ratio, each built-in check's validity and timeout as configured
-// (gpu_diag's at level 1), and what a site's check gets.
+// TestFillPolicy: the scans' part of the policy: the schedule and what it
+// runs, the straggler ratio, the grace, the all-reduce's sizes and
+// thresholds by machine type ("" shown as "*"), each built-in check's
+// validity and timeout as configured (gpu_diag's at level 1), and what a
+// site's check gets; with no schedule, no scheduled checks.
 func TestFillPolicy(t *testing.T) {
 	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Interval = 6 * time.Hour
 	cfg.Validity = map[string]time.Duration{GPUDiag: 12 * time.Hour}
+	cfg.MinBusBW = map[string]float64{"a3-highgpu-8g": 40, "": 5}
+	cfg.AllReduceParams = map[string]string{"sizes": "1M,8M"}
 	p := &loomv1.HealthPolicy{}
 	NewState(cfg).FillPolicy(p)
+	if !slices.Equal(p.GetScanChecks(), []string{GPUDiag, Disk, Speed}) || p.GetScanLevel() != 1 || p.GetCheckGrace().AsDuration() != 30*time.Second ||
+		p.GetAllreduceSizes() != "1M,8M" || len(p.GetAllreduceMinBusbwGbps()) != 2 ||
+		p.GetAllreduceMinBusbwGbps()["a3-highgpu-8g"] != 40 || p.GetAllreduceMinBusbwGbps()["*"] != 5 {
+		t.Fatalf("policy's schedule and all-reduce: %v", p)
+	}
+	unscheduled := &loomv1.HealthPolicy{}
+	NewState(DefaultConfig()).FillPolicy(unscheduled)
+	if len(unscheduled.GetScanChecks()) != 0 || unscheduled.GetAllreduceSizes() != "" || len(unscheduled.GetAllreduceMinBusbwGbps()) != 0 {
+		t.Fatalf("default policy: %v", unscheduled)
+	}
 	checks := map[string]*loomv1.CheckPolicy{}
 	for _, c := range p.GetChecks() {
 		checks[c.GetCheck()] = c
