@@ -3228,7 +3228,10 @@ type NodeHealthChanged struct {
 	// checkpoint_first (a fault that is not urgent): the runs on the node are
 	// signalled to checkpoint and given a grace period before they are requeued.
 	CheckpointFirst bool `protobuf:"varint,12,opt,name=checkpoint_first,json=checkpointFirst,proto3" json:"checkpoint_first,omitempty"`
-	// unreachable: silent, but not confirmed failed (many nodes fell silent at once).
+	// unreachable: silent, but not confirmed failed (many nodes fell silent
+	// at once). Health sends it with HEALTHY (it judged nothing); consumers
+	// take it as set whatever health says: no new work, the node's runs go
+	// on, the node itself is as it was (not DOWN).
 	Unreachable   bool `protobuf:"varint,13,opt,name=unreachable,proto3" json:"unreachable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -69,14 +69,19 @@ func (e *edit) nodeHealthChanged(ev *eventsv1.NodeHealthChanged) {
 	default:
 		return
 	}
+	if ev.GetUnreachable() {
+		// Out of reach, not confirmed failed (health says so with HEALTHY):
+		// the scheduler keeps new work off it; the node is as it was.
+		return
+	}
 	var state loomv1.Node_State
 	var reason, action string
 	switch ev.GetHealth() {
 	case eventsv1.NodeHealth_UNHEALTHY:
-		if ev.GetUnreachable() || ev.GetAction() == loomv1.RemediationAction_ACTION_DRAIN {
-			// Not down: out of reach but not confirmed failed, or drained
-			// by an operator with its jobs still running. The scheduler
-			// keeps new work off it; the node itself is as it was.
+		if ev.GetAction() == loomv1.RemediationAction_ACTION_DRAIN {
+			// Not down: drained by an operator with its jobs still
+			// running. The scheduler keeps new work off it; the node
+			// itself is as it was.
 			return
 		}
 		state, reason, action = loomv1.Node_DOWN, ev.GetReason(), actionWaitDown

@@ -485,7 +485,8 @@ func (t *txn) nodeRemoved(ev *eventsv1.NodeRemoved) error {
 //   - UNHEALTHY with checkpoint_first: the node takes no work; its runs get
 //     their job's --signal (default USR1) and are requeued at their next
 //     checkpoint or after CheckpointGrace (checkpointDrain);
-//   - UNHEALTHY with unreachable: the node takes no new work, its runs go on;
+//   - unreachable (health sends it with HEALTHY: it judged nothing; with
+//     UNHEALTHY alike): the node takes no new work, its runs go on;
 //   - UNHEALTHY with ACTION_DRAIN (an operator's drain, or a repair that
 //     waits for the node's jobs): no new work, its runs go on (scontrol
 //     drain's semantics), NodeDrained once it holds nothing;
@@ -499,12 +500,15 @@ func (t *txn) nodeHealth(ev *eventsv1.NodeHealthChanged) error {
 	if ev.GetHealth() == eventsv1.NodeHealth_NODE_HEALTH_UNSPECIFIED {
 		return nil
 	}
-	unhealthy := ev.GetHealth() == eventsv1.NodeHealth_UNHEALTHY
-	unreachable := unhealthy && ev.GetUnreachable()
-	checkpoint := unhealthy && !unreachable && ev.GetCheckpointFirst()
-	drainOnly := unhealthy && !unreachable && !checkpoint && ev.GetAction() == loomv1.RemediationAction_ACTION_DRAIN
-	restart := !unhealthy && ev.GetAction() == loomv1.RemediationAction_ACTION_RESTART_JOB
-	repaired := !unhealthy && ev.GetRepaired()
+	// Health says unreachable with HEALTHY (the node is not judged failed,
+	// only out of touch): it takes the node out of new work whatever the
+	// health field says.
+	unreachable := ev.GetUnreachable()
+	unhealthy := ev.GetHealth() == eventsv1.NodeHealth_UNHEALTHY && !unreachable
+	checkpoint := unhealthy && ev.GetCheckpointFirst()
+	drainOnly := unhealthy && !checkpoint && ev.GetAction() == loomv1.RemediationAction_ACTION_DRAIN
+	restart := !unhealthy && !unreachable && ev.GetAction() == loomv1.RemediationAction_ACTION_RESTART_JOB
+	repaired := !unhealthy && !unreachable && ev.GetRepaired()
 	old := t.node(ev.GetNode())
 	var was Node
 	if old != nil {
@@ -514,9 +518,9 @@ func (t *txn) nodeHealth(ev *eventsv1.NodeHealthChanged) error {
 	// (an unreachable or checkpoint-first verdict leaves an urgent one).
 	u, c, r := false, false, false
 	switch {
-	case !unhealthy:
 	case unreachable:
 		u, c, r = was.Unhealthy, was.HealthDrain, true
+	case !unhealthy:
 	case checkpoint, drainOnly:
 		u, c = was.Unhealthy, !was.Unhealthy
 	default:

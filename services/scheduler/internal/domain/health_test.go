@@ -564,9 +564,17 @@ func TestRestartJobAction(t *testing.T) {
 
 // TestUnreachableKeepsRuns: a node health cannot reach, but did not find
 // failed, takes no new work and its runs go on; Slurm's view shows it as
-// its jobs make it, NOT_RESPONDING ("mix*"), with health's reason.
+// its jobs make it, NOT_RESPONDING ("mix*"), with health's reason. Health
+// says unreachable with HEALTHY (it judged nothing); UNHEALTHY with
+// unreachable means the same.
 func TestUnreachableKeepsRuns(t *testing.T) {
 	t.Parallel()
+	for _, said := range []eventsv1.NodeHealth{eventsv1.NodeHealth_HEALTHY, eventsv1.NodeHealth_UNHEALTHY} {
+		t.Run(said.String(), func(t *testing.T) { unreachableKeepsRuns(t, said) })
+	}
+}
+
+func unreachableKeepsRuns(t *testing.T, said eventsv1.NodeHealth) {
 	h := newHealthHarness(t, Config{})
 	h.node("gpu-0001", 8)
 	h.submit(1, 1, 4)
@@ -577,7 +585,7 @@ func TestUnreachableKeepsRuns(t *testing.T) {
 			t.Fatalf("Slurm's view %v, want %v with not_responding %v", ns, st, silent)
 		}
 	}
-	c := h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Unreachable: true, Reason: "silent"})
+	c := h.health("gpu-0001", &eventsv1.NodeHealthChanged{Health: said, Unreachable: true, Reason: "silent"})
 	if len(stops(c)) != 0 || len(drainedEvents(c)) != 0 {
 		t.Fatalf("unreachable ended runs: %v", c.Emits)
 	}
