@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loom-ml/loom/cmd/loom/stack"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/libs/topics"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
@@ -99,5 +100,96 @@ func TestHealthThroughTheCLI(t *testing.T) {
 	testkit.WaitFor(t, 30*time.Second, host+" back in service", func() (bool, error) {
 		out, code := loom("health", "nodes", "hcli", host)
 		return code == 0 && strings.Contains(out, "HEALTHY") && !strings.Contains(out, "DRAINING"), nil
+	})
+}
+
+// TestMassSilenceShowsNotResponding: two of a cluster's three agents stop
+// heartbeating at once (FAULT_NO_HEARTBEAT, real agent processes). Health
+// takes that for the likelier fault, its own or the bus's: the nodes are
+// unreachable, not failed, and Slurm's view shows them NOT_RESPONDING
+// ("idle*") with health's reason while the third stays as it was. Only
+// when the silence outlasts another timeout with the bus seen delivering
+// are they failed (DOWN); when their heartbeats resume they are back.
+func TestMassSilenceShowsNotResponding(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("runs a cluster of agent processes; skipped with -short")
+	}
+	s := startStackWith(t, inProcess, func(o *stack.Options) {
+		o.HeartbeatTimeout = 4 * time.Second
+		// Silence is all this test is about: no repair of the silent nodes,
+		// and no telemetry, which health also takes for a sign of life.
+		o.HealthArgs = append(o.HealthArgs, "-remediation=off")
+		o.AgentEnv = append(o.AgentEnv, "LOOM_TELEMETRY_INTERVAL=1h")
+	})
+	gw := dialGateway(t, s)
+	cl := createCluster(t, gw, "silent", &loomv1.NodePool{Id: "gpu", MachineType: "a3-highgpu-1g",
+		NodeCount: 3, AcceleratorType: "nvidia-h100-80gb", AcceleratorCount: 1})
+	slurm := loomv1.NewSlurmServiceClient(gw)
+	view := func() map[string]*loomv1.SlurmNode {
+		resp, err := slurm.ListSlurmNodes(waitCtx(t, 5*time.Second), &loomv1.ListSlurmNodesRequest{Cluster: cl.Name})
+		if err != nil {
+			return nil
+		}
+		out := map[string]*loomv1.SlurmNode{}
+		for _, n := range resp.GetNodes() {
+			out[n.GetHostname()] = n
+		}
+		return out
+	}
+	testkit.WaitFor(t, 30*time.Second, "three idle nodes", func() (bool, error) {
+		v := view()
+		for _, h := range []string{"gpu-0001", "gpu-0002", "gpu-0003"} {
+			if v[h].GetState() != loomv1.SlurmNode_IDLE || v[h].GetNotResponding() {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	health := loomv1.NewHealthServiceClient(gw)
+	for _, h := range []string{"gpu-0001", "gpu-0002"} {
+		// Silent for 20 s: past the timeout twice, then heard again.
+		if _, err := health.InjectFault(waitCtx(t, 5*time.Second), &loomv1.InjectFaultRequest{Cluster: cl.Name, Hostname: h,
+			Fault: &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_NO_HEARTBEAT, Gpu: -1, Value: 20}}); err != nil {
+			t.Fatalf("mute %s: %v", h, err)
+		}
+	}
+	var seen map[string]*loomv1.SlurmNode
+	defer func() {
+		if t.Failed() {
+			for _, e := range testkit.Events(t, s.BrokerAddr, topics.HealthEvents) {
+				if h, ok := e.Payload.(*eventsv1.NodeHealthChanged); ok {
+					t.Logf("%s %s %v unreachable=%v %q", e.Time.Format("15:04:05.000"), h.GetNode(), h.GetState(), h.GetUnreachable(), h.GetReason())
+				}
+			}
+			for h, n := range seen {
+				t.Logf("%s: %v not_responding=%v %q", h, n.GetState(), n.GetNotResponding(), n.GetReason())
+			}
+		}
+	}()
+	testkit.WaitFor(t, 30*time.Second, "both silent nodes NOT_RESPONDING, the third as it was", func() (bool, error) {
+		seen = view()
+		return seen["gpu-0001"].GetNotResponding() && seen["gpu-0002"].GetNotResponding(), nil
+	})
+	for _, h := range []string{"gpu-0001", "gpu-0002"} {
+		if n := seen[h]; n.GetState() != loomv1.SlurmNode_IDLE || !strings.Contains(n.GetReason(), "unreachable until confirmed") {
+			t.Errorf("%s: %v %q, want IDLE, not responding, with health's reason", h, n.GetState(), n.GetReason())
+		}
+	}
+	if n := seen["gpu-0003"]; n.GetState() != loomv1.SlurmNode_IDLE || n.GetNotResponding() {
+		t.Errorf("gpu-0003 (heartbeating): %v, not responding %v", n.GetState(), n.GetNotResponding())
+	}
+	testkit.WaitFor(t, 30*time.Second, "the silence confirmed: both DOWN", func() (bool, error) {
+		v := view()
+		return v["gpu-0001"].GetState() == loomv1.SlurmNode_DOWN && v["gpu-0002"].GetState() == loomv1.SlurmNode_DOWN, nil
+	})
+	testkit.WaitFor(t, 60*time.Second, "heartbeats back: both idle and responding", func() (bool, error) {
+		v := view()
+		for _, h := range []string{"gpu-0001", "gpu-0002"} {
+			if v[h].GetState() != loomv1.SlurmNode_IDLE || v[h].GetNotResponding() {
+				return false, nil
+			}
+		}
+		return true, nil
 	})
 }

@@ -547,7 +547,8 @@ func (s *State) heard(c *Change, now time.Time, name string) {
 
 // Check declares UNHEALTHY every watched node silent for the timeout or
 // longer, once: a node already UNHEALTHY is not declared again. When many of
-// a cluster's nodes are silent together (Config.MassSilence), they are only
+// a cluster's nodes are silent together (Config.MassSilence; together: each
+// silent for half a timeout or more when the first passes it), they are only
 // unreachable: the scheduler places nothing there but ends no run, and they
 // are declared UNHEALTHY when their silence lasts another full timeout from
 // when the bus demonstrably delivered again (traffic arrived after they were
@@ -589,6 +590,11 @@ func (s *State) Check(now time.Time) *Change {
 	for _, cl := range clusters {
 		watched := byCluster[cl]
 		var silent, fresh []*Node
+		// quiet counts the nodes silent for half a timeout or more: nodes
+		// cut off together fell silent at different points of their
+		// heartbeat cycles, and the first to pass the timeout must not be
+		// judged alone while the others are a moment behind it.
+		quiet := 0
 		for _, n := range watched {
 			if n.Unhealthy {
 				if last, ok := s.lastSeen[n.Name]; ok && now.Sub(last) >= 2*s.timeout && s.inService(c, n.Name) {
@@ -603,6 +609,9 @@ func (s *State) Check(now time.Time) *Change {
 				c.seen[n.Name] = now // never heard of since it joined: start its grace now
 				continue
 			}
+			if now.Sub(last) >= s.timeout/2 {
+				quiet++
+			}
 			if now.Sub(last) < s.timeout {
 				continue
 			}
@@ -611,13 +620,13 @@ func (s *State) Check(now time.Time) *Change {
 				fresh = append(fresh, n)
 			}
 		}
-		mass := len(silent) >= 2 && float64(len(silent)) >= s.cfg.MassSilence*float64(len(watched))
+		mass := quiet >= 2 && float64(quiet) >= s.cfg.MassSilence*float64(len(watched))
 		for _, n := range fresh {
 			last := s.lastSeen[n.Name]
 			if mass {
 				un := s.edit(c, n.Name)
 				un.Unreachable = true
-				un.Reason = fmt.Sprintf("no heartbeat for %s, with %d of %d nodes: unreachable until confirmed", s.timeout, len(silent), len(watched))
+				un.Reason = fmt.Sprintf("no heartbeat for %s, with %d of %d nodes: unreachable until confirmed", s.timeout, quiet, len(watched))
 				c.unreach[n.Name] = now
 				c.Emits = append(c.Emits, s.verdict(c, un, last, now))
 				continue

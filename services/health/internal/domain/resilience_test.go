@@ -102,6 +102,39 @@ func TestMassSilenceIsUnreachable(t *testing.T) {
 	}
 }
 
+// TestStaggeredMassSilenceIsUnreachable: nodes cut off together fell
+// silent at different points of their heartbeat cycles. The first to pass
+// the timeout is not judged alone while the other is a moment behind it:
+// both are unreachable (two of three), the third, heartbeating, is not.
+func TestStaggeredMassSilenceIsUnreachable(t *testing.T) {
+	t.Parallel()
+	f := cluster3(t)
+	f.advance(timeout / 4)
+	f.beat(nodeN(1)) // node 1's last heartbeat is a quarter timeout after node 0's
+	f.beat(nodeN(2))
+	f.checkAll()
+	for range 3 {
+		f.advance(timeout / 4)
+		f.beat(nodeN(2))
+		if v := healthOf(f.checkAll()); len(v) != 0 && !(len(v) == 1 && v[0].GetNode() == nodeN(0)) {
+			t.Fatalf("verdicts inside node 1's timeout: %v", v)
+		}
+	}
+	// Node 0 passed the timeout at the last check: unreachable, not failed.
+	if n := f.s.Node(nodeN(0)); !n.Unreachable || n.Unhealthy {
+		t.Fatalf("node 0, silent with node 1 a quarter timeout behind: %+v, want unreachable", n)
+	}
+	f.advance(timeout / 4)
+	f.beat(nodeN(2))
+	f.checkAll()
+	if n := f.s.Node(nodeN(1)); !n.Unreachable || n.Unhealthy {
+		t.Fatalf("node 1: %+v, want unreachable", n)
+	}
+	if n := f.s.Node(nodeN(2)); n.Unreachable || n.Unhealthy {
+		t.Fatalf("node 2 (heartbeating): %+v", n)
+	}
+}
+
 // TestUnreachableHeardAgain: a node heard again is reachable, with no
 // UNHEALTHY ever said.
 func TestUnreachableHeardAgain(t *testing.T) {
