@@ -74,7 +74,6 @@ func TestRESTLimits(t *testing.T) {
 	h := newHarness(t, func(c *Config) {
 		c.REST.ReadHeaderTimeout, c.REST.ReadTimeout = restTimeout, restTimeout
 	})
-	ctx := testkit.Context(t, wait)
 	const jobs = "/v1/projects/default/jobs"
 
 	t.Run("a 100 MB body is 413, unread", func(t *testing.T) {
@@ -131,6 +130,9 @@ func TestRESTLimits(t *testing.T) {
 	})
 	t.Run("unknown fields are refused", func(t *testing.T) {
 		t.Parallel()
+		// Its own deadline: a parallel subtest may start long after its
+		// parent (on two cores, 30 s later was seen).
+		ctx := testkit.Context(t, wait)
 		code, body := h.rest(t, ctx, "POST", jobs, `{"cluster": "c1", "command": ["true"], "nodes_count": 2}`)
 		if code != http.StatusBadRequest || !strings.Contains(body, `unknown field \"nodes_count\"`) {
 			t.Fatalf("HTTP %d %s, want 400 naming nodes_count", code, body)
@@ -138,6 +140,7 @@ func TestRESTLimits(t *testing.T) {
 	})
 	t.Run("control characters and sizes are 400", func(t *testing.T) {
 		t.Parallel()
+		ctx := testkit.Context(t, wait)
 		for _, tc := range []struct{ method, path, body, want string }{
 			{"POST", "/v1/projects/default/clusters/c1/slurmNodes/gpu-0001:update", `{"state":"DRAIN","reason":"bad\u001b[1A\u001b[2Kgpu-0002 idle"}`, "reason: "},
 			{"POST", jobs, `{"cluster":"c1","command":["true"],"display_name":"x\u001b[2J"}`, "job.display_name: "},
@@ -155,6 +158,7 @@ func TestRESTLimits(t *testing.T) {
 	})
 	t.Run("a stream outlives the read timeout", func(t *testing.T) {
 		t.Parallel()
+		ctx := testkit.Context(t, wait)
 		code, body := h.rest(t, ctx, "POST", jobs, `{"cluster": "c1", "command": ["true"]}`)
 		var j struct {
 			Name string `json:"name"`
