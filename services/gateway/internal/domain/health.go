@@ -13,7 +13,6 @@ import (
 	"github.com/loom-ml/loom/libs/healthcheck"
 	"github.com/loom-ml/loom/libs/hostlist"
 	"github.com/loom-ml/loom/libs/resname"
-	"github.com/loom-ml/loom/libs/termtext"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -170,8 +169,7 @@ func checkScanParams(v *errs.Validator, params map[string]string) {
 			v.Add(f, "%s is not valid UTF-8", clip(val))
 			continue
 		}
-		if _, bad := termtext.FirstSpoofing(val, ""); bad || len(val) > MaxScanParamValueBytes {
-			checkText(v, f, val, MaxScanParamValueBytes)
+		if !checkText(v, f, val, MaxScanParamValueBytes) {
 			continue
 		}
 		if why := healthcheck.CheckParam(k, val); why != "" {

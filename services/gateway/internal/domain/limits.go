@@ -74,20 +74,23 @@ func clip(s string) string {
 
 // checkText adds to v a violation of field when s is longer than max bytes
 // or holds a control character: the rule for text Slurm's commands print
-// in rows (names, users, reasons, partitions, accounts, paths).
-func checkText(v *errs.Validator, field, s string, max int) {
-	checkTextAllowing(v, field, s, max, "")
+// in rows (names, users, reasons, partitions, accounts, paths). It reports
+// whether s passed, for callers whose further checks need it to.
+func checkText(v *errs.Validator, field, s string, max int) bool {
+	return checkTextAllowing(v, field, s, max, "")
 }
 
 // checkTextAllowing is checkText letting s hold the control characters in allow.
-func checkTextAllowing(v *errs.Validator, field, s string, max int, allow string) {
+func checkTextAllowing(v *errs.Validator, field, s string, max int, allow string) bool {
 	if len(s) > max {
 		v.Add(field, "%d bytes, longer than the limit of %d", len(s), max)
-		return
+		return false
 	}
 	if r, bad := termtext.FirstSpoofing(s, allow); bad {
 		v.Add(field, "%s holds the control character %U; names and text shown in squeue and sinfo rows may not", clip(s), r)
+		return false
 	}
+	return true
 }
 
 // checkBytes adds to v a violation of field when s is longer than max bytes
