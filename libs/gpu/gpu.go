@@ -48,6 +48,12 @@ type Xid struct {
 	Time    time.Time
 }
 
+// FreeBytes is a GPU's free memory as nvidia-smi and DCGM count it: its
+// total less what is used and what the driver reserves.
+func FreeBytes(s *loomv1.GpuSample) uint64 {
+	return s.GetMemoryTotalBytes() - min(s.GetMemoryTotalBytes(), s.GetMemoryUsedBytes()+s.GetMemoryReservedBytes())
+}
+
 // Device is one node's GPUs. Implementations are safe for concurrent use.
 type Device interface {
 	// Simulated reports whether this is the simulated device.

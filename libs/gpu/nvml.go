@@ -34,6 +34,12 @@ type NVML struct {
 	// fieldErrs is, per GPU, the fields the last Sample could not read and
 	// NVML's answer (NOT_SUPPORTED on boards without the feature).
 	fieldErrs []map[string]string
+	// memV2 says the driver has nvmlDeviceGetMemoryInfo_v2 (R510 and
+	// later). Its used memory leaves out what the driver reserves for
+	// itself, as nvidia-smi and dcgm-exporter's DCGM_FI_DEV_FB_USED do; v1
+	// counts that reserve as used (615 MiB on an idle H200 with driver
+	// 580, which nvidia-smi shows as 0 MiB used).
+	memV2 bool
 }
 
 // OpenNVML initialises NVML and opens every GPU it shows, with an event
@@ -42,7 +48,9 @@ func OpenNVML() (*NVML, error) {
 	if r := nvml.Init(); r != nvml.SUCCESS {
 		return nil, fmt.Errorf("NVML init: %s", nvmlErr(r))
 	}
-	n := &NVML{}
+	// A symbol the driver lacks must not be called (the call would jump
+	// to nothing), so the newer call is looked up first.
+	n := &NVML{memV2: nvml.Extensions().LookupSymbol("nvmlDeviceGetMemoryInfo_v2") == nil}
 	fail := func(err error) (*NVML, error) {
 		_ = nvml.Shutdown()
 		return nil, err
@@ -211,7 +219,11 @@ func (n *NVML) sampleOne(i int, d nvml.Device, errs map[string]string) *loomv1.G
 	if u, r := d.GetUtilizationRates(); ok("utilization", r) {
 		s.GpuUtilPercent = float64(u.Gpu)
 	}
-	if m, r := d.GetMemoryInfo(); ok("memory", r) {
+	if n.memV2 {
+		if m, r := d.GetMemoryInfo_v2(); ok("memory", r) {
+			s.MemoryUsedBytes, s.MemoryTotalBytes, s.MemoryReservedBytes = m.Used, m.Total, m.Reserved
+		}
+	} else if m, r := d.GetMemoryInfo(); ok("memory", r) {
 		s.MemoryUsedBytes, s.MemoryTotalBytes = m.Used, m.Total
 	}
 	if c, r := d.GetClockInfo(nvml.CLOCK_SM); ok("sm_clock", r) {

@@ -68,11 +68,24 @@ type model struct {
 	idleSMMHz   uint32
 	memMHz      uint32
 	vbios       string
+	// reservedMiB is the memory the driver keeps for itself (nvidia-smi's
+	// "Reserved"); 0: the H200's measured share of its memory.
+	reservedMiB uint64
+}
+
+// reserved is the model's driver-reserved memory in MiB: an H200 with
+// driver 580.159.04 reserves 616 of its 143771 MiB (bench/REPORT.md, "NVML
+// on an H200"); models not measured reserve the same share.
+func (m model) reserved() uint64 {
+	if m.reservedMiB > 0 {
+		return m.reservedMiB
+	}
+	return m.memMiB * 616 / 143771
 }
 
 // models by name; an unknown name takes the H200's shapes.
 var models = map[string]model{
-	"NVIDIA H200":           {memMiB: 143771, powerLimitW: 700, idlePowerW: 76, maxSMMHz: 1980, idleSMMHz: 345, memMHz: 3201, vbios: "96.00.A5.00.01"},
+	"NVIDIA H200":           {memMiB: 143771, powerLimitW: 700, idlePowerW: 76, maxSMMHz: 1980, idleSMMHz: 345, memMHz: 3201, vbios: "96.00.A5.00.01", reservedMiB: 616},
 	"NVIDIA H100 80GB HBM3": {memMiB: 81559, powerLimitW: 700, idlePowerW: 72, maxSMMHz: 1980, idleSMMHz: 345, memMHz: 2619, vbios: "96.00.99.00.01"},
 	"NVIDIA A100-SXM4-80GB": {memMiB: 81920, powerLimitW: 400, idlePowerW: 62, maxSMMHz: 1410, idleSMMHz: 210, memMHz: 1593, vbios: "92.00.45.00.03"},
 	"NVIDIA A100-SXM4-40GB": {memMiB: 40960, powerLimitW: 400, idlePowerW: 55, maxSMMHz: 1410, idleSMMHz: 210, memMHz: 1215, vbios: "92.00.45.00.03"},
@@ -327,7 +340,7 @@ func stepsRunning(dir string) func() bool {
 // two, a PCIe replay, a correctable remapped row), from seed.
 func newState(name string, count int, seed uint64, now time.Time) simState {
 	m := modelOf(name)
-	st := simState{Version: 1, Model: name, Driver: "570.124.06", CUDA: "12.8", Seed: seed, Created: now.UTC()}
+	st := simState{Version: 1, Model: name, Driver: "580.159.04", CUDA: "13.0", Seed: seed, Created: now.UTC()}
 	for i := range count {
 		r := newRand(seed, uint64(i))
 		bus := fmt.Sprintf("%02X", 0x18+i*0x11)
@@ -564,7 +577,7 @@ func (st *simState) sample(i int, now time.Time, busy bool) *loomv1.GpuSample {
 		temp = 56 + float64(i%4) + noise(8)
 		util = 92 + noise(8)
 		power = m.powerLimitW*0.68 + noise(m.powerLimitW*0.27)
-		memUsed = uint64(float64(g.Info.MemoryTotal) * (0.78 + noise(0.1)))
+		memUsed = uint64(float64(g.Info.MemoryTotal-m.reserved()<<20) * (0.78 + noise(0.1)))
 		if power > m.powerLimitW*0.93 {
 			reasons |= ReasonSwPowerCap
 			sm -= 45 + noise(90)
@@ -572,7 +585,7 @@ func (st *simState) sample(i int, now time.Time, busy bool) *loomv1.GpuSample {
 	} else {
 		temp = 29 + float64(i%4) + noise(3)
 		power = m.idlePowerW + noise(8)
-		memUsed = 1 << 20
+		memUsed = 0 // an idle H200 shows 0 MiB used, its reserve apart
 		sm = float64(m.idleSMMHz)
 		reasons = ReasonGpuIdle
 	}
@@ -606,6 +619,7 @@ func (st *simState) sample(i int, now time.Time, busy bool) *loomv1.GpuSample {
 	s.GpuUtilPercent = math.Round(util)
 	s.MemoryUsedBytes = memUsed &^ (1<<20 - 1)
 	s.MemoryTotalBytes = g.Info.MemoryTotal
+	s.MemoryReservedBytes = m.reserved() << 20
 	s.SmClockMhz = uint32(sm) / 15 * 15
 	s.MemClockMhz = m.memMHz
 	s.ThrottleReasons = reasons

@@ -74,8 +74,15 @@ func TestSimulatedH200Shapes(t *testing.T) {
 				g.MemoryUsedBytes < g.MemoryTotalBytes/2 || g.SmClockMhz < 1800) {
 				t.Errorf("busy GPU %d out of shape: %v", g.Index, g)
 			}
-			if !busy && (g.GpuUtilPercent != 0 || g.PowerW > 100 || g.TemperatureC > 40 || g.SmClockMhz != 345 || g.ThrottleReasons != ReasonGpuIdle) {
+			// An idle H200 as NVML read one (driver 580.159.04): 0 MiB
+			// used, 616 MiB reserved by the driver, SM clock 345 MHz.
+			if !busy && (g.GpuUtilPercent != 0 || g.PowerW > 100 || g.TemperatureC > 40 || g.SmClockMhz != 345 || g.ThrottleReasons != ReasonGpuIdle ||
+				g.MemoryUsedBytes != 0 || FreeBytes(g) != (143771-616)<<20) {
 				t.Errorf("idle GPU %d out of shape: %v", g.Index, g)
+			}
+			if g.MemoryReservedBytes != 616<<20 || g.MemoryUsedBytes+g.MemoryReservedBytes+FreeBytes(g) != g.MemoryTotalBytes {
+				t.Errorf("busy=%v GPU %d memory: used %d + reserved %d + free %d != total %d", busy, g.Index,
+					g.MemoryUsedBytes, g.MemoryReservedBytes, FreeBytes(g), g.MemoryTotalBytes)
 			}
 		}
 	}

@@ -91,7 +91,7 @@ func TestNodeCommandsFaultsTelemetryAndChecks(t *testing.T) {
 	// /metrics, as dcgm-exporter names them: GPU 1 lost, GPU 0 read.
 	testkit.WaitFor(t, wait, "GPU 1 lost on /metrics", func() (bool, error) {
 		m := metrics(addr)
-		return strings.Contains(m, `loom_gpu_lost{DCGM_FI_DRIVER_VERSION="570.124.06",Hostname="gpu-0001",UUID="`) &&
+		return strings.Contains(m, `loom_gpu_lost{DCGM_FI_DRIVER_VERSION="580.159.04",Hostname="gpu-0001",UUID="`) &&
 			regexp.MustCompile(`(?m)^loom_gpu_lost\{[^}]*gpu="1"[^}]*\} 1$`).MatchString(m) &&
 			regexp.MustCompile(`(?m)^DCGM_FI_DEV_GPU_TEMP\{[^}]*gpu="0"[^}]*\} [1-9]`).MatchString(m) &&
 			!regexp.MustCompile(`(?m)^DCGM_FI_DEV_GPU_TEMP\{[^}]*gpu="1"`).MatchString(m), nil

@@ -321,14 +321,17 @@ type GpuSample struct {
 	Name  string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
 	// lost: the GPU has fallen off the bus (NVML_ERROR_GPU_IS_LOST); the other
 	// fields are then zero.
-	Lost             bool    `protobuf:"varint,4,opt,name=lost,proto3" json:"lost,omitempty"`
-	TemperatureC     float64 `protobuf:"fixed64,5,opt,name=temperature_c,json=temperatureC,proto3" json:"temperature_c,omitempty"`           // DCGM_FI_DEV_GPU_TEMP
-	PowerW           float64 `protobuf:"fixed64,6,opt,name=power_w,json=powerW,proto3" json:"power_w,omitempty"`                             // DCGM_FI_DEV_POWER_USAGE
-	GpuUtilPercent   float64 `protobuf:"fixed64,7,opt,name=gpu_util_percent,json=gpuUtilPercent,proto3" json:"gpu_util_percent,omitempty"`   // DCGM_FI_DEV_GPU_UTIL
-	MemoryUsedBytes  uint64  `protobuf:"varint,8,opt,name=memory_used_bytes,json=memoryUsedBytes,proto3" json:"memory_used_bytes,omitempty"` // DCGM_FI_DEV_FB_USED (MiB there)
-	MemoryTotalBytes uint64  `protobuf:"varint,9,opt,name=memory_total_bytes,json=memoryTotalBytes,proto3" json:"memory_total_bytes,omitempty"`
-	SmClockMhz       uint32  `protobuf:"varint,10,opt,name=sm_clock_mhz,json=smClockMhz,proto3" json:"sm_clock_mhz,omitempty"`    // DCGM_FI_DEV_SM_CLOCK
-	MemClockMhz      uint32  `protobuf:"varint,11,opt,name=mem_clock_mhz,json=memClockMhz,proto3" json:"mem_clock_mhz,omitempty"` // DCGM_FI_DEV_MEM_CLOCK
+	Lost           bool    `protobuf:"varint,4,opt,name=lost,proto3" json:"lost,omitempty"`
+	TemperatureC   float64 `protobuf:"fixed64,5,opt,name=temperature_c,json=temperatureC,proto3" json:"temperature_c,omitempty"`         // DCGM_FI_DEV_GPU_TEMP
+	PowerW         float64 `protobuf:"fixed64,6,opt,name=power_w,json=powerW,proto3" json:"power_w,omitempty"`                           // DCGM_FI_DEV_POWER_USAGE
+	GpuUtilPercent float64 `protobuf:"fixed64,7,opt,name=gpu_util_percent,json=gpuUtilPercent,proto3" json:"gpu_util_percent,omitempty"` // DCGM_FI_DEV_GPU_UTIL
+	// memory_used_bytes leaves out what the driver reserves for itself
+	// (memory_reserved_bytes), as nvidia-smi and DCGM do: used + reserved +
+	// free = total.
+	MemoryUsedBytes  uint64 `protobuf:"varint,8,opt,name=memory_used_bytes,json=memoryUsedBytes,proto3" json:"memory_used_bytes,omitempty"` // DCGM_FI_DEV_FB_USED (MiB there)
+	MemoryTotalBytes uint64 `protobuf:"varint,9,opt,name=memory_total_bytes,json=memoryTotalBytes,proto3" json:"memory_total_bytes,omitempty"`
+	SmClockMhz       uint32 `protobuf:"varint,10,opt,name=sm_clock_mhz,json=smClockMhz,proto3" json:"sm_clock_mhz,omitempty"`    // DCGM_FI_DEV_SM_CLOCK
+	MemClockMhz      uint32 `protobuf:"varint,11,opt,name=mem_clock_mhz,json=memClockMhz,proto3" json:"mem_clock_mhz,omitempty"` // DCGM_FI_DEV_MEM_CLOCK
 	// throttle_reasons is NVML's clocks-event-reasons bit mask (DCGM_FI_DEV_CLOCK_THROTTLE_REASONS).
 	ThrottleReasons       uint64 `protobuf:"varint,12,opt,name=throttle_reasons,json=throttleReasons,proto3" json:"throttle_reasons,omitempty"`
 	EccSbeVolatile        uint64 `protobuf:"varint,13,opt,name=ecc_sbe_volatile,json=eccSbeVolatile,proto3" json:"ecc_sbe_volatile,omitempty"`                    // DCGM_FI_DEV_ECC_SBE_VOL_TOTAL
@@ -346,9 +349,10 @@ type GpuSample struct {
 	NvlinkReplayErrors    uint64 `protobuf:"varint,25,opt,name=nvlink_replay_errors,json=nvlinkReplayErrors,proto3" json:"nvlink_replay_errors,omitempty"`    // DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL
 	PcieReplay            uint64 `protobuf:"varint,26,opt,name=pcie_replay,json=pcieReplay,proto3" json:"pcie_replay,omitempty"`                              // DCGM_FI_DEV_PCIE_REPLAY_COUNTER
 	// last_xid is the most recent Xid seen on this GPU (DCGM_FI_DEV_XID_ERRORS), 0 if none.
-	LastXid       int32 `protobuf:"varint,27,opt,name=last_xid,json=lastXid,proto3" json:"last_xid,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LastXid             int32  `protobuf:"varint,27,opt,name=last_xid,json=lastXid,proto3" json:"last_xid,omitempty"`
+	MemoryReservedBytes uint64 `protobuf:"varint,28,opt,name=memory_reserved_bytes,json=memoryReservedBytes,proto3" json:"memory_reserved_bytes,omitempty"` // DCGM_FI_DEV_FB_RESERVED (MiB there)
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *GpuSample) Reset() {
@@ -566,6 +570,13 @@ func (x *GpuSample) GetPcieReplay() uint64 {
 func (x *GpuSample) GetLastXid() int32 {
 	if x != nil {
 		return x.LastXid
+	}
+	return 0
+}
+
+func (x *GpuSample) GetMemoryReservedBytes() uint64 {
+	if x != nil {
+		return x.MemoryReservedBytes
 	}
 	return 0
 }
@@ -2404,7 +2415,7 @@ var File_loom_v1_health_proto protoreflect.FileDescriptor
 
 const file_loom_v1_health_proto_rawDesc = "" +
 	"\n" +
-	"\x14loom/v1/health.proto\x12\aloom.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x96\b\n" +
+	"\x14loom/v1/health.proto\x12\aloom.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xca\b\n" +
 	"\tGpuSample\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
@@ -2435,7 +2446,8 @@ const file_loom_v1_health_proto_rawDesc = "" +
 	"\x14nvlink_replay_errors\x18\x19 \x01(\x04R\x12nvlinkReplayErrors\x12\x1f\n" +
 	"\vpcie_replay\x18\x1a \x01(\x04R\n" +
 	"pcieReplay\x12\x19\n" +
-	"\blast_xid\x18\x1b \x01(\x05R\alastXid\"b\n" +
+	"\blast_xid\x18\x1b \x01(\x05R\alastXid\x122\n" +
+	"\x15memory_reserved_bytes\x18\x1c \x01(\x04R\x13memoryReservedBytes\"b\n" +
 	"\n" +
 	"DiskSample\x12\x14\n" +
 	"\x05mount\x18\x01 \x01(\tR\x05mount\x12\x1f\n" +

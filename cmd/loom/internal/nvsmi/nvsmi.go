@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -277,7 +278,7 @@ func perf(s *loomv1.GpuSample) string { return "P0" }
 const (
 	rule      = "+-----------------------------------------------------------------------------------------+"
 	ruleGPU   = "+-----------------------------------------+------------------------+----------------------+"
-	ruleHead  = "|-----------------------------------------+------------------------+----------------------+"
+	ruleHead  = "+-----------------------------------------+------------------------+----------------------+"
 	ruleEqual = "|=========================================+========================+======================|"
 )
 
@@ -293,7 +294,7 @@ func (v view) table(w io.Writer) int {
 	in0 := v.infos[0]
 	fmt.Fprintf(w, "%s       \n", v.now.Format("Mon Jan _2 15:04:05 2006"))
 	fmt.Fprintln(w, rule)
-	head := fmt.Sprintf(" NVIDIA-SMI %-22sDriver Version: %-15sCUDA Version: %-9s", in0.DriverVersion, in0.DriverVersion, in0.CUDAVersion)
+	head := fmt.Sprintf(" NVIDIA-SMI %-23sDriver Version: %-15sCUDA Version: %-9s", in0.DriverVersion, in0.DriverVersion, in0.CUDAVersion)
 	fmt.Fprintf(w, "|%-89s|\n", head)
 	fmt.Fprintln(w, ruleHead)
 	fmt.Fprintln(w, "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |")
@@ -322,7 +323,7 @@ func (v view) table(w io.Writer) int {
 		fmt.Fprintf(w, "|%41s|%24s|%21s |\n", "", "", "Disabled")
 	}
 	fmt.Fprintln(w, ruleGPU)
-	fmt.Fprintln(w, strings.Repeat(" ", 91))
+	fmt.Fprintln(w)
 	fmt.Fprintln(w, rule)
 	fmt.Fprintf(w, "|%-89s|\n", " Processes:")
 	fmt.Fprintf(w, "|%-89s|\n", "  GPU   GI   CI              PID   Type   Process name                        GPU Memory")
@@ -351,7 +352,7 @@ func yesNo(b bool) string {
 // query is nvidia-smi -q.
 func (v view) query(w io.Writer) int {
 	line := func(indent int, label, value string) {
-		fmt.Fprintf(w, "%-42s: %s\n", strings.Repeat("    ", indent)+label, value)
+		fmt.Fprintf(w, "%-55s: %s\n", strings.Repeat("    ", indent)+label, value)
 	}
 	section := func(indent int, label string) { fmt.Fprintln(w, strings.Repeat("    ", indent)+label) }
 	in0 := v.infos[0]
@@ -405,15 +406,14 @@ func (v view) query(w io.Writer) int {
 		line(2, "SW Thermal Slowdown", active(r, gpu.ReasonSwThermalSlowdown))
 		line(2, "Display Clock Setting", "Not Active")
 		section(1, "FB Memory Usage")
-		total, used := mib(s.GetMemoryTotalBytes()), mib(s.GetMemoryUsedBytes())
-		line(2, "Total", fmt.Sprintf("%d MiB", total))
-		line(2, "Reserved", "0 MiB")
-		line(2, "Used", fmt.Sprintf("%d MiB", used))
-		line(2, "Free", fmt.Sprintf("%d MiB", total-min(used, total)))
+		line(2, "Total", fmt.Sprintf("%d MiB", mib(s.GetMemoryTotalBytes())))
+		line(2, "Reserved", fmt.Sprintf("%d MiB", mib(s.GetMemoryReservedBytes())))
+		line(2, "Used", fmt.Sprintf("%d MiB", mib(s.GetMemoryUsedBytes())))
+		line(2, "Free", fmt.Sprintf("%d MiB", mib(gpu.FreeBytes(s))))
 		line(1, "Compute Mode", "Default")
 		section(1, "Utilization")
-		line(2, "Gpu", fmt.Sprintf("%.0f %%", s.GetGpuUtilPercent()))
-		line(2, "Memory", fmt.Sprintf("%.0f %%", s.GetGpuUtilPercent()*0.6))
+		line(2, "GPU", fmt.Sprintf("%.0f %%", s.GetGpuUtilPercent()))
+		line(2, "Memory", fmt.Sprintf("%.0f %%", memUtil(s)))
 		section(1, "ECC Mode")
 		line(2, "Current", "Enabled")
 		line(2, "Pending", "Enabled")
@@ -441,12 +441,19 @@ func (v view) query(w io.Writer) int {
 		line(2, "Remapping Failure Occurred", yesNo(s.GetRemapFailure()))
 		section(1, "Temperature")
 		line(2, "GPU Current Temp", fmt.Sprintf("%.0f C", s.GetTemperatureC()))
-		line(2, "GPU Shutdown Temp", "95 C")
-		line(2, "GPU Slowdown Temp", "87 C")
-		line(2, "GPU Max Operating Temp", "85 C")
+		line(2, "GPU T.Limit Temp", fmt.Sprintf("%.0f C", tLimit(s)))
+		line(2, "GPU Shutdown T.Limit Temp", "-8 C")
+		line(2, "GPU Slowdown T.Limit Temp", "-2 C")
+		line(2, "GPU Max Operating T.Limit Temp", "0 C")
+		line(2, "GPU Target Temperature", "N/A")
+		line(2, "Memory Current Temp", fmt.Sprintf("%.0f C", memTempC(s)))
+		line(2, "Memory Max Operating T.Limit Temp", "0 C")
 		section(1, "GPU Power Readings")
-		line(2, "Power Draw", fmt.Sprintf("%.2f W", s.GetPowerW()))
-		line(2, "Current Power Limit", fmt.Sprintf("%.2f W", in.PowerLimitW))
+		line(2, "Average Power Draw", fmt.Sprintf("%.2f W", s.GetPowerW()))
+		line(2, "Instantaneous Power Draw", fmt.Sprintf("%.2f W", s.GetPowerW()))
+		for _, l := range []string{"Current", "Requested", "Default", "Max"} {
+			line(2, l+" Power Limit", fmt.Sprintf("%.2f W", in.PowerLimitW))
+		}
 		section(1, "Clocks")
 		line(2, "Graphics", fmt.Sprintf("%d MHz", s.GetSmClockMhz()))
 		line(2, "SM", fmt.Sprintf("%d MHz", s.GetSmClockMhz()))
@@ -481,3 +488,20 @@ func busByte(id string) string {
 	}
 	return "00"
 }
+
+// maxOperatingC is the zero of nvidia-smi's T.Limit scale, the GPU's
+// maximum operating temperature: an H200 read "GPU T.Limit Temp: 50 C" at
+// 37 C (driver 580.159.04), and the simulated device throttles from there.
+const maxOperatingC = 87
+
+// tLimit is how far below its maximum operating temperature the GPU runs.
+func tLimit(s *loomv1.GpuSample) float64 { return maxOperatingC - s.GetTemperatureC() }
+
+// memTempC is the HBM's temperature, which the simulated device does not
+// keep: a line through what an H200 read (41 C beside a 37 C GPU idle,
+// 49 C beside 60 C under bf16 matrix products).
+func memTempC(s *loomv1.GpuSample) float64 { return math.Round(28 + 0.35*s.GetTemperatureC()) }
+
+// memUtil is the memory controller's utilisation, the simulated device's
+// share of the GPU's.
+func memUtil(s *loomv1.GpuSample) float64 { return math.Round(s.GetGpuUtilPercent() * 0.6) }

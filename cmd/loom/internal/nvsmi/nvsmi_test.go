@@ -2,6 +2,7 @@ package nvsmi
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,10 +61,12 @@ func TestTable(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"Driver Version: 570.124.06", "CUDA Version: 12.8",
+	// The header and idle memory as NVIDIA's nvidia-smi printed them on an
+	// H200 (driver 580.159.04, bench/REPORT.md).
+	for _, want := range []string{"| NVIDIA-SMI 580.159.04             Driver Version: 580.159.04     CUDA Version: 13.0     |",
 		"|   0  NVIDIA H200                    On  |   00000000:18:00.0 Off |                    0 |",
 		"|   2  NVIDIA H200                    On  |   00000000:3A:00.0 Off |                    2 |",
-		"1MiB / 143771MiB", "No running processes found"} {
+		"|       0MiB / 143771MiB |", "No running processes found"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
@@ -101,12 +104,12 @@ func TestQueryCSV(t *testing.T) {
 	if code != 0 || len(lines) != 2 {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
-	if lines[0] != "index, name, uuid, temperature.gpu, power.draw [W], utilization.gpu [%], memory.used [MiB], memory.total [MiB], clocks.sm [MHz], clocks.mem [MHz]" {
+	if lines[0] != "index, name, uuid, temperature.gpu, power.draw [W], utilization.gpu [%], memory.used [MiB], memory.total [MiB], clocks.current.sm [MHz], clocks.current.memory [MHz]" {
 		t.Errorf("header %q", lines[0])
 	}
 	vals := strings.Split(lines[1], ", ")
 	if len(vals) != 10 || vals[0] != "0" || vals[1] != "NVIDIA H200" || !strings.HasPrefix(vals[2], "GPU-") ||
-		!strings.HasSuffix(vals[4], " W") || vals[5] != "0 %" || vals[6] != "1 MiB" || vals[7] != "143771 MiB" || vals[9] != "3201 MHz" {
+		!strings.HasSuffix(vals[4], " W") || vals[5] != "0 %" || vals[6] != "0 MiB" || vals[7] != "143771 MiB" || vals[9] != "3201 MHz" {
 		t.Errorf("values %q", vals)
 	}
 	out, _ = run(t, dir, "--query-gpu=memory.total,clocks.mem", "--format=csv,noheader,nounits", "--id=1")
@@ -141,15 +144,19 @@ func TestQueryFull(t *testing.T) {
 		}
 		out = b.String()
 	}()
+	kv := func(indent int, k, v string) string {
+		return fmt.Sprintf("%-55s: %s", strings.Repeat("    ", indent)+k, v)
+	}
 	for _, want := range []string{
 		"==============NVSMI LOG==============",
-		"Attached GPUs                             : 8",
+		kv(0, "Attached GPUs", "8"),
 		"GPU 00000000:18:00.0",
-		"    Product Name                          : NVIDIA H200",
-		"        Remapping Failure Occurred        : Yes",
-		"        Pending                           : Yes",
-		"            HW Thermal Slowdown           : Active",
-		"        SW Thermal Slowdown               : Active",
+		kv(1, "Product Name", "NVIDIA H200"),
+		kv(2, "Remapping Failure Occurred", "Yes"),
+		kv(2, "Pending", "Yes"),
+		kv(3, "HW Thermal Slowdown", "Active"),
+		kv(2, "SW Thermal Slowdown", "Active"),
+		kv(2, "Reserved", "616 MiB"),
 	} {
 		if !strings.Contains(out, want+"\n") {
 			t.Errorf("-q lacks %q:\n%s", want, out)
@@ -219,5 +226,119 @@ func TestBinaryAsNvidiaSMI(t *testing.T) {
 	out, err = cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "|   4  NVIDIA H200                    On  |   00000000:9A:00.0 Off |                    1 |") {
 		t.Errorf("nvidia-smi: %v\n%s", err, out)
+	}
+}
+
+// qLabels are the labels of nvidia-smi -q output, each with its sections
+// ("GPU/FB Memory Usage/Reserved"), and where each label's colon is.
+func qLabels(out string) (labels map[string]bool, colons map[int]int) {
+	labels, colons = map[string]bool{}, map[int]int{}
+	var path []string
+	for _, l := range strings.Split(out, "\n") {
+		trimmed := strings.TrimLeft(l, " ")
+		if trimmed == "" || strings.HasPrefix(trimmed, "=") {
+			continue
+		}
+		depth := (len(l) - len(trimmed)) / 4
+		label, _, hasValue := strings.Cut(trimmed, ":")
+		label = strings.TrimSpace(label)
+		if depth == 0 && strings.HasPrefix(label, "GPU ") {
+			label = "GPU" // GPU 00000000:18:00.0: the bus id differs
+		}
+		path = append(path[:min(depth, len(path))], label)
+		labels[strings.Join(path, "/")] = true
+		if hasValue && label != "GPU" {
+			colons[strings.Index(l, ":")]++
+		}
+	}
+	return labels, colons
+}
+
+// The simulated -q prints what NVIDIA's nvidia-smi printed on an H200
+// (driver 580.159.04; testdata/h200-580-q.txt): every label it prints is
+// one of the real output's, under the same sections, with the colon in
+// the same column. The NVLink error counters are Loom's own addition (the
+// real -q has no such lines; nvidia-smi nvlink -e shows them there).
+func TestQueryMatchesRealH200(t *testing.T) {
+	t.Parallel()
+	real, err := os.ReadFile("testdata/h200-580-q.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	realLabels, realColons := qLabels(string(real))
+	if len(realColons) != 1 || realColons[55] == 0 {
+		t.Fatalf("fixture's colons: %v", realColons)
+	}
+	out, code := run(t, node(t), "-q", "-i", "0")
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	simLabels, simColons := qLabels(out)
+	own := map[string]bool{"GPU/Fabric/NVLink CRC Errors": true, "GPU/Fabric/NVLink Replay Errors": true}
+	for l := range simLabels {
+		if !realLabels[l] && !own[l] {
+			t.Errorf("simulated -q prints %q, which NVIDIA's does not", l)
+		}
+	}
+	if len(simColons) != 1 || simColons[55] == 0 {
+		t.Errorf("simulated -q's colons: %v, want all in column 55", simColons)
+	}
+
+	// --query-gpu: the same header as NVIDIA's for the same query.
+	csv, err := os.ReadFile("testdata/h200-580-query.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	realHeader, _, _ := strings.Cut(string(csv), "\n")
+	var query []string
+	for _, h := range strings.Split(realHeader, ", ") {
+		name, _, _ := strings.Cut(h, " [")
+		query = append(query, name)
+	}
+	// The query as it was asked: clocks.sm and clocks.mem come back headed
+	// by their long names.
+	query[13], query[14] = "clocks.sm", "clocks.mem"
+	out, code = run(t, node(t), "--query-gpu="+strings.Join(query, ","), "--format=csv", "-i", "0")
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	if got, _, _ := strings.Cut(out, "\n"); got != realHeader {
+		t.Errorf("header\n got %q\nwant %q", got, realHeader)
+	}
+}
+
+// The default table has the shape NVIDIA's nvidia-smi gave it on an H200
+// (testdata/h200-580-table.txt): line for line, digits aside.
+func TestTableMatchesRealH200(t *testing.T) {
+	t.Parallel()
+	real, err := os.ReadFile("testdata/h200-580-table.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, code := run(t, node(t), "-i", "0")
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	shape := func(s string) []string {
+		var lines []string
+		for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+			l = strings.Map(func(r rune) rune {
+				if r >= '0' && r <= '9' {
+					return '9'
+				}
+				return r
+			}, l)
+			lines = append(lines, strings.NewReplacer("Wed", "Day", "Fri", "Day").Replace(l))
+		}
+		return lines
+	}
+	want, got := shape(string(real)), shape(out)
+	if len(got) != len(want) {
+		t.Fatalf("%d lines, NVIDIA's table has %d:\n%s", len(got), len(want), out)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("line %d\n got %q\nwant %q", i+1, got[i], want[i])
+		}
 	}
 }

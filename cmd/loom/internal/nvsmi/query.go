@@ -46,19 +46,20 @@ var fields = map[string]field{
 	"temperature.gpu": {value: func(v view, i int) string {
 		return fmt.Sprintf("%.0f", v.samples[i].GetTemperatureC())
 	}},
-	"power.draw": {unit: "W", value: func(v view, i int) string { return fmt.Sprintf("%.2f", v.samples[i].GetPowerW()) }},
+	"temperature.gpu.tlimit": {value: func(v view, i int) string { return fmt.Sprintf("%.0f", tLimit(v.samples[i])) }},
+	"temperature.memory":     {value: func(v view, i int) string { return fmt.Sprintf("%.0f", memTempC(v.samples[i])) }},
+	"utilization.memory":     {unit: "%", value: func(v view, i int) string { return fmt.Sprintf("%.0f", memUtil(v.samples[i])) }},
+	"power.draw":             {unit: "W", value: func(v view, i int) string { return fmt.Sprintf("%.2f", v.samples[i].GetPowerW()) }},
 	"power.limit": {unit: "W", value: func(v view, i int) string {
 		return fmt.Sprintf("%.2f", v.infos[i].PowerLimitW)
 	}},
 	"utilization.gpu": {unit: "%", value: func(v view, i int) string {
 		return fmt.Sprintf("%.0f", v.samples[i].GetGpuUtilPercent())
 	}},
-	"memory.total": {unit: "MiB", value: func(v view, i int) string { return strconv.FormatUint(mib(v.samples[i].GetMemoryTotalBytes()), 10) }},
-	"memory.used":  {unit: "MiB", value: func(v view, i int) string { return strconv.FormatUint(mib(v.samples[i].GetMemoryUsedBytes()), 10) }},
-	"memory.free": {unit: "MiB", value: func(v view, i int) string {
-		s := v.samples[i]
-		return strconv.FormatUint(mib(s.GetMemoryTotalBytes())-min(mib(s.GetMemoryUsedBytes()), mib(s.GetMemoryTotalBytes())), 10)
-	}},
+	"memory.total":                                 {unit: "MiB", value: func(v view, i int) string { return strconv.FormatUint(mib(v.samples[i].GetMemoryTotalBytes()), 10) }},
+	"memory.used":                                  {unit: "MiB", value: func(v view, i int) string { return strconv.FormatUint(mib(v.samples[i].GetMemoryUsedBytes()), 10) }},
+	"memory.free":                                  {unit: "MiB", value: func(v view, i int) string { return strconv.FormatUint(mib(gpu.FreeBytes(v.samples[i])), 10) }},
+	"memory.reserved":                              {unit: "MiB", value: func(v view, i int) string { return strconv.FormatUint(mib(v.samples[i].GetMemoryReservedBytes()), 10) }},
 	"clocks.sm":                                    {unit: "MHz", value: func(v view, i int) string { return strconv.Itoa(int(v.samples[i].GetSmClockMhz())) }},
 	"clocks.gr":                                    {unit: "MHz", value: func(v view, i int) string { return strconv.Itoa(int(v.samples[i].GetSmClockMhz())) }},
 	"clocks.mem":                                   {unit: "MHz", value: func(v view, i int) string { return strconv.Itoa(int(v.samples[i].GetMemClockMhz())) }},
@@ -92,7 +93,7 @@ var fields = map[string]field{
 // aliases are the other names nvidia-smi takes for a property.
 var aliases = map[string]string{
 	"gpu_name": "name", "gpu_serial": "serial", "gpu_uuid": "uuid", "gpu_bus_id": "pci.bus_id",
-	"temperature.gpu.tlimit": "", "clocks.current.sm": "clocks.sm", "clocks.current.memory": "clocks.mem",
+	"clocks.current.sm": "clocks.sm", "clocks.current.memory": "clocks.mem",
 	"clocks.current.graphics": "clocks.gr", "clocks.graphics": "clocks.gr", "clocks.memory": "clocks.mem",
 	"power.draw.instant": "power.draw", "enforced.power.limit": "power.limit", "power.management.limit": "power.limit",
 	"clocks_throttle_reasons.active": "clocks_event_reasons.active", "persistence-mode": "persistence_mode",
@@ -105,6 +106,12 @@ var aliases = map[string]string{
 	"retired_pages.sbe":                               "retired_pages.single_bit_ecc.count", "retired_pages.dbe": "retired_pages.double_bit.count",
 	"ecc.mode.pending": "ecc.mode.current",
 }
+
+// printedAs are the properties nvidia-smi's CSV header names by their long
+// name, whichever name the query used: "--query-gpu=clocks.sm" is headed
+// "clocks.current.sm [MHz]" (seen with driver 580.159.04).
+var printedAs = map[string]string{"clocks.sm": "clocks.current.sm", "clocks.mem": "clocks.current.memory",
+	"clocks.gr": "clocks.current.graphics"}
 
 // identity are the properties a GPU that fell off the bus still answers.
 var identity = map[string]bool{"index": true, "name": true, "uuid": true, "serial": true, "pci.bus_id": true,
@@ -136,6 +143,9 @@ func (v view) csv(w io.Writer, o options) int {
 		hs := make([]string, len(o.fields))
 		for j, name := range o.fields {
 			hs[j] = name
+			if long, ok := printedAs[keys[j]]; ok {
+				hs[j] = long
+			}
 			if u := resolved[j].unit; u != "" && o.units {
 				hs[j] += " [" + u + "]"
 			}
@@ -169,7 +179,7 @@ func (v view) csv(w io.Writer, o options) int {
 }
 
 // usage is -h's text (the part Loom's nvidia-smi serves).
-const usage = `NVIDIA System Management Interface -- v570.124.06 (Loom: simulated GPUs)
+const usage = `NVIDIA System Management Interface -- v580.159.04 (Loom: simulated GPUs)
 
 NVSMI provides monitoring information for Tesla and select Quadro devices.
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/loom-ml/loom/libs/gpu"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -65,10 +66,9 @@ var gpuMetrics = []gpuMetric{
 	{"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", func(s *loomv1.GpuSample) float64 { return float64(s.GetPcieReplay()) }},
 	{"DCGM_FI_DEV_GPU_UTIL", func(s *loomv1.GpuSample) float64 { return s.GetGpuUtilPercent() }},
 	{"DCGM_FI_DEV_XID_ERRORS", func(s *loomv1.GpuSample) float64 { return float64(s.GetLastXid()) }},
-	{"DCGM_FI_DEV_FB_FREE", func(s *loomv1.GpuSample) float64 {
-		return float64((s.GetMemoryTotalBytes() - min(s.GetMemoryUsedBytes(), s.GetMemoryTotalBytes())) >> 20)
-	}},
+	{"DCGM_FI_DEV_FB_FREE", func(s *loomv1.GpuSample) float64 { return float64(gpu.FreeBytes(s) >> 20) }},
 	{"DCGM_FI_DEV_FB_USED", func(s *loomv1.GpuSample) float64 { return float64(s.GetMemoryUsedBytes() >> 20) }},
+	{"DCGM_FI_DEV_FB_RESERVED", func(s *loomv1.GpuSample) float64 { return float64(s.GetMemoryReservedBytes() >> 20) }},
 	{"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", func(s *loomv1.GpuSample) float64 { return float64(s.GetEccSbeVolatile()) }},
 	{"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", func(s *loomv1.GpuSample) float64 { return float64(s.GetEccDbeVolatile()) }},
 	{"DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", func(s *loomv1.GpuSample) float64 { return float64(s.GetEccSbeAggregate()) }},

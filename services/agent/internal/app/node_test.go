@@ -85,6 +85,13 @@ func TestCollectorServesDCGMNames(t *testing.T) {
 	if d := metric(fams, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "0"); d == nil || d.GetCounter().GetValue() != 3 {
 		t.Errorf("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu=0} = %v", d)
 	}
+	// The simulated H200's driver reserves 616 MiB, as a real one's does;
+	// free is what is neither used nor reserved.
+	used, res, free := metric(fams, "DCGM_FI_DEV_FB_USED", "0"), metric(fams, "DCGM_FI_DEV_FB_RESERVED", "0"), metric(fams, "DCGM_FI_DEV_FB_FREE", "0")
+	if used == nil || res == nil || free == nil || res.GetGauge().GetValue() != 616 ||
+		used.GetGauge().GetValue()+res.GetGauge().GetValue()+free.GetGauge().GetValue() != 143771 {
+		t.Errorf("frame buffer: used %v reserved %v free %v", used, res, free)
+	}
 	for _, name := range []string{"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_SM_CLOCK",
 		"DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"} {
 		if metric(fams, name, "0") == nil {
