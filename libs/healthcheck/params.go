@@ -60,7 +60,8 @@ var params = map[string]func(string) string{
 		}
 		return ""
 	},
-	"memory_mib": wholeParam(1, 1024, "gpu_diag level 2's memory test, MiB per GPU"),
+	"memory_mib":       wholeParam(1, 1024, "gpu_diag level 2's memory test, MiB per GPU"),
+	"max_pcie_replays": wholeParam(0, math.MaxInt32, "gpu_diag level 2's PCIe replays a GPU may have before it warns"),
 	"dcgmi": func(s string) string {
 		if s != "auto" && s != "off" {
 			return "want auto (run dcgmi diag where it is on the agent's PATH) or off"

@@ -586,7 +586,7 @@ func closeListener(ln net.Listener) {
 // identity (nil on an insecure bus), with which the endpoint authenticates
 // its peers.
 func newChecker(cfg Config, dev gpu.Device, busy func() bool, id *identity, log *slog.Logger) *checks.Runner {
-	c := checks.Config{Node: cfg.Node, Hostname: cfg.Hostname, Cluster: cfg.Cluster, WorkDir: cfg.WorkDir,
+	c := checks.Config{Node: cfg.Node, Hostname: cfg.Hostname, Cluster: cfg.Cluster, WorkDir: cfg.WorkDir, GPUs: cfg.GPUs,
 		CheckDir: cfg.CheckDir, Busy: busy, Log: log}
 	if id != nil {
 		c.Identity = id.current

@@ -119,6 +119,10 @@ func startNode(cfg *Config, base *service.Base) (*app.Node, error) {
 		sim = "nvml"
 	}
 	base.Log.Info("GPUs opened", "mode", sim, "gpus", len(cfg.Device.Info()), "telemetry_interval", cfg.TelemetryInterval)
+	if n := len(cfg.Device.Info()); n < cfg.GPUs {
+		// gpu_diag fails the node for it; the log says so at once.
+		base.Log.Warn("the driver lists fewer GPUs than the node offers", "offers", cfg.GPUs, "listed", n)
+	}
 	return n, nil
 }
 

@@ -62,6 +62,10 @@ type Config struct {
 	// Device is the node's GPUs (nil: a node without GPUs; gpu_diag is then
 	// CHECK_SKIPPED).
 	Device gpu.Device
+	// GPUs is how many GPUs the node offers the scheduler (its machine
+	// type's; 0: not known). gpu_diag fails a node whose driver shows
+	// fewer: a GPU gone from the bus altogether is no longer listed.
+	GPUs int
 	// Node is the node's full name, Hostname its Slurm-style name and
 	// Cluster the cluster's full name (projects/p/clusters/c): the result's
 	// node, hostname and name prefix.
