@@ -535,3 +535,124 @@ echo '{"summary":"4/4 ports up","metrics":{"ports":4}}'
 		t.Errorf("gpu-0001 after its pass: %v (%v), want HEALTHY", h, err)
 	}
 }
+
+// TestHungJobIsRequeuedAndItsNodeChecked is hang detection end to end on
+// real processes: a training job runs with a hang timeout of 4s; the hung
+// job fault (the agent stops the node's step processes, as a deadlocked
+// collective leaves them) makes its progress stop; the scheduler ends the
+// run as hung and requeues it (an infrastructure restart: the user's retry
+// budget is untouched), and health checks the node (trigger "hang"). Once
+// the fault is cleared the job resumes from its checkpoint and finishes
+// with the very model an uninterrupted run writes.
+func TestHungJobIsRequeuedAndItsNodeChecked(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds the loom binary; skipped with -short")
+	}
+	loom := filepath.Join(binaries(t), "loom")
+	want := referenceModel(t, loom)
+	// Progress is reported every 200ms: a healthy run is never 4s silent.
+	s := startStackWith(t, inProcess, func(o *stack.Options) {
+		o.AgentEnv = append(o.AgentEnv, "LOOM_PROGRESS_INTERVAL=200ms")
+	})
+	gw := dialGateway(t, s)
+	cl := createCluster(t, gw, "hang", &loomv1.NodePool{Id: "gpu", MachineType: "a3-highgpu-1g",
+		NodeCount: 1, AcceleratorType: "nvidia-h100-80gb", AcceleratorCount: 1})
+	jobs := loomv1.NewJobServiceClient(gw)
+	job, err := jobs.SubmitJob(waitCtx(t, 10*time.Second), &loomv1.SubmitJobRequest{Parent: "projects/default",
+		Job: &loomv1.Job{Cluster: cl.Name, DisplayName: "hang", NodeCount: 1, GpusPerNode: 1, HangTimeoutSeconds: 4,
+			Command:     append(append([]string{loom}, trainArgs...), "--step-time", "40ms"),
+			ModelOutput: &loomv1.ModelOutput{ModelId: "hang-model"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var host string
+	testkit.WaitFor(t, 60*time.Second, "job running with a checkpoint", func() (bool, error) {
+		j, err := jobs.GetJob(waitCtx(t, 5*time.Second), &loomv1.GetJobRequest{Name: job.Name})
+		if err == nil && j.State.Terminal() {
+			out, _ := os.ReadFile(j.OutputPath)
+			t.Fatalf("job ended %v (%s) before the fault:\n%s", j.State, j.StateReason, out)
+		}
+		if err != nil || j.State != loomv1.JobState_RUNNING || len(j.Nodes) != 1 {
+			return false, nil
+		}
+		host = j.Nodes[0]
+		m, _ := filepath.Glob(filepath.Join(checkpointDir(cl, j), "checkpoint-*"))
+		return len(m) > 0, nil
+	})
+	health := loomv1.NewHealthServiceClient(gw)
+	inject := func(kind loomv1.FaultKind) {
+		t.Helper()
+		if _, err := health.InjectFault(waitCtx(t, 5*time.Second), &loomv1.InjectFaultRequest{Cluster: cl.Name, Hostname: host,
+			Fault: &loomv1.Fault{Kind: kind, Gpu: -1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inject(loomv1.FaultKind_FAULT_HUNG_JOB)
+
+	// The run is ended as hung and the job requeued.
+	testkit.WaitFor(t, 60*time.Second, "the run ended as hung", func() (bool, error) {
+		j, err := jobs.GetJob(waitCtx(t, 5*time.Second), &loomv1.GetJobRequest{Name: job.Name})
+		if err != nil || len(j.Runs) == 0 {
+			return false, nil
+		}
+		r := j.Runs[0]
+		if r.State.Terminal() && !strings.HasPrefix(r.Reason, "hung: no progress for 4s") {
+			t.Fatalf("the first run ended %v (%q), want hung", r.State, r.Reason)
+		}
+		return r.State == loomv1.JobState_NODE_FAIL, nil
+	})
+	// Health checks the node the hung run held.
+	var hangResults []*loomv1.HealthCheckResult
+	testkit.WaitFor(t, 60*time.Second, "health's checks of "+host+" for the hang", func() (bool, error) {
+		res, err := health.ListHealthResults(waitCtx(t, 5*time.Second), &loomv1.ListHealthResultsRequest{Cluster: cl.Name, Hostname: host})
+		if err != nil {
+			return false, nil
+		}
+		hangResults = hangResults[:0]
+		for _, r := range res.Results {
+			if r.Trigger == "hang" {
+				hangResults = append(hangResults, r)
+			}
+		}
+		return len(hangResults) >= 2, nil // gpu_diag and disk
+	})
+	for _, r := range hangResults {
+		// The node is busy (the requeued run is back on it, held by the
+		// fault): the checks run all the same, and find no fault of the
+		// node's.
+		t.Logf("hang check on %s: %s %v %q", host, r.Check, r.Outcome, r.Summary)
+		if r.Outcome != loomv1.CheckOutcome_CHECK_PASS {
+			t.Errorf("hang check %s: %v %q, want CHECK_PASS", r.Check, r.Outcome, r.Summary)
+		}
+	}
+
+	// The node's processes run again; the requeued run resumes and finishes.
+	inject(loomv1.FaultKind_FAULT_CLEAR)
+	end := waitJob(t, jobs, job.Name, 180*time.Second)
+	out, _ := os.ReadFile(end.OutputPath)
+	if end.State != loomv1.JobState_COMPLETED || end.RestartCount < 1 {
+		t.Fatalf("job ended %v after %d restarts (%s), runs %v:\n%s", end.State, end.RestartCount, end.StateReason, end.Runs, out)
+	}
+	if !strings.Contains(string(out), "resuming from checkpoint") {
+		t.Errorf("the next run did not resume from a checkpoint:\n%s", out)
+	}
+	reg := loomv1.NewModelServiceClient(gw)
+	var uri string
+	testkit.WaitFor(t, 30*time.Second, "model version registered", func() (bool, error) {
+		v, err := reg.ListModelVersions(waitCtx(t, 5*time.Second), &loomv1.ListModelVersionsRequest{
+			Parent: "projects/default/models/hang-model"})
+		if err != nil || len(v.Versions) == 0 {
+			return false, nil
+		}
+		uri = v.Versions[0].ArtifactUri
+		return true, nil
+	})
+	got, err := os.ReadFile(filepath.Join(strings.TrimPrefix(uri, "file://"), "model.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("the resumed job's model differs from an uninterrupted run's:\n got %s\nwant %s", got, want)
+	}
+}

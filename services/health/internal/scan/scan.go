@@ -533,8 +533,13 @@ func (s *State) Handle(now time.Time, id string, payload proto.Message) (*Change
 		if trigger == "" {
 			trigger = "hang"
 		}
+		// Busy nodes too, as a confirming check: the nodes are busy more
+		// often than not (the requeued run lands back on them, the hung
+		// run's steps are still being stopped), and a check skipped as
+		// busy would leave the hang unexamined. Level 1 and disk only read
+		// the driver's counters and statfs, harmless beside a step.
 		s.plan(c, now, Request{Cluster: ev.GetCluster(), ID: trigger + "-" + idPart(id), Hostnames: hosts,
-			Checks: []string{GPUDiag, Disk}, Level: 1, Trigger: trigger})
+			Checks: []string{GPUDiag, Disk}, Level: 1, Trigger: trigger, AllowBusy: true})
 	}
 	return c, nil
 }

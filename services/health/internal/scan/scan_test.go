@@ -571,11 +571,17 @@ func TestScheduledScansAndNodesNeedCheck(t *testing.T) {
 	if len(cmds) != 6 || cmds[0].GetTrigger() != "schedule" {
 		t.Fatalf("scheduled scan: %v", cmds)
 	}
+	// A hung job's node is busy (its requeued run, or the hung run's steps
+	// being stopped): it is checked all the same.
+	f.handle(&eventsv1.Heartbeat{Node: nodeName("n2"), Cluster: cluster, RunningSteps: 1})
 	f.handle(&eventsv1.NodesNeedCheck{Cluster: cluster, Nodes: []string{nodeName("n2")}, Trigger: "hang", Job: "projects/p/jobs/1"})
 	cmds = f.take()
 	var got []string
 	for _, c := range cmds {
 		got = append(got, hostOf(c.GetNode())+"/"+c.GetCheck()+"/"+c.GetTrigger())
+		if !c.GetAllowBusy() || (c.GetCheck() == GPUDiag && c.GetLevel() != 1) {
+			t.Errorf("hang check %v: want level 1, allowed on a busy node", c)
+		}
 	}
 	sort.Strings(got)
 	if strings.Join(got, " ") != "n2/disk/hang n2/gpu_diag/hang" {
