@@ -117,10 +117,10 @@ func TestMassSilenceShowsNotResponding(t *testing.T) {
 	}
 	s := startStackWith(t, inProcess, func(o *stack.Options) {
 		o.HeartbeatTimeout = 4 * time.Second
-		// Silence is all this test is about: no repair of the silent nodes,
-		// and no telemetry, which health also takes for a sign of life.
+		// Silence is all this test is about: no repair of the silent nodes.
+		// The agents publish telemetry as usual, every 10s: were it not
+		// muted by the fault too, each reading would end the silence.
 		o.HealthArgs = append(o.HealthArgs, "-remediation=off")
-		o.AgentEnv = append(o.AgentEnv, "LOOM_TELEMETRY_INTERVAL=1h")
 	})
 	gw := dialGateway(t, s)
 	cl := createCluster(t, gw, "silent", &loomv1.NodePool{Id: "gpu", MachineType: "a3-highgpu-1g",

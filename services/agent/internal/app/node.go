@@ -233,7 +233,8 @@ func (n *Node) Inject(f *loomv1.Fault) error {
 	return err
 }
 
-// HeartbeatsMuted reports whether FAULT_NO_HEARTBEAT holds heartbeats back now.
+// HeartbeatsMuted reports whether FAULT_NO_HEARTBEAT holds the node's signs
+// of life to health (heartbeats and GPU telemetry) back now.
 func (n *Node) HeartbeatsMuted() bool {
 	u := n.mutedUntil.Load()
 	return u != 0 && n.opts.Clock.Now().UnixNano() < u
@@ -450,6 +451,13 @@ func (n *Node) publishTelemetry(ctx context.Context) {
 		Time: timestamppb.New(n.opts.Clock.Now()), Gpus: gpus, Disks: disks, Simulated: n.opts.Device.Simulated()})
 	if err != nil {
 		n.log.Error("encode GPU telemetry", "err", err)
+		return
+	}
+	if n.HeartbeatsMuted() {
+		// Health takes telemetry for a sign of life too: an agent gone
+		// silent under FAULT_NO_HEARTBEAT that still sent it every 10s
+		// would never be silent past the 15s timeout. The reading is
+		// taken all the same (/metrics serves it).
 		return
 	}
 	pctx, cancel := context.WithTimeout(ctx, n.opts.Interval)

@@ -155,6 +155,40 @@ func TestHeartbeatGate(t *testing.T) {
 	}
 }
 
+// While FAULT_NO_HEARTBEAT holds, GPU telemetry is not published either:
+// health takes it for a sign of life, and an agent that went on sending it
+// (every 10s by default, inside health's 15s timeout) would never be seen
+// silent. /metrics still serves the reading.
+func TestNoHeartbeatMutesTelemetry(t *testing.T) {
+	t.Parallel()
+	n, _ := newTestNode(t)
+	var c capture
+	n.opts.Publisher = &c
+	n.opts.Interval = time.Second
+	ctx := context.Background()
+	n.publishTelemetry(ctx)
+	if err := n.Inject(&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_NO_HEARTBEAT, Gpu: -1}); err != nil {
+		t.Fatal(err)
+	}
+	n.publishTelemetry(ctx)
+	if len(c.evs) != 1 {
+		t.Fatalf("%d telemetry events with heartbeats muted, want the 1 from before", len(c.evs))
+	}
+	n.mu.Lock()
+	kept := len(n.last)
+	n.mu.Unlock()
+	if kept != 2 {
+		t.Errorf("the muted reading is not kept for /metrics: %d GPUs", kept)
+	}
+	if err := n.Inject(&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_CLEAR, Gpu: -1}); err != nil {
+		t.Fatal(err)
+	}
+	n.publishTelemetry(ctx)
+	if len(c.evs) != 2 {
+		t.Fatalf("%d telemetry events after the fault cleared, want 2", len(c.evs))
+	}
+}
+
 // fakeChecks answers every check with outcome and records what it ran.
 type fakeChecks struct {
 	outcome loomv1.CheckOutcome
