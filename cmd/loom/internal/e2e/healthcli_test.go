@@ -193,3 +193,81 @@ func TestMassSilenceShowsNotResponding(t *testing.T) {
 		return true, nil
 	})
 }
+
+// TestSlowGPUIsAStraggler: a GPU slowed down (the slow-GPU fault, as an
+// operator injects it with the CLI) makes its node a straggler of the
+// speed check against the fleet's median, through the agents' real check;
+// the other nodes pass, and health takes the straggler out of service.
+func TestSlowGPUIsAStraggler(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds the loom binary; skipped with -short")
+	}
+	bin := filepath.Join(binaries(t), "loom")
+	s := startStack(t, inProcess)
+	gw := dialGateway(t, s)
+	createCluster(t, gw, "strag", &loomv1.NodePool{Id: "gpu", MachineType: "a3-highgpu-1g",
+		NodeCount: 3, AcceleratorType: "nvidia-h100-80gb", AcceleratorCount: 1})
+	key, err := s.AdminKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "LOOM_CONFIG_DIR=" + t.TempDir(),
+		"LOOM_GATEWAY=" + s.GatewayAddr, "LOOM_TOKEN=" + key, "LOOM_PROJECT=default"}
+	loom := func(args ...string) (string, int) {
+		t.Helper()
+		cmd := exec.Command(bin, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		switch {
+		case errors.As(err, &exit):
+			return string(out), exit.ExitCode()
+		case err != nil:
+			t.Fatalf("loom %v: %v", args, err)
+		}
+		return string(out), 0
+	}
+	const slow = "gpu-0002"
+	if out, code := loom("nodes", "inject-fault", slow, "--cluster", "strag", "--kind", "slow", "--factor", "4"); code != 0 {
+		t.Fatalf("inject-fault: exit %d\n%s", code, out)
+	}
+	out, code := loom("health", "scan", "strag", "--checks", "speed", "--wait", "--wait-timeout", "2m")
+	if code == 0 {
+		t.Fatalf("a scan finding a straggler exited 0:\n%s", out)
+	}
+	rows := map[string]string{}
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) >= 3 && strings.HasPrefix(f[0], "gpu-") && f[1] == "speed" {
+			rows[f[0]] = l
+		}
+	}
+	for _, host := range []string{"gpu-0001", "gpu-0002", "gpu-0003"} {
+		want := "PASS"
+		if host == slow {
+			want = "FAIL"
+		}
+		if f := strings.Fields(rows[host]); len(f) < 3 || f[2] != want {
+			t.Errorf("%s's speed result %q, want %s:\n%s", host, rows[host], want, out)
+		}
+	}
+	if !strings.Contains(rows[slow], "straggler") {
+		t.Errorf("the slow node's result does not say straggler: %q", rows[slow])
+	}
+	testkit.WaitFor(t, 60*time.Second, slow+" taken out for its speed", func() (bool, error) {
+		h, err := nodeHealth(t, gw, "projects/default/clusters/strag", slow)
+		if err != nil || h == nil {
+			return false, nil
+		}
+		return h.State != loomv1.RemediationState_NODE_HEALTHY && strings.Contains(h.Reason, "speed"), nil
+	})
+	if out, code := loom("health", "nodes", "strag", slow); code != 0 || strings.Contains(out, "HEALTHY") || !strings.Contains(out, "speed") {
+		t.Errorf("loom health nodes strag %s: exit %d\n%s", slow, code, out)
+	}
+	for _, host := range []string{"gpu-0001", "gpu-0003"} {
+		if h, err := nodeHealth(t, gw, "projects/default/clusters/strag", host); err != nil || h == nil ||
+			h.State != loomv1.RemediationState_NODE_HEALTHY {
+			t.Errorf("%s after the scan: %v (%v), want NODE_HEALTHY", host, h, err)
+		}
+	}
+}
