@@ -340,6 +340,20 @@ func TestScontrolActions(t *testing.T) {
 		t.Errorf("resume: %d %v", code, nu)
 	}
 
+	// State=FAIL reports the nodes faulty to health, which drains and
+	// repairs them; a name not of the cluster reports none.
+	code, _, errOut = run(t, f, "scontrol", Env{}, "update", "NodeName=gpu-[0001-0002]", "State=FAIL", "Reason=ECC storm")
+	rf := fakegw.Requests[*loomv1.ReportFaultyNodesRequest](f)
+	if code != 0 || len(rf) != 1 || !reflect.DeepEqual(rf[0].GetHostnames(), []string{"gpu-0001", "gpu-0002"}) ||
+		rf[0].GetReason() != "ECC storm" || rf[0].GetCluster() != demoCluster {
+		t.Errorf("fail: %d %q %v", code, errOut, rf)
+	}
+	code, _, errOut = run(t, f, "scontrol", Env{}, "update", "NodeName=gpu-0001,gpu-0009", "State=FAIL", "Reason=x")
+	if rf = fakegw.Requests[*loomv1.ReportFaultyNodesRequest](f); code == 0 || len(rf) != 1 ||
+		errOut != "slurm_update error: Invalid node name specified (gpu-0009)\n" {
+		t.Errorf("fail with an unknown node: %d %q, %d reports", code, errOut, len(rf))
+	}
+
 	// scontrol reboot is health's reboot of each node, with its reason.
 	code, _, errOut = run(t, f, "scontrol", Env{}, "reboot", "ASAP", "nextstate=RESUME", "reason=bad clocks", "gpu-[0001-0002]")
 	rb := fakegw.Requests[*loomv1.UpdateNodeRemediationRequest](f)
@@ -353,6 +367,7 @@ func TestScontrolActions(t *testing.T) {
 		want string
 	}{
 		{[]string{"update", "NodeName=gpu-0001", "State=DRAIN"}, "You must specify a reason when DOWNING or DRAINING a node. Request denied\n"},
+		{[]string{"update", "NodeName=gpu-0001", "State=FAIL"}, "You must specify a reason when DOWNING or DRAINING a node. Request denied\n"},
 		{[]string{"update", "NodeName=gpu-0001", "State=FLY"}, "Invalid node state specified: FLY"},
 		{[]string{"reboot"}, "Missing node list. Specify ALL|<NodeList>\n"},
 		{[]string{"reboot", "nextstate=DOWN", "gpu-0001"}, "Invalid nextstate \"DOWN\""},

@@ -757,8 +757,8 @@ func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order [
 	return nil
 }
 
-// updateNodeParams drains nodes, sets them down (their jobs end NODE_FAIL)
-// or resumes them.
+// updateNodeParams drains nodes, sets them down (their jobs end NODE_FAIL),
+// reports them failing (health drains and repairs them) or resumes them.
 func (c *cmd) updateNodeParams(ctx context.Context, kv map[string]string, order []string) error {
 	expr := first(kv, "nodename", "node")
 	hosts, err := hostlist.Expand(expr)
@@ -777,8 +777,10 @@ func (c *cmd) updateNodeParams(ctx context.Context, kv map[string]string, order 
 				state = "DOWN"
 			case "RESUME", "UNDRAIN", "IDLE":
 				state = "RESUME"
+			case "FAIL":
+				state = "FAIL"
 			default:
-				return &Error{Code: 1, Text: fmt.Sprintf("Invalid node state specified: %s (Loom supports DRAIN, DOWN and RESUME)", kv[k])}
+				return &Error{Code: 1, Text: fmt.Sprintf("Invalid node state specified: %s (Loom supports DRAIN, DOWN, FAIL and RESUME)", kv[k])}
 			}
 		default:
 			return &Error{Code: 1, Text: "Update of this parameter is not supported: " + k + "=" + kv[k] + "\nRequest aborted"}
@@ -787,12 +789,15 @@ func (c *cmd) updateNodeParams(ctx context.Context, kv map[string]string, order 
 	if state == "" {
 		return &Error{Code: 1, Text: "No changes specified"}
 	}
-	if (state == "DRAIN" || state == "DOWN") && strings.TrimSpace(reason) == "" {
+	if state != "RESUME" && strings.TrimSpace(reason) == "" {
 		return &Error{Code: 1, Text: "You must specify a reason when DOWNING or DRAINING a node. Request denied"}
 	}
 	cluster, err := c.clusterName(ctx)
 	if err != nil {
 		return err
+	}
+	if state == "FAIL" {
+		return c.failNodes(ctx, cluster, hosts, reason)
 	}
 	for _, h := range hosts {
 		cctx, cancel := c.call(ctx)
@@ -805,6 +810,35 @@ func (c *cmd) updateNodeParams(ctx context.Context, kv map[string]string, order 
 			}
 			return c.rpcError("slurm_update error", err)
 		}
+	}
+	return nil
+}
+
+// failNodes is State=FAIL, Slurm's "expected to fail soon, unavailable by
+// the administrator's request": the nodes are reported faulty to health
+// (loom nodes report-faulty), which drains them as Slurm's FAIL does (their
+// jobs asked to checkpoint first) and then repairs them, as after a failed
+// check. Every name is checked before any is reported, so that a typo in a
+// node list changes nothing.
+func (c *cmd) failNodes(ctx context.Context, cluster string, hosts []string, reason string) error {
+	_, nodes, err := c.slurmView(ctx, cluster)
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, n := range nodes {
+		known[n.GetHostname()] = true
+	}
+	for _, h := range hosts {
+		if !known[h] {
+			return &Error{Code: 1, Text: fmt.Sprintf("slurm_update error: Invalid node name specified (%s)", h)}
+		}
+	}
+	cctx, cancel := c.call(ctx)
+	defer cancel()
+	if _, err := loomv1.NewHealthServiceClient(c.env.Conn).ReportFaultyNodes(cctx, &loomv1.ReportFaultyNodesRequest{
+		Cluster: cluster, Hostnames: hosts, Reason: reason}); err != nil {
+		return c.rpcError("slurm_update error", err)
 	}
 	return nil
 }
@@ -893,6 +927,6 @@ const scontrolUsage = `scontrol [<OPTION>] [<COMMAND>]
                               partition, hostnames, hostlist
      uhold <job_list>         place user hold on job(s)
      update <SPECIFICATIONS>  update job (JobId=ID TimeLimit=... Partition=...)
-                              or node (NodeName=NAMES State=DRAIN|DOWN|RESUME Reason=...)
+                              or node (NodeName=NAMES State=DRAIN|DOWN|FAIL|RESUME Reason=...)
      version                  display tool version number
 `
