@@ -162,7 +162,22 @@ func TestKernelLog(t *testing.T) {
 	if xids < 5 {
 		t.Fatalf("%d Xid lines parsed of %d, want the sample's", xids, lines)
 	}
-	k, ok := ParseKernelLine("[1234.5] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.")
+	// The line an H200's driver (580.159.04) wrote when a CUDA kernel wrote
+	// through a null pointer (bench/device/xid.sh): an application's Xid,
+	// which restarts the job and leaves the node in service.
+	real, err := os.ReadFile("testdata/h200-580-dmesg-xid31.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, ok := ParseKernelLine(string(real))
+	if !ok || k.Xid != 31 || k.PCI != "PCI:0000:00:06" || k.PID != 674 || k.Name != "python3" ||
+		!strings.Contains(k.Message, "MMU Fault: ENGINE GRAPHICS") {
+		t.Fatalf("the H200's Xid 31 line: %+v %v", k, ok)
+	}
+	if v := Xid(0, k.Xid); v.Action != restart || !strings.HasPrefix(v.Reason, "Xid 31") {
+		t.Errorf("Xid 31 verdict %+v, want the job restarted", v)
+	}
+	k, ok = ParseKernelLine("[1234.5] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.")
 	if !ok || k.Xid != 79 || k.PID != 0 || k.Name != "" || k.Message != "GPU has fallen off the bus." {
 		t.Fatalf("unknown-process line: %+v %v", k, ok)
 	}
