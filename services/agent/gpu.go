@@ -102,7 +102,7 @@ func startNode(cfg *Config, base *service.Base) (*app.Node, error) {
 	}
 	n, err := app.NewNode(app.NodeOptions{
 		Store: base.Store, Publisher: base.Producer, Device: cfg.Device,
-		Self: domain.Self{Node: cfg.Node, Cluster: cfg.Cluster}, Hostname: cfg.Hostname, WorkDir: cfg.WorkDir,
+		Self: domain.Self{Node: cfg.Node, Cluster: cfg.Cluster}, Hostname: cfg.Hostname, WorkDir: cfg.WorkDir, GPUs: cfg.GPUs,
 		DiskPaths: []string{cfg.WorkDir, cfg.SharedDir, "/"}, Interval: cfg.TelemetryInterval,
 		Log: base.Log, Clock: base.Clock,
 	})
@@ -120,7 +120,8 @@ func startNode(cfg *Config, base *service.Base) (*app.Node, error) {
 	}
 	base.Log.Info("GPUs opened", "mode", sim, "gpus", len(cfg.Device.Info()), "telemetry_interval", cfg.TelemetryInterval)
 	if n := len(cfg.Device.Info()); n < cfg.GPUs {
-		// gpu_diag fails the node for it; the log says so at once.
+		// Health takes the node out for it at the first telemetry, and
+		// gpu_diag fails it; the log says so at once.
 		base.Log.Warn("the driver lists fewer GPUs than the node offers", "offers", cfg.GPUs, "listed", n)
 	}
 	return n, nil

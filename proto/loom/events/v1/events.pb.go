@@ -1180,13 +1180,17 @@ func (x *Heartbeat) GetRunningSteps() int32 {
 // GpuTelemetry is a node's GPU and disk readings, published at a bounded
 // rate (the agent's -telemetry-interval).
 type GpuTelemetry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Cluster       string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Time          *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
-	Gpus          []*v1.GpuSample        `protobuf:"bytes,4,rep,name=gpus,proto3" json:"gpus,omitempty"`
-	Disks         []*v1.DiskSample       `protobuf:"bytes,5,rep,name=disks,proto3" json:"disks,omitempty"`
-	Simulated     bool                   `protobuf:"varint,6,opt,name=simulated,proto3" json:"simulated,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Node      string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Cluster   string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Time      *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
+	Gpus      []*v1.GpuSample        `protobuf:"bytes,4,rep,name=gpus,proto3" json:"gpus,omitempty"`
+	Disks     []*v1.DiskSample       `protobuf:"bytes,5,rep,name=disks,proto3" json:"disks,omitempty"`
+	Simulated bool                   `protobuf:"varint,6,opt,name=simulated,proto3" json:"simulated,omitempty"`
+	// offered_gpus is how many GPUs the node offers the scheduler (its
+	// machine type's; 0: not known). Fewer in gpus means GPUs the driver no
+	// longer lists, which health takes the node out for.
+	OfferedGpus   int32 `protobuf:"varint,7,opt,name=offered_gpus,json=offeredGpus,proto3" json:"offered_gpus,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1261,6 +1265,13 @@ func (x *GpuTelemetry) GetSimulated() bool {
 		return x.Simulated
 	}
 	return false
+}
+
+func (x *GpuTelemetry) GetOfferedGpus() int32 {
+	if x != nil {
+		return x.OfferedGpus
+	}
+	return 0
 }
 
 // XidObserved is one Xid event (NVML event set, or the kernel log), sent at once.
@@ -5112,14 +5123,15 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x17\n" +
 	"\aboot_id\x18\x03 \x01(\tR\x06bootId\x12.\n" +
 	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12#\n" +
-	"\rrunning_steps\x18\x05 \x01(\x05R\frunningSteps\"\xdd\x01\n" +
+	"\rrunning_steps\x18\x05 \x01(\x05R\frunningSteps\"\x80\x02\n" +
 	"\fGpuTelemetry\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12.\n" +
 	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12&\n" +
 	"\x04gpus\x18\x04 \x03(\v2\x12.loom.v1.GpuSampleR\x04gpus\x12)\n" +
 	"\x05disks\x18\x05 \x03(\v2\x13.loom.v1.DiskSampleR\x05disks\x12\x1c\n" +
-	"\tsimulated\x18\x06 \x01(\bR\tsimulated\"\xa9\x01\n" +
+	"\tsimulated\x18\x06 \x01(\bR\tsimulated\x12!\n" +
+	"\foffered_gpus\x18\a \x01(\x05R\vofferedGpus\"\xa9\x01\n" +
 	"\vXidObserved\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x10\n" +

@@ -69,6 +69,9 @@ type NodeOptions struct {
 	// WorkDir is the node's directory: its steps/*.pid name the process
 	// groups FAULT_HUNG_JOB stops.
 	WorkDir string
+	// GPUs is how many GPUs the node offers the scheduler (GpuTelemetry's
+	// offered_gpus, which health compares with the GPUs the device lists).
+	GPUs int
 	// DiskPaths are the paths whose filesystems GpuTelemetry reports
 	// (default WorkDir).
 	DiskPaths []string
@@ -448,7 +451,8 @@ func (n *Node) publishTelemetry(ctx context.Context) {
 		return
 	}
 	ev, err := n.nodeEvent(&eventsv1.GpuTelemetry{Node: n.opts.Self.Node, Cluster: n.opts.Self.Cluster,
-		Time: timestamppb.New(n.opts.Clock.Now()), Gpus: gpus, Disks: disks, Simulated: n.opts.Device.Simulated()})
+		Time: timestamppb.New(n.opts.Clock.Now()), Gpus: gpus, Disks: disks, Simulated: n.opts.Device.Simulated(),
+		OfferedGpus: int32(n.opts.GPUs)})
 	if err != nil {
 		n.log.Error("encode GPU telemetry", "err", err)
 		return

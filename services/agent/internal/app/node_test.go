@@ -165,8 +165,14 @@ func TestNoHeartbeatMutesTelemetry(t *testing.T) {
 	var c capture
 	n.opts.Publisher = &c
 	n.opts.Interval = time.Second
+	n.opts.GPUs = 2
 	ctx := context.Background()
 	n.publishTelemetry(ctx)
+	// Each reading says how many GPUs the node offers, for health to
+	// compare with the GPUs listed.
+	if tel, ok := c.evs[0].Payload.(*eventsv1.GpuTelemetry); !ok || tel.GetOfferedGpus() != 2 || len(tel.GetGpus()) != 2 {
+		t.Fatalf("telemetry %v", c.evs[0].Payload)
+	}
 	if err := n.Inject(&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_NO_HEARTBEAT, Gpu: -1}); err != nil {
 		t.Fatal(err)
 	}

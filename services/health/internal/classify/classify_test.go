@@ -225,6 +225,23 @@ func TestTelemetryThresholds(t *testing.T) {
 			t.Errorf("%s: %+v (of %v)", tc.name, v, vs)
 		}
 	}
+	// A node whose driver lists fewer GPUs than it offers (a GPU gone from
+	// the bus altogether, as an 8-GPU machine type on the one-GPU H200
+	// showed) is taken out as for a lost GPU, without an Xid of its own;
+	// listing as many or more, or not knowing the count, is fine.
+	short := sample(t1, ok)
+	short.OfferedGpus = 8
+	if v, found := Worst(th.Telemetry(nil, short, nil)); !found || v.Action != reboot || !v.Urgent || v.GPU != -1 || v.Xid != 0 ||
+		v.Reason != "GPU count: the driver lists 1 of the node's 8 GPUs" {
+		t.Errorf("1 of 8 GPUs listed: %+v", v)
+	}
+	for _, offered := range []int32{0, 1} {
+		full := sample(t1, ok)
+		full.OfferedGpus = offered
+		if v := th.Telemetry(nil, full, nil); len(v) != 0 {
+			t.Errorf("1 GPU listed, %d offered: %v", offered, v)
+		}
+	}
 	// Below the rates: nothing. A counter reset is not a burst.
 	if v := th.Telemetry(sample(t0, &loomv1.GpuSample{EccSbeVolatile: 100}), sample(t1, &loomv1.GpuSample{EccSbeVolatile: 105}), nil); len(v) != 0 {
 		t.Errorf("5 SBE/min flagged: %v", v)

@@ -92,6 +92,16 @@ func (t Thresholds) Telemetry(prev, cur *eventsv1.GpuTelemetry, judged map[int32
 			}
 		}
 	}
+	if want, have := int(cur.GetOfferedGpus()), len(cur.GetGpus()); want > 0 && have < want {
+		// A GPU gone from the bus altogether (before the driver loaded, or
+		// after a reset that failed) is not listed at all, so no GPU's
+		// sample says it is lost: the count does. It is fixed as a GPU
+		// fallen off the bus is, and the scheduler must not place jobs on
+		// GPUs that are not there meanwhile.
+		lost := Xid(-1, 79)
+		out = append(out, Verdict{Severity: lost.Severity, Action: lost.Action, Urgent: lost.Urgent, GPU: -1,
+			Reason: fmt.Sprintf("GPU count: the driver lists %d of the node's %d GPUs", have, want)})
+	}
 	for _, g := range cur.GetGpus() {
 		gpu := g.GetIndex()
 		if g.GetLost() {

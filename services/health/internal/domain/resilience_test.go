@@ -271,6 +271,27 @@ func TestTelemetryFault(t *testing.T) {
 	}
 }
 
+// TestMissingGPUsTakeTheNodeOut: a node whose telemetry lists fewer GPUs
+// than the node offers is taken out at once, as for a GPU fallen off the
+// bus, with the count as its reason; an offered count no sample could be
+// held to is read as unknown.
+func TestMissingGPUsTakeTheNodeOut(t *testing.T) {
+	t.Parallel()
+	f := cluster3(t)
+	one := []*loomv1.GpuSample{{Index: 0, TemperatureC: 40}}
+	if c := f.handle(&eventsv1.GpuTelemetry{Node: nodeN(1), Cluster: cluster, Time: timestamppb.New(f.now), Gpus: one,
+		OfferedGpus: MaxGPUSamples + 1}); len(c.AllEmits()) != 0 {
+		t.Fatalf("an offered count past the bound: %v", allEmits(c))
+	}
+	v := healthOf(f.handle(&eventsv1.GpuTelemetry{Node: nodeN(2), Cluster: cluster, Time: timestamppb.New(f.now), Gpus: one, OfferedGpus: 8}))
+	if len(v) < 1 || v[0].GetHealth() != eventsv1.NodeHealth_UNHEALTHY || v[0].GetReason() != "GPU count: the driver lists 1 of the node's 8 GPUs" {
+		t.Fatalf("1 of 8 GPUs: %v", v)
+	}
+	if view := f.s.View(nodeN(2)); view.GetState() != loomv1.RemediationState_NODE_REBOOTING {
+		t.Fatalf("view: %v", view)
+	}
+}
+
 // TestPolicy: the policy health applies to a cluster, defaults filled in,
 // with its repairs now: one node of three in repair, one at most.
 func TestPolicy(t *testing.T) {

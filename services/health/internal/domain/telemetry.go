@@ -38,6 +38,10 @@ func boundTelemetry(t *eventsv1.GpuTelemetry) *eventsv1.GpuTelemetry {
 	if len(t.Disks) > MaxDiskSamples {
 		t.Disks = t.Disks[:MaxDiskSamples]
 	}
+	if t.OfferedGpus < 0 || t.OfferedGpus > MaxGPUSamples {
+		// Not a count the samples could be held to: unknown.
+		t.OfferedGpus = 0
+	}
 	finite := func(v *float64) {
 		if math.IsNaN(*v) || math.IsInf(*v, 0) {
 			*v = 0
