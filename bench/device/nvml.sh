@@ -75,7 +75,7 @@ fi
 step "loom up: a cluster whose agents find the real driver"
 export LOOM_CONFIG_DIR=/tmp/loomcfg LOOM_DATA_DIR=/tmp/loomdata
 rm -rf /tmp/loomcfg /tmp/loomdata
-"$bin/loom" up --log-level warn --stop-agents >/tmp/loom-up.log 2>&1 &
+"$bin/loom" up --log-level info --stop-agents >/tmp/loom-up.log 2>&1 &
 up=$!
 for _ in $(seq 120); do "$bin/loom" clusters list >/dev/null 2>&1 && break; sleep 0.5; done
 # Two pools on the one GPU: an a3-ultragpu-8g node, which offers 8 GPUs
@@ -109,9 +109,13 @@ step "gpu_diag level 3 and disk on the real GPU"
 "$bin/loom" health results h200 -o json >"$out/health-results.json"
 "$bin/loom" health nodes h200
 
+# The services' and the agents' logs come back in one file, for what the
+# screens above do not say (the cluster's deletion removes the agents').
+tar czf "$out/logs.tgz" /tmp/loom-up.log $(find /tmp/loomdata -name agent.log) 2>/dev/null
+grep -ihE 'GPUs opened|fewer GPUs|node booted|agent killed' /tmp/loom-up.log $(find /tmp/loomdata -name agent.log) | cut -c1-200 | head -20
+
 step "down"
 "$bin/loom" clusters delete h200
 kill -INT "$up"
 wait "$up"
-grep -iE 'GPUs opened|fewer GPUs' /tmp/loom-up.log | head -20
 step "done"
