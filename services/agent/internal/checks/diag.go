@@ -367,13 +367,14 @@ func (g *diagRun) xids() DiagTest {
 	})
 }
 
-// links: PCIe replays and NVLink CRC errors warn.
+// links: NVLink CRC errors and replays warn, and PCIe replays past the
+// scan's max_pcie_replays (default 80).
 func (g *diagRun) links(cmd *eventsv1.RunHealthCheck) DiagTest {
 	// DCGM's pcie test allows 80 replays a GPU (max_pcie_replays) before
 	// it warns: links retry now and then, and one real H200 showed a
 	// replay on a fresh machine. The counter here is since the driver
-	// loaded, so the same allowance is a looser test than DCGM's, whose
-	// counts only what the test itself saw.
+	// loaded, so the same allowance is a looser test than DCGM's, which
+	// counts only the replays during its test.
 	maxReplays, err := strconv.ParseUint(param(cmd, "max_pcie_replays", "80"), 10, 32)
 	if err != nil {
 		maxReplays = 80
