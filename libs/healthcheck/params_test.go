@@ -30,6 +30,8 @@ func TestCheckParam(t *testing.T) {
 	for _, tc := range []struct{ k, v, want string }{
 		{"stress", "30s", ""}, {"stress", "0s", "duration above 0"}, {"stress", "2h", "longer than the limit of 1h0m0s"},
 		{"memory_mib", "1024", ""}, {"memory_mib", "1025", "whole number from 1 to 1024"},
+		{"max_pcie_replays", "0", ""}, {"max_pcie_replays", "-1", "whole number from 0"},
+		{"max_pcie_replays", "99999999999", "whole number from 0 to 2147483647"},
 		{"dcgmi", "off", ""}, {"dcgmi", "on", "want auto"},
 		{"paths", "/,/scratch", ""}, {"paths", "/,scratch", "not an absolute path"},
 		{"max_used_percent", "101", "from 0 to 100"}, {"min_free_gb", "NaN", "finite number"}, {"min_free_gb", "-1", "from 0 up"},
