@@ -130,15 +130,32 @@ func TestNodeNoHeartbeatFault(t *testing.T) {
 	// heartbeats are muted.
 	inject(t, e, &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_XID, Gpu: 0, Xid: 13})
 	marker := waitXid(t, e, 0, 13).GetTime().AsTime()
-	// A telemetry round well after the marker: heartbeats (every 100 ms)
-	// would have been sent meanwhile.
-	testkit.WaitEvent(t, e.broker, topics.NodeTelemetry, wait, func(ev envelope.Event) bool {
-		g, ok := ev.Payload.(*eventsv1.GpuTelemetry)
-		return ok && g.GetTime().AsTime().After(marker.Add(time.Second))
+	// A second marker well after the first (Xids are not muted): over that
+	// window heartbeats (every 100 ms) and telemetry (every second) would
+	// have been sent, and health takes both for signs of life.
+	var until time.Time
+	testkit.WaitFor(t, wait, "an Xid 1.5s after the marker", func() (bool, error) {
+		inject(t, e, &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_XID, Gpu: 1, Xid: 43})
+		for _, ev := range testkit.Events(t, e.broker, topics.NodeTelemetry) {
+			if x, ok := ev.Payload.(*eventsv1.XidObserved); ok && x.GetGpu() == 1 && x.GetTime().AsTime().After(marker.Add(1500*time.Millisecond)) {
+				until = x.GetTime().AsTime()
+				return true, nil
+			}
+		}
+		return false, nil
 	})
 	for _, ev := range testkit.Events(t, e.broker, topics.NodeTelemetry) {
-		if hb, ok := ev.Payload.(*eventsv1.Heartbeat); ok && hb.GetTime().AsTime().After(marker.Add(200*time.Millisecond)) {
-			t.Fatalf("heartbeat at %s, muted since %s", hb.GetTime().AsTime(), marker)
+		var at time.Time
+		switch p := ev.Payload.(type) {
+		case *eventsv1.Heartbeat:
+			at = p.GetTime().AsTime()
+		case *eventsv1.GpuTelemetry:
+			at = p.GetTime().AsTime()
+		default:
+			continue
+		}
+		if at.After(marker.Add(200*time.Millisecond)) && at.Before(until) {
+			t.Fatalf("%s at %s, muted since %s", ev.Type, at, marker)
 		}
 	}
 	inject(t, e, &loomv1.Fault{Kind: loomv1.FaultKind_FAULT_CLEAR, Gpu: -1})
