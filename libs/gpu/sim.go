@@ -49,11 +49,15 @@ const (
 	DefaultThermalRise = 0.25
 )
 
-// The temperatures at which a GPU in thermal runaway throttles and at which
-// it stops rising (the driver's slowdown and shutdown temperatures of an
-// H100/H200 board).
+// SlowdownTempC is where a simulated GPU in thermal runaway starts to
+// throttle: an H200's maximum operating temperature, the zero of
+// nvidia-smi's T.Limit scale (it read "GPU T.Limit Temp: 50 C" at 37 C,
+// driver 580.159.04).
+const SlowdownTempC = 87
+
+// The temperatures at which a GPU in thermal runaway shuts down and at
+// which it stops rising.
 const (
-	slowdownTempC   = 87
 	shutdownTempC   = 95
 	maxRunawayTempC = 102
 )
@@ -595,11 +599,11 @@ func (st *simState) sample(i int, now time.Time, busy bool) *loomv1.GpuSample {
 			rise = DefaultThermalRise
 		}
 		temp = min(temp+rise*max(0, now.Sub(g.Thermal).Seconds()), maxRunawayTempC)
-		if temp >= slowdownTempC {
+		if temp >= SlowdownTempC {
 			reasons &^= ReasonGpuIdle
 			reasons |= ReasonSwThermalSlowdown | ReasonHwThermalSlowdown
 			// Clocks fall as the board tries to hold its temperature.
-			sm = max(float64(m.idleSMMHz), float64(m.maxSMMHz)*max(0.3, 1-(temp-slowdownTempC)/20))
+			sm = max(float64(m.idleSMMHz), float64(m.maxSMMHz)*max(0.3, 1-(temp-SlowdownTempC)/20))
 			power *= 0.6
 		}
 	}

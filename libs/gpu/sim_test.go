@@ -184,7 +184,7 @@ func TestSimulatedFaults(t *testing.T) {
 			}
 		})},
 		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_THERMAL, Gpu: 3}, 5 * time.Minute, func(t *testing.T, b, a *loomv1.GpuSample, s *Simulated, _ []Xid) {
-			if a.TemperatureC < slowdownTempC || a.ThrottleReasons&(ReasonHwThermalSlowdown|ReasonSwThermalSlowdown) == 0 || a.SmClockMhz >= 1980 {
+			if a.TemperatureC < SlowdownTempC || a.ThrottleReasons&(ReasonHwThermalSlowdown|ReasonSwThermalSlowdown) == 0 || a.SmClockMhz >= 1980 {
 				t.Errorf("5 min into thermal runaway: %v", a)
 			}
 			if f := s.ThroughputFactor(3); f >= 1 || f <= 0 {
@@ -194,12 +194,12 @@ func TestSimulatedFaults(t *testing.T) {
 		// A faster runaway (value °C/s) throttles within seconds; the
 		// default one has not yet.
 		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_THERMAL, Gpu: 3, Value: 5}, 20 * time.Second, func(t *testing.T, b, a *loomv1.GpuSample, s *Simulated, _ []Xid) {
-			if a.TemperatureC < slowdownTempC || a.ThrottleReasons&(ReasonHwThermalSlowdown|ReasonSwThermalSlowdown) == 0 {
+			if a.TemperatureC < SlowdownTempC || a.ThrottleReasons&(ReasonHwThermalSlowdown|ReasonSwThermalSlowdown) == 0 {
 				t.Errorf("20 s into thermal runaway at 5 °C/s: %v", a)
 			}
 		}},
 		{&loomv1.Fault{Kind: loomv1.FaultKind_FAULT_THERMAL, Gpu: 3}, 20 * time.Second, func(t *testing.T, b, a *loomv1.GpuSample, s *Simulated, _ []Xid) {
-			if a.TemperatureC >= slowdownTempC || a.TemperatureC <= b.TemperatureC || a.ThrottleReasons&(ReasonHwThermalSlowdown|ReasonSwThermalSlowdown) != 0 {
+			if a.TemperatureC >= SlowdownTempC || a.TemperatureC <= b.TemperatureC || a.ThrottleReasons&(ReasonHwThermalSlowdown|ReasonSwThermalSlowdown) != 0 {
 				t.Errorf("20 s into thermal runaway at the default 0.25 °C/s: %v (before %v)", a, b)
 			}
 		}},

@@ -489,13 +489,9 @@ func busByte(id string) string {
 	return "00"
 }
 
-// maxOperatingC is the zero of nvidia-smi's T.Limit scale, the GPU's
-// maximum operating temperature: an H200 read "GPU T.Limit Temp: 50 C" at
-// 37 C (driver 580.159.04), and the simulated device throttles from there.
-const maxOperatingC = 87
-
-// tLimit is how far below its maximum operating temperature the GPU runs.
-func tLimit(s *loomv1.GpuSample) float64 { return maxOperatingC - s.GetTemperatureC() }
+// tLimit is how far below its maximum operating temperature (where the
+// simulated device starts to throttle) the GPU runs: nvidia-smi's T.Limit.
+func tLimit(s *loomv1.GpuSample) float64 { return gpu.SlowdownTempC - s.GetTemperatureC() }
 
 // memTempC is the HBM's temperature, which the simulated device does not
 // keep: a line through what an H200 read (41 C beside a 37 C GPU idle,
