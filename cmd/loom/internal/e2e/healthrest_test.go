@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -118,11 +119,11 @@ func TestHealthOverREST(t *testing.T) {
 		t.Errorf("injectFault: %d %v", code, out)
 	}
 	if code, out := call(http.MethodPost, base+"/nodes/gpu-0002:injectFault", map[string]any{"fault": map[string]any{"gpu": 0}}, key); code != http.StatusBadRequest ||
-		!strings.Contains(out["message"].(string), "fault.kind") {
+		!strings.Contains(fmt.Sprint(out["message"]), "fault.kind") {
 		t.Errorf("a fault of no kind: %d %v", code, out)
 	}
 	if code, out := call(http.MethodPost, base+"/health:scan", map[string]any{"checks": []string{"../../bin/sh"}}, key); code != http.StatusBadRequest ||
-		!strings.Contains(out["message"].(string), "checks") {
+		!strings.Contains(fmt.Sprint(out["message"]), "checks") {
 		t.Errorf("a scan of an unknown check: %d %v", code, out)
 	}
 	// The policy and the cluster's goodput read back.
