@@ -19,18 +19,8 @@
 # it is tried before a GPU machine is spent on it.
 set -u
 out=${1:?usage: nvml.sh OUTDIR}
-bin=${LOOM_DEVBIN:-.devbin}
-mkdir -p "$out"
-# The binaries travel gzipped (a device machine takes 64 MiB of files).
-if [ -e "$bin/loom.gz" ]; then
-	mkdir -p /tmp/devbin
-	for f in "$bin"/*.gz; do gunzip -c "$f" >"/tmp/devbin/$(basename "$f" .gz)"; done
-	chmod +x /tmp/devbin/*
-	bin=/tmp/devbin
-fi
-exec > >(tee "$out/log.txt") 2>&1
-t0=$(date +%s%N)
-step() { printf '\n===== %s (+%dms)\n' "$*" $((($(date +%s%N) - t0) / 1000000)); }
+log=log.txt
+. "$(dirname "$0")/lib.sh"
 
 query=index,name,uuid,pci.bus_id,driver_version,temperature.gpu,temperature.memory,power.draw,power.limit,utilization.gpu,utilization.memory,memory.used,memory.total,clocks.sm,clocks.mem,clocks_event_reasons.active,ecc.errors.corrected.volatile.total,ecc.errors.uncorrected.volatile.total,ecc.errors.corrected.aggregate.total,ecc.errors.uncorrected.aggregate.total,retired_pages.pending,pcie.link.gen.current,pcie.link.width.current
 

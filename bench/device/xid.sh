@@ -11,17 +11,8 @@
 # Build as for nvml.sh (the .devbin binaries), then: bash bench/device/xid.sh OUTDIR
 set -u
 out=${1:?usage: xid.sh OUTDIR}
-bin=${LOOM_DEVBIN:-.devbin}
-mkdir -p "$out"
-if [ -e "$bin/loom.gz" ]; then
-	mkdir -p /tmp/devbin
-	for f in "$bin"/*.gz; do gunzip -c "$f" >"/tmp/devbin/$(basename "$f" .gz)"; done
-	chmod +x /tmp/devbin/*
-	bin=/tmp/devbin
-fi
-exec > >(tee "$out/xid-log.txt") 2>&1
-t0=$(date +%s%N)
-step() { printf '\n===== %s (+%dms)\n' "$*" $((($(date +%s%N) - t0) / 1000000)); }
+log=xid-log.txt
+. "$(dirname "$0")/lib.sh"
 py=$(command -v python3)
 
 step "kernel log before"

@@ -16,6 +16,33 @@ import (
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
+// cliAgainst runs the loom binary bin against stack s as its administrator
+// and returns its output and exit status (a failure to run it at all fails
+// the test).
+func cliAgainst(t *testing.T, bin string, s *stack.Stack) func(args ...string) (string, int) {
+	t.Helper()
+	key, err := s.AdminKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "LOOM_CONFIG_DIR=" + t.TempDir(),
+		"LOOM_GATEWAY=" + s.GatewayAddr, "LOOM_TOKEN=" + key, "LOOM_PROJECT=default"}
+	return func(args ...string) (string, int) {
+		t.Helper()
+		cmd := exec.Command(bin, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		switch {
+		case errors.As(err, &exit):
+			return string(out), exit.ExitCode()
+		case err != nil:
+			t.Fatalf("loom %v: %v", args, err)
+		}
+		return string(out), 0
+	}
+}
+
 // TestHealthThroughTheCLI drives health with the loom binary against
 // running services, as an operator does: a scan whose --param asks the
 // disk check for more free space than any disk has fails on the node
@@ -33,26 +60,7 @@ func TestHealthThroughTheCLI(t *testing.T) {
 	gw := dialGateway(t, s)
 	cl := createCluster(t, gw, "hcli", &loomv1.NodePool{Id: "gpu", MachineType: "a3-highgpu-1g",
 		NodeCount: 1, AcceleratorType: "nvidia-h100-80gb", AcceleratorCount: 1})
-	key, err := s.AdminKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "LOOM_CONFIG_DIR=" + t.TempDir(),
-		"LOOM_GATEWAY=" + s.GatewayAddr, "LOOM_TOKEN=" + key, "LOOM_PROJECT=default"}
-	loom := func(args ...string) (string, int) {
-		t.Helper()
-		cmd := exec.Command(bin, args...)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		var exit *exec.ExitError
-		switch {
-		case errors.As(err, &exit):
-			return string(out), exit.ExitCode()
-		case err != nil:
-			t.Fatalf("loom %v: %v", args, err)
-		}
-		return string(out), 0
-	}
+	loom := cliAgainst(t, bin, s)
 	host := "gpu-0001"
 
 	out, code := loom("health", "scan", "hcli", "--checks", "disk", "--param", "min_free_gb=lots")
@@ -208,26 +216,7 @@ func TestSlowGPUIsAStraggler(t *testing.T) {
 	gw := dialGateway(t, s)
 	createCluster(t, gw, "strag", &loomv1.NodePool{Id: "gpu", MachineType: "a3-highgpu-1g",
 		NodeCount: 3, AcceleratorType: "nvidia-h100-80gb", AcceleratorCount: 1})
-	key, err := s.AdminKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "LOOM_CONFIG_DIR=" + t.TempDir(),
-		"LOOM_GATEWAY=" + s.GatewayAddr, "LOOM_TOKEN=" + key, "LOOM_PROJECT=default"}
-	loom := func(args ...string) (string, int) {
-		t.Helper()
-		cmd := exec.Command(bin, args...)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		var exit *exec.ExitError
-		switch {
-		case errors.As(err, &exit):
-			return string(out), exit.ExitCode()
-		case err != nil:
-			t.Fatalf("loom %v: %v", args, err)
-		}
-		return string(out), 0
-	}
+	loom := cliAgainst(t, bin, s)
 	const slow = "gpu-0002"
 	if out, code := loom("nodes", "inject-fault", slow, "--cluster", "strag", "--kind", "slow", "--factor", "4"); code != 0 {
 		t.Fatalf("inject-fault: exit %d\n%s", code, out)

@@ -43,6 +43,28 @@ func referenceModel(t *testing.T, loom string) []byte {
 	return b
 }
 
+// registeredModel waits for the first version of model (in the default
+// project) to be registered and returns its model.json.
+func registeredModel(t *testing.T, gw *grpc.ClientConn, model string) []byte {
+	t.Helper()
+	reg := loomv1.NewModelServiceClient(gw)
+	var uri string
+	testkit.WaitFor(t, 30*time.Second, "model version registered", func() (bool, error) {
+		v, err := reg.ListModelVersions(waitCtx(t, 5*time.Second), &loomv1.ListModelVersionsRequest{
+			Parent: "projects/default/models/" + model})
+		if err != nil || len(v.Versions) == 0 {
+			return false, nil
+		}
+		uri = v.Versions[0].ArtifactUri
+		return true, nil
+	})
+	b, err := os.ReadFile(filepath.Join(strings.TrimPrefix(uri, "file://"), "model.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // nodeHealth returns health's view of one node of the cluster.
 func nodeHealth(t *testing.T, conn *grpc.ClientConn, cluster, host string) (*loomv1.NodeHealth, error) {
 	resp, err := loomv1.NewHealthServiceClient(conn).ListNodeHealth(waitCtx(t, 5*time.Second),
@@ -191,22 +213,7 @@ func TestXid79DrainsRepairsAndResumesFromCheckpoint(t *testing.T) {
 		}
 	}
 	// The same model as an uninterrupted run, byte for byte.
-	reg := loomv1.NewModelServiceClient(gw)
-	var uri string
-	testkit.WaitFor(t, 30*time.Second, "model version registered", func() (bool, error) {
-		v, err := reg.ListModelVersions(waitCtx(t, 5*time.Second), &loomv1.ListModelVersionsRequest{
-			Parent: "projects/default/models/xid79-model"})
-		if err != nil || len(v.Versions) == 0 {
-			return false, nil
-		}
-		uri = v.Versions[0].ArtifactUri
-		return true, nil
-	})
-	got, err := os.ReadFile(filepath.Join(strings.TrimPrefix(uri, "file://"), "model.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
+	if got := registeredModel(t, gw, "xid79-model"); !bytes.Equal(got, want) {
 		t.Errorf("the resumed job's model differs from an uninterrupted run's:\n got %s\nwant %s", got, want)
 	}
 	out, err := os.ReadFile(end.OutputPath)
@@ -637,22 +644,7 @@ func TestHungJobIsRequeuedAndItsNodeChecked(t *testing.T) {
 	if !strings.Contains(string(out), "resuming from checkpoint") {
 		t.Errorf("the next run did not resume from a checkpoint:\n%s", out)
 	}
-	reg := loomv1.NewModelServiceClient(gw)
-	var uri string
-	testkit.WaitFor(t, 30*time.Second, "model version registered", func() (bool, error) {
-		v, err := reg.ListModelVersions(waitCtx(t, 5*time.Second), &loomv1.ListModelVersionsRequest{
-			Parent: "projects/default/models/hang-model"})
-		if err != nil || len(v.Versions) == 0 {
-			return false, nil
-		}
-		uri = v.Versions[0].ArtifactUri
-		return true, nil
-	})
-	got, err := os.ReadFile(filepath.Join(strings.TrimPrefix(uri, "file://"), "model.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
+	if got := registeredModel(t, gw, "hang-model"); !bytes.Equal(got, want) {
 		t.Errorf("the resumed job's model differs from an uninterrupted run's:\n got %s\nwant %s", got, want)
 	}
 }
