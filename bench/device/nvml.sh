@@ -63,11 +63,7 @@ else
 fi
 
 step "loom up: a cluster whose agents find the real driver"
-export LOOM_CONFIG_DIR=/tmp/loomcfg LOOM_DATA_DIR=/tmp/loomdata
-rm -rf /tmp/loomcfg /tmp/loomdata
-"$bin/loom" up --log-level info --stop-agents >/tmp/loom-up.log 2>&1 &
-up=$!
-for _ in $(seq 120); do "$bin/loom" clusters list >/dev/null 2>&1 && break; sleep 0.5; done
+loom_up
 # Two pools on the one GPU: an a3-ultragpu-8g node, which offers 8 GPUs
 # where the driver lists 1 (gpu_diag must fail it), and an a2-highgpu-1g
 # node, which offers 1 (gpu_diag must pass it).
@@ -89,9 +85,7 @@ step "a job on the one-GPU node runs nvidia-smi (NVIDIA's, not Loom's simulated 
 "$bin/loom" jobs logs 1
 
 step "the agents' /metrics (dcgm-exporter names)"
-target=$(grep -ho '"[0-9.]*:[0-9]*"' /tmp/loomdata/metrics-sd/*.json 2>/dev/null | head -1 | tr -d '"')
-echo "agent metrics at $target"
-python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' "http://$target/metrics" >"$out/agent-metrics.txt"
+agent_metrics >"$out/agent-metrics.txt"
 grep -E '^(DCGM_FI|loom_gpu|loom_node)' "$out/agent-metrics.txt" | grep -E 'gpu="0"|^loom_node' | sed -E 's/[{].*[}]/{...}/'
 
 step "gpu_diag level 3 and disk on the real GPU"
@@ -106,6 +100,5 @@ grep -ihE 'GPUs opened|fewer GPUs|node booted|agent killed' /tmp/loom-up.log $(f
 
 step "down"
 "$bin/loom" clusters delete h200
-kill -INT "$up"
-wait "$up"
+loom_down
 step "done"

@@ -19,11 +19,7 @@ step "kernel log before"
 dmesg 2>&1 | grep -c 'NVRM: Xid' || true
 
 step "loom up: a one-GPU node whose agent finds the real driver"
-export LOOM_CONFIG_DIR=/tmp/loomcfg LOOM_DATA_DIR=/tmp/loomdata
-rm -rf /tmp/loomcfg /tmp/loomdata
-"$bin/loom" up --log-level warn --stop-agents >/tmp/loom-up.log 2>&1 &
-up=$!
-for _ in $(seq 120); do "$bin/loom" clusters list >/dev/null 2>&1 && break; sleep 0.5; done
+loom_up
 cat >/tmp/xid.json <<'EOF'
 {"name": "xid", "compute": {"node_pools": [{"id": "one", "machine_type": "a2-highgpu-1g", "node_count": 1}]}}
 EOF
@@ -61,16 +57,13 @@ for _ in $(seq 40); do "$bin/loom" health nodes xid -o json 2>/dev/null | grep -
 "$bin/loom" health nodes xid
 "$bin/loom" health nodes xid -o json >"$out/xid-health-nodes.json"
 "$bin/loom" slurm sinfo -M xid -R || true
-target=$(grep -ho '"[0-9.]*:[0-9]*"' /tmp/loomdata/metrics-sd/*.json 2>/dev/null | head -1 | tr -d '"')
-python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' "http://$target/metrics" |
-	grep -E '^DCGM_FI_DEV_XID_ERRORS' | sed -E 's/[{].*[}]/{...}/'
+agent_metrics | grep -E '^DCGM_FI_DEV_XID_ERRORS' | sed -E 's/[{].*[}]/{...}/'
 
 step "the kernel's line"
 dmesg 2>&1 | grep 'NVRM: Xid' | tail -5 | tee "$out/xid-dmesg.txt"
 
 step "down"
 "$bin/loom" clusters delete xid
-kill -INT "$up"
-wait "$up"
+loom_down
 grep -iE 'xid' /tmp/loomdata/*/*.log 2>/dev/null | head -10
 step "done"
