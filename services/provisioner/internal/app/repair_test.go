@@ -169,6 +169,38 @@ func TestRebootThroughTheReconciler(t *testing.T) {
 	}
 }
 
+// TestAgentRegistersBeforeItsBootIsRecorded: the new boot's agent can
+// register while the provider's call is still returning, before the pass
+// records the boot. The repair ends there, and the boot recorded after it
+// changes nothing (before, the registration was dropped and the node stayed
+// REBOOTING until its deadline, heartbeating).
+func TestAgentRegistersBeforeItsBootIsRecorded(t *testing.T) {
+	t.Parallel()
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "provisioner:")
+	p, c := newRepairer(), &clock{t: time.Now()}
+	a := newApp(t, st, p, c)
+	ctx := context.Background()
+	create(t, a, 2)
+	a.ReconcileOnce(ctx)
+	registerAll(t, a)
+	name := demo + "/nodes/gpu-0001"
+	p.after = func(rc repairCall) {
+		if err := a.AgentRegistered(ctx, "reg-fast", &eventsv1.AgentRegistered{Node: rc.node, HostBootId: rc.bootID}); err != nil {
+			t.Error(err)
+		}
+	}
+	remediate(t, a, "ev-1", "gpu-0001", loomv1.RemediationAction_ACTION_REBOOT)
+	a.ReconcileOnce(ctx)
+	fs := remediationsFinished(t, st)
+	if n := node(a, "gpu-0001"); n.GetState() != loomv1.Node_READY || len(fs) != 1 || !fs[0].GetOk() || repairOf(a, name) != nil {
+		t.Fatalf("node %v, finished %v, repair %+v", n, fs, repairOf(a, name))
+	}
+	if m, _ := st.HGetAll(ctx, "repairs"); len(m) != 0 {
+		t.Fatalf("repair records left: %v", m)
+	}
+}
+
 // TestRepairResumesAfterACrash: a provisioner that dies at any point of a
 // repair (before the provider acts, after it acted but before that was
 // recorded, between retiring a replaced node and swapping the records)

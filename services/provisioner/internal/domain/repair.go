@@ -216,9 +216,21 @@ func (s *State) RepairBooted(p Params, node string, pid int32, expect time.Durat
 // does not count, nor one naming another host boot id. An agent that
 // reports no host boot id is taken at its word once the boot happened.
 // The node is READY.
+//
+// An agent naming the repair's own host boot id ends it in any phase: the
+// provider writes that id only when the boot happens, so nothing else can
+// name it, and the new agent may register before the provisioner has
+// recorded the boot (RepairBooted comes after the provider's call returns).
+// Waiting for a registration that already came would keep the node in repair
+// until its deadline.
 func (e *edit) repairRegistered(r *Repair, ev *eventsv1.AgentRegistered) {
-	if r.Phase != RepairBooting || (ev.GetHostBootId() != "" && ev.GetHostBootId() != r.BootID) {
-		return
+	switch hb := ev.GetHostBootId(); {
+	case hb != "" && hb != r.BootID:
+		return // another boot's agent
+	case hb == "" && r.Phase != RepairBooting:
+		return // an agent that cannot say it is the new boot's, before the boot
+	case r.Phase == RepairRequested && r.Action == loomv1.RemediationAction_ACTION_REPLACE:
+		return // the old node, not yet swapped for its replacement
 	}
 	n, _ := e.live(r.Target)
 	if n == nil {

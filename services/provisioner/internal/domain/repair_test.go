@@ -84,6 +84,53 @@ func TestRebootLifecycle(t *testing.T) {
 	}
 }
 
+// The provider boots the node and only then is the boot recorded
+// (RepairBooted): a fast agent registers in between. Found on an H200,
+// where a rebooted node stayed REBOOTING with its agent heartbeating.
+func TestRegistrationBeforeTheBootIsRecorded(t *testing.T) {
+	t.Parallel()
+	t.Run("reboot", func(t *testing.T) {
+		t.Parallel()
+		s := running(t)
+		at := t0.Add(time.Hour)
+		remediate(s, "gpu-0001", loomv1.RemediationAction_ACTION_REBOOT, "rem-1", "boot-1", at)
+		name := node(s, "gpu-0001").GetName()
+		// Neither an agent that names no boot nor one of another boot ends it.
+		for _, hb := range []string{"", "boot-0"} {
+			if ch := registerBoot(s, "gpu-0001", hb, at); !ch.Empty() || s.Repairs[name] == nil {
+				t.Fatalf("registration %q before the boot = %+v", hb, ch)
+			}
+		}
+		f := finished(t, registerBoot(s, "gpu-0001", "boot-1", at.Add(time.Second)))
+		if !f.GetOk() || node(s, "gpu-0001").GetState() != loomv1.Node_READY || len(s.Repairs) != 0 {
+			t.Fatalf("finished %v, node %v, repairs %v", f, node(s, "gpu-0001"), s.Repairs)
+		}
+		// The boot's record, arriving after, changes nothing.
+		if ch := s.RepairBooted(p, name, 42, 0, at.Add(2*time.Second)); !ch.Empty() {
+			t.Fatalf("booted after the registration = %+v", ch)
+		}
+	})
+	t.Run("replace", func(t *testing.T) {
+		t.Parallel()
+		s := running(t)
+		at := t0.Add(time.Hour)
+		old := demo + "/nodes/gpu-0002"
+		remediate(s, "gpu-0002", loomv1.RemediationAction_ACTION_REPLACE, "rem-r", "boot-r", at)
+		// The old node's agent, before the swap, names its own boot.
+		if ch := registerBoot(s, "gpu-0002", "boot-old", at); !ch.Empty() || node(s, "gpu-0002").GetState() != loomv1.Node_REPLACING {
+			t.Fatalf("old agent's registration = %+v", ch)
+		}
+		apply(s, s.RepairSwap(p, old, at.Add(time.Second)))
+		f := finished(t, registerBoot(s, "gpu-0003", "boot-r", at.Add(2*time.Second)))
+		if !f.GetOk() || f.GetReplacement() != demo+"/nodes/gpu-0003" || node(s, "gpu-0003").GetState() != loomv1.Node_READY || len(s.Repairs) != 0 {
+			t.Fatalf("finished %v, node %v", f, node(s, "gpu-0003"))
+		}
+		if ch := s.RepairBooted(p, old, 7, 0, at.Add(3*time.Second)); !ch.Empty() {
+			t.Fatalf("booted after the registration = %+v", ch)
+		}
+	})
+}
+
 func TestRemediateNodeRefusals(t *testing.T) {
 	t.Parallel()
 	s := running(t)
