@@ -1189,6 +1189,69 @@ func TestPartitionKeyNewestMemberReads(t *testing.T) {
 	}
 }
 
+// TestSoleMemberRemovesADeadPredecessor: a member that joined the group and
+// then died (it never heartbeats again, as a SIGKILLed agent's) holds up
+// the group's rebalance for its session, here 5 minutes. A SoleMember
+// consumer removes it first and reads within the test's usual wait.
+func TestSoleMemberRemovesADeadPredecessor(t *testing.T) {
+	t.Parallel()
+	_, broker := kfakeBroker(t)
+	const parts = 4
+	topic := newTopic(t, broker, parts)
+	ctx := testkit.Context(t, 2*time.Minute)
+	client := &kafka.Client{Addr: kafka.TCP(broker), Transport: &kafka.Transport{}, Timeout: 10 * time.Second}
+	// The dead predecessor: joined and synced as kafka-go's group member
+	// would, then silent.
+	join := &kafka.JoinGroupRequest{GroupID: "g", SessionTimeout: 5 * time.Minute, RebalanceTimeout: 5 * time.Minute,
+		ProtocolType: "consumer", Protocols: []kafka.GroupProtocol{{Name: "loom-key",
+			Metadata: kafka.GroupProtocolSubscription{Topics: []string{topic}}}}}
+	jr, err := client.JoinGroup(ctx, join)
+	if err == nil && errors.Is(jr.Error, kafka.MemberIDRequired) {
+		join.MemberID = jr.MemberID
+		jr, err = client.JoinGroup(ctx, join)
+	}
+	if err == nil {
+		err = jr.Error
+	}
+	if err != nil {
+		t.Fatalf("the predecessor's join: %v", err)
+	}
+	sr, err := client.SyncGroup(ctx, &kafka.SyncGroupRequest{GroupID: "g", GenerationID: jr.GenerationID, MemberID: jr.MemberID,
+		ProtocolType: "consumer", ProtocolName: "loom-key", Assignments: []kafka.SyncGroupRequestAssignment{{MemberID: jr.MemberID,
+			Assignment: kafka.GroupProtocolAssignment{AssignedPartitions: map[string][]int{topic: {bus.PartitionOf("mine", parts)}}}}}})
+	if err == nil {
+		err = sr.Error
+	}
+	if err != nil {
+		t.Fatalf("the predecessor's sync: %v", err)
+	}
+
+	p := newProducer(t, broker)
+	ev := event(topic, "mine", 1)
+	publish(t, p, ev)
+	var got seen
+	startConsumer(t, bus.ConsumerConfig{Brokers: []string{broker}, GroupID: "g", Topics: []string{topic},
+		PartitionKey: "mine", SoleMember: true, Logger: testLogger(t)}, p, func(ctx context.Context, ev envelope.Event) error {
+		got.add(ev)
+		return nil
+	})
+	testkit.WaitFor(t, wait, "the sole member handles the key's record", func() (bool, error) {
+		return len(got.ids()) > 0, nil
+	})
+	if ids := got.ids(); !slices.Equal(ids, []string{ev.ID}) {
+		t.Fatalf("handled %v, want [%s]", ids, ev.ID)
+	}
+	desc, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{"g"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range desc.Groups[0].Members {
+		if m.MemberID == jr.MemberID {
+			t.Fatalf("the dead predecessor %s is still in the group", jr.MemberID)
+		}
+	}
+}
+
 func TestPartitionOf(t *testing.T) {
 	t.Parallel()
 	if got := bus.PartitionOf("anything", 1); got != 0 {

@@ -108,10 +108,21 @@ type ConsumerConfig struct {
 	// the step commands instead of every node's. Other keys' records in
 	// that partition still come (Filter passes over them). Only the
 	// group's newest member reads: a restarted process takes the partition
-	// at once from the member its killed predecessor left in the group.
-	// Every member of the group must set the same key; a topic's partition
-	// count must not change while the group reads it.
+	// from the member its killed predecessor left in the group as soon as
+	// the group has rebalanced (at once with SoleMember; else once the dead
+	// member's session has timed out). Every member of the group must set
+	// the same key; a topic's partition count must not change while the
+	// group reads it.
 	PartitionKey string
+	// SoleMember says that this consumer is its group's only live member
+	// whenever it runs: its process holds a lock that each predecessor
+	// held until it died (an agent holds its node directory's). Any member
+	// the group has when Run starts is then a killed predecessor's, and Run
+	// removes it first (LeaveGroup on its behalf), so that the rebalance
+	// does not wait out its session (sessionTimeout, 10 s) before this
+	// member reads. Never set it for a group that several live processes
+	// share: each would remove the others.
+	SoleMember bool
 	// Verifier, when set, makes the consumer accept only signed records
 	// (envelope.Registry.DecodeVerified): a record that is unsigned, badly
 	// signed, signed with an expired certificate, refused by Policy, or a
@@ -300,6 +311,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	if !c.waitTopics(ctx) {
 		return nil
+	}
+	if c.cfg.SoleMember {
+		c.removeStaleMembers(ctx)
 	}
 	defer c.cfg.Metrics.WatchLag(c.cfg)()
 	r := kafka.NewReader(kafka.ReaderConfig{
@@ -558,6 +572,66 @@ func (c *Consumer) waitTopics(ctx context.Context) bool {
 			return false
 		}
 	}
+}
+
+// staleMembersTimeout bounds removeStaleMembers: past it the group waits
+// out the stale members' sessions, as without SoleMember.
+const staleMembersTimeout = 5 * time.Second
+
+// removeStaleMembers removes every member the group has (SoleMember: they
+// are dead predecessors'). A failure only costs the wait it would have
+// saved, so it is logged and Run goes on.
+func (c *Consumer) removeStaleMembers(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, staleMembersTimeout)
+	defer cancel()
+	transport := c.cfg.Security.transport(&kafka.Transport{})
+	defer transport.CloseIdleConnections()
+	client := &kafka.Client{Addr: kafka.TCP(c.cfg.Brokers...), Transport: transport}
+	n, err := removeMembers(ctx, client, c.cfg.GroupID)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		c.log.Warn("could not remove the group's stale members; it waits out their sessions", "err", err)
+	case n > 0:
+		c.log.Info("removed a dead predecessor's members from the group", "members", n)
+	}
+}
+
+// removeMembers removes every member of group and returns how many it removed.
+func removeMembers(ctx context.Context, client *kafka.Client, group string) (int, error) {
+	desc, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{group}})
+	if err != nil {
+		return 0, fmt.Errorf("describe group: %w", err)
+	}
+	var members []kafka.LeaveGroupRequestMember
+	for _, g := range desc.Groups {
+		if g.Error != nil {
+			return 0, fmt.Errorf("describe group: %w", g.Error)
+		}
+		for _, m := range g.Members {
+			members = append(members, kafka.LeaveGroupRequestMember{ID: m.MemberID})
+		}
+	}
+	if len(members) == 0 {
+		return 0, nil
+	}
+	resp, err := client.LeaveGroup(ctx, &kafka.LeaveGroupRequest{GroupID: group, Members: members})
+	if err == nil {
+		err = resp.Error
+	}
+	if err != nil {
+		return 0, fmt.Errorf("leave group for %d members: %w", len(members), err)
+	}
+	n := 0
+	var errList []error
+	for _, m := range resp.Members {
+		switch {
+		case m.Error == nil:
+			n++
+		case !errors.Is(m.Error, kafka.UnknownMemberId): // already gone: as good
+			errList = append(errList, fmt.Errorf("member %s: %w", m.ID, m.Error))
+		}
+	}
+	return n, errors.Join(errList...)
 }
 
 func (c *Consumer) validate() error {

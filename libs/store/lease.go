@@ -47,3 +47,15 @@ func (s *Store) ReleaseLease(ctx context.Context, key, token string) error {
 func (s *Store) releaseLease(ctx context.Context, fullKey, token string) error {
 	return releaseScript.Run(ctx, s.rdb, []string{fullKey}, token).Err()
 }
+
+// BreakRelayLease deletes the outbox relay's lease, whoever holds it, and
+// reports whether there was one. It is only for a process that knows no
+// other relay of this prefix runs: one that holds an OS lock each of its
+// predecessors held until it died (an agent holds its node directory's).
+// A killed relay's lease otherwise keeps the outbox unpublished until the
+// lease expires (its TTL, 5 s): a restarted agent's registration would
+// wait that long. Call it before RunRelay.
+func (s *Store) BreakRelayLease(ctx context.Context) (bool, error) {
+	n, err := s.rdb.Del(ctx, s.leaseKey).Result()
+	return n > 0, err
+}

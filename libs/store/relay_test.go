@@ -272,6 +272,32 @@ func TestRelayReleasesLeaseOnCancel(t *testing.T) {
 	}
 }
 
+// A relay killed while it held the lease (here: a lease of an hour) holds
+// the outbox until it expires; a successor that knows it is alone breaks
+// the lease and publishes at once.
+func TestBreakRelayLeaseAfterACrash(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := realRedis(t)
+	s := New(rdb, "svc:")
+	if err := rdb.Set(ctx, s.leaseKey, "dead-relay", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := applyEvents(t, s, 3, "after-crash-")
+	if broke, err := s.BreakRelayLease(ctx); err != nil || !broke {
+		t.Fatalf("BreakRelayLease = %v, %v; want true", broke, err)
+	}
+	if broke, err := s.BreakRelayLease(ctx); err != nil || broke {
+		t.Fatalf("BreakRelayLease again = %v, %v; want false (no lease)", broke, err)
+	}
+	r := newRecorder()
+	runRelay(t, s, r)
+	waitDrained(t, s, r, len(want))
+	if !slices.Equal(r.ids(), want) {
+		t.Fatalf("published %v, want %v", r.ids(), want)
+	}
+}
+
 func TestHeaderCodecRoundTrip(t *testing.T) {
 	t.Parallel()
 	hs := []kafka.Header{{Key: "a", Value: []byte("1")}, {Key: "", Value: nil},

@@ -335,6 +335,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("agent config: %w", err)
 	}
+	// One agent per node: holding the node's lock proves every earlier
+	// agent of the node dead, which lets this one take over their relay
+	// lease and group memberships at once (lock.go).
+	lock, err := lockNode(ctx, cfg.WorkDir, cfg.Node, lockWait, slog.Default())
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
 	// Steps and tasks run under shims that outlive the agent, their
 	// pidfiles and exit statuses in <work dir>/steps (see README.md,
 	// Shutdown and crash recovery).
@@ -380,6 +388,13 @@ func Run(ctx context.Context, cfg Config) error {
 				cfg.Node, cfg.OrphanAfter, err)
 		}
 		return err
+	}
+	// A killed predecessor's relay lease would hold this agent's
+	// registration back until it expired.
+	if broke, err := base.Store.BreakRelayLease(ctx); err != nil {
+		base.Log.Warn("could not take over the previous agent's outbox relay lease; publishing waits for it to expire", "err", err)
+	} else if broke {
+		base.Log.Info("took over the previous agent's outbox relay lease")
 	}
 	// Where the node's step commands stood at this start: the agent works
 	// through that backlog before it starts anything, so that a start
@@ -480,7 +495,7 @@ func Run(ctx context.Context, cfg Config) error {
 		// passes over the other nodes' commands there undecoded.
 		// Only what a service signed is a command: a forged StartStep is
 		// dead-lettered, never run.
-		Config: &bus.ConsumerConfig{MaxAttempts: 20, MaxBackoff: 5 * time.Second, PartitionKey: cfg.Node,
+		Config: &bus.ConsumerConfig{MaxAttempts: 20, MaxBackoff: 5 * time.Second, PartitionKey: cfg.Node, SoleMember: true,
 			Filter: func(r bus.Record) bool { return r.Key == cfg.Node }, Policy: envelope.ServicesOnly},
 	}}
 	consumers = append(consumers, nodeConsume(&cfg, clusterID, node))

@@ -144,7 +144,7 @@ func nodeConsume(cfg *Config, clusterID string, n *app.Node) service.Consume {
 		Topics:  []string{topics.NodeCommands},
 		Handler: ports.NodeHandler(n),
 		Group:   "loom-" + ServiceName(clusterID, cfg.Hostname) + "-node",
-		Config: &bus.ConsumerConfig{MaxAttempts: 20, MaxBackoff: 5 * time.Second, PartitionKey: cfg.Node,
+		Config: &bus.ConsumerConfig{MaxAttempts: 20, MaxBackoff: 5 * time.Second, PartitionKey: cfg.Node, SoleMember: true,
 			Filter: func(r bus.Record) bool { return r.Key == cfg.Node }, Policy: envelope.ServicesOnly},
 	}
 }

@@ -133,6 +133,13 @@ func TestStepsOutliveAnAgentKill(t *testing.T) {
 	firstReg := registration(t, e.broker, "")
 
 	killAgent(t, first)
+	// The killed agent's outbox relay lease, made to outlive the test: only
+	// the restarted agent's taking it over (it holds the node's lock, so
+	// its predecessor is dead) lets its registration out.
+	lease := ServiceName("c1", "gpu-0001") + ":outbox:lease"
+	if ok, err := e.rdb.PExpire(context.Background(), lease, time.Hour).Result(); err != nil || !ok {
+		t.Fatalf("the killed agent's relay lease %s: %v, %v", lease, ok, err)
+	}
 	// Job 2 ends while no agent runs.
 	e.touch(t, "go2")
 	testkit.WaitFor(t, wait, "job 2's shim to end", func() (bool, error) { return !proc.Alive(pids["2"], 0), nil })
