@@ -100,7 +100,7 @@ func render(sc Scenario, loom Policy, rows []row, seed uint64, runs int, elapsed
 		secs(loom.Restart), secs(loom.CkptInterval), secs(loom.CkptStall), secs(loom.CkptDurable))
 	pf("| checkpoint on failure | on a node's failure (not hangs, not the program's crashes); save %s + %s | Loom's scheduler (`-failure-checkpoint-wait`, default %s; docs/health.md \"Checkpoint on failure\"): the survivors of a failed node get the job's --signal (default USR1) and are stopped at their first new checkpoint, reported by the agent within 100 ms; tested in `TestCheckpointOnFailure` (services/scheduler) and end to end in `TestXid79DrainsRepairsAndResumesFromCheckpoint` (the survivor checkpoints on USR1, the next run resumes from it). The save's time and that the program can save then (the built-in trainer does; a sharded model needs redundant copies, as ByteRobust and Gemini keep) are the program's: assumed, as its checkpoints are. |\n",
 		secs(loom.CkptStall), secs(loom.CkptDurable), secs(failureCkptWait))
-	pf("| repairs | %s / %s / %s | assumed: a real machine's reboot, reimage, replacement (the local provider's reboot takes ~10 s, recoverybench). |\n",
+	pf("| repairs | %s / %s / %s | assumed: a real machine's reboot, reimage, replacement (the local provider's reboot, to the node confirmed healthy, takes ~1.8 s, recoverybench). |\n",
 		secs(loom.RepairTime[reboot]), secs(loom.RepairTime[reimage]), secs(loom.RepairTime[replace]))
 	pf("| escalations | %.2f%% (+%s) | the Llama 3 run's 3 manual interventions in 466. |\n\n", 100*loom.Escalation, secs(loom.EscalationWork))
 	pf("**The policies.** The paper gives no detection, restart or checkpoint timings: for the other policies every duration\n")
