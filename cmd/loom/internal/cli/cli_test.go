@@ -517,6 +517,14 @@ func TestListFilters(t *testing.T) {
 	if req, _ := fakegw.LastRequest[*loomv1.ListNodesRequest](f); req.GetParent() != "projects/default/clusters/demo" {
 		t.Fatalf("nodes list --cluster: parent %q", req.GetParent())
 	}
+	// As "loom health nodes CLUSTER" takes it.
+	run(t, gw, "nodes", "list", "other")
+	if req, _ := fakegw.LastRequest[*loomv1.ListNodesRequest](f); req.GetParent() != "projects/default/clusters/other" {
+		t.Fatalf("nodes list CLUSTER: parent %q", req.GetParent())
+	}
+	if _, stderr, code := run(t, gw, "nodes", "list", "other", "--cluster", "demo"); code == 0 || !strings.Contains(stderr, "two clusters given") {
+		t.Fatalf("nodes list with two clusters: exit %d, %q", code, stderr)
+	}
 	run(t, gw, "jobs", "list", "--cluster", "demo")
 	if req, _ := fakegw.LastRequest[*loomv1.ListJobsRequest](f); req.GetParent() != "projects/default" || req.GetCluster() != "projects/default/clusters/demo" {
 		t.Fatalf("jobs list --cluster: %v", req)

@@ -17,15 +17,23 @@ func (a *app) nodesCommand() *cobra.Command {
 	}
 	var cluster string
 	list := &cobra.Command{
-		Use:     "list [--cluster C]",
+		Use:     "list [CLUSTER | --cluster C]",
 		Aliases: []string{"ls"},
 		Short:   "List nodes (of one cluster, or of every cluster)",
 		Long: `List nodes: NODE (the Slurm hostname), CLUSTER, POOL ("(login)" for login
 nodes), STATE, GPUS, ZONE, CAPACITY (RESERVATION, ON_DEMAND, SPOT, FLEX_START)
 and REASON/NEXT: for a node that is not READY, why, and what Loom does next
-about it ("boot timeout → retry launch in 4s (attempt 3 of 5)").`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+about it ("boot timeout → retry launch in 4s (attempt 3 of 5)"). The cluster
+is given as an argument, as "loom health nodes CLUSTER" takes it, or with
+--cluster.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				if cluster != "" && cluster != args[0] {
+					return fmt.Errorf("two clusters given: %q and --cluster %q; give one", args[0], cluster)
+				}
+				cluster = args[0]
+			}
 			cl, err := a.nodes()
 			if err != nil {
 				return err
