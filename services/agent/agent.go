@@ -391,10 +391,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	// A killed predecessor's relay lease would hold this agent's
 	// registration back until it expired.
-	if broke, err := base.Store.BreakRelayLease(ctx); err != nil {
-		base.Log.Warn("could not take over the previous agent's outbox relay lease; publishing waits for it to expire", "err", err)
-	} else if broke {
-		base.Log.Info("took over the previous agent's outbox relay lease")
+	if lock.held {
+		if broke, err := base.Store.BreakRelayLease(ctx); err != nil {
+			base.Log.Warn("could not take over the previous agent's outbox relay lease; publishing waits for it to expire", "err", err)
+		} else if broke {
+			base.Log.Info("took over the previous agent's outbox relay lease")
+		}
 	}
 	// Where the node's step commands stood at this start: the agent works
 	// through that backlog before it starts anything, so that a start
@@ -495,10 +497,10 @@ func Run(ctx context.Context, cfg Config) error {
 		// passes over the other nodes' commands there undecoded.
 		// Only what a service signed is a command: a forged StartStep is
 		// dead-lettered, never run.
-		Config: &bus.ConsumerConfig{MaxAttempts: 20, MaxBackoff: 5 * time.Second, PartitionKey: cfg.Node, SoleMember: true,
+		Config: &bus.ConsumerConfig{MaxAttempts: 20, MaxBackoff: 5 * time.Second, PartitionKey: cfg.Node, SoleMember: lock.held,
 			Filter: func(r bus.Record) bool { return r.Key == cfg.Node }, Policy: envelope.ServicesOnly},
 	}}
-	consumers = append(consumers, nodeConsume(&cfg, clusterID, node))
+	consumers = append(consumers, nodeConsume(&cfg, clusterID, node, lock.held))
 	loops := []func(context.Context) error{a.Heartbeats, node.Telemetry, node.Xids}
 	if checkLn != nil {
 		loops = append(loops, func(ctx context.Context) error { return checker.Serve(ctx, checkLn) })

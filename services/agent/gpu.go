@@ -138,13 +138,14 @@ func nodeEnv(cfg *Config) []string {
 
 // nodeConsume is the consumer of loom.node.commands.v1 for this node, as
 // the step commands' (its own partition, the node's key, services-signed
-// only), in a consumer group of its own.
-func nodeConsume(cfg *Config, clusterID string, n *app.Node) service.Consume {
+// only), in a consumer group of its own; sole: the agent holds the node's
+// lock (lock.go), so a member the group has at start is a dead one's.
+func nodeConsume(cfg *Config, clusterID string, n *app.Node, sole bool) service.Consume {
 	return service.Consume{
 		Topics:  []string{topics.NodeCommands},
 		Handler: ports.NodeHandler(n),
 		Group:   "loom-" + ServiceName(clusterID, cfg.Hostname) + "-node",
-		Config: &bus.ConsumerConfig{MaxAttempts: 20, MaxBackoff: 5 * time.Second, PartitionKey: cfg.Node, SoleMember: true,
+		Config: &bus.ConsumerConfig{MaxAttempts: 20, MaxBackoff: 5 * time.Second, PartitionKey: cfg.Node, SoleMember: sole,
 			Filter: func(r bus.Record) bool { return r.Key == cfg.Node }, Policy: envelope.ServicesOnly},
 	}
 }

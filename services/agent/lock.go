@@ -28,8 +28,14 @@ const LockFile = "agent.lock"
 // refuses to start.
 const lockWait = 10 * time.Second
 
-// nodeLock is a held LockFile.
-type nodeLock struct{ f *os.File }
+// nodeLock is the node's LockFile, held unless the filesystem cannot lock.
+type nodeLock struct {
+	f *os.File
+	// held: the lock is this agent's, so its predecessors are dead. False
+	// where the filesystem refuses locks (ENOLCK, EOPNOTSUPP): the agent
+	// runs, but takes over nothing and waits out what they held.
+	held bool
+}
 
 // lockNode takes dir's LockFile, waiting up to wait for an agent that holds
 // it to exit, and writes this process's pid into it.
@@ -45,6 +51,11 @@ func lockNode(ctx context.Context, dir, node string, wait time.Duration, log *sl
 		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
 			break
+		}
+		if errors.Is(err, unix.ENOLCK) || errors.Is(err, unix.EOPNOTSUPP) {
+			log.Warn("the node directory's filesystem cannot lock: a restarted agent waits for what its predecessor held (5-10 s)",
+				"node", node, "file", path, "err", err)
+			return &nodeLock{f: f}, nil
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
 			f.Close()
@@ -71,7 +82,7 @@ func lockNode(ctx context.Context, dir, node string, wait time.Duration, log *sl
 	// write costs that message its pid, not the lock.
 	_ = f.Truncate(0)
 	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	return &nodeLock{f: f}, nil
+	return &nodeLock{f: f, held: true}, nil
 }
 
 // lockHolder is the pid written in the lock file at path, or "unknown".
