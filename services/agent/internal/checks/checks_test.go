@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/loom-ml/loom/libs/healthcheck"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -83,9 +84,9 @@ func TestGPUDiagNoDeviceIsSkipped(t *testing.T) {
 }
 
 // testResult finds one test's result for one GPU in a report.
-func testResult(t *testing.T, detail, test string, gpuID string) DiagResult {
+func testResult(t *testing.T, detail, test string, gpuID string) healthcheck.DiagResult {
 	t.Helper()
-	rep, err := ParseDiag([]byte(detail))
+	rep, err := healthcheck.ParseDiag([]byte(detail))
 	if err != nil {
 		t.Fatalf("detail is not dcgmi diag JSON: %v\n%s", err, detail)
 	}
@@ -102,7 +103,7 @@ func testResult(t *testing.T, detail, test string, gpuID string) DiagResult {
 		}
 	}
 	t.Fatalf("no %s result for GPU %s in\n%s", test, gpuID, detail)
-	return DiagResult{}
+	return healthcheck.DiagResult{}
 }
 
 func TestGPUDiagHealthyLevels(t *testing.T) {
@@ -115,7 +116,7 @@ func TestGPUDiagHealthyLevels(t *testing.T) {
 		if got.GetOutcome() != loomv1.CheckOutcome_CHECK_PASS {
 			t.Fatalf("level %d: %v %q\n%s", level, got.GetOutcome(), got.GetSummary(), got.GetDetail())
 		}
-		rep, err := ParseDiag([]byte(got.GetDetail()))
+		rep, err := healthcheck.ParseDiag([]byte(got.GetDetail()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,13 +156,13 @@ func TestGPUDiagFailsFaultedGPU(t *testing.T) {
 				if level == 2 {
 					// The compute check itself must catch the fault, not only
 					// the counters: its product on GPU 2 is wrong.
-					if res := testResult(t, got.GetDetail(), "compute_correctness", "2"); res.Status != StatusFail {
+					if res := testResult(t, got.GetDetail(), "compute_correctness", "2"); res.Status != healthcheck.StatusFail {
 						t.Errorf("compute_correctness on the faulted GPU: %+v", res)
 					}
-					if res := testResult(t, got.GetDetail(), "compute_correctness", "1"); res.Status != StatusPass {
+					if res := testResult(t, got.GetDetail(), "compute_correctness", "1"); res.Status != healthcheck.StatusPass {
 						t.Errorf("compute_correctness on a healthy GPU: %+v", res)
 					}
-					if res := testResult(t, got.GetDetail(), "memory", "2"); res.Status != StatusFail {
+					if res := testResult(t, got.GetDetail(), "memory", "2"); res.Status != healthcheck.StatusFail {
 						t.Errorf("memory on the faulted GPU: %+v", res)
 					}
 				}
@@ -207,7 +208,7 @@ func TestGPUDiagRealGPUsWithoutDcgmi(t *testing.T) {
 		t.Fatalf("level 3: %v %q\n%s", got.GetOutcome(), got.GetSummary(), got.GetDetail())
 	}
 	for _, name := range []string{"memory", "compute_correctness", "sm_stress"} {
-		if res := testResult(t, got.GetDetail(), name, "0"); res.Status != StatusSkip || len(res.Warnings) == 0 ||
+		if res := testResult(t, got.GetDetail(), name, "0"); res.Status != healthcheck.StatusSkip || len(res.Warnings) == 0 ||
 			!strings.Contains(res.Warnings[0].Warning, "needs dcgmi") {
 			t.Errorf("%s: %+v", name, res)
 		}
@@ -254,7 +255,7 @@ func TestParseDiagFixture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := ParseDiag(b)
+	rep, err := healthcheck.ParseDiag(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,18 +273,18 @@ func TestParseDiagFixture(t *testing.T) {
 	if strings.Join(cats, ",") != "Deployment,Hardware,Integration,Stress" {
 		t.Errorf("categories %v", cats)
 	}
-	if statuses[StatusFail] != 3 || statuses[StatusPass] != 17 || statuses[StatusSkip] != 17 {
+	if statuses[healthcheck.StatusFail] != 3 || statuses[healthcheck.StatusPass] != 17 || statuses[healthcheck.StatusSkip] != 17 {
 		t.Errorf("statuses %v, want 3 FAIL, 17 PASS, 17 SKIP", statuses)
 	}
-	v := rep.verdict()
+	v := diagVerdict(rep)
 	if v.outcome != loomv1.CheckOutcome_CHECK_FAIL || v.gpu != 0 || !strings.Contains(v.summary, "Stress/sm_stress") ||
 		!strings.Contains(v.summary, "did not exceed desired stress level") {
 		t.Errorf("verdict %v GPU %d %q", v.outcome, v.gpu, v.summary)
 	}
-	if _, err := ParseDiag([]byte(`{"other": 1}`)); err == nil {
+	if _, err := healthcheck.ParseDiag([]byte(`{"other": 1}`)); err == nil {
 		t.Error("a JSON that is not dcgmi's parsed")
 	}
-	if _, err := ParseDiag([]byte("Error: unable to connect to host engine")); err == nil {
+	if _, err := healthcheck.ParseDiag([]byte("Error: unable to connect to host engine")); err == nil {
 		t.Error("an error text parsed")
 	}
 }
@@ -313,7 +314,7 @@ func TestGPUDiagMissingGPUFailsNode(t *testing.T) {
 			!strings.Contains(got.GetSummary(), "the node offers 8 GPUs, the driver lists 1") {
 			t.Fatalf("sim=%v: %v GPU %d %q", sim, got.GetOutcome(), got.GetGpu(), got.GetSummary())
 		}
-		rep, err := ParseDiag([]byte(got.GetDetail()))
+		rep, err := healthcheck.ParseDiag([]byte(got.GetDetail()))
 		if err != nil || len(rep.Diag.Categories) != 1 || rep.Diag.Categories[0].Tests[0].Name != "GPU Count" {
 			t.Fatalf("sim=%v: detail %v %s", sim, err, got.GetDetail())
 		}
@@ -351,7 +352,7 @@ func TestGPUDiagRunsDcgmi(t *testing.T) {
 	if a, _ := os.ReadFile(args); strings.TrimSpace(string(a)) != "diag -r 3 -j" {
 		t.Errorf("dcgmi args %q", a)
 	}
-	if _, err := ParseDiag([]byte(got.GetDetail())); err != nil {
+	if _, err := healthcheck.ParseDiag([]byte(got.GetDetail())); err != nil {
 		t.Errorf("detail is not dcgmi's JSON: %v", err)
 	}
 	// The simulated device never runs dcgmi.

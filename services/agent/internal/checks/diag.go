@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os/exec"
 	"strconv"
@@ -13,90 +12,30 @@ import (
 	"time"
 
 	"github.com/loom-ml/loom/libs/gpu"
+	"github.com/loom-ml/loom/libs/healthcheck"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
-// DiagReport is the JSON `dcgmi diag -j` prints, which gpu_diag also writes
-// (the result's detail) when it runs its own tests.
-type DiagReport struct {
-	Diag DiagBody `json:"DCGM GPU Diagnostic"`
-}
-
-// DiagBody is the report's body: test categories (Deployment, Hardware,
-// Integration, Stress), each with its tests.
-type DiagBody struct {
-	Categories []DiagCategory `json:"test_categories"`
-	Version    string         `json:"version,omitempty"`
-}
-
-// DiagCategory is one category of tests.
-type DiagCategory struct {
-	Category string     `json:"category"`
-	Tests    []DiagTest `json:"tests"`
-}
-
-// DiagTest is one test and its results, one per GPU or GPU set.
-type DiagTest struct {
-	Name    string       `json:"name"`
-	Results []DiagResult `json:"results"`
-}
-
-// DiagResult is one test's result on the GPUs gpu_ids lists (dcgmi leaves
-// gpu_ids out on some results; the GPU is then in the info lines).
-type DiagResult struct {
-	GPUIDs   string        `json:"gpu_ids,omitempty"`
-	Status   string        `json:"status"` // PASS, FAIL, WARN, SKIP
-	Info     []string      `json:"info,omitempty"`
-	Warnings []DiagWarning `json:"warnings,omitempty"`
-}
-
-// DiagWarning is a warning or failure reason with DCGM's error id.
-type DiagWarning struct {
-	Warning string `json:"warning"`
-	ErrorID int    `json:"error_id"`
-}
-
-// Statuses of a DiagResult.
-const (
-	StatusPass = "PASS"
-	StatusFail = "FAIL"
-	StatusWarn = "WARN"
-	StatusSkip = "SKIP"
-)
-
-// ParseDiag reads `dcgmi diag -j` output. Output without the "DCGM GPU
-// Diagnostic" body (another tool's, or an error text) is an error.
-func ParseDiag(b []byte) (*DiagReport, error) {
-	var r DiagReport
-	if err := json.Unmarshal(bytes.TrimSpace(b), &r); err != nil {
-		return nil, fmt.Errorf("dcgmi diag output is not its JSON: %w", err)
-	}
-	if len(r.Diag.Categories) == 0 {
-		return nil, errors.New(`dcgmi diag output has no "DCGM GPU Diagnostic" test categories`)
-	}
-	return &r, nil
-}
-
-// Verdict judges a report: a FAIL anywhere fails the check (on the first
+// diagVerdict judges a report: a FAIL anywhere fails the check (on the first
 // failing GPU), else a WARN warns, else it passes. SKIPs count for nothing.
-func (d *DiagReport) verdict() verdict {
+func diagVerdict(d *healthcheck.DiagReport) verdict {
 	var passed, skipped int
 	var warn *verdict
 	for _, c := range d.Diag.Categories {
 		for _, t := range c.Tests {
 			for _, r := range t.Results {
 				switch strings.ToUpper(r.Status) {
-				case StatusFail:
+				case healthcheck.StatusFail:
 					v := fail(firstGPU(r.GPUIDs), "%s/%s failed%s%s", c.Category, t.Name, gpuText(r.GPUIDs), reasons(r))
 					return v
-				case StatusWarn:
+				case healthcheck.StatusWarn:
 					if warn == nil {
 						w := verdict{outcome: loomv1.CheckOutcome_CHECK_WARN, gpu: int32(firstGPU(r.GPUIDs)),
 							summary: fmt.Sprintf("%s/%s warned%s%s", c.Category, t.Name, gpuText(r.GPUIDs), reasons(r))}
 						warn = &w
 					}
-				case StatusSkip:
+				case healthcheck.StatusSkip:
 					skipped++
 				default:
 					passed++
@@ -117,7 +56,7 @@ func gpuText(ids string) string {
 	return " on GPU " + ids
 }
 
-func reasons(r DiagResult) string {
+func reasons(r healthcheck.DiagResult) string {
 	var w []string
 	for _, x := range r.Warnings {
 		w = append(w, x.Warning)
@@ -154,9 +93,9 @@ func (r *Runner) gpuDiag(ctx context.Context, cmd *eventsv1.RunHealthCheck) verd
 	if r.cfg.GPUs > 0 && len(infos) < r.cfg.GPUs {
 		// Judged before anything else: with GPUs missing, the scheduler
 		// places jobs on GPUs that are not there.
-		rep := &DiagReport{Diag: DiagBody{Version: "loom-gpu-diag-1"}}
-		rep.add("Deployment", gpuCount(infos, r.cfg.GPUs))
-		v := rep.verdict()
+		rep := &healthcheck.DiagReport{Diag: healthcheck.DiagBody{Version: "loom-gpu-diag-1"}}
+		addTests(rep, "Deployment", gpuCount(infos, r.cfg.GPUs))
+		v := diagVerdict(rep)
 		b, _ := json.MarshalIndent(rep, "", "  ")
 		v.detail = string(b)
 		v.summary = fmt.Sprintf("level %d: %s", level, v.summary)
@@ -183,11 +122,11 @@ func (r *Runner) gpuDiag(ctx context.Context, cmd *eventsv1.RunHealthCheck) verd
 		byIndex[int(s.GetIndex())] = s
 	}
 	g := diagRun{dev: dev, infos: infos, samples: byIndex, sim: dev.Simulated()}
-	rep := &DiagReport{Diag: DiagBody{Version: "loom-gpu-diag-1"}}
-	rep.add("Deployment", gpuCount(infos, r.cfg.GPUs), g.inventory(), g.driver(), g.eccRemap(), g.xids())
+	rep := &healthcheck.DiagReport{Diag: healthcheck.DiagBody{Version: "loom-gpu-diag-1"}}
+	addTests(rep, "Deployment", gpuCount(infos, r.cfg.GPUs), g.inventory(), g.driver(), g.eccRemap(), g.xids())
 	if level >= 2 {
-		rep.add("Hardware", g.memory(ctx, cmd), g.compute(ctx))
-		rep.add("Integration", g.links(cmd))
+		addTests(rep, "Hardware", g.memory(ctx, cmd), g.compute(ctx))
+		addTests(rep, "Integration", g.links(cmd))
 	}
 	if level >= 3 {
 		d, err := time.ParseDuration(param(cmd, "stress", "3s"))
@@ -198,20 +137,20 @@ func (r *Runner) gpuDiag(ctx context.Context, cmd *eventsv1.RunHealthCheck) verd
 		if err != nil {
 			return checkError("stress run: %v", err)
 		}
-		rep.add("Stress", st)
+		addTests(rep, "Stress", st)
 	}
 	if ctx.Err() != nil {
 		return checkError("gpu_diag: %v", ctx.Err())
 	}
-	v := rep.verdict()
+	v := diagVerdict(rep)
 	b, _ := json.MarshalIndent(rep, "", "  ")
 	v.detail = string(b)
 	v.summary = fmt.Sprintf("level %d on %d GPUs: %s", level, len(infos), v.summary)
 	return v
 }
 
-func (d *DiagReport) add(category string, tests ...DiagTest) {
-	d.Diag.Categories = append(d.Diag.Categories, DiagCategory{Category: category, Tests: tests})
+func addTests(d *healthcheck.DiagReport, category string, tests ...healthcheck.DiagTest) {
+	d.Diag.Categories = append(d.Diag.Categories, healthcheck.DiagCategory{Category: category, Tests: tests})
 }
 
 // runDcgmi runs the real dcgmi and judges its JSON; dcgmi exits non-zero
@@ -226,11 +165,11 @@ func runDcgmi(ctx context.Context, path string, level int) verdict {
 	if ctx.Err() != nil {
 		return checkError("dcgmi diag: %v", ctx.Err())
 	}
-	rep, err := ParseDiag(out.Bytes())
+	rep, err := healthcheck.ParseDiag(out.Bytes())
 	if err != nil {
 		return checkError("dcgmi diag -r %d: %v (%v; stderr %q)", level, err, runErr, strings.TrimSpace(errb.String()))
 	}
-	v := rep.verdict()
+	v := diagVerdict(rep)
 	v.detail = out.String()
 	v.summary = "dcgmi diag -r " + strconv.Itoa(level) + ": " + v.summary
 	return v
@@ -269,8 +208,8 @@ func (g *diagRun) faulted(i int) string {
 	return ""
 }
 
-func (g *diagRun) perGPU(name string, f func(i int, s *loomv1.GpuSample) DiagResult) DiagTest {
-	t := DiagTest{Name: name}
+func (g *diagRun) perGPU(name string, f func(i int, s *loomv1.GpuSample) healthcheck.DiagResult) healthcheck.DiagTest {
+	t := healthcheck.DiagTest{Name: name}
 	for _, info := range g.infos {
 		r := f(info.Index, g.samples[info.Index])
 		r.GPUIDs = strconv.Itoa(info.Index)
@@ -279,30 +218,30 @@ func (g *diagRun) perGPU(name string, f func(i int, s *loomv1.GpuSample) DiagRes
 	return t
 }
 
-func failed(errorID int, format string, args ...any) DiagResult {
-	return DiagResult{Status: StatusFail, Warnings: []DiagWarning{{Warning: fmt.Sprintf(format, args...), ErrorID: errorID}}}
+func failed(errorID int, format string, args ...any) healthcheck.DiagResult {
+	return healthcheck.DiagResult{Status: healthcheck.StatusFail, Warnings: []healthcheck.DiagWarning{{Warning: fmt.Sprintf(format, args...), ErrorID: errorID}}}
 }
 
-func warned(errorID int, format string, args ...any) DiagResult {
-	return DiagResult{Status: StatusWarn, Warnings: []DiagWarning{{Warning: fmt.Sprintf(format, args...), ErrorID: errorID}}}
+func warned(errorID int, format string, args ...any) healthcheck.DiagResult {
+	return healthcheck.DiagResult{Status: healthcheck.StatusWarn, Warnings: []healthcheck.DiagWarning{{Warning: fmt.Sprintf(format, args...), ErrorID: errorID}}}
 }
 
 // gpuCount: the driver lists at least the GPUs the node offers (want; 0:
 // not known). Fewer is a failure of the node, not of one GPU: which one is
 // missing, the driver cannot say.
-func gpuCount(infos []gpu.Info, want int) DiagTest {
-	t := DiagTest{Name: "GPU Count"}
+func gpuCount(infos []gpu.Info, want int) healthcheck.DiagTest {
+	t := healthcheck.DiagTest{Name: "GPU Count"}
 	if want > 0 && len(infos) < want {
 		t.Results = append(t.Results, failed(1, "the node offers %d GPUs, the driver lists %d", want, len(infos)))
 		return t
 	}
-	t.Results = append(t.Results, DiagResult{Status: StatusPass, Info: []string{fmt.Sprintf("%d GPUs listed", len(infos))}})
+	t.Results = append(t.Results, healthcheck.DiagResult{Status: healthcheck.StatusPass, Info: []string{fmt.Sprintf("%d GPUs listed", len(infos))}})
 	return t
 }
 
 // inventory: every GPU the device lists answers, under the UUID it listed.
-func (g *diagRun) inventory() DiagTest {
-	return g.perGPU("Inventory", func(i int, s *loomv1.GpuSample) DiagResult {
+func (g *diagRun) inventory() healthcheck.DiagTest {
+	return g.perGPU("Inventory", func(i int, s *loomv1.GpuSample) healthcheck.DiagResult {
 		info := g.infos[indexOf(g.infos, i)]
 		switch {
 		case s == nil:
@@ -312,7 +251,7 @@ func (g *diagRun) inventory() DiagTest {
 		case s.GetUuid() != "" && s.GetUuid() != info.UUID:
 			return failed(1, "GPU %d answers as %s, listed as %s", i, s.GetUuid(), info.UUID)
 		}
-		return DiagResult{Status: StatusPass, Info: []string{fmt.Sprintf("GPU %d: %s %s", i, info.Name, info.UUID)}}
+		return healthcheck.DiagResult{Status: healthcheck.StatusPass, Info: []string{fmt.Sprintf("GPU %d: %s %s", i, info.Name, info.UUID)}}
 	})
 }
 
@@ -326,8 +265,8 @@ func indexOf(infos []gpu.Info, i int) int {
 }
 
 // driver: a driver version is reported, the same on every GPU.
-func (g *diagRun) driver() DiagTest {
-	return g.perGPU("NVML Library", func(i int, s *loomv1.GpuSample) DiagResult {
+func (g *diagRun) driver() healthcheck.DiagTest {
+	return g.perGPU("NVML Library", func(i int, s *loomv1.GpuSample) healthcheck.DiagResult {
 		info := g.infos[indexOf(g.infos, i)]
 		if info.DriverVersion == "" {
 			return failed(2, "GPU %d reports no driver version", i)
@@ -335,17 +274,17 @@ func (g *diagRun) driver() DiagTest {
 		if d0 := g.infos[0].DriverVersion; info.DriverVersion != d0 {
 			return failed(2, "GPU %d has driver %s, GPU %d has %s", i, info.DriverVersion, g.infos[0].Index, d0)
 		}
-		return DiagResult{Status: StatusPass, Info: []string{"driver " + info.DriverVersion + ", CUDA " + info.CUDAVersion}}
+		return healthcheck.DiagResult{Status: healthcheck.StatusPass, Info: []string{"driver " + info.DriverVersion + ", CUDA " + info.CUDAVersion}}
 	})
 }
 
 // eccRemap: no uncorrectable ECC errors since boot, no failed row remap;
 // a pending remap or page retirement only warns (a GPU reset applies it).
-func (g *diagRun) eccRemap() DiagTest {
-	return g.perGPU("Page Retirement/Row Remap", func(i int, s *loomv1.GpuSample) DiagResult {
+func (g *diagRun) eccRemap() healthcheck.DiagTest {
+	return g.perGPU("Page Retirement/Row Remap", func(i int, s *loomv1.GpuSample) healthcheck.DiagResult {
 		switch {
 		case s == nil || s.GetLost():
-			return DiagResult{Status: StatusSkip}
+			return healthcheck.DiagResult{Status: healthcheck.StatusSkip}
 		case s.GetRemapFailure():
 			return failed(95, "GPU %d: row remapping failed", i)
 		case s.GetEccDbeVolatile() > 0:
@@ -353,23 +292,23 @@ func (g *diagRun) eccRemap() DiagTest {
 		case s.GetRemapPending() || s.GetRetiredPagesPending() > 0:
 			return warned(64, "GPU %d: a row remap or page retirement is pending (a GPU reset applies it)", i)
 		}
-		return DiagResult{Status: StatusPass}
+		return healthcheck.DiagResult{Status: healthcheck.StatusPass}
 	})
 }
 
 // xids: the GPU's last Xid is not a hardware one.
-func (g *diagRun) xids() DiagTest {
-	return g.perGPU("Xid Errors", func(i int, s *loomv1.GpuSample) DiagResult {
+func (g *diagRun) xids() healthcheck.DiagTest {
+	return g.perGPU("Xid Errors", func(i int, s *loomv1.GpuSample) healthcheck.DiagResult {
 		if x := s.GetLastXid(); x != 0 && !appXids[x] {
 			return failed(43, "GPU %d: Xid %d", i, x)
 		}
-		return DiagResult{Status: StatusPass}
+		return healthcheck.DiagResult{Status: healthcheck.StatusPass}
 	})
 }
 
 // links: NVLink CRC errors and replays warn, and PCIe replays past the
 // scan's max_pcie_replays (default 80).
-func (g *diagRun) links(cmd *eventsv1.RunHealthCheck) DiagTest {
+func (g *diagRun) links(cmd *eventsv1.RunHealthCheck) healthcheck.DiagTest {
 	// DCGM's pcie test allows 80 replays a GPU (max_pcie_replays) before
 	// it warns: links retry now and then, and one real H200 showed a
 	// replay on a fresh machine. The counter here is since the driver
@@ -379,7 +318,7 @@ func (g *diagRun) links(cmd *eventsv1.RunHealthCheck) DiagTest {
 	if err != nil {
 		maxReplays = 80
 	}
-	return g.perGPU("pcie", func(i int, s *loomv1.GpuSample) DiagResult {
+	return g.perGPU("pcie", func(i int, s *loomv1.GpuSample) healthcheck.DiagResult {
 		switch {
 		case s == nil || s.GetLost():
 			return failed(79, "GPU %d is not on the bus", i)
@@ -388,7 +327,7 @@ func (g *diagRun) links(cmd *eventsv1.RunHealthCheck) DiagTest {
 		case s.GetPcieReplay() > maxReplays:
 			return warned(38, "GPU %d: %d PCIe replays, more than %d", i, s.GetPcieReplay(), maxReplays)
 		}
-		return DiagResult{Status: StatusPass}
+		return healthcheck.DiagResult{Status: healthcheck.StatusPass}
 	})
 }
 
@@ -396,14 +335,14 @@ func (g *diagRun) links(cmd *eventsv1.RunHealthCheck) DiagTest {
 // the simulated device the buffer is host memory, and a faulted GPU's
 // uncorrectable cells flip bits in it; on real GPUs without dcgmi it is
 // skipped (it needs DCGM) and the ECC counters above stand for it.
-func (g *diagRun) memory(ctx context.Context, cmd *eventsv1.RunHealthCheck) DiagTest {
+func (g *diagRun) memory(ctx context.Context, cmd *eventsv1.RunHealthCheck) healthcheck.DiagTest {
 	mib, err := strconv.Atoi(param(cmd, "memory_mib", "4"))
 	if err != nil || mib <= 0 || mib > 1024 {
 		mib = 4
 	}
-	return g.perGPU("memory", func(i int, s *loomv1.GpuSample) DiagResult {
+	return g.perGPU("memory", func(i int, s *loomv1.GpuSample) healthcheck.DiagResult {
 		if !g.sim {
-			return DiagResult{Status: StatusSkip, Warnings: []DiagWarning{{Warning: "the memory test on real GPUs needs dcgmi", ErrorID: 1}}}
+			return healthcheck.DiagResult{Status: healthcheck.StatusSkip, Warnings: []healthcheck.DiagWarning{{Warning: "the memory test on real GPUs needs dcgmi", ErrorID: 1}}}
 		}
 		if s == nil || s.GetLost() {
 			return failed(79, "GPU %d is not on the bus", i)
@@ -412,7 +351,7 @@ func (g *diagRun) memory(ctx context.Context, cmd *eventsv1.RunHealthCheck) Diag
 		if bad > 0 {
 			return failed(82, "GPU %d: %d words read back wrong in %d MiB (first at offset %#x): %s", i, bad, mib, first, g.faulted(i))
 		}
-		return DiagResult{Status: StatusPass, Info: []string{fmt.Sprintf("GPU %d: %d MiB, 6 patterns", i, mib)}}
+		return healthcheck.DiagResult{Status: healthcheck.StatusPass, Info: []string{fmt.Sprintf("GPU %d: %d MiB, 6 patterns", i, mib)}}
 	})
 }
 
@@ -465,25 +404,25 @@ const matN = 64
 // product on each GPU compared with a reference computed another way. On
 // the simulated device the "GPU" product is computed on the CPU and a
 // faulted GPU's comes out wrong.
-func (g *diagRun) compute(ctx context.Context) DiagTest {
+func (g *diagRun) compute(ctx context.Context) healthcheck.DiagTest {
 	a, b := matrix(1), matrix(2)
 	ref := matmulRef(a, b)
-	return g.perGPU("compute_correctness", func(i int, s *loomv1.GpuSample) DiagResult {
+	return g.perGPU("compute_correctness", func(i int, s *loomv1.GpuSample) healthcheck.DiagResult {
 		if !g.sim {
-			return DiagResult{Status: StatusSkip, Warnings: []DiagWarning{{Warning: "the compute check on real GPUs needs dcgmi", ErrorID: 1}}}
+			return healthcheck.DiagResult{Status: healthcheck.StatusSkip, Warnings: []healthcheck.DiagWarning{{Warning: "the compute check on real GPUs needs dcgmi", ErrorID: 1}}}
 		}
 		if s == nil || s.GetLost() {
 			return failed(79, "GPU %d is not on the bus", i)
 		}
 		if ctx.Err() != nil {
-			return DiagResult{Status: StatusSkip}
+			return healthcheck.DiagResult{Status: healthcheck.StatusSkip}
 		}
 		got := g.deviceMatmul(i, a, b)
 		if k, ok := compare(got, ref); !ok {
 			return failed(84, "GPU %d: %dx%d product differs from the reference at [%d,%d] (%v, want %v): %s",
 				i, matN, matN, k/matN, k%matN, got[k], ref[k], g.faulted(i))
 		}
-		return DiagResult{Status: StatusPass, Info: []string{fmt.Sprintf("GPU %d: %dx%d product matches the reference", i, matN, matN)}}
+		return healthcheck.DiagResult{Status: healthcheck.StatusPass, Info: []string{fmt.Sprintf("GPU %d: %dx%d product matches the reference", i, matN, matN)}}
 	})
 }
 
@@ -551,12 +490,12 @@ func compare(got, want []float64) (int, bool) {
 // product, and reads the GPUs after: a GPU that computes wrong, delivers
 // under 80% of the best GPU's throughput (the simulated device's
 // ThroughputFactor), or runs hot or thermally throttled fails.
-func (g *diagRun) stress(ctx context.Context, d time.Duration) (DiagTest, error) {
+func (g *diagRun) stress(ctx context.Context, d time.Duration) (healthcheck.DiagTest, error) {
 	if !g.sim {
 		// Its products run on the host: on real GPUs they would load
 		// nothing, and a pass would claim what was not tested.
-		return g.perGPU("sm_stress", func(int, *loomv1.GpuSample) DiagResult {
-			return DiagResult{Status: StatusSkip, Warnings: []DiagWarning{{Warning: "the stress run on real GPUs needs dcgmi", ErrorID: 1}}}
+		return g.perGPU("sm_stress", func(int, *loomv1.GpuSample) healthcheck.DiagResult {
+			return healthcheck.DiagResult{Status: healthcheck.StatusSkip, Warnings: []healthcheck.DiagWarning{{Warning: "the stress run on real GPUs needs dcgmi", ErrorID: 1}}}
 		}), nil
 	}
 	a, b := matrix(3), matrix(4)
@@ -576,11 +515,11 @@ func (g *diagRun) stress(ctx context.Context, d time.Duration) (DiagTest, error)
 		}
 	}
 	if ctx.Err() != nil {
-		return DiagTest{}, ctx.Err()
+		return healthcheck.DiagTest{}, ctx.Err()
 	}
 	after, err := g.dev.Sample(ctx)
 	if err != nil {
-		return DiagTest{}, err
+		return healthcheck.DiagTest{}, err
 	}
 	temp := map[int]*loomv1.GpuSample{}
 	for _, s := range after {
@@ -594,14 +533,14 @@ func (g *diagRun) stress(ctx context.Context, d time.Duration) (DiagTest, error)
 	}
 	const hotC = 90.0
 	const thermalReasons = 0x8 | 0x20 | 0x40 // HW slowdown, SW thermal, HW thermal
-	return g.perGPU("sm_stress", func(i int, s *loomv1.GpuSample) DiagResult {
+	return g.perGPU("sm_stress", func(i int, s *loomv1.GpuSample) healthcheck.DiagResult {
 		info := []string{fmt.Sprintf("GPU %d relative stress level:\t%.0f", i, level[i]),
 			fmt.Sprintf("GPU %d products checked:\t%d", i, iters[i])}
 		t := temp[i]
 		if t != nil {
 			info = append(info, fmt.Sprintf("GPU %d temperature:\t%.0f C", i, t.GetTemperatureC()))
 		}
-		var r DiagResult
+		var r healthcheck.DiagResult
 		switch {
 		case s == nil || s.GetLost() || t == nil || t.GetLost():
 			r = failed(79, "GPU %d is not on the bus", i)
@@ -612,7 +551,7 @@ func (g *diagRun) stress(ctx context.Context, d time.Duration) (DiagTest, error)
 		case t.GetTemperatureC() >= hotC || t.GetThrottleReasons()&thermalReasons != 0:
 			r = failed(73, "GPU %d: %.0f C, throttle reasons %#x under stress", i, t.GetTemperatureC(), t.GetThrottleReasons())
 		default:
-			r = DiagResult{Status: StatusPass}
+			r = healthcheck.DiagResult{Status: healthcheck.StatusPass}
 		}
 		r.Info = append(info, r.Info...)
 		return r
