@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // DiagReport is the JSON `dcgmi diag -j` prints, which gpu_diag also writes
@@ -66,4 +67,46 @@ func ParseDiag(b []byte) (*DiagReport, error) {
 		return nil, errors.New(`dcgmi diag output has no "DCGM GPU Diagnostic" test categories`)
 	}
 	return &r, nil
+}
+
+// DCGM's failure reason ids (dcgm_errors.h, dcgmError_t): the error_id of
+// a DiagWarning. gpu_diag's own tests report these, as dcgmi does, so that
+// a report reads the same whichever wrote it; health chooses a failure's
+// repair by them (the rest ask for a reboot).
+const (
+	DCGMPCIeReplayThreshold  = 107 // DCGM_FR_PCIE_REPLAY_THRESHOLD_VIOLATION
+	DCGMVolatileDBE          = 4   // DCGM_FR_VOLATILE_DBE_DETECTED
+	DCGMPendingRetirements   = 6   // DCGM_FR_PENDING_PAGE_RETIREMENTS
+	DCGMNVLinkErrorThreshold = 13  // DCGM_FR_NVLINK_ERROR_THRESHOLD
+	DCGMDeviceCountMismatch  = 20  // DCGM_FR_DEVICE_COUNT_MISMATCH
+	DCGMFieldQuery           = 27  // DCGM_FR_FIELD_QUERY
+	DCGMThrottlingViolation  = 43  // DCGM_FR_THROTTLING_VIOLATION
+	DCGMStressLevel          = 50  // DCGM_FR_STRESS_LEVEL
+	DCGMFaultyMemory         = 52  // DCGM_FR_FAULTY_MEMORY
+	DCGMMemoryMismatch       = 58  // DCGM_FR_MEMORY_MISMATCH
+	DCGMAPIFailGPU           = 65  // DCGM_FR_API_FAIL_GPU
+	DCGMRowRemapFailure      = 80  // DCGM_FR_ROW_REMAP_FAILURE
+	DCGMDBEPendingRetirement = 83  // DCGM_FR_DBE_PENDING_PAGE_RETIREMENTS
+	DCGMUncorrectableRemap   = 84  // DCGM_FR_UNCORRECTABLE_ROW_REMAP
+	DCGMPendingRowRemap      = 85  // DCGM_FR_PENDING_ROW_REMAP
+	DCGMXidError             = 101 // DCGM_FR_XID_ERROR
+)
+
+// FailedErrorIDs lists the DCGM error ids of the report's FAIL results, in
+// report order (WARN and SKIP results ask for nothing).
+func (r *DiagReport) FailedErrorIDs() []int {
+	var ids []int
+	for _, c := range r.Diag.Categories {
+		for _, t := range c.Tests {
+			for _, res := range t.Results {
+				if !strings.EqualFold(res.Status, StatusFail) {
+					continue
+				}
+				for _, w := range res.Warnings {
+					ids = append(ids, w.ErrorID)
+				}
+			}
+		}
+	}
+	return ids
 }

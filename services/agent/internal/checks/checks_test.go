@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,6 +20,10 @@ import (
 )
 
 const cluster = "projects/p/clusters/c"
+
+// dcgmiFixture is a real `dcgmi diag -j` report (DCGM's own test sample),
+// kept with the report's types.
+const dcgmiFixture = "../../../../libs/healthcheck/testdata/dcgmi_diag.json"
 
 func newRunner(t *testing.T, dev *fakeDevice, mod func(*Config)) *Runner {
 	t.Helper()
@@ -135,12 +140,15 @@ func TestGPUDiagFailsFaultedGPU(t *testing.T) {
 	cases := []struct {
 		name  string
 		fault func(s *loomv1.GpuSample)
+		// errorID is DCGM's id for the failure (dcgm_errors.h), which
+		// health reads to choose the repair.
+		errorID int
 	}{
-		{"dbe", func(s *loomv1.GpuSample) { s.EccDbeVolatile = 1 }},
-		{"remap failure", func(s *loomv1.GpuSample) { s.RemapFailure = true }},
-		{"lost", func(s *loomv1.GpuSample) { s.Lost = true }},
-		{"xid 79", func(s *loomv1.GpuSample) { s.LastXid = 79 }},
-		{"xid 48", func(s *loomv1.GpuSample) { s.LastXid = 48 }},
+		{"dbe", func(s *loomv1.GpuSample) { s.EccDbeVolatile = 1 }, healthcheck.DCGMVolatileDBE},
+		{"remap failure", func(s *loomv1.GpuSample) { s.RemapFailure = true }, healthcheck.DCGMRowRemapFailure},
+		{"lost", func(s *loomv1.GpuSample) { s.Lost = true }, healthcheck.DCGMAPIFailGPU},
+		{"xid 79", func(s *loomv1.GpuSample) { s.LastXid = 79 }, healthcheck.DCGMXidError},
+		{"xid 48", func(s *loomv1.GpuSample) { s.LastXid = 48 }, healthcheck.DCGMXidError},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -152,6 +160,13 @@ func TestGPUDiagFailsFaultedGPU(t *testing.T) {
 				got := r.Run(context.Background(), diagCmd(level, nil))
 				if got.GetOutcome() != loomv1.CheckOutcome_CHECK_FAIL || got.GetGpu() != 2 {
 					t.Fatalf("level %d: %v on GPU %d %q", level, got.GetOutcome(), got.GetGpu(), got.GetSummary())
+				}
+				rep, err := healthcheck.ParseDiag([]byte(got.GetDetail()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ids := rep.FailedErrorIDs(); !slices.Contains(ids, tc.errorID) {
+					t.Errorf("level %d: failed error ids %v, want %d among them", level, ids, tc.errorID)
 				}
 				if level == 2 {
 					// The compute check itself must catch the fault, not only
@@ -251,7 +266,7 @@ func TestGPUDiagStressFindsSlowAndHotGPU(t *testing.T) {
 
 func TestParseDiagFixture(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("testdata/dcgmi_diag.json")
+	b, err := os.ReadFile(dcgmiFixture)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +348,7 @@ func TestGPUDiagMissingGPUFailsNode(t *testing.T) {
 func TestGPUDiagRunsDcgmi(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	fixture, _ := filepath.Abs("testdata/dcgmi_diag.json")
+	fixture, _ := filepath.Abs(dcgmiFixture)
 	args := filepath.Join(dir, "args")
 	script := "#!/bin/sh\necho \"$@\" > " + args + "\ncat " + fixture + "\nexit 226\n"
 	dcgmi := filepath.Join(dir, "dcgmi")

@@ -232,7 +232,7 @@ func warned(errorID int, format string, args ...any) healthcheck.DiagResult {
 func gpuCount(infos []gpu.Info, want int) healthcheck.DiagTest {
 	t := healthcheck.DiagTest{Name: "GPU Count"}
 	if want > 0 && len(infos) < want {
-		t.Results = append(t.Results, failed(1, "the node offers %d GPUs, the driver lists %d", want, len(infos)))
+		t.Results = append(t.Results, failed(healthcheck.DCGMDeviceCountMismatch, "the node offers %d GPUs, the driver lists %d", want, len(infos)))
 		return t
 	}
 	t.Results = append(t.Results, healthcheck.DiagResult{Status: healthcheck.StatusPass, Info: []string{fmt.Sprintf("%d GPUs listed", len(infos))}})
@@ -245,11 +245,11 @@ func (g *diagRun) inventory() healthcheck.DiagTest {
 		info := g.infos[indexOf(g.infos, i)]
 		switch {
 		case s == nil:
-			return failed(1, "GPU %d (%s) is listed but gave no reading", i, info.UUID)
+			return failed(healthcheck.DCGMAPIFailGPU, "GPU %d (%s) is listed but gave no reading", i, info.UUID)
 		case s.GetLost():
-			return failed(79, "GPU %d (%s) has fallen off the bus", i, info.UUID)
+			return failed(healthcheck.DCGMAPIFailGPU, "GPU %d (%s) has fallen off the bus", i, info.UUID)
 		case s.GetUuid() != "" && s.GetUuid() != info.UUID:
-			return failed(1, "GPU %d answers as %s, listed as %s", i, s.GetUuid(), info.UUID)
+			return failed(healthcheck.DCGMDeviceCountMismatch, "GPU %d answers as %s, listed as %s", i, s.GetUuid(), info.UUID)
 		}
 		return healthcheck.DiagResult{Status: healthcheck.StatusPass, Info: []string{fmt.Sprintf("GPU %d: %s %s", i, info.Name, info.UUID)}}
 	})
@@ -269,10 +269,10 @@ func (g *diagRun) driver() healthcheck.DiagTest {
 	return g.perGPU("NVML Library", func(i int, s *loomv1.GpuSample) healthcheck.DiagResult {
 		info := g.infos[indexOf(g.infos, i)]
 		if info.DriverVersion == "" {
-			return failed(2, "GPU %d reports no driver version", i)
+			return failed(healthcheck.DCGMFieldQuery, "GPU %d reports no driver version", i)
 		}
 		if d0 := g.infos[0].DriverVersion; info.DriverVersion != d0 {
-			return failed(2, "GPU %d has driver %s, GPU %d has %s", i, info.DriverVersion, g.infos[0].Index, d0)
+			return failed(healthcheck.DCGMFieldQuery, "GPU %d has driver %s, GPU %d has %s", i, info.DriverVersion, g.infos[0].Index, d0)
 		}
 		return healthcheck.DiagResult{Status: healthcheck.StatusPass, Info: []string{"driver " + info.DriverVersion + ", CUDA " + info.CUDAVersion}}
 	})
@@ -286,11 +286,13 @@ func (g *diagRun) eccRemap() healthcheck.DiagTest {
 		case s == nil || s.GetLost():
 			return healthcheck.DiagResult{Status: healthcheck.StatusSkip}
 		case s.GetRemapFailure():
-			return failed(95, "GPU %d: row remapping failed", i)
+			return failed(healthcheck.DCGMRowRemapFailure, "GPU %d: row remapping failed", i)
 		case s.GetEccDbeVolatile() > 0:
-			return failed(48, "GPU %d: %d uncorrectable ECC errors since the driver loaded", i, s.GetEccDbeVolatile())
-		case s.GetRemapPending() || s.GetRetiredPagesPending() > 0:
-			return warned(64, "GPU %d: a row remap or page retirement is pending (a GPU reset applies it)", i)
+			return failed(healthcheck.DCGMVolatileDBE, "GPU %d: %d uncorrectable ECC errors since the driver loaded", i, s.GetEccDbeVolatile())
+		case s.GetRemapPending():
+			return warned(healthcheck.DCGMPendingRowRemap, "GPU %d: a row remap is pending (a GPU reset applies it)", i)
+		case s.GetRetiredPagesPending() > 0:
+			return warned(healthcheck.DCGMPendingRetirements, "GPU %d: a page retirement is pending (a GPU reset applies it)", i)
 		}
 		return healthcheck.DiagResult{Status: healthcheck.StatusPass}
 	})
@@ -300,7 +302,7 @@ func (g *diagRun) eccRemap() healthcheck.DiagTest {
 func (g *diagRun) xids() healthcheck.DiagTest {
 	return g.perGPU("Xid Errors", func(i int, s *loomv1.GpuSample) healthcheck.DiagResult {
 		if x := s.GetLastXid(); x != 0 && !appXids[x] {
-			return failed(43, "GPU %d: Xid %d", i, x)
+			return failed(healthcheck.DCGMXidError, "GPU %d: Xid %d", i, x)
 		}
 		return healthcheck.DiagResult{Status: healthcheck.StatusPass}
 	})
@@ -321,11 +323,11 @@ func (g *diagRun) links(cmd *eventsv1.RunHealthCheck) healthcheck.DiagTest {
 	return g.perGPU("pcie", func(i int, s *loomv1.GpuSample) healthcheck.DiagResult {
 		switch {
 		case s == nil || s.GetLost():
-			return failed(79, "GPU %d is not on the bus", i)
+			return failed(healthcheck.DCGMAPIFailGPU, "GPU %d is not on the bus", i)
 		case s.GetNvlinkCrcErrors() > 0 || s.GetNvlinkReplayErrors() > 0:
-			return warned(74, "GPU %d: NVLink CRC errors %d, replays %d", i, s.GetNvlinkCrcErrors(), s.GetNvlinkReplayErrors())
+			return warned(healthcheck.DCGMNVLinkErrorThreshold, "GPU %d: NVLink CRC errors %d, replays %d", i, s.GetNvlinkCrcErrors(), s.GetNvlinkReplayErrors())
 		case s.GetPcieReplay() > maxReplays:
-			return warned(38, "GPU %d: %d PCIe replays, more than %d", i, s.GetPcieReplay(), maxReplays)
+			return warned(healthcheck.DCGMPCIeReplayThreshold, "GPU %d: %d PCIe replays, more than %d", i, s.GetPcieReplay(), maxReplays)
 		}
 		return healthcheck.DiagResult{Status: healthcheck.StatusPass}
 	})
@@ -345,11 +347,11 @@ func (g *diagRun) memory(ctx context.Context, cmd *eventsv1.RunHealthCheck) heal
 			return healthcheck.DiagResult{Status: healthcheck.StatusSkip, Warnings: []healthcheck.DiagWarning{{Warning: "the memory test on real GPUs needs dcgmi", ErrorID: 1}}}
 		}
 		if s == nil || s.GetLost() {
-			return failed(79, "GPU %d is not on the bus", i)
+			return failed(healthcheck.DCGMAPIFailGPU, "GPU %d is not on the bus", i)
 		}
 		bad, first := memoryPatterns(ctx, mib<<20, i, g.faulted(i) != "")
 		if bad > 0 {
-			return failed(82, "GPU %d: %d words read back wrong in %d MiB (first at offset %#x): %s", i, bad, mib, first, g.faulted(i))
+			return failed(healthcheck.DCGMFaultyMemory, "GPU %d: %d words read back wrong in %d MiB (first at offset %#x): %s", i, bad, mib, first, g.faulted(i))
 		}
 		return healthcheck.DiagResult{Status: healthcheck.StatusPass, Info: []string{fmt.Sprintf("GPU %d: %d MiB, 6 patterns", i, mib)}}
 	})
@@ -412,14 +414,14 @@ func (g *diagRun) compute(ctx context.Context) healthcheck.DiagTest {
 			return healthcheck.DiagResult{Status: healthcheck.StatusSkip, Warnings: []healthcheck.DiagWarning{{Warning: "the compute check on real GPUs needs dcgmi", ErrorID: 1}}}
 		}
 		if s == nil || s.GetLost() {
-			return failed(79, "GPU %d is not on the bus", i)
+			return failed(healthcheck.DCGMAPIFailGPU, "GPU %d is not on the bus", i)
 		}
 		if ctx.Err() != nil {
 			return healthcheck.DiagResult{Status: healthcheck.StatusSkip}
 		}
 		got := g.deviceMatmul(i, a, b)
 		if k, ok := compare(got, ref); !ok {
-			return failed(84, "GPU %d: %dx%d product differs from the reference at [%d,%d] (%v, want %v): %s",
+			return failed(healthcheck.DCGMMemoryMismatch, "GPU %d: %dx%d product differs from the reference at [%d,%d] (%v, want %v): %s",
 				i, matN, matN, k/matN, k%matN, got[k], ref[k], g.faulted(i))
 		}
 		return healthcheck.DiagResult{Status: healthcheck.StatusPass, Info: []string{fmt.Sprintf("GPU %d: %dx%d product matches the reference", i, matN, matN)}}
@@ -543,13 +545,13 @@ func (g *diagRun) stress(ctx context.Context, d time.Duration) (healthcheck.Diag
 		var r healthcheck.DiagResult
 		switch {
 		case s == nil || s.GetLost() || t == nil || t.GetLost():
-			r = failed(79, "GPU %d is not on the bus", i)
+			r = failed(healthcheck.DCGMAPIFailGPU, "GPU %d is not on the bus", i)
 		case wrong[i] > 0:
-			r = failed(84, "GPU %d: %d of %d products wrong under stress", i, wrong[i], iters[i])
+			r = failed(healthcheck.DCGMMemoryMismatch, "GPU %d: %d of %d products wrong under stress", i, wrong[i], iters[i])
 		case level[i] < 0.8*best:
-			r = failed(50, "Max stress level of %.1f did not exceed desired stress level of %.1f for GPU %d", level[i], 0.8*best, i)
+			r = failed(healthcheck.DCGMStressLevel, "Max stress level of %.1f did not exceed desired stress level of %.1f for GPU %d", level[i], 0.8*best, i)
 		case t.GetTemperatureC() >= hotC || t.GetThrottleReasons()&thermalReasons != 0:
-			r = failed(73, "GPU %d: %.0f C, throttle reasons %#x under stress", i, t.GetTemperatureC(), t.GetThrottleReasons())
+			r = failed(healthcheck.DCGMThrottlingViolation, "GPU %d: %.0f C, throttle reasons %#x under stress", i, t.GetTemperatureC(), t.GetThrottleReasons())
 		default:
 			r = healthcheck.DiagResult{Status: healthcheck.StatusPass}
 		}

@@ -3,6 +3,7 @@ package classify
 import (
 	"bufio"
 	"encoding/csv"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/healthcheck"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -303,6 +305,37 @@ func TestWorstAndChecks(t *testing.T) {
 		if v.Reason != tc.reason || v.Action != tc.action || !v.CheckpointFirst {
 			t.Errorf("CheckFailed(%v) = %+v, want reason %q, action %v", tc.r, v, tc.reason, tc.action)
 		}
+	}
+	// A gpu_diag failure asks for the repair its DCGM error ids ask for
+	// (the detail is dcgmi diag -j's JSON): the heaviest of its FAILs.
+	diag := func(results string) string {
+		return `{"DCGM GPU Diagnostic": {"test_categories": [{"category": "Deployment", "tests": [` +
+			`{"name": "Page Retirement/Row Remap", "results": [` + results + `]}]}]}}`
+	}
+	fail := func(gpu string, id int) string {
+		return fmt.Sprintf(`{"gpu_ids": %q, "status": "FAIL", "warnings": [{"warning": "w", "error_id": %d}]}`, gpu, id)
+	}
+	for _, tc := range []struct {
+		name, detail string
+		action       loomv1.RemediationAction
+	}{
+		{"row remap failure", diag(fail("0", healthcheck.DCGMRowRemapFailure)), replace},
+		{"uncorrectable remap", diag(fail("0", healthcheck.DCGMUncorrectableRemap)), replace},
+		{"double-bit error", diag(fail("0", healthcheck.DCGMVolatileDBE)), reset},
+		{"pending remap", diag(fail("1", healthcheck.DCGMPendingRowRemap)), reset},
+		{"faulty memory", diag(fail("0", healthcheck.DCGMFaultyMemory)), reboot},
+		{"the heaviest", diag(fail("0", healthcheck.DCGMVolatileDBE) + "," + fail("1", healthcheck.DCGMRowRemapFailure)), replace},
+		{"a warning asks for nothing", diag(`{"gpu_ids": "0", "status": "WARN", "warnings": [{"warning": "w", "error_id": 80}]}`), reboot},
+		{"not a report", "dcgmi: not found", reboot},
+		{"no detail", "", reboot},
+	} {
+		if v := CheckFailed(&loomv1.HealthCheckResult{Check: "gpu_diag", Detail: tc.detail}); v.Action != tc.action {
+			t.Errorf("%s: CheckFailed action %v, want %v", tc.name, v.Action, tc.action)
+		}
+	}
+	// Another check's detail asks for nothing of the kind.
+	if v := CheckFailed(&loomv1.HealthCheckResult{Check: "site.sh", Detail: diag(fail("0", healthcheck.DCGMRowRemapFailure))}); v.Action != reboot {
+		t.Errorf("a site check's dcgm-shaped detail: %v", v.Action)
 	}
 	if Rank(replace) <= Rank(reimage) || Rank(reimage) <= Rank(reboot) || Rank(reboot) <= Rank(reset) || Rank(reset) <= Rank(restart) || Rank(restart) <= Rank(none) {
 		t.Fatal("rank order")

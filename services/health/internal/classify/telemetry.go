@@ -3,6 +3,7 @@ package classify
 import (
 	"fmt"
 
+	"github.com/loom-ml/loom/libs/healthcheck"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -229,15 +230,21 @@ const (
 // CheckFailed classifies a check that failed (CHECK_FAIL) on a node. Checks
 // run on idle nodes, or ask for a checkpoint first when a job holds it: a
 // failed check is not urgent. A failed disk check calls for a reimage (it
-// empties the node's directory); any other for a reboot first, escalated if
-// the failure comes back. The reason names the check and its summary
+// empties the node's directory); a failed gpu_diag for what its failures'
+// DCGM error ids ask for (diagAction: a replacement for a failed row
+// remap, as the telemetry's verdict; a GPU reset for a double-bit error or
+// a pending remap); any other for a reboot first, escalated if the failure
+// comes back. The reason names the check and its summary
 // ("check gpu_diag failed: ..."); a prolog's or epilog's failure is
 // prefixed as Slurm drains a node for one ("Prolog error: check gpu_diag
 // failed: ...").
 func CheckFailed(r *loomv1.HealthCheckResult) Verdict {
 	action := loomv1.RemediationAction_ACTION_REBOOT
-	if r.GetCheck() == "disk" {
+	switch r.GetCheck() {
+	case "disk":
 		action = loomv1.RemediationAction_ACTION_REIMAGE
+	case "gpu_diag":
+		action = diagAction(r.GetDetail())
 	}
 	reason := "check " + r.GetCheck() + " failed"
 	if s := r.GetSummary(); s != "" {
@@ -251,4 +258,35 @@ func CheckFailed(r *loomv1.HealthCheckResult) Verdict {
 	}
 	gpu := r.GetGpu()
 	return Verdict{Severity: SeverityCritical, Action: action, CheckpointFirst: true, Reason: reason, GPU: gpu}
+}
+
+// diagAction is the repair a gpu_diag report (detail: `dcgmi diag -j`'s
+// JSON, whether dcgmi or Loom's own tests wrote it) asks for: the heaviest
+// its failures' DCGM error ids ask for, a reboot for any other id, and a
+// reboot for a detail that is not such a report.
+func diagAction(detail string) loomv1.RemediationAction {
+	action := loomv1.RemediationAction_ACTION_REBOOT
+	rep, err := healthcheck.ParseDiag([]byte(detail))
+	if err != nil {
+		return action
+	}
+	ids := rep.FailedErrorIDs()
+	if len(ids) == 0 {
+		return action
+	}
+	action = loomv1.RemediationAction_REMEDIATION_ACTION_UNSPECIFIED
+	for _, id := range ids {
+		a := loomv1.RemediationAction_ACTION_REBOOT
+		switch id {
+		case healthcheck.DCGMRowRemapFailure, healthcheck.DCGMUncorrectableRemap:
+			a = loomv1.RemediationAction_ACTION_REPLACE
+		case healthcheck.DCGMVolatileDBE, healthcheck.DCGMPendingRetirements, healthcheck.DCGMDBEPendingRetirement,
+			healthcheck.DCGMPendingRowRemap:
+			a = loomv1.RemediationAction_ACTION_RESET_GPU
+		}
+		if Rank(a) > Rank(action) {
+			action = a
+		}
+	}
+	return action
 }
