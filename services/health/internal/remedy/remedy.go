@@ -851,6 +851,12 @@ func (s *step) healthy(n *Node, repaired bool, by, reason string) {
 		}
 		return
 	}
+	if repaired && by == SetBy && wasRepairing && n.Reason != "" {
+		// Say what was repaired: a local repair takes about a second, and
+		// the verdict that took the node out would be gone from its health
+		// before anyone looked.
+		reason += ", for: " + n.Reason
+	}
 	n.State = loomv1.RemediationState_NODE_HEALTHY
 	n.Since = s.now
 	n.Reason, n.SetBy = reason, by

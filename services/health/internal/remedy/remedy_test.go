@@ -113,6 +113,10 @@ func TestXid79RepairedAndConfirmed(t *testing.T) {
 	if len(hs) != 1 || hs[0].GetHealth() != eventsv1.NodeHealth_HEALTHY || !hs[0].GetRepaired() || hs[0].GetState() != loomv1.RemediationState_NODE_HEALTHY {
 		t.Fatalf("back: %v", hs)
 	}
+	// The reason says what was repaired, long after the verdict.
+	if want := "repaired (reboot) and confirmed by gpu_diag, for: Xid 79: GPU has fallen off the bus"; hs[0].GetReason() != want {
+		t.Fatalf("reason back %q, want %q", hs[0].GetReason(), want)
+	}
 	if s := h.state(3); s != loomv1.RemediationState_NODE_HEALTHY {
 		t.Fatalf("state %v", s)
 	}
