@@ -660,7 +660,7 @@ func (t *txn) failNode(n *Node) {
 			default:
 				t.infraRequeue(j, r, loomv1.JobState_NODE_FAIL, reason)
 			}
-			if gone || !t.checkpointSurvivors(j, r, n.Name, reason) { // health.go
+			if gone || !t.checkpointSurvivors(j, r, n.Name, reason, false) { // health.go
 				t.stopSteps(r, n.Name, reason, eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE)
 			}
 		}
@@ -762,8 +762,12 @@ func (t *txn) stepChanged(ev *eventsv1.StepChanged) error {
 				t.endAttempt(r, state, code, reason)
 				t.end(j, state, code, reason)
 				t.emitJob(j)
-				t.stopSteps(r, ev.GetNode(), "job failed", eventsv1.StopCause_STOP_CAUSE_UNSPECIFIED)
 				t.requeueJob(j, fmt.Sprintf("%s: retry %d of %d", reason, j.Job.GetUserFailures(), retries))
+				// The program failed on one node; the others may save
+				// first, as when a node fails (checkpoint on failure).
+				if !t.checkpointSurvivors(j, r, ev.GetNode(), detail("job failed on "+host, reason), true) { // health.go
+					t.stopSteps(r, ev.GetNode(), "job failed", eventsv1.StopCause_STOP_CAUSE_UNSPECIFIED)
+				}
 				return
 			}
 			fail(state, code, reason)

@@ -131,8 +131,11 @@ func (t *txn) checkpointDone(j *Job, r *Run, why string) {
 }
 
 // checkpointSurvivors starts checkpoint on failure for run r of j (edited;
-// its attempt just ended NODE_FAIL and the job was requeued) whose node
-// failed failed (Config.FailureCheckpointWait): the steps on its other
+// its attempt just ended and the job was requeued) whose node failed failed
+// (crash false: the attempt ended NODE_FAIL) or whose program failed there
+// (crash true: its step exited non-zero and the job is retried; the other
+// ranks still hold the state a bug on one did not corrupt)
+// (Config.FailureCheckpointWait): the steps on its other
 // nodes, which still hold the training state, are sent the job's --signal
 // (default USR1, as a checkpoint-aware drain sends) and are stopped at the
 // run's first checkpoint written since the signal (survivorCheckpointed),
@@ -148,7 +151,7 @@ func (t *txn) checkpointDone(j *Job, r *Run, why string) {
 // the next attempt resumes from. What waiting for nothing costs is bounded:
 // a program that does not handle the signal ends on it, which ends the
 // wait, and one that ignores it holds its nodes for the wait at most.
-func (t *txn) checkpointSurvivors(j *Job, r *Run, failed, reason string) bool {
+func (t *txn) checkpointSurvivors(j *Job, r *Run, failed, reason string, crash bool) bool {
 	wait := t.s.cfg.FailureCheckpointWait
 	if wait <= 0 || !r.SurvivorsBy.IsZero() {
 		return false
@@ -167,6 +170,7 @@ func (t *txn) checkpointSurvivors(j *Job, r *Run, failed, reason string) bool {
 	}
 	r = t.editRun(r.Key())
 	r.SurvivorsBy, r.SurvivorsFrom, r.SurvivorsReason, r.FailedNode = t.now.Add(wait), r.Progress.CheckpointStep, reason, failed
+	r.SurvivorsOfCrash = crash
 	// As the checkpoint-aware drain signals (a batch job's srun tasks hold
 	// the state too: scancel -f's reach), all but the failed node.
 	t.signalJob(j, r, sig.Name, sig.BatchOnly, !sig.BatchOnly, failed)
@@ -222,8 +226,12 @@ func (t *txn) survivorsEnded(r *Run) {
 // once they checkpointed, ended or their wait ended (why says which).
 func (t *txn) survivorsDone(r *Run, why string) {
 	r = t.editRun(r.Key())
-	t.stopSteps(r, r.FailedNode, r.SurvivorsReason+" ("+why+")", eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE)
-	r.SurvivorsBy, r.StopsSent = time.Time{}, t.now
+	cause := eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE
+	if r.SurvivorsOfCrash {
+		cause = eventsv1.StopCause_STOP_CAUSE_UNSPECIFIED // as the job's failure stops them
+	}
+	t.stopSteps(r, r.FailedNode, r.SurvivorsReason+" ("+why+")", cause)
+	r.SurvivorsBy, r.StopsSent, r.SurvivorsOfCrash = time.Time{}, t.now, false
 	t.dirty[r.Cluster] = true
 }
 

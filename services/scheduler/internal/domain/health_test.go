@@ -1201,6 +1201,78 @@ func TestCheckpointOnFailure(t *testing.T) {
 // that the agent's first look reports, such as the one a resumed attempt
 // started from), and ends it as soon as no survivor runs any more; a
 // survivor that has not started is not waited for.
+// TestCheckpointOnAProgramCrash: the job's program fails on one of its
+// nodes (its step exits non-zero) and the job is retried: the steps on its
+// other nodes get the job's signal and are stopped at their checkpoint, as
+// when a node fails, but as the job's failure stops them (not "due to node
+// failure"), and the failure counts against the user. A job that is not
+// retried, or a scheduler with checkpoint on failure off, stops them at once.
+func TestCheckpointOnAProgramCrash(t *testing.T) {
+	t.Parallel()
+	const wait = 30 * time.Second
+	setup := func(cfg Config, retries int32) (*harness, string, string) {
+		h := newHealthHarness(t, cfg)
+		for _, host := range []string{"gpu-0001", "gpu-0002", "gpu-0003"} {
+			h.node(host, 8)
+		}
+		h.submitJob(&loomv1.Job{Name: jobName(1), JobId: "1", Cluster: cl, NodeCount: 2, GpusPerNode: 8,
+			Command: []string{"/bin/train"}, MaxRetries: retries})
+		hosts := h.job(1).GetNodes()
+		if len(hosts) != 2 {
+			t.Fatalf("job 1 on %v", hosts)
+		}
+		for _, host := range hosts {
+			h.step(1, 1, host, eventsv1.StepState_STEP_RUNNING, 0)
+		}
+		h.progress(1, 1, hosts[0], 100, 50)
+		return h, hosts[0], hosts[1]
+	}
+
+	h, surv, crashed := setup(Config{FailureCheckpointWait: wait, CheckpointGrace: 2 * time.Minute}, 1)
+	c := h.step(1, 1, crashed, eventsv1.StepState_STEP_EXITED, 3)
+	if got := statesOf(c, 1); len(got) < 2 || got[0] != loomv1.JobState_FAILED || got[1] != loomv1.JobState_REQUEUED {
+		t.Fatalf("job 1 after the crash: %v, want FAILED then REQUEUED", got)
+	}
+	if sg := signals(c); len(sg) != 1 || sg[0].GetNode() != nodeName(surv) || sg[0].GetSignal() != "USR1" {
+		t.Fatalf("signals %v, want USR1 to the survivor %s only", sg, surv)
+	}
+	if st := stops(c); len(st) != 0 {
+		t.Fatalf("stopped before the survivor checkpointed: %v", st)
+	}
+	c = h.progress(1, 1, surv, 112, 111)
+	if st := stops(c); len(st) != 1 || st[0].GetNode() != nodeName(surv) || !strings.Contains(st[0].GetReason(), "checkpointed at step 111") ||
+		!strings.Contains(st[0].GetReason(), "job failed on "+crashed) || st[0].GetCause() != eventsv1.StopCause_STOP_CAUSE_UNSPECIFIED {
+		t.Fatalf("after the survivor's checkpoint: stops %v", st)
+	}
+	c = h.step(1, 1, surv, eventsv1.StepState_STEP_KILLED, 143)
+	if ss := starts(c); len(ss) != 2 || ss[0].GetAttempt() != 2 {
+		t.Fatalf("starts %v, want attempt 2 on 2 nodes", ss)
+	}
+	if r := h.s.Run(jobName(1), 1); r.Progress.CheckpointStep != 111 || r.SurvivorsOfCrash {
+		t.Fatalf("run 1: checkpoint %d, survivors of crash %v", r.Progress.CheckpointStep, r.SurvivorsOfCrash)
+	}
+	if u := h.job(1).GetUserFailures(); u != 1 {
+		t.Fatalf("user failures %d, want 1: the program's crash is the user's", u)
+	}
+
+	// Not retried (no retries left): the job fails and the survivor is
+	// stopped at once; so with checkpoint on failure off.
+	for _, tc := range []struct {
+		name    string
+		cfg     Config
+		retries int32
+	}{
+		{"not retried", Config{FailureCheckpointWait: wait, CheckpointGrace: 2 * time.Minute}, 0},
+		{"off", Config{CheckpointGrace: 2 * time.Minute}, 1},
+	} {
+		h, surv, crashed := setup(tc.cfg, tc.retries)
+		c := h.step(1, 1, crashed, eventsv1.StepState_STEP_EXITED, 3)
+		if st := stops(c); len(st) != 1 || st[0].GetNode() != nodeName(surv) || len(signals(c)) != 0 {
+			t.Fatalf("%s: stops %v, signals %v; want the survivor stopped at once", tc.name, st, signals(c))
+		}
+	}
+}
+
 func TestCheckpointOnFailureWithoutProgress(t *testing.T) {
 	t.Parallel()
 	const wait = 30 * time.Second

@@ -83,11 +83,16 @@ type RunRecord struct {
 	// SurvivorsBy, with SurvivorsReason. StopsSent is when the wait ended
 	// and they were told to stop, from which a requeued job's wait for them
 	// (RequeueStopWait) counts.
-	SurvivorsBy     time.Time `json:"survivors_by,omitzero"`
-	SurvivorsFrom   int64     `json:"survivors_from,omitempty"`
-	SurvivorsReason string    `json:"survivors_reason,omitempty"`
-	FailedNode      string    `json:"failed_node,omitempty"`
-	StopsSent       time.Time `json:"stops_sent,omitzero"`
+	// SurvivorsOfCrash says the wait followed the job's own program
+	// failing on FailedNode (its step exited non-zero and the job was
+	// retried), not the node failing: the survivors are stopped as the
+	// job's failure stops them, not "due to node failure".
+	SurvivorsBy      time.Time `json:"survivors_by,omitzero"`
+	SurvivorsFrom    int64     `json:"survivors_from,omitempty"`
+	SurvivorsReason  string    `json:"survivors_reason,omitempty"`
+	SurvivorsOfCrash bool      `json:"survivors_of_crash,omitempty"`
+	FailedNode       string    `json:"failed_node,omitempty"`
+	StopsSent        time.Time `json:"stops_sent,omitzero"`
 }
 
 // Progress is a run's progress as its steps reported it (the highest over
