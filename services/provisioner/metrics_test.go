@@ -18,7 +18,7 @@ import (
 // value naming the cluster or a node.
 func TestProvisionerMetricsOnScrape(t *testing.T) {
 	t.Parallel()
-	f := &fixture{broker: testkit.Broker(t), data: t.TempDir(), grpcAddr: testkit.FreeAddr()}
+	f := &fixture{broker: testkit.Broker(t), data: t.TempDir()}
 	f.redis, _ = testkit.Redis(t)
 	cfg := f.config(t, false)
 	cfg.HTTPAddr = testkit.FreeAddr()

@@ -47,13 +47,21 @@ const (
 	wait    = 60 * time.Second
 )
 
+// fixture is a provisioner's surroundings. grpcAddr is set only by a test
+// that dials the provisioner: the others let it bind any free port, since a
+// port picked in advance (testkit.FreeAddr) can be taken by another test's
+// process before the provisioner binds it.
 type fixture struct {
 	broker, redis, data, grpcAddr string
 }
 
 func (f *fixture) config(t testing.TB, stopAgents bool) Config {
+	grpcAddr := f.grpcAddr
+	if grpcAddr == "" {
+		grpcAddr = "127.0.0.1:0"
+	}
 	return Config{
-		Common: config.Common{Brokers: []string{f.broker}, RedisAddr: f.redis, GRPCAddr: f.grpcAddr, ServiceKeyFile: testkit.ServiceKeyFile(t),
+		Common: config.Common{Brokers: []string{f.broker}, RedisAddr: f.redis, GRPCAddr: grpcAddr, ServiceKeyFile: testkit.ServiceKeyFile(t),
 			HTTPAddr: "127.0.0.1:0", LogLevel: "warn"},
 		Provider:      "local",
 		AgentIdentity: AgentIdentityDirect, // no gateway here to register with
@@ -419,7 +427,7 @@ func TestClusterLifecycleWithRealAgents(t *testing.T) {
 
 func TestLaunchFailureIsReportedOnTheNode(t *testing.T) {
 	t.Parallel()
-	f := &fixture{broker: testkit.Broker(t), data: t.TempDir(), grpcAddr: testkit.FreeAddr()}
+	f := &fixture{broker: testkit.Broker(t), data: t.TempDir()}
 	f.redis, _ = testkit.Redis(t)
 	cfg := f.config(t, true)
 	cfg.AgentCommand = []string{filepath.Join(f.data, "no-such-agent")}
@@ -482,7 +490,7 @@ func TestRegisterFlags(t *testing.T) {
 // Watcher) make nodes FAILED and replaced until the pool is back.
 func TestSimProviderPreemptionsAreReplaced(t *testing.T) {
 	t.Parallel()
-	f := &fixture{broker: testkit.Broker(t), data: t.TempDir(), grpcAddr: testkit.FreeAddr()}
+	f := &fixture{broker: testkit.Broker(t), data: t.TempDir()}
 	f.redis, _ = testkit.Redis(t)
 	cfg := f.config(t, false)
 	cfg.Provider = ProviderSim

@@ -71,7 +71,7 @@ func TestRepairsWithRealAgents(t *testing.T) {
 	if _, err := os.Stat("/proc/self/environ"); err != nil {
 		t.Skip("needs /proc")
 	}
-	f := &fixture{broker: testkit.Broker(t), data: t.TempDir(), grpcAddr: testkit.FreeAddr()}
+	f := &fixture{broker: testkit.Broker(t), data: t.TempDir()}
 	f.redis, _ = testkit.Redis(t)
 	t.Cleanup(func() { killAgents(f.data) })
 	stop := f.run(t, false)
@@ -197,7 +197,7 @@ func TestRepairsWithRealAgents(t *testing.T) {
 // end like the local provider's.
 func TestSimProviderCarriesOutRepairs(t *testing.T) {
 	t.Parallel()
-	f := &fixture{broker: testkit.Broker(t), data: t.TempDir(), grpcAddr: testkit.FreeAddr()}
+	f := &fixture{broker: testkit.Broker(t), data: t.TempDir()}
 	f.redis, _ = testkit.Redis(t)
 	cfg := f.config(t, false)
 	cfg.Provider = ProviderSim
