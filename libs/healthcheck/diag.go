@@ -74,12 +74,11 @@ func ParseDiag(b []byte) (*DiagReport, error) {
 // a report reads the same whichever wrote it; health chooses a failure's
 // repair by them (the rest ask for a reboot).
 const (
-	DCGMPCIeReplayThreshold  = 107 // DCGM_FR_PCIE_REPLAY_THRESHOLD_VIOLATION
 	DCGMVolatileDBE          = 4   // DCGM_FR_VOLATILE_DBE_DETECTED
 	DCGMPendingRetirements   = 6   // DCGM_FR_PENDING_PAGE_RETIREMENTS
 	DCGMNVLinkErrorThreshold = 13  // DCGM_FR_NVLINK_ERROR_THRESHOLD
 	DCGMDeviceCountMismatch  = 20  // DCGM_FR_DEVICE_COUNT_MISMATCH
-	DCGMFieldQuery           = 27  // DCGM_FR_FIELD_QUERY
+	DCGMFieldQuery           = 27  // DCGM_FR_FIELD_QUERY (also a driver version that differs: DCGM has no closer id)
 	DCGMThrottlingViolation  = 43  // DCGM_FR_THROTTLING_VIOLATION
 	DCGMStressLevel          = 50  // DCGM_FR_STRESS_LEVEL
 	DCGMFaultyMemory         = 52  // DCGM_FR_FAULTY_MEMORY
@@ -90,6 +89,7 @@ const (
 	DCGMUncorrectableRemap   = 84  // DCGM_FR_UNCORRECTABLE_ROW_REMAP
 	DCGMPendingRowRemap      = 85  // DCGM_FR_PENDING_ROW_REMAP
 	DCGMXidError             = 101 // DCGM_FR_XID_ERROR
+	DCGMPCIeReplayThreshold  = 107 // DCGM_FR_PCIE_REPLAY_THRESHOLD_VIOLATION
 )
 
 // FailedErrorIDs lists the DCGM error ids of the report's FAIL results, in
