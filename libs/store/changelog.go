@@ -73,7 +73,15 @@ func (t *Tx) withLog() (*Tx, error) {
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	payload := encodeLogOps(t.ops, t.log.maxBytes, t.log.tag)
+	// A capped stream's appends (Tx.XAdd) are history, not state a
+	// follower copies.
+	ops := make([]op, 0, len(t.ops))
+	for _, o := range t.ops {
+		if o.kind != opXAdd {
+			ops = append(ops, o)
+		}
+	}
+	payload := encodeLogOps(ops, t.log.maxBytes, t.log.tag)
 	c := *t
 	c.ops = append(slices.Clip(t.ops), op{kind: opXAdd, key: t.log.key, field: strconv.FormatInt(t.log.maxLen, 10), val: payload})
 	return &c, nil

@@ -141,6 +141,35 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	return v, nil
 }
 
+// StreamEntry is one entry of a capped stream (Tx.XAdd): its id, which
+// orders the stream, and its value.
+type StreamEntry struct {
+	ID  string
+	Val []byte
+}
+
+// StreamEntries returns up to count entries of the stream at key, newest
+// first, older than the entry id before (all when before is ""). An entry
+// not written by Tx.XAdd is returned with a nil value.
+func (s *Store) StreamEntries(ctx context.Context, key, before string, count int64) ([]StreamEntry, error) {
+	end := "+"
+	if before != "" {
+		end = "(" + before
+	}
+	msgs, err := s.rdb.XRevRangeN(ctx, s.Key(key), end, "-", count).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store %s: read stream %s: %w", s.prefix, key, err)
+	}
+	out := make([]StreamEntry, len(msgs))
+	for i, m := range msgs {
+		out[i].ID = m.ID
+		if v, ok := m.Values["e"].(string); ok {
+			out[i].Val = []byte(v)
+		}
+	}
+	return out, nil
+}
+
 // HGetAll returns all fields of the hash at key (empty when missing).
 func (s *Store) HGetAll(ctx context.Context, key string) (map[string][]byte, error) {
 	m, err := s.rdb.HGetAll(ctx, s.Key(key)).Result()

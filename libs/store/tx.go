@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/loom-ml/loom/libs/envelope"
@@ -18,8 +19,9 @@ const (
 	opHDel opKind = "h"
 	opSAdd opKind = "A"
 	opSRem opKind = "R"
-	// opXAdd appends the transaction's change-log entry (Tx.Log): field
-	// holds the log's MAXLEN, val the entry.
+	// opXAdd appends an entry to a capped stream (Tx.XAdd, and the
+	// change-log entry of Tx.Log): field holds the stream's MAXLEN, val the
+	// entry.
 	opXAdd opKind = "X"
 )
 
@@ -82,6 +84,16 @@ func (t *Tx) IfHField(key, field string, want []byte) {
 
 // Set sets key to val.
 func (t *Tx) Set(key string, val []byte) { t.ops = append(t.ops, op{kind: opSet, key: key, val: val}) }
+
+// XAdd appends val to the capped stream at key (an entry whose one field,
+// "e", holds it), trimming the stream to about maxLen entries (XADD MAXLEN
+// ~), atomically with the transaction's other writes: a bounded history
+// kept with the state it records (StreamEntries reads it). maxLen must be
+// positive; Apply refuses the transaction otherwise. A change log (Tx.Log)
+// does not record these appends.
+func (t *Tx) XAdd(key string, maxLen int64, val []byte) {
+	t.ops = append(t.ops, op{kind: opXAdd, key: key, field: strconv.FormatInt(maxLen, 10), val: val})
+}
 
 // Del deletes key.
 func (t *Tx) Del(key string) { t.ops = append(t.ops, op{kind: opDel, key: key}) }
@@ -183,6 +195,12 @@ func (t *Tx) validate(firstKey int) ([]typeCheck, error) {
 			default:
 				v.Add(field, "%s on %q, which this transaction made a %s", o.kind, o.key, cur)
 				continue
+			}
+			if o.kind == opXAdd {
+				if n, err := strconv.ParseInt(o.field, 10, 64); err != nil || n <= 0 {
+					v.Add(fmt.Sprintf("tx.ops[%d].max_len", i), "must be positive, got %q", o.field)
+					continue
+				}
 			}
 			if o.kind == opHSet || o.kind == opSAdd || o.kind == opXAdd {
 				types[o.key] = want

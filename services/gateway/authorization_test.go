@@ -425,6 +425,10 @@ func matrixRows(opName string) []matrixRow {
 			_, err := hs(c).ListNodeHealth(ctx, &loomv1.ListNodeHealthRequest{Cluster: cluster1})
 			return err
 		}), get("/v1/" + cluster1 + "/nodeHealth"), viewerRow},
+		{"ListNodeHealthEvents", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := hs(c).ListNodeHealthEvents(ctx, &loomv1.ListNodeHealthEventsRequest{Cluster: cluster1})
+			return err
+		}), get("/v1/" + cluster1 + "/nodeHealthEvents"), viewerRow},
 		{"ListHealthResults", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
 			_, err := hs(c).ListHealthResults(ctx, &loomv1.ListHealthResultsRequest{Cluster: cluster1, Check: "disk"})
 			return err

@@ -181,6 +181,14 @@ func (f fakeHealth) ListNodeHealth(_ context.Context, r *loomv1.ListNodeHealthRe
 	return resp, nil
 }
 
+func (f fakeHealth) ListNodeHealthEvents(_ context.Context, r *loomv1.ListNodeHealthEventsRequest) (*loomv1.ListNodeHealthEventsResponse, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	f.w.nodeHealthHosts = append(f.w.nodeHealthHosts, r.GetHostnames())
+	return &loomv1.ListNodeHealthEventsResponse{Events: []*loomv1.NodeHealthEvent{{Node: r.GetCluster() + "/nodes/gpu-0001",
+		Hostname: "gpu-0001", State: loomv1.RemediationState_NODE_HEALTHY, Reason: "repaired (reboot)", Repaired: true}}}, nil
+}
+
 func (f fakeHealth) GetHealthPolicy(_ context.Context, r *loomv1.GetHealthPolicyRequest) (*loomv1.HealthPolicy, error) {
 	return &loomv1.HealthPolicy{Cluster: r.GetCluster(), Remediation: "dry-run", MaxRemediatingNodes: 1}, nil
 }

@@ -259,6 +259,21 @@ func TestHealthReads(t *testing.T) {
 	}
 	_, err = hs.ListNodeHealth(ctx, &loomv1.ListNodeHealthRequest{Cluster: cluster1, Hostnames: []string{"gpu-[1-"}})
 	wantCode(t, "a bad hostlist", err, codes.InvalidArgument, "hostnames[0]")
+	// The events: passed on with the hostlist expanded, refused as the list.
+	evs, err := hs.ListNodeHealthEvents(ctx, &loomv1.ListNodeHealthEventsRequest{Cluster: cluster1, Hostnames: []string{"gpu-000[1-2]"}})
+	if err != nil || len(evs.GetEvents()) != 1 || !evs.GetEvents()[0].GetRepaired() {
+		t.Fatalf("ListNodeHealthEvents: %v %v", evs, err)
+	}
+	h.w.mu.Lock()
+	asked = h.w.nodeHealthHosts[len(h.w.nodeHealthHosts)-1]
+	h.w.mu.Unlock()
+	if !slices.Equal(asked, []string{"gpu-0001", "gpu-0002"}) {
+		t.Fatalf("health was asked for the events of %v", asked)
+	}
+	_, err = hs.ListNodeHealthEvents(ctx, &loomv1.ListNodeHealthEventsRequest{Cluster: "clusters/x"})
+	wantCode(t, "a bad cluster name", err, codes.InvalidArgument, "cluster")
+	_, err = hs.ListNodeHealthEvents(ctx, &loomv1.ListNodeHealthEventsRequest{Cluster: cluster1, PageSize: -1})
+	wantCode(t, "a negative page size", err, codes.InvalidArgument, "page_size")
 	res, err := hs.ListHealthResults(ctx, &loomv1.ListHealthResultsRequest{Cluster: cluster1, Check: "gpu_diag", ScanId: "s1"})
 	if err != nil || len(res.GetResults()) != 1 || res.GetResults()[0].GetOutcome() != loomv1.CheckOutcome_CHECK_FAIL {
 		t.Fatalf("ListHealthResults: %v %v", res, err)

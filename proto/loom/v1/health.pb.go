@@ -1455,6 +1455,243 @@ func (x *ListNodeHealthResponse) GetNextPageToken() string {
 	return ""
 }
 
+type ListNodeHealthEventsRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// hostnames keeps only these nodes' events (hostlist expressions; at most
+	// 4096 hosts); empty: every node's.
+	Hostnames     []string `protobuf:"bytes,2,rep,name=hostnames,proto3" json:"hostnames,omitempty"`
+	PageSize      int32    `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string   `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNodeHealthEventsRequest) Reset() {
+	*x = ListNodeHealthEventsRequest{}
+	mi := &file_loom_v1_health_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNodeHealthEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNodeHealthEventsRequest) ProtoMessage() {}
+
+func (x *ListNodeHealthEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_health_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNodeHealthEventsRequest.ProtoReflect.Descriptor instead.
+func (*ListNodeHealthEventsRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ListNodeHealthEventsRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *ListNodeHealthEventsRequest) GetHostnames() []string {
+	if x != nil {
+		return x.Hostnames
+	}
+	return nil
+}
+
+func (x *ListNodeHealthEventsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListNodeHealthEventsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListNodeHealthEventsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// events, newest first.
+	Events        []*NodeHealthEvent `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	NextPageToken string             `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNodeHealthEventsResponse) Reset() {
+	*x = ListNodeHealthEventsResponse{}
+	mi := &file_loom_v1_health_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNodeHealthEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNodeHealthEventsResponse) ProtoMessage() {}
+
+func (x *ListNodeHealthEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_health_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNodeHealthEventsResponse.ProtoReflect.Descriptor instead.
+func (*ListNodeHealthEventsResponse) Descriptor() ([]byte, []int) {
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ListNodeHealthEventsResponse) GetEvents() []*NodeHealthEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *ListNodeHealthEventsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// NodeHealthEvent is one change of a node's health as health published it
+// (loom.health.events.v1).
+type NodeHealthEvent struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Time     *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	Node     string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Hostname string                 `protobuf:"bytes,3,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	State    RemediationState       `protobuf:"varint,4,opt,name=state,proto3,enum=loom.v1.RemediationState" json:"state,omitempty"`
+	// reason, e.g. "Xid 79: GPU has fallen off the bus", or for a node back in
+	// service "repaired (reboot) and confirmed by gpu_diag, for: ...".
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	SetBy  string `protobuf:"bytes,6,opt,name=set_by,json=setBy,proto3" json:"set_by,omitempty"`
+	// action is the repair under way or to come.
+	Action RemediationAction `protobuf:"varint,7,opt,name=action,proto3,enum=loom.v1.RemediationAction" json:"action,omitempty"`
+	// repaired: back in service after a confirmed repair.
+	Repaired      bool  `protobuf:"varint,8,opt,name=repaired,proto3" json:"repaired,omitempty"`
+	Xid           int32 `protobuf:"varint,9,opt,name=xid,proto3" json:"xid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeHealthEvent) Reset() {
+	*x = NodeHealthEvent{}
+	mi := &file_loom_v1_health_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeHealthEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeHealthEvent) ProtoMessage() {}
+
+func (x *NodeHealthEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_health_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeHealthEvent.ProtoReflect.Descriptor instead.
+func (*NodeHealthEvent) Descriptor() ([]byte, []int) {
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *NodeHealthEvent) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *NodeHealthEvent) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *NodeHealthEvent) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *NodeHealthEvent) GetState() RemediationState {
+	if x != nil {
+		return x.State
+	}
+	return RemediationState_REMEDIATION_STATE_UNSPECIFIED
+}
+
+func (x *NodeHealthEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *NodeHealthEvent) GetSetBy() string {
+	if x != nil {
+		return x.SetBy
+	}
+	return ""
+}
+
+func (x *NodeHealthEvent) GetAction() RemediationAction {
+	if x != nil {
+		return x.Action
+	}
+	return RemediationAction_REMEDIATION_ACTION_UNSPECIFIED
+}
+
+func (x *NodeHealthEvent) GetRepaired() bool {
+	if x != nil {
+		return x.Repaired
+	}
+	return false
+}
+
+func (x *NodeHealthEvent) GetXid() int32 {
+	if x != nil {
+		return x.Xid
+	}
+	return 0
+}
+
 type GetHealthPolicyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
@@ -1464,7 +1701,7 @@ type GetHealthPolicyRequest struct {
 
 func (x *GetHealthPolicyRequest) Reset() {
 	*x = GetHealthPolicyRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[11]
+	mi := &file_loom_v1_health_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1476,7 +1713,7 @@ func (x *GetHealthPolicyRequest) String() string {
 func (*GetHealthPolicyRequest) ProtoMessage() {}
 
 func (x *GetHealthPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[11]
+	mi := &file_loom_v1_health_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1489,7 +1726,7 @@ func (x *GetHealthPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHealthPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetHealthPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{11}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetHealthPolicyRequest) GetCluster() string {
@@ -1559,7 +1796,7 @@ type HealthPolicy struct {
 
 func (x *HealthPolicy) Reset() {
 	*x = HealthPolicy{}
-	mi := &file_loom_v1_health_proto_msgTypes[12]
+	mi := &file_loom_v1_health_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1571,7 +1808,7 @@ func (x *HealthPolicy) String() string {
 func (*HealthPolicy) ProtoMessage() {}
 
 func (x *HealthPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[12]
+	mi := &file_loom_v1_health_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1584,7 +1821,7 @@ func (x *HealthPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthPolicy.ProtoReflect.Descriptor instead.
 func (*HealthPolicy) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{12}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *HealthPolicy) GetCluster() string {
@@ -1770,7 +2007,7 @@ type TelemetryThresholds struct {
 
 func (x *TelemetryThresholds) Reset() {
 	*x = TelemetryThresholds{}
-	mi := &file_loom_v1_health_proto_msgTypes[13]
+	mi := &file_loom_v1_health_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1782,7 +2019,7 @@ func (x *TelemetryThresholds) String() string {
 func (*TelemetryThresholds) ProtoMessage() {}
 
 func (x *TelemetryThresholds) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[13]
+	mi := &file_loom_v1_health_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1795,7 +2032,7 @@ func (x *TelemetryThresholds) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TelemetryThresholds.ProtoReflect.Descriptor instead.
 func (*TelemetryThresholds) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{13}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TelemetryThresholds) GetSbePerMinute() float64 {
@@ -1845,7 +2082,7 @@ type CheckPolicy struct {
 
 func (x *CheckPolicy) Reset() {
 	*x = CheckPolicy{}
-	mi := &file_loom_v1_health_proto_msgTypes[14]
+	mi := &file_loom_v1_health_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +2094,7 @@ func (x *CheckPolicy) String() string {
 func (*CheckPolicy) ProtoMessage() {}
 
 func (x *CheckPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[14]
+	mi := &file_loom_v1_health_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +2107,7 @@ func (x *CheckPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckPolicy.ProtoReflect.Descriptor instead.
 func (*CheckPolicy) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{14}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CheckPolicy) GetCheck() string {
@@ -1905,7 +2142,7 @@ type ReportFaultyNodesRequest struct {
 
 func (x *ReportFaultyNodesRequest) Reset() {
 	*x = ReportFaultyNodesRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[15]
+	mi := &file_loom_v1_health_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1917,7 +2154,7 @@ func (x *ReportFaultyNodesRequest) String() string {
 func (*ReportFaultyNodesRequest) ProtoMessage() {}
 
 func (x *ReportFaultyNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[15]
+	mi := &file_loom_v1_health_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1930,7 +2167,7 @@ func (x *ReportFaultyNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFaultyNodesRequest.ProtoReflect.Descriptor instead.
 func (*ReportFaultyNodesRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{15}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReportFaultyNodesRequest) GetCluster() string {
@@ -1963,7 +2200,7 @@ type ReportFaultyNodesResponse struct {
 
 func (x *ReportFaultyNodesResponse) Reset() {
 	*x = ReportFaultyNodesResponse{}
-	mi := &file_loom_v1_health_proto_msgTypes[16]
+	mi := &file_loom_v1_health_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2212,7 @@ func (x *ReportFaultyNodesResponse) String() string {
 func (*ReportFaultyNodesResponse) ProtoMessage() {}
 
 func (x *ReportFaultyNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[16]
+	mi := &file_loom_v1_health_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2225,7 @@ func (x *ReportFaultyNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFaultyNodesResponse.ProtoReflect.Descriptor instead.
 func (*ReportFaultyNodesResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{16}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReportFaultyNodesResponse) GetHostnames() []string {
@@ -2012,7 +2249,7 @@ type UpdateNodeRemediationRequest struct {
 
 func (x *UpdateNodeRemediationRequest) Reset() {
 	*x = UpdateNodeRemediationRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[17]
+	mi := &file_loom_v1_health_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2024,7 +2261,7 @@ func (x *UpdateNodeRemediationRequest) String() string {
 func (*UpdateNodeRemediationRequest) ProtoMessage() {}
 
 func (x *UpdateNodeRemediationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[17]
+	mi := &file_loom_v1_health_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2037,7 +2274,7 @@ func (x *UpdateNodeRemediationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRemediationRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRemediationRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{17}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UpdateNodeRemediationRequest) GetCluster() string {
@@ -2079,7 +2316,7 @@ type InjectFaultRequest struct {
 
 func (x *InjectFaultRequest) Reset() {
 	*x = InjectFaultRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[18]
+	mi := &file_loom_v1_health_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2091,7 +2328,7 @@ func (x *InjectFaultRequest) String() string {
 func (*InjectFaultRequest) ProtoMessage() {}
 
 func (x *InjectFaultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[18]
+	mi := &file_loom_v1_health_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2104,7 +2341,7 @@ func (x *InjectFaultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InjectFaultRequest.ProtoReflect.Descriptor instead.
 func (*InjectFaultRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{18}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *InjectFaultRequest) GetCluster() string {
@@ -2138,7 +2375,7 @@ type InjectFaultResponse struct {
 
 func (x *InjectFaultResponse) Reset() {
 	*x = InjectFaultResponse{}
-	mi := &file_loom_v1_health_proto_msgTypes[19]
+	mi := &file_loom_v1_health_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2150,7 +2387,7 @@ func (x *InjectFaultResponse) String() string {
 func (*InjectFaultResponse) ProtoMessage() {}
 
 func (x *InjectFaultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[19]
+	mi := &file_loom_v1_health_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2163,7 +2400,7 @@ func (x *InjectFaultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InjectFaultResponse.ProtoReflect.Descriptor instead.
 func (*InjectFaultResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{19}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *InjectFaultResponse) GetHostname() string {
@@ -2189,7 +2426,7 @@ type GetJobGoodputRequest struct {
 
 func (x *GetJobGoodputRequest) Reset() {
 	*x = GetJobGoodputRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[20]
+	mi := &file_loom_v1_health_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2201,7 +2438,7 @@ func (x *GetJobGoodputRequest) String() string {
 func (*GetJobGoodputRequest) ProtoMessage() {}
 
 func (x *GetJobGoodputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[20]
+	mi := &file_loom_v1_health_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2214,7 +2451,7 @@ func (x *GetJobGoodputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobGoodputRequest.ProtoReflect.Descriptor instead.
 func (*GetJobGoodputRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{20}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetJobGoodputRequest) GetName() string {
@@ -2237,7 +2474,7 @@ type GetClusterGoodputRequest struct {
 
 func (x *GetClusterGoodputRequest) Reset() {
 	*x = GetClusterGoodputRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[21]
+	mi := &file_loom_v1_health_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2249,7 +2486,7 @@ func (x *GetClusterGoodputRequest) String() string {
 func (*GetClusterGoodputRequest) ProtoMessage() {}
 
 func (x *GetClusterGoodputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[21]
+	mi := &file_loom_v1_health_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2262,7 +2499,7 @@ func (x *GetClusterGoodputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterGoodputRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterGoodputRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{21}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetClusterGoodputRequest) GetName() string {
@@ -2306,7 +2543,7 @@ type Goodput struct {
 
 func (x *Goodput) Reset() {
 	*x = Goodput{}
-	mi := &file_loom_v1_health_proto_msgTypes[22]
+	mi := &file_loom_v1_health_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2555,7 @@ func (x *Goodput) String() string {
 func (*Goodput) ProtoMessage() {}
 
 func (x *Goodput) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[22]
+	mi := &file_loom_v1_health_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2568,7 @@ func (x *Goodput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Goodput.ProtoReflect.Descriptor instead.
 func (*Goodput) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{22}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Goodput) GetName() string {
@@ -2536,7 +2773,26 @@ const file_loom_v1_health_proto_rawDesc = "" +
 	"\thostnames\x18\x04 \x03(\tR\thostnames\"k\n" +
 	"\x16ListNodeHealthResponse\x12)\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x13.loom.v1.NodeHealthR\x05nodes\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"2\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x91\x01\n" +
+	"\x1bListNodeHealthEventsRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1c\n" +
+	"\thostnames\x18\x02 \x03(\tR\thostnames\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"x\n" +
+	"\x1cListNodeHealthEventsResponse\x120\n" +
+	"\x06events\x18\x01 \x03(\v2\x18.loom.v1.NodeHealthEventR\x06events\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb3\x02\n" +
+	"\x0fNodeHealthEvent\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12\x1a\n" +
+	"\bhostname\x18\x03 \x01(\tR\bhostname\x12/\n" +
+	"\x05state\x18\x04 \x01(\x0e2\x19.loom.v1.RemediationStateR\x05state\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x15\n" +
+	"\x06set_by\x18\x06 \x01(\tR\x05setBy\x122\n" +
+	"\x06action\x18\a \x01(\x0e2\x1a.loom.v1.RemediationActionR\x06action\x12\x1a\n" +
+	"\brepaired\x18\b \x01(\bR\brepaired\x12\x10\n" +
+	"\x03xid\x18\t \x01(\x05R\x03xid\"2\n" +
 	"\x16GetHealthPolicyRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\"\xcf\n" +
 	"\n" +
@@ -2668,11 +2924,12 @@ const file_loom_v1_health_proto_rawDesc = "" +
 	"\x0eACTION_REPLACE\x10\x06\x12\x10\n" +
 	"\fACTION_DRAIN\x10\a\x12\x11\n" +
 	"\rACTION_RESUME\x10\b\x12\x15\n" +
-	"\x11ACTION_QUARANTINE\x10\t2\x93\b\n" +
+	"\x11ACTION_QUARANTINE\x10\t2\xb7\t\n" +
 	"\rHealthService\x12~\n" +
 	"\tScanNodes\x12\x19.loom.v1.ScanNodesRequest\x1a\x1a.loom.v1.ScanNodesResponse\":\x82\xd3\xe4\x93\x024:\x01*\"//v1/{cluster=projects/*/clusters/*}/health:scan\x12\x95\x01\n" +
 	"\x11ListHealthResults\x12!.loom.v1.ListHealthResultsRequest\x1a\".loom.v1.ListHealthResultsResponse\"9\x82\xd3\xe4\x93\x023\x121/v1/{cluster=projects/*/clusters/*}/healthResults\x12\x89\x01\n" +
-	"\x0eListNodeHealth\x12\x1e.loom.v1.ListNodeHealthRequest\x1a\x1f.loom.v1.ListNodeHealthResponse\"6\x82\xd3\xe4\x93\x020\x12./v1/{cluster=projects/*/clusters/*}/nodeHealth\x12\x9c\x01\n" +
+	"\x0eListNodeHealth\x12\x1e.loom.v1.ListNodeHealthRequest\x1a\x1f.loom.v1.ListNodeHealthResponse\"6\x82\xd3\xe4\x93\x020\x12./v1/{cluster=projects/*/clusters/*}/nodeHealth\x12\xa1\x01\n" +
+	"\x14ListNodeHealthEvents\x12$.loom.v1.ListNodeHealthEventsRequest\x1a%.loom.v1.ListNodeHealthEventsResponse\"<\x82\xd3\xe4\x93\x026\x124/v1/{cluster=projects/*/clusters/*}/nodeHealthEvents\x12\x9c\x01\n" +
 	"\x11ReportFaultyNodes\x12!.loom.v1.ReportFaultyNodesRequest\x1a\".loom.v1.ReportFaultyNodesResponse\"@\x82\xd3\xe4\x93\x02::\x01*\"5/v1/{cluster=projects/*/clusters/*}:reportFaultyNodes\x12\xa0\x01\n" +
 	"\x15UpdateNodeRemediation\x12%.loom.v1.UpdateNodeRemediationRequest\x1a\x13.loom.v1.NodeHealth\"K\x82\xd3\xe4\x93\x02E:\x01*\"@/v1/{cluster=projects/*/clusters/*}/nodeHealth/{hostname}:update\x12\x83\x01\n" +
 	"\x0fGetHealthPolicy\x12\x1f.loom.v1.GetHealthPolicyRequest\x1a\x15.loom.v1.HealthPolicy\"8\x82\xd3\xe4\x93\x022\x120/v1/{cluster=projects/*/clusters/*}/healthPolicy\x12\x95\x01\n" +
@@ -2694,7 +2951,7 @@ func file_loom_v1_health_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_v1_health_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_loom_v1_health_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_loom_v1_health_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_loom_v1_health_proto_goTypes = []any{
 	(FaultKind)(0),                       // 0: loom.v1.FaultKind
 	(CheckOutcome)(0),                    // 1: loom.v1.CheckOutcome
@@ -2711,88 +2968,97 @@ var file_loom_v1_health_proto_goTypes = []any{
 	(*ListHealthResultsResponse)(nil),    // 12: loom.v1.ListHealthResultsResponse
 	(*ListNodeHealthRequest)(nil),        // 13: loom.v1.ListNodeHealthRequest
 	(*ListNodeHealthResponse)(nil),       // 14: loom.v1.ListNodeHealthResponse
-	(*GetHealthPolicyRequest)(nil),       // 15: loom.v1.GetHealthPolicyRequest
-	(*HealthPolicy)(nil),                 // 16: loom.v1.HealthPolicy
-	(*TelemetryThresholds)(nil),          // 17: loom.v1.TelemetryThresholds
-	(*CheckPolicy)(nil),                  // 18: loom.v1.CheckPolicy
-	(*ReportFaultyNodesRequest)(nil),     // 19: loom.v1.ReportFaultyNodesRequest
-	(*ReportFaultyNodesResponse)(nil),    // 20: loom.v1.ReportFaultyNodesResponse
-	(*UpdateNodeRemediationRequest)(nil), // 21: loom.v1.UpdateNodeRemediationRequest
-	(*InjectFaultRequest)(nil),           // 22: loom.v1.InjectFaultRequest
-	(*InjectFaultResponse)(nil),          // 23: loom.v1.InjectFaultResponse
-	(*GetJobGoodputRequest)(nil),         // 24: loom.v1.GetJobGoodputRequest
-	(*GetClusterGoodputRequest)(nil),     // 25: loom.v1.GetClusterGoodputRequest
-	(*Goodput)(nil),                      // 26: loom.v1.Goodput
-	nil,                                  // 27: loom.v1.HealthCheckResult.MetricsEntry
-	nil,                                  // 28: loom.v1.ScanNodesRequest.ParamsEntry
-	nil,                                  // 29: loom.v1.HealthPolicy.AllreduceMinBusbwGbpsEntry
-	(*timestamppb.Timestamp)(nil),        // 30: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),          // 31: google.protobuf.Duration
+	(*ListNodeHealthEventsRequest)(nil),  // 15: loom.v1.ListNodeHealthEventsRequest
+	(*ListNodeHealthEventsResponse)(nil), // 16: loom.v1.ListNodeHealthEventsResponse
+	(*NodeHealthEvent)(nil),              // 17: loom.v1.NodeHealthEvent
+	(*GetHealthPolicyRequest)(nil),       // 18: loom.v1.GetHealthPolicyRequest
+	(*HealthPolicy)(nil),                 // 19: loom.v1.HealthPolicy
+	(*TelemetryThresholds)(nil),          // 20: loom.v1.TelemetryThresholds
+	(*CheckPolicy)(nil),                  // 21: loom.v1.CheckPolicy
+	(*ReportFaultyNodesRequest)(nil),     // 22: loom.v1.ReportFaultyNodesRequest
+	(*ReportFaultyNodesResponse)(nil),    // 23: loom.v1.ReportFaultyNodesResponse
+	(*UpdateNodeRemediationRequest)(nil), // 24: loom.v1.UpdateNodeRemediationRequest
+	(*InjectFaultRequest)(nil),           // 25: loom.v1.InjectFaultRequest
+	(*InjectFaultResponse)(nil),          // 26: loom.v1.InjectFaultResponse
+	(*GetJobGoodputRequest)(nil),         // 27: loom.v1.GetJobGoodputRequest
+	(*GetClusterGoodputRequest)(nil),     // 28: loom.v1.GetClusterGoodputRequest
+	(*Goodput)(nil),                      // 29: loom.v1.Goodput
+	nil,                                  // 30: loom.v1.HealthCheckResult.MetricsEntry
+	nil,                                  // 31: loom.v1.ScanNodesRequest.ParamsEntry
+	nil,                                  // 32: loom.v1.HealthPolicy.AllreduceMinBusbwGbpsEntry
+	(*timestamppb.Timestamp)(nil),        // 33: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),          // 34: google.protobuf.Duration
 }
 var file_loom_v1_health_proto_depIdxs = []int32{
 	0,  // 0: loom.v1.Fault.kind:type_name -> loom.v1.FaultKind
 	1,  // 1: loom.v1.HealthCheckResult.outcome:type_name -> loom.v1.CheckOutcome
-	27, // 2: loom.v1.HealthCheckResult.metrics:type_name -> loom.v1.HealthCheckResult.MetricsEntry
-	30, // 3: loom.v1.HealthCheckResult.start_time:type_name -> google.protobuf.Timestamp
-	30, // 4: loom.v1.HealthCheckResult.end_time:type_name -> google.protobuf.Timestamp
-	30, // 5: loom.v1.HealthCheckResult.valid_until:type_name -> google.protobuf.Timestamp
+	30, // 2: loom.v1.HealthCheckResult.metrics:type_name -> loom.v1.HealthCheckResult.MetricsEntry
+	33, // 3: loom.v1.HealthCheckResult.start_time:type_name -> google.protobuf.Timestamp
+	33, // 4: loom.v1.HealthCheckResult.end_time:type_name -> google.protobuf.Timestamp
+	33, // 5: loom.v1.HealthCheckResult.valid_until:type_name -> google.protobuf.Timestamp
 	2,  // 6: loom.v1.NodeHealth.state:type_name -> loom.v1.RemediationState
-	30, // 7: loom.v1.NodeHealth.state_time:type_name -> google.protobuf.Timestamp
+	33, // 7: loom.v1.NodeHealth.state_time:type_name -> google.protobuf.Timestamp
 	3,  // 8: loom.v1.NodeHealth.next_action:type_name -> loom.v1.RemediationAction
 	4,  // 9: loom.v1.NodeHealth.gpus:type_name -> loom.v1.GpuSample
 	5,  // 10: loom.v1.NodeHealth.disks:type_name -> loom.v1.DiskSample
-	30, // 11: loom.v1.NodeHealth.last_heartbeat:type_name -> google.protobuf.Timestamp
-	31, // 12: loom.v1.ScanNodesRequest.timeout:type_name -> google.protobuf.Duration
-	28, // 13: loom.v1.ScanNodesRequest.params:type_name -> loom.v1.ScanNodesRequest.ParamsEntry
+	33, // 11: loom.v1.NodeHealth.last_heartbeat:type_name -> google.protobuf.Timestamp
+	34, // 12: loom.v1.ScanNodesRequest.timeout:type_name -> google.protobuf.Duration
+	31, // 13: loom.v1.ScanNodesRequest.params:type_name -> loom.v1.ScanNodesRequest.ParamsEntry
 	7,  // 14: loom.v1.ListHealthResultsResponse.results:type_name -> loom.v1.HealthCheckResult
 	8,  // 15: loom.v1.ListNodeHealthResponse.nodes:type_name -> loom.v1.NodeHealth
-	31, // 16: loom.v1.HealthPolicy.lemon_window:type_name -> google.protobuf.Duration
-	31, // 17: loom.v1.HealthPolicy.heartbeat_timeout:type_name -> google.protobuf.Duration
-	17, // 18: loom.v1.HealthPolicy.thresholds:type_name -> loom.v1.TelemetryThresholds
-	31, // 19: loom.v1.HealthPolicy.drain_timeout:type_name -> google.protobuf.Duration
-	31, // 20: loom.v1.HealthPolicy.confirm_timeout:type_name -> google.protobuf.Duration
-	31, // 21: loom.v1.HealthPolicy.repair_timeout:type_name -> google.protobuf.Duration
-	31, // 22: loom.v1.HealthPolicy.scan_interval:type_name -> google.protobuf.Duration
-	18, // 23: loom.v1.HealthPolicy.checks:type_name -> loom.v1.CheckPolicy
-	31, // 24: loom.v1.HealthPolicy.default_check_validity:type_name -> google.protobuf.Duration
-	31, // 25: loom.v1.HealthPolicy.default_check_timeout:type_name -> google.protobuf.Duration
-	31, // 26: loom.v1.HealthPolicy.check_grace:type_name -> google.protobuf.Duration
-	29, // 27: loom.v1.HealthPolicy.allreduce_min_busbw_gbps:type_name -> loom.v1.HealthPolicy.AllreduceMinBusbwGbpsEntry
-	31, // 28: loom.v1.CheckPolicy.validity:type_name -> google.protobuf.Duration
-	31, // 29: loom.v1.CheckPolicy.timeout:type_name -> google.protobuf.Duration
-	3,  // 30: loom.v1.UpdateNodeRemediationRequest.action:type_name -> loom.v1.RemediationAction
-	6,  // 31: loom.v1.InjectFaultRequest.fault:type_name -> loom.v1.Fault
-	6,  // 32: loom.v1.InjectFaultResponse.fault:type_name -> loom.v1.Fault
-	30, // 33: loom.v1.GetClusterGoodputRequest.since:type_name -> google.protobuf.Timestamp
-	31, // 34: loom.v1.Goodput.wall:type_name -> google.protobuf.Duration
-	31, // 35: loom.v1.Goodput.productive:type_name -> google.protobuf.Duration
-	31, // 36: loom.v1.Goodput.lost_recompute:type_name -> google.protobuf.Duration
-	31, // 37: loom.v1.Goodput.lost_restart:type_name -> google.protobuf.Duration
-	31, // 38: loom.v1.Goodput.lost_queueing:type_name -> google.protobuf.Duration
-	31, // 39: loom.v1.Goodput.lost_checkpointing:type_name -> google.protobuf.Duration
-	9,  // 40: loom.v1.HealthService.ScanNodes:input_type -> loom.v1.ScanNodesRequest
-	11, // 41: loom.v1.HealthService.ListHealthResults:input_type -> loom.v1.ListHealthResultsRequest
-	13, // 42: loom.v1.HealthService.ListNodeHealth:input_type -> loom.v1.ListNodeHealthRequest
-	19, // 43: loom.v1.HealthService.ReportFaultyNodes:input_type -> loom.v1.ReportFaultyNodesRequest
-	21, // 44: loom.v1.HealthService.UpdateNodeRemediation:input_type -> loom.v1.UpdateNodeRemediationRequest
-	15, // 45: loom.v1.HealthService.GetHealthPolicy:input_type -> loom.v1.GetHealthPolicyRequest
-	22, // 46: loom.v1.HealthService.InjectFault:input_type -> loom.v1.InjectFaultRequest
-	24, // 47: loom.v1.GoodputService.GetJobGoodput:input_type -> loom.v1.GetJobGoodputRequest
-	25, // 48: loom.v1.GoodputService.GetClusterGoodput:input_type -> loom.v1.GetClusterGoodputRequest
-	10, // 49: loom.v1.HealthService.ScanNodes:output_type -> loom.v1.ScanNodesResponse
-	12, // 50: loom.v1.HealthService.ListHealthResults:output_type -> loom.v1.ListHealthResultsResponse
-	14, // 51: loom.v1.HealthService.ListNodeHealth:output_type -> loom.v1.ListNodeHealthResponse
-	20, // 52: loom.v1.HealthService.ReportFaultyNodes:output_type -> loom.v1.ReportFaultyNodesResponse
-	8,  // 53: loom.v1.HealthService.UpdateNodeRemediation:output_type -> loom.v1.NodeHealth
-	16, // 54: loom.v1.HealthService.GetHealthPolicy:output_type -> loom.v1.HealthPolicy
-	23, // 55: loom.v1.HealthService.InjectFault:output_type -> loom.v1.InjectFaultResponse
-	26, // 56: loom.v1.GoodputService.GetJobGoodput:output_type -> loom.v1.Goodput
-	26, // 57: loom.v1.GoodputService.GetClusterGoodput:output_type -> loom.v1.Goodput
-	49, // [49:58] is the sub-list for method output_type
-	40, // [40:49] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	17, // 16: loom.v1.ListNodeHealthEventsResponse.events:type_name -> loom.v1.NodeHealthEvent
+	33, // 17: loom.v1.NodeHealthEvent.time:type_name -> google.protobuf.Timestamp
+	2,  // 18: loom.v1.NodeHealthEvent.state:type_name -> loom.v1.RemediationState
+	3,  // 19: loom.v1.NodeHealthEvent.action:type_name -> loom.v1.RemediationAction
+	34, // 20: loom.v1.HealthPolicy.lemon_window:type_name -> google.protobuf.Duration
+	34, // 21: loom.v1.HealthPolicy.heartbeat_timeout:type_name -> google.protobuf.Duration
+	20, // 22: loom.v1.HealthPolicy.thresholds:type_name -> loom.v1.TelemetryThresholds
+	34, // 23: loom.v1.HealthPolicy.drain_timeout:type_name -> google.protobuf.Duration
+	34, // 24: loom.v1.HealthPolicy.confirm_timeout:type_name -> google.protobuf.Duration
+	34, // 25: loom.v1.HealthPolicy.repair_timeout:type_name -> google.protobuf.Duration
+	34, // 26: loom.v1.HealthPolicy.scan_interval:type_name -> google.protobuf.Duration
+	21, // 27: loom.v1.HealthPolicy.checks:type_name -> loom.v1.CheckPolicy
+	34, // 28: loom.v1.HealthPolicy.default_check_validity:type_name -> google.protobuf.Duration
+	34, // 29: loom.v1.HealthPolicy.default_check_timeout:type_name -> google.protobuf.Duration
+	34, // 30: loom.v1.HealthPolicy.check_grace:type_name -> google.protobuf.Duration
+	32, // 31: loom.v1.HealthPolicy.allreduce_min_busbw_gbps:type_name -> loom.v1.HealthPolicy.AllreduceMinBusbwGbpsEntry
+	34, // 32: loom.v1.CheckPolicy.validity:type_name -> google.protobuf.Duration
+	34, // 33: loom.v1.CheckPolicy.timeout:type_name -> google.protobuf.Duration
+	3,  // 34: loom.v1.UpdateNodeRemediationRequest.action:type_name -> loom.v1.RemediationAction
+	6,  // 35: loom.v1.InjectFaultRequest.fault:type_name -> loom.v1.Fault
+	6,  // 36: loom.v1.InjectFaultResponse.fault:type_name -> loom.v1.Fault
+	33, // 37: loom.v1.GetClusterGoodputRequest.since:type_name -> google.protobuf.Timestamp
+	34, // 38: loom.v1.Goodput.wall:type_name -> google.protobuf.Duration
+	34, // 39: loom.v1.Goodput.productive:type_name -> google.protobuf.Duration
+	34, // 40: loom.v1.Goodput.lost_recompute:type_name -> google.protobuf.Duration
+	34, // 41: loom.v1.Goodput.lost_restart:type_name -> google.protobuf.Duration
+	34, // 42: loom.v1.Goodput.lost_queueing:type_name -> google.protobuf.Duration
+	34, // 43: loom.v1.Goodput.lost_checkpointing:type_name -> google.protobuf.Duration
+	9,  // 44: loom.v1.HealthService.ScanNodes:input_type -> loom.v1.ScanNodesRequest
+	11, // 45: loom.v1.HealthService.ListHealthResults:input_type -> loom.v1.ListHealthResultsRequest
+	13, // 46: loom.v1.HealthService.ListNodeHealth:input_type -> loom.v1.ListNodeHealthRequest
+	15, // 47: loom.v1.HealthService.ListNodeHealthEvents:input_type -> loom.v1.ListNodeHealthEventsRequest
+	22, // 48: loom.v1.HealthService.ReportFaultyNodes:input_type -> loom.v1.ReportFaultyNodesRequest
+	24, // 49: loom.v1.HealthService.UpdateNodeRemediation:input_type -> loom.v1.UpdateNodeRemediationRequest
+	18, // 50: loom.v1.HealthService.GetHealthPolicy:input_type -> loom.v1.GetHealthPolicyRequest
+	25, // 51: loom.v1.HealthService.InjectFault:input_type -> loom.v1.InjectFaultRequest
+	27, // 52: loom.v1.GoodputService.GetJobGoodput:input_type -> loom.v1.GetJobGoodputRequest
+	28, // 53: loom.v1.GoodputService.GetClusterGoodput:input_type -> loom.v1.GetClusterGoodputRequest
+	10, // 54: loom.v1.HealthService.ScanNodes:output_type -> loom.v1.ScanNodesResponse
+	12, // 55: loom.v1.HealthService.ListHealthResults:output_type -> loom.v1.ListHealthResultsResponse
+	14, // 56: loom.v1.HealthService.ListNodeHealth:output_type -> loom.v1.ListNodeHealthResponse
+	16, // 57: loom.v1.HealthService.ListNodeHealthEvents:output_type -> loom.v1.ListNodeHealthEventsResponse
+	23, // 58: loom.v1.HealthService.ReportFaultyNodes:output_type -> loom.v1.ReportFaultyNodesResponse
+	8,  // 59: loom.v1.HealthService.UpdateNodeRemediation:output_type -> loom.v1.NodeHealth
+	19, // 60: loom.v1.HealthService.GetHealthPolicy:output_type -> loom.v1.HealthPolicy
+	26, // 61: loom.v1.HealthService.InjectFault:output_type -> loom.v1.InjectFaultResponse
+	29, // 62: loom.v1.GoodputService.GetJobGoodput:output_type -> loom.v1.Goodput
+	29, // 63: loom.v1.GoodputService.GetClusterGoodput:output_type -> loom.v1.Goodput
+	54, // [54:64] is the sub-list for method output_type
+	44, // [44:54] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_health_proto_init() }
@@ -2806,7 +3072,7 @@ func file_loom_v1_health_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_health_proto_rawDesc), len(file_loom_v1_health_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   26,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

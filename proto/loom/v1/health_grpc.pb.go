@@ -22,6 +22,7 @@ const (
 	HealthService_ScanNodes_FullMethodName             = "/loom.v1.HealthService/ScanNodes"
 	HealthService_ListHealthResults_FullMethodName     = "/loom.v1.HealthService/ListHealthResults"
 	HealthService_ListNodeHealth_FullMethodName        = "/loom.v1.HealthService/ListNodeHealth"
+	HealthService_ListNodeHealthEvents_FullMethodName  = "/loom.v1.HealthService/ListNodeHealthEvents"
 	HealthService_ReportFaultyNodes_FullMethodName     = "/loom.v1.HealthService/ReportFaultyNodes"
 	HealthService_UpdateNodeRemediation_FullMethodName = "/loom.v1.HealthService/UpdateNodeRemediation"
 	HealthService_GetHealthPolicy_FullMethodName       = "/loom.v1.HealthService/GetHealthPolicy"
@@ -44,6 +45,12 @@ type HealthServiceClient interface {
 	ListHealthResults(ctx context.Context, in *ListHealthResultsRequest, opts ...grpc.CallOption) (*ListHealthResultsResponse, error)
 	// ListNodeHealth lists each node's health and remediation state.
 	ListNodeHealth(ctx context.Context, in *ListNodeHealthRequest, opts ...grpc.CallOption) (*ListNodeHealthResponse, error)
+	// ListNodeHealthEvents lists what health decided about a cluster's nodes,
+	// newest first (loom health events): each verdict that took a node out,
+	// each repair step, each return to service, with its reason and who set
+	// it. It keeps the last 1000 per cluster, those of nodes since removed
+	// (replaced) too.
+	ListNodeHealthEvents(ctx context.Context, in *ListNodeHealthEventsRequest, opts ...grpc.CallOption) (*ListNodeHealthEventsResponse, error)
 	// ReportFaultyNodes reports nodes as faulty by hand (Vertex's reportFaultyNodes):
 	// they are drained and remediated as if a check had failed.
 	ReportFaultyNodes(ctx context.Context, in *ReportFaultyNodesRequest, opts ...grpc.CallOption) (*ReportFaultyNodesResponse, error)
@@ -92,6 +99,16 @@ func (c *healthServiceClient) ListNodeHealth(ctx context.Context, in *ListNodeHe
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListNodeHealthResponse)
 	err := c.cc.Invoke(ctx, HealthService_ListNodeHealth_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *healthServiceClient) ListNodeHealthEvents(ctx context.Context, in *ListNodeHealthEventsRequest, opts ...grpc.CallOption) (*ListNodeHealthEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListNodeHealthEventsResponse)
+	err := c.cc.Invoke(ctx, HealthService_ListNodeHealthEvents_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -154,6 +171,12 @@ type HealthServiceServer interface {
 	ListHealthResults(context.Context, *ListHealthResultsRequest) (*ListHealthResultsResponse, error)
 	// ListNodeHealth lists each node's health and remediation state.
 	ListNodeHealth(context.Context, *ListNodeHealthRequest) (*ListNodeHealthResponse, error)
+	// ListNodeHealthEvents lists what health decided about a cluster's nodes,
+	// newest first (loom health events): each verdict that took a node out,
+	// each repair step, each return to service, with its reason and who set
+	// it. It keeps the last 1000 per cluster, those of nodes since removed
+	// (replaced) too.
+	ListNodeHealthEvents(context.Context, *ListNodeHealthEventsRequest) (*ListNodeHealthEventsResponse, error)
 	// ReportFaultyNodes reports nodes as faulty by hand (Vertex's reportFaultyNodes):
 	// they are drained and remediated as if a check had failed.
 	ReportFaultyNodes(context.Context, *ReportFaultyNodesRequest) (*ReportFaultyNodesResponse, error)
@@ -186,6 +209,9 @@ func (UnimplementedHealthServiceServer) ListHealthResults(context.Context, *List
 }
 func (UnimplementedHealthServiceServer) ListNodeHealth(context.Context, *ListNodeHealthRequest) (*ListNodeHealthResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListNodeHealth not implemented")
+}
+func (UnimplementedHealthServiceServer) ListNodeHealthEvents(context.Context, *ListNodeHealthEventsRequest) (*ListNodeHealthEventsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListNodeHealthEvents not implemented")
 }
 func (UnimplementedHealthServiceServer) ReportFaultyNodes(context.Context, *ReportFaultyNodesRequest) (*ReportFaultyNodesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportFaultyNodes not implemented")
@@ -270,6 +296,24 @@ func _HealthService_ListNodeHealth_Handler(srv interface{}, ctx context.Context,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(HealthServiceServer).ListNodeHealth(ctx, req.(*ListNodeHealthRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _HealthService_ListNodeHealthEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListNodeHealthEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HealthServiceServer).ListNodeHealthEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HealthService_ListNodeHealthEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HealthServiceServer).ListNodeHealthEvents(ctx, req.(*ListNodeHealthEventsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -364,6 +408,10 @@ var HealthService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListNodeHealth",
 			Handler:    _HealthService_ListNodeHealth_Handler,
+		},
+		{
+			MethodName: "ListNodeHealthEvents",
+			Handler:    _HealthService_ListNodeHealthEvents_Handler,
 		},
 		{
 			MethodName: "ReportFaultyNodes",

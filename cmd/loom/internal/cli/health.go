@@ -452,15 +452,17 @@ func (a *app) healthCommand() *cobra.Command {
 		Use:   "health",
 		Short: "Run health checks and see each node's health and repairs",
 		Long: `Hardware health: checks run on demand (scan), their stored results (results),
-each node's state in health's remediation (nodes), and the policy health
-applies (policy). See docs/health.md.
+each node's state in health's remediation (nodes), what health decided about
+them over time (events), and the policy health applies (policy). See
+docs/health.md.
 
   loom health scan demo --checks gpu_diag,disk --level 2 --wait
   loom health results demo --node gpu-0001
   loom health nodes demo
+  loom health events demo gpu-0001
   loom health policy demo`,
 	}
-	cmd.AddCommand(a.healthScanCommand(), a.healthResultsCommand(), a.healthNodesCommand(), a.healthPolicyCommand())
+	cmd.AddCommand(a.healthScanCommand(), a.healthResultsCommand(), a.healthNodesCommand(), a.healthEventsCommand(), a.healthPolicyCommand())
 	return cmd
 }
 
@@ -792,6 +794,61 @@ Override with loom nodes drain|resume|quarantine|reboot|reimage|replace.`,
 			return nil
 		},
 	}
+}
+
+func (a *app) healthEventsCommand() *cobra.Command {
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "events CLUSTER [NODE...] [--limit N]",
+		Short: "Show what health decided about nodes over time, newest first",
+		Long: `Show what health decided about a cluster's nodes, newest first: each verdict
+that took a node out, each step of its repair, each return to service: TIME,
+NODE, STATE, REASON, SET BY (loom-health or the operator) and ACTION (the
+repair under way or to come). A repair takes seconds on local nodes; this is
+where it stays visible, with the nodes since replaced. NODE (hostnames or
+hostlists) keeps only those. Health keeps the last 1000 events per cluster.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usagef("give the cluster, e.g. `loom health events demo` (and nodes to show only theirs)")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			hs, err := a.healthClient()
+			if err != nil {
+				return err
+			}
+			cluster := a.clusterName(args[0])
+			events, err := collect(a, cmd, limit, func(ctx context.Context, token string, size int32) ([]*loomv1.NodeHealthEvent, string, error) {
+				page, err := hs.ListNodeHealthEvents(ctx, &loomv1.ListNodeHealthEventsRequest{Cluster: cluster, Hostnames: args[1:],
+					PageToken: token, PageSize: size})
+				return page.GetEvents(), page.GetNextPageToken(), err
+			})
+			if err != nil {
+				return a.notFoundHint(a.explain("list node health events of "+args[0], err), err, "loom clusters list")
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), &loomv1.ListNodeHealthEventsResponse{Events: events})
+			}
+			if len(events) == 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "No health events in %s: no node has been taken out or repaired.\n", args[0])
+				return nil
+			}
+			tw := newTable(cmd.OutOrStdout())
+			row(tw, "TIME", "NODE", "STATE", "REASON", "SET BY", "ACTION")
+			for _, e := range events {
+				when := "-"
+				if e.GetTime() != nil {
+					when = e.GetTime().AsTime().UTC().Format(time.RFC3339)
+				}
+				row(tw, when, e.GetHostname(), remediationState(e.GetState()), cellText(e.GetReason(), 120), e.GetSetBy(),
+					remediationAction(e.GetAction()))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", 100, "show at most this many (0: all)")
+	return cmd
 }
 
 func (a *app) healthPolicyCommand() *cobra.Command {

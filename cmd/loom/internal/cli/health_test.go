@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/cmd/loom/internal/fakegw"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -44,6 +45,21 @@ func newHealthGateway(t *testing.T) (*fakegw.Gateway, string) {
 			Summary: "memory test: GPU 0 not found\n(detail follows)", Trigger: "confirm", ScanId: "s1", EndTime: ts(time.Minute), ValidUntil: fakegw.Ago(-23 * time.Hour)},
 		{Name: demoName + "/healthResults/1", Hostname: "gpu-0001", Check: "disk", Outcome: loomv1.CheckOutcome_CHECK_PASS,
 			Summary: "/ 12% used", Trigger: "scan", ScanId: "s1", EndTime: ts(2 * time.Hour), ValidUntil: ts(time.Hour)},
+	}
+	at := func(s string) *timestamppb.Timestamp {
+		tm, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return timestamppb.New(tm)
+	}
+	f.NodeHealthEvents = []*loomv1.NodeHealthEvent{
+		{Time: at("2026-12-04T10:00:02Z"), Node: demoName + "/nodes/gpu-0003", Hostname: "gpu-0003", State: loomv1.RemediationState_NODE_HEALTHY,
+			Reason: "repaired (replace) and confirmed by gpu_diag, for: row remapping failure on GPU 2", SetBy: "loom-health", Repaired: true},
+		{Time: at("2026-12-04T10:00:00Z"), Node: demoName + "/nodes/gpu-0002", Hostname: "gpu-0002", State: loomv1.RemediationState_NODE_REPLACING,
+			Reason: "row remapping failure on GPU 2", SetBy: "loom-health", Action: loomv1.RemediationAction_ACTION_REPLACE},
+		{Time: at("2026-12-04T09:00:00Z"), Node: demoName + "/nodes/gpu-0001", Hostname: "gpu-0001", State: loomv1.RemediationState_NODE_DRAINING,
+			Reason: "bad fan", SetBy: "users/ops", Action: loomv1.RemediationAction_ACTION_DRAIN},
 	}
 	f.Goodputs = map[string]*loomv1.Goodput{
 		"projects/default/jobs/7": {Name: "projects/default/jobs/7", Wall: durationpb.New(10 * time.Hour), Productive: durationpb.New(9 * time.Hour),
@@ -94,6 +110,20 @@ GPUs:
 `},
 		{[]string{"health", "nodes", "demo", "gpu-[0003-0004]"}, `
 No node of gpu-[0003-0004] in demo has reported to health; ` + "`loom health nodes demo`" + ` lists those that have.
+`},
+		// What happened, newest first, nodes since replaced too.
+		{[]string{"health", "events", "demo"}, `
+TIME                  NODE      STATE      REASON                                                                             SET BY       ACTION
+2026-12-04T10:00:02Z  gpu-0003  HEALTHY    repaired (replace) and confirmed by gpu_diag, for: row remapping failure on GPU 2  loom-health  -
+2026-12-04T10:00:00Z  gpu-0002  REPLACING  row remapping failure on GPU 2                                                     loom-health  REPLACE
+2026-12-04T09:00:00Z  gpu-0001  DRAINING   bad fan                                                                            users/ops    DRAIN
+`},
+		{[]string{"health", "events", "demo", "gpu-0001"}, `
+TIME                  NODE      STATE     REASON   SET BY     ACTION
+2026-12-04T09:00:00Z  gpu-0001  DRAINING  bad fan  users/ops  DRAIN
+`},
+		{[]string{"health", "events", "demo", "gpu-0009"}, `
+No health events in demo: no node has been taken out or repaired.
 `},
 		{[]string{"health", "results", "demo"}, `
 NODE      CHECK       OUTCOME  SUMMARY                       TRIGGER  SCAN  AGE  VALID
@@ -176,6 +206,10 @@ func TestHealthJSON(t *testing.T) {
 		{[]string{"health", "results", "demo", "--check", "gpu_diag"}, &loomv1.ListHealthResultsResponse{}, func(m proto.Message) bool {
 			r := m.(*loomv1.ListHealthResultsResponse).GetResults()
 			return len(r) == 1 && strings.Contains(r[0].GetSummary(), "(detail follows)")
+		}},
+		{[]string{"health", "events", "demo", "gpu-000[2-3]"}, &loomv1.ListNodeHealthEventsResponse{}, func(m proto.Message) bool {
+			e := m.(*loomv1.ListNodeHealthEventsResponse).GetEvents()
+			return len(e) == 2 && e[0].GetRepaired() && e[1].GetAction() == loomv1.RemediationAction_ACTION_REPLACE
 		}},
 		{[]string{"jobs", "goodput", "7"}, &loomv1.Goodput{}, func(m proto.Message) bool { return m.(*loomv1.Goodput).GetFailures() == 2 }},
 		{[]string{"health", "policy", "demo"}, &loomv1.HealthPolicy{}, func(m proto.Message) bool {

@@ -264,6 +264,14 @@ func TestSlowGPUIsAStraggler(t *testing.T) {
 	if out, code := loom("health", "nodes", "strag", slow); code != 0 || !strings.Contains(out, "HEALTHY") || !strings.Contains(out, "repaired") {
 		t.Errorf("loom health nodes strag %s: exit %d\n%s", slow, code, out)
 	}
+	// What happened stays in the node's events, newest first: back in
+	// service, for its speed, after the verdict that took it out.
+	out, code = loom("health", "events", "strag", slow)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) < 3 || !strings.Contains(lines[1], "HEALTHY") || !strings.Contains(lines[1], "for: check speed failed") ||
+		!strings.Contains(lines[len(lines)-1], "speed") || strings.Contains(lines[len(lines)-1], "HEALTHY") {
+		t.Errorf("loom health events strag %s: exit %d\n%s", slow, code, out)
+	}
 	for _, host := range []string{"gpu-0001", "gpu-0003"} {
 		if h, err := nodeHealth(t, gw, "projects/default/clusters/strag", host); err != nil || h == nil ||
 			h.State != loomv1.RemediationState_NODE_HEALTHY {

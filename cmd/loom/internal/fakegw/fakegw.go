@@ -113,9 +113,11 @@ type Gateway struct {
 	// the nodes' health, and stored check results (newest first; their
 	// names say their cluster's). ScanOutcomes is the outcome a scan's
 	// checks get on a node (PASS when absent).
-	NodeHealth    []*loomv1.NodeHealth
-	HealthResults []*loomv1.HealthCheckResult
-	ScanOutcomes  map[string]loomv1.CheckOutcome
+	NodeHealth []*loomv1.NodeHealth
+	// NodeHealthEvents are served newest first, in the order given.
+	NodeHealthEvents []*loomv1.NodeHealthEvent
+	HealthResults    []*loomv1.HealthCheckResult
+	ScanOutcomes     map[string]loomv1.CheckOutcome
 	// HealthPolicies are GetHealthPolicy's answers by cluster name.
 	HealthPolicies map[string]*loomv1.HealthPolicy
 	// Goodputs are GoodputService's answers by job or cluster name.

@@ -183,6 +183,30 @@ func (g *Gateway) ListNodeHealth(_ context.Context, r *loomv1.ListNodeHealthRequ
 	return &loomv1.ListNodeHealthResponse{Nodes: page, NextPageToken: next}, nil
 }
 
+// ListNodeHealthEvents pages the cluster's NodeHealthEvents, in the order
+// given (newest first), filtered by hostnames as the gateway expands them.
+func (g *Gateway) ListNodeHealthEvents(_ context.Context, r *loomv1.ListNodeHealthEventsRequest) (*loomv1.ListNodeHealthEventsResponse, error) {
+	defer g.lock(r)()
+	if g.cluster(r.GetCluster()) == nil {
+		return nil, clusterNotFound(r.GetCluster())
+	}
+	hosts, err := expandHosts(r.GetHostnames(), nil)
+	if err != nil {
+		return nil, err
+	}
+	var out []*loomv1.NodeHealthEvent
+	for _, e := range g.NodeHealthEvents {
+		if strings.HasPrefix(e.GetNode(), r.GetCluster()+"/") && (len(hosts) == 0 || slices.Contains(hosts, e.GetHostname())) {
+			out = append(out, e)
+		}
+	}
+	page, next, err := paging.Ordered(r, out)
+	if err != nil {
+		return nil, errs.ToStatus(err)
+	}
+	return &loomv1.ListNodeHealthEventsResponse{Events: page, NextPageToken: next}, nil
+}
+
 // ReportFaultyNodes checks the nodes and the reason, as the gateway does.
 func (g *Gateway) ReportFaultyNodes(_ context.Context, r *loomv1.ReportFaultyNodesRequest) (*loomv1.ReportFaultyNodesResponse, error) {
 	defer g.lock(r)()

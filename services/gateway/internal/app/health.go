@@ -76,6 +76,31 @@ func (g *Gateway) ListNodeHealth(ctx context.Context, req *loomv1.ListNodeHealth
 	return resp, nil
 }
 
+// ListNodeHealthEvents lists what health decided about the cluster's
+// nodes, newest first, from the health service.
+func (g *Gateway) ListNodeHealthEvents(ctx context.Context, req *loomv1.ListNodeHealthEventsRequest) (*loomv1.ListNodeHealthEventsResponse, error) {
+	var v errs.Validator
+	domain.CheckCluster(&v, "cluster", req.GetCluster())
+	v.Check(req.GetPageSize() >= 0, "page_size", "%d is negative", req.GetPageSize())
+	hosts := domain.ExpandHostnames(&v, "hostnames", req.GetHostnames())
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	h, err := g.health()
+	if err != nil {
+		return nil, err
+	}
+	if len(hosts) > 0 {
+		req = proto.CloneOf(req)
+		req.Hostnames = hosts
+	}
+	resp, err := h.ListNodeHealthEvents(ctx, req)
+	if err != nil {
+		return nil, fromHealth("list node health events of "+req.GetCluster(), err)
+	}
+	return resp, nil
+}
+
 // GetHealthPolicy returns the policy health applies to the cluster's nodes,
 // from the health service.
 func (g *Gateway) GetHealthPolicy(ctx context.Context, req *loomv1.GetHealthPolicyRequest) (*loomv1.HealthPolicy, error) {

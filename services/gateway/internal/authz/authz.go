@@ -215,6 +215,7 @@ var Table = map[string]Rule{
 	// resume, repairs, fault injection) is the cluster administrator's,
 	// as draining a node is (UpdateSlurmNode).
 	nodeHealthSvc + "ListNodeHealth":        {Access: Viewer, Field: "cluster"},
+	nodeHealthSvc + "ListNodeHealthEvents":  {Access: Viewer, Field: "cluster"},
 	nodeHealthSvc + "ListHealthResults":     {Access: Viewer, Field: "cluster"},
 	nodeHealthSvc + "GetHealthPolicy":       {Access: Viewer, Field: "cluster"},
 	nodeHealthSvc + "ScanNodes":             {Access: ClusterAdmin, Field: "cluster"},

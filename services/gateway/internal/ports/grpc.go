@@ -269,6 +269,10 @@ func (s health) ListNodeHealth(ctx context.Context, r *loomv1.ListNodeHealthRequ
 	return unary(s.g.ListNodeHealth(ctx, r))
 }
 
+func (s health) ListNodeHealthEvents(ctx context.Context, r *loomv1.ListNodeHealthEventsRequest) (*loomv1.ListNodeHealthEventsResponse, error) {
+	return unary(s.g.ListNodeHealthEvents(ctx, r))
+}
+
 func (s health) ReportFaultyNodes(ctx context.Context, r *loomv1.ReportFaultyNodesRequest) (*loomv1.ReportFaultyNodesResponse, error) {
 	return unary(s.g.ReportFaultyNodes(ctx, r))
 }

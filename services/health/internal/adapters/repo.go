@@ -5,7 +5,10 @@
 // machine's generator, so that the machine restores exactly; the hash
 // "health:last_xid" maps a node name to its GPUs' last judged last_xid
 // (JSON, GPU index to Xid), written only when it changes. Last-seen times
-// and telemetry samples are deliberately not stored.
+// and telemetry samples are deliberately not stored. The stream
+// "health:history:<cluster>" keeps the last HistoryLen NodeHealthChanged
+// events of the cluster's nodes (as loom.v1.NodeHealthEvent), appended in
+// the Apply that emits them: what `loom health events` lists.
 package adapters
 
 import (
@@ -14,7 +17,12 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/loom-ml/loom/libs/resname"
 	"github.com/loom-ml/loom/libs/store"
+	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/health/internal/domain"
 	"github.com/loom-ml/loom/services/health/internal/remedy"
 )
@@ -25,7 +33,13 @@ const (
 	KeyRemedy    = "remedy"
 	KeyRemedyRNG = "remedy_rng"
 	KeyLastXid   = "last_xid"
+	// KeyHistory prefixes each cluster's history stream.
+	KeyHistory = "history:"
 )
+
+// HistoryLen is about how many events a cluster's history keeps (the
+// stream is trimmed by whole nodes: a few more may stay).
+const HistoryLen = 1000
 
 // LoadXids reads every node's last judged last_xid per GPU.
 func LoadXids(ctx context.Context, st *store.Store) (map[string]map[int32]int32, error) {
@@ -124,5 +138,52 @@ func Write(tx *store.Tx, c *domain.Change) error {
 		}
 		tx.Set(KeyRemedyRNG, r.RNG())
 	}
+	for _, e := range c.AllEmits() {
+		h, ok := e.Payload.(*eventsv1.NodeHealthChanged)
+		if !ok {
+			continue
+		}
+		b, err := proto.Marshal(historyEvent(h))
+		if err != nil {
+			return fmt.Errorf("encode the history of %s: %w", h.GetNode(), err)
+		}
+		tx.XAdd(KeyHistory+h.GetCluster(), HistoryLen, b)
+	}
 	return nil
+}
+
+// historyEvent is what the history keeps of a health event.
+func historyEvent(h *eventsv1.NodeHealthChanged) *loomv1.NodeHealthEvent {
+	host := h.GetNode()
+	if n, err := resname.SplitNode(host); err == nil {
+		host = n.Host
+	}
+	return &loomv1.NodeHealthEvent{Time: h.GetTime(), Node: h.GetNode(), Hostname: host, State: h.GetState(),
+		Reason: h.GetReason(), SetBy: h.GetSetBy(), Action: h.GetAction(), Repaired: h.GetRepaired(), Xid: h.GetXid()}
+}
+
+// History is a cluster's history, newest first, and each event's stream
+// id (IDs, in the same order), which orders it.
+type History struct {
+	Events []*loomv1.NodeHealthEvent
+	IDs    []string
+}
+
+// LoadHistory reads cluster's history (at most about HistoryLen events).
+// An entry that does not decode is skipped: the history informs, and one
+// bad entry must not hide the rest.
+func LoadHistory(ctx context.Context, st *store.Store, cluster string) (History, error) {
+	var h History
+	entries, err := st.StreamEntries(ctx, KeyHistory+cluster, "", 2*HistoryLen)
+	if err != nil {
+		return h, err
+	}
+	for _, e := range entries {
+		ev := &loomv1.NodeHealthEvent{}
+		if proto.Unmarshal(e.Val, ev) != nil {
+			continue
+		}
+		h.Events, h.IDs = append(h.Events, ev), append(h.IDs, e.ID)
+	}
+	return h, nil
 }

@@ -227,6 +227,13 @@ func (a *App) HealthPolicy(cluster string) *loomv1.HealthPolicy {
 	return a.state.Policy(cluster)
 }
 
+// NodeHealthEvents returns cluster's node health events, newest first,
+// with their stream ids (ports.EventLister), from the store.
+func (a *App) NodeHealthEvents(ctx context.Context, cluster string) ([]*loomv1.NodeHealthEvent, []string, error) {
+	h, err := adapters.LoadHistory(ctx, a.st, cluster)
+	return h.Events, h.IDs, err
+}
+
 // ListNodeHealth returns health's view of every node of cluster (every node
 // when cluster is empty), by name.
 func (a *App) ListNodeHealth(cluster string) []*loomv1.NodeHealth {

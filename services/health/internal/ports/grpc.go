@@ -2,6 +2,10 @@ package ports
 
 import (
 	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -14,6 +18,14 @@ import (
 // NodeHealthLister lists health's view of a cluster's nodes (the app).
 type NodeHealthLister interface {
 	ListNodeHealth(cluster string) []*loomv1.NodeHealth
+}
+
+// EventLister lists a cluster's node health events, newest first, with
+// each one's stream id (ids[i] is events[i]'s; a newer event's id sorts
+// after an older one's as <milliseconds>-<sequence> numbers). The app is
+// one; ListNodeHealthEvents is Unimplemented for a lister that is not.
+type EventLister interface {
+	NodeHealthEvents(ctx context.Context, cluster string) (events []*loomv1.NodeHealthEvent, ids []string, err error)
 }
 
 // PolicyReader reads the policy health applies to a cluster's nodes.
@@ -81,6 +93,49 @@ func (s *HealthServer) ListNodeHealth(_ context.Context, req *loomv1.ListNodeHea
 		return nil, err
 	}
 	return &loomv1.ListNodeHealthResponse{Nodes: page, NextPageToken: next}, nil
+}
+
+// ListNodeHealthEvents lists the cluster's node health events (those of
+// hostnames, when given: the gateway expands them), newest first, one page
+// at a time.
+func (s *HealthServer) ListNodeHealthEvents(ctx context.Context, req *loomv1.ListNodeHealthEventsRequest) (*loomv1.ListNodeHealthEventsResponse, error) {
+	if req.GetCluster() == "" {
+		return nil, errs.Invalid("cluster", "required")
+	}
+	el, ok := s.nodes.(EventLister)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "node health events are not kept by this health service")
+	}
+	events, ids, err := el.NodeHealthEvents(ctx, req.GetCluster())
+	if err != nil {
+		return nil, err
+	}
+	want := map[string]bool{}
+	for _, h := range req.GetHostnames() {
+		want[h] = true
+	}
+	keys := make(map[*loomv1.NodeHealthEvent]string, len(events))
+	var kept []*loomv1.NodeHealthEvent
+	for i, e := range events {
+		if len(want) > 0 && !want[e.GetHostname()] {
+			continue
+		}
+		keys[e] = newestFirst(ids[i])
+		kept = append(kept, e)
+	}
+	page, next, err := paging.List(req, kept, func(e *loomv1.NodeHealthEvent) string { return keys[e] })
+	if err != nil {
+		return nil, err
+	}
+	return &loomv1.ListNodeHealthEventsResponse{Events: page, NextPageToken: next}, nil
+}
+
+// newestFirst is a key that sorts stream ids ("<ms>-<seq>") newest first.
+func newestFirst(id string) string {
+	ms, seq, _ := strings.Cut(id, "-")
+	a, _ := strconv.ParseUint(ms, 10, 64)
+	b, _ := strconv.ParseUint(seq, 10, 64)
+	return fmt.Sprintf("%020d-%020d", math.MaxUint64-a, math.MaxUint64-b)
 }
 
 // ListHealthResults delegates to the ResultLister.

@@ -3,6 +3,7 @@ package ports
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -103,5 +104,55 @@ func TestGetHealthPolicy(t *testing.T) {
 	}
 	if _, err := NewHealthServer(lister{}, nil, nil).GetHealthPolicy(ctx, &loomv1.GetHealthPolicyRequest{Cluster: c}); status.Code(err) != codes.Unimplemented {
 		t.Errorf("no policy reader: %v", err)
+	}
+}
+
+// eventLister is a lister that also lists events (ports.EventLister).
+type eventLister struct {
+	lister
+	events []*loomv1.NodeHealthEvent
+	ids    []string
+}
+
+func (l eventLister) NodeHealthEvents(_ context.Context, cluster string) ([]*loomv1.NodeHealthEvent, []string, error) {
+	return l.events, l.ids, nil
+}
+
+// Events come newest first, a page at a time, filtered by hostname; a
+// stream id with more digits is newer, not smaller.
+func TestListNodeHealthEventsPages(t *testing.T) {
+	t.Parallel()
+	const c = "projects/p/clusters/c"
+	ev := func(host, reason string) *loomv1.NodeHealthEvent {
+		return &loomv1.NodeHealthEvent{Node: c + "/nodes/" + host, Hostname: host, Reason: reason}
+	}
+	l := eventLister{
+		events: []*loomv1.NodeHealthEvent{ev("a", "4"), ev("b", "3"), ev("a", "2"), ev("a", "1")},
+		ids:    []string{"10000-0", "9999-1", "9999-0", "999-5"},
+	}
+	s := NewHealthServer(l, nil, nil)
+	ctx := context.Background()
+	var got []string
+	token := ""
+	for {
+		resp, err := s.ListNodeHealthEvents(ctx, &loomv1.ListNodeHealthEventsRequest{Cluster: c, Hostnames: []string{"a"}, PageSize: 1, PageToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range resp.GetEvents() {
+			got = append(got, e.GetReason())
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	if strings.Join(got, ",") != "4,2,1" {
+		t.Fatalf("a's events %v, want 4,2,1 (newest first)", got)
+	}
+	if _, err := s.ListNodeHealthEvents(ctx, &loomv1.ListNodeHealthEventsRequest{}); err == nil {
+		t.Fatal("no cluster: accepted")
+	}
+	if _, err := NewHealthServer(lister{}, nil, nil).ListNodeHealthEvents(ctx, &loomv1.ListNodeHealthEventsRequest{Cluster: c}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("a lister without events: %v, want Unimplemented", err)
 	}
 }
