@@ -8,7 +8,8 @@
 // and telemetry samples are deliberately not stored. The stream
 // "health:history:<cluster>" keeps the last HistoryLen NodeHealthChanged
 // events of the cluster's nodes (as loom.v1.NodeHealthEvent), appended in
-// the Apply that emits them: what `loom health events` lists.
+// the Apply that emits them: what `loom health events` lists; it goes when
+// the cluster's last node leaves.
 package adapters
 
 import (
@@ -148,6 +149,9 @@ func Write(tx *store.Tx, c *domain.Change) error {
 			return fmt.Errorf("encode the history of %s: %w", h.GetNode(), err)
 		}
 		tx.XAdd(KeyHistory+h.GetCluster(), HistoryLen, b)
+	}
+	for _, cl := range c.Emptied {
+		tx.Del(KeyHistory + cl)
 	}
 	return nil
 }

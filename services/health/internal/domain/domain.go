@@ -88,9 +88,11 @@ type Config struct {
 // is durable (Change.Xids). State changes only through
 // Commit; it is not safe for concurrent use.
 type State struct {
-	cfg      Config
-	timeout  time.Duration
-	nodes    map[string]*Node
+	cfg     Config
+	timeout time.Duration
+	nodes   map[string]*Node
+	// members counts each cluster's nodes (a node's cluster never changes).
+	members  map[string]int
 	lastSeen map[string]time.Time
 	// unreachSince is when each unreachable node was found so; evidence
 	// when traffic first arrived after that (the bus delivers again).
@@ -120,7 +122,7 @@ func NewStateWith(cfg Config) *State {
 	if cfg.Thresholds == (classify.Thresholds{}) {
 		cfg.Thresholds = classify.DefaultThresholds()
 	}
-	return &State{cfg: cfg, timeout: cfg.Timeout, nodes: map[string]*Node{}, lastSeen: map[string]time.Time{},
+	return &State{cfg: cfg, timeout: cfg.Timeout, nodes: map[string]*Node{}, members: map[string]int{}, lastSeen: map[string]time.Time{},
 		unreachSince: map[string]time.Time{}, evidence: map[string]time.Time{}, telemetry: map[string]*eventsv1.GpuTelemetry{}, xids: map[string]map[int32]int32{},
 		machine: remedy.New(cfg.Remedy)}
 }
@@ -130,6 +132,9 @@ func NewStateWith(cfg Config) *State {
 // one too: its confirmation starts again).
 func (s *State) Load(now time.Time, nodes []*Node) {
 	for _, n := range nodes {
+		if s.nodes[n.Name] == nil {
+			s.members[n.Cluster]++
+		}
 		s.nodes[n.Name] = n
 		s.lastSeen[n.Name] = now
 		if n.Unreachable {
@@ -189,7 +194,10 @@ type Change struct {
 	// differs from the stored one (a routine sample writes nothing); a node
 	// removed from Nodes is removed here by the store as well.
 	Xids map[string]map[int32]int32
-	seen map[string]time.Time
+	// Emptied are the clusters whose last node the change removes (their
+	// history goes with them: a deleted cluster leaves nothing behind).
+	Emptied []string
+	seen    map[string]time.Time
 	// unreach sets (or with a zero time clears) unreachable-since times.
 	unreach   map[string]time.Time
 	telemetry map[string]*eventsv1.GpuTelemetry
@@ -200,7 +208,7 @@ type Change struct {
 // Durable reports whether the change has anything to persist or emit; a
 // change that is not durable only refreshes what is kept in memory.
 func (c *Change) Durable() bool {
-	return len(c.Nodes) > 0 || len(c.Emits) > 0 || len(c.Xids) > 0 || (c.Remedy != nil && c.Remedy.Durable())
+	return len(c.Nodes) > 0 || len(c.Emits) > 0 || len(c.Xids) > 0 || len(c.Emptied) > 0 || (c.Remedy != nil && c.Remedy.Durable())
 }
 
 // AllEmits are the change's events: the domain's, then the machine's.
@@ -224,6 +232,13 @@ type Emit struct {
 // Commit makes c part of the state.
 func (s *State) Commit(c *Change) {
 	for name, n := range c.Nodes {
+		if old := s.nodes[name]; old != nil && n == nil {
+			if s.members[old.Cluster]--; s.members[old.Cluster] <= 0 {
+				delete(s.members, old.Cluster)
+			}
+		} else if old == nil && n != nil {
+			s.members[n.Cluster]++
+		}
 		if n == nil {
 			delete(s.nodes, name)
 			delete(s.lastSeen, name)
@@ -446,8 +461,17 @@ func (s *State) Handle(now time.Time, payload proto.Message) (*Change, error) {
 		if ev.GetNode() == "" {
 			return nil, fmt.Errorf("node removed: %w", errs.Invalid("node", "required"))
 		}
-		if s.nodes[ev.GetNode()] != nil {
+		if n := s.nodes[ev.GetNode()]; n != nil {
 			c.Nodes[ev.GetNode()] = nil
+			left := s.members[n.Cluster]
+			for name, m := range c.Nodes {
+				if m == nil && s.nodes[name] != nil && s.nodes[name].Cluster == n.Cluster {
+					left-- // removed by this change, this node included
+				}
+			}
+			if left <= 0 {
+				c.Emptied = append(c.Emptied, n.Cluster)
+			}
 		}
 		evs = append(evs, remedy.Leave{Node: ev.GetNode()})
 	}

@@ -146,6 +146,31 @@ func TestRemovedNodeNeverFlagged(t *testing.T) {
 	}
 }
 
+// TestLastNodeEmptiesTheCluster: the change that removes a cluster's last
+// node says so (the store drops the cluster's history with it); removing
+// one of two does not, nor does a node joining again after.
+func TestLastNodeEmptiesTheCluster(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	other := cluster + "/nodes/gpu-0002"
+	f.join(node, loomv1.Node_READY)
+	f.join(other, loomv1.Node_READY)
+	f.join(node, loomv1.Node_DOWN) // a change of state is no new member
+	if c := f.handle(&eventsv1.NodeRemoved{Node: node, Cluster: cluster}); len(c.Emptied) != 0 {
+		t.Fatalf("one of two removed: emptied %v", c.Emptied)
+	}
+	if c := f.handle(&eventsv1.NodeRemoved{Node: node, Cluster: cluster}); len(c.Emptied) != 0 || c.Durable() {
+		t.Fatalf("a node removed twice: emptied %v", c.Emptied)
+	}
+	if c := f.handle(&eventsv1.NodeRemoved{Node: other, Cluster: cluster}); len(c.Emptied) != 1 || c.Emptied[0] != cluster || !c.Durable() {
+		t.Fatalf("the last removed: emptied %v", c.Emptied)
+	}
+	f.join(node, loomv1.Node_READY)
+	if c := f.handle(&eventsv1.NodeRemoved{Node: node, Cluster: cluster}); len(c.Emptied) != 1 {
+		t.Fatalf("the only node of a cluster joined again, then removed: emptied %v", c.Emptied)
+	}
+}
+
 // TestLoginNodeIsNotAMember: a login node is a record only (nothing there
 // heartbeats), so it is never found silent, taken down or repaired; one an
 // earlier health took down is let go and declared healthy, so that the
