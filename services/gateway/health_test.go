@@ -274,6 +274,8 @@ func TestHealthReads(t *testing.T) {
 	wantCode(t, "a bad cluster name", err, codes.InvalidArgument, "cluster")
 	_, err = hs.ListNodeHealthEvents(ctx, &loomv1.ListNodeHealthEventsRequest{Cluster: cluster1, PageSize: -1})
 	wantCode(t, "a negative page size", err, codes.InvalidArgument, "page_size")
+	_, err = hs.ListNodeHealthEvents(ctx, &loomv1.ListNodeHealthEventsRequest{Cluster: cluster1, Hostnames: []string{"gpu-[00001-99999]"}})
+	wantCode(t, "a hostlist past the limit", err, codes.InvalidArgument, "more than the limit of 4096")
 	res, err := hs.ListHealthResults(ctx, &loomv1.ListHealthResultsRequest{Cluster: cluster1, Check: "gpu_diag", ScanId: "s1"})
 	if err != nil || len(res.GetResults()) != 1 || res.GetResults()[0].GetOutcome() != loomv1.CheckOutcome_CHECK_FAIL {
 		t.Fatalf("ListHealthResults: %v %v", res, err)
