@@ -753,12 +753,7 @@ only those; for one node, each GPU's readings follow: temperature, power,
 utilisation, memory, SM clock, ECC, remapped rows, retired pages, NVLink and
 PCIe errors, its last Xid and whether it fell off the bus.
 Override with loom nodes drain|resume|quarantine|reboot|reimage|replace.`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return usagef("give the cluster, e.g. `loom health nodes demo` (and nodes to show only those)")
-			}
-			return nil
-		},
+		Args: clusterArg("give the cluster, e.g. `loom health nodes demo` (and nodes to show only those)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			hs, err := a.healthClient()
 			if err != nil {
@@ -796,6 +791,17 @@ Override with loom nodes drain|resume|quarantine|reboot|reimage|replace.`,
 	}
 }
 
+// clusterArg takes a cluster and then any nodes: without one, the usage
+// error says what to give (hint).
+func clusterArg(hint string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return usagef("%s", hint)
+		}
+		return nil
+	}
+}
+
 func (a *app) healthEventsCommand() *cobra.Command {
 	var limit int
 	cmd := &cobra.Command{
@@ -807,12 +813,7 @@ NODE, STATE, REASON, SET BY (loom-health or the operator) and ACTION (the
 repair under way or to come). A repair takes seconds on local nodes; this is
 where it stays visible, with the nodes since replaced. NODE (hostnames or
 hostlists) keeps only those. Health keeps the last 1000 events per cluster.`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return usagef("give the cluster, e.g. `loom health events demo` (and nodes to show only theirs)")
-			}
-			return nil
-		},
+		Args: clusterArg("give the cluster, e.g. `loom health events demo` (and nodes to show only theirs)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			hs, err := a.healthClient()
 			if err != nil {

@@ -81,18 +81,8 @@ func TestHealthThroughTheCLI(t *testing.T) {
 	}
 	// The failed disk check takes the node out (to a reimage); the repair
 	// is confirmed by a check without the scan's parameter.
-	node := cl.GetName() + "/nodes/" + host
-	testkit.WaitFor(t, 2*time.Minute, host+" out for its disk, then repaired", func() (bool, error) {
-		taken, repaired := false, false
-		for _, e := range testkit.Events(t, s.BrokerAddr, topics.HealthEvents) {
-			h, ok := e.Payload.(*eventsv1.NodeHealthChanged)
-			if !ok || h.GetNode() != node {
-				continue
-			}
-			taken = taken || (h.GetState() != loomv1.RemediationState_NODE_HEALTHY && strings.Contains(h.GetReason(), "disk full"))
-			repaired = repaired || (taken && h.GetState() == loomv1.RemediationState_NODE_HEALTHY && h.GetRepaired())
-		}
-		return repaired, nil
+	outThenRepaired(t, s.BrokerAddr, cl.GetName()+"/nodes/"+host, 2*time.Minute, func(h *eventsv1.NodeHealthChanged) bool {
+		return strings.Contains(h.GetReason(), "disk full")
 	})
 
 	if out, code := loom("nodes", "drain", host, "--cluster", "hcli", "--reason", "bad fan"); code != 0 {
@@ -245,21 +235,9 @@ func TestSlowGPUIsAStraggler(t *testing.T) {
 		t.Errorf("the slow node's result does not say straggler: %q", rows[slow])
 	}
 	// Taken out for its speed, then rebooted and confirmed (gpu_diag does
-	// not time the GPU) in well under a second: the verdict is read from
-	// health's events, not polled from the node's state.
-	node := "projects/default/clusters/strag/nodes/" + slow
-	testkit.WaitFor(t, 60*time.Second, slow+" taken out for its speed, then repaired", func() (bool, error) {
-		taken, repaired := false, false
-		for _, e := range testkit.Events(t, s.BrokerAddr, topics.HealthEvents) {
-			h, ok := e.Payload.(*eventsv1.NodeHealthChanged)
-			if !ok || h.GetNode() != node {
-				continue
-			}
-			taken = taken || (h.GetState() != loomv1.RemediationState_NODE_HEALTHY && strings.Contains(h.GetReason(), "speed") &&
-				h.GetSetBy() == "loom-health")
-			repaired = repaired || (taken && h.GetState() == loomv1.RemediationState_NODE_HEALTHY && h.GetRepaired())
-		}
-		return repaired, nil
+	// not time the GPU) in well under a second.
+	outThenRepaired(t, s.BrokerAddr, "projects/default/clusters/strag/nodes/"+slow, 60*time.Second, func(h *eventsv1.NodeHealthChanged) bool {
+		return strings.Contains(h.GetReason(), "speed") && h.GetSetBy() == "loom-health"
 	})
 	if out, code := loom("health", "nodes", "strag", slow); code != 0 || !strings.Contains(out, "HEALTHY") || !strings.Contains(out, "repaired") {
 		t.Errorf("loom health nodes strag %s: exit %d\n%s", slow, code, out)

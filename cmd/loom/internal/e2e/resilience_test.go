@@ -80,6 +80,33 @@ func nodeHealth(t *testing.T, conn *grpc.ClientConn, cluster, host string) (*loo
 	return nil, nil
 }
 
+// outThenRepaired waits up to within until health has published, for
+// node, a verdict taking it out that out accepts and, after it, the node
+// back in service after a repair; it returns both. Read from health's
+// events: a local repair and its confirm take about a second, less than a
+// poll of the node's state may see.
+func outThenRepaired(t *testing.T, broker, node string, within time.Duration, out func(*eventsv1.NodeHealthChanged) bool) (taken, back *eventsv1.NodeHealthChanged) {
+	t.Helper()
+	testkit.WaitFor(t, within, node+" taken out, then repaired", func() (bool, error) {
+		taken = nil
+		for _, e := range testkit.Events(t, broker, topics.HealthEvents) {
+			h, ok := e.Payload.(*eventsv1.NodeHealthChanged)
+			switch {
+			case !ok || h.GetNode() != node:
+			case h.GetState() != loomv1.RemediationState_NODE_HEALTHY:
+				if taken == nil && out(h) {
+					taken = h
+				}
+			case taken != nil && h.GetRepaired():
+				back = h
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return taken, back
+}
+
 // checkpointDir is where job's `loom train` writes its checkpoints
 // ($LOOM_CHECKPOINT_DIR, which the scheduler sets): the job's
 // checkpoint_dir when it has one, else <shared>/checkpoints/<job id>.
@@ -177,28 +204,10 @@ func TestXid79DrainsRepairsAndResumesFromCheckpoint(t *testing.T) {
 	}
 
 	// The node leaves service (drained, then repaired) and comes back
-	// healthy: read from health's events, since a local reboot and its
-	// confirm take well under a second, less than a poll may see.
-	node := cl.Name + "/nodes/" + bad
-	var taken *eventsv1.NodeHealthChanged // the verdict taking it out
-	var back time.Time                    // when health put it back
-	testkit.WaitFor(t, 120*time.Second, "node "+bad+" repaired and healthy again", func() (bool, error) {
-		taken = nil
-		for _, e := range testkit.Events(t, s.BrokerAddr, topics.HealthEvents) {
-			h, ok := e.Payload.(*eventsv1.NodeHealthChanged)
-			switch {
-			case !ok || h.GetNode() != node:
-			case h.GetState() != loomv1.RemediationState_NODE_HEALTHY:
-				if taken == nil {
-					taken = h
-				}
-			case taken != nil && h.GetRepaired():
-				back = h.GetTime().AsTime()
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	// healthy.
+	taken, repaired := outThenRepaired(t, s.BrokerAddr, cl.Name+"/nodes/"+bad, 120*time.Second,
+		func(*eventsv1.NodeHealthChanged) bool { return true })
+	back := repaired.GetTime().AsTime() // when health put it back
 	if !strings.Contains(taken.GetReason(), "Xid 79") {
 		t.Errorf("node %s was taken out %v with reason %q, want one naming Xid 79", bad, taken.GetState(), taken.GetReason())
 	}
