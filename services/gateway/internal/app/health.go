@@ -53,11 +53,8 @@ func fromHealth(what string, err error) error {
 // ListNodeHealth lists each node's health and remediation state, from the
 // health service.
 func (g *Gateway) ListNodeHealth(ctx context.Context, req *loomv1.ListNodeHealthRequest) (*loomv1.ListNodeHealthResponse, error) {
-	var v errs.Validator
-	domain.CheckCluster(&v, "cluster", req.GetCluster())
-	v.Check(req.GetPageSize() >= 0, "page_size", "%d is negative", req.GetPageSize())
-	hosts := domain.ExpandHostnames(&v, "hostnames", req.GetHostnames())
-	if err := v.Err(); err != nil {
+	hosts, err := checkNodeList(req.GetCluster(), req.GetPageSize(), req.GetHostnames())
+	if err != nil {
 		return nil, err
 	}
 	h, err := g.health()
@@ -76,14 +73,22 @@ func (g *Gateway) ListNodeHealth(ctx context.Context, req *loomv1.ListNodeHealth
 	return resp, nil
 }
 
+// checkNodeList checks a health list's cluster, page size and hostnames
+// and returns the hostnames expanded (health filters on names, not
+// hostlists).
+func checkNodeList(cluster string, pageSize int32, hostnames []string) ([]string, error) {
+	var v errs.Validator
+	domain.CheckCluster(&v, "cluster", cluster)
+	v.Check(pageSize >= 0, "page_size", "%d is negative", pageSize)
+	hosts := domain.ExpandHostnames(&v, "hostnames", hostnames)
+	return hosts, v.Err()
+}
+
 // ListNodeHealthEvents lists what health decided about the cluster's
 // nodes, newest first, from the health service.
 func (g *Gateway) ListNodeHealthEvents(ctx context.Context, req *loomv1.ListNodeHealthEventsRequest) (*loomv1.ListNodeHealthEventsResponse, error) {
-	var v errs.Validator
-	domain.CheckCluster(&v, "cluster", req.GetCluster())
-	v.Check(req.GetPageSize() >= 0, "page_size", "%d is negative", req.GetPageSize())
-	hosts := domain.ExpandHostnames(&v, "hostnames", req.GetHostnames())
-	if err := v.Err(); err != nil {
+	hosts, err := checkNodeList(req.GetCluster(), req.GetPageSize(), req.GetHostnames())
+	if err != nil {
 		return nil, err
 	}
 	h, err := g.health()

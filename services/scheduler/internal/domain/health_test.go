@@ -1072,21 +1072,7 @@ func TestCheckpointOnFailure(t *testing.T) {
 	t.Parallel()
 	const wait = 30 * time.Second
 	setup := func(cfg Config, signal string) (*harness, string, string) {
-		h := newHealthHarness(t, cfg)
-		for _, host := range []string{"gpu-0001", "gpu-0002", "gpu-0003"} {
-			h.node(host, 8)
-		}
-		h.submitJob(&loomv1.Job{Name: jobName(1), JobId: "1", Cluster: cl, NodeCount: 2, GpusPerNode: 8,
-			Command: []string{"/bin/train"}, Signal: signal})
-		hosts := h.job(1).GetNodes()
-		if len(hosts) != 2 {
-			t.Fatalf("job 1 on %v", hosts)
-		}
-		for _, host := range hosts {
-			h.step(1, 1, host, eventsv1.StepState_STEP_RUNNING, 0)
-		}
-		h.progress(1, 1, hosts[0], 100, 50)
-		return h, hosts[0], hosts[1]
+		return runningOnTwo(t, cfg, &loomv1.Job{Signal: signal})
 	}
 	xid := &eventsv1.NodeHealthChanged{Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "Xid 79: GPU has fallen off the bus", Xid: 79}
 
@@ -1201,6 +1187,28 @@ func TestCheckpointOnFailure(t *testing.T) {
 // that the agent's first look reports, such as the one a resumed attempt
 // started from), and ends it as soon as no survivor runs any more; a
 // survivor that has not started is not waited for.
+// runningOnTwo runs job 1 (job, with its name, cluster, shape and command
+// filled in) on 2 of 3 nodes, both steps running and a checkpoint at step
+// 50 reported from the first, and returns the harness and the two nodes.
+func runningOnTwo(t *testing.T, cfg Config, job *loomv1.Job) (*harness, string, string) {
+	t.Helper()
+	h := newHealthHarness(t, cfg)
+	for _, host := range []string{"gpu-0001", "gpu-0002", "gpu-0003"} {
+		h.node(host, 8)
+	}
+	job.Name, job.JobId, job.Cluster, job.NodeCount, job.GpusPerNode, job.Command = jobName(1), "1", cl, 2, 8, []string{"/bin/train"}
+	h.submitJob(job)
+	hosts := h.job(1).GetNodes()
+	if len(hosts) != 2 {
+		t.Fatalf("job 1 on %v", hosts)
+	}
+	for _, host := range hosts {
+		h.step(1, 1, host, eventsv1.StepState_STEP_RUNNING, 0)
+	}
+	h.progress(1, 1, hosts[0], 100, 50)
+	return h, hosts[0], hosts[1]
+}
+
 // TestCheckpointOnAProgramCrash: the job's program fails on one of its
 // nodes (its step exits non-zero) and the job is retried: the steps on its
 // other nodes get the job's signal and are stopped at their checkpoint, as
@@ -1211,21 +1219,7 @@ func TestCheckpointOnAProgramCrash(t *testing.T) {
 	t.Parallel()
 	const wait = 30 * time.Second
 	setup := func(cfg Config, retries int32) (*harness, string, string) {
-		h := newHealthHarness(t, cfg)
-		for _, host := range []string{"gpu-0001", "gpu-0002", "gpu-0003"} {
-			h.node(host, 8)
-		}
-		h.submitJob(&loomv1.Job{Name: jobName(1), JobId: "1", Cluster: cl, NodeCount: 2, GpusPerNode: 8,
-			Command: []string{"/bin/train"}, MaxRetries: retries})
-		hosts := h.job(1).GetNodes()
-		if len(hosts) != 2 {
-			t.Fatalf("job 1 on %v", hosts)
-		}
-		for _, host := range hosts {
-			h.step(1, 1, host, eventsv1.StepState_STEP_RUNNING, 0)
-		}
-		h.progress(1, 1, hosts[0], 100, 50)
-		return h, hosts[0], hosts[1]
+		return runningOnTwo(t, cfg, &loomv1.Job{MaxRetries: retries})
 	}
 
 	h, surv, crashed := setup(Config{FailureCheckpointWait: wait, CheckpointGrace: 2 * time.Minute}, 1)
