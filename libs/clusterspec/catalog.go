@@ -39,6 +39,26 @@ type MachineType struct {
 // HasGPUs reports whether the machine type has accelerators.
 func (m MachineType) HasGPUs() bool { return m.AcceleratorCount > 0 }
 
+// GPUName is the name nvidia-smi (NVML's nvmlDeviceGetName) gives the
+// machine type's GPUs, e.g. "NVIDIA H100 80GB HBM3"; "" for a CPU-only
+// type. A node's simulated GPUs take it (the local provider passes it to
+// the agent), so that nvidia-smi on an a3-highgpu-8g shows H100s.
+func (m MachineType) GPUName() string {
+	return gpuNames[m.AcceleratorType]
+}
+
+// gpuNames are nvidia-smi's names of the catalog's accelerator types
+// (TestEveryGPUHasAName).
+var gpuNames = map[string]string{
+	"nvidia-h200-141gb":     "NVIDIA H200",
+	"nvidia-h100-80gb":      "NVIDIA H100 80GB HBM3",
+	"nvidia-h100-mega-80gb": "NVIDIA H100 80GB HBM3",
+	"nvidia-a100-80gb":      "NVIDIA A100-SXM4-80GB",
+	"nvidia-tesla-a100":     "NVIDIA A100-SXM4-40GB",
+	"nvidia-b200":           "NVIDIA B200",
+	"nvidia-l4":             "NVIDIA L4",
+}
+
 // SupportsBootDisk reports whether diskType can be this machine type's boot disk.
 func (m MachineType) SupportsBootDisk(diskType string) bool {
 	return slices.Contains(m.BootDiskTypes, diskType)

@@ -70,6 +70,20 @@ func TestCatalog(t *testing.T) {
 	}
 }
 
+// TestEveryGPUHasAName: each GPU machine type names its GPUs as nvidia-smi
+// does, and a CPU-only type names none.
+func TestEveryGPUHasAName(t *testing.T) {
+	t.Parallel()
+	for _, m := range Machines() {
+		if got := m.GPUName(); m.HasGPUs() != (got != "") || (got != "" && !strings.HasPrefix(got, "NVIDIA ")) {
+			t.Errorf("%s (%s, %d GPUs): GPUName %q", m.Name, m.AcceleratorType, m.AcceleratorCount, got)
+		}
+	}
+	if m, _ := Machine("a3-highgpu-8g"); m.GPUName() != "NVIDIA H100 80GB HBM3" {
+		t.Errorf("a3-highgpu-8g's GPUs are %q", m.GPUName())
+	}
+}
+
 func TestStorageTiers(t *testing.T) {
 	t.Parallel()
 	for _, tier := range ScratchTiers() {

@@ -97,29 +97,6 @@ var models = map[string]model{
 	"NVIDIA L4":             {memMiB: 23034, powerLimitW: 72, idlePowerW: 16, maxSMMHz: 2040, idleSMMHz: 210, memMHz: 6251, vbios: "95.04.29.00.06"},
 }
 
-// acceleratorModels are the nvidia-smi names of the catalog's accelerator
-// types (libs/clusterspec).
-var acceleratorModels = map[string]string{
-	"nvidia-h200-141gb":     "NVIDIA H200",
-	"nvidia-h100-80gb":      "NVIDIA H100 80GB HBM3",
-	"nvidia-h100-mega-80gb": "NVIDIA H100 80GB HBM3",
-	"nvidia-a100-80gb":      "NVIDIA A100-SXM4-80GB",
-	"nvidia-tesla-a100":     "NVIDIA A100-SXM4-40GB",
-	"nvidia-b200":           "NVIDIA B200",
-	"nvidia-l4":             "NVIDIA L4",
-}
-
-// ModelForAccelerator is the name nvidia-smi gives a GPU of a machine
-// type's accelerator type ("nvidia-h100-80gb" → "NVIDIA H100 80GB HBM3"),
-// for the simulated device (Options.Model, the agent's -gpu-model), or
-// DefaultModel for a type it does not know.
-func ModelForAccelerator(acceleratorType string) string {
-	if m, ok := acceleratorModels[acceleratorType]; ok {
-		return m
-	}
-	return DefaultModel
-}
-
 // pciBuses are an HGX board's eight GPUs' PCI buses (a DGX H100/H200's).
 var pciBuses = []string{"18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"}
 

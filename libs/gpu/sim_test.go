@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -536,20 +537,26 @@ func TestSimulatedReaderWritesNothing(t *testing.T) {
 	}
 }
 
-func TestModelForAccelerator(t *testing.T) {
+// TestCatalogGPUsHaveShapes: every GPU of the machine catalog is simulated
+// with its own model's numbers, not the default's.
+func TestCatalogGPUsHaveShapes(t *testing.T) {
 	t.Parallel()
-	for acc, want := range map[string]string{"nvidia-h100-80gb": "NVIDIA H100 80GB HBM3", "nvidia-l4": "NVIDIA L4", "tpu-v5": DefaultModel} {
-		got := ModelForAccelerator(acc)
-		if got != want {
-			t.Errorf("ModelForAccelerator(%q) = %q, want %q", acc, got, want)
+	for _, m := range clusterspec.Machines() {
+		name := m.GPUName()
+		if !m.HasGPUs() {
+			continue
 		}
-		s, err := OpenSimulated(Options{Count: 1, Model: got, StateDir: t.TempDir(), Busy: func() bool { return false }})
+		if _, ok := models[name]; !ok {
+			t.Errorf("%s's GPU %q has no simulated model", m.Name, name)
+			continue
+		}
+		s, err := OpenSimulated(Options{Count: 1, Model: name, StateDir: t.TempDir(), Busy: func() bool { return false }})
 		if err != nil {
 			t.Fatal(err)
 		}
 		g := sample(t, s)[0]
-		if m := modelOf(got); g.MemoryTotalBytes != m.memMiB<<20 || g.MemClockMhz != m.memMHz || g.Name != got {
-			t.Errorf("%s reads %v", got, g)
+		if mo := modelOf(name); g.MemoryTotalBytes != mo.memMiB<<20 || g.MemClockMhz != mo.memMHz || g.Name != name {
+			t.Errorf("%s (%s) reads %v", name, m.Name, g)
 		}
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/loom-ml/loom/libs/clusterspec"
 	"github.com/loom-ml/loom/libs/proc"
 	"github.com/loom-ml/loom/services/provisioner/internal/provider"
 )
@@ -299,7 +300,8 @@ func (p *Provider) start(n provider.Node) (provider.Launched, error) {
 }
 
 // env is the agent's environment: ours, then defaults that keep several
-// agents on one machine from colliding, then AgentEnv, then the node's settings.
+// agents on one machine from colliding, then AgentEnv, then the node's
+// settings (its simulated GPUs' model among them).
 func (p *Provider) env(n provider.Node) []string {
 	// The services' secret is the provisioner's, never an agent's: an
 	// agent holding it could sign as any service.
@@ -311,6 +313,11 @@ func (p *Provider) env(n provider.Node) []string {
 	}
 	env = append(env, "LOOM_AGENT_GRPC_ADDR=127.0.0.1:0", "LOOM_AGENT_HTTP_ADDR=127.0.0.1:0")
 	env = append(env, p.cfg.AgentEnv...)
+	if m, ok := clusterspec.Machine(n.MachineType); ok && m.HasGPUs() {
+		// Simulated GPUs are the machine type's: nvidia-smi on an
+		// a3-highgpu-8g shows H100s, as the scheduler's gres does.
+		env = append(env, "LOOM_AGENT_GPU_MODEL="+m.GPUName())
+	}
 	return append(env,
 		"LOOM_BROKERS="+strings.Join(p.cfg.Brokers, ","),
 		"LOOM_REDIS_ADDR="+p.cfg.RedisAddr,

@@ -18,7 +18,7 @@ import (
 func node(data, cluster, host string) provider.Node {
 	return provider.Node{
 		Name: "projects/p/clusters/" + cluster + "/nodes/" + host, Cluster: "projects/p/clusters/" + cluster,
-		ClusterID: cluster, Hostname: host, GPUs: 2,
+		ClusterID: cluster, Hostname: host, GPUs: 2, MachineType: "a3-highgpu-2g",
 		WorkDir: WorkDir(data, cluster, host), SharedDir: SharedDir(data, cluster), ScratchDir: ScratchDir(data, cluster),
 	}
 }
@@ -73,7 +73,7 @@ func TestLaunchStopRemove(t *testing.T) {
 	env := waitFile(t, filepath.Join(n.WorkDir, "env.txt"))
 	for _, want := range []string{
 		"LOOM_NODE=" + n.Name, "LOOM_HOSTNAME=gpu-0001", "LOOM_WORK_DIR=" + n.WorkDir, "LOOM_GPUS=2",
-		"LOOM_CLUSTER=" + n.Cluster, "LOOM_SHARED_DIR=" + n.SharedDir, "LOOM_SCRATCH_DIR=" + n.ScratchDir, "LOOM_BROKERS=127.0.0.1:1,127.0.0.1:2",
+		"LOOM_AGENT_GPU_MODEL=NVIDIA H100 80GB HBM3", "LOOM_CLUSTER=" + n.Cluster, "LOOM_SHARED_DIR=" + n.SharedDir, "LOOM_SCRATCH_DIR=" + n.ScratchDir, "LOOM_BROKERS=127.0.0.1:1,127.0.0.1:2",
 		"LOOM_REDIS_ADDR=127.0.0.1:3", "EXTRA=1", "LOOM_AGENT_GRPC_ADDR=127.0.0.1:0", "PATH=",
 	} {
 		if !strings.Contains(env, "\n"+want) && !strings.HasPrefix(env, want) {
