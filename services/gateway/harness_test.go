@@ -185,6 +185,10 @@ func (f fakeHealth) ListNodeHealthEvents(_ context.Context, r *loomv1.ListNodeHe
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
 	f.w.nodeHealthHosts = append(f.w.nodeHealthHosts, r.GetHostnames())
+	if r.GetCluster() != cluster1 {
+		// Health answers for any name, with nothing.
+		return &loomv1.ListNodeHealthEventsResponse{}, nil
+	}
 	return &loomv1.ListNodeHealthEventsResponse{Events: []*loomv1.NodeHealthEvent{{Node: r.GetCluster() + "/nodes/gpu-0001",
 		Hostname: "gpu-0001", State: loomv1.RemediationState_NODE_HEALTHY, Reason: "repaired (reboot)", Repaired: true}}}, nil
 }
@@ -199,7 +203,7 @@ func (f fakeHealth) ListHealthResults(_ context.Context, r *loomv1.ListHealthRes
 	f.w.healthRequests = append(f.w.healthRequests, proto.Clone(r).(*loomv1.ListHealthResultsRequest))
 	resp := &loomv1.ListHealthResultsResponse{}
 	for _, res := range f.w.healthResults {
-		if (r.GetHostname() == "" || res.GetHostname() == r.GetHostname()) && (r.GetCheck() == "" || res.GetCheck() == r.GetCheck()) &&
+		if strings.HasPrefix(res.GetName(), r.GetCluster()+"/") && (r.GetHostname() == "" || res.GetHostname() == r.GetHostname()) && (r.GetCheck() == "" || res.GetCheck() == r.GetCheck()) &&
 			(r.GetScanId() == "" || res.GetScanId() == r.GetScanId()) {
 			resp.Results = append(resp.Results, proto.Clone(res).(*loomv1.HealthCheckResult))
 		}

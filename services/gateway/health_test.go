@@ -280,6 +280,22 @@ func TestHealthReads(t *testing.T) {
 	if err != nil || len(res.GetResults()) != 1 || res.GetResults()[0].GetOutcome() != loomv1.CheckOutcome_CHECK_FAIL {
 		t.Fatalf("ListHealthResults: %v %v", res, err)
 	}
+	// A cluster that does not exist is NotFound in each list (health
+	// answers for any name, with nothing); one that does, with nothing to
+	// list, answers an empty list.
+	nope := project + "/clusters/nope"
+	_, err = hs.ListNodeHealth(ctx, &loomv1.ListNodeHealthRequest{Cluster: nope})
+	wantCode(t, "the node health of no cluster", err, codes.NotFound, "nope")
+	_, err = hs.ListNodeHealthEvents(ctx, &loomv1.ListNodeHealthEventsRequest{Cluster: nope})
+	wantCode(t, "the health events of no cluster", err, codes.NotFound, "nope")
+	_, err = hs.ListHealthResults(ctx, &loomv1.ListHealthResultsRequest{Cluster: nope})
+	wantCode(t, "the health results of no cluster", err, codes.NotFound, "nope")
+	if code, body := h.rest(t, ctx, "GET", "/v1/"+nope+"/nodeHealth", ""); code != http.StatusNotFound {
+		t.Errorf("GET nodeHealth of no cluster: HTTP %d %s", code, body)
+	}
+	if res, err := hs.ListHealthResults(ctx, &loomv1.ListHealthResultsRequest{Cluster: cluster1, Check: "nccl"}); err != nil || len(res.GetResults()) != 0 {
+		t.Fatalf("ListHealthResults of a check never run: %v %v", res, err)
+	}
 	_, err = hs.ListHealthResults(ctx, &loomv1.ListHealthResultsRequest{Cluster: cluster1, Check: "a/b"})
 	wantCode(t, "a check name with a slash", err, codes.InvalidArgument, "check")
 	// The policy: a viewer reads it; a cluster that does not exist is

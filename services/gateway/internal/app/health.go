@@ -70,6 +70,9 @@ func (g *Gateway) ListNodeHealth(ctx context.Context, req *loomv1.ListNodeHealth
 	if err != nil {
 		return nil, fromHealth("list node health of "+req.GetCluster(), err)
 	}
+	if err := g.emptyOrNotFound(ctx, req.GetCluster(), len(resp.GetNodes()) == 0, req.GetPageToken()); err != nil {
+		return nil, err
+	}
 	return resp, nil
 }
 
@@ -103,6 +106,9 @@ func (g *Gateway) ListNodeHealthEvents(ctx context.Context, req *loomv1.ListNode
 	if err != nil {
 		return nil, fromHealth("list node health events of "+req.GetCluster(), err)
 	}
+	if err := g.emptyOrNotFound(ctx, req.GetCluster(), len(resp.GetEvents()) == 0, req.GetPageToken()); err != nil {
+		return nil, err
+	}
 	return resp, nil
 }
 
@@ -114,13 +120,8 @@ func (g *Gateway) GetHealthPolicy(ctx context.Context, req *loomv1.GetHealthPoli
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	// Health answers for any name: the provisioner says whether it is a
-	// cluster.
-	if _, err := g.own.Clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: req.GetCluster()}); err != nil {
-		if isNotFound(err) {
-			return nil, fmt.Errorf("cluster %s: %w", req.GetCluster(), errs.NotFound)
-		}
-		return nil, fmt.Errorf("ask the provisioner for %s: %w", req.GetCluster(), err)
+	if err := g.clusterExists(ctx, req.GetCluster()); err != nil {
+		return nil, err
 	}
 	h, err := g.health()
 	if err != nil {
@@ -147,17 +148,41 @@ func (g *Gateway) ListHealthResults(ctx context.Context, req *loomv1.ListHealthR
 	if err != nil {
 		return nil, fromHealth("list health results of "+req.GetCluster(), err)
 	}
+	if err := g.emptyOrNotFound(ctx, req.GetCluster(), len(resp.GetResults()) == 0, req.GetPageToken()); err != nil {
+		return nil, err
+	}
 	return resp, nil
+}
+
+// clusterExists is nil for a cluster the provisioner has, NotFound for
+// one it has not. Health answers for any name (it keeps what it heard of
+// nodes, not clusters), so its answers about a name are checked here.
+func (g *Gateway) clusterExists(ctx context.Context, cluster string) error {
+	if _, err := g.own.Clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: cluster}); err != nil {
+		if isNotFound(err) {
+			return fmt.Errorf("cluster %s: %w", cluster, errs.NotFound)
+		}
+		return fmt.Errorf("ask the provisioner for %s: %w", cluster, err)
+	}
+	return nil
+}
+
+// emptyOrNotFound is nil, or NotFound for a cluster that does not exist,
+// when health answered a list's first page with nothing: a mistyped
+// cluster says so instead of listing nothing. A list with entries, or a
+// later page, costs no question to the provisioner.
+func (g *Gateway) emptyOrNotFound(ctx context.Context, cluster string, empty bool, pageToken string) error {
+	if !empty || pageToken != "" {
+		return nil
+	}
+	return g.clusterExists(ctx, cluster)
 }
 
 // clusterNodes returns the cluster's nodes by hostname, as the provisioner
 // lists them; NotFound when there is no such cluster.
 func (g *Gateway) clusterNodes(ctx context.Context, cluster string) (map[string]*loomv1.Node, error) {
-	if _, err := g.own.Clusters.GetCluster(ctx, &loomv1.GetClusterRequest{Name: cluster}); err != nil {
-		if isNotFound(err) {
-			return nil, fmt.Errorf("cluster %s: %w", cluster, errs.NotFound)
-		}
-		return nil, fmt.Errorf("ask the provisioner for %s: %w", cluster, err)
+	if err := g.clusterExists(ctx, cluster); err != nil {
+		return nil, err
 	}
 	nodes := map[string]*loomv1.Node{}
 	err := paging.Each(func(token string) (string, error) {
