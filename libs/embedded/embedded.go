@@ -95,16 +95,6 @@ func loopbackPort(addr string) (int, error) {
 	return port, nil
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
 // Redis kinds.
 const (
 	KindRedisServer = "redis-server"

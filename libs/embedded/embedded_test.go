@@ -407,3 +407,51 @@ func TestBrokerDataSurvivesKill9(t *testing.T) {
 		t.Fatalf("after kill -9 read %q", got[0].Value)
 	}
 }
+
+// TestFreePortIsReservedBelowTheEphemeralRange: picked ports are below the
+// kernel's ephemeral range (which outgoing connections and :0 binds draw
+// from), never twice in a process, and locked against another process's
+// FreePort (another open file description of the lock file, as another
+// process has).
+func TestFreePortIsReservedBelowTheEphemeralRange(t *testing.T) {
+	t.Parallel()
+	low := ephemeralLow()
+	if low <= minPickedPort {
+		t.Skipf("ephemeral range starts at %d: the kernel picks", low)
+	}
+	seen := map[int]bool{}
+	for range 20 {
+		p, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p < minPickedPort || p >= low {
+			t.Errorf("picked %d, outside %d to %d", p, minPickedPort, low)
+		}
+		if seen[p] {
+			t.Errorf("picked %d twice", p)
+		}
+		seen[p] = true
+	}
+	other, err := os.OpenFile(portLocksFile, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	for p := range seen {
+		if lockPort(other, p) {
+			t.Errorf("another process could take %d", p)
+		}
+	}
+	// And the lock works at all: a port no one picked can be locked.
+	lockable := false
+	for p := minPickedPort; p < minPickedPort+100 && !lockable; p++ {
+		if !seen[p] && lockPort(other, p) {
+			lockable = true
+			unlockPort(other, p)
+		}
+	}
+	if !lockable {
+		t.Error("no port could be locked: the check above proves nothing")
+	}
+}

@@ -103,8 +103,10 @@ func Redis(t testing.TB) (addr string, client *redis.Client) {
 }
 
 // FreeAddr returns a 127.0.0.1:port address whose port was free a moment ago,
-// for servers a test starts that must know their address in advance. It
-// panics if no port can be had, which leaves a test nothing to do anyway.
+// for servers a test starts that must know their address in advance; the
+// port stays reserved for the test process (embedded.FreePort). Prefer
+// binding 127.0.0.1:0 and asking the server its address where it can say.
+// It panics if no port can be had, which leaves a test nothing to do anyway.
 func FreeAddr() string {
 	port, err := embedded.FreePort()
 	if err != nil {
