@@ -372,7 +372,7 @@ func faultFromFlags(cmd *cobra.Command, kind string, gpu, xid, count int32, rate
 		}
 		f.Xid = xid
 	case loomv1.FaultKind_FAULT_ECC_SBE:
-		if rate <= 0 {
+		if !cmd.Flags().Changed("rate") {
 			return nil, usagef("--kind ecc-sbe needs --rate: single-bit errors per minute, e.g. --rate 50")
 		}
 		f.Value = rate
@@ -384,6 +384,23 @@ func faultFromFlags(cmd *cobra.Command, kind string, gpu, xid, count int32, rate
 		f.Value = seconds
 	case loomv1.FaultKind_FAULT_ECC_DBE:
 		f.Value = float64(count)
+	}
+	// The gateway checks every bound; the mistakes a flag makes easy are
+	// said here in the flags' words.
+	for flag, kinds := range takes {
+		if !slices.Contains(kinds, f.Kind) || !cmd.Flags().Changed(flag) {
+			continue
+		}
+		v, _ := strconv.ParseFloat(cmd.Flags().Lookup(flag).Value.String(), 64)
+		switch {
+		case v <= 0 && f.Kind == loomv1.FaultKind_FAULT_ECC_SBE:
+			return nil, usagef("--%s must be above 0 for --kind %s, got %v", flag, faultKinds[i].name, v)
+		case v < 0:
+			return nil, usagef("--%s must not be negative (0: the default) for --kind %s, got %v", flag, faultKinds[i].name, v)
+		}
+	}
+	if gpu != -1 && slices.Contains([]loomv1.FaultKind{loomv1.FaultKind_FAULT_DISK_FULL, loomv1.FaultKind_FAULT_HUNG_JOB, loomv1.FaultKind_FAULT_NO_HEARTBEAT}, f.Kind) {
+		return nil, usagef("--kind %s is about the whole node: drop --gpu", faultKinds[i].name)
 	}
 	if gpu < -1 {
 		return nil, usagef("--gpu must be a GPU index (0, 1, ...), got %d", gpu)
