@@ -491,6 +491,20 @@ func TestTelemetryFaultsTakeNodesOut(t *testing.T) {
 			return h.GetState() == loomv1.RemediationState_NODE_HEALTHY && h.GetRepaired() && strings.HasPrefix(h.GetReason(), f.then)
 		})
 		t.Logf("%v on %s: %v %q, then %v %q", f.fault.GetKind(), node, out.GetState(), out.GetReason(), back.GetState(), back.GetReason())
+		if f.then != replaced {
+			continue
+		}
+		// The history (loom health events) says which node took its place.
+		host := nodes.GetNodes()[i].GetHostname()
+		var evs []*loomv1.NodeHealthEvent
+		testkit.WaitFor(t, 2*time.Minute, host+"'s history saying what replaced it", func() (bool, error) {
+			resp, err := health.ListNodeHealthEvents(waitCtx(t, 5*time.Second), &loomv1.ListNodeHealthEventsRequest{Cluster: cl.Name, Hostnames: []string{host}})
+			if err != nil {
+				return false, nil
+			}
+			evs = resp.GetEvents()
+			return len(evs) > 0 && strings.HasPrefix(evs[0].GetReason(), "replaced by gpu-") && evs[0].GetRepaired(), nil
+		})
 	}
 }
 

@@ -139,11 +139,16 @@ func Write(tx *store.Tx, c *domain.Change) error {
 		}
 		tx.Set(KeyRemedyRNG, r.RNG())
 	}
+	var history []*eventsv1.NodeHealthChanged
 	for _, e := range c.AllEmits() {
-		h, ok := e.Payload.(*eventsv1.NodeHealthChanged)
-		if !ok {
-			continue
+		if h, ok := e.Payload.(*eventsv1.NodeHealthChanged); ok {
+			history = append(history, h)
 		}
+	}
+	if c.Remedy != nil {
+		history = append(history, c.Remedy.History...)
+	}
+	for _, h := range history {
 		b, err := proto.Marshal(historyEvent(h))
 		if err != nil {
 			return fmt.Errorf("encode the history of %s: %w", h.GetNode(), err)

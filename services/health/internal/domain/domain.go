@@ -374,7 +374,7 @@ func (s *State) Handle(now time.Time, payload proto.Message) (*Change, error) {
 		if ev.GetNode() == "" {
 			return nil, fmt.Errorf("remediation finished: %w", errs.Invalid("node", "required"))
 		}
-		evs = append(evs, remedy.Repaired{Node: ev.GetNode(), ID: ev.GetRemediationId(), OK: ev.GetOk(), Message: ev.GetMessage(),
+		evs = append(evs, remedy.Repaired{Node: ev.GetNode(), Cluster: ev.GetCluster(), ID: ev.GetRemediationId(), OK: ev.GetOk(), Message: ev.GetMessage(),
 			Replacement: ev.GetReplacement()})
 	case *eventsv1.NodeDrained:
 		if ev.GetNode() == "" {

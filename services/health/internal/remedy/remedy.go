@@ -35,6 +35,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/resname"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/health/internal/classify"
@@ -227,12 +228,13 @@ type Registered struct{ Node, HostBootID string }
 
 // Repaired is the provisioner's RemediationFinished. Replacement is the new
 // node's name after a replacement (empty, or the node's own name, when it
-// was replaced in place).
+// was replaced in place). Cluster is the node's (the history's, when the
+// replaced node has already left).
 type Repaired struct {
-	Node, ID    string
-	OK          bool
-	Message     string
-	Replacement string
+	Node, Cluster, ID string
+	OK                bool
+	Message           string
+	Replacement       string
 }
 
 // Drained is the scheduler's NodeDrained: the node holds no job.
@@ -274,12 +276,16 @@ type Emit struct {
 type Result struct {
 	Nodes map[string]*Node
 	Emits []Emit
+	// History are NodeHealthChanged records for the cluster's health
+	// history only, not published: what happened to a node that no
+	// consumer is to act on (a node replaced, about to leave).
+	History []*eventsv1.NodeHealthChanged
 	rng   rand.PCG
 	drew  bool
 }
 
 // Durable reports whether the result changes anything.
-func (r *Result) Durable() bool { return len(r.Nodes) > 0 || len(r.Emits) > 0 || r.drew }
+func (r *Result) Durable() bool { return len(r.Nodes) > 0 || len(r.Emits) > 0 || len(r.History) > 0 || r.drew }
 
 // RNG is the generator's state after the step, to store with its nodes.
 func (r *Result) RNG() []byte {
@@ -501,6 +507,10 @@ func (s *step) apply(ev Event) {
 		if !off {
 			if n := s.get(e.Node); n != nil {
 				s.repaired(n, e)
+			} else if e.OK && e.Replacement != "" && e.Replacement != e.Node {
+				// The provisioner removes the replaced node (NodeRemoved, so
+				// it has left) before it says the replacement is done.
+				s.replacedHistory(e.Node, e.Cluster, loomv1.RemediationState_NODE_REPLACING, e.Replacement)
 			}
 		}
 	case Drained:
@@ -779,15 +789,38 @@ func (s *step) repaired(n *Node, e Repaired) {
 	}
 	if n.LastRepair == loomv1.RemediationAction_ACTION_REPLACE && e.Replacement != "" && e.Replacement != n.Name {
 		// The old node leaves (NodeRemoved); its replacement joins as a new
-		// member. The slot is free now.
+		// member. The slot is free now. The history says which node took
+		// its place; nothing is published, since a verdict on a node that
+		// is leaving could reach the scheduler after it left.
 		n.Repairing = false
-		n.Reason = "replaced"
+		n.Reason = "replaced by " + hostOf(e.Replacement)
+		s.replacedHistory(n.Name, n.Cluster, n.State, e.Replacement)
 		s.startWaiting(n.Cluster)
 		return
 	}
 	n.Confirming = true
 	n.Since = s.now
 	s.confirm(n)
+}
+
+// replacedHistory records in the history (only: node is leaving, see
+// Result.History) that replacement took node's place.
+func (s *step) replacedHistory(node, cluster string, state loomv1.RemediationState, replacement string) {
+	if n, err := resname.SplitNode(node); cluster == "" && err == nil {
+		cluster = n.Cluster.String()
+	}
+	s.r.History = append(s.r.History, &eventsv1.NodeHealthChanged{Node: node, Cluster: cluster,
+		Health: eventsv1.NodeHealth_UNHEALTHY, Reason: "replaced by " + hostOf(replacement), State: state,
+		Action: loomv1.RemediationAction_ACTION_REPLACE, SetBy: SetBy, Time: timestamppb.New(s.now), Repaired: true})
+}
+
+// hostOf is a node name's host part ("gpu-0002"), or the name itself when
+// it is not a node's.
+func hostOf(name string) string {
+	if n, err := resname.SplitNode(name); err == nil {
+		return n.Host
+	}
+	return name
 }
 
 // confirm asks the repaired node for a confirming check.

@@ -187,13 +187,30 @@ func TestLadder(t *testing.T) {
 	if len(rs) != 1 || rs[0].GetAction() != loomv1.RemediationAction_ACTION_REPLACE {
 		t.Fatalf("replace now: %v", r.Emits)
 	}
-	h.do(Repaired{Node: m, ID: rs[0].GetRemediationId(), OK: true, Replacement: nodeName(cluster, 99)})
+	r = h.do(Repaired{Node: m, ID: rs[0].GetRemediationId(), OK: true, Replacement: nodeName(cluster, 99)})
 	if h.m.Node(m).Repairing {
 		t.Fatal("a finished replacement holds its slot")
+	}
+	// The history says which node took its place; nothing is published
+	// about a node that is leaving.
+	if len(health(r)) != 0 || len(r.History) != 1 || r.History[0].GetNode() != m || !r.History[0].GetRepaired() ||
+		r.History[0].GetReason() != "replaced by "+hostOf(nodeName(cluster, 99)) || r.History[0].GetAction() != loomv1.RemediationAction_ACTION_REPLACE {
+		t.Fatalf("a finished replacement: published %v, history %v", r.Emits, r.History)
 	}
 	h.do(Leave{Node: m})
 	if h.m.Node(m) != nil {
 		t.Fatal("removed node kept")
+	}
+	// The provisioner removes the replaced node before it says the
+	// replacement is done: the history says it all the same.
+	m = nodeName(cluster, 5)
+	h.do(Override{Node: m, Action: loomv1.RemediationAction_ACTION_REPLACE, User: "alice"})
+	rs = remediations(h.do(Drained{Node: m}))
+	h.do(Leave{Node: m})
+	r = h.do(Repaired{Node: m, ID: rs[0].GetRemediationId(), OK: true, Replacement: nodeName(cluster, 98)})
+	if len(health(r)) != 0 || len(r.History) != 1 || r.History[0].GetNode() != m || r.History[0].GetCluster() != cluster ||
+		r.History[0].GetReason() != "replaced by "+hostOf(nodeName(cluster, 98)) || r.History[0].GetState() != loomv1.RemediationState_NODE_REPLACING {
+		t.Fatalf("a replacement finished after its node left: published %v, history %v", r.Emits, r.History)
 	}
 	// Replaced in place (same name): confirmed as after any repair.
 	k := nodeName(cluster, 6)
