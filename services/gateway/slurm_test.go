@@ -265,6 +265,16 @@ func TestSlurmService(t *testing.T) {
 		return u.GetHostname() == "gpu-0001" && u.GetState() == "DRAIN" && u.GetReason() == "bad gpu" && u.GetCluster() == cluster1 &&
 			u.GetUser() == "ops" && !u.GetTime().AsTime().Before(before.Truncate(time.Second))
 	})
+	// Health holds the node too, as after loom nodes drain, in the same
+	// Apply: loom health nodes and its history show the drain.
+	drain := testkit.WaitEvent(t, h.broker, topics.HealthCommands, wait, func(e envelope.Event) bool {
+		u, ok := e.Payload.(*eventsv1.UpdateNodeRemediation)
+		return ok && u.GetAction() == loomv1.RemediationAction_ACTION_DRAIN
+	})
+	if want := (&eventsv1.UpdateNodeRemediation{Cluster: cluster1, Hostname: "gpu-0001", Action: loomv1.RemediationAction_ACTION_DRAIN,
+		Reason: "bad gpu", User: "ops"}); !proto.Equal(drain.Payload, want) || drain.Principal != "users/ops" {
+		t.Fatalf("health's drain: %v by %q, want %v by users/ops", drain.Payload, drain.Principal, want)
+	}
 	_, err = h.slurm().UpdateSlurmNode(ctx, &loomv1.UpdateSlurmNodeRequest{Cluster: cluster1, Hostname: "gpu-0001", State: "DRAIN"})
 	wantCode(t, "drain without a reason", err, codes.InvalidArgument, "reason: You must specify a reason when DOWNING or DRAINING a node")
 	_, err = h.slurm().UpdateSlurmNode(ctx, &loomv1.UpdateSlurmNodeRequest{Cluster: cluster1, Hostname: "gpu-0099", State: "RESUME"})
@@ -285,7 +295,7 @@ func TestSlurmService(t *testing.T) {
 	// Health holds gpu-0001 no more than the scheduler knows: that RESUME
 	// asked health for nothing.
 	for _, e := range testkit.Events(t, h.broker, topics.HealthCommands) {
-		if _, ok := e.Payload.(*eventsv1.UpdateNodeRemediation); ok {
+		if u, ok := e.Payload.(*eventsv1.UpdateNodeRemediation); ok && u.GetAction() == loomv1.RemediationAction_ACTION_RESUME {
 			t.Fatalf("RESUME of a node health does not hold sent health %v", e.Payload)
 		}
 	}
@@ -301,8 +311,8 @@ func TestSlurmService(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := testkit.WaitEvent(t, h.broker, topics.HealthCommands, wait, func(e envelope.Event) bool {
-		_, ok := e.Payload.(*eventsv1.UpdateNodeRemediation)
-		return ok
+		u, ok := e.Payload.(*eventsv1.UpdateNodeRemediation)
+		return ok && u.GetAction() == loomv1.RemediationAction_ACTION_RESUME
 	})
 	if want := (&eventsv1.UpdateNodeRemediation{Cluster: cluster1, Hostname: "gpu-0001", Action: loomv1.RemediationAction_ACTION_RESUME,
 		Reason: "resumed with scontrol", User: "ops"}); !proto.Equal(ev.Payload, want) || ev.Principal != "users/ops" {

@@ -52,7 +52,8 @@ func (g *Gateway) ListSlurmNodes(ctx context.Context, req *loomv1.ListSlurmNodes
 // State=DRAIN Reason=... | State=RESUME): it checks the request (a DRAIN
 // needs a reason, as in Slurm), that the scheduler knows the node
 // (NotFound otherwise), emits UpdateSlurmNode on loom.job.commands.v1 and
-// returns the node as the scheduler has it. A RESUME puts the node back
+// returns the node as the scheduler has it. A DRAIN also has health hold
+// the node (ACTION_DRAIN, as `loom nodes drain`). A RESUME puts the node back
 // in service whoever took it out: when health holds it (drained by an
 // operator or a fault, quarantined, down), health's ACTION_RESUME goes in
 // the same Apply, as `loom nodes resume` does; without it the node would
@@ -91,9 +92,21 @@ func (g *Gateway) UpdateSlurmNode(ctx context.Context, req *loomv1.UpdateSlurmNo
 	}
 	cmds := []proto.Message{&eventsv1.UpdateSlurmNode{Cluster: req.GetCluster(), Hostname: req.GetHostname(), State: state, Reason: req.GetReason(),
 		User: user, Time: timestamppb.New(g.now())}}
-	if state == "RESUME" && healthHolds(g.nodeHealth(ctx, req.GetCluster(), req.GetHostname())) {
+	switch _, withHealth := g.health(); {
+	case state == "RESUME" && healthHolds(g.nodeHealth(ctx, req.GetCluster(), req.GetHostname())):
 		cmds = append(cmds, &eventsv1.UpdateNodeRemediation{Cluster: req.GetCluster(), Hostname: req.GetHostname(),
 			Action: loomv1.RemediationAction_ACTION_RESUME, Reason: "resumed with scontrol", User: user})
+	case state == "DRAIN" && withHealth == nil:
+		// A drain is one thing however it is asked: health holds the node
+		// as after `loom nodes drain` (loom health nodes and its history
+		// show it; no repair's end puts it back), in the same Apply.
+		hr := &loomv1.UpdateNodeRemediationRequest{Cluster: req.GetCluster(), Hostname: req.GetHostname(),
+			Action: loomv1.RemediationAction_ACTION_DRAIN, Reason: req.GetReason()}
+		if err := domain.ValidateUpdateNodeRemediation(hr); err != nil {
+			return nil, err
+		}
+		cmds = append(cmds, &eventsv1.UpdateNodeRemediation{Cluster: hr.GetCluster(), Hostname: hr.GetHostname(),
+			Action: hr.GetAction(), Reason: hr.GetReason(), User: user})
 	}
 	if err := g.emitCommands(ctx, req.GetCluster(), cmds...); err != nil {
 		return nil, fmt.Errorf("update node %s: %w", req.GetHostname(), err)

@@ -139,14 +139,17 @@ func Write(tx *store.Tx, c *domain.Change) error {
 		}
 		tx.Set(KeyRemedyRNG, r.RNG())
 	}
+	// The history-only records first: each says what happened before the
+	// verdicts of the same step (a repair's end, then the drain that
+	// holds the node).
 	var history []*eventsv1.NodeHealthChanged
+	if c.Remedy != nil {
+		history = append(history, c.Remedy.History...)
+	}
 	for _, e := range c.AllEmits() {
 		if h, ok := e.Payload.(*eventsv1.NodeHealthChanged); ok {
 			history = append(history, h)
 		}
-	}
-	if c.Remedy != nil {
-		history = append(history, c.Remedy.History...)
 	}
 	for _, h := range history {
 		b, err := proto.Marshal(historyEvent(h))

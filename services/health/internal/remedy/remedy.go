@@ -178,6 +178,10 @@ type Node struct {
 	Drained bool `json:"drained,omitempty"`
 	// Hold: an operator drained it: no repair, it stays out until resumed.
 	Hold bool `json:"hold,omitempty"`
+	// HoldReason and HoldBy are the drain's, when it was asked during a
+	// repair: the node's reason and setter once the repair is done.
+	HoldReason string `json:"hold_reason,omitempty"`
+	HoldBy     string `json:"hold_by,omitempty"`
 	// CheckErrors counts CHECK_ERRORs in a row outside a repair.
 	CheckErrors int `json:"check_errors,omitempty"`
 	// SuspectCheck names the check a SUSPECT node awaits (its run id).
@@ -280,12 +284,14 @@ type Result struct {
 	// history only, not published: what happened to a node that no
 	// consumer is to act on (a node replaced, about to leave).
 	History []*eventsv1.NodeHealthChanged
-	rng   rand.PCG
-	drew  bool
+	rng     rand.PCG
+	drew    bool
 }
 
 // Durable reports whether the result changes anything.
-func (r *Result) Durable() bool { return len(r.Nodes) > 0 || len(r.Emits) > 0 || len(r.History) > 0 || r.drew }
+func (r *Result) Durable() bool {
+	return len(r.Nodes) > 0 || len(r.Emits) > 0 || len(r.History) > 0 || r.drew
+}
 
 // RNG is the generator's state after the step, to store with its nodes.
 func (r *Result) RNG() []byte {
@@ -621,7 +627,7 @@ func (s *step) fault(n *Node, v classify.Verdict, by string) {
 	n.Urgent = v.Urgent
 	n.CheckpointFirst = !v.Urgent
 	n.Drained = false
-	n.Hold = false
+	n.Hold, n.HoldReason, n.HoldBy = false, "", ""
 	n.CheckErrors = 0
 	n.SuspectCheck = ""
 	s.emitHealth(n, eventsv1.NodeHealth_UNHEALTHY, n.Next, v.Xid, v.Reason, by, n.CheckpointFirst)
@@ -874,11 +880,26 @@ func (s *step) quarantine(n *Node, by, reason string) {
 func (s *step) healthy(n *Node, repaired bool, by, reason string) {
 	wasRepairing := n.Repairing
 	if n.Hold && by == SetBy {
-		// An operator drained it during the repair: it stays out.
+		// An operator drained it during the repair: it stays out, drained
+		// as they asked (their reason in sinfo -R), and the history says
+		// the repair is done (only there: published, a HEALTHY would put
+		// the node back in service for a moment).
+		done := reason
+		if repaired && wasRepairing && n.Reason != "" {
+			done += ", for: " + n.Reason
+		}
+		holdBy := orDefault(n.HoldBy, n.SetBy)
+		s.r.History = append(s.r.History, &eventsv1.NodeHealthChanged{Node: n.Name, Cluster: n.Cluster, Health: eventsv1.NodeHealth_UNHEALTHY,
+			Reason: done + "; held by " + holdBy + "'s drain", State: n.State, Action: loomv1.RemediationAction_ACTION_DRAIN,
+			SetBy: SetBy, Time: timestamppb.New(s.now)})
 		n.State = loomv1.RemediationState_NODE_DRAINING
 		n.Repairing, n.Confirming, n.AwaitBoot = false, false, false
-		n.Reason = reason + "; held by an operator's drain"
+		n.Reason, n.SetBy = orDefault(n.HoldReason, "drained by "+holdBy), holdBy
+		n.Next = loomv1.RemediationAction_ACTION_DRAIN
+		n.Xid = 0
+		n.Urgent, n.CheckpointFirst = false, false
 		n.Since = s.now
+		s.emitHealth(n, eventsv1.NodeHealth_UNHEALTHY, loomv1.RemediationAction_ACTION_DRAIN, 0, n.Reason, holdBy, false)
 		if wasRepairing {
 			s.startWaiting(n.Cluster)
 		}
@@ -895,6 +916,7 @@ func (s *step) healthy(n *Node, repaired bool, by, reason string) {
 	n.Reason, n.SetBy = reason, by
 	n.Next = loomv1.RemediationAction_ACTION_NONE
 	n.Repairing, n.Confirming, n.AwaitBoot, n.Hold, n.DryRun = false, false, false, false, false
+	n.HoldReason, n.HoldBy = "", ""
 	n.RepairID, n.ConfirmID, n.SuspectCheck = "", "", ""
 	n.Urgent, n.CheckpointFirst, n.Drained = false, false, false
 	n.ConfirmErrors, n.CheckErrors = 0, 0
@@ -989,6 +1011,7 @@ func (s *step) override(n *Node, e Override) {
 		if !n.InService() {
 			n.Hold = true
 			n.SetBy = by
+			n.HoldReason, n.HoldBy = orDefault(e.Reason, "drained by "+by), by
 			return
 		}
 		n.State = loomv1.RemediationState_NODE_DRAINING
@@ -1004,7 +1027,7 @@ func (s *step) override(n *Node, e Override) {
 		if n.State == loomv1.RemediationState_NODE_QUARANTINED {
 			n.Failures = nil // released: its history starts again
 		}
-		n.Hold = false
+		n.Hold, n.HoldReason, n.HoldBy = false, "", ""
 		n.Repairing = false
 		s.healthy(n, true, by, orDefault(e.Reason, "resumed by "+by))
 		if wasRepairing {
@@ -1027,7 +1050,7 @@ func (s *step) override(n *Node, e Override) {
 			n.Since = s.now
 			n.Drained, n.Urgent, n.CheckpointFirst = false, false, true
 			n.Reason, n.SetBy, n.Xid = reason, by, 0
-			n.Next, n.Hold = e.Action, false
+			n.Next, n.Hold, n.HoldReason, n.HoldBy = e.Action, false, "", ""
 			s.emitHealth(n, eventsv1.NodeHealth_UNHEALTHY, e.Action, 0, reason, by, true)
 		} else {
 			// Out of service already: it runs nothing, repair it as soon as a slot frees.
@@ -1035,7 +1058,7 @@ func (s *step) override(n *Node, e Override) {
 			n.Since = s.now
 			n.Drained, n.Urgent, n.CheckpointFirst = true, true, false
 			n.Reason, n.SetBy = reason, by
-			n.Next, n.Hold = e.Action, false
+			n.Next, n.Hold, n.HoldReason, n.HoldBy = e.Action, false, "", ""
 		}
 		s.tryStart(n)
 	}

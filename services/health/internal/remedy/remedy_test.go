@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -355,6 +356,41 @@ func TestDryRun(t *testing.T) {
 	off := newHarness(t, Config{Mode: ModeOff}, 2)
 	if r := off.do(Fault{Node: nodeName(cluster, 0), Verdict: classify.Xid(0, 79)}); len(r.Emits) != 0 {
 		t.Fatalf("off acted: %v", r.Emits)
+	}
+}
+
+// TestDrainDuringARepair: a drain asked during a repair holds the node once
+// it is repaired: drained with the operator's reason and name (sinfo -R's),
+// the repair's end in the history only (a HEALTHY published would put it
+// back in service for a moment); resume puts it back.
+func TestDrainDuringARepair(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Config{Seed: 1}, 10)
+	k := nodeName(cluster, 2)
+	r := h.do(Fault{Node: k, Verdict: classify.Xid(0, 79)})
+	id := remediations(r)[0].GetRemediationId()
+	h.do(Override{Node: k, Action: loomv1.RemediationAction_ACTION_DRAIN, User: "dave", Reason: "cable check"})
+	r = h.do(Repaired{Node: k, ID: id, OK: true})
+	r = h.do(pass(k, checks(r)[0].GetRunId()))
+	hs := health(r)
+	if len(hs) != 1 || hs[0].GetHealth() != eventsv1.NodeHealth_UNHEALTHY || hs[0].GetAction() != loomv1.RemediationAction_ACTION_DRAIN ||
+		hs[0].GetReason() != "cable check" || hs[0].GetSetBy() != "dave" || hs[0].GetCheckpointFirst() {
+		t.Fatalf("held after its repair, published: %v", hs)
+	}
+	if len(r.History) != 1 || !strings.HasPrefix(r.History[0].GetReason(), "repaired (reboot) and confirmed by gpu_diag, for: Xid 79") ||
+		!strings.HasSuffix(r.History[0].GetReason(), "; held by dave's drain") {
+		t.Fatalf("held after its repair, the history: %v", r.History)
+	}
+	if nk := h.m.Node(k); nk.State != loomv1.RemediationState_NODE_DRAINING || nk.Next != loomv1.RemediationAction_ACTION_DRAIN || nk.Repairing {
+		t.Fatalf("held after its repair: %+v", nk)
+	}
+	h.now = h.now.Add(time.Hour)
+	if r := h.do(Tick{}); len(remediations(r)) != 0 {
+		t.Fatalf("a held node was repaired again: %v", r.Emits)
+	}
+	r = h.do(Override{Node: k, Action: loomv1.RemediationAction_ACTION_RESUME, User: "dave"})
+	if hs := health(r); len(hs) != 1 || hs[0].GetHealth() != eventsv1.NodeHealth_HEALTHY || h.m.Node(k).HoldReason != "" {
+		t.Fatalf("resume of a held node: %v", r.Emits)
 	}
 }
 
