@@ -158,7 +158,7 @@ Start everything on this machine with "loom up" (or try "loom demo"), then:
   loom clusters describe one-node-8gpu
   loom clusters resize one-node-8gpu gpu 2
   loom clusters login one-node-8gpu
-  loom jobs submit --cluster one-node-8gpu --nodes 2 -- loom train --epochs 100
+  loom jobs submit --cluster one-node-8gpu --nodes 2 --model tiny -- loom train --epochs 100
   loom jobs logs 1
   loom clusters delete one-node-8gpu
 

@@ -310,7 +310,7 @@ func (c Config) Validate() error {
 	case c.CheckpointEvery < 0:
 		return fmt.Errorf("--checkpoint-every must not be negative, got %d", c.CheckpointEvery)
 	case c.Rank == 0 && c.OutDir == "":
-		return errors.New("no output directory: pass --out DIR or set LOOM_MODEL_DIR")
+		return errors.New("no output directory: pass --out DIR, set LOOM_MODEL_DIR, or submit the job with --model NAME (Loom then sets LOOM_MODEL_DIR)")
 	case c.StepTime < 0:
 		return fmt.Errorf("--step-time must not be negative, got %v", c.StepTime)
 	}
