@@ -41,8 +41,12 @@ func (s *State) ringDone(c *Change, now time.Time, sc *Scan, ring *Ring) {
 	if len(ring.Members) == 2 {
 		// A pair on its own has nobody to compare with: it cannot say
 		// which of the two is at fault, so it blames neither.
+		check := AllReduce
+		if ring.Pair {
+			check = AllReducePair // asked for as pairs (planRing)
+		}
 		for _, m := range ring.Members {
-			s.verdict(c, now, sc, m, loomv1.CheckOutcome_CHECK_WARN, AllReduce,
+			s.verdict(c, now, sc, m, loomv1.CheckOutcome_CHECK_WARN, check,
 				fmt.Sprintf("the all-reduce of 2 nodes (%s) failed; a pair alone cannot tell which node or the link is at fault", s.hosts(c, ring.Members)))
 		}
 		return

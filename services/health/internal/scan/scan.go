@@ -612,8 +612,12 @@ func (s *State) plan(c *Change, now time.Time, req Request) {
 
 	var targets []*Node
 	if len(req.Hostnames) == 0 {
+		// Every node: the gateway told the caller so, and a caller waiting
+		// for a result per node and check must get one for each (a node
+		// not READY gets SKIPPED, saying why). A scheduled scan, which no
+		// one waits for, leaves out the nodes that are not READY.
 		for _, n := range s.sortedNodes(req.Cluster) {
-			if n.State == loomv1.Node_READY {
+			if n.State == loomv1.Node_READY || req.Trigger == "scan" {
 				targets = append(targets, n)
 			}
 		}
@@ -646,9 +650,14 @@ func (s *State) plan(c *Change, now time.Time, req Request) {
 			idle = append(idle, n)
 		}
 	}
+	seen := map[string]bool{}
 	for _, ch := range checks {
+		if seen[ch] {
+			continue // one run per check, however often it was asked
+		}
+		seen[ch] = true
 		if ch == AllReduce || ch == AllReducePair {
-			s.planRing(c, now, sc, idle, level)
+			s.planRing(c, now, sc, idle, level, ch == AllReducePair)
 			continue
 		}
 		for _, n := range idle {
@@ -680,19 +689,28 @@ func RingOrder(nodes []*Node) {
 	})
 }
 
-// planRing puts the eligible nodes with a check endpoint into one ring.
-func (s *State) planRing(c *Change, now time.Time, sc *Scan, idle []*Node, level int32) {
+// planRing puts the eligible nodes with a check endpoint into one ring,
+// or, for allreduce_pair (pairs), into pairs of ring neighbours: the
+// first with the second, the third with the fourth, ..., and with an odd
+// count the last with the first (which then has two pair results). A
+// failed ring is bisected into pairs on its own; pairs asked for directly
+// test every node's link to a neighbour at once.
+func (s *State) planRing(c *Change, now time.Time, sc *Scan, idle []*Node, level int32, pairs bool) {
+	check := AllReduce
+	if pairs {
+		check = AllReducePair
+	}
 	var members []*Node
 	for _, n := range idle {
 		if n.CheckAddr == "" {
-			s.store(c, now, skippedResult(sc, n, AllReduce, level, "the node's agent advertises no check endpoint (-check-addr)"))
+			s.store(c, now, skippedResult(sc, n, check, level, "the node's agent advertises no check endpoint (-check-addr)"))
 			continue
 		}
 		members = append(members, n)
 	}
 	if len(members) < 2 {
 		for _, n := range members {
-			s.store(c, now, skippedResult(sc, n, AllReduce, level, "an all-reduce needs at least 2 idle nodes with a check endpoint"))
+			s.store(c, now, skippedResult(sc, n, check, level, "an all-reduce needs at least 2 idle nodes with a check endpoint"))
 		}
 		return
 	}
@@ -701,7 +719,17 @@ func (s *State) planRing(c *Change, now time.Time, sc *Scan, idle []*Node, level
 	for _, n := range members {
 		names = append(names, n.Name)
 	}
-	s.startRing(c, now, sc, sc.ID+"-ring", names, false, "")
+	if !pairs {
+		s.startRing(c, now, sc, sc.ID+"-ring", names, false, "")
+		return
+	}
+	for i := 0; i < len(names); i += 2 {
+		j := i + 1
+		if j == len(names) {
+			j = 0 // an odd count: the last with the first
+		}
+		s.startRing(c, now, sc, fmt.Sprintf("%s-pair%d", sc.ID, i/2+1), []string{names[i], names[j]}, true, "")
+	}
 }
 
 // ringParams are the all-reduce parameters for members: the configured

@@ -191,6 +191,55 @@ func TestScanSkipsBusyNodes(t *testing.T) {
 	}
 }
 
+// TestEveryNodeAndCheckIsAnswered: a scan of the whole cluster (what the
+// gateway tells the caller: every node) answers each node and each check
+// it asked, as the CLI's --wait counts them: a node not READY (being
+// repaired) is SKIPPED saying why, allreduce_pair runs pairs of ring
+// neighbours (the odd one out with the first) beside the ring, and a
+// check named twice runs once. Before, the node in repair was left out
+// without a word and allreduce_pair re-ran the ring under the ring's
+// names: --wait waited 10 minutes for results that never came.
+func TestEveryNodeAndCheckIsAnswered(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, DefaultConfig(), "n1", "n2", "n3", "n4")
+	f.handle(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName("n2"), Cluster: cluster, Hostname: "n2", State: loomv1.Node_REBOOTING,
+		MachineType: "a3-highgpu-8g", Block: "block-1"}})
+	f.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: "s1", Checks: []string{AllReduce, AllReducePair, Speed, Speed}})
+	answered := map[string]bool{}
+	rings := map[string][]string{}
+	for _, c := range f.take() {
+		answered[hostOf(c.GetNode())+"/"+c.GetCheck()] = true
+		rings[c.GetParams()["ring"]] = append(rings[c.GetParams()["ring"]], hostOf(c.GetNode()))
+		f.handle(result(c, loomv1.CheckOutcome_CHECK_PASS, f.now, map[string]float64{"throughput": 100}))
+	}
+	for _, h := range []string{"n1", "n2", "n3", "n4"} {
+		for _, ch := range []string{AllReduce, AllReducePair, Speed} {
+			r := f.s.Result(cluster + "/healthResults/s1-" + h + "-" + strings.ReplaceAll(ch, "_", "-"))
+			switch {
+			case h == "n2":
+				if r.GetOutcome() != loomv1.CheckOutcome_CHECK_SKIPPED || !strings.Contains(r.GetSummary(), "REBOOTING") {
+					t.Errorf("n2 in repair, %s: %v", ch, r)
+				}
+			case !answered[h+"/"+ch]:
+				t.Errorf("%s/%s: no run", h, ch)
+			}
+		}
+	}
+	delete(rings, "")
+	want := map[string][]string{"s1-ring": {"n1", "n3", "n4"}, "s1-pair1": {"n1", "n3"}, "s1-pair2": {"n4", "n1"}}
+	if len(rings) != len(want) {
+		t.Fatalf("rings %v, want %v", rings, want)
+	}
+	for id, m := range want {
+		if got := rings[id]; !slices.Equal(got, m) {
+			t.Errorf("ring %s: %v, want %v", id, got, m)
+		}
+	}
+	if sc := f.s.Scan(cluster, "s1"); sc == nil || !sc.Done {
+		t.Fatalf("scan not done after every run answered: %+v", sc)
+	}
+}
+
 func TestRingOrderAndThreshold(t *testing.T) {
 	t.Parallel()
 	cfg := DefaultConfig()
