@@ -1213,6 +1213,11 @@ func renderGoodput(w io.Writer, g *loomv1.Goodput, cluster bool) error {
 	fmt.Fprintf(tw, "Lost to checkpointing:\t%s\n", share(g.GetLostCheckpointing(), g.GetWall()))
 	fmt.Fprintf(tw, "Failures:\t%d\n", g.GetFailures())
 	fmt.Fprintf(tw, "Restarts:\t%d\n", g.GetRestarts())
-	fmt.Fprintf(tw, "Goodput:\t%.1f%%\n", 100*g.GetGoodput())
+	if g.GetWall().AsDuration() <= 0 {
+		// Nothing ran yet: a ratio of nothing, not a goodput of 0%.
+		fmt.Fprintf(tw, "Goodput:\t- (no run time yet)\n")
+	} else {
+		fmt.Fprintf(tw, "Goodput:\t%.1f%%\n", 100*g.GetGoodput())
+	}
 	return tw.Flush()
 }

@@ -70,6 +70,8 @@ func newHealthGateway(t *testing.T) (*fakegw.Gateway, string) {
 			LostRestart: durationpb.New(123 * time.Millisecond), LostCheckpointing: durationpb.New(157 * time.Millisecond), Goodput: 0.991, Failures: 1, Restarts: 1, Jobs: 1},
 		demoName: {Name: demoName, Wall: durationpb.New(100 * time.Hour), Productive: durationpb.New(98 * time.Hour),
 			LostRestart: durationpb.New(2 * time.Hour), Goodput: 0.98, Failures: 3, Restarts: 3, Jobs: 12},
+		// A cluster that has run nothing yet: no ratio to show.
+		"projects/default/clusters/a3u": {Name: "projects/default/clusters/a3u"},
 	}
 	f.HealthPolicies = map[string]*loomv1.HealthPolicy{demoName: {Cluster: demoName, Remediation: "dry-run", MaxRemediating: 0.25,
 		MaxRemediatingNodes: 2, RemediatingNodes: 1, Nodes: 8, LemonFailures: 3, LemonWindow: durationpb.New(24 * time.Hour),
@@ -169,6 +171,19 @@ Lost to checkpointing:  0s (0.0%)
 Failures:               3
 Restarts:               3
 Goodput:                98.0%
+`},
+		{[]string{"clusters", "goodput", "a3u"}, `
+Name:                   projects/default/clusters/a3u
+Jobs:                   0
+Wall:                   0s
+Productive:             0s
+Lost to recompute:      0s
+Lost to restarts:       0s
+Lost to queueing:       0s
+Lost to checkpointing:  0s
+Failures:               0
+Restarts:               0
+Goodput:                - (no run time yet)
 `},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
