@@ -97,7 +97,8 @@ type Options struct {
 	// clears. Empty: no reboot is ever seen.
 	BootID string
 	// Busy says whether the node runs jobs now, which the simulated GPUs'
-	// utilisation, power and temperature follow (nil: while the steps
-	// directory beside StateDir holds pidfiles).
+	// utilisation, power and temperature follow (nil: a GPU is busy while
+	// a step that holds it runs: StepsBusy of the steps directory beside
+	// StateDir).
 	Busy func() bool
 }

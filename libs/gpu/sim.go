@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -110,7 +111,7 @@ var pciBuses = []string{"18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"}
 type Simulated struct {
 	dir  string
 	now  func() time.Time
-	busy func() bool
+	busy func() (all bool, some map[int]bool)
 
 	mu sync.Mutex
 	// xidSeen is the sequence number of the last Xid Xids returned.
@@ -204,9 +205,12 @@ func newSimulated(o Options) (*Simulated, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	s := &Simulated{dir: o.StateDir, now: o.Now, busy: o.Busy}
-	if s.busy == nil {
-		s.busy = stepsRunning(filepath.Join(filepath.Dir(o.StateDir), "steps"))
+	s := &Simulated{dir: o.StateDir, now: o.Now}
+	if busy := o.Busy; busy != nil {
+		s.busy = func() (bool, map[int]bool) { return busy(), nil }
+	} else {
+		dir := filepath.Join(filepath.Dir(o.StateDir), "steps")
+		s.busy = func() (bool, map[int]bool) { return StepsBusy(dir) }
 	}
 	return s, nil
 }
@@ -299,21 +303,43 @@ func seedOf(o Options) uint64 {
 	return h.Sum64()
 }
 
-// stepsRunning is the default busy test: the node runs job steps while its
-// steps directory holds pidfiles (the agent's, one per running step).
-func stepsRunning(dir string) func() bool {
-	return func() bool {
-		ents, err := os.ReadDir(dir)
-		if err != nil {
-			return false
-		}
-		for _, e := range ents {
-			if strings.HasSuffix(e.Name(), ".pid") {
-				return true
-			}
-		}
-		return false
+// StepGPUsSuffix names the file beside a step's pidfile
+// ("<name>.pid" → "<name>.gpus") that lists the GPUs the step holds, its
+// CUDA_VISIBLE_DEVICES ("0,1"): the agent's step shim writes it before the
+// pidfile and removes it after.
+const StepGPUsSuffix = ".gpus"
+
+// StepsBusy is the default busy test: which GPUs the node's running steps
+// hold, from the pidfiles in dir (the agent's, one per running step) and
+// the GPU lists beside them. A step with no list (one given no GPUs, so
+// free to use any, or one an older agent started) makes every GPU busy,
+// as all does.
+func StepsBusy(dir string) (all bool, some map[int]bool) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return false, nil
 	}
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), ".pid")
+		if !ok {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, name+StepGPUsSuffix))
+		if err != nil {
+			return true, nil
+		}
+		for f := range strings.SplitSeq(strings.TrimSpace(string(b)), ",") {
+			i, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || i < 0 {
+				return true, nil // not a list of indexes (a UUID, say): every GPU, as before
+			}
+			if some == nil {
+				some = map[int]bool{}
+			}
+			some[i] = true
+		}
+	}
+	return false, some
 }
 
 // newState makes count fresh GPUs of model: identities and the few
@@ -529,10 +555,10 @@ func (s *Simulated) Sample(ctx context.Context) ([]*loomv1.GpuSample, error) {
 		return nil, err
 	}
 	now := s.now()
-	busy := s.busy()
+	all, some := s.busy()
 	out := make([]*loomv1.GpuSample, len(st.GPUs))
 	for i := range st.GPUs {
-		out[i] = st.sample(i, now, busy)
+		out[i] = st.sample(i, now, all || some[i])
 	}
 	return out, nil
 }

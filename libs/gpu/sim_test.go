@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -558,5 +559,54 @@ func TestCatalogGPUsHaveShapes(t *testing.T) {
 		if mo := modelOf(name); g.MemoryTotalBytes != mo.memMiB<<20 || g.MemClockMhz != mo.memMHz || g.Name != name {
 			t.Errorf("%s (%s) reads %v", name, m.Name, g)
 		}
+	}
+}
+
+// TestBusyGPUsAreTheStepsOwn: with no busy test given, a GPU is busy while
+// a running step holds it: a step listing GPUs 1 and 3 beside its pidfile
+// loads those two (utilisation, memory), the others idle; a step with no
+// list (given no GPUs, or started by an older agent) loads every GPU, as
+// does a list that is not of indexes.
+func TestBusyGPUsAreTheStepsOwn(t *testing.T) {
+	t.Parallel()
+	work := t.TempDir()
+	steps := filepath.Join(work, "steps")
+	if err := os.Mkdir(steps, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, err := OpenSimulated(Options{Count: 4, StateDir: filepath.Join(work, "gpu")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy := func() []int {
+		var out []int
+		for _, g := range sample(t, s) {
+			if g.GetGpuUtilPercent() > 50 && g.GetMemoryUsedBytes() > 0 {
+				out = append(out, int(g.GetIndex()))
+			}
+		}
+		return out
+	}
+	if got := busy(); len(got) != 0 {
+		t.Fatalf("no step, busy GPUs %v", got)
+	}
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(steps, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a.gpus", "1,3\n")
+	write("a.pid", "1 1\n")
+	if got := busy(); !slices.Equal(got, []int{1, 3}) {
+		t.Fatalf("a step holding GPUs 1,3: busy %v", got)
+	}
+	write("b.pid", "2 2\n")
+	if got := busy(); !slices.Equal(got, []int{0, 1, 2, 3}) {
+		t.Fatalf("and a step with no list: busy %v, want every GPU", got)
+	}
+	_ = os.Remove(filepath.Join(steps, "b.pid"))
+	write("a.gpus", "GPU-1234\n")
+	if got := busy(); !slices.Equal(got, []int{0, 1, 2, 3}) {
+		t.Fatalf("a list of UUIDs: busy %v, want every GPU", got)
 	}
 }

@@ -74,6 +74,12 @@ type Spec struct {
 	// records its job's end.
 	PIDFile    string `json:"pid_file"`
 	StatusFile string `json:"status_file"`
+	// GPUsFile, when set, holds GPUs (the job's CUDA_VISIBLE_DEVICES)
+	// while the job runs: written before the pidfile, removed after it, so
+	// that whoever finds the pidfile finds the list (the simulated GPUs'
+	// busy test, gpu.StepsBusy).
+	GPUsFile string `json:"gpus_file,omitempty"`
+	GPUs     string `json:"gpus,omitempty"`
 }
 
 // Report is what a shim says of its start: the job's pid and start time,
@@ -127,6 +133,13 @@ func run() int {
 		}
 	}()
 	self := os.Getpid()
+	if spec.GPUsFile != "" {
+		if err := writeFile(spec.GPUsFile, []byte(spec.GPUs+"\n")); err != nil {
+			say(Report{Err: fmt.Sprintf("loom-stepd: GPUs file: %v", err)})
+			return 1
+		}
+		defer os.Remove(spec.GPUsFile) // after the pidfile's removal, below
+	}
 	if err := writePIDFile(spec.PIDFile, self, startTime(self)); err != nil {
 		say(Report{Err: fmt.Sprintf("loom-stepd: pidfile: %v", err)})
 		return 1
@@ -172,6 +185,11 @@ func WriteStatus(path string, st Status) error {
 	if err != nil {
 		return err
 	}
+	return writeFile(path, b)
+}
+
+// writeFile writes b to path atomically.
+func writeFile(path string, b []byte) error {
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
 		return err

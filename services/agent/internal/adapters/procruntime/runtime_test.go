@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loom-ml/loom/libs/gpu"
 	"github.com/loom-ml/loom/libs/proc"
 	"github.com/loom-ml/loom/libs/testkit"
 	"github.com/loom-ml/loom/services/agent/internal/ports"
@@ -356,10 +357,15 @@ func TestShimOutlivesItsAgent(t *testing.T) {
 	stdout, stderr := outputs(t, dir)
 	name := "projects/p/jobs/1#1"
 	p := start(t, rt, ports.Spec{Argv: []string{"/bin/sh", "-c", `echo "$LOOM_AGENT_STEPD"; while [ ! -e go ]; do sleep 0.05; done; exit 3`},
-		Env: []string{"PATH=/usr/bin:/bin"}, Dir: dir, Stdout: stdout, Stderr: stderr, Name: name})
+		Env: []string{"PATH=/usr/bin:/bin", "CUDA_VISIBLE_DEVICES=2,5"}, Dir: dir, Stdout: stdout, Stderr: stderr, Name: name})
 	pid, st, err := proc.ReadPIDFile(PIDFile(state, name))
 	if err != nil || pid != p.Group().PID || st != p.Group().Start {
 		t.Fatalf("pidfile = %d %d (%v), want the shim's %+v", pid, st, err, p.Group())
+	}
+	// The GPUs it holds, beside the pidfile, as the simulated device reads
+	// them (gpu.StepsBusy): those two busy, not the node's every GPU.
+	if all, some := gpu.StepsBusy(state); all || len(some) != 2 || !some[2] || !some[5] {
+		t.Fatalf("StepsBusy of a running unit holding GPUs 2,5 = %v %v", all, some)
 	}
 	// Another runtime on the same state directory, as a restarted agent's.
 	again := New(Options{AllowRoot: true, StateDir: state})
@@ -382,6 +388,9 @@ func TestShimOutlivesItsAgent(t *testing.T) {
 	if _, _, err := proc.ReadPIDFile(PIDFile(state, name)); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the pidfile of an ended unit: %v, want it gone", err)
 	}
+	if _, err := os.Stat(gpusFile(PIDFile(state, name))); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the GPU list of an ended unit: %v, want it gone", err)
+	}
 	if p, exit := again.Recover(name, p.Group()); p != nil || exit == nil || *exit != (ports.Exit{Code: 3}) {
 		t.Fatalf("Recover of an ended unit = %v, %v; want its exit 3", p, exit)
 	}
@@ -390,9 +399,12 @@ func TestShimOutlivesItsAgent(t *testing.T) {
 	if _, exit := again.Recover(name, ports.Group{}); exit == nil {
 		t.Fatal("Sweep forgot a unit it was told to keep")
 	}
-	// A shim killed with its group leaves its pidfile: swept too.
+	// A shim killed with its group leaves its pidfile and GPU list: swept too.
 	stale := PIDFile(state, "killed")
 	if err := proc.WritePIDFile(stale, p.Group().PID, p.Group().Start); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(gpusFile(stale), []byte("0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	again.Sweep(func(string) bool { return false })
@@ -401,6 +413,9 @@ func TestShimOutlivesItsAgent(t *testing.T) {
 	}
 	if _, err := os.Stat(stale); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the pidfile of a shim that is gone survived Sweep: %v", err)
+	}
+	if _, err := os.Stat(gpusFile(stale)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the GPU list of a shim that is gone survived Sweep: %v", err)
 	}
 	// A job that cannot start leaves nothing, and says why.
 	_, err = rt.Start(ports.Spec{Script: "#!/no/such/interpreter\n", Dir: dir, Stdout: stdout, Stderr: stderr, Name: "bad"})

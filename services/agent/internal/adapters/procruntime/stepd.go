@@ -2,7 +2,8 @@ package procruntime
 
 // Starting units under loom-stepd (package stepd), the shim that outlives
 // the agent, and finding them again after the agent restarted. The shim
-// keeps <state dir>/<name>.pid while it runs and records its job's end in
+// keeps <state dir>/<name>.pid while it runs (and <name>.gpus, the GPUs its
+// job holds, when it holds some) and records its job's end in
 // <state dir>/<name>.status.
 
 import (
@@ -10,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/url"
 	"os"
 	"os/exec"
@@ -21,6 +23,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/loom-ml/loom/libs/gpu"
 	"github.com/loom-ml/loom/libs/proc"
 	"github.com/loom-ml/loom/services/agent/internal/ports"
 	"github.com/loom-ml/loom/services/agent/internal/stepd"
@@ -35,6 +38,12 @@ func fileName(name string) string { return url.PathEscape(name) }
 // (<state dir>/<name>.pid, libs/proc's format).
 func PIDFile(stateDir, name string) string {
 	return filepath.Join(stateDir, fileName(name)+".pid")
+}
+
+// gpusFile is where a shim whose pidfile is pidFile lists its job's GPUs
+// (gpu.StepGPUsSuffix).
+func gpusFile(pidFile string) string {
+	return strings.TrimSuffix(pidFile, ".pid") + gpu.StepGPUsSuffix
 }
 
 // statusFile is where the shim of name records its job's end.
@@ -54,6 +63,11 @@ func (r Runtime) startShim(c *exec.Cmd, spec ports.Spec, script *os.File, cred *
 	}
 	ss := stepd.Spec{Path: c.Path, Args: c.Args, Env: c.Env, Dir: c.Dir, Cred: cred, Script: script != nil,
 		PIDFile: PIDFile(r.opts.StateDir, spec.Name), StatusFile: r.statusFile(spec.Name)}
+	if devs := envValue(c.Env, "CUDA_VISIBLE_DEVICES"); devs != "" {
+		// The GPUs the step holds, beside its pidfile: the simulated
+		// device shows those busy, not every GPU of the node.
+		ss.GPUsFile, ss.GPUs = gpusFile(ss.PIDFile), devs
+	}
 	// A status left by an earlier unit of the same name is not this one's.
 	_ = os.Remove(ss.StatusFile)
 	b, err := json.Marshal(ss)
@@ -166,6 +180,14 @@ func (r Runtime) Sweep(keep func(name string) bool) {
 	for _, f := range pids {
 		pid, start, err := proc.ReadPIDFile(f)
 		if err != nil || !proc.Alive(pid, start) || !isShim(pid) {
+			_ = os.Remove(f)
+		}
+	}
+	// A killed shim's GPU list outlives it; without its pidfile it says
+	// nothing, and goes.
+	lists, _ := filepath.Glob(filepath.Join(r.opts.StateDir, "*"+gpu.StepGPUsSuffix))
+	for _, f := range lists {
+		if _, err := os.Stat(strings.TrimSuffix(f, gpu.StepGPUsSuffix) + ".pid"); errors.Is(err, fs.ErrNotExist) {
 			_ = os.Remove(f)
 		}
 	}
