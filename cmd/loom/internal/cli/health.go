@@ -514,7 +514,9 @@ min_throughput; allreduce sizes (e.g. 1M,8M), iters, min_busbw_gbps.
 				req.Hostnames = []string{nodes}
 			}
 			for _, c := range strings.Split(checks, ",") {
-				if c = strings.TrimSpace(c); c != "" {
+				// Each check once, as health runs it: --wait counts a result
+				// per node and check.
+				if c = strings.TrimSpace(c); c != "" && !slices.Contains(req.Checks, c) {
 					req.Checks = append(req.Checks, c)
 				}
 			}

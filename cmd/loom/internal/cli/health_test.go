@@ -302,7 +302,9 @@ func TestHealthScan(t *testing.T) {
 	t.Parallel()
 	f, gw := newHealthGateway(t)
 	f.ScanOutcomes = map[string]loomv1.CheckOutcome{"gpu-0002": loomv1.CheckOutcome_CHECK_FAIL}
-	out, errOut, code := run(t, gw, "health", "scan", "demo", "--nodes", "gpu-[0001-0002]", "--checks", "gpu_diag, disk", "--level", "2", "--allow-busy", "--wait")
+	// A check named twice is asked once (health runs it once; --wait
+	// counting it twice waited for a result that never came).
+	out, errOut, code := run(t, gw, "health", "scan", "demo", "--nodes", "gpu-[0001-0002]", "--checks", "gpu_diag, disk,gpu_diag", "--level", "2", "--allow-busy", "--wait", "--wait-timeout", "20s")
 	if code != 1 {
 		t.Fatalf("exit %d, want 1 (a check failed): %s%s", code, out, errOut)
 	}
