@@ -875,6 +875,17 @@ func (s *step) quarantine(n *Node, by, reason string) {
 	s.emitHealth(n, eventsv1.NodeHealth_UNHEALTHY, loomv1.RemediationAction_ACTION_QUARANTINE, n.Xid, reason, by, wasIn)
 }
 
+// withCause is reason, and when a repair of n has just ended (ended), ",
+// for: " and the verdict that took n out: a local repair takes about a
+// second, and that verdict would be gone from the node's health before
+// anyone looked.
+func withCause(n *Node, reason string, ended bool) string {
+	if ended && n.Reason != "" {
+		return reason + ", for: " + n.Reason
+	}
+	return reason
+}
+
 // healthy puts the node back in service. repaired says it was repaired (or
 // an operator vouches for it) and confirmed: jobs' exclusions of it expire.
 func (s *step) healthy(n *Node, repaired bool, by, reason string) {
@@ -884,10 +895,7 @@ func (s *step) healthy(n *Node, repaired bool, by, reason string) {
 		// as they asked (their reason in sinfo -R), and the history says
 		// the repair is done (only there: published, a HEALTHY would put
 		// the node back in service for a moment).
-		done := reason
-		if repaired && wasRepairing && n.Reason != "" {
-			done += ", for: " + n.Reason
-		}
+		done := withCause(n, reason, repaired && wasRepairing)
 		holdBy := orDefault(n.HoldBy, n.SetBy)
 		s.r.History = append(s.r.History, &eventsv1.NodeHealthChanged{Node: n.Name, Cluster: n.Cluster, Health: eventsv1.NodeHealth_UNHEALTHY,
 			Reason: done + "; held by " + holdBy + "'s drain", State: n.State, Action: loomv1.RemediationAction_ACTION_DRAIN,
@@ -905,12 +913,7 @@ func (s *step) healthy(n *Node, repaired bool, by, reason string) {
 		}
 		return
 	}
-	if repaired && by == SetBy && wasRepairing && n.Reason != "" {
-		// Say what was repaired: a local repair takes about a second, and
-		// the verdict that took the node out would be gone from its health
-		// before anyone looked.
-		reason += ", for: " + n.Reason
-	}
+	reason = withCause(n, reason, repaired && by == SetBy && wasRepairing)
 	n.State = loomv1.RemediationState_NODE_HEALTHY
 	n.Since = s.now
 	n.Reason, n.SetBy = reason, by
