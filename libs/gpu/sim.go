@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -309,6 +310,20 @@ func seedOf(o Options) uint64 {
 // pidfile and removes it after.
 const StepGPUsSuffix = ".gpus"
 
+// maxStepGPUsBytes bounds what StepsBusy reads of a step's GPU list: a
+// node's indexes, comma-separated, fit many times over.
+const maxStepGPUsBytes = 4096
+
+// readHead reads at most n bytes of path.
+func readHead(path string, n int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, n))
+}
+
 // StepsBusy is the default busy test: which GPUs the node's running steps
 // hold, from the pidfiles in dir (the agent's, one per running step) and
 // the GPU lists beside them. A step with no list (one given no GPUs, so
@@ -324,7 +339,7 @@ func StepsBusy(dir string) (all bool, some map[int]bool) {
 		if !ok {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(dir, name+StepGPUsSuffix))
+		b, err := readHead(filepath.Join(dir, name+StepGPUsSuffix), maxStepGPUsBytes)
 		if err != nil {
 			return true, nil
 		}
