@@ -51,6 +51,19 @@ func jobCommand[T any](t *testing.T, h *harness, match func(T) bool) T {
 	return ev.Payload.(T)
 }
 
+// wantRemediation waits for the first UpdateNodeRemediation on the health
+// commands with want's action, and fails unless it is want, sent as by.
+func wantRemediation(t *testing.T, h *harness, want *eventsv1.UpdateNodeRemediation, by string) {
+	t.Helper()
+	ev := testkit.WaitEvent(t, h.broker, topics.HealthCommands, wait, func(e envelope.Event) bool {
+		u, ok := e.Payload.(*eventsv1.UpdateNodeRemediation)
+		return ok && u.GetAction() == want.GetAction()
+	})
+	if !proto.Equal(ev.Payload, want) || ev.Principal != by {
+		t.Fatalf("health's %v: %v by %q, want %v by %s", want.GetAction(), ev.Payload, ev.Principal, want, by)
+	}
+}
+
 // TestArraysAndJobCommands checks array submissions (a block of ids, one
 // command), A_i names, CancelJob with a signal, UpdateJob and the Slurm
 // refusals.
@@ -267,14 +280,8 @@ func TestSlurmService(t *testing.T) {
 	})
 	// Health holds the node too, as after loom nodes drain, in the same
 	// Apply: loom health nodes and its history show the drain.
-	drain := testkit.WaitEvent(t, h.broker, topics.HealthCommands, wait, func(e envelope.Event) bool {
-		u, ok := e.Payload.(*eventsv1.UpdateNodeRemediation)
-		return ok && u.GetAction() == loomv1.RemediationAction_ACTION_DRAIN
-	})
-	if want := (&eventsv1.UpdateNodeRemediation{Cluster: cluster1, Hostname: "gpu-0001", Action: loomv1.RemediationAction_ACTION_DRAIN,
-		Reason: "bad gpu", User: "ops"}); !proto.Equal(drain.Payload, want) || drain.Principal != "users/ops" {
-		t.Fatalf("health's drain: %v by %q, want %v by users/ops", drain.Payload, drain.Principal, want)
-	}
+	wantRemediation(t, h, &eventsv1.UpdateNodeRemediation{Cluster: cluster1, Hostname: "gpu-0001", Action: loomv1.RemediationAction_ACTION_DRAIN,
+		Reason: "bad gpu", User: "ops"}, "users/ops")
 	_, err = h.slurm().UpdateSlurmNode(ctx, &loomv1.UpdateSlurmNodeRequest{Cluster: cluster1, Hostname: "gpu-0001", State: "DRAIN"})
 	wantCode(t, "drain without a reason", err, codes.InvalidArgument, "reason: You must specify a reason when DOWNING or DRAINING a node")
 	_, err = h.slurm().UpdateSlurmNode(ctx, &loomv1.UpdateSlurmNodeRequest{Cluster: cluster1, Hostname: "gpu-0099", State: "RESUME"})
@@ -310,14 +317,8 @@ func TestSlurmService(t *testing.T) {
 		&loomv1.UpdateSlurmNodeRequest{Cluster: cluster1, Hostname: "gpu-0001", State: "resume"}); err != nil {
 		t.Fatal(err)
 	}
-	ev := testkit.WaitEvent(t, h.broker, topics.HealthCommands, wait, func(e envelope.Event) bool {
-		u, ok := e.Payload.(*eventsv1.UpdateNodeRemediation)
-		return ok && u.GetAction() == loomv1.RemediationAction_ACTION_RESUME
-	})
-	if want := (&eventsv1.UpdateNodeRemediation{Cluster: cluster1, Hostname: "gpu-0001", Action: loomv1.RemediationAction_ACTION_RESUME,
-		Reason: "resumed with scontrol", User: "ops"}); !proto.Equal(ev.Payload, want) || ev.Principal != "users/ops" {
-		t.Fatalf("health's resume: %v by %q, want %v by users/ops", ev.Payload, ev.Principal, want)
-	}
+	wantRemediation(t, h, &eventsv1.UpdateNodeRemediation{Cluster: cluster1, Hostname: "gpu-0001", Action: loomv1.RemediationAction_ACTION_RESUME,
+		Reason: "resumed with scontrol", User: "ops"}, "users/ops")
 	if code, body = h.rest(t, ctx, "POST", "/v1/projects/default/clusters/c1/slurmNodes/gpu-0001:update", `{"state":"FUTURE"}`); code != http.StatusBadRequest || !strings.Contains(body, "state") {
 		t.Errorf("POST bad node state: HTTP %d %s, want 400 naming state", code, body)
 	}
