@@ -43,9 +43,6 @@ cluster administrators read every project's with --all-projects
 			if err != nil {
 				return err
 			}
-			if limit < 0 {
-				return usagef("--limit must not be negative, got %d; 0 lists every record", limit)
-			}
 			parent := a.parent()
 			if all || a.project == "-" {
 				parent = "projects/-"

@@ -525,3 +525,21 @@ func TestNodeHealthStateMarksDryRun(t *testing.T) {
 		}
 	}
 }
+
+// TestNegativeLimitIsAUsageError: every list's --limit goes through
+// collect, which refuses a negative one the same way (health's lists took
+// -1 as "all" before, jobs list exited 1 for it).
+func TestNegativeLimitIsAUsageError(t *testing.T) {
+	t.Parallel()
+	_, gw := newHealthGateway(t)
+	for _, args := range [][]string{
+		{"health", "events", "demo", "--limit", "-1"},
+		{"health", "results", "demo", "--limit", "-1"},
+		{"jobs", "list", "--limit", "-1"},
+	} {
+		_, errOut, code := run(t, gw, args...)
+		if code != 2 || !strings.Contains(errOut, "--limit must not be negative, got -1; 0 lists them all") {
+			t.Errorf("%v: exit %d %q, want 2 and the limit named", args, code, errOut)
+		}
+	}
+}

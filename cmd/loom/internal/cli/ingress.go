@@ -47,11 +47,8 @@ func (s *ingressScope) register(cmd *cobra.Command) {
 	cmd.Flags().IntVar(&s.limit, "limit", 0, "show at most this many rows (0: all)")
 }
 
-// parent is the request's parent, checking --limit.
+// parent is the request's parent (--limit is checked by collect).
 func (s *ingressScope) parent(a *app) (string, error) {
-	if s.limit < 0 {
-		return "", usagef("--limit must not be negative, got %d; 0 lists every row", s.limit)
-	}
 	if s.all || a.project == "-" {
 		return "projects/-", nil
 	}

@@ -359,9 +359,6 @@ func (a *app) jobsListCommand() *cobra.Command {
 			if cluster != "" {
 				req.Cluster = a.clusterName(cluster)
 			}
-			if limit < 0 {
-				return fmt.Errorf("--limit must not be negative, got %d; 0 lists every job", limit)
-			}
 			resp := &loomv1.ListJobsResponse{}
 			resp.Jobs, err = collect(a, cmd, limit, func(ctx context.Context, token string, size int32) ([]*loomv1.Job, string, error) {
 				req.PageToken, req.PageSize = token, size

@@ -463,8 +463,12 @@ func plural(n int, one, many string) string {
 // by the CLI's call timeout: every page, or the first limit items when
 // limit > 0 (fetch is then asked for at most what is still wanted). fetch
 // asks for the page at token of at most size items (0: the server's
-// default) and returns its items and the next token.
+// default) and returns its items and the next token. A negative limit (a
+// --limit flag's) is a usage error, for every list alike.
 func collect[T any](a *app, cmd *cobra.Command, limit int, fetch func(ctx context.Context, token string, size int32) ([]T, string, error)) ([]T, error) {
+	if limit < 0 {
+		return nil, usagef("--limit must not be negative, got %d; 0 lists them all", limit)
+	}
 	var out []T
 	err := paging.Each(func(token string) (string, error) {
 		ctx, cancel := a.call(cmd.Context())
