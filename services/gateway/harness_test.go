@@ -158,6 +158,9 @@ type fakeNodes struct {
 }
 
 func (fakeNodes) ListNodes(_ context.Context, r *loomv1.ListNodesRequest) (*loomv1.ListNodesResponse, error) {
+	if r.GetParent() != cluster1 {
+		return &loomv1.ListNodesResponse{}, nil // as the provisioner answers any other name
+	}
 	return &loomv1.ListNodesResponse{Nodes: []*loomv1.Node{{Name: r.GetParent() + "/nodes/gpu-0001", Hostname: "gpu-0001", Cluster: r.GetParent(), NodePool: "gpu", Gpus: 8},
 		{Name: r.GetParent() + "/nodes/cpu-0001", Hostname: "cpu-0001", Cluster: r.GetParent(), NodePool: "cpu"}}}, nil
 }

@@ -290,6 +290,17 @@ func TestHealthReads(t *testing.T) {
 	wantCode(t, "the health events of no cluster", err, codes.NotFound, "nope")
 	_, err = hs.ListHealthResults(ctx, &loomv1.ListHealthResultsRequest{Cluster: nope})
 	wantCode(t, "the health results of no cluster", err, codes.NotFound, "nope")
+	// So are its nodes (the provisioner lists nothing under any name), and
+	// the project's every cluster ("-") is a list, whatever it holds.
+	nsc := loomv1.NewNodeServiceClient(h.as(t, "vic"))
+	_, err = nsc.ListNodes(ctx, &loomv1.ListNodesRequest{Parent: nope})
+	wantCode(t, "the nodes of no cluster", err, codes.NotFound, "nope")
+	if _, err := nsc.ListNodes(ctx, &loomv1.ListNodesRequest{Parent: project + "/clusters/-"}); err != nil {
+		t.Fatalf("the nodes of every cluster: %v", err)
+	}
+	if ns, err := nsc.ListNodes(ctx, &loomv1.ListNodesRequest{Parent: cluster1}); err != nil || len(ns.GetNodes()) == 0 {
+		t.Fatalf("the nodes of %s: %v %v", cluster1, ns, err)
+	}
 	if code, body := h.rest(t, ctx, "GET", "/v1/"+nope+"/nodeHealth", ""); code != http.StatusNotFound {
 		t.Errorf("GET nodeHealth of no cluster: HTTP %d %s", code, body)
 	}

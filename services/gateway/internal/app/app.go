@@ -337,12 +337,25 @@ func (g *Gateway) ListClusters(ctx context.Context, req *loomv1.ListClustersRequ
 	return g.own.Clusters.ListClusters(ctx, req)
 }
 
-// ListNodes lists nodes from the provisioner.
+// ListNodes lists nodes from the provisioner: of one cluster (NotFound
+// when there is no such cluster), or of every cluster of the project.
 func (g *Gateway) ListNodes(ctx context.Context, req *loomv1.ListNodesRequest) (*loomv1.ListNodesResponse, error) {
-	if _, err := resname.ParseClusterParent(req.GetParent()); err != nil {
+	parent, err := resname.ParseClusterParent(req.GetParent())
+	if err != nil {
 		return nil, errs.Invalid("parent", "%v", err)
 	}
-	return g.own.Nodes.ListNodes(ctx, req)
+	resp, err := g.own.Nodes.ListNodes(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	// The provisioner lists the nodes it has under any name: a cluster
+	// that does not exist is NotFound, not a cluster without nodes.
+	if parent.ID != resname.Wildcard {
+		if err := g.emptyOrNotFound(ctx, req.GetParent(), len(resp.GetNodes()) == 0, req.GetPageToken()); err != nil {
+			return nil, err
+		}
+	}
+	return resp, nil
 }
 
 // ---- operations ----
