@@ -318,10 +318,15 @@ func (a *app) waitOperation(ctx context.Context, op *loomv1.Operation, w io.Writ
 
 // notFoundHint adds "list them with <list>" to a NotFound error.
 func (a *app) notFoundHint(explained, raw error, list string) error {
-	if codeOf(raw) == codes.NotFound {
-		return fmt.Errorf("%w (see `%s`)", explained, list)
+	if codeOf(raw) != codes.NotFound {
+		return explained
 	}
-	return explained
+	if strings.HasPrefix(statusMessage(raw), "cluster ") {
+		// The cluster itself is missing (the gateway's "cluster NAME: not
+		// found"): a list of its nodes or jobs would not help.
+		list = "loom clusters list"
+	}
+	return fmt.Errorf("%w (see `%s`)", explained, list)
 }
 
 // parseClusterFile reads a loom.v1.Cluster in protojson (path is for

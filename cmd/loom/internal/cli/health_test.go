@@ -439,6 +439,8 @@ func TestInjectFault(t *testing.T) {
 		{[]string{"gpu-0002", "--xid", "13"}, 1, "has real GPUs"},
 		{[]string{"gpu-0099", "--xid", "13"}, 1, "node gpu-0099 is in no cluster of project default"},
 		{[]string{"gpu-0099", "--xid", "13", "--cluster", "demo"}, 1, "loom nodes list --cluster demo"},
+		// A cluster that does not exist: its nodes' list would not help.
+		{[]string{"gpu-0001", "--xid", "13", "--cluster", "nosuch"}, 1, "not found (see `loom clusters list`)"},
 	} {
 		_, errOut, code := run(t, gw, append([]string{"nodes", "inject-fault"}, c.args...)...)
 		if code != c.code || !strings.Contains(errOut, c.want) {

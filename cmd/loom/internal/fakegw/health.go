@@ -254,6 +254,10 @@ func (g *Gateway) UpdateNodeRemediation(_ context.Context, r *loomv1.UpdateNodeR
 func (g *Gateway) InjectFault(_ context.Context, r *loomv1.InjectFaultRequest) (*loomv1.InjectFaultResponse, error) {
 	defer g.lock(r)()
 	if g.clusterNode(r.GetCluster(), r.GetHostname()) == nil {
+		if g.cluster(r.GetCluster()) == nil && !slices.ContainsFunc(g.Nodes, func(n *loomv1.Node) bool { return n.GetCluster() == r.GetCluster() }) &&
+			len(g.slurmNodes(r.GetCluster())) == 0 {
+			return nil, clusterNotFound(r.GetCluster()) // as the gateway answers for a cluster it does not have
+		}
 		return nil, status.Errorf(codes.NotFound, "node %s in %s: not found", r.GetHostname(), r.GetCluster())
 	}
 	if nh := g.nodeHealth(r.GetCluster(), r.GetHostname()); nh != nil && len(nh.GetGpus()) > 0 && !nh.GetSimulated() {
