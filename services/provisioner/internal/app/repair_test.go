@@ -37,6 +37,21 @@ type repairer struct {
 	afterRemove func(node string)
 }
 
+// runningRepairer is where the repair tests start: an app over a real
+// Redis whose provider is a repairer, with a 2-node cluster created,
+// reconciled and its agents registered.
+func runningRepairer(t *testing.T) (*App, *store.Store, *repairer, *clock) {
+	t.Helper()
+	_, rdb := testkit.Redis(t)
+	st := store.New(rdb, "provisioner:")
+	p, c := newRepairer(), &clock{t: time.Now()}
+	a := newApp(t, st, p, c)
+	create(t, a, 2)
+	a.ReconcileOnce(context.Background())
+	registerAll(t, a)
+	return a, st, p, c
+}
+
 func newRepairer() *repairer {
 	return &repairer{fakeProvider: newFake(), booted: map[string]string{}, expect: map[provider.RepairKind]time.Duration{}}
 }
@@ -118,14 +133,8 @@ func repairOf(a *App, node string) *domain.Repair {
 
 func TestRebootThroughTheReconciler(t *testing.T) {
 	t.Parallel()
-	_, rdb := testkit.Redis(t)
-	st := store.New(rdb, "provisioner:")
-	p, c := newRepairer(), &clock{t: time.Now()}
-	a := newApp(t, st, p, c)
+	a, st, p, _ := runningRepairer(t)
 	ctx := context.Background()
-	create(t, a, 2)
-	a.ReconcileOnce(ctx)
-	registerAll(t, a)
 	name := demo + "/nodes/gpu-0001"
 	launches := p.count(p.launches, name)
 
@@ -176,14 +185,8 @@ func TestRebootThroughTheReconciler(t *testing.T) {
 // REBOOTING until its deadline, heartbeating).
 func TestAgentRegistersBeforeItsBootIsRecorded(t *testing.T) {
 	t.Parallel()
-	_, rdb := testkit.Redis(t)
-	st := store.New(rdb, "provisioner:")
-	p, c := newRepairer(), &clock{t: time.Now()}
-	a := newApp(t, st, p, c)
+	a, st, p, _ := runningRepairer(t)
 	ctx := context.Background()
-	create(t, a, 2)
-	a.ReconcileOnce(ctx)
-	registerAll(t, a)
 	name := demo + "/nodes/gpu-0001"
 	p.after = func(rc repairCall) {
 		if err := a.AgentRegistered(ctx, "reg-fast", &eventsv1.AgentRegistered{Node: rc.node, HostBootId: rc.bootID}); err != nil {
@@ -207,13 +210,7 @@ func TestAgentRegistersBeforeItsBootIsRecorded(t *testing.T) {
 // resumes it after a restart with the same boot id, and it finishes once.
 func TestRepairResumesAfterACrash(t *testing.T) {
 	t.Parallel()
-	_, rdb := testkit.Redis(t)
-	st := store.New(rdb, "provisioner:")
-	p, c := newRepairer(), &clock{t: time.Now()}
-	a := newApp(t, st, p, c)
-	create(t, a, 2)
-	a.ReconcileOnce(context.Background())
-	registerAll(t, a)
+	a, st, p, c := runningRepairer(t)
 	reimaged, replaced := demo+"/nodes/gpu-0001", demo+"/nodes/gpu-0002"
 
 	// Reimage: the provider acts, and the provisioner dies before it records that.
