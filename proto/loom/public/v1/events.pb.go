@@ -599,7 +599,8 @@ type TrialFinished struct {
 	// infeasible_reason says why an INFEASIBLE trial failed.
 	InfeasibleReason string `protobuf:"bytes,8,opt,name=infeasible_reason,json=infeasibleReason,proto3" json:"infeasible_reason,omitempty"`
 	// early_stopped: the search stopped it early (median or ASHA); it ended
-	// SUCCEEDED with its last measurement as final.
+	// SUCCEEDED with its last measurement as final. Not set when the program
+	// ran to its end before the stop took effect.
 	EarlyStopped bool `protobuf:"varint,9,opt,name=early_stopped,json=earlyStopped,proto3" json:"early_stopped,omitempty"`
 	// custom_job is the name of the CustomJob that ran the trial.
 	CustomJob string `protobuf:"bytes,10,opt,name=custom_job,json=customJob,proto3" json:"custom_job,omitempty"`

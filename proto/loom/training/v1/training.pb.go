@@ -1757,7 +1757,8 @@ type Trial struct {
 	CustomJob     string            `protobuf:"bytes,11,opt,name=custom_job,json=customJob,proto3" json:"custom_job,omitempty"`
 	WebAccessUris map[string]string `protobuf:"bytes,12,rep,name=web_access_uris,json=webAccessUris,proto3" json:"web_access_uris,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// early_stopped is Loom's: the search stopped it (median or ASHA); it
-	// ends SUCCEEDED with its last measurement as final.
+	// ends SUCCEEDED with its last measurement as final. Not set when the
+	// program ran to its end before the stop took effect.
 	EarlyStopped  bool `protobuf:"varint,100,opt,name=early_stopped,json=earlyStopped,proto3" json:"early_stopped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -64,6 +64,43 @@ func TestEarlyStopStopsTheTrial(t *testing.T) {
 	}
 }
 
+// TestStopTooLateIsACompleteTrial: when the search stops a trial whose
+// program ends on its own before the cancel reaches the scheduler (its job
+// COMPLETED, not CANCELLED), the trial is complete: SUCCEEDED, not
+// early-stopped, judged by the study's measurement selection, so that the
+// search learns from it.
+func TestStopTooLateIsACompleteTrial(t *testing.T) {
+	defer func(f func(*hpo.Searcher, []*trainingv1.Trial, int) (bool, string)) { shouldStop = f }(shouldStop)
+	shouldStop = func(_ *hpo.Searcher, trials []*trainingv1.Trial, i int) (bool, string) {
+		return trials[i].GetId() == "1" && len(trials[i].GetMeasurements()) >= 2, "below the median at step 2"
+	}
+	s := NewState()
+	spec := tuningJob(tunName, 2, 1, 0)
+	spec.GetTuningJob().GetStudySpec().MeasurementSelectionType = trainingv1.StudySpec_BEST_MEASUREMENT
+	feed(t, s, spec)
+	tr := active(tuningOf(t, s, tunName))[0]
+	n, _ := ParseName(tr.GetCustomJob(), CustomJobs)
+	feed(t, s, clusterIs(n.EphemeralCluster(), loomv1.Cluster_RUNNING))
+	feed(t, s, jobIs(n.Job(), loomv1.JobState_RUNNING))
+	point := func(step int64, v float64) *eventsv1.MetricsReported {
+		return &eventsv1.MetricsReported{Job: n.Job(), Node: "n-0001", Points: []*eventsv1.MetricsReported_Point{{Step: step, Values: map[string]float64{"val_loss": v}}}}
+	}
+	feed(t, s, point(1, 5))
+	feed(t, s, point(2, 2))
+	if got := tuningOf(t, s, tunName).GetTrials()[0]; got.GetState() != trainingv1.Trial_STOPPING || !got.GetEarlyStopped() {
+		t.Fatalf("not stopped: %v", got)
+	}
+	feed(t, s, point(3, 4))
+	feed(t, s, jobIs(n.Job(), loomv1.JobState_COMPLETED))
+	got := tuningOf(t, s, tunName).GetTrials()[0]
+	if got.GetState() != trainingv1.Trial_SUCCEEDED || got.GetEarlyStopped() {
+		t.Fatalf("a trial that ran to its end: %v", got)
+	}
+	if m := got.GetFinalMeasurement(); m.GetStepCount() != 2 {
+		t.Fatalf("final measurement %v, want the best (step 2), as the study selects", m)
+	}
+}
+
 // TestExhaustedSearchEndsTheStudy: a search with no more points (a grid
 // smaller than max_trial_count) ends the study once its trials ended.
 func TestExhaustedSearchEndsTheStudy(t *testing.T) {

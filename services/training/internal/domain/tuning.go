@@ -374,7 +374,8 @@ func finalizeDue(now time.Time, grace time.Duration, r *Root) bool {
 
 // finishTrial ends trial tr after its CustomJob cj ended: SUCCEEDED with
 // its final measurement (per measurement_selection_type; an early-stopped
-// trial's last), or INFEASIBLE with the reason.
+// trial's last), or INFEASIBLE with the reason. A trial the search stopped
+// whose job still SUCCEEDED ran to its end and is not early-stopped.
 func finishTrial(now time.Time, srch *hpo.Searcher, job *trainingv1.HyperparameterTuningJob, tr *trainingv1.Trial, cj *CJ) {
 	tr.EndTime = timestamppb.New(now)
 	metric := job.GetStudySpec().GetMetrics()[0].GetMetricId()
@@ -382,6 +383,13 @@ func finishTrial(now time.Time, srch *hpo.Searcher, job *trainingv1.Hyperparamet
 		tr.State = trainingv1.Trial_INFEASIBLE
 		tr.InfeasibleReason = fmt.Sprintf("its custom job ended %s: %s", cj.Job.GetState(), cj.Job.GetError().GetMessage())
 		return
+	}
+	if tr.GetEarlyStopped() && cj.Job.GetState() == trainingv1.JobState_JOB_STATE_SUCCEEDED {
+		// The search's stop came too late: the program ran to its end
+		// before its job was cancelled (a cancel wins as CANCELLED). The
+		// trial is complete, and the search must learn from it as such,
+		// not hold it as a point without a value.
+		tr.EarlyStopped = false
 	}
 	sel := job.GetStudySpec().GetMeasurementSelectionType()
 	if tr.GetEarlyStopped() {
