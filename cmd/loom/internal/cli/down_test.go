@@ -45,6 +45,13 @@ func (s *syncBuffer) String() string {
 // through it, then stops it as Ctrl-C does and returns what it printed.
 func upWithCluster(t *testing.T, dir string, args ...string) string {
 	t.Helper()
+	return upWhile(t, dir, nil, args...)
+}
+
+// upWhile is upWithCluster, calling then (when not nil) with a CLI of the
+// running `loom up` after the cluster is created.
+func upWhile(t *testing.T, dir string, then func(liveCLI), args ...string) string {
+	t.Helper()
 	a := newApp()
 	a.upAddrs = func() stack.Addrs { return stack.Addrs{} }
 	a.configDir = t.TempDir() // the administrator key goes there, not into the real user's
@@ -72,6 +79,9 @@ func upWithCluster(t *testing.T, dir string, args ...string) string {
 	cli := liveCLI{t: t, gw: addr, token: adminKey(t, dir)}
 	cli.ok("clusters", "create", "-f", writeFile(t, "c.json",
 		`{"name": "down", "compute": {"node_pools": [{"id": "cpu", "machine_type": "n2-standard-8", "node_count": 1}]}}`))
+	if then != nil {
+		then(cli)
+	}
 	// While it runs, `loom down` refuses and says what to do.
 	if _, downErr, downCode := run(t, "127.0.0.1:1", "down", "--data-dir", dir); downCode != 1 ||
 		!strings.Contains(downErr, fmt.Sprintf("`loom up` (pid %d) is still running with data dir %s: stop it first with Ctrl-C", os.Getpid(), dir)) {

@@ -39,7 +39,7 @@ func defaultDataDir() string {
 }
 
 func (a *app) upCommand() *cobra.Command {
-	var dataDir, logLevel, provider, capacity, authdSocket, metricsSD, exportEndpoints string
+	var dataDir, logLevel, provider, capacity, authdSocket, metricsSD, exportEndpoints, exportRoot string
 	var stopAgents bool
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -90,7 +90,25 @@ them when Loom stops instead.`,
 			if sdDir != "" {
 				agentEnv = append(agentEnv, "LOOM_METRICS_SD_DIR="+sdDir)
 			}
-			var registryArgs []string
+			// On one's own machine a model exported to a local directory
+			// is the common case; the registry still confines such
+			// exports to one directory (docs/registry.md "Export").
+			expDir := exportRoot
+			switch expDir {
+			case "off":
+				expDir = ""
+			case "":
+				expDir = filepath.Join(abs, "exports")
+			}
+			if expDir != "" {
+				if expDir, err = filepath.Abs(expDir); err != nil {
+					return fmt.Errorf("--export-root: %w", err)
+				}
+				if err := os.MkdirAll(expDir, 0o700); err != nil {
+					return fmt.Errorf("--export-root: %w", err)
+				}
+			}
+			registryArgs := []string{"-export-root=" + expDir}
 			if exportEndpoints != "" {
 				registryArgs = append(registryArgs, "-export-endpoints="+exportEndpoints)
 			}
@@ -124,6 +142,9 @@ them when Loom stops instead.`,
 			fmt.Fprintf(cmd.OutOrStdout(), "Loom is up: gateway %s (gRPC), REST and web console http://%s/, data in %s\n",
 				st.GatewayAddr, st.RESTAddr, st.DataDir)
 			printIngress(cmd.OutOrStdout(), st)
+			if expDir != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "`loom models export` writes local copies under %s (file://%s/NAME)\n", expDir, expDir)
+			}
 			if sdDir != "" {
 				fmt.Fprintf(cmd.OutOrStdout(), "Prometheus finds the node agents' /metrics through file_sd_configs files: [%s]\n", filepath.Join(sdDir, "agent-*.json"))
 			}
@@ -171,6 +192,8 @@ them when Loom stops instead.`,
 		"directory where node agents register their /metrics addresses for Prometheus' file_sd_configs (LOOM_METRICS_SD_DIR; default <data dir>/metrics-sd; \"off\": none)")
 	cmd.Flags().StringVar(&exportEndpoints, "export-endpoints", config.Env("LOOM_REGISTRY_EXPORT_ENDPOINTS", ""),
 		"S3-compatible endpoints, comma-separated scheme://host:port[;profile=NAME], that `loom models export` may name in an s3:// destination's ?endpoint= (signed with that AWS profile, else unsigned; the registry's -export-endpoints; LOOM_REGISTRY_EXPORT_ENDPOINTS; default none)")
+	cmd.Flags().StringVar(&exportRoot, "export-root", config.Env("LOOM_REGISTRY_EXPORT_ROOT", ""),
+		"directory under which `loom models export` may write file:// copies (the registry's -export-root; LOOM_REGISTRY_EXPORT_ROOT; default <data dir>/exports; \"off\": none)")
 	cmd.Flags().StringVar(&logLevel, "log-level", config.Env("LOOM_LOG_LEVEL", "info"), "services' log level: debug, info, warn, error (LOOM_LOG_LEVEL)")
 	return cmd
 }

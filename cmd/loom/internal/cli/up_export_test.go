@@ -1,7 +1,12 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -35,5 +40,57 @@ func TestUpPassesExportEndpointsToTheRegistry(t *testing.T) {
 
 	if got := upWithCluster(t, t.TempDir(), "--export-endpoints", "https://ceph.internal:7480,http://127.0.0.1:9000"); !strings.Contains(got, "Loom stopped.") {
 		t.Errorf("loom up with good export endpoints:\n%s", got)
+	}
+}
+
+// TestUpExportsUnderItsDataDir: `loom up` lets `loom models export` write
+// local copies under <data dir>/exports (and says so), nowhere else; with
+// --export-root off it refuses local destinations, saying how to allow
+// them.
+func TestUpExportsUnderItsDataDir(t *testing.T) {
+	t.Parallel()
+	model := t.TempDir()
+	weights := []byte("weights\n")
+	if err := os.WriteFile(filepath.Join(model, "w.bin"), weights, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(weights)
+	if err := os.WriteFile(filepath.Join(model, "MANIFEST"), []byte(hex.EncodeToString(sum[:])+"  w.bin\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	upload := func(c liveCLI) {
+		c.ok("models", "upload", model, "--model", "m")
+	}
+
+	dir := t.TempDir()
+	root := filepath.Join(dir, "exports")
+	out := upWhile(t, dir, func(c liveCLI) {
+		upload(c)
+		c.ok("models", "export", "m", "file://"+filepath.Join(root, "m"))
+		if got, err := os.ReadFile(filepath.Join(root, "m", "w.bin")); err != nil || !bytes.Equal(got, weights) {
+			t.Errorf("exported w.bin: %q, %v; want %q", got, err, weights)
+		}
+		outside := "file://" + filepath.Join(dir, "elsewhere")
+		if _, errOut, code := c.run("models", "export", "m", outside); code == 0 || !strings.Contains(errOut, "outside the export root "+root) {
+			t.Errorf("export to %s: exit %d, %q; want a refusal naming the export root", outside, code, errOut)
+		}
+	})
+	if want := "`loom models export` writes local copies under " + root; !strings.Contains(out, want) {
+		t.Errorf("loom up did not say %q:\n%s", want, out)
+	}
+	if fi, err := os.Stat(root); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("export root %s: %v, %v; want a directory of mode 0700", root, fi, err)
+	}
+
+	dir = t.TempDir()
+	out = upWhile(t, dir, func(c liveCLI) {
+		upload(c)
+		dst := "file://" + filepath.Join(dir, "exports", "m")
+		if _, errOut, code := c.run("models", "export", "m", dst); code == 0 || !strings.Contains(errOut, "local destinations are turned off") {
+			t.Errorf("export with --export-root off: exit %d, %q; want the refusal", code, errOut)
+		}
+	}, "--export-root", "off")
+	if strings.Contains(out, "writes local copies") {
+		t.Errorf("loom up --export-root off still offers local exports:\n%s", out)
 	}
 }
