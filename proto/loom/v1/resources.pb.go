@@ -2156,6 +2156,11 @@ type Job struct {
 	SubmitDir string `protobuf:"bytes,55,opt,name=submit_dir,json=submitDir,proto3" json:"submit_dir,omitempty"`
 	// submit_host is the host sbatch ran on (SLURM_SUBMIT_HOST; scontrol's AllocNode).
 	SubmitHost string `protobuf:"bytes,68,opt,name=submit_host,json=submitHost,proto3" json:"submit_host,omitempty"`
+	// script_path is the absolute path of the batch script sbatch read, on
+	// submit_host (scontrol's Command, squeue's %o); empty for a script read
+	// from standard input or made by --wrap. Informational: script holds
+	// what runs.
+	ScriptPath string `protobuf:"bytes,74,opt,name=script_path,json=scriptPath,proto3" json:"script_path,omitempty"`
 	// Output only.
 	State       JobState               `protobuf:"varint,20,opt,name=state,proto3,enum=loom.v1.JobState" json:"state,omitempty"`
 	StateReason string                 `protobuf:"bytes,21,opt,name=state_reason,json=stateReason,proto3" json:"state_reason,omitempty"`
@@ -2521,6 +2526,13 @@ func (x *Job) GetSubmitDir() string {
 func (x *Job) GetSubmitHost() string {
 	if x != nil {
 		return x.SubmitHost
+	}
+	return ""
+}
+
+func (x *Job) GetScriptPath() string {
+	if x != nil {
+		return x.ScriptPath
 	}
 	return ""
 }
@@ -4201,7 +4213,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x06FAILED\x10\x06\x12\r\n" +
 	"\tREBOOTING\x10\a\x12\r\n" +
 	"\tREIMAGING\x10\b\x12\r\n" +
-	"\tREPLACING\x10\t\"\xab\x10\n" +
+	"\tREPLACING\x10\t\"\xcc\x10\n" +
 	"\x03Job\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -4255,7 +4267,9 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\n" +
 	"submit_dir\x187 \x01(\tR\tsubmitDir\x12\x1f\n" +
 	"\vsubmit_host\x18D \x01(\tR\n" +
-	"submitHost\x12'\n" +
+	"submitHost\x12\x1f\n" +
+	"\vscript_path\x18J \x01(\tR\n" +
+	"scriptPath\x12'\n" +
 	"\x05state\x18\x14 \x01(\x0e2\x11.loom.v1.JobStateR\x05state\x12!\n" +
 	"\fstate_reason\x18\x15 \x01(\tR\vstateReason\x12\x1b\n" +
 	"\texit_code\x18\x16 \x01(\x05R\bexitCode\x12\x14\n" +

@@ -59,7 +59,7 @@ func fixture() *fakegw.Gateway {
 	running.NodeCount, running.Nodes, running.BatchHost = 2, []string{"gpu-0001", "gpu-0002"}, "gpu-0001"
 	running.GpusPerNode, running.GpuType, running.Ntasks, running.CpusPerTask = 8, "h100", 2, 4
 	running.StartTime, running.TimeLimitSeconds, running.MemMb = ago(time.Hour+2*time.Minute+3*time.Second), 2*3600, 65536
-	running.SubmitHost = "login-1"
+	running.SubmitHost, running.ScriptPath = "login-1", "/home/alice/train.sh"
 	running.Account, running.Qos, running.Priority = "research", "normal", 1000
 	running.OutputPath = "/home/alice/slurm-12.out"
 	running.AllocGpus = 16

@@ -91,6 +91,10 @@ func TestGoldenOutputs(t *testing.T) {
 				"11.batch          batch                                1  CANCELLED      0:0 \n" +
 				"11                 oops        gpu                     1     FAILED      2:0 \n" +
 				"11.batch          batch                                1     FAILED      2:0 \n"},
+		{[]string{"squeue", "-j", "12,14", "-o", "%i %o"},
+			"JOBID COMMAND\n" +
+				"14 held\n" +
+				"12 /home/alice/train.sh\n"},
 		{[]string{"scontrol", "show", "job", "12"},
 			"JobId=12 JobName=train\n" +
 				"   UserId=alice GroupId=alice MCS_label=N/A\n" +
@@ -112,7 +116,7 @@ func TestGoldenOutputs(t *testing.T) {
 				"   MinCPUsNode=4 MinMemoryNode=64G MinTmpDiskNode=0\n" +
 				"   Features=(null) DelayBoot=00:00:00\n" +
 				"   OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null)\n" +
-				"   Command=(null)\n" +
+				"   Command=/home/alice/train.sh\n" +
 				"   WorkDir=/home/alice\n" +
 				"   StdErr=/home/alice/slurm-12.out\n" +
 				"   StdIn=/dev/null\n" +

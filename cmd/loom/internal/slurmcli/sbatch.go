@@ -786,6 +786,13 @@ func expandHosts(s string) ([]string, error) {
 // --export and the script (with its arguments).
 func (st *sbatchState) build(body, scriptPath string, scriptArgs []string, env map[string]string) error {
 	j := st.job
+	if scriptPath != "" && !st.wrapSet {
+		// Slurm's Command: the script as sbatch opened it.
+		if !filepath.IsAbs(scriptPath) {
+			scriptPath = filepath.Join(st.cwd, scriptPath)
+		}
+		j.ScriptPath = filepath.Clean(scriptPath)
+	}
 	if j.DisplayName == "" {
 		switch {
 		case st.wrapSet:

@@ -123,6 +123,7 @@ func TestParseSbatchOptions(t *testing.T) {
 				want.WorkDir = "/home/alice/proj"
 			}
 			want.SubmitDir, want.User, want.Script, want.Export = "/home/alice/proj", "alice", got.Script, "ALL"
+			want.ScriptPath = "/home/alice/proj/job.sh" // the submit directory's, whatever -D says
 			want.Env = baseEnv
 			if !proto.Equal(got, want) {
 				t.Errorf("%v as %s:\n got  %v\n want %v", tc.args, form, got, want)
@@ -334,8 +335,25 @@ func TestParseSbatchPublic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job.NodeCount != 2 || job.GpusPerNode != 8 || job.TimeLimitSeconds != 300 || job.User != "bob" || job.WorkDir != "/w" || job.DisplayName != "train.sh" {
+	if job.NodeCount != 2 || job.GpusPerNode != 8 || job.TimeLimitSeconds != 300 || job.User != "bob" || job.WorkDir != "/w" ||
+		job.DisplayName != "train.sh" || job.ScriptPath != "/w/train.sh" {
 		t.Errorf("ParseSbatch = %v", job)
+	}
+	// Slurm's Command: the script's absolute path; none for standard
+	// input or --wrap.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"../runs/./a.sh", "x"}, "/runs/a.sh"},
+		{[]string{"/abs/b.sh"}, "/abs/b.sh"},
+		{nil, ""},
+		{[]string{"--wrap", "true"}, ""},
+	} {
+		j, err := ParseSbatch(c.args, []byte("#!/bin/sh\ntrue\n"), map[string]string{"PWD": "/w"})
+		if err != nil || j.GetScriptPath() != c.want {
+			t.Errorf("sbatch %q: script path %q, %v; want %q", c.args, j.GetScriptPath(), err, c.want)
+		}
 	}
 	if _, err := ParseSbatch([]string{"--nodes"}, nil, nil); err == nil {
 		t.Error("ParseSbatch accepted --nodes without a value")

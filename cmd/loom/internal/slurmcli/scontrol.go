@@ -292,8 +292,11 @@ func jobRecord(r jobRow, v *squeueView) record {
 		over = "NO"
 	}
 	command := "(null)"
-	if len(j.GetCommand()) > 0 {
+	switch {
+	case len(j.GetCommand()) > 0:
 		command = strings.Join(j.GetCommand(), " ")
+	case j.GetScriptPath() != "":
+		command = j.GetScriptPath()
 	}
 	stdout := j.GetOutputPath()
 	if stdout == "" {

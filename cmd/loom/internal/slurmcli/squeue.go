@@ -176,8 +176,11 @@ func squeueFields(v *squeueView) fieldTable[jobRow] {
 		"n": {header: "REQ_NODES", value: func(r jobRow) string { return compressHosts(r.job.GetNodelist()) }},
 		"N": {header: "NODELIST", nocut: true, value: func(r jobRow) string { return compressHosts(r.job.GetNodes()) }},
 		"o": str("COMMAND", func(j *loomv1.Job) string {
-			if len(j.GetCommand()) > 0 {
+			switch {
+			case len(j.GetCommand()) > 0:
 				return strings.Join(j.GetCommand(), " ")
+			case j.GetScriptPath() != "":
+				return j.GetScriptPath()
 			}
 			return j.GetDisplayName()
 		}),

@@ -184,7 +184,7 @@ func view(t *testing.T, ce cloudevent.Event) publicView {
 // whatever the mapping becomes: scripts, commands, environments, sealed
 // data, internal paths and who asked.
 var secretFields = map[protoreflect.Name]bool{"script": true, "command": true, "env": true, "sealed": true,
-	"work_dir": true, "output_path": true, "error_path": true, "model_dir": true, "submit_host": true,
+	"work_dir": true, "output_path": true, "error_path": true, "model_dir": true, "submit_host": true, "script_path": true,
 	"set_by": true, "request_id": true, "placement": true, "checkpoint_uri": true, "job_spec": true,
 	"trial_job_spec": true, "study_spec": true, "web_access_uris": true, "nodes": true, "batch_host": true,
 	"env_var": true, "args": true, "image_uri": true}

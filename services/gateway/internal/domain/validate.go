@@ -216,6 +216,7 @@ func checkJobText(v *errs.Validator, j *loomv1.Job) {
 		{"job.submit_host", j.GetSubmitHost(), MaxNameBytes},
 		{"job.work_dir", j.GetWorkDir(), MaxPathBytes},
 		{"job.submit_dir", j.GetSubmitDir(), MaxPathBytes},
+		{"job.script_path", j.GetScriptPath(), MaxPathBytes},
 		{"job.checkpoint_dir", j.GetCheckpointDir(), MaxPathBytes},
 		{"job.output_pattern", j.GetOutputPattern(), MaxPathBytes},
 		{"job.error_pattern", j.GetErrorPattern(), MaxPathBytes},

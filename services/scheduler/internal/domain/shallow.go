@@ -64,6 +64,7 @@ func shallowJobInto(cp, job *loomv1.Job) {
 		Hold:               job.Hold,
 		SubmitDir:          job.SubmitDir,
 		SubmitHost:         job.SubmitHost,
+		ScriptPath:         job.ScriptPath,
 		State:              job.State,
 		StateReason:        job.StateReason,
 		ExitCode:           job.ExitCode,
