@@ -449,7 +449,7 @@ func (a *app) authKeysCreateCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&user, "user", "", "the user the key is for (default you; another user's needs an administrator)")
-	cmd.Flags().StringVar(&display, "display-name", "", "what the key is for, shown by `loom auth keys list`")
+	cmd.Flags().StringVar(&display, "display-name", "", "what the key is for, shown by \"loom auth keys list\"")
 	cmd.Flags().DurationVar(&ttl, "ttl", 0, "make the key expire after this long, e.g. 720h (default: never)")
 	return cmd
 }

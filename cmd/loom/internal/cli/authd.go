@@ -107,7 +107,7 @@ that is not the "loom up" machine, with a copy of the login key.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "the data directory of the `loom up` whose gateway it serves (LOOM_DATA_DIR)")
+	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "the data directory of the \"loom up\" whose gateway it serves (LOOM_DATA_DIR)")
 	cmd.Flags().StringVar(&socket, "socket", config.Env("LOOM_AUTHD_SOCKET", ""), "Unix socket to listen on (LOOM_AUTHD_SOCKET; default <data dir>/authd.sock)")
 	cmd.Flags().StringVar(&keyFile, "login-key-file", config.Env("LOOM_GATEWAY_LOGIN_KEY_FILE", ""), "the login key (default <data dir>/keys/login.key)")
 	return cmd

@@ -183,7 +183,7 @@ them when Loom stops instead.`,
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&stopAgents, "stop-agents", false, "end the node agents (and their jobs) when Loom stops, instead of leaving them running for the next `loom up`")
+	cmd.Flags().BoolVar(&stopAgents, "stop-agents", false, "end the node agents (and their jobs) when Loom stops, instead of leaving them running for the next \"loom up\"")
 	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "where Loom keeps its data (LOOM_DATA_DIR)")
 	cmd.Flags().StringVar(&provider, "provider", config.Env("LOOM_PROVIDER", "local"), "compute provider: local (an agent process per node) or sim (simulated nodes) (LOOM_PROVIDER)")
 	cmd.Flags().StringVar(&capacity, "capacity", "", "capacity ZONE/MACHINE_TYPE/TYPE=COUNT,... with * wildcards, TYPE ON_DEMAND, SPOT or FLEX_START (default LOOM_CAPACITY, else generous)")
@@ -191,9 +191,9 @@ them when Loom stops instead.`,
 	cmd.Flags().StringVar(&metricsSD, "metrics-sd", config.Env("LOOM_METRICS_SD_DIR", ""),
 		"directory where node agents register their /metrics addresses for Prometheus' file_sd_configs (LOOM_METRICS_SD_DIR; default <data dir>/metrics-sd; \"off\": none)")
 	cmd.Flags().StringVar(&exportEndpoints, "export-endpoints", config.Env("LOOM_REGISTRY_EXPORT_ENDPOINTS", ""),
-		"S3-compatible endpoints, comma-separated scheme://host:port[;profile=NAME], that `loom models export` may name in an s3:// destination's ?endpoint= (signed with that AWS profile, else unsigned; the registry's -export-endpoints; LOOM_REGISTRY_EXPORT_ENDPOINTS; default none)")
+		"S3-compatible endpoints, comma-separated scheme://host:port[;profile=NAME], that \"loom models export\" may name in an s3:// destination's ?endpoint= (signed with that AWS profile, else unsigned; the registry's -export-endpoints; LOOM_REGISTRY_EXPORT_ENDPOINTS; default none)")
 	cmd.Flags().StringVar(&exportRoot, "export-root", config.Env("LOOM_REGISTRY_EXPORT_ROOT", ""),
-		"directory under which `loom models export` may write file:// copies (the registry's -export-root; LOOM_REGISTRY_EXPORT_ROOT; default <data dir>/exports; \"off\": none)")
+		"directory under which \"loom models export\" may write file:// copies (the registry's -export-root; LOOM_REGISTRY_EXPORT_ROOT; default <data dir>/exports; \"off\": none)")
 	cmd.Flags().StringVar(&logLevel, "log-level", config.Env("LOOM_LOG_LEVEL", "info"), "services' log level: debug, info, warn, error (LOOM_LOG_LEVEL)")
 	return cmd
 }
@@ -308,7 +308,7 @@ in the data directory names a live process) "loom down" refuses, since
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "the data directory of the `loom up` that started them (LOOM_DATA_DIR)")
+	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "the data directory of the \"loom up\" that started them (LOOM_DATA_DIR)")
 	cmd.Flags().DurationVar(&grace, "grace", 15*time.Second, "how long an agent gets to stop its jobs and exit before it is killed")
 	return cmd
 }

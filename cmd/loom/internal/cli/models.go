@@ -87,7 +87,7 @@ func (a *app) modelsList() *cobra.Command {
 			return renderModelList(out, resp.GetModels(), a.now())
 		},
 	}
-	list.Flags().StringVar(&versions, "versions", "", "list the versions of this model (see also `loom models versions`)")
+	list.Flags().StringVar(&versions, "versions", "", "list the versions of this model (see also \"loom models versions\")")
 	list.Flags().StringVar(&filter, "filter", "", `AIP-160 filter, e.g. 'labels.team=vision AND create_time>"2026-01-01T00:00:00Z"'`)
 	list.Flags().StringVar(&orderBy, "order-by", "", `order, e.g. "create_time desc" (display_name, create_time, update_time, version_id)`)
 	return list

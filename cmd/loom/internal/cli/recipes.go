@@ -197,7 +197,7 @@ Examples:
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.cluster, "cluster", "", "cluster to run on (required without --serverless)")
-	fl.StringArrayVar(&f.sets, "set", nil, "override key=value (repeatable; `loom recipes show NAME` lists the keys)")
+	fl.StringArrayVar(&f.sets, "set", nil, "override `KEY=VALUE` (repeatable; \"loom recipes show NAME\" lists the keys)")
 	fl.StringVar(&f.fromCheckpoint, "from-checkpoint", "", "continue training from this checkpoint URI")
 	fl.BoolVar(&f.serverless, "serverless", false, "launch as a CustomJob instead of a batch script")
 	fl.BoolVar(&f.small, "small", false, "launch the small variant (the built-in trainer, one node, no GPU)")

@@ -1,0 +1,32 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// TestFlagHelpNamesItsValue: pflag takes the first `quoted` word of a
+// flag's usage as the name of its value in --help ("--set KEY=VALUE"), so a
+// command quoted in a usage ("see `loom recipes show NAME`") became the
+// value's name: "--set loom recipes show NAME   override key=value". Every
+// flag's value name, quoted or not, is one word.
+func TestFlagHelpNamesItsValue(t *testing.T) {
+	t.Parallel()
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		check := func(f *pflag.Flag) {
+			if name, _ := pflag.UnquoteUsage(f); strings.ContainsAny(name, " \t") {
+				t.Errorf("%s --%s: its value is named %q in --help; quote no command in a usage, or quote one word as the value's name", c.CommandPath(), f.Name, name)
+			}
+		}
+		c.LocalFlags().VisitAll(check)
+		c.PersistentFlags().VisitAll(check)
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newApp().rootCommand())
+}
