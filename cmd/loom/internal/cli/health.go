@@ -717,8 +717,14 @@ func checkColumn(r *loomv1.HealthCheckResult) string {
 	return r.GetCheck()
 }
 
-// validFor is how much longer a result stands: "23h", "expired".
+// validFor is how much longer a result stands: "23h", "expired"; "-" for
+// one that never stood (skipped, errored: no verdict on the node).
 func validFor(r *loomv1.HealthCheckResult, now time.Time) string {
+	switch r.GetOutcome() {
+	case loomv1.CheckOutcome_CHECK_PASS, loomv1.CheckOutcome_CHECK_WARN, loomv1.CheckOutcome_CHECK_FAIL:
+	default:
+		return "-"
+	}
 	if r.GetValidUntil() == nil {
 		return "-"
 	}

@@ -41,6 +41,9 @@ func newHealthGateway(t *testing.T) (*fakegw.Gateway, string) {
 			NextAction: loomv1.RemediationAction_ACTION_REBOOT, Gpus: gpus(true, 0, 71, 52), LastHeartbeat: ts(20 * time.Second)},
 	}
 	f.HealthResults = []*loomv1.HealthCheckResult{
+		// A skipped check stands for nothing: valid until its end.
+		{Name: demoName + "/healthResults/3", Hostname: "gpu-0003", Check: "gpu_diag", Level: 1, Outcome: loomv1.CheckOutcome_CHECK_SKIPPED,
+			Summary: "the node is busy with jobs", Trigger: "scan", ScanId: "s2", EndTime: ts(30 * time.Second), ValidUntil: ts(30 * time.Second)},
 		{Name: demoName + "/healthResults/2", Hostname: "gpu-0002", Check: "gpu_diag", Level: 2, Outcome: loomv1.CheckOutcome_CHECK_FAIL,
 			Summary: "memory test: GPU 0 not found\n(detail follows)", Trigger: "confirm", ScanId: "s1", EndTime: ts(time.Minute), ValidUntil: fakegw.Ago(-23 * time.Hour)},
 		{Name: demoName + "/healthResults/1", Hostname: "gpu-0001", Check: "disk", Outcome: loomv1.CheckOutcome_CHECK_PASS,
@@ -129,6 +132,7 @@ No health events in demo: no node has been taken out or repaired.
 `},
 		{[]string{"health", "results", "demo"}, `
 NODE      CHECK       OUTCOME  SUMMARY                       TRIGGER  SCAN  AGE  VALID
+gpu-0003  gpu_diag/1  SKIPPED  the node is busy with jobs    scan     s2    30s  -
 gpu-0002  gpu_diag/2  FAIL     memory test: GPU 0 not found  confirm  s1    1m   23h
 gpu-0001  disk        PASS     / 12% used                    scan     s1    2h   expired
 `},
@@ -220,7 +224,7 @@ func TestHealthJSON(t *testing.T) {
 		}},
 		{[]string{"health", "results", "demo", "--check", "gpu_diag"}, &loomv1.ListHealthResultsResponse{}, func(m proto.Message) bool {
 			r := m.(*loomv1.ListHealthResultsResponse).GetResults()
-			return len(r) == 1 && strings.Contains(r[0].GetSummary(), "(detail follows)")
+			return len(r) == 2 && r[0].GetOutcome() == loomv1.CheckOutcome_CHECK_SKIPPED && strings.Contains(r[1].GetSummary(), "(detail follows)")
 		}},
 		{[]string{"health", "events", "demo", "gpu-000[2-3]"}, &loomv1.ListNodeHealthEventsResponse{}, func(m proto.Message) bool {
 			e := m.(*loomv1.ListNodeHealthEventsResponse).GetEvents()
