@@ -78,6 +78,7 @@ Name:           projects/default/jobs/7
 Job ID:         7
 Display name:   train
 Cluster:        projects/default/clusters/demo
+Partition:      gpu
 State:          RUNNING
 Nodes:          2 (gpu-0001, gpu-0002)
 GPUs per node:  0
@@ -86,6 +87,7 @@ Output:         /data/demo/shared/slurm-7.out
 Submitted:      1m ago
 Started:        1m ago
 Runtime:        1m
+Time limit:     2h0m0s
 Retries:        1 of 3 used (its program's failures)
 Checkpoints:    ckpt/train (under the cluster's shared dir)
 `},
@@ -331,6 +333,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"jobs", "submit", "--cluster", "demo", "--hang-timeout", "10", "--", "true"}, `--hang-timeout wants a duration such as 10m, or off; got "10"`},
 		{[]string{"jobs", "submit", "--cluster", "demo", "--hang-timeout", "169h", "--", "true"}, "--hang-timeout 169h: 608400 is not -1 (off), 0 (the cluster's default) or 1 to 604800 seconds (a week)"},
 		{[]string{"jobs", "submit", "--cluster", "demo", "--checkpoint-dir", "../other", "--", "true"}, `--checkpoint-dir "../other" leaves the cluster's shared directory`},
+		{[]string{"jobs", "submit", "--cluster", "demo", "--time", "1:3x", "--", "true"}, `--time "1:3x": "3x" is not a number (want minutes, MM:SS,`},
 		{[]string{"clusters", "get"}, "give the cluster name"},
 		{[]string{"clusters", "create"}, "-f FILE"},
 		{[]string{"jobs", "logs"}, "give the job id"},
@@ -389,6 +392,16 @@ func TestJobsSubmitBuildsRequest(t *testing.T) {
 		if j := req.GetJob(); j.GetMaxRetries() != 2 || j.GetHangTimeoutSeconds() != secs || j.GetCheckpointDir() != "ckpt/llama" {
 			t.Fatalf("--hang-timeout %s: max_retries %d, hang_timeout_seconds %d (want %d), checkpoint_dir %q",
 				hang, j.GetMaxRetries(), j.GetHangTimeoutSeconds(), secs, j.GetCheckpointDir())
+		}
+	}
+	// --time in sbatch's grammar (UNLIMITED: the partition's) and --partition.
+	for tl, secs := range map[string]int64{"90": 5400, "1-02:00:00": 26 * 3600, "0:30": 30, "UNLIMITED": 0} {
+		if _, errOut, code := run(t, gw, "jobs", "submit", "--cluster", "demo", "--time", tl, "--partition", "gpu", "--", "true"); code != 0 {
+			t.Fatalf("--time %s: exit %d: %s", tl, code, errOut)
+		}
+		req, _ = fakegw.LastRequest[*loomv1.SubmitJobRequest](f)
+		if j := req.GetJob(); j.GetTimeLimitSeconds() != secs || j.GetPartition() != "gpu" {
+			t.Fatalf("--time %s --partition gpu: time_limit_seconds %d (want %d), partition %q", tl, j.GetTimeLimitSeconds(), secs, j.GetPartition())
 		}
 	}
 	// --signal (the checkpoint-aware drain's) and --no-requeue, as sbatch's.

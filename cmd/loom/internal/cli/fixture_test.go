@@ -41,7 +41,7 @@ func newFakeGatewayData() *fakegw.Gateway {
 			Command: []string{"loom", "train", "--epochs", "200"}, NodeCount: 2, State: loomv1.JobState_RUNNING,
 			Nodes: []string{"gpu-0001", "gpu-0002"}, OutputPath: "/data/demo/shared/slurm-7.out",
 			SubmitTime: ts(90 * time.Second), StartTime: ts(80 * time.Second), MaxRetries: 3, UserFailures: 1,
-			CheckpointDir: "ckpt/train",
+			CheckpointDir: "ckpt/train", Partition: "gpu", TimeLimitSeconds: 2 * 3600,
 		}, {
 			Name: "projects/default/jobs/8", JobId: "8", Cluster: "projects/default/clusters/demo",
 			Script: "echo hi\n", NodeCount: 1, State: loomv1.JobState_FAILED, ExitCode: 3,

@@ -43,6 +43,8 @@ type submitFlags struct {
 	checkpoint  string
 	signal      string
 	noRequeue   bool
+	timeLimit   string
+	partition   string
 }
 
 // jobFromFlags builds the job to submit, owned by the caller (userName);
@@ -86,6 +88,16 @@ func (a *app) jobFromFlags(ctx context.Context, f submitFlags, command []string)
 		return nil, usagef("--retries must be 0 to %d, got %d", slurmspec.MaxRetries, f.retries)
 	}
 	j.MaxRetries = f.retries
+	if f.timeLimit != "" {
+		// Slurm's --time grammar, as sbatch reads it; UNLIMITED leaves the
+		// partition's limit.
+		secs, _, err := slurmspec.ParseTimeLimit(f.timeLimit)
+		if err != nil {
+			return nil, usagef("--time %q: %v (want minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED)", f.timeLimit, err)
+		}
+		j.TimeLimitSeconds = secs
+	}
+	j.Partition = f.partition
 	if f.hangTimeout != "" {
 		secs, err := hangTimeoutSeconds(f.hangTimeout)
 		if err != nil {
@@ -180,6 +192,8 @@ Examples:
 	fl.Int32Var(&f.retries, "retries", 0, fmt.Sprintf("rerun the job up to this many times when its program fails (0 to %d; node failures and hangs do not count)", slurmspec.MaxRetries))
 	fl.StringVar(&f.hangTimeout, "hang-timeout", "", "end and requeue a run that makes no progress for this long (e.g. 10m; up to a week; off: never; default: the cluster's)")
 	fl.StringVar(&f.signal, "signal", "", "signal sent before the time limit, and to ask for a checkpoint before a drain or after a node's failure ([B:]SIG[@seconds]; default USR1)")
+	fl.StringVar(&f.timeLimit, "time", "", "time limit, as sbatch's --time: minutes, HH:MM:SS, D-HH:MM:SS or UNLIMITED (default: the partition's)")
+	fl.StringVar(&f.partition, "partition", "", "partition to run in (default: the cluster's default partition)")
 	fl.BoolVar(&f.noRequeue, "no-requeue", false, "end the job when a node fails under it instead of requeuing it")
 	fl.StringVar(&f.checkpoint, "checkpoint-dir", "", "where the job's checkpoints go ($LOOM_CHECKPOINT_DIR; relative: under the cluster's shared dir; default <shared dir>/checkpoints/<job id>)")
 	return cmd

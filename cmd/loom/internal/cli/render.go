@@ -339,6 +339,9 @@ func renderJob(w io.Writer, j *loomv1.Job, now time.Time) error {
 		fmt.Fprintf(tw, "Display name:\t%s\n", j.GetDisplayName())
 	}
 	fmt.Fprintf(tw, "Cluster:\t%s\n", j.GetCluster())
+	if p := j.GetPartition(); p != "" {
+		fmt.Fprintf(tw, "Partition:\t%s\n", p)
+	}
 	fmt.Fprintf(tw, "State:\t%s\n", jobState(j))
 	if j.GetState().Terminal() {
 		fmt.Fprintf(tw, "Exit code:\t%d\n", j.GetExitCode())
@@ -369,6 +372,9 @@ func renderJob(w io.Writer, j *loomv1.Job, now time.Time) error {
 	}
 	if j.GetEndTime() != nil {
 		fmt.Fprintf(tw, "Ended:\t%s\n", ago(j.GetEndTime(), now))
+	}
+	if sec := j.GetTimeLimitSeconds(); sec > 0 {
+		fmt.Fprintf(tw, "Time limit:\t%s\n", time.Duration(sec)*time.Second)
 	}
 	if j.GetRestartCount() > 0 {
 		fmt.Fprintf(tw, "Restarts:\t%d\n", j.GetRestartCount())
