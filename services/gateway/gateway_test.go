@@ -556,6 +556,22 @@ func testLogs(t *testing.T, h *harness, ctx context.Context) {
 		t.Fatalf("followed logs: %q %v, want the appended line then the end", rest, err)
 	}
 
+	// The last lines only (tail -n), and a negative count refused.
+	s, err = h.jobs().ReadJobLogs(ctx, &loomv1.ReadJobLogsRequest{Name: job.GetName(), TailLines: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text, err := readAll(s); err != nil || text != "world\n" {
+		t.Fatalf("tail_lines 1: %q %v, want the last line", text, err)
+	}
+	s, err = h.jobs().ReadJobLogs(ctx, &loomv1.ReadJobLogsRequest{Name: job.GetName(), TailLines: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text, err := readAll(s); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "tail_lines") || text != "" {
+		t.Fatalf("tail_lines -1: %q %v, want InvalidArgument naming tail_lines", text, err)
+	}
+
 	// The output of a job that ran and ended, gone (its ephemeral cluster
 	// deleted): NotFound saying so, not an empty log.
 	if err := os.Remove(out); err != nil {

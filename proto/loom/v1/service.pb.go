@@ -1864,7 +1864,12 @@ type ReadJobLogsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// follow keeps streaming until the job ends.
-	Follow        bool `protobuf:"varint,2,opt,name=follow,proto3" json:"follow,omitempty"`
+	Follow bool `protobuf:"varint,2,opt,name=follow,proto3" json:"follow,omitempty"`
+	// tail_lines, when positive, starts at the output's last tail_lines lines
+	// (as tail -n; a last line without a newline counts) instead of its
+	// beginning; with follow, what is written after them follows. 0: from
+	// the beginning; negative is InvalidArgument.
+	TailLines     int32 `protobuf:"varint,3,opt,name=tail_lines,json=tailLines,proto3" json:"tail_lines,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1911,6 +1916,13 @@ func (x *ReadJobLogsRequest) GetFollow() bool {
 		return x.Follow
 	}
 	return false
+}
+
+func (x *ReadJobLogsRequest) GetTailLines() int32 {
+	if x != nil {
+		return x.TailLines
+	}
+	return 0
 }
 
 type LogChunk struct {
@@ -3627,10 +3639,12 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\tpartition\x18\x04 \x01(\tR\tpartition\x12\x12\n" +
 	"\x04user\x18\x05 \x01(\tR\x04user\"%\n" +
 	"\x0fWatchJobRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"@\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"_\n" +
 	"\x12ReadJobLogsRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06follow\x18\x02 \x01(\bR\x06follow\"\x1e\n" +
+	"\x06follow\x18\x02 \x01(\bR\x06follow\x12\x1d\n" +
+	"\n" +
+	"tail_lines\x18\x03 \x01(\x05R\ttailLines\"\x1e\n" +
 	"\bLogChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\")\n" +
 	"\x13GetOperationRequest\x12\x12\n" +

@@ -334,9 +334,11 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"jobs", "submit", "--cluster", "demo", "--hang-timeout", "169h", "--", "true"}, "--hang-timeout 169h: 608400 is not -1 (off), 0 (the cluster's default) or 1 to 604800 seconds (a week)"},
 		{[]string{"jobs", "submit", "--cluster", "demo", "--checkpoint-dir", "../other", "--", "true"}, `--checkpoint-dir "../other" leaves the cluster's shared directory`},
 		{[]string{"jobs", "submit", "--cluster", "demo", "--time", "1:3x", "--", "true"}, `--time "1:3x": "3x" is not a number (want minutes, MM:SS,`},
+		{[]string{"jobs", "list", "--state", "runing"}, `--state "runing" is not a job state; use one of pending, configuring, running,`},
 		{[]string{"clusters", "get"}, "give the cluster name"},
 		{[]string{"clusters", "create"}, "-f FILE"},
 		{[]string{"jobs", "logs"}, "give the job id"},
+		{[]string{"jobs", "logs", "7", "-n", "-2"}, "--tail must not be negative, got -2"},
 		{[]string{"clusters", "list", "-o", "yaml"}, "--output must be table or json"},
 		{[]string{"clusters", "list", "--project", "a/b"}, "--project must be a project id"},
 		{[]string{"jobs", "list", "--bogus"}, "unknown flag: --bogus (see \"loom jobs list --help\")"},
@@ -347,6 +349,30 @@ func TestUsageErrors(t *testing.T) {
 		if code != 2 || !strings.Contains(errOut, c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", c.args, code, errOut, c.want)
 		}
+	}
+}
+
+// TestJobsListFilters: --state (names in any case, or active), --user and
+// --partition become ListJobs' filters.
+func TestJobsListFilters(t *testing.T) {
+	t.Parallel()
+	f, gw := newFakeGateway(t)
+	if _, errOut, code := run(t, gw, "jobs", "list", "--state", "running,Pending", "--state", "node_fail", "--user", "ana,bo", "--partition", "gpu"); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	req, _ := fakegw.LastRequest[*loomv1.ListJobsRequest](f)
+	want := &loomv1.ListJobsRequest{Parent: "projects/default", Users: []string{"ana", "bo"}, Partitions: []string{"gpu"},
+		States: []loomv1.JobState{loomv1.JobState_RUNNING, loomv1.JobState_PENDING, loomv1.JobState_NODE_FAIL}}
+	got := proto.Clone(req).(*loomv1.ListJobsRequest)
+	got.PageSize, got.PageToken = 0, ""
+	if !proto.Equal(got, want) {
+		t.Fatalf("ListJobs request %v, want %v", got, want)
+	}
+	if _, errOut, code := run(t, gw, "jobs", "list", "--state", "active"); code != 0 {
+		t.Fatalf("--state active: exit %d: %s", code, errOut)
+	}
+	if req, _ = fakegw.LastRequest[*loomv1.ListJobsRequest](f); !req.GetActiveOnly() || len(req.GetStates()) != 0 {
+		t.Fatalf("--state active: %v, want active_only", req)
 	}
 }
 
@@ -480,6 +506,12 @@ func TestJobsWatchLogsCancel(t *testing.T) {
 	golden(t, out, "\nepoch 1 loss 6.3\nepoch 2 loss 5.1\n")
 	if req, _ := fakegw.LastRequest[*loomv1.ReadJobLogsRequest](f); req.GetName() != "projects/default/jobs/7" || !req.GetFollow() {
 		t.Fatalf("ReadJobLogs request = %v", req)
+	}
+	if _, errOut, code := run(t, gw, "jobs", "logs", "7", "--tail", "20"); code != 0 {
+		t.Fatalf("logs --tail 20: exit %d: %s", code, errOut)
+	}
+	if req, _ := fakegw.LastRequest[*loomv1.ReadJobLogsRequest](f); req.GetTailLines() != 20 || req.GetFollow() {
+		t.Fatalf("logs --tail 20: ReadJobLogs request = %v", req)
 	}
 
 	// Job 3 is pending: the gateway's answer shows it cancelled at once.

@@ -206,7 +206,7 @@ func (a *app) runDemo(parent context.Context, opts demoOptions, out io.Writer) (
 
 	step = "reading the job's output"
 	var logs bytes.Buffer
-	logErr := a.copyLogs(ctx, final.GetName(), false, &logs)
+	logErr := a.copyLogs(ctx, &loomv1.ReadJobLogsRequest{Name: final.GetName()}, &logs)
 	say("Output of job %s (%s):", jobID(final), final.GetOutputPath())
 	writeIndented(out, logs.Bytes(), "    ")
 	if logErr != nil {

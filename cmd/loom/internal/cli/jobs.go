@@ -359,17 +359,21 @@ func (a *app) jobsGetCommand() *cobra.Command {
 func (a *app) jobsListCommand() *cobra.Command {
 	var cluster string
 	var limit int
+	var states, users, partitions []string
 	cmd := &cobra.Command{
-		Use:     "list [--cluster C] [--limit N]",
+		Use:     "list [--cluster C] [--state S,...] [--user U,...] [--partition P,...] [--limit N]",
 		Aliases: []string{"ls"},
 		Short:   "List the project's jobs",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			req := &loomv1.ListJobsRequest{Parent: a.parent(), Users: users, Partitions: partitions}
+			if err := jobStateFilter(req, states); err != nil {
+				return err
+			}
 			cl, err := a.jobs()
 			if err != nil {
 				return err
 			}
-			req := &loomv1.ListJobsRequest{Parent: a.parent()}
 			if cluster != "" {
 				req.Cluster = a.clusterName(cluster)
 			}
@@ -386,6 +390,10 @@ func (a *app) jobsListCommand() *cobra.Command {
 				return writeJSON(cmd.OutOrStdout(), resp)
 			}
 			if len(resp.GetJobs()) == 0 {
+				if len(states)+len(users)+len(partitions) > 0 {
+					fmt.Fprintln(cmd.OutOrStdout(), "No jobs match.")
+					return nil
+				}
 				fmt.Fprintln(cmd.OutOrStdout(), "No jobs. Submit one with `loom jobs submit --cluster CLUSTER -- COMMAND`.")
 				return nil
 			}
@@ -393,8 +401,35 @@ func (a *app) jobsListCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&cluster, "cluster", "", "only this cluster's jobs")
+	cmd.Flags().StringSliceVar(&states, "state", nil, "only jobs in these states (comma-separated, any case: pending, running, completed, failed, cancelled, timeout, node_fail, ...; active: pending or running)")
+	cmd.Flags().StringSliceVar(&users, "user", nil, "only these users' jobs (comma-separated)")
+	cmd.Flags().StringSliceVar(&partitions, "partition", nil, "only jobs of these partitions (comma-separated)")
 	cmd.Flags().IntVar(&limit, "limit", 0, "list at most this many jobs, the oldest first (0: all)")
 	return cmd
+}
+
+// jobStateFilter sets req's state filter from --state: JobState names in
+// any case, or "active" (the pending and running ones, as squeue lists).
+func jobStateFilter(req *loomv1.ListJobsRequest, states []string) error {
+	for _, s := range states {
+		name := strings.ToUpper(strings.TrimSpace(s))
+		if name == "ACTIVE" {
+			req.ActiveOnly = true
+			continue
+		}
+		v, ok := loomv1.JobState_value[name]
+		if !ok || v == int32(loomv1.JobState_JOB_STATE_UNSPECIFIED) {
+			var names []string
+			for i := int32(1); i < int32(len(loomv1.JobState_name)); i++ {
+				if n, ok := loomv1.JobState_name[i]; ok {
+					names = append(names, strings.ToLower(n))
+				}
+			}
+			return usagef("--state %q is not a job state; use one of %s, or active", s, strings.Join(names, ", "))
+		}
+		req.States = append(req.States, loomv1.JobState(v))
+	}
+	return nil
 }
 
 func (a *app) jobsCancelCommand() *cobra.Command {
@@ -435,25 +470,31 @@ func (a *app) jobsCancelCommand() *cobra.Command {
 
 func (a *app) jobsLogsCommand() *cobra.Command {
 	var follow bool
+	var lines int32
 	cmd := &cobra.Command{
-		Use:   "logs ID [-f]",
+		Use:   "logs ID [-f] [--tail N]",
 		Short: "Print a job's output",
 		Args:  exactArgs(1, "the job id, e.g. `loom jobs logs 7`"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.copyLogs(cmd.Context(), a.jobName(args[0]), follow, cmd.OutOrStdout())
+			if lines < 0 {
+				return usagef("--tail must not be negative, got %d (0: the whole output)", lines)
+			}
+			return a.copyLogs(cmd.Context(), &loomv1.ReadJobLogsRequest{Name: a.jobName(args[0]), Follow: follow, TailLines: lines}, cmd.OutOrStdout())
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing until the job ends")
+	cmd.Flags().Int32VarP(&lines, "tail", "n", 0, "start at the output's last N lines, as tail -n (0: the whole output)")
 	return cmd
 }
 
-// copyLogs writes the job's output to w.
-func (a *app) copyLogs(ctx context.Context, name string, follow bool, w io.Writer) error {
+// copyLogs writes the output of the job req names to w.
+func (a *app) copyLogs(ctx context.Context, req *loomv1.ReadJobLogsRequest, w io.Writer) error {
+	name := req.GetName()
 	cl, err := a.jobs()
 	if err != nil {
 		return err
 	}
-	stream, err := cl.ReadJobLogs(ctx, &loomv1.ReadJobLogsRequest{Name: name, Follow: follow})
+	stream, err := cl.ReadJobLogs(ctx, req)
 	if err != nil {
 		return a.explain("read logs of job "+shortName(name), err)
 	}

@@ -22,13 +22,17 @@ const logChunk = 64 << 10
 // an array task, "A_i"). Without follow it
 // sends what the file holds now. With follow it keeps tailing the file until
 // the job is terminal and the file is read to its end, waiting for the job to
-// start and the file to appear.
+// start and the file to appear. With tail_lines it starts at the file's last
+// lines (seekLastLines) instead of its beginning.
 //
 // The file is read as the job's owner (job.user; see openLog): a path the
 // owner may not read, or one that is not a regular file, is refused
 // (FailedPrecondition) and nothing of it is sent. Who may call this for a
 // job (a caller who may see it) is the authorization's to decide.
 func (g *Gateway) ReadJobLogs(ctx context.Context, req *loomv1.ReadJobLogsRequest, send func([]byte) error) error {
+	if n := req.GetTailLines(); n < 0 {
+		return errs.Invalid("tail_lines", "must not be negative, got %d (0: the whole output)", n)
+	}
 	ref, err := g.resolveJob(ctx, req.GetName(), false)
 	if err != nil {
 		return err
@@ -37,7 +41,7 @@ func (g *Gateway) ReadJobLogs(ctx context.Context, req *loomv1.ReadJobLogsReques
 	if err != nil {
 		return err
 	}
-	t := &tail{send: send, owner: job.GetUser()}
+	t := &tail{send: send, owner: job.GetUser(), lines: int(req.GetTailLines())}
 	defer t.close()
 	if !req.GetFollow() {
 		if err := t.drain(job.GetOutputPath()); err != nil {
@@ -89,6 +93,9 @@ type tail struct {
 	// owner is the job's owner, whom the file is opened as ("": the
 	// gateway's own user, for a job with no owner).
 	owner string
+	// lines, when positive, starts the read at the file's last lines
+	// lines, once it is opened.
+	lines int
 	f     *os.File
 	buf   []byte
 }
@@ -108,6 +115,11 @@ func (t *tail) drain(path string) error {
 			return fmt.Errorf("open job output: %w: %v", errs.FailedPrecondition, err)
 		}
 		t.f, t.buf = f, make([]byte, logChunk)
+		if t.lines > 0 {
+			if err := seekLastLines(t.f, t.lines, t.buf); err != nil {
+				return fmt.Errorf("read job output: %w", err)
+			}
+		}
 	}
 	for {
 		n, err := t.f.Read(t.buf)
@@ -124,6 +136,40 @@ func (t *tail) drain(path string) error {
 			return fmt.Errorf("read job output: %w", err)
 		}
 	}
+}
+
+// seekLastLines moves f to the start of its last n lines (n > 0), reading
+// backwards from its end in buf-sized blocks, so that a tail of a large
+// output reads only that tail. A last line without a newline counts as a
+// line; a file of n lines or fewer is read whole.
+func seekLastLines(f *os.File, n int, buf []byte) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	end := fi.Size()
+	pos, start := end, int64(0)
+	found := 0
+	for pos > 0 && start == 0 {
+		size := min(int64(len(buf)), pos)
+		pos -= size
+		if _, err := f.ReadAt(buf[:size], pos); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		for i := size - 1; i >= 0; i-- {
+			// The file's final newline ends its last line; it does not
+			// start another.
+			if buf[i] != '\n' || pos+i == end-1 {
+				continue
+			}
+			if found++; found == n {
+				start = pos + i + 1
+				break
+			}
+		}
+	}
+	_, err = f.Seek(start, io.SeekStart)
+	return err
 }
 
 func (t *tail) close() {

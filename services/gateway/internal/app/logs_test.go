@@ -2,6 +2,7 @@ package app
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,6 +61,53 @@ func TestJobLogsReadAsOwner(t *testing.T) {
 		got, err := read(c.owner, c.path)
 		if !errors.Is(err, errs.FailedPrecondition) || !strings.Contains(err.Error(), c.want) || got != "" {
 			t.Errorf("%s read as %s: %q, %v; want nothing and FailedPrecondition (%s)", c.what, c.owner, got, err, c.want)
+		}
+	}
+}
+
+// TestTailLines: a tail starts at the file's last n lines, found reading
+// backwards across read blocks (a block of 7 bytes here, so that lines
+// straddle blocks); a last line without a newline counts; a file with
+// fewer lines, or an empty one, is read whole.
+func TestTailLines(t *testing.T) {
+	t.Parallel()
+	var long strings.Builder
+	for i := range 1000 {
+		fmt.Fprintf(&long, "line %04d\n", i)
+	}
+	for _, c := range []struct {
+		what, text string
+		n          int
+		want       string
+	}{
+		{"two of three", "a\nbb\nccc\n", 2, "bb\nccc\n"},
+		{"one", "a\nbb\nccc\n", 1, "ccc\n"},
+		{"more than there are", "a\nbb\nccc\n", 5, "a\nbb\nccc\n"},
+		{"all there are", "a\nbb\nccc\n", 3, "a\nbb\nccc\n"},
+		{"no final newline", "a\nbb\nccc", 1, "ccc"},
+		{"no final newline, two", "a\nbb\nccc", 2, "bb\nccc"},
+		{"empty lines", "a\n\n\n", 2, "\n\n"},
+		{"one line, no newline", "abc", 1, "abc"},
+		{"empty file", "", 3, ""},
+		{"across many blocks", long.String(), 3, "line 0997\nline 0998\nline 0999\n"},
+	} {
+		p := filepath.Join(t.TempDir(), "out")
+		if err := os.WriteFile(p, []byte(c.text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var got strings.Builder
+		tl := &tail{lines: c.n, send: func(b []byte) error { got.Write(b); return nil }}
+		err := tl.drain(p)
+		if err == nil {
+			// Again from where it is, with a block of 7 bytes.
+			got.Reset()
+			if err = seekLastLines(tl.f, c.n, make([]byte, 7)); err == nil {
+				err = tl.drain(p)
+			}
+		}
+		tl.close()
+		if err != nil || got.String() != c.want {
+			t.Errorf("%s: tail -n %d of %q = %q, %v; want %q", c.what, c.n, c.text, got.String(), err, c.want)
 		}
 	}
 }
