@@ -38,12 +38,12 @@ var (
 // and returns an *errs.InvalidError with every problem, or nil.
 //
 // An update may change: display_name, description, labels; the node_count,
-// max_dynamic_node_count and labels of existing pools; add pools; the node
+// max_dynamic_node_count and labels of existing pools; add and remove pools
+// (a removed pool's node sets and partitions must go with it); the node
 // sets, partitions, login node count and prolog/epilog scripts. It may not
 // change: name, network, storage; an existing pool's machine type,
 // accelerators, capacity source, zone or boot disk; the hostname prefix of an
-// existing pool (its node set's id); the login machine type; nor remove a
-// pool. With an empty mask, new is the whole new spec, and a nil storage,
+// existing pool (its node set's id); the login machine type. With an empty mask, new is the whole new spec, and a nil storage,
 // network or orchestrator in it means "unchanged". The result must also pass
 // Validate. old is taken as stored (normalized or not); neither is changed.
 func ValidateUpdate(old, new *loomv1.Cluster, mask []string) error {
@@ -245,7 +245,7 @@ func isGeneratedLayout(c *loomv1.Cluster) bool {
 }
 
 // checkPoolChanges reports changes to existing pools that only a new cluster
-// could make, and removed pools.
+// could make.
 func checkPoolChanges(v *errs.Validator, o, m *loomv1.Cluster) {
 	newPools := map[string]int{}
 	for i, p := range m.GetCompute().GetNodePools() {
@@ -256,7 +256,9 @@ func checkPoolChanges(v *errs.Validator, o, m *loomv1.Cluster) {
 	for _, op := range o.GetCompute().GetNodePools() {
 		i, ok := newPools[op.GetId()]
 		if !ok {
-			v.Add("compute.node_pools", "node pool %q cannot be removed (shrink it to 1 node, or delete and recreate the cluster)", op.GetId())
+			// A removed pool shrinks to nothing (its nodes drain first);
+			// the node sets and partitions over it must go with it, which
+			// validate checks.
 			continue
 		}
 		np := m.GetCompute().GetNodePools()[i]

@@ -40,6 +40,11 @@ func TestValidateUpdateAllowed(t *testing.T) {
 			s.NodeSets = append(s.NodeSets, &loomv1.SlurmNodeSet{Id: "l4", NodePoolId: "l4"})
 			s.Partitions = append(s.Partitions, &loomv1.SlurmPartition{Id: "inference", NodeSetIds: []string{"l4"}})
 		}},
+		{"remove a pool with its node set and partition", nil, func(c C) {
+			c.Compute.NodePools = c.Compute.NodePools[:2]
+			c.Orchestrator.Slurm.NodeSets = c.Orchestrator.Slurm.NodeSets[:2]
+			c.Orchestrator.Slurm.Partitions = c.Orchestrator.Slurm.Partitions[:2]
+		}},
 		{"labels, description, scripts", []string{"labels", "description", "orchestrator.slurm.prolog_scripts"}, func(c C) {
 			c.Labels = map[string]string{"team": "infra"}
 			c.Description = "now with more"
@@ -113,9 +118,9 @@ func TestValidateUpdateRefused(t *testing.T) {
 				`update_mask[3]: unknown or non-updatable field "bogus" (updatable: ` + strings.Join(updatablePaths, ", ") + ")"}},
 		{"name", nil, func(c C) { c.Name = "projects/p/clusters/other" },
 			[]string{`name: cannot be changed after creation (is "projects/p/clusters/base")`}},
-		{"remove a pool", []string{"compute.node_pools"}, func(c C) { c.Compute.NodePools = c.Compute.NodePools[:2] },
-			[]string{`compute.node_pools: node pool "cpu" cannot be removed (shrink it to 1 node, or delete and recreate the cluster)`,
-				`orchestrator.slurm.node_sets[2].node_pool_id: no node pool "cpu"`}},
+		// A pool may go, but not from under its node set.
+		{"remove a pool and keep its node set", []string{"compute.node_pools"}, func(c C) { c.Compute.NodePools = c.Compute.NodePools[:2] },
+			[]string{`orchestrator.slurm.node_sets[2].node_pool_id: no node pool "cpu"`}},
 		{"rename a pool's nodes", nil, func(c C) {
 			c.Orchestrator.Slurm.NodeSets[0].Id = "h200"
 			c.Orchestrator.Slurm.Partitions[0].NodeSetIds = []string{"h200"}

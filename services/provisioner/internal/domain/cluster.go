@@ -3,6 +3,7 @@ package domain
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -147,6 +148,16 @@ func (s *State) UpdateCluster(p Params, cmd *eventsv1.UpdateCluster, now time.Ti
 	}
 	if err := v.Err(); err != nil {
 		return only(failed(op, name, err, err.Error()))
+	}
+
+	// A pool an earlier update removed keeps its id until its last node is
+	// gone: one id cannot be counted both as retiring and as wanted.
+	for _, np := range next.GetCompute().GetNodePools() {
+		if slices.ContainsFunc(c.Retired, func(r *loomv1.NodePool) bool { return r.GetId() == np.GetId() }) {
+			return only(failed(op, name, errs.FailedPrecondition, fmt.Sprintf(
+				"node pool %q of cluster %s is still being removed (its nodes drain, then go); add it back once they are gone (loom nodes list --cluster %s)",
+				np.GetId(), name, name[strings.LastIndexByte(name, '/')+1:])))
+		}
 	}
 
 	rec := c.clone()

@@ -63,6 +63,9 @@ func (e *edit) refresh(name string) {
 	var pools []*loomv1.NodePoolStatus
 	for _, id := range order {
 		c := counts[id]
+		if c.target == 0 && c.live()+c.draining+c.deleting+c.failed == 0 {
+			continue // a removed pool whose last node just went
+		}
 		total += c.target
 		ready += c.ready
 		failed += c.failed
