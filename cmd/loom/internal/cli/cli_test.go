@@ -338,6 +338,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"clusters", "get"}, "give the cluster name"},
 		{[]string{"clusters", "create"}, "-f FILE"},
 		{[]string{"jobs", "logs"}, "give the job id"},
+		{[]string{"clusters", "resize", "demo", "gpu", "0"}, "a node pool keeps at least 1 node; to remove pool gpu, update the cluster without it"},
 		{[]string{"jobs", "logs", "7", "-n", "-2"}, "--tail must not be negative, got -2"},
 		{[]string{"clusters", "list", "-o", "yaml"}, "--output must be table or json"},
 		{[]string{"clusters", "list", "--project", "a/b"}, "--project must be a project id"},

@@ -151,7 +151,10 @@ their capacity. Returns when the pool is at its new size, or at once with
 		RunE: func(cmd *cobra.Command, args []string) error {
 			n, err := strconv.Atoi(args[2])
 			if err != nil || n < 0 || n > math.MaxInt32 {
-				return usagef("N must be a node count (a whole number, at least 0), got %q", args[2])
+				return usagef("N must be a node count (a whole number, at least 1), got %q", args[2])
+			}
+			if n == 0 {
+				return usagef("a node pool keeps at least 1 node; to remove pool %s, update the cluster without it (and its node sets and partitions): `loom clusters update %s -f FILE`", args[1], args[0])
 			}
 			secs, err := grace.seconds()
 			if err != nil {
