@@ -267,7 +267,12 @@ func (a *app) followCustomJob(ctx context.Context, name string, progress io.Writ
 				return nil
 			}
 			id := shortName(name)
-			return fmt.Errorf("custom job %s ended %s; see its output with `loom jobs logs %s`", id, describeCustomJob(j), id)
+			what := describeCustomJob(j)
+			if strings.Contains(what, "loom jobs logs") {
+				// The service's message already says where the output is.
+				return fmt.Errorf("custom job %s ended %s", id, what)
+			}
+			return fmt.Errorf("custom job %s ended %s; see its output with `loom jobs logs %s`", id, what, id)
 		})
 }
 

@@ -132,6 +132,16 @@ func TestCustomJobFailures(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "custom job 1 ended FAILED: replica workerpool1-2 exited 3; see its output with `loom jobs logs 1`") {
 		t.Errorf("failed job: exit %d: %s", code, errOut)
 	}
+	// A message that already says where the output is is not told twice.
+	name3 := trainingParent + "/customJobs/2"
+	tr.Progress[name3] = []proto.Message{customJob(t, name3, trainingv1.JobState_JOB_STATE_FAILED, func(j *trainingv1.CustomJob) {
+		j.Error = &trainingv1.Status{Code: 13, Message: "a replica exited with code 1; see the job's output (loom jobs logs 2)"}
+	})}
+	_, errOut, code = run(t, gw, "jobs", "custom", "create", "-f", writeFile(t, "job.json", vertexJobFile), "--wait")
+	if code != 1 || !strings.Contains(errOut, "custom job 2 ended FAILED: a replica exited with code 1; see the job's output (loom jobs logs 2)\n") ||
+		strings.Count(errOut, "loom jobs logs") != 1 {
+		t.Errorf("failed job whose message names its output: exit %d: %q", code, errOut)
+	}
 	bad := strings.Replace(vertexJobFile, `"replicaCount": "3"`, `"replicaCount": "300"`, 1)
 	bad = strings.Replace(bad, `"a3-highgpu-8g"`, `"a3-highgpu-8gx"`, 1)
 	_, errOut, code = run(t, gw, "jobs", "custom", "create", "-f", writeFile(t, "job.json", bad))
