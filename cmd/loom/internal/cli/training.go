@@ -900,13 +900,20 @@ func paramRange(p *trainingv1.StudySpec_ParameterSpec) (string, string) {
 	return "", ""
 }
 
-// renderTrials lists trials by id, the best marked "*".
+// trialStateWidth bounds the STATE column of the trials table: an
+// INFEASIBLE trial's reason can run to hundreds of characters, and one such
+// row would push every other column off the screen.
+const trialStateWidth = 60
+
+// renderTrials lists trials by id, the best marked "*"; a state cut short
+// for the table is said under it.
 func renderTrials(w io.Writer, j *trainingv1.HyperparameterTuningJob) error {
 	metric, _ := primaryMetric(j)
 	best := bestTrial(j)
 	trials := append([]*trainingv1.Trial(nil), j.GetTrials()...)
 	sort.SliceStable(trials, func(x, y int) bool { return trialOrder(trials[x]) < trialOrder(trials[y]) })
 	tw := newTable(w)
+	clipped := false
 	row(tw, "TRIAL", "STATE", strings.ToUpper(metric), "STEPS", "PARAMETERS", "CUSTOM JOB")
 	for _, t := range trials {
 		id := t.GetId()
@@ -923,9 +930,20 @@ func renderTrials(w io.Writer, j *trainingv1.HyperparameterTuningJob) error {
 		} else if t.GetFinalMeasurement() != nil {
 			steps = strconv.FormatInt(t.GetFinalMeasurement().GetStepCount(), 10)
 		}
-		row(tw, id, trialStateText(t), val, steps, trialParams(t), shortName(t.GetCustomJob()))
+		state := trialStateText(t)
+		if cell := cellText(state, trialStateWidth); cell != state {
+			state, clipped = cell, true
+		}
+		row(tw, id, state, val, steps, trialParams(t), shortName(t.GetCustomJob()))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if clipped {
+		_, err := fmt.Fprintf(w, "Reasons are cut short above; `loom hptuning trials %s -o json` has them whole.\n", shortName(j.GetName()))
+		return err
+	}
+	return nil
 }
 
 // ---- loom pipelines ----

@@ -381,3 +381,27 @@ func TestTrainingUnavailable(t *testing.T) {
 		t.Errorf("exit %d: %s", code, errOut)
 	}
 }
+
+// TestTrialsTableKeepsItsWidth: an INFEASIBLE trial's long reason is cut
+// short in the table (which says so and where the whole is), so the other
+// columns stay on the screen; a table with no long state says nothing.
+func TestTrialsTableKeepsItsWidth(t *testing.T) {
+	t.Parallel()
+	name := trainingParent + "/hyperparameterTuningJobs/29"
+	bad := trial("2", trainingv1.Trial_INFEASIBLE, 0, 0.3)
+	bad.InfeasibleReason = "its custom job ended JOB_STATE_CANCELLED: its tuning job " + name + " is ending: cancelled by users/root"
+	var b strings.Builder
+	if err := renderTrials(&b, tuningJob(t, name, trainingv1.JobState_JOB_STATE_CANCELLED, trial("1", trainingv1.Trial_SUCCEEDED, 0.5, 0.01), bad)); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, b.String(), `
+TRIAL  STATE                                                         VAL_LOSS  STEPS  PARAMETERS                        CUSTOM JOB
+1 *    SUCCEEDED                                                     0.5       10     learning_rate=0.01 batch_size=64  1
+2      INFEASIBLE: its custom job ended JOB_STATE_CANCELLED: its t…  -         -      learning_rate=0.3 batch_size=64   2
+Reasons are cut short above; `+"`loom hptuning trials 29 -o json`"+` has them whole.
+`)
+	b.Reset()
+	if err := renderTrials(&b, tuningJob(t, name, trainingv1.JobState_JOB_STATE_SUCCEEDED, trial("1", trainingv1.Trial_SUCCEEDED, 0.5, 0.01))); err != nil || strings.Contains(b.String(), "cut short") {
+		t.Fatalf("a table without long states: %q, %v", b.String(), err)
+	}
+}
