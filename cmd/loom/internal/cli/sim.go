@@ -26,7 +26,8 @@ and compare policies: utilisation, mean and p95 wait, mean job completion
 time, bounded slowdown and fairness across accounts.
 
 Traces: the Alibaba GPU trace (a pod list, or its directory; the node list
-beside it), the Philly sample (JSON) and SWF logs (.swf or .swf.gz). Policies:
+beside it), the Philly sample (JSON) and SWF logs (.swf or .swf.gz); a
+directory stands for the one trace it holds. Policies:
 fifo (strict first come, first served), easy (FCFS with EASY backfill), loom
 (the default multifactor policy with backfill), or all of them side by side.
 Nothing is started: the command needs no running Loom.`,
@@ -86,7 +87,7 @@ Nothing is started: the command needs no running Loom.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.Trace, "trace", "", "trace file (Alibaba pod list or its directory, Philly JSON, SWF log)")
+	f.StringVar(&cfg.Trace, "trace", "", "trace file (Alibaba pod list, Philly JSON, SWF log), or a directory holding one")
 	f.StringVar(&cfg.Format, "format", "", "trace format: "+strings.Join(scheduler.SimFormats, ", ")+" (default: from the file name)")
 	f.StringVar(&policy, "policy", "all", "policy: "+strings.Join(scheduler.SimPolicies, ", ")+" or all")
 	f.IntVar(&cfg.Limit, "limit", 0, "replay only the first N jobs in submission order (0: all)")

@@ -150,9 +150,15 @@ func (o Options) validate() error {
 }
 
 // Load reads the trace at path in format ("" guesses it from the path: a
-// .swf or .swf.gz file is swf, a .json file philly, a .csv file or a
-// directory alibaba).
+// .swf or .swf.gz file is swf, a .json file philly, a .csv file alibaba).
+// A directory stands for the trace in it (traceIn): Alibaba's, when it
+// holds its pod list, else its one .json, .swf or .swf.gz file.
 func Load(path, format string, opts Options) (*Trace, error) {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		if path, format, err = traceIn(path, format); err != nil {
+			return nil, err
+		}
+	}
 	if format == "" {
 		format = Guess(path)
 		if format == "" {
@@ -168,6 +174,37 @@ func Load(path, format string, opts Options) (*Trace, error) {
 		return LoadSWF(path, opts)
 	}
 	return nil, fmt.Errorf("unknown trace format %q: want one of %s", format, strings.Join(Formats, ", "))
+}
+
+// traceIn finds the trace a directory holds, in format ("": any): the
+// directory itself for Alibaba's (LoadAlibaba reads its pod and node
+// lists), else its one file whose name says philly or swf. None, or more
+// than one, is an error that says what to give instead.
+func traceIn(dir, format string) (string, string, error) {
+	if format == "" || format == "alibaba" {
+		if _, err := os.Stat(filepath.Join(dir, AlibabaPodList)); err == nil || format == "alibaba" {
+			return dir, "alibaba", nil
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return "", "", fmt.Errorf("trace directory: %w", err)
+	}
+	var found []string
+	for _, e := range entries {
+		g := Guess(e.Name())
+		if e.IsDir() || g == "" || g == "alibaba" || (format != "" && g != format) {
+			continue
+		}
+		found = append(found, e.Name())
+	}
+	switch len(found) {
+	case 0:
+		return "", "", fmt.Errorf("%s holds no trace: want Alibaba's %s, or a Philly .json or an SWF .swf/.swf.gz file", dir, AlibabaPodList)
+	case 1:
+		return filepath.Join(dir, found[0]), Guess(found[0]), nil
+	}
+	return "", "", fmt.Errorf("%s holds %d traces (%s): name one with --trace %s", dir, len(found), strings.Join(found, ", "), filepath.Join(dir, found[0]))
 }
 
 // Guess returns the format a path's name suggests, or "".

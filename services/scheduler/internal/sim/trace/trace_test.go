@@ -216,6 +216,48 @@ func TestLoadErrors(t *testing.T) {
 	}
 }
 
+// TestTraceInDirectory: a directory stands for the trace it holds:
+// Alibaba's pod list first, else its one Philly or SWF file (of the format
+// asked for, when one is); none or several say what to give instead.
+func TestTraceInDirectory(t *testing.T) {
+	t.Parallel()
+	mk := func(files ...string) string {
+		dir := t.TempDir()
+		for _, f := range files {
+			if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dir
+	}
+	ali := mk(AlibabaPodList, AlibabaNodeList, "README.md")
+	philly := mk("README.md", "philly_jobs.json")
+	swf := mk("a.swf.gz", "b.swf")
+	mixed := mk("jobs.json", "log.swf")
+	for _, c := range []struct {
+		dir, format, wantPath, wantFormat, wantErr string
+	}{
+		{ali, "", ali, "alibaba", ""},
+		{philly, "", filepath.Join(philly, "philly_jobs.json"), "philly", ""},
+		{philly, "philly", filepath.Join(philly, "philly_jobs.json"), "philly", ""},
+		{mixed, "swf", filepath.Join(mixed, "log.swf"), "swf", ""},
+		{swf, "", "", "", "holds 2 traces (a.swf.gz, b.swf): name one with --trace " + filepath.Join(swf, "a.swf.gz")},
+		{mk("notes.txt"), "", "", "", "holds no trace: want Alibaba's " + AlibabaPodList},
+		{philly, "swf", "", "", "holds no trace"},
+	} {
+		path, format, err := traceIn(c.dir, c.format)
+		if c.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("traceIn(%s, %q) = %q, %q, %v; want an error with %q", c.dir, c.format, path, format, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil || path != c.wantPath || format != c.wantFormat {
+			t.Errorf("traceIn(%s, %q) = %q, %q, %v; want %q, %q", c.dir, c.format, path, format, err, c.wantPath, c.wantFormat)
+		}
+	}
+}
+
 func TestSplit(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
