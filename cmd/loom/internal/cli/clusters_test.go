@@ -377,7 +377,8 @@ us-central1-a  a3-ultragpu-8g  SPOT         -            64     2       62
 		code int
 		want string
 	}{
-		{[]string{"reservations", "delete", "r1"}, 1, "delete reservation r1: FailedPrecondition: reservation r1 is in use by cluster a3u"},
+		// The kind is said once, before the message, not again after it.
+		{[]string{"reservations", "delete", "r1"}, 1, "delete reservation r1: FailedPrecondition: reservation r1 is in use by cluster a3u\n"},
 		{[]string{"reservations", "get", "r9"}, 1, "not found (see `loom reservations list`)"},
 		{[]string{"reservations", "create", "r2", "--count", "2"}, 2, "--zone and --machine-type are required"},
 		{[]string{"reservations", "create", "r2", "--zone", "z", "--machine-type", "m"}, 2, "--count must be at least 1"},

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -361,8 +362,18 @@ func (a *app) explainMsg(what string, err error) error {
 	case codes.PermissionDenied:
 		return fmt.Errorf("%s: permission denied: %s", what, msg)
 	}
+	// The services end a message with its kind's text ("...; delete those
+	// clusters first: failed precondition", libs/errs); the code is said
+	// before it already.
+	if kind := strings.ToLower(codeWords.ReplaceAllString(st.Code().String(), "$1 $2")); strings.HasSuffix(msg, ": "+kind) {
+		msg = strings.TrimSuffix(msg, ": "+kind)
+	}
 	return fmt.Errorf("%s: %s: %s", what, st.Code(), msg)
 }
+
+// codeWords splits a gRPC code's name into words: FailedPrecondition →
+// "Failed Precondition", as libs/errs words its kinds.
+var codeWords = regexp.MustCompile(`([a-z])([A-Z])`)
 
 // unreachable says whether an Unavailable message is about this client not
 // reaching the gateway (rather than the gateway not reaching a service).

@@ -902,7 +902,8 @@ func (g *Gateway) DeleteReservation(_ context.Context, r *loomv1.DeleteReservati
 	defer g.lock(r)()
 	for _, res := range g.Reservations {
 		if res.GetName() == r.GetName() && len(res.GetConsumers()) > 0 {
-			return nil, status.Errorf(codes.FailedPrecondition, "reservation %s is in use by cluster %s",
+			// As the gateway's kinds read (libs/errs: the kind's text last).
+			return nil, status.Errorf(codes.FailedPrecondition, "reservation %s is in use by cluster %s: failed precondition",
 				shortName(res.GetName()), shortName(res.GetConsumers()[0]))
 		}
 	}
