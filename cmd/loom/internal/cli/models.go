@@ -230,7 +230,7 @@ func (a *app) modelsUpload() *cobra.Command {
 }
 
 func (a *app) modelsAlias() *cobra.Command {
-	return &cobra.Command{
+	c := &cobra.Command{
 		Use:   "alias MODEL@VERSION ALIAS... ",
 		Short: "Give a version aliases (moving them from other versions); -ALIAS removes one",
 		Long: "Gives MODEL@VERSION each ALIAS, taking it from the version that held it, and removes each -ALIAS.\n" +
@@ -251,10 +251,19 @@ func (a *app) modelsAlias() *cobra.Command {
 			if a.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), m)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "Version %s of %s now has aliases: %s\n", m.GetVersionId(), modelID(m.GetName()), joinOr(m.GetVersionAliases(), "(none)"))
+			model, _, _ := strings.Cut(modelID(m.GetName()), "@")
+			fmt.Fprintf(cmd.OutOrStdout(), "Version %s of %s now has aliases: %s\n", m.GetVersionId(), model, joinOr(m.GetVersionAliases(), "(none)"))
 			return nil
 		},
 	}
+	// "-canary" reads as flags to the parser: say how to remove an alias.
+	c.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		if strings.HasPrefix(err.Error(), "unknown") {
+			return usagef("%v: to remove an alias, put -- before it: `loom models alias MODEL@VERSION -- -ALIAS`", err)
+		}
+		return usagef("%v (see %q)", err, cmd.CommandPath()+" --help")
+	})
+	return c
 }
 
 func (a *app) modelsExport() *cobra.Command {

@@ -217,11 +217,16 @@ func TestModelsCommands(t *testing.T) {
 	}
 
 	out, _, code = run(t, gw, "models", "alias", "tiny@2", "default", "--", "-canary")
-	if code != 0 || out != "Version 2 of tiny@2 now has aliases: default\n" {
+	if code != 0 || out != "Version 2 of tiny now has aliases: default\n" {
 		t.Errorf("alias: %d %q", code, out)
 	}
 	if r := f.last().(*loomv1.MergeVersionAliasesRequest); strings.Join(r.GetVersionAliases(), " ") != "default -canary" {
 		t.Errorf("alias sent %v", r)
+	}
+	// Without the --, the parser takes -canary for flags: say what to do.
+	if _, errOut, code := run(t, gw, "models", "alias", "tiny@2", "-canary"); code != 2 ||
+		!strings.Contains(errOut, "unknown shorthand flag: 'c' in -canary: to remove an alias, put -- before it: `loom models alias MODEL@VERSION -- -ALIAS`") {
+		t.Errorf("alias -canary without --: %d %q", code, errOut)
 	}
 
 	// export waits on its operation, showing its progress.
