@@ -62,16 +62,18 @@ func (a *app) clustersUpdateCommand() *cobra.Command {
 	var grace drainGraceFlag
 	cmd := &cobra.Command{
 		Use:   "update NAME -f FILE [--drain-grace 5m]",
-		Short: "Change a cluster to match a file: pool sizes, new pools, node sets, partitions",
+		Short: "Change a cluster to match a file: pool sizes, pools added or removed, node sets, partitions",
 		Long: `Change a running cluster to match the spec in FILE (the same JSON as for
 create; "name" may be left out). The updatable fields that differ between the
 file and the cluster are sent, and only they: display_name, description,
-labels, compute.node_pools (grow, shrink, add), orchestrator.slurm (login
-nodes, node sets, partitions, prolog and epilog scripts). Network and storage
-are fixed at creation.
+labels, compute.node_pools (grow, shrink, add, remove), orchestrator.slurm
+(login nodes, node sets, partitions, prolog and epilog scripts). Network and
+storage are fixed at creation.
 
 Shrinking a pool drains its highest-numbered nodes first: they take no new
-jobs, and jobs still on them after --drain-grace are requeued. The command
+jobs, and jobs still on them after --drain-grace are requeued. A pool left
+out of the file is removed the same way, all its nodes drained; its node sets
+and partitions must be left out with it. The command
 shows progress and returns when the update ends, or at once with --async.
 "loom clusters get NAME -o json" gives a file to start from.`,
 		Args: exactArgs(1, "the cluster name and -f FILE, e.g. `loom clusters update demo -f demo.json`"),
