@@ -80,26 +80,14 @@ them when Loom stops instead.`,
 			// The node agents register their /metrics ports here for
 			// Prometheus' file-based discovery (docs/observability.md).
 			var agentEnv []string
-			sdDir := metricsSD
-			switch sdDir {
-			case "off":
-				sdDir = ""
-			case "":
-				sdDir = filepath.Join(abs, "metrics-sd")
-			}
+			sdDir := underDataDir(metricsSD, abs, "metrics-sd")
 			if sdDir != "" {
 				agentEnv = append(agentEnv, "LOOM_METRICS_SD_DIR="+sdDir)
 			}
 			// On one's own machine a model exported to a local directory
 			// is the common case; the registry still confines such
 			// exports to one directory (docs/registry.md "Export").
-			expDir := exportRoot
-			switch expDir {
-			case "off":
-				expDir = ""
-			case "":
-				expDir = filepath.Join(abs, "exports")
-			}
+			expDir := underDataDir(exportRoot, abs, "exports")
 			if expDir != "" {
 				if expDir, err = filepath.Abs(expDir); err != nil {
 					return fmt.Errorf("--export-root: %w", err)
@@ -221,6 +209,19 @@ func (a *app) saveAdminKey(st *stack.Stack, out io.Writer) error {
 		"loom commands on this machine use it. The key is also in %s; `loom auth keys create` makes keys for others.\n",
 		st.Admin, store.Path(), st.GatewayAddr, st.Keys.Admin)
 	return nil
+}
+
+// underDataDir reads a directory flag of `loom up`: "" is its default,
+// name under the data directory; "off" is none (""); anything else is
+// itself.
+func underDataDir(flag, dataDir, name string) string {
+	switch flag {
+	case "off":
+		return ""
+	case "":
+		return filepath.Join(dataDir, name)
+	}
+	return flag
 }
 
 // startUpAuthd runs `loom up`'s login daemon on socket (default <data

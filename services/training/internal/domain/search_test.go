@@ -14,25 +14,38 @@ import (
 // These tests replace the search's decisions (not parallel: they set the
 // package's hooks, which the parallel tests run after).
 
+// stopTrialOneAtStep2 makes the search stop trial 1 once it has two
+// measurements, and returns what puts the search back.
+func stopTrialOneAtStep2() func() {
+	saved := shouldStop
+	shouldStop = func(_ *hpo.Searcher, trials []*trainingv1.Trial, i int) (bool, string) {
+		return trials[i].GetId() == "1" && len(trials[i].GetMeasurements()) >= 2, "below the median at step 2"
+	}
+	return func() { shouldStop = saved }
+}
+
+// runningTrial creates the tuning job spec in s and runs its first trial's
+// job, returning the job's name and what reports its val_loss at a step.
+func runningTrial(t *testing.T, s *State, spec *eventsv1.CreateHyperparameterTuningJob) (Name, func(step int64, v float64) *eventsv1.MetricsReported) {
+	t.Helper()
+	feed(t, s, spec)
+	tr := active(tuningOf(t, s, tunName))[0]
+	n, _ := ParseName(tr.GetCustomJob(), CustomJobs)
+	feed(t, s, clusterIs(n.EphemeralCluster(), loomv1.Cluster_RUNNING))
+	feed(t, s, jobIs(n.Job(), loomv1.JobState_RUNNING))
+	return n, func(step int64, v float64) *eventsv1.MetricsReported {
+		return &eventsv1.MetricsReported{Job: n.Job(), Node: "n-0001", Points: []*eventsv1.MetricsReported_Point{{Step: step, Values: map[string]float64{"val_loss": v}}}}
+	}
+}
+
 // TestEarlyStopStopsTheTrial: when the search stops a trial on a
 // measurement, its job is cancelled as its owner and the trial ends
 // SUCCEEDED, early_stopped, with its last measurement; a node that does not
 // run the trial cannot report for it.
 func TestEarlyStopStopsTheTrial(t *testing.T) {
-	defer func(f func(*hpo.Searcher, []*trainingv1.Trial, int) (bool, string)) { shouldStop = f }(shouldStop)
-	shouldStop = func(_ *hpo.Searcher, trials []*trainingv1.Trial, i int) (bool, string) {
-		ms := trials[i].GetMeasurements()
-		return trials[i].GetId() == "1" && len(ms) >= 2, "below the median at step 2"
-	}
+	defer stopTrialOneAtStep2()()
 	s := NewState()
-	feed(t, s, tuningJob(tunName, 2, 1, 0))
-	tr := active(tuningOf(t, s, tunName))[0]
-	n, _ := ParseName(tr.GetCustomJob(), CustomJobs)
-	feed(t, s, clusterIs(n.EphemeralCluster(), loomv1.Cluster_RUNNING))
-	feed(t, s, jobIs(n.Job(), loomv1.JobState_RUNNING))
-	point := func(step int64, v float64) *eventsv1.MetricsReported {
-		return &eventsv1.MetricsReported{Job: n.Job(), Node: "n-0001", Points: []*eventsv1.MetricsReported_Point{{Step: step, Values: map[string]float64{"val_loss": v}}}}
-	}
+	n, point := runningTrial(t, s, tuningJob(tunName, 2, 1, 0))
 	if c, err := s.Handle(t0, Input{Payload: point(1, 5), Signer: "nodes/projects/p/clusters/x/nodes/other-0001"}); c != nil || !errors.Is(err, ErrIgnored) {
 		t.Fatalf("a stranger node's metrics: %v %v", c, err)
 	}
@@ -70,21 +83,11 @@ func TestEarlyStopStopsTheTrial(t *testing.T) {
 // early-stopped, judged by the study's measurement selection, so that the
 // search learns from it.
 func TestStopTooLateIsACompleteTrial(t *testing.T) {
-	defer func(f func(*hpo.Searcher, []*trainingv1.Trial, int) (bool, string)) { shouldStop = f }(shouldStop)
-	shouldStop = func(_ *hpo.Searcher, trials []*trainingv1.Trial, i int) (bool, string) {
-		return trials[i].GetId() == "1" && len(trials[i].GetMeasurements()) >= 2, "below the median at step 2"
-	}
+	defer stopTrialOneAtStep2()()
 	s := NewState()
 	spec := tuningJob(tunName, 2, 1, 0)
 	spec.GetTuningJob().GetStudySpec().MeasurementSelectionType = trainingv1.StudySpec_BEST_MEASUREMENT
-	feed(t, s, spec)
-	tr := active(tuningOf(t, s, tunName))[0]
-	n, _ := ParseName(tr.GetCustomJob(), CustomJobs)
-	feed(t, s, clusterIs(n.EphemeralCluster(), loomv1.Cluster_RUNNING))
-	feed(t, s, jobIs(n.Job(), loomv1.JobState_RUNNING))
-	point := func(step int64, v float64) *eventsv1.MetricsReported {
-		return &eventsv1.MetricsReported{Job: n.Job(), Node: "n-0001", Points: []*eventsv1.MetricsReported_Point{{Step: step, Values: map[string]float64{"val_loss": v}}}}
-	}
+	n, point := runningTrial(t, s, spec)
 	feed(t, s, point(1, 5))
 	feed(t, s, point(2, 2))
 	if got := tuningOf(t, s, tunName).GetTrials()[0]; got.GetState() != trainingv1.Trial_STOPPING || !got.GetEarlyStopped() {
