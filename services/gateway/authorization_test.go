@@ -433,6 +433,10 @@ func matrixRows(opName string) []matrixRow {
 			_, err := hs(c).ListHealthResults(ctx, &loomv1.ListHealthResultsRequest{Cluster: cluster1, Check: "disk"})
 			return err
 		}), get("/v1/" + cluster1 + "/healthResults?check=disk"), viewerRow},
+		{"GetHealthScan", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := hs(c).GetHealthScan(ctx, &loomv1.GetHealthScanRequest{Cluster: cluster1, ScanId: "s1"})
+			return err
+		}), get("/v1/" + cluster1 + "/healthScans/s1"), viewerRow},
 		{"GetHealthPolicy", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
 			_, err := hs(c).GetHealthPolicy(ctx, &loomv1.GetHealthPolicyRequest{Cluster: cluster1})
 			return err

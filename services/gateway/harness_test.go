@@ -200,6 +200,15 @@ func (f fakeHealth) GetHealthPolicy(_ context.Context, r *loomv1.GetHealthPolicy
 	return &loomv1.HealthPolicy{Cluster: r.GetCluster(), Remediation: "dry-run", MaxRemediatingNodes: 1}, nil
 }
 
+// GetHealthScan answers scan s1 of any cluster, done; any other is
+// NotFound, as health's.
+func (f fakeHealth) GetHealthScan(_ context.Context, r *loomv1.GetHealthScanRequest) (*loomv1.HealthScan, error) {
+	if r.GetScanId() != "s1" {
+		return nil, status.Errorf(codes.NotFound, "scan %s of %s: not found", r.GetScanId(), r.GetCluster())
+	}
+	return &loomv1.HealthScan{Cluster: r.GetCluster(), ScanId: "s1", Done: true, Checks: 2, Answered: 2, Passed: 2}, nil
+}
+
 func (f fakeHealth) ListHealthResults(_ context.Context, r *loomv1.ListHealthResultsRequest) (*loomv1.ListHealthResultsResponse, error) {
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()

@@ -309,6 +309,21 @@ func TestHealthReads(t *testing.T) {
 	}
 	_, err = hs.ListHealthResults(ctx, &loomv1.ListHealthResultsRequest{Cluster: cluster1, Check: "a/b"})
 	wantCode(t, "a check name with a slash", err, codes.InvalidArgument, "check")
+	// A scan's progress: health's answer; a scan it does not have is
+	// NotFound, and so is one of a cluster that does not exist, saying
+	// it is the cluster; no scan id is refused. Over REST too.
+	if sc, err := hs.GetHealthScan(ctx, &loomv1.GetHealthScanRequest{Cluster: cluster1, ScanId: "s1"}); err != nil || !sc.GetDone() || sc.GetPassed() != 2 {
+		t.Fatalf("GetHealthScan: %v %v", sc, err)
+	}
+	_, err = hs.GetHealthScan(ctx, &loomv1.GetHealthScanRequest{Cluster: cluster1, ScanId: "s9"})
+	wantCode(t, "a scan health does not have", err, codes.NotFound, "scan s9")
+	_, err = hs.GetHealthScan(ctx, &loomv1.GetHealthScanRequest{Cluster: nope, ScanId: "s9"})
+	wantCode(t, "a scan of no cluster", err, codes.NotFound, "cluster "+nope)
+	_, err = hs.GetHealthScan(ctx, &loomv1.GetHealthScanRequest{Cluster: cluster1})
+	wantCode(t, "no scan id", err, codes.InvalidArgument, "scan_id")
+	if code, body := h.rest(t, ctx, "GET", "/v1/"+cluster1+"/healthScans/s1", ""); code != http.StatusOK || !strings.Contains(body, `"done":true`) {
+		t.Errorf("GET healthScans/s1: HTTP %d %s", code, body)
+	}
 	// The policy: a viewer reads it; a cluster that does not exist is
 	// NotFound (health answers for any name); a bad name is refused.
 	if p, err := hs.GetHealthPolicy(ctx, &loomv1.GetHealthPolicyRequest{Cluster: cluster1}); err != nil || p.GetRemediation() != "dry-run" {

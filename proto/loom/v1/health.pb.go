@@ -1197,6 +1197,216 @@ func (x *ScanNodesResponse) GetSkippedBusy() []string {
 	return nil
 }
 
+type GetHealthScanRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	ScanId        string                 `protobuf:"bytes,2,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetHealthScanRequest) Reset() {
+	*x = GetHealthScanRequest{}
+	mi := &file_loom_v1_health_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetHealthScanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetHealthScanRequest) ProtoMessage() {}
+
+func (x *GetHealthScanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_health_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetHealthScanRequest.ProtoReflect.Descriptor instead.
+func (*GetHealthScanRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *GetHealthScanRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *GetHealthScanRequest) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+// HealthScan is one scan's progress.
+type HealthScan struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	ScanId  string                 `protobuf:"bytes,2,opt,name=scan_id,json=scanId,proto3" json:"scan_id,omitempty"`
+	// trigger is what started it: scan (a person) or schedule.
+	Trigger string `protobuf:"bytes,3,opt,name=trigger,proto3" json:"trigger,omitempty"`
+	// level is its diagnostic level (gpu_diag).
+	Level     int32                  `protobuf:"varint,4,opt,name=level,proto3" json:"level,omitempty"`
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// done: every check it sent has answered (or timed out: CHECK_ERROR),
+	// the bisections of failed all-reduce rings included.
+	Done bool `protobuf:"varint,6,opt,name=done,proto3" json:"done,omitempty"`
+	// answered counts its stored results (what ListHealthResults with its
+	// scan_id lists: nodes skipped and health's own verdicts included),
+	// which the outcomes split; checks is answered plus the checks still
+	// out on nodes.
+	Checks   int32 `protobuf:"varint,7,opt,name=checks,proto3" json:"checks,omitempty"`
+	Answered int32 `protobuf:"varint,8,opt,name=answered,proto3" json:"answered,omitempty"`
+	Passed   int32 `protobuf:"varint,9,opt,name=passed,proto3" json:"passed,omitempty"`
+	Warned   int32 `protobuf:"varint,10,opt,name=warned,proto3" json:"warned,omitempty"`
+	Failed   int32 `protobuf:"varint,11,opt,name=failed,proto3" json:"failed,omitempty"`
+	Skipped  int32 `protobuf:"varint,12,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	Errored  int32 `protobuf:"varint,13,opt,name=errored,proto3" json:"errored,omitempty"`
+	// hostnames are the nodes it checks, sorted.
+	Hostnames     []string `protobuf:"bytes,14,rep,name=hostnames,proto3" json:"hostnames,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HealthScan) Reset() {
+	*x = HealthScan{}
+	mi := &file_loom_v1_health_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthScan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthScan) ProtoMessage() {}
+
+func (x *HealthScan) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_health_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthScan.ProtoReflect.Descriptor instead.
+func (*HealthScan) Descriptor() ([]byte, []int) {
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *HealthScan) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *HealthScan) GetScanId() string {
+	if x != nil {
+		return x.ScanId
+	}
+	return ""
+}
+
+func (x *HealthScan) GetTrigger() string {
+	if x != nil {
+		return x.Trigger
+	}
+	return ""
+}
+
+func (x *HealthScan) GetLevel() int32 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
+}
+
+func (x *HealthScan) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *HealthScan) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *HealthScan) GetChecks() int32 {
+	if x != nil {
+		return x.Checks
+	}
+	return 0
+}
+
+func (x *HealthScan) GetAnswered() int32 {
+	if x != nil {
+		return x.Answered
+	}
+	return 0
+}
+
+func (x *HealthScan) GetPassed() int32 {
+	if x != nil {
+		return x.Passed
+	}
+	return 0
+}
+
+func (x *HealthScan) GetWarned() int32 {
+	if x != nil {
+		return x.Warned
+	}
+	return 0
+}
+
+func (x *HealthScan) GetFailed() int32 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *HealthScan) GetSkipped() int32 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
+func (x *HealthScan) GetErrored() int32 {
+	if x != nil {
+		return x.Errored
+	}
+	return 0
+}
+
+func (x *HealthScan) GetHostnames() []string {
+	if x != nil {
+		return x.Hostnames
+	}
+	return nil
+}
+
 type ListHealthResultsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
@@ -1211,7 +1421,7 @@ type ListHealthResultsRequest struct {
 
 func (x *ListHealthResultsRequest) Reset() {
 	*x = ListHealthResultsRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[7]
+	mi := &file_loom_v1_health_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1223,7 +1433,7 @@ func (x *ListHealthResultsRequest) String() string {
 func (*ListHealthResultsRequest) ProtoMessage() {}
 
 func (x *ListHealthResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[7]
+	mi := &file_loom_v1_health_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1236,7 +1446,7 @@ func (x *ListHealthResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHealthResultsRequest.ProtoReflect.Descriptor instead.
 func (*ListHealthResultsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{7}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListHealthResultsRequest) GetCluster() string {
@@ -1291,7 +1501,7 @@ type ListHealthResultsResponse struct {
 
 func (x *ListHealthResultsResponse) Reset() {
 	*x = ListHealthResultsResponse{}
-	mi := &file_loom_v1_health_proto_msgTypes[8]
+	mi := &file_loom_v1_health_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1303,7 +1513,7 @@ func (x *ListHealthResultsResponse) String() string {
 func (*ListHealthResultsResponse) ProtoMessage() {}
 
 func (x *ListHealthResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[8]
+	mi := &file_loom_v1_health_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1316,7 +1526,7 @@ func (x *ListHealthResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHealthResultsResponse.ProtoReflect.Descriptor instead.
 func (*ListHealthResultsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{8}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListHealthResultsResponse) GetResults() []*HealthCheckResult {
@@ -1347,7 +1557,7 @@ type ListNodeHealthRequest struct {
 
 func (x *ListNodeHealthRequest) Reset() {
 	*x = ListNodeHealthRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[9]
+	mi := &file_loom_v1_health_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1359,7 +1569,7 @@ func (x *ListNodeHealthRequest) String() string {
 func (*ListNodeHealthRequest) ProtoMessage() {}
 
 func (x *ListNodeHealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[9]
+	mi := &file_loom_v1_health_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1372,7 +1582,7 @@ func (x *ListNodeHealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodeHealthRequest.ProtoReflect.Descriptor instead.
 func (*ListNodeHealthRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{9}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListNodeHealthRequest) GetCluster() string {
@@ -1413,7 +1623,7 @@ type ListNodeHealthResponse struct {
 
 func (x *ListNodeHealthResponse) Reset() {
 	*x = ListNodeHealthResponse{}
-	mi := &file_loom_v1_health_proto_msgTypes[10]
+	mi := &file_loom_v1_health_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1425,7 +1635,7 @@ func (x *ListNodeHealthResponse) String() string {
 func (*ListNodeHealthResponse) ProtoMessage() {}
 
 func (x *ListNodeHealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[10]
+	mi := &file_loom_v1_health_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1438,7 +1648,7 @@ func (x *ListNodeHealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodeHealthResponse.ProtoReflect.Descriptor instead.
 func (*ListNodeHealthResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{10}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListNodeHealthResponse) GetNodes() []*NodeHealth {
@@ -1469,7 +1679,7 @@ type ListNodeHealthEventsRequest struct {
 
 func (x *ListNodeHealthEventsRequest) Reset() {
 	*x = ListNodeHealthEventsRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[11]
+	mi := &file_loom_v1_health_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1481,7 +1691,7 @@ func (x *ListNodeHealthEventsRequest) String() string {
 func (*ListNodeHealthEventsRequest) ProtoMessage() {}
 
 func (x *ListNodeHealthEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[11]
+	mi := &file_loom_v1_health_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1494,7 +1704,7 @@ func (x *ListNodeHealthEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodeHealthEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListNodeHealthEventsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{11}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListNodeHealthEventsRequest) GetCluster() string {
@@ -1536,7 +1746,7 @@ type ListNodeHealthEventsResponse struct {
 
 func (x *ListNodeHealthEventsResponse) Reset() {
 	*x = ListNodeHealthEventsResponse{}
-	mi := &file_loom_v1_health_proto_msgTypes[12]
+	mi := &file_loom_v1_health_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1548,7 +1758,7 @@ func (x *ListNodeHealthEventsResponse) String() string {
 func (*ListNodeHealthEventsResponse) ProtoMessage() {}
 
 func (x *ListNodeHealthEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[12]
+	mi := &file_loom_v1_health_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1561,7 +1771,7 @@ func (x *ListNodeHealthEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodeHealthEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListNodeHealthEventsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{12}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListNodeHealthEventsResponse) GetEvents() []*NodeHealthEvent {
@@ -1601,7 +1811,7 @@ type NodeHealthEvent struct {
 
 func (x *NodeHealthEvent) Reset() {
 	*x = NodeHealthEvent{}
-	mi := &file_loom_v1_health_proto_msgTypes[13]
+	mi := &file_loom_v1_health_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1823,7 @@ func (x *NodeHealthEvent) String() string {
 func (*NodeHealthEvent) ProtoMessage() {}
 
 func (x *NodeHealthEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[13]
+	mi := &file_loom_v1_health_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1836,7 @@ func (x *NodeHealthEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHealthEvent.ProtoReflect.Descriptor instead.
 func (*NodeHealthEvent) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{13}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *NodeHealthEvent) GetTime() *timestamppb.Timestamp {
@@ -1701,7 +1911,7 @@ type GetHealthPolicyRequest struct {
 
 func (x *GetHealthPolicyRequest) Reset() {
 	*x = GetHealthPolicyRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[14]
+	mi := &file_loom_v1_health_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1713,7 +1923,7 @@ func (x *GetHealthPolicyRequest) String() string {
 func (*GetHealthPolicyRequest) ProtoMessage() {}
 
 func (x *GetHealthPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[14]
+	mi := &file_loom_v1_health_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1726,7 +1936,7 @@ func (x *GetHealthPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHealthPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetHealthPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{14}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetHealthPolicyRequest) GetCluster() string {
@@ -1796,7 +2006,7 @@ type HealthPolicy struct {
 
 func (x *HealthPolicy) Reset() {
 	*x = HealthPolicy{}
-	mi := &file_loom_v1_health_proto_msgTypes[15]
+	mi := &file_loom_v1_health_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1808,7 +2018,7 @@ func (x *HealthPolicy) String() string {
 func (*HealthPolicy) ProtoMessage() {}
 
 func (x *HealthPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[15]
+	mi := &file_loom_v1_health_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1821,7 +2031,7 @@ func (x *HealthPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthPolicy.ProtoReflect.Descriptor instead.
 func (*HealthPolicy) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{15}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HealthPolicy) GetCluster() string {
@@ -2007,7 +2217,7 @@ type TelemetryThresholds struct {
 
 func (x *TelemetryThresholds) Reset() {
 	*x = TelemetryThresholds{}
-	mi := &file_loom_v1_health_proto_msgTypes[16]
+	mi := &file_loom_v1_health_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2019,7 +2229,7 @@ func (x *TelemetryThresholds) String() string {
 func (*TelemetryThresholds) ProtoMessage() {}
 
 func (x *TelemetryThresholds) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[16]
+	mi := &file_loom_v1_health_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2032,7 +2242,7 @@ func (x *TelemetryThresholds) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TelemetryThresholds.ProtoReflect.Descriptor instead.
 func (*TelemetryThresholds) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{16}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TelemetryThresholds) GetSbePerMinute() float64 {
@@ -2082,7 +2292,7 @@ type CheckPolicy struct {
 
 func (x *CheckPolicy) Reset() {
 	*x = CheckPolicy{}
-	mi := &file_loom_v1_health_proto_msgTypes[17]
+	mi := &file_loom_v1_health_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2094,7 +2304,7 @@ func (x *CheckPolicy) String() string {
 func (*CheckPolicy) ProtoMessage() {}
 
 func (x *CheckPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[17]
+	mi := &file_loom_v1_health_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2107,7 +2317,7 @@ func (x *CheckPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckPolicy.ProtoReflect.Descriptor instead.
 func (*CheckPolicy) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{17}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CheckPolicy) GetCheck() string {
@@ -2142,7 +2352,7 @@ type ReportFaultyNodesRequest struct {
 
 func (x *ReportFaultyNodesRequest) Reset() {
 	*x = ReportFaultyNodesRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[18]
+	mi := &file_loom_v1_health_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2154,7 +2364,7 @@ func (x *ReportFaultyNodesRequest) String() string {
 func (*ReportFaultyNodesRequest) ProtoMessage() {}
 
 func (x *ReportFaultyNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[18]
+	mi := &file_loom_v1_health_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2167,7 +2377,7 @@ func (x *ReportFaultyNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFaultyNodesRequest.ProtoReflect.Descriptor instead.
 func (*ReportFaultyNodesRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{18}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReportFaultyNodesRequest) GetCluster() string {
@@ -2200,7 +2410,7 @@ type ReportFaultyNodesResponse struct {
 
 func (x *ReportFaultyNodesResponse) Reset() {
 	*x = ReportFaultyNodesResponse{}
-	mi := &file_loom_v1_health_proto_msgTypes[19]
+	mi := &file_loom_v1_health_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2212,7 +2422,7 @@ func (x *ReportFaultyNodesResponse) String() string {
 func (*ReportFaultyNodesResponse) ProtoMessage() {}
 
 func (x *ReportFaultyNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[19]
+	mi := &file_loom_v1_health_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2225,7 +2435,7 @@ func (x *ReportFaultyNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFaultyNodesResponse.ProtoReflect.Descriptor instead.
 func (*ReportFaultyNodesResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{19}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReportFaultyNodesResponse) GetHostnames() []string {
@@ -2249,7 +2459,7 @@ type UpdateNodeRemediationRequest struct {
 
 func (x *UpdateNodeRemediationRequest) Reset() {
 	*x = UpdateNodeRemediationRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[20]
+	mi := &file_loom_v1_health_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2261,7 +2471,7 @@ func (x *UpdateNodeRemediationRequest) String() string {
 func (*UpdateNodeRemediationRequest) ProtoMessage() {}
 
 func (x *UpdateNodeRemediationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[20]
+	mi := &file_loom_v1_health_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2274,7 +2484,7 @@ func (x *UpdateNodeRemediationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRemediationRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRemediationRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{20}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *UpdateNodeRemediationRequest) GetCluster() string {
@@ -2316,7 +2526,7 @@ type InjectFaultRequest struct {
 
 func (x *InjectFaultRequest) Reset() {
 	*x = InjectFaultRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[21]
+	mi := &file_loom_v1_health_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2328,7 +2538,7 @@ func (x *InjectFaultRequest) String() string {
 func (*InjectFaultRequest) ProtoMessage() {}
 
 func (x *InjectFaultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[21]
+	mi := &file_loom_v1_health_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2341,7 +2551,7 @@ func (x *InjectFaultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InjectFaultRequest.ProtoReflect.Descriptor instead.
 func (*InjectFaultRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{21}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *InjectFaultRequest) GetCluster() string {
@@ -2375,7 +2585,7 @@ type InjectFaultResponse struct {
 
 func (x *InjectFaultResponse) Reset() {
 	*x = InjectFaultResponse{}
-	mi := &file_loom_v1_health_proto_msgTypes[22]
+	mi := &file_loom_v1_health_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2387,7 +2597,7 @@ func (x *InjectFaultResponse) String() string {
 func (*InjectFaultResponse) ProtoMessage() {}
 
 func (x *InjectFaultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[22]
+	mi := &file_loom_v1_health_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2400,7 +2610,7 @@ func (x *InjectFaultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InjectFaultResponse.ProtoReflect.Descriptor instead.
 func (*InjectFaultResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{22}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *InjectFaultResponse) GetHostname() string {
@@ -2426,7 +2636,7 @@ type GetJobGoodputRequest struct {
 
 func (x *GetJobGoodputRequest) Reset() {
 	*x = GetJobGoodputRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[23]
+	mi := &file_loom_v1_health_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2438,7 +2648,7 @@ func (x *GetJobGoodputRequest) String() string {
 func (*GetJobGoodputRequest) ProtoMessage() {}
 
 func (x *GetJobGoodputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[23]
+	mi := &file_loom_v1_health_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2451,7 +2661,7 @@ func (x *GetJobGoodputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobGoodputRequest.ProtoReflect.Descriptor instead.
 func (*GetJobGoodputRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{23}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetJobGoodputRequest) GetName() string {
@@ -2474,7 +2684,7 @@ type GetClusterGoodputRequest struct {
 
 func (x *GetClusterGoodputRequest) Reset() {
 	*x = GetClusterGoodputRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[24]
+	mi := &file_loom_v1_health_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2486,7 +2696,7 @@ func (x *GetClusterGoodputRequest) String() string {
 func (*GetClusterGoodputRequest) ProtoMessage() {}
 
 func (x *GetClusterGoodputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[24]
+	mi := &file_loom_v1_health_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2499,7 +2709,7 @@ func (x *GetClusterGoodputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterGoodputRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterGoodputRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{24}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetClusterGoodputRequest) GetName() string {
@@ -2543,7 +2753,7 @@ type Goodput struct {
 
 func (x *Goodput) Reset() {
 	*x = Goodput{}
-	mi := &file_loom_v1_health_proto_msgTypes[25]
+	mi := &file_loom_v1_health_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2555,7 +2765,7 @@ func (x *Goodput) String() string {
 func (*Goodput) ProtoMessage() {}
 
 func (x *Goodput) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[25]
+	mi := &file_loom_v1_health_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2568,7 +2778,7 @@ func (x *Goodput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Goodput.ProtoReflect.Descriptor instead.
 func (*Goodput) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{25}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Goodput) GetName() string {
@@ -2753,7 +2963,28 @@ const file_loom_v1_health_proto_rawDesc = "" +
 	"\x11ScanNodesResponse\x12\x17\n" +
 	"\ascan_id\x18\x01 \x01(\tR\x06scanId\x12\x1c\n" +
 	"\thostnames\x18\x02 \x03(\tR\thostnames\x12!\n" +
-	"\fskipped_busy\x18\x03 \x03(\tR\vskippedBusy\"\xbb\x01\n" +
+	"\fskipped_busy\x18\x03 \x03(\tR\vskippedBusy\"I\n" +
+	"\x14GetHealthScanRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x17\n" +
+	"\ascan_id\x18\x02 \x01(\tR\x06scanId\"\x8c\x03\n" +
+	"\n" +
+	"HealthScan\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x17\n" +
+	"\ascan_id\x18\x02 \x01(\tR\x06scanId\x12\x18\n" +
+	"\atrigger\x18\x03 \x01(\tR\atrigger\x12\x14\n" +
+	"\x05level\x18\x04 \x01(\x05R\x05level\x129\n" +
+	"\n" +
+	"start_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12\x12\n" +
+	"\x04done\x18\x06 \x01(\bR\x04done\x12\x16\n" +
+	"\x06checks\x18\a \x01(\x05R\x06checks\x12\x1a\n" +
+	"\banswered\x18\b \x01(\x05R\banswered\x12\x16\n" +
+	"\x06passed\x18\t \x01(\x05R\x06passed\x12\x16\n" +
+	"\x06warned\x18\n" +
+	" \x01(\x05R\x06warned\x12\x16\n" +
+	"\x06failed\x18\v \x01(\x05R\x06failed\x12\x18\n" +
+	"\askipped\x18\f \x01(\x05R\askipped\x12\x18\n" +
+	"\aerrored\x18\r \x01(\x05R\aerrored\x12\x1c\n" +
+	"\thostnames\x18\x0e \x03(\tR\thostnames\"\xbb\x01\n" +
 	"\x18ListHealthResultsRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x14\n" +
@@ -2924,10 +3155,12 @@ const file_loom_v1_health_proto_rawDesc = "" +
 	"\x0eACTION_REPLACE\x10\x06\x12\x10\n" +
 	"\fACTION_DRAIN\x10\a\x12\x11\n" +
 	"\rACTION_RESUME\x10\b\x12\x15\n" +
-	"\x11ACTION_QUARANTINE\x10\t2\xb7\t\n" +
+	"\x11ACTION_QUARANTINE\x10\t2\xc0\n" +
+	"\n" +
 	"\rHealthService\x12~\n" +
 	"\tScanNodes\x12\x19.loom.v1.ScanNodesRequest\x1a\x1a.loom.v1.ScanNodesResponse\":\x82\xd3\xe4\x93\x024:\x01*\"//v1/{cluster=projects/*/clusters/*}/health:scan\x12\x95\x01\n" +
-	"\x11ListHealthResults\x12!.loom.v1.ListHealthResultsRequest\x1a\".loom.v1.ListHealthResultsResponse\"9\x82\xd3\xe4\x93\x023\x121/v1/{cluster=projects/*/clusters/*}/healthResults\x12\x89\x01\n" +
+	"\x11ListHealthResults\x12!.loom.v1.ListHealthResultsRequest\x1a\".loom.v1.ListHealthResultsResponse\"9\x82\xd3\xe4\x93\x023\x121/v1/{cluster=projects/*/clusters/*}/healthResults\x12\x86\x01\n" +
+	"\rGetHealthScan\x12\x1d.loom.v1.GetHealthScanRequest\x1a\x13.loom.v1.HealthScan\"A\x82\xd3\xe4\x93\x02;\x129/v1/{cluster=projects/*/clusters/*}/healthScans/{scan_id}\x12\x89\x01\n" +
 	"\x0eListNodeHealth\x12\x1e.loom.v1.ListNodeHealthRequest\x1a\x1f.loom.v1.ListNodeHealthResponse\"6\x82\xd3\xe4\x93\x020\x12./v1/{cluster=projects/*/clusters/*}/nodeHealth\x12\xa1\x01\n" +
 	"\x14ListNodeHealthEvents\x12$.loom.v1.ListNodeHealthEventsRequest\x1a%.loom.v1.ListNodeHealthEventsResponse\"<\x82\xd3\xe4\x93\x026\x124/v1/{cluster=projects/*/clusters/*}/nodeHealthEvents\x12\x9c\x01\n" +
 	"\x11ReportFaultyNodes\x12!.loom.v1.ReportFaultyNodesRequest\x1a\".loom.v1.ReportFaultyNodesResponse\"@\x82\xd3\xe4\x93\x02::\x01*\"5/v1/{cluster=projects/*/clusters/*}:reportFaultyNodes\x12\xa0\x01\n" +
@@ -2951,7 +3184,7 @@ func file_loom_v1_health_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_v1_health_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_loom_v1_health_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_loom_v1_health_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_loom_v1_health_proto_goTypes = []any{
 	(FaultKind)(0),                       // 0: loom.v1.FaultKind
 	(CheckOutcome)(0),                    // 1: loom.v1.CheckOutcome
@@ -2964,101 +3197,106 @@ var file_loom_v1_health_proto_goTypes = []any{
 	(*NodeHealth)(nil),                   // 8: loom.v1.NodeHealth
 	(*ScanNodesRequest)(nil),             // 9: loom.v1.ScanNodesRequest
 	(*ScanNodesResponse)(nil),            // 10: loom.v1.ScanNodesResponse
-	(*ListHealthResultsRequest)(nil),     // 11: loom.v1.ListHealthResultsRequest
-	(*ListHealthResultsResponse)(nil),    // 12: loom.v1.ListHealthResultsResponse
-	(*ListNodeHealthRequest)(nil),        // 13: loom.v1.ListNodeHealthRequest
-	(*ListNodeHealthResponse)(nil),       // 14: loom.v1.ListNodeHealthResponse
-	(*ListNodeHealthEventsRequest)(nil),  // 15: loom.v1.ListNodeHealthEventsRequest
-	(*ListNodeHealthEventsResponse)(nil), // 16: loom.v1.ListNodeHealthEventsResponse
-	(*NodeHealthEvent)(nil),              // 17: loom.v1.NodeHealthEvent
-	(*GetHealthPolicyRequest)(nil),       // 18: loom.v1.GetHealthPolicyRequest
-	(*HealthPolicy)(nil),                 // 19: loom.v1.HealthPolicy
-	(*TelemetryThresholds)(nil),          // 20: loom.v1.TelemetryThresholds
-	(*CheckPolicy)(nil),                  // 21: loom.v1.CheckPolicy
-	(*ReportFaultyNodesRequest)(nil),     // 22: loom.v1.ReportFaultyNodesRequest
-	(*ReportFaultyNodesResponse)(nil),    // 23: loom.v1.ReportFaultyNodesResponse
-	(*UpdateNodeRemediationRequest)(nil), // 24: loom.v1.UpdateNodeRemediationRequest
-	(*InjectFaultRequest)(nil),           // 25: loom.v1.InjectFaultRequest
-	(*InjectFaultResponse)(nil),          // 26: loom.v1.InjectFaultResponse
-	(*GetJobGoodputRequest)(nil),         // 27: loom.v1.GetJobGoodputRequest
-	(*GetClusterGoodputRequest)(nil),     // 28: loom.v1.GetClusterGoodputRequest
-	(*Goodput)(nil),                      // 29: loom.v1.Goodput
-	nil,                                  // 30: loom.v1.HealthCheckResult.MetricsEntry
-	nil,                                  // 31: loom.v1.ScanNodesRequest.ParamsEntry
-	nil,                                  // 32: loom.v1.HealthPolicy.AllreduceMinBusbwGbpsEntry
-	(*timestamppb.Timestamp)(nil),        // 33: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),          // 34: google.protobuf.Duration
+	(*GetHealthScanRequest)(nil),         // 11: loom.v1.GetHealthScanRequest
+	(*HealthScan)(nil),                   // 12: loom.v1.HealthScan
+	(*ListHealthResultsRequest)(nil),     // 13: loom.v1.ListHealthResultsRequest
+	(*ListHealthResultsResponse)(nil),    // 14: loom.v1.ListHealthResultsResponse
+	(*ListNodeHealthRequest)(nil),        // 15: loom.v1.ListNodeHealthRequest
+	(*ListNodeHealthResponse)(nil),       // 16: loom.v1.ListNodeHealthResponse
+	(*ListNodeHealthEventsRequest)(nil),  // 17: loom.v1.ListNodeHealthEventsRequest
+	(*ListNodeHealthEventsResponse)(nil), // 18: loom.v1.ListNodeHealthEventsResponse
+	(*NodeHealthEvent)(nil),              // 19: loom.v1.NodeHealthEvent
+	(*GetHealthPolicyRequest)(nil),       // 20: loom.v1.GetHealthPolicyRequest
+	(*HealthPolicy)(nil),                 // 21: loom.v1.HealthPolicy
+	(*TelemetryThresholds)(nil),          // 22: loom.v1.TelemetryThresholds
+	(*CheckPolicy)(nil),                  // 23: loom.v1.CheckPolicy
+	(*ReportFaultyNodesRequest)(nil),     // 24: loom.v1.ReportFaultyNodesRequest
+	(*ReportFaultyNodesResponse)(nil),    // 25: loom.v1.ReportFaultyNodesResponse
+	(*UpdateNodeRemediationRequest)(nil), // 26: loom.v1.UpdateNodeRemediationRequest
+	(*InjectFaultRequest)(nil),           // 27: loom.v1.InjectFaultRequest
+	(*InjectFaultResponse)(nil),          // 28: loom.v1.InjectFaultResponse
+	(*GetJobGoodputRequest)(nil),         // 29: loom.v1.GetJobGoodputRequest
+	(*GetClusterGoodputRequest)(nil),     // 30: loom.v1.GetClusterGoodputRequest
+	(*Goodput)(nil),                      // 31: loom.v1.Goodput
+	nil,                                  // 32: loom.v1.HealthCheckResult.MetricsEntry
+	nil,                                  // 33: loom.v1.ScanNodesRequest.ParamsEntry
+	nil,                                  // 34: loom.v1.HealthPolicy.AllreduceMinBusbwGbpsEntry
+	(*timestamppb.Timestamp)(nil),        // 35: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),          // 36: google.protobuf.Duration
 }
 var file_loom_v1_health_proto_depIdxs = []int32{
 	0,  // 0: loom.v1.Fault.kind:type_name -> loom.v1.FaultKind
 	1,  // 1: loom.v1.HealthCheckResult.outcome:type_name -> loom.v1.CheckOutcome
-	30, // 2: loom.v1.HealthCheckResult.metrics:type_name -> loom.v1.HealthCheckResult.MetricsEntry
-	33, // 3: loom.v1.HealthCheckResult.start_time:type_name -> google.protobuf.Timestamp
-	33, // 4: loom.v1.HealthCheckResult.end_time:type_name -> google.protobuf.Timestamp
-	33, // 5: loom.v1.HealthCheckResult.valid_until:type_name -> google.protobuf.Timestamp
+	32, // 2: loom.v1.HealthCheckResult.metrics:type_name -> loom.v1.HealthCheckResult.MetricsEntry
+	35, // 3: loom.v1.HealthCheckResult.start_time:type_name -> google.protobuf.Timestamp
+	35, // 4: loom.v1.HealthCheckResult.end_time:type_name -> google.protobuf.Timestamp
+	35, // 5: loom.v1.HealthCheckResult.valid_until:type_name -> google.protobuf.Timestamp
 	2,  // 6: loom.v1.NodeHealth.state:type_name -> loom.v1.RemediationState
-	33, // 7: loom.v1.NodeHealth.state_time:type_name -> google.protobuf.Timestamp
+	35, // 7: loom.v1.NodeHealth.state_time:type_name -> google.protobuf.Timestamp
 	3,  // 8: loom.v1.NodeHealth.next_action:type_name -> loom.v1.RemediationAction
 	4,  // 9: loom.v1.NodeHealth.gpus:type_name -> loom.v1.GpuSample
 	5,  // 10: loom.v1.NodeHealth.disks:type_name -> loom.v1.DiskSample
-	33, // 11: loom.v1.NodeHealth.last_heartbeat:type_name -> google.protobuf.Timestamp
-	34, // 12: loom.v1.ScanNodesRequest.timeout:type_name -> google.protobuf.Duration
-	31, // 13: loom.v1.ScanNodesRequest.params:type_name -> loom.v1.ScanNodesRequest.ParamsEntry
-	7,  // 14: loom.v1.ListHealthResultsResponse.results:type_name -> loom.v1.HealthCheckResult
-	8,  // 15: loom.v1.ListNodeHealthResponse.nodes:type_name -> loom.v1.NodeHealth
-	17, // 16: loom.v1.ListNodeHealthEventsResponse.events:type_name -> loom.v1.NodeHealthEvent
-	33, // 17: loom.v1.NodeHealthEvent.time:type_name -> google.protobuf.Timestamp
-	2,  // 18: loom.v1.NodeHealthEvent.state:type_name -> loom.v1.RemediationState
-	3,  // 19: loom.v1.NodeHealthEvent.action:type_name -> loom.v1.RemediationAction
-	34, // 20: loom.v1.HealthPolicy.lemon_window:type_name -> google.protobuf.Duration
-	34, // 21: loom.v1.HealthPolicy.heartbeat_timeout:type_name -> google.protobuf.Duration
-	20, // 22: loom.v1.HealthPolicy.thresholds:type_name -> loom.v1.TelemetryThresholds
-	34, // 23: loom.v1.HealthPolicy.drain_timeout:type_name -> google.protobuf.Duration
-	34, // 24: loom.v1.HealthPolicy.confirm_timeout:type_name -> google.protobuf.Duration
-	34, // 25: loom.v1.HealthPolicy.repair_timeout:type_name -> google.protobuf.Duration
-	34, // 26: loom.v1.HealthPolicy.scan_interval:type_name -> google.protobuf.Duration
-	21, // 27: loom.v1.HealthPolicy.checks:type_name -> loom.v1.CheckPolicy
-	34, // 28: loom.v1.HealthPolicy.default_check_validity:type_name -> google.protobuf.Duration
-	34, // 29: loom.v1.HealthPolicy.default_check_timeout:type_name -> google.protobuf.Duration
-	34, // 30: loom.v1.HealthPolicy.check_grace:type_name -> google.protobuf.Duration
-	32, // 31: loom.v1.HealthPolicy.allreduce_min_busbw_gbps:type_name -> loom.v1.HealthPolicy.AllreduceMinBusbwGbpsEntry
-	34, // 32: loom.v1.CheckPolicy.validity:type_name -> google.protobuf.Duration
-	34, // 33: loom.v1.CheckPolicy.timeout:type_name -> google.protobuf.Duration
-	3,  // 34: loom.v1.UpdateNodeRemediationRequest.action:type_name -> loom.v1.RemediationAction
-	6,  // 35: loom.v1.InjectFaultRequest.fault:type_name -> loom.v1.Fault
-	6,  // 36: loom.v1.InjectFaultResponse.fault:type_name -> loom.v1.Fault
-	33, // 37: loom.v1.GetClusterGoodputRequest.since:type_name -> google.protobuf.Timestamp
-	34, // 38: loom.v1.Goodput.wall:type_name -> google.protobuf.Duration
-	34, // 39: loom.v1.Goodput.productive:type_name -> google.protobuf.Duration
-	34, // 40: loom.v1.Goodput.lost_recompute:type_name -> google.protobuf.Duration
-	34, // 41: loom.v1.Goodput.lost_restart:type_name -> google.protobuf.Duration
-	34, // 42: loom.v1.Goodput.lost_queueing:type_name -> google.protobuf.Duration
-	34, // 43: loom.v1.Goodput.lost_checkpointing:type_name -> google.protobuf.Duration
-	9,  // 44: loom.v1.HealthService.ScanNodes:input_type -> loom.v1.ScanNodesRequest
-	11, // 45: loom.v1.HealthService.ListHealthResults:input_type -> loom.v1.ListHealthResultsRequest
-	13, // 46: loom.v1.HealthService.ListNodeHealth:input_type -> loom.v1.ListNodeHealthRequest
-	15, // 47: loom.v1.HealthService.ListNodeHealthEvents:input_type -> loom.v1.ListNodeHealthEventsRequest
-	22, // 48: loom.v1.HealthService.ReportFaultyNodes:input_type -> loom.v1.ReportFaultyNodesRequest
-	24, // 49: loom.v1.HealthService.UpdateNodeRemediation:input_type -> loom.v1.UpdateNodeRemediationRequest
-	18, // 50: loom.v1.HealthService.GetHealthPolicy:input_type -> loom.v1.GetHealthPolicyRequest
-	25, // 51: loom.v1.HealthService.InjectFault:input_type -> loom.v1.InjectFaultRequest
-	27, // 52: loom.v1.GoodputService.GetJobGoodput:input_type -> loom.v1.GetJobGoodputRequest
-	28, // 53: loom.v1.GoodputService.GetClusterGoodput:input_type -> loom.v1.GetClusterGoodputRequest
-	10, // 54: loom.v1.HealthService.ScanNodes:output_type -> loom.v1.ScanNodesResponse
-	12, // 55: loom.v1.HealthService.ListHealthResults:output_type -> loom.v1.ListHealthResultsResponse
-	14, // 56: loom.v1.HealthService.ListNodeHealth:output_type -> loom.v1.ListNodeHealthResponse
-	16, // 57: loom.v1.HealthService.ListNodeHealthEvents:output_type -> loom.v1.ListNodeHealthEventsResponse
-	23, // 58: loom.v1.HealthService.ReportFaultyNodes:output_type -> loom.v1.ReportFaultyNodesResponse
-	8,  // 59: loom.v1.HealthService.UpdateNodeRemediation:output_type -> loom.v1.NodeHealth
-	19, // 60: loom.v1.HealthService.GetHealthPolicy:output_type -> loom.v1.HealthPolicy
-	26, // 61: loom.v1.HealthService.InjectFault:output_type -> loom.v1.InjectFaultResponse
-	29, // 62: loom.v1.GoodputService.GetJobGoodput:output_type -> loom.v1.Goodput
-	29, // 63: loom.v1.GoodputService.GetClusterGoodput:output_type -> loom.v1.Goodput
-	54, // [54:64] is the sub-list for method output_type
-	44, // [44:54] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	35, // 11: loom.v1.NodeHealth.last_heartbeat:type_name -> google.protobuf.Timestamp
+	36, // 12: loom.v1.ScanNodesRequest.timeout:type_name -> google.protobuf.Duration
+	33, // 13: loom.v1.ScanNodesRequest.params:type_name -> loom.v1.ScanNodesRequest.ParamsEntry
+	35, // 14: loom.v1.HealthScan.start_time:type_name -> google.protobuf.Timestamp
+	7,  // 15: loom.v1.ListHealthResultsResponse.results:type_name -> loom.v1.HealthCheckResult
+	8,  // 16: loom.v1.ListNodeHealthResponse.nodes:type_name -> loom.v1.NodeHealth
+	19, // 17: loom.v1.ListNodeHealthEventsResponse.events:type_name -> loom.v1.NodeHealthEvent
+	35, // 18: loom.v1.NodeHealthEvent.time:type_name -> google.protobuf.Timestamp
+	2,  // 19: loom.v1.NodeHealthEvent.state:type_name -> loom.v1.RemediationState
+	3,  // 20: loom.v1.NodeHealthEvent.action:type_name -> loom.v1.RemediationAction
+	36, // 21: loom.v1.HealthPolicy.lemon_window:type_name -> google.protobuf.Duration
+	36, // 22: loom.v1.HealthPolicy.heartbeat_timeout:type_name -> google.protobuf.Duration
+	22, // 23: loom.v1.HealthPolicy.thresholds:type_name -> loom.v1.TelemetryThresholds
+	36, // 24: loom.v1.HealthPolicy.drain_timeout:type_name -> google.protobuf.Duration
+	36, // 25: loom.v1.HealthPolicy.confirm_timeout:type_name -> google.protobuf.Duration
+	36, // 26: loom.v1.HealthPolicy.repair_timeout:type_name -> google.protobuf.Duration
+	36, // 27: loom.v1.HealthPolicy.scan_interval:type_name -> google.protobuf.Duration
+	23, // 28: loom.v1.HealthPolicy.checks:type_name -> loom.v1.CheckPolicy
+	36, // 29: loom.v1.HealthPolicy.default_check_validity:type_name -> google.protobuf.Duration
+	36, // 30: loom.v1.HealthPolicy.default_check_timeout:type_name -> google.protobuf.Duration
+	36, // 31: loom.v1.HealthPolicy.check_grace:type_name -> google.protobuf.Duration
+	34, // 32: loom.v1.HealthPolicy.allreduce_min_busbw_gbps:type_name -> loom.v1.HealthPolicy.AllreduceMinBusbwGbpsEntry
+	36, // 33: loom.v1.CheckPolicy.validity:type_name -> google.protobuf.Duration
+	36, // 34: loom.v1.CheckPolicy.timeout:type_name -> google.protobuf.Duration
+	3,  // 35: loom.v1.UpdateNodeRemediationRequest.action:type_name -> loom.v1.RemediationAction
+	6,  // 36: loom.v1.InjectFaultRequest.fault:type_name -> loom.v1.Fault
+	6,  // 37: loom.v1.InjectFaultResponse.fault:type_name -> loom.v1.Fault
+	35, // 38: loom.v1.GetClusterGoodputRequest.since:type_name -> google.protobuf.Timestamp
+	36, // 39: loom.v1.Goodput.wall:type_name -> google.protobuf.Duration
+	36, // 40: loom.v1.Goodput.productive:type_name -> google.protobuf.Duration
+	36, // 41: loom.v1.Goodput.lost_recompute:type_name -> google.protobuf.Duration
+	36, // 42: loom.v1.Goodput.lost_restart:type_name -> google.protobuf.Duration
+	36, // 43: loom.v1.Goodput.lost_queueing:type_name -> google.protobuf.Duration
+	36, // 44: loom.v1.Goodput.lost_checkpointing:type_name -> google.protobuf.Duration
+	9,  // 45: loom.v1.HealthService.ScanNodes:input_type -> loom.v1.ScanNodesRequest
+	13, // 46: loom.v1.HealthService.ListHealthResults:input_type -> loom.v1.ListHealthResultsRequest
+	11, // 47: loom.v1.HealthService.GetHealthScan:input_type -> loom.v1.GetHealthScanRequest
+	15, // 48: loom.v1.HealthService.ListNodeHealth:input_type -> loom.v1.ListNodeHealthRequest
+	17, // 49: loom.v1.HealthService.ListNodeHealthEvents:input_type -> loom.v1.ListNodeHealthEventsRequest
+	24, // 50: loom.v1.HealthService.ReportFaultyNodes:input_type -> loom.v1.ReportFaultyNodesRequest
+	26, // 51: loom.v1.HealthService.UpdateNodeRemediation:input_type -> loom.v1.UpdateNodeRemediationRequest
+	20, // 52: loom.v1.HealthService.GetHealthPolicy:input_type -> loom.v1.GetHealthPolicyRequest
+	27, // 53: loom.v1.HealthService.InjectFault:input_type -> loom.v1.InjectFaultRequest
+	29, // 54: loom.v1.GoodputService.GetJobGoodput:input_type -> loom.v1.GetJobGoodputRequest
+	30, // 55: loom.v1.GoodputService.GetClusterGoodput:input_type -> loom.v1.GetClusterGoodputRequest
+	10, // 56: loom.v1.HealthService.ScanNodes:output_type -> loom.v1.ScanNodesResponse
+	14, // 57: loom.v1.HealthService.ListHealthResults:output_type -> loom.v1.ListHealthResultsResponse
+	12, // 58: loom.v1.HealthService.GetHealthScan:output_type -> loom.v1.HealthScan
+	16, // 59: loom.v1.HealthService.ListNodeHealth:output_type -> loom.v1.ListNodeHealthResponse
+	18, // 60: loom.v1.HealthService.ListNodeHealthEvents:output_type -> loom.v1.ListNodeHealthEventsResponse
+	25, // 61: loom.v1.HealthService.ReportFaultyNodes:output_type -> loom.v1.ReportFaultyNodesResponse
+	8,  // 62: loom.v1.HealthService.UpdateNodeRemediation:output_type -> loom.v1.NodeHealth
+	21, // 63: loom.v1.HealthService.GetHealthPolicy:output_type -> loom.v1.HealthPolicy
+	28, // 64: loom.v1.HealthService.InjectFault:output_type -> loom.v1.InjectFaultResponse
+	31, // 65: loom.v1.GoodputService.GetJobGoodput:output_type -> loom.v1.Goodput
+	31, // 66: loom.v1.GoodputService.GetClusterGoodput:output_type -> loom.v1.Goodput
+	56, // [56:67] is the sub-list for method output_type
+	45, // [45:56] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_health_proto_init() }
@@ -3072,7 +3310,7 @@ func file_loom_v1_health_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_health_proto_rawDesc), len(file_loom_v1_health_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

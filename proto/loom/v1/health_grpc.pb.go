@@ -21,6 +21,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	HealthService_ScanNodes_FullMethodName             = "/loom.v1.HealthService/ScanNodes"
 	HealthService_ListHealthResults_FullMethodName     = "/loom.v1.HealthService/ListHealthResults"
+	HealthService_GetHealthScan_FullMethodName         = "/loom.v1.HealthService/GetHealthScan"
 	HealthService_ListNodeHealth_FullMethodName        = "/loom.v1.HealthService/ListNodeHealth"
 	HealthService_ListNodeHealthEvents_FullMethodName  = "/loom.v1.HealthService/ListNodeHealthEvents"
 	HealthService_ReportFaultyNodes_FullMethodName     = "/loom.v1.HealthService/ReportFaultyNodes"
@@ -43,6 +44,11 @@ type HealthServiceClient interface {
 	ScanNodes(ctx context.Context, in *ScanNodesRequest, opts ...grpc.CallOption) (*ScanNodesResponse, error)
 	// ListHealthResults lists stored check results, newest first (loom health results).
 	ListHealthResults(ctx context.Context, in *ListHealthResultsRequest, opts ...grpc.CallOption) (*ListHealthResultsResponse, error)
+	// GetHealthScan is a scan's progress (loom health results --scan): how
+	// many of the checks it sent have answered, by outcome, and whether it
+	// is done. A finished scan is kept for an hour after its start; its
+	// results stay longer (ListHealthResults with scan_id).
+	GetHealthScan(ctx context.Context, in *GetHealthScanRequest, opts ...grpc.CallOption) (*HealthScan, error)
 	// ListNodeHealth lists each node's health and remediation state.
 	ListNodeHealth(ctx context.Context, in *ListNodeHealthRequest, opts ...grpc.CallOption) (*ListNodeHealthResponse, error)
 	// ListNodeHealthEvents lists what health decided about a cluster's nodes,
@@ -89,6 +95,16 @@ func (c *healthServiceClient) ListHealthResults(ctx context.Context, in *ListHea
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListHealthResultsResponse)
 	err := c.cc.Invoke(ctx, HealthService_ListHealthResults_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *healthServiceClient) GetHealthScan(ctx context.Context, in *GetHealthScanRequest, opts ...grpc.CallOption) (*HealthScan, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HealthScan)
+	err := c.cc.Invoke(ctx, HealthService_GetHealthScan_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -169,6 +185,11 @@ type HealthServiceServer interface {
 	ScanNodes(context.Context, *ScanNodesRequest) (*ScanNodesResponse, error)
 	// ListHealthResults lists stored check results, newest first (loom health results).
 	ListHealthResults(context.Context, *ListHealthResultsRequest) (*ListHealthResultsResponse, error)
+	// GetHealthScan is a scan's progress (loom health results --scan): how
+	// many of the checks it sent have answered, by outcome, and whether it
+	// is done. A finished scan is kept for an hour after its start; its
+	// results stay longer (ListHealthResults with scan_id).
+	GetHealthScan(context.Context, *GetHealthScanRequest) (*HealthScan, error)
 	// ListNodeHealth lists each node's health and remediation state.
 	ListNodeHealth(context.Context, *ListNodeHealthRequest) (*ListNodeHealthResponse, error)
 	// ListNodeHealthEvents lists what health decided about a cluster's nodes,
@@ -206,6 +227,9 @@ func (UnimplementedHealthServiceServer) ScanNodes(context.Context, *ScanNodesReq
 }
 func (UnimplementedHealthServiceServer) ListHealthResults(context.Context, *ListHealthResultsRequest) (*ListHealthResultsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListHealthResults not implemented")
+}
+func (UnimplementedHealthServiceServer) GetHealthScan(context.Context, *GetHealthScanRequest) (*HealthScan, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetHealthScan not implemented")
 }
 func (UnimplementedHealthServiceServer) ListNodeHealth(context.Context, *ListNodeHealthRequest) (*ListNodeHealthResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListNodeHealth not implemented")
@@ -278,6 +302,24 @@ func _HealthService_ListHealthResults_Handler(srv interface{}, ctx context.Conte
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(HealthServiceServer).ListHealthResults(ctx, req.(*ListHealthResultsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _HealthService_GetHealthScan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetHealthScanRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HealthServiceServer).GetHealthScan(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HealthService_GetHealthScan_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HealthServiceServer).GetHealthScan(ctx, req.(*GetHealthScanRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -404,6 +446,10 @@ var HealthService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListHealthResults",
 			Handler:    _HealthService_ListHealthResults_Handler,
+		},
+		{
+			MethodName: "GetHealthScan",
+			Handler:    _HealthService_GetHealthScan_Handler,
 		},
 		{
 			MethodName: "ListNodeHealth",

@@ -686,6 +686,17 @@ AGE, and VALID (how long the result stands: each check has its window).`,
 			if a.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), &loomv1.ListHealthResultsResponse{Results: results})
 			}
+			if scan != "" {
+				// How far the scan got, while health still keeps it (an
+				// hour): without it the table cannot say whether more
+				// results are coming.
+				ctx, cancel := a.call(cmd.Context())
+				sc, err := hs.GetHealthScan(ctx, &loomv1.GetHealthScanRequest{Cluster: cluster, ScanId: scan})
+				cancel()
+				if err == nil {
+					fmt.Fprintln(cmd.OutOrStdout(), scanLine(sc, a.now()))
+				}
+			}
 			if len(results) == 0 {
 				fmt.Fprintf(cmd.OutOrStdout(), "No health results. Run checks with `loom health scan %s`.\n", args[0])
 				return nil
@@ -699,6 +710,34 @@ AGE, and VALID (how long the result stands: each check has its window).`,
 	f.StringVar(&scan, "scan", "", "only this scan's results (the id loom health scan printed)")
 	f.IntVar(&limit, "limit", 100, "show at most this many (0: all)")
 	return cmd
+}
+
+// scanLine says how far a scan got: "Scan s1 (scan, level 1, 2m ago) is
+// running: 3 of 4 checks answered (2 PASS, 1 FAIL)."
+func scanLine(sc *loomv1.HealthScan, now time.Time) string {
+	what := sc.GetTrigger()
+	if sc.GetLevel() > 0 {
+		what += fmt.Sprintf(", level %d", sc.GetLevel())
+	}
+	state := "is running"
+	if sc.GetDone() {
+		state = "is done"
+	}
+	var parts []string
+	for _, c := range []struct {
+		n    int32
+		name string
+	}{{sc.GetPassed(), "PASS"}, {sc.GetWarned(), "WARN"}, {sc.GetFailed(), "FAIL"}, {sc.GetSkipped(), "SKIPPED"}, {sc.GetErrored(), "ERROR"}} {
+		if c.n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", c.n, c.name))
+		}
+	}
+	line := fmt.Sprintf("Scan %s (%s, %s ago) %s: %d of %d %s answered", sc.GetScanId(), what, age(sc.GetStartTime(), now), state,
+		sc.GetAnswered(), sc.GetChecks(), plural(int(sc.GetChecks()), "check", "checks"))
+	if len(parts) > 0 {
+		line += " (" + strings.Join(parts, ", ") + ")"
+	}
+	return line + "."
 }
 
 // outcome is a check outcome's short name: PASS, WARN, FAIL, SKIPPED, ERROR.

@@ -136,6 +136,13 @@ gpu-0003  gpu_diag/1  SKIPPED  the node is busy with jobs    scan     s2    30s 
 gpu-0002  gpu_diag/2  FAIL     memory test: GPU 0 not found  confirm  s1    1m   23h
 gpu-0001  disk        PASS     / 12% used                    scan     s1    2h   expired
 `},
+		// With --scan, how far the scan got first.
+		{[]string{"health", "results", "demo", "--scan", "s1"}, `
+Scan s1 (scan, 2h ago) is done: 2 of 2 checks answered (1 PASS, 1 FAIL).
+NODE      CHECK       OUTCOME  SUMMARY                       TRIGGER  SCAN  AGE  VALID
+gpu-0002  gpu_diag/2  FAIL     memory test: GPU 0 not found  confirm  s1    1m   23h
+gpu-0001  disk        PASS     / 12% used                    scan     s1    2h   expired
+`},
 		{[]string{"health", "results", "a3u"}, `
 No health results. Run checks with ` + "`loom health scan a3u`" + `.
 `},
@@ -547,5 +554,21 @@ func TestNegativeLimitIsAUsageError(t *testing.T) {
 		if code != 2 || !strings.Contains(errOut, "--limit must not be negative, got -1; 0 lists them all") {
 			t.Errorf("%v: exit %d %q, want 2 and the limit named", args, code, errOut)
 		}
+	}
+}
+
+// TestScanLine: a running scan with a level, and one where nothing has
+// answered yet.
+func TestScanLine(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	sc := &loomv1.HealthScan{ScanId: "s7", Trigger: "schedule", Level: 2, StartTime: timestamppb.New(now.Add(-90 * time.Second)),
+		Checks: 8, Answered: 3, Passed: 2, Errored: 1}
+	if got, want := scanLine(sc, now), "Scan s7 (schedule, level 2, 1m ago) is running: 3 of 8 checks answered (2 PASS, 1 ERROR)."; got != want {
+		t.Errorf("scanLine = %q, want %q", got, want)
+	}
+	sc = &loomv1.HealthScan{ScanId: "s8", Trigger: "scan", StartTime: timestamppb.New(now), Checks: 1}
+	if got, want := scanLine(sc, now), "Scan s8 (scan, 0s ago) is running: 0 of 1 check answered."; got != want {
+		t.Errorf("scanLine = %q, want %q", got, want)
 	}
 }

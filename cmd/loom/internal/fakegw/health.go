@@ -125,6 +125,49 @@ func (g *Gateway) ScanNodes(_ context.Context, r *loomv1.ScanNodesRequest) (*loo
 	return &loomv1.ScanNodesResponse{ScanId: id, Hostnames: hosts}, nil
 }
 
+// GetHealthScan is a scan's progress from the results of that scan
+// (HealthResults, done; pending results count as checks not answered);
+// NotFound for a scan with neither.
+func (g *Gateway) GetHealthScan(_ context.Context, r *loomv1.GetHealthScanRequest) (*loomv1.HealthScan, error) {
+	defer g.lock(r)()
+	if g.cluster(r.GetCluster()) == nil {
+		return nil, clusterNotFound(r.GetCluster())
+	}
+	sc := &loomv1.HealthScan{Cluster: r.GetCluster(), ScanId: r.GetScanId(), Trigger: "scan", Done: true}
+	for _, res := range g.HealthResults {
+		if res.GetScanId() != r.GetScanId() || !strings.HasPrefix(res.GetName(), r.GetCluster()+"/") {
+			continue
+		}
+		sc.Checks++
+		sc.Answered++
+		if sc.StartTime == nil || res.GetEndTime().AsTime().Before(sc.GetStartTime().AsTime()) {
+			sc.StartTime = res.GetEndTime()
+		}
+		switch res.GetOutcome() {
+		case loomv1.CheckOutcome_CHECK_PASS:
+			sc.Passed++
+		case loomv1.CheckOutcome_CHECK_WARN:
+			sc.Warned++
+		case loomv1.CheckOutcome_CHECK_FAIL:
+			sc.Failed++
+		case loomv1.CheckOutcome_CHECK_SKIPPED:
+			sc.Skipped++
+		default:
+			sc.Errored++
+		}
+	}
+	for _, p := range g.pendingResults {
+		if p.GetScanId() == r.GetScanId() {
+			sc.Checks++
+			sc.Done = false
+		}
+	}
+	if sc.Checks == 0 {
+		return nil, status.Errorf(codes.NotFound, "scan %s of %s: not found", r.GetScanId(), r.GetCluster())
+	}
+	return sc, nil
+}
+
 // ListHealthResults pages HealthResults of the cluster (newest first, as
 // given), filtered by node, check and scan.
 func (g *Gateway) ListHealthResults(_ context.Context, r *loomv1.ListHealthResultsRequest) (*loomv1.ListHealthResultsResponse, error) {

@@ -154,6 +154,29 @@ func (g *Gateway) ListHealthResults(ctx context.Context, req *loomv1.ListHealthR
 	return resp, nil
 }
 
+// GetHealthScan reads a scan's progress from the health service.
+func (g *Gateway) GetHealthScan(ctx context.Context, req *loomv1.GetHealthScanRequest) (*loomv1.HealthScan, error) {
+	if err := domain.ValidateGetHealthScan(req); err != nil {
+		return nil, err
+	}
+	h, err := g.health()
+	if err != nil {
+		return nil, err
+	}
+	sc, err := h.GetHealthScan(ctx, req)
+	if err != nil {
+		err = fromHealth("get scan "+req.GetScanId()+" of "+req.GetCluster(), err)
+		if isNotFound(err) {
+			// A mistyped cluster says so, not that its scan is gone.
+			if cerr := g.clusterExists(ctx, req.GetCluster()); cerr != nil {
+				return nil, cerr
+			}
+		}
+		return nil, err
+	}
+	return sc, nil
+}
+
 // clusterExists is nil for a cluster the provisioner has, NotFound for
 // one it has not. Health answers for any name (it keeps what it heard of
 // nodes, not clusters), so its answers about a name are checked here.

@@ -284,6 +284,15 @@ func ValidateInjectFault(req *loomv1.InjectFaultRequest, gpus int32) error {
 	return v.Err()
 }
 
+// ValidateGetHealthScan checks a GetHealthScanRequest's names.
+func ValidateGetHealthScan(req *loomv1.GetHealthScanRequest) error {
+	var v errs.Validator
+	CheckCluster(&v, "cluster", req.GetCluster())
+	v.Check(req.GetScanId() != "", "scan_id", "required: the id `loom health scan` printed")
+	checkText(&v, "scan_id", req.GetScanId(), MaxScanIDBytes)
+	return v.Err()
+}
+
 // ValidateListHealthResults checks a ListHealthResultsRequest's filters.
 func ValidateListHealthResults(req *loomv1.ListHealthResultsRequest) error {
 	var v errs.Validator

@@ -265,6 +265,10 @@ func (s health) ListHealthResults(ctx context.Context, r *loomv1.ListHealthResul
 	return unary(s.g.ListHealthResults(ctx, r))
 }
 
+func (s health) GetHealthScan(ctx context.Context, r *loomv1.GetHealthScanRequest) (*loomv1.HealthScan, error) {
+	return unary(s.g.GetHealthScan(ctx, r))
+}
+
 func (s health) ListNodeHealth(ctx context.Context, r *loomv1.ListNodeHealthRequest) (*loomv1.ListNodeHealthResponse, error) {
 	return unary(s.g.ListNodeHealth(ctx, r))
 }

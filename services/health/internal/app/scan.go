@@ -399,6 +399,19 @@ func (s *Scanner) ListHealthResults(_ context.Context, req *loomv1.ListHealthRes
 	return s.state.List(req)
 }
 
+// GetHealthScan serves loom.v1.HealthService's GetHealthScan: the scan's
+// progress, NotFound once it is dropped (an hour after its start) or when
+// there never was one.
+func (s *Scanner) GetHealthScan(_ context.Context, req *loomv1.GetHealthScanRequest) (*loomv1.HealthScan, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.state.Progress(req.GetCluster(), req.GetScanId()); p != nil {
+		return p, nil
+	}
+	return nil, fmt.Errorf("scan %s of %s: %w (a scan is kept for an hour after its start; its results stay: loom health results CLUSTER --scan %s)",
+		req.GetScanId(), req.GetCluster(), errs.NotFound, req.GetScanId())
+}
+
 // FillPolicy adds the scans' part of the health policy to p.
 func (s *Scanner) FillPolicy(p *loomv1.HealthPolicy) {
 	s.mu.Lock()

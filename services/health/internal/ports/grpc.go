@@ -33,9 +33,11 @@ type PolicyReader interface {
 	HealthPolicy(cluster string) *loomv1.HealthPolicy
 }
 
-// ResultLister lists stored check results (the scan orchestration's store).
+// ResultLister lists stored check results and reads scans' progress (the
+// scan orchestration's store).
 type ResultLister interface {
 	ListHealthResults(ctx context.Context, req *loomv1.ListHealthResultsRequest) (*loomv1.ListHealthResultsResponse, error)
+	GetHealthScan(ctx context.Context, req *loomv1.GetHealthScanRequest) (*loomv1.HealthScan, error)
 }
 
 // HealthServer serves loom.v1.HealthService's reads on health's internal
@@ -136,6 +138,17 @@ func newestFirst(id string) string {
 	a, _ := strconv.ParseUint(ms, 10, 64)
 	b, _ := strconv.ParseUint(seq, 10, 64)
 	return fmt.Sprintf("%020d-%020d", math.MaxUint64-a, math.MaxUint64-b)
+}
+
+// GetHealthScan delegates to the ResultLister.
+func (s *HealthServer) GetHealthScan(ctx context.Context, req *loomv1.GetHealthScanRequest) (*loomv1.HealthScan, error) {
+	if s.results == nil {
+		return nil, status.Error(codes.Unimplemented, "scans are not kept by this health service")
+	}
+	if req.GetCluster() == "" || req.GetScanId() == "" {
+		return nil, errs.Invalid("scan_id", "cluster and scan_id are required")
+	}
+	return s.results.GetHealthScan(ctx, req)
 }
 
 // ListHealthResults delegates to the ResultLister.

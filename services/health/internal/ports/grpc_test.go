@@ -34,6 +34,10 @@ func (r *results) ListHealthResults(_ context.Context, req *loomv1.ListHealthRes
 	return &loomv1.ListHealthResultsResponse{Results: []*loomv1.HealthCheckResult{{Name: "r1"}}}, nil
 }
 
+func (r *results) GetHealthScan(_ context.Context, req *loomv1.GetHealthScanRequest) (*loomv1.HealthScan, error) {
+	return &loomv1.HealthScan{Cluster: req.GetCluster(), ScanId: req.GetScanId(), Done: true}, nil
+}
+
 func TestListNodeHealthPages(t *testing.T) {
 	t.Parallel()
 	const c = "projects/p/clusters/c"
@@ -77,6 +81,17 @@ func TestListNodeHealthPages(t *testing.T) {
 	resp, err := NewHealthServer(nodes, r, nil).ListHealthResults(ctx, &loomv1.ListHealthResultsRequest{Cluster: c, Check: "disk"})
 	if err != nil || len(resp.GetResults()) != 1 || r.got.GetCheck() != "disk" {
 		t.Fatalf("delegated: %v %v %v", resp, err, r.got)
+	}
+	// GetHealthScan: delegated; both names required; Unimplemented with
+	// no store.
+	if sc, err := NewHealthServer(nodes, r, nil).GetHealthScan(ctx, &loomv1.GetHealthScanRequest{Cluster: c, ScanId: "s1"}); err != nil || sc.GetScanId() != "s1" || !sc.GetDone() {
+		t.Fatalf("GetHealthScan delegated: %v %v", sc, err)
+	}
+	if _, err := NewHealthServer(nodes, r, nil).GetHealthScan(ctx, &loomv1.GetHealthScanRequest{Cluster: c}); !errors.As(err, &inv) {
+		t.Fatalf("GetHealthScan without scan_id: %v", err)
+	}
+	if _, err := s.GetHealthScan(ctx, &loomv1.GetHealthScanRequest{Cluster: c, ScanId: "s1"}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("GetHealthScan with no store: %v", err)
 	}
 }
 

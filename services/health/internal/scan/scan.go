@@ -387,6 +387,51 @@ func (s *State) Scan(cluster, id string) *Scan { return s.scans[scanKey(cluster,
 
 func scanKey(cluster, id string) string { return cluster + "|" + id }
 
+// Progress is the scan of cluster with id as GetHealthScan answers it, or
+// nil when there is none (never, or dropped an hour after its start). Its
+// counts are its stored results (what `loom health results --scan` lists:
+// the nodes skipped and health's own verdicts too) and its checks still
+// out.
+func (s *State) Progress(cluster, id string) *loomv1.HealthScan {
+	sc := s.Scan(cluster, id)
+	if sc == nil {
+		return nil
+	}
+	out := &loomv1.HealthScan{Cluster: sc.Cluster, ScanId: sc.ID, Trigger: sc.Trigger, Level: sc.Level,
+		StartTime: timestamppb.New(sc.Start), Done: sc.Done}
+	hosts := map[string]bool{}
+	for _, r := range sc.Runs {
+		hosts[r.Hostname] = true
+		if !r.Done {
+			out.Checks++
+		}
+	}
+	prefix := sc.Cluster + "/"
+	for _, r := range s.results {
+		if r.GetScanId() != sc.ID || !strings.HasPrefix(r.GetName(), prefix) {
+			continue
+		}
+		hosts[r.GetHostname()] = true
+		out.Answered++
+		switch r.GetOutcome() {
+		case loomv1.CheckOutcome_CHECK_PASS:
+			out.Passed++
+		case loomv1.CheckOutcome_CHECK_WARN:
+			out.Warned++
+		case loomv1.CheckOutcome_CHECK_FAIL:
+			out.Failed++
+		case loomv1.CheckOutcome_CHECK_SKIPPED:
+			out.Skipped++
+		default:
+			out.Errored++
+		}
+	}
+	out.Checks += out.Answered
+	delete(hosts, "")
+	out.Hostnames = slices.Sorted(maps.Keys(hosts))
+	return out
+}
+
 // node is the change's view of a node: its new record if it has one.
 func (s *State) node(c *Change, name string) *Node {
 	if n, ok := c.Nodes[name]; ok {

@@ -240,6 +240,42 @@ func TestEveryNodeAndCheckIsAnswered(t *testing.T) {
 	}
 }
 
+// TestScanProgress: a scan's progress counts its stored results by
+// outcome (a node skipped included) and the checks still out; it is done
+// when the last answers, and gone an hour after its start.
+func TestScanProgress(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, DefaultConfig(), "n1", "n2", "n3")
+	f.handle(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName("n3"), Cluster: cluster, Hostname: "n3", State: loomv1.Node_REBOOTING,
+		MachineType: "a3-highgpu-8g", Block: "block-0"}})
+	f.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: "s1", Checks: []string{Disk}})
+	p := f.s.Progress(cluster, "s1")
+	if p == nil || p.GetDone() || p.GetChecks() != 3 || p.GetAnswered() != 1 || p.GetSkipped() != 1 ||
+		!slices.Equal(p.GetHostnames(), []string{"n1", "n2", "n3"}) || p.GetTrigger() != "scan" || !p.GetStartTime().AsTime().Equal(t0) {
+		t.Fatalf("progress at the start: %v", p)
+	}
+	cmds := f.take()
+	if len(cmds) != 2 {
+		t.Fatalf("commands %v, want one per READY node", cmds)
+	}
+	f.handle(result(cmds[0], loomv1.CheckOutcome_CHECK_FAIL, f.now, nil))
+	if p = f.s.Progress(cluster, "s1"); p.GetDone() || p.GetAnswered() != 2 || p.GetFailed() != 1 || p.GetChecks() != 3 {
+		t.Fatalf("progress with one answer: %v", p)
+	}
+	f.handle(result(cmds[1], loomv1.CheckOutcome_CHECK_PASS, f.now, nil))
+	if p = f.s.Progress(cluster, "s1"); !p.GetDone() || p.GetAnswered() != 3 || p.GetPassed() != 1 || p.GetFailed() != 1 || p.GetSkipped() != 1 {
+		t.Fatalf("progress when done: %v", p)
+	}
+	if f.s.Progress(cluster, "s2") != nil || f.s.Progress("projects/p/clusters/other", "s1") != nil {
+		t.Fatal("progress of a scan that does not exist")
+	}
+	f.now = t0.Add(time.Hour + time.Second)
+	f.tick()
+	if p = f.s.Progress(cluster, "s1"); p != nil {
+		t.Fatalf("progress an hour after the start: %v, want none", p)
+	}
+}
+
 func TestRingOrderAndThreshold(t *testing.T) {
 	t.Parallel()
 	cfg := DefaultConfig()
