@@ -597,6 +597,14 @@ func (a *app) waitScan(cmd *cobra.Command, hs loomv1.HealthServiceClient, cluste
 	defer view.finish()
 	deadline := time.Now().Add(limit)
 	for {
+		// Health's own account of the scan first (then its results, so
+		// that a scan done has them all): done is exact, the bisection of
+		// a failed ring included. Until health has taken the scan up
+		// (NotFound), or from a gateway without GetHealthScan, the results
+		// are counted against a check per node instead.
+		ctx, cancel := a.call(cmd.Context())
+		sc, serr := hs.GetHealthScan(ctx, &loomv1.GetHealthScanRequest{Cluster: cluster, ScanId: scan.GetScanId()})
+		cancel()
 		results, err := collect(a, cmd, 0, func(ctx context.Context, token string, size int32) ([]*loomv1.HealthCheckResult, string, error) {
 			page, err := hs.ListHealthResults(ctx, &loomv1.ListHealthResultsRequest{Cluster: cluster, ScanId: scan.GetScanId(), PageToken: token, PageSize: size})
 			return page.GetResults(), page.GetNextPageToken(), err
@@ -604,26 +612,37 @@ func (a *app) waitScan(cmd *cobra.Command, hs loomv1.HealthServiceClient, cluste
 		if err != nil {
 			return nil, a.explain("read the results of scan "+scan.GetScanId(), err)
 		}
-		done := map[string]bool{}
-		failed := 0
-		for _, r := range results {
-			done[r.GetHostname()+"\x00"+r.GetCheck()] = true
-			if r.GetOutcome() == loomv1.CheckOutcome_CHECK_FAIL {
-				failed++
+		var msg string
+		finished := false
+		if serr == nil {
+			msg = fmt.Sprintf("%d of %d %s answered", sc.GetAnswered(), sc.GetChecks(), plural(int(sc.GetChecks()), "check", "checks"))
+			if n := sc.GetFailed(); n > 0 {
+				msg += fmt.Sprintf(" (%d failed)", n)
 			}
-		}
-		msg := fmt.Sprintf("%d of %d results", min(len(done), want), want)
-		if failed > 0 {
-			msg += fmt.Sprintf(" (%d failed)", failed)
+			finished = sc.GetDone()
+		} else {
+			done := map[string]bool{}
+			failed := 0
+			for _, r := range results {
+				done[r.GetHostname()+"\x00"+r.GetCheck()] = true
+				if r.GetOutcome() == loomv1.CheckOutcome_CHECK_FAIL {
+					failed++
+				}
+			}
+			msg = fmt.Sprintf("%d of %d results", min(len(done), want), want)
+			if failed > 0 {
+				msg += fmt.Sprintf(" (%d failed)", failed)
+			}
+			finished = len(done) >= want && want > 0 || want == 0
 		}
 		view.show(&loomv1.Operation{Metadata: &loomv1.OperationMetadata{Progress: msg}})
-		if len(done) >= want && want > 0 || want == 0 {
+		if finished {
 			sortResults(results)
 			return results, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("scan %s: %d of %d results after %s; see the rest later with `loom health results %s --scan %s`",
-				scan.GetScanId(), len(done), want, limit, shortName(cluster), scan.GetScanId())
+			return nil, fmt.Errorf("scan %s: %s after %s; see the rest later with `loom health results %s --scan %s`",
+				scan.GetScanId(), msg, limit, shortName(cluster), scan.GetScanId())
 		}
 		select {
 		case <-cmd.Context().Done():

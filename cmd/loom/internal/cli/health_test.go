@@ -326,10 +326,11 @@ func TestHealthScan(t *testing.T) {
 	}
 	golden(t, out, `
 Scan scan-1: gpu_diag,disk on 2 nodes (gpu-[0001-0002]).
-  1 of 4 results
-  2 of 4 results
-  3 of 4 results (1 failed)
-  4 of 4 results (2 failed)
+  0 of 4 checks answered
+  1 of 4 checks answered
+  2 of 4 checks answered
+  3 of 4 checks answered (1 failed)
+  4 of 4 checks answered (2 failed)
 NODE      CHECK       OUTCOME  SUMMARY                      TOOK
 gpu-0001  disk        PASS     ok                           0s
 gpu-0001  gpu_diag/2  PASS     ok                           0s
@@ -338,6 +339,15 @@ gpu-0002  gpu_diag/2  FAIL     gpu_diag failed on gpu-0002  0s
 `)
 	if !strings.Contains(errOut, "2 of 4 checks failed; `loom health nodes demo` shows what health does about them") {
 		t.Errorf("stderr %q", errOut)
+	}
+
+	// A gateway without GetHealthScan: the results are counted, a check
+	// per node.
+	f.NoScanProgress = true
+	out, _, code = run(t, gw, "health", "scan", "demo", "--nodes", "gpu-0001", "--checks", "disk", "--wait", "--wait-timeout", "20s")
+	f.NoScanProgress = false
+	if code != 0 || !strings.Contains(out, "  1 of 1 results\n") {
+		t.Fatalf("--wait without scan progress: exit %d\n%s", code, out)
 	}
 
 	// --timeout goes with the request (each check's own deadline).
@@ -349,8 +359,8 @@ gpu-0002  gpu_diag/2  FAIL     gpu_diag failed on gpu-0002  0s
 	}
 	// Without --wait: the scan id, and where its results will be.
 	out, errOut, code = run(t, gw, "health", "scan", "demo")
-	if code != 0 || !strings.Contains(out, "Scan scan-3: gpu_diag,disk on 2 nodes (gpu-[0001-0002]).") ||
-		!strings.Contains(out, "loom health results demo --scan scan-3") {
+	if code != 0 || !strings.Contains(out, "Scan scan-4: gpu_diag,disk on 2 nodes (gpu-[0001-0002]).") ||
+		!strings.Contains(out, "loom health results demo --scan scan-4") {
 		t.Errorf("scan without --wait: exit %d\n%s%s", code, out, errOut)
 	}
 	// Each --param goes with the request as given: a value may hold '='

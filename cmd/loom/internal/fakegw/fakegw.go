@@ -174,6 +174,9 @@ type Gateway struct {
 	jobPolls  map[string]int // GetJob calls that found a pending job, by name (StartJobs)
 	stepPolls map[string]int // GetJobStep calls, by step name
 	bearers   []string       // each call's credential (Bearers)
+	// NoScanProgress makes GetHealthScan Unimplemented, as a gateway from
+	// before it answers.
+	NoScanProgress bool
 	// scans counts ScanNodes calls; pendingResults are scan results not
 	// yet released to ListHealthResults (health.go).
 	scans          int

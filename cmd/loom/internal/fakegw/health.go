@@ -130,6 +130,9 @@ func (g *Gateway) ScanNodes(_ context.Context, r *loomv1.ScanNodesRequest) (*loo
 // NotFound for a scan with neither.
 func (g *Gateway) GetHealthScan(_ context.Context, r *loomv1.GetHealthScanRequest) (*loomv1.HealthScan, error) {
 	defer g.lock(r)()
+	if g.NoScanProgress {
+		return nil, status.Error(codes.Unimplemented, "unknown method GetHealthScan")
+	}
 	if g.cluster(r.GetCluster()) == nil {
 		return nil, clusterNotFound(r.GetCluster())
 	}
