@@ -321,6 +321,8 @@ func TestHealthReads(t *testing.T) {
 	wantCode(t, "a scan of no cluster", err, codes.NotFound, "cluster "+nope)
 	_, err = hs.GetHealthScan(ctx, &loomv1.GetHealthScanRequest{Cluster: cluster1})
 	wantCode(t, "no scan id", err, codes.InvalidArgument, "scan_id")
+	_, err = hs.GetHealthScan(ctx, &loomv1.GetHealthScanRequest{Cluster: cluster1, ScanId: strings.Repeat("s", 129)})
+	wantCode(t, "a scan id past its bound", err, codes.InvalidArgument, "scan_id: 129 bytes, longer than the limit of 128")
 	if code, body := h.rest(t, ctx, "GET", "/v1/"+cluster1+"/healthScans/s1", ""); code != http.StatusOK || !strings.Contains(body, `"done":true`) {
 		t.Errorf("GET healthScans/s1: HTTP %d %s", code, body)
 	}

@@ -72,6 +72,8 @@ func TestSubmitJobFieldLimits(t *testing.T) {
 		{"control in the qos", func(j *loomv1.Job) { j.Qos = "\u009bnormal" }, "job.qos: \"\\u009bnormal\" holds the control character U+009B"},
 		{"long work dir", func(j *loomv1.Job) { j.WorkDir = "/" + strings.Repeat("d", MaxPathBytes) },
 			fmt.Sprintf("job.work_dir: %d bytes, longer than the limit of %d", MaxPathBytes+1, MaxPathBytes)},
+		{"long script path", func(j *loomv1.Job) { j.ScriptPath = "/" + strings.Repeat("s", MaxPathBytes) },
+			fmt.Sprintf("job.script_path: %d bytes, longer than the limit of %d", MaxPathBytes+1, MaxPathBytes)},
 		{"control in the output pattern", func(j *loomv1.Job) { j.OutputPattern = "out\x1b.txt" }, "job.output_pattern: \"out\\x1b.txt\" holds the control character U+001B"},
 		{"long dependency", func(j *loomv1.Job) { j.Dependency = "afterok:" + strings.Repeat("1:", MaxSpecBytes/2) + "1" },
 			fmt.Sprintf("job.dependency: %d bytes, longer than the limit of %d", 8+MaxSpecBytes+1, MaxSpecBytes)},
@@ -117,6 +119,7 @@ func TestLargestAcceptedJobFits(t *testing.T) {
 	j.Export = strings.Repeat("e", MaxSpecBytes)
 	j.DisplayName, j.User, j.Account, j.Qos = strings.Repeat("n", MaxNameBytes), strings.Repeat("u", MaxNameBytes), strings.Repeat("a", MaxNameBytes), strings.Repeat("q", MaxNameBytes)
 	j.WorkDir, j.SubmitDir = "/"+strings.Repeat("w", MaxPathBytes-1), "/"+strings.Repeat("s", MaxPathBytes-1)
+	j.ScriptPath = "/" + strings.Repeat("p", MaxPathBytes-1)
 	j.OutputPattern, j.ErrorPattern = strings.Repeat("o", MaxPathBytes), strings.Repeat("e", MaxPathBytes)
 	j.BeginTime = timestamppb.New(MaxBeginTime)
 	if err := ValidateSubmitJob(req, existing(), slurmspec.DefaultMaxArraySize); err != nil {
