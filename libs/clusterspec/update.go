@@ -43,9 +43,10 @@ var (
 // sets, partitions, login node count and prolog/epilog scripts. It may not
 // change: name, network, storage; an existing pool's machine type,
 // accelerators, capacity source, zone or boot disk; the hostname prefix of an
-// existing pool (its node set's id); the login machine type. With an empty mask, new is the whole new spec, and a nil storage,
-// network or orchestrator in it means "unchanged". The result must also pass
-// Validate. old is taken as stored (normalized or not); neither is changed.
+// existing pool (its node set's id); the login machine type. With an empty
+// mask, new is the whole new spec, and a nil storage, network or
+// orchestrator in it means "unchanged". The result must also pass Validate.
+// old is taken as stored (normalized or not); neither is changed.
 func ValidateUpdate(old, new *loomv1.Cluster, mask []string) error {
 	_, err := ApplyUpdate(old, new, mask)
 	return err

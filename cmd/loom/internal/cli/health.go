@@ -612,28 +612,12 @@ func (a *app) waitScan(cmd *cobra.Command, hs loomv1.HealthServiceClient, cluste
 		if err != nil {
 			return nil, a.explain("read the results of scan "+scan.GetScanId(), err)
 		}
-		var msg string
-		finished := false
+		msg, finished := countedProgress(results, want)
 		if serr == nil {
-			msg = fmt.Sprintf("%d of %d %s answered", sc.GetAnswered(), sc.GetChecks(), plural(int(sc.GetChecks()), "check", "checks"))
+			msg, finished = answered(sc), sc.GetDone()
 			if n := sc.GetFailed(); n > 0 {
 				msg += fmt.Sprintf(" (%d failed)", n)
 			}
-			finished = sc.GetDone()
-		} else {
-			done := map[string]bool{}
-			failed := 0
-			for _, r := range results {
-				done[r.GetHostname()+"\x00"+r.GetCheck()] = true
-				if r.GetOutcome() == loomv1.CheckOutcome_CHECK_FAIL {
-					failed++
-				}
-			}
-			msg = fmt.Sprintf("%d of %d results", min(len(done), want), want)
-			if failed > 0 {
-				msg += fmt.Sprintf(" (%d failed)", failed)
-			}
-			finished = len(done) >= want && want > 0 || want == 0
 		}
 		view.show(&loomv1.Operation{Metadata: &loomv1.OperationMetadata{Progress: msg}})
 		if finished {
@@ -731,6 +715,29 @@ AGE, and VALID (how long the result stands: each check has its window).`,
 	return cmd
 }
 
+// countedProgress is a scan's progress without health's account of it:
+// its results counted against want, a check per node.
+func countedProgress(results []*loomv1.HealthCheckResult, want int) (msg string, finished bool) {
+	done := map[string]bool{}
+	failed := 0
+	for _, r := range results {
+		done[r.GetHostname()+"\x00"+r.GetCheck()] = true
+		if r.GetOutcome() == loomv1.CheckOutcome_CHECK_FAIL {
+			failed++
+		}
+	}
+	msg = fmt.Sprintf("%d of %d results", min(len(done), want), want)
+	if failed > 0 {
+		msg += fmt.Sprintf(" (%d failed)", failed)
+	}
+	return msg, len(done) >= want && want > 0 || want == 0
+}
+
+// answered is "3 of 4 checks answered".
+func answered(sc *loomv1.HealthScan) string {
+	return fmt.Sprintf("%d of %d %s answered", sc.GetAnswered(), sc.GetChecks(), plural(int(sc.GetChecks()), "check", "checks"))
+}
+
 // scanLine says how far a scan got: "Scan s1 (scan, level 1, 2m ago) is
 // running: 3 of 4 checks answered (2 PASS, 1 FAIL)."
 func scanLine(sc *loomv1.HealthScan, now time.Time) string {
@@ -751,8 +758,7 @@ func scanLine(sc *loomv1.HealthScan, now time.Time) string {
 			parts = append(parts, fmt.Sprintf("%d %s", c.n, c.name))
 		}
 	}
-	line := fmt.Sprintf("Scan %s (%s, %s ago) %s: %d of %d %s answered", sc.GetScanId(), what, age(sc.GetStartTime(), now), state,
-		sc.GetAnswered(), sc.GetChecks(), plural(int(sc.GetChecks()), "check", "checks"))
+	line := fmt.Sprintf("Scan %s (%s, %s ago) %s: %s", sc.GetScanId(), what, age(sc.GetStartTime(), now), state, answered(sc))
 	if len(parts) > 0 {
 		line += " (" + strings.Join(parts, ", ") + ")"
 	}
