@@ -258,10 +258,10 @@ func (a *app) modelsAlias() *cobra.Command {
 	}
 	// "-canary" reads as flags to the parser: say how to remove an alias.
 	c.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		if strings.HasPrefix(err.Error(), "unknown") {
+		if strings.HasPrefix(err.Error(), "unknown shorthand flag") {
 			return usagef("%v: to remove an alias, put -- before it: `loom models alias MODEL@VERSION -- -ALIAS`", err)
 		}
-		return usagef("%v (see %q)", err, cmd.CommandPath()+" --help")
+		return cmd.Parent().FlagErrorFunc()(cmd, err)
 	})
 	return c
 }
