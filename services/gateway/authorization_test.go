@@ -437,6 +437,10 @@ func matrixRows(opName string) []matrixRow {
 			_, err := hs(c).GetHealthScan(ctx, &loomv1.GetHealthScanRequest{Cluster: cluster1, ScanId: "s1"})
 			return err
 		}), get("/v1/" + cluster1 + "/healthScans/s1"), viewerRow},
+		{"ListHealthScans", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := hs(c).ListHealthScans(ctx, &loomv1.ListHealthScansRequest{Cluster: cluster1})
+			return err
+		}), get("/v1/" + cluster1 + "/healthScans"), viewerRow},
 		{"GetHealthPolicy", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
 			_, err := hs(c).GetHealthPolicy(ctx, &loomv1.GetHealthPolicyRequest{Cluster: cluster1})
 			return err

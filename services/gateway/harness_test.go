@@ -209,6 +209,15 @@ func (f fakeHealth) GetHealthScan(_ context.Context, r *loomv1.GetHealthScanRequ
 	return &loomv1.HealthScan{Cluster: r.GetCluster(), ScanId: "s1", Done: true, Checks: 2, Answered: 2, Passed: 2}, nil
 }
 
+// ListHealthScans lists scan s1 of cluster1, done; nothing for any other
+// name, as health answers.
+func (f fakeHealth) ListHealthScans(_ context.Context, r *loomv1.ListHealthScansRequest) (*loomv1.ListHealthScansResponse, error) {
+	if r.GetCluster() != cluster1 {
+		return &loomv1.ListHealthScansResponse{}, nil
+	}
+	return &loomv1.ListHealthScansResponse{Scans: []*loomv1.HealthScan{{Cluster: r.GetCluster(), ScanId: "s1", Done: true, Checks: 2, Answered: 2, Passed: 2}}}, nil
+}
+
 func (f fakeHealth) ListHealthResults(_ context.Context, r *loomv1.ListHealthResultsRequest) (*loomv1.ListHealthResultsResponse, error) {
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()

@@ -326,6 +326,18 @@ func TestHealthReads(t *testing.T) {
 	if code, body := h.rest(t, ctx, "GET", "/v1/"+cluster1+"/healthScans/s1", ""); code != http.StatusOK || !strings.Contains(body, `"done":true`) {
 		t.Errorf("GET healthScans/s1: HTTP %d %s", code, body)
 	}
+	// The scans still kept: health's list; a cluster that does not exist
+	// is NotFound; a negative page size is refused. Over REST too.
+	if l, err := hs.ListHealthScans(ctx, &loomv1.ListHealthScansRequest{Cluster: cluster1}); err != nil || len(l.GetScans()) != 1 || l.GetScans()[0].GetScanId() != "s1" {
+		t.Fatalf("ListHealthScans: %v %v", l, err)
+	}
+	_, err = hs.ListHealthScans(ctx, &loomv1.ListHealthScansRequest{Cluster: nope})
+	wantCode(t, "the scans of no cluster", err, codes.NotFound, "cluster "+nope)
+	_, err = hs.ListHealthScans(ctx, &loomv1.ListHealthScansRequest{Cluster: cluster1, PageSize: -1})
+	wantCode(t, "a negative page size", err, codes.InvalidArgument, "page_size")
+	if code, body := h.rest(t, ctx, "GET", "/v1/"+cluster1+"/healthScans", ""); code != http.StatusOK || !strings.Contains(body, `"scan_id":"s1"`) {
+		t.Errorf("GET healthScans: HTTP %d %s", code, body)
+	}
 	// The policy: a viewer reads it; a cluster that does not exist is
 	// NotFound (health answers for any name); a bad name is refused.
 	if p, err := hs.GetHealthPolicy(ctx, &loomv1.GetHealthPolicyRequest{Cluster: cluster1}); err != nil || p.GetRemediation() != "dry-run" {

@@ -1407,6 +1407,119 @@ func (x *HealthScan) GetHostnames() []string {
 	return nil
 }
 
+type ListHealthScansRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	PageSize      int32                  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string                 `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListHealthScansRequest) Reset() {
+	*x = ListHealthScansRequest{}
+	mi := &file_loom_v1_health_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListHealthScansRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListHealthScansRequest) ProtoMessage() {}
+
+func (x *ListHealthScansRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_health_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListHealthScansRequest.ProtoReflect.Descriptor instead.
+func (*ListHealthScansRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ListHealthScansRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *ListHealthScansRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListHealthScansRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListHealthScansResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// scans, newest first (by start time, then id).
+	Scans         []*HealthScan `protobuf:"bytes,1,rep,name=scans,proto3" json:"scans,omitempty"`
+	NextPageToken string        `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListHealthScansResponse) Reset() {
+	*x = ListHealthScansResponse{}
+	mi := &file_loom_v1_health_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListHealthScansResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListHealthScansResponse) ProtoMessage() {}
+
+func (x *ListHealthScansResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_health_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListHealthScansResponse.ProtoReflect.Descriptor instead.
+func (*ListHealthScansResponse) Descriptor() ([]byte, []int) {
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ListHealthScansResponse) GetScans() []*HealthScan {
+	if x != nil {
+		return x.Scans
+	}
+	return nil
+}
+
+func (x *ListHealthScansResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 type ListHealthResultsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
@@ -1421,7 +1534,7 @@ type ListHealthResultsRequest struct {
 
 func (x *ListHealthResultsRequest) Reset() {
 	*x = ListHealthResultsRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[9]
+	mi := &file_loom_v1_health_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1546,7 @@ func (x *ListHealthResultsRequest) String() string {
 func (*ListHealthResultsRequest) ProtoMessage() {}
 
 func (x *ListHealthResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[9]
+	mi := &file_loom_v1_health_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1559,7 @@ func (x *ListHealthResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHealthResultsRequest.ProtoReflect.Descriptor instead.
 func (*ListHealthResultsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{9}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListHealthResultsRequest) GetCluster() string {
@@ -1501,7 +1614,7 @@ type ListHealthResultsResponse struct {
 
 func (x *ListHealthResultsResponse) Reset() {
 	*x = ListHealthResultsResponse{}
-	mi := &file_loom_v1_health_proto_msgTypes[10]
+	mi := &file_loom_v1_health_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1513,7 +1626,7 @@ func (x *ListHealthResultsResponse) String() string {
 func (*ListHealthResultsResponse) ProtoMessage() {}
 
 func (x *ListHealthResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[10]
+	mi := &file_loom_v1_health_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1526,7 +1639,7 @@ func (x *ListHealthResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHealthResultsResponse.ProtoReflect.Descriptor instead.
 func (*ListHealthResultsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{10}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListHealthResultsResponse) GetResults() []*HealthCheckResult {
@@ -1557,7 +1670,7 @@ type ListNodeHealthRequest struct {
 
 func (x *ListNodeHealthRequest) Reset() {
 	*x = ListNodeHealthRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[11]
+	mi := &file_loom_v1_health_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1569,7 +1682,7 @@ func (x *ListNodeHealthRequest) String() string {
 func (*ListNodeHealthRequest) ProtoMessage() {}
 
 func (x *ListNodeHealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[11]
+	mi := &file_loom_v1_health_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1582,7 +1695,7 @@ func (x *ListNodeHealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodeHealthRequest.ProtoReflect.Descriptor instead.
 func (*ListNodeHealthRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{11}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListNodeHealthRequest) GetCluster() string {
@@ -1623,7 +1736,7 @@ type ListNodeHealthResponse struct {
 
 func (x *ListNodeHealthResponse) Reset() {
 	*x = ListNodeHealthResponse{}
-	mi := &file_loom_v1_health_proto_msgTypes[12]
+	mi := &file_loom_v1_health_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +1748,7 @@ func (x *ListNodeHealthResponse) String() string {
 func (*ListNodeHealthResponse) ProtoMessage() {}
 
 func (x *ListNodeHealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[12]
+	mi := &file_loom_v1_health_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +1761,7 @@ func (x *ListNodeHealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodeHealthResponse.ProtoReflect.Descriptor instead.
 func (*ListNodeHealthResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{12}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListNodeHealthResponse) GetNodes() []*NodeHealth {
@@ -1679,7 +1792,7 @@ type ListNodeHealthEventsRequest struct {
 
 func (x *ListNodeHealthEventsRequest) Reset() {
 	*x = ListNodeHealthEventsRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[13]
+	mi := &file_loom_v1_health_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +1804,7 @@ func (x *ListNodeHealthEventsRequest) String() string {
 func (*ListNodeHealthEventsRequest) ProtoMessage() {}
 
 func (x *ListNodeHealthEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[13]
+	mi := &file_loom_v1_health_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +1817,7 @@ func (x *ListNodeHealthEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodeHealthEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListNodeHealthEventsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{13}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListNodeHealthEventsRequest) GetCluster() string {
@@ -1746,7 +1859,7 @@ type ListNodeHealthEventsResponse struct {
 
 func (x *ListNodeHealthEventsResponse) Reset() {
 	*x = ListNodeHealthEventsResponse{}
-	mi := &file_loom_v1_health_proto_msgTypes[14]
+	mi := &file_loom_v1_health_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +1871,7 @@ func (x *ListNodeHealthEventsResponse) String() string {
 func (*ListNodeHealthEventsResponse) ProtoMessage() {}
 
 func (x *ListNodeHealthEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[14]
+	mi := &file_loom_v1_health_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +1884,7 @@ func (x *ListNodeHealthEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodeHealthEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListNodeHealthEventsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{14}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListNodeHealthEventsResponse) GetEvents() []*NodeHealthEvent {
@@ -1811,7 +1924,7 @@ type NodeHealthEvent struct {
 
 func (x *NodeHealthEvent) Reset() {
 	*x = NodeHealthEvent{}
-	mi := &file_loom_v1_health_proto_msgTypes[15]
+	mi := &file_loom_v1_health_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1823,7 +1936,7 @@ func (x *NodeHealthEvent) String() string {
 func (*NodeHealthEvent) ProtoMessage() {}
 
 func (x *NodeHealthEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[15]
+	mi := &file_loom_v1_health_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1836,7 +1949,7 @@ func (x *NodeHealthEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHealthEvent.ProtoReflect.Descriptor instead.
 func (*NodeHealthEvent) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{15}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *NodeHealthEvent) GetTime() *timestamppb.Timestamp {
@@ -1911,7 +2024,7 @@ type GetHealthPolicyRequest struct {
 
 func (x *GetHealthPolicyRequest) Reset() {
 	*x = GetHealthPolicyRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[16]
+	mi := &file_loom_v1_health_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1923,7 +2036,7 @@ func (x *GetHealthPolicyRequest) String() string {
 func (*GetHealthPolicyRequest) ProtoMessage() {}
 
 func (x *GetHealthPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[16]
+	mi := &file_loom_v1_health_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1936,7 +2049,7 @@ func (x *GetHealthPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHealthPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetHealthPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{16}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetHealthPolicyRequest) GetCluster() string {
@@ -2006,7 +2119,7 @@ type HealthPolicy struct {
 
 func (x *HealthPolicy) Reset() {
 	*x = HealthPolicy{}
-	mi := &file_loom_v1_health_proto_msgTypes[17]
+	mi := &file_loom_v1_health_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2018,7 +2131,7 @@ func (x *HealthPolicy) String() string {
 func (*HealthPolicy) ProtoMessage() {}
 
 func (x *HealthPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[17]
+	mi := &file_loom_v1_health_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2031,7 +2144,7 @@ func (x *HealthPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthPolicy.ProtoReflect.Descriptor instead.
 func (*HealthPolicy) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{17}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HealthPolicy) GetCluster() string {
@@ -2217,7 +2330,7 @@ type TelemetryThresholds struct {
 
 func (x *TelemetryThresholds) Reset() {
 	*x = TelemetryThresholds{}
-	mi := &file_loom_v1_health_proto_msgTypes[18]
+	mi := &file_loom_v1_health_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2342,7 @@ func (x *TelemetryThresholds) String() string {
 func (*TelemetryThresholds) ProtoMessage() {}
 
 func (x *TelemetryThresholds) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[18]
+	mi := &file_loom_v1_health_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2355,7 @@ func (x *TelemetryThresholds) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TelemetryThresholds.ProtoReflect.Descriptor instead.
 func (*TelemetryThresholds) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{18}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TelemetryThresholds) GetSbePerMinute() float64 {
@@ -2292,7 +2405,7 @@ type CheckPolicy struct {
 
 func (x *CheckPolicy) Reset() {
 	*x = CheckPolicy{}
-	mi := &file_loom_v1_health_proto_msgTypes[19]
+	mi := &file_loom_v1_health_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2304,7 +2417,7 @@ func (x *CheckPolicy) String() string {
 func (*CheckPolicy) ProtoMessage() {}
 
 func (x *CheckPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[19]
+	mi := &file_loom_v1_health_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2317,7 +2430,7 @@ func (x *CheckPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckPolicy.ProtoReflect.Descriptor instead.
 func (*CheckPolicy) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{19}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CheckPolicy) GetCheck() string {
@@ -2352,7 +2465,7 @@ type ReportFaultyNodesRequest struct {
 
 func (x *ReportFaultyNodesRequest) Reset() {
 	*x = ReportFaultyNodesRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[20]
+	mi := &file_loom_v1_health_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2364,7 +2477,7 @@ func (x *ReportFaultyNodesRequest) String() string {
 func (*ReportFaultyNodesRequest) ProtoMessage() {}
 
 func (x *ReportFaultyNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[20]
+	mi := &file_loom_v1_health_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2377,7 +2490,7 @@ func (x *ReportFaultyNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFaultyNodesRequest.ProtoReflect.Descriptor instead.
 func (*ReportFaultyNodesRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{20}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReportFaultyNodesRequest) GetCluster() string {
@@ -2410,7 +2523,7 @@ type ReportFaultyNodesResponse struct {
 
 func (x *ReportFaultyNodesResponse) Reset() {
 	*x = ReportFaultyNodesResponse{}
-	mi := &file_loom_v1_health_proto_msgTypes[21]
+	mi := &file_loom_v1_health_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2422,7 +2535,7 @@ func (x *ReportFaultyNodesResponse) String() string {
 func (*ReportFaultyNodesResponse) ProtoMessage() {}
 
 func (x *ReportFaultyNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[21]
+	mi := &file_loom_v1_health_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2435,7 +2548,7 @@ func (x *ReportFaultyNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportFaultyNodesResponse.ProtoReflect.Descriptor instead.
 func (*ReportFaultyNodesResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{21}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReportFaultyNodesResponse) GetHostnames() []string {
@@ -2459,7 +2572,7 @@ type UpdateNodeRemediationRequest struct {
 
 func (x *UpdateNodeRemediationRequest) Reset() {
 	*x = UpdateNodeRemediationRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[22]
+	mi := &file_loom_v1_health_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2471,7 +2584,7 @@ func (x *UpdateNodeRemediationRequest) String() string {
 func (*UpdateNodeRemediationRequest) ProtoMessage() {}
 
 func (x *UpdateNodeRemediationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[22]
+	mi := &file_loom_v1_health_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2484,7 +2597,7 @@ func (x *UpdateNodeRemediationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRemediationRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRemediationRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{22}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UpdateNodeRemediationRequest) GetCluster() string {
@@ -2526,7 +2639,7 @@ type InjectFaultRequest struct {
 
 func (x *InjectFaultRequest) Reset() {
 	*x = InjectFaultRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[23]
+	mi := &file_loom_v1_health_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2538,7 +2651,7 @@ func (x *InjectFaultRequest) String() string {
 func (*InjectFaultRequest) ProtoMessage() {}
 
 func (x *InjectFaultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[23]
+	mi := &file_loom_v1_health_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2551,7 +2664,7 @@ func (x *InjectFaultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InjectFaultRequest.ProtoReflect.Descriptor instead.
 func (*InjectFaultRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{23}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *InjectFaultRequest) GetCluster() string {
@@ -2585,7 +2698,7 @@ type InjectFaultResponse struct {
 
 func (x *InjectFaultResponse) Reset() {
 	*x = InjectFaultResponse{}
-	mi := &file_loom_v1_health_proto_msgTypes[24]
+	mi := &file_loom_v1_health_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2597,7 +2710,7 @@ func (x *InjectFaultResponse) String() string {
 func (*InjectFaultResponse) ProtoMessage() {}
 
 func (x *InjectFaultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[24]
+	mi := &file_loom_v1_health_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2610,7 +2723,7 @@ func (x *InjectFaultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InjectFaultResponse.ProtoReflect.Descriptor instead.
 func (*InjectFaultResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{24}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *InjectFaultResponse) GetHostname() string {
@@ -2636,7 +2749,7 @@ type GetJobGoodputRequest struct {
 
 func (x *GetJobGoodputRequest) Reset() {
 	*x = GetJobGoodputRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[25]
+	mi := &file_loom_v1_health_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2648,7 +2761,7 @@ func (x *GetJobGoodputRequest) String() string {
 func (*GetJobGoodputRequest) ProtoMessage() {}
 
 func (x *GetJobGoodputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[25]
+	mi := &file_loom_v1_health_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2661,7 +2774,7 @@ func (x *GetJobGoodputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobGoodputRequest.ProtoReflect.Descriptor instead.
 func (*GetJobGoodputRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{25}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetJobGoodputRequest) GetName() string {
@@ -2684,7 +2797,7 @@ type GetClusterGoodputRequest struct {
 
 func (x *GetClusterGoodputRequest) Reset() {
 	*x = GetClusterGoodputRequest{}
-	mi := &file_loom_v1_health_proto_msgTypes[26]
+	mi := &file_loom_v1_health_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2696,7 +2809,7 @@ func (x *GetClusterGoodputRequest) String() string {
 func (*GetClusterGoodputRequest) ProtoMessage() {}
 
 func (x *GetClusterGoodputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[26]
+	mi := &file_loom_v1_health_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2709,7 +2822,7 @@ func (x *GetClusterGoodputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterGoodputRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterGoodputRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{26}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetClusterGoodputRequest) GetName() string {
@@ -2753,7 +2866,7 @@ type Goodput struct {
 
 func (x *Goodput) Reset() {
 	*x = Goodput{}
-	mi := &file_loom_v1_health_proto_msgTypes[27]
+	mi := &file_loom_v1_health_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2765,7 +2878,7 @@ func (x *Goodput) String() string {
 func (*Goodput) ProtoMessage() {}
 
 func (x *Goodput) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_health_proto_msgTypes[27]
+	mi := &file_loom_v1_health_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2778,7 +2891,7 @@ func (x *Goodput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Goodput.ProtoReflect.Descriptor instead.
 func (*Goodput) Descriptor() ([]byte, []int) {
-	return file_loom_v1_health_proto_rawDescGZIP(), []int{27}
+	return file_loom_v1_health_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Goodput) GetName() string {
@@ -2984,7 +3097,15 @@ const file_loom_v1_health_proto_rawDesc = "" +
 	"\x06failed\x18\v \x01(\x05R\x06failed\x12\x18\n" +
 	"\askipped\x18\f \x01(\x05R\askipped\x12\x18\n" +
 	"\aerrored\x18\r \x01(\x05R\aerrored\x12\x1c\n" +
-	"\thostnames\x18\x0e \x03(\tR\thostnames\"\xbb\x01\n" +
+	"\thostnames\x18\x0e \x03(\tR\thostnames\"n\n" +
+	"\x16ListHealthScansRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"l\n" +
+	"\x17ListHealthScansResponse\x12)\n" +
+	"\x05scans\x18\x01 \x03(\v2\x13.loom.v1.HealthScanR\x05scans\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xbb\x01\n" +
 	"\x18ListHealthResultsRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12\x14\n" +
@@ -3155,12 +3276,12 @@ const file_loom_v1_health_proto_rawDesc = "" +
 	"\x0eACTION_REPLACE\x10\x06\x12\x10\n" +
 	"\fACTION_DRAIN\x10\a\x12\x11\n" +
 	"\rACTION_RESUME\x10\b\x12\x15\n" +
-	"\x11ACTION_QUARANTINE\x10\t2\xc0\n" +
-	"\n" +
+	"\x11ACTION_QUARANTINE\x10\t2\xd0\v\n" +
 	"\rHealthService\x12~\n" +
 	"\tScanNodes\x12\x19.loom.v1.ScanNodesRequest\x1a\x1a.loom.v1.ScanNodesResponse\":\x82\xd3\xe4\x93\x024:\x01*\"//v1/{cluster=projects/*/clusters/*}/health:scan\x12\x95\x01\n" +
 	"\x11ListHealthResults\x12!.loom.v1.ListHealthResultsRequest\x1a\".loom.v1.ListHealthResultsResponse\"9\x82\xd3\xe4\x93\x023\x121/v1/{cluster=projects/*/clusters/*}/healthResults\x12\x86\x01\n" +
-	"\rGetHealthScan\x12\x1d.loom.v1.GetHealthScanRequest\x1a\x13.loom.v1.HealthScan\"A\x82\xd3\xe4\x93\x02;\x129/v1/{cluster=projects/*/clusters/*}/healthScans/{scan_id}\x12\x89\x01\n" +
+	"\rGetHealthScan\x12\x1d.loom.v1.GetHealthScanRequest\x1a\x13.loom.v1.HealthScan\"A\x82\xd3\xe4\x93\x02;\x129/v1/{cluster=projects/*/clusters/*}/healthScans/{scan_id}\x12\x8d\x01\n" +
+	"\x0fListHealthScans\x12\x1f.loom.v1.ListHealthScansRequest\x1a .loom.v1.ListHealthScansResponse\"7\x82\xd3\xe4\x93\x021\x12//v1/{cluster=projects/*/clusters/*}/healthScans\x12\x89\x01\n" +
 	"\x0eListNodeHealth\x12\x1e.loom.v1.ListNodeHealthRequest\x1a\x1f.loom.v1.ListNodeHealthResponse\"6\x82\xd3\xe4\x93\x020\x12./v1/{cluster=projects/*/clusters/*}/nodeHealth\x12\xa1\x01\n" +
 	"\x14ListNodeHealthEvents\x12$.loom.v1.ListNodeHealthEventsRequest\x1a%.loom.v1.ListNodeHealthEventsResponse\"<\x82\xd3\xe4\x93\x026\x124/v1/{cluster=projects/*/clusters/*}/nodeHealthEvents\x12\x9c\x01\n" +
 	"\x11ReportFaultyNodes\x12!.loom.v1.ReportFaultyNodesRequest\x1a\".loom.v1.ReportFaultyNodesResponse\"@\x82\xd3\xe4\x93\x02::\x01*\"5/v1/{cluster=projects/*/clusters/*}:reportFaultyNodes\x12\xa0\x01\n" +
@@ -3184,7 +3305,7 @@ func file_loom_v1_health_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_v1_health_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_loom_v1_health_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_loom_v1_health_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_loom_v1_health_proto_goTypes = []any{
 	(FaultKind)(0),                       // 0: loom.v1.FaultKind
 	(CheckOutcome)(0),                    // 1: loom.v1.CheckOutcome
@@ -3199,104 +3320,109 @@ var file_loom_v1_health_proto_goTypes = []any{
 	(*ScanNodesResponse)(nil),            // 10: loom.v1.ScanNodesResponse
 	(*GetHealthScanRequest)(nil),         // 11: loom.v1.GetHealthScanRequest
 	(*HealthScan)(nil),                   // 12: loom.v1.HealthScan
-	(*ListHealthResultsRequest)(nil),     // 13: loom.v1.ListHealthResultsRequest
-	(*ListHealthResultsResponse)(nil),    // 14: loom.v1.ListHealthResultsResponse
-	(*ListNodeHealthRequest)(nil),        // 15: loom.v1.ListNodeHealthRequest
-	(*ListNodeHealthResponse)(nil),       // 16: loom.v1.ListNodeHealthResponse
-	(*ListNodeHealthEventsRequest)(nil),  // 17: loom.v1.ListNodeHealthEventsRequest
-	(*ListNodeHealthEventsResponse)(nil), // 18: loom.v1.ListNodeHealthEventsResponse
-	(*NodeHealthEvent)(nil),              // 19: loom.v1.NodeHealthEvent
-	(*GetHealthPolicyRequest)(nil),       // 20: loom.v1.GetHealthPolicyRequest
-	(*HealthPolicy)(nil),                 // 21: loom.v1.HealthPolicy
-	(*TelemetryThresholds)(nil),          // 22: loom.v1.TelemetryThresholds
-	(*CheckPolicy)(nil),                  // 23: loom.v1.CheckPolicy
-	(*ReportFaultyNodesRequest)(nil),     // 24: loom.v1.ReportFaultyNodesRequest
-	(*ReportFaultyNodesResponse)(nil),    // 25: loom.v1.ReportFaultyNodesResponse
-	(*UpdateNodeRemediationRequest)(nil), // 26: loom.v1.UpdateNodeRemediationRequest
-	(*InjectFaultRequest)(nil),           // 27: loom.v1.InjectFaultRequest
-	(*InjectFaultResponse)(nil),          // 28: loom.v1.InjectFaultResponse
-	(*GetJobGoodputRequest)(nil),         // 29: loom.v1.GetJobGoodputRequest
-	(*GetClusterGoodputRequest)(nil),     // 30: loom.v1.GetClusterGoodputRequest
-	(*Goodput)(nil),                      // 31: loom.v1.Goodput
-	nil,                                  // 32: loom.v1.HealthCheckResult.MetricsEntry
-	nil,                                  // 33: loom.v1.ScanNodesRequest.ParamsEntry
-	nil,                                  // 34: loom.v1.HealthPolicy.AllreduceMinBusbwGbpsEntry
-	(*timestamppb.Timestamp)(nil),        // 35: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),          // 36: google.protobuf.Duration
+	(*ListHealthScansRequest)(nil),       // 13: loom.v1.ListHealthScansRequest
+	(*ListHealthScansResponse)(nil),      // 14: loom.v1.ListHealthScansResponse
+	(*ListHealthResultsRequest)(nil),     // 15: loom.v1.ListHealthResultsRequest
+	(*ListHealthResultsResponse)(nil),    // 16: loom.v1.ListHealthResultsResponse
+	(*ListNodeHealthRequest)(nil),        // 17: loom.v1.ListNodeHealthRequest
+	(*ListNodeHealthResponse)(nil),       // 18: loom.v1.ListNodeHealthResponse
+	(*ListNodeHealthEventsRequest)(nil),  // 19: loom.v1.ListNodeHealthEventsRequest
+	(*ListNodeHealthEventsResponse)(nil), // 20: loom.v1.ListNodeHealthEventsResponse
+	(*NodeHealthEvent)(nil),              // 21: loom.v1.NodeHealthEvent
+	(*GetHealthPolicyRequest)(nil),       // 22: loom.v1.GetHealthPolicyRequest
+	(*HealthPolicy)(nil),                 // 23: loom.v1.HealthPolicy
+	(*TelemetryThresholds)(nil),          // 24: loom.v1.TelemetryThresholds
+	(*CheckPolicy)(nil),                  // 25: loom.v1.CheckPolicy
+	(*ReportFaultyNodesRequest)(nil),     // 26: loom.v1.ReportFaultyNodesRequest
+	(*ReportFaultyNodesResponse)(nil),    // 27: loom.v1.ReportFaultyNodesResponse
+	(*UpdateNodeRemediationRequest)(nil), // 28: loom.v1.UpdateNodeRemediationRequest
+	(*InjectFaultRequest)(nil),           // 29: loom.v1.InjectFaultRequest
+	(*InjectFaultResponse)(nil),          // 30: loom.v1.InjectFaultResponse
+	(*GetJobGoodputRequest)(nil),         // 31: loom.v1.GetJobGoodputRequest
+	(*GetClusterGoodputRequest)(nil),     // 32: loom.v1.GetClusterGoodputRequest
+	(*Goodput)(nil),                      // 33: loom.v1.Goodput
+	nil,                                  // 34: loom.v1.HealthCheckResult.MetricsEntry
+	nil,                                  // 35: loom.v1.ScanNodesRequest.ParamsEntry
+	nil,                                  // 36: loom.v1.HealthPolicy.AllreduceMinBusbwGbpsEntry
+	(*timestamppb.Timestamp)(nil),        // 37: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),          // 38: google.protobuf.Duration
 }
 var file_loom_v1_health_proto_depIdxs = []int32{
 	0,  // 0: loom.v1.Fault.kind:type_name -> loom.v1.FaultKind
 	1,  // 1: loom.v1.HealthCheckResult.outcome:type_name -> loom.v1.CheckOutcome
-	32, // 2: loom.v1.HealthCheckResult.metrics:type_name -> loom.v1.HealthCheckResult.MetricsEntry
-	35, // 3: loom.v1.HealthCheckResult.start_time:type_name -> google.protobuf.Timestamp
-	35, // 4: loom.v1.HealthCheckResult.end_time:type_name -> google.protobuf.Timestamp
-	35, // 5: loom.v1.HealthCheckResult.valid_until:type_name -> google.protobuf.Timestamp
+	34, // 2: loom.v1.HealthCheckResult.metrics:type_name -> loom.v1.HealthCheckResult.MetricsEntry
+	37, // 3: loom.v1.HealthCheckResult.start_time:type_name -> google.protobuf.Timestamp
+	37, // 4: loom.v1.HealthCheckResult.end_time:type_name -> google.protobuf.Timestamp
+	37, // 5: loom.v1.HealthCheckResult.valid_until:type_name -> google.protobuf.Timestamp
 	2,  // 6: loom.v1.NodeHealth.state:type_name -> loom.v1.RemediationState
-	35, // 7: loom.v1.NodeHealth.state_time:type_name -> google.protobuf.Timestamp
+	37, // 7: loom.v1.NodeHealth.state_time:type_name -> google.protobuf.Timestamp
 	3,  // 8: loom.v1.NodeHealth.next_action:type_name -> loom.v1.RemediationAction
 	4,  // 9: loom.v1.NodeHealth.gpus:type_name -> loom.v1.GpuSample
 	5,  // 10: loom.v1.NodeHealth.disks:type_name -> loom.v1.DiskSample
-	35, // 11: loom.v1.NodeHealth.last_heartbeat:type_name -> google.protobuf.Timestamp
-	36, // 12: loom.v1.ScanNodesRequest.timeout:type_name -> google.protobuf.Duration
-	33, // 13: loom.v1.ScanNodesRequest.params:type_name -> loom.v1.ScanNodesRequest.ParamsEntry
-	35, // 14: loom.v1.HealthScan.start_time:type_name -> google.protobuf.Timestamp
-	7,  // 15: loom.v1.ListHealthResultsResponse.results:type_name -> loom.v1.HealthCheckResult
-	8,  // 16: loom.v1.ListNodeHealthResponse.nodes:type_name -> loom.v1.NodeHealth
-	19, // 17: loom.v1.ListNodeHealthEventsResponse.events:type_name -> loom.v1.NodeHealthEvent
-	35, // 18: loom.v1.NodeHealthEvent.time:type_name -> google.protobuf.Timestamp
-	2,  // 19: loom.v1.NodeHealthEvent.state:type_name -> loom.v1.RemediationState
-	3,  // 20: loom.v1.NodeHealthEvent.action:type_name -> loom.v1.RemediationAction
-	36, // 21: loom.v1.HealthPolicy.lemon_window:type_name -> google.protobuf.Duration
-	36, // 22: loom.v1.HealthPolicy.heartbeat_timeout:type_name -> google.protobuf.Duration
-	22, // 23: loom.v1.HealthPolicy.thresholds:type_name -> loom.v1.TelemetryThresholds
-	36, // 24: loom.v1.HealthPolicy.drain_timeout:type_name -> google.protobuf.Duration
-	36, // 25: loom.v1.HealthPolicy.confirm_timeout:type_name -> google.protobuf.Duration
-	36, // 26: loom.v1.HealthPolicy.repair_timeout:type_name -> google.protobuf.Duration
-	36, // 27: loom.v1.HealthPolicy.scan_interval:type_name -> google.protobuf.Duration
-	23, // 28: loom.v1.HealthPolicy.checks:type_name -> loom.v1.CheckPolicy
-	36, // 29: loom.v1.HealthPolicy.default_check_validity:type_name -> google.protobuf.Duration
-	36, // 30: loom.v1.HealthPolicy.default_check_timeout:type_name -> google.protobuf.Duration
-	36, // 31: loom.v1.HealthPolicy.check_grace:type_name -> google.protobuf.Duration
-	34, // 32: loom.v1.HealthPolicy.allreduce_min_busbw_gbps:type_name -> loom.v1.HealthPolicy.AllreduceMinBusbwGbpsEntry
-	36, // 33: loom.v1.CheckPolicy.validity:type_name -> google.protobuf.Duration
-	36, // 34: loom.v1.CheckPolicy.timeout:type_name -> google.protobuf.Duration
-	3,  // 35: loom.v1.UpdateNodeRemediationRequest.action:type_name -> loom.v1.RemediationAction
-	6,  // 36: loom.v1.InjectFaultRequest.fault:type_name -> loom.v1.Fault
-	6,  // 37: loom.v1.InjectFaultResponse.fault:type_name -> loom.v1.Fault
-	35, // 38: loom.v1.GetClusterGoodputRequest.since:type_name -> google.protobuf.Timestamp
-	36, // 39: loom.v1.Goodput.wall:type_name -> google.protobuf.Duration
-	36, // 40: loom.v1.Goodput.productive:type_name -> google.protobuf.Duration
-	36, // 41: loom.v1.Goodput.lost_recompute:type_name -> google.protobuf.Duration
-	36, // 42: loom.v1.Goodput.lost_restart:type_name -> google.protobuf.Duration
-	36, // 43: loom.v1.Goodput.lost_queueing:type_name -> google.protobuf.Duration
-	36, // 44: loom.v1.Goodput.lost_checkpointing:type_name -> google.protobuf.Duration
-	9,  // 45: loom.v1.HealthService.ScanNodes:input_type -> loom.v1.ScanNodesRequest
-	13, // 46: loom.v1.HealthService.ListHealthResults:input_type -> loom.v1.ListHealthResultsRequest
-	11, // 47: loom.v1.HealthService.GetHealthScan:input_type -> loom.v1.GetHealthScanRequest
-	15, // 48: loom.v1.HealthService.ListNodeHealth:input_type -> loom.v1.ListNodeHealthRequest
-	17, // 49: loom.v1.HealthService.ListNodeHealthEvents:input_type -> loom.v1.ListNodeHealthEventsRequest
-	24, // 50: loom.v1.HealthService.ReportFaultyNodes:input_type -> loom.v1.ReportFaultyNodesRequest
-	26, // 51: loom.v1.HealthService.UpdateNodeRemediation:input_type -> loom.v1.UpdateNodeRemediationRequest
-	20, // 52: loom.v1.HealthService.GetHealthPolicy:input_type -> loom.v1.GetHealthPolicyRequest
-	27, // 53: loom.v1.HealthService.InjectFault:input_type -> loom.v1.InjectFaultRequest
-	29, // 54: loom.v1.GoodputService.GetJobGoodput:input_type -> loom.v1.GetJobGoodputRequest
-	30, // 55: loom.v1.GoodputService.GetClusterGoodput:input_type -> loom.v1.GetClusterGoodputRequest
-	10, // 56: loom.v1.HealthService.ScanNodes:output_type -> loom.v1.ScanNodesResponse
-	14, // 57: loom.v1.HealthService.ListHealthResults:output_type -> loom.v1.ListHealthResultsResponse
-	12, // 58: loom.v1.HealthService.GetHealthScan:output_type -> loom.v1.HealthScan
-	16, // 59: loom.v1.HealthService.ListNodeHealth:output_type -> loom.v1.ListNodeHealthResponse
-	18, // 60: loom.v1.HealthService.ListNodeHealthEvents:output_type -> loom.v1.ListNodeHealthEventsResponse
-	25, // 61: loom.v1.HealthService.ReportFaultyNodes:output_type -> loom.v1.ReportFaultyNodesResponse
-	8,  // 62: loom.v1.HealthService.UpdateNodeRemediation:output_type -> loom.v1.NodeHealth
-	21, // 63: loom.v1.HealthService.GetHealthPolicy:output_type -> loom.v1.HealthPolicy
-	28, // 64: loom.v1.HealthService.InjectFault:output_type -> loom.v1.InjectFaultResponse
-	31, // 65: loom.v1.GoodputService.GetJobGoodput:output_type -> loom.v1.Goodput
-	31, // 66: loom.v1.GoodputService.GetClusterGoodput:output_type -> loom.v1.Goodput
-	56, // [56:67] is the sub-list for method output_type
-	45, // [45:56] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	37, // 11: loom.v1.NodeHealth.last_heartbeat:type_name -> google.protobuf.Timestamp
+	38, // 12: loom.v1.ScanNodesRequest.timeout:type_name -> google.protobuf.Duration
+	35, // 13: loom.v1.ScanNodesRequest.params:type_name -> loom.v1.ScanNodesRequest.ParamsEntry
+	37, // 14: loom.v1.HealthScan.start_time:type_name -> google.protobuf.Timestamp
+	12, // 15: loom.v1.ListHealthScansResponse.scans:type_name -> loom.v1.HealthScan
+	7,  // 16: loom.v1.ListHealthResultsResponse.results:type_name -> loom.v1.HealthCheckResult
+	8,  // 17: loom.v1.ListNodeHealthResponse.nodes:type_name -> loom.v1.NodeHealth
+	21, // 18: loom.v1.ListNodeHealthEventsResponse.events:type_name -> loom.v1.NodeHealthEvent
+	37, // 19: loom.v1.NodeHealthEvent.time:type_name -> google.protobuf.Timestamp
+	2,  // 20: loom.v1.NodeHealthEvent.state:type_name -> loom.v1.RemediationState
+	3,  // 21: loom.v1.NodeHealthEvent.action:type_name -> loom.v1.RemediationAction
+	38, // 22: loom.v1.HealthPolicy.lemon_window:type_name -> google.protobuf.Duration
+	38, // 23: loom.v1.HealthPolicy.heartbeat_timeout:type_name -> google.protobuf.Duration
+	24, // 24: loom.v1.HealthPolicy.thresholds:type_name -> loom.v1.TelemetryThresholds
+	38, // 25: loom.v1.HealthPolicy.drain_timeout:type_name -> google.protobuf.Duration
+	38, // 26: loom.v1.HealthPolicy.confirm_timeout:type_name -> google.protobuf.Duration
+	38, // 27: loom.v1.HealthPolicy.repair_timeout:type_name -> google.protobuf.Duration
+	38, // 28: loom.v1.HealthPolicy.scan_interval:type_name -> google.protobuf.Duration
+	25, // 29: loom.v1.HealthPolicy.checks:type_name -> loom.v1.CheckPolicy
+	38, // 30: loom.v1.HealthPolicy.default_check_validity:type_name -> google.protobuf.Duration
+	38, // 31: loom.v1.HealthPolicy.default_check_timeout:type_name -> google.protobuf.Duration
+	38, // 32: loom.v1.HealthPolicy.check_grace:type_name -> google.protobuf.Duration
+	36, // 33: loom.v1.HealthPolicy.allreduce_min_busbw_gbps:type_name -> loom.v1.HealthPolicy.AllreduceMinBusbwGbpsEntry
+	38, // 34: loom.v1.CheckPolicy.validity:type_name -> google.protobuf.Duration
+	38, // 35: loom.v1.CheckPolicy.timeout:type_name -> google.protobuf.Duration
+	3,  // 36: loom.v1.UpdateNodeRemediationRequest.action:type_name -> loom.v1.RemediationAction
+	6,  // 37: loom.v1.InjectFaultRequest.fault:type_name -> loom.v1.Fault
+	6,  // 38: loom.v1.InjectFaultResponse.fault:type_name -> loom.v1.Fault
+	37, // 39: loom.v1.GetClusterGoodputRequest.since:type_name -> google.protobuf.Timestamp
+	38, // 40: loom.v1.Goodput.wall:type_name -> google.protobuf.Duration
+	38, // 41: loom.v1.Goodput.productive:type_name -> google.protobuf.Duration
+	38, // 42: loom.v1.Goodput.lost_recompute:type_name -> google.protobuf.Duration
+	38, // 43: loom.v1.Goodput.lost_restart:type_name -> google.protobuf.Duration
+	38, // 44: loom.v1.Goodput.lost_queueing:type_name -> google.protobuf.Duration
+	38, // 45: loom.v1.Goodput.lost_checkpointing:type_name -> google.protobuf.Duration
+	9,  // 46: loom.v1.HealthService.ScanNodes:input_type -> loom.v1.ScanNodesRequest
+	15, // 47: loom.v1.HealthService.ListHealthResults:input_type -> loom.v1.ListHealthResultsRequest
+	11, // 48: loom.v1.HealthService.GetHealthScan:input_type -> loom.v1.GetHealthScanRequest
+	13, // 49: loom.v1.HealthService.ListHealthScans:input_type -> loom.v1.ListHealthScansRequest
+	17, // 50: loom.v1.HealthService.ListNodeHealth:input_type -> loom.v1.ListNodeHealthRequest
+	19, // 51: loom.v1.HealthService.ListNodeHealthEvents:input_type -> loom.v1.ListNodeHealthEventsRequest
+	26, // 52: loom.v1.HealthService.ReportFaultyNodes:input_type -> loom.v1.ReportFaultyNodesRequest
+	28, // 53: loom.v1.HealthService.UpdateNodeRemediation:input_type -> loom.v1.UpdateNodeRemediationRequest
+	22, // 54: loom.v1.HealthService.GetHealthPolicy:input_type -> loom.v1.GetHealthPolicyRequest
+	29, // 55: loom.v1.HealthService.InjectFault:input_type -> loom.v1.InjectFaultRequest
+	31, // 56: loom.v1.GoodputService.GetJobGoodput:input_type -> loom.v1.GetJobGoodputRequest
+	32, // 57: loom.v1.GoodputService.GetClusterGoodput:input_type -> loom.v1.GetClusterGoodputRequest
+	10, // 58: loom.v1.HealthService.ScanNodes:output_type -> loom.v1.ScanNodesResponse
+	16, // 59: loom.v1.HealthService.ListHealthResults:output_type -> loom.v1.ListHealthResultsResponse
+	12, // 60: loom.v1.HealthService.GetHealthScan:output_type -> loom.v1.HealthScan
+	14, // 61: loom.v1.HealthService.ListHealthScans:output_type -> loom.v1.ListHealthScansResponse
+	18, // 62: loom.v1.HealthService.ListNodeHealth:output_type -> loom.v1.ListNodeHealthResponse
+	20, // 63: loom.v1.HealthService.ListNodeHealthEvents:output_type -> loom.v1.ListNodeHealthEventsResponse
+	27, // 64: loom.v1.HealthService.ReportFaultyNodes:output_type -> loom.v1.ReportFaultyNodesResponse
+	8,  // 65: loom.v1.HealthService.UpdateNodeRemediation:output_type -> loom.v1.NodeHealth
+	23, // 66: loom.v1.HealthService.GetHealthPolicy:output_type -> loom.v1.HealthPolicy
+	30, // 67: loom.v1.HealthService.InjectFault:output_type -> loom.v1.InjectFaultResponse
+	33, // 68: loom.v1.GoodputService.GetJobGoodput:output_type -> loom.v1.Goodput
+	33, // 69: loom.v1.GoodputService.GetClusterGoodput:output_type -> loom.v1.Goodput
+	58, // [58:70] is the sub-list for method output_type
+	46, // [46:58] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_health_proto_init() }
@@ -3310,7 +3436,7 @@ func file_loom_v1_health_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_health_proto_rawDesc), len(file_loom_v1_health_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   31,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

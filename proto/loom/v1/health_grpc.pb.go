@@ -22,6 +22,7 @@ const (
 	HealthService_ScanNodes_FullMethodName             = "/loom.v1.HealthService/ScanNodes"
 	HealthService_ListHealthResults_FullMethodName     = "/loom.v1.HealthService/ListHealthResults"
 	HealthService_GetHealthScan_FullMethodName         = "/loom.v1.HealthService/GetHealthScan"
+	HealthService_ListHealthScans_FullMethodName       = "/loom.v1.HealthService/ListHealthScans"
 	HealthService_ListNodeHealth_FullMethodName        = "/loom.v1.HealthService/ListNodeHealth"
 	HealthService_ListNodeHealthEvents_FullMethodName  = "/loom.v1.HealthService/ListNodeHealthEvents"
 	HealthService_ReportFaultyNodes_FullMethodName     = "/loom.v1.HealthService/ReportFaultyNodes"
@@ -49,6 +50,10 @@ type HealthServiceClient interface {
 	// is done. A finished scan is kept for an hour after its start; its
 	// results stay longer (ListHealthResults with scan_id).
 	GetHealthScan(ctx context.Context, in *GetHealthScanRequest, opts ...grpc.CallOption) (*HealthScan, error)
+	// ListHealthScans lists the cluster's scans health still keeps (an hour
+	// after each one's start), newest first, each with its progress as
+	// GetHealthScan gives it (loom health scans).
+	ListHealthScans(ctx context.Context, in *ListHealthScansRequest, opts ...grpc.CallOption) (*ListHealthScansResponse, error)
 	// ListNodeHealth lists each node's health and remediation state.
 	ListNodeHealth(ctx context.Context, in *ListNodeHealthRequest, opts ...grpc.CallOption) (*ListNodeHealthResponse, error)
 	// ListNodeHealthEvents lists what health decided about a cluster's nodes,
@@ -105,6 +110,16 @@ func (c *healthServiceClient) GetHealthScan(ctx context.Context, in *GetHealthSc
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(HealthScan)
 	err := c.cc.Invoke(ctx, HealthService_GetHealthScan_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *healthServiceClient) ListHealthScans(ctx context.Context, in *ListHealthScansRequest, opts ...grpc.CallOption) (*ListHealthScansResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListHealthScansResponse)
+	err := c.cc.Invoke(ctx, HealthService_ListHealthScans_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -190,6 +205,10 @@ type HealthServiceServer interface {
 	// is done. A finished scan is kept for an hour after its start; its
 	// results stay longer (ListHealthResults with scan_id).
 	GetHealthScan(context.Context, *GetHealthScanRequest) (*HealthScan, error)
+	// ListHealthScans lists the cluster's scans health still keeps (an hour
+	// after each one's start), newest first, each with its progress as
+	// GetHealthScan gives it (loom health scans).
+	ListHealthScans(context.Context, *ListHealthScansRequest) (*ListHealthScansResponse, error)
 	// ListNodeHealth lists each node's health and remediation state.
 	ListNodeHealth(context.Context, *ListNodeHealthRequest) (*ListNodeHealthResponse, error)
 	// ListNodeHealthEvents lists what health decided about a cluster's nodes,
@@ -230,6 +249,9 @@ func (UnimplementedHealthServiceServer) ListHealthResults(context.Context, *List
 }
 func (UnimplementedHealthServiceServer) GetHealthScan(context.Context, *GetHealthScanRequest) (*HealthScan, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetHealthScan not implemented")
+}
+func (UnimplementedHealthServiceServer) ListHealthScans(context.Context, *ListHealthScansRequest) (*ListHealthScansResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListHealthScans not implemented")
 }
 func (UnimplementedHealthServiceServer) ListNodeHealth(context.Context, *ListNodeHealthRequest) (*ListNodeHealthResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListNodeHealth not implemented")
@@ -320,6 +342,24 @@ func _HealthService_GetHealthScan_Handler(srv interface{}, ctx context.Context, 
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(HealthServiceServer).GetHealthScan(ctx, req.(*GetHealthScanRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _HealthService_ListHealthScans_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListHealthScansRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HealthServiceServer).ListHealthScans(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HealthService_ListHealthScans_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HealthServiceServer).ListHealthScans(ctx, req.(*ListHealthScansRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -450,6 +490,10 @@ var HealthService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetHealthScan",
 			Handler:    _HealthService_GetHealthScan_Handler,
+		},
+		{
+			MethodName: "ListHealthScans",
+			Handler:    _HealthService_ListHealthScans_Handler,
 		},
 		{
 			MethodName: "ListNodeHealth",

@@ -468,18 +468,19 @@ func (a *app) healthCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "health",
 		Short: "Run health checks and see each node's health and repairs",
-		Long: `Hardware health: checks run on demand (scan), their stored results (results),
-each node's state in health's remediation (nodes), what health decided about
+		Long: `Hardware health: checks run on demand (scan), the scans health still keeps
+(scans), their stored results (results), each node's state in health's remediation (nodes), what health decided about
 them over time (events), and the policy health applies (policy). See
 docs/health.md.
 
   loom health scan demo --checks gpu_diag,disk --level 2 --wait
+  loom health scans demo
   loom health results demo --node gpu-0001
   loom health nodes demo
   loom health events demo gpu-0001
   loom health policy demo`,
 	}
-	cmd.AddCommand(a.healthScanCommand(), a.healthResultsCommand(), a.healthNodesCommand(), a.healthEventsCommand(), a.healthPolicyCommand())
+	cmd.AddCommand(a.healthScanCommand(), a.healthScansCommand(), a.healthResultsCommand(), a.healthNodesCommand(), a.healthEventsCommand(), a.healthPolicyCommand())
 	return cmd
 }
 
@@ -713,6 +714,71 @@ AGE, and VALID (how long the result stands: each check has its window).`,
 	f.StringVar(&scan, "scan", "", "only this scan's results (the id loom health scan printed)")
 	f.IntVar(&limit, "limit", 100, "show at most this many (0: all)")
 	return cmd
+}
+
+func (a *app) healthScansCommand() *cobra.Command {
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "scans CLUSTER [--limit N]",
+		Short: "List the cluster's health scans, newest first, with how far each got",
+		Long: `List the health scans health still keeps (an hour after each one's start),
+newest first: SCAN (the id to give "loom health results --scan"), TRIGGER
+(scan: a person; schedule), LEVEL (gpu_diag's), AGE (since it started), STATE (running or
+done), ANSWERED (checks answered of those sent), the answers by outcome, and
+the NODES checked. A scan's results stay after it is gone from this list:
+"loom health results CLUSTER".`,
+		Args: exactArgs(1, "the cluster, e.g. `loom health scans demo`"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			hs, err := a.healthClient()
+			if err != nil {
+				return err
+			}
+			cluster := a.clusterName(args[0])
+			scans, err := collect(a, cmd, limit, func(ctx context.Context, token string, size int32) ([]*loomv1.HealthScan, string, error) {
+				page, err := hs.ListHealthScans(ctx, &loomv1.ListHealthScansRequest{Cluster: cluster, PageToken: token, PageSize: size})
+				return page.GetScans(), page.GetNextPageToken(), err
+			})
+			if err != nil {
+				return a.notFoundHint(a.explain("list health scans of "+args[0], err), err, "loom clusters list")
+			}
+			if a.output == "json" {
+				return writeJSON(cmd.OutOrStdout(), &loomv1.ListHealthScansResponse{Scans: scans})
+			}
+			if len(scans) == 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "No health scans in the last hour. Start one with `loom health scan %s`; earlier results: `loom health results %s`.\n", args[0], args[0])
+				return nil
+			}
+			return renderHealthScans(cmd.OutOrStdout(), scans, a.now())
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", 100, "show at most this many (0: all)")
+	return cmd
+}
+
+func renderHealthScans(w io.Writer, scans []*loomv1.HealthScan, now time.Time) error {
+	tw := newTable(w)
+	row(tw, "SCAN", "TRIGGER", "LEVEL", "AGE", "STATE", "ANSWERED", "PASS", "WARN", "FAIL", "SKIPPED", "ERROR", "NODES")
+	for _, sc := range scans {
+		level, state := "-", "running"
+		if sc.GetLevel() > 0 {
+			level = strconv.Itoa(int(sc.GetLevel()))
+		}
+		if sc.GetDone() {
+			state = "done"
+		}
+		row(tw, cellText(sc.GetScanId(), 64), sc.GetTrigger(), level, age(sc.GetStartTime(), now), state,
+			fmt.Sprintf("%d/%d", sc.GetAnswered(), sc.GetChecks()), count(sc.GetPassed()), count(sc.GetWarned()),
+			count(sc.GetFailed()), count(sc.GetSkipped()), count(sc.GetErrored()), cellText(hostlist.Compress(sc.GetHostnames()), 60))
+	}
+	return tw.Flush()
+}
+
+// count is a table's count: "-" for none, so that the ones stand out.
+func count(n int32) string {
+	if n == 0 {
+		return "-"
+	}
+	return strconv.Itoa(int(n))
 }
 
 // countedProgress is a scan's progress without health's account of it:

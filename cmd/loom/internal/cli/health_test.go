@@ -394,6 +394,41 @@ gpu-0002  gpu_diag/2  FAIL     gpu_diag failed on gpu-0002  0s
 	}
 }
 
+// TestHealthScans: the scans health keeps, newest first, a running one
+// with its checks still out; --limit, -o json, and a cluster that does
+// not exist.
+func TestHealthScans(t *testing.T) {
+	t.Parallel()
+	f, gw := newHealthGateway(t)
+	if _, errOut, code := run(t, gw, "health", "scan", "demo", "--nodes", "gpu-[0001-0002]", "--checks", "disk", "--level", "2"); code != 0 {
+		t.Fatalf("scan: exit %d: %s", code, errOut)
+	}
+	out, errOut, code := run(t, gw, "health", "scans", "demo")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	golden(t, out, `
+SCAN    TRIGGER  LEVEL  AGE  STATE    ANSWERED  PASS  WARN  FAIL  SKIPPED  ERROR  NODES
+scan-1  scan     -      0s   running  0/2       -     -     -     -        -      gpu-[0001-0002]
+s2      scan     -      30s  done     1/1       -     -     -     1        -      gpu-0003
+s1      scan     -      2h   done     2/2       1     -     1     -        -      gpu-[0001-0002]
+`)
+	if req, _ := fakegw.LastRequest[*loomv1.ListHealthScansRequest](f); req.GetCluster() != demoName {
+		t.Errorf("asked for %q, want %q", req.GetCluster(), demoName)
+	}
+	out, _, code = run(t, gw, "health", "scans", "demo", "--limit", "1", "-o", "json")
+	var got loomv1.ListHealthScansResponse
+	if code != 0 || protojson.Unmarshal([]byte(out), &got) != nil || len(got.GetScans()) != 1 || got.GetScans()[0].GetScanId() != "scan-1" {
+		t.Errorf("--limit 1 -o json: exit %d\n%s", code, out)
+	}
+	if _, errOut, code := run(t, gw, "health", "scans", "nope"); code != 1 || !strings.Contains(errOut, "loom clusters list") {
+		t.Errorf("a cluster that does not exist: exit %d %q", code, errOut)
+	}
+	if _, errOut, code := run(t, gw, "health", "scans"); code != 2 || !strings.Contains(errOut, "loom health scans demo") {
+		t.Errorf("no cluster: exit %d %q", code, errOut)
+	}
+}
+
 // TestInjectFault: every kind becomes its Fault; flags that do not belong
 // to the kind, a missing kind or a bad Xid are usage errors; a node with
 // real GPUs is refused with the reason.

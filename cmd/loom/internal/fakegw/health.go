@@ -136,13 +136,48 @@ func (g *Gateway) GetHealthScan(_ context.Context, r *loomv1.GetHealthScanReques
 	if g.cluster(r.GetCluster()) == nil {
 		return nil, clusterNotFound(r.GetCluster())
 	}
-	sc := &loomv1.HealthScan{Cluster: r.GetCluster(), ScanId: r.GetScanId(), Trigger: "scan", Done: true}
+	sc := g.scanProgress(r.GetCluster(), r.GetScanId())
+	if sc.Checks == 0 {
+		return nil, status.Errorf(codes.NotFound, "scan %s of %s: not found", r.GetScanId(), r.GetCluster())
+	}
+	return sc, nil
+}
+
+// ListHealthScans pages the scans that HealthResults and the pending
+// results name, newest first (by their first result's end).
+func (g *Gateway) ListHealthScans(_ context.Context, r *loomv1.ListHealthScansRequest) (*loomv1.ListHealthScansResponse, error) {
+	defer g.lock(r)()
+	if g.cluster(r.GetCluster()) == nil {
+		return nil, clusterNotFound(r.GetCluster())
+	}
+	seen := map[string]bool{}
+	var out []*loomv1.HealthScan
+	for _, res := range slices.Concat(g.HealthResults, g.pendingResults) {
+		if id := res.GetScanId(); id != "" && !seen[id] && strings.HasPrefix(res.GetName(), r.GetCluster()+"/") {
+			seen[id] = true
+			out = append(out, g.scanProgress(r.GetCluster(), id))
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *loomv1.HealthScan) int {
+		return b.GetStartTime().AsTime().Compare(a.GetStartTime().AsTime())
+	})
+	page, next, err := paging.Ordered(r, out)
+	if err != nil {
+		return nil, errs.ToStatus(err)
+	}
+	return &loomv1.ListHealthScansResponse{Scans: page, NextPageToken: next}, nil
+}
+
+// scanProgress counts scan id's results of cluster; g is locked.
+func (g *Gateway) scanProgress(cluster, id string) *loomv1.HealthScan {
+	sc := &loomv1.HealthScan{Cluster: cluster, ScanId: id, Trigger: "scan", Done: true}
 	for _, res := range g.HealthResults {
-		if res.GetScanId() != r.GetScanId() || !strings.HasPrefix(res.GetName(), r.GetCluster()+"/") {
+		if res.GetScanId() != id || !strings.HasPrefix(res.GetName(), cluster+"/") {
 			continue
 		}
 		sc.Checks++
 		sc.Answered++
+		sc.Hostnames = append(sc.Hostnames, res.GetHostname())
 		if sc.StartTime == nil || res.GetEndTime().AsTime().Before(sc.GetStartTime().AsTime()) {
 			sc.StartTime = res.GetEndTime()
 		}
@@ -160,15 +195,18 @@ func (g *Gateway) GetHealthScan(_ context.Context, r *loomv1.GetHealthScanReques
 		}
 	}
 	for _, p := range g.pendingResults {
-		if p.GetScanId() == r.GetScanId() {
+		if p.GetScanId() == id && strings.HasPrefix(p.GetName(), cluster+"/") {
 			sc.Checks++
 			sc.Done = false
+			sc.Hostnames = append(sc.Hostnames, p.GetHostname())
+			if sc.StartTime == nil {
+				sc.StartTime = p.GetStartTime()
+			}
 		}
 	}
-	if sc.Checks == 0 {
-		return nil, status.Errorf(codes.NotFound, "scan %s of %s: not found", r.GetScanId(), r.GetCluster())
-	}
-	return sc, nil
+	slices.Sort(sc.Hostnames)
+	sc.Hostnames = slices.Compact(sc.Hostnames)
+	return sc
 }
 
 // ListHealthResults pages HealthResults of the cluster (newest first, as

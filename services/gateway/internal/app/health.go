@@ -177,6 +177,26 @@ func (g *Gateway) GetHealthScan(ctx context.Context, req *loomv1.GetHealthScanRe
 	return sc, nil
 }
 
+// ListHealthScans lists the cluster's scans health still keeps, newest
+// first, from the health service.
+func (g *Gateway) ListHealthScans(ctx context.Context, req *loomv1.ListHealthScansRequest) (*loomv1.ListHealthScansResponse, error) {
+	if err := domain.ValidateListHealthScans(req); err != nil {
+		return nil, err
+	}
+	h, err := g.health()
+	if err != nil {
+		return nil, err
+	}
+	resp, err := h.ListHealthScans(ctx, req)
+	if err != nil {
+		return nil, fromHealth("list health scans of "+req.GetCluster(), err)
+	}
+	if err := g.emptyOrNotFound(ctx, req.GetCluster(), len(resp.GetScans()) == 0, req.GetPageToken()); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
 // clusterExists is nil for a cluster the provisioner has, NotFound for
 // one it has not. Health answers for any name (it keeps what it heard of
 // nodes, not clusters), so its answers about a name are checked here.

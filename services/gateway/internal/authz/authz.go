@@ -218,6 +218,7 @@ var Table = map[string]Rule{
 	nodeHealthSvc + "ListNodeHealthEvents":  {Access: Viewer, Field: "cluster"},
 	nodeHealthSvc + "ListHealthResults":     {Access: Viewer, Field: "cluster"},
 	nodeHealthSvc + "GetHealthScan":         {Access: Viewer, Field: "cluster"},
+	nodeHealthSvc + "ListHealthScans":       {Access: Viewer, Field: "cluster"},
 	nodeHealthSvc + "GetHealthPolicy":       {Access: Viewer, Field: "cluster"},
 	nodeHealthSvc + "ScanNodes":             {Access: ClusterAdmin, Field: "cluster"},
 	nodeHealthSvc + "ReportFaultyNodes":     {Access: ClusterAdmin, Field: "cluster"},

@@ -293,6 +293,15 @@ func ValidateGetHealthScan(req *loomv1.GetHealthScanRequest) error {
 	return v.Err()
 }
 
+// ValidateListHealthScans checks a ListHealthScansRequest's cluster and
+// page size.
+func ValidateListHealthScans(req *loomv1.ListHealthScansRequest) error {
+	var v errs.Validator
+	CheckCluster(&v, "cluster", req.GetCluster())
+	v.Check(req.GetPageSize() >= 0, "page_size", "%d is negative", req.GetPageSize())
+	return v.Err()
+}
+
 // ValidateListHealthResults checks a ListHealthResultsRequest's filters.
 func ValidateListHealthResults(req *loomv1.ListHealthResultsRequest) error {
 	var v errs.Validator

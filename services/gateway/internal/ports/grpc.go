@@ -269,6 +269,10 @@ func (s health) GetHealthScan(ctx context.Context, r *loomv1.GetHealthScanReques
 	return unary(s.g.GetHealthScan(ctx, r))
 }
 
+func (s health) ListHealthScans(ctx context.Context, r *loomv1.ListHealthScansRequest) (*loomv1.ListHealthScansResponse, error) {
+	return unary(s.g.ListHealthScans(ctx, r))
+}
+
 func (s health) ListNodeHealth(ctx context.Context, r *loomv1.ListNodeHealthRequest) (*loomv1.ListNodeHealthResponse, error) {
 	return unary(s.g.ListNodeHealth(ctx, r))
 }

@@ -412,6 +412,14 @@ func (s *Scanner) GetHealthScan(_ context.Context, req *loomv1.GetHealthScanRequ
 		req.GetScanId(), req.GetCluster(), errs.NotFound, req.GetScanId())
 }
 
+// ListHealthScans serves loom.v1.HealthService's ListHealthScans: the
+// cluster's scans still kept, newest first.
+func (s *Scanner) ListHealthScans(_ context.Context, req *loomv1.ListHealthScansRequest) (*loomv1.ListHealthScansResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state.ListScans(req)
+}
+
 // FillPolicy adds the scans' part of the health policy to p.
 func (s *Scanner) FillPolicy(p *loomv1.HealthPolicy) {
 	s.mu.Lock()

@@ -38,6 +38,7 @@ type PolicyReader interface {
 type ResultLister interface {
 	ListHealthResults(ctx context.Context, req *loomv1.ListHealthResultsRequest) (*loomv1.ListHealthResultsResponse, error)
 	GetHealthScan(ctx context.Context, req *loomv1.GetHealthScanRequest) (*loomv1.HealthScan, error)
+	ListHealthScans(ctx context.Context, req *loomv1.ListHealthScansRequest) (*loomv1.ListHealthScansResponse, error)
 }
 
 // HealthServer serves loom.v1.HealthService's reads on health's internal
@@ -149,6 +150,14 @@ func (s *HealthServer) GetHealthScan(ctx context.Context, req *loomv1.GetHealthS
 		return nil, errs.Invalid("scan_id", "cluster and scan_id are required")
 	}
 	return s.results.GetHealthScan(ctx, req)
+}
+
+// ListHealthScans delegates to the ResultLister.
+func (s *HealthServer) ListHealthScans(ctx context.Context, req *loomv1.ListHealthScansRequest) (*loomv1.ListHealthScansResponse, error) {
+	if s.results == nil {
+		return nil, status.Error(codes.Unimplemented, "scans are not kept by this health service")
+	}
+	return s.results.ListHealthScans(ctx, req)
 }
 
 // ListHealthResults delegates to the ResultLister.

@@ -38,6 +38,10 @@ func (r *results) GetHealthScan(_ context.Context, req *loomv1.GetHealthScanRequ
 	return &loomv1.HealthScan{Cluster: req.GetCluster(), ScanId: req.GetScanId(), Done: true}, nil
 }
 
+func (r *results) ListHealthScans(_ context.Context, req *loomv1.ListHealthScansRequest) (*loomv1.ListHealthScansResponse, error) {
+	return &loomv1.ListHealthScansResponse{Scans: []*loomv1.HealthScan{{Cluster: req.GetCluster(), ScanId: "s1"}}}, nil
+}
+
 func TestListNodeHealthPages(t *testing.T) {
 	t.Parallel()
 	const c = "projects/p/clusters/c"
@@ -92,6 +96,13 @@ func TestListNodeHealthPages(t *testing.T) {
 	}
 	if _, err := s.GetHealthScan(ctx, &loomv1.GetHealthScanRequest{Cluster: c, ScanId: "s1"}); status.Code(err) != codes.Unimplemented {
 		t.Fatalf("GetHealthScan with no store: %v", err)
+	}
+	// ListHealthScans: delegated; Unimplemented with no store.
+	if l, err := NewHealthServer(nodes, r, nil).ListHealthScans(ctx, &loomv1.ListHealthScansRequest{Cluster: c}); err != nil || len(l.GetScans()) != 1 || l.GetScans()[0].GetCluster() != c {
+		t.Fatalf("ListHealthScans delegated: %v %v", l, err)
+	}
+	if _, err := s.ListHealthScans(ctx, &loomv1.ListHealthScansRequest{Cluster: c}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("ListHealthScans with no store: %v", err)
 	}
 }
 

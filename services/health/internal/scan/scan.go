@@ -397,6 +397,57 @@ func (s *State) Progress(cluster, id string) *loomv1.HealthScan {
 	if sc == nil {
 		return nil
 	}
+	return sc.progress(s.resultsByScan(cluster, id)[id])
+}
+
+// ListScans serves ListHealthScans: the cluster's scans still kept, newest
+// first, each as Progress gives it, one page at a time.
+func (s *State) ListScans(req *loomv1.ListHealthScansRequest) (*loomv1.ListHealthScansResponse, error) {
+	var v errs.Validator
+	if _, err := resname.ParseCluster(req.GetCluster()); err != nil {
+		v.Add("cluster", "%v", err)
+	}
+	size, after := paging.Check(&v, req)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	byScan := s.resultsByScan(req.GetCluster(), "")
+	var items []*loomv1.HealthScan
+	for _, sc := range s.scans {
+		if sc.Cluster == req.GetCluster() {
+			items = append(items, sc.progress(byScan[sc.ID]))
+		}
+	}
+	paging.Sort(items, scanListKey)
+	page, next := paging.Page(items, scanListKey, after, size)
+	out := &loomv1.ListHealthScansResponse{Scans: page}
+	if next != "" {
+		out.NextPageToken = paging.Token(req, next)
+	}
+	return out, nil
+}
+
+// scanListKey orders scans newest first: by start time, then id.
+func scanListKey(sc *loomv1.HealthScan) string {
+	return fmt.Sprintf("%020d %s", math.MaxInt64-sc.GetStartTime().AsTime().UnixNano(), sc.GetScanId())
+}
+
+// resultsByScan is the cluster's stored results by scan id: only scan
+// id's when id is not empty.
+func (s *State) resultsByScan(cluster, id string) map[string][]*loomv1.HealthCheckResult {
+	out := map[string][]*loomv1.HealthCheckResult{}
+	prefix := cluster + "/healthResults/"
+	for name, r := range s.results {
+		if r.GetScanId() == "" || (id != "" && r.GetScanId() != id) || !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		out[r.GetScanId()] = append(out[r.GetScanId()], r)
+	}
+	return out
+}
+
+// progress is the scan's progress given its stored results.
+func (sc *Scan) progress(results []*loomv1.HealthCheckResult) *loomv1.HealthScan {
 	out := &loomv1.HealthScan{Cluster: sc.Cluster, ScanId: sc.ID, Trigger: sc.Trigger, Level: sc.Level,
 		StartTime: timestamppb.New(sc.Start), Done: sc.Done}
 	hosts := map[string]bool{}
@@ -406,11 +457,7 @@ func (s *State) Progress(cluster, id string) *loomv1.HealthScan {
 			out.Checks++
 		}
 	}
-	prefix := sc.Cluster + "/"
-	for _, r := range s.results {
-		if r.GetScanId() != sc.ID || !strings.HasPrefix(r.GetName(), prefix) {
-			continue
-		}
+	for _, r := range results {
 		hosts[r.GetHostname()] = true
 		out.Answered++
 		switch r.GetOutcome() {

@@ -276,6 +276,59 @@ func TestScanProgress(t *testing.T) {
 	}
 }
 
+// TestListScans: a cluster's scans still kept, newest first, each with its
+// own results counted, a page at a time; another cluster's are not
+// listed, and a scan is gone from the list an hour after its start.
+func TestListScans(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, DefaultConfig(), "n1", "n2")
+	f.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: "s1", Checks: []string{Disk}})
+	for _, c := range f.take() {
+		f.handle(result(c, loomv1.CheckOutcome_CHECK_FAIL, f.now, nil))
+	}
+	f.now = t0.Add(time.Minute)
+	f.handle(&eventsv1.ScanNodes{Cluster: cluster, ScanId: "s2", Checks: []string{Disk}, Hostnames: []string{"n2"}})
+	f.take()
+	f.handle(&eventsv1.ScanNodes{Cluster: "projects/p/clusters/other", ScanId: "s3", Checks: []string{Disk}})
+
+	l, err := f.s.ListScans(&loomv1.ListHealthScansRequest{Cluster: cluster})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.GetScans(); len(got) != 2 || got[0].GetScanId() != "s2" || got[1].GetScanId() != "s1" {
+		t.Fatalf("scans %v, want s2 then s1", got)
+	}
+	s2, s1 := l.GetScans()[0], l.GetScans()[1]
+	if s2.GetDone() || s2.GetChecks() != 1 || s2.GetAnswered() != 0 || !slices.Equal(s2.GetHostnames(), []string{"n2"}) {
+		t.Errorf("s2, running on n2: %v", s2)
+	}
+	if !s1.GetDone() || s1.GetAnswered() != 2 || s1.GetFailed() != 2 || !proto.Equal(s1, f.s.Progress(cluster, "s1")) {
+		t.Errorf("s1, done with 2 FAIL, as Progress says: %v", s1)
+	}
+
+	p1, err := f.s.ListScans(&loomv1.ListHealthScansRequest{Cluster: cluster, PageSize: 1})
+	if err != nil || len(p1.GetScans()) != 1 || p1.GetScans()[0].GetScanId() != "s2" || p1.GetNextPageToken() == "" {
+		t.Fatalf("first page of 1: %v %v", p1, err)
+	}
+	p2, err := f.s.ListScans(&loomv1.ListHealthScansRequest{Cluster: cluster, PageSize: 1, PageToken: p1.GetNextPageToken()})
+	if err != nil || len(p2.GetScans()) != 1 || p2.GetScans()[0].GetScanId() != "s1" || p2.GetNextPageToken() != "" {
+		t.Fatalf("second page: %v %v", p2, err)
+	}
+	var inv *errs.InvalidError
+	if _, err := f.s.ListScans(&loomv1.ListHealthScansRequest{Cluster: "nope"}); !errors.As(err, &inv) {
+		t.Fatalf("a cluster that is no name: %v", err)
+	}
+	if _, err := f.s.ListScans(&loomv1.ListHealthScansRequest{Cluster: cluster, PageSize: -1}); !errors.As(err, &inv) {
+		t.Fatalf("page_size -1: %v", err)
+	}
+
+	f.now = t0.Add(time.Hour + time.Second)
+	f.tick()
+	if l, err = f.s.ListScans(&loomv1.ListHealthScansRequest{Cluster: cluster}); err != nil || len(l.GetScans()) != 1 || l.GetScans()[0].GetScanId() != "s2" {
+		t.Fatalf("an hour after s1's start (s2 started a minute later): %v %v", l, err)
+	}
+}
+
 func TestRingOrderAndThreshold(t *testing.T) {
 	t.Parallel()
 	cfg := DefaultConfig()
