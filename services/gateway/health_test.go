@@ -301,6 +301,14 @@ func TestHealthReads(t *testing.T) {
 	if ns, err := nsc.ListNodes(ctx, &loomv1.ListNodesRequest{Parent: cluster1}); err != nil || len(ns.GetNodes()) == 0 {
 		t.Fatalf("the nodes of %s: %v %v", cluster1, ns, err)
 	}
+	// And its jobs (squeue with a mistyped cluster): an empty queue of a
+	// cluster that exists is still a list.
+	jsc := loomv1.NewJobServiceClient(h.as(t, "vic"))
+	_, err = jsc.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: project, Cluster: nope, ActiveOnly: true})
+	wantCode(t, "the jobs of no cluster", err, codes.NotFound, "nope")
+	if js, err := jsc.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: project, Cluster: cluster1, Users: []string{"nobody"}}); err != nil || len(js.GetJobs()) != 0 {
+		t.Fatalf("no jobs of user nobody on %s: %v %v", cluster1, js, err)
+	}
 	if code, body := h.rest(t, ctx, "GET", "/v1/"+nope+"/nodeHealth", ""); code != http.StatusNotFound {
 		t.Errorf("GET nodeHealth of no cluster: HTTP %d %s", code, body)
 	}

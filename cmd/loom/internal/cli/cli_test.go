@@ -375,6 +375,12 @@ func TestJobsListFilters(t *testing.T) {
 	if req, _ = fakegw.LastRequest[*loomv1.ListJobsRequest](f); !req.GetActiveOnly() || len(req.GetStates()) != 0 {
 		t.Fatalf("--state active: %v, want active_only", req)
 	}
+	// A cluster that does not exist is said to be missing, not shown as an
+	// empty list.
+	if out, errOut, code := run(t, gw, "jobs", "list", "--cluster", "nope"); code != 1 || out != "" ||
+		!strings.Contains(errOut, "not found (see `loom clusters list`)") {
+		t.Fatalf("--cluster nope: exit %d %q %q", code, out, errOut)
+	}
 }
 
 func TestJobsSubmitBuildsRequest(t *testing.T) {

@@ -384,7 +384,7 @@ func (a *app) jobsListCommand() *cobra.Command {
 				return page.GetJobs(), page.GetNextPageToken(), err
 			})
 			if err != nil {
-				return a.explain("list jobs", err)
+				return a.notFoundHint(a.explain("list jobs", err), err, "loom clusters list")
 			}
 			if a.output == "json" {
 				return writeJSON(cmd.OutOrStdout(), resp)

@@ -601,6 +601,10 @@ func (g *Gateway) ListJobs(_ context.Context, r *loomv1.ListJobsRequest) (*loomv
 		}
 		out = append(out, j)
 	}
+	if c := r.GetCluster(); c != "" && len(out) == 0 && r.GetPageToken() == "" && g.cluster(c) == nil {
+		// As the gateway: a cluster that does not exist, not an empty queue.
+		return nil, clusterNotFound(c)
+	}
 	page, next, err := paging.Ordered(r, out)
 	return &loomv1.ListJobsResponse{Jobs: page, NextPageToken: next}, errs.ToStatus(err)
 }

@@ -856,6 +856,13 @@ func (g *Gateway) ListJobs(ctx context.Context, req *loomv1.ListJobsRequest) (*l
 	if next == "" {
 		next = bound
 	}
+	if cluster != "" {
+		// A mistyped cluster says so (as squeue -M does) rather than
+		// showing an empty queue.
+		if err := g.emptyOrNotFound(ctx, cluster, len(page) == 0, sent.GetPageToken()); err != nil {
+			return nil, err
+		}
+	}
 	for i, j := range page {
 		page[i] = caller.Present(j)
 	}
