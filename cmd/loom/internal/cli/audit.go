@@ -6,7 +6,6 @@ import (
 	"io"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -85,7 +84,7 @@ func renderAudit(w io.Writer, recs []*loomv1.AuditRecord, withProject bool) erro
 	for _, r := range recs {
 		cols := []string{r.GetTime().AsTime().UTC().Format(time.RFC3339), r.GetPrincipal(),
 			strings.TrimPrefix(r.GetMethod(), "/loom.v1."), auditResource(r), r.GetDecision(), r.GetCode(),
-			clipColumn(oneLine(r.GetReason()), auditReasonWidth)}
+			cellText(r.GetReason(), auditReasonWidth)}
 		if withProject {
 			cols = append([]string{cols[0], r.GetProject()}, cols[1:]...)
 		}
@@ -114,12 +113,4 @@ func oneLine(s string) string {
 		}
 		return r
 	}, s)
-}
-
-// clipColumn cuts s to n runes, marking the cut with "…".
-func clipColumn(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	return string([]rune(s)[:n-1]) + "…"
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -865,11 +866,17 @@ func validFor(r *loomv1.HealthCheckResult, now time.Time) string {
 	return humanDuration(d)
 }
 
-// cellText keeps text on its row: its first line, control characters as
-// spaces, at most n runes.
+// cellText is free text as a table cell: its first line (a summary's
+// detail follows on the next ones; -o json has it all), control characters
+// as spaces (no value can break or spoof a row), at most n runes with "…"
+// marking a cut. Every free-text column goes through it.
 func cellText(s string, n int) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
-	return clipColumn(oneLine(s), n)
+	s = oneLine(s)
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
 }
 
 func renderHealthResults(w io.Writer, rs []*loomv1.HealthCheckResult, now time.Time, full bool) error {

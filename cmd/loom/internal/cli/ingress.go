@@ -229,7 +229,7 @@ func renderIngressProducers(w io.Writer, ps []*loomv1.IngressProducer, now time.
 	for _, p := range ps {
 		cols := []string{oneLine(p.GetSource()), p.GetPrincipal(), n(p.GetReceived()), n(p.GetAccepted()), n(p.GetRefused()),
 			n(p.GetInvalid()), n(p.GetFailed()), n(p.GetDuplicates()), age(p.GetLastTime(), now),
-			clipColumn(oneLine(p.GetLastReason()), ingressReasonWidth)}
+			cellText(p.GetLastReason(), ingressReasonWidth)}
 		if withProject {
 			cols = append([]string{p.GetProject()}, cols...)
 		}
@@ -252,9 +252,9 @@ func renderIngressMessages(w io.Writer, ms []*loomv1.IngressMessage, withProject
 		if m.GetReceivedTime() != nil {
 			received = m.GetReceivedTime().AsTime().UTC().Format(time.RFC3339)
 		}
-		cols := []string{received, clipColumn(oneLine(m.GetId()), 40), clipColumn(oneLine(m.GetSource()), 40),
+		cols := []string{received, cellText(m.GetId(), 40), cellText(m.GetSource(), 40),
 			strings.TrimPrefix(oneLine(m.GetType()), ingressTypePrefix), m.GetOutcome(), m.GetCode(), m.GetResource(),
-			strconv.FormatInt(m.GetDeliveries(), 10), clipColumn(oneLine(m.GetReason()), ingressReasonWidth)}
+			strconv.FormatInt(m.GetDeliveries(), 10), cellText(m.GetReason(), ingressReasonWidth)}
 		if withProject {
 			cols = append([]string{cols[0], m.GetProject()}, cols[1:]...)
 		}

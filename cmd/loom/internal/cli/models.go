@@ -348,7 +348,7 @@ func renderModelList(w io.Writer, ms []*loomv1.Model, now time.Time) error {
 		if m.GetLatestVersion() > 0 {
 			latest = fmt.Sprint(m.GetLatestVersion())
 		}
-		row(tw, id, clipCell(m.GetDisplayName(), 32), orDash(m.GetVersionId()), latest, joinOr(m.GetVersionAliases(), "-"), ago(m.GetUpdateTime(), now))
+		row(tw, id, cellText(m.GetDisplayName(), 32), orDash(m.GetVersionId()), latest, joinOr(m.GetVersionAliases(), "-"), ago(m.GetUpdateTime(), now))
 	}
 	return tw.Flush()
 }
@@ -358,7 +358,7 @@ func renderModelVersions(w io.Writer, ms []*loomv1.Model, now time.Time) error {
 	tw := newTable(w)
 	row(tw, "VERSION", "ALIASES", "DESCRIPTION", "PRODUCED BY", "ARTIFACT", "CREATED")
 	for _, m := range ms {
-		row(tw, m.GetVersionId(), joinOr(m.GetVersionAliases(), "-"), clipCell(m.GetVersionDescription(), 40),
+		row(tw, m.GetVersionId(), joinOr(m.GetVersionAliases(), "-"), cellText(m.GetVersionDescription(), 40),
 			producedBy(m.GetLineage()), m.GetArtifactUri(), ago(m.GetVersionCreateTime(), now))
 	}
 	return tw.Flush()
@@ -430,16 +430,4 @@ func metricsText(m map[string]float64) string {
 		parts = append(parts, fmt.Sprintf("%s=%g", k, m[k]))
 	}
 	return strings.Join(parts, ",")
-}
-
-// clipCell shortens s to n characters for a table cell.
-func clipCell(s string, n int) string {
-	if s == "" {
-		return "-"
-	}
-	r := []rune(strings.ReplaceAll(s, "\n", " "))
-	if len(r) <= n {
-		return string(r)
-	}
-	return string(r[:n-1]) + "…"
 }

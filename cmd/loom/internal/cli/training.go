@@ -467,21 +467,14 @@ func renderPools(w io.Writer, spec *trainingv1.CustomJobSpec) error {
 func poolRuns(p *trainingv1.WorkerPoolSpec) string {
 	if c := p.GetContainerSpec(); c != nil {
 		if argv := append(append([]string{}, c.GetCommand()...), c.GetArgs()...); len(c.GetCommand()) > 0 {
-			return clipText(shellJoin(argv), 60)
+			return cellText(shellJoin(argv), 60)
 		}
-		return clipText(c.GetImageUri(), 60)
+		return cellText(c.GetImageUri(), 60)
 	}
 	if pp := p.GetPythonPackageSpec(); pp != nil {
-		return clipText(shellJoin(append([]string{"python3", "-m", pp.GetPythonModule()}, pp.GetArgs()...)), 60)
+		return cellText(shellJoin(append([]string{"python3", "-m", pp.GetPythonModule()}, pp.GetArgs()...)), 60)
 	}
 	return ""
-}
-
-func clipText(s string, n int) string {
-	if len(s) > n {
-		return s[:n-1] + "…"
-	}
-	return s
 }
 
 // ---- loom hptuning ----
@@ -889,13 +882,13 @@ func paramRange(p *trainingv1.StudySpec_ParameterSpec) (string, string) {
 		d := p.GetIntegerValueSpec()
 		return "INTEGER", fmt.Sprintf("[%d, %d]", d.GetMinValue(), d.GetMaxValue())
 	case p.GetCategoricalValueSpec() != nil:
-		return "CATEGORICAL", clipText(strings.Join(p.GetCategoricalValueSpec().GetValues(), ", "), 50)
+		return "CATEGORICAL", cellText(strings.Join(p.GetCategoricalValueSpec().GetValues(), ", "), 50)
 	case p.GetDiscreteValueSpec() != nil:
 		vs := make([]string, 0, len(p.GetDiscreteValueSpec().GetValues()))
 		for _, v := range p.GetDiscreteValueSpec().GetValues() {
 			vs = append(vs, strconv.FormatFloat(v, 'g', 6, 64))
 		}
-		return "DISCRETE", clipText(strings.Join(vs, ", "), 50)
+		return "DISCRETE", cellText(strings.Join(vs, ", "), 50)
 	}
 	return "", ""
 }
