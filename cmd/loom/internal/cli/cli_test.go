@@ -541,6 +541,14 @@ func TestJobsWatchLogsCancel(t *testing.T) {
 		req.GetUser() == "" || req.GetUser() != cmp.Or(os.Getenv("LOOM_USER"), os.Getenv("USER"), slurmcli.AccountName()) {
 		t.Fatalf("CancelJob request = %v; want it to name the caller (to a gateway without authentication, as here: LOOM_USER, USER, else the account), as submit names the owner", req)
 	}
+	// Another user's job: the refusal says whose it is, and its kind once.
+	f.DenyOthers = true
+	f.Jobs = append(f.Jobs, &loomv1.Job{Name: "projects/default/jobs/4", JobId: "4", User: "someone-else", Cluster: "projects/default/clusters/demo",
+		State: loomv1.JobState_PENDING})
+	if _, errOut, code := run(t, gw, "jobs", "cancel", "4"); code != 1 ||
+		!strings.HasSuffix(errOut, "cancel job 4: permission denied: job 4 is someone-else's; only its owner or an administrator of its project may act on it\n") {
+		t.Errorf("cancel of another user's job: exit %d, %q", code, errOut)
+	}
 }
 
 func TestAgentCommand(t *testing.T) {

@@ -360,6 +360,10 @@ func (a *app) explainMsg(what string, err error) error {
 		}
 		return fmt.Errorf("%s: the gateway at %s refused your credential (from %s): %s; run `loom auth login%s` again", what, a.gateway, a.src.From(), msg, a.gatewayFlag())
 	case codes.PermissionDenied:
+		// The gateway's refusals start with Slurm's words and may end
+		// with the kind's (libs/errs): said once, here.
+		msg = strings.TrimPrefix(msg, "Access/permission denied: ")
+		msg = strings.TrimSuffix(msg, ": permission denied")
 		return fmt.Errorf("%s: permission denied: %s", what, msg)
 	}
 	// The services end a message with its kind's text ("...; delete those

@@ -512,7 +512,9 @@ func (g *Gateway) ownedJob(name, caller string) (*loomv1.Job, error) {
 	case j == nil:
 		return nil, jobNotFound(name)
 	case g.DenyOthers && j.GetUser() != caller:
-		return nil, status.Error(codes.PermissionDenied, "Access/permission denied")
+		// The gateway's words (domain.Caller.CheckAccess).
+		return nil, status.Errorf(codes.PermissionDenied, "Access/permission denied: job %s is %s's; only its owner or an administrator of its project may act on it",
+			j.GetJobId(), j.GetUser())
 	}
 	return j, nil
 }

@@ -307,6 +307,12 @@ func TestScontrolActions(t *testing.T) {
 	if cs := fakegw.Requests[*loomv1.CancelJobRequest](f); len(cs) != 1 || cs[0].GetUser() != "alice" {
 		t.Errorf("cancel requests %v; want one from alice", cs)
 	}
+	// Another user's array: refused once, for the id asked, as Slurm's
+	// one answer, not once per task.
+	if code, _, errOut := run(t, f, "scancel", Env{User: "bob"}, "15"); code != 1 ||
+		errOut != "scancel: error: Kill job error on job id 15: Access/permission denied\n" {
+		t.Errorf("scancel of alice's array by bob: %d %q", code, errOut)
+	}
 
 	f = fixture()
 	for _, args := range [][]string{

@@ -45,6 +45,9 @@ var scancelOptions = []optDef{
 type cancelTarget struct {
 	name, id string
 	job      *loomv1.Job // nil when only its id is known
+	// array is the argument that named the whole array this task is
+	// cancelled for ("12"), "" otherwise: a refusal is said once for it.
+	array string
 }
 
 // scancel is the scancel command.
@@ -177,7 +180,14 @@ func (c *cmd) scancel(ctx context.Context, args []string) error {
 	if interactive && c.env.Stdin != nil {
 		in = bufio.NewReader(c.env.Stdin)
 	}
+	// refused holds the arrays whose cancel was refused: their tasks share
+	// an owner, so the refusal is said once, for the id asked (as Slurm's
+	// one answer for "scancel 12"), not once per task.
+	refused := map[string]bool{}
 	for _, t := range targets {
+		if t.array != "" && refused[t.array] {
+			continue
+		}
 		if interactive {
 			j := t.job
 			fmt.Fprintf(c.stdout, "Cancel job_id=%s name=%s partition=%s [y/n]? ", t.id, j.GetDisplayName(), j.GetPartition())
@@ -198,8 +208,11 @@ func (c *cmd) scancel(ctx context.Context, args []string) error {
 		}
 		if err := c.cancelOne(ctx, t, signal, scope); err != nil {
 			failed = true
+			if err.denied {
+				refused[t.array] = true
+			}
 			if !quiet {
-				fmt.Fprintln(c.stderr, err.Error())
+				fmt.Fprintln(c.stderr, err.err.Error())
 			}
 		}
 	}
@@ -235,7 +248,11 @@ func (c *cmd) resolveCancel(arg string, active []*loomv1.Job) ([]cancelTarget, e
 		var out []cancelTarget
 		for _, j := range active {
 			if j.GetJobId() == id || j.GetArrayJobId() == id {
-				out = append(out, c.taskTarget(j))
+				t := c.taskTarget(j)
+				if j.GetArrayJobId() != "" || j.GetArray() != "" {
+					t.array = id
+				}
+				out = append(out, t)
 			}
 		}
 		if len(out) == 0 {
@@ -285,9 +302,16 @@ func (c *cmd) taskTarget(j *loomv1.Job) cancelTarget {
 // signalScope is whom scancel -b (batch) or -f (full) sends a signal to.
 type signalScope struct{ batch, full bool }
 
+// cancelError is cancelOne's refusal; denied marks a PermissionDenied.
+type cancelError struct {
+	err    *Error
+	denied bool
+}
+
 // cancelOne cancels (or signals, within scope) one job, with Slurm's error
-// wording.
-func (c *cmd) cancelOne(ctx context.Context, t cancelTarget, signal string, scope signalScope) error {
+// wording. A refusal of a task cancelled for its whole array names the
+// array's id.
+func (c *cmd) cancelOne(ctx context.Context, t cancelTarget, signal string, scope signalScope) *cancelError {
 	cctx, cancel := c.call(ctx)
 	defer cancel()
 	j, err := c.jobsClient().CancelJob(cctx, &loomv1.CancelJobRequest{Name: t.name, Signal: signal, User: c.env.User,
@@ -299,24 +323,28 @@ func (c *cmd) cancelOne(ctx context.Context, t cancelTarget, signal string, scop
 	if err != nil {
 		switch status.Code(err) {
 		case codes.NotFound:
-			return c.errorf("%s on job id %s: Invalid job id specified", verb, t.id)
+			return &cancelError{err: c.errorf("%s on job id %s: Invalid job id specified", verb, t.id)}
 		case codes.PermissionDenied:
-			return c.errorf("%s on job id %s: Access/permission denied", verb, t.id)
+			id := t.id
+			if t.array != "" {
+				id = t.array
+			}
+			return &cancelError{err: c.errorf("%s on job id %s: Access/permission denied", verb, id), denied: t.array != ""}
 		case codes.FailedPrecondition:
 			// The gateway answers in Slurm's words ("Job is pending execution", ...).
 			msg := status.Convert(err).Message()
 			if msg == "" {
 				msg = "Job/step already completing or completed"
 			}
-			return c.errorf("%s on job id %s: %s", verb, t.id, msg)
+			return &cancelError{err: c.errorf("%s on job id %s: %s", verb, t.id, msg)}
 		case codes.Unavailable, codes.DeadlineExceeded, codes.Unimplemented:
-			return c.rpcError(verb+" on job id "+t.id, err)
+			return &cancelError{err: c.rpcError(verb+" on job id "+t.id, err)}
 		default:
-			return c.errorf("%s on job id %s: %s", verb, t.id, status.Convert(err).Message())
+			return &cancelError{err: c.errorf("%s on job id %s: %s", verb, t.id, status.Convert(err).Message())}
 		}
 	}
 	if t.job == nil && j.GetState().Terminal() && j.GetState() != loomv1.JobState_CANCELLED {
-		return c.errorf("%s on job id %s: Job/step already completing or completed", verb, t.id)
+		return &cancelError{err: c.errorf("%s on job id %s: Job/step already completing or completed", verb, t.id)}
 	}
 	return nil
 }

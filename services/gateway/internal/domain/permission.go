@@ -78,19 +78,25 @@ func (c Caller) Owns(job *loomv1.Job) bool {
 
 // CheckAccess refuses the caller an action on job (cancel, signal, hold,
 // release, requeue, update, steps) unless the caller owns it or is an
-// administrator.
+// administrator. The refusal starts with Slurm's words and says whose job
+// it is: the owner is no secret from a caller who may see the job.
 func (c Caller) CheckAccess(job *loomv1.Job) error {
 	if c.Admin || c.Owns(job) {
 		return nil
 	}
-	return &Denied{Msg: MsgAccessDenied}
+	owner := "has no owner"
+	if u := job.GetUser(); u != "" {
+		owner = "is " + u + "'s"
+	}
+	return &Denied{Msg: MsgAccessDenied + ": job " + job.GetJobId() + " " + owner +
+		"; only its owner or an administrator of its project may act on it"}
 }
 
 // CheckRelease refuses a user (not an administrator) the release of an
 // admin hold, as Slurm does.
 func (c Caller) CheckRelease(job *loomv1.Job) error {
 	if !c.Admin && job.GetHold() && job.GetStateReason() == "JobHeldAdmin" {
-		return &Denied{Msg: MsgAccessDenied}
+		return &Denied{Msg: MsgAccessDenied + ": job " + job.GetJobId() + " was held by an administrator; only an administrator may release it"}
 	}
 	return nil
 }

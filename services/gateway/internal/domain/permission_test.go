@@ -36,7 +36,7 @@ func TestCallerAccess(t *testing.T) {
 			t.Errorf("CallerOf(%v).Admin = %v", c.p, got)
 		}
 	}
-	job := &loomv1.Job{Name: "projects/default/jobs/40", User: "ana", Env: map[string]string{"A_TOKEN": "s3cret"}, Export: "ALL,A_TOKEN=s3cret"}
+	job := &loomv1.Job{Name: "projects/default/jobs/40", JobId: "40", User: "ana", Env: map[string]string{"A_TOKEN": "s3cret"}, Export: "ALL,A_TOKEN=s3cret"}
 	for _, tc := range []struct {
 		p  *auth.Principal
 		ok bool
@@ -46,8 +46,11 @@ func TestCallerAccess(t *testing.T) {
 		if (err == nil) != tc.ok {
 			t.Errorf("CheckAccess(%v): %v", tc.p, err)
 		}
-		if err != nil && (!errors.Is(err, errs.PermissionDenied) || err.Error() != MsgAccessDenied) {
-			t.Errorf("CheckAccess(%v) = %v, want PermissionDenied %q", tc.p, err, MsgAccessDenied)
+		// Slurm's words first (the Slurm commands' tests match them), then
+		// whose job it is.
+		want := MsgAccessDenied + ": job 40 is ana's; only its owner or an administrator of its project may act on it"
+		if err != nil && (!errors.Is(err, errs.PermissionDenied) || err.Error() != want) {
+			t.Errorf("CheckAccess(%v) = %v, want PermissionDenied %q", tc.p, err, want)
 		}
 		// Env goes to the owner and administrators only; the job is not changed.
 		shown := c.Present(job)
