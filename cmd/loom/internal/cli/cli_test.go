@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -374,6 +375,16 @@ func TestJobsListFilters(t *testing.T) {
 	}
 	if req, _ = fakegw.LastRequest[*loomv1.ListJobsRequest](f); !req.GetActiveOnly() || len(req.GetStates()) != 0 {
 		t.Fatalf("--state active: %v, want active_only", req)
+	}
+	// An array's tasks are listed by the ids squeue and sacct give them,
+	// and a task's record says which task it is.
+	f.Jobs = append(f.Jobs, &loomv1.Job{Name: "projects/default/jobs/41", JobId: "41", DisplayName: "sweep", ArrayJobId: "40", ArrayTaskId: 1,
+		Cluster: "projects/default/clusters/demo", State: loomv1.JobState_PENDING})
+	if out, errOut, code := run(t, gw, "jobs", "list"); code != 0 || !regexp.MustCompile(`(?m)^40_1 +sweep +demo +PENDING`).MatchString(out) {
+		t.Errorf("jobs list with an array task: exit %d\n%s%s", code, out, errOut)
+	}
+	if out, errOut, code := run(t, gw, "jobs", "get", "41"); code != 0 || !strings.Contains(out, "Job ID:         41 (array task 40_1)\n") {
+		t.Errorf("jobs get of an array task: exit %d\n%s%s", code, out, errOut)
 	}
 	// A cluster that does not exist is said to be missing, not shown as an
 	// empty list.

@@ -318,7 +318,7 @@ func renderJobs(w io.Writer, js []*loomv1.Job, now time.Time) error {
 		if j.GetState().Terminal() {
 			exit = strconv.Itoa(int(j.GetExitCode()))
 		}
-		row(tw, jobID(j), j.GetDisplayName(), shortName(j.GetCluster()), jobState(j),
+		row(tw, jobLabel(j), cellText(j.GetDisplayName(), 40), shortName(j.GetCluster()), jobState(j),
 			strconv.Itoa(int(j.GetNodeCount())), age(j.GetSubmitTime(), now), jobRuntime(j, now), exit)
 	}
 	return tw.Flush()
@@ -331,10 +331,24 @@ func jobID(j *loomv1.Job) string {
 	return shortName(j.GetName())
 }
 
+// jobLabel is the id a Slurm user knows a job by: "2_5" for task 5 of
+// array job 2 (as squeue and sacct show it; every jobs command takes it),
+// else its job id.
+func jobLabel(j *loomv1.Job) string {
+	if a := j.GetArrayJobId(); a != "" {
+		return fmt.Sprintf("%s_%d", a, j.GetArrayTaskId())
+	}
+	return jobID(j)
+}
+
 func renderJob(w io.Writer, j *loomv1.Job, now time.Time) error {
 	tw := newTable(w)
 	fmt.Fprintf(tw, "Name:\t%s\n", j.GetName())
-	fmt.Fprintf(tw, "Job ID:\t%s\n", jobID(j))
+	if l := jobLabel(j); l != jobID(j) {
+		fmt.Fprintf(tw, "Job ID:\t%s (array task %s)\n", jobID(j), l)
+	} else {
+		fmt.Fprintf(tw, "Job ID:\t%s\n", jobID(j))
+	}
 	if j.GetDisplayName() != "" {
 		fmt.Fprintf(tw, "Display name:\t%s\n", j.GetDisplayName())
 	}
