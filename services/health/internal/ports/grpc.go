@@ -76,21 +76,7 @@ func (s *HealthServer) ListNodeHealth(_ context.Context, req *loomv1.ListNodeHea
 	if req.GetCluster() == "" {
 		return nil, errs.Invalid("cluster", "required")
 	}
-	nodes := s.nodes.ListNodeHealth(req.GetCluster())
-	if len(req.GetHostnames()) > 0 {
-		// Into a new slice: the lister's is not this call's to change.
-		want := make(map[string]bool, len(req.GetHostnames()))
-		for _, h := range req.GetHostnames() {
-			want[h] = true
-		}
-		var kept []*loomv1.NodeHealth
-		for _, n := range nodes {
-			if want[n.GetHostname()] {
-				kept = append(kept, n)
-			}
-		}
-		nodes = kept
-	}
+	nodes := ofHosts(s.nodes.ListNodeHealth(req.GetCluster()), req.GetHostnames())
 	page, next, err := paging.List(req, nodes, func(n *loomv1.NodeHealth) string { return n.GetNode() })
 	if err != nil {
 		return nil, err
@@ -113,24 +99,35 @@ func (s *HealthServer) ListNodeHealthEvents(ctx context.Context, req *loomv1.Lis
 	if err != nil {
 		return nil, err
 	}
-	want := map[string]bool{}
-	for _, h := range req.GetHostnames() {
-		want[h] = true
-	}
 	keys := make(map[*loomv1.NodeHealthEvent]string, len(events))
-	var kept []*loomv1.NodeHealthEvent
 	for i, e := range events {
-		if len(want) > 0 && !want[e.GetHostname()] {
-			continue
-		}
 		keys[e] = newestFirst(ids[i])
-		kept = append(kept, e)
 	}
+	kept := ofHosts(events, req.GetHostnames())
 	page, next, err := paging.List(req, kept, func(e *loomv1.NodeHealthEvent) string { return keys[e] })
 	if err != nil {
 		return nil, err
 	}
 	return &loomv1.ListNodeHealthEventsResponse{Events: page, NextPageToken: next}, nil
+}
+
+// ofHosts keeps the items of the hostnames given (all when none); it
+// filters into a new slice, leaving items as they are.
+func ofHosts[T interface{ GetHostname() string }](items []T, hostnames []string) []T {
+	if len(hostnames) == 0 {
+		return items
+	}
+	want := make(map[string]bool, len(hostnames))
+	for _, h := range hostnames {
+		want[h] = true
+	}
+	var kept []T
+	for _, it := range items {
+		if want[it.GetHostname()] {
+			kept = append(kept, it)
+		}
+	}
+	return kept
 }
 
 // newestFirst is a key that sorts stream ids ("<ms>-<seq>") newest first.
