@@ -16,8 +16,12 @@ import (
 	"github.com/loom-ml/loom/libs/config"
 )
 
+// authdSocketFile is the login daemon's socket's name in a `loom up`'s
+// data directory.
+const authdSocketFile = "authd.sock"
+
 // authdSocketIn is the login daemon's socket of a `loom up` with dataDir.
-func authdSocketIn(dataDir string) string { return filepath.Join(dataDir, "authd.sock") }
+func authdSocketIn(dataDir string) string { return filepath.Join(dataDir, authdSocketFile) }
 
 // loginAuthdSocket is the login daemon a `loom clusters login` shell's
 // Slurm commands ask: LOOM_AUTHD_SOCKET, else the one of `loom up` with

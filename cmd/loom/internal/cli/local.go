@@ -228,15 +228,12 @@ func underDataDir(flag, dataDir, name string) string {
 // dir>/authd.sock; "off": none) and returns what stops it; nil when there
 // is none to run (off, or a gateway that wrote no login key).
 func (a *app) startUpAuthd(ctx context.Context, st *stack.Stack, socket string, log *slog.Logger) (func(), error) {
-	if socket == "off" {
+	if socket = underDataDir(socket, st.DataDir, authdSocketFile); socket == "" {
 		return nil, nil
 	}
 	if _, err := st.LoginKey(); errors.Is(err, fs.ErrNotExist) {
 		log.Info("no login key from the gateway: no login daemon", "file", st.Keys.Login)
 		return nil, nil
-	}
-	if socket == "" {
-		socket = authdSocketIn(st.DataDir)
 	}
 	stop, err := runAuthd(ctx, socket, st.GatewayAddr, st.LoginKey, log)
 	if err != nil {
