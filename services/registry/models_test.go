@@ -274,8 +274,8 @@ func TestExportModel(t *testing.T) {
 	if status.Code(err) == codes.Unimplemented {
 		t.Skipf("libs/blobstore has no bodies yet: %v", err)
 	}
-	if err != nil || res.GetExportModel().GetCopied() != 2 {
-		t.Fatalf("ExportModel = %v, %v; want 2 objects copied", res, err)
+	if err != nil || res.GetExportModel().GetCopied() != 2 || res.GetExportModel().GetDestination() != dst {
+		t.Fatalf("ExportModel = %v, %v; want 2 objects copied to %s", res, err, dst)
 	}
 	for _, f := range []string{"model.json", "MANIFEST"} {
 		want, _ := os.ReadFile(filepath.Join(dir, f))
@@ -283,6 +283,11 @@ func TestExportModel(t *testing.T) {
 		if err != nil || string(got) != string(want) {
 			t.Fatalf("exported %s = %q, %v; want %q", f, got, err, want)
 		}
+	}
+	// The artifacts and nothing else: no go-cloud attributes files beside
+	// them.
+	if ents, err := os.ReadDir(filepath.Join(root, "tiny-1")); err != nil || len(ents) != 2 {
+		t.Fatalf("the export directory holds %v (%v); want model.json and MANIFEST only", ents, err)
 	}
 	again, err := c.ExportModel(ctx, req)
 	if err != nil || again.GetExportModel().GetCopied() != 0 || again.GetExportModel().GetSkipped() != 2 || !again.GetDone() {

@@ -405,7 +405,10 @@ func (r *Registry) export(ctx context.Context, req *loomv1.ExportModelRequest) (
 	}
 	r.log.Info("model version exported", "version", v.GetName(), "destination", dst, "copied", res.Copied, "skipped", res.Skipped)
 	answered := out.URL()
-	if openURL != dst {
+	switch local, ok := strings.CutSuffix(answered, "?"+noAttrs); {
+	case ok:
+		answered = local // the directory: how it is written is ours
+	case openURL != dst:
 		// The caller's own form: the credentials added are the
 		// operator's business.
 		answered = dst
@@ -420,7 +423,9 @@ func (r *Registry) export(ctx context.Context, req *loomv1.ExportModelRequest) (
 // (file:// or an absolute path) under the export root, and one with a query
 // only as checkDestinationQuery allows. It returns the URL to open, which
 // for a destination with a query carries the endpoint's credentials
-// (checkDestinationQuery); otherwise dst itself.
+// (checkDestinationQuery), for a local one says to write no attributes
+// file beside each file (go-cloud's NAME.attrs: clutter in a directory a
+// person reads, and nothing reads them back); otherwise dst itself.
 func (r *Registry) checkDestination(field, dst string) (string, error) {
 	switch {
 	case dst == "":
@@ -446,5 +451,8 @@ func (r *Registry) checkDestination(field, dst string) (string, error) {
 	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") || strings.Contains(p, "/../") || strings.HasSuffix(p, "/..") {
 		return "", errs.Invalid(field, "%q is outside the export root %s", dst, r.exportRoot)
 	}
-	return dst, nil
+	return "file://" + p + "?" + noAttrs, nil
 }
+
+// noAttrs tells go-cloud's fileblob to write no NAME.attrs beside a file.
+const noAttrs = "metadata=skip"
