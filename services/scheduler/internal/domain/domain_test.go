@@ -684,6 +684,30 @@ func TestClusterDeleted(t *testing.T) {
 	}
 }
 
+// TestClusterDeletedNodesFirst: the nodes of a cluster being deleted
+// (DELETING) may reach the scheduler before the cluster's own change (two
+// topics): the running job is requeued, not excluded from its nodes, so it
+// waits instead of ending NODE_FAIL as unplaceable, and ends CANCELLED
+// when the cluster's deletion arrives.
+func TestClusterDeletedNodesFirst(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 1)
+	h.submit(1, 1, 1)
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.do(&eventsv1.NodeChanged{Node: &loomv1.Node{Name: nodeName("gpu-0001"), Cluster: cl, Hostname: "gpu-0001", Gpus: 1,
+		State: loomv1.Node_DELETING, Reason: "cluster is being deleted"}})
+	h.tick(time.Minute)
+	if j := h.job(1); j.GetState() != loomv1.JobState_PENDING || len(h.s.JobRecord(jobName(1)).Excluded) != 0 {
+		t.Fatalf("job 1 after its node went DELETING: %v %q, excluded %v; want PENDING, nothing excluded",
+			j.GetState(), j.GetStateReason(), h.s.JobRecord(jobName(1)).Excluded)
+	}
+	h.do(&eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cl, Status: &loomv1.ClusterStatus{State: loomv1.Cluster_DELETING}}})
+	h.do(&eventsv1.NodeRemoved{Node: nodeName("gpu-0001"), Cluster: cl})
+	h.do(&eventsv1.ClusterDeleted{Cluster: cl})
+	h.wantState(1, loomv1.JobState_CANCELLED, ReasonClusterDeleted)
+}
+
 func TestClusterDeletedCancelsRunning(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)

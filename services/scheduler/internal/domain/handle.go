@@ -651,7 +651,12 @@ func (t *txn) failNode(n *Node) {
 			if c := t.cluster(r.Cluster); c != nil && (c.State == loomv1.Cluster_DELETING || c.State == loomv1.Cluster_DELETED) {
 				gone = true
 			}
-			if !gone && n.Hostname != "" && !containsString(j.Excluded, n.Hostname) {
+			// A node the provisioner is removing (DELETING: its pool or its
+			// cluster going away) did not fail under the job: excluding it
+			// would only end the job as unplaceable ("every node it may use
+			// failed") before the cluster's own deletion, which arrives on
+			// another topic, cancels it.
+			if !gone && n.Hostname != "" && n.State != loomv1.Node_DELETING && !containsString(j.Excluded, n.Hostname) {
 				j.Excluded = append(append([]string(nil), j.Excluded...), n.Hostname)
 			}
 			switch {
