@@ -387,8 +387,8 @@ func TestShutdownKillsStepsAndRestartReportsLost(t *testing.T) {
 		t.Fatal("step still runs after the agent stopped")
 	}
 	killed := waitStep(t, e.broker, "5", eventsv1.StepState_STEP_KILLED)
-	if !strings.Contains(killed.Message, "agent shutting down") {
-		t.Fatalf("killed = %v", killed)
+	if !strings.Contains(killed.Message, "agent shutting down") || !killed.GetNodeStopping() {
+		t.Fatalf("killed = %v, want the agent's shutdown as its cause (node_stopping)", killed)
 	}
 
 	// What a crashed agent leaves: a step recorded running whose process is

@@ -2790,15 +2790,20 @@ func (x *KillTasks) GetSignal() string {
 
 // StepChanged reports a step's state.
 type StepChanged struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	Attempt       int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Node          string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
-	State         StepState              `protobuf:"varint,4,opt,name=state,proto3,enum=loom.events.v1.StepState" json:"state,omitempty"`
-	ExitCode      int32                  `protobuf:"varint,5,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	Message       string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
-	Pid           int32                  `protobuf:"varint,7,opt,name=pid,proto3" json:"pid,omitempty"`
-	Cluster       string                 `protobuf:"bytes,8,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Job      string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Attempt  int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Node     string                 `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	State    StepState              `protobuf:"varint,4,opt,name=state,proto3,enum=loom.events.v1.StepState" json:"state,omitempty"`
+	ExitCode int32                  `protobuf:"varint,5,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Message  string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	Pid      int32                  `protobuf:"varint,7,opt,name=pid,proto3" json:"pid,omitempty"`
+	Cluster  string                 `protobuf:"bytes,8,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// node_stopping, with STEP_KILLED: the agent stopped the step because the
+	// agent itself is stopping (its node removed or restarted, its service
+	// shut down, its Loom gone), not because the program failed or Loom
+	// asked: the run ends as the node's failure (requeued), not the job's.
+	NodeStopping  bool `protobuf:"varint,9,opt,name=node_stopping,json=nodeStopping,proto3" json:"node_stopping,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2887,6 +2892,13 @@ func (x *StepChanged) GetCluster() string {
 		return x.Cluster
 	}
 	return ""
+}
+
+func (x *StepChanged) GetNodeStopping() bool {
+	if x != nil {
+		return x.NodeStopping
+	}
+	return false
 }
 
 // TasksChanged reports the state of one node's tasks of a job step: RUNNING
@@ -5276,7 +5288,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\astep_id\x18\x03 \x01(\x05R\x06stepId\x12\x12\n" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x16\n" +
-	"\x06signal\x18\x06 \x01(\tR\x06signal\"\xe1\x01\n" +
+	"\x06signal\x18\x06 \x01(\tR\x06signal\"\x86\x02\n" +
 	"\vStepChanged\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x12\n" +
@@ -5285,7 +5297,8 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\texit_code\x18\x05 \x01(\x05R\bexitCode\x12\x18\n" +
 	"\amessage\x18\x06 \x01(\tR\amessage\x12\x10\n" +
 	"\x03pid\x18\a \x01(\x05R\x03pid\x12\x18\n" +
-	"\acluster\x18\b \x01(\tR\acluster\"\x8a\x02\n" +
+	"\acluster\x18\b \x01(\tR\acluster\x12#\n" +
+	"\rnode_stopping\x18\t \x01(\bR\fnodeStopping\"\x8a\x02\n" +
 	"\fTasksChanged\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x17\n" +

@@ -823,16 +823,11 @@ func (a *App) StartStep(ctx context.Context, id string, cmd *eventsv1.StartStep)
 	if closing {
 		// The agent began stopping meanwhile: the step will not run here,
 		// and the scheduler hears so.
-		a.record(domain.Stop(a.opts.Self, rec, a.shutdownStop(rec), a.opts.Now()).Rec, true)
+		a.record(domain.ShutdownStop(a.opts.Self, rec, a.shutdownReason(), a.opts.Now()).Rec, true)
 		return nil
 	}
 	go a.launch(key, rec, cmd)
 	return nil
-}
-
-// shutdownStop is the stop the agent's own shutdown applies to a step.
-func (a *App) shutdownStop(rec *domain.Step) *eventsv1.StopStep {
-	return &eventsv1.StopStep{Job: rec.Job, Attempt: rec.Attempt, Node: a.opts.Self.Node, Reason: a.shutdownReason()}
 }
 
 // shutdownReason is why the agent stops its steps: "agent shutting down",
@@ -863,7 +858,7 @@ func (a *App) launch(key string, rec *domain.Step, cmd *eventsv1.StartStep) {
 		// A StopStep recorded the step KILLED before it started, or the
 		// agent is stopping.
 		if cur == rec {
-			a.record(domain.Stop(a.opts.Self, rec, a.shutdownStop(rec), a.opts.Now()).Rec, true)
+			a.record(domain.ShutdownStop(a.opts.Self, rec, a.shutdownReason(), a.opts.Now()).Rec, true)
 		}
 		a.watchers.Done()
 		return
@@ -896,7 +891,7 @@ func (a *App) launch(key string, rec *domain.Step, cmd *eventsv1.StartStep) {
 	if closing {
 		// The shutdown began while the process started; nothing may run
 		// unobserved after the agent.
-		if d := domain.Stop(a.opts.Self, started, a.shutdownStop(rec), a.opts.Now()); d.Rec != nil {
+		if d := domain.ShutdownStop(a.opts.Self, started, a.shutdownReason(), a.opts.Now()); d.Rec != nil {
 			a.record(d.Rec, false)
 			a.kill(key)
 		}
@@ -1453,7 +1448,7 @@ func (a *App) ShutdownBecause(ctx context.Context, why string) {
 			unlock := a.lockStep(key)
 			rec, _ := a.step(key)
 			if rec != nil {
-				d := domain.Stop(a.opts.Self, rec, a.shutdownStop(rec), a.opts.Now())
+				d := domain.ShutdownStop(a.opts.Self, rec, a.shutdownReason(), a.opts.Now())
 				if d.Rec != nil {
 					a.record(d.Rec, false)
 				}

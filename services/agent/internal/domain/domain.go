@@ -57,6 +57,9 @@ type Step struct {
 	Message  string `json:"message,omitempty"`
 	// StopReason is set once the step was asked to stop; its exit is then KILLED.
 	StopReason string `json:"stop_reason,omitempty"`
+	// NodeStopping: the stop was the agent's own, as it stopped (see
+	// ShutdownStop), not Loom's nor the program's.
+	NodeStopping bool `json:"node_stopping,omitempty"`
 	// ErrPath is the file the step's stderr goes to, once Running: where
 	// a stop's Slurm-style line goes (StopLine).
 	ErrPath string `json:"err_path,omitempty"`
@@ -91,6 +94,7 @@ func (s *Step) Event(self Self) *eventsv1.StepChanged {
 		ExitCode: s.ExitCode, Message: s.Message, Pid: int32(s.PID),
 	}
 	ev.State = s.Phase.StepState()
+	ev.NodeStopping = s.NodeStopping && s.Phase == Killed
 	return ev
 }
 
@@ -241,6 +245,21 @@ func Stop(self Self, existing *Step, cmd *eventsv1.StopStep, now time.Time) Stop
 		return StopDecision{Rec: r, Kill: true}
 	}
 	return StopDecision{}
+}
+
+// ShutdownStop is Stop for the agent's own shutdown (why: the reason it
+// stops): the record it gives is marked NodeStopping, so that the step's
+// KILLED report says its node stopped it (the scheduler requeues the job as
+// after a node failure), not that the program died or Loom stopped it.
+func ShutdownStop(self Self, existing *Step, why string, now time.Time) StopDecision {
+	if existing == nil {
+		return StopDecision{}
+	}
+	d := Stop(self, existing, &eventsv1.StopStep{Job: existing.Job, Attempt: existing.Attempt, Node: self.Node, Reason: why}, now)
+	if d.Rec != nil {
+		d.Rec.NodeStopping = true
+	}
+	return d
 }
 
 // Signal decides a SignalStep: whether to send the signal now, or a reason

@@ -150,6 +150,36 @@ func TestStop(t *testing.T) {
 	}
 }
 
+// TestShutdownStop: the agent's own stop marks the step node_stopping, on
+// its KILLED report only (a Running record's event does not say so yet); a
+// stop Loom asked first stays Loom's.
+func TestShutdownStop(t *testing.T) {
+	t.Parallel()
+	running := &Step{Job: "projects/p/jobs/7", Attempt: 1, Phase: Running, PID: 10}
+	d := ShutdownStop(self, running, "agent shutting down", t0)
+	if !d.Kill || d.Rec == nil || !d.Rec.NodeStopping || d.Rec.Event(self).GetNodeStopping() {
+		t.Fatalf("shutdown stop of a running step = %+v", d)
+	}
+	ev := Ended(d.Rec, Exit{Code: 143}, t0).Event(self)
+	if ev.GetState() != eventsv1.StepState_STEP_KILLED || !ev.GetNodeStopping() || ev.GetMessage() != "killed: agent shutting down" {
+		t.Fatalf("its end = %v, want KILLED with node_stopping", ev)
+	}
+	if ev := Ended(running, Exit{Code: 1}, t0).Event(self); ev.GetNodeStopping() {
+		t.Fatalf("a step that exited on its own: %v", ev)
+	}
+	starting := &Step{Job: "projects/p/jobs/8", Attempt: 2, Phase: Starting}
+	if d := ShutdownStop(self, starting, "agent shutting down", t0); d.Rec == nil || !d.Rec.Event(self).GetNodeStopping() || d.Rec.Attempt != 2 {
+		t.Fatalf("shutdown stop of a starting step = %+v", d)
+	}
+	loomStopped := &Step{Job: "projects/p/jobs/7", Attempt: 1, Phase: Running, PID: 10, StopReason: "scancel"}
+	if d := ShutdownStop(self, loomStopped, "agent shutting down", t0); d.Rec != nil {
+		t.Fatalf("a step Loom was already stopping was taken as the node's: %+v", d)
+	}
+	if d := ShutdownStop(self, nil, "agent shutting down", t0); d.Rec != nil || d.Kill {
+		t.Fatalf("no step: %+v", d)
+	}
+}
+
 func TestLostAndFailed(t *testing.T) {
 	t.Parallel()
 	rec, _ := Start(self, nil, 0, startCmd(self.Node), t0)

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -706,6 +707,49 @@ func TestClusterDeletedNodesFirst(t *testing.T) {
 	h.do(&eventsv1.NodeRemoved{Node: nodeName("gpu-0001"), Cluster: cl})
 	h.do(&eventsv1.ClusterDeleted{Cluster: cl})
 	h.wantState(1, loomv1.JobState_CANCELLED, ReasonClusterDeleted)
+}
+
+// TestStepKilledByItsNodeStopping: a step the agent killed as it stopped
+// itself (node_stopping) ends the run as the node's failure: the job is
+// requeued, not FAILED, its other node told to stop, nothing excluded; the
+// same report while the cluster is being deleted cancels the job; a step
+// killed otherwise (no node_stopping) is still the job's failure.
+func TestStepKilledByItsNodeStopping(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 1)
+	h.node("gpu-0002", 1)
+	h.submit(1, 2, 1)
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	c := h.do(&eventsv1.StepChanged{Job: jobName(1), Attempt: 1, Node: nodeName("gpu-0001"), State: eventsv1.StepState_STEP_KILLED,
+		ExitCode: 143, Message: "killed: agent shutting down", Cluster: cl, NodeStopping: true})
+	j := h.job(1)
+	if j.GetState() != loomv1.JobState_PENDING || j.GetRestartCount() != 1 || len(h.s.JobRecord(jobName(1)).Excluded) != 0 {
+		t.Fatalf("job 1: %v %q restarts %d excluded %v; want requeued, nothing excluded", j.GetState(), j.GetStateReason(),
+			j.GetRestartCount(), h.s.JobRecord(jobName(1)).Excluded)
+	}
+	if r := h.s.Run(jobName(1), 1); r.Outcome != loomv1.JobState_NODE_FAIL || !strings.Contains(r.Reason, "node gpu-0001 stopped: killed: agent shutting down") {
+		t.Fatalf("run 1: %v %q", r.Outcome, r.Reason)
+	}
+	if st := stops(c); len(st) != 1 || st[0].GetNode() != nodeName("gpu-0002") {
+		t.Fatalf("stops %v, want gpu-0002's", st)
+	}
+
+	// Attempt 2 runs; the cluster is being deleted when its node stops.
+	h.step(1, 1, "gpu-0002", eventsv1.StepState_STEP_KILLED, 143)
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.do(&eventsv1.ClusterChanged{Cluster: &loomv1.Cluster{Name: cl, Status: &loomv1.ClusterStatus{State: loomv1.Cluster_DELETING}}})
+	h.do(&eventsv1.StepChanged{Job: jobName(1), Attempt: 2, Node: nodeName("gpu-0002"), State: eventsv1.StepState_STEP_KILLED,
+		ExitCode: 143, Message: "killed: agent shutting down", Cluster: cl, NodeStopping: true})
+	h.wantState(1, loomv1.JobState_CANCELLED, ReasonClusterDeleted)
+
+	h2 := newHarness(t)
+	h2.node("gpu-0001", 1)
+	h2.submit(1, 1, 1)
+	h2.step(1, 1, "gpu-0001", eventsv1.StepState_STEP_KILLED, 137)
+	if j := h2.job(1); j.GetState() != loomv1.JobState_FAILED {
+		t.Fatalf("a step killed by something else: %v %q, want FAILED", j.GetState(), j.GetStateReason())
+	}
 }
 
 func TestClusterDeletedCancelsRunning(t *testing.T) {

@@ -618,6 +618,30 @@ func (t *txn) updateSlurmNode(ev *eventsv1.UpdateSlurmNode) error {
 	return nil
 }
 
+// clusterGoing reports whether the cluster is being deleted or is gone:
+// its jobs end CANCELLED (cluster deleted) instead of being requeued.
+func (t *txn) clusterGoing(cluster string) bool {
+	c := t.cluster(cluster)
+	return c != nil && (c.State == loomv1.Cluster_DELETING || c.State == loomv1.Cluster_DELETED)
+}
+
+// nodeStopped ends run r of j (edited) because node's agent stopped its
+// step as it stopped itself: CANCELLED when the cluster is going away, else
+// requeued as after a node failure (the node is not excluded: it did not
+// fail, and health judges it), the other nodes' steps told to stop once
+// they checkpointed (checkpoint on failure).
+func (t *txn) nodeStopped(j *Job, r *Run, node, reason string) {
+	if t.clusterGoing(r.Cluster) {
+		t.finish(j, loomv1.JobState_CANCELLED, 0, ReasonClusterDeleted)
+		t.stopSteps(r, node, reason, eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE)
+		return
+	}
+	t.infraRequeue(j, r, loomv1.JobState_NODE_FAIL, reason)
+	if !t.checkpointSurvivors(j, r, node, reason, false) { // health.go
+		t.stopSteps(r, node, reason, eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE)
+	}
+}
+
 // failNode ends every run that holds n (which can no longer run work): the
 // job ends NODE_FAIL (CANCELLED when its cluster is going away) and is
 // requeued when it allows it and its infrastructure restarts are not spent,
@@ -647,10 +671,7 @@ func (t *txn) failNode(n *Node) {
 		reason := n.DownReason()
 		if j := t.job(r.Job); j != nil && j.Running() && j.Attempt == r.Attempt {
 			j = t.editJob(j.Name())
-			gone := false
-			if c := t.cluster(r.Cluster); c != nil && (c.State == loomv1.Cluster_DELETING || c.State == loomv1.Cluster_DELETED) {
-				gone = true
-			}
+			gone := t.clusterGoing(r.Cluster)
 			// A node the provisioner is removing (DELETING: its pool or its
 			// cluster going away) did not fail under the job: excluding it
 			// would only end the job as unplaceable ("every node it may use
@@ -798,6 +819,13 @@ func (t *txn) stepChanged(ev *eventsv1.StepChanged) error {
 		case eventsv1.StepState_STEP_LOST:
 			fail(loomv1.JobState_FAILED, ev.GetExitCode(), detail("step lost on "+host, msg))
 		case eventsv1.StepState_STEP_KILLED:
+			if ev.GetNodeStopping() {
+				// The agent stopped it as it stopped itself (its node
+				// removed or restarted, its service shut down): the
+				// node's end, not the program's.
+				t.nodeStopped(t.editJob(j.Name()), r, ev.GetNode(), detail("node "+host+" stopped", msg))
+				break
+			}
 			fail(loomv1.JobState_FAILED, ev.GetExitCode(), detail("step killed on "+host, msg))
 		}
 	}
