@@ -542,9 +542,11 @@ func Run(ctx context.Context, cfg Config) error {
 const selfExitCloseBound = 2 * time.Second
 
 // shutdown ends what the agent runs before its consumer and relay stop: for
-// a stop asked for (exit nil), or an exit of its own whose control plane
-// still answers, every step is stopped and its KILLED record published;
-// an orphaned agent kills its steps unrecorded (nothing can be written).
+// a stop asked for (exit nil) or an exit of its own, while its store
+// answers, every step is stopped and its KILLED record published; an
+// orphaned agent, or one whose store does not answer, kills its steps
+// unrecorded (nothing can be written), and its next start reports them
+// LOST.
 func shutdown(base *service.Base, a *app.App, cfg Config, exit *domain.SelfExit) {
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.StepKillGrace+5*time.Second)
 	defer cancel()
@@ -554,13 +556,25 @@ func shutdown(base *service.Base, a *app.App, cfg Config, exit *domain.SelfExit)
 		// gone must not hold the exit for the writer's retries.
 		base.BoundClose(selfExitCloseBound)
 		base.Log.Error("agent exiting on its own: "+exit.Reason+"; ending the steps it runs", "running", a.Running())
-		pctx, pcancel := context.WithTimeout(sctx, time.Second)
-		reachable := !exit.Orphaned && base.Redis.Ping(pctx).Err() == nil
-		pcancel()
-		if !reachable {
-			a.Abandon(sctx, exit.Reason)
-			return
+	}
+	pctx, pcancel := context.WithTimeout(sctx, time.Second)
+	reachable := (exit == nil || !exit.Orphaned) && base.Redis.Ping(pctx).Err() == nil
+	pcancel()
+	if !reachable {
+		// Nothing can be written (a stopped `loom up` took its Redis
+		// along, and `loom down` stops the agent): the steps end
+		// unrecorded rather than wait, past the stop's grace, for writes
+		// that cannot succeed.
+		why := "its store does not answer"
+		if exit != nil {
+			why = exit.Reason
 		}
+		if exit == nil {
+			base.BoundClose(selfExitCloseBound)
+			base.Log.Warn("agent stopping with its store unreachable; ending the steps it runs unrecorded", "running", a.Running())
+		}
+		a.Abandon(sctx, why)
+		return
 	}
 	why := ""
 	if exit != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/config"
+	"github.com/loom-ml/loom/libs/embedded"
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/proc"
 	"github.com/loom-ml/loom/libs/store"
@@ -372,6 +373,37 @@ func TestRedeliveredStartStepStartsOnce(t *testing.T) {
 	if evs := stepEvents(t, e.broker, "3"); len(evs) != 0 {
 		t.Fatalf("another node's step was acted on: %v", evs)
 	}
+}
+
+// TestShutdownWithoutRedisKillsSteps: an agent stopped after its Redis
+// went away (a stopped `loom up` took it along; `loom down` ends the agent
+// with a 15 s grace) still kills its steps within that grace, though the
+// records it keeps writing (the step's progress) and its KILLED record
+// cannot be written: they must not hold the step past the stop.
+func TestShutdownWithoutRedisKillsSteps(t *testing.T) {
+	t.Parallel()
+	e := &env{broker: testkit.Broker(t), work: t.TempDir(), shared: t.TempDir(), progressInterval: 100 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := embedded.StartRedis(ctx, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	e.redisAddr = r.Addr
+	giveIdentity(t, e.work, node)
+	stop := e.start(t)
+	publish(t, e.broker, command(startStep("5", `sleep 60`, nil, filepath.Join(e.shared, "slurm-5.out"))))
+	running := waitStep(t, e.broker, "5", eventsv1.StepState_STEP_RUNNING)
+	pid := int(running.GetPid())
+	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = stop() }()
+	testkit.WaitFor(t, 15*time.Second, "the step killed within loom down's grace, with no Redis", func() (bool, error) {
+		return !proc.Alive(pid, 0), nil
+	})
 }
 
 func TestShutdownKillsStepsAndRestartReportsLost(t *testing.T) {

@@ -598,11 +598,19 @@ func TestFailedToStartAndLost(t *testing.T) {
 	h.wantState(1, loomv1.JobState_FAILED, "JobLaunchFailure on gpu-0001: exec: no such file")
 	h.submit(2, 1, 1)
 	h.step(2, 1, "gpu-0001", eventsv1.StepState_STEP_RUNNING, 0)
+	// A lost step (its end went unseen) is the infrastructure's failure,
+	// as a node's: the job is requeued, within its infrastructure budget.
 	h.step(2, 1, "gpu-0001", eventsv1.StepState_STEP_LOST, 0)
-	h.wantState(2, loomv1.JobState_FAILED, "step lost on gpu-0001")
-	if h.job(2).GetExitCode() == 0 {
-		t.Fatal("a failed job has exit code 0")
+	if j := h.job(2); j.GetState() != loomv1.JobState_CONFIGURING || j.GetRestartCount() != 1 || h.s.Run(jobName(2), 2) == nil {
+		t.Fatalf("job 2 after its step was lost: %v %q restarts %d; want requeued and started again", j.GetState(), j.GetStateReason(), j.GetRestartCount())
 	}
+	if r := h.s.Run(jobName(2), 1); r.Outcome != loomv1.JobState_NODE_FAIL || r.Reason != "step lost on gpu-0001" {
+		t.Fatalf("run 1 of job 2: %v %q", r.Outcome, r.Reason)
+	}
+	h.noRequeue(3, 1, 1)
+	h.finish(2, 0)
+	h.step(3, 1, "gpu-0001", eventsv1.StepState_STEP_LOST, 0)
+	h.wantState(3, loomv1.JobState_NODE_FAIL, "step lost on gpu-0001")
 }
 
 func TestNodeFail(t *testing.T) {

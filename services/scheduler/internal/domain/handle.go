@@ -625,12 +625,14 @@ func (t *txn) clusterGoing(cluster string) bool {
 	return c != nil && (c.State == loomv1.Cluster_DELETING || c.State == loomv1.Cluster_DELETED)
 }
 
-// nodeStopped ends run r of j (edited) because node's agent stopped its
-// step as it stopped itself: CANCELLED when the cluster is going away, else
-// requeued as after a node failure (the node is not excluded: it did not
-// fail, and health judges it), the other nodes' steps told to stop once
-// they checkpointed (checkpoint on failure).
-func (t *txn) nodeStopped(j *Job, r *Run, node, reason string) {
+// infraEnded ends run r of j (edited) because node's step ended for the
+// infrastructure's reasons, not the program's (its agent stopped it as it
+// stopped itself, or its end went unseen: lost): CANCELLED when the cluster
+// is going away, else requeued as after a node failure (the node is not
+// excluded: it did not fail under the job, and health judges it), the
+// other nodes' steps told to stop once they checkpointed (checkpoint on
+// failure).
+func (t *txn) infraEnded(j *Job, r *Run, node, reason string) {
 	if t.clusterGoing(r.Cluster) {
 		t.finish(j, loomv1.JobState_CANCELLED, 0, ReasonClusterDeleted)
 		t.stopSteps(r, node, reason, eventsv1.StopCause_STOP_CAUSE_NODE_FAILURE)
@@ -817,13 +819,16 @@ func (t *txn) stepChanged(ev *eventsv1.StepChanged) error {
 			}
 			fail(loomv1.JobState_FAILED, ev.GetExitCode(), detail("JobLaunchFailure on "+host, msg))
 		case eventsv1.StepState_STEP_LOST:
-			fail(loomv1.JobState_FAILED, ev.GetExitCode(), detail("step lost on "+host, msg))
+			// Its end went unseen (its agent crashed or was stopped with
+			// nothing to write to, its shim killed): not known to be the
+			// program's, so the infrastructure's, as Slurm's NODE_FAIL.
+			t.infraEnded(t.editJob(j.Name()), r, ev.GetNode(), detail("step lost on "+host, msg))
 		case eventsv1.StepState_STEP_KILLED:
 			if ev.GetNodeStopping() {
 				// The agent stopped it as it stopped itself (its node
 				// removed or restarted, its service shut down): the
 				// node's end, not the program's.
-				t.nodeStopped(t.editJob(j.Name()), r, ev.GetNode(), detail("node "+host+" stopped", msg))
+				t.infraEnded(t.editJob(j.Name()), r, ev.GetNode(), detail("node "+host+" stopped", msg))
 				break
 			}
 			fail(loomv1.JobState_FAILED, ev.GetExitCode(), detail("step killed on "+host, msg))
