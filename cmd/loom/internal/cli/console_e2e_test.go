@@ -148,6 +148,10 @@ func TestConsole(t *testing.T) {
 	// now shows up on the open page.
 	submitREST(t, s, map[string]any{"display_name": "arrives-live", "cluster": "projects/default/clusters/gpu", "command": []string{"true"}})
 	waitText(t, bctx, "#page", "arrives-live")
+	// An array's tasks by the ids squeue gives them.
+	sweep := submitREST(t, s, map[string]any{"display_name": "sweep", "cluster": "projects/default/clusters/gpu",
+		"script": "#!/bin/sh\ntrue\n", "array": "0-1", "gpus_per_node": 8})
+	waitText(t, bctx, "#page", sweep+"_0", sweep+"_1")
 	if scripts := eval(`document.querySelectorAll('#page script, #page img').length`); scripts != 0 {
 		t.Errorf("the hostile job name made %d elements: it must be rendered as text", scripts)
 	}

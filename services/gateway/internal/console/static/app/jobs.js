@@ -28,9 +28,14 @@ export async function jobsPage(ctx) {
   }, ctx.signal, e => fill(status, e ? notice('error', 'Update failed (retrying with backoff): ' + e.message) : null));
 }
 
+// arrayTask is an array task's id as Slurm shows it ("2_5"), else null.
+function arrayTask(j) {
+  return j.array_job_id ? j.array_job_id + '_' + (j.array_task_id || 0) : null;
+}
+
 function queueTable(jobs, empty) {
   return table([
-    {title: 'ID', get: j => link(j.job_id, 'jobs', j.job_id)},
+    {title: 'ID', get: j => link(arrayTask(j) || j.job_id, 'jobs', j.job_id)},
     {title: 'Name', get: j => j.display_name},
     {title: 'User', get: j => j.user},
     {title: 'Cluster', get: j => short(j.cluster)},
@@ -60,6 +65,7 @@ export async function jobPage(ctx, id) {
       h('h2', null, j.display_name || 'job ' + j.job_id, ' ', badge(j.state)),
       kv([
         ['Reason', j.state_reason],
+        ['Array task', arrayTask(j)],
         ['Placement', j.placement],
         ['Cluster', short(j.cluster)],
         ['User', j.user],
