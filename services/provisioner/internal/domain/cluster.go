@@ -190,10 +190,14 @@ func (s *State) UpdateCluster(p Params, cmd *eventsv1.UpdateCluster, now time.Ti
 		grace = time.Duration(cmd.GetDrainGraceSeconds()) * time.Second
 	}
 	for _, np := range next.GetCompute().GetNodePools() {
-		e.resize(rec, np, np.GetNodeCount(), grace)
+		why := fmt.Sprintf("pool %s shrinks to %d node", np.GetId(), np.GetNodeCount())
+		if np.GetNodeCount() != 1 {
+			why += "s"
+		}
+		e.resize(rec, np, np.GetNodeCount(), grace, why)
 	}
 	for _, np := range rec.Retired {
-		e.resize(rec, np, 0, grace)
+		e.resize(rec, np, 0, grace, "pool "+np.GetId()+" is removed from the cluster")
 	}
 	e.resizeLogin(rec, int(next.GetOrchestrator().GetSlurm().GetLoginNodes().GetCount()))
 	return e.change()
@@ -243,8 +247,9 @@ func (e *edit) poolNodes(cluster, pool string) []*loomv1.Node {
 }
 
 // resize brings a pool's live nodes to target: new nodes, or the
-// highest-numbered ones drained (READY, DOWN) or removed (PROVISIONING).
-func (e *edit) resize(rec *Cluster, np *loomv1.NodePool, target int32, grace time.Duration) {
+// highest-numbered ones drained (READY, DOWN) or removed (PROVISIONING),
+// with why as their reason.
+func (e *edit) resize(rec *Cluster, np *loomv1.NodePool, target int32, grace time.Duration, why string) {
 	var live []*loomv1.Node
 	for _, n := range e.poolNodes(rec.Name(), np.GetId()) {
 		if isLive(n) {
@@ -259,7 +264,7 @@ func (e *edit) resize(rec *Cluster, np *loomv1.NodePool, target int32, grace tim
 	deadline := e.now.Add(grace)
 	for _, victim := range live[:len(live)-int(target)] {
 		n := e.mutNode(victim.GetName())
-		n.Reason = fmt.Sprintf("pool %s shrinks to %d nodes", np.GetId(), target)
+		n.Reason = why
 		if n.GetState() == loomv1.Node_PROVISIONING {
 			n.State, n.NextAction = loomv1.Node_DELETING, "stop and remove"
 			continue

@@ -736,9 +736,15 @@ func TestUpdateShrinkDrainsHighestNodes(t *testing.T) {
 	for _, h := range []string{"gpu-0003", "gpu-0004"} {
 		n := node(s, h)
 		if n.GetState() != loomv1.Node_DRAINING || !n.GetDrainDeadline().AsTime().Equal(deadline) ||
-			!strings.Contains(n.GetNextAction(), "requeued at "+deadline.Format(time.RFC3339)) || n.GetReason() == "" {
+			!strings.Contains(n.GetNextAction(), "requeued at "+deadline.Format(time.RFC3339)) || n.GetReason() != "pool gpu shrinks to 2 nodes" {
 			t.Fatalf("%s = %v, want DRAINING until %v", h, n, deadline)
 		}
+	}
+	// To one node: "1 node".
+	s1 := running(t, gpuPool("gpu", 2))
+	update(s1, "to-1", clusterSpec(demo, gpuPool("gpu", 1)), 60)
+	if n := node(s1, "gpu-0002"); n.GetReason() != "pool gpu shrinks to 1 node" {
+		t.Fatalf("gpu-0002 = %v, want its reason to say 1 node", n)
 	}
 	for _, h := range []string{"gpu-0001", "gpu-0002"} {
 		if node(s, h).GetState() != loomv1.Node_READY {
@@ -796,7 +802,7 @@ func TestUpdateRemovesAPool(t *testing.T) {
 		t.Fatalf("update = %v", cc)
 	}
 	for _, h := range []string{"cpu-0001", "cpu-0002"} {
-		if n := node(s, h); n.GetState() != loomv1.Node_DRAINING || !strings.Contains(n.GetReason(), "pool cpu shrinks to 0 nodes") {
+		if n := node(s, h); n.GetState() != loomv1.Node_DRAINING || n.GetReason() != "pool cpu is removed from the cluster" {
 			t.Fatalf("%s = %v, want DRAINING", h, n)
 		}
 	}
