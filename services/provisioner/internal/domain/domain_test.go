@@ -733,6 +733,10 @@ func TestUpdateShrinkDrainsHighestNodes(t *testing.T) {
 		t.Fatalf("update = %v", cc)
 	}
 	deadline := t0.Add(time.Hour + time.Minute)
+	// What the update waits for, and until when at most.
+	if msg, want := cc.Cluster.GetStatus().GetMessage(), "2 of 2 nodes ready; 2 draining (until "+deadline.Format(time.RFC3339)+" at the latest)"; msg != want {
+		t.Errorf("message %q, want %q", msg, want)
+	}
 	for _, h := range []string{"gpu-0003", "gpu-0004"} {
 		n := node(s, h)
 		if n.GetState() != loomv1.Node_DRAINING || !n.GetDrainDeadline().AsTime().Equal(deadline) ||

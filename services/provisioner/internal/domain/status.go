@@ -34,6 +34,18 @@ const (
 // Progress is the cluster status message for ready of total nodes.
 func Progress(ready, total int32) string { return fmt.Sprintf("%d of %d nodes ready", ready, total) }
 
+// drainedBy is when the cluster's last draining node's drain ends (its
+// jobs requeued), zero when none has a deadline.
+func (e *edit) drainedBy(cluster string) time.Time {
+	var until time.Time
+	for _, n := range e.clusterNodes(cluster) {
+		if d := n.GetDrainDeadline(); n.GetState() == loomv1.Node_DRAINING && d != nil && d.AsTime().After(until) {
+			until = d.AsTime()
+		}
+	}
+	return until
+}
+
 // refresh recomputes a cluster's status from its nodes and moves its
 // lifecycle: CREATING → RUNNING when every pool is at target (or, past the
 // deadline, when every pool has a ready node; ERROR when one has none),
@@ -154,6 +166,11 @@ func (e *edit) refresh(name string) {
 		}
 		if draining+deleting > 0 {
 			msg += fmt.Sprintf("; %d draining", draining+deleting)
+			if until := e.drainedBy(name); !until.IsZero() {
+				// What an update waits for, and until when at most: the
+				// jobs on those nodes are requeued then.
+				msg += " (until " + until.UTC().Format(time.RFC3339) + " at the latest)"
+			}
 		}
 		if repairing > 0 {
 			msg += fmt.Sprintf("; %d being repaired", repairing)
