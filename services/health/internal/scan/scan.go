@@ -403,12 +403,8 @@ func (s *State) Progress(cluster, id string) *loomv1.HealthScan {
 // ListScans serves ListHealthScans: the cluster's scans still kept, newest
 // first, each as Progress gives it, one page at a time.
 func (s *State) ListScans(req *loomv1.ListHealthScansRequest) (*loomv1.ListHealthScansResponse, error) {
-	var v errs.Validator
-	if _, err := resname.ParseCluster(req.GetCluster()); err != nil {
-		v.Add("cluster", "%v", err)
-	}
-	size, after := paging.Check(&v, req)
-	if err := v.Err(); err != nil {
+	size, after, err := checkList(req.GetCluster(), req)
+	if err != nil {
 		return nil, err
 	}
 	byScan := s.resultsByScan(req.GetCluster(), "")
@@ -1157,6 +1153,17 @@ func (s *State) prune(c *Change, now time.Time) {
 	}
 }
 
+// checkList checks a list request's cluster and page: its size and the
+// key it continues after.
+func checkList(cluster string, req paging.Request) (size int, after string, err error) {
+	var v errs.Validator
+	if _, err := resname.ParseCluster(cluster); err != nil {
+		v.Add("cluster", "%v", err)
+	}
+	size, after = paging.Check(&v, req)
+	return size, after, v.Err()
+}
+
 // resultKey orders results newest first (then by name): the list's key.
 func resultKey(r *loomv1.HealthCheckResult) string {
 	return fmt.Sprintf("%020d %s", math.MaxInt64-r.GetEndTime().AsTime().UnixNano(), r.GetName())
@@ -1165,12 +1172,8 @@ func resultKey(r *loomv1.HealthCheckResult) string {
 // List serves ListHealthResults: the cluster's stored results, newest
 // first, filtered by hostname, check and scan id, paged as every List RPC.
 func (s *State) List(req *loomv1.ListHealthResultsRequest) (*loomv1.ListHealthResultsResponse, error) {
-	var v errs.Validator
-	if _, err := resname.ParseCluster(req.GetCluster()); err != nil {
-		v.Add("cluster", "%v", err)
-	}
-	size, after := paging.Check(&v, req)
-	if err := v.Err(); err != nil {
+	size, after, err := checkList(req.GetCluster(), req)
+	if err != nil {
 		return nil, err
 	}
 	var items []*loomv1.HealthCheckResult
