@@ -394,6 +394,33 @@ func TestJobsListFilters(t *testing.T) {
 	}
 }
 
+// TestJobsSubmitDefaultsToTheOnlyCluster: without --cluster a job goes to
+// the project's only cluster, as the Slurm commands choose; with several
+// or none, --cluster is asked for, saying why.
+func TestJobsSubmitDefaultsToTheOnlyCluster(t *testing.T) {
+	t.Parallel()
+	f, gw := newFakeGateway(t)
+	if _, errOut, code := run(t, gw, "jobs", "submit", "--", "true"); code != 2 ||
+		!strings.Contains(errOut, "--cluster is required: project default has several clusters (see `loom clusters list`)") {
+		t.Fatalf("several clusters: exit %d, %q", code, errOut)
+	}
+	only := f.Clusters[0]
+	f.Clusters = f.Clusters[:1]
+	out, errOut, code := run(t, gw, "jobs", "submit", "--", "true")
+	if req, _ := fakegw.LastRequest[*loomv1.SubmitJobRequest](f); code != 0 || req.GetJob().GetCluster() != only.GetName() {
+		t.Fatalf("one cluster: exit %d %q %q, request %v; want it on %s", code, out, errOut, req, only.GetName())
+	}
+	f.Clusters = nil
+	if _, errOut, code := run(t, gw, "jobs", "submit", "--", "true"); code != 2 ||
+		!strings.Contains(errOut, "project default has no cluster yet; create one with `loom clusters create") {
+		t.Fatalf("no cluster: exit %d, %q", code, errOut)
+	}
+	// Wrong flags are said without asking the gateway anything.
+	if _, errOut, code := run(t, gw, "jobs", "submit", "--nodes", "0", "--", "true"); code != 2 || !strings.Contains(errOut, "--nodes must be at least 1") {
+		t.Fatalf("--nodes 0: exit %d, %q", code, errOut)
+	}
+}
+
 func TestJobsSubmitBuildsRequest(t *testing.T) {
 	t.Parallel()
 	f, gw := newFakeGateway(t)

@@ -316,6 +316,43 @@ func (a *app) waitOperation(ctx context.Context, op *loomv1.Operation, w io.Writ
 	}
 }
 
+// clusterOrOnly is the full name of the cluster flag names, or, when it
+// names none, of the project's only cluster (as the Slurm commands choose
+// one); a usage error when the project has none or several. alt ends the
+// error's advice (", or launch with --serverless").
+func (a *app) clusterOrOnly(ctx context.Context, flag, alt string) (string, error) {
+	if flag != "" {
+		return a.clusterName(flag), nil
+	}
+	cs, err := a.clusters()
+	if err != nil {
+		return "", err
+	}
+	cctx, cancel := a.call(ctx)
+	defer cancel()
+	// Two are enough to know there is more than one.
+	resp, err := cs.ListClusters(cctx, &loomv1.ListClustersRequest{Parent: a.parent(), PageSize: 2})
+	if err != nil {
+		return "", a.explain("list the clusters to run on", err)
+	}
+	switch l := resp.GetClusters(); {
+	case len(l) == 1 && resp.GetNextPageToken() == "":
+		return l[0].GetName(), nil
+	case len(l) == 0:
+		return "", usagef("--cluster is required: project %s has no cluster yet; create one with `loom clusters create -f examples/clusters/demo.json`%s", a.project, alt)
+	}
+	return "", usagef("--cluster is required: project %s has several clusters (see `loom clusters list`)%s", a.project, alt)
+}
+
+// clusterFlag is " --cluster NAME" for a message's example command, ""
+// when no cluster was named.
+func clusterFlag(name string) string {
+	if name == "" {
+		return ""
+	}
+	return " --cluster " + name
+}
+
 // notFoundHint adds "list them with <list>" to a NotFound error.
 func (a *app) notFoundHint(explained, raw error, list string) error {
 	if codeOf(raw) != codes.NotFound {

@@ -50,9 +50,6 @@ type submitFlags struct {
 // jobFromFlags builds the job to submit, owned by the caller (userName);
 // command is what followed "--".
 func (a *app) jobFromFlags(ctx context.Context, f submitFlags, command []string) (*loomv1.Job, error) {
-	if f.cluster == "" {
-		return nil, usagef("--cluster is required: the cluster to run on (see `loom clusters list`)")
-	}
 	if f.nodes < 1 {
 		return nil, usagef("--nodes must be at least 1, got %d", f.nodes)
 	}
@@ -60,7 +57,6 @@ func (a *app) jobFromFlags(ctx context.Context, f submitFlags, command []string)
 		return nil, usagef("--gpus-per-node must not be negative, got %d", f.gpusPerNode)
 	}
 	j := &loomv1.Job{
-		Cluster:     a.clusterName(f.cluster),
 		DisplayName: f.name,
 		NodeCount:   f.nodes,
 		GpusPerNode: f.gpusPerNode,
@@ -79,7 +75,7 @@ func (a *app) jobFromFlags(ctx context.Context, f submitFlags, command []string)
 		}
 		j.Script = string(b)
 	case len(command) == 0:
-		return nil, usagef("give what to run: a command after -- (loom jobs submit --cluster %s -- echo hello) or --script FILE", f.cluster)
+		return nil, usagef("give what to run: a command after -- (loom jobs submit%s -- echo hello) or --script FILE", clusterFlag(f.cluster))
 	}
 	if f.model != "" {
 		j.ModelOutput = &loomv1.ModelOutput{ModelId: f.model}
@@ -131,13 +127,19 @@ func (a *app) jobFromFlags(ctx context.Context, f submitFlags, command []string)
 		j.Env[k] = v
 	}
 	j.User = a.userName(ctx)
+	// Checked last: the flags are wrong or right without asking anyone.
+	cluster, err := a.clusterOrOnly(ctx, f.cluster, "")
+	if err != nil {
+		return nil, err
+	}
+	j.Cluster = cluster
 	return j, nil
 }
 
 func (a *app) jobsSubmitCommand() *cobra.Command {
 	var f submitFlags
 	cmd := &cobra.Command{
-		Use:   "submit --cluster C [flags] (--script FILE | -- CMD ARGS...)",
+		Use:   "submit [--cluster C] [flags] (--script FILE | -- CMD ARGS...)",
 		Short: "Submit a job to a cluster",
 		Long: `Submit a job that runs a command (after --) or a shell script (--script) on
 --nodes nodes of a cluster. With --model, a successful job registers a new
@@ -181,7 +183,7 @@ Examples:
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.cluster, "cluster", "", "cluster to run on (required)")
+	fl.StringVar(&f.cluster, "cluster", "", "cluster to run on (default: the project's only cluster)")
 	fl.Int32Var(&f.nodes, "nodes", 1, "number of nodes")
 	fl.Int32Var(&f.gpusPerNode, "gpus-per-node", 0, "GPUs on each node")
 	fl.StringVar(&f.name, "name", "", "display name of the job")

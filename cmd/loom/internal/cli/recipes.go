@@ -175,7 +175,7 @@ type launchFlags struct {
 func (a *app) recipesLaunchCommand() *cobra.Command {
 	var f launchFlags
 	cmd := &cobra.Command{
-		Use:   "launch NAME (--cluster C | --serverless) [flags]",
+		Use:   "launch NAME [--cluster C | --serverless] [flags]",
 		Short: "Render a recipe and submit it: a batch script to a cluster, or a CustomJob",
 		Long: `Render the recipe, with --set overrides, as a Slurm batch script and submit it
 to --cluster through the gateway, as sbatch would; or, with --serverless, as
@@ -196,7 +196,7 @@ Examples:
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.cluster, "cluster", "", "cluster to run on (required without --serverless)")
+	fl.StringVar(&f.cluster, "cluster", "", "cluster to run on (default without --serverless: the project's only cluster)")
 	fl.StringArrayVar(&f.sets, "set", nil, "override `KEY=VALUE` (repeatable; \"loom recipes show NAME\" lists the keys)")
 	fl.StringVar(&f.fromCheckpoint, "from-checkpoint", "", "continue training from this checkpoint URI")
 	fl.BoolVar(&f.serverless, "serverless", false, "launch as a CustomJob instead of a batch script")
@@ -236,10 +236,13 @@ func (a *app) launchRecipe(cmd *cobra.Command, name string, f launchFlags) error
 		_, err := io.WriteString(out, script)
 		return err
 	}
-	if f.cluster == "" && !f.dryRun {
-		return usagef("--cluster is required: the cluster to run on (see `loom clusters list`), or launch with --serverless")
+	cluster := f.cluster
+	if cluster == "" && !f.dryRun {
+		if cluster, err = a.clusterOrOnly(cmd.Context(), "", ", or launch with --serverless"); err != nil {
+			return err
+		}
 	}
-	job, err := a.recipeJob(cmd.Context(), r, opts, script, f.cluster)
+	job, err := a.recipeJob(cmd.Context(), r, opts, script, cluster)
 	if err != nil {
 		return err
 	}
