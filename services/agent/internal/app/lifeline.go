@@ -59,8 +59,9 @@ func (a *App) Watch(ctx context.Context) *domain.SelfExit {
 
 // Abandon ends every step and task group this agent runs without recording
 // their ends, for an agent that stops (on its own or asked to) while its
-// control plane does not answer (nothing could be written): SIGTERM to each group, SIGKILL to
-// what is left after the kill grace or when ctx ends. The records stay
+// control plane does not answer (nothing could be written): SIGTERM to
+// each group, SIGKILL to what is left after the kill grace or when ctx
+// ends. The records stay
 // RUNNING, and the agent's next start reports them LOST, as after a crash.
 // StartSteps arriving from now on wait for Release and stay uncommitted.
 func (a *App) Abandon(ctx context.Context, why string) {
