@@ -421,6 +421,26 @@ func TestJobsSubmitDefaultsToTheOnlyCluster(t *testing.T) {
 	}
 }
 
+// TestJobsSubmitTakesLoomCluster: without --cluster, LOOM_CLUSTER (a
+// login shell's) names the cluster, before the only-cluster default. Not
+// parallel: it sets the process's environment.
+func TestJobsSubmitTakesLoomCluster(t *testing.T) {
+	f, gw := newFakeGateway(t)
+	t.Setenv("LOOM_CLUSTER", f.Clusters[1].GetName())
+	if _, errOut, code := run(t, gw, "jobs", "submit", "--", "true"); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if req, _ := fakegw.LastRequest[*loomv1.SubmitJobRequest](f); req.GetJob().GetCluster() != f.Clusters[1].GetName() {
+		t.Fatalf("submitted to %q, want LOOM_CLUSTER's %q", req.GetJob().GetCluster(), f.Clusters[1].GetName())
+	}
+	if _, _, code := run(t, gw, "jobs", "submit", "--cluster", shortName(f.Clusters[0].GetName()), "--", "true"); code != 0 {
+		t.Fatal("--cluster refused")
+	}
+	if req, _ := fakegw.LastRequest[*loomv1.SubmitJobRequest](f); req.GetJob().GetCluster() != f.Clusters[0].GetName() {
+		t.Fatalf("--cluster lost to LOOM_CLUSTER: %q", req.GetJob().GetCluster())
+	}
+}
+
 func TestJobsSubmitBuildsRequest(t *testing.T) {
 	t.Parallel()
 	f, gw := newFakeGateway(t)

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/loom-ml/loom/libs/clusterspec"
+	"github.com/loom-ml/loom/libs/config"
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/paging"
 	"github.com/loom-ml/loom/libs/resname"
@@ -317,10 +318,14 @@ func (a *app) waitOperation(ctx context.Context, op *loomv1.Operation, w io.Writ
 }
 
 // clusterOrOnly is the full name of the cluster flag names, or, when it
-// names none, of the project's only cluster (as the Slurm commands choose
-// one); a usage error when the project has none or several. alt ends the
-// error's advice (", or launch with --serverless").
+// names none, of LOOM_CLUSTER's (a `loom clusters login` shell sets it),
+// else of the project's only cluster, as the Slurm commands choose one; a
+// usage error when the project has none or several. alt ends the error's
+// advice (", or launch with --serverless").
 func (a *app) clusterOrOnly(ctx context.Context, flag, alt string) (string, error) {
+	if flag == "" {
+		flag = config.Env("LOOM_CLUSTER", "")
+	}
 	if flag != "" {
 		return a.clusterName(flag), nil
 	}

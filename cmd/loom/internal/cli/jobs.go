@@ -183,7 +183,7 @@ Examples:
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.cluster, "cluster", "", "cluster to run on (default: the project's only cluster)")
+	fl.StringVar(&f.cluster, "cluster", "", "cluster to run on (default: LOOM_CLUSTER, as a login shell sets it, else the project's only cluster)")
 	fl.Int32Var(&f.nodes, "nodes", 1, "number of nodes")
 	fl.Int32Var(&f.gpusPerNode, "gpus-per-node", 0, "GPUs on each node")
 	fl.StringVar(&f.name, "name", "", "display name of the job")

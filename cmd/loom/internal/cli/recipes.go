@@ -196,7 +196,7 @@ Examples:
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.cluster, "cluster", "", "cluster to run on (default without --serverless: the project's only cluster)")
+	fl.StringVar(&f.cluster, "cluster", "", "cluster to run on (default without --serverless: LOOM_CLUSTER, else the project's only cluster)")
 	fl.StringArrayVar(&f.sets, "set", nil, "override `KEY=VALUE` (repeatable; \"loom recipes show NAME\" lists the keys)")
 	fl.StringVar(&f.fromCheckpoint, "from-checkpoint", "", "continue training from this checkpoint URI")
 	fl.BoolVar(&f.serverless, "serverless", false, "launch as a CustomJob instead of a batch script")
