@@ -399,6 +399,7 @@ func TestArgsDispatchesSlurmNames(t *testing.T) {
 	}{
 		{"/tmp/loom-login-1/sbatch", []string{"--wrap", "true"}, []string{"slurm", "sbatch", "--wrap", "true"}},
 		{"squeue", nil, []string{"slurm", "squeue"}},
+		{"/tmp/loom-login-1/sshare", []string{"-a"}, []string{"slurm", "sshare", "-a"}},
 		{"/usr/local/bin/loom", []string{"clusters", "list"}, []string{"clusters", "list"}},
 		{"./sbatch-wrapper", []string{"x"}, []string{"x"}},
 	} {
@@ -408,6 +409,12 @@ func TestArgsDispatchesSlurmNames(t *testing.T) {
 	}
 	if !slices.Equal(SlurmCommands, slurmcli.Commands) {
 		t.Errorf("SlurmCommands %q differ from the commands slurmcli runs %q", SlurmCommands, slurmcli.Commands)
+	}
+	// A Slurm command Loom does not provide says what to use instead,
+	// with its own options untouched, asking no gateway.
+	if _, errOut, code := run(t, "127.0.0.1:1", "slurm", "sshare", "-a", "--long"); code != 1 ||
+		errOut != "sshare: error: Loom does not provide sshare; "+slurmcli.Unsupported["sshare"]+" (docs/slurm.md)\n" {
+		t.Errorf("loom slurm sshare: exit %d, %q", code, errOut)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,18 +27,18 @@ import (
 var SlurmCommands = slurmcli.Commands
 
 // Args returns the loom command line for a program started as argv0 with
-// args: under a Slurm command's name (see SlurmCommands) it is
-// "slurm NAME args...", otherwise args as they are.
+// args: under a Slurm command's name (see SlurmCommands, and the
+// unsupported ones, which say what to use instead) it is "slurm NAME
+// args...", otherwise args as they are.
 func Args(argv0 string, args []string) []string {
 	base := filepath.Base(argv0)
 	if base == nvsmi.Name {
 		// The node's nvidia-smi, for simulated GPUs (package nvsmi).
 		return append([]string{nvsmi.Name}, args...)
 	}
-	for _, name := range SlurmCommands {
-		if base == name {
-			return append([]string{"slurm", name}, args...)
-		}
+	_, unsupported := slurmcli.Unsupported[base]
+	if slices.Contains(SlurmCommands, base) || unsupported {
+		return append([]string{"slurm", base}, args...)
 	}
 	return args
 }
@@ -60,7 +61,9 @@ the environment is a login's, pointing the Slurm commands at this cluster:
   SLURM_CONF                   <home>/.loom/slurm/slurm.conf (when rendered)
   PATH                         led by sbatch, squeue, sinfo, scancel, sacct,
                                scontrol, srun, sprio and sacctmgr (links to
-                               loom)
+                               loom; sshare, salloc, sstat and the other
+                               Slurm commands Loom does not provide say
+                               what to use instead)
   LOOM_AUTHD_SOCKET            the login daemon ("loom up" runs one), which
                                gives the Slurm commands a token for your OS
                                account (yours, or LOOM_AUTHD_SOCKET's)

@@ -31,6 +31,15 @@ default the project's only cluster). They act as the caller's credential
 says (LOOM_TOKEN, else the login daemon of LOOM_AUTHD_SOCKET, which vouches
 for your OS account, else "loom auth login"'s), never as USER or LOOM_USER.`,
 	}
+	for name := range slurmcli.Unsupported {
+		// Hidden: it only says what to use instead, asking nobody.
+		cmd.AddCommand(&cobra.Command{
+			Use: name, Hidden: true, DisableFlagParsing: true,
+			RunE: func(c *cobra.Command, args []string) error {
+				return exitError{code: slurmcli.Main(c.Context(), name, args, slurmcli.Env{}, c.OutOrStdout(), c.ErrOrStderr())}
+			},
+		})
+	}
 	for _, name := range SlurmCommands {
 		cmd.AddCommand(&cobra.Command{
 			Use:                name + " [ARGS...]",

@@ -33,6 +33,23 @@ import (
 // Commands are the Slurm commands Main runs.
 var Commands = []string{"sbatch", "squeue", "sinfo", "scancel", "sacct", "scontrol", "sprio", "srun", "sacctmgr"}
 
+// Unsupported are the other Slurm commands users reach for, each with what
+// to use instead. They are linked beside Commands (LinkCommands), so that
+// in a login shell or a job they say so rather than fall through to a
+// Slurm installed on the machine, which knows no Loom cluster.
+var Unsupported = map[string]string{
+	"salloc":   "run a command on an allocation with srun, or submit a batch job with sbatch",
+	"sattach":  "follow a job's output with `loom jobs logs JOBID -f`",
+	"sbcast":   "a cluster's nodes share its home directory: copy files there",
+	"scrontab": "submit recurring work from your own scheduler with sbatch --begin",
+	"sdiag":    "the scheduler's metrics are on its /metrics endpoint and Loom's dashboards",
+	"sreport":  "sacct lists the jobs and their runs; `loom clusters goodput` sums a cluster's",
+	"sshare":   "sprio's FAIRSHARE column is each pending job's fair-share factor",
+	"sstat":    "squeue and scontrol show job give a running job's state; `loom metrics JOBID` its training metrics",
+	"strigger": "Loom's events are on Kafka and Pub/Sub (docs/integration.md)",
+	"sview":    "the web console shows the queue and the nodes (docs/console.md)",
+}
+
 // Version is what the commands print for --version / -V: Slurm's release
 // they follow, so that tools parsing "slurm X.Y.Z" keep working.
 const Version = "slurm 22.05.8 (Loom)"
@@ -172,6 +189,10 @@ func Main(ctx context.Context, name string, args []string, env Env, stdout, stde
 	case "sacctmgr":
 		err = c.sacctmgr(ctx, args) // sacctmgr.go
 	default:
+		if instead, ok := Unsupported[name]; ok {
+			fmt.Fprintf(stderr, "%s: error: Loom does not provide %s; %s (docs/slurm.md)\n", name, name, instead)
+			return 1
+		}
 		fmt.Fprintf(stderr, "loom: %q is not a Slurm command Loom provides (%s)\n", name, strings.Join(Commands, ", "))
 		return 2
 	}
