@@ -343,6 +343,11 @@ func TestHealthReads(t *testing.T) {
 	wantCode(t, "the scans of no cluster", err, codes.NotFound, "cluster "+nope)
 	_, err = hs.ListHealthScans(ctx, &loomv1.ListHealthScansRequest{Cluster: cluster1, PageSize: -1})
 	wantCode(t, "a negative page size", err, codes.InvalidArgument, "page_size")
+	_, err = hs.ListHealthScans(ctx, &loomv1.ListHealthScansRequest{Cluster: project + "/clusters/" + strings.Repeat("c", 300)})
+	wantCode(t, "a cluster name past its bound", err, codes.InvalidArgument, "cluster")
+	if l, err := hs.ListHealthScans(ctx, &loomv1.ListHealthScansRequest{Cluster: cluster1, PageSize: 1 << 30}); err != nil || len(l.GetScans()) != 1 {
+		t.Fatalf("a page size past the maximum is taken as the maximum: %v %v", l, err)
+	}
 	if code, body := h.rest(t, ctx, "GET", "/v1/"+cluster1+"/healthScans", ""); code != http.StatusOK || !strings.Contains(body, `"scan_id":"s1"`) {
 		t.Errorf("GET healthScans: HTTP %d %s", code, body)
 	}
