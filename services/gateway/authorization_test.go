@@ -254,6 +254,10 @@ func matrixRows(opName string) []matrixRow {
 			_, err := ss(c).ListPartitions(ctx, &loomv1.ListPartitionsRequest{Cluster: cluster1})
 			return err
 		}), get("/v1/" + cluster1 + "/partitions"), viewerRow},
+		{"ListShares", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := ss(c).ListShares(ctx, &loomv1.ListSharesRequest{Cluster: cluster1})
+			return err
+		}), get("/v1/" + cluster1 + "/shares"), viewerRow},
 		{"ListSlurmNodes", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
 			_, err := ss(c).ListSlurmNodes(ctx, &loomv1.ListSlurmNodesRequest{Cluster: cluster1})
 			return err

@@ -323,6 +323,16 @@ func (f fakeSlurm) ListPartitions(_ context.Context, r *loomv1.ListPartitionsReq
 	return resp, nil
 }
 
+// ListShares answers one account and its user for a cluster it has.
+func (f fakeSlurm) ListShares(_ context.Context, r *loomv1.ListSharesRequest) (*loomv1.ListSharesResponse, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	if _, ok := f.w.clusters[r.GetCluster()]; !ok {
+		return nil, status.Errorf(codes.NotFound, "cluster %s not found", r.GetCluster())
+	}
+	return &loomv1.ListSharesResponse{Shares: []*loomv1.Share{{Account: "a", NormShares: 1}, {Account: "a", User: "ana", NormShares: 1, FairShare: 1}}}, nil
+}
+
 func (f fakeSlurm) ListSlurmNodes(_ context.Context, r *loomv1.ListSlurmNodesRequest) (*loomv1.ListSlurmNodesResponse, error) {
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()

@@ -264,6 +264,14 @@ func TestSlurmService(t *testing.T) {
 	wantCode(t, "ListSlurmNodes with a bare id", err, codes.InvalidArgument, "cluster")
 	_, err = h.slurm().ListSlurmNodes(ctx, &loomv1.ListSlurmNodesRequest{Cluster: "projects/default/clusters/nope"})
 	wantCode(t, "ListSlurmNodes of an unknown cluster", err, codes.NotFound, "nope")
+	// sshare's rows, from the scheduler; names checked and bounded first.
+	if sh, err := h.slurm().ListShares(ctx, &loomv1.ListSharesRequest{Cluster: cluster1}); err != nil || len(sh.GetShares()) != 2 || sh.GetShares()[1].GetUser() != "ana" {
+		t.Fatalf("ListShares: %v %v", sh, err)
+	}
+	_, err = h.slurm().ListShares(ctx, &loomv1.ListSharesRequest{Cluster: "projects/default/clusters/nope"})
+	wantCode(t, "ListShares of an unknown cluster", err, codes.NotFound, "nope")
+	_, err = h.slurm().ListShares(ctx, &loomv1.ListSharesRequest{Cluster: "projects/default/clusters/" + strings.Repeat("c", 300)})
+	wantCode(t, "ListShares of a name past its bound", err, codes.InvalidArgument, "cluster")
 
 	before := time.Now()
 	// Who drains is the principal (ops, a cluster administrator); the

@@ -113,6 +113,14 @@ func TestHoldReleaseAndReadsThroughTheBus(t *testing.T) {
 	if _, err := slurm.ListSlurmNodes(context.Background(), &loomv1.ListSlurmNodesRequest{Cluster: "bad"}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("ListSlurmNodes with a bad name: %v", err)
 	}
+	// sshare's rows: ada's account (none: "") and ada, running.
+	shares, err := slurm.ListShares(context.Background(), &loomv1.ListSharesRequest{Cluster: cluster})
+	if err != nil || len(shares.GetShares()) != 2 || shares.GetShares()[1].GetUser() != "ada" || shares.GetShares()[1].GetNormShares() != 1 {
+		t.Fatalf("ListShares: %v %v", shares, err)
+	}
+	if _, err := slurm.ListShares(context.Background(), &loomv1.ListSharesRequest{Cluster: "projects/default/clusters/nope"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("ListShares of an unknown cluster: %v", err)
+	}
 	resp, err := in.client.ListJobs(context.Background(), &loomv1.ListJobsRequest{Users: []string{"ada"}, ActiveOnly: true,
 		States: []loomv1.JobState{loomv1.JobState_CONFIGURING}, JobIds: []string{"1"}, Partitions: []string{"batch"}})
 	if err != nil || len(resp.GetJobs()) != 1 {

@@ -2360,6 +2360,215 @@ func (x *ListNodesResponse) GetNextPageToken() string {
 	return ""
 }
 
+type ListSharesRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// page_size and page_token page as every list's (AIP-158).
+	PageSize      int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSharesRequest) Reset() {
+	*x = ListSharesRequest{}
+	mi := &file_loom_v1_service_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSharesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSharesRequest) ProtoMessage() {}
+
+func (x *ListSharesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSharesRequest.ProtoReflect.Descriptor instead.
+func (*ListSharesRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ListSharesRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *ListSharesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListSharesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// Share is one account's or user's fair-share standing on a cluster (a row
+// of sshare). Accounts share equally among those with jobs or usage, and
+// users equally within their account.
+type Share struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Account string                 `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"`
+	// user is empty on the account's own row.
+	User string `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
+	// norm_shares is its share of the cluster: 1/accounts for an account,
+	// its account's share over the account's users for a user.
+	NormShares float64 `protobuf:"fixed64,3,opt,name=norm_shares,json=normShares,proto3" json:"norm_shares,omitempty"`
+	// raw_usage is its usage (GPU-seconds, CPU-seconds for jobs without
+	// GPUs) decayed with the half-life, running jobs' included.
+	RawUsage float64 `protobuf:"fixed64,4,opt,name=raw_usage,json=rawUsage,proto3" json:"raw_usage,omitempty"`
+	// effective_usage is raw_usage over the cluster's.
+	EffectiveUsage float64 `protobuf:"fixed64,5,opt,name=effective_usage,json=effectiveUsage,proto3" json:"effective_usage,omitempty"`
+	// fair_share is the factor (0..1) a user's jobs get, 2^-((account's
+	// usage/share + user's usage/share)/2); 0 on an account's row.
+	FairShare     float64 `protobuf:"fixed64,6,opt,name=fair_share,json=fairShare,proto3" json:"fair_share,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Share) Reset() {
+	*x = Share{}
+	mi := &file_loom_v1_service_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Share) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Share) ProtoMessage() {}
+
+func (x *Share) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Share.ProtoReflect.Descriptor instead.
+func (*Share) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *Share) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
+func (x *Share) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *Share) GetNormShares() float64 {
+	if x != nil {
+		return x.NormShares
+	}
+	return 0
+}
+
+func (x *Share) GetRawUsage() float64 {
+	if x != nil {
+		return x.RawUsage
+	}
+	return 0
+}
+
+func (x *Share) GetEffectiveUsage() float64 {
+	if x != nil {
+		return x.EffectiveUsage
+	}
+	return 0
+}
+
+func (x *Share) GetFairShare() float64 {
+	if x != nil {
+		return x.FairShare
+	}
+	return 0
+}
+
+type ListSharesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// shares: each account, then its users, accounts and users by name.
+	Shares        []*Share `protobuf:"bytes,1,rep,name=shares,proto3" json:"shares,omitempty"`
+	NextPageToken string   `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSharesResponse) Reset() {
+	*x = ListSharesResponse{}
+	mi := &file_loom_v1_service_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSharesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSharesResponse) ProtoMessage() {}
+
+func (x *ListSharesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_service_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSharesResponse.ProtoReflect.Descriptor instead.
+func (*ListSharesResponse) Descriptor() ([]byte, []int) {
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ListSharesResponse) GetShares() []*Share {
+	if x != nil {
+		return x.Shares
+	}
+	return nil
+}
+
+func (x *ListSharesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 type ListPartitionsRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
@@ -2376,7 +2585,7 @@ type ListPartitionsRequest struct {
 
 func (x *ListPartitionsRequest) Reset() {
 	*x = ListPartitionsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[36]
+	mi := &file_loom_v1_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2388,7 +2597,7 @@ func (x *ListPartitionsRequest) String() string {
 func (*ListPartitionsRequest) ProtoMessage() {}
 
 func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[36]
+	mi := &file_loom_v1_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2401,7 +2610,7 @@ func (x *ListPartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsRequest.ProtoReflect.Descriptor instead.
 func (*ListPartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{36}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListPartitionsRequest) GetCluster() string {
@@ -2436,7 +2645,7 @@ type ListPartitionsResponse struct {
 
 func (x *ListPartitionsResponse) Reset() {
 	*x = ListPartitionsResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[37]
+	mi := &file_loom_v1_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2448,7 +2657,7 @@ func (x *ListPartitionsResponse) String() string {
 func (*ListPartitionsResponse) ProtoMessage() {}
 
 func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[37]
+	mi := &file_loom_v1_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2461,7 +2670,7 @@ func (x *ListPartitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPartitionsResponse.ProtoReflect.Descriptor instead.
 func (*ListPartitionsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{37}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListPartitionsResponse) GetPartitions() []*Partition {
@@ -2494,7 +2703,7 @@ type ListSlurmNodesRequest struct {
 
 func (x *ListSlurmNodesRequest) Reset() {
 	*x = ListSlurmNodesRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[38]
+	mi := &file_loom_v1_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2506,7 +2715,7 @@ func (x *ListSlurmNodesRequest) String() string {
 func (*ListSlurmNodesRequest) ProtoMessage() {}
 
 func (x *ListSlurmNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[38]
+	mi := &file_loom_v1_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2519,7 +2728,7 @@ func (x *ListSlurmNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSlurmNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListSlurmNodesRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{38}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListSlurmNodesRequest) GetCluster() string {
@@ -2554,7 +2763,7 @@ type ListSlurmNodesResponse struct {
 
 func (x *ListSlurmNodesResponse) Reset() {
 	*x = ListSlurmNodesResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[39]
+	mi := &file_loom_v1_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2566,7 +2775,7 @@ func (x *ListSlurmNodesResponse) String() string {
 func (*ListSlurmNodesResponse) ProtoMessage() {}
 
 func (x *ListSlurmNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[39]
+	mi := &file_loom_v1_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2579,7 +2788,7 @@ func (x *ListSlurmNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSlurmNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListSlurmNodesResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{39}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListSlurmNodesResponse) GetNodes() []*SlurmNode {
@@ -2614,7 +2823,7 @@ type UpdateSlurmNodeRequest struct {
 
 func (x *UpdateSlurmNodeRequest) Reset() {
 	*x = UpdateSlurmNodeRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[40]
+	mi := &file_loom_v1_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2626,7 +2835,7 @@ func (x *UpdateSlurmNodeRequest) String() string {
 func (*UpdateSlurmNodeRequest) ProtoMessage() {}
 
 func (x *UpdateSlurmNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[40]
+	mi := &file_loom_v1_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2639,7 +2848,7 @@ func (x *UpdateSlurmNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSlurmNodeRequest.ProtoReflect.Descriptor instead.
 func (*UpdateSlurmNodeRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{40}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *UpdateSlurmNodeRequest) GetCluster() string {
@@ -2702,7 +2911,7 @@ type UploadModelRequest struct {
 
 func (x *UploadModelRequest) Reset() {
 	*x = UploadModelRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[41]
+	mi := &file_loom_v1_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2714,7 +2923,7 @@ func (x *UploadModelRequest) String() string {
 func (*UploadModelRequest) ProtoMessage() {}
 
 func (x *UploadModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[41]
+	mi := &file_loom_v1_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2727,7 +2936,7 @@ func (x *UploadModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadModelRequest.ProtoReflect.Descriptor instead.
 func (*UploadModelRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{41}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *UploadModelRequest) GetParent() string {
@@ -2788,7 +2997,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[42]
+	mi := &file_loom_v1_service_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2800,7 +3009,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[42]
+	mi := &file_loom_v1_service_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2813,7 +3022,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{42}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListModelsRequest) GetParent() string {
@@ -2862,7 +3071,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[43]
+	mi := &file_loom_v1_service_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2874,7 +3083,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[43]
+	mi := &file_loom_v1_service_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2887,7 +3096,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{43}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListModelsResponse) GetModels() []*Model {
@@ -2913,7 +3122,7 @@ type GetModelRequest struct {
 
 func (x *GetModelRequest) Reset() {
 	*x = GetModelRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[44]
+	mi := &file_loom_v1_service_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2925,7 +3134,7 @@ func (x *GetModelRequest) String() string {
 func (*GetModelRequest) ProtoMessage() {}
 
 func (x *GetModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[44]
+	mi := &file_loom_v1_service_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2938,7 +3147,7 @@ func (x *GetModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelRequest.ProtoReflect.Descriptor instead.
 func (*GetModelRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{44}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetModelRequest) GetName() string {
@@ -2968,7 +3177,7 @@ type ListModelVersionsRequest struct {
 
 func (x *ListModelVersionsRequest) Reset() {
 	*x = ListModelVersionsRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[45]
+	mi := &file_loom_v1_service_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2980,7 +3189,7 @@ func (x *ListModelVersionsRequest) String() string {
 func (*ListModelVersionsRequest) ProtoMessage() {}
 
 func (x *ListModelVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[45]
+	mi := &file_loom_v1_service_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2993,7 +3202,7 @@ func (x *ListModelVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelVersionsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{45}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListModelVersionsRequest) GetParent() string {
@@ -3046,7 +3255,7 @@ type ListModelVersionsResponse struct {
 
 func (x *ListModelVersionsResponse) Reset() {
 	*x = ListModelVersionsResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[46]
+	mi := &file_loom_v1_service_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3058,7 +3267,7 @@ func (x *ListModelVersionsResponse) String() string {
 func (*ListModelVersionsResponse) ProtoMessage() {}
 
 func (x *ListModelVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[46]
+	mi := &file_loom_v1_service_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3071,7 +3280,7 @@ func (x *ListModelVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelVersionsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{46}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListModelVersionsResponse) GetVersions() []*ModelVersion {
@@ -3108,7 +3317,7 @@ type UpdateModelRequest struct {
 
 func (x *UpdateModelRequest) Reset() {
 	*x = UpdateModelRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[47]
+	mi := &file_loom_v1_service_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3120,7 +3329,7 @@ func (x *UpdateModelRequest) String() string {
 func (*UpdateModelRequest) ProtoMessage() {}
 
 func (x *UpdateModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[47]
+	mi := &file_loom_v1_service_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3133,7 +3342,7 @@ func (x *UpdateModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateModelRequest.ProtoReflect.Descriptor instead.
 func (*UpdateModelRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{47}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *UpdateModelRequest) GetModel() *Model {
@@ -3161,7 +3370,7 @@ type MergeVersionAliasesRequest struct {
 
 func (x *MergeVersionAliasesRequest) Reset() {
 	*x = MergeVersionAliasesRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[48]
+	mi := &file_loom_v1_service_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3173,7 +3382,7 @@ func (x *MergeVersionAliasesRequest) String() string {
 func (*MergeVersionAliasesRequest) ProtoMessage() {}
 
 func (x *MergeVersionAliasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[48]
+	mi := &file_loom_v1_service_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3186,7 +3395,7 @@ func (x *MergeVersionAliasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MergeVersionAliasesRequest.ProtoReflect.Descriptor instead.
 func (*MergeVersionAliasesRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{48}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *MergeVersionAliasesRequest) GetName() string {
@@ -3212,7 +3421,7 @@ type DeleteModelRequest struct {
 
 func (x *DeleteModelRequest) Reset() {
 	*x = DeleteModelRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[49]
+	mi := &file_loom_v1_service_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3224,7 +3433,7 @@ func (x *DeleteModelRequest) String() string {
 func (*DeleteModelRequest) ProtoMessage() {}
 
 func (x *DeleteModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[49]
+	mi := &file_loom_v1_service_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3237,7 +3446,7 @@ func (x *DeleteModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteModelRequest.ProtoReflect.Descriptor instead.
 func (*DeleteModelRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{49}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *DeleteModelRequest) GetName() string {
@@ -3256,7 +3465,7 @@ type DeleteModelVersionRequest struct {
 
 func (x *DeleteModelVersionRequest) Reset() {
 	*x = DeleteModelVersionRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[50]
+	mi := &file_loom_v1_service_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3268,7 +3477,7 @@ func (x *DeleteModelVersionRequest) String() string {
 func (*DeleteModelVersionRequest) ProtoMessage() {}
 
 func (x *DeleteModelVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[50]
+	mi := &file_loom_v1_service_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3281,7 +3490,7 @@ func (x *DeleteModelVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteModelVersionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteModelVersionRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{50}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DeleteModelVersionRequest) GetName() string {
@@ -3299,7 +3508,7 @@ type DeleteModelResponse struct {
 
 func (x *DeleteModelResponse) Reset() {
 	*x = DeleteModelResponse{}
-	mi := &file_loom_v1_service_proto_msgTypes[51]
+	mi := &file_loom_v1_service_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3311,7 +3520,7 @@ func (x *DeleteModelResponse) String() string {
 func (*DeleteModelResponse) ProtoMessage() {}
 
 func (x *DeleteModelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[51]
+	mi := &file_loom_v1_service_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3324,7 +3533,7 @@ func (x *DeleteModelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteModelResponse.ProtoReflect.Descriptor instead.
 func (*DeleteModelResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{51}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{54}
 }
 
 type ExportModelRequest struct {
@@ -3343,7 +3552,7 @@ type ExportModelRequest struct {
 
 func (x *ExportModelRequest) Reset() {
 	*x = ExportModelRequest{}
-	mi := &file_loom_v1_service_proto_msgTypes[52]
+	mi := &file_loom_v1_service_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3355,7 +3564,7 @@ func (x *ExportModelRequest) String() string {
 func (*ExportModelRequest) ProtoMessage() {}
 
 func (x *ExportModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[52]
+	mi := &file_loom_v1_service_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3368,7 +3577,7 @@ func (x *ExportModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportModelRequest.ProtoReflect.Descriptor instead.
 func (*ExportModelRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{52}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ExportModelRequest) GetName() string {
@@ -3403,7 +3612,7 @@ type ExportModelOutputConfig struct {
 
 func (x *ExportModelOutputConfig) Reset() {
 	*x = ExportModelOutputConfig{}
-	mi := &file_loom_v1_service_proto_msgTypes[53]
+	mi := &file_loom_v1_service_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3415,7 +3624,7 @@ func (x *ExportModelOutputConfig) String() string {
 func (*ExportModelOutputConfig) ProtoMessage() {}
 
 func (x *ExportModelOutputConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[53]
+	mi := &file_loom_v1_service_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3428,7 +3637,7 @@ func (x *ExportModelOutputConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportModelOutputConfig.ProtoReflect.Descriptor instead.
 func (*ExportModelOutputConfig) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{53}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ExportModelOutputConfig) GetArtifactDestination() *GcsDestination {
@@ -3449,7 +3658,7 @@ type GcsDestination struct {
 
 func (x *GcsDestination) Reset() {
 	*x = GcsDestination{}
-	mi := &file_loom_v1_service_proto_msgTypes[54]
+	mi := &file_loom_v1_service_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3461,7 +3670,7 @@ func (x *GcsDestination) String() string {
 func (*GcsDestination) ProtoMessage() {}
 
 func (x *GcsDestination) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_service_proto_msgTypes[54]
+	mi := &file_loom_v1_service_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3474,7 +3683,7 @@ func (x *GcsDestination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GcsDestination.ProtoReflect.Descriptor instead.
 func (*GcsDestination) Descriptor() ([]byte, []int) {
-	return file_loom_v1_service_proto_rawDescGZIP(), []int{54}
+	return file_loom_v1_service_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GcsDestination) GetOutputUriPrefix() string {
@@ -3672,6 +3881,23 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"`\n" +
 	"\x11ListNodesResponse\x12#\n" +
 	"\x05nodes\x18\x01 \x03(\v2\r.loom.v1.NodeR\x05nodes\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"i\n" +
+	"\x11ListSharesRequest\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\xbb\x01\n" +
+	"\x05Share\x12\x18\n" +
+	"\aaccount\x18\x01 \x01(\tR\aaccount\x12\x12\n" +
+	"\x04user\x18\x02 \x01(\tR\x04user\x12\x1f\n" +
+	"\vnorm_shares\x18\x03 \x01(\x01R\n" +
+	"normShares\x12\x1b\n" +
+	"\traw_usage\x18\x04 \x01(\x01R\brawUsage\x12'\n" +
+	"\x0feffective_usage\x18\x05 \x01(\x01R\x0eeffectiveUsage\x12\x1d\n" +
+	"\n" +
+	"fair_share\x18\x06 \x01(\x01R\tfairShare\"d\n" +
+	"\x12ListSharesResponse\x12&\n" +
+	"\x06shares\x18\x01 \x03(\v2\x0e.loom.v1.ShareR\x06shares\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"m\n" +
 	"\x15ListPartitionsRequest\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1b\n" +
@@ -3782,11 +4008,13 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x0eListOperations\x12\x1e.loom.v1.ListOperationsRequest\x1a\x1f.loom.v1.ListOperationsResponse\"*\x82\xd3\xe4\x93\x02$\x12\"/v1/{parent=projects/*}/operations\x12|\n" +
 	"\x0fCancelOperation\x12\x1f.loom.v1.CancelOperationRequest\x1a\x12.loom.v1.Operation\"4\x82\xd3\xe4\x93\x02.:\x01*\")/v1/{name=projects/*/operations/*}:cancel2\x83\x01\n" +
 	"\vNodeService\x12t\n" +
-	"\tListNodes\x12\x19.loom.v1.ListNodesRequest\x1a\x1a.loom.v1.ListNodesResponse\"0\x82\xd3\xe4\x93\x02*\x12(/v1/{parent=projects/*/clusters/*}/nodes2\xbc\x03\n" +
+	"\tListNodes\x12\x19.loom.v1.ListNodesRequest\x1a\x1a.loom.v1.ListNodesResponse\"0\x82\xd3\xe4\x93\x02*\x12(/v1/{parent=projects/*/clusters/*}/nodes2\xb7\x04\n" +
 	"\fSlurmService\x12\x89\x01\n" +
 	"\x0eListPartitions\x12\x1e.loom.v1.ListPartitionsRequest\x1a\x1f.loom.v1.ListPartitionsResponse\"6\x82\xd3\xe4\x93\x020\x12./v1/{cluster=projects/*/clusters/*}/partitions\x12\x89\x01\n" +
 	"\x0eListSlurmNodes\x12\x1e.loom.v1.ListSlurmNodesRequest\x1a\x1f.loom.v1.ListSlurmNodesResponse\"6\x82\xd3\xe4\x93\x020\x12./v1/{cluster=projects/*/clusters/*}/slurmNodes\x12\x93\x01\n" +
-	"\x0fUpdateSlurmNode\x12\x1f.loom.v1.UpdateSlurmNodeRequest\x1a\x12.loom.v1.SlurmNode\"K\x82\xd3\xe4\x93\x02E:\x01*\"@/v1/{cluster=projects/*/clusters/*}/slurmNodes/{hostname}:update2\x9c\v\n" +
+	"\x0fUpdateSlurmNode\x12\x1f.loom.v1.UpdateSlurmNodeRequest\x1a\x12.loom.v1.SlurmNode\"K\x82\xd3\xe4\x93\x02E:\x01*\"@/v1/{cluster=projects/*/clusters/*}/slurmNodes/{hostname}:update\x12y\n" +
+	"\n" +
+	"ListShares\x12\x1a.loom.v1.ListSharesRequest\x1a\x1b.loom.v1.ListSharesResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/{cluster=projects/*/clusters/*}/shares2\x9c\v\n" +
 	"\fModelService\x12\xa8\x01\n" +
 	"\vUploadModel\x12\x1b.loom.v1.UploadModelRequest\x1a\x12.loom.v1.Operation\"h\x82\xd3\xe4\x93\x02b:\x01*Z*:\x01*\"%/v1/{parent=projects/*}/models:upload\"1/v1/{parent=projects/*/locations/*}/models:upload\x12\x9b\x01\n" +
 	"\n" +
@@ -3811,7 +4039,7 @@ func file_loom_v1_service_proto_rawDescGZIP() []byte {
 	return file_loom_v1_service_proto_rawDescData
 }
 
-var file_loom_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_loom_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_loom_v1_service_proto_goTypes = []any{
 	(*UpdateClusterRequest)(nil),       // 0: loom.v1.UpdateClusterRequest
 	(*GetSlurmConfigRequest)(nil),      // 1: loom.v1.GetSlurmConfigRequest
@@ -3849,152 +4077,158 @@ var file_loom_v1_service_proto_goTypes = []any{
 	(*CancelOperationRequest)(nil),     // 33: loom.v1.CancelOperationRequest
 	(*ListNodesRequest)(nil),           // 34: loom.v1.ListNodesRequest
 	(*ListNodesResponse)(nil),          // 35: loom.v1.ListNodesResponse
-	(*ListPartitionsRequest)(nil),      // 36: loom.v1.ListPartitionsRequest
-	(*ListPartitionsResponse)(nil),     // 37: loom.v1.ListPartitionsResponse
-	(*ListSlurmNodesRequest)(nil),      // 38: loom.v1.ListSlurmNodesRequest
-	(*ListSlurmNodesResponse)(nil),     // 39: loom.v1.ListSlurmNodesResponse
-	(*UpdateSlurmNodeRequest)(nil),     // 40: loom.v1.UpdateSlurmNodeRequest
-	(*UploadModelRequest)(nil),         // 41: loom.v1.UploadModelRequest
-	(*ListModelsRequest)(nil),          // 42: loom.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),         // 43: loom.v1.ListModelsResponse
-	(*GetModelRequest)(nil),            // 44: loom.v1.GetModelRequest
-	(*ListModelVersionsRequest)(nil),   // 45: loom.v1.ListModelVersionsRequest
-	(*ListModelVersionsResponse)(nil),  // 46: loom.v1.ListModelVersionsResponse
-	(*UpdateModelRequest)(nil),         // 47: loom.v1.UpdateModelRequest
-	(*MergeVersionAliasesRequest)(nil), // 48: loom.v1.MergeVersionAliasesRequest
-	(*DeleteModelRequest)(nil),         // 49: loom.v1.DeleteModelRequest
-	(*DeleteModelVersionRequest)(nil),  // 50: loom.v1.DeleteModelVersionRequest
-	(*DeleteModelResponse)(nil),        // 51: loom.v1.DeleteModelResponse
-	(*ExportModelRequest)(nil),         // 52: loom.v1.ExportModelRequest
-	(*ExportModelOutputConfig)(nil),    // 53: loom.v1.ExportModelOutputConfig
-	(*GcsDestination)(nil),             // 54: loom.v1.GcsDestination
-	nil,                                // 55: loom.v1.CreateJobStepRequest.EnvEntry
-	(*Cluster)(nil),                    // 56: loom.v1.Cluster
-	(*fieldmaskpb.FieldMask)(nil),      // 57: google.protobuf.FieldMask
-	(*Reservation)(nil),                // 58: loom.v1.Reservation
-	(*CapacityPool)(nil),               // 59: loom.v1.CapacityPool
-	(JobState)(0),                      // 60: loom.v1.JobState
-	(*timestamppb.Timestamp)(nil),      // 61: google.protobuf.Timestamp
-	(*Job)(nil),                        // 62: loom.v1.Job
-	(*Operation)(nil),                  // 63: loom.v1.Operation
-	(*Node)(nil),                       // 64: loom.v1.Node
-	(*Partition)(nil),                  // 65: loom.v1.Partition
-	(*SlurmNode)(nil),                  // 66: loom.v1.SlurmNode
-	(*Model)(nil),                      // 67: loom.v1.Model
-	(*ModelVersion)(nil),               // 68: loom.v1.ModelVersion
-	(*SlurmConfig)(nil),                // 69: loom.v1.SlurmConfig
+	(*ListSharesRequest)(nil),          // 36: loom.v1.ListSharesRequest
+	(*Share)(nil),                      // 37: loom.v1.Share
+	(*ListSharesResponse)(nil),         // 38: loom.v1.ListSharesResponse
+	(*ListPartitionsRequest)(nil),      // 39: loom.v1.ListPartitionsRequest
+	(*ListPartitionsResponse)(nil),     // 40: loom.v1.ListPartitionsResponse
+	(*ListSlurmNodesRequest)(nil),      // 41: loom.v1.ListSlurmNodesRequest
+	(*ListSlurmNodesResponse)(nil),     // 42: loom.v1.ListSlurmNodesResponse
+	(*UpdateSlurmNodeRequest)(nil),     // 43: loom.v1.UpdateSlurmNodeRequest
+	(*UploadModelRequest)(nil),         // 44: loom.v1.UploadModelRequest
+	(*ListModelsRequest)(nil),          // 45: loom.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),         // 46: loom.v1.ListModelsResponse
+	(*GetModelRequest)(nil),            // 47: loom.v1.GetModelRequest
+	(*ListModelVersionsRequest)(nil),   // 48: loom.v1.ListModelVersionsRequest
+	(*ListModelVersionsResponse)(nil),  // 49: loom.v1.ListModelVersionsResponse
+	(*UpdateModelRequest)(nil),         // 50: loom.v1.UpdateModelRequest
+	(*MergeVersionAliasesRequest)(nil), // 51: loom.v1.MergeVersionAliasesRequest
+	(*DeleteModelRequest)(nil),         // 52: loom.v1.DeleteModelRequest
+	(*DeleteModelVersionRequest)(nil),  // 53: loom.v1.DeleteModelVersionRequest
+	(*DeleteModelResponse)(nil),        // 54: loom.v1.DeleteModelResponse
+	(*ExportModelRequest)(nil),         // 55: loom.v1.ExportModelRequest
+	(*ExportModelOutputConfig)(nil),    // 56: loom.v1.ExportModelOutputConfig
+	(*GcsDestination)(nil),             // 57: loom.v1.GcsDestination
+	nil,                                // 58: loom.v1.CreateJobStepRequest.EnvEntry
+	(*Cluster)(nil),                    // 59: loom.v1.Cluster
+	(*fieldmaskpb.FieldMask)(nil),      // 60: google.protobuf.FieldMask
+	(*Reservation)(nil),                // 61: loom.v1.Reservation
+	(*CapacityPool)(nil),               // 62: loom.v1.CapacityPool
+	(JobState)(0),                      // 63: loom.v1.JobState
+	(*timestamppb.Timestamp)(nil),      // 64: google.protobuf.Timestamp
+	(*Job)(nil),                        // 65: loom.v1.Job
+	(*Operation)(nil),                  // 66: loom.v1.Operation
+	(*Node)(nil),                       // 67: loom.v1.Node
+	(*Partition)(nil),                  // 68: loom.v1.Partition
+	(*SlurmNode)(nil),                  // 69: loom.v1.SlurmNode
+	(*Model)(nil),                      // 70: loom.v1.Model
+	(*ModelVersion)(nil),               // 71: loom.v1.ModelVersion
+	(*SlurmConfig)(nil),                // 72: loom.v1.SlurmConfig
 }
 var file_loom_v1_service_proto_depIdxs = []int32{
-	56, // 0: loom.v1.UpdateClusterRequest.cluster:type_name -> loom.v1.Cluster
-	57, // 1: loom.v1.UpdateClusterRequest.update_mask:type_name -> google.protobuf.FieldMask
-	58, // 2: loom.v1.CreateReservationRequest.reservation:type_name -> loom.v1.Reservation
-	58, // 3: loom.v1.ListReservationsResponse.reservations:type_name -> loom.v1.Reservation
-	59, // 4: loom.v1.ListCapacityResponse.pools:type_name -> loom.v1.CapacityPool
-	56, // 5: loom.v1.CreateClusterRequest.cluster:type_name -> loom.v1.Cluster
-	56, // 6: loom.v1.ListClustersResponse.clusters:type_name -> loom.v1.Cluster
-	60, // 7: loom.v1.JobStep.state:type_name -> loom.v1.JobState
-	61, // 8: loom.v1.JobStep.start_time:type_name -> google.protobuf.Timestamp
-	61, // 9: loom.v1.JobStep.end_time:type_name -> google.protobuf.Timestamp
-	55, // 10: loom.v1.CreateJobStepRequest.env:type_name -> loom.v1.CreateJobStepRequest.EnvEntry
+	59, // 0: loom.v1.UpdateClusterRequest.cluster:type_name -> loom.v1.Cluster
+	60, // 1: loom.v1.UpdateClusterRequest.update_mask:type_name -> google.protobuf.FieldMask
+	61, // 2: loom.v1.CreateReservationRequest.reservation:type_name -> loom.v1.Reservation
+	61, // 3: loom.v1.ListReservationsResponse.reservations:type_name -> loom.v1.Reservation
+	62, // 4: loom.v1.ListCapacityResponse.pools:type_name -> loom.v1.CapacityPool
+	59, // 5: loom.v1.CreateClusterRequest.cluster:type_name -> loom.v1.Cluster
+	59, // 6: loom.v1.ListClustersResponse.clusters:type_name -> loom.v1.Cluster
+	63, // 7: loom.v1.JobStep.state:type_name -> loom.v1.JobState
+	64, // 8: loom.v1.JobStep.start_time:type_name -> google.protobuf.Timestamp
+	64, // 9: loom.v1.JobStep.end_time:type_name -> google.protobuf.Timestamp
+	58, // 10: loom.v1.CreateJobStepRequest.env:type_name -> loom.v1.CreateJobStepRequest.EnvEntry
 	14, // 11: loom.v1.ListJobStepsResponse.steps:type_name -> loom.v1.JobStep
-	62, // 12: loom.v1.SubmitJobRequest.job:type_name -> loom.v1.Job
-	60, // 13: loom.v1.ListJobsRequest.states:type_name -> loom.v1.JobState
-	62, // 14: loom.v1.ListJobsResponse.jobs:type_name -> loom.v1.Job
-	63, // 15: loom.v1.ListOperationsResponse.operations:type_name -> loom.v1.Operation
-	64, // 16: loom.v1.ListNodesResponse.nodes:type_name -> loom.v1.Node
-	65, // 17: loom.v1.ListPartitionsResponse.partitions:type_name -> loom.v1.Partition
-	66, // 18: loom.v1.ListSlurmNodesResponse.nodes:type_name -> loom.v1.SlurmNode
-	67, // 19: loom.v1.UploadModelRequest.model:type_name -> loom.v1.Model
-	67, // 20: loom.v1.ListModelsResponse.models:type_name -> loom.v1.Model
-	68, // 21: loom.v1.ListModelVersionsResponse.versions:type_name -> loom.v1.ModelVersion
-	67, // 22: loom.v1.ListModelVersionsResponse.models:type_name -> loom.v1.Model
-	67, // 23: loom.v1.UpdateModelRequest.model:type_name -> loom.v1.Model
-	57, // 24: loom.v1.UpdateModelRequest.update_mask:type_name -> google.protobuf.FieldMask
-	53, // 25: loom.v1.ExportModelRequest.output_config:type_name -> loom.v1.ExportModelOutputConfig
-	54, // 26: loom.v1.ExportModelOutputConfig.artifact_destination:type_name -> loom.v1.GcsDestination
-	9,  // 27: loom.v1.ClusterService.CreateCluster:input_type -> loom.v1.CreateClusterRequest
-	10, // 28: loom.v1.ClusterService.GetCluster:input_type -> loom.v1.GetClusterRequest
-	11, // 29: loom.v1.ClusterService.ListClusters:input_type -> loom.v1.ListClustersRequest
-	13, // 30: loom.v1.ClusterService.DeleteCluster:input_type -> loom.v1.DeleteClusterRequest
-	0,  // 31: loom.v1.ClusterService.UpdateCluster:input_type -> loom.v1.UpdateClusterRequest
-	1,  // 32: loom.v1.ClusterService.GetSlurmConfig:input_type -> loom.v1.GetSlurmConfigRequest
-	2,  // 33: loom.v1.ReservationService.CreateReservation:input_type -> loom.v1.CreateReservationRequest
-	3,  // 34: loom.v1.ReservationService.GetReservation:input_type -> loom.v1.GetReservationRequest
-	4,  // 35: loom.v1.ReservationService.ListReservations:input_type -> loom.v1.ListReservationsRequest
-	6,  // 36: loom.v1.ReservationService.DeleteReservation:input_type -> loom.v1.DeleteReservationRequest
-	7,  // 37: loom.v1.ReservationService.ListCapacity:input_type -> loom.v1.ListCapacityRequest
-	20, // 38: loom.v1.JobService.SubmitJob:input_type -> loom.v1.SubmitJobRequest
-	21, // 39: loom.v1.JobService.GetJob:input_type -> loom.v1.GetJobRequest
-	22, // 40: loom.v1.JobService.ListJobs:input_type -> loom.v1.ListJobsRequest
-	24, // 41: loom.v1.JobService.CancelJob:input_type -> loom.v1.CancelJobRequest
-	26, // 42: loom.v1.JobService.WatchJob:input_type -> loom.v1.WatchJobRequest
-	25, // 43: loom.v1.JobService.UpdateJob:input_type -> loom.v1.UpdateJobRequest
-	27, // 44: loom.v1.JobService.ReadJobLogs:input_type -> loom.v1.ReadJobLogsRequest
-	15, // 45: loom.v1.JobService.CreateJobStep:input_type -> loom.v1.CreateJobStepRequest
-	16, // 46: loom.v1.JobService.GetJobStep:input_type -> loom.v1.GetJobStepRequest
-	17, // 47: loom.v1.JobService.ListJobSteps:input_type -> loom.v1.ListJobStepsRequest
-	19, // 48: loom.v1.JobService.CancelJobStep:input_type -> loom.v1.CancelJobStepRequest
-	29, // 49: loom.v1.OperationService.GetOperation:input_type -> loom.v1.GetOperationRequest
-	30, // 50: loom.v1.OperationService.WaitOperation:input_type -> loom.v1.WaitOperationRequest
-	31, // 51: loom.v1.OperationService.ListOperations:input_type -> loom.v1.ListOperationsRequest
-	33, // 52: loom.v1.OperationService.CancelOperation:input_type -> loom.v1.CancelOperationRequest
-	34, // 53: loom.v1.NodeService.ListNodes:input_type -> loom.v1.ListNodesRequest
-	36, // 54: loom.v1.SlurmService.ListPartitions:input_type -> loom.v1.ListPartitionsRequest
-	38, // 55: loom.v1.SlurmService.ListSlurmNodes:input_type -> loom.v1.ListSlurmNodesRequest
-	40, // 56: loom.v1.SlurmService.UpdateSlurmNode:input_type -> loom.v1.UpdateSlurmNodeRequest
-	41, // 57: loom.v1.ModelService.UploadModel:input_type -> loom.v1.UploadModelRequest
-	42, // 58: loom.v1.ModelService.ListModels:input_type -> loom.v1.ListModelsRequest
-	44, // 59: loom.v1.ModelService.GetModel:input_type -> loom.v1.GetModelRequest
-	45, // 60: loom.v1.ModelService.ListModelVersions:input_type -> loom.v1.ListModelVersionsRequest
-	47, // 61: loom.v1.ModelService.UpdateModel:input_type -> loom.v1.UpdateModelRequest
-	48, // 62: loom.v1.ModelService.MergeVersionAliases:input_type -> loom.v1.MergeVersionAliasesRequest
-	49, // 63: loom.v1.ModelService.DeleteModel:input_type -> loom.v1.DeleteModelRequest
-	50, // 64: loom.v1.ModelService.DeleteModelVersion:input_type -> loom.v1.DeleteModelVersionRequest
-	52, // 65: loom.v1.ModelService.ExportModel:input_type -> loom.v1.ExportModelRequest
-	63, // 66: loom.v1.ClusterService.CreateCluster:output_type -> loom.v1.Operation
-	56, // 67: loom.v1.ClusterService.GetCluster:output_type -> loom.v1.Cluster
-	12, // 68: loom.v1.ClusterService.ListClusters:output_type -> loom.v1.ListClustersResponse
-	63, // 69: loom.v1.ClusterService.DeleteCluster:output_type -> loom.v1.Operation
-	63, // 70: loom.v1.ClusterService.UpdateCluster:output_type -> loom.v1.Operation
-	69, // 71: loom.v1.ClusterService.GetSlurmConfig:output_type -> loom.v1.SlurmConfig
-	63, // 72: loom.v1.ReservationService.CreateReservation:output_type -> loom.v1.Operation
-	58, // 73: loom.v1.ReservationService.GetReservation:output_type -> loom.v1.Reservation
-	5,  // 74: loom.v1.ReservationService.ListReservations:output_type -> loom.v1.ListReservationsResponse
-	63, // 75: loom.v1.ReservationService.DeleteReservation:output_type -> loom.v1.Operation
-	8,  // 76: loom.v1.ReservationService.ListCapacity:output_type -> loom.v1.ListCapacityResponse
-	62, // 77: loom.v1.JobService.SubmitJob:output_type -> loom.v1.Job
-	62, // 78: loom.v1.JobService.GetJob:output_type -> loom.v1.Job
-	23, // 79: loom.v1.JobService.ListJobs:output_type -> loom.v1.ListJobsResponse
-	62, // 80: loom.v1.JobService.CancelJob:output_type -> loom.v1.Job
-	62, // 81: loom.v1.JobService.WatchJob:output_type -> loom.v1.Job
-	62, // 82: loom.v1.JobService.UpdateJob:output_type -> loom.v1.Job
-	28, // 83: loom.v1.JobService.ReadJobLogs:output_type -> loom.v1.LogChunk
-	14, // 84: loom.v1.JobService.CreateJobStep:output_type -> loom.v1.JobStep
-	14, // 85: loom.v1.JobService.GetJobStep:output_type -> loom.v1.JobStep
-	18, // 86: loom.v1.JobService.ListJobSteps:output_type -> loom.v1.ListJobStepsResponse
-	14, // 87: loom.v1.JobService.CancelJobStep:output_type -> loom.v1.JobStep
-	63, // 88: loom.v1.OperationService.GetOperation:output_type -> loom.v1.Operation
-	63, // 89: loom.v1.OperationService.WaitOperation:output_type -> loom.v1.Operation
-	32, // 90: loom.v1.OperationService.ListOperations:output_type -> loom.v1.ListOperationsResponse
-	63, // 91: loom.v1.OperationService.CancelOperation:output_type -> loom.v1.Operation
-	35, // 92: loom.v1.NodeService.ListNodes:output_type -> loom.v1.ListNodesResponse
-	37, // 93: loom.v1.SlurmService.ListPartitions:output_type -> loom.v1.ListPartitionsResponse
-	39, // 94: loom.v1.SlurmService.ListSlurmNodes:output_type -> loom.v1.ListSlurmNodesResponse
-	66, // 95: loom.v1.SlurmService.UpdateSlurmNode:output_type -> loom.v1.SlurmNode
-	63, // 96: loom.v1.ModelService.UploadModel:output_type -> loom.v1.Operation
-	43, // 97: loom.v1.ModelService.ListModels:output_type -> loom.v1.ListModelsResponse
-	67, // 98: loom.v1.ModelService.GetModel:output_type -> loom.v1.Model
-	46, // 99: loom.v1.ModelService.ListModelVersions:output_type -> loom.v1.ListModelVersionsResponse
-	67, // 100: loom.v1.ModelService.UpdateModel:output_type -> loom.v1.Model
-	67, // 101: loom.v1.ModelService.MergeVersionAliases:output_type -> loom.v1.Model
-	51, // 102: loom.v1.ModelService.DeleteModel:output_type -> loom.v1.DeleteModelResponse
-	51, // 103: loom.v1.ModelService.DeleteModelVersion:output_type -> loom.v1.DeleteModelResponse
-	63, // 104: loom.v1.ModelService.ExportModel:output_type -> loom.v1.Operation
-	66, // [66:105] is the sub-list for method output_type
-	27, // [27:66] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	65, // 12: loom.v1.SubmitJobRequest.job:type_name -> loom.v1.Job
+	63, // 13: loom.v1.ListJobsRequest.states:type_name -> loom.v1.JobState
+	65, // 14: loom.v1.ListJobsResponse.jobs:type_name -> loom.v1.Job
+	66, // 15: loom.v1.ListOperationsResponse.operations:type_name -> loom.v1.Operation
+	67, // 16: loom.v1.ListNodesResponse.nodes:type_name -> loom.v1.Node
+	37, // 17: loom.v1.ListSharesResponse.shares:type_name -> loom.v1.Share
+	68, // 18: loom.v1.ListPartitionsResponse.partitions:type_name -> loom.v1.Partition
+	69, // 19: loom.v1.ListSlurmNodesResponse.nodes:type_name -> loom.v1.SlurmNode
+	70, // 20: loom.v1.UploadModelRequest.model:type_name -> loom.v1.Model
+	70, // 21: loom.v1.ListModelsResponse.models:type_name -> loom.v1.Model
+	71, // 22: loom.v1.ListModelVersionsResponse.versions:type_name -> loom.v1.ModelVersion
+	70, // 23: loom.v1.ListModelVersionsResponse.models:type_name -> loom.v1.Model
+	70, // 24: loom.v1.UpdateModelRequest.model:type_name -> loom.v1.Model
+	60, // 25: loom.v1.UpdateModelRequest.update_mask:type_name -> google.protobuf.FieldMask
+	56, // 26: loom.v1.ExportModelRequest.output_config:type_name -> loom.v1.ExportModelOutputConfig
+	57, // 27: loom.v1.ExportModelOutputConfig.artifact_destination:type_name -> loom.v1.GcsDestination
+	9,  // 28: loom.v1.ClusterService.CreateCluster:input_type -> loom.v1.CreateClusterRequest
+	10, // 29: loom.v1.ClusterService.GetCluster:input_type -> loom.v1.GetClusterRequest
+	11, // 30: loom.v1.ClusterService.ListClusters:input_type -> loom.v1.ListClustersRequest
+	13, // 31: loom.v1.ClusterService.DeleteCluster:input_type -> loom.v1.DeleteClusterRequest
+	0,  // 32: loom.v1.ClusterService.UpdateCluster:input_type -> loom.v1.UpdateClusterRequest
+	1,  // 33: loom.v1.ClusterService.GetSlurmConfig:input_type -> loom.v1.GetSlurmConfigRequest
+	2,  // 34: loom.v1.ReservationService.CreateReservation:input_type -> loom.v1.CreateReservationRequest
+	3,  // 35: loom.v1.ReservationService.GetReservation:input_type -> loom.v1.GetReservationRequest
+	4,  // 36: loom.v1.ReservationService.ListReservations:input_type -> loom.v1.ListReservationsRequest
+	6,  // 37: loom.v1.ReservationService.DeleteReservation:input_type -> loom.v1.DeleteReservationRequest
+	7,  // 38: loom.v1.ReservationService.ListCapacity:input_type -> loom.v1.ListCapacityRequest
+	20, // 39: loom.v1.JobService.SubmitJob:input_type -> loom.v1.SubmitJobRequest
+	21, // 40: loom.v1.JobService.GetJob:input_type -> loom.v1.GetJobRequest
+	22, // 41: loom.v1.JobService.ListJobs:input_type -> loom.v1.ListJobsRequest
+	24, // 42: loom.v1.JobService.CancelJob:input_type -> loom.v1.CancelJobRequest
+	26, // 43: loom.v1.JobService.WatchJob:input_type -> loom.v1.WatchJobRequest
+	25, // 44: loom.v1.JobService.UpdateJob:input_type -> loom.v1.UpdateJobRequest
+	27, // 45: loom.v1.JobService.ReadJobLogs:input_type -> loom.v1.ReadJobLogsRequest
+	15, // 46: loom.v1.JobService.CreateJobStep:input_type -> loom.v1.CreateJobStepRequest
+	16, // 47: loom.v1.JobService.GetJobStep:input_type -> loom.v1.GetJobStepRequest
+	17, // 48: loom.v1.JobService.ListJobSteps:input_type -> loom.v1.ListJobStepsRequest
+	19, // 49: loom.v1.JobService.CancelJobStep:input_type -> loom.v1.CancelJobStepRequest
+	29, // 50: loom.v1.OperationService.GetOperation:input_type -> loom.v1.GetOperationRequest
+	30, // 51: loom.v1.OperationService.WaitOperation:input_type -> loom.v1.WaitOperationRequest
+	31, // 52: loom.v1.OperationService.ListOperations:input_type -> loom.v1.ListOperationsRequest
+	33, // 53: loom.v1.OperationService.CancelOperation:input_type -> loom.v1.CancelOperationRequest
+	34, // 54: loom.v1.NodeService.ListNodes:input_type -> loom.v1.ListNodesRequest
+	39, // 55: loom.v1.SlurmService.ListPartitions:input_type -> loom.v1.ListPartitionsRequest
+	41, // 56: loom.v1.SlurmService.ListSlurmNodes:input_type -> loom.v1.ListSlurmNodesRequest
+	43, // 57: loom.v1.SlurmService.UpdateSlurmNode:input_type -> loom.v1.UpdateSlurmNodeRequest
+	36, // 58: loom.v1.SlurmService.ListShares:input_type -> loom.v1.ListSharesRequest
+	44, // 59: loom.v1.ModelService.UploadModel:input_type -> loom.v1.UploadModelRequest
+	45, // 60: loom.v1.ModelService.ListModels:input_type -> loom.v1.ListModelsRequest
+	47, // 61: loom.v1.ModelService.GetModel:input_type -> loom.v1.GetModelRequest
+	48, // 62: loom.v1.ModelService.ListModelVersions:input_type -> loom.v1.ListModelVersionsRequest
+	50, // 63: loom.v1.ModelService.UpdateModel:input_type -> loom.v1.UpdateModelRequest
+	51, // 64: loom.v1.ModelService.MergeVersionAliases:input_type -> loom.v1.MergeVersionAliasesRequest
+	52, // 65: loom.v1.ModelService.DeleteModel:input_type -> loom.v1.DeleteModelRequest
+	53, // 66: loom.v1.ModelService.DeleteModelVersion:input_type -> loom.v1.DeleteModelVersionRequest
+	55, // 67: loom.v1.ModelService.ExportModel:input_type -> loom.v1.ExportModelRequest
+	66, // 68: loom.v1.ClusterService.CreateCluster:output_type -> loom.v1.Operation
+	59, // 69: loom.v1.ClusterService.GetCluster:output_type -> loom.v1.Cluster
+	12, // 70: loom.v1.ClusterService.ListClusters:output_type -> loom.v1.ListClustersResponse
+	66, // 71: loom.v1.ClusterService.DeleteCluster:output_type -> loom.v1.Operation
+	66, // 72: loom.v1.ClusterService.UpdateCluster:output_type -> loom.v1.Operation
+	72, // 73: loom.v1.ClusterService.GetSlurmConfig:output_type -> loom.v1.SlurmConfig
+	66, // 74: loom.v1.ReservationService.CreateReservation:output_type -> loom.v1.Operation
+	61, // 75: loom.v1.ReservationService.GetReservation:output_type -> loom.v1.Reservation
+	5,  // 76: loom.v1.ReservationService.ListReservations:output_type -> loom.v1.ListReservationsResponse
+	66, // 77: loom.v1.ReservationService.DeleteReservation:output_type -> loom.v1.Operation
+	8,  // 78: loom.v1.ReservationService.ListCapacity:output_type -> loom.v1.ListCapacityResponse
+	65, // 79: loom.v1.JobService.SubmitJob:output_type -> loom.v1.Job
+	65, // 80: loom.v1.JobService.GetJob:output_type -> loom.v1.Job
+	23, // 81: loom.v1.JobService.ListJobs:output_type -> loom.v1.ListJobsResponse
+	65, // 82: loom.v1.JobService.CancelJob:output_type -> loom.v1.Job
+	65, // 83: loom.v1.JobService.WatchJob:output_type -> loom.v1.Job
+	65, // 84: loom.v1.JobService.UpdateJob:output_type -> loom.v1.Job
+	28, // 85: loom.v1.JobService.ReadJobLogs:output_type -> loom.v1.LogChunk
+	14, // 86: loom.v1.JobService.CreateJobStep:output_type -> loom.v1.JobStep
+	14, // 87: loom.v1.JobService.GetJobStep:output_type -> loom.v1.JobStep
+	18, // 88: loom.v1.JobService.ListJobSteps:output_type -> loom.v1.ListJobStepsResponse
+	14, // 89: loom.v1.JobService.CancelJobStep:output_type -> loom.v1.JobStep
+	66, // 90: loom.v1.OperationService.GetOperation:output_type -> loom.v1.Operation
+	66, // 91: loom.v1.OperationService.WaitOperation:output_type -> loom.v1.Operation
+	32, // 92: loom.v1.OperationService.ListOperations:output_type -> loom.v1.ListOperationsResponse
+	66, // 93: loom.v1.OperationService.CancelOperation:output_type -> loom.v1.Operation
+	35, // 94: loom.v1.NodeService.ListNodes:output_type -> loom.v1.ListNodesResponse
+	40, // 95: loom.v1.SlurmService.ListPartitions:output_type -> loom.v1.ListPartitionsResponse
+	42, // 96: loom.v1.SlurmService.ListSlurmNodes:output_type -> loom.v1.ListSlurmNodesResponse
+	69, // 97: loom.v1.SlurmService.UpdateSlurmNode:output_type -> loom.v1.SlurmNode
+	38, // 98: loom.v1.SlurmService.ListShares:output_type -> loom.v1.ListSharesResponse
+	66, // 99: loom.v1.ModelService.UploadModel:output_type -> loom.v1.Operation
+	46, // 100: loom.v1.ModelService.ListModels:output_type -> loom.v1.ListModelsResponse
+	70, // 101: loom.v1.ModelService.GetModel:output_type -> loom.v1.Model
+	49, // 102: loom.v1.ModelService.ListModelVersions:output_type -> loom.v1.ListModelVersionsResponse
+	70, // 103: loom.v1.ModelService.UpdateModel:output_type -> loom.v1.Model
+	70, // 104: loom.v1.ModelService.MergeVersionAliases:output_type -> loom.v1.Model
+	54, // 105: loom.v1.ModelService.DeleteModel:output_type -> loom.v1.DeleteModelResponse
+	54, // 106: loom.v1.ModelService.DeleteModelVersion:output_type -> loom.v1.DeleteModelResponse
+	66, // 107: loom.v1.ModelService.ExportModel:output_type -> loom.v1.Operation
+	68, // [68:108] is the sub-list for method output_type
+	28, // [28:68] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_service_proto_init() }
@@ -4009,7 +4243,7 @@ func file_loom_v1_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_service_proto_rawDesc), len(file_loom_v1_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   56,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   7,
 		},

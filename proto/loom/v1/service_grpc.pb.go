@@ -1447,6 +1447,7 @@ const (
 	SlurmService_ListPartitions_FullMethodName  = "/loom.v1.SlurmService/ListPartitions"
 	SlurmService_ListSlurmNodes_FullMethodName  = "/loom.v1.SlurmService/ListSlurmNodes"
 	SlurmService_UpdateSlurmNode_FullMethodName = "/loom.v1.SlurmService/UpdateSlurmNode"
+	SlurmService_ListShares_FullMethodName      = "/loom.v1.SlurmService/ListShares"
 )
 
 // SlurmServiceClient is the client API for SlurmService service.
@@ -1460,6 +1461,10 @@ type SlurmServiceClient interface {
 	ListSlurmNodes(ctx context.Context, in *ListSlurmNodesRequest, opts ...grpc.CallOption) (*ListSlurmNodesResponse, error)
 	// UpdateSlurmNode drains or resumes a node (State=DRAIN Reason=..., State=RESUME).
 	UpdateSlurmNode(ctx context.Context, in *UpdateSlurmNodeRequest, opts ...grpc.CallOption) (*SlurmNode, error)
+	// ListShares is the cluster's fair-share standing (sshare): each account
+	// and user with usage or pending jobs, with its share, its decayed usage
+	// and, for a user, the fair-share factor its jobs' priority gets now.
+	ListShares(ctx context.Context, in *ListSharesRequest, opts ...grpc.CallOption) (*ListSharesResponse, error)
 }
 
 type slurmServiceClient struct {
@@ -1500,6 +1505,16 @@ func (c *slurmServiceClient) UpdateSlurmNode(ctx context.Context, in *UpdateSlur
 	return out, nil
 }
 
+func (c *slurmServiceClient) ListShares(ctx context.Context, in *ListSharesRequest, opts ...grpc.CallOption) (*ListSharesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSharesResponse)
+	err := c.cc.Invoke(ctx, SlurmService_ListShares_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SlurmServiceServer is the server API for SlurmService service.
 // All implementations must embed UnimplementedSlurmServiceServer
 // for forward compatibility.
@@ -1511,6 +1526,10 @@ type SlurmServiceServer interface {
 	ListSlurmNodes(context.Context, *ListSlurmNodesRequest) (*ListSlurmNodesResponse, error)
 	// UpdateSlurmNode drains or resumes a node (State=DRAIN Reason=..., State=RESUME).
 	UpdateSlurmNode(context.Context, *UpdateSlurmNodeRequest) (*SlurmNode, error)
+	// ListShares is the cluster's fair-share standing (sshare): each account
+	// and user with usage or pending jobs, with its share, its decayed usage
+	// and, for a user, the fair-share factor its jobs' priority gets now.
+	ListShares(context.Context, *ListSharesRequest) (*ListSharesResponse, error)
 	mustEmbedUnimplementedSlurmServiceServer()
 }
 
@@ -1529,6 +1548,9 @@ func (UnimplementedSlurmServiceServer) ListSlurmNodes(context.Context, *ListSlur
 }
 func (UnimplementedSlurmServiceServer) UpdateSlurmNode(context.Context, *UpdateSlurmNodeRequest) (*SlurmNode, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateSlurmNode not implemented")
+}
+func (UnimplementedSlurmServiceServer) ListShares(context.Context, *ListSharesRequest) (*ListSharesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListShares not implemented")
 }
 func (UnimplementedSlurmServiceServer) mustEmbedUnimplementedSlurmServiceServer() {}
 func (UnimplementedSlurmServiceServer) testEmbeddedByValue()                      {}
@@ -1605,6 +1627,24 @@ func _SlurmService_UpdateSlurmNode_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SlurmService_ListShares_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSharesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SlurmServiceServer).ListShares(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SlurmService_ListShares_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SlurmServiceServer).ListShares(ctx, req.(*ListSharesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SlurmService_ServiceDesc is the grpc.ServiceDesc for SlurmService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1623,6 +1663,10 @@ var SlurmService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UpdateSlurmNode",
 			Handler:    _SlurmService_UpdateSlurmNode_Handler,
+		},
+		{
+			MethodName: "ListShares",
+			Handler:    _SlurmService_ListShares_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

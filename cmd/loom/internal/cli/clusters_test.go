@@ -400,6 +400,7 @@ func TestArgsDispatchesSlurmNames(t *testing.T) {
 		{"/tmp/loom-login-1/sbatch", []string{"--wrap", "true"}, []string{"slurm", "sbatch", "--wrap", "true"}},
 		{"squeue", nil, []string{"slurm", "squeue"}},
 		{"/tmp/loom-login-1/sshare", []string{"-a"}, []string{"slurm", "sshare", "-a"}},
+		{"/tmp/loom-login-1/salloc", []string{"-N2"}, []string{"slurm", "salloc", "-N2"}},
 		{"/usr/local/bin/loom", []string{"clusters", "list"}, []string{"clusters", "list"}},
 		{"./sbatch-wrapper", []string{"x"}, []string{"x"}},
 	} {
@@ -412,9 +413,9 @@ func TestArgsDispatchesSlurmNames(t *testing.T) {
 	}
 	// A Slurm command Loom does not provide says what to use instead,
 	// with its own options untouched, asking no gateway.
-	if _, errOut, code := run(t, "127.0.0.1:1", "slurm", "sshare", "-a", "--long"); code != 1 ||
-		errOut != "sshare: error: Loom does not provide sshare; "+slurmcli.Unsupported["sshare"]+" (docs/slurm.md)\n" {
-		t.Errorf("loom slurm sshare: exit %d, %q", code, errOut)
+	if _, errOut, code := run(t, "127.0.0.1:1", "slurm", "salloc", "-N2", "--exclusive"); code != 1 ||
+		errOut != "salloc: error: Loom does not provide salloc; "+slurmcli.Unsupported["salloc"]+" (docs/slurm.md)\n" {
+		t.Errorf("loom slurm salloc: exit %d, %q", code, errOut)
 	}
 }
 

@@ -93,6 +93,9 @@ type Gateway struct {
 	// name (or for every cluster, where Cluster is empty).
 	SlurmNodes []*loomv1.SlurmNode
 	Partitions []*loomv1.Partition
+	// Shares is every cluster's fair-share standing, as ListShares answers
+	// it for a cluster named in Clusters or by a partition.
+	Shares []*loomv1.Share
 	// SlurmConfigs are GetSlurmConfig's answers by cluster name; NotFound
 	// for any other cluster.
 	SlurmConfigs map[string]*loomv1.SlurmConfig
@@ -421,6 +424,21 @@ func (g *Gateway) slurmNodes(cluster string) []*loomv1.SlurmNode {
 
 // ListPartitions answers the cluster's Partitions, else, when it has
 // Nodes, one default partition "batch" over its compute nodes.
+// ListShares pages Shares for a cluster the fake has (in Clusters, or
+// named by a partition); NotFound otherwise.
+func (g *Gateway) ListShares(_ context.Context, r *loomv1.ListSharesRequest) (*loomv1.ListSharesResponse, error) {
+	defer g.lock(r)()
+	known := g.cluster(r.GetCluster()) != nil
+	for _, p := range g.Partitions {
+		known = known || p.GetCluster() == r.GetCluster()
+	}
+	if !known {
+		return nil, clusterNotFound(r.GetCluster())
+	}
+	page, next, err := paging.Ordered(r, g.Shares)
+	return &loomv1.ListSharesResponse{Shares: page, NextPageToken: next}, errs.ToStatus(err)
+}
+
 func (g *Gateway) ListPartitions(_ context.Context, r *loomv1.ListPartitionsRequest) (*loomv1.ListPartitionsResponse, error) {
 	defer g.lock(r)()
 	var out []*loomv1.Partition

@@ -31,7 +31,7 @@ import (
 )
 
 // Commands are the Slurm commands Main runs.
-var Commands = []string{"sbatch", "squeue", "sinfo", "scancel", "sacct", "scontrol", "sprio", "srun", "sacctmgr"}
+var Commands = []string{"sbatch", "squeue", "sinfo", "scancel", "sacct", "scontrol", "sprio", "srun", "sacctmgr", "sshare"}
 
 // Unsupported are the other Slurm commands users reach for, each with what
 // to use instead. They are linked beside Commands (LinkCommands), so that
@@ -44,7 +44,6 @@ var Unsupported = map[string]string{
 	"scrontab": "submit recurring work from your own scheduler with sbatch --begin",
 	"sdiag":    "the scheduler's metrics are on its /metrics endpoint and Loom's dashboards",
 	"sreport":  "sacct lists the jobs and their runs; `loom clusters goodput` sums a cluster's",
-	"sshare":   "sprio's FAIRSHARE column is each pending job's fair-share factor",
 	"sstat":    "squeue and scontrol show job give a running job's state; `loom metrics JOBID` its training metrics",
 	"strigger": "Loom's events are on Kafka and Pub/Sub (docs/integration.md)",
 	"sview":    "the web console shows the queue and the nodes (docs/console.md)",
@@ -188,6 +187,8 @@ func Main(ctx context.Context, name string, args []string, env Env, stdout, stde
 		err = c.srun(ctx, args)
 	case "sacctmgr":
 		err = c.sacctmgr(ctx, args) // sacctmgr.go
+	case "sshare":
+		err = c.sshare(ctx, args) // sshare.go
 	default:
 		if instead, ok := Unsupported[name]; ok {
 			fmt.Fprintf(stderr, "%s: error: Loom does not provide %s; %s (docs/slurm.md)\n", name, name, instead)

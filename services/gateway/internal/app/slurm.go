@@ -35,6 +35,19 @@ func (g *Gateway) ListPartitions(ctx context.Context, req *loomv1.ListPartitions
 	return resp, nil
 }
 
+// ListShares lists a cluster's fair-share standing from the scheduler
+// (sshare).
+func (g *Gateway) ListShares(ctx context.Context, req *loomv1.ListSharesRequest) (*loomv1.ListSharesResponse, error) {
+	if err := checkClusterName(req.GetCluster()); err != nil {
+		return nil, err
+	}
+	resp, err := g.own.Slurm.ListShares(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("ask the scheduler for the shares of %s: %w", req.GetCluster(), err)
+	}
+	return resp, nil
+}
+
 // ListSlurmNodes lists a cluster's nodes as Slurm sees them, from the
 // scheduler (sinfo -N, scontrol show node).
 func (g *Gateway) ListSlurmNodes(ctx context.Context, req *loomv1.ListSlurmNodesRequest) (*loomv1.ListSlurmNodesResponse, error) {

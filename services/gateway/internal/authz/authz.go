@@ -197,6 +197,7 @@ var Table = map[string]Rule{
 	// Slurm: sinfo reads for viewers; draining and resuming nodes is the
 	// cluster administrator's (scontrol update NodeName=).
 	slurmSvc + "ListPartitions":  {Access: Viewer, Field: "cluster"},
+	slurmSvc + "ListShares":      {Access: Viewer, Field: "cluster"},
 	slurmSvc + "ListSlurmNodes":  {Access: Viewer, Field: "cluster"},
 	slurmSvc + "UpdateSlurmNode": {Access: ClusterAdmin, Field: "cluster"},
 

@@ -173,6 +173,10 @@ func (s slurm) ListPartitions(ctx context.Context, r *loomv1.ListPartitionsReque
 	return unary(s.g.ListPartitions(ctx, r))
 }
 
+func (s slurm) ListShares(ctx context.Context, r *loomv1.ListSharesRequest) (*loomv1.ListSharesResponse, error) {
+	return unary(s.g.ListShares(ctx, r))
+}
+
 func (s slurm) ListSlurmNodes(ctx context.Context, r *loomv1.ListSlurmNodesRequest) (*loomv1.ListSlurmNodesResponse, error) {
 	return unary(s.g.ListSlurmNodes(ctx, r))
 }

@@ -563,6 +563,13 @@ func (a *App) ListPartitions(cluster string) []*loomv1.Partition {
 	return views.Partitions(a.state, cluster)
 }
 
+// ListShares returns the cluster's fair-share standing now (sshare).
+func (a *App) ListShares(cluster string) []*loomv1.Share {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.state.Shares(cluster, a.now())
+}
+
 // JobGoodput returns the goodput of the job name as of now (final figures
 // for a job pruned since its end), or an error wrapping errs.NotFound for a
 // job the scheduler does not know, or whose record predates goodput.

@@ -49,6 +49,9 @@ type prioCtx struct {
 	// fsOther that of associations not interned.
 	fsByID  []float64
 	fsOther map[assocKey]float64
+	// shares is the standing fair share was computed from (sshare's rows),
+	// kept only when the txn wants it (Shares).
+	shares []*loomv1.Share
 	// The weighted factors that do not depend on the job itself, rounded
 	// once per pass (see sum): per interned association, per partition
 	// (tier, and size by GPUs up to sizeGPUs), per QOS.
@@ -361,6 +364,18 @@ func (t *txn) newPrioCtx(cluster string, c *Cluster, views []place.NodeView, pen
 	p.fsOther = make(map[assocKey]float64, len(otherPresent))
 	for k := range otherPresent {
 		p.fsOther[k] = fs(k.account, otherUse[k])
+	}
+	if t.wantShares {
+		users := map[assocKey]float64{}
+		for id, ok := range present {
+			if ok {
+				users[assocKey{s.assocList[id].account, s.assocList[id].user}] = userUse[id]
+			}
+		}
+		for k := range otherPresent {
+			users[k] = otherUse[k]
+		}
+		p.shares = shareRows(acctUse, usersOf, users, total, fs)
 	}
 	p.weigh()
 	return p

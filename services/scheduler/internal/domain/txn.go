@@ -35,6 +35,9 @@ type txn struct {
 	// (see overRun); nil until first used.
 	over  map[*Run]*Run
 	overN int
+	// wantShares: newPrioCtx keeps the fair-share standing it computes
+	// (prioCtx.shares), for Shares; passes do not ask for it.
+	wantShares bool
 }
 
 // scratch holds buffers reused from one pass to the next, so that a pass

@@ -31,6 +31,9 @@ type Jobs interface {
 	ListJobs(f views.JobFilter, after string, size int) ([]*loomv1.Job, string)
 	ListPartitions(cluster string) []*loomv1.Partition
 	ListSlurmNodes(cluster string) []*loomv1.SlurmNode
+	// ListShares is the cluster's fair-share standing; nil for a cluster
+	// it does not know.
+	ListShares(cluster string) []*loomv1.Share
 	ListJobSteps(job string, attempt int32) ([]*loomv1.JobStep, error)
 	GetJobStep(job string, id int32) (*loomv1.JobStep, error)
 }
@@ -182,6 +185,23 @@ func (s *SlurmServer) ListPartitions(_ context.Context, req *loomv1.ListPartitio
 		return nil, err
 	}
 	return &loomv1.ListPartitionsResponse{Partitions: page, NextPageToken: next}, nil
+}
+
+// ListShares returns one page (AIP-158) of the cluster's fair-share
+// standing (sshare), accounts each followed by their users; NotFound for a
+// cluster the scheduler does not know.
+func (s *SlurmServer) ListShares(_ context.Context, req *loomv1.ListSharesRequest) (*loomv1.ListSharesResponse, error) {
+	if err := checkCluster(req.GetCluster()); err != nil {
+		return nil, err
+	}
+	if s.jobs.ListPartitions(req.GetCluster()) == nil {
+		return nil, fmt.Errorf("cluster %s: %w", req.GetCluster(), errs.NotFound)
+	}
+	page, next, err := paging.Ordered(req, s.jobs.ListShares(req.GetCluster()))
+	if err != nil {
+		return nil, err
+	}
+	return &loomv1.ListSharesResponse{Shares: page, NextPageToken: next}, nil
 }
 
 // ListSlurmNodes returns one page (AIP-158) of the cluster's compute nodes

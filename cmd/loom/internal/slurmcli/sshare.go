@@ -1,0 +1,180 @@
+package slurmcli
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/loom-ml/loom/libs/paging"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+var sshareOptions = []optDef{
+	{long: []string{"accounts"}, short: 'A', arg: requiredArg},
+	{long: []string{"all"}, short: 'a', arg: noArg},
+	{long: []string{"clusters", "cluster"}, short: 'M', arg: requiredArg},
+	{long: []string{"help"}, arg: noArg},
+	{long: []string{"long"}, short: 'l', arg: noArg},
+	{long: []string{"noheader"}, short: 'n', arg: noArg},
+	{long: []string{"parsable"}, short: 'p', arg: noArg},
+	{long: []string{"parsable2"}, short: 'P', arg: noArg},
+	{long: []string{"users"}, short: 'u', arg: requiredArg},
+	{long: []string{"usage"}, arg: noArg},
+	{long: []string{"verbose"}, short: 'v', arg: noArg},
+	{long: []string{"version"}, short: 'V', arg: noArg},
+}
+
+// sshareColumns are sshare's default columns: header, width, and whether
+// the value is left-aligned (Slurm's print_fields).
+var sshareColumns = []struct {
+	header string
+	width  int
+	left   bool
+}{
+	{"Account", 20, true}, {"User", 10, false}, {"RawShares", 10, false}, {"NormShares", 11, false},
+	{"RawUsage", 11, false}, {"EffectvUsage", 13, false}, {"FairShare", 10, false},
+}
+
+// sshare is the sshare command: the cluster's fair-share standing, as its
+// scheduler computes priorities from it. Accounts share equally, users
+// equally within their account (RawShares 1 each); usage is GPU-seconds
+// (CPU-seconds for jobs without GPUs), decayed.
+func (c *cmd) sshare(ctx context.Context, args []string) error {
+	p := &optParser{prog: "sshare", defs: sshareOptions}
+	opts, rest, err := p.parse(args)
+	if err != nil {
+		return usage("sshare", err)
+	}
+	var accounts, users []string
+	all, noHeader, sep, trailing := false, false, "", false
+	for _, o := range opts {
+		switch o.key {
+		case "help", "usage":
+			fmt.Fprint(c.stdout, sshareUsage)
+			return nil
+		case "version":
+			return c.printVersion()
+		case "accounts":
+			accounts = splitList(o.value)
+		case "all":
+			all = true
+		case "clusters":
+			c.env.Cluster = o.value
+		case "long":
+			return c.errorf("the long format (-l: LevelFS, GrpTRESMins, TRESRunMins) is not reported by Loom; use sshare without -l")
+		case "noheader":
+			noHeader = true
+		case "parsable":
+			sep, trailing = "|", true
+		case "parsable2":
+			sep, trailing = "|", false
+		case "users":
+			users = splitList(o.value)
+		}
+	}
+	if len(rest) > 0 {
+		return c.errorf("Unrecognized option: %s", rest[0])
+	}
+	cluster, err := c.clusterName(ctx)
+	if err != nil {
+		return err
+	}
+	var shares []*loomv1.Share
+	err = paging.Each(func(token string) (string, error) {
+		cctx, cancel := c.call(ctx)
+		defer cancel()
+		resp, err := c.slurmClient().ListShares(cctx, &loomv1.ListSharesRequest{Cluster: cluster, PageToken: token})
+		shares = append(shares, resp.GetShares()...)
+		return resp.GetNextPageToken(), err
+	})
+	if err != nil {
+		return c.rpcError("sshare", err)
+	}
+	// Without -a or -u a user sees the accounts and their own rows, as
+	// Slurm's sshare shows the caller's associations.
+	if !all && len(users) == 0 {
+		users = []string{c.env.User}
+	}
+	wantAcct, wantUser := newStringSet(accounts), newStringSet(users)
+	var total float64
+	for _, s := range shares {
+		if s.GetUser() == "" {
+			total += s.GetRawUsage()
+		}
+	}
+	var rows [][]string
+	rows = append(rows, []string{"root", "", "", "0.000000", usage64(total), "1.000000", ""})
+	for _, s := range shares {
+		if len(accounts) > 0 && !wantAcct[s.GetAccount()] {
+			continue
+		}
+		account := s.GetAccount()
+		if account == "" {
+			account = "(null)"
+		}
+		if s.GetUser() == "" {
+			rows = append(rows, []string{" " + account, "", "1", fmt.Sprintf("%.6f", s.GetNormShares()), usage64(s.GetRawUsage()),
+				fmt.Sprintf("%.6f", s.GetEffectiveUsage()), ""})
+			continue
+		}
+		if !all && !wantUser[s.GetUser()] {
+			continue
+		}
+		rows = append(rows, []string{"  " + account, s.GetUser(), "1", fmt.Sprintf("%.6f", s.GetNormShares()), usage64(s.GetRawUsage()),
+			fmt.Sprintf("%.6f", s.GetEffectiveUsage()), fmt.Sprintf("%.6f", s.GetFairShare())})
+	}
+	var b strings.Builder
+	line := func(cells []string, header bool) {
+		for i, v := range cells {
+			col := sshareColumns[i]
+			switch {
+			case sep != "":
+				b.WriteString(v)
+				if i < len(cells)-1 || trailing {
+					b.WriteString(sep)
+				}
+			case col.left && !header: // headers are right-aligned, as Slurm prints them
+				fmt.Fprintf(&b, "%-*.*s ", col.width, col.width, v)
+			default:
+				fmt.Fprintf(&b, "%*.*s ", col.width, col.width, v)
+			}
+		}
+		b.WriteString("\n")
+	}
+	if !noHeader {
+		var head []string
+		for _, col := range sshareColumns {
+			head = append(head, col.header)
+		}
+		line(head, true)
+		if sep == "" {
+			for _, col := range sshareColumns {
+				b.WriteString(strings.Repeat("-", col.width) + " ")
+			}
+			b.WriteString("\n")
+		}
+	}
+	for _, r := range rows {
+		line(r, false)
+	}
+	fmt.Fprint(c.stdout, b.String())
+	return nil
+}
+
+// usage64 is a usage as sshare prints it: whole units.
+func usage64(v float64) string { return fmt.Sprintf("%d", int64(math.Round(v))) }
+
+const sshareUsage = `Usage:  sshare [OPTION]
+  Valid OPTIONs are:
+    -a or --all            list all users
+    -A or --accounts=      display specific accounts (comma separated list)
+    -M or --clusters=name  cluster to issue commands to (overrides LOOM_CLUSTER)
+    -n or --noheader       omit header from output
+    -p or --parsable       '|' delimited output with a trailing '|'
+    -P or --parsable2      '|' delimited output without a trailing '|'
+    -u or --users=         display specific users (comma separated list)
+    -V or --version        display tool version number
+          --help           display this usage description
+          --usage          display this usage description
+`
