@@ -25,15 +25,15 @@ var sshareOptions = []optDef{
 	{long: []string{"version"}, short: 'V', arg: noArg},
 }
 
-// sshareColumns are sshare's default columns: header, width, and whether
-// the value is left-aligned (Slurm's print_fields).
+// sshareColumns are sshare's default columns: header and width, negative
+// for a left-aligned value (sacctCell's rule; sshare right-aligns every
+// header, Account's too).
 var sshareColumns = []struct {
 	header string
 	width  int
-	left   bool
 }{
-	{"Account", 20, true}, {"User", 10, false}, {"RawShares", 10, false}, {"NormShares", 11, false},
-	{"RawUsage", 11, false}, {"EffectvUsage", 13, false}, {"FairShare", 10, false},
+	{"Account", -20}, {"User", 10}, {"RawShares", 10}, {"NormShares", 11},
+	{"RawUsage", 11}, {"EffectvUsage", 13}, {"FairShare", 10},
 }
 
 // sshare is the sshare command: the cluster's fair-share standing, as its
@@ -134,10 +134,10 @@ func (c *cmd) sshare(ctx context.Context, args []string) error {
 				if i < len(cells)-1 || trailing {
 					b.WriteString(sep)
 				}
-			case col.left && !header: // headers are right-aligned, as Slurm prints them
-				fmt.Fprintf(&b, "%-*.*s ", col.width, col.width, v)
+			case header:
+				fmt.Fprintf(&b, "%*s ", max(col.width, -col.width), v)
 			default:
-				fmt.Fprintf(&b, "%*.*s ", col.width, col.width, v)
+				sacctCell(&b, v, col.width)
 			}
 		}
 		b.WriteString("\n")
@@ -150,7 +150,7 @@ func (c *cmd) sshare(ctx context.Context, args []string) error {
 		line(head, true)
 		if sep == "" {
 			for _, col := range sshareColumns {
-				b.WriteString(strings.Repeat("-", col.width) + " ")
+				b.WriteString(strings.Repeat("-", max(col.width, -col.width)) + " ")
 			}
 			b.WriteString("\n")
 		}

@@ -42,6 +42,11 @@ root                                          0.000000       36000      1.000000
 		!strings.Contains(out, "  physics|bob|1|0.250000|0|0.000000|0.574349|\n") {
 		t.Errorf("sshare -p -u bob:\n%s", out)
 	}
+	// A name wider than its column is cut with a '+', as sacct's cells.
+	f.Shares = append(f.Shares, &loomv1.Share{Account: "computational-linguistics", User: "alice", NormShares: 1})
+	if _, out, _ := run(t, f, "sshare", Env{}, "-A", "computational-linguistics"); !strings.Contains(out, "\n  computational-lin+      alice ") {
+		t.Errorf("a long account name:\n%s", out)
+	}
 	for _, c := range []struct {
 		args []string
 		code int
