@@ -578,45 +578,19 @@ func (c *cmd) sacct(ctx context.Context, args []string) error {
 		}
 	}
 
+	names, widths := make([]string, len(fields)), make([]int, len(fields))
+	for i, f := range fields {
+		names[i], widths[i] = f.name, f.width
+	}
+	cells := make([][]string, len(out))
+	for k, r := range out {
+		cells[k] = make([]string, len(fields))
+		for i, f := range fields {
+			cells[k][i] = f.value(r)
+		}
+	}
 	var b strings.Builder
-	if !noHeader {
-		for i, f := range fields {
-			switch {
-			case parsable == 2 && i == len(fields)-1:
-				b.WriteString(f.name)
-			case parsable > 0:
-				b.WriteString(f.name + delim)
-			default:
-				abs := max(f.width, -f.width)
-				if f.width < 0 {
-					fmt.Fprintf(&b, "%-*.*s ", abs, abs, f.name)
-				} else {
-					fmt.Fprintf(&b, "%*.*s ", abs, abs, f.name)
-				}
-			}
-		}
-		b.WriteString("\n")
-		if parsable == 0 {
-			for _, f := range fields {
-				b.WriteString(strings.Repeat("-", max(f.width, -f.width)) + " ")
-			}
-			b.WriteString("\n")
-		}
-	}
-	for _, r := range out {
-		for i, f := range fields {
-			v := f.value(r)
-			switch {
-			case parsable == 2 && i == len(fields)-1:
-				b.WriteString(v)
-			case parsable > 0:
-				b.WriteString(v + delim)
-			default:
-				sacctCell(&b, v, f.width)
-			}
-		}
-		b.WriteString("\n")
-	}
+	fieldsOut{parsable: parsable, delim: delim, noHeader: noHeader}.writeFields(&b, names, widths, cells)
 	fmt.Fprint(c.stdout, b.String())
 	return nil
 }

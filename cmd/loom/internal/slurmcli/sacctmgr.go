@@ -173,40 +173,12 @@ func (o sacctmgrOut) table(c *cmd, fields []sacctmgrField, rows [][]string, enti
 		}
 		fields, rows = sel, projected
 	}
+	names, widths := make([]string, len(fields)), make([]int, len(fields))
+	for i, f := range fields {
+		names[i], widths[i] = f.name, f.width
+	}
 	var b strings.Builder
-	line := func(vals []string, header bool) {
-		for i, f := range fields {
-			switch {
-			case o.parsable == 2 && i == len(fields)-1:
-				b.WriteString(vals[i])
-			case o.parsable > 0:
-				b.WriteString(vals[i] + "|")
-			case header && f.width < 0:
-				fmt.Fprintf(&b, "%-*.*s ", -f.width, -f.width, vals[i])
-			case header:
-				fmt.Fprintf(&b, "%*.*s ", f.width, f.width, vals[i])
-			default:
-				sacctCell(&b, vals[i], f.width)
-			}
-		}
-		b.WriteString("\n")
-	}
-	if !o.noHeader {
-		names := make([]string, len(fields))
-		for i, f := range fields {
-			names[i] = f.name
-		}
-		line(names, true)
-		if o.parsable == 0 {
-			for _, f := range fields {
-				b.WriteString(strings.Repeat("-", max(f.width, -f.width)) + " ")
-			}
-			b.WriteString("\n")
-		}
-	}
-	for _, r := range rows {
-		line(r, false)
-	}
+	fieldsOut{parsable: o.parsable, delim: "|", noHeader: o.noHeader}.writeFields(&b, names, widths, rows)
 	fmt.Fprint(c.stdout, b.String())
 	return nil
 }

@@ -27,7 +27,7 @@ var sshareOptions = []optDef{
 
 // sshareColumns are sshare's default columns: header and width, negative
 // for a left-aligned value (sacctCell's rule; sshare right-aligns every
-// header, Account's too).
+// header, Account's too: fieldsOut.rightHeaders).
 var sshareColumns = []struct {
 	header string
 	width  int
@@ -47,7 +47,7 @@ func (c *cmd) sshare(ctx context.Context, args []string) error {
 		return usage("sshare", err)
 	}
 	var accounts, users []string
-	all, noHeader, sep, trailing := false, false, "", false
+	all, noHeader, parsable := false, false, 0
 	for _, o := range opts {
 		switch o.key {
 		case "help", "usage":
@@ -66,9 +66,9 @@ func (c *cmd) sshare(ctx context.Context, args []string) error {
 		case "noheader":
 			noHeader = true
 		case "parsable":
-			sep, trailing = "|", true
+			parsable = 1
 		case "parsable2":
-			sep, trailing = "|", false
+			parsable = 2
 		case "users":
 			users = splitList(o.value)
 		}
@@ -124,40 +124,12 @@ func (c *cmd) sshare(ctx context.Context, args []string) error {
 		rows = append(rows, []string{"  " + account, s.GetUser(), "1", fmt.Sprintf("%.6f", s.GetNormShares()), usage64(s.GetRawUsage()),
 			fmt.Sprintf("%.6f", s.GetEffectiveUsage()), fmt.Sprintf("%.6f", s.GetFairShare())})
 	}
+	names, widths := make([]string, len(sshareColumns)), make([]int, len(sshareColumns))
+	for i, col := range sshareColumns {
+		names[i], widths[i] = col.header, col.width
+	}
 	var b strings.Builder
-	line := func(cells []string, header bool) {
-		for i, v := range cells {
-			col := sshareColumns[i]
-			switch {
-			case sep != "":
-				b.WriteString(v)
-				if i < len(cells)-1 || trailing {
-					b.WriteString(sep)
-				}
-			case header:
-				fmt.Fprintf(&b, "%*s ", max(col.width, -col.width), v)
-			default:
-				sacctCell(&b, v, col.width)
-			}
-		}
-		b.WriteString("\n")
-	}
-	if !noHeader {
-		var head []string
-		for _, col := range sshareColumns {
-			head = append(head, col.header)
-		}
-		line(head, true)
-		if sep == "" {
-			for _, col := range sshareColumns {
-				b.WriteString(strings.Repeat("-", max(col.width, -col.width)) + " ")
-			}
-			b.WriteString("\n")
-		}
-	}
-	for _, r := range rows {
-		line(r, false)
-	}
+	fieldsOut{parsable: parsable, delim: "|", noHeader: noHeader, rightHeaders: true}.writeFields(&b, names, widths, rows)
 	fmt.Fprint(c.stdout, b.String())
 	return nil
 }
