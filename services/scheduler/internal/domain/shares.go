@@ -11,7 +11,8 @@ import (
 
 // Shares is the cluster's fair-share standing now, as the next pass's
 // priorities see it (sshare): each account with jobs or usage, then its
-// users, by name; nil for a cluster the state does not have.
+// users, by name; empty, not nil, for a cluster with none, and nil for a
+// cluster the state does not have.
 func (s *State) Shares(cluster string, now time.Time) []*loomv1.Share {
 	c := s.clusters[cluster]
 	if c == nil {
@@ -35,7 +36,7 @@ func shareRows(acctUse map[string]float64, usersOf map[string]int, users map[ass
 		}
 		return use / total
 	}
-	var out []*loomv1.Share
+	out := []*loomv1.Share{} // not nil: the cluster exists (Shares)
 	for _, a := range slices.Sorted(maps.Keys(usersOf)) {
 		out = append(out, &loomv1.Share{Account: a, NormShares: 1 / nAcct, RawUsage: acctUse[a], EffectiveUsage: effective(acctUse[a])})
 	}

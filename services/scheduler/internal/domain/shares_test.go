@@ -68,4 +68,9 @@ func TestShares(t *testing.T) {
 	if h.s.Shares("projects/p/clusters/nope", h.now) != nil {
 		t.Error("shares of a cluster the state does not have")
 	}
+	// A cluster with no jobs and no usage: none, but not nil (it exists).
+	h2 := newHarness(t)
+	if rows := h2.s.Shares(cl, h2.now); rows == nil || len(rows) != 0 {
+		t.Errorf("shares of an idle cluster: %v, want empty", rows)
+	}
 }

@@ -194,10 +194,11 @@ func (s *SlurmServer) ListShares(_ context.Context, req *loomv1.ListSharesReques
 	if err := checkCluster(req.GetCluster()); err != nil {
 		return nil, err
 	}
-	if s.jobs.ListPartitions(req.GetCluster()) == nil {
+	shares := s.jobs.ListShares(req.GetCluster())
+	if shares == nil {
 		return nil, fmt.Errorf("cluster %s: %w", req.GetCluster(), errs.NotFound)
 	}
-	page, next, err := paging.Ordered(req, s.jobs.ListShares(req.GetCluster()))
+	page, next, err := paging.Ordered(req, shares)
 	if err != nil {
 		return nil, err
 	}
