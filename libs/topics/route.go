@@ -30,7 +30,7 @@ var routes = table(map[string][]proto.Message{
 	NodeTelemetry: {&eventsv1.AgentRegistered{}, &eventsv1.Heartbeat{}, &eventsv1.GpuTelemetry{}, &eventsv1.XidObserved{},
 		&eventsv1.HealthCheckCompleted{}},
 	JobCommands: {&eventsv1.SubmitJob{}, &eventsv1.CancelJob{}, &eventsv1.UpdateJob{}, &eventsv1.UpdateSlurmNode{},
-		&eventsv1.CreateJobStep{}, &eventsv1.CancelJobStep{}, &eventsv1.AssociationChanged{}},
+		&eventsv1.CreateJobStep{}, &eventsv1.CancelJobStep{}, &eventsv1.AssociationChanged{}, &eventsv1.AccountChanged{}},
 	JobEvents: {&eventsv1.JobChanged{}, &eventsv1.NodeDrained{}, &eventsv1.NodesNeedCheck{}, &eventsv1.SlurmNodeChanged{}},
 	StepCommands: {&eventsv1.StartStep{}, &eventsv1.StopStep{}, &eventsv1.SignalStep{}, &eventsv1.LaunchTasks{},
 		&eventsv1.KillTasks{}},

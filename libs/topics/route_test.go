@@ -50,6 +50,7 @@ var wantRoutes = map[string]string{
 	"ModelVersionRegistered":         ModelEvents,
 	"AuditRecorded":                  Audit,
 	"AssociationChanged":             JobCommands,
+	"AccountChanged":                 JobCommands,
 	"RemediationFinished":            NodeEvents,
 	"GpuTelemetry":                   NodeTelemetry,
 	"XidObserved":                    NodeTelemetry,

@@ -134,6 +134,15 @@ func TestAccountsCreateListAndAssociate(t *testing.T) {
 	if ev.Key != project || ac.GetProject() != "default" || ac.GetAssociation().GetMaxJobs() != 2 || !ac.GetAssociation().GetDefaultAccount() {
 		t.Fatalf("AssociationChanged key %q: %v", ev.Key, ac)
 	}
+	// And each account's place in the tree and its shares, for fair share.
+	ev = testkit.WaitEvent(t, h.broker, topics.JobCommands, 30*time.Second, func(e envelope.Event) bool {
+		ac, ok := e.Payload.(*eventsv1.AccountChanged)
+		return ok && ac.GetAccount().GetName() == "projects/default/accounts/qcd"
+	})
+	if ac := ev.Payload.(*eventsv1.AccountChanged); ev.Key != project || ac.GetProject() != "default" ||
+		ac.GetAccount().GetParentAccount() != "physics" || ac.GetAccount().GetFairshare() != 1 {
+		t.Fatalf("AccountChanged key %q: %v", ev.Key, ac)
+	}
 }
 
 func TestAccountsRefuseBadInputNamingTheField(t *testing.T) {

@@ -113,9 +113,10 @@ func TestHoldReleaseAndReadsThroughTheBus(t *testing.T) {
 	if _, err := slurm.ListSlurmNodes(context.Background(), &loomv1.ListSlurmNodesRequest{Cluster: "bad"}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("ListSlurmNodes with a bad name: %v", err)
 	}
-	// sshare's rows: ada's account (none: "") and ada, running.
+	// sshare's rows: root's, ada's account (none: "") and ada, running.
 	shares, err := slurm.ListShares(context.Background(), &loomv1.ListSharesRequest{Cluster: cluster})
-	if err != nil || len(shares.GetShares()) != 2 || shares.GetShares()[1].GetUser() != "ada" || shares.GetShares()[1].GetNormShares() != 1 {
+	if err != nil || len(shares.GetShares()) != 3 || shares.GetShares()[0].GetAccount() != "root" ||
+		shares.GetShares()[2].GetUser() != "ada" || shares.GetShares()[2].GetNormShares() != 1 {
 		t.Fatalf("ListShares: %v %v", shares, err)
 	}
 	if _, err := slurm.ListShares(context.Background(), &loomv1.ListSharesRequest{Cluster: "projects/default/clusters/nope"}); status.Code(err) != codes.NotFound {

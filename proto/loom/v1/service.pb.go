@@ -2422,24 +2422,35 @@ func (x *ListSharesRequest) GetPageToken() string {
 }
 
 // Share is one account's or user's fair-share standing on a cluster (a row
-// of sshare). Accounts share equally among those with jobs or usage, and
-// users equally within their account.
+// of sshare). The shares are divided down the account tree among those with
+// jobs or usage (or below them): each account's and user's raw shares
+// (sacctmgr Fairshare=, 1 by default) over those of its siblings under the
+// same parent account.
 type Share struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Account string                 `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"`
 	// user is empty on the account's own row.
 	User string `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
-	// norm_shares is its share of the cluster: 1/accounts for an account,
-	// its account's share over the account's users for a user.
+	// norm_shares is its share of the cluster: its parent's share times its
+	// raw shares over those of its parent's children (accounts and users)
+	// that have jobs or usage.
 	NormShares float64 `protobuf:"fixed64,3,opt,name=norm_shares,json=normShares,proto3" json:"norm_shares,omitempty"`
 	// raw_usage is its usage (GPU-seconds, CPU-seconds for jobs without
-	// GPUs) decayed with the half-life, running jobs' included.
+	// GPUs) decayed with the half-life, running jobs' included; an account's
+	// is its users' and its sub-accounts', root's the cluster's.
 	RawUsage float64 `protobuf:"fixed64,4,opt,name=raw_usage,json=rawUsage,proto3" json:"raw_usage,omitempty"`
-	// effective_usage is raw_usage over the cluster's.
+	// effective_usage is raw_usage over the cluster's (root's 1, or 0 with
+	// no usage).
 	EffectiveUsage float64 `protobuf:"fixed64,5,opt,name=effective_usage,json=effectiveUsage,proto3" json:"effective_usage,omitempty"`
 	// fair_share is the factor (0..1) a user's jobs get, 2^-((account's
-	// usage/share + user's usage/share)/2); 0 on an account's row.
-	FairShare     float64 `protobuf:"fixed64,6,opt,name=fair_share,json=fairShare,proto3" json:"fair_share,omitempty"`
+	// usage/share + user's usage/share)/2), the account's share being its
+	// users' part of it; 0 on an account's row.
+	FairShare float64 `protobuf:"fixed64,6,opt,name=fair_share,json=fairShare,proto3" json:"fair_share,omitempty"`
+	// raw_shares is the account's or association's Fairshare (1 unless set).
+	RawShares int32 `protobuf:"varint,7,opt,name=raw_shares,json=rawShares,proto3" json:"raw_shares,omitempty"`
+	// parent_account is the account above an account's row ("root" at the
+	// top); empty on root's row and on a user's.
+	ParentAccount string `protobuf:"bytes,8,opt,name=parent_account,json=parentAccount,proto3" json:"parent_account,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2516,9 +2527,25 @@ func (x *Share) GetFairShare() float64 {
 	return 0
 }
 
+func (x *Share) GetRawShares() int32 {
+	if x != nil {
+		return x.RawShares
+	}
+	return 0
+}
+
+func (x *Share) GetParentAccount() string {
+	if x != nil {
+		return x.ParentAccount
+	}
+	return ""
+}
+
 type ListSharesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// shares: each account, then its users, accounts and users by name.
+	// shares: the tree depth first from root's own row (none when nothing
+	// has jobs or usage): an account's users, then each of its sub-accounts
+	// followed by what is under it; users and sub-accounts by name.
 	Shares        []*Share `protobuf:"bytes,1,rep,name=shares,proto3" json:"shares,omitempty"`
 	NextPageToken string   `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -3886,7 +3913,7 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"\xbb\x01\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x81\x02\n" +
 	"\x05Share\x12\x18\n" +
 	"\aaccount\x18\x01 \x01(\tR\aaccount\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x1f\n" +
@@ -3895,7 +3922,10 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\traw_usage\x18\x04 \x01(\x01R\brawUsage\x12'\n" +
 	"\x0feffective_usage\x18\x05 \x01(\x01R\x0eeffectiveUsage\x12\x1d\n" +
 	"\n" +
-	"fair_share\x18\x06 \x01(\x01R\tfairShare\"d\n" +
+	"fair_share\x18\x06 \x01(\x01R\tfairShare\x12\x1d\n" +
+	"\n" +
+	"raw_shares\x18\a \x01(\x05R\trawShares\x12%\n" +
+	"\x0eparent_account\x18\b \x01(\tR\rparentAccount\"d\n" +
 	"\x12ListSharesResponse\x12&\n" +
 	"\x06shares\x18\x01 \x03(\v2\x0e.loom.v1.ShareR\x06shares\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"m\n" +

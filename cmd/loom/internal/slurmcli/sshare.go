@@ -37,9 +37,10 @@ var sshareColumns = []struct {
 }
 
 // sshare is the sshare command: the cluster's fair-share standing, as its
-// scheduler computes priorities from it. Accounts share equally, users
-// equally within their account (RawShares 1 each); usage is GPU-seconds
-// (CPU-seconds for jobs without GPUs), decayed.
+// scheduler computes priorities from it. The shares are divided down the
+// account tree by RawShares (sacctmgr Fairshare=) among the accounts and
+// users with jobs or usage; usage is GPU-seconds (CPU-seconds for jobs
+// without GPUs), decayed.
 func (c *cmd) sshare(ctx context.Context, args []string) error {
 	p := &optParser{prog: "sshare", defs: sshareOptions}
 	opts, rest, err := p.parse(args)
@@ -97,31 +98,49 @@ func (c *cmd) sshare(ctx context.Context, args []string) error {
 		users = []string{c.env.User}
 	}
 	wantAcct, wantUser := newStringSet(accounts), newStringSet(users)
+	// The root row, from the scheduler's own (a scheduler that sends none
+	// sends only top accounts, whose usage adds up to the cluster's).
 	var total float64
-	for _, s := range shares {
-		if s.GetUser() == "" {
-			total += s.GetRawUsage()
+	if len(shares) > 0 && shares[0].GetAccount() == "root" && shares[0].GetUser() == "" && shares[0].GetParentAccount() == "" {
+		total, shares = shares[0].GetRawUsage(), shares[1:]
+	} else {
+		for _, s := range shares {
+			if s.GetUser() == "" {
+				total += s.GetRawUsage()
+			}
 		}
 	}
+	// Each level of the account tree one space further in, as Slurm's
+	// sshare: an account's row at its depth, its users' one deeper. The
+	// rows come depth first, so an account's parent is always met first.
+	depth := map[string]int{"root": 0}
 	var rows [][]string
 	rows = append(rows, []string{"root", "", "", "0.000000", usage64(total), "1.000000", ""})
 	for _, s := range shares {
-		if len(accounts) > 0 && !wantAcct[s.GetAccount()] {
+		account := s.GetAccount()
+		if s.GetUser() == "" {
+			depth[account] = min(depth[s.GetParentAccount()]+1, 64)
+		}
+		if len(accounts) > 0 && !wantAcct[account] {
 			continue
 		}
-		account := s.GetAccount()
+		d, ok := depth[account]
+		if !ok {
+			d = 1 // a user row without its account's: a top account's
+		}
+		indent := strings.Repeat(" ", d)
 		if account == "" {
 			account = "(null)"
 		}
 		if s.GetUser() == "" {
-			rows = append(rows, []string{" " + account, "", "1", fmt.Sprintf("%.6f", s.GetNormShares()), usage64(s.GetRawUsage()),
+			rows = append(rows, []string{indent + account, "", rawShares(s), fmt.Sprintf("%.6f", s.GetNormShares()), usage64(s.GetRawUsage()),
 				fmt.Sprintf("%.6f", s.GetEffectiveUsage()), ""})
 			continue
 		}
 		if !all && !wantUser[s.GetUser()] {
 			continue
 		}
-		rows = append(rows, []string{"  " + account, s.GetUser(), "1", fmt.Sprintf("%.6f", s.GetNormShares()), usage64(s.GetRawUsage()),
+		rows = append(rows, []string{indent + " " + account, s.GetUser(), rawShares(s), fmt.Sprintf("%.6f", s.GetNormShares()), usage64(s.GetRawUsage()),
 			fmt.Sprintf("%.6f", s.GetEffectiveUsage()), fmt.Sprintf("%.6f", s.GetFairShare())})
 	}
 	names, widths := make([]string, len(sshareColumns)), make([]int, len(sshareColumns))
@@ -133,6 +152,10 @@ func (c *cmd) sshare(ctx context.Context, args []string) error {
 	fmt.Fprint(c.stdout, b.String())
 	return nil
 }
+
+// rawShares is a row's RawShares: its Fairshare, 1 from a scheduler that
+// does not say.
+func rawShares(s *loomv1.Share) string { return fmt.Sprint(max(s.GetRawShares(), 1)) }
 
 // usage64 is a usage as sshare prints it: whole units.
 func usage64(v float64) string { return fmt.Sprintf("%d", int64(math.Round(v))) }

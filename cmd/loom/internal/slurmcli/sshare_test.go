@@ -47,6 +47,18 @@ root                                          0.000000       36000      1.000000
 	if _, out, _ := run(t, f, "sshare", Env{}, "-A", "computational-linguistics"); !strings.Contains(out, "\n  computational-lin+      alice ") {
 		t.Errorf("a long account name:\n%s", out)
 	}
+	// Sub-accounts: each level one space further in, RawShares as set,
+	// root's usage the scheduler's root row's (its subtree's, as each
+	// account's).
+	f.Shares = []*loomv1.Share{
+		{Account: "root", RawShares: 1, NormShares: 1, RawUsage: 100, EffectiveUsage: 1},
+		{Account: "science", ParentAccount: "root", RawShares: 3, NormShares: 0.75, RawUsage: 100, EffectiveUsage: 1},
+		{Account: "physics", ParentAccount: "science", RawShares: 2, NormShares: 0.75, RawUsage: 100, EffectiveUsage: 1},
+		{Account: "physics", User: "alice", RawShares: 5, NormShares: 0.75, FairShare: 1},
+	}
+	if _, out, _ := run(t, f, "sshare", Env{}, "-P", "-n"); out != "root|||0.000000|100|1.000000|\n science||3|0.750000|100|1.000000|\n  physics||2|0.750000|100|1.000000|\n   physics|alice|5|0.750000|0|0.000000|1.000000\n" {
+		t.Errorf("sshare of a tree: %q", out)
+	}
 	for _, c := range []struct {
 		args []string
 		code int

@@ -4998,6 +4998,61 @@ func (x *AssociationChanged) GetAssociation() *v1.Association {
 	return nil
 }
 
+// AccountChanged carries an account's place in the project's account tree
+// and its fair-share shares (sacctmgr add account) to the scheduler, whose
+// priorities divide the shares down the tree.
+type AccountChanged struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Account       *v1.Account            `protobuf:"bytes,2,opt,name=account,proto3" json:"account,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AccountChanged) Reset() {
+	*x = AccountChanged{}
+	mi := &file_loom_events_v1_events_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AccountChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AccountChanged) ProtoMessage() {}
+
+func (x *AccountChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_events_v1_events_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AccountChanged.ProtoReflect.Descriptor instead.
+func (*AccountChanged) Descriptor() ([]byte, []int) {
+	return file_loom_events_v1_events_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *AccountChanged) GetProject() string {
+	if x != nil {
+		return x.Project
+	}
+	return ""
+}
+
+func (x *AccountChanged) GetAccount() *v1.Account {
+	if x != nil {
+		return x.Account
+	}
+	return nil
+}
+
 // Point is one line of a hypertune metrics file: step is its
 // "global_step" (0 when absent), time its "timestamp", values every other
 // numeric field ("trial" is dropped: the job names the trial).
@@ -5012,7 +5067,7 @@ type MetricsReported_Point struct {
 
 func (x *MetricsReported_Point) Reset() {
 	*x = MetricsReported_Point{}
-	mi := &file_loom_events_v1_events_proto_msgTypes[65]
+	mi := &file_loom_events_v1_events_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5024,7 +5079,7 @@ func (x *MetricsReported_Point) String() string {
 func (*MetricsReported_Point) ProtoMessage() {}
 
 func (x *MetricsReported_Point) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_events_v1_events_proto_msgTypes[65]
+	mi := &file_loom_events_v1_events_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5476,7 +5531,10 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x06record\x18\x01 \x01(\v2\x14.loom.v1.AuditRecordR\x06record\"f\n" +
 	"\x12AssociationChanged\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x126\n" +
-	"\vassociation\x18\x02 \x01(\v2\x14.loom.v1.AssociationR\vassociation*\xac\x01\n" +
+	"\vassociation\x18\x02 \x01(\v2\x14.loom.v1.AssociationR\vassociation\"V\n" +
+	"\x0eAccountChanged\x12\x18\n" +
+	"\aproject\x18\x01 \x01(\tR\aproject\x12*\n" +
+	"\aaccount\x18\x02 \x01(\v2\x10.loom.v1.AccountR\aaccount*\xac\x01\n" +
 	"\tStopCause\x12\x1a\n" +
 	"\x16STOP_CAUSE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14STOP_CAUSE_CANCELLED\x10\x01\x12\x19\n" +
@@ -5510,7 +5568,7 @@ func file_loom_events_v1_events_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_events_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_loom_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
+var file_loom_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_loom_events_v1_events_proto_goTypes = []any{
 	(StopCause)(0),                         // 0: loom.events.v1.StopCause
 	(StepState)(0),                         // 1: loom.events.v1.StepState
@@ -5577,97 +5635,100 @@ var file_loom_events_v1_events_proto_goTypes = []any{
 	(*TrainingPipelineChanged)(nil),        // 62: loom.events.v1.TrainingPipelineChanged
 	(*AuditRecorded)(nil),                  // 63: loom.events.v1.AuditRecorded
 	(*AssociationChanged)(nil),             // 64: loom.events.v1.AssociationChanged
-	nil,                                    // 65: loom.events.v1.CreateJobStep.EnvEntry
-	nil,                                    // 66: loom.events.v1.StartStep.EnvEntry
-	nil,                                    // 67: loom.events.v1.LaunchTasks.EnvEntry
-	(*MetricsReported_Point)(nil),          // 68: loom.events.v1.MetricsReported.Point
-	nil,                                    // 69: loom.events.v1.MetricsReported.Point.ValuesEntry
-	nil,                                    // 70: loom.events.v1.RunHealthCheck.ParamsEntry
-	nil,                                    // 71: loom.events.v1.ScanNodes.ParamsEntry
-	(*v1.Cluster)(nil),                     // 72: loom.v1.Cluster
-	(*v1.Reservation)(nil),                 // 73: loom.v1.Reservation
-	(*v1.Node)(nil),                        // 74: loom.v1.Node
-	(v1.RemediationAction)(0),              // 75: loom.v1.RemediationAction
-	(*timestamppb.Timestamp)(nil),          // 76: google.protobuf.Timestamp
-	(*v1.GpuSample)(nil),                   // 77: loom.v1.GpuSample
-	(*v1.DiskSample)(nil),                  // 78: loom.v1.DiskSample
-	(*v1.HealthCheckResult)(nil),           // 79: loom.v1.HealthCheckResult
-	(*v1.Job)(nil),                         // 80: loom.v1.Job
-	(*durationpb.Duration)(nil),            // 81: google.protobuf.Duration
-	(v1.RemediationState)(0),               // 82: loom.v1.RemediationState
-	(*v1.Fault)(nil),                       // 83: loom.v1.Fault
-	(*v1.ModelVersion)(nil),                // 84: loom.v1.ModelVersion
-	(*v1.ExportModelResponse)(nil),         // 85: loom.v1.ExportModelResponse
-	(*v11.Model)(nil),                      // 86: loom.training.v1.Model
-	(*v1.ModelLineage)(nil),                // 87: loom.v1.ModelLineage
-	(*v11.CustomJob)(nil),                  // 88: loom.training.v1.CustomJob
-	(*v11.HyperparameterTuningJob)(nil),    // 89: loom.training.v1.HyperparameterTuningJob
-	(*v11.TrainingPipeline)(nil),           // 90: loom.training.v1.TrainingPipeline
-	(*v11.Trial)(nil),                      // 91: loom.training.v1.Trial
-	(*v1.AuditRecord)(nil),                 // 92: loom.v1.AuditRecord
-	(*v1.Association)(nil),                 // 93: loom.v1.Association
+	(*AccountChanged)(nil),                 // 65: loom.events.v1.AccountChanged
+	nil,                                    // 66: loom.events.v1.CreateJobStep.EnvEntry
+	nil,                                    // 67: loom.events.v1.StartStep.EnvEntry
+	nil,                                    // 68: loom.events.v1.LaunchTasks.EnvEntry
+	(*MetricsReported_Point)(nil),          // 69: loom.events.v1.MetricsReported.Point
+	nil,                                    // 70: loom.events.v1.MetricsReported.Point.ValuesEntry
+	nil,                                    // 71: loom.events.v1.RunHealthCheck.ParamsEntry
+	nil,                                    // 72: loom.events.v1.ScanNodes.ParamsEntry
+	(*v1.Cluster)(nil),                     // 73: loom.v1.Cluster
+	(*v1.Reservation)(nil),                 // 74: loom.v1.Reservation
+	(*v1.Node)(nil),                        // 75: loom.v1.Node
+	(v1.RemediationAction)(0),              // 76: loom.v1.RemediationAction
+	(*timestamppb.Timestamp)(nil),          // 77: google.protobuf.Timestamp
+	(*v1.GpuSample)(nil),                   // 78: loom.v1.GpuSample
+	(*v1.DiskSample)(nil),                  // 79: loom.v1.DiskSample
+	(*v1.HealthCheckResult)(nil),           // 80: loom.v1.HealthCheckResult
+	(*v1.Job)(nil),                         // 81: loom.v1.Job
+	(*durationpb.Duration)(nil),            // 82: google.protobuf.Duration
+	(v1.RemediationState)(0),               // 83: loom.v1.RemediationState
+	(*v1.Fault)(nil),                       // 84: loom.v1.Fault
+	(*v1.ModelVersion)(nil),                // 85: loom.v1.ModelVersion
+	(*v1.ExportModelResponse)(nil),         // 86: loom.v1.ExportModelResponse
+	(*v11.Model)(nil),                      // 87: loom.training.v1.Model
+	(*v1.ModelLineage)(nil),                // 88: loom.v1.ModelLineage
+	(*v11.CustomJob)(nil),                  // 89: loom.training.v1.CustomJob
+	(*v11.HyperparameterTuningJob)(nil),    // 90: loom.training.v1.HyperparameterTuningJob
+	(*v11.TrainingPipeline)(nil),           // 91: loom.training.v1.TrainingPipeline
+	(*v11.Trial)(nil),                      // 92: loom.training.v1.Trial
+	(*v1.AuditRecord)(nil),                 // 93: loom.v1.AuditRecord
+	(*v1.Association)(nil),                 // 94: loom.v1.Association
+	(*v1.Account)(nil),                     // 95: loom.v1.Account
 }
 var file_loom_events_v1_events_proto_depIdxs = []int32{
-	72, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
-	72, // 1: loom.events.v1.UpdateCluster.cluster:type_name -> loom.v1.Cluster
-	73, // 2: loom.events.v1.CreateReservation.reservation:type_name -> loom.v1.Reservation
-	72, // 3: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
-	73, // 4: loom.events.v1.ReservationChanged.reservation:type_name -> loom.v1.Reservation
-	74, // 5: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
-	75, // 6: loom.events.v1.RemediationFinished.action:type_name -> loom.v1.RemediationAction
-	76, // 7: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
-	76, // 8: loom.events.v1.GpuTelemetry.time:type_name -> google.protobuf.Timestamp
-	77, // 9: loom.events.v1.GpuTelemetry.gpus:type_name -> loom.v1.GpuSample
-	78, // 10: loom.events.v1.GpuTelemetry.disks:type_name -> loom.v1.DiskSample
-	76, // 11: loom.events.v1.XidObserved.time:type_name -> google.protobuf.Timestamp
-	79, // 12: loom.events.v1.HealthCheckCompleted.result:type_name -> loom.v1.HealthCheckResult
-	80, // 13: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
-	65, // 14: loom.events.v1.CreateJobStep.env:type_name -> loom.events.v1.CreateJobStep.EnvEntry
-	76, // 15: loom.events.v1.UpdateSlurmNode.time:type_name -> google.protobuf.Timestamp
-	80, // 16: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
-	66, // 17: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
+	73, // 0: loom.events.v1.CreateCluster.cluster:type_name -> loom.v1.Cluster
+	73, // 1: loom.events.v1.UpdateCluster.cluster:type_name -> loom.v1.Cluster
+	74, // 2: loom.events.v1.CreateReservation.reservation:type_name -> loom.v1.Reservation
+	73, // 3: loom.events.v1.ClusterChanged.cluster:type_name -> loom.v1.Cluster
+	74, // 4: loom.events.v1.ReservationChanged.reservation:type_name -> loom.v1.Reservation
+	75, // 5: loom.events.v1.NodeChanged.node:type_name -> loom.v1.Node
+	76, // 6: loom.events.v1.RemediationFinished.action:type_name -> loom.v1.RemediationAction
+	77, // 7: loom.events.v1.Heartbeat.time:type_name -> google.protobuf.Timestamp
+	77, // 8: loom.events.v1.GpuTelemetry.time:type_name -> google.protobuf.Timestamp
+	78, // 9: loom.events.v1.GpuTelemetry.gpus:type_name -> loom.v1.GpuSample
+	79, // 10: loom.events.v1.GpuTelemetry.disks:type_name -> loom.v1.DiskSample
+	77, // 11: loom.events.v1.XidObserved.time:type_name -> google.protobuf.Timestamp
+	80, // 12: loom.events.v1.HealthCheckCompleted.result:type_name -> loom.v1.HealthCheckResult
+	81, // 13: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
+	66, // 14: loom.events.v1.CreateJobStep.env:type_name -> loom.events.v1.CreateJobStep.EnvEntry
+	77, // 15: loom.events.v1.UpdateSlurmNode.time:type_name -> google.protobuf.Timestamp
+	81, // 16: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
+	67, // 17: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
 	0,  // 18: loom.events.v1.StopStep.cause:type_name -> loom.events.v1.StopCause
-	67, // 19: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
+	68, // 19: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
 	1,  // 20: loom.events.v1.StepChanged.state:type_name -> loom.events.v1.StepState
 	1,  // 21: loom.events.v1.TasksChanged.state:type_name -> loom.events.v1.StepState
-	76, // 22: loom.events.v1.StepProgress.checkpoint_time:type_name -> google.protobuf.Timestamp
-	76, // 23: loom.events.v1.StepProgress.last_progress:type_name -> google.protobuf.Timestamp
-	76, // 24: loom.events.v1.StepProgress.time:type_name -> google.protobuf.Timestamp
-	81, // 25: loom.events.v1.StepProgress.checkpoint_duration:type_name -> google.protobuf.Duration
-	68, // 26: loom.events.v1.MetricsReported.points:type_name -> loom.events.v1.MetricsReported.Point
+	77, // 22: loom.events.v1.StepProgress.checkpoint_time:type_name -> google.protobuf.Timestamp
+	77, // 23: loom.events.v1.StepProgress.last_progress:type_name -> google.protobuf.Timestamp
+	77, // 24: loom.events.v1.StepProgress.time:type_name -> google.protobuf.Timestamp
+	82, // 25: loom.events.v1.StepProgress.checkpoint_duration:type_name -> google.protobuf.Duration
+	69, // 26: loom.events.v1.MetricsReported.points:type_name -> loom.events.v1.MetricsReported.Point
 	2,  // 27: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
-	76, // 28: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
-	82, // 29: loom.events.v1.NodeHealthChanged.state:type_name -> loom.v1.RemediationState
-	75, // 30: loom.events.v1.NodeHealthChanged.action:type_name -> loom.v1.RemediationAction
-	76, // 31: loom.events.v1.NodeHealthChanged.time:type_name -> google.protobuf.Timestamp
-	81, // 32: loom.events.v1.RunHealthCheck.timeout:type_name -> google.protobuf.Duration
-	70, // 33: loom.events.v1.RunHealthCheck.params:type_name -> loom.events.v1.RunHealthCheck.ParamsEntry
-	83, // 34: loom.events.v1.InjectNodeFault.fault:type_name -> loom.v1.Fault
-	81, // 35: loom.events.v1.ScanNodes.timeout:type_name -> google.protobuf.Duration
-	71, // 36: loom.events.v1.ScanNodes.params:type_name -> loom.events.v1.ScanNodes.ParamsEntry
-	75, // 37: loom.events.v1.UpdateNodeRemediation.action:type_name -> loom.v1.RemediationAction
-	83, // 38: loom.events.v1.InjectFault.fault:type_name -> loom.v1.Fault
-	75, // 39: loom.events.v1.RemediateNode.action:type_name -> loom.v1.RemediationAction
-	84, // 40: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
-	85, // 41: loom.events.v1.ModelExported.response:type_name -> loom.v1.ExportModelResponse
-	86, // 42: loom.events.v1.UploadModel.model:type_name -> loom.training.v1.Model
-	87, // 43: loom.events.v1.UploadModel.lineage:type_name -> loom.v1.ModelLineage
-	88, // 44: loom.events.v1.CreateCustomJob.custom_job:type_name -> loom.training.v1.CustomJob
-	89, // 45: loom.events.v1.CreateHyperparameterTuningJob.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
-	90, // 46: loom.events.v1.CreateTrainingPipeline.pipeline:type_name -> loom.training.v1.TrainingPipeline
-	88, // 47: loom.events.v1.CustomJobChanged.custom_job:type_name -> loom.training.v1.CustomJob
-	89, // 48: loom.events.v1.HyperparameterTuningJobChanged.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
-	91, // 49: loom.events.v1.TrialChanged.trial:type_name -> loom.training.v1.Trial
-	90, // 50: loom.events.v1.TrainingPipelineChanged.pipeline:type_name -> loom.training.v1.TrainingPipeline
-	92, // 51: loom.events.v1.AuditRecorded.record:type_name -> loom.v1.AuditRecord
-	93, // 52: loom.events.v1.AssociationChanged.association:type_name -> loom.v1.Association
-	76, // 53: loom.events.v1.MetricsReported.Point.time:type_name -> google.protobuf.Timestamp
-	69, // 54: loom.events.v1.MetricsReported.Point.values:type_name -> loom.events.v1.MetricsReported.Point.ValuesEntry
-	55, // [55:55] is the sub-list for method output_type
-	55, // [55:55] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	77, // 28: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
+	83, // 29: loom.events.v1.NodeHealthChanged.state:type_name -> loom.v1.RemediationState
+	76, // 30: loom.events.v1.NodeHealthChanged.action:type_name -> loom.v1.RemediationAction
+	77, // 31: loom.events.v1.NodeHealthChanged.time:type_name -> google.protobuf.Timestamp
+	82, // 32: loom.events.v1.RunHealthCheck.timeout:type_name -> google.protobuf.Duration
+	71, // 33: loom.events.v1.RunHealthCheck.params:type_name -> loom.events.v1.RunHealthCheck.ParamsEntry
+	84, // 34: loom.events.v1.InjectNodeFault.fault:type_name -> loom.v1.Fault
+	82, // 35: loom.events.v1.ScanNodes.timeout:type_name -> google.protobuf.Duration
+	72, // 36: loom.events.v1.ScanNodes.params:type_name -> loom.events.v1.ScanNodes.ParamsEntry
+	76, // 37: loom.events.v1.UpdateNodeRemediation.action:type_name -> loom.v1.RemediationAction
+	84, // 38: loom.events.v1.InjectFault.fault:type_name -> loom.v1.Fault
+	76, // 39: loom.events.v1.RemediateNode.action:type_name -> loom.v1.RemediationAction
+	85, // 40: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
+	86, // 41: loom.events.v1.ModelExported.response:type_name -> loom.v1.ExportModelResponse
+	87, // 42: loom.events.v1.UploadModel.model:type_name -> loom.training.v1.Model
+	88, // 43: loom.events.v1.UploadModel.lineage:type_name -> loom.v1.ModelLineage
+	89, // 44: loom.events.v1.CreateCustomJob.custom_job:type_name -> loom.training.v1.CustomJob
+	90, // 45: loom.events.v1.CreateHyperparameterTuningJob.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
+	91, // 46: loom.events.v1.CreateTrainingPipeline.pipeline:type_name -> loom.training.v1.TrainingPipeline
+	89, // 47: loom.events.v1.CustomJobChanged.custom_job:type_name -> loom.training.v1.CustomJob
+	90, // 48: loom.events.v1.HyperparameterTuningJobChanged.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
+	92, // 49: loom.events.v1.TrialChanged.trial:type_name -> loom.training.v1.Trial
+	91, // 50: loom.events.v1.TrainingPipelineChanged.pipeline:type_name -> loom.training.v1.TrainingPipeline
+	93, // 51: loom.events.v1.AuditRecorded.record:type_name -> loom.v1.AuditRecord
+	94, // 52: loom.events.v1.AssociationChanged.association:type_name -> loom.v1.Association
+	95, // 53: loom.events.v1.AccountChanged.account:type_name -> loom.v1.Account
+	77, // 54: loom.events.v1.MetricsReported.Point.time:type_name -> google.protobuf.Timestamp
+	70, // 55: loom.events.v1.MetricsReported.Point.values:type_name -> loom.events.v1.MetricsReported.Point.ValuesEntry
+	56, // [56:56] is the sub-list for method output_type
+	56, // [56:56] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_loom_events_v1_events_proto_init() }
@@ -5681,7 +5742,7 @@ func file_loom_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_events_v1_events_proto_rawDesc), len(file_loom_events_v1_events_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   69,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

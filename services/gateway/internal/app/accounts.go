@@ -17,9 +17,10 @@ import (
 )
 
 // AccountService: Slurm accounts and associations (sacctmgr), stored in the
-// gateway's Redis per project. SetAssociation also tells the scheduler
-// (AssociationChanged on loom.job.commands.v1, key the project), which
-// enforces MaxJobs; the gateway enforces MaxSubmitJobs at SubmitJob.
+// gateway's Redis per project. CreateAccount and SetAssociation also tell
+// the scheduler (AccountChanged, AssociationChanged on loom.job.commands.v1,
+// key the project), which divides fair-share shares down the account tree
+// and enforces MaxJobs; the gateway enforces MaxSubmitJobs at SubmitJob.
 
 // projectOf parses parent and returns the project id. Who may call is the
 // authorization table's (package authz: admins write, viewers list), as
@@ -32,8 +33,9 @@ func projectOf(parent string) (string, error) {
 	return p.ID, nil
 }
 
-// CreateAccount adds an account to a project (sacctmgr add account); the
-// caller must be an admin of the project. InvalidArgument naming the field
+// CreateAccount adds an account to a project (sacctmgr add account) and
+// emits AccountChanged (key: the project) in the same Apply; the caller
+// must be an admin of the project. InvalidArgument naming the field
 // for a bad id, parent or value; AlreadyExists for an account the project
 // has (root always); ResourceExhausted past domain.MaxAccountsPerProject.
 func (g *Gateway) CreateAccount(ctx context.Context, req *loomv1.CreateAccountRequest) (*loomv1.Account, error) {
@@ -73,6 +75,13 @@ func (g *Gateway) CreateAccount(ctx context.Context, req *loomv1.CreateAccountRe
 	if err := adapters.PutAccount(tx, project, acct); err != nil {
 		return nil, err
 	}
+	// The scheduler divides fair-share shares down the account tree: it
+	// learns the account, its parent and its shares in the same Apply.
+	cmd, err := route(ctx, resname.Project{ID: project}.String(), &eventsv1.AccountChanged{Project: project, Account: acct})
+	if err != nil {
+		return nil, err
+	}
+	tx.Emit(cmd)
 	applied, err := g.repo.Apply(ctx, adapters.AccountInboxID(project, id), tx)
 	if err != nil {
 		return nil, fmt.Errorf("create account %s: %w", acct.GetName(), err)

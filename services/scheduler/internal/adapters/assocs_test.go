@@ -12,7 +12,8 @@ import (
 )
 
 // TestAssocLimitsWriteThenLoad: an association's MaxJobs, from
-// AssociationChanged, is stored and loaded back, the later change winning.
+// AssociationChanged, is stored and loaded back, the later change winning;
+// an account's record from AccountChanged too.
 func TestAssocLimitsWriteThenLoad(t *testing.T) {
 	t.Parallel()
 	_, rdb := testkit.Redis(t)
@@ -25,11 +26,18 @@ func TestAssocLimitsWriteThenLoad(t *testing.T) {
 		persist(t, ctx, st, s, now, &eventsv1.AssociationChanged{Project: "default",
 			Association: &loomv1.Association{Account: "lab", User: "ada", MaxJobs: max, Fairshare: 3}})
 	}
+	// An account's record (no user) beside it: its parent and shares.
+	persist(t, ctx, st, s, now.Add(time.Minute), &eventsv1.AccountChanged{Project: "default",
+		Account: &loomv1.Account{Name: "projects/default/accounts/lab", ParentAccount: "science", Fairshare: 5}})
 	recs, err := NewRepo(st).Load(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(recs.Assocs) != 1 || *recs.Assocs[0] != (domain.AssocLimit{Project: "default", Account: "lab", User: "ada", MaxJobs: 2, Fairshare: 3}) {
-		t.Fatalf("loaded limits: %+v", recs.Assocs)
+	want := map[domain.AssocLimit]bool{
+		{Project: "default", Account: "lab", User: "ada", MaxJobs: 2, Fairshare: 3}: true,
+		{Project: "default", Account: "lab", Fairshare: 5, Parent: "science"}:       true,
+	}
+	if len(recs.Assocs) != 2 || !want[*recs.Assocs[0]] || !want[*recs.Assocs[1]] {
+		t.Fatalf("loaded limits: %+v %+v", recs.Assocs[0], recs.Assocs[len(recs.Assocs)-1])
 	}
 }

@@ -9,7 +9,7 @@
 //	scheduler:arrays    array name   → JSON {name, cluster, job_id, limit, index_spec, template: protobuf Job}
 //	scheduler:usage     cluster|account[|user] → JSON Usage (decayed fair-share usage)
 //	scheduler:ended     job name     → JSON Ended (final state and goodput of a job retention pruned)
-//	scheduler:assocs    project|account|user → JSON AssocLimit (an association's MaxJobs, from AssociationChanged)
+//	scheduler:assocs    project|account|user → JSON AssocLimit (an association's MaxJobs and shares, from AssociationChanged; with no user, an account's parent and shares, from AccountChanged)
 //
 // The leader lease (lease.go) lives beside them: scheduler:leader and its
 // fencing keys.
@@ -37,7 +37,7 @@ const (
 	KeyArrays   = "arrays"
 	KeyUsage    = "usage"
 	KeyEnded    = "ended"
-	// KeyAssocs: domain.AssocLimitKey → JSON AssocLimit (an association's MaxJobs).
+	// KeyAssocs: domain.AssocLimitKey → JSON AssocLimit (an association's MaxJobs and shares, or an account's parent and shares).
 	KeyAssocs = "assocs"
 )
 

@@ -21,17 +21,22 @@ import (
 const ReasonAssocMaxJobsLimit = "AssocMaxJobsLimit"
 
 // AssocLimit is an association's limits as the scheduler enforces them,
-// stored (scheduler:assocs, AssocLimitKey → JSON) and loaded at start-up.
+// or, with no User, an account's place in the account tree; stored
+// (scheduler:assocs, AssocLimitKey → JSON) and loaded at start-up.
 type AssocLimit struct {
 	Project string `json:"project"`
 	Account string `json:"account"`
-	User    string `json:"user"`
+	// User is the association's user; empty for an account's own record
+	// (from AccountChanged).
+	User string `json:"user"`
 	// MaxJobs is how many of the user's jobs charged to the account may
 	// run at once (on each cluster); 0 is no limit.
 	MaxJobs int32 `json:"max_jobs,omitempty"`
-	// Fairshare is the association's shares (kept for fair share; not yet
-	// read by the priority).
+	// Fairshare is the association's or account's raw shares (sacctmgr
+	// Fairshare=); 0 counts as 1, Slurm's default (shares.go).
 	Fairshare int32 `json:"fairshare,omitempty"`
+	// Parent is an account's parent account ("" or "root": the top).
+	Parent string `json:"parent,omitempty"`
 }
 
 // limitKey identifies an association across projects.
@@ -50,25 +55,34 @@ func (s *State) LoadAssocLimits(limits []*AssocLimit) {
 	}
 }
 
-// AssocLimits returns the association limits the state enforces.
+// AssocLimits returns the association limits the state enforces and the
+// accounts it knows, copies.
 func (s *State) AssocLimits() []*AssocLimit {
-	out := make([]*AssocLimit, 0, len(s.limits))
-	for _, l := range s.limits {
-		ll := *l
-		out = append(out, &ll)
+	out := make([]*AssocLimit, 0, len(s.limits)+len(s.accounts))
+	for _, m := range []map[limitKey]*AssocLimit{s.limits, s.accounts} {
+		for _, l := range m {
+			ll := *l
+			out = append(out, &ll)
+		}
 	}
 	return out
 }
 
+// putAssocLimit stores an association's limits, or an account's record
+// (no user) among the accounts.
 func (s *State) putAssocLimit(l *AssocLimit) {
-	if s.limits == nil {
-		s.limits = map[limitKey]*AssocLimit{}
+	m := &s.limits
+	if l.User == "" {
+		m = &s.accounts
 	}
-	s.limits[limitKey{l.Project, l.Account, l.User}] = l
+	if *m == nil {
+		*m = map[limitKey]*AssocLimit{}
+	}
+	(*m)[limitKey{l.Project, l.Account, l.User}] = l
 }
 
-// commitAssocLimits applies the change's association limits to the state
-// (Commit).
+// commitAssocLimits applies the change's association limits and accounts
+// to the state (Commit).
 func (s *State) commitAssocLimits(c *Change) {
 	for _, l := range c.Assocs {
 		s.putAssocLimit(l)
@@ -84,11 +98,36 @@ func (t *txn) associationChanged(ev *eventsv1.AssociationChanged) error {
 	v.Check(a.GetAccount() != "" && !strings.Contains(a.GetAccount(), "|"), "association.account", "an id is required, got %q", a.GetAccount())
 	v.Check(a.GetUser() != "" && !strings.Contains(a.GetUser(), "|"), "association.user", "a login name is required, got %q", a.GetUser())
 	v.Check(a.GetMaxJobs() >= 0, "association.max_jobs", "must not be negative, got %d", a.GetMaxJobs())
+	v.Check(a.GetFairshare() >= 0, "association.fairshare", "must not be negative, got %d", a.GetFairshare())
 	if err := v.Err(); err != nil {
 		return fmt.Errorf("association changed: %w", err)
 	}
-	l := &AssocLimit{Project: ev.GetProject(), Account: a.GetAccount(), User: a.GetUser(),
-		MaxJobs: a.GetMaxJobs(), Fairshare: a.GetFairshare()}
+	t.putAssoc(&AssocLimit{Project: ev.GetProject(), Account: a.GetAccount(), User: a.GetUser(),
+		MaxJobs: a.GetMaxJobs(), Fairshare: a.GetFairshare()})
+	return nil
+}
+
+// accountChanged records an account's parent and shares, and has the
+// project's clusters scheduled again: the shares weigh its jobs.
+func (t *txn) accountChanged(ev *eventsv1.AccountChanged) error {
+	var v errs.Validator
+	a := ev.GetAccount()
+	id := a.GetName()[strings.LastIndexByte(a.GetName(), '/')+1:]
+	v.Check(ev.GetProject() != "" && !strings.ContainsAny(ev.GetProject(), "|/"), "project", "an id is required, got %q", ev.GetProject())
+	v.Check(id != "" && !strings.Contains(id, "|"), "account.name", "an account name is required, got %q", a.GetName())
+	v.Check(!strings.ContainsAny(a.GetParentAccount(), "|/"), "account.parent_account", "an account id is required, got %q", a.GetParentAccount())
+	v.Check(a.GetParentAccount() != id, "account.parent_account", "an account is not its own parent (%q)", id)
+	v.Check(a.GetFairshare() >= 0, "account.fairshare", "must not be negative, got %d", a.GetFairshare())
+	if err := v.Err(); err != nil {
+		return fmt.Errorf("account changed: %w", err)
+	}
+	t.putAssoc(&AssocLimit{Project: ev.GetProject(), Account: id, Fairshare: a.GetFairshare(), Parent: a.GetParentAccount()})
+	return nil
+}
+
+// putAssoc puts an association's limits or an account's record in the
+// change and has the project's clusters scheduled again.
+func (t *txn) putAssoc(l *AssocLimit) {
 	if t.c.Assocs == nil {
 		t.c.Assocs = map[string]*AssocLimit{}
 	}
@@ -99,22 +138,53 @@ func (t *txn) associationChanged(ev *eventsv1.AssociationChanged) error {
 			t.dirty[c] = true
 		}
 	}
-	return nil
+}
+
+// assocRecord is the association's limits (an account's record for user
+// ""), in project, as the change leaves them; nil when none.
+func (t *txn) assocRecord(project, account, user string) *AssocLimit {
+	if len(t.c.Assocs) > 0 {
+		if l, ok := t.c.Assocs[AssocLimitKey(project, account, user)]; ok {
+			return l
+		}
+	}
+	if user == "" {
+		return t.s.accounts[limitKey{project, account, user}]
+	}
+	return t.s.limits[limitKey{project, account, user}]
 }
 
 // assocMaxJobs is the MaxJobs of the association (account, user) in the
 // project of cluster, as the change leaves it; 0 when none.
 func (t *txn) assocMaxJobs(cluster, account, user string) int32 {
-	project := projectOf(cluster)
-	if len(t.c.Assocs) > 0 {
-		if l, ok := t.c.Assocs[AssocLimitKey(project, account, user)]; ok {
-			return l.MaxJobs
-		}
-	}
-	if l := t.s.limits[limitKey{project, account, user}]; l != nil {
+	if l := t.assocRecord(projectOf(cluster), account, user); l != nil {
 		return l.MaxJobs
 	}
 	return 0
+}
+
+// rawShares returns the raw shares (Fairshare, 1 unless set) of an
+// association, or of an account for user "", in project; every one is 1
+// without a look-up when the state and the change hold no record.
+func (t *txn) rawShares(project string) func(account, user string) int64 {
+	if len(t.s.limits) == 0 && len(t.s.accounts) == 0 && len(t.c.Assocs) == 0 {
+		return func(string, string) int64 { return 1 }
+	}
+	return func(account, user string) int64 {
+		if l := t.assocRecord(project, account, user); l != nil && l.Fairshare > 0 {
+			return int64(l.Fairshare)
+		}
+		return 1
+	}
+}
+
+// accountParent is the parent of an account in project as the change
+// leaves it; "" (the top) when the account is unknown.
+func (t *txn) accountParent(project, account string) string {
+	if l := t.assocRecord(project, account, ""); l != nil {
+		return l.Parent
+	}
+	return ""
 }
 
 // projectOf is the project id of a resource name ("projects/p/...").

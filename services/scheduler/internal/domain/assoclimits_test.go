@@ -65,6 +65,19 @@ func TestAssociationChangedRefusesBadEvents(t *testing.T) {
 		{Project: "default", Association: &loomv1.Association{User: "ada"}},
 		{Project: "default", Association: &loomv1.Association{Account: "a"}},
 		{Project: "default", Association: &loomv1.Association{Account: "a", User: "ada", MaxJobs: -1}},
+		{Project: "default", Association: &loomv1.Association{Account: "a", User: "ada", Fairshare: -1}},
+	} {
+		var inv *errs.InvalidError
+		if _, err := s.Handle(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), ev); !errors.As(err, &inv) {
+			t.Errorf("%v: got %v, want an InvalidError", ev, err)
+		}
+	}
+	for _, ev := range []*eventsv1.AccountChanged{
+		{Account: &loomv1.Account{Name: "projects/default/accounts/a"}},
+		{Project: "default", Account: &loomv1.Account{Name: "projects/default/accounts/"}},
+		{Project: "default", Account: &loomv1.Account{Name: "projects/default/accounts/a", ParentAccount: "a"}},
+		{Project: "default", Account: &loomv1.Account{Name: "projects/default/accounts/a", ParentAccount: "x|y"}},
+		{Project: "default", Account: &loomv1.Account{Name: "projects/default/accounts/a", Fairshare: -1}},
 	} {
 		var inv *errs.InvalidError
 		if _, err := s.Handle(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), ev); !errors.As(err, &inv) {

@@ -60,8 +60,9 @@ func (s *State) Follow(u *Update) {
 			s.putAssocLimit(l)
 			continue
 		}
-		if p := strings.SplitN(key, "|", 3); len(p) == 3 && s.limits != nil {
+		if p := strings.SplitN(key, "|", 3); len(p) == 3 {
 			delete(s.limits, limitKey{p[0], p[1], p[2]})
+			delete(s.accounts, limitKey{p[0], p[1], p[2]})
 		}
 	}
 	for name, a := range u.Arrays {

@@ -62,6 +62,8 @@ func (t *txn) dispatch(payload proto.Message) error {
 		err = t.stepProgress(ev) // health.go
 	case *eventsv1.AssociationChanged:
 		err = t.associationChanged(ev) // assoclimits.go
+	case *eventsv1.AccountChanged:
+		err = t.accountChanged(ev) // assoclimits.go
 	case *eventsv1.CreateJobStep, *eventsv1.CancelJobStep, *eventsv1.TasksChanged:
 		err = t.jobStepEvent(ev) // jobsteps.go
 	}

@@ -19,8 +19,9 @@ import (
 //
 //   - age = min(time eligible / MaxAge, 1), eligible from submit (or --begin);
 //   - fairshare = 2^−((u_a/s_a + u_u/s_u)/2): u_a is the account's share of the
-//     cluster's decayed usage, s_a its share of the shares (accounts share
-//     equally among those with jobs or usage), u_u and s_u the same for the
+//     cluster's decayed usage, s_a its share of the shares (divided down the
+//     account tree by raw shares, sacctmgr Fairshare=, among the accounts
+//     and users with jobs or usage: shares.go), u_u and s_u the same for the
 //     user among the cluster's usage and its account's users (so a user alone
 //     in an account gets Slurm's classic 2^−(usage/shares));
 //   - size = the job's GPUs over the partition's (nodes over nodes for jobs
@@ -331,51 +332,51 @@ func (t *txn) newPrioCtx(cluster string, c *Cluster, views []place.NodeView, pen
 		}
 	}
 
-	// Shares: accounts share equally, users equally within their account.
-	usersOf := map[string]int{}
+	// Shares: divided down the account tree (shares.go) among the accounts
+	// and users with jobs or usage.
+	project := projectOf(cluster)
+	raws := t.rawShares(project)
+	usersW := map[string]int64{}
 	for id, ok := range present {
 		if ok {
-			usersOf[s.assocList[id].account]++
+			a := s.assocList[id]
+			usersW[a.account] += raws(a.account, a.user)
 		}
 	}
 	for k := range otherPresent {
-		usersOf[k.account]++
+		usersW[k.account] += raws(k.account, k.user)
 	}
 	for a := range acctUse {
-		if _, ok := usersOf[a]; !ok {
-			usersOf[a] = 0
+		if _, ok := usersW[a]; !ok {
+			usersW[a] = 0
 		}
 	}
-	nAcct := float64(max(len(usersOf), 1))
-	fs := func(account string, use float64) float64 {
-		if total <= 0 {
-			return 1
-		}
-		sa := 1 / nAcct
-		su := sa / float64(max(usersOf[account], 1))
-		return math.Exp2(-(acctUse[account]/total/sa + use/total/su) / 2)
-	}
+	tree := newShareTree(usersW, func(account string) (int64, string) {
+		return raws(account, ""), t.accountParent(project, account)
+	})
 	p.fsByID = make([]float64, nIDs)
 	for id, ok := range present {
 		if ok {
-			p.fsByID[id] = fs(s.assocList[id].account, userUse[id])
+			a := s.assocList[id]
+			p.fsByID[id] = tree.factor(acctUse, total, a.account, raws(a.account, a.user), userUse[id])
 		}
 	}
 	p.fsOther = make(map[assocKey]float64, len(otherPresent))
 	for k := range otherPresent {
-		p.fsOther[k] = fs(k.account, otherUse[k])
+		p.fsOther[k] = tree.factor(acctUse, total, k.account, raws(k.account, k.user), otherUse[k])
 	}
 	if t.wantShares {
-		users := map[assocKey]float64{}
+		var users []shareUser
 		for id, ok := range present {
 			if ok {
-				users[assocKey{s.assocList[id].account, s.assocList[id].user}] = userUse[id]
+				a := s.assocList[id]
+				users = append(users, shareUser{a.account, a.user, raws(a.account, a.user), userUse[id]})
 			}
 		}
 		for k := range otherPresent {
-			users[k] = otherUse[k]
+			users = append(users, shareUser{k.account, k.user, raws(k.account, k.user), otherUse[k]})
 		}
-		p.shares = shareRows(acctUse, usersOf, users, total, fs)
+		p.shares = tree.shareRows(acctUse, total, users)
 	}
 	p.weigh()
 	return p

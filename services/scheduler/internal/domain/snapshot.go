@@ -29,7 +29,7 @@ func (s *State) Snapshot() Snapshot {
 		Runs:     slices.Collect(maps.Values(s.runs)),
 		Arrays:   slices.Collect(maps.Values(s.arrays)),
 		Usage:    slices.Collect(maps.Values(s.usage)),
-		Assocs:   slices.Collect(maps.Values(s.limits)),
+		Assocs:   s.AssocLimits(),
 	}.Copy()
 }
 

@@ -55,6 +55,9 @@ type State struct {
 	wake map[string]time.Time
 	// limits are the associations' limits (assoclimits.go), nil when none.
 	limits map[limitKey]*AssocLimit
+	// accounts are the accounts' parents and shares (AssocLimit with no
+	// user; assoclimits.go), nil when none.
+	accounts map[limitKey]*AssocLimit
 	// assocs interns account/user associations (memory only).
 	assocs    map[assocKey]*assoc
 	assocList []*assoc
