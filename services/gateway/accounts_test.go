@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/loom-ml/loom/libs/envelope"
 	"github.com/loom-ml/loom/libs/testkit"
@@ -142,6 +143,83 @@ func TestAccountsCreateListAndAssociate(t *testing.T) {
 	if ac := ev.Payload.(*eventsv1.AccountChanged); ev.Key != project || ac.GetProject() != "default" ||
 		ac.GetAccount().GetParentAccount() != "physics" || ac.GetAccount().GetFairshare() != 1 {
 		t.Fatalf("AccountChanged key %q: %v", ev.Key, ac)
+	}
+}
+
+// TestUpdateAccount: an admin changes an account's shares and parent
+// (sacctmgr modify account); the change is stored, returned, and sent to
+// the scheduler as AccountChanged. A parent that would make a loop, one
+// that is not there, root itself, an empty or unknown mask and a value out
+// of bounds are refused naming the field; a viewer may not; an account the
+// project does not have is NotFound.
+func TestUpdateAccount(t *testing.T) {
+	t.Parallel()
+	h := newAccountsHarness(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	acc := h.accounts()
+	for _, a := range []*loomv1.Account{{Name: "physics"}, {Name: "qcd", ParentAccount: "physics"}, {Name: "chem"}} {
+		if _, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: a}, h.call("pat")); err != nil {
+			t.Fatalf("create %s: %v", a.GetName(), err)
+		}
+	}
+	mask := func(paths ...string) *fieldmaskpb.FieldMask { return &fieldmaskpb.FieldMask{Paths: paths} }
+	got, err := acc.UpdateAccount(ctx, &loomv1.UpdateAccountRequest{
+		Account:    &loomv1.Account{Name: "projects/default/accounts/qcd", ParentAccount: "chem", Fairshare: 5, Description: "not in the mask"},
+		UpdateMask: mask("fairshare", "parentAccount")}, h.call("pat"))
+	if err != nil {
+		t.Fatalf("update: %v", err)
+	}
+	want := &loomv1.Account{Name: "projects/default/accounts/qcd", Description: "qcd", Organization: "physics", ParentAccount: "chem", Fairshare: 5}
+	if !proto.Equal(got, want) {
+		t.Fatalf("updated %v, want %v", got, want)
+	}
+	list, err := acc.ListAccounts(ctx, &loomv1.ListAccountsRequest{Parent: project}, h.call("vic"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range list.GetAccounts() {
+		if a.GetName() == want.GetName() && !proto.Equal(a, want) {
+			t.Fatalf("stored %v, want %v", a, want)
+		}
+	}
+	ev := testkit.WaitEvent(t, h.broker, topics.JobCommands, 30*time.Second, func(e envelope.Event) bool {
+		ac, ok := e.Payload.(*eventsv1.AccountChanged)
+		return ok && ac.GetAccount().GetFairshare() == 5
+	})
+	if ac := ev.Payload.(*eventsv1.AccountChanged); ev.Key != project || !proto.Equal(ac.GetAccount(), want) {
+		t.Fatalf("AccountChanged key %q: %v", ev.Key, ac)
+	}
+
+	update := func(caller string, a *loomv1.Account, paths ...string) error {
+		_, err := acc.UpdateAccount(ctx, &loomv1.UpdateAccountRequest{Account: a, UpdateMask: mask(paths...)}, h.call(caller))
+		return err
+	}
+	// chem is now above qcd: qcd may not become chem's parent.
+	wantAcctCode(t, update("pat", &loomv1.Account{Name: "projects/default/accounts/chem", ParentAccount: "qcd"}, "parent_account"),
+		codes.InvalidArgument, "account.parent_account", "loop")
+	wantAcctCode(t, update("pat", &loomv1.Account{Name: "projects/default/accounts/chem", ParentAccount: "chem"}, "parent_account"),
+		codes.InvalidArgument, "account.parent_account")
+	wantAcctCode(t, update("pat", &loomv1.Account{Name: "projects/default/accounts/chem", ParentAccount: "nope"}, "parent_account"),
+		codes.InvalidArgument, "account.parent_account", "nope")
+	wantAcctCode(t, update("pat", &loomv1.Account{Name: "projects/default/accounts/root", Fairshare: 2}, "fairshare"),
+		codes.InvalidArgument, "account.name", "root")
+	wantAcctCode(t, update("pat", &loomv1.Account{Name: "projects/default/accounts/chem"}), codes.InvalidArgument, "update_mask")
+	wantAcctCode(t, update("pat", &loomv1.Account{Name: "projects/default/accounts/chem"}, "name"), codes.InvalidArgument, "update_mask.paths[0]")
+	wantAcctCode(t, update("pat", &loomv1.Account{Name: "projects/default/accounts/chem", Fairshare: domain.MaxFairshare + 1}, "fairshare"),
+		codes.InvalidArgument, "account.fairshare", "1000000")
+	wantAcctCode(t, update("pat", &loomv1.Account{Name: "projects/default/accounts/chem", Description: strings.Repeat("x", 300)}, "description"),
+		codes.InvalidArgument, "account.description")
+	wantAcctCode(t, update("vic", &loomv1.Account{Name: "projects/default/accounts/chem", Fairshare: 2}, "fairshare"), codes.PermissionDenied)
+	wantAcctCode(t, update("pat", &loomv1.Account{Name: "projects/default/accounts/gone", Fairshare: 2}, "fairshare"), codes.NotFound)
+	// Nothing refused was applied.
+	list, err = acc.ListAccounts(ctx, &loomv1.ListAccountsRequest{Parent: project}, h.call("vic"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range list.GetAccounts() {
+		if a.GetName() == "projects/default/accounts/chem" && (a.GetParentAccount() != "root" || a.GetFairshare() != 1 || a.GetDescription() != "chem") {
+			t.Fatalf("chem after refused updates: %v", a)
+		}
 	}
 }
 

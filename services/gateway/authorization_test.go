@@ -408,6 +408,13 @@ func matrixRows(opName string) []matrixRow {
 		}), func(i int) (string, string, string) {
 			return "POST", "/v1/projects/default/accounts", fmt.Sprintf(`{"name":"r%d"}`, i)
 		}, adminRow},
+		{"UpdateAccount", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
+			_, err := acs(c).UpdateAccount(ctx, &loomv1.UpdateAccountRequest{Account: &loomv1.Account{Name: project + "/accounts/matrix", Fairshare: 2},
+				UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"fairshare"}}})
+			return err
+		}), func(int) (string, string, string) {
+			return "PATCH", "/v1/projects/default/accounts/matrix?updateMask=fairshare", `{"fairshare":2}`
+		}, adminRow},
 		{"ListAccounts", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
 			_, err := acs(c).ListAccounts(ctx, &loomv1.ListAccountsRequest{Parent: project})
 			return err
@@ -512,6 +519,10 @@ func matrixWorld(t *testing.T, h *harness) string {
 	h.w.mu.Lock()
 	h.w.slurmNodes = []*loomv1.SlurmNode{{Hostname: "gpu-0001", Cluster: cluster1, State: loomv1.SlurmNode_IDLE}}
 	h.w.mu.Unlock()
+	// The account UpdateAccount's row changes.
+	if _, err := h.accounts().CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "matrix"}}, h.call("pat")); err != nil {
+		t.Fatal(err)
+	}
 	op, err := h.clusters().CreateCluster(ctx, validCluster("opsrc"))
 	if err != nil {
 		t.Fatal(err)

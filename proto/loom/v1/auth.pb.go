@@ -10,6 +10,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -1602,6 +1603,62 @@ func (x *CreateAccountRequest) GetAccount() *Account {
 	return nil
 }
 
+type UpdateAccountRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// account.name is "projects/{project}/accounts/{account}"; the other
+	// fields are the new values of those update_mask names.
+	Account *Account `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"`
+	// update_mask: description, organization, parent_account, fairshare
+	// (at least one).
+	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateAccountRequest) Reset() {
+	*x = UpdateAccountRequest{}
+	mi := &file_loom_v1_auth_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateAccountRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateAccountRequest) ProtoMessage() {}
+
+func (x *UpdateAccountRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_auth_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateAccountRequest.ProtoReflect.Descriptor instead.
+func (*UpdateAccountRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *UpdateAccountRequest) GetAccount() *Account {
+	if x != nil {
+		return x.Account
+	}
+	return nil
+}
+
+func (x *UpdateAccountRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
+	if x != nil {
+		return x.UpdateMask
+	}
+	return nil
+}
+
 type ListAccountsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Parent        string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
@@ -1613,7 +1670,7 @@ type ListAccountsRequest struct {
 
 func (x *ListAccountsRequest) Reset() {
 	*x = ListAccountsRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[22]
+	mi := &file_loom_v1_auth_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1625,7 +1682,7 @@ func (x *ListAccountsRequest) String() string {
 func (*ListAccountsRequest) ProtoMessage() {}
 
 func (x *ListAccountsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[22]
+	mi := &file_loom_v1_auth_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1638,7 +1695,7 @@ func (x *ListAccountsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAccountsRequest.ProtoReflect.Descriptor instead.
 func (*ListAccountsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{22}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListAccountsRequest) GetParent() string {
@@ -1672,7 +1729,7 @@ type ListAccountsResponse struct {
 
 func (x *ListAccountsResponse) Reset() {
 	*x = ListAccountsResponse{}
-	mi := &file_loom_v1_auth_proto_msgTypes[23]
+	mi := &file_loom_v1_auth_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1684,7 +1741,7 @@ func (x *ListAccountsResponse) String() string {
 func (*ListAccountsResponse) ProtoMessage() {}
 
 func (x *ListAccountsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[23]
+	mi := &file_loom_v1_auth_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1697,7 +1754,7 @@ func (x *ListAccountsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAccountsResponse.ProtoReflect.Descriptor instead.
 func (*ListAccountsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{23}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListAccountsResponse) GetAccounts() []*Account {
@@ -1724,7 +1781,7 @@ type SetAssociationRequest struct {
 
 func (x *SetAssociationRequest) Reset() {
 	*x = SetAssociationRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[24]
+	mi := &file_loom_v1_auth_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1736,7 +1793,7 @@ func (x *SetAssociationRequest) String() string {
 func (*SetAssociationRequest) ProtoMessage() {}
 
 func (x *SetAssociationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[24]
+	mi := &file_loom_v1_auth_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1749,7 +1806,7 @@ func (x *SetAssociationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAssociationRequest.ProtoReflect.Descriptor instead.
 func (*SetAssociationRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{24}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetAssociationRequest) GetParent() string {
@@ -1779,7 +1836,7 @@ type ListAssociationsRequest struct {
 
 func (x *ListAssociationsRequest) Reset() {
 	*x = ListAssociationsRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[25]
+	mi := &file_loom_v1_auth_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1791,7 +1848,7 @@ func (x *ListAssociationsRequest) String() string {
 func (*ListAssociationsRequest) ProtoMessage() {}
 
 func (x *ListAssociationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[25]
+	mi := &file_loom_v1_auth_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1804,7 +1861,7 @@ func (x *ListAssociationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAssociationsRequest.ProtoReflect.Descriptor instead.
 func (*ListAssociationsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{25}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListAssociationsRequest) GetParent() string {
@@ -1855,7 +1912,7 @@ type ListAssociationsResponse struct {
 
 func (x *ListAssociationsResponse) Reset() {
 	*x = ListAssociationsResponse{}
-	mi := &file_loom_v1_auth_proto_msgTypes[26]
+	mi := &file_loom_v1_auth_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +1924,7 @@ func (x *ListAssociationsResponse) String() string {
 func (*ListAssociationsResponse) ProtoMessage() {}
 
 func (x *ListAssociationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[26]
+	mi := &file_loom_v1_auth_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +1937,7 @@ func (x *ListAssociationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAssociationsResponse.ProtoReflect.Descriptor instead.
 func (*ListAssociationsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{26}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListAssociationsResponse) GetAssociations() []*Association {
@@ -1908,7 +1965,7 @@ var File_loom_v1_auth_proto protoreflect.FileDescriptor
 
 const file_loom_v1_auth_proto_rawDesc = "" +
 	"\n" +
-	"\x12loom/v1/auth.proto\x12\aloom.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x85\x02\n" +
+	"\x12loom/v1/auth.proto\x12\aloom.v1\x1a\x1cgoogle/api/annotations.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x85\x02\n" +
 	"\tPrincipal\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x16.loom.v1.PrincipalKindR\x04kind\x12\x12\n" +
@@ -2032,7 +2089,11 @@ const file_loom_v1_auth_proto_rawDesc = "" +
 	"defaultQos\"Z\n" +
 	"\x14CreateAccountRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12*\n" +
-	"\aaccount\x18\x02 \x01(\v2\x10.loom.v1.AccountR\aaccount\"i\n" +
+	"\aaccount\x18\x02 \x01(\v2\x10.loom.v1.AccountR\aaccount\"\x7f\n" +
+	"\x14UpdateAccountRequest\x12*\n" +
+	"\aaccount\x18\x01 \x01(\v2\x10.loom.v1.AccountR\aaccount\x12;\n" +
+	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
+	"updateMask\"i\n" +
 	"\x13ListAccountsRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -2072,10 +2133,11 @@ const file_loom_v1_auth_proto_rawDesc = "" +
 	"\fRegisterNode\x12\x1c.loom.v1.RegisterNodeRequest\x1a\x15.loom.v1.NodeIdentity\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/auth:registerNode\x12l\n" +
 	"\x11RenewNodeIdentity\x12!.loom.v1.RenewNodeIdentityRequest\x1a\x15.loom.v1.NodeIdentity\"\x1d\x82\xd3\xe4\x93\x02\x17:\x01*\"\x12/v1/auth:renewNode2\x96\x01\n" +
 	"\fAuditService\x12\x85\x01\n" +
-	"\x10ListAuditRecords\x12 .loom.v1.ListAuditRecordsRequest\x1a!.loom.v1.ListAuditRecordsResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/{parent=projects/*}/auditRecords2\x88\x04\n" +
+	"\x10ListAuditRecords\x12 .loom.v1.ListAuditRecordsRequest\x1a!.loom.v1.ListAuditRecordsResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/{parent=projects/*}/auditRecords2\x85\x05\n" +
 	"\x0eAccountService\x12s\n" +
 	"\rCreateAccount\x12\x1d.loom.v1.CreateAccountRequest\x1a\x10.loom.v1.Account\"1\x82\xd3\xe4\x93\x02+:\aaccount\" /v1/{parent=projects/*}/accounts\x12u\n" +
-	"\fListAccounts\x12\x1c.loom.v1.ListAccountsRequest\x1a\x1d.loom.v1.ListAccountsResponse\"(\x82\xd3\xe4\x93\x02\"\x12 /v1/{parent=projects/*}/accounts\x12\x81\x01\n" +
+	"\fListAccounts\x12\x1c.loom.v1.ListAccountsRequest\x1a\x1d.loom.v1.ListAccountsResponse\"(\x82\xd3\xe4\x93\x02\"\x12 /v1/{parent=projects/*}/accounts\x12{\n" +
+	"\rUpdateAccount\x12\x1d.loom.v1.UpdateAccountRequest\x1a\x10.loom.v1.Account\"9\x82\xd3\xe4\x93\x023:\aaccount2(/v1/{account.name=projects/*/accounts/*}\x12\x81\x01\n" +
 	"\x0eSetAssociation\x12\x1e.loom.v1.SetAssociationRequest\x1a\x14.loom.v1.Association\"9\x82\xd3\xe4\x93\x023:\vassociation\"$/v1/{parent=projects/*}/associations\x12\x85\x01\n" +
 	"\x10ListAssociations\x12 .loom.v1.ListAssociationsRequest\x1a!.loom.v1.ListAssociationsResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/{parent=projects/*}/associationsB.Z,github.com/loom-ml/loom/proto/loom/v1;loomv1b\x06proto3"
 
@@ -2092,7 +2154,7 @@ func file_loom_v1_auth_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_v1_auth_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_loom_v1_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_loom_v1_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_loom_v1_auth_proto_goTypes = []any{
 	(PrincipalKind)(0),               // 0: loom.v1.PrincipalKind
 	(*Principal)(nil),                // 1: loom.v1.Principal
@@ -2117,65 +2179,71 @@ var file_loom_v1_auth_proto_goTypes = []any{
 	(*Account)(nil),                  // 20: loom.v1.Account
 	(*Association)(nil),              // 21: loom.v1.Association
 	(*CreateAccountRequest)(nil),     // 22: loom.v1.CreateAccountRequest
-	(*ListAccountsRequest)(nil),      // 23: loom.v1.ListAccountsRequest
-	(*ListAccountsResponse)(nil),     // 24: loom.v1.ListAccountsResponse
-	(*SetAssociationRequest)(nil),    // 25: loom.v1.SetAssociationRequest
-	(*ListAssociationsRequest)(nil),  // 26: loom.v1.ListAssociationsRequest
-	(*ListAssociationsResponse)(nil), // 27: loom.v1.ListAssociationsResponse
-	nil,                              // 28: loom.v1.Principal.RolesEntry
-	(*timestamppb.Timestamp)(nil),    // 29: google.protobuf.Timestamp
+	(*UpdateAccountRequest)(nil),     // 23: loom.v1.UpdateAccountRequest
+	(*ListAccountsRequest)(nil),      // 24: loom.v1.ListAccountsRequest
+	(*ListAccountsResponse)(nil),     // 25: loom.v1.ListAccountsResponse
+	(*SetAssociationRequest)(nil),    // 26: loom.v1.SetAssociationRequest
+	(*ListAssociationsRequest)(nil),  // 27: loom.v1.ListAssociationsRequest
+	(*ListAssociationsResponse)(nil), // 28: loom.v1.ListAssociationsResponse
+	nil,                              // 29: loom.v1.Principal.RolesEntry
+	(*timestamppb.Timestamp)(nil),    // 30: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),    // 31: google.protobuf.FieldMask
 }
 var file_loom_v1_auth_proto_depIdxs = []int32{
 	0,  // 0: loom.v1.Principal.kind:type_name -> loom.v1.PrincipalKind
-	28, // 1: loom.v1.Principal.roles:type_name -> loom.v1.Principal.RolesEntry
-	29, // 2: loom.v1.Token.expire_time:type_name -> google.protobuf.Timestamp
+	29, // 1: loom.v1.Principal.roles:type_name -> loom.v1.Principal.RolesEntry
+	30, // 2: loom.v1.Token.expire_time:type_name -> google.protobuf.Timestamp
 	1,  // 3: loom.v1.Token.principal:type_name -> loom.v1.Principal
-	29, // 4: loom.v1.ApiKey.create_time:type_name -> google.protobuf.Timestamp
-	29, // 5: loom.v1.ApiKey.expire_time:type_name -> google.protobuf.Timestamp
-	29, // 6: loom.v1.ApiKey.revoke_time:type_name -> google.protobuf.Timestamp
+	30, // 4: loom.v1.ApiKey.create_time:type_name -> google.protobuf.Timestamp
+	30, // 5: loom.v1.ApiKey.expire_time:type_name -> google.protobuf.Timestamp
+	30, // 6: loom.v1.ApiKey.revoke_time:type_name -> google.protobuf.Timestamp
 	5,  // 7: loom.v1.CreateApiKeyRequest.key:type_name -> loom.v1.ApiKey
 	5,  // 8: loom.v1.ListApiKeysResponse.keys:type_name -> loom.v1.ApiKey
 	10, // 9: loom.v1.ListMembersResponse.members:type_name -> loom.v1.Member
-	29, // 10: loom.v1.NodeIdentity.expire_time:type_name -> google.protobuf.Timestamp
-	29, // 11: loom.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	30, // 10: loom.v1.NodeIdentity.expire_time:type_name -> google.protobuf.Timestamp
+	30, // 11: loom.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
 	17, // 12: loom.v1.ListAuditRecordsResponse.records:type_name -> loom.v1.AuditRecord
 	20, // 13: loom.v1.CreateAccountRequest.account:type_name -> loom.v1.Account
-	20, // 14: loom.v1.ListAccountsResponse.accounts:type_name -> loom.v1.Account
-	21, // 15: loom.v1.SetAssociationRequest.association:type_name -> loom.v1.Association
-	21, // 16: loom.v1.ListAssociationsResponse.associations:type_name -> loom.v1.Association
-	3,  // 17: loom.v1.AuthService.CreateToken:input_type -> loom.v1.CreateTokenRequest
-	2,  // 18: loom.v1.AuthService.WhoAmI:input_type -> loom.v1.WhoAmIRequest
-	6,  // 19: loom.v1.AuthService.CreateApiKey:input_type -> loom.v1.CreateApiKeyRequest
-	7,  // 20: loom.v1.AuthService.ListApiKeys:input_type -> loom.v1.ListApiKeysRequest
-	9,  // 21: loom.v1.AuthService.RevokeApiKey:input_type -> loom.v1.RevokeApiKeyRequest
-	11, // 22: loom.v1.AuthService.SetMember:input_type -> loom.v1.SetMemberRequest
-	12, // 23: loom.v1.AuthService.ListMembers:input_type -> loom.v1.ListMembersRequest
-	14, // 24: loom.v1.AuthService.RegisterNode:input_type -> loom.v1.RegisterNodeRequest
-	15, // 25: loom.v1.AuthService.RenewNodeIdentity:input_type -> loom.v1.RenewNodeIdentityRequest
-	18, // 26: loom.v1.AuditService.ListAuditRecords:input_type -> loom.v1.ListAuditRecordsRequest
-	22, // 27: loom.v1.AccountService.CreateAccount:input_type -> loom.v1.CreateAccountRequest
-	23, // 28: loom.v1.AccountService.ListAccounts:input_type -> loom.v1.ListAccountsRequest
-	25, // 29: loom.v1.AccountService.SetAssociation:input_type -> loom.v1.SetAssociationRequest
-	26, // 30: loom.v1.AccountService.ListAssociations:input_type -> loom.v1.ListAssociationsRequest
-	4,  // 31: loom.v1.AuthService.CreateToken:output_type -> loom.v1.Token
-	1,  // 32: loom.v1.AuthService.WhoAmI:output_type -> loom.v1.Principal
-	5,  // 33: loom.v1.AuthService.CreateApiKey:output_type -> loom.v1.ApiKey
-	8,  // 34: loom.v1.AuthService.ListApiKeys:output_type -> loom.v1.ListApiKeysResponse
-	5,  // 35: loom.v1.AuthService.RevokeApiKey:output_type -> loom.v1.ApiKey
-	10, // 36: loom.v1.AuthService.SetMember:output_type -> loom.v1.Member
-	13, // 37: loom.v1.AuthService.ListMembers:output_type -> loom.v1.ListMembersResponse
-	16, // 38: loom.v1.AuthService.RegisterNode:output_type -> loom.v1.NodeIdentity
-	16, // 39: loom.v1.AuthService.RenewNodeIdentity:output_type -> loom.v1.NodeIdentity
-	19, // 40: loom.v1.AuditService.ListAuditRecords:output_type -> loom.v1.ListAuditRecordsResponse
-	20, // 41: loom.v1.AccountService.CreateAccount:output_type -> loom.v1.Account
-	24, // 42: loom.v1.AccountService.ListAccounts:output_type -> loom.v1.ListAccountsResponse
-	21, // 43: loom.v1.AccountService.SetAssociation:output_type -> loom.v1.Association
-	27, // 44: loom.v1.AccountService.ListAssociations:output_type -> loom.v1.ListAssociationsResponse
-	31, // [31:45] is the sub-list for method output_type
-	17, // [17:31] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	20, // 14: loom.v1.UpdateAccountRequest.account:type_name -> loom.v1.Account
+	31, // 15: loom.v1.UpdateAccountRequest.update_mask:type_name -> google.protobuf.FieldMask
+	20, // 16: loom.v1.ListAccountsResponse.accounts:type_name -> loom.v1.Account
+	21, // 17: loom.v1.SetAssociationRequest.association:type_name -> loom.v1.Association
+	21, // 18: loom.v1.ListAssociationsResponse.associations:type_name -> loom.v1.Association
+	3,  // 19: loom.v1.AuthService.CreateToken:input_type -> loom.v1.CreateTokenRequest
+	2,  // 20: loom.v1.AuthService.WhoAmI:input_type -> loom.v1.WhoAmIRequest
+	6,  // 21: loom.v1.AuthService.CreateApiKey:input_type -> loom.v1.CreateApiKeyRequest
+	7,  // 22: loom.v1.AuthService.ListApiKeys:input_type -> loom.v1.ListApiKeysRequest
+	9,  // 23: loom.v1.AuthService.RevokeApiKey:input_type -> loom.v1.RevokeApiKeyRequest
+	11, // 24: loom.v1.AuthService.SetMember:input_type -> loom.v1.SetMemberRequest
+	12, // 25: loom.v1.AuthService.ListMembers:input_type -> loom.v1.ListMembersRequest
+	14, // 26: loom.v1.AuthService.RegisterNode:input_type -> loom.v1.RegisterNodeRequest
+	15, // 27: loom.v1.AuthService.RenewNodeIdentity:input_type -> loom.v1.RenewNodeIdentityRequest
+	18, // 28: loom.v1.AuditService.ListAuditRecords:input_type -> loom.v1.ListAuditRecordsRequest
+	22, // 29: loom.v1.AccountService.CreateAccount:input_type -> loom.v1.CreateAccountRequest
+	24, // 30: loom.v1.AccountService.ListAccounts:input_type -> loom.v1.ListAccountsRequest
+	23, // 31: loom.v1.AccountService.UpdateAccount:input_type -> loom.v1.UpdateAccountRequest
+	26, // 32: loom.v1.AccountService.SetAssociation:input_type -> loom.v1.SetAssociationRequest
+	27, // 33: loom.v1.AccountService.ListAssociations:input_type -> loom.v1.ListAssociationsRequest
+	4,  // 34: loom.v1.AuthService.CreateToken:output_type -> loom.v1.Token
+	1,  // 35: loom.v1.AuthService.WhoAmI:output_type -> loom.v1.Principal
+	5,  // 36: loom.v1.AuthService.CreateApiKey:output_type -> loom.v1.ApiKey
+	8,  // 37: loom.v1.AuthService.ListApiKeys:output_type -> loom.v1.ListApiKeysResponse
+	5,  // 38: loom.v1.AuthService.RevokeApiKey:output_type -> loom.v1.ApiKey
+	10, // 39: loom.v1.AuthService.SetMember:output_type -> loom.v1.Member
+	13, // 40: loom.v1.AuthService.ListMembers:output_type -> loom.v1.ListMembersResponse
+	16, // 41: loom.v1.AuthService.RegisterNode:output_type -> loom.v1.NodeIdentity
+	16, // 42: loom.v1.AuthService.RenewNodeIdentity:output_type -> loom.v1.NodeIdentity
+	19, // 43: loom.v1.AuditService.ListAuditRecords:output_type -> loom.v1.ListAuditRecordsResponse
+	20, // 44: loom.v1.AccountService.CreateAccount:output_type -> loom.v1.Account
+	25, // 45: loom.v1.AccountService.ListAccounts:output_type -> loom.v1.ListAccountsResponse
+	20, // 46: loom.v1.AccountService.UpdateAccount:output_type -> loom.v1.Account
+	21, // 47: loom.v1.AccountService.SetAssociation:output_type -> loom.v1.Association
+	28, // 48: loom.v1.AccountService.ListAssociations:output_type -> loom.v1.ListAssociationsResponse
+	34, // [34:49] is the sub-list for method output_type
+	19, // [19:34] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_auth_proto_init() }
@@ -2189,7 +2257,7 @@ func file_loom_v1_auth_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_auth_proto_rawDesc), len(file_loom_v1_auth_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -587,6 +587,7 @@ var AuditService_ServiceDesc = grpc.ServiceDesc{
 const (
 	AccountService_CreateAccount_FullMethodName    = "/loom.v1.AccountService/CreateAccount"
 	AccountService_ListAccounts_FullMethodName     = "/loom.v1.AccountService/ListAccounts"
+	AccountService_UpdateAccount_FullMethodName    = "/loom.v1.AccountService/UpdateAccount"
 	AccountService_SetAssociation_FullMethodName   = "/loom.v1.AccountService/SetAssociation"
 	AccountService_ListAssociations_FullMethodName = "/loom.v1.AccountService/ListAssociations"
 )
@@ -600,6 +601,10 @@ const (
 type AccountServiceClient interface {
 	CreateAccount(ctx context.Context, in *CreateAccountRequest, opts ...grpc.CallOption) (*Account, error)
 	ListAccounts(ctx context.Context, in *ListAccountsRequest, opts ...grpc.CallOption) (*ListAccountsResponse, error)
+	// UpdateAccount changes the fields update_mask names (description,
+	// organization, parent_account, fairshare) of an account: sacctmgr
+	// modify account.
+	UpdateAccount(ctx context.Context, in *UpdateAccountRequest, opts ...grpc.CallOption) (*Account, error)
 	// SetAssociation adds a user to an account, or changes the limits of
 	// that association.
 	SetAssociation(ctx context.Context, in *SetAssociationRequest, opts ...grpc.CallOption) (*Association, error)
@@ -628,6 +633,16 @@ func (c *accountServiceClient) ListAccounts(ctx context.Context, in *ListAccount
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListAccountsResponse)
 	err := c.cc.Invoke(ctx, AccountService_ListAccounts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *accountServiceClient) UpdateAccount(ctx context.Context, in *UpdateAccountRequest, opts ...grpc.CallOption) (*Account, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Account)
+	err := c.cc.Invoke(ctx, AccountService_UpdateAccount_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -663,6 +678,10 @@ func (c *accountServiceClient) ListAssociations(ctx context.Context, in *ListAss
 type AccountServiceServer interface {
 	CreateAccount(context.Context, *CreateAccountRequest) (*Account, error)
 	ListAccounts(context.Context, *ListAccountsRequest) (*ListAccountsResponse, error)
+	// UpdateAccount changes the fields update_mask names (description,
+	// organization, parent_account, fairshare) of an account: sacctmgr
+	// modify account.
+	UpdateAccount(context.Context, *UpdateAccountRequest) (*Account, error)
 	// SetAssociation adds a user to an account, or changes the limits of
 	// that association.
 	SetAssociation(context.Context, *SetAssociationRequest) (*Association, error)
@@ -682,6 +701,9 @@ func (UnimplementedAccountServiceServer) CreateAccount(context.Context, *CreateA
 }
 func (UnimplementedAccountServiceServer) ListAccounts(context.Context, *ListAccountsRequest) (*ListAccountsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAccounts not implemented")
+}
+func (UnimplementedAccountServiceServer) UpdateAccount(context.Context, *UpdateAccountRequest) (*Account, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateAccount not implemented")
 }
 func (UnimplementedAccountServiceServer) SetAssociation(context.Context, *SetAssociationRequest) (*Association, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetAssociation not implemented")
@@ -746,6 +768,24 @@ func _AccountService_ListAccounts_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AccountService_UpdateAccount_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateAccountRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AccountServiceServer).UpdateAccount(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AccountService_UpdateAccount_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AccountServiceServer).UpdateAccount(ctx, req.(*UpdateAccountRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AccountService_SetAssociation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SetAssociationRequest)
 	if err := dec(in); err != nil {
@@ -796,6 +836,10 @@ var AccountService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListAccounts",
 			Handler:    _AccountService_ListAccounts_Handler,
+		},
+		{
+			MethodName: "UpdateAccount",
+			Handler:    _AccountService_UpdateAccount_Handler,
 		},
 		{
 			MethodName: "SetAssociation",

@@ -75,6 +75,42 @@ func (g *Gateway) ListAccounts(_ context.Context, r *loomv1.ListAccountsRequest)
 	return &loomv1.ListAccountsResponse{Accounts: page, NextPageToken: next}, errs.ToStatus(err)
 }
 
+// UpdateAccount sets the fields r's mask names on an account of the
+// project (NotFound for one it does not have; InvalidArgument for root, an
+// unknown path or a parent that is not there).
+func (g *Gateway) UpdateAccount(_ context.Context, r *loomv1.UpdateAccountRequest) (*loomv1.Account, error) {
+	defer g.lock(r)()
+	in := r.GetAccount()
+	a := g.account(in.GetName())
+	switch {
+	case shortName(in.GetName()) == "root":
+		return nil, errs.ToStatus(errs.Invalid("account.name", "root is the top of every project's tree and is not changed"))
+	case a == nil:
+		return nil, status.Errorf(codes.NotFound, "account %s: not found", in.GetName())
+	case len(r.GetUpdateMask().GetPaths()) == 0:
+		return nil, errs.ToStatus(errs.Invalid("update_mask", "name at least one of description, organization, parent_account, fairshare"))
+	}
+	p := strings.TrimSuffix(in.GetName(), "/"+shortName(in.GetName()))
+	for _, path := range r.GetUpdateMask().GetPaths() {
+		switch path {
+		case "description":
+			a.Description = in.GetDescription()
+		case "organization":
+			a.Organization = in.GetOrganization()
+		case "parent_account":
+			if in.GetParentAccount() != "root" && g.account(p+"/"+in.GetParentAccount()) == nil {
+				return nil, errs.ToStatus(errs.Invalid("account.parent_account", "no account %q", in.GetParentAccount()))
+			}
+			a.ParentAccount = in.GetParentAccount()
+		case "fairshare":
+			a.Fairshare = max(in.GetFairshare(), 1)
+		default:
+			return nil, errs.ToStatus(errs.Invalid("update_mask.paths", "%q cannot be updated", path))
+		}
+	}
+	return proto.Clone(a).(*loomv1.Account), nil
+}
+
 // SetAssociation adds or replaces r's association (InvalidArgument for an
 // account the project does not have).
 func (g *Gateway) SetAssociation(_ context.Context, r *loomv1.SetAssociationRequest) (*loomv1.Association, error) {

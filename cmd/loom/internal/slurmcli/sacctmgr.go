@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/loom-ml/loom/libs/paging"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -55,6 +56,7 @@ const sacctmgrUsage = `sacctmgr [<OPTION>] [<COMMAND>]
   add account NAME[,NAME] [Description=] [Organization=] [Parent=] [Fairshare=]
   add user NAME[,NAME] Account=A[,A] [DefaultAccount=] [MaxJobs=] [MaxSubmitJobs=] [Fairshare=] [QOS=] [DefaultQOS=]
   modify user where name=NAME [account=A] set [MaxJobs=] [MaxSubmitJobs=] [Fairshare=] [DefaultAccount=]
+  modify account where name=NAME[,NAME] set [Description=] [Organization=] [Parent=] [Fairshare=]
                                              [QOS=a,b | QOS+=a | QOS-=a] [DefaultQOS=]
   show account [NAME] | show user [NAME] | show assoc [user=] [account=]
 `
@@ -799,8 +801,11 @@ func (c *cmd) sacctmgrAddUser(ctx context.Context, specs []sacctmgrSpec, out sac
 }
 
 func (c *cmd) sacctmgrModify(ctx context.Context, args []string, out sacctmgrOut) error {
+	if len(args) > 0 && sacctmgrEntity(args[0]) == "account" {
+		return c.sacctmgrModifyAccount(ctx, args[1:], out)
+	}
 	if len(args) == 0 || sacctmgrEntity(args[0]) != "user" {
-		return sacctmgrFail("No valid entity in modify command\nInput line must include \"User\" (Loom modifies users' associations)")
+		return sacctmgrFail("No valid entity in modify command\nInput line must include \"User\" or \"Account\"")
 	}
 	var names, accounts []string
 	var set assocSettings
@@ -895,6 +900,79 @@ func (c *cmd) sacctmgrModify(ctx context.Context, args []string, out sacctmgrOut
 		b.WriteString(" Modified user associations...\n")
 		for _, a := range modified {
 			fmt.Fprintf(&b, "  C = %-10.10s A = %-10.10s U = %-9.9s\n", c.env.Project, a.GetAccount(), a.GetUser())
+		}
+	}
+	fmt.Fprint(c.stdout, b.String())
+	return nil
+}
+
+// sacctmgrModifyAccount is modify account [where] name=A[,B] set
+// [Description=] [Organization=] [Parent=] [Fairshare=]: each account's
+// fields named, the others kept (UpdateAccount with their mask).
+func (c *cmd) sacctmgrModifyAccount(ctx context.Context, args []string, out sacctmgrOut) error {
+	var names, mask []string
+	want := &loomv1.Account{}
+	setting := false
+	for _, s := range parseSacctmgrSpecs(args) {
+		switch {
+		case s.bare && strings.EqualFold(s.value, "where"):
+			setting = false
+		case s.bare && strings.EqualFold(s.value, "set"):
+			setting = true
+		case setting && word(s.key, "description", 1):
+			want.Description, mask = s.value, append(mask, "description")
+		case setting && word(s.key, "organization", 1):
+			want.Organization, mask = s.value, append(mask, "organization")
+		case setting && s.key == "parent":
+			want.ParentAccount, mask = strings.ToLower(s.value), append(mask, "parent_account")
+		case setting && (s.key == "fairshare" || s.key == "share" || s.key == "shares"):
+			n, err := sacctmgrInt("Fairshare", s.value)
+			if err != nil {
+				return err
+			}
+			want.Fairshare, mask = n, append(mask, "fairshare")
+		case setting:
+			return sacctmgrFail(" Unknown option: %s\n Use keyword 'where' to modify condition", s.raw)
+		case s.bare || s.key == "name" || s.key == "names" || word(s.key, "accounts", 3):
+			names = append(names, splitList(strings.ToLower(s.value))...)
+		case word(s.key, "clusters", 1):
+		default:
+			return sacctmgrFail(" Unknown condition: %s\n Use keyword 'set' to modify value", s.raw)
+		}
+	}
+	if len(names) == 0 {
+		return sacctmgrFail(" You didn't give me anything to modify (say which account: where name=NAME)")
+	}
+	if len(mask) == 0 {
+		return sacctmgrFail(" You didn't give me anything to set")
+	}
+	var modified []*loomv1.Account
+	for _, n := range names {
+		a := proto.Clone(want).(*loomv1.Account)
+		a.Name = c.projectName() + "/accounts/" + n
+		cctx, cancel := c.call(ctx)
+		got, err := c.accountsClient().UpdateAccount(cctx, &loomv1.UpdateAccountRequest{Account: a, UpdateMask: &fieldmaskpb.FieldMask{Paths: mask}})
+		cancel()
+		if err != nil {
+			return c.rpcError("modifying account "+n, err)
+		}
+		modified = append(modified, got)
+	}
+	if out.quiet {
+		return nil
+	}
+	// As Slurm's: the accounts' own fields, then their associations'.
+	var b strings.Builder
+	if slices.Contains(mask, "description") || slices.Contains(mask, "organization") {
+		b.WriteString(" Modified accounts...\n")
+		for _, a := range modified {
+			fmt.Fprintf(&b, "  %s\n", shortName(a.GetName()))
+		}
+	}
+	if slices.Contains(mask, "parent_account") || slices.Contains(mask, "fairshare") {
+		b.WriteString(" Modified account associations...\n")
+		for _, a := range modified {
+			fmt.Fprintf(&b, "  C = %-10.10s A = %-20.20s of %s\n", c.env.Project, shortName(a.GetName()), a.GetParentAccount())
 		}
 	}
 	fmt.Fprint(c.stdout, b.String())

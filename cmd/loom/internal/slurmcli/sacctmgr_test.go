@@ -100,6 +100,17 @@ func TestSacctmgrGolden(t *testing.T) {
 		{[]string{"-i", "add", "user", "erin", "account=qcd", "QOS=high", "DefaultQOS=high"}, 0,
 			" Adding User(s)\n  erin\n Settings =\n  Default Account = qcd\n Associations =\n  U = erin      A = qcd        C = default   \n" +
 				" Non Default Settings\n  QOS           = high\n  Default QOS   = high\n", ""},
+		// modify account: shares and parent (the account's association in
+		// Slurm's words), description; what is not set is kept.
+		{[]string{"modify", "account", "where", "name=qcd", "set", "Fairshare=5", "Parent=root"}, 0,
+			" Modified account associations...\n  C = default    A = qcd                  of root\n", ""},
+		{[]string{"-i", "modify", "account", "qcd", "set", "description=Lattice QCD"}, 0, " Modified accounts...\n  qcd\n", ""},
+		{[]string{"-p", "-n", "list", "account", "qcd"}, 0, "qcd|Lattice QCD|physics|\n", ""},
+		{[]string{"-P", "-n", "show", "assoc", "account=qcd", "format=account,user,share"}, 0, "qcd||5\nqcd|alice|1\nqcd|bob|1\nqcd|carl|1\nqcd|erin|1\n", ""},
+		{[]string{"modify", "account", "where", "name=nope", "set", "fairshare=2"}, 1, "",
+			"sacctmgr: error: modifying account nope: account projects/default/accounts/nope: not found\n"},
+		{[]string{"modify", "account", "qcd"}, 1, "", " You didn't give me anything to set\n"},
+		{[]string{"modify", "account", "qcd", "set", "maxjobs=1"}, 1, "", " Unknown option: maxjobs=1\n Use keyword 'where' to modify condition\n"},
 	} {
 		code, out, errOut := run(t, g, "sacctmgr", Env{}, tc.args...)
 		if code != tc.code || out != tc.stdout || errOut != tc.other {

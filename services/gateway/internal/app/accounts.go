@@ -112,6 +112,59 @@ func (g *Gateway) ListAccounts(ctx context.Context, req *loomv1.ListAccountsRequ
 	return &loomv1.ListAccountsResponse{Accounts: page, NextPageToken: next}, nil
 }
 
+// UpdateAccount changes the fields update_mask names of one of the
+// project's accounts (sacctmgr modify account); the caller must be an
+// admin of the project. A new parent must exist (or be root) and not be
+// the account or under it: InvalidArgument naming account.parent_account.
+// It stores the account and emits AccountChanged (key: the project) in one
+// Apply, and returns the account as stored; NotFound for an account the
+// project does not have.
+func (g *Gateway) UpdateAccount(ctx context.Context, req *loomv1.UpdateAccountRequest) (*loomv1.Account, error) {
+	project, id, parent, apply, err := domain.AcceptAccountUpdate(req)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := g.repo.Account(ctx, project, id)
+	if err != nil {
+		return nil, err
+	}
+	// Walk up from the new parent: meeting the account itself would make
+	// a loop. The tree is at most MaxAccountsPerProject deep.
+	for p, depth := parent, 0; p != "" && p != domain.RootAccount; depth++ {
+		if p == id {
+			return nil, errs.Invalid("account.parent_account", "%s is under %s: making it %s's parent would make a loop; move %s first",
+				parent, id, id, parent)
+		}
+		a, err := g.repo.Account(ctx, project, p)
+		if errors.Is(err, errs.NotFound) && p == parent {
+			return nil, errs.Invalid("account.parent_account", "no account %q in project %s", parent, project)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if depth > domain.MaxAccountsPerProject {
+			return nil, fmt.Errorf("account %s: its parents make a loop: %w", p, errs.FailedPrecondition)
+		}
+		p = a.GetParentAccount()
+	}
+	next := apply(cur)
+	tx := &store.Tx{}
+	if err := adapters.PutAccount(tx, project, next); err != nil {
+		return nil, err
+	}
+	cmd, err := route(ctx, resname.Project{ID: project}.String(), &eventsv1.AccountChanged{Project: project, Account: next})
+	if err != nil {
+		return nil, err
+	}
+	tx.Emit(cmd)
+	if _, err := g.repo.Apply(ctx, "", tx); err != nil {
+		return nil, fmt.Errorf("update account %s: %w", next.GetName(), err)
+	}
+	g.opt.Log.InfoContext(ctx, "account updated", "account", next.GetName(), "parent", next.GetParentAccount(),
+		"fairshare", next.GetFairshare(), "update_mask", req.GetUpdateMask().GetPaths())
+	return next, nil
+}
+
 // SetAssociation adds a user to an account of the project, or replaces the
 // limits of that association (sacctmgr add user / modify user); the caller
 // must be an admin of the project. A user's first association becomes

@@ -293,6 +293,7 @@ var Table = map[string]Rule{
 	// Accounts and associations (sacctmgr): viewers list, admins write.
 	accountSvc + "CreateAccount":    {Access: Admin, Field: "parent"},
 	accountSvc + "ListAccounts":     {Access: Viewer, Field: "parent"},
+	accountSvc + "UpdateAccount":    {Access: Admin, Field: "account.name"},
 	accountSvc + "SetAssociation":   {Access: Admin, Field: "parent"},
 	accountSvc + "ListAssociations": {Access: Viewer, Field: "parent"},
 

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"cmp"
 	"fmt"
 	"regexp"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"github.com/loom-ml/loom/libs/errs"
 	"github.com/loom-ml/loom/libs/resname"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // Slurm accounts and associations (sacctmgr): an account groups users for
@@ -146,6 +148,98 @@ func AcceptAccount(req *loomv1.CreateAccountRequest) (string, *loomv1.Account, e
 		out.Fairshare = 1 // Slurm's default share
 	}
 	return p.ID, out, nil
+}
+
+// accountPaths are the fields UpdateAccount may change, by the names a
+// mask may give them (proto and JSON).
+var accountPaths = map[string]string{
+	"description": "description", "organization": "organization",
+	"parent_account": "parent_account", "parentAccount": "parent_account", "fairshare": "fairshare",
+}
+
+// AcceptAccountUpdate checks an UpdateAccount request (every problem at
+// once, InvalidArgument naming the field and the limit) and returns the
+// project id, the account's id and the change: apply sets the named fields
+// on the stored account (a copy), parent the new parent's id when the mask
+// names parent_account ("" otherwise), for the caller to check it exists
+// and is not under the account. root is never stored, so never updated.
+func AcceptAccountUpdate(req *loomv1.UpdateAccountRequest) (project, id, parent string, apply func(*loomv1.Account) *loomv1.Account, err error) {
+	var v errs.Validator
+	in := req.GetAccount()
+	name := in.GetName()
+	rest, ok := strings.CutPrefix(name, "projects/")
+	pid, aid, _ := strings.Cut(rest, "/accounts/")
+	_, projErr := resname.ParseProject("projects/" + pid)
+	switch {
+	case name == "":
+		v.Add("account.name", "required: projects/{project}/accounts/{account}")
+	case !ok || !strings.Contains(rest, "/accounts/"):
+		v.Add("account.name", "%s is not projects/{project}/accounts/{account}", clip(name))
+	case projErr != nil:
+		v.Add("account.name", "%v", projErr)
+	case !accountID.MatchString(aid):
+		v.Add("account.name", "%s is not an account id: lower-case letters, digits, '_', '-' and '.', starting with a letter or digit, at most 64", clip(aid))
+	case aid == RootAccount:
+		v.Add("account.name", "root is the top of every project's tree and is not changed")
+	}
+	paths := map[string]bool{}
+	mask := req.GetUpdateMask().GetPaths()
+	if len(mask) == 0 {
+		v.Add("update_mask", "name at least one of description, organization, parent_account, fairshare")
+	}
+	if len(mask) > len(accountPaths) {
+		v.Add("update_mask", "%d paths, more than the limit of %d", len(mask), len(accountPaths))
+		mask = nil
+	}
+	for i, p := range mask {
+		canon, ok := accountPaths[p]
+		if !ok {
+			v.Add(fmt.Sprintf("update_mask.paths[%d]", i), "%s cannot be updated: one of description, organization, parent_account, fairshare", clip(p))
+			continue
+		}
+		paths[canon] = true
+	}
+	if paths["description"] {
+		checkText(&v, "account.description", in.GetDescription(), MaxAccountTextBytes)
+	}
+	if paths["organization"] {
+		checkText(&v, "account.organization", in.GetOrganization(), MaxAccountTextBytes)
+	}
+	if paths["parent_account"] {
+		parent = in.GetParentAccount()
+		if parent == "" {
+			parent = RootAccount
+		}
+		if p, ok := AccountID(pid, parent); !ok || !accountID.MatchString(p) {
+			v.Add("account.parent_account", "%s is not an account id of projects/%s", clip(parent), pid)
+		} else if parent = p; parent == aid {
+			v.Add("account.parent_account", "an account cannot be its own parent (%s)", aid)
+		}
+	}
+	if paths["fairshare"] {
+		v.Check(in.GetFairshare() >= 0 && in.GetFairshare() <= MaxFairshare, "account.fairshare",
+			"%d is outside 0..%d (the limit)", in.GetFairshare(), MaxFairshare)
+	}
+	if err := v.Err(); err != nil {
+		return "", "", "", nil, err
+	}
+	apply = func(cur *loomv1.Account) *loomv1.Account {
+		next := proto.Clone(cur).(*loomv1.Account)
+		if paths["description"] {
+			next.Description = cmp.Or(in.GetDescription(), aid)
+		}
+		if paths["organization"] {
+			next.Organization = cmp.Or(strings.ToLower(in.GetOrganization()), aid)
+		}
+		if paths["parent_account"] {
+			next.ParentAccount = parent
+		}
+		if paths["fairshare"] {
+			next.Fairshare = max(in.GetFairshare(), 1) // 0: Slurm's default share
+		}
+		return next
+	}
+	return pid, aid, parent, apply, nil
 }
 
 // AcceptAssociation checks a SetAssociation request (every problem at

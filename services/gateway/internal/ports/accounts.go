@@ -21,6 +21,10 @@ func (s accounts) ListAccounts(ctx context.Context, r *loomv1.ListAccountsReques
 	return unary(s.g.ListAccounts(ctx, r))
 }
 
+func (s accounts) UpdateAccount(ctx context.Context, r *loomv1.UpdateAccountRequest) (*loomv1.Account, error) {
+	return unary(s.g.UpdateAccount(ctx, r))
+}
+
 func (s accounts) SetAssociation(ctx context.Context, r *loomv1.SetAssociationRequest) (*loomv1.Association, error) {
 	return unary(s.g.SetAssociation(ctx, r))
 }
