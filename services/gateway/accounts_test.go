@@ -223,6 +223,85 @@ func TestUpdateAccount(t *testing.T) {
 	}
 }
 
+// TestDeleteAccountAndAssociation: sacctmgr delete. An account goes only
+// once it has no sub-accounts and no users, an association only once no
+// job of its user charged there is active, and a user's default account
+// only last; each refusal says what to do first and leaves everything as
+// it was. Each delete reaches the scheduler; the user's last association
+// takes their default with it.
+func TestDeleteAccountAndAssociation(t *testing.T) {
+	t.Parallel()
+	h := newAccountsHarness(t)
+	ctx := testkit.Context(t, 30*time.Second)
+	acc := h.accounts()
+	for _, a := range []*loomv1.Account{{Name: "physics"}, {Name: "qcd", ParentAccount: "physics"}} {
+		if _, err := acc.CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: a}, h.call("pat")); err != nil {
+			t.Fatalf("create %s: %v", a.GetName(), err)
+		}
+	}
+	for _, a := range []*loomv1.Association{{Account: "physics", User: "alice"}, {Account: "qcd", User: "alice"}, {Account: "qcd", User: "bob"}} {
+		if _, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: a}, h.call("pat")); err != nil {
+			t.Fatalf("associate %v: %v", a, err)
+		}
+	}
+	delAcct := func(caller, name string) error {
+		_, err := acc.DeleteAccount(ctx, &loomv1.DeleteAccountRequest{Name: name}, h.call(caller))
+		return err
+	}
+	delAssoc := func(caller, user, account string) error {
+		_, err := acc.DeleteAssociation(ctx, &loomv1.DeleteAssociationRequest{Parent: project, User: user, Account: account}, h.call(caller))
+		return err
+	}
+	wantAcctCode(t, delAcct("pat", "projects/default/accounts/physics"), codes.FailedPrecondition, "sub-accounts (qcd)", "modify account qcd set parent=root")
+	wantAcctCode(t, delAcct("pat", "projects/default/accounts/qcd"), codes.FailedPrecondition, "users (alice, bob)", "delete user alice account=qcd")
+	wantAcctCode(t, delAssoc("pat", "alice", "physics"), codes.FailedPrecondition, "default account", "DefaultAccount=qcd")
+	// bob's running job charged to qcd keeps him in it.
+	job := &loomv1.Job{Name: "projects/default/jobs/77", JobId: "77", Cluster: cluster1, State: loomv1.JobState_RUNNING, User: "bob", Account: "qcd"}
+	h.w.setJob(job)
+	wantAcctCode(t, delAssoc("pat", "bob", "qcd"), codes.FailedPrecondition, "Job(s) active", "job 77")
+	wantAcctCode(t, delAssoc("vic", "bob", "qcd"), codes.PermissionDenied)
+	wantAcctCode(t, delAssoc("pat", "Bad User", "qcd"), codes.InvalidArgument, "user")
+	wantAcctCode(t, delAssoc("pat", "bob", "nope"), codes.NotFound)
+	wantAcctCode(t, delAcct("pat", "projects/default/accounts/root"), codes.InvalidArgument, "name", "root")
+	wantAcctCode(t, delAcct("vic", "projects/default/accounts/qcd"), codes.PermissionDenied)
+	if l, err := acc.ListAssociations(ctx, &loomv1.ListAssociationsRequest{Parent: project}, h.call("vic")); err != nil || len(l.GetAssociations()) != 3 {
+		t.Fatalf("associations after the refusals: %v %v", l, err)
+	}
+
+	job.State = loomv1.JobState_COMPLETED
+	h.w.setJob(job)
+	for _, d := range [][2]string{{"bob", "qcd"}, {"alice", "qcd"}, {"alice", "physics"}} {
+		if err := delAssoc("pat", d[0], d[1]); err != nil {
+			t.Fatalf("delete %s from %s: %v", d[0], d[1], err)
+		}
+	}
+	ev := testkit.WaitEvent(t, h.broker, topics.JobCommands, 30*time.Second, func(e envelope.Event) bool {
+		ac, ok := e.Payload.(*eventsv1.AssociationChanged)
+		return ok && ac.GetDeleted() && ac.GetAssociation().GetUser() == "bob"
+	})
+	if ev.Key != project {
+		t.Fatalf("AssociationChanged (deleted) key %q", ev.Key)
+	}
+	// alice's default went with her last association: her next is the default.
+	a, err := acc.SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project, Association: &loomv1.Association{Account: "root", User: "alice"}}, h.call("pat"))
+	if err != nil || !a.GetDefaultAccount() {
+		t.Fatalf("alice's next association %v %v: want her default", a, err)
+	}
+	for _, name := range []string{"projects/default/accounts/qcd", "projects/default/accounts/physics"} {
+		if err := delAcct("pat", name); err != nil {
+			t.Fatalf("delete %s: %v", name, err)
+		}
+	}
+	wantAcctCode(t, delAcct("pat", "projects/default/accounts/qcd"), codes.NotFound)
+	testkit.WaitEvent(t, h.broker, topics.JobCommands, 30*time.Second, func(e envelope.Event) bool {
+		ac, ok := e.Payload.(*eventsv1.AccountChanged)
+		return ok && ac.GetDeleted() && ac.GetAccount().GetName() == "projects/default/accounts/physics"
+	})
+	if l, err := acc.ListAccounts(ctx, &loomv1.ListAccountsRequest{Parent: project}, h.call("vic")); err != nil || len(l.GetAccounts()) != 1 {
+		t.Fatalf("accounts after the deletes: %v %v, want root alone", l, err)
+	}
+}
+
 func TestAccountsRefuseBadInputNamingTheField(t *testing.T) {
 	t.Parallel()
 	h := newAccountsHarness(t)

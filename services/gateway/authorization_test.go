@@ -415,6 +415,18 @@ func matrixRows(opName string) []matrixRow {
 		}), func(int) (string, string, string) {
 			return "PATCH", "/v1/projects/default/accounts/matrix?updateMask=fairshare", `{"fairshare":2}`
 		}, adminRow},
+		{"DeleteAccount", unary(func(ctx context.Context, c *grpc.ClientConn, i int) error {
+			_, err := acs(c).DeleteAccount(ctx, &loomv1.DeleteAccountRequest{Name: fmt.Sprintf("%s/accounts/dg%d", project, i)})
+			return err
+		}), func(i int) (string, string, string) {
+			return "DELETE", fmt.Sprintf("/v1/projects/default/accounts/dr%d", i), ""
+		}, adminRow},
+		{"DeleteAssociation", unary(func(ctx context.Context, c *grpc.ClientConn, i int) error {
+			_, err := acs(c).DeleteAssociation(ctx, &loomv1.DeleteAssociationRequest{Parent: project, User: fmt.Sprintf("ug%d", i), Account: "root"})
+			return err
+		}), func(i int) (string, string, string) {
+			return "DELETE", fmt.Sprintf("/v1/projects/default/associations?user=ur%d&account=root", i), ""
+		}, adminRow},
 		{"ListAccounts", unary(func(ctx context.Context, c *grpc.ClientConn, _ int) error {
 			_, err := acs(c).ListAccounts(ctx, &loomv1.ListAccountsRequest{Parent: project})
 			return err
@@ -519,9 +531,23 @@ func matrixWorld(t *testing.T, h *harness) string {
 	h.w.mu.Lock()
 	h.w.slurmNodes = []*loomv1.SlurmNode{{Hostname: "gpu-0001", Cluster: cluster1, State: loomv1.SlurmNode_IDLE}}
 	h.w.mu.Unlock()
-	// The account UpdateAccount's row changes.
+	// The account UpdateAccount's row changes, and what each caller of
+	// DeleteAccount's and DeleteAssociation's rows deletes (by its index;
+	// "g" over gRPC, "r" over REST).
 	if _, err := h.accounts().CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project, Account: &loomv1.Account{Name: "matrix"}}, h.call("pat")); err != nil {
 		t.Fatal(err)
+	}
+	for i := range len(matrixCallers) {
+		for _, via := range []string{"g", "r"} {
+			if _, err := h.accounts().CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: project,
+				Account: &loomv1.Account{Name: fmt.Sprintf("d%s%d", via, i)}}, h.call("pat")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.accounts().SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: project,
+				Association: &loomv1.Association{Account: "root", User: fmt.Sprintf("u%s%d", via, i)}}, h.call("pat")); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	op, err := h.clusters().CreateCluster(ctx, validCluster("opsrc"))
 	if err != nil {

@@ -1659,6 +1659,113 @@ func (x *UpdateAccountRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
 	return nil
 }
 
+type DeleteAccountRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is "projects/{project}/accounts/{account}".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteAccountRequest) Reset() {
+	*x = DeleteAccountRequest{}
+	mi := &file_loom_v1_auth_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteAccountRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteAccountRequest) ProtoMessage() {}
+
+func (x *DeleteAccountRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_auth_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteAccountRequest.ProtoReflect.Descriptor instead.
+func (*DeleteAccountRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *DeleteAccountRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteAssociationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// parent is "projects/{project}".
+	Parent string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	User   string `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
+	// account is an account id (or its full name).
+	Account       string `protobuf:"bytes,3,opt,name=account,proto3" json:"account,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteAssociationRequest) Reset() {
+	*x = DeleteAssociationRequest{}
+	mi := &file_loom_v1_auth_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteAssociationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteAssociationRequest) ProtoMessage() {}
+
+func (x *DeleteAssociationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loom_v1_auth_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteAssociationRequest.ProtoReflect.Descriptor instead.
+func (*DeleteAssociationRequest) Descriptor() ([]byte, []int) {
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *DeleteAssociationRequest) GetParent() string {
+	if x != nil {
+		return x.Parent
+	}
+	return ""
+}
+
+func (x *DeleteAssociationRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *DeleteAssociationRequest) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
 type ListAccountsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Parent        string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
@@ -1670,7 +1777,7 @@ type ListAccountsRequest struct {
 
 func (x *ListAccountsRequest) Reset() {
 	*x = ListAccountsRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[23]
+	mi := &file_loom_v1_auth_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1682,7 +1789,7 @@ func (x *ListAccountsRequest) String() string {
 func (*ListAccountsRequest) ProtoMessage() {}
 
 func (x *ListAccountsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[23]
+	mi := &file_loom_v1_auth_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1695,7 +1802,7 @@ func (x *ListAccountsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAccountsRequest.ProtoReflect.Descriptor instead.
 func (*ListAccountsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{23}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListAccountsRequest) GetParent() string {
@@ -1729,7 +1836,7 @@ type ListAccountsResponse struct {
 
 func (x *ListAccountsResponse) Reset() {
 	*x = ListAccountsResponse{}
-	mi := &file_loom_v1_auth_proto_msgTypes[24]
+	mi := &file_loom_v1_auth_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +1848,7 @@ func (x *ListAccountsResponse) String() string {
 func (*ListAccountsResponse) ProtoMessage() {}
 
 func (x *ListAccountsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[24]
+	mi := &file_loom_v1_auth_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +1861,7 @@ func (x *ListAccountsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAccountsResponse.ProtoReflect.Descriptor instead.
 func (*ListAccountsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{24}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListAccountsResponse) GetAccounts() []*Account {
@@ -1781,7 +1888,7 @@ type SetAssociationRequest struct {
 
 func (x *SetAssociationRequest) Reset() {
 	*x = SetAssociationRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[25]
+	mi := &file_loom_v1_auth_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1793,7 +1900,7 @@ func (x *SetAssociationRequest) String() string {
 func (*SetAssociationRequest) ProtoMessage() {}
 
 func (x *SetAssociationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[25]
+	mi := &file_loom_v1_auth_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1806,7 +1913,7 @@ func (x *SetAssociationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAssociationRequest.ProtoReflect.Descriptor instead.
 func (*SetAssociationRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{25}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SetAssociationRequest) GetParent() string {
@@ -1836,7 +1943,7 @@ type ListAssociationsRequest struct {
 
 func (x *ListAssociationsRequest) Reset() {
 	*x = ListAssociationsRequest{}
-	mi := &file_loom_v1_auth_proto_msgTypes[26]
+	mi := &file_loom_v1_auth_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1848,7 +1955,7 @@ func (x *ListAssociationsRequest) String() string {
 func (*ListAssociationsRequest) ProtoMessage() {}
 
 func (x *ListAssociationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[26]
+	mi := &file_loom_v1_auth_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1861,7 +1968,7 @@ func (x *ListAssociationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAssociationsRequest.ProtoReflect.Descriptor instead.
 func (*ListAssociationsRequest) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{26}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListAssociationsRequest) GetParent() string {
@@ -1912,7 +2019,7 @@ type ListAssociationsResponse struct {
 
 func (x *ListAssociationsResponse) Reset() {
 	*x = ListAssociationsResponse{}
-	mi := &file_loom_v1_auth_proto_msgTypes[27]
+	mi := &file_loom_v1_auth_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +2031,7 @@ func (x *ListAssociationsResponse) String() string {
 func (*ListAssociationsResponse) ProtoMessage() {}
 
 func (x *ListAssociationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loom_v1_auth_proto_msgTypes[27]
+	mi := &file_loom_v1_auth_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2044,7 @@ func (x *ListAssociationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAssociationsResponse.ProtoReflect.Descriptor instead.
 func (*ListAssociationsResponse) Descriptor() ([]byte, []int) {
-	return file_loom_v1_auth_proto_rawDescGZIP(), []int{27}
+	return file_loom_v1_auth_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListAssociationsResponse) GetAssociations() []*Association {
@@ -2093,7 +2200,13 @@ const file_loom_v1_auth_proto_rawDesc = "" +
 	"\x14UpdateAccountRequest\x12*\n" +
 	"\aaccount\x18\x01 \x01(\v2\x10.loom.v1.AccountR\aaccount\x12;\n" +
 	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
-	"updateMask\"i\n" +
+	"updateMask\"*\n" +
+	"\x14DeleteAccountRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"`\n" +
+	"\x18DeleteAssociationRequest\x12\x16\n" +
+	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x12\n" +
+	"\x04user\x18\x02 \x01(\tR\x04user\x12\x18\n" +
+	"\aaccount\x18\x03 \x01(\tR\aaccount\"i\n" +
 	"\x13ListAccountsRequest\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -2133,13 +2246,15 @@ const file_loom_v1_auth_proto_rawDesc = "" +
 	"\fRegisterNode\x12\x1c.loom.v1.RegisterNodeRequest\x1a\x15.loom.v1.NodeIdentity\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/auth:registerNode\x12l\n" +
 	"\x11RenewNodeIdentity\x12!.loom.v1.RenewNodeIdentityRequest\x1a\x15.loom.v1.NodeIdentity\"\x1d\x82\xd3\xe4\x93\x02\x17:\x01*\"\x12/v1/auth:renewNode2\x96\x01\n" +
 	"\fAuditService\x12\x85\x01\n" +
-	"\x10ListAuditRecords\x12 .loom.v1.ListAuditRecordsRequest\x1a!.loom.v1.ListAuditRecordsResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/{parent=projects/*}/auditRecords2\x85\x05\n" +
+	"\x10ListAuditRecords\x12 .loom.v1.ListAuditRecordsRequest\x1a!.loom.v1.ListAuditRecordsResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/{parent=projects/*}/auditRecords2\xed\x06\n" +
 	"\x0eAccountService\x12s\n" +
 	"\rCreateAccount\x12\x1d.loom.v1.CreateAccountRequest\x1a\x10.loom.v1.Account\"1\x82\xd3\xe4\x93\x02+:\aaccount\" /v1/{parent=projects/*}/accounts\x12u\n" +
 	"\fListAccounts\x12\x1c.loom.v1.ListAccountsRequest\x1a\x1d.loom.v1.ListAccountsResponse\"(\x82\xd3\xe4\x93\x02\"\x12 /v1/{parent=projects/*}/accounts\x12{\n" +
-	"\rUpdateAccount\x12\x1d.loom.v1.UpdateAccountRequest\x1a\x10.loom.v1.Account\"9\x82\xd3\xe4\x93\x023:\aaccount2(/v1/{account.name=projects/*/accounts/*}\x12\x81\x01\n" +
+	"\rUpdateAccount\x12\x1d.loom.v1.UpdateAccountRequest\x1a\x10.loom.v1.Account\"9\x82\xd3\xe4\x93\x023:\aaccount2(/v1/{account.name=projects/*/accounts/*}\x12j\n" +
+	"\rDeleteAccount\x12\x1d.loom.v1.DeleteAccountRequest\x1a\x10.loom.v1.Account\"(\x82\xd3\xe4\x93\x02\"* /v1/{name=projects/*/accounts/*}\x12\x81\x01\n" +
 	"\x0eSetAssociation\x12\x1e.loom.v1.SetAssociationRequest\x1a\x14.loom.v1.Association\"9\x82\xd3\xe4\x93\x023:\vassociation\"$/v1/{parent=projects/*}/associations\x12\x85\x01\n" +
-	"\x10ListAssociations\x12 .loom.v1.ListAssociationsRequest\x1a!.loom.v1.ListAssociationsResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/{parent=projects/*}/associationsB.Z,github.com/loom-ml/loom/proto/loom/v1;loomv1b\x06proto3"
+	"\x10ListAssociations\x12 .loom.v1.ListAssociationsRequest\x1a!.loom.v1.ListAssociationsResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/{parent=projects/*}/associations\x12z\n" +
+	"\x11DeleteAssociation\x12!.loom.v1.DeleteAssociationRequest\x1a\x14.loom.v1.Association\",\x82\xd3\xe4\x93\x02&*$/v1/{parent=projects/*}/associationsB.Z,github.com/loom-ml/loom/proto/loom/v1;loomv1b\x06proto3"
 
 var (
 	file_loom_v1_auth_proto_rawDescOnce sync.Once
@@ -2154,7 +2269,7 @@ func file_loom_v1_auth_proto_rawDescGZIP() []byte {
 }
 
 var file_loom_v1_auth_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_loom_v1_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_loom_v1_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_loom_v1_auth_proto_goTypes = []any{
 	(PrincipalKind)(0),               // 0: loom.v1.PrincipalKind
 	(*Principal)(nil),                // 1: loom.v1.Principal
@@ -2180,32 +2295,34 @@ var file_loom_v1_auth_proto_goTypes = []any{
 	(*Association)(nil),              // 21: loom.v1.Association
 	(*CreateAccountRequest)(nil),     // 22: loom.v1.CreateAccountRequest
 	(*UpdateAccountRequest)(nil),     // 23: loom.v1.UpdateAccountRequest
-	(*ListAccountsRequest)(nil),      // 24: loom.v1.ListAccountsRequest
-	(*ListAccountsResponse)(nil),     // 25: loom.v1.ListAccountsResponse
-	(*SetAssociationRequest)(nil),    // 26: loom.v1.SetAssociationRequest
-	(*ListAssociationsRequest)(nil),  // 27: loom.v1.ListAssociationsRequest
-	(*ListAssociationsResponse)(nil), // 28: loom.v1.ListAssociationsResponse
-	nil,                              // 29: loom.v1.Principal.RolesEntry
-	(*timestamppb.Timestamp)(nil),    // 30: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),    // 31: google.protobuf.FieldMask
+	(*DeleteAccountRequest)(nil),     // 24: loom.v1.DeleteAccountRequest
+	(*DeleteAssociationRequest)(nil), // 25: loom.v1.DeleteAssociationRequest
+	(*ListAccountsRequest)(nil),      // 26: loom.v1.ListAccountsRequest
+	(*ListAccountsResponse)(nil),     // 27: loom.v1.ListAccountsResponse
+	(*SetAssociationRequest)(nil),    // 28: loom.v1.SetAssociationRequest
+	(*ListAssociationsRequest)(nil),  // 29: loom.v1.ListAssociationsRequest
+	(*ListAssociationsResponse)(nil), // 30: loom.v1.ListAssociationsResponse
+	nil,                              // 31: loom.v1.Principal.RolesEntry
+	(*timestamppb.Timestamp)(nil),    // 32: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),    // 33: google.protobuf.FieldMask
 }
 var file_loom_v1_auth_proto_depIdxs = []int32{
 	0,  // 0: loom.v1.Principal.kind:type_name -> loom.v1.PrincipalKind
-	29, // 1: loom.v1.Principal.roles:type_name -> loom.v1.Principal.RolesEntry
-	30, // 2: loom.v1.Token.expire_time:type_name -> google.protobuf.Timestamp
+	31, // 1: loom.v1.Principal.roles:type_name -> loom.v1.Principal.RolesEntry
+	32, // 2: loom.v1.Token.expire_time:type_name -> google.protobuf.Timestamp
 	1,  // 3: loom.v1.Token.principal:type_name -> loom.v1.Principal
-	30, // 4: loom.v1.ApiKey.create_time:type_name -> google.protobuf.Timestamp
-	30, // 5: loom.v1.ApiKey.expire_time:type_name -> google.protobuf.Timestamp
-	30, // 6: loom.v1.ApiKey.revoke_time:type_name -> google.protobuf.Timestamp
+	32, // 4: loom.v1.ApiKey.create_time:type_name -> google.protobuf.Timestamp
+	32, // 5: loom.v1.ApiKey.expire_time:type_name -> google.protobuf.Timestamp
+	32, // 6: loom.v1.ApiKey.revoke_time:type_name -> google.protobuf.Timestamp
 	5,  // 7: loom.v1.CreateApiKeyRequest.key:type_name -> loom.v1.ApiKey
 	5,  // 8: loom.v1.ListApiKeysResponse.keys:type_name -> loom.v1.ApiKey
 	10, // 9: loom.v1.ListMembersResponse.members:type_name -> loom.v1.Member
-	30, // 10: loom.v1.NodeIdentity.expire_time:type_name -> google.protobuf.Timestamp
-	30, // 11: loom.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
+	32, // 10: loom.v1.NodeIdentity.expire_time:type_name -> google.protobuf.Timestamp
+	32, // 11: loom.v1.AuditRecord.time:type_name -> google.protobuf.Timestamp
 	17, // 12: loom.v1.ListAuditRecordsResponse.records:type_name -> loom.v1.AuditRecord
 	20, // 13: loom.v1.CreateAccountRequest.account:type_name -> loom.v1.Account
 	20, // 14: loom.v1.UpdateAccountRequest.account:type_name -> loom.v1.Account
-	31, // 15: loom.v1.UpdateAccountRequest.update_mask:type_name -> google.protobuf.FieldMask
+	33, // 15: loom.v1.UpdateAccountRequest.update_mask:type_name -> google.protobuf.FieldMask
 	20, // 16: loom.v1.ListAccountsResponse.accounts:type_name -> loom.v1.Account
 	21, // 17: loom.v1.SetAssociationRequest.association:type_name -> loom.v1.Association
 	21, // 18: loom.v1.ListAssociationsResponse.associations:type_name -> loom.v1.Association
@@ -2220,27 +2337,31 @@ var file_loom_v1_auth_proto_depIdxs = []int32{
 	15, // 27: loom.v1.AuthService.RenewNodeIdentity:input_type -> loom.v1.RenewNodeIdentityRequest
 	18, // 28: loom.v1.AuditService.ListAuditRecords:input_type -> loom.v1.ListAuditRecordsRequest
 	22, // 29: loom.v1.AccountService.CreateAccount:input_type -> loom.v1.CreateAccountRequest
-	24, // 30: loom.v1.AccountService.ListAccounts:input_type -> loom.v1.ListAccountsRequest
+	26, // 30: loom.v1.AccountService.ListAccounts:input_type -> loom.v1.ListAccountsRequest
 	23, // 31: loom.v1.AccountService.UpdateAccount:input_type -> loom.v1.UpdateAccountRequest
-	26, // 32: loom.v1.AccountService.SetAssociation:input_type -> loom.v1.SetAssociationRequest
-	27, // 33: loom.v1.AccountService.ListAssociations:input_type -> loom.v1.ListAssociationsRequest
-	4,  // 34: loom.v1.AuthService.CreateToken:output_type -> loom.v1.Token
-	1,  // 35: loom.v1.AuthService.WhoAmI:output_type -> loom.v1.Principal
-	5,  // 36: loom.v1.AuthService.CreateApiKey:output_type -> loom.v1.ApiKey
-	8,  // 37: loom.v1.AuthService.ListApiKeys:output_type -> loom.v1.ListApiKeysResponse
-	5,  // 38: loom.v1.AuthService.RevokeApiKey:output_type -> loom.v1.ApiKey
-	10, // 39: loom.v1.AuthService.SetMember:output_type -> loom.v1.Member
-	13, // 40: loom.v1.AuthService.ListMembers:output_type -> loom.v1.ListMembersResponse
-	16, // 41: loom.v1.AuthService.RegisterNode:output_type -> loom.v1.NodeIdentity
-	16, // 42: loom.v1.AuthService.RenewNodeIdentity:output_type -> loom.v1.NodeIdentity
-	19, // 43: loom.v1.AuditService.ListAuditRecords:output_type -> loom.v1.ListAuditRecordsResponse
-	20, // 44: loom.v1.AccountService.CreateAccount:output_type -> loom.v1.Account
-	25, // 45: loom.v1.AccountService.ListAccounts:output_type -> loom.v1.ListAccountsResponse
-	20, // 46: loom.v1.AccountService.UpdateAccount:output_type -> loom.v1.Account
-	21, // 47: loom.v1.AccountService.SetAssociation:output_type -> loom.v1.Association
-	28, // 48: loom.v1.AccountService.ListAssociations:output_type -> loom.v1.ListAssociationsResponse
-	34, // [34:49] is the sub-list for method output_type
-	19, // [19:34] is the sub-list for method input_type
+	24, // 32: loom.v1.AccountService.DeleteAccount:input_type -> loom.v1.DeleteAccountRequest
+	28, // 33: loom.v1.AccountService.SetAssociation:input_type -> loom.v1.SetAssociationRequest
+	29, // 34: loom.v1.AccountService.ListAssociations:input_type -> loom.v1.ListAssociationsRequest
+	25, // 35: loom.v1.AccountService.DeleteAssociation:input_type -> loom.v1.DeleteAssociationRequest
+	4,  // 36: loom.v1.AuthService.CreateToken:output_type -> loom.v1.Token
+	1,  // 37: loom.v1.AuthService.WhoAmI:output_type -> loom.v1.Principal
+	5,  // 38: loom.v1.AuthService.CreateApiKey:output_type -> loom.v1.ApiKey
+	8,  // 39: loom.v1.AuthService.ListApiKeys:output_type -> loom.v1.ListApiKeysResponse
+	5,  // 40: loom.v1.AuthService.RevokeApiKey:output_type -> loom.v1.ApiKey
+	10, // 41: loom.v1.AuthService.SetMember:output_type -> loom.v1.Member
+	13, // 42: loom.v1.AuthService.ListMembers:output_type -> loom.v1.ListMembersResponse
+	16, // 43: loom.v1.AuthService.RegisterNode:output_type -> loom.v1.NodeIdentity
+	16, // 44: loom.v1.AuthService.RenewNodeIdentity:output_type -> loom.v1.NodeIdentity
+	19, // 45: loom.v1.AuditService.ListAuditRecords:output_type -> loom.v1.ListAuditRecordsResponse
+	20, // 46: loom.v1.AccountService.CreateAccount:output_type -> loom.v1.Account
+	27, // 47: loom.v1.AccountService.ListAccounts:output_type -> loom.v1.ListAccountsResponse
+	20, // 48: loom.v1.AccountService.UpdateAccount:output_type -> loom.v1.Account
+	20, // 49: loom.v1.AccountService.DeleteAccount:output_type -> loom.v1.Account
+	21, // 50: loom.v1.AccountService.SetAssociation:output_type -> loom.v1.Association
+	30, // 51: loom.v1.AccountService.ListAssociations:output_type -> loom.v1.ListAssociationsResponse
+	21, // 52: loom.v1.AccountService.DeleteAssociation:output_type -> loom.v1.Association
+	36, // [36:53] is the sub-list for method output_type
+	19, // [19:36] is the sub-list for method input_type
 	19, // [19:19] is the sub-list for extension type_name
 	19, // [19:19] is the sub-list for extension extendee
 	0,  // [0:19] is the sub-list for field type_name
@@ -2257,7 +2378,7 @@ func file_loom_v1_auth_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loom_v1_auth_proto_rawDesc), len(file_loom_v1_auth_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

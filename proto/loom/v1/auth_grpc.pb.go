@@ -585,11 +585,13 @@ var AuditService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	AccountService_CreateAccount_FullMethodName    = "/loom.v1.AccountService/CreateAccount"
-	AccountService_ListAccounts_FullMethodName     = "/loom.v1.AccountService/ListAccounts"
-	AccountService_UpdateAccount_FullMethodName    = "/loom.v1.AccountService/UpdateAccount"
-	AccountService_SetAssociation_FullMethodName   = "/loom.v1.AccountService/SetAssociation"
-	AccountService_ListAssociations_FullMethodName = "/loom.v1.AccountService/ListAssociations"
+	AccountService_CreateAccount_FullMethodName     = "/loom.v1.AccountService/CreateAccount"
+	AccountService_ListAccounts_FullMethodName      = "/loom.v1.AccountService/ListAccounts"
+	AccountService_UpdateAccount_FullMethodName     = "/loom.v1.AccountService/UpdateAccount"
+	AccountService_DeleteAccount_FullMethodName     = "/loom.v1.AccountService/DeleteAccount"
+	AccountService_SetAssociation_FullMethodName    = "/loom.v1.AccountService/SetAssociation"
+	AccountService_ListAssociations_FullMethodName  = "/loom.v1.AccountService/ListAssociations"
+	AccountService_DeleteAssociation_FullMethodName = "/loom.v1.AccountService/DeleteAssociation"
 )
 
 // AccountServiceClient is the client API for AccountService service.
@@ -605,10 +607,18 @@ type AccountServiceClient interface {
 	// organization, parent_account, fairshare) of an account: sacctmgr
 	// modify account.
 	UpdateAccount(ctx context.Context, in *UpdateAccountRequest, opts ...grpc.CallOption) (*Account, error)
+	// DeleteAccount removes an account that has no sub-accounts, no users
+	// and no active jobs charged to it (sacctmgr delete account), and
+	// returns it.
+	DeleteAccount(ctx context.Context, in *DeleteAccountRequest, opts ...grpc.CallOption) (*Account, error)
 	// SetAssociation adds a user to an account, or changes the limits of
 	// that association.
 	SetAssociation(ctx context.Context, in *SetAssociationRequest, opts ...grpc.CallOption) (*Association, error)
 	ListAssociations(ctx context.Context, in *ListAssociationsRequest, opts ...grpc.CallOption) (*ListAssociationsResponse, error)
+	// DeleteAssociation removes a user from an account (sacctmgr delete user
+	// NAME account=A) when no job of theirs charged to it is active and it is
+	// not their default account while they have others, and returns it.
+	DeleteAssociation(ctx context.Context, in *DeleteAssociationRequest, opts ...grpc.CallOption) (*Association, error)
 }
 
 type accountServiceClient struct {
@@ -649,6 +659,16 @@ func (c *accountServiceClient) UpdateAccount(ctx context.Context, in *UpdateAcco
 	return out, nil
 }
 
+func (c *accountServiceClient) DeleteAccount(ctx context.Context, in *DeleteAccountRequest, opts ...grpc.CallOption) (*Account, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Account)
+	err := c.cc.Invoke(ctx, AccountService_DeleteAccount_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *accountServiceClient) SetAssociation(ctx context.Context, in *SetAssociationRequest, opts ...grpc.CallOption) (*Association, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Association)
@@ -669,6 +689,16 @@ func (c *accountServiceClient) ListAssociations(ctx context.Context, in *ListAss
 	return out, nil
 }
 
+func (c *accountServiceClient) DeleteAssociation(ctx context.Context, in *DeleteAssociationRequest, opts ...grpc.CallOption) (*Association, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Association)
+	err := c.cc.Invoke(ctx, AccountService_DeleteAssociation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AccountServiceServer is the server API for AccountService service.
 // All implementations must embed UnimplementedAccountServiceServer
 // for forward compatibility.
@@ -682,10 +712,18 @@ type AccountServiceServer interface {
 	// organization, parent_account, fairshare) of an account: sacctmgr
 	// modify account.
 	UpdateAccount(context.Context, *UpdateAccountRequest) (*Account, error)
+	// DeleteAccount removes an account that has no sub-accounts, no users
+	// and no active jobs charged to it (sacctmgr delete account), and
+	// returns it.
+	DeleteAccount(context.Context, *DeleteAccountRequest) (*Account, error)
 	// SetAssociation adds a user to an account, or changes the limits of
 	// that association.
 	SetAssociation(context.Context, *SetAssociationRequest) (*Association, error)
 	ListAssociations(context.Context, *ListAssociationsRequest) (*ListAssociationsResponse, error)
+	// DeleteAssociation removes a user from an account (sacctmgr delete user
+	// NAME account=A) when no job of theirs charged to it is active and it is
+	// not their default account while they have others, and returns it.
+	DeleteAssociation(context.Context, *DeleteAssociationRequest) (*Association, error)
 	mustEmbedUnimplementedAccountServiceServer()
 }
 
@@ -705,11 +743,17 @@ func (UnimplementedAccountServiceServer) ListAccounts(context.Context, *ListAcco
 func (UnimplementedAccountServiceServer) UpdateAccount(context.Context, *UpdateAccountRequest) (*Account, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateAccount not implemented")
 }
+func (UnimplementedAccountServiceServer) DeleteAccount(context.Context, *DeleteAccountRequest) (*Account, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteAccount not implemented")
+}
 func (UnimplementedAccountServiceServer) SetAssociation(context.Context, *SetAssociationRequest) (*Association, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetAssociation not implemented")
 }
 func (UnimplementedAccountServiceServer) ListAssociations(context.Context, *ListAssociationsRequest) (*ListAssociationsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAssociations not implemented")
+}
+func (UnimplementedAccountServiceServer) DeleteAssociation(context.Context, *DeleteAssociationRequest) (*Association, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteAssociation not implemented")
 }
 func (UnimplementedAccountServiceServer) mustEmbedUnimplementedAccountServiceServer() {}
 func (UnimplementedAccountServiceServer) testEmbeddedByValue()                        {}
@@ -786,6 +830,24 @@ func _AccountService_UpdateAccount_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AccountService_DeleteAccount_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteAccountRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AccountServiceServer).DeleteAccount(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AccountService_DeleteAccount_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AccountServiceServer).DeleteAccount(ctx, req.(*DeleteAccountRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AccountService_SetAssociation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SetAssociationRequest)
 	if err := dec(in); err != nil {
@@ -822,6 +884,24 @@ func _AccountService_ListAssociations_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AccountService_DeleteAssociation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteAssociationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AccountServiceServer).DeleteAssociation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AccountService_DeleteAssociation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AccountServiceServer).DeleteAssociation(ctx, req.(*DeleteAssociationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AccountService_ServiceDesc is the grpc.ServiceDesc for AccountService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -842,12 +922,20 @@ var AccountService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _AccountService_UpdateAccount_Handler,
 		},
 		{
+			MethodName: "DeleteAccount",
+			Handler:    _AccountService_DeleteAccount_Handler,
+		},
+		{
 			MethodName: "SetAssociation",
 			Handler:    _AccountService_SetAssociation_Handler,
 		},
 		{
 			MethodName: "ListAssociations",
 			Handler:    _AccountService_ListAssociations_Handler,
+		},
+		{
+			MethodName: "DeleteAssociation",
+			Handler:    _AccountService_DeleteAssociation_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

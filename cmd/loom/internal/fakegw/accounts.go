@@ -111,6 +111,54 @@ func (g *Gateway) UpdateAccount(_ context.Context, r *loomv1.UpdateAccountReques
 	return proto.Clone(a).(*loomv1.Account), nil
 }
 
+// DeleteAccount removes an account without sub-accounts or users
+// (FailedPrecondition otherwise, NotFound for one it does not have).
+func (g *Gateway) DeleteAccount(_ context.Context, r *loomv1.DeleteAccountRequest) (*loomv1.Account, error) {
+	defer g.lock(r)()
+	a := g.account(r.GetName())
+	if a == nil {
+		return nil, status.Errorf(codes.NotFound, "account %s: not found", r.GetName())
+	}
+	id := shortName(a.GetName())
+	for _, o := range g.Accounts {
+		if o.GetParentAccount() == id {
+			return nil, status.Errorf(codes.FailedPrecondition, "account %s has sub-accounts (%s)", id, shortName(o.GetName()))
+		}
+	}
+	for _, o := range g.Associations {
+		if o.GetAccount() == id {
+			return nil, status.Errorf(codes.FailedPrecondition, "account %s has users (%s)", id, o.GetUser())
+		}
+	}
+	g.Accounts = slices.DeleteFunc(g.Accounts, func(o *loomv1.Account) bool { return o == a })
+	return proto.Clone(a).(*loomv1.Account), nil
+}
+
+// DeleteAssociation removes r's association (NotFound for one it does not
+// have; FailedPrecondition for a default account while the user has
+// others).
+func (g *Gateway) DeleteAssociation(_ context.Context, r *loomv1.DeleteAssociationRequest) (*loomv1.Association, error) {
+	defer g.lock(r)()
+	var found *loomv1.Association
+	others := 0
+	for _, o := range g.Associations {
+		switch {
+		case o.GetUser() == r.GetUser() && o.GetAccount() == r.GetAccount():
+			found = o
+		case o.GetUser() == r.GetUser():
+			others++
+		}
+	}
+	switch {
+	case found == nil:
+		return nil, status.Errorf(codes.NotFound, "association user=%s account=%s: not found", r.GetUser(), r.GetAccount())
+	case found.GetDefaultAccount() && others > 0:
+		return nil, status.Errorf(codes.FailedPrecondition, "account %s is user %s's default account; make another one the default first", r.GetAccount(), r.GetUser())
+	}
+	g.Associations = slices.DeleteFunc(g.Associations, func(o *loomv1.Association) bool { return o == found })
+	return proto.Clone(found).(*loomv1.Association), nil
+}
+
 // SetAssociation adds or replaces r's association (InvalidArgument for an
 // account the project does not have).
 func (g *Gateway) SetAssociation(_ context.Context, r *loomv1.SetAssociationRequest) (*loomv1.Association, error) {

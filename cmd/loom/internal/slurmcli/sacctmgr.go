@@ -1,6 +1,7 @@
 package slurmcli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -50,6 +51,7 @@ const sacctmgrUsage = `sacctmgr [<OPTION>] [<COMMAND>]
      add <ENTITY> <SPECS>     add entity
      list <ENTITY> [<SPECS>]  display info of identified entity (also show)
      modify <ENTITY> where <SPECS> set <SPECS>  modify entity
+     delete <ENTITY> where <SPECS>  delete the specified entities
 
   <ENTITY> may be "account", "association" or "user".
 
@@ -57,6 +59,8 @@ const sacctmgrUsage = `sacctmgr [<OPTION>] [<COMMAND>]
   add user NAME[,NAME] Account=A[,A] [DefaultAccount=] [MaxJobs=] [MaxSubmitJobs=] [Fairshare=] [QOS=] [DefaultQOS=]
   modify user where name=NAME [account=A] set [MaxJobs=] [MaxSubmitJobs=] [Fairshare=] [DefaultAccount=]
   modify account where name=NAME[,NAME] set [Description=] [Organization=] [Parent=] [Fairshare=]
+  delete account NAME[,NAME]
+  delete user NAME[,NAME] [Account=A[,A]]
                                              [QOS=a,b | QOS+=a | QOS-=a] [DefaultQOS=]
   show account [NAME] | show user [NAME] | show assoc [user=] [account=]
 `
@@ -263,7 +267,7 @@ func (c *cmd) sacctmgr(ctx context.Context, args []string) error {
 	case word(verb, "modify", 1), word(verb, "update", 1):
 		return c.sacctmgrModify(ctx, rest, out)
 	case word(verb, "delete", 3), word(verb, "remove", 3):
-		return sacctmgrFail(" Deleting accounts and associations is not supported by Loom yet")
+		return c.sacctmgrDelete(ctx, rest, out)
 	}
 	return sacctmgrFail("invalid keyword: %s", verb)
 }
@@ -977,6 +981,96 @@ func (c *cmd) sacctmgrModifyAccount(ctx context.Context, args []string, out sacc
 	}
 	fmt.Fprint(c.stdout, b.String())
 	return nil
+}
+
+// sacctmgrDelete is delete account NAME[,NAME] (each without sub-accounts,
+// users or active jobs) and delete user NAME[,NAME] [account=A[,A]] (the
+// user's associations with those accounts, all of them without one; the
+// default account last, so that it goes only with the others).
+func (c *cmd) sacctmgrDelete(ctx context.Context, args []string, out sacctmgrOut) error {
+	entity := ""
+	if len(args) > 0 {
+		entity = sacctmgrEntity(args[0])
+	}
+	if entity != "account" && entity != "user" {
+		return sacctmgrFail("No valid entity in delete command\nInput line must include \"User\" or \"Account\"")
+	}
+	var names, accounts []string
+	for _, s := range parseSacctmgrSpecs(args[1:]) {
+		switch {
+		case s.bare && strings.EqualFold(s.value, "where"):
+		case s.bare || s.key == "name" || s.key == "names" || entity == "user" && word(s.key, "users", 1) || entity == "account" && word(s.key, "accounts", 3):
+			names = append(names, splitList(strings.ToLower(s.value))...)
+		case entity == "user" && (word(s.key, "accounts", 3) || s.key == "acct"):
+			accounts = append(accounts, splitList(strings.ToLower(s.value))...)
+		case word(s.key, "clusters", 1):
+		case s.bare && strings.EqualFold(s.value, "set"):
+			return sacctmgrFail(" Can't set anything with delete; use modify")
+		default:
+			return sacctmgrFail(" Unknown condition: %s", s.raw)
+		}
+	}
+	if len(names) == 0 {
+		return sacctmgrFail(" No conditions given to delete: say which %s (where name=NAME)", entity)
+	}
+	var b strings.Builder
+	if entity == "account" {
+		b.WriteString(" Deleting accounts...\n")
+		for _, n := range names {
+			cctx, cancel := c.call(ctx)
+			_, err := c.accountsClient().DeleteAccount(cctx, &loomv1.DeleteAccountRequest{Name: c.projectName() + "/accounts/" + n})
+			cancel()
+			if err != nil {
+				return c.rpcError("deleting account "+n, err)
+			}
+			fmt.Fprintf(&b, "  %s\n", n)
+		}
+	} else {
+		var deleted []*loomv1.Association
+		for _, u := range names {
+			assocs, err := c.listAssociations(ctx, u, "")
+			if err != nil {
+				return err
+			}
+			// The default account last: the gateway refuses it while
+			// the user has others.
+			slices.SortStableFunc(assocs, func(x, y *loomv1.Association) int {
+				return cmp.Compare(boolInt(x.GetDefaultAccount()), boolInt(y.GetDefaultAccount()))
+			})
+			for _, a := range assocs {
+				if len(accounts) > 0 && !inList(accounts, a.GetAccount()) {
+					continue
+				}
+				cctx, cancel := c.call(ctx)
+				_, err := c.accountsClient().DeleteAssociation(cctx, &loomv1.DeleteAssociationRequest{Parent: c.projectName(), User: u, Account: a.GetAccount()})
+				cancel()
+				if err != nil {
+					return c.rpcError(fmt.Sprintf("deleting user %s from account %s", u, a.GetAccount()), err)
+				}
+				deleted = append(deleted, a)
+			}
+		}
+		if len(deleted) == 0 {
+			fmt.Fprintln(c.stdout, " Nothing deleted")
+			return &Error{Code: 1}
+		}
+		b.WriteString(" Deleting user associations...\n")
+		for _, a := range deleted {
+			fmt.Fprintf(&b, "  C = %-10.10s A = %-10.10s U = %-9.9s\n", c.env.Project, a.GetAccount(), a.GetUser())
+		}
+	}
+	if !out.quiet {
+		fmt.Fprint(c.stdout, b.String())
+	}
+	return nil
+}
+
+// boolInt is 1 for true: an order that puts false first.
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (c *cmd) setAssociation(ctx context.Context, a *loomv1.Association) error {

@@ -111,6 +111,19 @@ func TestSacctmgrGolden(t *testing.T) {
 			"sacctmgr: error: modifying account nope: account projects/default/accounts/nope: not found\n"},
 		{[]string{"modify", "account", "qcd"}, 1, "", " You didn't give me anything to set\n"},
 		{[]string{"modify", "account", "qcd", "set", "maxjobs=1"}, 1, "", " Unknown option: maxjobs=1\n Use keyword 'where' to modify condition\n"},
+		// delete: a user from one account, then from all (the default
+		// last); an account only once it has no users or sub-accounts.
+		{[]string{"delete", "account", "physics"}, 1, "",
+			"sacctmgr: error: deleting account physics: account physics has users (alice)\n"},
+		{[]string{"delete", "user", "carl", "where", "account=qcd"}, 0,
+			" Deleting user associations...\n  C = default    A = qcd        U = carl     \n", ""},
+		{[]string{"delete", "user", "alice"}, 0,
+			" Deleting user associations...\n  C = default    A = physics    U = alice    \n  C = default    A = qcd        U = alice    \n", ""},
+		{[]string{"delete", "user", "alice"}, 1, " Nothing deleted\n", ""},
+		{[]string{"-i", "delete", "account", "where", "name=physics"}, 0, " Deleting accounts...\n  physics\n", ""},
+		{[]string{"-p", "-n", "list", "account"}, 0, "qcd|Lattice QCD|physics|\nroot|default root account|root|\n", ""},
+		{[]string{"delete", "account"}, 1, "", " No conditions given to delete: say which account (where name=NAME)\n"},
+		{[]string{"delete", "qos", "high"}, 1, "", "No valid entity in delete command\nInput line must include \"User\" or \"Account\"\n"},
 	} {
 		code, out, errOut := run(t, g, "sacctmgr", Env{}, tc.args...)
 		if code != tc.code || out != tc.stdout || errOut != tc.other {

@@ -4947,9 +4947,11 @@ func (x *AuditRecorded) GetRecord() *v1.AuditRecord {
 // limits (sacctmgr add user / modify user) to the scheduler, which enforces
 // MaxJobs.
 type AssociationChanged struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
-	Association   *v1.Association        `protobuf:"bytes,2,opt,name=association,proto3" json:"association,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Project     string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Association *v1.Association        `protobuf:"bytes,2,opt,name=association,proto3" json:"association,omitempty"`
+	// deleted: the association was removed (sacctmgr delete user).
+	Deleted       bool `protobuf:"varint,3,opt,name=deleted,proto3" json:"deleted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4998,13 +5000,22 @@ func (x *AssociationChanged) GetAssociation() *v1.Association {
 	return nil
 }
 
+func (x *AssociationChanged) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
 // AccountChanged carries an account's place in the project's account tree
 // and its fair-share shares (sacctmgr add account) to the scheduler, whose
 // priorities divide the shares down the tree.
 type AccountChanged struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
-	Account       *v1.Account            `protobuf:"bytes,2,opt,name=account,proto3" json:"account,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Project string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	Account *v1.Account            `protobuf:"bytes,2,opt,name=account,proto3" json:"account,omitempty"`
+	// deleted: the account was removed (sacctmgr delete account).
+	Deleted       bool `protobuf:"varint,3,opt,name=deleted,proto3" json:"deleted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5051,6 +5062,13 @@ func (x *AccountChanged) GetAccount() *v1.Account {
 		return x.Account
 	}
 	return nil
+}
+
+func (x *AccountChanged) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
 }
 
 // Point is one line of a hypertune metrics file: step is its
@@ -5528,13 +5546,15 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x17TrainingPipelineChanged\x12>\n" +
 	"\bpipeline\x18\x01 \x01(\v2\".loom.training.v1.TrainingPipelineR\bpipeline\"=\n" +
 	"\rAuditRecorded\x12,\n" +
-	"\x06record\x18\x01 \x01(\v2\x14.loom.v1.AuditRecordR\x06record\"f\n" +
+	"\x06record\x18\x01 \x01(\v2\x14.loom.v1.AuditRecordR\x06record\"\x80\x01\n" +
 	"\x12AssociationChanged\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x126\n" +
-	"\vassociation\x18\x02 \x01(\v2\x14.loom.v1.AssociationR\vassociation\"V\n" +
+	"\vassociation\x18\x02 \x01(\v2\x14.loom.v1.AssociationR\vassociation\x12\x18\n" +
+	"\adeleted\x18\x03 \x01(\bR\adeleted\"p\n" +
 	"\x0eAccountChanged\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12*\n" +
-	"\aaccount\x18\x02 \x01(\v2\x10.loom.v1.AccountR\aaccount*\xac\x01\n" +
+	"\aaccount\x18\x02 \x01(\v2\x10.loom.v1.AccountR\aaccount\x12\x18\n" +
+	"\adeleted\x18\x03 \x01(\bR\adeleted*\xac\x01\n" +
 	"\tStopCause\x12\x1a\n" +
 	"\x16STOP_CAUSE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14STOP_CAUSE_CANCELLED\x10\x01\x12\x19\n" +

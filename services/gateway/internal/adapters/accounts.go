@@ -148,6 +148,18 @@ func PutAccount(tx *store.Tx, project string, a *loomv1.Account) error {
 	return nil
 }
 
+// DeleteAccount removes the account id of project in tx.
+func DeleteAccount(tx *store.Tx, project, id string) { tx.HDel(KeyAccountsPrefix+project, id) }
+
+// DeleteAssociation removes user's association with account in tx; last
+// removes the user's default account too (they have no other).
+func DeleteAssociation(tx *store.Tx, project, user, account string, last bool) {
+	tx.HDel(KeyAssocsPrefix+project, AssocField(user, account))
+	if last {
+		tx.HDel(KeyAssocDefaultPrefix+project, user)
+	}
+}
+
 // PutAssociation adds the association to tx; with default_account set it
 // also makes its account the user's default.
 func PutAssociation(tx *store.Tx, project string, a *loomv1.Association) error {

@@ -328,23 +328,16 @@ func (g *Gateway) submitAssociation(ctx context.Context, req *loomv1.SubmitJobRe
 	}
 	adding := max(1, domain.ArrayTaskCount(job.GetArray()))
 	active := 0
-	err = paging.Each(func(token string) (string, error) {
-		resp, err := g.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: req.GetParent(), Users: []string{user},
-			ActiveOnly: true, PageSize: paging.MaxSize, PageToken: token})
-		for _, j := range resp.GetJobs() {
-			if j.GetAccount() != account {
-				continue
-			}
-			if j.GetArray() != "" && j.GetArrayJobId() == "" {
-				active += max(1, domain.ArrayTaskCount(j.GetArray()))
-			} else {
-				active++
-			}
+	err = g.eachActiveJob(ctx, req.GetParent(), []string{user}, func(j *loomv1.Job) bool {
+		if j.GetAccount() != account {
+			return true
 		}
-		if active+adding > limit {
-			return "", nil // no need to count further
+		if j.GetArray() != "" && j.GetArrayJobId() == "" {
+			active += max(1, domain.ArrayTaskCount(j.GetArray()))
+		} else {
+			active++
 		}
-		return resp.GetNextPageToken(), err
+		return active+adding <= limit // past it: no need to count further
 	})
 	if err != nil {
 		return charge{}, fmt.Errorf("count the active jobs of user %s in account %s: %w", user, account, err)
@@ -353,4 +346,153 @@ func (g *Gateway) submitAssociation(ctx context.Context, req *loomv1.SubmitJobRe
 		return charge{}, domain.SubmitLimitError(user, account, limit, active, adding)
 	}
 	return ch, nil
+}
+
+// eachActiveJob calls fn with each pending or running job of the project
+// (parent) as ListJobs with active_only sees it, of users only when users
+// is not empty, until fn returns false.
+func (g *Gateway) eachActiveJob(ctx context.Context, parent string, users []string, fn func(*loomv1.Job) bool) error {
+	return paging.Each(func(token string) (string, error) {
+		resp, err := g.ListJobs(ctx, &loomv1.ListJobsRequest{Parent: parent, Users: users,
+			ActiveOnly: true, PageSize: paging.MaxSize, PageToken: token})
+		for _, j := range resp.GetJobs() {
+			if !fn(j) {
+				return "", nil
+			}
+		}
+		return resp.GetNextPageToken(), err
+	})
+}
+
+// activeCharged counts the active jobs of the project charged to account
+// (of user only, when user is not empty) and returns the first one's id,
+// for a refusal to name.
+func (g *Gateway) activeCharged(ctx context.Context, parent, user, account string) (n int, first string, err error) {
+	var users []string
+	if user != "" {
+		users = []string{user}
+	}
+	err = g.eachActiveJob(ctx, parent, users, func(j *loomv1.Job) bool {
+		if j.GetAccount() == account {
+			if n++; first == "" {
+				first = j.GetJobId()
+			}
+		}
+		return true
+	})
+	return n, first, err
+}
+
+// DeleteAccount removes an account (sacctmgr delete account) and emits
+// AccountChanged with deleted (key: the project) in one Apply; the caller
+// must be an admin of the project. Refused (FailedPrecondition, saying
+// what to do first) while it has sub-accounts, users or active jobs
+// charged to it; NotFound for an account the project does not have.
+func (g *Gateway) DeleteAccount(ctx context.Context, req *loomv1.DeleteAccountRequest) (*loomv1.Account, error) {
+	project, id, err := domain.AcceptAccountDelete(req)
+	if err != nil {
+		return nil, err
+	}
+	acct, err := g.repo.Account(ctx, project, id)
+	if err != nil {
+		return nil, err
+	}
+	accts, err := g.repo.Accounts(ctx, project)
+	if err != nil {
+		return nil, err
+	}
+	var kids []string
+	for _, a := range accts {
+		if a.GetParentAccount() == id {
+			kids = append(kids, a.GetName()[strings.LastIndexByte(a.GetName(), '/')+1:])
+		}
+	}
+	if len(kids) > 0 {
+		return nil, fmt.Errorf("account %s has sub-accounts (%s); delete them or move them first (sacctmgr modify account %s set parent=%s): %w",
+			id, strings.Join(kids, ", "), kids[0], acct.GetParentAccount(), errs.FailedPrecondition)
+	}
+	assocs, err := g.repo.Associations(ctx, project)
+	if err != nil {
+		return nil, err
+	}
+	var users []string
+	for _, a := range assocs {
+		if a.GetAccount() == id {
+			users = append(users, a.GetUser())
+		}
+	}
+	if len(users) > 0 {
+		return nil, fmt.Errorf("account %s has users (%s); remove them first (sacctmgr delete user %s account=%s): %w",
+			id, strings.Join(users, ", "), users[0], id, errs.FailedPrecondition)
+	}
+	parent := resname.Project{ID: project}.String()
+	if n, first, err := g.activeCharged(ctx, parent, "", id); err != nil {
+		return nil, fmt.Errorf("count the active jobs charged to account %s: %w", id, err)
+	} else if n > 0 {
+		return nil, fmt.Errorf("Job(s) active, cancel job(s) before remove: %d pending or running job(s) charged to account %s (job %s first): %w",
+			n, id, first, errs.FailedPrecondition)
+	}
+	tx := &store.Tx{}
+	adapters.DeleteAccount(tx, project, id)
+	cmd, err := route(ctx, parent, &eventsv1.AccountChanged{Project: project, Account: acct, Deleted: true})
+	if err != nil {
+		return nil, err
+	}
+	tx.Emit(cmd)
+	if _, err := g.repo.Apply(ctx, "", tx); err != nil {
+		return nil, fmt.Errorf("delete account %s: %w", acct.GetName(), err)
+	}
+	g.opt.Log.InfoContext(ctx, "account deleted", "account", acct.GetName())
+	return acct, nil
+}
+
+// DeleteAssociation removes user from account (sacctmgr delete user NAME
+// account=A) and emits AssociationChanged with deleted (key: the project)
+// in one Apply; the caller must be an admin of the project. Refused
+// (FailedPrecondition, saying what to do first) while the user has active
+// jobs charged to the account, or when it is their default account and
+// they have others; the user's last association takes their default with
+// it. NotFound for an association the project does not have.
+func (g *Gateway) DeleteAssociation(ctx context.Context, req *loomv1.DeleteAssociationRequest) (*loomv1.Association, error) {
+	project, user, account, err := domain.AcceptAssociationDelete(req)
+	if err != nil {
+		return nil, err
+	}
+	a, err := g.repo.Association(ctx, project, user, account)
+	if err != nil {
+		return nil, err
+	}
+	all, err := g.repo.Associations(ctx, project)
+	if err != nil {
+		return nil, err
+	}
+	var others []string
+	for _, o := range all {
+		if o.GetUser() == user && o.GetAccount() != account {
+			others = append(others, o.GetAccount())
+		}
+	}
+	if a.GetDefaultAccount() && len(others) > 0 {
+		return nil, fmt.Errorf("account %s is user %s's default account; make another one the default first (sacctmgr modify user %s set DefaultAccount=%s): %w",
+			account, user, user, others[0], errs.FailedPrecondition)
+	}
+	parent := resname.Project{ID: project}.String()
+	if n, first, err := g.activeCharged(ctx, parent, user, account); err != nil {
+		return nil, fmt.Errorf("count the active jobs of user %s in account %s: %w", user, account, err)
+	} else if n > 0 {
+		return nil, fmt.Errorf("Job(s) active, cancel job(s) before remove: user %s has %d pending or running job(s) charged to account %s (job %s first): %w",
+			user, n, account, first, errs.FailedPrecondition)
+	}
+	tx := &store.Tx{}
+	adapters.DeleteAssociation(tx, project, user, account, len(others) == 0)
+	cmd, err := route(ctx, parent, &eventsv1.AssociationChanged{Project: project, Association: a, Deleted: true})
+	if err != nil {
+		return nil, err
+	}
+	tx.Emit(cmd)
+	if _, err := g.repo.Apply(ctx, "", tx); err != nil {
+		return nil, fmt.Errorf("delete association user=%s account=%s: %w", user, account, err)
+	}
+	g.opt.Log.InfoContext(ctx, "association deleted", "project", project, "user", user, "account", account)
+	return a, nil
 }

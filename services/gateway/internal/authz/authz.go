@@ -291,11 +291,13 @@ var Table = map[string]Rule{
 	auditSvc + "ListAuditRecords": {Access: Admin, Field: "parent"},
 
 	// Accounts and associations (sacctmgr): viewers list, admins write.
-	accountSvc + "CreateAccount":    {Access: Admin, Field: "parent"},
-	accountSvc + "ListAccounts":     {Access: Viewer, Field: "parent"},
-	accountSvc + "UpdateAccount":    {Access: Admin, Field: "account.name"},
-	accountSvc + "SetAssociation":   {Access: Admin, Field: "parent"},
-	accountSvc + "ListAssociations": {Access: Viewer, Field: "parent"},
+	accountSvc + "CreateAccount":     {Access: Admin, Field: "parent"},
+	accountSvc + "ListAccounts":      {Access: Viewer, Field: "parent"},
+	accountSvc + "UpdateAccount":     {Access: Admin, Field: "account.name"},
+	accountSvc + "DeleteAccount":     {Access: Admin, Field: "name"},
+	accountSvc + "DeleteAssociation": {Access: Admin, Field: "parent"},
+	accountSvc + "SetAssociation":    {Access: Admin, Field: "parent"},
+	accountSvc + "ListAssociations":  {Access: Viewer, Field: "parent"},
 
 	// Load balancers and `loom up` probe health without credentials.
 	healthSvc + "Check": {Access: Public},

@@ -166,22 +166,7 @@ var accountPaths = map[string]string{
 func AcceptAccountUpdate(req *loomv1.UpdateAccountRequest) (project, id, parent string, apply func(*loomv1.Account) *loomv1.Account, err error) {
 	var v errs.Validator
 	in := req.GetAccount()
-	name := in.GetName()
-	rest, ok := strings.CutPrefix(name, "projects/")
-	pid, aid, _ := strings.Cut(rest, "/accounts/")
-	_, projErr := resname.ParseProject("projects/" + pid)
-	switch {
-	case name == "":
-		v.Add("account.name", "required: projects/{project}/accounts/{account}")
-	case !ok || !strings.Contains(rest, "/accounts/"):
-		v.Add("account.name", "%s is not projects/{project}/accounts/{account}", clip(name))
-	case projErr != nil:
-		v.Add("account.name", "%v", projErr)
-	case !accountID.MatchString(aid):
-		v.Add("account.name", "%s is not an account id: lower-case letters, digits, '_', '-' and '.', starting with a letter or digit, at most 64", clip(aid))
-	case aid == RootAccount:
-		v.Add("account.name", "root is the top of every project's tree and is not changed")
-	}
+	pid, aid := parseAccountName(&v, "account.name", in.GetName())
 	paths := map[string]bool{}
 	mask := req.GetUpdateMask().GetPaths()
 	if len(mask) == 0 {
@@ -240,6 +225,56 @@ func AcceptAccountUpdate(req *loomv1.UpdateAccountRequest) (project, id, parent 
 		return next
 	}
 	return pid, aid, parent, apply, nil
+}
+
+// parseAccountName checks field, an account's full name other than root's
+// (root is never stored, so never changed or deleted), and returns its
+// project and id.
+func parseAccountName(v *errs.Validator, field, name string) (project, id string) {
+	rest, ok := strings.CutPrefix(name, "projects/")
+	project, id, _ = strings.Cut(rest, "/accounts/")
+	_, projErr := resname.ParseProject("projects/" + project)
+	switch {
+	case name == "":
+		v.Add(field, "required: projects/{project}/accounts/{account}")
+	case !ok || !strings.Contains(rest, "/accounts/"):
+		v.Add(field, "%s is not projects/{project}/accounts/{account}", clip(name))
+	case projErr != nil:
+		v.Add(field, "%v", projErr)
+	case !accountID.MatchString(id):
+		v.Add(field, "%s is not an account id: lower-case letters, digits, '_', '-' and '.', starting with a letter or digit, at most 64", clip(id))
+	case id == RootAccount:
+		v.Add(field, "root is the top of every project's tree and is neither changed nor deleted")
+	}
+	return project, id
+}
+
+// AcceptAccountDelete checks a DeleteAccount request and returns the
+// project id and the account's id.
+func AcceptAccountDelete(req *loomv1.DeleteAccountRequest) (project, id string, err error) {
+	var v errs.Validator
+	project, id = parseAccountName(&v, "name", req.GetName())
+	return project, id, v.Err()
+}
+
+// AcceptAssociationDelete checks a DeleteAssociation request (every
+// problem at once) and returns the project id, the user and the account id.
+func AcceptAssociationDelete(req *loomv1.DeleteAssociationRequest) (project, user, account string, err error) {
+	var v errs.Validator
+	p, perr := resname.ParseProject(req.GetParent())
+	if perr != nil {
+		v.Add("parent", "%v", perr)
+	}
+	user = req.GetUser()
+	v.Check(userName.MatchString(user), "user", "%s is not a login name: lower-case letters, digits, '_', '-' and '.', at most 32", clip(user))
+	account, ok := AccountID(p.ID, req.GetAccount())
+	switch {
+	case req.GetAccount() == "":
+		v.Add("account", "required")
+	case !ok || !accountID.MatchString(account):
+		v.Add("account", "%s is not an account id of %s", clip(req.GetAccount()), req.GetParent())
+	}
+	return p.ID, user, account, v.Err()
 }
 
 // AcceptAssociation checks a SetAssociation request (every problem at

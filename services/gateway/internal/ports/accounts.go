@@ -25,6 +25,14 @@ func (s accounts) UpdateAccount(ctx context.Context, r *loomv1.UpdateAccountRequ
 	return unary(s.g.UpdateAccount(ctx, r))
 }
 
+func (s accounts) DeleteAccount(ctx context.Context, r *loomv1.DeleteAccountRequest) (*loomv1.Account, error) {
+	return unary(s.g.DeleteAccount(ctx, r))
+}
+
+func (s accounts) DeleteAssociation(ctx context.Context, r *loomv1.DeleteAssociationRequest) (*loomv1.Association, error) {
+	return unary(s.g.DeleteAssociation(ctx, r))
+}
+
 func (s accounts) SetAssociation(ctx context.Context, r *loomv1.SetAssociationRequest) (*loomv1.Association, error) {
 	return unary(s.g.SetAssociation(ctx, r))
 }

@@ -40,4 +40,13 @@ func TestAssocLimitsWriteThenLoad(t *testing.T) {
 	if len(recs.Assocs) != 2 || !want[*recs.Assocs[0]] || !want[*recs.Assocs[1]] {
 		t.Fatalf("loaded limits: %+v %+v", recs.Assocs[0], recs.Assocs[len(recs.Assocs)-1])
 	}
+	// A deleted association leaves the store.
+	persist(t, ctx, st, s, now.Add(2*time.Minute), &eventsv1.AssociationChanged{Project: "default",
+		Association: &loomv1.Association{Account: "lab", User: "ada"}, Deleted: true})
+	if recs, err = NewRepo(st).Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(recs.Assocs) != 1 || recs.Assocs[0].User != "" {
+		t.Fatalf("loaded after the delete: %+v", recs.Assocs)
+	}
 }

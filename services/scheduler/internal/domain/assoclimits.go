@@ -82,10 +82,15 @@ func (s *State) putAssocLimit(l *AssocLimit) {
 }
 
 // commitAssocLimits applies the change's association limits and accounts
-// to the state (Commit).
+// to the state (Commit); a nil record removes its key's.
 func (s *State) commitAssocLimits(c *Change) {
-	for _, l := range c.Assocs {
-		s.putAssocLimit(l)
+	for key, l := range c.Assocs {
+		if l != nil {
+			s.putAssocLimit(l)
+		} else if p := strings.SplitN(key, "|", 3); len(p) == 3 {
+			delete(s.limits, limitKey{p[0], p[1], p[2]})
+			delete(s.accounts, limitKey{p[0], p[1], p[2]})
+		}
 	}
 }
 
@@ -102,8 +107,12 @@ func (t *txn) associationChanged(ev *eventsv1.AssociationChanged) error {
 	if err := v.Err(); err != nil {
 		return fmt.Errorf("association changed: %w", err)
 	}
-	t.putAssoc(&AssocLimit{Project: ev.GetProject(), Account: a.GetAccount(), User: a.GetUser(),
-		MaxJobs: a.GetMaxJobs(), Fairshare: a.GetFairshare()})
+	l := &AssocLimit{Project: ev.GetProject(), Account: a.GetAccount(), User: a.GetUser(),
+		MaxJobs: a.GetMaxJobs(), Fairshare: a.GetFairshare()}
+	if ev.GetDeleted() {
+		l = nil
+	}
+	t.putAssoc(ev.GetProject(), a.GetAccount(), a.GetUser(), l)
 	return nil
 }
 
@@ -121,18 +130,23 @@ func (t *txn) accountChanged(ev *eventsv1.AccountChanged) error {
 	if err := v.Err(); err != nil {
 		return fmt.Errorf("account changed: %w", err)
 	}
-	t.putAssoc(&AssocLimit{Project: ev.GetProject(), Account: id, Fairshare: a.GetFairshare(), Parent: a.GetParentAccount()})
+	l := &AssocLimit{Project: ev.GetProject(), Account: id, Fairshare: a.GetFairshare(), Parent: a.GetParentAccount()}
+	if ev.GetDeleted() {
+		l = nil
+	}
+	t.putAssoc(ev.GetProject(), id, "", l)
 	return nil
 }
 
-// putAssoc puts an association's limits or an account's record in the
-// change and has the project's clusters scheduled again.
-func (t *txn) putAssoc(l *AssocLimit) {
+// putAssoc puts an association's limits or an account's record (user "")
+// in the change, nil to remove it, and has the project's clusters
+// scheduled again.
+func (t *txn) putAssoc(project, account, user string, l *AssocLimit) {
 	if t.c.Assocs == nil {
 		t.c.Assocs = map[string]*AssocLimit{}
 	}
-	t.c.Assocs[AssocLimitKey(l.Project, l.Account, l.User)] = l
-	prefix := "projects/" + l.Project + "/"
+	t.c.Assocs[AssocLimitKey(project, account, user)] = l
+	prefix := "projects/" + project + "/"
 	for _, c := range t.s.Clusters() {
 		if strings.HasPrefix(c, prefix) {
 			t.dirty[c] = true

@@ -101,3 +101,38 @@ func TestAssocMaxJobsInOneBatch(t *testing.T) {
 	h.wantState(1, loomv1.JobState_RUNNING, "")
 	h.wantExact(2, loomv1.JobState_PENDING, ReasonAssocMaxJobsLimit)
 }
+
+// TestDeletedAssociationAndAccount: a deleted association's MaxJobs no
+// longer holds its user's jobs back, and a deleted account's record leaves
+// the state (and what a restarted scheduler loads).
+func TestDeletedAssociationAndAccount(t *testing.T) {
+	t.Parallel()
+	h := newSpecHarness(t, Config{})
+	h.gpuNode("a3-0001", "b1")
+	h.gpuNode("a3-0002", "b1")
+	ada := &loomv1.Association{Account: "a", User: "ada", MaxJobs: 1}
+	h.do(&eventsv1.AssociationChanged{Project: "default", Association: ada})
+	h.do(&eventsv1.AccountChanged{Project: "default", Account: &loomv1.Account{Name: "projects/default/accounts/a", Fairshare: 3}})
+	h.submitJob(job(1, 1, 1, user("ada", "a")))
+	h.submitJob(job(2, 1, 1, user("ada", "a")))
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	h.wantExact(2, loomv1.JobState_PENDING, ReasonAssocMaxJobsLimit)
+	if got := h.s.AssocLimits(); len(got) != 2 {
+		t.Fatalf("records before the deletes: %v", got)
+	}
+
+	c := h.do(&eventsv1.AssociationChanged{Project: "default", Association: ada, Deleted: true})
+	if l, ok := c.Assocs[AssocLimitKey("default", "a", "ada")]; !ok || l != nil {
+		t.Fatalf("change's records: %v, want ada's removed", c.Assocs)
+	}
+	h.wantState(2, loomv1.JobState_RUNNING, "")
+	h.do(&eventsv1.AccountChanged{Project: "default", Account: &loomv1.Account{Name: "projects/default/accounts/a"}, Deleted: true})
+	if got := h.s.AssocLimits(); len(got) != 0 {
+		t.Fatalf("records after the deletes: %v", got)
+	}
+	restarted := NewState(h.s.Config())
+	restarted.Restore(h.s.Snapshot())
+	if got := restarted.AssocLimits(); len(got) != 0 {
+		t.Fatalf("records after a restore: %v", got)
+	}
+}

@@ -1,8 +1,6 @@
 package domain
 
 import (
-	"strings"
-
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
 
@@ -54,17 +52,7 @@ func (s *State) Follow(u *Update) {
 			s.withTemplate(j)
 		}
 	}
-	s.Commit(&Change{Clusters: u.Clusters, Nodes: u.Nodes, Jobs: u.Jobs, Runs: u.Runs, Usage: u.Usage})
-	for key, l := range u.Assocs {
-		if l != nil {
-			s.putAssocLimit(l)
-			continue
-		}
-		if p := strings.SplitN(key, "|", 3); len(p) == 3 {
-			delete(s.limits, limitKey{p[0], p[1], p[2]})
-			delete(s.accounts, limitKey{p[0], p[1], p[2]})
-		}
-	}
+	s.Commit(&Change{Clusters: u.Clusters, Nodes: u.Nodes, Jobs: u.Jobs, Runs: u.Runs, Usage: u.Usage, Assocs: u.Assocs})
 	for name, a := range u.Arrays {
 		if a == nil {
 			delete(s.arrays, name)
