@@ -97,3 +97,51 @@ func TestJobPermissions(t *testing.T) {
 		return c.GetJob() == held.GetName() && c.GetUser() == "root" && c.GetAdmin()
 	})
 }
+
+// TestNicePermissions: anyone may lower their own job's priority with a
+// positive nice, at submission or later; only an administrator may raise
+// one with a negative nice (PermissionDenied naming the field); a nice
+// past ±2147483645 is InvalidArgument. The update reaches the scheduler
+// with the nice set.
+func TestNicePermissions(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, 2*wait)
+	as := func(who string) loomv1.JobServiceClient { return loomv1.NewJobServiceClient(h.as(t, who)) }
+	submit := func(who string, nice int32) (*loomv1.Job, error) {
+		req := validJob()
+		req.Job.Nice = nice
+		return as(who).SubmitJob(ctx, req)
+	}
+	if j, err := submit("ana", 10); err != nil || j.GetNice() != 10 {
+		t.Fatalf("ana submits with nice 10: %v, %v", j, err)
+	}
+	_, err := submit("ana", -5)
+	wantCode(t, "ana submits with nice -5", err, codes.PermissionDenied, "job.nice", "administrator")
+	_, err = submit("root", 2147483646)
+	wantCode(t, "a nice past the bound", err, codes.InvalidArgument, "job.nice")
+	if j, err := submit("pat", -5); err != nil || j.GetNice() != -5 {
+		t.Fatalf("pat (admin) submits with nice -5: %v, %v", j, err)
+	}
+
+	ana := &loomv1.Job{Name: "projects/default/jobs/42", JobId: "42", Cluster: cluster1, State: loomv1.JobState_PENDING,
+		User: "ana", Partition: "all", StateReason: "Priority"}
+	h.w.setJob(ana)
+	nice := func(n int32) *int32 { return &n }
+	_, err = as("ana").UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: ana.GetName(), Action: "update", Nice: nice(-1)})
+	wantCode(t, "ana sets Nice=-1", err, codes.PermissionDenied, "nice", "administrator")
+	_, err = as("ana").UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: ana.GetName(), Action: "hold", Nice: nice(1)})
+	wantCode(t, "a nice with hold", err, codes.InvalidArgument, "nice")
+	for _, tc := range []struct {
+		who  string
+		nice int32
+	}{{"ana", 50}, {"pat", -10}} {
+		if _, err := as(tc.who).UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: ana.GetName(), Action: "update", Nice: nice(tc.nice)}); err != nil {
+			t.Fatalf("%s sets Nice=%d: %v", tc.who, tc.nice, err)
+		}
+		testkit.WaitEvent(t, h.broker, topics.JobCommands, wait, func(e envelope.Event) bool {
+			u, ok := e.Payload.(*eventsv1.UpdateJob)
+			return ok && u.GetJob() == ana.GetName() && u.Nice != nil && u.GetNice() == tc.nice && u.GetUser() == tc.who
+		})
+	}
+}

@@ -2109,6 +2109,10 @@ type Job struct {
 	ArrayTaskId int32  `protobuf:"varint,40,opt,name=array_task_id,json=arrayTaskId,proto3" json:"array_task_id,omitempty"`
 	// dependency is the --dependency spec ("afterok:12:13,singleton").
 	Dependency string `protobuf:"bytes,41,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// nice is the --nice adjustment, subtracted from the job's priority as
+	// Slurm's (the result at least 1); -2147483645..2147483645, and below 0
+	// only from an administrator.
+	Nice int32 `protobuf:"varint,75,opt,name=nice,proto3" json:"nice,omitempty"`
 	// output_pattern and error_pattern are --output/--error with %j %A %a %x %u %N.
 	OutputPattern string `protobuf:"bytes,42,opt,name=output_pattern,json=outputPattern,proto3" json:"output_pattern,omitempty"`
 	ErrorPattern  string `protobuf:"bytes,43,opt,name=error_pattern,json=errorPattern,proto3" json:"error_pattern,omitempty"`
@@ -2383,6 +2387,13 @@ func (x *Job) GetDependency() string {
 	return ""
 }
 
+func (x *Job) GetNice() int32 {
+	if x != nil {
+		return x.Nice
+	}
+	return 0
+}
+
 func (x *Job) GetOutputPattern() string {
 	if x != nil {
 		return x.OutputPattern
@@ -2651,12 +2662,14 @@ func (x *Job) GetAllocGpus() int32 {
 
 // PriorityFactors are the weighted parts of a job's multifactor priority (sprio).
 type PriorityFactors struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Age           int64                  `protobuf:"varint,1,opt,name=age,proto3" json:"age,omitempty"`
-	Fairshare     int64                  `protobuf:"varint,2,opt,name=fairshare,proto3" json:"fairshare,omitempty"`
-	JobSize       int64                  `protobuf:"varint,3,opt,name=job_size,json=jobSize,proto3" json:"job_size,omitempty"`
-	Partition     int64                  `protobuf:"varint,4,opt,name=partition,proto3" json:"partition,omitempty"`
-	Qos           int64                  `protobuf:"varint,5,opt,name=qos,proto3" json:"qos,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Age       int64                  `protobuf:"varint,1,opt,name=age,proto3" json:"age,omitempty"`
+	Fairshare int64                  `protobuf:"varint,2,opt,name=fairshare,proto3" json:"fairshare,omitempty"`
+	JobSize   int64                  `protobuf:"varint,3,opt,name=job_size,json=jobSize,proto3" json:"job_size,omitempty"`
+	Partition int64                  `protobuf:"varint,4,opt,name=partition,proto3" json:"partition,omitempty"`
+	Qos       int64                  `protobuf:"varint,5,opt,name=qos,proto3" json:"qos,omitempty"`
+	// nice is the job's --nice, subtracted from the factors' sum.
+	Nice          int64 `protobuf:"varint,6,opt,name=nice,proto3" json:"nice,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2722,6 +2735,13 @@ func (x *PriorityFactors) GetPartition() int64 {
 func (x *PriorityFactors) GetQos() int64 {
 	if x != nil {
 		return x.Qos
+	}
+	return 0
+}
+
+func (x *PriorityFactors) GetNice() int64 {
+	if x != nil {
+		return x.Nice
 	}
 	return 0
 }
@@ -4213,7 +4233,7 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x06FAILED\x10\x06\x12\r\n" +
 	"\tREBOOTING\x10\a\x12\r\n" +
 	"\tREIMAGING\x10\b\x12\r\n" +
-	"\tREPLACING\x10\t\"\xcc\x10\n" +
+	"\tREPLACING\x10\t\"\xe0\x10\n" +
 	"\x03Job\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x18\n" +
@@ -4242,7 +4262,8 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\rarray_task_id\x18( \x01(\x05R\varrayTaskId\x12\x1e\n" +
 	"\n" +
 	"dependency\x18) \x01(\tR\n" +
-	"dependency\x12%\n" +
+	"dependency\x12\x12\n" +
+	"\x04nice\x18K \x01(\x05R\x04nice\x12%\n" +
 	"\x0eoutput_pattern\x18* \x01(\tR\routputPattern\x12#\n" +
 	"\rerror_pattern\x18+ \x01(\tR\ferrorPattern\x12\x1b\n" +
 	"\topen_mode\x18C \x01(\tR\bopenMode\x12\x1d\n" +
@@ -4296,13 +4317,14 @@ const file_loom_v1_resources_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\n" +
 	"\n" +
-	"\b_requeue\"\x8c\x01\n" +
+	"\b_requeue\"\xa0\x01\n" +
 	"\x0fPriorityFactors\x12\x10\n" +
 	"\x03age\x18\x01 \x01(\x03R\x03age\x12\x1c\n" +
 	"\tfairshare\x18\x02 \x01(\x03R\tfairshare\x12\x19\n" +
 	"\bjob_size\x18\x03 \x01(\x03R\ajobSize\x12\x1c\n" +
 	"\tpartition\x18\x04 \x01(\x03R\tpartition\x12\x10\n" +
-	"\x03qos\x18\x05 \x01(\x03R\x03qos\"\x88\x02\n" +
+	"\x03qos\x18\x05 \x01(\x03R\x03qos\x12\x12\n" +
+	"\x04nice\x18\x06 \x01(\x03R\x04nice\"\x88\x02\n" +
 	"\x06JobRun\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12'\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x11.loom.v1.JobStateR\x05state\x12\x14\n" +

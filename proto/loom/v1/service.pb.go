@@ -1746,7 +1746,10 @@ type UpdateJobRequest struct {
 	// user is who asks, as in CancelJobRequest: the job's owner or an
 	// administrator. A hold by an administrator is an admin hold
 	// (JobHeldAdmin), which only an administrator may release.
-	User          string `protobuf:"bytes,5,opt,name=user,proto3" json:"user,omitempty"`
+	User string `protobuf:"bytes,5,opt,name=user,proto3" json:"user,omitempty"`
+	// For "update" of a pending job: the new --nice when set (scontrol
+	// update Nice=); below 0 only from an administrator.
+	Nice          *int32 `protobuf:"varint,6,opt,name=nice,proto3,oneof" json:"nice,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1814,6 +1817,13 @@ func (x *UpdateJobRequest) GetUser() string {
 		return x.User
 	}
 	return ""
+}
+
+func (x *UpdateJobRequest) GetNice() int32 {
+	if x != nil && x.Nice != nil {
+		return *x.Nice
+	}
+	return 0
 }
 
 type WatchJobRequest struct {
@@ -3867,13 +3877,15 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x12\n" +
 	"\x04user\x18\x03 \x01(\tR\x04user\x12\x14\n" +
 	"\x05batch\x18\x04 \x01(\bR\x05batch\x12\x12\n" +
-	"\x04full\x18\x05 \x01(\bR\x04full\"\x9e\x01\n" +
+	"\x04full\x18\x05 \x01(\bR\x04full\"\xc0\x01\n" +
 	"\x10UpdateJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12,\n" +
 	"\x12time_limit_seconds\x18\x03 \x01(\x03R\x10timeLimitSeconds\x12\x1c\n" +
 	"\tpartition\x18\x04 \x01(\tR\tpartition\x12\x12\n" +
-	"\x04user\x18\x05 \x01(\tR\x04user\"%\n" +
+	"\x04user\x18\x05 \x01(\tR\x04user\x12\x17\n" +
+	"\x04nice\x18\x06 \x01(\x05H\x00R\x04nice\x88\x01\x01B\a\n" +
+	"\x05_nice\"%\n" +
 	"\x0fWatchJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"_\n" +
 	"\x12ReadJobLogsRequest\x12\x12\n" +
@@ -4267,6 +4279,7 @@ func file_loom_v1_service_proto_init() {
 		return
 	}
 	file_loom_v1_resources_proto_init()
+	file_loom_v1_service_proto_msgTypes[25].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

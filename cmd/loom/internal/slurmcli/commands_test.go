@@ -1,6 +1,7 @@
 package slurmcli
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -288,6 +289,9 @@ func TestScontrolActions(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("updates = %v, want %v", got, want)
 	}
+	if code, _, errOut := run(t, f, "scontrol", Env{}, "update", "JobId=12", "Nice=lots"); code != 1 || errOut != "Invalid nice value: lots\n" {
+		t.Errorf("scontrol update Nice=lots: %d %q", code, errOut)
+	}
 	for _, u := range fakegw.Requests[*loomv1.UpdateJobRequest](f) {
 		if u.GetUser() != "alice" {
 			t.Errorf("update %v does not name its caller alice", u)
@@ -320,6 +324,8 @@ func TestScontrolActions(t *testing.T) {
 		{"update", "jobid=13", "partition=debug"},
 		{"update", "JobId=12", "TimeLimit=+30"},
 		{"update", "JobId=12", "TimeLimit=-1:00:00", "Partition=gpu"},
+		{"update", "JobId=13", "Nice=-20"},
+		{"update", "JobId=13", "Nice=0"},
 	} {
 		if code, _, errOut := run(t, f, "scontrol", Env{}, args...); code != 0 {
 			t.Errorf("scontrol %v: %d %q", args, code, errOut)
@@ -327,9 +333,14 @@ func TestScontrolActions(t *testing.T) {
 	}
 	got = nil
 	for _, u := range fakegw.Requests[*loomv1.UpdateJobRequest](f) {
-		got = append(got, u.GetAction()+":"+shortName(u.GetName())+":"+u.GetPartition()+":"+formatDuration(u.GetTimeLimitSeconds()))
+		g := u.GetAction() + ":" + shortName(u.GetName()) + ":" + u.GetPartition() + ":" + formatDuration(u.GetTimeLimitSeconds())
+		if u.Nice != nil {
+			g += fmt.Sprintf(":nice=%d", u.GetNice())
+		}
+		got = append(got, g)
 	}
-	want = []string{"update:12::03:00:00", "update:13:debug:00:00:00", "update:12::02:30:00", "update:12:gpu:01:00:00"}
+	want = []string{"update:12::03:00:00", "update:13:debug:00:00:00", "update:12::02:30:00", "update:12:gpu:01:00:00",
+		"update:13::00:00:00:nice=-20", "update:13::00:00:00:nice=0"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("updates = %v, want %v", got, want)
 	}

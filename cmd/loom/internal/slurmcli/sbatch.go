@@ -57,6 +57,7 @@ var sbatchOptions = []optDef{
 	{long: []string{"output"}, short: 'o', arg: requiredArg},
 	{long: []string{"parsable"}, arg: noArg},
 	{long: []string{"partition"}, short: 'p', arg: requiredArg},
+	{long: []string{"nice"}, arg: optionalArg},
 	{long: []string{"qos"}, short: 'q', arg: requiredArg},
 	{long: []string{"quiet"}, short: 'Q', arg: noArg},
 	{long: []string{"requeue"}, arg: noArg},
@@ -107,7 +108,6 @@ var sbatchOptions = []optDef{
 	{long: []string{"mem-bind"}, arg: requiredArg},
 	{long: []string{"mincpus"}, arg: requiredArg},
 	{long: []string{"network"}, arg: requiredArg},
-	{long: []string{"nice"}, arg: optionalArg},
 	{long: []string{"no-kill"}, short: 'k', arg: optionalArg},
 	{long: []string{"nodefile"}, short: 'F', arg: requiredArg},
 	{long: []string{"ntasks-per-core"}, arg: requiredArg},
@@ -534,6 +534,12 @@ func (st *sbatchState) apply(o parsedOpt, from string) error {
 		j.GpusPerNode, j.GpuType = n, typ
 	case "hold":
 		j.Hold = true
+	case "nice":
+		n, err := parseNice(o.value)
+		if err != nil {
+			return bad(err)
+		}
+		j.Nice = n
 	case "job-name":
 		j.DisplayName = o.value
 	case "mem":
@@ -1237,3 +1243,19 @@ Other options:
 
 Other Slurm options are accepted and ignored, with a warning.
 `
+
+// parseNice is --nice[=adjustment] (and scontrol's Nice=): 100 without a
+// value, as Slurm's; within ±2147483645.
+func parseNice(v string) (int32, error) {
+	if v == "" {
+		return 100, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < -maxNice || n > maxNice {
+		return 0, fmt.Errorf("nice %q: want a whole number between -%d and %d", v, maxNice, maxNice)
+	}
+	return int32(n), nil
+}
+
+// maxNice bounds --nice either way (Slurm's).
+const maxNice = 2147483645

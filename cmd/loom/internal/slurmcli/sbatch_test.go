@@ -101,6 +101,8 @@ func TestParseSbatchOptions(t *testing.T) {
 		{[]string{"--begin=2026-02-01T10:00:00"}, &loomv1.Job{BeginTime: timestamppb.New(time.Date(2026, 2, 1, 10, 0, 0, 0, time.UTC))}},
 		{[]string{"-H"}, &loomv1.Job{Hold: true}},
 		{[]string{"--hold"}, &loomv1.Job{Hold: true}},
+		{[]string{"--nice"}, &loomv1.Job{Nice: 100}},
+		{[]string{"--nice=-5"}, &loomv1.Job{Nice: -5}},
 	} {
 		for _, form := range []string{"command line", "directive"} {
 			args, script := append([]string{}, tc.args...), plainScript

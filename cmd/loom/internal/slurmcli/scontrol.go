@@ -261,7 +261,7 @@ func jobRecord(r jobRow, v *squeueView) record {
 	rec := record{
 		head,
 		{"UserId=" + uid, "GroupId=" + gid, "MCS_label=N/A"},
-		{"Priority=" + strconv.FormatInt(j.GetPriority(), 10), "Nice=0", "Account=" + nullIfEmpty(j.GetAccount()), "QOS=" + nullIfEmpty(j.GetQos())},
+		{"Priority=" + strconv.FormatInt(j.GetPriority(), 10), "Nice=" + strconv.Itoa(int(j.GetNice())), "Account=" + nullIfEmpty(j.GetAccount()), "QOS=" + nullIfEmpty(j.GetQos())},
 		{"JobState=" + stateLong(st), "Reason=" + jobReason(j), "Dependency=" + dependencyText(j, v.jobsByID)},
 		{"Requeue=" + requeue, "Restarts=" + strconv.Itoa(int(j.GetRestartCount())), "BatchFlag=1", "Reboot=0", "ExitCode=" + exitCodeString(j.GetExitCode())},
 		{"RunTime=" + formatDuration(jobElapsed(j, v.now)), "TimeLimit=" + limitStr, "TimeMin=N/A"},
@@ -675,7 +675,7 @@ func first(kv map[string]string, keys ...string) string {
 	return ""
 }
 
-// updateJobParams updates a job's TimeLimit and/or Partition.
+// updateJobParams updates a job's TimeLimit, Partition and/or Nice.
 func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order []string) error {
 	ids := splitList(first(kv, "jobid", "job"))
 	req := &loomv1.UpdateJobRequest{Action: "update"}
@@ -703,6 +703,12 @@ func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order [
 				return &Error{Code: 1, Text: "Invalid Partition value: " + v}
 			}
 			req.Partition = v
+		case "nice":
+			n, err := parseNice(v)
+			if err != nil {
+				return &Error{Code: 1, Text: "Invalid nice value: " + v}
+			}
+			req.Nice = &n
 		default:
 			return &Error{Code: 1, Text: "Update of this parameter is not supported: " + k + "=" + v + "\nRequest aborted"}
 		}
@@ -711,7 +717,7 @@ func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order [
 	if !strings.HasPrefix(relative, "+") && !strings.HasPrefix(relative, "-") {
 		relative = ""
 	}
-	if req.TimeLimitSeconds == 0 && req.Partition == "" && relative == "" {
+	if req.TimeLimitSeconds == 0 && req.Partition == "" && req.Nice == nil && relative == "" {
 		return &Error{Code: 1, Text: "No changes specified"}
 	}
 	failed := false
@@ -721,7 +727,7 @@ func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order [
 			failed = true
 			continue
 		}
-		r := &loomv1.UpdateJobRequest{Name: c.jobName(id), Action: "update", TimeLimitSeconds: req.TimeLimitSeconds, Partition: req.Partition}
+		r := &loomv1.UpdateJobRequest{Name: c.jobName(id), Action: "update", TimeLimitSeconds: req.TimeLimitSeconds, Partition: req.Partition, Nice: req.Nice}
 		if relative != "" {
 			delta, _, err := ParseTimeLimit(relative[1:])
 			if err != nil {

@@ -51,7 +51,7 @@ func sprioFields() fieldTable[jobRow] {
 		"J": factor("JOBSIZE", (*loomv1.PriorityFactors).GetJobSize),
 		"P": factor("PARTITION", (*loomv1.PriorityFactors).GetPartition),
 		"Q": factor("QOS", (*loomv1.PriorityFactors).GetQos),
-		"N": {header: "NICE", value: func(jobRow) string { return "0" }},
+		"N": factor("NICE", (*loomv1.PriorityFactors).GetNice),
 		"c": {header: "CLUSTER", value: func(r jobRow) string { return shortName(r.job.GetCluster()) }},
 	}}
 }

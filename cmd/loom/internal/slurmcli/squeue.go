@@ -210,7 +210,7 @@ func squeueFields(v *squeueView) fieldTable[jobRow] {
 		"w":       str("WCKEY", func(*loomv1.Job) string { return "(null)" }),
 		"W":       str("LICENSES", func(*loomv1.Job) string { return "(null)" }),
 		"x":       {header: "EXC_NODES", value: func(r jobRow) string { return compressHosts(r.job.GetExclude()) }},
-		"y":       str("NICE", func(*loomv1.Job) string { return "0" }),
+		"y":       str("NICE", func(j *loomv1.Job) string { return strconv.Itoa(int(j.GetNice())) }),
 		"Y":       {header: "SCHEDNODES", nocut: true, value: func(jobRow) string { return "(null)" }},
 		"z":       str("S:C:T", func(*loomv1.Job) string { return "*:*:*" }),
 		"Z":       str("WORK_DIR", func(j *loomv1.Job) string { return j.GetWorkDir() }),

@@ -1561,8 +1561,11 @@ type UpdateJob struct {
 	// administrator: they may act on any job, a "hold" by one is an admin
 	// hold (JobHeldAdmin), and only one may release it. Action "uhold" is a
 	// user hold (JobHeldUser) whoever asks.
-	User          string `protobuf:"bytes,6,opt,name=user,proto3" json:"user,omitempty"`
-	Admin         bool   `protobuf:"varint,7,opt,name=admin,proto3" json:"admin,omitempty"`
+	User  string `protobuf:"bytes,6,opt,name=user,proto3" json:"user,omitempty"`
+	Admin bool   `protobuf:"varint,7,opt,name=admin,proto3" json:"admin,omitempty"`
+	// nice, when set, is the pending job's new --nice (checked by the
+	// gateway: below 0 only from an administrator).
+	Nice          *int32 `protobuf:"varint,8,opt,name=nice,proto3,oneof" json:"nice,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1644,6 +1647,13 @@ func (x *UpdateJob) GetAdmin() bool {
 		return x.Admin
 	}
 	return false
+}
+
+func (x *UpdateJob) GetNice() int32 {
+	if x != nil && x.Nice != nil {
+		return *x.Nice
+	}
+	return 0
 }
 
 // CreateJobStep asks the scheduler to start a job step (srun) on the nodes of
@@ -5235,7 +5245,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x04user\x18\x04 \x01(\tR\x04user\x12\x14\n" +
 	"\x05admin\x18\x05 \x01(\bR\x05admin\x12\x14\n" +
 	"\x05batch\x18\x06 \x01(\bR\x05batch\x12\x12\n" +
-	"\x04full\x18\a \x01(\bR\x04full\"\xc5\x01\n" +
+	"\x04full\x18\a \x01(\bR\x04full\"\xe7\x01\n" +
 	"\tUpdateJob\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x16\n" +
@@ -5243,7 +5253,9 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x12time_limit_seconds\x18\x04 \x01(\x03R\x10timeLimitSeconds\x12\x1c\n" +
 	"\tpartition\x18\x05 \x01(\tR\tpartition\x12\x12\n" +
 	"\x04user\x18\x06 \x01(\tR\x04user\x12\x14\n" +
-	"\x05admin\x18\a \x01(\bR\x05admin\"\xad\x03\n" +
+	"\x05admin\x18\a \x01(\bR\x05admin\x12\x17\n" +
+	"\x04nice\x18\b \x01(\x05H\x00R\x04nice\x88\x01\x01B\a\n" +
+	"\x05_nice\"\xad\x03\n" +
 	"\rCreateJobStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1d\n" +
@@ -5756,6 +5768,7 @@ func file_loom_events_v1_events_proto_init() {
 	if File_loom_events_v1_events_proto != nil {
 		return
 	}
+	file_loom_events_v1_events_proto_msgTypes[20].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -483,8 +483,12 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 	// from the request.
 	if req.GetJob() != nil {
 		parent, _ := resname.ParseProject(req.GetParent())
-		owner, err := submitAs(callerIn(ctx, parent.ID), req.GetJob().GetUser())
+		caller := callerIn(ctx, parent.ID)
+		owner, err := submitAs(caller, req.GetJob().GetUser())
 		if err != nil {
+			return nil, err
+		}
+		if err := domain.CheckNiceAllowed(caller, "job.nice", req.GetJob().GetNice()); err != nil {
 			return nil, err
 		}
 		req = proto.Clone(req).(*loomv1.SubmitJobRequest)
@@ -985,6 +989,9 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 	if err := caller.CheckAccess(j); err != nil {
 		return nil, err
 	}
+	if err := domain.CheckNiceAllowed(caller, "nice", req.GetNice()); err != nil {
+		return nil, err
+	}
 	if action == "release" {
 		if err := caller.CheckRelease(j); err != nil {
 			return nil, err
@@ -1005,7 +1012,7 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 		}
 	}
 	cmd := &eventsv1.UpdateJob{Job: ref.command, Cluster: j.GetCluster(), Action: action,
-		TimeLimitSeconds: req.GetTimeLimitSeconds(), Partition: req.GetPartition(),
+		TimeLimitSeconds: req.GetTimeLimitSeconds(), Partition: req.GetPartition(), Nice: req.Nice,
 		User: caller.User, Admin: caller.Admin}
 	if err := g.emitCommands(ctx, j.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", action, ref.name, err)

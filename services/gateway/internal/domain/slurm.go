@@ -148,6 +148,7 @@ func partitionPools(c *loomv1.Cluster, p *loomv1.SlurmPartition) []*loomv1.NodeP
 func validateSlurm(v *errs.Validator, j *loomv1.Job, cluster *loomv1.Cluster, maxArraySize int) (partition string, pools []*loomv1.NodePool) {
 	v.Check(j.GetTimeLimitSeconds() >= 0, "job.time_limit_seconds", "%d must not be negative (0: the partition's MaxTime)", j.GetTimeLimitSeconds())
 	v.Check(j.GetTimeLimitSeconds() <= maxTimeLimitSeconds, "job.time_limit_seconds", "%d is more than a century", j.GetTimeLimitSeconds())
+	checkNice(v, "job.nice", j.GetNice())
 	for _, f := range []struct {
 		name     string
 		val, max int64
@@ -230,10 +231,12 @@ func ValidateUpdateJob(req *loomv1.UpdateJobRequest) (string, error) {
 	case "hold", "uhold", "release", "requeue":
 		v.Check(req.GetTimeLimitSeconds() == 0, "time_limit_seconds", "only with action update, not %s", action)
 		v.Check(req.GetPartition() == "", "partition", "only with action update, not %s", action)
+		v.Check(req.Nice == nil, "nice", "only with action update, not %s", action)
 	case "update":
 		v.Check(req.GetTimeLimitSeconds() >= 0, "time_limit_seconds", "%d must not be negative (0: unchanged)", req.GetTimeLimitSeconds())
 		v.Check(req.GetTimeLimitSeconds() <= maxTimeLimitSeconds, "time_limit_seconds", "%d is more than a century", req.GetTimeLimitSeconds())
-		v.Check(req.GetTimeLimitSeconds() != 0 || req.GetPartition() != "", "action", "update needs time_limit_seconds or partition")
+		v.Check(req.GetTimeLimitSeconds() != 0 || req.GetPartition() != "" || req.Nice != nil, "action", "update needs time_limit_seconds, partition or nice")
+		checkNice(&v, "nice", req.GetNice())
 	case "":
 		v.Add("action", "required: one of %s", updateActionsList)
 	default:
@@ -262,6 +265,24 @@ func CheckUpdate(action string, partition string, job *loomv1.Job) error {
 		return refuse(MsgPending)
 	case action == "update" && partition != "" && partition != job.GetPartition() && Rank(s) > 0:
 		return refuse(MsgNoLongerPending)
+	}
+	return nil
+}
+
+// MaxNice bounds --nice either way (Slurm's NICE_OFFSET - 3).
+const MaxNice = 2147483645
+
+// checkNice checks a --nice adjustment's bounds, adding a problem on field.
+func checkNice(v *errs.Validator, field string, nice int32) {
+	v.Check(nice >= -MaxNice && nice <= MaxNice, field, "%d is outside -%d..%d", nice, MaxNice, MaxNice)
+}
+
+// CheckNiceAllowed refuses a negative --nice (a raised priority) from a
+// caller who is not an administrator, as Slurm does.
+func CheckNiceAllowed(c Caller, field string, nice int32) error {
+	if nice < 0 && !c.Admin {
+		return fmt.Errorf("%s: %d: only an administrator of the project may raise a priority with a negative nice (0..%d lowers it): %w",
+			field, nice, MaxNice, errs.PermissionDenied)
 	}
 	return nil
 }

@@ -31,6 +31,7 @@ type jobAttrs struct {
 	gpus            int64 // GPUs in all
 	assoc           *assoc
 	qos             int32 // index in the QOS table; -1 when unknown
+	nice            int32 // --nice, subtracted from the priority
 	part            string
 	reason          string
 	// req is the job's request with Partition, AvoidReserved, Nodelist and
@@ -164,7 +165,7 @@ func (s *State) fillAttrs(a *jobAttrs, j *Job, intern bool) {
 		part: spec.GetPartition(), reason: spec.GetStateReason(), hold: spec.GetHold(),
 		deps: spec.GetDependency() != "", array: spec.GetArrayJobId() != "",
 		lists:  len(spec.GetNodelist()) > 0 || len(spec.GetExclude()) > 0 || len(j.Excluded) > 0,
-		spread: spec.GetGpusPerNode() == 0 && spec.GetGpus() > 0, qos: -1, ran: j.Attempt > 0}
+		spread: spec.GetGpusPerNode() == 0 && spec.GetGpus() > 0, qos: -1, nice: spec.GetNice(), ran: j.Attempt > 0}
 	a.id, _ = strconv.ParseInt(spec.GetJobId(), 10, 64)
 	if ts := spec.GetSubmitTime(); ts != nil {
 		a.eligible = ts.AsTime().UnixNano()
@@ -206,7 +207,7 @@ func (s *State) prioAttrs(j *Job, a *jobAttrs, hint *assoc) {
 	// and a look costs the rank of 25,000 running jobs a read of each
 	// one's state.
 	spec := j.Job
-	a.hold, a.gpus, a.qos = spec.GetHold(), int64(jobGPUs(j)), -1
+	a.hold, a.gpus, a.qos, a.nice = spec.GetHold(), int64(jobGPUs(j)), -1, spec.GetNice()
 	a.eligible = 0
 	if ts := spec.GetSubmitTime(); ts != nil {
 		a.eligible = ts.AsTime().UnixNano()

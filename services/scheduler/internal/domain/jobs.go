@@ -169,7 +169,8 @@ func (t *txn) updateJob(ev *eventsv1.UpdateJob) error {
 	case ActionHold, ActionUHold, ActionRelease, ActionRequeue:
 	case ActionUpdate:
 		v.Check(ev.GetTimeLimitSeconds() >= 0, "time_limit_seconds", "must not be negative, got %d", ev.GetTimeLimitSeconds())
-		v.Check(ev.GetTimeLimitSeconds() > 0 || ev.GetPartition() != "", "action", "update needs time_limit_seconds or partition")
+		v.Check(ev.GetTimeLimitSeconds() > 0 || ev.GetPartition() != "" || ev.Nice != nil, "action", "update needs time_limit_seconds, partition or nice")
+		v.Check(ev.Nice == nil || ev.GetNice() >= -MaxNice && ev.GetNice() <= MaxNice, "nice", "%d is outside -%d..%d", ev.GetNice(), MaxNice, MaxNice)
 	default:
 		v.Add("action", "want hold, uhold, release, requeue or update, got %q", ev.GetAction())
 	}
@@ -229,14 +230,18 @@ func (t *txn) updateJob(ev *eventsv1.UpdateJob) error {
 	return nil
 }
 
-// updateLimits changes a job's time limit or partition: both while it is
-// pending; only a lower time limit once it runs.
+// MaxNice bounds --nice either way (Slurm's NICE_OFFSET - 3).
+const MaxNice = 2147483645
+
+// updateLimits changes a job's time limit, partition or nice: all while it
+// is pending; only a lower time limit once it runs.
 func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 	lim, part := ev.GetTimeLimitSeconds(), ev.GetPartition()
+	nice := ev.Nice
 	switch {
 	case j.Pending():
 	case j.Running():
-		part = ""
+		part, nice = "", nil
 		cur := j.Job.GetTimeLimitSeconds()
 		if cur == 0 {
 			if r := t.currentRun(j); r != nil {
@@ -259,7 +264,8 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 			part = ""
 		}
 	}
-	if (lim == 0 || lim == j.Job.GetTimeLimitSeconds()) && (part == "" || part == j.Job.GetPartition()) {
+	if (lim == 0 || lim == j.Job.GetTimeLimitSeconds()) && (part == "" || part == j.Job.GetPartition()) &&
+		(nice == nil || *nice == j.Job.GetNice()) {
 		return
 	}
 	j = t.editJob(j.Name())
@@ -268,6 +274,9 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 	}
 	if part != "" {
 		j.Job.Partition = part
+	}
+	if nice != nil {
+		j.Job.Nice = *nice
 	}
 	t.emitJob(j)
 }

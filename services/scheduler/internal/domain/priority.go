@@ -13,7 +13,7 @@ import (
 
 // Multifactor priority, as Slurm's priority/multifactor plugin computes it:
 //
-//	priority = W_age·age + W_fairshare·fairshare + W_jobsize·size + W_partition·tier + W_qos·qos
+//	priority = W_age·age + W_fairshare·fairshare + W_jobsize·size + W_partition·tier + W_qos·qos − nice
 //
 // with every factor between 0 and 1:
 //
@@ -447,16 +447,25 @@ func (p *prioCtx) sum(a *jobAttrs, part int) int64 {
 	if a.qos >= 0 {
 		v += p.qosW[a.qos]
 	}
-	return v
+	return niced(v, a.nice)
 }
 
-// factors are a job's weighted priority factors.
+// niced is a priority less the job's --nice, as Slurm's: at least 1, so
+// that a nice job is never taken for a held one (priority 0).
+func niced(v int64, nice int32) int64 {
+	if nice == 0 {
+		return v
+	}
+	return max(v-int64(nice), 1)
+}
+
+// factors are a job's weighted priority factors, and its --nice.
 type factors struct {
-	age, fairShare, jobSize, partition, qos int64
+	age, fairShare, jobSize, partition, qos, nice int64
 }
 
 func (f factors) proto() *loomv1.PriorityFactors {
-	return &loomv1.PriorityFactors{Age: f.age, Fairshare: f.fairShare, JobSize: f.jobSize, Partition: f.partition, Qos: f.qos}
+	return &loomv1.PriorityFactors{Age: f.age, Fairshare: f.fairShare, JobSize: f.jobSize, Partition: f.partition, Qos: f.qos, Nice: f.nice}
 }
 
 // priority computes a job's priority and its weighted factors (sprio's view).
@@ -500,8 +509,9 @@ func (p *prioCtx) priority(a *jobAttrs, part int) (int64, factors) {
 		jobSize:   roundHalfAway(float64(w.JobSize) * size),
 		partition: roundHalfAway(float64(w.Partition) * tier),
 		qos:       roundHalfAway(float64(w.QOS) * qf),
+		nice:      int64(a.nice),
 	}
-	return f.age + f.fairShare + f.jobSize + f.partition + f.qos, f
+	return niced(f.age+f.fairShare+f.jobSize+f.partition+f.qos, a.nice), f
 }
 
 // charge adds a finished run's usage to its account's and user's records.

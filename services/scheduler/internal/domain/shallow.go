@@ -43,6 +43,7 @@ func shallowJobInto(cp, job *loomv1.Job) {
 		ArrayJobId:         job.ArrayJobId,
 		ArrayTaskId:        job.ArrayTaskId,
 		Dependency:         job.Dependency,
+		Nice:               job.Nice,
 		OutputPattern:      job.OutputPattern,
 		ErrorPattern:       job.ErrorPattern,
 		OpenMode:           job.OpenMode,
