@@ -22,3 +22,19 @@ const (
 	// years overflow a time.Duration.
 	MaxTimeLimitSeconds = 100 * 365 * 24 * 3600
 )
+
+// CPUsPerNode is what a job asks of each of its nodes' CPUs, as Slurm
+// counts it: its tasks per node (--ntasks-per-node, else --ntasks spread
+// over nodes, rounded up, else 1) times --cpus-per-task (1 when unset). In
+// 64 bits: the most tasks on one node times the most CPUs a task is 2^32,
+// past an int32.
+func CPUsPerNode(ntasksPerNode, ntasks, cpusPerTask int32, nodes int) int64 {
+	tpn := int64(1)
+	switch n := int64(max(nodes, 1)); {
+	case ntasksPerNode > 0:
+		tpn = int64(ntasksPerNode)
+	case ntasks > 0:
+		tpn = (int64(ntasks) + n - 1) / n
+	}
+	return tpn * int64(max(cpusPerTask, 1))
+}

@@ -272,3 +272,24 @@ func TestValidEnvName(t *testing.T) {
 		}
 	}
 }
+
+// TestCPUsPerNode: tasks per node (--ntasks-per-node, else --ntasks over
+// the nodes rounded up, else 1) times --cpus-per-task, in 64 bits.
+func TestCPUsPerNode(t *testing.T) {
+	for _, c := range []struct {
+		tpn, ntasks, cpt int32
+		nodes            int
+		want             int64
+	}{
+		{0, 0, 0, 1, 1},
+		{0, 0, 4, 3, 4},
+		{4, 100, 2, 2, 8},              // --ntasks-per-node wins
+		{0, 5, 2, 2, 6},                // 3 tasks on the first node
+		{0, 5, 1, 0, 5},                // no node count: one node
+		{0, 1 << 20, 4096, 1, 1 << 32}, // past an int32
+	} {
+		if got := CPUsPerNode(c.tpn, c.ntasks, c.cpt, c.nodes); got != c.want {
+			t.Errorf("CPUsPerNode(%d, %d, %d, %d) = %d, want %d", c.tpn, c.ntasks, c.cpt, c.nodes, got, c.want)
+		}
+	}
+}

@@ -144,6 +144,11 @@ func TestValidateSubmitJob(t *testing.T) {
 		{"more gpus than a node", func(r *loomv1.SubmitJobRequest) { r.Job.GpusPerNode = 9 }, existing(), []string{"job.gpus_per_node"}},
 		{"bad model id", func(r *loomv1.SubmitJobRequest) { r.Job.ModelOutput.ModelId = "" }, existing(), []string{"job.model_output.model_id"}},
 		{"more memory than a node", func(r *loomv1.SubmitJobRequest) { r.Job.MemMb = 1872*1024 + 1 }, existing(), []string{"job.mem_mb"}},
+		{"more CPUs than a node", func(r *loomv1.SubmitJobRequest) { r.Job.CpusPerTask = 209 }, existing(), []string{"job.cpus_per_task"}},
+		{"more tasks than a node's CPUs", func(r *loomv1.SubmitJobRequest) { r.Job.NtasksPerNode = 105; r.Job.CpusPerTask = 2 }, existing(), []string{"job.cpus_per_task"}},
+		{"more tasks on a node than CPUs", func(r *loomv1.SubmitJobRequest) { r.Job.Ntasks = 2 * 209 }, existing(), []string{"job.ntasks"}},
+		{"tasks times CPUs past 32 bits", func(r *loomv1.SubmitJobRequest) { r.Job.NodeCount, r.Job.Ntasks, r.Job.CpusPerTask = 1, 1<<20, 4096 },
+			existing(), []string{"job.cpus_per_task"}},
 		{"bad env key", func(r *loomv1.SubmitJobRequest) { r.Job.Env = map[string]string{"A=B": "x"} }, existing(), []string{"job.env[A=B]"}},
 		{"bad bash function", func(r *loomv1.SubmitJobRequest) {
 			r.Job.Env = map[string]string{"BASH_FUNC_module%%": "() { :; }", "BASH_FUNC_a=b%%": "x"}

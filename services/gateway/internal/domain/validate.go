@@ -169,9 +169,24 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 		// --mem past every node's memory would wait forever (NodeTooSmall
 		// on every node): Slurm refuses it at submission, as here. Pools of
 		// a machine type the catalog does not know are not judged.
-		if maxMB, known := maxMemoryMB(pools); known && j.GetMemMb() > maxMB {
+		if maxMB, known := largestNode(pools, func(m clusterspec.MachineType) int64 { return int64(m.MemoryGiB) * 1024 }); known && j.GetMemMb() > maxMB {
 			v.Add("job.mem_mb", "%d MiB exceeds the %d MiB of the largest node in %s (Slurm: Memory specification can not be satisfied)",
 				j.GetMemMb(), maxMB, where)
+		}
+		// So would more CPUs on a node (tasks per node times CPUs per
+		// task) than the largest has.
+		need := slurmspec.CPUsPerNode(j.GetNtasksPerNode(), j.GetNtasks(), j.GetCpusPerTask(), int(nodes))
+		if maxCPUs, known := largestNode(pools, func(m clusterspec.MachineType) int64 { return int64(m.VCPUs) }); known && need > maxCPUs {
+			field := "job.cpus_per_task"
+			switch {
+			case j.GetCpusPerTask() > 1:
+			case j.GetNtasksPerNode() > 0:
+				field = "job.ntasks_per_node"
+			default:
+				field = "job.ntasks"
+			}
+			v.Add(field, "%d CPUs a node (tasks per node × CPUs per task) exceed the %d of the largest node in %s (Slurm: CPU count per node can not be satisfied)",
+				need, maxCPUs, where)
 		}
 	}
 	if mo := j.GetModelOutput(); mo != nil && !resname.ValidID(mo.GetModelId()) {
@@ -255,17 +270,18 @@ func fit(pools []*loomv1.NodePool, gpus int32) (maxGPUs int32, nodes int) {
 	return maxGPUs, nodes
 }
 
-// maxMemoryMB is the memory of the largest node of pools, from the machine
-// catalog; known is false when a pool's machine type is not in it.
-func maxMemoryMB(pools []*loomv1.NodePool) (maxMB int64, known bool) {
+// largestNode is the most of what size measures (memory, CPUs) a node of
+// pools has, from the machine catalog; known is false when a pool's
+// machine type is not in it or has none of it.
+func largestNode(pools []*loomv1.NodePool, size func(clusterspec.MachineType) int64) (most int64, known bool) {
 	for _, p := range pools {
 		m, ok := clusterspec.Machine(p.GetMachineType())
-		if !ok || m.MemoryGiB <= 0 {
+		if !ok || size(m) <= 0 {
 			return 0, false
 		}
-		maxMB = max(maxMB, int64(m.MemoryGiB)*1024)
+		most = max(most, size(m))
 	}
-	return maxMB, len(pools) > 0
+	return most, len(pools) > 0
 }
 
 // AcceptJob returns the job as the gateway accepts it from a valid req for

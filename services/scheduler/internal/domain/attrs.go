@@ -190,7 +190,7 @@ func (s *State) fillAttrs(a *jobAttrs, j *Job, intern bool) {
 	}
 	a.req = place.Request{Nodes: int(max(spec.GetNodeCount(), 1)), GPUsPerNode: spec.GetGpusPerNode(),
 		GPUType: strings.ToLower(spec.GetGpuType()), MemMB: spec.GetMemMb(), Exclusive: spec.GetExclusive()}
-	a.req.CPUsPerNode = max(maxTasksPerNode(spec, a.req.Nodes), 1) * max(spec.GetCpusPerTask(), 1)
+	a.req.CPUsPerNode = cpusPerNode(spec, a.req.Nodes)
 	a.shape = -1
 	if !a.lists && !a.spread {
 		a.shape = s.shapeID(&a.req, intern)

@@ -1467,7 +1467,7 @@ func (p *pass) request(j *Job, a *jobAttrs, pi int) place.Request {
 		}
 		r.GPUsPerNode = (g + int32(r.Nodes) - 1) / int32(r.Nodes)
 	}
-	r.CPUsPerNode = max(maxTasksPerNode(spec, r.Nodes), 1) * max(spec.GetCpusPerTask(), 1)
+	r.CPUsPerNode = cpusPerNode(spec, r.Nodes)
 	return r
 }
 

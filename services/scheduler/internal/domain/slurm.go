@@ -201,15 +201,12 @@ func taskLayout(spec *loomv1.Job, n int) []int32 {
 	return out
 }
 
-// maxTasksPerNode is the most tasks taskLayout puts on one of n nodes.
-func maxTasksPerNode(spec *loomv1.Job, n int) int32 {
-	switch tpn, total := spec.GetNtasksPerNode(), spec.GetNtasks(); {
-	case tpn > 0:
-		return tpn
-	case total > 0:
-		return (total + int32(n) - 1) / int32(n)
-	}
-	return 1
+// cpusPerNode is what a job asks of each node's CPUs
+// (slurmspec.CPUsPerNode), at most an int32's worth: no node has that many,
+// so the job waits (BadConstraints) rather than wrapping to a request that
+// every node fits.
+func cpusPerNode(spec *loomv1.Job, nodes int) int32 {
+	return int32(min(slurmspec.CPUsPerNode(spec.GetNtasksPerNode(), spec.GetNtasks(), spec.GetCpusPerTask(), nodes), math.MaxInt32))
 }
 
 // TasksPerNode writes a task layout as SLURM_TASKS_PER_NODE: runs of equal
