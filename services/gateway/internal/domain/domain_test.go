@@ -352,3 +352,16 @@ func TestReservationOperations(t *testing.T) {
 		t.Fatalf("unchanged: %v", u)
 	}
 }
+
+// TestTooManyTasksSaysHowManyNodes: -n past one node's CPUs is refused
+// saying how many nodes would hold the tasks (Loom, unlike Slurm, does
+// not add them itself).
+func TestTooManyTasksSaysHowManyNodes(t *testing.T) {
+	t.Parallel()
+	req := goodJob()
+	req.Job.NodeCount, req.Job.GpusPerNode, req.Job.Ntasks = 1, 0, 418 // 208 vCPUs a node
+	err := ValidateSubmitJob(req, existing(), slurmspec.DefaultMaxArraySize)
+	if err == nil || !strings.Contains(err.Error(), "job.ntasks") || !strings.Contains(err.Error(), "(-N 3)") {
+		t.Fatalf("got %v, want job.ntasks refused with -N 3", err)
+	}
+}

@@ -177,16 +177,19 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 		// task) than the largest has.
 		need := slurmspec.CPUsPerNode(j.GetNtasksPerNode(), j.GetNtasks(), j.GetCpusPerTask(), int(nodes))
 		if maxCPUs, known := largestNode(pools, func(m clusterspec.MachineType) int64 { return int64(m.VCPUs) }); known && need > maxCPUs {
-			field := "job.cpus_per_task"
+			field, hint := "job.cpus_per_task", ""
 			switch {
 			case j.GetCpusPerTask() > 1:
 			case j.GetNtasksPerNode() > 0:
 				field = "job.ntasks_per_node"
 			default:
+				// Unlike Slurm, Loom does not add nodes to fit -n: say how
+				// many would.
 				field = "job.ntasks"
+				hint = fmt.Sprintf("; spread them over more nodes (-N %d)", (int64(j.GetNtasks())+maxCPUs-1)/maxCPUs)
 			}
-			v.Add(field, "%d CPUs a node (tasks per node × CPUs per task) exceed the %d of the largest node in %s (Slurm: CPU count per node can not be satisfied)",
-				need, maxCPUs, where)
+			v.Add(field, "%d CPUs a node (tasks per node × CPUs per task) exceed the %d of the largest node in %s (Slurm: CPU count per node can not be satisfied)%s",
+				need, maxCPUs, where, hint)
 		}
 	}
 	if mo := j.GetModelOutput(); mo != nil && !resname.ValidID(mo.GetModelId()) {
