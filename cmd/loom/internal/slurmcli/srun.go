@@ -52,6 +52,7 @@ var srunOptions = []optDef{
 	{long: []string{"distribution"}, short: 'm', arg: requiredArg},
 	{long: []string{"account"}, short: 'A', arg: requiredArg},
 	{long: []string{"qos"}, short: 'q', arg: requiredArg},
+	{long: []string{"nice"}, arg: optionalArg},
 	{long: []string{"nodelist"}, short: 'w', arg: requiredArg},
 	{long: []string{"exclude"}, short: 'x', arg: requiredArg},
 	{long: []string{"hint"}, arg: requiredArg},
