@@ -55,6 +55,7 @@ const sacctmgrUsage = `sacctmgr [<OPTION>] [<COMMAND>]
 
   <ENTITY> may be "account", "association" or "user".
 
+  show assoc [tree] [user=U] [account=A] [format=...]
   add account NAME[,NAME] [Description=] [Organization=] [Parent=] [Fairshare=]
   add user NAME[,NAME] Account=A[,A] [DefaultAccount=] [MaxJobs=] [MaxSubmitJobs=] [Fairshare=] [QOS=] [DefaultQOS=]
   modify user where name=NAME [account=A] set [MaxJobs=] [MaxSubmitJobs=] [Fairshare=] [DefaultAccount=]
@@ -99,6 +100,9 @@ type sacctmgrOut struct {
 	// format is show's format= ("Account,User,MaxJobs%12"); "": the
 	// entity's default columns.
 	format string
+	// tree is show assoc's tree: each account one space further in than
+	// its parent, its users one more, in a left-justified column.
+	tree bool
 }
 
 // sacctmgrField is one column of a show: its Slurm name and width.
@@ -346,6 +350,8 @@ func (c *cmd) sacctmgrShow(ctx context.Context, args []string, out sacctmgrOut, 
 		case s.bare && strings.EqualFold(s.value, "where"):
 		case s.bare && strings.EqualFold(s.value, "withassoc"):
 			withAssoc = true
+		case s.bare && strings.EqualFold(s.value, "tree"):
+			out.tree = true
 		case s.bare:
 			names = append(names, splitList(s.value)...)
 		case s.key == "name" || s.key == "names":
@@ -484,36 +490,47 @@ func (c *cmd) sacctmgrShowAssoc(ctx context.Context, users, accounts []string, o
 		return []string{c.env.Project, account, user, "", strconv.Itoa(int(max(share, 1))), "", "", "", "", "", "", num(maxJobs),
 			"", "", num(maxSubmit), "", "", strings.Join(slices.Compact(qos), ","), a.GetDefaultQos(), ""}
 	}
+	indent := func(depth int) string {
+		if !out.tree {
+			return ""
+		}
+		return strings.Repeat(" ", depth)
+	}
 	var rows [][]string
-	var walk func(id string, share int32)
+	var walk func(id string, share int32, depth int)
 	seen := map[string]bool{}
-	walk = func(id string, share int32) {
+	walk = func(id string, share int32, depth int) {
 		if seen[id] {
 			return // a parent loop in stored data must not hang the listing
 		}
 		seen[id] = true
 		if inList(accounts, id) {
 			if len(users) == 0 {
-				rows = append(rows, row(id, "", share, 0, 0, nil))
+				rows = append(rows, row(indent(depth)+id, "", share, 0, 0, nil))
 			}
 			us := byAccount[id]
 			sort.Slice(us, func(i, j int) bool { return us[i].GetUser() < us[j].GetUser() })
 			for _, a := range us {
 				if inList(users, a.GetUser()) {
-					rows = append(rows, row(id, a.GetUser(), a.GetFairshare(), a.GetMaxJobs(), a.GetMaxSubmitJobs(), a))
+					rows = append(rows, row(indent(depth+1)+id, a.GetUser(), a.GetFairshare(), a.GetMaxJobs(), a.GetMaxSubmitJobs(), a))
 				}
 			}
 		}
 		for _, ch := range children[id] {
-			walk(shortName(ch.GetName()), ch.GetFairshare())
+			walk(shortName(ch.GetName()), ch.GetFairshare(), min(depth+1, 64))
 		}
 	}
-	walk("root", 1)
+	walk("root", 1, 0)
 	// Accounts whose parent is unknown still show, after the tree.
 	for _, a := range sortedAccounts(accts) {
-		walk(shortName(a.GetName()), a.GetFairshare())
+		walk(shortName(a.GetName()), a.GetFairshare(), 1)
 	}
-	return out.table(c, sacctmgrAssocFields, rows, "user")
+	fields := sacctmgrAssocFields
+	if out.tree {
+		fields = slices.Clone(fields)
+		fields[1].width = -20 // Account, as Slurm's tree
+	}
+	return out.table(c, fields, rows, "user")
 }
 
 // sacctmgrInt reads a limit: a count, or -1 for none (stored as 0).

@@ -111,6 +111,12 @@ func TestSacctmgrGolden(t *testing.T) {
 			"sacctmgr: error: modifying account nope: account projects/default/accounts/nope: not found\n"},
 		{[]string{"modify", "account", "qcd"}, 1, "", " You didn't give me anything to set\n"},
 		{[]string{"modify", "account", "qcd", "set", "maxjobs=1"}, 1, "", " Unknown option: maxjobs=1\n Use keyword 'where' to modify condition\n"},
+		// tree: each level one space further in, left-justified.
+		{[]string{"show", "assoc", "tree", "format=account,user,share"}, 0,
+			"Account                    User     Share \n-------------------- ---------- --------- \n" +
+				"root                                    1 \n physics                                1 \n  physics                 alice         1 \n" +
+				" qcd                                    5 \n  qcd                     alice         1 \n  qcd                       bob         1 \n" +
+				"  qcd                      carl         1 \n  qcd                      erin         1 \n", ""},
 		// delete: a user from one account, then from all (the default
 		// last); an account only once it has no users or sub-accounts.
 		{[]string{"delete", "account", "physics"}, 1, "",
