@@ -365,3 +365,45 @@ func TestTooManyTasksSaysHowManyNodes(t *testing.T) {
 		t.Fatalf("got %v, want job.ntasks refused with -N 3", err)
 	}
 }
+
+// TestNodesFor: -n without -N gets enough nodes for its tasks' CPUs, as
+// Slurm's controller gives (the largest machine of the partition, 208
+// vCPUs here); a count, tasks per node or GPUs the scheduler spreads keep
+// theirs (or 1); more nodes than the partition has is refused naming
+// job.ntasks.
+func TestNodesFor(t *testing.T) {
+	t.Parallel()
+	c := existing()
+	for _, tc := range []struct {
+		name string
+		set  func(*loomv1.Job)
+		want int32
+	}{
+		{"-n 418", func(j *loomv1.Job) { j.Ntasks = 418 }, 3},
+		{"-n 416", func(j *loomv1.Job) { j.Ntasks = 416 }, 2},
+		{"-n 20 -c 100", func(j *loomv1.Job) { j.Ntasks, j.CpusPerTask = 20, 100 }, 10},
+		{"-N 4 -n 418", func(j *loomv1.Job) { j.NodeCount, j.Ntasks = 4, 418 }, 4},
+		{"-n 418 --ntasks-per-node 2", func(j *loomv1.Job) { j.Ntasks, j.NtasksPerNode = 418, 2 }, 1},
+		{"-n 418 --gpus 16", func(j *loomv1.Job) { j.Ntasks, j.Gpus = 418, 16 }, 1},
+		{"nothing", func(*loomv1.Job) {}, 1},
+	} {
+		j := &loomv1.Job{}
+		tc.set(j)
+		if got := NodesFor(j, c); got != tc.want {
+			t.Errorf("%s: %d nodes, want %d", tc.name, got, tc.want)
+		}
+	}
+	req := goodJob()
+	req.Job.NodeCount, req.Job.GpusPerNode, req.Job.Ntasks = 0, 0, 418
+	if err := ValidateSubmitJob(req, c, slurmspec.DefaultMaxArraySize); err != nil {
+		t.Fatalf("-n 418: %v", err)
+	}
+	if j := AcceptJob(req, c, 7, time.Now()); j.GetNodeCount() != 3 {
+		t.Errorf("-n 418 accepted with %d nodes, want 3", j.GetNodeCount())
+	}
+	req.Job.CpusPerTask = 100 // 2 tasks a node: 209 nodes, of 6
+	err := ValidateSubmitJob(req, c, slurmspec.DefaultMaxArraySize)
+	if got := fields(t, err); strings.Join(got, ",") != "job.ntasks" || !strings.Contains(err.Error(), "need 209 nodes") {
+		t.Errorf("-n 418 -c 100: %v", err)
+	}
+}

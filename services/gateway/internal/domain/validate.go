@@ -150,10 +150,7 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 	checkJobText(&v, j)
 
 	partition, pools := validateSlurm(&v, j, cluster, maxArraySize)
-	nodes := j.GetNodeCount()
-	if nodes == 0 {
-		nodes = 1
-	}
+	nodes := NodesFor(j, cluster)
 	gpus := j.GetGpusPerNode()
 	v.Check(nodes >= 1, "job.node_count", "%d must be at least 1 (0 means 1)", j.GetNodeCount())
 	v.Check(gpus >= 0, "job.gpus_per_node", "%d must not be negative", gpus)
@@ -163,6 +160,8 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 		switch {
 		case gpus > maxGPUs:
 			v.Add("job.gpus_per_node", "%d exceeds the %d GPUs of the largest node in %s", gpus, maxGPUs, where)
+		case int(nodes) > fitting && j.GetNodeCount() == 0:
+			v.Add("job.ntasks", "%d tasks need %d nodes of %s, which has %d with %d or more GPUs", j.GetNtasks(), nodes, where, fitting, gpus)
 		case int(nodes) > fitting:
 			v.Add("job.node_count", "%d exceeds the %d nodes in %s with %d or more GPUs", nodes, fitting, where, gpus)
 		}
@@ -183,8 +182,7 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 			case j.GetNtasksPerNode() > 0:
 				field = "job.ntasks_per_node"
 			default:
-				// Unlike Slurm, Loom does not add nodes to fit -n: say how
-				// many would.
+				// -n with -N: say how many nodes would hold the tasks.
 				field = "job.ntasks"
 				hint = fmt.Sprintf("; spread them over more nodes (-N %d)", (int64(j.GetNtasks())+maxCPUs-1)/maxCPUs)
 			}
@@ -273,6 +271,36 @@ func fit(pools []*loomv1.NodePool, gpus int32) (maxGPUs int32, nodes int) {
 	return maxGPUs, nodes
 }
 
+// NodesFor is the node count a job gets: its node_count, else, as Slurm's
+// -n without -N, enough nodes of its partition's largest machine type for
+// its tasks and their CPUs (tasks are not split across nodes), else 1. It
+// is 1 for a job that names tasks per node, or GPUs the scheduler spreads
+// (--gpus without --gpus-per-node), or whose partition or machine types
+// are not known here; the refusals say what does not fit.
+func NodesFor(j *loomv1.Job, cluster *loomv1.Cluster) int32 {
+	if n := j.GetNodeCount(); n != 0 {
+		return n
+	}
+	if j.GetNtasks() <= 0 || j.GetNtasksPerNode() > 0 || j.GetGpus() > 0 && j.GetGpusPerNode() == 0 || cluster == nil {
+		return 1
+	}
+	partition := j.GetPartition()
+	if partition == "" {
+		partition = DefaultPartition(cluster)
+	}
+	p, err := findPartition(cluster, partition)
+	if err != nil {
+		return 1
+	}
+	maxCPUs, known := largestNode(partitionPools(cluster, p), func(m clusterspec.MachineType) int64 { return int64(m.VCPUs) })
+	cpt := int64(max(j.GetCpusPerTask(), 1))
+	if !known || cpt > maxCPUs {
+		return 1
+	}
+	perNode := maxCPUs / cpt
+	return int32(min((int64(j.GetNtasks())+perNode-1)/perNode, math.MaxInt32))
+}
+
 // largestNode is the most of what size measures (memory, CPUs) a node of
 // pools has, from the machine catalog; known is false when a pool's
 // machine type is not in it or has none of it.
@@ -299,7 +327,7 @@ func AcceptJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, id int64, 
 	j.Name = resname.JobOf(project.ID, id).String()
 	j.JobId = itoa64(id)
 	if j.NodeCount == 0 {
-		j.NodeCount = 1
+		j.NodeCount = NodesFor(j, cluster)
 	}
 	if j.Partition == "" && cluster != nil {
 		j.Partition = DefaultPartition(cluster)
