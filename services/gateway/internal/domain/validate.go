@@ -161,9 +161,9 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 		case gpus > maxGPUs:
 			v.Add("job.gpus_per_node", "%d exceeds the %d GPUs of the largest node in %s", gpus, maxGPUs, where)
 		case int(nodes) > fitting && j.GetNodeCount() == 0:
-			v.Add("job.ntasks", "%d tasks need %d nodes of %s, which has %d with %d or more GPUs", j.GetNtasks(), nodes, where, fitting, gpus)
+			v.Add("job.ntasks", "%d tasks need %d nodes of %s, which has %d%s", j.GetNtasks(), nodes, where, fitting, withGPUs(gpus))
 		case int(nodes) > fitting:
-			v.Add("job.node_count", "%d exceeds the %d nodes in %s with %d or more GPUs", nodes, fitting, where, gpus)
+			v.Add("job.node_count", "%d exceeds the %d nodes in %s%s", nodes, fitting, where, withGPUs(gpus))
 		}
 		// --mem past every node's memory would wait forever (NodeTooSmall
 		// on every node): Slurm refuses it at submission, as here. Pools of
@@ -269,6 +269,15 @@ func fit(pools []*loomv1.NodePool, gpus int32) (maxGPUs int32, nodes int) {
 		}
 	}
 	return maxGPUs, nodes
+}
+
+// withGPUs says which nodes a count is of: " with N or more GPUs", or
+// nothing for a job without GPUs (every node).
+func withGPUs(gpus int32) string {
+	if gpus <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" with %d or more GPUs", gpus)
 }
 
 // NodesFor is the node count a job gets: its node_count, else, as Slurm's
