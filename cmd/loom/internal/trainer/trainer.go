@@ -85,6 +85,9 @@ const (
 	// EnvTrialID is the tuning trial this run is ("trial" in each metric
 	// line; "0" when unset, as cloudml-hypertune writes).
 	EnvTrialID = "CLOUD_ML_TRIAL_ID"
+	// EnvJobID is the job this run belongs to, the same for every run of
+	// it (Slurm's variable; Loom sets it for every step).
+	EnvJobID = "SLURM_JOB_ID"
 )
 
 // Models `loom train` can train (Hyperparameters.Model).
@@ -166,6 +169,10 @@ type Config struct {
 	MetricFile string
 	// TrialID is the "trial" of each metric line ("" is written as "0").
 	TrialID string
+	// JobID is the job this run belongs to (SLURM_JOB_ID): its checkpoints
+	// record it, and a run resumes only from its own job's (or from ones
+	// that record none); "" resumes from any.
+	JobID string
 	// TensorBoardDir, when set, receives an event file of the epochs'
 	// scalars (rank 0, MLP only; tensorboard.go).
 	TensorBoardDir string
@@ -208,6 +215,8 @@ type State struct {
 	// Trainer is the MLP's complete state (toytrain's MarshalBinary,
 	// base64 in the JSON): parameters, momentum and random source.
 	Trainer []byte `json:"trainer,omitempty"`
+	// JobID is the job whose run wrote it (Config.JobID; "" when none).
+	JobID string `json:"job_id,omitempty"`
 	// Checksum is the SHA-256 (hex) of the checkpoint's JSON with Checksum
 	// empty: a checkpoint whose content does not match it is corrupt and
 	// skipped. Checkpoints written before it existed have none.
@@ -339,6 +348,9 @@ func (c *Config) FromEnv(getenv func(string) string) error {
 	first(&c.TensorBoardDir, EnvTensorBoardDir, EnvAIPTensorBoardDir)
 	if c.TrialID == "" {
 		c.TrialID = getenv(EnvTrialID)
+	}
+	if c.JobID == "" {
+		c.JobID = getenv(EnvJobID)
 	}
 	if v := getenv(EnvRestartCount); v != "" {
 		n, err := strconv.Atoi(v)
@@ -615,8 +627,16 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 			}
 		}
 		if ck.ok {
+			// Another job's checkpoints (a reused output directory: a second
+			// tuning job with the same base, the same CustomJob run again)
+			// are not this job's to resume, even with the same settings, nor
+			// to write over.
+			if cfg.JobID != "" && ck.st.JobID != "" && ck.st.JobID != cfg.JobID {
+				return Result{}, fmt.Errorf("cannot resume from checkpoint at epoch %d in %s: job %s wrote it, not this job (%s); %s",
+					ck.st.Epoch, ckDir, ck.st.JobID, cfg.JobID, ownDirHint)
+			}
 			if err := compatible(ck.st.Hyperparameters, cfg.Hyperparameters); err != nil {
-				return Result{}, fmt.Errorf("cannot resume from checkpoint at epoch %d in %s: %w", ck.st.Epoch, ckDir, err)
+				return Result{}, fmt.Errorf("cannot resume from checkpoint at epoch %d in %s: %w; if it is another run's, %s", ck.st.Epoch, ckDir, err, ownDirHint)
 			}
 			if err := l.restore(ck.st); err != nil {
 				return Result{}, fmt.Errorf("cannot resume from checkpoint at epoch %d in %s: %w", ck.st.Epoch, ckDir, err)
@@ -672,6 +692,7 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 		saveStart := time.Now()
 		st, err := l.state()
 		if err == nil {
+			st.JobID = cfg.JobID
 			err = writeCheckpoint(filepath.Join(ckDir, checkpointName(epoch)), st)
 		}
 		if err != nil {
@@ -911,6 +932,9 @@ func compatible(saved, cur Hyperparameters) error {
 	}
 	return nil
 }
+
+// ownDirHint says how to give a job checkpoints of its own.
+const ownDirHint = "give the job a checkpoint directory of its own (a new baseOutputDirectory for a CustomJob or tuning job, --checkpoint-dir for sbatch) or remove the old checkpoints"
 
 func checkpointName(epoch int) string {
 	return fmt.Sprintf("%s%06d.json", checkpointPrefix, epoch)

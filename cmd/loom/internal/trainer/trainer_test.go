@@ -404,3 +404,38 @@ func TestRequestedCheckpointOnAnotherRank(t *testing.T) {
 		t.Fatalf("rank 1's progress = %s (%v), want checkpoint 1", b, err)
 	}
 }
+
+// TestResumeOnlyOwnJobsCheckpoints: a checkpoint records the job that
+// wrote it; the same job's next run resumes from it, another job's (a
+// reused output directory) does not, even with the same settings, and the
+// refusal says what to do. Checkpoints that record no job, and runs that
+// know none, resume as before.
+func TestResumeOnlyOwnJobsCheckpoints(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first := testConfig(t, 10)
+	first.OutDir, first.JobID = dir, "7"
+	if _, err := Train(context.Background(), first); err != nil {
+		t.Fatal(err)
+	}
+	st, _, err := readCheckpoint(filepath.Join(dir, checkpointName(10)))
+	if err != nil || st.JobID != "7" {
+		t.Fatalf("checkpoint's job %q (%v), want 7", st.JobID, err)
+	}
+	again := first
+	again.Epochs = 20
+	if res, err := Train(context.Background(), again); err != nil || res.ResumedFrom != 10 {
+		t.Fatalf("job 7's next run: resumed from %d, %v; want 10", res.ResumedFrom, err)
+	}
+	other := again
+	other.JobID, other.Epochs = "8", 30
+	if _, err := Train(context.Background(), other); err == nil || !strings.Contains(err.Error(), "job 7 wrote it, not this job (8)") ||
+		!strings.Contains(err.Error(), "checkpoint directory of its own") {
+		t.Fatalf("job 8 on job 7's checkpoints: %v", err)
+	}
+	anyone := other
+	anyone.JobID = ""
+	if res, err := Train(context.Background(), anyone); err != nil || res.ResumedFrom != 20 {
+		t.Fatalf("a run with no job: resumed from %d, %v; want 20", res.ResumedFrom, err)
+	}
+}
