@@ -617,7 +617,16 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 	var prog Progress
 	var checkpointing time.Duration // this run's saves, for goodput
 	if ckDir != "" {
-		ck, err := latestCheckpoint(ckDir)
+		if cfg.Rank == 0 && cfg.JobID != "" {
+			moved, err := setAsideOthers(ckDir, cfg.JobID)
+			if err != nil {
+				return Result{}, err
+			}
+			for job, to := range moved {
+				fmt.Fprintf(out, "set job %s's checkpoints aside to %s: they are not this job's (%s)\n", job, to, cfg.JobID)
+			}
+		}
+		ck, err := latestCheckpoint(ckDir, cfg.JobID)
 		if err != nil {
 			return Result{}, err
 		}
@@ -627,14 +636,6 @@ func Train(ctx context.Context, cfg Config) (Result, error) {
 			}
 		}
 		if ck.ok {
-			// Another job's checkpoints (a reused output directory: a second
-			// tuning job with the same base, the same CustomJob run again)
-			// are not this job's to resume, even with the same settings, nor
-			// to write over.
-			if cfg.JobID != "" && ck.st.JobID != "" && ck.st.JobID != cfg.JobID {
-				return Result{}, fmt.Errorf("cannot resume from checkpoint at epoch %d in %s: job %s wrote it, not this job (%s); %s",
-					ck.st.Epoch, ckDir, ck.st.JobID, cfg.JobID, ownDirHint)
-			}
 			if err := compatible(ck.st.Hyperparameters, cfg.Hyperparameters); err != nil {
 				return Result{}, fmt.Errorf("cannot resume from checkpoint at epoch %d in %s: %w; if it is another run's, %s", ck.st.Epoch, ckDir, err, ownDirHint)
 			}
@@ -933,6 +934,36 @@ func compatible(saved, cur Hyperparameters) error {
 	return nil
 }
 
+// setAsideOthers moves the checkpoints in dir that another job wrote (a
+// reused output directory: a second tuning job with the same base, whose
+// trial 1 writes where the first one's did; a CustomJob run again) into
+// dir/job-<its id>/, so that this job neither resumes from them, even with
+// the same settings, nor writes over them. It returns where each job's
+// went. Checkpoints that record no job stay: they may be this job's, from
+// before checkpoints recorded it.
+func setAsideOthers(dir, job string) (map[string]string, error) {
+	cks, err := listCheckpoints(dir)
+	if err != nil {
+		return nil, err
+	}
+	moved := map[string]string{}
+	for _, c := range cks {
+		st, _, err := readCheckpoint(filepath.Join(dir, c.name))
+		if err != nil || st.JobID == "" || st.JobID == job || strings.ContainsAny(st.JobID, `/\`) || st.JobID == ".." {
+			continue // unreadable ones are skipped by latestCheckpoint
+		}
+		to := filepath.Join(dir, "job-"+st.JobID)
+		if err := os.MkdirAll(to, 0o700); err != nil {
+			return moved, fmt.Errorf("set job %s's checkpoint %s aside: %w", st.JobID, c.name, err)
+		}
+		if err := os.Rename(filepath.Join(dir, c.name), filepath.Join(to, c.name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return moved, fmt.Errorf("set job %s's checkpoint %s aside: %w", st.JobID, c.name, err)
+		}
+		moved[st.JobID] = to
+	}
+	return moved, nil
+}
+
 // ownDirHint says how to give a job checkpoints of its own.
 const ownDirHint = "give the job a checkpoint directory of its own (a new baseOutputDirectory for a CustomJob or tuning job, --checkpoint-dir for sbatch) or remove the old checkpoints"
 
@@ -944,7 +975,7 @@ func checkpointName(epoch int) string {
 // skipping any that is unreadable, torn or fails its checksum (the previous
 // one is then used); ok is false when there is none (or dir does not exist).
 func LatestCheckpoint(dir string) (st State, ok bool, err error) {
-	ck, err := latestCheckpoint(dir)
+	ck, err := latestCheckpoint(dir, "")
 	return ck.st, ck.ok, err
 }
 
@@ -1008,7 +1039,9 @@ func pruneCheckpoints(dir string, keep, epoch int) error {
 	return nil
 }
 
-func latestCheckpoint(dir string) (found, error) {
+// latestCheckpoint is LatestCheckpoint for a run of job ("": any): another
+// job's checkpoints are skipped as invalid ones are.
+func latestCheckpoint(dir, job string) (found, error) {
 	cks, err := listCheckpoints(dir)
 	if err != nil {
 		return found{}, err
@@ -1019,6 +1052,10 @@ func latestCheckpoint(dir string) (found, error) {
 		st, written, err := readCheckpoint(path)
 		if err == nil && st.Epoch != c.epoch {
 			err = fmt.Errorf("holds epoch %d", st.Epoch)
+		}
+		if err == nil && job != "" && st.JobID != "" && st.JobID != job {
+			// Another job's, not yet set aside (by rank 0, racing this rank).
+			err = fmt.Errorf("job %s's, not this job's (%s)", st.JobID, job)
 		}
 		if err != nil {
 			f.skipped = append(f.skipped, fmt.Sprintf("%s: %v", c.name, err))

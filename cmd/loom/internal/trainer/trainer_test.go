@@ -406,10 +406,10 @@ func TestRequestedCheckpointOnAnotherRank(t *testing.T) {
 }
 
 // TestResumeOnlyOwnJobsCheckpoints: a checkpoint records the job that
-// wrote it; the same job's next run resumes from it, another job's (a
-// reused output directory) does not, even with the same settings, and the
-// refusal says what to do. Checkpoints that record no job, and runs that
-// know none, resume as before.
+// wrote it; the same job's next run resumes from it. Another job's (a
+// reused output directory) is set aside into job-<id>/, untouched, and the
+// new job starts from epoch 0, even with the same settings. Checkpoints
+// that record no job, and runs that know none, resume as before.
 func TestResumeOnlyOwnJobsCheckpoints(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -428,14 +428,22 @@ func TestResumeOnlyOwnJobsCheckpoints(t *testing.T) {
 		t.Fatalf("job 7's next run: resumed from %d, %v; want 10", res.ResumedFrom, err)
 	}
 	other := again
-	other.JobID, other.Epochs = "8", 30
-	if _, err := Train(context.Background(), other); err == nil || !strings.Contains(err.Error(), "job 7 wrote it, not this job (8)") ||
-		!strings.Contains(err.Error(), "checkpoint directory of its own") {
-		t.Fatalf("job 8 on job 7's checkpoints: %v", err)
+	other.JobID, other.Epochs = "8", 10
+	var log bytes.Buffer
+	other.Log = &log
+	res, err := Train(context.Background(), other)
+	if err != nil || res.ResumedFrom != 0 || !strings.Contains(log.String(), "set job 7's checkpoints aside to "+filepath.Join(dir, "job-7")) {
+		t.Fatalf("job 8 in job 7's directory: resumed from %d, %v; log %q", res.ResumedFrom, err, log.String())
+	}
+	if st, _, err := readCheckpoint(filepath.Join(dir, "job-7", checkpointName(20))); err != nil || st.JobID != "7" || st.Epoch != 20 {
+		t.Fatalf("job 7's checkpoint set aside: %+v, %v", st, err)
+	}
+	if st, _, err := readCheckpoint(filepath.Join(dir, checkpointName(10))); err != nil || st.JobID != "8" {
+		t.Fatalf("job 8's own checkpoint: %+v, %v", st, err)
 	}
 	anyone := other
-	anyone.JobID = ""
-	if res, err := Train(context.Background(), anyone); err != nil || res.ResumedFrom != 20 {
-		t.Fatalf("a run with no job: resumed from %d, %v; want 20", res.ResumedFrom, err)
+	anyone.JobID, anyone.Epochs, anyone.Log = "", 12, nil
+	if res, err := Train(context.Background(), anyone); err != nil || res.ResumedFrom != 10 {
+		t.Fatalf("a run with no job: resumed from %d, %v; want 10", res.ResumedFrom, err)
 	}
 }
