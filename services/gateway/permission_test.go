@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/auth"
 	"github.com/loom-ml/loom/libs/envelope"
@@ -144,4 +146,35 @@ func TestNicePermissions(t *testing.T) {
 			return ok && u.GetJob() == ana.GetName() && u.Nice != nil && u.GetNice() == tc.nice && u.GetUser() == tc.who
 		})
 	}
+}
+
+// TestUpdateBeginAndDependency: scontrol update StartTime= and Dependency=
+// reach the scheduler for a pending job; a dependency that does not parse
+// is InvalidArgument naming the field, and either on a running job is
+// Slurm's "Job is no longer pending execution".
+func TestUpdateBeginAndDependency(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, 2*wait)
+	ana := loomv1.NewJobServiceClient(h.as(t, "ana"))
+	pending := &loomv1.Job{Name: "projects/default/jobs/43", JobId: "43", Cluster: cluster1, State: loomv1.JobState_PENDING,
+		User: "ana", Partition: "all", StateReason: "Priority"}
+	running := &loomv1.Job{Name: "projects/default/jobs/44", JobId: "44", Cluster: cluster1, State: loomv1.JobState_RUNNING,
+		User: "ana", Partition: "all"}
+	h.w.setJob(pending)
+	h.w.setJob(running)
+	dep := func(s string) *string { return &s }
+	_, err := ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: pending.GetName(), Action: "update", Dependency: dep("afterok:x")})
+	wantCode(t, "a dependency that does not parse", err, codes.InvalidArgument, "dependency")
+	_, err = ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: running.GetName(), Action: "update", Dependency: dep("afterok:43")})
+	wantCode(t, "a running job's dependency", err, codes.FailedPrecondition, "no longer pending")
+	begin := timestamppb.New(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+	if _, err := ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: pending.GetName(), Action: "update", Dependency: dep("afterany:44"),
+		BeginTime: begin}); err != nil {
+		t.Fatalf("update of the pending job: %v", err)
+	}
+	testkit.WaitEvent(t, h.broker, topics.JobCommands, wait, func(e envelope.Event) bool {
+		u, ok := e.Payload.(*eventsv1.UpdateJob)
+		return ok && u.GetJob() == pending.GetName() && u.GetDependency() == "afterany:44" && u.GetBeginTime().AsTime().Equal(begin.AsTime())
+	})
 }

@@ -1749,7 +1749,13 @@ type UpdateJobRequest struct {
 	User string `protobuf:"bytes,5,opt,name=user,proto3" json:"user,omitempty"`
 	// For "update" of a pending job: the new --nice when set (scontrol
 	// update Nice=); below 0 only from an administrator.
-	Nice          *int32 `protobuf:"varint,6,opt,name=nice,proto3,oneof" json:"nice,omitempty"`
+	Nice *int32 `protobuf:"varint,6,opt,name=nice,proto3,oneof" json:"nice,omitempty"`
+	// For "update" of a pending job: the new --begin when set (scontrol
+	// update StartTime=; a time not in the future: eligible now).
+	BeginTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=begin_time,json=beginTime,proto3" json:"begin_time,omitempty"`
+	// For "update" of a pending job: the new --dependency when set (scontrol
+	// update Dependency=; "" clears it).
+	Dependency    *string `protobuf:"bytes,8,opt,name=dependency,proto3,oneof" json:"dependency,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1824,6 +1830,20 @@ func (x *UpdateJobRequest) GetNice() int32 {
 		return *x.Nice
 	}
 	return 0
+}
+
+func (x *UpdateJobRequest) GetBeginTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.BeginTime
+	}
+	return nil
+}
+
+func (x *UpdateJobRequest) GetDependency() string {
+	if x != nil && x.Dependency != nil {
+		return *x.Dependency
+	}
+	return ""
 }
 
 type WatchJobRequest struct {
@@ -3877,15 +3897,21 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x12\n" +
 	"\x04user\x18\x03 \x01(\tR\x04user\x12\x14\n" +
 	"\x05batch\x18\x04 \x01(\bR\x05batch\x12\x12\n" +
-	"\x04full\x18\x05 \x01(\bR\x04full\"\xc0\x01\n" +
+	"\x04full\x18\x05 \x01(\bR\x04full\"\xaf\x02\n" +
 	"\x10UpdateJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12,\n" +
 	"\x12time_limit_seconds\x18\x03 \x01(\x03R\x10timeLimitSeconds\x12\x1c\n" +
 	"\tpartition\x18\x04 \x01(\tR\tpartition\x12\x12\n" +
 	"\x04user\x18\x05 \x01(\tR\x04user\x12\x17\n" +
-	"\x04nice\x18\x06 \x01(\x05H\x00R\x04nice\x88\x01\x01B\a\n" +
-	"\x05_nice\"%\n" +
+	"\x04nice\x18\x06 \x01(\x05H\x00R\x04nice\x88\x01\x01\x129\n" +
+	"\n" +
+	"begin_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tbeginTime\x12#\n" +
+	"\n" +
+	"dependency\x18\b \x01(\tH\x01R\n" +
+	"dependency\x88\x01\x01B\a\n" +
+	"\x05_niceB\r\n" +
+	"\v_dependency\"%\n" +
 	"\x0fWatchJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"_\n" +
 	"\x12ReadJobLogsRequest\x12\x12\n" +
@@ -4173,104 +4199,105 @@ var file_loom_v1_service_proto_depIdxs = []int32{
 	65, // 12: loom.v1.SubmitJobRequest.job:type_name -> loom.v1.Job
 	63, // 13: loom.v1.ListJobsRequest.states:type_name -> loom.v1.JobState
 	65, // 14: loom.v1.ListJobsResponse.jobs:type_name -> loom.v1.Job
-	66, // 15: loom.v1.ListOperationsResponse.operations:type_name -> loom.v1.Operation
-	67, // 16: loom.v1.ListNodesResponse.nodes:type_name -> loom.v1.Node
-	37, // 17: loom.v1.ListSharesResponse.shares:type_name -> loom.v1.Share
-	68, // 18: loom.v1.ListPartitionsResponse.partitions:type_name -> loom.v1.Partition
-	69, // 19: loom.v1.ListSlurmNodesResponse.nodes:type_name -> loom.v1.SlurmNode
-	70, // 20: loom.v1.UploadModelRequest.model:type_name -> loom.v1.Model
-	70, // 21: loom.v1.ListModelsResponse.models:type_name -> loom.v1.Model
-	71, // 22: loom.v1.ListModelVersionsResponse.versions:type_name -> loom.v1.ModelVersion
-	70, // 23: loom.v1.ListModelVersionsResponse.models:type_name -> loom.v1.Model
-	70, // 24: loom.v1.UpdateModelRequest.model:type_name -> loom.v1.Model
-	60, // 25: loom.v1.UpdateModelRequest.update_mask:type_name -> google.protobuf.FieldMask
-	56, // 26: loom.v1.ExportModelRequest.output_config:type_name -> loom.v1.ExportModelOutputConfig
-	57, // 27: loom.v1.ExportModelOutputConfig.artifact_destination:type_name -> loom.v1.GcsDestination
-	9,  // 28: loom.v1.ClusterService.CreateCluster:input_type -> loom.v1.CreateClusterRequest
-	10, // 29: loom.v1.ClusterService.GetCluster:input_type -> loom.v1.GetClusterRequest
-	11, // 30: loom.v1.ClusterService.ListClusters:input_type -> loom.v1.ListClustersRequest
-	13, // 31: loom.v1.ClusterService.DeleteCluster:input_type -> loom.v1.DeleteClusterRequest
-	0,  // 32: loom.v1.ClusterService.UpdateCluster:input_type -> loom.v1.UpdateClusterRequest
-	1,  // 33: loom.v1.ClusterService.GetSlurmConfig:input_type -> loom.v1.GetSlurmConfigRequest
-	2,  // 34: loom.v1.ReservationService.CreateReservation:input_type -> loom.v1.CreateReservationRequest
-	3,  // 35: loom.v1.ReservationService.GetReservation:input_type -> loom.v1.GetReservationRequest
-	4,  // 36: loom.v1.ReservationService.ListReservations:input_type -> loom.v1.ListReservationsRequest
-	6,  // 37: loom.v1.ReservationService.DeleteReservation:input_type -> loom.v1.DeleteReservationRequest
-	7,  // 38: loom.v1.ReservationService.ListCapacity:input_type -> loom.v1.ListCapacityRequest
-	20, // 39: loom.v1.JobService.SubmitJob:input_type -> loom.v1.SubmitJobRequest
-	21, // 40: loom.v1.JobService.GetJob:input_type -> loom.v1.GetJobRequest
-	22, // 41: loom.v1.JobService.ListJobs:input_type -> loom.v1.ListJobsRequest
-	24, // 42: loom.v1.JobService.CancelJob:input_type -> loom.v1.CancelJobRequest
-	26, // 43: loom.v1.JobService.WatchJob:input_type -> loom.v1.WatchJobRequest
-	25, // 44: loom.v1.JobService.UpdateJob:input_type -> loom.v1.UpdateJobRequest
-	27, // 45: loom.v1.JobService.ReadJobLogs:input_type -> loom.v1.ReadJobLogsRequest
-	15, // 46: loom.v1.JobService.CreateJobStep:input_type -> loom.v1.CreateJobStepRequest
-	16, // 47: loom.v1.JobService.GetJobStep:input_type -> loom.v1.GetJobStepRequest
-	17, // 48: loom.v1.JobService.ListJobSteps:input_type -> loom.v1.ListJobStepsRequest
-	19, // 49: loom.v1.JobService.CancelJobStep:input_type -> loom.v1.CancelJobStepRequest
-	29, // 50: loom.v1.OperationService.GetOperation:input_type -> loom.v1.GetOperationRequest
-	30, // 51: loom.v1.OperationService.WaitOperation:input_type -> loom.v1.WaitOperationRequest
-	31, // 52: loom.v1.OperationService.ListOperations:input_type -> loom.v1.ListOperationsRequest
-	33, // 53: loom.v1.OperationService.CancelOperation:input_type -> loom.v1.CancelOperationRequest
-	34, // 54: loom.v1.NodeService.ListNodes:input_type -> loom.v1.ListNodesRequest
-	39, // 55: loom.v1.SlurmService.ListPartitions:input_type -> loom.v1.ListPartitionsRequest
-	41, // 56: loom.v1.SlurmService.ListSlurmNodes:input_type -> loom.v1.ListSlurmNodesRequest
-	43, // 57: loom.v1.SlurmService.UpdateSlurmNode:input_type -> loom.v1.UpdateSlurmNodeRequest
-	36, // 58: loom.v1.SlurmService.ListShares:input_type -> loom.v1.ListSharesRequest
-	44, // 59: loom.v1.ModelService.UploadModel:input_type -> loom.v1.UploadModelRequest
-	45, // 60: loom.v1.ModelService.ListModels:input_type -> loom.v1.ListModelsRequest
-	47, // 61: loom.v1.ModelService.GetModel:input_type -> loom.v1.GetModelRequest
-	48, // 62: loom.v1.ModelService.ListModelVersions:input_type -> loom.v1.ListModelVersionsRequest
-	50, // 63: loom.v1.ModelService.UpdateModel:input_type -> loom.v1.UpdateModelRequest
-	51, // 64: loom.v1.ModelService.MergeVersionAliases:input_type -> loom.v1.MergeVersionAliasesRequest
-	52, // 65: loom.v1.ModelService.DeleteModel:input_type -> loom.v1.DeleteModelRequest
-	53, // 66: loom.v1.ModelService.DeleteModelVersion:input_type -> loom.v1.DeleteModelVersionRequest
-	55, // 67: loom.v1.ModelService.ExportModel:input_type -> loom.v1.ExportModelRequest
-	66, // 68: loom.v1.ClusterService.CreateCluster:output_type -> loom.v1.Operation
-	59, // 69: loom.v1.ClusterService.GetCluster:output_type -> loom.v1.Cluster
-	12, // 70: loom.v1.ClusterService.ListClusters:output_type -> loom.v1.ListClustersResponse
-	66, // 71: loom.v1.ClusterService.DeleteCluster:output_type -> loom.v1.Operation
-	66, // 72: loom.v1.ClusterService.UpdateCluster:output_type -> loom.v1.Operation
-	72, // 73: loom.v1.ClusterService.GetSlurmConfig:output_type -> loom.v1.SlurmConfig
-	66, // 74: loom.v1.ReservationService.CreateReservation:output_type -> loom.v1.Operation
-	61, // 75: loom.v1.ReservationService.GetReservation:output_type -> loom.v1.Reservation
-	5,  // 76: loom.v1.ReservationService.ListReservations:output_type -> loom.v1.ListReservationsResponse
-	66, // 77: loom.v1.ReservationService.DeleteReservation:output_type -> loom.v1.Operation
-	8,  // 78: loom.v1.ReservationService.ListCapacity:output_type -> loom.v1.ListCapacityResponse
-	65, // 79: loom.v1.JobService.SubmitJob:output_type -> loom.v1.Job
-	65, // 80: loom.v1.JobService.GetJob:output_type -> loom.v1.Job
-	23, // 81: loom.v1.JobService.ListJobs:output_type -> loom.v1.ListJobsResponse
-	65, // 82: loom.v1.JobService.CancelJob:output_type -> loom.v1.Job
-	65, // 83: loom.v1.JobService.WatchJob:output_type -> loom.v1.Job
-	65, // 84: loom.v1.JobService.UpdateJob:output_type -> loom.v1.Job
-	28, // 85: loom.v1.JobService.ReadJobLogs:output_type -> loom.v1.LogChunk
-	14, // 86: loom.v1.JobService.CreateJobStep:output_type -> loom.v1.JobStep
-	14, // 87: loom.v1.JobService.GetJobStep:output_type -> loom.v1.JobStep
-	18, // 88: loom.v1.JobService.ListJobSteps:output_type -> loom.v1.ListJobStepsResponse
-	14, // 89: loom.v1.JobService.CancelJobStep:output_type -> loom.v1.JobStep
-	66, // 90: loom.v1.OperationService.GetOperation:output_type -> loom.v1.Operation
-	66, // 91: loom.v1.OperationService.WaitOperation:output_type -> loom.v1.Operation
-	32, // 92: loom.v1.OperationService.ListOperations:output_type -> loom.v1.ListOperationsResponse
-	66, // 93: loom.v1.OperationService.CancelOperation:output_type -> loom.v1.Operation
-	35, // 94: loom.v1.NodeService.ListNodes:output_type -> loom.v1.ListNodesResponse
-	40, // 95: loom.v1.SlurmService.ListPartitions:output_type -> loom.v1.ListPartitionsResponse
-	42, // 96: loom.v1.SlurmService.ListSlurmNodes:output_type -> loom.v1.ListSlurmNodesResponse
-	69, // 97: loom.v1.SlurmService.UpdateSlurmNode:output_type -> loom.v1.SlurmNode
-	38, // 98: loom.v1.SlurmService.ListShares:output_type -> loom.v1.ListSharesResponse
-	66, // 99: loom.v1.ModelService.UploadModel:output_type -> loom.v1.Operation
-	46, // 100: loom.v1.ModelService.ListModels:output_type -> loom.v1.ListModelsResponse
-	70, // 101: loom.v1.ModelService.GetModel:output_type -> loom.v1.Model
-	49, // 102: loom.v1.ModelService.ListModelVersions:output_type -> loom.v1.ListModelVersionsResponse
-	70, // 103: loom.v1.ModelService.UpdateModel:output_type -> loom.v1.Model
-	70, // 104: loom.v1.ModelService.MergeVersionAliases:output_type -> loom.v1.Model
-	54, // 105: loom.v1.ModelService.DeleteModel:output_type -> loom.v1.DeleteModelResponse
-	54, // 106: loom.v1.ModelService.DeleteModelVersion:output_type -> loom.v1.DeleteModelResponse
-	66, // 107: loom.v1.ModelService.ExportModel:output_type -> loom.v1.Operation
-	68, // [68:108] is the sub-list for method output_type
-	28, // [28:68] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	64, // 15: loom.v1.UpdateJobRequest.begin_time:type_name -> google.protobuf.Timestamp
+	66, // 16: loom.v1.ListOperationsResponse.operations:type_name -> loom.v1.Operation
+	67, // 17: loom.v1.ListNodesResponse.nodes:type_name -> loom.v1.Node
+	37, // 18: loom.v1.ListSharesResponse.shares:type_name -> loom.v1.Share
+	68, // 19: loom.v1.ListPartitionsResponse.partitions:type_name -> loom.v1.Partition
+	69, // 20: loom.v1.ListSlurmNodesResponse.nodes:type_name -> loom.v1.SlurmNode
+	70, // 21: loom.v1.UploadModelRequest.model:type_name -> loom.v1.Model
+	70, // 22: loom.v1.ListModelsResponse.models:type_name -> loom.v1.Model
+	71, // 23: loom.v1.ListModelVersionsResponse.versions:type_name -> loom.v1.ModelVersion
+	70, // 24: loom.v1.ListModelVersionsResponse.models:type_name -> loom.v1.Model
+	70, // 25: loom.v1.UpdateModelRequest.model:type_name -> loom.v1.Model
+	60, // 26: loom.v1.UpdateModelRequest.update_mask:type_name -> google.protobuf.FieldMask
+	56, // 27: loom.v1.ExportModelRequest.output_config:type_name -> loom.v1.ExportModelOutputConfig
+	57, // 28: loom.v1.ExportModelOutputConfig.artifact_destination:type_name -> loom.v1.GcsDestination
+	9,  // 29: loom.v1.ClusterService.CreateCluster:input_type -> loom.v1.CreateClusterRequest
+	10, // 30: loom.v1.ClusterService.GetCluster:input_type -> loom.v1.GetClusterRequest
+	11, // 31: loom.v1.ClusterService.ListClusters:input_type -> loom.v1.ListClustersRequest
+	13, // 32: loom.v1.ClusterService.DeleteCluster:input_type -> loom.v1.DeleteClusterRequest
+	0,  // 33: loom.v1.ClusterService.UpdateCluster:input_type -> loom.v1.UpdateClusterRequest
+	1,  // 34: loom.v1.ClusterService.GetSlurmConfig:input_type -> loom.v1.GetSlurmConfigRequest
+	2,  // 35: loom.v1.ReservationService.CreateReservation:input_type -> loom.v1.CreateReservationRequest
+	3,  // 36: loom.v1.ReservationService.GetReservation:input_type -> loom.v1.GetReservationRequest
+	4,  // 37: loom.v1.ReservationService.ListReservations:input_type -> loom.v1.ListReservationsRequest
+	6,  // 38: loom.v1.ReservationService.DeleteReservation:input_type -> loom.v1.DeleteReservationRequest
+	7,  // 39: loom.v1.ReservationService.ListCapacity:input_type -> loom.v1.ListCapacityRequest
+	20, // 40: loom.v1.JobService.SubmitJob:input_type -> loom.v1.SubmitJobRequest
+	21, // 41: loom.v1.JobService.GetJob:input_type -> loom.v1.GetJobRequest
+	22, // 42: loom.v1.JobService.ListJobs:input_type -> loom.v1.ListJobsRequest
+	24, // 43: loom.v1.JobService.CancelJob:input_type -> loom.v1.CancelJobRequest
+	26, // 44: loom.v1.JobService.WatchJob:input_type -> loom.v1.WatchJobRequest
+	25, // 45: loom.v1.JobService.UpdateJob:input_type -> loom.v1.UpdateJobRequest
+	27, // 46: loom.v1.JobService.ReadJobLogs:input_type -> loom.v1.ReadJobLogsRequest
+	15, // 47: loom.v1.JobService.CreateJobStep:input_type -> loom.v1.CreateJobStepRequest
+	16, // 48: loom.v1.JobService.GetJobStep:input_type -> loom.v1.GetJobStepRequest
+	17, // 49: loom.v1.JobService.ListJobSteps:input_type -> loom.v1.ListJobStepsRequest
+	19, // 50: loom.v1.JobService.CancelJobStep:input_type -> loom.v1.CancelJobStepRequest
+	29, // 51: loom.v1.OperationService.GetOperation:input_type -> loom.v1.GetOperationRequest
+	30, // 52: loom.v1.OperationService.WaitOperation:input_type -> loom.v1.WaitOperationRequest
+	31, // 53: loom.v1.OperationService.ListOperations:input_type -> loom.v1.ListOperationsRequest
+	33, // 54: loom.v1.OperationService.CancelOperation:input_type -> loom.v1.CancelOperationRequest
+	34, // 55: loom.v1.NodeService.ListNodes:input_type -> loom.v1.ListNodesRequest
+	39, // 56: loom.v1.SlurmService.ListPartitions:input_type -> loom.v1.ListPartitionsRequest
+	41, // 57: loom.v1.SlurmService.ListSlurmNodes:input_type -> loom.v1.ListSlurmNodesRequest
+	43, // 58: loom.v1.SlurmService.UpdateSlurmNode:input_type -> loom.v1.UpdateSlurmNodeRequest
+	36, // 59: loom.v1.SlurmService.ListShares:input_type -> loom.v1.ListSharesRequest
+	44, // 60: loom.v1.ModelService.UploadModel:input_type -> loom.v1.UploadModelRequest
+	45, // 61: loom.v1.ModelService.ListModels:input_type -> loom.v1.ListModelsRequest
+	47, // 62: loom.v1.ModelService.GetModel:input_type -> loom.v1.GetModelRequest
+	48, // 63: loom.v1.ModelService.ListModelVersions:input_type -> loom.v1.ListModelVersionsRequest
+	50, // 64: loom.v1.ModelService.UpdateModel:input_type -> loom.v1.UpdateModelRequest
+	51, // 65: loom.v1.ModelService.MergeVersionAliases:input_type -> loom.v1.MergeVersionAliasesRequest
+	52, // 66: loom.v1.ModelService.DeleteModel:input_type -> loom.v1.DeleteModelRequest
+	53, // 67: loom.v1.ModelService.DeleteModelVersion:input_type -> loom.v1.DeleteModelVersionRequest
+	55, // 68: loom.v1.ModelService.ExportModel:input_type -> loom.v1.ExportModelRequest
+	66, // 69: loom.v1.ClusterService.CreateCluster:output_type -> loom.v1.Operation
+	59, // 70: loom.v1.ClusterService.GetCluster:output_type -> loom.v1.Cluster
+	12, // 71: loom.v1.ClusterService.ListClusters:output_type -> loom.v1.ListClustersResponse
+	66, // 72: loom.v1.ClusterService.DeleteCluster:output_type -> loom.v1.Operation
+	66, // 73: loom.v1.ClusterService.UpdateCluster:output_type -> loom.v1.Operation
+	72, // 74: loom.v1.ClusterService.GetSlurmConfig:output_type -> loom.v1.SlurmConfig
+	66, // 75: loom.v1.ReservationService.CreateReservation:output_type -> loom.v1.Operation
+	61, // 76: loom.v1.ReservationService.GetReservation:output_type -> loom.v1.Reservation
+	5,  // 77: loom.v1.ReservationService.ListReservations:output_type -> loom.v1.ListReservationsResponse
+	66, // 78: loom.v1.ReservationService.DeleteReservation:output_type -> loom.v1.Operation
+	8,  // 79: loom.v1.ReservationService.ListCapacity:output_type -> loom.v1.ListCapacityResponse
+	65, // 80: loom.v1.JobService.SubmitJob:output_type -> loom.v1.Job
+	65, // 81: loom.v1.JobService.GetJob:output_type -> loom.v1.Job
+	23, // 82: loom.v1.JobService.ListJobs:output_type -> loom.v1.ListJobsResponse
+	65, // 83: loom.v1.JobService.CancelJob:output_type -> loom.v1.Job
+	65, // 84: loom.v1.JobService.WatchJob:output_type -> loom.v1.Job
+	65, // 85: loom.v1.JobService.UpdateJob:output_type -> loom.v1.Job
+	28, // 86: loom.v1.JobService.ReadJobLogs:output_type -> loom.v1.LogChunk
+	14, // 87: loom.v1.JobService.CreateJobStep:output_type -> loom.v1.JobStep
+	14, // 88: loom.v1.JobService.GetJobStep:output_type -> loom.v1.JobStep
+	18, // 89: loom.v1.JobService.ListJobSteps:output_type -> loom.v1.ListJobStepsResponse
+	14, // 90: loom.v1.JobService.CancelJobStep:output_type -> loom.v1.JobStep
+	66, // 91: loom.v1.OperationService.GetOperation:output_type -> loom.v1.Operation
+	66, // 92: loom.v1.OperationService.WaitOperation:output_type -> loom.v1.Operation
+	32, // 93: loom.v1.OperationService.ListOperations:output_type -> loom.v1.ListOperationsResponse
+	66, // 94: loom.v1.OperationService.CancelOperation:output_type -> loom.v1.Operation
+	35, // 95: loom.v1.NodeService.ListNodes:output_type -> loom.v1.ListNodesResponse
+	40, // 96: loom.v1.SlurmService.ListPartitions:output_type -> loom.v1.ListPartitionsResponse
+	42, // 97: loom.v1.SlurmService.ListSlurmNodes:output_type -> loom.v1.ListSlurmNodesResponse
+	69, // 98: loom.v1.SlurmService.UpdateSlurmNode:output_type -> loom.v1.SlurmNode
+	38, // 99: loom.v1.SlurmService.ListShares:output_type -> loom.v1.ListSharesResponse
+	66, // 100: loom.v1.ModelService.UploadModel:output_type -> loom.v1.Operation
+	46, // 101: loom.v1.ModelService.ListModels:output_type -> loom.v1.ListModelsResponse
+	70, // 102: loom.v1.ModelService.GetModel:output_type -> loom.v1.Model
+	49, // 103: loom.v1.ModelService.ListModelVersions:output_type -> loom.v1.ListModelVersionsResponse
+	70, // 104: loom.v1.ModelService.UpdateModel:output_type -> loom.v1.Model
+	70, // 105: loom.v1.ModelService.MergeVersionAliases:output_type -> loom.v1.Model
+	54, // 106: loom.v1.ModelService.DeleteModel:output_type -> loom.v1.DeleteModelResponse
+	54, // 107: loom.v1.ModelService.DeleteModelVersion:output_type -> loom.v1.DeleteModelResponse
+	66, // 108: loom.v1.ModelService.ExportModel:output_type -> loom.v1.Operation
+	69, // [69:109] is the sub-list for method output_type
+	29, // [29:69] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_loom_v1_service_proto_init() }

@@ -326,6 +326,9 @@ func TestScontrolActions(t *testing.T) {
 		{"update", "JobId=12", "TimeLimit=-1:00:00", "Partition=gpu"},
 		{"update", "JobId=13", "Nice=-20"},
 		{"update", "JobId=13", "Nice=0"},
+		{"update", "JobId=13", "StartTime=now+1hour"},
+		{"update", "JobId=13", "Dependency=afterok:12"},
+		{"update", "JobId=13", "Dependency="},
 	} {
 		if code, _, errOut := run(t, f, "scontrol", Env{}, args...); code != 0 {
 			t.Errorf("scontrol %v: %d %q", args, code, errOut)
@@ -337,10 +340,17 @@ func TestScontrolActions(t *testing.T) {
 		if u.Nice != nil {
 			g += fmt.Sprintf(":nice=%d", u.GetNice())
 		}
+		if u.BeginTime != nil {
+			g += ":begin+" + u.GetBeginTime().AsTime().Sub(testNow).String()
+		}
+		if u.Dependency != nil {
+			g += ":dependency=" + u.GetDependency()
+		}
 		got = append(got, g)
 	}
 	want = []string{"update:12::03:00:00", "update:13:debug:00:00:00", "update:12::02:30:00", "update:12:gpu:01:00:00",
-		"update:13::00:00:00:nice=-20", "update:13::00:00:00:nice=0"}
+		"update:13::00:00:00:nice=-20", "update:13::00:00:00:nice=0", "update:13::00:00:00:begin+1h0m0s",
+		"update:13::00:00:00:dependency=afterok:12", "update:13::00:00:00:dependency="}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("updates = %v, want %v", got, want)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/hostlist"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -675,7 +676,8 @@ func first(kv map[string]string, keys ...string) string {
 	return ""
 }
 
-// updateJobParams updates a job's TimeLimit, Partition and/or Nice.
+// updateJobParams updates a job's TimeLimit, Partition, Nice, StartTime
+// and/or Dependency.
 func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order []string) error {
 	ids := splitList(first(kv, "jobid", "job"))
 	req := &loomv1.UpdateJobRequest{Action: "update"}
@@ -709,6 +711,15 @@ func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order [
 				return &Error{Code: 1, Text: "Invalid nice value: " + v}
 			}
 			req.Nice = &n
+		case "starttime", "begintime":
+			at, err := ParseBegin(v, c.now)
+			if err != nil {
+				return &Error{Code: 1, Text: "Invalid StartTime value: " + v + " (" + err.Error() + ")"}
+			}
+			req.BeginTime = timestamppb.New(at)
+		case "dependency":
+			d := v
+			req.Dependency = &d
 		default:
 			return &Error{Code: 1, Text: "Update of this parameter is not supported: " + k + "=" + v + "\nRequest aborted"}
 		}
@@ -717,7 +728,7 @@ func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order [
 	if !strings.HasPrefix(relative, "+") && !strings.HasPrefix(relative, "-") {
 		relative = ""
 	}
-	if req.TimeLimitSeconds == 0 && req.Partition == "" && req.Nice == nil && relative == "" {
+	if req.TimeLimitSeconds == 0 && req.Partition == "" && req.Nice == nil && req.BeginTime == nil && req.Dependency == nil && relative == "" {
 		return &Error{Code: 1, Text: "No changes specified"}
 	}
 	failed := false
@@ -727,7 +738,8 @@ func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order [
 			failed = true
 			continue
 		}
-		r := &loomv1.UpdateJobRequest{Name: c.jobName(id), Action: "update", TimeLimitSeconds: req.TimeLimitSeconds, Partition: req.Partition, Nice: req.Nice}
+		r := &loomv1.UpdateJobRequest{Name: c.jobName(id), Action: "update", TimeLimitSeconds: req.TimeLimitSeconds, Partition: req.Partition,
+			Nice: req.Nice, BeginTime: req.BeginTime, Dependency: req.Dependency}
 		if relative != "" {
 			delta, _, err := ParseTimeLimit(relative[1:])
 			if err != nil {

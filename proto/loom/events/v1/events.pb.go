@@ -1565,7 +1565,12 @@ type UpdateJob struct {
 	Admin bool   `protobuf:"varint,7,opt,name=admin,proto3" json:"admin,omitempty"`
 	// nice, when set, is the pending job's new --nice (checked by the
 	// gateway: below 0 only from an administrator).
-	Nice          *int32 `protobuf:"varint,8,opt,name=nice,proto3,oneof" json:"nice,omitempty"`
+	Nice *int32 `protobuf:"varint,8,opt,name=nice,proto3,oneof" json:"nice,omitempty"`
+	// begin_time and dependency, when set, are the pending job's new
+	// --begin (not in the future: eligible now) and --dependency ("":
+	// none), as in loom.v1.UpdateJobRequest.
+	BeginTime     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=begin_time,json=beginTime,proto3" json:"begin_time,omitempty"`
+	Dependency    *string                `protobuf:"bytes,10,opt,name=dependency,proto3,oneof" json:"dependency,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1654,6 +1659,20 @@ func (x *UpdateJob) GetNice() int32 {
 		return *x.Nice
 	}
 	return 0
+}
+
+func (x *UpdateJob) GetBeginTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.BeginTime
+	}
+	return nil
+}
+
+func (x *UpdateJob) GetDependency() string {
+	if x != nil && x.Dependency != nil {
+		return *x.Dependency
+	}
+	return ""
 }
 
 // CreateJobStep asks the scheduler to start a job step (srun) on the nodes of
@@ -5245,7 +5264,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x04user\x18\x04 \x01(\tR\x04user\x12\x14\n" +
 	"\x05admin\x18\x05 \x01(\bR\x05admin\x12\x14\n" +
 	"\x05batch\x18\x06 \x01(\bR\x05batch\x12\x12\n" +
-	"\x04full\x18\a \x01(\bR\x04full\"\xe7\x01\n" +
+	"\x04full\x18\a \x01(\bR\x04full\"\xd6\x02\n" +
 	"\tUpdateJob\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x16\n" +
@@ -5254,8 +5273,15 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\tpartition\x18\x05 \x01(\tR\tpartition\x12\x12\n" +
 	"\x04user\x18\x06 \x01(\tR\x04user\x12\x14\n" +
 	"\x05admin\x18\a \x01(\bR\x05admin\x12\x17\n" +
-	"\x04nice\x18\b \x01(\x05H\x00R\x04nice\x88\x01\x01B\a\n" +
-	"\x05_nice\"\xad\x03\n" +
+	"\x04nice\x18\b \x01(\x05H\x00R\x04nice\x88\x01\x01\x129\n" +
+	"\n" +
+	"begin_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tbeginTime\x12#\n" +
+	"\n" +
+	"dependency\x18\n" +
+	" \x01(\tH\x01R\n" +
+	"dependency\x88\x01\x01B\a\n" +
+	"\x05_niceB\r\n" +
+	"\v_dependency\"\xad\x03\n" +
 	"\rCreateJobStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1d\n" +
@@ -5714,53 +5740,54 @@ var file_loom_events_v1_events_proto_depIdxs = []int32{
 	77, // 11: loom.events.v1.XidObserved.time:type_name -> google.protobuf.Timestamp
 	80, // 12: loom.events.v1.HealthCheckCompleted.result:type_name -> loom.v1.HealthCheckResult
 	81, // 13: loom.events.v1.SubmitJob.job:type_name -> loom.v1.Job
-	66, // 14: loom.events.v1.CreateJobStep.env:type_name -> loom.events.v1.CreateJobStep.EnvEntry
-	77, // 15: loom.events.v1.UpdateSlurmNode.time:type_name -> google.protobuf.Timestamp
-	81, // 16: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
-	67, // 17: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
-	0,  // 18: loom.events.v1.StopStep.cause:type_name -> loom.events.v1.StopCause
-	68, // 19: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
-	1,  // 20: loom.events.v1.StepChanged.state:type_name -> loom.events.v1.StepState
-	1,  // 21: loom.events.v1.TasksChanged.state:type_name -> loom.events.v1.StepState
-	77, // 22: loom.events.v1.StepProgress.checkpoint_time:type_name -> google.protobuf.Timestamp
-	77, // 23: loom.events.v1.StepProgress.last_progress:type_name -> google.protobuf.Timestamp
-	77, // 24: loom.events.v1.StepProgress.time:type_name -> google.protobuf.Timestamp
-	82, // 25: loom.events.v1.StepProgress.checkpoint_duration:type_name -> google.protobuf.Duration
-	69, // 26: loom.events.v1.MetricsReported.points:type_name -> loom.events.v1.MetricsReported.Point
-	2,  // 27: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
-	77, // 28: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
-	83, // 29: loom.events.v1.NodeHealthChanged.state:type_name -> loom.v1.RemediationState
-	76, // 30: loom.events.v1.NodeHealthChanged.action:type_name -> loom.v1.RemediationAction
-	77, // 31: loom.events.v1.NodeHealthChanged.time:type_name -> google.protobuf.Timestamp
-	82, // 32: loom.events.v1.RunHealthCheck.timeout:type_name -> google.protobuf.Duration
-	71, // 33: loom.events.v1.RunHealthCheck.params:type_name -> loom.events.v1.RunHealthCheck.ParamsEntry
-	84, // 34: loom.events.v1.InjectNodeFault.fault:type_name -> loom.v1.Fault
-	82, // 35: loom.events.v1.ScanNodes.timeout:type_name -> google.protobuf.Duration
-	72, // 36: loom.events.v1.ScanNodes.params:type_name -> loom.events.v1.ScanNodes.ParamsEntry
-	76, // 37: loom.events.v1.UpdateNodeRemediation.action:type_name -> loom.v1.RemediationAction
-	84, // 38: loom.events.v1.InjectFault.fault:type_name -> loom.v1.Fault
-	76, // 39: loom.events.v1.RemediateNode.action:type_name -> loom.v1.RemediationAction
-	85, // 40: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
-	86, // 41: loom.events.v1.ModelExported.response:type_name -> loom.v1.ExportModelResponse
-	87, // 42: loom.events.v1.UploadModel.model:type_name -> loom.training.v1.Model
-	88, // 43: loom.events.v1.UploadModel.lineage:type_name -> loom.v1.ModelLineage
-	89, // 44: loom.events.v1.CreateCustomJob.custom_job:type_name -> loom.training.v1.CustomJob
-	90, // 45: loom.events.v1.CreateHyperparameterTuningJob.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
-	91, // 46: loom.events.v1.CreateTrainingPipeline.pipeline:type_name -> loom.training.v1.TrainingPipeline
-	89, // 47: loom.events.v1.CustomJobChanged.custom_job:type_name -> loom.training.v1.CustomJob
-	90, // 48: loom.events.v1.HyperparameterTuningJobChanged.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
-	92, // 49: loom.events.v1.TrialChanged.trial:type_name -> loom.training.v1.Trial
-	91, // 50: loom.events.v1.TrainingPipelineChanged.pipeline:type_name -> loom.training.v1.TrainingPipeline
-	93, // 51: loom.events.v1.AuditRecorded.record:type_name -> loom.v1.AuditRecord
-	94, // 52: loom.events.v1.AssociationChanged.association:type_name -> loom.v1.Association
-	95, // 53: loom.events.v1.AccountChanged.account:type_name -> loom.v1.Account
-	77, // 54: loom.events.v1.MetricsReported.Point.time:type_name -> google.protobuf.Timestamp
-	70, // 55: loom.events.v1.MetricsReported.Point.values:type_name -> loom.events.v1.MetricsReported.Point.ValuesEntry
-	56, // [56:56] is the sub-list for method output_type
-	56, // [56:56] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	77, // 14: loom.events.v1.UpdateJob.begin_time:type_name -> google.protobuf.Timestamp
+	66, // 15: loom.events.v1.CreateJobStep.env:type_name -> loom.events.v1.CreateJobStep.EnvEntry
+	77, // 16: loom.events.v1.UpdateSlurmNode.time:type_name -> google.protobuf.Timestamp
+	81, // 17: loom.events.v1.JobChanged.job:type_name -> loom.v1.Job
+	67, // 18: loom.events.v1.StartStep.env:type_name -> loom.events.v1.StartStep.EnvEntry
+	0,  // 19: loom.events.v1.StopStep.cause:type_name -> loom.events.v1.StopCause
+	68, // 20: loom.events.v1.LaunchTasks.env:type_name -> loom.events.v1.LaunchTasks.EnvEntry
+	1,  // 21: loom.events.v1.StepChanged.state:type_name -> loom.events.v1.StepState
+	1,  // 22: loom.events.v1.TasksChanged.state:type_name -> loom.events.v1.StepState
+	77, // 23: loom.events.v1.StepProgress.checkpoint_time:type_name -> google.protobuf.Timestamp
+	77, // 24: loom.events.v1.StepProgress.last_progress:type_name -> google.protobuf.Timestamp
+	77, // 25: loom.events.v1.StepProgress.time:type_name -> google.protobuf.Timestamp
+	82, // 26: loom.events.v1.StepProgress.checkpoint_duration:type_name -> google.protobuf.Duration
+	69, // 27: loom.events.v1.MetricsReported.points:type_name -> loom.events.v1.MetricsReported.Point
+	2,  // 28: loom.events.v1.NodeHealthChanged.health:type_name -> loom.events.v1.NodeHealth
+	77, // 29: loom.events.v1.NodeHealthChanged.last_heartbeat:type_name -> google.protobuf.Timestamp
+	83, // 30: loom.events.v1.NodeHealthChanged.state:type_name -> loom.v1.RemediationState
+	76, // 31: loom.events.v1.NodeHealthChanged.action:type_name -> loom.v1.RemediationAction
+	77, // 32: loom.events.v1.NodeHealthChanged.time:type_name -> google.protobuf.Timestamp
+	82, // 33: loom.events.v1.RunHealthCheck.timeout:type_name -> google.protobuf.Duration
+	71, // 34: loom.events.v1.RunHealthCheck.params:type_name -> loom.events.v1.RunHealthCheck.ParamsEntry
+	84, // 35: loom.events.v1.InjectNodeFault.fault:type_name -> loom.v1.Fault
+	82, // 36: loom.events.v1.ScanNodes.timeout:type_name -> google.protobuf.Duration
+	72, // 37: loom.events.v1.ScanNodes.params:type_name -> loom.events.v1.ScanNodes.ParamsEntry
+	76, // 38: loom.events.v1.UpdateNodeRemediation.action:type_name -> loom.v1.RemediationAction
+	84, // 39: loom.events.v1.InjectFault.fault:type_name -> loom.v1.Fault
+	76, // 40: loom.events.v1.RemediateNode.action:type_name -> loom.v1.RemediationAction
+	85, // 41: loom.events.v1.ModelVersionRegistered.version:type_name -> loom.v1.ModelVersion
+	86, // 42: loom.events.v1.ModelExported.response:type_name -> loom.v1.ExportModelResponse
+	87, // 43: loom.events.v1.UploadModel.model:type_name -> loom.training.v1.Model
+	88, // 44: loom.events.v1.UploadModel.lineage:type_name -> loom.v1.ModelLineage
+	89, // 45: loom.events.v1.CreateCustomJob.custom_job:type_name -> loom.training.v1.CustomJob
+	90, // 46: loom.events.v1.CreateHyperparameterTuningJob.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
+	91, // 47: loom.events.v1.CreateTrainingPipeline.pipeline:type_name -> loom.training.v1.TrainingPipeline
+	89, // 48: loom.events.v1.CustomJobChanged.custom_job:type_name -> loom.training.v1.CustomJob
+	90, // 49: loom.events.v1.HyperparameterTuningJobChanged.tuning_job:type_name -> loom.training.v1.HyperparameterTuningJob
+	92, // 50: loom.events.v1.TrialChanged.trial:type_name -> loom.training.v1.Trial
+	91, // 51: loom.events.v1.TrainingPipelineChanged.pipeline:type_name -> loom.training.v1.TrainingPipeline
+	93, // 52: loom.events.v1.AuditRecorded.record:type_name -> loom.v1.AuditRecord
+	94, // 53: loom.events.v1.AssociationChanged.association:type_name -> loom.v1.Association
+	95, // 54: loom.events.v1.AccountChanged.account:type_name -> loom.v1.Account
+	77, // 55: loom.events.v1.MetricsReported.Point.time:type_name -> google.protobuf.Timestamp
+	70, // 56: loom.events.v1.MetricsReported.Point.values:type_name -> loom.events.v1.MetricsReported.Point.ValuesEntry
+	57, // [57:57] is the sub-list for method output_type
+	57, // [57:57] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_loom_events_v1_events_proto_init() }

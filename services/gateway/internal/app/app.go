@@ -1007,12 +1007,13 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 		}
 	}
 	if !ref.array {
-		if err := domain.CheckUpdate(action, req.GetPartition(), j); err != nil {
+		if err := domain.CheckUpdate(action, req, j); err != nil {
 			return nil, err
 		}
 	}
 	cmd := &eventsv1.UpdateJob{Job: ref.command, Cluster: j.GetCluster(), Action: action,
 		TimeLimitSeconds: req.GetTimeLimitSeconds(), Partition: req.GetPartition(), Nice: req.Nice,
+		BeginTime: req.GetBeginTime(), Dependency: req.Dependency,
 		User: caller.User, Admin: caller.Admin}
 	if err := g.emitCommands(ctx, j.GetCluster(), cmd); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", action, ref.name, err)

@@ -232,11 +232,20 @@ func ValidateUpdateJob(req *loomv1.UpdateJobRequest) (string, error) {
 		v.Check(req.GetTimeLimitSeconds() == 0, "time_limit_seconds", "only with action update, not %s", action)
 		v.Check(req.GetPartition() == "", "partition", "only with action update, not %s", action)
 		v.Check(req.Nice == nil, "nice", "only with action update, not %s", action)
+		v.Check(req.BeginTime == nil, "begin_time", "only with action update, not %s", action)
+		v.Check(req.Dependency == nil, "dependency", "only with action update, not %s", action)
 	case "update":
 		v.Check(req.GetTimeLimitSeconds() >= 0, "time_limit_seconds", "%d must not be negative (0: unchanged)", req.GetTimeLimitSeconds())
 		v.Check(req.GetTimeLimitSeconds() <= maxTimeLimitSeconds, "time_limit_seconds", "%d is more than a century", req.GetTimeLimitSeconds())
-		v.Check(req.GetTimeLimitSeconds() != 0 || req.GetPartition() != "" || req.Nice != nil, "action", "update needs time_limit_seconds, partition or nice")
+		v.Check(req.GetTimeLimitSeconds() != 0 || req.GetPartition() != "" || req.Nice != nil || req.BeginTime != nil || req.Dependency != nil,
+			"action", "update needs time_limit_seconds, partition, nice, begin_time or dependency")
 		checkNice(&v, "nice", req.GetNice())
+		checkBeginTime(&v, "begin_time", req.GetBeginTime())
+		if checkText(&v, "dependency", req.GetDependency(), MaxSpecBytes) && req.GetDependency() != "" {
+			if _, err := slurmspec.ParseDependency(req.GetDependency()); err != nil {
+				v.Add("dependency", "%s: %v", clip(req.GetDependency()), err)
+			}
+		}
 	case "":
 		v.Add("action", "required: one of %s", updateActionsList)
 	default:
@@ -253,17 +262,20 @@ func CheckPartition(cluster *loomv1.Cluster, partition string) error {
 	return nil
 }
 
-// CheckUpdate refuses an update action for the state job is in, with
-// Slurm's wording: hold, release and update of a finished job, a requeue of
-// a pending one, and a partition change of a job that started.
-func CheckUpdate(action string, partition string, job *loomv1.Job) error {
+// CheckUpdate refuses an update action (req's) for the state job is in,
+// with Slurm's wording: hold, release and update of a finished job, a
+// requeue of a pending one, and a change of partition, begin time or
+// dependency of a job that started.
+func CheckUpdate(action string, req *loomv1.UpdateJobRequest, job *loomv1.Job) error {
 	s := job.GetState()
+	partition := req.GetPartition()
+	pendingOnly := partition != "" && partition != job.GetPartition() || req.BeginTime != nil || req.Dependency != nil
 	switch {
 	case (action == "hold" || action == "uhold" || action == "release" || action == "update") && s.Terminal():
 		return refuse(MsgFinished)
 	case action == "requeue" && (s == loomv1.JobState_PENDING || s == loomv1.JobState_JOB_STATE_UNSPECIFIED):
 		return refuse(MsgPending)
-	case action == "update" && partition != "" && partition != job.GetPartition() && Rank(s) > 0:
+	case action == "update" && pendingOnly && Rank(s) > 0:
 		return refuse(MsgNoLongerPending)
 	}
 	return nil

@@ -176,21 +176,26 @@ func TestUpdateAndCancelChecks(t *testing.T) {
 		}
 		return err.Error()
 	}
+	dep := "afterok:3"
 	for _, tc := range []struct {
 		action, partition string
 		state             loomv1.JobState
 		want              string
+		dependency        *string
 	}{
-		{"hold", "", loomv1.JobState_PENDING, ""},
-		{"hold", "", loomv1.JobState_RUNNING, ""},
-		{"release", "", loomv1.JobState_COMPLETED, MsgFinished},
-		{"requeue", "", loomv1.JobState_PENDING, MsgPending},
-		{"requeue", "", loomv1.JobState_COMPLETED, ""},
-		{"update", "debug", loomv1.JobState_RUNNING, MsgNoLongerPending},
-		{"update", "train", loomv1.JobState_RUNNING, ""},
-		{"update", "", loomv1.JobState_FAILED, MsgFinished},
+		{"hold", "", loomv1.JobState_PENDING, "", nil},
+		{"hold", "", loomv1.JobState_RUNNING, "", nil},
+		{"release", "", loomv1.JobState_COMPLETED, MsgFinished, nil},
+		{"requeue", "", loomv1.JobState_PENDING, MsgPending, nil},
+		{"requeue", "", loomv1.JobState_COMPLETED, "", nil},
+		{"update", "debug", loomv1.JobState_RUNNING, MsgNoLongerPending, nil},
+		{"update", "train", loomv1.JobState_RUNNING, "", nil},
+		{"update", "", loomv1.JobState_FAILED, MsgFinished, nil},
+		{"update", "", loomv1.JobState_RUNNING, MsgNoLongerPending, &dep},
+		{"update", "", loomv1.JobState_PENDING, "", &dep},
 	} {
-		if got := refusal(CheckUpdate(tc.action, tc.partition, job(tc.state))); got != tc.want {
+		req := &loomv1.UpdateJobRequest{Partition: tc.partition, Dependency: tc.dependency}
+		if got := refusal(CheckUpdate(tc.action, req, job(tc.state))); got != tc.want {
 			t.Errorf("CheckUpdate(%s %q, %s) = %q, want %q", tc.action, tc.partition, tc.state, got, tc.want)
 		}
 	}

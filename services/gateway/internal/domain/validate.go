@@ -246,17 +246,23 @@ func checkJobText(v *errs.Validator, j *loomv1.Job) {
 	checkBytes(v, "job.export", j.GetExport(), MaxSpecBytes)
 	v.Check(len(j.GetNodelist()) <= MaxHosts, "job.nodelist", "%d hosts, more than the limit of %d", len(j.GetNodelist()), MaxHosts)
 	v.Check(len(j.GetExclude()) <= MaxHosts, "job.exclude", "%d hosts, more than the limit of %d", len(j.GetExclude()), MaxHosts)
-	if b := j.GetBeginTime(); b != nil {
-		switch err := b.CheckValid(); {
-		case err != nil:
-			v.Add("job.begin_time", "%v", err)
-		case b.AsTime().After(MaxBeginTime):
-			v.Add("job.begin_time", "%s is after %s, the latest begin time", b.AsTime().UTC().Format(time.RFC3339), MaxBeginTime.Format(time.RFC3339))
-		case b.AsTime().Before(minBeginTime):
-			// Before 1678 the nanoseconds wrap (to about 2160: the job
-			// would wait for a century); any past time means now.
-			v.Add("job.begin_time", "%s is before %s: for at once, leave it out", b.AsTime().UTC().Format(time.RFC3339), minBeginTime.Format(time.RFC3339))
-		}
+	checkBeginTime(v, "job.begin_time", j.GetBeginTime())
+}
+
+// checkBeginTime checks a --begin (nil: none), adding a problem on field.
+func checkBeginTime(v *errs.Validator, field string, b *timestamppb.Timestamp) {
+	if b == nil {
+		return
+	}
+	switch err := b.CheckValid(); {
+	case err != nil:
+		v.Add(field, "%v", err)
+	case b.AsTime().After(MaxBeginTime):
+		v.Add(field, "%s is after %s, the latest begin time", b.AsTime().UTC().Format(time.RFC3339), MaxBeginTime.Format(time.RFC3339))
+	case b.AsTime().Before(minBeginTime):
+		// Before 1678 the nanoseconds wrap (to about 2160: the job would
+		// wait for a century); any past time means now.
+		v.Add(field, "%s is before %s: for at once, give now", b.AsTime().UTC().Format(time.RFC3339), minBeginTime.Format(time.RFC3339))
 	}
 }
 

@@ -169,7 +169,15 @@ func (t *txn) updateJob(ev *eventsv1.UpdateJob) error {
 	case ActionHold, ActionUHold, ActionRelease, ActionRequeue:
 	case ActionUpdate:
 		v.Check(ev.GetTimeLimitSeconds() >= 0, "time_limit_seconds", "must not be negative, got %d", ev.GetTimeLimitSeconds())
-		v.Check(ev.GetTimeLimitSeconds() > 0 || ev.GetPartition() != "" || ev.Nice != nil, "action", "update needs time_limit_seconds, partition or nice")
+		v.Check(ev.GetTimeLimitSeconds() > 0 || ev.GetPartition() != "" || ev.Nice != nil || ev.BeginTime != nil || ev.Dependency != nil,
+			"action", "update needs time_limit_seconds, partition, nice, begin_time or dependency")
+		if b := ev.GetBeginTime(); b != nil {
+			v.Check(b.CheckValid() == nil, "begin_time", "%v", b.CheckValid())
+		}
+		if d := ev.GetDependency(); d != "" {
+			_, err := parseDependency(d)
+			v.Check(err == nil, "dependency", "%q: %v", d, err)
+		}
 		v.Check(ev.Nice == nil || ev.GetNice() >= -MaxNice && ev.GetNice() <= MaxNice, "nice", "%d is outside -%d..%d", ev.GetNice(), MaxNice, MaxNice)
 	default:
 		v.Add("action", "want hold, uhold, release, requeue or update, got %q", ev.GetAction())
@@ -233,15 +241,16 @@ func (t *txn) updateJob(ev *eventsv1.UpdateJob) error {
 // MaxNice bounds --nice either way (Slurm's NICE_OFFSET - 3).
 const MaxNice = 2147483645
 
-// updateLimits changes a job's time limit, partition or nice: all while it
-// is pending; only a lower time limit once it runs.
+// updateLimits changes a job's time limit, partition, nice, begin time or
+// dependency: all while it is pending; only a lower time limit once it
+// runs. A begin time not after now makes the job eligible at once.
 func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 	lim, part := ev.GetTimeLimitSeconds(), ev.GetPartition()
-	nice := ev.Nice
+	nice, begin, dep := ev.Nice, ev.GetBeginTime(), ev.Dependency
 	switch {
 	case j.Pending():
 	case j.Running():
-		part, nice = "", nil
+		part, nice, begin, dep = "", nil, nil, nil
 		cur := j.Job.GetTimeLimitSeconds()
 		if cur == 0 {
 			if r := t.currentRun(j); r != nil {
@@ -264,8 +273,15 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 			part = ""
 		}
 	}
+	// The begin time the update leaves: none when it is not after now.
+	var newBegin *timestamppb.Timestamp
+	if begin != nil && begin.AsTime().After(t.now) {
+		newBegin = begin
+	}
+	sameBegin := begin == nil || newBegin == nil && j.Job.GetBeginTime() == nil ||
+		newBegin != nil && j.Job.GetBeginTime() != nil && newBegin.AsTime().Equal(j.Job.GetBeginTime().AsTime())
 	if (lim == 0 || lim == j.Job.GetTimeLimitSeconds()) && (part == "" || part == j.Job.GetPartition()) &&
-		(nice == nil || *nice == j.Job.GetNice()) {
+		(nice == nil || *nice == j.Job.GetNice()) && (dep == nil || *dep == j.Job.GetDependency()) && sameBegin {
 		return
 	}
 	j = t.editJob(j.Name())
@@ -277,6 +293,12 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 	}
 	if nice != nil {
 		j.Job.Nice = *nice
+	}
+	if dep != nil {
+		j.Job.Dependency = *dep
+	}
+	if begin != nil {
+		j.Job.BeginTime = newBegin
 	}
 	t.emitJob(j)
 }

@@ -2,8 +2,10 @@ package domain
 
 import (
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
@@ -53,5 +55,51 @@ func TestNiceLowersPriority(t *testing.T) {
 	}
 	if _, err := h.s.Handle(h.now, &eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionUpdate, Nice: proto.Int32(-MaxNice - 1)}); err == nil {
 		t.Error("a nice past the bound was accepted")
+	}
+}
+
+// TestUpdateBeginAndDependency: scontrol update StartTime= and Dependency=
+// on a pending job: a begin time not in the future makes it eligible at
+// once, a later one holds it (BeginTime); a dependency holds it
+// (Dependency) and "" clears it. A running job's are not changed, and a
+// dependency that does not parse is refused.
+func TestUpdateBeginAndDependency(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.node("gpu-0001", 8)
+	h.submitJob(job(1, 1, 8, func(j *loomv1.Job) { j.BeginTime = timestamppb.New(h.now.Add(time.Hour)) }))
+	h.wantState(1, loomv1.JobState_PENDING, ReasonBeginTime)
+	update := func(id int, set func(*eventsv1.UpdateJob)) {
+		ev := &eventsv1.UpdateJob{Job: jobName(id), Cluster: cl, Action: ActionUpdate}
+		set(ev)
+		h.do(ev)
+	}
+	update(1, func(ev *eventsv1.UpdateJob) { ev.BeginTime = timestamppb.New(h.now) })
+	h.wantState(1, loomv1.JobState_RUNNING, "")
+	if b := h.s.Job(jobName(1)).GetBeginTime(); b != nil {
+		t.Errorf("job 1's begin time after StartTime=now: %v, want none", b)
+	}
+
+	h.submitJob(job(2, 1, 8))
+	update(2, func(ev *eventsv1.UpdateJob) { ev.Dependency = proto.String("afterok:1") })
+	h.wantState(2, loomv1.JobState_PENDING, ReasonDependency)
+	later := h.now.Add(2 * time.Hour)
+	update(2, func(ev *eventsv1.UpdateJob) { ev.BeginTime = timestamppb.New(later) })
+	if j := h.s.Job(jobName(2)); j.GetDependency() != "afterok:1" || !j.GetBeginTime().AsTime().Equal(later) {
+		t.Errorf("job 2 after the updates: dependency %q, begin %v", j.GetDependency(), j.GetBeginTime())
+	}
+	update(2, func(ev *eventsv1.UpdateJob) { ev.Dependency = proto.String("") })
+	if d := h.s.Job(jobName(2)).GetDependency(); d != "" {
+		t.Errorf("job 2's dependency after Dependency=: %q", d)
+	}
+	h.wantState(2, loomv1.JobState_PENDING, ReasonBeginTime)
+
+	// A running job keeps its own.
+	update(1, func(ev *eventsv1.UpdateJob) { ev.Dependency = proto.String("afterok:2") })
+	if d := h.s.Job(jobName(1)).GetDependency(); d != "" {
+		t.Errorf("running job 1's dependency: %q, want none", d)
+	}
+	if _, err := h.s.Handle(h.now, &eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionUpdate, Dependency: proto.String("afterok:x")}); err == nil {
+		t.Error("a dependency that does not parse was accepted")
 	}
 }
