@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/auth"
@@ -148,8 +149,8 @@ func TestNicePermissions(t *testing.T) {
 	}
 }
 
-// TestUpdateBeginAndDependency: scontrol update StartTime= and Dependency=
-// reach the scheduler for a pending job; a dependency that does not parse
+// TestUpdateBeginAndDependency: scontrol update StartTime=, Dependency= and
+// QOS= reach the scheduler for a pending job; a dependency that does not parse
 // is InvalidArgument naming the field, and either on a running job is
 // Slurm's "Job is no longer pending execution".
 func TestUpdateBeginAndDependency(t *testing.T) {
@@ -177,4 +178,30 @@ func TestUpdateBeginAndDependency(t *testing.T) {
 		u, ok := e.Payload.(*eventsv1.UpdateJob)
 		return ok && u.GetJob() == pending.GetName() && u.GetDependency() == "afterany:44" && u.GetBeginTime().AsTime().Equal(begin.AsTime())
 	})
+
+	// QOS=: as at submission, one open to every member or granted to the
+	// job's association; a running job's is not changed.
+	qos := func(q string) *string { return &q }
+	_, err = ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: pending.GetName(), Action: "update", Qos: qos("high")})
+	wantCode(t, "ana asks for QOS high", err, codes.InvalidArgument, "qos", "Invalid qos specification")
+	_, err = ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: running.GetName(), Action: "update", Qos: qos("low")})
+	wantCode(t, "a running job's QOS", err, codes.FailedPrecondition, "no longer pending")
+	if _, err := ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: pending.GetName(), Action: "update", Qos: qos("Low")}); err != nil {
+		t.Fatalf("QOS=Low: %v", err)
+	}
+	testkit.WaitEvent(t, h.broker, topics.JobCommands, wait, func(e envelope.Event) bool {
+		u, ok := e.Payload.(*eventsv1.UpdateJob)
+		return ok && u.GetJob() == pending.GetName() && u.Qos != nil && u.GetQos() == "low"
+	})
+	// Granted to ana's association: allowed.
+	if _, err := h.accounts().SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: "projects/default", Association: &loomv1.Association{
+		Account: "root", User: "ana", Qos: []string{"high"}}}, h.call("pat")); err != nil {
+		t.Fatal(err)
+	}
+	granted := proto.Clone(pending).(*loomv1.Job)
+	granted.Name, granted.JobId, granted.Account = "projects/default/jobs/45", "45", "root"
+	h.w.setJob(granted)
+	if _, err := ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: granted.GetName(), Action: "update", Qos: qos("high")}); err != nil {
+		t.Fatalf("QOS=high granted to ana's association: %v", err)
+	}
 }

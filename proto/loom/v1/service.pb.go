@@ -1755,7 +1755,11 @@ type UpdateJobRequest struct {
 	BeginTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=begin_time,json=beginTime,proto3" json:"begin_time,omitempty"`
 	// For "update" of a pending job: the new --dependency when set (scontrol
 	// update Dependency=; "" clears it).
-	Dependency    *string `protobuf:"bytes,8,opt,name=dependency,proto3,oneof" json:"dependency,omitempty"`
+	Dependency *string `protobuf:"bytes,8,opt,name=dependency,proto3,oneof" json:"dependency,omitempty"`
+	// For "update" of a pending job: the new --qos when set (scontrol update
+	// QOS=; "" the association's default, else the scheduler's); one the
+	// job's user may use, as at submission.
+	Qos           *string `protobuf:"bytes,9,opt,name=qos,proto3,oneof" json:"qos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1842,6 +1846,13 @@ func (x *UpdateJobRequest) GetBeginTime() *timestamppb.Timestamp {
 func (x *UpdateJobRequest) GetDependency() string {
 	if x != nil && x.Dependency != nil {
 		return *x.Dependency
+	}
+	return ""
+}
+
+func (x *UpdateJobRequest) GetQos() string {
+	if x != nil && x.Qos != nil {
+		return *x.Qos
 	}
 	return ""
 }
@@ -3897,7 +3908,7 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x12\n" +
 	"\x04user\x18\x03 \x01(\tR\x04user\x12\x14\n" +
 	"\x05batch\x18\x04 \x01(\bR\x05batch\x12\x12\n" +
-	"\x04full\x18\x05 \x01(\bR\x04full\"\xaf\x02\n" +
+	"\x04full\x18\x05 \x01(\bR\x04full\"\xce\x02\n" +
 	"\x10UpdateJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12,\n" +
@@ -3909,9 +3920,11 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"begin_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tbeginTime\x12#\n" +
 	"\n" +
 	"dependency\x18\b \x01(\tH\x01R\n" +
-	"dependency\x88\x01\x01B\a\n" +
+	"dependency\x88\x01\x01\x12\x15\n" +
+	"\x03qos\x18\t \x01(\tH\x02R\x03qos\x88\x01\x01B\a\n" +
 	"\x05_niceB\r\n" +
-	"\v_dependency\"%\n" +
+	"\v_dependencyB\x06\n" +
+	"\x04_qos\"%\n" +
 	"\x0fWatchJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"_\n" +
 	"\x12ReadJobLogsRequest\x12\x12\n" +

@@ -676,8 +676,8 @@ func first(kv map[string]string, keys ...string) string {
 	return ""
 }
 
-// updateJobParams updates a job's TimeLimit, Partition, Nice, StartTime
-// and/or Dependency.
+// updateJobParams updates a job's TimeLimit, Partition, Nice, StartTime,
+// Dependency and/or QOS.
 func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order []string) error {
 	ids := splitList(first(kv, "jobid", "job"))
 	req := &loomv1.UpdateJobRequest{Action: "update"}
@@ -720,6 +720,9 @@ func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order [
 		case "dependency":
 			d := v
 			req.Dependency = &d
+		case "qos":
+			q := v
+			req.Qos = &q
 		default:
 			return &Error{Code: 1, Text: "Update of this parameter is not supported: " + k + "=" + v + "\nRequest aborted"}
 		}
@@ -728,7 +731,7 @@ func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order [
 	if !strings.HasPrefix(relative, "+") && !strings.HasPrefix(relative, "-") {
 		relative = ""
 	}
-	if req.TimeLimitSeconds == 0 && req.Partition == "" && req.Nice == nil && req.BeginTime == nil && req.Dependency == nil && relative == "" {
+	if req.TimeLimitSeconds == 0 && req.Partition == "" && req.Nice == nil && req.BeginTime == nil && req.Dependency == nil && req.Qos == nil && relative == "" {
 		return &Error{Code: 1, Text: "No changes specified"}
 	}
 	failed := false
@@ -739,7 +742,7 @@ func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order [
 			continue
 		}
 		r := &loomv1.UpdateJobRequest{Name: c.jobName(id), Action: "update", TimeLimitSeconds: req.TimeLimitSeconds, Partition: req.Partition,
-			Nice: req.Nice, BeginTime: req.BeginTime, Dependency: req.Dependency}
+			Nice: req.Nice, BeginTime: req.BeginTime, Dependency: req.Dependency, Qos: req.Qos}
 		if relative != "" {
 			delta, _, err := ParseTimeLimit(relative[1:])
 			if err != nil {

@@ -1569,8 +1569,11 @@ type UpdateJob struct {
 	// begin_time and dependency, when set, are the pending job's new
 	// --begin (not in the future: eligible now) and --dependency ("":
 	// none), as in loom.v1.UpdateJobRequest.
-	BeginTime     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=begin_time,json=beginTime,proto3" json:"begin_time,omitempty"`
-	Dependency    *string                `protobuf:"bytes,10,opt,name=dependency,proto3,oneof" json:"dependency,omitempty"`
+	BeginTime  *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=begin_time,json=beginTime,proto3" json:"begin_time,omitempty"`
+	Dependency *string                `protobuf:"bytes,10,opt,name=dependency,proto3,oneof" json:"dependency,omitempty"`
+	// qos, when set, is the pending job's new QOS (checked by the gateway;
+	// "": the scheduler's default).
+	Qos           *string `protobuf:"bytes,11,opt,name=qos,proto3,oneof" json:"qos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1671,6 +1674,13 @@ func (x *UpdateJob) GetBeginTime() *timestamppb.Timestamp {
 func (x *UpdateJob) GetDependency() string {
 	if x != nil && x.Dependency != nil {
 		return *x.Dependency
+	}
+	return ""
+}
+
+func (x *UpdateJob) GetQos() string {
+	if x != nil && x.Qos != nil {
+		return *x.Qos
 	}
 	return ""
 }
@@ -5264,7 +5274,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x04user\x18\x04 \x01(\tR\x04user\x12\x14\n" +
 	"\x05admin\x18\x05 \x01(\bR\x05admin\x12\x14\n" +
 	"\x05batch\x18\x06 \x01(\bR\x05batch\x12\x12\n" +
-	"\x04full\x18\a \x01(\bR\x04full\"\xd6\x02\n" +
+	"\x04full\x18\a \x01(\bR\x04full\"\xf5\x02\n" +
 	"\tUpdateJob\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x16\n" +
@@ -5279,9 +5289,11 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\n" +
 	"dependency\x18\n" +
 	" \x01(\tH\x01R\n" +
-	"dependency\x88\x01\x01B\a\n" +
+	"dependency\x88\x01\x01\x12\x15\n" +
+	"\x03qos\x18\v \x01(\tH\x02R\x03qos\x88\x01\x01B\a\n" +
 	"\x05_niceB\r\n" +
-	"\v_dependency\"\xad\x03\n" +
+	"\v_dependencyB\x06\n" +
+	"\x04_qos\"\xad\x03\n" +
 	"\rCreateJobStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1d\n" +

@@ -13,6 +13,7 @@ import (
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/gateway/internal/adapters"
+	"github.com/loom-ml/loom/services/gateway/internal/authz"
 	"github.com/loom-ml/loom/services/gateway/internal/domain"
 )
 
@@ -495,4 +496,31 @@ func (g *Gateway) DeleteAssociation(ctx context.Context, req *loomv1.DeleteAssoc
 	}
 	g.opt.Log.InfoContext(ctx, "association deleted", "project", project, "user", user, "account", account)
 	return a, nil
+}
+
+// updateQOS checks a pending job's new QOS (scontrol update QOS=) as a
+// submission's is checked (submitAssociation): open to every member or
+// granted by the association of the job's user and account; "" is the
+// association's default_qos. It returns the QOS to set (InvalidArgument
+// naming qos otherwise).
+func (g *Gateway) updateQOS(ctx context.Context, j *loomv1.Job, qos string) (string, error) {
+	open := g.opt.OpenQOS
+	project, _ := authz.ProjectOf(j.GetName())
+	user, account := j.GetUser(), j.GetAccount()
+	var granted []string
+	if account != "" {
+		switch a, err := g.repo.Association(ctx, project, user, account); {
+		case err == nil:
+			granted = a.GetQos()
+			if qos == "" {
+				qos = a.GetDefaultQos()
+			}
+		case !errors.Is(err, errs.NotFound):
+			return "", err
+		}
+	}
+	if !domain.QOSAllowed(qos, open, granted) {
+		return "", domain.QOSFieldError("qos", user, account, qos, open, granted)
+	}
+	return qos, nil
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -1011,7 +1012,15 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 			return nil, err
 		}
 	}
-	cmd := &eventsv1.UpdateJob{Job: ref.command, Cluster: j.GetCluster(), Action: action,
+	var qos *string
+	if req.Qos != nil {
+		q, err := g.updateQOS(ctx, j, strings.ToLower(req.GetQos()))
+		if err != nil {
+			return nil, err
+		}
+		qos = &q
+	}
+	cmd := &eventsv1.UpdateJob{Job: ref.command, Cluster: j.GetCluster(), Action: action, Qos: qos,
 		TimeLimitSeconds: req.GetTimeLimitSeconds(), Partition: req.GetPartition(), Nice: req.Nice,
 		BeginTime: req.GetBeginTime(), Dependency: req.Dependency,
 		User: caller.User, Admin: caller.Admin}

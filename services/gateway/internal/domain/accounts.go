@@ -382,8 +382,13 @@ func QOSAllowed(q string, open, granted []string) bool {
 // use: InvalidArgument naming job.qos, Slurm's reason first, then what the
 // user may ask for and how an admin grants more.
 func QOSError(user, account, q string, open, granted []string) error {
+	return QOSFieldError("job.qos", user, account, q, open, granted)
+}
+
+// QOSFieldError is QOSError naming field (an update's "qos").
+func QOSFieldError(field, user, account, q string, open, granted []string) error {
 	if !qosName.MatchString(q) {
-		return errs.Invalid("job.qos", "%s: %s is not a QOS name: letters, digits, '_', '-' and '.', starting with a letter or digit, at most 64",
+		return errs.Invalid(field, "%s: %s is not a QOS name: letters, digits, '_', '-' and '.', starting with a letter or digit, at most 64",
 			MsgInvalidQOS, clip(q))
 	}
 	// The way to a grant: a user with an association gets one more QOS
@@ -393,7 +398,7 @@ func QOSError(user, account, q string, open, granted []string) error {
 		where = " account=" + account
 		grant = fmt.Sprintf("sacctmgr modify user %s account=%s set QOS+=%s", user, account, q)
 	}
-	return errs.Invalid("job.qos", "%s: user %s may not use QOS %s (open to every member: %s; granted to user=%s%s: %s); "+
+	return errs.Invalid(field, "%s: user %s may not use QOS %s (open to every member: %s; granted to user=%s%s: %s); "+
 		"a project admin grants it with: %s",
 		MsgInvalidQOS, user, q, listOrNone(open), user, where, listOrNone(granted), grant)
 }

@@ -234,11 +234,13 @@ func ValidateUpdateJob(req *loomv1.UpdateJobRequest) (string, error) {
 		v.Check(req.Nice == nil, "nice", "only with action update, not %s", action)
 		v.Check(req.BeginTime == nil, "begin_time", "only with action update, not %s", action)
 		v.Check(req.Dependency == nil, "dependency", "only with action update, not %s", action)
+		v.Check(req.Qos == nil, "qos", "only with action update, not %s", action)
 	case "update":
 		v.Check(req.GetTimeLimitSeconds() >= 0, "time_limit_seconds", "%d must not be negative (0: unchanged)", req.GetTimeLimitSeconds())
 		v.Check(req.GetTimeLimitSeconds() <= maxTimeLimitSeconds, "time_limit_seconds", "%d is more than a century", req.GetTimeLimitSeconds())
-		v.Check(req.GetTimeLimitSeconds() != 0 || req.GetPartition() != "" || req.Nice != nil || req.BeginTime != nil || req.Dependency != nil,
-			"action", "update needs time_limit_seconds, partition, nice, begin_time or dependency")
+		v.Check(req.GetTimeLimitSeconds() != 0 || req.GetPartition() != "" || req.Nice != nil || req.BeginTime != nil || req.Dependency != nil || req.Qos != nil,
+			"action", "update needs time_limit_seconds, partition, nice, begin_time, dependency or qos")
+		checkText(&v, "qos", req.GetQos(), MaxNameBytes)
 		checkNice(&v, "nice", req.GetNice())
 		checkBeginTime(&v, "begin_time", req.GetBeginTime())
 		if checkText(&v, "dependency", req.GetDependency(), MaxSpecBytes) && req.GetDependency() != "" {
@@ -264,12 +266,12 @@ func CheckPartition(cluster *loomv1.Cluster, partition string) error {
 
 // CheckUpdate refuses an update action (req's) for the state job is in,
 // with Slurm's wording: hold, release and update of a finished job, a
-// requeue of a pending one, and a change of partition, begin time or
-// dependency of a job that started.
+// requeue of a pending one, and a change of partition, begin time,
+// dependency or QOS of a job that started.
 func CheckUpdate(action string, req *loomv1.UpdateJobRequest, job *loomv1.Job) error {
 	s := job.GetState()
 	partition := req.GetPartition()
-	pendingOnly := partition != "" && partition != job.GetPartition() || req.BeginTime != nil || req.Dependency != nil
+	pendingOnly := partition != "" && partition != job.GetPartition() || req.BeginTime != nil || req.Dependency != nil || req.Qos != nil
 	switch {
 	case (action == "hold" || action == "uhold" || action == "release" || action == "update") && s.Terminal():
 		return refuse(MsgFinished)

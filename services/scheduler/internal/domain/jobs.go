@@ -169,8 +169,8 @@ func (t *txn) updateJob(ev *eventsv1.UpdateJob) error {
 	case ActionHold, ActionUHold, ActionRelease, ActionRequeue:
 	case ActionUpdate:
 		v.Check(ev.GetTimeLimitSeconds() >= 0, "time_limit_seconds", "must not be negative, got %d", ev.GetTimeLimitSeconds())
-		v.Check(ev.GetTimeLimitSeconds() > 0 || ev.GetPartition() != "" || ev.Nice != nil || ev.BeginTime != nil || ev.Dependency != nil,
-			"action", "update needs time_limit_seconds, partition, nice, begin_time or dependency")
+		v.Check(ev.GetTimeLimitSeconds() > 0 || ev.GetPartition() != "" || ev.Nice != nil || ev.BeginTime != nil || ev.Dependency != nil || ev.Qos != nil,
+			"action", "update needs time_limit_seconds, partition, nice, begin_time, dependency or qos")
 		if b := ev.GetBeginTime(); b != nil {
 			v.Check(b.CheckValid() == nil, "begin_time", "%v", b.CheckValid())
 		}
@@ -241,16 +241,16 @@ func (t *txn) updateJob(ev *eventsv1.UpdateJob) error {
 // MaxNice bounds --nice either way (Slurm's NICE_OFFSET - 3).
 const MaxNice = 2147483645
 
-// updateLimits changes a job's time limit, partition, nice, begin time or
-// dependency: all while it is pending; only a lower time limit once it
-// runs. A begin time not after now makes the job eligible at once.
+// updateLimits changes a job's time limit, partition, nice, begin time,
+// dependency or QOS: all while it is pending; only a lower time limit once
+// it runs. A begin time not after now makes the job eligible at once.
 func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 	lim, part := ev.GetTimeLimitSeconds(), ev.GetPartition()
-	nice, begin, dep := ev.Nice, ev.GetBeginTime(), ev.Dependency
+	nice, begin, dep, qos := ev.Nice, ev.GetBeginTime(), ev.Dependency, ev.Qos
 	switch {
 	case j.Pending():
 	case j.Running():
-		part, nice, begin, dep = "", nil, nil, nil
+		part, nice, begin, dep, qos = "", nil, nil, nil, nil
 		cur := j.Job.GetTimeLimitSeconds()
 		if cur == 0 {
 			if r := t.currentRun(j); r != nil {
@@ -281,7 +281,8 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 	sameBegin := begin == nil || newBegin == nil && j.Job.GetBeginTime() == nil ||
 		newBegin != nil && j.Job.GetBeginTime() != nil && newBegin.AsTime().Equal(j.Job.GetBeginTime().AsTime())
 	if (lim == 0 || lim == j.Job.GetTimeLimitSeconds()) && (part == "" || part == j.Job.GetPartition()) &&
-		(nice == nil || *nice == j.Job.GetNice()) && (dep == nil || *dep == j.Job.GetDependency()) && sameBegin {
+		(nice == nil || *nice == j.Job.GetNice()) && (dep == nil || *dep == j.Job.GetDependency()) && sameBegin &&
+		(qos == nil || *qos == j.Job.GetQos()) {
 		return
 	}
 	j = t.editJob(j.Name())
@@ -296,6 +297,9 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 	}
 	if dep != nil {
 		j.Job.Dependency = *dep
+	}
+	if qos != nil {
+		j.Job.Qos = *qos
 	}
 	if begin != nil {
 		j.Job.BeginTime = newBegin

@@ -58,8 +58,8 @@ func TestNiceLowersPriority(t *testing.T) {
 	}
 }
 
-// TestUpdateBeginAndDependency: scontrol update StartTime= and Dependency=
-// on a pending job: a begin time not in the future makes it eligible at
+// TestUpdateBeginAndDependency: scontrol update StartTime=, Dependency= and
+// QOS= on a pending job: a begin time not in the future makes it eligible at
 // once, a later one holds it (BeginTime); a dependency holds it
 // (Dependency) and "" clears it. A running job's are not changed, and a
 // dependency that does not parse is refused.
@@ -93,6 +93,10 @@ func TestUpdateBeginAndDependency(t *testing.T) {
 		t.Errorf("job 2's dependency after Dependency=: %q", d)
 	}
 	h.wantState(2, loomv1.JobState_PENDING, ReasonBeginTime)
+	update(2, func(ev *eventsv1.UpdateJob) { ev.Qos = proto.String("high") })
+	if q := h.s.Job(jobName(2)).GetQos(); q != "high" {
+		t.Errorf("job 2's QOS after QOS=high: %q", q)
+	}
 
 	// A running job keeps its own.
 	update(1, func(ev *eventsv1.UpdateJob) { ev.Dependency = proto.String("afterok:2") })
