@@ -149,8 +149,8 @@ func TestNicePermissions(t *testing.T) {
 	}
 }
 
-// TestUpdateBeginAndDependency: scontrol update StartTime=, Dependency= and
-// QOS= reach the scheduler for a pending job; a dependency that does not parse
+// TestUpdateBeginAndDependency: scontrol update StartTime=, Dependency=,
+// QOS= and Account= reach the scheduler for a pending job; a dependency that does not parse
 // is InvalidArgument naming the field, and either on a running job is
 // Slurm's "Job is no longer pending execution".
 func TestUpdateBeginAndDependency(t *testing.T) {
@@ -204,4 +204,27 @@ func TestUpdateBeginAndDependency(t *testing.T) {
 	if _, err := ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: granted.GetName(), Action: "update", Qos: qos("high")}); err != nil {
 		t.Fatalf("QOS=high granted to ana's association: %v", err)
 	}
+
+	// Account=: one ana has an association with; moving a job whose QOS
+	// the new account does not grant is refused naming account.
+	if _, err := h.accounts().CreateAccount(ctx, &loomv1.CreateAccountRequest{Parent: "projects/default", Account: &loomv1.Account{Name: "lab"}}, h.call("pat")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.accounts().SetAssociation(ctx, &loomv1.SetAssociationRequest{Parent: "projects/default", Association: &loomv1.Association{
+		Account: "lab", User: "ana"}}, h.call("pat")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: granted.GetName(), Action: "update", Account: qos("nope")})
+	wantCode(t, "an account ana has no association with", err, codes.InvalidArgument, "account", "Invalid account")
+	granted.Qos = "high"
+	h.w.setJob(granted)
+	_, err = ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: granted.GetName(), Action: "update", Account: qos("lab")})
+	wantCode(t, "lab does not grant high", err, codes.InvalidArgument, "account", "QOS high")
+	if _, err := ana.UpdateJob(ctx, &loomv1.UpdateJobRequest{Name: granted.GetName(), Action: "update", Account: qos("LAB"), Qos: qos("normal")}); err != nil {
+		t.Fatalf("Account=LAB QOS=normal: %v", err)
+	}
+	testkit.WaitEvent(t, h.broker, topics.JobCommands, wait, func(e envelope.Event) bool {
+		u, ok := e.Payload.(*eventsv1.UpdateJob)
+		return ok && u.GetJob() == granted.GetName() && u.GetAccount() == "lab" && u.GetQos() == "normal"
+	})
 }

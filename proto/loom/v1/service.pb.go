@@ -1759,7 +1759,12 @@ type UpdateJobRequest struct {
 	// For "update" of a pending job: the new --qos when set (scontrol update
 	// QOS=; "" the association's default, else the scheduler's); one the
 	// job's user may use, as at submission.
-	Qos           *string `protobuf:"bytes,9,opt,name=qos,proto3,oneof" json:"qos,omitempty"`
+	Qos *string `protobuf:"bytes,9,opt,name=qos,proto3,oneof" json:"qos,omitempty"`
+	// For "update" of a pending job: the account to charge it to when set
+	// (scontrol update Account=; "" the user's default); one the job's user
+	// has an association with, as at submission, whose QOS still allows the
+	// job's.
+	Account       *string `protobuf:"bytes,10,opt,name=account,proto3,oneof" json:"account,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1853,6 +1858,13 @@ func (x *UpdateJobRequest) GetDependency() string {
 func (x *UpdateJobRequest) GetQos() string {
 	if x != nil && x.Qos != nil {
 		return *x.Qos
+	}
+	return ""
+}
+
+func (x *UpdateJobRequest) GetAccount() string {
+	if x != nil && x.Account != nil {
+		return *x.Account
 	}
 	return ""
 }
@@ -3908,7 +3920,7 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\x12\x12\n" +
 	"\x04user\x18\x03 \x01(\tR\x04user\x12\x14\n" +
 	"\x05batch\x18\x04 \x01(\bR\x05batch\x12\x12\n" +
-	"\x04full\x18\x05 \x01(\bR\x04full\"\xce\x02\n" +
+	"\x04full\x18\x05 \x01(\bR\x04full\"\xf9\x02\n" +
 	"\x10UpdateJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12,\n" +
@@ -3921,10 +3933,14 @@ const file_loom_v1_service_proto_rawDesc = "" +
 	"\n" +
 	"dependency\x18\b \x01(\tH\x01R\n" +
 	"dependency\x88\x01\x01\x12\x15\n" +
-	"\x03qos\x18\t \x01(\tH\x02R\x03qos\x88\x01\x01B\a\n" +
+	"\x03qos\x18\t \x01(\tH\x02R\x03qos\x88\x01\x01\x12\x1d\n" +
+	"\aaccount\x18\n" +
+	" \x01(\tH\x03R\aaccount\x88\x01\x01B\a\n" +
 	"\x05_niceB\r\n" +
 	"\v_dependencyB\x06\n" +
-	"\x04_qos\"%\n" +
+	"\x04_qosB\n" +
+	"\n" +
+	"\b_account\"%\n" +
 	"\x0fWatchJobRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"_\n" +
 	"\x12ReadJobLogsRequest\x12\x12\n" +

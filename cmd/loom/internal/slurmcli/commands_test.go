@@ -329,7 +329,7 @@ func TestScontrolActions(t *testing.T) {
 		{"update", "JobId=13", "StartTime=now+1hour"},
 		{"update", "JobId=13", "Dependency=afterok:12"},
 		{"update", "JobId=13", "Dependency="},
-		{"update", "JobId=13", "QOS=high"},
+		{"update", "JobId=13", "QOS=high", "Account=lab"},
 	} {
 		if code, _, errOut := run(t, f, "scontrol", Env{}, args...); code != 0 {
 			t.Errorf("scontrol %v: %d %q", args, code, errOut)
@@ -350,11 +350,14 @@ func TestScontrolActions(t *testing.T) {
 		if u.Qos != nil {
 			g += ":qos=" + u.GetQos()
 		}
+		if u.Account != nil {
+			g += ":account=" + u.GetAccount()
+		}
 		got = append(got, g)
 	}
 	want = []string{"update:12::03:00:00", "update:13:debug:00:00:00", "update:12::02:30:00", "update:12:gpu:01:00:00",
 		"update:13::00:00:00:nice=-20", "update:13::00:00:00:nice=0", "update:13::00:00:00:begin+1h0m0s",
-		"update:13::00:00:00:dependency=afterok:12", "update:13::00:00:00:dependency=", "update:13::00:00:00:qos=high"}
+		"update:13::00:00:00:dependency=afterok:12", "update:13::00:00:00:dependency=", "update:13::00:00:00:qos=high:account=lab"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("updates = %v, want %v", got, want)
 	}

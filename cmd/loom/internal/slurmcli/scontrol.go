@@ -677,7 +677,7 @@ func first(kv map[string]string, keys ...string) string {
 }
 
 // updateJobParams updates a job's TimeLimit, Partition, Nice, StartTime,
-// Dependency and/or QOS.
+// Dependency, QOS and/or Account.
 func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order []string) error {
 	ids := splitList(first(kv, "jobid", "job"))
 	req := &loomv1.UpdateJobRequest{Action: "update"}
@@ -723,6 +723,9 @@ func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order [
 		case "qos":
 			q := v
 			req.Qos = &q
+		case "account":
+			a := v
+			req.Account = &a
 		default:
 			return &Error{Code: 1, Text: "Update of this parameter is not supported: " + k + "=" + v + "\nRequest aborted"}
 		}
@@ -731,7 +734,7 @@ func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order [
 	if !strings.HasPrefix(relative, "+") && !strings.HasPrefix(relative, "-") {
 		relative = ""
 	}
-	if req.TimeLimitSeconds == 0 && req.Partition == "" && req.Nice == nil && req.BeginTime == nil && req.Dependency == nil && req.Qos == nil && relative == "" {
+	if req.TimeLimitSeconds == 0 && req.Partition == "" && req.Nice == nil && req.BeginTime == nil && req.Dependency == nil && req.Qos == nil && req.Account == nil && relative == "" {
 		return &Error{Code: 1, Text: "No changes specified"}
 	}
 	failed := false
@@ -742,7 +745,7 @@ func (c *cmd) updateJobParams(ctx context.Context, kv map[string]string, order [
 			continue
 		}
 		r := &loomv1.UpdateJobRequest{Name: c.jobName(id), Action: "update", TimeLimitSeconds: req.TimeLimitSeconds, Partition: req.Partition,
-			Nice: req.Nice, BeginTime: req.BeginTime, Dependency: req.Dependency, Qos: req.Qos}
+			Nice: req.Nice, BeginTime: req.BeginTime, Dependency: req.Dependency, Qos: req.Qos, Account: req.Account}
 		if relative != "" {
 			delta, _, err := ParseTimeLimit(relative[1:])
 			if err != nil {

@@ -1573,7 +1573,10 @@ type UpdateJob struct {
 	Dependency *string                `protobuf:"bytes,10,opt,name=dependency,proto3,oneof" json:"dependency,omitempty"`
 	// qos, when set, is the pending job's new QOS (checked by the gateway;
 	// "": the scheduler's default).
-	Qos           *string `protobuf:"bytes,11,opt,name=qos,proto3,oneof" json:"qos,omitempty"`
+	Qos *string `protobuf:"bytes,11,opt,name=qos,proto3,oneof" json:"qos,omitempty"`
+	// account, when set, is the pending job's new account (checked by the
+	// gateway).
+	Account       *string `protobuf:"bytes,12,opt,name=account,proto3,oneof" json:"account,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1681,6 +1684,13 @@ func (x *UpdateJob) GetDependency() string {
 func (x *UpdateJob) GetQos() string {
 	if x != nil && x.Qos != nil {
 		return *x.Qos
+	}
+	return ""
+}
+
+func (x *UpdateJob) GetAccount() string {
+	if x != nil && x.Account != nil {
+		return *x.Account
 	}
 	return ""
 }
@@ -5274,7 +5284,7 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"\x04user\x18\x04 \x01(\tR\x04user\x12\x14\n" +
 	"\x05admin\x18\x05 \x01(\bR\x05admin\x12\x14\n" +
 	"\x05batch\x18\x06 \x01(\bR\x05batch\x12\x12\n" +
-	"\x04full\x18\a \x01(\bR\x04full\"\xf5\x02\n" +
+	"\x04full\x18\a \x01(\bR\x04full\"\xa0\x03\n" +
 	"\tUpdateJob\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x16\n" +
@@ -5290,10 +5300,13 @@ const file_loom_events_v1_events_proto_rawDesc = "" +
 	"dependency\x18\n" +
 	" \x01(\tH\x01R\n" +
 	"dependency\x88\x01\x01\x12\x15\n" +
-	"\x03qos\x18\v \x01(\tH\x02R\x03qos\x88\x01\x01B\a\n" +
+	"\x03qos\x18\v \x01(\tH\x02R\x03qos\x88\x01\x01\x12\x1d\n" +
+	"\aaccount\x18\f \x01(\tH\x03R\aaccount\x88\x01\x01B\a\n" +
 	"\x05_niceB\r\n" +
 	"\v_dependencyB\x06\n" +
-	"\x04_qos\"\xad\x03\n" +
+	"\x04_qosB\n" +
+	"\n" +
+	"\b_account\"\xad\x03\n" +
 	"\rCreateJobStep\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1d\n" +

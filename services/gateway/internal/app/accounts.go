@@ -498,29 +498,67 @@ func (g *Gateway) DeleteAssociation(ctx context.Context, req *loomv1.DeleteAssoc
 	return a, nil
 }
 
-// updateQOS checks a pending job's new QOS (scontrol update QOS=) as a
-// submission's is checked (submitAssociation): open to every member or
-// granted by the association of the job's user and account; "" is the
-// association's default_qos. It returns the QOS to set (InvalidArgument
-// naming qos otherwise).
-func (g *Gateway) updateQOS(ctx context.Context, j *loomv1.Job, qos string) (string, error) {
+// updateCharge checks a pending job's new account and QOS (scontrol
+// update Account= QOS=; nil: unchanged) as a submission's are checked
+// (submitAssociation): the account one the job's user has an association
+// with ("": their default), the QOS open to every member or granted by the
+// association the job is then charged to ("": its default_qos). It returns
+// what to set (nil: unchanged); InvalidArgument naming account or qos.
+func (g *Gateway) updateCharge(ctx context.Context, j *loomv1.Job, account, qos *string) (*string, *string, error) {
+	if account == nil && qos == nil {
+		return nil, nil, nil
+	}
 	open := g.opt.OpenQOS
 	project, _ := authz.ProjectOf(j.GetName())
-	user, account := j.GetUser(), j.GetAccount()
+	user, acct, q := j.GetUser(), j.GetAccount(), j.GetQos()
+	if account != nil {
+		acct = strings.ToLower(*account)
+	}
+	if qos != nil {
+		q = strings.ToLower(*qos)
+	}
 	var granted []string
-	if account != "" {
-		switch a, err := g.repo.Association(ctx, project, user, account); {
+	def, err := g.repo.DefaultAccount(ctx, project, user)
+	switch {
+	case errors.Is(err, errs.NotFound):
+		// Not in the accounting database: charged to no account.
+		if account != nil && acct != "" {
+			return nil, nil, errs.Invalid("account", "Invalid account or account/partition combination specified: user %s has no association in project %s; "+
+				"a project admin adds one with: sacctmgr add user %s account=%s", user, project, user, acct)
+		}
+	case err != nil:
+		return nil, nil, err
+	default:
+		if acct == "" {
+			acct = def
+		}
+		a, err := g.repo.Association(ctx, project, user, acct)
+		switch {
+		case errors.Is(err, errs.NotFound) && account != nil:
+			return nil, nil, errs.Invalid("account", "Invalid account or account/partition combination specified: user %s has no association with account %q in project %s",
+				user, acct, project)
 		case err == nil:
 			granted = a.GetQos()
-			if qos == "" {
-				qos = a.GetDefaultQos()
+			if qos != nil && q == "" {
+				q = a.GetDefaultQos()
 			}
 		case !errors.Is(err, errs.NotFound):
-			return "", err
+			return nil, nil, err
 		}
 	}
-	if !domain.QOSAllowed(qos, open, granted) {
-		return "", domain.QOSFieldError("qos", user, account, qos, open, granted)
+	if !domain.QOSAllowed(q, open, granted) {
+		field := "qos"
+		if qos == nil {
+			field = "account" // the new account does not grant the job's QOS
+		}
+		return nil, nil, domain.QOSFieldError(field, user, acct, q, open, granted)
 	}
-	return qos, nil
+	var newAccount, newQOS *string
+	if account != nil {
+		newAccount = &acct
+	}
+	if qos != nil {
+		newQOS = &q
+	}
+	return newAccount, newQOS, nil
 }

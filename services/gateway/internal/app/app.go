@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -1012,15 +1011,11 @@ func (g *Gateway) UpdateJob(ctx context.Context, req *loomv1.UpdateJobRequest) (
 			return nil, err
 		}
 	}
-	var qos *string
-	if req.Qos != nil {
-		q, err := g.updateQOS(ctx, j, strings.ToLower(req.GetQos()))
-		if err != nil {
-			return nil, err
-		}
-		qos = &q
+	account, qos, err := g.updateCharge(ctx, j, req.Account, req.Qos)
+	if err != nil {
+		return nil, err
 	}
-	cmd := &eventsv1.UpdateJob{Job: ref.command, Cluster: j.GetCluster(), Action: action, Qos: qos,
+	cmd := &eventsv1.UpdateJob{Job: ref.command, Cluster: j.GetCluster(), Action: action, Qos: qos, Account: account,
 		TimeLimitSeconds: req.GetTimeLimitSeconds(), Partition: req.GetPartition(), Nice: req.Nice,
 		BeginTime: req.GetBeginTime(), Dependency: req.Dependency,
 		User: caller.User, Admin: caller.Admin}

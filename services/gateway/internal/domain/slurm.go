@@ -235,12 +235,15 @@ func ValidateUpdateJob(req *loomv1.UpdateJobRequest) (string, error) {
 		v.Check(req.BeginTime == nil, "begin_time", "only with action update, not %s", action)
 		v.Check(req.Dependency == nil, "dependency", "only with action update, not %s", action)
 		v.Check(req.Qos == nil, "qos", "only with action update, not %s", action)
+		v.Check(req.Account == nil, "account", "only with action update, not %s", action)
 	case "update":
 		v.Check(req.GetTimeLimitSeconds() >= 0, "time_limit_seconds", "%d must not be negative (0: unchanged)", req.GetTimeLimitSeconds())
 		v.Check(req.GetTimeLimitSeconds() <= maxTimeLimitSeconds, "time_limit_seconds", "%d is more than a century", req.GetTimeLimitSeconds())
-		v.Check(req.GetTimeLimitSeconds() != 0 || req.GetPartition() != "" || req.Nice != nil || req.BeginTime != nil || req.Dependency != nil || req.Qos != nil,
-			"action", "update needs time_limit_seconds, partition, nice, begin_time, dependency or qos")
+		v.Check(req.GetTimeLimitSeconds() != 0 || req.GetPartition() != "" || req.Nice != nil || req.BeginTime != nil || req.Dependency != nil ||
+			req.Qos != nil || req.Account != nil, "action", "update needs time_limit_seconds, partition, nice, begin_time, dependency, qos or account")
 		checkText(&v, "qos", req.GetQos(), MaxNameBytes)
+		v.Check(req.GetAccount() == "" || accountID.MatchString(strings.ToLower(req.GetAccount())), "account",
+			"%s is not an account id: letters, digits, '_', '-' and '.', starting with a letter or digit, at most 64", clip(req.GetAccount()))
 		checkNice(&v, "nice", req.GetNice())
 		checkBeginTime(&v, "begin_time", req.GetBeginTime())
 		if checkText(&v, "dependency", req.GetDependency(), MaxSpecBytes) && req.GetDependency() != "" {
@@ -267,11 +270,11 @@ func CheckPartition(cluster *loomv1.Cluster, partition string) error {
 // CheckUpdate refuses an update action (req's) for the state job is in,
 // with Slurm's wording: hold, release and update of a finished job, a
 // requeue of a pending one, and a change of partition, begin time,
-// dependency or QOS of a job that started.
+// dependency, QOS or account of a job that started.
 func CheckUpdate(action string, req *loomv1.UpdateJobRequest, job *loomv1.Job) error {
 	s := job.GetState()
 	partition := req.GetPartition()
-	pendingOnly := partition != "" && partition != job.GetPartition() || req.BeginTime != nil || req.Dependency != nil || req.Qos != nil
+	pendingOnly := partition != "" && partition != job.GetPartition() || req.BeginTime != nil || req.Dependency != nil || req.Qos != nil || req.Account != nil
 	switch {
 	case (action == "hold" || action == "uhold" || action == "release" || action == "update") && s.Terminal():
 		return refuse(MsgFinished)

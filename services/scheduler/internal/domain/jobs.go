@@ -169,8 +169,8 @@ func (t *txn) updateJob(ev *eventsv1.UpdateJob) error {
 	case ActionHold, ActionUHold, ActionRelease, ActionRequeue:
 	case ActionUpdate:
 		v.Check(ev.GetTimeLimitSeconds() >= 0, "time_limit_seconds", "must not be negative, got %d", ev.GetTimeLimitSeconds())
-		v.Check(ev.GetTimeLimitSeconds() > 0 || ev.GetPartition() != "" || ev.Nice != nil || ev.BeginTime != nil || ev.Dependency != nil || ev.Qos != nil,
-			"action", "update needs time_limit_seconds, partition, nice, begin_time, dependency or qos")
+		v.Check(ev.GetTimeLimitSeconds() > 0 || ev.GetPartition() != "" || ev.Nice != nil || ev.BeginTime != nil || ev.Dependency != nil || ev.Qos != nil ||
+			ev.Account != nil, "action", "update needs time_limit_seconds, partition, nice, begin_time, dependency, qos or account")
 		if b := ev.GetBeginTime(); b != nil {
 			v.Check(b.CheckValid() == nil, "begin_time", "%v", b.CheckValid())
 		}
@@ -242,15 +242,16 @@ func (t *txn) updateJob(ev *eventsv1.UpdateJob) error {
 const MaxNice = 2147483645
 
 // updateLimits changes a job's time limit, partition, nice, begin time,
-// dependency or QOS: all while it is pending; only a lower time limit once
-// it runs. A begin time not after now makes the job eligible at once.
+// dependency, QOS or account: all while it is pending; only a lower time
+// limit once it runs. A begin time not after now makes the job eligible at
+// once.
 func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 	lim, part := ev.GetTimeLimitSeconds(), ev.GetPartition()
-	nice, begin, dep, qos := ev.Nice, ev.GetBeginTime(), ev.Dependency, ev.Qos
+	nice, begin, dep, qos, acct := ev.Nice, ev.GetBeginTime(), ev.Dependency, ev.Qos, ev.Account
 	switch {
 	case j.Pending():
 	case j.Running():
-		part, nice, begin, dep, qos = "", nil, nil, nil, nil
+		part, nice, begin, dep, qos, acct = "", nil, nil, nil, nil, nil
 		cur := j.Job.GetTimeLimitSeconds()
 		if cur == 0 {
 			if r := t.currentRun(j); r != nil {
@@ -282,7 +283,7 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 		newBegin != nil && j.Job.GetBeginTime() != nil && newBegin.AsTime().Equal(j.Job.GetBeginTime().AsTime())
 	if (lim == 0 || lim == j.Job.GetTimeLimitSeconds()) && (part == "" || part == j.Job.GetPartition()) &&
 		(nice == nil || *nice == j.Job.GetNice()) && (dep == nil || *dep == j.Job.GetDependency()) && sameBegin &&
-		(qos == nil || *qos == j.Job.GetQos()) {
+		(qos == nil || *qos == j.Job.GetQos()) && (acct == nil || *acct == j.Job.GetAccount()) {
 		return
 	}
 	j = t.editJob(j.Name())
@@ -300,6 +301,9 @@ func (t *txn) updateLimits(j *Job, ev *eventsv1.UpdateJob) {
 	}
 	if qos != nil {
 		j.Job.Qos = *qos
+	}
+	if acct != nil {
+		j.Job.Account = *acct
 	}
 	if begin != nil {
 		j.Job.BeginTime = newBegin

@@ -93,9 +93,9 @@ func TestUpdateBeginAndDependency(t *testing.T) {
 		t.Errorf("job 2's dependency after Dependency=: %q", d)
 	}
 	h.wantState(2, loomv1.JobState_PENDING, ReasonBeginTime)
-	update(2, func(ev *eventsv1.UpdateJob) { ev.Qos = proto.String("high") })
-	if q := h.s.Job(jobName(2)).GetQos(); q != "high" {
-		t.Errorf("job 2's QOS after QOS=high: %q", q)
+	update(2, func(ev *eventsv1.UpdateJob) { ev.Qos, ev.Account = proto.String("high"), proto.String("lab") })
+	if j := h.s.Job(jobName(2)); j.GetQos() != "high" || j.GetAccount() != "lab" {
+		t.Errorf("job 2 after QOS=high Account=lab: %q, %q", j.GetQos(), j.GetAccount())
 	}
 
 	// A running job keeps its own.
