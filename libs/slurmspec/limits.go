@@ -23,6 +23,11 @@ const (
 	MaxTimeLimitSeconds = 100 * 365 * 24 * 3600
 )
 
+// MaxNice bounds --nice either way (Slurm's NICE_OFFSET - 3): a job's
+// priority is lowered by at most this much, and raised (by an
+// administrator) by at most as much.
+const MaxNice = 2147483645
+
 // CPUsPerNode is what a job asks of each of its nodes' CPUs, as Slurm
 // counts it: its tasks per node (--ntasks-per-node, else --ntasks spread
 // over nodes, rounded up, else 1) times --cpus-per-task (1 when unset). In

@@ -1251,11 +1251,8 @@ func parseNice(v string) (int32, error) {
 		return 100, nil
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < -maxNice || n > maxNice {
-		return 0, fmt.Errorf("nice %q: want a whole number between -%d and %d", v, maxNice, maxNice)
+	if err != nil || n < -slurmspec.MaxNice || n > slurmspec.MaxNice {
+		return 0, fmt.Errorf("nice %q: want a whole number between -%d and %d", v, slurmspec.MaxNice, slurmspec.MaxNice)
 	}
 	return int32(n), nil
 }
-
-// maxNice bounds --nice either way (Slurm's).
-const maxNice = 2147483645

@@ -286,12 +286,9 @@ func CheckUpdate(action string, req *loomv1.UpdateJobRequest, job *loomv1.Job) e
 	return nil
 }
 
-// MaxNice bounds --nice either way (Slurm's NICE_OFFSET - 3).
-const MaxNice = 2147483645
-
 // checkNice checks a --nice adjustment's bounds, adding a problem on field.
 func checkNice(v *errs.Validator, field string, nice int32) {
-	v.Check(nice >= -MaxNice && nice <= MaxNice, field, "%d is outside -%d..%d", nice, MaxNice, MaxNice)
+	v.Check(nice >= -slurmspec.MaxNice && nice <= slurmspec.MaxNice, field, "%d is outside -%d..%d", nice, slurmspec.MaxNice, slurmspec.MaxNice)
 }
 
 // CheckNiceAllowed refuses a negative --nice (a raised priority) from a
@@ -299,7 +296,7 @@ func checkNice(v *errs.Validator, field string, nice int32) {
 func CheckNiceAllowed(c Caller, field string, nice int32) error {
 	if nice < 0 && !c.Admin {
 		return fmt.Errorf("%s: %d: only an administrator of the project may raise a priority with a negative nice (0..%d lowers it): %w",
-			field, nice, MaxNice, errs.PermissionDenied)
+			field, nice, slurmspec.MaxNice, errs.PermissionDenied)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loom-ml/loom/libs/errs"
+	"github.com/loom-ml/loom/libs/slurmspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 )
@@ -178,7 +179,8 @@ func (t *txn) updateJob(ev *eventsv1.UpdateJob) error {
 			_, err := parseDependency(d)
 			v.Check(err == nil, "dependency", "%q: %v", d, err)
 		}
-		v.Check(ev.Nice == nil || ev.GetNice() >= -MaxNice && ev.GetNice() <= MaxNice, "nice", "%d is outside -%d..%d", ev.GetNice(), MaxNice, MaxNice)
+		v.Check(ev.Nice == nil || ev.GetNice() >= -slurmspec.MaxNice && ev.GetNice() <= slurmspec.MaxNice, "nice", "%d is outside -%d..%d",
+			ev.GetNice(), slurmspec.MaxNice, slurmspec.MaxNice)
 	default:
 		v.Add("action", "want hold, uhold, release, requeue or update, got %q", ev.GetAction())
 	}
@@ -237,9 +239,6 @@ func (t *txn) updateJob(ev *eventsv1.UpdateJob) error {
 	}
 	return nil
 }
-
-// MaxNice bounds --nice either way (Slurm's NICE_OFFSET - 3).
-const MaxNice = 2147483645
 
 // updateLimits changes a job's time limit, partition, nice, begin time,
 // dependency, QOS or account: all while it is pending; only a lower time

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loom-ml/loom/libs/slurmspec"
 	eventsv1 "github.com/loom-ml/loom/proto/loom/events/v1"
 	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
 	"github.com/loom-ml/loom/services/scheduler/internal/domain/views"
@@ -25,7 +26,7 @@ func TestNiceLowersPriority(t *testing.T) {
 	nice := func(n int32) func(*loomv1.Job) { return func(j *loomv1.Job) { j.Nice = n } }
 	h.submitJob(job(2, 1, 8, nice(500)))
 	h.submitJob(job(3, 1, 8))
-	h.submitJob(job(4, 1, 8, nice(MaxNice)))
+	h.submitJob(job(4, 1, 8, nice(slurmspec.MaxNice)))
 	prio := func(id int) (int64, *loomv1.PriorityFactors) {
 		v := views.Job(h.s, jobName(id), h.now)
 		return v.GetPriority(), v.GetPriorityFactors()
@@ -36,7 +37,7 @@ func TestNiceLowersPriority(t *testing.T) {
 		t.Fatalf("job 2 (nice 500): priority %d, factors %v; job 3 (none): %d", p2, f2, p3)
 	}
 	if p4, _ := prio(4); p4 != 1 {
-		t.Errorf("job 4 (nice %d): priority %d, want 1", MaxNice, p4)
+		t.Errorf("job 4 (nice %d): priority %d, want 1", slurmspec.MaxNice, p4)
 	}
 	h.finish(1, 0)
 	h.wantState(3, loomv1.JobState_RUNNING, "")
@@ -53,7 +54,7 @@ func TestNiceLowersPriority(t *testing.T) {
 	if n := h.s.Job(jobName(3)).GetNice(); n != 0 {
 		t.Errorf("running job 3's nice: %d, want 0", n)
 	}
-	if _, err := h.s.Handle(h.now, &eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionUpdate, Nice: proto.Int32(-MaxNice - 1)}); err == nil {
+	if _, err := h.s.Handle(h.now, &eventsv1.UpdateJob{Job: jobName(2), Cluster: cl, Action: ActionUpdate, Nice: proto.Int32(-slurmspec.MaxNice - 1)}); err == nil {
 		t.Error("a nice past the bound was accepted")
 	}
 }
