@@ -150,7 +150,7 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 	checkJobText(&v, j)
 
 	partition, pools := validateSlurm(&v, j, cluster, maxArraySize)
-	nodes := NodesFor(j, cluster)
+	nodes := nodesFor(j, pools)
 	gpus := j.GetGpusPerNode()
 	v.Check(nodes >= 1, "job.node_count", "%d must be at least 1 (0 means 1)", j.GetNodeCount())
 	v.Check(gpus >= 0, "job.gpus_per_node", "%d must not be negative", gpus)
@@ -168,14 +168,14 @@ func ValidateSubmitJob(req *loomv1.SubmitJobRequest, cluster *loomv1.Cluster, ma
 		// --mem past every node's memory would wait forever (NodeTooSmall
 		// on every node): Slurm refuses it at submission, as here. Pools of
 		// a machine type the catalog does not know are not judged.
-		if maxMB, known := largestNode(pools, func(m clusterspec.MachineType) int64 { return int64(m.MemoryGiB) * 1024 }); known && j.GetMemMb() > maxMB {
+		if maxMB, known := largestNode(pools, machineMemoryMB); known && j.GetMemMb() > maxMB {
 			v.Add("job.mem_mb", "%d MiB exceeds the %d MiB of the largest node in %s (Slurm: Memory specification can not be satisfied)",
 				j.GetMemMb(), maxMB, where)
 		}
 		// So would more CPUs on a node (tasks per node times CPUs per
 		// task) than the largest has.
 		need := slurmspec.CPUsPerNode(j.GetNtasksPerNode(), j.GetNtasks(), j.GetCpusPerTask(), int(nodes))
-		if maxCPUs, known := largestNode(pools, func(m clusterspec.MachineType) int64 { return int64(m.VCPUs) }); known && need > maxCPUs {
+		if maxCPUs, known := largestNode(pools, machineVCPUs); known && need > maxCPUs {
 			field, hint := "job.cpus_per_task", ""
 			switch {
 			case j.GetCpusPerTask() > 1:
@@ -293,11 +293,8 @@ func withGPUs(gpus int32) string {
 // (--gpus without --gpus-per-node), or whose partition or machine types
 // are not known here; the refusals say what does not fit.
 func NodesFor(j *loomv1.Job, cluster *loomv1.Cluster) int32 {
-	if n := j.GetNodeCount(); n != 0 {
-		return n
-	}
-	if j.GetNtasks() <= 0 || j.GetNtasksPerNode() > 0 || j.GetGpus() > 0 && j.GetGpusPerNode() == 0 || cluster == nil {
-		return 1
+	if j.GetNodeCount() != 0 || cluster == nil {
+		return nodesFor(j, nil)
 	}
 	partition := j.GetPartition()
 	if partition == "" {
@@ -305,9 +302,21 @@ func NodesFor(j *loomv1.Job, cluster *loomv1.Cluster) int32 {
 	}
 	p, err := findPartition(cluster, partition)
 	if err != nil {
+		return nodesFor(j, nil)
+	}
+	return nodesFor(j, partitionPools(cluster, p))
+}
+
+// nodesFor is NodesFor given the node pools of the job's partition (nil:
+// not known), as validateSlurm found them.
+func nodesFor(j *loomv1.Job, pools []*loomv1.NodePool) int32 {
+	if n := j.GetNodeCount(); n != 0 {
+		return n
+	}
+	if j.GetNtasks() <= 0 || j.GetNtasksPerNode() > 0 || j.GetGpus() > 0 && j.GetGpusPerNode() == 0 {
 		return 1
 	}
-	maxCPUs, known := largestNode(partitionPools(cluster, p), func(m clusterspec.MachineType) int64 { return int64(m.VCPUs) })
+	maxCPUs, known := largestNode(pools, machineVCPUs)
 	cpt := int64(max(j.GetCpusPerTask(), 1))
 	if !known || cpt > maxCPUs {
 		return 1
@@ -315,6 +324,10 @@ func NodesFor(j *loomv1.Job, cluster *loomv1.Cluster) int32 {
 	perNode := maxCPUs / cpt
 	return int32(min((int64(j.GetNtasks())+perNode-1)/perNode, math.MaxInt32))
 }
+
+// machineVCPUs and machineMemoryMB are what largestNode measures.
+func machineVCPUs(m clusterspec.MachineType) int64    { return int64(m.VCPUs) }
+func machineMemoryMB(m clusterspec.MachineType) int64 { return int64(m.MemoryGiB) * 1024 }
 
 // largestNode is the most of what size measures (memory, CPUs) a node of
 // pools has, from the machine catalog; known is false when a pool's
