@@ -948,7 +948,15 @@ func setAsideOthers(dir, job string) (map[string]string, error) {
 	}
 	moved := map[string]string{}
 	for _, c := range cks {
-		st, _, err := readCheckpoint(filepath.Join(dir, c.name))
+		// Only whose it is: the state (checksum, the MLP's) is read by
+		// latestCheckpoint, for the one this run resumes from.
+		var st struct {
+			JobID string `json:"job_id"`
+		}
+		b, err := os.ReadFile(filepath.Join(dir, c.name))
+		if err == nil {
+			err = json.Unmarshal(b, &st)
+		}
 		if err != nil || st.JobID == "" || st.JobID == job || strings.ContainsAny(st.JobID, `/\`) || st.JobID == ".." {
 			continue // unreadable ones are skipped by latestCheckpoint
 		}
