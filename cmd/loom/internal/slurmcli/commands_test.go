@@ -152,6 +152,9 @@ func TestSacctOptions(t *testing.T) {
 	}{
 		{[]string{"-n", "-X", "-b", "-s", "F,CD"}, "10            COMPLETED      0:0 \n11               FAILED      2:0 \n"},
 		{[]string{"-P", "-n", "-X", "-o", "JobID,User,NNodes,ReqMem,Timelimit", "-j", "12"}, "12|alice|2|64G|02:00:00\n"},
+		// The batch step holds the first node alone (Slurm: NNodes 1).
+		{[]string{"-P", "-n", "-o", "JobID,NNodes,AllocNodes,NodeList,AllocTRES", "-j", "12"},
+			"12|2|2|gpu-[0001-0002]|billing=8,cpu=8,gres/gpu=16,mem=128G,node=2\n12.batch|1|1|gpu-0001|billing=4,cpu=4,gres/gpu=8,mem=64G,node=1\n"},
 		{[]string{"-p", "-n", "-X", "--delimiter=;", "-o", "jobid,jobname", "-u", "bob", "-j", "13"}, "13;evaluation-long-name;\n"},
 		{[]string{"-P", "-n", "-o", "JobID,State,ExitCode", "-N", "gpu-0004"}, "11|FAILED|2:0\n11.batch|FAILED|2:0\n"},
 		{[]string{"-P", "-n", "-X", "-o", "JobID", "-S", "now-1hours"}, "10\n11\n12\n14\n15_0\n15_[1-3%2]\n"},

@@ -85,7 +85,7 @@ func TestGoldenOutputs(t *testing.T) {
 				"10           prep  UNLIMITED                   billing=1,cpu=1,node=1 \n" +
 				"10.batch     bat+                              billing=1,cpu=1,node=1 \n" +
 				"12           tra+   02:00:00 billing=8,cpu=8,gres/gpu=16,mem=128G,no+ \n" +
-				"12.batch     bat+            billing=8,cpu=8,gres/gpu=16,mem=128G,no+ \n"},
+				"12.batch     bat+            billing=4,cpu=4,gres/gpu=8,mem=64G,node+ \n"},
 		{[]string{"sacct", "-j", "11", "-D", "-n"},
 			"11                 oops        gpu                     1  NODE_FAIL      0:0 \n" +
 				"11.batch          batch                                1  CANCELLED      0:0 \n" +

@@ -198,22 +198,33 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 		}
 		return jobCPUs(r.job)
 	}
+	// allocNodes is how many nodes a started row holds: the batch step
+	// runs on the first node alone.
+	allocNodes := func(r sacctRow) int {
+		if r.step == "batch" {
+			return 1
+		}
+		return max(len(r.nodes()), 1)
+	}
 	tres := func(r sacctRow, alloc bool) string {
 		if alloc && !r.started() {
 			return ""
 		}
 		j := r.job
-		n := jobNodeCount(j)
-		if alloc && len(r.nodes()) > 0 {
-			n = len(r.nodes())
+		n, ncpus := jobNodeCount(j), jobCPUs(j)
+		if alloc {
+			n, ncpus = allocNodes(r), cpus(r)
 		}
-		parts := []string{fmt.Sprintf("billing=%d", jobCPUs(j)), fmt.Sprintf("cpu=%d", jobCPUs(j))}
+		parts := []string{fmt.Sprintf("billing=%d", ncpus), fmt.Sprintf("cpu=%d", ncpus)}
 		gpus := int(j.GetGpus())
 		if g := int(j.GetGpusPerNode()); g > 0 {
 			gpus = g * n
 		}
 		if alloc && j.GetAllocGpus() > 0 {
 			gpus = int(j.GetAllocGpus())
+			if r.step == "batch" {
+				gpus = max(gpus/max(len(r.nodes()), 1), 1)
+			}
 		}
 		if gpus > 0 {
 			parts = append(parts, fmt.Sprintf("gres/gpu=%d", gpus))
@@ -231,7 +242,7 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 			if !r.started() {
 				return "0"
 			}
-			return strconv.Itoa(max(len(r.nodes()), 1))
+			return strconv.Itoa(allocNodes(r))
 		}},
 		{"AllocTRES", 10, func(r sacctRow) string { return tres(r, true) }},
 		{"Cluster", 10, func(r sacctRow) string { return shortName(r.job.GetCluster()) }},
@@ -269,7 +280,7 @@ func sacctFields(now time.Time, loc *time.Location, limit func(*loomv1.Job) int6
 		{"NCPUS", 10, func(r sacctRow) string { return strconv.Itoa(cpus(r)) }},
 		{"NNodes", 8, func(r sacctRow) string {
 			if r.started() {
-				return strconv.Itoa(max(len(r.nodes()), 1))
+				return strconv.Itoa(allocNodes(r))
 			}
 			return strconv.Itoa(jobNodeCount(r.job))
 		}},
