@@ -178,7 +178,7 @@ func TestHealthValidation(t *testing.T) {
 		{"17 checks", scan(&loomv1.ScanNodesRequest{Checks: checks}), codes.InvalidArgument, []string{"checks", "limit of 16"}},
 		{"a check path", scan(&loomv1.ScanNodesRequest{Checks: []string{"../bin/sh"}}), codes.InvalidArgument, []string{"checks[0]", "not a check name"}},
 		{"bad hostlist", scan(&loomv1.ScanNodesRequest{Hostnames: []string{"gpu-[0001-"}}), codes.InvalidArgument, []string{"hostnames[0]"}},
-		{"unknown hosts", scan(&loomv1.ScanNodesRequest{Hostnames: []string{"gpu-[0001-0003]"}}), codes.InvalidArgument, []string{"hostnames[1]", "gpu-0002 is not a node of", "hostnames[2]"}},
+		{"unknown hosts", scan(&loomv1.ScanNodesRequest{Hostnames: []string{"gpu-[0001-0003]"}}), codes.InvalidArgument, []string{"hostnames[1]", `"gpu-0002" is not a node of`, "hostnames[2]"}},
 		{"timeout 2h", scan(&loomv1.ScanNodesRequest{Timeout: durationpb.New(2 * time.Hour)}), codes.InvalidArgument, []string{"timeout", "1h0m0s"}},
 		{"17 params", scan(&loomv1.ScanNodesRequest{Params: params}), codes.InvalidArgument, []string{"params", "17 parameters, more than the limit of 16"}},
 		{"an upper-case param", scan(param("Iters", "5")), codes.InvalidArgument, []string{"params[Iters]", "not a parameter name", "a-z, 0-9 and _", "LOOM_CHECK_PARAM_"}},

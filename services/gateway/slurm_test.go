@@ -353,3 +353,26 @@ func TestSlurmService(t *testing.T) {
 		t.Errorf("POST signal to a pending job: HTTP %d %s, want 400 with Slurm's words", code, body)
 	}
 }
+
+// TestSubmitNodeLists: a --nodelist or --exclude naming a host the cluster
+// does not have, or leaving the partition too few nodes, is refused at
+// submission in Slurm's words, not left to pend forever.
+func TestSubmitNodeLists(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := testkit.Context(t, wait)
+	job := func(nodelist, exclude []string) *loomv1.SubmitJobRequest {
+		r := validJob()
+		r.Job.NodeCount, r.Job.GpusPerNode, r.Job.Nodelist, r.Job.Exclude = 1, 0, nodelist, exclude
+		return r
+	}
+	if _, err := h.jobs().SubmitJob(ctx, job([]string{"gpu-0001"}, []string{"cpu-0001"})); err != nil {
+		t.Fatalf("-w gpu-0001 -x cpu-0001: %v", err)
+	}
+	_, err := h.jobs().SubmitJob(ctx, job([]string{"gpu-0099"}, nil))
+	wantCode(t, "-w gpu-0099", err, codes.InvalidArgument, "job.nodelist[0]", `"gpu-0099" is not a node of`, "Invalid node name specified")
+	_, err = h.jobs().SubmitJob(ctx, job(nil, []string{"gpu-0001", "nope"}))
+	wantCode(t, "-x gpu-0001,nope", err, codes.InvalidArgument, "job.exclude[1]", `"nope" is not a node of`)
+	_, err = h.jobs().SubmitJob(ctx, job(nil, []string{"gpu-0001", "cpu-0001"}))
+	wantCode(t, "-x every node", err, codes.InvalidArgument, "job.exclude", "leaves 0 of partition all's nodes", "Requested node configuration is not available")
+}

@@ -506,7 +506,11 @@ func (g *Gateway) SubmitJob(ctx context.Context, req *loomv1.SubmitJobRequest) (
 			return nil, fmt.Errorf("ask the provisioner for %s: %w", name, err)
 		}
 	}
-	if err := domain.ValidateSubmitJob(req, cluster, g.opt.MaxArraySize); err != nil {
+	err := domain.ValidateSubmitJob(req, cluster, g.opt.MaxArraySize)
+	if err == nil {
+		err = g.checkJobNodes(ctx, req.GetJob(), cluster)
+	}
+	if err != nil {
 		// A retry of a request that was accepted answers what it got then,
 		// even when the same request would be refused now.
 		if j, ok, rerr := g.replayJob(ctx, rid); rerr != nil || ok {

@@ -241,34 +241,6 @@ func (g *Gateway) clusterNodes(ctx context.Context, cluster string) (map[string]
 	return nodes, nil
 }
 
-// checkNodesExist refuses hostnames that are not nodes of cluster: an
-// InvalidArgument naming field and every unknown name (at most 10).
-func checkNodesExist(nodes map[string]*loomv1.Node, cluster, field string, hosts []string) error {
-	var v errs.Validator
-	missing := 0
-	for i, h := range hosts {
-		if _, ok := nodes[h]; !ok {
-			if missing++; missing <= 10 {
-				v.Add(fmt.Sprintf("%s[%d]", field, i), "%s is not a node of %s (see loom nodes list --cluster %s)", h, cluster, shortID(cluster))
-			}
-		}
-	}
-	if missing > 10 {
-		v.Add(field, "%d names in all are not nodes of %s", missing, cluster)
-	}
-	return v.Err()
-}
-
-// shortID is the last segment of a resource name.
-func shortID(name string) string {
-	for i := len(name) - 1; i >= 0; i-- {
-		if name[i] == '/' {
-			return name[i+1:]
-		}
-	}
-	return name
-}
-
 // oneNode returns the node hostname of cluster, NotFound when there is none.
 func (g *Gateway) oneNode(ctx context.Context, cluster, hostname string) (*loomv1.Node, error) {
 	nodes, err := g.clusterNodes(ctx, cluster)
@@ -277,7 +249,7 @@ func (g *Gateway) oneNode(ctx context.Context, cluster, hostname string) (*loomv
 	}
 	n, ok := nodes[hostname]
 	if !ok {
-		return nil, fmt.Errorf("node %s in %s: %w (see loom nodes list --cluster %s)", hostname, cluster, errs.NotFound, shortID(cluster))
+		return nil, fmt.Errorf("node %s in %s: %w (see loom nodes list --cluster %s)", hostname, cluster, errs.NotFound, domain.ShortID(cluster))
 	}
 	return n, nil
 }
@@ -308,7 +280,7 @@ func (g *Gateway) ScanNodes(ctx context.Context, req *loomv1.ScanNodesRequest) (
 	if err != nil {
 		return nil, err
 	}
-	if err := checkNodesExist(nodes, req.GetCluster(), "hostnames", hosts); err != nil {
+	if err := domain.CheckNodesExist(nodes, req.GetCluster(), "hostnames", hosts); err != nil {
 		return nil, err
 	}
 	scanned := hosts
@@ -342,7 +314,7 @@ func (g *Gateway) ReportFaultyNodes(ctx context.Context, req *loomv1.ReportFault
 	if err != nil {
 		return nil, err
 	}
-	if err := checkNodesExist(nodes, req.GetCluster(), "hostnames", hosts); err != nil {
+	if err := domain.CheckNodesExist(nodes, req.GetCluster(), "hostnames", hosts); err != nil {
 		return nil, err
 	}
 	user, by := actor(ctx, req.GetCluster())
@@ -503,4 +475,18 @@ func (g *Gateway) GetClusterGoodput(ctx context.Context, req *loomv1.GetClusterG
 		return nil, fmt.Errorf("ask the scheduler for the goodput of %s: %w", req.GetName(), err)
 	}
 	return gp, nil
+}
+
+// checkJobNodes checks a job's --nodelist and --exclude against its
+// cluster's nodes (domain.CheckJobNodes); a job that names none costs no
+// look-up.
+func (g *Gateway) checkJobNodes(ctx context.Context, j *loomv1.Job, cluster *loomv1.Cluster) error {
+	if len(j.GetNodelist()) == 0 && len(j.GetExclude()) == 0 {
+		return nil
+	}
+	nodes, err := g.clusterNodes(ctx, cluster.GetName())
+	if err != nil {
+		return err
+	}
+	return domain.CheckJobNodes(j, cluster, nodes)
 }

@@ -1,0 +1,97 @@
+package domain
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/loom-ml/loom/libs/errs"
+	loomv1 "github.com/loom-ml/loom/proto/loom/v1"
+)
+
+// MsgInvalidNodeName and MsgNodeConfig are Slurm's words for a node list
+// naming a host the cluster does not have, and for a request no set of the
+// partition's nodes can meet.
+const (
+	MsgInvalidNodeName = "Invalid node name specified"
+	MsgNodeConfig      = "Requested node configuration is not available"
+)
+
+// maxNamedMissing bounds how many unknown hosts one refusal names.
+const maxNamedMissing = 10
+
+// CheckNodesExist refuses hostnames that are not nodes of cluster (nodes,
+// by hostname, as the provisioner lists them): an InvalidArgument naming
+// field and each unknown name (at most ten, then how many in all).
+func CheckNodesExist(nodes map[string]*loomv1.Node, cluster, field string, hosts []string) error {
+	var v errs.Validator
+	checkNodesExist(&v, nodes, cluster, field, hosts, "")
+	return v.Err()
+}
+
+func checkNodesExist(v *errs.Validator, nodes map[string]*loomv1.Node, cluster, field string, hosts []string, slurm string) {
+	missing := 0
+	for i, h := range hosts {
+		if _, ok := nodes[h]; !ok {
+			if missing++; missing <= maxNamedMissing {
+				v.Add(fmt.Sprintf("%s[%d]", field, i), "%s is not a node of %s (see loom nodes list --cluster %s)%s", clip(h), cluster, ShortID(cluster), slurm)
+			}
+		}
+	}
+	if missing > maxNamedMissing {
+		v.Add(field, "%d names in all are not nodes of %s", missing, cluster)
+	}
+}
+
+// CheckJobNodes checks a job's --nodelist (-w) and --exclude (-x) against
+// its cluster's nodes, as Slurm does at submission and at scontrol update:
+// every host named must be a node of the cluster ("Invalid node name
+// specified"), those of the node list in the job's partition, and the
+// partition must keep, once the excluded nodes are taken out, as many nodes
+// as the job needs ("Requested node configuration is not available") —
+// else it would pend forever. nodes are the cluster's nodes by hostname;
+// the job's own fields are checked by ValidateSubmitJob first.
+func CheckJobNodes(j *loomv1.Job, cluster *loomv1.Cluster, nodes map[string]*loomv1.Node) error {
+	var v errs.Validator
+	name := cluster.GetName()
+	checkNodesExist(&v, nodes, name, "job.nodelist", j.GetNodelist(), " (Slurm: "+MsgInvalidNodeName+")")
+	checkNodesExist(&v, nodes, name, "job.exclude", j.GetExclude(), " (Slurm: "+MsgInvalidNodeName+")")
+	if err := v.Err(); err != nil {
+		return err
+	}
+	partition := j.GetPartition()
+	if partition == "" {
+		partition = DefaultPartition(cluster)
+	}
+	p, err := findPartition(cluster, partition)
+	if err != nil {
+		return errs.Invalid("job.partition", "%v", err)
+	}
+	pools := map[string]bool{}
+	for _, pool := range partitionPools(cluster, p) {
+		pools[pool.GetId()] = true
+	}
+	for i, h := range j.GetNodelist() {
+		v.Check(pools[nodes[h].GetNodePool()], fmt.Sprintf("job.nodelist[%d]", i), "%s is not in partition %s (Slurm: %s)", h, partition, MsgNodeConfig)
+		v.Check(!slices.Contains(j.GetExclude(), h), fmt.Sprintf("job.nodelist[%d]", i), "%s is also excluded (job.exclude)", h)
+	}
+	left := 0
+	for h, n := range nodes {
+		if pools[n.GetNodePool()] && !slices.Contains(j.GetExclude(), h) {
+			left++
+		}
+	}
+	if need := int(nodesFor(j, partitionPools(cluster, p))); len(j.GetExclude()) > 0 && left < need {
+		v.Add("job.exclude", "leaves %d of partition %s's nodes, and the job needs %d (Slurm: %s)", left, partition, need, MsgNodeConfig)
+	}
+	return v.Err()
+}
+
+// ShortID is the last segment of a resource name (all of it when it has no /).
+func ShortID(name string) string {
+	for i := len(name) - 1; i >= 0; i-- {
+		if name[i] == '/' {
+			return name[i+1:]
+		}
+	}
+	return name
+}
